@@ -1,0 +1,62 @@
+"""Train the demo detector (YOLO26n from yaml) on the shapes dataset, on CPU, reproducibly.
+
+Usage (from the repository root; about 80 minutes on a 2-core CPU):
+
+    python datasets/shapes/train.py                # writes datasets/shapes/yolo26n_shapes.pt
+
+The dataset is generated first if it is not in the cache (see ``det_calib.demo``). Training is
+not part of CI; the trained weights are committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--imgsz", type=int, default=320)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--project", default="/tmp/det_calib_train")
+    ap.add_argument("--out", default=str(HERE / "yolo26n_shapes.pt"))
+    args = ap.parse_args()
+
+    from ultralytics import YOLO
+
+    from det_calib.demo import demo_data_yaml
+
+    data = demo_data_yaml(with_train=True)
+    model = YOLO("yolo26n.yaml")
+    t0 = time.time()
+    model.train(
+        data=str(data),
+        epochs=args.epochs,
+        imgsz=args.imgsz,
+        batch=args.batch,
+        seed=args.seed,
+        deterministic=True,
+        device="cpu",
+        workers=2,
+        warmup_epochs=1,
+        close_mosaic=3,
+        plots=False,  # plotting would try to download a font
+        amp=False,
+        project=args.project,
+        name="yolo26n_shapes",
+        exist_ok=True,
+    )
+    minutes = (time.time() - t0) / 60
+    last = Path(args.project) / "yolo26n_shapes" / "weights" / "last.pt"
+    shutil.copy(last, args.out)
+    print(f"trained {args.epochs} epochs in {minutes:.1f} min -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The per-box table at the centre of det_calib.
+
+One row per output box of a detector on one image, for one head mode. Capture fills the box,
+class, conf and logit columns; matching fills ``correct``, ``iou`` and ``ignore``. The table is
+a polars DataFrame with a fixed schema, validated on construction, saved as Parquet.
+
+Columns:
+
+=========  =======  ==============================================================
+image      str      image identifier (path relative to the split root, or COCO id)
+image_id   int64    integer id of the image within the capture (0..n_images-1)
+split      str      dataset split the image came from (``calib``, ``test``...)
+head       str      ``nms`` (one-to-many head + NMS) or ``e2e`` (one-to-one head)
+x1..y2     float64  box corners in original image pixels
+img_w      int32    original image width in pixels
+img_h      int32    original image height in pixels
+cls        int32    predicted class id
+conf       float64  the confidence Ultralytics reports (float32 ``sigmoid(logit)``)
+logit      float64  raw pre-sigmoid class logit of ``cls`` read from the head output
+correct    bool     matched one-to-one to a same-class ground truth at IoU >= tau
+iou        float64  IoU with the matched ground truth (best same-class IoU if unmatched,
+                    0 if none), for localisation-aware metrics
+ignore     bool     matched to a crowd annotation: excluded from metrics and fits (COCO)
+=========  =======  ==============================================================
+
+An optional ``logits`` column (list of nc float32) holds all class logits of the box.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from det_calib.errors import InputError
+
+HEADS = ("nms", "e2e")
+
+SCHEMA: dict[str, pl.DataType] = {
+    "image": pl.String,
+    "image_id": pl.Int64,
+    "split": pl.String,
+    "head": pl.String,
+    "x1": pl.Float64,
+    "y1": pl.Float64,
+    "x2": pl.Float64,
+    "y2": pl.Float64,
+    "img_w": pl.Int32,
+    "img_h": pl.Int32,
+    "cls": pl.Int32,
+    "conf": pl.Float64,
+    "logit": pl.Float64,
+    "correct": pl.Boolean,
+    "iou": pl.Float64,
+    "ignore": pl.Boolean,
+}
+CAPTURE_COLUMNS = [c for c in SCHEMA if c not in ("correct", "iou", "ignore")]
+
+
+def empty_boxes() -> pl.DataFrame:
+    """An empty box table with the full schema."""
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
+    """Check a box table's columns, types and values; return it cast to the schema.
+
+    Args:
+        df: The table.
+        matched: Require the ``correct``/``iou``/``ignore`` columns filled by matching.
+
+    Raises:
+        InputError: A column is missing, or values are out of range (boxes with x2 < x1, conf
+            outside [0, 1], non-finite logits, unknown head).
+    """
+    need = list(SCHEMA) if matched else CAPTURE_COLUMNS
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise InputError(f"box table is missing columns {missing}; has {df.columns}")
+    df = df.with_columns([pl.col(c).cast(SCHEMA[c]) for c in need])
+    if df.height == 0:
+        return df
+    if not df["head"].is_in(list(HEADS)).all():
+        raise InputError(f"box table column `head` must be one of {HEADS}, got {df['head'].unique().to_list()}")
+    if ((df["x2"] < df["x1"]) | (df["y2"] < df["y1"])).any():
+        raise InputError("box table has boxes with x2 < x1 or y2 < y1")
+    conf = df["conf"].to_numpy()
+    if not ((conf >= 0) & (conf <= 1)).all():
+        raise InputError("box table column `conf` must lie in [0, 1]")
+    if not np.isfinite(df["logit"].to_numpy()).all():
+        raise InputError("box table column `logit` has non-finite values")
+    if matched:
+        iou = df["iou"].to_numpy()
+        if not ((iou >= 0) & (iou <= 1 + 1e-9)).all():
+            raise InputError("box table column `iou` must lie in [0, 1]")
+    return df
+
+
+def read_boxes(path: str | Path) -> pl.DataFrame:
+    """Read and validate a ``boxes.parquet``."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"box table not found: {path}")
+    try:
+        df = pl.read_parquet(path)
+    except Exception as e:  # polars raises several types for corrupt files
+        raise InputError(f"cannot read box table {path}: {e}") from None
+    return validate_boxes(df, matched="correct" in df.columns)
+
+
+def write_boxes(df: pl.DataFrame, path: str | Path) -> Path:
+    """Write a box table to Parquet atomically (temporary file, then rename)."""
+    from det_calib.io import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        df.write_parquet(tmp)
+    return path

@@ -1,0 +1,94 @@
+"""The embedded default: the ``shapes`` demo dataset and the demo detector trained on it.
+
+The committed files live in ``datasets/shapes/`` at the repository root: the dataset card, the
+fixture split (a dozen images with labels), the training script and the trained weights. The
+calib and test splits (and, for training, the train split) are rendered deterministically on
+first use into a cache folder: ``$DET_CALIB_CACHE`` if set, else
+``$XDG_CACHE_HOME/det_calib`` (``~/.cache/det_calib``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir"]
+
+
+def demo_root() -> Path:
+    """The ``datasets/shapes`` folder of the repository this package was installed from."""
+    env = os.environ.get("DET_CALIB_HOME")
+    root = Path(env) if env else Path(__file__).resolve().parents[2]
+    path = root / "datasets" / "shapes"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"demo files not found at {path}: install det_calib from its repository with "
+            "`pip install -e .`, or set DET_CALIB_HOME to the repository root"
+        )
+    return path
+
+
+def demo_model() -> Path:
+    """Path of the committed demo detector (YOLO26n trained on shapes)."""
+    return demo_root() / "yolo26n_shapes.pt"
+
+
+def cache_dir() -> Path:
+    """Folder where generated data is cached."""
+    env = os.environ.get("DET_CALIB_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "det_calib"
+
+
+def demo_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
+    """``data.yaml`` of the demo dataset, rendering the splits into the cache on first use.
+
+    Args:
+        with_train: Also render the train split (only training needs it).
+        seed: Dataset seed; the committed detector was trained on seed 0.
+
+    Returns:
+        Path of a data.yaml with ``train``, ``val`` (= calib), ``calib`` and ``test`` splits.
+    """
+    splits = dict(SPLIT_SIZES)
+    if not with_train:
+        splits["train"] = 0
+    root = cache_dir() / f"shapes-v{GENERATOR_VERSION}-seed{seed}"
+    yaml = root / "data.yaml"
+    for split, n in splits.items():
+        if n and len(list((root / "images" / split).glob("*.png"))) != n:
+            log.info("rendering the %s split of the shapes demo dataset into %s (first use)", split, root)
+            generate(root, seed=seed, splits={split: n})
+    _write_yaml(root, train="images/train" if (root / "images" / "train").is_dir() else "images/calib")
+    return yaml
+
+
+def _write_yaml(root: Path, *, train: str) -> None:
+    lines = [
+        f"# shapes demo dataset, generator v{GENERATOR_VERSION} (see datasets/shapes/README.md)",
+        f"path: {root.resolve()}",
+        f"train: {train}",
+        "val: images/calib",
+        "calib: images/calib",
+        "test: images/test",
+        "names:",
+        *[f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES)],
+    ]
+    text = "\n".join(lines) + "\n"
+    path = root / "data.yaml"
+    if not path.is_file() or path.read_text() != text:
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def fixture_data_yaml() -> Path:
+    """``data.yaml`` of the committed fixture split (12 images; for fast tests)."""
+    return demo_root() / "fixture" / "data.yaml"
