@@ -1,0 +1,937 @@
+"""Calibration metrics for detector box confidences: pure numpy functions on per-box arrays.
+
+Every metric takes one value per box (confidence, binary ``correct`` flag, optionally IoU, class
+id, normalised box features) and returns a float; the definitions are those of
+``NOTES-metrics.md``. Record ``n_bins`` (and the matching IoU threshold) with every figure.
+
+Bin conventions (shared by every binned metric here):
+
+* **Equal-width** (``"uniform"``; ECE, MCE, D-ECE, LaECE): edges ``np.linspace(0, 1, M + 1)``;
+  bin ``m`` is ``[edges[m], edges[m + 1])`` except the last, which is closed: ``conf == 1.0`` is
+  in bin ``M - 1``. A value equal to an interior edge goes to the upper bin (numpy
+  ``searchsorted(..., side="right")``, as ``np.histogram``/``np.histogramdd`` and netcal).
+* **Equal-mass** (``"quantile"``; ACE): boxes sorted by confidence (stable sort, so ties keep
+  their input order); the box of rank ``r`` (0-based, of ``n``) goes to bin ``floor(r * M / n)``,
+  so bin counts differ by at most one, and tied confidences may straddle a bin boundary
+  (deterministically, by input order). With integer weights a box counts as that many copies;
+  with fractional weights the bins hold equal total weight and a box may be split between two
+  bins.
+
+Weights: the metrics accept ``weights=`` (non-negative, one per box). Integer weights give exactly
+the metric of the data with each box repeated that many times; :func:`bootstrap_ci` uses this to
+resample images without copying arrays.
+
+Empty inputs (no boxes, or zero total weight) give ``nan``; they do not raise.
+
+Parity with netcal (``netcal.metrics.ECE(bins, detection=True)``, version 1.4): netcal clips
+every column of ``X`` to ``[eps, 1 - eps]`` (``eps = np.finfo(X.dtype).eps``) before binning, and
+bins with ``np.histogramdd``/``scipy.stats.binned_statistic_dd`` on ``np.linspace(0, 1, b + 1)``
+edges. The clipping never moves a value to another bin (``1.0`` lands in the last, closed, bin
+either way), so the bins are identical; it only shifts the mean confidence of a bin containing
+exact 0s or 1s by at most ``eps`` (about ``2e-16`` in float64, ``1.2e-7`` in float32), which
+changes ECE/D-ECE by at most that much. netcal's ``ACE`` is the *unweighted* mean gap over
+non-empty quantile bins with ``np.quantile`` edges; :func:`ace` here is the sample-weighted sum
+of ``NOTES-metrics.md``. The two agree when all bins hold the same number of boxes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from det_calib.errors import InputError
+
+__all__ = [
+    "ReliabilityBins",
+    "reliability_bins",
+    "ece",
+    "ace",
+    "mce",
+    "nll",
+    "nll_logits",
+    "brier",
+    "dece",
+    "box_features",
+    "laece",
+    "laace",
+    "per_class",
+    "bootstrap_ci",
+    "calibration_summary",
+]
+
+Strategy = Literal["uniform", "quantile"]
+_STRATEGIES = ("uniform", "quantile")
+
+# Values of ``iou`` up to this much above 1 are accepted (and clipped), as in det_calib.boxes.
+_IOU_TOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# input validation
+
+
+def _check_n_bins(n_bins: object, name: str = "n_bins") -> int:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
+        raise InputError(f"Expected argument `{name}` to be an integer larger than 0, but got {n_bins!r}")
+    return int(n_bins)
+
+
+def _as_1d(x: ArrayLike, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise InputError(f"Expected argument `{name}` to be one-dimensional, but got shape {arr.shape}")
+    return arr
+
+
+def _as_float(x: ArrayLike, name: str) -> np.ndarray:
+    arr = _as_1d(x, name)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise InputError(f"Expected argument `{name}` to be numeric, but got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.size and not np.isfinite(arr).all():
+        raise InputError(f"Expected argument `{name}` to be finite, but it contains nan or inf")
+    return arr
+
+
+def _as_unit(x: ArrayLike, name: str, *, tol: float = 0.0) -> np.ndarray:
+    """Float array with values in [0, 1] (values up to ``1 + tol`` are clipped to 1)."""
+    arr = _as_float(x, name)
+    if arr.size:
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < 0.0 or hi > 1.0 + tol:
+            raise InputError(
+                f"Expected argument `{name}` to contain values in [0, 1], but got values in [{lo:g}, {hi:g}]"
+            )
+        if tol and hi > 1.0:
+            arr = np.minimum(arr, 1.0)
+    return arr
+
+
+def _as_binary(x: ArrayLike, name: str) -> np.ndarray:
+    """Float array of 0.0/1.0 from a bool or 0/1 array."""
+    arr = _as_1d(x, name)
+    if arr.dtype == bool:
+        return arr.astype(np.float64)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+        raise InputError(f"Expected argument `{name}` to be bool or 0/1, but got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    bad = ~((arr == 0.0) | (arr == 1.0))
+    if bad.any():
+        raise InputError(
+            f"Expected argument `{name}` to be bool or 0/1, but got values such as {arr[bad][:3].tolist()}"
+        )
+    return arr
+
+
+def _as_int_labels(x: ArrayLike, name: str) -> np.ndarray:
+    arr = _as_1d(x, name)
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype != object and np.issubdtype(arr.dtype, np.floating):
+        if arr.size == 0 or (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
+            return arr.astype(np.int64)
+    raise InputError(f"Expected argument `{name}` to hold integer class ids, but got dtype {arr.dtype}")
+
+
+def _check_lengths(**arrays: np.ndarray) -> int:
+    names = list(arrays)
+    first = names[0]
+    n = len(arrays[first])
+    for other in names[1:]:
+        m = len(arrays[other])
+        if m != n:
+            raise InputError(
+                f"Expected arguments `{first}` and `{other}` to have the same length, but got {n} and {m}"
+            )
+    return n
+
+
+def _as_weights(weights: ArrayLike | None, n: int, ref: str) -> np.ndarray | None:
+    if weights is None:
+        return None
+    w = _as_float(weights, "weights")
+    if len(w) != n:
+        raise InputError(f"Expected arguments `{ref}` and `weights` to have the same length, but got {n} and {len(w)}")
+    if w.size and float(w.min()) < 0.0:
+        raise InputError(f"Expected argument `weights` to be non-negative, but got {float(w.min()):g}")
+    return w
+
+
+def _check_strategy(strategy: object) -> str:
+    if strategy not in _STRATEGIES:
+        raise InputError(f"Expected argument `strategy` to be one of {_STRATEGIES}, but got {strategy!r}")
+    return str(strategy)
+
+
+# --------------------------------------------------------------------------------------------
+# binning cores (inputs already validated)
+
+
+def _uniform_edges(n_bins: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, n_bins + 1)
+
+
+def _uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
+    """Equal-width bin of each value in [0, 1]: ``[lo, hi)``, the last bin closed at 1.
+
+    Identical to ``np.searchsorted(linspace(0, 1, M + 1), x, side="right") - 1`` (capped at
+    M - 1), i.e. to np.histogram / netcal on those edges, but O(1) per value: ``floor(x * M)`` is
+    off by at most one bin near an edge (rounding of ``x * M`` and of the linspace edges), and
+    one comparison with the actual edges on each side fixes it.
+    """
+    edges = _uniform_edges(n_bins)
+    idx = np.minimum((x * n_bins).astype(np.int64), n_bins - 1)
+    idx -= x < edges[idx]
+    up = x >= edges[idx + 1]
+    up &= idx < n_bins - 1
+    idx += up
+    return idx
+
+
+def _weighted_mean(values: np.ndarray, w: np.ndarray | None) -> float:
+    if values.size == 0:
+        return float("nan")
+    if w is None:
+        return float(values.mean())
+    total = float(w.sum())
+    if total <= 0.0:
+        return float("nan")
+    return float(np.dot(w, values) / total)
+
+
+def _sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
+    idx = _uniform_index(conf, n_bins)
+    if w is None:
+        count = np.bincount(idx, minlength=n_bins).astype(np.float64)
+        s_conf = np.bincount(idx, weights=conf, minlength=n_bins)
+        s_tgt = np.bincount(idx, weights=target, minlength=n_bins)
+    else:
+        count = np.bincount(idx, weights=w, minlength=n_bins)
+        s_conf = np.bincount(idx, weights=w * conf, minlength=n_bins)
+        s_tgt = np.bincount(idx, weights=w * target, minlength=n_bins)
+    return count, s_conf, s_tgt
+
+
+def _sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
+    """Per-bin weight, weighted sums of conf and target, and edges, for equal-mass bins.
+
+    Boxes are laid end to end along a "weight axis" in stable confidence order, box ``i`` covering
+    ``[S_i, S_i + w_i)``; bin ``m`` is the stretch ``[b_m, b_{m+1})`` with ``b_m = ceil(m W / M)``
+    for integer weights (so a box of weight k is exactly k copies of weight 1) and ``m W / M``
+    otherwise. A box's contribution to a bin is its overlap with the stretch.
+    """
+    n = conf.size
+    order = np.argsort(conf, kind="stable")
+    c, t = conf[order], target[order]
+    ww = np.ones(n) if w is None else w[order]
+    cum_w = np.concatenate([[0.0], np.cumsum(ww)])
+    total = cum_w[-1]
+    m = np.arange(n_bins + 1)
+    if np.all(ww == np.round(ww)) and total < 2**53:
+        w_int = int(round(total))
+        bounds = (-((-m * w_int) // n_bins)).astype(np.float64)  # ceil(m W / M), exact
+    else:
+        bounds = m * (total / n_bins)
+        bounds[-1] = total
+    if n == 0:
+        zeros = np.zeros(n_bins)
+        return zeros, zeros.copy(), zeros.copy(), _uniform_edges(n_bins)
+    k = np.clip(np.searchsorted(cum_w, bounds, side="right") - 1, 0, n - 1)
+    part = np.clip(bounds - cum_w[k], 0.0, ww[k])
+
+    def at_bounds(vals: np.ndarray | None) -> np.ndarray:
+        if vals is None:  # the weight itself
+            return cum_w[k] + part
+        cv = np.concatenate([[0.0], np.cumsum(ww * vals)])
+        return cv[k] + vals[k] * part
+
+    count = np.diff(at_bounds(None))
+    s_conf = np.diff(at_bounds(c))
+    s_tgt = np.diff(at_bounds(t))
+    edges = np.where(bounds < total, c[k], 1.0)
+    edges[0], edges[-1] = 0.0, 1.0
+    return count, s_conf, s_tgt, edges
+
+
+def _gap_sum(count: np.ndarray, s_conf: np.ndarray, s_tgt: np.ndarray) -> float:
+    """``sum_m |B_m|/N * |mean target - mean conf|`` over non-empty bins (nan if N == 0)."""
+    total = float(count.sum())
+    if total <= 0.0:
+        return float("nan")
+    nonempty = count > 0
+    return float(np.abs(s_tgt[nonempty] - s_conf[nonempty]).sum() / total)
+
+
+# --------------------------------------------------------------------------------------------
+# reliability bins, ECE, ACE, MCE
+
+
+@dataclass(frozen=True, eq=False)
+class ReliabilityBins:
+    """Per-bin statistics of a reliability diagram.
+
+    Attributes:
+        edges: (M + 1,) bin edges in [0, 1]. Equal-width: ``linspace(0, 1, M + 1)``. Equal-mass:
+            ``edges[0] = 0``, ``edges[M] = 1`` and ``edges[m]`` the smallest confidence in bin
+            ``m`` (or 1.0 when no box reaches bin ``m``).
+        count: (M,) number of boxes per bin (int64), or total weight per bin when fractional
+            weights were given (float64).
+        conf: (M,) mean confidence per bin, nan when empty.
+        acc: (M,) fraction correct per bin, nan when empty.
+        strategy: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass).
+    """
+
+    edges: np.ndarray
+    count: np.ndarray
+    conf: np.ndarray
+    acc: np.ndarray
+    strategy: Strategy
+
+    def __post_init__(self) -> None:
+        _check_strategy(self.strategy)
+        for name in ("edges", "count", "conf", "acc"):
+            arr = np.array(getattr(self, name))
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+        m = self.count.shape
+        if self.count.ndim != 1 or self.conf.shape != m or self.acc.shape != m or self.edges.shape != (m[0] + 1,):
+            raise InputError(
+                f"ReliabilityBins needs edges (M+1,) and count/conf/acc (M,), but got shapes "
+                f"{self.edges.shape}, {self.count.shape}, {self.conf.shape}, {self.acc.shape}"
+            )
+
+    @property
+    def n_bins(self) -> int:
+        """Number of bins M."""
+        return int(self.count.shape[0])
+
+    @property
+    def gap(self) -> np.ndarray:
+        """(M,) ``acc - conf`` per bin (negative: overconfident); nan for empty bins."""
+        return self.acc - self.conf
+
+    def ece(self) -> float:
+        """``sum_m count_m / N * |acc_m - conf_m|`` over non-empty bins; nan when N == 0."""
+        total = float(self.count.sum())
+        if total <= 0.0:
+            return float("nan")
+        nonempty = self.count > 0
+        return float(np.sum(self.count[nonempty] / total * np.abs(self.gap[nonempty])))
+
+    def mce(self) -> float:
+        """Largest ``|acc_m - conf_m|`` over non-empty bins; nan when all bins are empty."""
+        nonempty = self.count > 0
+        if not nonempty.any():
+            return float("nan")
+        return float(np.max(np.abs(self.gap[nonempty])))
+
+
+def _reliability_core(conf, target, w, n_bins, strategy) -> ReliabilityBins:
+    if strategy == "uniform":
+        count, s_conf, s_tgt = _sums_uniform(conf, target, w, n_bins)
+        edges = _uniform_edges(n_bins)
+    else:
+        count, s_conf, s_tgt, edges = _sums_quantile(conf, target, w, n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_conf = np.where(count > 0, s_conf / count, np.nan)
+        mean_acc = np.where(count > 0, s_tgt / count, np.nan)
+    if np.all(count == np.round(count)):
+        count = np.round(count).astype(np.int64)
+    return ReliabilityBins(edges=edges, count=count, conf=mean_conf, acc=mean_acc, strategy=strategy)
+
+
+def reliability_bins(
+    conf: ArrayLike,
+    correct: ArrayLike,
+    *,
+    n_bins: int = 15,
+    strategy: Strategy = "uniform",
+    weights: ArrayLike | None = None,
+) -> ReliabilityBins:
+    """Bin boxes by confidence and return count, mean confidence and accuracy per bin.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1, the matched flag.
+        n_bins: Number of bins M.
+        strategy: ``"uniform"``: equal-width bins ``[m/M, (m+1)/M)``, the last closed at 1.0.
+            ``"quantile"``: equal-mass bins; the box of (stable) confidence rank r goes to bin
+            ``floor(r * M / n)``, so counts differ by at most one.
+        weights: Optional (n,) non-negative weights; integer weights equal repeating boxes.
+
+    Returns:
+        A :class:`ReliabilityBins` with (M + 1,) edges and (M,) count, conf, acc.
+
+    Raises:
+        InputError: Bad ``n_bins`` or ``strategy``, lengths differ, conf outside [0, 1].
+
+    >>> rb = reliability_bins([0.1, 0.2, 0.9, 1.0], [0, 1, 1, 1], n_bins=2)
+    >>> rb.count.tolist(), rb.acc.tolist()
+    ([2, 2], [0.5, 1.0])
+    >>> round(rb.ece(), 6)  # 2/4*|0.5-0.15| + 2/4*|1-0.95|
+    0.2
+    """
+    n_bins = _check_n_bins(n_bins)
+    strategy = _check_strategy(strategy)
+    c = _as_unit(conf, "conf")
+    y = _as_binary(correct, "correct")
+    n = _check_lengths(conf=c, correct=y)
+    w = _as_weights(weights, n, "conf")
+    return _reliability_core(c, y, w, n_bins, strategy)
+
+
+def ece(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+    """Expected calibration error with equal-width bins.
+
+    ``ECE = sum_m |B_m| / n * |acc(B_m) - conf(B_m)|`` over bins ``[m/M, (m+1)/M)``, the last
+    closed at 1.0. Equals netcal's ``ECE(bins=n_bins, detection=True).measure(conf, correct)``
+    up to netcal's clipping of conf to ``[eps, 1 - eps]``.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1.
+        n_bins: Number of equal-width bins M (15 in the temperature-scaling literature,
+            10 in netcal).
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The ECE in [0, 1]; nan for no boxes.
+
+    >>> round(ece([0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1], n_bins=2), 6)  # 2/4*|0.5-0.25| + 2/4*|1-0.85|
+    0.2
+    """
+    return reliability_bins(conf, correct, n_bins=n_bins, strategy="uniform", weights=weights).ece()
+
+
+def ace(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+    """Adaptive calibration error: the ECE sum over equal-mass bins.
+
+    ``ACE = sum_m |B_m| / n * |acc(B_m) - conf(B_m)|`` with the box of stable confidence rank r
+    in bin ``floor(r * M / n)``. (netcal's ``ACE`` is the unweighted mean over non-empty bins;
+    the two agree when n is a multiple of M.)
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1.
+        n_bins: Number of equal-mass bins M.
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The ACE; nan for no boxes.
+
+    >>> ace([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1], n_bins=2)  # 1/2*|0-0.15| + 1/2*|1-0.35|
+    0.4
+    """
+    return reliability_bins(conf, correct, n_bins=n_bins, strategy="quantile", weights=weights).ece()
+
+
+def mce(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+    """Maximum calibration error: the largest ``|acc - conf|`` over non-empty equal-width bins.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1.
+        n_bins: Number of equal-width bins M (same convention as :func:`ece`).
+        weights: Optional (n,) non-negative per-box weights (a zero-weight box does not make its
+            bin non-empty).
+
+    Returns:
+        The MCE; nan for no boxes.
+
+    >>> mce([0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1], n_bins=2)
+    0.25
+    """
+    return reliability_bins(conf, correct, n_bins=n_bins, strategy="uniform", weights=weights).mce()
+
+
+# --------------------------------------------------------------------------------------------
+# proper scoring rules
+
+
+def nll(prob: ArrayLike, correct: ArrayLike, *, eps: float = 1e-12, weights: ArrayLike | None = None) -> float:
+    """Mean binary cross-entropy of probabilities against the matched flag.
+
+    ``-mean(y log p + (1 - y) log(1 - p))`` with p clipped to ``[eps, 1 - eps]``. Prefer
+    :func:`nll_logits` when logits are available: a float32 probability of 1.0 loses the
+    information that the clipping here replaces with ``eps``.
+
+    Args:
+        prob: (n,) probabilities in [0, 1].
+        correct: (n,) bool or 0/1.
+        eps: Clipping constant in (0, 0.5).
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The mean NLL in nats; nan for no boxes.
+
+    >>> round(nll([0.5, 0.5], [1, 0]), 6)  # log 2
+    0.693147
+    """
+    if not (isinstance(eps, numbers.Real) and 0.0 < eps < 0.5):
+        raise InputError(f"Expected argument `eps` to be a float in (0, 0.5), but got {eps!r}")
+    p = _as_unit(prob, "prob")
+    y = _as_binary(correct, "correct")
+    n = _check_lengths(prob=p, correct=y)
+    w = _as_weights(weights, n, "prob")
+    p = np.clip(p, eps, 1.0 - eps)
+    loss = np.where(y > 0.5, -np.log(p), -np.log1p(-p))
+    return _weighted_mean(loss, w)
+
+
+def nll_logits(
+    logits: ArrayLike,
+    correct: ArrayLike,
+    *,
+    temperature: float = 1.0,
+    weights: ArrayLike | None = None,
+) -> float:
+    """Mean binary cross-entropy of ``sigmoid(logits / temperature)``, computed from logits.
+
+    Per box, with ``z = logit / T``: ``softplus(-z)`` if correct else ``softplus(z)``, where
+    ``softplus(x) = logaddexp(0, x)``. There is no cancellation, so the loss is accurate to
+    rounding for any finite z (``|z|`` up to 1e4 and beyond), including where ``sigmoid(z)``
+    rounds to exactly 0.0 or 1.0 in float64.
+
+    Args:
+        logits: (n,) finite raw logits.
+        correct: (n,) bool or 0/1.
+        temperature: Positive finite T dividing the logits.
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The mean NLL in nats; nan for no boxes.
+
+    >>> round(nll_logits([0.0, 0.0], [1, 0]), 6)
+    0.693147
+    >>> nll_logits([50.0], [1])  # log1p(exp(-50)); sigmoid(50) == 1.0 in float64
+    1.9287498479639178e-22
+    """
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not np.isfinite(temperature)
+        or temperature <= 0
+    ):
+        raise InputError(
+            f"Expected argument `temperature` to be a finite number larger than 0, but got {temperature!r}"
+        )
+    z = _as_float(logits, "logits") / float(temperature)
+    y = _as_binary(correct, "correct")
+    n = _check_lengths(logits=z, correct=y)
+    w = _as_weights(weights, n, "logits")
+    loss = np.logaddexp(0.0, np.where(y > 0.5, -z, z))
+    return _weighted_mean(loss, w)
+
+
+def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = None) -> float:
+    """Brier score: mean squared difference between probability and matched flag.
+
+    Args:
+        prob: (n,) probabilities in [0, 1].
+        correct: (n,) bool or 0/1.
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        ``mean((p - y) ** 2)``; nan for no boxes.
+
+    >>> round(brier([0.9, 0.2], [1, 0]), 12)  # (0.01 + 0.04) / 2
+    0.025
+    """
+    p = _as_unit(prob, "prob")
+    y = _as_binary(correct, "correct")
+    n = _check_lengths(prob=p, correct=y)
+    w = _as_weights(weights, n, "prob")
+    return _weighted_mean((p - y) ** 2, w)
+
+
+# --------------------------------------------------------------------------------------------
+# detection-specific: D-ECE, LaECE, LaACE
+
+
+def box_features(
+    x1: ArrayLike,
+    y1: ArrayLike,
+    x2: ArrayLike,
+    y2: ArrayLike,
+    img_w: ArrayLike,
+    img_h: ArrayLike,
+) -> np.ndarray:
+    """Normalised box features for :func:`dece`: centre x, centre y, width, height.
+
+    Args:
+        x1, y1, x2, y2: (n,) box corners in pixels, ``x2 >= x1`` and ``y2 >= y1``.
+        img_w, img_h: Image size in pixels, a positive scalar or one per box (n,).
+
+    Returns:
+        (n, 4) float64 array ``[(x1+x2)/2/W, (y1+y2)/2/H, (x2-x1)/W, (y2-y1)/H]``, clipped to
+        [0, 1] (boxes reaching past the image border).
+
+    >>> box_features([0], [10], [50], [30], 100, 40).tolist()
+    [[0.25, 0.5, 0.5, 0.5]]
+    """
+    xs = {name: _as_float(v, name) for name, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2))}
+    n = _check_lengths(**xs)
+    size = {}
+    for name, v in (("img_w", img_w), ("img_h", img_h)):
+        arr = np.asarray(v, dtype=np.float64) if np.ndim(v) == 0 else _as_float(v, name)
+        if arr.ndim == 1:
+            _check_lengths(x1=xs["x1"], **{name: arr})
+        if arr.size and not (np.isfinite(arr).all() and (arr > 0).all()):
+            raise InputError(f"Expected argument `{name}` to be positive and finite, but got {float(arr.min()):g}")
+        size[name] = arr
+    if ((xs["x2"] < xs["x1"]) | (xs["y2"] < xs["y1"])).any():
+        raise InputError("Expected boxes with `x2` >= `x1` and `y2` >= `y1`, but some are inverted")
+    W, H = size["img_w"], size["img_h"]
+    feats = np.empty((n, 4))
+    feats[:, 0] = (xs["x1"] + xs["x2"]) / 2.0 / W
+    feats[:, 1] = (xs["y1"] + xs["y2"]) / 2.0 / H
+    feats[:, 2] = (xs["x2"] - xs["x1"]) / W
+    feats[:, 3] = (xs["y2"] - xs["y1"]) / H
+    return np.clip(feats, 0.0, 1.0)
+
+
+def _check_dece_bins(n_bins: object, n_features: int) -> list[int]:
+    if isinstance(n_bins, numbers.Integral) and not isinstance(n_bins, bool):
+        return [_check_n_bins(n_bins)] * (n_features + 1)
+    if isinstance(n_bins, (Sequence, np.ndarray)) and not isinstance(n_bins, str):
+        bins = list(n_bins)
+        if len(bins) != n_features + 1:
+            raise InputError(
+                f"Expected argument `n_bins` to be an integer or a sequence of {n_features + 1} integers "
+                f"(confidence first, then one per feature column), but got {len(bins)}"
+            )
+        return [_check_n_bins(b, "n_bins") for b in bins]
+    raise InputError(
+        f"Expected argument `n_bins` to be an integer larger than 0 or a sequence of them, but got {n_bins!r}"
+    )
+
+
+def dece(
+    conf: ArrayLike,
+    correct: ArrayLike,
+    features: ArrayLike,
+    *,
+    n_bins: int | Sequence[int] = 10,
+    weights: ArrayLike | None = None,
+) -> float:
+    """Detection ECE (Küppers et al., CVPR-W 2020): ECE over joint bins of (conf, features).
+
+    Every column (confidence first, then each feature) is cut into equal-width bins over [0, 1]
+    with the same convention as :func:`ece` (``[lo, hi)``, last bin closed at 1.0); a box's bin
+    is the tuple of its per-column bins. ``D-ECE = sum_b N_b / N * |prec_b - conf_b|`` over
+    non-empty joint bins. Same value as netcal
+    ``ECE(bins=n_bins, detection=True).measure(np.column_stack([conf, features]), correct)``
+    up to netcal's clipping of all columns to ``[eps, 1 - eps]`` (see the module docstring).
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1.
+        features: (n, J) box features already normalised to [0, 1], e.g. from
+            :func:`box_features`; J may be 0 (then D-ECE is the ECE).
+        n_bins: One int for every column (default 10, netcal's default), or J + 1 ints,
+            confidence first. The number of joint bins is their product: keep it well below n.
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The D-ECE; nan for no boxes.
+
+    >>> conf = [0.2, 0.3, 0.8, 0.9]
+    >>> feats = [[0.1], [0.9], [0.1], [0.9]]  # every box alone in its joint bin
+    >>> round(dece(conf, [0, 1, 1, 1], feats, n_bins=2), 6)  # (0.2 + 0.7 + 0.2 + 0.1) / 4
+    0.3
+    """
+    c = _as_unit(conf, "conf")
+    y = _as_binary(correct, "correct")
+    f = np.asarray(features)
+    if f.ndim != 2:
+        raise InputError(f"Expected argument `features` to have shape (n, J), but got shape {f.shape}")
+    n = _check_lengths(conf=c, correct=y, features=f)
+    if f.size:
+        f = np.stack([_as_unit(f[:, j], f"features[:, {j}]") for j in range(f.shape[1])], axis=1)
+    else:
+        f = f.astype(np.float64).reshape(n, f.shape[1])
+    bins = _check_dece_bins(n_bins, f.shape[1])
+    w = _as_weights(weights, n, "conf")
+    if n == 0:
+        return float("nan")
+    if np.prod([float(b) for b in bins]) > 2.0**62:
+        raise InputError(f"Expected argument `n_bins` to give fewer than 2**62 joint bins, but got {bins}")
+    idx = [_uniform_index(c, bins[0])] + [_uniform_index(f[:, j], b) for j, b in enumerate(bins[1:])]
+    flat = np.ravel_multi_index(tuple(idx), tuple(bins))
+    _, cell = np.unique(flat, return_inverse=True)
+    cell = cell.ravel()
+    ww = np.ones(n) if w is None else w
+    count = np.bincount(cell, weights=ww)
+    s_conf = np.bincount(cell, weights=ww * c)
+    s_tgt = np.bincount(cell, weights=ww * y)
+    return _gap_sum(count, s_conf, s_tgt)
+
+
+def _laece_core(c, t, k, w, n_bins) -> float:
+    if c.size == 0:
+        return float("nan")
+    _, cls_idx = np.unique(k, return_inverse=True)
+    n_cls = int(cls_idx.max()) + 1
+    key = cls_idx * n_bins + _uniform_index(c, n_bins)
+    ww = np.ones(c.size) if w is None else w
+    size = n_cls * n_bins
+    count = np.bincount(key, weights=ww, minlength=size).reshape(n_cls, n_bins)
+    s_conf = np.bincount(key, weights=ww * c, minlength=size).reshape(n_cls, n_bins)
+    s_tgt = np.bincount(key, weights=ww * t, minlength=size).reshape(n_cls, n_bins)
+    n_c = count.sum(axis=1)
+    present = n_c > 0
+    if not present.any():
+        return float("nan")
+    per_cls = np.abs(s_tgt - s_conf).sum(axis=1)[present] / n_c[present]
+    return float(per_cls.mean())
+
+
+def _check_loc(conf, target_iou, cls, weights):
+    c = _as_unit(conf, "conf")
+    t = _as_unit(target_iou, "target_iou", tol=_IOU_TOL)
+    k = _as_int_labels(cls, "cls")
+    n = _check_lengths(conf=c, target_iou=t, cls=k)
+    w = _as_weights(weights, n, "conf")
+    return c, t, k, w
+
+
+def laece(
+    conf: ArrayLike,
+    target_iou: ArrayLike,
+    cls: ArrayLike,
+    *,
+    n_bins: int = 25,
+    weights: ArrayLike | None = None,
+) -> float:
+    """Localisation-aware ECE (Oksuz et al., CVPR 2023), averaged over classes.
+
+    Per class c with N_c boxes, over equal-width confidence bins (same convention as
+    :func:`ece`): ``LaECE_c = sum_m |B_m| / N_c * |mean conf(B_m) - mean target(B_m)|``;
+    the result is the mean of LaECE_c over the classes that have boxes.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        target_iou: (n,) IoU with the matched ground truth for matched boxes and **0 for
+            unmatched ones** (zero it yourself: the box table's ``iou`` column holds the best IoU
+            even for unmatched boxes). Values up to 1 + 1e-9 are clipped to 1.
+        cls: (n,) integer predicted class ids.
+        n_bins: Number of equal-width bins M (25 in the papers).
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The class-averaged LaECE; nan for no boxes.
+
+    >>> laece([0.9, 0.9, 0.3], [0.8, 0.0, 0.6], [0, 0, 1], n_bins=10)  # (|0.9-0.4| + |0.3-0.6|)/2
+    0.4
+    """
+    n_bins = _check_n_bins(n_bins)
+    c, t, k, w = _check_loc(conf, target_iou, cls, weights)
+    return _laece_core(c, t, k, w, n_bins)
+
+
+def laace(
+    conf: ArrayLike,
+    target_iou: ArrayLike,
+    cls: ArrayLike,
+    *,
+    weights: ArrayLike | None = None,
+) -> float:
+    """Localisation-aware ACE: per class the mean ``|target_i - conf_i|``, averaged over classes.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        target_iou: (n,) matched IoU, 0 for unmatched boxes (see :func:`laece`).
+        cls: (n,) integer predicted class ids.
+        weights: Optional (n,) non-negative per-box weights.
+
+    Returns:
+        The class-averaged LaACE; nan for no boxes.
+
+    >>> laace([0.9, 0.9, 0.3], [0.8, 0.0, 0.6], [0, 0, 1])  # ((0.1 + 0.9)/2 + 0.3) / 2
+    0.4
+    """
+    c, t, k, w = _check_loc(conf, target_iou, cls, weights)
+    if c.size == 0:
+        return float("nan")
+    _, cls_idx = np.unique(k, return_inverse=True)
+    ww = np.ones(c.size) if w is None else w
+    n_c = np.bincount(cls_idx, weights=ww)
+    s = np.bincount(cls_idx, weights=ww * np.abs(t - c))
+    present = n_c > 0
+    if not present.any():
+        return float("nan")
+    return float(np.mean(s[present] / n_c[present]))
+
+
+# --------------------------------------------------------------------------------------------
+# per class, bootstrap, summary
+
+
+def per_class(
+    metric: Callable[..., float],
+    conf: ArrayLike,
+    correct: ArrayLike,
+    cls: ArrayLike,
+    **kwargs: object,
+) -> dict[int, float]:
+    """Apply ``metric(conf[m], correct[m], **kwargs)`` to the boxes of each class present.
+
+    Args:
+        metric: A metric with signature ``metric(conf, correct, **kwargs)``, e.g. :func:`ece`.
+        conf: (n,) confidences (or logits, for :func:`nll_logits`).
+        correct: (n,) bool or 0/1.
+        cls: (n,) integer class ids.
+        **kwargs: Passed to ``metric``; a ``weights`` array of length n is split per class too.
+
+    Returns:
+        ``{class_id: value}`` in increasing class id, for each class with at least one box.
+
+    >>> res = per_class(ece, [0.9, 0.8, 0.6], [1, 1, 0], [3, 3, 7], n_bins=10)
+    >>> {k: round(v, 6) for k, v in res.items()}  # class 3: (0.1 + 0.2) / 2
+    {3: 0.15, 7: 0.6}
+    """
+    c = np.asarray(conf)
+    y = np.asarray(correct)
+    k = _as_int_labels(cls, "cls")
+    _check_lengths(conf=c, correct=y, cls=k)
+    w = kwargs.pop("weights", None)
+    if w is not None:
+        w = _as_weights(w, len(c), "conf")
+    out: dict[int, float] = {}
+    for cid in np.unique(k):
+        m = k == cid
+        if w is not None:
+            kwargs["weights"] = w[m]
+        out[int(cid)] = float(metric(c[m], y[m], **kwargs))
+    return out
+
+
+def _accepts_weights(fn: Callable) -> bool:
+    try:
+        param = inspect.signature(fn).parameters.get("weights")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
+def bootstrap_ci(
+    statistic: Callable[..., float],
+    image_ids: ArrayLike,
+    *arrays: ArrayLike,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of a statistic, resampling images (not boxes).
+
+    Each replicate draws as many images as there are, uniformly with replacement; every box of
+    a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
+    metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
+    the per-box draw count of its image (no copying); otherwise the arrays are indexed
+    (``statistic(*[a[idx] for a in arrays])``). Both give the same numbers for the same seed.
+
+    Args:
+        statistic: Function of the arrays returning a float, e.g. :func:`ece` or
+            ``functools.partial(ece, n_bins=10)``.
+        image_ids: (n,) image id of each box (any hashable numpy dtype).
+        *arrays: Arrays with n rows (first axis), passed positionally to ``statistic``.
+        n_boot: Number of bootstrap replicates.
+        seed: Seed for ``np.random.default_rng``; same seed, same interval.
+        level: Coverage in (0, 1); the interval is the ``(1 - level)/2`` and ``(1 + level)/2``
+            percentiles (2.5 and 97.5 for 0.95).
+
+    Returns:
+        ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
+
+    >>> rng = np.random.default_rng(0)
+    >>> img = np.repeat(np.arange(50), 20)  # 50 images of 20 boxes
+    >>> conf = rng.uniform(size=1000)
+    >>> correct = rng.uniform(size=1000) < conf
+    >>> lo, hi = bootstrap_ci(brier, img, conf, correct, n_boot=200, seed=1)
+    >>> bool(lo < brier(conf, correct) < hi)
+    True
+    """
+    n_boot = _check_n_bins(n_boot, "n_boot")
+    if not (isinstance(level, numbers.Real) and 0.0 < level < 1.0):
+        raise InputError(f"Expected argument `level` to be a number in (0, 1), but got {level!r}")
+    ids = _as_1d(image_ids, "image_ids")
+    arrs = [np.asarray(a) for a in arrays]
+    if not arrs:
+        raise InputError("Expected at least one array after `image_ids`, but got none")
+    for i, a in enumerate(arrs):
+        if a.ndim == 0 or len(a) != len(ids):
+            got = "a scalar" if a.ndim == 0 else str(len(a))
+            raise InputError(
+                f"Expected arguments `image_ids` and `arrays[{i}]` to have the same length, "
+                f"but got {len(ids)} and {got}"
+            )
+    if len(ids) == 0:
+        return float("nan"), float("nan")
+    _, img = np.unique(ids, return_inverse=True)
+    img = img.ravel()
+    n_img = int(img.max()) + 1
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    if _accepts_weights(statistic):
+        for b in range(n_boot):
+            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
+            stats[b] = statistic(*arrs, weights=mult[img].astype(np.float64))
+    else:
+        order = np.argsort(img, kind="stable")
+        per_img = np.bincount(img, minlength=n_img)
+        start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
+        for b in range(n_boot):
+            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
+            drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
+            lens = per_img[drawn]
+            offs = np.repeat(start[drawn] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+            idx = order[offs + np.arange(lens.sum())]
+            stats[b] = statistic(*[a[idx] for a in arrs])
+    bad = np.isnan(stats)
+    if bad.all():
+        return float("nan"), float("nan")
+    if bad.any():
+        warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.percentile(stats[~bad], [100.0 * alpha, 100.0 * (1.0 - alpha)])
+    return float(lo), float(hi)
+
+
+def calibration_summary(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15) -> dict:
+    """ECE, ACE, MCE, NLL and Brier of one set of boxes, with the counts and bin count used.
+
+    Args:
+        conf: (n,) confidences in [0, 1].
+        correct: (n,) bool or 0/1.
+        n_bins: Bin count for ECE (equal width), ACE (equal mass) and MCE.
+
+    Returns:
+        ``{"ece", "ace", "mce", "nll", "brier": float, "n", "n_correct", "n_bins": int}``; the
+        floats are nan when there are no boxes.
+
+    >>> s = calibration_summary([0.2, 0.3, 0.8, 0.9], [0, 1, 1, 1], n_bins=2)
+    >>> round(s["ece"], 6), s["n"], s["n_correct"], s["n_bins"]
+    (0.2, 4, 3, 2)
+    """
+    n_bins = _check_n_bins(n_bins)
+    c = _as_unit(conf, "conf")
+    y = _as_binary(correct, "correct")
+    n = _check_lengths(conf=c, correct=y)
+    uniform = _reliability_core(c, y, None, n_bins, "uniform")
+    return {
+        "ece": uniform.ece(),
+        "ace": _reliability_core(c, y, None, n_bins, "quantile").ece(),
+        "mce": uniform.mce(),
+        "nll": nll(c, y),
+        "brier": brier(c, y),
+        "n": int(n),
+        "n_correct": int(y.sum()),
+        "n_bins": n_bins,
+    }

@@ -1,0 +1,496 @@
+"""Figures of the calibration report, returned as PNG bytes.
+
+This is the only module of det_calib that imports matplotlib. It never touches pyplot or the
+global backend (so importing it inside a notebook changes nothing there): every figure is a
+:class:`matplotlib.figure.Figure` rendered by the Agg canvas directly, with the
+DejaVu fonts matplotlib ships, so nothing depends on the display, the backend the caller
+chose, or fonts installed on the machine.
+
+Reliability inputs are duck-typed: any object with ``edges`` (m+1,), ``count`` (m,), ``conf``
+(m,) and ``acc`` (m,) arrays, such as :class:`det_calib.metrics.ReliabilityBins`; empty bins
+(count 0) are skipped.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
+
+__all__ = [
+    "ClassPanel",
+    "ClassECE",
+    "reliability_figure",
+    "confidence_histograms",
+    "per_class_grid",
+    "per_class_ece_chart",
+    "threshold_figure",
+    "compare_reliability",
+    "compare_per_class_chart",
+]
+
+# Paul Tol's colour-blind-safe "vibrant" palette.
+BEFORE = "#EE7733"  # raw scores
+AFTER = "#0077BB"  # calibrated scores
+OVER = "#CC3311"  # gap where conf > accuracy (over-confident)
+UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
+CORRECT = "#009988"
+INCORRECT = "#BBBBBB"
+RUN_COLORS = ("#0077BB", "#EE3377")
+
+RC = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.fonttype": "none",
+}
+DPI = 100
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    edges = np.asarray(bins.edges, dtype=np.float64)
+    count = np.asarray(bins.count, dtype=np.float64)
+    conf = np.asarray(bins.conf, dtype=np.float64)
+    acc = np.asarray(bins.acc, dtype=np.float64)
+    m = count > 0
+    return edges[:-1][m], np.diff(edges)[m], count[m], conf[m], acc[m]
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
+    left, width, count, conf, acc = _nonempty(bins)
+    ax.plot([0, 1], [0, 1], ls="--", color="#444444", lw=1, zorder=3)
+    ax.bar(left, acc, width=width, align="edge", color="#DDDDDD", edgecolor="#555555", lw=0.6, zorder=1)
+    gap = conf - acc
+    over = gap > 0
+    for mask, color in ((over, OVER), (~over, UNDER)):
+        if mask.any():
+            ax.bar(left[mask], gap[mask], bottom=acc[mask], width=width[mask], align="edge", color=color,
+                   alpha=0.45, edgecolor=color, lw=0.6, hatch="//", zorder=2)
+    ax.plot(conf, conf, ls="none", marker="_", ms=7, color="#222222", zorder=4)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy (fraction correct)")
+    ax.set_aspect("auto")
+    ax.tick_params(labelbottom=False)
+    axc.bar(left, count, width=width, align="edge", color="#777777", edgecolor="white", lw=0.5)
+    axc.set_yscale("log")
+    axc.set_ylim(0.7, max(10.0, float(count.max()) * 2.5) if count.size else 10.0)
+    axc.set_xlim(0, 1)
+    axc.set_ylabel("boxes")
+    axc.set_xlabel(xlabel)
+
+
+def _reliability_legend() -> list[Any]:
+    return [
+        Line2D([], [], ls="--", color="#444444", label="perfect calibration"),
+        Patch(facecolor="#DDDDDD", edgecolor="#555555", label="accuracy per bin"),
+        Patch(facecolor=OVER, alpha=0.45, hatch="//", edgecolor=OVER, label="gap: over-confident (conf > acc)"),
+        Patch(facecolor=UNDER, alpha=0.45, hatch="//", edgecolor=UNDER, label="gap: under-confident (conf < acc)"),
+        Line2D([], [], ls="none", marker="_", ms=7, color="#222222", label="mean confidence in bin"),
+    ]
+
+
+def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: str | None = None) -> bytes:
+    """Reliability diagrams side by side, each with its per-bin box count (log scale) below.
+
+    Args:
+        panels: ``(title, bins, xlabel)`` per panel; ``bins`` None draws "not available".
+        title: Figure title.
+    """
+    with matplotlib.rc_context(RC):
+        n = len(panels)
+        fig = Figure(figsize=(4.6 * n, 5.8), layout="constrained")
+        gs = fig.add_gridspec(2, n, height_ratios=[3.2, 1])
+        for i, (ptitle, bins, xlabel) in enumerate(panels):
+            ax = fig.add_subplot(gs[0, i])
+            axc = fig.add_subplot(gs[1, i], sharex=ax)
+            ax.set_title(ptitle)
+            if bins is None or not np.any(np.asarray(bins.count) > 0):
+                _empty(ax, "no boxes" if bins is not None else "not available")
+                _empty(axc, "")
+                continue
+            _draw_reliability(ax, axc, bins, xlabel=xlabel)
+        fig.legend(handles=_reliability_legend(), loc="outside lower center", ncols=3, frameon=False)
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+def confidence_histograms(
+    panels: Sequence[tuple[str, np.ndarray | None, np.ndarray | None, str, Sequence[tuple[float, str]]]],
+    *,
+    n_bins: int = 50,
+    title: str | None = None,
+) -> bytes:
+    """Histograms of the confidence of correct and incorrect boxes (log counts), one panel each.
+
+    Args:
+        panels: ``(title, conf, correct, xlabel, marks)``; ``marks`` are ``(threshold, label)``
+            drawn as vertical lines. ``conf`` None draws "not available".
+    """
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    with matplotlib.rc_context(RC):
+        n = len(panels)
+        fig = Figure(figsize=(4.6 * n, 3.6), layout="constrained")
+        axes = fig.subplots(1, n, squeeze=False, sharey=True)[0]
+        ymax = 1.0
+        for ax, (ptitle, conf, correct, xlabel, marks) in zip(axes, panels):
+            ax.set_title(ptitle)
+            if conf is None or len(conf) == 0:
+                _empty(ax, "not available" if conf is None else "no boxes")
+                continue
+            correct = np.asarray(correct, dtype=bool)
+            for mask, color, label in ((~correct, INCORRECT, "incorrect"), (correct, CORRECT, "correct")):
+                h, _ = np.histogram(conf[mask], bins=edges)
+                ymax = max(ymax, float(h.max()) if h.size else 1.0)
+                ax.stairs(h, edges, fill=True, color=color, alpha=0.55 if mask is correct else 0.8,
+                          label=f"{label} ({int(mask.sum()):,})")
+                ax.stairs(h, edges, color=color if color != INCORRECT else "#777777", lw=1)
+            for k, (x, label) in enumerate(marks):
+                ax.axvline(x, color="#222222" if k == 0 else AFTER, ls="--" if k == 0 else ":", lw=1.2, label=label)
+            ax.set_yscale("log")
+            ax.set_xlim(0, 1)
+            ax.set_xlabel(xlabel)
+            ax.legend(loc="upper right", frameon=False)
+        axes[0].set_ylabel("boxes per bin (log)")
+        for ax in axes:
+            if ax.get_yscale() == "log":
+                ax.set_ylim(0.7, ymax * 4)
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+@dataclass(frozen=True)
+class ClassPanel:
+    """One small reliability diagram of the per-class grid."""
+
+    name: str
+    boxes: int
+    few: bool
+    before: Any | None
+    after: Any | None
+
+
+def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, ncols: int | None = None) -> bytes:
+    """A grid of small reliability diagrams, one per class, raw and calibrated on the same axes.
+
+    Classes flagged ``few`` get a grey background and "few boxes" in their title; they are
+    drawn, not hidden.
+    """
+    n = max(len(items), 1)
+    ncols = ncols or min(n, 4 if n <= 8 else 6)
+    nrows = -(-n // ncols)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(2.45 * ncols, 2.45 * nrows + 0.9), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
+        for i, ax in enumerate(axes.ravel()):
+            if i >= len(items):
+                ax.set_visible(False)
+                continue
+            it = items[i]
+            ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=0.8)
+            for bins, color, marker in ((it.before, BEFORE, "o"), (it.after, AFTER, "s")):
+                if bins is None:
+                    continue
+                _, _, count, conf, acc = _nonempty(bins)
+                if count.size:
+                    # marker area grows with the bin's box count: one-box bins stay small dots
+                    size = 4.0 + 40.0 * np.sqrt(count / max(float(count.max()), 1.0))
+                    ax.plot(conf, acc, color=color, lw=1.0, alpha=0.8)
+                    ax.scatter(conf, acc, s=size, color=color, marker=marker, zorder=3, linewidths=0)
+            label = f"{it.name}\n{it.boxes:,} boxes"
+            if it.few:
+                ax.set_facecolor("#EEEEEE")
+                label = f"{it.name} (few boxes)\n{it.boxes:,} boxes"
+                ax.set_title(label, color="#666666", fontsize=8.5, fontstyle="italic")
+            else:
+                ax.set_title(label, fontsize=8.5)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xticks([0, 0.5, 1])
+            ax.set_yticks([0, 0.5, 1])
+            if i % ncols == 0:
+                ax.set_ylabel("accuracy")
+            if i // ncols == nrows - 1 or i + ncols >= len(items):
+                ax.set_xlabel("confidence")
+                ax.tick_params(labelbottom=True)
+        handles = [
+            Line2D([], [], color=BEFORE, marker="o", ms=4, label="raw"),
+            Line2D([], [], color=AFTER, marker="s", ms=4, label="calibrated"),
+            Line2D([], [], color="#888888", ls="--", label="perfect calibration"),
+            Patch(facecolor="#EEEEEE", edgecolor="#BBBBBB", label="few boxes"),
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False,
+                   title="marker size: boxes in the bin", title_fontsize=8)
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+@dataclass(frozen=True)
+class ClassECE:
+    """One row of the per-class ECE ranking chart."""
+
+    name: str
+    boxes: int
+    few: bool
+    ece_before: float | None
+    ece_after: float | None
+    ci_before: tuple[float, float] | None = None
+    ci_after: tuple[float, float] | None = None
+
+
+def _xerr(values: Sequence[float | None], cis: Sequence[tuple[float, float] | None]) -> np.ndarray:
+    err = np.zeros((2, len(values)))
+    for i, (v, ci) in enumerate(zip(values, cis)):
+        if v is None or ci is None or ci[0] is None or ci[1] is None:
+            continue
+        err[0, i] = max(v - ci[0], 0.0)
+        err[1, i] = max(ci[1] - v, 0.0)
+    return err
+
+
+def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None) -> bytes:
+    """Classes ranked by raw ECE (worst on top), raw and calibrated bars with interval whiskers.
+
+    The box count is written at the right of each row; classes with few boxes are hatched, grey
+    and labelled "(few boxes)".
+    """
+    # reliable classes first, worst on top; classes with few boxes below them, also by ECE
+    rows = sorted(rows, key=lambda r: (r.few, -(r.ece_before if r.ece_before is not None else -1.0)))
+    n = max(len(rows), 1)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
+        ax = fig.add_subplot()
+        if not rows:
+            _empty(ax, "no classes")
+            return _png(fig)
+        y = np.arange(len(rows))[::-1].astype(float)
+        h = 0.38
+        vb = [r.ece_before for r in rows]
+        va = [r.ece_after for r in rows]
+        for vals, cis, off, color, label in (
+            (vb, [r.ci_before for r in rows], h / 2, BEFORE, "raw"),
+            (va, [r.ci_after for r in rows], -h / 2, AFTER, "calibrated"),
+        ):
+            v = np.array([np.nan if x is None else x for x in vals], dtype=float)
+            bars = ax.barh(y + off, np.nan_to_num(v), height=h, color=color, label=label,
+                           xerr=_xerr(vals, cis), error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 2})
+            for bar, r in zip(bars, rows):
+                if r.few:
+                    bar.set_alpha(0.35)
+                    bar.set_edgecolor("#555555")
+                    bar.set_hatch("///")
+        nfew = sum(r.few for r in rows)
+        if 0 < nfew < len(rows):
+            ax.axhline(nfew - 0.5, color="#999999", lw=0.8, ls=":")
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{r.name} (few boxes)" if r.few else r.name for r in rows])
+        for tick, r in zip(ax.get_yticklabels(), rows):
+            if r.few:
+                tick.set_color("#777777")
+                tick.set_fontstyle("italic")
+        tr = blended_transform_factory(ax.transAxes, ax.transData)
+        ax.text(1.01, y[0] + 0.75, "boxes", transform=tr, ha="left", va="bottom", fontsize=8, fontweight="bold")
+        for yi, r in zip(y, rows):
+            ax.text(1.01, yi, f"{r.boxes:,}", transform=tr, ha="left", va="center", fontsize=8,
+                    color="#777777" if r.few else "#222222")
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlim(left=0)
+        ax.set_xlabel(xlabel)
+        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label="calibrated"),
+                   Line2D([], [], color="#333333", marker="|", ls="-", label="95% interval")]
+        if any(r.few for r in rows):
+            handles.append(Patch(facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+def threshold_figure(
+    before: Any,
+    after: Any | None,
+    marks: Sequence[tuple[float, float | None]],
+    *,
+    title: str | None = None,
+) -> bytes:
+    """Precision and recall against the confidence threshold, raw and calibrated.
+
+    Args:
+        before: A :class:`det_calib.report.curves.PRCurve` over raw confidence.
+        after: The same over calibrated confidence, or None.
+        marks: ``(raw threshold, equivalent calibrated threshold)`` pairs; the raw threshold is
+            a dashed line, the calibrated threshold that keeps the same boxes a dotted one.
+    """
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(9.6, 3.9), layout="constrained")
+        axes = fig.subplots(1, 2, sharex=True)
+        for ax, attr, name in ((axes[0], "precision", "Precision"), (axes[1], "recall", "Recall")):
+            for curve, color, label in ((before, BEFORE, "raw conf"), (after, AFTER, "calibrated conf")):
+                if curve is None:
+                    continue
+                yv = getattr(curve, attr)
+                if np.all(np.isnan(yv)):
+                    continue
+                ax.plot(curve.thresholds, yv, color=color, lw=1.6, label=label)
+            for k, (t, eq) in enumerate(marks):
+                ax.axvline(t, color="#222222", ls="--", lw=1, label=f"threshold {t:g}" if k == 0 else None)
+                if eq is not None and after is not None:
+                    ax.axvline(eq, color=AFTER, ls=":", lw=1.4,
+                               label=f"calibrated {eq:.3f} ≡ raw {t:g}" if k == 0 else None)
+                points = [(before, BEFORE, t, True), (after, AFTER, t, True)]
+                if eq is not None:
+                    points.append((after, AFTER, eq, False))  # hollow: same set as raw at t
+                for curve, color, x, filled in points:
+                    if curve is None:
+                        continue
+                    yv = float(np.interp(x, curve.thresholds, getattr(curve, attr)))
+                    if np.isfinite(yv):
+                        ax.plot([x], [yv], marker="o", ms=6, color=color, zorder=5,
+                                markerfacecolor=color if filled else "white", markeredgewidth=1.5)
+            ax.set_title(name)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("confidence threshold (box kept if conf > threshold)")
+            ax.grid(alpha=0.3)
+            if attr == "recall" and np.all(np.isnan(before.recall)):
+                ax.text(0.5, 0.5, "recall not available\n(no ground-truth count)", ha="center", va="center",
+                        transform=ax.transAxes, color="#666666")
+        axes[0].legend(loc="lower right", frameon=True, framealpha=0.9)
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+def compare_reliability(
+    runs: Sequence[tuple[Any, ...]], *, xlabel_suffix: str = "", title: str | None = None
+) -> bytes:
+    """Reliability curves of several runs on the same axes: raw (left) and calibrated (right).
+
+    Args:
+        runs: ``(label, bins_raw, bins_calibrated)`` per run, optionally followed by two legend
+            suffixes (raw, calibrated), e.g. the ECE of each.
+    """
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(9.6, 5.8), layout="constrained")
+        gs = fig.add_gridspec(2, 2, height_ratios=[3.2, 1])
+        styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":")]
+        for col, (which, name) in enumerate(((1, "Raw confidence"), (2, "Calibrated confidence"))):
+            ax = fig.add_subplot(gs[0, col])
+            axc = fig.add_subplot(gs[1, col], sharex=ax)
+            ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
+            cmax = 10.0
+            for k, run in enumerate(runs):
+                label, bins = run[0], run[which]
+                if len(run) > 3:
+                    label = f"{label} ({run[which + 2]})"
+                color = RUN_COLORS[k % len(RUN_COLORS)]
+                marker, ls = styles[k % len(styles)]
+                if bins is None:
+                    continue
+                left, width, count, conf, acc = _nonempty(bins)
+                if not count.size:
+                    continue
+                ax.plot(conf, acc, color=color, marker=marker, ls=ls, ms=4, lw=1.5, label=label)
+                edges = np.asarray(bins.edges, dtype=float)
+                full = np.asarray(bins.count, dtype=float)
+                axc.stairs(np.where(full > 0, full, np.nan), edges, color=color, ls=ls, lw=1.4, label=label)
+                cmax = max(cmax, float(full.max()))
+            ax.set_title(name)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_ylabel("accuracy (fraction correct)")
+            ax.tick_params(labelbottom=False)
+            ax.legend(loc="upper left", frameon=False)
+            axc.set_yscale("log")
+            axc.set_ylim(0.7, cmax * 2.5)
+            axc.set_ylabel("boxes")
+            axc.set_xlabel(f"{name.lower()}{xlabel_suffix}")
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+def compare_per_class_chart(
+    rows: Sequence[tuple[str, float | None, float | None, bool]],
+    *,
+    xlabel: str,
+    title: str | None = None,
+    footnote: str | None = None,
+) -> bytes:
+    """Per-class ECE difference between two runs, raw and calibrated.
+
+    Args:
+        rows: ``(class name, difference raw, difference calibrated, few boxes in either run)``;
+            sorted by the calibrated difference, largest on top.
+    """
+    key = lambda r: r[2] if r[2] is not None else (r[1] if r[1] is not None else 0.0)  # noqa: E731
+    rows = sorted(rows, key=key)
+    n = max(len(rows), 1)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
+        ax = fig.add_subplot()
+        if not rows:
+            _empty(ax, "no class present in both runs")
+            return _png(fig)
+        y = np.arange(len(rows), dtype=float)
+        h = 0.38
+        for idx, off, color, label in ((1, h / 2, BEFORE, "raw"), (2, -h / 2, AFTER, "calibrated")):
+            v = np.array([np.nan if r[idx] is None else r[idx] for r in rows], dtype=float)
+            bars = ax.barh(y + off, np.nan_to_num(v), height=h, color=color, label=label)
+            for bar, r in zip(bars, rows):
+                if r[3]:
+                    bar.set_alpha(0.35)
+                    bar.set_edgecolor("#555555")
+                    bar.set_hatch("///")
+        ax.axvline(0, color="#222222", lw=0.8)
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{r[0]} (few boxes)" if r[3] else r[0] for r in rows])
+        for tick, r in zip(ax.get_yticklabels(), rows):
+            if r[3]:
+                tick.set_color("#777777")
+                tick.set_fontstyle("italic")
+        lim = max(1e-3, float(np.nanmax(np.abs([[r[1] or 0.0, r[2] or 0.0] for r in rows]))) * 1.15)
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label="calibrated")]
+        if any(r[3] for r in rows):
+            handles.append(Patch(facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+        if footnote:
+            ax.set_title(footnote, fontsize=8, color="#555555", loc="left")
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)

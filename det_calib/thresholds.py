@@ -1,0 +1,147 @@
+"""How the set of boxes kept at a conf threshold changes when scores are calibrated.
+
+A box is kept at threshold ``t`` when ``conf > t`` (strictly, as Ultralytics' NMS filter does).
+Because the capture floor is far below ``t`` and NMS is greedy by score, the boxes above ``t`` in
+a low-floor capture are exactly the boxes Ultralytics returns at ``conf=t``; because matching is
+greedy by descending score, their correct/incorrect labels are the same too.
+
+For a shared temperature the calibrated score is monotone in the raw one, so the change happens at
+one end of the ranking: with T > 1 scores move towards 0.5, so at a threshold below 0.5 boxes are
+only added (and at one above 0.5 only removed); with T < 1 the reverse. The raw threshold ``t`` is
+equivalent to the calibrated threshold ``sigmoid(logit(t) / T)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from det_calib.errors import InputError
+
+
+@dataclass(frozen=True)
+class ThresholdShift:
+    """Kept-set change at one conf threshold.
+
+    Attributes:
+        conf: The threshold t (the same number applied before and after calibration).
+        equivalent_conf: Calibrated threshold that keeps exactly the raw set, ``sigmoid(logit(t)/T)``
+            (None when there is no single temperature).
+        n_gt: Ground-truth boxes (recall denominator).
+        kept_before, kept_after: Boxes with raw / calibrated conf > t.
+        added, added_correct: Boxes kept only after calibration, and how many of them are correct.
+        removed, removed_correct: Boxes kept only before calibration, and how many are correct.
+        precision_before, precision_after, recall_before, recall_after: Of the kept sets
+            (precision is nan for an empty set, recall nan when n_gt is 0).
+    """
+
+    conf: float
+    equivalent_conf: float | None
+    n_gt: int
+    kept_before: int
+    kept_after: int
+    added: int
+    added_correct: int
+    removed: int
+    removed_correct: int
+    precision_before: float
+    precision_after: float
+    recall_before: float
+    recall_after: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def equivalent_threshold(conf: float, temperature: float) -> float:
+    """The calibrated threshold ``sigmoid(logit(conf) / T)`` that keeps the raw set at ``conf``."""
+    if not 0 < conf < 1:
+        raise InputError(f"Expected argument `conf` in (0, 1), but got {conf}")
+    if not temperature > 0:
+        raise InputError(f"Expected argument `temperature` > 0, but got {temperature}")
+    z = math.log(conf) - math.log1p(-conf)
+    return 1.0 / (1.0 + math.exp(-z / temperature))
+
+
+def threshold_shift(
+    conf_before: np.ndarray,
+    conf_after: np.ndarray,
+    correct: np.ndarray,
+    *,
+    conf: float,
+    n_gt: int,
+    temperature: float | None = None,
+) -> ThresholdShift:
+    """Compare the boxes kept at ``conf`` before and after calibration.
+
+    Args:
+        conf_before: (n,) raw confidences.
+        conf_after: (n,) calibrated confidences of the same boxes.
+        correct: (n,) matched flags.
+        conf: Threshold.
+        n_gt: Number of ground-truth boxes for recall.
+        temperature: The shared temperature, to report the equivalent threshold.
+
+    Returns:
+        A :class:`ThresholdShift`.
+
+    Examples:
+        >>> s = threshold_shift(np.array([0.3, 0.2]), np.array([0.2, 0.1]), np.array([True, False]), conf=0.25, n_gt=2)
+        >>> s.kept_before, s.kept_after, s.removed, s.removed_correct
+        (1, 0, 1, 1)
+    """
+    a = np.asarray(conf_before, dtype=np.float64)
+    b = np.asarray(conf_after, dtype=np.float64)
+    y = np.asarray(correct, dtype=bool)
+    if not (a.shape == b.shape == y.shape) or a.ndim != 1:
+        raise InputError(
+            f"Expected `conf_before`, `conf_after` and `correct` of one shape (n,), got {a.shape}, {b.shape}, {y.shape}"
+        )
+    if not 0 <= conf <= 1:
+        raise InputError(f"Expected argument `conf` in [0, 1], but got {conf}")
+    kb, ka = a > conf, b > conf
+    added, removed = ka & ~kb, kb & ~ka
+    tp_b, tp_a = int((kb & y).sum()), int((ka & y).sum())
+
+    def ratio(x: int, n: int) -> float:
+        return x / n if n else float("nan")
+
+    return ThresholdShift(
+        conf=float(conf),
+        equivalent_conf=equivalent_threshold(conf, temperature) if temperature and 0 < conf < 1 else None,
+        n_gt=int(n_gt),
+        kept_before=int(kb.sum()),
+        kept_after=int(ka.sum()),
+        added=int(added.sum()),
+        added_correct=int((added & y).sum()),
+        removed=int(removed.sum()),
+        removed_correct=int((removed & y).sum()),
+        precision_before=ratio(tp_b, int(kb.sum())),
+        precision_after=ratio(tp_a, int(ka.sum())),
+        recall_before=ratio(tp_b, int(n_gt)),
+        recall_after=ratio(tp_a, int(n_gt)),
+    )
+
+
+def precision_recall_vs_conf(conf: np.ndarray, correct: np.ndarray, *, n_gt: int, grid: np.ndarray | None = None):
+    """Precision and recall of the set ``conf > t`` for each t of ``grid`` (default 0..1, 201 points).
+
+    Returns:
+        ``(grid, precision, recall, kept)`` arrays; precision is nan where nothing is kept.
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    y = np.asarray(correct, dtype=bool)
+    grid = np.linspace(0, 1, 201) if grid is None else np.asarray(grid, dtype=np.float64)
+    order = np.argsort(c)
+    cs, ys = c[order], y[order]
+    # boxes with conf > t are those at index >= searchsorted(cs, t, side="right")
+    start = np.searchsorted(cs, grid, side="right")
+    tp_suffix = np.concatenate([np.cumsum(ys[::-1])[::-1], [0]])
+    kept = len(cs) - start
+    tp = tp_suffix[start]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(kept > 0, tp / np.maximum(kept, 1), np.nan)
+        recall = tp / n_gt if n_gt else np.full(len(grid), np.nan)
+    return grid, precision, recall, kept

@@ -1,0 +1,139 @@
+"""Check that calibration leaves mAP unchanged.
+
+Two independent checks:
+
+- :func:`coco_map`: pycocotools COCOeval on the captured boxes of a split, scored with the raw
+  and with the calibrated confidences. A shared monotone temperature keeps every ranking, so the
+  two results must be identical.
+- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint. Run on the original
+  and on the calibrated checkpoint. Val pre-filters boxes at ``conf=0.001``; a temperature below 1
+  pushes some boxes under it (and above 1 lifts extra ones over it), so the candidate set, and
+  mAP, can move slightly. Run again at the equivalent floor ``sigmoid(logit(0.001) / T)`` where
+  the candidate set is the original one and mAP must match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+log = logging.getLogger(__name__)
+
+
+def coco_map(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    scores: np.ndarray | None = None,
+    *,
+    max_dets: int = 300,
+) -> dict[str, float]:
+    """COCO bbox mAP of one head's boxes on one split, with pycocotools.
+
+    Args:
+        boxes: Box table of one head and one split (``image_id``, ``x1..y2``, ``cls``, ``conf``).
+        gt: Ground-truth table of the split (``image_id``, ``x1..y2``, ``cls``, ``crowd``).
+        sizes: (n_images, 2) (width, height) per image id.
+        scores: Scores to rank by (default ``boxes["conf"]``).
+        max_dets: COCOeval's maxDets (the capture's max_det, so that no box is dropped).
+
+    Returns:
+        ``{"map50_95": ..., "map50": ..., "map75": ...}`` (-1 where undefined, as COCOeval).
+    """
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    scores = boxes["conf"].to_numpy() if scores is None else np.asarray(scores, dtype=np.float64)
+    n_img = len(sizes)
+    classes = sorted(set(gt["cls"].to_list()) | set(boxes["cls"].to_list()))
+    g = gt.to_dict(as_series=False)
+    anns = []
+    for k in range(gt.height):
+        w, h = g["x2"][k] - g["x1"][k], g["y2"][k] - g["y1"][k]
+        anns.append(
+            {
+                "id": k + 1,
+                "image_id": int(g["image_id"][k]),
+                "category_id": int(g["cls"][k]),
+                "bbox": [g["x1"][k], g["y1"][k], w, h],
+                "area": w * h,
+                "iscrowd": int(g["crowd"][k]),
+            }
+        )
+    dataset = {
+        "images": [{"id": i, "width": int(sizes[i][0]), "height": int(sizes[i][1])} for i in range(n_img)],
+        "annotations": anns,
+        "categories": [{"id": c, "name": str(c)} for c in classes],
+    }
+    b = boxes.select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
+    dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], b[:, 3] - b[:, 1], b[:, 4] - b[:, 2], scores, b[:, 5]])
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = dataset
+        coco.createIndex()
+        res = coco.loadRes(dets) if len(dets) else None
+        if res is None:
+            return {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
+        ev = COCOeval(coco, res, "bbox")
+        ev.params.maxDets = [1, 10, max_dets]
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return {"map50_95": float(ev.stats[0]), "map50": float(ev.stats[1]), "map75": float(ev.stats[2])}
+
+
+def ultralytics_val(
+    model: str | Path,
+    data: str | Path,
+    *,
+    split: str,
+    head: str = "nms",
+    conf: float = 0.001,
+    imgsz: int | None = None,
+    batch: int = 16,
+    device: str | None = None,
+) -> dict[str, float]:
+    """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
+
+    Args:
+        model: Checkpoint path.
+        data: data.yaml path.
+        split: Split key of the yaml.
+        head: ``"nms"`` (default head + NMS) or ``"e2e"`` (``nms=False``).
+        conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
+    """
+    from ultralytics import YOLO
+
+    from det_calib.capture import default_imgsz
+
+    yolo = YOLO(str(model))
+    kw = dict(
+        data=str(data),
+        split=split,
+        conf=conf,
+        imgsz=imgsz or default_imgsz(yolo),
+        batch=batch,
+        plots=False,
+        save_json=False,
+        verbose=False,
+        nms=False if head == "e2e" else None,
+    )
+    if device is not None:
+        kw["device"] = device
+    from ultralytics.utils import LOGGER
+
+    import tempfile
+
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    try:
+        with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
+            m = yolo.val(project=tmp, name="val", **kw)
+    finally:
+        LOGGER.setLevel(level)
+    return {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)}

@@ -1,0 +1,568 @@
+"""Tests for det_calib.metrics: known answers, textbook loops, netcal/sklearn parity, bootstrap."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import functools
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import brier_score_loss, log_loss
+
+from det_calib import metrics
+from det_calib.errors import InputError
+from det_calib.metrics import (
+    ReliabilityBins,
+    ace,
+    bootstrap_ci,
+    box_features,
+    brier,
+    calibration_summary,
+    dece,
+    ece,
+    laace,
+    laece,
+    mce,
+    nll,
+    nll_logits,
+    per_class,
+    reliability_bins,
+)
+
+
+@pytest.fixture(scope="module")
+def netcal_metrics():
+    """netcal is a declared test dependency: missing it is a failure, not a skip."""
+    try:
+        from netcal import metrics as netcal_metrics
+    except ImportError as e:  # pragma: no cover - environment problem
+        pytest.fail(f"netcal is a declared test dependency (pip install netcal): {e}")
+    return netcal_metrics
+
+
+def _data(n: int, seed: int, *, power: float = 1.0):
+    """Random conf with exact 0s, 1s and values on common bin edges; correct ~ Bernoulli(conf**power)."""
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(size=n)
+    conf[:10] = 1.0
+    conf[10:20] = 0.0
+    conf[20:40] = rng.choice([0.1, 0.2, 0.25, 0.5, 0.75, 0.8], size=20)
+    correct = rng.uniform(size=n) < conf**power
+    return conf, correct
+
+
+def _textbook_ece(conf, correct, n_bins):
+    """ECE by the book: bins [m/M, (m+1)/M), the last closed; sum |B|/n * |acc(B) - conf(B)|."""
+    conf = np.asarray(conf, float)
+    correct = np.asarray(correct, float)
+    total = 0.0
+    for m in range(n_bins):
+        lo, hi = m / n_bins, (m + 1) / n_bins
+        in_bin = (conf >= lo) & ((conf < hi) if m < n_bins - 1 else (conf <= hi))
+        if in_bin.any():
+            total += in_bin.sum() / len(conf) * abs(correct[in_bin].mean() - conf[in_bin].mean())
+    return total
+
+
+# ------------------------------------------------------------------------------------------
+# bin convention
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 3, 7, 10, 15, 25, 100])
+def test_uniform_index_equals_searchsorted_on_linspace_edges(n_bins):
+    rng = np.random.default_rng(n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    near = [np.nextafter(edges, -1.0), np.nextafter(edges, 2.0), np.arange(n_bins + 1) / n_bins]
+    x = np.concatenate([rng.uniform(size=5000), edges, *near])
+    x = np.clip(x, 0.0, 1.0)
+    expected = np.minimum(np.searchsorted(edges, x, side="right") - 1, n_bins - 1)
+    np.testing.assert_array_equal(metrics._uniform_index(x, n_bins), expected)
+    assert metrics._uniform_index(np.array([1.0]), n_bins)[0] == n_bins - 1
+
+
+# ------------------------------------------------------------------------------------------
+# ECE / MCE / ACE
+
+
+def test_ece_hand_worked_example_with_conf_one_in_last_bin():
+    # 4 bins: [0, .25) {0.0, 0.1}: acc 0, conf .05 -> gap .05
+    #         [.25, .5) {0.25}: acc 1, conf .25 -> .75 (an edge value goes to the upper bin)
+    #         [.5, .75) {0.5}: acc 1, conf .5 -> .5
+    #         [.75, 1] {0.75, 1.0, 1.0}: acc 2/3, conf 2.75/3 -> .25 (1.0 is in the last bin)
+    # ECE = (2*.05 + .75 + .5 + 3*.25) / 7 = 2.1 / 7 = 0.3; MCE = .75
+    conf = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.0]
+    correct = [0, 0, 1, 1, 0, 1, 1]
+    rb = reliability_bins(conf, correct, n_bins=4)
+    assert rb.count.tolist() == [2, 1, 1, 3]
+    assert rb.count.dtype == np.int64
+    np.testing.assert_allclose(rb.acc, [0.0, 1.0, 1.0, 2 / 3])
+    np.testing.assert_allclose(rb.conf, [0.05, 0.25, 0.5, 2.75 / 3])
+    np.testing.assert_allclose(rb.gap, [-0.05, 0.75, 0.5, 2 / 3 - 2.75 / 3])
+    np.testing.assert_allclose(rb.edges, [0.0, 0.25, 0.5, 0.75, 1.0])
+    assert ece(conf, correct, n_bins=4) == pytest.approx(0.3, abs=1e-12)
+    assert rb.ece() == pytest.approx(0.3, abs=1e-12)
+    assert mce(conf, correct, n_bins=4) == pytest.approx(0.75, abs=1e-12)
+    # all boxes at conf 1.0 and correct: perfectly calibrated, not dropped
+    assert ece([1.0, 1.0], [1, 1], n_bins=15) == 0.0
+    assert ece([1.0, 1.0], [0, 0], n_bins=15) == 1.0
+
+
+def test_empty_bins_are_nan_and_skipped():
+    rb = reliability_bins([0.05, 0.95], [0, 1], n_bins=10)
+    assert rb.count.tolist() == [1] + [0] * 8 + [1]
+    assert np.isnan(rb.conf[1:9]).all() and np.isnan(rb.acc[1:9]).all()
+    assert rb.ece() == pytest.approx(0.05)
+    assert rb.mce() == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("n_bins", [1, 5, 10, 15, 20])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ece_equals_textbook_loop(n_bins, seed):
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(size=3000) ** 0.5
+    conf[:5] = 1.0
+    conf[5:10] = 0.0
+    correct = rng.uniform(size=3000) < conf**2
+    assert ece(conf, correct, n_bins=n_bins) == pytest.approx(_textbook_ece(conf, correct, n_bins), abs=1e-12)
+    # lists work as well as arrays
+    assert ece(conf.tolist(), correct.astype(int).tolist(), n_bins=n_bins) == pytest.approx(
+        ece(conf, correct, n_bins=n_bins), abs=1e-15
+    )
+
+
+def test_ece_perfectly_calibrated_is_small_and_overconfident_is_large():
+    rng = np.random.default_rng(123)
+    conf = rng.uniform(size=200_000)
+    calibrated = rng.uniform(size=conf.size) < conf
+    assert ece(conf, calibrated) < 0.01
+    # accuracy conf**2: expected ECE -> E|c - c^2| = 1/2 - 1/3 = 1/6 for uniform c
+    overconfident = rng.uniform(size=conf.size) < conf**2
+    assert ece(conf, overconfident) == pytest.approx(1 / 6, abs=0.01)
+    assert mce(conf, overconfident) > 0.2
+
+
+def test_ace_known_answers_and_equal_mass_assignment():
+    # sorted: 0.1(0) 0.2(1) | 0.4(1) 0.6(1) | 0.8(0) 0.9(1)
+    # gaps: |.5-.15| = .35, |1-.5| = .5, |.5-.85| = .35 -> ACE = 1.2/3 = 0.4
+    conf = [0.9, 0.1, 0.2, 0.8, 0.4, 0.6]
+    correct = [1, 0, 1, 0, 1, 1]
+    assert ace(conf, correct, n_bins=3) == pytest.approx(0.4, abs=1e-12)
+    rb = reliability_bins(conf, correct, n_bins=3, strategy="quantile")
+    assert rb.count.tolist() == [2, 2, 2]
+    np.testing.assert_allclose(rb.edges, [0.0, 0.4, 0.8, 1.0])
+    np.testing.assert_allclose(rb.conf, [0.15, 0.5, 0.85])
+    # n = 7, M = 3: rank r -> floor(3r/7) = 0,0,0,1,1,2,2
+    rb7 = reliability_bins(np.linspace(0.1, 0.7, 7), np.ones(7), n_bins=3, strategy="quantile")
+    assert rb7.count.tolist() == [3, 2, 2]
+    # more bins than boxes: floor(5r/2) -> bins 0 and 2, the rest empty
+    rb2 = reliability_bins([0.3, 0.6], [1, 0], n_bins=5, strategy="quantile")
+    assert rb2.count.tolist() == [1, 0, 1, 0, 0]
+    assert ace([0.3, 0.6], [1, 0], n_bins=5) == pytest.approx((0.7 + 0.6) / 2)
+
+
+def test_ace_ties_are_split_by_input_order():
+    # four tied boxes, M = 2: the first two (by input order) form bin 0
+    # bin 0: acc 1, conf .5 -> .5; bin 1: acc 0 -> .5; ACE = .5 while ECE = 0
+    assert ace([0.5] * 4, [1, 1, 0, 0], n_bins=2) == pytest.approx(0.5)
+    assert ace([0.5] * 4, [1, 0, 1, 0], n_bins=2) == pytest.approx(0.0)
+    assert ece([0.5] * 4, [1, 1, 0, 0], n_bins=2) == pytest.approx(0.0)
+
+
+def test_ace_fractional_weights_split_weight_equally():
+    conf = [0.9, 0.1, 0.2, 0.8, 0.4, 0.6]
+    correct = [1, 0, 1, 0, 1, 1]
+    # total weight 3 over 3 bins: one unit (two boxes) per bin, as unweighted
+    assert ace(conf, correct, n_bins=3, weights=[0.5] * 6) == pytest.approx(0.4, abs=1e-12)
+    # sorted (conf, weight, correct) laid end to end on the weight axis (total W = 5.5):
+    #   .1 [0, 1.5) y0 | .2 [1.5, 2.5) y1 | .4 [2.5, 3) y1 | .6 [3, 3.5) y1 | .8 [3.5, 4.5) y0 | .9 [4.5, 5.5) y1
+    # bins cut at W/3 = 11/6 and 2W/3 = 11/3; a box straddling a cut is split:
+    #   bin 0: .1 x 1.5, .2 x 1/3            -> |target - conf| sums: |1/3 - (.15 + .2/3)|      = 7/60
+    #   bin 1: .2 x 2/3, .4 x .5, .6 x .5, .8 x 1/6 -> |(2/3 + 1) - (.4/3 + .2 + .3 + .8/6)| = 0.9
+    #   bin 2: .8 x 5/6, .9 x 1              -> |1 - (.8 * 5/6 + .9)|                       = 17/30
+    # ACE = (7/60 + 54/60 + 34/60) / 5.5 = (95/60) / 5.5 = 19/66
+    w = [1, 1.5, 1, 1, 0.5, 0.5]
+    rb = reliability_bins(conf, correct, n_bins=3, strategy="quantile", weights=w)
+    np.testing.assert_allclose(rb.count, [11 / 6] * 3)
+    assert rb.count.dtype == np.float64
+    assert rb.ece() == pytest.approx(19 / 66, abs=1e-12)
+    assert ace(conf, correct, n_bins=3, weights=w) == pytest.approx(19 / 66, abs=1e-12)
+    np.testing.assert_allclose(rb.edges, [0.0, 0.2, 0.8, 1.0])  # the box at each cut
+
+
+# ------------------------------------------------------------------------------------------
+# netcal parity
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 5, 10, 15, 20, 25, 50])
+def test_ece_mce_match_netcal(netcal_metrics, n_bins):
+    conf, correct = _data(4000, seed=n_bins, power=2.0)
+    y = correct.astype(np.float64)
+    expected_ece = netcal_metrics.ECE(bins=n_bins, detection=True).measure(conf, y)
+    expected_mce = netcal_metrics.MCE(bins=n_bins, detection=True).measure(conf, y)
+    assert ece(conf, correct, n_bins=n_bins) == pytest.approx(expected_ece, abs=1e-9)
+    assert mce(conf, correct, n_bins=n_bins) == pytest.approx(expected_mce, abs=1e-9)
+
+
+@pytest.mark.parametrize("n_bins", [3, 10, 15])
+def test_ace_matches_netcal_when_bins_are_full(netcal_metrics, n_bins):
+    # netcal's ACE is the unweighted mean over np.quantile bins (equal_intervals=False);
+    # with n a multiple of M and distinct values, both put exactly n/M boxes in each bin.
+    rng = np.random.default_rng(7)
+    conf = rng.uniform(size=100 * n_bins)
+    y = (rng.uniform(size=conf.size) < conf**1.5).astype(np.float64)
+    expected = netcal_metrics.ACE(bins=n_bins, detection=True, equal_intervals=False).measure(conf, y)
+    assert ace(conf, y, n_bins=n_bins) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "n_bins",
+    [1, 2, 3, 5, [5, 2, 2, 2, 2], [10, 1, 1, 1, 1], [4, 3, 2, 5, 1], [1, 4, 4, 4, 4]],
+    ids=str,
+)
+def test_dece_matches_netcal(netcal_metrics, n_bins):
+    n = 6000
+    conf, correct = _data(n, seed=11, power=1.5)
+    rng = np.random.default_rng(12)
+    features = rng.uniform(size=(n, 4))
+    features[:15] = 1.0
+    features[15:30] = 0.0
+    features[30:60, 2] = 0.5
+    y = correct.astype(np.float64)
+    expected = netcal_metrics.ECE(bins=n_bins, detection=True).measure(np.column_stack([conf, features]), y)
+    got = dece(conf, correct, features, n_bins=n_bins)
+    assert got == pytest.approx(expected, abs=1e-9)
+    # features make the bins finer: D-ECE >= ECE with the same confidence bins (Jensen)
+    conf_bins = n_bins if isinstance(n_bins, int) else n_bins[0]
+    assert got >= ece(conf, correct, n_bins=conf_bins) - 1e-12
+
+
+def test_dece_without_features_is_ece():
+    conf, correct = _data(1000, seed=3)
+    expected = ece(conf, correct, n_bins=15)
+    assert dece(conf, correct, np.empty((1000, 0)), n_bins=15) == pytest.approx(expected, abs=1e-15)
+
+
+# ------------------------------------------------------------------------------------------
+# NLL, Brier
+
+
+def test_nll_logits_matches_sklearn_log_loss():
+    rng = np.random.default_rng(5)
+    z = rng.normal(scale=3.0, size=5000)
+    y = rng.uniform(size=z.size) < 1 / (1 + np.exp(-z))
+    for temperature in (1.0, 2.5, 0.7):
+        p = 1 / (1 + np.exp(-z / temperature))
+        expected = log_loss(y, p, labels=[False, True])
+        assert nll_logits(z, y, temperature=temperature) == pytest.approx(expected, rel=1e-10)
+        assert nll(p, y) == pytest.approx(expected, rel=1e-10)
+
+
+def test_nll_logits_exact_for_saturated_logits():
+    assert 1 / (1 + np.exp(-50.0)) == 1.0  # float64 sigmoid saturates: probabilities lose this
+    tail = math.log1p(math.exp(-50.0))  # 1.93e-22
+    assert nll_logits([50.0], [1]) == pytest.approx(tail, rel=1e-12, abs=0)
+    assert nll_logits([-50.0], [0]) == pytest.approx(tail, rel=1e-12, abs=0)
+    assert nll_logits([50.0], [0]) == pytest.approx(50.0 + tail, rel=1e-15)
+    assert nll_logits([50.0, -50.0, 50.0, -50.0], [1, 0, 0, 1]) == pytest.approx(25.0 + tail, rel=1e-15)
+    assert nll_logits([1e4, -1e4], [0, 1]) == pytest.approx(1e4, rel=1e-15)
+    assert nll_logits([1e4, -1e4], [1, 0]) == 0.0
+    assert nll_logits([100.0], [0], temperature=2.0) == pytest.approx(50.0, rel=1e-15)
+    # the clipped probability version is finite but capped at -log(eps)
+    assert nll([1.0], [0], eps=1e-12) == pytest.approx(-math.log(1e-12), rel=1e-6)
+
+
+def test_brier_matches_sklearn():
+    rng = np.random.default_rng(8)
+    p = rng.uniform(size=3000)
+    y = rng.uniform(size=p.size) < p**2
+    assert brier(p, y) == pytest.approx(brier_score_loss(y, p), rel=1e-12)
+    assert brier([1.0, 0.0], [1, 0]) == 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# LaECE / LaACE
+
+
+def test_laece_laace_hand_worked_example():
+    # class 0 (10 bins):
+    #   bin 9: conf .92, .96 -> mean .94; target .95 (matched), 0 (unmatched) -> mean .475; gap .465
+    #   bin 3: conf .35, target .6 -> gap .25
+    #   LaECE_0 = (2 * .465 + 1 * .25) / 3 = 1.18 / 3
+    #   LaACE_0 = (|.95-.92| + |0-.96| + |.6-.35|) / 3 = (.03 + .96 + .25) / 3 = 1.24 / 3
+    # class 5: conf .55, target .7 -> LaECE_5 = LaACE_5 = .15
+    # LaECE = (1.18/3 + .15) / 2 = 0.2716667; LaACE = (1.24/3 + .15) / 2 = 0.2816667
+    conf = [0.92, 0.55, 0.96, 0.35]
+    target = [0.95, 0.7, 0.0, 0.6]
+    cls = [0, 5, 0, 0]
+    assert laece(conf, target, cls, n_bins=10) == pytest.approx((1.18 / 3 + 0.15) / 2, abs=1e-12)
+    assert laace(conf, target, cls) == pytest.approx((1.24 / 3 + 0.15) / 2, abs=1e-12)
+    # one bin: per class |mean conf - mean target|: class 0 |.7433 - .5167| = .2267
+    assert laece(conf, target, cls, n_bins=1) == pytest.approx((abs(2.23 - 1.55) / 3 + 0.15) / 2, abs=1e-12)
+    # IoU a hair above 1 (float noise from matching) is accepted and clipped
+    assert laace([1.0], [1.0 + 1e-12], [0]) == 0.0
+
+
+def test_laece_with_iou_one_is_class_averaged_ece():
+    conf, correct = _data(2000, seed=4)
+    cls = np.random.default_rng(4).integers(0, 3, size=2000)
+    expected = np.mean([ece(conf[cls == c], correct[cls == c], n_bins=25) for c in range(3)])
+    assert laece(conf, correct.astype(float), cls) == pytest.approx(expected, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# weights
+
+
+def test_integer_weights_equal_duplicated_data():
+    rng = np.random.default_rng(9)
+    n = 800
+    conf = np.round(rng.uniform(size=n), 2)  # ties, for the quantile bins
+    conf[:5] = 1.0
+    correct = rng.uniform(size=n) < conf
+    logits = rng.normal(scale=4, size=n)
+    iou = np.where(correct, rng.uniform(0.5, 1, size=n), 0.0)
+    cls = rng.integers(0, 4, size=n)
+    feats = rng.uniform(size=(n, 2))
+    w = rng.integers(0, 4, size=n)  # includes zeros: dropped boxes
+    rep = lambda a: np.repeat(a, w, axis=0)  # noqa: E731
+    cases = [
+        (ece, (conf, correct), {"n_bins": 15}),
+        (ace, (conf, correct), {"n_bins": 15}),
+        (ace, (conf, correct), {"n_bins": 7}),
+        (mce, (conf, correct), {"n_bins": 15}),
+        (nll, (conf, correct), {}),
+        (nll_logits, (logits, correct), {"temperature": 1.7}),
+        (brier, (conf, correct), {}),
+        (dece, (conf, correct, feats), {"n_bins": [5, 3, 3]}),
+        (laece, (conf, iou, cls), {"n_bins": 25}),
+        (laace, (conf, iou, cls), {}),
+    ]
+    for fn, args, kw in cases:
+        weighted = fn(*args, weights=w, **kw)
+        duplicated = fn(*[rep(a) for a in args], **kw)
+        assert weighted == pytest.approx(duplicated, abs=1e-12), fn.__name__
+    for strategy in ("uniform", "quantile"):
+        a = reliability_bins(conf, correct, n_bins=10, strategy=strategy, weights=w)
+        b = reliability_bins(rep(conf), rep(correct), n_bins=10, strategy=strategy)
+        np.testing.assert_array_equal(a.count, b.count)
+        np.testing.assert_allclose(a.conf, b.conf, atol=1e-12)
+        np.testing.assert_allclose(a.acc, b.acc, atol=1e-12)
+        np.testing.assert_allclose(a.edges, b.edges, atol=0)
+
+
+def test_all_zero_weights_give_nan():
+    assert math.isnan(ece([0.5, 0.6], [1, 0], weights=[0, 0]))
+    assert math.isnan(nll([0.5, 0.6], [1, 0], weights=[0, 0]))
+
+
+# ------------------------------------------------------------------------------------------
+# bootstrap
+
+
+def _image_dataset(n_images=60, per_image=30, seed=0):
+    rng = np.random.default_rng(seed)
+    image_ids = np.repeat(np.arange(n_images), per_image)
+    conf = rng.uniform(size=image_ids.size)
+    correct = rng.uniform(size=conf.size) < conf**2
+    return image_ids, conf, correct
+
+
+def test_bootstrap_deterministic_and_contains_estimate():
+    img, conf, correct = _image_dataset()
+    a = bootstrap_ci(ece, img, conf, correct, n_boot=300, seed=3)
+    b = bootstrap_ci(ece, img, conf, correct, n_boot=300, seed=3)
+    c = bootstrap_ci(ece, img, conf, correct, n_boot=300, seed=4)
+    assert a == b
+    assert a != c
+    point = ece(conf, correct)
+    assert a[0] < point < a[1]
+    lo50, hi50 = bootstrap_ci(ece, img, conf, correct, n_boot=300, seed=3, level=0.5)
+    assert a[0] < lo50 < hi50 < a[1]
+
+
+def test_bootstrap_weighted_and_indexed_paths_agree():
+    img, conf, correct = _image_dataset()
+    shuffle = np.random.default_rng(1).permutation(img.size)  # boxes of an image need not be adjacent
+    img, conf, correct = img[shuffle], conf[shuffle], correct[shuffle]
+    fast = bootstrap_ci(functools.partial(ece, n_bins=10), img, conf, correct, n_boot=200, seed=5)
+    slow = bootstrap_ci(lambda c, y: ece(c, y, n_bins=10), img, conf, correct, n_boot=200, seed=5)
+    np.testing.assert_allclose(fast, slow, atol=1e-12)
+
+
+def test_bootstrap_resamples_whole_images():
+    sizes = np.array([1, 2, 3, 4, 5])
+    img = np.repeat(np.array([10, 20, 30, 40, 50]), sizes)
+    seen = []
+
+    def statistic(ids):
+        seen.append(ids.copy())
+        return float(len(ids))
+
+    bootstrap_ci(statistic, img, img, n_boot=50, seed=0)
+    assert len(seen) == 50
+    for ids in seen:
+        drawn = {k: np.sum(ids == k) / s for k, s in zip([10, 20, 30, 40, 50], sizes)}
+        assert all(float(v).is_integer() for v in drawn.values())  # all boxes of a drawn image
+        assert sum(drawn.values()) == 5  # as many image draws as images
+    assert any(max(np.sum(ids == k) / s for k, s in zip([10, 20, 30, 40, 50], sizes)) >= 2 for ids in seen)
+
+
+def test_bootstrap_interval_reflects_image_level_variance():
+    # 40 images x 200 boxes; within an image every box is identical (conf .7, same outcome).
+    # brier = .49 - .4 * acc, and acc varies only between images: the image bootstrap width is
+    # about 2 * 1.96 * .4 * sqrt(p(1-p)/40); resampling boxes would be sqrt(200) times narrower.
+    rng = np.random.default_rng(2)
+    n_images, per_image = 40, 200
+    image_correct = rng.uniform(size=n_images) < 0.5
+    img = np.repeat(np.arange(n_images), per_image)
+    conf = np.full(img.size, 0.7)
+    correct = image_correct[img]
+    p = correct.mean()
+    lo, hi = bootstrap_ci(brier, img, conf, correct, n_boot=500, seed=0)
+    box_lo, box_hi = bootstrap_ci(brier, np.arange(img.size), conf, correct, n_boot=500, seed=0)
+    expected_width = 2 * 1.96 * 0.4 * math.sqrt(p * (1 - p) / n_images)
+    assert 0.7 * expected_width < hi - lo < 1.3 * expected_width
+    assert hi - lo > 5 * (box_hi - box_lo)
+    assert lo < brier(conf, correct) < hi
+
+
+def test_bootstrap_bad_input():
+    img, conf, correct = _image_dataset(n_images=5, per_image=4)
+    with pytest.raises(InputError, match="`image_ids` and `arrays\\[1\\]`.*20 and 19"):
+        bootstrap_ci(ece, img, conf, correct[:-1])
+    with pytest.raises(InputError, match="`level`"):
+        bootstrap_ci(ece, img, conf, correct, level=95)
+    with pytest.raises(InputError, match="`n_boot` to be an integer larger than 0, but got 0"):
+        bootstrap_ci(ece, img, conf, correct, n_boot=0)
+
+
+# ------------------------------------------------------------------------------------------
+# per class, summary, box features, dataclass
+
+
+def test_per_class_applies_metric_to_each_class():
+    conf, correct = _data(1500, seed=6)
+    cls = np.random.default_rng(6).choice([2, 7, 9], size=1500)
+    res = per_class(ece, conf, correct, cls, n_bins=10)
+    assert list(res) == [2, 7, 9]
+    for c, v in res.items():
+        assert v == pytest.approx(ece(conf[cls == c], correct[cls == c], n_bins=10), abs=1e-15)
+    w = np.random.default_rng(0).integers(1, 3, size=1500)
+    res_w = per_class(brier, conf, correct, cls, weights=w)
+    assert res_w[7] == pytest.approx(brier(conf[cls == 7], correct[cls == 7], weights=w[cls == 7]))
+    with pytest.raises(InputError, match="`conf` and `cls`"):
+        per_class(ece, conf, correct, cls[:-1])
+
+
+def test_calibration_summary():
+    conf = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.0]
+    correct = [0, 0, 1, 1, 0, 1, 1]
+    s = calibration_summary(conf, correct, n_bins=4)
+    assert set(s) == {"ece", "ace", "mce", "nll", "brier", "n", "n_correct", "n_bins"}
+    assert s["ece"] == pytest.approx(0.3)
+    assert s["mce"] == pytest.approx(0.75)
+    assert s["ace"] == pytest.approx(ace(conf, correct, n_bins=4))
+    assert s["nll"] == pytest.approx(nll(conf, correct))
+    assert s["brier"] == pytest.approx(brier(conf, correct))
+    assert (s["n"], s["n_correct"], s["n_bins"]) == (7, 4, 4)
+    empty = calibration_summary([], [], n_bins=15)
+    assert empty["n"] == 0 and empty["n_correct"] == 0
+    assert all(math.isnan(empty[k]) for k in ("ece", "ace", "mce", "nll", "brier"))
+
+
+def test_box_features():
+    f = box_features([0, 90], [10, 0], [50, 110], [30, 40], [100, 100], 40)
+    # box 2 reaches past the right border: centre x = 1.0, width .2
+    np.testing.assert_allclose(f, [[0.25, 0.5, 0.5, 0.5], [1.0, 0.5, 0.2, 1.0]])
+    np.testing.assert_allclose(box_features([-20], [0], [20], [200], 100, 100), [[0.0, 1.0, 0.4, 1.0]])
+    assert box_features([], [], [], [], 10, 10).shape == (0, 4)
+    with pytest.raises(InputError, match="`img_w`"):
+        box_features([0], [0], [1], [1], 0, 10)
+    with pytest.raises(InputError, match="`x2` >= `x1`"):
+        box_features([5], [0], [1], [1], 10, 10)
+    with pytest.raises(InputError, match="`x1` and `y2`"):
+        box_features([0, 1], [0, 1], [1, 2], [1], 10, 10)
+
+
+def test_reliability_bins_dataclass():
+    rb = reliability_bins([0.2, 0.7], [1, 1], n_bins=2)
+    assert rb.n_bins == 2 and rb.strategy == "uniform"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rb.count = np.array([1, 1])  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        rb.count[0] = 5  # arrays are read-only
+    with pytest.raises(InputError, match="shapes"):
+        ReliabilityBins(edges=[0, 1], count=[1, 2], conf=[0.1, 0.2], acc=[0, 1], strategy="uniform")
+
+
+# ------------------------------------------------------------------------------------------
+# empty and bad input
+
+
+def test_empty_inputs_give_nan():
+    e = np.array([])
+    for value in (
+        ece(e, e),
+        ace(e, e),
+        mce(e, e),
+        nll(e, e),
+        nll_logits(e, e),
+        brier(e, e),
+        dece(e, e, np.empty((0, 4))),
+        laece(e, e, np.array([], dtype=int)),
+        laace(e, e, np.array([], dtype=int)),
+    ):
+        assert math.isnan(value)
+    rb = reliability_bins(e, e, n_bins=3, strategy="quantile")
+    assert rb.count.tolist() == [0, 0, 0] and np.isnan(rb.conf).all()
+    assert all(math.isnan(v) for v in bootstrap_ci(ece, e, e, e, n_boot=5))
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: ece([0.5], [1], n_bins=0), "Expected argument `n_bins` to be an integer larger than 0, but got 0"),
+        (lambda: ece([0.5], [1], n_bins=2.5), "`n_bins` to be an integer larger than 0, but got 2.5"),
+        (lambda: ace([0.5], [1], n_bins=True), "`n_bins` to be an integer"),
+        (lambda: laece([0.5], [0.5], [0], n_bins=-1), "`n_bins` to be an integer larger than 0, but got -1"),
+        (
+            lambda: ece([0.5, 0.6], [1]),
+            "Expected arguments `conf` and `correct` to have the same length, but got 2 and 1",
+        ),
+        (lambda: nll([0.5], [1, 0]), "`prob` and `correct` to have the same length, but got 1 and 2"),
+        (lambda: nll_logits([0.5], [1, 0]), "`logits` and `correct`"),
+        (lambda: laece([0.5], [0.5, 0.1], [0]), "`conf` and `target_iou`"),
+        (lambda: laace([0.5], [0.5], [0, 1]), "`conf` and `cls`"),
+        (lambda: dece([0.5, 0.5], [1, 0], np.zeros((3, 2))), "`conf` and `features`"),
+        (lambda: ece([0.5, 1.2], [1, 0]), r"`conf` to contain values in \[0, 1\], but got values in \[0.5, 1.2\]"),
+        (lambda: ece([-0.1], [1]), r"`conf` to contain values in \[0, 1\]"),
+        (lambda: brier([1.5], [1]), r"`prob` to contain values in \[0, 1\]"),
+        (lambda: ece([np.nan], [1]), "`conf` to be finite"),
+        (lambda: nll_logits([np.inf], [1]), "`logits` to be finite"),
+        (lambda: ece([0.5], [0.5]), "`correct` to be bool or 0/1"),
+        (lambda: ece([[0.5]], [1]), r"`conf` to be one-dimensional, but got shape \(1, 1\)"),
+        (lambda: ece([0.5], [1], weights=[-1.0]), "`weights` to be non-negative"),
+        (lambda: ece([0.5], [1], weights=[1.0, 2.0]), "`conf` and `weights`"),
+        (lambda: reliability_bins([0.5], [1], strategy="equal"), "`strategy` to be one of"),
+        (lambda: nll_logits([0.5], [1], temperature=0.0), "`temperature` to be a finite number larger than 0"),
+        (lambda: nll([0.5], [1], eps=0.0), "`eps`"),
+        (lambda: dece([0.5], [1], [0.5]), r"`features` to have shape \(n, J\)"),
+        (lambda: dece([0.5], [1], [[0.5, 1.5]]), r"`features\[:, 1\]` to contain values in \[0, 1\]"),
+        (lambda: dece([0.5], [1], [[0.5, 0.5]], n_bins=[2, 2]), "sequence of 3 integers"),
+        (lambda: dece([0.5], [1], [[0.5, 0.5]], n_bins=[2, 0, 2]), "`n_bins` to be an integer larger than 0, but got 0$"),
+        (lambda: laece([0.5], [1.1], [0]), r"`target_iou` to contain values in \[0, 1\]"),
+        (lambda: laace([0.5], [0.5], [0.5]), "`cls` to hold integer class ids"),
+    ],
+)
+def test_bad_input_raises_input_error(call, match):
+    with pytest.raises(InputError, match=match) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+
+
+def test_docstring_examples():
+    result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 10
+    assert result.failed == 0
