@@ -493,6 +493,11 @@ def _version() -> str:
     return __version__
 
 
+def _f(x: float | None, fmt: str) -> str:
+    """Format a number; None/nan (JSON null) as n/a."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
 def summary_text(summary: dict[str, Any]) -> str:
     """A short plain-text summary of a run (what the CLI prints)."""
     lines = [f"model {summary['model']}", f"data  {summary['data']}  (fit: {summary['splits']['fit']}, eval: {summary['splits']['eval']})"]
@@ -501,26 +506,26 @@ def summary_text(summary: dict[str, Any]) -> str:
         e = summary["eval"][head]
         word = "overconfident" if t > 1 else "underconfident"
         lines.append(
-            f"[{head}] T = {t:.4f} (raw scores {word}); ECE({summary['ece_bins']} bins, IoU {summary['iou_match']}) "
-            f"{e['ece_before']:.4f} -> {e['ece_after']:.4f}; NLL {e['nll_before']:.4f} -> {e['nll_after']:.4f}"
+            f"[{head}] T = {_f(t, '.4f')} (raw scores {word}); ECE({summary['ece_bins']} bins, IoU {summary['iou_match']}) "
+            f"{_f(e['ece_before'], '.4f')} -> {_f(e['ece_after'], '.4f')}; NLL {_f(e['nll_before'], '.4f')} -> {_f(e['nll_after'], '.4f')}"
         )
         lines.append(
-            f"[{head}] COCO mAP50-95 {e['map50_95_before']:.4f} -> {e['map50_95_after']:.4f}, "
-            f"mAP50 {e['map50_before']:.4f} -> {e['map50_after']:.4f} ({'identical' if e['map_identical'] else 'DIFFERENT'})"
+            f"[{head}] COCO mAP50-95 {_f(e['map50_95_before'], '.4f')} -> {_f(e['map50_95_after'], '.4f')}, "
+            f"mAP50 {_f(e['map50_before'], '.4f')} -> {_f(e['map50_after'], '.4f')} ({'identical' if e['map_identical'] else 'DIFFERENT'})"
         )
         uv = (summary.get("ultralytics_val") or {}).get(head)
         if uv and uv.get("original"):
             lines.append(
-                f"[{head}] Ultralytics val mAP50-95 original {uv['original']['map50_95']:.4f}, calibrated "
-                f"{uv['calibrated']['map50_95']:.4f}, at equivalent floor {uv['calibrated_equivalent_floor']['map50_95']:.4f}"
+                f"[{head}] Ultralytics val mAP50-95 original {_f(uv['original']['map50_95'], '.4f')}, calibrated "
+                f"{_f(uv['calibrated']['map50_95'], '.4f')}, at equivalent floor {_f(uv['calibrated_equivalent_floor']['map50_95'], '.4f')}"
             )
         for sh in summary["threshold_shift"][head]:
             lines.append(
                 f"[{head}] at conf {sh['conf']}: kept {sh['kept_before']} -> {sh['kept_after']} "
                 f"(+{sh['added']} of which {sh['added_correct']} correct, -{sh['removed']} of which "
-                f"{sh['removed_correct']} correct); precision {sh['precision_before']:.3f} -> {sh['precision_after']:.3f}, "
-                f"recall {sh['recall_before']:.3f} -> {sh['recall_after']:.3f}; raw {sh['conf']} = calibrated "
-                f"{sh['equivalent_conf']:.4f}"
+                f"{sh['removed_correct']} correct); precision {_f(sh['precision_before'], '.3f')} -> {_f(sh['precision_after'], '.3f')}, "
+                f"recall {_f(sh['recall_before'], '.3f')} -> {_f(sh['recall_after'], '.3f')}; raw {sh['conf']} = calibrated "
+                f"{_f(sh['equivalent_conf'], '.4f')}"
             )
     return "\n".join(lines)
 

@@ -80,12 +80,23 @@ def coco_map(
         if res is None:
             return {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
         ev = COCOeval(coco, res, "bbox")
-        ev.params.maxDets = [1, 10, max_dets]
+        ev.params.maxDets = [max_dets]
         ev.evaluate()
         ev.accumulate()
-        ev.summarize()
-    return {"map50_95": float(ev.stats[0]), "map50": float(ev.stats[1]), "map75": float(ev.stats[2])}
+    # precision[T, R, K, A, M]: IoU thresholds x 101 recall points x classes x area ranges x maxDets;
+    # area range 0 is "all". COCO's summarize() hard-codes maxDets=100 for mAP50-95, so read it here.
+    prec = ev.eval["precision"][:, :, :, 0, 0]
 
+    def mean_valid(x: np.ndarray) -> float:
+        v = x[x > -1]
+        return float(v.mean()) if v.size else -1.0
+
+    iou_thrs = ev.params.iouThrs
+    return {
+        "map50_95": mean_valid(prec),
+        "map50": mean_valid(prec[np.isclose(iou_thrs, 0.5)]),
+        "map75": mean_valid(prec[np.isclose(iou_thrs, 0.75)]),
+    }
 
 def ultralytics_val(
     model: str | Path,

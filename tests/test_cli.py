@@ -1,0 +1,121 @@
+"""CLI: bad input gives one line naming the problem and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from det_calib.cli import main
+
+FAST = ["--no-val", "--no-report", "--n-boot", "10", "-q"]
+
+
+@pytest.fixture
+def ds(tmp_path, fixture_yaml) -> Path:
+    root = tmp_path / "ds"
+    shutil.copytree(fixture_yaml.parent, root)
+    return root
+
+
+def _run(capsys, *argv) -> tuple[int, str]:
+    code = main(list(map(str, argv)))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def _assert_one_line_error(code, err, pattern):
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("det-calib: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert pattern in lines[0], lines[0]
+
+
+def test_bad_model_files(capsys, tmp_path, ds, demo_model_path):
+    data = ds / "data.yaml"
+    code, err = _run(capsys, "calibrate", "--model", tmp_path / "missing.pt", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "model file not found")
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"\x00garbage" * 10)
+    code, err = _run(capsys, "calibrate", "--model", bad, "--data", data, *FAST)
+    _assert_one_line_error(code, err, "cannot load model")
+    code, err = _run(capsys, "calibrate", "--model", "yolo26n-cls.yaml", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "not `detect`")
+    code, err = _run(capsys, "calibrate", "--model", ds / "data.yaml", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "cannot load model")
+
+
+def test_bad_data(capsys, tmp_path, ds, demo_model_path):
+    m = demo_model_path
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", tmp_path / "nope.yaml", *FAST)
+    _assert_one_line_error(code, err, "data.yaml not found")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", "--fit-split", "train", "--eval-split", "bogus", *FAST)
+    _assert_one_line_error(code, err, "split `bogus` not in")
+    # names that disagree with the model's
+    text = (ds / "data.yaml").read_text()
+    (ds / "data.yaml").write_text(text.replace("3: rectangle", "3: rect"))
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "class names differ at id 3: the model says `rectangle`")
+    (ds / "data.yaml").write_text(text)
+    # class id out of range
+    lbl = sorted((ds / "labels" / "fixture").glob("*.txt"))[2]
+    keep = lbl.read_text()
+    lbl.write_text("11 0.5 0.5 0.2 0.2\n")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "class id 11 out of range 0..7")
+    lbl.write_text(keep)
+    # no labels at all
+    shutil.rmtree(ds / "labels")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "has no labels")
+    # no images
+    for p in (ds / "images" / "fixture").glob("*"):
+        p.unlink()
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "has no images")
+    # missing image folder
+    shutil.rmtree(ds / "images")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "not found")
+
+
+def test_bad_options(capsys, ds, demo_model_path):
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--iou", "1.5", *FAST)
+    _assert_one_line_error(code, err, "--iou")
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--conf", "0", *FAST)
+    _assert_one_line_error(code, err, "--conf")
+
+
+def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
+    # every label emptied: no box can be correct
+    for lbl in (ds / "labels" / "fixture").glob("*.txt"):
+        lbl.write_text("")
+    out = ds / "out"
+    out.mkdir()
+    (out / "calibration.json").write_text("OLD")
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
+    _assert_one_line_error(code, err, "no correct boxes")
+    assert (out / "calibration.json").read_text() == "OLD"  # a failed run leaves earlier outputs alone
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
+    # blank grey images: nothing above a high floor
+    for img in (ds / "images" / "fixture").glob("*.jpg"):
+        cv2.imwrite(str(img), np.full((64, 64, 3), 127, np.uint8))
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
+                     "--conf-floor", "0.2", *FAST)
+    _assert_one_line_error(code, err, "no boxes captured")
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    exe = shutil.which("det-calib")
+    cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
+    out = subprocess.run([*cmd, "calibrate", "--model", str(tmp_path / "x.pt"), "--data", str(tmp_path / "d.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("det-calib: error: model file not found")
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,89 @@
+"""The main job end to end on the committed fixture split and demo detector."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
+from det_calib.pipeline import calibrate, resolve_splits, summary_text
+from det_calib.data import load_data_yaml
+from det_calib.thresholds import equivalent_threshold
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_model_path, fixture_yaml):
+    out = tmp_path_factory.mktemp("run")
+    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False)
+
+
+def test_output_contract(run):
+    out = run.out_dir
+    for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md", "summary.txt"):
+        assert (out / name).is_file(), name
+    s = json.loads((out / "calibration.json").read_text())
+    for key in ("model", "data", "temperature", "iou_match", "fit_min_conf", "conf_thresholds", "fit", "eval",
+                "threshold_shift", "per_class", "ultralytics_val"):
+        assert key in s, key
+    assert s["heads"] == ["nms", "e2e"]
+    for head in s["heads"]:
+        t = s["temperature"][head]
+        assert math.isfinite(t) and t > 0
+        fit = s["fit"][head]
+        assert {"split", "images", "boxes", "nll_before", "nll_after"} <= set(fit)
+        assert fit["nll_after"] <= fit["nll_before"] + 1e-12
+        ev = s["eval"][head]
+        for k in ("split", "images", "boxes", "ece_before", "ece_after", "nll_before", "nll_after", "brier_before",
+                  "brier_after", "map50_95_before", "map50_95_after", "map50_before", "map50_after"):
+            assert k in ev, k
+        assert ev["split"] != fit["split"]
+        # a shared temperature never changes the ranking: pycocotools mAP identical
+        assert ev["map_identical"] and ev["map50_95_before"] == ev["map50_95_after"]
+        assert ev["nll_after"] == pytest.approx(ev["nll_after"])
+        sh = s["threshold_shift"][head][0]
+        assert sh["conf"] == 0.25
+        assert sh["kept_after"] == sh["kept_before"] + sh["added"] - sh["removed"]
+        assert sh["equivalent_conf"] == pytest.approx(equivalent_threshold(0.25, t))
+        assert (sh["added"] == 0) if t < 1 else (sh["removed"] == 0)
+        assert len(s["per_class"][head]) >= 6
+        assert sum(c["threshold_shift"][0]["kept_before"] for c in s["per_class"][head]) == sh["kept_before"]
+        uv = s["ultralytics_val"][head]
+        assert uv["identical_at_equivalent_floor"], uv["note"]
+    assert read_calibration_metadata(out / "calibrated.pt")["temperature"] == s["temperature"]
+    assert "T =" in summary_text(s)
+
+
+def test_boxes_table(run):
+    b = pl.read_parquet(run.out_dir / "boxes.parquet")
+    for c in ("image", "split", "head", "x1", "y1", "x2", "y2", "cls", "conf", "logit", "correct", "iou"):
+        assert c in b.columns
+    assert set(b["head"].unique()) == {"nms", "e2e"}
+    assert b["split"].n_unique() == 2
+    z, p = b["logit"].to_numpy(), b["conf"].to_numpy()
+    assert np.abs(1 / (1 + np.exp(-z)) - p).max() <= 1e-6
+    assert b["correct"].any() and not b["correct"].all()
+
+
+def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, fixture_yaml):
+    """Fold T0 = 2 into the detector: its fitted temperature must be the original's / 2."""
+    t0 = 2.0
+    hot = write_calibrated_checkpoint(demo_model_path, tmp_path / "soft.pt", {"nms": t0})
+    # the same boxes enter both fits: raw conf >= c in the folded model <=> >= c' in the original
+    c = 0.05
+    kw = dict(head="nms", run_val=False, report=False, n_boot=10, progress=False)
+    a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", fit_min_conf=equivalent_threshold(c, 1 / t0), **kw)
+    b = calibrate(hot, fixture_yaml, out=tmp_path / "b", fit_min_conf=c, **kw)
+    assert a.summary["fit"]["nms"]["boxes"] == b.summary["fit"]["nms"]["boxes"] > 20
+    assert b.temperature["nms"] == pytest.approx(a.temperature["nms"] / t0, rel=1e-3)
+
+
+def test_default_split_resolution(fixture_yaml, tmp_path):
+    ds = load_data_yaml(fixture_yaml)  # train, val, fixture -> halves of val
+    assert resolve_splits(ds, None, None) == ("val", None, True)
+    assert resolve_splits(ds, "fixture", "val") == ("fixture", "val", False)
+    (tmp_path / "d.yaml").write_text("calib: a\ntest: b\nval: c\nnames: [x]\n")
+    assert resolve_splits(load_data_yaml(tmp_path / "d.yaml"), None, None) == ("calib", "test", False)

@@ -1,0 +1,82 @@
+"""mAP verification: pycocotools parity, invariance under a shared temperature, Ultralytics val."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from det_calib.capture import capture
+from det_calib.data import load_data_yaml, load_split
+from det_calib.fold import write_calibrated_checkpoint
+from det_calib.thresholds import equivalent_threshold
+from det_calib.verify import coco_map, ultralytics_val
+
+
+@pytest.fixture(scope="module")
+def fixture_capture(demo_model_path, fixture_yaml):
+    sp = load_split(load_data_yaml(fixture_yaml), "fixture")
+    boxes = capture(str(demo_model_path), sp.images, head="nms", imgsz=320, progress=False)
+    return sp, boxes
+
+
+def test_coco_map_equals_cocoeval_summarize(tmp_path, fixture_capture):
+    """With maxDets=100, our mAP equals pycocotools' own summarize() on json files."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    sp, boxes = fixture_capture
+    ours = coco_map(boxes, sp.gt, sp.sizes, max_dets=100)
+    images = [{"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(sp.sizes)]
+    anns = [
+        {"id": k + 1, "image_id": r["image_id"], "category_id": r["cls"], "iscrowd": 0,
+         "bbox": [r["x1"], r["y1"], r["x2"] - r["x1"], r["y2"] - r["y1"]], "area": (r["x2"] - r["x1"]) * (r["y2"] - r["y1"])}
+        for k, r in enumerate(sp.gt.iter_rows(named=True))
+    ]
+    (tmp_path / "gt.json").write_text(json.dumps({"images": images, "annotations": anns,
+                                                  "categories": [{"id": c, "name": str(c)} for c in range(8)]}))
+    dets = [{"image_id": r["image_id"], "category_id": r["cls"], "score": r["conf"],
+             "bbox": [r["x1"], r["y1"], r["x2"] - r["x1"], r["y2"] - r["y1"]]} for r in boxes.iter_rows(named=True)]
+    (tmp_path / "dt.json").write_text(json.dumps(dets))
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(str(tmp_path / "gt.json"))
+        ev = COCOeval(gt, gt.loadRes(str(tmp_path / "dt.json")), "bbox")
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    assert ours["map50_95"] == pytest.approx(ev.stats[0], abs=1e-12)
+    assert ours["map50"] == pytest.approx(ev.stats[1], abs=1e-12)
+    assert ours["map75"] == pytest.approx(ev.stats[2], abs=1e-12)
+
+
+@pytest.mark.parametrize("t", [0.4, 1.0, 2.7])
+def test_shared_temperature_leaves_coco_map_identical(fixture_capture, t):
+    sp, boxes = fixture_capture
+    z = boxes["logit"].to_numpy()
+    raw = coco_map(boxes, sp.gt, sp.sizes)
+    cal = coco_map(boxes, sp.gt, sp.sizes, 1 / (1 + np.exp(-z / t)))
+    assert raw == cal
+    # a non-monotone rescoring does change it: the check can fail
+    rng = np.random.default_rng(0)
+    assert coco_map(boxes, sp.gt, sp.sizes, rng.permutation(boxes["conf"].to_numpy())) != raw
+
+
+def test_ultralytics_val_original_vs_calibrated(tmp_path, demo_model_path, fixture_yaml):
+    t = 0.7
+    cal = write_calibrated_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": t})
+    r0 = ultralytics_val(demo_model_path, fixture_yaml, split="val", imgsz=320)
+    r2 = ultralytics_val(cal, fixture_yaml, split="val", imgsz=320, conf=equivalent_threshold(0.001, t))
+    assert r0["map50"] > 0
+    assert r2["map50_95"] == pytest.approx(r0["map50_95"], abs=1e-6)
+    assert r2["map50"] == pytest.approx(r0["map50"], abs=1e-6)
+    assert not list(tmp_path.glob("runs")) and not (fixture_yaml.parent / "runs").exists()
+
+
+def test_empty_detections_give_zero_map(fixture_capture):
+    sp, boxes = fixture_capture
+    assert coco_map(boxes.clear(), sp.gt, sp.sizes)["map50"] == 0.0
+    assert isinstance(boxes, pl.DataFrame)
