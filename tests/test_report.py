@@ -27,6 +27,7 @@ from det_calib.errors import InputError
 from det_calib.io import to_json
 from det_calib.report import compare_runs, write_report
 from det_calib.report.load import calibrated_conf, parse_run_spec
+from det_calib.report.render import f4
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]
 SECTIONS = ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings"]
@@ -103,8 +104,8 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         "heads": list(heads), "temperature": temps,
         "iou_match": 0.5, "loc_iou_match": 0.1, "fit_min_conf": 0.0, "conf_floor": 0.001, "max_det": 300,
         "imgsz": 320, "conf_thresholds": [0.25], "ece_bins": ece_bins, "laece_bins": laece_bins,
-        "min_class_boxes": 50, "bootstrap": {"n_boot": n_boot, "seed": 0, "level": 0.95},
-        "splits": {"fit": "calib", "eval": "test"},
+        "min_class_boxes": 50, "bootstrap": {"n_boot": n_boot, "seed": 0, "level": 0.95, "unit": "image"},
+        "splits": {"fit": "calib", "eval": "test"}, "nms_iou": 0.7, "dece_bins": [8, 3, 3, 3, 3], "coco_gt": None,
         "fit": {}, "eval": {}, "threshold_shift": {}, "per_class": {}, "ultralytics_val": {}, "corrupt_images": [],
     }
     for head in heads:
@@ -124,9 +125,12 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
 
         lae = lambda c, tg, k, weights=None: metrics.laece(c, tg, k, n_bins=laece_bins, weights=weights)  # noqa: E731
         calib["fit"][head] = {"split": "calib", "images": n_images, "boxes": fit.height,
-                              "correct": int(fit["correct"].sum()), "nll_before": metrics.nll_logits(fit["logit"], fit["correct"]),
-                              "nll_after": metrics.nll_logits(fit["logit"], fit["correct"], temperature=t), "iterations": 6}
+                              "correct": int(fit["correct"].sum()),
+                              "nll_before": metrics.nll_logits(fit["logit"], fit["correct"]),
+                              "nll_after": metrics.nll_logits(fit["logit"], fit["correct"], temperature=t),
+                              "iterations": 6}
         e = {"split": "test", "images": n_images, "boxes": ev.height, "correct": int(y.sum()), "n_gt": n_gt,
+             "ignored": int(boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))["ignore"].sum()),
              "corrupt_images": 0}
         for which, c in (("before", cb), ("after", ca)):
             e[f"ece_{which}"] = metrics.ece(c, y, n_bins=ece_bins)
@@ -165,8 +169,9 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         calib["ultralytics_val"][head] = {
             "split": "test", "original": {"conf": 0.001, "map50_95": 0.6011, "map50": 0.8201},
             "calibrated": {"conf": 0.001, "map50_95": 0.6009, "map50": 0.8199},
-            "calibrated_equivalent_floor": {"conf": float(thresholds.equivalent_threshold(0.001, t)), "map50_95": 0.6011,
-                                            "map50": 0.8201},
+            "calibrated_equivalent_floor": {"conf": float(thresholds.equivalent_threshold(0.001, t)),
+                                            "map50_95": 0.6011, "map50": 0.8201},
+            "identical_at_equivalent_floor": True,
             "note": "same floor keeps more low boxes after calibration"} if ultralytics else None
     (root / "calibration.json").write_text(to_json(calib))  # as the pipeline writes it: NaN -> null
     return root
@@ -261,13 +266,13 @@ def run_one(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 
 def test_report_files_and_sections(run_two):
     run, paths = run_two
-    assert paths["report.html"] == run / "report.html" and paths["report.md"] == run / "report.md"
+    assert paths["html"] == run / "report.html" and paths["md"] == run / "report.md"
     assert {p.name for p in (run / "figures").iterdir()} == {Path(k).name for k in paths if k.startswith("figures/")}
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     h2 = [t for tag, t in page.headings if tag == "h2"]
     assert h2 == SECTIONS  # every section, in order
     assert page.scripts == 0 and not page.links  # nothing to fetch
-    md = paths["report.md"].read_text()
+    md = paths["md"].read_text()
     positions = [md.index(f"## {s}") for s in SECTIONS]
     assert positions == sorted(positions)
     assert not list(run.glob(".*.tmp")) and not list((run / "figures").glob(".*.tmp"))  # atomic writes left nothing
@@ -275,7 +280,7 @@ def test_report_files_and_sections(run_two):
 
 def test_report_images_are_embedded_pngs(run_two):
     run, paths = run_two
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     figs = sorted(k for k in paths if k.startswith("figures/"))
     for head in ("nms", "e2e"):
         for stem in ("reliability", "confidence", "per_class_reliability", "per_class_ece", "threshold"):
@@ -288,7 +293,7 @@ def test_report_images_are_embedded_pngs(run_two):
         assert data.startswith(PNG_MAGIC) and data.endswith(b"IEND\xaeB`\x82")
         assert data == paths[f"figures/{img['data-figure']}.png"].read_bytes()
         assert img.get("alt")
-    md = paths["report.md"].read_text()
+    md = paths["md"].read_text()
     for f in figs:
         assert f"]({f})" in md  # relative reference
 
@@ -296,14 +301,14 @@ def test_report_images_are_embedded_pngs(run_two):
 def test_report_numbers_match_calibration_json(run_two):
     run, paths = run_two
     calib = json.loads((run / "calibration.json").read_text())
-    html = paths["report.html"].read_text()
-    md = paths["report.md"].read_text()
+    html = paths["html"].read_text()
+    md = paths["md"].read_text()
     for head in ("nms", "e2e"):
         ev = calib["eval"][head]
         for key in ("ece_before", "ece_after", "nll_before", "brier_after", "laece_before", "ace_after", "mce_before"):
-            assert f"{ev[key]:.4f}" in html, key
+            assert f"{f4(ev[key])}" in html, key
         lo, hi = ev["ece_after_ci"]
-        assert f"{ev['ece_after']:.4f} [{lo:.4f}, {hi:.4f}]" in html
+        assert f"{f4(ev['ece_after'])} [{f4(lo)}, {f4(hi)}]" in html
         assert f"{calib['temperature'][head]:.3f}" in html
         sh = calib["threshold_shift"][head][0]
         assert f"keep {sh['kept_after']:,} boxes instead of {sh['kept_before']:,}" in html
@@ -312,14 +317,14 @@ def test_report_numbers_match_calibration_json(run_two):
     assert "over-confident" in html and "under-confident" in html  # nms T=1.4, e2e T=0.8
     assert "ECE (15 bins, IoU 0.5)" in html and "LaECE (25 bins, loc. IoU 0.1)" in html
     assert "n/a" in html  # D-ECE is null in the JSON
-    assert f"{calib['eval']['nms']['ece_before']:.4f}" in md
+    assert f"{f4(calib['eval']['nms']['ece_before'])}" in md
     assert "files may not come from the same run" not in html  # parquet and JSON agree
 
 
 def test_report_per_class_table(run_two):
     run, paths = run_two
     calib = json.loads((run / "calibration.json").read_text())
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     for head in ("nms", "e2e"):
         (t,) = tables(page, "per-class", head)
         pcs = calib["per_class"][head]
@@ -333,7 +338,7 @@ def test_report_per_class_table(run_two):
             assert r["cells"][0][0] == f"{p['name']} ({p['cls']})"
             assert r["cells"][1][0] == f"{p['boxes']:,}"
             lo, hi = p["ece_before_ci"]
-            assert r["cells"][4][0] == f"{p['ece_before']:.4f} [{lo:.4f}, {hi:.4f}]"
+            assert r["cells"][4][0] == f"{f4(p['ece_before'])} [{f4(lo)}, {f4(hi)}]"
         (tc,) = tables(page, "threshold-shift-per-class", head)
         assert len(tc["rows"]) == len(pcs)
 
@@ -341,7 +346,7 @@ def test_report_per_class_table(run_two):
 def test_few_boxes_flag(run_two):
     run, paths = run_two
     calib = json.loads((run / "calibration.json").read_text())
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     (t,) = tables(page, "per-class", "nms")
     few = {p["cls"] for p in calib["per_class"]["nms"] if p["boxes"] < 50}
     assert few == {5}  # the rare class of make_run
@@ -360,24 +365,24 @@ def test_few_boxes_flag(run_two):
     d2.mkdir()
     shutil.copy(run / "boxes.parquet", d2 / "boxes.parquet")
     (d2 / "calibration.json").write_text(json.dumps(calib2))
-    page2 = parse(write_report(d2)["report.html"])
+    page2 = parse(write_report(d2)["html"])
     (t2,) = tables(page2, "per-class", "nms")
     assert all(r["attrs"].get("class") == "few" for r in t2["rows"])
 
 
 def test_one_head_and_nulls(run_one):
     run, paths = run_one
-    assert paths["report.html"].parent != run  # out_dir honoured
+    assert paths["html"].parent != run  # out_dir honoured
     assert not (run / "report.html").exists()
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == SECTIONS
     assert not [t for tag, t in page.headings if tag == "h3"]  # no per-head subsections with one head
     assert len(page.imgs) == 5
     (t,) = tables(page, "map-ultralytics")
     assert t["rows"][0]["cells"][1][0] == "n/a (not run)"
-    html = paths["report.html"].read_text()
+    html = paths["html"].read_text()
     assert "under-confident" in html and "T = 0.800 &lt; 1" in html
-    assert "T = 0.800 < 1" in paths["report.md"].read_text()
+    assert "T = 0.800 < 1" in paths["md"].read_text()
 
 
 def test_report_survives_missing_values(tmp_path):
@@ -391,9 +396,9 @@ def test_report_survives_missing_values(tmp_path):
     calib["conf_thresholds"] = None
     (run / "calibration.json").write_text(json.dumps(calib))
     paths = write_report(run)
-    page = parse(paths["report.html"])
+    page = parse(paths["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == SECTIONS
-    assert "not fitted" in paths["report.html"].read_text()
+    assert "not fitted" in paths["html"].read_text()
 
 
 def test_missing_and_corrupt_inputs(tmp_path):
@@ -427,12 +432,36 @@ def test_missing_and_corrupt_inputs(tmp_path):
         write_report(run)
 
 
+def test_class_without_boxes(tmp_path):
+    """A class with ground truth but no box (the pipeline writes null metrics) gets a row, not a crash."""
+    run = make_run(tmp_path / "r", n_images=10, per_image=20, n_boot=5, rare=None)
+    calib = json.loads((run / "calibration.json").read_text())
+    calib["class_names"].append("octagon")
+    calib["per_class"]["nms"].append({
+        "cls": 6, "name": "octagon", "boxes": 0, "correct": 0, "n_gt": 4, "few_boxes": True,
+        "ece_before": None, "ece_after": None, "ece_before_ci": None, "ece_after_ci": None,
+        "laece_before": None, "laece_after": None, "threshold_shift": []})
+    (run / "calibration.json").write_text(json.dumps(calib))
+    paths = write_report(run)
+    (t,) = tables(parse(paths["html"]), "per-class", "nms")
+    last = t["rows"][-1]
+    assert last["attrs"]["data-cls"] == "6" and last["attrs"]["class"] == "few"
+    assert [c for c, _ in last["cells"][1:6]] == ["0", "0", "4", "n/a", "n/a"]
+    html = paths["html"].read_text()
+    assert "D-ECE (bins 8×3×3×3×3 over conf, x, y, w, h, IoU 0.5)" in html
+
+
+def test_metric_format():
+    assert f4(0.04931) == "0.0493" and f4(4.3e-05) == "4.3e-05" and f4(0.0) == "0.0000"
+    assert f4(None) == "n/a" and f4(float("nan")) == "n/a" and f4(True) == "n/a"
+
+
 def test_report_flags_mismatched_files(tmp_path):
     run = make_run(tmp_path / "r", n_images=10, per_image=20, n_boot=5)
     calib = json.loads((run / "calibration.json").read_text())
     calib["eval"]["nms"]["ece_before"] += 0.05
     (run / "calibration.json").write_text(json.dumps(calib))
-    html = write_report(run)["report.html"].read_text()
+    html = write_report(run)["html"].read_text()
     assert "may not come from the same run" in html
 
 
@@ -443,7 +472,8 @@ def test_report_flags_mismatched_files(tmp_path):
 def test_precision_recall_vs_conf_known_answer():
     conf = np.array([0.9, 0.8, 0.6, 0.3, 0.25, 0.1])
     correct = np.array([True, False, True, True, False, False])
-    grid, p, r, kept = thresholds.precision_recall_vs_conf(conf, correct, n_gt=5, grid=np.array([0.0, 0.25, 0.5, 0.85, 0.95]))
+    grid = np.array([0.0, 0.25, 0.5, 0.85, 0.95])
+    _, p, r, kept = thresholds.precision_recall_vs_conf(conf, correct, n_gt=5, grid=grid)
     assert kept.tolist() == [6, 4, 3, 1, 0]  # strictly above the threshold: 0.25 is not kept at 0.25
     np.testing.assert_allclose(p[:4], [3 / 6, 3 / 4, 2 / 3, 1.0])
     assert math.isnan(p[4])
@@ -460,8 +490,10 @@ def test_curve_agrees_with_shift_table(run_two):
     sh = calib["threshold_shift"]["nms"][0]
     y = df["correct"].to_numpy()
     ca = calibrated_conf(df["logit"].to_numpy(), t)
-    _, p, r, kept = thresholds.precision_recall_vs_conf(ca, y, n_gt=sh["n_gt"], grid=np.array([0.25, sh["equivalent_conf"]]))
-    assert kept[0] == sh["kept_after"] and math.isclose(p[0], sh["precision_after"]) and math.isclose(r[0], sh["recall_after"])
+    grid = np.array([0.25, sh["equivalent_conf"]])
+    _, p, r, kept = thresholds.precision_recall_vs_conf(ca, y, n_gt=sh["n_gt"], grid=grid)
+    assert kept[0] == sh["kept_after"]
+    assert math.isclose(p[0], sh["precision_after"]) and math.isclose(r[0], sh["recall_after"])
     assert abs(kept[1] - sh["kept_before"]) <= 1  # the equivalent threshold keeps the raw set (up to a tie at the edge)
 
 
@@ -481,13 +513,15 @@ def test_calibrated_conf_and_spec():
 
 def test_compare_two_runs(tmp_path, run_two):
     run_a, _ = run_two
-    names_b = ["circle", "ellipse", "square", "rectangle", "triangle", "pentagon"]  # hexagon only in A, pentagon only in B
+    # hexagon only in A, pentagon only in B
+    names_b = ["circle", "ellipse", "square", "rectangle", "triangle", "pentagon"]
     run_b = make_run(tmp_path / "b", heads=("nms",), names=names_b, scale={"nms": 1.1}, seed=7, n_boot=10, rare=None)
     paths = compare_runs(f"{run_a}:nms", run_b, out_dir=tmp_path / "cmp", labels=["yolo-a", "yolo-b"])
-    assert set(paths) == {"compare.html", "compare.md", "figures/compare_reliability.png",
-                          "figures/compare_per_class_ece.png"}
-    page = parse(paths["compare.html"])
-    assert [t for tag, t in page.headings if tag == "h2"] == ["Summary", "Reliability", "Per-class calibration", "Settings"]
+    assert set(paths) == {"html", "md", "figures/compare_reliability.png", "figures/compare_per_class_ece.png"}
+    assert paths["html"] == tmp_path / "cmp" / "compare.html" and paths["md"] == tmp_path / "cmp" / "compare.md"
+    page = parse(paths["html"])
+    h2 = [t for tag, t in page.headings if tag == "h2"]
+    assert h2 == ["Summary", "Reliability", "Per-class calibration", "Settings"]
     assert len(page.imgs) == 2
     for img in page.imgs:
         assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)
@@ -496,28 +530,29 @@ def test_compare_two_runs(tmp_path, run_two):
     for r in m["rows"]:
         assert len(r["cells"]) == 5
         for cell, _ in r["cells"][1:]:
-            assert re.fullmatch(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", cell), (r["cells"][0], cell)  # value + 95% CI
+            assert re.fullmatch(r"[\d.e-]+ \[[\d.e-]+, [\d.e-]+\]", cell), (r["cells"][0], cell)  # value + 95% CI
     ca = json.loads((run_a / "calibration.json").read_text())
     cb = json.loads((run_b / "calibration.json").read_text())
-    assert m["rows"][0]["cells"][1][0].startswith(f"{ca['eval']['nms']['ece_before']:.4f} [")
-    assert m["rows"][2]["cells"][3][0].startswith(f"{cb['eval']['nms']['nll_before']:.4f} [")
+    assert m["rows"][0]["cells"][1][0].startswith(f"{f4(ca['eval']['nms']['ece_before'])} [")
+    assert m["rows"][2]["cells"][3][0].startswith(f"{f4(cb['eval']['nms']['nll_before'])} [")
     (pc,) = tables(page, "compare-per-class")
-    by = {r["cells"][0][0]: r for r in pc["rows"]}
+    by = {r["cells"][0][0].removesuffix(" (few boxes)"): r for r in pc["rows"]}
     assert set(by) == set(NAMES) | {"pentagon"}  # one-run classes listed, not dropped
-    assert by["hexagon"]["cells"][1][0] == "only yolo-a" and by["pentagon"]["cells"][1][0] == "only yolo-b"
+    assert by["hexagon"]["cells"][1][0] == "A only" and by["pentagon"]["cells"][1][0] == "B only"
     assert by["hexagon"]["cells"][3][0] == "n/a"
     pa = {p["name"]: p for p in ca["per_class"]["nms"]}
     pb = {p["name"]: p for p in cb["per_class"]["nms"]}
-    assert by["circle"]["cells"][9][0] == f"{pb['circle']['ece_after'] - pa['circle']['ece_after']:.4f}"
+    assert by["circle"]["cells"][9][0] == f"{f4(pb['circle']['ece_after'] - pa['circle']['ece_after'])}"
     assert by["hexagon"]["attrs"].get("class") == "few"  # few boxes in A
-    html = paths["compare.html"].read_text()
+    assert by["hexagon"]["cells"][0][0] == "hexagon (few boxes)"
+    html = paths["html"].read_text()
     assert "Only in yolo-a: hexagon" in html
 
 
 def test_compare_heads_of_one_run(tmp_path, run_two):
     run, _ = run_two
     paths = compare_runs(f"{run}:nms", f"{run}:e2e", out_dir=tmp_path / "heads")
-    html = paths["compare.html"].read_text()
+    html = paths["html"].read_text()
     assert f"{run.name}:nms vs {run.name}:e2e" in html
     with pytest.raises(InputError, match="no head 'e2e'"):
         compare_runs(f"{run}:nms", f"{make_run(tmp_path / 'one', n_images=5, per_image=10, n_boot=5)}:e2e",
@@ -541,7 +576,7 @@ def test_report_in_headless_chromium(run_two):
         res = subprocess.run(
             [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--dump-dom", paths["report.html"].resolve().as_uri()],
+             f"--user-data-dir={profile}", "--dump-dom", paths["html"].resolve().as_uri()],
             capture_output=True, text=True, timeout=120,
         )
     assert res.returncode == 0, res.stderr[-2000:]
@@ -553,3 +588,24 @@ def test_report_in_headless_chromium(run_two):
     assert all(i["src"].startswith("data:image/png;base64,") for i in page.imgs)
     assert len(tables(page, "per-class", "nms")) == 1 and len(tables(page, "per-class", "e2e")) == 1
     assert len(tables(page, "per-class", "nms")[0]["rows"]) == len(NAMES)
+
+
+def test_image_level_bootstrap_equals_box_level():
+    """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
+    from det_calib.report.load import HeadBoxes
+    from det_calib.report.render import _boot_mean
+
+    rng = np.random.default_rng(1)
+    n = 600
+    img = rng.integers(0, 37, n) * 3 + 5  # unsorted, non-contiguous image ids
+    z = rng.normal(-1, 2, n)
+    y = rng.uniform(size=n) < _sigmoid(z)
+    hb = HeadBoxes("nms", "test", _sigmoid(z), z, y, np.zeros(n, np.int64), img, 1.3)
+    boot = {"n_boot": 200, "seed": 4, "level": 0.9}
+    fast = _boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
+    slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+    nll_t = lambda zz, yy, weights=None: metrics.nll_logits(zz, yy, temperature=1.3, weights=weights)  # noqa: E731
+    fast = _boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
+    slow = metrics.bootstrap_ci(nll_t, img, hb.logit, hb.correct, n_boot=200, seed=4, level=0.9)
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)

@@ -63,12 +63,6 @@ class HeadBoxes:
             return None
         return calibrated_conf(self.logit, self.temperature)
 
-    def select(self, mask: np.ndarray) -> HeadBoxes:
-        return HeadBoxes(
-            self.head, self.split, self.conf[mask], self.logit[mask], self.correct[mask], self.cls[mask],
-            self.image_id[mask], self.temperature,
-        )
-
 
 @dataclass(frozen=True)
 class Run:

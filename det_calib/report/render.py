@@ -54,6 +54,10 @@ SETTING_HELP = {
     "min_class_boxes": "classes with fewer boxes are flagged 'few boxes'",
     "bootstrap": "image bootstrap of the 95% intervals",
     "splits": "fit split (temperature) and eval split (every metric and figure)",
+    "nms_iou": "IoU of non-maximum suppression (nms head)",
+    "dece_bins": "D-ECE bins: confidence, then normalised centre x, centre y, width, height",
+    "coco_gt": "COCO JSON ground truth (instead of YOLO txt labels)",
+    "seconds": "run time of the calibration job",
 }
 _PER_HEAD_KEYS = {"temperature", "fit", "eval", "threshold_shift", "per_class", "ultralytics_val", "corrupt_images",
                   "class_names"}
@@ -74,8 +78,11 @@ def _num(x: Any) -> float | None:
 
 
 def f4(x: Any) -> str:
+    """Metric format: 4 decimals, or 3 significant digits below 0.01 (so 4e-05 is not "0.0000")."""
     v = _num(x)
-    return "n/a" if v is None else f"{v:.4f}"
+    if v is None:
+        return "n/a"
+    return f"{v:.4f}" if v == 0 or abs(v) >= 0.01 else f"{v:.3g}"
 
 
 def f3(x: Any) -> str:
@@ -134,6 +141,13 @@ def _settings(run: Run) -> tuple[int, float, int, float]:
 def _ece_tag(run: Run) -> str:
     n_bins, iou, _, _ = _settings(run)
     return f"{n_bins} bins, IoU {iou:g}"
+
+
+def _dece_tag(run: Run) -> str:
+    bins = run.calib.get("dece_bins")
+    if isinstance(bins, list) and bins and all(_num(b) is not None for b in bins):
+        return "bins " + "×".join(str(int(b)) for b in bins) + " over conf, x, y, w, h"
+    return "box position and size"
 
 
 def _laece_tag(run: Run) -> str:
@@ -350,7 +364,8 @@ def _summary(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, t
         before, after = bins[h]
         if before is not None and hbs[h].n:
             items.append(where_sentence(before, "Where (raw scores)"))
-        pcs = [r for r in _per_class_rows(run, h, hbs[h]) if not r.get("few_boxes") and _num(r.get("ece_before")) is not None]
+        pcs = [r for r in _per_class_rows(run, h, hbs[h])
+               if not r.get("few_boxes") and _num(r.get("ece_before")) is not None]
         pcs.sort(key=lambda r: -_num(r.get("ece_before")))
         if pcs:
             worst = ", ".join(f"{r['name']} {f4(r.get('ece_before'))} → {f4(r.get('ece_after'))}" for r in pcs[:3])
@@ -382,7 +397,7 @@ def _metric_table(run: Run, head: str) -> Table:
         row(f"MCE ({tag})", "mce"),
         row(f"NLL (IoU {iou:g})", "nll"),
         row(f"Brier (IoU {iou:g})", "brier"),
-        row(f"D-ECE (box position and size, IoU {iou:g})", "dece"),
+        row(f"D-ECE ({_dece_tag(run)}, IoU {iou:g})", "dece"),
         row(f"LaECE ({ltag})", "laece", True),
         row(f"LaACE (loc. IoU {_settings(run)[3]:g})", "laace"),
     ]
@@ -391,7 +406,8 @@ def _metric_table(run: Run, head: str) -> Table:
                      f"{f4(e.get('ece_before'))} ({fint(e.get('boxes_before'))} boxes)",
                      f"{f4(e.get('ece_after'))} ({fint(e.get('boxes_after'))} boxes)"])
     return Table(["Metric (lower is better)", "Raw", "Calibrated"], rows,
-                 caption=f"Calibration metrics, head {head}, split {ev.get('split') or 'n/a'}, 95% intervals in brackets",
+                 caption=f"Calibration metrics, head {head}, split {ev.get('split') or 'n/a'}, "
+                         "95% intervals in brackets",
                  css="metrics", attrs={"data-head": head})
 
 
@@ -420,17 +436,21 @@ def _reliability(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[st
               f"Reliability diagram of head {h}, raw and calibrated")
         b.add(_metric_table(run, h))
         ev = get(run.calib, "eval", h, default={})
-        if any(outside_ci(ev.get(f"{k}_{w}"), ev.get(f"{k}_{w}_ci")) for k in ("ece", "laece") for w in ("before", "after")):
+        if any(outside_ci(ev.get(f"{k}_{w}"), ev.get(f"{k}_{w}_ci"))
+               for k in ("ece", "laece") for w in ("before", "after")):
             b.add(Para(CI_NOTE, "note"))
         thr = [x for x in (_num(v) for v in (run.calib.get("conf_thresholds") or [])) if x is not None]
         marks_raw = [(x, f"conf {x:g}") for x in thr]
         marks_cal = list(marks_raw)
         if hb.temperature is not None:
-            marks_cal += [(thresholds.equivalent_threshold(x, hb.temperature), f"{thresholds.equivalent_threshold(x, hb.temperature):.3f} ≡ raw {x:g}")
-                          for x in thr if 0 < x < 1]
+            for x in thr:
+                if 0 < x < 1:
+                    eq = thresholds.equivalent_threshold(x, hb.temperature)
+                    marks_cal.append((eq, f"{eq:.3f} ≡ raw {x:g}"))
         png = plots.confidence_histograms(
             [("Raw conf", hb.conf, hb.correct, "raw confidence", marks_raw),
-             (f"Calibrated conf (T = {f3(hb.temperature)})", hb.conf_after, hb.correct, "calibrated confidence", marks_cal)],
+             (f"Calibrated conf (T = {f3(hb.temperature)})", hb.conf_after, hb.correct, "calibrated confidence",
+              marks_cal)],
             title=f"Confidence of correct and incorrect boxes, head {h} (IoU {_settings(run)[1]:g})",
         )
         b.fig(f"confidence_{h}", png,
@@ -438,6 +458,12 @@ def _reliability(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[st
               f"split {hb.split}, 50 bins, log counts. Dashed: the operating threshold; dotted: the calibrated "
               "threshold that keeps the same boxes.",
               f"Confidence histograms of head {h}")
+
+
+def _rank_key(r: dict[str, Any]) -> tuple[bool, float]:
+    """Per-class order: classes with enough boxes first, then by raw ECE, worst first (no ECE last)."""
+    v = _num(r.get("ece_before"))
+    return bool(r.get("few_boxes")), -(v if v is not None else -1.0)
 
 
 def _per_class(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
@@ -474,11 +500,12 @@ def _per_class(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         png = plots.per_class_ece_chart(chart_rows, xlabel=f"ECE ({tag}); whiskers: 95% image-bootstrap interval",
                                         title=f"Classes ranked by raw ECE, head {h}")
         b.fig(f"per_class_ece_{h}", png,
-              f"Per-class ECE ({tag}) of head {h}, worst raw class on top, with 95% intervals; box counts on the right.",
+              f"Per-class ECE ({tag}) of head {h}, worst raw class on top (classes with few boxes below the dotted "
+              "line), with 95% intervals; box counts on the right.",
               f"Per-class ECE ranking of head {h}")
-        rows_sorted = sorted(rows, key=lambda r: (bool(r.get("few_boxes")),
-                                                  -(_num(r.get("ece_before")) if _num(r.get("ece_before")) is not None else -1)))
-        table_rows = [[f"{r['name']} ({int(r['cls'])})", fint(r.get("boxes")), fint(r.get("correct")), fint(r.get("n_gt")),
+        rows_sorted = sorted(rows, key=_rank_key)
+        table_rows = [[f"{r['name']} ({int(r['cls'])})", fint(r.get("boxes")), fint(r.get("correct")),
+                       fint(r.get("n_gt")),
                        fci(r.get("ece_before"), r.get("ece_before_ci")), fci(r.get("ece_after"), r.get("ece_after_ci")),
                        f4(r.get("laece_before")), f4(r.get("laece_after")), "few boxes" if r.get("few_boxes") else ""]
                       for r in rows_sorted]
@@ -502,7 +529,8 @@ def _shift_row(first: list[str], e: dict[str, Any]) -> list[str]:
         fthr(e.get("conf")), f3(e.get("equivalent_conf")), fint(e.get("kept_before")), fint(e.get("kept_after")),
         f"{fint(e.get('added'))} ({fint(e.get('added_correct'))})",
         f"{fint(e.get('removed'))} ({fint(e.get('removed_correct'))})",
-        f3(e.get("precision_before")), f3(e.get("precision_after")), f3(e.get("recall_before")), f3(e.get("recall_after")),
+        f3(e.get("precision_before")), f3(e.get("precision_after")),
+        f3(e.get("recall_before")), f3(e.get("recall_after")),
     ]
 
 
@@ -528,7 +556,8 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         pa = _pr(hb.conf_after, hb.correct, n_gt, grid) if hb.conf_after is not None else None
         marks = [(x, thresholds.equivalent_threshold(x, hb.temperature) if hb.temperature and 0 < x < 1 else None)
                  for x in thr]
-        png = plots.threshold_figure(pb, pa, marks, title=f"Precision and recall against the threshold, head {h}")
+        png = plots.threshold_figure(pb, pa, marks,
+                                     title=f"Precision and recall against the threshold, head {h} (IoU {iou:g})")
         b.fig(f"threshold_{h}", png,
               f"Precision and recall of the boxes above each threshold, head {h}, split {hb.split} "
               f"({fint(n_gt)} ground-truth objects, IoU {iou:g}). Filled dots: the operating threshold applied to raw "
@@ -537,14 +566,16 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
               f"Precision and recall against conf threshold, head {h}")
         shifts = get(run.calib, "threshold_shift", h, default=[])
         b.add(Table(_SHIFT_COLS, [_shift_row([], e) for e in shifts],
-                    caption=f"Kept set at each threshold, head {h}, all classes", css="threshold-shift",
+                    caption=f"Kept set at each threshold, head {h}, all classes (correct: IoU ≥ {iou:g})",
+                    css="threshold-shift",
                     attrs={"data-head": h}))
         prow = []
         for r in sorted(_per_class_rows(run, h, hb), key=lambda r: int(r.get("cls", -1))):
             for e in r.get("threshold_shift") or []:
                 prow.append(_shift_row([f"{r['name']} ({int(r['cls'])})"], e))
         if prow:
-            b.add(Table(["Class (id)"] + _SHIFT_COLS, prow, caption=f"Kept set per class, head {h}",
+            b.add(Table(["Class (id)"] + _SHIFT_COLS, prow,
+                        caption=f"Kept set per class, head {h} (correct: IoU ≥ {iou:g})",
                         css="threshold-shift-per-class", attrs={"data-head": h}))
 
 
@@ -579,15 +610,19 @@ def _map(b: _Builder, run: Run) -> None:
     for h in run.heads:
         uv = get(c, "ultralytics_val", h)
         if not isinstance(uv, dict):
-            urows.append([h, "n/a (not run)", "n/a", "n/a", "n/a"])
+            urows.append([h, "n/a (not run)", "n/a", "n/a", "n/a", ""])
             continue
+        same = uv.get("identical_at_equivalent_floor")
         for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
                            ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
             e = uv.get(key) or {}
-            urows.append([h, label, fthr(e.get("conf")), f4(e.get("map50_95")), f4(e.get("map50"))])
+            mark = ""
+            if key == "calibrated_equivalent_floor" and same is not None:
+                mark = "yes" if same else "NO"
+            urows.append([h, label, fthr(e.get("conf")), f4(e.get("map50_95")), f4(e.get("map50")), mark])
         if uv.get("note"):
             notes.append(f"{h}: {uv['note']}")
-    b.add(Table(["Head", "Run", "Conf floor", "mAP50-95", "mAP50"], urows,
+    b.add(Table(["Head", "Run", "Conf floor", "mAP50-95", "mAP50", "Same as original"], urows,
                 caption="Ultralytics val" + (f", split {get(c, 'ultralytics_val', run.heads[0], 'split')}"
                                              if get(c, "ultralytics_val", run.heads[0], "split") else ""),
                 css="map-ultralytics"))
@@ -613,22 +648,26 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     c = run.calib
     b.add(Heading(2, "Settings", "settings"))
     rows = [[k, _fmt_value(v), SETTING_HELP.get(k, "")] for k, v in c.items() if k not in _PER_HEAD_KEYS]
-    rows.append(["temperature", _fmt_value(c.get("temperature")), "fitted temperature per head: conf = sigmoid(logit / T)"])
-    b.add(Table(["Setting", "Value", "Meaning"], rows, caption=f"Options recorded in {CALIBRATION_FILE}", css="settings",
-                align_numbers=False))
+    rows.append(["temperature", _fmt_value(c.get("temperature")),
+                 "fitted temperature per head: conf = sigmoid(logit / T)"])
+    b.add(Table(["Setting", "Value", "Meaning"], rows, caption=f"Options recorded in {CALIBRATION_FILE}",
+                css="settings", align_numbers=False))
     frows = []
     for h in run.heads:
         f = get(c, "fit", h, default={})
-        frows.append([h, str(f.get("split") or "n/a"), fint(f.get("images")), fint(f.get("boxes")), fint(f.get("correct")),
+        frows.append([h, str(f.get("split") or "n/a"), fint(f.get("images")), fint(f.get("boxes")),
+                      fint(f.get("correct")),
                       f4(f.get("nll_before")), f4(f.get("nll_after")), fint(f.get("iterations"))])
     b.add(Table(["Head", "Split", "Images", "Boxes", "Correct", f"NLL at T = 1 (IoU {_settings(run)[1]:g})",
                  "NLL at fitted T", "Iterations"], frows, caption="Temperature fit", css="fit"))
     erows = []
     for h in run.heads:
         ev = get(c, "eval", h, default={})
-        erows.append([h, str(ev.get("split") or "n/a"), fint(ev.get("images")), fint(ev.get("boxes")), fint(ev.get("correct")),
-                      fint(ev.get("n_gt")), fint(ev.get("corrupt_images")), f"{hbs[h].n:,}"])
-    b.add(Table(["Head", "Split", "Images", "Boxes", "Correct", "GT objects", "Corrupt images",
+        erows.append([h, str(ev.get("split") or "n/a"), fint(ev.get("images")), fint(ev.get("boxes")),
+                      fint(ev.get("correct")),
+                      fint(ev.get("ignored")), fint(ev.get("n_gt")), fint(ev.get("corrupt_images")), f"{hbs[h].n:,}"])
+    b.add(Table(["Head", "Split", "Images", "Boxes", "Correct", "Crowd-matched (excluded)", "GT objects",
+                 "Corrupt images",
                  f"Boxes used for curves (from {BOXES_FILE})"], erows, caption="Evaluation data", css="eval-data"))
     corrupt = c.get("corrupt_images") or []
     b.add(Para("Corrupt images skipped: " + (", ".join(map(str, corrupt)) if corrupt else "none") + ".", "note"))
@@ -646,9 +685,10 @@ def _write_page(out_dir: Path, stem: str, title: str, b: _Builder, *, subtitle: 
     paths: dict[str, Path] = {}
     for name, png in b.figures.items():
         paths[f"{FIGURES_DIR}/{name}.png"] = write_bytes(out_dir / FIGURES_DIR / f"{name}.png", png)
-    paths[f"{stem}.md"] = write_text(out_dir / f"{stem}.md",
-                                     to_markdown(title, b.blocks, figures_dir=FIGURES_DIR, subtitle=subtitle, footer=footer))
-    paths[f"{stem}.html"] = write_text(out_dir / f"{stem}.html", to_html(title, b.blocks, subtitle=subtitle, footer=footer))
+    md = to_markdown(title, b.blocks, figures_dir=FIGURES_DIR, subtitle=subtitle, footer=footer)
+    paths["md"] = write_text(out_dir / f"{stem}.md", md)
+    page = to_html(title, b.blocks, subtitle=subtitle, footer=footer)
+    paths["html"] = write_text(out_dir / f"{stem}.html", page)
     return paths
 
 
@@ -664,14 +704,15 @@ def write_report(run_dir: str | Path, *, out_dir: str | Path | None = None) -> d
         out_dir: Where to write; default ``run_dir``.
 
     Returns:
-        Written paths by name: ``"report.html"``, ``"report.md"`` and ``"figures/<name>.png"``.
+        Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
+        relative to ``out_dir`` (``"figures/<name>.png"``).
 
     Raises:
         InputError: ``run_dir`` or one of its files is missing or corrupt.
 
     Example:
         >>> paths = write_report("runs/calib")  # doctest: +SKIP
-        >>> paths["report.html"]  # doctest: +SKIP
+        >>> paths["html"]  # doctest: +SKIP
         PosixPath('runs/calib/report.html')
     """
     run = load_run(run_dir)
@@ -696,7 +737,8 @@ def write_report(run_dir: str | Path, *, out_dir: str | Path | None = None) -> d
     title = f"Confidence calibration report: {model}"
     subtitle = (f"Run {run.run_dir} · data {run.calib.get('data') or 'n/a'} · heads {', '.join(run.heads)} · "
                 f"created {run.calib.get('created') or 'n/a'}")
-    footer = f"det_calib {run.calib.get('det_calib_version') or ''} · {CALIBRATION_FILE} + {BOXES_FILE} of {run.run_dir}"
+    footer = (f"det_calib {run.calib.get('det_calib_version') or ''} · {CALIBRATION_FILE} + {BOXES_FILE} "
+              f"of {run.run_dir}")
     return _write_page(out, "report", title, b, subtitle=subtitle, footer=footer)
 
 
@@ -719,11 +761,31 @@ def _resolve(spec: str | Path) -> tuple[Run, str, str]:
     return run, head, note
 
 
-def _boot(stat: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.ndarray], boot: dict[str, Any]) -> tuple[float, float] | None:
+def _boot_mean(metric: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.ndarray],
+               boot: dict[str, Any]) -> tuple[float, float] | None:
+    """Image-bootstrap interval of a per-box mean metric (NLL, Brier), resampling images.
+
+    A mean over boxes is ``sum over images of (metric of the image x its boxes) / total boxes``,
+    so each image is reduced once to ``(metric(image) * n_image, n_image)`` with ``metric`` itself
+    and :func:`det_calib.metrics.bootstrap_ci` resamples those rows: the same draws, and the same
+    interval, as resampling the boxes, in O(images) per replicate instead of O(boxes).
+    """
     if hb.n == 0:
         return None
-    lo, hi = metrics.bootstrap_ci(stat, hb.image_id, *arrays, n_boot=int(boot.get("n_boot") or 1000),
-                                  seed=int(boot.get("seed") or 0), level=float(boot.get("level") or 0.95))
+    _, inv = np.unique(hb.image_id, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    cuts = np.flatnonzero(np.diff(inv[order])) + 1
+    groups = np.split(order, cuts)
+    counts = np.array([len(g) for g in groups], dtype=np.float64)
+    sums = np.array([metric(*[a[g] for a in arrays]) * len(g) for g in groups])
+
+    def mean_of_images(s: np.ndarray, n: np.ndarray, *, weights: np.ndarray | None = None) -> float:
+        w = np.ones_like(n) if weights is None else weights
+        return float(np.dot(w, s) / np.dot(w, n))
+
+    lo, hi = metrics.bootstrap_ci(mean_of_images, np.arange(len(groups)), sums, counts,
+                                  n_boot=int(boot.get("n_boot") or 1000), seed=int(boot.get("seed") or 0),
+                                  level=float(boot.get("level") or 0.95))
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
@@ -748,10 +810,11 @@ def _compare_metric_rows(runs: list[tuple[Run, str, HeadBoxes]]) -> list[list[st
                     t = 1.0 if which == "before" else hb.temperature
                     if t is not None and hb.n:
                         if key == "nll":
-                            ci = _boot(functools.partial(metrics.nll_logits, temperature=t), hb, [hb.logit, hb.correct], boot)
+                            fn = functools.partial(metrics.nll_logits, temperature=t)
+                            ci = _boot_mean(fn, hb, [hb.logit, hb.correct], boot)
                         else:
                             prob = hb.conf if which == "before" else hb.conf_after
-                            ci = _boot(metrics.brier, hb, [prob, hb.correct], boot)
+                            ci = _boot_mean(metrics.brier, hb, [prob, hb.correct], boot)
                 row.append(fci(v, ci))
         out.append(row)
     return out
@@ -797,7 +860,7 @@ def compare_runs(
         labels: Two display names; default ``<dir name>:<head>``.
 
     Returns:
-        Written paths by name: ``"compare.html"``, ``"compare.md"``, ``"figures/<name>.png"``.
+        Written paths: ``"html"`` (compare.html), ``"md"`` (compare.md) and ``"figures/<name>.png"``.
 
     Raises:
         InputError: A run is missing or corrupt, an unknown head, or ``labels`` is not two names.
@@ -837,7 +900,8 @@ def compare_runs(
         rows.append([name, str(run.calib.get("model") or "n/a"), str(run.calib.get("data") or "n/a"), head,
                      f"{hbx.split or 'n/a'} ({fint(ev.get('images'))} images, {fint(ev.get('boxes'))} boxes)",
                      f3(t), verdict(t),
-                     _arrow(fci(ev.get("ece_before"), ev.get("ece_before_ci")), fci(ev.get("ece_after"), ev.get("ece_after_ci"))),
+                     _arrow(fci(ev.get("ece_before"), ev.get("ece_before_ci")),
+                            fci(ev.get("ece_after"), ev.get("ece_after_ci"))),
                      _arrow(f4(ev.get("map50_95_before")), f4(ev.get("map50_95_after")))])
     b.add(Table(["Run", "Model", "Data", "Head", "Eval split", "T", "Raw scores", "ECE raw → calibrated [95% CI]",
                  "mAP50-95 raw → calibrated"], rows, caption="Runs compared", css="compare-runs"))
@@ -888,19 +952,19 @@ def compare_runs(
     prow, pcss = [], []
     for n in list(both) + only_a + only_b:
         x, y = pa.get(n, {}), pb.get(n, {})
-        where = "both" if n in pa and n in pb else (f"only {la}" if n in pa else f"only {lb}")
+        where = "both" if n in pa and n in pb else ("A only" if n in pa else "B only")
         few = bool(x.get("few_boxes") or y.get("few_boxes"))
-        prow.append([n, where, fint(x.get("boxes")), fint(y.get("boxes")),
+        prow.append([f"{n} (few boxes)" if few else n, where, fint(x.get("boxes")), fint(y.get("boxes")),
                      fci(x.get("ece_before"), x.get("ece_before_ci")), fci(x.get("ece_after"), x.get("ece_after_ci")),
                      fci(y.get("ece_before"), y.get("ece_before_ci")), fci(y.get("ece_after"), y.get("ece_after_ci")),
-                     f4(d(x.get("ece_before"), y.get("ece_before"))), f4(d(x.get("ece_after"), y.get("ece_after"))),
-                     "few boxes" if few else ""])
+                     f4(d(x.get("ece_before"), y.get("ece_before"))), f4(d(x.get("ece_after"), y.get("ece_after")))])
         pcss.append("few" if few else "")
-    b.add(Table(["Class", "In", f"Boxes {la}", f"Boxes {lb}", f"ECE {la} raw", f"ECE {la} calibrated",
-                 f"ECE {lb} raw", f"ECE {lb} calibrated", "Δ raw (B − A)", "Δ calibrated (B − A)", "Note"], prow,
-                caption=f"Per-class ECE ({tag_a}) with 95% intervals", css="compare-per-class", row_css=pcss))
-    if only_a or only_b:
-        b.add(Para(f"Only in {la}: {', '.join(only_a) or 'none'}. Only in {lb}: {', '.join(only_b) or 'none'}.", "note"))
+    b.add(Table(["Class", "In", "Boxes A", "Boxes B", "ECE A raw", "ECE A calibrated", "ECE B raw", "ECE B calibrated",
+                 "Δ raw (B − A)", "Δ calibrated (B − A)"], prow,
+                caption=f"Per-class ECE ({tag_a}) with 95% intervals; A = {la}, B = {lb}", css="compare-per-class",
+                row_css=pcss))
+    if foot:
+        b.add(Para(foot, "note"))
     # settings
     b.add(Heading(2, "Settings", "settings"))
     keys = [k for k in dict.fromkeys(list(ra.calib) + list(rb.calib)) if k not in _PER_HEAD_KEYS]
