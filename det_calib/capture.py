@@ -152,7 +152,6 @@ def capture(
     device: str | None = None,
     split: str = "",
     image_names: Sequence[str] | None = None,
-    image_sizes: np.ndarray | None = None,
     all_logits: bool = False,
     progress: bool = True,
 ) -> pl.DataFrame:
@@ -171,7 +170,6 @@ def capture(
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).
-        image_sizes: Unused except as a cross-check of (width, height) per image when given.
         all_logits: Also return all nc class logits of each box in a ``logits`` list column.
         progress: Show a progress bar.
 
