@@ -21,6 +21,8 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--finetune-epochs", type=int, default=0,
+                    help="a second stage from the first stage's last weights, without mosaic")
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
@@ -52,10 +54,30 @@ def main() -> None:
         name="yolo26n_shapes",
         exist_ok=True,
     )
-    minutes = (time.time() - t0) / 60
     last = Path(args.project) / "yolo26n_shapes" / "weights" / "last.pt"
+    if args.finetune_epochs:
+        stage2 = YOLO(str(last))
+        stage2.train(
+            data=str(data),
+            epochs=args.finetune_epochs,
+            imgsz=args.imgsz,
+            batch=args.batch,
+            seed=args.seed,
+            deterministic=True,
+            device="cpu",
+            workers=2,
+            warmup_epochs=0,
+            close_mosaic=args.finetune_epochs,  # no mosaic: images as the detector will see them
+            plots=False,
+            amp=False,
+            project=args.project,
+            name="yolo26n_shapes_ft",
+            exist_ok=True,
+        )
+        last = Path(args.project) / "yolo26n_shapes_ft" / "weights" / "last.pt"
+    minutes = (time.time() - t0) / 60
     shutil.copy(last, args.out)
-    print(f"trained {args.epochs} epochs in {minutes:.1f} min -> {args.out}")
+    print(f"trained {args.epochs} + {args.finetune_epochs} epochs in {minutes:.1f} min -> {args.out}")
 
 
 if __name__ == "__main__":
