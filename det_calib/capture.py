@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from det_calib.boxes import SCHEMA, CAPTURE_COLUMNS
+from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA
 from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)

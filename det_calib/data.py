@@ -357,3 +357,20 @@ def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
         raise InputError(f"split `{split.name}` has {len(split.images)} image(s): too few to halve")
     a, b = np.sort(perm[:half]), np.sort(perm[half:])
     return split.subset(a, f"{split.name}[fit-half]"), split.subset(b, f"{split.name}[eval-half]")
+
+
+def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
+    """Write ``folder/data.yaml`` whose ``val`` is exactly the images of ``split``.
+
+    Ultralytics' validator only resolves the standard split keys relative to the dataset root,
+    and cannot take a subset (a half split, ``--limit``, corrupt images left out); a list file of
+    absolute image paths serves all of these.
+    """
+    folder = Path(folder)
+    lst = folder / "images.txt"
+    lst.write_text("\n".join(str(p.resolve()) for p in split.images) + "\n")
+    lines = [f"path: {folder}", f"train: {lst}", f"val: {lst}", "names:"]
+    lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(data.names)]
+    yml = folder / "data.yaml"
+    yml.write_text("\n".join(lines) + "\n")
+    return yml

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -66,7 +67,7 @@ def to_json(obj: Any) -> str:
 
 
 def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and obj != obj:
+    if isinstance(obj, float) and math.isnan(obj):
         return None
     if isinstance(obj, dict):
         return {k: _nan_to_none(v) for k, v in obj.items()}

@@ -31,7 +31,15 @@ import polars as pl
 from det_calib import metrics
 from det_calib.boxes import validate_boxes, write_boxes
 from det_calib.calibrators import TemperatureScaler
-from det_calib.data import Dataset, Split, check_class_names, half_split, load_data_yaml, load_split
+from det_calib.data import (
+    Dataset,
+    Split,
+    check_class_names,
+    half_split,
+    load_data_yaml,
+    load_split,
+    write_split_yaml,
+)
 from det_calib.errors import InputError
 from det_calib.io import write_json, write_text
 from det_calib.matching import match_table
@@ -268,17 +276,6 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> TemperatureScaler:
     return TemperatureScaler(kind="sigmoid").fit(b["logit"].to_numpy(), b["correct"].to_numpy())
 
 
-def _eval_data_yaml(ds: Dataset, split: Split, folder: Path) -> Path:
-    """A data.yaml whose ``val`` is exactly the images of ``split`` (for Ultralytics val)."""
-    lst = folder / "images.txt"
-    lst.write_text("\n".join(str(p.resolve()) for p in split.images) + "\n")
-    lines = [f"path: {folder}", f"train: {lst}", f"val: {lst}", "names:"]
-    lines += [f"  {i}: {n!r}" for i, n in enumerate(ds.names)]
-    yml = folder / "data.yaml"
-    yml.write_text("\n".join(lines) + "\n")
-    return yml
-
-
 # ---------------------------------------------------------------------------------------- job
 def calibrate(
     model: str | Path | None = None,
@@ -448,7 +445,7 @@ def _ultralytics_checks(model, ckpt, ds, ev, heads, temps, s: Settings, imgsz) -
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
-        yml = _eval_data_yaml(ds, ev, Path(tmp))
+        yml = write_split_yaml(ds, ev, Path(tmp))
         for head in heads:
             t = temps[head]
             kw = dict(split="val", head=head, imgsz=imgsz, batch=s.batch, device=s.device)

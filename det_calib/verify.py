@@ -136,9 +136,9 @@ def ultralytics_val(
     )
     if device is not None:
         kw["device"] = device
-    from ultralytics.utils import LOGGER
-
     import tempfile
+
+    from ultralytics.utils import LOGGER
 
     level = LOGGER.level
     LOGGER.setLevel(logging.WARNING)

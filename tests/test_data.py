@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from det_calib.data import check_class_names, half_split, label_path, load_data_yaml, load_split
+from det_calib.data import (
+    check_class_names,
+    half_split,
+    label_path,
+    load_data_yaml,
+    load_split,
+)
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
 

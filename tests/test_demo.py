@@ -9,7 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from det_calib.demo.shapes import CLASS_NAMES, DISTRACTORS, SPLIT_SIZES, render_image, write_split
+from det_calib.demo.shapes import (
+    CLASS_NAMES,
+    DISTRACTORS,
+    SPLIT_SIZES,
+    render_image,
+    write_split,
+)
 
 
 def test_same_seed_same_images_and_labels(tmp_path):

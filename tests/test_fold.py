@@ -15,7 +15,12 @@ import torch
 from det_calib.capture import capture
 from det_calib.cli import main
 from det_calib.errors import InputError
-from det_calib.fold import fold_into_model, read_calibration_metadata, temperatures_from_json, write_calibrated_checkpoint
+from det_calib.fold import (
+    fold_into_model,
+    read_calibration_metadata,
+    temperatures_from_json,
+    write_calibrated_checkpoint,
+)
 
 # Runs in a fresh interpreter where importing det_calib fails, so nothing of det_calib can be
 # involved in loading or running the checkpoint.

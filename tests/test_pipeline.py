@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.data import load_data_yaml
 from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
 from det_calib.pipeline import calibrate, resolve_splits, summary_text
-from det_calib.data import load_data_yaml
 from det_calib.thresholds import equivalent_threshold
 
 

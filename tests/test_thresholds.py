@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from det_calib.errors import InputError
-from det_calib.thresholds import equivalent_threshold, precision_recall_vs_conf, threshold_shift
+from det_calib.thresholds import (
+    equivalent_threshold,
+    precision_recall_vs_conf,
+    threshold_shift,
+)
 
 
 def _sig(z, t=1.0):

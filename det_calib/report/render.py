@@ -24,7 +24,15 @@ from det_calib.io import write_bytes, write_text
 
 from . import plots
 from .document import Block, Bullets, Fig, Heading, Para, Table, to_html, to_markdown
-from .load import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run, get, load_run, parse_run_spec
+from .load import (
+    BOXES_FILE,
+    CALIBRATION_FILE,
+    HeadBoxes,
+    Run,
+    get,
+    load_run,
+    parse_run_spec,
+)
 
 log = logging.getLogger(__name__)
 
