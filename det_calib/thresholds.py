@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -125,11 +126,29 @@ def threshold_shift(
     )
 
 
-def precision_recall_vs_conf(conf: np.ndarray, correct: np.ndarray, *, n_gt: int, grid: np.ndarray | None = None):
+class PRCurve(NamedTuple):
+    """Precision and recall of the kept set ``conf > t`` over a grid of thresholds t.
+
+    Attributes:
+        thresholds: (k,) thresholds t.
+        precision: (k,) precision of the kept set (nan where nothing is kept).
+        recall: (k,) recall of the kept set (nan when there is no ground truth).
+        kept: (k,) number of kept boxes.
+    """
+
+    thresholds: np.ndarray
+    precision: np.ndarray
+    recall: np.ndarray
+    kept: np.ndarray
+
+
+def precision_recall_vs_conf(
+    conf: np.ndarray, correct: np.ndarray, *, n_gt: int, grid: np.ndarray | None = None
+) -> PRCurve:
     """Precision and recall of the set ``conf > t`` for each t of ``grid`` (default 0..1, 201 points).
 
     Returns:
-        ``(grid, precision, recall, kept)`` arrays; precision is nan where nothing is kept.
+        A :class:`PRCurve` (a named tuple: ``grid, precision, recall, kept = ...`` works).
     """
     c = np.asarray(conf, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
@@ -144,4 +163,4 @@ def precision_recall_vs_conf(conf: np.ndarray, correct: np.ndarray, *, n_gt: int
     with np.errstate(invalid="ignore", divide="ignore"):
         precision = np.where(kept > 0, tp / np.maximum(kept, 1), np.nan)
         recall = tp / n_gt if n_gt else np.full(len(grid), np.nan)
-    return grid, precision, recall, kept
+    return PRCurve(grid, precision, recall, kept)

@@ -358,7 +358,7 @@ def threshold_figure(
     """Precision and recall against the confidence threshold, raw and calibrated.
 
     Args:
-        before: A :class:`det_calib.report.curves.PRCurve` over raw confidence.
+        before: A :class:`det_calib.thresholds.PRCurve` over raw confidence.
         after: The same over calibrated confidence, or None.
         marks: ``(raw threshold, equivalent calibrated threshold)`` pairs; the raw threshold is
             a dashed line, the calibrated threshold that keeps the same boxes a dotted one.

@@ -587,16 +587,8 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
                         css="threshold-shift-per-class", attrs={"data-head": h}))
 
 
-class _PR:
-    """Precision/recall curve in the shape :func:`plots.threshold_figure` reads."""
-
-    def __init__(self, grid: np.ndarray, precision: np.ndarray, recall: np.ndarray) -> None:
-        self.thresholds, self.precision, self.recall = grid, precision, recall
-
-
-def _pr(conf: np.ndarray, correct: np.ndarray, n_gt: int, grid: np.ndarray) -> _PR:
-    g, p, r, _ = thresholds.precision_recall_vs_conf(conf, correct, n_gt=n_gt, grid=grid)
-    return _PR(np.asarray(g), np.asarray(p, dtype=float), np.asarray(r, dtype=float))
+def _pr(conf: np.ndarray, correct: np.ndarray, n_gt: int, grid: np.ndarray) -> thresholds.PRCurve:
+    return thresholds.precision_recall_vs_conf(conf, correct, n_gt=n_gt, grid=grid)
 
 
 def _map(b: _Builder, run: Run) -> None:
