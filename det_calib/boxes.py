@@ -11,7 +11,9 @@ image      str      image identifier (path relative to the split root, or COCO i
 image_id   int64    integer id of the image within the capture (0..n_images-1)
 split      str      dataset split the image came from (``calib``, ``test``...)
 head       str      ``nms`` (one-to-many head + NMS) or ``e2e`` (one-to-one head)
-x1..y2     float64  box corners in original image pixels
+x1..y2     float64  box corners in original image pixels, as the detector output them (an
+                    immature one-to-one head can emit inverted boxes, x2 < x1: they are
+                    kept, and match nothing)
 img_w      int32    original image width in pixels
 img_h      int32    original image height in pixels
 cls        int32    predicted class id
@@ -83,8 +85,10 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
         return df
     if not df["head"].is_in(list(HEADS)).all():
         raise InputError(f"box table column `head` must be one of {HEADS}, got {df['head'].unique().to_list()}")
-    if ((df["x2"] < df["x1"]) | (df["y2"] < df["y1"])).any():
-        raise InputError("box table has boxes with x2 < x1 or y2 < y1")
+    if not np.isfinite(df.select("x1", "y1", "x2", "y2").to_numpy()).all():
+        raise InputError("box table has non-finite box coordinates")
+    if ((df["img_w"] <= 0) | (df["img_h"] <= 0)).any():
+        raise InputError("box table columns `img_w`, `img_h` must be positive")
     conf = df["conf"].to_numpy()
     if not ((conf >= 0) & (conf <= 1)).all():
         raise InputError("box table column `conf` must lie in [0, 1]")

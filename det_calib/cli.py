@@ -107,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
         print(summary_text(run.summary))
-        print(f"wrote {', '.join(sorted(p.name for p in run.files.values()))} to {run.out_dir}")
+        main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
+        print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
         return 0
     if args.command == "apply":
         from det_calib.fold import temperatures_from_json, write_calibrated_checkpoint

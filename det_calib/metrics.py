@@ -566,12 +566,12 @@ def box_features(
     """Normalised box features for :func:`dece`: centre x, centre y, width, height.
 
     Args:
-        x1, y1, x2, y2: (n,) box corners in pixels, ``x2 >= x1`` and ``y2 >= y1``.
+        x1, y1, x2, y2: (n,) box corners in pixels; an inverted box (``x2 < x1``) gets width 0.
         img_w, img_h: Image size in pixels, a positive scalar or one per box (n,).
 
     Returns:
         (n, 4) float64 array ``[(x1+x2)/2/W, (y1+y2)/2/H, (x2-x1)/W, (y2-y1)/H]``, clipped to
-        [0, 1] (boxes reaching past the image border).
+        [0, 1] (boxes reaching past the image border; inverted boxes).
 
     >>> box_features([0], [10], [50], [30], 100, 40).tolist()
     [[0.25, 0.5, 0.5, 0.5]]
@@ -586,8 +586,6 @@ def box_features(
         if arr.size and not (np.isfinite(arr).all() and (arr > 0).all()):
             raise InputError(f"Expected argument `{name}` to be positive and finite, but got {float(arr.min()):g}")
         size[name] = arr
-    if ((xs["x2"] < xs["x1"]) | (xs["y2"] < xs["y1"])).any():
-        raise InputError("Expected boxes with `x2` >= `x1` and `y2` >= `y1`, but some are inverted")
     W, H = size["img_w"], size["img_h"]
     feats = np.empty((n, 4))
     feats[:, 0] = (xs["x1"] + xs["x2"]) / 2.0 / W

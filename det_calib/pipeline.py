@@ -153,12 +153,22 @@ def resolve_splits(ds: Dataset, fit_split: str | None, eval_split: str | None) -
 
 
 def match_boxes(boxes: pl.DataFrame, split: Split, *, iou: float, loc_iou: float) -> pl.DataFrame:
-    """Add ``correct``, ``iou``, ``ignore`` (at ``iou``) and ``loc_iou`` (at ``loc_iou``) to one head's boxes."""
+    """Add ``correct``, ``iou``, ``ignore`` (at ``iou``) and ``loc_iou`` (at ``loc_iou``) to one head's boxes.
+
+    Inverted boxes (x2 < x1 or y2 < y1, which an immature one-to-one head can output) are matched
+    as zero-area boxes: they overlap nothing and count as incorrect. Their coordinates are kept.
+    """
     gt = split.gt
-    out = match_table(boxes, gt, iou_threshold=iou)
-    loc = match_table(boxes, gt, iou_threshold=loc_iou)
+    inverted = (boxes["x2"] < boxes["x1"]) | (boxes["y2"] < boxes["y1"])
+    if inverted.any():
+        log.warning("%d inverted box(es) (x2 < x1 or y2 < y1) on `%s`: counted as incorrect", inverted.sum(), split.name)
+    geom = boxes.with_columns(pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2"))
+    at_iou = match_table(geom, gt, iou_threshold=iou)
+    loc = match_table(geom, gt, iou_threshold=loc_iou)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
-    return out.with_columns(pl.Series("loc_iou", loc_target, dtype=pl.Float64))
+    return boxes.with_columns(
+        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+    )
 
 
 def _sigmoid(z: np.ndarray, t: float) -> np.ndarray:
