@@ -87,3 +87,21 @@ def test_default_split_resolution(fixture_yaml, tmp_path):
     assert resolve_splits(ds, "fixture", "val") == ("fixture", "val", False)
     (tmp_path / "d.yaml").write_text("calib: a\ntest: b\nval: c\nnames: [x]\n")
     assert resolve_splits(load_data_yaml(tmp_path / "d.yaml"), None, None) == ("calib", "test", False)
+
+
+def test_corrupt_image_is_skipped_and_counted(tmp_path, demo_model_path, fixture_yaml):
+    import shutil
+    import warnings
+
+    root = tmp_path / "ds"
+    shutil.copytree(fixture_yaml.parent, root)
+    bad = sorted((root / "images" / "fixture").glob("*.jpg"))[5]
+    bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = calibrate(demo_model_path, root / "data.yaml", out=tmp_path / "out", head="nms", run_val=False,
+                        report=False, n_boot=10, progress=False)
+    assert run.summary["corrupt_images"] == [str(bad)]
+    assert run.summary["eval"]["nms"]["corrupt_images"] == 1
+    assert run.summary["fit"]["nms"]["images"] + run.summary["eval"]["nms"]["images"] == 11
+    assert any("unreadable image" in str(w.message) for w in caught)
