@@ -235,10 +235,12 @@ def evaluate_head(
             }
         )
     # mAP: the same boxes ranked by raw and by calibrated scores (crowd-matched boxes included:
-    # COCOeval ignores them itself)
-    all_p1 = _sigmoid(boxes["logit"].to_numpy(), temperature)
-    m0 = coco_map(boxes, split.gt, split.sizes, boxes["conf"].to_numpy(), max_dets=s.max_det)
-    m1 = coco_map(boxes, split.gt, split.sizes, all_p1, max_dets=s.max_det)
+    # COCOeval ignores them itself). Both from the logits in float64: the float32 confs Ultralytics
+    # reports have rounding ties that the calibrated float64 scores break, which could reorder
+    # equal-score boxes and blur the comparison.
+    all_z = boxes["logit"].to_numpy()
+    m0 = coco_map(boxes, split.gt, split.sizes, _sigmoid(all_z, 1.0), max_dets=s.max_det)
+    m1 = coco_map(boxes, split.gt, split.sizes, _sigmoid(all_z, temperature), max_dets=s.max_det)
     ev.update(
         map50_95_before=m0["map50_95"],
         map50_95_after=m1["map50_95"],
