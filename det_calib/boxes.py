@@ -7,7 +7,8 @@ a polars DataFrame with a fixed schema, validated on construction, saved as Parq
 Columns:
 
 =========  =======  ==============================================================
-image      str      image identifier (path relative to the split root, or COCO id)
+image      str      image path relative to the split folder (the dataset root for a split of
+                    several folders)
 image_id   int64    integer id of the image within the capture (0..n_images-1)
 split      str      dataset split the image came from (``calib``, ``test``...)
 head       str      ``nms`` (one-to-many head + NMS) or ``e2e`` (one-to-one head)
@@ -73,8 +74,8 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
         matched: Require the ``correct``/``iou``/``ignore`` columns filled by matching.
 
     Raises:
-        InputError: A column is missing, or values are out of range (boxes with x2 < x1, conf
-            outside [0, 1], non-finite logits, unknown head).
+        InputError: A column is missing, or values are out of range (non-finite coordinates,
+            conf outside [0, 1], non-finite logits, unknown head, non-positive image size).
     """
     need = list(SCHEMA) if matched else CAPTURE_COLUMNS
     missing = [c for c in need if c not in df.columns]

@@ -19,6 +19,7 @@ Head modes:
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -66,6 +67,11 @@ def load_detector(model):
         raise InputError(f"model task is `{getattr(yolo, 'task', None)}`, not `detect`: det_calib calibrates detectors")
     if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
         raise InputError("only PyTorch (.pt) models can be captured: exported formats have no raw logits")
+    if not available_heads(yolo):
+        raise InputError(
+            f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
+            "classification branch (cv3): det_calib supports YOLOv8/YOLO11/YOLO26-style detectors"
+        )
     return yolo
 
 
@@ -77,7 +83,7 @@ def detect_head(yolo) -> torch.nn.Module:
 def available_heads(yolo) -> list[str]:
     """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for legacy heads."""
     head = detect_head(yolo)
-    heads = []
+    heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
         heads.append("nms")
     if getattr(head, "one2one_cv3", None) is not None:
@@ -102,7 +108,7 @@ def _predictor_class():
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
             if not (isinstance(preds, (tuple, list)) and len(preds) == 2 and isinstance(preds[1], dict)):
-                raise RuntimeError("the model returned no raw head output (export/augment mode?)")
+                raise InputError("the model returned no raw head output (exported model, or augment=True?)")
             y, raw = preds
             end2end = bool(getattr(self.model, "end2end", False))
             out, keep = nms.non_max_suppression(
@@ -166,7 +172,8 @@ def capture(
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
         max_det: Maximum boxes per image.
         imgsz: Inference size; default the model's training size.
-        batch: Images per forward pass.
+        batch: Images per forward pass. Ultralytics letterboxes a batch of mixed-size images to a
+            common shape, so results equal ``model.predict`` run with the same ``batch``.
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).
@@ -194,7 +201,8 @@ def capture(
     if not paths:
         raise InputError("no images to capture")
     names = list(image_names) if image_names is not None else paths
-    index = {p: i for i, p in enumerate(paths)}
+    # Ultralytics reports each result's path as an absolute path
+    index = {str(Path(p).absolute()): i for i, p in enumerate(paths)}
     imgsz = imgsz or default_imgsz(yolo)
 
     predictor = _predictor_class()
@@ -205,29 +213,40 @@ def capture(
     if device is not None:
         kw["device"] = device
     kw["nms"] = False if head == "e2e" else None
-    for r in yolo.predict(source=paths, stream=True, predictor=predictor, **kw):
-        i = index[str(r.path)] if str(r.path) in index else index[str(Path(r.path))]
-        b = r.boxes
-        n = len(b)
-        xyxy = b.xyxy.cpu().numpy().astype(np.float64)
-        confs = b.conf.cpu().numpy()
-        cls = b.cls.cpu().numpy().astype(np.int32)
-        lg = r.det_calib_logits.numpy()
-        h, w = r.orig_shape
-        cols["image"] += [names[i]] * n
-        cols["image_id"] += [i] * n
-        cols["split"] += [split] * n
-        cols["head"] += [head] * n
-        for k, c in enumerate(("x1", "y1", "x2", "y2")):
-            cols[c].append(xyxy[:, k])
-        cols["img_w"] += [w] * n
-        cols["img_h"] += [h] * n
-        cols["cls"].append(cls)
-        cols["conf"].append(confs.astype(np.float64))
-        cols["logit"].append(lg[np.arange(n), cls].astype(np.float64))
-        if all_logits:
-            all_lg.append(lg)
-        bar.update(1)
+    seen = np.zeros(len(paths), dtype=bool)
+    try:
+        for r in yolo.predict(source=paths, stream=True, predictor=predictor, **kw):
+            i = index[str(Path(r.path).absolute())]
+            seen[i] = True
+            b = r.boxes
+            n = len(b)
+            xyxy = b.xyxy.cpu().numpy().astype(np.float64)
+            confs = b.conf.cpu().numpy()
+            cls = b.cls.cpu().numpy().astype(np.int32)
+            lg = r.det_calib_logits.numpy()
+            h, w = r.orig_shape
+            cols["image"] += [names[i]] * n
+            cols["image_id"] += [i] * n
+            cols["split"] += [split] * n
+            cols["head"] += [head] * n
+            for k, c in enumerate(("x1", "y1", "x2", "y2")):
+                cols[c].append(xyxy[:, k])
+            cols["img_w"] += [w] * n
+            cols["img_h"] += [h] * n
+            cols["cls"].append(cls)
+            cols["conf"].append(confs.astype(np.float64))
+            cols["logit"].append(lg[np.arange(n), cls].astype(np.float64))
+            if all_logits:
+                all_lg.append(lg)
+            bar.update(1)
+    except InputError:
+        raise
+    except (torch.OutOfMemoryError, MemoryError):
+        raise InputError(f"out of memory running the model with batch {batch}: lower --batch") from None
+    except (ValueError, FileNotFoundError, OSError) as e:  # bad --device, unreadable source...
+        raise InputError(f"prediction failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    if not seen.all():
+        warnings.warn(f"Ultralytics skipped {int((~seen).sum())} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
     bar.close()
     data = {}
     for c in CAPTURE_COLUMNS:

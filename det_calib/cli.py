@@ -151,9 +151,20 @@ def main(argv: list[str] | None = None) -> int:
         except DetCalibError as e:
             print(f"det-calib: error: {e}", file=sys.stderr)
             return 2
+        except OSError as e:  # unwritable --out, full disk, unreadable file
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            print(f"det-calib: error: {e.strerror or e}{where}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
-            print("det-calib: interrupted (no partial file was left under a final name)", file=sys.stderr)
+            print("det-calib: interrupted: earlier outputs in the folder were left as they were", file=sys.stderr)
             return 130
+        except Exception as e:  # a bug: one line, and the traceback on request
+            if os.environ.get("DET_CALIB_DEBUG"):
+                raise
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            print(f"det-calib: internal error: {type(e).__name__}: {msg} (set DET_CALIB_DEBUG=1 for the traceback)",
+                  file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,11 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = {".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp", ".dng", ".mpo", ".pfm", ".heic"}
+def _image_suffixes() -> set[str]:
+    """The image formats Ultralytics' loader reads (its own list, so both skip the same files)."""
+    from ultralytics.data.utils import IMG_FORMATS
+
+    return {f".{x.lower()}" for x in IMG_FORMATS}
 
 GT_SCHEMA = {
     "image_id": pl.Int64,
@@ -123,19 +127,18 @@ def load_data_yaml(path: str | Path) -> Dataset:
     names = d.get("names")
     if isinstance(names, dict):
         try:
-            keys = sorted(int(k) for k in names)
+            by_id = {int(k): v for k, v in names.items()}
         except (TypeError, ValueError):
             raise InputError(f"{path}: `names` keys must be integers 0..nc-1") from None
+        keys = sorted(by_id)
         if keys != list(range(len(keys))):
             raise InputError(f"{path}: `names` keys must be 0..{len(keys) - 1}, got {keys}")
-        names = [str(names[k]) for k in keys]
+        names = [str(by_id[k]) for k in keys]
     elif isinstance(names, list):
         names = [str(n) for n in names]
     else:
         raise InputError(f"{path}: missing `names` (the class names)")
-    root = Path(d["path"]) if d.get("path") else path.parent
-    if not root.is_absolute():
-        root = (path.parent / root).resolve()
+    root = _dataset_root(d.get("path"), path)
     splits: dict[str, list[Path]] = {}
     for key, val in d.items():
         if key in ("path", "names", "nc", "download", "yaml_file", "channels") or val is None:
@@ -143,23 +146,59 @@ def load_data_yaml(path: str | Path) -> Dataset:
         vals = val if isinstance(val, list) else [val]
         if not all(isinstance(v, str) for v in vals):
             continue
-        splits[key] = [p if (p := Path(v)).is_absolute() else root / p for v in vals]
+        splits[key] = [_split_path(root, v) for v in vals]
     return Dataset(yaml_path=path.resolve(), root=root, names=names, splits=splits)
+
+
+def _dataset_root(value: object, yaml_path: Path) -> Path:
+    """The dataset root: ``path:`` as Ultralytics resolves it, trying the yaml's folder first.
+
+    A relative ``path:`` is tried against the yaml's folder, the current folder and Ultralytics'
+    datasets folder, in that order; without ``path:`` the root is the yaml's folder.
+    """
+    if not value:
+        return yaml_path.parent.resolve()
+    p = Path(str(value))
+    if p.is_absolute():
+        return p
+    candidates = [yaml_path.parent / p, Path.cwd() / p]
+    try:
+        from ultralytics.utils import DATASETS_DIR
+
+        candidates.append(Path(DATASETS_DIR) / p)
+    except ImportError:  # pragma: no cover
+        pass
+    return next((c.resolve() for c in candidates if c.exists()), candidates[0].resolve())
+
+
+def _split_path(root: Path, value: str) -> Path:
+    """A split entry resolved against the root; ``../x`` falls back to ``x`` as Ultralytics does
+    (Roboflow exports write ``../valid/images`` relative to the yaml)."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    full = (root / p).resolve()
+    if not full.exists() and value.startswith("../"):
+        alt = (root / value[3:]).resolve()
+        if alt.exists():
+            return alt
+    return full
 
 
 def list_images(sources: list[Path], *, split: str) -> list[Path]:
     """Image files of a split (folders searched recursively, ``.txt`` lists read), sorted."""
     files: list[Path] = []
+    suffixes = _image_suffixes()
     for src in sources:
         if src.is_dir():
-            files += [p for p in src.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+            files += [p for p in src.rglob("*") if p.suffix.lower() in suffixes]
         elif src.is_file() and src.suffix == ".txt":
             for line in src.read_text().splitlines():
                 line = line.strip()
                 if line:
                     p = Path(line)
                     files.append(p if p.is_absolute() else src.parent / p)
-        elif src.is_file() and src.suffix.lower() in IMAGE_SUFFIXES:
+        elif src.is_file() and src.suffix.lower() in suffixes:
             files.append(src)
         else:
             raise InputError(f"image folder of split `{split}` not found: {src}")
@@ -195,6 +234,8 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
             with Image.open(p) as im:
                 w, h = im.size
                 im.load()  # decodes: catches truncated files that verify() passes
+                if im.getexif().get(0x0112) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
+                    w, h = h, w  # Ultralytics reads the image rotated, labels refer to that frame
         except Exception:
             # formats PIL can't open but OpenCV can (Ultralytics reads with OpenCV)
             arr = cv2.imread(str(p)) if p.is_file() else None
@@ -206,6 +247,19 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
         good.append(p)
         sizes.append((w, h))
     return good, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), bad
+
+
+def _label_box(values: list[str]) -> list[float]:
+    """``cls cx cy w h`` from a label line; a segmentation polygon ``cls x1 y1 x2 y2 ...`` (more
+    than 5 values, an even number of coordinates) becomes its bounding box, as Ultralytics does."""
+    v = [float(x) for x in values]
+    if len(v) == 5:
+        return v
+    if len(v) >= 7 and (len(v) - 1) % 2 == 0:
+        xs, ys = v[1::2], v[2::2]
+        x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+        return [v[0], (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+    raise ValueError("bad label line")
 
 
 def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: str) -> pl.DataFrame:
@@ -222,23 +276,24 @@ def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: s
         if not lp.is_file():
             continue
         found += 1
-        text = lp.read_text().strip()
-        if not text:
+        lines = [ln.split() for ln in lp.read_text().splitlines() if ln.strip()]
+        if not lines:
             continue
         try:
-            arr = np.array([line.split()[:5] for line in text.splitlines() if line.strip()], dtype=np.float64)
+            arr = np.array([_label_box(v) for v in lines], dtype=np.float64)
         except ValueError:
-            raise InputError(f"malformed label file {lp}: expected `cls cx cy w h` per line") from None
-        if arr.ndim != 2 or arr.shape[1] != 5:
-            raise InputError(f"malformed label file {lp}: expected `cls cx cy w h` per line")
+            raise InputError(f"malformed label file {lp}: expected `cls cx cy w h` (or a polygon) per line") from None
         cls = arr[:, 0]
         if (cls != np.round(cls)).any() or (cls < 0).any() or (cls >= nc).any():
-            raise InputError(f"class id {int(cls.max())} out of range 0..{nc - 1} in {lp}")
+            bad = cls[(cls != np.round(cls)) | (cls < 0) | (cls >= nc)][0]
+            raise InputError(f"class id {bad:g} out of range 0..{nc - 1} in {lp}")
         w, h = sizes[i]
         cx, cy, bw, bh = arr[:, 1] * w, arr[:, 2] * h, arr[:, 3] * w, arr[:, 4] * h
         rows_box.append(np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1))
         rows_cls.append(cls.astype(np.int32))
         rows_id.append(np.full(len(arr), i, dtype=np.int64))
+    if 0 < found < len(images):
+        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found, len(images))
     if found == 0:
         raise InputError(
             f"split `{split}` has no labels: no label file found for any of its {len(images)} images "
@@ -261,13 +316,26 @@ def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: s
     )
 
 
-def read_coco_gt(path: str | Path, images: list[Path], *, names: list[str]) -> pl.DataFrame:
-    """COCO JSON ground truth for ``images`` (matched by file name), class ids mapped by name.
+def read_coco_gt(
+    path: str | Path, images: list[Path], *, names: list[str], root: Path | None = None
+) -> tuple[pl.DataFrame, np.ndarray]:
+    """COCO JSON ground truth for ``images``, class ids mapped by category name.
+
+    An image is found in the JSON by its path relative to ``root`` (the split folder), else by
+    its file name when that is unique in the JSON.
+
+    Returns:
+        ``(gt, found)``: the ground-truth table (``image_id`` indexes ``images``) and the indices
+        of the images the JSON lists; images it doesn't list have no ground truth and must be
+        left out, not treated as empty.
 
     Raises:
-        InputError: Unreadable JSON, a category name the model doesn't know, or no image of the
-            split in the annotation file.
+        InputError: Unreadable JSON, an annotated category the model doesn't know, or no image
+            of the split in the file.
     """
+    import contextlib
+    import io
+
     from pycocotools.coco import COCO
 
     path = Path(path)
@@ -275,35 +343,44 @@ def read_coco_gt(path: str | Path, images: list[Path], *, names: list[str]) -> p
         raise InputError(f"COCO annotation file not found: {path}")
     try:
         json.loads(path.read_text())
-        import contextlib
-        import io
-
         with contextlib.redirect_stdout(io.StringIO()):
             coco = COCO(str(path))
     except Exception as e:
         raise InputError(f"cannot read COCO annotations {path}: {str(e).splitlines()[0] if str(e) else e}") from None
     index = {n: i for i, n in enumerate(names)}
+    used = {a["category_id"] for a in coco.dataset.get("annotations", [])}
     cat_map = {}
     for cat in coco.loadCats(coco.getCatIds()):
-        if cat["name"] not in index:
+        if cat["name"] in index:
+            cat_map[cat["id"]] = index[cat["name"]]
+        elif cat["id"] in used:  # unused categories (e.g. a parent class) are fine
             raise InputError(
                 f"COCO category `{cat['name']}` (id {cat['id']}) is not a class of the model (classes: {names})"
             )
-        cat_map[cat["id"]] = index[cat["name"]]
-    by_name = {Path(img["file_name"]).name: img["id"] for img in coco.dataset.get("images", [])}
-    ids = [by_name.get(p.name) for p in images]
-    if all(i is None for i in ids):
+    by_path, by_name = {}, {}
+    for img in coco.dataset.get("images", []):
+        by_path[Path(img["file_name"]).as_posix()] = img["id"]
+        by_name.setdefault(Path(img["file_name"]).name, []).append(img["id"])
+    ids = []
+    for p in images:
+        rel = p.relative_to(root).as_posix() if root is not None and p.is_relative_to(root) else None
+        if rel is not None and rel in by_path:
+            ids.append(by_path[rel])
+            continue
+        hits = by_name.get(p.name, [])
+        if len(hits) > 1:
+            raise InputError(f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): use paths relative to the split folder")
+        ids.append(hits[0] if hits else None)
+    found = np.array([k for k, i in enumerate(ids) if i is not None], dtype=np.int64)
+    if len(found) == 0:
         raise InputError(f"none of the split's images is listed in {path}")
     rows = []
-    for k, coco_id in enumerate(ids):
-        if coco_id is None:
-            continue
-        for a in coco.loadAnns(coco.getAnnIds(imgIds=[coco_id])):
+    for k in found:
+        for a in coco.loadAnns(coco.getAnnIds(imgIds=[ids[k]])):
             x, y, w, h = a["bbox"]
-            rows.append((k, x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0))))
-    if not rows:
-        return pl.DataFrame(schema=GT_SCHEMA)
-    return pl.DataFrame(rows, schema=GT_SCHEMA, orient="row")
+            rows.append((int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0))))
+    gt = pl.DataFrame(rows, schema=GT_SCHEMA, orient="row") if rows else pl.DataFrame(schema=GT_SCHEMA)
+    return gt, found
 
 
 def load_split(
@@ -325,12 +402,19 @@ def load_split(
     images, sizes, corrupt = image_sizes(images)
     if not images:
         raise InputError(f"split `{split}` has no readable images ({len(corrupt)} corrupt)")
-    if coco_gt is not None:
-        gt = read_coco_gt(coco_gt, images, names=data.names)
-    else:
-        gt = read_yolo_labels(images, sizes, nc=data.nc, split=split)
     sources = data.splits[split]
     root = sources[0] if len(sources) == 1 and sources[0].is_dir() else data.root
+    if coco_gt is not None:
+        gt, found = read_coco_gt(coco_gt, images, names=data.names, root=root)
+        if len(found) < len(images):
+            warnings.warn(
+                f"split `{split}`: {len(images) - len(found)} of {len(images)} images are not in {coco_gt}; left out",
+                stacklevel=2,
+            )
+            sp = Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root)
+            return sp.subset(found)
+    else:
+        gt = read_yolo_labels(images, sizes, nc=data.nc, split=split)
     return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root)
 
 

@@ -39,6 +39,11 @@ def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
             raise InputError(
                 f"unexpected classification layer {type(last).__name__} in {BRANCHES[head]}: expected a 1x1 Conv2d with bias"
             )
+        if last.out_channels != det.nc:
+            raise InputError(
+                f"{BRANCHES[head]} ends in a conv with {last.out_channels} outputs, not one per class ({det.nc}): "
+                "not a plain YOLO classification branch, a temperature cannot be folded into it"
+            )
         convs.append(last)
     return convs
 
@@ -93,8 +98,9 @@ def write_calibrated_checkpoint(
     if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
-    if getattr(model, "task", "detect") != "detect" and not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is not a detection model")
+    task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
+    if task != "detect" or not hasattr(model.model[-1], "cv3"):
+        raise InputError(f"{source} is not a detection model (task `{task}`)")
     fold_into_model(model, temperatures)
     previous = ckpt.get("det_calib") or {}
     total = dict(previous.get("temperature", {}))

@@ -25,6 +25,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     finally:
         if tmp.exists():

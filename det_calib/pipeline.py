@@ -18,6 +18,8 @@ import datetime as _dt
 import functools
 import logging
 import math
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -94,6 +96,8 @@ class Settings:
             raise InputError(f"Expected the conf floor in [0, {min(self.conf)}), but got {self.conf_floor}")
         if self.head not in ("auto", "nms", "e2e", "both"):
             raise InputError(f"Expected `--head` to be one of nms, e2e, both, auto, but got {self.head!r}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"Expected `--limit` to be an integer larger than 0, but got {self.limit}")
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
@@ -282,9 +286,14 @@ def evaluate_head(
     return ev, shifts, per_class
 
 
+def fit_boxes(boxes: pl.DataFrame, s: Settings) -> pl.DataFrame:
+    """The boxes a temperature is fitted on: not crowd-matched, raw conf >= ``fit_min_conf``."""
+    return boxes.filter(~pl.col("ignore") & (pl.col("conf") >= s.fit_min_conf))
+
+
 def fit_head(boxes: pl.DataFrame, s: Settings) -> TemperatureScaler:
-    """Fit the temperature of one head on its fit-split boxes (crowd-matched boxes excluded)."""
-    b = boxes.filter(~pl.col("ignore") & (pl.col("conf") >= s.fit_min_conf))
+    """Fit the temperature of one head on its fit-split boxes (see :func:`fit_boxes`)."""
+    b = fit_boxes(boxes, s)
     return TemperatureScaler(kind="sigmoid").fit(b["logit"].to_numpy(), b["correct"].to_numpy())
 
 
@@ -326,11 +335,12 @@ def calibrate(
     s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
     s.validate()
     t_start = time.time()
-    if model is None or data is None:
+    if (model is None) != (data is None):
+        raise InputError("give both --model and --data, or neither (to run on the embedded demo model and data)")
+    if model is None:
         from det_calib import demo
 
-        model = model or demo.demo_model()
-        data = data or demo.demo_data_yaml()
+        model, data = demo.demo_model(), demo.demo_data_yaml()
     model, data = Path(model), Path(data)
     out = Path(out)
 
@@ -385,13 +395,21 @@ def calibrate(
         scaler = fit_head(fb, s)
         t = float(scaler.temperature_)
         temps[head] = t
+        used = fit_boxes(fb, s)
+        zf, yf = used["logit"].to_numpy(), used["correct"].to_numpy()
+        pf0, pf1 = used["conf"].to_numpy(), _sigmoid(zf, t)
         fits[head] = {
             "split": fit.name,
             "images": len(fit.images),
-            "boxes": int(fb.filter(~pl.col("ignore") & (pl.col("conf") >= s.fit_min_conf)).height),
-            "correct": int(fb.filter(~pl.col("ignore") & (pl.col("conf") >= s.fit_min_conf))["correct"].sum()),
+            "boxes": used.height,
+            "correct": int(yf.sum()),
             "nll_before": float(scaler.nll_before_),
             "nll_after": float(scaler.nll_after_),
+            # in-sample: the fit split's own figures, for comparison with the eval split's
+            "ece_before": metrics.ece(pf0, yf, n_bins=s.ece_bins),
+            "ece_after": metrics.ece(pf1, yf, n_bins=s.ece_bins),
+            "brier_before": metrics.brier(pf0, yf),
+            "brier_after": metrics.brier(pf1, yf),
             "iterations": int(scaler.n_iter_),
         }
         log.info("%s head: T = %.4f (NLL %.4f -> %.4f on %s)", head, t, scaler.nll_before_, scaler.nll_after_, fit.name)
@@ -399,9 +417,6 @@ def calibrate(
         tables += [fb, eb]
 
     boxes = validate_boxes(pl.concat(tables, how="vertical"))
-    out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Path] = {}
-    files["boxes"] = write_boxes(boxes, out / "boxes.parquet")
     summary: dict[str, Any] = {
         "det_calib_version": _version(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -432,23 +447,54 @@ def calibrate(
         "ultralytics_val": {},
         "corrupt_images": sorted(set(fit.corrupt) | set(ev.corrupt)),
     }
-    ckpt = write_calibrated_checkpoint(
-        model,
-        out / "calibrated.pt",
-        temps,
-        metadata={"iou_match": s.iou, "fit_split": fit.name, "data": str(data.resolve())},
-    )
-    files["checkpoint"] = ckpt
-    if s.run_val:
-        summary["ultralytics_val"] = _ultralytics_checks(model, ckpt, ds, ev, heads, temps, s, imgsz)
-    summary["seconds"] = round(time.time() - t_start, 1)
-    files["calibration"] = write_json(out / "calibration.json", summary)
-    files["summary"] = write_summary_text(out, summary)
-    if s.report:
-        from det_calib.report import write_report
+    # Everything is written into a staging folder inside `out` and moved into place at the end,
+    # file by file with atomic renames: a run that fails or is interrupted leaves the previous
+    # run's files as they were, never a mix of old and new.
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".det_calib-staging-", dir=out))
+    try:
+        write_boxes(boxes, stage / "boxes.parquet")
+        write_calibrated_checkpoint(
+            model,
+            stage / "calibrated.pt",
+            temps,
+            metadata={"iou_match": s.iou, "fit_split": fit.name, "data": str(data.resolve())},
+        )
+        if s.run_val:
+            if s.coco_gt:
+                summary["ultralytics_val"] = {
+                    h: {"split": ev.name, "original": None, "calibrated": None, "calibrated_equivalent_floor": None,
+                        "note": "not run: Ultralytics val reads YOLO txt labels, not the --coco-gt file"}
+                    for h in heads
+                }
+            else:
+                summary["ultralytics_val"] = _ultralytics_checks(model, stage / "calibrated.pt", ds, ev, heads, temps, s, imgsz)
+        summary["seconds"] = round(time.time() - t_start, 1)
+        write_json(stage / "calibration.json", summary)
+        write_summary_text(stage, summary)
+        if s.report:
+            from det_calib.report import write_report
 
-        files.update(write_report(out))
+            write_report(stage, shown_dir=out)
+        files = _move_into_place(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    ckpt = out / "calibrated.pt"
     return CalibrationRun(out_dir=out, summary=summary, boxes=boxes, checkpoint=ckpt, files=files)
+
+
+def _move_into_place(stage: Path, out: Path) -> dict[str, Path]:
+    """Move every file of ``stage`` to the same place under ``out`` (atomic renames, same disk)."""
+    names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
+             "summary.txt": "summary", "report.html": "html", "report.md": "md"}
+    files: dict[str, Path] = {}
+    for src in sorted(p for p in stage.rglob("*") if p.is_file()):
+        rel = src.relative_to(stage)
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+        files[names.get(str(rel), str(rel))] = dst
+    return files
 
 
 def _ultralytics_checks(model, ckpt, ds, ev, heads, temps, s: Settings, imgsz) -> dict[str, Any]:

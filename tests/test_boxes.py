@@ -85,3 +85,14 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 def test_json_writes_nan_as_null(tmp_path):
     write_json(tmp_path / "x.json", {"a": float("nan"), "b": np.float32(0.5), "c": np.int64(3), "d": [np.nan]})
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": None, "b": 0.5, "c": 3, "d": [None]}
+
+
+def test_atomic_files_get_normal_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = write_json(tmp_path / "x.json", {})
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -119,3 +119,13 @@ def test_console_script_exit_code_and_no_traceback(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("det-calib: error: model file not found")
     assert "Traceback" not in out.stderr
+
+
+def test_model_without_data_and_unwritable_out(capsys, tmp_path, ds, demo_model_path):
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, *FAST)
+    _assert_one_line_error(code, err, "give both --model and --data")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
+                     "--out", blocker / "sub", "--head", "nms", *FAST)
+    assert code == 2 and "Traceback" not in err and err.startswith("det-calib: error:")

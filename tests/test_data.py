@@ -129,3 +129,37 @@ def test_coco_ground_truth_equals_yolo_labels(tmp_path, fixture_yaml):
     path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     with pytest.raises(InputError, match="`dodecahedron`.*not a class of the model"):
         load_split(ds, "fixture", coco_gt=path)
+
+
+def test_polygon_labels_quoted_ids_and_roboflow_paths(tmp_path, fixture_yaml):
+    # Roboflow layout: the yaml beside the split folders, entries written as ../valid/images
+    root = tmp_path / "export"
+    shutil.copytree(fixture_yaml.parent / "images" / "fixture", root / "valid" / "images")
+    shutil.copytree(fixture_yaml.parent / "labels" / "fixture", root / "valid" / "labels")
+    names = "".join(f"  '{i}': {n}\n" for i, n in enumerate(CLASS_NAMES))
+    (root / "data.yaml").write_text(f"val: ../valid/images\nnames:\n{names}")
+    ds = load_data_yaml(root / "data.yaml")
+    assert ds.names == list(CLASS_NAMES)
+    # a segmentation polygon becomes its bounding box
+    lbl = sorted((root / "valid" / "labels").glob("*.txt"))[0]
+    lbl.write_text("2 0.1 0.2 0.5 0.2 0.5 0.6 0.1 0.6\n")
+    sp = load_split(ds, "val")
+    first = sp.gt.filter(sp.gt["image_id"] == 0)
+    w, h = sp.sizes[0]
+    np.testing.assert_allclose(first.select("x1", "y1", "x2", "y2").to_numpy()[0], [0.1 * w, 0.2 * h, 0.5 * w, 0.6 * h])
+    assert first["cls"].to_list() == [2]
+
+
+def test_coco_images_missing_from_the_json_are_left_out(tmp_path, fixture_yaml):
+    ds = load_data_yaml(fixture_yaml)
+    sp = load_split(ds, "fixture")
+    images = [{"id": k, "file_name": p.name, "width": int(sp.sizes[k, 0]), "height": int(sp.sizes[k, 1])}
+              for k, p in enumerate(sp.images) if k % 3]
+    cats = [{"id": i, "name": n} for i, n in enumerate(ds.names)] + [{"id": 99, "name": "shapes-parent"}]
+    path = tmp_path / "ann.json"
+    path.write_text(json.dumps({"images": images, "annotations": [], "categories": cats}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        part = load_split(ds, "fixture", coco_gt=path)
+    assert len(part.images) == 8 and part.gt.height == 0
+    assert any("not in" in str(w.message) for w in caught)

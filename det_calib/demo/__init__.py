@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
+from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def demo_root() -> Path:
     root = Path(env) if env else Path(__file__).resolve().parents[2]
     path = root / "datasets" / "shapes"
     if not path.is_dir():
-        raise FileNotFoundError(
+        raise InputError(
             f"demo files not found at {path}: install det_calib from its repository with "
             "`pip install -e .`, or set DET_CALIB_HOME to the repository root"
         )

@@ -9,6 +9,8 @@ since it means the two files do not come from the same run.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import logging
 import math
@@ -692,7 +694,9 @@ def _write_page(out_dir: Path, stem: str, title: str, b: _Builder, *, subtitle: 
     return paths
 
 
-def write_report(run_dir: str | Path, *, out_dir: str | Path | None = None) -> dict[str, Path]:
+def write_report(
+    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None
+) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
     ``report.html`` is self-contained (figures embedded as PNG data URIs, inline CSS, no script);
@@ -702,6 +706,8 @@ def write_report(run_dir: str | Path, *, out_dir: str | Path | None = None) -> d
     Args:
         run_dir: A run directory holding ``calibration.json`` and ``boxes.parquet``.
         out_dir: Where to write; default ``run_dir``.
+        shown_dir: The run folder named in the report's text, when ``run_dir`` is a staging
+            folder that will be moved there; default ``run_dir``.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -717,6 +723,8 @@ def write_report(run_dir: str | Path, *, out_dir: str | Path | None = None) -> d
     """
     run = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
+    if shown_dir is not None:
+        run = dataclasses.replace(run, run_dir=Path(shown_dir))
     n_bins = _settings(run)[0]
     hbs = {h: run.eval_boxes(h) for h in run.heads}
     bins = {h: (_bins(hb.conf, hb.correct, n_bins) if hb.n else None,
