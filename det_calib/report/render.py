@@ -754,19 +754,24 @@ def write_report(
 # comparison
 
 
-def _resolve(spec: str | Path) -> tuple[Run, str, str]:
-    """A run and the head to compare; ``run_dir:head`` picks the head, else the first head."""
-    path, head = parse_run_spec(spec)
-    run = load_run(path)
-    note = ""
-    if head is None:
-        head = run.heads[0]
-        if len(run.heads) > 1:
-            note = f"{path} has heads {', '.join(run.heads)}; comparing {head} (use {path}:<head> to choose)"
-            log.info(note)
-    elif head not in run.heads:
-        raise InputError(f"{path / CALIBRATION_FILE}: no head {head!r}; heads are {run.heads}")
-    return run, head, note
+def _resolve_pair(spec_a: str | Path, spec_b: str | Path) -> list[tuple[Run, str, str]]:
+    """The two runs and the head of each to compare. ``run_dir:head`` picks a head; without one,
+    the first head both runs have (compare like with like), else the run's first head."""
+    parsed = [parse_run_spec(spec_a), parse_run_spec(spec_b)]
+    runs = [load_run(path) for path, _ in parsed]
+    common = [h for h in runs[0].heads if h in runs[1].heads]
+    out = []
+    for (path, head), run in zip(parsed, runs):
+        note = ""
+        if head is None:
+            head = next((h for h in common), run.heads[0])
+            if len(run.heads) > 1:
+                note = f"{path} has heads {', '.join(run.heads)}; comparing {head} (use {path}:<head> to choose)"
+                log.info(note)
+        elif head not in run.heads:
+            raise InputError(f"{path / CALIBRATION_FILE}: no head {head!r}; heads are {run.heads}")
+        out.append((run, head, note))
+    return out
 
 
 def _boot_mean(metric: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.ndarray],
@@ -873,7 +878,7 @@ def compare_runs(
     Raises:
         InputError: A run is missing or corrupt, an unknown head, or ``labels`` is not two names.
     """
-    (ra, ha, na), (rb, hb_, nb) = _resolve(run_a), _resolve(run_b)
+    (ra, ha, na), (rb, hb_, nb) = _resolve_pair(run_a, run_b)
     if labels is None:
         la, lb = f"{ra.run_dir.name}:{ha}", f"{rb.run_dir.name}:{hb_}"
         if la == lb:
