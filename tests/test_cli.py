@@ -129,3 +129,20 @@ def test_model_without_data_and_unwritable_out(capsys, tmp_path, ds, demo_model_
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
                      "--out", blocker / "sub", "--head", "nms", *FAST)
     assert code == 2 and "Traceback" not in err and err.startswith("det-calib: error:")
+
+
+@pytest.mark.slow
+def test_default_run_on_the_embedded_demo(tmp_path):
+    """The README's main command with no model or data: the demo detector on the demo splits
+    (rendered into the cache on first use); --limit keeps it short."""
+    exe = shutil.which("det-calib")
+    cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
+    out = subprocess.run([*cmd, "calibrate", "--limit", "40", "--n-boot", "100", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "[nms] T =" in out.stdout and "[e2e] T =" in out.stdout
+    assert "(identical)" in out.stdout
+    for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
+        assert (tmp_path / "run" / name).is_file()
+    assert not list((tmp_path / "run").glob(".det_calib-staging-*"))  # staging folder cleaned up
+    assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
