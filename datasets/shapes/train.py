@@ -94,7 +94,7 @@ def stage2(args, data, last: Path) -> Path:
         workers=2,
         warmup_epochs=0,
         optimizer="AdamW",
-        lr0=0.0005,
+        lr0=0.001,
         scale=0.3,
         close_mosaic=args.finetune_epochs,
         plots=False,
