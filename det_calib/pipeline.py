@@ -559,7 +559,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     for head in summary["heads"]:
         t = summary["temperature"][head]
         e = summary["eval"][head]
-        word = "overconfident" if t > 1 else "underconfident"
+        word = "too extreme: too close to 0 and 1" if t > 1 else "too timid: too close to 0.5"
         lines.append(
             f"[{head}] T = {_f(t, '.4f')} (raw scores {word}); ECE({summary['ece_bins']} bins, IoU {summary['iou_match']}) "
             f"{_f(e['ece_before'], '.4f')} -> {_f(e['ece_after'], '.4f')}; NLL {_f(e['nll_before'], '.4f')} -> {_f(e['nll_after'], '.4f')}"

@@ -314,7 +314,7 @@ def test_report_numbers_match_calibration_json(run_two):
         assert f"keep {sh['kept_after']:,} boxes instead of {sh['kept_before']:,}" in html
         assert f"{sh['precision_before']:.3f}" in html and f"{sh['recall_after']:.3f}" in html
         assert f"{sh['equivalent_conf']:.3f}" in html
-    assert "over-confident" in html and "under-confident" in html  # nms T=1.4, e2e T=0.8
+    assert "too extreme" in html and "too timid" in html  # nms T=1.4, e2e T=0.8
     assert "ECE (15 bins, IoU 0.5)" in html and "LaECE (25 bins, loc. IoU 0.1)" in html
     assert "n/a" in html  # D-ECE is null in the JSON
     assert f"{f4(calib['eval']['nms']['ece_before'])}" in md
@@ -381,7 +381,7 @@ def test_one_head_and_nulls(run_one):
     (t,) = tables(page, "map-ultralytics")
     assert t["rows"][0]["cells"][1][0] == "n/a (not run)"
     html = paths["html"].read_text()
-    assert "under-confident" in html and "T = 0.800 &lt; 1" in html
+    assert "too timid" in html and "T = 0.800 &lt; 1" in html
     assert "T = 0.800 < 1" in paths["md"].read_text()
 
 

@@ -166,24 +166,32 @@ def _laece_tag(run: Run) -> str:
 
 
 def verdict(t: float | None) -> str:
-    """One word for a temperature: over-confident (T > 1), under-confident (T < 1)..."""
+    """A few words for a temperature: too extreme (T > 1), too timid (T < 1), close to calibrated.
+
+    Not "over-/under-confident": T > 1 means the raw scores sit too close to 0 and 1, which is
+    over-confidence for high scores but under-confidence for the many low ones (and vice versa).
+    """
     if t is None:
         return "not fitted"
     if abs(math.log(t)) < _T_CLOSE:
         return "close to calibrated"
-    return "over-confident" if t > 1 else "under-confident"
+    return "too extreme" if t > 1 else "too timid"
 
 
 def verdict_sentence(t: float | None) -> str:
     if t is None:
         return "No temperature was fitted for this head: only raw scores are shown."
     v = verdict(t)
-    if v == "over-confident":
-        return (f"T = {t:.3f} > 1: the raw scores are over-confident (too close to 0 and 1). Calibration pulls "
-                "every score towards 0.5: scores above 0.5 go down, scores below 0.5 go up.")
-    if v == "under-confident":
-        return (f"T = {t:.3f} < 1: the raw scores are under-confident (too close to 0.5). Calibration pushes "
-                "scores away from 0.5: scores above 0.5 go up, scores below 0.5 go down.")
+    if v == "too extreme":
+        return (f"T = {t:.3f} > 1: the raw scores are too extreme, too close to 0 and 1: over-confident where "
+                "they are high, under-confident where they are low. Calibration pulls every score towards 0.5: "
+                "scores above 0.5 go down, scores below 0.5 go up. The reliability diagram shows which end "
+                "dominated the fit.")
+    if v == "too timid":
+        return (f"T = {t:.3f} < 1: the raw scores are too timid, too close to 0.5: under-confident where they "
+                "are high, over-confident where they are low. Calibration pushes scores away from 0.5: scores "
+                "above 0.5 go up, scores below 0.5 go down. The reliability diagram shows which end dominated "
+                "the fit.")
     return f"T = {t:.3f} ≈ 1: the raw scores are already close to calibrated; calibration changes them little."
 
 
@@ -356,7 +364,7 @@ def _summary(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, t
             e = next((s for s in shifts if _num(s.get("conf")) == x), None)
             row.append(_arrow(fint(e.get("kept_before")), fint(e.get("kept_after"))) if e else "n/a")
         trows.append(row)
-    b.add(Table(cols, trows, caption=f"At a glance (ECE: {tag}; T > 1 means the raw scores were over-confident)",
+    b.add(Table(cols, trows, caption=f"At a glance (ECE: {tag}; T > 1: raw scores too extreme, T < 1: too timid)",
                 css="summary"))
     for h in run.heads:
         t = run.temperature(h)
