@@ -18,6 +18,7 @@ Head modes:
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Sequence
@@ -99,7 +100,10 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
+@functools.lru_cache(maxsize=1)
 def _predictor_class():
+    # one class for the process: Ultralytics keeps a model's predictor between predict() calls
+    # only while the predictor class stays the same (a new class would re-fuse the model each time)
     from ultralytics.models.yolo.detect import DetectionPredictor
     from ultralytics.utils import nms
 
