@@ -49,32 +49,33 @@ def main() -> None:
     print(f"trained {args.epochs} + {args.finetune_epochs} epochs in {minutes:.1f} min -> {args.out}")
 
 
-def stage1(args, data) -> None:
-    """From scratch, with mosaic (off for the last 4 epochs)."""
-    from ultralytics import YOLO
-
-    model = YOLO("yolo26n.yaml")
-    model.train(
+def _common(args, data) -> dict:
+    """Training arguments shared by both stages."""
+    return dict(
         data=str(data),
-        epochs=args.epochs,
         imgsz=args.imgsz,
         batch=args.batch,
         seed=args.seed,
         deterministic=True,
         device="cpu",
         workers=2,
-        warmup_epochs=1,
         # from scratch on a short schedule: Ultralytics' automatic choice (AdamW at 8e-4, meant
         # for fine-tuning pretrained weights) learns too slowly here
         optimizer="AdamW",
-        lr0=0.003,
         scale=0.3,  # milder than the default 0.5: 8-pixel objects must stay visible
-        close_mosaic=4,
         plots=False,  # plotting would try to download a font
         amp=False,
         project=args.project,
-        name="yolo26n_shapes",
         exist_ok=True,
+    )
+
+
+def stage1(args, data) -> None:
+    """From scratch, with mosaic (off for the last 4 epochs)."""
+    from ultralytics import YOLO
+
+    YOLO("yolo26n.yaml").train(
+        **_common(args, data), name="yolo26n_shapes", epochs=args.epochs, warmup_epochs=1, lr0=0.003, close_mosaic=4
     )
 
 
@@ -84,27 +85,14 @@ def stage2(args, data, last: Path) -> Path:
     from ultralytics import YOLO
 
     YOLO(str(last)).train(
-        data=str(data),
-        epochs=args.finetune_epochs,
-        imgsz=args.imgsz,
-        batch=args.batch,
-        seed=args.seed,
-        deterministic=True,
-        device="cpu",
-        workers=2,
-        warmup_epochs=0,
-        optimizer="AdamW",
-        lr0=0.001,
-        scale=0.3,
-        close_mosaic=args.finetune_epochs,
-        plots=False,
-        amp=False,
-        project=args.project,
+        **_common(args, data),
         name="yolo26n_shapes_ft",
-        exist_ok=True,
+        epochs=args.finetune_epochs,
+        warmup_epochs=0,
+        lr0=0.001,
+        close_mosaic=args.finetune_epochs,
     )
     return Path(args.project) / "yolo26n_shapes_ft" / "weights" / "last.pt"
-
 
 if __name__ == "__main__":
     main()
