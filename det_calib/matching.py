@@ -138,11 +138,24 @@ def _check_len(arr: np.ndarray, name: str, n: int | None, ref: str | None) -> No
         raise InputError(f"`{name}` has {len(arr)} entries but `{ref}` has {n}; they must be one per box")
 
 
-def _ids(x, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+def _vector(x, name: str, n: int | None, ref: str | None) -> np.ndarray:
+    """``x`` as a 1-D array of ``n`` entries (one per box of ``ref``)."""
     arr = np.asarray(x)
     if arr.ndim != 1:
         raise InputError(f"`{name}` must be a 1-D array, got shape {arr.shape}")
     _check_len(arr, name, n, ref)
+    return arr
+
+
+def _real(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` in float64, refusing booleans, complex and non-numeric dtypes."""
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+        raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def _ids(x, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+    arr = _vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.int64)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
@@ -157,9 +170,7 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[1] != 4:
         raise InputError(f"`{name}` must have shape (n, 4) (x1, y1, x2, y2), got shape {arr.shape}")
     _check_len(arr, name, n, ref)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-        raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
+    arr = _real(arr, name)
     if not np.isfinite(arr).all():
         raise InputError(f"`{name}` has non-finite coordinates")
     if ((arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])).any():
@@ -168,25 +179,17 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
 
 
 def _scores(x, name: str, n: int, ref: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise InputError(f"`{name}` must be a 1-D array, got shape {arr.shape}")
-    _check_len(arr, name, n, ref)
+    arr = _vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.float64)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-        raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
+    arr = _real(arr, name)
     if np.isnan(arr).any():
         raise InputError(f"`{name}` has NaN values")
     return arr
 
 
 def _flags(x, name: str, n: int, ref: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise InputError(f"`{name}` must be a 1-D array, got shape {arr.shape}")
-    _check_len(arr, name, n, ref)
+    arr = _vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(bool)
     if arr.dtype != bool:

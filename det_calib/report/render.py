@@ -570,8 +570,9 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
             b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}"))
         n_gt = int(_num(get(run.calib, "eval", h, "n_gt")) or 0)
         grid = np.linspace(0.0, 1.0, 201)
-        pb = _pr(hb.conf, hb.correct, n_gt, grid)
-        pa = _pr(hb.conf_after, hb.correct, n_gt, grid) if hb.conf_after is not None else None
+        pb = thresholds.precision_recall_vs_conf(hb.conf, hb.correct, n_gt=n_gt, grid=grid)
+        pa = (thresholds.precision_recall_vs_conf(hb.conf_after, hb.correct, n_gt=n_gt, grid=grid)
+              if hb.conf_after is not None else None)
         marks = [(x, thresholds.equivalent_threshold(x, hb.temperature) if hb.temperature and 0 < x < 1 else None)
                  for x in thr]
         png = plots.threshold_figure(pb, pa, marks,
@@ -595,10 +596,6 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
             b.add(Table(["Class (id)"] + _SHIFT_COLS, prow,
                         caption=f"Kept set per class, head {h} (correct: IoU ≥ {iou:g})",
                         css="threshold-shift-per-class", attrs={"data-head": h}))
-
-
-def _pr(conf: np.ndarray, correct: np.ndarray, n_gt: int, grid: np.ndarray) -> thresholds.PRCurve:
-    return thresholds.precision_recall_vs_conf(conf, correct, n_gt=n_gt, grid=grid)
 
 
 def _map(b: _Builder, run: Run) -> None:
