@@ -11,6 +11,7 @@ import pytest
 
 from det_calib.data import load_data_yaml
 from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
+from det_calib.metrics import nll_logits
 from det_calib.pipeline import calibrate, resolve_splits, summary_text
 from det_calib.thresholds import equivalent_threshold
 
@@ -43,7 +44,13 @@ def test_output_contract(run):
         assert ev["split"] != fit["split"]
         # a shared temperature never changes the ranking: pycocotools mAP identical
         assert ev["map_identical"] and ev["map50_95_before"] == ev["map50_95_after"]
-        assert ev["nll_after"] == pytest.approx(ev["nll_after"])
+        # the reported eval NLL is the one the boxes table gives (non-ignored eval boxes, logit / T)
+        b = pl.read_parquet(out / "boxes.parquet").filter(
+            (pl.col("head") == head) & (pl.col("split") == ev["split"]) & ~pl.col("ignore"))
+        assert len(b) == ev["boxes"]
+        z, y = b["logit"].to_numpy(), b["correct"].to_numpy()
+        assert ev["nll_after"] == pytest.approx(nll_logits(z, y, temperature=t), rel=1e-9)
+        assert ev["nll_before"] == pytest.approx(nll_logits(z, y), rel=1e-9)
         sh = s["threshold_shift"][head][0]
         assert sh["conf"] == 0.25
         assert sh["kept_after"] == sh["kept_before"] + sh["added"] - sh["removed"]
