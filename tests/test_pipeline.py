@@ -81,7 +81,7 @@ def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, 
     hot = write_calibrated_checkpoint(demo_model_path, tmp_path / "soft.pt", {"nms": t0})
     # the same boxes enter both fits: raw conf >= c in the folded model <=> >= c' in the original
     c = 0.05
-    kw = dict(head="nms", run_val=False, report=False, n_boot=10, progress=False)
+    kw = {"head": "nms", "run_val": False, "report": False, "n_boot": 10, "progress": False}
     a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", fit_min_conf=equivalent_threshold(c, 1 / t0), **kw)
     b = calibrate(hot, fixture_yaml, out=tmp_path / "b", fit_min_conf=c, **kw)
     assert a.summary["fit"]["nms"]["boxes"] == b.summary["fit"]["nms"]["boxes"] > 20

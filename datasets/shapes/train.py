@@ -1,13 +1,15 @@
 """Train the demo detector (YOLO26n from yaml) on the shapes dataset, on CPU, reproducibly.
 
-Usage (from the repository root; about 80 minutes on a 2-core CPU):
+Usage (from the repository root; about 90 minutes on a 2-core CPU):
 
     python3 datasets/shapes/train.py           # writes datasets/shapes/yolo26n_shapes.pt
 
 One run from scratch: 27 epochs, mosaic off for the last 6, an optimiser step after every batch.
 The weights kept are Ultralytics' ``best.pt``: the epoch with the best fitness (0.9 mAP50-95 +
 0.1 mAP50) on the data.yaml's ``val`` split, which is ``calib``; ``test`` is never looked at.
-That is the checkpoint a practitioner brings to det_calib. The dataset is generated first if it is not in the cache (see ``det_calib.demo``). Training is
+That is the checkpoint a practitioner brings to det_calib.
+
+The dataset is generated first if it is not in the cache (see ``det_calib.demo``). Training is
 not part of CI; the trained weights are committed, with their figures in ``MODEL_CARD.md``.
 """
 
