@@ -22,32 +22,16 @@ def main() -> None:
     ap.add_argument("--split", default="test")
     args = ap.parse_args()
 
-    import tempfile
-    from pathlib import Path
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.demo import demo_data_yaml, model_figures
 
-    from det_calib.capture import capture
-    from det_calib.data import load_data_yaml, load_split, write_split_yaml
-    from det_calib.demo import demo_data_yaml, demo_model
-    from det_calib.pipeline import match_boxes
-    from det_calib.verify import ultralytics_val
-
-    model = args.model or str(demo_model())
-    ds = load_data_yaml(demo_data_yaml())
-    sp = load_split(ds, args.split)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        yml = write_split_yaml(ds, sp, Path(tmp))
-        for head, label in (("nms", "`nms=None` (one-to-many + NMS)"), ("e2e", "`nms=False` (one-to-one)")):
-            m = ultralytics_val(model, yml, split="val", head=head)
-            boxes = match_boxes(capture(model, sp.images, head=head, progress=False), sp, iou=0.5, loc_iou=0.1)
-            kept = boxes.filter(boxes["conf"] > 0.25)
-            ok = int(kept["correct"].sum())
-            rows.append(f"| {label} | {m['map50']:.3f} | {m['map50_95']:.3f} | {ok} | {kept.height - ok} |")
-    n_gt = sp.gt.height
-    print(f"{args.split} split: {len(sp.images)} images, {n_gt} objects\n")
+    sp = load_split(load_data_yaml(demo_data_yaml()), args.split)
+    print(f"{args.split} split: {len(sp.images)} images, {sp.gt.height} objects\n")
     print("| head mode | mAP50 | mAP50-95 | boxes > 0.25 correct | boxes > 0.25 incorrect |")
     print("|---|---:|---:|---:|---:|")
-    print("\n".join(rows))
+    for head, label in (("nms", "`nms=None` (one-to-many + NMS)"), ("e2e", "`nms=False` (one-to-one)")):
+        f = model_figures(args.model, split=args.split, head=head)
+        print(f"| {label} | {f['map50']:.3f} | {f['map50_95']:.3f} | {f['correct']} | {f['incorrect']} |")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir"]
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir", "model_figures"]
 
 
 def demo_root() -> Path:
@@ -93,3 +93,26 @@ def _write_yaml(root: Path, *, train: str) -> None:
 def fixture_data_yaml() -> Path:
     """``data.yaml`` of the committed fixture split (12 images; for fast tests)."""
     return demo_root() / "fixture" / "data.yaml"
+
+
+def model_figures(model: str | Path | None = None, *, split: str = "test", head: str = "nms") -> dict[str, float]:
+    """The demo detector's model-card figures on one split of the demo dataset, for one head.
+
+    Returns:
+        ``map50`` and ``map50_95`` (Ultralytics val at conf 0.001), and ``correct`` and
+        ``incorrect``: the boxes above conf 0.25, labelled by one-to-one matching to same-class
+        ground truth at IoU 0.5.
+    """
+    from det_calib.capture import capture
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.pipeline import match_boxes
+    from det_calib.verify import ultralytics_val
+
+    model = model or demo_model()
+    yml = demo_data_yaml()
+    m = ultralytics_val(model, yml, split=split, head=head)
+    sp = load_split(load_data_yaml(yml), split)
+    boxes = match_boxes(capture(model, sp.images, head=head, progress=False), sp, iou=0.5, loc_iou=0.1)
+    kept = boxes.filter(boxes["conf"] > 0.25)
+    correct = int(kept["correct"].sum())
+    return {"map50": m["map50"], "map50_95": m["map50_95"], "correct": correct, "incorrect": kept.height - correct}
