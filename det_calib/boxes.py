@@ -1,7 +1,7 @@
 """The per-box table at the centre of det_calib.
 
 One row per output box of a detector on one image, for one head mode. Capture fills the box,
-class, conf and logit columns; matching fills ``correct``, ``iou`` and ``ignore``. The table is
+class, conf and logit columns; matching fills ``correct``, ``iou``, ``ignore`` and ``loc_iou``. The table is
 a polars DataFrame with a fixed schema, validated on construction, saved as Parquet.
 
 Columns:
@@ -24,6 +24,7 @@ correct    bool     matched one-to-one to a same-class ground truth at IoU >= ta
 iou        float64  IoU with the matched ground truth (best same-class IoU if unmatched,
                     0 if none), for localisation-aware metrics
 ignore     bool     matched to a crowd annotation: excluded from metrics and fits (COCO)
+loc_iou    float64  IoU of the match at the LaECE threshold (0.1), 0 if none
 =========  =======  ==============================================================
 
 An optional ``logits`` column (list of nc float32) holds all class logits of the box.
@@ -32,13 +33,16 @@ An optional ``logits`` column (list of nc float32) holds all class logits of the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from det_calib.errors import InputError
+from det_calib.errors import InputError, first_line
 
 HEADS = ("nms", "e2e")
+"""The head vocabulary: ``nms`` (one-to-many head + NMS), ``e2e`` (one-to-one head, no NMS)."""
+Head = Literal["nms", "e2e"]
 
 SCHEMA: dict[str, pl.DataType] = {
     "image": pl.String,
@@ -57,8 +61,10 @@ SCHEMA: dict[str, pl.DataType] = {
     "correct": pl.Boolean,
     "iou": pl.Float64,
     "ignore": pl.Boolean,
+    "loc_iou": pl.Float64,
 }
-CAPTURE_COLUMNS = [c for c in SCHEMA if c not in ("correct", "iou", "ignore")]
+MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
+CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
 def empty_boxes() -> pl.DataFrame:
@@ -71,7 +77,7 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
 
     Args:
         df: The table.
-        matched: Require the ``correct``/``iou``/``ignore`` columns filled by matching.
+        matched: Require the ``correct``/``iou``/``ignore``/``loc_iou`` columns filled by matching.
 
     Raises:
         InputError: A column is missing, or values are out of range (non-finite coordinates,
@@ -96,22 +102,34 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
     if not np.isfinite(df["logit"].to_numpy()).all():
         raise InputError("box table column `logit` has non-finite values")
     if matched:
-        iou = df["iou"].to_numpy()
-        if not ((iou >= 0) & (iou <= 1 + 1e-9)).all():
-            raise InputError("box table column `iou` must lie in [0, 1]")
+        for col in ("iou", "loc_iou"):
+            v = df[col].to_numpy()
+            if not ((v >= 0) & (v <= 1 + 1e-9)).all():
+                raise InputError(f"box table column `{col}` must lie in [0, 1]")
     return df
 
 
-def read_boxes(path: str | Path) -> pl.DataFrame:
-    """Read and validate a ``boxes.parquet``."""
+def read_boxes(path: str | Path, *, matched: bool | None = None) -> pl.DataFrame:
+    """Read and validate a ``boxes.parquet`` (the one Parquet reader of det_calib).
+
+    Args:
+        path: The file.
+        matched: Require the matching columns; None: require them when ``correct`` is there.
+
+    Raises:
+        InputError: Missing, unreadable or invalid; one line naming the file.
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"box table not found: {path}")
     try:
         df = pl.read_parquet(path)
     except Exception as e:  # polars raises several types for corrupt files
-        raise InputError(f"cannot read box table {path}: {e}") from None
-    return validate_boxes(df, matched="correct" in df.columns)
+        raise InputError(f"cannot read box table {path}: {first_line(e)}") from None
+    try:
+        return validate_boxes(df, matched=("correct" in df.columns) if matched is None else matched)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
 
 
 def write_boxes(df: pl.DataFrame, path: str | Path) -> Path:

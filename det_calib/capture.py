@@ -197,7 +197,7 @@ def capture(
     if head not in heads:
         raise InputError(
             f"the model has no {'one-to-one (NMS-free)' if head == 'e2e' else 'one-to-many'} head "
-            f"for --head {head}; it has: {', '.join(heads)}"
+            f"for `head` {head}; it has: {', '.join(heads)}"
         )
     if not 0 <= conf < 1:
         raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
@@ -246,7 +246,7 @@ def capture(
     except InputError:
         raise
     except (torch.OutOfMemoryError, MemoryError):
-        raise InputError(f"out of memory running the model with batch {batch}: lower --batch") from None
+        raise InputError(f"out of memory running the model with batch {batch}: lower `batch`") from None
     except (ValueError, FileNotFoundError, OSError) as e:  # bad --device, unreadable source...
         raise InputError(f"prediction failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
     if not seen.all():

@@ -1,21 +1,85 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
+The options of ``calibrate`` are generated from :class:`det_calib.pipeline.Settings` (each field
+carries its default and help); library errors name parameters and are shown with the options'
+names.
+
 Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import re
 import sys
 import warnings
+from collections.abc import Callable
+from importlib import metadata as _metadata
 from pathlib import Path
+from typing import Any
 
-from det_calib.errors import DetCalibError
+from det_calib.errors import DetCalibError, first_line
+
+
+def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type) -> None:
+    """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
+
+    The field's default, help and choices come from the dataclass; ``negate`` makes a
+    ``--no-...`` switch that stores False, ``repeat`` an option that may be given several times
+    (its values replace the default), ``short`` a one-letter alias. A subcommand whose options
+    live in a settings dataclass calls this with its class; :func:`settings_from_args` reads the
+    values back.
+    """
+    for f in dataclasses.fields(settings_cls):
+        meta = f.metadata
+        if "flag" not in meta:
+            continue
+        names = [meta["flag"], *([meta["short"]] if "short" in meta else [])]
+        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        if meta.get("negate"):
+            parser.add_argument(*names, action="store_false", default=f.default, **kw)
+            continue
+        kind = _scalar_type(f.type)
+        if meta.get("repeat"):
+            parser.add_argument(*names, type=kind, action="append", default=None, **kw)
+            continue
+        if "choices" in meta:
+            kw["choices"] = list(meta["choices"])
+        parser.add_argument(*names, type=kind, default=f.default, **kw)
+
+
+def settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
+    """The settings dataclass from parsed options (fields without an option keep their default)."""
+    values = {}
+    for f in dataclasses.fields(settings_cls):
+        if "flag" in f.metadata and hasattr(args, f.name):
+            v = getattr(args, f.name)
+            if f.metadata.get("repeat"):
+                v = tuple(v) if v else f.default
+            values[f.name] = v
+    return settings_cls(**values)
+
+
+def _scalar_type(annotation: Any) -> Callable[[str], Any]:
+    text = str(annotation)
+    if text.startswith("tuple[float") or text.startswith("float"):
+        return float
+    if text.startswith("int"):
+        return int
+    return str
+
+
+def flag_names(settings_cls: type) -> dict[str, str]:
+    """Field name -> command-line option, for the options generated from ``settings_cls``."""
+    return {f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata}
 
 
 def _parser() -> argparse.ArgumentParser:
+    from det_calib.pipeline import Settings
+
     p = argparse.ArgumentParser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling of box scores).",
@@ -30,28 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--model", type=Path, help="detector checkpoint .pt (default: the demo detector)")
     c.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset, rendered on first use)")
-    c.add_argument("--fit-split", help="split to fit on (default: calib; see README)")
-    c.add_argument("--eval-split", help="split to report on (default: test)")
-    c.add_argument("--head", choices=["auto", "nms", "e2e", "both"], default="auto",
-                   help="nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one head "
-                        "(nms=False); both; auto (default): every head the model has")
-    c.add_argument("--iou", type=float, default=0.5, help="IoU for a box to count as correct (default 0.5)")
-    c.add_argument("--conf", type=float, action="append",
-                   help="deployment conf threshold to report the kept-set shift at (repeatable; default 0.25)")
-    c.add_argument("--fit-min-conf", type=float, default=0.0, help="fit only on boxes with raw conf >= this")
-    c.add_argument("--conf-floor", type=float, default=0.001, help="capture conf floor (default 0.001, as val)")
-    c.add_argument("--max-det", type=int, default=300)
-    c.add_argument("--imgsz", type=int, help="inference size (default: the model's training size)")
-    c.add_argument("--batch", type=int, default=16)
-    c.add_argument("--device", help="torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)")
-    c.add_argument("--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels")
-    c.add_argument("--bins", type=int, default=15, help="ECE bins (default 15)")
-    c.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for intervals (default 1000)")
-    c.add_argument("--limit", type=int, help="use only the first N images of each split (quick runs)")
-    c.add_argument("--no-val", action="store_true", help="skip the Ultralytics val runs")
-    c.add_argument("--no-report", action="store_true", help="skip report.html/report.md")
+    add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
     a = sub.add_parser("apply", help="fold a calibration.json's temperatures into a checkpoint")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
@@ -74,82 +118,87 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from det_calib import __version__
+    try:
+        return _metadata.version("det_calib")
+    except _metadata.PackageNotFoundError:  # run from a source tree without installing
+        from det_calib import __version__
 
-    return __version__
+        return __version__
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.command == "calibrate":
-        from det_calib.pipeline import calibrate, summary_text
+def _calibrate(args: argparse.Namespace) -> int:
+    from det_calib.pipeline import Settings, calibrate, summary_text
 
-        run = calibrate(
-            args.model,
-            args.data,
-            out=args.out,
-            fit_split=args.fit_split,
-            eval_split=args.eval_split,
-            head=args.head,
-            iou=args.iou,
-            conf=tuple(args.conf or (0.25,)),
-            fit_min_conf=args.fit_min_conf,
-            conf_floor=args.conf_floor,
-            max_det=args.max_det,
-            imgsz=args.imgsz,
-            batch=args.batch,
-            device=args.device,
-            coco_gt=args.coco_gt,
-            ece_bins=args.bins,
-            n_boot=args.n_boot,
-            limit=args.limit,
-            run_val=not args.no_val,
-            report=not args.no_report,
-            progress=not args.quiet,
-        )
-        print(summary_text(run.summary))
-        main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
-        print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
-        return 0
-    if args.command == "apply":
-        from det_calib.fold import temperatures_from_json, write_calibrated_checkpoint
+    run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
+    print(summary_text(run.result))
+    main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
+    print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
+    return 0
 
-        temps = temperatures_from_json(args.calibration)
-        out = write_calibrated_checkpoint(args.model, args.out, temps, metadata={"calibration": str(args.calibration)})
-        print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
-        return 0
-    if args.command == "report":
-        from det_calib.report import write_report
 
-        files = write_report(args.run_dir, out_dir=args.out)
-        print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
-        return 0
-    if args.command == "compare":
-        from det_calib.report import compare_runs
+def _apply(args: argparse.Namespace) -> int:
+    from det_calib.fold import temperatures_from_json, write_calibrated_checkpoint
 
-        files = compare_runs(args.run_a, args.run_b, out_dir=args.out, labels=args.labels)
-        print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
-        return 0
-    if args.command == "demo-data":
-        from det_calib.demo import demo_data_yaml
+    temps = temperatures_from_json(args.calibration)
+    out = write_calibrated_checkpoint(args.model, args.out, temps, metadata={"calibration": str(args.calibration)})
+    print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
+    return 0
 
-        print(demo_data_yaml(with_train=args.with_train))
-        return 0
-    raise AssertionError(args.command)  # pragma: no cover
+
+def _report(args: argparse.Namespace) -> int:
+    from det_calib.report import write_report
+
+    files = write_report(args.run_dir, out_dir=args.out)
+    print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from det_calib.report import compare_runs
+
+    files = compare_runs(args.run_a, args.run_b, out_dir=args.out, labels=args.labels)
+    print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
+    return 0
+
+
+def _demo_data(args: argparse.Namespace) -> int:
+    from det_calib.demo import demo_data_yaml
+
+    print(demo_data_yaml(with_train=args.with_train))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "calibrate": _calibrate,
+    "apply": _apply,
+    "report": _report,
+    "compare": _compare,
+    "demo-data": _demo_data,
+}
+"""Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
+
+
+def _as_flags(message: str) -> str:
+    """The library names parameters (`iou`, `model`); the command line shows its options (`--iou`)."""
+    from det_calib.pipeline import Settings
+
+    names = {**flag_names(Settings), "model": "--model", "data": "--data"}
+    return re.sub(r"`(\w+)`", lambda m: f"`{names[m.group(1)]}`" if m.group(1) in names else m.group(0), message)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-calib``."""
     args = _parser().parse_args(argv)
-    quiet = getattr(args, "quiet", False)
+    quiet = not getattr(args, "progress", True)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
     os.environ.setdefault("YOLO_VERBOSE", "False")
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         logging.captureWarnings(True)
         try:
-            return _run(args)
+            return COMMANDS[args.command](args)
         except DetCalibError as e:
-            print(f"det-calib: error: {e}", file=sys.stderr)
+            print(f"det-calib: error: {_as_flags(first_line(e))}", file=sys.stderr)
             return 2
         except OSError as e:  # unwritable --out, full disk, unreadable file
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
@@ -161,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a bug: one line, and the traceback on request
             if os.environ.get("DET_CALIB_DEBUG"):
                 raise
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            print(f"det-calib: internal error: {type(e).__name__}: {msg} (set DET_CALIB_DEBUG=1 for the traceback)",
+            print(f"det-calib: internal error: {type(e).__name__}: {first_line(e)} (set DET_CALIB_DEBUG=1 for the traceback)",
                   file=sys.stderr)
             return 1
 

@@ -17,3 +17,9 @@ class InputError(DetCalibError, ValueError):
 
 class DegenerateFitError(DetCalibError, ValueError):
     """The fit data cannot determine a finite calibration (e.g. no correct or no incorrect boxes)."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name: for one-line errors."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

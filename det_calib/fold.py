@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from det_calib.errors import InputError
+from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def write_calibrated_checkpoint(
     try:
         ckpt = torch.load(source, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise InputError(f"cannot load checkpoint {source}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise InputError(f"cannot load checkpoint {source}: {first_line(e)}") from None
     if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
@@ -130,22 +130,21 @@ def read_calibration_metadata(path: str | Path) -> dict[str, Any] | None:
 
 
 def temperatures_from_json(path: str | Path) -> dict[str, float]:
-    """The per-head temperatures of a ``calibration.json``."""
-    import json
+    """The per-head temperatures of a ``calibration.json`` (read by :func:`det_calib.results.read_calibrators`).
+
+    Raises:
+        InputError: The file is missing or damaged, has no temperature, or a head's calibrator is
+            not a temperature (only a temperature folds into the checkpoint).
+    """
+    from det_calib.results import read_calibrators
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"calibration file not found: {path}")
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON: {e.msg} at line {e.lineno}") from None
-    temps = d.get("temperature") if isinstance(d, dict) else None
-    if not isinstance(temps, dict) or not temps:
+    calibrators = read_calibrators(path)
+    if not calibrators:
         raise InputError(f"{path} has no `temperature` mapping (head -> T)")
     out = {}
-    for head, t in temps.items():
-        if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            raise InputError(f"{path}: temperature for head `{head}` must be a positive number, got {t!r}")
-        out[head] = float(t)
+    for head, c in calibrators.items():
+        if c.temperature is None:
+            raise InputError(f"{path}: the `{head}` calibrator is `{c.method}`, not a temperature: it cannot be folded")
+        out[head] = c.temperature
     return out

@@ -485,3 +485,30 @@ def match_table(
         pl.Series("iou", r.iou, dtype=pl.Float64),
         pl.Series("ignore", r.ignore, dtype=pl.Boolean),
     )
+
+
+def match_boxes(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float) -> pl.DataFrame:
+    """Add ``correct``, ``iou``, ``ignore`` (at ``iou``) and ``loc_iou`` (at ``loc_iou``) to one head's boxes.
+
+    Args:
+        boxes: Captured boxes of one head on one split (the box table's capture columns).
+        gt: That split's ground truth (``image_id``, ``cls``, ``x1``..``y2``, ``crowd``), as
+            :attr:`det_calib.data.Split.gt`.
+        iou: IoU a box needs with a same-class ground truth to be correct.
+        loc_iou: IoU threshold of the second matching, whose IoU feeds the localisation-aware
+            metrics (``loc_iou`` column: the IoU of the match, 0 if none).
+
+    Inverted boxes (x2 < x1 or y2 < y1, which an immature one-to-one head can output) are matched
+    as zero-area boxes: they overlap nothing and count as incorrect. Their coordinates are kept.
+    This is the one place that policy lives.
+    """
+    inverted = (boxes["x2"] < boxes["x1"]) | (boxes["y2"] < boxes["y1"])
+    if inverted.any():
+        logger.warning("%d inverted box(es) (x2 < x1 or y2 < y1): counted as incorrect", inverted.sum())
+    geom = boxes.with_columns(pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2"))
+    at_iou = match_table(geom, gt, iou_threshold=iou)
+    loc = match_table(geom, gt, iou_threshold=loc_iou)
+    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
+    return boxes.with_columns(
+        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+    )

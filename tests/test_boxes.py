@@ -34,6 +34,7 @@ def _table(n=4):
             "correct": [True, False] * (n // 2),
             "iou": np.full(n, 0.6),
             "ignore": [False] * n,
+            "loc_iou": np.full(n, 0.6),
         }
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -14,6 +15,9 @@ from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoin
 from det_calib.metrics import nll_logits
 from det_calib.pipeline import calibrate, resolve_splits, summary_text
 from det_calib.thresholds import equivalent_threshold
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +116,34 @@ def test_corrupt_image_is_skipped_and_counted(tmp_path, demo_model_path, fixture
     assert run.summary["eval"]["nms"]["corrupt_images"] == 1
     assert run.summary["fit"]["nms"]["images"] + run.summary["eval"]["nms"]["images"] == 11
     assert any("unreadable image" in str(w.message) for w in caught)
+
+
+def _same(ref, got, path="") -> list[str]:
+    """Differences between two JSON values: keys, types, lengths exactly; floats to 1e-9 relative
+    (the only latitude: BLAS/conv rounding of another CPU; on the machine that wrote the reference
+    every value is bit-identical)."""
+    if isinstance(ref, dict):
+        if not isinstance(got, dict) or set(ref) != set(got):
+            return [f"{path}: keys {sorted(set(ref) ^ set(got or {}))}"]
+        return [d for k in ref for d in _same(ref[k], got[k], f"{path}.{k}")]
+    if isinstance(ref, list):
+        if not isinstance(got, list) or len(ref) != len(got):
+            return [f"{path}: {ref!r} vs {got!r}"]
+        return [d for i, (a, b) in enumerate(zip(ref, got)) for d in _same(a, b, f"{path}[{i}]")]
+    if isinstance(ref, float) and isinstance(got, float):
+        return [] if math.isclose(ref, got, rel_tol=1e-9, abs_tol=1e-12) else [f"{path}: {ref!r} vs {got!r}"]
+    return [] if type(ref) is type(got) and ref == got else [f"{path}: {ref!r} vs {got!r}"]
+
+
+def test_calibration_json_pinned(run):
+    """calibration.json on the fixture split has the keys and values the code before the typed
+    result model wrote (tests/data/README.md), apart from `created`, `seconds` and `schema_version`."""
+    ref = json.loads(REFERENCE.read_text())
+    got = json.loads((run.out_dir / "calibration.json").read_text())
+    assert got.pop("schema_version") == 1
+    assert isinstance(got.pop("created"), str) and got.pop("seconds") > 0
+    assert Path(got["model"]).resolve() == (REPO / ref["model"]).resolve()
+    assert Path(got["data"]).resolve() == (REPO / ref["data"]).resolve()
+    got["model"], got["data"] = ref["model"], ref["data"]
+    assert _same(ref, got) == []
+    assert list(got) == list(ref)  # same order of the top-level keys

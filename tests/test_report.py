@@ -27,7 +27,7 @@ from det_calib.errors import InputError
 from det_calib.io import to_json
 from det_calib.report import compare_runs, write_report
 from det_calib.report.load import calibrated_conf, parse_run_spec
-from det_calib.report.render import f4
+from det_calib.report.common import f4
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]
 SECTIONS = ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings"]
@@ -592,8 +592,9 @@ def test_report_in_headless_chromium(run_two):
 
 def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
+    from det_calib.report.compare import _boot_mean
     from det_calib.report.load import HeadBoxes
-    from det_calib.report.render import _boot_mean
+    from det_calib.results import Bootstrap
 
     rng = np.random.default_rng(1)
     n = 600
@@ -601,7 +602,7 @@ def test_image_level_bootstrap_equals_box_level():
     z = rng.normal(-1, 2, n)
     y = rng.uniform(size=n) < _sigmoid(z)
     hb = HeadBoxes("nms", "test", _sigmoid(z), z, y, np.zeros(n, np.int64), img, 1.3)
-    boot = {"n_boot": 200, "seed": 4, "level": 0.9}
+    boot = Bootstrap(n_boot=200, seed=4, level=0.9)
     fast = _boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
     slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)

@@ -105,14 +105,14 @@ def model_figures(model: str | Path | None = None, *, split: str = "test", head:
     """
     from det_calib.capture import capture
     from det_calib.data import load_data_yaml, load_split
-    from det_calib.pipeline import match_boxes
+    from det_calib.matching import match_boxes
     from det_calib.verify import ultralytics_val
 
     model = model or demo_model()
     yml = demo_data_yaml()
     m = ultralytics_val(model, yml, split=split, head=head)
     sp = load_split(load_data_yaml(yml), split)
-    boxes = match_boxes(capture(model, sp.images, head=head, progress=False), sp, iou=0.5, loc_iou=0.1)
+    boxes = match_boxes(capture(model, sp.images, head=head, progress=False), sp.gt, iou=0.5, loc_iou=0.1)
     kept = boxes.filter(boxes["conf"] > 0.25)
     correct = int(kept["correct"].sum())
     return {"map50": m["map50"], "map50_95": m["map50_95"], "correct": correct, "incorrect": kept.height - correct}

@@ -4,11 +4,17 @@
 >>> write_report("runs/calib")  # doctest: +SKIP
 >>> compare_runs("runs/calib:nms", "runs/calib:e2e", out_dir="runs/cmp")  # doctest: +SKIP
 
-:mod:`det_calib.report.plots` is the only module of det_calib that imports matplotlib.
+- :mod:`~det_calib.report.load` — a run directory read as a :class:`~det_calib.results.RunResult` and its boxes
+- :mod:`~det_calib.report.report` — the report of one run
+- :mod:`~det_calib.report.compare` — two runs (or two heads) side by side
+- :mod:`~det_calib.report.common` — number formats, wording, page writing
+- :mod:`~det_calib.report.document` — HTML and Markdown from one list of blocks
+- :mod:`~det_calib.report.plots` — the figures; the only module of det_calib that imports matplotlib
 """
 
 from __future__ import annotations
 
-from .render import compare_runs, write_report
+from .compare import compare_runs
+from .report import write_report
 
 __all__ = ["write_report", "compare_runs"]

@@ -2,41 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
-from det_calib.boxes import HEADS, validate_boxes
+from det_calib.boxes import HEADS, read_boxes
 from det_calib.errors import InputError
+from det_calib.metrics import sigmoid
+from det_calib.results import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FILE = "calibration.json"
 BOXES_FILE = "boxes.parquet"
 
 
 def calibrated_conf(logits: np.ndarray, temperature: float) -> np.ndarray:
     """Calibrated confidence ``sigmoid(logit / T)``, computed without overflow."""
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    e = np.exp(-np.abs(z))
-    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def get(d: Any, *keys: Any, default: Any = None) -> Any:
-    """``d[k1][k2]...``, or ``default`` where any level is missing or null."""
-    for k in keys:
-        if d is None:
-            return default
-        try:
-            d = d[k]
-        except (KeyError, IndexError, TypeError):
-            return default
-    return default if d is None else d
+    return sigmoid(np.asarray(logits, dtype=np.float64) / temperature)
 
 
 @dataclass(frozen=True)
@@ -66,21 +51,27 @@ class HeadBoxes:
 
 @dataclass(frozen=True)
 class Run:
-    """One run directory, read and checked."""
+    """One run directory, read and checked: its :class:`~det_calib.results.RunResult` and its boxes."""
 
     run_dir: Path
-    calib: dict[str, Any]
+    result: RunResult
     boxes: pl.DataFrame
 
     @property
     def heads(self) -> list[str]:
-        return list(self.calib["heads"])
+        return list(self.result.heads)
+
+    @property
+    def settings(self) -> RecordedSettings:
+        return self.result.settings
+
+    def head(self, head: str) -> HeadResult:
+        return self.result.head(head)
 
     @property
     def class_names(self) -> list[str]:
-        names = get(self.calib, "class_names", default=None)
-        if names:
-            return [str(n) for n in names]
+        if self.result.class_names:
+            return list(self.result.class_names)
         n = int(self.boxes["cls"].max()) + 1 if self.boxes.height else 0
         return [str(i) for i in range(n)]
 
@@ -89,11 +80,11 @@ class Run:
         return names[c] if 0 <= c < len(names) else str(c)
 
     def temperature(self, head: str) -> float | None:
-        t = get(self.calib, "temperature", head)
-        return float(t) if t is not None else None
+        return self.head(head).temperature
 
     def eval_split(self, head: str) -> str | None:
-        return get(self.calib, "splits", "eval") or get(self.calib, "eval", head, "split")
+        ev = self.head(head).eval
+        return self.settings.eval_split or (ev.split if ev is not None else None)
 
     def eval_boxes(self, head: str) -> HeadBoxes:
         """Boxes of ``head`` in the evaluation split, without crowd-ignored boxes."""
@@ -115,43 +106,6 @@ class Run:
         )
 
 
-def _read_calibration(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"calibration file not found: {path}")
-    try:
-        calib = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"cannot read {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {type(e).__name__}") from None
-    if not isinstance(calib, dict):
-        raise InputError(f"cannot read {path}: expected a JSON object, got {type(calib).__name__}")
-    heads = calib.get("heads")
-    if not isinstance(heads, list) or not heads or not all(h in HEADS for h in heads):
-        raise InputError(f"{path}: `heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
-    if not isinstance(calib.get("temperature"), dict):
-        raise InputError(f"{path}: `temperature` must be an object mapping head to T, got {calib.get('temperature')!r}")
-    for h in heads:
-        t = calib["temperature"].get(h)
-        if t is not None and not (isinstance(t, (int, float)) and t > 0):
-            raise InputError(f"{path}: temperature of head {h} must be a number > 0, got {t!r}")
-    return calib
-
-
-def _read_boxes(path: Path) -> pl.DataFrame:
-    if not path.is_file():
-        raise InputError(f"box table not found: {path}")
-    try:
-        df = pl.read_parquet(path)
-    except Exception as e:  # polars raises several types for corrupt files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"cannot read {path}: {first}") from None
-    try:
-        return validate_boxes(df, matched=True)
-    except InputError as e:
-        raise InputError(f"{path}: {e}") from None
-
-
 def load_run(run_dir: str | Path) -> Run:
     """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet``.
 
@@ -161,9 +115,9 @@ def load_run(run_dir: str | Path) -> Run:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
-    calib = _read_calibration(run_dir / CALIBRATION_FILE)
-    boxes = _read_boxes(run_dir / BOXES_FILE)
-    return Run(run_dir=run_dir, calib=calib, boxes=boxes)
+    result = RunResult.read(run_dir / CALIBRATION_FILE)
+    boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
+    return Run(run_dir=run_dir, result=result, boxes=boxes)
 
 
 def parse_run_spec(spec: str | Path) -> tuple[Path, str | None]:

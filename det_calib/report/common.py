@@ -1,0 +1,266 @@
+"""What the report and the comparison share: number formats, wording, data helpers, page writing.
+
+Numbers come from the run's :class:`~det_calib.results.RunResult` (``calibration.json``) as the
+pipeline computed them; curves are recomputed from ``boxes.parquet``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from det_calib import metrics
+from det_calib.io import write_bytes, write_text
+from det_calib.results import ClassResult, EvalResult, temperature_verdict
+from det_calib.thresholds import ThresholdShift
+
+from .document import Block, Fig, to_html, to_markdown
+from .load import HeadBoxes, Run
+
+FIGURES_DIR = "figures"
+HEAD_LABEL = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)"}
+
+
+# --------------------------------------------------------------------------------------------
+# formatting
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def f4(x: Any) -> str:
+    """Metric format: 4 decimals, or 3 significant digits below 0.01 (so 4e-05 is not "0.0000")."""
+    v = _num(x)
+    if v is None:
+        return "n/a"
+    return f"{v:.4f}" if v == 0 or abs(v) >= 0.01 else f"{v:.3g}"
+
+
+def f3(x: Any) -> str:
+    v = _num(x)
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def fint(x: Any) -> str:
+    v = _num(x)
+    return "n/a" if v is None else f"{int(round(v)):,}"
+
+
+def fthr(x: Any) -> str:
+    v = _num(x)
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def _ci(ci: Any) -> tuple[float, float] | None:
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = _num(ci[0]), _num(ci[1])
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def outside_ci(v: Any, ci: Any) -> bool:
+    """True when a value lies outside its own interval (bootstrap bias of binned metrics)."""
+    c, x = _ci(ci), _num(v)
+    return c is not None and x is not None and not (c[0] - 1e-12 <= x <= c[1] + 1e-12)
+
+
+CI_NOTE = ("A value outside its own interval is not a bug: binned calibration errors are biased upward under "
+           "resampling (sampling noise counts as miscalibration), so the percentile interval of a small ECE can sit "
+           "entirely above it. Read such an interval as 'the error is at most about its upper end'.")
+
+
+def fci(v: Any, ci: Any, fmt: Callable[[Any], str] = f4) -> str:
+    c = _ci(ci)
+    if _num(v) is None:
+        return "n/a"
+    return f"{fmt(v)} [{fmt(c[0])}, {fmt(c[1])}]" if c else fmt(v)
+
+
+def _arrow(a: str, b: str) -> str:
+    return f"{a} → {b}"
+
+
+
+def _fmt_value(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt_value(x) for x in v) or "none"
+    return str(v)
+
+
+# --------------------------------------------------------------------------------------------
+# wording
+
+
+def _ece_tag(run: Run) -> str:
+    return f"{run.settings.ece_bins} bins, IoU {run.settings.iou_match:g}"
+
+
+def _dece_tag(run: Run) -> str:
+    bins = run.settings.dece_bins
+    if bins:
+        return "bins " + "×".join(str(int(b)) for b in bins) + " over conf, x, y, w, h"
+    return "box position and size"
+
+
+def _laece_tag(run: Run) -> str:
+    return f"{run.settings.laece_bins} bins, loc. IoU {run.settings.loc_iou_match:g}"
+
+
+def verdict(t: float | None) -> str:
+    """A few words for a temperature (shared with the CLI's summary): see
+    :func:`det_calib.results.temperature_verdict`."""
+    return temperature_verdict(t)
+
+
+def verdict_sentence(t: float | None) -> str:
+    if t is None:
+        return "No temperature was fitted for this head: only raw scores are shown."
+    v = verdict(t)
+    if v == "too extreme":
+        return (f"T = {t:.3f} > 1: the raw scores are too extreme, too close to 0 and 1: over-confident where "
+                "they are high, under-confident where they are low. Calibration pulls every score towards 0.5: "
+                "scores above 0.5 go down, scores below 0.5 go up. The reliability diagram shows which end "
+                "dominated the fit.")
+    if v == "too timid":
+        return (f"T = {t:.3f} < 1: the raw scores are too timid, too close to 0.5: under-confident where they "
+                "are high, over-confident where they are low. Calibration pushes scores away from 0.5: scores "
+                "above 0.5 go up, scores below 0.5 go down. The reliability diagram shows which end dominated "
+                "the fit.")
+    return f"T = {t:.3f} ≈ 1: the raw scores are already close to calibrated; calibration changes them little."
+
+
+def where_sentence(bins: Any, label: str) -> str:
+    """Where in the confidence range the calibration error comes from."""
+    count = np.asarray(bins.count, dtype=float)
+    m = count > 0
+    if not m.any():
+        return f"{label}: no boxes."
+    gap = np.asarray(bins.conf)[m] - np.asarray(bins.acc)[m]
+    contrib = count[m] / count.sum() * np.abs(gap)
+    total = float(contrib.sum())
+    if total <= 0:
+        return f"{label}: every bin is on the diagonal."
+    over = float(contrib[gap > 0].sum()) / total
+    k = int(np.argmax(contrib))
+    lo, hi = np.asarray(bins.edges)[:-1][m][k], np.asarray(bins.edges)[1:][m][k]
+    kind = "over-confident" if gap[k] > 0 else "under-confident"
+    return (f"{label}: {over:.0%} of the ECE comes from bins where confidence exceeds accuracy (over-confident), "
+            f"{1 - over:.0%} from bins where it falls short (under-confident). The largest share is conf "
+            f"{lo:.2f}–{hi:.2f}: {int(count[m][k]):,} boxes, mean conf {np.asarray(bins.conf)[m][k]:.3f}, "
+            f"fraction correct {np.asarray(bins.acc)[m][k]:.3f} ({kind}).")
+
+
+def shift_sentence(e: ThresholdShift) -> str:
+    """The kept-set change at one threshold, in one sentence."""
+    s = (f"At conf {fthr(e.conf)}, calibrated scores keep {fint(e.kept_after)} boxes instead of "
+         f"{fint(e.kept_before)}: {fint(e.added)} added ({fint(e.added_correct)} of them correct), "
+         f"{fint(e.removed)} removed ({fint(e.removed_correct)} correct); precision "
+         f"{f3(e.precision_before)} → {f3(e.precision_after)}, recall {f3(e.recall_before)} → "
+         f"{f3(e.recall_after)}")
+    eq = _num(e.equivalent_conf)
+    if eq is not None:
+        s += f"; calibrated conf {eq:.3f} keeps exactly the raw set"
+    return s + "."
+
+
+def _map_sentence(ev: EvalResult) -> str:
+    s = (f"pycocotools mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
+         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)}")
+    if ev.map_identical is True:
+        return s + ": identical, as it must be (one temperature keeps the ranking of boxes)."
+    if ev.map_identical is False:
+        return s + ": NOT identical; one temperature cannot change the ranking, so check the run."
+    return s + "."
+
+
+# --------------------------------------------------------------------------------------------
+# data helpers
+
+
+def _eval(run: Run, head: str) -> EvalResult:
+    """The head's evaluation, or an empty one (every number n/a)."""
+    return run.head(head).eval or EvalResult()
+
+
+def _bins(conf: np.ndarray | None, correct: np.ndarray, n_bins: int) -> Any | None:
+    if conf is None:
+        return None
+    return metrics.reliability_bins(conf, correct, n_bins=n_bins)
+
+
+def _per_class_rows(run: Run, head: str, hb: HeadBoxes) -> list[ClassResult]:
+    """Per-class results of the run, or results built from the boxes when it has none.
+
+    A missing ``few_boxes`` flag is derived from ``min_class_boxes``, a missing name from the
+    class names."""
+    min_boxes = run.settings.min_class_boxes
+    rows = run.head(head).per_class
+    if rows:
+        return [dataclasses.replace(
+            r, name=r.name if r.name is not None else run.class_name(r.cls if r.cls is not None else -1),
+            few_boxes=r.few_boxes if r.few_boxes is not None else (r.boxes or 0) < min_boxes) for r in rows]
+    out = []
+    for c in np.unique(hb.cls):
+        n = int((hb.cls == c).sum())
+        out.append(ClassResult(cls=int(c), name=run.class_name(int(c)), boxes=n,
+                               correct=int(hb.correct[hb.cls == c].sum()), few_boxes=n < min_boxes))
+    return out
+
+
+def _heads_label(run: Run) -> str:
+    return ", ".join(HEAD_LABEL.get(h, h) for h in run.heads)
+
+
+# --------------------------------------------------------------------------------------------
+# pages
+
+
+class _Builder:
+    """Collects blocks and figures of one page."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.figures: dict[str, bytes] = {}
+
+    def add(self, *blocks: Block) -> None:
+        self.blocks.extend(blocks)
+
+    def fig(self, name: str, png: bytes, caption: str, alt: str) -> None:
+        if name in self.figures:
+            raise ValueError(f"duplicate figure name {name}")
+        self.figures[name] = png
+        self.blocks.append(Fig(name, png, caption, alt))
+
+
+def _write_page(out_dir: Path, stem: str, title: str, b: _Builder, *, subtitle: str, footer: str) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name, png in b.figures.items():
+        paths[f"{FIGURES_DIR}/{name}.png"] = write_bytes(out_dir / FIGURES_DIR / f"{name}.png", png)
+    md = to_markdown(title, b.blocks, figures_dir=FIGURES_DIR, subtitle=subtitle, footer=footer)
+    paths["md"] = write_text(out_dir / f"{stem}.md", md)
+    page = to_html(title, b.blocks, subtitle=subtitle, footer=footer)
+    paths["html"] = write_text(out_dir / f"{stem}.html", page)
+    return paths
+
+
