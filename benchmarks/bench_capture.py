@@ -47,7 +47,8 @@ def main() -> None:
         plain, cap, n = [], [], 0
         # one untimed warm-up of each
         list(yolo.predict(images[: args.batch], stream=True, **kw))
-        capture(yolo, images[: args.batch], head=head, imgsz=imgsz, batch=args.batch, device=args.device, progress=False)
+        capture(yolo, images[: args.batch], head=head, imgsz=imgsz, batch=args.batch, device=args.device,
+                progress=False)
         for _ in range(args.repeats):
             t = time.perf_counter()
             n_plain = sum(len(r.boxes) for r in yolo.predict(images, stream=True, **kw))

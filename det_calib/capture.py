@@ -30,7 +30,7 @@ import polars as pl
 import torch
 
 from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA
-from det_calib.errors import InputError
+from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ def load_detector(model):
         try:
             yolo = YOLO(str(path))
         except Exception as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"cannot load model {path}: {msg}") from None
+            raise InputError(f"cannot load model {path}: {first_line(e)}") from None
     if getattr(yolo, "task", None) != "detect":
         raise InputError(f"model task is `{getattr(yolo, 'task', None)}`, not `detect`: det_calib calibrates detectors")
     if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
@@ -133,7 +132,7 @@ def _predictor_class():
                 head = self.model.model.model[-1]
                 _, _, anchor_of_row = head.get_topk_index(scores.sigmoid().permute(0, 2, 1), head.max_det)
             logits = []
-            for b, (det, k) in enumerate(zip(out, keep)):
+            for b, (_det, k) in enumerate(zip(out, keep)):
                 k = k.long().view(-1)
                 anchors = anchor_of_row[b, k] if end2end else k
                 logits.append(scores[b][:, anchors].T.float().cpu())  # (n, nc)
@@ -248,9 +247,10 @@ def capture(
     except (torch.OutOfMemoryError, MemoryError):
         raise InputError(f"out of memory running the model with batch {batch}: lower `batch`") from None
     except (ValueError, FileNotFoundError, OSError) as e:  # bad --device, unreadable source...
-        raise InputError(f"prediction failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+        raise InputError(f"prediction failed: {first_line(e)}") from None
     if not seen.all():
-        warnings.warn(f"Ultralytics skipped {int((~seen).sum())} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+        warnings.warn(f"Ultralytics skipped {int((~seen).sum())} of {len(paths)} images (unreadable by OpenCV)",
+                      stacklevel=2)
     bar.close()
     data = {}
     for c in CAPTURE_COLUMNS:

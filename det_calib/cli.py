@@ -179,11 +179,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def _as_flags(message: str) -> str:
-    """The library names parameters (`iou`, `model`); the command line shows its options (`--iou`)."""
+    """The library names parameters (`iou`, `model`); the command line shows its options (--iou, --model)."""
     from det_calib.pipeline import Settings
 
     names = {**flag_names(Settings), "model": "--model", "data": "--data"}
-    return re.sub(r"`(\w+)`", lambda m: f"`{names[m.group(1)]}`" if m.group(1) in names else m.group(0), message)
+    return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a bug: one line, and the traceback on request
             if os.environ.get("DET_CALIB_DEBUG"):
                 raise
-            print(f"det-calib: internal error: {type(e).__name__}: {first_line(e)} (set DET_CALIB_DEBUG=1 for the traceback)",
+            print(f"det-calib: internal error: {type(e).__name__}: {first_line(e)} "
+                  "(set DET_CALIB_DEBUG=1 for the traceback)",
                   file=sys.stderr)
             return 1
 

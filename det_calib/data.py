@@ -293,7 +293,8 @@ def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: s
         rows_cls.append(cls.astype(np.int32))
         rows_id.append(np.full(len(arr), i, dtype=np.int64))
     if 0 < found < len(images):
-        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found, len(images))
+        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found,
+                 len(images))
     if found == 0:
         raise InputError(
             f"split `{split}` has no labels: no label file found for any of its {len(images)} images "
@@ -369,7 +370,8 @@ def read_coco_gt(
             continue
         hits = by_name.get(p.name, [])
         if len(hits) > 1:
-            raise InputError(f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): use paths relative to the split folder")
+            raise InputError(f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): "
+                             "use paths relative to the split folder")
         ids.append(hits[0] if hits else None)
     found = np.array([k for k, i in enumerate(ids) if i is not None], dtype=np.int64)
     if len(found) == 0:

@@ -37,7 +37,8 @@ def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
         last = level[-1] if isinstance(level, torch.nn.Sequential) else level
         if not isinstance(last, torch.nn.Conv2d) or last.bias is None or last.kernel_size != (1, 1):
             raise InputError(
-                f"unexpected classification layer {type(last).__name__} in {BRANCHES[head]}: expected a 1x1 Conv2d with bias"
+                f"unexpected classification layer {type(last).__name__} in {BRANCHES[head]}: "
+                "expected a 1x1 Conv2d with bias"
             )
         if last.out_channels != det.nc:
             raise InputError(

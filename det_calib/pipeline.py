@@ -626,24 +626,27 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
         t, e = h.temperature, h.eval or EvalResult()
         lines.append(
             f"[{head}] T = {_f(t, '.4f')} (raw scores {temperature_verdict(t, long=True)}); "
-            f"ECE({st.ece_bins} bins, IoU {st.iou_match}) "
-            f"{_f(e.before.ece, '.4f')} -> {_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}"
+            f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(e.before.ece, '.4f')} -> {_f(e.after.ece, '.4f')}; "
+            f"NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}"
         )
         lines.append(
             f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
-            f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} ({'identical' if e.map_identical else 'DIFFERENT'})"
+            f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
+            f"({'identical' if e.map_identical else 'DIFFERENT'})"
         )
         uv = h.ultralytics_val
         if uv is not None and uv.ran:
             lines.append(
                 f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated "
-                f"{_f(uv.calibrated.map50_95, '.4f')}, at equivalent floor {_f(uv.calibrated_equivalent_floor.map50_95, '.4f')}"
+                f"{_f(uv.calibrated.map50_95, '.4f')}, "
+                f"at equivalent floor {_f(uv.calibrated_equivalent_floor.map50_95, '.4f')}"
             )
         for sh in h.threshold_shift:
             lines.append(
                 f"[{head}] at conf {sh.conf}: kept {sh.kept_before} -> {sh.kept_after} "
                 f"(+{sh.added} of which {sh.added_correct} correct, -{sh.removed} of which "
-                f"{sh.removed_correct} correct); precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
+                f"{sh.removed_correct} correct); "
+                f"precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
                 f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}; raw {sh.conf} = calibrated "
                 f"{_f(sh.equivalent_conf, '.4f')}"
             )

@@ -114,7 +114,8 @@ def _leaf_fields(cls: type, d: dict[str, Any], where: str) -> dict[str, Any]:
             for f in dataclasses.fields(cls) if "kind" in f.metadata}
 
 
-def _num(default: Any = None, kind: Any = float) -> Any:
+def _leaf(default: Any = None, kind: Any = float) -> Any:
+    """A leaf field of a record: its JSON kind (float, int, bool, str) in the metadata."""
     return field(default=default, metadata={"kind": kind})
 
 
@@ -222,16 +223,16 @@ class Scores:
     ``m_before_ci`` / ``m_after_ci``), a 95% image-bootstrap interval ``[low, high]``.
     """
 
-    ece: float | None = _num()
+    ece: float | None = _leaf()
     ece_ci: CI = _ci_field()
-    ace: float | None = _num()
-    mce: float | None = _num()
-    nll: float | None = _num()
-    brier: float | None = _num()
-    dece: float | None = _num()
-    laece: float | None = _num()
+    ace: float | None = _leaf()
+    mce: float | None = _leaf()
+    nll: float | None = _leaf()
+    brier: float | None = _leaf()
+    dece: float | None = _leaf()
+    laece: float | None = _leaf()
     laece_ci: CI = _ci_field()
-    laace: float | None = _num()
+    laace: float | None = _leaf()
 
     @classmethod
     def compute(
@@ -292,49 +293,49 @@ class Scores:
 class Thresholded:
     """ECE of the boxes kept at one conf threshold, raw and calibrated."""
 
-    conf: float | None = _num()
-    boxes_before: int | None = _num(kind=int)
-    ece_before: float | None = _num()
-    boxes_after: int | None = _num(kind=int)
-    ece_after: float | None = _num()
+    conf: float | None = _leaf()
+    boxes_before: int | None = _leaf(kind=int)
+    ece_before: float | None = _leaf()
+    boxes_after: int | None = _leaf(kind=int)
+    ece_after: float | None = _leaf()
 
 
 @dataclass(frozen=True)
 class FitResult:
     """The temperature fit of one head, with the fit split's own (in-sample) figures."""
 
-    split: str | None = _num(kind=str)
-    images: int | None = _num(kind=int)
-    boxes: int | None = _num(kind=int)
-    correct: int | None = _num(kind=int)
-    nll_before: float | None = _num()
-    nll_after: float | None = _num()
-    ece_before: float | None = _num()
-    ece_after: float | None = _num()
-    brier_before: float | None = _num()
-    brier_after: float | None = _num()
-    iterations: int | None = _num(kind=int)
+    split: str | None = _leaf(kind=str)
+    images: int | None = _leaf(kind=int)
+    boxes: int | None = _leaf(kind=int)
+    correct: int | None = _leaf(kind=int)
+    nll_before: float | None = _leaf()
+    nll_after: float | None = _leaf()
+    ece_before: float | None = _leaf()
+    ece_after: float | None = _leaf()
+    brier_before: float | None = _leaf()
+    brier_after: float | None = _leaf()
+    iterations: int | None = _leaf(kind=int)
 
 
 @dataclass(frozen=True)
 class EvalResult:
     """One head on the evaluation split: counts, metrics raw and calibrated, mAP check."""
 
-    split: str | None = _num(kind=str)
-    images: int | None = _num(kind=int)
-    boxes: int | None = _num(kind=int)
-    correct: int | None = _num(kind=int)
-    ignored: int | None = _num(kind=int)
-    n_gt: int | None = _num(kind=int)
-    corrupt_images: int | None = _num(kind=int)
+    split: str | None = _leaf(kind=str)
+    images: int | None = _leaf(kind=int)
+    boxes: int | None = _leaf(kind=int)
+    correct: int | None = _leaf(kind=int)
+    ignored: int | None = _leaf(kind=int)
+    n_gt: int | None = _leaf(kind=int)
+    corrupt_images: int | None = _leaf(kind=int)
     before: Scores = field(default_factory=Scores)
     after: Scores = field(default_factory=Scores)
     thresholded: list[Thresholded] = field(default_factory=list)
-    map50_95_before: float | None = _num()
-    map50_95_after: float | None = _num()
-    map50_before: float | None = _num()
-    map50_after: float | None = _num()
-    map_identical: bool | None = _num(kind=bool)
+    map50_95_before: float | None = _leaf()
+    map50_95_after: float | None = _leaf()
+    map50_before: float | None = _leaf()
+    map50_after: float | None = _leaf()
+    map_identical: bool | None = _leaf(kind=bool)
 
     def scores(self, tag: str) -> Scores:
         return self.before if tag == "before" else self.after
@@ -377,18 +378,18 @@ def _shifts(v: Any, where: str) -> list[ThresholdShift]:
 class ClassResult:
     """One class on the evaluation split (None metrics: the class has ground truth but no box)."""
 
-    cls: int | None = _num(kind=int)
-    name: str | None = _num(kind=str)
-    boxes: int | None = _num(kind=int)
-    correct: int | None = _num(kind=int)
-    n_gt: int | None = _num(kind=int)
-    few_boxes: bool | None = _num(kind=bool)
-    ece_before: float | None = _num()
+    cls: int | None = _leaf(kind=int)
+    name: str | None = _leaf(kind=str)
+    boxes: int | None = _leaf(kind=int)
+    correct: int | None = _leaf(kind=int)
+    n_gt: int | None = _leaf(kind=int)
+    few_boxes: bool | None = _leaf(kind=bool)
+    ece_before: float | None = _leaf()
     ece_before_ci: CI = _ci_field()
-    laece_before: float | None = _num()
-    ece_after: float | None = _num()
+    laece_before: float | None = _leaf()
+    ece_after: float | None = _leaf()
     ece_after_ci: CI = _ci_field()
-    laece_after: float | None = _num()
+    laece_after: float | None = _leaf()
     threshold_shift: list[ThresholdShift] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -405,21 +406,21 @@ class ClassResult:
 class ValMap:
     """Ultralytics ``model.val()`` mAP of one checkpoint at one conf floor."""
 
-    conf: float | None = _num()
-    map50_95: float | None = _num()
-    map50: float | None = _num()
+    conf: float | None = _leaf()
+    map50_95: float | None = _leaf()
+    map50: float | None = _leaf()
 
 
 @dataclass(frozen=True)
 class ValCheck:
     """Ultralytics val of the original and the calibrated checkpoint (None: not run)."""
 
-    split: str | None = _num(kind=str)
+    split: str | None = _leaf(kind=str)
     original: ValMap | None = None
     calibrated: ValMap | None = None
     calibrated_equivalent_floor: ValMap | None = None
-    identical_at_equivalent_floor: bool | None = _num(kind=bool)
-    note: str | None = _num(kind=str)
+    identical_at_equivalent_floor: bool | None = _leaf(kind=bool)
+    note: str | None = _leaf(kind=str)
 
     @property
     def ran(self) -> bool:

@@ -55,7 +55,8 @@ def test_bad_data(capsys, tmp_path, ds, demo_model_path):
     m = demo_model_path
     code, err = _run(capsys, "calibrate", "--model", m, "--data", tmp_path / "nope.yaml", *FAST)
     _assert_one_line_error(code, err, "data.yaml not found")
-    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", "--fit-split", "train", "--eval-split", "bogus", *FAST)
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", "--fit-split", "train",
+                     "--eval-split", "bogus", *FAST)
     _assert_one_line_error(code, err, "split `bogus` not in")
     # names that disagree with the model's
     text = (ds / "data.yaml").read_text()
@@ -146,3 +147,31 @@ def test_default_run_on_the_embedded_demo(tmp_path):
         assert (tmp_path / "run" / name).is_file()
     assert not list((tmp_path / "run").glob(".det_calib-staging-*"))  # staging folder cleaned up
     assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
+
+
+def test_calibrate_options_come_from_settings():
+    """Every option of `calibrate` is a Settings field: same defaults, values read back into Settings."""
+    from det_calib.cli import _parser, flag_names, settings_from_args
+    from det_calib.pipeline import Settings
+
+    parser = _parser()
+    assert settings_from_args(parser.parse_args(["calibrate"]), Settings) == Settings()
+    args = parser.parse_args(["calibrate", "--conf", "0.3", "--conf", "0.5", "--bins", "10", "--no-val", "-q",
+                              "--head", "nms", "--limit", "7", "--device", "cpu"])
+    s = settings_from_args(args, Settings)
+    assert s.conf == (0.3, 0.5) and s.ece_bins == 10 and s.head == "nms" and s.limit == 7 and s.device == "cpu"
+    assert not s.run_val and not s.progress and s.report and s.iou == 0.5
+    flags = flag_names(Settings)
+    assert flags["ece_bins"] == "--bins" and flags["run_val"] == "--no-val" and "loc_iou" not in flags
+    with pytest.raises(SystemExit):
+        parser.parse_args(["calibrate", "--head", "yolo"])  # choices come from the head vocabulary
+
+
+def test_library_errors_are_shown_with_option_names():
+    from det_calib.cli import _as_flags
+
+    assert _as_flags("Expected `iou` in (0, 1], but got 1.5") == "Expected --iou in (0, 1], but got 1.5"
+    assert _as_flags("give both `model` and `data`, or neither") == "give both --model and --data, or neither"
+    assert _as_flags("Expected `ece_bins` to be an integer") == "Expected --bins to be an integer"
+    text = "`loc_iou` has no option; `heads` is a JSON key"
+    assert _as_flags(text) == text

@@ -122,7 +122,8 @@ def test_coco_ground_truth_equals_yolo_labels(tmp_path, fixture_yaml):
     path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     coco = load_split(ds, "fixture", coco_gt=path).gt
     assert coco.height == sp.gt.height
-    np.testing.assert_allclose(coco.select("x1", "y1", "x2", "y2").to_numpy(), sp.gt.select("x1", "y1", "x2", "y2").to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(coco.select("x1", "y1", "x2", "y2").to_numpy(),
+                               sp.gt.select("x1", "y1", "x2", "y2").to_numpy(), atol=1e-9)
     assert coco["cls"].to_list() == sp.gt["cls"].to_list()
     assert coco["crowd"].sum() == len(anns[::7])
     cats[0]["name"] = "dodecahedron"

@@ -34,7 +34,8 @@ def test_same_seed_same_images_and_labels(tmp_path):
         cmp = filecmp.dircmp(tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib")
         assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
         names = sorted(p.name for p in (tmp_path / "a" / kind / "calib").iterdir())
-        _, mismatch, errors = filecmp.cmpfiles(tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib", names, shallow=False)
+        _, mismatch, errors = filecmp.cmpfiles(tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib", names,
+                                               shallow=False)
         assert not mismatch and not errors
 
 

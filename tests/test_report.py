@@ -1,13 +1,16 @@
 """Tests of det_calib.report: the HTML/Markdown report of a run and the comparison of two runs.
 
 Runs are synthetic: :func:`make_run` writes a run directory exactly as the pipeline does
-(``boxes.parquet`` with the box table schema plus ``loc_iou``, and ``calibration.json``), with
-numbers computed by det_calib.metrics / det_calib.thresholds from the same boxes.
+(``boxes.parquet`` with the box table schema, and ``calibration.json`` written by a
+:class:`det_calib.results.RunResult`), with numbers computed by det_calib.metrics /
+det_calib.thresholds (through :meth:`det_calib.results.Scores.compute`, as the pipeline) from the
+same boxes.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import re
@@ -24,10 +27,23 @@ import pytest
 from det_calib import metrics, thresholds
 from det_calib.boxes import SCHEMA
 from det_calib.errors import InputError
-from det_calib.io import to_json
 from det_calib.report import compare_runs, write_report
-from det_calib.report.load import calibrated_conf, parse_run_spec
 from det_calib.report.common import f4
+from det_calib.report.load import calibrated_conf, parse_run_spec
+from det_calib.results import (
+    Bootstrap,
+    Calibrator,
+    ClassResult,
+    EvalResult,
+    FitResult,
+    HeadResult,
+    RecordedSettings,
+    RunResult,
+    Scores,
+    Thresholded,
+    ValCheck,
+    ValMap,
+)
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]
 SECTIONS = ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings"]
@@ -70,8 +86,8 @@ def _boxes(rng: np.random.Generator, *, split: str, head: str, n_images: int, pe
     return df.with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
 
 
-def _shift(conf_b: np.ndarray, conf_a: np.ndarray, correct: np.ndarray, t: float, n_gt: int, temp: float) -> dict:
-    return thresholds.threshold_shift(conf_b, conf_a, correct, conf=t, n_gt=n_gt, temperature=temp).to_dict()
+def _shift(conf_b: np.ndarray, conf_a: np.ndarray, correct: np.ndarray, t: float, n_gt: int, temp: float):
+    return thresholds.threshold_shift(conf_b, conf_a, correct, conf=t, n_gt=n_gt, temperature=temp)
 
 
 def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] = NAMES, scale: dict | None = None,
@@ -98,16 +114,7 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
     boxes.write_parquet(root / "boxes.parquet")
     ece_bins, laece_bins = 15, 25
     temps = {h: round(float(scale[h]), 4) for h in heads}
-    calib = {
-        "det_calib_version": "0.1.0", "created": "2026-11-29T12:00:00+00:00",
-        "model": "/abs/best.pt", "data": "/abs/data.yaml", "class_names": names,
-        "heads": list(heads), "temperature": temps,
-        "iou_match": 0.5, "loc_iou_match": 0.1, "fit_min_conf": 0.0, "conf_floor": 0.001, "max_det": 300,
-        "imgsz": 320, "conf_thresholds": [0.25], "ece_bins": ece_bins, "laece_bins": laece_bins,
-        "min_class_boxes": 50, "bootstrap": {"n_boot": n_boot, "seed": 0, "level": 0.95, "unit": "image"},
-        "splits": {"fit": "calib", "eval": "test"}, "nms_iou": 0.7, "dece_bins": [8, 3, 3, 3, 3], "coco_gt": None,
-        "fit": {}, "eval": {}, "threshold_shift": {}, "per_class": {}, "ultralytics_val": {}, "corrupt_images": [],
-    }
+    results = {}
     for head in heads:
         t = temps[head]
         fit = boxes.filter((pl.col("head") == head) & (pl.col("split") == "calib") & ~pl.col("ignore"))
@@ -119,61 +126,58 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         img = ev["image_id"].to_numpy()
         tgt = np.where(y, ev["loc_iou"].to_numpy(), 0.0)
         n_gt = int(y.sum() * 1.2)
-
-        def ci(fn, *arrays):
-            return list(metrics.bootstrap_ci(fn, img, *arrays, n_boot=n_boot, seed=0))
-
-        lae = lambda c, tg, k, weights=None: metrics.laece(c, tg, k, n_bins=laece_bins, weights=weights)  # noqa: E731
-        calib["fit"][head] = {"split": "calib", "images": n_images, "boxes": fit.height,
-                              "correct": int(fit["correct"].sum()),
-                              "nll_before": metrics.nll_logits(fit["logit"], fit["correct"]),
-                              "nll_after": metrics.nll_logits(fit["logit"], fit["correct"], temperature=t),
-                              "iterations": 6}
-        e = {"split": "test", "images": n_images, "boxes": ev.height, "correct": int(y.sum()), "n_gt": n_gt,
-             "ignored": int(boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))["ignore"].sum()),
-             "corrupt_images": 0}
-        for which, c in (("before", cb), ("after", ca)):
-            e[f"ece_{which}"] = metrics.ece(c, y, n_bins=ece_bins)
-            e[f"ece_{which}_ci"] = ci(metrics.ece, c, y)
-            e[f"ace_{which}"] = metrics.ace(c, y, n_bins=ece_bins)
-            e[f"mce_{which}"] = metrics.mce(c, y, n_bins=ece_bins)
-            e[f"nll_{which}"] = metrics.nll(c, y)
-            e[f"brier_{which}"] = metrics.brier(c, y)
-            e[f"dece_{which}"] = None  # not computed: must render "n/a"
-            e[f"laece_{which}"] = metrics.laece(c, tgt, cls, n_bins=laece_bins)
-            e[f"laece_{which}_ci"] = ci(lae, c, tgt, cls)
-            e[f"laace_{which}"] = metrics.laace(c, tgt, cls)
-        e["thresholded"] = [{"conf": 0.25, "boxes_before": int((cb > 0.25).sum()),
-                             "ece_before": metrics.ece(cb[cb > 0.25], y[cb > 0.25], n_bins=ece_bins),
-                             "boxes_after": int((ca > 0.25).sum()),
-                             "ece_after": metrics.ece(ca[ca > 0.25], y[ca > 0.25], n_bins=ece_bins)}]
-        e.update({"map50_95_before": 0.6123, "map50_95_after": 0.6123, "map50_before": 0.8345, "map50_after": 0.8345,
-                  "map_identical": True})
-        calib["eval"][head] = e
-        calib["threshold_shift"][head] = [_shift(cb, ca, y, 0.25, n_gt, t)]
+        feats = metrics.box_features(*(ev[c].to_numpy() for c in ("x1", "y1", "x2", "y2", "img_w", "img_h")))
+        common = dict(logit=z, loc_iou=tgt, cls_id=cls, features=feats, image_id=img, ece_bins=ece_bins,
+                      laece_bins=laece_bins, dece_bins=[8, 3, 3, 3, 3], n_boot=n_boot, seed=0)
+        # D-ECE left out (null): it must render "n/a"
+        before = dataclasses.replace(Scores.compute(cb, y, temperature=1.0, **common), dece=None)
+        after = dataclasses.replace(Scores.compute(ca, y, temperature=t, **common), dece=None)
+        e = EvalResult(
+            split="test", images=n_images, boxes=ev.height, correct=int(y.sum()), n_gt=n_gt,
+            ignored=int(boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))["ignore"].sum()),
+            corrupt_images=0, before=before, after=after,
+            thresholded=[Thresholded(conf=0.25, boxes_before=int((cb > 0.25).sum()),
+                                     ece_before=metrics.ece(cb[cb > 0.25], y[cb > 0.25], n_bins=ece_bins),
+                                     boxes_after=int((ca > 0.25).sum()),
+                                     ece_after=metrics.ece(ca[ca > 0.25], y[ca > 0.25], n_bins=ece_bins))],
+            map50_95_before=0.6123, map50_95_after=0.6123, map50_before=0.8345, map50_after=0.8345,
+            map_identical=True,
+        )
         pcs = []
         for k in np.unique(cls):
             m = cls == k
             n_gt_k = int(y[m].sum() * 1.2)
-            pcs.append({"cls": int(k), "name": names[k], "boxes": int(m.sum()), "correct": int(y[m].sum()),
-                        "n_gt": n_gt_k,
-                        "ece_before": metrics.ece(cb[m], y[m], n_bins=ece_bins),
-                        "ece_after": metrics.ece(ca[m], y[m], n_bins=ece_bins),
-                        "ece_before_ci": list(metrics.bootstrap_ci(metrics.ece, img[m], cb[m], y[m], n_boot=n_boot)),
-                        "ece_after_ci": list(metrics.bootstrap_ci(metrics.ece, img[m], ca[m], y[m], n_boot=n_boot)),
-                        "laece_before": metrics.laece(cb[m], tgt[m], cls[m], n_bins=laece_bins),
-                        "laece_after": metrics.laece(ca[m], tgt[m], cls[m], n_bins=laece_bins),
-                        "few_boxes": bool(m.sum() < 50),
-                        "threshold_shift": [_shift(cb[m], ca[m], y[m], 0.25, n_gt_k, t)]})
-        calib["per_class"][head] = pcs
-        calib["ultralytics_val"][head] = {
-            "split": "test", "original": {"conf": 0.001, "map50_95": 0.6011, "map50": 0.8201},
-            "calibrated": {"conf": 0.001, "map50_95": 0.6009, "map50": 0.8199},
-            "calibrated_equivalent_floor": {"conf": float(thresholds.equivalent_threshold(0.001, t)),
-                                            "map50_95": 0.6011, "map50": 0.8201},
-            "identical_at_equivalent_floor": True,
-            "note": "same floor keeps more low boxes after calibration"} if ultralytics else None
-    (root / "calibration.json").write_text(to_json(calib))  # as the pipeline writes it: NaN -> null
+            pcs.append(ClassResult(
+                cls=int(k), name=names[k], boxes=int(m.sum()), correct=int(y[m].sum()), n_gt=n_gt_k,
+                few_boxes=bool(m.sum() < 50),
+                ece_before=metrics.ece(cb[m], y[m], n_bins=ece_bins),
+                ece_before_ci=metrics.bootstrap_ci(metrics.ece, img[m], cb[m], y[m], n_boot=n_boot),
+                laece_before=metrics.laece(cb[m], tgt[m], cls[m], n_bins=laece_bins),
+                ece_after=metrics.ece(ca[m], y[m], n_bins=ece_bins),
+                ece_after_ci=metrics.bootstrap_ci(metrics.ece, img[m], ca[m], y[m], n_boot=n_boot),
+                laece_after=metrics.laece(ca[m], tgt[m], cls[m], n_bins=laece_bins),
+                threshold_shift=[_shift(cb[m], ca[m], y[m], 0.25, n_gt_k, t)]))
+        val = ValCheck(
+            split="test", original=ValMap(conf=0.001, map50_95=0.6011, map50=0.8201),
+            calibrated=ValMap(conf=0.001, map50_95=0.6009, map50=0.8199),
+            calibrated_equivalent_floor=ValMap(conf=float(thresholds.equivalent_threshold(0.001, t)),
+                                               map50_95=0.6011, map50=0.8201),
+            identical_at_equivalent_floor=True, note="same floor keeps more low boxes after calibration")
+        results[head] = HeadResult(
+            calibrator=Calibrator.temperature_scaling(t),
+            fit=FitResult(split="calib", images=n_images, boxes=fit.height, correct=int(fit["correct"].sum()),
+                          nll_before=metrics.nll_logits(fit["logit"], fit["correct"]),
+                          nll_after=metrics.nll_logits(fit["logit"], fit["correct"], temperature=t), iterations=6),
+            eval=e, threshold_shift=[_shift(cb, ca, y, 0.25, n_gt, t)], per_class=pcs,
+            ultralytics_val=val if ultralytics else None)
+    settings = RecordedSettings(
+        iou_match=0.5, loc_iou_match=0.1, fit_min_conf=0.0, conf_floor=0.001, nms_iou=0.7, max_det=300, imgsz=320,
+        conf_thresholds=(0.25,), ece_bins=ece_bins, laece_bins=laece_bins, dece_bins=(8, 3, 3, 3, 3),
+        min_class_boxes=50, bootstrap=Bootstrap(n_boot=n_boot, seed=0), fit_split="calib", eval_split="test",
+        coco_gt=None)
+    RunResult(model="/abs/best.pt", data="/abs/data.yaml", class_names=list(names), heads=list(heads),
+              settings=settings, results=results, det_calib_version="0.1.0",
+              created="2026-11-29T12:00:00+00:00").write(root / "calibration.json")  # as the pipeline writes it
     return root
 
 
@@ -388,7 +392,7 @@ def test_one_head_and_nulls(run_one):
 def test_report_survives_missing_values(tmp_path):
     run = make_run(tmp_path / "r", heads=("nms",), n_images=10, per_image=20, n_boot=5)
     calib = json.loads((run / "calibration.json").read_text())
-    calib["eval"]["nms"] = {k: None for k in calib["eval"]["nms"]}
+    calib["eval"]["nms"] = dict.fromkeys(calib["eval"]["nms"])
     calib["threshold_shift"] = None
     calib["per_class"]["nms"] = None
     calib["fit"] = None

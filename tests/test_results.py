@@ -139,7 +139,7 @@ def test_unreadable_files(tmp_path):
 def test_nulls_are_undefined_numbers(ref):
     """JSON null (an undefined number) reads as None; missing per-head sections read as empty."""
     d = json.loads(json.dumps(ref))
-    d["eval"]["nms"] = {k: None for k in d["eval"]["nms"]}
+    d["eval"]["nms"] = dict.fromkeys(d["eval"]["nms"])
     d["fit"] = None
     d["threshold_shift"] = None
     r = RunResult.from_dict(d)

@@ -34,7 +34,8 @@ def test_coco_map_equals_cocoeval_summarize(tmp_path, fixture_capture):
     images = [{"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(sp.sizes)]
     anns = [
         {"id": k + 1, "image_id": r["image_id"], "category_id": r["cls"], "iscrowd": 0,
-         "bbox": [r["x1"], r["y1"], r["x2"] - r["x1"], r["y2"] - r["y1"]], "area": (r["x2"] - r["x1"]) * (r["y2"] - r["y1"])}
+         "bbox": [r["x1"], r["y1"], r["x2"] - r["x1"], r["y2"] - r["y1"]],
+         "area": (r["x2"] - r["x1"]) * (r["y2"] - r["y1"])}
         for k, r in enumerate(sp.gt.iter_rows(named=True))
     ]
     (tmp_path / "gt.json").write_text(json.dumps({"images": images, "annotations": anns,

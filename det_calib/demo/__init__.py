@@ -18,7 +18,8 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir", "model_figures"]
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir",
+           "model_figures"]
 
 
 def demo_root() -> Path:

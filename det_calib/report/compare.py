@@ -18,8 +18,8 @@ from det_calib.results import Bootstrap, ClassResult
 from . import plots
 from .common import (
     _arrow,
-    _Builder,
     _bins,
+    _Builder,
     _ci,
     _ece_tag,
     _eval,
