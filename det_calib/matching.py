@@ -487,6 +487,13 @@ def match_table(
     )
 
 
+def collapse_inverted(boxes: pl.DataFrame) -> pl.DataFrame:
+    """The inverted-box policy: a box with x2 < x1 or y2 < y1 (an immature one-to-one head can
+    output them) is a zero-area box at (x1, y1): it overlaps nothing. Matching and the mAP check
+    both apply it through this function; the box table keeps the coordinates as output."""
+    return boxes.with_columns(pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2"))
+
+
 def match_boxes(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float) -> pl.DataFrame:
     """Add ``correct``, ``iou``, ``ignore`` (at ``iou``) and ``loc_iou`` (at ``loc_iou``) to one head's boxes.
 
@@ -499,13 +506,13 @@ def match_boxes(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: f
             metrics (``loc_iou`` column: the IoU of the match, 0 if none).
 
     Inverted boxes (x2 < x1 or y2 < y1, which an immature one-to-one head can output) are matched
-    as zero-area boxes: they overlap nothing and count as incorrect. Their coordinates are kept.
-    This is the one place that policy lives.
+    as zero-area boxes (:func:`collapse_inverted`): they overlap nothing and count as incorrect.
+    Their coordinates are kept.
     """
     inverted = (boxes["x2"] < boxes["x1"]) | (boxes["y2"] < boxes["y1"])
     if inverted.any():
         logger.warning("%d inverted box(es) (x2 < x1 or y2 < y1): counted as incorrect", inverted.sum())
-    geom = boxes.with_columns(pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2"))
+    geom = collapse_inverted(boxes)
     at_iou = match_table(geom, gt, iou_threshold=iou)
     loc = match_table(geom, gt, iou_threshold=loc_iou)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)

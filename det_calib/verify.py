@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from det_calib.matching import collapse_inverted
+
 log = logging.getLogger(__name__)
 
 
@@ -70,9 +72,9 @@ def coco_map(
         "annotations": anns,
         "categories": [{"id": c, "name": str(c)} for c in classes],
     }
-    b = boxes.select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
     # inverted boxes (x2 < x1) become zero-area boxes, as in matching: they overlap nothing
-    w, h = np.maximum(b[:, 3] - b[:, 1], 0.0), np.maximum(b[:, 4] - b[:, 2], 0.0)
+    b = collapse_inverted(boxes).select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
+    w, h = b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]
     dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, scores, b[:, 5]])
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
