@@ -17,7 +17,6 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
-from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +117,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    try:
-        return _metadata.version("det_calib")
-    except _metadata.PackageNotFoundError:  # run from a source tree without installing
-        from det_calib import __version__
+    from det_calib.results import package_version
 
-        return __version__
+    return package_version()
 
 
 def _calibrate(args: argparse.Namespace) -> int:

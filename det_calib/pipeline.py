@@ -26,7 +26,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +60,7 @@ from det_calib.results import (
     Thresholded,
     ValCheck,
     ValMap,
+    package_version,
     temperature_verdict,
 )
 from det_calib.thresholds import threshold_shift
@@ -487,7 +487,7 @@ def calibrate(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
         results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
-        det_calib_version=_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
     out = Path(out)
     files = _write_outputs(out, result, boxes, inputs, ev, s, t_start)
@@ -602,13 +602,6 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, t: float, s: Sett
                     calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note)
 
 
-def _version() -> str:
-    try:
-        return _metadata.version("det_calib")
-    except _metadata.PackageNotFoundError:  # run from a source tree without installing
-        from det_calib import __version__
-
-        return __version__
 
 
 def _f(x: float | None, fmt: str) -> str:

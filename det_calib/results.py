@@ -43,6 +43,18 @@ CALIBRATION_FILE = "calibration.json"
 CI = tuple[float, float] | None
 
 
+def package_version() -> str:
+    """The installed det_calib's version (package metadata), or the source tree's when not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("det_calib")
+    except metadata.PackageNotFoundError:  # run from a source checkout (PYTHONPATH)
+        from det_calib import __version__
+
+        return __version__
+
+
 # ----------------------------------------------------------------------------------- checking
 def _where(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
