@@ -137,6 +137,24 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)  # pragma: no cover
 
 
+FLAGS = {
+    "model": "--model", "data": "--data", "out": "--out", "fit_split": "--fit-split", "eval_split": "--eval-split",
+    "head": "--head", "iou": "--iou", "conf": "--conf", "fit_min_conf": "--fit-min-conf",
+    "conf_floor": "--conf-floor", "max_det": "--max-det", "imgsz": "--imgsz", "batch": "--batch",
+    "device": "--device", "coco_gt": "--coco-gt", "ece_bins": "--bins", "n_boot": "--n-boot", "limit": "--limit",
+}
+"""Library parameter -> flag: errors name the parameter (`out`), the CLI says which flag (`--out`)."""
+
+
+def _error_line(e: DetCalibError) -> str:
+    """The error's one line, with the parameters it names (``InputError.params``) written as flags."""
+    msg = str(e)
+    for p in getattr(e, "params", ()):
+        if p in FLAGS:
+            msg = msg.replace(f"`{p}`", f"`{FLAGS[p]}`")
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-calib``."""
     args = _parser().parse_args(argv)
@@ -149,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(args)
         except DetCalibError as e:
-            print(f"det-calib: error: {e}", file=sys.stderr)
+            print(f"det-calib: error: {_error_line(e)}", file=sys.stderr)
             return 2
         except OSError as e:  # unwritable --out, full disk, unreadable file
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
