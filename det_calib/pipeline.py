@@ -365,8 +365,9 @@ def calibrate(
     for sp in (fit, ev):
         if sp.corrupt:
             log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))
-    from det_calib.preflight import preflight  # every check that needs no forward pass, before the first
+    from det_calib.preflight import preflight
 
+    # every check that needs no forward pass, before the first one
     preflight(model=model, out=out, fit=fit, ev=ev, heads=heads, n_classes=len(ds.names), settings=s)
 
     tables, temps, fits, evals, shifts, per_class = [], {}, {}, {}, {}, {}

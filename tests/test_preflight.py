@@ -41,8 +41,9 @@ def no_forward(monkeypatch) -> list[str]:
     """Failure injection: any forward pass of any Ultralytics model, or entering the capture,
     raises (an AssertionError, which the CLI would report as an internal error with exit code 1)
     and is recorded."""
-    import det_calib.capture
     from ultralytics.nn.tasks import BaseModel
+
+    import det_calib.capture
 
     calls: list[str] = []
 
@@ -164,7 +165,9 @@ def _bad_inputs(root: Path, tmp: Path, demo_model: Path):
         y = root / "data.yaml"
         y.write_text(y.read_text().replace("3: rectangle", "3: rect"))
 
-    nothing = lambda: None  # noqa: E731
+    def nothing():
+        pass
+
     return [
         ("out is a file", {"out": tmp / "file"}, "`out` is an existing file", file_as_out),
         ("out under a file", {"out": tmp / "file" / "sub"}, "`out` cannot be created", file_as_out),
