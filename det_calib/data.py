@@ -224,13 +224,18 @@ def label_path(image: Path) -> Path:
 
 
 def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
-    """Read image headers (fully verified) to get (width, height); drop unreadable images.
+    """Read image headers to get (width, height); drop unreadable images.
+
+    Headers only, no pixel decode (the capture decodes every image anyway): PIL's ``verify``
+    checks each file's structure, as Ultralytics' dataset check does. A file PIL cannot read, or a
+    JPEG without its end marker (truncated), is decided by Ultralytics' own image reader (what
+    its predictor reads with): kept when it decodes the file, skipped otherwise.
 
     Returns:
         (readable images, (n, 2) sizes, corrupt image paths). A warning names each corrupt image.
     """
-    import cv2
     from PIL import Image
+    from ultralytics.utils.patches import imread
 
     good, sizes, bad = [], [], []
     for p in images:
@@ -239,12 +244,13 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
                 im.verify()
             with Image.open(p) as im:
                 w, h = im.size
-                im.load()  # decodes: catches truncated files that verify() passes
-                if im.getexif().get(0x0112) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
+                if _orientation(im) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
                     w, h = h, w  # Ultralytics reads the image rotated, labels refer to that frame
-        except Exception:
-            # formats PIL can't open but OpenCV can (Ultralytics reads with OpenCV)
-            arr = cv2.imread(str(p)) if p.is_file() else None
+                complete = im.format != "JPEG" or _jpeg_has_end_marker(p)
+        except Exception:  # formats PIL can't open but Ultralytics' reader (OpenCV) can
+            complete = False
+        if not complete:
+            arr = imread(p) if p.is_file() else None
             if arr is None:
                 warnings.warn(f"skipping unreadable image {p}", stacklevel=2)
                 bad.append(str(p))
@@ -253,6 +259,31 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
         good.append(p)
         sizes.append((w, h))
     return good, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), bad
+
+
+def _orientation(im) -> int | None:
+    """EXIF orientation from the header. (PIL's ``getexif`` on a PNG decodes the whole image to
+    look for an EXIF chunk after the pixels; here only one before them counts.)"""
+    if im.format != "PNG":
+        return im.getexif().get(0x0112)
+    raw = im.info.get("exif")
+    if not raw:
+        return None
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif.load(raw)
+    return exif.get(0x0112)
+
+
+def _jpeg_has_end_marker(path: Path) -> bool:
+    """Whether a JPEG file ends with its end-of-image marker (a truncated file does not)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() < 2:
+            return False
+        f.seek(-2, 2)
+        return f.read() == b"\xff\xd9"
 
 
 LABEL_TOLERANCE = 0.01

@@ -257,3 +257,31 @@ def test_coco_images_missing_from_the_json_are_left_out(tmp_path, fixture_yaml):
         part = load_split(ds, "fixture", coco_gt=path)
     assert len(part.images) == 8 and part.gt.height == 0
     assert any("not in" in str(w.message) for w in caught)
+
+
+def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture_images):
+    """Sizes come from headers (EXIF rotation included) and equal the shape of the image as
+    Ultralytics' predictor reads it; an image that reader cannot decode is left out."""
+    from PIL import Image
+    from ultralytics.utils.patches import imread
+
+    from det_calib.data import image_sizes
+
+    arr = (np.random.default_rng(0).random((40, 60, 3)) * 255).astype(np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated by 90 degrees
+    paths = []
+    for name, kw in (("r.jpg", {"exif": exif.tobytes()}), ("r.png", {"exif": exif.tobytes()}), ("n.png", {})):
+        Image.fromarray(arr).save(tmp_path / name, **kw)
+        paths.append(tmp_path / name)
+    data = fixture_images[0].read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) * 3 // 4])  # truncated: no end marker
+    (tmp_path / "tail.jpg").write_bytes(data + b"\x00" * 16)  # bytes after the end marker: fine
+    paths += [tmp_path / "cut.jpg", tmp_path / "tail.jpg"]
+    with pytest.warns(UserWarning, match="skipping unreadable image .*cut.jpg"):
+        good, sizes, bad = image_sizes(paths)
+    assert bad == [str(tmp_path / "cut.jpg")] and imread(tmp_path / "cut.jpg") is None
+    assert good == [p for p in paths if p.name != "cut.jpg"]
+    for p, (w, h) in zip(good, sizes):
+        assert (h, w) == imread(p).shape[:2], p
+    assert sizes[:3].tolist() == [[40, 60], [40, 60], [60, 40]]
