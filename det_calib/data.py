@@ -324,7 +324,9 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
         if not np.isfinite(x):
             return None, f"non-finite value `{t}`"
     c = v[0]
-    if c != int(c) or not 0 <= c < nc:
+    if c != int(c):
+        return None, f"class id {tokens[0]} is not an integer"
+    if not 0 <= c < nc:
         return None, f"class id {tokens[0]} out of range 0..{nc - 1}"
     if n == 5:
         for name, x, t in (("width", v[3], tokens[3]), ("height", v[4], tokens[4])):

@@ -95,7 +95,7 @@ LABEL_CASES = [
     ("0 0.5 zero 0.2 0.2", "`zero` is not a number", True),
     ("8 0.5 0.5 0.2 0.2", "class id 8 out of range 0..7", True),
     ("-1 0.5 0.5 0.2 0.2", "class id -1 out of range 0..7", True),
-    ("1.5 0.5 0.5 0.2 0.2", "class id 1.5 out of range 0..7", True),
+    ("1.5 0.5 0.5 0.2 0.2", "class id 1.5 is not an integer", True),
     ("0 1.2 0.5 0.2 0.2", "value 1.2 outside [0, 1] (normalised coordinates, tolerance 0.01)", True),
     ("0 0.5 -0.02 0.2 0.2", "value -0.02 outside [0, 1]", True),
     ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.1", "got 8", True),  # a polygon with an odd number of coordinates
