@@ -144,7 +144,7 @@ def test_malformed_line_skips_the_image_and_names_file_and_line(two_splits):
 
 
 # ------------------------------------------------------------------- no bad input costs a forward pass
-def _bad_inputs(root: Path, tmp: Path, demo_model: Path):
+def _bad_inputs(root: Path, tmp: Path):
     """(description, calibrate kwargs, error pattern, setup) for each bad input."""
 
     def empty_fit_labels():
@@ -182,12 +182,12 @@ def _bad_inputs(root: Path, tmp: Path, demo_model: Path):
     ]
 
 
-CASES = [c[0] for c in _bad_inputs(Path("."), Path("."), Path("."))]
+CASES = [c[0] for c in _bad_inputs(Path("."), Path("."))]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_no_bad_input_costs_a_forward_pass(case, two_splits, tmp_path, demo_model_path, no_forward):
-    _, kwargs, pattern, setup = next(c for c in _bad_inputs(two_splits, tmp_path, demo_model_path) if c[0] == case)
+    _, kwargs, pattern, setup = next(c for c in _bad_inputs(two_splits, tmp_path) if c[0] == case)
     setup()
     kwargs = {"out": tmp_path / "out", **kwargs}
     with pytest.raises(InputError, match=re.escape(pattern)):
@@ -223,7 +223,7 @@ def test_unwritable_out(tmp_path):
 def test_output_folder_check_creates_nothing(tmp_path):
     out = tmp_path / "a" / "b"
     free = pf.check_output_folder(out, need_bytes=1)
-    assert free == shutil.disk_usage(tmp_path).free or free > 0
+    assert free > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is gone, no folder created
     link = tmp_path / "dangling"
     link.symlink_to(tmp_path / "nowhere")
