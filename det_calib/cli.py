@@ -174,12 +174,15 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 
 
-def _as_flags(message: str) -> str:
-    """The library names parameters (`iou`, `model`); the command line shows its options (--iou, --model)."""
+def _error_line(e: Exception) -> str:
+    """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
     from det_calib.pipeline import Settings
 
-    names = {**flag_names(Settings), "model": "--model", "data": "--data"}
-    return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), message)
+    names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out"}
+    params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
+    if params is not None:
+        names = {k: v for k, v in names.items() if k in params}
+    return re.sub(r"`(\w+)`", lambda m: f"`{names[m.group(1)]}`" if m.group(1) in names else m.group(0), first_line(e))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return COMMANDS[args.command](args)
         except DetCalibError as e:
-            print(f"det-calib: error: {_as_flags(first_line(e))}", file=sys.stderr)
+            print(f"det-calib: error: {_error_line(e)}", file=sys.stderr)
             return 2
         except OSError as e:  # unwritable --out, full disk, unreadable file
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""

@@ -51,8 +51,12 @@ class Split:
         images: Paths of the readable images, in a fixed (sorted) order; ``image_id`` indexes it.
         sizes: (n, 2) int array of (width, height) per image.
         gt: Ground-truth table (see module docstring).
-        corrupt: Images that could not be read (skipped, counted in the report).
+        corrupt: Images left out (counted and listed in the report): those that could not be
+            read, and those whose label file has a malformed line (as Ultralytics leaves out a
+            "corrupt image/label").
         root: Folder the image names are relative to.
+        bad_labels: ``"<file>:<line>: <reason>"`` for each malformed label file (its image is in
+            :attr:`corrupt`).
     """
 
     name: str
@@ -61,6 +65,7 @@ class Split:
     gt: pl.DataFrame
     corrupt: list[str] = field(default_factory=list)
     root: Path | None = None
+    bad_labels: list[str] = field(default_factory=list)
 
     def image_names(self) -> list[str]:
         """Image identifiers: paths relative to :attr:`root` where possible."""
@@ -86,6 +91,7 @@ class Split:
             gt=gt,
             corrupt=list(self.corrupt),
             root=self.root,
+            bad_labels=list(self.bad_labels),
         )
 
 
@@ -218,13 +224,18 @@ def label_path(image: Path) -> Path:
 
 
 def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
-    """Read image headers (fully verified) to get (width, height); drop unreadable images.
+    """Read image headers to get (width, height); drop unreadable images.
+
+    Headers only, no pixel decode (the capture decodes every image anyway): PIL's ``verify``
+    checks each file's structure, as Ultralytics' dataset check does. A file PIL cannot read, or a
+    JPEG without its end marker (truncated), is decided by Ultralytics' own image reader (what
+    its predictor reads with): kept when it decodes the file, skipped otherwise.
 
     Returns:
         (readable images, (n, 2) sizes, corrupt image paths). A warning names each corrupt image.
     """
-    import cv2
     from PIL import Image
+    from ultralytics.utils.patches import imread
 
     good, sizes, bad = [], [], []
     for p in images:
@@ -233,12 +244,13 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
                 im.verify()
             with Image.open(p) as im:
                 w, h = im.size
-                im.load()  # decodes: catches truncated files that verify() passes
-                if im.getexif().get(0x0112) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
+                if _orientation(im) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
                     w, h = h, w  # Ultralytics reads the image rotated, labels refer to that frame
-        except Exception:
-            # formats PIL can't open but OpenCV can (Ultralytics reads with OpenCV)
-            arr = cv2.imread(str(p)) if p.is_file() else None
+                complete = im.format != "JPEG" or _jpeg_has_end_marker(p)
+        except Exception:  # formats PIL can't open but Ultralytics' reader (OpenCV) can
+            complete = False
+        if not complete:
+            arr = imread(p) if p.is_file() else None
             if arr is None:
                 warnings.warn(f"skipping unreadable image {p}", stacklevel=2)
                 bad.append(str(p))
@@ -249,72 +261,202 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
     return good, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), bad
 
 
-def _label_box(values: list[str]) -> list[float]:
-    """``cls cx cy w h`` from a label line; a segmentation polygon ``cls x1 y1 x2 y2 ...`` (more
-    than 5 values, an even number of coordinates) becomes its bounding box, as Ultralytics does."""
-    v = [float(x) for x in values]
-    if len(v) == 5:
-        return v
-    if len(v) >= 7 and (len(v) - 1) % 2 == 0:
-        xs, ys = v[1::2], v[2::2]
-        x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
-        return [v[0], (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
-    raise ValueError("bad label line")
+def _orientation(im) -> int | None:
+    """EXIF orientation from the header. (PIL's ``getexif`` on a PNG decodes the whole image to
+    look for an EXIF chunk after the pixels; here only one before them counts.)"""
+    if im.format != "PNG":
+        return im.getexif().get(0x0112)
+    raw = im.info.get("exif")
+    if not raw:
+        return None
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif.load(raw)
+    return exif.get(0x0112)
 
 
-def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: str) -> pl.DataFrame:
-    """YOLO txt labels of ``images`` as a ground-truth table in pixels.
+def _jpeg_has_end_marker(path: Path) -> bool:
+    """Whether a JPEG file ends with its end-of-image marker (a truncated file does not)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() < 2:
+            return False
+        f.seek(-2, 2)
+        return f.read() == b"\xff\xd9"
+
+
+LABEL_TOLERANCE = 0.01
+"""How far a normalised label value may lie outside [0, 1]: Ultralytics' own tolerance (1%)."""
+
+
+def _number(token: str) -> float | None:
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None, str | None]:
+    """Parse and check one YOLO label line.
+
+    A line is ``cls cx cy w h`` (normalised centre and size) or a segmentation polygon
+    ``cls x1 y1 x2 y2 x3 y3 ...`` (three points or more), which becomes its bounding box as in
+    Ultralytics.
+
+    Args:
+        tokens: The line split on whitespace (not empty).
+        nc: Number of classes; ids must be integers in ``0..nc-1``.
+
+    Returns:
+        ``(box, None)`` with ``box = [cls, cx, cy, w, h]``, or ``(None, reason)`` for a malformed
+        line: a wrong number of values, a value that is not a number or not finite, a class id
+        out of range, a value outside [0, 1] by more than :data:`LABEL_TOLERANCE`, a width or
+        height that is zero or negative.
+    """
+    n = len(tokens)
+    if n != 5 and not (n >= 7 and n % 2 == 1):
+        return None, f"expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got {n}"
+    v = [_number(t) for t in tokens]
+    for t, x in zip(tokens, v):
+        if x is None:
+            return None, f"`{t}` is not a number"
+        if not np.isfinite(x):
+            return None, f"non-finite value `{t}`"
+    c = v[0]
+    if c != int(c):
+        return None, f"class id {tokens[0]} is not an integer"
+    if not 0 <= c < nc:
+        return None, f"class id {tokens[0]} out of range 0..{nc - 1}"
+    if n == 5:
+        for name, x, t in (("width", v[3], tokens[3]), ("height", v[4], tokens[4])):
+            if x <= 0:
+                return None, f"{name} {t} is {'zero' if x == 0 else 'negative'}"
+    for t, x in zip(tokens[1:], v[1:]):
+        if not -LABEL_TOLERANCE <= x <= 1 + LABEL_TOLERANCE:
+            return None, f"value {t} outside [0, 1] (normalised coordinates, tolerance {LABEL_TOLERANCE:g})"
+    if n == 5:
+        return v, None
+    xs, ys = v[1::2], v[2::2]
+    x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+    if x2 <= x1 or y2 <= y1:
+        return None, f"polygon has zero {'width' if x2 <= x1 else 'height'}"
+    return [c, (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], None
+
+
+def read_label_file(path: Path, *, nc: int) -> tuple[np.ndarray, str | None]:
+    """Read one YOLO label file, checking every line.
+
+    Exact duplicate lines are dropped, as Ultralytics does. A file that mixes box lines and
+    polygon lines is malformed (Ultralytics drops it too).
+
+    Returns:
+        ``(boxes, problem)``: ``boxes`` is a (n, 5) float64 array ``cls cx cy w h`` (normalised),
+        ``problem`` None, or ``"<file>:<line>: <reason>"`` for the first malformed line (then
+        ``boxes`` is empty).
+    """
+    empty = np.zeros((0, 5), dtype=np.float64)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        return empty, f"{path}: not UTF-8 text"
+    rows, seen, first_kind = [], set(), None
+    for k, line in enumerate(text.splitlines(), start=1):
+        tokens = line.split()
+        if not tokens:
+            continue
+        box, reason = check_label_line(tokens, nc=nc)
+        if reason is None:
+            kind = "box" if len(tokens) == 5 else "polygon"
+            first_kind = first_kind or (kind, k)
+            if kind != first_kind[0]:
+                reason = (f"a {kind} line in a file of {first_kind[0]} lines (line {first_kind[1]}): "
+                          "mixed files are dropped by Ultralytics")
+        if reason is not None:
+            return empty, f"{path}:{k}: {reason}"
+        key = tuple(map(float, tokens))
+        if key not in seen:
+            seen.add(key)
+            rows.append(box)
+    return (np.asarray(rows, dtype=np.float64).reshape(-1, 5), None)
+
+
+def scan_yolo_labels(
+    images: list[Path], *, nc: int, split: str
+) -> tuple[list[np.ndarray], list[tuple[int, str]]]:
+    """Read and check the YOLO label file of every image, each file once.
+
+    An image without a label file is a background image (no boxes). An image whose label file
+    has a malformed line is reported, not read: the caller leaves the image out, as Ultralytics
+    does (treating it as background would count the detections on its objects as wrong).
+
+    Returns:
+        ``(boxes, bad)``: per image a (n, 5) array ``cls cx cy w h`` (normalised), and
+        ``(image index, "<file>:<line>: <reason>")`` for each image with a malformed label file.
 
     Raises:
-        InputError: No label file exists for any image, a line is malformed, or a class id is
-            outside 0..nc-1.
+        InputError: No label file exists for any of the images.
     """
-    rows_id, rows_box, rows_cls = [], [], []
-    found = 0
+    boxes, bad, found = [], [], 0
+    empty = np.zeros((0, 5), dtype=np.float64)
     for i, img in enumerate(images):
         lp = label_path(img)
         if not lp.is_file():
+            boxes.append(empty)
             continue
         found += 1
-        lines = [ln.split() for ln in lp.read_text().splitlines() if ln.strip()]
-        if not lines:
-            continue
-        try:
-            arr = np.array([_label_box(v) for v in lines], dtype=np.float64)
-        except ValueError:
-            raise InputError(f"malformed label file {lp}: expected `cls cx cy w h` (or a polygon) per line") from None
-        cls = arr[:, 0]
-        if (cls != np.round(cls)).any() or (cls < 0).any() or (cls >= nc).any():
-            bad = cls[(cls != np.round(cls)) | (cls < 0) | (cls >= nc)][0]
-            raise InputError(f"class id {bad:g} out of range 0..{nc - 1} in {lp}")
-        w, h = sizes[i]
-        cx, cy, bw, bh = arr[:, 1] * w, arr[:, 2] * h, arr[:, 3] * w, arr[:, 4] * h
-        rows_box.append(np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1))
-        rows_cls.append(cls.astype(np.int32))
-        rows_id.append(np.full(len(arr), i, dtype=np.int64))
-    if 0 < found < len(images):
-        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found,
-                 len(images))
+        arr, problem = read_label_file(lp, nc=nc)
+        boxes.append(arr)
+        if problem is not None:
+            bad.append((i, problem))
     if found == 0:
         raise InputError(
             f"split `{split}` has no labels: no label file found for any of its {len(images)} images "
             f"(expected e.g. {label_path(images[0])})"
         )
-    if not rows_id:
+    if found < len(images):
+        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found,
+                 len(images))
+    return boxes, bad
+
+
+def _gt_from_boxes(boxes: list[np.ndarray], sizes: np.ndarray) -> pl.DataFrame:
+    """Ground-truth table in pixels from per-image normalised ``cls cx cy w h`` arrays."""
+    n = np.array([len(b) for b in boxes], dtype=np.int64)
+    if n.sum() == 0:
         return pl.DataFrame(schema=GT_SCHEMA)
-    box = np.concatenate(rows_box)
+    arr = np.concatenate(boxes)
+    ids = np.repeat(np.arange(len(boxes), dtype=np.int64), n)
+    w, h = sizes[ids, 0], sizes[ids, 1]
+    cx, cy, bw, bh = arr[:, 1] * w, arr[:, 2] * h, arr[:, 3] * w, arr[:, 4] * h
     return pl.DataFrame(
         {
-            "image_id": np.concatenate(rows_id),
-            "x1": box[:, 0],
-            "y1": box[:, 1],
-            "x2": box[:, 2],
-            "y2": box[:, 3],
-            "cls": np.concatenate(rows_cls),
-            "crowd": np.zeros(len(box), dtype=bool),
+            "image_id": ids,
+            "x1": cx - bw / 2,
+            "y1": cy - bh / 2,
+            "x2": cx + bw / 2,
+            "y2": cy + bh / 2,
+            "cls": arr[:, 0].astype(np.int32),
+            "crowd": np.zeros(len(arr), dtype=bool),
         },
         schema=GT_SCHEMA,
     )
+
+
+def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: str) -> pl.DataFrame:
+    """YOLO txt labels of ``images`` as a ground-truth table in pixels (strict).
+
+    :func:`load_split` leaves out images with a malformed label file instead; this function,
+    given a fixed image list, refuses them.
+
+    Raises:
+        InputError: No label file exists for any image, or a line is malformed (the message names
+            the file and line).
+    """
+    boxes, bad = scan_yolo_labels(images, nc=nc, split=split)
+    if bad:
+        raise InputError(f"malformed label: {bad[0][1]}")
+    return _gt_from_boxes(boxes, sizes)
 
 
 def read_coco_gt(
@@ -390,22 +532,54 @@ def load_split(
 ) -> Split:
     """Images, sizes and ground truth of one split of a dataset.
 
+    Every label file is read once and every line checked (:func:`check_label_line`). An image
+    whose label file has a malformed line is left out with a warning naming the file and line,
+    as Ultralytics leaves it out of training and validation; it is listed in ``corrupt`` and
+    ``bad_labels``. Its image is not decoded.
+
     Args:
         data: Parsed data.yaml.
         split: Split key in the yaml.
         coco_gt: Optional COCO JSON with the ground truth instead of YOLO txt labels.
         limit: Keep only the first ``limit`` images (sorted order); for quick runs.
+
+    Raises:
+        InputError: The split is not in the yaml, has no images, no label file at all, or no
+            usable image (every one unreadable or with a malformed label file).
     """
     if split not in data.splits:
         raise InputError(f"split `{split}` not in {data.yaml_path} (splits: {sorted(data.splits)})")
     images = list_images(data.splits[split], split=split)
     if limit is not None:
         images = images[:limit]
-    images, sizes, corrupt = image_sizes(images)
+    skipped: list[str] = []
+    bad_labels: list[str] = []
+    if coco_gt is None:
+        boxes, bad = scan_yolo_labels(images, nc=data.nc, split=split)
+        if bad:
+            _warn_bad_labels(split, [images[i] for i, _ in bad], [b for _, b in bad], len(images))
+            drop = {i for i, _ in bad}
+            skipped = [str(images[i]) for i in sorted(drop)]
+            bad_labels = [b for _, b in bad]
+            keep = [i for i in range(len(images)) if i not in drop]
+            if not keep:
+                raise InputError(
+                    f"split `{split}` has no usable images: the label files of all {len(images)} are malformed "
+                    f"(first: {bad[0][1]})"
+                )
+            images, boxes = [images[i] for i in keep], [boxes[i] for i in keep]
+        listed = images
+        images, sizes, corrupt = image_sizes(images)
+        if len(images) < len(listed):
+            readable = set(images)
+            boxes = [b for p, b in zip(listed, boxes) if p in readable]
+    else:
+        images, sizes, corrupt = image_sizes(images)
     if not images:
         raise InputError(f"split `{split}` has no readable images ({len(corrupt)} corrupt)")
     sources = data.splits[split]
     root = sources[0] if len(sources) == 1 and sources[0].is_dir() else data.root
+    corrupt = skipped + corrupt
     if coco_gt is not None:
         gt, found = read_coco_gt(coco_gt, images, names=data.names, root=root)
         if len(found) < len(images):
@@ -416,8 +590,23 @@ def load_split(
             sp = Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root)
             return sp.subset(found)
     else:
-        gt = read_yolo_labels(images, sizes, nc=data.nc, split=split)
-    return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root)
+        gt = _gt_from_boxes(boxes, sizes)
+    return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root, bad_labels=bad_labels)
+
+
+MAX_LISTED_WARNINGS = 5
+"""Malformed label files named one warning each; the rest are counted in one more warning."""
+
+
+def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total: int) -> None:
+    for img, problem in zip(images[:MAX_LISTED_WARNINGS], problems):
+        warnings.warn(f"split `{split}`: skipping image {img}: malformed label {problem}", stacklevel=3)
+    if len(problems) > MAX_LISTED_WARNINGS:
+        warnings.warn(
+            f"split `{split}`: skipping {len(problems) - MAX_LISTED_WARNINGS} more image(s) with malformed labels "
+            f"({len(problems)} of {total} in all; every one is listed in Split.bad_labels)",
+            stacklevel=3,
+        )
 
 
 def check_class_names(model_names: list[str], data_names: list[str], *, data_path: str | Path) -> None:
@@ -430,7 +619,8 @@ def check_class_names(model_names: list[str], data_names: list[str], *, data_pat
         )
     i = next(k for k, (a, b) in enumerate(zip(model_names, data_names)) if a != b)
     raise InputError(
-        f"class names differ at id {i}: the model says `{model_names[i]}`, {data_path} says `{data_names[i]}`"
+        f"class names differ at id {i}: the model says `{model_names[i]}`, {data_path} says `{data_names[i]}`",
+        param=(),
     )
 
 

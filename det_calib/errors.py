@@ -12,7 +12,20 @@ class DetCalibError(Exception):
 
 
 class InputError(DetCalibError, ValueError):
-    """A file, argument or dataset is missing, corrupt or inconsistent."""
+    """A file, argument or dataset is missing, corrupt or inconsistent.
+
+    Args:
+        message: One line for the user. Parameters at fault are written in backquotes by their
+            Python name (`out`, `fit_split`).
+        param: The parameter(s) at fault, so that a front end can name them its own way (the CLI
+            writes `--out`, `--fit-split`). ``None`` (the default): any backquoted name may be a
+            parameter; ``()``: none is (e.g. a message quoting class names).
+    """
+
+    def __init__(self, message: str, *, param: str | tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        self.params: tuple[str, ...] | None = (param,) if isinstance(param, str) else (
+            None if param is None else tuple(param))
 
 
 class DegenerateFitError(DetCalibError, ValueError):

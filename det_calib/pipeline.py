@@ -47,6 +47,7 @@ from det_calib.data import (
 from det_calib.errors import InputError
 from det_calib.io import write_text
 from det_calib.matching import match_boxes
+from det_calib.preflight import preflight
 from det_calib.results import (
     Bootstrap,
     Calibrator,
@@ -478,6 +479,9 @@ def calibrate(
     t_start = time.time()
     inputs = resolve_inputs(model, data, s)
     fit, ev = load_splits(inputs.ds, s)
+    # every check that needs no forward pass, before the first one
+    preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
+              n_classes=len(inputs.ds.names), settings=s)
     results, tables = {}, []
     for head in inputs.heads:
         results[head], head_tables = calibrate_head(inputs, fit, ev, head, s)

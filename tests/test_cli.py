@@ -64,13 +64,15 @@ def test_bad_data(capsys, tmp_path, ds, demo_model_path):
     code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
     _assert_one_line_error(code, err, "class names differ at id 3: the model says `rectangle`")
     (ds / "data.yaml").write_text(text)
-    # class id out of range
-    lbl = sorted((ds / "labels" / "fixture").glob("*.txt"))[2]
-    keep = lbl.read_text()
-    lbl.write_text("11 0.5 0.5 0.2 0.2\n")
+    # class id out of range in every label file (one such file is skipped with a warning, as by Ultralytics)
+    labels = sorted((ds / "labels" / "fixture").glob("*.txt"))
+    keep = [lbl.read_text() for lbl in labels]
+    for lbl in labels:
+        lbl.write_text("11 0.5 0.5 0.2 0.2\n")
     code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
-    _assert_one_line_error(code, err, "class id 11 out of range 0..7")
-    lbl.write_text(keep)
+    _assert_one_line_error(code, err, f"(first: {labels[0]}:1: class id 11 out of range 0..7)")
+    for lbl, text in zip(labels, keep):
+        lbl.write_text(text)
     # no labels at all
     shutil.rmtree(ds / "labels")
     code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
@@ -94,17 +96,20 @@ def test_bad_options(capsys, ds, demo_model_path):
 
 
 def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
-    # every label emptied: no box can be correct
-    for lbl in (ds / "labels" / "fixture").glob("*.txt"):
+    # every label emptied: no box can be correct; found before any capture (see test_preflight)
+    labels = {lbl: lbl.read_text() for lbl in (ds / "labels" / "fixture").glob("*.txt")}
+    for lbl in labels:
         lbl.write_text("")
     out = ds / "out"
     out.mkdir()
     (out / "calibration.json").write_text("OLD")
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
-    _assert_one_line_error(code, err, "no correct boxes")
+    _assert_one_line_error(code, err, "has no ground-truth boxes")
     assert (out / "calibration.json").read_text() == "OLD"  # a failed run leaves earlier outputs alone
     assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
-    # blank grey images: nothing above a high floor
+    # blank grey images: nothing above a high floor (labels restored: ground truth is there)
+    for lbl, text in labels.items():
+        lbl.write_text(text)
     for img in (ds / "images" / "fixture").glob("*.jpg"):
         cv2.imwrite(str(img), np.full((64, 64, 3), 127, np.uint8))
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
@@ -124,12 +129,13 @@ def test_console_script_exit_code_and_no_traceback(tmp_path):
 
 def test_model_without_data_and_unwritable_out(capsys, tmp_path, ds, demo_model_path):
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, *FAST)
-    _assert_one_line_error(code, err, "give both --model and --data")
+    _assert_one_line_error(code, err, "give both `--model` and `--data`")
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
                      "--out", blocker / "sub", "--head", "nms", *FAST)
     assert code == 2 and "Traceback" not in err and err.startswith("det-calib: error:")
+    assert f"`--out` cannot be created: {blocker} is a file" in err
 
 
 @pytest.mark.slow
@@ -168,10 +174,12 @@ def test_calibrate_options_come_from_settings():
 
 
 def test_library_errors_are_shown_with_option_names():
-    from det_calib.cli import _as_flags
+    from det_calib.cli import _error_line
+    from det_calib.errors import InputError
 
-    assert _as_flags("Expected `iou` in (0, 1], but got 1.5") == "Expected --iou in (0, 1], but got 1.5"
-    assert _as_flags("give both `model` and `data`, or neither") == "give both --model and --data, or neither"
-    assert _as_flags("Expected `ece_bins` to be an integer") == "Expected --bins to be an integer"
+    assert _error_line(InputError("Expected `iou` in (0, 1], but got 1.5")) == "Expected `--iou` in (0, 1], but got 1.5"
+    msg = InputError("give both `model` and `data`, or neither")
+    assert _error_line(msg) == "give both `--model` and `--data`, or neither"
+    assert _error_line(InputError("Expected `ece_bins` to be an integer")) == "Expected `--bins` to be an integer"
     text = "`loc_iou` has no option; `heads` is a JSON key"
-    assert _as_flags(text) == text
+    assert _error_line(InputError(text)) == text

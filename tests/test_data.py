@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -16,6 +17,8 @@ from det_calib.data import (
     label_path,
     load_data_yaml,
     load_split,
+    read_label_file,
+    read_yolo_labels,
 )
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
@@ -68,11 +71,102 @@ def test_empty_split_and_missing_yaml(tmp_path):
         load_data_yaml(tmp_path / "data.yaml")
 
 
-def test_class_id_out_of_range(fixture_copy):
-    lbl = sorted((fixture_copy / "labels" / "fixture").glob("*.txt"))[0]
+def test_class_id_out_of_range_skips_the_image(fixture_copy):
+    lbl = min((fixture_copy / "labels" / "fixture").glob("*.txt"))
     lbl.write_text("8 0.5 0.5 0.1 0.1\n")
-    with pytest.raises(InputError, match="class id 8 out of range 0..7"):
+    ds = load_data_yaml(fixture_copy / "data.yaml")
+    with pytest.warns(UserWarning, match=re.escape(f"{lbl}:1: class id 8 out of range 0..7")):
+        sp = load_split(ds, "fixture")
+    assert len(sp.images) == 11 and sp.corrupt == [str(fixture_copy / "images" / "fixture" / f"{lbl.stem}.jpg")]
+    # the strict reader, given a fixed image list, refuses the file instead
+    images = sorted((fixture_copy / "images" / "fixture").glob("*.jpg"))
+    with pytest.raises(InputError, match=re.escape(f"malformed label: {lbl}:1: class id 8 out of range 0..7")):
+        read_yolo_labels(images, np.full((12, 2), 64), nc=8, split="fixture")
+
+
+# line, our reason (None: accepted), whether Ultralytics' verify_image_label drops the file
+LABEL_CASES = [
+    ("0 0.5 0.5 0.2 nan", "non-finite value `nan`", True),
+    ("0 0.5 0.5 inf 0.2", "non-finite value `inf`", True),
+    ("0 0.5 0.5 -0.2 0.2", "width -0.2 is negative", True),
+    ("0 0.5 0.5 0.2 -1e-3", "height -1e-3 is negative", True),
+    ("0 0.5 0.5 0.2", "expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got 4", True),
+    ("0 0.5 0.5 0.2 0.2 0.9", "got 6", True),
+    ("0 0.5 zero 0.2 0.2", "`zero` is not a number", True),
+    ("8 0.5 0.5 0.2 0.2", "class id 8 out of range 0..7", True),
+    ("-1 0.5 0.5 0.2 0.2", "class id -1 out of range 0..7", True),
+    ("1.5 0.5 0.5 0.2 0.2", "class id 1.5 is not an integer", True),
+    ("0 1.2 0.5 0.2 0.2", "value 1.2 outside [0, 1] (normalised coordinates, tolerance 0.01)", True),
+    ("0 0.5 -0.02 0.2 0.2", "value -0.02 outside [0, 1]", True),
+    ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.1", "got 8", True),  # a polygon with an odd number of coordinates
+    ("0 0.5 0.5 0.2 0.2\n1 0.1 0.1 0.5 0.1 0.5 0.6", "a polygon line in a file of box lines (line 1)", True),
+    # stricter than Ultralytics: a zero-size box overlaps nothing, so a detection of its object
+    # would count as incorrect
+    ("0 0.5 0.5 0 0.2", "width 0 is zero", False),
+    ("0 0.1 0.1 0.1 0.5 0.1 0.9", "polygon has zero width", False),
+    # accepted by both: within the 1% tolerance, a 3-point polygon, a duplicate line (dropped)
+    ("0 1.005 0.5 0.2 0.2", None, False),
+    ("0 -0.005 0.5 0.2 0.2", None, False),
+    ("2 0.1 0.2 0.5 0.2 0.5 0.6", None, False),
+    ("0 0.5 0.5 0.2 0.2\n0 0.5 0.50 0.2 0.2\n1 0.5 0.5 0.2 0.2", None, False),
+]
+
+
+@pytest.mark.parametrize(("text", "reason", "ultralytics_drops"), LABEL_CASES)
+def test_label_checks_name_file_and_line_and_agree_with_ultralytics(fixture_copy, text, reason, ultralytics_drops):
+    from ultralytics.data.utils import verify_image_label
+
+    img = min((fixture_copy / "images" / "fixture").glob("*.jpg"))
+    lbl = label_path(img)
+    polygon = len(text.split("\n")[0].split()) > 6
+    good = "3 0.1 0.1 0.3 0.1 0.3 0.3" if polygon else "3 0.5 0.5 0.1 0.1"
+    lbl.write_text(good + "\n\n" + text + "\n")  # a good line of the same kind, a blank one, then the case
+    boxes, problem = read_label_file(lbl, nc=8)
+    if reason is None:
+        assert problem is None
+    else:
+        assert problem.startswith(f"{lbl}:") and reason in problem, problem
+        first_bad = 3 if "line 1" not in reason else 4
+        assert problem.startswith(f"{lbl}:{first_bad}: "), problem
+    r = verify_image_label((str(img), str(lbl), "", False, 8, 0, 0, False))
+    assert (r[8] == 1) == ultralytics_drops, r[9]
+    if reason is None:  # same boxes as Ultralytics (float32 there)
+        ours = boxes[np.lexsort(boxes.T[::-1])]
+        theirs = r[1][np.lexsort(r[1].T[::-1])]
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_many_malformed_files_one_warning_each_up_to_five(fixture_copy):
+    labels = sorted((fixture_copy / "labels" / "fixture").glob("*.txt"))
+    for lbl in labels[:7]:
+        lbl.write_text("0 0.5 0.5 0.1 nan\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sp = load_split(load_data_yaml(fixture_copy / "data.yaml"), "fixture")
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 6 and all(f"{lbl}:1: non-finite value `nan`" in m for lbl, m in zip(labels, msgs[:5]))
+    assert "skipping 2 more image(s) with malformed labels (7 of 12 in all" in msgs[-1]
+    assert len(sp.images) == 5 and len(sp.corrupt) == 7 and len(sp.bad_labels) == 7
+
+
+def test_each_label_file_is_read_once_and_skipped_images_not_decoded(fixture_copy, monkeypatch):
+    from pathlib import Path as _Path
+
+    from PIL import Image
+
+    reads, opened = [], []
+    real_read, real_open = _Path.read_text, Image.open
+    monkeypatch.setattr(_Path, "read_text", lambda self, *a, **k: reads.append(self) or real_read(self, *a, **k))
+    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(_Path(fp)) or real_open(fp, *a, **k))
+    bad = sorted((fixture_copy / "labels" / "fixture").glob("*.txt"))[4]
+    real_bad = bad.read_text()
+    bad.write_text(real_bad + "0 0.5 0.5 0.1\n")
+    reads.clear()
+    with pytest.warns(UserWarning, match="got 4"):
         load_split(load_data_yaml(fixture_copy / "data.yaml"), "fixture")
+    labels = [p for p in reads if p.suffix == ".txt"]
+    assert len(labels) == 12 and len(set(labels)) == 12
+    assert fixture_copy / "images" / "fixture" / f"{bad.stem}.jpg" not in opened
 
 
 def test_corrupt_image_is_skipped_with_a_warning(fixture_copy):
@@ -164,3 +258,31 @@ def test_coco_images_missing_from_the_json_are_left_out(tmp_path, fixture_yaml):
         part = load_split(ds, "fixture", coco_gt=path)
     assert len(part.images) == 8 and part.gt.height == 0
     assert any("not in" in str(w.message) for w in caught)
+
+
+def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture_images):
+    """Sizes come from headers (EXIF rotation included) and equal the shape of the image as
+    Ultralytics' predictor reads it; an image that reader cannot decode is left out."""
+    from PIL import Image
+    from ultralytics.utils.patches import imread
+
+    from det_calib.data import image_sizes
+
+    arr = (np.random.default_rng(0).random((40, 60, 3)) * 255).astype(np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated by 90 degrees
+    paths = []
+    for name, kw in (("r.jpg", {"exif": exif.tobytes()}), ("r.png", {"exif": exif.tobytes()}), ("n.png", {})):
+        Image.fromarray(arr).save(tmp_path / name, **kw)
+        paths.append(tmp_path / name)
+    data = fixture_images[0].read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) * 3 // 4])  # truncated: no end marker
+    (tmp_path / "tail.jpg").write_bytes(data + b"\x00" * 16)  # bytes after the end marker: fine
+    paths += [tmp_path / "cut.jpg", tmp_path / "tail.jpg"]
+    with pytest.warns(UserWarning, match="skipping unreadable image .*cut.jpg"):
+        good, sizes, bad = image_sizes(paths)
+    assert bad == [str(tmp_path / "cut.jpg")] and imread(tmp_path / "cut.jpg") is None
+    assert good == [p for p in paths if p.name != "cut.jpg"]
+    for p, (w, h) in zip(good, sizes):
+        assert (h, w) == imread(p).shape[:2], p
+    assert sizes[:3].tolist() == [[40, 60], [40, 60], [60, 40]]
