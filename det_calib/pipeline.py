@@ -18,8 +18,6 @@ import datetime as _dt
 import functools
 import logging
 import math
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -43,7 +41,13 @@ from det_calib.data import (
     write_split_yaml,
 )
 from det_calib.errors import InputError
-from det_calib.io import write_json, write_text
+from det_calib.io import (
+    check_output_dir,
+    read_manifest,
+    staged_output,
+    write_json,
+    write_text,
+)
 from det_calib.matching import match_table
 from det_calib.thresholds import threshold_shift
 
@@ -343,6 +347,7 @@ def calibrate(
         model, data = demo.demo_model(), demo.demo_data_yaml()
     model, data = Path(model), Path(data)
     out = Path(out)
+    check_output_dir(out)  # before the long steps: refuse a folder det_calib does not own
 
     yolo = load_detector(model)
     ds = load_data_yaml(data)
@@ -447,12 +452,10 @@ def calibrate(
         "ultralytics_val": {},
         "corrupt_images": sorted(set(fit.corrupt) | set(ev.corrupt)),
     }
-    # Everything is written into a staging folder inside `out` and moved into place at the end,
-    # file by file with atomic renames: a run that fails or is interrupted leaves the previous
-    # run's files as they were, never a mix of old and new.
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".det_calib-staging-", dir=out))
-    try:
+    # Everything is written into a staging folder that replaces `out` in one swap when the run
+    # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
+    # previous run's folder as it was, never a mix of old and new.
+    with staged_output(out) as stage:
         write_boxes(boxes, stage / "boxes.parquet")
         write_calibrated_checkpoint(
             model,
@@ -476,25 +479,16 @@ def calibrate(
             from det_calib.report import write_report
 
             write_report(stage, shown_dir=out)
-        files = _move_into_place(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    files = _output_files(out)
     ckpt = out / "calibrated.pt"
     return CalibrationRun(out_dir=out, summary=summary, boxes=boxes, checkpoint=ckpt, files=files)
 
 
-def _move_into_place(stage: Path, out: Path) -> dict[str, Path]:
-    """Move every file of ``stage`` to the same place under ``out`` (atomic renames, same disk)."""
+def _output_files(out: Path) -> dict[str, Path]:
+    """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
              "summary.txt": "summary", "report.html": "html", "report.md": "md"}
-    files: dict[str, Path] = {}
-    for src in sorted(p for p in stage.rglob("*") if p.is_file()):
-        rel = src.relative_to(stage)
-        dst = out / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
-        files[names.get(str(rel), str(rel))] = dst
-    return files
+    return {names.get(rel, rel): out / rel for rel in read_manifest(out)}
 
 
 def _ultralytics_checks(model, ckpt, ds, ev, heads, temps, s: Settings, imgsz) -> dict[str, Any]:
