@@ -111,7 +111,8 @@ def write_json(path: str | Path, obj: Any) -> Path:
 # that made them; the next run removes those whose process is gone.
 #
 # Files in the folder that det_calib did not write are kept: the manifest lists what the last
-# run wrote, and everything else is carried into the new folder (hard links, or copies where a
+# run wrote, det_calib's own file names are always its own, and everything else is carried into
+# the new folder (hard links, or copies where a
 # link is impossible). A folder that holds files but is not a det_calib output is refused, so that
 # `--out ~` cannot turn a home folder into a det_calib output.
 
@@ -119,7 +120,8 @@ MANIFEST = ".det_calib-files.json"
 _STAGE_TAG = ".det_calib-staging-"
 _ASIDE_TAG = ".det_calib-old-"
 _LEGACY_STAGE = ".det_calib-staging-"  # earlier versions staged inside the output folder
-# what earlier versions (no manifest) wrote, for recognising and replacing their folders
+# the names det_calib writes: an earlier version's folder (no manifest) is recognised and
+# replaced by them, and they are never taken for a user's files
 _LEGACY_FILES = ("calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", "report.html", "report.md", "figures")
 
 
@@ -193,7 +195,9 @@ def _owned(out: Path) -> set[str] | None:
     if manifest.is_file():
         try:
             files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-            return {str(f).split("/", 1)[0] for f in files} | {MANIFEST}
+            # det_calib's own names count as its own even when another command (re)wrote them
+            # after the run (`det-calib report RUN` rewrites report.html and figures/ in place)
+            return {str(f).split("/", 1)[0] for f in files} | {MANIFEST, *_LEGACY_FILES}
         except (ValueError, KeyError, TypeError):
             return None
     legacy = out / "calibration.json"

@@ -144,7 +144,7 @@ def test_default_run_on_the_embedded_demo(tmp_path):
     assert "(identical)" in out.stdout
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
         assert (tmp_path / "run" / name).is_file()
-    assert not list((tmp_path / "run").glob(".det_calib-staging-*"))  # staging folder cleaned up
+    assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))
     assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
 
 

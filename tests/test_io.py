@@ -54,6 +54,9 @@ def test_a_run_replaces_the_folder_whole(tmp_path):
     assert (out / "calibration.json").read_text() == '{"a": 2}'
     assert not (out / "report.html").exists() and not (out / "figures" / "f.png").exists()
     assert leftovers(out) == []
+    (out / "report.html").write_text("rewritten by `det-calib report` after the run")
+    write_run(out, {"calibration.json": "3"})  # det_calib's own names are never kept as a user's
+    assert set(snapshot(out)) == {"calibration.json", io.MANIFEST}
     assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
 
 
