@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,8 @@ def _sibling_prefix(out: Path, tag: str) -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows: never judge it dead
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -278,7 +281,7 @@ def staged_output(out: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    logging.getLogger(__name__).info("wrote %s", shown)
+    logging.getLogger(__name__).debug("replaced %s with the new output", shown)
 
 
 def publish(stage: str | Path, out: str | Path) -> None:
@@ -305,8 +308,8 @@ def publish(stage: str | Path, out: str | Path) -> None:
     if _exchange(stage, out):
         shutil.rmtree(stage)  # now the previous output
         return
-    aside = Path(tempfile.mkdtemp(prefix=f"{_sibling_prefix(out, _ASIDE_TAG)}{os.getpid()}-", dir=out.parent))
-    os.rename(out, aside)  # replaces the empty folder just made
+    aside = out.parent / f"{_sibling_prefix(out, _ASIDE_TAG)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(out, aside)
     os.rename(stage, out)
     shutil.rmtree(aside)
 
