@@ -277,7 +277,7 @@ def _progress(total: int, desc: str, *, enabled: bool, batch: int = 1):
 
     The first result arrives only after model set-up and a whole first batch, so a speed measured
     from the start would promise hours on a run of minutes. The speed clock starts at the first
-    result instead, and the percentage and ETA appear once another full ``batch`` has arrived.
+    result instead, and the speed, percentage and ETA appear once another full ``batch`` has arrived.
     """
     if not enabled:
         return _NoBar()
@@ -297,6 +297,9 @@ def _progress(total: int, desc: str, *, enabled: bool, batch: int = 1):
                 self.last_rate = (count - self.clock[1]) / (now - self.clock[0])  # the steady speed
                 self.total = self.expected
             super().update(n)
+
+        def _format_rate(self, rate: float) -> str:
+            return super()._format_rate(rate) if self.total is not None else ""  # no speed until known
 
         def close(self) -> None:
             self.total = self.expected

@@ -108,8 +108,10 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     for _ in range(4):
         bar.update(1)
     assert bar.total is None  # no total, so Ultralytics' bar shows no percentage and no ETA
+    assert bar._format_rate(0.01) == ""  # and no speed
     bar.update(1)  # the first result of the second batch: 4 images in 2 s since the first result
     assert bar.total == 12 and bar.last_rate == pytest.approx(2.0)
+    assert bar._format_rate(2.0) != ""
     monkeypatch.undo()
     bar.close()
     assert bar.total == 12
