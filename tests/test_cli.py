@@ -98,10 +98,11 @@ def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
         lbl.write_text("")
     out = ds / "out"
     out.mkdir()
-    (out / "calibration.json").write_text("OLD")
+    old = '{"det_calib_version": "0.0.1", "note": "an earlier run"}'
+    (out / "calibration.json").write_text(old)
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
     _assert_one_line_error(code, err, "no correct boxes")
-    assert (out / "calibration.json").read_text() == "OLD"  # a failed run leaves earlier outputs alone
+    assert (out / "calibration.json").read_text() == old  # a failed run leaves earlier outputs alone
     assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
     # blank grey images: nothing above a high floor
     for img in (ds / "images" / "fixture").glob("*.jpg"):
