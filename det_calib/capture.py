@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -211,7 +212,7 @@ def capture(
     predictor = _predictor_class()
     cols: dict[str, list] = {c: [] for c in CAPTURE_COLUMNS}
     all_lg: list[np.ndarray] = []
-    bar = _progress(len(paths), f"capture {split or 'images'} [{head}]", enabled=progress)
+    bar = _progress(len(paths), f"capture {split or 'images'} [{head}]", enabled=progress, batch=batch)
     kw = dict(conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch, verbose=False, save=False)
     if device is not None:
         kw["device"] = device
@@ -271,9 +272,37 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, desc: str, *, enabled: bool):
+def _progress(total: int, desc: str, *, enabled: bool, batch: int = 1):
+    """A progress bar over ``total`` images that shows no ETA until the speed is known.
+
+    The first result arrives only after model set-up and a whole first batch, so a speed measured
+    from the start would promise hours on a run of minutes. The speed clock starts at the first
+    result instead, and the speed, percentage and ETA appear once another full ``batch`` has arrived.
+    """
     if not enabled:
         return _NoBar()
     from ultralytics.utils import TQDM
 
-    return TQDM(total=total, desc=desc, unit="img", disable=False)
+    class _Bar(TQDM):
+        def __init__(self) -> None:
+            super().__init__(total=None, desc=desc, unit="img", disable=False)  # no total: no ETA yet
+            self.expected = total
+            self.clock: tuple[float, int] | None = None  # (time, count) at the first result
+
+        def update(self, n: int = 1) -> None:
+            now, count = time.monotonic(), self.n + n
+            if self.clock is None:
+                self.clock = (now, count)
+            elif self.total is None and count - self.clock[1] >= max(batch, 1) and now > self.clock[0]:
+                self.last_rate = (count - self.clock[1]) / (now - self.clock[0])  # the steady speed
+                self.total = self.expected
+            super().update(n)
+
+        def _format_rate(self, rate: float) -> str:
+            return super()._format_rate(rate) if self.total is not None else ""  # no speed until known
+
+        def close(self) -> None:
+            self.total = self.expected
+            super().close()
+
+    return _Bar()

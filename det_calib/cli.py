@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-calib``."""
     args = _parser().parse_args(argv)
     quiet = not getattr(args, "progress", True)
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    # det_calib's own progress lines at INFO; other libraries' only from WARNING up (their INFO is
+    # chatter, e.g. matplotlib's "generated new fontManager" on a fresh machine)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("det_calib").setLevel(logging.WARNING if quiet else logging.INFO)
     os.environ.setdefault("YOLO_VERBOSE", "False")
     with warnings.catch_warnings():
         warnings.simplefilter("default")

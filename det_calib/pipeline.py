@@ -20,8 +20,6 @@ import datetime as _dt
 import functools
 import logging
 import math
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -45,7 +43,7 @@ from det_calib.data import (
     write_split_yaml,
 )
 from det_calib.errors import InputError
-from det_calib.io import write_text
+from det_calib.io import check_output_dir, read_manifest, staged_output, write_text
 from det_calib.matching import match_boxes
 from det_calib.preflight import preflight
 from det_calib.results import (
@@ -482,6 +480,7 @@ def calibrate(
     # every check that needs no forward pass, before the first one
     preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
               n_classes=len(inputs.ds.names), settings=s)
+    check_output_dir(Path(out))  # refuse a folder det_calib does not own
     results, tables = {}, []
     for head in inputs.heads:
         results[head], head_tables = calibrate_head(inputs, fit, ev, head, s)
@@ -502,16 +501,16 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
                    t_start: float) -> dict[str, Path]:
     """Write every output of a run (the Ultralytics val checks need the written checkpoint).
 
-    Everything is written into a staging folder inside ``out`` and moved into place at the end,
-    file by file with atomic renames: a run that fails or is interrupted leaves the previous
-    run's files as they were, never a mix of old and new. ``result`` gets its Ultralytics val
-    checks and its run time.
+    Everything is written into a staging folder that replaces ``out`` in one swap at the end
+    (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
+    run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
     from det_calib.fold import write_calibrated_checkpoint
 
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".det_calib-staging-", dir=out))
-    try:
+    # Everything is written into a staging folder that replaces `out` in one swap when the run
+    # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
+    # previous run's folder as it was, never a mix of old and new.
+    with staged_output(out) as stage:
         write_boxes(boxes, stage / "boxes.parquet")
         write_calibrated_checkpoint(
             inputs.model,
@@ -530,9 +529,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
             from det_calib.report import write_report
 
             write_report(stage, shown_dir=out)
-        return _move_into_place(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    return _output_files(out)
 
 
 def _replace(obj: Any, **changes: Any) -> Any:
@@ -541,18 +538,11 @@ def _replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def _move_into_place(stage: Path, out: Path) -> dict[str, Path]:
-    """Move every file of ``stage`` to the same place under ``out`` (atomic renames, same disk)."""
+def _output_files(out: Path) -> dict[str, Path]:
+    """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
              "summary.txt": "summary", "report.html": "html", "report.md": "md"}
-    files: dict[str, Path] = {}
-    for src in sorted(p for p in stage.rglob("*") if p.is_file()):
-        rel = src.relative_to(stage)
-        dst = out / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
-        files[names.get(str(rel), str(rel))] = dst
-    return files
+    return {names.get(rel, rel): out / rel for rel in read_manifest(out)}
 
 
 def _val_not_run(split: str, note: str) -> ValCheck:

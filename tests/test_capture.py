@@ -95,3 +95,24 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
         load_detector("yolo26n-cls.yaml")
     with pytest.raises(InputError, match="head"):
         capture(make_untrained("yolo26n.yaml"), fixture_images[:1], head="both", progress=False)
+
+
+def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
+    """Model set-up and the first batch take long: the ETA waits for one more full batch and then
+    reflects the steady speed (4 images per 2 s here), not the first result's 30 s."""
+    from det_calib import capture as cap
+
+    clock = iter([30.0, 30.1, 30.1, 30.1, 32.0])  # results arrive in batches of 4
+    monkeypatch.setattr(cap.time, "monotonic", lambda: next(clock))  # the bar's speed clock
+    bar = cap._progress(12, "capture", enabled=True, batch=4)
+    for _ in range(4):
+        bar.update(1)
+    assert bar.total is None  # no total, so Ultralytics' bar shows no percentage and no ETA
+    assert bar._format_rate(0.01) == ""  # and no speed
+    bar.update(1)  # the first result of the second batch: 4 images in 2 s since the first result
+    assert bar.total == 12 and bar.last_rate == pytest.approx(2.0)
+    assert bar._format_rate(2.0) != ""
+    monkeypatch.undo()
+    bar.close()
+    assert bar.total == 12
+    assert isinstance(cap._progress(3, "x", enabled=False, batch=4), cap._NoBar)

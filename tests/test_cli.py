@@ -102,10 +102,11 @@ def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
         lbl.write_text("")
     out = ds / "out"
     out.mkdir()
-    (out / "calibration.json").write_text("OLD")
+    old = '{"det_calib_version": "0.0.1", "note": "an earlier run"}'
+    (out / "calibration.json").write_text(old)
     code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
     _assert_one_line_error(code, err, "has no ground-truth boxes")
-    assert (out / "calibration.json").read_text() == "OLD"  # a failed run leaves earlier outputs alone
+    assert (out / "calibration.json").read_text() == old  # a failed run leaves earlier outputs alone
     assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
     # blank grey images: nothing above a high floor (labels restored: ground truth is there)
     for lbl, text in labels.items():
@@ -151,7 +152,7 @@ def test_default_run_on_the_embedded_demo(tmp_path):
     assert "(identical)" in out.stdout
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
         assert (tmp_path / "run" / name).is_file()
-    assert not list((tmp_path / "run").glob(".det_calib-staging-*"))  # staging folder cleaned up
+    assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))
     assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
 
 
@@ -183,3 +184,25 @@ def test_library_errors_are_shown_with_option_names():
     assert _error_line(InputError("Expected `ece_bins` to be an integer")) == "Expected `--bins` to be an integer"
     text = "`loc_iou` has no option; `heads` is a JSON key"
     assert _error_line(InputError(text)) == text
+def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixture_yaml):
+    """On a fresh machine (no matplotlib font cache) with the report and Ultralytics val: the
+    output holds det_calib's lines, not matplotlib's `generated new fontManager` nor Ultralytics
+    banners, and no line names the staging folder."""
+    import os
+
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "YOLO_CONFIG_DIR": str(tmp_path / "yolo"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("YOLO_VERBOSE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(demo_model_path),
+         "--data", str(fixture_yaml), "--head", "nms", "--n-boot", "10", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert (tmp_path / "mpl").is_dir()  # matplotlib did build its font cache in this run
+    assert "capturing nms boxes" in text and "[nms] T =" in text  # det_calib's own lines are kept
+    assert "fontManager" not in text
+    assert "Ultralytics 8." not in text and "🚀" not in text
+    assert ".det_calib-staging-" not in text
+    assert f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text  # the final path
