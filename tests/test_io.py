@@ -246,8 +246,9 @@ def _boom(*args, **kwargs):
     ],
     ids=["report", "ultralytics-val", "checkpoint"],
 )
-def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(previous, demo_model_path, monkeypatch, target,
-                                                                          options):
+def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(
+    previous, demo_model_path, monkeypatch, target, options
+):
     from det_calib.demo import fixture_data_yaml
     from det_calib.pipeline import calibrate
 
