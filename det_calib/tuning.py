@@ -712,6 +712,125 @@ def _gt_counts(calib: dict[str, Any], run_dir: Path, split: str, n_images: int |
     return {int(v): int(c) for v, c in zip(vals, cnt)}
 
 
+@dataclass(frozen=True)
+class RunHead:
+    """The boxes of one head of a calibration run, with their calibrated scores.
+
+    Attributes:
+        run_dir: The run folder.
+        head: ``nms`` or ``e2e``.
+        class_names: Names indexed by class id.
+        fit_split, eval_split: Split names (``eval_split`` None when the run has none).
+        fit, eval: Boxes of the head on each split, crowd-ignored boxes dropped (``eval`` None).
+        fit_score, eval_score: Their calibrated scores.
+        n_gt_fit, n_gt_eval: Ground-truth boxes per class (empty dicts when not counted).
+        temperature: The run's temperature of the head (None if absent).
+    """
+
+    run_dir: Path
+    head: str
+    class_names: list[str]
+    fit_split: str
+    eval_split: str | None
+    fit: pl.DataFrame
+    eval: pl.DataFrame | None
+    fit_score: np.ndarray
+    eval_score: np.ndarray | None
+    n_gt_fit: dict[int, int]
+    n_gt_eval: dict[int, int]
+    temperature: float | None
+
+
+def load_head(
+    run_dir: str | Path,
+    *,
+    head: str = "nms",
+    score: ScoreFn | HeadTransforms | None = None,
+    n_gt: Mapping[str, Mapping[int, int]] | None = None,
+    count_gt: bool = True,
+) -> RunHead:
+    """Read one head of a run folder: boxes of the fit and eval splits and their calibrated scores.
+
+    Reads ``boxes.parquet`` and, from ``calibration.json``, only ``heads``, ``temperature``,
+    ``class_names``, ``splits`` (and ``data``, ``coco_gt``, ``fit``/``eval`` image counts when
+    ground truth is counted).
+
+    Args:
+        run_dir: The output folder of ``det-calib calibrate``.
+        head: The head; the run must have it.
+        score: See :func:`tune_run`.
+        n_gt: ``{split: {class: count}}``; None counts them from the run's dataset when
+            ``count_gt`` (else leaves them empty).
+        count_gt: Count ground truth from the dataset when ``n_gt`` is None.
+
+    Raises:
+        InputError: A file is missing or corrupt, the run lacks the head, no fit boxes.
+    """
+    from det_calib.boxes import read_boxes
+
+    run_dir = Path(run_dir)
+    cal_path = run_dir / "calibration.json"
+    if not run_dir.is_dir():
+        raise InputError(f"run directory not found: {run_dir}")
+    if not cal_path.is_file():
+        raise InputError(f"calibration file not found: {cal_path}")
+    try:
+        calib = json.loads(cal_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {cal_path}: {type(e).__name__}") from None
+    if not isinstance(calib, dict):
+        raise InputError(f"cannot read {cal_path}: expected a JSON object")
+    heads = calib.get("heads") or []
+    if head not in heads:
+        raise InputError(f"Expected argument `head` to be one of the run's heads {heads}, but got {head!r}")
+    temperature = calib.get("temperature") or {}
+    names = [str(n) for n in (calib.get("class_names") or [])]
+    splits = calib.get("splits") or {}
+    fit_split, eval_split = splits.get("fit"), splits.get("eval")
+    if not fit_split:
+        raise InputError(f"{cal_path}: `splits.fit` is missing")
+    boxes = read_boxes(run_dir / "boxes.parquet")
+    if "correct" not in boxes.columns:
+        raise InputError(f"{run_dir / 'boxes.parquet'}: boxes are not matched (no `correct` column)")
+    hb = boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
+    fit = hb.filter(pl.col("split") == fit_split)
+    ev = hb.filter(pl.col("split") == eval_split) if eval_split and eval_split != fit_split else None
+    if ev is not None and ev.height == 0:
+        log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
+    if fit.height == 0:
+        raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
+    score_fn = _as_score_fn(score, temperature)
+    if n_gt is None and count_gt:
+        n_gt = {fit_split: _gt_counts(calib, run_dir, fit_split, _n_images(calib, "fit", head))}
+        if ev is not None:
+            n_gt[eval_split] = _gt_counts(calib, run_dir, eval_split, _n_images(calib, "eval", head))
+    n_gt = n_gt or {}
+    t = temperature.get(head)
+    return RunHead(
+        run_dir=run_dir,
+        head=head,
+        class_names=names,
+        fit_split=fit_split,
+        eval_split=eval_split if ev is not None else None,
+        fit=fit,
+        eval=ev,
+        fit_score=_checked_score(score_fn(fit, head), fit.height, "fit"),
+        eval_score=_checked_score(score_fn(ev, head), ev.height, "eval") if ev is not None else None,
+        n_gt_fit={int(k): int(v) for k, v in dict(n_gt.get(fit_split, {})).items()},
+        n_gt_eval={int(k): int(v) for k, v in dict(n_gt.get(eval_split, {})).items()} if ev is not None else {},
+        temperature=float(t) if isinstance(t, (int, float)) else None,
+    )
+
+
+def _checked_score(s: Any, n: int, split: str) -> np.ndarray:
+    s = np.asarray(s, dtype=np.float64).reshape(-1)
+    if s.shape != (n,):
+        raise InputError(f"the score function returned {s.shape[0]} scores for {n} boxes of the {split} split")
+    if n and (not np.all(np.isfinite(s)) or s.min() < 0 or s.max() > 1):
+        raise InputError(f"the score function returned values outside [0, 1] on the {split} split")
+    return s
+
+
 def tune_run(
     run_dir: str | Path,
     *,
@@ -752,52 +871,20 @@ def tune_run(
     Raises:
         InputError: Bad parameter, missing/corrupt files, a head the run lacks, no fit boxes.
     """
-    from det_calib.boxes import read_boxes
+    _validate_params(target_precision, delta, unit, fallback)
     from det_calib.io import write_json
 
-    _validate_params(target_precision, delta, unit, fallback)
-    run_dir = Path(run_dir)
-    cal_path = run_dir / "calibration.json"
-    if not run_dir.is_dir():
-        raise InputError(f"run directory not found: {run_dir}")
-    if not cal_path.is_file():
-        raise InputError(f"calibration file not found: {cal_path}")
-    try:
-        calib = json.loads(cal_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {cal_path}: {type(e).__name__}") from None
-    heads = calib.get("heads") or []
-    if head not in heads:
-        raise InputError(f"Expected argument `head` to be one of the run's heads {heads}, but got {head!r}")
-    temperature = calib.get("temperature") or {}
-    names = [str(n) for n in (calib.get("class_names") or [])]
-    splits = calib.get("splits") or {}
-    fit_split, eval_split = splits.get("fit"), splits.get("eval")
-    if not fit_split:
-        raise InputError(f"{cal_path}: `splits.fit` is missing")
-    boxes = read_boxes(run_dir / "boxes.parquet")
-    if "correct" not in boxes.columns:
-        raise InputError(f"{run_dir / 'boxes.parquet'}: boxes are not matched (no `correct` column)")
-    hb = boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
-    fit = hb.filter(pl.col("split") == fit_split)
-    ev = hb.filter(pl.col("split") == eval_split) if eval_split and eval_split != fit_split else None
-    if fit.height == 0:
-        raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
-    score_fn = _as_score_fn(score, temperature)
-    if n_gt is None:
-        n_gt = {fit_split: _gt_counts(calib, run_dir, fit_split, _n_images(calib, "fit", head))}
-        if ev is not None:
-            n_gt[eval_split] = _gt_counts(calib, run_dir, eval_split, _n_images(calib, "eval", head))
+    rh = load_head(run_dir, head=head, score=score, n_gt=n_gt)
+    run_dir = rh.run_dir
     crit = tune(
-        fit, score_fn(fit, head),
-        n_gt_fit=dict(n_gt.get(fit_split, {})), class_names=names,
+        rh.fit, rh.fit_score,
+        n_gt_fit=rh.n_gt_fit, class_names=rh.class_names,
         target_precision=target_precision, delta=delta, unit=unit, fallback=fallback,
-        eval_boxes=ev, eval_score=score_fn(ev, head) if ev is not None else None,
-        n_gt_eval=dict(n_gt.get(eval_split, {})) if ev is not None else None,
+        eval_boxes=rh.eval, eval_score=rh.eval_score, n_gt_eval=rh.n_gt_eval,
         n_boot=n_boot, seed=seed, grid=grid,
     )
     if score is None:
-        desc = {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": float(temperature[head])}
+        desc = {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": rh.temperature}
     else:
         desc = {"kind": "custom", "formula": score_name or getattr(score, "__name__", type(score).__name__)}
     path = run_dir / THRESHOLDS_FILE
@@ -807,8 +894,8 @@ def tune_run(
         "version": VERSION,
         "det_calib_version": _version(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "class_names": names,
-        "splits": {"fit": fit_split, "eval": eval_split if ev is not None else None},
+        "class_names": rh.class_names,
+        "splits": {"fit": rh.fit_split, "eval": rh.eval_split},
         "kept_rule": "conf > threshold (strict), conf = the calibrated score",
     })
     doc.setdefault("heads", {})[head] = {"score": desc, "criteria": crit}
