@@ -68,6 +68,17 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--out", type=Path, default=Path("det_calib_compare"))
     m.add_argument("--labels", nargs=2, metavar=("A", "B"), help="names for the two runs")
 
+    t = sub.add_parser("thresholds", help="tune per-class conf thresholds on a calibrate output folder")
+    t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`; thresholds.json is written into it")
+    t.add_argument("--head", choices=["nms", "e2e"], default="nms", help="head to tune (default nms)")
+    t.add_argument("--target-precision", type=float, default=0.9, help="precision to certify (default 0.9)")
+    t.add_argument("--delta", type=float, default=0.1, help="the guarantee fails with probability <= delta (0.1)")
+    t.add_argument("--unit", choices=["image", "box"], default="image",
+                   help="independence unit of the precision test (default image: boxes of one image are correlated)")
+    t.add_argument("--fallback", choices=["global", "drop"], default="global",
+                   help="threshold of a class that cannot be certified (default: the global certified threshold)")
+    t.add_argument("--n-boot", type=int, default=1000, help="image-bootstrap resamples of the eval split (1000)")
+
     d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
     d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
     return p
@@ -128,6 +139,14 @@ def _run(args: argparse.Namespace) -> int:
 
         files = compare_runs(args.run_a, args.run_b, out_dir=args.out, labels=args.labels)
         print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
+        return 0
+    if args.command == "thresholds":
+        from det_calib.tuning import summary_lines, tune_run
+
+        doc = tune_run(args.run_dir, head=args.head, target_precision=args.target_precision, delta=args.delta,
+                       unit=args.unit, fallback=args.fallback, n_boot=args.n_boot)
+        print("\n".join(summary_lines(doc, head=args.head)))
+        print(f"wrote {args.run_dir / 'thresholds.json'}")
         return 0
     if args.command == "demo-data":
         from det_calib.demo import demo_data_yaml

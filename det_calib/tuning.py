@@ -1003,3 +1003,40 @@ def filter_results(results: Any, thresholds: Mapping[int, float], *, default: fl
         keep = np.flatnonzero(conf > thr)
         out.append(r[keep])
     return out[0] if single else out
+
+
+def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
+    """A short text table of one head's thresholds (what the CLI prints)."""
+
+    def f(x: Any) -> str:
+        return "  n/a" if x is None else f"{x:5.3f}"
+
+    crit = doc["heads"][head]["criteria"]
+    tp = crit["target_precision"]
+    prm = tp["params"]
+    ev_split = doc.get("splits", {}).get("eval")
+    lines = [
+        (f"head {head}: target precision {prm['target_precision']:g}, delta {prm['delta']:g} ({prm['unit']}-level), "
+        f"fit on {doc.get('splits', {}).get('fit')}, checked on {ev_split}"),
+        (f"{'class':<16} {'tgt-P thr':>9} {'fit P':>6} {'eval P':>6} {'eval R':>6} {'cover':>6}  "
+        f"{'maxF1':>5} {'LRP':>5}  flag"),
+    ]
+    rows = [("(global)", tp["global"], crit["max_f1"]["global"], crit["lrp"]["global"])]
+    f1 = {r["cls"]: r for r in crit["max_f1"]["per_class"]}
+    lrp = {r["cls"]: r for r in crit["lrp"]["per_class"]}
+    rows += [(r["name"], r, f1[r["cls"]], lrp[r["cls"]]) for r in tp["per_class"]]
+    for name, r, a, b in rows:
+        ev = r.get("eval") or {}
+        flag = f"{r['flag']} -> {r['fallback']}" if r.get("flag") else ""
+        lines.append(
+            f"{name[:16]:<16} {r['threshold']:9.3f} {f(r['fit']['precision']):>6} {f(ev.get('precision')):>6} "
+            f"{f(ev.get('recall')):>6} {f(ev.get('coverage')):>6}  {a['threshold']:5.3f} {b['threshold']:5.3f}  {flag}"
+        )
+    val = tp.get("validation")
+    if val:
+        lines.append(
+            f"{val['classes_meeting_target']} of {val['certified_classes']} certified classes reach the target on "
+            f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction of {val['n_boot']} "
+            "image-bootstrap resamples of the eval split at or above the target"
+        )
+    return lines
