@@ -514,6 +514,7 @@ def tune(
     n_boot: int = 1000,
     seed: int = 0,
     grid: np.ndarray | None = None,
+    min_threshold: float = 0.0,
     lrp_tau: float = 0.5,
 ) -> dict[str, Any]:
     """Choose per-class and global thresholds on one head's fit boxes; validate on its eval boxes.
@@ -530,6 +531,7 @@ def tune(
         eval_boxes, eval_score, n_gt_eval: The eval split, the same way (optional).
         n_boot, seed: Image-bootstrap resamples of the eval split for the coverage.
         grid: Candidate thresholds (increasing, in [0, 1)).
+        min_threshold: Candidates below this are left out (the calibrated capture floor).
         lrp_tau: IoU threshold in the LRP localisation term.
 
     Returns:
@@ -540,6 +542,9 @@ def tune(
     """
     _validate_params(target_precision, delta, unit, fallback)
     grid = _check_grid(grid)
+    grid = grid[grid >= min_threshold]
+    if grid.size == 0:
+        raise InputError(f"no candidate threshold at or above the capture floor {min_threshold:.4g}")
     if fit.height == 0:
         raise InputError("the fit split has no boxes for this head: nothing to tune thresholds on")
     if len(fit_score) != fit.height:
@@ -725,6 +730,10 @@ class RunHead:
         fit_score, eval_score: Their calibrated scores.
         n_gt_fit, n_gt_eval: Ground-truth boxes per class (empty dicts when not counted).
         temperature: The run's temperature of the head (None if absent).
+        score_floor: The calibrated score of a box at the capture floor (the run's ``conf_floor``,
+            default 0.001): below it the box table is incomplete (with T > 1 the calibrated
+            scores of boxes the capture dropped rise above the raw floor), so no threshold is
+            chosen under it.
     """
 
     run_dir: Path
@@ -739,6 +748,7 @@ class RunHead:
     n_gt_fit: dict[int, int]
     n_gt_eval: dict[int, int]
     temperature: float | None
+    score_floor: float = 0.0
 
 
 def load_head(
@@ -806,6 +816,12 @@ def load_head(
             n_gt[eval_split] = _gt_counts(calib, run_dir, eval_split, _n_images(calib, "eval", head))
     n_gt = n_gt or {}
     t = temperature.get(head)
+    floor = calib.get("conf_floor", 0.001)
+    floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
+    # one probe box per class at the floor's logit, scored by the same function
+    probe = fit.unique(subset="cls", keep="first").with_columns(
+        pl.lit(math.log(floor) - math.log1p(-floor)).alias("logit"), pl.lit(floor).alias("conf"))
+    score_floor = float(np.max(_checked_score(score_fn(probe, head), probe.height, "floor probe")))
     return RunHead(
         run_dir=run_dir,
         head=head,
@@ -819,6 +835,7 @@ def load_head(
         n_gt_fit={int(k): int(v) for k, v in dict(n_gt.get(fit_split, {})).items()},
         n_gt_eval={int(k): int(v) for k, v in dict(n_gt.get(eval_split, {})).items()} if ev is not None else {},
         temperature=float(t) if isinstance(t, (int, float)) else None,
+        score_floor=score_floor,
     )
 
 
@@ -881,7 +898,7 @@ def tune_run(
         n_gt_fit=rh.n_gt_fit, class_names=rh.class_names,
         target_precision=target_precision, delta=delta, unit=unit, fallback=fallback,
         eval_boxes=rh.eval, eval_score=rh.eval_score, n_gt_eval=rh.n_gt_eval,
-        n_boot=n_boot, seed=seed, grid=grid,
+        n_boot=n_boot, seed=seed, grid=grid, min_threshold=rh.score_floor,
     )
     if score is None:
         desc = {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": rh.temperature}
@@ -898,7 +915,7 @@ def tune_run(
         "splits": {"fit": rh.fit_split, "eval": rh.eval_split},
         "kept_rule": "conf > threshold (strict), conf = the calibrated score",
     })
-    doc.setdefault("heads", {})[head] = {"score": desc, "criteria": crit}
+    doc.setdefault("heads", {})[head] = {"score": desc, "score_floor": rh.score_floor, "criteria": crit}
     if write:
         write_json(path, doc)
     return doc
