@@ -277,7 +277,7 @@ def run(tmp_path_factory):
 
 
 def test_tune_run_writes_a_versioned_file_with_flags(run):
-    folder, n_gt, doc = run
+    folder, _, doc = run
     on_disk = read_thresholds(folder / "thresholds.json")
     assert on_disk == json.loads(json.dumps(doc))
     assert on_disk["format"] == "det_calib.thresholds" and on_disk["version"] == 1
