@@ -915,7 +915,14 @@ def tune_run(
         "splits": {"fit": rh.fit_split, "eval": rh.eval_split},
         "kept_rule": "conf > threshold (strict), conf = the calibrated score",
     })
-    doc.setdefault("heads", {})[head] = {"score": desc, "score_floor": rh.score_floor, "criteria": crit}
+    g = _check_grid(grid)
+    g = g[g >= rh.score_floor]
+    doc.setdefault("heads", {})[head] = {
+        "score": desc,
+        "score_floor": rh.score_floor,
+        "grid": {"size": int(g.size), "min": float(g[0]), "max": float(g[-1])},
+        "criteria": crit,
+    }
     if write:
         write_json(path, doc)
     return doc

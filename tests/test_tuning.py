@@ -436,6 +436,20 @@ def test_report_section(run):
     assert "figures/thresholds_pr_nms.png" in to_markdown("t", blocks)
 
 
+def test_compare_thresholds_table(run, tmp_path):
+    from det_calib.report.thresholds_section import compare_thresholds_table
+
+    folder, n_gt, doc = run
+    other = tune_run(folder, target_precision=0.7, delta=0.2, n_gt=n_gt, n_boot=50, write=False)
+    t = compare_thresholds_table(doc, other, labels=("p0.8", "p0.7"))
+    assert t.columns[1] == "p0.8 threshold" and len(t.rows) == 4
+    good = next(r for r in t.rows if r[0] == "good")
+    ra = doc["heads"]["nms"]["criteria"]["target_precision"]["per_class"][0]
+    rb = other["heads"]["nms"]["criteria"]["target_precision"]["per_class"][0]
+    assert good[1] == f"{ra['threshold']:.3f}" and good[3] == f"{rb['threshold']:.3f}"
+    assert rb["threshold"] <= ra["threshold"]  # a lower target never needs a higher threshold here
+
+
 # --------------------------------------------------------------------------------- deployment
 
 

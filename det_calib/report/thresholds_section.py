@@ -29,7 +29,7 @@ from det_calib.report.document import Block, Fig, Heading, Para, Table
 from det_calib.report.plots import RC, _png
 from det_calib.tuning import CRITERIA, counts_by_image, load_head, read_thresholds
 
-__all__ = ["pr_threshold_figure", "thresholds_section"]
+__all__ = ["compare_thresholds_table", "pr_threshold_figure", "thresholds_section"]
 
 LABELS = {"target_precision": "target precision", "max_f1": "max F1", "lrp": "LRP-optimal"}
 MARKERS = {"target_precision": ("o", "#CC3311"), "max_f1": ("s", "#009988"), "lrp": ("D", "#EE7733")}
@@ -233,3 +233,36 @@ def thresholds_section(
                                    "thresholds' precision and recall on the eval split; dotted: the target."),
                           alt=f"per-class precision-recall curves of head {head} with tuned thresholds"))
     return blocks, figures
+
+
+def compare_thresholds_table(
+    doc_a: Mapping[str, Any], doc_b: Mapping[str, Any], *, head_a: str = "nms", head_b: str | None = None,
+    labels: Sequence[str] = ("A", "B"), criterion: str = "target_precision",
+) -> Table:
+    """Two runs' (or two heads') thresholds of one criterion side by side, per class.
+
+    Classes are matched by name. Cells: threshold (flag), and eval precision / recall.
+    """
+    head_b = head_b or head_a
+    rows_a = {r["name"]: r for r in doc_a["heads"][head_a]["criteria"][criterion]["per_class"]}
+    rows_b = {r["name"]: r for r in doc_b["heads"][head_b]["criteria"][criterion]["per_class"]}
+    ga = doc_a["heads"][head_a]["criteria"][criterion]["global"]
+    gb = doc_b["heads"][head_b]["criteria"][criterion]["global"]
+
+    def cells(r: dict[str, Any] | None) -> list[str]:
+        if r is None:
+            return ["n/a", "n/a"]
+        ev = r.get("eval") or {}
+        flag = f" ({r['flag'].replace('_', ' ')})" if r.get("flag") else ""
+        return [_fmt(r["threshold"]) + flag, f"{_fmt(ev.get('precision'))} / {_fmt(ev.get('recall'))}"]
+
+    la, lb = labels
+    names = list(rows_a) + [n for n in rows_b if n not in rows_a]
+    body = [["all classes (global)", *cells(ga), *cells(gb)]]
+    body += [[n, *cells(rows_a.get(n)), *cells(rows_b.get(n))] for n in names]
+    return Table(
+        ["class", f"{la} threshold", f"{la} eval P / R", f"{lb} threshold", f"{lb} eval P / R"],
+        body,
+        caption=f"{LABELS.get(criterion, criterion)} thresholds, {la} vs {lb}",
+        css="compare-thresholds",
+    )
