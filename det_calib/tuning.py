@@ -545,6 +545,8 @@ def tune(
     grid = grid[grid >= min_threshold]
     if grid.size == 0:
         raise InputError(f"no candidate threshold at or above the capture floor {min_threshold:.4g}")
+    if not (isinstance(n_boot, (int, np.integer)) and n_boot >= 1):
+        raise InputError(f"Expected argument `n_boot` to be an integer larger than 0, but got {n_boot!r}")
     if fit.height == 0:
         raise InputError("the fit split has no boxes for this head: nothing to tune thresholds on")
     if len(fit_score) != fit.height:
