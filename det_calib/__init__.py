@@ -12,6 +12,8 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :func:`coco_map`, :func:`ultralytics_val` — mAP before and after
 - :func:`threshold_shift` — how the set of boxes kept at conf 0.25 changes
 - :func:`write_calibrated_checkpoint` — T folded into the head; loads without det_calib
+- :mod:`det_calib.tuning` — per-class conf thresholds (certified precision, max-F1, LRP);
+  :func:`filter_results` applies them to plain Ultralytics ``Results``
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "write_calibrated_checkpoint",
     "load_data_yaml",
     "load_split",
+    "filter_results",
 ]
 
 
@@ -65,6 +68,10 @@ def __getattr__(name: str):
         from det_calib.fold import write_calibrated_checkpoint
 
         return write_calibrated_checkpoint
+    if name == "filter_results":
+        from det_calib.tuning import filter_results
+
+        return filter_results
     if name in ("load_data_yaml", "load_split"):
         from det_calib import data
 

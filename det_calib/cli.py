@@ -16,25 +16,26 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from det_calib.errors import DetCalibError, first_line
 
 
-def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type) -> None:
+def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
+                         only: Collection[str] | None = None) -> None:
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
     The field's default, help and choices come from the dataclass; ``negate`` makes a
     ``--no-...`` switch that stores False, ``repeat`` an option that may be given several times
     (its values replace the default), ``short`` a one-letter alias. A subcommand whose options
     live in a settings dataclass calls this with its class; :func:`settings_from_args` reads the
-    values back.
+    values back. ``only``: just these fields (a subcommand that shares some of the options).
     """
     for f in dataclasses.fields(settings_cls):
         meta = f.metadata
-        if "flag" not in meta:
+        if "flag" not in meta or (only is not None and f.name not in only):
             continue
         names = [meta["flag"], *([meta["short"]] if "short" in meta else [])]
         kw: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
@@ -76,8 +77,14 @@ def flag_names(settings_cls: type) -> dict[str, str]:
     return {f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata}
 
 
+THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
+"""Fields of :class:`~det_calib.pipeline.Settings` that are also the options of ``thresholds``."""
+
+
 def _parser() -> argparse.ArgumentParser:
+    from det_calib.boxes import HEADS
     from det_calib.pipeline import Settings
+    from det_calib.tuning import DEFAULT_TARGET_PRECISION
 
     p = argparse.ArgumentParser(
         prog="det-calib",
@@ -111,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--out", type=Path, default=Path("det_calib_compare"))
     m.add_argument("--labels", nargs=2, metavar=("A", "B"), help="names for the two runs")
 
+    t = sub.add_parser("thresholds", help="tune per-class conf thresholds on a calibrate output folder "
+                       "(writes thresholds.json into it)")
+    t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
+    t.add_argument("--head", choices=list(HEADS), default="nms", help="head to tune (default nms)")
+    add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
+    t.set_defaults(target_precision=DEFAULT_TARGET_PRECISION)
+
     d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
     d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
     return p
@@ -126,7 +140,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from det_calib.pipeline import Settings, calibrate, summary_text
 
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
-    print(summary_text(run.result))
+    summary = run.files.get("summary")
+    print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else summary_text(run.result))
     main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
     print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
     return 0
@@ -157,6 +172,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _thresholds(args: argparse.Namespace) -> int:
+    from det_calib.pipeline import Settings
+    from det_calib.tuning import THRESHOLDS_FILE, summary_lines, tune_run
+
+    s = settings_from_args(args, Settings)
+    doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
+                   unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+    print("\n".join(summary_lines(doc, head=args.head)))
+    print(f"wrote {args.run_dir / THRESHOLDS_FILE}")
+    return 0
+
+
 def _demo_data(args: argparse.Namespace) -> int:
     from det_calib.demo import demo_data_yaml
 
@@ -169,6 +196,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "apply": _apply,
     "report": _report,
     "compare": _compare,
+    "thresholds": _thresholds,
     "demo-data": _demo_data,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""

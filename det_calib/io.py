@@ -124,7 +124,7 @@ _LEGACY_STAGE = ".det_calib-staging-"  # earlier versions staged inside the outp
 # the names det_calib writes: an earlier version's folder (no manifest) is recognised and
 # replaced by them, and they are never taken for a user's files
 _LEGACY_FILES = ("calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", "report.html", "report.md",
-                 "figures")
+                 "figures", "thresholds.json")
 
 
 def _sibling_prefix(out: Path, tag: str) -> str:

@@ -63,6 +63,7 @@ from det_calib.results import (
     temperature_verdict,
 )
 from det_calib.thresholds import threshold_shift
+from det_calib.tuning import DEFAULT_TARGET_PRECISION, Fallback, Unit
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,17 @@ class Settings:
     report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
     limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
     progress: bool = _opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
+    # per-class conf thresholds (det_calib.tuning); also the options of `det-calib thresholds`
+    target_precision: float | None = _opt(
+        None, "tune per-class conf thresholds certified at this precision and write thresholds.json "
+        f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})", flag="--target-precision")
+    delta: float = _opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
+                        "(default 0.1)", flag="--delta")
+    threshold_unit: Unit = _opt("image", "independence unit of the precision test: image (default; boxes of one "
+                                "image are correlated) or box", flag="--threshold-unit", choices=("image", "box"))
+    threshold_fallback: Fallback = _opt("global", "threshold of a class that cannot be certified: global (default: "
+                                        "the global certified threshold) or drop (no box kept)",
+                                        flag="--threshold-fallback", choices=("global", "drop"))
 
     def validate(self) -> None:
         """Check every option; errors name the field (the CLI shows its option)."""
@@ -138,6 +150,10 @@ class Settings:
             raise InputError(f"Expected `head` to be one of {', '.join(HEAD_CHOICES)}, but got {self.head!r}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"Expected `limit` to be an integer larger than 0, but got {self.limit}")
+        if self.target_precision is not None and not 0 < self.target_precision < 1:
+            raise InputError(f"Expected `target_precision` in (0, 1), but got {self.target_precision}")
+        if not 0 < self.delta < 1:
+            raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
@@ -491,10 +507,29 @@ def calibrate(
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
         results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
     )
     out = Path(out)
     files = _write_outputs(out, result, boxes, inputs, ev, s, t_start)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
+
+
+def _gt_per_class(split: Split, n_classes: int) -> list[int]:
+    """Non-crowd ground-truth boxes of a split per class id (recorded as ``gt_counts``)."""
+    cls = split.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
+    return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
+
+
+def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
+    """Per-class conf thresholds of every head, written as ``thresholds.json``; the summary's lines."""
+    from det_calib.tuning import summary_lines, tune_run
+
+    lines: list[str] = []
+    for head in result.heads:
+        doc = tune_run(folder, head=head, target_precision=s.target_precision, delta=s.delta,
+                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+        lines += summary_lines(doc, head=head)
+    return lines
 
 
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, ev: Split, s: Settings,
@@ -524,7 +559,8 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
-        write_summary_text(stage, result)
+        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        write_summary_text(stage, result, extra=extra)
         if s.report:
             from det_calib.report import write_report
 
@@ -541,7 +577,7 @@ def _replace(obj: Any, **changes: Any) -> Any:
 def _output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
-             "summary.txt": "summary", "report.html": "html", "report.md": "md"}
+             "summary.txt": "summary", "report.html": "html", "report.md": "md", "thresholds.json": "thresholds"}
     return {names.get(rel, rel): out / rel for rel in read_manifest(out)}
 
 
@@ -640,6 +676,6 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_summary_text(out: Path, result: RunResult) -> Path:
-    """Write ``summary.txt`` into the output folder."""
-    return write_text(Path(out) / "summary.txt", summary_text(result) + "\n")
+def write_summary_text(out: Path, result: RunResult, *, extra: Sequence[str] = ()) -> Path:
+    """Write ``summary.txt`` into the output folder (``extra``: lines after the summary, e.g. thresholds)."""
+    return write_text(Path(out) / "summary.txt", "\n".join([summary_text(result), *extra]) + "\n")

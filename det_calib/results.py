@@ -565,6 +565,8 @@ class RunResult:
         results: Head -> its results.
         corrupt_images: Image files skipped as unreadable.
         det_calib_version, created, seconds: Version that wrote the run, ISO time, run time.
+        gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
+            for the fit and the eval split; None in runs written before the key existed.
     """
 
     model: str
@@ -578,6 +580,7 @@ class RunResult:
     created: str | None = None
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
+    gt_counts: dict[str, list[int]] | None = None
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -620,6 +623,8 @@ class RunResult:
         if cands:
             out["calibration_candidates"] = cands
         out["corrupt_images"] = list(self.corrupt_images)
+        if self.gt_counts is not None:
+            out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
         if self.seconds is not None:
             out["seconds"] = self.seconds
         return out
@@ -668,6 +673,7 @@ class RunResult:
             det_calib_version=_text(d.get("det_calib_version"), "det_calib_version") or "",
             created=_text(d.get("created"), "created"),
             seconds=_number(d.get("seconds"), "seconds"),
+            gt_counts=gt_counts_from_dict(d),
         )
 
     def write(self, path: str | Path) -> Path:
@@ -694,6 +700,28 @@ def _check_version(d: Any) -> None:
     if version != SCHEMA_VERSION:
         raise InputError(f"schema_version {version!r} is not supported (this det_calib reads {SCHEMA_VERSION}); "
                          "rerun `det-calib calibrate` with this version")
+
+
+def gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
+    """``gt_counts`` of a ``calibration.json`` object: split -> ground-truth boxes per class id.
+
+    None when the key is absent (runs written before it existed: count from the dataset).
+
+    Raises:
+        InputError: The key is not an object of lists of non-negative integers.
+    """
+    v = _object(d.get("gt_counts"), "gt_counts")
+    if v is None:
+        return None
+    out = {}
+    for sp, counts in v.items():
+        where = f"gt_counts.{sp}"
+        if not isinstance(counts, list):
+            raise InputError(f"`{where}` must be a list of counts per class id, got {type(counts).__name__}")
+        out[sp] = [_integer(n, f"{where}[{i}]") for i, n in enumerate(counts)]
+        if any(n is None or n < 0 for n in out[sp]):
+            raise InputError(f"`{where}` must hold integers >= 0, got {counts!r}")
+    return out
 
 
 def calibrators_from_dict(d: dict[str, Any], heads: list[str] | None = None) -> dict[str, Calibrator]:

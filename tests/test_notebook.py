@@ -126,5 +126,6 @@ def test_notebook_runs(tmp_path: Path, python3_kernel: str):
     assert m, "no `output folder:` line"
     work = Path(m.group(1).strip())
     assert work.is_relative_to(tmp_path), work
-    for name in ("calibrated.pt", "run/calibration.json", "run/calibrated.pt", "run/report.html", "run/report.md"):
+    for name in ("calibrated.pt", "run/calibration.json", "run/calibrated.pt", "run/report.html", "run/report.md",
+                 "run/thresholds.json"):
         assert (work / name).is_file(), f"the notebook did not write {name}"

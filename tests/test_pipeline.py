@@ -23,7 +23,7 @@ REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_model_path, fixture_yaml):
     out = tmp_path_factory.mktemp("run")
-    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False)
+    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False, target_precision=0.8)
 
 
 def test_output_contract(run):
@@ -87,7 +87,12 @@ def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, 
     c = 0.05
     kw = {"head": "nms", "run_val": False, "report": False, "n_boot": 10, "progress": False}
     a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", fit_min_conf=equivalent_threshold(c, 1 / t0), **kw)
+    import shutil
+
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # an earlier det_calib output ...
+    (tmp_path / "b" / "thresholds.json").write_text("{}")  # ... with thresholds tuned on its scores
     b = calibrate(hot, fixture_yaml, out=tmp_path / "b", fit_min_conf=c, **kw)
+    assert not (tmp_path / "b" / "thresholds.json").exists()  # removed: no `target_precision` this time
     assert a.summary["fit"]["nms"]["boxes"] == b.summary["fit"]["nms"]["boxes"] > 20
     assert b.temperature["nms"] == pytest.approx(a.temperature["nms"] / t0, rel=1e-3)
 
@@ -135,11 +140,26 @@ def _same(ref, got, path="") -> list[str]:
     return [] if type(ref) is type(got) and ref == got else [f"{path}: {ref!r} vs {got!r}"]
 
 
-def test_calibration_json_pinned(run):
+def test_calibration_json_pinned(run, fixture_yaml):
     """calibration.json on the fixture split has the keys and values the code before the typed
-    result model wrote (tests/data/README.md), apart from `created`, `seconds` and `schema_version`."""
+    result model wrote (tests/data/README.md), apart from `created`, `seconds` and `schema_version`,
+    plus one key added since: `gt_counts` (issue 11), checked here against the label files."""
     ref = json.loads(REFERENCE.read_text())
     got = json.loads((run.out_dir / "calibration.json").read_text())
+    # added key: ground-truth boxes per split and class id. The fixture halves one 12-image split
+    # (YOLO txt labels, no crowd): the halves add up to the label files, and the eval half's counts
+    # are the per-class `n_gt` the reference holds.
+    gt = got.pop("gt_counts")
+    fit, ev = ref["splits"]["fit"], ref["splits"]["eval"]
+    assert set(gt) == {fit, ev}
+    lines = [ln for p in sorted((fixture_yaml.parent / "labels" / "fixture").glob("*.txt"))
+             for ln in p.read_text().splitlines() if ln.strip()]
+    labelled = np.bincount([int(ln.split()[0]) for ln in lines], minlength=len(ref["class_names"]))
+    assert (np.array(gt[fit]) + np.array(gt[ev])).tolist() == labelled.tolist()
+    for head in ref["heads"]:
+        per_class = {c["cls"]: c["n_gt"] for c in ref["per_class"][head]}
+        assert [per_class.get(c, 0) for c in range(len(ref["class_names"]))] == gt[ev]
+        assert sum(gt[ev]) == ref["eval"][head]["n_gt"]
     assert got.pop("schema_version") == 1
     assert isinstance(got.pop("created"), str) and got.pop("seconds") > 0
     assert Path(got["model"]).resolve() == (REPO / ref["model"]).resolve()
@@ -147,3 +167,38 @@ def test_calibration_json_pinned(run):
     got["model"], got["data"] = ref["model"], ref["data"]
     assert _same(ref, got) == []
     assert list(got) == list(ref)  # same order of the top-level keys
+
+
+def test_calibrate_tunes_thresholds_when_asked(run, tmp_path):
+    """`target_precision` given: thresholds.json for every head, the same as tuning the written run
+    afterwards (ground truth from `gt_counts`, no dataset needed), in summary.txt, the report and compare."""
+    from det_calib.report import compare_runs
+    from det_calib.tuning import read_thresholds, tune_run
+
+    out = run.out_dir
+    assert run.files["thresholds"] == out / "thresholds.json"
+    doc = read_thresholds(out)
+    assert sorted(doc["heads"]) == ["e2e", "nms"]
+    copy = tmp_path / "copy"  # a copy whose dataset is gone: the recorded counts are enough
+    copy.mkdir()
+    cal = json.loads((out / "calibration.json").read_text())
+    cal["data"] = str(tmp_path / "gone.yaml")
+    (copy / "calibration.json").write_text(json.dumps(cal))
+    (copy / "boxes.parquet").write_bytes((out / "boxes.parquet").read_bytes())
+    for head in ("nms", "e2e"):
+        again = tune_run(copy, head=head, target_precision=0.8, delta=0.1, n_boot=50, write=False)
+        assert again["heads"][head]["criteria"] == doc["heads"][head]["criteria"]
+        prm = doc["heads"][head]["criteria"]["target_precision"]["params"]
+        assert (prm["target_precision"], prm["delta"], prm["unit"], prm["fallback"]) == (0.8, 0.1, "image", "global")
+        assert doc["heads"][head]["score"]["temperature"] == run.temperature[head]
+    summary = (out / "summary.txt").read_text()
+    assert "head nms: target precision 0.8, delta 0.1" in summary and "head e2e: target precision 0.8" in summary
+    html = (out / "report.html").read_text()
+    assert '<h2 id="thresholds">Conf thresholds</h2>' in html
+    assert html.index("Threshold shift</h2>") < html.index("Conf thresholds</h2>") < html.index("mAP verification</h2>")
+    for head in ("nms", "e2e"):
+        assert (out / "figures" / f"thresholds_pr_{head}.png").is_file()
+    cmp = compare_runs(f"{out}:nms", f"{out}:e2e", out_dir=tmp_path / "cmp")
+    page = cmp["html"].read_text()
+    for crit in ("target_precision", "max_f1", "lrp"):
+        assert f'class="compare-thresholds" data-criterion="{crit}"' in page

@@ -614,3 +614,32 @@ def test_image_level_bootstrap_equals_box_level():
     fast = _boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
     slow = metrics.bootstrap_ci(nll_t, img, hb.logit, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_conf_thresholds_section_when_the_run_has_thresholds_json(tmp_path):
+    """The section appears (after "Threshold shift") only with a thresholds.json; a thresholds.json
+    tuned with another temperature is flagged; a corrupt one is a warning, not a failed report."""
+    from det_calib.tuning import tune_run
+
+    run = make_run(tmp_path / "r", heads=("nms",), n_images=20, per_image=20, n_boot=5)
+    calib = json.loads((run / "calibration.json").read_text())
+    n_gt = {sp: dict.fromkeys(range(len(NAMES)), 60) for sp in calib["splits"].values()}
+    tune_run(run, head="nms", target_precision=0.7, delta=0.1, n_gt=n_gt, n_boot=20)
+    want = [*SECTIONS[:4], "Conf thresholds", *SECTIONS[4:]]
+    page = parse(write_report(run)["html"])
+    assert [t for tag, t in page.headings if tag == "h2"] == want
+    rows = tables(page, "thresholds", "nms")[0]["rows"]
+    assert len(rows) == 1 + len(NAMES)  # global + every class
+    html = (run / "report.html").read_text()
+    assert 'id="fig-thresholds_pr_nms"' in html and "was tuned with T" not in html
+
+    doc = json.loads((run / "thresholds.json").read_text())
+    doc["heads"]["nms"]["score"]["temperature"] = 2.5
+    (run / "thresholds.json").write_text(json.dumps(doc))
+    assert "thresholds.json was tuned with T = 2.5000" in write_report(run)["html"].read_text()
+
+    (run / "thresholds.json").write_text(json.dumps({"format": "det_calib.thresholds", "version": 99, "heads": {}}))
+    paths = write_report(run)
+    page = parse(paths["html"])
+    assert [t for tag, t in page.headings if tag == "h2"] == want
+    assert "thresholds.json could not be shown" in paths["html"].read_text()

@@ -103,6 +103,20 @@ def test_other_calibrators_and_candidates(ref):
     assert back.temperatures == {"nms": ref["temperature"]["nms"]}
 
 
+def test_gt_counts_round_trip(ref):
+    """`gt_counts` (added after the reference was written): absent in older files, None, not written;
+    present, read back exactly and written after `corrupt_images`."""
+    assert RunResult.from_dict(ref).gt_counts is None
+    d = json.loads(json.dumps(ref))
+    d["gt_counts"] = {ref["splits"]["fit"]: [1, 0, 2, 0, 0, 0, 0, 5], ref["splits"]["eval"]: [0] * 8}
+    r = RunResult.from_dict(d)
+    assert r.gt_counts == d["gt_counts"]
+    back = r.to_dict()
+    assert back["gt_counts"] == d["gt_counts"]
+    keys = list(back)
+    assert keys.index("gt_counts") == keys.index("corrupt_images") + 1
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -113,6 +127,9 @@ def test_other_calibrators_and_candidates(ref):
         (lambda d: d["per_class"]["e2e"][2].update(boxes=1.5), "`per_class.e2e[2].boxes` must be an integer"),
         (lambda d: d.pop("iou_match"), "`iou_match` is missing"),
         (lambda d: d["threshold_shift"].update(nms={"conf": 0.25}), "`threshold_shift.nms` must be a list"),
+        (lambda d: d.update(gt_counts={"test": {"0": 3}}), "`gt_counts.test` must be a list"),
+        (lambda d: d.update(gt_counts={"test": [3, -1]}), "`gt_counts.test` must hold integers >= 0"),
+        (lambda d: d.update(gt_counts={"test": [3, 1.5]}), "`gt_counts.test[1]` must be an integer"),
     ],
 )
 def test_damaged_file_fails_with_one_line(ref, tmp_path, change, message):

@@ -9,7 +9,9 @@
 - :mod:`~det_calib.report.compare` — two runs (or two heads) side by side
 - :mod:`~det_calib.report.common` — number formats, wording, page writing
 - :mod:`~det_calib.report.document` — HTML and Markdown from one list of blocks
-- :mod:`~det_calib.report.plots` — the figures; the only module of det_calib that imports matplotlib
+- :mod:`~det_calib.report.plots` — the figures (matplotlib is imported only under ``det_calib.report``)
+- :mod:`~det_calib.report.thresholds_section` — the "Conf thresholds" section (per-class thresholds of
+  :mod:`det_calib.tuning`) and its comparison table
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -265,6 +266,36 @@ def _settings(b: _Builder, names: list[str], runs: list[tuple[Run, str, HeadBoxe
                 align_numbers=False))
 
 
+def _thresholds(b: _Builder, names: list[str], runs: list[tuple[Run, str, HeadBoxes]]) -> None:
+    """Both runs' tuned conf thresholds side by side, when both folders have a thresholds.json for the head."""
+    from det_calib.tuning import CRITERIA, THRESHOLDS_FILE, read_thresholds
+
+    from .thresholds_section import compare_thresholds_table
+
+    docs = []
+    for run, head, _ in runs:
+        if not (run.run_dir / THRESHOLDS_FILE).is_file():
+            return
+        try:
+            doc = read_thresholds(run.run_dir / THRESHOLDS_FILE)
+        except InputError as e:
+            b.add(Heading(2, "Conf thresholds", "thresholds"), Para(f"Not compared: {e}", "warn"))
+            return
+        if head not in doc["heads"]:
+            return
+        docs.append(doc)
+    (_, ha, _), (_, hb_, _) = runs
+    b.add(Heading(2, "Conf thresholds", "thresholds"))
+    params = [d["heads"][h]["criteria"]["target_precision"]["params"] for d, h in zip(docs, (ha, hb_))]
+    b.add(Para("Per-class conf thresholds of each run's thresholds.json (" + "; ".join(
+        f"{n}: target precision {p['target_precision']:g}, delta {p['delta']:g}" for n, p in zip(names, params))
+        + "), with the precision and recall each realises on its run's eval split. Classes are matched by name.",
+        "note"))
+    for crit in CRITERIA:
+        t = compare_thresholds_table(docs[0], docs[1], head_a=ha, head_b=hb_, labels=names, criterion=crit)
+        b.add(dataclasses.replace(t, attrs={**t.attrs, "data-criterion": crit}))
+
+
 def compare_runs(
     run_a: str | Path,
     run_b: str | Path,
@@ -279,7 +310,8 @@ def compare_runs(
     the run is used. Writes ``compare.html`` (self-contained), ``compare.md`` and
     ``figures/compare_*.png`` into ``out_dir``: reliability diagrams of both runs on the same
     axes (raw and calibrated), ECE / LaECE / NLL / Brier with 95% intervals, and per-class ECE
-    differences (classes matched by name; classes present in only one run are listed).
+    differences (classes matched by name; classes present in only one run are listed) and, when
+    both run folders have a ``thresholds.json`` for their head, the tuned conf thresholds side by side.
 
     Args:
         run_a, run_b: Run directories, optionally with ``:head``.
@@ -300,6 +332,7 @@ def compare_runs(
     _summary(b, names, runs, [na, nb])
     _reliability(b, names, runs)
     _per_class(b, names, runs)
+    _thresholds(b, names, runs)
     _settings(b, names, runs)
     return _write_page(Path(out_dir), "compare", f"Calibration comparison: {la} vs {lb}", b,
                        subtitle=f"A = {la}, B = {lb}",

@@ -1,7 +1,8 @@
 """Figures of the calibration report, returned as PNG bytes.
 
-This is the only module of det_calib that imports matplotlib. It never touches pyplot or the
-global backend (so importing it inside a notebook changes nothing there): every figure is a
+matplotlib is imported only under :mod:`det_calib.report` (here and in
+:mod:`det_calib.report.thresholds_section`, which shares this module's style and PNG writer). Neither
+touches pyplot or the global backend (so importing it inside a notebook changes nothing there): every figure is a
 :class:`matplotlib.figure.Figure` rendered by the Agg canvas directly, with the
 DejaVu fonts matplotlib ships, so nothing depends on the display, the backend the caller
 chose, or fonts installed on the machine.

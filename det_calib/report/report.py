@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 __all__ = ["write_report"]
 
 SECTIONS = ("Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings")
+"""The sections of every report; "Conf thresholds" comes after "Threshold shift" when the run has thresholds.json."""
 
 SETTING_HELP = {
     "schema_version": "layout version of calibration.json",
@@ -84,7 +85,7 @@ SETTING_HELP = {
     "seconds": "run time of the calibration job",
 }
 PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "fit", "eval", "threshold_shift",
-                 "per_class", "ultralytics_val", "corrupt_images", "class_names"}
+                 "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts"}
 
 
 def _check_consistency(run: Run, head: str, hb: HeadBoxes, before: Any, after: Any) -> list[str]:
@@ -383,6 +384,35 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
                         css="threshold-shift-per-class", attrs={"data-head": h}))
 
 
+def _tuned_thresholds(b: _Builder, run: Run, folder: Path) -> None:
+    """The "Conf thresholds" section, when the run folder has a thresholds.json (det_calib.tuning)."""
+    from det_calib.errors import DetCalibError
+    from det_calib.tuning import THRESHOLDS_FILE, read_thresholds
+
+    from .thresholds_section import thresholds_section
+
+    if not (folder / THRESHOLDS_FILE).is_file():
+        return
+    try:
+        doc = read_thresholds(folder / THRESHOLDS_FILE)
+        heads = [h for h in run.heads if h in doc["heads"]]
+        blocks, figures = thresholds_section(folder, doc=doc, heads=heads)
+    except (DetCalibError, KeyError, TypeError) as e:  # an optional file: the rest of the report stands
+        b.add(Heading(2, "Conf thresholds", "thresholds"),
+              Para(f"{THRESHOLDS_FILE} could not be shown: {e}", "warn"))
+        return
+    for h in heads:
+        t_doc, t_run = doc["heads"][h].get("score", {}).get("temperature"), run.temperature(h)
+        if t_doc is not None and t_run is not None and not math.isclose(t_doc, t_run, rel_tol=1e-9):
+            blocks.insert(1, Para(f"Head {h}: {THRESHOLDS_FILE} was tuned with T = {t_doc:.4f}, this run has "
+                                  f"T = {t_run:.4f}; rerun `det-calib thresholds` on this run.", "warn"))
+    b.add(*blocks)
+    for name, png in figures.items():
+        if name in b.figures:
+            raise ValueError(f"duplicate figure name {name}")
+        b.figures[name] = png
+
+
 def _map(b: _Builder, run: Run) -> None:
     b.add(Heading(2, "mAP verification", "map-verification"))
     b.add(Para("One temperature per head is a monotonic map of the scores: the ranking of boxes, and with it "
@@ -460,7 +490,8 @@ def write_report(
 
     ``report.html`` is self-contained (figures embedded as PNG data URIs, inline CSS, no script);
     ``report.md`` references the PNGs in ``figures/``. Sections: Summary, Reliability, Per-class
-    calibration, Threshold shift, mAP verification, Settings. Every file is written atomically.
+    calibration, Threshold shift, Conf thresholds (only when the run folder has a
+    ``thresholds.json``), mAP verification, Settings. Every file is written atomically.
 
     Args:
         run_dir: A run directory holding ``calibration.json`` and ``boxes.parquet``.
@@ -498,6 +529,7 @@ def write_report(
     _reliability(b, run, hbs, bins)
     _per_class(b, run, hbs)
     _threshold(b, run, hbs)
+    _tuned_thresholds(b, run, Path(run_dir))
     _map(b, run)
     _settings_section(b, run, hbs)
     r = run.result

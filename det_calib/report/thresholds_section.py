@@ -1,0 +1,269 @@
+"""The report section on tuned conf thresholds: per-class precision-recall curves and a table.
+
+:func:`thresholds_section` reads a run folder's ``thresholds.json`` (written by
+:func:`det_calib.tuning.tune_run`) and its boxes, and returns the section as report blocks plus
+the PNG figures they reference (``{name: png}``, to be written as ``figures/<name>.png``), so
+the caller decides where the section goes in the report:
+
+>>> from det_calib.report.thresholds_section import thresholds_section
+>>> blocks, figures = thresholds_section("runs/calib")  # doctest: +SKIP
+
+Figures are drawn with matplotlib's Agg canvas directly (no pyplot), as in
+:mod:`det_calib.report.plots`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from det_calib.errors import DetCalibError
+from det_calib.report.document import Block, Fig, Heading, Para, Table
+from det_calib.report.plots import RC, _png
+from det_calib.tuning import CRITERIA, counts_by_image, load_head, read_thresholds
+
+__all__ = ["compare_thresholds_table", "pr_threshold_figure", "thresholds_section"]
+
+LABELS = {"target_precision": "target precision", "max_f1": "max F1", "lrp": "LRP-optimal"}
+MARKERS = {"target_precision": ("o", "#CC3311"), "max_f1": ("s", "#009988"), "lrp": ("D", "#EE7733")}
+EVAL_COLOR = "#0077BB"
+FIT_COLOR = "#999999"
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{nd}f}"
+
+
+def _curve(score: np.ndarray, correct: np.ndarray, image_id: np.ndarray, n_gt: int,
+           grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = counts_by_image(score, correct, image_id, grid=grid, n_gt=n_gt)
+    n, k = c.n, c.k
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prec = np.where(n > 0, k / np.maximum(n, 1), np.nan)
+        rec = k / n_gt if n_gt else np.full(len(grid), np.nan)
+    return prec, rec
+
+
+def pr_threshold_figure(panels: Sequence[dict[str, Any]], *, title: str, target: float | None) -> bytes:
+    """A grid of per-class precision-recall curves with the chosen thresholds marked.
+
+    Args:
+        panels: One dict per panel: ``title``; ``eval`` and ``fit``: ``(precision, recall)``
+            arrays over the threshold grid (either may be None); ``marks``: ``{criterion:
+            (recall, precision, threshold)}`` on the eval curve (entries may be None).
+        title: Figure title.
+        target: Target precision, drawn as a horizontal line.
+
+    Returns:
+        PNG bytes.
+    """
+    n = len(panels)
+    cols = min(4, max(1, n))
+    rows = max(1, math.ceil(n / cols))
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(3.0 * cols, 2.7 * rows + 0.8))
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for i, ax in enumerate(axes.flat):
+            if i >= n:
+                ax.set_visible(False)
+                continue
+            p = panels[i]
+            if p.get("fit") is not None:
+                pr, rc = p["fit"]
+                ax.plot(rc, pr, color=FIT_COLOR, lw=1, ls="--")
+            if p.get("eval") is not None:
+                pr, rc = p["eval"]
+                ax.plot(rc, pr, color=EVAL_COLOR, lw=1.4)
+            if target is not None:
+                ax.axhline(target, color="#444444", lw=0.8, ls=":")
+            for crit, mark in (p.get("marks") or {}).items():
+                if mark is None or mark[0] is None or mark[1] is None:
+                    continue
+                m, col = MARKERS[crit]
+                ax.plot([mark[0]], [mark[1]], marker=m, color=col, ms=6, ls="none", mec="black", mew=0.5, zorder=5)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(p["title"])
+            ax.set_xlabel("recall")
+            ax.set_ylabel("precision")
+        handles = [
+            Line2D([], [], color=EVAL_COLOR, lw=1.4, label="eval split"),
+            Line2D([], [], color=FIT_COLOR, lw=1, ls="--", label="fit split (thresholds chosen here)"),
+        ]
+        if target is not None:
+            handles.append(Line2D([], [], color="#444444", lw=0.8, ls=":", label=f"target precision {target:g}"))
+        handles += [Line2D([], [], marker=MARKERS[c][0], color=MARKERS[c][1], mec="black", mew=0.5, ls="none",
+                           label=f"{LABELS[c]} threshold (on eval)") for c in CRITERIA]
+        fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False)
+        fig.suptitle(title)
+        fig.tight_layout(rect=(0, 0.09 if rows > 1 else 0.16, 1, 0.96))
+        return _png(fig)
+
+
+def _marks(rows: Mapping[str, dict[str, Any]]) -> dict[str, tuple[float | None, float | None, float] | None]:
+    out: dict[str, tuple[float | None, float | None, float] | None] = {}
+    for crit, r in rows.items():
+        ev = r.get("eval") if r else None
+        out[crit] = (ev.get("recall"), ev.get("precision"), r["threshold"]) if ev else None
+    return out
+
+
+def thresholds_section(
+    run_dir: str | Path,
+    *,
+    doc: Mapping[str, Any] | None = None,
+    heads: Sequence[str] | None = None,
+    score: Any = None,
+    level: int = 2,
+) -> tuple[list[Block], dict[str, bytes]]:
+    """Build the "Conf thresholds" section of a run's report.
+
+    Args:
+        run_dir: The run folder (``boxes.parquet``, ``calibration.json``, ``thresholds.json``).
+        doc: The thresholds document; default read from ``run_dir/thresholds.json``.
+        heads: Heads to show (default every head in the document).
+        score: The score used when tuning, if it was not the run's temperature (see
+            :func:`det_calib.tuning.tune_run`).
+        level: Heading level of the section title.
+
+    Returns:
+        ``(blocks, figures)``: report blocks (:mod:`det_calib.report.document`) and the PNGs
+        they reference, ``{name: png bytes}`` (``figures/<name>.png``).
+    """
+    if doc is None:
+        doc = read_thresholds(Path(run_dir))
+    blocks: list[Block] = [Heading(level, "Conf thresholds", anchor="thresholds")]
+    figures: dict[str, bytes] = {}
+    for head in heads or list(doc["heads"]):
+        hd = doc["heads"][head]
+        crit = hd["criteria"]
+        tp = crit["target_precision"]
+        prm = tp["params"]
+        target, delta = float(prm["target_precision"]), float(prm["delta"])
+        splits = doc.get("splits", {})
+        blocks.append(Heading(level + 1, f"Head {head}", anchor=f"thresholds-{head}"))
+        blocks.append(Para(
+            f"Thresholds on the calibrated conf ({hd['score'].get('formula', '')}), chosen on `{splits.get('fit')}` "
+            f"and checked on `{splits.get('eval')}`. Target precision {target:g} with delta {delta:g}: each "
+            f"certified class's precision on new images is at least {target:g} with probability at least "
+            f"{1 - delta:g} (fixed-sequence exact binomial tests from high to low thresholds, "
+            f"{prm['unit']}-level; classes are certified one by one, so about {delta:g} x the number of "
+            "certified classes may miss). Max-F1 and LRP-optimal (tau 0.5) are point choices with no guarantee.",
+            kind="lead"))
+        val = tp.get("validation")
+        if val:
+            miss = val["classes_missing_target"]
+            text = (f"On `{splits.get('eval')}`: {val['classes_meeting_target']} of {val['certified_classes']} "
+                    f"certified classes reach {target:g}")
+            text += (f"; missing: {', '.join(miss)} ({len(miss)} miss, about {val['expected_misses']:.1f} expected "
+                     f"from delta)." if miss else ".")
+            text += (f" Coverage over {val['n_boot']} image-bootstrap resamples of `{splits.get('eval')}` "
+                     f"(fraction of resamples whose precision reaches {target:g}): global threshold "
+                     f"{_fmt(tp['global'].get('eval', {}).get('coverage'))}, all certified classes at once "
+                     f"{_fmt(val['coverage_all_certified'])}; per class in the table.")
+            blocks.append(Para(text, kind="warn" if len(miss) > max(1.0, 2 * val["expected_misses"]) else ""))
+        flagged = [r for r in tp["per_class"] if r.get("flag")]
+        if flagged:
+            blocks.append(Para(
+                "Not certified: " + "; ".join(
+                    f"{r['name']} ({r['flag'].replace('_', ' ')}; uses "
+                    + (f"the global threshold {r['threshold']:.3f}" if r["fallback"] == "global"
+                       else "threshold 1: no box kept")
+                    + ")" for r in flagged), kind="warn"))
+
+        # table
+        by_cls = {c: {r["cls"]: r for r in crit[c]["per_class"]} for c in CRITERIA}
+        columns = ["class", "target-P thr", "fit P (lower bound)", "eval P", "eval R", "eval kept", "coverage",
+                   "max-F1 thr", "eval P / R", "LRP thr", "eval P / R"]
+        rows_out, row_css = [], []
+
+        def line(first: str, rr: dict[str, dict[str, Any]]) -> list[str]:
+            t = rr["target_precision"]
+            ev = t.get("eval") or {}
+            tag = "" if t.get("certified", True) else f" ({t['flag'].replace('_', ' ')} -> {t['fallback']})"
+            lb = f" ({_fmt(t.get('precision_lower'))})" if t.get("precision_lower") is not None else ""
+            cells = [first, _fmt(t["threshold"]) + tag, _fmt(t["fit"]["precision"]) + lb,
+                     _fmt(ev.get("precision")), _fmt(ev.get("recall")), str(ev.get("kept", "n/a")),
+                     _fmt(ev.get("coverage"))]
+            for c in ("max_f1", "lrp"):
+                r = rr[c]
+                e = r.get("eval") or {}
+                cells += [_fmt(r["threshold"]), f"{_fmt(e.get('precision'))} / {_fmt(e.get('recall'))}"]
+            return cells
+
+        rows_out.append(line("all classes (global)", {c: crit[c]["global"] for c in CRITERIA}))
+        row_css.append("")
+        for cls_id, r in by_cls["target_precision"].items():
+            rows_out.append(line(r["name"], {c: by_cls[c][cls_id] for c in CRITERIA}))
+            row_css.append("few" if r.get("flag") else "")
+        blocks.append(Table(columns, rows_out, caption=f"Thresholds per class, head {head}", css="thresholds",
+                            attrs={"data-head": head}, row_css=row_css))
+
+        # figure: precision-recall per class on eval (and fit), thresholds marked
+        try:
+            rh = load_head(run_dir, head=head, score=score, count_gt=False)
+        except DetCalibError as e:  # the table stands on its own; say why the figure is missing
+            blocks.append(Para(f"No precision-recall figure: {e}", kind="note"))
+            continue
+        grid = np.round(np.arange(1000) / 1000.0, 3)
+        panels = []
+        for cls_id, r in by_cls["target_precision"].items():
+            p: dict[str, Any] = {"title": r["name"], "marks": _marks({c: by_cls[c][cls_id] for c in CRITERIA})}
+            for part, df, s, n_key in (("fit", rh.fit, rh.fit_score, "fit"), ("eval", rh.eval, rh.eval_score, "eval")):
+                if df is None or n_key not in r:
+                    p[part] = None
+                    continue
+                m = df["cls"].to_numpy() == cls_id
+                p[part] = _curve(s[m], df["correct"].to_numpy()[m], df["image_id"].to_numpy()[m],
+                                 int(r[n_key]["n_gt"] or 0), grid)
+            panels.append(p)
+        name = f"thresholds_pr_{head}"
+        figures[name] = pr_threshold_figure(panels, title=f"Precision-recall per class, head {head}", target=target)
+        blocks.append(Fig(name, figures[name],
+                          caption=(f"Precision against recall as the threshold moves, per class (blue: "
+                                   f"{splits.get('eval')}, grey dashed: {splits.get('fit')}); markers: the chosen "
+                                   "thresholds' precision and recall on the eval split; dotted: the target."),
+                          alt=f"per-class precision-recall curves of head {head} with tuned thresholds"))
+    return blocks, figures
+
+
+def compare_thresholds_table(
+    doc_a: Mapping[str, Any], doc_b: Mapping[str, Any], *, head_a: str = "nms", head_b: str | None = None,
+    labels: Sequence[str] = ("A", "B"), criterion: str = "target_precision",
+) -> Table:
+    """Two runs' (or two heads') thresholds of one criterion side by side, per class.
+
+    Classes are matched by name. Cells: threshold (flag), and eval precision / recall.
+    """
+    head_b = head_b or head_a
+    rows_a = {r["name"]: r for r in doc_a["heads"][head_a]["criteria"][criterion]["per_class"]}
+    rows_b = {r["name"]: r for r in doc_b["heads"][head_b]["criteria"][criterion]["per_class"]}
+    ga = doc_a["heads"][head_a]["criteria"][criterion]["global"]
+    gb = doc_b["heads"][head_b]["criteria"][criterion]["global"]
+
+    def cells(r: dict[str, Any] | None) -> list[str]:
+        if r is None:
+            return ["n/a", "n/a"]
+        ev = r.get("eval") or {}
+        flag = f" ({r['flag'].replace('_', ' ')})" if r.get("flag") else ""
+        return [_fmt(r["threshold"]) + flag, f"{_fmt(ev.get('precision'))} / {_fmt(ev.get('recall'))}"]
+
+    la, lb = labels
+    names = list(rows_a) + [n for n in rows_b if n not in rows_a]
+    body = [["all classes (global)", *cells(ga), *cells(gb)]]
+    body += [[n, *cells(rows_a.get(n)), *cells(rows_b.get(n))] for n in names]
+    return Table(
+        ["class", f"{la} threshold", f"{la} eval P / R", f"{lb} threshold", f"{lb} eval P / R"],
+        body,
+        caption=f"{LABELS.get(criterion, criterion)} thresholds, {la} vs {lb}",
+        css="compare-thresholds",
+    )
