@@ -19,7 +19,8 @@ import pytest
 
 from det_calib import metrics
 from det_calib.matching import match_table
-from det_calib.thresholds import precision_recall_vs_conf, threshold_shift
+from det_calib.errors import InputError
+from det_calib.thresholds import equivalent_threshold, precision_recall_vs_conf, threshold_shift
 
 
 # ----------------------------------------------------------------------------- matching
@@ -143,3 +144,42 @@ def test_bootstrap_paths_agree_and_cover_the_last_image():
         idx = np.concatenate([np.flatnonzero(img == k) for k in r.integers(0, 5, 5)])
         stats.append(metrics.ece(conf[idx], y[idx], n_bins=10))
     assert list(a) == pytest.approx(np.percentile(stats, [2.5, 97.5]).tolist(), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- kept set: contract
+def test_kept_set_compares_in_float64():
+    """float32 scores (as Ultralytics reports them) are compared with the threshold in float64:
+    float32(0.3) = 0.30000001192... is above 0.3 (numpy would compare in float32 otherwise)."""
+    p = np.float32([0.3, 0.2])
+    s = threshold_shift(p, np.float32([0.2, 0.3]), [1.0, 0.0], conf=0.3, n_gt=2)  # 0/1 floats as flags
+    assert (s.kept_before, s.kept_after, s.removed_correct, s.added, s.added_correct) == (1, 1, 1, 1, 0)
+
+
+def test_threshold_shift_fields_and_bounds():
+    s = threshold_shift(np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=3,
+                        temperature=2.0)
+    d = s.to_dict()
+    assert d["conf"] == 0.5 and type(d["conf"]) is float and d["n_gt"] == 3 and type(d["n_gt"]) is int
+    assert d["equivalent_conf"] == 0.5  # logit(0.5) = 0 for any T
+    assert threshold_shift(np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.25, n_gt=1,
+                           temperature=2.0).equivalent_conf == pytest.approx(1 / (1 + 3 ** 0.5))
+    # thresholds 0 and 1 are valid (everything above 0, nothing above 1); no equivalent threshold there
+    for t, kept in ((0.0, 2), (1.0, 0)):
+        s = threshold_shift(np.array([0.9, 1.0]), np.array([0.8, 0.2]), np.array([True, False]), conf=t, n_gt=0,
+                            temperature=2.0)
+        assert s.kept_before == kept and s.equivalent_conf is None
+        assert np.isnan(s.recall_before) and np.isnan(s.recall_after)
+    assert np.isnan(threshold_shift(np.array([0.1]), np.array([0.1]), np.array([True]), conf=0.5, n_gt=1).precision_before)
+    for bad in (-0.1, 1.1):
+        with pytest.raises(InputError, match="`conf` in \\[0, 1\\]"):
+            threshold_shift(np.array([0.5]), np.array([0.5]), np.array([True]), conf=bad, n_gt=1)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(InputError, match="`conf` in \\(0, 1\\)"):
+            equivalent_threshold(bad, 2.0)
+
+
+def test_precision_recall_default_grid_and_no_ground_truth():
+    pr = precision_recall_vs_conf(np.array([0.25, 0.75]), np.array([True, False]), n_gt=0)
+    assert len(pr.thresholds) == 201 and pr.thresholds[0] == 0.0 and pr.thresholds[-1] == 1.0
+    assert pr.thresholds[50] == 0.25 and pr.kept[50] == 1 and pr.kept[49] == 2
+    assert pr.recall.shape == (201,) and np.isnan(pr.recall).all()

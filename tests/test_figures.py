@@ -109,6 +109,18 @@ def hot_run(tmp_path_factory, demo_model_path):
     return out
 
 
+@pytest.fixture(scope="module")
+def fmc_run(tmp_path_factory, demo_model_path, main_run):
+    """`--fit-min-conf` exactly on the raw conf of a fit-split box (which must enter the fit)."""
+    s = json.loads((main_run / "calibration.json").read_text())
+    b = pl.read_parquet(main_run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == s["splits"]["fit"]))
+    fmc = sorted(b["conf"].to_list(), reverse=True)[29]
+    out = tmp_path_factory.mktemp("figures_fmc") / "fmc"
+    det_calib.calibrate(demo_model_path, fixture_data_yaml(), out=out, head="nms", fit_min_conf=fmc, run_val=False,
+                        report=False, n_boot=20, progress=False)
+    return out, fmc
+
+
 # ----------------------------------------------------------------------------- ground truth
 def _gt(images: list[str]) -> list[list[tuple[int, float, float, float, float]]]:
     """Per image (in the given order): (cls, x1, y1, x2, y2) in pixels from the YOLO label file."""
@@ -476,3 +488,12 @@ def test_figures_when_raw_scores_tie(main_run, hot_run):
     b = pl.read_parquet(hot_run / "boxes.parquet").filter(pl.col("split") == s["splits"]["eval"])
     assert sum(_sig(z, 1.0) == 1.0 for z in b["logit"].to_list()) >= 2
     assert e["map50_95_before"] != e["map50_95_after"] and not e["map_identical"]
+
+
+def test_fit_min_conf_exactly_on_a_score(main_run, fmc_run):
+    out, fmc = fmc_run
+    s = check_run(out, split_images(main_run))
+    assert s["fit_min_conf"] == fmc
+    b = pl.read_parquet(out / "boxes.parquet").filter(pl.col("split") == s["splits"]["fit"])
+    assert (b["conf"] == fmc).sum() >= 1  # on the boundary: in the fit (conf >= fit_min_conf)
+    assert s["fit"]["nms"]["boxes"] == (b["conf"] >= fmc).sum() < b.height
