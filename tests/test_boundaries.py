@@ -18,9 +18,13 @@ import polars as pl
 import pytest
 
 from det_calib import metrics
-from det_calib.matching import match_table
 from det_calib.errors import InputError
-from det_calib.thresholds import equivalent_threshold, precision_recall_vs_conf, threshold_shift
+from det_calib.matching import match_table
+from det_calib.thresholds import (
+    equivalent_threshold,
+    precision_recall_vs_conf,
+    threshold_shift,
+)
 
 
 # ----------------------------------------------------------------------------- matching
