@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -43,8 +43,8 @@ TESTS: dict[str, list[str]] = {
     "pipeline": ["tests/test_figures.py", "tests/test_pipeline.py"],
 }
 DEFAULT = ["matching", "metrics", "thresholds", "calibrators", "fold", "pipeline"]
-# modules whose tests import torch/ultralytics: fork workers from a clean server process
-FORKSERVER = {"fold", "pipeline"}
+# statements starting on lines that match these (regex) are not mutated
+SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*log\.(debug|info|warning)\(", r"^\s*warnings\.warn\("]
 
 
 def _copy_tree(dst: Path) -> None:
@@ -59,7 +59,7 @@ def _copy_tree(dst: Path) -> None:
 
 def _configure(dst: Path, module: str, tests: list[str]) -> None:
     def toml_list(xs):
-        return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
+        return "[" + ", ".join('"' + x.replace("\\", "\\\\") + '"' for x in xs) + "]"
 
     text = (dst / "pyproject.toml").read_text()
     # mutmut runs the selected test files only; the doctest collection of the suite stays off
@@ -70,12 +70,15 @@ def _configure(dst: Path, module: str, tests: list[str]) -> None:
     text += 'also_copy = ["datasets", "benchmarks"]\n'
     text += f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
     text += 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
-    if module in FORKSERVER:
-        text += 'process_isolation = "forkserver"\n'
+    # polars' thread pool deadlocks in a child forked from a process that used it: fork every
+    # worker from a clean server process instead of from the one that collected the stats
+    text += 'process_isolation = "forkserver"\n'
+    # error messages, logging and warnings: a mutant there changes wording, not a number
+    text += f"do_not_mutate_patterns = {toml_list(SKIP_PATTERNS)}\n"
     (dst / "pyproject.toml").write_text(text)
 
 
-def run_module(module: str, work: Path, *, max_children: int, fresh: bool) -> dict[str, list[str]]:
+def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True) -> dict[str, list[str]]:
     dst = work / module
     if fresh and dst.exists():
         shutil.rmtree(dst)
@@ -86,18 +89,12 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool) -> di
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)], cwd=dst, env=env,
-                       capture_output=True, text=True, check=False)
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)]
+    r = subprocess.run(cmd if run else ["true"], cwd=dst, env=env, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:], sep="\n", file=sys.stderr)
         raise SystemExit(f"mutmut run failed for {module} (exit {r.returncode})")
-    res = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=dst, env=env,
-                         capture_output=True, text=True, check=True).stdout
-    by_status: dict[str, list[str]] = {}
-    for line in res.splitlines():
-        m = re.match(r"\s*(\S+): (.+)$", line)
-        if m:
-            by_status.setdefault(m.group(2).strip(), []).append(m.group(1))
+    by_status = _statuses(dst / "mutants" / "det_calib" / f"{module}.py.meta")
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
     print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts}) in {time.time() - t0:.0f} s")
     functions = _mutant_sources(dst / "mutants" / "det_calib" / f"{module}.py")
@@ -111,14 +108,25 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool) -> di
     return by_status
 
 
+def _statuses(meta: Path) -> dict[str, list[str]]:
+    """Mutant names by outcome, from mutmut's result file (what ``mutmut results`` shows)."""
+    from mutmut.stats import status_by_exit_code
+
+    by_status: dict[str, list[str]] = {}
+    for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+        by_status.setdefault(status_by_exit_code[code], []).append(name)
+    return by_status
+
+
 def _mutant_sources(path: Path) -> dict[str, str]:
     """Source of every function in mutmut's mutated copy of a module (``x_f__mutmut_orig``,
     ``x_f__mutmut_3``, methods as ``xǁClassǁmethod__mutmut_3``), by name (faster than ``mutmut show``)."""
     text = path.read_text()
+    lines = text.splitlines()
     out = {}
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
-            out[node.name] = ast.get_source_segment(text, node) or ""
+            out[node.name] = "\n".join(lines[node.lineno - 1 : node.end_lineno])
     return out
 
 
@@ -128,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/det_calib_mutation"))
     ap.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--fresh", action="store_true", help="delete the module's previous copy and results")
+    ap.add_argument("--results-only", action="store_true",
+                    help="only list the results so far (of a run that was stopped: mutants not yet run show as "
+                         "`not checked`)")
     args = ap.parse_args(argv)
     try:
         import mutmut  # noqa: F401
@@ -135,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("mutmut is not installed: pip install mutmut") from None
     summary = {}
     for module in args.modules:
-        by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh)
+        by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
+                               run=not args.results_only)
         summary[module] = {k: len(v) for k, v in by_status.items()}
     print("\nsurvivors per module:", {m: s.get("survived", 0) for m, s in summary.items()})
     return 0

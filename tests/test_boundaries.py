@@ -44,6 +44,28 @@ def test_match_table_iou_exactly_at_threshold(tau, box):
     assert not r["correct"][0]
 
 
+def test_match_table_passes_max_dets_and_takes_empty_ground_truth():
+    gt = _table([[0, 0, 10, 10], [20, 0, 30, 10]], [1.0, 1.0]).drop("conf")
+    boxes = _table([[0, 0, 10, 10], [20, 0, 30, 10]], [0.9, 0.8])
+    assert match_table(boxes, gt)["correct"].to_list() == [True, True]
+    # COCO maxDets: only the top-scoring box of each (image, class) is matched
+    assert match_table(boxes, gt, max_dets=1)["correct"].to_list() == [True, False]
+    r = match_table(boxes, gt.head(0))
+    assert r["correct"].to_list() == [False, False] and r["iou"].to_list() == [0.0, 0.0]
+    assert r.schema["correct"] == pl.Boolean and r.schema["iou"] == pl.Float64 and r.schema["ignore"] == pl.Boolean
+
+
+def test_crowd_flags_as_integers():
+    from det_calib.matching import box_iou
+
+    a, b = [[0, 0, 10, 10]], [[0, 0, 20, 10], [0, 0, 20, 10]]
+    assert box_iou(a, b, crowd=np.array([0, 1])).tolist() == [[0.5, 1.0]]  # crowd: intersection / det area
+    assert box_iou(a, b, crowd=np.array([1, 0])).tolist() == [[1.0, 0.5]]
+    for bad in (np.array([0, 2]), np.array([0.0, 1.0])):
+        with pytest.raises(InputError, match="`crowd` must hold booleans"):
+            box_iou(a, b, crowd=bad)
+
+
 # ----------------------------------------------------------------------------- kept set
 def test_threshold_shift_score_on_the_threshold_is_not_kept():
     t = 0.25
