@@ -38,7 +38,7 @@ TESTS: dict[str, list[str]] = {
     "matching": ["tests/test_matching.py", "tests/test_boundaries.py"],
     "metrics": ["tests/test_metrics.py", "tests/test_boundaries.py"],
     "thresholds": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
-    "calibrators": ["tests/test_calibrators.py"],
+    "calibrators": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
     "fold": ["tests/test_fold.py", "tests/test_promises.py::test_fold_into_a_legacy_head"],
     "pipeline": ["tests/test_figures.py", "tests/test_pipeline.py"],
 }
