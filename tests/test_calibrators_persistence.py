@@ -50,3 +50,10 @@ def test_from_dict_rejects_other_formats(patch, match):
     d = {"kind": "sigmoid", "temperature": 1.2, **patch}
     with pytest.raises(InputError, match=match):
         TemperatureScaler.from_dict(d)
+
+
+def test_repr_shows_the_settings_and_the_fitted_temperature():
+    s = TemperatureScaler(kind="softmax", tol=1e-7, max_iter=9)
+    assert repr(s) == "TemperatureScaler(kind='softmax', tol=1e-07, max_iter=9)"
+    s = TemperatureScaler.from_dict({"kind": "sigmoid", "temperature": 1.2345678})
+    assert repr(s) == "TemperatureScaler(kind='sigmoid', tol=1e-06, max_iter=100, temperature_=1.23457)"
