@@ -55,6 +55,13 @@ def test_match_table_passes_max_dets_and_takes_empty_ground_truth():
     assert r.schema["correct"] == pl.Boolean and r.schema["iou"] == pl.Float64 and r.schema["ignore"] == pl.Boolean
 
 
+def test_iou_of_boxes_smaller_than_a_pixel():
+    """Normalised (0..1) coordinates: every union is below 1 and must still count."""
+    from det_calib.matching import box_iou
+
+    assert box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 0.25], [0.5, 0, 1, 0.5]]).tolist() == [[0.5, 0.0]]
+
+
 def test_crowd_flags_as_integers():
     from det_calib.matching import box_iou
 
