@@ -519,8 +519,14 @@ class TemperatureScaler:
     :meth:`fit` or :meth:`from_dict`.
 
     Example:
-        >>> scaler = TemperatureScaler(kind="sigmoid").fit(logits, labels)  # doctest: +SKIP
-        >>> conf = scaler.predict_proba(new_logits)  # doctest: +SKIP
+        >>> rng = np.random.default_rng(0)
+        >>> logits = rng.normal(0.0, 3.0, 20_000)
+        >>> labels = rng.random(20_000) < 1 / (1 + np.exp(-logits / 2.0))  # true temperature 2
+        >>> scaler = TemperatureScaler(kind="sigmoid").fit(logits, labels)
+        >>> bool(abs(scaler.temperature_ - 2.0) < 0.1)
+        True
+        >>> scaler.predict_proba([0.0]).tolist()
+        [0.5]
     """
 
     def __init__(self, *, kind: Kind = "sigmoid", tol: float = 1e-6, max_iter: int = 100, min_samples: int = 10):

@@ -120,8 +120,8 @@ def box_iou(a, b, *, crowd=None) -> np.ndarray:
     Raises:
         InputError: Wrong shapes or non-finite coordinates.
 
-    >>> box_iou([[0, 0, 10, 10]], [[0, 0, 5, 10], [20, 20, 30, 30]])
-    array([[0.5, 0. ]])
+    >>> box_iou([[0, 0, 10, 10]], [[0, 0, 5, 10], [20, 20, 30, 30]]).tolist()
+    [[0.5, 0.0]]
     """
     a = _boxes(a, "a", None)
     b = _boxes(b, "b", None)

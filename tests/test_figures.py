@@ -1,0 +1,499 @@
+"""Every figure of ``calibration.json`` recomputed from ``boxes.parquet`` and the ground truth.
+
+The product computes its figures with vectorised numpy (binning by searchsorted-like indexing,
+weighted bincounts, a weighted bootstrap). Here each one is recomputed through another path:
+pycocotools for mAP (the ground truth read straight from the YOLO label files), plain Python
+loops for every binned error, the kept sets counted box by box, NLL/Brier per box, the bootstrap
+intervals replayed from the documented seed and resampling (images drawn uniformly with
+replacement with ``numpy.random.default_rng(seed).integers(0, n_images, n_images)``, every box of
+a drawn image once per draw, 2.5/97.5 percentiles), and the temperature re-minimised with scipy.
+
+Three real runs of the demo detector on the committed fixture split (12 images, halved into fit
+and eval): the default one (both heads); the same detector with COCO JSON ground truth and two
+extra thresholds placed *exactly* on a raw and on a calibrated score of the run (so ``conf > t``
+and ``conf >= t`` give different kept sets); and the detector with its logits multiplied by 20,
+whose raw float64 scores saturate to 1.0 (ties that the calibrated scores break), so that mAP
+"after" ranked by the raw scores differs from mAP ranked by the calibrated ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+import polars as pl
+import pytest
+
+import det_calib
+from det_calib.cli import main
+from det_calib.demo import fixture_data_yaml
+
+FIX_ROOT = fixture_data_yaml().parent
+LABELS = FIX_ROOT / "labels" / "fixture"
+IMAGES = FIX_ROOT / "images" / "fixture"
+N_BOOT = 200
+REL = 1e-9
+
+
+# ----------------------------------------------------------------------------- runs
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory, demo_model_path):
+    out = tmp_path_factory.mktemp("figures") / "main"
+    det_calib.calibrate(demo_model_path, fixture_data_yaml(), out=out, run_val=False, report=False,
+                        n_boot=N_BOOT, progress=False)
+    return out
+
+
+def _sig(z: float, t: float) -> float:
+    """The calibrated score as a plain float (the recomputation's own formula)."""
+    return 1.0 / (1.0 + math.exp(-z / t))
+
+
+def _exact_thresholds(run: Path) -> tuple[float, float]:
+    """A raw conf of an eval box, and a calibrated score of another eval box on which the
+    product's formula and this file's agree to the last bit (so the box sits exactly on it)."""
+    s = json.loads((run / "calibration.json").read_text())
+    t = s["temperature"]["nms"]
+    b = pl.read_parquet(run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == s["splits"]["eval"]))
+    conf = sorted(set(b.filter((pl.col("conf") > 0.3) & (pl.col("conf") < 0.9))["conf"].to_list()))
+    t_raw = conf[len(conf) // 2]
+    for z in sorted(b.filter(pl.col("conf") > 0.3)["logit"].to_list()):
+        p = _sig(z, t)
+        if p == 0.5 * (1.0 + math.tanh(0.5 * z / t)) and p not in conf and abs(p - t_raw) > 1e-3:
+            return t_raw, p
+    raise AssertionError("no calibrated score both formulas agree on")
+
+
+def _coco_json_from_yolo(path: Path) -> Path:
+    """COCO JSON of the fixture split, written from its YOLO labels (pixels; ids 1-based; names)."""
+    names = det_calib.demo.CLASS_NAMES
+    images, anns = [], []
+    for k, img in enumerate(sorted(IMAGES.glob("*.jpg")), start=1):
+        h, w = cv2.imread(str(img)).shape[:2]
+        images.append({"id": k, "file_name": img.name, "width": w, "height": h})
+        for line in (LABELS / f"{img.stem}.txt").read_text().splitlines():
+            c, cx, cy, bw, bh = (float(v) for v in line.split())
+            x1, y1 = cx * w - bw * w / 2, cy * h - bh * h / 2
+            anns.append({"id": len(anns) + 1, "image_id": k, "category_id": int(c) + 10, "iscrowd": 0,
+                         "bbox": [x1, y1, bw * w, bh * h], "area": bw * w * bh * h})
+    cats = [{"id": i + 10, "name": n} for i, n in enumerate(names)]
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def coco_run(tmp_path_factory, demo_model_path, main_run):
+    tmp = tmp_path_factory.mktemp("figures_coco")
+    t_raw, t_cal = _exact_thresholds(main_run)
+    out = tmp / "coco"
+    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_data_yaml()), "--head", "nms",
+                 "--coco-gt", str(_coco_json_from_yolo(tmp / "gt.json")), "--conf", "0.25", "--conf", repr(t_raw),
+                 "--conf", repr(t_cal), "--n-boot", str(N_BOOT), "--no-val", "--no-report", "-q", "--out", str(out)])
+    assert code == 0
+    return out, t_raw, t_cal
+
+
+@pytest.fixture(scope="module")
+def hot_run(tmp_path_factory, demo_model_path):
+    """Logits x 20: raw float64 scores of confident boxes are all exactly 1.0 (ties)."""
+    from det_calib.fold import write_calibrated_checkpoint
+
+    tmp = tmp_path_factory.mktemp("figures_hot")
+    hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.05})
+    out = tmp / "hot"
+    det_calib.calibrate(hot, fixture_data_yaml(), out=out, head="nms", conf_floor=1e-12, run_val=False, report=False,
+                        n_boot=50, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fmc_run(tmp_path_factory, demo_model_path, main_run):
+    """`--fit-min-conf` exactly on the raw conf of a fit-split box (which must enter the fit)."""
+    s = json.loads((main_run / "calibration.json").read_text())
+    b = pl.read_parquet(main_run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == s["splits"]["fit"]))
+    fmc = sorted(b["conf"].to_list(), reverse=True)[29]
+    out = tmp_path_factory.mktemp("figures_fmc") / "fmc"
+    det_calib.calibrate(demo_model_path, fixture_data_yaml(), out=out, head="nms", fit_min_conf=fmc, run_val=False,
+                        report=False, n_boot=20, progress=False)
+    return out, fmc
+
+
+# ----------------------------------------------------------------------------- ground truth
+def _gt(images: list[str]) -> list[list[tuple[int, float, float, float, float]]]:
+    """Per image (in the given order): (cls, x1, y1, x2, y2) in pixels from the YOLO label file."""
+    out = []
+    for name in images:
+        h, w = cv2.imread(str(IMAGES / name)).shape[:2]
+        rows = []
+        for line in (LABELS / f"{Path(name).stem}.txt").read_text().splitlines():
+            c, cx, cy, bw, bh = (float(v) for v in line.split())
+            rows.append((int(c), (cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h))
+        out.append(rows)
+    return out
+
+
+# ----------------------------------------------------------------------------- plain-loop metrics
+def _bin(p: float, m: int) -> int:
+    """Equal-width bin of p: [k/M, (k+1)/M), the last closed at 1 (edges as np.linspace)."""
+    edges = np.linspace(0.0, 1.0, m + 1).tolist()
+    k = 0
+    while k < m - 1 and p >= edges[k + 1]:
+        k += 1
+    return k
+
+
+def _binned(keys, conf, target) -> tuple[float, float]:
+    """(sum_b |sum target - sum conf| / n, max_b |mean target - mean conf|) over non-empty bins."""
+    cnt, sc, st = {}, {}, {}
+    for k, c, t in zip(keys, conf, target):
+        cnt[k] = cnt.get(k, 0) + 1
+        sc[k] = sc.get(k, 0.0) + c
+        st[k] = st.get(k, 0.0) + t
+    n = len(conf)
+    return sum(abs(st[k] - sc[k]) for k in cnt) / n, max(abs(st[k] - sc[k]) / cnt[k] for k in cnt)
+
+
+def ece_loop(conf, y, m):
+    return _binned([_bin(c, m) for c in conf], conf, y)[0]
+
+
+def mce_loop(conf, y, m):
+    return _binned([_bin(c, m) for c in conf], conf, y)[1]
+
+
+def ace_loop(conf, y, m):
+    order = sorted(range(len(conf)), key=lambda i: conf[i])  # stable
+    keys = [0] * len(conf)
+    for r, i in enumerate(order):
+        keys[i] = r * m // len(conf)
+    return _binned(keys, conf, y)[0]
+
+
+def dece_loop(conf, y, feats, bins):
+    keys = [tuple([_bin(c, bins[0])] + [_bin(f, b) for f, b in zip(fs, bins[1:])]) for c, fs in zip(conf, feats)]
+    return _binned(keys, conf, y)[0]
+
+
+def laece_loop(conf, tgt, cls, m):
+    per = []
+    for c in sorted(set(cls)):
+        idx = [i for i in range(len(conf)) if cls[i] == c]
+        per.append(ece_loop([conf[i] for i in idx], [tgt[i] for i in idx], m))
+    return sum(per) / len(per)
+
+
+def laace_loop(conf, tgt, cls):
+    per = []
+    for c in sorted(set(cls)):
+        idx = [i for i in range(len(conf)) if cls[i] == c]
+        per.append(sum(abs(tgt[i] - conf[i]) for i in idx) / len(idx))
+    return sum(per) / len(per)
+
+
+def nll_loop(z, y, t):
+    # -log sigmoid(u) = log(1 + exp(-u)), written per sign to stay finite
+    def softplus(u):
+        return u + math.log1p(math.exp(-u)) if u > 0 else math.log1p(math.exp(u))
+
+    return sum(softplus(-zi / t) if yi else softplus(zi / t) for zi, yi in zip(z, y)) / len(z)
+
+
+def brier_loop(p, y):
+    return sum((pi - yi) ** 2 for pi, yi in zip(p, y)) / len(p)
+
+
+def features(r) -> list[float]:
+    w, h = r["img_w"], r["img_h"]
+    f = [(r["x1"] + r["x2"]) / 2 / w, (r["y1"] + r["y2"]) / 2 / h, (r["x2"] - r["x1"]) / w, (r["y2"] - r["y1"]) / h]
+    return [min(max(v, 0.0), 1.0) for v in f]
+
+
+# ----------------------------------------------------------------------------- bootstrap replay
+def _np_bins(p: np.ndarray, m: int) -> np.ndarray:
+    return np.minimum(np.searchsorted(np.linspace(0, 1, m + 1), p, side="right") - 1, m - 1)
+
+
+def _np_ece(p, y, m):
+    k = _np_bins(p, m)
+    return np.abs(np.bincount(k, y - p, minlength=m)).sum() / len(p)
+
+
+def _np_laece(p, t, c, m):
+    return float(np.mean([_np_ece(p[c == k], t[c == k], m) for k in np.unique(c)]))
+
+
+def boot_replay(stat, img, arrays, n_boot, seed):
+    """The documented bootstrap, with the resampled boxes materialised (no weights)."""
+    uniq, inv = np.unique(img, return_inverse=True)
+    rows_of = [np.flatnonzero(inv == k) for k in range(len(uniq))]
+    rng = np.random.default_rng(seed)
+    stats = []
+    for _ in range(n_boot):
+        draw = rng.integers(0, len(uniq), size=len(uniq))
+        idx = np.concatenate([rows_of[k] for k in draw])
+        stats.append(stat(*[a[idx] for a in arrays]))
+    return np.percentile(stats, [2.5, 97.5]).tolist()
+
+
+# ----------------------------------------------------------------------------- mAP with pycocotools
+def coco_map_independent(rows: list[dict], scores: list[float], gt_per_image, max_dets: int) -> tuple[float, float]:
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    images = [{"id": i + 1} for i in range(len(gt_per_image))]
+    anns = []
+    for i, g in enumerate(gt_per_image):
+        for c, x1, y1, x2, y2 in g:
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": c + 1, "iscrowd": 0,
+                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1)})
+    cats = [{"id": c + 1} for c in range(len(det_calib.demo.CLASS_NAMES))]
+    dets = [{"image_id": r["_img"] + 1, "category_id": r["cls"] + 1, "score": s,
+             "bbox": [r["x1"], r["y1"], max(r["x2"] - r["x1"], 0.0), max(r["y2"] - r["y1"], 0.0)]}
+            for r, s in zip(rows, scores)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO()
+        gt.dataset = {"images": images, "annotations": anns, "categories": cats}
+        gt.createIndex()
+        ev = COCOeval(gt, gt.loadRes(dets), "bbox")
+        ev.params.maxDets = [max_dets]
+        ev.evaluate()
+        ev.accumulate()
+    prec = ev.eval["precision"][:, :, :, 0, 0]  # all areas, the one maxDets
+    ap = lambda x: float(np.mean(x[x > -1]))
+    return ap(prec), ap(prec[0])
+
+
+# ----------------------------------------------------------------------------- the check
+def _approx(x):
+    return pytest.approx(x, rel=REL, abs=1e-12)
+
+
+def split_images(out: Path) -> tuple[list[str], list[str]]:
+    """Fit and eval images of a run whose boxes reach every image (the seeded halves of `val`)."""
+    s = json.loads((out / "calibration.json").read_text())
+    boxes = pl.read_parquet(out / "boxes.parquet")
+    fit = sorted(set(boxes.filter(pl.col("split") == s["splits"]["fit"])["image"].to_list()))
+    ev = sorted(set(boxes.filter(pl.col("split") == s["splits"]["eval"])["image"].to_list()))
+    assert sorted(fit + ev) == sorted(p.name for p in IMAGES.glob("*.jpg"))
+    return fit, ev
+
+
+def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
+    s = json.loads((out / "calibration.json").read_text())
+    boxes = pl.read_parquet(out / "boxes.parquet")
+    M, ML = s["ece_bins"], s["laece_bins"]
+    assert (M, ML) == (15, 25)
+    assert s["bootstrap"]["level"] == 0.95 and s["bootstrap"]["unit"] == "image"
+    seed, n_boot = s["bootstrap"]["seed"], s["bootstrap"]["n_boot"]
+    names = s["class_names"]
+    assert names == list(det_calib.demo.CLASS_NAMES)
+    fit_name, ev_name = s["splits"]["fit"], s["splits"]["eval"]
+    fit_images, ev_images = halves
+    for head in s["heads"]:
+        T = s["temperature"][head]
+        hb = boxes.filter(pl.col("head") == head)
+
+        # ---- fit figures
+        f = s["fit"][head]
+        fb = hb.filter((pl.col("split") == fit_name) & ~pl.col("ignore") & (pl.col("conf") >= s["fit_min_conf"]))
+        zf, yf, pf = fb["logit"].to_list(), fb["correct"].to_list(), fb["conf"].to_list()
+        pf1 = [_sig(z, T) for z in zf]
+        assert (f["split"], f["images"], f["boxes"], f["correct"]) == (fit_name, len(fit_images), len(zf), sum(yf))
+        assert f["nll_before"] == _approx(nll_loop(zf, yf, 1.0))
+        assert f["nll_after"] == _approx(nll_loop(zf, yf, T))
+        assert f["ece_before"] == _approx(ece_loop(pf, yf, M))
+        assert f["ece_after"] == _approx(ece_loop(pf1, yf, M))
+        assert f["brier_before"] == _approx(brier_loop(pf, yf))
+        assert f["brier_after"] == _approx(brier_loop(pf1, yf))
+        assert f["iterations"] >= 1
+        # T minimises the fit NLL (scipy, in log T)
+        from scipy.optimize import minimize_scalar
+
+        za, ya = np.asarray(zf), np.asarray(yf)
+        obj = lambda u, za=za, ya=ya: float(np.mean(np.logaddexp(0, np.where(ya, -za, za) / math.exp(u))))
+        best = minimize_scalar(obj, bracket=(-1.0, 1.0), tol=1e-10)
+        assert T == pytest.approx(math.exp(best.x), rel=1e-4)
+
+        # ---- eval figures
+        e = s["eval"][head]
+        eb_all = hb.filter(pl.col("split") == ev_name)
+        assert set(eb_all["image"].to_list()) <= set(ev_images)
+        assert set(hb.filter(pl.col("split") == fit_name)["image"].to_list()) <= set(fit_images)
+        assert e["images"] == len(ev_images) and e["split"] == ev_name
+        eb = eb_all.filter(~pl.col("ignore"))
+        rows = eb.to_dicts()
+        z = [r["logit"] for r in rows]
+        y = [r["correct"] for r in rows]
+        cls = [r["cls"] for r in rows]
+        loc = [r["loc_iou"] for r in rows]
+        p0 = [r["conf"] for r in rows]
+        p1 = [_sig(zi, T) for zi in z]
+        gt = _gt(ev_images)
+        gt_cls = [g[0] for im in gt for g in im]
+        assert (e["boxes"], e["correct"], e["n_gt"], e["ignored"]) == (len(rows), sum(y), len(gt_cls), eb_all.height - len(rows))
+        feats = [features(r) for r in rows]
+        for tag, p, t in (("before", p0, 1.0), ("after", p1, T)):
+            assert e[f"ece_{tag}"] == _approx(ece_loop(p, y, M)), tag
+            assert e[f"ace_{tag}"] == _approx(ace_loop(p, y, M)), tag
+            assert e[f"mce_{tag}"] == _approx(mce_loop(p, y, M)), tag
+            assert e[f"nll_{tag}"] == _approx(nll_loop(z, y, t)), tag
+            assert e[f"brier_{tag}"] == _approx(brier_loop(p, y)), tag
+            assert e[f"dece_{tag}"] == _approx(dece_loop(p, y, feats, s["dece_bins"])), tag
+            assert e[f"laece_{tag}"] == _approx(laece_loop(p, loc, cls, ML)), tag
+            assert e[f"laace_{tag}"] == _approx(laace_loop(p, loc, cls)), tag
+        # ---- thresholded ECE and the kept sets
+        assert [th["conf"] for th in e["thresholded"]] == s["conf_thresholds"]
+        for th in e["thresholded"]:
+            t = th["conf"]
+            for tag, p in (("before", p0), ("after", p1)):
+                kept = [i for i in range(len(p)) if p[i] > t]
+                assert th[f"boxes_{tag}"] == len(kept), (tag, t)
+                want = ece_loop([p[i] for i in kept], [y[i] for i in kept], M) if kept else None
+                assert th[f"ece_{tag}"] == (None if want is None else _approx(want)), (tag, t)
+        shifts = s["threshold_shift"][head]
+        assert [sh["conf"] for sh in shifts] == s["conf_thresholds"]
+        for sh in shifts:
+            assert sh == _shift_by_hand(sh["conf"], p0, p1, y, len(gt_cls), T)
+        # ---- mAP, pycocotools on the same boxes (crowd-matched ones included), scores in float64
+        img_index = {name: k for k, name in enumerate(ev_images)}
+        all_rows = [dict(r, _img=img_index[r["image"]]) for r in eb_all.to_dicts()]
+        m0 = coco_map_independent(all_rows, [_sig(r["logit"], 1.0) for r in all_rows], gt, s["max_det"])
+        m1 = coco_map_independent(all_rows, [_sig(r["logit"], T) for r in all_rows], gt, s["max_det"])
+        assert (e["map50_95_before"], e["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
+        assert (e["map50_95_after"], e["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
+        assert e["map_identical"] == (m0 == m1)
+
+        # ---- per class
+        pcs = {pc["cls"]: pc for pc in s["per_class"][head]}
+        assert set(pcs) == set(cls) | set(gt_cls)
+        for c, pc in pcs.items():
+            idx = [i for i in range(len(rows)) if cls[i] == c]
+            n_gt_c = gt_cls.count(c)
+            assert (pc["name"], pc["boxes"], pc["correct"], pc["n_gt"]) == (names[c], len(idx), sum(y[i] for i in idx), n_gt_c)
+            assert pc["few_boxes"] == (len(idx) < s["min_class_boxes"])
+            for tag, p in (("before", p0), ("after", p1)):
+                if not idx:
+                    assert pc[f"ece_{tag}"] is None and pc[f"laece_{tag}"] is None
+                    continue
+                pc_p, pc_y = [p[i] for i in idx], [y[i] for i in idx]
+                assert pc[f"ece_{tag}"] == _approx(ece_loop(pc_p, pc_y, M)), (c, tag)
+                assert pc[f"laece_{tag}"] == _approx(ece_loop(pc_p, [loc[i] for i in idx], ML)), (c, tag)
+            for sh in pc["threshold_shift"]:
+                want = _shift_by_hand(sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T)
+                assert sh == want, (c, sh["conf"])
+
+        # ---- bootstrap intervals, replayed
+        img = eb["image_id"].to_numpy()
+        a_p0, a_p1, a_y, a_loc, a_cls = (np.asarray(v, dtype=float) for v in (p0, p1, y, loc, cls))
+        ece_m = lambda p, yy: _np_ece(p, yy, M)
+        lae_m = lambda p, t, c: _np_laece(p, t, c, ML)
+        for tag, p in (("before", a_p0), ("after", a_p1)):
+            assert e[f"ece_{tag}_ci"] == pytest.approx(boot_replay(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9)
+            assert e[f"laece_{tag}_ci"] == pytest.approx(boot_replay(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9)
+            for c, pc in pcs.items():
+                m = a_cls == c
+                if m.any():
+                    want = boot_replay(ece_m, img[m], [p[m], a_y[m]], n_boot, seed)
+                    assert pc[f"ece_{tag}_ci"] == pytest.approx(want, rel=1e-9), (c, tag)
+    return s
+
+
+def _shift_by_hand(t, p0, p1, y, n_gt, T) -> dict:
+    kb = [p > t for p in p0]
+    ka = [p > t for p in p1]
+    added = [a and not b for a, b in zip(ka, kb)]
+    removed = [b and not a for a, b in zip(ka, kb)]
+    tp_b = sum(k and c for k, c in zip(kb, y))
+    tp_a = sum(k and c for k, c in zip(ka, y))
+
+    def ratio(a, n):
+        return _approx(a / n) if n else None  # JSON null for nan
+
+    return {
+        "conf": t,
+        "equivalent_conf": _approx(1 / (1 + ((1 - t) / t) ** (1 / T))),
+        "n_gt": n_gt,
+        "kept_before": sum(kb),
+        "kept_after": sum(ka),
+        "added": sum(added),
+        "added_correct": sum(a and c for a, c in zip(added, y)),
+        "removed": sum(removed),
+        "removed_correct": sum(r and c for r, c in zip(removed, y)),
+        "precision_before": ratio(tp_b, sum(kb)),
+        "precision_after": ratio(tp_a, sum(ka)),
+        "recall_before": ratio(tp_b, n_gt),
+        "recall_after": ratio(tp_a, n_gt),
+    }
+
+
+# ----------------------------------------------------------------------------- tests
+def test_every_figure_of_the_default_run(main_run):
+    s = check_run(main_run, split_images(main_run))
+    assert s["heads"] == ["nms", "e2e"]
+    assert s["conf_thresholds"] == [0.25] and s["bootstrap"]["n_boot"] == N_BOOT
+    for head in s["heads"]:
+        e = s["eval"][head]
+        # the recomputation is not vacuous: the temperature moves the figures
+        assert e["ece_after"] != e["ece_before"] and e["nll_after"] < e["nll_before"] + 0.05
+        # and the interval is not degenerate
+        lo, hi = e["ece_before_ci"]
+        assert lo < hi
+
+
+def test_figures_with_thresholds_exactly_on_scores(main_run, coco_run):
+    """Thresholds placed exactly on a raw conf and on a calibrated score: `conf > t` only."""
+    out, t_raw, t_cal = coco_run
+    s = check_run(out, split_images(main_run))
+    assert s["conf_thresholds"] == [0.25, t_raw, t_cal]
+    b = pl.read_parquet(out / "boxes.parquet").filter((pl.col("split") == s["splits"]["eval"]) & ~pl.col("ignore"))
+    assert (b["conf"] == t_raw).sum() >= 1  # a box sits on the threshold: it is not kept
+    T = s["temperature"]["nms"]
+    assert sum(_sig(z, T) == t_cal for z in b["logit"].to_list()) >= 1
+
+
+def test_coco_gt_run_agrees_with_the_yolo_label_run(main_run, coco_run):
+    out, _, _ = coco_run
+    a = json.loads((main_run / "calibration.json").read_text())
+    b = json.loads((out / "calibration.json").read_text())
+    assert b["coco_gt"] and b["heads"] == ["nms"]
+    assert b["temperature"]["nms"] == a["temperature"]["nms"]  # same boxes, same labels: same fit
+    ea, eb = a["eval"]["nms"], b["eval"]["nms"]
+    for k, v in ea.items():
+        if k == "thresholded":
+            assert eb[k][0] == pytest.approx(v[0], rel=1e-9)
+        elif isinstance(v, (float, list)):
+            assert eb[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+        else:
+            assert eb[k] == v, k
+    assert b["threshold_shift"]["nms"][0] == pytest.approx(a["threshold_shift"]["nms"][0], rel=1e-12)
+    assert b["fit"]["nms"] == pytest.approx(a["fit"]["nms"], rel=1e-12)
+    ta = pl.read_parquet(main_run / "boxes.parquet").filter(pl.col("head") == "nms")
+    tb = pl.read_parquet(out / "boxes.parquet")
+    assert ta.select("image", "split", "cls", "logit", "correct").equals(tb.select("image", "split", "cls", "logit", "correct"))
+    assert np.allclose(ta["loc_iou"].to_numpy(), tb["loc_iou"].to_numpy(), rtol=0, atol=1e-9)
+
+
+def test_figures_when_raw_scores_tie(main_run, hot_run):
+    """Logits x 20: raw float64 scores saturate to 1.0 and tie, calibrated ones don't, so the
+    COCO ranking (and mAP) of the raw and calibrated scores differ; each is recomputed."""
+    s = check_run(hot_run, split_images(main_run))
+    e = s["eval"]["nms"]
+    assert s["temperature"]["nms"] > 10
+    b = pl.read_parquet(hot_run / "boxes.parquet").filter(pl.col("split") == s["splits"]["eval"])
+    assert sum(_sig(z, 1.0) == 1.0 for z in b["logit"].to_list()) >= 2
+    assert e["map50_95_before"] != e["map50_95_after"] and not e["map_identical"]
+
+
+def test_fit_min_conf_exactly_on_a_score(main_run, fmc_run):
+    out, fmc = fmc_run
+    s = check_run(out, split_images(main_run))
+    assert s["fit_min_conf"] == fmc
+    b = pl.read_parquet(out / "boxes.parquet").filter(pl.col("split") == s["splits"]["fit"])
+    assert (b["conf"] == fmc).sum() >= 1  # on the boundary: in the fit (conf >= fit_min_conf)
+    assert s["fit"]["nms"]["boxes"] == (b["conf"] >= fmc).sum() < b.height
