@@ -31,8 +31,17 @@ from det_calib.thresholds import (
 def _table(boxes, scores, cls=None):
     n = len(boxes)
     b = np.asarray(boxes, dtype=float)
-    return pl.DataFrame({"image_id": np.zeros(n, np.int64), "x1": b[:, 0], "y1": b[:, 1], "x2": b[:, 2], "y2": b[:, 3],
-                         "cls": np.asarray(cls if cls is not None else [0] * n, np.int32), "conf": np.asarray(scores, float)})
+    return pl.DataFrame(
+        {
+            "image_id": np.zeros(n, np.int64),
+            "x1": b[:, 0],
+            "y1": b[:, 1],
+            "x2": b[:, 2],
+            "y2": b[:, 3],
+            "cls": np.asarray(cls if cls is not None else [0] * n, np.int32),
+            "conf": np.asarray(scores, float),
+        }
+    )
 
 
 @pytest.mark.parametrize("tau, box", [(0.5, [0, 0, 10, 5]), (0.1, [0, 0, 10, 1]), (0.1, [0, 0, 1, 10])])
@@ -189,20 +198,25 @@ def test_kept_set_compares_in_float64():
 
 
 def test_threshold_shift_fields_and_bounds():
-    s = threshold_shift(np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=3,
-                        temperature=2.0)
+    s = threshold_shift(
+        np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=3, temperature=2.0
+    )
     d = s.to_dict()
     assert d["conf"] == 0.5 and type(d["conf"]) is float and d["n_gt"] == 3 and type(d["n_gt"]) is int
     assert d["equivalent_conf"] == 0.5  # logit(0.5) = 0 for any T
-    assert threshold_shift(np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.25, n_gt=1,
-                           temperature=2.0).equivalent_conf == pytest.approx(1 / (1 + 3 ** 0.5))
+    assert threshold_shift(
+        np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.25, n_gt=1, temperature=2.0
+    ).equivalent_conf == pytest.approx(1 / (1 + 3**0.5))
     # thresholds 0 and 1 are valid (everything above 0, nothing above 1); no equivalent threshold there
     for t, kept in ((0.0, 2), (1.0, 0)):
-        s = threshold_shift(np.array([0.9, 1.0]), np.array([0.8, 0.2]), np.array([True, False]), conf=t, n_gt=0,
-                            temperature=2.0)
+        s = threshold_shift(
+            np.array([0.9, 1.0]), np.array([0.8, 0.2]), np.array([True, False]), conf=t, n_gt=0, temperature=2.0
+        )
         assert s.kept_before == kept and s.equivalent_conf is None
         assert np.isnan(s.recall_before) and np.isnan(s.recall_after)
-    assert np.isnan(threshold_shift(np.array([0.1]), np.array([0.1]), np.array([True]), conf=0.5, n_gt=1).precision_before)
+    assert np.isnan(
+        threshold_shift(np.array([0.1]), np.array([0.1]), np.array([True]), conf=0.5, n_gt=1).precision_before
+    )
     for bad in (-0.1, 1.1):
         with pytest.raises(InputError, match="`conf` in \\[0, 1\\]"):
             threshold_shift(np.array([0.5]), np.array([0.5]), np.array([True]), conf=bad, n_gt=1)

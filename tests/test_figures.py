@@ -42,8 +42,9 @@ REL = 1e-9
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory, demo_model_path):
     out = tmp_path_factory.mktemp("figures") / "main"
-    det_calib.calibrate(demo_model_path, fixture_data_yaml(), out=out, run_val=False, report=False,
-                        n_boot=N_BOOT, progress=False)
+    det_calib.calibrate(
+        demo_model_path, fixture_data_yaml(), out=out, run_val=False, report=False, n_boot=N_BOOT, progress=False
+    )
     return out
 
 
@@ -57,7 +58,9 @@ def _exact_thresholds(run: Path) -> tuple[float, float]:
     product's formula and this file's agree to the last bit (so the box sits exactly on it)."""
     s = json.loads((run / "calibration.json").read_text())
     t = s["temperature"]["nms"]
-    b = pl.read_parquet(run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == s["splits"]["eval"]))
+    b = pl.read_parquet(run / "boxes.parquet").filter(
+        (pl.col("head") == "nms") & (pl.col("split") == s["splits"]["eval"])
+    )
     conf = sorted(set(b.filter((pl.col("conf") > 0.3) & (pl.col("conf") < 0.9))["conf"].to_list()))
     t_raw = conf[len(conf) // 2]
     for z in sorted(b.filter(pl.col("conf") > 0.3)["logit"].to_list()):
@@ -77,8 +80,16 @@ def _coco_json_from_yolo(path: Path) -> Path:
         for line in (LABELS / f"{img.stem}.txt").read_text().splitlines():
             c, cx, cy, bw, bh = (float(v) for v in line.split())
             x1, y1 = cx * w - bw * w / 2, cy * h - bh * h / 2
-            anns.append({"id": len(anns) + 1, "image_id": k, "category_id": int(c) + 10, "iscrowd": 0,
-                         "bbox": [x1, y1, bw * w, bh * h], "area": bw * w * bh * h})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": k,
+                    "category_id": int(c) + 10,
+                    "iscrowd": 0,
+                    "bbox": [x1, y1, bw * w, bh * h],
+                    "area": bw * w * bh * h,
+                }
+            )
     cats = [{"id": i + 10, "name": n} for i, n in enumerate(names)]
     path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     return path
@@ -89,9 +100,32 @@ def coco_run(tmp_path_factory, demo_model_path, main_run):
     tmp = tmp_path_factory.mktemp("figures_coco")
     t_raw, t_cal = _exact_thresholds(main_run)
     out = tmp / "coco"
-    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_data_yaml()), "--head", "nms",
-                 "--coco-gt", str(_coco_json_from_yolo(tmp / "gt.json")), "--conf", "0.25", "--conf", repr(t_raw),
-                 "--conf", repr(t_cal), "--n-boot", str(N_BOOT), "--no-val", "--no-report", "-q", "--out", str(out)])
+    code = main(
+        [
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(fixture_data_yaml()),
+            "--head",
+            "nms",
+            "--coco-gt",
+            str(_coco_json_from_yolo(tmp / "gt.json")),
+            "--conf",
+            "0.25",
+            "--conf",
+            repr(t_raw),
+            "--conf",
+            repr(t_cal),
+            "--n-boot",
+            str(N_BOOT),
+            "--no-val",
+            "--no-report",
+            "-q",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     return out, t_raw, t_cal
 
@@ -104,8 +138,17 @@ def hot_run(tmp_path_factory, demo_model_path):
     tmp = tmp_path_factory.mktemp("figures_hot")
     hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.05})
     out = tmp / "hot"
-    det_calib.calibrate(hot, fixture_data_yaml(), out=out, head="nms", conf_floor=1e-12, run_val=False, report=False,
-                        n_boot=50, progress=False)
+    det_calib.calibrate(
+        hot,
+        fixture_data_yaml(),
+        out=out,
+        head="nms",
+        conf_floor=1e-12,
+        run_val=False,
+        report=False,
+        n_boot=50,
+        progress=False,
+    )
     return out
 
 
@@ -113,11 +156,22 @@ def hot_run(tmp_path_factory, demo_model_path):
 def fmc_run(tmp_path_factory, demo_model_path, main_run):
     """`--fit-min-conf` exactly on the raw conf of a fit-split box (which must enter the fit)."""
     s = json.loads((main_run / "calibration.json").read_text())
-    b = pl.read_parquet(main_run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == s["splits"]["fit"]))
+    b = pl.read_parquet(main_run / "boxes.parquet").filter(
+        (pl.col("head") == "nms") & (pl.col("split") == s["splits"]["fit"])
+    )
     fmc = sorted(b["conf"].to_list(), reverse=True)[29]
     out = tmp_path_factory.mktemp("figures_fmc") / "fmc"
-    det_calib.calibrate(demo_model_path, fixture_data_yaml(), out=out, head="nms", fit_min_conf=fmc, run_val=False,
-                        report=False, n_boot=20, progress=False)
+    det_calib.calibrate(
+        demo_model_path,
+        fixture_data_yaml(),
+        out=out,
+        head="nms",
+        fit_min_conf=fmc,
+        run_val=False,
+        report=False,
+        n_boot=20,
+        progress=False,
+    )
     return out, fmc
 
 
@@ -250,12 +304,26 @@ def coco_map_independent(rows: list[dict], scores: list[float], gt_per_image, ma
     anns = []
     for i, g in enumerate(gt_per_image):
         for c, x1, y1, x2, y2 in g:
-            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": c + 1, "iscrowd": 0,
-                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1)})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": i + 1,
+                    "category_id": c + 1,
+                    "iscrowd": 0,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "area": (x2 - x1) * (y2 - y1),
+                }
+            )
     cats = [{"id": c + 1} for c in range(len(det_calib.demo.CLASS_NAMES))]
-    dets = [{"image_id": r["_img"] + 1, "category_id": r["cls"] + 1, "score": s,
-             "bbox": [r["x1"], r["y1"], max(r["x2"] - r["x1"], 0.0), max(r["y2"] - r["y1"], 0.0)]}
-            for r, s in zip(rows, scores)]
+    dets = [
+        {
+            "image_id": r["_img"] + 1,
+            "category_id": r["cls"] + 1,
+            "score": s,
+            "bbox": [r["x1"], r["y1"], max(r["x2"] - r["x1"], 0.0), max(r["y2"] - r["y1"], 0.0)],
+        }
+        for r, s in zip(rows, scores)
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
         gt.dataset = {"images": images, "annotations": anns, "categories": cats}
@@ -336,7 +404,12 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         p1 = [_sig(zi, T) for zi in z]
         gt = _gt(ev_images)
         gt_cls = [g[0] for im in gt for g in im]
-        assert (e["boxes"], e["correct"], e["n_gt"], e["ignored"]) == (len(rows), sum(y), len(gt_cls), eb_all.height - len(rows))
+        assert (e["boxes"], e["correct"], e["n_gt"], e["ignored"]) == (
+            len(rows),
+            sum(y),
+            len(gt_cls),
+            eb_all.height - len(rows),
+        )
         feats = [features(r) for r in rows]
         for tag, p, t in (("before", p0, 1.0), ("after", p1, T)):
             assert e[f"ece_{tag}"] == _approx(ece_loop(p, y, M)), tag
@@ -375,7 +448,12 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         for c, pc in pcs.items():
             idx = [i for i in range(len(rows)) if cls[i] == c]
             n_gt_c = gt_cls.count(c)
-            assert (pc["name"], pc["boxes"], pc["correct"], pc["n_gt"]) == (names[c], len(idx), sum(y[i] for i in idx), n_gt_c)
+            assert (pc["name"], pc["boxes"], pc["correct"], pc["n_gt"]) == (
+                names[c],
+                len(idx),
+                sum(y[i] for i in idx),
+                n_gt_c,
+            )
             assert pc["few_boxes"] == (len(idx) < s["min_class_boxes"])
             for tag, p in (("before", p0), ("after", p1)):
                 if not idx:
@@ -385,7 +463,9 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
                 assert pc[f"ece_{tag}"] == _approx(ece_loop(pc_p, pc_y, M)), (c, tag)
                 assert pc[f"laece_{tag}"] == _approx(ece_loop(pc_p, [loc[i] for i in idx], ML)), (c, tag)
             for sh in pc["threshold_shift"]:
-                want = _shift_by_hand(sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T)
+                want = _shift_by_hand(
+                    sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T
+                )
                 assert sh == want, (c, sh["conf"])
 
         # ---- bootstrap intervals, replayed
@@ -395,7 +475,9 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         lae_m = lambda p, t, c: _np_laece(p, t, c, ML)
         for tag, p in (("before", a_p0), ("after", a_p1)):
             assert e[f"ece_{tag}_ci"] == pytest.approx(boot_replay(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9)
-            assert e[f"laece_{tag}_ci"] == pytest.approx(boot_replay(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9)
+            assert e[f"laece_{tag}_ci"] == pytest.approx(
+                boot_replay(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9
+            )
             for c, pc in pcs.items():
                 m = a_cls == c
                 if m.any():
@@ -475,7 +557,9 @@ def test_coco_gt_run_agrees_with_the_yolo_label_run(main_run, coco_run):
     assert b["fit"]["nms"] == pytest.approx(a["fit"]["nms"], rel=1e-12)
     ta = pl.read_parquet(main_run / "boxes.parquet").filter(pl.col("head") == "nms")
     tb = pl.read_parquet(out / "boxes.parquet")
-    assert ta.select("image", "split", "cls", "logit", "correct").equals(tb.select("image", "split", "cls", "logit", "correct"))
+    assert ta.select("image", "split", "cls", "logit", "correct").equals(
+        tb.select("image", "split", "cls", "logit", "correct")
+    )
     assert np.allclose(ta["loc_iou"].to_numpy(), tb["loc_iou"].to_numpy(), rtol=0, atol=1e-9)
 
 

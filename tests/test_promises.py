@@ -48,9 +48,21 @@ BUGGY_CLI = textwrap.dedent(
 
 
 def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_path, demo_model_path, fixture_yaml):
-    args = ["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path / "o"),
-            "--no-val", "--no-report", "-q"]
-    r = subprocess.run([sys.executable, "-c", BUGGY_CLI, *args], capture_output=True, text=True, env=_env(), cwd=tmp_path, check=False)
+    args = [
+        "calibrate",
+        "--model",
+        str(demo_model_path),
+        "--data",
+        str(fixture_yaml),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-val",
+        "--no-report",
+        "-q",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-c", BUGGY_CLI, *args], capture_output=True, text=True, env=_env(), cwd=tmp_path, check=False
+    )
     assert r.returncode == 1, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
@@ -58,8 +70,14 @@ def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_pat
     assert "DET_CALIB_DEBUG=1" in lines[0] and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
-    r = subprocess.run([sys.executable, "-c", BUGGY_CLI, *args], capture_output=True, text=True,
-                       env=_env(DET_CALIB_DEBUG="1"), cwd=tmp_path, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", BUGGY_CLI, *args],
+        capture_output=True,
+        text=True,
+        env=_env(DET_CALIB_DEBUG="1"),
+        cwd=tmp_path,
+        check=False,
+    )
     assert r.returncode == 1
     assert "Traceback (most recent call last)" in r.stderr
     assert "in load_detector" in r.stderr and r.stderr.strip().splitlines()[-1] == "KeyError: 'a bug'"
@@ -73,7 +91,9 @@ def test_unexpected_error_in_process(monkeypatch, capsys, tmp_path, demo_model_p
 
     monkeypatch.setattr(det_calib.capture, "load_detector", boom)
     monkeypatch.delenv("DET_CALIB_DEBUG", raising=False)
-    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path), "-q"])
+    code = main(
+        ["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path), "-q"]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 1
     assert err == "det-calib: internal error: ZeroDivisionError: planted (set DET_CALIB_DEBUG=1 for the traceback)"
@@ -92,8 +112,21 @@ def corrupt_run(tmp_path_factory, demo_model_path, fixture_yaml):
     bad = sorted((root / "images" / "fixture").glob("*.jpg"))[3]
     bad.write_bytes(b"not a jpeg at all")
     out = tmp / "run"
-    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(root / "data.yaml"), "--out", str(out),
-                 "--no-val", "--n-boot", "20", "-q"])
+    code = main(
+        [
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(root / "data.yaml"),
+            "--out",
+            str(out),
+            "--no-val",
+            "--n-boot",
+            "20",
+            "-q",
+        ]
+    )
     assert code == 0
     return out, bad
 
@@ -147,8 +180,14 @@ def test_compare_cli_two_heads_of_one_run(corrupt_run, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_demo_data_cli_prints_the_data_yaml():
-    r = subprocess.run([sys.executable, "-m", "det_calib.cli", "demo-data"], capture_output=True, text=True,
-                       env=_env(), timeout=900, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "det_calib.cli", "demo-data"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=900,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     path = Path(r.stdout.strip().splitlines()[-1])
     assert path.name == "data.yaml" and path.is_file()
@@ -178,8 +217,22 @@ def legacy_ckpt(tmp_path_factory) -> Path:
 
 
 def test_both_heads_on_a_legacy_model_is_refused(legacy_ckpt, fixture_yaml, tmp_path, capsys):
-    code = main(["calibrate", "--model", str(legacy_ckpt), "--data", str(fixture_yaml), "--head", "both",
-                 "--out", str(tmp_path / "o"), "--no-val", "--no-report", "-q"])
+    code = main(
+        [
+            "calibrate",
+            "--model",
+            str(legacy_ckpt),
+            "--data",
+            str(fixture_yaml),
+            "--head",
+            "both",
+            "--out",
+            str(tmp_path / "o"),
+            "--no-val",
+            "--no-report",
+            "-q",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.splitlines() == ["det-calib: error: the model has no `e2e` head (it has: nms); choose --head nms"]
