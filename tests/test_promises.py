@@ -235,7 +235,7 @@ def test_both_heads_on_a_legacy_model_is_refused(legacy_ckpt, fixture_yaml, tmp_
     )
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert err.splitlines() == ["det-calib: error: the model has no `e2e` head (it has: nms); choose --head nms"]
+    assert err.splitlines() == ["det-calib: error: the model has no `e2e` head (it has: nms); choose `--head` nms"]
     assert not (tmp_path / "o").exists()
 
 
