@@ -185,7 +185,7 @@ def _pwl_maps(calibrator: Any, nc: int) -> list | None:
     return None
 
 
-def hinge_layers(maps: list, nc: int) -> torch.nn.Sequential:
+def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
     """Stock torch layers computing ``maps[c](z_c)`` on each class channel ``c`` of an (B, nc, H, W) map.
 
     Each map is ``c0 + s0 z + sum_j coef_j relu(z - x_j)`` (:meth:`PiecewiseLinear.hinges`); with
@@ -203,15 +203,16 @@ def hinge_layers(maps: list, nc: int) -> torch.nn.Sequential:
     for c, (c0, s0, x, coef) in enumerate(parts):
         base = c * k
         kj = x.size
-        w1[base : base + kj + 1, 0, 0, 0] = 1.0
-        w1[base + k - 1, 0, 0, 0] = -1.0
+        w1[base : base + kj, 0, 0, 0] = 1.0  # z - x_j (unused padding channels stay 0)
+        w1[base + k - 2, 0, 0, 0] = 1.0  # z
+        w1[base + k - 1, 0, 0, 0] = -1.0  # -z
         b1[base : base + kj] = torch.from_numpy(-x)
         w2[c, :kj, 0, 0] = torch.from_numpy(coef)
         w2[c, k - 2, 0, 0] = s0
         w2[c, k - 1, 0, 0] = -s0
         b2[c] = c0
-    expand = torch.nn.Conv2d(nc, nc * k, 1, groups=nc, bias=True)
-    collapse = torch.nn.Conv2d(nc * k, nc, 1, groups=nc, bias=True)
+    expand = torch.nn.Conv2d(nc, nc * k, 1, groups=nc, bias=True, dtype=dtype)
+    collapse = torch.nn.Conv2d(nc * k, nc, 1, groups=nc, bias=True, dtype=dtype)
     with torch.no_grad():
         expand.weight.copy_(w1)
         expand.bias.copy_(b1)
