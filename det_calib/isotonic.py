@@ -320,7 +320,8 @@ def _blend(f: PiecewiseLinear, g: PiecewiseLinear, s: float) -> PiecewiseLinear:
     if s >= 1:
         return f
     x = np.union1d(f.x, g.x)
-    return PiecewiseLinear(x, s * f(x) + (1 - s) * g(x), s * f.tail_slope + (1 - s) * g.tail_slope)
+    x = x[np.concatenate([[True], np.diff(x) > 1e-9])]  # knots of f and g that nearly coincide
+    return PiecewiseLinear(x, _strict(s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope)
 
 
 class ClassIsotonicCalibrator(_LogitCalibrator):
