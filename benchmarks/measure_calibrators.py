@@ -87,7 +87,7 @@ def run(args) -> None:
         worst = max(per_cls_raw, key=lambda c: per_cls_raw[c])
         print(f"\n== head {head}: fit {fb.height} calib boxes, eval {eb_use.height} test boxes; "
               f"worst raw class {worst} (kept-set ECE {per_cls_raw[worst]:.4f}) ==")
-        print(f"{'method':<18} {'kept ECE@%.2f [95%% BC]' % args.conf:<30} {'LaECE0@%.2f' % args.conf:>11} "
+        print(f"{'method':<18} {f'kept ECE@{args.conf:.2f} [95% BC]':<30} {f'LaECE0@{args.conf:.2f}':>11} "
               f"{'all ECE':>8} {'all NLL':>8} {'worst cls':>9} {'fit s':>6}  chosen/params")
         for method in methods:
             t0 = time.time()

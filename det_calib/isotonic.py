@@ -29,9 +29,9 @@ import numpy as np
 from det_calib.calibrators import _check_logits
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.scaling import (
-    _LogitCalibrator,
     _check_classes,
     _check_format,
+    _LogitCalibrator,
     _prepare,
     _softplus,
     group_folds,

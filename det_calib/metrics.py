@@ -51,20 +51,20 @@ from det_calib.errors import InputError
 
 __all__ = [
     "ReliabilityBins",
-    "reliability_bins",
-    "ece",
     "ace",
+    "bootstrap_ci",
+    "box_features",
+    "brier",
+    "calibration_summary",
+    "dece",
+    "ece",
+    "laace",
+    "laece",
     "mce",
     "nll",
     "nll_logits",
-    "brier",
-    "dece",
-    "box_features",
-    "laece",
-    "laace",
     "per_class",
-    "bootstrap_ci",
-    "calibration_summary",
+    "reliability_bins",
 ]
 
 Strategy = Literal["uniform", "quantile"]
@@ -236,7 +236,7 @@ def _sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n
     total = cum_w[-1]
     m = np.arange(n_bins + 1)
     if np.all(ww == np.round(ww)) and total < 2**53:
-        w_int = int(round(total))
+        w_int = round(total)
         bounds = (-((-m * w_int) // n_bins)).astype(np.float64)  # ceil(m W / M), exact
     else:
         bounds = m * (total / n_bins)

@@ -37,7 +37,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators import NotFittedError, _as_array, _check_labels, _check_logits, _check_weights
+from det_calib.calibrators import (
+    NotFittedError,
+    _as_array,
+    _check_labels,
+    _check_logits,
+    _check_weights,
+)
 from det_calib.errors import DegenerateFitError, InputError
 
 __all__ = [
@@ -85,9 +91,9 @@ def _check_classes(classes: Any, n: int) -> np.ndarray:
     k = _as_array(classes, "classes")
     if k.ndim != 1 or k.shape[0] != n:
         raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
-    if k.size and not np.issubdtype(k.dtype, np.integer):
-        if not (np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k))):
-            raise InputError(f"Expected argument `classes` to hold integer class ids, but got dtype {k.dtype}")
+    integral = np.issubdtype(k.dtype, np.integer) or (np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k)))
+    if k.size and not integral:
+        raise InputError(f"Expected argument `classes` to hold integer class ids, but got dtype {k.dtype}")
     k = k.astype(np.int64)
     if k.size and k.min() < 0:
         raise InputError(f"Expected argument `classes` to hold ids >= 0, but got {int(k.min())}")

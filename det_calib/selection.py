@@ -32,7 +32,14 @@ from det_calib.calibrators import TemperatureScaler, _check_labels, _check_logit
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
 from det_calib.metrics import ece as _ece
-from det_calib.scaling import ClassAffineScaler, PlattScaler, _check_classes, _softplus, group_folds, sigmoid
+from det_calib.scaling import (
+    ClassAffineScaler,
+    PlattScaler,
+    _check_classes,
+    _softplus,
+    group_folds,
+    sigmoid,
+)
 
 __all__ = [
     "METHODS",

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator, PiecewiseLinear, isotonic_regression
+from det_calib.isotonic import (
+    ClassIsotonicCalibrator,
+    IsotonicCalibrator,
+    PiecewiseLinear,
+    isotonic_regression,
+)
 from det_calib.scaling import sigmoid
 
 

@@ -7,7 +7,12 @@ import pytest
 
 from det_calib.errors import InputError
 from det_calib.metrics import bootstrap_ci, ece
-from det_calib.operating import kept_ece, laece0, reference_bin_index, top_k_per_image_class
+from det_calib.operating import (
+    kept_ece,
+    laece0,
+    reference_bin_index,
+    top_k_per_image_class,
+)
 
 GT_XY = np.array([[0.0, 0.0, 10.0, 10.0]])
 

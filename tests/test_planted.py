@@ -13,14 +13,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 from det_calib.capture import capture
 from det_calib.data import load_data_yaml, load_split
 from det_calib.fold import write_folded_checkpoint
 from det_calib.pipeline import match_boxes
-import polars as pl
-
 from det_calib.scaling import ClassAffineScaler, PlattScaler
 
 A, B = 1.5, -0.7

@@ -9,7 +9,12 @@ import pytest
 
 from det_calib.errors import InputError
 from det_calib.scaling import sigmoid
-from det_calib.selection import METHODS, calibrator_from_dict, make_calibrator, select_calibrator
+from det_calib.selection import (
+    METHODS,
+    calibrator_from_dict,
+    make_calibrator,
+    select_calibrator,
+)
 
 
 def _boxes(true_logit, *, n=60_000, seed=0, nc=4, classes=None):
@@ -74,7 +79,7 @@ def test_selection_result_is_json_and_the_calibrator_round_trips():
 
 
 def test_selection_bad_input():
-    z, y, k, g = _boxes(lambda z, k: z, n=200)
+    z, y, _k, _g = _boxes(lambda z, k: z, n=200)
     with pytest.raises(InputError, match="`criterion`"):
         select_calibrator(z, y, criterion="auc")
     with pytest.raises(InputError, match="`methods`"):
