@@ -7,7 +7,10 @@ labels ``~ Bernoulli(sigmoid(a_c z + b_c))`` (per-class planted maps). det_calib
 timed end to end. scikit-learn does the same fits on the same folds: ``LogisticRegression``
 (no penalty) for Platt, the same on ``z`` without intercept for temperature, one per class for
 the per-class fits (at the one shrinkage value sklearn has: none), and ``IsotonicRegression``
-(global and per class); its total is the sum. Only the benchmark imports scikit-learn.
+(global and per class); its total is the sum (fits only: it does not score the held-out folds).
+det_calib's CV runs on logits pooled to a 0.01 grid (``cv_resolution``), its final refit on the
+exact logits; scikit-learn fits the exact logits every time. Only the benchmark imports
+scikit-learn.
 
 Run from the repository root::
 
