@@ -116,6 +116,8 @@ def laece0(
     crowd = np.zeros(gi.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
     if s.size == 0:
         return float("nan")
+    # inverted boxes (an immature one-to-one head emits them) match as zero-area boxes, as in the pipeline
+    dx = np.column_stack([dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])])
     r = match_detections(di, dx, dc, s, gi, gx, gc, crowd, iou_threshold=tau)
     use = ~r.ignore
     c, k = s[use], dc[use]

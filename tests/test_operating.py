@@ -94,3 +94,10 @@ def test_bootstrap_methods():
     assert bc[0] <= theta <= bc[1]
     with pytest.raises(InputError, match="`method`"):
         bootstrap_ci(ece, img, conf, y, n_boot=10, method="bca")
+
+
+def test_laece0_counts_an_inverted_box_as_unmatched():
+    di, dx, dc, s = _one_image([(0, 0.6, 10, 10, 0, 0), (0, 0.5, 0, 0, 10, 10)])
+    # the inverted box (higher score) overlaps nothing but still takes the free GT at tau = 0
+    # with IoU 0; the second box finds no free GT: both targets 0
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10) == pytest.approx(0.55)
