@@ -48,6 +48,7 @@ __all__ = [
     "Selection",
     "TemperatureCalibrator",
     "calibrator_from_dict",
+    "fit_calibrator",
     "make_calibrator",
     "select_calibrator",
 ]
@@ -369,6 +370,44 @@ def select_calibrator(
     cal = _refit(chosen, z, y, k, groups, seed)
     log.info("calibrator selection: %s", reason)
     return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason)
+
+
+def fit_calibrator(
+    method: str,
+    logits: Any,
+    labels: Any,
+    *,
+    classes: Any = None,
+    groups: Any = None,
+    fit_min_conf: float = 0.0,
+    seed: int = 0,
+) -> Any:
+    """Fit one method on its fit range: the boxes with raw conf above ``fit_min_conf`` (0.0: all).
+
+    Args:
+        method: One of :data:`METHODS`.
+        logits, labels: ``(n,)`` raw logits and 0/1 labels.
+        classes: ``(n,)`` class ids (required by the ``class-*`` methods).
+        groups: ``(n,)`` image ids for the per-class shrinkage CV.
+        fit_min_conf: Fit-range floor in [0, 1).
+        seed: Seed of the shrinkage CV folds.
+
+    Returns:
+        The fitted calibrator (apply it to every box, inside and outside the fit range).
+
+    Raises:
+        InputError: Bad arguments. DegenerateFitError: The fit range cannot determine the map.
+    """
+    if method not in METHODS:
+        raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
+    if not (0.0 <= fit_min_conf < 1.0):
+        raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
+    z = _check_logits(logits, "sigmoid")
+    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    k = None if classes is None else _check_classes(classes, z.shape[0])
+    if method.startswith("class-") and k is None:
+        raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
+    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed)
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:

@@ -86,3 +86,15 @@ def test_selection_bad_input():
         select_calibrator(z, y, methods=("beta",))
     with pytest.raises(InputError, match="`method`"):
         make_calibrator("beta")
+
+
+def test_fit_calibrator_uses_only_its_fit_range():
+    from det_calib.selection import fit_calibrator
+
+    z, y, _k, _g = _boxes(lambda z, k: 1.4 * z + 0.2, n=20_000)
+    above = z > np.log(0.1 / 0.9)
+    cal = fit_calibrator("platt", z, y, fit_min_conf=0.1)
+    ref = make_calibrator("platt").fit(z[above], y[above])
+    assert (cal.a_, cal.b_) == (ref.a_, ref.b_)
+    with pytest.raises(InputError, match="`classes`"):
+        fit_calibrator("class-platt", z, y)
