@@ -191,15 +191,38 @@ class Candidate:
     calibrator: Calibrator
     cv_score: float | None = None
     selected: bool = False
+    eval: dict[str, Any] | None = None
+    """Figures of the candidate refitted on the whole fit split, on the eval split (``operating``:
+    a list of :class:`OperatingFigures` dicts; ``ece_all``, ``ece_all_ci``, ``nll``, ``brier``;
+    ``class_kept_ece``: class id -> kept-set ECE at the lowest threshold). Only the best fit range
+    of each method is evaluated."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
+        out = {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
+        if self.eval is not None:
+            out["eval"] = _plain(self.eval)
+        return out
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Candidate:
         d = _object(d, where, optional=False)
         return cls(Calibrator.from_dict(d, where), _number(d.get("cv_score"), _where(where, "cv_score")),
-                   bool(_flag(d.get("selected"), _where(where, "selected"))))
+                   bool(_flag(d.get("selected"), _where(where, "selected"))),
+                   _object(d.get("eval"), _where(where, "eval")))
+
+    @property
+    def fit_min_conf(self) -> float | None:
+        v = self.calibrator.params.get("fit_min_conf")
+        return float(v) if isinstance(v, (int, float)) else None
+
+    @property
+    def name(self) -> str:
+        """``method@floor`` (``none`` alone)."""
+        f = self.fit_min_conf
+        return self.calibrator.method if self.calibrator.method == "none" or f is None else f"{self.calibrator.method}@{f:g}"
+
+    def operating(self) -> list[OperatingFigures]:
+        return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
 
 
 def _temperature_ok(t: float | None) -> bool:
@@ -302,6 +325,32 @@ class Scores:
 
 
 @dataclass(frozen=True)
+class OperatingFigures:
+    """Calibration of the boxes kept at one conf threshold (``conf > threshold``), one set of scores.
+
+    ``ece``: ECE (equal-width bins) of the kept boxes against the matched flag; ``laece0``: LaECE_0
+    with the reference toolkit's conventions (:func:`det_calib.operating.laece0`). Intervals: 95%
+    bootstrap over images (:func:`det_calib.metrics.bootstrap_ci`): ``ece_ci`` bias-corrected
+    percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.fitting.OperatingEval`).
+    """
+
+    conf: float | None = _leaf()
+    boxes: int | None = _leaf(kind=int)
+    correct: int | None = _leaf(kind=int)
+    ece: float | None = _leaf()
+    ece_ci: CI = _ci_field()
+    laece0: float | None = _leaf()
+    laece0_ci: CI = _ci_field()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _leaf_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> OperatingFigures:
+        return cls(**_leaf_fields(cls, _object(d, where, optional=False), where))
+
+
+@dataclass(frozen=True)
 class Thresholded:
     """ECE of the boxes kept at one conf threshold, raw and calibrated."""
 
@@ -343,6 +392,8 @@ class EvalResult:
     before: Scores = field(default_factory=Scores)
     after: Scores = field(default_factory=Scores)
     thresholded: list[Thresholded] = field(default_factory=list)
+    operating_before: list[OperatingFigures] = field(default_factory=list)
+    operating_after: list[OperatingFigures] = field(default_factory=list)
     map50_95_before: float | None = _leaf()
     map50_95_after: float | None = _leaf()
     map50_before: float | None = _leaf()
@@ -358,6 +409,9 @@ class EvalResult:
         out.update(self.before.to_flat("before"))
         out.update(self.after.to_flat("after"))
         out["thresholded"] = [_leaf_dict(t) for t in self.thresholded]
+        if self.operating_before or self.operating_after:
+            out["operating_before"] = [o.to_dict() for o in self.operating_before]
+            out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
         return out
@@ -371,6 +425,9 @@ class EvalResult:
             thresholded=[Thresholded(**_leaf_fields(Thresholded, _object(t, w, optional=False), w))
                          for i, t in enumerate(_items(d.get("thresholded"), _where(where, "thresholded")))
                          for w in [f"{where}.thresholded[{i}]"]],
+            **{k: [OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
+                   for i, o in enumerate(_items(d.get(k), _where(where, k)))]
+               for k in ("operating_before", "operating_after")},
         )
 
 
@@ -402,6 +459,8 @@ class ClassResult:
     ece_after: float | None = _leaf()
     ece_after_ci: CI = _ci_field()
     laece_after: float | None = _leaf()
+    kept_ece_before: float | None = _leaf()
+    kept_ece_after: float | None = _leaf()
     threshold_shift: list[ThresholdShift] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -493,7 +552,7 @@ class RecordedSettings:
 
     iou_match: float
     loc_iou_match: float
-    fit_min_conf: float
+    fit_min_conf: float | None
     conf_floor: float
     nms_iou: float
     max_det: int
@@ -507,6 +566,10 @@ class RecordedSettings:
     fit_split: str | None
     eval_split: str | None
     coco_gt: str | None
+    method: str = "temperature"
+    fit_range: str | None = None
+    criterion: str | None = None
+    cv_folds: int | None = None
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -520,6 +583,8 @@ class RecordedSettings:
             "laece_bins": self.laece_bins, "dece_bins": list(self.dece_bins),
             "min_class_boxes": self.min_class_boxes, "bootstrap": dataclasses.asdict(self.bootstrap),
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
+            "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
+            "cv_folds": self.cv_folds,
         }
 
     @classmethod
@@ -527,7 +592,7 @@ class RecordedSettings:
         vals: dict[str, Any] = {}
         for k, kind in cls._KINDS.items():
             v = _READERS[kind](d.get(k), _where(where, k))
-            if v is None and k != "imgsz":
+            if v is None and k not in ("imgsz", "fit_min_conf"):
                 raise InputError(f"`{_where(where, k)}` is missing")
             vals[k] = v
         conf = [_number(x, f"{_where(where, 'conf_thresholds')}[{i}]")
@@ -547,7 +612,11 @@ class RecordedSettings:
                    dece_bins=tuple(x for x in dece if x is not None), bootstrap=boot,
                    fit_split=_text(sp.get("fit"), _where(where, "splits.fit")),
                    eval_split=_text(sp.get("eval"), _where(where, "splits.eval")),
-                   coco_gt=_text(d.get("coco_gt"), _where(where, "coco_gt")))
+                   coco_gt=_text(d.get("coco_gt"), _where(where, "coco_gt")),
+                   method=_text(d.get("method"), _where(where, "method")) or "temperature",
+                   fit_range=_text(d.get("fit_range"), _where(where, "fit_range")),
+                   criterion=_text(d.get("criterion"), _where(where, "criterion")),
+                   cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")
