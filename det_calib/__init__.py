@@ -12,6 +12,8 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :func:`coco_map`, :func:`ultralytics_val` — mAP before and after
 - :func:`threshold_shift` — how the set of boxes kept at conf 0.25 changes
 - :func:`write_calibrated_checkpoint` — T folded into the head; loads without det_calib
+- :func:`apply_calibrator` — any run's calibrator applied to Ultralytics results after the
+  detector's own selection (post-hoc: the same boxes, rescored)
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "write_calibrated_checkpoint",
     "load_data_yaml",
     "load_split",
+    "apply_calibrator",
 ]
 
 
@@ -65,6 +68,10 @@ def __getattr__(name: str):
         from det_calib.fold import write_calibrated_checkpoint
 
         return write_calibrated_checkpoint
+    if name == "apply_calibrator":
+        from det_calib.posthoc import apply_calibrator
+
+        return apply_calibrator
     if name in ("load_data_yaml", "load_split"):
         from det_calib import data
 

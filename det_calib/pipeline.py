@@ -64,6 +64,7 @@ from det_calib.results import (
     Bootstrap,
     Calibrator,
     ClassResult,
+    DetectionChange,
     EvalResult,
     FitResult,
     HeadResult,
@@ -546,7 +547,9 @@ def _candidates(choice: Choice, op: OperatingEval) -> list:
         refit = (choice.refits or {}).get(m)
         if refit is not None and refit[1] == f:
             log.info("scoring candidate %s on the eval split", c.name)
-            c = dataclasses.replace(c, eval=op.candidate_figures(None if m == "none" else refit[2]))
+            figures = op.candidate_figures(None if m == "none" else refit[2])
+            figures["calibrator"] = None if m == "none" else refit[2].to_dict()
+            c = dataclasses.replace(c, eval=figures)
         out.append(c)
     return out
 
@@ -641,6 +644,11 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
+            for h, rec in records.items():
+                if rec.method not in GLOBAL_METHODS:
+                    eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
+                    change = detection_change(inputs, stage / "calibrated.pt", ev, h, eb, rec, s)
+                    result.results[h] = _replace(result.results[h], detection_change=change)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         write_summary_text(stage, result)
@@ -671,6 +679,55 @@ def _move_into_place(stage: Path, out: Path) -> dict[str, Path]:
         os.replace(src, dst)
         files[names.get(str(rel), str(rel))] = dst
     return files
+
+
+def detection_change(inputs: _Inputs, ckpt: Path, ev: Split, head: str, eval_boxes: pl.DataFrame,
+                     record: Calibrator, s: Settings) -> DetectionChange:
+    """Measure what folding a per-class map into the model changes: capture the eval split through
+    the calibrated checkpoint and compare with the original boxes rescored by the same map."""
+    from det_calib.capture import capture, load_detector
+    from det_calib.verify import coco_map
+
+    log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
+    folded = capture(load_detector(ckpt), ev.images, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                     imgsz=inputs.imgsz, batch=s.batch, device=s.device, split=ev.name,
+                     image_names=ev.image_names(), progress=s.progress)
+    cal = calibrator_of(record)
+    z = eval_boxes["logit"].to_numpy()
+    p_post = metrics.sigmoid(calibrated_logits(cal, z, eval_boxes["cls"].to_numpy()), 1.0)
+    # compare above the calibrated conf that every class's raw capture floor maps to: above it the
+    # original capture holds every box the post-hoc deployment would output
+    nc = len(inputs.ds.names)
+    zf = np.full(nc, math.log(s.conf_floor) - math.log1p(-s.conf_floor)) if s.conf_floor > 0 else np.full(nc, -50.0)
+    floor = max(s.conf_floor, float(metrics.sigmoid(calibrated_logits(cal, zf, np.arange(nc)), 1.0).max()))
+    post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
+    fold = folded.with_columns(pl.col("conf").cast(pl.Float64).alias("conf_cal")).filter(pl.col("conf_cal") > floor)
+
+    def keys(df: pl.DataFrame, with_cls: bool) -> set:
+        cols = [df["image_id"].to_numpy()] + [np.round(df[c].to_numpy() * 100).astype(np.int64)
+                                               for c in ("x1", "y1", "x2", "y2")]
+        if with_cls:
+            cols.append(df["cls"].to_numpy())
+        return set(zip(*(c.tolist() for c in cols), strict=True))
+
+    kp, kf = keys(post, True), keys(fold, True)
+    pos_p, pos_f = keys(post, False), keys(fold, False)
+    both_pos = pos_p & pos_f
+    changed = len(both_pos) - len({k[:5] for k in kp & kf})
+    thr = min(s.conf)
+    post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
+    kpk, kfk = keys(post_k, True), keys(fold_k, True)
+    m0 = coco_map(eval_boxes, ev.gt, ev.sizes, metrics.sigmoid(z, 1.0), max_dets=s.max_det)
+    m1 = coco_map(eval_boxes, ev.gt, ev.sizes, p_post, max_dets=s.max_det)
+    m2 = coco_map(folded, ev.gt, ev.sizes, max_dets=s.max_det)
+    return DetectionChange(
+        split=ev.name, conf_floor=floor, boxes_posthoc=post.height, boxes_folded=fold.height,
+        changed_class=int(max(changed, 0)), only_posthoc=len(kp - kf), only_folded=len(kf - kp), kept_conf=thr,
+        kept_posthoc=post_k.height, kept_folded=fold_k.height, kept_only_posthoc=len(kpk - kfk),
+        kept_only_folded=len(kfk - kpk), map50_95_original=m0["map50_95"], map50_95_posthoc=m1["map50_95"],
+        map50_95_folded=m2["map50_95"], map50_original=m0["map50"], map50_posthoc=m1["map50"],
+        map50_folded=m2["map50"],
+    )
 
 
 def _val_not_run(split: str, note: str) -> ValCheck:
@@ -811,7 +868,17 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated model "
                 f"{_f(uv.calibrated.map50_95, '.4f')}"
                 + (f", at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
-                   " (a per-class map: the calibrated model's detections differ; see the report)")
+                   " (a per-class map folded into the model)")
+            )
+        dc = h.detection_change
+        if dc is not None:
+            lines.append(
+                f"[{head}] folded per-class map vs the same map applied after selection, on {dc.split}: "
+                + ("identical detections" if dc.identical else
+                   f"{dc.changed_class} boxes changed class, {dc.only_posthoc} lost, {dc.only_folded} new "
+                   f"(above conf {dc.kept_conf:g}: {dc.kept_only_posthoc} lost, {dc.kept_only_folded} new)")
+                + f"; COCO mAP50-95 original {_f(dc.map50_95_original, '.4f')}, post-hoc "
+                f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
             )
         for sh in h.threshold_shift:
             eqc = "" if sh.equivalent_conf is None else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}"

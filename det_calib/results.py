@@ -520,6 +520,44 @@ class ValCheck:
 
 
 @dataclass(frozen=True)
+class DetectionChange:
+    """A per-class map folded into the model, measured: its detections against the original
+    model's boxes rescored post-hoc by the same map (what the fold would give if it changed no
+    box). Boxes are the same when image, class and coordinates (to 0.01 px) agree.
+
+    ``changed_class``: boxes output by both with another class; ``only_posthoc`` / ``only_folded``:
+    boxes one side has and the other lacks (top-k and conf-floor effects, class changes
+    included), compared above ``conf_floor``: the highest calibrated conf any class's raw capture
+    floor maps to (below it the original capture lacks boxes the folded model may output);
+    ``kept_*``: the same counts among boxes above ``kept_conf``. ``map*``: pycocotools
+    on the eval split: original model raw, post-hoc rescored, folded model.
+    """
+
+    split: str | None = _leaf(kind=str)
+    conf_floor: float | None = _leaf()
+    boxes_posthoc: int | None = _leaf(kind=int)
+    boxes_folded: int | None = _leaf(kind=int)
+    changed_class: int | None = _leaf(kind=int)
+    only_posthoc: int | None = _leaf(kind=int)
+    only_folded: int | None = _leaf(kind=int)
+    kept_conf: float | None = _leaf()
+    kept_posthoc: int | None = _leaf(kind=int)
+    kept_folded: int | None = _leaf(kind=int)
+    kept_only_posthoc: int | None = _leaf(kind=int)
+    kept_only_folded: int | None = _leaf(kind=int)
+    map50_95_original: float | None = _leaf()
+    map50_95_posthoc: float | None = _leaf()
+    map50_95_folded: float | None = _leaf()
+    map50_original: float | None = _leaf()
+    map50_posthoc: float | None = _leaf()
+    map50_folded: float | None = _leaf()
+
+    @property
+    def identical(self) -> bool:
+        return self.only_posthoc == 0 and self.only_folded == 0 and self.changed_class == 0
+
+
+@dataclass(frozen=True)
 class HeadResult:
     """Everything a run found for one head."""
 
@@ -530,6 +568,7 @@ class HeadResult:
     per_class: list[ClassResult] = field(default_factory=list)
     ultralytics_val: ValCheck | None = None
     candidates: list[Candidate] | None = None
+    detection_change: DetectionChange | None = None
 
     @property
     def temperature(self) -> float | None:
@@ -688,6 +727,9 @@ class RunResult:
         cands = {h: [c.to_dict() for c in r.candidates] for h, r in res.items() if r.candidates}
         if cands:
             out["calibration_candidates"] = cands
+        changes = {h: _leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
+        if changes:
+            out["detection_change"] = changes
         out["corrupt_images"] = list(self.corrupt_images)
         if self.seconds is not None:
             out["seconds"] = self.seconds
@@ -709,6 +751,7 @@ class RunResult:
             raise InputError(f"`heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
         calibrators = calibrators_from_dict(d, heads)
         cands = _object(d.get("calibration_candidates"), "calibration_candidates") or {}
+        changes = _object(d.get("detection_change"), "detection_change") or {}
         sections = {k: _object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
@@ -724,6 +767,9 @@ class RunResult:
                 ultralytics_val=ValCheck.from_dict(sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"),
                 candidates=[Candidate.from_dict(c, f"calibration_candidates.{h}[{i}]")
                             for i, c in enumerate(_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
+                detection_change=None if changes.get(h) is None else DetectionChange(
+                    **_leaf_fields(DetectionChange, _object(changes[h], f"detection_change.{h}", optional=False),
+                                   f"detection_change.{h}")),
             )
         names = [_text(n, f"class_names[{i}]") for i, n in enumerate(_items(d.get("class_names"), "class_names"))]
         return cls(
