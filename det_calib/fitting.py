@@ -73,7 +73,9 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
     try:
         v = float(fit_range)
     except ValueError:
-        raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}") from None
+        raise InputError(
+            f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
+        ) from None
     if not 0 <= v < 1:
         raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
     return (v,)

@@ -291,7 +291,8 @@ def write_folded_checkpoint(
     try:
         ckpt = torch.load(source, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise InputError(f"cannot load checkpoint {source}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"cannot load checkpoint {source}: {why}") from None
     if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])

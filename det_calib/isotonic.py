@@ -163,7 +163,9 @@ class PiecewiseLinear:
         self.y = np.asarray(y, dtype=np.float64)
         self.tail_slope = float(tail_slope)
         if self.x.ndim != 1 or self.x.shape != self.y.shape or self.x.size < 1:
-            raise InputError(f"piecewise-linear map: knots and values must be (K,) with K >= 1, got {self.x.shape}, {self.y.shape}")
+            raise InputError(
+                f"piecewise-linear map: knots and values must be (K,) with K >= 1, got {self.x.shape}, {self.y.shape}"
+            )
         if not (np.isfinite(self.x).all() and np.isfinite(self.y).all()):
             raise InputError("piecewise-linear map: knots and values must be finite")
         if (np.diff(self.x) <= 0).any() or (np.diff(self.y) <= 0).any() or not self.tail_slope > 0:
@@ -292,7 +294,8 @@ class IsotonicCalibrator(_LogitCalibrator):
         return self.map_(_check_logits(logits, "sigmoid"))
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"format": "det_calib.IsotonicCalibrator", "version": 1, "map": {"x": [...], "y": [...], "tail_slope"}, "max_knots", "n_samples"}``."""
+        """``{"format": "det_calib.IsotonicCalibrator", "version": 1, "map": {"x": [...], "y": [...],
+        "tail_slope"}, "max_knots", "n_samples"}``."""
         self._check_fitted()
         return {
             "format": _ISO_FORMAT,
@@ -449,7 +452,9 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"format": "det_calib.ClassIsotonicCalibrator", "version": 1, "global": map, "maps": [map per class], "weights": [s_c], "blend": m or "inf", "class_counts", "cv_nll"}``; a map is ``{"x", "y", "tail_slope"}``."""
+        """``{"format": "det_calib.ClassIsotonicCalibrator", "version": 1, "global": map, "maps": [map per
+        class], "weights": [s_c], "blend": m or "inf", "class_counts", "cv_nll"}``; a map is
+        ``{"x", "y", "tail_slope"}``."""
         self._check_fitted()
         return {
             "format": _CLASS_ISO_FORMAT,

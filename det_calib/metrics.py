@@ -921,7 +921,9 @@ def bootstrap_ci(
     if bad.any():
         warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
     if method not in ("bc", "basic", "percentile", "normal"):
-        raise InputError(f"Expected argument `method` to be 'bc', 'basic', 'percentile' or 'normal', but got {method!r}")
+        raise InputError(
+            f"Expected argument `method` to be 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
+        )
     alpha = (1.0 - level) / 2.0
     good = stats[~bad]
     if method == "percentile":

@@ -31,7 +31,9 @@ def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, wei
     c = np.asarray(conf, dtype=np.float64)
     y = np.asarray(correct)
     if c.shape != y.shape or c.ndim != 1:
-        raise InputError(f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}")
+        raise InputError(
+            f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
+        )
     keep = c > float(threshold)
     if not keep.any():
         return float("nan")

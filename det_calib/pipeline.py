@@ -158,7 +158,9 @@ class Settings:
         if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
         if self.method not in CALIBRATION_METHODS:
-            raise InputError(f"Expected `method` to be one of {', '.join(CALIBRATION_METHODS)}, but got {self.method!r}")
+            raise InputError(
+                f"Expected `method` to be one of {', '.join(CALIBRATION_METHODS)}, but got {self.method!r}"
+            )
         if self.criterion not in ("nll", "ece"):
             raise InputError(f"Expected `criterion` to be nll or ece, but got {self.criterion!r}")
         if int(self.cv_folds) < 2:

@@ -41,7 +41,8 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
     """Rescore Ultralytics ``Results`` in place with a run's calibrator (post-hoc deployment).
 
     Each box's conf is turned back into its logit (float64), mapped by the calibrator of its
-    class, and written back as ``result.boxes`` (a new ``Boxes`` with the new conf column); boxes, classes and the box order
+    class, and written back as ``result.boxes`` (a new ``Boxes`` with the new conf column);
+    boxes, classes and the box order
     are left as the detector produced them.
 
     Args:

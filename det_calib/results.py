@@ -219,7 +219,8 @@ class Candidate:
     def name(self) -> str:
         """``method@floor`` (``none`` alone)."""
         f = self.fit_min_conf
-        return self.calibrator.method if self.calibrator.method == "none" or f is None else f"{self.calibrator.method}@{f:g}"
+        m = self.calibrator.method
+        return m if m == "none" or f is None else f"{m}@{f:g}"
 
     def operating(self) -> list[OperatingFigures]:
         return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]

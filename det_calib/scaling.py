@@ -87,7 +87,9 @@ def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.nda
 
 def _check_classes(classes: Any, n: int) -> np.ndarray:
     if classes is None:
-        raise InputError("Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but got None")
+        raise InputError(
+            "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but got None"
+        )
     k = _as_array(classes, "classes")
     if k.ndim != 1 or k.shape[0] != n:
         raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
@@ -200,7 +202,7 @@ def _fit_affine(
 
     f = loss(a, b)
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (`it` is read after the loop)
         t = a[k] * z + b[k]
         p = sigmoid(t)
         r = p - y
@@ -342,7 +344,8 @@ class PlattScaler(_LogitCalibrator):
         )
         if not (np.isfinite(a[0]) and np.isfinite(b[0])) or a[0] <= 0:
             raise DegenerateFitError(
-                f"Platt fit gave slope a = {a[0]:.3g} <= 0: the logits are uninformative or anti-correlated with the labels"
+                f"Platt fit gave slope a = {a[0]:.3g} <= 0: the logits are uninformative or anti-correlated "
+                "with the labels"
             )
         self.a_, self.b_ = float(a[0]), float(b[0])
         self.n_iter_ = int(it)
@@ -359,7 +362,8 @@ class PlattScaler(_LogitCalibrator):
         return self.a_ * _check_logits(logits, "sigmoid") + self.b_
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe state: ``{"format": "det_calib.PlattScaler", "version": 1, "a", "b", "n_samples", "nll_before", "nll_after"}``."""
+        """JSON-safe state: ``{"format": "det_calib.PlattScaler", "version": 1, "a", "b", "n_samples",
+        "nll_before", "nll_after"}``."""
         self._check_fitted()
         return {
             "format": _PLATT_FORMAT,
@@ -438,7 +442,8 @@ class ClassAffineScaler(_LogitCalibrator):
         if self.kind not in ("platt", "temperature"):
             raise InputError(f"Expected argument `kind` to be 'platt' or 'temperature', but got {self.kind!r}")
         s = self.shrinkage
-        if s != "auto" and not (isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0 and not math.isnan(s)):
+        number = isinstance(s, (int, float)) and not isinstance(s, bool)
+        if s != "auto" and not (number and s >= 0 and not math.isnan(s)):
             raise InputError(f"Expected argument `shrinkage` to be 'auto' or a number >= 0, but got {s!r}")
         if not self.shrinkage_grid or any(not (g > 0) for g in self.shrinkage_grid):
             raise InputError(f"Expected argument `shrinkage_grid` to hold numbers > 0, but got {self.shrinkage_grid!r}")

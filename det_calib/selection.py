@@ -345,7 +345,9 @@ def select_calibrator(
         zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
     raw_keep = zc > _logit_of(min_conf)
     if not raw_keep.any() and criterion == "nll":
-        raise DegenerateFitError(f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on")
+        raise DegenerateFitError(
+            f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
+        )
 
     cands: list[Candidate] = []
     for method in use:

@@ -85,4 +85,5 @@ def test_class_isotonic_shrinks_toward_global():
     g = cal.global_(probe)[0]
     assert abs(cal.transform_logits(probe, classes=[2])[0] - g) < 0.5 * abs(3.0 - g)
     back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
-    np.testing.assert_array_equal(back.transform_logits(z[:99], classes=k[:99]), cal.transform_logits(z[:99], classes=k[:99]))
+    np.testing.assert_array_equal(back.transform_logits(z[:99], classes=k[:99]),
+                                  cal.transform_logits(z[:99], classes=k[:99]))

@@ -157,3 +157,26 @@ def test_laece0_targets_equal_the_reference_for_per_class_maps(auto_run):
     t = LaECE0Targets(img, xy, k, z, gi, gx, gc)
     for thr in (0.05, 0.25, 0.5):
         assert t.laece(p, threshold=thr) == pytest.approx(laece0(img, xy, k, p, gi, gx, gc, threshold=thr), abs=1e-12)
+
+
+def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_path):
+    """When auto picks `none`: the summary says so, and the checkpoint's weights are the original's."""
+    import dataclasses
+
+    import torch
+
+    from det_calib.fold import write_folded_checkpoint
+    from det_calib.pipeline import summary_text
+    from det_calib.selection import Identity
+
+    r = RunResult.read(auto_run / "calibration.json")
+    none = Calibrator("none", {"fit_min_conf": 0.0, "map": Identity().to_dict()})
+    r.results["nms"] = dataclasses.replace(r.results["nms"], calibrator=none)
+    d = r.to_dict()
+    assert "nms" not in d["temperature"] and d["calibrators"]["nms"]["method"] == "none"
+    assert "[nms] keep the raw scores" in summary_text(d)
+    out = write_folded_checkpoint(demo_model_path, tmp_path / "same.pt", {"nms": Identity().fit(None, None)})
+    src = torch.load(demo_model_path, map_location="cpu", weights_only=False)
+    a = (src.get("ema") or src["model"]).float().state_dict()
+    b = torch.load(out, map_location="cpu", weights_only=False)["model"].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

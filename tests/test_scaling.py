@@ -94,7 +94,8 @@ def test_class_platt_recovers_big_classes_and_shrinks_small_ones():
     # an unseen class id gets the global map
     np.testing.assert_allclose(cal.transform_logits([1.0], classes=[9]), [cal.global_a_ + cal.global_b_])
     back = ClassAffineScaler.from_dict(json.loads(json.dumps(cal.to_dict())))
-    np.testing.assert_array_equal(back.transform_logits(z[:50], classes=k[:50]), cal.transform_logits(z[:50], classes=k[:50]))
+    np.testing.assert_array_equal(back.transform_logits(z[:50], classes=k[:50]),
+                                  cal.transform_logits(z[:50], classes=k[:50]))
 
 
 def test_class_platt_with_infinite_shrinkage_is_the_global_platt():

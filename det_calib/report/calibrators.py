@@ -8,7 +8,6 @@ with each candidate's calibrator rebuilt from the JSON.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 
@@ -51,8 +50,8 @@ def map_words(run: Run, head: str) -> str:
         if uv is not None and uv.ran:
             val = (f"; the calibrated model's Ultralytics val mAP50-95 {f4(uv.original.map50_95)} → "
                    f"{f4(uv.calibrated.map50_95)} (a per-class map can change the winning class and the top-k)")
-        return (f"mAP of the detector's own boxes rescored after selection {'identical' if ev.map_identical else 'CHANGED'}"
-                f"{val}")
+        same = "identical" if ev.map_identical else "CHANGED"
+        return f"mAP of the detector's own boxes rescored after selection {same}{val}"
     if ev.map_identical is None:
         return ""
     return f"mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
@@ -85,7 +84,8 @@ def operating_table(run: Run) -> Table | None:
         return None
     return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
                   "ECE calibrated", f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 calibrated"], rows,
-                 caption="At the operating point: calibration of the boxes kept at each conf threshold. " + INTERVAL_NOTE,
+                 caption="At the operating point: calibration of the boxes kept at each conf threshold. "
+                 + INTERVAL_NOTE,
                  css="operating")
 
 
