@@ -38,7 +38,7 @@ def capture_all(cache: Path) -> None:
         for head in ("nms", "e2e"):
             t0 = time.time()
             raw = capture(yolo, sp.images, head=head, split=name, image_names=sp.image_names(), progress=False)
-            boxes = match_boxes(raw, sp, iou=0.5, loc_iou=0.1)
+            boxes = match_boxes(raw, sp.gt, iou=0.5, loc_iou=0.1)
             boxes.write_parquet(cache / f"boxes_{name}_{head}.parquet")
             print(f"{name} {head}: {boxes.height} boxes in {time.time() - t0:.0f} s", flush=True)
 

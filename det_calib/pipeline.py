@@ -5,11 +5,14 @@ function of its own module, for notebooks and other tools:
 
 - :func:`det_calib.capture.capture` — boxes and raw logits through Ultralytics' predictor
 - :func:`det_calib.matching.match_boxes` — correct/incorrect by one-to-one IoU matching
-- :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature
-- :mod:`det_calib.metrics` — ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
-- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val` — mAP unchanged
+- :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature (the default method);
+  :mod:`det_calib.fitting` / :mod:`det_calib.selection` — any other method, or ``auto`` by CV
+- :mod:`det_calib.operating` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
+- :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
+- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val` — mAP before/after
+  (and :func:`detection_change` for per-class maps folded into the model)
 - :func:`det_calib.thresholds.threshold_shift` — the kept set at conf 0.25
-- :func:`det_calib.fold.write_calibrated_checkpoint` — T folded into the head
+- :func:`det_calib.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
 
 What a run produces is a :class:`det_calib.results.RunResult`, which writes ``calibration.json``.
 """

@@ -180,3 +180,12 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
     a = (src.get("ema") or src["model"]).float().state_dict()
     b = torch.load(out, map_location="cpu", weights_only=False)["model"].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_compare_shows_the_calibrators_of_both_runs(auto_run, tmp_path):
+    from det_calib.report import compare_runs
+
+    files = compare_runs(f"{auto_run}:nms", f"{auto_run}:e2e", out_dir=tmp_path / "cmp", labels=["A", "B"])
+    html = files["html"].read_text()
+    assert "Calibrators compared: A" in html and "Calibrators compared: B" in html
+    assert html.count('class="candidates-eval"') == 2

@@ -41,7 +41,7 @@ def test_platt_recovers_a_planted_affine_map(tmp_path, demo_model_path, calib_sp
     fits = {}
     for name, model, fl in (("raw", demo_model_path, floor), ("planted", ckpt, floor_planted)):
         raw = capture(str(model), calib_split.images, head="nms", conf=fl, split="calib", progress=False)
-        boxes = match_boxes(raw, calib_split, iou=0.5, loc_iou=0.1).filter(~pl.col("ignore"))
+        boxes = match_boxes(raw, calib_split.gt, iou=0.5, loc_iou=0.1).filter(~pl.col("ignore"))
         fits[name] = (PlattScaler().fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy()), boxes.height)
         if name == "raw":
             raw_boxes = boxes
