@@ -783,8 +783,9 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrato
         diff = r1["map50_95"] - r0["map50_95"]
         note = (
             f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
-            f"and the cross-class top-k (max_det), so the calibrated model's detections and mAP are not the "
-            f"original's: mAP50-95 {r0['map50_95']:.4f} -> {r1['map50_95']:.4f} ({diff:+.4f}), mAP50 "
+            f"and the cross-class top-k (max_det), so the calibrated model's detections can differ from the "
+            f"original's (detection_change counts them); measured at val's floor {s.conf_floor}: mAP50-95 "
+            f"{r0['map50_95']:.4f} -> {r1['map50_95']:.4f} ({diff:+.4f}), mAP50 "
             f"{r0['map50']:.4f} -> {r1['map50']:.4f}. Applied after the detector's own selection "
             "(det_calib.apply_calibrator), the detections stay the original ones."
         )
