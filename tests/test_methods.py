@@ -95,6 +95,10 @@ def test_class_platt_checkpoint_apply_and_posthoc(tmp_path, demo_model_path, fix
     dc = d["detection_change"]["nms"]  # measured, whatever it is
     assert dc["boxes_posthoc"] > 0 and dc["boxes_folded"] > 0 and dc["changed_class"] >= 0
     assert dc["conf_floor"] >= 0.001 and dc["map50_95_posthoc"] == d["eval"]["nms"]["map50_95_after"]
+    from det_calib.report import write_report
+
+    html = write_report(out, out_dir=tmp_path / "rep")["html"].read_text()
+    assert 'class="detection-change"' in html
     summary = capsys.readouterr().out
     assert "at equivalent floor" not in summary and "class-platt map" in summary and "post-hoc" in summary
     ck = torch.load(out / "calibrated.pt", map_location="cpu", weights_only=False)
