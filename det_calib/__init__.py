@@ -14,6 +14,8 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :func:`write_calibrated_checkpoint` — T folded into the head; loads without det_calib
 - :mod:`det_calib.tuning` — per-class conf thresholds (certified precision, max-F1, LRP);
   :func:`filter_results` applies them to plain Ultralytics ``Results``
+- :func:`apply_calibrator` — any run's calibrator applied to Ultralytics results after the
+  detector's own selection (post-hoc: the same boxes, rescored)
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "load_data_yaml",
     "load_split",
     "filter_results",
+    "apply_calibrator",
 ]
 
 
@@ -72,6 +75,10 @@ def __getattr__(name: str):
         from det_calib.tuning import filter_results
 
         return filter_results
+    if name == "apply_calibrator":
+        from det_calib.posthoc import apply_calibrator
+
+        return apply_calibrator
     if name in ("load_data_yaml", "load_split"):
         from det_calib import data
 

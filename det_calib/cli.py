@@ -88,14 +88,15 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="det-calib",
-        description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling of box scores).",
+        description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling by default; "
+        "Platt, per-class and isotonic maps, or a cross-validated choice with --method auto).",
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser(
         "calibrate",
-        help="capture logits, fit a temperature, verify mAP, report, write a calibrated checkpoint",
+        help="capture logits, fit a calibrator, verify mAP, report, write a calibrated checkpoint",
         description="With no arguments: runs on the embedded demo detector and dataset.",
     )
     c.add_argument("--model", type=Path, help="detector checkpoint .pt (default: the demo detector)")
@@ -103,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
 
-    a = sub.add_parser("apply", help="fold a calibration.json's temperatures into a checkpoint")
+    a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
     a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint to write")
@@ -148,11 +149,19 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from det_calib.fold import temperatures_from_json, write_calibrated_checkpoint
+    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
+    from det_calib.posthoc import load_calibrators
+    from det_calib.results import read_calibrators
 
-    temps = temperatures_from_json(args.calibration)
-    out = write_calibrated_checkpoint(args.model, args.out, temps, metadata={"calibration": str(args.calibration)})
-    print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
+    records = read_calibrators(args.calibration)
+    meta = {"calibration": str(args.calibration)}
+    if records and all(r.method == "temperature" for r in records.values()):
+        temps = {h: r.temperature for h, r in records.items()}
+        out = write_calibrated_checkpoint(args.model, args.out, temps, metadata=meta)
+        print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
+        return 0
+    out = write_folded_checkpoint(args.model, args.out, load_calibrators(args.calibration), metadata=meta)
+    print(f"wrote {out} ({', '.join(f'{h}: {r.method}' for h, r in records.items())})")
     return 0
 
 

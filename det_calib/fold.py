@@ -149,3 +149,168 @@ def temperatures_from_json(path: str | Path) -> dict[str, float]:
             raise InputError(f"{path}: the `{head}` calibrator is `{c.method}`, not a temperature: it cannot be folded")
         out[head] = c.temperature
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# any calibrator: affine maps into the last conv, piecewise-linear maps as appended hinge layers
+
+
+def _affine_params(calibrator: Any, nc: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(a, b)`` per class (length nc) when ``calibrator`` is affine in the logit, else None."""
+    from det_calib.calibrators import TemperatureScaler
+    from det_calib.scaling import ClassAffineScaler, PlattScaler
+    from det_calib.selection import Identity, TemperatureCalibrator
+
+    if isinstance(calibrator, Identity):
+        a, b = [1.0] * nc, [0.0] * nc
+    elif isinstance(calibrator, (TemperatureScaler, TemperatureCalibrator)):
+        a, b = [1.0 / float(calibrator.temperature_)] * nc, [0.0] * nc
+    elif isinstance(calibrator, PlattScaler):
+        a, b = [calibrator.a_] * nc, [calibrator.b_] * nc
+    elif isinstance(calibrator, ClassAffineScaler):
+        pa, pb = calibrator.params_for(nc)
+        a, b = pa.tolist(), pb.tolist()
+    else:
+        return None
+    return torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+
+
+def _pwl_maps(calibrator: Any, nc: int) -> list | None:
+    from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
+
+    if isinstance(calibrator, IsotonicCalibrator):
+        return [calibrator.map_] * nc
+    if isinstance(calibrator, ClassIsotonicCalibrator):
+        return [calibrator.map_for(c) for c in range(nc)]
+    return None
+
+
+def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
+    """Stock torch layers computing ``maps[c](z_c)`` on each class channel ``c`` of an (B, nc, H, W) map.
+
+    Each map is ``c0 + s0 z + sum_j coef_j relu(z - x_j)`` (:meth:`PiecewiseLinear.hinges`); with
+    ``s0 z = s0 relu(z) - s0 relu(-z)`` it is a 1x1 grouped conv expanding every class channel
+    into ``K + 2`` channels (``z - x_j``, ``z``, ``-z``), a ReLU, and a 1x1 grouped conv summing
+    them back with the coefficients. Only ``Conv2d`` and ``ReLU``: a checkpoint holding them
+    loads in plain Ultralytics and exports like any conv net.
+    """
+    parts = [m.hinges() for m in maps]
+    k = max(p[2].size for p in parts) + 2
+    w1 = torch.zeros(nc * k, 1, 1, 1, dtype=torch.float64)
+    b1 = torch.zeros(nc * k, dtype=torch.float64)
+    w2 = torch.zeros(nc, k, 1, 1, dtype=torch.float64)
+    b2 = torch.zeros(nc, dtype=torch.float64)
+    for c, (c0, s0, x, coef) in enumerate(parts):
+        base = c * k
+        kj = x.size
+        w1[base : base + kj, 0, 0, 0] = 1.0  # z - x_j (unused padding channels stay 0)
+        w1[base + k - 2, 0, 0, 0] = 1.0  # z
+        w1[base + k - 1, 0, 0, 0] = -1.0  # -z
+        b1[base : base + kj] = torch.from_numpy(-x)
+        w2[c, :kj, 0, 0] = torch.from_numpy(coef)
+        w2[c, k - 2, 0, 0] = s0
+        w2[c, k - 1, 0, 0] = -s0
+        b2[c] = c0
+    expand = torch.nn.Conv2d(nc, nc * k, 1, groups=nc, bias=True, dtype=dtype)
+    collapse = torch.nn.Conv2d(nc * k, nc, 1, groups=nc, bias=True, dtype=dtype)
+    with torch.no_grad():
+        expand.weight.copy_(w1)
+        expand.bias.copy_(b1)
+        collapse.weight.copy_(w2)
+        collapse.bias.copy_(b2)
+    return torch.nn.Sequential(expand, torch.nn.ReLU(), collapse)
+
+
+def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch.nn.Module:
+    """Fold a fitted calibrator into the classification branch of ``head``, in place, in float32.
+
+    Affine maps (temperature, Platt, per-class temperature/Platt, ``none``) scale and shift the
+    output channels of the last 1x1 conv of every ``cv3[i]`` / ``one2one_cv3[i]``. Isotonic maps
+    (global or per class) append :func:`hinge_layers` to every ``cv3[i]`` Sequential, so the
+    branch outputs ``map_c(z_c)`` and Ultralytics' sigmoid gives the calibrated score.
+
+    Per-class maps can change which class wins an anchor (the NMS path) and which
+    (anchor, class) pairs make the top-k (the NMS-free path): measure detections before and after.
+
+    Args:
+        model: An Ultralytics ``DetectionModel``.
+        head: ``"nms"`` or ``"e2e"``.
+        calibrator: A fitted calibrator from :mod:`det_calib.selection` / ``scaling`` / ``isotonic``.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        InputError: Unknown head, a model without that branch, or an unsupported calibrator.
+    """
+    if head not in BRANCHES:
+        raise InputError(f"Expected argument `head` in {sorted(BRANCHES)}, but got {head!r}")
+    model.float()
+    det = model.model[-1]
+    convs = _cls_convs(model, head)
+    nc = int(det.nc)
+    ab = _affine_params(calibrator, nc)
+    if ab is not None:
+        a, b = ab
+        with torch.no_grad():
+            for conv in convs:
+                w = conv.weight.double() * a.view(-1, 1, 1, 1)
+                bias = conv.bias.double() * a + b
+                conv.weight.copy_(w.float())
+                conv.bias.copy_(bias.float())
+        return model
+    maps = _pwl_maps(calibrator, nc)
+    if maps is None:
+        raise InputError(f"cannot fold a {type(calibrator).__name__} into a model: no affine or piecewise-linear form")
+    branch = getattr(det, BRANCHES[head])
+    for i, level in enumerate(branch):
+        layers = list(level) if isinstance(level, torch.nn.Sequential) else [level]
+        branch[i] = torch.nn.Sequential(*layers, *hinge_layers(maps, nc)).float()
+    return model
+
+
+def write_folded_checkpoint(
+    source: str | Path,
+    out: str | Path,
+    calibrators: dict[str, Any],
+    *,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``out``: ``source`` with one fitted calibrator per head folded in (float32, atomic).
+
+    ``ckpt["det_calib"]`` holds ``{"calibrators": {head: calibrator.to_dict()}, "folded_into":
+    {head: branch}, "source_checkpoint", "date", "previous": the source's det_calib dict or None,
+    **metadata}``: plain JSON-like values, so the checkpoint loads without det_calib.
+
+    Returns:
+        ``out``.
+    """
+    source = Path(source)
+    if not source.is_file():
+        raise InputError(f"model file not found: {source}")
+    try:
+        ckpt = torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"cannot load checkpoint {source}: {why}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
+        raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
+    model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
+    if not hasattr(model.model[-1], "cv3"):
+        raise InputError(f"{source} is not a detection model")
+    for head, cal in calibrators.items():
+        fold_calibrator(model, head, cal)
+    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
+    new.update(model=model, ema=None, optimizer=None)
+    new["det_calib"] = {
+        "calibrators": {h: c.to_dict() for h, c in calibrators.items()},
+        "folded_into": {h: BRANCHES[h] for h in calibrators},
+        "source_checkpoint": str(source.resolve()),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "previous": ckpt.get("det_calib"),
+        **(metadata or {}),
+    }
+    with atomic_path(out) as tmp:
+        torch.save(new, tmp)
+    log.info("wrote calibrated checkpoint %s (%s)", out, {h: type(c).__name__ for h, c in calibrators.items()})
+    return Path(out)

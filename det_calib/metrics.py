@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import statistics
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,20 +51,20 @@ from det_calib.errors import InputError
 
 __all__ = [
     "ReliabilityBins",
-    "reliability_bins",
-    "ece",
     "ace",
+    "bootstrap_ci",
+    "box_features",
+    "brier",
+    "calibration_summary",
+    "dece",
+    "ece",
+    "laace",
+    "laece",
     "mce",
     "nll",
     "nll_logits",
-    "brier",
-    "dece",
-    "box_features",
-    "laece",
-    "laace",
     "per_class",
-    "bootstrap_ci",
-    "calibration_summary",
+    "reliability_bins",
     "sigmoid",
 ]
 
@@ -245,7 +246,7 @@ def _sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n
     total = cum_w[-1]
     m = np.arange(n_bins + 1)
     if np.all(ww == np.round(ww)) and total < 2**53:
-        w_int = int(round(total))
+        w_int = round(total)
         bounds = (-((-m * w_int) // n_bins)).astype(np.float64)  # ceil(m W / M), exact
     else:
         bounds = m * (total / n_bins)
@@ -836,8 +837,9 @@ def bootstrap_ci(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    method: Literal["bc", "basic", "percentile", "normal"] = "bc",
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of a statistic, resampling images (not boxes).
+    """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default.
 
     Each replicate draws as many images as there are, uniformly with replacement; every box of
     a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
@@ -852,8 +854,19 @@ def bootstrap_ci(
         *arrays: Arrays with n rows (first axis), passed positionally to ``statistic``.
         n_boot: Number of bootstrap replicates.
         seed: Seed for ``np.random.default_rng``; same seed, same interval.
-        level: Coverage in (0, 1); the interval is the ``(1 - level)/2`` and ``(1 + level)/2``
-            percentiles (2.5 and 97.5 for 0.95).
+        level: Coverage in (0, 1); the percentile interval is the ``(1 - level)/2`` and
+            ``(1 + level)/2`` percentiles of the replicates (2.5 and 97.5 for 0.95).
+        method: ``"bc"`` (default): the bias-corrected percentile interval (Efron 1981): with
+            ``z0 = Phi^-1(share of replicates below the estimate, ties counted half)``, the
+            ``Phi(2 z0 -+ z_level)`` percentiles. A binned calibration error is biased upward,
+            so plain percentiles sit above the estimate; BC moves them back and stays within the
+            replicates' range (never below 0). ``"basic"``: ``(2 theta - q_hi, 2 theta - q_lo)``.
+            ``"percentile"``: ``(q_lo, q_hi)``. All three contain the estimate exactly when the
+            estimate lies between the ``(1 -+ level)/2`` quantiles of the replicates; when
+            sampling bias exceeds the spread (the estimate below 97.5% of the replicates), no
+            percentile-type interval contains it, and BC reports the lowest replicates.
+            ``"normal"``: ``theta -+ z_level * sd(replicates)``: always contains the estimate
+            (it ignores the bias), for statistics whose resampling bias exceeds their spread.
 
     Returns:
         ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
@@ -907,8 +920,27 @@ def bootstrap_ci(
         return float("nan"), float("nan")
     if bad.any():
         warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+    if method not in ("bc", "basic", "percentile", "normal"):
+        raise InputError(
+            f"Expected argument `method` to be 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
+        )
     alpha = (1.0 - level) / 2.0
-    lo, hi = np.percentile(stats[~bad], [100.0 * alpha, 100.0 * (1.0 - alpha)])
+    good = stats[~bad]
+    if method == "percentile":
+        lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+        return float(lo), float(hi)
+    theta = float(statistic(*arrs))
+    if method == "normal":
+        half = statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1)) if good.size > 1 else 0.0
+        return theta - half, theta + half
+    if method == "basic":
+        q_lo, q_hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+        return float(2 * theta - q_hi), float(2 * theta - q_lo)
+    nd = statistics.NormalDist()
+    share = (np.count_nonzero(good < theta) + 0.5 * np.count_nonzero(good == theta)) / good.size
+    share = min(max(share, 0.5 / good.size), 1.0 - 0.5 / good.size)
+    z0, za = nd.inv_cdf(share), nd.inv_cdf(1.0 - alpha)
+    lo, hi = np.percentile(good, [100.0 * nd.cdf(2 * z0 - za), 100.0 * nd.cdf(2 * z0 + za)])
     return float(lo), float(hi)
 
 

@@ -5,11 +5,14 @@ function of its own module, for notebooks and other tools:
 
 - :func:`det_calib.capture.capture` — boxes and raw logits through Ultralytics' predictor
 - :func:`det_calib.matching.match_boxes` — correct/incorrect by one-to-one IoU matching
-- :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature
-- :mod:`det_calib.metrics` — ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
-- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val` — mAP unchanged
+- :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature (the default method);
+  :mod:`det_calib.fitting` / :mod:`det_calib.selection` — any other method, or ``auto`` by CV
+- :mod:`det_calib.operating` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
+- :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
+- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val` — mAP before/after
+  (and :func:`detection_change` for per-class maps folded into the model)
 - :func:`det_calib.thresholds.threshold_shift` — the kept set at conf 0.25
-- :func:`det_calib.fold.write_calibrated_checkpoint` — T folded into the head
+- :func:`det_calib.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
 
 What a run produces is a :class:`det_calib.results.RunResult`, which writes ``calibration.json``.
 """
@@ -43,6 +46,18 @@ from det_calib.data import (
     write_split_yaml,
 )
 from det_calib.errors import InputError
+from det_calib.fitting import (
+    CALIBRATION_METHODS,
+    GLOBAL_METHODS,
+    Choice,
+    OperatingEval,
+    calibrated_logits,
+    calibrator_of,
+    calibrator_record,
+    candidates_of,
+    choose_calibrator,
+    fit_floors,
+)
 from det_calib.io import check_output_dir, read_manifest, staged_output, write_text
 from det_calib.matching import match_boxes
 from det_calib.preflight import preflight
@@ -50,6 +65,7 @@ from det_calib.results import (
     Bootstrap,
     Calibrator,
     ClassResult,
+    DetectionChange,
     EvalResult,
     FitResult,
     HeadResult,
@@ -103,7 +119,17 @@ class Settings:
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    fit_min_conf: float = _opt(0.0, "fit only on boxes with raw conf >= this", flag="--fit-min-conf")
+    method: str = _opt("temperature", "calibration map: temperature (default), platt, class-temperature, "
+                       "class-platt, isotonic, class-isotonic, or auto (chosen per head by cross-validation "
+                       "grouped by image, which may pick `none`: keep the raw scores)",
+                       flag="--method", choices=CALIBRATION_METHODS)
+    fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
+                                 "a raw conf floor; default all, and --method auto tries all and operating",
+                                 flag="--fit-range")
+    fit_min_conf: float | None = _opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
+    criterion: str = _opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
+                          "lowest --conf: nll (default) or ece", flag="--criterion", choices=("nll", "ece"))
+    cv_folds: int = _opt(5, "folds of --method auto's cross-validation (grouped by image)")
     conf_floor: float = _opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
     nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
@@ -142,8 +168,17 @@ class Settings:
         for c in self.conf:
             if not 0 < c < 1:
                 raise InputError(f"Expected every `conf` in (0, 1), but got {c}")
-        if not 0 <= self.fit_min_conf < 1:
+        if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
+        if self.method not in CALIBRATION_METHODS:
+            raise InputError(
+                f"Expected `method` to be one of {', '.join(CALIBRATION_METHODS)}, but got {self.method!r}"
+            )
+        if self.criterion not in ("nll", "ece"):
+            raise InputError(f"Expected `criterion` to be nll or ece, but got {self.criterion!r}")
+        if int(self.cv_folds) < 2:
+            raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
+        self.fit_floors()
         if not 0 <= self.conf_floor < min(self.conf):
             raise InputError(f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}")
         if self.head not in HEAD_CHOICES:
@@ -158,10 +193,19 @@ class Settings:
             if int(getattr(self, name)) < 1:
                 raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
 
+    def fit_floors(self) -> tuple[float, ...]:
+        """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`det_calib.fitting.fit_floors`)."""
+        return fit_floors(self.method, self.fit_range, self.fit_min_conf, tuple(self.conf))
+
     def recorded(self, *, imgsz: int, fit_split: str, eval_split: str) -> RecordedSettings:
-        """The settings as ``calibration.json`` records them."""
+        """The settings as ``calibration.json`` records them (``fit_min_conf``: the fit floor, or
+        null when ``auto`` tried several: each head's calibrator records its own)."""
+        floors = self.fit_floors()
+        auto = self.method == "auto"
         return RecordedSettings(
-            iou_match=self.iou, loc_iou_match=self.loc_iou, fit_min_conf=self.fit_min_conf,
+            iou_match=self.iou, loc_iou_match=self.loc_iou, fit_min_conf=floors[0] if len(floors) == 1 else None,
+            method=self.method, fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
+            criterion=self.criterion if auto else None, cv_folds=self.cv_folds if auto else None,
             conf_floor=self.conf_floor, nms_iou=self.nms_iou, max_det=self.max_det, imgsz=imgsz,
             conf_thresholds=tuple(self.conf), ece_bins=self.ece_bins, laece_bins=self.laece_bins,
             dece_bins=DECE_BINS, min_class_boxes=self.min_class_boxes,
@@ -241,31 +285,48 @@ class _EvalArrays:
     img: np.ndarray
     p0: np.ndarray
     p1: np.ndarray
+    t1: np.ndarray
     loc: np.ndarray
     feats: np.ndarray
     gt_cls: np.ndarray
     ignored: int
 
     @classmethod
-    def of(cls, boxes: pl.DataFrame, split: Split, temperature: float) -> _EvalArrays:
+    def of(cls, boxes: pl.DataFrame, split: Split, calibrator: Any) -> _EvalArrays:
         keep = ~boxes["ignore"].to_numpy()
         b = boxes.filter(pl.Series(keep))
         z = b["logit"].to_numpy()
+        k = b["cls"].to_numpy()
+        t1 = calibrated_logits(calibrator, z, k)
         return cls(
-            z=z, y=b["correct"].to_numpy(), cls=b["cls"].to_numpy(), img=b["image_id"].to_numpy(),
-            p0=b["conf"].to_numpy(), p1=metrics.sigmoid(z, temperature), loc=b["loc_iou"].to_numpy(),
+            z=z, y=b["correct"].to_numpy(), cls=k, img=b["image_id"].to_numpy(),
+            p0=b["conf"].to_numpy(), p1=metrics.sigmoid(t1, 1.0), t1=t1, loc=b["loc_iou"].to_numpy(),
             feats=metrics.box_features(*(b[c].to_numpy() for c in ("x1", "y1", "x2", "y2", "img_w", "img_h"))),
             gt_cls=split.gt.filter(~pl.col("crowd"))["cls"].to_numpy(), ignored=int((~keep).sum()),
         )
 
 
-def _scores(a: _EvalArrays, m: Any, temperature: float, s: Settings) -> tuple[Scores, Scores]:
-    """Calibration metrics of the boxes ``m`` (a mask or slice), raw and calibrated."""
+def _as_calibrator(calibrator: Any) -> Any:
+    """A number is a temperature (the earlier signature of the steps); else a fitted calibrator."""
+    if isinstance(calibrator, (int, float)):
+        return calibrator_of(Calibrator.temperature_scaling(float(calibrator)))
+    return calibrator
+
+
+def _temperature_of(calibrator: Any) -> float | None:
+    t = getattr(calibrator, "temperature_", None)
+    return None if t is None or type(calibrator).__name__ == "ClassAffineScaler" else float(t)
+
+
+def _scores(a: _EvalArrays, m: Any, calibrator: Any, s: Settings) -> tuple[Scores, Scores]:
+    """All-box calibration metrics of the boxes ``m`` (a mask or slice), raw and calibrated."""
     common = dict(loc_iou=a.loc[m], cls_id=a.cls[m], features=a.feats[m], image_id=a.img[m],
                   ece_bins=s.ece_bins, laece_bins=s.laece_bins, dece_bins=list(DECE_BINS), n_boot=s.n_boot,
                   seed=s.seed)
     before = Scores.compute(a.p0[m], a.y[m], logit=a.z[m], temperature=1.0, **common)
-    after = Scores.compute(a.p1[m], a.y[m], logit=a.z[m], temperature=temperature, **common)
+    t = _temperature_of(calibrator)
+    logit, temp = (a.z[m], t) if t is not None else (a.t1[m], 1.0)
+    after = Scores.compute(a.p1[m], a.y[m], logit=logit, temperature=temp, **common)
     return before, after
 
 
@@ -284,26 +345,32 @@ def _thresholded(a: _EvalArrays, s: Settings) -> list[Thresholded]:
     return out
 
 
-def _map_check(boxes: pl.DataFrame, split: Split, temperature: float, s: Settings) -> dict[str, Any]:
+def _map_check(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Settings) -> dict[str, Any]:
     """pycocotools mAP of the same boxes ranked by raw and by calibrated scores.
 
     Crowd-matched boxes are included: COCOeval ignores them itself. Both from the logits in
     float64: the float32 confs Ultralytics reports have rounding ties that the calibrated float64
-    scores break, which could reorder equal-score boxes and blur the comparison.
+    scores break, which could reorder equal-score boxes and blur the comparison. The boxes are
+    the detector's own (captured with the raw scores): this is the post-hoc deployment, where a
+    per-class map rescores boxes after the detector chose them; a map folded into the model can
+    also change which boxes it outputs (see the Ultralytics val check).
     """
     from det_calib.verify import coco_map
 
     all_z = boxes["logit"].to_numpy()
+    t1 = calibrated_logits(calibrator, all_z, boxes["cls"].to_numpy())
     m0 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(all_z, 1.0), max_dets=s.max_det)
-    m1 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(all_z, temperature), max_dets=s.max_det)
+    m1 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(t1, 1.0), max_dets=s.max_det)
     return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
                 map50_after=m1["map50"], map_identical=m0 == m1)
 
 
-def _per_class(a: _EvalArrays, temperature: float, s: Settings, names: list[str]) -> list[ClassResult]:
+def _per_class(a: _EvalArrays, calibrator: Any, s: Settings, names: list[str]) -> list[ClassResult]:
     """One entry per class with boxes or ground truth."""
     out = []
     ece_fn = functools.partial(metrics.ece, n_bins=s.ece_bins)  # keeps `weights`: fast bootstrap path
+    temperature = _temperature_of(calibrator)
+    thr = min(s.conf)
     for c in range(len(names)):
         m = a.cls == c
         n_gt_c = int((a.gt_cls == c).sum())
@@ -316,6 +383,8 @@ def _per_class(a: _EvalArrays, temperature: float, s: Settings, names: list[str]
                 figures[f"ece_{tag}"] = metrics.ece(p[m], a.y[m], n_bins=s.ece_bins)
                 figures[f"ece_{tag}_ci"] = tuple(metrics.bootstrap_ci(ece_fn, a.img[m], p[m], a.y[m], **boot))
                 figures[f"laece_{tag}"] = metrics.laece(p[m], a.loc[m], a.cls[m], n_bins=s.laece_bins)
+                k = m & (p > thr)
+                figures[f"kept_ece_{tag}"] = metrics.ece(p[k], a.y[k], n_bins=s.ece_bins) if k.any() else None
         out.append(ClassResult(
             cls=c, name=names[c], boxes=int(m.sum()), correct=int(a.y[m].sum()), n_gt=n_gt_c,
             few_boxes=bool(m.sum() < s.min_class_boxes), **figures,
@@ -325,45 +394,82 @@ def _per_class(a: _EvalArrays, temperature: float, s: Settings, names: list[str]
     return out
 
 
-def evaluate_head(boxes: pl.DataFrame, split: Split, temperature: float, s: Settings, names: list[str]) -> HeadResult:
+def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Settings, names: list[str],
+                  operating: OperatingEval | None = None) -> HeadResult:
     """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
+
+    Args:
+        calibrator: A fitted calibrator (:mod:`det_calib.selection`), or a temperature (a number).
+        operating: The head's :class:`~det_calib.fitting.OperatingEval` (built here when None).
 
     Returns:
         A :class:`~det_calib.results.HeadResult` without calibrator, fit and Ultralytics val.
     """
-    a = _EvalArrays.of(boxes, split, temperature)
-    before, after = _scores(a, slice(None), temperature, s)
+    calibrator = _as_calibrator(calibrator)
+    a = _EvalArrays.of(boxes, split, calibrator)
+    before, after = _scores(a, slice(None), calibrator, s)
+    op = operating or _operating_eval(boxes, split, s)
     ev = EvalResult(
         split=split.name, images=len(split.images), boxes=int(len(a.y)), correct=int(a.y.sum()), ignored=a.ignored,
         n_gt=int(len(a.gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
-        thresholded=_thresholded(a, s), **_map_check(boxes, split, temperature, s),
+        thresholded=_thresholded(a, s), operating_before=op.operating(a.p0), operating_after=op.operating(a.p1),
+        **_map_check(boxes, split, calibrator, s),
     )
-    shifts = [threshold_shift(a.p0, a.p1, a.y, conf=t, n_gt=len(a.gt_cls), temperature=temperature) for t in s.conf]
-    return HeadResult(eval=ev, threshold_shift=shifts, per_class=_per_class(a, temperature, s, names))
+    t = _temperature_of(calibrator)
+    shifts = [threshold_shift(a.p0, a.p1, a.y, conf=c, n_gt=len(a.gt_cls), temperature=t) for c in s.conf]
+    return HeadResult(eval=ev, threshold_shift=shifts, per_class=_per_class(a, calibrator, s, names))
 
 
-def fit_boxes(boxes: pl.DataFrame, s: Settings) -> pl.DataFrame:
-    """The boxes a temperature is fitted on: not crowd-matched, raw conf >= ``fit_min_conf``."""
-    return boxes.filter(~pl.col("ignore") & (pl.col("conf") >= s.fit_min_conf))
+def _operating_eval(boxes: pl.DataFrame, split: Split, s: Settings) -> OperatingEval:
+    return OperatingEval(boxes, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
+                         n_boot=s.n_boot, seed=s.seed)
 
 
-def fit_head(boxes: pl.DataFrame, s: Settings) -> TemperatureScaler:
-    """Fit the temperature of one head on its fit-split boxes (see :func:`fit_boxes`)."""
-    b = fit_boxes(boxes, s)
-    return TemperatureScaler(kind="sigmoid").fit(b["logit"].to_numpy(), b["correct"].to_numpy())
+def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None) -> pl.DataFrame:
+    """The boxes a calibrator is fitted on: not crowd-matched, raw conf >= the fit floor
+    (``floor``, default the settings' single floor; ``--method auto`` applies its floors itself)."""
+    floors = s.fit_floors()
+    f = floor if floor is not None else (floors[0] if len(floors) == 1 else 0.0)
+    return boxes.filter(~pl.col("ignore") & (pl.col("conf") >= f))
 
 
-def fit_result(boxes: pl.DataFrame, split: Split, scaler: TemperatureScaler, s: Settings) -> FitResult:
-    """The fit's record, with the fit split's own (in-sample) ECE and Brier for comparison."""
-    used = fit_boxes(boxes, s)
-    t = float(scaler.temperature_)
+def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
+    """Fit (or, with ``auto``, choose by CV and fit) the calibrator of one head on its fit-split boxes."""
+    floors = s.fit_floors()
+    if s.method == "auto":
+        return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
+                                 min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
+    if s.method == "temperature":
+        b = fit_boxes(boxes, s)
+        scaler = TemperatureScaler(kind="sigmoid").fit(b["logit"].to_numpy(), b["correct"].to_numpy())
+        cal = calibrator_of(Calibrator.temperature_scaling(float(scaler.temperature_)))
+        cal.scaler_ = scaler
+        return Choice("temperature", floors[0], cal)
+    c = choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=(0.0,), criterion=s.criterion,
+                          min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
+    c.floor = floors[0]
+    return c
+
+
+def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
+    """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison."""
+    used = fit_boxes(boxes, s, choice.floor)
     zf, yf = used["logit"].to_numpy(), used["correct"].to_numpy()
-    pf0, pf1 = used["conf"].to_numpy(), metrics.sigmoid(zf, t)
+    scaler = getattr(choice.calibrator, "scaler_", None)
+    if choice.method == "temperature" and scaler is not None and hasattr(scaler, "nll_before_"):
+        t = float(scaler.temperature_)
+        nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
+        pf1 = metrics.sigmoid(zf, t)
+    else:
+        t1 = calibrated_logits(choice.calibrator, zf, used["cls"].to_numpy())
+        nll0, nll1, it = metrics.nll_logits(zf, yf), metrics.nll_logits(t1, yf), None
+        pf1 = metrics.sigmoid(t1, 1.0)
+    pf0 = used["conf"].to_numpy()
     return FitResult(
         split=split.name, images=len(split.images), boxes=used.height, correct=int(yf.sum()),
-        nll_before=float(scaler.nll_before_), nll_after=float(scaler.nll_after_),
+        nll_before=nll0, nll_after=nll1,
         ece_before=metrics.ece(pf0, yf, n_bins=s.ece_bins), ece_after=metrics.ece(pf1, yf, n_bins=s.ece_bins),
-        brier_before=metrics.brier(pf0, yf), brier_after=metrics.brier(pf1, yf), iterations=int(scaler.n_iter_),
+        brier_before=metrics.brier(pf0, yf), brier_after=metrics.brier(pf1, yf), iterations=it,
     )
 
 
@@ -438,14 +544,33 @@ def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Setting
     """One head: capture → label → fit → evaluate. Returns its result and its two box tables."""
     fb, eb = (match_boxes(capture_split(inputs, sp, head, s), sp.gt, iou=s.iou, loc_iou=s.loc_iou)
               for sp in (fit, ev))
-    scaler = fit_head(fb, s)
-    t = float(scaler.temperature_)
-    log.info("%s head: T = %.4f (NLL %.4f -> %.4f on %s)", head, t, scaler.nll_before_, scaler.nll_after_, fit.name)
-    evaluated = evaluate_head(eb, ev, t, s, inputs.ds.names)
-    result = HeadResult(calibrator=Calibrator.temperature_scaling(t), fit=fit_result(fb, fit, scaler, s),
+    choice = fit_head(fb, s)
+    record = calibrator_record(choice.calibrator, choice.method, choice.floor)
+    log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
+             f"; {choice.selection.reason}" if choice.selection else "")
+    op = _operating_eval(eb, ev, s)
+    evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
+    result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                         eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                        per_class=evaluated.per_class)
+                        per_class=evaluated.per_class, candidates=_candidates(choice, op) or None)
     return result, [fb, eb]
+
+
+def _candidates(choice: Choice, op: OperatingEval) -> list:
+    """The CV table of ``auto``; the best fit range of each method also scored on the eval split."""
+    import dataclasses
+
+    out = []
+    for c in candidates_of(choice):
+        m, f = c.calibrator.method, c.fit_min_conf
+        refit = (choice.refits or {}).get(m)
+        if refit is not None and refit[1] == f:
+            log.info("scoring candidate %s on the eval split", c.name)
+            figures = op.candidate_figures(None if m == "none" else refit[2])
+            figures["calibrator"] = None if m == "none" else refit[2].to_dict()
+            c = dataclasses.replace(c, eval=figures)
+        out.append(c)
+    return out
 
 
 # ---------------------------------------------------------------------------------------- job
@@ -540,23 +665,29 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
-    from det_calib.fold import write_calibrated_checkpoint
+    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
 
     # Everything is written into a staging folder that replaces `out` in one swap when the run
     # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
     # previous run's folder as it was, never a mix of old and new.
     with staged_output(out) as stage:
         write_boxes(boxes, stage / "boxes.parquet")
-        write_calibrated_checkpoint(
-            inputs.model,
-            stage / "calibrated.pt",
-            result.temperatures,
-            metadata={"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data},
-        )
+        meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+        records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+        if all(r.method == "temperature" for r in records.values()):
+            write_calibrated_checkpoint(inputs.model, stage / "calibrated.pt", result.temperatures, metadata=meta)
+        else:  # any other map: folded per channel (affine) or as stock conv+ReLU hinge layers (isotonic)
+            write_folded_checkpoint(inputs.model, stage / "calibrated.pt",
+                                    {h: calibrator_of(r) for h, r in records.items()}, metadata=meta)
         if s.run_val:
-            checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, result.temperatures, s)
+            checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
+            for h, rec in records.items():
+                if rec.method not in GLOBAL_METHODS:
+                    eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
+                    change = detection_change(inputs, stage / "calibrated.pt", ev, h, eb, rec, s)
+                    result.results[h] = _replace(result.results[h], detection_change=change)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
@@ -581,11 +712,60 @@ def _output_files(out: Path) -> dict[str, Path]:
     return {names.get(rel, rel): out / rel for rel in read_manifest(out)}
 
 
+def detection_change(inputs: _Inputs, ckpt: Path, ev: Split, head: str, eval_boxes: pl.DataFrame,
+                     record: Calibrator, s: Settings) -> DetectionChange:
+    """Measure what folding a per-class map into the model changes: capture the eval split through
+    the calibrated checkpoint and compare with the original boxes rescored by the same map."""
+    from det_calib.capture import capture, load_detector
+    from det_calib.verify import coco_map
+
+    log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
+    folded = capture(load_detector(ckpt), ev.images, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                     imgsz=inputs.imgsz, batch=s.batch, device=s.device, split=ev.name,
+                     image_names=ev.image_names(), progress=s.progress)
+    cal = calibrator_of(record)
+    z = eval_boxes["logit"].to_numpy()
+    p_post = metrics.sigmoid(calibrated_logits(cal, z, eval_boxes["cls"].to_numpy()), 1.0)
+    # compare above the calibrated conf that every class's raw capture floor maps to: above it the
+    # original capture holds every box the post-hoc deployment would output
+    nc = len(inputs.ds.names)
+    zf = np.full(nc, math.log(s.conf_floor) - math.log1p(-s.conf_floor)) if s.conf_floor > 0 else np.full(nc, -50.0)
+    floor = max(s.conf_floor, float(metrics.sigmoid(calibrated_logits(cal, zf, np.arange(nc)), 1.0).max()))
+    post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
+    fold = folded.with_columns(pl.col("conf").cast(pl.Float64).alias("conf_cal")).filter(pl.col("conf_cal") > floor)
+
+    def keys(df: pl.DataFrame, with_cls: bool) -> set:
+        cols = [df["image_id"].to_numpy()] + [np.round(df[c].to_numpy() * 100).astype(np.int64)
+                                               for c in ("x1", "y1", "x2", "y2")]
+        if with_cls:
+            cols.append(df["cls"].to_numpy())
+        return set(zip(*(c.tolist() for c in cols), strict=True))
+
+    kp, kf = keys(post, True), keys(fold, True)
+    pos_p, pos_f = keys(post, False), keys(fold, False)
+    both_pos = pos_p & pos_f
+    changed = len(both_pos) - len({k[:5] for k in kp & kf})
+    thr = min(s.conf)
+    post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
+    kpk, kfk = keys(post_k, True), keys(fold_k, True)
+    m0 = coco_map(eval_boxes, ev.gt, ev.sizes, metrics.sigmoid(z, 1.0), max_dets=s.max_det)
+    m1 = coco_map(eval_boxes, ev.gt, ev.sizes, p_post, max_dets=s.max_det)
+    m2 = coco_map(folded, ev.gt, ev.sizes, max_dets=s.max_det)
+    return DetectionChange(
+        split=ev.name, conf_floor=floor, boxes_posthoc=post.height, boxes_folded=fold.height,
+        changed_class=int(max(changed, 0)), only_posthoc=len(kp - kf), only_folded=len(kf - kp), kept_conf=thr,
+        kept_posthoc=post_k.height, kept_folded=fold_k.height, kept_only_posthoc=len(kpk - kfk),
+        kept_only_folded=len(kfk - kpk), map50_95_original=m0["map50_95"], map50_95_posthoc=m1["map50_95"],
+        map50_95_folded=m2["map50_95"], map50_original=m0["map50"], map50_posthoc=m1["map50"],
+        map50_folded=m2["map50"],
+    )
+
+
 def _val_not_run(split: str, note: str) -> ValCheck:
     return ValCheck(split=split, note=f"not run: {note}")
 
 
-def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, temps: dict[str, float], s: Settings
+def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
                         ) -> dict[str, ValCheck]:
     """Ultralytics val of the original and the calibrated checkpoint, per head."""
     if s.coco_gt:
@@ -600,28 +780,52 @@ def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, temps: dict[str,
             kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=s.batch, device=s.device)
             log.info("Ultralytics val (%s head): original, calibrated, calibrated at the equivalent floor", head)
             try:
-                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, temps[head], s, kw, ultralytics_val)
+                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw, ultralytics_val)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
                 log.warning("Ultralytics val skipped for %s head: %s", head, e)
                 results[head] = _val_not_run(ev.name, str(e))
     return results
 
 
-def _val_check(model: Path, ckpt: Path, yml: Path, split: str, t: float, s: Settings, kw: dict[str, Any],
-               ultralytics_val: Any) -> ValCheck:
+def equivalent_floor(record: Calibrator, floor: float) -> float | None:
+    """The calibrated conf of a box whose raw conf is ``floor``, for a global monotone map (then
+    ``calibrated > it`` keeps exactly the boxes with ``raw > floor``); None for per-class maps."""
     from det_calib.thresholds import equivalent_threshold
 
+    if record.method == "temperature":
+        return equivalent_threshold(floor, record.temperature)
+    if record.method not in GLOBAL_METHODS or floor <= 0:
+        return None if record.method not in GLOBAL_METHODS else 0.0
+    z = np.array([math.log(floor) - math.log1p(-floor)])
+    return float(metrics.sigmoid(calibrated_logits(calibrator_of(record), z, np.zeros(1, np.int64)), 1.0)[0])
+
+
+def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
+               ultralytics_val: Any) -> ValCheck:
     r0 = ultralytics_val(model, yml, conf=s.conf_floor, **kw)
     r1 = ultralytics_val(ckpt, yml, conf=s.conf_floor, **kw)
-    floor = equivalent_threshold(s.conf_floor, t) if s.conf_floor > 0 else 0.0
+    floor = equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
+    if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
+        diff = r1["map50_95"] - r0["map50_95"]
+        note = (
+            f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
+            f"and the cross-class top-k (max_det), so the calibrated model's detections can differ from the "
+            f"original's (detection_change counts them); measured at val's floor {s.conf_floor}: mAP50-95 "
+            f"{r0['map50_95']:.4f} -> {r1['map50_95']:.4f} ({diff:+.4f}), mAP50 "
+            f"{r0['map50']:.4f} -> {r1['map50']:.4f}. Applied after the detector's own selection "
+            "(det_calib.apply_calibrator), the detections stay the original ones."
+        )
+        return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
+                        note=note)
     r2 = ultralytics_val(ckpt, yml, conf=floor, **kw)
     same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
         r0["map50"], r2["map50"], abs_tol=1e-6
     )
-    direction = "below" if t < 1 else "above"
+    lower = floor < s.conf_floor
+    what = f"T={record.temperature:.3f}" if record.method == "temperature" else f"the {record.method} map"
     note = (
-        f"At val's conf floor {s.conf_floor}, T={t:.3f} moves some low-score boxes {direction} the floor "
-        f"({'fewer' if t < 1 else 'more'} candidates), so mAP can differ slightly "
+        f"At val's conf floor {s.conf_floor}, {what} moves some low-score boxes {'below' if lower else 'above'} the "
+        f"floor ({'fewer' if lower else 'more'} candidates), so mAP can differ slightly "
         f"({r0['map50_95']:.4f} -> {r1['map50_95']:.4f}). At the equivalent floor {floor:.6g} the candidate "
         f"set is the original one: mAP {'identical' if same else 'differs'} "
         f"({r0['map50_95']:.4f} vs {r2['map50_95']:.4f})."
@@ -632,47 +836,92 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, t: float, s: Sett
                     calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note)
 
 
-
-
 def _f(x: float | None, fmt: str) -> str:
     """Format a number; None/nan (JSON null) as n/a."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def _ci_text(ci: Any) -> str:
+    return "" if not ci else f" [{_f(ci[0], '.4f')}, {_f(ci[1], '.4f')}]"
+
+
+def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
+    """What calibrates a head, in words (the first line of its summary)."""
+    rec = h.calibrator
+    if rec is None:
+        return f"[{head}] no calibrator"
+    if rec.method == "none":
+        return (f"[{head}] keep the raw scores: no calibrator beat them on held-out folds (calibrated.pt leaves "
+                "this head's scores unchanged)")
+    floor = rec.params.get("fit_min_conf", st.fit_min_conf) or 0.0
+    where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
+    if rec.method == "temperature":
+        t = rec.temperature
+        what = f"T = {_f(t, '.4f')} (raw scores {temperature_verdict(t, long=True)})"
+    else:
+        what = f"{rec.method} map"
+    chosen = ""
+    if h.candidates:
+        best = next((c for c in h.candidates if c.selected), None)
+        if best is not None:
+            chosen = f"; chosen by {st.cv_folds}-fold CV by image ({st.criterion} above conf {min(st.conf_thresholds)})"
+    return f"[{head}] {what}, fitted on {where}{chosen}"
+
+
 def summary_text(result: RunResult | dict[str, Any]) -> str:
-    """A short plain-text summary of a run (what the CLI prints)."""
+    """A short plain-text summary of a run (what the CLI prints): the operating point first."""
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
     for head in r.heads:
         h = r.head(head)
-        t, e = h.temperature, h.eval or EvalResult()
+        e = h.eval or EvalResult()
+        lines.append(calibrator_line(head, h, st))
+        for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
+            lines.append(
+                f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): "
+                f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+                f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
+                f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
+            )
         lines.append(
-            f"[{head}] T = {_f(t, '.4f')} (raw scores {temperature_verdict(t, long=True)}); "
-            f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(e.before.ece, '.4f')} -> {_f(e.after.ece, '.4f')}; "
-            f"NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}"
+            f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
+            f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}"
         )
         lines.append(
             f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
             f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-            f"({'identical' if e.map_identical else 'DIFFERENT'})"
+            f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored)"
         )
         uv = h.ultralytics_val
         if uv is not None and uv.ran:
+            eq = uv.calibrated_equivalent_floor
             lines.append(
-                f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated "
-                f"{_f(uv.calibrated.map50_95, '.4f')}, "
-                f"at equivalent floor {_f(uv.calibrated_equivalent_floor.map50_95, '.4f')}"
+                f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated model "
+                f"{_f(uv.calibrated.map50_95, '.4f')}"
+                + (f", at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
+                   " (a per-class map folded into the model)")
+            )
+        dc = h.detection_change
+        if dc is not None:
+            lines.append(
+                f"[{head}] folded per-class map vs the same map applied after selection, on {dc.split}: "
+                + ("identical detections" if dc.identical else
+                   f"{dc.changed_class} boxes changed class, {dc.only_posthoc} lost, {dc.only_folded} new "
+                   f"(above conf {dc.kept_conf:g}: {dc.kept_only_posthoc} lost, {dc.kept_only_folded} new)")
+                + f"; COCO mAP50-95 original {_f(dc.map50_95_original, '.4f')}, post-hoc "
+                f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
             )
         for sh in h.threshold_shift:
+            eqc = "" if sh.equivalent_conf is None else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}"
             lines.append(
                 f"[{head}] at conf {sh.conf}: kept {sh.kept_before} -> {sh.kept_after} "
                 f"(+{sh.added} of which {sh.added_correct} correct, -{sh.removed} of which "
                 f"{sh.removed_correct} correct); "
                 f"precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
-                f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}; raw {sh.conf} = calibrated "
-                f"{_f(sh.equivalent_conf, '.4f')}"
+                f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}{eqc}"
             )
+    lines.append("(intervals: 95% image bootstrap; ECE bias-corrected percentile, LaECE_0 normal)")
     return "\n".join(lines)
 
 

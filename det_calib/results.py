@@ -191,15 +191,39 @@ class Candidate:
     calibrator: Calibrator
     cv_score: float | None = None
     selected: bool = False
+    eval: dict[str, Any] | None = None
+    """Figures of the candidate refitted on the whole fit split, on the eval split (``operating``:
+    a list of :class:`OperatingFigures` dicts; ``ece_all``, ``ece_all_ci``, ``nll``, ``brier``;
+    ``class_kept_ece``: class id -> kept-set ECE at the lowest threshold). Only the best fit range
+    of each method is evaluated."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
+        out = {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
+        if self.eval is not None:
+            out["eval"] = _plain(self.eval)
+        return out
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Candidate:
         d = _object(d, where, optional=False)
         return cls(Calibrator.from_dict(d, where), _number(d.get("cv_score"), _where(where, "cv_score")),
-                   bool(_flag(d.get("selected"), _where(where, "selected"))))
+                   bool(_flag(d.get("selected"), _where(where, "selected"))),
+                   _object(d.get("eval"), _where(where, "eval")))
+
+    @property
+    def fit_min_conf(self) -> float | None:
+        v = self.calibrator.params.get("fit_min_conf")
+        return float(v) if isinstance(v, (int, float)) else None
+
+    @property
+    def name(self) -> str:
+        """``method@floor`` (``none`` alone)."""
+        f = self.fit_min_conf
+        m = self.calibrator.method
+        return m if m == "none" or f is None else f"{m}@{f:g}"
+
+    def operating(self) -> list[OperatingFigures]:
+        return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
 
 
 def _temperature_ok(t: float | None) -> bool:
@@ -302,6 +326,32 @@ class Scores:
 
 
 @dataclass(frozen=True)
+class OperatingFigures:
+    """Calibration of the boxes kept at one conf threshold (``conf > threshold``), one set of scores.
+
+    ``ece``: ECE (equal-width bins) of the kept boxes against the matched flag; ``laece0``: LaECE_0
+    with the reference toolkit's conventions (:func:`det_calib.operating.laece0`). Intervals: 95%
+    bootstrap over images (:func:`det_calib.metrics.bootstrap_ci`): ``ece_ci`` bias-corrected
+    percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.fitting.OperatingEval`).
+    """
+
+    conf: float | None = _leaf()
+    boxes: int | None = _leaf(kind=int)
+    correct: int | None = _leaf(kind=int)
+    ece: float | None = _leaf()
+    ece_ci: CI = _ci_field()
+    laece0: float | None = _leaf()
+    laece0_ci: CI = _ci_field()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _leaf_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> OperatingFigures:
+        return cls(**_leaf_fields(cls, _object(d, where, optional=False), where))
+
+
+@dataclass(frozen=True)
 class Thresholded:
     """ECE of the boxes kept at one conf threshold, raw and calibrated."""
 
@@ -343,6 +393,8 @@ class EvalResult:
     before: Scores = field(default_factory=Scores)
     after: Scores = field(default_factory=Scores)
     thresholded: list[Thresholded] = field(default_factory=list)
+    operating_before: list[OperatingFigures] = field(default_factory=list)
+    operating_after: list[OperatingFigures] = field(default_factory=list)
     map50_95_before: float | None = _leaf()
     map50_95_after: float | None = _leaf()
     map50_before: float | None = _leaf()
@@ -358,6 +410,9 @@ class EvalResult:
         out.update(self.before.to_flat("before"))
         out.update(self.after.to_flat("after"))
         out["thresholded"] = [_leaf_dict(t) for t in self.thresholded]
+        if self.operating_before or self.operating_after:
+            out["operating_before"] = [o.to_dict() for o in self.operating_before]
+            out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
         return out
@@ -371,6 +426,9 @@ class EvalResult:
             thresholded=[Thresholded(**_leaf_fields(Thresholded, _object(t, w, optional=False), w))
                          for i, t in enumerate(_items(d.get("thresholded"), _where(where, "thresholded")))
                          for w in [f"{where}.thresholded[{i}]"]],
+            **{k: [OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
+                   for i, o in enumerate(_items(d.get(k), _where(where, k)))]
+               for k in ("operating_before", "operating_after")},
         )
 
 
@@ -402,6 +460,8 @@ class ClassResult:
     ece_after: float | None = _leaf()
     ece_after_ci: CI = _ci_field()
     laece_after: float | None = _leaf()
+    kept_ece_before: float | None = _leaf()
+    kept_ece_after: float | None = _leaf()
     threshold_shift: list[ThresholdShift] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -461,6 +521,44 @@ class ValCheck:
 
 
 @dataclass(frozen=True)
+class DetectionChange:
+    """A per-class map folded into the model, measured: its detections against the original
+    model's boxes rescored post-hoc by the same map (what the fold would give if it changed no
+    box). Boxes are the same when image, class and coordinates (to 0.01 px) agree.
+
+    ``changed_class``: boxes output by both with another class; ``only_posthoc`` / ``only_folded``:
+    boxes one side has and the other lacks (top-k and conf-floor effects, class changes
+    included), compared above ``conf_floor``: the highest calibrated conf any class's raw capture
+    floor maps to (below it the original capture lacks boxes the folded model may output);
+    ``kept_*``: the same counts among boxes above ``kept_conf``. ``map*``: pycocotools
+    on the eval split: original model raw, post-hoc rescored, folded model.
+    """
+
+    split: str | None = _leaf(kind=str)
+    conf_floor: float | None = _leaf()
+    boxes_posthoc: int | None = _leaf(kind=int)
+    boxes_folded: int | None = _leaf(kind=int)
+    changed_class: int | None = _leaf(kind=int)
+    only_posthoc: int | None = _leaf(kind=int)
+    only_folded: int | None = _leaf(kind=int)
+    kept_conf: float | None = _leaf()
+    kept_posthoc: int | None = _leaf(kind=int)
+    kept_folded: int | None = _leaf(kind=int)
+    kept_only_posthoc: int | None = _leaf(kind=int)
+    kept_only_folded: int | None = _leaf(kind=int)
+    map50_95_original: float | None = _leaf()
+    map50_95_posthoc: float | None = _leaf()
+    map50_95_folded: float | None = _leaf()
+    map50_original: float | None = _leaf()
+    map50_posthoc: float | None = _leaf()
+    map50_folded: float | None = _leaf()
+
+    @property
+    def identical(self) -> bool:
+        return self.only_posthoc == 0 and self.only_folded == 0 and self.changed_class == 0
+
+
+@dataclass(frozen=True)
 class HeadResult:
     """Everything a run found for one head."""
 
@@ -471,6 +569,7 @@ class HeadResult:
     per_class: list[ClassResult] = field(default_factory=list)
     ultralytics_val: ValCheck | None = None
     candidates: list[Candidate] | None = None
+    detection_change: DetectionChange | None = None
 
     @property
     def temperature(self) -> float | None:
@@ -493,7 +592,7 @@ class RecordedSettings:
 
     iou_match: float
     loc_iou_match: float
-    fit_min_conf: float
+    fit_min_conf: float | None
     conf_floor: float
     nms_iou: float
     max_det: int
@@ -507,6 +606,10 @@ class RecordedSettings:
     fit_split: str | None
     eval_split: str | None
     coco_gt: str | None
+    method: str = "temperature"
+    fit_range: str | None = None
+    criterion: str | None = None
+    cv_folds: int | None = None
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -520,6 +623,8 @@ class RecordedSettings:
             "laece_bins": self.laece_bins, "dece_bins": list(self.dece_bins),
             "min_class_boxes": self.min_class_boxes, "bootstrap": dataclasses.asdict(self.bootstrap),
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
+            "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
+            "cv_folds": self.cv_folds,
         }
 
     @classmethod
@@ -527,7 +632,7 @@ class RecordedSettings:
         vals: dict[str, Any] = {}
         for k, kind in cls._KINDS.items():
             v = _READERS[kind](d.get(k), _where(where, k))
-            if v is None and k != "imgsz":
+            if v is None and k not in ("imgsz", "fit_min_conf"):
                 raise InputError(f"`{_where(where, k)}` is missing")
             vals[k] = v
         conf = [_number(x, f"{_where(where, 'conf_thresholds')}[{i}]")
@@ -547,7 +652,11 @@ class RecordedSettings:
                    dece_bins=tuple(x for x in dece if x is not None), bootstrap=boot,
                    fit_split=_text(sp.get("fit"), _where(where, "splits.fit")),
                    eval_split=_text(sp.get("eval"), _where(where, "splits.eval")),
-                   coco_gt=_text(d.get("coco_gt"), _where(where, "coco_gt")))
+                   coco_gt=_text(d.get("coco_gt"), _where(where, "coco_gt")),
+                   method=_text(d.get("method"), _where(where, "method")) or "temperature",
+                   fit_range=_text(d.get("fit_range"), _where(where, "fit_range")),
+                   criterion=_text(d.get("criterion"), _where(where, "criterion")),
+                   cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")
@@ -622,6 +731,9 @@ class RunResult:
         cands = {h: [c.to_dict() for c in r.candidates] for h, r in res.items() if r.candidates}
         if cands:
             out["calibration_candidates"] = cands
+        changes = {h: _leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
+        if changes:
+            out["detection_change"] = changes
         out["corrupt_images"] = list(self.corrupt_images)
         if self.gt_counts is not None:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
@@ -645,6 +757,7 @@ class RunResult:
             raise InputError(f"`heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
         calibrators = calibrators_from_dict(d, heads)
         cands = _object(d.get("calibration_candidates"), "calibration_candidates") or {}
+        changes = _object(d.get("detection_change"), "detection_change") or {}
         sections = {k: _object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
@@ -660,6 +773,9 @@ class RunResult:
                 ultralytics_val=ValCheck.from_dict(sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"),
                 candidates=[Candidate.from_dict(c, f"calibration_candidates.{h}[{i}]")
                             for i, c in enumerate(_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
+                detection_change=None if changes.get(h) is None else DetectionChange(
+                    **_leaf_fields(DetectionChange, _object(changes[h], f"detection_change.{h}", optional=False),
+                                   f"detection_change.{h}")),
             )
         names = [_text(n, f"class_names[{i}]") for i, n in enumerate(_items(d.get("class_names"), "class_names"))]
         return cls(

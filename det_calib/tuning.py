@@ -688,6 +688,25 @@ def temperature_score(temperature: Mapping[str, float]) -> ScoreFn:
     return score
 
 
+def run_calibrator_score(calibration: str | Path) -> ScoreFn:
+    """The score of a run's own calibrator, any method (``calibration.json``'s ``calibrators``):
+    ``sigmoid`` of the calibrated logit, as ``calibrate`` scores its boxes."""
+    from det_calib.fitting import calibrated_logits, calibrator_of
+    from det_calib.metrics import sigmoid
+    from det_calib.results import read_calibrators
+
+    records = read_calibrators(calibration)
+
+    def score(boxes: pl.DataFrame, head: str) -> np.ndarray:
+        if head not in records:
+            raise InputError(f"calibration has no calibrator for head {head}")
+        z = calibrated_logits(calibrator_of(records[head]), boxes["logit"].to_numpy(), boxes["cls"].to_numpy())
+        return np.asarray(sigmoid(z), dtype=np.float64)
+
+    score.__name__ = "the run's calibrator"
+    return score
+
+
 def _as_score_fn(score: ScoreFn | HeadTransforms | None, temperature: Mapping[str, float]) -> ScoreFn:
     if score is None:
         return temperature_score(temperature)
@@ -830,6 +849,8 @@ def load_head(
         log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
     if fit.height == 0:
         raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
+    if score is None and head not in temperature and head in (calib.get("calibrators") or {}):
+        score = run_calibrator_score(cal_path)  # the run's calibrator is not a temperature
     score_fn = _as_score_fn(score, temperature)
     if n_gt is None and count_gt:
         n_gt = _recorded_gt_counts(calib, cal_path, [fit_split, *([eval_split] if ev is not None else [])])
@@ -925,8 +946,10 @@ def tune_run(
         eval_boxes=rh.eval, eval_score=rh.eval_score, n_gt_eval=rh.n_gt_eval,
         n_boot=n_boot, seed=seed, grid=grid, min_threshold=rh.score_floor,
     )
-    if score is None:
+    if score is None and rh.temperature is not None:
         desc = {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": rh.temperature}
+    elif score is None:
+        desc = {"kind": "calibrator", "formula": "sigmoid(calibrated logit), the run's calibrator (calibration.json)"}
     else:
         desc = {"kind": "custom", "formula": score_name or getattr(score, "__name__", type(score).__name__)}
     path = run_dir / THRESHOLDS_FILE

@@ -149,7 +149,7 @@ def test_default_run_on_the_embedded_demo(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[nms] T =" in out.stdout and "[e2e] T =" in out.stdout
-    assert "(identical)" in out.stdout
+    assert "(identical;" in out.stdout and "boxes kept at conf 0.25" in out.stdout
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
         assert (tmp_path / "run" / name).is_file()
     assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))

@@ -183,13 +183,17 @@ def shift_sentence(e: ThresholdShift) -> str:
     return s + "."
 
 
-def _map_sentence(ev: EvalResult) -> str:
+def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
     s = (f"pycocotools mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
-         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)}")
+         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
+    per_class = method.startswith("class-")
     if ev.map_identical is True:
-        return s + ": identical, as it must be (one temperature keeps the ranking of boxes)."
+        return s + (": identical (a per-class monotone map keeps each class's ranking, which is what COCO AP reads)."
+                    if per_class else ": identical, as it must be (one monotone map keeps the ranking of boxes).")
     if ev.map_identical is False:
-        return s + ": NOT identical; one temperature cannot change the ranking, so check the run."
+        return s + (": NOT identical: a per-class map reorders boxes across classes, which changes the top "
+                    "max_det boxes of an image." if per_class else
+                    ": NOT identical; one monotone map cannot change the ranking, so check the run.")
     return s + "."
 
 

@@ -16,7 +16,7 @@ from det_calib import metrics
 from det_calib.errors import InputError
 from det_calib.results import Bootstrap, ClassResult
 
-from . import plots
+from . import calibrators, plots
 from .common import (
     _arrow,
     _bins,
@@ -333,6 +333,8 @@ def compare_runs(
     _reliability(b, names, runs)
     _per_class(b, names, runs)
     _thresholds(b, names, runs)
+    for name, (run, head, hb) in zip(names, runs, strict=True):
+        calibrators.calibrators_section(b, run, {head: hb}, label=f": {name}", heads=[head])
     _settings(b, names, runs)
     return _write_page(Path(out_dir), "compare", f"Calibration comparison: {la} vs {lb}", b,
                        subtitle=f"A = {la}, B = {lb}",

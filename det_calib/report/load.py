@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -36,6 +37,8 @@ class HeadBoxes:
     cls: np.ndarray
     image_id: np.ndarray
     temperature: float | None
+    calibrator: Any = None
+    """The fitted calibrator of a method other than temperature (None: temperature or none fitted)."""
 
     @property
     def n(self) -> int:
@@ -43,7 +46,11 @@ class HeadBoxes:
 
     @property
     def conf_after(self) -> np.ndarray | None:
-        """Calibrated confidence, or None when no temperature was fitted for this head."""
+        """Calibrated confidence, or None when no calibrator was fitted for this head."""
+        if self.calibrator is not None:
+            from det_calib.fitting import calibrated_logits
+
+            return sigmoid(calibrated_logits(self.calibrator, self.logit, self.cls))
         if self.temperature is None:
             return None
         return calibrated_conf(self.logit, self.temperature)
@@ -103,7 +110,17 @@ class Run:
             cls=df["cls"].to_numpy().astype(np.int64),
             image_id=df["image_id"].to_numpy().astype(np.int64),
             temperature=self.temperature(head),
+            calibrator=self.fitted_calibrator(head),
         )
+
+    def fitted_calibrator(self, head: str) -> Any:
+        """The head's calibrator rebuilt from the JSON, for methods other than temperature; else None."""
+        rec = self.head(head).calibrator
+        if rec is None or rec.method == "temperature":
+            return None
+        from det_calib.fitting import calibrator_of
+
+        return calibrator_of(rec)
 
 
 def load_run(run_dir: str | Path) -> Run:

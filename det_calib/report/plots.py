@@ -47,6 +47,7 @@ UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
 CORRECT = "#009988"
 INCORRECT = "#BBBBBB"
 RUN_COLORS = ("#0077BB", "#EE3377")
+MANY_COLORS = ("#000000", "#0077BB", "#EE3377", "#009988", "#EE7733", "#33BBEE", "#CC3311", "#BBBBBB")
 
 RC = {
     "font.family": "DejaVu Sans",
@@ -503,6 +504,57 @@ def compare_per_class_chart(
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         if footnote:
             ax.set_title(footnote, fontsize=8, color="#555555", loc="left")
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+def operating_reliability(
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, low: float, n_bins: int, title: str | None = None
+) -> bytes:
+    """Reliability curves of several calibrators over the operating range, on one plot.
+
+    Args:
+        curves: ``(label, conf, correct)`` per calibrator: the boxes it keeps (``conf > low``).
+        low: The operating threshold (the x axis starts there).
+        n_bins: Equal-width bins over ``(low, 1]``.
+    """
+    from det_calib.metrics import reliability_bins
+
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(8.4, 6.2), layout="constrained")
+        gs = fig.add_gridspec(2, 1, height_ratios=[3.2, 1])
+        ax = fig.add_subplot(gs[0])
+        axc = fig.add_subplot(gs[1], sharex=ax)
+        ax.plot([low, 1], [low, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
+        styles = ["-", "--", "-.", ":"]
+        markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+        cmax = 10.0
+        for k, (label, conf, correct) in enumerate(curves):
+            keep = conf > low
+            if not keep.any():
+                continue
+            # bins over (low, 1]: rescale to [0, 1] for the binning, back for the plot
+            u = (conf[keep] - low) / (1 - low)
+            bins = reliability_bins(np.clip(u, 0, 1), correct[keep], n_bins=n_bins)
+            count = np.asarray(bins.count, dtype=float)
+            m = count > 0
+            x = low + (1 - low) * np.asarray(bins.conf, dtype=float)[m]
+            color = MANY_COLORS[k % len(MANY_COLORS)]
+            ax.plot(x, np.asarray(bins.acc, dtype=float)[m], color=color, ls=styles[k % len(styles)],
+                    marker=markers[k % len(markers)], ms=4, lw=1.5, label=label)
+            edges = low + (1 - low) * np.asarray(bins.edges, dtype=float)
+            axc.stairs(np.where(count > 0, count, np.nan), edges, color=color, ls=styles[k % len(styles)], lw=1.3)
+            cmax = max(cmax, float(count.max()))
+        ax.set_xlim(low, 1)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("accuracy (fraction correct)")
+        ax.tick_params(labelbottom=False)
+        ax.legend(loc="upper left", frameon=False, fontsize=8.5)
+        axc.set_yscale("log")
+        axc.set_ylim(0.7, cmax * 2.5)
+        axc.set_ylabel("boxes")
+        axc.set_xlabel(f"confidence of the boxes kept at conf {low:g}")
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
         return _png(fig)

@@ -21,7 +21,7 @@ from det_calib import thresholds
 from det_calib.results import ClassResult
 from det_calib.thresholds import ThresholdShift
 
-from . import plots
+from . import calibrators, plots
 from .common import (
     CI_NOTE,
     HEAD_LABEL,
@@ -69,7 +69,11 @@ SETTING_HELP = {
     "heads": "heads calibrated (nms: one-to-many + NMS; e2e: one-to-one)",
     "iou_match": "IoU a box needs with a same-class ground truth to count as correct (ECE, NLL, Brier, reliability)",
     "loc_iou_match": "IoU threshold of the matching used for the localisation-aware LaECE / LaACE",
-    "fit_min_conf": "boxes below this raw conf are left out of the temperature fit",
+    "fit_min_conf": "boxes below this raw conf are left out of the fit (null: --method auto chose per head)",
+    "method": "calibration method asked for (auto: chosen per head by cross-validation)",
+    "fit_range": "fit range asked for (all, operating, a raw conf floor; null: the default)",
+    "criterion": "what --method auto minimises on held-out folds (above the lowest conf threshold)",
+    "cv_folds": "folds of --method auto's cross-validation, grouped by image",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",
@@ -84,8 +88,8 @@ SETTING_HELP = {
     "coco_gt": "COCO JSON ground truth (instead of YOLO txt labels)",
     "seconds": "run time of the calibration job",
 }
-PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "fit", "eval", "threshold_shift",
-                 "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts"}
+PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "detection_change", "fit", "eval",
+                 "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts"}
 
 
 def _check_consistency(run: Run, head: str, hb: HeadBoxes, before: Any, after: Any) -> list[str]:
@@ -120,13 +124,11 @@ def _summary(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, t
     b.add(Heading(2, "Summary", "summary"))
     # headline: one sentence per head
     for h in run.heads:
-        t, ev = run.temperature(h), _eval(run, h)
         prefix = f"{h}: " if len(run.heads) > 1 else ""
-        b.add(Para(f"{prefix}{verdict(t).capitalize()}"
-                   + (f" (T = {t:.3f})" if t is not None else "")
-                   + f"; ECE ({tag}) {f4(ev.before.ece)} → {f4(ev.after.ece)}"
-                   + (f"; mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
-                      if ev.map_identical is not None else "") + ".", "lead"))
+        b.add(Para(prefix + calibrators.lead(run, h), "lead"))
+    op = calibrators.operating_table(run)
+    if op is not None:
+        b.add(op)
     for w in warnings_:
         b.add(Para(w, "warn"))
     ev_split = st.eval_split or "n/a"
@@ -134,18 +136,22 @@ def _summary(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, t
         ["Model", run.result.model or "n/a"],
         ["Data", run.result.data or "n/a"],
         ["Heads", _heads_label(run)],
-        ["Temperature fitted on", f"split {st.fit_split or 'n/a'}"],
+        ["Calibrator fitted on", f"split {st.fit_split or 'n/a'} (method {st.method})"],
         ["Evaluated on", f"split {ev_split} (every number and figure below)"],
         ["Classes", f"{len(run.class_names)}: " + ", ".join(run.class_names)],
     ]
     b.add(Table(["", ""], rows, css="run-info", align_numbers=False))
     thr = list(st.conf_thresholds)
-    cols = ["Head", "T", "Raw scores", "ECE raw [95% CI]", "ECE calibrated [95% CI]", "mAP50-95 raw → calibrated"]
+    cols = ["Head", "T (or method)", "Raw scores", "All-box ECE raw [95% CI]", "All-box ECE calibrated [95% CI]",
+            "mAP50-95 raw → calibrated"]
     cols += [f"Kept at conf {fthr(x)} raw → calibrated" for x in thr]
     trows = []
     for h in run.heads:
         t, ev = run.temperature(h), _eval(run, h)
-        trows.append([h, f3(t), verdict(t), fci(ev.before.ece, ev.before.ece_ci), fci(ev.after.ece, ev.after.ece_ci),
+        rec = run.head(h).calibrator
+        is_t = rec is None or rec.method == "temperature"
+        shown = (f3(t), verdict(t)) if is_t else (rec.method, "n/a (not a temperature)")
+        trows.append([h, *shown, fci(ev.before.ece, ev.before.ece_ci), fci(ev.after.ece, ev.after.ece_ci),
                       _arrow(f4(ev.map50_95_before), f4(ev.map50_95_after))]
                      + [_kept_cell(run.head(h).threshold_shift, x) for x in thr])
     b.add(Table(cols, trows, caption=f"At a glance (ECE: {tag}; T > 1: raw scores too extreme, T < 1: too timid)",
@@ -160,7 +166,9 @@ def _head_findings(run: Run, h: str, hb: HeadBoxes, before: Any, tag: str, ev_sp
     """The summary's bullet points for one head."""
     hr = run.head(h)
     ev = _eval(run, h)
-    items = [verdict_sentence(hr.temperature)]
+    method = hr.calibrator.method if hr.calibrator is not None else "temperature"
+    items = [verdict_sentence(hr.temperature) if method == "temperature"
+             else f"Calibrator: {calibrators.method_words(run, h)}."]
     items.append(
         f"ECE ({tag}) on all {fint(ev.boxes)} boxes of split {ev.split or ev_split} down to conf "
         f"{fthr(run.settings.conf_floor)}: {fci(ev.before.ece, ev.before.ece_ci)} → "
@@ -176,7 +184,7 @@ def _head_findings(run: Run, h: str, hb: HeadBoxes, before: Any, tag: str, ev_sp
     if pcs:
         worst = ", ".join(f"{r.name} {f4(r.ece_before)} → {f4(r.ece_after)}" for r in pcs[:3])
         items.append(f"Least calibrated classes (raw ECE, {tag}; classes with few boxes left out): {worst}.")
-    items.append(_map_sentence(ev) if hr.eval is not None else "mAP: n/a.")
+    items.append(_map_sentence(ev, method) if hr.eval is not None else "mAP: n/a.")
     items.extend(shift_sentence(e) for e in hr.threshold_shift)
     if not hr.threshold_shift:
         items.append("Kept-set shift: n/a.")
@@ -415,8 +423,12 @@ def _tuned_thresholds(b: _Builder, run: Run, folder: Path) -> None:
 
 def _map(b: _Builder, run: Run) -> None:
     b.add(Heading(2, "mAP verification", "map-verification"))
-    b.add(Para("One temperature per head is a monotonic map of the scores: the ranking of boxes, and with it "
-               "pycocotools mAP on the same boxes, cannot change. Ultralytics val keeps the boxes above a conf floor: "
+    b.add(Para("One temperature, Platt or isotonic map per head is a monotonic map of the scores: the ranking of "
+               "boxes, and with it pycocotools mAP on the same boxes, cannot change. A per-class map (class-*) "
+               "folded into the model can change which class wins a box before NMS and which boxes make the "
+               "top max_det, so the calibrated model's own Ultralytics val mAP is measured and shown as it is; "
+               "applied after the detector's selection (det_calib.apply_calibrator) it keeps the detections. "
+               "Ultralytics val keeps the boxes above a conf floor: "
                "on calibrated scores the same floor keeps a slightly different set of low-score boxes, which can move "
                "its mAP a little; at the equivalent floor it keeps the original set.", "note"))
     rows = []
@@ -449,6 +461,22 @@ def _map(b: _Builder, run: Run) -> None:
                 css="map-ultralytics"))
     for n in notes:
         b.add(Para(n, "note"))
+    crows = []
+    for h in run.heads:
+        dc = run.head(h).detection_change
+        if dc is None:
+            continue
+        crows.append([h, f"{fthr(dc.conf_floor)} / {fthr(dc.kept_conf)}", fint(dc.changed_class),
+                      f"{fint(dc.only_posthoc)} / {fint(dc.kept_only_posthoc)}",
+                      f"{fint(dc.only_folded)} / {fint(dc.kept_only_folded)}",
+                      f"{f4(dc.map50_95_original)} / {f4(dc.map50_95_posthoc)} / {f4(dc.map50_95_folded)}",
+                      "yes" if dc.identical else "NO"])
+    if crows:
+        b.add(Table(["Head", "Compared above conf (all / kept)", "Boxes that changed class",
+                     "Lost (all / kept)", "New (all / kept)", "COCO mAP50-95 original / post-hoc / folded",
+                     "Same detections"], crows,
+                    caption="A per-class map folded into calibrated.pt against the same map applied after the "
+                            "detector's selection, on the eval split (measured)", css="detection-change"))
 
 
 def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
@@ -526,6 +554,7 @@ def write_report(
         warnings_ += _check_consistency(run, h, hb, *bins[h])
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
+    calibrators.calibrators_section(b, run, hbs)
     _reliability(b, run, hbs, bins)
     _per_class(b, run, hbs)
     _threshold(b, run, hbs)

@@ -1,0 +1,257 @@
+"""The fit and operating-point steps of a calibration run: choose and fit a head's calibrator,
+and score calibrators where decisions are made (the boxes kept at each ``--conf``).
+
+- :func:`fit_floors` — the fit range(s) a run's settings ask for
+- :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice
+- :func:`calibrator_record` / :func:`calibrator_of` — a fitted calibrator <-> its
+  :class:`~det_calib.results.Calibrator` record in ``calibration.json``
+- :class:`OperatingEval` — kept-set ECE and LaECE_0 (reference conventions) with bias-corrected
+  bootstrap intervals, all-box ECE, NLL and Brier of any calibrator on the eval split
+
+A calibrator's record: the temperature method is ``Calibrator("temperature", {"temperature": T})``
+(written as ``temperature: {head: T}``, as always); any other method is
+``Calibrator(method, {"fit_min_conf": floor, "map": <the calibrator's to_dict()>})``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib import metrics
+from det_calib.errors import InputError
+from det_calib.operating import LaECE0Targets
+from det_calib.results import Calibrator, Candidate, OperatingFigures
+from det_calib.selection import (
+    METHODS,
+    Identity,
+    Selection,
+    TemperatureCalibrator,
+    calibrator_from_dict,
+    fit_calibrator,
+    select_calibrator,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval", "calibrated_logits",
+           "calibrator_of", "calibrator_record", "choose_calibrator", "fit_floors"]
+
+CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
+"""Values of ``--method``."""
+GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "isotonic")
+"""One monotone map for every class: the ranking of all boxes, hence mAP, is unchanged."""
+FIT_RANGES: tuple[str, ...] = ("all", "operating")
+
+
+def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, conf: tuple[float, ...]
+               ) -> tuple[float, ...]:
+    """Fit floors (raw conf above which boxes are fitted on; 0.0 = every box) for the settings.
+
+    ``fit_range``: ``"all"`` (0.0), ``"operating"`` (half the lowest ``conf``: the boxes a user
+    keeps, with a margin for boxes the map may lift over the threshold), or a number in [0, 1).
+    None: ``all`` for one method; ``--method auto`` tries ``all`` and ``operating``.
+    ``fit_min_conf`` (the older option) is the same as a numeric ``fit_range``.
+    """
+    operating = round(min(conf) / 2, 6)
+    if fit_min_conf is not None:
+        if fit_range is not None:
+            raise InputError("give `fit_range` or `fit_min_conf`, not both (`fit_min_conf` X is `fit_range` X)")
+        fit_range = str(fit_min_conf)
+    if fit_range is None:
+        return (0.0, operating) if method == "auto" else (0.0,)
+    if fit_range == "all":
+        return (0.0,)
+    if fit_range == "operating":
+        return (operating,)
+    try:
+        v = float(fit_range)
+    except ValueError:
+        raise InputError(
+            f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
+        ) from None
+    if not 0 <= v < 1:
+        raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
+    return (v,)
+
+
+def calibrator_record(cal: Any, method: str, floor: float) -> Calibrator:
+    """The :class:`Calibrator` record of a fitted calibrator (see the module docstring)."""
+    if method == "temperature":
+        return Calibrator.temperature_scaling(float(cal.temperature_))
+    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
+
+
+def calibrator_of(rec: Calibrator) -> Any:
+    """The fitted calibrator of a record (``transform_logits(z, classes=...)``)."""
+    if rec.method == "temperature":
+        t = TemperatureCalibrator.__new__(TemperatureCalibrator)
+        t.min_samples = 10
+        from det_calib.calibrators import TemperatureScaler
+
+        sc = TemperatureScaler(kind="sigmoid")
+        sc.temperature_ = float(rec.params["temperature"])
+        t.scaler_, t.temperature_ = sc, sc.temperature_
+        return t
+    if rec.method == "none":
+        return Identity().fit(None, None)
+    m = rec.params.get("map")
+    if not isinstance(m, dict):
+        raise InputError(f"calibrator {rec.method!r} has no `map` parameters")
+    return calibrator_from_dict(m)
+
+
+def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """Calibrated logits of boxes (``z`` raw logits, ``cls`` their classes); a temperature divides
+    exactly as :func:`det_calib.metrics.sigmoid` does (the figures of earlier versions, bit for bit)."""
+    if isinstance(cal, TemperatureCalibrator):
+        return np.asarray(z, dtype=np.float64) / float(cal.temperature_)
+    return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
+
+
+@dataclass
+class Choice:
+    """A head's fitted calibrator and how it was chosen."""
+
+    method: str
+    floor: float
+    calibrator: Any
+    selection: Selection | None = None
+    refits: dict[str, tuple[str, float, Any]] | None = None  # candidate name -> (method, floor, fitted)
+
+
+def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[float, ...], criterion: str,
+                      min_conf: float, n_folds: int, seed: int) -> Choice:
+    """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``.
+
+    With ``auto`` every candidate's best version (its own fit floor, its CV shrinkage) is also
+    refitted on the whole fit split, so the eval split can compare them all.
+    """
+    b = fit_boxes
+    z, y = b["logit"].to_numpy().astype(np.float64), b["correct"].to_numpy()
+    k, g = b["cls"].to_numpy().astype(np.int64), b["image_id"].to_numpy()
+    if method != "auto":
+        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed)
+        return Choice(method, floors[0], cal)
+    sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=floors, min_conf=min_conf, criterion=criterion,
+                            n_folds=n_folds, seed=seed)
+    refits: dict[str, tuple[str, float, Any]] = {}
+    for m in METHODS:
+        ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]
+        if not ok:
+            continue
+        c = sel.chosen if sel.chosen.method == m else min(ok, key=lambda c: c.mean)
+        if c is sel.chosen:
+            refits[m] = (m, c.fit_min_conf, sel.calibrator)
+            continue
+        from det_calib.selection import _refit
+
+        refits[m] = (m, c.fit_min_conf, _refit(c, z, y, k, g, seed))
+    return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
+
+
+def candidates_of(choice: Choice) -> list[Candidate]:
+    """The CV table of an ``auto`` choice as records (every method x fit floor tried)."""
+    sel = choice.selection
+    if sel is None:
+        return []
+    out = []
+    for c in sel.candidates:
+        params: dict[str, Any] = {"fit_min_conf": c.fit_min_conf, "cv_se": _num(c.se),
+                                  "fold_scores": [_num(v) for v in c.fold_scores], "criterion": sel.criterion,
+                                  "min_conf": sel.min_conf, "n_folds": sel.n_folds}
+        if c.shrinkage is not None:
+            params["shrinkage"] = _num(c.shrinkage)
+        if c.error:
+            params["error"] = c.error
+        out.append(Candidate(Calibrator(c.method, params), _num(c.mean),
+                             selected=(c.method, c.fit_min_conf) == (sel.chosen.method, sel.chosen.fit_min_conf)))
+    return out
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+class OperatingEval:
+    """Scores of any calibrator on one head's eval-split boxes, at the operating points.
+
+    Args:
+        boxes: The head's eval boxes (matched table, crowd-matched ones included; they are left out).
+        gt: The split's ground truth.
+        conf: Operating thresholds; ``ece_bins``/``laece_bins``: bins (15 / 25 by default).
+        n_boot, seed: Bootstrap, images resampled. Intervals (95%): kept-set and all-box ECE the
+            bias-corrected percentile interval; LaECE_0 the normal interval (estimate -+ 1.96 SD
+            of the replicates): its replicates sit above the estimate by more than their spread
+            (a class average over small per-class sets), so no percentile-type interval contains it.
+    """
+
+    def __init__(self, boxes: pl.DataFrame, gt: pl.DataFrame, *, conf: tuple[float, ...], ece_bins: int,
+                 laece_bins: int, n_boot: int, seed: int):
+        keep = ~boxes["ignore"].to_numpy()
+        b = boxes.filter(pl.Series(keep))
+        self.z = b["logit"].to_numpy().astype(np.float64)
+        self.y = b["correct"].to_numpy().astype(bool)
+        self.cls = b["cls"].to_numpy().astype(np.int64)
+        self.img = b["image_id"].to_numpy()
+        xy = np.column_stack([b[c].to_numpy() for c in ("x1", "y1", "x2", "y2")])
+        crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
+        self.targets = LaECE0Targets(self.img, xy, self.cls, self.z, gt["image_id"].to_numpy(),
+                                     np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
+                                     gt["cls"].to_numpy(), crowd)
+        self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
+        self.boot = dict(n_boot=n_boot, seed=seed)
+
+    def probs(self, cal: Any | None) -> tuple[np.ndarray, np.ndarray]:
+        """``(logits, conf)`` of the boxes under ``cal`` (None: raw)."""
+        t = self.z if cal is None else calibrated_logits(cal, self.z, self.cls)
+        return t, metrics.sigmoid(t, 1.0)
+
+    def operating(self, p: np.ndarray, *, intervals: bool = True) -> list[OperatingFigures]:
+        """Kept-set ECE and LaECE_0 at each threshold (with intervals)."""
+        out = []
+        for thr in self.conf:
+            kept = p > thr
+            n = int(kept.sum())
+            e = metrics.ece(p[kept], self.y[kept], n_bins=self.ece_bins) if n else None
+            la = self.targets.laece(p, threshold=thr, n_bins=self.laece_bins)
+            e_ci = la_ci = None
+            if intervals and n:
+                from det_calib.operating import kept_ece
+
+                fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
+                e_ci = tuple(metrics.bootstrap_ci(fn, self.img, p, self.y, **self.boot))
+                la_ci = tuple(metrics.bootstrap_ci(self.targets.statistic(threshold=thr, n_bins=self.laece_bins),
+                                                   self.img, p, method="normal", **self.boot))
+            out.append(OperatingFigures(conf=thr, boxes=n, correct=int(self.y[kept].sum()), ece=e, ece_ci=e_ci,
+                                        laece0=None if math.isnan(la) else la,
+                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci))
+        return out
+
+    def all_box(self, t: np.ndarray, p: np.ndarray) -> dict[str, Any]:
+        fn = functools.partial(metrics.ece, n_bins=self.ece_bins)
+        return {"ece_all": metrics.ece(p, self.y, n_bins=self.ece_bins),
+                "ece_all_ci": tuple(metrics.bootstrap_ci(fn, self.img, p, self.y, **self.boot)),
+                "nll": metrics.nll_logits(t, self.y), "brier": metrics.brier(p, self.y)}
+
+    def class_kept_ece(self, p: np.ndarray) -> dict[int, float]:
+        """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
+        thr = min(self.conf)
+        out = {}
+        for c in np.unique(self.cls):
+            m = (self.cls == c) & (p > thr)
+            if m.any():
+                out[int(c)] = metrics.ece(p[m], self.y[m], n_bins=self.ece_bins)
+        return out
+
+    def candidate_figures(self, cal: Any | None) -> dict[str, Any]:
+        """Every figure of the comparison: operating points, all-box ECE, NLL, Brier, per-class kept ECE."""
+        t, p = self.probs(cal)
+        return {"operating": [o.to_dict() for o in self.operating(p)], **self.all_box(t, p),
+                "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(p).items()}}

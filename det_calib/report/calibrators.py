@@ -1,0 +1,191 @@
+"""The operating point and the "Calibrators compared" section (report and compare).
+
+Numbers come from ``calibration.json`` (``eval.<head>.operating_*`` and the candidates of
+``--method auto``); the reliability curves of the candidates are recomputed from ``boxes.parquet``
+with each candidate's calibrator rebuilt from the JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from det_calib.metrics import sigmoid
+from det_calib.results import Candidate, OperatingFigures
+
+from . import plots
+from .common import _Builder, _eval, f3, f4, fci, fint, fthr
+from .document import Heading, Para, Table
+from .load import HeadBoxes, Run
+
+log = logging.getLogger(__name__)
+
+INTERVAL_NOTE = ("Intervals: 95% image bootstrap; ECE: bias-corrected percentile interval; LaECE_0: normal interval "
+                 "(estimate ± 1.96 SD of the replicates), because its replicates sit above the estimate by more "
+                 "than their spread, so no percentile-type interval would contain it.")
+GLOBAL = ("none", "temperature", "platt", "isotonic")
+
+
+def method_words(run: Run, head: str) -> str:
+    """The head's calibrator in a few words."""
+    rec = run.head(head).calibrator
+    if rec is None:
+        return "no calibrator"
+    if rec.method == "none":
+        return "keep the raw scores (no calibrator beat them on held-out folds)"
+    if rec.method == "temperature":
+        return f"temperature T = {f3(rec.temperature)}"
+    floor = rec.params.get("fit_min_conf") or 0.0
+    return f"{rec.method} map" + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
+
+
+def map_words(run: Run, head: str) -> str:
+    """What happens to mAP, never "unchanged" where it is not."""
+    hr, ev = run.head(head), _eval(run, head)
+    rec = hr.calibrator
+    uv = hr.ultralytics_val
+    if rec is not None and rec.method not in GLOBAL:
+        val = ""
+        if uv is not None and uv.ran:
+            val = (f"; the calibrated model's Ultralytics val mAP50-95 {f4(uv.original.map50_95)} → "
+                   f"{f4(uv.calibrated.map50_95)} (a per-class map can change the winning class and the top-k)")
+        same = "identical" if ev.map_identical else "CHANGED"
+        return f"mAP of the detector's own boxes rescored after selection {same}{val}"
+    if ev.map_identical is None:
+        return ""
+    return f"mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
+
+
+def lead(run: Run, head: str) -> str:
+    """The headline sentence of a head: the operating point first."""
+    ev = _eval(run, head)
+    parts = [method_words(run, head)]
+    for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
+        parts.append(f"boxes kept at conf {fthr(o0.conf)}: ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}, "
+                     f"LaECE_0 {f4(o0.laece0)} → {f4(o1.laece0)}")
+    parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)}")
+    m = map_words(run, head)
+    if m:
+        parts.append(m)
+    return "; ".join(parts) + "."
+
+
+def operating_table(run: Run) -> Table | None:
+    """Kept-set ECE and LaECE_0 at each threshold, raw and calibrated, per head."""
+    rows = []
+    st = run.settings
+    for h in run.heads:
+        ev = _eval(run, h)
+        for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
+            rows.append([h, fthr(o0.conf), f"{fint(o0.boxes)} → {fint(o1.boxes)}", fci(o0.ece, o0.ece_ci),
+                         fci(o1.ece, o1.ece_ci), fci(o0.laece0, o0.laece0_ci), fci(o1.laece0, o1.laece0_ci)])
+    if not rows:
+        return None
+    return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
+                  "ECE calibrated", f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 calibrated"], rows,
+                 caption="At the operating point: calibration of the boxes kept at each conf threshold. "
+                 + INTERVAL_NOTE,
+                 css="operating")
+
+
+def _op_cells(ops: list[OperatingFigures]) -> list[str]:
+    return [c for o in ops for c in (fci(o.ece, o.ece_ci), fci(o.laece0, o.laece0_ci))]
+
+
+def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, label: str = "",
+                        heads: list[str] | None = None) -> None:
+    """Every candidate of ``--method auto`` on the eval split, its CV score, and why one was chosen
+    (``heads``: only these; ``label``: a suffix of the heading, for ``compare``)."""
+    heads = [h for h in (heads or run.heads) if run.head(h).candidates]
+    if not heads:
+        return
+    st = run.settings
+    thr = list(st.conf_thresholds)
+    b.add(Heading(2, f"Calibrators compared{label}", "calibrators" if not label else None))
+    b.add(Para(f"--method auto tried every method on two fit ranges (all boxes, and boxes above half the lowest "
+               f"conf) by {st.cv_folds}-fold cross-validation grouped by image on split {st.fit_split}, scored by "
+               f"the {st.criterion} of the held-out boxes above conf {min(thr):g}; it takes the simplest candidate "
+               "within one standard error of the best (none < temperature < platt < class-temperature < "
+               "class-platt < isotonic < class-isotonic). Each method's best fit range was then refitted on the "
+               f"whole fit split and scored on split {st.eval_split} below.", "note"))
+    for h in heads:
+        hr = run.head(h)
+        cands = hr.candidates or []
+        chosen = next((c for c in cands if c.selected), None)
+        if len(heads) > 1:
+            b.add(Heading(3, f"Head {h}"))
+        if chosen is not None:
+            why = _reason(cands, chosen, st.criterion)
+            b.add(Para(f"Chosen: {chosen.name}. {why}", "lead"))
+        rows = []
+        for c in cands:
+            p = c.calibrator.params
+            rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
+                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}",
+                         "n/a" if p.get("shrinkage") is None else f"{p['shrinkage']:g}", p.get("error") or ""])
+        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Shrinkage", "Error"], rows,
+                    caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
+                    css="cv-candidates", attrs={"data-head": h}))
+        scored = [c for c in cands if c.eval]
+        cols = ["Calibrator"] + [x for t in thr for x in (f"ECE kept at {fthr(t)}", f"LaECE_0 kept at {fthr(t)}")]
+        cols += [f"All-box ECE ({st.ece_bins} bins)", "NLL", "Brier"]
+        erows = []
+        for c in scored:
+            e = c.eval or {}
+            erows.append([c.name + (" ✔" if c.selected else "")] + _op_cells(c.operating())
+                         + [fci(e.get("ece_all"), e.get("ece_all_ci")), f4(e.get("nll")), f4(e.get("brier"))])
+        b.add(Table(cols, erows, caption=f"Every candidate on split {st.eval_split}, head {h}. " + INTERVAL_NOTE,
+                    css="candidates-eval", attrs={"data-head": h}))
+        hb = hbs[h]
+        if hb.n and scored:
+            curves = []
+            for c in scored:
+                conf = _candidate_conf(c, hb)
+                if conf is not None:
+                    curves.append((c.name, conf, hb.correct))
+            png = plots.operating_reliability(curves, low=min(thr), n_bins=st.ece_bins,
+                                              title=f"Candidates above conf {min(thr):g}, head {h}")
+            b.fig(f"candidates_{h}{_slug(label)}", png,
+                  f"Reliability of the boxes each candidate keeps at conf {min(thr):g}, head {h}, split "
+                  f"{hb.split}; {st.ece_bins} equal-width bins over ({min(thr):g}, 1]. Below: boxes per bin.",
+                  f"Reliability curves of every candidate calibrator, head {h}")
+        b.add(_class_table(run, h, scored, min(thr)))
+
+
+def _slug(label: str) -> str:
+    return "".join(ch for ch in label if ch.isalnum()).lower()
+
+
+def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
+    ok = [c for c in cands if c.cv_score is not None]
+    best = min(ok, key=lambda c: c.cv_score) if ok else chosen
+    if best is chosen:
+        return f"It has the lowest cross-validated {criterion}."
+    return (f"It is the simplest candidate within one standard error of the best, {best.name} "
+            f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
+
+
+def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
+    m = c.calibrator.method
+    if m == "none":
+        return hb.conf
+    mp = c.eval or {}
+    rec = mp.get("calibrator")
+    if rec is None:
+        return None
+    from det_calib.fitting import calibrated_logits
+    from det_calib.selection import calibrator_from_dict
+
+    return sigmoid(calibrated_logits(calibrator_from_dict(rec), hb.logit, hb.cls))
+
+
+def _class_table(run: Run, h: str, scored: list[Candidate], low: float) -> Table:
+    classes = sorted({int(k) for c in scored for k in (c.eval or {}).get("class_kept_ece", {})})
+    rows = []
+    for k in classes:
+        vals = [(c.eval or {}).get("class_kept_ece", {}).get(str(k)) for c in scored]
+        rows.append([run.class_name(k)] + [f4(v) for v in vals])
+    return Table(["Class"] + [c.name for c in scored], rows,
+                 caption=f"Per class: ECE of the boxes each candidate keeps at conf {low:g}, head {h}",
+                 css="candidates-per-class", attrs={"data-head": h})

@@ -1,0 +1,488 @@
+"""Choose a calibrator and its fit range by cross-validation grouped by image.
+
+Candidates are (method x fit range). Methods (:data:`METHODS`, simplest first): ``none`` (keep
+the raw scores; always a candidate), ``temperature``, ``platt``, ``class-temperature``,
+``class-platt``, ``isotonic``, ``class-isotonic``. A fit range is a conf floor: ``0.0`` fits on
+every box, ``0.1`` only on boxes whose raw conf is above 0.1.
+
+Criterion (stated with every result): K-fold CV with folds grouped by image; each candidate is
+fitted on K-1 folds (on its fit range) and scored on the held-out fold by the mean NLL
+(``criterion="nll"``) of the held-out boxes whose **raw** conf is above ``min_conf`` (the
+operating range: the lowest conf threshold the user keeps boxes at; the same boxes for every
+candidate, so the scores compare), or by the ECE (15 bins) of the held-out boxes whose
+**calibrated** conf is above ``min_conf`` (``criterion="ece"``, the error of the kept set).
+The candidate with the lowest mean wins, except that the simplest candidate whose mean is within
+one standard error (of the best candidate's fold scores) of the best is preferred. The
+per-class methods choose their shrinkage on the same folds (the best grid value by CV mean; its
+small optimism is one more reason for the one-SE rule). The chosen candidate is refitted on all
+boxes of its fit range.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from det_calib.calibrators import TemperatureScaler, _check_labels, _check_logits
+from det_calib.errors import DegenerateFitError, InputError
+from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
+from det_calib.metrics import ece as _ece
+from det_calib.scaling import (
+    ClassAffineScaler,
+    PlattScaler,
+    _check_classes,
+    _softplus,
+    group_folds,
+    sigmoid,
+)
+
+__all__ = [
+    "METHODS",
+    "Candidate",
+    "Identity",
+    "Selection",
+    "TemperatureCalibrator",
+    "calibrator_from_dict",
+    "fit_calibrator",
+    "make_calibrator",
+    "select_calibrator",
+]
+
+log = logging.getLogger(__name__)
+
+Method = Literal[
+    "none", "temperature", "platt", "class-temperature", "class-platt", "isotonic", "class-isotonic"
+]
+#: Every method, simplest first (the order the one-SE rule prefers).
+METHODS: tuple[str, ...] = (
+    "none",
+    "temperature",
+    "platt",
+    "class-temperature",
+    "class-platt",
+    "isotonic",
+    "class-isotonic",
+)
+
+
+class Identity:
+    """The ``none`` method: raw logits unchanged. ``fit`` accepts and ignores its data."""
+
+    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> Identity:
+        self.fitted_ = True
+        return self
+
+    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
+        return _check_logits(logits, "sigmoid").copy()
+
+    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
+        return sigmoid(self.transform_logits(logits))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"format": "det_calib.Identity", "version": 1}``."""
+        return {"format": "det_calib.Identity", "version": 1}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Identity:
+        return cls().fit(None, None)
+
+
+class TemperatureCalibrator:
+    """:class:`~det_calib.calibrators.TemperatureScaler` with the common calibrator signature.
+
+    Attributes:
+        scaler_ (TemperatureScaler): The fitted scaler; ``temperature_`` is its ``T``.
+    """
+
+    def __init__(self, *, min_samples: int = 10):
+        self.min_samples = min_samples
+
+    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> TemperatureCalibrator:
+        self.scaler_ = TemperatureScaler(min_samples=self.min_samples).fit(logits, labels, weights)
+        self.temperature_ = self.scaler_.temperature_
+        return self
+
+    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
+        return self.scaler_.transform_logits(logits)
+
+    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
+        return sigmoid(self.transform_logits(logits))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The :class:`TemperatureScaler` dict (``format`` ``det_calib.TemperatureScaler``)."""
+        return self.scaler_.to_dict()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TemperatureCalibrator:
+        obj = cls()
+        obj.scaler_ = TemperatureScaler.from_dict(d)
+        obj.temperature_ = obj.scaler_.temperature_
+        return obj
+
+
+def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto") -> Any:
+    """An unfitted calibrator for ``method`` (one of :data:`METHODS`)."""
+    if method not in METHODS:
+        raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
+    return {
+        "none": lambda: Identity(),
+        "temperature": lambda: TemperatureCalibrator(),
+        "platt": lambda: PlattScaler(),
+        "class-temperature": lambda: ClassAffineScaler(kind="temperature", shrinkage=shrinkage, seed=seed),
+        "class-platt": lambda: ClassAffineScaler(kind="platt", shrinkage=shrinkage, seed=seed),
+        "isotonic": lambda: IsotonicCalibrator(),
+        "class-isotonic": lambda: ClassIsotonicCalibrator(blend=shrinkage, seed=seed),
+    }[method]()
+
+
+_FORMATS = {
+    "det_calib.Identity": Identity,
+    "det_calib.TemperatureScaler": TemperatureCalibrator,
+    "det_calib.PlattScaler": PlattScaler,
+    "det_calib.ClassAffineScaler": ClassAffineScaler,
+    "det_calib.IsotonicCalibrator": IsotonicCalibrator,
+    "det_calib.ClassIsotonicCalibrator": ClassIsotonicCalibrator,
+}
+
+
+def calibrator_from_dict(d: dict[str, Any]) -> Any:
+    """Rebuild any calibrator from its ``to_dict`` output (dispatch on ``d["format"]``)."""
+    if not isinstance(d, dict) or d.get("format") not in _FORMATS:
+        got = d.get("format") if isinstance(d, dict) else type(d).__name__
+        raise InputError(f"Expected a calibrator dict with `format` in {sorted(_FORMATS)}, but got {got!r}")
+    return _FORMATS[d["format"]].from_dict(d)
+
+
+@dataclass
+class Candidate:
+    """CV result of one (method, fit floor) candidate.
+
+    Attributes:
+        method: One of :data:`METHODS`.
+        fit_min_conf: Fit range: boxes with raw conf above this (0.0 = all boxes).
+        mean: Mean of the per-fold criterion (nan when a fold failed).
+        se: Standard error of that mean (fold std / sqrt(K)).
+        fold_scores: Per-fold criterion values.
+        shrinkage: Per-class methods: the shrinkage (``lam`` or ``m``) their CV chose.
+        error: Why the candidate could not be scored (a degenerate fit), else None.
+    """
+
+    method: str
+    fit_min_conf: float
+    mean: float
+    se: float
+    fold_scores: list[float]
+    shrinkage: float | None = None
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.method if self.method == "none" else f"{self.method}@{self.fit_min_conf:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "fit_min_conf": self.fit_min_conf,
+            "cv_mean": _jf(self.mean),
+            "cv_se": _jf(self.se),
+            "fold_scores": [_jf(v) for v in self.fold_scores],
+            "shrinkage": None if self.shrinkage is None else _jf(self.shrinkage),
+            "error": self.error,
+        }
+
+
+def _jf(v: float) -> float | str:
+    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+
+
+@dataclass
+class Selection:
+    """Result of :func:`select_calibrator`.
+
+    Attributes:
+        candidates: Every candidate's CV score, in the order tried.
+        chosen: The chosen candidate.
+        best: The candidate with the lowest CV mean (may differ from ``chosen`` by the one-SE rule).
+        calibrator: The chosen method refitted on all boxes of its fit range.
+        criterion: ``"nll"`` or ``"ece"``; ``min_conf``: the operating floor it looks at.
+        n_folds: K. ``reason``: one sentence saying why ``chosen`` won.
+    """
+
+    candidates: list[Candidate]
+    chosen: Candidate
+    best: Candidate
+    calibrator: Any
+    criterion: str
+    min_conf: float
+    n_folds: int
+    reason: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ``{"criterion", "min_conf", "n_folds", "chosen": {"method", "fit_min_conf"},
+        "best": {...}, "reason", "candidates": [Candidate.to_dict()], "calibrator": calibrator.to_dict()}``."""
+        return {
+            "criterion": self.criterion,
+            "min_conf": self.min_conf,
+            "n_folds": self.n_folds,
+            "chosen": {"method": self.chosen.method, "fit_min_conf": self.chosen.fit_min_conf},
+            "best": {"method": self.best.method, "fit_min_conf": self.best.fit_min_conf},
+            "reason": self.reason,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "calibrator": self.calibrator.to_dict(),
+        }
+
+
+def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
+    if criterion == "nll":
+        if not raw_keep.any():
+            return math.nan
+        tt, yy, ww = t[raw_keep], y[raw_keep], w[raw_keep]
+        return float(np.dot(ww, _softplus(tt) - yy * tt) / ww.sum())
+    p = sigmoid(t)
+    keep = p > min_conf
+    if not keep.any():
+        return math.nan
+    return float(_ece(p[keep], y[keep].astype(bool), n_bins=15, weights=w[keep]))
+
+
+def _compress(z, y, k, folds, resolution):
+    """Round logits to ``resolution`` and pool identical (fold, class, logit, label) rows into weights."""
+    q = np.round(z / resolution).astype(np.int64)
+    q -= q.min()
+    kk = np.zeros(z.shape[0], dtype=np.int64) if k is None else k
+    span_q, span_k = int(q.max()) + 1, int(kk.max()) + 1
+    key = ((folds * span_k + kk) * span_q + q) * 2 + y.astype(np.int64)
+    uniq, counts = np.unique(key, return_counts=True)
+    yc = (uniq % 2).astype(np.float64)
+    rest = uniq // 2
+    qc = rest % span_q
+    rest //= span_q
+    kc = rest % span_k
+    fc = rest // span_k
+    zc = (qc + np.round(z / resolution).astype(np.int64).min()) * resolution
+    return zc, yc, (None if k is None else kc), fc, counts.astype(np.float64)
+
+
+def _logit_of(conf: float) -> float:
+    return -math.inf if conf <= 0 else math.log(conf) - math.log1p(-conf)
+
+
+def select_calibrator(
+    logits: Any,
+    labels: Any,
+    *,
+    classes: Any = None,
+    groups: Any = None,
+    methods: Sequence[str] = METHODS,
+    fit_min_confs: Sequence[float] | None = None,
+    min_conf: float = 0.25,
+    criterion: Literal["nll", "ece"] = "nll",
+    n_folds: int = 5,
+    seed: int = 0,
+    cv_resolution: float | None = 0.01,
+) -> Selection:
+    """Cross-validate every (method x fit range) candidate and refit the chosen one.
+
+    Args:
+        logits: ``(n,)`` raw box logits of the fit split.
+        labels: ``(n,)`` bool or 0/1, 1 = correct box.
+        classes: ``(n,)`` predicted class ids (needed by the ``class-*`` methods; without them
+            those methods are skipped).
+        groups: ``(n,)`` image ids: the folds keep an image's boxes together. Without them the
+            folds split boxes (boxes of one image are correlated: pass them).
+        methods: Methods to try; ``none`` is always added.
+        fit_min_confs: Fit floors to try (0.0 = all boxes); default ``(0.0, min_conf / 2)``.
+        min_conf: The operating floor the criterion looks at (the lowest conf threshold used).
+        criterion: ``"nll"`` or ``"ece"``, see the module docstring.
+        n_folds: K >= 2.
+        seed: Seed of the fold assignment and the per-class shrinkage CV.
+        cv_resolution: For speed, the CV fits and scores run on logits rounded to this grid,
+            identical (fold, class, logit, label) rows pooled into weights (0.01 moves a
+            probability by at most 0.0025, far below the folds' noise); None: exact logits.
+            The final refit always uses the exact logits.
+
+    Returns:
+        A :class:`Selection`.
+
+    Raises:
+        InputError: Bad arguments.
+        DegenerateFitError: Every candidate except ``none`` failed (the result would be ``none``
+            anyway; raised only when the data cannot even be scored).
+    """
+    z = _check_logits(logits, "sigmoid")
+    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    k = None if classes is None else _check_classes(classes, z.shape[0])
+    if criterion not in ("nll", "ece"):
+        raise InputError(f"Expected argument `criterion` to be 'nll' or 'ece', but got {criterion!r}")
+    if not (0.0 <= min_conf < 1.0):
+        raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise InputError(f"Expected argument `methods` to hold names from {METHODS}, but got {bad}")
+    floors = tuple(fit_min_confs) if fit_min_confs is not None else (0.0, min_conf / 2)
+    if any(not (0.0 <= f < 1.0) for f in floors):
+        raise InputError(f"Expected every `fit_min_confs` value in [0, 1), but got {floors}")
+    use = [m for m in METHODS if m in set(methods) | {"none"}]
+    if k is None:
+        skipped = [m for m in use if m.startswith("class-")]
+        if skipped:
+            log.info("no `classes` given: skipping %s", ", ".join(skipped))
+        use = [m for m in use if not m.startswith("class-")]
+    folds = group_folds(z.shape[0], n_folds, groups, seed=seed)
+    if not np.isfinite(z).all():
+        raise DegenerateFitError("calibrator selection got non-finite logits (nan or inf)")
+    if cv_resolution is not None:
+        if not (isinstance(cv_resolution, (int, float)) and cv_resolution > 0):
+            raise InputError(f"Expected argument `cv_resolution` to be a number > 0 or None, but got {cv_resolution!r}")
+        zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
+    else:
+        zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
+    raw_keep = zc > _logit_of(min_conf)
+    if not raw_keep.any() and criterion == "nll":
+        raise DegenerateFitError(
+            f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
+        )
+
+    cands: list[Candidate] = []
+    for method in use:
+        for floor in (0.0,) if method == "none" else floors:
+            cands.append(_cv_candidate(method, floor, zc, yc, kc, wc, fc, n_folds, raw_keep, criterion, min_conf, seed))
+
+    order = {m: i for i, m in enumerate(METHODS)}
+    ok = [c for c in cands if c.error is None and math.isfinite(c.mean)]
+    if not ok:
+        raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
+    best = min(ok, key=lambda c: c.mean)
+    limit = best.mean + (best.se if math.isfinite(best.se) else 0.0)
+    within = [c for c in ok if c.mean <= limit]
+    chosen = min(within, key=lambda c: (order[c.method], floors.index(c.fit_min_conf) if c.method != "none" else 0))
+    if chosen is best:
+        reason = f"{chosen.name} has the lowest CV {criterion} ({chosen.mean:.5g} ± {chosen.se:.2g} SE)"
+    else:
+        reason = (
+            f"{chosen.name} ({chosen.mean:.5g}) is the simplest candidate within one standard error of the best, "
+            f"{best.name} ({best.mean:.5g} ± {best.se:.2g} SE)"
+        )
+    cal = _refit(chosen, z, y, k, groups, seed)
+    log.info("calibrator selection: %s", reason)
+    return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason)
+
+
+def fit_calibrator(
+    method: str,
+    logits: Any,
+    labels: Any,
+    *,
+    classes: Any = None,
+    groups: Any = None,
+    fit_min_conf: float = 0.0,
+    seed: int = 0,
+) -> Any:
+    """Fit one method on its fit range: the boxes with raw conf above ``fit_min_conf`` (0.0: all).
+
+    Args:
+        method: One of :data:`METHODS`.
+        logits, labels: ``(n,)`` raw logits and 0/1 labels.
+        classes: ``(n,)`` class ids (required by the ``class-*`` methods).
+        groups: ``(n,)`` image ids for the per-class shrinkage CV.
+        fit_min_conf: Fit-range floor in [0, 1).
+        seed: Seed of the shrinkage CV folds.
+
+    Returns:
+        The fitted calibrator (apply it to every box, inside and outside the fit range).
+
+    Raises:
+        InputError: Bad arguments. DegenerateFitError: The fit range cannot determine the map.
+    """
+    if method not in METHODS:
+        raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
+    if not (0.0 <= fit_min_conf < 1.0):
+        raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
+    z = _check_logits(logits, "sigmoid")
+    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    k = None if classes is None else _check_classes(classes, z.shape[0])
+    if method.startswith("class-") and k is None:
+        raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
+    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed)
+
+
+def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
+    return z > _logit_of(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
+
+
+def _refit(c: Candidate, z, y, k, groups, seed) -> Any:
+    m = _fit_range(z, c.fit_min_conf)
+    cal = make_calibrator(c.method, seed=seed, shrinkage=c.shrinkage if c.shrinkage is not None else "auto")
+    kw = {"classes": k[m]} if c.method.startswith("class-") else {}
+    if c.method.startswith("class-") and groups is not None:
+        kw["groups"] = np.asarray(groups)[m]
+    return cal.fit(z[m], y[m], **kw)
+
+
+def _fold_fits(method, grid, z, y, k, w, seed):
+    """Fitted calibrators on one training fold: one per grid value (per-class methods share the
+    global fit and the per-class curves across the grid, warm-started from strong to weak shrinkage)."""
+    if method in ("class-temperature", "class-platt"):
+        kind = "temperature" if method == "class-temperature" else "platt"
+        proto = ClassAffineScaler(kind=kind, shrinkage=math.inf, seed=seed)
+        n_cls = int(k.max()) + 1
+        prior = proto._global(z, y, w)
+        order = sorted(range(len(grid)), key=lambda j: -grid[j])
+        path = proto._path(z, y, w, k, n_cls, prior, [grid[j] for j in order])
+        out = [None] * len(grid)
+        for j, (a, b) in zip(order, path, strict=True):
+            cal = ClassAffineScaler(kind=kind, shrinkage=grid[j])
+            cal.a_, cal.b_, cal.global_a_, cal.global_b_ = a, b, prior[0], prior[1]
+            cal.shrinkage_, cal.cv_nll_, cal.n_classes_ = grid[j], None, n_cls
+            out[j] = cal
+        return out
+    if method == "class-isotonic":
+        from det_calib.isotonic import _check_iso_degenerate
+
+        proto = ClassIsotonicCalibrator(blend=math.inf, seed=seed)
+        _check_iso_degenerate(z, y, w, "per-class isotonic", proto.min_samples)
+        n_cls = int(k.max()) + 1
+        g, own, counts = proto._curves(z, y, w, k, n_cls)
+        out = []
+        for m in grid:
+            cal = ClassIsotonicCalibrator(blend=m)
+            cal.maps_, cal.weights_ = proto._maps(g, own, counts, m)
+            cal.global_, cal.blend_, cal.cv_nll_, cal.n_classes_ = g, m, None, n_cls
+            out.append(cal)
+        return out
+    return [make_calibrator(method, seed=seed).fit(z, y, weights=w)]
+
+
+def _cv_candidate(method, floor, z, y, k, w, folds, n_folds, raw_keep, criterion, min_conf, seed) -> Candidate:
+    in_range = _fit_range(z, floor)
+    per_class = method.startswith("class-")
+    grid: list[float] = [None]  # type: ignore[list-item]
+    if per_class:
+        from det_calib.isotonic import BLEND_GRID
+        from det_calib.scaling import SHRINKAGE_GRID
+
+        grid = list(BLEND_GRID if method == "class-isotonic" else SHRINKAGE_GRID)
+    scores = np.full((n_folds, len(grid)), np.nan)
+    try:
+        for f in range(n_folds):
+            tr = (folds != f) & in_range
+            te = folds == f
+            fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed)
+            for j, cal in enumerate(fits):
+                t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))
+                scores[f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)
+    except DegenerateFitError as e:
+        return Candidate(method, float(floor), math.nan, math.nan, [], error=str(e))
+    mean = np.nanmean(scores, axis=0) if np.isfinite(scores).any() else np.full(len(grid), np.nan)
+    j = int(np.nanargmin(mean)) if np.isfinite(mean).any() else 0
+    col = scores[:, j]
+    se = float(np.nanstd(col, ddof=1) / math.sqrt(np.isfinite(col).sum())) if np.isfinite(col).sum() > 1 else math.nan
+    return Candidate(
+        method, float(floor), float(mean[j]), se, [float(v) for v in col], shrinkage=grid[j] if per_class else None
+    )

@@ -1,0 +1,89 @@
+"""Isotonic calibrators: PAV parity with scikit-learn, a strictly increasing logit map, shrinkage."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from det_calib.errors import DegenerateFitError, InputError
+from det_calib.isotonic import (
+    ClassIsotonicCalibrator,
+    IsotonicCalibrator,
+    PiecewiseLinear,
+    isotonic_regression,
+)
+from det_calib.scaling import sigmoid
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_pav_matches_sklearn_isotonic_regression(seed):
+    sk = pytest.importorskip("sklearn.isotonic")
+    rng = np.random.default_rng(seed)
+    n = 3000
+    z = np.round(rng.normal(0, 2, n), 1 if seed % 2 else 6)  # with and without ties in x
+    y = (rng.random(n) < sigmoid(z)).astype(float)
+    w = rng.uniform(0.1, 3, n) if seed >= 2 else None
+    ref = sk.IsotonicRegression().fit(z, y, sample_weight=w).predict(z)
+    np.testing.assert_allclose(isotonic_regression(z, y, weights=w), ref, atol=1e-12)
+
+
+def test_pav_known_answer_and_bad_input():
+    assert isotonic_regression([3, 1, 2, 4], [0, 0, 1, 1]).tolist() == [0.5, 0.0, 0.5, 1.0]
+    with pytest.raises(InputError, match="`x` and `y`"):
+        isotonic_regression([1, 2], [1])
+
+
+def test_isotonic_map_is_strictly_increasing_and_calibrates():
+    rng = np.random.default_rng(0)
+    z = rng.normal(-2, 3, 100_000)
+    true_logit = np.where(z < 0, 0.5 * z - 1, 2.0 * z - 1)  # a kink: no affine map fits
+    y = rng.random(z.size) < sigmoid(true_logit)
+    cal = IsotonicCalibrator().fit(z, y)
+    grid = np.linspace(-20, 20, 4001)
+    out = cal.transform_logits(grid)
+    assert (np.diff(out) > 0).all()
+    assert cal.map_.x.size <= 32
+    mid = (grid > -4) & (grid < 3)
+    t = np.where(grid < 0, 0.5 * grid - 1, 2.0 * grid - 1)
+    assert np.abs(sigmoid(out[mid]) - sigmoid(t[mid])).max() < 0.06
+    back = IsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    np.testing.assert_array_equal(back.transform_logits(grid), out)
+
+
+def test_piecewise_linear_hinges_reproduce_the_map():
+    m = PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 0.05)
+    c0, s0, x, coef = m.hinges()
+    z = np.linspace(-10, 10, 101)
+    manual = c0 + s0 * z + (coef[None, :] * np.maximum(z[:, None] - x[None, :], 0)).sum(axis=1)
+    np.testing.assert_allclose(manual, m(z), atol=1e-12)
+    with pytest.raises(InputError, match="strictly increasing"):
+        PiecewiseLinear([0.0, 0.0], [1.0, 2.0], 0.1)
+
+
+def test_isotonic_refuses_one_label():
+    with pytest.raises(DegenerateFitError, match="no correct"):
+        IsotonicCalibrator().fit(np.arange(20.0), np.zeros(20))
+
+
+def test_class_isotonic_shrinks_toward_global():
+    rng = np.random.default_rng(1)
+    k = np.repeat([0, 1, 2], [40_000, 40_000, 15])
+    z = rng.normal(-1, 3, k.size)
+    shift = np.array([-1.0, 1.0, 3.0])
+    y = rng.random(k.size) < sigmoid(z + shift[k])
+    cal = ClassIsotonicCalibrator().fit(z, y, classes=k, groups=np.arange(k.size) // 10)
+    assert math.isfinite(cal.blend_)
+    assert cal.weights_[0] > 0.9 and cal.weights_[1] > 0.9 and cal.weights_[2] < 0.5
+    probe = np.array([0.0])
+    # the big classes get their own curve (planted logit at z=0: -1 and +1)
+    assert cal.transform_logits(probe, classes=[0])[0] == pytest.approx(-1.0, abs=0.25)
+    assert cal.transform_logits(probe, classes=[1])[0] == pytest.approx(1.0, abs=0.25)
+    # the tiny class stays close to the global curve, far from its own +3
+    g = cal.global_(probe)[0]
+    assert abs(cal.transform_logits(probe, classes=[2])[0] - g) < 0.5 * abs(3.0 - g)
+    back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    np.testing.assert_array_equal(back.transform_logits(z[:99], classes=k[:99]),
+                                  cal.transform_logits(z[:99], classes=k[:99]))

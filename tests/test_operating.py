@@ -1,0 +1,103 @@
+"""Operating-point metrics: kept-set ECE and LaECE_0 with the reference toolkit's conventions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from det_calib.errors import InputError
+from det_calib.metrics import bootstrap_ci, ece
+from det_calib.operating import (
+    kept_ece,
+    laece0,
+    reference_bin_index,
+    top_k_per_image_class,
+)
+
+GT_XY = np.array([[0.0, 0.0, 10.0, 10.0]])
+
+
+def _one_image(dets):
+    """dets: (cls, score, x1, y1, x2, y2) rows on image 0."""
+    d = np.asarray(dets, dtype=float)
+    return np.zeros(len(d), int), d[:, 2:6], d[:, 0].astype(int), d[:, 1]
+
+
+def test_laece0_hand_worked_case():
+    di, dx, dc, s = _one_image(
+        [
+            (0, 0.9, 0, 0, 10, 10),  # IoU 1 with the class-0 GT: target 1
+            (0, 0.6, 5, 0, 15, 10),  # the GT is taken: target 0
+            (1, 0.8, 0, 0, 10, 10),  # class 1 has no GT: not averaged
+            (0, 0.2, 0, 0, 10, 10),  # below the 0.25 threshold: not scored
+        ]
+    )
+    got = laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10)
+    assert got == pytest.approx(0.5 * abs(0.9 - 1.0) + 0.5 * abs(0.6 - 0.0))
+
+
+def test_laece0_tau_zero_takes_any_free_ground_truth():
+    # a box overlapping its GT at IoU 0.25: LaECE_0 targets 0.25, tau = 0.5 targets 0
+    di, dx, dc, s = _one_image([(0, 0.7, 0, 0, 10, 2.5)])
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25) == pytest.approx(0.7 - 0.25)
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, tau=0.5) == pytest.approx(0.7)
+
+
+def test_laece0_scores_only_top_100_per_image_and_class():
+    scores = 0.3 + 0.005 * np.arange(101)
+    dets = [(0, sc, 100 + i, 100, 110 + i, 110) for i, sc in enumerate(scores)]  # IoU 0 with the GT
+    di, dx, dc, s = _one_image(dets)
+    got = laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=1)
+    # the best box takes the GT at IoU 0 (target 0), all targets are 0: one bin, error = mean conf
+    assert got == pytest.approx(np.sort(scores)[1:].mean())
+
+
+def test_laece0_drops_classes_with_zero_error_and_first_bin_is_closed_at_zero():
+    gt_xy = np.array([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0]])
+    di, dx, dc, s = _one_image([(0, 1.0, 0, 0, 10, 10), (1, 0.4, 20, 20, 30, 25)])
+    # class 0: conf 1 and IoU 1, error exactly 0 -> dropped; class 1: |0.4 - 0.5|
+    assert laece0(di, dx, dc, s, [0, 0], gt_xy, [0, 1], threshold=0.25) == pytest.approx(0.1)
+    assert reference_bin_index(np.array([0.0, 0.04, 0.04000001, 1.0]), 25).tolist() == [0, 0, 1, 24]
+
+
+def test_top_k_per_image_class():
+    img = np.array([0, 0, 0, 1, 0])
+    cls = np.array([0, 0, 1, 0, 0])
+    score = np.array([0.1, 0.9, 0.5, 0.2, 0.4])
+    assert top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
+
+
+def test_kept_ece_is_ece_of_the_kept_boxes():
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(size=500)
+    y = rng.uniform(size=500) < conf
+    keep = conf > 0.25
+    assert kept_ece(conf, y, threshold=0.25) == ece(conf[keep], y[keep])
+    assert np.isnan(kept_ece(conf, y, threshold=0.9999))
+    with pytest.raises(InputError, match="`conf` and `correct`"):
+        kept_ece(conf, y[:3], threshold=0.25)
+
+
+def test_bootstrap_methods():
+    rng = np.random.default_rng(1)
+    img = np.repeat(np.arange(60), 10)
+    conf = rng.uniform(size=600)
+    y = rng.uniform(size=600) < conf ** 1.3
+    theta = ece(conf, y)
+    p = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="percentile")
+    b = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="basic")
+    bc = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2)
+    assert b == pytest.approx((2 * theta - p[1], 2 * theta - p[0]))
+    assert bc[0] >= 0.0 and bc[0] < bc[1]
+    # the binned error is biased upward: percentile sits higher than the bias-corrected interval
+    assert bc[0] <= p[0] and bc[1] <= p[1]
+    assert bc[0] <= theta <= bc[1]
+    with pytest.raises(InputError, match="`method`"):
+        bootstrap_ci(ece, img, conf, y, n_boot=10, method="bca")
+
+
+def test_laece0_counts_an_inverted_box_as_unmatched():
+    di, dx, dc, s = _one_image([(0, 0.6, 10, 10, 0, 0), (0, 0.5, 0, 0, 10, 10)])
+    # the inverted box (higher score) overlaps nothing but still takes the free GT at tau = 0
+    # with IoU 0; the second box finds no free GT: both targets 0
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10) == pytest.approx(0.55)
