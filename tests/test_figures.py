@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import cv2
 import numpy as np
@@ -175,6 +176,24 @@ def fmc_run(tmp_path_factory, demo_model_path, main_run):
     return out, fmc
 
 
+@pytest.fixture(scope="module")
+def platt_run(tmp_path_factory, demo_model_path):
+    """Platt scaling (sigmoid(a z + b)) on one head: the `after` figures come from its a and b."""
+    out = tmp_path_factory.mktemp("figures_platt") / "platt"
+    det_calib.calibrate(
+        demo_model_path,
+        fixture_data_yaml(),
+        out=out,
+        head="nms",
+        method="platt",
+        run_val=False,
+        report=False,
+        n_boot=50,
+        progress=False,
+    )
+    return out
+
+
 # ----------------------------------------------------------------------------- ground truth
 def _gt(images: list[str]) -> list[list[tuple[int, float, float, float, float]]]:
     """Per image (in the given order): (cls, x1, y1, x2, y2) in pixels from the YOLO label file."""
@@ -279,8 +298,8 @@ def _np_laece(p, t, c, m):
     return float(np.mean([_np_ece(p[c == k], t[c == k], m) for k in np.unique(c)]))
 
 
-def boot_replay(stat, img, arrays, n_boot, seed):
-    """The documented bootstrap, with the resampled boxes materialised (no weights)."""
+def boot_draws(stat, img, arrays, n_boot, seed) -> list[float]:
+    """The documented bootstrap's replicates, with the resampled boxes materialised (no weights)."""
     uniq, inv = np.unique(img, return_inverse=True)
     rows_of = [np.flatnonzero(inv == k) for k in range(len(uniq))]
     rng = np.random.default_rng(seed)
@@ -288,8 +307,94 @@ def boot_replay(stat, img, arrays, n_boot, seed):
     for _ in range(n_boot):
         draw = rng.integers(0, len(uniq), size=len(uniq))
         idx = np.concatenate([rows_of[k] for k in draw])
-        stats.append(stat(*[a[idx] for a in arrays]))
-    return np.percentile(stats, [2.5, 97.5]).tolist()
+        stats.append(float(stat(*[a[idx] for a in arrays])))
+    return stats
+
+
+def bc_interval(draws: list[float], estimate: float, level: float = 0.95) -> list[float]:
+    """Bias-corrected percentile interval (Efron): z0 = Phi^-1(share of replicates below the
+    estimate, ties counted half, clamped to [1/2n, 1 - 1/2n]), then the Phi(2 z0 -+ z) percentiles.
+    nan replicates are dropped. A replicate within 1e-12 of the estimate is a tie: an image draw
+    that is a permutation of the split gives the estimate, up to the summation order."""
+    good = [d for d in draws if not math.isnan(d)]
+    nd = NormalDist()
+    tol = 1e-12 * max(1.0, abs(estimate))
+    below = sum(d < estimate - tol for d in good) + 0.5 * sum(abs(d - estimate) <= tol for d in good)
+    share = min(max(below / len(good), 0.5 / len(good)), 1.0 - 0.5 / len(good))
+    z0, za = nd.inv_cdf(share), nd.inv_cdf(0.5 + level / 2)
+    return np.percentile(good, [100 * nd.cdf(2 * z0 - za), 100 * nd.cdf(2 * z0 + za)]).tolist()
+
+
+def normal_interval(draws: list[float], estimate: float, level: float = 0.95) -> list[float]:
+    """estimate -+ z * SD of the (non-nan) replicates (n - 1 in the SD)."""
+    good = [d for d in draws if not math.isnan(d)]
+    mean = sum(good) / len(good)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in good) / (len(good) - 1))
+    half = NormalDist().inv_cdf(0.5 + level / 2) * sd
+    return [estimate - half, estimate + half]
+
+
+def boot_bc(stat, img, arrays, n_boot, seed):
+    """The BC interval of ``stat`` replayed: the estimate from the full arrays, the replicates redrawn."""
+    return bc_interval(boot_draws(stat, img, arrays, n_boot, seed), float(stat(*arrays)))
+
+
+# ----------------------------------------------------------------------------- LaECE_0, reference conventions
+def _iou(d, g) -> float:
+    iw = max(0.0, min(d[2], g[2]) - max(d[0], g[0]))
+    ih = max(0.0, min(d[3], g[3]) - max(d[1], g[1]))
+    inter = iw * ih
+    union = (d[2] - d[0]) * (d[3] - d[1]) + (g[2] - g[0]) * (g[3] - g[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def laece0_targets(rows, scores, gt_by_image, thr, max_dets=100) -> list[tuple[int, float, float]]:
+    """(box index, score, target) of each scored box at ``thr``: boxes with score > thr; per image
+    and class the ``max_dets`` highest (ties: higher logit, then input order); visited by score, each
+    takes the best still-free same-class GT whatever its IoU (tau = 0; on equal IoU the later GT
+    of the label file), target its IoU, 0 when no GT is left."""
+    groups: dict = {}
+    for i, r in enumerate(rows):
+        if scores[i] > thr:
+            groups.setdefault((r["image"], r["cls"]), []).append(i)
+    out = []
+    for (image, c), idx in groups.items():
+        idx = sorted(idx, key=lambda i: (-scores[i], -rows[i]["logit"], i))[:max_dets]
+        gts = [g[1:] for g in gt_by_image.get(image, []) if g[0] == c]
+        taken = [False] * len(gts)
+        for i in idx:
+            r = rows[i]
+            d = (r["x1"], r["y1"], max(r["x1"], r["x2"]), max(r["y1"], r["y2"]))
+            best, best_iou = -1, -1.0
+            for k, g in enumerate(gts):
+                if not taken[k] and _iou(d, g) >= best_iou:
+                    best, best_iou = k, _iou(d, g)
+            if best >= 0:
+                taken[best] = True
+            out.append((i, scores[i], best_iou if best >= 0 else 0.0))
+    return out
+
+
+def laece0_of(conf, target, cls, gt_classes, m=25) -> float:
+    """Class mean of sum_b |sum conf - sum target| / N_c, bins [0, 1/M] then (k/M, (k+1)/M], over
+    classes with GT and boxes; a class at exactly 0 is left out; nan when none is left."""
+    per = []
+    for c in sorted(set(cls) & set(gt_classes)):
+        sums: dict = {}
+        n = 0
+        for p, t, k in zip(conf, target, cls):
+            if k != c:
+                continue
+            b = 0
+            while b < m - 1 and p > (b + 1) / m:
+                b += 1
+            sc, st = sums.get(b, (0.0, 0.0))
+            sums[b] = (sc + p, st + t)
+            n += 1
+        v = sum(abs(sc - st) for sc, st in sums.values()) / n
+        if v != 0.0:
+            per.append(v)
+    return sum(per) / len(per) if per else float("nan")
 
 
 # ----------------------------------------------------------------------------- mAP with pycocotools
@@ -352,6 +457,24 @@ def split_images(out: Path) -> tuple[list[str], list[str]]:
     return fit, ev
 
 
+def calibration_map(s: dict, head: str):
+    """(calibrated logit of a raw logit, T or None) from the calibrator recorded in calibration.json."""
+    rec = s.get("calibrators", {}).get(head)  # written when a calibrator is not a temperature
+    if rec is None:
+        assert s["method"] == "temperature"
+        t = s["temperature"][head]
+        return (lambda z: z / t), t
+    if rec["method"] == "temperature":
+        t = rec["params"]["temperature"]
+        assert t == s["temperature"][head]
+        return (lambda z: z / t), t
+    if rec["method"] == "platt":
+        a, b = rec["params"]["map"]["a"], rec["params"]["map"]["b"]
+        assert head not in s["temperature"]
+        return (lambda z: a * z + b), None
+    raise AssertionError(f"no recomputation for method {rec['method']!r}")
+
+
 def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
     s = json.loads((out / "calibration.json").read_text())
     boxes = pl.read_parquet(out / "boxes.parquet")
@@ -363,30 +486,35 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
     assert names == list(det_calib.demo.CLASS_NAMES)
     fit_name, ev_name = s["splits"]["fit"], s["splits"]["eval"]
     fit_images, ev_images = halves
+    assert s["gt_counts"] == {
+        fit_name: _gt_counts(fit_images, len(names)),
+        ev_name: _gt_counts(ev_images, len(names)),
+    }
     for head in s["heads"]:
-        T = s["temperature"][head]
+        cal, T = calibration_map(s, head)
         hb = boxes.filter(pl.col("head") == head)
 
         # ---- fit figures
         f = s["fit"][head]
         fb = hb.filter((pl.col("split") == fit_name) & ~pl.col("ignore") & (pl.col("conf") >= s["fit_min_conf"]))
         zf, yf, pf = fb["logit"].to_list(), fb["correct"].to_list(), fb["conf"].to_list()
-        pf1 = [_sig(z, T) for z in zf]
+        pf1 = [_sig(cal(z), 1.0) for z in zf]
         assert (f["split"], f["images"], f["boxes"], f["correct"]) == (fit_name, len(fit_images), len(zf), sum(yf))
         assert f["nll_before"] == _approx(nll_loop(zf, yf, 1.0))
-        assert f["nll_after"] == _approx(nll_loop(zf, yf, T))
+        assert f["nll_after"] == _approx(nll_loop([cal(z) for z in zf], yf, 1.0))
         assert f["ece_before"] == _approx(ece_loop(pf, yf, M))
         assert f["ece_after"] == _approx(ece_loop(pf1, yf, M))
         assert f["brier_before"] == _approx(brier_loop(pf, yf))
         assert f["brier_after"] == _approx(brier_loop(pf1, yf))
-        assert f["iterations"] >= 1
-        # T minimises the fit NLL (scipy, in log T)
-        from scipy.optimize import minimize_scalar
+        if T is not None:
+            assert f["iterations"] >= 1
+            # T minimises the fit NLL (scipy, in log T)
+            from scipy.optimize import minimize_scalar
 
-        za, ya = np.asarray(zf), np.asarray(yf)
-        obj = lambda u, za=za, ya=ya: float(np.mean(np.logaddexp(0, np.where(ya, -za, za) / math.exp(u))))
-        best = minimize_scalar(obj, bracket=(-1.0, 1.0), tol=1e-10)
-        assert T == pytest.approx(math.exp(best.x), rel=1e-4)
+            za, ya = np.asarray(zf), np.asarray(yf)
+            obj = lambda u, za=za, ya=ya: float(np.mean(np.logaddexp(0, np.where(ya, -za, za) / math.exp(u))))
+            best = minimize_scalar(obj, bracket=(-1.0, 1.0), tol=1e-10)
+            assert T == pytest.approx(math.exp(best.x), rel=1e-4)
 
         # ---- eval figures
         e = s["eval"][head]
@@ -401,7 +529,8 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         cls = [r["cls"] for r in rows]
         loc = [r["loc_iou"] for r in rows]
         p0 = [r["conf"] for r in rows]
-        p1 = [_sig(zi, T) for zi in z]
+        u1 = [cal(zi) for zi in z]
+        p1 = [_sig(ui, 1.0) for ui in u1]
         gt = _gt(ev_images)
         gt_cls = [g[0] for im in gt for g in im]
         assert (e["boxes"], e["correct"], e["n_gt"], e["ignored"]) == (
@@ -411,11 +540,11 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
             eb_all.height - len(rows),
         )
         feats = [features(r) for r in rows]
-        for tag, p, t in (("before", p0, 1.0), ("after", p1, T)):
+        for tag, p, u in (("before", p0, z), ("after", p1, u1)):
             assert e[f"ece_{tag}"] == _approx(ece_loop(p, y, M)), tag
             assert e[f"ace_{tag}"] == _approx(ace_loop(p, y, M)), tag
             assert e[f"mce_{tag}"] == _approx(mce_loop(p, y, M)), tag
-            assert e[f"nll_{tag}"] == _approx(nll_loop(z, y, t)), tag
+            assert e[f"nll_{tag}"] == _approx(nll_loop(u, y, 1.0)), tag
             assert e[f"brier_{tag}"] == _approx(brier_loop(p, y)), tag
             assert e[f"dece_{tag}"] == _approx(dece_loop(p, y, feats, s["dece_bins"])), tag
             assert e[f"laece_{tag}"] == _approx(laece_loop(p, loc, cls, ML)), tag
@@ -437,7 +566,7 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         img_index = {name: k for k, name in enumerate(ev_images)}
         all_rows = [dict(r, _img=img_index[r["image"]]) for r in eb_all.to_dicts()]
         m0 = coco_map_independent(all_rows, [_sig(r["logit"], 1.0) for r in all_rows], gt, s["max_det"])
-        m1 = coco_map_independent(all_rows, [_sig(r["logit"], T) for r in all_rows], gt, s["max_det"])
+        m1 = coco_map_independent(all_rows, [_sig(cal(r["logit"]), 1.0) for r in all_rows], gt, s["max_det"])
         assert (e["map50_95_before"], e["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
         assert (e["map50_95_after"], e["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
         assert e["map_identical"] == (m0 == m1)
@@ -462,6 +591,9 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
                 pc_p, pc_y = [p[i] for i in idx], [y[i] for i in idx]
                 assert pc[f"ece_{tag}"] == _approx(ece_loop(pc_p, pc_y, M)), (c, tag)
                 assert pc[f"laece_{tag}"] == _approx(ece_loop(pc_p, [loc[i] for i in idx], ML)), (c, tag)
+                kept = [i for i in idx if p[i] > min(s["conf_thresholds"])]
+                want = ece_loop([p[i] for i in kept], [y[i] for i in kept], M) if kept else None
+                assert pc[f"kept_ece_{tag}"] == (None if want is None else _approx(want)), (c, tag)
             for sh in pc["threshold_shift"]:
                 want = _shift_by_hand(
                     sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T
@@ -474,16 +606,55 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         ece_m = lambda p, yy: _np_ece(p, yy, M)
         lae_m = lambda p, t, c: _np_laece(p, t, c, ML)
         for tag, p in (("before", a_p0), ("after", a_p1)):
-            assert e[f"ece_{tag}_ci"] == pytest.approx(boot_replay(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9)
-            assert e[f"laece_{tag}_ci"] == pytest.approx(
-                boot_replay(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9
-            )
+            assert e[f"ece_{tag}_ci"] == pytest.approx(boot_bc(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9)
+            assert e[f"laece_{tag}_ci"] == pytest.approx(boot_bc(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9)
             for c, pc in pcs.items():
                 m = a_cls == c
                 if m.any():
-                    want = boot_replay(ece_m, img[m], [p[m], a_y[m]], n_boot, seed)
+                    want = boot_bc(ece_m, img[m], [p[m], a_y[m]], n_boot, seed)
                     assert pc[f"ece_{tag}_ci"] == pytest.approx(want, rel=1e-9), (c, tag)
+
+        # ---- the operating points: kept-set ECE and LaECE_0 at each --conf
+        gt_by_image = dict(zip(ev_images, gt))
+        gt_classes = sorted(set(gt_cls))
+        for tag, p, a_p in (("before", p0, a_p0), ("after", p1, a_p1)):
+            ops = e[f"operating_{tag}"]
+            assert [o["conf"] for o in ops] == s["conf_thresholds"]
+            for o in ops:
+                t = o["conf"]
+                kept = [i for i in range(len(p)) if p[i] > t]
+                assert (o["boxes"], o["correct"]) == (len(kept), sum(y[i] for i in kept)), (tag, t)
+                if not kept:
+                    assert o["ece"] is None and o["ece_ci"] is None and o["laece0"] is None, (tag, t)
+                    continue
+                want = ece_loop([p[i] for i in kept], [y[i] for i in kept], M)
+                assert o["ece"] == _approx(want), (tag, t)
+                kept_m = lambda q, yy, t=t: _np_ece(q[q > t], yy[q > t], M) if (q > t).any() else float("nan")
+                assert o["ece_ci"] == pytest.approx(
+                    bc_interval(boot_draws(kept_m, img, [a_p, a_y], n_boot, seed), want), rel=1e-9
+                ), (tag, t)
+                scored = laece0_targets(rows, p, gt_by_image, t)
+                la = laece0_of(
+                    [q for _, q, _ in scored], [g for _, _, g in scored], [cls[i] for i, _, _ in scored], gt_classes
+                )
+                assert o["laece0"] == (None if math.isnan(la) else _approx(la)), (tag, t)
+                # replicates: a box keeps its image's match (an image drawn twice: its boxes twice)
+                use, tgt = np.zeros(len(p), dtype=bool), np.zeros(len(p))
+                for i, _, g in scored:
+                    use[i], tgt[i] = True, g
+                la_m = lambda q, g, k, u, gc=gt_classes: laece0_of(q[u].tolist(), g[u].tolist(), k[u].tolist(), gc)
+                draws = boot_draws(la_m, img, [a_p, tgt, a_cls, use], n_boot, seed)
+                assert o["laece0_ci"] == pytest.approx(normal_interval(draws, la), rel=1e-9), (tag, t)
     return s
+
+
+def _gt_counts(images: list[str], n_classes: int) -> list[int]:
+    """Ground-truth boxes per class id, counted from the label files."""
+    counts = [0] * n_classes
+    for name in images:
+        for line in (LABELS / f"{Path(name).stem}.txt").read_text().splitlines():
+            counts[int(float(line.split()[0]))] += 1
+    return counts
 
 
 def _shift_by_hand(t, p0, p1, y, n_gt, T) -> dict:
@@ -499,7 +670,7 @@ def _shift_by_hand(t, p0, p1, y, n_gt, T) -> dict:
 
     return {
         "conf": t,
-        "equivalent_conf": _approx(1 / (1 + ((1 - t) / t) ** (1 / T))),
+        "equivalent_conf": None if T is None else _approx(1 / (1 + ((1 - t) / t) ** (1 / T))),
         "n_gt": n_gt,
         "kept_before": sum(kb),
         "kept_after": sum(ka),
@@ -549,6 +720,10 @@ def test_coco_gt_run_agrees_with_the_yolo_label_run(main_run, coco_run):
     for k, v in ea.items():
         if k == "thresholded":
             assert eb[k][0] == pytest.approx(v[0], rel=1e-9)
+        elif k in ("operating_before", "operating_after"):  # the coco run has two more thresholds
+            assert eb[k][0].keys() == v[0].keys()
+            for kk, vv in v[0].items():
+                assert eb[k][0][kk] == pytest.approx(vv, rel=1e-9, abs=1e-12), (k, kk)
         elif isinstance(v, (float, list)):
             assert eb[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
         else:
@@ -581,3 +756,15 @@ def test_fit_min_conf_exactly_on_a_score(main_run, fmc_run):
     b = pl.read_parquet(out / "boxes.parquet").filter(pl.col("split") == s["splits"]["fit"])
     assert (b["conf"] == fmc).sum() >= 1  # on the boundary: in the fit (conf >= fit_min_conf)
     assert s["fit"]["nms"]["boxes"] == (b["conf"] >= fmc).sum() < b.height
+
+
+def test_platt_run_figures_from_its_parameters(main_run, platt_run):
+    """`--method platt`: every `after` figure recomputed from the recorded a and b."""
+    s = check_run(platt_run, split_images(main_run))
+    assert s["method"] == "platt" and s["heads"] == ["nms"] and s["temperature"] == {}
+    m = s["calibrators"]["nms"]["params"]["map"]
+    assert (m["a"], m["b"]) != (1.0, 0.0)
+    e = s["eval"]["nms"]
+    assert e["ece_after"] != e["ece_before"]
+    assert e["operating_after"][0]["laece0"] != e["operating_before"][0]["laece0"]
+    assert s["threshold_shift"]["nms"][0]["equivalent_conf"] is None
