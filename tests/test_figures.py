@@ -62,7 +62,8 @@ def _exact_thresholds(run: Path) -> tuple[float, float]:
     b = pl.read_parquet(run / "boxes.parquet").filter(
         (pl.col("head") == "nms") & (pl.col("split") == s["splits"]["eval"])
     )
-    conf = sorted(set(b.filter((pl.col("conf") > 0.3) & (pl.col("conf") < 0.9))["conf"].to_list()))
+    # below 0.25: the lowest threshold, the one of the per-class kept ECE
+    conf = sorted(set(b.filter((pl.col("conf") > 0.1) & (pl.col("conf") < 0.25))["conf"].to_list()))
     t_raw = conf[len(conf) // 2]
     for z in sorted(b.filter(pl.col("conf") > 0.3)["logit"].to_list()):
         p = _sig(z, t)
@@ -768,3 +769,49 @@ def test_platt_run_figures_from_its_parameters(main_run, platt_run):
     assert e["ece_after"] != e["ece_before"]
     assert e["operating_after"][0]["laece0"] != e["operating_before"][0]["laece0"]
     assert s["threshold_shift"]["nms"][0]["equivalent_conf"] is None
+
+
+def test_laece0_recomputation_on_the_edge_cases():
+    """The plain-Python LaECE_0 against the product's on boxes the fixture runs do not produce:
+    scores exactly on bin edges, a class with exactly zero error, a class without ground truth,
+    a box whose best GT is taken by a higher-scored one, equal-IoU GTs, more than 100 boxes."""
+    from det_calib.operating import laece0
+
+    gt = {"a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)], "b": []}
+    gt["b"] = [(2, 0.0, 0.0, 8.0, 8.0)]
+    rows, scores = [], []
+
+    def box(image, c, x1, y1, x2, y2, score):
+        rows.append(dict(image=image, cls=c, x1=x1, y1=y1, x2=x2, y2=y2, logit=score))
+        scores.append(score)
+
+    box("a", 0, 0.0, 0.0, 10.0, 8.0, 0.8)  # IoU 0.8 with the first GT
+    box("a", 0, 0.0, 0.0, 10.0, 9.0, 0.4)  # its best GT is taken: the second one, IoU 0
+    box("a", 0, 50.0, 50.0, 60.0, 60.0, 0.2)  # no GT left
+    box("a", 1, 0.0, 0.0, 10.0, 10.0, 1.0)  # IoU 1, conf 1: exactly zero error, dropped
+    box("a", 3, 0.0, 0.0, 5.0, 5.0, 0.6)  # class without ground truth: left out
+    for k in range(120):  # class 2 on image b: > 100 boxes, scores on the bin edges k/25
+        box("b", 2, 0.0, 0.0, 8.0, 8.0 - k / 100, (k % 24 + 1) / 25)
+    for thr in (0.0, 0.2, 0.4, 1 / 25):
+        scored = laece0_targets(rows, scores, gt, thr)
+        got = laece0_of(
+            [q for _, q, _ in scored],
+            [g for _, _, g in scored],
+            [rows[i]["cls"] for i, _, _ in scored],
+            sorted({g[0] for v in gt.values() for g in v}),
+        )
+        im = {"a": 0, "b": 1}
+        want = laece0(
+            [im[r["image"]] for r in rows],
+            [[r["x1"], r["y1"], r["x2"], r["y2"]] for r in rows],
+            [r["cls"] for r in rows],
+            scores,
+            [im[k] for k, v in gt.items() for _ in v],
+            [g[1:] for v in gt.values() for g in v],
+            [g[0] for v in gt.values() for g in v],
+            threshold=thr,
+        )
+        assert got == pytest.approx(want, rel=1e-12), thr
+    scored = laece0_targets(rows, scores, gt, 0.0)
+    assert sum(rows[i]["cls"] == 2 for i, _, _ in scored) == 100
+    assert [g for i, _, g in scored if i < 3] == [pytest.approx(0.8), 0.0, 0.0]
