@@ -775,10 +775,11 @@ def test_laece0_recomputation_on_the_edge_cases():
     """The plain-Python LaECE_0 against the product's on boxes the fixture runs do not produce:
     scores exactly on bin edges, a class with exactly zero error, a class without ground truth,
     a box whose best GT is taken by a higher-scored one, equal-IoU GTs, more than 100 boxes."""
-    from det_calib.operating import laece0
+    from det_calib.operating import LaECE0Targets, laece0
 
     gt = {"a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)], "b": []}
     gt["b"] = [(2, 0.0, 0.0, 8.0, 8.0)]
+    gt["c"] = [(4, 0.0, 0.0, 10.0, 10.0), (4, 100.0, 0.0, 110.0, 10.0)]
     rows, scores = [], []
 
     def box(image, c, x1, y1, x2, y2, score):
@@ -792,6 +793,18 @@ def test_laece0_recomputation_on_the_edge_cases():
     box("a", 3, 0.0, 0.0, 5.0, 5.0, 0.6)  # class without ground truth: left out
     for k in range(120):  # class 2 on image b: > 100 boxes, scores on the bin edges k/25
         box("b", 2, 0.0, 0.0, 8.0, 8.0 - k / 100, (k % 24 + 1) / 25)
+    # image c: 0.08 = 2/25 exactly, in (1/25, 2/25] with 0.05; the opposite gaps cancel in that bin
+    box("c", 4, 200.0, 200.0, 210.0, 210.0, 0.08)  # IoU 0 with both GTs: takes the later one, target 0
+    box("c", 4, 0.0, 0.0, 10.0, 3.0, 0.05)  # the first GT, target 0.3
+    im = {"a": 0, "b": 1, "c": 2}
+    det = (
+        [im[r["image"]] for r in rows],
+        [[r["x1"], r["y1"], r["x2"], r["y2"]] for r in rows],
+        [r["cls"] for r in rows],
+    )
+    gts = [im[k] for k, v in gt.items() for _ in v], [g[1:] for v in gt.values() for g in v]
+    gts += ([g[0] for v in gt.values() for g in v],)
+    pipeline_path = LaECE0Targets(*det, [r["logit"] for r in rows], *gts)
     for thr in (0.0, 0.2, 0.4, 1 / 25):
         scored = laece0_targets(rows, scores, gt, thr)
         got = laece0_of(
@@ -800,18 +813,11 @@ def test_laece0_recomputation_on_the_edge_cases():
             [rows[i]["cls"] for i, _, _ in scored],
             sorted({g[0] for v in gt.values() for g in v}),
         )
-        im = {"a": 0, "b": 1}
-        want = laece0(
-            [im[r["image"]] for r in rows],
-            [[r["x1"], r["y1"], r["x2"], r["y2"]] for r in rows],
-            [r["cls"] for r in rows],
-            scores,
-            [im[k] for k, v in gt.items() for _ in v],
-            [g[1:] for v in gt.values() for g in v],
-            [g[0] for v in gt.values() for g in v],
-            threshold=thr,
-        )
-        assert got == pytest.approx(want, rel=1e-12), thr
+        assert got == pytest.approx(laece0(*det, scores, *gts, threshold=thr), rel=1e-12), thr
+        assert got == pytest.approx(pipeline_path.laece(np.asarray(scores), threshold=thr), rel=1e-12), thr
     scored = laece0_targets(rows, scores, gt, 0.0)
     assert sum(rows[i]["cls"] == 2 for i, _, _ in scored) == 100
     assert [g for i, _, g in scored if i < 3] == [pytest.approx(0.8), 0.0, 0.0]
+    c_only = [(q, g) for i, q, g in scored if rows[i]["cls"] == 4]
+    assert c_only == [(0.08, 0.0), (0.05, pytest.approx(0.3))]
+    assert laece0_of(*zip(*c_only), [4, 4], [4]) == pytest.approx(abs(0.13 - 0.3) / 2)  # one bin
