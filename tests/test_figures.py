@@ -3,17 +3,22 @@
 The product computes its figures with vectorised numpy (binning by searchsorted-like indexing,
 weighted bincounts, a weighted bootstrap). Here each one is recomputed through another path:
 pycocotools for mAP (the ground truth read straight from the YOLO label files), plain Python
-loops for every binned error, the kept sets counted box by box, NLL/Brier per box, the bootstrap
-intervals replayed from the documented seed and resampling (images drawn uniformly with
-replacement with ``numpy.random.default_rng(seed).integers(0, n_images, n_images)``, every box of
-a drawn image once per draw, 2.5/97.5 percentiles), and the temperature re-minimised with scipy.
+loops for every binned error, the kept sets counted box by box, NLL/Brier per box, LaECE_0 at
+each operating threshold by a plain-Python matching with the reference toolkit's conventions, the
+ground-truth counts from the label files, the bootstrap intervals replayed from the documented seed
+and resampling (images drawn uniformly with replacement with
+``numpy.random.default_rng(seed).integers(0, n_images, n_images)``, every box of a drawn image once
+per draw; the bias-corrected percentile interval, the normal one for LaECE_0, both written here from
+the replicates), and the temperature re-minimised with scipy.
 
-Three real runs of the demo detector on the committed fixture split (12 images, halved into fit
+Real runs of the demo detector on the committed fixture split (12 images, halved into fit
 and eval): the default one (both heads); the same detector with COCO JSON ground truth and two
 extra thresholds placed *exactly* on a raw and on a calibrated score of the run (so ``conf > t``
-and ``conf >= t`` give different kept sets); and the detector with its logits multiplied by 20,
+and ``conf >= t`` give different kept sets); the detector with its logits multiplied by 20,
 whose raw float64 scores saturate to 1.0 (ties that the calibrated scores break), so that mAP
-"after" ranked by the raw scores differs from mAP ranked by the calibrated ones.
+"after" ranked by the raw scores differs from mAP ranked by the calibrated ones; and a Platt
+run (one head) whose "after" figures come from the recorded ``a`` and ``b``. (A run with
+``--fit-min-conf`` on a score is checked too.)
 """
 
 from __future__ import annotations
@@ -698,6 +703,10 @@ def test_every_figure_of_the_default_run(main_run):
         # and the interval is not degenerate
         lo, hi = e["ece_before_ci"]
         assert lo < hi
+        # the operating point is scored, and calibration moves it
+        o0, o1 = e["operating_before"][0], e["operating_after"][0]
+        assert o0["laece0"] is not None and o0["laece0_ci"][0] < o0["laece0"] < o0["laece0_ci"][1]
+        assert (o0["ece"], o0["laece0"]) != (o1["ece"], o1["laece0"])
 
 
 def test_figures_with_thresholds_exactly_on_scores(main_run, coco_run):
