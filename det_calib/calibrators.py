@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import expit, log_softmax, logsumexp, softplus, weighted_mean
 
 __all__ = [
     "T_MAX",
@@ -181,48 +182,8 @@ def _prepare(logits: Any, labels: Any, weights: Any, kind: str) -> tuple[np.ndar
     return z, y, w
 
 
-def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
-    return float(np.mean(x)) if w is None else float(np.dot(w, x) / w.sum())
-
-
 # --------------------------------------------------------------------------------------------
 # objectives
-
-
-def expit(x: np.ndarray) -> np.ndarray:
-    """Logistic sigmoid ``1 / (1 + exp(-x))``, elementwise, accurate over the whole float range.
-
-    ``exp(-x)`` overflows to ``inf`` for ``x < -709``, which gives the correct limit 0 (the
-    relative error elsewhere is a few ulp, also for large negative ``x``); the overflow warning is
-    silenced. Matches ``scipy.special.expit`` (tested).
-    """
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
-
-
-def logsumexp(a: np.ndarray, axis: int = 1) -> np.ndarray:
-    """``log(sum(exp(a), axis))`` without overflow: the maximum along ``axis`` is factored out.
-
-    A row whose maximum is infinite (or all ``-inf``) is shifted by 0 instead, so it gives
-    ``inf``/``-inf`` as the limit. Matches ``scipy.special.logsumexp`` (tested).
-    """
-    a = np.asarray(a, dtype=float)
-    m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):  # log(0) = -inf for an all -inf row
-        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
-    return np.squeeze(out, axis=axis)
-
-
-def log_softmax(a: np.ndarray, axis: int = 1) -> np.ndarray:
-    """``a - logsumexp(a, axis)``: log-probabilities of the softmax along ``axis``."""
-    a = np.asarray(a, dtype=float)
-    return a - np.expand_dims(logsumexp(a, axis=axis), axis)
-
-
-def _softplus(a: np.ndarray) -> np.ndarray:
-    """log(1 + exp(a)) without overflow."""
-    return np.logaddexp(0.0, a)
 
 
 def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
@@ -248,7 +209,7 @@ def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any 
 
 def _binary_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -> float:
     a = z / t
-    return _wmean(_softplus(a) - y * a, w)
+    return weighted_mean(softplus(a) - y * a, w)
 
 
 def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
@@ -272,7 +233,7 @@ def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any
 
 def _softmax_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -> float:
     a = z / t
-    return _wmean(logsumexp(a, axis=1) - a[np.arange(a.shape[0]), y], w)
+    return weighted_mean(logsumexp(a, axis=1) - a[np.arange(a.shape[0]), y], w)
 
 
 Objective = Callable[[float], tuple[float, float, float]]
@@ -287,7 +248,7 @@ def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
     ``softplus(a) = max(a, 0) - log(sigmoid(|a|))`` reuses ``p`` (``sigmoid(|a|) = 0.5 + |p - 0.5|``,
     which lies in [0.5, 1], so the log is accurate), saving a ``logaddexp`` per evaluation.
     """
-    yz = _wmean(y * z, w)
+    yz = weighted_mean(y * z, w)
 
     def fgh(u: float) -> tuple[float, float, float]:
         c = math.exp(-u)
@@ -300,12 +261,12 @@ def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
         sp = np.maximum(a, 0.0)
         sp -= q  # softplus(a)
         pa = p * a
-        m_pa = _wmean(pa, w)
+        m_pa = weighted_mean(pa, w)
         p -= 1.0
         p *= pa
         p *= a  # -p (1 - p) a^2
         g = -(m_pa - c * yz)
-        return _wmean(sp, w) - c * yz, g, -_wmean(p, w) - g
+        return weighted_mean(sp, w) - c * yz, g, -weighted_mean(p, w) - g
 
     return fgh
 
@@ -316,7 +277,7 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
     With ``c = exp(-u)``, ``a = c z``, ``p = softmax(a)``, ``m = E_p[a]``, ``v = Var_p[a]``:
     ``f = mean(lse(a) - a_y)``, ``f' = -mean(m - a_y)``, ``f'' = mean(v + m - a_y)``.
     """
-    zy = _wmean(z[np.arange(z.shape[0]), y], w)
+    zy = weighted_mean(z[np.arange(z.shape[0]), y], w)
 
     def fgh(u: float) -> tuple[float, float, float]:
         c = math.exp(-u)
@@ -325,8 +286,8 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
         p = np.exp(a - lse[:, None])
         m = np.einsum("ij,ij->i", p, a)
         v = np.einsum("ij,ij->i", p, (a - m[:, None]) ** 2)
-        g = -(_wmean(m, w) - c * zy)
-        return _wmean(lse, w) - c * zy, g, _wmean(v, w) - g
+        g = -(weighted_mean(m, w) - c * zy)
+        return weighted_mean(lse, w) - c * zy, g, weighted_mean(v, w) - g
 
     return fgh
 
@@ -356,13 +317,13 @@ def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: 
 
     # Limits of dNLL/dbeta (beta = 1/T; the NLL is convex in beta), see the module docstring.
     if kind == "sigmoid":
-        d_zero = _wmean((0.5 - y) * z, w)
-        d_inf = _wmean((1.0 - y) * np.maximum(z, 0.0) + y * np.maximum(-z, 0.0), w)
+        d_zero = weighted_mean((0.5 - y) * z, w)
+        d_inf = weighted_mean((1.0 - y) * np.maximum(z, 0.0) + y * np.maximum(-z, 0.0), w)
     else:
         rows = np.arange(z.shape[0])
         zy = z[rows, y]
-        d_zero = _wmean(z.mean(axis=1) - zy, w)
-        d_inf = _wmean(z.max(axis=1) - zy, w)
+        d_zero = weighted_mean(z.mean(axis=1) - zy, w)
+        d_inf = weighted_mean(z.max(axis=1) - zy, w)
     if d_inf <= 0.0:
         what = (
             "every correct box has logit >= 0 and every incorrect box logit <= 0"

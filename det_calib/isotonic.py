@@ -28,12 +28,12 @@ import numpy as np
 
 from det_calib.calibrators import _check_logits
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import logit, softplus
 from det_calib.scaling import (
     _check_classes,
     _check_format,
     _LogitCalibrator,
     _prepare,
-    _softplus,
     group_folds,
 )
 
@@ -138,11 +138,6 @@ def isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     return out
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, _EPS, 1.0 - _EPS)
-    return np.log(p) - np.log1p(-p)
-
-
 def _strict(y: np.ndarray) -> np.ndarray:
     """Make ``y`` strictly increasing by at least ``_MIN_RISE`` per step (a running max)."""
     ramp = _MIN_RISE * np.arange(y.size)
@@ -230,7 +225,7 @@ def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slo
     keep = wsum > 0
     xc, wsum, mean = xc[keep], wsum[keep], mean[keep]
     x, _, m = _pool(xc, wsum, mean, max_knots)
-    return PiecewiseLinear(x, _strict(_logit(m)), tail_slope)
+    return PiecewiseLinear(x, _strict(logit(np.clip(m, _EPS, 1.0 - _EPS))), tail_slope)
 
 
 def _check_iso_options(max_knots: Any, tail_slope: Any) -> None:
@@ -487,4 +482,4 @@ def _class_nll(maps: list[PiecewiseLinear], z, y, w, k) -> float:
     for c in np.unique(k):
         m = k == c
         t[m] = maps[int(c)](z[m])
-    return float(np.dot(w, _softplus(t) - y * t) / max(w.sum(), 1e-300))
+    return float(np.dot(w, softplus(t) - y * t) / max(w.sum(), 1e-300))

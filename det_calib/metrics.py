@@ -48,6 +48,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.numeric import binary_nll_logits, weighted_mean
+from det_calib.numeric import sigmoid as _sigmoid
 
 __all__ = [
     "ReliabilityBins",
@@ -78,10 +80,9 @@ _IOU_TOL = 1e-9
 def sigmoid(z: ArrayLike, temperature: float = 1.0) -> np.ndarray:
     """``sigmoid(z / temperature)`` in float64, shape of ``z``; no overflow for any finite ``z``.
 
-    The confidence a calibrated head reports. Written as ``0.5 (1 + tanh(z / 2T))``: exact at 0
-    (0.5), symmetric, saturating to 0 and 1 without overflow warnings.
+    The confidence a calibrated head reports: :func:`det_calib.numeric.sigmoid` of ``z / T``.
     """
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=np.float64) / temperature))
+    return _sigmoid(np.asarray(z, dtype=np.float64) / temperature)
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,17 +205,6 @@ def _uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
     up &= idx < n_bins - 1
     idx += up
     return idx
-
-
-def _weighted_mean(values: np.ndarray, w: np.ndarray | None) -> float:
-    if values.size == 0:
-        return float("nan")
-    if w is None:
-        return float(values.mean())
-    total = float(w.sum())
-    if total <= 0.0:
-        return float("nan")
-    return float(np.dot(w, values) / total)
 
 
 def _sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
@@ -493,7 +483,7 @@ def nll(prob: ArrayLike, correct: ArrayLike, *, eps: float = 1e-12, weights: Arr
     w = _as_weights(weights, n, "prob")
     p = np.clip(p, eps, 1.0 - eps)
     loss = np.where(y > 0.5, -np.log(p), -np.log1p(-p))
-    return _weighted_mean(loss, w)
+    return weighted_mean(loss, w)
 
 
 def nll_logits(
@@ -537,8 +527,7 @@ def nll_logits(
     y = _as_binary(correct, "correct")
     n = _check_lengths(logits=z, correct=y)
     w = _as_weights(weights, n, "logits")
-    loss = np.logaddexp(0.0, np.where(y > 0.5, -z, z))
-    return _weighted_mean(loss, w)
+    return binary_nll_logits(z, y, w)
 
 
 def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = None) -> float:
@@ -559,7 +548,7 @@ def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = No
     y = _as_binary(correct, "correct")
     n = _check_lengths(prob=p, correct=y)
     w = _as_weights(weights, n, "prob")
-    return _weighted_mean((p - y) ** 2, w)
+    return weighted_mean((p - y) ** 2, w)
 
 
 # --------------------------------------------------------------------------------------------

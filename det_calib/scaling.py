@@ -45,6 +45,7 @@ from det_calib.calibrators import (
     _check_weights,
 )
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import sigmoid, softplus, weighted_mean
 
 __all__ = [
     "SHRINKAGE_GRID",
@@ -66,16 +67,6 @@ _VERSION = 1
 
 # --------------------------------------------------------------------------------------------
 # small shared pieces
-
-
-def sigmoid(a: Any) -> np.ndarray:
-    """Logistic function in float64, exact to rounding for any finite input (no overflow)."""
-    a = np.asarray(a, dtype=np.float64)
-    return 0.5 * (1.0 + np.tanh(0.5 * a))
-
-
-def _softplus(a: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, a)
 
 
 def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,7 +188,7 @@ def _fit_affine(
 
     def loss(a_: np.ndarray, b_: np.ndarray) -> np.ndarray:
         t = a_[k] * z + b_[k]
-        out = per_class(w * (_softplus(t) - y * t))
+        out = per_class(w * (softplus(t) - y * t))
         return out + 0.5 * lam * ((a_ - a0) ** 2 + (b_ - b0) ** 2)
 
     f = loss(a, b)
@@ -239,7 +230,7 @@ def _fit_affine(
 
 def _heldout_nll(z, y, w, k, a, b) -> float:
     t = a[k] * z + b[k]
-    return float(np.dot(w, _softplus(t) - y * t))
+    return float(np.dot(w, softplus(t) - y * t))
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,10 +341,9 @@ class PlattScaler(_LogitCalibrator):
         self.a_, self.b_ = float(a[0]), float(b[0])
         self.n_iter_ = int(it)
         self.n_samples_ = int(z.shape[0])
-        sw = w.sum()
-        self.nll_before_ = float(np.dot(w, _softplus(z) - y * z) / sw)
+        self.nll_before_ = weighted_mean(softplus(z) - y * z, w)
         t = self.a_ * z + self.b_
-        self.nll_after_ = float(np.dot(w, _softplus(t) - y * t) / sw)
+        self.nll_after_ = weighted_mean(softplus(t) - y * t, w)
         return self
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:

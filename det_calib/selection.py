@@ -32,13 +32,12 @@ from det_calib.calibrators import TemperatureScaler, _check_labels, _check_logit
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
 from det_calib.metrics import ece as _ece
+from det_calib.numeric import logit_threshold, sigmoid, softplus, weighted_mean
 from det_calib.scaling import (
     ClassAffineScaler,
     PlattScaler,
     _check_classes,
-    _softplus,
     group_folds,
-    sigmoid,
 )
 
 __all__ = [
@@ -243,7 +242,7 @@ def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
         if not raw_keep.any():
             return math.nan
         tt, yy, ww = t[raw_keep], y[raw_keep], w[raw_keep]
-        return float(np.dot(ww, _softplus(tt) - yy * tt) / ww.sum())
+        return weighted_mean(softplus(tt) - yy * tt, ww)
     p = sigmoid(t)
     keep = p > min_conf
     if not keep.any():
@@ -267,10 +266,6 @@ def _compress(z, y, k, folds, resolution):
     fc = rest // span_k
     zc = (qc + np.round(z / resolution).astype(np.int64).min()) * resolution
     return zc, yc, (None if k is None else kc), fc, counts.astype(np.float64)
-
-
-def _logit_of(conf: float) -> float:
-    return -math.inf if conf <= 0 else math.log(conf) - math.log1p(-conf)
 
 
 def select_calibrator(
@@ -343,7 +338,7 @@ def select_calibrator(
         zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
     else:
         zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
-    raw_keep = zc > _logit_of(min_conf)
+    raw_keep = zc > logit_threshold(min_conf)
     if not raw_keep.any() and criterion == "nll":
         raise DegenerateFitError(
             f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
@@ -413,7 +408,7 @@ def fit_calibrator(
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
-    return z > _logit_of(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
+    return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
 def _refit(c: Candidate, z, y, k, groups, seed) -> Any:
