@@ -50,6 +50,7 @@ import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import expit, log_softmax, logsumexp, softplus, weighted_mean
+from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = [
     "T_MAX",
@@ -92,76 +93,10 @@ class ConvergenceWarning(UserWarning):
 # input validation
 
 
-def _as_array(x: Any, name: str) -> np.ndarray:
-    """Convert a numpy array, sequence or torch tensor (without importing torch) to a numpy array."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor
-        x = x.detach().cpu().numpy()
-    try:
-        return np.asarray(x)
-    except Exception as e:  # ragged lists and the like
-        raise InputError(f"`{name}` cannot be converted to an array: {e}") from None
-
-
 def _check_kind(kind: Any) -> str:
     if kind not in KINDS:
         raise InputError(f"Expected argument `kind` to be one of {KINDS}, but got {kind!r}")
     return kind
-
-
-def _check_logits(logits: Any, kind: str) -> np.ndarray:
-    z = _as_array(logits, "logits")
-    if z.dtype == bool or not (np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)):
-        raise InputError(f"Expected argument `logits` to be a real-valued array, but got dtype {z.dtype}")
-    if kind == "sigmoid" and z.ndim != 1:
-        raise InputError(f"Expected argument `logits` of shape (n,) for kind='sigmoid', but got shape {z.shape}")
-    if kind == "softmax" and (z.ndim != 2 or z.shape[1] < 2):
-        raise InputError(
-            f"Expected argument `logits` of shape (n, K) with K >= 2 for kind='softmax', but got shape {z.shape}"
-        )
-    return z.astype(np.float64, copy=False)
-
-
-def _check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
-    y = _as_array(labels, "labels")
-    if y.ndim != 1:
-        raise InputError(f"Expected argument `labels` of shape (n,), but got shape {y.shape}")
-    if y.shape[0] != n:
-        raise InputError(f"Expected argument `labels` to have the length of `logits` ({n}), but got {y.shape[0]}")
-    if kind == "sigmoid":
-        if y.dtype == bool:
-            return y.astype(np.float64)
-        if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
-            raise InputError(f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}")
-        if not np.isin(y, (0, 1)).all():
-            bad = y[~np.isin(y, (0, 1))][:3].tolist()
-            raise InputError(
-                f"Expected argument `labels` to hold only 0/1 for kind='sigmoid', but got e.g. {bad}"
-            )
-        return y.astype(np.float64)
-    if not np.issubdtype(y.dtype, np.integer):
-        raise InputError(
-            f"Expected argument `labels` to hold integer class ids for kind='softmax', but got dtype {y.dtype}"
-        )
-    if n and (y.min() < 0 or y.max() >= n_classes):
-        raise InputError(
-            f"Expected argument `labels` to hold class ids in [0, {n_classes}), "
-            f"but got values in [{y.min()}, {y.max()}]"
-        )
-    return y.astype(np.intp, copy=False)
-
-
-def _check_weights(weights: Any, n: int) -> np.ndarray | None:
-    if weights is None:
-        return None
-    w = _as_array(weights, "weights")
-    if w.ndim != 1 or w.shape[0] != n:
-        raise InputError(f"Expected argument `weights` of shape ({n},), but got shape {w.shape}")
-    w = w.astype(np.float64)
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise InputError("Expected argument `weights` to be finite and >= 0")
-    if not (w > 0).any():
-        raise InputError("Expected argument `weights` to have at least one positive weight, but all are 0")
-    return w
 
 
 def _check_temperature(temperature: Any) -> float:
@@ -175,10 +110,10 @@ def _check_temperature(temperature: Any) -> float:
 
 
 def _prepare(logits: Any, labels: Any, weights: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    z = _check_logits(logits, kind)
+    z = check_logits(logits, kind)
     k = z.shape[1] if kind == "softmax" else 2
-    y = _check_labels(labels, kind, z.shape[0], k)
-    w = _check_weights(weights, z.shape[0])
+    y = check_labels(labels, kind, z.shape[0], k)
+    w = check_weights(weights, z.shape[0])
     return z, y, w
 
 
@@ -531,7 +466,7 @@ class TemperatureScaler:
     def transform_logits(self, logits: Any) -> np.ndarray:
         """Return the scaled logits ``z / T`` (float64, same shape as ``logits``)."""
         t = self._check_fitted()
-        return _check_logits(logits, _check_kind(self.kind)) / t
+        return check_logits(logits, _check_kind(self.kind)) / t
 
     def predict_proba(self, logits: Any) -> np.ndarray:
         """Calibrated probabilities.

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from det_calib.calibrators import _check_logits
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import logit, softplus
 from det_calib.scaling import (
@@ -36,6 +35,7 @@ from det_calib.scaling import (
     _prepare,
     group_folds,
 )
+from det_calib.validation import check_logits
 
 __all__ = ["BLEND_GRID", "ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear", "isotonic_regression"]
 
@@ -286,7 +286,7 @@ class IsotonicCalibrator(_LogitCalibrator):
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Calibrated logits ``map_(z)`` (float64, ``(n,)``)."""
         self._check_fitted()
-        return self.map_(_check_logits(logits, "sigmoid"))
+        return self.map_(check_logits(logits, "sigmoid"))
 
     def to_dict(self) -> dict[str, Any]:
         """``{"format": "det_calib.IsotonicCalibrator", "version": 1, "map": {"x": [...], "y": [...],
@@ -438,7 +438,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Per-box calibrated logits (float64, ``(n,)``)."""
         self._check_fitted()
-        z = _check_logits(logits, "sigmoid")
+        z = check_logits(logits, "sigmoid")
         k = _check_classes(classes, z.shape[0])
         out = np.empty_like(z)
         for c in np.unique(k):

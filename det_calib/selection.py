@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators import TemperatureScaler, _check_labels, _check_logits
+from det_calib.calibrators import TemperatureScaler
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
 from det_calib.metrics import ece as _ece
@@ -39,6 +39,7 @@ from det_calib.scaling import (
     _check_classes,
     group_folds,
 )
+from det_calib.validation import check_labels, check_logits
 
 __all__ = [
     "METHODS",
@@ -77,7 +78,7 @@ class Identity:
         return self
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return _check_logits(logits, "sigmoid").copy()
+        return check_logits(logits, "sigmoid").copy()
 
     def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         return sigmoid(self.transform_logits(logits))
@@ -310,8 +311,8 @@ def select_calibrator(
         DegenerateFitError: Every candidate except ``none`` failed (the result would be ``none``
             anyway; raised only when the data cannot even be scored).
     """
-    z = _check_logits(logits, "sigmoid")
-    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    z = check_logits(logits, "sigmoid")
+    y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
     if criterion not in ("nll", "ece"):
         raise InputError(f"Expected argument `criterion` to be 'nll' or 'ece', but got {criterion!r}")
@@ -399,8 +400,8 @@ def fit_calibrator(
         raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
-    z = _check_logits(logits, "sigmoid")
-    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    z = check_logits(logits, "sigmoid")
+    y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
     if method.startswith("class-") and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
