@@ -8,6 +8,8 @@ calls an unchecked core. Messages follow one pattern, naming the argument:
   sequence or torch tensor), :func:`as_1d`, :func:`as_float` (finite float64),
   :func:`as_unit` (in [0, 1]), :func:`as_binary` (bool or 0/1), :func:`as_int_ids`,
   :func:`check_lengths`, :func:`as_weights`, :func:`check_positive_int`.
+* Per-box vectors of a matching call (one entry per box of a reference argument):
+  :func:`as_vector`, :func:`check_length`, :func:`as_real` (inf allowed), :func:`as_integers`.
 * Fits (temperature, Platt, per-class and isotonic calibrators): :func:`check_logits`,
   :func:`check_labels`, :func:`check_weights` (at least one positive weight).
 
@@ -35,9 +37,13 @@ __all__ = [
     "as_binary",
     "as_float",
     "as_int_ids",
+    "as_integers",
+    "as_real",
     "as_unit",
     "as_weights",
+    "as_vector",
     "check_labels",
+    "check_length",
     "check_lengths",
     "check_logits",
     "check_positive_int",
@@ -205,3 +211,38 @@ def as_weights(weights: ArrayLike | None, n: int, ref: str) -> np.ndarray | None
     if w.size and float(w.min()) < 0.0:
         raise InputError(f"Expected argument `weights` to be non-negative, but got {float(w.min()):g}")
     return w
+
+
+def check_length(arr: np.ndarray, name: str, n: int | None, ref: str | None) -> None:
+    """Refuse ``arr`` unless it has ``n`` entries, one per box of the argument ``ref`` (None: any)."""
+    if n is not None and len(arr) != n:
+        raise InputError(
+            f"Expected arguments `{ref}` and `{name}` to have the same length (one entry per box), "
+            f"but got {n} and {len(arr)}"
+        )
+
+
+def as_vector(x: ArrayLike, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+    """``x`` as a 1-D array (any dtype) of ``n`` entries, one per box of ``ref``."""
+    arr = as_1d(x, name)
+    check_length(arr, name, n, ref)
+    return arr
+
+
+def as_real(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` (any shape) in float64, refusing booleans, complex and non-numeric dtypes; nan and
+    inf pass (check them where they matter)."""
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+        raise InputError(f"Expected argument `{name}` to hold real numbers, but got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def as_integers(x: ArrayLike, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+    """1-D int64 array of an integer dtype (booleans and floats refused; an empty array of any
+    dtype passes), ``n`` entries one per box of ``ref``."""
+    arr = as_vector(x, name, n, ref)
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"Expected argument `{name}` to hold integers, but got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
