@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.numeric import expit, log_softmax, logsumexp, softplus, weighted_mean
+from det_calib.numeric import binary_nll_terms, expit, log_softmax, logsumexp, weighted_mean
 from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = [
@@ -144,7 +144,7 @@ def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any 
 
 def _binary_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -> float:
     a = z / t
-    return weighted_mean(softplus(a) - y * a, w)
+    return weighted_mean(binary_nll_terms(a, y), w)
 
 
 def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:

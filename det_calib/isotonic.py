@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.numeric import logit, softplus
+from det_calib.numeric import binary_nll_terms, logit
 from det_calib.scaling import (
     _check_classes,
     _check_format,
@@ -482,4 +482,4 @@ def _class_nll(maps: list[PiecewiseLinear], z, y, w, k) -> float:
     for c in np.unique(k):
         m = k == c
         t[m] = maps[int(c)](z[m])
-    return float(np.dot(w, softplus(t) - y * t) / max(w.sum(), 1e-300))
+    return float(np.dot(w, binary_nll_terms(t, y)) / max(w.sum(), 1e-300))

@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike
 
 __all__ = [
     "binary_nll_logits",
+    "binary_nll_terms",
     "expit",
     "log_sigmoid",
     "log_softmax",
@@ -126,6 +127,17 @@ def weighted_mean(x: np.ndarray, w: np.ndarray | None = None) -> float:
     if total <= 0.0:
         return float("nan")
     return float(np.dot(w, x) / total)
+
+
+def binary_nll_terms(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per-element binary NLL of ``sigmoid(z)`` as ``softplus(z) - y z`` (``y`` float 0/1).
+
+    The form every fit objective is written with (temperature, Platt, per-class, isotonic,
+    selection): it is linear in ``y``, which the gradients use. Exact for ``y = 0``; for ``y = 1``
+    it loses relative accuracy where ``z`` is large (``softplus(z) - z`` cancels), so report
+    losses with :func:`binary_nll_logits`.
+    """
+    return softplus(z) - y * z
 
 
 def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -> float:

@@ -39,7 +39,7 @@ import numpy as np
 
 from det_calib.calibrators import NotFittedError
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.numeric import sigmoid, softplus, weighted_mean
+from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
 from det_calib.validation import as_array, check_labels, check_logits, check_weights
 
 __all__ = [
@@ -183,7 +183,7 @@ def _fit_affine(
 
     def loss(a_: np.ndarray, b_: np.ndarray) -> np.ndarray:
         t = a_[k] * z + b_[k]
-        out = per_class(w * (softplus(t) - y * t))
+        out = per_class(w * binary_nll_terms(t, y))
         return out + 0.5 * lam * ((a_ - a0) ** 2 + (b_ - b0) ** 2)
 
     f = loss(a, b)
@@ -225,7 +225,7 @@ def _fit_affine(
 
 def _heldout_nll(z, y, w, k, a, b) -> float:
     t = a[k] * z + b[k]
-    return float(np.dot(w, softplus(t) - y * t))
+    return float(np.dot(w, binary_nll_terms(t, y)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,9 +336,9 @@ class PlattScaler(_LogitCalibrator):
         self.a_, self.b_ = float(a[0]), float(b[0])
         self.n_iter_ = int(it)
         self.n_samples_ = int(z.shape[0])
-        self.nll_before_ = weighted_mean(softplus(z) - y * z, w)
+        self.nll_before_ = weighted_mean(binary_nll_terms(z, y), w)
         t = self.a_ * z + self.b_
-        self.nll_after_ = weighted_mean(softplus(t) - y * t, w)
+        self.nll_after_ = weighted_mean(binary_nll_terms(t, y), w)
         return self
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:

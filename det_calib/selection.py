@@ -32,7 +32,7 @@ from det_calib.calibrators import TemperatureScaler
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
 from det_calib.metrics import ece as _ece
-from det_calib.numeric import logit_threshold, sigmoid, softplus, weighted_mean
+from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.scaling import (
     ClassAffineScaler,
     PlattScaler,
@@ -243,7 +243,7 @@ def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
         if not raw_keep.any():
             return math.nan
         tt, yy, ww = t[raw_keep], y[raw_keep], w[raw_keep]
-        return weighted_mean(softplus(tt) - yy * tt, ww)
+        return weighted_mean(binary_nll_terms(tt, yy), ww)
     p = sigmoid(t)
     keep = p > min_conf
     if not keep.any():

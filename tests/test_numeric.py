@@ -65,3 +65,12 @@ def test_binary_nll_logits_matches_log_loss_and_stays_finite():
     assert numeric.binary_nll_logits([50.0], [1]) == pytest.approx(math.exp(-50), rel=1e-12)
     assert numeric.binary_nll_logits([50.0], [0]) == pytest.approx(50.0, rel=1e-15)
     assert math.isnan(numeric.binary_nll_logits([], []))
+
+
+def test_binary_nll_terms_is_the_fit_form_and_agrees_with_the_reporting_form():
+    rng = np.random.default_rng(3)
+    zz = rng.normal(0, 4, 3000)
+    y = (rng.random(3000) < 0.5).astype(np.float64)
+    terms = numeric.binary_nll_terms(zz, y)
+    np.testing.assert_array_equal(terms, np.logaddexp(0.0, zz) - y * zz)  # bit for bit: the pinned fits
+    assert numeric.weighted_mean(terms) == pytest.approx(numeric.binary_nll_logits(zz, y), rel=1e-13)
