@@ -49,6 +49,8 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import binary_nll_terms, expit, log_softmax, logsumexp, weighted_mean
+from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = [
     "T_MAX",
@@ -91,76 +93,10 @@ class ConvergenceWarning(UserWarning):
 # input validation
 
 
-def _as_array(x: Any, name: str) -> np.ndarray:
-    """Convert a numpy array, sequence or torch tensor (without importing torch) to a numpy array."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor
-        x = x.detach().cpu().numpy()
-    try:
-        return np.asarray(x)
-    except Exception as e:  # ragged lists and the like
-        raise InputError(f"`{name}` cannot be converted to an array: {e}") from None
-
-
 def _check_kind(kind: Any) -> str:
     if kind not in KINDS:
         raise InputError(f"Expected argument `kind` to be one of {KINDS}, but got {kind!r}")
     return kind
-
-
-def _check_logits(logits: Any, kind: str) -> np.ndarray:
-    z = _as_array(logits, "logits")
-    if z.dtype == bool or not (np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)):
-        raise InputError(f"Expected argument `logits` to be a real-valued array, but got dtype {z.dtype}")
-    if kind == "sigmoid" and z.ndim != 1:
-        raise InputError(f"Expected argument `logits` of shape (n,) for kind='sigmoid', but got shape {z.shape}")
-    if kind == "softmax" and (z.ndim != 2 or z.shape[1] < 2):
-        raise InputError(
-            f"Expected argument `logits` of shape (n, K) with K >= 2 for kind='softmax', but got shape {z.shape}"
-        )
-    return z.astype(np.float64, copy=False)
-
-
-def _check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
-    y = _as_array(labels, "labels")
-    if y.ndim != 1:
-        raise InputError(f"Expected argument `labels` of shape (n,), but got shape {y.shape}")
-    if y.shape[0] != n:
-        raise InputError(f"Expected argument `labels` to have the length of `logits` ({n}), but got {y.shape[0]}")
-    if kind == "sigmoid":
-        if y.dtype == bool:
-            return y.astype(np.float64)
-        if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
-            raise InputError(f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}")
-        if not np.isin(y, (0, 1)).all():
-            bad = y[~np.isin(y, (0, 1))][:3].tolist()
-            raise InputError(
-                f"Expected argument `labels` to hold only 0/1 for kind='sigmoid', but got e.g. {bad}"
-            )
-        return y.astype(np.float64)
-    if not np.issubdtype(y.dtype, np.integer):
-        raise InputError(
-            f"Expected argument `labels` to hold integer class ids for kind='softmax', but got dtype {y.dtype}"
-        )
-    if n and (y.min() < 0 or y.max() >= n_classes):
-        raise InputError(
-            f"Expected argument `labels` to hold class ids in [0, {n_classes}), "
-            f"but got values in [{y.min()}, {y.max()}]"
-        )
-    return y.astype(np.intp, copy=False)
-
-
-def _check_weights(weights: Any, n: int) -> np.ndarray | None:
-    if weights is None:
-        return None
-    w = _as_array(weights, "weights")
-    if w.ndim != 1 or w.shape[0] != n:
-        raise InputError(f"Expected argument `weights` of shape ({n},), but got shape {w.shape}")
-    w = w.astype(np.float64)
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise InputError("Expected argument `weights` to be finite and >= 0")
-    if not (w > 0).any():
-        raise InputError("Expected argument `weights` to have at least one positive weight, but all are 0")
-    return w
 
 
 def _check_temperature(temperature: Any) -> float:
@@ -174,55 +110,15 @@ def _check_temperature(temperature: Any) -> float:
 
 
 def _prepare(logits: Any, labels: Any, weights: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    z = _check_logits(logits, kind)
+    z = check_logits(logits, kind)
     k = z.shape[1] if kind == "softmax" else 2
-    y = _check_labels(labels, kind, z.shape[0], k)
-    w = _check_weights(weights, z.shape[0])
+    y = check_labels(labels, kind, z.shape[0], k)
+    w = check_weights(weights, z.shape[0])
     return z, y, w
-
-
-def _wmean(x: np.ndarray, w: np.ndarray | None) -> float:
-    return float(np.mean(x)) if w is None else float(np.dot(w, x) / w.sum())
 
 
 # --------------------------------------------------------------------------------------------
 # objectives
-
-
-def expit(x: np.ndarray) -> np.ndarray:
-    """Logistic sigmoid ``1 / (1 + exp(-x))``, elementwise, accurate over the whole float range.
-
-    ``exp(-x)`` overflows to ``inf`` for ``x < -709``, which gives the correct limit 0 (the
-    relative error elsewhere is a few ulp, also for large negative ``x``); the overflow warning is
-    silenced. Matches ``scipy.special.expit`` (tested).
-    """
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
-
-
-def logsumexp(a: np.ndarray, axis: int = 1) -> np.ndarray:
-    """``log(sum(exp(a), axis))`` without overflow: the maximum along ``axis`` is factored out.
-
-    A row whose maximum is infinite (or all ``-inf``) is shifted by 0 instead, so it gives
-    ``inf``/``-inf`` as the limit. Matches ``scipy.special.logsumexp`` (tested).
-    """
-    a = np.asarray(a, dtype=float)
-    m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):  # log(0) = -inf for an all -inf row
-        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
-    return np.squeeze(out, axis=axis)
-
-
-def log_softmax(a: np.ndarray, axis: int = 1) -> np.ndarray:
-    """``a - logsumexp(a, axis)``: log-probabilities of the softmax along ``axis``."""
-    a = np.asarray(a, dtype=float)
-    return a - np.expand_dims(logsumexp(a, axis=axis), axis)
-
-
-def _softplus(a: np.ndarray) -> np.ndarray:
-    """log(1 + exp(a)) without overflow."""
-    return np.logaddexp(0.0, a)
 
 
 def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
@@ -248,7 +144,7 @@ def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any 
 
 def _binary_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -> float:
     a = z / t
-    return _wmean(_softplus(a) - y * a, w)
+    return weighted_mean(binary_nll_terms(a, y), w)
 
 
 def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
@@ -272,7 +168,7 @@ def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any
 
 def _softmax_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -> float:
     a = z / t
-    return _wmean(logsumexp(a, axis=1) - a[np.arange(a.shape[0]), y], w)
+    return weighted_mean(logsumexp(a, axis=1) - a[np.arange(a.shape[0]), y], w)
 
 
 Objective = Callable[[float], tuple[float, float, float]]
@@ -287,7 +183,7 @@ def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
     ``softplus(a) = max(a, 0) - log(sigmoid(|a|))`` reuses ``p`` (``sigmoid(|a|) = 0.5 + |p - 0.5|``,
     which lies in [0.5, 1], so the log is accurate), saving a ``logaddexp`` per evaluation.
     """
-    yz = _wmean(y * z, w)
+    yz = weighted_mean(y * z, w)
 
     def fgh(u: float) -> tuple[float, float, float]:
         c = math.exp(-u)
@@ -300,12 +196,12 @@ def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
         sp = np.maximum(a, 0.0)
         sp -= q  # softplus(a)
         pa = p * a
-        m_pa = _wmean(pa, w)
+        m_pa = weighted_mean(pa, w)
         p -= 1.0
         p *= pa
         p *= a  # -p (1 - p) a^2
         g = -(m_pa - c * yz)
-        return _wmean(sp, w) - c * yz, g, -_wmean(p, w) - g
+        return weighted_mean(sp, w) - c * yz, g, -weighted_mean(p, w) - g
 
     return fgh
 
@@ -316,7 +212,7 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
     With ``c = exp(-u)``, ``a = c z``, ``p = softmax(a)``, ``m = E_p[a]``, ``v = Var_p[a]``:
     ``f = mean(lse(a) - a_y)``, ``f' = -mean(m - a_y)``, ``f'' = mean(v + m - a_y)``.
     """
-    zy = _wmean(z[np.arange(z.shape[0]), y], w)
+    zy = weighted_mean(z[np.arange(z.shape[0]), y], w)
 
     def fgh(u: float) -> tuple[float, float, float]:
         c = math.exp(-u)
@@ -325,8 +221,8 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
         p = np.exp(a - lse[:, None])
         m = np.einsum("ij,ij->i", p, a)
         v = np.einsum("ij,ij->i", p, (a - m[:, None]) ** 2)
-        g = -(_wmean(m, w) - c * zy)
-        return _wmean(lse, w) - c * zy, g, _wmean(v, w) - g
+        g = -(weighted_mean(m, w) - c * zy)
+        return weighted_mean(lse, w) - c * zy, g, weighted_mean(v, w) - g
 
     return fgh
 
@@ -356,13 +252,13 @@ def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: 
 
     # Limits of dNLL/dbeta (beta = 1/T; the NLL is convex in beta), see the module docstring.
     if kind == "sigmoid":
-        d_zero = _wmean((0.5 - y) * z, w)
-        d_inf = _wmean((1.0 - y) * np.maximum(z, 0.0) + y * np.maximum(-z, 0.0), w)
+        d_zero = weighted_mean((0.5 - y) * z, w)
+        d_inf = weighted_mean((1.0 - y) * np.maximum(z, 0.0) + y * np.maximum(-z, 0.0), w)
     else:
         rows = np.arange(z.shape[0])
         zy = z[rows, y]
-        d_zero = _wmean(z.mean(axis=1) - zy, w)
-        d_inf = _wmean(z.max(axis=1) - zy, w)
+        d_zero = weighted_mean(z.mean(axis=1) - zy, w)
+        d_inf = weighted_mean(z.max(axis=1) - zy, w)
     if d_inf <= 0.0:
         what = (
             "every correct box has logit >= 0 and every incorrect box logit <= 0"
@@ -570,7 +466,7 @@ class TemperatureScaler:
     def transform_logits(self, logits: Any) -> np.ndarray:
         """Return the scaled logits ``z / T`` (float64, same shape as ``logits``)."""
         t = self._check_fitted()
-        return _check_logits(logits, _check_kind(self.kind)) / t
+        return check_logits(logits, _check_kind(self.kind)) / t
 
     def predict_proba(self, logits: Any) -> np.ndarray:
         """Calibrated probabilities.

@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from det_calib.calibrators import _check_logits
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import binary_nll_terms, logit
 from det_calib.scaling import (
     _check_classes,
     _check_format,
     _LogitCalibrator,
     _prepare,
-    _softplus,
     group_folds,
 )
+from det_calib.validation import check_logits
 
 __all__ = ["BLEND_GRID", "ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear", "isotonic_regression"]
 
@@ -138,11 +138,6 @@ def isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     return out
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, _EPS, 1.0 - _EPS)
-    return np.log(p) - np.log1p(-p)
-
-
 def _strict(y: np.ndarray) -> np.ndarray:
     """Make ``y`` strictly increasing by at least ``_MIN_RISE`` per step (a running max)."""
     ramp = _MIN_RISE * np.arange(y.size)
@@ -230,7 +225,7 @@ def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slo
     keep = wsum > 0
     xc, wsum, mean = xc[keep], wsum[keep], mean[keep]
     x, _, m = _pool(xc, wsum, mean, max_knots)
-    return PiecewiseLinear(x, _strict(_logit(m)), tail_slope)
+    return PiecewiseLinear(x, _strict(logit(np.clip(m, _EPS, 1.0 - _EPS))), tail_slope)
 
 
 def _check_iso_options(max_knots: Any, tail_slope: Any) -> None:
@@ -291,7 +286,7 @@ class IsotonicCalibrator(_LogitCalibrator):
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Calibrated logits ``map_(z)`` (float64, ``(n,)``)."""
         self._check_fitted()
-        return self.map_(_check_logits(logits, "sigmoid"))
+        return self.map_(check_logits(logits, "sigmoid"))
 
     def to_dict(self) -> dict[str, Any]:
         """``{"format": "det_calib.IsotonicCalibrator", "version": 1, "map": {"x": [...], "y": [...],
@@ -443,7 +438,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Per-box calibrated logits (float64, ``(n,)``)."""
         self._check_fitted()
-        z = _check_logits(logits, "sigmoid")
+        z = check_logits(logits, "sigmoid")
         k = _check_classes(classes, z.shape[0])
         out = np.empty_like(z)
         for c in np.unique(k):
@@ -487,4 +482,4 @@ def _class_nll(maps: list[PiecewiseLinear], z, y, w, k) -> float:
     for c in np.unique(k):
         m = k == c
         t[m] = maps[int(c)](z[m])
-    return float(np.dot(w, _softplus(t) - y * t) / max(w.sum(), 1e-300))
+    return float(np.dot(w, binary_nll_terms(t, y)) / max(w.sum(), 1e-300))

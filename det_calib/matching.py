@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
+from det_calib.validation import as_integers, as_real, as_vector, check_length
 
 __all__ = ["MatchResult", "box_iou", "match_detections", "match_table"]
 
@@ -133,67 +134,42 @@ def box_iou(a, b, *, crowd=None) -> np.ndarray:
 # Input validation
 
 
-def _check_len(arr: np.ndarray, name: str, n: int | None, ref: str | None) -> None:
-    if n is not None and len(arr) != n:
-        raise InputError(f"`{name}` has {len(arr)} entries but `{ref}` has {n}; they must be one per box")
-
-
-def _vector(x, name: str, n: int | None, ref: str | None) -> np.ndarray:
-    """``x`` as a 1-D array of ``n`` entries (one per box of ``ref``)."""
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise InputError(f"`{name}` must be a 1-D array, got shape {arr.shape}")
-    _check_len(arr, name, n, ref)
-    return arr
-
-
-def _real(arr: np.ndarray, name: str) -> np.ndarray:
-    """``arr`` in float64, refusing booleans, complex and non-numeric dtypes."""
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-        raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
-    return arr.astype(np.float64, copy=False)
-
-
-def _ids(x, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
-    arr = _vector(x, name, n, ref)
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise InputError(f"`{name}` must hold integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
-
-
 def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
     arr = np.asarray(x)
     if arr.size == 0 and arr.ndim <= 2 and (arr.ndim < 2 or arr.shape[1] in (0, 4)):
         arr = arr.reshape(0, 4)
     if arr.ndim != 2 or arr.shape[1] != 4:
-        raise InputError(f"`{name}` must have shape (n, 4) (x1, y1, x2, y2), got shape {arr.shape}")
-    _check_len(arr, name, n, ref)
-    arr = _real(arr, name)
+        raise InputError(f"Expected argument `{name}` of shape (n, 4) (x1, y1, x2, y2), but got shape {arr.shape}")
+    check_length(arr, name, n, ref)
+    arr = as_real(arr, name)
     if not np.isfinite(arr).all():
-        raise InputError(f"`{name}` has non-finite coordinates")
+        raise InputError(f"Expected argument `{name}` to have finite coordinates, but it contains nan or inf")
     if ((arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])).any():
-        raise InputError(f"`{name}` has boxes with x2 < x1 or y2 < y1 (expected x1, y1, x2, y2)")
+        raise InputError(
+            f"Expected argument `{name}` to hold boxes x1, y1, x2, y2 with x2 >= x1 and y2 >= y1, "
+            "but some have x2 < x1 or y2 < y1"
+        )
     return arr
 
 
 def _scores(x, name: str, n: int, ref: str) -> np.ndarray:
-    arr = _vector(x, name, n, ref)
+    arr = as_vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.float64)
-    arr = _real(arr, name)
+    arr = as_real(arr, name)
     if np.isnan(arr).any():
-        raise InputError(f"`{name}` has NaN values")
+        raise InputError(f"Expected argument `{name}` to hold no nan, but it does")
     return arr
 
 
 def _flags(x, name: str, n: int, ref: str) -> np.ndarray:
-    arr = _vector(x, name, n, ref)
+    arr = as_vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(bool)
     if arr.dtype != bool:
         if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
+            # this wording is pinned by tests/test_boundaries.py (the one message not yet in the
+            # house style; see det_calib/validation.py)
             raise InputError(f"`{name}` must hold booleans (or 0/1), got dtype {arr.dtype}")
         arr = arr.astype(bool)
     return arr
@@ -203,9 +179,9 @@ def _check_threshold(t) -> float:
     try:
         tf = float(t)
     except (TypeError, ValueError):
-        raise InputError(f"`iou_threshold` must be a number in [0, 1], got {t!r}") from None
+        raise InputError(f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}") from None
     if isinstance(t, bool) or not (0.0 <= tf <= 1.0):
-        raise InputError(f"`iou_threshold` must be a number in [0, 1], got {t!r}")
+        raise InputError(f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}")
     return tf
 
 
@@ -213,7 +189,7 @@ def _check_max_dets(k) -> int | None:
     if k is None:
         return None
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"`max_dets` must be None or an integer >= 1, got {k!r}")
+        raise InputError(f"Expected argument `max_dets` to be None or an integer larger than 0, but got {k!r}")
     return int(k)
 
 
@@ -303,15 +279,15 @@ def match_detections(
     >>> r.correct.tolist(), r.gt_index.tolist()
     ([True, False], [0, -1])
     """
-    d_img = _ids(det_image, "det_image")
+    d_img = as_integers(det_image, "det_image")
     n = len(d_img)
     d_box = _boxes(det_xyxy, "det_xyxy", n, "det_image")
-    d_cls = _ids(det_cls, "det_cls", n, "det_image")
+    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
     d_score = _scores(det_score, "det_score", n, "det_image")
-    g_img = _ids(gt_image, "gt_image")
+    g_img = as_integers(gt_image, "gt_image")
     m = len(g_img)
     g_box = _boxes(gt_xyxy, "gt_xyxy", m, "gt_image")
-    g_cls = _ids(gt_cls, "gt_cls", m, "gt_image")
+    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     g_crowd = np.zeros(m, dtype=bool) if gt_crowd is None else _flags(gt_crowd, "gt_crowd", m, "gt_image")
     thr = min(_check_threshold(iou_threshold), _COCO_T_CAP)
     max_dets = _check_max_dets(max_dets)

@@ -36,6 +36,7 @@ of ``NOTES-metrics.md``. The two agree when all bins hold the same number of box
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import statistics
@@ -48,6 +49,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.numeric import binary_nll_logits, weighted_mean
+from det_calib.numeric import sigmoid as _sigmoid
+from det_calib.validation import (
+    as_1d,
+    as_binary,
+    as_float,
+    as_int_ids,
+    as_unit,
+    as_weights,
+    check_lengths,
+    check_positive_int,
+)
 
 __all__ = [
     "ReliabilityBins",
@@ -78,101 +91,13 @@ _IOU_TOL = 1e-9
 def sigmoid(z: ArrayLike, temperature: float = 1.0) -> np.ndarray:
     """``sigmoid(z / temperature)`` in float64, shape of ``z``; no overflow for any finite ``z``.
 
-    The confidence a calibrated head reports. Written as ``0.5 (1 + tanh(z / 2T))``: exact at 0
-    (0.5), symmetric, saturating to 0 and 1 without overflow warnings.
+    The confidence a calibrated head reports: :func:`det_calib.numeric.sigmoid` of ``z / T``.
     """
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=np.float64) / temperature))
+    return _sigmoid(np.asarray(z, dtype=np.float64) / temperature)
 
 
 # --------------------------------------------------------------------------------------------
 # input validation
-
-
-def _check_n_bins(n_bins: object, name: str = "n_bins") -> int:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
-        raise InputError(f"Expected argument `{name}` to be an integer larger than 0, but got {n_bins!r}")
-    return int(n_bins)
-
-
-def _as_1d(x: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise InputError(f"Expected argument `{name}` to be one-dimensional, but got shape {arr.shape}")
-    return arr
-
-
-def _as_float(x: ArrayLike, name: str) -> np.ndarray:
-    arr = _as_1d(x, name)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"Expected argument `{name}` to be numeric, but got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    if arr.size and not np.isfinite(arr).all():
-        raise InputError(f"Expected argument `{name}` to be finite, but it contains nan or inf")
-    return arr
-
-
-def _as_unit(x: ArrayLike, name: str, *, tol: float = 0.0) -> np.ndarray:
-    """Float array with values in [0, 1] (values up to ``1 + tol`` are clipped to 1)."""
-    arr = _as_float(x, name)
-    if arr.size:
-        lo, hi = float(arr.min()), float(arr.max())
-        if lo < 0.0 or hi > 1.0 + tol:
-            raise InputError(
-                f"Expected argument `{name}` to contain values in [0, 1], but got values in [{lo:g}, {hi:g}]"
-            )
-        if tol and hi > 1.0:
-            arr = np.minimum(arr, 1.0)
-    return arr
-
-
-def _as_binary(x: ArrayLike, name: str) -> np.ndarray:
-    """Float array of 0.0/1.0 from a bool or 0/1 array."""
-    arr = _as_1d(x, name)
-    if arr.dtype == bool:
-        return arr.astype(np.float64)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
-        raise InputError(f"Expected argument `{name}` to be bool or 0/1, but got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    bad = ~((arr == 0.0) | (arr == 1.0))
-    if bad.any():
-        raise InputError(
-            f"Expected argument `{name}` to be bool or 0/1, but got values such as {arr[bad][:3].tolist()}"
-        )
-    return arr
-
-
-def _as_int_labels(x: ArrayLike, name: str) -> np.ndarray:
-    arr = _as_1d(x, name)
-    if np.issubdtype(arr.dtype, np.integer):
-        return arr.astype(np.int64, copy=False)
-    if arr.dtype != object and np.issubdtype(arr.dtype, np.floating):
-        if arr.size == 0 or (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
-            return arr.astype(np.int64)
-    raise InputError(f"Expected argument `{name}` to hold integer class ids, but got dtype {arr.dtype}")
-
-
-def _check_lengths(**arrays: np.ndarray) -> int:
-    names = list(arrays)
-    first = names[0]
-    n = len(arrays[first])
-    for other in names[1:]:
-        m = len(arrays[other])
-        if m != n:
-            raise InputError(
-                f"Expected arguments `{first}` and `{other}` to have the same length, but got {n} and {m}"
-            )
-    return n
-
-
-def _as_weights(weights: ArrayLike | None, n: int, ref: str) -> np.ndarray | None:
-    if weights is None:
-        return None
-    w = _as_float(weights, "weights")
-    if len(w) != n:
-        raise InputError(f"Expected arguments `{ref}` and `weights` to have the same length, but got {n} and {len(w)}")
-    if w.size and float(w.min()) < 0.0:
-        raise InputError(f"Expected argument `weights` to be non-negative, but got {float(w.min()):g}")
-    return w
 
 
 def _check_strategy(strategy: object) -> str:
@@ -204,17 +129,6 @@ def _uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
     up &= idx < n_bins - 1
     idx += up
     return idx
-
-
-def _weighted_mean(values: np.ndarray, w: np.ndarray | None) -> float:
-    if values.size == 0:
-        return float("nan")
-    if w is None:
-        return float(values.mean())
-    total = float(w.sum())
-    if total <= 0.0:
-        return float("nan")
-    return float(np.dot(w, values) / total)
 
 
 def _sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
@@ -389,12 +303,12 @@ def reliability_bins(
     >>> round(rb.ece(), 6)  # 2/4*|0.5-0.15| + 2/4*|1-0.95|
     0.2
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_positive_int(n_bins)
     strategy = _check_strategy(strategy)
-    c = _as_unit(conf, "conf")
-    y = _as_binary(correct, "correct")
-    n = _check_lengths(conf=c, correct=y)
-    w = _as_weights(weights, n, "conf")
+    c = as_unit(conf, "conf")
+    y = as_binary(correct, "correct")
+    n = check_lengths(conf=c, correct=y)
+    w = as_weights(weights, n, "conf")
     return _reliability_core(c, y, w, n_bins, strategy)
 
 
@@ -487,13 +401,13 @@ def nll(prob: ArrayLike, correct: ArrayLike, *, eps: float = 1e-12, weights: Arr
     """
     if not (isinstance(eps, numbers.Real) and 0.0 < eps < 0.5):
         raise InputError(f"Expected argument `eps` to be a float in (0, 0.5), but got {eps!r}")
-    p = _as_unit(prob, "prob")
-    y = _as_binary(correct, "correct")
-    n = _check_lengths(prob=p, correct=y)
-    w = _as_weights(weights, n, "prob")
+    p = as_unit(prob, "prob")
+    y = as_binary(correct, "correct")
+    n = check_lengths(prob=p, correct=y)
+    w = as_weights(weights, n, "prob")
     p = np.clip(p, eps, 1.0 - eps)
     loss = np.where(y > 0.5, -np.log(p), -np.log1p(-p))
-    return _weighted_mean(loss, w)
+    return weighted_mean(loss, w)
 
 
 def nll_logits(
@@ -533,12 +447,11 @@ def nll_logits(
         raise InputError(
             f"Expected argument `temperature` to be a finite number larger than 0, but got {temperature!r}"
         )
-    z = _as_float(logits, "logits") / float(temperature)
-    y = _as_binary(correct, "correct")
-    n = _check_lengths(logits=z, correct=y)
-    w = _as_weights(weights, n, "logits")
-    loss = np.logaddexp(0.0, np.where(y > 0.5, -z, z))
-    return _weighted_mean(loss, w)
+    z = as_float(logits, "logits") / float(temperature)
+    y = as_binary(correct, "correct")
+    n = check_lengths(logits=z, correct=y)
+    w = as_weights(weights, n, "logits")
+    return binary_nll_logits(z, y, w)
 
 
 def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = None) -> float:
@@ -555,11 +468,11 @@ def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = No
     >>> round(brier([0.9, 0.2], [1, 0]), 12)  # (0.01 + 0.04) / 2
     0.025
     """
-    p = _as_unit(prob, "prob")
-    y = _as_binary(correct, "correct")
-    n = _check_lengths(prob=p, correct=y)
-    w = _as_weights(weights, n, "prob")
-    return _weighted_mean((p - y) ** 2, w)
+    p = as_unit(prob, "prob")
+    y = as_binary(correct, "correct")
+    n = check_lengths(prob=p, correct=y)
+    w = as_weights(weights, n, "prob")
+    return weighted_mean((p - y) ** 2, w)
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,13 +500,13 @@ def box_features(
     >>> box_features([0], [10], [50], [30], 100, 40).tolist()
     [[0.25, 0.5, 0.5, 0.5]]
     """
-    xs = {name: _as_float(v, name) for name, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2))}
-    n = _check_lengths(**xs)
+    xs = {name: as_float(v, name) for name, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2))}
+    n = check_lengths(**xs)
     size = {}
     for name, v in (("img_w", img_w), ("img_h", img_h)):
-        arr = np.asarray(v, dtype=np.float64) if np.ndim(v) == 0 else _as_float(v, name)
+        arr = np.asarray(v, dtype=np.float64) if np.ndim(v) == 0 else as_float(v, name)
         if arr.ndim == 1:
-            _check_lengths(x1=xs["x1"], **{name: arr})
+            check_lengths(x1=xs["x1"], **{name: arr})
         if arr.size and not (np.isfinite(arr).all() and (arr > 0).all()):
             raise InputError(f"Expected argument `{name}` to be positive and finite, but got {float(arr.min()):g}")
         size[name] = arr
@@ -608,7 +521,7 @@ def box_features(
 
 def _check_dece_bins(n_bins: object, n_features: int) -> list[int]:
     if isinstance(n_bins, numbers.Integral) and not isinstance(n_bins, bool):
-        return [_check_n_bins(n_bins)] * (n_features + 1)
+        return [check_positive_int(n_bins)] * (n_features + 1)
     if isinstance(n_bins, (Sequence, np.ndarray)) and not isinstance(n_bins, str):
         bins = list(n_bins)
         if len(bins) != n_features + 1:
@@ -616,7 +529,7 @@ def _check_dece_bins(n_bins: object, n_features: int) -> list[int]:
                 f"Expected argument `n_bins` to be an integer or a sequence of {n_features + 1} integers "
                 f"(confidence first, then one per feature column), but got {len(bins)}"
             )
-        return [_check_n_bins(b, "n_bins") for b in bins]
+        return [check_positive_int(b, "n_bins") for b in bins]
     raise InputError(
         f"Expected argument `n_bins` to be an integer larger than 0 or a sequence of them, but got {n_bins!r}"
     )
@@ -656,18 +569,18 @@ def dece(
     >>> round(dece(conf, [0, 1, 1, 1], feats, n_bins=2), 6)  # (0.2 + 0.7 + 0.2 + 0.1) / 4
     0.3
     """
-    c = _as_unit(conf, "conf")
-    y = _as_binary(correct, "correct")
+    c = as_unit(conf, "conf")
+    y = as_binary(correct, "correct")
     f = np.asarray(features)
     if f.ndim != 2:
         raise InputError(f"Expected argument `features` to have shape (n, J), but got shape {f.shape}")
-    n = _check_lengths(conf=c, correct=y, features=f)
+    n = check_lengths(conf=c, correct=y, features=f)
     if f.size:
-        f = np.stack([_as_unit(f[:, j], f"features[:, {j}]") for j in range(f.shape[1])], axis=1)
+        f = np.stack([as_unit(f[:, j], f"features[:, {j}]") for j in range(f.shape[1])], axis=1)
     else:
         f = f.astype(np.float64).reshape(n, f.shape[1])
     bins = _check_dece_bins(n_bins, f.shape[1])
-    w = _as_weights(weights, n, "conf")
+    w = as_weights(weights, n, "conf")
     if n == 0:
         return float("nan")
     if np.prod([float(b) for b in bins]) > 2.0**62:
@@ -703,11 +616,11 @@ def _laece_core(c, t, k, w, n_bins) -> float:
 
 
 def _check_loc(conf, target_iou, cls, weights):
-    c = _as_unit(conf, "conf")
-    t = _as_unit(target_iou, "target_iou", tol=_IOU_TOL)
-    k = _as_int_labels(cls, "cls")
-    n = _check_lengths(conf=c, target_iou=t, cls=k)
-    w = _as_weights(weights, n, "conf")
+    c = as_unit(conf, "conf")
+    t = as_unit(target_iou, "target_iou", tol=_IOU_TOL)
+    k = as_int_ids(cls, "cls")
+    n = check_lengths(conf=c, target_iou=t, cls=k)
+    w = as_weights(weights, n, "conf")
     return c, t, k, w
 
 
@@ -740,7 +653,7 @@ def laece(
     >>> laece([0.9, 0.9, 0.3], [0.8, 0.0, 0.6], [0, 0, 1], n_bins=10)  # (|0.9-0.4| + |0.3-0.6|)/2
     0.4
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_positive_int(n_bins)
     c, t, k, w = _check_loc(conf, target_iou, cls, weights)
     return _laece_core(c, t, k, w, n_bins)
 
@@ -808,11 +721,11 @@ def per_class(
     """
     c = np.asarray(conf)
     y = np.asarray(correct)
-    k = _as_int_labels(cls, "cls")
-    _check_lengths(conf=c, correct=y, cls=k)
+    k = as_int_ids(cls, "cls")
+    check_lengths(conf=c, correct=y, cls=k)
     w = kwargs.pop("weights", None)
     if w is not None:
-        w = _as_weights(w, len(c), "conf")
+        w = as_weights(w, len(c), "conf")
     out: dict[int, float] = {}
     for cid in np.unique(k):
         m = k == cid
@@ -820,6 +733,63 @@ def per_class(
             kwargs["weights"] = w[m]
         out[int(cid)] = float(metric(c[m], y[m], **kwargs))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# unchecked cores for the bootstrap: validate once outside the loop, then call these
+
+
+def _check_binned(conf, correct, *, n_bins=15):
+    n_bins = check_positive_int(n_bins)
+    c = as_unit(conf, "conf")
+    y = as_binary(correct, "correct")
+    check_lengths(conf=c, correct=y)
+    return (c, y), {"n_bins": n_bins}
+
+
+def _check_brier(prob, correct):
+    p = as_unit(prob, "prob")
+    y = as_binary(correct, "correct")
+    check_lengths(prob=p, correct=y)
+    return (p, y), {}
+
+
+def _check_laece(conf, target_iou, cls, *, n_bins=25):
+    n_bins = check_positive_int(n_bins)
+    c, t, k, _ = _check_loc(conf, target_iou, cls, None)
+    return (c, t, k), {"n_bins": n_bins}
+
+
+#: ``public metric -> (check, core)``: ``check(*arrays, **options)`` validates as the metric does
+#: and returns ``(arrays, options)``; ``core(*arrays, weights=w, **options)`` computes the same
+#: number without validating. Weights from :func:`bootstrap_ci` are float64 draw counts.
+_UNCHECKED: dict[Callable, tuple[Callable, Callable]] = {
+    ece: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "uniform").ece()),
+    ace: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "quantile").ece()),
+    mce: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "uniform").mce()),
+    brier: (_check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights)),
+    laece: (_check_laece, lambda c, t, k, *, n_bins, weights: _laece_core(c, t, k, weights, n_bins)),
+}
+
+
+def _unchecked_statistic(statistic: Callable, arrays: list[np.ndarray]) -> Callable[..., float] | None:
+    """``w -> statistic(*arrays, weights=w)`` without re-validating ``arrays`` on every call, for a
+    metric of this module (or a ``functools.partial`` of one with keyword options only); None
+    for any other statistic. Raises what the statistic would raise for invalid arrays."""
+    fn, options = statistic, {}
+    if isinstance(statistic, functools.partial):
+        if statistic.args:
+            return None
+        fn, options = statistic.func, dict(statistic.keywords)
+    try:
+        entry = _UNCHECKED.get(fn)
+    except TypeError:  # an unhashable callable
+        return None
+    if entry is None or "weights" in options:
+        return None
+    check, core = entry
+    args, options = check(*arrays, **options)
+    return functools.partial(core, *args, **options)
 
 
 def _accepts_weights(fn: Callable) -> bool:
@@ -844,7 +814,10 @@ def bootstrap_ci(
     Each replicate draws as many images as there are, uniformly with replacement; every box of
     a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
     metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
-    the per-box draw count of its image (no copying); otherwise the arrays are indexed
+    the per-box draw count of its image (no copying); for :func:`ece`, :func:`ace`, :func:`mce`,
+    :func:`brier` and :func:`laece` (also as a ``functools.partial`` with keyword options) the
+    arrays are validated once, before the loop, and each replicate calls the unchecked core;
+    otherwise the arrays are indexed
     (``statistic(*[a[idx] for a in arrays])``). Both give the same numbers for the same seed.
 
     Args:
@@ -879,10 +852,10 @@ def bootstrap_ci(
     >>> bool(lo < brier(conf, correct) < hi)
     True
     """
-    n_boot = _check_n_bins(n_boot, "n_boot")
+    n_boot = check_positive_int(n_boot, "n_boot")
     if not (isinstance(level, numbers.Real) and 0.0 < level < 1.0):
         raise InputError(f"Expected argument `level` to be a number in (0, 1), but got {level!r}")
-    ids = _as_1d(image_ids, "image_ids")
+    ids = as_1d(image_ids, "image_ids")
     arrs = [np.asarray(a) for a in arrays]
     if not arrs:
         raise InputError("Expected at least one array after `image_ids`, but got none")
@@ -901,9 +874,11 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     stats = np.empty(n_boot)
     if _accepts_weights(statistic):
+        # this module's metrics: arrays checked once here, the loop calls the unchecked core
+        inner = _unchecked_statistic(statistic, arrs) or functools.partial(statistic, *arrs)
         for b in range(n_boot):
             mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
-            stats[b] = statistic(*arrs, weights=mult[img].astype(np.float64))
+            stats[b] = inner(weights=mult[img].astype(np.float64))
     else:
         order = np.argsort(img, kind="stable")
         per_img = np.bincount(img, minlength=n_img)
@@ -960,10 +935,10 @@ def calibration_summary(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15
     >>> round(s["ece"], 6), s["n"], s["n_correct"], s["n_bins"]
     (0.2, 4, 3, 2)
     """
-    n_bins = _check_n_bins(n_bins)
-    c = _as_unit(conf, "conf")
-    y = _as_binary(correct, "correct")
-    n = _check_lengths(conf=c, correct=y)
+    n_bins = check_positive_int(n_bins)
+    c = as_unit(conf, "conf")
+    y = as_binary(correct, "correct")
+    n = check_lengths(conf=c, correct=y)
     uniform = _reliability_core(c, y, None, n_bins, "uniform")
     return {
         "ece": uniform.ece(),

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.numeric import logit
 
 __all__ = ["apply_calibrator", "load_calibrators"]
 
@@ -79,8 +80,7 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         if boxes is None or boxes.data.shape[0] == 0:
             continue
         data = boxes.data
-        p = np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
-        z = np.log(p) - np.log1p(-p)
+        z = logit(np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12))
         k = data[:, 5].detach().cpu().numpy().astype(np.int64)
         new = sigmoid(calibrated_logits(cal, z, k), 1.0)
         data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class

@@ -37,14 +37,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators import (
-    NotFittedError,
-    _as_array,
-    _check_labels,
-    _check_logits,
-    _check_weights,
-)
+from det_calib.calibrators import NotFittedError
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
+from det_calib.validation import as_array, check_labels, check_logits, check_weights
 
 __all__ = [
     "SHRINKAGE_GRID",
@@ -68,20 +64,10 @@ _VERSION = 1
 # small shared pieces
 
 
-def sigmoid(a: Any) -> np.ndarray:
-    """Logistic function in float64, exact to rounding for any finite input (no overflow)."""
-    a = np.asarray(a, dtype=np.float64)
-    return 0.5 * (1.0 + np.tanh(0.5 * a))
-
-
-def _softplus(a: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, a)
-
-
 def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    z = _check_logits(logits, "sigmoid")
-    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
-    w = _check_weights(weights, z.shape[0])
+    z = check_logits(logits, "sigmoid")
+    y = check_labels(labels, "sigmoid", z.shape[0], 2)
+    w = check_weights(weights, z.shape[0])
     return z, y, (np.ones(z.shape[0]) if w is None else w)
 
 
@@ -90,7 +76,7 @@ def _check_classes(classes: Any, n: int) -> np.ndarray:
         raise InputError(
             "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but got None"
         )
-    k = _as_array(classes, "classes")
+    k = as_array(classes, "classes")
     if k.ndim != 1 or k.shape[0] != n:
         raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
     integral = np.issubdtype(k.dtype, np.integer) or (np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k)))
@@ -146,7 +132,7 @@ def group_folds(n: int, n_folds: int, groups: Any = None, *, seed: int = 0) -> n
     if groups is None:
         g = np.arange(n)
     else:
-        g = _as_array(groups, "groups")
+        g = as_array(groups, "groups")
         if g.ndim != 1 or g.shape[0] != n:
             raise InputError(f"Expected argument `groups` of shape ({n},), but got shape {g.shape}")
     _, inv = np.unique(g, return_inverse=True)
@@ -197,7 +183,7 @@ def _fit_affine(
 
     def loss(a_: np.ndarray, b_: np.ndarray) -> np.ndarray:
         t = a_[k] * z + b_[k]
-        out = per_class(w * (_softplus(t) - y * t))
+        out = per_class(w * binary_nll_terms(t, y))
         return out + 0.5 * lam * ((a_ - a0) ** 2 + (b_ - b0) ** 2)
 
     f = loss(a, b)
@@ -239,7 +225,7 @@ def _fit_affine(
 
 def _heldout_nll(z, y, w, k, a, b) -> float:
     t = a[k] * z + b[k]
-    return float(np.dot(w, _softplus(t) - y * t))
+    return float(np.dot(w, binary_nll_terms(t, y)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,16 +336,15 @@ class PlattScaler(_LogitCalibrator):
         self.a_, self.b_ = float(a[0]), float(b[0])
         self.n_iter_ = int(it)
         self.n_samples_ = int(z.shape[0])
-        sw = w.sum()
-        self.nll_before_ = float(np.dot(w, _softplus(z) - y * z) / sw)
+        self.nll_before_ = weighted_mean(binary_nll_terms(z, y), w)
         t = self.a_ * z + self.b_
-        self.nll_after_ = float(np.dot(w, _softplus(t) - y * t) / sw)
+        self.nll_after_ = weighted_mean(binary_nll_terms(t, y), w)
         return self
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """``a * z + b`` (float64, shape ``(n,)``); ``classes`` is ignored."""
         self._check_fitted()
-        return self.a_ * _check_logits(logits, "sigmoid") + self.b_
+        return self.a_ * check_logits(logits, "sigmoid") + self.b_
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: ``{"format": "det_calib.PlattScaler", "version": 1, "a", "b", "n_samples",
@@ -552,7 +537,7 @@ class ClassAffineScaler(_LogitCalibrator):
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """``a_c * z + b_c`` per box (float64, ``(n,)``); class ids never seen in the fit get the global map."""
         self._check_fitted()
-        z = _check_logits(logits, "sigmoid")
+        z = check_logits(logits, "sigmoid")
         k = _check_classes(classes, z.shape[0])
         a, b = self.params_for(max(int(k.max()) + 1 if k.size else 0, self.n_classes_))
         return a[k] * z + b[k]

@@ -28,18 +28,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators import TemperatureScaler, _check_labels, _check_logits
+from det_calib.calibrators import TemperatureScaler
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
 from det_calib.metrics import ece as _ece
+from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.scaling import (
     ClassAffineScaler,
     PlattScaler,
     _check_classes,
-    _softplus,
     group_folds,
-    sigmoid,
 )
+from det_calib.validation import check_labels, check_logits
 
 __all__ = [
     "METHODS",
@@ -78,7 +78,7 @@ class Identity:
         return self
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return _check_logits(logits, "sigmoid").copy()
+        return check_logits(logits, "sigmoid").copy()
 
     def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         return sigmoid(self.transform_logits(logits))
@@ -243,7 +243,7 @@ def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
         if not raw_keep.any():
             return math.nan
         tt, yy, ww = t[raw_keep], y[raw_keep], w[raw_keep]
-        return float(np.dot(ww, _softplus(tt) - yy * tt) / ww.sum())
+        return weighted_mean(binary_nll_terms(tt, yy), ww)
     p = sigmoid(t)
     keep = p > min_conf
     if not keep.any():
@@ -267,10 +267,6 @@ def _compress(z, y, k, folds, resolution):
     fc = rest // span_k
     zc = (qc + np.round(z / resolution).astype(np.int64).min()) * resolution
     return zc, yc, (None if k is None else kc), fc, counts.astype(np.float64)
-
-
-def _logit_of(conf: float) -> float:
-    return -math.inf if conf <= 0 else math.log(conf) - math.log1p(-conf)
 
 
 def select_calibrator(
@@ -315,8 +311,8 @@ def select_calibrator(
         DegenerateFitError: Every candidate except ``none`` failed (the result would be ``none``
             anyway; raised only when the data cannot even be scored).
     """
-    z = _check_logits(logits, "sigmoid")
-    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    z = check_logits(logits, "sigmoid")
+    y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
     if criterion not in ("nll", "ece"):
         raise InputError(f"Expected argument `criterion` to be 'nll' or 'ece', but got {criterion!r}")
@@ -343,7 +339,7 @@ def select_calibrator(
         zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
     else:
         zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
-    raw_keep = zc > _logit_of(min_conf)
+    raw_keep = zc > logit_threshold(min_conf)
     if not raw_keep.any() and criterion == "nll":
         raise DegenerateFitError(
             f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
@@ -404,8 +400,8 @@ def fit_calibrator(
         raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
-    z = _check_logits(logits, "sigmoid")
-    y = _check_labels(labels, "sigmoid", z.shape[0], 2)
+    z = check_logits(logits, "sigmoid")
+    y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
     if method.startswith("class-") and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
@@ -413,7 +409,7 @@ def fit_calibrator(
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
-    return z > _logit_of(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
+    return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
 def _refit(c: Candidate, z, y, k, groups, seed) -> Any:

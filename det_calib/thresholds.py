@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.numeric import logit_threshold
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ def equivalent_threshold(conf: float, temperature: float) -> float:
         raise InputError(f"Expected argument `conf` in (0, 1), but got {conf}")
     if not temperature > 0:
         raise InputError(f"Expected argument `temperature` > 0, but got {temperature}")
-    z = math.log(conf) - math.log1p(-conf)
-    return 1.0 / (1.0 + math.exp(-z / temperature))
+    z = logit_threshold(conf)
+    return 1.0 / (1.0 + math.exp(-z / temperature))  # scalar; the figures of earlier runs, bit for bit
 
 
 def threshold_shift(

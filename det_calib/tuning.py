@@ -81,6 +81,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
+from det_calib.numeric import logit_threshold, sigmoid
 
 log = logging.getLogger(__name__)
 
@@ -681,9 +682,7 @@ def temperature_score(temperature: Mapping[str, float]) -> ScoreFn:
         t = temperature.get(head)
         if t is None or not t > 0:
             raise InputError(f"calibration has no temperature for head {head}")
-        z = boxes["logit"].to_numpy().astype(np.float64) / float(t)
-        e = np.exp(-np.abs(z))
-        return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+        return sigmoid(boxes["logit"].to_numpy().astype(np.float64) / float(t))
 
     return score
 
@@ -692,7 +691,6 @@ def run_calibrator_score(calibration: str | Path) -> ScoreFn:
     """The score of a run's own calibrator, any method (``calibration.json``'s ``calibrators``):
     ``sigmoid`` of the calibrated logit, as ``calibrate`` scores its boxes."""
     from det_calib.fitting import calibrated_logits, calibrator_of
-    from det_calib.metrics import sigmoid
     from det_calib.results import read_calibrators
 
     records = read_calibrators(calibration)
@@ -864,7 +862,7 @@ def load_head(
     floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
     # one probe box per class at the floor's logit, scored by the same function
     probe = fit.unique(subset="cls", keep="first").with_columns(
-        pl.lit(math.log(floor) - math.log1p(-floor)).alias("logit"), pl.lit(floor).alias("conf"))
+        pl.lit(logit_threshold(floor)).alias("logit"), pl.lit(floor).alias("conf"))
     score_floor = float(np.max(_checked_score(score_fn(probe, head), probe.height, "floor probe")))
     return RunHead(
         run_dir=run_dir,

@@ -567,3 +567,46 @@ def test_docstring_examples():
     result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10
     assert result.failed == 0
+
+
+@pytest.mark.parametrize(
+    "statistic, n_arrays",
+    [
+        (metrics.ece, 2),
+        (functools.partial(metrics.ece, n_bins=7), 2),
+        (functools.partial(metrics.ace, n_bins=5), 2),
+        (metrics.mce, 2),
+        (metrics.brier, 2),
+        (functools.partial(metrics.laece, n_bins=10), 3),
+    ],
+)
+def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays, monkeypatch):
+    """The module's metrics are validated once, not per replicate, and give bit-identical intervals."""
+    rng = np.random.default_rng(5)
+    img = np.repeat(np.arange(40), 6)
+    conf = rng.uniform(size=img.size)
+    arrays = [conf, rng.uniform(size=img.size) < conf, rng.integers(0, 3, img.size)]
+    if n_arrays == 3:
+        arrays[1] = np.where(arrays[1], rng.uniform(0.5, 1.0, img.size), 0.0)
+
+    def checked(*a, weights=None):  # not recognised: the public, validating path every replicate
+        return statistic(*a, weights=weights)
+
+    calls = []
+    real = metrics.as_unit
+    monkeypatch.setattr(metrics, "as_unit", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    fast = metrics.bootstrap_ci(statistic, img, *arrays[:n_arrays], n_boot=60, seed=3)
+    n_fast = len(calls)
+    slow = metrics.bootstrap_ci(checked, img, *arrays[:n_arrays], n_boot=60, seed=3)
+    assert fast == slow  # exact, not approx
+    per_call = n_arrays - 1  # as_unit checks conf (and target_iou for laece)
+    assert n_fast == 2 * per_call  # once before the loop, once for the estimate
+    assert len(calls) - n_fast == 61 * per_call
+
+
+def test_bootstrap_unchecked_path_still_refuses_bad_input():
+    img = np.arange(4)
+    with pytest.raises(InputError, match="`conf` to contain values in"):
+        metrics.bootstrap_ci(functools.partial(metrics.ece, n_bins=3), img, [0.1, 0.2, 1.5, 0.3], [1, 0, 1, 0])
+    with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
+        metrics.bootstrap_ci(metrics.brier, img, [0.1, 0.2, 0.5, 0.3], [1, 0, 2, 0])
