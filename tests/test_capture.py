@@ -1,4 +1,5 @@
-"""Capture: boxes and confs equal model.predict's, logits are the head's raw scores."""
+"""Capture: boxes and confs equal model.predict's on one image at a time, logits are the head's raw
+scores, and one forward pass serves both heads."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from det_calib.errors import InputError
 
 
 def _predict_rows(yolo, images, *, head, imgsz, conf=0.001):
+    """Plain Ultralytics predict, one image at a time (what a deployment runs)."""
     kw = {"nms": False} if head == "e2e" else {}
-    res = yolo.predict([str(p) for p in images], conf=conf, imgsz=imgsz, batch=4, verbose=False, **kw)
+    res = [yolo.predict(str(p), conf=conf, imgsz=imgsz, verbose=False, **kw)[0] for p in images]
     return np.concatenate([r.boxes.data.cpu().numpy() for r in res]), [len(r.boxes) for r in res]
 
 
@@ -35,7 +37,7 @@ def test_demo_capture_equals_predict(demo_model_path, fixture_images, head):
     from ultralytics import YOLO
 
     yolo = YOLO(str(demo_model_path))
-    df = capture(yolo, fixture_images, head=head, imgsz=320, batch=4, progress=False)
+    df = capture(yolo, fixture_images, head=head, imgsz=320, progress=False)
     ref, counts = _predict_rows(YOLO(str(demo_model_path)), fixture_images, head=head, imgsz=320)
     _assert_exact(df, ref, counts)
     assert set(df["head"].unique()) == {head}
@@ -49,7 +51,7 @@ def test_untrained_heads_capture_equals_predict(make_untrained, fixture_images, 
     heads = available_heads(yolo)
     assert heads == (["nms", "e2e"] if cfg.startswith("yolo26") else ["nms"])
     for head in heads:
-        df = capture(yolo, fixture_images[:4], head=head, imgsz=256, batch=2, progress=False)
+        df = capture(yolo, fixture_images[:4], head=head, imgsz=256, progress=False)
         ref, counts = _predict_rows(yolo, fixture_images[:4], head=head, imgsz=256)
         assert df.height > 100
         _assert_exact(df, ref, counts)
@@ -95,3 +97,81 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
         load_detector("yolo26n-cls.yaml")
     with pytest.raises(InputError, match="head"):
         capture(make_untrained("yolo26n.yaml"), fixture_images[:1], head="both", progress=False)
+
+
+def test_fixture_images_have_mixed_sizes(fixture_images):
+    """The exactness tests above need images that letterbox to different shapes."""
+    import cv2
+
+    assert len({cv2.imread(str(p)).shape for p in fixture_images}) >= 2
+
+
+@pytest.mark.parametrize("source", ["demo", "yolo26n.yaml"])
+def test_both_heads_in_one_pass_equal_predict(demo_model_path, make_untrained, fixture_images, source):
+    """heads=("nms", "e2e") runs the network once per image and decodes both branches; each head's
+    rows are bit-identical to predict(nms=None) / predict(nms=False) on one image at a time, and to
+    the single-head capture."""
+    from ultralytics import YOLO
+
+    imgsz = 320 if source == "demo" else 256
+    images = fixture_images if source == "demo" else fixture_images[:4]
+    yolo = YOLO(str(demo_model_path)) if source == "demo" else make_untrained(source)
+    both = capture(yolo, images, heads=("nms", "e2e"), imgsz=imgsz, progress=False)
+    assert both["head"].unique(maintain_order=True).to_list() == ["nms", "e2e"]
+    for head in ("nms", "e2e"):
+        part = both.filter(both["head"] == head)
+        ref, counts = _predict_rows(yolo, images, head=head, imgsz=imgsz)
+        _assert_exact(part, ref, counts)
+        single = capture(yolo, images, head=head, imgsz=imgsz, progress=False)
+        assert part.equals(single)
+    assert capture(yolo, images[:2], heads="auto", imgsz=imgsz, progress=False)["head"].unique().sort().to_list() == [
+        "e2e", "nms"]
+
+
+def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_images):
+    """Counted on the first layer of the network: one call per image for both heads together."""
+    from det_calib.capture import Capturer
+
+    cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320)
+    calls = []
+    cap.net.model[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
+    df = cap(fixture_images[:5], progress=False)
+    assert sum(calls) == 5 and len(calls) == 5
+    assert set(df["head"].unique()) == {"nms", "e2e"}
+
+
+def test_batched_capture_groups_same_shapes_and_stays_close(demo_model_path, fixture_images):
+    """batch > 1 puts only same-shape letterboxes in one pass: same boxes up to float rounding of
+    batched convolution (documented), never the padding of a mixed-size batch."""
+    from det_calib.capture import Capturer
+
+    cap = Capturer(str(demo_model_path), heads=("nms",), imgsz=320, batch=8)
+    shapes = []
+    cap.net.model[0].register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape)))
+    batched = cap(fixture_images, progress=False)
+    one = capture(str(demo_model_path), fixture_images, head="nms", imgsz=320, progress=False)
+    assert max(s[0] for s in shapes) > 1  # some pass held several images
+    assert sorted({s[2:] for s in shapes}) == [(256, 320), (320, 256)]  # per-image letterbox shapes, no square pad
+    # same images, same rows up to float rounding (a box near the conf floor may cross it)
+    strong = [d.filter(d["conf"] > 0.01).sort("image_id", "conf") for d in (batched, one)]
+    assert strong[0].height == strong[1].height > 50
+    np.testing.assert_allclose(strong[0]["logit"].to_numpy(), strong[1]["logit"].to_numpy(), atol=1e-3)
+    np.testing.assert_array_equal(strong[0]["cls"].to_numpy(), strong[1]["cls"].to_numpy())
+
+
+def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
+    """A shard passes the images' positions in the whole split: its rows equal the whole capture's."""
+    whole = capture(str(demo_model_path), fixture_images, heads="auto", imgsz=320, progress=False)
+    ids = [1, 4, 7]
+    names = [f"img{i}" for i in range(len(fixture_images))]
+    shard = capture(str(demo_model_path), [fixture_images[i] for i in ids], heads="auto", imgsz=320,
+                    image_ids=ids, image_names=[names[i] for i in ids], progress=False)
+    ref = whole.filter(whole["image_id"].is_in(ids))
+    assert shard.drop("image").equals(ref.drop("image"))
+    assert shard["image"].unique().sort().to_list() == ["img1", "img4", "img7"]
+    with pytest.raises(InputError, match="one entry per image"):
+        capture(str(demo_model_path), fixture_images[:2], image_ids=[0], progress=False)
+    with pytest.raises(InputError, match="`head` or `heads`"):
+        capture(str(demo_model_path), fixture_images[:1], head="nms", heads=("e2e",), progress=False)
+    with pytest.raises(InputError, match="batch"):
+        capture(str(demo_model_path), fixture_images[:1], batch=0, progress=False)
