@@ -231,6 +231,7 @@ class Capturer:
         self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), int(batch)
         self.all_logits = all_logits
         self.nc = len(yolo.names)
+        self.names = [yolo.names[k] for k in sorted(yolo.names)]
         try:
             self.device = select_device("" if device is None else device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
@@ -243,6 +244,12 @@ class Capturer:
         stride = max(int(self.net.stride.max()), 32)
         self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
         self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
+
+    @property
+    def settings(self) -> dict:
+        """The capture settings that change its output (recorded with captured parts)."""
+        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
+                "batch": self.batch, "all_logits": self.all_logits}
 
     def __call__(
         self,

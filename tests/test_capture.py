@@ -175,3 +175,127 @@ def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
         capture(str(demo_model_path), fixture_images[:1], head="nms", heads=("e2e",), progress=False)
     with pytest.raises(InputError, match="batch"):
         capture(str(demo_model_path), fixture_images[:1], batch=0, progress=False)
+
+
+# --- Parquet parts: plain, sharded and Ray captures give the same table ----------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_parts(tmp_path_factory, demo_model_path):
+    from det_calib.parts import capture_to_parts
+    from tests.conftest import FIXTURE
+
+    out = tmp_path_factory.mktemp("plain")
+    capture_to_parts(demo_model_path, FIXTURE / "data.yaml", "fixture", out, progress=False)
+    return out
+
+
+def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixture_yaml, fixture_images, plain_parts):
+    from det_calib.parts import (
+        capture_to_parts,
+        part_meta,
+        read_parts,
+        read_parts_with_meta,
+        shard_of,
+    )
+
+    plain, meta = read_parts_with_meta(plain_parts)
+    assert meta["heads"] == ["nms", "e2e"] and meta["n_images"] == 12 and meta["n_parts"] == 1
+    # the plain part is the in-memory capture of the split, same names and ids
+    direct = capture(str(demo_model_path), fixture_images, heads="auto", progress=False,
+                     image_names=[f"{p.name}" for p in fixture_images], split="fixture")
+    assert plain.equals(direct)
+    n = 3
+    assert sorted(set(shard_of([p.name for p in fixture_images], n).tolist())) == [0, 1, 2]  # no empty shard
+    for i in (2, 0, 1):
+        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path, shard=f"{i}/{n}", progress=False)
+    files = sorted(tmp_path.glob("*.parquet"))
+    assert [f.name for f in files] == [f"part-{i:05d}-of-00003.parquet" for i in range(3)]
+    assert sorted(i for f in files for i in part_meta(f)["image_ids"]) == list(range(12))
+    assert read_parts(tmp_path).equals(plain)
+    # the assignment is the same in every process: shard 1 again writes the same file content
+    again = tmp_path / "again"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", again, shard="1/3", progress=False)
+    assert read_parts(again, allow_partial=True).equals(read_parts(files[1], allow_partial=True))
+
+
+def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts):
+    import shutil
+
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.parts import (
+        capture_to_parts,
+        data_fingerprint,
+        model_fingerprint,
+        read_parts,
+    )
+
+    sp = load_split(load_data_yaml(fixture_yaml), "fixture")
+    fp = data_fingerprint(sp.images, names=sp.image_names())
+    ok = read_parts(plain_parts, expect_model=demo_model_path, expect_data=fp)
+    assert ok.height > 1000
+    other = tmp_path / "other.pt"
+    other.write_bytes(demo_model_path.read_bytes() + b"\0")
+    with pytest.raises(InputError, match="captured with another model"):
+        read_parts(plain_parts, expect_model=other)
+    # the same images with one label changed are other data
+    data = tmp_path / "data"
+    shutil.copytree(fixture_yaml.parent, data)
+    label = sorted((data / "labels" / "fixture").glob("*.txt"))[3]
+    label.write_text(label.read_text() + "0 0.5 0.5 0.1 0.1\n")
+    sp2 = load_split(load_data_yaml(data / "data.yaml"), "fixture")
+    fp2 = data_fingerprint(sp2.images, names=sp2.image_names())
+    assert fp2 != fp
+    with pytest.raises(InputError, match="captured on other data"):
+        read_parts(plain_parts, expect_data=fp2)
+    assert model_fingerprint(demo_model_path) == model_fingerprint(model_fingerprint(demo_model_path))
+    # one shard missing
+    part = tmp_path / "partial"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", part, shard="0/2", heads=("nms",), progress=False)
+    with pytest.raises(InputError, match="cover .* of 12 images"):
+        read_parts(part)
+    # the same image in two parts
+    shutil.copy(plain_parts / "part-all.parquet", part)
+    with pytest.raises(InputError, match="disagree on heads|captured in two parts"):
+        read_parts(part)
+    # parts of runs with different settings
+    mixed = tmp_path / "mixed"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="0/2", heads=("nms",), progress=False)
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="1/2", heads=("nms",), conf=0.01,
+                     progress=False)
+    with pytest.raises(InputError, match="disagree on settings"):
+        read_parts(mixed)
+    with pytest.raises(InputError, match="no capture parts"):
+        read_parts(tmp_path / "nothing")
+    with pytest.raises(InputError, match="shard"):
+        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path / "x", shard="2/2", progress=False)
+
+
+def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, plain_parts):
+    """A Ray Data job on a local 2-CPU Ray instance writes parts with the same content."""
+    ray = pytest.importorskip("ray")
+    from det_calib.parts import part_meta, read_parts
+    from det_calib.ray_capture import capture_ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        files = capture_ray(demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2)
+    finally:
+        ray.shutdown()
+    assert len(files) >= 3 and all(f.is_file() for f in files)  # 12 images, 5 per part
+    assert all(part_meta(f)["part"].startswith("ray ") for f in files)
+    assert read_parts(tmp_path, expect_model=demo_model_path).equals(read_parts(plain_parts))
+
+
+def test_cli_capture_writes_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts, capsys):
+    from det_calib.cli import main
+    from det_calib.parts import read_parts
+
+    out = tmp_path / "parts"
+    for i in range(2):
+        assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
+                     "--out", str(out), "--shard", f"{i}/2", "-q"]) == 0
+    assert read_parts(out).equals(read_parts(plain_parts))
+    assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
+                 "--out", str(out), "--shard", "2of2", "-q"]) == 2
+    assert "shard" in capsys.readouterr().err
