@@ -76,20 +76,23 @@ def heads(args) -> None:
     both(images[:2], progress=False)  # warm-up
     for c in single.values():
         c(images[:2], progress=False)
-    one, two = [], []
+    one, two, one_cpu, two_cpu = [], [], [], []
     for _ in range(args.repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         df = both(images, progress=False)
         one.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        parts = [c(images, progress=False) for c in single.values()]
+        one_cpu.append(time.process_time() - c)
+        t, c = time.perf_counter(), time.process_time()
+        parts = [c_(images, progress=False) for c_ in single.values()]
         two.append(time.perf_counter() - t)
+        two_cpu.append(time.process_time() - c)
         assert df.height == sum(p.height for p in parts)
     a, b = statistics.median(one), statistics.median(two)
+    ac, bc = statistics.median(one_cpu), statistics.median(two_cpu)
     print(f"{len(images)} images, both heads, device {args.device}, {args.repeats} paired runs (median)")
-    print(f"one pass for both heads : {a:7.2f} s  ({len(images) / a:6.1f} images/s)")
-    print(f"one pass per head (x2)  : {b:7.2f} s  ({len(images) / b:6.1f} images/s)")
-    print(f"ratio one/two           : {a / b:7.3f}")
+    print(f"one pass for both heads : wall {a:7.2f} s ({len(images) / a:6.1f} images/s)  cpu {ac:7.2f} s")
+    print(f"one pass per head (x2)  : wall {b:7.2f} s ({len(images) / b:6.1f} images/s)  cpu {bc:7.2f} s")
+    print(f"ratio one/two           : wall {a / b:7.3f}  cpu {ac / bc:7.3f}")
 
 
 def _scale_split(n: int) -> list[str]:
@@ -127,13 +130,13 @@ def _one_size(args) -> None:
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     df = cap(images, progress=False)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
     stop.set()
     th.join()
     peak[0] = max(peak[0], proc.memory_info().rss)
-    print(json.dumps({"n": args.n, "wall": wall, "rss_before": base, "rss_peak": peak[0],
+    print(json.dumps({"n": args.n, "wall": wall, "cpu": cpu, "rss_before": base, "rss_peak": peak[0],
                       "rows": df.height, "table_bytes": df.estimated_size()}))
 
 
@@ -141,14 +144,14 @@ def scaling(args) -> None:
     model = args.model or _demo_model()
     _scale_split(max(args.sizes))  # render once, outside the timed children
     print(f"both heads, batch 1, device {args.device}; each size in a fresh process; RSS sampled every 20 ms")
-    print(f"{'images':>7s} {'wall [s]':>9s} {'ms/image':>9s} {'rows':>8s} {'table MiB':>10s} "
+    print(f"{'images':>7s} {'wall [s]':>9s} {'ms/image':>9s} {'cpu ms/image':>13s} {'rows':>8s} {'table MiB':>10s} "
           f"{'RSS start MiB':>14s} {'RSS peak MiB':>13s} {'growth KiB/image':>17s}")
     for n in args.sizes:
         cmd = [sys.executable, __file__, "_one", "--n", str(n), "--model", model, "--device", args.device]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         r = json.loads(out)
         mib = 1 << 20
-        print(f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {r['rows']:8d} {r['table_bytes'] / mib:10.1f} "
+        print(f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {1e3 * r['cpu'] / n:13.1f} {r['rows']:8d} {r['table_bytes'] / mib:10.1f} "
               f"{r['rss_before'] / mib:14.0f} {r['rss_peak'] / mib:13.0f} "
               f"{(r['rss_peak'] - r['rss_before']) / 1024 / n:17.1f}")
 
