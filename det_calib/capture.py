@@ -1,11 +1,14 @@
-"""Capture raw per-box class logits through Ultralytics' own prediction path.
+"""Capture raw per-box class logits exactly as Ultralytics' ``predict`` sees the boxes.
 
 The only module (with :mod:`det_calib.fold` and :mod:`det_calib.verify`) that imports
-Ultralytics. A :class:`~ultralytics.models.yolo.detect.DetectionPredictor` subclass replaces
-``postprocess`` only: it calls Ultralytics' ``non_max_suppression`` with ``return_idxs=True`` and
-reads, for every kept box, the pre-sigmoid class scores of the head output at the box's anchor.
-Pre-processing, inference, NMS/top-k and box scaling are Ultralytics' own, so the captured boxes
-and confs are exactly those of ``model.predict(conf=floor)``.
+Ultralytics. :class:`Capturer` builds the network as the predictor builds it (Ultralytics'
+``fuse()`` and ``AutoBackend``, so the same weights, device and memory format), reads each image
+with Ultralytics' ``imread``, letterboxes it on its own with Ultralytics' ``LetterBox`` (as
+``predict`` does for one image), runs the network once, and decodes every requested head from
+that one pass with Ultralytics' own decode, NMS / top-k and box scaling. For every kept box it
+reads the pre-sigmoid class scores of the head output at the box's anchor. With ``batch=1`` the
+captured boxes and confs are bit-identical to ``model.predict(image, conf=floor)`` run on one
+image at a time (``predict`` given a list letterboxes the whole list to one shape instead).
 
 Head modes:
 
@@ -14,6 +17,9 @@ Head modes:
 - ``e2e``: the one-to-one NMS-free branch (``one2one_cv2``/``one2one_cv3``; YOLO26, YOLOv10),
   selected with ``nms=False``. Its output rows are the top ``max_det`` (anchor, class) pairs;
   they are mapped back to anchors through the head's own ``get_topk_index`` on the same scores.
+
+``Detect.fuse()`` deletes the branch not in use; to decode both from one pass, the network is
+fused twice (once per branch, by Ultralytics) and the fused one-to-one branch joins the other.
 """
 
 from __future__ import annotations
