@@ -11,8 +11,9 @@ is that run's alone), on a split the demo generator renders once into the cache
 (``shapes-scale-seed0``; the first N images of one 3,200-image split), samples the process RSS
 after every image, and prints time and peak memory per image. ``deploy`` counts the ``nms``
 boxes kept at conf 0.25 on the demo test split and their ECE (15 bins, IoU 0.5), for this
-capture and for the previous capture, which letterboxed batches of 16 mixed-size images to one
-shape (run from git history, ``--old-rev``).
+capture and for the previous capture, which passed the split to ``predict`` as a list (Ultralytics
+decodes a list whole and letterboxes it to one shape: ``batch`` was ignored), run from git
+history (``--old-rev``).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def deploy(args) -> None:
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
         runs = {
-            f"old capture, batch 16 ({args.old_rev})": old.capture(model, sp.images, head="nms", batch=16, progress=False),
+            f"old capture, one list ({args.old_rev})": old.capture(model, sp.images, head="nms", batch=16, progress=False),
             "this capture, batch 1": capture(model, sp.images, head="nms", progress=False),
         }
     print(f"demo test split ({len(sp.images)} images), nms head, kept = conf > 0.25, ECE 15 bins, IoU 0.5")
