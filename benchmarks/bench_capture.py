@@ -152,7 +152,8 @@ def scaling(args) -> None:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         r = json.loads(out)
         mib = 1 << 20
-        print(f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {1e3 * r['cpu'] / n:13.1f} {r['rows']:8d} {r['table_bytes'] / mib:10.1f} "
+        print(f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {1e3 * r['cpu'] / n:13.1f} {r['rows']:8d} "
+              f"{r['table_bytes'] / mib:10.1f} "
               f"{r['rss_before'] / mib:14.0f} {r['rss_peak'] / mib:13.0f} "
               f"{(r['rss_peak'] - r['rss_before']) / 1024 / n:17.1f}")
 
@@ -181,7 +182,8 @@ def deploy(args) -> None:
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
         runs = {
-            f"old capture, one list ({args.old_rev})": old.capture(model, sp.images, head="nms", batch=16, progress=False),
+            f"old capture, one list ({args.old_rev})": old.capture(model, sp.images, head="nms", batch=16,
+                                                                   progress=False),
             "this capture, batch 1": capture(model, sp.images, head="nms", progress=False),
         }
     print(f"demo test split ({len(sp.images)} images), nms head, kept = conf > 0.25, ECE 15 bins, IoU 0.5")

@@ -273,7 +273,8 @@ class Capturer:
         ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
         if len(names) != len(paths) or len(ids) != len(paths):
             raise InputError(
-                f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image ({len(paths)})"
+                f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
+                f"({len(paths)})"
             )
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
@@ -362,7 +363,8 @@ class Capturer:
 
             xyxy = cat(0, np.float64).reshape(-1, 4)
             cols = {
-                "image": pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos) else pl.Series([], dtype=pl.String),
+                "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
+                          else pl.Series([], dtype=pl.String)),
                 "image_id": ids[pos],
                 "split": pl.repeat(split, len(pos), dtype=pl.String, eager=True),
                 "head": pl.repeat(h, len(pos), dtype=pl.String, eager=True),
@@ -375,7 +377,8 @@ class Capturer:
             df = pl.DataFrame(cols, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
-                df = df.with_columns(pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32)))
+                lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
+                df = df.with_columns(lists)
             frames.append(df)
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
@@ -463,7 +466,7 @@ def capture(
 
 
 class _NoBar:
-    def update(self, n: int = 1) -> None:  
+    def update(self, n: int = 1) -> None:
         pass
 
     def close(self) -> None:

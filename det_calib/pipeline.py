@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.boxes import HEADS, validate_boxes, write_boxes
+from det_calib.boxes import HEADS, validate_boxes
 from det_calib.calibrators import TemperatureScaler
 from det_calib.data import (
     Dataset,
@@ -76,6 +76,8 @@ HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
 BOOTSTRAP_LEVEL = Bootstrap.level
+VAL_BATCH = 16
+"""Batch of the Ultralytics val checks: val's own default (they check plain val, not the capture)."""
 
 
 def _opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:
@@ -109,7 +111,8 @@ class Settings:
     nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
     imgsz: int | None = _opt(None, "inference size (default: the model's training size)", flag="--imgsz")
-    batch: int = _opt(16, "images per batch (default 16)", flag="--batch")
+    batch: int = _opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
+                      "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
     device: str | None = _opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
                               flag="--device")
     coco_gt: str | None = _opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
@@ -121,6 +124,9 @@ class Settings:
     run_val: bool = _opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
     report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
     limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
+    boxes: str | None = _opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
+                             "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
+                             "sub-folder per split) instead of capturing again", flag="--boxes")
     progress: bool = _opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
 
     def validate(self) -> None:
@@ -403,27 +409,40 @@ def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
     return fit, ev
 
 
-def capture_split(inputs: _Inputs, split: Split, head: str, s: Settings) -> pl.DataFrame:
-    """Boxes and raw logits of one head on one split."""
-    from det_calib.capture import capture
+def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
+    """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
 
-    log.info("capturing %s boxes on `%s` (%d images)", head, split.name, len(split.images))
-    raw = capture(inputs.yolo, split.images, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                  imgsz=inputs.imgsz, batch=s.batch, device=s.device, split=split.name,
-                  image_names=split.image_names(), progress=s.progress)
-    if raw.height == 0:
+    Returns:
+        Head -> one capture table per split (in the order of ``splits``).
+    """
+    from det_calib.capture import Capturer
+
+    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+    out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
+    for sp in splits:
+        log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
+        raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
+        for h in inputs.heads:
+            out[h].append(_head_rows(raw, h, sp, s))
+        del raw
+    return out
+
+
+def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
+    rows = raw.filter(pl.col("head") == head)
+    if rows.height == 0:
         raise InputError(
-            f"no boxes captured on split `{split.name}` with the {head} head above conf {s.conf_floor}: "
+            f"no boxes captured on split `{sp.name}` with the {head} head above conf {s.conf_floor}: "
             "is this the right model for this data?"
         )
-    return raw
+    return rows
 
 
-def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Settings
-                   ) -> tuple[HeadResult, list[pl.DataFrame]]:
-    """One head: capture → label → fit → evaluate. Returns its result and its two box tables."""
-    fb, eb = (match_boxes(capture_split(inputs, sp, head, s), sp.gt, iou=s.iou, loc_iou=s.loc_iou)
-              for sp in (fit, ev))
+def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Settings,
+                   captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
+    """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
+    fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
     scaler = fit_head(fb, s)
     t = float(scaler.temperature_)
     log.info("%s head: T = %.4f (NLL %.4f -> %.4f on %s)", head, t, scaler.nll_before_, scaler.nll_after_, fit.name)
@@ -482,11 +501,19 @@ def calibrate(
     # every check that needs no forward pass, before the first one
     preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
               n_classes=len(inputs.ds.names), settings=s)
+    if s.boxes:
+        from det_calib.reuse import reuse_boxes
+
+        captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+    else:
+        captured = capture_splits(inputs, (fit, ev), s)
+        fingerprints = None
     results, tables = {}, []
     for head in inputs.heads:
-        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s)
+        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
     boxes = validate_boxes(pl.concat(tables, how="vertical"))
+    del tables
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
@@ -494,12 +521,12 @@ def calibrate(
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
     out = Path(out)
-    files = _write_outputs(out, result, boxes, inputs, ev, s, t_start)
+    files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
 
 
-def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, ev: Split, s: Settings,
-                   t_start: float) -> dict[str, Path]:
+def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, splits: tuple[Split, Split],
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write every output of a run (the Ultralytics val checks need the written checkpoint).
 
     Everything is written into a staging folder inside ``out`` and moved into place at the end,
@@ -508,18 +535,24 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
     checks and its run time.
     """
     from det_calib.fold import write_calibrated_checkpoint
+    from det_calib.reuse import run_fingerprints, write_run_boxes
 
+    ev = splits[1]
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".det_calib-staging-", dir=out))
     try:
-        write_boxes(boxes, stage / "boxes.parquet")
+        write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         write_calibrated_checkpoint(
             inputs.model,
             stage / "calibrated.pt",
             result.temperatures,
             metadata={"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data},
         )
-        if s.run_val:
+        if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
+            for h in inputs.heads:
+                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
+                    ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
+        elif s.run_val:
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, result.temperatures, s)
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
@@ -571,8 +604,9 @@ def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, temps: dict[str,
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
         for head in inputs.heads:
-            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=s.batch, device=s.device)
-            log.info("Ultralytics val (%s head): original, calibrated, calibrated at the equivalent floor", head)
+            # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
+            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=VAL_BATCH, device=s.device)
+            log.info("Ultralytics val (%s head): original, calibrated at the equivalent floor", head)
             try:
                 results[head] = _val_check(inputs.model, ckpt, yml, ev.name, temps[head], s, kw, ultralytics_val)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
@@ -586,7 +620,6 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, t: float, s: Sett
     from det_calib.thresholds import equivalent_threshold
 
     r0 = ultralytics_val(model, yml, conf=s.conf_floor, **kw)
-    r1 = ultralytics_val(ckpt, yml, conf=s.conf_floor, **kw)
     floor = equivalent_threshold(s.conf_floor, t) if s.conf_floor > 0 else 0.0
     r2 = ultralytics_val(ckpt, yml, conf=floor, **kw)
     same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
@@ -594,15 +627,14 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, t: float, s: Sett
     )
     direction = "below" if t < 1 else "above"
     note = (
-        f"At val's conf floor {s.conf_floor}, T={t:.3f} moves some low-score boxes {direction} the floor "
-        f"({'fewer' if t < 1 else 'more'} candidates), so mAP can differ slightly "
-        f"({r0['map50_95']:.4f} -> {r1['map50_95']:.4f}). At the equivalent floor {floor:.6g} the candidate "
-        f"set is the original one: mAP {'identical' if same else 'differs'} "
-        f"({r0['map50_95']:.4f} vs {r2['map50_95']:.4f})."
+        f"At the equivalent floor {floor:.6g} the candidate set of the calibrated checkpoint is the original "
+        f"one: mAP {'identical' if same else 'differs'} ({r0['map50_95']:.4f} vs {r2['map50_95']:.4f}). "
+        f"At val's own floor {s.conf_floor}, T={t:.3f} would move some low-score boxes {direction} it "
+        f"({'fewer' if t < 1 else 'more'} candidates, mAP can differ slightly); that run is not repeated here."
     )
     if not same:
         note += " Differences this small come from float32 ties reordering equal-score boxes."
-    return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1),
+    return ValCheck(split=split, original=ValMap(**r0), calibrated=None,
                     calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note)
 
 
@@ -635,7 +667,6 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
         if uv is not None and uv.ran:
             lines.append(
                 f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated "
-                f"{_f(uv.calibrated.map50_95, '.4f')}, "
                 f"at equivalent floor {_f(uv.calibrated_equivalent_floor.map50_95, '.4f')}"
             )
         for sh in h.threshold_shift:

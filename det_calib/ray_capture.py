@@ -120,7 +120,8 @@ def capture_ray(
     kw["device"] = "0" if gpus else "cpu"  # an actor sees only the GPU(s) Ray gave it
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    items = [{"image_id": i, "path": str(Path(p).absolute()), "name": n} for i, (p, n) in enumerate(zip(sp.images, names))]
+    items = [{"image_id": i, "path": str(Path(p).absolute()), "name": n}
+             for i, (p, n) in enumerate(zip(sp.images, names))]
     result = (
         ray.data.from_items(items)
         .map_batches(

@@ -5,11 +5,11 @@ Two independent checks:
 - :func:`coco_map`: pycocotools COCOeval on the captured boxes of a split, scored with the raw
   and with the calibrated confidences. A shared monotone temperature keeps every ranking, so the
   two results must be identical.
-- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint. Run on the original
-  and on the calibrated checkpoint. Val pre-filters boxes at ``conf=0.001``; a temperature below 1
-  pushes some boxes under it (and above 1 lifts extra ones over it), so the candidate set, and
-  mAP, can move slightly. Run again at the equivalent floor ``sigmoid(logit(0.001) / T)`` where
-  the candidate set is the original one and mAP must match.
+- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint: the original at val's
+  floor ``conf=0.001``, and the calibrated one at the equivalent floor ``sigmoid(logit(0.001) / T)``,
+  where the candidate set is the original one and mAP must match. (At val's own floor a
+  temperature below 1 pushes some boxes under it, above 1 lifts extra ones over it, so mAP can
+  move slightly; the pipeline no longer runs that third val.)
 """
 
 from __future__ import annotations

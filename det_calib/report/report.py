@@ -407,6 +407,8 @@ def _map(b: _Builder, run: Run) -> None:
         for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
                            ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
             e = getattr(uv, key)
+            if e is None and key == "calibrated":  # not repeated since issue 12: the equivalent floor is the check
+                continue
             mark = ""
             if key == "calibrated_equivalent_floor" and same is not None:
                 mark = "yes" if same else "NO"
