@@ -283,11 +283,11 @@ def _map_check(boxes: pl.DataFrame, split: Split, temperature: float, s: Setting
     float64: the float32 confs Ultralytics reports have rounding ties that the calibrated float64
     scores break, which could reorder equal-score boxes and blur the comparison.
     """
-    from det_calib.verify import coco_map
+    from det_calib.verify import coco_maps
 
     all_z = boxes["logit"].to_numpy()
-    m0 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(all_z, 1.0), max_dets=s.max_det)
-    m1 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(all_z, temperature), max_dets=s.max_det)
+    m0, m1 = coco_maps(boxes, split.gt, split.sizes, [metrics.sigmoid(all_z, 1.0), metrics.sigmoid(all_z, temperature)],
+                       max_dets=s.max_det)
     return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
                 map50_after=m1["map50"], map_identical=m0 == m1)
 

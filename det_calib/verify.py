@@ -47,10 +47,30 @@ def coco_map(
     Returns:
         ``{"map50_95": ..., "map50": ..., "map75": ...}`` (-1 where undefined, as COCOeval).
     """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    return coco_maps(boxes, gt, sizes, [boxes["conf"].to_numpy() if scores is None else scores],
+                     max_dets=max_dets)[0]
 
-    scores = boxes["conf"].to_numpy() if scores is None else np.asarray(scores, dtype=np.float64)
+
+def coco_maps(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+) -> list[dict[str, float]]:
+    """:func:`coco_map` of the same boxes under several scorings (raw, calibrated...), with the
+    ground-truth index built once.
+
+    Args:
+        boxes, gt, sizes, max_dets: As :func:`coco_map`.
+        scores: One (n_boxes,) score vector per scoring.
+
+    Returns:
+        One :func:`coco_map` result per score vector.
+    """
+    from pycocotools.coco import COCO
+
     n_img = len(sizes)
     classes = sorted(set(gt["cls"].to_list()) | set(boxes["cls"].to_list()))
     g = gt.to_dict(as_series=False)
@@ -75,11 +95,22 @@ def coco_map(
     # inverted boxes (x2 < x1) become zero-area boxes, as in matching: they overlap nothing
     b = collapse_inverted(boxes).select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
     w, h = b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]
-    dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, scores, b[:, 5]])
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
         coco.dataset = dataset
         coco.createIndex()
+    out = []
+    for sc in scores:
+        sc = np.asarray(sc, dtype=np.float64)
+        dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, sc, b[:, 5]])
+        out.append(_evaluate(coco, dets, max_dets))
+    return out
+
+
+def _evaluate(coco, dets: np.ndarray, max_dets: int) -> dict[str, float]:
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
         res = coco.loadRes(dets) if len(dets) else None
         if res is None:
             return {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
