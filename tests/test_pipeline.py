@@ -136,8 +136,9 @@ def _same(ref, got, path="") -> list[str]:
 
 
 def test_calibration_json_pinned(run):
-    """calibration.json on the fixture split has the keys and values the code before the typed
-    result model wrote (tests/data/README.md), apart from `created`, `seconds` and `schema_version`."""
+    """calibration.json on the fixture split has the keys and values of the reference (written by
+    the code before the typed result model, regenerated when capture became exact per image:
+    tests/data/README.md), apart from `created`, `seconds` and `schema_version`."""
     ref = json.loads(REFERENCE.read_text())
     got = json.loads((run.out_dir / "calibration.json").read_text())
     assert got.pop("schema_version") == 1
