@@ -9,8 +9,9 @@ before and after is printed too.
   heads, fit and eval split, fit, evaluation with bootstrap intervals, the Ultralytics val checks,
   report and calibrated checkpoint); or ``--model/--data`` and any extra ``calibrate`` options
   after ``--``.
-- val: ``YOLO(model).val(data=..., split=...)`` on the fit and on the eval split, the default
-  head, everything else at Ultralytics' defaults (batch 16, conf 0.001), plots off.
+- val: ``YOLO(model).val(data=...)`` on the fit and on the eval split (a yaml per split, with it
+  as ``val``), the default head, everything else at Ultralytics' defaults (batch 16, conf
+  0.001), plots off.
 
 Run from the repository root::
 
@@ -36,11 +37,28 @@ VAL = """
 import os, sys
 os.environ.setdefault("YOLO_VERBOSE", "False")
 from ultralytics import YOLO
-model, data = sys.argv[1], sys.argv[2]
-m = YOLO(model)
-for split in sys.argv[3:]:
-    m.val(data=data, split=split, plots=False, verbose=False, project=os.environ["BENCH_TMP"], name=split)
+m = YOLO(sys.argv[1])
+for i, data in enumerate(sys.argv[2:]):
+    m.val(data=data, split="val", plots=False, verbose=False, project=os.environ["BENCH_TMP"], name=str(i))
 """
+
+
+def _split_yamls(data: str, splits: list[str], tmp: Path) -> list[str]:
+    """One data.yaml per split with that split as ``val`` (Ultralytics resolves only train/val/test
+    against ``path``; a ``calib`` key would not be found)."""
+    import yaml
+
+    d = yaml.safe_load(Path(data).read_text())
+    root = Path(d.get("path") or Path(data).parent)
+    if not root.is_absolute():
+        root = (Path(data).parent / root).resolve()
+    out = []
+    for sp in splits:
+        y = {"path": str(root), "train": d.get("train", d[sp]), "val": d[sp], "names": d["names"]}
+        path = tmp / f"{sp}.yaml"
+        path.write_text(yaml.safe_dump(y))
+        out.append(str(path))
+    return out
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -79,10 +97,11 @@ def main() -> None:
     cal, val, reuse = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench_calibrate_") as tmp:
         env["BENCH_TMP"] = tmp
+        yamls = _split_yamls(args.data, list(args.splits), Path(tmp))
         for r in range(args.repeats):
             out = str(Path(tmp) / f"run{r}")
             cal.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", out], env))
-            val.append(_run([sys.executable, "-c", VAL, args.model, args.data, *args.splits], env))
+            val.append(_run([sys.executable, "-c", VAL, args.model, *yamls], env))
             print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s, val {val[-1]['wall']:.1f} s", flush=True)
         if args.boxes:
             for r in range(args.repeats):
