@@ -36,6 +36,7 @@ of ``NOTES-metrics.md``. The two agree when all bins hold the same number of box
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import warnings
@@ -829,6 +830,16 @@ def _accepts_weights(fn: Callable) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
+def _plain_ece_bins(statistic: Callable) -> int | None:
+    """M when ``statistic`` is :func:`ece` with at most ``n_bins`` bound (the fast bootstrap path)."""
+    if statistic is ece:
+        return 15
+    if isinstance(statistic, functools.partial) and statistic.func is ece and not statistic.args:
+        if set(statistic.keywords) <= {"n_bins"}:
+            return _check_n_bins(statistic.keywords.get("n_bins", 15))
+    return None
+
+
 def bootstrap_ci(
     statistic: Callable[..., float],
     image_ids: ArrayLike,
@@ -887,7 +898,23 @@ def bootstrap_ci(
     n_img = int(img.max()) + 1
     rng = np.random.default_rng(seed)
     stats = np.empty(n_boot)
-    if _accepts_weights(statistic):
+    ece_bins = _plain_ece_bins(statistic) if len(arrs) == 2 else None
+    if ece_bins is not None:
+        # ECE is a function of per-bin sums, and a replicate's sums are its image draw counts times
+        # each image's per-bin sums: one (n_img, M) table, then M-vectors per replicate (same draws,
+        # same numbers up to float summation order)
+        c, y = _as_unit(arrs[0], "conf"), _as_binary(arrs[1], "correct")
+        cell = img * ece_bins + _uniform_index(c, ece_bins)
+        per = [np.bincount(cell, weights=v, minlength=n_img * ece_bins).reshape(n_img, ece_bins)
+               for v in (np.ones_like(c), c, y)]
+        for b in range(n_boot):
+            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(np.float64)
+            count, s_conf, s_tgt = (mult @ t for t in per)
+            total = count.sum()
+            ne = count > 0
+            stats[b] = (np.sum(count[ne] / total * np.abs(s_tgt[ne] / count[ne] - s_conf[ne] / count[ne]))
+                        if total > 0 else np.nan)
+    elif _accepts_weights(statistic):
         for b in range(n_boot):
             mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
             stats[b] = statistic(*arrs, weights=mult[img].astype(np.float64))

@@ -51,6 +51,26 @@ def coco_map(
                      max_dets=max_dets)[0]
 
 
+def same_ranking(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two scorings of the same boxes order every pair of boxes the same way.
+
+    True when ``a_i > a_j`` exactly when ``b_i > b_j`` and ``a_i == a_j`` exactly when
+    ``b_i == b_j``: the same weak order, ties included. COCOeval uses scores only to sort
+    (per image and class, then per class across images), so under the same weak order every sort,
+    every precision/recall curve and the mAP are identical: one evaluation proves both.
+
+    Args:
+        a, b: (n,) scores of the same boxes.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    order = np.argsort(-a, kind="mergesort")
+    sa, sb = a[order], b[order]
+    # b must be non-increasing along a's order, with its ties exactly where a has its ties
+    return bool(np.all(np.diff(sb) <= 0) and np.array_equal(np.diff(sa) == 0, np.diff(sb) == 0))
+
+
 def coco_maps(
     boxes: pl.DataFrame,
     gt: pl.DataFrame,
