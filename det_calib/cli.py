@@ -106,12 +106,17 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--shard", help="i/n: capture only shard i of n (images assigned by a hash of their name)")
     k.add_argument("--heads", nargs="+", choices=["auto", "nms", "e2e"], default=["auto"],
                    help="heads to capture in one pass (default auto: every head the model has)")
-    k.add_argument("--conf-floor", type=float, default=0.001, help="capture conf floor (default 0.001, as val)")
-    k.add_argument("--iou", type=float, default=0.7, help="NMS IoU (default 0.7, as predict)")
-    k.add_argument("--max-det", type=int, default=300)
+    default = {f.name: f.default for f in dataclasses.fields(Settings)}  # Settings: the one source of defaults
+    k.add_argument("--conf-floor", type=float, default=default["conf_floor"],
+                   help=f"capture conf floor (default {default['conf_floor']}, as val)")
+    k.add_argument("--iou", type=float, default=default["nms_iou"],
+                   help=f"NMS IoU (default {default['nms_iou']}, as predict)")
+    k.add_argument("--max-det", type=int, default=default["max_det"],
+                   help=f"boxes per image at most (default {default['max_det']})")
     k.add_argument("--imgsz", type=int, help="inference size (default: the model's training size)")
-    k.add_argument("--batch", type=int, default=1,
-                   help="images per forward pass, same letterbox shape only (default 1: exactly single-image predict)")
+    k.add_argument("--batch", type=int, default=default["batch"],
+                   help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
+                        "single-image predict)")
     k.add_argument("--device", help="torch device, e.g. cpu, 0 (default: Ultralytics' choice)")
     k.add_argument("--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels (fingerprinted)")
     k.add_argument("--limit", type=int, help="use only the first N images of the split (quick runs)")

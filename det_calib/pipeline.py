@@ -1,9 +1,11 @@
-"""The main job: resolve inputs, load splits, per head capture → label → fit → evaluate, write outputs.
+"""The main job: resolve inputs, load splits, capture (one pass per split serves every head; or reuse
+earlier boxes), per head label → fit → evaluate, write outputs.
 
 :func:`calibrate` runs every step and writes the output folder; each step is also a public
 function of its own module, for notebooks and other tools:
 
-- :func:`det_calib.capture.capture` — boxes and raw logits through Ultralytics' predictor
+- :class:`det_calib.capture.Capturer` — boxes and raw logits, exactly as single-image ``predict``
+- :func:`det_calib.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
 - :func:`det_calib.matching.match_boxes` — correct/incorrect by one-to-one IoU matching
 - :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature
 - :mod:`det_calib.metrics` — ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
