@@ -567,3 +567,24 @@ def test_docstring_examples():
     result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10
     assert result.failed == 0
+
+
+@pytest.mark.parametrize("n_img, n_bins", [(50, 15), (7, 10), (3, 4)])
+def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
+    """bootstrap_ci takes a per-image bin-sum shortcut for plain ECE; same draws, same interval."""
+    from det_calib.metrics import bootstrap_ci, ece
+
+    rng = np.random.default_rng(n_img)
+    img = rng.integers(0, n_img, size=40 * n_img)
+    conf = rng.uniform(size=img.size)
+    conf[:5] = [0.0, 1.0, 0.5, 1 / n_bins, 2 / n_bins]  # edges
+    y = rng.uniform(size=img.size) < conf
+
+    def slow(c, t, *, weights=None):  # not `ece` itself: takes the generic weighted path
+        return ece(c, t, n_bins=n_bins, weights=weights)
+
+    fast = bootstrap_ci(functools.partial(ece, n_bins=n_bins), img, conf, y, n_boot=300, seed=3)
+    ref = bootstrap_ci(slow, img, conf, y, n_boot=300, seed=3)
+    np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=1e-15)
+    if n_bins == 15:
+        np.testing.assert_allclose(bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12)
