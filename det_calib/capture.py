@@ -1,11 +1,14 @@
-"""Capture raw per-box class logits through Ultralytics' own prediction path.
+"""Capture raw per-box class logits exactly as Ultralytics' ``predict`` sees the boxes.
 
 The only module (with :mod:`det_calib.fold` and :mod:`det_calib.verify`) that imports
-Ultralytics. A :class:`~ultralytics.models.yolo.detect.DetectionPredictor` subclass replaces
-``postprocess`` only: it calls Ultralytics' ``non_max_suppression`` with ``return_idxs=True`` and
-reads, for every kept box, the pre-sigmoid class scores of the head output at the box's anchor.
-Pre-processing, inference, NMS/top-k and box scaling are Ultralytics' own, so the captured boxes
-and confs are exactly those of ``model.predict(conf=floor)``.
+Ultralytics. :class:`Capturer` builds the network as the predictor builds it (Ultralytics'
+``fuse()`` and ``AutoBackend``, so the same weights, device and memory format), reads each image
+with Ultralytics' ``imread``, letterboxes it on its own with Ultralytics' ``LetterBox`` (as
+``predict`` does for one image), runs the network once, and decodes every requested head from
+that one pass with Ultralytics' own decode, NMS / top-k and box scaling. For every kept box it
+reads the pre-sigmoid class scores of the head output at the box's anchor. With ``batch=1`` the
+captured boxes and confs are bit-identical to ``model.predict(image, conf=floor)`` run on one
+image at a time (``predict`` given a list letterboxes the whole list to one shape instead).
 
 Head modes:
 
@@ -14,11 +17,13 @@ Head modes:
 - ``e2e``: the one-to-one NMS-free branch (``one2one_cv2``/``one2one_cv3``; YOLO26, YOLOv10),
   selected with ``nms=False``. Its output rows are the top ``max_det`` (anchor, class) pairs;
   they are mapped back to anchors through the head's own ``get_topk_index`` on the same scores.
+
+``Detect.fuse()`` deletes the branch not in use; to decode both from one pass, the network is
+fused twice (once per branch, by Ultralytics) and the fused one-to-one branch joins the other.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import warnings
@@ -100,87 +105,352 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
-@functools.lru_cache(maxsize=1)
-def _predictor_class():
-    # one class for the process: Ultralytics keeps a model's predictor between predict() calls
-    # only while the predictor class stays the same (a new class would re-fuse the model each time)
-    from ultralytics.models.yolo.detect import DetectionPredictor
-    from ultralytics.utils import nms
+def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None) -> tuple[str, ...]:
+    """The head modes to capture, checked against the model.
 
-    class LogitCapturePredictor(DetectionPredictor):
-        """Ultralytics' detection predictor that also returns each kept box's raw class logits."""
+    Args:
+        yolo: Loaded detector.
+        head: One head mode (the single-head form).
+        heads: Several head modes, or ``"auto"`` for every head the model has. At most one of
+            ``head`` and ``heads`` may be given; with neither, ``("nms",)``.
 
-        def postprocess(self, preds, img, orig_imgs, **kwargs):
-            if not (isinstance(preds, (tuple, list)) and len(preds) == 2 and isinstance(preds[1], dict)):
-                raise InputError("the model returned no raw head output (exported model, or augment=True?)")
-            y, raw = preds
-            end2end = bool(getattr(self.model, "end2end", False))
-            out, keep = nms.non_max_suppression(
-                y,
-                self.args.conf,
-                self.args.iou,
-                self.args.classes,
-                self.args.agnostic_nms,
-                max_det=self.args.max_det,
-                nc=0,
-                end2end=end2end,
-                return_idxs=True,
+    Returns:
+        Head modes in the order ``nms``, ``e2e``.
+
+    Raises:
+        InputError: Both or an unknown head mode given, or the model lacks a requested head.
+    """
+    if head is not None and heads is not None:
+        raise InputError("give `head` or `heads`, not both")
+    have = available_heads(yolo)
+    if heads == "auto":
+        want = list(have)
+    elif heads is not None:
+        want = [heads] if isinstance(heads, str) else list(heads)
+    else:
+        want = [head or "nms"]
+    name = "heads" if heads is not None else "head"
+    for h in want:
+        if h not in ("nms", "e2e"):
+            raise InputError(f"Expected argument `{name}` to be 'nms' or 'e2e', but got {h!r}")
+        if h not in have:
+            raise InputError(
+                f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
+                f"for `head` {h}; it has: {', '.join(have)}"
             )
-            if "one2one" in raw:
-                raw = raw["one2one" if end2end else "one2many"]
-            scores = raw["scores"]  # (B, nc, anchors), pre-sigmoid
-            if end2end:
-                head = self.model.model.model[-1]
+    if not want:
+        raise InputError(f"Expected argument `{name}` to name at least one head, but got {heads!r}")
+    return tuple(h for h in ("nms", "e2e") if h in want)
+
+
+def _fused_network(yolo, heads: tuple[str, ...], device: torch.device):
+    """A private copy of the network, fused and wrapped as Ultralytics' predictor does it, keeping
+    every branch in ``heads``; returns the ``AutoBackend``.
+
+    ``Detect.fuse()`` deletes the branch not in use. For both heads the model is copied twice,
+    each copy fused by Ultralytics' own ``fuse()`` for one branch, and the fused one-to-one
+    branch of the second is put into the first: every convolution then has exactly the weights
+    ``predict(nms=None)`` and ``predict(nms=False)`` run with.
+    """
+    import copy
+
+    from ultralytics.nn.autobackend import AutoBackend
+
+    def fused(end2end: bool) -> torch.nn.Module:
+        net = copy.deepcopy(yolo.model).float().eval()
+        net.model[-1].end2end = end2end
+        return net.fuse(verbose=False)
+
+    net = fused(heads == ("e2e",))
+    if len(heads) == 2:
+        other = fused(True).model[-1]
+        head = net.model[-1]
+        for name in tuple(head._modules):
+            if name.startswith("one2one_"):
+                setattr(head, name, getattr(other, name))
+        head.end2end = False
+    # Ultralytics' backend as the predictor builds it (device, dtype, the memory format it picks
+    # for this device: channels-last on x86 CPUs changes the convolution kernels and their rounding)
+    backend = AutoBackend(model=net, device=device, fp16=False, fuse=False, verbose=False)
+    backend.eval()
+    return backend
+
+
+class Capturer:
+    """A detector prepared once for capture: load, fuse, and run any number of image lists.
+
+    Every image is pre-processed exactly as ``model.predict`` pre-processes it alone (its own
+    letterbox: the long side to ``imgsz``, the short side padded to the stride), the network
+    runs once per batch, and each requested head is decoded from the same neck features: the
+    one-to-many branch through Ultralytics' NMS (``predict(nms=None)``) and the one-to-one branch
+    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default) the boxes, confs
+    and logits are bit-identical to ``model.predict`` run on one image at a time. With
+    ``batch > 1`` only images with the same letterboxed shape share a forward pass: no image is
+    padded for its neighbours, but batched convolution rounds differently from a batch of one
+    (class logits differ by ~1e-5 on CPU), so use it where throughput matters (GPU).
+
+    Args:
+        model: ``.pt`` path or ``ultralytics.YOLO`` detector.
+        head: One head mode, ``"nms"`` or ``"e2e"``.
+        heads: Several head modes, or ``"auto"`` (every head the model has); see
+            :func:`resolve_heads`.
+        conf: Conf floor (Ultralytics keeps ``conf > floor``).
+        iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
+        max_det: Maximum boxes per image and head.
+        imgsz: Inference size; default the model's training size.
+        batch: Maximum images per forward pass (same letterboxed shape only).
+        device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
+        all_logits: Also return all nc class logits of each box in a ``logits`` list column.
+
+    Raises:
+        InputError: Bad model, head, conf or batch; unknown device.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        head: Head | None = None,
+        heads: Sequence[Head] | Literal["auto"] | None = None,
+        conf: float = 0.001,
+        iou: float = 0.7,
+        max_det: int = 300,
+        imgsz: int | None = None,
+        batch: int = 1,
+        device: str | None = None,
+        all_logits: bool = False,
+    ) -> None:
+        from ultralytics.data.augment import LetterBox
+        from ultralytics.utils.checks import check_imgsz
+        from ultralytics.utils.torch_utils import select_device
+
+        yolo = load_detector(model)
+        self.heads = resolve_heads(yolo, head=head, heads=heads)
+        if not 0 <= conf < 1:
+            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
+        if not 0 <= iou <= 1:
+            raise InputError(f"Expected argument `iou` in [0, 1], but got {iou}")
+        if int(max_det) < 1:
+            raise InputError(f"Expected argument `max_det` to be a positive integer, but got {max_det}")
+        if int(batch) < 1:
+            raise InputError(f"Expected argument `batch` to be a positive integer, but got {batch}")
+        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), int(batch)
+        self.all_logits = all_logits
+        self.nc = len(yolo.names)
+        self.names = [yolo.names[k] for k in sorted(yolo.names)]
+        try:
+            self.device = select_device("" if device is None else device, verbose=False)
+        except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
+            raise InputError(f"bad device {device!r}: {first_line(e)}") from None
+        self.backend = _fused_network(yolo, self.heads, self.device)
+        self.net = self.backend.model  # the fused DetectionModel
+        h = self.net.model[-1]
+        if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
+            h.max_det, h.agnostic_nms = max(self.max_det, 300), False
+        stride = max(int(self.net.stride.max()), 32)
+        self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
+        self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
+
+    @property
+    def settings(self) -> dict:
+        """The capture settings that change its output (recorded with captured parts)."""
+        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
+                "batch": self.batch, "all_logits": self.all_logits}
+
+    def __call__(
+        self,
+        images: Sequence[str | Path],
+        *,
+        split: str = "",
+        image_names: Sequence[str] | None = None,
+        image_ids: Sequence[int] | None = None,
+        progress: bool = True,
+    ) -> pl.DataFrame:
+        """Capture ``images``; see :func:`capture` for the arguments and the table."""
+        paths = [str(p) for p in images]
+        if not paths:
+            raise InputError("no images to capture")
+        names = [str(n) for n in image_names] if image_names is not None else paths
+        ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
+        if len(names) != len(paths) or len(ids) != len(paths):
+            raise InputError(
+                f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
+                f"({len(paths)})"
+            )
+        # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
+        out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
+        sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
+        pending: dict[tuple, list[tuple[int, np.ndarray]]] = {}  # letterboxed shape -> [(position, image)]
+        bar = _progress(len(paths), f"capture {split or 'images'} [{'+'.join(self.heads)}]", enabled=progress,
+                        batch=self.batch)
+        n_bad = 0
+        try:
+            for pos, im0 in _read_ahead(paths, depth=2 * self.batch):
+                if im0 is None:
+                    n_bad += 1
+                    log.warning("cannot read image %s: skipped", paths[pos])
+                    bar.update(1)
+                    continue
+                sizes[pos] = (im0.shape[1], im0.shape[0])
+                lb = self._letterbox(image=im0)
+                del im0  # only the letterboxed image waits for its batch
+                group = pending.setdefault(lb.shape, [])
+                group.append((pos, lb))
+                if len(group) >= self.batch:
+                    self._run(pending.pop(lb.shape), sizes, out)
+                    bar.update(self.batch)
+                elif sum(len(g) for g in pending.values()) >= 4 * self.batch:  # bound what waits
+                    key = max(pending, key=lambda k: len(pending[k]))
+                    bar.update(len(pending[key]))
+                    self._run(pending.pop(key), sizes, out)
+            for key in list(pending):
+                bar.update(len(pending[key]))
+                self._run(pending.pop(key), sizes, out)
+        except (torch.OutOfMemoryError, MemoryError):
+            raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
+        finally:
+            bar.close()
+        if n_bad:
+            warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+        return self._table(out, sizes, names, ids, split)
+
+    @torch.inference_mode()
+    def _run(self, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
+        """One forward pass over same-shape letterboxed images; every head decoded from it."""
+        from ultralytics.utils import nms, ops
+
+        positions = [p for p, _ in group]
+        # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
+        stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
+        x = torch.from_numpy(stack).to(self.backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
+        group.clear()
+        y, raw = self.backend(x)
+        head = self.net.model[-1]
+        branches = {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")} if "one2one" in raw else {"nms": raw}
+        for h in self.heads:
+            e2e = h == "e2e"
+            if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
+                head.end2end = e2e
+                try:
+                    y = head._inference(branches[h])
+                    y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
+                finally:
+                    head.end2end = not e2e
+            dets, keep = nms.non_max_suppression(
+                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0, end2end=e2e, return_idxs=True
+            )
+            scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
+            if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
                 _, _, anchor_of_row = head.get_topk_index(scores.sigmoid().permute(0, 2, 1), head.max_det)
-            logits = []
-            for b, (_det, k) in enumerate(zip(out, keep)):
+            for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
                 k = k.long().view(-1)
-                anchors = anchor_of_row[b, k] if end2end else k
-                logits.append(scores[b][:, anchors].T.float().cpu())  # (n, nc)
-            if not isinstance(orig_imgs, list):
-                from ultralytics.utils import ops
+                anchors = anchor_of_row[b, k] if e2e else k
+                w, hh = sizes[pos]
+                xyxy = ops.scale_boxes(x.shape[2:], det[:, :4], (int(hh), int(w))).cpu().numpy()
+                cls = det[:, 5].cpu().numpy().astype(np.int32)
+                lg = scores[b][:, anchors].T.float().cpu().numpy()  # (n, nc)
+                z = lg[np.arange(len(cls)), cls]
+                out[h][pos] = (xyxy, det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None)
 
-                orig_imgs = ops.convert_torch2numpy_batch(orig_imgs)[..., ::-1]
-            results = self.construct_results(out, img, orig_imgs)
-            for r, lg in zip(results, logits):
-                r.det_calib_logits = lg
-            return results
+    def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
+        frames = []
+        for h in self.heads:
+            per = out[h]
+            order = sorted(per)
+            counts = np.array([len(per[p][1]) for p in order], dtype=np.int64)
+            pos = np.repeat(np.array(order, dtype=np.int64), counts)
 
-    return LogitCapturePredictor
+            def cat(j: int, dt, per=per, order=order) -> np.ndarray:
+                return np.concatenate([per[p][j] for p in order]).astype(dt) if order else np.zeros(0, dt)
+
+            xyxy = cat(0, np.float64).reshape(-1, 4)
+            cols = {
+                "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
+                          else pl.Series([], dtype=pl.String)),
+                "image_id": ids[pos],
+                "split": pl.repeat(split, len(pos), dtype=pl.String, eager=True),
+                "head": pl.repeat(h, len(pos), dtype=pl.String, eager=True),
+                "x1": xyxy[:, 0], "y1": xyxy[:, 1], "x2": xyxy[:, 2], "y2": xyxy[:, 3],
+                "img_w": sizes[pos, 0], "img_h": sizes[pos, 1],
+                "cls": cat(2, np.int32),
+                "conf": cat(1, np.float64),
+                "logit": cat(3, np.float64),
+            }
+            df = pl.DataFrame(cols, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+            if self.all_logits:
+                lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
+                lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
+                df = df.with_columns(lists)
+            frames.append(df)
+        return pl.concat(frames) if len(frames) > 1 else frames[0]
+
+
+def _read_ahead(paths: list[str], *, depth: int):
+    """Yield ``(position, BGR image or None)`` in order, decoding up to ``depth`` images ahead in a
+    thread (OpenCV releases the GIL), with Ultralytics' own ``imread`` (as its image loader)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cv2
+    from ultralytics.utils.patches import imread
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        queue: deque = deque()
+        it = iter(enumerate(paths))
+        for pos, p in it:
+            queue.append((pos, pool.submit(imread, p, cv2.IMREAD_COLOR)))
+            if len(queue) > depth:
+                pos0, fut = queue.popleft()
+                yield pos0, fut.result()
+        while queue:
+            pos0, fut = queue.popleft()
+            yield pos0, fut.result()
 
 
 def capture(
     model,
     images: Sequence[str | Path],
     *,
-    head: Head = "nms",
+    head: Head | None = None,
+    heads: Sequence[Head] | Literal["auto"] | None = None,
     conf: float = 0.001,
     iou: float = 0.7,
     max_det: int = 300,
     imgsz: int | None = None,
-    batch: int = 16,
+    batch: int = 1,
     device: str | None = None,
     split: str = "",
     image_names: Sequence[str] | None = None,
+    image_ids: Sequence[int] | None = None,
     all_logits: bool = False,
     progress: bool = True,
 ) -> pl.DataFrame:
     """Run the detector over ``images`` and return one row per output box with its raw logit.
 
+    One forward pass per image serves every head in ``heads``: the table holds the boxes of
+    each, head after head (``nms`` first), images in input order within a head. With the
+    default ``batch=1`` each head's boxes, confs and logits are bit-identical to
+    ``model.predict(image, conf=conf, nms=None)`` / ``(..., nms=False)`` run on one image at a
+    time, which is what a deployment sees; see :class:`Capturer` for ``batch > 1``.
+
     Args:
         model: ``.pt`` path or ``ultralytics.YOLO`` detector.
-        images: Image paths; ``image_id`` in the output is the position in this list.
+        images: Image paths.
         head: ``"nms"`` (one-to-many head + NMS, Ultralytics' default) or ``"e2e"`` (NMS-free
             one-to-one head, ``nms=False``).
+        heads: Several heads at once, e.g. ``("nms", "e2e")``, or ``"auto"`` for every head the
+            model has. Give ``head`` or ``heads``; with neither, ``"nms"``.
         conf: Conf floor passed to Ultralytics (it keeps ``conf > floor``).
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
-        max_det: Maximum boxes per image.
+        max_det: Maximum boxes per image and head.
         imgsz: Inference size; default the model's training size.
-        batch: Images per forward pass. Ultralytics letterboxes a batch of mixed-size images to a
-            common shape, so results equal ``model.predict`` run with the same ``batch``.
+        batch: Maximum images per forward pass; only images with the same letterboxed shape
+            share one. 1 (default) is exact; larger is faster on a GPU.
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).
+        image_ids: Values of the ``image_id`` column (default: the position in ``images``);
+            a shard of a split passes the images' positions in the whole split.
         all_logits: Also return all nc class logits of each box in a ``logits`` list column.
         progress: Show a progress bar.
 
@@ -188,84 +458,17 @@ def capture(
         Box table with the capture columns of :mod:`det_calib.boxes` (no match columns).
 
     Raises:
-        InputError: The model lacks the requested head, or no images were given.
+        InputError: The model lacks a requested head, bad arguments, or no images were given.
     """
-    yolo = load_detector(model)
-    if head not in ("nms", "e2e"):
-        raise InputError(f"Expected argument `head` to be 'nms' or 'e2e', but got {head!r}")
-    heads = available_heads(yolo)
-    if head not in heads:
-        raise InputError(
-            f"the model has no {'one-to-one (NMS-free)' if head == 'e2e' else 'one-to-many'} head "
-            f"for `head` {head}; it has: {', '.join(heads)}"
-        )
-    if not 0 <= conf < 1:
-        raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
-    paths = [str(p) for p in images]
-    if not paths:
-        raise InputError("no images to capture")
-    names = list(image_names) if image_names is not None else paths
-    # Ultralytics reports each result's path as an absolute path
-    index = {str(Path(p).absolute()): i for i, p in enumerate(paths)}
-    imgsz = imgsz or default_imgsz(yolo)
-
-    predictor = _predictor_class()
-    cols: dict[str, list] = {c: [] for c in CAPTURE_COLUMNS}
-    all_lg: list[np.ndarray] = []
-    bar = _progress(len(paths), f"capture {split or 'images'} [{head}]", enabled=progress, batch=batch)
-    kw = dict(conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch, verbose=False, save=False)
-    if device is not None:
-        kw["device"] = device
-    kw["nms"] = False if head == "e2e" else None
-    seen = np.zeros(len(paths), dtype=bool)
-    try:
-        for r in yolo.predict(source=paths, stream=True, predictor=predictor, **kw):
-            i = index[str(Path(r.path).absolute())]
-            seen[i] = True
-            b = r.boxes
-            n = len(b)
-            xyxy = b.xyxy.cpu().numpy().astype(np.float64)
-            confs = b.conf.cpu().numpy()
-            cls = b.cls.cpu().numpy().astype(np.int32)
-            lg = r.det_calib_logits.numpy()
-            h, w = r.orig_shape
-            cols["image"] += [names[i]] * n
-            cols["image_id"] += [i] * n
-            cols["split"] += [split] * n
-            cols["head"] += [head] * n
-            for k, c in enumerate(("x1", "y1", "x2", "y2")):
-                cols[c].append(xyxy[:, k])
-            cols["img_w"] += [w] * n
-            cols["img_h"] += [h] * n
-            cols["cls"].append(cls)
-            cols["conf"].append(confs.astype(np.float64))
-            cols["logit"].append(lg[np.arange(n), cls].astype(np.float64))
-            if all_logits:
-                all_lg.append(lg)
-            bar.update(1)
-    except InputError:
-        raise
-    except (torch.OutOfMemoryError, MemoryError):
-        raise InputError(f"out of memory running the model with batch {batch}: lower `batch`") from None
-    except (ValueError, FileNotFoundError, OSError) as e:  # bad --device, unreadable source...
-        raise InputError(f"prediction failed: {first_line(e)}") from None
-    if not seen.all():
-        warnings.warn(f"Ultralytics skipped {int((~seen).sum())} of {len(paths)} images (unreadable by OpenCV)",
-                      stacklevel=2)
-    bar.close()
-    data = {}
-    for c in CAPTURE_COLUMNS:
-        v = cols[c]
-        data[c] = np.concatenate(v) if v and isinstance(v[0], np.ndarray) else v
-    df = pl.DataFrame(data, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
-    if all_logits:
-        stacked = np.concatenate(all_lg) if all_lg else np.zeros((0, len(yolo.names)), np.float32)
-        df = df.with_columns(pl.Series("logits", stacked.tolist(), dtype=pl.List(pl.Float32)))
-    return df
+    capturer = Capturer(
+        model, head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+        device=device, all_logits=all_logits,
+    )
+    return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 
 class _NoBar:
-    def update(self, n: int = 1) -> None:  # noqa: D401
+    def update(self, n: int = 1) -> None:
         pass
 
     def close(self) -> None:

@@ -104,6 +104,35 @@ def _parser() -> argparse.ArgumentParser:
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
 
+    k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
+                       description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
+                                   "into OUT; `calibrate --boxes OUT` and det_calib.parts.read_parts read them.")
+    k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
+    k.add_argument("--data", type=Path, required=True, help="data.yaml")
+    k.add_argument("--split", required=True, help="split key in data.yaml")
+    k.add_argument("--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)")
+    k.add_argument("--shard", help="i/n: capture only shard i of n (images assigned by a hash of their name)")
+    k.add_argument("--heads", nargs="+", choices=["auto", "nms", "e2e"], default=["auto"],
+                   help="heads to capture in one pass (default auto: every head the model has)")
+    default = {f.name: f.default for f in dataclasses.fields(Settings)}  # Settings: the one source of defaults
+    k.add_argument("--conf-floor", type=float, default=default["conf_floor"],
+                   help=f"capture conf floor (default {default['conf_floor']}, as val)")
+    k.add_argument("--iou", type=float, default=default["nms_iou"],
+                   help=f"NMS IoU (default {default['nms_iou']}, as predict)")
+    k.add_argument("--max-det", type=int, default=default["max_det"],
+                   help=f"boxes per image at most (default {default['max_det']})")
+    k.add_argument("--imgsz", type=int, help="inference size (default: the model's training size)")
+    k.add_argument("--batch", type=int, default=default["batch"],
+                   help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
+                        "single-image predict)")
+    k.add_argument("--device", help="torch device, e.g. cpu, 0 (default: Ultralytics' choice)")
+    k.add_argument("--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels (fingerprinted)")
+    k.add_argument("--limit", type=int, help="use only the first N images of the split (quick runs)")
+    k.add_argument("--ray", action="store_true", help="run as a Ray Data job (pip install 'det_calib[ray]')")
+    k.add_argument("--ray-images-per-part", type=int, default=256, help="images per Ray batch and part (default 256)")
+    k.add_argument("--ray-actors", type=int, help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)")
+    k.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
+
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
@@ -145,6 +174,29 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else summary_text(run.result))
     main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
     print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
+    return 0
+
+
+def _capture(args: argparse.Namespace) -> int:
+    if args.ray and args.shard:
+        from det_calib.errors import InputError
+
+        raise InputError("--shard and --ray exclude each other: Ray splits the work itself")
+    heads = "auto" if "auto" in args.heads else tuple(args.heads)
+    kw = {"heads": heads, "conf": args.conf_floor, "iou": args.iou, "max_det": args.max_det, "imgsz": args.imgsz,
+          "batch": args.batch, "coco_gt": args.coco_gt, "limit": args.limit}
+    if args.ray:
+        from det_calib.ray_capture import capture_ray
+
+        parts = capture_ray(args.model, args.data, args.split, args.out, images_per_part=args.ray_images_per_part,
+                            actors=args.ray_actors, **kw)
+        print(f"wrote {len(parts)} parts to {args.out}")
+    else:
+        from det_calib.parts import capture_to_parts
+
+        part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard, device=args.device,
+                                progress=args.progress, **kw)
+        print(f"wrote {part}")
     return 0
 
 
@@ -202,6 +254,7 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": _calibrate,
+    "capture": _capture,
     "apply": _apply,
     "report": _report,
     "compare": _compare,

@@ -800,6 +800,16 @@ def _accepts_weights(fn: Callable) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
+def _plain_ece_bins(statistic: Callable) -> int | None:
+    """M when ``statistic`` is :func:`ece` with at most ``n_bins`` bound (the fast bootstrap path)."""
+    if statistic is ece:
+        return 15
+    if isinstance(statistic, functools.partial) and statistic.func is ece and not statistic.args:
+        if set(statistic.keywords) <= {"n_bins"}:
+            return check_positive_int(statistic.keywords.get("n_bins", 15))
+    return None
+
+
 def bootstrap_ci(
     statistic: Callable[..., float],
     image_ids: ArrayLike,
@@ -873,7 +883,23 @@ def bootstrap_ci(
     n_img = int(img.max()) + 1
     rng = np.random.default_rng(seed)
     stats = np.empty(n_boot)
-    if _accepts_weights(statistic):
+    ece_bins = _plain_ece_bins(statistic) if len(arrs) == 2 else None
+    if ece_bins is not None:
+        # ECE is a function of per-bin sums, and a replicate's sums are its image draw counts times
+        # each image's per-bin sums: one (n_img, M) table, then M-vectors per replicate (same draws,
+        # same numbers up to float summation order)
+        c, y = as_unit(arrs[0], "conf"), as_binary(arrs[1], "correct")
+        cell = img * ece_bins + _uniform_index(c, ece_bins)
+        per = [np.bincount(cell, weights=v, minlength=n_img * ece_bins).reshape(n_img, ece_bins)
+               for v in (np.ones_like(c), c, y)]
+        for b in range(n_boot):
+            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(np.float64)
+            count, s_conf, s_tgt = (mult @ t for t in per)
+            total = count.sum()
+            ne = count > 0
+            stats[b] = (np.sum(count[ne] / total * np.abs(s_tgt[ne] / count[ne] - s_conf[ne] / count[ne]))
+                        if total > 0 else np.nan)
+    elif _accepts_weights(statistic):
         # this module's metrics: arrays checked once here, the loop calls the unchecked core
         inner = _unchecked_statistic(statistic, arrs) or functools.partial(statistic, *arrs)
         for b in range(n_boot):
@@ -912,7 +938,10 @@ def bootstrap_ci(
         q_lo, q_hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
         return float(2 * theta - q_hi), float(2 * theta - q_lo)
     nd = statistics.NormalDist()
-    share = (np.count_nonzero(good < theta) + 0.5 * np.count_nonzero(good == theta)) / good.size
+    # ties with the estimate within float summation error (a replicate that redraws every image
+    # once is the estimate, summed in another order) count half, as exact ties
+    tie = np.isclose(good, theta, rtol=1e-12, atol=1e-15)
+    share = (np.count_nonzero((good < theta) & ~tie) + 0.5 * np.count_nonzero(tie)) / good.size
     share = min(max(share, 0.5 / good.size), 1.0 - 0.5 / good.size)
     z0, za = nd.inv_cdf(share), nd.inv_cdf(1.0 - alpha)
     lo, hi = np.percentile(good, [100.0 * nd.cdf(2 * z0 - za), 100.0 * nd.cdf(2 * z0 + za)])

@@ -1,9 +1,11 @@
-"""The main job: resolve inputs, load splits, per head capture → label → fit → evaluate, write outputs.
+"""The main job: resolve inputs, load splits, capture (one pass per split serves every head; or reuse
+earlier boxes), per head label → fit → evaluate, write outputs.
 
 :func:`calibrate` runs every step and writes the output folder; each step is also a public
 function of its own module, for notebooks and other tools:
 
-- :func:`det_calib.capture.capture` — boxes and raw logits through Ultralytics' predictor
+- :class:`det_calib.capture.Capturer` — boxes and raw logits, exactly as single-image ``predict``
+- :func:`det_calib.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
 - :func:`det_calib.matching.match_boxes` — correct/incorrect by one-to-one IoU matching
 - :func:`det_calib.calibrators.fit_temperature` — the NLL-optimal temperature (the default method);
   :mod:`det_calib.fitting` / :mod:`det_calib.selection` — any other method, or ``auto`` by CV
@@ -34,7 +36,7 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.boxes import HEADS, validate_boxes, write_boxes
+from det_calib.boxes import HEADS, validate_boxes
 from det_calib.calibrators import TemperatureScaler
 from det_calib.data import (
     Dataset,
@@ -91,6 +93,8 @@ HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
 BOOTSTRAP_LEVEL = Bootstrap.level
+VAL_BATCH = 16
+"""Batch of the Ultralytics val checks: val's own default (they check plain val, not the capture)."""
 
 
 def _opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:
@@ -134,7 +138,8 @@ class Settings:
     nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
     imgsz: int | None = _opt(None, "inference size (default: the model's training size)", flag="--imgsz")
-    batch: int = _opt(16, "images per batch (default 16)", flag="--batch")
+    batch: int = _opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
+                      "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
     device: str | None = _opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
                               flag="--device")
     coco_gt: str | None = _opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
@@ -146,6 +151,9 @@ class Settings:
     run_val: bool = _opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
     report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
     limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
+    boxes: str | None = _opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
+                             "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
+                             "sub-folder per split) instead of capturing again", flag="--boxes")
     progress: bool = _opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
     # per-class conf thresholds (det_calib.tuning); also the options of `det-calib thresholds`
     target_precision: float | None = _opt(
@@ -355,12 +363,15 @@ def _map_check(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Settings) 
     per-class map rescores boxes after the detector chose them; a map folded into the model can
     also change which boxes it outputs (see the Ultralytics val check).
     """
-    from det_calib.verify import coco_map
+    from det_calib.verify import coco_maps, same_ranking
 
     all_z = boxes["logit"].to_numpy()
     t1 = calibrated_logits(calibrator, all_z, boxes["cls"].to_numpy())
-    m0 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(all_z, 1.0), max_dets=s.max_det)
-    m1 = coco_map(boxes, split.gt, split.sizes, metrics.sigmoid(t1, 1.0), max_dets=s.max_det)
+    raw, cal = metrics.sigmoid(all_z, 1.0), metrics.sigmoid(t1, 1.0)
+    if same_ranking(raw, cal):  # COCOeval sees scores only through this order: the same mAP, proven
+        m0 = m1 = coco_maps(boxes, split.gt, split.sizes, [raw], max_dets=s.max_det)[0]
+    else:
+        m0, m1 = coco_maps(boxes, split.gt, split.sizes, [raw, cal], max_dets=s.max_det)
     return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
                 map50_after=m1["map50"], map_identical=m0 == m1)
 
@@ -523,27 +534,40 @@ def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
     return fit, ev
 
 
-def capture_split(inputs: _Inputs, split: Split, head: str, s: Settings) -> pl.DataFrame:
-    """Boxes and raw logits of one head on one split."""
-    from det_calib.capture import capture
+def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
+    """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
 
-    log.info("capturing %s boxes on `%s` (%d images)", head, split.name, len(split.images))
-    raw = capture(inputs.yolo, split.images, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                  imgsz=inputs.imgsz, batch=s.batch, device=s.device, split=split.name,
-                  image_names=split.image_names(), progress=s.progress)
-    if raw.height == 0:
+    Returns:
+        Head -> one capture table per split (in the order of ``splits``).
+    """
+    from det_calib.capture import Capturer
+
+    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+    out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
+    for sp in splits:
+        log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
+        raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
+        for h in inputs.heads:
+            out[h].append(_head_rows(raw, h, sp, s))
+        del raw
+    return out
+
+
+def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
+    rows = raw.filter(pl.col("head") == head)
+    if rows.height == 0:
         raise InputError(
-            f"no boxes captured on split `{split.name}` with the {head} head above conf {s.conf_floor}: "
+            f"no boxes captured on split `{sp.name}` with the {head} head above conf {s.conf_floor}: "
             "is this the right model for this data?"
         )
-    return raw
+    return rows
 
 
-def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Settings
-                   ) -> tuple[HeadResult, list[pl.DataFrame]]:
-    """One head: capture → label → fit → evaluate. Returns its result and its two box tables."""
-    fb, eb = (match_boxes(capture_split(inputs, sp, head, s), sp.gt, iou=s.iou, loc_iou=s.loc_iou)
-              for sp in (fit, ev))
+def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Settings,
+                   captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
+    """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
+    fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
     choice = fit_head(fb, s)
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
@@ -622,11 +646,19 @@ def calibrate(
     preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
               n_classes=len(inputs.ds.names), settings=s)
     check_output_dir(Path(out))  # refuse a folder det_calib does not own
+    if s.boxes:
+        from det_calib.reuse import reuse_boxes
+
+        captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+    else:
+        captured = capture_splits(inputs, (fit, ev), s)
+        fingerprints = None
     results, tables = {}, []
     for head in inputs.heads:
-        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s)
+        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
     boxes = validate_boxes(pl.concat(tables, how="vertical"))
+    del tables
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
@@ -635,7 +667,7 @@ def calibrate(
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
     )
     out = Path(out)
-    files = _write_outputs(out, result, boxes, inputs, ev, s, t_start)
+    files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
 
 
@@ -657,8 +689,8 @@ def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     return lines
 
 
-def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, ev: Split, s: Settings,
-                   t_start: float) -> dict[str, Path]:
+def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, splits: tuple[Split, Split],
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write every output of a run (the Ultralytics val checks need the written checkpoint).
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
@@ -666,12 +698,14 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
     from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
+    from det_calib.reuse import run_fingerprints, write_run_boxes
 
+    ev = splits[1]
     # Everything is written into a staging folder that replaces `out` in one swap when the run
     # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
     # previous run's folder as it was, never a mix of old and new.
     with staged_output(out) as stage:
-        write_boxes(boxes, stage / "boxes.parquet")
+        write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
         if all(r.method == "temperature" for r in records.values()):
@@ -679,7 +713,11 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
         else:  # any other map: folded per channel (affine) or as stock conv+ReLU hinge layers (isotonic)
             write_folded_checkpoint(inputs.model, stage / "calibrated.pt",
                                     {h: calibrator_of(r) for h, r in records.items()}, metadata=meta)
-        if s.run_val:
+        if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
+            for h in inputs.heads:
+                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
+                    ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
+        elif s.run_val:
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
@@ -716,13 +754,15 @@ def detection_change(inputs: _Inputs, ckpt: Path, ev: Split, head: str, eval_box
                      record: Calibrator, s: Settings) -> DetectionChange:
     """Measure what folding a per-class map into the model changes: capture the eval split through
     the calibrated checkpoint and compare with the original boxes rescored by the same map."""
-    from det_calib.capture import capture, load_detector
-    from det_calib.verify import coco_map
+    from det_calib.capture import Capturer
+    from det_calib.verify import coco_map, coco_maps
 
     log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
-    folded = capture(load_detector(ckpt), ev.images, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                     imgsz=inputs.imgsz, batch=s.batch, device=s.device, split=ev.name,
-                     image_names=ev.image_names(), progress=s.progress)
+    # the same capture as the original's (one image per forward pass at the default batch 1)
+    cap = Capturer(ckpt, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det, imgsz=inputs.imgsz,
+                   batch=s.batch, device=s.device)
+    folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
+    del cap
     cal = calibrator_of(record)
     z = eval_boxes["logit"].to_numpy()
     p_post = metrics.sigmoid(calibrated_logits(cal, z, eval_boxes["cls"].to_numpy()), 1.0)
@@ -748,8 +788,7 @@ def detection_change(inputs: _Inputs, ckpt: Path, ev: Split, head: str, eval_box
     thr = min(s.conf)
     post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
     kpk, kfk = keys(post_k, True), keys(fold_k, True)
-    m0 = coco_map(eval_boxes, ev.gt, ev.sizes, metrics.sigmoid(z, 1.0), max_dets=s.max_det)
-    m1 = coco_map(eval_boxes, ev.gt, ev.sizes, p_post, max_dets=s.max_det)
+    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(z, 1.0), p_post], max_dets=s.max_det)
     m2 = coco_map(folded, ev.gt, ev.sizes, max_dets=s.max_det)
     return DetectionChange(
         split=ev.name, conf_floor=floor, boxes_posthoc=post.height, boxes_folded=fold.height,
@@ -777,8 +816,9 @@ def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, records: dict[st
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
         for head in inputs.heads:
-            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=s.batch, device=s.device)
-            log.info("Ultralytics val (%s head): original, calibrated, calibrated at the equivalent floor", head)
+            # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
+            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=VAL_BATCH, device=s.device)
+            log.info("Ultralytics val (%s head): original, calibrated at the equivalent floor", head)
             try:
                 results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw, ultralytics_val)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
@@ -803,9 +843,9 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
 def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
                ultralytics_val: Any) -> ValCheck:
     r0 = ultralytics_val(model, yml, conf=s.conf_floor, **kw)
-    r1 = ultralytics_val(ckpt, yml, conf=s.conf_floor, **kw)
     floor = equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
     if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
+        r1 = ultralytics_val(ckpt, yml, conf=s.conf_floor, **kw)
         diff = r1["map50_95"] - r0["map50_95"]
         note = (
             f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
@@ -824,15 +864,14 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrato
     lower = floor < s.conf_floor
     what = f"T={record.temperature:.3f}" if record.method == "temperature" else f"the {record.method} map"
     note = (
-        f"At val's conf floor {s.conf_floor}, {what} moves some low-score boxes {'below' if lower else 'above'} the "
-        f"floor ({'fewer' if lower else 'more'} candidates), so mAP can differ slightly "
-        f"({r0['map50_95']:.4f} -> {r1['map50_95']:.4f}). At the equivalent floor {floor:.6g} the candidate "
-        f"set is the original one: mAP {'identical' if same else 'differs'} "
-        f"({r0['map50_95']:.4f} vs {r2['map50_95']:.4f})."
+        f"At the equivalent floor {floor:.6g} the candidate set of the calibrated checkpoint is the original "
+        f"one: mAP {'identical' if same else 'differs'} ({r0['map50_95']:.4f} vs {r2['map50_95']:.4f}). "
+        f"At val's own floor {s.conf_floor}, {what} would move some low-score boxes {'below' if lower else 'above'} "
+        f"it ({'fewer' if lower else 'more'} candidates, mAP can differ slightly); that run is not repeated here."
     )
     if not same:
         note += " Differences this small come from float32 ties reordering equal-score boxes."
-    return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1),
+    return ValCheck(split=split, original=ValMap(**r0), calibrated=None,
                     calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note)
 
 
@@ -898,9 +937,9 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
             eq = uv.calibrated_equivalent_floor
             lines.append(
                 f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated model "
-                f"{_f(uv.calibrated.map50_95, '.4f')}"
-                + (f", at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
-                   " (a per-class map folded into the model)")
+                + (f"at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
+                   f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
+                   "(a per-class map folded into the model)")
             )
         dc = h.detection_change
         if dc is not None:

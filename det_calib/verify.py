@@ -5,11 +5,11 @@ Two independent checks:
 - :func:`coco_map`: pycocotools COCOeval on the captured boxes of a split, scored with the raw
   and with the calibrated confidences. A shared monotone temperature keeps every ranking, so the
   two results must be identical.
-- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint. Run on the original
-  and on the calibrated checkpoint. Val pre-filters boxes at ``conf=0.001``; a temperature below 1
-  pushes some boxes under it (and above 1 lifts extra ones over it), so the candidate set, and
-  mAP, can move slightly. Run again at the equivalent floor ``sigmoid(logit(0.001) / T)`` where
-  the candidate set is the original one and mAP must match.
+- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint: the original at val's
+  floor ``conf=0.001``, and the calibrated one at the equivalent floor ``sigmoid(logit(0.001) / T)``,
+  where the candidate set is the original one and mAP must match. (At val's own floor a
+  temperature below 1 pushes some boxes under it, above 1 lifts extra ones over it, so mAP can
+  move slightly; the pipeline no longer runs that third val.)
 """
 
 from __future__ import annotations
@@ -47,10 +47,50 @@ def coco_map(
     Returns:
         ``{"map50_95": ..., "map50": ..., "map75": ...}`` (-1 where undefined, as COCOeval).
     """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    return coco_maps(boxes, gt, sizes, [boxes["conf"].to_numpy() if scores is None else scores],
+                     max_dets=max_dets)[0]
 
-    scores = boxes["conf"].to_numpy() if scores is None else np.asarray(scores, dtype=np.float64)
+
+def same_ranking(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two scorings of the same boxes order every pair of boxes the same way.
+
+    True when ``a_i > a_j`` exactly when ``b_i > b_j`` and ``a_i == a_j`` exactly when
+    ``b_i == b_j``: the same weak order, ties included. COCOeval uses scores only to sort
+    (per image and class, then per class across images), so under the same weak order every sort,
+    every precision/recall curve and the mAP are identical: one evaluation proves both.
+
+    Args:
+        a, b: (n,) scores of the same boxes.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    order = np.argsort(-a, kind="mergesort")
+    sa, sb = a[order], b[order]
+    # b must be non-increasing along a's order, with its ties exactly where a has its ties
+    return bool(np.all(np.diff(sb) <= 0) and np.array_equal(np.diff(sa) == 0, np.diff(sb) == 0))
+
+
+def coco_maps(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+) -> list[dict[str, float]]:
+    """:func:`coco_map` of the same boxes under several scorings (raw, calibrated...), with the
+    ground-truth index built once.
+
+    Args:
+        boxes, gt, sizes, max_dets: As :func:`coco_map`.
+        scores: One (n_boxes,) score vector per scoring.
+
+    Returns:
+        One :func:`coco_map` result per score vector.
+    """
+    from pycocotools.coco import COCO
+
     n_img = len(sizes)
     classes = sorted(set(gt["cls"].to_list()) | set(boxes["cls"].to_list()))
     g = gt.to_dict(as_series=False)
@@ -75,11 +115,22 @@ def coco_map(
     # inverted boxes (x2 < x1) become zero-area boxes, as in matching: they overlap nothing
     b = collapse_inverted(boxes).select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
     w, h = b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]
-    dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, scores, b[:, 5]])
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
         coco.dataset = dataset
         coco.createIndex()
+    out = []
+    for sc in scores:
+        sc = np.asarray(sc, dtype=np.float64)
+        dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, sc, b[:, 5]])
+        out.append(_evaluate(coco, dets, max_dets))
+    return out
+
+
+def _evaluate(coco, dets: np.ndarray, max_dets: int) -> dict[str, float]:
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
         res = coco.loadRes(dets) if len(dets) else None
         if res is None:
             return {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}

@@ -1,4 +1,5 @@
-"""Capture: boxes and confs equal model.predict's, logits are the head's raw scores."""
+"""Capture: boxes and confs equal model.predict's on one image at a time, logits are the head's raw
+scores, and one forward pass serves both heads."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from det_calib.errors import InputError
 
 
 def _predict_rows(yolo, images, *, head, imgsz, conf=0.001):
+    """Plain Ultralytics predict, one image at a time (what a deployment runs)."""
     kw = {"nms": False} if head == "e2e" else {}
-    res = yolo.predict([str(p) for p in images], conf=conf, imgsz=imgsz, batch=4, verbose=False, **kw)
+    res = [yolo.predict(str(p), conf=conf, imgsz=imgsz, verbose=False, **kw)[0] for p in images]
     return np.concatenate([r.boxes.data.cpu().numpy() for r in res]), [len(r.boxes) for r in res]
 
 
@@ -35,7 +37,7 @@ def test_demo_capture_equals_predict(demo_model_path, fixture_images, head):
     from ultralytics import YOLO
 
     yolo = YOLO(str(demo_model_path))
-    df = capture(yolo, fixture_images, head=head, imgsz=320, batch=4, progress=False)
+    df = capture(yolo, fixture_images, head=head, imgsz=320, progress=False)
     ref, counts = _predict_rows(YOLO(str(demo_model_path)), fixture_images, head=head, imgsz=320)
     _assert_exact(df, ref, counts)
     assert set(df["head"].unique()) == {head}
@@ -49,7 +51,7 @@ def test_untrained_heads_capture_equals_predict(make_untrained, fixture_images, 
     heads = available_heads(yolo)
     assert heads == (["nms", "e2e"] if cfg.startswith("yolo26") else ["nms"])
     for head in heads:
-        df = capture(yolo, fixture_images[:4], head=head, imgsz=256, batch=2, progress=False)
+        df = capture(yolo, fixture_images[:4], head=head, imgsz=256, progress=False)
         ref, counts = _predict_rows(yolo, fixture_images[:4], head=head, imgsz=256)
         assert df.height > 100
         _assert_exact(df, ref, counts)
@@ -116,3 +118,205 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     bar.close()
     assert bar.total == 12
     assert isinstance(cap._progress(3, "x", enabled=False, batch=4), cap._NoBar)
+
+
+def test_fixture_images_have_mixed_sizes(fixture_images):
+    """The exactness tests above need images that letterbox to different shapes."""
+    import cv2
+
+    assert len({cv2.imread(str(p)).shape for p in fixture_images}) >= 2
+
+
+@pytest.mark.parametrize("source", ["demo", "yolo26n.yaml"])
+def test_both_heads_in_one_pass_equal_predict(demo_model_path, make_untrained, fixture_images, source):
+    """heads=("nms", "e2e") runs the network once per image and decodes both branches; each head's
+    rows are bit-identical to predict(nms=None) / predict(nms=False) on one image at a time, and to
+    the single-head capture."""
+    from ultralytics import YOLO
+
+    imgsz = 320 if source == "demo" else 256
+    images = fixture_images if source == "demo" else fixture_images[:4]
+    yolo = YOLO(str(demo_model_path)) if source == "demo" else make_untrained(source)
+    both = capture(yolo, images, heads=("nms", "e2e"), imgsz=imgsz, progress=False)
+    assert both["head"].unique(maintain_order=True).to_list() == ["nms", "e2e"]
+    for head in ("nms", "e2e"):
+        part = both.filter(both["head"] == head)
+        ref, counts = _predict_rows(yolo, images, head=head, imgsz=imgsz)
+        _assert_exact(part, ref, counts)
+        single = capture(yolo, images, head=head, imgsz=imgsz, progress=False)
+        assert part.equals(single)
+    assert capture(yolo, images[:2], heads="auto", imgsz=imgsz, progress=False)["head"].unique().sort().to_list() == [
+        "e2e", "nms"]
+
+
+def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_images):
+    """Counted on the first layer of the network: one call per image for both heads together."""
+    from det_calib.capture import Capturer
+
+    cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320)
+    calls = []
+    cap.net.model[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
+    df = cap(fixture_images[:5], progress=False)
+    assert sum(calls) == 5 and len(calls) == 5
+    assert set(df["head"].unique()) == {"nms", "e2e"}
+
+
+def test_batched_capture_groups_same_shapes_and_stays_close(demo_model_path, fixture_images):
+    """batch > 1 puts only same-shape letterboxes in one pass: same boxes up to float rounding of
+    batched convolution (documented), never the padding of a mixed-size batch."""
+    from det_calib.capture import Capturer
+
+    cap = Capturer(str(demo_model_path), heads=("nms",), imgsz=320, batch=8)
+    shapes = []
+    cap.net.model[0].register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape)))
+    batched = cap(fixture_images, progress=False)
+    one = capture(str(demo_model_path), fixture_images, head="nms", imgsz=320, progress=False)
+    assert max(s[0] for s in shapes) > 1  # some pass held several images
+    assert sorted({s[2:] for s in shapes}) == [(256, 320), (320, 256)]  # per-image letterbox shapes, no square pad
+    # same images, same rows up to float rounding (a box near the conf floor may cross it)
+    strong = [d.filter(d["conf"] > 0.01).sort("image_id", "conf") for d in (batched, one)]
+    assert strong[0].height == strong[1].height > 50
+    np.testing.assert_allclose(strong[0]["logit"].to_numpy(), strong[1]["logit"].to_numpy(), atol=1e-3)
+    np.testing.assert_array_equal(strong[0]["cls"].to_numpy(), strong[1]["cls"].to_numpy())
+
+
+def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
+    """A shard passes the images' positions in the whole split: its rows equal the whole capture's."""
+    whole = capture(str(demo_model_path), fixture_images, heads="auto", imgsz=320, progress=False)
+    ids = [1, 4, 7]
+    names = [f"img{i}" for i in range(len(fixture_images))]
+    shard = capture(str(demo_model_path), [fixture_images[i] for i in ids], heads="auto", imgsz=320,
+                    image_ids=ids, image_names=[names[i] for i in ids], progress=False)
+    ref = whole.filter(whole["image_id"].is_in(ids))
+    assert shard.drop("image").equals(ref.drop("image"))
+    assert shard["image"].unique().sort().to_list() == ["img1", "img4", "img7"]
+    with pytest.raises(InputError, match="one entry per image"):
+        capture(str(demo_model_path), fixture_images[:2], image_ids=[0], progress=False)
+    with pytest.raises(InputError, match="`head` or `heads`"):
+        capture(str(demo_model_path), fixture_images[:1], head="nms", heads=("e2e",), progress=False)
+    with pytest.raises(InputError, match="batch"):
+        capture(str(demo_model_path), fixture_images[:1], batch=0, progress=False)
+
+
+# --- Parquet parts: plain, sharded and Ray captures give the same table ----------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_parts(tmp_path_factory, demo_model_path):
+    from det_calib.parts import capture_to_parts
+    from tests.conftest import FIXTURE
+
+    out = tmp_path_factory.mktemp("plain")
+    capture_to_parts(demo_model_path, FIXTURE / "data.yaml", "fixture", out, progress=False)
+    return out
+
+
+def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixture_yaml, fixture_images, plain_parts):
+    from det_calib.parts import (
+        capture_to_parts,
+        part_meta,
+        read_parts,
+        read_parts_with_meta,
+        shard_of,
+    )
+
+    plain, meta = read_parts_with_meta(plain_parts)
+    assert meta["heads"] == ["nms", "e2e"] and meta["n_images"] == 12 and meta["n_parts"] == 1
+    # the plain part is the in-memory capture of the split, same names and ids
+    direct = capture(str(demo_model_path), fixture_images, heads="auto", progress=False,
+                     image_names=[f"{p.name}" for p in fixture_images], split="fixture")
+    assert plain.equals(direct)
+    n = 3
+    assert sorted(set(shard_of([p.name for p in fixture_images], n).tolist())) == [0, 1, 2]  # no empty shard
+    for i in (2, 0, 1):
+        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path, shard=f"{i}/{n}", progress=False)
+    files = sorted(tmp_path.glob("*.parquet"))
+    assert [f.name for f in files] == [f"part-{i:05d}-of-00003.parquet" for i in range(3)]
+    assert sorted(i for f in files for i in part_meta(f)["image_ids"]) == list(range(12))
+    assert read_parts(tmp_path).equals(plain)
+    # the assignment is the same in every process: shard 1 again writes the same file content
+    again = tmp_path / "again"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", again, shard="1/3", progress=False)
+    assert read_parts(again, allow_partial=True).equals(read_parts(files[1], allow_partial=True))
+
+
+def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts):
+    import shutil
+
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.parts import (
+        capture_to_parts,
+        data_fingerprint,
+        model_fingerprint,
+        read_parts,
+    )
+
+    sp = load_split(load_data_yaml(fixture_yaml), "fixture")
+    fp = data_fingerprint(sp.images, names=sp.image_names())
+    ok = read_parts(plain_parts, expect_model=demo_model_path, expect_data=fp)
+    assert ok.height > 1000
+    other = tmp_path / "other.pt"
+    other.write_bytes(demo_model_path.read_bytes() + b"\0")
+    with pytest.raises(InputError, match="captured with another model"):
+        read_parts(plain_parts, expect_model=other)
+    # the same images with one label changed are other data
+    data = tmp_path / "data"
+    shutil.copytree(fixture_yaml.parent, data)
+    label = sorted((data / "labels" / "fixture").glob("*.txt"))[3]
+    label.write_text(label.read_text() + "0 0.5 0.5 0.1 0.1\n")
+    sp2 = load_split(load_data_yaml(data / "data.yaml"), "fixture")
+    fp2 = data_fingerprint(sp2.images, names=sp2.image_names())
+    assert fp2 != fp
+    with pytest.raises(InputError, match="captured on other data"):
+        read_parts(plain_parts, expect_data=fp2)
+    assert model_fingerprint(demo_model_path) == model_fingerprint(model_fingerprint(demo_model_path))
+    # one shard missing
+    part = tmp_path / "partial"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", part, shard="0/2", heads=("nms",), progress=False)
+    with pytest.raises(InputError, match="cover .* of 12 images"):
+        read_parts(part)
+    # the same image in two parts
+    shutil.copy(plain_parts / "part-all.parquet", part)
+    with pytest.raises(InputError, match="disagree on heads|captured in two parts"):
+        read_parts(part)
+    # parts of runs with different settings
+    mixed = tmp_path / "mixed"
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="0/2", heads=("nms",), progress=False)
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="1/2", heads=("nms",), conf=0.01,
+                     progress=False)
+    with pytest.raises(InputError, match="disagree on settings"):
+        read_parts(mixed)
+    with pytest.raises(InputError, match="no capture parts"):
+        read_parts(tmp_path / "nothing")
+    with pytest.raises(InputError, match="shard"):
+        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path / "x", shard="2/2", progress=False)
+
+
+def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, plain_parts):
+    """A Ray Data job on a local 2-CPU Ray instance writes parts with the same content."""
+    ray = pytest.importorskip("ray")
+    from det_calib.parts import part_meta, read_parts
+    from det_calib.ray_capture import capture_ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        files = capture_ray(demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2)
+    finally:
+        ray.shutdown()
+    assert len(files) >= 3 and all(f.is_file() for f in files)  # 12 images, 5 per part
+    assert all(part_meta(f)["part"].startswith("ray ") for f in files)
+    assert read_parts(tmp_path, expect_model=demo_model_path).equals(read_parts(plain_parts))
+
+
+def test_cli_capture_writes_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts, capsys):
+    from det_calib.cli import main
+    from det_calib.parts import read_parts
+
+    out = tmp_path / "parts"
+    for i in range(2):
+        assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
+                     "--out", str(out), "--shard", f"{i}/2", "-q"]) == 0
+    assert read_parts(out).equals(read_parts(plain_parts))
+    assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
+                 "--out", str(out), "--shard", "2of2", "-q"]) == 2
+    assert "shard" in capsys.readouterr().err

@@ -139,11 +139,11 @@ def coco_run(tmp_path_factory, demo_model_path, main_run):
 
 @pytest.fixture(scope="module")
 def hot_run(tmp_path_factory, demo_model_path):
-    """Logits x 20: raw float64 scores of confident boxes are all exactly 1.0 (ties)."""
+    """Logits x 50: raw float64 scores of confident boxes are all exactly 1.0 (ties)."""
     from det_calib.fold import write_calibrated_checkpoint
 
     tmp = tmp_path_factory.mktemp("figures_hot")
-    hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.05})
+    hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.02})
     out = tmp / "hot"
     det_calib.calibrate(
         hot,
@@ -696,13 +696,14 @@ def test_every_figure_of_the_default_run(main_run):
     s = check_run(main_run, split_images(main_run))
     assert s["heads"] == ["nms", "e2e"]
     assert s["conf_thresholds"] == [0.25] and s["bootstrap"]["n_boot"] == N_BOOT
+    assert any(np.subtract(*s["eval"][h]["ece_before_ci"]) < 0 for h in s["heads"])  # a real interval somewhere
     for head in s["heads"]:
         e = s["eval"][head]
         # the recomputation is not vacuous: the temperature moves the figures
         assert e["ece_after"] != e["ece_before"] and e["nll_after"] < e["nll_before"] + 0.05
-        # and the interval is not degenerate
+        # and the interval holds its estimate (on a 6-image half the BC interval may collapse onto it)
         lo, hi = e["ece_before_ci"]
-        assert lo < hi
+        assert lo <= e["ece_before"] <= hi
         # the operating point is scored, and calibration moves it
         o0, o1 = e["operating_before"][0], e["operating_after"][0]
         assert o0["laece0"] is not None and o0["laece0_ci"][0] < o0["laece0"] < o0["laece0_ci"][1]
@@ -749,7 +750,7 @@ def test_coco_gt_run_agrees_with_the_yolo_label_run(main_run, coco_run):
 
 
 def test_figures_when_raw_scores_tie(main_run, hot_run):
-    """Logits x 20: raw float64 scores saturate to 1.0 and tie, calibrated ones don't, so the
+    """Logits x 50: raw float64 scores saturate to 1.0 and tie, calibrated ones don't, so the
     COCO ranking (and mAP) of the raw and calibrated scores differ; each is recomputed."""
     s = check_run(hot_run, split_images(main_run))
     e = s["eval"]["nms"]

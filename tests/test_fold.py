@@ -40,7 +40,8 @@ PLAIN_PREDICT = textwrap.dedent(
     from ultralytics import YOLO
     ckpt, head, images = sys.argv[1], sys.argv[2], sys.argv[3:]
     kw = {"nms": False} if head == "e2e" else {}
-    res = YOLO(ckpt).predict(images, conf=0.001, imgsz=320, verbose=False, **kw)
+    model = YOLO(ckpt)  # one image at a time, as capture (a list would be letterboxed to one shape)
+    res = [model.predict(p, conf=0.001, imgsz=320, verbose=False, **kw)[0] for p in images]
     print(json.dumps([r.boxes.data.tolist() for r in res]))
     """
 )

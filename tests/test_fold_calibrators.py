@@ -45,7 +45,8 @@ PREDICT = BLOCK + textwrap.dedent(
     out = {}
     for head in ("nms", "e2e"):
         kw = {"nms": False} if head == "e2e" else {}
-        res = YOLO(ckpt).predict(images, conf=0.001, imgsz=320, batch=1, verbose=False, **kw)
+        model = YOLO(ckpt)  # one image at a time, as capture (a list would be letterboxed to one shape)
+        res = [model.predict(p, conf=0.001, imgsz=320, verbose=False, **kw)[0] for p in images]
         out[head] = [r.boxes.data.tolist() for r in res]
     print(json.dumps(out))
     """

@@ -598,7 +598,10 @@ def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays,
     fast = metrics.bootstrap_ci(statistic, img, *arrays[:n_arrays], n_boot=60, seed=3)
     n_fast = len(calls)
     slow = metrics.bootstrap_ci(checked, img, *arrays[:n_arrays], n_boot=60, seed=3)
-    assert fast == slow  # exact, not approx
+    if metrics._plain_ece_bins(statistic) is None:
+        assert fast == slow  # exact, not approx
+    else:  # plain ECE takes the per-image bin-sum shortcut: same draws, float summation order differs
+        np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-15)
     per_call = n_arrays - 1  # as_unit checks conf (and target_iou for laece)
     assert n_fast == 2 * per_call  # once before the loop, once for the estimate
     assert len(calls) - n_fast == 61 * per_call
@@ -610,3 +613,22 @@ def test_bootstrap_unchecked_path_still_refuses_bad_input():
         metrics.bootstrap_ci(functools.partial(metrics.ece, n_bins=3), img, [0.1, 0.2, 1.5, 0.3], [1, 0, 1, 0])
     with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
         metrics.bootstrap_ci(metrics.brier, img, [0.1, 0.2, 0.5, 0.3], [1, 0, 2, 0])
+@pytest.mark.parametrize("n_img, n_bins", [(50, 15), (7, 10), (3, 4)])
+def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
+    """bootstrap_ci takes a per-image bin-sum shortcut for plain ECE; same draws, same interval."""
+    from det_calib.metrics import bootstrap_ci, ece
+
+    rng = np.random.default_rng(n_img)
+    img = rng.integers(0, n_img, size=40 * n_img)
+    conf = rng.uniform(size=img.size)
+    conf[:5] = [0.0, 1.0, 0.5, 1 / n_bins, 2 / n_bins]  # edges
+    y = rng.uniform(size=img.size) < conf
+
+    def slow(c, t, *, weights=None):  # not `ece` itself: takes the generic weighted path
+        return ece(c, t, n_bins=n_bins, weights=weights)
+
+    fast = bootstrap_ci(functools.partial(ece, n_bins=n_bins), img, conf, y, n_boot=300, seed=3)
+    ref = bootstrap_ci(slow, img, conf, y, n_boot=300, seed=3)
+    np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=1e-15)
+    if n_bins == 15:
+        np.testing.assert_allclose(bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12)

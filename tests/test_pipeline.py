@@ -141,9 +141,10 @@ def _same(ref, got, path="") -> list[str]:
 
 
 def test_calibration_json_pinned(run, fixture_yaml):
-    """calibration.json on the fixture split has the keys and values the code before the typed
-    result model wrote (tests/data/README.md), apart from `created`, `seconds` and `schema_version`,
-    plus one key added since: `gt_counts` (issue 11), checked here against the label files."""
+    """calibration.json on the fixture split has the keys and values of the reference (written by
+    the code before the typed result model, regenerated when capture became exact per image:
+    tests/data/README.md), apart from `created`, `seconds` and `schema_version`, plus one key added
+    since: `gt_counts` (issue 11), checked here against the label files."""
     ref = json.loads(REFERENCE.read_text())
     got = json.loads((run.out_dir / "calibration.json").read_text())
     # added key: ground-truth boxes per split and class id. The fixture halves one 12-image split

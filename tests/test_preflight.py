@@ -57,6 +57,7 @@ def no_forward(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(BaseModel, "forward", forward)
     monkeypatch.setattr(det_calib.capture, "capture", capture)
+    monkeypatch.setattr(det_calib.capture.Capturer, "__call__", capture)  # the pipeline's capture
     return calls
 
 

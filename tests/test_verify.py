@@ -81,3 +81,40 @@ def test_empty_detections_give_zero_map(fixture_capture):
     sp, boxes = fixture_capture
     assert coco_map(boxes.clear(), sp.gt, sp.sizes)["map50"] == 0.0
     assert isinstance(boxes, pl.DataFrame)
+
+
+def test_same_ranking_is_the_weak_order():
+    import numpy as np
+
+    from det_calib.metrics import sigmoid
+    from det_calib.verify import same_ranking
+
+    rng = np.random.default_rng(0)
+    z = np.round(rng.normal(size=2000), 2)  # many exact ties
+    assert same_ranking(sigmoid(z, 1.0), sigmoid(z, 1.3))  # a shared temperature keeps the weak order
+    swapped = sigmoid(z, 1.0).copy()
+    i, j = np.argmax(swapped), np.argmin(swapped)
+    swapped[i], swapped[j] = swapped[j], swapped[i]
+    assert not same_ranking(sigmoid(z, 1.0), swapped)
+    broken_tie = sigmoid(z, 1.0).copy()
+    k = np.flatnonzero(z == z[0])[1]
+    broken_tie[k] = np.nextafter(broken_tie[k], 1.0)  # a tie under one scoring, not the other
+    assert not same_ranking(sigmoid(z, 1.0), broken_tie)
+
+
+def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path, fixture_yaml):
+    """The shortcut of the pipeline's mAP check gives what evaluating both scorings gives."""
+    import numpy as np
+
+    from det_calib.capture import capture
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.metrics import sigmoid
+    from det_calib.verify import coco_maps, same_ranking
+
+    sp = load_split(load_data_yaml(fixture_yaml), "fixture")
+    b = capture(demo_model_path, sp.images, head="nms", progress=False)
+    z = b["logit"].to_numpy()
+    raw, cal = sigmoid(z, 1.0), sigmoid(z, 0.7)
+    assert same_ranking(raw, cal)
+    m0, m1 = coco_maps(b, sp.gt, sp.sizes, [raw, cal])
+    assert m0 == m1 and np.isfinite(m0["map50_95"])

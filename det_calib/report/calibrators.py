@@ -47,7 +47,7 @@ def map_words(run: Run, head: str) -> str:
     uv = hr.ultralytics_val
     if rec is not None and rec.method not in GLOBAL:
         val = ""
-        if uv is not None and uv.ran:
+        if uv is not None and uv.ran and uv.calibrated is not None:
             val = (f"; the calibrated model's Ultralytics val mAP50-95 {f4(uv.original.map50_95)} → "
                    f"{f4(uv.calibrated.map50_95)} (a per-class map can change the winning class and the top-k)")
         same = "identical" if ev.map_identical else "CHANGED"

@@ -449,6 +449,8 @@ def _map(b: _Builder, run: Run) -> None:
         for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
                            ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
             e = getattr(uv, key)
+            if e is None and key != "original":  # at val's floor: not repeated since issue 12 for a global map;
+                continue  # at the equivalent floor: a per-class map has none
             mark = ""
             if key == "calibrated_equivalent_floor" and same is not None:
                 mark = "yes" if same else "NO"
