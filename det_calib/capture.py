@@ -35,12 +35,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA
+from det_calib.boxes import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
 from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
-
-Head = Literal["nms", "e2e"]
 
 
 def load_detector(model):
@@ -131,8 +129,8 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
         want = [head or "nms"]
     name = "heads" if heads is not None else "head"
     for h in want:
-        if h not in ("nms", "e2e"):
-            raise InputError(f"Expected argument `{name}` to be 'nms' or 'e2e', but got {h!r}")
+        if h not in HEADS:
+            raise InputError(f"Expected argument `{name}` to be one of {', '.join(map(repr, HEADS))}, but got {h!r}")
         if h not in have:
             raise InputError(
                 f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
@@ -140,7 +138,7 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
             )
     if not want:
         raise InputError(f"Expected argument `{name}` to name at least one head, but got {heads!r}")
-    return tuple(h for h in ("nms", "e2e") if h in want)
+    return tuple(h for h in HEADS if h in want)
 
 
 def _fused_network(yolo, heads: tuple[str, ...], device: torch.device):

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--split", required=True, help="split key in data.yaml")
     k.add_argument("--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)")
     k.add_argument("--shard", help="i/n: capture only shard i of n (images assigned by a hash of their name)")
-    k.add_argument("--heads", nargs="+", choices=["auto", "nms", "e2e"], default=["auto"],
+    k.add_argument("--heads", nargs="+", choices=["auto", *HEADS], default=["auto"],
                    help="heads to capture in one pass (default auto: every head the model has)")
     default = {f.name: f.default for f in dataclasses.fields(Settings)}  # Settings: the one source of defaults
     k.add_argument("--conf-floor", type=float, default=default["conf_floor"],
