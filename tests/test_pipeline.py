@@ -203,3 +203,21 @@ def test_calibrate_tunes_thresholds_when_asked(run, tmp_path):
     page = cmp["html"].read_text()
     for crit in ("target_precision", "max_f1", "lrp"):
         assert f'class="compare-thresholds" data-criterion="{crit}"' in page
+
+
+def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
+    """The summary flags a head whose calibrated kept-set ECE (lowest conf) is above the raw one."""
+    import copy
+
+    from det_calib.pipeline import summary_text
+
+    ref = json.loads((Path(__file__).parent / "data" / "fixture_calibration.json").read_text())
+    for worse in (True, False):
+        d = copy.deepcopy(ref)
+        for head in d["heads"]:
+            o0, o1 = d["eval"][head]["operating_before"][0], d["eval"][head]["operating_after"][0]
+            o1["ece"] = o0["ece"] + (0.01 if worse else -0.01)
+        flagged = [ln for ln in summary_text(d).splitlines() if "WORSE than the raw scores" in ln]
+        assert len(flagged) == (len(d["heads"]) if worse else 0)
+        if worse:
+            assert "keep the raw scores" in flagged[0] and "--method auto" in flagged[0]
