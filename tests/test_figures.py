@@ -412,6 +412,12 @@ def laece0_of(conf, target, cls, gt_classes, m=25) -> float:
 
 
 # ----------------------------------------------------------------------------- mAP with pycocotools
+def _map_with_ties_by_iou(rows: list[dict], scores: list[float], gt, max_dets: int, sign: int):
+    """COCO mAP with ties among equal scores broken by IoU: highest first (sign -1), lowest first (+1)."""
+    order = sorted(range(len(rows)), key=lambda i: (-scores[i], sign * rows[i]["iou"]))
+    return coco_map_independent([rows[i] for i in order], [scores[i] for i in order], gt, max_dets)
+
+
 def coco_map_independent(rows: list[dict], scores: list[float], gt_per_image, max_dets: int) -> tuple[float, float]:
     import contextlib
     import io
@@ -587,11 +593,7 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         else:
             # tied raw scores (saturated at 1.0): COCO's order among ties is arbitrary, so the
             # reported mAP must lie between the tie orders that put the best and the worst IoU first
-            def by_iou(sign):
-                order = sorted(range(len(all_rows)), key=lambda i: (-raw[i], sign * all_rows[i]["iou"]))
-                return coco_map_independent([all_rows[i] for i in order], [raw[i] for i in order], gt, s["max_det"])
-
-            best, worst = by_iou(-1), by_iou(1)
+            best, worst = (_map_with_ties_by_iou(all_rows, raw, gt, s["max_det"], sign) for sign in (-1, 1))
             for k, key in enumerate(("map50_95_before", "map50_before")):
                 assert worst[k] - 1e-9 <= e[key] <= best[k] + 1e-9, key
         assert (e["map50_95_after"], e["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
