@@ -77,6 +77,7 @@ from det_calib.results import (
     Thresholded,
     ValCheck,
     ValMap,
+    operating_point_worse,
     package_version,
     temperature_verdict,
 )
@@ -907,17 +908,6 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
     return f"[{head}] {what}, fitted on {where}{chosen}"
 
 
-def _worse_at_operating_point(e: EvalResult) -> str | None:
-    """Why the calibrated scores are worse than the raw ones on the boxes kept at the lowest conf
-    threshold (higher ECE on the eval split), or None."""
-    if not e.operating_before or not e.operating_after:
-        return None
-    o0, o1 = e.operating_before[0], e.operating_after[0]
-    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece:
-        return None
-    return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
-
-
 def summary_text(result: RunResult | dict[str, Any]) -> str:
     """A short plain-text summary of a run (what the CLI prints): the operating point first."""
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
@@ -934,7 +924,7 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
                 f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
             )
-        worse = _worse_at_operating_point(e)
+        worse = operating_point_worse(e)
         if worse is not None:
             lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): keep the raw "
                          "scores for this head, or try --method auto (it keeps them when nothing beats them)")

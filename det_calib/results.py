@@ -234,6 +234,18 @@ T_CLOSE = math.log(1.02)
 """|log T| below this counts as "close to calibrated" (T within about 2% of 1)."""
 
 
+def operating_point_worse(e: EvalResult) -> str | None:
+    """Why the calibrated scores are worse than the raw ones where decisions are made (a higher ECE
+    of the boxes kept at the lowest conf threshold on the eval split), or None. The CLI summary
+    and the report both say it."""
+    if not e.operating_before or not e.operating_after:
+        return None
+    o0, o1 = e.operating_before[0], e.operating_after[0]
+    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece:
+        return None
+    return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
+
+
 def temperature_verdict(t: float | None, *, long: bool = False) -> str:
     """A few words for a temperature: too extreme (T > 1), too timid (T < 1), close to calibrated.
 

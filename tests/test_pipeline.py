@@ -221,3 +221,10 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
         assert len(flagged) == (len(d["heads"]) if worse else 0)
         if worse:
             assert "keep the raw scores" in flagged[0] and "--method auto" in flagged[0]
+        # the report's headline of each head says the same
+        from det_calib.report.calibrators import lead
+        from det_calib.report.load import Run
+        from det_calib.results import RunResult
+
+        run = Run(run_dir=Path("."), result=RunResult.from_dict(d), boxes=pl.DataFrame())
+        assert all(("WORSE than the raw scores" in lead(run, h)) == worse for h in d["heads"])

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from det_calib.metrics import sigmoid
-from det_calib.results import Candidate, OperatingFigures
+from det_calib.results import Candidate, OperatingFigures, operating_point_worse
 
 from . import plots
 from .common import _Builder, _eval, f3, f4, fci, fint, fthr
@@ -68,6 +68,10 @@ def lead(run: Run, head: str) -> str:
     m = map_words(run, head)
     if m:
         parts.append(m)
+    worse = operating_point_worse(ev)
+    if worse is not None:
+        parts.append(f"WORSE than the raw scores where decisions are made ({worse}): keep the raw scores for "
+                     "this head, or try --method auto")
     return "; ".join(parts) + "."
 
 
