@@ -86,7 +86,7 @@ def capture_ray(
     Raises:
         InputError: Ray is not installed, or bad inputs (as :func:`capture_to_parts`).
     """
-    try:
+    try:  # optional: the `ray` extra (pip install 'det_calib[ray]'); only this function needs it
         import ray
     except ImportError:
         raise InputError("Ray is not installed: pip install 'det_calib[ray]'") from None
