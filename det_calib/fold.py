@@ -72,6 +72,32 @@ def fold_into_model(model: torch.nn.Module, temperatures: dict[str, float]) -> t
     return model
 
 
+def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.Module]:
+    """The checkpoint dict of ``source`` and a copy of its model (EMA weights where present)."""
+    if not source.is_file():
+        raise InputError(f"model file not found: {source}")
+    try:
+        ckpt = torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise InputError(f"cannot load checkpoint {source}: {first_line(e)}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
+        raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
+    model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
+    task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
+    if task != "detect" or not hasattr(model.model[-1], "cv3"):
+        raise InputError(f"{source} is not a detection model (task `{task}`)")
+    return ckpt, model
+
+
+def _save_checkpoint(ckpt: dict[str, Any], model: torch.nn.Module, out: str | Path, record: dict[str, Any]) -> None:
+    """Write ``ckpt`` with ``model`` as its only weights (no EMA, no optimizer) and det_calib's
+    ``record``, atomically."""
+    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
+    new.update(model=model, ema=None, optimizer=None, det_calib=record)
+    with atomic_path(out) as tmp:
+        torch.save(new, tmp)
+
+
 def write_calibrated_checkpoint(
     source: str | Path,
     out: str | Path,
@@ -90,36 +116,19 @@ def write_calibrated_checkpoint(
         ``out``.
     """
     source = Path(source)
-    if not source.is_file():
-        raise InputError(f"model file not found: {source}")
-    try:
-        ckpt = torch.load(source, map_location="cpu", weights_only=False)
-    except Exception as e:
-        raise InputError(f"cannot load checkpoint {source}: {first_line(e)}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
-        raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
-    model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
-    task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
-    if task != "detect" or not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is not a detection model (task `{task}`)")
+    ckpt, model = _load_detection_checkpoint(source)
     fold_into_model(model, temperatures)
     previous = ckpt.get("det_calib") or {}
     total = dict(previous.get("temperature", {}))
     for head, t in temperatures.items():
         total[head] = total.get(head, 1.0) * float(t)
-    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
-    new["model"] = model
-    new["ema"] = None
-    new["optimizer"] = None
-    new["det_calib"] = {
+    _save_checkpoint(ckpt, model, out, {
         "temperature": total,
         "folded_into": {h: BRANCHES[h] for h in total},
         "source_checkpoint": str(source.resolve()),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **(metadata or {}),
-    }
-    with atomic_path(out) as tmp:
-        torch.save(new, tmp)
+    })
     log.info("wrote calibrated checkpoint %s (T=%s)", out, total)
     return Path(out)
 
@@ -286,31 +295,16 @@ def write_folded_checkpoint(
         ``out``.
     """
     source = Path(source)
-    if not source.is_file():
-        raise InputError(f"model file not found: {source}")
-    try:
-        ckpt = torch.load(source, map_location="cpu", weights_only=False)
-    except Exception as e:
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"cannot load checkpoint {source}: {why}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("model") is None and ckpt.get("ema") is None:
-        raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
-    model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
-    if not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is not a detection model")
+    ckpt, model = _load_detection_checkpoint(source)
     for head, cal in calibrators.items():
         fold_calibrator(model, head, cal)
-    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
-    new.update(model=model, ema=None, optimizer=None)
-    new["det_calib"] = {
+    _save_checkpoint(ckpt, model, out, {
         "calibrators": {h: c.to_dict() for h, c in calibrators.items()},
         "folded_into": {h: BRANCHES[h] for h in calibrators},
         "source_checkpoint": str(source.resolve()),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "previous": ckpt.get("det_calib"),
         **(metadata or {}),
-    }
-    with atomic_path(out) as tmp:
-        torch.save(new, tmp)
+    })
     log.info("wrote calibrated checkpoint %s (%s)", out, {h: type(c).__name__ for h, c in calibrators.items()})
     return Path(out)
