@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,23 @@ def untrained_detector(cfg: str, *, seed: int = 0, bias_mean: float = -2.0):
 @pytest.fixture
 def make_untrained():
     return untrained_detector
+
+
+# The start of a script run in a fresh interpreter where importing det_calib fails, so nothing of
+# det_calib can be involved in loading or running a checkpoint (plain Ultralytics only).
+NO_DET_CALIB = textwrap.dedent(
+    """
+    import json, sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "det_calib" or name.startswith("det_calib."):
+                raise ImportError("det_calib is blocked in this process")
+    sys.meta_path.insert(0, Block())
+    try:
+        import det_calib  # noqa
+        raise SystemExit("det_calib importable")
+    except ImportError:
+        pass
+    from ultralytics import YOLO
+    """
+)

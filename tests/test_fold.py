@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import NO_DET_CALIB
 
 from det_calib.capture import capture
 from det_calib.cli import main
@@ -24,20 +25,8 @@ from det_calib.fold import (
 
 # Runs in a fresh interpreter where importing det_calib fails, so nothing of det_calib can be
 # involved in loading or running the checkpoint.
-PLAIN_PREDICT = textwrap.dedent(
+PLAIN_PREDICT = NO_DET_CALIB + textwrap.dedent(
     """
-    import json, sys
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == "det_calib" or name.startswith("det_calib."):
-                raise ImportError("det_calib is blocked in this process")
-    sys.meta_path.insert(0, Block())
-    try:
-        import det_calib  # noqa
-        raise SystemExit("det_calib importable")
-    except ImportError:
-        pass
-    from ultralytics import YOLO
     ckpt, head, images = sys.argv[1], sys.argv[2], sys.argv[3:]
     kw = {"nms": False} if head == "e2e" else {}
     model = YOLO(ckpt)  # one image at a time, as capture (a list would be letterboxed to one shape)

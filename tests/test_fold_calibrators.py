@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import NO_DET_CALIB
 
 from det_calib.capture import capture
 from det_calib.fold import (
@@ -23,20 +24,8 @@ from det_calib.fold import (
 from det_calib.isotonic import PiecewiseLinear
 from det_calib.selection import calibrator_from_dict, make_calibrator
 
-BLOCK = textwrap.dedent(
+BLOCK = NO_DET_CALIB + textwrap.dedent(
     """
-    import json, sys
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == "det_calib" or name.startswith("det_calib."):
-                raise ImportError("det_calib is blocked in this process")
-    sys.meta_path.insert(0, Block())
-    try:
-        import det_calib  # noqa
-        raise SystemExit("det_calib importable")
-    except ImportError:
-        pass
-    from ultralytics import YOLO
     """
 )
 PREDICT = BLOCK + textwrap.dedent(
