@@ -33,16 +33,26 @@ An optional ``logits`` column (list of nc float32) holds all class logits of the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError, first_line
 
-HEADS = ("nms", "e2e")
-"""The head vocabulary: ``nms`` (one-to-many head + NMS), ``e2e`` (one-to-one head, no NMS)."""
+# The head vocabulary, spelled here only: every other module takes these names from here.
 Head = Literal["nms", "e2e"]
+"""A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS)."""
+HEADS: tuple[str, ...] = get_args(Head)
+HeadChoice = Literal["auto", Head, "both"]
+"""What a run calibrates: one head, ``both``, or ``auto`` (every head the model has)."""
+HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
+HEAD_LABEL: dict[str, str] = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)"}
+"""How the report names a head."""
+HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3"}
+"""Head mode -> attribute of its classification branch in an Ultralytics Detect head."""
+HEAD_PREDICT_NMS: dict[str, bool | None] = {"nms": None, "e2e": False}
+"""Head mode -> Ultralytics' ``nms=`` argument of predict/val that runs it."""
 
 SCHEMA: dict[str, pl.DataType] = {
     "image": pl.String,

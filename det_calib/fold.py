@@ -18,13 +18,14 @@ from typing import Any
 
 import torch
 
+from det_calib.boxes import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
 
 log = logging.getLogger(__name__)
 
-BRANCHES = {"nms": "cv3", "e2e": "one2one_cv3"}
-"""Head mode -> name of the classification branch of the Detect head."""
+BRANCHES = HEAD_BRANCH
+"""Head mode -> name of the classification branch of the Detect head (:data:`det_calib.boxes.HEAD_BRANCH`)."""
 
 
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:

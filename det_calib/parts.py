@@ -33,13 +33,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from det_calib.boxes import HEADS
 from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
 META_KEY = b"det_calib.capture"
 FORMAT = 1
-_HEAD_RANK = {"nms": 0, "e2e": 1}
+_HEAD_RANK = {h: i for i, h in enumerate(HEADS)}
 
 
 def file_sha256(path: str | Path) -> str:

@@ -30,13 +30,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.boxes import HEADS, validate_boxes
+from det_calib.boxes import HEAD_CHOICES, HEADS, HeadChoice, validate_boxes
 from det_calib.calibrators import TemperatureScaler
 from det_calib.data import (
     Dataset,
@@ -89,8 +89,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Settings", "CalibrationRun", "calibrate", "resolve_splits", "evaluate_head", "fit_head", "fit_boxes",
            "summary_text", "write_summary_text", "match_boxes"]
 
-HeadChoice = Literal["auto", "nms", "e2e", "both"]
-HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
 BOOTSTRAP_LEVEL = Bootstrap.level
@@ -512,7 +510,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
     have = available_heads(yolo)
-    heads = {"auto": have, "both": list(HEADS), "nms": ["nms"], "e2e": ["e2e"]}[s.head]
+    heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")

@@ -97,3 +97,19 @@ def test_atomic_files_get_normal_permissions(tmp_path):
     finally:
         os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_the_head_vocabulary_has_one_home():
+    """Every per-head table covers exactly the heads of `Head`, and the modules that need the
+    names take them from det_calib.boxes."""
+    from typing import get_args
+
+    from det_calib import boxes, fold, parts, pipeline
+    from det_calib.report import common
+
+    assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e")
+    assert boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "both")
+    for table in (boxes.HEAD_LABEL, boxes.HEAD_BRANCH, boxes.HEAD_PREDICT_NMS):
+        assert tuple(table) == boxes.HEADS
+    assert fold.BRANCHES is boxes.HEAD_BRANCH and common.HEAD_LABEL is boxes.HEAD_LABEL
+    assert pipeline.HEAD_CHOICES is boxes.HEAD_CHOICES and list(parts._HEAD_RANK) == list(boxes.HEADS)

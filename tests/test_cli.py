@@ -206,3 +206,27 @@ def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixtur
     assert "Ultralytics 8." not in text and "🚀" not in text
     assert ".det_calib-staging-" not in text
     assert f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text  # the final path
+
+
+def test_the_readme_options_table_lists_every_calibrate_option():
+    """README.md's options table and `calibrate`'s parser name the same options, and the rows of
+    `--method` and `--head` name every choice the parser accepts."""
+    import re
+
+    from det_calib.cli import _parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("| option | meaning (default) |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        first, meaning = line.split("|")[1:3]
+        for flag in re.findall(r"`(--?[\w-]+)`", first):
+            rows[flag] = meaning
+    calibrate = next(a for a in _parser()._subparsers._group_actions[0].choices.items() if a[0] == "calibrate")[1]
+    actions = [a for a in calibrate._actions if a.option_strings and "--help" not in a.option_strings]
+    options = {max(a.option_strings, key=len) for a in actions}
+    assert set(rows) - {"-q"} == options, (sorted(options - set(rows)), sorted(set(rows) - options))
+    for flag in ("--method", "--head"):
+        choices = next(a.choices for a in actions if flag in a.option_strings)
+        named = set(re.findall(r"`([\w-]+)`", rows[flag]))
+        assert set(choices) <= named, (flag, sorted(set(choices) - named))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from det_calib import metrics
+from det_calib.boxes import HEAD_LABEL
 from det_calib.io import write_bytes, write_text
 from det_calib.results import ClassResult, EvalResult, temperature_verdict
 from det_calib.thresholds import ThresholdShift
@@ -23,7 +24,6 @@ from .document import Block, Fig, to_html, to_markdown
 from .load import HeadBoxes, Run
 
 FIGURES_DIR = "figures"
-HEAD_LABEL = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)"}
 
 
 # --------------------------------------------------------------------------------------------

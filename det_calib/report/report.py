@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from det_calib import thresholds
+from det_calib.boxes import HEAD_LABEL
 from det_calib.results import ClassResult
 from det_calib.thresholds import ThresholdShift
 
 from . import calibrators, plots
 from .common import (
     CI_NOTE,
-    HEAD_LABEL,
     _arrow,
     _bins,
     _Builder,
