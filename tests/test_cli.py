@@ -230,3 +230,18 @@ def test_the_readme_options_table_lists_every_calibrate_option():
         choices = next(a.choices for a in actions if flag in a.option_strings)
         named = set(re.findall(r"`([\w-]+)`", rows[flag]))
         assert set(choices) <= named, (flag, sorted(set(choices) - named))
+
+
+def test_the_readme_layout_table_names_every_module():
+    """README.md's layout table names every module of the package (and only existing paths)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`((?:det_calib|datasets|benchmarks|tests)/[\w/.]*)`", table))
+    assert all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())
+    folders = {p for p in named if p.endswith("/")}
+    modules = {str(p.relative_to(root)) for p in (root / "det_calib").rglob("*.py") if p.name != "__init__.py"}
+    missing = {m for m in modules if m not in named and not any(m.startswith(f) for f in folders)}
+    assert not missing, sorted(missing)
