@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -167,6 +168,29 @@ def capture_meta(
     }
 
 
+def prepare_split_capture(model: str | Path, data: str | Path, split: str, *, coco_gt: str | Path | None = None,
+                          limit: int | None = None, **capturer: Any) -> tuple[Any, list[str], Any, dict]:
+    """What every capture to parts starts with (one process, a shard, or the Ray driver): the
+    split, its image names, a :class:`~det_calib.capture.Capturer` (which checks the model and
+    the arguments) whose class names must be the data's, and the metadata common to all parts.
+
+    Returns:
+        ``(split, image_names, capturer, meta)``; ``capture_meta(**meta, image_ids=..., part=...)``
+        completes a part's metadata.
+    """
+    from det_calib.capture import Capturer
+    from det_calib.data import check_class_names, load_data_yaml, load_split
+
+    ds = load_data_yaml(data)
+    sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
+    names = sp.image_names()
+    cap = Capturer(str(model), **capturer)
+    check_class_names(list(cap.names), ds.names, data_path=data)
+    meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
+            "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
+    return sp, names, cap, meta
+
+
 def read_parts(
     parts_dir: str | Path,
     *,
@@ -293,30 +317,16 @@ def capture_to_parts(
     Returns:
         Path of the part written: ``part-IIIII-of-NNNNN.parquet`` (``part-all.parquet``).
     """
-    from det_calib.capture import Capturer
-    from det_calib.data import check_class_names, load_data_yaml, load_split
-
     if not isinstance(model, (str, Path)):
         raise InputError("capture to parts needs the model as a .pt path (its file is fingerprinted)")
-    ds = load_data_yaml(data)
-    sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
-    names = sp.image_names()
     i, n = parse_shard(shard) if isinstance(shard, str) else (shard or (0, 1))
     if not (n >= 1 and 0 <= i < n):
         raise InputError(f"Expected argument `shard` i/n with 0 <= i < n, but got {i}/{n}")
+    sp, names, cap, common = prepare_split_capture(model, data, split, coco_gt=coco_gt, limit=limit, heads=heads,
+                                                   conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+                                                   device=device)
     ids = np.flatnonzero(shard_of(names, n) == i) if n > 1 else np.arange(len(names))
-    cap = Capturer(model, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch, device=device)
-    check_class_names(list(cap.names), ds.names, data_path=data)
-    meta = capture_meta(
-        model=model_fingerprint(model),
-        data=data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
-        split=split,
-        heads=cap.heads,
-        settings=cap.settings,
-        n_images=len(names),
-        image_ids=ids,
-        part="all" if n == 1 else f"shard {i}/{n}",
-    )
+    meta = capture_meta(**common, image_ids=ids, part="all" if n == 1 else f"shard {i}/{n}")
     if len(ids):
         df = cap([sp.images[j] for j in ids], split=split, image_names=[names[j] for j in ids], image_ids=ids,
                  progress=progress)

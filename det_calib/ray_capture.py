@@ -90,26 +90,12 @@ def capture_ray(
         import ray
     except ImportError:
         raise InputError("Ray is not installed: pip install 'det_calib[ray]'") from None
-    from det_calib.capture import Capturer
-    from det_calib.data import check_class_names, load_data_yaml, load_split
-    from det_calib.parts import capture_meta, data_fingerprint, model_fingerprint
+    from det_calib.parts import capture_meta, prepare_split_capture
 
-    ds = load_data_yaml(data)
-    sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
-    names = sp.image_names()
     kw = {"heads": heads, "conf": conf, "iou": iou, "max_det": max_det, "imgsz": imgsz, "batch": batch, "device": "cpu"}
-    probe = Capturer(str(model), **kw)  # checks model and arguments here, before any actor starts
-    check_class_names(list(probe.names), ds.names, data_path=data)
-    meta = capture_meta(
-        model=model_fingerprint(model),
-        data=data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
-        split=split,
-        heads=probe.heads,
-        settings=probe.settings,
-        n_images=len(names),
-        image_ids=[],
-        part="",
-    )
+    # the probe checks the model and the arguments here, before any actor starts
+    sp, names, probe, common = prepare_split_capture(model, data, split, coco_gt=coco_gt, limit=limit, **kw)
+    meta = capture_meta(**common, image_ids=[], part="")
     del probe
     if not ray.is_initialized():
         ray.init(log_to_driver=False)
