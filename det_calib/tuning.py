@@ -723,32 +723,26 @@ def _as_score_fn(score: ScoreFn | HeadTransforms | None, temperature: Mapping[st
         f"Expected argument `score` to be a callable or a mapping head -> callable, got {type(score).__name__}")
 
 
-def _recorded_gt_counts(calib: dict[str, Any], cal_path: Path,
-                        splits: Sequence[str]) -> dict[str, dict[int, int]] | None:
-    """Ground-truth counts per class of ``splits`` as ``calibration.json`` records them (``gt_counts``), or None."""
-    from det_calib.results import gt_counts_from_dict
-
-    try:
-        recorded = gt_counts_from_dict(calib)
-    except InputError as e:
-        raise InputError(f"{cal_path}: {e}") from None
+def _recorded_gt_counts(run: Any, splits: Sequence[str]) -> dict[str, dict[int, int]] | None:
+    """Ground-truth counts per class of ``splits`` as the run recorded them (``gt_counts``), or None."""
+    recorded = run.gt_counts
     if recorded is None or not all(sp in recorded for sp in splits):
         return None
     return {sp: dict(enumerate(recorded[sp])) for sp in splits}
 
 
-def _gt_counts(calib: dict[str, Any], run_dir: Path, split: str, n_images: int | None) -> dict[int, int]:
+def _gt_counts(run: Any, cal_path: Path, split: str, n_images: int | None) -> dict[int, int]:
     """Non-crowd ground-truth boxes per class of one split, read from the run's dataset."""
     from det_calib.data import load_data_yaml, load_split
 
-    data = calib.get("data")
+    data = run.data
     if not data or not Path(data).is_file():
         raise InputError(
-            f"{run_dir / 'calibration.json'}: the dataset `data` ({data}) is not readable; recall, max-F1 and LRP "
+            f"{cal_path}: the dataset `data` ({data or None}) is not readable; recall, max-F1 and LRP "
             "need its ground-truth counts (pass `n_gt=` to tune_run)"
         )
     ds = load_data_yaml(data)
-    sp = load_split(ds, split, coco_gt=calib.get("coco_gt"), limit=n_images)
+    sp = load_split(ds, split, coco_gt=run.settings.coco_gt, limit=n_images)
     gt = sp.gt.filter(~pl.col("crowd"))
     vals, cnt = np.unique(gt["cls"].to_numpy(), return_counts=True)
     return {int(v): int(c) for v, c in zip(vals, cnt)}
@@ -815,26 +809,18 @@ def load_head(
         InputError: A file is missing or corrupt, the run lacks the head, no fit boxes.
     """
     from det_calib.boxes import read_boxes
+    from det_calib.results import RunResult
 
     run_dir = Path(run_dir)
     cal_path = run_dir / "calibration.json"
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
-    if not cal_path.is_file():
-        raise InputError(f"calibration file not found: {cal_path}")
-    try:
-        calib = json.loads(cal_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {cal_path}: {type(e).__name__}") from None
-    if not isinstance(calib, dict):
-        raise InputError(f"cannot read {cal_path}: expected a JSON object")
-    heads = calib.get("heads") or []
-    if head not in heads:
-        raise InputError(f"Expected argument `head` to be one of the run's heads {heads}, but got {head!r}")
-    temperature = calib.get("temperature") or {}
-    names = [str(n) for n in (calib.get("class_names") or [])]
-    splits = calib.get("splits") or {}
-    fit_split, eval_split = splits.get("fit"), splits.get("eval")
+    run = RunResult.read(cal_path)  # the typed result: one line on a missing, damaged or other-version file
+    if head not in run.heads:
+        raise InputError(f"Expected argument `head` to be one of the run's heads {run.heads}, but got {head!r}")
+    temperature = run.temperatures
+    names = [str(n) for n in run.class_names]
+    fit_split, eval_split = run.settings.fit_split, run.settings.eval_split
     if not fit_split:
         raise InputError(f"{cal_path}: `splits.fit` is missing")
     boxes = read_boxes(run_dir / "boxes.parquet")
@@ -847,18 +833,19 @@ def load_head(
         log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
     if fit.height == 0:
         raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
-    if score is None and head not in temperature and head in (calib.get("calibrators") or {}):
+    if score is None and head not in temperature and run.head(head).calibrator is not None:
         score = run_calibrator_score(cal_path)  # the run's calibrator is not a temperature
     score_fn = _as_score_fn(score, temperature)
     if n_gt is None and count_gt:
-        n_gt = _recorded_gt_counts(calib, cal_path, [fit_split, *([eval_split] if ev is not None else [])])
+        n_gt = _recorded_gt_counts(run, [fit_split, *([eval_split] if ev is not None else [])])
     if n_gt is None and count_gt:  # a run written before calibration.json recorded `gt_counts`
-        n_gt = {fit_split: _gt_counts(calib, run_dir, fit_split, _n_images(calib, "fit", head))}
+        h = run.head(head)
+        n_gt = {fit_split: _gt_counts(run, cal_path, fit_split, _n_images(h.fit))}
         if ev is not None:
-            n_gt[eval_split] = _gt_counts(calib, run_dir, eval_split, _n_images(calib, "eval", head))
+            n_gt[eval_split] = _gt_counts(run, cal_path, eval_split, _n_images(h.eval))
     n_gt = n_gt or {}
     t = temperature.get(head)
-    floor = calib.get("conf_floor", 0.001)
+    floor = run.settings.conf_floor
     floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
     # one probe box per class at the floor's logit, scored by the same function
     probe = fit.unique(subset="cls", keep="first").with_columns(
@@ -974,9 +961,9 @@ def tune_run(
     return doc
 
 
-def _n_images(calib: dict[str, Any], part: str, head: str) -> int | None:
-    v = (calib.get(part) or {}).get(head, {})
-    n = v.get("images") if isinstance(v, dict) else None
+def _n_images(part: Any) -> int | None:
+    """The images a run's fit or eval record counts (its ``--limit``), or None."""
+    n = getattr(part, "images", None)
     return int(n) if isinstance(n, int) and n > 0 else None
 
 

@@ -15,6 +15,7 @@ from scipy import special, stats
 from det_calib import tuning
 from det_calib.boxes import SCHEMA
 from det_calib.errors import InputError
+from det_calib.results import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
 from det_calib.tuning import (
     certify_precision,
     class_thresholds,
@@ -263,13 +264,15 @@ def make_run(folder: Path, *, seed: int = 0, heads=("nms",), data: str | None = 
     }).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
     folder.mkdir(parents=True, exist_ok=True)
     df.write_parquet(folder / "boxes.parquet")
-    calib = {"heads": list(heads), "temperature": dict.fromkeys(heads, temperature),
-             "class_names": ["good", "rare", "bad"], "splits": {"fit": fit_split, "eval": eval_split}}
-    if data:
-        calib["data"] = data
-    if gt_counts:  # as calibrate records them: per split, a list indexed by class id
-        calib["gt_counts"] = {sp: [c[i] for i in range(3)] for sp, c in n_gt.items()}
-    (folder / "calibration.json").write_text(json.dumps(calib))
+    settings = RecordedSettings(
+        iou_match=0.5, loc_iou_match=0.1, fit_min_conf=0.0, conf_floor=0.001, nms_iou=0.7, max_det=300, imgsz=64,
+        conf_thresholds=(0.25,), ece_bins=15, laece_bins=25, dece_bins=(8, 3, 3, 3, 3), min_class_boxes=50,
+        bootstrap=Bootstrap(), fit_split=fit_split, eval_split=eval_split, coco_gt=None)
+    RunResult(  # as calibrate writes it (the typed result); gt_counts: per split, a list indexed by class id
+        model="", data=data or "", class_names=["good", "rare", "bad"], heads=list(heads), settings=settings,
+        results={h: HeadResult(calibrator=Calibrator.temperature_scaling(temperature)) for h in heads},
+        gt_counts={sp: [c[i] for i in range(3)] for sp, c in n_gt.items()} if gt_counts else None,
+    ).write(folder / "calibration.json")
     return folder, n_gt
 
 
