@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval
 
 CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
 """Values of ``--method``."""
-GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "isotonic")
+GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "spline", "isotonic")
 """One monotone map for every class: the ranking of all boxes, hence mAP, is unchanged."""
 FIT_RANGES: tuple[str, ...] = ("all", "operating")
 

@@ -124,7 +124,7 @@ class Settings:
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = _opt("temperature", "calibration map: temperature (default), platt, class-temperature, "
+    method: str = _opt("temperature", "calibration map: temperature (default), platt, spline, class-temperature, "
                        "class-platt, isotonic, class-isotonic, or auto (chosen per head by cross-validation "
                        "grouped by image, which may pick `none`: keep the raw scores)",
                        flag="--method", choices=CALIBRATION_METHODS)

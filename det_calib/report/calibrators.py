@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 INTERVAL_NOTE = ("Intervals: 95% image bootstrap; ECE: bias-corrected percentile interval; LaECE_0: normal interval "
                  "(estimate ± 1.96 SD of the replicates), because its replicates sit above the estimate by more "
                  "than their spread, so no percentile-type interval would contain it.")
-GLOBAL = ("none", "temperature", "platt", "isotonic")
+GLOBAL = ("none", "temperature", "platt", "spline", "isotonic")
 
 
 def method_words(run: Run, head: str) -> str:
@@ -110,8 +110,8 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
     b.add(Para(f"--method auto tried every method on two fit ranges (all boxes, and boxes above half the lowest "
                f"conf) by {st.cv_folds}-fold cross-validation grouped by image on split {st.fit_split}, scored by "
                f"the {st.criterion} of the held-out boxes above conf {min(thr):g}; it takes the simplest candidate "
-               "within one standard error of the best (none < temperature < platt < class-temperature < "
-               "class-platt < isotonic < class-isotonic). Each method's best fit range was then refitted on the "
+               "within one standard error of the best (none < temperature < platt < spline < class-temperature "
+               "< class-platt < isotonic < class-isotonic). Each method's best fit range was then refitted on the "
                f"whole fit split and scored on split {st.eval_split} below.", "note"))
     for h in heads:
         hr = run.head(h)
