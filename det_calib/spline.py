@@ -50,7 +50,7 @@ import numpy as np
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.isotonic import PiecewiseLinear
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
-from det_calib.scaling import _check_degenerate, _check_format, _fit_affine, _finite, _LogitCalibrator, _prepare
+from det_calib.scaling import _check_degenerate, _check_format, _finite, _fit_affine, _LogitCalibrator, _prepare
 from det_calib.validation import check_logits
 
 __all__ = ["MAX_RIDGE", "MIN_SLOPE", "SplineCalibrator", "spline_knots"]
@@ -225,7 +225,9 @@ class SplineCalibrator(_LogitCalibrator):
             return None
         k = np.asarray(self.knots, dtype=np.float64)
         if k.ndim != 1 or not np.isfinite(k).all() or (np.diff(k) <= 0).any():
-            raise InputError(f"Expected argument `knots` to be finite, strictly increasing numbers, but got {self.knots!r}")
+            raise InputError(
+                f"Expected argument `knots` to be finite, strictly increasing numbers, but got {self.knots!r}"
+            )
         return k
 
     def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> SplineCalibrator:
