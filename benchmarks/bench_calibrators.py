@@ -5,7 +5,9 @@ labels ``~ Bernoulli(sigmoid(a_c z + b_c))`` (per-class planted maps). det_calib
 :func:`det_calib.selection.select_calibrator` (every method, fit ranges all boxes and conf > 0.125,
 5 folds grouped by image, per-class shrinkage chosen on the same folds, final refit) and is
 timed end to end. scikit-learn does the same fits on the same folds: ``LogisticRegression``
-(no penalty) for Platt, the same on ``z`` without intercept for temperature, one per class for
+(no penalty) for Platt, the same on ``z`` without intercept for temperature, the same on the
+spline's hinge features ``[z, relu(z - k_1), relu(z - k_2)]`` (knots at the 1/3 and 2/3
+quantiles of the correct boxes' logits, as det_calib places them) for the spline, one per class for
 the per-class fits (at the one shrinkage value sklearn has: none), and ``IsotonicRegression``
 (global and per class); its total is the sum (fits only: it does not score the held-out folds).
 det_calib's CV runs on logits pooled to a 0.01 grid (``cv_resolution``), its final refit on the
@@ -50,7 +52,10 @@ def sklearn_same_fits(z, y, k, g, floors, n_folds=5):
     def lr(x, t, intercept=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return LogisticRegression(C=np.inf, fit_intercept=intercept, max_iter=1000).fit(x[:, None], t)
+            return LogisticRegression(C=np.inf, fit_intercept=intercept, max_iter=1000).fit(x.reshape(len(t), -1), t)
+
+    def hinges(x, knots):
+        return np.column_stack([x] + [np.maximum(x - kn, 0.0) for kn in knots])
 
     def iso(x, t):
         return IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(x, t)
@@ -58,6 +63,7 @@ def sklearn_same_fits(z, y, k, g, floors, n_folds=5):
     fits = {
         "temperature": lambda x, t, c: lr(x, t, intercept=False),
         "platt": lambda x, t, c: lr(x, t),
+        "spline": lambda x, t, c: lr(hinges(x, np.quantile(x[t], [1 / 3, 2 / 3])), t),
         "class-temperature": lambda x, t, c: [lr(x[c == j], t[c == j], False) for j in np.unique(c)],
         "class-platt": lambda x, t, c: [lr(x[c == j], t[c == j]) for j in np.unique(c)],
         "isotonic": lambda x, t, c: iso(x, t),

@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling by default; "
-        "Platt, per-class and isotonic maps, or a cross-validated choice with --method auto).",
+        "Platt, spline, per-class and isotonic maps, or a cross-validated choice with --method auto).",
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
     sub = p.add_subparsers(dest="command", required=True)

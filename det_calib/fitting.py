@@ -26,7 +26,7 @@ import polars as pl
 
 from det_calib import metrics
 from det_calib.errors import InputError
-from det_calib.operating import LaECE0Targets
+from det_calib.operating import LaECE0Targets, kept_ece_floor
 from det_calib.results import Calibrator, Candidate, OperatingFigures
 from det_calib.selection import (
     METHODS,
@@ -45,7 +45,7 @@ __all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval
 
 CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
 """Values of ``--method``."""
-GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "isotonic")
+GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "spline", "isotonic")
 """One monotone map for every class: the ranking of all boxes, hence mAP, is unchanged."""
 FIT_RANGES: tuple[str, ...] = ("all", "operating")
 
@@ -214,7 +214,7 @@ class OperatingEval:
         return t, metrics.sigmoid(t, 1.0)
 
     def operating(self, p: np.ndarray, *, intervals: bool = True) -> list[OperatingFigures]:
-        """Kept-set ECE and LaECE_0 at each threshold (with intervals)."""
+        """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling floor."""
         out = []
         for thr in self.conf:
             kept = p > thr
@@ -229,9 +229,12 @@ class OperatingEval:
                 e_ci = tuple(metrics.bootstrap_ci(fn, self.img, p, self.y, **self.boot))
                 la_ci = tuple(metrics.bootstrap_ci(self.targets.statistic(threshold=thr, n_bins=self.laece_bins),
                                                    self.img, p, method="normal", **self.boot))
+            floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
             out.append(OperatingFigures(conf=thr, boxes=n, correct=int(self.y[kept].sum()), ece=e, ece_ci=e_ci,
                                         laece0=None if math.isnan(la) else la,
-                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci))
+                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
+                                        ece_floor=None if floor is None else floor.mean,
+                                        ece_floor_range=None if floor is None else (floor.low, floor.high)))
         return out
 
     def all_box(self, t: np.ndarray, p: np.ndarray) -> dict[str, Any]:

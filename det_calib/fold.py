@@ -187,8 +187,9 @@ def _affine_params(calibrator: Any, nc: int) -> tuple[torch.Tensor, torch.Tensor
 
 def _pwl_maps(calibrator: Any, nc: int) -> list | None:
     from det_calib.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
+    from det_calib.spline import SplineCalibrator
 
-    if isinstance(calibrator, IsotonicCalibrator):
+    if isinstance(calibrator, (IsotonicCalibrator, SplineCalibrator)):
         return [calibrator.map_] * nc
     if isinstance(calibrator, ClassIsotonicCalibrator):
         return [calibrator.map_for(c) for c in range(nc)]
@@ -235,8 +236,8 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch
     """Fold a fitted calibrator into the classification branch of ``head``, in place, in float32.
 
     Affine maps (temperature, Platt, per-class temperature/Platt, ``none``) scale and shift the
-    output channels of the last 1x1 conv of every ``cv3[i]`` / ``one2one_cv3[i]``. Isotonic maps
-    (global or per class) append :func:`hinge_layers` to every ``cv3[i]`` Sequential, so the
+    output channels of the last 1x1 conv of every ``cv3[i]`` / ``one2one_cv3[i]``. Piecewise-linear
+    maps (spline, isotonic global or per class) append :func:`hinge_layers` to every ``cv3[i]`` Sequential, so the
     branch outputs ``map_c(z_c)`` and Ultralytics' sigmoid gives the calibrated score.
 
     Per-class maps can change which class wins an anchor (the NMS path) and which

@@ -145,52 +145,64 @@ def _strict(y: np.ndarray) -> np.ndarray:
 
 
 class PiecewiseLinear:
-    """A strictly increasing piecewise-linear map ``R -> R`` (knots, values, tail slope).
+    """A strictly increasing piecewise-linear map ``R -> R`` (knots, values, tail slopes).
 
     Attributes:
         x: ``(K,)`` strictly increasing knots.
         y: ``(K,)`` strictly increasing values at the knots.
-        tail_slope: Slope left of ``x[0]`` and right of ``x[-1]`` (> 0).
+        tail_slope: Slope left of ``x[0]`` (> 0), and right of ``x[-1]`` unless ``right_slope`` is given.
+        right_slope: Slope right of ``x[-1]`` (> 0); defaults to ``tail_slope``.
     """
 
-    def __init__(self, x: Any, y: Any, tail_slope: float):
+    def __init__(self, x: Any, y: Any, tail_slope: float, *, right_slope: float | None = None):
         self.x = np.asarray(x, dtype=np.float64)
         self.y = np.asarray(y, dtype=np.float64)
         self.tail_slope = float(tail_slope)
+        self.right_slope = self.tail_slope if right_slope is None else float(right_slope)
         if self.x.ndim != 1 or self.x.shape != self.y.shape or self.x.size < 1:
             raise InputError(
                 f"piecewise-linear map: knots and values must be (K,) with K >= 1, got {self.x.shape}, {self.y.shape}"
             )
         if not (np.isfinite(self.x).all() and np.isfinite(self.y).all()):
             raise InputError("piecewise-linear map: knots and values must be finite")
-        if (np.diff(self.x) <= 0).any() or (np.diff(self.y) <= 0).any() or not self.tail_slope > 0:
-            raise InputError("piecewise-linear map: knots, values must be strictly increasing and tail_slope > 0")
+        if (
+            (np.diff(self.x) <= 0).any()
+            or (np.diff(self.y) <= 0).any()
+            or not self.tail_slope > 0
+            or not self.right_slope > 0
+            or not math.isfinite(self.tail_slope + self.right_slope)
+        ):
+            raise InputError("piecewise-linear map: knots, values must be strictly increasing and tail slopes > 0")
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         z = np.asarray(z, dtype=np.float64)
         out = np.interp(z, self.x, self.y)
         lo, hi = z < self.x[0], z > self.x[-1]
         out[lo] = self.y[0] + self.tail_slope * (z[lo] - self.x[0])
-        out[hi] = self.y[-1] + self.tail_slope * (z[hi] - self.x[-1])
+        out[hi] = self.y[-1] + self.right_slope * (z[hi] - self.x[-1])
         return out
 
     def hinges(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         """The map as ``c0 + s0 * z + sum_j coef_j * relu(z - x_j)``: returns ``(c0, s0, x, coef)``."""
         slopes = np.diff(self.y) / np.diff(self.x) if self.x.size > 1 else np.zeros(0)
-        s = np.concatenate([[self.tail_slope], slopes, [self.tail_slope]])
+        s = np.concatenate([[self.tail_slope], slopes, [self.right_slope]])
         coef = np.diff(s)
         s0 = self.tail_slope
         c0 = self.y[0] - s0 * self.x[0]
         return float(c0), float(s0), self.x.copy(), coef
 
     def to_dict(self) -> dict[str, Any]:
-        return {"x": self.x.tolist(), "y": self.y.tolist(), "tail_slope": self.tail_slope}
+        """``{"x", "y", "tail_slope"}``, plus ``"right_slope"`` when the right tail differs."""
+        out: dict[str, Any] = {"x": self.x.tolist(), "y": self.y.tolist(), "tail_slope": self.tail_slope}
+        if self.right_slope != self.tail_slope:
+            out["right_slope"] = self.right_slope
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PiecewiseLinear:
         if not isinstance(d, dict) or not {"x", "y", "tail_slope"} <= set(d):
             raise InputError("piecewise-linear map dict needs keys x, y, tail_slope")
-        return cls(d["x"], d["y"], d["tail_slope"])
+        return cls(d["x"], d["y"], d["tail_slope"], right_slope=d.get("right_slope"))
 
 
 def _pool(xc: np.ndarray, wsum: np.ndarray, mean: np.ndarray, max_knots: int):
@@ -319,7 +331,8 @@ def _blend(f: PiecewiseLinear, g: PiecewiseLinear, s: float) -> PiecewiseLinear:
         return f
     x = np.union1d(f.x, g.x)
     x = x[np.concatenate([[True], np.diff(x) > 1e-9])]  # knots of f and g that nearly coincide
-    return PiecewiseLinear(x, _strict(s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope)
+    return PiecewiseLinear(x, _strict(s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope,
+                           right_slope=s * f.right_slope + (1 - s) * g.right_slope)
 
 
 class ClassIsotonicCalibrator(_LogitCalibrator):

@@ -9,15 +9,16 @@ remain available; name them "all-box".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from det_calib.errors import InputError
 from det_calib.matching import match_detections
-from det_calib.metrics import ece
+from det_calib.metrics import _uniform_index, ece
 
-__all__ = ["LaECE0Targets", "kept_ece", "laece0", "reference_bin_index", "top_k_per_image_class"]
+__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
+           "top_k_per_image_class"]
 
 
 def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, weights: Any = None) -> float:
@@ -39,6 +40,60 @@ def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, wei
         return float("nan")
     w = None if weights is None else np.asarray(weights, dtype=np.float64)[keep]
     return ece(c[keep], y[keep], n_bins=n_bins, weights=w)
+
+
+class ECEFloor(NamedTuple):
+    """The ECE a perfectly calibrated detector would score on a set of boxes: mean and 95% range."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def kept_ece_floor(
+    conf: Any, *, threshold: float, n_bins: int = 15, n_draws: int = 200, seed: int = 0
+) -> ECEFloor | None:
+    """The sampling floor of the kept-set ECE: what a perfectly calibrated detector would score.
+
+    The boxes kept at ``threshold`` (``conf > threshold``) keep their confidences; their labels
+    are drawn ``n_draws`` times as ``Bernoulli(conf)``, i.e. from a detector whose every
+    confidence is exactly its probability of being correct, and the kept-set ECE (equal-width
+    bins, as :func:`kept_ece`) is computed for each draw. A measured ECE inside the range is at
+    the floor that the number of kept boxes allows: no calibrator can be shown to do better on
+    this set.
+
+    Args:
+        conf: ``(n,)`` confidences (the scores whose ECE is reported).
+        threshold: Conf threshold; boxes with ``conf > threshold`` are kept.
+        n_bins: Bins of the ECE.
+        n_draws: Monte-Carlo draws.
+        seed: Seed of the draws (fixed: the same boxes give the same floor).
+
+    Returns:
+        ``ECEFloor(mean, low, high)`` (2.5 and 97.5 percentiles of the draws), or None when no box is kept.
+
+    >>> f = kept_ece_floor(np.full(10_000, 0.5), threshold=0.25)
+    >>> 0.0 < f.low < f.mean < f.high < 0.02  # |mean of 10,000 fair coins - 0.5|
+    True
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    if c.ndim != 1:
+        raise InputError(f"Expected argument `conf` of shape (n,), but got shape {c.shape}")
+    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
+        raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
+    c = c[c > float(threshold)]
+    if c.size == 0:
+        return None
+    idx = _uniform_index(c, n_bins)
+    rng = np.random.default_rng(seed)
+    # per bin: |sum_i (conf_i - y_i)| / n summed over bins; one (draws, bins) table of label sums
+    onehot = np.zeros((c.size, n_bins))
+    onehot[np.arange(c.size), idx] = 1.0
+    s_conf = c @ onehot
+    y = (rng.random((int(n_draws), c.size)) < c).astype(np.float64)
+    vals = np.abs(y @ onehot - s_conf).sum(axis=1) / c.size
+    lo, hi = np.percentile(vals, [2.5, 97.5])
+    return ECEFloor(float(vals.mean()), float(lo), float(hi))
 
 
 def reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:

@@ -122,7 +122,7 @@ class Settings:
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = _opt("temperature", "calibration map: temperature (default), platt, class-temperature, "
+    method: str = _opt("temperature", "calibration map: temperature (default), platt, spline, class-temperature, "
                        "class-platt, isotonic, class-isotonic, or auto (chosen per head by cross-validation "
                        "grouped by image, which may pick `none`: keep the raw scores)",
                        flag="--method", choices=CALIBRATION_METHODS)
@@ -922,6 +922,10 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
                 f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
             )
+            if o1.ece_floor is not None:
+                lines.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
+                             f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
+                             + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
         worse = operating_point_worse(e)
         if worse is not None:
             lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): keep the raw "
@@ -963,7 +967,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
                 f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}{eqc}"
             )
-    lines.append("(intervals: 95% image bootstrap; ECE bias-corrected percentile, LaECE_0 normal)")
+    lines.append("(intervals: 95% image bootstrap; ECE bias-corrected percentile, LaECE_0 normal; sampling floor: "
+                 "labels drawn 200 times from the calibrated confidences of the kept boxes)")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@ Folded into the model (``calibrated.pt``), a per-class map acts before the detec
 boxes: it can change which class wins a box (the argmax before NMS) and which boxes make the
 cross-class top ``max_det``. Applied here, after the detector's selection, every map only
 rescores the boxes the original model output: same boxes, same classes, same order within each
-class (mAP identical). For one map for every class (temperature, Platt, isotonic) the two
+class (mAP identical). For one map for every class (temperature, Platt, spline, isotonic) the two
 deployments give the same boxes.
 """
 

@@ -234,14 +234,20 @@ T_CLOSE = math.log(1.02)
 """|log T| below this counts as "close to calibrated" (T within about 2% of 1)."""
 
 
+WORSE_TOLERANCE = 1e-6
+"""A calibrated kept-set ECE above the raw one by less than this is rounding, not "worse"."""
+
+
 def operating_point_worse(e: EvalResult) -> str | None:
     """Why the calibrated scores are worse than the raw ones where decisions are made (a higher ECE
     of the boxes kept at the lowest conf threshold on the eval split), or None. The CLI summary
-    and the report both say it."""
+    and the report both say it. Differences below ``WORSE_TOLERANCE`` are rounding (the raw scores
+    are read from the stored float32 conf, the calibrated ones from the float64 logits: ``none``
+    differs from the raw scores by ~1e-11) and do not count."""
     if not e.operating_before or not e.operating_after:
         return None
     o0, o1 = e.operating_before[0], e.operating_after[0]
-    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece:
+    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece + WORSE_TOLERANCE:
         return None
     return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
 
@@ -345,6 +351,10 @@ class OperatingFigures:
     with the reference toolkit's conventions (:func:`det_calib.operating.laece0`). Intervals: 95%
     bootstrap over images (:func:`det_calib.metrics.bootstrap_ci`): ``ece_ci`` bias-corrected
     percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.fitting.OperatingEval`).
+    ``ece_floor``: the sampling floor of ``ece``, the mean kept-set ECE a perfectly calibrated
+    detector would score on the same kept boxes (labels drawn from their confidences,
+    :func:`det_calib.operating.kept_ece_floor`); ``ece_floor_range`` its 95% range. An ``ece``
+    inside that range is as low as this many boxes can show.
     """
 
     conf: float | None = _leaf()
@@ -354,6 +364,15 @@ class OperatingFigures:
     ece_ci: CI = _ci_field()
     laece0: float | None = _leaf()
     laece0_ci: CI = _ci_field()
+    ece_floor: float | None = _leaf()
+    ece_floor_range: CI = _ci_field()
+
+    @property
+    def at_floor(self) -> bool | None:
+        """Whether ``ece`` lies within the 95% range of a perfectly calibrated detector (None: unknown)."""
+        if self.ece is None or self.ece_floor_range is None:
+            return None
+        return self.ece <= self.ece_floor_range[1]
 
     def to_dict(self) -> dict[str, Any]:
         return _leaf_dict(self)

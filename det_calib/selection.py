@@ -1,8 +1,9 @@
 """Choose a calibrator and its fit range by cross-validation grouped by image.
 
 Candidates are (method x fit range). Methods (:data:`METHODS`, simplest first): ``none`` (keep
-the raw scores; always a candidate), ``temperature``, ``platt``, ``class-temperature``,
-``class-platt``, ``isotonic``, ``class-isotonic``. A fit range is a conf floor: ``0.0`` fits on
+the raw scores; always a candidate), ``temperature``, ``platt``, ``spline`` (Platt whose slope
+changes at two knots in the operating range, :class:`~det_calib.spline.SplineCalibrator`),
+``class-temperature``, ``class-platt``, ``isotonic``, ``class-isotonic``. A fit range is a conf floor: ``0.0`` fits on
 every box, ``0.1`` only on boxes whose raw conf is above 0.1.
 
 Criterion (stated with every result): K-fold CV with folds grouped by image; each candidate is
@@ -39,6 +40,7 @@ from det_calib.scaling import (
     _check_classes,
     group_folds,
 )
+from det_calib.spline import SplineCalibrator
 from det_calib.validation import check_labels, check_logits
 
 __all__ = [
@@ -56,13 +58,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Method = Literal[
-    "none", "temperature", "platt", "class-temperature", "class-platt", "isotonic", "class-isotonic"
+    "none", "temperature", "platt", "spline", "class-temperature", "class-platt", "isotonic", "class-isotonic"
 ]
 #: Every method, simplest first (the order the one-SE rule prefers).
 METHODS: tuple[str, ...] = (
     "none",
     "temperature",
     "platt",
+    "spline",
     "class-temperature",
     "class-platt",
     "isotonic",
@@ -133,6 +136,7 @@ def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto") -> A
         "none": lambda: Identity(),
         "temperature": lambda: TemperatureCalibrator(),
         "platt": lambda: PlattScaler(),
+        "spline": lambda: SplineCalibrator(),
         "class-temperature": lambda: ClassAffineScaler(kind="temperature", shrinkage=shrinkage, seed=seed),
         "class-platt": lambda: ClassAffineScaler(kind="platt", shrinkage=shrinkage, seed=seed),
         "isotonic": lambda: IsotonicCalibrator(),
@@ -144,6 +148,7 @@ _FORMATS = {
     "det_calib.Identity": Identity,
     "det_calib.TemperatureScaler": TemperatureCalibrator,
     "det_calib.PlattScaler": PlattScaler,
+    "det_calib.SplineCalibrator": SplineCalibrator,
     "det_calib.ClassAffineScaler": ClassAffineScaler,
     "det_calib.IsotonicCalibrator": IsotonicCalibrator,
     "det_calib.ClassIsotonicCalibrator": ClassIsotonicCalibrator,

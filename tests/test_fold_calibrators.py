@@ -73,7 +73,7 @@ def _synthetic_fit_data(seed=0, n=20_000, nc=8):
     return z, y, k
 
 
-METHODS = ["temperature", "platt", "class-temperature", "class-platt", "isotonic", "class-isotonic"]
+METHODS = ["temperature", "platt", "spline", "class-temperature", "class-platt", "isotonic", "class-isotonic"]
 
 
 @pytest.fixture(scope="module")

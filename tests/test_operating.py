@@ -9,6 +9,7 @@ from det_calib.errors import InputError
 from det_calib.metrics import bootstrap_ci, ece
 from det_calib.operating import (
     kept_ece,
+    kept_ece_floor,
     laece0,
     reference_bin_index,
     top_k_per_image_class,
@@ -101,3 +102,32 @@ def test_laece0_counts_an_inverted_box_as_unmatched():
     # the inverted box (higher score) overlaps nothing but still takes the free GT at tau = 0
     # with IoU 0; the second box finds no free GT: both targets 0
     assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10) == pytest.approx(0.55)
+
+
+def test_kept_ece_floor_is_the_ece_of_labels_drawn_from_the_confidences():
+    rng = np.random.default_rng(5)
+    conf = rng.beta(2.0, 2.0, 3000)
+    f = kept_ece_floor(conf, threshold=0.25, n_draws=200, seed=3)
+    # the same draws, one at a time, through kept_ece: the same mean and percentiles
+    kept = conf[conf > 0.25]
+    draws = np.random.default_rng(3).random((200, kept.size)) < kept
+    vals = np.array([kept_ece(kept, y, threshold=0.25) for y in draws])
+    assert f.mean == pytest.approx(vals.mean(), rel=1e-12)
+    assert (f.low, f.high) == pytest.approx(tuple(np.percentile(vals, [2.5, 97.5])), rel=1e-12)
+    # a perfectly calibrated detector's own kept-set ECE lies in the range about 95% of the time
+    inside = [f.low <= kept_ece(conf, rng.random(conf.size) < conf, threshold=0.25) <= f.high for _ in range(300)]
+    assert 0.88 <= np.mean(inside) <= 0.995
+    # fewer boxes, a higher floor (roughly 1 / sqrt(n))
+    small = kept_ece_floor(conf[:300], threshold=0.25, seed=3)
+    assert small.mean > 2 * f.mean
+
+
+def test_kept_ece_floor_edge_cases():
+    assert kept_ece_floor(np.array([0.1, 0.2]), threshold=0.25) is None
+    assert kept_ece_floor(np.full(50, 1.0), threshold=0.25).mean == 0.0  # certain labels: no sampling error
+    a = kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)
+    assert a == kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)  # fixed seed
+    with pytest.raises(InputError, match="n_draws"):
+        kept_ece_floor(np.ones(3), threshold=0.25, n_draws=1)
+    with pytest.raises(InputError, match="conf"):
+        kept_ece_floor(np.ones((3, 2)), threshold=0.25)

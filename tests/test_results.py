@@ -59,6 +59,28 @@ def test_typed_access(ref):
     assert [c.name for c in h.per_class] == [c["name"] for c in ref["per_class"]["nms"]]
     assert h.ultralytics_val.original.map50_95 == ref["ultralytics_val"]["nms"]["original"]["map50_95"]
     assert r.settings.bootstrap.n_boot == 50 and r.settings.eval_split == ref["splits"]["eval"]
+    o = h.eval.operating_after[0]
+    ro = ref["eval"]["nms"]["operating_after"][0]
+    assert o.ece_floor == ro["ece_floor"] and o.ece_floor_range == tuple(ro["ece_floor_range"])
+    # 32 kept boxes: a perfectly calibrated detector scores ECE ~0.2 on so few; the 0.159 measured is at that floor
+    assert o.ece_floor_range[0] < o.ece_floor_range[1] and o.at_floor is True
+
+
+def test_operating_floor_fields_and_the_worse_tolerance():
+    from det_calib.results import EvalResult, OperatingFigures, operating_point_worse
+
+    o = OperatingFigures(conf=0.25, boxes=1000, ece=0.05, ece_floor=0.03, ece_floor_range=(0.02, 0.045))
+    assert o.at_floor is False and OperatingFigures(ece=0.04, ece_floor_range=(0.02, 0.045)).at_floor is True
+    assert OperatingFigures(ece=0.04).at_floor is None
+    back = OperatingFigures.from_dict(json.loads(json.dumps(o.to_dict())), "o")
+    assert back == o
+    with pytest.raises(InputError, match="ece_floor_range"):
+        OperatingFigures.from_dict({**o.to_dict(), "ece_floor_range": [0.1]}, "o")
+    # the raw scores come from float32 conf, `none` from float64 logits: 1e-11 apart is not "worse"
+    same = EvalResult(operating_before=[o], operating_after=[OperatingFigures(conf=0.25, ece=0.05 + 1e-11)])
+    assert operating_point_worse(same) is None
+    worse = EvalResult(operating_before=[o], operating_after=[OperatingFigures(conf=0.25, ece=0.051)])
+    assert "0.0500 raw, 0.0510 calibrated" in operating_point_worse(worse)
 
 
 def test_scores_compute_matches_metrics():

@@ -423,9 +423,9 @@ def _tuned_thresholds(b: _Builder, run: Run, folder: Path) -> None:
 
 def _map(b: _Builder, run: Run) -> None:
     b.add(Heading(2, "mAP verification", "map-verification"))
-    b.add(Para("One temperature, Platt or isotonic map per head is a monotonic map of the scores: the ranking of "
-               "boxes, and with it pycocotools mAP on the same boxes, cannot change. A per-class map (class-*) "
-               "folded into the model can change which class wins a box before NMS and which boxes make the "
+    b.add(Para("One temperature, Platt, spline or isotonic map per head is a monotonic map of the scores: the "
+               "ranking of boxes, and with it pycocotools mAP on the same boxes, cannot change. A per-class map "
+               "(class-*) folded into the model can change which class wins a box before NMS and which boxes make the "
                "top max_det, so the calibrated model's own Ultralytics val mAP is measured and shown as it is; "
                "applied after the detector's selection (det_calib.apply_calibrator) it keeps the detections. "
                "Ultralytics val keeps the boxes above a conf floor: "
