@@ -225,9 +225,8 @@ def ultralytics_val(
 
 
 SHARED_PASS = (
-    "the original's figures come from the same Ultralytics val pass as the calibrated checkpoint's: the "
-    "original checkpoint's Detect head, prepared as val prepares a model, run on the same neck features of "
-    "every batch, its output through the same validator's postprocess and Ultralytics' own metric code"
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own metric code"
 )
 """How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
 
