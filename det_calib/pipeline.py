@@ -536,18 +536,16 @@ def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
     return fit, ev
 
 
-def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings, *, capturer: Any = None
-                   ) -> dict[str, list[pl.DataFrame]]:
+def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
     """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
-
-    Args:
-        capturer: A :class:`~det_calib.capture.Capturer` built for these inputs and settings, to
-            reuse across calls (default: a new one).
 
     Returns:
         Head -> one capture table per split (in the order of ``splits``).
     """
-    cap = capturer if capturer is not None else _capturer(inputs, s)
+    from det_calib.capture import Capturer
+
+    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
@@ -556,13 +554,6 @@ def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings, *, cap
             out[h].append(_head_rows(raw, h, sp, s))
         del raw
     return out
-
-
-def _capturer(inputs: _Inputs, s: Settings) -> Any:
-    from det_calib.capture import Capturer
-
-    return Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                    imgsz=inputs.imgsz, batch=s.batch, device=s.device)
 
 
 def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
@@ -578,24 +569,11 @@ def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataF
 def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Settings,
                    captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
     """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
-    choice, fb = fit_stage(fit, head, s, captured[0])
-    return evaluate_stage(inputs, fit, ev, s, choice, fb, captured[1])
-
-
-def fit_stage(fit: Split, head: str, s: Settings, captured: pl.DataFrame) -> tuple[Choice, pl.DataFrame]:
-    """Label one head's fit-split boxes and fit its calibrator. Returns the choice and the labelled boxes."""
-    fb = match_boxes(captured, fit.gt, iou=s.iou, loc_iou=s.loc_iou)
+    fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
     choice = fit_head(fb, s)
+    record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
-    return choice, fb
-
-
-def evaluate_stage(inputs: _Inputs, fit: Split, ev: Split, s: Settings, choice: Choice, fb: pl.DataFrame,
-                   captured: pl.DataFrame) -> tuple[HeadResult, list[pl.DataFrame]]:
-    """Label one head's eval-split boxes and evaluate its fitted calibrator on them."""
-    eb = match_boxes(captured, ev.gt, iou=s.iou, loc_iou=s.loc_iou)
-    record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     op = _operating_eval(eb, ev, s)
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
     result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
@@ -670,34 +648,17 @@ def calibrate(
     preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
               n_classes=len(inputs.ds.names), settings=s)
     check_output_dir(Path(out))  # refuse a folder det_calib does not own
-    meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
-    val_job = None
-    try:
-        if s.boxes:
-            from det_calib.reuse import reuse_boxes
+    if s.boxes:
+        from det_calib.reuse import reuse_boxes
 
-            captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
-            fitted = {h: fit_stage(fit, h, s, captured[h][0]) for h in inputs.heads}
-            ev_boxes = {h: captured.pop(h)[1] for h in inputs.heads}
-        else:
-            fingerprints, cap = None, _capturer(inputs, s)
-            fit_boxes_ = capture_splits(inputs, (fit,), s, capturer=cap)
-            fitted = {h: fit_stage(fit, h, s, fit_boxes_.pop(h)[0]) for h in inputs.heads}
-            if s.run_val:  # the val checks need only the fitted maps: they run while the eval split is captured
-                val_job = _ValJob(inputs, ev, {h: calibrator_record(c.calibrator, c.method, c.floor)
-                                               for h, (c, _) in fitted.items()}, s, meta)
-            ev_boxes = {h: t[0] for h, t in capture_splits(inputs, (ev,), s, capturer=cap).items()}
-            del cap
-        results, tables = {}, []
-        for head in inputs.heads:
-            choice, fb = fitted.pop(head)
-            results[head], head_tables = evaluate_stage(inputs, fit, ev, s, choice, fb, ev_boxes.pop(head))
-            tables += head_tables
-        checks = val_job.result() if val_job is not None else None
-    except BaseException:
-        if val_job is not None:  # waits for the checks running in the background, removes their checkpoint
-            val_job.close()
-        raise
+        captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+    else:
+        captured = capture_splits(inputs, (fit, ev), s)
+        fingerprints = None
+    results, tables = {}, []
+    for head in inputs.heads:
+        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
+        tables += head_tables
     boxes = validate_boxes(pl.concat(tables, how="vertical"))
     del tables
     result = RunResult(
@@ -708,12 +669,7 @@ def calibrate(
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
     )
     out = Path(out)
-    try:
-        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints,
-                               checkpoint=val_job.checkpoint if val_job is not None else None, checks=checks)
-    finally:
-        if val_job is not None:
-            val_job.close()
+    files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
 
 
@@ -735,57 +691,15 @@ def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     return lines
 
 
-class _ValJob:
-    """The Ultralytics val checks of a run, started as soon as the calibrators are fitted: the
-    calibrated checkpoint is written to a temporary folder and checked in a background thread
-    (torch releases the GIL in its kernels) while the eval split is captured and evaluated; the
-    figures are those of the same checks run afterwards."""
-
-    def __init__(self, inputs: _Inputs, ev: Split, records: dict[str, Calibrator], s: Settings,
-                 meta: dict[str, Any]) -> None:
-        import concurrent.futures
-
-        self._dir = tempfile.TemporaryDirectory(prefix="det_calib_ckpt_")
-        self.checkpoint = Path(self._dir.name) / "calibrated.pt"
-        _write_checkpoint(inputs.model, self.checkpoint, records, meta)
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="det_calib_val")
-        self._future = self._pool.submit(_ultralytics_checks, inputs, self.checkpoint, ev, records, s)
-
-    def result(self) -> dict[str, ValCheck]:
-        return self._future.result()
-
-    def close(self) -> None:
-        """Wait for the checks to end and remove the temporary folder (and the checkpoint, unless moved)."""
-        self._pool.shutdown(wait=True)
-        self._dir.cleanup()
-
-
-def _write_checkpoint(model: Path, path: Path, records: dict[str, Calibrator], meta: dict[str, Any]) -> None:
-    """``calibrated.pt``: temperatures folded into the last class conv, any other map folded per channel
-    (affine) or as stock conv+ReLU hinge layers (isotonic)."""
-    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
-
-    if all(r.method == "temperature" for r in records.values()):
-        write_calibrated_checkpoint(model, path, {h: r.temperature for h, r in records.items()}, metadata=meta)
-    else:
-        write_folded_checkpoint(model, path, {h: calibrator_of(r) for h, r in records.items()}, metadata=meta)
-
-
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _Inputs, splits: tuple[Split, Split],
-                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None, *,
-                   checkpoint: Path | None = None, checks: dict[str, ValCheck] | None = None) -> dict[str, Path]:
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write every output of a run (the Ultralytics val checks need the written checkpoint).
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
-
-    Args:
-        checkpoint: ``calibrated.pt`` already written (moved into the output), else written here.
-        checks: The Ultralytics val checks already run on ``checkpoint``, else run here.
     """
-    import shutil
-
+    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
     from det_calib.reuse import run_fingerprints, write_run_boxes
 
     ev = splits[1]
@@ -796,17 +710,17 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        if checkpoint is not None:
-            shutil.move(checkpoint, stage / "calibrated.pt")
-        else:
-            _write_checkpoint(inputs.model, stage / "calibrated.pt", records, meta)
+        if all(r.method == "temperature" for r in records.values()):
+            write_calibrated_checkpoint(inputs.model, stage / "calibrated.pt", result.temperatures, metadata=meta)
+        else:  # any other map: folded per channel (affine) or as stock conv+ReLU hinge layers (isotonic)
+            write_folded_checkpoint(inputs.model, stage / "calibrated.pt",
+                                    {h: calibrator_of(r) for h, r in records.items()}, metadata=meta)
         if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
                     ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
         elif s.run_val:
-            if checks is None:
-                checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
+            checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
             for h, rec in records.items():

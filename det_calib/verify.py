@@ -270,8 +270,6 @@ def ultralytics_val_shared(
     Raises:
         InputError: The two checkpoints differ outside the Detect head (a pair this cannot measure).
     """
-    import functools
-
     from ultralytics import YOLO
 
     yolo = YOLO(str(calibrated))
@@ -300,8 +298,6 @@ def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
 @functools.cache
 def _shared_validator_class():
     """Ultralytics' DetectionValidator, extended to score the original head on the same pass."""
-    import copy
-
     from ultralytics.models.yolo.detect import DetectionValidator
     from ultralytics.nn.autobackend import AutoBackend
     from ultralytics.utils.metrics import DetMetrics
@@ -325,9 +321,10 @@ def _shared_validator_class():
             super().init_metrics(model)
             if self.args.save_json or self.args.save_txt or self.args.plots or self.args.augment:
                 raise ValueError("the shared val pass runs with save_json, save_txt, plots and augment off")
-            # the original, prepared exactly as BaseValidator prepares a model for standalone val
+            # the original, prepared exactly as BaseValidator prepares a model for standalone val (the
+            # model was loaded for this pass alone: fused in place, as val fuses its own copy)
             backend = AutoBackend(
-                model=copy.deepcopy(self._original_model), device=self.device, dnn=self.args.dnn,
+                model=self._original_model, device=self.device, dnn=self.args.dnn,
                 data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
                 end2end=self.args.nms is False, verbose=False,
             )
