@@ -11,7 +11,8 @@ function of its own module, for notebooks and other tools:
   :mod:`det_calib.fitting` / :mod:`det_calib.selection` — any other method, or ``auto`` by CV
 - :mod:`det_calib.operating` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
 - :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
-- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val` — mAP before/after
+- :func:`det_calib.verify.coco_map`, :func:`det_calib.verify.ultralytics_val_shared` — mAP before/after
+  (one Ultralytics val pass of the calibrated checkpoint per head also scores the original head)
   (and :func:`detection_change` for per-class maps folded into the model)
 - :func:`det_calib.thresholds.threshold_shift` — the kept set at conf 0.25
 - :func:`det_calib.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
@@ -805,11 +806,11 @@ def _val_not_run(split: str, note: str) -> ValCheck:
 
 def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
                         ) -> dict[str, ValCheck]:
-    """Ultralytics val of the original and the calibrated checkpoint, per head."""
+    """Ultralytics val of the calibrated checkpoint per head, the original's figures from the same pass."""
     if s.coco_gt:
         return {h: _val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
-    from det_calib.verify import ultralytics_val
+    from det_calib.verify import ultralytics_val_shared
 
     results: dict[str, ValCheck] = {}
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
@@ -817,9 +818,10 @@ def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, records: dict[st
         for head in inputs.heads:
             # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
             kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=VAL_BATCH, device=s.device)
-            log.info("Ultralytics val (%s head): original, calibrated at the equivalent floor", head)
+            log.info("Ultralytics val (%s head): calibrated checkpoint, the original head on the same pass", head)
             try:
-                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw, ultralytics_val)
+                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw,
+                                           ultralytics_val_shared)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
                 log.warning("Ultralytics val skipped for %s head: %s", head, e)
                 results[head] = _val_not_run(ev.name, str(e))
@@ -840,11 +842,15 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
 
 
 def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
-               ultralytics_val: Any) -> ValCheck:
-    r0 = ultralytics_val(model, yml, conf=s.conf_floor, **kw)
+               val_shared: Any) -> ValCheck:
+    """One Ultralytics val pass of ``ckpt`` (:func:`det_calib.verify.ultralytics_val_shared`): the
+    calibrated figures are stock val's, the original's (at val's floor) come from the same pass."""
+    from det_calib.verify import SHARED_PASS
+
+    how = f" How: {SHARED_PASS}."
     floor = equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
     if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
-        r1 = ultralytics_val(ckpt, yml, conf=s.conf_floor, **kw)
+        r0, r1 = val_shared(model, ckpt, yml, conf=s.conf_floor, original_conf=s.conf_floor, **kw)
         diff = r1["map50_95"] - r0["map50_95"]
         note = (
             f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
@@ -852,11 +858,11 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrato
             f"original's (detection_change counts them); measured at val's floor {s.conf_floor}: mAP50-95 "
             f"{r0['map50_95']:.4f} -> {r1['map50_95']:.4f} ({diff:+.4f}), mAP50 "
             f"{r0['map50']:.4f} -> {r1['map50']:.4f}. Applied after the detector's own selection "
-            "(det_calib.apply_calibrator), the detections stay the original ones."
+            "(det_calib.apply_calibrator), the detections stay the original ones." + how
         )
         return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
                         note=note)
-    r2 = ultralytics_val(ckpt, yml, conf=floor, **kw)
+    r0, r2 = val_shared(model, ckpt, yml, conf=floor, original_conf=s.conf_floor, **kw)
     same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
         r0["map50"], r2["map50"], abs_tol=1e-6
     )
@@ -871,7 +877,7 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrato
     if not same:
         note += " Differences this small come from float32 ties reordering equal-score boxes."
     return ValCheck(split=split, original=ValMap(**r0), calibrated=None,
-                    calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note)
+                    calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note + how)
 
 
 def _f(x: float | None, fmt: str) -> str:

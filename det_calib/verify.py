@@ -10,14 +10,21 @@ Two independent checks:
   where the candidate set is the original one and mAP must match. (At val's own floor a
   temperature below 1 pushes some boxes under it, above 1 lifts extra ones over it, so mAP can
   move slightly; the pipeline no longer runs that third val.)
+- :func:`ultralytics_val_shared`: both of those from one val pass, as the pipeline runs them: the
+  stock val of the calibrated checkpoint, and on the same neck features the original checkpoint's
+  Detect head, scored by the same validator's postprocess and metric code (the calibrated
+  checkpoint differs from the original only inside the head, :mod:`det_calib.fold`). Its figures
+  equal those of the two separate vals (tests/test_verify.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -153,6 +160,42 @@ def _evaluate(coco, dets: np.ndarray, max_dets: int) -> dict[str, float]:
         "map75": mean_valid(prec[np.isclose(iou_thrs, 0.75)]),
     }
 
+def _val_kwargs(yolo, data: str | Path, *, split: str, head: str, conf: float, imgsz: int | None, batch: int,
+                device: str | None) -> dict:
+    """The arguments of every det_calib val: plain ``model.val()`` with plots, JSON and verbosity off."""
+    from det_calib.capture import default_imgsz
+
+    kw = dict(
+        data=str(data),
+        split=split,
+        conf=conf,
+        imgsz=imgsz or default_imgsz(yolo),
+        batch=batch,
+        plots=False,
+        save_json=False,
+        verbose=False,
+        nms=False if head == "e2e" else None,
+    )
+    if device is not None:
+        kw["device"] = device
+    return kw
+
+
+def _run_val(yolo, kw: dict, validator=None):
+    """``yolo.val(**kw)`` with Ultralytics' info lines silenced and its run folder in a temporary one."""
+    import tempfile
+
+    from ultralytics.utils import LOGGER
+
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    try:
+        with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
+            return yolo.val(project=tmp, name="val", validator=validator, **kw)
+    finally:
+        LOGGER.setLevel(level)
+
+
 def ultralytics_val(
     model: str | Path,
     data: str | Path,
@@ -175,31 +218,152 @@ def ultralytics_val(
     """
     from ultralytics import YOLO
 
-    from det_calib.capture import default_imgsz
-
     yolo = YOLO(str(model))
-    kw = dict(
-        data=str(data),
-        split=split,
-        conf=conf,
-        imgsz=imgsz or default_imgsz(yolo),
-        batch=batch,
-        plots=False,
-        save_json=False,
-        verbose=False,
-        nms=False if head == "e2e" else None,
-    )
-    if device is not None:
-        kw["device"] = device
-    import tempfile
-
-    from ultralytics.utils import LOGGER
-
-    level = LOGGER.level
-    LOGGER.setLevel(logging.WARNING)
-    try:
-        with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
-            m = yolo.val(project=tmp, name="val", **kw)
-    finally:
-        LOGGER.setLevel(level)
+    m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
+                                   device=device))
     return {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)}
+
+
+SHARED_PASS = (
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own metric code"
+)
+"""How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
+
+
+def ultralytics_val_shared(
+    original: str | Path,
+    calibrated: str | Path,
+    data: str | Path,
+    *,
+    split: str,
+    head: str = "nms",
+    conf: float = 0.001,
+    original_conf: float = 0.001,
+    imgsz: int | None = None,
+    batch: int = 16,
+    device: str | None = None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """One Ultralytics val pass that measures a calibrated checkpoint and its original.
+
+    The calibrated checkpoint shares every weight with the original except inside the Detect
+    head's classification branches (:mod:`det_calib.fold`), so the network up to the head computes
+    the same neck features for both. This runs the stock ``YOLO(calibrated).val()`` (Ultralytics'
+    own DetectionValidator: its dataloader, letterbox, batching, postprocess and metrics give the
+    calibrated figures, exactly what plain val prints) and, on the features each batch feeds the
+    calibrated head, also runs the original checkpoint's Detect head (prepared as val prepares a
+    model: fused, same device, memory format and head mode); that output goes through the same
+    validator's postprocess (at ``original_conf``) into a second Ultralytics metrics object. The
+    original's figures are those of ``ultralytics_val(original, conf=original_conf)``, without its
+    forward pass through the backbone and neck.
+
+    Args:
+        original: The original checkpoint.
+        calibrated: A checkpoint written by :mod:`det_calib.fold` from ``original``.
+        data, split, head, imgsz, batch, device: As :func:`ultralytics_val`.
+        conf: Val's conf pre-filter for the calibrated checkpoint.
+        original_conf: Val's conf pre-filter for the original.
+
+    Returns:
+        ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
+
+    Raises:
+        InputError: The two checkpoints differ outside the Detect head (a pair this cannot measure).
+    """
+    from ultralytics import YOLO
+
+    yolo = YOLO(str(calibrated))
+    orig = YOLO(str(original)).model
+    _check_same_trunk(orig, yolo.model, original, calibrated)
+    kw = _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device)
+    v = _shared_validator_class()
+    out: dict[str, Any] = {}
+    m = _run_val(yolo, kw, validator=functools.partial(v, original=orig, original_conf=original_conf, out=out))
+    o = out["original"]
+    return ({"conf": float(original_conf), "map50_95": float(o.box.map), "map50": float(o.box.map50)},
+            {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)})
+
+
+def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
+    """Refuse two models whose layers before the Detect head differ in any parameter or buffer."""
+    import torch
+
+    from det_calib.errors import InputError
+
+    sa, sb = a.model[:-1].state_dict(), b.model[:-1].state_dict()
+    if sa.keys() != sb.keys() or any(not torch.equal(sa[k].float(), sb[k].float()) for k in sa):
+        raise InputError(f"{pb} is not {pa} with a calibrated head: the layers before the Detect head differ")
+
+
+@functools.cache
+def _shared_validator_class():
+    """Ultralytics' DetectionValidator, extended to score the original head on the same pass."""
+    from ultralytics.models.yolo.detect import DetectionValidator
+    from ultralytics.nn.autobackend import AutoBackend
+    from ultralytics.utils.metrics import DetMetrics
+
+    class SharedPassValidator(DetectionValidator):
+        """Stock detection val of the calibrated model; the original head rides on its forward pass.
+
+        Everything of the stock validator runs unchanged for the calibrated model. Added: a hook on
+        its Detect head keeps the features each batch feeds it; after the stock ``update_metrics``,
+        the original Detect head runs on them, its output goes through the stock ``postprocess``
+        (with val's conf set to ``original_conf``) and the stock ``update_metrics`` into a second
+        ``DetMetrics``, processed by the stock code at the end.
+        """
+
+        def __init__(self, *args, original, original_conf: float, out: dict, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._original_model, self._original_conf, self._out = original, original_conf, out
+            self._feats = None
+
+        def init_metrics(self, model):
+            super().init_metrics(model)
+            if self.args.save_json or self.args.save_txt or self.args.plots or self.args.augment:
+                raise ValueError("the shared val pass runs with save_json, save_txt, plots and augment off")
+            # the original, prepared exactly as BaseValidator prepares a model for standalone val (the
+            # model was loaded for this pass alone: fused in place, as val fuses its own copy)
+            backend = AutoBackend(
+                model=self._original_model, device=self.device, dnn=self.args.dnn,
+                data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
+                end2end=self.args.nms is False, verbose=False,
+            )
+            backend.eval()
+            if getattr(backend, "end2end", False) != self.end2end:
+                raise ValueError("the original and the calibrated model run different head modes")
+            native = backend.model
+            if self.end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
+                native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
+            self._original_backend = backend
+            self._original_head = native.model[-1]
+            det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
+            # a list copy: a head's forward may replace the list's items with its own outputs
+            det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
+            self._original_metrics = DetMetrics(names=model.names)
+            self._original_metrics.clear_stats()
+            self._original_metrics.clear_image_metrics()
+
+        def update_metrics(self, preds, batch):
+            super().update_metrics(preds, batch)
+            feats, self._feats = self._feats, None
+            y = self._original_head(feats)
+            # what AutoBackend.forward returns for a native model's output
+            y = (self._original_backend.from_numpy(y[0]) if len(y) == 1
+                 else [self._original_backend.from_numpy(t) for t in y]) if isinstance(y, (list, tuple)) \
+                else self._original_backend.from_numpy(y)
+            conf, seen, metrics = self.args.conf, self.seen, self.metrics
+            try:
+                self.args.conf = self._original_conf
+                original_preds = self.postprocess(y)
+                self.metrics = self._original_metrics
+                super().update_metrics(original_preds, batch)
+            finally:
+                self.args.conf, self.seen, self.metrics = conf, seen, metrics
+
+        def get_stats(self):
+            self._original_metrics.process(save_dir=self.save_dir, plot=False, on_plot=self.on_plot)
+            self._original_metrics.clear_stats()
+            self._out["original"] = self._original_metrics
+            return super().get_stats()
+
+    return SharedPassValidator

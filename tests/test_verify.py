@@ -118,3 +118,73 @@ def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path,
     assert same_ranking(raw, cal)
     m0, m1 = coco_maps(b, sp.gt, sp.sizes, [raw, cal])
     assert m0 == m1 and np.isfinite(m0["map50_95"])
+
+
+# ------------------------------------------------------------------ one val pass, both models
+@pytest.fixture(scope="module")
+def stock_original_val(demo_model_path, fixture_yaml):
+    """Plain Ultralytics val of the original demo detector, per head, at val's floor."""
+    return {h: ultralytics_val(demo_model_path, fixture_yaml, split="val", head=h, imgsz=320) for h in ("nms", "e2e")}
+
+
+def _folded(kind, demo_model_path, tmp_path):
+    """A calibrated checkpoint and, per head, the conf its val runs at in the pipeline."""
+    from det_calib.fold import write_folded_checkpoint
+    from det_calib.selection import make_calibrator
+
+    if kind == "temperature":
+        ts = {"nms": 0.7, "e2e": 1.4}
+        ckpt = write_calibrated_checkpoint(demo_model_path, tmp_path / "t.pt", ts)
+        return ckpt, {h: equivalent_threshold(0.001, t) for h, t in ts.items()}
+    rng = np.random.default_rng(0)
+    z, k = rng.normal(-2.0, 3.0, 20_000), rng.integers(0, 8, 20_000)
+    y = rng.random(z.size) < 1 / (1 + np.exp(-(np.linspace(0.7, 1.6, 8)[k] * z + np.linspace(-0.8, 0.6, 8)[k])))
+    cal = make_calibrator("class-isotonic").fit(z, y, classes=k)  # hinge layers appended, per class
+    ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "ci.pt", {"nms": cal, "e2e": cal})
+    # nms: the pipeline's per-class check (both at val's floor); e2e: the calibrated side at a higher
+    # floor, so that its figures differ from the original's and the test tells the two sides apart
+    return ckpt, {"nms": 0.001, "e2e": 0.25}
+
+
+@pytest.mark.parametrize("kind", ["temperature", "class-isotonic"])
+def test_shared_val_pass_equals_two_stock_vals(tmp_path, demo_model_path, fixture_yaml, stock_original_val, kind):
+    """The original's figures from the calibrated checkpoint's val pass are exactly those of a
+    separate stock val of the original; the calibrated side is exactly a stock val of it."""
+    from det_calib.verify import ultralytics_val_shared
+
+    ckpt, confs = _folded(kind, demo_model_path, tmp_path)
+    for head, conf in confs.items():
+        o, c = ultralytics_val_shared(demo_model_path, ckpt, fixture_yaml, split="val", head=head, conf=conf,
+                                      imgsz=320)
+        assert o == stock_original_val[head]  # exact: same features, same fused head weights, same code
+        assert o["map50_95"] > 0.2
+        assert c == ultralytics_val(ckpt, fixture_yaml, split="val", head=head, conf=conf, imgsz=320)
+        if conf > 0.1:
+            assert c["map50_95"] < o["map50_95"] - 0.01
+
+
+def test_shared_val_pass_on_a_legacy_head(tmp_path, fixture_yaml, make_untrained):
+    """A YOLOv8 head (one branch, no one-to-one head) gives the same equality."""
+    from det_calib.verify import ultralytics_val_shared
+
+    src = tmp_path / "v8.pt"
+    make_untrained("yolov8n.yaml", bias_mean=0.0).save(src)
+    ckpt = write_calibrated_checkpoint(src, tmp_path / "v8_cal.pt", {"nms": 2.0})
+    conf = equivalent_threshold(0.001, 2.0)
+    o, c = ultralytics_val_shared(src, ckpt, fixture_yaml, split="val", head="nms", conf=conf, imgsz=320, batch=4)
+    assert o == ultralytics_val(src, fixture_yaml, split="val", head="nms", imgsz=320, batch=4)
+    assert c == ultralytics_val(ckpt, fixture_yaml, split="val", head="nms", conf=conf, imgsz=320, batch=4)
+    # at a floor the calibrated candidates are not the original's: the shared pass tells them apart
+    o2, c2 = ultralytics_val_shared(src, ckpt, fixture_yaml, split="val", head="nms", conf=0.5, imgsz=320, batch=4)
+    assert o2 == o and c2 != o
+    assert c2 == ultralytics_val(ckpt, fixture_yaml, split="val", head="nms", conf=0.5, imgsz=320, batch=4)
+
+
+def test_shared_val_pass_refuses_another_model(tmp_path, demo_model_path, fixture_yaml, make_untrained):
+    from det_calib.errors import InputError
+    from det_calib.verify import ultralytics_val_shared
+
+    other = tmp_path / "other.pt"
+    make_untrained("yolo26n.yaml").save(other)
+    with pytest.raises(InputError, match="layers before the Detect head differ"):
+        ultralytics_val_shared(demo_model_path, other, fixture_yaml, split="val", imgsz=320)
