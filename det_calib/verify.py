@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.boxes import HEAD_PREDICT_NMS
 from det_calib.matching import collapse_inverted
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def _val_kwargs(yolo, data: str | Path, *, split: str, head: str, conf: float, i
         plots=False,
         save_json=False,
         verbose=False,
-        nms=False if head == "e2e" else None,
+        nms=HEAD_PREDICT_NMS[head],
     )
     if device is not None:
         kw["device"] = device
