@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import fnmatch
 import json
 import os
 import shutil
@@ -52,11 +53,15 @@ TESTS: dict[str, list[str]] = {
     "calibrators": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
     "scaling": ["tests/test_scaling.py"],
     "fold": ["tests/test_fold.py", "tests/test_promises.py::test_fold_into_a_legacy_head"],
-    "pipeline": ["tests/test_figures.py", "tests/test_pipeline.py"],
+    # each pipeline test runs a real calibration (tens of seconds): the two that recompute every
+    # figure of calibration.json, the second with thresholds exactly on a score
+    "pipeline": ["tests/test_figures.py::test_every_figure_of_the_default_run",
+                 "tests/test_figures.py::test_figures_with_thresholds_exactly_on_scores"],
 }
 DEFAULT = ["matching", "metrics", "thresholds", "calibrators", "scaling", "fold", "pipeline"]
 # statements starting on lines that match these (regex) are not mutated
-SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*log\.(debug|info|warning)\(", r"^\s*warnings\.warn\("]
+SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*(log|logger)\.(debug|info|warning)\(",
+                 r"^\s*warnings\.warn\("]
 
 
 def _copy_tree(dst: Path) -> None:
@@ -116,13 +121,47 @@ def _patterns(module: str, only: list[str]) -> list[str]:
     return out
 
 
+def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> list[str] | None:
+    """The mutant names (or globs) to hand to ``mutmut run``: None for all (mutmut itself skips
+    the ones with a result), [] for nothing.
+
+    mutmut reruns every mutant named on its command line, so on a rerun with ``--only`` the
+    mutants that already have a result are left out; ``rerun_survivors`` names the survivors
+    (and those without tests) again, to check that new tests kill them. A function missing from
+    mutmut's test mapping is named by a glob (an exact name there would fail its lookup).
+    """
+    patterns = _patterns(module, only)
+    meta = dst / "mutants" / "det_calib" / f"{module}.py.meta"
+    if not meta.is_file():
+        return patterns or None
+    if not patterns and not rerun_survivors:
+        return None
+    from mutmut.stats import status_by_exit_code
+
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    mapped = json.loads((dst / "mutants" / "mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
+    again = {"survived", "no tests", "timeout", "suspicious"} if rerun_survivors else set()
+    out: list[str] = []
+    for name, code in codes.items():
+        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        if code is not None and status_by_exit_code[code] not in again:
+            continue
+        fn = name.partition("__mutmut_")[0]
+        item = name if fn in mapped else fn + "__mutmut_*"
+        if item not in out:
+            out.append(item)
+    return out
+
+
 def _function_of(name: str) -> str:
     fn = name.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
     return fn[2:] if fn.startswith("x_") else fn[1:].replace("\u01c1", ".").strip(".")
 
 
 def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True,
-               only: list[str] | None = None, budget: float | None = None) -> dict[str, list[str]]:
+               only: list[str] | None = None, budget: float | None = None,
+               rerun_survivors: bool = False) -> dict[str, list[str]]:
     dst = work / module
     if dst.exists() and not fresh and run and (stale := _stale(dst)):
         print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
@@ -139,7 +178,11 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     t0 = time.time()
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *_patterns(module, only or [])]
+    names = _select(dst, module, only or [], rerun_survivors)
+    if names == []:
+        print(f"{module}: nothing left to run", file=sys.stderr)
+        run = False
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *(names or [])]
     proc = subprocess.Popen(cmd if run else ["true"], cwd=dst, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -210,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop each module's run after this long (its remaining mutants: `not checked`)")
     ap.add_argument("--only", action="append", metavar="GLOB",
                     help="mutate only the functions matching GLOB (Class.method for a method); repeatable")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="run the survivors (and the mutants without tests) again, e.g. after adding tests")
     ap.add_argument("--results-only", action="store_true",
                     help="only list the results so far (of a run that was stopped: mutants not yet run show as "
                          "`not checked`)")
@@ -221,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for module in args.modules:
         by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
-                               run=not args.results_only, only=args.only, budget=args.budget)
+                               run=not args.results_only, only=args.only, budget=args.budget,
+                               rerun_survivors=args.rerun_survivors)
         summary[module] = {k: len(v) for k, v in by_status.items()}
     print("\nsurvivors per module:", {m: s.get("survived", 0) for m, s in summary.items()})
     return 0

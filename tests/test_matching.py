@@ -599,3 +599,10 @@ def test_huge_sparse_ids_match_like_small_ones():
         matched, ignored, gt_index = coco_reference(case, t, 10_000)
         np.testing.assert_array_equal(big_r.correct | big_r.ignore, matched)
         np.testing.assert_array_equal(big_r.gt_index, gt_index)
+
+
+def test_sub_pixel_boxes_have_their_iou():
+    """Boxes in normalised or sub-pixel units: a union below 1 is still a valid denominator."""
+    np.testing.assert_allclose(box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 1.0], [0.25, 0, 0.75, 0.5]]), [[0.5, 1 / 3]])
+    r = one_image([[0, 0, 0.1, 0.1]], [[0, 0, 0.1, 0.1]], iou_threshold=0.9)
+    assert r.correct.tolist() == [True] and r.iou.tolist() == [1.0]
