@@ -606,3 +606,35 @@ def test_sub_pixel_boxes_have_their_iou():
     np.testing.assert_allclose(box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 1.0], [0.25, 0, 0.75, 0.5]]), [[0.5, 1 / 3]])
     r = one_image([[0, 0, 0.1, 0.1]], [[0, 0, 0.1, 0.1]], iou_threshold=0.9)
     assert r.correct.tolist() == [True] and r.iou.tolist() == [1.0]
+
+
+def test_group_key_that_would_overflow_keeps_images_apart():
+    """Image ids 0 and 2**34 with a class span of 2**30: the direct key (image * span + class)
+    would wrap around int64 onto the same value for both images; they must stay two groups."""
+    box = [[0.0, 0.0, 10.0, 10.0]]
+    for det_img, gt_img in ((2**34, 0), (0, 2**34)):
+        r = match_detections([det_img, 5], box * 2, [0, 2**30 - 1], [0.9, 0.8], [gt_img], box, [0])
+        assert r.correct.tolist() == [False, False] and r.gt_index.tolist() == [-1, -1]
+    r = match_detections([2**34, 0], box * 2, [0, 2**30 - 1], [0.9, 0.8], [2**34], box, [0])
+    assert r.correct.tolist() == [True, False]
+
+
+@pytest.mark.parametrize(
+    "arg, value, ref",
+    [
+        ("det_xyxy", [[0, 0, 10, 10]] * 3, "det_image"),
+        ("det_cls", [0, 1, 2], "det_image"),
+        ("det_score", [0.9, 0.8, 0.7], "det_image"),
+        ("gt_xyxy", [[0, 0, 10, 10]] * 2, "gt_image"),
+        ("gt_cls", [0, 0], "gt_image"),
+        ("gt_crowd", [False, True], "gt_image"),
+    ],
+)
+def test_length_mismatch_names_both_arguments(arg, value, ref):
+    with pytest.raises(InputError, match=f"arguments `{ref}` and `{arg}` to have the same length"):
+        match_detections(**dict(GOOD, **{arg: value}))
+
+
+def test_non_integer_gt_image_is_named():
+    with pytest.raises(InputError, match="`gt_image`"):
+        match_detections(**dict(GOOD, gt_image=[0.5]))
