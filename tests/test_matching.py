@@ -256,11 +256,12 @@ def test_each_detection_takes_its_best_free_gt():
 def test_class_mismatch_never_matches():
     r = one_image([[0, 0, 10, 10]], [[0, 0, 10, 10]], det_cls=[1], gt_cls=[0], iou_threshold=0.0)
     assert r.correct.tolist() == [False] and r.gt_index.tolist() == [-1] and r.iou.tolist() == [0.0]
+    assert r.ignore.tolist() == [False]  # no (detection, GT) pair at all: still a full result
 
 
 def test_other_image_never_matches():
     r = match_detections([1], [[0, 0, 10, 10]], [0], [0.9], [2], [[0, 0, 10, 10]], [0])
-    assert not r.correct.any() and r.iou.tolist() == [0.0]
+    assert not r.correct.any() and r.iou.tolist() == [0.0] and r.ignore.tolist() == [False]
 
 
 @pytest.mark.parametrize("t, box", [(0.5, [0, 0, 5, 10]), (0.25, [0, 0, 10, 2.5]), (0.75, [0, 0, 7.5, 10])])
