@@ -314,3 +314,36 @@ def test_numpy_special_functions_match_scipy():
     inf_rows = np.array([[np.inf, 0.0], [-np.inf, -np.inf]])
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(calibrators.logsumexp(inf_rows, axis=1), special.logsumexp(inf_rows, axis=1))
+
+
+def test_estimator_weights_match_repeated_rows():
+    """TemperatureScaler.fit passes its weights on: integer weights fit like repeated rows."""
+    rng = np.random.default_rng(3)
+    z, y = planted(1.8, 400, seed=3)
+    counts = rng.integers(0, 4, 400)
+    rep = np.repeat(np.arange(400), counts)
+    a = TemperatureScaler().fit(z, y, weights=counts)
+    b = TemperatureScaler().fit(z[rep], y[rep])
+    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
+    assert a.nll_after_ == pytest.approx(b.nll_after_, rel=1e-9)
+    assert a.temperature_ != pytest.approx(TemperatureScaler().fit(z, y).temperature_, rel=1e-4)
+
+
+def test_binary_nll_default_temperature_is_one_and_labels_are_checked():
+    # known answer: softplus(2) - 2 = log(1 + exp(-2)) at T = 1
+    assert binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
+    with pytest.raises(InputError, match="`labels`"):
+        binary_nll([0.0, 1.0], [0, 2])
+    with pytest.raises(InputError, match="`logits` of shape \\(n,\\)"):
+        binary_nll([[0.0, 1.0]], [1])
+
+
+def test_transform_logits_checks_the_shape_of_its_kind():
+    s = TemperatureScaler.from_dict({"kind": "sigmoid", "temperature": 2.0})
+    np.testing.assert_array_equal(s.transform_logits([1.0, -3.0]), [0.5, -1.5])
+    with pytest.raises(InputError, match="kind='sigmoid'"):
+        s.transform_logits([[1.0, -3.0]])
+    m = TemperatureScaler.from_dict({"kind": "softmax", "temperature": 2.0})
+    np.testing.assert_array_equal(m.transform_logits([[1.0, -3.0]]), [[0.5, -1.5]])
+    with pytest.raises(InputError, match="kind='softmax'"):
+        m.transform_logits([1.0, -3.0])
