@@ -208,9 +208,11 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     for status in ("survived", "no tests", "timeout", "suspicious"):
         for name in by_status.get(status, []):
             fn = name.rsplit(".", 1)[-1]
-            orig = functions.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", "")
-            diff = difflib.unified_diff(orig.splitlines(), functions.get(fn, "").splitlines(), lineterm="", n=0)
-            body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---", "+def ", "-def "))]
+            orig_name = fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
+            orig = functions.get(orig_name, "")
+            mutant = functions.get(fn, "").replace(fn + "(", orig_name + "(", 1)  # only real changes differ
+            diff = difflib.unified_diff(orig.splitlines(), mutant.splitlines(), lineterm="", n=0)
+            body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
             print(f"--- [{status}] {name}\n    " + "\n    ".join(body))
     unchecked: dict[str, int] = {}
     for name in by_status.get("not checked", []):

@@ -347,3 +347,56 @@ def test_transform_logits_checks_the_shape_of_its_kind():
     np.testing.assert_array_equal(m.transform_logits([[1.0, -3.0]]), [[0.5, -1.5]])
     with pytest.raises(InputError, match="kind='softmax'"):
         m.transform_logits([1.0, -3.0])
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "softmax"])
+def test_objective_value_and_derivatives_in_log_t(kind):
+    """The fit's objective ``u -> (NLL, dNLL/du, d2NLL/du2)`` at ``u = log T``, weighted: the value
+    against an independent NLL (scipy), the derivatives against its finite differences."""
+    rng = np.random.default_rng(5)
+    n = 300
+    w = rng.uniform(0.2, 2.0, n)
+    if kind == "sigmoid":
+        z = rng.normal(0.0, 3.0, n)
+        y = (rng.random(n) < expit(z / 1.7)).astype(np.float64)
+        fgh = calibrators._sigmoid_objective(z, y, w)
+
+        def ref(u):
+            a = z * np.exp(-u)
+            return np.average(np.logaddexp(0.0, a) - y * a, weights=w)
+    else:
+        z = rng.normal(0.0, 2.0, (n, 4))
+        y = rng.integers(0, 4, n)
+        fgh = calibrators._softmax_objective(z, y, w)
+
+        def ref(u):
+            return np.average(-log_softmax(z * np.exp(-u), axis=1)[np.arange(n), y], weights=w)
+
+    for u in (-0.7, 0.0, 0.9):
+        f, g, h = fgh(u)
+        assert f == pytest.approx(ref(u), rel=1e-12)
+        e = 1e-4
+        assert g == pytest.approx((ref(u + e) - ref(u - e)) / (2 * e), rel=1e-6)
+        e = 1e-3
+        assert h == pytest.approx((ref(u + e) - 2 * ref(u) + ref(u - e)) / e**2, rel=1e-4)
+
+
+def test_softmax_weights_match_repeated_rows():
+    rng = np.random.default_rng(6)
+    z = rng.normal(0.0, 2.0, (300, 3))
+    y = np.argmax(z / 1.5 + rng.gumbel(size=(300, 3)), axis=1)  # softmax(z / 1.5) labels
+    counts = rng.integers(0, 4, 300)
+    rep = np.repeat(np.arange(300), counts)
+    for t in (1.0, 1.6):
+        assert softmax_nll(z, y, t, weights=counts) == pytest.approx(softmax_nll(z[rep], y[rep], t), rel=1e-12)
+    a = TemperatureScaler(kind="softmax").fit(z, y, weights=counts)
+    b = TemperatureScaler(kind="softmax").fit(z[rep], y[rep])
+    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
+    assert (a.nll_before_, a.nll_after_) == pytest.approx((b.nll_before_, b.nll_after_), rel=1e-9)
+    # and the default temperature is 1: the mean of -log_softmax(z)[y]
+    assert softmax_nll(z, y) == pytest.approx(np.mean(-log_softmax(z, axis=1)[np.arange(300), y]), rel=1e-12)
+
+
+def test_estimator_defaults():
+    s = TemperatureScaler()
+    assert (s.kind, s.tol, s.max_iter, s.min_samples) == ("sigmoid", 1e-6, 100, 10)
