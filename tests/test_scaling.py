@@ -137,3 +137,65 @@ def test_group_folds_keep_groups_together():
         group_folds(10, 1)
     with pytest.raises(InputError, match="at least"):
         group_folds(10, 5, np.zeros(10))
+
+
+def test_platt_json_keeps_its_diagnostics_and_refuses_bad_values():
+    z, y = _planted(1.5, -0.7, n=5000)
+    p = PlattScaler().fit(z, y)
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
+    assert d == {"format": "det_calib.PlattScaler", "version": 1, "a": p.a_, "b": p.b_, "n_samples": 5000,
+                 "nll_before": p.nll_before_, "nll_after": p.nll_after_}
+    q = PlattScaler.from_dict(d)
+    assert (q.a_, q.b_, q.n_samples_, q.nll_before_, q.nll_after_) == (p.a_, p.b_, 5000, p.nll_before_, p.nll_after_)
+    # only the map is required; the diagnostics come back as null
+    m = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0})
+    assert not hasattr(m, "n_samples_")
+    assert m.to_dict() == {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0,
+                           "n_samples": None, "nll_before": None, "nll_after": None}
+    np.testing.assert_array_equal(m.transform_logits([0.0, 1.5]), [-1.0, 2.0])
+    base = {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0}
+    for patch, name in (({"a": 0.0}, "`a` to be finite and > 0"), ({"a": -1.0}, "`a` to be finite and > 0"),
+                        ({"b": math.inf}, "`b` to be finite"), ({"b": "x"}, "`b` to be a number")):
+        with pytest.raises(InputError, match=name):
+            PlattScaler.from_dict({**base, **patch})
+
+
+@pytest.mark.parametrize("shrinkage", ["auto", math.inf])
+def test_class_affine_json_round_trip_is_exact(shrinkage):
+    z, y, k, g, *_ = _per_class(n_big=2000, seed=2)
+    cal = ClassAffineScaler(kind="platt", shrinkage=shrinkage).fit(z, y, classes=k, groups=g)
+    d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))
+    assert set(d) == {"format", "version", "kind", "a", "b", "global_a", "global_b", "shrinkage", "class_counts",
+                      "cv_nll"}
+    assert d["class_counts"] == [2000, 2000, 2000, 25]
+    if shrinkage == "auto":
+        assert d["shrinkage"] == cal.shrinkage_ and math.isfinite(d["shrinkage"])
+        assert d["cv_nll"] == {str(lam): v for lam, v in cal.cv_nll_.items()} and "inf" in d["cv_nll"]
+    else:
+        assert d["shrinkage"] == "inf" and d["cv_nll"] is None
+    back = ClassAffineScaler.from_dict(d)
+    assert back.shrinkage_ == cal.shrinkage_ and back.cv_nll_ == cal.cv_nll_
+    np.testing.assert_array_equal(back.class_counts_, cal.class_counts_)
+    assert back.to_dict() == d
+
+
+def test_class_affine_transform_known_answer():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
+    # class 5 was never fitted: the global map
+    np.testing.assert_array_equal(cal.transform_logits([1.0, 2.0, 3.0], classes=[0, 1, 5]), [3.0, 0.0, 4.75])
+    assert cal.transform_logits([], classes=[]).shape == (0,)
+    assert cal.to_dict()["class_counts"] == [0, 0] and cal.to_dict()["shrinkage"] == "inf"
+    with pytest.raises(InputError, match="`logits`"):
+        cal.transform_logits([[1.0], [2.0]], classes=[0, 1])
+
+
+def test_reprs():
+    assert repr(PlattScaler(tol=1e-7, max_iter=5)) == "PlattScaler(tol=1e-07, max_iter=5)"
+    p = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 1.25, "b": -0.5})
+    assert repr(p) == "PlattScaler(tol=1e-09, max_iter=100, a_=1.25, b_=-0.5)"
+    assert repr(ClassAffineScaler(kind="temperature", shrinkage=10.0)) == (
+        "ClassAffineScaler(kind='temperature', shrinkage=10.0)")
+    c = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                     "a": [1.0], "b": [0.0], "global_a": 1.0, "global_b": 0.0, "shrinkage": 100.0})
+    assert repr(c) == "ClassAffineScaler(kind='platt', shrinkage='auto', shrinkage_=100)"
