@@ -199,3 +199,27 @@ def test_reprs():
     c = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
                                      "a": [1.0], "b": [0.0], "global_a": 1.0, "global_b": 0.0, "shrinkage": 100.0})
     assert repr(c) == "ClassAffineScaler(kind='platt', shrinkage='auto', shrinkage_=100)"
+
+
+@pytest.mark.parametrize(
+    "patch, match",
+    [
+        ({"a": [1.0, 0.0]}, "`a` to be finite and > 0"),
+        ({"b": [0.0, math.nan]}, "`b` to be finite"),
+        ({"global_a": -1.0}, "`global_a` to be finite and > 0"),
+        ({"global_b": math.inf}, "`global_b` to be finite"),
+        ({"b": [0.0]}, "`a` and `b` differ in length"),
+    ],
+)
+def test_class_affine_from_dict_refuses_bad_values(patch, match):
+    d = {"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt", "a": [2.0, 0.5], "b": [1.0, -1.0],
+         "global_a": 1.5, "global_b": 0.25}
+    with pytest.raises(InputError, match=match):
+        ClassAffineScaler.from_dict({**d, **patch})
+
+
+def test_class_affine_from_dict_without_class_maps_uses_the_global_map():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "temperature",
+                                       "global_a": 0.5, "global_b": 0.0})
+    assert cal.n_classes_ == 0
+    np.testing.assert_array_equal(cal.transform_logits([2.0, -4.0], classes=[0, 3]), [1.0, -2.0])
