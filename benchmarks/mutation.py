@@ -52,7 +52,8 @@ TESTS: dict[str, list[str]] = {
     "thresholds": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
     "calibrators": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
     "scaling": ["tests/test_scaling.py"],
-    "fold": ["tests/test_fold.py", "tests/test_promises.py::test_fold_into_a_legacy_head"],
+    "fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
+             "tests/test_promises.py::test_fold_into_a_legacy_head"],
     # each pipeline test runs a real calibration (tens of seconds): the two that recompute every
     # figure of calibration.json, the second with thresholds exactly on a score
     "pipeline": ["tests/test_figures.py::test_every_figure_of_the_default_run",
