@@ -76,10 +76,14 @@ def _copy_tree(dst: Path) -> None:
 
 
 def _configure(dst: Path, module: str, tests: list[str]) -> None:
+    (dst / "pyproject.toml").write_text(_config_text(module, tests))
+
+
+def _config_text(module: str, tests: list[str]) -> str:
     def toml_list(xs):
         return "[" + ", ".join('"' + x.replace("\\", "\\\\") + '"' for x in xs) + "]"
 
-    text = (dst / "pyproject.toml").read_text()
+    text = (REPO / "pyproject.toml").read_text()
     # mutmut runs the selected test files only; the doctest collection of the suite stays off
     text = text.replace('addopts = "-ra --doctest-modules"', 'addopts = "-ra"')
     text += "\n[tool.mutmut]\n"
@@ -93,7 +97,7 @@ def _configure(dst: Path, module: str, tests: list[str]) -> None:
     text += 'process_isolation = "forkserver"\n'
     # error messages, logging and warnings: a mutant there changes wording, not a number
     text += f"do_not_mutate_patterns = {toml_list(SKIP_PATTERNS)}\n"
-    (dst / "pyproject.toml").write_text(text)
+    return text
 
 
 def _stale(dst: Path) -> list[str]:
@@ -126,9 +130,9 @@ def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> l
     """The mutant names (or globs) to hand to ``mutmut run``: None for all (mutmut itself skips
     the ones with a result), [] for nothing.
 
-    mutmut reruns every mutant named on its command line, so on a rerun with ``--only`` the
-    mutants that already have a result are left out; ``rerun_survivors`` names the survivors
-    (and those without tests) again, to check that new tests kill them. A function missing from
+    mutmut reruns every mutant named on its command line, so with ``--only`` only the matching
+    mutants without a result are named; ``rerun_survivors`` adds the survivors (and those without
+    tests) of the whole module, to check that new tests kill them. A function missing from
     mutmut's test mapping is named by a glob (an exact name there would fail its lookup).
     """
     patterns = _patterns(module, only)
@@ -144,9 +148,10 @@ def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> l
     again = {"survived", "no tests", "timeout", "suspicious"} if rerun_survivors else set()
     out: list[str] = []
     for name, code in codes.items():
-        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            continue
-        if code is not None and status_by_exit_code[code] not in again:
+        if code is None:
+            if not (patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)):
+                continue
+        elif status_by_exit_code[code] not in again:
             continue
         fn = name.partition("__mutmut_")[0]
         item = name if fn in mapped else fn + "__mutmut_*"
@@ -167,6 +172,10 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     if dst.exists() and not fresh and run and (stale := _stale(dst)):
         print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
               "worktree: starting over", file=sys.stderr)
+        fresh = True
+    if (dst.exists() and not fresh and run
+            and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])):
+        print(f"{module}: the test selection or mutmut settings changed: starting over", file=sys.stderr)
         fresh = True
     if fresh and dst.exists():
         shutil.rmtree(dst)
