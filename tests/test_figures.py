@@ -860,3 +860,36 @@ def test_laece0_recomputation_on_the_edge_cases():
     c_only = [(q, g) for i, q, g in scored if rows[i]["cls"] == 4]
     assert c_only == [(0.08, 0.0), (0.05, pytest.approx(0.3))]
     assert laece0_of(*zip(*c_only), [4, 4], [4]) == pytest.approx(abs(0.13 - 0.3) / 2)  # one bin
+
+
+def test_kept_set_and_nll_figures_on_small_arrays():
+    """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
+    --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
+    own calibrated logits."""
+    from det_calib import metrics, pipeline
+    from det_calib.scaling import PlattScaler
+
+    rng = np.random.default_rng(0)
+    n = 240
+    z = rng.normal(-1.0, 2.0, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-0.6 * z))
+    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3})
+    t1 = cal.transform_logits(z)
+    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
+    feats = metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480)
+    a = pipeline._EvalArrays(z=z, y=y, cls=np.zeros(n, dtype=np.int64), img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1,
+                             loc=np.where(y, 0.8, 0.0), feats=feats, gt_cls=np.zeros(70, dtype=np.int64), ignored=0)
+    s = pipeline.Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
+    assert max(p0.max(), p1.max()) < 0.9999
+    t03, t_top = pipeline._thresholded(a, s)
+    kb, ka = p0 > 0.3, p1 > 0.3
+    assert (t03.boxes_before, t03.boxes_after) == (kb.sum(), ka.sum())
+    assert t03.ece_before == pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 4), abs=1e-12)
+    assert t03.ece_after == pytest.approx(ece_loop(p1[ka].tolist(), y[ka].tolist(), 4), abs=1e-12)
+    assert t03.ece_before != pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 15), abs=1e-6)
+    assert (t_top.boxes_before, t_top.ece_before, t_top.boxes_after, t_top.ece_after) == (0, None, 0, None)
+    before, after = pipeline._scores(a, slice(None), cal, s)
+    assert before.nll == pytest.approx(nll_loop(z.tolist(), y.tolist(), 1.0), rel=1e-9)
+    assert after.nll == pytest.approx(nll_loop(t1.tolist(), y.tolist(), 1.0), rel=1e-9)
+    assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
