@@ -893,3 +893,34 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     assert before.nll == pytest.approx(nll_loop(z.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.nll == pytest.approx(nll_loop(t1.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
+
+
+def test_map_check_honours_max_det_on_both_branches():
+    """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
+    keeps the global order (a temperature) and one that changes it (per-class slopes)."""
+    from det_calib import pipeline
+    from det_calib.data import Split
+    from det_calib.scaling import ClassAffineScaler
+
+    gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
+    gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
+        pl.col("x1", "y1", "x2", "y2").cast(pl.Float64), pl.lit(False).alias("crowd"))
+    det_rows = []
+    for i in (0, 1):  # per (image, class): a correct box and a higher-scored false positive
+        det_rows += [(i, 0, 10.0, 10.0, 50.0, 48.0, 0.5 + i), (i, 0, 0.0, 0.0, 8.0, 8.0, 1.0 + i),
+                     (i, 1, 60.0, 60.0, 90.0, 88.0, -0.5 - i), (i, 1, 92.0, 92.0, 99.0, 99.0, 2.0)]
+    boxes = pl.DataFrame(det_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2", "logit"], orient="row")
+    split = Split(name="tiny", images=[], sizes=np.array([[100, 100], [100, 100]]), gt=gt)
+    rows = [dict(_img=r[0], cls=r[1], x1=r[2], y1=r[3], x2=r[4], y2=r[5]) for r in det_rows]
+    gt_per_image = [[(c, *map(float, box)) for i_, c, *box in gt_rows if i_ == i] for i in (0, 1)]
+    class_map = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                             "a": [3.0, 0.5], "b": [0.0, 0.0], "global_a": 1.0, "global_b": 0.0})
+    for cal, scale in ((pipeline._as_calibrator(2.0), lambda r: r[6] / 2.0),
+                       (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
+        for max_det in (1, 300):
+            m = pipeline._map_check(boxes, split, cal, pipeline.Settings(max_det=max_det))
+            m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
+            m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
+            assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
+            assert (m["map50_95_after"], m["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
+        assert m0[1] > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
