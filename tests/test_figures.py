@@ -924,3 +924,40 @@ def test_map_check_honours_max_det_on_both_branches():
             assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
             assert (m["map50_95_after"], m["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
         assert m0[1] > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
+
+
+def test_per_class_figures_on_small_arrays():
+    """Which classes are listed (boxes or GT; not a class with neither), and every per-class
+    figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
+    from det_calib import metrics, pipeline
+    from det_calib.scaling import PlattScaler
+
+    rng = np.random.default_rng(1)
+    n = 160
+    z = rng.normal(-0.5, 2.0, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-0.7 * z))
+    cls = np.where(np.arange(n) % 3 == 0, 1, 0)  # boxes of classes 0 and 1
+    gt_cls = np.array([0] * 40 + [2] * 5)  # GT of classes 0 and 2; class 3 has neither
+    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2})
+    t1 = cal.transform_logits(z)
+    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    loc = np.where(y, rng.uniform(0.5, 1.0, n), 0.0)
+    x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
+    a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
+                             feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
+    s = pipeline.Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
+    out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d"])
+    assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
+        (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5)]
+    assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
+    for r in out[:2]:
+        m = cls == r.cls
+        assert r.correct == int(y[m].sum())
+        for tag, p in (("before", p0), ("after", p1)):
+            assert getattr(r, f"ece_{tag}") == pytest.approx(ece_loop(p[m].tolist(), y[m].tolist(), 4), abs=1e-12)
+            lae = laece_loop(p[m].tolist(), loc[m].tolist(), cls[m].tolist(), 5)
+            assert getattr(r, f"laece_{tag}") == pytest.approx(lae, abs=1e-12)
+            k = m & (p > 0.3)
+            assert getattr(r, f"kept_ece_{tag}") == pytest.approx(ece_loop(p[k].tolist(), y[k].tolist(), 4), abs=1e-12)
+            want = boot_bc(lambda pp, yy: _np_ece(pp, yy, 4), a.img[m], [p[m], y[m]], 30, 7)
+            assert list(getattr(r, f"ece_{tag}_ci")) == pytest.approx(want, rel=1e-9)
