@@ -233,6 +233,35 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     return by_status
 
 
+def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]]:
+    """Run ``tests`` (pytest node ids) against every survivor of ``module`` in its copy, one
+    mutant at a time, outside mutmut (its results are left as they are).
+
+    For tests outside the module's selection (``TESTS``), e.g. a new test of a slow module whose
+    selection mutmut would otherwise recollect from scratch. mutmut's mutated package picks the
+    active mutant from ``MUTANT_UNDER_TEST``.
+    """
+    dst = work / module
+    mutants = dst / "mutants"
+    by_status = _statuses(mutants / "det_calib" / f"{module}.py.meta")
+    survivors = [n for st in ("survived", "no tests") for n in by_status.get(st, [])]
+    for p in (REPO / "tests").rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            shutil.copy2(p, mutants / p.relative_to(REPO))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    if subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": ""}, capture_output=True).returncode:
+        raise SystemExit(f"{module}: {tests} fail without a mutant")
+    out: dict[str, list[str]] = {"killed": [], "survived": []}
+    for name in survivors:
+        r = subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True)
+        out["killed" if r.returncode else "survived"].append(name)
+        print(f"{'killed  ' if r.returncode else 'survived'} {name}")
+    print(f"\n=== {module}: of {len(survivors)} survivors, {len(out['killed'])} killed by {' '.join(tests)}")
+    return out
+
+
 def _statuses(meta: Path) -> dict[str, list[str]]:
     """Mutant names by outcome, from mutmut's result file (what ``mutmut results`` shows)."""
     from mutmut.stats import status_by_exit_code
@@ -267,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="mutate only the functions matching GLOB (Class.method for a method); repeatable")
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="run the survivors (and the mutants without tests) again, e.g. after adding tests")
+    ap.add_argument("--check-with", action="append", metavar="NODEID",
+                    help="run these tests (pytest node ids, repeatable) against each survivor, outside mutmut")
     ap.add_argument("--results-only", action="store_true",
                     help="only list the results so far (of a run that was stopped: mutants not yet run show as "
                          "`not checked`)")
@@ -275,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         import mutmut  # noqa: F401
     except ImportError:
         raise SystemExit("mutmut is not installed: pip install mutmut") from None
+    if args.check_with:
+        for module in args.modules:
+            check_with(module, args.work, args.check_with)
+        return 0
     summary = {}
     for module in args.modules:
         by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
