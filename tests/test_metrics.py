@@ -632,3 +632,19 @@ def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
     np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=1e-15)
     if n_bins == 15:
         np.testing.assert_allclose(bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12)
+
+
+def test_calibration_summary_defaults_and_bad_input_names_the_argument():
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0, 1, 300)
+    y = rng.random(300) < p
+    s = metrics.calibration_summary(p, y)
+    assert s["n_bins"] == 15 and s["ece"] == pytest.approx(metrics.ece(p, y, n_bins=15), abs=1e-15)
+    with pytest.raises(InputError, match="arguments `conf` and `correct` to have the same length"):
+        metrics.calibration_summary(p, y[:-1])
+    with pytest.raises(InputError, match="`conf`"):
+        metrics.calibration_summary(p + 1.0, y)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.calibration_summary(p, np.full(300, 2))
+    with pytest.raises(InputError, match="`cls`"):
+        metrics.per_class(metrics.ece, p, y, np.full(300, 0.5))
