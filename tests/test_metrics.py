@@ -648,3 +648,33 @@ def test_calibration_summary_defaults_and_bad_input_names_the_argument():
         metrics.calibration_summary(p, np.full(300, 2))
     with pytest.raises(InputError, match="`cls`"):
         metrics.per_class(metrics.ece, p, y, np.full(300, 0.5))
+
+
+@pytest.mark.parametrize("fn", [functools.partial(metrics.laece, n_bins=10), metrics.laace])
+def test_a_class_weighted_out_is_not_averaged_in(fn):
+    """Bootstrap replicates weight the boxes of undrawn images by 0: a class whose boxes all have
+    weight 0 drops out of the class average (it is not a class with error 0, nor nan)."""
+    rng = np.random.default_rng(4)
+    n = 120
+    p = rng.uniform(0, 1, n)
+    t = np.where(rng.random(n) < p, rng.uniform(0.5, 1, n), 0.0)
+    k = np.arange(n) % 3
+    w = np.where(k == 1, 0.0, rng.integers(1, 4, n).astype(float))
+    keep = k != 1
+    want = fn(np.repeat(p[keep], w[keep].astype(int)), np.repeat(t[keep], w[keep].astype(int)),
+              np.repeat(k[keep], w[keep].astype(int)))
+    assert fn(p, t, k, weights=w) == pytest.approx(want, rel=1e-12)
+    assert math.isnan(fn(p, t, k, weights=np.zeros(n)))
+
+
+def test_nll_checks_name_the_argument():
+    p, y = np.array([0.2, 0.7, 0.9]), np.array([0, 1, 1])
+    for eps in (0.5, 1.0, 0.0):
+        with pytest.raises(InputError, match="`eps`"):
+            metrics.nll(p, y, eps=eps)
+    with pytest.raises(InputError, match="`prob`"):
+        metrics.nll(p + 1.0, y)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.nll(p, [0, 2, 1])
+    with pytest.raises(InputError, match="`prob` and `weights`"):
+        metrics.nll(p, y, weights=[1.0, 2.0])
