@@ -678,3 +678,33 @@ def test_nll_checks_name_the_argument():
         metrics.nll(p, [0, 2, 1])
     with pytest.raises(InputError, match="`prob` and `weights`"):
         metrics.nll(p, y, weights=[1.0, 2.0])
+
+
+def test_one_box_and_light_weights_have_their_error():
+    """A total weight of 1 or less is still a sample: one box's ECE/ACE/MCE/D-ECE is |y - p|, and
+    fractional weights give the weighted mean gap."""
+    for fn in (metrics.ece, metrics.ace, metrics.mce, metrics.dece):
+        extra = {"features": np.array([[0.5, 0.5, 0.1, 0.1]])} if fn is metrics.dece else {}
+        assert fn([0.7], [1], **extra) == pytest.approx(0.3, abs=1e-12)
+        assert fn([0.7], [0], **extra) == pytest.approx(0.7, abs=1e-12)
+    p, y = np.array([0.2, 0.9]), np.array([1, 1])
+    assert metrics.ece(p, y, n_bins=2, weights=[0.25, 0.25]) == pytest.approx(0.45, abs=1e-12)
+
+
+def test_default_bins_and_dece_arguments():
+    rng = np.random.default_rng(8)
+    p = rng.uniform(0, 1, 400)
+    y = rng.random(400) < p
+    f = rng.uniform(0, 1, (400, 4))
+    assert metrics.ace(p, y) == pytest.approx(metrics.ace(p, y, n_bins=15), abs=1e-15)
+    assert metrics.ace(p, y) != pytest.approx(metrics.ace(p, y, n_bins=16), abs=1e-9)
+    assert metrics.dece(p, y, features=f) == pytest.approx(metrics.dece(p, y, features=f, n_bins=10), abs=1e-15)
+    assert metrics.dece(p, y, features=f) != pytest.approx(metrics.dece(p, y, features=f, n_bins=11), abs=1e-9)
+    with pytest.raises(InputError, match="arguments `conf` and `correct` to have the same length"):
+        metrics.dece(p, y[:-1], features=f)
+    with pytest.raises(InputError, match="`conf`"):
+        metrics.dece(p + 1.0, y, features=f)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.dece(p, np.full(400, 3), features=f)
+    with pytest.raises(InputError, match="`conf` and `weights`"):
+        metrics.dece(p, y, features=f, weights=np.ones(3))
