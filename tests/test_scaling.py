@@ -223,3 +223,59 @@ def test_class_affine_from_dict_without_class_maps_uses_the_global_map():
                                        "global_a": 0.5, "global_b": 0.0})
     assert cal.n_classes_ == 0
     np.testing.assert_array_equal(cal.transform_logits([2.0, -4.0], classes=[0, 3]), [1.0, -2.0])
+
+
+def test_group_folds_follow_the_documented_deal():
+    g = np.array([5, 5, 9, 2, 2, 2, 7, 9, 11, 4])
+    for seed in (0, 3):
+        uniq, inv = np.unique(g, return_inverse=True)
+        fold_of_group = np.empty(uniq.size, dtype=np.int64)
+        fold_of_group[np.random.default_rng(seed).permutation(uniq.size)] = np.arange(uniq.size) % 3
+        np.testing.assert_array_equal(group_folds(10, 3, g, seed=seed), fold_of_group[inv])
+    np.testing.assert_array_equal(group_folds(10, 3, g), group_folds(10, 3, g, seed=0))
+    # without groups each row is its own group; two folds and as many folds as groups are fine
+    assert np.bincount(group_folds(9, 3)).tolist() == [3, 3, 3]
+    assert sorted(group_folds(3, 3).tolist()) == [0, 1, 2] and set(group_folds(4, 2).tolist()) == {0, 1}
+    with pytest.raises(InputError, match="`groups`"):
+        group_folds(4, 2, np.zeros((4, 1)))
+
+
+def test_class_affine_cv_recomputed_independently():
+    """The held-out NLL per shrinkage: K-fold by image groups, each fold's fit on the other folds
+    (its own global map as the prior), the mean NLL of the held-out boxes; then the strongest
+    shrinkage within one standard error (ddof 1) of the best."""
+    z, y, k, g, *_ = _per_class(n_big=400, n_small=40, seed=5)
+    grid = (1.0, 30.0, 1000.0, math.inf)
+    cal = ClassAffineScaler(kind="platt", shrinkage_grid=grid, n_folds=3, seed=3).fit(z, y, classes=k, groups=g)
+    folds = group_folds(z.size, 3, g, seed=3)
+    scores = np.zeros((3, len(grid)))
+    for f in range(3):
+        tr, te = folds != f, folds == f
+        for j, lam in enumerate(grid):
+            m = ClassAffineScaler(kind="platt", shrinkage=lam).fit(z[tr], y[tr], classes=k[tr])
+            t = m.transform_logits(z[te], classes=k[te])
+            scores[f, j] = np.mean(np.logaddexp(0.0, t) - y[te] * t)
+    mean = scores.mean(axis=0)
+    assert set(cal.cv_nll_) == set(grid)
+    assert [cal.cv_nll_[lam] for lam in grid] == pytest.approx(mean.tolist(), rel=1e-6)
+    se = scores.std(axis=0, ddof=1) / math.sqrt(3)
+    best = int(np.argmin(mean))
+    order = sorted(range(len(grid)), key=lambda j: -grid[j])
+    assert cal.shrinkage_ == grid[next(j for j in order if mean[j] <= mean[best] + se[best])]
+    # a fixed shrinkage has no CV record
+    assert ClassAffineScaler(kind="platt", shrinkage=0.0).fit(z, y, classes=k).cv_nll_ is None
+
+
+def test_class_affine_options_classes_and_defaults():
+    z, y, k, *_ = _per_class(n_big=300, n_small=30, seed=6)
+    c = ClassAffineScaler()
+    assert (c.kind, c.shrinkage, c.n_folds, c.min_samples, c.seed) == ("platt", "auto", 3, 10, 0)
+    with pytest.raises(InputError, match="`shrinkage`"):
+        ClassAffineScaler(shrinkage="strong").fit(z, y, classes=k)
+    np.testing.assert_array_equal(ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k.astype(float)).a_,
+                                  ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k).a_)
+    for bad in (k + 0.5, k[:, None], k[:-1]):
+        with pytest.raises(InputError, match="`classes`"):
+            ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=bad)
+    with pytest.raises(DegenerateFitError, match="global slope"):
+        ClassAffineScaler(shrinkage=5.0).fit(-z, y, classes=k)
