@@ -145,5 +145,7 @@ def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_sta
                      map_location="cpu", weights_only=False)
     assert set(out) == set(src) - {"updates"} | {"det_calib"}
     assert out["optimizer"] is None and out["ema"] is None and out["det_calib"]["temperature"] == {"nms": 2.0}
+    rec = out["det_calib"]
+    assert rec["source_checkpoint"] == str((tmp_path / "src.pt").resolve()) and rec["folded_into"] == {"nms": "cv3"}
     for k in set(src) - {"optimizer", "ema", "updates", "model"}:
         assert out[k] == src[k], k
