@@ -147,5 +147,8 @@ def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_sta
     assert out["optimizer"] is None and out["ema"] is None and out["det_calib"]["temperature"] == {"nms": 2.0}
     rec = out["det_calib"]
     assert rec["source_checkpoint"] == str((tmp_path / "src.pt").resolve()) and rec["folded_into"] == {"nms": "cv3"}
+    import datetime
+
+    assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(0)  # UTC, to the second
     for k in set(src) - {"optimizer", "ema", "updates", "model"}:
         assert out[k] == src[k], k
