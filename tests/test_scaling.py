@@ -279,3 +279,14 @@ def test_class_affine_options_classes_and_defaults():
             ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=bad)
     with pytest.raises(DegenerateFitError, match="global slope"):
         ClassAffineScaler(shrinkage=5.0).fit(-z, y, classes=k)
+
+
+def test_class_affine_predict_proba_passes_the_classes_and_options_are_checked():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
+    np.testing.assert_allclose(cal.predict_proba([1.0, 2.0], classes=[0, 1]), sigmoid(np.array([3.0, 0.0])))
+    z, y, k, *_ = _per_class(n_big=300, n_small=30, seed=6)
+    with pytest.raises(InputError, match="`shrinkage_grid`"):
+        ClassAffineScaler(shrinkage_grid=(0.0, 10.0)).fit(z, y, classes=k)
+    with pytest.raises(InputError, match="`n_folds`"):
+        group_folds(10, True)
