@@ -400,3 +400,26 @@ def test_softmax_weights_match_repeated_rows():
 def test_estimator_defaults():
     s = TemperatureScaler()
     assert (s.kind, s.tol, s.max_iter, s.min_samples) == ("sigmoid", 1e-6, 100, 10)
+
+
+def test_fit_converges_quickly_without_warning():
+    """The safeguarded Newton fit ends on its step test in a few evaluations (not at max_iter)."""
+    z, y = planted(1.7, 5000, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = TemperatureScaler().fit(z, y)
+    assert s.temperature_ == pytest.approx(1.7, rel=0.1) and 2 <= s.n_iter_ <= 12
+
+
+def test_zero_weight_boxes_do_not_hide_a_degenerate_fit():
+    """Separable boxes plus contradicting boxes of weight 0: still separable (and the reason is
+    named), and uninformative boxes plus weight-0 informative ones: still uninformative."""
+    z = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0] * 3)
+    y = z > 0
+    zz, yy = np.concatenate([z, [2.5, -2.5]]), np.concatenate([y, [False, True]])
+    w = np.concatenate([np.ones(z.size), [0.0, 0.0]])
+    with pytest.raises(DegenerateFitError, match="every correct box has logit >= 0"):
+        fit_temperature(zz, yy, weights=w)
+    fit_temperature(zz, yy)  # with the contradicting boxes counted it is a regular fit
+    with pytest.raises(DegenerateFitError, match="uninformative"):
+        fit_temperature(zz, ~yy, weights=w)
