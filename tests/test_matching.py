@@ -573,6 +573,10 @@ def test_match_boxes_known_answer_with_inverted_boxes(caplog):
     # a box correct at loc_iou but not at iou gets its IoU; one correct at neither gets 0
     out = match_boxes(boxes, gt, iou=0.5, loc_iou=0.4)
     np.testing.assert_allclose(out["loc_iou"].to_numpy(), [0.6, 0.0, 0.0, 0.0])
+    # the `iou` threshold is the one given (0.6 < 0.65: not correct, its IoU still reported)
+    out = match_boxes(boxes, gt, iou=0.65, loc_iou=0.1)
+    assert out["correct"].to_list() == [False] * 4
+    np.testing.assert_allclose(out["iou"].to_numpy(), [0.6, 0.3, 0.0, 0.0])
 
 
 def test_collapse_inverted_makes_zero_area_boxes_at_the_first_corner():
@@ -639,3 +643,8 @@ def test_length_mismatch_names_both_arguments(arg, value, ref):
 def test_non_integer_gt_image_is_named():
     with pytest.raises(InputError, match="`gt_image`"):
         match_detections(**dict(GOOD, gt_image=[0.5]))
+
+
+def test_a_single_nan_score_is_refused():
+    with pytest.raises(InputError, match="`det_score` to hold no nan"):
+        match_detections([0], [[0, 0, 1, 1]], [0], [np.nan], [0], [[0, 0, 1, 1]], [0])
