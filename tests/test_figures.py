@@ -937,7 +937,7 @@ def test_per_class_figures_on_small_arrays():
     z = rng.normal(-0.5, 2.0, n)
     y = rng.random(n) < 1 / (1 + np.exp(-0.7 * z))
     cls = np.where(np.arange(n) % 3 == 0, 1, 0)  # boxes of classes 0 and 1
-    gt_cls = np.array([0] * 40 + [2] * 5)  # GT of classes 0 and 2; class 3 has neither
+    gt_cls = np.array([0] * 40 + [2] * 5 + [4] * 3)  # GT of classes 0, 2 and 4; class 3 has neither
     cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2})
     t1 = cal.transform_logits(z)
     p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
@@ -946,9 +946,9 @@ def test_per_class_figures_on_small_arrays():
     a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
                              feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
     s = pipeline.Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
-    out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d"])
+    out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
-        (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5)]
+        (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]
     assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
     for r in out[:2]:
         m = cls == r.cls
