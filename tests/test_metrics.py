@@ -689,6 +689,7 @@ def test_one_box_and_light_weights_have_their_error():
         assert fn([0.7], [0], **extra) == pytest.approx(0.7, abs=1e-12)
     p, y = np.array([0.2, 0.9]), np.array([1, 1])
     assert metrics.ece(p, y, n_bins=2, weights=[0.25, 0.25]) == pytest.approx(0.45, abs=1e-12)
+    assert math.isnan(metrics.ece(p, y, n_bins=2, weights=[0.0, 0.0]))  # no weight at all: no estimate
 
 
 def test_default_bins_and_dece_arguments():
