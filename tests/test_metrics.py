@@ -678,6 +678,10 @@ def test_nll_checks_name_the_argument():
         metrics.nll(p, [0, 2, 1])
     with pytest.raises(InputError, match="`prob` and `weights`"):
         metrics.nll(p, y, weights=[1.0, 2.0])
+    # a probability of 0 or 1 on the wrong side costs -log(eps), not inf
+    assert metrics.nll([0.0, 1.0], [1, 0]) == pytest.approx(-math.log(1e-12), rel=1e-9)
+    with pytest.raises(InputError, match="arguments `conf` and `correct`"):
+        metrics.per_class(metrics.ece, p, y[:-1], [0, 0, 1])
 
 
 def test_one_box_and_light_weights_have_their_error():
