@@ -11,6 +11,16 @@ Usage (from the repository root)::
     python3 benchmarks/mutation.py                         # the default modules below
     python3 benchmarks/mutation.py matching thresholds     # some of them
     python3 benchmarks/mutation.py metrics --max-children 2 --work /tmp/mut
+    python3 benchmarks/mutation.py pipeline --only _thresholded --only '_map_*'   # some functions
+    python3 benchmarks/mutation.py scaling --only 'PlattScaler.*'                 # methods: Class.method
+    python3 benchmarks/mutation.py fold --budget 600                               # stop after 10 min
+
+``--only GLOB`` (repeatable) mutates only the functions whose name matches (``Class.method`` for a
+method); the other mutants stay ``not checked`` and are listed by function at the end, so a
+partial run says what it left out. Each run first copies the worktree's current ``tests/`` into
+the module's copy (new tests are picked up by mutmut, which then reruns its test mapping for
+them); a copy whose ``det_calib/`` differs from the worktree's is started over, as its cached
+results no longer describe the code.
 
 A module's copy is kept under ``--work`` (``/tmp/det_calib_mutation/<module>``): rerunning
 reuses mutmut's cache there, and ``cd /tmp/det_calib_mutation/<module> && python3 -m mutmut
@@ -23,9 +33,11 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import fnmatch
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,12 +51,18 @@ TESTS: dict[str, list[str]] = {
     "metrics": ["tests/test_metrics.py", "tests/test_boundaries.py"],
     "thresholds": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
     "calibrators": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
-    "fold": ["tests/test_fold.py", "tests/test_promises.py::test_fold_into_a_legacy_head"],
-    "pipeline": ["tests/test_figures.py", "tests/test_pipeline.py"],
+    "scaling": ["tests/test_scaling.py"],
+    "fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
+             "tests/test_promises.py::test_fold_into_a_legacy_head"],
+    # each pipeline test runs a real calibration (tens of seconds): the two that recompute every
+    # figure of calibration.json, the second with thresholds exactly on a score
+    "pipeline": ["tests/test_figures.py::test_every_figure_of_the_default_run",
+                 "tests/test_figures.py::test_figures_with_thresholds_exactly_on_scores"],
 }
-DEFAULT = ["matching", "metrics", "thresholds", "calibrators", "fold", "pipeline"]
+DEFAULT = ["matching", "metrics", "thresholds", "calibrators", "scaling", "fold", "pipeline"]
 # statements starting on lines that match these (regex) are not mutated
-SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*log\.(debug|info|warning)\(", r"^\s*warnings\.warn\("]
+SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*(log|logger)\.(debug|info|warning)\(",
+                 r"^\s*warnings\.warn\("]
 
 
 def _copy_tree(dst: Path) -> None:
@@ -58,10 +76,14 @@ def _copy_tree(dst: Path) -> None:
 
 
 def _configure(dst: Path, module: str, tests: list[str]) -> None:
+    (dst / "pyproject.toml").write_text(_config_text(module, tests))
+
+
+def _config_text(module: str, tests: list[str]) -> str:
     def toml_list(xs):
         return "[" + ", ".join('"' + x.replace("\\", "\\\\") + '"' for x in xs) + "]"
 
-    text = (dst / "pyproject.toml").read_text()
+    text = (REPO / "pyproject.toml").read_text()
     # mutmut runs the selected test files only; the doctest collection of the suite stays off
     text = text.replace('addopts = "-ra --doctest-modules"', 'addopts = "-ra"')
     text += "\n[tool.mutmut]\n"
@@ -75,25 +97,120 @@ def _configure(dst: Path, module: str, tests: list[str]) -> None:
     text += 'process_isolation = "forkserver"\n'
     # error messages, logging and warnings: a mutant there changes wording, not a number
     text += f"do_not_mutate_patterns = {toml_list(SKIP_PATTERNS)}\n"
-    (dst / "pyproject.toml").write_text(text)
+    return text
 
 
-def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True) -> dict[str, list[str]]:
+def _stale(dst: Path) -> list[str]:
+    """The package files whose copy under ``dst`` differs from the worktree's."""
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "det_calib").rglob("*.py")
+                  if not (dst / p.relative_to(REPO)).is_file()
+                  or (dst / p.relative_to(REPO)).read_bytes() != p.read_bytes())
+
+
+def _sync_tests(dst: Path) -> None:
+    for p in (REPO / "tests").rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            (dst / p.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dst / p.relative_to(REPO))
+
+
+def _patterns(module: str, only: list[str]) -> list[str]:
+    """mutmut's mutant-name globs for function-name globs (``Class.method`` for a method)."""
+    out = []
+    for g in only:
+        if "." in g:
+            cls, meth = g.split(".", 1)
+            out.append(f"det_calib.{module}.x\u01c1{cls}\u01c1{meth}__mutmut_*")
+        else:
+            out.append(f"det_calib.{module}.x_{g}__mutmut_*")
+    return out
+
+
+def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> list[str] | None:
+    """The mutant names (or globs) to hand to ``mutmut run``: None for all (mutmut itself skips
+    the ones with a result), [] for nothing.
+
+    mutmut reruns every mutant named on its command line, so with ``--only`` only the matching
+    mutants without a result are named; ``rerun_survivors`` adds the survivors (and those without
+    tests) of the whole module, to check that new tests kill them. A function missing from
+    mutmut's test mapping is named by a glob (an exact name there would fail its lookup).
+    """
+    patterns = _patterns(module, only)
+    meta = dst / "mutants" / "det_calib" / f"{module}.py.meta"
+    if not meta.is_file():
+        return patterns or None
+    if not patterns and not rerun_survivors:
+        return None
+    from mutmut.stats import status_by_exit_code
+
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    mapped = json.loads((dst / "mutants" / "mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
+    again = {"survived", "no tests", "timeout", "suspicious"} if rerun_survivors else set()
+    out: list[str] = []
+    for name, code in codes.items():
+        if code is None:
+            if not (patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)):
+                continue
+        elif status_by_exit_code[code] not in again:
+            continue
+        fn = name.partition("__mutmut_")[0]
+        item = name if fn in mapped else fn + "__mutmut_*"
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _function_of(name: str) -> str:
+    fn = name.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+    return fn[2:] if fn.startswith("x_") else fn[1:].replace("\u01c1", ".").strip(".")
+
+
+def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True,
+               only: list[str] | None = None, budget: float | None = None,
+               rerun_survivors: bool = False) -> dict[str, list[str]]:
     dst = work / module
+    if dst.exists() and not fresh and run and (stale := _stale(dst)):
+        print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
+              "worktree: starting over", file=sys.stderr)
+        fresh = True
+    if (dst.exists() and not fresh and run
+            and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])):
+        print(f"{module}: the test selection or mutmut settings changed: starting over", file=sys.stderr)
+        fresh = True
     if fresh and dst.exists():
         shutil.rmtree(dst)
     if not dst.exists():
         dst.mkdir(parents=True)
         _copy_tree(dst)
         _configure(dst, module, TESTS[module])
+    elif run:
+        _sync_tests(dst)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     t0 = time.time()
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)]
-    r = subprocess.run(cmd if run else ["true"], cwd=dst, env=env, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"mutmut run failed for {module} (exit {r.returncode})")
+    names = _select(dst, module, only or [], rerun_survivors)
+    if names == []:
+        print(f"{module}: nothing left to run", file=sys.stderr)
+        run = False
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *(names or [])]
+    proc = subprocess.Popen(cmd if run else ["true"], cwd=dst, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        # out of time: mutmut stops its workers on SIGINT and keeps the results so far; the
+        # mutants it did not reach are listed as `not checked`, and a rerun continues from there
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        print(f"{module}: stopped after the budget of {budget:.0f} s", file=sys.stderr)
+    else:
+        if proc.returncode != 0:
+            print(out[-3000:], file=sys.stderr)
+            raise SystemExit(f"mutmut run failed for {module} (exit {proc.returncode})")
     by_status = _statuses(dst / "mutants" / "det_calib" / f"{module}.py.meta")
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
     print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts}) in {time.time() - t0:.0f} s")
@@ -101,11 +218,48 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     for status in ("survived", "no tests", "timeout", "suspicious"):
         for name in by_status.get(status, []):
             fn = name.rsplit(".", 1)[-1]
-            orig = functions.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", "")
-            diff = difflib.unified_diff(orig.splitlines(), functions.get(fn, "").splitlines(), lineterm="", n=0)
-            body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---", "+def ", "-def "))]
+            orig_name = fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
+            orig = functions.get(orig_name, "")
+            mutant = functions.get(fn, "").replace(fn + "(", orig_name + "(", 1)  # only real changes differ
+            diff = difflib.unified_diff(orig.splitlines(), mutant.splitlines(), lineterm="", n=0)
+            body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
             print(f"--- [{status}] {name}\n    " + "\n    ".join(body))
+    unchecked: dict[str, int] = {}
+    for name in by_status.get("not checked", []):
+        unchecked[_function_of(name)] = unchecked.get(_function_of(name), 0) + 1
+    if unchecked:
+        print(f"not checked ({sum(unchecked.values())}): "
+              + ", ".join(f"{fn} {n}" for fn, n in sorted(unchecked.items())))
     return by_status
+
+
+def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]]:
+    """Run ``tests`` (pytest node ids) against every survivor of ``module`` in its copy, one
+    mutant at a time, outside mutmut (its results are left as they are).
+
+    For tests outside the module's selection (``TESTS``), e.g. a new test of a slow module whose
+    selection mutmut would otherwise recollect from scratch. mutmut's mutated package picks the
+    active mutant from ``MUTANT_UNDER_TEST``.
+    """
+    dst = work / module
+    mutants = dst / "mutants"
+    by_status = _statuses(mutants / "det_calib" / f"{module}.py.meta")
+    survivors = [n for st in ("survived", "no tests") for n in by_status.get(st, [])]
+    for p in (REPO / "tests").rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            shutil.copy2(p, mutants / p.relative_to(REPO))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    if subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": ""}, capture_output=True).returncode:
+        raise SystemExit(f"{module}: {tests} fail without a mutant")
+    out: dict[str, list[str]] = {"killed": [], "survived": []}
+    for name in survivors:
+        r = subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True)
+        out["killed" if r.returncode else "survived"].append(name)
+        print(f"{'killed  ' if r.returncode else 'survived'} {name}")
+    print(f"\n=== {module}: of {len(survivors)} survivors, {len(out['killed'])} killed by {' '.join(tests)}")
+    return out
 
 
 def _statuses(meta: Path) -> dict[str, list[str]]:
@@ -136,6 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/det_calib_mutation"))
     ap.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--fresh", action="store_true", help="delete the module's previous copy and results")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="stop each module's run after this long (its remaining mutants: `not checked`)")
+    ap.add_argument("--only", action="append", metavar="GLOB",
+                    help="mutate only the functions matching GLOB (Class.method for a method); repeatable")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="run the survivors (and the mutants without tests) again, e.g. after adding tests")
+    ap.add_argument("--check-with", action="append", metavar="NODEID",
+                    help="run these tests (pytest node ids, repeatable) against each survivor, outside mutmut")
     ap.add_argument("--results-only", action="store_true",
                     help="only list the results so far (of a run that was stopped: mutants not yet run show as "
                          "`not checked`)")
@@ -144,10 +306,15 @@ def main(argv: list[str] | None = None) -> int:
         import mutmut  # noqa: F401
     except ImportError:
         raise SystemExit("mutmut is not installed: pip install mutmut") from None
+    if args.check_with:
+        for module in args.modules:
+            check_with(module, args.work, args.check_with)
+        return 0
     summary = {}
     for module in args.modules:
         by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
-                               run=not args.results_only)
+                               run=not args.results_only, only=args.only, budget=args.budget,
+                               rerun_survivors=args.rerun_survivors)
         summary[module] = {k: len(v) for k, v in by_status.items()}
     print("\nsurvivors per module:", {m: s.get("survived", 0) for m, s in summary.items()})
     return 0

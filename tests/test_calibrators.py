@@ -314,3 +314,112 @@ def test_numpy_special_functions_match_scipy():
     inf_rows = np.array([[np.inf, 0.0], [-np.inf, -np.inf]])
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(calibrators.logsumexp(inf_rows, axis=1), special.logsumexp(inf_rows, axis=1))
+
+
+def test_estimator_weights_match_repeated_rows():
+    """TemperatureScaler.fit passes its weights on: integer weights fit like repeated rows."""
+    rng = np.random.default_rng(3)
+    z, y = planted(1.8, 400, seed=3)
+    counts = rng.integers(0, 4, 400)
+    rep = np.repeat(np.arange(400), counts)
+    a = TemperatureScaler().fit(z, y, weights=counts)
+    b = TemperatureScaler().fit(z[rep], y[rep])
+    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
+    assert a.nll_after_ == pytest.approx(b.nll_after_, rel=1e-9)
+    assert a.temperature_ != pytest.approx(TemperatureScaler().fit(z, y).temperature_, rel=1e-4)
+
+
+def test_binary_nll_default_temperature_is_one_and_labels_are_checked():
+    # known answer: softplus(2) - 2 = log(1 + exp(-2)) at T = 1
+    assert binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
+    with pytest.raises(InputError, match="`labels`"):
+        binary_nll([0.0, 1.0], [0, 2])
+    with pytest.raises(InputError, match="`logits` of shape \\(n,\\)"):
+        binary_nll([[0.0, 1.0]], [1])
+
+
+def test_transform_logits_checks_the_shape_of_its_kind():
+    s = TemperatureScaler.from_dict({"kind": "sigmoid", "temperature": 2.0})
+    np.testing.assert_array_equal(s.transform_logits([1.0, -3.0]), [0.5, -1.5])
+    with pytest.raises(InputError, match="kind='sigmoid'"):
+        s.transform_logits([[1.0, -3.0]])
+    m = TemperatureScaler.from_dict({"kind": "softmax", "temperature": 2.0})
+    np.testing.assert_array_equal(m.transform_logits([[1.0, -3.0]]), [[0.5, -1.5]])
+    with pytest.raises(InputError, match="kind='softmax'"):
+        m.transform_logits([1.0, -3.0])
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "softmax"])
+def test_objective_value_and_derivatives_in_log_t(kind):
+    """The fit's objective ``u -> (NLL, dNLL/du, d2NLL/du2)`` at ``u = log T``, weighted: the value
+    against an independent NLL (scipy), the derivatives against its finite differences."""
+    rng = np.random.default_rng(5)
+    n = 300
+    w = rng.uniform(0.2, 2.0, n)
+    if kind == "sigmoid":
+        z = rng.normal(0.0, 3.0, n)
+        y = (rng.random(n) < expit(z / 1.7)).astype(np.float64)
+        fgh = calibrators._sigmoid_objective(z, y, w)
+
+        def ref(u):
+            a = z * np.exp(-u)
+            return np.average(np.logaddexp(0.0, a) - y * a, weights=w)
+    else:
+        z = rng.normal(0.0, 2.0, (n, 4))
+        y = rng.integers(0, 4, n)
+        fgh = calibrators._softmax_objective(z, y, w)
+
+        def ref(u):
+            return np.average(-log_softmax(z * np.exp(-u), axis=1)[np.arange(n), y], weights=w)
+
+    for u in (-0.7, 0.0, 0.9):
+        f, g, h = fgh(u)
+        assert f == pytest.approx(ref(u), rel=1e-12)
+        e = 1e-4
+        assert g == pytest.approx((ref(u + e) - ref(u - e)) / (2 * e), rel=1e-6)
+        e = 1e-3
+        assert h == pytest.approx((ref(u + e) - 2 * ref(u) + ref(u - e)) / e**2, rel=1e-4)
+
+
+def test_softmax_weights_match_repeated_rows():
+    rng = np.random.default_rng(6)
+    z = rng.normal(0.0, 2.0, (300, 3))
+    y = np.argmax(z / 1.5 + rng.gumbel(size=(300, 3)), axis=1)  # softmax(z / 1.5) labels
+    counts = rng.integers(0, 4, 300)
+    rep = np.repeat(np.arange(300), counts)
+    for t in (1.0, 1.6):
+        assert softmax_nll(z, y, t, weights=counts) == pytest.approx(softmax_nll(z[rep], y[rep], t), rel=1e-12)
+    a = TemperatureScaler(kind="softmax").fit(z, y, weights=counts)
+    b = TemperatureScaler(kind="softmax").fit(z[rep], y[rep])
+    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
+    assert (a.nll_before_, a.nll_after_) == pytest.approx((b.nll_before_, b.nll_after_), rel=1e-9)
+    # and the default temperature is 1: the mean of -log_softmax(z)[y]
+    assert softmax_nll(z, y) == pytest.approx(np.mean(-log_softmax(z, axis=1)[np.arange(300), y]), rel=1e-12)
+
+
+def test_estimator_defaults():
+    s = TemperatureScaler()
+    assert (s.kind, s.tol, s.max_iter, s.min_samples) == ("sigmoid", 1e-6, 100, 10)
+
+
+def test_fit_converges_quickly_without_warning():
+    """The safeguarded Newton fit ends on its step test in a few evaluations (not at max_iter)."""
+    z, y = planted(1.7, 5000, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = TemperatureScaler().fit(z, y)
+    assert s.temperature_ == pytest.approx(1.7, rel=0.1) and 2 <= s.n_iter_ <= 12
+
+
+def test_zero_weight_boxes_do_not_hide_a_degenerate_fit():
+    """Separable boxes plus contradicting boxes of weight 0: still separable (and the reason is
+    named), and uninformative boxes plus weight-0 informative ones: still uninformative."""
+    z = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0] * 3)
+    y = z > 0
+    zz, yy = np.concatenate([z, [2.5, -2.5]]), np.concatenate([y, [False, True]])
+    w = np.concatenate([np.ones(z.size), [0.0, 0.0]])
+    with pytest.raises(DegenerateFitError, match="every correct box has logit >= 0"):
+        fit_temperature(zz, yy, weights=w)
+    fit_temperature(zz, yy)  # with the contradicting boxes counted it is a regular fit
+    with pytest.raises(DegenerateFitError, match="uninformative"):
+        fit_temperature(zz, ~yy, weights=w)

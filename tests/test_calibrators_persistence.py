@@ -57,3 +57,9 @@ def test_repr_shows_the_settings_and_the_fitted_temperature():
     assert repr(s) == "TemperatureScaler(kind='softmax', tol=1e-07, max_iter=9)"
     s = TemperatureScaler.from_dict({"kind": "sigmoid", "temperature": 1.2345678})
     assert repr(s) == "TemperatureScaler(kind='sigmoid', tol=1e-06, max_iter=100, temperature_=1.23457)"
+
+
+def test_a_scaler_rebuilt_without_diagnostics_saves_them_as_null():
+    d = TemperatureScaler.from_dict({"kind": "sigmoid", "temperature": 1.5}).to_dict()
+    assert d["temperature"] == 1.5
+    assert (d["n_iter"], d["nll_before"], d["nll_after"], d["n_samples"]) == (None, None, None, None)

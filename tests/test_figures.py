@@ -860,3 +860,104 @@ def test_laece0_recomputation_on_the_edge_cases():
     c_only = [(q, g) for i, q, g in scored if rows[i]["cls"] == 4]
     assert c_only == [(0.08, 0.0), (0.05, pytest.approx(0.3))]
     assert laece0_of(*zip(*c_only), [4, 4], [4]) == pytest.approx(abs(0.13 - 0.3) / 2)  # one bin
+
+
+def test_kept_set_and_nll_figures_on_small_arrays():
+    """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
+    --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
+    own calibrated logits."""
+    from det_calib import metrics, pipeline
+    from det_calib.scaling import PlattScaler
+
+    rng = np.random.default_rng(0)
+    n = 240
+    z = rng.normal(-1.0, 2.0, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-0.6 * z))
+    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3})
+    t1 = cal.transform_logits(z)
+    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
+    feats = metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480)
+    a = pipeline._EvalArrays(z=z, y=y, cls=np.zeros(n, dtype=np.int64), img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1,
+                             loc=np.where(y, 0.8, 0.0), feats=feats, gt_cls=np.zeros(70, dtype=np.int64), ignored=0)
+    s = pipeline.Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
+    assert max(p0.max(), p1.max()) < 0.9999
+    t03, t_top = pipeline._thresholded(a, s)
+    kb, ka = p0 > 0.3, p1 > 0.3
+    assert (t03.boxes_before, t03.boxes_after) == (kb.sum(), ka.sum())
+    assert t03.ece_before == pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 4), abs=1e-12)
+    assert t03.ece_after == pytest.approx(ece_loop(p1[ka].tolist(), y[ka].tolist(), 4), abs=1e-12)
+    assert t03.ece_before != pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 15), abs=1e-6)
+    assert (t_top.boxes_before, t_top.ece_before, t_top.boxes_after, t_top.ece_after) == (0, None, 0, None)
+    before, after = pipeline._scores(a, slice(None), cal, s)
+    assert before.nll == pytest.approx(nll_loop(z.tolist(), y.tolist(), 1.0), rel=1e-9)
+    assert after.nll == pytest.approx(nll_loop(t1.tolist(), y.tolist(), 1.0), rel=1e-9)
+    assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
+
+
+def test_map_check_honours_max_det_on_both_branches():
+    """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
+    keeps the global order (a temperature) and one that changes it (per-class slopes)."""
+    from det_calib import pipeline
+    from det_calib.data import Split
+    from det_calib.scaling import ClassAffineScaler
+
+    gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
+    gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
+        pl.col("x1", "y1", "x2", "y2").cast(pl.Float64), pl.lit(False).alias("crowd"))
+    det_rows = []
+    for i in (0, 1):  # per (image, class): a correct box and a higher-scored false positive
+        det_rows += [(i, 0, 10.0, 10.0, 50.0, 48.0, 0.5 + i), (i, 0, 0.0, 0.0, 8.0, 8.0, 1.0 + i),
+                     (i, 1, 60.0, 60.0, 90.0, 88.0, -0.5 - i), (i, 1, 92.0, 92.0, 99.0, 99.0, 2.0)]
+    boxes = pl.DataFrame(det_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2", "logit"], orient="row")
+    split = Split(name="tiny", images=[], sizes=np.array([[100, 100], [100, 100]]), gt=gt)
+    rows = [dict(_img=r[0], cls=r[1], x1=r[2], y1=r[3], x2=r[4], y2=r[5]) for r in det_rows]
+    gt_per_image = [[(c, *map(float, box)) for i_, c, *box in gt_rows if i_ == i] for i in (0, 1)]
+    class_map = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                             "a": [3.0, 0.5], "b": [0.0, 0.0], "global_a": 1.0, "global_b": 0.0})
+    for cal, scale in ((pipeline._as_calibrator(2.0), lambda r: r[6] / 2.0),
+                       (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
+        for max_det in (1, 300):
+            m = pipeline._map_check(boxes, split, cal, pipeline.Settings(max_det=max_det))
+            m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
+            m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
+            assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
+            assert (m["map50_95_after"], m["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
+        assert m0[1] > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
+
+
+def test_per_class_figures_on_small_arrays():
+    """Which classes are listed (boxes or GT; not a class with neither), and every per-class
+    figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
+    from det_calib import metrics, pipeline
+    from det_calib.scaling import PlattScaler
+
+    rng = np.random.default_rng(1)
+    n = 160
+    z = rng.normal(-0.5, 2.0, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-0.7 * z))
+    cls = np.where(np.arange(n) % 3 == 0, 1, 0)  # boxes of classes 0 and 1
+    gt_cls = np.array([0] * 40 + [2] * 5 + [4] * 3)  # GT of classes 0, 2 and 4; class 3 has neither
+    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2})
+    t1 = cal.transform_logits(z)
+    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    loc = np.where(y, rng.uniform(0.5, 1.0, n), 0.0)
+    x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
+    a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
+                             feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
+    s = pipeline.Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
+    out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d", "e"])
+    assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
+        (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]
+    assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
+    for r in out[:2]:
+        m = cls == r.cls
+        assert r.correct == int(y[m].sum())
+        for tag, p in (("before", p0), ("after", p1)):
+            assert getattr(r, f"ece_{tag}") == pytest.approx(ece_loop(p[m].tolist(), y[m].tolist(), 4), abs=1e-12)
+            lae = laece_loop(p[m].tolist(), loc[m].tolist(), cls[m].tolist(), 5)
+            assert getattr(r, f"laece_{tag}") == pytest.approx(lae, abs=1e-12)
+            k = m & (p > 0.3)
+            assert getattr(r, f"kept_ece_{tag}") == pytest.approx(ece_loop(p[k].tolist(), y[k].tolist(), 4), abs=1e-12)
+            want = boot_bc(lambda pp, yy: _np_ece(pp, yy, 4), a.img[m], [p[m], y[m]], 30, 7)
+            assert list(getattr(r, f"ece_{tag}_ci")) == pytest.approx(want, rel=1e-9)

@@ -135,3 +135,20 @@ def test_apply_cli(tmp_path, demo_model_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not valid JSON" in err[0]
     assert out.read_bytes() == before
+
+
+def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(tmp_path, demo_model_path):
+    src = torch.load(demo_model_path, map_location="cpu", weights_only=False)
+    src.update(optimizer={"state": {}}, updates=123, epoch=7)
+    torch.save(src, tmp_path / "src.pt")
+    out = torch.load(write_calibrated_checkpoint(tmp_path / "src.pt", tmp_path / "cal.pt", {"nms": 2.0}),
+                     map_location="cpu", weights_only=False)
+    assert set(out) == set(src) - {"updates"} | {"det_calib"}
+    assert out["optimizer"] is None and out["ema"] is None and out["det_calib"]["temperature"] == {"nms": 2.0}
+    rec = out["det_calib"]
+    assert rec["source_checkpoint"] == str((tmp_path / "src.pt").resolve()) and rec["folded_into"] == {"nms": "cv3"}
+    import datetime
+
+    assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(0)  # UTC, to the second
+    for k in set(src) - {"optimizer", "ema", "updates", "model"}:
+        assert out[k] == src[k], k

@@ -13,7 +13,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from det_calib.errors import InputError
-from det_calib.matching import MatchResult, box_iou, match_detections, match_table
+from det_calib.matching import MatchResult, box_iou, collapse_inverted, match_boxes, match_detections, match_table
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -256,11 +256,12 @@ def test_each_detection_takes_its_best_free_gt():
 def test_class_mismatch_never_matches():
     r = one_image([[0, 0, 10, 10]], [[0, 0, 10, 10]], det_cls=[1], gt_cls=[0], iou_threshold=0.0)
     assert r.correct.tolist() == [False] and r.gt_index.tolist() == [-1] and r.iou.tolist() == [0.0]
+    assert r.ignore.tolist() == [False]  # no (detection, GT) pair at all: still a full result
 
 
 def test_other_image_never_matches():
     r = match_detections([1], [[0, 0, 10, 10]], [0], [0.9], [2], [[0, 0, 10, 10]], [0])
-    assert not r.correct.any() and r.iou.tolist() == [0.0]
+    assert not r.correct.any() and r.iou.tolist() == [0.0] and r.ignore.tolist() == [False]
 
 
 @pytest.mark.parametrize("t, box", [(0.5, [0, 0, 5, 10]), (0.25, [0, 0, 10, 2.5]), (0.75, [0, 0, 7.5, 10])])
@@ -515,3 +516,135 @@ def test_box_iou_bad_shape():
         box_iou([[0, 0, 1]], [[0, 0, 1, 1]])
     with pytest.raises(InputError, match="`crowd`"):
         box_iou([[0, 0, 1, 1]], [[0, 0, 1, 1]], crowd=[True, False])
+
+
+_TABLE_COLUMNS = [("box table", c) for c in ("image_id", "x1", "y1", "x2", "y2", "cls", "conf")] + [
+    ("GT table", c) for c in ("image_id", "x1", "y1", "x2", "y2", "cls", "crowd")
+]
+
+
+@pytest.mark.parametrize("table, col", _TABLE_COLUMNS)
+def test_match_table_null_names_table_and_column(table, col):
+    _, boxes, gt = _tables()
+    null_first = pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col(col)).alias(col)
+    if table == "box table":
+        boxes = boxes.with_columns(null_first)
+    else:
+        gt = gt.with_columns(null_first)
+    with pytest.raises(InputError, match=rf"^{table} column `{col}` has 1 null values$"):
+        match_table(boxes, gt)
+
+
+def test_box_iou_bad_second_argument_is_named():
+    with pytest.raises(InputError, match="argument `b` of shape"):
+        box_iou([[0, 0, 1, 1]], [[0, 0, 1]])
+    with pytest.raises(InputError, match="arguments `b` and `crowd`"):
+        box_iou([[0, 0, 1, 1]], [[0, 0, 1, 1]], crowd=[True, False])
+
+
+def test_match_boxes_known_answer_with_inverted_boxes(caplog):
+    """Both matchings of the box table on hand-computed IoUs; inverted boxes overlap nothing but
+    keep their coordinates."""
+    gt = pl.DataFrame(
+        {"image_id": [0, 0], "cls": [0, 1], "x1": [0.0, 20.0], "y1": [0.0, 20.0], "x2": [10.0, 30.0],
+         "y2": [10.0, 30.0], "crowd": [False, False]}
+    )
+    boxes = pl.DataFrame(
+        {
+            "image_id": [0, 0, 0, 0],
+            "cls": [0, 1, 0, 1],
+            "conf": [0.9, 0.8, 0.7, 0.6],
+            # IoU 0.6 with GT 0; IoU 0.3 with GT 1; x-inverted copy of GT 0; y-inverted copy of GT 1
+            "x1": [0.0, 20.0, 10.0, 20.0],
+            "y1": [0.0, 20.0, 0.0, 30.0],
+            "x2": [10.0, 30.0, 0.0, 30.0],
+            "y2": [6.0, 23.0, 10.0, 20.0],
+        }
+    )
+    with caplog.at_level("WARNING", logger="det_calib.matching"):
+        out = match_boxes(boxes, gt, iou=0.5, loc_iou=0.1)
+    assert "2 inverted box(es)" in caplog.text
+    assert out["correct"].to_list() == [True, False, False, False]
+    assert out["ignore"].to_list() == [False, False, False, False]
+    np.testing.assert_allclose(out["iou"].to_numpy(), [0.6, 0.3, 0.0, 0.0])
+    np.testing.assert_allclose(out["loc_iou"].to_numpy(), [0.6, 0.3, 0.0, 0.0])
+    assert out.schema["loc_iou"] == pl.Float64
+    assert out.select("x1", "y1", "x2", "y2").equals(boxes.select("x1", "y1", "x2", "y2"))
+    # a box correct at loc_iou but not at iou gets its IoU; one correct at neither gets 0
+    out = match_boxes(boxes, gt, iou=0.5, loc_iou=0.4)
+    np.testing.assert_allclose(out["loc_iou"].to_numpy(), [0.6, 0.0, 0.0, 0.0])
+    # the `iou` threshold is the one given (0.6 < 0.65: not correct, its IoU still reported)
+    out = match_boxes(boxes, gt, iou=0.65, loc_iou=0.1)
+    assert out["correct"].to_list() == [False] * 4
+    np.testing.assert_allclose(out["iou"].to_numpy(), [0.6, 0.3, 0.0, 0.0])
+
+
+def test_collapse_inverted_makes_zero_area_boxes_at_the_first_corner():
+    boxes = pl.DataFrame({"x1": [10.0, 0.0, 1.0], "y1": [0.0, 10.0, 1.0], "x2": [0.0, 10.0, 3.0],
+                          "y2": [10.0, 0.0, 4.0], "conf": [0.5, 0.4, 0.3]})
+    out = collapse_inverted(boxes)
+    assert out.columns == boxes.columns
+    assert out["x2"].to_list() == [10.0, 10.0, 3.0] and out["y2"].to_list() == [10.0, 10.0, 4.0]
+    assert out.select("x1", "y1", "conf").equals(boxes.select("x1", "y1", "conf"))
+
+
+def test_huge_sparse_ids_match_like_small_ones():
+    """Image and class ids whose ranges overflow the direct (image, class) key take the
+    factorised path; the groups, and so the result, stay the same."""
+    case = make_case(0)
+    big = dict(case)
+    for k in ("det_image", "gt_image"):
+        big[k] = case[k] * 2**52 - 2**61
+    for k in ("det_cls", "gt_cls"):
+        big[k] = case[k] * 2**40 - 5
+    for t in (0.5, 0.1):
+        small_r, big_r = run(case, iou_threshold=t), run(big, iou_threshold=t)
+        for f in ("correct", "iou", "gt_index", "ignore"):
+            np.testing.assert_array_equal(getattr(big_r, f), getattr(small_r, f))
+        matched, ignored, gt_index = coco_reference(case, t, 10_000)
+        np.testing.assert_array_equal(big_r.correct | big_r.ignore, matched)
+        np.testing.assert_array_equal(big_r.gt_index, gt_index)
+
+
+def test_sub_pixel_boxes_have_their_iou():
+    """Boxes in normalised or sub-pixel units: a union below 1 is still a valid denominator."""
+    np.testing.assert_allclose(box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 1.0], [0.25, 0, 0.75, 0.5]]), [[0.5, 1 / 3]])
+    r = one_image([[0, 0, 0.1, 0.1]], [[0, 0, 0.1, 0.1]], iou_threshold=0.9)
+    assert r.correct.tolist() == [True] and r.iou.tolist() == [1.0]
+
+
+def test_group_key_that_would_overflow_keeps_images_apart():
+    """Image ids 0 and 2**34 with a class span of 2**30: the direct key (image * span + class)
+    would wrap around int64 onto the same value for both images; they must stay two groups."""
+    box = [[0.0, 0.0, 10.0, 10.0]]
+    for det_img, gt_img in ((2**34, 0), (0, 2**34)):
+        r = match_detections([det_img, 5], box * 2, [0, 2**30 - 1], [0.9, 0.8], [gt_img], box, [0])
+        assert r.correct.tolist() == [False, False] and r.gt_index.tolist() == [-1, -1]
+    r = match_detections([2**34, 0], box * 2, [0, 2**30 - 1], [0.9, 0.8], [2**34], box, [0])
+    assert r.correct.tolist() == [True, False]
+
+
+@pytest.mark.parametrize(
+    "arg, value, ref",
+    [
+        ("det_xyxy", [[0, 0, 10, 10]] * 3, "det_image"),
+        ("det_cls", [0, 1, 2], "det_image"),
+        ("det_score", [0.9, 0.8, 0.7], "det_image"),
+        ("gt_xyxy", [[0, 0, 10, 10]] * 2, "gt_image"),
+        ("gt_cls", [0, 0], "gt_image"),
+        ("gt_crowd", [False, True], "gt_image"),
+    ],
+)
+def test_length_mismatch_names_both_arguments(arg, value, ref):
+    with pytest.raises(InputError, match=f"arguments `{ref}` and `{arg}` to have the same length"):
+        match_detections(**dict(GOOD, **{arg: value}))
+
+
+def test_non_integer_gt_image_is_named():
+    with pytest.raises(InputError, match="`gt_image`"):
+        match_detections(**dict(GOOD, gt_image=[0.5]))
+
+
+def test_a_single_nan_score_is_refused():
+    with pytest.raises(InputError, match="`det_score` to hold no nan"):
+        match_detections([0], [[0, 0, 1, 1]], [0], [np.nan], [0], [[0, 0, 1, 1]], [0])

@@ -632,3 +632,84 @@ def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
     np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=1e-15)
     if n_bins == 15:
         np.testing.assert_allclose(bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12)
+
+
+def test_calibration_summary_defaults_and_bad_input_names_the_argument():
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0, 1, 300)
+    y = rng.random(300) < p
+    s = metrics.calibration_summary(p, y)
+    assert s["n_bins"] == 15 and s["ece"] == pytest.approx(metrics.ece(p, y, n_bins=15), abs=1e-15)
+    with pytest.raises(InputError, match="arguments `conf` and `correct` to have the same length"):
+        metrics.calibration_summary(p, y[:-1])
+    with pytest.raises(InputError, match="`conf`"):
+        metrics.calibration_summary(p + 1.0, y)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.calibration_summary(p, np.full(300, 2))
+    with pytest.raises(InputError, match="`cls`"):
+        metrics.per_class(metrics.ece, p, y, np.full(300, 0.5))
+
+
+@pytest.mark.parametrize("fn", [functools.partial(metrics.laece, n_bins=10), metrics.laace])
+def test_a_class_weighted_out_is_not_averaged_in(fn):
+    """Bootstrap replicates weight the boxes of undrawn images by 0: a class whose boxes all have
+    weight 0 drops out of the class average (it is not a class with error 0, nor nan)."""
+    rng = np.random.default_rng(4)
+    n = 120
+    p = rng.uniform(0, 1, n)
+    t = np.where(rng.random(n) < p, rng.uniform(0.5, 1, n), 0.0)
+    k = np.arange(n) % 3
+    w = np.where(k == 1, 0.0, rng.integers(1, 4, n).astype(float))
+    keep = k != 1
+    want = fn(np.repeat(p[keep], w[keep].astype(int)), np.repeat(t[keep], w[keep].astype(int)),
+              np.repeat(k[keep], w[keep].astype(int)))
+    assert fn(p, t, k, weights=w) == pytest.approx(want, rel=1e-12)
+    assert math.isnan(fn(p, t, k, weights=np.zeros(n)))
+
+
+def test_nll_checks_name_the_argument():
+    p, y = np.array([0.2, 0.7, 0.9]), np.array([0, 1, 1])
+    for eps in (0.5, 1.0, 0.0):
+        with pytest.raises(InputError, match="`eps`"):
+            metrics.nll(p, y, eps=eps)
+    with pytest.raises(InputError, match="`prob`"):
+        metrics.nll(p + 1.0, y)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.nll(p, [0, 2, 1])
+    with pytest.raises(InputError, match="`prob` and `weights`"):
+        metrics.nll(p, y, weights=[1.0, 2.0])
+    # a probability of 0 or 1 on the wrong side costs -log(eps), not inf
+    assert metrics.nll([0.0, 1.0], [1, 0]) == pytest.approx(-math.log(1e-12), rel=1e-6)
+    with pytest.raises(InputError, match="arguments `conf` and `correct`"):
+        metrics.per_class(metrics.ece, p, y[:-1], [0, 0, 1])
+
+
+def test_one_box_and_light_weights_have_their_error():
+    """A total weight of 1 or less is still a sample: one box's ECE/ACE/MCE/D-ECE is |y - p|, and
+    fractional weights give the weighted mean gap."""
+    for fn in (metrics.ece, metrics.ace, metrics.mce, metrics.dece):
+        extra = {"features": np.array([[0.5, 0.5, 0.1, 0.1]])} if fn is metrics.dece else {}
+        assert fn([0.7], [1], **extra) == pytest.approx(0.3, abs=1e-12)
+        assert fn([0.7], [0], **extra) == pytest.approx(0.7, abs=1e-12)
+    p, y = np.array([0.2, 0.9]), np.array([1, 1])
+    assert metrics.ece(p, y, n_bins=2, weights=[0.25, 0.25]) == pytest.approx(0.45, abs=1e-12)
+    assert math.isnan(metrics.ece(p, y, n_bins=2, weights=[0.0, 0.0]))  # no weight at all: no estimate
+
+
+def test_default_bins_and_dece_arguments():
+    rng = np.random.default_rng(8)
+    p = rng.uniform(0, 1, 400)
+    y = rng.random(400) < p
+    f = rng.uniform(0, 1, (400, 4))
+    assert metrics.ace(p, y) == pytest.approx(metrics.ace(p, y, n_bins=15), abs=1e-15)
+    assert metrics.ace(p, y) != pytest.approx(metrics.ace(p, y, n_bins=16), abs=1e-9)
+    assert metrics.dece(p, y, features=f) == pytest.approx(metrics.dece(p, y, features=f, n_bins=10), abs=1e-15)
+    assert metrics.dece(p, y, features=f) != pytest.approx(metrics.dece(p, y, features=f, n_bins=11), abs=1e-9)
+    with pytest.raises(InputError, match="arguments `conf` and `correct` to have the same length"):
+        metrics.dece(p, y[:-1], features=f)
+    with pytest.raises(InputError, match="`conf`"):
+        metrics.dece(p + 1.0, y, features=f)
+    with pytest.raises(InputError, match="`correct`"):
+        metrics.dece(p, np.full(400, 3), features=f)
+    with pytest.raises(InputError, match="`conf` and `weights`"):
+        metrics.dece(p, y, features=f, weights=np.ones(3))

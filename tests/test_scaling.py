@@ -137,3 +137,156 @@ def test_group_folds_keep_groups_together():
         group_folds(10, 1)
     with pytest.raises(InputError, match="at least"):
         group_folds(10, 5, np.zeros(10))
+
+
+def test_platt_json_keeps_its_diagnostics_and_refuses_bad_values():
+    z, y = _planted(1.5, -0.7, n=5000)
+    p = PlattScaler().fit(z, y)
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
+    assert d == {"format": "det_calib.PlattScaler", "version": 1, "a": p.a_, "b": p.b_, "n_samples": 5000,
+                 "nll_before": p.nll_before_, "nll_after": p.nll_after_}
+    q = PlattScaler.from_dict(d)
+    assert (q.a_, q.b_, q.n_samples_, q.nll_before_, q.nll_after_) == (p.a_, p.b_, 5000, p.nll_before_, p.nll_after_)
+    # only the map is required; the diagnostics come back as null
+    m = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0})
+    assert not hasattr(m, "n_samples_")
+    assert m.to_dict() == {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0,
+                           "n_samples": None, "nll_before": None, "nll_after": None}
+    np.testing.assert_array_equal(m.transform_logits([0.0, 1.5]), [-1.0, 2.0])
+    base = {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0}
+    for patch, name in (({"a": 0.0}, "`a` to be finite and > 0"), ({"a": -1.0}, "`a` to be finite and > 0"),
+                        ({"b": math.inf}, "`b` to be finite"), ({"b": "x"}, "`b` to be a number")):
+        with pytest.raises(InputError, match=name):
+            PlattScaler.from_dict({**base, **patch})
+
+
+@pytest.mark.parametrize("shrinkage", ["auto", math.inf])
+def test_class_affine_json_round_trip_is_exact(shrinkage):
+    z, y, k, g, *_ = _per_class(n_big=2000, seed=2)
+    cal = ClassAffineScaler(kind="platt", shrinkage=shrinkage).fit(z, y, classes=k, groups=g)
+    d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))
+    assert set(d) == {"format", "version", "kind", "a", "b", "global_a", "global_b", "shrinkage", "class_counts",
+                      "cv_nll"}
+    assert d["class_counts"] == [2000, 2000, 2000, 25]
+    if shrinkage == "auto":
+        assert d["shrinkage"] == cal.shrinkage_ and math.isfinite(d["shrinkage"])
+        assert d["cv_nll"] == {str(lam): v for lam, v in cal.cv_nll_.items()} and "inf" in d["cv_nll"]
+    else:
+        assert d["shrinkage"] == "inf" and d["cv_nll"] is None
+    back = ClassAffineScaler.from_dict(d)
+    assert back.shrinkage_ == cal.shrinkage_ and back.cv_nll_ == cal.cv_nll_
+    np.testing.assert_array_equal(back.class_counts_, cal.class_counts_)
+    assert back.to_dict() == d
+
+
+def test_class_affine_transform_known_answer():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
+    # class 5 was never fitted: the global map
+    np.testing.assert_array_equal(cal.transform_logits([1.0, 2.0, 3.0], classes=[0, 1, 5]), [3.0, 0.0, 4.75])
+    assert cal.transform_logits([], classes=[]).shape == (0,)
+    assert cal.to_dict()["class_counts"] == [0, 0] and cal.to_dict()["shrinkage"] == "inf"
+    with pytest.raises(InputError, match="`logits`"):
+        cal.transform_logits([[1.0], [2.0]], classes=[0, 1])
+
+
+def test_reprs():
+    assert repr(PlattScaler(tol=1e-7, max_iter=5)) == "PlattScaler(tol=1e-07, max_iter=5)"
+    p = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 1.25, "b": -0.5})
+    assert repr(p) == "PlattScaler(tol=1e-09, max_iter=100, a_=1.25, b_=-0.5)"
+    assert repr(ClassAffineScaler(kind="temperature", shrinkage=10.0)) == (
+        "ClassAffineScaler(kind='temperature', shrinkage=10.0)")
+    c = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                     "a": [1.0], "b": [0.0], "global_a": 1.0, "global_b": 0.0, "shrinkage": 100.0})
+    assert repr(c) == "ClassAffineScaler(kind='platt', shrinkage='auto', shrinkage_=100)"
+
+
+@pytest.mark.parametrize(
+    "patch, match",
+    [
+        ({"a": [1.0, 0.0]}, "`a` to be finite and > 0"),
+        ({"b": [0.0, math.nan]}, "`b` to be finite"),
+        ({"global_a": -1.0}, "`global_a` to be finite and > 0"),
+        ({"global_b": math.inf}, "`global_b` to be finite"),
+        ({"b": [0.0]}, "`a` and `b` differ in length"),
+    ],
+)
+def test_class_affine_from_dict_refuses_bad_values(patch, match):
+    d = {"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt", "a": [2.0, 0.5], "b": [1.0, -1.0],
+         "global_a": 1.5, "global_b": 0.25}
+    with pytest.raises(InputError, match=match):
+        ClassAffineScaler.from_dict({**d, **patch})
+
+
+def test_class_affine_from_dict_without_class_maps_uses_the_global_map():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "temperature",
+                                       "global_a": 0.5, "global_b": 0.0})
+    assert cal.n_classes_ == 0
+    np.testing.assert_array_equal(cal.transform_logits([2.0, -4.0], classes=[0, 3]), [1.0, -2.0])
+
+
+def test_group_folds_follow_the_documented_deal():
+    g = np.array([5, 5, 9, 2, 2, 2, 7, 9, 11, 4])
+    for seed in (0, 3):
+        uniq, inv = np.unique(g, return_inverse=True)
+        fold_of_group = np.empty(uniq.size, dtype=np.int64)
+        fold_of_group[np.random.default_rng(seed).permutation(uniq.size)] = np.arange(uniq.size) % 3
+        np.testing.assert_array_equal(group_folds(10, 3, g, seed=seed), fold_of_group[inv])
+    np.testing.assert_array_equal(group_folds(10, 3, g), group_folds(10, 3, g, seed=0))
+    # without groups each row is its own group; two folds and as many folds as groups are fine
+    assert np.bincount(group_folds(9, 3)).tolist() == [3, 3, 3]
+    assert sorted(group_folds(3, 3).tolist()) == [0, 1, 2] and set(group_folds(4, 2).tolist()) == {0, 1}
+    with pytest.raises(InputError, match="`groups`"):
+        group_folds(4, 2, np.zeros((4, 1)))
+
+
+def test_class_affine_cv_recomputed_independently():
+    """The held-out NLL per shrinkage: K-fold by image groups, each fold's fit on the other folds
+    (its own global map as the prior), the mean NLL of the held-out boxes; then the strongest
+    shrinkage within one standard error (ddof 1) of the best."""
+    z, y, k, g, *_ = _per_class(n_big=400, n_small=40, seed=5)
+    grid = (1.0, 30.0, 1000.0, math.inf)
+    cal = ClassAffineScaler(kind="platt", shrinkage_grid=grid, n_folds=3, seed=3).fit(z, y, classes=k, groups=g)
+    folds = group_folds(z.size, 3, g, seed=3)
+    scores = np.zeros((3, len(grid)))
+    for f in range(3):
+        tr, te = folds != f, folds == f
+        for j, lam in enumerate(grid):
+            m = ClassAffineScaler(kind="platt", shrinkage=lam).fit(z[tr], y[tr], classes=k[tr])
+            t = m.transform_logits(z[te], classes=k[te])
+            scores[f, j] = np.mean(np.logaddexp(0.0, t) - y[te] * t)
+    mean = scores.mean(axis=0)
+    assert set(cal.cv_nll_) == set(grid)
+    assert [cal.cv_nll_[lam] for lam in grid] == pytest.approx(mean.tolist(), rel=1e-6)
+    se = scores.std(axis=0, ddof=1) / math.sqrt(3)
+    best = int(np.argmin(mean))
+    order = sorted(range(len(grid)), key=lambda j: -grid[j])
+    assert cal.shrinkage_ == grid[next(j for j in order if mean[j] <= mean[best] + se[best])]
+    # a fixed shrinkage has no CV record
+    assert ClassAffineScaler(kind="platt", shrinkage=0.0).fit(z, y, classes=k).cv_nll_ is None
+
+
+def test_class_affine_options_classes_and_defaults():
+    z, y, k, *_ = _per_class(n_big=300, n_small=30, seed=6)
+    c = ClassAffineScaler()
+    assert (c.kind, c.shrinkage, c.n_folds, c.min_samples, c.seed) == ("platt", "auto", 3, 10, 0)
+    with pytest.raises(InputError, match="`shrinkage`"):
+        ClassAffineScaler(shrinkage="strong").fit(z, y, classes=k)
+    np.testing.assert_array_equal(ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k.astype(float)).a_,
+                                  ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k).a_)
+    for bad in (k + 0.5, k[:, None], k[:-1]):
+        with pytest.raises(InputError, match="`classes`"):
+            ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=bad)
+    with pytest.raises(DegenerateFitError, match="global slope"):
+        ClassAffineScaler(shrinkage=5.0).fit(-z, y, classes=k)
+
+
+def test_class_affine_predict_proba_passes_the_classes_and_options_are_checked():
+    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
+                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
+    np.testing.assert_allclose(cal.predict_proba([1.0, 2.0], classes=[0, 1]), sigmoid(np.array([3.0, 0.0])))
+    z, y, k, *_ = _per_class(n_big=300, n_small=30, seed=6)
+    with pytest.raises(InputError, match="`shrinkage_grid`"):
+        ClassAffineScaler(shrinkage_grid=(0.0, 10.0)).fit(z, y, classes=k)
+    with pytest.raises(InputError, match="`n_folds`"):
+        group_folds(10, True)
