@@ -423,3 +423,78 @@ def test_zero_weight_boxes_do_not_hide_a_degenerate_fit():
     fit_temperature(zz, yy)  # with the contradicting boxes counted it is a regular fit
     with pytest.raises(DegenerateFitError, match="uninformative"):
         fit_temperature(zz, ~yy, weights=w)
+
+
+def _outcome(fit):
+    """("ok", T) or ("refused", message) of a fit."""
+    try:
+        return "ok", round(fit().temperature_, 6)
+    except DegenerateFitError as e:
+        return "refused", str(e)
+
+
+SIGMOID_CASES = {"all_correct": "no incorrect boxes", "all_zero_logits": "all logits zero",
+                 "separable": "perfectly separable", "uninformative": "uninformative or anti-correlated",
+                 "exactly_uninformative": "uninformative or anti-correlated", "fine": None, "shifted": None}
+
+
+@pytest.mark.parametrize("case", sorted(SIGMOID_CASES))
+def test_weight_zero_boxes_play_no_part_in_the_degeneracy_checks(case):
+    """A fit with weights behaves as the fit on the boxes of positive weight: the same T, or the same
+    refusal. The weight-0 boxes are chosen to break each degeneracy if they were counted (both
+    labels, a box against the order, two very confident right boxes)."""
+    rng = np.random.default_rng(3)
+    z = rng.normal(3.0 if case == "shifted" else 0.0, 2, 40)
+    y = rng.random(40) < expit(z)
+    if case == "all_correct":
+        y[:] = True
+    elif case == "all_zero_logits":
+        z[:] = 0.0
+    elif case == "separable":
+        y = z > 0
+    elif case == "uninformative":
+        y = z < 0  # anti-correlated: the NLL falls toward T -> inf
+    elif case == "exactly_uninformative":  # the NLL's slope at T = inf is exactly 0
+        z, y = np.tile([1.0, 1.0, -1.0, -1.0], 10), np.tile([True, False, True, False], 10)
+    z0 = np.array([-3.0, 3.0, 2.5, -2.5, 60.0, -60.0])  # weight 0
+    y0 = np.array([True, False, True, False, True, False])
+    zz, yy = np.concatenate([z, z0]), np.concatenate([y, y0])
+    w = np.concatenate([np.ones(z.size), np.zeros(z0.size)])
+    weighted = _outcome(lambda: TemperatureScaler(kind="sigmoid").fit(zz, yy, weights=w))
+    assert weighted == _outcome(lambda: TemperatureScaler(kind="sigmoid").fit(z, y))
+    want = SIGMOID_CASES[case]
+    assert weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1]), weighted
+
+
+@pytest.mark.parametrize("case", ["separable", "uninformative", "fine"])
+def test_weight_zero_rows_play_no_part_in_the_softmax_checks(case):
+    rng = np.random.default_rng(4)
+    z = rng.normal(0, 2, (40, 3))
+    if case == "separable":
+        y = z.argmax(1)
+    elif case == "uninformative":
+        y = z.argmin(1)
+    else:
+        p = np.exp(log_softmax(z, axis=1))
+        y = (rng.random(40)[:, None] > np.cumsum(p, axis=1)).sum(1)
+    z0 = np.array([[60.0, 0.0, 0.0], [0.0, 60.0, 0.0], [0.0, 0.0, 5.0]])  # weight 0
+    y0 = np.array([0, 1, 0])  # two sure and right, one against the arg-max
+    w = np.concatenate([np.ones(40), np.zeros(3)])
+    weighted = _outcome(lambda: TemperatureScaler(kind="softmax").fit(np.vstack([z, z0]), np.concatenate([y, y0]),
+                                                                    weights=w))
+    assert weighted == _outcome(lambda: TemperatureScaler(kind="softmax").fit(z, y))
+    want = {"separable": "perfectly separable", "uninformative": "uninformative or anti-correlated", "fine": None}[case]
+    assert weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1]), weighted
+
+
+def test_min_samples_is_the_least_number_of_boxes_accepted():
+    rng = np.random.default_rng(5)
+    z = rng.normal(0, 2, 12)
+    y = np.array([True, False] * 6)
+    TemperatureScaler(kind="sigmoid", min_samples=12).fit(z, y)  # exactly min_samples: accepted
+    with pytest.raises(DegenerateFitError, match="at least 12 samples, got 11"):
+        TemperatureScaler(kind="sigmoid", min_samples=12).fit(z[:11], y[:11])
+    w = np.ones(12)
+    w[0] = 0.0  # a weight-0 box is not a sample
+    with pytest.raises(DegenerateFitError, match="at least 12 samples, got 11"):
+        TemperatureScaler(kind="sigmoid", min_samples=12).fit(z, y, weights=w)

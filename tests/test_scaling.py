@@ -290,3 +290,65 @@ def test_class_affine_predict_proba_passes_the_classes_and_options_are_checked()
         ClassAffineScaler(shrinkage_grid=(0.0, 10.0)).fit(z, y, classes=k)
     with pytest.raises(InputError, match="`n_folds`"):
         group_folds(10, True)
+
+
+def test_platt_with_integer_weights_is_platt_on_repeated_rows():
+    """Weights are counts: the fit, its iterations and its NLL diagnostics equal those of the fit
+    on the rows repeated that many times."""
+    rng = np.random.default_rng(11)
+    z = rng.normal(0, 2, 300)
+    y = rng.random(300) < sigmoid(0.7 * z - 0.4)
+    w = rng.integers(0, 4, 300).astype(float)
+    a = PlattScaler().fit(z, y, weights=w)
+    rep = np.repeat(np.arange(300), w.astype(int))
+    b = PlattScaler().fit(z[rep], y[rep])
+    assert a.a_ == pytest.approx(b.a_, rel=1e-9) and a.b_ == pytest.approx(b.b_, rel=1e-9, abs=1e-12)
+    assert a.nll_before_ == pytest.approx(b.nll_before_, rel=1e-12)
+    assert a.nll_after_ == pytest.approx(b.nll_after_, rel=1e-12)
+    nll = lambda t, yy, ww: float(np.sum(ww * (np.logaddexp(0, t) - yy * t)) / ww.sum())  # noqa: E731
+    assert a.nll_before_ == pytest.approx(nll(z, y, w), rel=1e-12)
+    assert a.nll_after_ == pytest.approx(nll(a.a_ * z + a.b_, y, w), rel=1e-12)
+    assert a.nll_after_ < a.nll_before_
+    assert 1 <= a.n_iter_ == b.n_iter_ <= a.max_iter
+    assert a.n_samples_ == 300
+
+
+@pytest.mark.parametrize("case", ["all_correct", "separable", "anti", "fine"])
+def test_platt_ignores_weight_zero_boxes_in_its_checks(case):
+    rng = np.random.default_rng(2)
+    z = rng.normal(0, 2, 40)
+    y = rng.random(40) < sigmoid(z)
+    if case == "all_correct":
+        y[:] = True
+    elif case == "separable":
+        y = z > 0.3
+    elif case == "anti":
+        y = rng.random(40) < sigmoid(-2 * z)
+    z0, y0 = np.array([-3.0, 3.0, 2.5, -2.5]), np.array([True, False, True, False])
+    w = np.concatenate([np.ones(40), np.zeros(4)])
+
+    def outcome(fit):
+        try:
+            s = fit()
+            return "ok", round(s.a_, 6), round(s.b_, 6)
+        except DegenerateFitError as e:
+            return "refused", str(e)
+
+    weighted = outcome(lambda: PlattScaler().fit(np.concatenate([z, z0]), np.concatenate([y, y0]), weights=w))
+    assert weighted == outcome(lambda: PlattScaler().fit(z, y))
+    assert weighted[0] == ("ok" if case == "fine" else "refused")
+
+
+@pytest.mark.parametrize("kind", ["platt", "temperature"])
+def test_class_affine_refuses_a_class_driven_to_a_negative_slope(kind):
+    """Without shrinkage a class whose logits are anti-correlated with correctness would get a
+    slope <= 0 (a decreasing map): refused, naming that class; enough shrinkage keeps it positive."""
+    rng = np.random.default_rng(8)
+    z = rng.normal(0, 2, 3000)
+    k = np.repeat([0, 1, 2], 1000)
+    p = sigmoid(np.select([k == 0, k == 1], [0.8 * z, -1.5 * z], 1.4 * z))  # class 0: a slope below 1
+    y = rng.random(3000) < p
+    with pytest.raises(DegenerateFitError, match=rf"per-class {kind} fit gave a non-positive .*\(class 1\)"):
+        ClassAffineScaler(kind=kind, shrinkage=0.0).fit(z, y, classes=k)
+    s = ClassAffineScaler(kind=kind, shrinkage=1e7).fit(z, y, classes=k)
+    assert (s.a_ > 0).all() and s.a_[1] == pytest.approx(s.global_a_, rel=1e-3)
