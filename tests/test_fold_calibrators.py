@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,3 +181,25 @@ def test_fold_calibrator_on_a_fused_model_matches_unfused(demo_model_path):
     s1 = y1[..., 4:] if y1.shape[-1] == 6 else y1[:, 4:]
     s0 = y0[..., 4:] if y0.shape[-1] == 6 else y0[:, 4:]
     torch.testing.assert_close(s1, s0, atol=1e-5, rtol=1e-4)
+
+
+def test_folded_checkpoint_records_what_was_folded_where_and_from_what(tmp_path, demo_model_path):
+    """The record of a folded checkpoint: its calibrators, the branch of each head, the resolved
+    source path, a UTC date, the source's own record (None for a plain checkpoint; the first
+    record when folding into an already calibrated one), and extra metadata."""
+    import datetime as dt
+
+    z, y, _ = _synthetic_fit_data()
+    cal = make_calibrator("platt").fit(z, y)
+    before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    first = write_folded_checkpoint(demo_model_path, tmp_path / "a.pt", {"nms": cal}, metadata={"run": "r1"})
+    meta = read_calibration_metadata(first)
+    assert meta["folded_into"] == {"nms": "cv3"} and meta["run"] == "r1"
+    assert meta["source_checkpoint"] == str(Path(demo_model_path).resolve())
+    date = dt.datetime.fromisoformat(meta["date"])
+    assert date.utcoffset() == dt.timedelta(0) and before <= date <= dt.datetime.now(dt.timezone.utc)
+    assert meta["previous"] is None
+    second = write_folded_checkpoint(first, tmp_path / "b.pt", {"e2e": cal})
+    meta2 = read_calibration_metadata(second)
+    assert meta2["folded_into"] == {"e2e": "one2one_cv3"} and meta2["source_checkpoint"] == str(first.resolve())
+    assert meta2["previous"] == meta
