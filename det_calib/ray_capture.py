@@ -86,8 +86,11 @@ def capture_ray(
     Raises:
         InputError: Ray is not installed, or bad inputs (as :func:`capture_to_parts`).
     """
-    try:  # optional: the `ray` extra (pip install 'det_calib[ray]'); only this function needs it
-        import ray
+    # Ray is an optional dependency, declared as the `ray` extra in pyproject.toml
+    # ([project.optional-dependencies] ray = ["ray[data]"]), not a runtime dependency: a plain
+    # `pip install -e .` works without it, and only this function imports it.
+    try:
+        import ray  # optional extra `ray`: pip install 'det_calib[ray]'
     except ImportError:
         raise InputError("Ray is not installed: pip install 'det_calib[ray]'") from None
     from det_calib.parts import capture_meta, prepare_split_capture
