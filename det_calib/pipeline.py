@@ -63,6 +63,7 @@ from det_calib.fitting import (
 )
 from det_calib.io import check_output_dir, read_manifest, staged_output, write_text
 from det_calib.matching import match_boxes
+from det_calib.numeric import logit_threshold
 from det_calib.preflight import preflight
 from det_calib.results import (
     Bootstrap,
@@ -769,7 +770,7 @@ def detection_change(inputs: _Inputs, ckpt: Path, ev: Split, head: str, eval_box
     # compare above the calibrated conf that every class's raw capture floor maps to: above it the
     # original capture holds every box the post-hoc deployment would output
     nc = len(inputs.ds.names)
-    zf = np.full(nc, math.log(s.conf_floor) - math.log1p(-s.conf_floor)) if s.conf_floor > 0 else np.full(nc, -50.0)
+    zf = np.full(nc, logit_threshold(s.conf_floor) if s.conf_floor > 0 else -50.0)
     floor = max(s.conf_floor, float(metrics.sigmoid(calibrated_logits(cal, zf, np.arange(nc)), 1.0).max()))
     post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
     fold = folded.with_columns(pl.col("conf").cast(pl.Float64).alias("conf_cal")).filter(pl.col("conf_cal") > floor)
@@ -837,7 +838,7 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
         return equivalent_threshold(floor, record.temperature)
     if record.method not in GLOBAL_METHODS or floor <= 0:
         return None if record.method not in GLOBAL_METHODS else 0.0
-    z = np.array([math.log(floor) - math.log1p(-floor)])
+    z = np.array([logit_threshold(floor)])
     return float(metrics.sigmoid(calibrated_logits(calibrator_of(record), z, np.zeros(1, np.int64)), 1.0)[0])
 
 
