@@ -893,16 +893,6 @@ def _accepts_weights(fn: Callable) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
-def _plain_ece_bins(statistic: Callable) -> int | None:
-    """M when ``statistic`` is :func:`ece` with at most ``n_bins`` bound (the per-image table path)."""
-    if statistic is ece:
-        return 15
-    if isinstance(statistic, functools.partial) and statistic.func is ece and not statistic.args:
-        if set(statistic.keywords) <= {"n_bins"}:
-            return check_positive_int(statistic.keywords.get("n_bins", 15))
-    return None
-
-
 def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray], n_boot: int,
                 seed: int) -> np.ndarray:
     """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
