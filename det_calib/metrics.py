@@ -596,23 +596,32 @@ def dece(
     return _gap_sum(count, s_conf, s_tgt)
 
 
-def _laece_core(c, t, k, w, n_bins) -> float:
+def _laece_prepare(c, t, k, n_bins) -> Callable[[np.ndarray], float]:
+    """``w -> LaECE of the boxes with (n,) weights w``: the class ids and bins, which do not depend
+    on the weights, are found once (a bootstrap replicate then only sums)."""
     if c.size == 0:
-        return float("nan")
+        return lambda ww: float("nan")
     _, cls_idx = np.unique(k, return_inverse=True)
     n_cls = int(cls_idx.max()) + 1
-    key = cls_idx * n_bins + _uniform_index(c, n_bins)
-    ww = np.ones(c.size) if w is None else w
+    key = cls_idx.ravel() * n_bins + _uniform_index(c, n_bins)
     size = n_cls * n_bins
-    count = np.bincount(key, weights=ww, minlength=size).reshape(n_cls, n_bins)
-    s_conf = np.bincount(key, weights=ww * c, minlength=size).reshape(n_cls, n_bins)
-    s_tgt = np.bincount(key, weights=ww * t, minlength=size).reshape(n_cls, n_bins)
-    n_c = count.sum(axis=1)
-    present = n_c > 0
-    if not present.any():
-        return float("nan")
-    per_cls = np.abs(s_tgt - s_conf).sum(axis=1)[present] / n_c[present]
-    return float(per_cls.mean())
+
+    def weighted(ww: np.ndarray) -> float:
+        count = np.bincount(key, weights=ww, minlength=size).reshape(n_cls, n_bins)
+        s_conf = np.bincount(key, weights=ww * c, minlength=size).reshape(n_cls, n_bins)
+        s_tgt = np.bincount(key, weights=ww * t, minlength=size).reshape(n_cls, n_bins)
+        n_c = count.sum(axis=1)
+        present = n_c > 0  # a class whose boxes all weigh 0 (none drawn) is not averaged in
+        if not present.any():
+            return float("nan")
+        per_cls = np.abs(s_tgt - s_conf).sum(axis=1)[present] / n_c[present]
+        return float(per_cls.mean())
+
+    return weighted
+
+
+def _laece_core(c, t, k, w, n_bins) -> float:
+    return _laece_prepare(c, t, k, n_bins)(np.ones(c.size) if w is None else w)
 
 
 def _check_loc(conf, target_iou, cls, weights):
@@ -736,7 +745,68 @@ def per_class(
 
 
 # --------------------------------------------------------------------------------------------
-# unchecked cores for the bootstrap: validate once outside the loop, then call these
+# bootstrap replicates: validate once outside the loop, hoist what does not depend on the draws
+
+#: A batch statistic: ``(r, n_img)`` int64 draw counts of ``r`` replicates (row ``b``: how often
+#: each image is drawn in replicate ``b``) -> ``(r,)`` float64 values of the statistic.
+_Batch = Callable[[np.ndarray], np.ndarray]
+
+# drawn image indices held in memory at once (8 MiB of int64)
+_DRAW_CHUNK = 1 << 20
+
+
+def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
+    """Yield the draw counts of ``n_boot`` replicates as ``(r, n_img)`` int64 blocks, in order.
+
+    Row ``b`` counts ``rng.integers(0, n_img, size=n_img)`` of replicate ``b``. One call for a
+    block of ``r`` replicates, ``rng.integers(0, n_img, size=(r, n_img))``, gives exactly the
+    draws of ``r`` successive calls of size ``n_img``: for the default int64 dtype every value
+    is one Lemire draw from the bit generator's own ``next_uint32`` (ranges below 2**32) or
+    ``next_uint64`` stream, with no buffer local to the call (only the uint8/uint16/bool
+    dtypes buffer within a call); ``tests/test_metrics.py`` pins this.
+    """
+    rows = max(1, _DRAW_CHUNK // n_img)
+    for start in range(0, n_boot, rows):
+        r = min(rows, n_boot - start)
+        draws = rng.integers(0, n_img, size=(r, n_img))
+        draws += (np.arange(r) * n_img)[:, None]
+        yield np.bincount(draws.ravel(), minlength=r * n_img).reshape(r, n_img)
+
+
+def _per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> _Batch:
+    """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image."""
+
+    def batch(mult: np.ndarray) -> np.ndarray:
+        return np.array([weighted(m[img]) for m in mult.astype(np.float64)], dtype=np.float64)
+
+    return batch
+
+
+def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bins: int) -> _Batch:
+    """Batch ECE (equal-width bins) from per-image tables: no per-box work per replicate.
+
+    ECE is a function of the per-bin count and sums of conf and target, and a replicate's sums
+    are its image draw counts times each image's per-bin sums: one ``(n_img, M)`` table each,
+    then one matrix product per table for a block of replicates. The numbers equal those of
+    :func:`ece` with the draw counts as weights up to float summation order.
+    """
+    cell = img * n_bins + _uniform_index(c, n_bins)
+    per = [np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
+           for v in (np.ones_like(c), c, y)]
+
+    def batch(mult: np.ndarray) -> np.ndarray:
+        m = mult.astype(np.float64)
+        count, s_conf, s_tgt = (m @ t for t in per)
+        total = count.sum(axis=1)
+        empty = count <= 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            term = count / total[:, None] * np.abs(s_tgt / count - s_conf / count)
+        term[empty] = 0.0
+        out = term.sum(axis=1)
+        out[total <= 0] = np.nan
+        return out
+
+    return batch
 
 
 def _check_binned(conf, correct, *, n_bins=15):
@@ -754,42 +824,65 @@ def _check_brier(prob, correct):
     return (p, y), {}
 
 
-def _check_laece(conf, target_iou, cls, *, n_bins=25):
+def _prepare_ece(img, n_img, conf, correct, *, n_bins=15) -> _Batch:
+    (c, y), options = _check_binned(conf, correct, n_bins=n_bins)
+    return _ece_tables(img, n_img, c, y, options["n_bins"])
+
+
+def _prepare_laece(img, n_img, conf, target_iou, cls, *, n_bins=25) -> _Batch:
     n_bins = check_positive_int(n_bins)
     c, t, k, _ = _check_loc(conf, target_iou, cls, None)
-    return (c, t, k), {"n_bins": n_bins}
+    return _per_replicate(_laece_prepare(c, t, k, n_bins), img)
 
 
-#: ``public metric -> (check, core)``: ``check(*arrays, **options)`` validates as the metric does
-#: and returns ``(arrays, options)``; ``core(*arrays, weights=w, **options)`` computes the same
-#: number without validating. Weights from :func:`bootstrap_ci` are float64 draw counts.
-_UNCHECKED: dict[Callable, tuple[Callable, Callable]] = {
-    ece: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "uniform").ece()),
-    ace: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "quantile").ece()),
-    mce: (_check_binned, lambda c, y, *, n_bins, weights: _reliability_core(c, y, weights, n_bins, "uniform").mce()),
-    brier: (_check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights)),
-    laece: (_check_laece, lambda c, t, k, *, n_bins, weights: _laece_core(c, t, k, weights, n_bins)),
+def _weighted_core(check: Callable, core: Callable) -> Callable[..., _Batch]:
+    """``prepare`` of a metric from ``check(*arrays, **options) -> (arrays, options)`` (validates
+    as the metric does) and ``core(*arrays, weights=w, **options)`` (the same number, unchecked)."""
+
+    def prepare(img, n_img, *arrays, **options) -> _Batch:
+        args, options = check(*arrays, **options)
+        return _per_replicate(lambda w: core(*args, weights=w, **options), img)
+
+    return prepare
+
+
+#: ``public metric -> prepare``: ``prepare(img, n_img, *arrays, **options)`` validates the arrays
+#: as the metric does (raising what it raises) and returns a :data:`_Batch` giving, for each
+#: replicate, ``metric(*arrays, weights=draw counts, **options)``: bit-identical, or for ECE equal
+#: up to float summation order. A statistic from another module joins by carrying the same
+#: function as its ``_bootstrap_prepare`` attribute (:func:`det_calib.operating.kept_ece`).
+_UNCHECKED: dict[Callable, Callable[..., _Batch]] = {
+    ece: _prepare_ece,
+    ace: _weighted_core(_check_binned, lambda c, y, *, n_bins, weights:
+                        _reliability_core(c, y, weights, n_bins, "quantile").ece()),
+    mce: _weighted_core(_check_binned, lambda c, y, *, n_bins, weights:
+                        _reliability_core(c, y, weights, n_bins, "uniform").mce()),
+    brier: _weighted_core(_check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights)),
+    laece: _prepare_laece,
 }
 
 
-def _unchecked_statistic(statistic: Callable, arrays: list[np.ndarray]) -> Callable[..., float] | None:
-    """``w -> statistic(*arrays, weights=w)`` without re-validating ``arrays`` on every call, for a
-    metric of this module (or a ``functools.partial`` of one with keyword options only); None
-    for any other statistic. Raises what the statistic would raise for invalid arrays."""
+def _batch_statistic(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray]) -> _Batch | None:
+    """The :data:`_Batch` of ``statistic`` on ``arrays``, for a metric of :data:`_UNCHECKED` or a
+    statistic with a ``_bootstrap_prepare`` attribute (also as a ``functools.partial`` with keyword
+    options only, ``weights`` not among them); None for any other statistic. Raises what the
+    statistic would raise for invalid arrays."""
     fn, options = statistic, {}
     if isinstance(statistic, functools.partial):
         if statistic.args:
             return None
         fn, options = statistic.func, dict(statistic.keywords)
+    if "weights" in options:
+        return None
     try:
-        entry = _UNCHECKED.get(fn)
+        prepare = _UNCHECKED.get(fn)
     except TypeError:  # an unhashable callable
+        prepare = None
+    if prepare is None:
+        prepare = getattr(fn, "_bootstrap_prepare", None)
+    if prepare is None:
         return None
-    if entry is None or "weights" in options:
-        return None
-    check, core = entry
-    args, options = check(*arrays, **options)
-    return functools.partial(core, *args, **options)
+    return prepare(img, n_img, *arrays, **options)
 
 
 def _accepts_weights(fn: Callable) -> bool:
@@ -800,14 +893,34 @@ def _accepts_weights(fn: Callable) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
-def _plain_ece_bins(statistic: Callable) -> int | None:
-    """M when ``statistic`` is :func:`ece` with at most ``n_bins`` bound (the fast bootstrap path)."""
-    if statistic is ece:
-        return 15
-    if isinstance(statistic, functools.partial) and statistic.func is ece and not statistic.args:
-        if set(statistic.keywords) <= {"n_bins"}:
-            return check_positive_int(statistic.keywords.get("n_bins", 15))
-    return None
+def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray], n_boot: int,
+                seed: int) -> np.ndarray:
+    """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
+    index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
+    ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
+    rng = np.random.default_rng(seed)
+    batch = None
+    if _accepts_weights(statistic):
+        batch = _batch_statistic(statistic, img, n_img, arrays)
+        if batch is None:
+            inner = functools.partial(statistic, *arrays)
+            batch = _per_replicate(lambda w: inner(weights=w), img)
+    if batch is not None:
+        return np.concatenate([batch(mult) for mult in _multiplicities(rng, n_img, n_boot)])
+    stats = np.empty(n_boot)
+    order = np.argsort(img, kind="stable")
+    per_img = np.bincount(img, minlength=n_img)
+    start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
+    b = 0
+    for block in _multiplicities(rng, n_img, n_boot):
+        for mult in block:
+            drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
+            lens = per_img[drawn]
+            offs = np.repeat(start[drawn] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+            idx = order[offs + np.arange(lens.sum())]
+            stats[b] = statistic(*[a[idx] for a in arrays])
+            b += 1
+    return stats
 
 
 def bootstrap_ci(
@@ -825,10 +938,13 @@ def bootstrap_ci(
     a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
     metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
     the per-box draw count of its image (no copying); for :func:`ece`, :func:`ace`, :func:`mce`,
-    :func:`brier` and :func:`laece` (also as a ``functools.partial`` with keyword options) the
-    arrays are validated once, before the loop, and each replicate calls the unchecked core;
-    otherwise the arrays are indexed
-    (``statistic(*[a[idx] for a in arrays])``). Both give the same numbers for the same seed.
+    :func:`brier`, :func:`laece`, :func:`det_calib.operating.kept_ece` and
+    :meth:`det_calib.operating.LaECE0Targets.statistic` (also as a ``functools.partial`` with
+    keyword options) the arrays are validated once, before the replicates, what does not depend
+    on the draws (class ids, bins, kept boxes) is computed once, and ECE's replicates are matrix
+    products of per-image bin sums; otherwise the arrays are indexed
+    (``statistic(*[a[idx] for a in arrays])``). All give the same numbers for the same seed (up
+    to float summation order).
 
     Args:
         statistic: Function of the arrays returning a float, e.g. :func:`ece` or
@@ -880,42 +996,7 @@ def bootstrap_ci(
         return float("nan"), float("nan")
     _, img = np.unique(ids, return_inverse=True)
     img = img.ravel()
-    n_img = int(img.max()) + 1
-    rng = np.random.default_rng(seed)
-    stats = np.empty(n_boot)
-    ece_bins = _plain_ece_bins(statistic) if len(arrs) == 2 else None
-    if ece_bins is not None:
-        # ECE is a function of per-bin sums, and a replicate's sums are its image draw counts times
-        # each image's per-bin sums: one (n_img, M) table, then M-vectors per replicate (same draws,
-        # same numbers up to float summation order)
-        c, y = as_unit(arrs[0], "conf"), as_binary(arrs[1], "correct")
-        cell = img * ece_bins + _uniform_index(c, ece_bins)
-        per = [np.bincount(cell, weights=v, minlength=n_img * ece_bins).reshape(n_img, ece_bins)
-               for v in (np.ones_like(c), c, y)]
-        for b in range(n_boot):
-            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(np.float64)
-            count, s_conf, s_tgt = (mult @ t for t in per)
-            total = count.sum()
-            ne = count > 0
-            stats[b] = (np.sum(count[ne] / total * np.abs(s_tgt[ne] / count[ne] - s_conf[ne] / count[ne]))
-                        if total > 0 else np.nan)
-    elif _accepts_weights(statistic):
-        # this module's metrics: arrays checked once here, the loop calls the unchecked core
-        inner = _unchecked_statistic(statistic, arrs) or functools.partial(statistic, *arrs)
-        for b in range(n_boot):
-            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
-            stats[b] = inner(weights=mult[img].astype(np.float64))
-    else:
-        order = np.argsort(img, kind="stable")
-        per_img = np.bincount(img, minlength=n_img)
-        start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
-        for b in range(n_boot):
-            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img)
-            drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
-            lens = per_img[drawn]
-            offs = np.repeat(start[drawn] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-            idx = order[offs + np.arange(lens.sum())]
-            stats[b] = statistic(*[a[idx] for a in arrs])
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
     bad = np.isnan(stats)
     if bad.all():
         return float("nan"), float("nan")

@@ -15,7 +15,7 @@ import numpy as np
 
 from det_calib.errors import InputError
 from det_calib.matching import match_detections
-from det_calib.metrics import _uniform_index, ece
+from det_calib.metrics import _per_replicate, _prepare_ece, _uniform_index, ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
            "top_k_per_image_class"]
@@ -29,17 +29,34 @@ def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, wei
     >>> round(kept_ece([0.1, 0.3, 0.9], [0, 0, 1], threshold=0.25, n_bins=10), 6)  # (0.3 + 0.1) / 2
     0.2
     """
+    c, y, keep = _kept(conf, correct, threshold)
+    if not keep.any():
+        return float("nan")
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[keep]
+    return ece(c[keep], y[keep], n_bins=n_bins, weights=w)
+
+
+def _kept(conf: Any, correct: Any, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c = np.asarray(conf, dtype=np.float64)
     y = np.asarray(correct)
     if c.shape != y.shape or c.ndim != 1:
         raise InputError(
             f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
         )
-    keep = c > float(threshold)
+    return c, y, c > float(threshold)
+
+
+def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float,
+                      n_bins: int = 15) -> Any:
+    """Bootstrap replicates of :func:`kept_ece` (see :func:`det_calib.metrics.bootstrap_ci`): the
+    kept boxes are found and checked once, then every replicate is ECE's per-image table product."""
+    c, y, keep = _kept(conf, correct, threshold)
     if not keep.any():
-        return float("nan")
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)[keep]
-    return ece(c[keep], y[keep], n_bins=n_bins, weights=w)
+        return lambda mult: np.full(mult.shape[0], np.nan)
+    return _prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
+
+
+kept_ece._bootstrap_prepare = _kept_ece_prepare  # type: ignore[attr-defined]
 
 
 class ECEFloor(NamedTuple):
@@ -239,24 +256,45 @@ class LaECE0Targets:
         def laece0_of(conf: np.ndarray, weights: np.ndarray | None = None) -> float:
             return self.laece(conf, threshold=threshold, n_bins=n_bins, weights=weights)
 
+        def prepare(img: np.ndarray, n_img: int, conf: np.ndarray) -> Any:
+            # the kept boxes, their class and bin do not depend on the draws: found once
+            keep, weighted = _laece_binned_prepare(np.asarray(conf, dtype=np.float64), self.target, self.cls,
+                                                   self.use, self.gt_classes, threshold, n_bins)
+            if weighted is None:
+                return lambda mult: np.full(mult.shape[0], np.nan)
+            return _per_replicate(weighted, img[keep])
+
+        laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of
 
 
 def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float:
+    keep, weighted = _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins)
+    if weighted is None:
+        return float("nan")
+    return weighted(np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep])
+
+
+def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
+    """``(keep, weighted)``: the scored boxes at ``threshold`` ((n,) bool) and ``w -> LaECE_0`` of
+    them with (kept,) weights ``w``; ``weighted`` is None when no box is kept."""
     keep = use & (c > float(threshold))
     if not keep.any():
-        return float("nan")
-    w = np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep]
+        return keep, None
     c, t, k = c[keep], t[keep], k[keep]
     n_cls = int(max(k.max(), gt_classes.max() if gt_classes.size else 0)) + 1
     key = k * n_bins + reference_bin_index(c, n_bins)
     size = n_cls * n_bins
-    cnt = np.bincount(key, weights=w, minlength=size).reshape(n_cls, n_bins).sum(axis=1)
-    gap = np.abs(np.bincount(key, weights=w * c, minlength=size) - np.bincount(key, weights=w * t, minlength=size))
-    gap = gap.reshape(n_cls, n_bins).sum(axis=1)
     has_gt = np.zeros(n_cls, dtype=bool)
     has_gt[gt_classes[gt_classes < n_cls]] = True
-    ok = has_gt & (cnt > 0)
-    vals = gap[ok] / cnt[ok]
-    vals = vals[vals != 0.0]
-    return float(vals.mean()) if vals.size else float("nan")
+
+    def weighted(w: np.ndarray) -> float:
+        cnt = np.bincount(key, weights=w, minlength=size).reshape(n_cls, n_bins).sum(axis=1)
+        gap = np.abs(np.bincount(key, weights=w * c, minlength=size) - np.bincount(key, weights=w * t, minlength=size))
+        gap = gap.reshape(n_cls, n_bins).sum(axis=1)
+        ok = has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
+        vals = gap[ok] / cnt[ok]
+        vals = vals[vals != 0.0]
+        return float(vals.mean()) if vals.size else float("nan")
+
+    return keep, weighted

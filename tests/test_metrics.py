@@ -598,7 +598,7 @@ def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays,
     fast = metrics.bootstrap_ci(statistic, img, *arrays[:n_arrays], n_boot=60, seed=3)
     n_fast = len(calls)
     slow = metrics.bootstrap_ci(checked, img, *arrays[:n_arrays], n_boot=60, seed=3)
-    if metrics._plain_ece_bins(statistic) is None:
+    if metrics.ece not in (statistic, getattr(statistic, "func", None)):
         assert fast == slow  # exact, not approx
     else:  # plain ECE takes the per-image bin-sum shortcut: same draws, float summation order differs
         np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-15)
@@ -713,3 +713,62 @@ def test_default_bins_and_dece_arguments():
         metrics.dece(p, np.full(400, 3), features=f)
     with pytest.raises(InputError, match="`conf` and `weights`"):
         metrics.dece(p, y, features=f, weights=np.ones(3))
+
+
+@pytest.mark.parametrize("n_img", [1, 2, 3, 7, 200, 255, 256, 257, 400, 65535, 65536, 65537, 70001])
+def test_bootstrap_draw_blocks_are_the_sequential_draws(n_img, monkeypatch):
+    """One (r, n_img) rng.integers call per block gives the draws of r calls of size n_img, so the
+    replicates of a seed do not depend on the block size (numpy's int64 bounded integers keep no
+    buffer across values; the uint8/uint16 ones would)."""
+    n_boot = 7 if n_img > 1000 else 23
+    rng = np.random.default_rng(n_img)
+    want = np.stack([np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img) for _ in range(n_boot)])
+    after = rng.integers(0, 2**40)
+    for chunk in (metrics._DRAW_CHUNK, 5 * n_img, 1):  # one block, blocks of 5 rows (the last short), rows
+        monkeypatch.setattr(metrics, "_DRAW_CHUNK", chunk)
+        rng = np.random.default_rng(n_img)
+        got = np.concatenate(list(metrics._multiplicities(rng, n_img, n_boot)))
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+        assert rng.integers(0, 2**40) == after  # the generator is left where the sequential calls leave it
+
+
+def _rare_class_boxes(seed=0):
+    """40 images; class 3 only in images 0 and 1, class 4 only in image 2: replicates draw none of
+    them now and then (their boxes then all weigh 0)."""
+    rng = np.random.default_rng(seed)
+    img = rng.integers(3, 40, 600)
+    cls = rng.integers(0, 3, img.size)
+    img[:9], cls[:9] = [0, 0, 0, 1, 1, 2, 2, 2, 2], [3, 3, 3, 3, 3, 4, 4, 4, 4]
+    conf = rng.uniform(size=img.size)
+    conf[9:14] = [0.0, 1.0, 0.2, 0.04, 0.08]  # bin edges of 25 bins
+    iou = np.where(rng.uniform(size=img.size) < conf, rng.uniform(0.5, 1.0, img.size), 0.0)
+    return img, conf, iou, cls
+
+
+def test_bootstrap_laece_prepared_path_equals_the_indexed_path_with_classes_weighted_out():
+    """laece's replicates find class ids and bins once; a class none of whose images is drawn is
+    left out of the class average exactly as on the resampled (indexed) boxes."""
+    img, conf, iou, cls = _rare_class_boxes()
+    n_boot = 200
+    fast = metrics._replicates(functools.partial(laece, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
+    weighted = metrics._replicates(lambda c, t, k, *, weights=None: laece(c, t, k, n_bins=25, weights=weights),
+                                   img, 40, [conf, iou, cls], n_boot, 3)
+    indexed = metrics._replicates(lambda c, t, k: laece(c, t, k, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
+    assert np.array_equal(fast, weighted)  # the same float operations: bit-identical
+    np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
+    mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(3), 40, n_boot)))
+    assert ((mult[:, 0] + mult[:, 1] == 0) & (mult[:, 2] > 0)).any()  # class 3 weighted out, class 4 not
+    assert ((mult[:, 2] == 0) & (mult[:, 0] > 0)).any()
+    # averaging a weighted-out class in (as nan, or as 0) would give another number
+    b = int(np.flatnonzero(mult[:, 0] + mult[:, 1] == 0)[0])
+    w = mult[b][img].astype(np.float64)
+    keep = w > 0
+    assert fast[b] == pytest.approx(laece(conf[keep], iou[keep], cls[keep], n_bins=25, weights=w[keep]), rel=1e-15)
+    assert not np.isnan(fast).any()
+
+
+def test_bootstrap_ci_of_laece_is_unchanged_by_the_prepared_path():
+    img, conf, iou, cls = _rare_class_boxes(1)
+    fast = bootstrap_ci(functools.partial(laece, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
+    slow = bootstrap_ci(lambda c, t, k: laece(c, t, k, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,75 @@ def test_kept_ece_floor_edge_cases():
         kept_ece_floor(np.ones(3), threshold=0.25, n_draws=1)
     with pytest.raises(InputError, match="conf"):
         kept_ece_floor(np.ones((3, 2)), threshold=0.25)
+
+
+def _scene(seed=0, n_img=30):
+    """Detections (jittered copies of planted GT boxes plus background boxes) on ``n_img`` images;
+    class 3 only on images 0 and 1, so some bootstrap replicates draw none of its boxes."""
+    rng = np.random.default_rng(seed)
+    gi = np.repeat(np.arange(n_img), 4)
+    gc = rng.integers(0, 3, gi.size)
+    gc[:8] = 3  # images 0 and 1: class 3 only
+    xy = rng.uniform(0, 200, (gi.size, 2))
+    gx = np.column_stack([xy, xy + rng.uniform(10, 40, (gi.size, 2))])
+    src = np.repeat(np.arange(gi.size), 3)
+    n_bg = 150
+    di = np.concatenate([gi[src], rng.integers(2, n_img, n_bg)])
+    dc = np.concatenate([gc[src], rng.integers(0, 3, n_bg)])
+    q = rng.uniform(0, 200, (n_bg, 2))
+    dx = np.concatenate([gx[src] + rng.normal(0, 3, (src.size, 4)), np.column_stack([q, q + 20.0])])
+    z = rng.normal(0.0, 2.0, di.size)
+    p = 1.0 / (1.0 + np.exp(-z))
+    p[:4] = [0.25, 0.5, 0.04, 0.08]  # the threshold itself (not kept) and reference bin edges
+    y = rng.uniform(size=p.size) < p
+    return dict(di=di, dx=dx, dc=dc, z=z, p=p, y=y, gi=gi, gx=gx, gc=gc, n_img=n_img)
+
+
+@pytest.mark.parametrize("thr", [0.25, 0.6, 0.999])
+def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
+    """kept_ece and LaECE0Targets.statistic hoist the kept mask, classes and bins out of the
+    replicates (kept ECE as per-image bin sums); the replicates equal those of the plain indexed
+    path, the weighted public path bit for bit for LaECE_0, and a class none of whose kept boxes
+    is drawn is left out of the average."""
+    from det_calib import metrics
+    from det_calib.operating import LaECE0Targets, _laece_binned
+
+    s = _scene()
+    img, n_img, n_boot, seed = s["di"], s["n_img"], 150, 4
+    p, y = s["p"], s["y"]
+    rep = lambda f, *a: metrics._replicates(f, img, n_img, list(a), n_boot, seed)  # noqa: E731
+
+    fast = rep(functools.partial(kept_ece, threshold=thr, n_bins=15), p, y)
+    indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=thr, n_bins=15), p, y)
+    np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=1e-15)
+    assert np.isnan(fast).all() == (not (p > thr).any())
+
+    t = LaECE0Targets(img, s["dx"], s["dc"], s["z"], s["gi"], s["gx"], s["gc"])
+    stat = t.statistic(threshold=thr, n_bins=25)
+    fast = rep(stat, p)
+    weighted = rep(lambda c, *, weights=None: stat(c, weights=weights), p)
+    assert np.array_equal(fast, weighted, equal_nan=True)  # the same float operations
+    gt_classes = t.gt_classes
+    indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, gt_classes, thr, 25, None), p, t.target, t.cls, t.use)
+    np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
+    if thr == 0.25:
+        mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(seed), n_img, n_boot)))
+        out = (mult[:, 0] + mult[:, 1]) == 0
+        assert out.any() and (~out).any()  # class 3 weighted out in some replicates, not in others
+        assert not np.isnan(fast).any()
+        lo, hi = metrics.bootstrap_ci(stat, img, p, n_boot=n_boot, seed=seed, method="normal")
+        assert (lo, hi) == metrics.bootstrap_ci(lambda c, *, weights=None: stat(c, weights=weights), img, p,
+                                                n_boot=n_boot, seed=seed, method="normal")
+
+
+def test_bootstrap_kept_ece_checks_once_and_refuses_bad_input():
+    img = np.arange(4)
+    with pytest.raises(InputError, match="`conf` to contain values in"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 1.5, 0.3], [1, 0, 1, 0])
+    with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+    with pytest.raises(InputError, match="same shape"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [[1, 0, 1, 0]] * 4)
+    # nothing kept: every replicate is nan, so is the interval (no validation of the labels needed)
+    lo, hi = bootstrap_ci(functools.partial(kept_ece, threshold=0.9), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+    assert np.isnan(lo) and np.isnan(hi)
