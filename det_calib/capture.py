@@ -25,6 +25,8 @@ fused twice (once per branch, by Ultralytics) and the fused one-to-one branch jo
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -187,6 +189,12 @@ class Capturer:
     padded for its neighbours, but batched convolution rounds differently from a batch of one
     (class logits differ by ~1e-5 on CPU), so use it where throughput matters (GPU).
 
+    On a CPU where Ultralytics runs torch on one thread (it uses ``cpu_count - 1`` threads, at
+    most 8: one thread on a machine with two cores), a prediction leaves the other cores idle.
+    ``workers`` then captures that many images at once, in threads, each with its own copy of the
+    fused network (torch releases the GIL inside its operators). Every image is still one forward
+    pass with the thread count ``predict`` uses, so the table is the same for any ``workers``.
+
     Args:
         model: ``.pt`` path or ``ultralytics.YOLO`` detector.
         head: One head mode, ``"nms"`` or ``"e2e"``.
@@ -199,9 +207,12 @@ class Capturer:
         batch: Maximum images per forward pass (same letterboxed shape only).
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         all_logits: Also return all nc class logits of each box in a ``logits`` list column.
+        workers: Images captured in parallel (threads, one network copy each; ``batch=1`` only).
+            None (default): one per CPU core when the device is a CPU and torch runs one thread
+            per operator, else 1 (see :func:`auto_workers`).
 
     Raises:
-        InputError: Bad model, head, conf or batch; unknown device.
+        InputError: Bad model, head, conf, batch or workers; unknown device.
     """
 
     def __init__(
@@ -217,6 +228,7 @@ class Capturer:
         batch: int = 1,
         device: str | None = None,
         all_logits: bool = False,
+        workers: int | None = None,
     ) -> None:
         from ultralytics.data.augment import LetterBox
         from ultralytics.utils.checks import check_imgsz
@@ -240,11 +252,22 @@ class Capturer:
             self.device = select_device("" if device is None else device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
             raise InputError(f"bad device {device!r}: {first_line(e)}") from None
-        self.backend = _fused_network(yolo, self.heads, self.device)
+        if workers is None:
+            workers = auto_workers(self.device, self.batch)
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise InputError(f"Expected argument `workers` to be a positive integer or None, but got {workers!r}")
+        if workers > 1 and self.batch > 1:
+            raise InputError(f"Expected argument `workers` to be 1 with `batch` {self.batch}: parallel workers "
+                             "capture one image per forward pass (batch 1)")
+        self.workers = workers
+        # one fused network per worker: a forward pass toggles the head's decode mode (see _run)
+        self.backends = [_fused_network(yolo, self.heads, self.device) for _ in range(workers)]
+        self.backend = self.backends[0]
         self.net = self.backend.model  # the fused DetectionModel
-        h = self.net.model[-1]
-        if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
-            h.max_det, h.agnostic_nms = max(self.max_det, 300), False
+        for backend in self.backends:
+            h = backend.model.model[-1]
+            if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
+                h.max_det, h.agnostic_nms = max(self.max_det, 300), False
         stride = max(int(self.net.stride.max()), 32)
         self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
         self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
@@ -278,52 +301,96 @@ class Capturer:
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
-        pending: dict[tuple, list[tuple[int, np.ndarray]]] = {}  # letterboxed shape -> [(position, image)]
         bar = _progress(len(paths), f"capture {split or 'images'} [{'+'.join(self.heads)}]", enabled=progress,
                         batch=self.batch)
-        n_bad = 0
+        source = _read_ahead(paths, depth=2 * self.batch * self.workers)
         try:
-            for pos, im0 in _read_ahead(paths, depth=2 * self.batch):
-                if im0 is None:
-                    n_bad += 1
-                    log.warning("cannot read image %s: skipped", paths[pos])
-                    bar.update(1)
-                    continue
-                sizes[pos] = (im0.shape[1], im0.shape[0])
-                lb = self._letterbox(image=im0)
-                del im0  # only the letterboxed image waits for its batch
-                group = pending.setdefault(lb.shape, [])
-                group.append((pos, lb))
-                if len(group) >= self.batch:
-                    self._run(pending.pop(lb.shape), sizes, out)
-                    bar.update(self.batch)
-                elif sum(len(g) for g in pending.values()) >= 4 * self.batch:  # bound what waits
-                    key = max(pending, key=lambda k: len(pending[k]))
-                    bar.update(len(pending[key]))
-                    self._run(pending.pop(key), sizes, out)
-            for key in list(pending):
-                bar.update(len(pending[key]))
-                self._run(pending.pop(key), sizes, out)
+            if self.workers == 1 or len(paths) == 1:
+                n_bad = self._stream(self.backend, source, paths, sizes, out, bar, threading.Event())
+            else:
+                n_bad = self._parallel(source, paths, sizes, out, bar)
         except (torch.OutOfMemoryError, MemoryError):
             raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
         finally:
+            source.close()
             bar.close()
         if n_bad:
             warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
         return self._table(out, sizes, names, ids, split)
 
+    def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar) -> int:
+        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one source."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock, stop = threading.Lock(), threading.Event()
+
+        def shared():  # the read-ahead generator, one image at a time to whichever worker asks
+            while True:
+                with lock:
+                    item = next(source, None)
+                if item is None:
+                    return
+                yield item
+
+        bar = _LockedBar(bar, lock)
+
+        def work(backend) -> int:
+            try:
+                return self._stream(backend, shared(), paths, sizes, out, bar, stop)
+            except BaseException:
+                stop.set()  # the other workers stop at their next image
+                raise
+
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="det_calib-capture") as pool:
+            futures = [pool.submit(work, backend) for backend in self.backends]
+            try:
+                return sum(f.result() for f in futures)
+            finally:
+                stop.set()
+
+    def _stream(self, backend, source, paths: list[str], sizes: np.ndarray, out: dict, bar,
+                stop: threading.Event) -> int:
+        """Capture the ``(position, image or None)`` items of ``source`` with one network, images of
+        the same letterboxed shape ``batch`` at a time; returns how many images were unreadable."""
+        pending: dict[tuple, list[tuple[int, np.ndarray]]] = {}  # letterboxed shape -> [(position, image)]
+        n_bad = 0
+        for pos, im0 in source:
+            if stop.is_set():
+                return n_bad
+            if im0 is None:
+                n_bad += 1
+                log.warning("cannot read image %s: skipped", paths[pos])
+                bar.update(1)
+                continue
+            sizes[pos] = (im0.shape[1], im0.shape[0])
+            lb = self._letterbox(image=im0)
+            del im0  # only the letterboxed image waits for its batch
+            group = pending.setdefault(lb.shape, [])
+            group.append((pos, lb))
+            if len(group) >= self.batch:
+                self._run(backend, pending.pop(lb.shape), sizes, out)
+                bar.update(self.batch)
+            elif sum(len(g) for g in pending.values()) >= 4 * self.batch:  # bound what waits
+                key = max(pending, key=lambda k: len(pending[k]))
+                bar.update(len(pending[key]))
+                self._run(backend, pending.pop(key), sizes, out)
+        for key in list(pending):
+            bar.update(len(pending[key]))
+            self._run(backend, pending.pop(key), sizes, out)
+        return n_bad
+
     @torch.inference_mode()
-    def _run(self, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
-        """One forward pass over same-shape letterboxed images; every head decoded from it."""
+    def _run(self, backend, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
+        """One forward pass of ``backend`` over same-shape letterboxed images; every head decoded from it."""
         from ultralytics.utils import nms, ops
 
         positions = [p for p, _ in group]
         # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
         stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
-        x = torch.from_numpy(stack).to(self.backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
+        x = torch.from_numpy(stack).to(backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
         group.clear()
-        y, raw = self.backend(x)
-        head = self.net.model[-1]
+        y, raw = backend(x)
+        head = backend.model.model[-1]
         branches = {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")} if "one2one" in raw else {"nms": raw}
         for h in self.heads:
             e2e = h == "e2e"
@@ -383,6 +450,36 @@ class Capturer:
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
+def auto_workers(device: torch.device, batch: int = 1) -> int:
+    """How many images :class:`Capturer` captures at once by default.
+
+    One per CPU core (at most 8) when the device is a CPU, ``batch`` is 1 and torch runs one
+    thread per operator, as Ultralytics sets it on a machine with two cores: ``predict`` then
+    uses one core, and more workers use the others without changing a single operator's
+    arithmetic. Otherwise 1: on a GPU, with ``batch > 1``, or where torch already runs several
+    threads per operator (a worker per core there would change the thread count each
+    convolution runs with, and with it the rounding).
+    """
+    if device.type != "cpu" or batch != 1 or torch.get_num_threads() != 1:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+class _LockedBar:
+    """A progress bar that several capture workers update."""
+
+    def __init__(self, bar, lock: threading.Lock) -> None:
+        self.bar, self.lock = bar, lock
+
+    def update(self, n: int = 1) -> None:
+        with self.lock:
+            self.bar.update(n)
+
+
 def _read_ahead(paths: list[str], *, depth: int):
     """Yield ``(position, BGR image or None)`` in order, decoding up to ``depth`` images ahead in a
     thread (OpenCV releases the GIL), with Ultralytics' own ``imread`` (as its image loader)."""
@@ -422,6 +519,7 @@ def capture(
     image_ids: Sequence[int] | None = None,
     all_logits: bool = False,
     progress: bool = True,
+    workers: int | None = None,
 ) -> pl.DataFrame:
     """Run the detector over ``images`` and return one row per output box with its raw logit.
 
@@ -451,6 +549,8 @@ def capture(
             a shard of a split passes the images' positions in the whole split.
         all_logits: Also return all nc class logits of each box in a ``logits`` list column.
         progress: Show a progress bar.
+        workers: Images captured at once (threads); the table does not depend on it. None: one
+            per core where torch runs single-threaded on a CPU, see :func:`auto_workers`.
 
     Returns:
         Box table with the capture columns of :mod:`det_calib.boxes` (no match columns).
@@ -460,7 +560,7 @@ def capture(
     """
     capturer = Capturer(
         model, head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
-        device=device, all_logits=all_logits,
+        device=device, all_logits=all_logits, workers=workers,
     )
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 

@@ -164,8 +164,9 @@ def candidates_of(choice: Choice) -> list[Candidate]:
     out = []
     for c in sel.candidates:
         params: dict[str, Any] = {"fit_min_conf": c.fit_min_conf, "cv_se": _num(c.se),
+                                  "cv_diff": _num(c.diff), "cv_diff_se": _num(c.diff_se),
                                   "fold_scores": [_num(v) for v in c.fold_scores], "criterion": sel.criterion,
-                                  "min_conf": sel.min_conf, "n_folds": sel.n_folds}
+                                  "min_conf": sel.min_conf, "n_folds": sel.n_folds, "n_repeats": sel.n_repeats}
         if c.shrinkage is not None:
             params["shrinkage"] = _num(c.shrinkage)
         if c.error:

@@ -896,8 +896,8 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
     if rec is None:
         return f"[{head}] no calibrator"
     if rec.method == "none":
-        return (f"[{head}] keep the raw scores: no calibrator beat them on held-out folds (calibrated.pt leaves "
-                "this head's scores unchanged)")
+        return (f"[{head}] keep the raw scores: no calibrator beat them by more than one standard error on held-out "
+                "folds (calibrated.pt leaves this head's scores unchanged)")
     floor = rec.params.get("fit_min_conf", st.fit_min_conf) or 0.0
     where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
     if rec.method == "temperature":
@@ -909,7 +909,9 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
     if h.candidates:
         best = next((c for c in h.candidates if c.selected), None)
         if best is not None:
-            chosen = f"; chosen by {st.cv_folds}-fold CV by image ({st.criterion} above conf {min(st.conf_thresholds)})"
+            reps = best.calibrator.params.get("n_repeats") or 1
+            folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
+            chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
     return f"[{head}] {what}, fitted on {where}{chosen}"
 
 

@@ -6,17 +6,23 @@ changes at two knots in the operating range, :class:`~det_calib.spline.SplineCal
 ``class-temperature``, ``class-platt``, ``isotonic``, ``class-isotonic``. A fit range is a conf floor: ``0.0`` fits on
 every box, ``0.1`` only on boxes whose raw conf is above 0.1.
 
-Criterion (stated with every result): K-fold CV with folds grouped by image; each candidate is
-fitted on K-1 folds (on its fit range) and scored on the held-out fold by the mean NLL
-(``criterion="nll"``) of the held-out boxes whose **raw** conf is above ``min_conf`` (the
-operating range: the lowest conf threshold the user keeps boxes at; the same boxes for every
-candidate, so the scores compare), or by the ECE (15 bins) of the held-out boxes whose
-**calibrated** conf is above ``min_conf`` (``criterion="ece"``, the error of the kept set).
-The candidate with the lowest mean wins, except that the simplest candidate whose mean is within
-one standard error (of the best candidate's fold scores) of the best is preferred. The
-per-class methods choose their shrinkage on the same folds (the best grid value by CV mean; its
-small optimism is one more reason for the one-SE rule). The chosen candidate is refitted on all
-boxes of its fit range.
+Criterion (stated with every result): K-fold CV with folds grouped by image, repeated R times
+with fresh fold assignments (``n_repeats``, default 5: one assignment alone decides close calls
+by luck, and ``--seed`` would change the choice); each candidate is fitted on K-1 folds (on its
+fit range) and scored on the held-out fold by the mean NLL (``criterion="nll"``) of the held-out
+boxes whose **raw** conf is above ``min_conf`` (the operating range: the lowest conf threshold
+the user keeps boxes at; the same boxes for every candidate, so the scores compare), or by the
+ECE (15 bins) of the held-out boxes whose **calibrated** conf is above ``min_conf``
+(``criterion="ece"``, the error of the kept set). The candidate with the lowest mean over the
+R x K held-out folds is the best; the simplest candidate whose mean exceeds the best's by at
+most one standard error of that difference is chosen (the one-SE rule). The difference is
+taken fold by fold (every candidate is scored on the same folds, so what makes one fold harder
+for all cancels), and its standard error is corrected for the overlap of the training folds
+(Nadeau and Bengio, 2003): ``sd(d) * sqrt(1 / (R K) + 1 / (K - 1))``, which does not shrink to
+zero as repeats are added. ``none`` is chosen when no calibrator beats the raw scores by more
+than that. The per-class methods choose their shrinkage on the same folds (the best grid value
+by CV mean; its small optimism is one more reason for the one-SE rule). The chosen candidate is
+refitted on all boxes of its fit range.
 """
 
 from __future__ import annotations
@@ -170,11 +176,14 @@ class Candidate:
     Attributes:
         method: One of :data:`METHODS`.
         fit_min_conf: Fit range: boxes with raw conf above this (0.0 = all boxes).
-        mean: Mean of the per-fold criterion (nan when a fold failed).
-        se: Standard error of that mean (fold std / sqrt(K)).
-        fold_scores: Per-fold criterion values.
+        mean: Mean of the held-out criterion over the R x K folds (nan when every fold failed).
+        se: Standard error of that mean, corrected for overlapping training folds (see the
+            module docstring): ``sd * sqrt(1 / (R K) + 1 / (K - 1))``.
+        fold_scores: Held-out criterion per fold, repeat after repeat (R x K values).
         shrinkage: Per-class methods: the shrinkage (``lam`` or ``m``) their CV chose.
         error: Why the candidate could not be scored (a degenerate fit), else None.
+        diff: Mean fold-by-fold difference from the best candidate's scores (0 for the best).
+        diff_se: Corrected standard error of ``diff`` (the one-SE rule compares the two).
     """
 
     method: str
@@ -184,6 +193,8 @@ class Candidate:
     fold_scores: list[float]
     shrinkage: float | None = None
     error: str | None = None
+    diff: float = math.nan
+    diff_se: float = math.nan
 
     @property
     def name(self) -> str:
@@ -198,6 +209,8 @@ class Candidate:
             "fold_scores": [_jf(v) for v in self.fold_scores],
             "shrinkage": None if self.shrinkage is None else _jf(self.shrinkage),
             "error": self.error,
+            "cv_diff": _jf(self.diff),
+            "cv_diff_se": _jf(self.diff_se),
         }
 
 
@@ -216,6 +229,7 @@ class Selection:
         calibrator: The chosen method refitted on all boxes of its fit range.
         criterion: ``"nll"`` or ``"ece"``; ``min_conf``: the operating floor it looks at.
         n_folds: K. ``reason``: one sentence saying why ``chosen`` won.
+        n_repeats: R, the fold assignments (seeds ``seed`` .. ``seed + R - 1``).
     """
 
     candidates: list[Candidate]
@@ -227,14 +241,16 @@ class Selection:
     n_folds: int
     reason: str
     extra: dict[str, Any] = field(default_factory=dict)
+    n_repeats: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: ``{"criterion", "min_conf", "n_folds", "chosen": {"method", "fit_min_conf"},
+        """JSON-safe: ``{"criterion", "min_conf", "n_folds", "n_repeats", "chosen": {"method", "fit_min_conf"},
         "best": {...}, "reason", "candidates": [Candidate.to_dict()], "calibrator": calibrator.to_dict()}``."""
         return {
             "criterion": self.criterion,
             "min_conf": self.min_conf,
             "n_folds": self.n_folds,
+            "n_repeats": self.n_repeats,
             "chosen": {"method": self.chosen.method, "fit_min_conf": self.chosen.fit_min_conf},
             "best": {"method": self.best.method, "fit_min_conf": self.best.fit_min_conf},
             "reason": self.reason,
@@ -285,6 +301,7 @@ def select_calibrator(
     min_conf: float = 0.25,
     criterion: Literal["nll", "ece"] = "nll",
     n_folds: int = 5,
+    n_repeats: int = 5,
     seed: int = 0,
     cv_resolution: float | None = 0.01,
 ) -> Selection:
@@ -302,7 +319,9 @@ def select_calibrator(
         min_conf: The operating floor the criterion looks at (the lowest conf threshold used).
         criterion: ``"nll"`` or ``"ece"``, see the module docstring.
         n_folds: K >= 2.
-        seed: Seed of the fold assignment and the per-class shrinkage CV.
+        n_repeats: R >= 1 fold assignments (seeds ``seed``, ``seed + 1``, ...); every candidate
+            is scored on all R x K held-out folds.
+        seed: Seed of the first fold assignment and of the per-class shrinkage CV.
         cv_resolution: For speed, the CV fits and scores run on logits rounded to this grid,
             identical (fold, class, logit, label) rows pooled into weights (0.01 moves a
             probability by at most 0.0025, far below the folds' noise); None: exact logits.
@@ -335,17 +354,21 @@ def select_calibrator(
         if skipped:
             log.info("no `classes` given: skipping %s", ", ".join(skipped))
         use = [m for m in use if not m.startswith("class-")]
-    folds = group_folds(z.shape[0], n_folds, groups, seed=seed)
+    if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
+        raise InputError(f"Expected argument `n_repeats` to be a positive integer, but got {n_repeats!r}")
     if not np.isfinite(z).all():
         raise DegenerateFitError("calibrator selection got non-finite logits (nan or inf)")
-    if cv_resolution is not None:
-        if not (isinstance(cv_resolution, (int, float)) and cv_resolution > 0):
-            raise InputError(f"Expected argument `cv_resolution` to be a number > 0 or None, but got {cv_resolution!r}")
-        zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
-    else:
-        zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
-    raw_keep = zc > logit_threshold(min_conf)
-    if not raw_keep.any() and criterion == "nll":
+    if cv_resolution is not None and not (isinstance(cv_resolution, (int, float)) and cv_resolution > 0):
+        raise InputError(f"Expected argument `cv_resolution` to be a number > 0 or None, but got {cv_resolution!r}")
+    repeats = []  # per fold assignment: (logits, labels, classes, folds, weights, raw_keep) of the CV rows
+    for r in range(int(n_repeats)):
+        folds = group_folds(z.shape[0], n_folds, groups, seed=seed + r)
+        if cv_resolution is not None:
+            zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
+        else:
+            zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
+        repeats.append((zc, yc, kc, fc, wc, zc > logit_threshold(min_conf)))
+    if not repeats[0][5].any() and criterion == "nll":
         raise DegenerateFitError(
             f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
         )
@@ -353,26 +376,25 @@ def select_calibrator(
     cands: list[Candidate] = []
     for method in use:
         for floor in (0.0,) if method == "none" else floors:
-            cands.append(_cv_candidate(method, floor, zc, yc, kc, wc, fc, n_folds, raw_keep, criterion, min_conf, seed))
+            cands.append(_cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed))
 
-    order = {m: i for i, m in enumerate(METHODS)}
     ok = [c for c in cands if c.error is None and math.isfinite(c.mean)]
     if not ok:
         raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
-    best = min(ok, key=lambda c: c.mean)
-    limit = best.mean + (best.se if math.isfinite(best.se) else 0.0)
-    within = [c for c in ok if c.mean <= limit]
-    chosen = min(within, key=lambda c: (order[c.method], floors.index(c.fit_min_conf) if c.method != "none" else 0))
+    chosen, best = _one_se_choice(ok, floors, n_folds)
+    folds_text = f"{int(n_repeats)}x{n_folds} folds"
     if chosen is best:
-        reason = f"{chosen.name} has the lowest CV {criterion} ({chosen.mean:.5g} ± {chosen.se:.2g} SE)"
+        reason = f"{chosen.name} has the lowest CV {criterion} ({chosen.mean:.5g} ± {chosen.se:.2g} SE, {folds_text})"
     else:
         reason = (
             f"{chosen.name} ({chosen.mean:.5g}) is the simplest candidate within one standard error of the best, "
-            f"{best.name} ({best.mean:.5g} ± {best.se:.2g} SE)"
+            f"{best.name} ({best.mean:.5g}; difference {chosen.diff:.2g} ± {chosen.diff_se:.2g} SE fold by fold, "
+            f"{folds_text})"
         )
     cal = _refit(chosen, z, y, k, groups, seed)
     log.info("calibrator selection: %s", reason)
-    return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason)
+    return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
+                     n_repeats=int(n_repeats))
 
 
 def fit_calibrator(
@@ -460,8 +482,37 @@ def _fold_fits(method, grid, z, y, k, w, seed):
     return [make_calibrator(method, seed=seed).fit(z, y, weights=w)]
 
 
-def _cv_candidate(method, floor, z, y, k, w, folds, n_folds, raw_keep, criterion, min_conf, seed) -> Candidate:
-    in_range = _fit_range(z, floor)
+def _one_se_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int) -> tuple[Candidate, Candidate]:
+    """``(chosen, best)`` among scored candidates (the one-SE rule of the module docstring); sets
+    every candidate's ``diff`` and ``diff_se`` against the best."""
+    order = {m: i for i, m in enumerate(METHODS)}
+    best = min(ok, key=lambda c: c.mean)
+    for c in ok:
+        c.diff, c.diff_se = _paired_diff(c.fold_scores, best.fold_scores, n_folds)
+    within = [c for c in ok if c is best or c.diff <= (c.diff_se if math.isfinite(c.diff_se) else 0.0)]
+    chosen = min(within, key=lambda c: (order[c.method], floors.index(c.fit_min_conf) if c.method != "none" else 0))
+    return chosen, best
+
+
+def _corrected_se(d: np.ndarray, n_folds: int) -> float:
+    """Standard error of the mean of R x K held-out fold scores (or score differences), corrected
+    for the overlap of the training folds (Nadeau and Bengio, 2003): ``sd * sqrt(1/(R K) + 1/(K-1))``."""
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        return math.nan
+    return float(np.std(d, ddof=1) * math.sqrt(1.0 / d.size + 1.0 / (n_folds - 1)))
+
+
+def _paired_diff(scores: list[float], best: list[float], n_folds: int) -> tuple[float, float]:
+    """Mean and corrected standard error of ``scores - best``, fold by fold (the folds both scored)."""
+    d = np.asarray(scores, dtype=np.float64) - np.asarray(best, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return math.nan, math.nan
+    return float(d.mean()), _corrected_se(d, n_folds)
+
+
+def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) -> Candidate:
     per_class = method.startswith("class-")
     grid: list[float] = [None]  # type: ignore[list-item]
     if per_class:
@@ -469,21 +520,23 @@ def _cv_candidate(method, floor, z, y, k, w, folds, n_folds, raw_keep, criterion
         from det_calib.scaling import SHRINKAGE_GRID
 
         grid = list(BLEND_GRID if method == "class-isotonic" else SHRINKAGE_GRID)
-    scores = np.full((n_folds, len(grid)), np.nan)
+    scores = np.full((len(repeats) * n_folds, len(grid)), np.nan)
     try:
-        for f in range(n_folds):
-            tr = (folds != f) & in_range
-            te = folds == f
-            fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed)
-            for j, cal in enumerate(fits):
-                t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))
-                scores[f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)
+        for r, (z, y, k, folds, w, raw_keep) in enumerate(repeats):
+            in_range = _fit_range(z, floor)
+            for f in range(n_folds):
+                tr = (folds != f) & in_range
+                te = folds == f
+                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed)
+                for j, cal in enumerate(fits):
+                    t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))
+                    scores[r * n_folds + f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)
     except DegenerateFitError as e:
         return Candidate(method, float(floor), math.nan, math.nan, [], error=str(e))
     mean = np.nanmean(scores, axis=0) if np.isfinite(scores).any() else np.full(len(grid), np.nan)
     j = int(np.nanargmin(mean)) if np.isfinite(mean).any() else 0
     col = scores[:, j]
-    se = float(np.nanstd(col, ddof=1) / math.sqrt(np.isfinite(col).sum())) if np.isfinite(col).sum() > 1 else math.nan
+    se = _corrected_se(col, n_folds)
     return Candidate(
         method, float(floor), float(mean[j]), se, [float(v) for v in col], shrinkage=grid[j] if per_class else None
     )

@@ -153,12 +153,64 @@ def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_image
     """Counted on the first layer of the network: one call per image for both heads together."""
     from det_calib.capture import Capturer
 
-    cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320)
+    cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320, workers=2)
     calls = []
-    cap.net.model[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
+    for backend in cap.backends:  # every worker's network
+        backend.model.model[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
     df = cap(fixture_images[:5], progress=False)
     assert sum(calls) == 5 and len(calls) == 5
     assert set(df["head"].unique()) == {"nms", "e2e"}
+
+
+def test_parallel_workers_give_the_one_worker_table(tmp_path, demo_model_path, fixture_images):
+    """Workers capture images at once (threads, a network each): the same table, bit for bit, as one
+    worker, an unreadable image skipped the same way, and every image run exactly once."""
+    from det_calib.capture import Capturer
+
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"not an image")
+    images = [*fixture_images[:4], bad, *fixture_images[4:]]
+    one = Capturer(str(demo_model_path), heads="auto", imgsz=320, workers=1)
+    many = Capturer(str(demo_model_path), heads="auto", imgsz=320, workers=3)
+    assert len(many.backends) == 3 and len({id(b) for b in many.backends}) == 3
+    calls = []
+    for backend in many.backends:
+        backend.model.model[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
+    with pytest.warns(UserWarning, match="skipped 1 of"):
+        a = one(images, progress=False)
+    with pytest.warns(UserWarning, match="skipped 1 of"):
+        b = many(images, progress=False)
+    assert len(calls) == len(fixture_images)  # each readable image once, over all workers
+    assert a.height > 100 and b.equals(a)
+    assert 4 not in set(b["image_id"].to_list())  # the broken image has no rows
+
+
+def test_auto_workers_use_idle_cores_only_where_the_numbers_stay_the_same():
+    """One worker per core only on a CPU, at batch 1, with torch on one thread per operator (as
+    Ultralytics sets it on a two-core machine); workers are a positive integer, 1 when batched."""
+    import os
+
+    from det_calib.capture import auto_workers
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        cores = len(os.sched_getaffinity(0))
+        assert auto_workers(torch.device("cpu"), 1) == max(1, min(cores, 8))
+        assert auto_workers(torch.device("cpu"), 4) == 1
+        assert auto_workers(torch.device("cuda", 0), 1) == 1
+        torch.set_num_threads(2)  # predict would run each operator on two threads: the rounding follows
+        assert auto_workers(torch.device("cpu"), 1) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_workers_argument_is_checked(demo_model_path, fixture_images):
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(InputError, match="`workers`"):
+            capture(str(demo_model_path), fixture_images[:1], workers=bad, progress=False)
+    with pytest.raises(InputError, match="`workers` to be 1 with `batch` 2"):
+        capture(str(demo_model_path), fixture_images[:1], workers=2, batch=2, progress=False)
 
 
 def test_batched_capture_groups_same_shapes_and_stays_close(demo_model_path, fixture_images):

@@ -64,18 +64,67 @@ def test_planted_nonlinear_map_picks_isotonic():
 
 def test_selection_result_is_json_and_the_calibrator_round_trips():
     z, y, k, g = _boxes(lambda z, k: 1.3 * z + 0.3, n=10_000)
-    sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=(0.0, 0.05), n_folds=3)
+    sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=(0.0, 0.05), n_folds=3, n_repeats=2)
     d = json.loads(json.dumps(sel.to_dict()))
-    assert d["criterion"] == "nll" and d["n_folds"] == 3
+    assert d["criterion"] == "nll" and d["n_folds"] == 3 and d["n_repeats"] == 2
     names = {(c["method"], c["fit_min_conf"]) for c in d["candidates"]}
     assert ("platt", 0.05) in names and ("none", 0.0) in names
     for c in d["candidates"]:
         if c["error"] is None:
-            assert len(c["fold_scores"]) == 3
+            assert len(c["fold_scores"]) == 3 * 2
+            assert c["cv_diff"] >= 0.0 and c["cv_diff_se"] >= 0.0
     cal = calibrator_from_dict(d["calibrator"])
     np.testing.assert_allclose(
         cal.transform_logits(z[:20], classes=k[:20]), sel.calibrator.transform_logits(z[:20], classes=k[:20])
     )
+
+
+def test_repeats_are_fresh_fold_assignments_scored_fold_by_fold():
+    """Repeat r uses the fold assignment of seed + r: the first K scores are the single run's, the
+    next K those of a single run at seed + 1; the mean and the corrected SE cover all R x K."""
+    z, y, k, g = _boxes(lambda z, k: 1.3 * z + 0.3, n=10_000)
+    kw = dict(classes=k, groups=g, methods=("temperature", "platt"), fit_min_confs=(0.0,), n_folds=4)
+    three = select_calibrator(z, y, n_repeats=3, seed=7, **kw)
+    firsts = [select_calibrator(z, y, n_repeats=1, seed=s, **kw) for s in (7, 8, 9)]
+    for j, c in enumerate(three.candidates):
+        parts = [f.candidates[j].fold_scores for f in firsts]
+        assert c.fold_scores == parts[0] + parts[1] + parts[2]
+        d = np.asarray(c.fold_scores)
+        assert c.mean == pytest.approx(d.mean(), rel=1e-12)
+        assert c.se == pytest.approx(d.std(ddof=1) * np.sqrt(1 / 12 + 1 / 3), rel=1e-12)
+    best = min(three.candidates, key=lambda c: c.mean)
+    for c in three.candidates:
+        d = np.asarray(c.fold_scores) - np.asarray(best.fold_scores)
+        assert c.diff == pytest.approx(d.mean(), abs=1e-15)
+        assert c.diff_se == pytest.approx(d.std(ddof=1) * np.sqrt(1 / 12 + 1 / 3), abs=1e-15)
+    assert three.n_repeats == 3 and "3x4 folds" in three.reason
+    with pytest.raises(InputError, match="`n_repeats`"):
+        select_calibrator(z, y, n_repeats=0, **kw)
+
+
+def test_one_se_rule_compares_fold_by_fold():
+    """Folds differ in difficulty for every candidate alike. A candidate worse on every fold by a
+    steady 0.01 is not "within one SE" of the best, however much the folds vary; one whose
+    difference is noise around a small mean is, and the simpler one is then chosen."""
+    from det_calib.selection import Candidate, _one_se_choice
+
+    rng = np.random.default_rng(0)
+    hard = np.array([0.45, 0.52, 0.58, 0.47, 0.50])  # 5 folds of shared difficulty, sd 0.05 >> 0.01
+    none = Candidate("none", 0.0, float((hard + 0.01).mean()), 0.0, list(hard + 0.01))
+    spline = Candidate("spline", 0.0, float(hard.mean()), 0.0, list(hard))
+    chosen, best = _one_se_choice([none, spline], (0.0,), 5)
+    assert best is spline and chosen is spline
+    assert none.diff == pytest.approx(0.01) and none.diff_se == pytest.approx(0.0, abs=1e-12)
+    # the classic rule (the best's own fold spread) would have kept the raw scores
+    assert none.mean <= spline.mean + np.std(hard, ddof=1) / np.sqrt(5)
+    hard = rng.normal(0.5, 0.05, 25)
+    spline = Candidate("spline", 0.0, float(hard.mean()), 0.0, list(hard))
+    noisy = hard + 0.002 + 0.01 * np.resize([1.0, -1.0], 25)  # a mean difference of 0.0024, sd 0.01
+    platt = Candidate("platt", 0.0, float(noisy.mean()), 0.0, list(noisy))
+    chosen, best = _one_se_choice([platt, spline], (0.0,), 5)
+    assert best is spline and chosen is platt
+    assert 0 < platt.diff <= platt.diff_se
+    assert platt.diff_se == pytest.approx(np.std(noisy - hard, ddof=1) * np.sqrt(1 / 25 + 1 / 4))
 
 
 def test_selection_bad_input():

@@ -167,7 +167,14 @@ def test_selection_tries_the_spline_and_picks_it_for_an_s_shaped_miscalibration(
     y = rng.random(n) < sigmoid(g)
     k = rng.integers(0, 4, n)
     sel = select_calibrator(z, y, classes=k, groups=np.arange(n) // 20, min_conf=0.25,
-                            methods=("temperature", "platt", "spline", "isotonic"))
+                            methods=("temperature", "platt", "spline"))
     assert {c.method for c in sel.candidates} >= {"spline"}
     assert sel.chosen.method == "spline", sel.reason
     assert isinstance(sel.calibrator, SplineCalibrator)
+    platt = min((c for c in sel.candidates if c.method == "platt"), key=lambda c: c.mean)
+    assert platt.diff > platt.diff_se  # the affine map is worse fold by fold, beyond its standard error
+    # with isotonic too, a map that bends wins (the spline's knots are at quantiles of the correct
+    # boxes, not at the planted -1 and 1.5: on 80k boxes isotonic's exact bends may beat it)
+    sel = select_calibrator(z, y, classes=k, groups=np.arange(n) // 20, min_conf=0.25,
+                            methods=("temperature", "platt", "spline", "isotonic"))
+    assert sel.chosen.method in ("spline", "isotonic"), sel.reason

@@ -37,7 +37,7 @@ def method_words(run: Run, head: str) -> str:
     if rec is None:
         return "no calibrator"
     if rec.method == "none":
-        return "keep the raw scores (no calibrator beat them on held-out folds)"
+        return "keep the raw scores (no calibrator beat them by more than one standard error on held-out folds)"
     if rec.method == "temperature":
         return f"temperature T = {f3(rec.temperature)}"
     floor = rec.params.get("fit_min_conf") or 0.0
@@ -121,12 +121,16 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
     st = run.settings
     thr = list(st.conf_thresholds)
     b.add(Heading(2, f"Calibrators compared{label}", "calibrators" if not label else None))
+    reps = _repeats(run, heads)
+    folds = f"{st.cv_folds}-fold cross-validation grouped by image" + (f", repeated {reps} times with fresh folds,"
+                                                                       if reps > 1 else "")
     b.add(Para(f"--method auto tried every method on two fit ranges (all boxes, and boxes above half the lowest "
-               f"conf) by {st.cv_folds}-fold cross-validation grouped by image on split {st.fit_split}, scored by "
-               f"the {st.criterion} of the held-out boxes above conf {min(thr):g}; it takes the simplest candidate "
-               "within one standard error of the best (none < temperature < platt < spline < class-temperature "
-               "< class-platt < isotonic < class-isotonic). Each method's best fit range was then refitted on the "
-               f"whole fit split and scored on split {st.eval_split} below.", "note"))
+               f"conf) by {folds} on split {st.fit_split}, scored by the {st.criterion} of the held-out boxes above "
+               f"conf {min(thr):g}; it takes the simplest candidate whose score exceeds the best's by at most one "
+               "standard error of the difference, taken fold by fold and corrected for the overlap of the training "
+               "folds (none < temperature < platt < spline < class-temperature < class-platt < isotonic < "
+               "class-isotonic). Each method's best fit range was then refitted on the whole fit split and scored "
+               f"on split {st.eval_split} below.", "note"))
     for h in heads:
         hr = run.head(h)
         cands = hr.candidates or []
@@ -139,10 +143,12 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
         rows = []
         for c in cands:
             p = c.calibrator.params
+            diff = "n/a" if p.get("cv_diff") is None else f"{p['cv_diff']:+.4f} ± {f4(p.get('cv_diff_se'))}"
             rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
-                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}",
+                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}", diff,
                          "n/a" if p.get("shrinkage") is None else f"{p['shrinkage']:g}", p.get("error") or ""])
-        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Shrinkage", "Error"], rows,
+        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus the best, fold by fold (± SE)",
+                     "Shrinkage", "Error"], rows,
                     caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
                     css="cv-candidates", attrs={"data-head": h}))
         scored = [c for c in cands if c.eval]
@@ -175,13 +181,26 @@ def _slug(label: str) -> str:
     return "".join(ch for ch in label if ch.isalnum()).lower()
 
 
+def _repeats(run: Run, heads: list[str]) -> int:
+    """How many fold assignments the CV used (1 for runs recorded before repeats existed)."""
+    for h in heads:
+        for c in run.head(h).candidates or []:
+            return int(c.calibrator.params.get("n_repeats") or 1)
+    return 1
+
+
 def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
     ok = [c for c in cands if c.cv_score is not None]
     best = min(ok, key=lambda c: c.cv_score) if ok else chosen
     if best is chosen:
         return f"It has the lowest cross-validated {criterion}."
-    return (f"It is the simplest candidate within one standard error of the best, {best.name} "
-            f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
+    p = chosen.calibrator.params
+    if p.get("cv_diff") is None:  # recorded before the fold-by-fold rule
+        return (f"It is the simplest candidate within one standard error of the best, {best.name} "
+                f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
+    return (f"It is the simplest candidate within one standard error of the best, {best.name}: "
+            f"{f4(chosen.cv_score)} vs {f4(best.cv_score)}, a difference of {p['cv_diff']:.4f} ± "
+            f"{f4(p.get('cv_diff_se'))} fold by fold.")
 
 
 def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
