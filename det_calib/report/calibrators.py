@@ -126,11 +126,12 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
                                                                        if reps > 1 else "")
     b.add(Para(f"--method auto tried every method on two fit ranges (all boxes, and boxes above half the lowest "
                f"conf) by {folds} on split {st.fit_split}, scored by the {st.criterion} of the held-out boxes above "
-               f"conf {min(thr):g}; it takes the simplest candidate whose score exceeds the best's by at most one "
-               "standard error of the difference, taken fold by fold and corrected for the overlap of the training "
-               "folds (none < temperature < platt < spline < class-temperature < class-platt < isotonic < "
-               "class-isotonic). Each method's best fit range was then refitted on the whole fit split and scored "
-               f"on split {st.eval_split} below.", "note"))
+               f"conf {min(thr):g}; it takes the simplest candidate within one standard error of the best's CV "
+               "estimate (corrected for the overlap of the training folds; none < temperature < platt < spline < "
+               "class-temperature < class-platt < isotonic < class-isotonic). The fold-by-fold difference from the "
+               "best is shown for information: it says how consistently the best wins on these images, not how "
+               "it will do on others. Each method's best fit range was then refitted on the whole fit split and "
+               f"scored on split {st.eval_split} below.", "note"))
     for h in heads:
         hr = run.head(h)
         cands = hr.candidates or []
@@ -194,13 +195,8 @@ def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
     best = min(ok, key=lambda c: c.cv_score) if ok else chosen
     if best is chosen:
         return f"It has the lowest cross-validated {criterion}."
-    p = chosen.calibrator.params
-    if p.get("cv_diff") is None:  # recorded before the fold-by-fold rule
-        return (f"It is the simplest candidate within one standard error of the best, {best.name} "
-                f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
-    return (f"It is the simplest candidate within one standard error of the best, {best.name}: "
-            f"{f4(chosen.cv_score)} vs {f4(best.cv_score)}, a difference of {p['cv_diff']:.4f} ± "
-            f"{f4(p.get('cv_diff_se'))} fold by fold.")
+    return (f"It is the simplest candidate within one standard error of the best, {best.name} "
+            f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
 
 
 def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
