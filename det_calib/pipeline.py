@@ -134,7 +134,8 @@ class Settings:
     fit_min_conf: float | None = _opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
     criterion: str = _opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
                           "lowest --conf: nll (default) or ece", flag="--criterion", choices=("nll", "ece"))
-    cv_folds: int = _opt(5, "folds of --method auto's cross-validation (grouped by image)")
+    cv_folds: int = _opt(5, "folds of --method auto's cross-validation (grouped by image; repeated over 5 "
+                         "fold assignments)")
     conf_floor: float = _opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
     nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
