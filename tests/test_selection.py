@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -150,8 +151,10 @@ def _held_out_scores(z, y, groups, *, method, floor, n_folds, n_repeats, seed, c
     from det_calib.metrics import ece
     from det_calib.scaling import group_folds
 
-    raw_keep = z > np.log(min_conf / (1 - min_conf))
-    in_range = z > np.log(floor / (1 - floor)) if floor > 0 else np.ones(z.size, bool)
+    from det_calib.numeric import logit_threshold
+
+    raw_keep = z > logit_threshold(min_conf)
+    in_range = z > logit_threshold(floor) if floor > 0 else np.ones(z.size, bool)
     out = []
     for r in range(n_repeats):
         folds = group_folds(z.size, n_folds, groups, seed=seed + r)
@@ -175,7 +178,10 @@ def test_fold_scores_recomputed_independently(criterion):
     (images kept together, seed + r per repeat), the fit on the other folds inside the fit range,
     and the criterion on the held-out fold: NLL of the boxes with raw conf above min_conf, ECE of
     the boxes with calibrated conf above it."""
+    from det_calib.numeric import logit_threshold
+
     z, y, _k, g = _boxes(lambda z, k: 1.3 * z + 0.4, n=3_000, seed=3)
+    z[:40] = logit_threshold(0.3)  # raw conf exactly min_conf: not scored by NLL
     sel = select_calibrator(z, y, groups=g, methods=("temperature",), fit_min_confs=(0.0, 0.2), min_conf=0.3,
                             criterion=criterion, n_folds=3, n_repeats=2, seed=5, cv_resolution=None)
     assert [c.name for c in sel.candidates] == ["none", "temperature@0", "temperature@0.2"]
@@ -256,8 +262,10 @@ def test_nothing_to_score_is_refused():
     kw = dict(methods=("temperature",), fit_min_confs=(0.0,), n_folds=2, n_repeats=1, min_conf=0.5)
     with pytest.raises(DegenerateFitError, match="nothing to score"):
         select_calibrator(z, y, **kw)
-    with pytest.raises(DegenerateFitError, match="every calibrator candidate failed"):
-        select_calibrator(z, y, criterion="ece", **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mean of all-nan folds on the way
+        with pytest.raises(DegenerateFitError, match="every calibrator candidate failed"):
+            select_calibrator(z, y, criterion="ece", **kw)
 
 
 def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
@@ -270,7 +278,7 @@ def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
                             n_repeats=1)
     bad = sel.candidates[2]
     assert (bad.method, bad.fit_min_conf, bad.fold_scores) == ("temperature", 0.95, [])
-    assert np.isnan(bad.mean) and np.isnan(bad.se) and isinstance(bad.error, str) and bad.error
+    assert np.isnan(bad.mean) and np.isnan(bad.se) and bad.error.startswith("temperature fit needs at least")
     assert sel.chosen is not bad and sel.best is not bad
     assert sel.candidates[1].error is None
 
@@ -286,6 +294,8 @@ def test_one_se_rule_edges():
     chosen, best = _one_se_choice([a, b, c], (0.0,), 5)
     assert chosen is b and best is a
     assert c.diff == pytest.approx(0.01) and np.isnan(c.diff_se)
+    worse = Candidate("none", 0.0, 0.31, float("nan"), [0.31])
+    assert _one_se_choice([a, worse], (0.0,), 5)[0] is a
     # floors: the first one listed wins between the same method, whatever the candidates' order
     hi = Candidate("temperature", 0.1, 0.300, 0.01, [0.30, 0.30])
     lo = Candidate("temperature", 0.0, 0.301, 0.01, [0.301, 0.301])
@@ -303,11 +313,35 @@ def test_one_se_rule_edges():
 
 
 def test_selection_reason_names_the_rule():
-    z, y, _k, g = _boxes(lambda z, k: 1.3 * z + 0.3, n=3_000, seed=6)
-    sel = select_calibrator(z, y, groups=g, methods=("temperature", "platt"), fit_min_confs=(0.0,), n_folds=3,
-                            n_repeats=2)
-    if sel.chosen is sel.best:
-        assert sel.reason.startswith(f"{sel.chosen.name} has the lowest CV nll (")
-    else:
-        assert "within one standard error of the best" in sel.reason
-    assert "2x3 folds" in sel.reason
+    z, y, _k, g = _boxes(lambda z, k: 2.0 * z + 1.5, n=3_000, seed=6)
+    sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2)
+    assert sel.chosen is sel.best and sel.chosen.method == "platt"
+    assert sel.reason.startswith("platt@0 has the lowest CV nll (") and "2x3 folds" in sel.reason
+
+
+@pytest.mark.parametrize("method", ["class-temperature", "class-isotonic"])
+def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method):
+    """A per-class candidate is scored at every value of its own grid (lam for the affine maps, m
+    for isotonic), each recomputed here by a plain fit at that value; it keeps the value with the
+    lowest mean held-out NLL, and that value's fold scores."""
+    from det_calib.isotonic import BLEND_GRID, ClassIsotonicCalibrator
+    from det_calib.scaling import SHRINKAGE_GRID, ClassAffineScaler, group_folds
+
+    z, y, k, g = _boxes(lambda z, k: 1.3 * z + 0.05 * k, n=4_000, seed=8, nc=3)
+    sel = select_calibrator(z, y, classes=k, groups=g, methods=(method,), fit_min_confs=(0.0,), min_conf=0.1,
+                            n_folds=3, n_repeats=1, seed=2, cv_resolution=None)
+    cand = sel.candidates[1]
+    grid = BLEND_GRID if method == "class-isotonic" else SHRINKAGE_GRID
+    folds = group_folds(z.size, 3, g, seed=2)
+    keep = z > np.log(0.1 / 0.9)
+    scores = np.empty((3, len(grid)))
+    for f in range(3):
+        tr, te = folds != f, (folds == f) & keep
+        for j, v in enumerate(grid):
+            cal = (ClassIsotonicCalibrator(blend=v) if method == "class-isotonic"
+                   else ClassAffineScaler(kind="temperature", shrinkage=v))
+            t = cal.fit(z[tr], y[tr], classes=k[tr]).transform_logits(z[te], classes=k[te])
+            scores[f, j] = np.mean(np.logaddexp(0.0, t) - y[te] * t)
+    j = int(np.argmin(scores.mean(axis=0)))
+    assert cand.shrinkage == grid[j] and j != 0  # classes nearly alike: not the weakest shrinkage (grid[0])
+    np.testing.assert_allclose(cand.fold_scores, scores[:, j], rtol=1e-5)
