@@ -149,9 +149,8 @@ def _held_out_scores(z, y, groups, *, method, floor, n_folds, n_repeats, seed, c
     """The R x K held-out scores of one candidate, recomputed from group_folds, the calibrator's own
     fit and the criterion's definition (exact logits)."""
     from det_calib.metrics import ece
-    from det_calib.scaling import group_folds
-
     from det_calib.numeric import logit_threshold
+    from det_calib.scaling import group_folds
 
     raw_keep = z > logit_threshold(min_conf)
     in_range = z > logit_threshold(floor) if floor > 0 else np.ones(z.size, bool)
