@@ -318,15 +318,17 @@ def test_selection_reason_names_the_rule():
     assert sel.reason.startswith("platt@0 has the lowest CV nll (") and "2x3 folds" in sel.reason
 
 
+@pytest.mark.parametrize("alike", [True, False])
 @pytest.mark.parametrize("method", ["class-temperature", "class-isotonic"])
-def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method):
+def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method, alike):
     """A per-class candidate is scored at every value of its own grid (lam for the affine maps, m
     for isotonic), each recomputed here by a plain fit at that value; it keeps the value with the
     lowest mean held-out NLL, and that value's fold scores."""
     from det_calib.isotonic import BLEND_GRID, ClassIsotonicCalibrator
     from det_calib.scaling import SHRINKAGE_GRID, ClassAffineScaler, group_folds
 
-    z, y, k, g = _boxes(lambda z, k: 1.3 * z + 0.05 * k, n=4_000, seed=8, nc=3)
+    true = (lambda z, k: 1.3 * z + 0.05 * k) if alike else (lambda z, k: (0.6 + 0.5 * k) * z + 0.3 * k)
+    z, y, k, g = _boxes(true, n=4_000, seed=8, nc=3)
     sel = select_calibrator(z, y, classes=k, groups=g, methods=(method,), fit_min_confs=(0.0,), min_conf=0.1,
                             n_folds=3, n_repeats=1, seed=2, cv_resolution=None)
     cand = sel.candidates[1]
@@ -342,5 +344,9 @@ def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method):
             t = cal.fit(z[tr], y[tr], classes=k[tr]).transform_logits(z[te], classes=k[te])
             scores[f, j] = np.mean(np.logaddexp(0.0, t) - y[te] * t)
     j = int(np.argmin(scores.mean(axis=0)))
-    assert cand.shrinkage == grid[j] and j != 0  # classes nearly alike: not the weakest shrinkage (grid[0])
+    assert cand.shrinkage == grid[j]
+    if alike:  # alike classes: not the weakest shrinkage
+        assert j != 0
+    elif method == "class-temperature":  # classes apart: the weakest, lam = 1 (only in the affine grid)
+        assert cand.shrinkage == 1.0
     np.testing.assert_allclose(cand.fold_scores, scores[:, j], rtol=1e-5)
