@@ -54,6 +54,15 @@ TESTS: dict[str, list[str]] = {
     "scaling": ["tests/test_scaling.py"],
     "fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
              "tests/test_promises.py::test_fold_into_a_legacy_head"],
+    "operating": ["tests/test_operating.py"],
+    # the fast selection tests (the four planted-map tests take 3-4 s each and reach every
+    # mutant of select_calibrator)
+    "selection": ["tests/test_selection.py::test_planted_nonlinear_map_picks_isotonic",
+                  "tests/test_selection.py::test_selection_result_is_json_and_the_calibrator_round_trips",
+                  "tests/test_selection.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
+                  "tests/test_selection.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
+                  "tests/test_selection.py::test_selection_bad_input",
+                  "tests/test_selection.py::test_fit_calibrator_uses_only_its_fit_range"],
     # each pipeline test runs a real calibration (tens of seconds): the two that recompute every
     # figure of calibration.json, the second with thresholds exactly on a score
     "pipeline": ["tests/test_figures.py::test_every_figure_of_the_default_run",

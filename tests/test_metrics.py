@@ -772,3 +772,76 @@ def test_bootstrap_ci_of_laece_is_unchanged_by_the_prepared_path():
     fast = bootstrap_ci(functools.partial(laece, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
     slow = bootstrap_ci(lambda c, t, k: laece(c, t, k, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_ece_replicates_from_per_image_tables_on_sparse_bins():
+    """The per-image bin tables give ece(weights = draw counts) for every replicate, also with empty
+    bins, bins of one box, one box in all, and no box at all (image 5 has none: nan), silently."""
+    import warnings
+
+    img = np.array([0, 0, 1, 2, 2, 2, 3, 4, 4])
+    conf = np.array([0.05, 0.95, 0.5, 0.1, 0.12, 0.7, 0.33, 0.9, 0.91])
+    y = np.array([0, 1, 1, 0, 1, 1, 0, 1, 0])
+    mult = np.array([[1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 6], [0, 1, 0, 0, 0, 5], [2, 0, 1, 0, 0, 3],
+                     [0, 0, 0, 3, 0, 3], [1, 2, 0, 0, 3, 0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = metrics._ece_tables(img, 6, conf, y, 10)(mult)
+    want = [metrics.ece(conf, y, n_bins=10, weights=m[img].astype(float)) for m in mult]
+    assert np.isnan(want[1]) and want[2] == pytest.approx(0.5)  # no box; one box (conf 0.5, correct)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+class _Unhashable:
+    """A statistic that cannot be a dict key (``__eq__`` without ``__hash__``)."""
+
+    def __eq__(self, other):
+        return self is other
+
+    def __call__(self, conf, correct, *, weights=None):
+        return ece(conf, correct, n_bins=10, weights=weights)
+
+
+def test_bootstrap_dispatch_of_statistics():
+    """Which statistics take a prepared path: the module's metrics (bare or as partials with keyword
+    options) and those carrying `_bootstrap_prepare`; a partial that fixes `weights` or positional
+    arguments, an unhashable callable or a plain function takes the generic path, with the same
+    replicates (the draw counts replace a partial's fixed weights)."""
+    from det_calib.operating import kept_ece
+
+    rng = np.random.default_rng(9)
+    img = np.repeat(np.arange(25), 8)
+    conf = rng.uniform(size=img.size)
+    y = rng.uniform(size=img.size) < conf
+    iou = np.where(y, rng.uniform(0.5, 1.0, img.size), 0.0)
+    k = rng.integers(0, 3, img.size)
+    for stat, arrays in ((ece, [conf, y]), (functools.partial(ece, n_bins=7), [conf, y]), (ace, [conf, y]),
+                         (metrics.mce, [conf, y]), (metrics.brier, [conf, y]), (laece, [conf, iou, k]),
+                         (functools.partial(kept_ece, threshold=0.3), [conf, y])):
+        assert metrics._batch_statistic(stat, img, 25, arrays) is not None
+    for stat in (functools.partial(ece, weights=np.ones(img.size)), functools.partial(ece, conf), _Unhashable(),
+                 lambda c, t, *, weights=None: ece(c, t, weights=weights)):
+        assert metrics._batch_statistic(stat, img, 25, [conf, y]) is None
+    rep = lambda f, *a: metrics._replicates(f, img, 25, list(a), 30, 1)  # noqa: E731
+    want = rep(lambda c, t: ece(c, t, n_bins=10), conf, y)
+    np.testing.assert_allclose(rep(_Unhashable(), conf, y), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(rep(functools.partial(ece, n_bins=10, weights=np.ones(img.size)), conf, y), want,
+                               rtol=1e-12, atol=1e-15)
+    # the default bin count of the prepared laece is laece's own (25)
+    np.testing.assert_allclose(rep(laece, conf, iou, k), rep(lambda c, t, kk: laece(c, t, kk), conf, iou, k),
+                               rtol=1e-12, atol=0)
+
+
+def test_indexed_replicates_keep_each_image_in_its_box_order():
+    """The indexed path resamples images: replicate b lists the boxes of image 0 mult[0] times, then
+    those of image 1, ..., each image's boxes in their original order (an order-sensitive statistic
+    sees exactly that)."""
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 12, 300)
+    x = rng.uniform(size=300)
+    stat = lambda a: float(np.sum(a * np.arange(1, a.size + 1)))  # noqa: E731
+    got = metrics._replicates(stat, img, 12, [x], 20, 4)
+    mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(4), 12, 20)))
+    for b, m in enumerate(mult):
+        idx = np.concatenate([np.flatnonzero(img == i) for i in range(12) for _ in range(m[i])])
+        assert got[b] == pytest.approx(stat(x[idx]), rel=1e-13)

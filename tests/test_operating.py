@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -205,3 +206,71 @@ def test_bootstrap_kept_ece_checks_once_and_refuses_bad_input():
     # nothing kept: every replicate is nan, so is the interval (no validation of the labels needed)
     lo, hi = bootstrap_ci(functools.partial(kept_ece, threshold=0.9), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
     assert np.isnan(lo) and np.isnan(hi)
+
+
+def test_kept_set_is_strictly_above_the_threshold():
+    # a box exactly at the threshold is not kept (Ultralytics keeps conf > thres)
+    assert kept_ece([0.25, 0.5, 0.9], [1, 1, 0], threshold=0.25, n_bins=10) == pytest.approx((0.5 + 0.9) / 2)
+
+
+def test_laece0_targets_equal_laece0():
+    """LaECE0Targets.laece is laece0 on the same boxes (scores a monotone map of the raw ones): a
+    class with a single kept box, one whose error is exactly 0 (dropped), one without GT (not
+    averaged), a box exactly at the threshold (not kept), and the scene of the bootstrap tests."""
+    from det_calib.operating import LaECE0Targets
+
+    di, dx, dc, s = _one_image(
+        [
+            (0, 0.9, 0, 0, 10, 10),    # class 0: IoU 1
+            (0, 0.6, 5, 0, 15, 10),    # class 0: GT taken, target 0
+            (1, 0.7, 20, 20, 30, 25),  # class 1: one box, IoU 0.5
+            (2, 0.8, 0, 0, 10, 10),    # class 2: no GT
+            (3, 1.0, 40, 40, 50, 50),  # class 3: conf 1, IoU 1: error exactly 0, dropped
+            (0, 0.3, 0, 0, 10, 10),    # exactly at the threshold below: not kept
+        ]
+    )
+    gx = np.array([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0], [40.0, 40.0, 50.0, 50.0]])
+    gi, gc = [0, 0, 0], [0, 1, 3]
+    t = LaECE0Targets(di, dx, dc, s, gi, gx, gc)
+    want = ((0.5 * 0.1 + 0.5 * 0.6) + 0.2) / 2  # class 0 (two bins of 10), class 1
+    assert laece0(di, dx, dc, s, gi, gx, gc, threshold=0.3, n_bins=10) == pytest.approx(want)
+    assert t.laece(s, threshold=0.3, n_bins=10) == pytest.approx(want, rel=1e-12)
+    assert t.statistic(threshold=0.3, n_bins=10)(s) == pytest.approx(want, rel=1e-12)
+    # one bin: class 0's boxes share it (|1.5 - 1| / 2)
+    assert t.laece(s, threshold=0.3, n_bins=1) == pytest.approx((0.25 + 0.2) / 2, rel=1e-12)
+    # no class qualifies: nan; no GT at all: nan (silently: no mean of an empty array)
+    none = LaECE0Targets(di, dx, dc, s, np.zeros(0, int), np.zeros((0, 4)), np.zeros(0, int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(t.laece(s, threshold=0.95, n_bins=10))
+        assert np.isnan(none.laece(s, threshold=0.3, n_bins=10))
+    sc = _scene()
+    p = 1.0 / (1.0 + np.exp(-sc["z"]))
+    t = LaECE0Targets(sc["di"], sc["dx"], sc["dc"], sc["z"], sc["gi"], sc["gx"], sc["gc"])
+    for thr in (0.25, float(np.sort(p)[len(p) // 3]), 0.6):
+        for n_bins in (10, 25):
+            want = laece0(sc["di"], sc["dx"], sc["dc"], p, sc["gi"], sc["gx"], sc["gc"], threshold=thr, n_bins=n_bins)
+            assert t.laece(p, threshold=thr, n_bins=n_bins) == pytest.approx(want, rel=1e-12)
+
+
+def test_bootstrap_of_operating_statistics_passes_the_bin_count():
+    """The prepared replicates use the statistic's bin count (and its default when none is given),
+    and both operating statistics take the prepared path."""
+    from det_calib import metrics
+    from det_calib.operating import LaECE0Targets, _laece_binned
+
+    s = _scene()
+    img, n_img, p, y = s["di"], s["n_img"], s["p"], s["y"]
+    rep = lambda f, *a: metrics._replicates(f, img, n_img, list(a), 40, 2)  # noqa: E731
+    for options in ({"n_bins": 10}, {}):
+        fast = rep(functools.partial(kept_ece, threshold=0.25, **options), p, y)
+        indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=0.25, **options), p, y)  # noqa: B023
+        np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=1e-15)
+    t = LaECE0Targets(img, s["dx"], s["dc"], s["z"], s["gi"], s["gx"], s["gc"])
+    for n_bins, stat in ((10, t.statistic(threshold=0.25, n_bins=10)), (25, t.statistic(threshold=0.25))):
+        indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, t.gt_classes, 0.25, n_bins, None),  # noqa: B023
+                      p, t.target, t.cls, t.use)
+        np.testing.assert_allclose(rep(stat, p), indexed, rtol=1e-12, atol=0)
+        assert stat(p) == t.laece(p, threshold=0.25, n_bins=n_bins)
+        assert metrics._batch_statistic(stat, img, n_img, [p]) is not None
+    assert metrics._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -142,3 +143,210 @@ def test_fit_calibrator_uses_only_its_fit_range():
     assert (cal.a_, cal.b_) == (ref.a_, ref.b_)
     with pytest.raises(InputError, match="`classes`"):
         fit_calibrator("class-platt", z, y)
+
+
+def _held_out_scores(z, y, groups, *, method, floor, n_folds, n_repeats, seed, criterion, min_conf):
+    """The R x K held-out scores of one candidate, recomputed from group_folds, the calibrator's own
+    fit and the criterion's definition (exact logits)."""
+    from det_calib.metrics import ece
+    from det_calib.numeric import logit_threshold
+    from det_calib.scaling import group_folds
+
+    raw_keep = z > logit_threshold(min_conf)
+    in_range = z > logit_threshold(floor) if floor > 0 else np.ones(z.size, bool)
+    out = []
+    for r in range(n_repeats):
+        folds = group_folds(z.size, n_folds, groups, seed=seed + r)
+        for f in range(n_folds):
+            tr, te = (folds != f) & in_range, folds == f
+            t = z[te] if method == "none" else make_calibrator(method).fit(z[tr], y[tr]).transform_logits(z[te])
+            if criterion == "nll":
+                keep = raw_keep[te]
+                tt, yy = t[keep], y[te][keep].astype(float)
+                out.append(float(np.mean(np.logaddexp(0.0, tt) - yy * tt)))
+            else:
+                p = sigmoid(t)
+                keep = p > min_conf
+                out.append(ece(p[keep], y[te][keep], n_bins=15))
+    return out
+
+
+@pytest.mark.parametrize("criterion", ["nll", "ece"])
+def test_fold_scores_recomputed_independently(criterion):
+    """Every candidate's R x K fold scores, mean and corrected SE, recomputed from the fold deal
+    (images kept together, seed + r per repeat), the fit on the other folds inside the fit range,
+    and the criterion on the held-out fold: NLL of the boxes with raw conf above min_conf, ECE of
+    the boxes with calibrated conf above it."""
+    from det_calib.numeric import logit_threshold
+
+    z, y, _k, g = _boxes(lambda z, k: 1.3 * z + 0.4, n=3_000, seed=3)
+    z[:40] = logit_threshold(0.3)  # raw conf exactly min_conf: not scored by NLL
+    sel = select_calibrator(z, y, groups=g, methods=("temperature",), fit_min_confs=(0.0, 0.2), min_conf=0.3,
+                            criterion=criterion, n_folds=3, n_repeats=2, seed=5, cv_resolution=None)
+    assert [c.name for c in sel.candidates] == ["none", "temperature@0", "temperature@0.2"]
+    for c in sel.candidates:
+        want = _held_out_scores(z, y, g, method=c.method, floor=c.fit_min_conf, n_folds=3, n_repeats=2, seed=5,
+                                criterion=criterion, min_conf=0.3)
+        np.testing.assert_allclose(c.fold_scores, want, rtol=1e-7, atol=1e-12)
+        assert c.mean == pytest.approx(np.mean(c.fold_scores), rel=1e-12)
+        assert c.se == pytest.approx(np.std(c.fold_scores, ddof=1) * np.sqrt(1 / 6 + 1 / 2), rel=1e-12)
+        assert c.error is None and c.shrinkage is None
+    assert sel.min_conf == 0.3 and sel.criterion == criterion and sel.n_folds == 3 and sel.n_repeats == 2
+    # the folds keep images together: without groups the deal and so the scores differ
+    boxes = select_calibrator(z, y, methods=("temperature",), fit_min_confs=(0.0, 0.2), min_conf=0.3,
+                              criterion=criterion, n_folds=3, n_repeats=2, seed=5, cv_resolution=None)
+    assert boxes.candidates[1].fold_scores != sel.candidates[1].fold_scores
+    # the repeats are different deals
+    s = sel.candidates[1].fold_scores
+    assert s[:3] != s[3:]
+
+
+def test_selection_defaults_and_pooled_rows():
+    """Defaults: 5 x 5 folds, seed 0, fit floors (0, min_conf / 2), logits pooled on a 0.01 grid;
+    on logits already on that grid the pooled CV gives the exact-logit scores."""
+    z, y, _k, g = _boxes(lambda z, k: 0.8 * z, n=2_000, seed=1)
+    z = np.round(z, 2)
+    sel = select_calibrator(z, y, groups=g, methods=("temperature",))
+    assert [c.name for c in sel.candidates] == ["none", "temperature@0", "temperature@0.125"]
+    exact = select_calibrator(z, y, groups=g, methods=("temperature",), fit_min_confs=(0.0, 0.125), n_folds=5,
+                              n_repeats=5, seed=0, cv_resolution=None)
+    for a, b in zip(sel.candidates, exact.candidates, strict=True):
+        assert len(a.fold_scores) == 25
+        np.testing.assert_allclose(a.fold_scores, b.fold_scores, rtol=1e-6)
+    want = _held_out_scores(z, y, g, method="temperature", floor=0.0, n_folds=5, n_repeats=5, seed=0,
+                            criterion="nll", min_conf=0.25)
+    np.testing.assert_allclose(sel.candidates[1].fold_scores, want, rtol=1e-6)
+
+
+def test_selection_without_classes_skips_per_class_methods_and_always_scores_none():
+    z, y, k, g = _boxes(lambda z, k: 1.2 * z, n=2_000, seed=2)
+    sel = select_calibrator(z, y, groups=g, methods=("class-temperature", "platt"), fit_min_confs=(0.0,),
+                            n_folds=3, n_repeats=1)
+    assert [c.name for c in sel.candidates] == ["none", "platt@0"]
+    sel = select_calibrator(z, y, classes=k, groups=g, methods=("class-temperature", "class-isotonic"),
+                            fit_min_confs=(0.0,), n_folds=3, n_repeats=1)
+    assert [c.name for c in sel.candidates] == ["none", "class-temperature@0", "class-isotonic@0"]
+    from det_calib.isotonic import BLEND_GRID
+    from det_calib.scaling import SHRINKAGE_GRID
+
+    assert sel.candidates[0].shrinkage is None
+    assert sel.candidates[1].shrinkage in SHRINKAGE_GRID and sel.candidates[2].shrinkage in BLEND_GRID
+    for c in sel.candidates[1:]:
+        assert len(c.fold_scores) == 3 and np.isfinite(c.fold_scores).all() and c.error is None
+
+
+def test_selection_option_checks():
+    z, y, _k, _g = _boxes(lambda z, k: z, n=300)
+    kw = dict(methods=("temperature",), n_folds=2, n_repeats=1)
+    for bad in ({"min_conf": 1.0}, {"min_conf": -0.1}, {"fit_min_confs": (1.0,)}, {"fit_min_confs": (-0.1,)},
+                {"n_repeats": True}, {"cv_resolution": 0.0}, {"cv_resolution": "0.01"}):
+        with pytest.raises(InputError):
+            select_calibrator(z, y, **{**kw, **bad})
+    with pytest.raises(InputError, match="`logits`"):
+        select_calibrator(z[:, None], y, **kw)
+    with pytest.raises(InputError, match="`labels`"):
+        select_calibrator(z, np.where(y, 2, 0), **kw)
+    sel = select_calibrator(z, y, min_conf=0.0, criterion="ece", **kw)  # min_conf 0 and criterion ece accepted
+    assert sel.criterion == "ece" and sel.min_conf == 0.0
+
+
+def test_nothing_to_score_is_refused():
+    """No box above min_conf: the NLL criterion refuses at once; with ECE every fold is nan, so
+    every candidate fails and that is refused too."""
+    from det_calib.errors import DegenerateFitError
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(-5.0, 0.3, 400)
+    y = rng.random(400) < 0.01
+    kw = dict(methods=("temperature",), fit_min_confs=(0.0,), n_folds=2, n_repeats=1, min_conf=0.5)
+    with pytest.raises(DegenerateFitError, match="nothing to score"):
+        select_calibrator(z, y, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mean of all-nan folds on the way
+        with pytest.raises(DegenerateFitError, match="every calibrator candidate failed"):
+            select_calibrator(z, y, criterion="ece", **kw)
+
+
+def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
+    """A fit floor with 4 boxes above it: that candidate's fit is degenerate; it is kept with its
+    error, nan scores and no fold scores, and is never chosen."""
+    z, y, _k, g = _boxes(lambda z, k: 1.2 * z, n=2_000, seed=4)
+    z = np.clip(z, -8.0, 2.0)  # raw conf at most 0.88
+    z[[0, 500, 1000, 1500]] = 4.0  # but these 4, in 4 images
+    sel = select_calibrator(z, y, groups=g, methods=("temperature",), fit_min_confs=(0.0, 0.95), n_folds=3,
+                            n_repeats=1)
+    bad = sel.candidates[2]
+    assert (bad.method, bad.fit_min_conf, bad.fold_scores) == ("temperature", 0.95, [])
+    assert np.isnan(bad.mean) and np.isnan(bad.se) and bad.error.startswith("temperature fit needs at least")
+    assert sel.chosen is not bad and sel.best is not bad
+    assert sel.candidates[1].error is None
+
+
+def test_one_se_rule_edges():
+    """No finite SE: the limit is the best mean itself (a tie is within it); among candidates within
+    the limit the simplest method wins, then the first fit floor in the order given."""
+    from det_calib.selection import Candidate, _corrected_se, _one_se_choice, _paired_diff
+
+    a = Candidate("platt", 0.0, 0.30, float("nan"), [0.30])
+    b = Candidate("none", 0.0, 0.30, float("nan"), [0.30])
+    c = Candidate("temperature", 0.0, 0.31, float("nan"), [0.31])
+    chosen, best = _one_se_choice([a, b, c], (0.0,), 5)
+    assert chosen is b and best is a
+    assert c.diff == pytest.approx(0.01) and np.isnan(c.diff_se)
+    worse = Candidate("none", 0.0, 0.31, float("nan"), [0.31])
+    assert _one_se_choice([a, worse], (0.0,), 5)[0] is a
+    # floors: the first one listed wins between the same method, whatever the candidates' order
+    hi = Candidate("temperature", 0.1, 0.300, 0.01, [0.30, 0.30])
+    lo = Candidate("temperature", 0.0, 0.301, 0.01, [0.301, 0.301])
+    assert _one_se_choice([hi, lo], (0.0, 0.1), 5)[0] is lo
+    assert _one_se_choice([lo, hi], (0.1, 0.0), 5)[0] is hi
+    # `none` has no floor in the list
+    n = Candidate("none", 0.0, 0.3005, 0.01, [0.3005, 0.3005])
+    assert _one_se_choice([hi, n], (0.1,), 5)[0] is n
+    # the corrected SE needs two scores; one difference has a mean but no SE
+    assert _corrected_se(np.array([1.0, 3.0]), 5) == pytest.approx(np.sqrt(2.0) * np.sqrt(1 / 2 + 1 / 4))
+    assert np.isnan(_corrected_se(np.array([1.0, np.nan]), 5))
+    m, s = _paired_diff([1.0], [0.5], 5)
+    assert m == 0.5 and np.isnan(s)
+    assert all(np.isnan(_paired_diff([np.nan], [0.5], 5)))
+
+
+def test_selection_reason_names_the_rule():
+    z, y, _k, g = _boxes(lambda z, k: 2.0 * z + 1.5, n=3_000, seed=6)
+    sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2)
+    assert sel.chosen is sel.best and sel.chosen.method == "platt"
+    assert sel.reason.startswith("platt@0 has the lowest CV nll (") and "2x3 folds" in sel.reason
+
+
+@pytest.mark.parametrize("alike", [True, False])
+@pytest.mark.parametrize("method", ["class-temperature", "class-isotonic"])
+def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method, alike):
+    """A per-class candidate is scored at every value of its own grid (lam for the affine maps, m
+    for isotonic), each recomputed here by a plain fit at that value; it keeps the value with the
+    lowest mean held-out NLL, and that value's fold scores."""
+    from det_calib.isotonic import BLEND_GRID, ClassIsotonicCalibrator
+    from det_calib.scaling import SHRINKAGE_GRID, ClassAffineScaler, group_folds
+
+    true = (lambda z, k: 1.3 * z + 0.05 * k) if alike else (lambda z, k: (0.6 + 0.5 * k) * z + 0.3 * k)
+    z, y, k, g = _boxes(true, n=4_000, seed=8, nc=3)
+    sel = select_calibrator(z, y, classes=k, groups=g, methods=(method,), fit_min_confs=(0.0,), min_conf=0.1,
+                            n_folds=3, n_repeats=1, seed=2, cv_resolution=None)
+    cand = sel.candidates[1]
+    grid = BLEND_GRID if method == "class-isotonic" else SHRINKAGE_GRID
+    folds = group_folds(z.size, 3, g, seed=2)
+    keep = z > np.log(0.1 / 0.9)
+    scores = np.empty((3, len(grid)))
+    for f in range(3):
+        tr, te = folds != f, (folds == f) & keep
+        for j, v in enumerate(grid):
+            cal = (ClassIsotonicCalibrator(blend=v) if method == "class-isotonic"
+                   else ClassAffineScaler(kind="temperature", shrinkage=v))
+            t = cal.fit(z[tr], y[tr], classes=k[tr]).transform_logits(z[te], classes=k[te])
+            scores[f, j] = np.mean(np.logaddexp(0.0, t) - y[te] * t)
+    j = int(np.argmin(scores.mean(axis=0)))
+    assert cand.shrinkage == grid[j]
+    if alike:  # alike classes: not the weakest shrinkage
+        assert j != 0
+    elif method == "class-temperature":  # classes apart: the weakest, lam = 1 (only in the affine grid)
+        assert cand.shrinkage == 1.0
+    np.testing.assert_allclose(cand.fold_scores, scores[:, j], rtol=1e-5)
