@@ -447,6 +447,9 @@ def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
 
 def _refit(c: Candidate, z, y, k, groups, seed) -> Any:
     m = _fit_range(z, c.fit_min_conf)
+    if not m.any():
+        raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
+                                 f"{c.method} on")
     cal = make_calibrator(c.method, seed=seed, shrinkage=c.shrinkage if c.shrinkage is not None else "auto")
     kw = {"classes": k[m]} if c.method.startswith("class-") else {}
     if c.method.startswith("class-") and groups is not None:
@@ -534,6 +537,8 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
             for f in range(n_folds):
                 tr = (folds != f) & in_range
                 te = folds == f
+                if not tr.any():
+                    raise DegenerateFitError(f"no box of the training folds has raw conf above the fit floor {floor:g}")
                 fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed)
                 for j, cal in enumerate(fits):
                     t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))

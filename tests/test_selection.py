@@ -282,6 +282,23 @@ def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
     assert sel.candidates[1].error is None
 
 
+def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
+    """No box above a fit floor: the candidate is recorded with an error naming the floor (the CV),
+    and fitting that floor alone raises DegenerateFitError naming it (the CLI's exit 2)."""
+    from det_calib.errors import DegenerateFitError
+    from det_calib.selection import fit_calibrator
+
+    z, y, _k, g = _boxes(lambda z, k: z, n=2_000, seed=5)
+    z = np.clip(z, -8.0, 2.0)  # raw conf at most 0.88
+    sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0, 0.95), n_folds=3, n_repeats=2)
+    empty = sel.candidates[2]
+    assert (empty.method, empty.fit_min_conf, empty.fold_scores) == ("platt", 0.95, [])
+    assert empty.error == "no box of the training folds has raw conf above the fit floor 0.95"
+    assert sel.chosen is not empty and sel.candidates[1].error is None
+    with pytest.raises(DegenerateFitError, match="above the fit floor 0.95: nothing to fit platt"):
+        fit_calibrator("platt", z, y, fit_min_conf=0.95)
+
+
 def test_one_se_rule_edges():
     """No finite SE: the limit is the best mean itself (a tie is within it); among candidates within
     the limit the simplest method wins, then the first fit floor in the order given."""
