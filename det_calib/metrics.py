@@ -900,7 +900,16 @@ def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[n
     ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
     rng = np.random.default_rng(seed)
     batch = None
-    if _accepts_weights(statistic):
+    if isinstance(statistic, functools.partial) and "weights" in statistic.keywords:
+        # weights bound by the caller: a replicate weighs each box by them times its draw count
+        bound = np.asarray(statistic.keywords["weights"], dtype=np.float64)
+        if bound.shape != img.shape:
+            raise InputError(f"Expected the statistic's bound `weights` to have shape {img.shape} (one per box), "
+                             f"but got {bound.shape}")
+        rest = {k: v for k, v in statistic.keywords.items() if k != "weights"}
+        inner = functools.partial(statistic.func, *statistic.args, *arrays, **rest)
+        batch = _per_replicate(lambda w: inner(weights=bound * w), img)
+    elif _accepts_weights(statistic):
         batch = _batch_statistic(statistic, img, n_img, arrays)
         if batch is None:
             inner = functools.partial(statistic, *arrays)
@@ -937,7 +946,8 @@ def bootstrap_ci(
     Each replicate draws as many images as there are, uniformly with replacement; every box of
     a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
     metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
-    the per-box draw count of its image (no copying); for :func:`ece`, :func:`ace`, :func:`mce`,
+    the per-box draw count of its image (no copying; weights bound in a ``functools.partial`` are
+    multiplied by the draw counts); for :func:`ece`, :func:`ace`, :func:`mce`,
     :func:`brier`, :func:`laece`, :func:`det_calib.operating.kept_ece` and
     :meth:`det_calib.operating.LaECE0Targets.statistic` (also as a ``functools.partial`` with
     keyword options) the arrays are validated once, before the replicates, what does not depend

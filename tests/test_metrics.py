@@ -806,7 +806,7 @@ def test_bootstrap_dispatch_of_statistics():
     """Which statistics take a prepared path: the module's metrics (bare or as partials with keyword
     options) and those carrying `_bootstrap_prepare`; a partial that fixes `weights` or positional
     arguments, an unhashable callable or a plain function takes the generic path, with the same
-    replicates (the draw counts replace a partial's fixed weights)."""
+    replicates (a partial's fixed weights times the draw counts)."""
     from det_calib.operating import kept_ece
 
     rng = np.random.default_rng(9)
@@ -830,6 +830,27 @@ def test_bootstrap_dispatch_of_statistics():
     # the default bin count of the prepared laece is laece's own (25)
     np.testing.assert_allclose(rep(laece, conf, iou, k), rep(lambda c, t, kk: laece(c, t, kk), conf, iou, k),
                                rtol=1e-12, atol=0)
+
+
+def test_bootstrap_keeps_the_weights_a_partial_binds():
+    """A statistic with weights bound in a partial: each replicate weighs a box by its weight times
+    its image's draw count, as the indexed path does with the weights drawn along with the boxes;
+    bound weights of the wrong length are refused by name."""
+    rng = np.random.default_rng(11)
+    img = np.repeat(np.arange(40), 6)
+    conf = rng.uniform(size=img.size)
+    y = rng.uniform(size=img.size) < conf**2  # over-confident: ECE depends on how boxes are weighed
+    w = rng.uniform(0.1, 5.0, img.size)
+    rep = lambda f, *a: metrics._replicates(f, img, 40, list(a), 50, 3)  # noqa: E731
+    bound = rep(functools.partial(ece, n_bins=10, weights=w), conf, y)
+    indexed = rep(lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), conf, y, w)
+    np.testing.assert_allclose(bound, indexed, rtol=1e-12, atol=1e-15)
+    assert np.abs(bound - rep(functools.partial(ece, n_bins=10), conf, y)).max() > 1e-3  # the weights matter
+    ci = bootstrap_ci(functools.partial(ece, n_bins=10, weights=w), img, conf, y, n_boot=50, seed=3)
+    ref = bootstrap_ci(lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), img, conf, y, w, n_boot=50, seed=3)
+    np.testing.assert_allclose(ci, ref, rtol=1e-12)
+    with pytest.raises(InputError, match="bound `weights`"):
+        bootstrap_ci(functools.partial(ece, weights=w[:-1]), img, conf, y, n_boot=5)
 
 
 def test_indexed_replicates_keep_each_image_in_its_box_order():
