@@ -2,15 +2,28 @@
 
 Stage 1 (``--capture``) runs the demo detector over both splits, both heads, matches the boxes
 at IoU 0.5 and saves them with the ground truth under ``--cache`` (Parquet), so the slow part
-runs once. Stage 2 (default) fits raw / temperature / platt / class-temperature / class-platt /
-isotonic / class-isotonic / auto on the ``calib`` boxes and prints, on ``test``: ECE (15 bins)
-of the boxes kept at conf 0.25 with a basic bootstrap interval, LaECE_0 at 0.25 (reference
-conventions, 25 bins), all-box ECE, all-box NLL, and the kept-set ECE of the worst raw class.
+runs once; ``--run DIR`` reads the boxes of a finished ``det-calib calibrate`` run instead (its
+``boxes.parquet``, ground truth from its ``data.yaml``). Stage 2 (default) fits every method
+(each at each ``--fit-floors`` value) and ``auto`` on the ``calib`` boxes and prints, on
+``test``: ECE (15 bins) of the boxes kept at conf 0.25 with a bias-corrected bootstrap
+interval, LaECE_0 at 0.25 (reference conventions, 25 bins), all-box ECE, all-box NLL, and the
+kept-set ECE of the worst raw class.
+
+``--limits`` adds what the eval split itself allows, per head:
+
+- the sampling floor of the kept-set ECE (labels drawn from the calibrated confidences: a
+  perfectly calibrated detector, :func:`det_calib.operating.kept_ece_floor`);
+- each family fitted on the ``test`` boxes themselves (in-sample, so optimistic): a kept-set ECE
+  that a family cannot reach even fitted on the split it is scored on is out of its reach;
+- the worst raw class on both splits (accuracy and mean conf of its kept boxes) and a Platt map
+  fitted on that class's ``calib`` boxes vs on its ``test`` boxes: a difference between the two
+  splits that no map fitted on ``calib`` can see.
 
 Run from the repository root::
 
     python3 benchmarks/measure_calibrators.py --capture   # once, 3-10 min on CPU
-    python3 benchmarks/measure_calibrators.py
+    python3 benchmarks/measure_calibrators.py --limits
+    python3 benchmarks/measure_calibrators.py --run det_calib_out --limits   # from a finished run
 """
 
 from __future__ import annotations
@@ -50,34 +63,101 @@ def main() -> None:
     ap.add_argument("--conf", type=float, default=0.25)
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--criterion", choices=("nll", "ece"), default="nll")
+    ap.add_argument("--fit-floors", default="0,0.125", help="fit floors of each method, comma-separated")
+    ap.add_argument("--run", type=Path, help="read the boxes of this finished calibrate run instead of --cache")
+    ap.add_argument("--limits", action="store_true", help="also print what the eval split itself allows")
     args = ap.parse_args()
+    args.floors = tuple(float(v) for v in args.fit_floors.split(","))
     if args.capture:
         capture_all(args.cache)
         return
     run(args)
 
 
-def _fit(method: str, fb: pl.DataFrame, *, min_conf: float, criterion: str):
-    from det_calib.selection import make_calibrator, select_calibrator
+def _fit(method: str, fb: pl.DataFrame, *, min_conf: float, criterion: str, floor: float = 0.0):
+    from det_calib.selection import fit_calibrator, select_calibrator
 
     z, y, k, g = (fb[c].to_numpy() for c in ("logit", "correct", "cls", "image_id"))
     if method == "auto":
         sel = select_calibrator(z, y, classes=k, groups=g, min_conf=min_conf, criterion=criterion)
         return sel.calibrator, sel
-    kw = {"classes": k, "groups": g} if method.startswith("class-") else {}
-    return make_calibrator(method).fit(z, y, **kw), None
+    return fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floor), None
+
+
+def _proba(cal, z: np.ndarray, k: np.ndarray) -> np.ndarray:
+    try:
+        return cal.predict_proba(z, classes=k)
+    except TypeError:
+        return cal.predict_proba(z)
+
+
+def load_boxes(args, split: str, head: str) -> pl.DataFrame:
+    """The matched boxes of one split and head, from ``--run`` or the ``--capture`` cache."""
+    if args.run is None:
+        return pl.read_parquet(args.cache / f"boxes_{split}_{head}.parquet")
+    b = pl.read_parquet(args.run / "boxes.parquet")
+    return b.filter((pl.col("split") == split) & (pl.col("head") == head))
+
+
+def load_gt(args, split: str) -> pl.DataFrame:
+    if args.run is None:
+        return pl.read_parquet(args.cache / f"gt_{split}.parquet")
+    import json
+
+    from det_calib.data import load_data_yaml, load_split
+
+    data = json.loads((args.run / "calibration.json").read_text())["data"]
+    return load_split(load_data_yaml(data), split).gt
+
+
+def limits(fb: pl.DataFrame, eb: pl.DataFrame, worst: int, args) -> None:
+    """What the eval split itself allows (see the module docstring)."""
+    from det_calib.numeric import sigmoid
+    from det_calib.operating import kept_ece, kept_ece_floor
+    from det_calib.selection import fit_calibrator
+
+    ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
+    print(f"-- limits: kept-set ECE at {args.conf:g} on test; sampling floor = a perfectly calibrated detector "
+          "on the same kept boxes (mean [95% range] of 200 draws)")
+    print(f"{'method @ floor':<22} {'fit on calib':>12} {'its floor':>22} {'fit on test (in-sample)':>24}")
+    for method in ("temperature", "platt", "spline", "isotonic"):
+        for floor in args.floors:
+            row = []
+            for src in (fb, eb):
+                cal = fit_calibrator(method, src["logit"].to_numpy(), src["correct"].to_numpy(),
+                                     groups=src["image_id"].to_numpy(), fit_min_conf=floor)
+                row.append(cal.predict_proba(ze))
+            f = kept_ece_floor(row[0], threshold=args.conf)
+            print(f"{f'{method} @ {floor:g}':<22} {kept_ece(row[0], ye, threshold=args.conf):>12.4f} "
+                  f"{f'{f.mean:.4f} [{f.low:.4f}, {f.high:.4f}]':>22} "
+                  f"{kept_ece(row[1], ye, threshold=args.conf):>24.4f}")
+    raw = kept_ece_floor(sigmoid(ze), threshold=args.conf)
+    print(f"{'none (raw)':<22} {kept_ece(sigmoid(ze), ye, threshold=args.conf):>12.4f} "
+          f"{f'{raw.mean:.4f} [{raw.low:.4f}, {raw.high:.4f}]':>22}")
+    print(f"-- worst raw class {worst}: its boxes kept at {args.conf:g} (raw conf), and a Platt map fitted on "
+          "that class alone, scored on its test boxes")
+    m = ke == worst
+    raw_w = kept_ece(sigmoid(ze[m]), ye[m], threshold=args.conf)
+    for name, src in (("calib", fb), ("test", eb)):
+        s = src.filter(pl.col("cls") == worst)
+        kept = s.filter(pl.col("logit") > float(np.log(args.conf / (1 - args.conf))))
+        cal = fit_calibrator("platt", s["logit"].to_numpy(), s["correct"].to_numpy())
+        e = kept_ece(cal.predict_proba(ze[m]), ye[m], threshold=args.conf)
+        print(f"   {name:<6} {kept.height:>5} kept, accuracy {kept['correct'].mean():.3f} at mean conf "
+              f"{kept['conf'].mean():.3f}; Platt fitted on {name}: test kept-set ECE {raw_w:.4f} -> {e:.4f}")
 
 
 def run(args) -> None:
     from det_calib.metrics import bootstrap_ci, ece, nll
     from det_calib.operating import kept_ece, laece0
+    from det_calib.selection import METHODS
 
-    methods = ["none", "temperature", "platt", "class-temperature", "class-platt", "isotonic", "class-isotonic", "auto"]
-    gt = pl.read_parquet(args.cache / "gt_test.parquet")
+    methods = [(m, f) for m in METHODS for f in ((0.0,) if m == "none" else args.floors)] + [("auto", 0.0)]
+    gt = load_gt(args, "test")
     gxy = gt.select("x1", "y1", "x2", "y2").to_numpy()
     for head in ("e2e", "nms"):
-        fb = pl.read_parquet(args.cache / f"boxes_calib_{head}.parquet").filter(~pl.col("ignore"))
-        eb = pl.read_parquet(args.cache / f"boxes_test_{head}.parquet")
+        fb = load_boxes(args, "calib", head).filter(~pl.col("ignore"))
+        eb = load_boxes(args, "test", head)
         eb_use = eb.filter(~pl.col("ignore"))
         ze, ye, ke, ie = (eb_use[c].to_numpy() for c in ("logit", "correct", "cls", "image_id"))
         raw_kept = kept_ece(1 / (1 + np.exp(-ze)), ye, threshold=args.conf)
@@ -87,17 +167,13 @@ def run(args) -> None:
         worst = max(per_cls_raw, key=lambda c: per_cls_raw[c])
         print(f"\n== head {head}: fit {fb.height} calib boxes, eval {eb_use.height} test boxes; "
               f"worst raw class {worst} (kept-set ECE {per_cls_raw[worst]:.4f}) ==")
-        print(f"{'method':<18} {f'kept ECE@{args.conf:.2f} [95% BC]':<30} {f'LaECE0@{args.conf:.2f}':>11} "
+        print(f"{'method @ fit floor':<22} {f'kept ECE@{args.conf:.2f} [95% BC]':<30} {f'LaECE0@{args.conf:.2f}':>11} "
               f"{'all ECE':>8} {'all NLL':>8} {'worst cls':>9} {'fit s':>6}  chosen/params")
-        for method in methods:
+        for method, floor in methods:
             t0 = time.time()
-            cal, sel = _fit(method, fb, min_conf=args.conf, criterion=args.criterion)
+            cal, sel = _fit(method, fb, min_conf=args.conf, criterion=args.criterion, floor=floor)
             dt = time.time() - t0
-            kw = {"classes": ke} if method.startswith("class-") or method == "auto" else {}
-            try:
-                pe = cal.predict_proba(ze, **kw)
-            except TypeError:
-                pe = cal.predict_proba(ze)
+            pe = _proba(cal, ze, ke)
             ke_ = kept_ece(pe, ye, threshold=args.conf)
 
             def stat(p, y, weights=None):
@@ -107,10 +183,7 @@ def run(args) -> None:
             # LaECE_0 on all test boxes (crowd handled by the matcher)
             zall = eb["logit"].to_numpy()
             kall = eb["cls"].to_numpy()
-            try:
-                pall = cal.predict_proba(zall, classes=kall)
-            except TypeError:
-                pall = cal.predict_proba(zall)
+            pall = _proba(cal, zall, kall)
             la = laece0(eb["image_id"].to_numpy(), eb.select("x1", "y1", "x2", "y2").to_numpy(), kall, pall,
                         gt["image_id"].to_numpy(), gxy, gt["cls"].to_numpy(),
                         gt["crowd"].to_numpy() if "crowd" in gt.columns else None, threshold=args.conf)
@@ -126,9 +199,12 @@ def run(args) -> None:
                 extra = f"lam={cal.shrinkage_:g}"
             elif hasattr(cal, "blend_"):
                 extra = f"m={cal.blend_:g}"
-            print(f"{method:<18} {ke_:.4f} [{lo:.4f}, {hi:.4f}]{'':<8} {la:>11.4f} {ece(pe, ye):>8.4f} "
+            name = method if method in ("none", "auto") else f"{method} @ {floor:g}"
+            print(f"{name:<22} {ke_:.4f} [{lo:.4f}, {hi:.4f}]{'':<8} {la:>11.4f} {ece(pe, ye):>8.4f} "
                   f"{nll(pe, ye):>8.4f} {wc:>9.4f} {dt:>6.1f}  {extra}", flush=True)
         print(f"(raw kept-set ECE {raw_kept:.4f})")
+        if args.limits:
+            limits(fb, eb_use, worst, args)
 
 
 if __name__ == "__main__":
