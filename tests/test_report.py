@@ -643,3 +643,30 @@ def test_conf_thresholds_section_when_the_run_has_thresholds_json(tmp_path):
     page = parse(paths["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == want
     assert "thresholds.json could not be shown" in paths["html"].read_text()
+
+
+def test_figures_use_no_mathtext(tmp_path, monkeypatch):
+    """No figure of a report or a comparison goes through mathtext: its fonts (STIX, Computer
+    Modern) are not needed, so a matplotlib font cache written by another environment cannot
+    make a run print "findfont" warnings. Log count axes are labelled 1, 10, 100, 1k, ..."""
+    from matplotlib.mathtext import MathTextParser
+
+    parsed = []
+    real = MathTextParser.parse
+
+    def spy(self, s, *args, **kwargs):
+        parsed.append(s)
+        return real(self, s, *args, **kwargs)
+
+    monkeypatch.setattr(MathTextParser, "parse", spy)
+    run = make_run(tmp_path / "run", heads=("nms", "e2e"), n_boot=5)
+    paths = write_report(run, out_dir=tmp_path / "report")
+    assert sum(k.startswith("figures/") for k in paths) >= 10
+    compare_runs(f"{run}:nms", f"{run}:e2e", out_dir=tmp_path / "cmp")
+    assert parsed == []
+
+
+def test_log_count_labels():
+    from det_calib.report.plots import _count
+
+    assert [_count(v) for v in (1, 10, 100, 1000, 25_000, 3e6, 0.5)] == ["1", "10", "100", "1k", "25k", "3M", "0.5"]

@@ -25,6 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
 __all__ = [
@@ -62,6 +63,26 @@ RC = {
     "svg.fonttype": "none",
 }
 DPI = 100
+
+
+def _count(v: float, _pos: Any = None) -> str:
+    """A box count as a plain tick label: 1, 10, 100, 1k, 10k, 1M (no mathtext)."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def _log_counts(ax: Any) -> None:
+    """Log y axis of box counts, labelled in plain text.
+
+    matplotlib's default log labels are mathtext (``10^2``), which loads the mathtext fonts
+    (STIX, Computer Modern) and, when its font cache misses them (a cache written by another
+    environment's matplotlib), logs a "findfont" warning per font on every run.
+    """
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_count))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _png(fig: Figure) -> bytes:
@@ -103,7 +124,7 @@ def _draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
     ax.set_aspect("auto")
     ax.tick_params(labelbottom=False)
     axc.bar(left, count, width=width, align="edge", color="#777777", edgecolor="white", lw=0.5)
-    axc.set_yscale("log")
+    _log_counts(axc)
     axc.set_ylim(0.7, max(10.0, float(count.max()) * 2.5) if count.size else 10.0)
     axc.set_xlim(0, 1)
     axc.set_ylabel("boxes")
@@ -178,7 +199,7 @@ def confidence_histograms(
                 ax.stairs(h, edges, color=color if color != INCORRECT else "#777777", lw=1)
             for k, (x, label) in enumerate(marks):
                 ax.axvline(x, color="#222222" if k == 0 else AFTER, ls="--" if k == 0 else ":", lw=1.2, label=label)
-            ax.set_yscale("log")
+            _log_counts(ax)
             ax.set_xlim(0, 1)
             ax.set_xlabel(xlabel)
             ax.legend(loc="upper right", frameon=False)
@@ -445,7 +466,7 @@ def compare_reliability(
             ax.set_ylabel("accuracy (fraction correct)")
             ax.tick_params(labelbottom=False)
             ax.legend(loc="upper left", frameon=False)
-            axc.set_yscale("log")
+            _log_counts(axc)
             axc.set_ylim(0.7, cmax * 2.5)
             axc.set_ylabel("boxes")
             axc.set_xlabel(f"{name.lower()}{xlabel_suffix}")
@@ -551,7 +572,7 @@ def operating_reliability(
         ax.set_ylabel("accuracy (fraction correct)")
         ax.tick_params(labelbottom=False)
         ax.legend(loc="upper left", frameon=False, fontsize=8.5)
-        axc.set_yscale("log")
+        _log_counts(axc)
         axc.set_ylim(0.7, cmax * 2.5)
         axc.set_ylabel("boxes")
         axc.set_xlabel(f"confidence of the boxes kept at conf {low:g}")
