@@ -41,7 +41,7 @@ from det_calib.selection import (
 log = logging.getLogger(__name__)
 
 __all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval", "calibrated_logits",
-           "calibrator_of", "calibrator_record", "choose_calibrator", "fit_floors"]
+           "calibrator_of", "calibrator_record", "choose_calibrator", "equivalent_conf", "fit_floors"]
 
 CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
 """Values of ``--method``."""
@@ -113,6 +113,38 @@ def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
     if isinstance(cal, TemperatureCalibrator):
         return np.asarray(z, dtype=np.float64) / float(cal.temperature_)
     return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
+
+
+def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
+    """The calibrated threshold that keeps exactly the boxes whose raw conf is above ``conf``.
+
+    It is the calibrated conf of a box whose raw conf is ``conf``, provided the map is strictly
+    increasing from there (every box scored higher raw is scored higher calibrated). Every map of
+    :data:`~det_calib.selection.METHODS` is (the isotonic maps too: their steps are made strictly
+    increasing); a map found flat just above ``conf`` (a probe step of 1e-7 in logit) gets None,
+    as there is no such threshold. A per-class map has one per class (``cls``); over all classes, None.
+
+    >>> equivalent_conf(Identity().fit(None, None), 0.25)
+    0.25
+    """
+    from det_calib.isotonic import ClassIsotonicCalibrator
+    from det_calib.scaling import ClassAffineScaler
+    from det_calib.thresholds import equivalent_threshold
+
+    if not 0 < conf < 1:
+        return None
+    if isinstance(cal, TemperatureCalibrator):
+        return equivalent_threshold(conf, float(cal.temperature_))  # the figures of earlier runs, bit for bit
+    if isinstance(cal, Identity):
+        return float(conf)
+    if isinstance(cal, (ClassAffineScaler, ClassIsotonicCalibrator)) and cls is None:
+        return None
+    z = math.log(conf) - math.log1p(-conf)
+    zz = np.array([z, z + 1e-7 * max(1.0, abs(z))])
+    t = calibrated_logits(cal, zz, np.full(2, 0 if cls is None else int(cls), dtype=np.int64))
+    if not t[1] > t[0]:
+        return None
+    return float(metrics.sigmoid(t[:1], 1.0)[0])
 
 
 @dataclass

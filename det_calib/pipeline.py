@@ -59,6 +59,7 @@ from det_calib.fitting import (
     calibrator_record,
     candidates_of,
     choose_calibrator,
+    equivalent_conf,
     fit_floors,
 )
 from det_calib.io import check_output_dir, read_manifest, staged_output, write_text
@@ -382,7 +383,6 @@ def _per_class(a: _EvalArrays, calibrator: Any, s: Settings, names: list[str]) -
     """One entry per class with boxes or ground truth."""
     out = []
     ece_fn = functools.partial(metrics.ece, n_bins=s.ece_bins)  # keeps `weights`: fast bootstrap path
-    temperature = _temperature_of(calibrator)
     thr = min(s.conf)
     for c in range(len(names)):
         m = a.cls == c
@@ -401,8 +401,8 @@ def _per_class(a: _EvalArrays, calibrator: Any, s: Settings, names: list[str]) -
         out.append(ClassResult(
             cls=c, name=names[c], boxes=int(m.sum()), correct=int(a.y[m].sum()), n_gt=n_gt_c,
             few_boxes=bool(m.sum() < s.min_class_boxes), **figures,
-            threshold_shift=[threshold_shift(a.p0[m], a.p1[m], a.y[m], conf=t, n_gt=n_gt_c, temperature=temperature)
-                             for t in s.conf],
+            threshold_shift=[threshold_shift(a.p0[m], a.p1[m], a.y[m], conf=t, n_gt=n_gt_c,
+                                             equivalent_conf=equivalent_conf(calibrator, t, c)) for t in s.conf],
         ))
     return out
 
@@ -428,8 +428,8 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Setting
         thresholded=_thresholded(a, s), operating_before=op.operating(a.p0), operating_after=op.operating(a.p1),
         **_map_check(boxes, split, calibrator, s),
     )
-    t = _temperature_of(calibrator)
-    shifts = [threshold_shift(a.p0, a.p1, a.y, conf=c, n_gt=len(a.gt_cls), temperature=t) for c in s.conf]
+    shifts = [threshold_shift(a.p0, a.p1, a.y, conf=c, n_gt=len(a.gt_cls),
+                              equivalent_conf=equivalent_conf(calibrator, c)) for c in s.conf]
     return HeadResult(eval=ev, threshold_shift=shifts, per_class=_per_class(a, calibrator, s, names))
 
 
@@ -969,7 +969,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
             )
         for sh in h.threshold_shift:
-            eqc = "" if sh.equivalent_conf is None else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}"
+            eqc = ("" if sh.equivalent_conf is None or sh.equivalent_conf == sh.conf
+                   else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}")
             lines.append(
                 f"[{head}] at conf {sh.conf}: kept {sh.kept_before} -> {sh.kept_after} "
                 f"(+{sh.added} of which {sh.added_correct} correct, -{sh.removed} of which "

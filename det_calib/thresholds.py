@@ -29,8 +29,9 @@ class ThresholdShift:
 
     Attributes:
         conf: The threshold t (the same number applied before and after calibration).
-        equivalent_conf: Calibrated threshold that keeps exactly the raw set, ``sigmoid(logit(t)/T)``
-            (None when there is no single temperature).
+        equivalent_conf: Calibrated threshold that keeps exactly the raw set: ``sigmoid(logit(t)/T)``
+            for a temperature, the calibrated conf of raw ``t`` for any map strictly increasing there
+            (None for a per-class map over all classes).
         n_gt: Ground-truth boxes (recall denominator).
         kept_before, kept_after: Boxes with raw / calibrated conf > t.
         added, added_correct: Boxes kept only after calibration, and how many of them are correct.
@@ -75,6 +76,7 @@ def threshold_shift(
     conf: float,
     n_gt: int,
     temperature: float | None = None,
+    equivalent_conf: float | None = None,
 ) -> ThresholdShift:
     """Compare the boxes kept at ``conf`` before and after calibration.
 
@@ -85,6 +87,8 @@ def threshold_shift(
         conf: Threshold.
         n_gt: Number of ground-truth boxes for recall.
         temperature: The shared temperature, to report the equivalent threshold.
+        equivalent_conf: The equivalent threshold of any other map, computed by the caller
+            (:func:`det_calib.fitting.equivalent_conf`); not with ``temperature``.
 
     Returns:
         A :class:`ThresholdShift`.
@@ -103,6 +107,10 @@ def threshold_shift(
         )
     if not 0 <= conf <= 1:
         raise InputError(f"Expected argument `conf` in [0, 1], but got {conf}")
+    if temperature is not None and equivalent_conf is not None:
+        raise InputError("give `temperature` or `equivalent_conf`, not both")
+    if equivalent_conf is None and temperature and 0 < conf < 1:
+        equivalent_conf = equivalent_threshold(conf, temperature)
     kb, ka = a > conf, b > conf
     added, removed = ka & ~kb, kb & ~ka
     tp_b, tp_a = int((kb & y).sum()), int((ka & y).sum())
@@ -112,7 +120,7 @@ def threshold_shift(
 
     return ThresholdShift(
         conf=float(conf),
-        equivalent_conf=equivalent_threshold(conf, temperature) if temperature and 0 < conf < 1 else None,
+        equivalent_conf=None if equivalent_conf is None else float(equivalent_conf),
         n_gt=int(n_gt),
         kept_before=int(kb.sum()),
         kept_after=int(ka.sum()),

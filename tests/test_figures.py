@@ -581,7 +581,7 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         shifts = s["threshold_shift"][head]
         assert [sh["conf"] for sh in shifts] == s["conf_thresholds"]
         for sh in shifts:
-            assert sh == _shift_by_hand(sh["conf"], p0, p1, y, len(gt_cls), T)
+            assert sh == _shift_by_hand(sh["conf"], p0, p1, y, len(gt_cls), T, cal)
         # ---- mAP, pycocotools on the same boxes (crowd-matched ones included), scores in float64
         img_index = {name: k for k, name in enumerate(ev_images)}
         all_rows = [dict(r, _img=img_index[r["image"]]) for r in eb_all.to_dicts()]
@@ -628,7 +628,7 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
                 assert pc[f"kept_ece_{tag}"] == (None if want is None else _approx(want)), (c, tag)
             for sh in pc["threshold_shift"]:
                 want = _shift_by_hand(
-                    sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T
+                    sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T, cal
                 )
                 assert sh == want, (c, sh["conf"])
 
@@ -689,7 +689,9 @@ def _gt_counts(images: list[str], n_classes: int) -> list[int]:
     return counts
 
 
-def _shift_by_hand(t, p0, p1, y, n_gt, T) -> dict:
+def _shift_by_hand(t, p0, p1, y, n_gt, T, cal=None) -> dict:
+    """The threshold shift at t; its equivalent threshold is the calibrated conf of raw t
+    (closed form for a temperature T, else ``cal``, the map of a raw logit; both maps increase)."""
     kb = [p > t for p in p0]
     ka = [p > t for p in p1]
     added = [a and not b for a, b in zip(ka, kb)]
@@ -702,7 +704,8 @@ def _shift_by_hand(t, p0, p1, y, n_gt, T) -> dict:
 
     return {
         "conf": t,
-        "equivalent_conf": None if T is None else _approx(1 / (1 + ((1 - t) / t) ** (1 / T))),
+        "equivalent_conf": (_approx(1 / (1 + ((1 - t) / t) ** (1 / T))) if T is not None else
+                            None if cal is None else _approx(_sig(cal(math.log(t / (1 - t))), 1.0))),
         "n_gt": n_gt,
         "kept_before": sum(kb),
         "kept_after": sum(ka),
@@ -807,7 +810,10 @@ def test_platt_run_figures_from_its_parameters(main_run, platt_run):
     e = s["eval"]["nms"]
     assert e["ece_after"] != e["ece_before"]
     assert e["operating_after"][0]["laece0"] != e["operating_before"][0]["laece0"]
-    assert s["threshold_shift"]["nms"][0]["equivalent_conf"] is None
+    # the equivalent threshold of a Platt map: sigmoid(a * logit(0.25) + b), keeping the raw set at 0.25
+    sh = s["threshold_shift"]["nms"][0]
+    assert sh["equivalent_conf"] == _approx(1 / (1 + math.exp(-(m["a"] * math.log(1 / 3) + m["b"]))))
+    assert sh["equivalent_conf"] != 0.25 and sh["kept_before"] > 0
 
 
 def test_laece0_recomputation_on_the_edge_cases():

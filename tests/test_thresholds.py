@@ -67,3 +67,58 @@ def test_precision_recall_curve_matches_direct_count():
         if m.any():
             assert prec[k] == pytest.approx(y[m].mean())
     assert np.isnan(prec[-1])  # nothing above 1.0
+
+
+@pytest.mark.parametrize("method", ["temperature", "platt", "spline", "isotonic", "class-platt", "class-isotonic"])
+def test_equivalent_conf_keeps_exactly_the_raw_set(method):
+    """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
+    over all classes for a global map, class by class for a per-class one (None over all)."""
+    from det_calib.fitting import calibrated_logits, equivalent_conf
+    from det_calib.selection import fit_calibrator
+
+    rng = np.random.default_rng(4)
+    n = 20_000
+    k = rng.integers(0, 3, n)
+    z = rng.normal(-2.0, 2.0, n)
+    y = rng.uniform(size=n) < _sig(1.4 * z + 0.3 + 0.5 * k)  # under-confident, class-dependent
+    cal = fit_calibrator(method, z, y, classes=k, groups=np.arange(n) // 20)
+    zt = rng.normal(-1.0, 2.0, n)  # fresh boxes
+    kt = rng.integers(0, 3, n)
+    p1 = _sig(calibrated_logits(cal, zt, kt))
+    for t in (0.1, 0.25, 0.5, 0.8):
+        raw = _sig(zt) > t
+        eq = equivalent_conf(cal, t)
+        if method.startswith("class-"):
+            assert eq is None
+            eqs = [equivalent_conf(cal, t, c) for c in range(3)]
+            assert len(set(eqs)) == 3  # one threshold per class
+            for c, e in enumerate(eqs):
+                m = kt == c
+                assert np.array_equal(p1[m] > e, raw[m])
+        else:
+            assert eq is not None
+            assert abs(eq - t) > 1e-3 or (method == "temperature" and t == 0.5)  # logit(0.5) / T = 0
+            assert np.array_equal(p1 > eq, raw)
+            assert raw.sum() > 100
+    assert equivalent_conf(cal, 0.0) is None and equivalent_conf(cal, 1.0) is None
+
+
+def test_equivalent_conf_none_where_the_map_is_flat():
+    """A map that does not rise just above the threshold has no equivalent threshold."""
+    from det_calib.fitting import equivalent_conf
+
+    class Flat:  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
+        def transform_logits(self, z, *, classes=None):
+            return np.maximum(np.asarray(z, dtype=np.float64), 0.0)
+
+    assert equivalent_conf(Flat(), 0.3) is None
+    assert equivalent_conf(Flat(), 0.7) == pytest.approx(0.7)
+
+
+def test_threshold_shift_takes_an_equivalent_threshold():
+    s = threshold_shift(np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=2,
+                        equivalent_conf=0.42)
+    assert s.equivalent_conf == 0.42
+    with pytest.raises(InputError, match="not both"):
+        threshold_shift(np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.5, n_gt=1, temperature=2.0,
+                        equivalent_conf=0.5)

@@ -178,7 +178,7 @@ def shift_sentence(e: ThresholdShift) -> str:
          f"{f3(e.precision_before)} → {f3(e.precision_after)}, recall {f3(e.recall_before)} → "
          f"{f3(e.recall_after)}")
     eq = _num(e.equivalent_conf)
-    if eq is not None:
+    if eq is not None and eq != e.conf:
         s += f"; calibrated conf {eq:.3f} keeps exactly the raw set"
     return s + "."
 

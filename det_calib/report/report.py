@@ -223,6 +223,21 @@ def _metric_table(run: Run, head: str) -> Table:
                  css="metrics", attrs={"data-head": head})
 
 
+def _cal_tag(run: Run, head: str) -> str:
+    """The head's calibrator in a figure title: ``T = 1.234``, ``platt map``, ``raw scores kept``."""
+    rec = run.head(head).calibrator
+    if rec is None or rec.method == "temperature":
+        return f"T = {f3(None if rec is None else rec.temperature)}"
+    return "raw scores kept" if rec.method == "none" else f"{rec.method} map"
+
+
+def _equivalents(run: Run, head: str) -> list[tuple[float, float | None]]:
+    """Each ``--conf`` threshold with its equivalent calibrated threshold (None: there is none),
+    as recorded in the run's threshold shift."""
+    shifts = {sh.conf: sh.equivalent_conf for sh in run.head(head).threshold_shift}
+    return [(x, shifts.get(x)) for x in run.settings.conf_thresholds]
+
+
 def _reliability(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, tuple[Any, Any]]) -> None:
     tag = _ece_tag(run)
     iou = run.settings.iou_match
@@ -237,9 +252,10 @@ def _reliability(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[st
         before, after = bins[h]
         if len(run.heads) > 1:
             b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}"))
+        cal = _cal_tag(run, h)
         panels = [
             (f"Raw conf — ECE {f4(ev.before.ece)}", before, "raw confidence"),
-            (f"Calibrated conf (T = {f3(hb.temperature)}) — ECE {f4(ev.after.ece)}", after, "calibrated confidence"),
+            (f"Calibrated conf ({cal}) — ECE {f4(ev.after.ece)}", after, "calibrated confidence"),
         ]
         png = plots.reliability_figure(panels, title=f"Reliability, head {h}, split {hb.split} ({tag})")
         b.fig(f"reliability_{h}", png,
@@ -252,15 +268,12 @@ def _reliability(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[st
         thr = list(run.settings.conf_thresholds)
         marks_raw = [(x, f"conf {x:g}") for x in thr]
         marks_cal = list(marks_raw)
-        if hb.temperature is not None:
-            for x in thr:
-                if 0 < x < 1:
-                    eq = thresholds.equivalent_threshold(x, hb.temperature)
-                    marks_cal.append((eq, f"{eq:.3f} ≡ raw {x:g}"))
+        for x, eq in _equivalents(run, h):
+            if eq is not None and eq != x:
+                marks_cal.append((eq, f"{eq:.3f} ≡ raw {x:g}"))
         png = plots.confidence_histograms(
             [("Raw conf", hb.conf, hb.correct, "raw confidence", marks_raw),
-             (f"Calibrated conf (T = {f3(hb.temperature)})", hb.conf_after, hb.correct, "calibrated confidence",
-              marks_cal)],
+             (f"Calibrated conf ({cal})", hb.conf_after, hb.correct, "calibrated confidence", marks_cal)],
             title=f"Confidence of correct and incorrect boxes, head {h} (IoU {iou:g})",
         )
         b.fig(f"confidence_{h}", png,
@@ -357,10 +370,11 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     iou = run.settings.iou_match
     b.add(Heading(2, "Threshold shift", "threshold-shift"))
     b.add(Para("Applying the same conf threshold to calibrated scores keeps a different set of boxes. A box is kept "
-               "when conf > threshold, as in Ultralytics. The equivalent calibrated threshold "
-               "sigmoid(logit(t) / T) keeps exactly the raw set. With T > 1 and a threshold below 0.5, boxes are only "
-               f"added; with T < 1 only removed. Correct means IoU ≥ {iou:g} with an unmatched ground truth.", "note"))
-    thr = list(run.settings.conf_thresholds)
+               "when conf > threshold, as in Ultralytics. The equivalent calibrated threshold, the calibrated "
+               "conf of a box whose raw conf is t (sigmoid(logit(t) / T) for a temperature), keeps exactly the raw "
+               "set (a per-class map has one per class: see the per-class table). With T > 1 and a threshold "
+               "below 0.5, boxes are only added; with T < 1 only removed. "
+               f"Correct means IoU ≥ {iou:g} with an unmatched ground truth.", "note"))
     for h in run.heads:
         hb = hbs[h]
         if len(run.heads) > 1:
@@ -370,8 +384,7 @@ def _threshold(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         pb = thresholds.precision_recall_vs_conf(hb.conf, hb.correct, n_gt=n_gt, grid=grid)
         pa = (thresholds.precision_recall_vs_conf(hb.conf_after, hb.correct, n_gt=n_gt, grid=grid)
               if hb.conf_after is not None else None)
-        marks = [(x, thresholds.equivalent_threshold(x, hb.temperature) if hb.temperature and 0 < x < 1 else None)
-                 for x in thr]
+        marks = _equivalents(run, h)
         png = plots.threshold_figure(pb, pa, marks,
                                      title=f"Precision and recall against the threshold, head {h} (IoU {iou:g})")
         b.fig(f"threshold_{h}", png,
