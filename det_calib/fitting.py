@@ -162,6 +162,9 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
                       min_conf: float, n_folds: int, seed: int) -> Choice:
     """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``.
 
+    One method: ``fit_boxes`` are already its fit range (above ``floors[0]``, by the caller's
+    rule); ``floors[0]`` is recorded and shapes the map below it. ``auto`` applies each floor itself.
+
     With ``auto`` every candidate's best version (its own fit floor, its CV shrinkage) is also
     refitted on the whole fit split, so the eval split can compare them all.
     """
@@ -169,7 +172,7 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
     z, y = b["logit"].to_numpy().astype(np.float64), b["correct"].to_numpy()
     k, g = b["cls"].to_numpy().astype(np.int64), b["image_id"].to_numpy()
     if method != "auto":
-        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed)
+        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
     sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=floors, min_conf=min_conf, criterion=criterion,
                             n_folds=n_folds, seed=seed)

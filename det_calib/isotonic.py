@@ -6,10 +6,17 @@ scikit-learn's ``IsotonicRegression`` at the fit points). PAV gives a step funct
 one step tie, and ties reorder under ranking. To keep the ranking (and so mAP, for one map
 shared by every class) the calibrator is the **strictly increasing piecewise-linear function in
 logit space** through the steps: adjacent PAV blocks are pooled to at most ``max_knots`` (see
-``_pool``); knot ``x_j`` = weighted mean raw logit of block j, value
-``y_j = logit(clip(block mean, 1e-6, 1 - 1e-6))``, made strictly increasing by at least ``1e-6``
-per knot; slope ``tail_slope`` beyond the end knots. Such a map folds
-into a detector as ReLU hinges (see :func:`det_calib.fold.fold_calibrator`).
+``_pool``); knot ``x_j`` = weighted mean raw logit of block j, value ``y_j = logit(p_j)`` with
+``p_j = (k_j + 1/2) / (n_j + 1)``, the block's fraction correct (``k_j`` correct of weight
+``n_j``) under a Jeffreys prior, made strictly increasing by at least ``1e-6`` per knot. The
+prior keeps a block whose boxes are all correct (or all wrong) off probability 1 (or 0): the
+raw block mean would put the top boxes at 0.999999, which no finite block shows, and one wrong
+box there would cost 14 nats; on a block of thousands of boxes it moves the value by less than
+1e-3. Slope ``tail_slope`` beyond the end knots; fitted above a fit floor (only the boxes above
+a raw conf), the slope left of the first knot is ``left_slope`` (1 by
+:func:`det_calib.selection.fit_calibrator`: the boxes below the floor, never seen by the fit,
+keep their raw spacing instead of all taking the value of the lowest fitted block). Such a map
+folds into a detector as ReLU hinges (see :func:`det_calib.fold.fold_calibrator`).
 
 Per class (:class:`ClassIsotonicCalibrator`), each class's curve is shrunk toward the global
 curve in logit space, ``g_c(z) = s_c f_c(z) + (1 - s_c) g(z)`` with ``s_c = n_c / (n_c + m)``:
@@ -44,6 +51,7 @@ BLEND_GRID: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, math.inf)
 
 _EPS = 1e-6
 _MIN_RISE = 1e-6
+_PRIOR = 0.5  # Jeffreys: Beta(1/2, 1/2) on each block's fraction correct
 _ISO_FORMAT = "det_calib.IsotonicCalibrator"
 _CLASS_ISO_FORMAT = "det_calib.ClassIsotonicCalibrator"
 _VERSION = 1
@@ -232,19 +240,27 @@ def _pool(xc: np.ndarray, wsum: np.ndarray, mean: np.ndarray, max_knots: int):
     return x, w, m
 
 
-def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slope: float) -> PiecewiseLinear:
+def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slope: float,
+           left_slope: float | None = None) -> PiecewiseLinear:
     xc, wsum, mean, _ = _pav_sorted(z, y, w)
     keep = wsum > 0
     xc, wsum, mean = xc[keep], wsum[keep], mean[keep]
-    x, _, m = _pool(xc, wsum, mean, max_knots)
-    return PiecewiseLinear(x, _strict(logit(np.clip(m, _EPS, 1.0 - _EPS))), tail_slope)
+    x, n, m = _pool(xc, wsum, mean, max_knots)
+    # the prior pulls a small block toward 1/2, possibly below a bigger neighbour's value: the
+    # running max of _strict then gives it that value (plus the minimum rise), as PAV would pool them
+    p = (n * m + _PRIOR) / (n + 2 * _PRIOR)
+    return PiecewiseLinear(x, _strict(logit(np.clip(p, _EPS, 1.0 - _EPS))),
+                           tail_slope if left_slope is None else left_slope, right_slope=tail_slope)
 
 
-def _check_iso_options(max_knots: Any, tail_slope: Any) -> None:
+def _check_iso_options(max_knots: Any, tail_slope: Any, left_slope: Any = None) -> None:
     if isinstance(max_knots, bool) or not isinstance(max_knots, (int, np.integer)) or max_knots < 2:
         raise InputError(f"Expected argument `max_knots` to be an integer >= 2, but got {max_knots!r}")
-    if not (isinstance(tail_slope, (int, float)) and tail_slope > 0 and math.isfinite(tail_slope)):
-        raise InputError(f"Expected argument `tail_slope` to be a finite number > 0, but got {tail_slope!r}")
+    for name, v in (("tail_slope", tail_slope), ("left_slope", left_slope)):
+        if v is None and name == "left_slope":
+            continue
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            raise InputError(f"Expected argument `{name}` to be a finite number > 0, but got {v!r}")
 
 
 def _check_iso_degenerate(z, y, w, what: str, min_samples: int) -> None:
@@ -265,6 +281,8 @@ class IsotonicCalibrator(_LogitCalibrator):
     Args:
         max_knots: Most knots of the map (each is one ReLU hinge per class when deployed).
         tail_slope: Slope beyond the end knots (keeps the map strictly increasing everywhere).
+        left_slope: Slope left of the first knot, when it differs from ``tail_slope`` (None: the
+            same); :func:`det_calib.selection.fit_calibrator` sets 1 for a fit above a floor.
         min_samples: Minimum number of fit boxes.
 
     Attributes:
@@ -275,9 +293,11 @@ class IsotonicCalibrator(_LogitCalibrator):
 
     _fitted_attr = "map_"
 
-    def __init__(self, *, max_knots: int = 32, tail_slope: float = 0.01, min_samples: int = 10):
+    def __init__(self, *, max_knots: int = 32, tail_slope: float = 0.01, left_slope: float | None = None,
+                 min_samples: int = 10):
         self.max_knots = max_knots
         self.tail_slope = tail_slope
+        self.left_slope = left_slope
         self.min_samples = min_samples
 
     def __repr__(self) -> str:
@@ -286,12 +306,13 @@ class IsotonicCalibrator(_LogitCalibrator):
 
     def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> IsotonicCalibrator:
         """Fit the map; ``classes`` is ignored. Raises DegenerateFitError on one label only or too few boxes."""
-        _check_iso_options(self.max_knots, self.tail_slope)
+        _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
         z, y, w = _prepare(logits, labels, weights)
         _check_iso_degenerate(z, y, w, "isotonic", int(self.min_samples))
         used = w > 0
         self.n_blocks_ = int(_pav_sorted(z[used], y[used], w[used])[0].size)
-        self.map_ = _curve(z[used], y[used], w[used], int(self.max_knots), float(self.tail_slope))
+        self.map_ = _curve(z[used], y[used], w[used], int(self.max_knots), float(self.tail_slope),
+                           self.left_slope)
         self.n_samples_ = int(z.shape[0])
         return self
 
@@ -316,7 +337,8 @@ class IsotonicCalibrator(_LogitCalibrator):
     def from_dict(cls, d: dict[str, Any]) -> IsotonicCalibrator:
         d = _check_format(d, _ISO_FORMAT)
         m = PiecewiseLinear.from_dict(d.get("map"))
-        obj = cls(max_knots=int(d.get("max_knots", 32)), tail_slope=m.tail_slope)
+        obj = cls(max_knots=int(d.get("max_knots", 32)), tail_slope=m.right_slope,
+                  left_slope=None if m.tail_slope == m.right_slope else m.tail_slope)
         obj.map_ = m
         if d.get("n_samples") is not None:
             obj.n_samples_ = int(d["n_samples"])
@@ -346,6 +368,8 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         n_folds: Folds of the CV (grouped by ``groups`` when given to :meth:`fit`).
         max_knots: Most knots of each class curve before blending (the blend has at most twice).
         tail_slope: Slope beyond the end knots.
+        left_slope: Slope left of the first knot of every curve (None: ``tail_slope``), as
+            :class:`IsotonicCalibrator`.
         min_samples: Minimum boxes of the global fit; a class with fewer than ``min_samples``
             boxes, or with one label only, gets ``s_c = 0`` (the global map).
         seed: Seed of the fold assignment.
@@ -368,6 +392,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         n_folds: int = 3,
         max_knots: int = 32,
         tail_slope: float = 0.01,
+        left_slope: float | None = None,
         min_samples: int = 10,
         seed: int = 0,
     ):
@@ -376,6 +401,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         self.n_folds = n_folds
         self.max_knots = max_knots
         self.tail_slope = tail_slope
+        self.left_slope = left_slope
         self.min_samples = min_samples
         self.seed = seed
 
@@ -384,7 +410,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         return f"ClassIsotonicCalibrator(blend={self.blend!r}{fitted})"
 
     def _curves(self, z, y, w, k, n_cls):
-        g = _curve(z, y, w, int(self.max_knots), float(self.tail_slope))
+        g = _curve(z, y, w, int(self.max_knots), float(self.tail_slope), self.left_slope)
         own: list[PiecewiseLinear | None] = []
         counts = np.bincount(k, weights=w, minlength=n_cls)
         order = np.argsort(k, kind="stable")
@@ -396,7 +422,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
             if idx.size < max(2, int(self.min_samples)) or pos <= 0 or pos >= wc.sum():
                 own.append(None)
             else:
-                own.append(_curve(z[idx], yc, wc, int(self.max_knots), float(self.tail_slope)))
+                own.append(_curve(z[idx], yc, wc, int(self.max_knots), float(self.tail_slope), self.left_slope))
         return g, own, counts
 
     @staticmethod
@@ -408,7 +434,7 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None, groups: Any = None
     ) -> ClassIsotonicCalibrator:
         """Fit the global and per-class maps and the blend (see the class docstring for the arguments)."""
-        _check_iso_options(self.max_knots, self.tail_slope)
+        _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
         b = self.blend
         if b != "auto" and not (isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0):
             raise InputError(f"Expected argument `blend` to be 'auto' or a number >= 0, but got {b!r}")
@@ -478,8 +504,9 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassIsotonicCalibrator:
         d = _check_format(d, _CLASS_ISO_FORMAT)
-        obj = cls()
-        obj.global_ = PiecewiseLinear.from_dict(d.get("global"))
+        g = PiecewiseLinear.from_dict(d.get("global"))
+        obj = cls(tail_slope=g.right_slope, left_slope=None if g.tail_slope == g.right_slope else g.tail_slope)
+        obj.global_ = g
         obj.maps_ = [PiecewiseLinear.from_dict(m) for m in d.get("maps", [])]
         obj.weights_ = np.asarray(d.get("weights", [0.0] * len(obj.maps_)), dtype=np.float64)
         bl = d.get("blend", "inf")

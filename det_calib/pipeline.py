@@ -458,10 +458,8 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
         cal = calibrator_of(Calibrator.temperature_scaling(float(scaler.temperature_)))
         cal.scaler_ = scaler
         return Choice("temperature", floors[0], cal)
-    c = choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=(0.0,), criterion=s.criterion,
-                          min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
-    c.floor = floors[0]
-    return c
+    return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
+                             min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
 
 
 def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:

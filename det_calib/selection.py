@@ -140,8 +140,11 @@ class TemperatureCalibrator:
         return obj
 
 
-def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto") -> Any:
-    """An unfitted calibrator for ``method`` (one of :data:`METHODS`)."""
+def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
+    """An unfitted calibrator for ``method`` (one of :data:`METHODS`); ``fit_min_conf`` > 0 (it
+    will be fitted above that raw conf only) gives the isotonic maps slope 1 below their first
+    knot: the boxes below the floor keep their raw spacing (see :mod:`det_calib.isotonic`)."""
+    left = 1.0 if fit_min_conf > 0 else None
     if method not in METHODS:
         raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
     return {
@@ -151,8 +154,8 @@ def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto") -> A
         "spline": lambda: SplineCalibrator(),
         "class-temperature": lambda: ClassAffineScaler(kind="temperature", shrinkage=shrinkage, seed=seed),
         "class-platt": lambda: ClassAffineScaler(kind="platt", shrinkage=shrinkage, seed=seed),
-        "isotonic": lambda: IsotonicCalibrator(),
-        "class-isotonic": lambda: ClassIsotonicCalibrator(blend=shrinkage, seed=seed),
+        "isotonic": lambda: IsotonicCalibrator(left_slope=left),
+        "class-isotonic": lambda: ClassIsotonicCalibrator(blend=shrinkage, seed=seed, left_slope=left),
     }[method]()
 
 
@@ -412,6 +415,7 @@ def fit_calibrator(
     groups: Any = None,
     fit_min_conf: float = 0.0,
     seed: int = 0,
+    in_range: bool = False,
 ) -> Any:
     """Fit one method on its fit range: the boxes with raw conf above ``fit_min_conf`` (0.0: all).
 
@@ -422,6 +426,9 @@ def fit_calibrator(
         groups: ``(n,)`` image ids for the per-class shrinkage CV.
         fit_min_conf: Fit-range floor in [0, 1).
         seed: Seed of the shrinkage CV folds.
+        in_range: The boxes given are already those of the fit range (the caller applied
+            ``fit_min_conf`` its own way): fit on all of them; the floor then only shapes the map
+            below it (see :func:`make_calibrator`).
 
     Returns:
         The fitted calibrator (apply it to every box, inside and outside the fit range).
@@ -438,28 +445,31 @@ def fit_calibrator(
     k = None if classes is None else _check_classes(classes, z.shape[0])
     if method.startswith("class-") and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
-    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed)
+    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
+                  in_range=in_range)
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
     return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
-def _refit(c: Candidate, z, y, k, groups, seed) -> Any:
-    m = _fit_range(z, c.fit_min_conf)
+def _refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
+    m = np.ones(z.shape[0], dtype=bool) if in_range else _fit_range(z, c.fit_min_conf)
     if not m.any():
         raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
                                  f"{c.method} on")
-    cal = make_calibrator(c.method, seed=seed, shrinkage=c.shrinkage if c.shrinkage is not None else "auto")
+    cal = make_calibrator(c.method, seed=seed, shrinkage=c.shrinkage if c.shrinkage is not None else "auto",
+                          fit_min_conf=c.fit_min_conf)
     kw = {"classes": k[m]} if c.method.startswith("class-") else {}
     if c.method.startswith("class-") and groups is not None:
         kw["groups"] = np.asarray(groups)[m]
     return cal.fit(z[m], y[m], **kw)
 
 
-def _fold_fits(method, grid, z, y, k, w, seed):
-    """Fitted calibrators on one training fold: one per grid value (per-class methods share the
-    global fit and the per-class curves across the grid, warm-started from strong to weak shrinkage)."""
+def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0):
+    """Fitted calibrators on one training fold (fit floor ``floor``): one per grid value (per-class
+    methods share the global fit and the per-class curves across the grid, warm-started from strong
+    to weak shrinkage)."""
     if method in ("class-temperature", "class-platt"):
         kind = "temperature" if method == "class-temperature" else "platt"
         proto = ClassAffineScaler(kind=kind, shrinkage=math.inf, seed=seed)
@@ -477,18 +487,18 @@ def _fold_fits(method, grid, z, y, k, w, seed):
     if method == "class-isotonic":
         from det_calib.isotonic import _check_iso_degenerate
 
-        proto = ClassIsotonicCalibrator(blend=math.inf, seed=seed)
+        proto = make_calibrator(method, seed=seed, shrinkage=math.inf, fit_min_conf=floor)
         _check_iso_degenerate(z, y, w, "per-class isotonic", proto.min_samples)
         n_cls = int(k.max()) + 1
         g, own, counts = proto._curves(z, y, w, k, n_cls)
         out = []
         for m in grid:
-            cal = ClassIsotonicCalibrator(blend=m)
+            cal = make_calibrator(method, seed=seed, shrinkage=m, fit_min_conf=floor)
             cal.maps_, cal.weights_ = proto._maps(g, own, counts, m)
             cal.global_, cal.blend_, cal.cv_nll_, cal.n_classes_ = g, m, None, n_cls
             out.append(cal)
         return out
-    return [make_calibrator(method, seed=seed).fit(z, y, weights=w)]
+    return [make_calibrator(method, seed=seed, fit_min_conf=floor).fit(z, y, weights=w)]
 
 
 def _one_se_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int) -> tuple[Candidate, Candidate]:
@@ -539,7 +549,7 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
                 te = folds == f
                 if not tr.any():
                     raise DegenerateFitError(f"no box of the training folds has raw conf above the fit floor {floor:g}")
-                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed)
+                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed, floor)
                 for j, cal in enumerate(fits):
                     t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))
                     scores[r * n_folds + f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)

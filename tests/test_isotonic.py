@@ -54,11 +54,12 @@ def test_isotonic_map_is_strictly_increasing_and_calibrates():
 
 
 def test_piecewise_linear_hinges_reproduce_the_map():
-    m = PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 0.05)
-    c0, s0, x, coef = m.hinges()
-    z = np.linspace(-10, 10, 101)
-    manual = c0 + s0 * z + (coef[None, :] * np.maximum(z[:, None] - x[None, :], 0)).sum(axis=1)
-    np.testing.assert_allclose(manual, m(z), atol=1e-12)
+    for m in (PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 0.05),
+              PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 1.0, right_slope=0.01)):
+        c0, s0, x, coef = m.hinges()
+        z = np.linspace(-10, 10, 101)
+        manual = c0 + s0 * z + (coef[None, :] * np.maximum(z[:, None] - x[None, :], 0)).sum(axis=1)
+        np.testing.assert_allclose(manual, m(z), atol=1e-12)
     with pytest.raises(InputError, match="strictly increasing"):
         PiecewiseLinear([0.0, 0.0], [1.0, 2.0], 0.1)
 
@@ -87,3 +88,62 @@ def test_class_isotonic_shrinks_toward_global():
     back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
     np.testing.assert_array_equal(back.transform_logits(z[:99], classes=k[:99]),
                                   cal.transform_logits(z[:99], classes=k[:99]))
+
+
+def test_block_values_carry_a_jeffreys_prior():
+    """Each knot is logit((k + 1/2) / (n + 1)) of its block: all-wrong and all-correct blocks stay
+    off 0 and 1 (the raw block means would give logit(1e-6) and logit(1 - 1e-6), +-13.8)."""
+    z = np.arange(20.0)
+    y = np.repeat([0.0, 1.0], 10)
+    cal = IsotonicCalibrator().fit(z, y)
+    np.testing.assert_allclose(cal.map_.x, [4.5, 14.5])
+    np.testing.assert_allclose(cal.map_.y, [math.log(0.5 / 10.5), math.log(10.5 / 0.5)], rtol=1e-12)
+    # a big block barely moves: 300 correct of 1,000 -> (300.5 / 1001), not 0.3
+    z2 = np.concatenate([np.zeros(1000), np.ones(1000)])
+    y2 = np.concatenate([np.arange(1000) < 300, np.arange(1000) < 700]).astype(float)
+    m = IsotonicCalibrator().fit(z2, y2).map_
+    np.testing.assert_allclose(sigmoid(m.y), [300.5 / 1001, 700.5 / 1001], rtol=1e-9)
+
+
+def test_fit_above_a_floor_keeps_the_raw_spacing_below_it():
+    """Fitted above a floor, the map has slope 1 left of its first knot: boxes below the floor,
+    never seen by the fit, keep their raw spacing (with the old slope 0.01 they all took about
+    the value of the lowest fitted block, and their NLL exploded)."""
+    from det_calib.selection import fit_calibrator
+
+    rng = np.random.default_rng(5)
+    z = rng.normal(-3.0, 2.0, 50_000)
+    y = rng.random(z.size) < sigmoid(1.3 * z + 0.4)
+    floor = 0.2
+    cal = fit_calibrator("isotonic", z, y, fit_min_conf=floor)
+    assert cal.map_.tail_slope == 1.0 and cal.map_.right_slope == 0.01 and cal.left_slope == 1.0
+    below = np.linspace(-9.0, math.log(floor / (1 - floor)), 50)
+    below = below[below < cal.map_.x[0]]
+    np.testing.assert_allclose(np.diff(cal.transform_logits(below)), np.diff(below), rtol=1e-9)
+    low = z < math.log(floor / (1 - floor))
+    old = IsotonicCalibrator().fit(z[~low], y[~low])  # the same fit, slope 0.01 on the left
+    assert old.map_.tail_slope == 0.01
+    def nll(t):
+        p = sigmoid(t)
+        return -np.mean(np.where(y[low], np.log(p), np.log1p(-p)))
+
+    # below the floor: better than the raw scores (the planted map is 1.3 z + 0.4; true 0.1249,
+    # raw 0.1283), where the old tail cost 0.207
+    assert nll(cal.transform_logits(z[low])) < nll(z[low]) < nll(1.3 * z[low] + 0.4) + 0.005
+    assert nll(old.transform_logits(z[low])) > 1.5 * nll(cal.transform_logits(z[low]))
+    inside = z >= cal.map_.x[0]  # from the first knot on, the two maps are the same
+    np.testing.assert_array_equal(cal.transform_logits(z[inside]), old.transform_logits(z[inside]))
+    back = IsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.left_slope == 1.0 and back.tail_slope == 0.01
+    np.testing.assert_array_equal(back.transform_logits(below), cal.transform_logits(below))
+    # on all boxes (no floor) the left tail keeps the default slope
+    assert fit_calibrator("isotonic", z, y).map_.tail_slope == 0.01
+    cls = rng.integers(0, 3, z.size)
+    ccal = fit_calibrator("class-isotonic", z, y, classes=cls, fit_min_conf=floor)
+    assert ccal.global_.tail_slope == 1.0 and all(m.tail_slope == 1.0 for m in ccal.maps_)
+    cback = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(ccal.to_dict())))
+    assert cback.left_slope == 1.0
+    np.testing.assert_array_equal(cback.transform_logits(below, classes=np.zeros(below.size, int)),
+                                  ccal.transform_logits(below, classes=np.zeros(below.size, int)))
+    with pytest.raises(InputError, match="left_slope"):
+        IsotonicCalibrator(left_slope=0.0).fit(z, y)

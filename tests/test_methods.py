@@ -193,3 +193,22 @@ def test_compare_shows_the_calibrators_of_both_runs(auto_run, tmp_path):
     html = files["html"].read_text()
     assert "Calibrators compared: A" in html and "Calibrators compared: B" in html
     assert html.count('class="candidates-eval"') == 2
+
+
+def test_isotonic_on_the_operating_range_keeps_the_boxes_below_it_in_shape(tmp_path, demo_model_path, fixture_yaml):
+    """`--method isotonic --fit-range operating` fits on the boxes with raw conf >= 0.125 (the
+    fit's own rule, boundary included) and its map has slope 1 below its first knot."""
+    out = tmp_path / "iso"
+    assert main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--method", "isotonic",
+                 "--fit-range", "operating", "--n-boot", "5", "--no-val", "--no-report", "-q", "--out", str(out)]) == 0
+    d = json.loads((out / "calibration.json").read_text())
+    b = pl.read_parquet(out / "boxes.parquet").filter((pl.col("split") == d["splits"]["fit"]) & ~pl.col("ignore"))
+    for head, rec in d["calibrators"].items():
+        assert rec["method"] == "isotonic" and rec["params"]["fit_min_conf"] == 0.125
+        m = rec["params"]["map"]["map"]
+        assert m["tail_slope"] == 1.0 and m["right_slope"] == 0.01
+        assert d["fit"][head]["boxes"] == b.filter((pl.col("head") == head) & (pl.col("conf") >= 0.125)).height
+        cal = calibrator_of(RunResult.from_dict(d).head(head).calibrator)
+        z = np.array([-8.0, -7.0])  # far below the floor: raw spacing
+        t = calibrated_logits(cal, z, np.zeros(2, np.int64))
+        assert t[1] - t[0] == pytest.approx(1.0)
