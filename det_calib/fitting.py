@@ -159,7 +159,7 @@ class Choice:
 
 
 def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[float, ...], criterion: str,
-                      min_conf: float, n_folds: int, seed: int) -> Choice:
+                      min_conf: float, n_folds: int, seed: int, n_repeats: int = 5) -> Choice:
     """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``.
 
     One method: ``fit_boxes`` are already its fit range (above ``floors[0]``, by the caller's
@@ -175,7 +175,7 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
         cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
     sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=floors, min_conf=min_conf, criterion=criterion,
-                            n_folds=n_folds, seed=seed)
+                            n_folds=n_folds, n_repeats=n_repeats, seed=seed)
     refits: dict[str, tuple[str, float, Any]] = {}
     for m in METHODS:
         ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]

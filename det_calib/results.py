@@ -641,6 +641,7 @@ class RecordedSettings:
     fit_range: str | None = None
     criterion: str | None = None
     cv_folds: int | None = None
+    cv_repeats: int | None = None
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -655,7 +656,7 @@ class RecordedSettings:
             "min_class_boxes": self.min_class_boxes, "bootstrap": dataclasses.asdict(self.bootstrap),
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
             "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
-            "cv_folds": self.cv_folds,
+            "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats,
         }
 
     @classmethod
@@ -687,7 +688,8 @@ class RecordedSettings:
                    method=_text(d.get("method"), _where(where, "method")) or "temperature",
                    fit_range=_text(d.get("fit_range"), _where(where, "fit_range")),
                    criterion=_text(d.get("criterion"), _where(where, "criterion")),
-                   cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")))
+                   cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")),
+                   cv_repeats=_integer(d.get("cv_repeats"), _where(where, "cv_repeats")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")

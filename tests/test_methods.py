@@ -32,6 +32,7 @@ def test_auto_records_choice_candidates_and_operating_point(auto_run, capsys):
     d = json.loads((auto_run / "calibration.json").read_text())
     r = RunResult.from_dict(d)
     assert d["method"] == "auto" and d["criterion"] == "nll" and d["cv_folds"] == 5 and d["fit_min_conf"] is None
+    assert d["cv_repeats"] == 5
     b = pl.read_parquet(auto_run / "boxes.parquet")
     for h in r.heads:
         hr = r.head(h)
@@ -212,3 +213,24 @@ def test_isotonic_on_the_operating_range_keeps_the_boxes_below_it_in_shape(tmp_p
         z = np.array([-8.0, -7.0])  # far below the floor: raw spacing
         t = calibrated_logits(cal, z, np.zeros(2, np.int64))
         assert t[1] - t[0] == pytest.approx(1.0)
+
+
+def test_cv_folds_and_repeats_options(tmp_path, demo_model_path, fixture_yaml, capsys):
+    """`--cv-folds K --cv-repeats R`: every candidate is scored on R x K held-out folds, and both
+    are recorded; a bad value is one line and exit 2."""
+    out = tmp_path / "cv"
+    args = ["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--method", "auto",
+            "--n-boot", "5", "--no-val", "--no-report", "-q"]
+    assert main([*args, "--cv-folds", "3", "--cv-repeats", "2", "--out", str(out)]) == 0
+    d = json.loads((out / "calibration.json").read_text())
+    assert (d["cv_folds"], d["cv_repeats"]) == (3, 2)
+    for head, cands in d["calibration_candidates"].items():
+        scored = [c for c in cands if c["params"].get("fold_scores")]
+        assert len(scored) >= 3, head
+        for c in scored:
+            assert len(c["params"]["fold_scores"]) == 6, (head, c["method"])
+            assert (c["params"]["n_repeats"], c["params"]["n_folds"]) == (2, 3)
+    capsys.readouterr()
+    assert main([*args, "--cv-repeats", "0", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "`--cv-repeats`" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

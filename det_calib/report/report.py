@@ -74,6 +74,7 @@ SETTING_HELP = {
     "fit_range": "fit range asked for (all, operating, a raw conf floor; null: the default)",
     "criterion": "what --method auto minimises on held-out folds (above the lowest conf threshold)",
     "cv_folds": "folds of --method auto's cross-validation, grouped by image",
+    "cv_repeats": "fold assignments of --method auto's cross-validation (each candidate scored on all of them)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",
