@@ -137,8 +137,9 @@ class Settings:
                           "lowest --conf: nll (default) or ece", flag="--criterion", choices=("nll", "ece"))
     cv_folds: int = _opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
                          flag="--cv-folds")
-    cv_repeats: int = _opt(5, "fold assignments --method auto scores every candidate on (default 5; 1 is about "
-                           "4x faster, but a close call can then change with --seed)", flag="--cv-repeats")
+    cv_repeats: int = _opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
+                           "cross-validation takes a fifth of the time, but a close call can then change with "
+                           "--seed)", flag="--cv-repeats")
     conf_floor: float = _opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
     nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
