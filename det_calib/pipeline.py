@@ -836,15 +836,11 @@ def _ultralytics_checks(inputs: _Inputs, ckpt: Path, ev: Split, records: dict[st
 
 def equivalent_floor(record: Calibrator, floor: float) -> float | None:
     """The calibrated conf of a box whose raw conf is ``floor``, for a global monotone map (then
-    ``calibrated > it`` keeps exactly the boxes with ``raw > floor``); None for per-class maps."""
-    from det_calib.thresholds import equivalent_threshold
-
-    if record.method == "temperature":
-        return equivalent_threshold(floor, record.temperature)
-    if record.method not in GLOBAL_METHODS or floor <= 0:
-        return None if record.method not in GLOBAL_METHODS else 0.0
-    z = np.array([logit_threshold(floor)])
-    return float(metrics.sigmoid(calibrated_logits(calibrator_of(record), z, np.zeros(1, np.int64)), 1.0)[0])
+    ``calibrated > it`` keeps exactly the boxes with ``raw > floor``; :func:`equivalent_conf`);
+    None for per-class maps."""
+    if record.method not in GLOBAL_METHODS:
+        return None
+    return equivalent_conf(calibrator_of(record), floor) if floor > 0 else 0.0
 
 
 def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
