@@ -26,8 +26,10 @@ import polars as pl
 
 from det_calib import metrics
 from det_calib.errors import InputError
+from det_calib.isotonic import ClassIsotonicCalibrator
 from det_calib.operating import LaECE0Targets, kept_ece_floor
 from det_calib.results import Calibrator, Candidate, OperatingFigures
+from det_calib.scaling import ClassAffineScaler
 from det_calib.selection import (
     METHODS,
     Identity,
@@ -37,6 +39,7 @@ from det_calib.selection import (
     fit_calibrator,
     select_calibrator,
 )
+from det_calib.thresholds import equivalent_threshold
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +130,6 @@ def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | No
     >>> equivalent_conf(Identity().fit(None, None), 0.25)
     0.25
     """
-    from det_calib.isotonic import ClassIsotonicCalibrator
-    from det_calib.scaling import ClassAffineScaler
-    from det_calib.thresholds import equivalent_threshold
-
     if not 0 < conf < 1:
         return None
     if isinstance(cal, TemperatureCalibrator):
