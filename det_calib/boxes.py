@@ -27,7 +27,10 @@ ignore     bool     matched to a crowd annotation: excluded from metrics and fit
 loc_iou    float64  IoU of the match at the LaECE threshold (0.1), 0 if none
 =========  =======  ==============================================================
 
-An optional ``logits`` column (list of nc float32) holds all class logits of the box.
+An optional ``logits`` column (list of nc float32) holds all class logits of the box. A
+calibration run's ``boxes.parquet`` also has ``calibrated`` (float64): the conf of the box under
+its head's deployed calibrator (the raw conf where the choice is ``none``), so a user or another
+tool reads the calibrated scores without det_calib.
 """
 
 from __future__ import annotations
@@ -111,6 +114,11 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
         raise InputError("box table column `conf` must lie in [0, 1]")
     if not np.isfinite(df["logit"].to_numpy()).all():
         raise InputError("box table column `logit` has non-finite values")
+    if "calibrated" in df.columns:
+        df = df.with_columns(pl.col("calibrated").cast(pl.Float64))
+        cal = df["calibrated"].to_numpy()
+        if not ((cal >= 0) & (cal <= 1)).all():
+            raise InputError("box table column `calibrated` must lie in [0, 1]")
     if matched:
         for col in ("iou", "loc_iou"):
             v = df[col].to_numpy()

@@ -28,10 +28,11 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
     The field's default, help and choices come from the dataclass; ``negate`` makes a
-    ``--no-...`` switch that stores False, ``repeat`` an option that may be given several times
-    (its values replace the default), ``short`` a one-letter alias. A subcommand whose options
-    live in a settings dataclass calls this with its class; :func:`settings_from_args` reads the
-    values back. ``only``: just these fields (a subcommand that shares some of the options).
+    ``--no-...`` switch that stores False, ``switch`` a flag that stores True, ``repeat`` an
+    option that may be given several times (its values replace the default), ``short`` a
+    one-letter alias. A subcommand whose options live in a settings dataclass calls this with
+    its class; :func:`settings_from_args` reads the values back. ``only``: just these fields (a
+    subcommand that shares some of the options).
     """
     for f in dataclasses.fields(settings_cls):
         meta = f.metadata
@@ -41,6 +42,9 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
         kw: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
         if meta.get("negate"):
             parser.add_argument(*names, action="store_false", default=f.default, **kw)
+            continue
+        if meta.get("switch"):
+            parser.add_argument(*names, action="store_true", default=f.default, **kw)
             continue
         kind = _scalar_type(f.type)
         if meta.get("repeat"):

@@ -31,6 +31,7 @@ from det_calib.operating import LaECE0Targets, kept_ece_floor
 from det_calib.results import Calibrator, Candidate, OperatingFigures
 from det_calib.scaling import ClassAffineScaler
 from det_calib.selection import (
+    GLOBAL_METHODS,
     METHODS,
     Identity,
     Selection,
@@ -48,8 +49,6 @@ __all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval
 
 CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
 """Values of ``--method``."""
-GLOBAL_METHODS: tuple[str, ...] = ("none", "temperature", "platt", "spline", "isotonic")
-"""One monotone map for every class: the ranking of all boxes, hence mAP, is unchanged."""
 FIT_RANGES: tuple[str, ...] = ("all", "operating")
 
 
@@ -158,8 +157,10 @@ class Choice:
 
 
 def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[float, ...], criterion: str,
-                      min_conf: float, n_folds: int, seed: int, n_repeats: int = 5) -> Choice:
-    """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``.
+                      min_conf: float, n_folds: int, seed: int, n_repeats: int = 5,
+                      methods: tuple[str, ...] = GLOBAL_METHODS) -> Choice:
+    """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``
+    among ``methods`` (default the maps that keep every box's ranking, :data:`GLOBAL_METHODS`).
 
     One method: ``fit_boxes`` are already its fit range (above ``floors[0]``, by the caller's
     rule); ``floors[0]`` is recorded and shapes the map below it. ``auto`` applies each floor itself.
@@ -173,8 +174,8 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
     if method != "auto":
         cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
-    sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=floors, min_conf=min_conf, criterion=criterion,
-                            n_folds=n_folds, n_repeats=n_repeats, seed=seed)
+    sel = select_calibrator(z, y, classes=k, groups=g, methods=methods, fit_min_confs=floors, min_conf=min_conf,
+                            criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed)
     refits: dict[str, tuple[str, float, Any]] = {}
     for m in METHODS:
         ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]
@@ -199,6 +200,8 @@ def candidates_of(choice: Choice) -> list[Candidate]:
     for c in sel.candidates:
         params: dict[str, Any] = {"fit_min_conf": c.fit_min_conf, "cv_se": _num(c.se),
                                   "cv_diff": _num(c.diff), "cv_diff_se": _num(c.diff_se),
+                                  "cv_diff_none": _num(c.diff_none), "cv_diff_none_se": _num(c.diff_none_se),
+                                  "verdict": c.verdict or None,
                                   "fold_scores": [_num(v) for v in c.fold_scores], "criterion": sel.criterion,
                                   "min_conf": sel.min_conf, "n_folds": sel.n_folds, "n_repeats": sel.n_repeats}
         if c.shrinkage is not None:
@@ -232,6 +235,7 @@ class OperatingEval:
         keep = ~boxes["ignore"].to_numpy()
         b = boxes.filter(pl.Series(keep))
         self.z = b["logit"].to_numpy().astype(np.float64)
+        self.raw = b["conf"].to_numpy().astype(np.float64)  # what Ultralytics reports (float32 sigmoid)
         self.y = b["correct"].to_numpy().astype(bool)
         self.cls = b["cls"].to_numpy().astype(np.int64)
         self.img = b["image_id"].to_numpy()
@@ -244,8 +248,10 @@ class OperatingEval:
         self.boot = dict(n_boot=n_boot, seed=seed)
 
     def probs(self, cal: Any | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(logits, conf)`` of the boxes under ``cal`` (None: raw)."""
-        t = self.z if cal is None else calibrated_logits(cal, self.z, self.cls)
+        """``(logits, conf)`` of the boxes under ``cal`` (None or ``none``: the raw conf itself)."""
+        if cal is None or isinstance(cal, Identity):
+            return self.z, self.raw
+        t = calibrated_logits(cal, self.z, self.cls)
         return t, metrics.sigmoid(t, 1.0)
 
     def operating(self, p: np.ndarray, *, intervals: bool = True) -> list[OperatingFigures]:

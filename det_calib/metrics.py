@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 import statistics
 import warnings
@@ -939,9 +940,10 @@ def bootstrap_ci(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-    method: Literal["bc", "basic", "percentile", "normal"] = "bc",
+    method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
 ) -> tuple[float, float]:
-    """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default.
+    """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default,
+    and always containing the estimate by default.
 
     Each replicate draws as many images as there are, uniformly with replacement; every box of
     a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
@@ -976,6 +978,10 @@ def bootstrap_ci(
             percentile-type interval contains it, and BC reports the lowest replicates.
             ``"normal"``: ``theta -+ z_level * sd(replicates)``: always contains the estimate
             (it ignores the bias), for statistics whose resampling bias exceeds their spread.
+            ``"bc-normal"`` (default): the BC interval where it contains the estimate, else the
+            normal one with its low end raised to the lowest replicate or the estimate,
+            whichever is lower (a binned error is never below 0): an interval printed next to
+            its estimate always contains it.
 
     Returns:
         ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
@@ -1012,9 +1018,9 @@ def bootstrap_ci(
         return float("nan"), float("nan")
     if bad.any():
         warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
-    if method not in ("bc", "basic", "percentile", "normal"):
+    if method not in ("bc-normal", "bc", "basic", "percentile", "normal"):
         raise InputError(
-            f"Expected argument `method` to be 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
+            f"Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
         )
     alpha = (1.0 - level) / 2.0
     good = stats[~bad]
@@ -1022,12 +1028,27 @@ def bootstrap_ci(
         lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
         return float(lo), float(hi)
     theta = float(statistic(*arrs))
+    if method == "bc-normal":
+        lo, hi = _bc_interval(good, theta, alpha)
+        if lo <= theta <= hi or math.isnan(theta):
+            return lo, hi
+        lo, hi = _normal_interval(good, theta, alpha)
+        return max(lo, min(float(good.min()), theta)), hi
     if method == "normal":
-        half = statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1)) if good.size > 1 else 0.0
-        return theta - half, theta + half
+        return _normal_interval(good, theta, alpha)
     if method == "basic":
         q_lo, q_hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
         return float(2 * theta - q_hi), float(2 * theta - q_lo)
+    return _bc_interval(good, theta, alpha)
+
+
+def _normal_interval(good: np.ndarray, theta: float, alpha: float) -> tuple[float, float]:
+    half = statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1)) if good.size > 1 else 0.0
+    return theta - half, theta + half
+
+
+def _bc_interval(good: np.ndarray, theta: float, alpha: float) -> tuple[float, float]:
+    """The bias-corrected percentile interval of replicates ``good`` around the estimate ``theta``."""
     nd = statistics.NormalDist()
     # ties with the estimate within float summation error (a replicate that redraws every image
     # once is the estimate, summed in another order) count half, as exact ties

@@ -67,6 +67,7 @@ from det_calib.matching import match_boxes
 from det_calib.numeric import logit_threshold
 from det_calib.preflight import preflight
 from det_calib.results import (
+    BinGap,
     Bootstrap,
     Calibrator,
     ClassResult,
@@ -77,13 +78,17 @@ from det_calib.results import (
     RecordedSettings,
     RunResult,
     Scores,
+    TemperatureFit,
     Thresholded,
     ValCheck,
     ValMap,
+    left_words,
     operating_point_worse,
     package_version,
     temperature_verdict,
+    temperature_words,
 )
+from det_calib.selection import METHODS, Identity
 from det_calib.thresholds import threshold_shift
 from det_calib.tuning import DEFAULT_TARGET_PRECISION, Fallback, Unit
 
@@ -95,6 +100,10 @@ __all__ = ["Settings", "CalibrationRun", "calibrate", "resolve_splits", "evaluat
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
 BOOTSTRAP_LEVEL = Bootstrap.level
+INTERVALS_LINE = ("intervals: 95% image bootstrap, each containing its estimate; ECE and LaECE: bias-corrected "
+                  "percentile, or estimate ± 1.96 SD where the resampling bias puts the estimate outside it; "
+                  "LaECE_0: estimate ± 1.96 SD")
+"""Which interval each figure carries, in one line (the summary's last line; the report says the same)."""
 VAL_BATCH = 16
 """Batch of the Ultralytics val checks: val's own default (they check plain val, not the capture)."""
 
@@ -125,10 +134,14 @@ class Settings:
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = _opt("temperature", "calibration map: temperature (default), platt, spline, class-temperature, "
-                       "class-platt, isotonic, class-isotonic, or auto (chosen per head by cross-validation "
-                       "grouped by image, which may pick `none`: keep the raw scores)",
+    method: str = _opt("auto", "calibration map: auto (default: chosen per head by cross-validation grouped by "
+                       "image among none, temperature, platt, spline and isotonic, the maps that keep every box's "
+                       "ranking; `none` keeps the raw scores), or one by name: temperature, platt, spline, "
+                       "isotonic, class-temperature, class-platt, class-isotonic",
                        flag="--method", choices=CALIBRATION_METHODS)
+    per_class: bool = _opt(False, "let --method auto also consider the per-class maps (class-temperature, "
+                           "class-platt, class-isotonic; they can change which class wins a box, see the mAP promise)",
+                           flag="--per-class", switch=True)
     fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
                                  "a raw conf floor; default all, and --method auto tries all and operating",
                                  flag="--fit-range")
@@ -222,7 +235,7 @@ class Settings:
             iou_match=self.iou, loc_iou_match=self.loc_iou, fit_min_conf=floors[0] if len(floors) == 1 else None,
             method=self.method, fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
             criterion=self.criterion if auto else None, cv_folds=self.cv_folds if auto else None,
-            cv_repeats=self.cv_repeats if auto else None,
+            cv_repeats=self.cv_repeats if auto else None, auto_per_class=self.per_class if auto else None,
             conf_floor=self.conf_floor, nms_iou=self.nms_iou, max_det=self.max_det, imgsz=imgsz,
             conf_thresholds=tuple(self.conf), ece_bins=self.ece_bins, laece_bins=self.laece_bins,
             dece_bins=DECE_BINS, min_class_boxes=self.min_class_boxes,
@@ -315,9 +328,12 @@ class _EvalArrays:
         z = b["logit"].to_numpy()
         k = b["cls"].to_numpy()
         t1 = calibrated_logits(calibrator, z, k)
+        p0 = b["conf"].to_numpy()
+        # `none` deploys the raw scores: exactly the conf Ultralytics reports (float32), not sigmoid in float64
+        p1 = p0.astype(np.float64) if isinstance(calibrator, Identity) else metrics.sigmoid(t1, 1.0)
         return cls(
             z=z, y=b["correct"].to_numpy(), cls=k, img=b["image_id"].to_numpy(),
-            p0=b["conf"].to_numpy(), p1=metrics.sigmoid(t1, 1.0), t1=t1, loc=b["loc_iou"].to_numpy(),
+            p0=p0, p1=p1, t1=t1, loc=b["loc_iou"].to_numpy(),
             feats=metrics.box_features(*(b[c].to_numpy() for c in ("x1", "y1", "x2", "y2", "img_w", "img_h"))),
             gt_cls=split.gt.filter(~pl.col("crowd"))["cls"].to_numpy(), ignored=int((~keep).sum()),
         )
@@ -359,6 +375,32 @@ def _thresholded(a: _EvalArrays, s: Settings) -> list[Thresholded]:
             boxes_after=int(ka.sum()),
             ece_after=metrics.ece(a.p1[ka], a.y[ka], n_bins=s.ece_bins) if ka.any() else None,
         ))
+    return out
+
+
+def kept_gaps(p: np.ndarray, y: np.ndarray, *, threshold: float, n_bins: int, top: int = 3) -> list[BinGap]:
+    """The ``top`` bins with the largest terms of the ECE of the boxes kept at ``threshold``
+    (equal-width bins, as :func:`det_calib.metrics.ece`), largest first; bins without error left out.
+
+    >>> [(g.lo, g.hi, g.boxes) for g in kept_gaps(np.array([0.3, 0.35, 0.9]), np.array([0, 0, 1]),
+    ...                                           threshold=0.25, n_bins=10)]
+    [(0.3, 0.4, 2), (0.9, 1.0, 1)]
+    """
+    keep = p > threshold
+    pk, yk = p[keep], y[keep].astype(np.float64)
+    if not pk.size:
+        return []
+    idx = np.minimum((pk * n_bins).astype(np.int64), n_bins - 1)
+    cnt = np.bincount(idx, minlength=n_bins)
+    sc = np.bincount(idx, weights=pk, minlength=n_bins)
+    sy = np.bincount(idx, weights=yk, minlength=n_bins)
+    share = np.abs(sy - sc) / pk.size
+    out = []
+    for b in np.argsort(-share, kind="stable")[:top]:
+        if cnt[b] == 0 or share[b] <= 0:
+            continue
+        out.append(BinGap(lo=round(int(b) / n_bins, 6), hi=round((int(b) + 1) / n_bins, 6), boxes=int(cnt[b]),
+                          conf=float(sc[b] / cnt[b]), accuracy=float(sy[b] / cnt[b]), share=float(share[b])))
     return out
 
 
@@ -433,6 +475,7 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Setting
         n_gt=int(len(a.gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
         thresholded=_thresholded(a, s), operating_before=op.operating(a.p0), operating_after=op.operating(a.p1),
         **_map_check(boxes, split, calibrator, s),
+        kept_gaps=kept_gaps(a.p1, a.y, threshold=min(s.conf), n_bins=s.ece_bins),
     )
     shifts = [threshold_shift(a.p0, a.p1, a.y, conf=c, n_gt=len(a.gt_cls),
                               equivalent_conf=equivalent_conf(calibrator, c)) for c in s.conf]
@@ -457,15 +500,21 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
     floors = s.fit_floors()
     if s.method == "auto":
         return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
-                                 min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats)
+                                 min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
+                                 methods=METHODS if s.per_class else GLOBAL_METHODS)
     if s.method == "temperature":
-        b = fit_boxes(boxes, s)
-        scaler = TemperatureScaler(kind="sigmoid").fit(b["logit"].to_numpy(), b["correct"].to_numpy())
-        cal = calibrator_of(Calibrator.temperature_scaling(float(scaler.temperature_)))
-        cal.scaler_ = scaler
-        return Choice("temperature", floors[0], cal)
+        return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s)))
     return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
                              min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
+
+
+def fit_temperature(boxes: pl.DataFrame) -> Any:
+    """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
+    whatever is deployed, and reported for comparison)."""
+    scaler = TemperatureScaler(kind="sigmoid").fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy())
+    cal = calibrator_of(Calibrator.temperature_scaling(float(scaler.temperature_)))
+    cal.scaler_ = scaler
+    return cal
 
 
 def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
@@ -582,8 +631,30 @@ def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Setting
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
     result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                         eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                        per_class=evaluated.per_class, candidates=_candidates(choice, op) or None)
-    return result, [fb, eb]
+                        per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                        temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+    return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
+
+
+def with_calibrated(boxes: pl.DataFrame, calibrator: Any) -> pl.DataFrame:
+    """The box table with a ``calibrated`` column: each box's conf under ``calibrator`` (float64;
+    the raw ``conf`` itself under ``none``)."""
+    if isinstance(calibrator, Identity):
+        return boxes.with_columns(pl.col("conf").cast(pl.Float64).alias("calibrated"))
+    t = calibrated_logits(calibrator, boxes["logit"].to_numpy(), boxes["cls"].to_numpy())
+    return boxes.with_columns(pl.Series("calibrated", metrics.sigmoid(t, 1.0), dtype=pl.Float64))
+
+
+def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingEval, s: Settings,
+                    ev: EvalResult | None = None) -> TemperatureFit:
+    """The temperature fitted on every fit box (the classic method), whatever the head deploys,
+    with its kept-set figures on the eval split (those of the deployed map when it is that temperature)."""
+    deployed = choice.method == "temperature" and choice.floor == 0.0
+    cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0))
+    if deployed and ev is not None:
+        return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)
+    t, p = op.probs(cal)
+    return TemperatureFit(float(cal.temperature_), deployed, op.operating(p), metrics.nll_logits(t, op.y))
 
 
 def _candidates(choice: Choice, op: OperatingEval) -> list:
@@ -897,8 +968,9 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
     if rec is None:
         return f"[{head}] no calibrator"
     if rec.method == "none":
-        return (f"[{head}] keep the raw scores: no calibrator beat them by more than one standard error on held-out "
-                "folds (calibrated.pt leaves this head's scores unchanged)")
+        why = ("no calibrator beat them on held-out folds by more than one paired standard error"
+               if h.candidates else "chosen by name")
+        return f"[{head}] keep the raw scores: {why} (calibrated.pt leaves this head's scores unchanged)"
     floor = rec.params.get("fit_min_conf", st.fit_min_conf) or 0.0
     where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
     if rec.method == "temperature":
@@ -914,6 +986,16 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
             folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
             chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
     return f"[{head}] {what}, fitted on {where}{chosen}"
+
+
+def _left_lines(head: str, h: HeadResult, e: EvalResult, r: RunResult) -> list[str]:
+    words = left_words(h, e)
+    return [f"[{head}] {words}"] if words else []
+
+
+def _temperature_lines(head: str, h: HeadResult) -> list[str]:
+    words = temperature_words(h.temperature_fit)
+    return [f"[{head}] {words}"] if words else []
 
 
 def summary_text(result: RunResult | dict[str, Any]) -> str:
@@ -938,8 +1020,14 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                              + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
         worse = operating_point_worse(e)
         if worse is not None:
-            lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): keep the raw "
-                         "scores for this head, or try --method auto (it keeps them when nothing beats them)")
+            lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
+                         + ("the eval split does not bear out what the fit split's held-out folds showed; deploy "
+                            "the original model for this head, or calibrate on more images"
+                            if h.candidates else
+                            "keep the raw scores for this head, or let the default --method auto choose (it keeps "
+                            "them when no calibrator beats them on held-out folds)"))
+        lines += _left_lines(head, h, e, r)
+        lines += _temperature_lines(head, h)
         lines.append(
             f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
             f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}"
@@ -978,8 +1066,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                 f"precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
                 f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}{eqc}"
             )
-    lines.append("(intervals: 95% image bootstrap; ECE bias-corrected percentile, LaECE_0 normal; sampling floor: "
-                 "labels drawn 200 times from the calibrated confidences of the kept boxes)")
+    lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
+                 "kept boxes)")
     return "\n".join(lines)
 
 

@@ -252,6 +252,48 @@ def operating_point_worse(e: EvalResult) -> str | None:
     return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
 
 
+def left_words(h: HeadResult, e: EvalResult) -> str | None:
+    """What is left when the calibrated kept set is still above its sampling floor's range: which
+    scores (the bins with the largest terms of its ECE) and which classes (the worst kept-set ECE);
+    None when it is within the range (or unknown). The summary and the report both say it."""
+    if not e.operating_after:
+        return None
+    o1 = e.operating_after[0]
+    if o1.ece is None or o1.ece_floor_range is None or o1.at_floor:
+        return None
+    gaps = "; ".join(
+        f"conf {g.lo:.2f}-{g.hi:.2f} ({g.boxes} boxes: {_fmt(g.conf, '.2f')} stated, {_fmt(g.accuracy, '.2f')} "
+        f"correct, {'over' if (g.accuracy or 0) < (g.conf or 0) else 'under'}-confident; {_fmt(g.share, '.4f')} "
+        "of the ECE)" for g in e.kept_gaps if g.lo is not None and g.hi is not None)
+    worst = sorted((c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
+                   key=lambda c: -c.kept_ece_after)[:2]
+    classes = ", ".join(f"{c.name} {c.kept_ece_after:.3f}" for c in worst)
+    return (f"what is left at conf {o1.conf:g}: ECE {_fmt(o1.ece, '.4f')} is above what a perfectly calibrated "
+            f"detector would score on these boxes (up to {_fmt(o1.ece_floor_range[1], '.4f')})"
+            + (f"; the largest gaps: {gaps}" if gaps else "")
+            + (f"; worst classes (kept-set ECE): {classes}" if classes else ""))
+
+
+def temperature_words(tf: TemperatureFit | None) -> str | None:
+    """The temperature every run fits, in words: T and, when it is not deployed, what it would give."""
+    if tf is None:
+        return None
+    what = f"T = {tf.temperature:.4f} (raw scores {temperature_verdict(tf.temperature)})"
+    if tf.deployed:
+        return f"temperature (fitted on all fit boxes): {what}; it is the deployed map"
+    op = tf.operating[0] if tf.operating else None
+    kept = ""
+    if op is not None:
+        ci = "" if not op.ece_ci else f" [{_fmt(op.ece_ci[0], '.4f')}, {_fmt(op.ece_ci[1], '.4f')}]"
+        kept = (f"; deployed instead, its ECE of the boxes kept at conf {op.conf:g} would be "
+                f"{_fmt(op.ece, '.4f')}{ci} ({op.boxes} boxes)")
+    return f"temperature (fitted on all fit boxes, for comparison): {what}{kept}"
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
 def temperature_verdict(t: float | None, *, long: bool = False) -> str:
     """A few words for a temperature: too extreme (T > 1), too timid (T < 1), close to calibrated.
 
@@ -383,6 +425,40 @@ class OperatingFigures:
 
 
 @dataclass(frozen=True)
+class TemperatureFit:
+    """The temperature of a head fitted on every box of the fit split, whatever was deployed.
+
+    Temperature scaling is the classic method and what users compare with, so every run fits
+    it and reports it (``temperature_fit`` in ``calibration.json``): ``temperature`` (T),
+    ``deployed`` (whether it is the head's calibrator), ``operating`` (its kept-set figures on
+    the eval split, as ``operating_after``), ``nll`` (its all-box NLL on the eval split).
+    """
+
+    temperature: float
+    deployed: bool = False
+    operating: list[OperatingFigures] = field(default_factory=list)
+    nll: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "deployed": self.deployed,
+                "operating": [o.to_dict() for o in self.operating], "nll": _plain(self.nll)}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> TemperatureFit | None:
+        d = _object(d, where)
+        if d is None:
+            return None
+        t = _number(d.get("temperature"), _where(where, "temperature"))
+        if not _temperature_ok(t):
+            raise InputError(f"`{_where(where, 'temperature')}` must be a positive number, "
+                             f"got {d.get('temperature')!r}")
+        return cls(temperature=float(t), deployed=bool(_flag(d.get("deployed"), _where(where, "deployed"))),
+                   operating=[OperatingFigures.from_dict(o, f"{_where(where, 'operating')}[{i}]")
+                              for i, o in enumerate(_items(d.get("operating"), _where(where, "operating")))],
+                   nll=_number(d.get("nll"), _where(where, "nll")))
+
+
+@dataclass(frozen=True)
 class Thresholded:
     """ECE of the boxes kept at one conf threshold, raw and calibrated."""
 
@@ -411,6 +487,23 @@ class FitResult:
 
 
 @dataclass(frozen=True)
+class BinGap:
+    """One confidence bin of the calibrated kept set and its share of the kept-set ECE.
+
+    ``lo``/``hi``: the bin's conf range; ``boxes`` in it; ``conf``: their mean calibrated conf;
+    ``accuracy``: the fraction correct; ``share``: ``boxes / kept * |accuracy - conf|``, its term
+    of the kept-set ECE (the terms add up to the ECE).
+    """
+
+    lo: float | None = _leaf()
+    hi: float | None = _leaf()
+    boxes: int | None = _leaf(kind=int)
+    conf: float | None = _leaf()
+    accuracy: float | None = _leaf()
+    share: float | None = _leaf()
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """One head on the evaluation split: counts, metrics raw and calibrated, mAP check."""
 
@@ -431,6 +524,9 @@ class EvalResult:
     map50_before: float | None = _leaf()
     map50_after: float | None = _leaf()
     map_identical: bool | None = _leaf(kind=bool)
+    kept_gaps: list[BinGap] = field(default_factory=list)
+    """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms
+    of their ECE, largest first (``kept_gaps_after`` in the JSON): where the error that is left lies."""
 
     def scores(self, tag: str) -> Scores:
         return self.before if tag == "before" else self.after
@@ -446,6 +542,8 @@ class EvalResult:
             out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
+        if self.kept_gaps:
+            out["kept_gaps_after"] = [_leaf_dict(g) for g in self.kept_gaps]
         return out
 
     @classmethod
@@ -460,6 +558,9 @@ class EvalResult:
             **{k: [OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
                    for i, o in enumerate(_items(d.get(k), _where(where, k)))]
                for k in ("operating_before", "operating_after")},
+            kept_gaps=[BinGap(**_leaf_fields(BinGap, _object(g, w, optional=False), w))
+                       for i, g in enumerate(_items(d.get("kept_gaps_after"), _where(where, "kept_gaps_after")))
+                       for w in [f"{where}.kept_gaps_after[{i}]"]],
         )
 
 
@@ -601,6 +702,7 @@ class HeadResult:
     ultralytics_val: ValCheck | None = None
     candidates: list[Candidate] | None = None
     detection_change: DetectionChange | None = None
+    temperature_fit: TemperatureFit | None = None
 
     @property
     def temperature(self) -> float | None:
@@ -642,6 +744,7 @@ class RecordedSettings:
     criterion: str | None = None
     cv_folds: int | None = None
     cv_repeats: int | None = None
+    auto_per_class: bool | None = None
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -656,7 +759,7 @@ class RecordedSettings:
             "min_class_boxes": self.min_class_boxes, "bootstrap": dataclasses.asdict(self.bootstrap),
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
             "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
-            "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats,
+            "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
         }
 
     @classmethod
@@ -689,7 +792,8 @@ class RecordedSettings:
                    fit_range=_text(d.get("fit_range"), _where(where, "fit_range")),
                    criterion=_text(d.get("criterion"), _where(where, "criterion")),
                    cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")),
-                   cv_repeats=_integer(d.get("cv_repeats"), _where(where, "cv_repeats")))
+                   cv_repeats=_integer(d.get("cv_repeats"), _where(where, "cv_repeats")),
+                   auto_per_class=_flag(d.get("auto_per_class"), _where(where, "auto_per_class")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")
@@ -767,6 +871,9 @@ class RunResult:
         changes = {h: _leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
         if changes:
             out["detection_change"] = changes
+        tfits = {h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None}
+        if tfits:
+            out["temperature_fit"] = tfits
         out["corrupt_images"] = list(self.corrupt_images)
         if self.gt_counts is not None:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
@@ -791,6 +898,7 @@ class RunResult:
         calibrators = calibrators_from_dict(d, heads)
         cands = _object(d.get("calibration_candidates"), "calibration_candidates") or {}
         changes = _object(d.get("detection_change"), "detection_change") or {}
+        tfits = _object(d.get("temperature_fit"), "temperature_fit") or {}
         sections = {k: _object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
@@ -809,6 +917,7 @@ class RunResult:
                 detection_change=None if changes.get(h) is None else DetectionChange(
                     **_leaf_fields(DetectionChange, _object(changes[h], f"detection_change.{h}", optional=False),
                                    f"detection_change.{h}")),
+                temperature_fit=TemperatureFit.from_dict(tfits.get(h), f"temperature_fit.{h}"),
             )
         names = [_text(n, f"class_names[{i}]") for i, n in enumerate(_items(d.get("class_names"), "class_names"))]
         return cls(

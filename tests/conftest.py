@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -80,3 +82,65 @@ NO_DET_CALIB = textwrap.dedent(
     from ultralytics import YOLO
     """
 )
+
+
+# ------------------------------------------------------------------ intervals and their estimates
+_PRINTED_INTERVAL = re.compile(r"(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
+
+
+def _estimate_key(key: str) -> str | None:
+    """The estimate an interval key belongs to: ``ece_before_ci`` -> ``ece_before``, ``ece_ci`` ->
+    ``ece``, ``ece_floor_range`` -> ``ece_floor``; None for a key that is not an interval."""
+    if key.endswith("_ci"):
+        return key[:-3]
+    if key.endswith("_range"):
+        return key[:-6]
+    return None
+
+
+def interval_violations(doc, where: str = "") -> tuple[list[str], int]:
+    """Every interval of a ``calibration.json`` object that does not contain its estimate (or has
+    no estimate beside it), and how many intervals were checked."""
+    bad, n = [], 0
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            est = _estimate_key(k)
+            if est is not None and isinstance(v, list) and len(v) == 2:
+                if est not in doc:
+                    bad.append(f"{where}.{k}: no estimate `{est}` beside it")
+                    continue
+                x, (lo, hi) = doc[est], v
+                n += 1
+                if x is None or lo is None or hi is None:
+                    continue
+                if not lo - 1e-12 <= x <= hi + 1e-12:
+                    bad.append(f"{where}.{k}: {x} not in [{lo}, {hi}]")
+            else:
+                b, m = interval_violations(v, f"{where}.{k}")
+                bad, n = bad + b, n + m
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            b, m = interval_violations(v, f"{where}[{i}]")
+            bad, n = bad + b, n + m
+    return bad, n
+
+
+def printed_interval_violations(text: str) -> tuple[list[str], int]:
+    """Every ``estimate [low, high]`` printed in a text whose interval does not contain its estimate."""
+    bad, n = [], 0
+    for m in _PRINTED_INTERVAL.finditer(text):
+        x, lo, hi = (float(g) for g in m.groups())
+        n += 1
+        if not lo <= x <= hi:
+            bad.append(m.group(0))
+    return bad, n
+
+
+def assert_intervals_contain_estimates(folder: Path) -> None:
+    """``calibration.json``, ``summary.txt`` and ``report.md`` of a run: every interval contains its estimate."""
+    doc = json.loads((folder / "calibration.json").read_text())
+    bad, n = interval_violations(doc)
+    assert n > 20 and not bad, (n, bad[:10])
+    for name in ("summary.txt", "report.md"):
+        bad, n = printed_interval_violations((folder / name).read_text())
+        assert n > 5 and not bad, (name, n, bad[:10])

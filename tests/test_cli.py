@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import assert_intervals_contain_estimates
 
 from det_calib.cli import main
 
@@ -148,10 +150,17 @@ def test_default_run_on_the_embedded_demo(tmp_path):
     out = subprocess.run([*cmd, "calibrate", "--limit", "40", "--n-boot", "100", "--out", str(tmp_path / "run")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "[nms] T =" in out.stdout and "[e2e] T =" in out.stdout
+    for head in ("nms", "e2e"):  # the temperature is fitted and reported whatever the default deploys
+        assert f"[{head}] temperature (fitted on all fit boxes" in out.stdout and "T = " in out.stdout
     assert "(identical;" in out.stdout and "boxes kept at conf 0.25" in out.stdout
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
         assert (tmp_path / "run" / name).is_file()
+    doc = json.loads((tmp_path / "run" / "calibration.json").read_text())
+    assert doc["method"] == "auto" and set(doc["temperature_fit"]) == {"nms", "e2e"}
+    assert all(r["method"] in ("none", "temperature", "platt", "spline", "isotonic")
+               for r in doc.get("calibrators", {}).values())  # the default keeps every box's ranking
+    assert all(doc["eval"][h]["map_identical"] for h in ("nms", "e2e"))
+    assert_intervals_contain_estimates(tmp_path / "run")
     assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))
     assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
 
@@ -201,7 +210,7 @@ def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixtur
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert (tmp_path / "mpl").is_dir()  # matplotlib did build its font cache in this run
-    assert "capturing nms boxes" in text and "[nms] T =" in text  # det_calib's own lines are kept
+    assert "capturing nms boxes" in text and "[nms] temperature (fitted on all fit boxes" in text  # det_calib's own
     assert "fontManager" not in text
     assert "Ultralytics 8." not in text and "🚀" not in text
     assert ".det_calib-staging-" not in text

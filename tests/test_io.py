@@ -210,7 +210,7 @@ def test_the_atomic_exchange_is_used_on_linux(tmp_path):
 
 
 # ----------------------------------------------------------------------- the pipeline's steps
-FAST = {"head": "nms", "n_boot": 10, "progress": False, "run_val": False}
+FAST = {"head": "nms", "n_boot": 10, "progress": False, "run_val": False, "method": "temperature"}
 
 
 @pytest.fixture(scope="module")

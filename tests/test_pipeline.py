@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from conftest import assert_intervals_contain_estimates
 
 from det_calib.data import load_data_yaml
 from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
@@ -23,7 +24,14 @@ REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_model_path, fixture_yaml):
     out = tmp_path_factory.mktemp("run")
-    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False, target_precision=0.8)
+    # the temperature pipeline, pinned since issue 1 (the default, auto, has its own tests)
+    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False, target_precision=0.8,
+                     method="temperature")
+
+
+def test_every_interval_contains_its_estimate(run):
+    """calibration.json, summary.txt and report.md of the fixture run (tests/test_intervals.py: planted cases)."""
+    assert_intervals_contain_estimates(run.out_dir)
 
 
 def test_output_contract(run):
@@ -85,7 +93,7 @@ def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, 
     hot = write_calibrated_checkpoint(demo_model_path, tmp_path / "soft.pt", {"nms": t0})
     # the same boxes enter both fits: raw conf >= c in the folded model <=> >= c' in the original
     c = 0.05
-    kw = {"head": "nms", "run_val": False, "report": False, "n_boot": 10, "progress": False}
+    kw = {"head": "nms", "run_val": False, "report": False, "n_boot": 10, "progress": False, "method": "temperature"}
     a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", fit_min_conf=equivalent_threshold(c, 1 / t0), **kw)
     import shutil
 

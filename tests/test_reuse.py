@@ -14,7 +14,7 @@ from det_calib.parts import capture_to_parts
 from det_calib.pipeline import calibrate
 from det_calib.reuse import RUN_KEY, run_meta
 
-FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False}
+FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
 
 
 def _result(run) -> dict:

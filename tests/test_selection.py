@@ -103,24 +103,63 @@ def test_repeats_are_fresh_fold_assignments_scored_fold_by_fold():
         select_calibrator(z, y, n_repeats=0, **kw)
 
 
-def test_one_se_rule_uses_the_standard_error_of_the_cv_estimate():
-    """The rule compares means with one (corrected) standard error of the best's CV estimate, which
-    includes how much the folds differ: a candidate worse on every fold by a steady 0.01 is still
-    within it when folds differ by 0.05, and the simpler one is kept; the fold-by-fold difference
-    (0.01 ± 0) is recorded beside it. A candidate beyond that standard error is not chosen."""
-    from det_calib.selection import Candidate, _one_se_choice
+def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
+    """Candidates are scored on the same folds: a calibrator better than the raw scores on every fold
+    by a steady 0.01, where the folds themselves differ by ~0.05 (an unpaired standard error of 0.03,
+    the real YOLOv8n case of issue 20), is chosen; the same gain with a fold-to-fold noise of the
+    size of the gain is not, and the raw scores are kept."""
+    from det_calib.selection import Candidate, paired_choice
 
     hard = np.array([0.45, 0.52, 0.58, 0.47, 0.50] * 5)  # 5 repeats x 5 folds, folds differ by ~0.05
     se = float(np.std(hard, ddof=1) * np.sqrt(1 / 25 + 1 / 4))
     none = Candidate("none", 0.0, float((hard + 0.01).mean()), se, list(hard + 0.01))
     spline = Candidate("spline", 0.0, float(hard.mean()), se, list(hard))
-    chosen, best = _one_se_choice([none, spline], (0.0,), 5)
-    assert best is spline and chosen is none
-    assert none.diff == pytest.approx(0.01) and none.diff_se == pytest.approx(0.0, abs=1e-12)
-    assert spline.diff == 0.0 and spline.diff_se == 0.0
-    far = Candidate("none", 0.0, float((hard + 2 * se).mean()), se, list(hard + 2 * se))
-    chosen, best = _one_se_choice([far, spline], (0.0,), 5)
+    assert 0.01 < se  # the old one-SE rule kept the raw scores here
+    chosen, best, reason = paired_choice([none, spline], (0.0,), 5)
     assert best is spline and chosen is spline
+    assert spline.diff_none == pytest.approx(-0.01) and spline.diff_none_se == pytest.approx(0.0, abs=1e-12)
+    assert none.diff == pytest.approx(0.01) and spline.diff == 0.0
+    assert spline.verdict.startswith("chosen") and none.verdict.startswith("beaten by spline@0")
+    assert "spline@0 has the lowest CV nll" in reason
+    noise = np.array([0.02, -0.02, 0.015, -0.015, 0.0] * 5)  # paired SE ~0.0095 > the 0.004 gain
+    noisy = Candidate("spline", 0.0, float((hard + 0.01 - 0.004 + noise).mean()), se, list(hard + 0.01 - 0.004 + noise))
+    chosen, best, reason = paired_choice([none, noisy], (0.0,), 5)
+    assert best is noisy and chosen is none
+    assert -0.004 == pytest.approx(noisy.diff_none) and noisy.diff_none_se > 0.004
+    assert reason.startswith("none: no calibrator beats the raw scores by more than 1 paired standard error")
+    assert noisy.verdict == "not better than the raw scores by more than 1 paired SE"
+
+
+def test_paired_rule_prefers_a_simpler_map_only_where_it_is_as_good():
+    """A simpler eligible map wins when it is behind the best by less than a quarter of their paired
+    SE, or keeps 99% of the best's gain over raw; a simpler map behind by more stays behind."""
+    from det_calib.selection import Candidate, paired_choice
+
+    base = np.array([0.50, 0.55, 0.45, 0.52, 0.48] * 5)
+    jitter = np.array([0.003, -0.003, 0.002, -0.002, 0.0] * 5)
+
+    def cand(method, shift, j=0.0):
+        v = base - shift + j * jitter
+        return Candidate(method, 0.0, float(v.mean()), 0.01, list(v))
+
+    none = cand("none", 0.0)
+    # platt behind isotonic by 0.001 (97% of its 0.03 gain) with a paired SE of ~0.0046: within 0.25 SE
+    platt, iso = cand("platt", 0.029, 4.0), cand("isotonic", 0.03)
+    chosen, _, reason = paired_choice([none, platt, iso], (0.0,), 5)
+    assert chosen is platt and "and simpler" in reason
+    assert iso.verdict == "as good as isotonic@0, but platt@0 is simpler"
+    # temperature behind by a steady 0.0001 (no noise: infinitely many SEs) but keeping 99.7% of the gain
+    temp = cand("temperature", 0.0299)
+    assert paired_choice([none, temp, iso], (0.0,), 5)[0] is temp
+    # a simpler map behind by 0.01 of a 0.03 gain, steadily: the best wins
+    far = cand("temperature", 0.02)
+    chosen, _, _ = paired_choice([none, far, iso], (0.0,), 5)
+    assert chosen is iso and far.verdict == "behind isotonic@0 by more than 0.25 paired SE"
+    # an ineligible simpler map is never preferred, however close
+    shaky = Candidate("temperature", 0.0, float((base - 0.0299 + 30 * jitter).mean()), 0.01,
+                      list(base - 0.0299 + 30 * jitter))
+    chosen, _, _ = paired_choice([none, shaky, iso], (0.0,), 5)
+    assert chosen is iso and shaky.verdict.startswith("not better than the raw scores")
 
 
 def test_selection_bad_input():
@@ -299,27 +338,25 @@ def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
         fit_calibrator("platt", z, y, fit_min_conf=0.95)
 
 
-def test_one_se_rule_edges():
-    """No finite SE: the limit is the best mean itself (a tie is within it); among candidates within
-    the limit the simplest method wins, then the first fit floor in the order given."""
-    from det_calib.selection import Candidate, _corrected_se, _one_se_choice, _paired_diff
+def test_paired_rule_edges():
+    """No `none` among the candidates: the best wins; ties between the same method go to the first
+    fit floor listed; `none` alone is chosen; the corrected SE needs two scores."""
+    from det_calib.selection import Candidate, _corrected_se, _paired_diff, paired_choice
 
     a = Candidate("platt", 0.0, 0.30, float("nan"), [0.30])
-    b = Candidate("none", 0.0, 0.30, float("nan"), [0.30])
     c = Candidate("temperature", 0.0, 0.31, float("nan"), [0.31])
-    chosen, best = _one_se_choice([a, b, c], (0.0,), 5)
-    assert chosen is b and best is a
-    assert c.diff == pytest.approx(0.01) and np.isnan(c.diff_se)
-    worse = Candidate("none", 0.0, 0.31, float("nan"), [0.31])
-    assert _one_se_choice([a, worse], (0.0,), 5)[0] is a
-    # floors: the first one listed wins between the same method, whatever the candidates' order
-    hi = Candidate("temperature", 0.1, 0.300, 0.01, [0.30, 0.30])
-    lo = Candidate("temperature", 0.0, 0.301, 0.01, [0.301, 0.301])
-    assert _one_se_choice([hi, lo], (0.0, 0.1), 5)[0] is lo
-    assert _one_se_choice([lo, hi], (0.1, 0.0), 5)[0] is hi
-    # `none` has no floor in the list
-    n = Candidate("none", 0.0, 0.3005, 0.01, [0.3005, 0.3005])
-    assert _one_se_choice([hi, n], (0.1,), 5)[0] is n
+    chosen, best, _ = paired_choice([a, c], (0.0,), 5)
+    assert chosen is a and best is a and c.diff == pytest.approx(0.01) and np.isnan(c.diff_se)
+    n = Candidate("none", 0.0, 0.30, float("nan"), [0.30])
+    assert paired_choice([n], (0.0,), 5)[0] is n
+    # one fold score: no paired SE, so no calibrator is eligible
+    assert paired_choice([a, n], (0.0,), 5)[0] is n
+    # floors: the first one listed wins between the same method (within 0.25 SE), whatever the order
+    none = Candidate("none", 0.0, 0.40, 0.01, [0.40, 0.41, 0.39])
+    hi = Candidate("temperature", 0.1, 0.300, 0.01, [0.300, 0.310, 0.290])
+    lo = Candidate("temperature", 0.0, 0.3001, 0.01, [0.3001, 0.3101, 0.2901])
+    assert paired_choice([none, hi, lo], (0.0, 0.1), 5)[0] is lo
+    assert paired_choice([none, lo, hi], (0.1, 0.0), 5)[0] is hi
     # the corrected SE needs two scores; one difference has a mean but no SE
     assert _corrected_se(np.array([1.0, 3.0]), 5) == pytest.approx(np.sqrt(2.0) * np.sqrt(1 / 2 + 1 / 4))
     assert np.isnan(_corrected_se(np.array([1.0, np.nan]), 5))
@@ -332,7 +369,10 @@ def test_selection_reason_names_the_rule():
     z, y, _k, g = _boxes(lambda z, k: 2.0 * z + 1.5, n=3_000, seed=6)
     sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2)
     assert sel.chosen is sel.best and sel.chosen.method == "platt"
-    assert sel.reason.startswith("platt@0 has the lowest CV nll (") and "2x3 folds" in sel.reason
+    assert sel.reason.startswith("platt@0 has the lowest CV nll of the calibrators that beat the raw scores (")
+    assert "2x3 folds" in sel.reason and "paired SE" in sel.reason
+    assert [c.verdict for c in sel.candidates] == ["beaten by platt@0 by more than 1 paired SE",
+                                                   "chosen: the best of the calibrators that beat the raw scores"]
 
 
 @pytest.mark.parametrize("alike", [True, False])

@@ -12,7 +12,8 @@ import logging
 import numpy as np
 
 from det_calib.metrics import sigmoid
-from det_calib.results import Candidate, OperatingFigures, operating_point_worse
+from det_calib.results import Candidate, OperatingFigures, left_words, operating_point_worse, temperature_words
+from det_calib.selection import METHODS, Z_NONE, Z_SIMPLER
 
 from . import plots
 from .common import _Builder, _eval, f3, f4, fci, fint, fthr
@@ -21,9 +22,11 @@ from .load import HeadBoxes, Run
 
 log = logging.getLogger(__name__)
 
-INTERVAL_NOTE = ("Intervals: 95% image bootstrap; ECE: bias-corrected percentile interval; LaECE_0: normal interval "
-                 "(estimate ± 1.96 SD of the replicates), because its replicates sit above the estimate by more "
-                 "than their spread, so no percentile-type interval would contain it.")
+INTERVAL_NOTE = ("Intervals: 95% image bootstrap, each containing its estimate. ECE and LaECE: the bias-corrected "
+                 "percentile interval, or the normal interval (estimate ± 1.96 SD of the replicates) where the "
+                 "resampling bias of a binned error puts the estimate outside it; LaECE_0: the normal interval, "
+                 "because its replicates sit above the estimate by more than their spread, so no percentile-type "
+                 "interval would contain it.")
 FLOOR_NOTE = ("ECE floor: the kept-set ECE a perfectly calibrated detector would score on the same calibrated "
               "kept boxes (labels drawn 200 times from their confidences; mean and 95% range). A finite set of "
               "boxes has a non-zero ECE even when perfectly calibrated; an ECE inside that range is as low as "
@@ -37,7 +40,8 @@ def method_words(run: Run, head: str) -> str:
     if rec is None:
         return "no calibrator"
     if rec.method == "none":
-        return "keep the raw scores (no calibrator beat them by more than one standard error on held-out folds)"
+        return ("keep the raw scores (no calibrator beat them on held-out folds by more than one paired standard "
+                "error)" if run.head(head).candidates else "keep the raw scores")
     if rec.method == "temperature":
         return f"temperature T = {f3(rec.temperature)}"
     floor = rec.params.get("fit_min_conf") or 0.0
@@ -74,8 +78,16 @@ def lead(run: Run, head: str) -> str:
         parts.append(m)
     worse = operating_point_worse(ev)
     if worse is not None:
-        parts.append(f"WORSE than the raw scores where decisions are made ({worse}): keep the raw scores for "
-                     "this head, or try --method auto")
+        parts.append(f"WORSE than the raw scores where decisions are made ({worse}): "
+                     + ("the eval split does not bear out what the fit split's held-out folds showed; deploy the "
+                        "original model for this head, or calibrate on more images" if run.head(head).candidates
+                        else "keep the raw scores for this head, or let the default --method auto choose"))
+    left = left_words(run.head(head), ev)
+    if left:
+        parts.append(left)
+    tw = temperature_words(run.head(head).temperature_fit)
+    if tw:
+        parts.append(tw)
     return "; ".join(parts) + "."
 
 
@@ -124,14 +136,17 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
     reps = _repeats(run, heads)
     folds = f"{st.cv_folds}-fold cross-validation grouped by image" + (f", repeated {reps} times with fresh folds,"
                                                                        if reps > 1 else "")
-    b.add(Para(f"--method auto tried every method on two fit ranges (all boxes, and boxes above half the lowest "
-               f"conf) by {folds} on split {st.fit_split}, scored by the {st.criterion} of the held-out boxes above "
-               f"conf {min(thr):g}; it takes the simplest candidate within one standard error of the best's CV "
-               "estimate (corrected for the overlap of the training folds; none < temperature < platt < spline < "
-               "class-temperature < class-platt < isotonic < class-isotonic). The fold-by-fold difference from the "
-               "best is shown for information: it says how consistently the best wins on these images, not how "
-               "it will do on others. Each method's best fit range was then refitted on the whole fit split and "
-               f"scored on split {st.eval_split} below.", "note"))
+    methods = sorted({c.calibrator.method for h in heads for c in run.head(h).candidates or []},
+                     key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
+    b.add(Para(f"--method auto tried {', '.join(methods)} on two fit ranges (all boxes, and boxes above half the "
+               f"lowest conf) by {folds} on split {st.fit_split}, scoring each by the {st.criterion} of the held-out "
+               f"boxes above conf {min(thr):g}. Every candidate is scored on the same folds, so they are compared "
+               f"paired, fold by fold: a calibrator is eligible only if it beats the raw scores (none) by more than "
+               f"{Z_NONE:g} standard error of that difference; the best eligible one wins, unless a simpler eligible "
+               f"one is behind it by less than {Z_SIMPLER:g} standard error of theirs (simplest first: "
+               f"{' < '.join(m for m in METHODS if m in methods)}; standard errors corrected for the overlap of the "
+               "training folds). With no eligible calibrator the raw scores are kept. Each method's best fit range "
+               f"was then refitted on the whole fit split and scored on split {st.eval_split} below.", "note"))
     for h in heads:
         hr = run.head(h)
         cands = hr.candidates or []
@@ -145,11 +160,14 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
         for c in cands:
             p = c.calibrator.params
             diff = "n/a" if p.get("cv_diff") is None else f"{p['cv_diff']:+.4f} ± {f4(p.get('cv_diff_se'))}"
+            dnone = ("n/a" if p.get("cv_diff_none") is None or c.calibrator.method == "none"
+                     else f"{p['cv_diff_none']:+.4f} ± {f4(p.get('cv_diff_none_se'))}")
             rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
-                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}", diff,
-                         "n/a" if p.get("shrinkage") is None else f"{p['shrinkage']:g}", p.get("error") or ""])
-        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus the best, fold by fold (± SE)",
-                     "Shrinkage", "Error"], rows,
+                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}", dnone, diff,
+                         "n/a" if p.get("shrinkage") is None else f"{p['shrinkage']:g}",
+                         p.get("error") or p.get("verdict") or ""])
+        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus raw (none), paired (± SE)",
+                     "Minus the best, paired (± SE)", "Shrinkage", "Why it won or lost"], rows,
                     caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
                     css="cv-candidates", attrs={"data-head": h}))
         scored = [c for c in cands if c.eval]
@@ -191,7 +209,10 @@ def _repeats(run: Run, heads: list[str]) -> int:
 
 
 def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
-    ok = [c for c in cands if c.cv_score is not None]
+    verdict = chosen.calibrator.params.get("verdict")
+    if verdict:
+        return verdict[0].upper() + verdict[1:] + "."
+    ok = [c for c in cands if c.cv_score is not None]  # runs written before the paired rule
     best = min(ok, key=lambda c: c.cv_score) if ok else chosen
     if best is chosen:
         return f"It has the lowest cross-validated {criterion}."

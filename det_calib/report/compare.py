@@ -176,16 +176,19 @@ def _summary(b: _Builder, names: list[str], runs: list[tuple[Run, str, HeadBoxes
     rows = []
     for name, (run, head, hbx) in zip(names, runs):
         ev = _eval(run, head)
-        t = run.temperature(head)
+        rec, tf = run.head(head).calibrator, run.head(head).temperature_fit
+        t = run.temperature(head) if tf is None else tf.temperature  # fitted on every run, whatever is deployed
         rows.append([name, run.result.model or "n/a", run.result.data or "n/a", head,
                      f"{hbx.split or 'n/a'} ({fint(ev.images)} images, {fint(ev.boxes)} boxes)",
-                     f3(t), verdict(t),
+                     rec.method if rec is not None else "temperature", f3(t), verdict(t),
                      _arrow(fci(ev.before.ece, ev.before.ece_ci), fci(ev.after.ece, ev.after.ece_ci)),
                      _arrow(f4(ev.map50_95_before), f4(ev.map50_95_after))])
-    b.add(Table(["Run", "Model", "Data", "Head", "Eval split", "T", "Raw scores", "ECE raw → calibrated [95% CI]",
-                 "mAP50-95 raw → calibrated"], rows, caption="Runs compared", css="compare-runs"))
+    b.add(Table(["Run", "Model", "Data", "Head", "Eval split", "Deployed", "T (fitted on every run)", "Raw scores",
+                 "ECE raw → calibrated [95% CI]", "mAP50-95 raw → calibrated"], rows, caption="Runs compared",
+                css="compare-runs"))
     for name, (run, head, _) in zip(names, runs):
-        b.add(Para(f"{name}: {verdict_sentence(run.temperature(head))}"))
+        tf = run.head(head).temperature_fit
+        b.add(Para(f"{name}: {verdict_sentence(run.temperature(head) if tf is None else tf.temperature)}"))
 
 
 def _reliability(b: _Builder, names: list[str], runs: list[tuple[Run, str, HeadBoxes]]) -> None:

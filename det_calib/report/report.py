@@ -143,15 +143,18 @@ def _summary(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, t
     ]
     b.add(Table(["", ""], rows, css="run-info", align_numbers=False))
     thr = list(st.conf_thresholds)
-    cols = ["Head", "T (or method)", "Raw scores", "All-box ECE raw [95% CI]", "All-box ECE calibrated [95% CI]",
+    cols = ["Head", "Deployed", "T (fitted on every run)", "Raw scores", "All-box ECE raw [95% CI]",
+            "All-box ECE calibrated [95% CI]",
             "mAP50-95 raw → calibrated"]
     cols += [f"Kept at conf {fthr(x)} raw → calibrated" for x in thr]
     trows = []
     for h in run.heads:
         t, ev = run.temperature(h), _eval(run, h)
         rec = run.head(h).calibrator
-        is_t = rec is None or rec.method == "temperature"
-        shown = (f3(t), verdict(t)) if is_t else (rec.method, "n/a (not a temperature)")
+        tf = run.head(h).temperature_fit
+        if t is None and tf is not None:
+            t = tf.temperature
+        shown = (rec.method if rec is not None else "temperature", f3(t), verdict(t))
         trows.append([h, *shown, fci(ev.before.ece, ev.before.ece_ci), fci(ev.after.ece, ev.after.ece_ci),
                       _arrow(f4(ev.map50_95_before), f4(ev.map50_95_after))]
                      + [_kept_cell(run.head(h).threshold_shift, x) for x in thr])
