@@ -971,7 +971,7 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
         why = ("no calibrator beat them on held-out folds by more than one paired standard error"
                if h.candidates else "chosen by name")
         return f"[{head}] keep the raw scores: {why} (calibrated.pt leaves this head's scores unchanged)"
-    floor = rec.params.get("fit_min_conf", st.fit_min_conf) or 0.0
+    floor = (h.fit_floor if h.fit_floor is not None else st.fit_min_conf) or 0.0
     where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
     if rec.method == "temperature":
         t = rec.temperature

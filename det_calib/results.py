@@ -708,6 +708,16 @@ class HeadResult:
     def temperature(self) -> float | None:
         return None if self.calibrator is None else self.calibrator.temperature
 
+    @property
+    def fit_floor(self) -> float | None:
+        """The raw conf floor the deployed calibrator was fitted above (0.0: every box): its own
+        record's, else (a temperature, whose record is T alone) the selected candidate's; None: unknown."""
+        v = None if self.calibrator is None else self.calibrator.params.get("fit_min_conf")
+        if isinstance(v, (int, float)):
+            return float(v)
+        chosen = next((c for c in self.candidates or [] if c.selected), None)
+        return None if chosen is None else chosen.fit_min_conf
+
 
 @dataclass(frozen=True)
 class Bootstrap:

@@ -236,3 +236,45 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
 
         run = Run(run_dir=Path("."), result=RunResult.from_dict(d), boxes=pl.DataFrame())
         assert all(("WORSE than the raw scores" in lead(run, h)) == worse for h in d["heads"])
+
+
+@pytest.mark.parametrize("per_class", [False, True])
+def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path, demo_model_path, fixture_yaml,
+                                                                       per_class):
+    """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
+    per-class maps); every candidate says why it won or lost; the temperature is fitted on the
+    fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
+    from det_calib.calibrators import TemperatureScaler
+    from det_calib.fitting import calibrator_of
+    from det_calib.results import RunResult
+    from det_calib.selection import GLOBAL_METHODS, METHODS
+
+    run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", head="nms", n_boot=10, run_val=False,
+                    report=False, progress=False, per_class=per_class)
+    doc = json.loads((tmp_path / "run" / "calibration.json").read_text())
+    assert doc["method"] == "auto" and doc["auto_per_class"] is per_class
+    cands = doc["calibration_candidates"]["nms"]
+    methods = {c["method"] for c in cands}
+    assert methods == (set(METHODS) if per_class else set(GLOBAL_METHODS))
+    assert all(c["params"]["verdict"] for c in cands)
+    assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [c["selected"] for c in cands]
+    assert sum(c["selected"] for c in cands) == 1
+    # the temperature: refitted here on the same fit boxes
+    boxes = pl.read_parquet(tmp_path / "run" / "boxes.parquet")
+    fb = boxes.filter((pl.col("split") == doc["splits"]["fit"]) & ~pl.col("ignore"))
+    t = TemperatureScaler(kind="sigmoid").fit(fb["logit"].to_numpy(), fb["correct"].to_numpy()).temperature_
+    tf = doc["temperature_fit"]["nms"]
+    assert tf["temperature"] == pytest.approx(t, rel=1e-12)
+    assert tf["deployed"] is (doc["temperature"].get("nms") is not None)
+    assert len(tf["operating"]) == 1 and tf["operating"][0]["boxes"] > 0
+    summary = (tmp_path / "run" / "summary.txt").read_text()
+    assert f"T = {t:.4f}" in summary
+    # the deployed score of every box
+    rec = RunResult.from_dict(doc).head("nms").calibrator
+    cal = calibrator_of(rec)
+    if rec.method == "none":
+        np.testing.assert_array_equal(boxes["calibrated"].to_numpy(), boxes["conf"].to_numpy())
+    else:
+        want = 1 / (1 + np.exp(-cal.transform_logits(boxes["logit"].to_numpy(), classes=boxes["cls"].to_numpy())))
+        np.testing.assert_allclose(boxes["calibrated"].to_numpy(), want, rtol=1e-12)
+    assert run.result.head("nms").temperature_fit.temperature == tf["temperature"]

@@ -42,10 +42,9 @@ def method_words(run: Run, head: str) -> str:
     if rec.method == "none":
         return ("keep the raw scores (no calibrator beat them on held-out folds by more than one paired standard "
                 "error)" if run.head(head).candidates else "keep the raw scores")
-    if rec.method == "temperature":
-        return f"temperature T = {f3(rec.temperature)}"
-    floor = rec.params.get("fit_min_conf") or 0.0
-    return f"{rec.method} map" + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
+    floor = run.head(head).fit_floor or 0.0
+    what = f"temperature T = {f3(rec.temperature)}" if rec.method == "temperature" else f"{rec.method} map"
+    return what + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
 
 
 def map_words(run: Run, head: str) -> str:
