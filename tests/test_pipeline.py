@@ -390,3 +390,53 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
 
         run = Run(run_dir=Path("."), result=RunResult.from_dict(d), boxes=pl.DataFrame())
         assert all(("WORSE than the raw scores" in lead(run, h)) == worse for h in d["heads"])
+
+
+def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_model_path, fixture_yaml):
+    """A real val pass of the run's calibrated checkpoint whose NMS runs out of time (a budget of
+    zero seconds; one batch of 12 images, the calibrated and the original head's NMS) gives a
+    check "not completed" with no mAP, changed or unchanged: so say calibration.json, the summary
+    and the report."""
+    import dataclasses
+    import re
+    import shutil
+
+    from det_calib.pipeline import Settings, _val_check
+    from det_calib.report import write_report
+    from det_calib.results import RunResult
+    from det_calib.verify import ultralytics_val_shared
+
+    result = RunResult.from_dict(json.loads((run.out_dir / "calibration.json").read_text()))
+    kw = dict(split="val", head="nms", imgsz=None, batch=16, device=None, nms_time_limit=0.0)
+    check = _val_check(demo_model_path, run.out_dir / "calibrated.pt", fixture_yaml, "val",
+                       result.head("nms").calibrator, Settings(), kw, ultralytics_val_shared)
+    assert check.completed is False and not check.ran
+    assert (check.original, check.calibrated, check.calibrated_equivalent_floor) == (None, None, None)
+    assert check.identical_at_equivalent_floor is None
+    assert re.fullmatch(r"not completed: Ultralytics' NMS stopped early \(NMS time limit -?0\.000s exceeded, "
+                        r"2 times\) and dropped the boxes of the images it had not reached: the pass's mAP is not "
+                        r"reported", check.note), check.note
+    # the same run with that check
+    out = tmp_path / "run"
+    shutil.copytree(run.out_dir, out)
+    result.results["nms"] = dataclasses.replace(result.results["nms"], ultralytics_val=check)
+    result.write(out / "calibration.json")
+    written = json.loads((out / "calibration.json").read_text())
+    assert written["ultralytics_val"]["nms"] == {"split": "val", "original": None, "calibrated": None,
+                                                 "calibrated_equivalent_floor": None, "completed": False,
+                                                 "note": check.note}
+    assert "completed" not in written["ultralytics_val"]["e2e"]  # a completed check: as before
+    assert RunResult.from_dict(written).head("nms").ultralytics_val == check
+    lines = summary_text(written).splitlines()
+    assert f"[nms] Ultralytics val {check.note}" in lines
+    assert not [ln for ln in lines if ln.startswith("[nms] Ultralytics val mAP")]
+    assert [ln for ln in lines if ln.startswith("[e2e] Ultralytics val mAP")]
+    html = write_report(out)["html"].read_text()
+    table = re.search(r'<table class="map-ultralytics".*?</table>', html, flags=re.S).group(0)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+    nms_rows = [r for r in rows if r and r[0] == "nms"]
+    assert nms_rows == [["nms", "not completed", "n/a", "n/a", "n/a", ""]]
+    import html as html_text
+
+    assert f"nms: {check.note}" in html_text.unescape(html)
+    assert f"nms: {check.note}" in (out / "report.md").read_text()
