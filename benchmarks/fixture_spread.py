@@ -54,6 +54,7 @@ VARIANTS: dict[str, dict[str, str]] = {
 DROPPED = ("created", "seconds")  # differ on every run
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
+sys.path.insert(0, str(REPO))  # measure this tree's det_calib, whichever one is installed
 
 
 def run_variant(out: Path) -> None:
@@ -70,8 +71,10 @@ def run_variant(out: Path) -> None:
     from det_calib.pipeline import calibrate
 
     calibrate(demo_model(), fixture_data_yaml(), out=out, n_boot=50, progress=False, report=False)
+    import det_calib
+
     info = {"threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.enabled,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "det_calib": det_calib.__file__}
     (out / "variant.json").write_text(json.dumps(info))
 
 
