@@ -25,6 +25,7 @@ fused twice (once per branch, by Ultralytics) and the fused one-to-one branch jo
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -41,6 +42,22 @@ from det_calib.boxes import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
 from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
+
+NMS_TIME_LIMIT = math.inf
+"""Seconds Ultralytics' NMS may spend on one forward pass of a det_calib capture or val (its own
+budget is ``2.0 + 0.05 * batch``): none. Past its budget Ultralytics' ``non_max_suppression``
+warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remaining images, so on
+a slow or busy CPU the boxes, and any mAP computed from them, would depend on the clock."""
+
+
+def nms_max_time_img(time_limit: float, batch: int) -> float:
+    """Ultralytics' ``max_time_img`` argument for a wall-clock ``time_limit`` on a batch of ``batch``
+    images (``non_max_suppression`` stops after ``2.0 + max_time_img * batch`` seconds).
+
+    >>> nms_max_time_img(math.inf, 16), nms_max_time_img(3.0, 4), nms_max_time_img(0.0, 4)
+    (inf, 0.25, -0.5)
+    """
+    return (time_limit - 2.0) / max(int(batch), 1)
 
 
 def load_detector(model):
@@ -260,6 +277,7 @@ class Capturer:
             raise InputError(f"Expected argument `workers` to be 1 with `batch` {self.batch}: parallel workers "
                              "capture one image per forward pass (batch 1)")
         self.workers = workers
+        self.nms_time_limit = NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
         # one fused network per worker: a forward pass toggles the head's decode mode (see _run)
         self.backends = [_fused_network(yolo, self.heads, self.device) for _ in range(workers)]
         self.backend = self.backends[0]
@@ -402,7 +420,8 @@ class Capturer:
                 finally:
                     head.end2end = not e2e
             dets, keep = nms.non_max_suppression(
-                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0, end2end=e2e, return_idxs=True
+                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0, end2end=e2e, return_idxs=True,
+                max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
             )
             scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
             if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors

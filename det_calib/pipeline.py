@@ -917,7 +917,19 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
 def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
                val_shared: Any) -> ValCheck:
     """One Ultralytics val pass of ``ckpt`` (:func:`det_calib.verify.ultralytics_val_shared`): the
-    calibrated figures are stock val's, the original's (at val's floor) come from the same pass."""
+    calibrated figures are stock val's, the original's (at val's floor) come from the same pass.
+    A pass whose NMS ran out of time gives a check "not completed", with no mAP."""
+    from det_calib.verify import ValIncomplete
+
+    try:
+        return _val_check_pass(model, ckpt, yml, split, record, s, kw, val_shared)
+    except ValIncomplete as e:
+        log.warning("Ultralytics val (%s head) not completed: %s", kw.get("head"), e)
+        return ValCheck(split=split, completed=False, note=f"not completed: {e}")
+
+
+def _val_check_pass(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings,
+                    kw: dict[str, Any], val_shared: Any) -> ValCheck:
     from det_calib.verify import SHARED_PASS
 
     how = f" How: {SHARED_PASS}."
@@ -1038,6 +1050,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
             f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored)"
         )
         uv = h.ultralytics_val
+        if uv is not None and uv.completed is False:
+            lines.append(f"[{head}] Ultralytics val {uv.note}")
         if uv is not None and uv.ran:
             eq = uv.calibrated_equivalent_floor
             lines.append(

@@ -617,7 +617,12 @@ class ValMap:
 
 @dataclass(frozen=True)
 class ValCheck:
-    """Ultralytics val of the original and the calibrated checkpoint (None: not run)."""
+    """Ultralytics val of the original and the calibrated checkpoint (None: not run).
+
+    ``completed`` is False for a pass that could not be completed (Ultralytics' NMS reached its
+    time limit and dropped boxes, :class:`det_calib.verify.ValIncomplete`): it then holds no mAP,
+    and ``note`` says why. None otherwise (and in runs written before the field existed).
+    """
 
     split: str | None = _leaf(kind=str)
     original: ValMap | None = None
@@ -625,6 +630,7 @@ class ValCheck:
     calibrated_equivalent_floor: ValMap | None = None
     identical_at_equivalent_floor: bool | None = _leaf(kind=bool)
     note: str | None = _leaf(kind=str)
+    completed: bool | None = _leaf(kind=bool)
 
     @property
     def ran(self) -> bool:
@@ -637,6 +643,8 @@ class ValCheck:
             out[k] = None if v is None else _leaf_dict(v)
         if self.identical_at_equivalent_floor is not None:
             out["identical_at_equivalent_floor"] = self.identical_at_equivalent_floor
+        if self.completed is False:
+            out["completed"] = False
         out["note"] = self.note
         return out
 

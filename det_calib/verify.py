@@ -15,6 +15,12 @@ Two independent checks:
   Detect head, scored by the same validator's postprocess and metric code (the calibrated
   checkpoint differs from the original only inside the head, :mod:`det_calib.fold`). Its figures
   equal those of the two separate vals (tests/test_verify.py).
+
+Every det_calib val runs Ultralytics' NMS with no wall-clock budget (its own stops after
+``2.0 + 0.05 * batch`` seconds and returns no boxes for the batch's remaining images, which on a
+slow or busy CPU lowers mAP by the clock): the stock validator with only that argument changed.
+A pass in which the NMS time limit was still reached (a finite ``nms_time_limit``) raises
+:class:`ValIncomplete`: its mAP is never returned.
 """
 
 from __future__ import annotations
@@ -182,19 +188,56 @@ def _val_kwargs(yolo, data: str | Path, *, split: str, head: str, conf: float, i
     return kw
 
 
+class ValIncomplete(RuntimeError):
+    """An Ultralytics val pass that did not score every image: its NMS reached its time limit and
+    dropped the boxes of the images it had not reached, so its mAP measures the clock."""
+
+
+NMS_TIMEOUT_MESSAGE = "NMS time limit"
+"""How Ultralytics' ``non_max_suppression`` starts the warning it logs when it stops early."""
+
+
+class _NMSTimeouts(logging.Handler):
+    """Counts the NMS time-limit warnings Ultralytics' logger emits while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if NMS_TIMEOUT_MESSAGE in msg:
+            self.messages.append(msg)
+
+
 def _run_val(yolo, kw: dict, validator=None):
-    """``yolo.val(**kw)`` with Ultralytics' info lines silenced and its run folder in a temporary one."""
+    """``yolo.val(**kw)`` with Ultralytics' info lines silenced and its run folder in a temporary one.
+
+    Raises:
+        ValIncomplete: Ultralytics' NMS reached its time limit in the pass (then no figure of the
+            pass is returned: the images after the limit lost their boxes).
+    """
     import tempfile
 
     from ultralytics.utils import LOGGER
 
     level = LOGGER.level
     LOGGER.setLevel(logging.WARNING)
+    timeouts = _NMSTimeouts()
+    LOGGER.addHandler(timeouts)
     try:
         with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
-            return yolo.val(project=tmp, name="val", validator=validator, **kw)
+            metrics = yolo.val(project=tmp, name="val", validator=validator, **kw)
     finally:
+        LOGGER.removeHandler(timeouts)
         LOGGER.setLevel(level)
+    if timeouts.messages:
+        n = len(timeouts.messages)
+        raise ValIncomplete(
+            f"Ultralytics' NMS stopped early ({timeouts.messages[0].strip()}, {n} time{'s' if n > 1 else ''}) "
+            "and dropped the boxes of the images it had not reached: the pass's mAP is not reported"
+        )
+    return metrics
 
 
 def ultralytics_val(
@@ -207,6 +250,7 @@ def ultralytics_val(
     imgsz: int | None = None,
     batch: int = 16,
     device: str | None = None,
+    nms_time_limit: float | None = None,
 ) -> dict[str, float]:
     """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
 
@@ -216,12 +260,18 @@ def ultralytics_val(
         split: Split key of the yaml.
         head: ``"nms"`` (default head + NMS) or ``"e2e"`` (``nms=False``).
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
+        nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
+            :data:`det_calib.capture.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
+
+    Raises:
+        ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
     """
     from ultralytics import YOLO
 
     yolo = YOLO(str(model))
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
-                                   device=device))
+                                   device=device),
+                 validator=functools.partial(_budget_validator_class(), nms_time_limit=nms_time_limit))
     return {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)}
 
 
@@ -244,6 +294,7 @@ def ultralytics_val_shared(
     imgsz: int | None = None,
     batch: int = 16,
     device: str | None = None,
+    nms_time_limit: float | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One Ultralytics val pass that measures a calibrated checkpoint and its original.
 
@@ -251,7 +302,8 @@ def ultralytics_val_shared(
     head's classification branches (:mod:`det_calib.fold`), so the network up to the head computes
     the same neck features for both. This runs the stock ``YOLO(calibrated).val()`` (Ultralytics'
     own DetectionValidator: its dataloader, letterbox, batching, postprocess and metrics give the
-    calibrated figures, exactly what plain val prints) and, on the features each batch feeds the
+    calibrated figures, exactly what plain val prints wherever its NMS does not run out of time: here
+    it has no time limit) and, on the features each batch feeds the
     calibrated head, also runs the original checkpoint's Detect head (prepared as val prepares a
     model: fused, same device, memory format and head mode); that output goes through the same
     validator's postprocess (at ``original_conf``) into a second Ultralytics metrics object. The
@@ -264,12 +316,15 @@ def ultralytics_val_shared(
         data, split, head, imgsz, batch, device: As :func:`ultralytics_val`.
         conf: Val's conf pre-filter for the calibrated checkpoint.
         original_conf: Val's conf pre-filter for the original.
+        nms_time_limit: As :func:`ultralytics_val`, for each of the two NMS calls of a batch.
 
     Returns:
         ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
 
     Raises:
         InputError: The two checkpoints differ outside the Detect head (a pair this cannot measure).
+        ValIncomplete: The NMS time limit was reached, for either model (only with a finite
+            ``nms_time_limit``).
     """
     from ultralytics import YOLO
 
@@ -279,7 +334,8 @@ def ultralytics_val_shared(
     kw = _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device)
     v = _shared_validator_class()
     out: dict[str, Any] = {}
-    m = _run_val(yolo, kw, validator=functools.partial(v, original=orig, original_conf=original_conf, out=out))
+    m = _run_val(yolo, kw, validator=functools.partial(v, original=orig, original_conf=original_conf, out=out,
+                                                       nms_time_limit=nms_time_limit))
     o = out["original"]
     return ({"conf": float(original_conf), "map50_95": float(o.box.map), "map50": float(o.box.map50)},
             {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)})
@@ -297,18 +353,56 @@ def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
 
 
 @functools.cache
-def _shared_validator_class():
-    """Ultralytics' DetectionValidator, extended to score the original head on the same pass."""
+def _budget_validator_class():
+    """Ultralytics' DetectionValidator with a wall-clock budget of its choosing for the NMS."""
     from ultralytics.models.yolo.detect import DetectionValidator
+    from ultralytics.utils import nms
+
+    from det_calib.capture import NMS_TIME_LIMIT, nms_max_time_img
+
+    class BudgetValidator(DetectionValidator):
+        """The stock detection validator; its ``postprocess`` is the stock one (Ultralytics 8.4) with
+        one more argument to ``non_max_suppression``: the time budget (none by default), so that on
+        a slow or busy CPU no batch loses boxes to the clock. tests/test_verify.py checks that it
+        returns exactly the stock postprocess's tensors."""
+
+        def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+
+        def postprocess(self, preds):
+            first = preds[0] if isinstance(preds, (list, tuple)) else preds
+            outputs = nms.non_max_suppression(
+                preds,
+                self.args.conf,
+                self.args.iou,
+                nc=0 if self.args.task == "detect" else self.nc,
+                multi_label=True,
+                agnostic=self.args.single_cls or self.args.agnostic_nms,
+                max_det=self.args.max_det,
+                end2end=self.end2end,
+                rotated=self.args.task == "obb",
+                max_time_img=nms_max_time_img(self.nms_time_limit, first.shape[0]),
+            )
+            return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
+
+    return BudgetValidator
+
+
+@functools.cache
+def _shared_validator_class():
+    """Ultralytics' DetectionValidator (with the NMS budget of :func:`_budget_validator_class`),
+    extended to score the original head on the same pass."""
     from ultralytics.nn.autobackend import AutoBackend
     from ultralytics.utils.metrics import DetMetrics
 
-    class SharedPassValidator(DetectionValidator):
+    class SharedPassValidator(_budget_validator_class()):
         """Stock detection val of the calibrated model; the original head rides on its forward pass.
 
-        Everything of the stock validator runs unchanged for the calibrated model. Added: a hook on
+        Everything of the stock validator runs unchanged for the calibrated model (its NMS without a
+        time budget, :func:`_budget_validator_class`). Added: a hook on
         its Detect head keeps the features each batch feeds it; after the stock ``update_metrics``,
-        the original Detect head runs on them, its output goes through the stock ``postprocess``
+        the original Detect head runs on them, its output goes through the same ``postprocess``
         (with val's conf set to ``original_conf``) and the stock ``update_metrics`` into a second
         ``DetMetrics``, processed by the stock code at the end.
         """

@@ -372,3 +372,27 @@ def test_cli_capture_writes_parts(tmp_path, demo_model_path, fixture_yaml, plain
     assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
                  "--out", str(out), "--shard", "2of2", "-q"]) == 2
     assert "shard" in capsys.readouterr().err
+
+
+def test_capture_nms_has_no_time_budget(demo_model_path, fixture_images):
+    """Ultralytics' NMS stops after a wall-clock budget and returns no boxes for the batch's other
+    images; the capture's budget is infinite, and the budget it sets does reach the NMS: forced to
+    zero, the images after the first of each batch lose every box."""
+    import math
+
+    from det_calib.capture import NMS_TIME_LIMIT, Capturer, nms_max_time_img
+
+    assert NMS_TIME_LIMIT == math.inf and nms_max_time_img(NMS_TIME_LIMIT, 8) == math.inf
+    cap = Capturer(str(demo_model_path), heads=("nms",), imgsz=320, batch=8)
+    assert cap.nms_time_limit == math.inf
+    full = cap(fixture_images, progress=False)
+    per_image = np.bincount(full["image_id"].to_numpy(), minlength=len(fixture_images))
+    assert (per_image > 0).all()
+    cap.nms_time_limit = 0.0
+    passes = []
+    cap.net.model[0].register_forward_hook(lambda m, i, o: passes.append(i[0].shape[0]))
+    cut = cap(fixture_images, progress=False)
+    kept = np.bincount(cut["image_id"].to_numpy(), minlength=len(fixture_images))
+    assert sum(passes) == len(fixture_images) and max(passes) > 1
+    # the first image of each pass keeps its boxes, every other one loses them all
+    assert (kept > 0).sum() == len(passes) and ((kept == per_image) | (kept == 0)).all()

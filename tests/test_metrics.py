@@ -428,6 +428,93 @@ def test_bootstrap_interval_reflects_image_level_variance():
     assert lo < brier(conf, correct) < hi
 
 
+def _known_replicates(x, img, *, n_boot, seed):
+    """The replicates of |mean| that bootstrap_ci draws, computed here from the documented draws:
+    replicate b takes ``rng.integers(0, n_img, size=n_img)`` (image k: the k-th smallest id) and
+    every box of each drawn image, once per draw."""
+    ids = np.unique(img)
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(n_boot):
+        drawn = rng.integers(0, ids.size, size=ids.size)
+        reps.append(abs(np.concatenate([x[img == ids[k]] for k in drawn]).mean()))
+    return np.array(reps)
+
+
+def _quantile(sorted_values, q):
+    """The q-quantile with linear interpolation between order statistics (numpy's default)."""
+    h = (len(sorted_values) - 1) * q
+    j = math.floor(h)
+    return sorted_values[j] + (h - j) * (sorted_values[min(j + 1, len(sorted_values) - 1)] - sorted_values[j])
+
+
+@pytest.mark.parametrize("path", ["indexed", "weighted"])
+def test_bootstrap_ci_known_answers_of_every_method(path):
+    """Each method's bounds, computed from replicates known independently (same seed, same draws)
+    on a statistic biased under resampling: |mean| near 0, whose replicates sit mostly above the
+    estimate, so the bias correction moves BC far from the plain percentiles."""
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 6, 40)  # 40 images of 1 to 5 boxes, ids not contiguous, boxes shuffled
+    img = np.repeat(1000 + 7 * rng.permutation(40), sizes)
+    x = rng.normal(0.08, 1.0, img.size)
+    order = rng.permutation(img.size)
+    img, x = img[order], x[order]
+    if path == "indexed":
+        def statistic(v):
+            return float(abs(v.mean()))
+    else:
+        def statistic(v, weights=None):
+            return float(abs(np.average(v, weights=weights)))
+    n_boot, seed, level = 400, 9, 0.9
+    reps = np.sort(_known_replicates(x, img, n_boot=n_boot, seed=seed))
+    theta = abs(x.mean())
+    a = (1 - level) / 2
+    q_lo, q_hi = _quantile(reps, a), _quantile(reps, 1 - a)
+    z = stats.norm.ppf(1 - a)
+    share = (np.sum(reps < theta) + 0.5 * np.sum(reps == theta)) / n_boot
+    z0 = stats.norm.ppf(share)
+    expected = {
+        "percentile": (q_lo, q_hi),
+        "basic": (2 * theta - q_hi, 2 * theta - q_lo),
+        "normal": (theta - z * reps.std(ddof=1), theta + z * reps.std(ddof=1)),
+        "bc": (_quantile(reps, stats.norm.cdf(2 * z0 - z)), _quantile(reps, stats.norm.cdf(2 * z0 + z))),
+    }
+    assert 0.2 < share < 0.45  # biased: most replicates above the estimate (z0 about -0.35)
+    # the correction moves the interval down: the upper bound by about a quarter of the interval
+    assert expected["bc"][0] < expected["percentile"][0] and expected["bc"][1] < expected["percentile"][1] - 0.03
+    for method, (lo, hi) in expected.items():
+        got = bootstrap_ci(statistic, img, x, n_boot=n_boot, seed=seed, level=level, method=method)
+        assert got == pytest.approx((lo, hi), rel=1e-12, abs=1e-15), method
+    assert bootstrap_ci(statistic, img, x, n_boot=n_boot, seed=seed, level=level) == pytest.approx(
+        expected["bc"], rel=1e-12, abs=1e-15)  # bc is the default
+
+
+def test_bootstrap_ci_bc_counts_ties_with_the_estimate_half():
+    """BC's share of replicates below the estimate counts ties half: the max of 30 image values,
+    whose replicates equal the estimate whenever the largest image is drawn (about 64%)."""
+    from scipy import stats
+
+    x = np.arange(30, dtype=float) ** 1.5
+    img = np.arange(30)  # one box per image: a replicate is the max of the drawn images' values
+    rng = np.random.default_rng(2)
+    maxes = np.sort([x[rng.integers(0, 30, 30)].max() for _ in range(500)])
+    theta = x.max()
+    below, ties = np.sum(maxes < theta), np.sum(maxes == theta)
+    assert below > 100 and ties > 250
+    share = (below + 0.5 * ties) / 500
+    z0, z = stats.norm.ppf(share), stats.norm.ppf(0.975)
+    expected = (_quantile(maxes, stats.norm.cdf(2 * z0 - z)), _quantile(maxes, stats.norm.cdf(2 * z0 + z)))
+    got = bootstrap_ci(lambda v: float(v.max()), img, x, n_boot=500, seed=2, method="bc")
+    assert got == pytest.approx(expected, rel=1e-12)
+    # counting the ties as below, or as above, gives another interval: the test tells them apart
+    for wrong in (below + ties - 0.5, below + 0.5):
+        z0w = stats.norm.ppf(wrong / 500)
+        other = (_quantile(maxes, stats.norm.cdf(2 * z0w - z)), _quantile(maxes, stats.norm.cdf(2 * z0w + z)))
+        assert other != pytest.approx(expected, rel=1e-6)
+
+
 def test_bootstrap_bad_input():
     img, conf, correct = _image_dataset(n_images=5, per_image=4)
     with pytest.raises(InputError, match="`image_ids` and `arrays\\[1\\]`.*20 and 19"):

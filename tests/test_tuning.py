@@ -89,6 +89,98 @@ def test_design_effect_is_one_without_clustering_and_large_with_it():
     assert d == pytest.approx(10 * 50 / 49, rel=1e-9)
 
 
+def _korn_graubard(score, correct, image_id, t, *, delta):
+    """Korn & Graubard's effective-sample-size Clopper-Pearson bound of the precision of the boxes
+    with ``score > t``, written out with a loop over images and scipy: ``(deff, n*, k*, bound)``.
+
+    deff: the linearised variance of the ratio estimator over the m images with a kept box,
+    ``m / (m - 1) * sum_i (k_i - p n_i)^2 / n^2``, over the binomial ``p (1 - p) / n``, at least 1;
+    ``n* = n / deff``, ``k* = k / deff``; the bound: ``Beta(delta; k*, n* - k* + 1)``, the ``p`` at
+    which ``P(Bin(n*, p) >= k*) = delta`` (the regularised incomplete beta, real counts allowed).
+    """
+    ni, ki = [], []
+    for i in np.unique(image_id):
+        kept = (image_id == i) & (score > t)
+        if kept.any():
+            ni.append(kept.sum())
+            ki.append((kept & correct).sum())
+    ni, ki = np.array(ni, float), np.array(ki, float)
+    n, k, m = ni.sum(), ki.sum(), len(ni)
+    p = k / n
+    var_cluster = m / (m - 1) * ((ki - p * ni) ** 2).sum() / n**2 if m > 1 else np.nan
+    deff = var_cluster / (p * (1 - p) / n) if 0 < p < 1 and m > 1 else 1.0
+    deff = max(deff, 1.0) if np.isfinite(deff) else 1.0
+    ne, ke = n / deff, k / deff
+    return deff, ne, ke, float(stats.beta.ppf(delta, ke, ne - ke + 1)) if k > 0 else 0.0
+
+
+def _certified_by_hand(score, correct, image_id, grid, *, target, delta, unit):
+    """The fixed-sequence test as the loop it is: thresholds high to low, the label-free testable
+    rule on the raw counts, H0 rejected where the (effective-count) Clopper-Pearson bound reaches
+    the target; the lowest rejected threshold before the first failure, or None."""
+    best = None
+    for t in grid[::-1]:
+        kept = score > t
+        n = kept.sum()
+        if n == 0 or stats.binom.sf(np.ceil(n * (1 + target) / 2) - 1, n, target) > delta:
+            continue  # not testable
+        k = (kept & correct).sum()
+        bound = (_korn_graubard(score, correct, image_id, t, delta=delta)[3] if unit == "image"
+                 else float(stats.beta.ppf(delta, k, n - k + 1)) if k > 0 else 0.0)
+        if bound >= target:
+            best = t
+        else:
+            break
+    return best
+
+
+@pytest.mark.parametrize("unit", ["image", "box"])
+def test_certified_bound_recomputed_from_its_formula(unit):
+    """The reported threshold, design effect and certified precision bound of every certified
+    class (and of all classes pooled) are the formula's, recomputed independently at the chosen
+    threshold on clustered data (a per-image effect on correctness), where the clustering
+    correction moves the bound: a bound computed without it would be too high and fail here."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for img in range(160):
+        u = rng.normal(0, 1.5)  # per-image effect the scores do not see: the boxes of an image are correlated
+        for c, nb, z0 in ((0, 9, 1.8), (1, 5, 2.4), (2, 4, 1.2)):
+            z = rng.normal(z0, 1.2, nb)
+            y = rng.random(nb) < sigmoid(z + u)
+            rows += [(img, c, sigmoid(zi), bool(yi)) for zi, yi in zip(z, y)]
+    img, cls, score, y = (np.array(v) for v in zip(*rows))
+    score = np.round(score, 6)
+    fit = pl.DataFrame({"image_id": img, "cls": cls, "correct": y, "iou": np.where(y, 0.8, 0.2)})
+    target, delta = 0.8, 0.1
+    grid = np.round(np.arange(200) / 200, 3)
+    doc = tune(fit, score, n_gt_fit={0: 1500, 1: 800, 2: 700}, class_names=["a", "b", "c"],
+               target_precision=target, delta=delta, unit=unit, grid=grid)["target_precision"]
+    checked, corrections = 0, []
+    for sel, r in [(np.ones(len(cls), bool), doc["global"]), *((cls == q["cls"], q) for q in doc["per_class"])]:
+        t = _certified_by_hand(score[sel], y[sel], img[sel], grid, target=target, delta=delta, unit=unit)
+        if t is None:
+            assert not r["certified"] and r["precision_lower"] is None and r["deff"] is None
+            continue
+        assert r["certified"] and r["fallback"] is None and r["threshold"] == t
+        deff, ne, ke, bound = _korn_graubard(score[sel], y[sel], img[sel], t, delta=delta)
+        kept = sel & (score > t)
+        assert r["fit"]["kept"] == kept.sum() and r["fit"]["precision"] == pytest.approx((kept & y).sum() / kept.sum())
+        if unit == "image":
+            assert r["deff"] == pytest.approx(deff, rel=1e-9)
+            assert r["precision_lower"] == pytest.approx(bound, abs=1e-9)
+            n, k = kept.sum(), (kept & y).sum()
+            corrections.append(float(stats.beta.ppf(delta, k, n - k + 1)) - bound)
+        else:
+            assert r["deff"] is None
+            n, k = kept.sum(), (kept & y).sum()
+            assert r["precision_lower"] == pytest.approx(float(stats.beta.ppf(delta, k, n - k + 1)), abs=1e-9)
+        assert r["precision_lower"] >= target
+        checked += 1
+    assert checked >= 3  # the pooled classes and at least two classes certified
+    if unit == "image":  # the correction matters: without it every bound would be higher by more than 1e-3
+        assert min(corrections) > 1e-3
+
+
 # --------------------------------------------------------------------------------- simulation
 
 GRID = np.round(np.arange(100) / 100, 2)

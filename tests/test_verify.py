@@ -188,3 +188,57 @@ def test_shared_val_pass_refuses_another_model(tmp_path, demo_model_path, fixtur
     make_untrained("yolo26n.yaml").save(other)
     with pytest.raises(InputError, match="layers before the Detect head differ"):
         ultralytics_val_shared(demo_model_path, other, fixture_yaml, split="val", imgsz=320)
+
+
+# ------------------------------------------------------------------ the NMS time budget
+def test_val_postprocess_is_stock_postprocess(demo_model_path, fixture_yaml):
+    """The val's postprocess (no NMS time budget) returns exactly the stock postprocess's tensors,
+    batch by batch, in a real val pass of both heads."""
+    import functools
+
+    import torch
+    from ultralytics import YOLO
+    from ultralytics.models.yolo.detect import DetectionValidator
+
+    from det_calib.verify import _budget_validator_class, _run_val, _val_kwargs
+
+    compared = []
+
+    class BothPostprocesses(_budget_validator_class()):
+        def postprocess(self, preds):
+            ours, stock = super().postprocess(preds), DetectionValidator.postprocess(self, preds)
+            compared.append(len(ours) == len(stock) and all(
+                a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a) for a, b in zip(ours, stock)))
+            return ours
+
+    for head in ("nms", "e2e"):
+        yolo = YOLO(str(demo_model_path))
+        kw = _val_kwargs(yolo, fixture_yaml, split="val", head=head, conf=0.001, imgsz=320, batch=4, device=None)
+        _run_val(yolo, kw, validator=functools.partial(BothPostprocesses))
+    assert len(compared) == 6 and all(compared)  # 12 images in batches of 4, two heads
+
+
+def test_val_that_runs_out_of_nms_time_is_not_scored(tmp_path, demo_model_path, fixture_yaml, stock_original_val):
+    """With a budget that binds (zero seconds: Ultralytics' NMS stops after the first image of each
+    batch), the mAP Ultralytics would report is far lower, an artefact of the clock; det_calib's
+    vals raise ValIncomplete instead of returning it."""
+    import functools
+
+    from ultralytics import YOLO
+
+    from det_calib.verify import ValIncomplete, _budget_validator_class, _val_kwargs, ultralytics_val_shared
+
+    yolo = YOLO(str(demo_model_path))
+    kw = _val_kwargs(yolo, fixture_yaml, split="val", head="nms", conf=0.001, imgsz=320, batch=4, device=None)
+    clocked = yolo.val(project=str(tmp_path), name="val", **kw,  # what Ultralytics itself reports from such a pass
+                       validator=functools.partial(_budget_validator_class(), nms_time_limit=0.0))
+    assert clocked.box.map < stock_original_val["nms"]["map50_95"] - 0.1
+    with pytest.raises(ValIncomplete, match=r"NMS time limit -?0\.000s exceeded, 3 times\)"):
+        ultralytics_val(demo_model_path, fixture_yaml, split="val", imgsz=320, batch=4, nms_time_limit=0.0)
+    ckpt = write_calibrated_checkpoint(demo_model_path, tmp_path / "t.pt", {"nms": 0.7})
+    with pytest.raises(ValIncomplete, match="the pass's mAP is not reported"):
+        ultralytics_val_shared(demo_model_path, ckpt, fixture_yaml, split="val", imgsz=320,
+                               conf=equivalent_threshold(0.001, 0.7), nms_time_limit=0.0)
+    # the NMS-free head has no time limit to reach
+    assert ultralytics_val(demo_model_path, fixture_yaml, split="val", head="e2e", imgsz=320,
+                           nms_time_limit=0.0) == stock_original_val["e2e"]

@@ -462,6 +462,10 @@ def _map(b: _Builder, run: Run) -> None:
         if uv is None:
             urows.append([h, "n/a (not run)", "n/a", "n/a", "n/a", ""])
             continue
+        if uv.completed is False:  # a timed-out pass: no mAP is shown, changed or unchanged
+            urows.append([h, "not completed", "n/a", "n/a", "n/a", ""])
+            notes.append(f"{h}: {uv.note}")
+            continue
         same = uv.identical_at_equivalent_floor
         for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
                            ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
