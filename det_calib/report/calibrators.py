@@ -12,7 +12,14 @@ import logging
 import numpy as np
 
 from det_calib.metrics import sigmoid
-from det_calib.results import Candidate, OperatingFigures, left_words, operating_point_worse, temperature_words
+from det_calib.results import (
+    Calibrator,
+    Candidate,
+    OperatingFigures,
+    left_words,
+    operating_point_worse,
+    temperature_words,
+)
 from det_calib.selection import METHODS, Z_NONE, Z_SIMPLER
 
 from . import plots
@@ -43,8 +50,61 @@ def method_words(run: Run, head: str) -> str:
         return ("keep the raw scores (no calibrator beat them on held-out folds by more than one paired standard "
                 "error)" if run.head(head).candidates else "keep the raw scores")
     floor = run.head(head).fit_floor or 0.0
-    what = f"temperature T = {f3(rec.temperature)}" if rec.method == "temperature" else f"{rec.method} map"
-    return what + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
+    return calibrator_words(rec) + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
+
+
+def _g(x: object) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
+
+
+def _spread(name: str, values: object) -> str:
+    """``T 0.91-1.32`` of a per-class parameter (its lowest and highest value over the classes)."""
+    v = [float(x) for x in values] if isinstance(values, list) and values else []
+    return f"{name} {_g(min(v))}–{_g(max(v))}" if v else f"{name} n/a"
+
+
+def calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> str:
+    """A calibrator and its fitted parameters in a few words, read from its record.
+
+    >>> calibrator_words(Calibrator("platt", {"map": {"a": 1.2149, "b": 0.3412}}))
+    'Platt a = 1.21, b = 0.341'
+    >>> calibrator_words(Calibrator("isotonic", {"map": {"map": {"x": [0, 1, 2]}}}), floor=0.125)
+    'isotonic (3 steps) above raw conf 0.125'
+    >>> calibrator_words(Calibrator("none", {}))
+    'none: raw scores'
+    """
+    if rec is None:
+        return "no calibrator recorded"
+    m = rec.params.get("map")
+    mp = m if isinstance(m, dict) else {}
+    if rec.method == "none":
+        return "none: raw scores"
+    if rec.method == "temperature":
+        words = f"temperature T = {f3(rec.temperature)}"
+    elif rec.method == "platt":
+        words = f"Platt a = {_g(mp.get('a'))}, b = {_g(mp.get('b'))}"
+    elif rec.method == "spline":
+        words = f"spline ({len(mp.get('knots') or [])} knots)"
+    elif rec.method == "isotonic":
+        words = f"isotonic ({len((mp.get('map') or {}).get('x') or [])} steps)"
+    elif rec.method == "class-temperature":
+        a = [1.0 / x for x in mp.get("a") or [] if isinstance(x, (int, float)) and x > 0]
+        words = f"class-temperature ({len(a)} classes, {_spread('T', a)})"
+    elif rec.method == "class-platt":
+        a = mp.get("a") or []
+        words = f"class-platt ({len(a)} classes, {_spread('a', a)}, {_spread('b', mp.get('b'))})"
+    elif rec.method == "class-isotonic":
+        words = (f"class-isotonic ({len(mp.get('maps') or [])} class curves on a global one of "
+                 f"{len((mp.get('global') or {}).get('x') or [])} steps)")
+    else:
+        words = rec.method
+    return words + (f" above raw conf {floor:g}" if floor else "")
+
+
+def deployed_words(run: Run, head: str) -> str:
+    """The head's deployed calibrator with its parameters and fit floor, in words."""
+    hr = run.head(head)
+    return calibrator_words(hr.calibrator, floor=hr.fit_floor)
 
 
 def map_words(run: Run, head: str) -> str:
@@ -98,6 +158,16 @@ def floor_words(o: OperatingFigures) -> str:
     return f" (a perfectly calibrated detector would score {fci(o.ece_floor, o.ece_floor_range)} on these boxes{at})"
 
 
+def operating_cells(o0: OperatingFigures, o1: OperatingFigures, *, raw_floor: bool = False) -> list[str]:
+    """The kept set at one threshold, raw (``o0``) and calibrated (``o1``): boxes kept, ECE (and, with
+    ``raw_floor``, the raw scores' sampling floor), ECE calibrated, its floor, LaECE_0 raw and calibrated."""
+    cells = [f"{fint(o0.boxes)} → {fint(o1.boxes)}", fci(o0.ece, o0.ece_ci)]
+    if raw_floor:
+        cells.append(fci(o0.ece_floor, o0.ece_floor_range))
+    return cells + [fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range), fci(o0.laece0, o0.laece0_ci),
+                    fci(o1.laece0, o1.laece0_ci)]
+
+
 def operating_table(run: Run) -> Table | None:
     """Kept-set ECE and LaECE_0 at each threshold, raw and calibrated, per head."""
     rows = []
@@ -105,9 +175,7 @@ def operating_table(run: Run) -> Table | None:
     for h in run.heads:
         ev = _eval(run, h)
         for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-            rows.append([h, fthr(o0.conf), f"{fint(o0.boxes)} → {fint(o1.boxes)}", fci(o0.ece, o0.ece_ci),
-                         fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range),
-                         fci(o0.laece0, o0.laece0_ci), fci(o1.laece0, o1.laece0_ci)])
+            rows.append([h, fthr(o0.conf), *operating_cells(o0, o1)])
     if not rows:
         return None
     return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",

@@ -39,6 +39,9 @@ class HeadBoxes:
     temperature: float | None
     calibrator: Any = None
     """The fitted calibrator of a method other than temperature (None: temperature or none fitted)."""
+    calibrated: np.ndarray | None = None
+    """Each box's conf under the deployed calibrator, as the run wrote it (``boxes.parquet`` column
+    ``calibrated``); None in runs written before the column existed."""
 
     @property
     def n(self) -> int:
@@ -46,14 +49,25 @@ class HeadBoxes:
 
     @property
     def conf_after(self) -> np.ndarray | None:
-        """Calibrated confidence, or None when no calibrator was fitted for this head."""
+        """Calibrated confidence (the run's own ``calibrated`` column where it has one), or None when no
+        calibrator was fitted for this head."""
+        if self.calibrated is not None:
+            return self.calibrated
+        z = self.logit_after
+        if z is None:
+            return None
+        return sigmoid(z) if self.calibrator is not None else calibrated_conf(self.logit, float(self.temperature))
+
+    @property
+    def logit_after(self) -> np.ndarray | None:
+        """Calibrated logits (``logit / T`` for a temperature), or None when no calibrator was fitted."""
         if self.calibrator is not None:
             from det_calib.fitting import calibrated_logits
 
-            return sigmoid(calibrated_logits(self.calibrator, self.logit, self.cls))
+            return calibrated_logits(self.calibrator, self.logit, self.cls)
         if self.temperature is None:
             return None
-        return calibrated_conf(self.logit, self.temperature)
+        return self.logit / self.temperature
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,7 @@ class Run:
             image_id=df["image_id"].to_numpy().astype(np.int64),
             temperature=self.temperature(head),
             calibrator=self.fitted_calibrator(head),
+            calibrated=df["calibrated"].to_numpy().astype(np.float64) if "calibrated" in df.columns else None,
         )
 
     def fitted_calibrator(self, head: str) -> Any:

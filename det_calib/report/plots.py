@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
@@ -38,6 +38,8 @@ __all__ = [
     "threshold_figure",
     "compare_reliability",
     "compare_per_class_chart",
+    "compare_class_heatmap",
+    "HeatPanel",
 ]
 
 # Paul Tol's colour-blind-safe "vibrant" palette.
@@ -427,28 +429,30 @@ def threshold_figure(
 
 
 def compare_reliability(
-    runs: Sequence[tuple[Any, ...]], *, xlabel_suffix: str = "", title: str | None = None
+    runs: Sequence[tuple[Any, ...]], *, xlabel_suffix: str = "", title: str | None = None, low: float = 0.0
 ) -> bytes:
     """Reliability curves of several runs on the same axes: raw (left) and calibrated (right).
 
     Args:
         runs: ``(label, bins_raw, bins_calibrated)`` per run, optionally followed by two legend
             suffixes (raw, calibrated), e.g. the ECE of each.
+        low: Where the confidence axis starts (an operating threshold: the bins of the boxes kept there).
     """
+    colors = RUN_COLORS if len(runs) <= len(RUN_COLORS) else MANY_COLORS
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(9.6, 5.8), layout="constrained")
+        fig = Figure(figsize=(9.6, 5.8 + 0.25 * max(0, len(runs) - 2)), layout="constrained")
         gs = fig.add_gridspec(2, 2, height_ratios=[3.2, 1])
-        styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":")]
+        styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"), ("X", "-."), ("*", ":")]
         for col, (which, name) in enumerate(((1, "Raw confidence"), (2, "Calibrated confidence"))):
             ax = fig.add_subplot(gs[0, col])
             axc = fig.add_subplot(gs[1, col], sharex=ax)
-            ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
+            ax.plot([low, 1], [low, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
             cmax = 10.0
             for k, run in enumerate(runs):
                 label, bins = run[0], run[which]
                 if len(run) > 3:
                     label = f"{label} ({run[which + 2]})"
-                color = RUN_COLORS[k % len(RUN_COLORS)]
+                color = colors[k % len(colors)]
                 marker, ls = styles[k % len(styles)]
                 if bins is None:
                     continue
@@ -461,11 +465,11 @@ def compare_reliability(
                 axc.stairs(np.where(full > 0, full, np.nan), edges, color=color, ls=ls, lw=1.4, label=label)
                 cmax = max(cmax, float(full.max()))
             ax.set_title(name)
-            ax.set_xlim(0, 1)
+            ax.set_xlim(low, 1)
             ax.set_ylim(0, 1)
             ax.set_ylabel("accuracy (fraction correct)")
             ax.tick_params(labelbottom=False)
-            ax.legend(loc="upper left", frameon=False)
+            ax.legend(loc="upper left", frameon=False, fontsize=8 if len(runs) <= 2 else 7)
             _log_counts(axc)
             axc.set_ylim(0.7, cmax * 2.5)
             axc.set_ylabel("boxes")
@@ -525,6 +529,66 @@ def compare_per_class_chart(
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         if footnote:
             ax.set_title(footnote, fontsize=8, color="#555555", loc="left")
+        if title:
+            fig.suptitle(title, fontsize=11, fontweight="bold")
+        return _png(fig)
+
+
+@dataclass(frozen=True)
+class HeatPanel:
+    """One panel of :func:`compare_class_heatmap`: a value per class (rows) and run (columns).
+
+    ``values[i][j]``: class i, run j (None: the run has no box of that class); ``sparse[i][j]``:
+    the cell's estimate rests on few boxes (hatched, value greyed).
+    """
+
+    title: str
+    values: Sequence[Sequence[float | None]]
+    sparse: Sequence[Sequence[bool]]
+
+
+def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: Sequence[HeatPanel], *,
+                          label: str, title: str | None = None) -> bytes:
+    """Classes x runs heatmaps (one per panel) on one colour scale, every cell annotated.
+
+    Lower is better; a missing cell (no box of the class in that run) is grey and says so, a
+    sparse one is hatched with its value in grey.
+    """
+    from matplotlib.colors import Normalize
+
+    n_cls, n_run = max(len(classes), 1), max(len(runs), 1)
+    vals = [np.array([[np.nan if v is None else float(v) for v in row] for row in p.values], dtype=float)
+            .reshape(len(classes), len(runs)) for p in panels]
+    finite = np.concatenate([v[np.isfinite(v)] for v in vals]) if vals else np.array([])
+    vmax = float(finite.max()) if finite.size else 1.0
+    norm = Normalize(0.0, max(vmax, 1e-6))
+    cmap = matplotlib.colormaps["YlOrRd"].copy()
+    cmap.set_bad("#DDDDDD")
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(1.6 + len(panels) * (1.3 + 1.25 * n_run), 1.6 + 0.42 * n_cls), layout="constrained")
+        axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
+        image = None
+        for ax, p, v in zip(axes, panels, vals):
+            image = ax.imshow(np.ma.masked_invalid(v), cmap=cmap, norm=norm, aspect="auto")
+            for i in range(len(classes)):
+                for j in range(len(runs)):
+                    few = bool(p.sparse[i][j])
+                    if not np.isfinite(v[i, j]):
+                        ax.text(j, i, "absent", ha="center", va="center", fontsize=7, color="#666666")
+                        continue
+                    if few:
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///",
+                                               edgecolor=(0.0, 0.0, 0.0, 0.18), lw=0))
+                    dark = norm(v[i, j]) > 0.6
+                    ax.text(j, i, f"{v[i, j]:.3f}" + ("\nfew boxes" if few else ""), ha="center", va="center",
+                            fontsize=7.5, color="#FFFFFF" if dark else "#222222",
+                            fontstyle="italic" if few else "normal", fontweight="normal" if few else "bold")
+            ax.set_xticks(range(len(runs)), list(runs), rotation=20, ha="right")
+            ax.set_yticks(range(len(classes)), list(classes))
+            ax.set_title(p.title, fontsize=9)
+            ax.spines[:].set_visible(False)
+        if image is not None:
+            fig.colorbar(image, ax=list(axes), shrink=0.8, label=label)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
         return _png(fig)
