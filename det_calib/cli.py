@@ -146,11 +146,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("run_dir", type=Path)
     r.add_argument("--out", type=Path, help="write the report here instead of into RUN_DIR")
 
-    m = sub.add_parser("compare", help="compare the calibration of two runs (or two heads: RUN:nms RUN:e2e)")
-    m.add_argument("run_a")
-    m.add_argument("run_b")
+    m = sub.add_parser("compare", help="compare the calibration of two or more runs, or heads (RUN:nms RUN:e2e)")
+    m.add_argument("runs", nargs="+", metavar="RUN[:HEAD]", help="calibrate output folders, each optionally with "
+                   ":nms or :e2e (two or more)")
     m.add_argument("--out", type=Path, default=Path("det_calib_compare"))
-    m.add_argument("--labels", nargs=2, metavar=("A", "B"), help="names for the two runs")
+    m.add_argument("--labels", nargs="+", metavar="NAME", help="one name per run, in order (after the runs)")
 
     t = sub.add_parser("thresholds", help="tune per-class conf thresholds on a calibrate output folder "
                        "(writes thresholds.json into it)")
@@ -232,7 +232,7 @@ def _report(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from det_calib.report import compare_runs
 
-    files = compare_runs(args.run_a, args.run_b, out_dir=args.out, labels=args.labels)
+    files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
     print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
     return 0
 

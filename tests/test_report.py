@@ -521,12 +521,13 @@ def test_compare_two_runs(tmp_path, run_two):
     names_b = ["circle", "ellipse", "square", "rectangle", "triangle", "pentagon"]
     run_b = make_run(tmp_path / "b", heads=("nms",), names=names_b, scale={"nms": 1.1}, seed=7, n_boot=10, rare=None)
     paths = compare_runs(f"{run_a}:nms", run_b, out_dir=tmp_path / "cmp", labels=["yolo-a", "yolo-b"])
-    assert set(paths) == {"html", "md", "figures/compare_reliability.png", "figures/compare_per_class_ece.png"}
+    assert set(paths) == {"html", "md", "figures/compare_reliability.png", "figures/compare_per_class_ece.png",
+                          "figures/compare_operating_reliability.png", "figures/compare_per_class_heatmap.png"}
     assert paths["html"] == tmp_path / "cmp" / "compare.html" and paths["md"] == tmp_path / "cmp" / "compare.md"
     page = parse(paths["html"])
     h2 = [t for tag, t in page.headings if tag == "h2"]
     assert h2 == ["Summary", "Reliability", "Per-class calibration", "Settings"]
-    assert len(page.imgs) == 2
+    assert len(page.imgs) == 4
     for img in page.imgs:
         assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)
     (m,) = tables(page, "compare-metrics")
@@ -573,19 +574,25 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
-def test_report_in_headless_chromium(run_two):
-    run, paths = run_two
+def rendered(html: Path) -> _Page:
+    """The page as headless Chromium builds it (its DOM after loading, parsed)."""
     with tempfile.TemporaryDirectory() as profile:
         res = subprocess.run(
             [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--dump-dom", paths["html"].resolve().as_uri()],
+             f"--user-data-dir={profile}", "--dump-dom", html.resolve().as_uri()],
             capture_output=True, text=True, timeout=120,
         )
     assert res.returncode == 0, res.stderr[-2000:]
     page = _Page()
     page.feed(res.stdout)
+    return page
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+def test_report_in_headless_chromium(run_two):
+    run, paths = run_two
+    page = rendered(paths["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == SECTIONS
     n_figs = len([k for k in paths if k.startswith("figures/")])
     assert len(page.imgs) == n_figs

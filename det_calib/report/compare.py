@@ -388,8 +388,8 @@ def _reliability(b: _Builder, cols: list[_Col]) -> None:
             bins1 = _kept_bins(c.hb.conf_after, c.hb.correct, c.low, nb)
             _check_kept(c, o0, bins0, "raw")
             _check_kept(c, o1, bins1, "calibrated")
-            kept.append((c.title, bins0, bins1, f"kept at {fthr(c.low)}: ECE {f4(o0.ece if o0 else None)}",
-                         f"kept at {fthr(c.low)}: ECE {f4(o1.ece if o1 else None)}"))
+            kept.append((c.title, bins0, bins1, *(f"kept at {fthr(c.low)}" + ("" if o is None else f": ECE {f4(o.ece)}")
+                                                  for o in (o0, o1))))
         low = min(lows)
         png = plots.compare_reliability(kept, low=low, xlabel_suffix=" (boxes kept at each run's lowest conf)",
                                         title="At the operating point: reliability of the kept boxes, every run")

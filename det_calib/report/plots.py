@@ -562,8 +562,7 @@ def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: S
     finite = np.concatenate([v[np.isfinite(v)] for v in vals]) if vals else np.array([])
     vmax = float(finite.max()) if finite.size else 1.0
     norm = Normalize(0.0, max(vmax, 1e-6))
-    cmap = matplotlib.colormaps["YlOrRd"].copy()
-    cmap.set_bad("#DDDDDD")
+    cmap = matplotlib.colormaps["YlOrRd"].with_extremes(bad="#DDDDDD")
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(1.6 + len(panels) * (1.3 + 1.25 * n_run), 1.6 + 0.42 * n_cls), layout="constrained")
         axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
