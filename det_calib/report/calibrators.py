@@ -8,6 +8,8 @@ with each candidate's calibrator rebuilt from the JSON.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -76,29 +78,29 @@ def calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> s
     if rec is None:
         return "no calibrator recorded"
     m = rec.params.get("map")
-    mp = m if isinstance(m, dict) else {}
-    if rec.method == "none":
-        return "none: raw scores"
-    if rec.method == "temperature":
-        words = f"temperature T = {f3(rec.temperature)}"
-    elif rec.method == "platt":
-        words = f"Platt a = {_g(mp.get('a'))}, b = {_g(mp.get('b'))}"
-    elif rec.method == "spline":
-        words = f"spline ({len(mp.get('knots') or [])} knots)"
-    elif rec.method == "isotonic":
-        words = f"isotonic ({len((mp.get('map') or {}).get('x') or [])} steps)"
-    elif rec.method == "class-temperature":
-        a = [1.0 / x for x in mp.get("a") or [] if isinstance(x, (int, float)) and x > 0]
-        words = f"class-temperature ({len(a)} classes, {_spread('T', a)})"
-    elif rec.method == "class-platt":
-        a = mp.get("a") or []
-        words = f"class-platt ({len(a)} classes, {_spread('a', a)}, {_spread('b', mp.get('b'))})"
-    elif rec.method == "class-isotonic":
-        words = (f"class-isotonic ({len(mp.get('maps') or [])} class curves on a global one of "
-                 f"{len((mp.get('global') or {}).get('x') or [])} steps)")
-    else:
-        words = rec.method
-    return words + (f" above raw conf {floor:g}" if floor else "")
+    words = _WORDS.get(rec.method, lambda r, mp: r.method)(rec, m if isinstance(m, dict) else {})
+    return words + (f" above raw conf {floor:g}" if floor and rec.method != "none" else "")
+
+
+def _class_temperatures(mp: dict[str, Any]) -> list[float]:
+    return [1.0 / x for x in mp.get("a") or [] if isinstance(x, (int, float)) and x > 0]
+
+
+_WORDS: dict[str, Callable[[Calibrator, dict[str, Any]], str]] = {
+    "none": lambda r, mp: "none: raw scores",
+    "temperature": lambda r, mp: f"temperature T = {f3(r.temperature)}",
+    "platt": lambda r, mp: f"Platt a = {_g(mp.get('a'))}, b = {_g(mp.get('b'))}",
+    "spline": lambda r, mp: f"spline ({len(mp.get('knots') or [])} knots)",
+    "isotonic": lambda r, mp: f"isotonic ({len((mp.get('map') or {}).get('x') or [])} steps)",
+    "class-temperature": lambda r, mp: (f"class-temperature ({len(_class_temperatures(mp))} classes, "
+                                        f"{_spread('T', _class_temperatures(mp))})"),
+    "class-platt": lambda r, mp: (f"class-platt ({len(mp.get('a') or [])} classes, {_spread('a', mp.get('a'))}, "
+                                  f"{_spread('b', mp.get('b'))})"),
+    "class-isotonic": lambda r, mp: (f"class-isotonic ({len(mp.get('maps') or [])} class curves on a global one of "
+                                     f"{len((mp.get('global') or {}).get('x') or [])} steps)"),
+}
+"""Method -> its fitted parameters in words (from the calibrator's record and its ``map`` dict)."""
+
 
 
 def deployed_words(run: Run, head: str) -> str:
