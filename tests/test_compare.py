@@ -294,3 +294,21 @@ def test_separation_words():
     assert separation_words("x", [("A", 0.2, None), ("B", 0.1, (0.05, 0.25))]) == \
         "x: lowest B 0.1000 [0.0500, 0.2500]; against A: no interval to tell"
     assert separation_words("x", [("A", 0.2, (0.1, 0.3)), ("B", None, None)]) == "x: fewer than two runs have it"
+
+
+def test_runs_with_other_conf_thresholds(runs, tmp_path, demo_model_path, fixture_yaml):
+    """Every --conf of the runs is a row; a run not calibrated at one says so, nothing is computed for it."""
+    two = tmp_path / "two"
+    assert main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--boxes",
+                 str(runs["temperature"]), "--method", "temperature", "--conf", "0.25", "--conf", "0.4",
+                 "--n-boot", "50", "--no-val", "--no-report", "-q", "--out", str(two)]) == 0
+    files = compare_runs(two, runs["platt"], out_dir=tmp_path / "cmp", labels=["T2", "P"])
+    page = parse(files["html"])
+    (op,) = tables(page, "compare-operating")
+    assert [(r["cells"][0][0].split(" (")[0], r["cells"][1][0]) for r in op["rows"]] == [
+        ("T2", "0.25"), ("T2", "0.4"), ("P", "0.25"), ("P", "0.4")]
+    o = _result(two).head("nms").eval.operating_after[1]
+    assert o.conf == 0.4 and op["rows"][1]["cells"][5][0] == fci(o.ece, o.ece_ci)
+    assert op["rows"][3]["cells"][2][0] == "not measured: this run's --conf is 0.25"
+    summary = _summary(files["md"].read_text())
+    assert "ECE of the boxes kept at conf 0.4, calibrated: fewer than two runs have it" in summary
