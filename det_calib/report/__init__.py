@@ -1,4 +1,4 @@
-"""The calibration report of a run, and the comparison of two runs.
+"""The calibration report of a run, and the comparison of two or more runs.
 
 >>> from det_calib.report import write_report, compare_runs
 >>> write_report("runs/calib")  # doctest: +SKIP
@@ -6,7 +6,7 @@
 
 - :mod:`~det_calib.report.load` — a run directory read as a :class:`~det_calib.results.RunResult` and its boxes
 - :mod:`~det_calib.report.report` — the report of one run
-- :mod:`~det_calib.report.compare` — two runs (or two heads) side by side
+- :mod:`~det_calib.report.compare` — two or more runs (or heads) side by side
 - :mod:`~det_calib.report.common` — number formats, wording, page writing
 - :mod:`~det_calib.report.document` — HTML and Markdown from one list of blocks
 - :mod:`~det_calib.report.plots` — the figures (matplotlib is imported only under ``det_calib.report``)

@@ -267,8 +267,8 @@ def _operating_table(cols: list[_Col], thresholds: list[float]) -> Table:
                   "ECE calibrated", "ECE floor calibrated (perfectly calibrated)",
                   f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 calibrated", "Precision raw → calibrated",
                   "Recall raw → calibrated", "mAP50-95 raw → calibrated"], rows,
-                 caption="At the operating point: the boxes each run keeps at each conf threshold, raw and calibrated. "
-                 + calibrators.FLOOR_NOTE + " " + calibrators.INTERVAL_NOTE, css="compare-operating")
+                 caption="At the operating point: the boxes each run keeps at each conf threshold, raw and calibrated",
+                 css="compare-operating")
 
 
 def _temperature_cell(c: _Col) -> str:
@@ -297,6 +297,7 @@ def _summary(b: _Builder, cols: list[_Col], notes: list[str]) -> None:
     thresholds = _thresholds_of(cols)
     b.add(Para(_headline(cols, thresholds), "lead"))
     b.add(_operating_table(cols, thresholds))
+    b.add(Para(calibrators.FLOOR_NOTE + " " + SEPARATION_NOTE, "note"))
     rows = []
     for c in cols:
         ev = _eval(c.run, c.head)
