@@ -42,7 +42,7 @@ def kept_ece(p: np.ndarray, y: np.ndarray, thr: float) -> float:
 
 
 def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[int], thr: float,
-             per_class: bool) -> dict:
+             per_class: bool, criterion: str = "nll") -> dict:
     from det_calib.fitting import calibrated_logits, choose_calibrator, fit_floors
     from det_calib.numeric import logit_threshold, sigmoid
     from det_calib.selection import GLOBAL_METHODS, METHODS, fit_calibrator
@@ -53,7 +53,7 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     fb, eb = part("calib", fit_ids), part("test", eval_ids)
     ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
     t0 = time.perf_counter()
-    choice = choose_calibrator(fb, method="auto", floors=fit_floors("auto", None, None, (thr,)), criterion="nll",
+    choice = choose_calibrator(fb, method="auto", floors=fit_floors("auto", None, None, (thr,)), criterion=criterion,
                                min_conf=thr, n_folds=5, seed=0, methods=METHODS if per_class else GLOBAL_METHODS)
     secs = time.perf_counter() - t0
 
@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3], help="random subsets per size below 400")
     ap.add_argument("--conf", type=float, default=0.25)
     ap.add_argument("--per-class", action="store_true", help="let the choice consider the per-class maps too")
+    ap.add_argument("--criterion", default="nll", choices=("nll", "brier", "ece"), help="what the CV scores (nll)")
     args = ap.parse_args()
 
     from det_calib.boxes import read_boxes
@@ -103,7 +104,7 @@ def main() -> None:
                     rng = np.random.default_rng(s)
                     fi = sorted(rng.choice(n_img["calib"], n, replace=False).tolist())
                     ei = sorted(rng.choice(n_img["test"], n, replace=False).tolist())
-                r = one_case(boxes, head, fi, ei, args.conf, args.per_class)
+                r = one_case(boxes, head, fi, ei, args.conf, args.per_class, args.criterion)
                 ratio = r["chosen_ece"] / r["raw"]
                 (first if s is None else every).append(ratio)
                 hindsight.append(r["best_ece"] / r["raw"])

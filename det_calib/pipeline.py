@@ -88,7 +88,7 @@ from det_calib.results import (
     temperature_verdict,
     temperature_words,
 )
-from det_calib.selection import METHODS, Identity
+from det_calib.selection import CRITERIA, METHODS, Identity
 from det_calib.thresholds import threshold_shift
 from det_calib.tuning import DEFAULT_TARGET_PRECISION, Fallback, Unit
 
@@ -147,7 +147,7 @@ class Settings:
                                  flag="--fit-range")
     fit_min_conf: float | None = _opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
     criterion: str = _opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
-                          "lowest --conf: nll (default) or ece", flag="--criterion", choices=("nll", "ece"))
+                          "lowest --conf: nll (default), brier or ece", flag="--criterion", choices=CRITERIA)
     cv_folds: int = _opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
                          flag="--cv-folds")
     cv_repeats: int = _opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
@@ -201,8 +201,8 @@ class Settings:
             raise InputError(
                 f"Expected `method` to be one of {', '.join(CALIBRATION_METHODS)}, but got {self.method!r}"
             )
-        if self.criterion not in ("nll", "ece"):
-            raise InputError(f"Expected `criterion` to be nll or ece, but got {self.criterion!r}")
+        if self.criterion not in CRITERIA:
+            raise InputError(f"Expected `criterion` to be one of {', '.join(CRITERIA)}, but got {self.criterion!r}")
         if int(self.cv_folds) < 2:
             raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
         if int(self.cv_repeats) < 1:

@@ -11,7 +11,9 @@ with fresh fold assignments (``n_repeats``, default 5: one assignment alone deci
 by luck, and ``--seed`` would change the choice); each candidate is fitted on K-1 folds (on its
 fit range) and scored on the held-out fold by the mean NLL (``criterion="nll"``) of the held-out
 boxes whose **raw** conf is above ``min_conf`` (the operating range: the lowest conf threshold
-the user keeps boxes at; the same boxes for every candidate, so the scores compare), or by the
+the user keeps boxes at; the same boxes for every candidate, so the scores compare), by their
+Brier score (``criterion="brier"``, squared error: it weighs the middle of the range as NLL
+weighs the ends), or by the
 ECE (15 bins) of the held-out boxes whose **calibrated** conf is above ``min_conf``
 (``criterion="ece"``, the error of the kept set). Between maps that keep the ranking of the
 boxes, a difference in held-out NLL is a difference in calibration alone (their ranking, hence
@@ -300,11 +302,18 @@ class Selection:
         }
 
 
+CRITERIA: tuple[str, ...] = ("nll", "brier", "ece")
+"""What the CV scores: NLL or Brier score of the held-out boxes above ``min_conf`` raw (the same
+boxes for every candidate), or the ECE of those kept above it calibrated."""
+
+
 def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
-    if criterion == "nll":
+    if criterion in ("nll", "brier"):
         if not raw_keep.any():
             return math.nan
         tt, yy, ww = t[raw_keep], y[raw_keep], w[raw_keep]
+        if criterion == "brier":
+            return weighted_mean((sigmoid(tt) - yy) ** 2, ww)
         return weighted_mean(binary_nll_terms(tt, yy), ww)
     p = sigmoid(t)
     keep = p > min_conf
@@ -340,7 +349,7 @@ def select_calibrator(
     methods: Sequence[str] = METHODS,
     fit_min_confs: Sequence[float] | None = None,
     min_conf: float = 0.25,
-    criterion: Literal["nll", "ece"] = "nll",
+    criterion: Literal["nll", "brier", "ece"] = "nll",
     n_folds: int = 5,
     n_repeats: int = 5,
     seed: int = 0,
@@ -379,8 +388,8 @@ def select_calibrator(
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
-    if criterion not in ("nll", "ece"):
-        raise InputError(f"Expected argument `criterion` to be 'nll' or 'ece', but got {criterion!r}")
+    if criterion not in CRITERIA:
+        raise InputError(f"Expected argument `criterion` to be one of {CRITERIA}, but got {criterion!r}")
     if not (0.0 <= min_conf < 1.0):
         raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
     bad = [m for m in methods if m not in METHODS]
@@ -409,7 +418,7 @@ def select_calibrator(
         else:
             zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
         repeats.append((zc, yc, kc, fc, wc, zc > logit_threshold(min_conf)))
-    if not repeats[0][5].any() and criterion == "nll":
+    if not repeats[0][5].any() and criterion != "ece":
         raise DegenerateFitError(
             f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
         )

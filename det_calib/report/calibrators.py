@@ -22,7 +22,7 @@ from det_calib.results import (
     operating_point_worse,
     temperature_words,
 )
-from det_calib.selection import METHODS, Z_NONE, Z_SIMPLER
+from det_calib.selection import GAIN_KEPT, METHODS, Z_NONE, Z_SIMPLER
 
 from . import plots
 from .common import _Builder, _eval, f3, f4, fci, fint, fthr
@@ -212,7 +212,8 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
                f"boxes above conf {min(thr):g}. Every candidate is scored on the same folds, so they are compared "
                f"paired, fold by fold: a calibrator is eligible only if it beats the raw scores (none) by more than "
                f"{Z_NONE:g} standard error of that difference; the best eligible one wins, unless a simpler eligible "
-               f"one is behind it by less than {Z_SIMPLER:g} standard error of theirs (simplest first: "
+               f"one is as good: behind it by less than {Z_SIMPLER:g} standard error of theirs, or keeping "
+               f"{GAIN_KEPT:.0%} of its gain over the raw scores (simplest first: "
                f"{' < '.join(m for m in METHODS if m in methods)}; standard errors corrected for the overlap of the "
                "training folds). With no eligible calibrator the raw scores are kept. Each method's best fit range "
                f"was then refitted on the whole fit split and scored on split {st.eval_split} below.", "note"))
