@@ -75,6 +75,7 @@ SETTING_HELP = {
     "criterion": "what --method auto minimises on held-out folds (above the lowest conf threshold)",
     "cv_folds": "folds of --method auto's cross-validation, grouped by image",
     "cv_repeats": "fold assignments of --method auto's cross-validation (each candidate scored on all of them)",
+    "auto_per_class": "whether --method auto also considered the per-class maps (--per-class)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",
@@ -90,7 +91,8 @@ SETTING_HELP = {
     "seconds": "run time of the calibration job",
 }
 PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "detection_change", "fit", "eval",
-                 "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts"}
+                 "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts",
+                 "temperature_fit"}
 
 
 def _check_consistency(run: Run, head: str, hb: HeadBoxes, before: Any, after: Any) -> list[str]:
