@@ -53,7 +53,8 @@ from det_calib.results import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECK_FILE", "CHECK_SCHEMA_VERSION", "EXIT_CODES", "CheckResult", "check_run", "default_out"]
+__all__ = ["CHECK_FILE", "CHECK_SCHEMA_VERSION", "EXIT_CODES", "CheckResult", "check_run", "default_out",
+           "new_boxes"]
 
 CHECK_SCHEMA_VERSION = 1
 """Version of the ``check.json`` layout."""
@@ -863,18 +864,11 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
                          n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
                          created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if ds is not None:
-        from det_calib.data import load_split
-
-        sp = load_split(ds, split, limit=limit)
-        if sp.gt.filter(~pl.col("crowd")).height == 0:
-            raise InputError(f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
-                             "(label-free) instead")
+        sp, tables = _labelled_boxes(job, ds, split, limit)
         result.data, result.split = str(Path(data).resolve()), split
         gt_then, why = _eval_split_gt(job)
         if why:
             log.warning("%s: recall on it is tested with its binomial variance", why)
-        raw = _capture(job, sp)
-        tables = {h: _with_calibrated(job, h, raw[h], sp.gt) for h in job.inputs.heads}
         for h, t in tables.items():
             result.labelled[h] = _labelled_head(job, h, t, sp, gt_then, alpha=alpha, min_boxes=int(min_boxes))
         result.calibration_verdict = _worst([c.calibration_verdict for c in result.labelled.values()],
@@ -900,6 +894,36 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
 
             write_check_report(stage, result, new_boxes, job.run)
     return result, out_dir
+
+
+def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[Any, dict[str, pl.DataFrame]]:
+    from det_calib.data import load_split
+
+    sp = load_split(ds, split, limit=limit)
+    if sp.gt.filter(~pl.col("crowd")).height == 0:
+        raise InputError(f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
+                         "(label-free) instead")
+    raw = _capture(job, sp)
+    return sp, {h: _with_calibrated(job, h, raw[h], sp.gt) for h in job.inputs.heads}
+
+
+def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
+              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False
+              ) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
+    """The labelled new images of ``data`` captured as :func:`check_run` captures them.
+
+    Returns:
+        ``(run, split, boxes)``: the run read back (:class:`det_calib.report.load.Run`), the
+        :class:`~det_calib.data.Split`, and head -> matched boxes with the run's deployed conf in
+        ``calibrated``.
+    """
+    from det_calib.data import load_data_yaml
+
+    ds = load_data_yaml(data)
+    job = _job(Path(run_dir), model=None, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
+               progress=progress, n_boot=None)
+    sp, tables = _labelled_boxes(job, ds, _choose_split(ds, split), limit)
+    return job.run, sp, tables
 
 
 def _capture_unlabelled(job: _Job, sp: Any) -> dict[str, pl.DataFrame]:
