@@ -91,6 +91,9 @@ class CalibrationTests:
     fraction correct and mean confidence these boxes can show at p = 0.05; ``hl_*`` the
     Hosmer–Lemeshow test over ``hl_groups`` equal-mass bins (null with fewer than 60 kept boxes);
     ``mean_conf_then``/``fraction_correct_then`` the same boxes' figures on the run's eval split.
+    The verdict tests change against the run: ``gap``/``gap_then`` (fraction correct minus mean
+    conf) with ``change_z``/``change_p`` (:func:`det_calib.drift.citl_change`), and the two-sample
+    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`det_calib.drift.binned_change`).
     """
 
     conf: float | None = _leaf()
@@ -112,8 +115,16 @@ class CalibrationTests:
     fraction_correct_then: float | None = _leaf()
     z_then: float | None = _leaf()
     p_value_then: float | None = _leaf()
+    gap_then: float | None = _leaf()
+    gap: float | None = _leaf()
+    change_z: float | None = _leaf()
+    change_p: float | None = _leaf()
+    binned_change_statistic: float | None = _leaf()
+    binned_change_bins: int | None = _leaf(kind=int)
+    binned_change_p: float | None = _leaf()
     tests: int | None = _leaf(kind=int)
-    """Tests in the Bonferroni family (pooled calibration in the large, Hosmer–Lemeshow, classes tested)."""
+    """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
+    the change of each class tested)."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +161,10 @@ class DetectionTests:
 
 @dataclass(frozen=True)
 class ClassCheck:
-    """One class at the lowest conf threshold: kept boxes, calibration in the large (``tested``
-    when it has at least ``min_boxes`` kept boxes; ``drifted`` at the Bonferroni level), kept-set
-    ECE, precision and recall now and then."""
+    """One class at the lowest conf threshold: kept boxes, calibration in the large now (``z``,
+    ``p_value``) and its change against the run's eval split (``change_z``, ``change_p``; ``tested``
+    when the class has at least ``min_boxes`` kept boxes on both; ``drifted`` when the change is
+    below the Bonferroni level), kept-set ECE, precision and recall now and then."""
 
     cls: int | None = _leaf(kind=int)
     name: str | None = _leaf(kind=str)
@@ -161,6 +173,8 @@ class ClassCheck:
     expected: float | None = _leaf()
     z: float | None = _leaf()
     p_value: float | None = _leaf()
+    change_z: float | None = _leaf()
+    change_p: float | None = _leaf()
     tested: bool | None = _leaf(kind=bool)
     drifted: bool | None = _leaf(kind=bool)
     kept_ece: float | None = _leaf()
@@ -440,10 +454,15 @@ def _per_image(df: pl.DataFrame, n_img: int, col: str | None = None) -> np.ndarr
 
 # ----------------------------------------------------------------------------- labelled tests
 def calibration_tests(p: np.ndarray, y: np.ndarray, img: np.ndarray, *, conf: float,
-                      then: drift.CITL | None, n_classes_tested: int) -> CalibrationTests:
-    """:class:`CalibrationTests` of the kept boxes (``p`` calibrated conf > ``conf``, their flags, images)."""
+                      then_boxes: tuple[np.ndarray, np.ndarray, np.ndarray], n_classes_tested: int
+                      ) -> CalibrationTests:
+    """:class:`CalibrationTests` of the kept boxes (``p`` calibrated conf > ``conf``, their flags,
+    images), against ``then_boxes`` (the same three of the run's eval split)."""
     c = drift.calibration_in_the_large(p, y, img)
     hl = drift.hosmer_lemeshow(p, y, img)
+    then = drift.calibration_in_the_large(*then_boxes) if len(then_boxes[0]) else None
+    ch = drift.citl_change(then_boxes, (p, y, img))
+    bc = drift.binned_change(then_boxes, (p, y, img))
     return CalibrationTests(
         conf=conf, boxes=c.boxes, images=c.images, observed=c.observed, expected=c.expected,
         mean_conf=_num(c.mean_conf), fraction_correct=_num(c.fraction_correct), z=_num(c.z),
@@ -454,7 +473,11 @@ def calibration_tests(p: np.ndarray, y: np.ndarray, img: np.ndarray, *, conf: fl
         mean_conf_then=None if then is None else _num(then.mean_conf),
         fraction_correct_then=None if then is None else _num(then.fraction_correct),
         z_then=None if then is None else _num(then.z), p_value_then=None if then is None else _num(then.p_value),
-        tests=1 + (hl is not None) + n_classes_tested,
+        gap_then=None if ch is None else ch.then, gap=None if ch is None else ch.now,
+        change_z=None if ch is None else _num(ch.statistic), change_p=None if ch is None else _num(ch.p_value),
+        binned_change_statistic=None if bc is None else bc.statistic, binned_change_bins=None if bc is None else bc.df,
+        binned_change_p=None if bc is None else bc.p_value,
+        tests=(ch is not None) + (bc is not None) + n_classes_tested,
     )
 
 
@@ -465,10 +488,12 @@ def calibration_verdict(t: CalibrationTests, per_class: list[ClassCheck], *, alp
             f"(mean conf {_f3(t.mean_conf)}, fraction correct {_f3(t.fraction_correct)}; z {_f2(t.z)}, "
             f"p {_p_text(t.p_value)}")
     head += f"; Hosmer-Lemeshow p {_p_text(t.hl_p_value)} over {t.hl_groups} bins)" if t.hl_groups else ")"
+    head += (f"; against the run's eval split: gap (fraction correct - mean conf) {_f3(t.gap_then)} -> {_f3(t.gap)} "
+             f"(change z {_f2(t.change_z)}, p {_p_text(t.change_p)}), binned change p {_p_text(t.binned_change_p)}")
     if (t.boxes or 0) < min_boxes:
         return TOO_FEW, f"calibration: {TOO_FEW} ({t.boxes} kept boxes, fewer than {min_boxes}); {head}"
     level = alpha / max(1, t.tests or 1)
-    bad = [name for name, p in (("in the large", t.p_value), ("Hosmer-Lemeshow", t.hl_p_value)) if p is not None
+    bad = [name for name, p in (("in the large", t.change_p), ("binned", t.binned_change_p)) if p is not None
            and p < level]
     bad += [f"class {c.name}" for c in per_class if c.drifted]
     if bad:
@@ -529,13 +554,13 @@ def detection_tests(kept_now: pl.DataFrame, gt_now: np.ndarray, n_img: int, kept
 def class_checks(kept_now: pl.DataFrame, kept_then: pl.DataFrame, gt_cls_now: np.ndarray, gt_cls_then: list[int],
                  names: list[str], *, min_boxes: int, alpha: float, family: int, ece_bins: int) -> list[ClassCheck]:
     """Per class (with kept boxes or ground truth on either side): :class:`ClassCheck`; a class is
-    ``drifted`` when its calibration-in-the-large p-value is below ``alpha / family``."""
+    ``drifted`` when the p-value of its change in calibration in the large is below ``alpha / family``."""
     from det_calib.metrics import ece
 
     out = []
     kc, kt = kept_now["cls"].to_numpy(), kept_then["cls"].to_numpy()
     p, y, img = (kept_now[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    yt = kept_then["correct"].to_numpy()
+    pt, yt, it = (kept_then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
     for c, name in enumerate(names):
         m, mt = kc == c, kt == c
         n_gt = int((gt_cls_now == c).sum())
@@ -543,10 +568,13 @@ def class_checks(kept_now: pl.DataFrame, kept_then: pl.DataFrame, gt_cls_now: np
         if not (m.any() or mt.any() or n_gt or g_then):
             continue
         r = drift.calibration_in_the_large(p[m], y[m], img[m])
-        tested = int(m.sum()) >= min_boxes
+        ch = drift.citl_change((pt[mt], yt[mt], it[mt]), (p[m], y[m], img[m]))
+        tested = int(m.sum()) >= min_boxes and int(mt.sum()) >= min_boxes and ch is not None
         out.append(ClassCheck(
             cls=c, name=name, kept=int(m.sum()), observed=r.observed, expected=float(r.expected), z=_num(r.z),
-            p_value=_num(r.p_value), tested=tested, drifted=bool(tested and r.p_value < alpha / max(1, family)),
+            p_value=_num(r.p_value), change_z=None if ch is None else _num(ch.statistic),
+            change_p=None if ch is None else _num(ch.p_value), tested=tested,
+            drifted=bool(tested and ch.p_value < alpha / max(1, family)),
             kept_ece=ece(p[m], y[m], n_bins=ece_bins) if m.any() else None, n_gt=n_gt,
             precision=float(y[m].mean()) if m.any() else None, recall=float(y[m].sum() / n_gt) if n_gt else None,
             kept_then=int(mt.sum()), precision_then=float(yt[mt].mean()) if mt.any() else None,
@@ -649,13 +677,13 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     names = list(job.run.class_names)
     ev = rec.eval
     gt_then_cls = (job.run.result.gt_counts or {}).get(job.run.settings.eval_split) or []
-    per_class_n = [c for c in range(len(names)) if int((kept["cls"].to_numpy() == c).sum()) >= min_boxes]
-    family = 2 + len(per_class_n)
-    per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
-                             family=family, ece_bins=s.ece_bins)
-    then_citl = drift.calibration_in_the_large(*(then[c].to_numpy() for c in ("calibrated", "correct", "image_id")))
+    kc, tc = kept["cls"].to_numpy(), then["cls"].to_numpy()
+    per_class_n = [c for c in range(len(names)) if min((kc == c).sum(), (tc == c).sum()) >= min_boxes]
+    then_arrays = tuple(then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
     cal = calibration_tests(*(kept[c].to_numpy() for c in ("calibrated", "correct", "image_id")), conf=conf,
-                            then=then_citl, n_classes_tested=len(per_class_n))
+                            then_boxes=then_arrays, n_classes_tested=len(per_class_n))
+    per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
+                             family=cal.tests or 1, ece_bins=s.ece_bins)
     m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
                   max_dets=s.max_det)[0] if boxes.height else {"map50": 0.0, "map50_95": 0.0}
     det = detection_tests(kept, np.bincount(gt["image_id"].to_numpy().astype(np.int64), minlength=n_img)[:n_img]

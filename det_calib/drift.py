@@ -8,6 +8,7 @@ images does not read as drift.
 
 - :func:`calibration_in_the_large` — observed correct vs the sum of calibrated confidences, z and p
 - :func:`hosmer_lemeshow` — chi-square over equal-mass bins of the kept boxes, corrected for clustering
+- :func:`citl_change`, :func:`binned_change` — has calibration (in the large, binned) changed between two sets?
 - :func:`ratio_test` — two ratios (precision, recall) compared, image-clustered variances
 - :func:`shift_tests` — label-free: kept-score distribution (KS), boxes kept per image, class mix,
   each by an image-level permutation test
@@ -24,8 +25,9 @@ import numpy as np
 
 from det_calib.errors import InputError
 
-__all__ = ["CITL", "HosmerLemeshow", "RatioTest", "ShiftStats", "calibration_in_the_large", "chi2_sf",
-           "clustered_ratio_var", "hosmer_lemeshow", "ks_distance", "normal_sf", "ratio_test", "shift_tests"]
+__all__ = ["CITL", "Change", "HosmerLemeshow", "RatioTest", "ShiftStats", "binned_change", "calibration_in_the_large",
+           "chi2_sf", "citl_change", "clustered_ratio_var", "hosmer_lemeshow", "ks_distance", "normal_sf", "ratio_test",
+           "shift_tests"]
 
 
 def normal_sf(z: float) -> float:
@@ -178,6 +180,82 @@ def hosmer_lemeshow(conf: Any, correct: Any, image_id: Any, *, max_groups: int =
     stat /= deff
     return HosmerLemeshow(g, float(stat), float(deff), chi2_sf(stat, g), obs, exp,
                           tuple(float(p[i[0]]) for i in parts))
+
+
+class Change(NamedTuple):
+    """A calibration figure then and now and the test of their difference (``df`` 1: a z-test,
+    else a chi-square over ``df`` bins); ``then``/``now`` the gaps (fraction correct minus mean
+    confidence) of the pooled boxes."""
+
+    then: float
+    now: float
+    statistic: float
+    df: int
+    p_value: float
+
+
+def _gap_var(c: CITL) -> float:
+    return max(c.var_binomial, c.var_clustered) / (c.boxes * c.boxes)
+
+
+def citl_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any]) -> Change | None:
+    """Has calibration in the large changed? ``then``/``now``: ``(conf, correct, image_id)`` of two
+    sets of boxes; the gap ``fraction correct - mean conf`` of each, ``z = (gap_now - gap_then) /
+    sqrt(var_then + var_now)`` (each variance as in :func:`calibration_in_the_large`), as
+    ``statistic``; None when a side has no box.
+
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(0.3, 0.9, 1000); img = np.arange(1000) // 4
+    >>> ok = citl_change((p, rng.uniform(size=1000) < p, img), (p, rng.uniform(size=1000) < p, img))
+    >>> off = citl_change((p, rng.uniform(size=1000) < p, img), (p, rng.uniform(size=1000) < p - 0.15, img))
+    >>> ok.p_value > 0.01, off.p_value < 1e-6
+    (True, True)
+    """
+    a, b = calibration_in_the_large(*then), calibration_in_the_large(*now)
+    if not a.boxes or not b.boxes:
+        return None
+    g0, g1 = a.fraction_correct - a.mean_conf, b.fraction_correct - b.mean_conf
+    v = _gap_var(a) + _gap_var(b)
+    z = (g1 - g0) / math.sqrt(v) if v > 0 else 0.0
+    return Change(float(g0), float(g1), float(z), 1, normal_sf(z))
+
+
+def binned_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any], *, max_groups: int = 10,
+                  boxes_per_group: int = 30) -> Change | None:
+    """Has the reliability curve changed? A two-sample Hosmer–Lemeshow test: bins with equal
+    shares of the pooled boxes' confidences, in each bin the gap ``fraction correct - mean conf``
+    of both sets, ``sum_g (gap_now - gap_then)^2 / (V_then/n_then^2 + V_now/n_now^2)`` (``V = sum p
+    (1 - p)`` over the bin) divided by the larger design effect of image clustering, chi-square
+    with ``df`` = bins; None with fewer than ``boxes_per_group`` boxes a bin on a side, in two bins.
+
+    >>> rng = np.random.default_rng(1)
+    >>> p = rng.uniform(0.3, 0.95, 3000); img = np.arange(3000) // 5
+    >>> y0, y1 = rng.uniform(size=3000) < p, rng.uniform(size=3000) < 0.3 + 0.5 * (p - 0.3)
+    >>> binned_change((p, y0, img), (p, rng.uniform(size=3000) < p, img)).p_value > 0.01
+    True
+    >>> binned_change((p, y0, img), (p, y1, img)).p_value < 1e-6
+    True
+    """
+    (p0, y0, i0), (p1, y1, i1) = ((np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(i))
+                                  for p, y, i in (then, now))
+    g = min(int(max_groups), min(p0.size, p1.size) // int(boxes_per_group))
+    if g < 2:
+        return None
+    edges = np.quantile(np.concatenate([p0, p1]), np.linspace(0, 1, g + 1)[1:-1])
+    b0, b1 = np.searchsorted(edges, p0, side="right"), np.searchsorted(edges, p1, side="right")
+    stat = 0.0
+    for k in range(g):
+        m0, m1 = b0 == k, b1 == k
+        if not m0.any() or not m1.any():
+            continue
+        d = (y1[m1] - p1[m1]).mean() - (y0[m0] - p0[m0]).mean()
+        v = np.sum(p0[m0] * (1 - p0[m0])) / m0.sum() ** 2 + np.sum(p1[m1] * (1 - p1[m1])) / m1.sum() ** 2
+        stat += d * d / v if v > 0 else 0.0
+    deff = max(calibration_in_the_large(p0, y0, i0).design_effect, calibration_in_the_large(p1, y1, i1).design_effect)
+    stat /= deff
+    c0, c1 = calibration_in_the_large(p0, y0, i0), calibration_in_the_large(p1, y1, i1)
+    return Change(float(c0.fraction_correct - c0.mean_conf), float(c1.fraction_correct - c1.mean_conf),
+                  float(stat), g, chi2_sf(stat, g))
 
 
 def clustered_ratio_var(num: Any, den: Any) -> float:

@@ -96,6 +96,20 @@ def test_hosmer_lemeshow_known_answers():
     assert drift.hosmer_lemeshow(p[:59], y[:59], img[:59]) is None  # fewer than two bins of 30
 
 
+def test_change_tests_false_alarm_and_power():
+    """Two calibrated sets: the change tests flag about 5% at 0.05; a set 0.1 over-confident: mostly flagged."""
+    rng = np.random.default_rng(5)
+    sets = list(_calibrated_sets(rng, 400, 60, 4))
+    pairs = list(zip(sets[::2], sets[1::2]))
+    z = [drift.citl_change(a, b).p_value for a, b in pairs]
+    binned = [drift.binned_change(a, b).p_value for a, b in pairs]
+    assert 0.01 < np.mean(np.array(z) < 0.05) < 0.1 and 0.01 < np.mean(np.array(binned) < 0.05) < 0.1
+    off = [drift.citl_change(a, (b[0] + 0.1, b[1], b[2])).p_value for a, b in pairs[:50]]
+    assert np.mean(np.array(off) < 0.05) > 0.6
+    same = drift.citl_change(sets[0], sets[0])
+    assert (same.statistic, same.p_value) == (0.0, 1.0)
+
+
 def test_ratio_test_and_permutation_tests():
     # 4 images of 4 boxes: precision 0.75 then, 0.1875 now
     t = drift.ratio_test([3, 2, 4, 3], [4, 4, 4, 4], [1, 0, 1, 1], [4, 4, 4, 4])
@@ -204,6 +218,8 @@ def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
     assert c.operating[0].boxes == then.boxes and c.operating[0].ece == pytest.approx(then.ece, abs=1e-9)
     assert d.map50 == pytest.approx(d.map50_then, abs=1e-9)
     assert c.calibration.z == pytest.approx(c.calibration.z_then, abs=1e-9)
+    assert c.calibration.change_z == pytest.approx(0.0, abs=1e-9) and c.calibration.binned_change_statistic == 0.0
+    assert not any(k.drifted for k in c.per_class)
     assert (out / "check.html").is_file() and "reliability_nms.png" in (out / "check.md").read_text()
     assert CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
 
@@ -233,8 +249,9 @@ def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     b = match_boxes(cap(sp.images, progress=False), sp.gt, iou=run.settings.iou_match, loc_iou=0.1)
     k = b.filter(~pl.col("ignore") & (pl.col("conf") > r.conf))
     p, y = k["conf"].to_numpy().astype(float), k["correct"].to_numpy().astype(float)
-    per_img = np.bincount(k["image_id"].to_numpy(), weights=y - p, minlength=len(sp.images))
-    m = len(sp.images)
+    ids = k["image_id"].to_numpy()
+    per_img = np.bincount(ids, weights=y - p)[np.unique(ids)]  # clusters: the images with a kept box
+    m = per_img.size
     var = max(np.sum(p * (1 - p)), m / (m - 1) * np.sum((per_img - per_img.mean()) ** 2))
     z = (y.sum() - p.sum()) / math.sqrt(var)
     t = c.calibration
@@ -243,6 +260,21 @@ def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     assert t.z == pytest.approx(z, abs=0.05)
     assert t.p_value == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), abs=0.01)
     assert c.detection.recall == pytest.approx(y.sum() / sp.gt.height, abs=2 / sp.gt.height)
+    # the change against the run's eval split: its boxes.parquet, same formula
+    then = pl.read_parquet(run_dir / "boxes.parquet").filter(
+        (pl.col("split") == run.settings.eval_split) & (pl.col("head") == "nms") & ~pl.col("ignore")
+        & (pl.col("calibrated") > r.conf))
+    p0, y0 = then["calibrated"].to_numpy(), then["correct"].to_numpy().astype(float)
+    i0 = then["image_id"].to_numpy()
+    r0 = np.bincount(i0, weights=y0 - p0)[np.unique(i0)]
+    m0 = r0.size
+    v0 = max(np.sum(p0 * (1 - p0)), m0 / (m0 - 1) * np.sum((r0 - r0.mean()) ** 2)) / p0.size ** 2
+    gap0, gap1 = (y0 - p0).mean(), (y - p).mean()
+    assert t.gap_then == pytest.approx(gap0, abs=1e-9) and t.gap == pytest.approx(gap1, abs=0.01)
+    assert t.change_z == pytest.approx((gap1 - gap0) / math.sqrt(v0 + var / p.size ** 2), abs=0.05)
+    assert (c.calibration_verdict == "drifted") == any(
+        q is not None and q < r.alpha / t.tests for q in (t.change_p, t.binned_change_p, *(k.change_p for k in
+                                                                                             c.per_class if k.tested)))
     # kept-set ECE and its floor, then and now, each interval containing its estimate
     for o in (*c.operating, *c.operating_then):
         assert o.ece_ci[0] <= o.ece <= o.ece_ci[1] and o.ece_floor_range[0] <= o.ece_floor <= o.ece_floor_range[1]

@@ -56,10 +56,16 @@ def _labelled(b: _Builder, r: CheckResult, h: str, c: HeadCheck, new: pl.DataFra
          f"{t.z:.2f}" if t.z is not None else "n/a", _p(t.p_value)],
         [f"Hosmer–Lemeshow chi-square ({t.hl_groups or 'n/a'} equal-mass bins)", "",
          f3(t.hl_statistic), _p(t.hl_p_value)],
+        ["gap: fraction correct − mean conf (change z)", f3(t.gap_then), f3(t.gap),
+         f"{_p(t.change_p)} (z {f3(t.change_z)})"],
+        [f"binned change, then vs now ({t.binned_change_bins or 'n/a'} bins, chi-square)", "",
+         f3(t.binned_change_statistic), _p(t.binned_change_p)],
         ["design effect of image clustering", "", f3(t.design_effect), ""],
         ["gap these boxes can show (p = 0.05)", "", f3(t.detectable_gap), ""],
     ], caption=f"Calibration of the boxes kept at conf {r.conf:g} (calibrated). Expected correct: {t.expected:.1f}, "
-               f"observed: {t.observed}. Verdict at family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests.",
+               f"observed: {t.observed}. The verdict tests the change against the run's eval split (in the large, "
+               f"binned, per class) at family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests; the "
+               "absolute tests of the new boxes are shown beside it.",
         css="check-calibration"))
     b.add(Table(["", "conf", "kept boxes", "correct", "kept-set ECE [95% CI]", "sampling floor [range]",
                  "at floor", "LaECE_0 [95% CI]"], _operating_rows(c.operating, c.operating_then),
@@ -75,11 +81,13 @@ def _labelled(b: _Builder, r: CheckResult, h: str, c: HeadCheck, new: pl.DataFra
         ["mAP50-95", f4(d.map50_95_then), f4(d.map50_95), "", ""],
     ], caption=f"Detection quality at conf {d.conf:g}: two-ratio z-tests with image-clustered variances.",
         css="check-detection"))
-    b.add(Table(["class", "kept then", "kept now", "correct / expected", "z", "p-value", "tested", "kept ECE",
+    b.add(Table(["class", "kept then", "kept now", "correct / expected", "z", "p-value", "change p", "tested",
+                 "kept ECE",
                  "precision then → now", "recall then → now"],
                 [[c_.name or str(c_.cls), fint(c_.kept_then), fint(c_.kept),
                   f"{c_.observed} / {c_.expected:.1f}" if c_.expected is not None else "n/a",
-                  f3(c_.z), _p(c_.p_value), ("drifted" if c_.drifted else "yes") if c_.tested else "few boxes",
+                  f3(c_.z), _p(c_.p_value), _p(c_.change_p),
+                  ("drifted" if c_.drifted else "yes") if c_.tested else "few boxes",
                   f4(c_.kept_ece), f"{f3(c_.precision_then)} → {f3(c_.precision)}",
                   f"{f3(c_.recall_then)} → {f3(c_.recall)}"] for c_ in c.per_class],
                 caption=f"Per class, boxes kept at conf {r.conf:g}; a class is tested with at least {r.min_boxes} "
