@@ -4,7 +4,8 @@ The options of ``calibrate`` are generated from :class:`det_calib.pipeline.Setti
 carries its default and help); library errors name parameters and are shown with the options'
 names.
 
-Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted.
+Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted; ``check``
+also 3-6 (its verdicts, :data:`det_calib.check.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -161,7 +162,59 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
     d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
+    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
+                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
+    _check_parser(sub)
     return p
+
+
+def _check_parser(sub: Any) -> None:
+    from det_calib.boxes import HEADS
+    from det_calib.check import EXIT_CODES
+
+    codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
+    c = sub.add_parser(
+        "check", help="check a run's calibration and detection quality on new images (labelled or not)",
+        description="Labelled new images (--data): applies the run's calibrator to the run's model on them and "
+        "tests, at the run's lowest conf threshold, whether calibration holds (calibration in the large, "
+        "Hosmer-Lemeshow, per class) and whether detection quality holds (precision, recall against the run's eval "
+        "split). Unlabelled images (--images): tests whether the detector's output shifted (score distribution, "
+        "boxes per image, class mix); that detects a shift, not a miscalibration.",
+        epilog=f"exit codes: {codes}")
+    c.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
+    what = c.add_mutually_exclusive_group(required=True)
+    what.add_argument("--data", type=Path, help="data.yaml of labelled new images")
+    what.add_argument("--images", type=Path, help="folder of unlabelled new images")
+    c.add_argument("--split", help="split of --data (default test, else val, else its only split)")
+    c.add_argument("--model", type=Path, help="capture with this detector instead of the run's (same classes)")
+    c.add_argument("--boxes", type=Path, help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
+                   "`det-calib capture` parts of the split) instead of capturing")
+    c.add_argument("--head", choices=list(HEADS), action="append", dest="heads",
+                   help="head to check (repeatable; default every head of the run)")
+    c.add_argument("--out", type=Path, help="output folder (default RUN_DIR/check-<data stem>-<split> or "
+                   "RUN_DIR/check-images-<folder name>)")
+    c.add_argument("--limit", type=int, help="use only the first N images (sorted)")
+    c.add_argument("--alpha", type=float, default=0.05, help="family-wise level of each verdict's tests (0.05)")
+    c.add_argument("--min-boxes", type=int, default=30, help="kept boxes a calibration verdict needs (30)")
+    c.add_argument("--n-boot", type=int, help="bootstrap resamples of the intervals (default the run's)")
+    c.add_argument("--n-perm", type=int, default=999, help="permutations of the label-free tests (999)")
+    c.add_argument("--batch", type=int, default=1, help="images per capture forward pass (1)")
+    c.add_argument("--device", help="torch device, e.g. cpu, 0")
+    c.add_argument("--no-report", dest="report", action="store_false", help="skip check.html/check.md")
+    c.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
+
+
+def _check(args: argparse.Namespace) -> int:
+    from det_calib.check import check_run
+
+    result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
+                            boxes=args.boxes, heads=args.heads, out=args.out, limit=args.limit, alpha=args.alpha,
+                            min_boxes=args.min_boxes, n_boot=args.n_boot, n_perm=args.n_perm, device=args.device,
+                            batch=args.batch, progress=args.progress, report=args.report)
+    print("\n".join(result.lines()))
+    print(f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to {out} "
+          f"(exit code {result.exit_code})")
+    return result.exit_code
 
 
 def _version() -> str:
@@ -250,8 +303,16 @@ def _thresholds(args: argparse.Namespace) -> int:
 
 
 def _demo_data(args: argparse.Namespace) -> int:
-    from det_calib.demo import demo_data_yaml
+    from det_calib.demo import demo_data_yaml, shifted_data_yaml
 
+    if args.shifted:
+        kind, severity = args.shifted
+        if not severity.isdigit():
+            from det_calib.errors import InputError
+
+            raise InputError(f"Expected a severity among 1..5, but got {severity!r}")
+        print(shifted_data_yaml(kind, int(severity)))
+        return 0
     print(demo_data_yaml(with_train=args.with_train))
     return 0
 
@@ -264,6 +325,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": _compare,
     "thresholds": _thresholds,
     "demo-data": _demo_data,
+    "check": _check,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 
@@ -272,7 +334,8 @@ def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
     from det_calib.pipeline import Settings
 
-    names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out"}
+    names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
+             "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}

@@ -19,7 +19,7 @@ from det_calib.errors import InputError
 log = logging.getLogger(__name__)
 
 __all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir",
-           "model_figures"]
+           "model_figures", "shifted_data_yaml"]
 
 
 def demo_root() -> Path:
@@ -83,10 +83,49 @@ def _write_yaml(root: Path, *, train: str) -> None:
         "names:",
         *[f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES)],
     ]
-    text = "\n".join(lines) + "\n"
-    path = root / "data.yaml"
+    _write_text_if_changed(root / "data.yaml", "\n".join(lines) + "\n")
+
+
+def shifted_data_yaml(kind: str, severity: int, *, seed: int = 0) -> Path:
+    """``data.yaml`` of the demo's test split under a corruption (see :mod:`det_calib.demo.shifts`).
+
+    The test split is rendered first if needed (:func:`demo_data_yaml`); its corrupted copy is
+    written on first use into ``shapes-v1-seed0/shifted-v1/`` in the cache, as split
+    ``test-<kind>-<severity>``. The yaml's ``val`` and ``test`` both name that split.
+
+    Args:
+        kind: One of :data:`~det_calib.demo.shifts.CORRUPTIONS` (``blur``, ``noise``, ``contrast``, ``jpeg``).
+        severity: 1 (mild) to 5 (severe).
+        seed: Dataset seed (as :func:`demo_data_yaml`).
+
+    Raises:
+        InputError: Unknown kind or severity.
+    """
+    from det_calib.demo.shifts import SHIFT_VERSION, split_name, write_shifted_split
+
+    name = split_name(kind, severity)
+    src = demo_data_yaml(seed=seed).parent
+    root = src / f"shifted-v{SHIFT_VERSION}"
+    n = SPLIT_SIZES["test"]
+    if len(list((root / "images" / name).glob("*.png"))) != n:
+        log.info("rendering the %s split of the shapes demo dataset into %s (first use)", name, root)
+        write_shifted_split(src, root, kind, int(severity))
+    lines = [
+        f"# shapes demo test split under `{kind}` at severity {severity} (det_calib.demo.shifts v{SHIFT_VERSION})",
+        f"path: {root.resolve()}",
+        f"train: images/{name}",
+        f"val: images/{name}",
+        f"test: images/{name}",
+        "names:",
+        *[f"  {i}: {c}" for i, c in enumerate(CLASS_NAMES)],
+    ]
+    _write_text_if_changed(root / f"{name}.yaml", "\n".join(lines) + "\n")
+    return root / f"{name}.yaml"
+
+
+def _write_text_if_changed(path: Path, text: str) -> None:
     if not path.is_file() or path.read_text() != text:
-        tmp = path.with_suffix(".yaml.tmp")
+        tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)
 
