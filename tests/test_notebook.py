@@ -229,6 +229,11 @@ def test_notebook_runs(tmp_path: Path, python3_kernel: str):
     m = re.search(r"^temperatures: (\{.*\})$", text, re.MULTILINE)
     assert m and "'nms'" in m.group(1), "no temperatures from det_calib.calibrate"
 
+    # compare (two heads of the run) and check (the clean test split holds; blurred, detection changed)
+    assert re.search(r"^ECE of the boxes kept at conf 0\.25, calibrated: lowest ", text, re.MULTILINE)
+    assert re.search(r"^clean test: exit code 0$", text, re.MULTILINE), "the clean split did not hold"
+    assert re.search(r"^blur, severity 5: exit code [45]$", text, re.MULTILINE)
+    assert "[nms] detection quality: changed" in text
     # the default's choice, with every candidate's verdict
     assert re.search(r"^deployed: \{'nms': '\w+', 'e2e': '\w+'\}$", text, re.MULTILINE), "no deployed methods"
 
