@@ -44,7 +44,7 @@ from det_calib.thresholds import equivalent_threshold
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval", "calibrated_logits",
+__all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval", "calibrated_logits", "deployed_conf",
            "calibrator_of", "calibrator_record", "choose_calibrator", "equivalent_conf", "fit_floors"]
 
 CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
@@ -115,6 +115,19 @@ def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
     if isinstance(cal, TemperatureCalibrator):
         return np.asarray(z, dtype=np.float64) / float(cal.temperature_)
     return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
+
+
+def deployed_conf(cal: Any, z: np.ndarray, cls: np.ndarray, raw_conf: np.ndarray) -> np.ndarray:
+    """The conf each box gets under ``cal`` (float64): ``sigmoid`` of its calibrated logit, or
+    under ``none`` the raw ``conf`` itself (what Ultralytics reports, float32), not ``sigmoid(z)``
+    in float64, which can keep one more box at a threshold placed exactly on a score.
+
+    >>> deployed_conf(Identity().fit(None, None), np.array([0.0]), np.array([0]), np.array([0.5], np.float32)).tolist()
+    [0.5]
+    """
+    if isinstance(cal, Identity):
+        return np.asarray(raw_conf, dtype=np.float64)
+    return metrics.sigmoid(calibrated_logits(cal, z, cls), 1.0)
 
 
 def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
@@ -251,8 +264,7 @@ class OperatingEval:
         """``(logits, conf)`` of the boxes under ``cal`` (None or ``none``: the raw conf itself)."""
         if cal is None or isinstance(cal, Identity):
             return self.z, self.raw
-        t = calibrated_logits(cal, self.z, self.cls)
-        return t, metrics.sigmoid(t, 1.0)
+        return calibrated_logits(cal, self.z, self.cls), deployed_conf(cal, self.z, self.cls, self.raw)
 
     def operating(self, p: np.ndarray, *, intervals: bool = True) -> list[OperatingFigures]:
         """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling floor."""

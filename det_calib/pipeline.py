@@ -59,6 +59,7 @@ from det_calib.fitting import (
     calibrator_record,
     candidates_of,
     choose_calibrator,
+    deployed_conf,
     equivalent_conf,
     fit_floors,
 )
@@ -88,7 +89,7 @@ from det_calib.results import (
     temperature_verdict,
     temperature_words,
 )
-from det_calib.selection import CRITERIA, METHODS, Identity
+from det_calib.selection import CRITERIA, METHODS
 from det_calib.thresholds import threshold_shift
 from det_calib.tuning import DEFAULT_TARGET_PRECISION, Fallback, Unit
 
@@ -329,8 +330,7 @@ class _EvalArrays:
         k = b["cls"].to_numpy()
         t1 = calibrated_logits(calibrator, z, k)
         p0 = b["conf"].to_numpy()
-        # `none` deploys the raw scores: exactly the conf Ultralytics reports (float32), not sigmoid in float64
-        p1 = p0.astype(np.float64) if isinstance(calibrator, Identity) else metrics.sigmoid(t1, 1.0)
+        p1 = deployed_conf(calibrator, z, k, p0)
         return cls(
             z=z, y=b["correct"].to_numpy(), cls=k, img=b["image_id"].to_numpy(),
             p0=p0, p1=p1, t1=t1, loc=b["loc_iou"].to_numpy(),
@@ -639,10 +639,8 @@ def calibrate_head(inputs: _Inputs, fit: Split, ev: Split, head: str, s: Setting
 def with_calibrated(boxes: pl.DataFrame, calibrator: Any) -> pl.DataFrame:
     """The box table with a ``calibrated`` column: each box's conf under ``calibrator`` (float64;
     the raw ``conf`` itself under ``none``)."""
-    if isinstance(calibrator, Identity):
-        return boxes.with_columns(pl.col("conf").cast(pl.Float64).alias("calibrated"))
-    t = calibrated_logits(calibrator, boxes["logit"].to_numpy(), boxes["cls"].to_numpy())
-    return boxes.with_columns(pl.Series("calibrated", metrics.sigmoid(t, 1.0), dtype=pl.Float64))
+    p = deployed_conf(calibrator, boxes["logit"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy())
+    return boxes.with_columns(pl.Series("calibrated", p, dtype=pl.Float64))
 
 
 def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingEval, s: Settings,
@@ -1000,7 +998,7 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
     return f"[{head}] {what}, fitted on {where}{chosen}"
 
 
-def _left_lines(head: str, h: HeadResult, e: EvalResult, r: RunResult) -> list[str]:
+def _left_lines(head: str, h: HeadResult, e: EvalResult) -> list[str]:
     words = left_words(h, e)
     return [f"[{head}] {words}"] if words else []
 
@@ -1038,7 +1036,7 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
                             if h.candidates else
                             "keep the raw scores for this head, or let the default --method auto choose (it keeps "
                             "them when no calibrator beats them on held-out folds)"))
-        lines += _left_lines(head, h, e, r)
+        lines += _left_lines(head, h, e)
         lines += _temperature_lines(head, h)
         lines.append(
             f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
