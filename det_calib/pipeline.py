@@ -554,6 +554,7 @@ class _Inputs:
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> _Inputs:
     """Load the detector and the dataset, check they agree, choose the heads and the image size."""
     from det_calib.capture import available_heads, default_imgsz, load_detector
+    from det_calib.export import is_export, load_export
 
     if (model is None) != (data is None):
         raise InputError("give both `model` and `data`, or neither (to run on the embedded demo model and data)")
@@ -562,15 +563,16 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
         model, data = demo.demo_model(), demo.demo_data_yaml()
     model, data = Path(model), Path(data)
-    yolo = load_detector(model)
+    exported = is_export(model)  # an ONNX / OpenVINO export: det_calib.export reads and runs it
+    yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
-    have = available_heads(yolo)
+    have = yolo.heads if exported else available_heads(yolo)
     heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")
-    return _Inputs(model, data, yolo, ds, heads, s.imgsz or default_imgsz(yolo))
+    return _Inputs(model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo)))
 
 
 def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
@@ -595,9 +597,9 @@ def capture_splits(inputs: _Inputs, splits: Sequence[Split], s: Settings) -> dic
     Returns:
         Head -> one capture table per split (in the order of ``splits``).
     """
-    from det_calib.capture import Capturer
+    from det_calib.export import make_capturer  # a Capturer, or an ExportCapturer for an export
 
-    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+    cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
                    imgsz=inputs.imgsz, batch=s.batch, device=s.device)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
@@ -743,7 +745,11 @@ def calibrate(
     )
     out = Path(out)
     files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
-    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
+    from det_calib.export import is_export
+    from det_calib.export_fold import calibrated_export_name
+
+    deployed = calibrated_export_name(inputs.model) if is_export(inputs.model) else "calibrated.pt"
+    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / deployed, files=files)
 
 
 def _gt_per_class(split: Split, n_classes: int) -> list[int]:
@@ -772,6 +778,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
+    from det_calib.export import is_export
     from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
     from det_calib.reuse import run_fingerprints, write_run_boxes
 
@@ -783,15 +790,21 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        if all(r.method == "temperature" for r in records.values()):
+        exported = is_export(inputs.model)
+        if exported:  # the calibration appended to the export's graph, and its engine record
+            from det_calib.export_fold import write_run_engine
+
+            write_run_engine(inputs.model, stage, result, {h: calibrator_of(r) for h, r in records.items()}, meta)
+        elif all(r.method == "temperature" for r in records.values()):
             write_calibrated_checkpoint(inputs.model, stage / "calibrated.pt", result.temperatures, metadata=meta)
         else:  # any other map: folded per channel (affine) or as stock conv+ReLU hinge layers (isotonic)
             write_folded_checkpoint(inputs.model, stage / "calibrated.pt",
                                     {h: calibrator_of(r) for h, r in records.items()}, metadata=meta)
-        if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
+        if s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
+            why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+                   "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
-                    ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
+                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(ev.name, why))
         elif s.run_val:
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
@@ -821,6 +834,7 @@ def _replace(obj: Any, **changes: Any) -> Any:
 def _output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
+             "calibrated.onnx": "export", "engine.json": "engine",
              "summary.txt": "summary", "report.html": "html", "report.md": "md", "thresholds.json": "thresholds"}
     return {names.get(rel, rel): out / rel for rel in read_manifest(out)}
 

@@ -22,7 +22,7 @@ from det_calib.boxes import HEAD_LABEL
 from det_calib.results import ClassResult
 from det_calib.thresholds import ThresholdShift
 
-from . import calibrators, plots
+from . import calibrators, engines, plots
 from .common import (
     CI_NOTE,
     _arrow,
@@ -537,7 +537,8 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
 
 
 def write_report(
-    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None
+    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
+    reference: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -551,6 +552,9 @@ def write_report(
         out_dir: Where to write; default ``run_dir``.
         shown_dir: The run folder named in the report's text, when ``run_dir`` is a staging
             folder that will be moved there; default ``run_dir``.
+        reference: Another run of the same detector (``RUN[:HEAD]``, e.g. its ``.pt`` beside
+            this export): an Engines section shows both calibrations side by side
+            (:mod:`det_calib.report.engines`); a run on an export has that section without one.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -580,6 +584,7 @@ def write_report(
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
     calibrators.calibrators_section(b, run, hbs)
+    engines.run_engines_section(b, run, reference)
     _reliability(b, run, hbs, bins)
     _per_class(b, run, hbs)
     _threshold(b, run, hbs)
