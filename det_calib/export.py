@@ -43,8 +43,8 @@ from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "openvino")}
-"""Export format -> (the Python module its runtime imports as, the det_calib extra that installs it)."""
+RUNTIMES = {"onnx": (("onnxruntime", "onnx"), "onnx"), "openvino": (("openvino",), "openvino")}
+"""Export format -> (the Python modules running and writing it, the det_calib extra that installs them)."""
 
 P_CEILING = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
 """The largest float32 below 1 (``1 - 2**-24``): an engine probability of 1.0 is read as this."""
@@ -77,10 +77,15 @@ def is_export(model: Any) -> bool:
 
 def require_runtime(fmt: str) -> None:
     """Raise a one-line :class:`InputError` naming the extra to install when ``fmt``'s runtime is missing."""
-    module, extra = RUNTIMES[fmt]
-    if importlib.util.find_spec(module) is None:
-        raise InputError(f"running a {fmt} export needs `{module}`, which is not installed: "
-                         f"pip install 'det_calib[{extra}]'")
+    modules, extra = RUNTIMES[fmt]
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a module blocked or broken in this environment
+            found = False
+        if not found:
+            raise InputError(f"a {fmt} export needs `{module}`, which is not installed: "
+                             f"pip install 'det_calib[{extra}]'")
 
 
 @dataclass(frozen=True)

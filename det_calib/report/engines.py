@@ -140,14 +140,15 @@ def match_engines(ref: pl.DataFrame, other: pl.DataFrame) -> tuple[np.ndarray, n
             continue
         g = g.sort("conf", descending=True)
         iou = _iou(g.select("x1", "y1", "x2", "y2").to_numpy(), o.select("x1", "y1", "x2", "y2").to_numpy())
+        gi, oj = g["_i"].to_numpy(), o["_j"].to_numpy()
         used = np.zeros(o.height, bool)
         for r in range(g.height):
             cand = np.where(~used & (iou[r] >= MATCH_IOU))[0]
             if cand.size:
                 j = cand[np.argmax(iou[r, cand])]
                 used[j] = True
-                pairs_i.append(int(g["_i"][r]))
-                pairs_j.append(int(o["_j"][j]))
+                pairs_i.append(int(gi[r]))
+                pairs_j.append(int(oj[j]))
     return np.asarray(pairs_i, dtype=np.int64), np.asarray(pairs_j, dtype=np.int64)
 
 
@@ -213,19 +214,25 @@ def engines_section(b: _Builder, runs: list[tuple[str, Run, str]], *, title: str
                         f"box (same image and class, IoU >= {MATCH_IOU:g})", css="engine-shift"))
 
 
-def run_engines_section(b: _Builder, run: Run, reference: str | Path | None) -> None:
+def run_engines_section(b: _Builder, run: Run, reference: str | Path | None, *, folder: str | Path) -> None:
     """The report's Engines section: with a ``reference`` run, it first and this run next to it
     (each head of this run against the reference's same head, else its first); without one, only
-    for a run on an export (its engine, calibration and equivalent thresholds)."""
+    for a run on an export (its engine, calibration and equivalent thresholds). ``folder`` is where
+    the run's files are now (a staging folder while ``calibrate`` writes it)."""
+    import dataclasses
+
     from .load import load_run, parse_run_spec
+
+    shown = Path(run.run_dir).name
+    run = dataclasses.replace(run, run_dir=Path(folder))
 
     if reference is None:
         if engine_record(run) is not None:
-            engines_section(b, [(Path(run.run_dir).name, run, h) for h in run.heads], title="Engine")
+            engines_section(b, [(shown, run, h) for h in run.heads], title="Engine")
         return
     path, head = parse_run_spec(reference)
     ref = load_run(path)
     for h in run.heads:
         rh = head or (h if h in ref.heads else ref.heads[0])
-        engines_section(b, [(Path(path).name, ref, rh), (Path(run.run_dir).name, run, h)],
+        engines_section(b, [(Path(path).name, ref, rh), (shown, run, h)],
                         title="Engines" if len(run.heads) == 1 else f"Engines ({h} head)")

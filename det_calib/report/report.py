@@ -584,7 +584,7 @@ def write_report(
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
     calibrators.calibrators_section(b, run, hbs)
-    engines.run_engines_section(b, run, reference)
+    engines.run_engines_section(b, run, reference, folder=run_dir)
     _reliability(b, run, hbs, bins)
     _per_class(b, run, hbs)
     _threshold(b, run, hbs)
