@@ -1,6 +1,6 @@
 """Engines side by side: a model's ``.pt`` and its exports, each with its own calibration.
 
-Used by ``det-calib compare`` (every compared run) and by a run's report (the run, and with
+Used by ``det-calib compare`` (when one of the runs is on an export) and by a run's report (the run, and with
 ``det-calib report RUN --reference OTHER`` the other run next to it). For each run and each
 ``--conf``: the engine (``pytorch``, ``onnx fp32``, ``openvino int8``, read from the run's
 ``engine.json`` or, for a ``.pt``, its model path), the boxes kept raw and their mean raw conf,
