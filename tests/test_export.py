@@ -141,6 +141,16 @@ _PLAIN_RUN = NO_DET_CALIB + textwrap.dedent(
 )
 
 
+def _calibrator_on(cal, p: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """The run's calibrator itself (its own transform, not the deployment tables) on engine probabilities."""
+    from det_calib.export import logit_of_prob
+    from det_calib.fitting import calibrated_logits
+    from det_calib.metrics import sigmoid
+
+    z = calibrated_logits(cal, logit_of_prob(p).ravel(), np.ascontiguousarray(cls).ravel().astype(np.int64))
+    return sigmoid(z, 1.0).reshape(p.shape)
+
+
 @pytest.mark.parametrize("name", ["onnx", "int8", "onnx_e2e"])
 def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_images, tmp_path, name):
     """The calibrated export, run by the plain runtime and by Ultralytics with det_calib blocked:
@@ -166,18 +176,20 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_imag
     nc = len(info.names)
     if info.rows:  # (B, 300, 6): boxes and classes unchanged, the conf column calibrated by its row's class
         assert (raw[..., [0, 1, 2, 3, 5]] == calibrated[..., [0, 1, 2, 3, 5]]).all()
-        want = calibrated_probs(cal, raw[..., 4], raw[..., 5].astype(int), nc)
-        assert np.abs(want - calibrated[..., 4]).max() < 1e-5
+        p, cls, got = raw[..., 4], raw[..., 5].astype(int), calibrated[..., 4]
     else:  # (B, 4 + nc, anchors): every class channel calibrated
         assert (raw[:, :4] == calibrated[:, :4]).all()
-        cls = np.broadcast_to(np.arange(nc)[None, :, None], raw[:, 4:].shape)
-        assert np.abs(calibrated_probs(cal, raw[:, 4:], cls, nc) - calibrated[:, 4:]).max() < 1e-5
+        p, got = raw[:, 4:], calibrated[:, 4:]
+        cls = np.broadcast_to(np.arange(nc)[None, :, None], p.shape)
+    assert np.abs(_calibrator_on(cal, p, cls) - got).max() < 1e-5
+    # the deployment tables the graph is built from are the calibrator
+    assert np.abs(calibrated_probs(cal, p, cls, nc) - _calibrator_on(cal, p, cls)).max() < 1e-9
     if eq["raw_conf"] is not None:  # a global map: one raw conf keeps exactly the calibrated set
         kc, kr = o["kept_cal"], o["kept_raw"]
         assert kc.shape == kr.shape and len(kc) > 0
         np.testing.assert_allclose(kc, kr, atol=1e-4)
-        np.testing.assert_allclose(o["kept_cal_conf"], calibrated_probs(cal, o["kept_raw_conf"], kr[:, 5].astype(int),
-                                                                        nc), atol=1e-5)
+        np.testing.assert_allclose(o["kept_cal_conf"], _calibrator_on(cal, o["kept_raw_conf"], kr[:, 5].astype(int)),
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["pt", "onnx", "int8"])
