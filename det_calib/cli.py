@@ -236,7 +236,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
     print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else summary_text(run.result))
-    main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
+    rels = [p.relative_to(run.out_dir) for k, p in run.files.items() if not k.startswith("figures/")]
+    main_files = {r.parts[0] + ("/" if len(r.parts) > 1 else "") for r in rels}  # a folder (an OpenVINO export) once
     print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
     return 0
 
