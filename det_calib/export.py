@@ -16,7 +16,8 @@ names, precision) without running it; :class:`ExportCapturer` runs it through Ul
 ``DetectionPredictor`` (``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the
 same box table as :class:`det_calib.capture.Capturer`, so matching, fitting, selection, metrics,
 thresholds and the report work unchanged. :func:`make_capturer` picks the right one for a
-model path; an ensemble member that is an export uses it (or :class:`ExportCapturer`) the same way.
+model path; an ensemble member that is an export opens an :class:`ExportCapturer` and calls its
+:meth:`ExportCapturer.predict_image` per image (``{head: (xyxy, conf, cls, logit)}``).
 
 Which head an export carries: Ultralytics 8.4 exports the one-to-many branch with raw anchors
 (``end2end: false`` in the metadata; NMS runs in Ultralytics after the engine) unless exported
@@ -349,6 +350,12 @@ class ExportCapturer:
             log.info("%d box(es) scored exactly 1.0 by the engine: logit read as %.4f (a lower bound)", n_top,
                      LOGIT_CEILING)
         return Capturer._table(self, out, sizes, names, ids, split)
+
+    def predict_image(self, im0: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
+        """One BGR image, as single-image ``predict`` on the export: ``{head: (xyxy, conf, cls, logit)}``
+        (the per-image form an ensemble member returns)."""
+        xyxy, conf, cls, z, _ = self._one(im0)
+        return {self.info.head: (xyxy, conf, cls, z)}
 
     def _one(self, im0: np.ndarray) -> tuple:
         """One image through the predictor: (xyxy, conf, cls, logit, all logits or None)."""

@@ -95,6 +95,12 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
         np.testing.assert_allclose(got.select("x1", "y1", "x2", "y2").to_numpy(), want.xyxy.numpy(), atol=1e-6)
         assert (got["cls"].to_numpy() == want.cls.numpy()).all()
         np.testing.assert_array_equal(got["logit"].to_numpy(), logit_of_prob(want.conf.numpy()))
+        if i == 0:  # the per-image form (an ensemble member's): the same boxes
+            import cv2
+
+            xyxy, conf, cls, z = cap.predict_image(cv2.imread(str(im)))[cap.info.head]
+            np.testing.assert_array_equal(conf, got["conf"].to_numpy().astype(np.float32))
+            np.testing.assert_array_equal(z, got["logit"].to_numpy())
     if name != "onnx_e2e":  # every class's logit at the box's anchor; the box's class holds the max
         lg = np.stack(table["logits"].to_list())
         np.testing.assert_allclose(lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5)
