@@ -193,19 +193,32 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
 
 def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict) -> Path:
     import onnx
-    from onnx import helper
+    from onnx import TensorProto, helper
 
     model = onnx.load(str(info.model_file))
     graph = model.graph
     if len(graph.output) != 1:
         raise InputError(f"{info.path}: expected one output tensor (boxes and scores), found {len(graph.output)}")
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < 13:
+        raise InputError(f"{info.path} uses ONNX opset {opset}; the calibrated export needs opset 13 or later "
+                         "(export with opset=13 or higher)")
+    elem = graph.output[0].type.tensor_type.elem_type
+    if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        raise InputError(f"{info.path}: the output is {TensorProto.DataType.Name(elem)}, not float32 or float16")
     name = graph.output[0].name
     raw = f"det_calib/raw_{name}"
     for n in graph.node:
         n.output[:] = [raw if o == name else o for o in n.output]
-    nodes, inits, parts, axis = _onnx_nodes(m, raw, info, nc)
-    nodes.append(helper.make_node("Concat", parts, [name], name="det_calib/output", axis=axis))
-    graph.node.extend(nodes)
+    half = elem == TensorProto.FLOAT16  # an FP16 engine: the map runs in float32 between two casts
+    pre = [helper.make_node("Cast", [raw], ["det_calib/raw_f32"], name="det_calib/raw_f32",
+                            to=TensorProto.FLOAT)] if half else []
+    nodes, inits, parts, axis = _onnx_nodes(m, "det_calib/raw_f32" if half else raw, info, nc)
+    cat = "det_calib/output_f32" if half else name
+    nodes.append(helper.make_node("Concat", parts, [cat], name="det_calib/output", axis=axis))
+    if half:
+        nodes.append(helper.make_node("Cast", [cat], [name], name="det_calib/output_f16", to=TensorProto.FLOAT16))
+    graph.node.extend(pre + nodes)
     graph.initializer.extend(inits)
     helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, "det_calib": json.dumps(record)})
     onnx.checker.check_model(model)

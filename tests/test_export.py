@@ -368,3 +368,39 @@ def test_bad_exports(exports, tmp_path, fixture_yaml):
 
     assert main(["calibrate", "--model", str(exports["onnx"]), "--data", str(fixture_yaml), "--head", "e2e",
                  "--out", str(tmp_path / "o")]) == 2
+
+
+def test_onnx_fp16_output_and_old_opset(exports, runs, fixture_images, tmp_path):
+    """An ONNX engine with a float16 output gets the map in float32 between two casts; an opset
+    below 13 (no axes inputs) is refused in one line."""
+    import cv2
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from ultralytics.data.augment import LetterBox
+
+    from det_calib.errors import InputError
+    from det_calib.export_fold import write_calibrated_export
+    from det_calib.posthoc import load_calibrators
+
+    m = onnx.load(str(exports["onnx"]))
+    out = m.graph.output[0]
+    for n in m.graph.node:
+        n.output[:] = ["f32_out" if o == out.name else o for o in n.output]
+    m.graph.node.append(helper.make_node("Cast", ["f32_out"], [out.name], to=TensorProto.FLOAT16))
+    out.type.tensor_type.elem_type = TensorProto.FLOAT16
+    onnx.save(m, str(tmp_path / "half.onnx"))
+    cal = load_calibrators(runs["onnx"] / "calibration.json")
+    write_calibrated_export(tmp_path / "half.onnx", tmp_path / "half_cal.onnx", cal)
+    x = LetterBox((320, 320), auto=False)(image=cv2.imread(str(fixture_images[0])))[..., ::-1].transpose(2, 0, 1)
+    x = np.ascontiguousarray(x[None]).astype(np.float32) / 255
+    raw, got = (ort.InferenceSession(str(tmp_path / f)).run(None, {"images": x})[0] for f in ("half.onnx",
+                                                                                              "half_cal.onnx"))
+    assert raw.dtype == got.dtype == np.float16 and (raw[:, :4] == got[:, :4]).all()
+    cls = np.broadcast_to(np.arange(8)[None, :, None], raw[:, 4:].shape)
+    assert np.abs(_calibrator_on(cal["nms"], raw[:, 4:].astype(np.float32), cls) - got[:, 4:]).max() < 1e-3
+    m = onnx.load(str(exports["onnx"]))
+    m.opset_import[0].version = 12
+    onnx.save(m, str(tmp_path / "old.onnx"))
+    with pytest.raises(InputError, match="opset 12; the calibrated export needs opset 13"):
+        write_calibrated_export(tmp_path / "old.onnx", tmp_path / "old_cal.onnx", cal)
