@@ -383,6 +383,21 @@ class EngineRecord:
 
         return dataclasses.asdict(self)
 
+    def summary_lines(self) -> list[str]:
+        """What ``calibrate`` prints about the engine: its calibrated export and equivalent thresholds."""
+        lines = []
+        for head, eqs in self.equivalent_thresholds.items():
+            lines.append(f"[{head}] engine {self.engine} ({Path(self.source).name}): calibrated export "
+                         f"{self.calibrated_export} (the calibration in its graph)")
+            for e in eqs:
+                if e["raw_conf"] is not None:
+                    lines.append(f"[{head}]   or, with no code: raw conf > {e['raw_conf']:.6g} on the raw engine keeps "
+                                 f"exactly the calibrated set at conf {e['conf']:g}")
+                else:
+                    lines.append(f"[{head}]   a per-class map: raw conf per class at calibrated {e['conf']:g}: "
+                                 + ", ".join(f"{t:.4g}" for t in e["raw_conf_per_class"]))
+        return lines
+
     @classmethod
     def read(cls, path: str | Path) -> EngineRecord:
         import dataclasses

@@ -790,11 +790,12 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        exported = is_export(inputs.model)
+        exported, engine_lines = is_export(inputs.model), []
         if exported:  # the calibration appended to the export's graph, and its engine record
             from det_calib.export_fold import write_run_engine
 
-            write_run_engine(inputs.model, stage, result, {h: calibrator_of(r) for h, r in records.items()}, meta)
+            engine_lines = write_run_engine(inputs.model, stage, result, {h: calibrator_of(r) for h, r in
+                                                                          records.items()}, meta).summary_lines()
         elif all(r.method == "temperature" for r in records.values()):
             write_calibrated_checkpoint(inputs.model, stage / "calibrated.pt", result.temperatures, metadata=meta)
         else:  # any other map: folded per channel (affine) or as stock conv+ReLU hinge layers (isotonic)
@@ -816,7 +817,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
                     result.results[h] = _replace(result.results[h], detection_change=change)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
-        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
         write_summary_text(stage, result, extra=extra)
         if s.report:
             from det_calib.report import write_report

@@ -227,6 +227,9 @@ def test_run_on_an_export(runs, exports):
     int8 = json.loads((runs["int8"] / "engine.json").read_text())
     assert (int8["engine"], int8["head"], int8["calibrated_export"]) == ("openvino int8", "nms",
                                                                          "calibrated_openvino_model")
+    t = int8["equivalent_thresholds"]["nms"][0]["raw_conf"]
+    assert f"raw conf > {t:.6g} on the raw engine keeps exactly the calibrated set at conf 0.25" in (
+        runs["int8"] / "summary.txt").read_text()
 
 
 def _md_table(md: str, caption: str) -> list[list[str]]:
