@@ -1,11 +1,11 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
-The options of ``calibrate`` are generated from :class:`det_calib.pipeline.Settings` (each field
+The options of ``calibrate`` are generated from :class:`det_calib.run.job.Settings` (each field
 carries its default and help); library errors name parameters and are shown with the options'
 names.
 
 Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted; ``check``
-also 3-6 (its verdicts, :data:`det_calib.check.EXIT_CODES`).
+also 3-6 (its verdicts, :data:`det_calib.check.run_check.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -83,13 +83,13 @@ def flag_names(settings_cls: type) -> dict[str, str]:
 
 
 THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
-"""Fields of :class:`~det_calib.pipeline.Settings` that are also the options of ``thresholds``."""
+"""Fields of :class:`~det_calib.run.job.Settings` that are also the options of ``thresholds``."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    from det_calib.boxes import HEADS
-    from det_calib.pipeline import Settings
-    from det_calib.tuning import DEFAULT_TARGET_PRECISION
+    from det_calib.data.box_table import HEADS
+    from det_calib.run.job import Settings
+    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
 
     p = argparse.ArgumentParser(
         prog="det-calib",
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
-                                   "into OUT; `calibrate --boxes OUT` and det_calib.parts.read_parts read them.")
+                                   "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.")
     k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     k.add_argument("--data", type=Path, required=True, help="data.yaml")
     k.add_argument("--split", required=True, help="split key in data.yaml")
@@ -169,8 +169,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_parser(sub: Any) -> None:
-    from det_calib.boxes import HEADS
-    from det_calib.check import EXIT_CODES
+    from det_calib.check.run_check import EXIT_CODES
+    from det_calib.data.box_table import HEADS
 
     codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
     c = sub.add_parser(
@@ -205,7 +205,7 @@ def _check_parser(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from det_calib.check import check_run
+    from det_calib.check.run_check import check_run
 
     result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
                             boxes=args.boxes, heads=args.heads, out=args.out, limit=args.limit, alpha=args.alpha,
@@ -218,13 +218,13 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _version() -> str:
-    from det_calib.results import package_version
+    from det_calib.record.run_result import package_version
 
     return package_version()
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from det_calib.pipeline import Settings, calibrate, summary_text
+    from det_calib.run.job import Settings, calibrate, summary_text
 
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
@@ -243,13 +243,13 @@ def _capture(args: argparse.Namespace) -> int:
     kw = {"heads": heads, "conf": args.conf_floor, "iou": args.iou, "max_det": args.max_det, "imgsz": args.imgsz,
           "batch": args.batch, "coco_gt": args.coco_gt, "limit": args.limit}
     if args.ray:
-        from det_calib.ray_capture import capture_ray
+        from det_calib.capture.ray_capture import capture_ray
 
         parts = capture_ray(args.model, args.data, args.split, args.out, images_per_part=args.ray_images_per_part,
                             actors=args.ray_actors, **kw)
         print(f"wrote {len(parts)} parts to {args.out}")
     else:
-        from det_calib.parts import capture_to_parts
+        from det_calib.capture.parts import capture_to_parts
 
         part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard, device=args.device,
                                 progress=args.progress, **kw)
@@ -258,9 +258,9 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
-    from det_calib.posthoc import load_calibrators
-    from det_calib.results import read_calibrators
+    from det_calib.deploy.fold import write_calibrated_checkpoint, write_folded_checkpoint
+    from det_calib.deploy.posthoc import load_calibrators
+    from det_calib.record.run_result import read_calibrators
 
     records = read_calibrators(args.calibration)
     meta = {"calibration": str(args.calibration)}
@@ -291,8 +291,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _thresholds(args: argparse.Namespace) -> int:
-    from det_calib.pipeline import Settings
-    from det_calib.tuning import THRESHOLDS_FILE, summary_lines, tune_run
+    from det_calib.run.job import Settings
+    from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
     doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
@@ -332,7 +332,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.pipeline import Settings
+    from det_calib.run.job import Settings
 
     names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
              "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}

@@ -31,7 +31,7 @@ KNOWN = {"cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "
 # a function that is guarded for an optional extra belong here.
 ALLOWED_UNDECLARED: dict[str, str] = {
     "ray": "optional extra `det_calib[ray]` (declared there): imported only inside "
-           "det_calib.ray_capture.capture_ray, which raises InputError naming the extra when it is missing",
+           "det_calib.capture.ray_capture.capture_ray, which raises InputError naming the extra when it is missing",
 }
 
 

@@ -144,7 +144,7 @@ def coco_run(tmp_path_factory, demo_model_path, main_run):
 @pytest.fixture(scope="module")
 def hot_run(tmp_path_factory, demo_model_path):
     """Logits x 50: raw float64 scores of confident boxes are all exactly 1.0 (ties)."""
-    from det_calib.fold import write_calibrated_checkpoint
+    from det_calib.deploy.fold import write_calibrated_checkpoint
 
     tmp = tmp_path_factory.mktemp("figures_hot")
     hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.02})
@@ -839,7 +839,7 @@ def test_laece0_recomputation_on_the_edge_cases():
     """The plain-Python LaECE_0 against the product's on boxes the fixture runs do not produce:
     scores exactly on bin edges, a class with exactly zero error, a class without ground truth,
     a box whose best GT is taken by a higher-scored one, equal-IoU GTs, more than 100 boxes."""
-    from det_calib.operating import LaECE0Targets, laece0
+    from det_calib.metrics.operating_point import LaECE0Targets, laece0
 
     gt = {"a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)], "b": []}
     gt["b"] = [(2, 0.0, 0.0, 8.0, 8.0)]
@@ -891,8 +891,9 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
     --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
     own calibrated logits."""
-    from det_calib import metrics, pipeline
-    from det_calib.scaling import PlattScaler
+    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.metrics import calibration as metrics
+    from det_calib.run import job as pipeline
 
     rng = np.random.default_rng(0)
     n = 240
@@ -923,9 +924,9 @@ def test_kept_set_and_nll_figures_on_small_arrays():
 def test_map_check_honours_max_det_on_both_branches():
     """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
-    from det_calib import pipeline
-    from det_calib.data import Split
-    from det_calib.scaling import ClassAffineScaler
+    from det_calib.calibrators.affine import ClassAffineScaler
+    from det_calib.data.ground_truth import Split
+    from det_calib.run import job as pipeline
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
     gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
@@ -954,8 +955,9 @@ def test_map_check_honours_max_det_on_both_branches():
 def test_per_class_figures_on_small_arrays():
     """Which classes are listed (boxes or GT; not a class with neither), and every per-class
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
-    from det_calib import metrics, pipeline
-    from det_calib.scaling import PlattScaler
+    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.metrics import calibration as metrics
+    from det_calib.run import job as pipeline
 
     rng = np.random.default_rng(1)
     n = 160

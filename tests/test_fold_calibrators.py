@@ -15,15 +15,15 @@ import pytest
 import torch
 from conftest import NO_DET_CALIB
 
-from det_calib.capture import capture
-from det_calib.fold import (
+from det_calib.calibrators.isotonic import PiecewiseLinear
+from det_calib.capture.predictor import capture
+from det_calib.deploy.fold import (
     fold_calibrator,
     hinge_layers,
     read_calibration_metadata,
     write_folded_checkpoint,
 )
-from det_calib.isotonic import PiecewiseLinear
-from det_calib.selection import calibrator_from_dict, make_calibrator
+from det_calib.selection.cross_validation import calibrator_from_dict, make_calibrator
 
 BLOCK = NO_DET_CALIB + textwrap.dedent(
     """

@@ -9,11 +9,11 @@ import warnings
 import numpy as np
 import pytest
 
+from det_calib.calibrators.affine import PlattScaler, sigmoid
+from det_calib.calibrators.isotonic import PiecewiseLinear
+from det_calib.calibrators.spline import MIN_SLOPE, SplineCalibrator, spline_knots
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.isotonic import PiecewiseLinear
-from det_calib.scaling import PlattScaler, sigmoid
-from det_calib.selection import METHODS, calibrator_from_dict, select_calibrator
-from det_calib.spline import MIN_SLOPE, SplineCalibrator, spline_knots
+from det_calib.selection.cross_validation import METHODS, calibrator_from_dict, select_calibrator
 
 
 def _planted(n=200_000, seed=0):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from det_calib.errors import InputError
-from det_calib.thresholds import (
+from det_calib.evaluation.kept_set import (
     equivalent_threshold,
     precision_recall_vs_conf,
     threshold_shift,
@@ -73,8 +73,8 @@ def test_precision_recall_curve_matches_direct_count():
 def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
     over all classes for a global map, class by class for a per-class one (None over all)."""
-    from det_calib.fitting import calibrated_logits, equivalent_conf
-    from det_calib.selection import fit_calibrator
+    from det_calib.run.fitting import calibrated_logits, equivalent_conf
+    from det_calib.selection.cross_validation import fit_calibrator
 
     rng = np.random.default_rng(4)
     n = 20_000
@@ -105,7 +105,7 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
 
 def test_equivalent_conf_none_where_the_map_is_flat():
     """A map that does not rise just above the threshold has no equivalent threshold."""
-    from det_calib.fitting import equivalent_conf
+    from det_calib.run.fitting import equivalent_conf
 
     class Flat:  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
         def transform_logits(self, z, *, classes=None):

@@ -1,6 +1,6 @@
 """The page of ``det-calib check`` (``write_check_report``): check.html, check.md, figures/.
 
-Numbers come from the :class:`~det_calib.check.CheckResult`; the reliability diagrams are drawn
+Numbers come from the :class:`~det_calib.check.run_check.CheckResult`; the reliability diagrams are drawn
 from the run's eval-split boxes (then) and the new boxes (now), both kept at the check's threshold.
 """
 
@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.check import EXIT_CODES, CheckResult, HeadCheck, HeadShift
-from det_calib.results import OperatingFigures
+from det_calib.check.run_check import EXIT_CODES, CheckResult, HeadCheck, HeadShift
+from det_calib.record.run_folder import Run
+from det_calib.record.run_result import OperatingFigures
 
 from . import plots
 from .common import _bins, _Builder, _write_page, f3, f4, fci, fint
 from .document import Bullets, Heading, Para, Table
-from .load import Run
 
 __all__ = ["write_check_report"]
 

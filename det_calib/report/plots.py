@@ -383,7 +383,7 @@ def threshold_figure(
     """Precision and recall against the confidence threshold, raw and calibrated.
 
     Args:
-        before: A :class:`det_calib.thresholds.PRCurve` over raw confidence.
+        before: A :class:`det_calib.evaluation.kept_set.PRCurve` over raw confidence.
         after: The same over calibrated confidence, or None.
         marks: ``(raw threshold, equivalent calibrated threshold)`` pairs; the raw threshold is
             a dashed line, the calibrated threshold that keeps the same boxes a dotted one.
@@ -603,7 +603,7 @@ def operating_reliability(
         low: The operating threshold (the x axis starts there).
         n_bins: Equal-width bins over ``(low, 1]``.
     """
-    from det_calib.metrics import reliability_bins
+    from det_calib.metrics.calibration import reliability_bins
 
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(8.4, 6.2), layout="constrained")

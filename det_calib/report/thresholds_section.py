@@ -1,7 +1,7 @@
 """The report section on tuned conf thresholds: per-class precision-recall curves and a table.
 
 :func:`thresholds_section` reads a run folder's ``thresholds.json`` (written by
-:func:`det_calib.tuning.tune_run`) and its boxes, and returns the section as report blocks plus
+:func:`det_calib.thresholds.per_class.tune_run`) and its boxes, and returns the section as report blocks plus
 the PNG figures they reference (``{name: png}``, to be written as ``figures/<name>.png``), so
 the caller decides where the section goes in the report:
 
@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 from det_calib.errors import DetCalibError
 from det_calib.report.document import Block, Fig, Heading, Para, Table
 from det_calib.report.plots import RC, _png
-from det_calib.tuning import CRITERIA, counts_by_image, load_head, read_thresholds
+from det_calib.thresholds.per_class import CRITERIA, counts_by_image, load_head, read_thresholds
 
 __all__ = ["compare_thresholds_table", "pr_threshold_figure", "thresholds_section"]
 
@@ -132,7 +132,7 @@ def thresholds_section(
         doc: The thresholds document; default read from ``run_dir/thresholds.json``.
         heads: Heads to show (default every head in the document).
         score: The score used when tuning, if it was not the run's temperature (see
-            :func:`det_calib.tuning.tune_run`).
+            :func:`det_calib.thresholds.per_class.tune_run`).
         level: Heading level of the section title.
 
     Returns:
