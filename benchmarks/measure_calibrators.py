@@ -148,11 +148,11 @@ def limits(fb: pl.DataFrame, eb: pl.DataFrame, worst: int, args) -> None:
 
 
 def run(args) -> None:
+    from det_calib.calibrators.registry import methods as registered
     from det_calib.metrics.calibration import bootstrap_ci, ece, nll
     from det_calib.metrics.operating_point import kept_ece, laece0
-    from det_calib.selection.cross_validation import METHODS
 
-    methods = [(m, f) for m in METHODS for f in ((0.0,) if m == "none" else args.floors)] + [("auto", 0.0)]
+    methods = [(m, f) for m in registered() for f in ((0.0,) if m == "none" else args.floors)] + [("auto", 0.0)]
     gt = load_gt(args, "test")
     gxy = gt.select("x1", "y1", "x2", "y2").to_numpy()
     for head in ("e2e", "nms"):

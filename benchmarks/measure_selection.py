@@ -43,9 +43,11 @@ def kept_ece(p: np.ndarray, y: np.ndarray, thr: float) -> float:
 
 def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[int], thr: float,
              per_class: bool, criterion: str = "nll") -> dict:
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.calibrators.registry import global_methods, methods
     from det_calib.numeric import logit_threshold, sigmoid
-    from det_calib.run.fitting import calibrated_logits, choose_calibrator, fit_floors
-    from det_calib.selection.cross_validation import GLOBAL_METHODS, METHODS, fit_calibrator
+    from det_calib.run.fitting import choose_calibrator, fit_floors
+    from det_calib.selection.cross_validation import fit_calibrator
 
     def part(split: str, ids: list[int]) -> pl.DataFrame:
         return boxes.filter((pl.col("head") == head) & (pl.col("split") == split) & pl.col("image_id").is_in(ids))
@@ -54,7 +56,7 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
     t0 = time.perf_counter()
     choice = choose_calibrator(fb, method="auto", floors=fit_floors("auto", None, None, (thr,)), criterion=criterion,
-                               min_conf=thr, n_folds=5, seed=0, methods=METHODS if per_class else GLOBAL_METHODS)
+                               min_conf=thr, n_folds=5, seed=0, methods=methods() if per_class else global_methods())
     secs = time.perf_counter() - t0
 
     def score(cal) -> float:

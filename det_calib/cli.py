@@ -24,11 +24,17 @@ from typing import Any
 from det_calib.errors import DetCalibError, first_line
 
 
+def _now(v: Any) -> Any:
+    """A help text or choices given as a function (read from the calibrator registry when the parser is built)."""
+    return v() if callable(v) else v
+
+
 def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
                          only: Collection[str] | None = None) -> None:
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
-    The field's default, help and choices come from the dataclass; ``negate`` makes a
+    The field's default, help and choices come from the dataclass (help and choices may be
+    functions, called now: the ``--method`` ones come from the calibrator registry); ``negate`` makes a
     ``--no-...`` switch that stores False, ``switch`` a flag that stores True, ``repeat`` an
     option that may be given several times (its values replace the default), ``short`` a
     one-letter alias. A subcommand whose options live in a settings dataclass calls this with
@@ -40,7 +46,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
         if "flag" not in meta or (only is not None and f.name not in only):
             continue
         names = [meta["flag"], *([meta["short"]] if "short" in meta else [])]
-        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        kw: dict[str, Any] = {"dest": f.name, "help": _now(meta["help"])}
         if meta.get("negate"):
             parser.add_argument(*names, action="store_false", default=f.default, **kw)
             continue
@@ -52,7 +58,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
             parser.add_argument(*names, type=kind, action="append", default=None, **kw)
             continue
         if "choices" in meta:
-            kw["choices"] = list(meta["choices"])
+            kw["choices"] = list(_now(meta["choices"]))
         parser.add_argument(*names, type=kind, default=f.default, **kw)
 
 

@@ -16,15 +16,15 @@ import pytest
 from conftest import printed_interval_violations
 from test_report import _chromium, parse, rendered, tables
 
+from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_result import Calibrator, RunResult
+from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
 from det_calib.report import compare_runs
 from det_calib.report.calibrators_section import calibrator_words
 from det_calib.report.common import f3, f4, fci
 from det_calib.report.compare import separation_words
-from det_calib.run.fitting import calibrated_logits, calibrator_of
 
 METHODS = ("temperature", "platt", "auto")
 

@@ -11,12 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
 from det_calib.metrics.calibration import ece, sigmoid
 from det_calib.metrics.operating_point import LaECE0Targets, laece0
-from det_calib.record.run_result import Calibrator, RunResult
-from det_calib.run.fitting import calibrated_logits, calibrator_of, fit_floors
+from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
+from det_calib.run.fitting import fit_floors
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +173,9 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
 
     import torch
 
+    from det_calib.calibrators.identity import Identity
     from det_calib.deploy.fold import write_folded_checkpoint
     from det_calib.run.job import summary_text
-    from det_calib.selection.cross_validation import Identity
 
     r = RunResult.read(auto_run / "calibration.json")
     none = Calibrator("none", {"fit_min_conf": 0.0, "map": Identity().to_dict()})

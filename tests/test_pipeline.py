@@ -406,10 +406,10 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
     per-class maps); every candidate says why it won or lost; the temperature is fitted on the
     fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
+    from det_calib.calibrators.registry import global_methods
+    from det_calib.calibrators.registry import methods as all_methods
     from det_calib.calibrators.temperature import TemperatureScaler
-    from det_calib.record.run_result import RunResult
-    from det_calib.run.fitting import calibrator_of
-    from det_calib.selection.cross_validation import GLOBAL_METHODS, METHODS
+    from det_calib.record.run_result import RunResult, calibrator_of
 
     run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", head="nms", n_boot=10, run_val=False,
                     report=False, progress=False, per_class=per_class)
@@ -417,7 +417,7 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     assert doc["method"] == "auto" and doc["auto_per_class"] is per_class
     cands = doc["calibration_candidates"]["nms"]
     methods = {c["method"] for c in cands}
-    assert methods == (set(METHODS) if per_class else set(GLOBAL_METHODS))
+    assert methods == (set(all_methods()) if per_class else set(global_methods()))
     assert all(c["params"]["verdict"] for c in cands)
     assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [c["selected"] for c in cands]
     assert sum(c["selected"] for c in cands) == 1

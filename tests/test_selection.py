@@ -9,13 +9,10 @@ import numpy as np
 import pytest
 
 from det_calib.calibrators.affine import sigmoid
+from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
+from det_calib.calibrators.registry import methods as registered_methods
 from det_calib.errors import InputError
-from det_calib.selection.cross_validation import (
-    METHODS,
-    calibrator_from_dict,
-    make_calibrator,
-    select_calibrator,
-)
+from det_calib.selection.cross_validation import select_calibrator
 
 
 def _boxes(true_logit, *, n=60_000, seed=0, nc=4, classes=None):
@@ -32,7 +29,7 @@ def test_perfectly_calibrated_data_keeps_raw_scores():
     sel = select_calibrator(z, y, classes=k, groups=g, min_conf=0.25)
     assert sel.chosen.method == "none"
     assert "none" in sel.reason
-    assert {c.method for c in sel.candidates} == set(METHODS)
+    assert {c.method for c in sel.candidates} == set(registered_methods())
     np.testing.assert_array_equal(sel.calibrator.transform_logits(z[:5]), z[:5])
 
 

@@ -73,7 +73,8 @@ def test_precision_recall_curve_matches_direct_count():
 def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
     over all classes for a global map, class by class for a per-class one (None over all)."""
-    from det_calib.run.fitting import calibrated_logits, equivalent_conf
+    from det_calib.calibrators.base import calibrated_logits, equivalent_conf
+    from det_calib.calibrators.registry import is_per_class
     from det_calib.selection.cross_validation import fit_calibrator
 
     rng = np.random.default_rng(4)
@@ -88,7 +89,7 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     for t in (0.1, 0.25, 0.5, 0.8):
         raw = _sig(zt) > t
         eq = equivalent_conf(cal, t)
-        if method.startswith("class-"):
+        if is_per_class(method):
             assert eq is None
             eqs = [equivalent_conf(cal, t, c) for c in range(3)]
             assert len(set(eqs)) == 3  # one threshold per class
@@ -105,9 +106,9 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
 
 def test_equivalent_conf_none_where_the_map_is_flat():
     """A map that does not rise just above the threshold has no equivalent threshold."""
-    from det_calib.run.fitting import equivalent_conf
+    from det_calib.calibrators.base import LogitCalibrator, equivalent_conf
 
-    class Flat:  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
+    class Flat(LogitCalibrator):  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
         def transform_logits(self, z, *, classes=None):
             return np.maximum(np.asarray(z, dtype=np.float64), 0.0)
 

@@ -129,8 +129,8 @@ def stock_original_val(demo_model_path, fixture_yaml):
 
 def _folded(kind, demo_model_path, tmp_path):
     """A calibrated checkpoint and, per head, the conf its val runs at in the pipeline."""
+    from det_calib.calibrators.registry import make_calibrator
     from det_calib.deploy.fold import write_folded_checkpoint
-    from det_calib.selection.cross_validation import make_calibrator
 
     if kind == "temperature":
         ts = {"nms": 0.7, "e2e": 1.4}

@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators.temperature import NotFittedError
+from det_calib.calibrators.base import LogitCalibrator, NotFittedError  # noqa: F401  (re-exported)
+from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
 from det_calib.validation import as_array, check_labels, check_logits, check_weights
@@ -232,24 +233,7 @@ def _heldout_nll(z, y, w, k, a, b) -> float:
 # shared estimator plumbing
 
 
-class _LogitCalibrator:
-    """Base: ``predict_proba(z) = sigmoid(transform_logits(z))``."""
-
-    _fitted_attr = ""
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, self._fitted_attr):
-            raise NotFittedError(
-                f"This {type(self).__name__} instance is not fitted yet. Call `fit` with appropriate arguments "
-                f"(or build it with `{type(self).__name__}.from_dict`) before using this method."
-            )
-
-    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        """Calibrated probabilities ``sigmoid(transform_logits(logits))``, shape ``(n,)``."""
-        return sigmoid(self.transform_logits(logits, classes=classes))
-
-    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+_LogitCalibrator = LogitCalibrator  # the contract's base (det_calib.calibrators.base)
 
 
 def _check_format(d: Any, fmt: str) -> dict:
@@ -276,7 +260,8 @@ def _finite(x: Any, name: str, *, positive: bool = False) -> float:
 # Platt
 
 
-class PlattScaler(_LogitCalibrator):
+@register("platt", order=20)
+class PlattScaler(LogitCalibrator):
     """Platt scaling on the logit: ``p = sigmoid(a * z + b)``, one map for every box.
 
     Args:
@@ -294,6 +279,7 @@ class PlattScaler(_LogitCalibrator):
         nll_after_ (float): Weighted mean NLL of the fitted map on the fit boxes.
     """
 
+    format = _PLATT_FORMAT
     _fitted_attr = "a_"
 
     def __init__(self, *, tol: float = 1e-9, max_iter: int = 100, min_samples: int = 10):
@@ -305,7 +291,8 @@ class PlattScaler(_LogitCalibrator):
         fitted = f", a_={self.a_:.6g}, b_={self.b_:.6g}" if hasattr(self, "a_") else ""
         return f"PlattScaler(tol={self.tol!r}, max_iter={self.max_iter!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> PlattScaler:
+    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
+            groups: Any = None) -> PlattScaler:
         """Fit ``(a, b)`` by maximum likelihood.
 
         Args:
@@ -346,6 +333,10 @@ class PlattScaler(_LogitCalibrator):
         self._check_fitted()
         return self.a_ * check_logits(logits, "sigmoid") + self.b_
 
+    def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        self._check_fitted()
+        return np.full(n_classes, float(self.a_)), np.full(n_classes, float(self.b_))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: ``{"format": "det_calib.PlattScaler", "version": 1, "a", "b", "n_samples",
         "nll_before", "nll_after"}``."""
@@ -377,7 +368,16 @@ class PlattScaler(_LogitCalibrator):
 # per class, shrunk toward the global map
 
 
-class ClassAffineScaler(_LogitCalibrator):
+def _class_affine(kind: str):
+    def build(*, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> ClassAffineScaler:
+        return ClassAffineScaler(kind=kind, shrinkage=shrinkage, seed=seed)
+
+    return build
+
+
+@register("class-temperature", order=40, build=_class_affine("temperature"))
+@register("class-platt", order=50, build=_class_affine("platt"))
+class ClassAffineScaler(LogitCalibrator):
     """Per-class temperature or Platt scaling, shrunk toward the global fit of the same kind.
 
     Args:
@@ -400,6 +400,8 @@ class ClassAffineScaler(_LogitCalibrator):
         class_counts_ (ndarray): ``(n_classes_,)`` fit boxes per class.
     """
 
+    format = _CLASS_FORMAT
+    per_class = True
     _fitted_attr = "a_"
 
     def __init__(
@@ -533,6 +535,32 @@ class ClassAffineScaler(_LogitCalibrator):
         m = min(n_classes, self.n_classes_)
         a[:m], b[:m] = self.a_[:m], self.b_[:m]
         return a, b
+
+    def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        pa, pb = self.params_for(n_classes)
+        return np.asarray(pa, dtype=np.float64), np.asarray(pb, dtype=np.float64)
+
+    @property
+    def cv_grid(self) -> tuple[float, ...]:
+        return tuple(self.shrinkage_grid)
+
+    def fit_grid(self, logits, labels, *, classes, weights, grid, build) -> list[ClassAffineScaler]:
+        """One fit per shrinkage of ``grid`` sharing the global fit, warm-started from strong to
+        weak shrinkage (the fold fits of ``auto``'s CV)."""
+        z, y, k, w = logits, labels, classes, weights
+        kind, seed = self.kind, self.seed
+        proto = ClassAffineScaler(kind=kind, shrinkage=math.inf, seed=seed)
+        n_cls = int(k.max()) + 1
+        prior = proto._global(z, y, w)
+        order = sorted(range(len(grid)), key=lambda j: -grid[j])
+        path = proto._path(z, y, w, k, n_cls, prior, [grid[j] for j in order])
+        out: list[Any] = [None] * len(grid)
+        for j, (a, b) in zip(order, path, strict=True):
+            cal = ClassAffineScaler(kind=kind, shrinkage=grid[j])
+            cal.a_, cal.b_, cal.global_a_, cal.global_b_ = a, b, prior[0], prior[1]
+            cal.shrinkage_, cal.cv_nll_, cal.n_classes_ = grid[j], None, n_cls
+            out[j] = cal
+        return out
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """``a_c * z + b_c`` per box (float64, ``(n,)``); class ids never seen in the fit get the global map."""

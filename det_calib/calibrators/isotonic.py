@@ -36,10 +36,11 @@ import numpy as np
 from det_calib.calibrators.affine import (
     _check_classes,
     _check_format,
-    _LogitCalibrator,
     _prepare,
     group_folds,
 )
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, logit
 from det_calib.validation import check_logits
@@ -275,7 +276,10 @@ def _check_iso_degenerate(z, y, w, what: str, min_samples: int) -> None:
         raise DegenerateFitError(f"{what} fit got {'no correct' if pos == 0 else 'no incorrect'} boxes")
 
 
-class IsotonicCalibrator(_LogitCalibrator):
+@register("isotonic", order=60,
+          build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: IsotonicCalibrator(
+              left_slope=1.0 if fit_min_conf > 0 else None))
+class IsotonicCalibrator(LogitCalibrator):
     """Global isotonic calibration as a strictly increasing piecewise-linear map of the logit.
 
     Args:
@@ -291,6 +295,8 @@ class IsotonicCalibrator(_LogitCalibrator):
         n_samples_ (int): Fit boxes.
     """
 
+    format = _ISO_FORMAT
+    deploy_form = "hinges"
     _fitted_attr = "map_"
 
     def __init__(self, *, max_knots: int = 32, tail_slope: float = 0.01, left_slope: float | None = None,
@@ -304,7 +310,8 @@ class IsotonicCalibrator(_LogitCalibrator):
         fitted = f", knots={self.map_.x.size}" if hasattr(self, "map_") else ""
         return f"IsotonicCalibrator(max_knots={self.max_knots!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> IsotonicCalibrator:
+    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
+            groups: Any = None) -> IsotonicCalibrator:
         """Fit the map; ``classes`` is ignored. Raises DegenerateFitError on one label only or too few boxes."""
         _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
         z, y, w = _prepare(logits, labels, weights)
@@ -320,6 +327,10 @@ class IsotonicCalibrator(_LogitCalibrator):
         """Calibrated logits ``map_(z)`` (float64, ``(n,)``)."""
         self._check_fitted()
         return self.map_(check_logits(logits, "sigmoid"))
+
+    def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
+        self._check_fitted()
+        return [self.map_] * n_classes
 
     def to_dict(self) -> dict[str, Any]:
         """``{"format": "det_calib.IsotonicCalibrator", "version": 1, "map": {"x": [...], "y": [...],
@@ -357,7 +368,10 @@ def _blend(f: PiecewiseLinear, g: PiecewiseLinear, s: float) -> PiecewiseLinear:
                            right_slope=s * f.right_slope + (1 - s) * g.right_slope)
 
 
-class ClassIsotonicCalibrator(_LogitCalibrator):
+@register("class-isotonic", order=70,
+          build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: ClassIsotonicCalibrator(
+              blend=shrinkage, seed=seed, left_slope=1.0 if fit_min_conf > 0 else None))
+class ClassIsotonicCalibrator(LogitCalibrator):
     """Per-class isotonic maps shrunk toward the global one: ``s_c f_c + (1 - s_c) g``, ``s_c = n_c / (n_c + m)``.
 
     Args:
@@ -382,6 +396,9 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         cv_nll_ (dict[float, float] | None): Held-out mean NLL per grid value (``"auto"`` only).
     """
 
+    format = _CLASS_ISO_FORMAT
+    per_class = True
+    deploy_form = "hinges"
     _fitted_attr = "maps_"
 
     def __init__(
@@ -473,6 +490,28 @@ class ClassIsotonicCalibrator(_LogitCalibrator):
         """The map of class ``c`` (the global map for an id never seen in the fit)."""
         self._check_fitted()
         return self.maps_[c] if 0 <= c < len(self.maps_) else self.global_
+
+    def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
+        return [self.map_for(c) for c in range(n_classes)]
+
+    @property
+    def cv_grid(self) -> tuple[float, ...]:
+        return tuple(self.blend_grid)
+
+    def fit_grid(self, logits, labels, *, classes, weights, grid, build) -> list[ClassIsotonicCalibrator]:
+        """One map per blend ``m`` of ``grid`` sharing the class curves (the fold fits of ``auto``'s CV)."""
+        z, y, k, w = logits, labels, classes, weights
+        proto = build(math.inf)
+        _check_iso_degenerate(z, y, w, "per-class isotonic", proto.min_samples)
+        n_cls = int(k.max()) + 1
+        g, own, counts = proto._curves(z, y, w, k, n_cls)
+        out = []
+        for m in grid:
+            cal = build(m)
+            cal.maps_, cal.weights_ = proto._maps(g, own, counts, m)
+            cal.global_, cal.blend_, cal.cv_nll_, cal.n_classes_ = g, m, None, n_cls
+            out.append(cal)
+        return out
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Per-box calibrated logits (float64, ``(n,)``)."""

@@ -52,10 +52,11 @@ from det_calib.calibrators.affine import (
     _check_format,
     _finite,
     _fit_affine,
-    _LogitCalibrator,
     _prepare,
 )
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.isotonic import PiecewiseLinear
+from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
 from det_calib.validation import check_logits
@@ -167,7 +168,8 @@ def _slopes(theta: np.ndarray) -> np.ndarray:
     return theta[1] + np.concatenate([[0.0], np.cumsum(theta[2:])])
 
 
-class SplineCalibrator(_LogitCalibrator):
+@register("spline", order=30)
+class SplineCalibrator(LogitCalibrator):
     """Monotone piecewise-linear calibration of the logit: ``sigmoid(b + a z + sum_j c_j relu(z - k_j))``.
 
     Args:
@@ -193,6 +195,8 @@ class SplineCalibrator(_LogitCalibrator):
         nll_before_ (float), nll_after_ (float): Weighted mean NLL of the raw and calibrated fit boxes.
     """
 
+    format = _FORMAT
+    deploy_form = "hinges"
     _fitted_attr = "map_"
 
     def __init__(
@@ -237,7 +241,8 @@ class SplineCalibrator(_LogitCalibrator):
             )
         return k
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> SplineCalibrator:
+    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
+            groups: Any = None) -> SplineCalibrator:
         """Fit the map by penalised maximum likelihood.
 
         Args:
@@ -320,6 +325,10 @@ class SplineCalibrator(_LogitCalibrator):
         """``(K + 1,)`` slope of each segment, left to right (all >= :data:`MIN_SLOPE`)."""
         self._check_fitted()
         return _slopes(np.concatenate([[self.b_, self.a_], self.c_]))
+
+    def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
+        self._check_fitted()
+        return [self.map_] * n_classes
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: ``{"format": "det_calib.SplineCalibrator", "version": 1, "knots": [K], "a", "b",

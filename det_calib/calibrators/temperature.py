@@ -48,8 +48,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from det_calib.calibrators.base import LogitCalibrator, NotFittedError
+from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.numeric import binary_nll_terms, expit, log_softmax, logsumexp, weighted_mean
+from det_calib.numeric import binary_nll_terms, expit, log_softmax, logit_threshold, logsumexp, weighted_mean
 from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "NotFittedError",
     "TemperatureScaler",
     "binary_nll",
+    "equivalent_threshold",
     "fit_temperature",
     "softmax_nll",
 ]
@@ -75,14 +78,6 @@ T_MAX = 1e4
 
 _FORMAT = "det_calib.TemperatureScaler"
 _FORMAT_VERSION = 1
-
-
-class NotFittedError(RuntimeError):
-    """A fitted-state method (``predict_proba``, ``transform_logits``, ``to_dict``) was called before ``fit``.
-
-    It is a usage bug rather than bad input, so it is a plain :class:`RuntimeError` and not a
-    :class:`~det_calib.errors.DetCalibError`: the CLI keeps its traceback.
-    """
 
 
 class ConvergenceWarning(UserWarning):
@@ -395,7 +390,8 @@ def fit_temperature(
 # the estimator
 
 
-class TemperatureScaler:
+@register("temperature", order=10)
+class TemperatureScaler(LogitCalibrator):
     """Temperature scaling as a small scikit-learn style estimator.
 
     Args:
@@ -435,7 +431,18 @@ class TemperatureScaler:
         fitted = f", temperature_={self.temperature_:.6g}" if hasattr(self, "temperature_") else ""
         return f"TemperatureScaler(kind={self.kind!r}, tol={self.tol!r}, max_iter={self.max_iter!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, weights: Any = None) -> TemperatureScaler:
+    format = _FORMAT
+    _fitted_attr = "temperature_"
+
+    @classmethod
+    def of_temperature(cls, temperature: float) -> TemperatureScaler:
+        """A fitted sigmoid scaler of temperature ``temperature`` (a run's record read back)."""
+        obj = cls(kind="sigmoid")
+        obj.temperature_ = _check_temperature(temperature)
+        return obj
+
+    def fit(self, logits: Any, labels: Any, weights: Any = None, *, classes: Any = None,
+            groups: Any = None) -> TemperatureScaler:
         """Fit the temperature; see :func:`fit_temperature` for the arguments and errors.
 
         Returns:
@@ -463,12 +470,12 @@ class TemperatureScaler:
             )
         return self.temperature_
 
-    def transform_logits(self, logits: Any) -> np.ndarray:
+    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Return the scaled logits ``z / T`` (float64, same shape as ``logits``)."""
         t = self._check_fitted()
         return check_logits(logits, _check_kind(self.kind)) / t
 
-    def predict_proba(self, logits: Any) -> np.ndarray:
+    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
         """Calibrated probabilities.
 
         Returns:
@@ -527,3 +534,22 @@ class TemperatureScaler:
             if d.get(key) is not None:
                 setattr(obj, key + "_", d[key])
         return obj
+
+    def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(n_classes, 1.0 / float(self._check_fitted())), np.zeros(n_classes)
+
+    def equivalent_conf(self, conf: float, cls: int | None = None) -> float | None:
+        """``sigmoid(logit(conf) / T)`` (:func:`equivalent_threshold`; in (0, 1), else None)."""
+        if not 0 < conf < 1:
+            return None
+        return equivalent_threshold(conf, float(self._check_fitted()))  # the figures of earlier runs, bit for bit
+
+
+def equivalent_threshold(conf: float, temperature: float) -> float:
+    """The calibrated threshold ``sigmoid(logit(conf) / T)`` that keeps the raw set at ``conf``."""
+    if not 0 < conf < 1:
+        raise InputError(f"Expected argument `conf` in (0, 1), but got {conf}")
+    if not temperature > 0:
+        raise InputError(f"Expected argument `temperature` > 0, but got {temperature}")
+    z = logit_threshold(conf)
+    return 1.0 / (1.0 + math.exp(-z / temperature))  # scalar; the figures of earlier runs, bit for bit

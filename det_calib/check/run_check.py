@@ -600,7 +600,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.capture.predictor import available_heads, load_detector
     from det_calib.data.ground_truth import check_class_names
     from det_calib.record.run_folder import load_run
-    from det_calib.run.fitting import calibrator_of
+    from det_calib.record.run_result import calibrator_of
     from det_calib.run.job import Settings, _Inputs
 
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from det_calib.data.box_table import HEAD_BRANCH
@@ -167,33 +168,16 @@ def temperatures_from_json(path: str | Path) -> dict[str, float]:
 
 def _affine_params(calibrator: Any, nc: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(a, b)`` per class (length nc) when ``calibrator`` is affine in the logit, else None."""
-    from det_calib.calibrators.affine import ClassAffineScaler, PlattScaler
-    from det_calib.calibrators.temperature import TemperatureScaler
-    from det_calib.selection.cross_validation import Identity, TemperatureCalibrator
-
-    if isinstance(calibrator, Identity):
-        a, b = [1.0] * nc, [0.0] * nc
-    elif isinstance(calibrator, (TemperatureScaler, TemperatureCalibrator)):
-        a, b = [1.0 / float(calibrator.temperature_)] * nc, [0.0] * nc
-    elif isinstance(calibrator, PlattScaler):
-        a, b = [calibrator.a_] * nc, [calibrator.b_] * nc
-    elif isinstance(calibrator, ClassAffineScaler):
-        pa, pb = calibrator.params_for(nc)
-        a, b = pa.tolist(), pb.tolist()
-    else:
+    ab = calibrator.affine_params(nc) if getattr(calibrator, "deploy_form", None) == "affine" else None
+    if ab is None:
         return None
+    a, b = (np.asarray(v, dtype=np.float64).tolist() for v in ab)
     return torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
 
 
 def _pwl_maps(calibrator: Any, nc: int) -> list | None:
-    from det_calib.calibrators.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
-    from det_calib.calibrators.spline import SplineCalibrator
-
-    if isinstance(calibrator, (IsotonicCalibrator, SplineCalibrator)):
-        return [calibrator.map_] * nc
-    if isinstance(calibrator, ClassIsotonicCalibrator):
-        return [calibrator.map_for(c) for c in range(nc)]
-    return None
+    """One piecewise-linear map per class when ``calibrator`` is folded as hinge layers, else None."""
+    return calibrator.hinge_maps(nc) if getattr(calibrator, "deploy_form", None) == "hinges" else None
 
 
 def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:

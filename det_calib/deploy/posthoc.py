@@ -23,8 +23,7 @@ __all__ = ["apply_calibrator", "load_calibrators"]
 
 def load_calibrators(calibration: Any) -> dict[str, Any]:
     """Head -> fitted calibrator of a ``calibration.json`` (a path, its dict, or a RunResult)."""
-    from det_calib.record.run_result import RunResult, calibrators_from_dict, read_calibrators
-    from det_calib.run.fitting import calibrator_of
+    from det_calib.record.run_result import RunResult, calibrator_of, calibrators_from_dict, read_calibrators
 
     if isinstance(calibration, (str, Path)):
         records = read_calibrators(calibration)
@@ -70,8 +69,8 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         head = next(iter(cals))
     if head not in cals:
         raise InputError(f"Expected argument `head` to be one of {sorted(cals)}, but got {head!r}")
+    from det_calib.calibrators.base import calibrated_logits
     from det_calib.metrics.calibration import sigmoid
-    from det_calib.run.fitting import calibrated_logits
 
     cal = cals[head]
     many = isinstance(results, (list, tuple))

@@ -13,14 +13,13 @@ equivalent to the calibrated threshold ``sigmoid(logit(t) / T)``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from det_calib.calibrators.temperature import equivalent_threshold  # noqa: F401  (re-exported)
 from det_calib.errors import InputError
-from det_calib.numeric import logit_threshold
 
 
 @dataclass(frozen=True)
@@ -56,16 +55,6 @@ class ThresholdShift:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def equivalent_threshold(conf: float, temperature: float) -> float:
-    """The calibrated threshold ``sigmoid(logit(conf) / T)`` that keeps the raw set at ``conf``."""
-    if not 0 < conf < 1:
-        raise InputError(f"Expected argument `conf` in (0, 1), but got {conf}")
-    if not temperature > 0:
-        raise InputError(f"Expected argument `temperature` > 0, but got {temperature}")
-    z = logit_threshold(conf)
-    return 1.0 / (1.0 + math.exp(-z / temperature))  # scalar; the figures of earlier runs, bit for bit
 
 
 def threshold_shift(

@@ -62,7 +62,7 @@ class HeadBoxes:
     def logit_after(self) -> np.ndarray | None:
         """Calibrated logits (``logit / T`` for a temperature), or None when no calibrator was fitted."""
         if self.calibrator is not None:
-            from det_calib.run.fitting import calibrated_logits
+            from det_calib.calibrators.base import calibrated_logits
 
             return calibrated_logits(self.calibrator, self.logit, self.cls)
         if self.temperature is None:
@@ -133,7 +133,7 @@ class Run:
         rec = self.head(head).calibrator
         if rec is None or rec.method == "temperature":
             return None
-        from det_calib.run.fitting import calibrator_of
+        from det_calib.record.run_result import calibrator_of
 
         return calibrator_of(rec)
 

@@ -184,6 +184,30 @@ class Calibrator:
         return cls(method, dict(params))
 
 
+def calibrator_record(cal: Any, method: str, floor: float) -> Calibrator:
+    """The :class:`Calibrator` record of a fitted calibrator: the temperature method is
+    ``Calibrator("temperature", {"temperature": T})`` (written as ``temperature: {head: T}``, as
+    always); any other method is ``Calibrator(method, {"fit_min_conf": floor, "map": cal.to_dict()})``."""
+    if method == "temperature":
+        return Calibrator.temperature_scaling(float(cal.temperature_))
+    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
+
+
+def calibrator_of(rec: Calibrator) -> Any:
+    """The fitted calibrator of a record (a :class:`~det_calib.calibrators.base.LogitCalibrator`)."""
+    from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
+    from det_calib.calibrators.temperature import TemperatureScaler
+
+    if rec.method == "temperature":
+        return TemperatureScaler.of_temperature(float(rec.params["temperature"]))
+    if rec.method == "none":
+        return make_calibrator("none").fit(None, None)
+    m = rec.params.get("map")
+    if not isinstance(m, dict):
+        raise InputError(f"calibrator {rec.method!r} has no `map` parameters")
+    return calibrator_from_dict(m)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A calibrator considered for a head, with its cross-validated score (lower is better)."""

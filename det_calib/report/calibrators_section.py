@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators import registry
 from det_calib.metrics.calibration import sigmoid
 from det_calib.record.run_folder import HeadBoxes, Run
 from det_calib.record.run_result import (
@@ -23,7 +24,7 @@ from det_calib.record.run_result import (
     operating_point_worse,
     temperature_words,
 )
-from det_calib.selection.cross_validation import GAIN_KEPT, METHODS, Z_NONE, Z_SIMPLER
+from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
 from .common import _Builder, _eval, f3, f4, fci, fint, fthr
@@ -205,8 +206,9 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
     reps = _repeats(run, heads)
     folds = f"{st.cv_folds}-fold cross-validation grouped by image" + (f", repeated {reps} times with fresh folds,"
                                                                        if reps > 1 else "")
+    order = registry.methods()
     methods = sorted({c.calibrator.method for h in heads for c in run.head(h).candidates or []},
-                     key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
+                     key=lambda m: order.index(m) if m in order else len(order))
     b.add(Para(f"--method auto tried {', '.join(methods)} on two fit ranges (all boxes, and boxes above half the "
                f"lowest conf) by {folds} on split {st.fit_split}, scoring each by the {st.criterion} of the held-out "
                f"boxes above conf {min(thr):g}. Every candidate is scored on the same folds, so they are compared "
@@ -214,7 +216,7 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
                f"{Z_NONE:g} standard error of that difference; the best eligible one wins, unless a simpler eligible "
                f"one is as good: behind it by less than {Z_SIMPLER:g} standard error of theirs, or keeping "
                f"{GAIN_KEPT:.0%} of its gain over the raw scores (simplest first: "
-               f"{' < '.join(m for m in METHODS if m in methods)}; standard errors corrected for the overlap of the "
+               f"{' < '.join(m for m in order if m in methods)}; standard errors corrected for the overlap of the "
                "training folds). With no eligible calibrator the raw scores are kept. Each method's best fit range "
                f"was then refitted on the whole fit split and scored on split {st.eval_split} below.", "note"))
     for h in heads:
@@ -298,8 +300,8 @@ def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
     rec = mp.get("calibrator")
     if rec is None:
         return None
-    from det_calib.run.fitting import calibrated_logits
-    from det_calib.selection.cross_validation import calibrator_from_dict
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.calibrators.registry import calibrator_from_dict
 
     return sigmoid(calibrated_logits(calibrator_from_dict(rec), hb.logit, hb.cls))
 

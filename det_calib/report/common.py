@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.io import write_bytes, write_text
@@ -186,7 +187,7 @@ def shift_sentence(e: ThresholdShift) -> str:
 def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
     s = (f"pycocotools mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
          f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
-    per_class = method.startswith("class-")
+    per_class = method in registry.methods() and registry.is_per_class(method)
     if ev.map_identical is True:
         return s + (": identical (a per-class monotone map keeps each class's ranking, which is what COCO AP reads)."
                     if per_class else ": identical, as it must be (one monotone map keeps the ranking of boxes).")

@@ -3,14 +3,10 @@ and score calibrators where decisions are made (the boxes kept at each ``--conf`
 
 - :func:`fit_floors` — the fit range(s) a run's settings ask for
 - :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice
-- :func:`calibrator_record` / :func:`calibrator_of` — a fitted calibrator <-> its
-  :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
+- :func:`~det_calib.record.run_result.calibrator_record` / :func:`~det_calib.record.run_result.calibrator_of`
+  — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
 - :class:`OperatingEval` — kept-set ECE and LaECE_0 (reference conventions) with bias-corrected
   bootstrap intervals, all-box ECE, NLL and Brier of any calibrator on the eval split
-
-A calibrator's record: the temperature method is ``Calibrator("temperature", {"temperature": T})``
-(written as ``temperature: {head: T}``, as always); any other method is
-``Calibrator(method, {"fit_min_conf": floor, "map": <the calibrator's to_dict()>})``.
 """
 
 from __future__ import annotations
@@ -24,31 +20,45 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.calibrators.affine import ClassAffineScaler
-from det_calib.calibrators.isotonic import ClassIsotonicCalibrator
+from det_calib.calibrators import registry
+from det_calib.calibrators.base import calibrated_logits, deployed_conf
 from det_calib.errors import InputError
-from det_calib.evaluation.kept_set import equivalent_threshold
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import LaECE0Targets, kept_ece_floor
 from det_calib.record.run_result import Calibrator, Candidate, OperatingFigures
-from det_calib.selection.cross_validation import (
-    GLOBAL_METHODS,
-    METHODS,
-    Identity,
-    Selection,
-    TemperatureCalibrator,
-    calibrator_from_dict,
-    fit_calibrator,
-    select_calibrator,
-)
+from det_calib.selection.cross_validation import Selection, fit_calibrator, select_calibrator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_METHODS", "FIT_RANGES", "GLOBAL_METHODS", "OperatingEval", "calibrated_logits", "deployed_conf",
-           "calibrator_of", "calibrator_record", "choose_calibrator", "equivalent_conf", "fit_floors"]
+__all__ = ["FIT_RANGES", "OperatingEval", "calibration_methods", "choose_calibrator", "fit_floors", "method_help",
+           "per_class_help"]
 
-CALIBRATION_METHODS: tuple[str, ...] = (*(m for m in METHODS if m != "none"), "auto")
-"""Values of ``--method``."""
+
+def calibration_methods() -> tuple[str, ...]:
+    """Values of ``--method``: every registered method but ``none``, then ``auto``."""
+    return (*(m for m in registry.methods() if m != "none"), "auto")
+
+
+def _words(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def method_help() -> str:
+    """The help of ``--method`` (the registered methods)."""
+    glob = registry.global_methods()
+    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.is_per_class(m)]
+    return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
+            f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
+            f"name: {', '.join(named)}")
+
+
+def per_class_help() -> str:
+    """The help of ``--per-class`` (the registered per-class methods)."""
+    per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
+    return (f"let --method auto also consider the per-class maps ({per}; they can change which class wins a box, "
+            "see the mAP promise)")
+
+
 FIT_RANGES: tuple[str, ...] = ("all", "operating")
 
 
@@ -83,81 +93,6 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
     return (v,)
 
 
-def calibrator_record(cal: Any, method: str, floor: float) -> Calibrator:
-    """The :class:`Calibrator` record of a fitted calibrator (see the module docstring)."""
-    if method == "temperature":
-        return Calibrator.temperature_scaling(float(cal.temperature_))
-    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
-
-
-def calibrator_of(rec: Calibrator) -> Any:
-    """The fitted calibrator of a record (``transform_logits(z, classes=...)``)."""
-    if rec.method == "temperature":
-        t = TemperatureCalibrator.__new__(TemperatureCalibrator)
-        t.min_samples = 10
-        from det_calib.calibrators.temperature import TemperatureScaler
-
-        sc = TemperatureScaler(kind="sigmoid")
-        sc.temperature_ = float(rec.params["temperature"])
-        t.scaler_, t.temperature_ = sc, sc.temperature_
-        return t
-    if rec.method == "none":
-        return Identity().fit(None, None)
-    m = rec.params.get("map")
-    if not isinstance(m, dict):
-        raise InputError(f"calibrator {rec.method!r} has no `map` parameters")
-    return calibrator_from_dict(m)
-
-
-def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
-    """Calibrated logits of boxes (``z`` raw logits, ``cls`` their classes); a temperature divides
-    exactly as :func:`det_calib.metrics.sigmoid` does (the figures of earlier versions, bit for bit)."""
-    if isinstance(cal, TemperatureCalibrator):
-        return np.asarray(z, dtype=np.float64) / float(cal.temperature_)
-    return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
-
-
-def deployed_conf(cal: Any, z: np.ndarray, cls: np.ndarray, raw_conf: np.ndarray) -> np.ndarray:
-    """The conf each box gets under ``cal`` (float64): ``sigmoid`` of its calibrated logit, or
-    under ``none`` the raw ``conf`` itself (what Ultralytics reports, float32), not ``sigmoid(z)``
-    in float64, which can keep one more box at a threshold placed exactly on a score.
-
-    >>> deployed_conf(Identity().fit(None, None), np.array([0.0]), np.array([0]), np.array([0.5], np.float32)).tolist()
-    [0.5]
-    """
-    if isinstance(cal, Identity):
-        return np.asarray(raw_conf, dtype=np.float64)
-    return metrics.sigmoid(calibrated_logits(cal, z, cls), 1.0)
-
-
-def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
-    """The calibrated threshold that keeps exactly the boxes whose raw conf is above ``conf``.
-
-    It is the calibrated conf of a box whose raw conf is ``conf``, provided the map is strictly
-    increasing from there (every box scored higher raw is scored higher calibrated). Every map of
-    :data:`~det_calib.selection.cross_validation.METHODS` is (the isotonic maps too: their steps are made strictly
-    increasing); a map found flat just above ``conf`` (a probe step of 1e-7 in logit) gets None,
-    as there is no such threshold. A per-class map has one per class (``cls``); over all classes, None.
-
-    >>> equivalent_conf(Identity().fit(None, None), 0.25)
-    0.25
-    """
-    if not 0 < conf < 1:
-        return None
-    if isinstance(cal, TemperatureCalibrator):
-        return equivalent_threshold(conf, float(cal.temperature_))  # the figures of earlier runs, bit for bit
-    if isinstance(cal, Identity):
-        return float(conf)
-    if isinstance(cal, (ClassAffineScaler, ClassIsotonicCalibrator)) and cls is None:
-        return None
-    z = math.log(conf) - math.log1p(-conf)
-    zz = np.array([z, z + 1e-7 * max(1.0, abs(z))])
-    t = calibrated_logits(cal, zz, np.full(2, 0 if cls is None else int(cls), dtype=np.int64))
-    if not t[1] > t[0]:
-        return None
-    return float(metrics.sigmoid(t[:1], 1.0)[0])
-
-
 @dataclass
 class Choice:
     """A head's fitted calibrator and how it was chosen."""
@@ -171,9 +106,10 @@ class Choice:
 
 def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[float, ...], criterion: str,
                       min_conf: float, n_folds: int, seed: int, n_repeats: int = 5,
-                      methods: tuple[str, ...] = GLOBAL_METHODS) -> Choice:
+                      methods: tuple[str, ...] | None = None) -> Choice:
     """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``
-    among ``methods`` (default the maps that keep every box's ranking, :data:`GLOBAL_METHODS`).
+    among ``methods`` (default the maps that keep every box's ranking,
+    :func:`~det_calib.calibrators.registry.global_methods`).
 
     One method: ``fit_boxes`` are already its fit range (above ``floors[0]``, by the caller's
     rule); ``floors[0]`` is recorded and shapes the map below it. ``auto`` applies each floor itself.
@@ -187,10 +123,11 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
     if method != "auto":
         cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
+    methods = registry.global_methods() if methods is None else methods
     sel = select_calibrator(z, y, classes=k, groups=g, methods=methods, fit_min_confs=floors, min_conf=min_conf,
                             criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed)
     refits: dict[str, tuple[str, float, Any]] = {}
-    for m in METHODS:
+    for m in registry.methods():
         ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]
         if not ok:
             continue
@@ -262,7 +199,7 @@ class OperatingEval:
 
     def probs(self, cal: Any | None) -> tuple[np.ndarray, np.ndarray]:
         """``(logits, conf)`` of the boxes under ``cal`` (None or ``none``: the raw conf itself)."""
-        if cal is None or isinstance(cal, Identity):
+        if cal is None:
             return self.z, self.raw
         return calibrated_logits(cal, self.z, self.cls), deployed_conf(cal, self.z, self.cls, self.raw)
 

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators import registry
+from det_calib.calibrators.base import calibrated_logits, deployed_conf, equivalent_conf
 from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.data.box_table import HEAD_CHOICES, HEADS, HeadChoice, validate_boxes
 from det_calib.data.ground_truth import (
@@ -69,6 +71,8 @@ from det_calib.record.run_result import (
     Thresholded,
     ValCheck,
     ValMap,
+    calibrator_of,
+    calibrator_record,
     left_words,
     operating_point_worse,
     package_version,
@@ -76,21 +80,17 @@ from det_calib.record.run_result import (
     temperature_words,
 )
 from det_calib.run.fitting import (
-    CALIBRATION_METHODS,
-    GLOBAL_METHODS,
     Choice,
     OperatingEval,
-    calibrated_logits,
-    calibrator_of,
-    calibrator_record,
+    calibration_methods,
     candidates_of,
     choose_calibrator,
-    deployed_conf,
-    equivalent_conf,
     fit_floors,
+    method_help,
+    per_class_help,
 )
 from det_calib.run.preflight import preflight
-from det_calib.selection.cross_validation import CRITERIA, METHODS
+from det_calib.selection.cross_validation import CRITERIA
 from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION, Fallback, Unit
 
 log = logging.getLogger(__name__)
@@ -135,14 +135,8 @@ class Settings:
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = _opt("auto", "calibration map: auto (default: chosen per head by cross-validation grouped by "
-                       "image among none, temperature, platt, spline and isotonic, the maps that keep every box's "
-                       "ranking; `none` keeps the raw scores), or one by name: temperature, platt, spline, "
-                       "isotonic, class-temperature, class-platt, class-isotonic",
-                       flag="--method", choices=CALIBRATION_METHODS)
-    per_class: bool = _opt(False, "let --method auto also consider the per-class maps (class-temperature, "
-                           "class-platt, class-isotonic; they can change which class wins a box, see the mAP promise)",
-                           flag="--per-class", switch=True)
+    method: str = _opt("auto", method_help, flag="--method", choices=calibration_methods)
+    per_class: bool = _opt(False, per_class_help, flag="--per-class", switch=True)
     fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
                                  "a raw conf floor; default all, and --method auto tries all and operating",
                                  flag="--fit-range")
@@ -198,9 +192,9 @@ class Settings:
                 raise InputError(f"Expected every `conf` in (0, 1), but got {c}")
         if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
-        if self.method not in CALIBRATION_METHODS:
+        if self.method not in calibration_methods():
             raise InputError(
-                f"Expected `method` to be one of {', '.join(CALIBRATION_METHODS)}, but got {self.method!r}"
+                f"Expected `method` to be one of {', '.join(calibration_methods())}, but got {self.method!r}"
             )
         if self.criterion not in CRITERIA:
             raise InputError(f"Expected `criterion` to be one of {', '.join(CRITERIA)}, but got {self.criterion!r}")
@@ -347,8 +341,7 @@ def _as_calibrator(calibrator: Any) -> Any:
 
 
 def _temperature_of(calibrator: Any) -> float | None:
-    t = getattr(calibrator, "temperature_", None)
-    return None if t is None or type(calibrator).__name__ == "ClassAffineScaler" else float(t)
+    return float(calibrator.temperature_) if isinstance(calibrator, TemperatureScaler) else None
 
 
 def _scores(a: _EvalArrays, m: Any, calibrator: Any, s: Settings) -> tuple[Scores, Scores]:
@@ -501,7 +494,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
     if s.method == "auto":
         return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
                                  min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
-                                 methods=METHODS if s.per_class else GLOBAL_METHODS)
+                                 methods=registry.methods() if s.per_class else registry.global_methods())
     if s.method == "temperature":
         return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s)))
     return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
@@ -511,18 +504,15 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
 def fit_temperature(boxes: pl.DataFrame) -> Any:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
     whatever is deployed, and reported for comparison)."""
-    scaler = TemperatureScaler(kind="sigmoid").fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy())
-    cal = calibrator_of(Calibrator.temperature_scaling(float(scaler.temperature_)))
-    cal.scaler_ = scaler
-    return cal
+    return TemperatureScaler(kind="sigmoid").fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy())
 
 
 def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
     """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison."""
     used = fit_boxes(boxes, s, choice.floor)
     zf, yf = used["logit"].to_numpy(), used["correct"].to_numpy()
-    scaler = getattr(choice.calibrator, "scaler_", None)
-    if choice.method == "temperature" and scaler is not None and hasattr(scaler, "nll_before_"):
+    scaler = choice.calibrator
+    if choice.method == "temperature" and hasattr(scaler, "nll_before_"):
         t = float(scaler.temperature_)
         nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
         pf1 = metrics.sigmoid(zf, t)
@@ -797,7 +787,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
             for h, check in checks.items():
                 result.results[h] = _replace(result.results[h], ultralytics_val=check)
             for h, rec in records.items():
-                if rec.method not in GLOBAL_METHODS:
+                if registry.is_per_class(rec.method):
                     eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
                     change = detection_change(inputs, stage / "calibrated.pt", ev, h, eb, rec, s)
                     result.results[h] = _replace(result.results[h], detection_change=change)
@@ -907,7 +897,7 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
     """The calibrated conf of a box whose raw conf is ``floor``, for a global monotone map (then
     ``calibrated > it`` keeps exactly the boxes with ``raw > floor``; :func:`equivalent_conf`);
     None for per-class maps."""
-    if record.method not in GLOBAL_METHODS:
+    if registry.is_per_class(record.method):
         return None
     return equivalent_conf(calibrator_of(record), floor) if floor > 0 else 0.0
 

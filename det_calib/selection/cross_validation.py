@@ -1,6 +1,6 @@
 """Choose a calibrator and its fit range by cross-validation grouped by image.
 
-Candidates are (method x fit range). Methods (:data:`METHODS`, simplest first): ``none`` (keep
+Candidates are (method x fit range). Methods (the registry's, simplest first): ``none`` (keep
 the raw scores; always a candidate), ``temperature``, ``platt``, ``spline`` (Platt whose slope
 changes at two knots in the operating range, :class:`~det_calib.calibrators.spline.SplineCalibrator`),
 ``class-temperature``, ``class-platt``, ``isotonic``, ``class-isotonic``. A fit range is a conf floor: ``0.0`` fits on
@@ -29,7 +29,7 @@ standard error is corrected for the overlap of the training folds (Nadeau and Be
    fold by more than ``z_none`` (1) such standard errors of its difference from ``none``. With
    no eligible calibrator, ``none`` is chosen: keep the raw scores.
 2. **The best eligible candidate** (lowest CV mean) wins, unless
-3. **a simpler eligible candidate** (earlier in :data:`METHODS`, or the same method on an
+3. **a simpler eligible candidate** (earlier in the registry's order, or the same method on an
    earlier fit range) is as good: behind it by less than ``z_simpler`` (0.25) standard errors
    of their difference, fold by fold, or keeping at least 99% of its CV gain over the raw scores
    (``GAIN_KEPT``: a difference no kept-set figure can show); then the simplest such wins. This
@@ -55,52 +55,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators.affine import (
-    ClassAffineScaler,
-    PlattScaler,
-    _check_classes,
-    group_folds,
-)
-from det_calib.calibrators.isotonic import ClassIsotonicCalibrator, IsotonicCalibrator
-from det_calib.calibrators.spline import SplineCalibrator
-from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.calibrators import registry
+from det_calib.calibrators.affine import _check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.validation import check_labels, check_logits
 
 __all__ = [
-    "GLOBAL_METHODS",
-    "METHODS",
     "Candidate",
-    "Identity",
     "Selection",
-    "TemperatureCalibrator",
-    "calibrator_from_dict",
     "fit_calibrator",
-    "make_calibrator",
     "select_calibrator",
 ]
 
 log = logging.getLogger(__name__)
 
-Method = Literal[
-    "none", "temperature", "platt", "spline", "class-temperature", "class-platt", "isotonic", "class-isotonic"
-]
-#: Every method, simplest first (the order the one-SE rule prefers).
-METHODS: tuple[str, ...] = (
-    "none",
-    "temperature",
-    "platt",
-    "spline",
-    "class-temperature",
-    "class-platt",
-    "isotonic",
-    "class-isotonic",
-)
-#: One monotone map for every class: the ranking of all boxes, hence mAP, is unchanged. The
-#: automatic choice's default candidates.
-GLOBAL_METHODS: tuple[str, ...] = tuple(m for m in METHODS if not m.startswith("class-"))
 Z_NONE = 1.0
 """A calibrator must beat the raw scores by more than this many paired standard errors."""
 Z_SIMPLER = 0.25
@@ -109,105 +79,12 @@ GAIN_KEPT = 0.99
 """... and so is one that keeps at least this share of the best's CV gain over the raw scores."""
 
 
-class Identity:
-    """The ``none`` method: raw logits unchanged. ``fit`` accepts and ignores its data."""
-
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> Identity:
-        self.fitted_ = True
-        return self
-
-    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return check_logits(logits, "sigmoid").copy()
-
-    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return sigmoid(self.transform_logits(logits))
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"format": "det_calib.Identity", "version": 1}``."""
-        return {"format": "det_calib.Identity", "version": 1}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Identity:
-        return cls().fit(None, None)
-
-
-class TemperatureCalibrator:
-    """:class:`~det_calib.calibrators.temperature.TemperatureScaler` with the common calibrator signature.
-
-    Attributes:
-        scaler_ (TemperatureScaler): The fitted scaler; ``temperature_`` is its ``T``.
-    """
-
-    def __init__(self, *, min_samples: int = 10):
-        self.min_samples = min_samples
-
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None) -> TemperatureCalibrator:
-        self.scaler_ = TemperatureScaler(min_samples=self.min_samples).fit(logits, labels, weights)
-        self.temperature_ = self.scaler_.temperature_
-        return self
-
-    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return self.scaler_.transform_logits(logits)
-
-    def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
-        return sigmoid(self.transform_logits(logits))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The :class:`TemperatureScaler` dict (``format`` ``det_calib.TemperatureScaler``)."""
-        return self.scaler_.to_dict()
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TemperatureCalibrator:
-        obj = cls()
-        obj.scaler_ = TemperatureScaler.from_dict(d)
-        obj.temperature_ = obj.scaler_.temperature_
-        return obj
-
-
-def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
-    """An unfitted calibrator for ``method`` (one of :data:`METHODS`); ``fit_min_conf`` > 0 (it
-    will be fitted above that raw conf only) gives the isotonic maps slope 1 below their first
-    knot: the boxes below the floor keep their raw spacing (see :mod:`det_calib.calibrators.isotonic`)."""
-    left = 1.0 if fit_min_conf > 0 else None
-    if method not in METHODS:
-        raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
-    return {
-        "none": lambda: Identity(),
-        "temperature": lambda: TemperatureCalibrator(),
-        "platt": lambda: PlattScaler(),
-        "spline": lambda: SplineCalibrator(),
-        "class-temperature": lambda: ClassAffineScaler(kind="temperature", shrinkage=shrinkage, seed=seed),
-        "class-platt": lambda: ClassAffineScaler(kind="platt", shrinkage=shrinkage, seed=seed),
-        "isotonic": lambda: IsotonicCalibrator(left_slope=left),
-        "class-isotonic": lambda: ClassIsotonicCalibrator(blend=shrinkage, seed=seed, left_slope=left),
-    }[method]()
-
-
-_FORMATS = {
-    "det_calib.Identity": Identity,
-    "det_calib.TemperatureScaler": TemperatureCalibrator,
-    "det_calib.PlattScaler": PlattScaler,
-    "det_calib.SplineCalibrator": SplineCalibrator,
-    "det_calib.ClassAffineScaler": ClassAffineScaler,
-    "det_calib.IsotonicCalibrator": IsotonicCalibrator,
-    "det_calib.ClassIsotonicCalibrator": ClassIsotonicCalibrator,
-}
-
-
-def calibrator_from_dict(d: dict[str, Any]) -> Any:
-    """Rebuild any calibrator from its ``to_dict`` output (dispatch on ``d["format"]``)."""
-    if not isinstance(d, dict) or d.get("format") not in _FORMATS:
-        got = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise InputError(f"Expected a calibrator dict with `format` in {sorted(_FORMATS)}, but got {got!r}")
-    return _FORMATS[d["format"]].from_dict(d)
-
-
 @dataclass
 class Candidate:
     """CV result of one (method, fit floor) candidate.
 
     Attributes:
-        method: One of :data:`METHODS`.
+        method: One of the registry (:func:`~det_calib.calibrators.registry.methods`).
         fit_min_conf: Fit range: boxes with raw conf above this (0.0 = all boxes).
         mean: Mean of the held-out criterion over the R x K folds (nan when every fold failed).
         se: Standard error of that mean, corrected for overlapping training folds (see the
@@ -346,7 +223,7 @@ def select_calibrator(
     *,
     classes: Any = None,
     groups: Any = None,
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] | None = None,
     fit_min_confs: Sequence[float] | None = None,
     min_conf: float = 0.25,
     criterion: Literal["nll", "brier", "ece"] = "nll",
@@ -364,7 +241,7 @@ def select_calibrator(
             those methods are skipped).
         groups: ``(n,)`` image ids: the folds keep an image's boxes together. Without them the
             folds split boxes (boxes of one image are correlated: pass them).
-        methods: Methods to try; ``none`` is always added.
+        methods: Methods to try (default every registered method); ``none`` is always added.
         fit_min_confs: Fit floors to try (0.0 = all boxes); default ``(0.0, min_conf / 2)``.
         min_conf: The operating floor the criterion looks at (the lowest conf threshold used).
         criterion: ``"nll"`` or ``"ece"``, see the module docstring.
@@ -392,18 +269,20 @@ def select_calibrator(
         raise InputError(f"Expected argument `criterion` to be one of {CRITERIA}, but got {criterion!r}")
     if not (0.0 <= min_conf < 1.0):
         raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
-    bad = [m for m in methods if m not in METHODS]
+    known = registry.methods()
+    methods = known if methods is None else methods
+    bad = [m for m in methods if m not in known]
     if bad:
-        raise InputError(f"Expected argument `methods` to hold names from {METHODS}, but got {bad}")
+        raise InputError(f"Expected argument `methods` to hold names from {known}, but got {bad}")
     floors = tuple(fit_min_confs) if fit_min_confs is not None else (0.0, min_conf / 2)
     if any(not (0.0 <= f < 1.0) for f in floors):
         raise InputError(f"Expected every `fit_min_confs` value in [0, 1), but got {floors}")
-    use = [m for m in METHODS if m in set(methods) | {"none"}]
+    use = [m for m in known if m in set(methods) | {"none"}]
     if k is None:
-        skipped = [m for m in use if m.startswith("class-")]
+        skipped = [m for m in use if registry.is_per_class(m)]
         if skipped:
             log.info("no `classes` given: skipping %s", ", ".join(skipped))
-        use = [m for m in use if not m.startswith("class-")]
+        use = [m for m in use if not registry.is_per_class(m)]
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
         raise InputError(f"Expected argument `n_repeats` to be a positive integer, but got {n_repeats!r}")
     if not np.isfinite(z).all():
@@ -453,7 +332,7 @@ def fit_calibrator(
     """Fit one method on its fit range: the boxes with raw conf above ``fit_min_conf`` (0.0: all).
 
     Args:
-        method: One of :data:`METHODS`.
+        method: One of the registry (:func:`~det_calib.calibrators.registry.methods`).
         logits, labels: ``(n,)`` raw logits and 0/1 labels.
         classes: ``(n,)`` class ids (required by the ``class-*`` methods).
         groups: ``(n,)`` image ids for the per-class shrinkage CV.
@@ -469,14 +348,13 @@ def fit_calibrator(
     Raises:
         InputError: Bad arguments. DegenerateFitError: The fit range cannot determine the map.
     """
-    if method not in METHODS:
-        raise InputError(f"Expected argument `method` to be one of {METHODS}, but got {method!r}")
+    per_class = registry.is_per_class(method)  # InputError naming the methods for an unknown one
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
-    if method.startswith("class-") and k is None:
+    if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
     return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
                   in_range=in_range)
@@ -491,47 +369,25 @@ def _refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> An
     if not m.any():
         raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
                                  f"{c.method} on")
-    cal = make_calibrator(c.method, seed=seed, shrinkage=c.shrinkage if c.shrinkage is not None else "auto",
-                          fit_min_conf=c.fit_min_conf)
-    kw = {"classes": k[m]} if c.method.startswith("class-") else {}
-    if c.method.startswith("class-") and groups is not None:
+    shrinkage = c.shrinkage if c.shrinkage is not None else "auto"
+    cal = registry.make_calibrator(c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf)
+    per_class = registry.is_per_class(c.method)
+    kw = {"classes": k[m]} if per_class else {}
+    if per_class and groups is not None:
         kw["groups"] = np.asarray(groups)[m]
     return cal.fit(z[m], y[m], **kw)
 
 
 def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0):
-    """Fitted calibrators on one training fold (fit floor ``floor``): one per grid value (per-class
-    methods share the global fit and the per-class curves across the grid, warm-started from strong
-    to weak shrinkage)."""
-    if method in ("class-temperature", "class-platt"):
-        kind = "temperature" if method == "class-temperature" else "platt"
-        proto = ClassAffineScaler(kind=kind, shrinkage=math.inf, seed=seed)
-        n_cls = int(k.max()) + 1
-        prior = proto._global(z, y, w)
-        order = sorted(range(len(grid)), key=lambda j: -grid[j])
-        path = proto._path(z, y, w, k, n_cls, prior, [grid[j] for j in order])
-        out = [None] * len(grid)
-        for j, (a, b) in zip(order, path, strict=True):
-            cal = ClassAffineScaler(kind=kind, shrinkage=grid[j])
-            cal.a_, cal.b_, cal.global_a_, cal.global_b_ = a, b, prior[0], prior[1]
-            cal.shrinkage_, cal.cv_nll_, cal.n_classes_ = grid[j], None, n_cls
-            out[j] = cal
-        return out
-    if method == "class-isotonic":
-        from det_calib.calibrators.isotonic import _check_iso_degenerate
+    """Fitted calibrators on one training fold (fit floor ``floor``): one per grid value
+    (:meth:`~det_calib.calibrators.base.LogitCalibrator.fit_grid`; per-class maps share the global
+    fit and the per-class curves across the grid)."""
 
-        proto = make_calibrator(method, seed=seed, shrinkage=math.inf, fit_min_conf=floor)
-        _check_iso_degenerate(z, y, w, "per-class isotonic", proto.min_samples)
-        n_cls = int(k.max()) + 1
-        g, own, counts = proto._curves(z, y, w, k, n_cls)
-        out = []
-        for m in grid:
-            cal = make_calibrator(method, seed=seed, shrinkage=m, fit_min_conf=floor)
-            cal.maps_, cal.weights_ = proto._maps(g, own, counts, m)
-            cal.global_, cal.blend_, cal.cv_nll_, cal.n_classes_ = g, m, None, n_cls
-            out.append(cal)
-        return out
-    return [make_calibrator(method, seed=seed, fit_min_conf=floor).fit(z, y, weights=w)]
+    def build(g):
+        return registry.make_calibrator(method, seed=seed, shrinkage="auto" if g is None else g, fit_min_conf=floor)
+
+    proto = build(None) if grid == [None] else build(math.inf)
+    return proto.fit_grid(z, y, classes=k, weights=w, grid=grid, build=build)
 
 
 def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *, criterion: str = "nll",
@@ -551,7 +407,7 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
     """
     z_none = Z_NONE if z_none is None else float(z_none)
     z_simpler = Z_SIMPLER if z_simpler is None else float(z_simpler)
-    rank = {m: i for i, m in enumerate(METHODS)}
+    rank = {m: i for i, m in enumerate(registry.methods())}
 
     def order(c: Candidate) -> tuple[int, int]:
         return rank[c.method], (floors.index(c.fit_min_conf) if c.fit_min_conf in floors else 0)
@@ -630,13 +486,9 @@ def _paired_diff(scores: list[float], best: list[float], n_folds: int) -> tuple[
 
 
 def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) -> Candidate:
-    per_class = method.startswith("class-")
-    grid: list[float] = [None]  # type: ignore[list-item]
-    if per_class:
-        from det_calib.calibrators.affine import SHRINKAGE_GRID
-        from det_calib.calibrators.isotonic import BLEND_GRID
-
-        grid = list(BLEND_GRID if method == "class-isotonic" else SHRINKAGE_GRID)
+    per_class = registry.is_per_class(method)
+    cv_grid = registry.make_calibrator(method, seed=seed).cv_grid
+    grid: list[float] = [None] if cv_grid is None else list(cv_grid)  # type: ignore[list-item]
     scores = np.full((len(repeats) * n_folds, len(grid)), np.nan)
     try:
         for r, (z, y, k, folds, w, raw_keep) in enumerate(repeats):
@@ -657,5 +509,6 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
     col = scores[:, j]
     se = _corrected_se(col, n_folds)
     return Candidate(
-        method, float(floor), float(mean[j]), se, [float(v) for v in col], shrinkage=grid[j] if per_class else None
+        method, float(floor), float(mean[j]), se, [float(v) for v in col],
+        shrinkage=grid[j] if cv_grid is not None else None
     )

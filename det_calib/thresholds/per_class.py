@@ -690,8 +690,8 @@ def temperature_score(temperature: Mapping[str, float]) -> ScoreFn:
 def run_calibrator_score(calibration: str | Path) -> ScoreFn:
     """The score of a run's own calibrator, any method (``calibration.json``'s ``calibrators``):
     ``sigmoid`` of the calibrated logit, as ``calibrate`` scores its boxes."""
-    from det_calib.record.run_result import read_calibrators
-    from det_calib.run.fitting import calibrated_logits, calibrator_of
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.record.run_result import calibrator_of, read_calibrators
 
     records = read_calibrators(calibration)
 
