@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators.base import LogitCalibrator, NotFittedError  # noqa: F401  (re-exported)
+from det_calib.calibrators.base import LogitCalibrator, NotFittedError, number_words, spread_words  # noqa: F401  (re-exported)
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
@@ -333,6 +333,10 @@ class PlattScaler(LogitCalibrator):
         self._check_fitted()
         return self.a_ * check_logits(logits, "sigmoid") + self.b_
 
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        return f"Platt a = {number_words(d.get('a'))}, b = {number_words(d.get('b'))}"
+
     def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
         return np.full(n_classes, float(self.a_)), np.full(n_classes, float(self.b_))
@@ -535,6 +539,14 @@ class ClassAffineScaler(LogitCalibrator):
         m = min(n_classes, self.n_classes_)
         a[:m], b[:m] = self.a_[:m], self.b_[:m]
         return a, b
+
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        a = d.get("a") or []
+        if method == "class-temperature":
+            ts = [1.0 / x for x in a if isinstance(x, (int, float)) and x > 0]
+            return f"class-temperature ({len(ts)} classes, {spread_words('T', ts)})"
+        return f"{method} ({len(a)} classes, {spread_words('a', d.get('a'))}, {spread_words('b', d.get('b'))})"
 
     def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
         pa, pb = self.params_for(n_classes)

@@ -30,7 +30,8 @@ import numpy as np
 
 from det_calib.numeric import sigmoid
 
-__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "calibrated_logits", "deployed_conf", "equivalent_conf"]
+__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "calibrated_logits", "deployed_conf", "equivalent_conf",
+           "number_words", "spread_words"]
 
 DeployForm = Literal["affine", "hinges"]
 
@@ -87,6 +88,12 @@ class LogitCalibrator:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LogitCalibrator:  # pragma: no cover
         raise NotImplementedError
+
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        """The fitted map in a few words (the report's), read from its :meth:`to_dict` output ``d``
+        (a run record's ``map``; possibly partial: missing values read "n/a")."""
+        return method
 
     # deployment ---------------------------------------------------------------------------------
 
@@ -150,3 +157,14 @@ def deployed_conf(cal: Any, z: np.ndarray, cls: np.ndarray, raw_conf: np.ndarray
 def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
     """:meth:`LogitCalibrator.equivalent_conf` of ``cal``."""
     return cal.equivalent_conf(conf, cls)
+
+
+def number_words(x: object) -> str:
+    """``x`` to 3 significant digits, "n/a" when it is not a number (the words of a map's parameters)."""
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
+
+
+def spread_words(name: str, values: object) -> str:
+    """``T 0.91–1.32`` of a per-class parameter (its lowest and highest value over the classes)."""
+    v = [float(x) for x in values] if isinstance(values, list) and values else []
+    return f"{name} {number_words(min(v))}–{number_words(max(v))}" if v else f"{name} n/a"

@@ -36,6 +36,10 @@ class Identity(LogitCalibrator):
     def from_dict(cls, d: dict[str, Any]) -> Identity:
         return cls().fit(None, None)
 
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        return "none: raw scores"
+
     def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
         return np.ones(n_classes), np.zeros(n_classes)
 

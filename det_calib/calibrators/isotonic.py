@@ -328,6 +328,10 @@ class IsotonicCalibrator(LogitCalibrator):
         self._check_fitted()
         return self.map_(check_logits(logits, "sigmoid"))
 
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        return f"isotonic ({len((d.get('map') or {}).get('x') or [])} steps)"
+
     def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
         self._check_fitted()
         return [self.map_] * n_classes
@@ -490,6 +494,11 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         """The map of class ``c`` (the global map for an id never seen in the fit)."""
         self._check_fitted()
         return self.maps_[c] if 0 <= c < len(self.maps_) else self.global_
+
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        return (f"class-isotonic ({len(d.get('maps') or [])} class curves on a global one of "
+                f"{len((d.get('global') or {}).get('x') or [])} steps)")
 
     def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
         return [self.map_for(c) for c in range(n_classes)]

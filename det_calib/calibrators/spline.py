@@ -326,6 +326,10 @@ class SplineCalibrator(LogitCalibrator):
         self._check_fitted()
         return _slopes(np.concatenate([[self.b_, self.a_], self.c_]))
 
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        return f"spline ({len(d.get('knots') or [])} knots)"
+
     def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
         self._check_fitted()
         return [self.map_] * n_classes

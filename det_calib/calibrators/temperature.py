@@ -441,6 +441,11 @@ class TemperatureScaler(LogitCalibrator):
         obj.temperature_ = _check_temperature(temperature)
         return obj
 
+    @classmethod
+    def words(cls, d: dict[str, Any], method: str) -> str:
+        t = d.get("temperature")
+        return f"temperature T = {'n/a' if not isinstance(t, (int, float)) else f'{float(t):.3f}'}"
+
     def fit(self, logits: Any, labels: Any, weights: Any = None, *, classes: Any = None,
             groups: Any = None) -> TemperatureScaler:
         """Fit the temperature; see :func:`fit_temperature` for the arguments and errors.

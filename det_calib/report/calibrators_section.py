@@ -8,8 +8,6 @@ with each candidate's calibrator rebuilt from the JSON.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -27,7 +25,7 @@ from det_calib.record.run_result import (
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
-from .common import _Builder, _eval, f3, f4, fci, fint, fthr
+from .common import _Builder, _eval, f4, fci, fint, fthr
 from .document import Heading, Para, Table
 
 log = logging.getLogger(__name__)
@@ -41,7 +39,6 @@ FLOOR_NOTE = ("ECE floor: the kept-set ECE a perfectly calibrated detector would
               "kept boxes (labels drawn 200 times from their confidences; mean and 95% range). A finite set of "
               "boxes has a non-zero ECE even when perfectly calibrated; an ECE inside that range is as low as "
               "this many boxes can show.")
-GLOBAL = ("none", "temperature", "platt", "spline", "isotonic")
 
 
 def method_words(run: Run, head: str) -> str:
@@ -56,16 +53,6 @@ def method_words(run: Run, head: str) -> str:
     return calibrator_words(rec) + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
 
 
-def _g(x: object) -> str:
-    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
-
-
-def _spread(name: str, values: object) -> str:
-    """``T 0.91-1.32`` of a per-class parameter (its lowest and highest value over the classes)."""
-    v = [float(x) for x in values] if isinstance(values, list) and values else []
-    return f"{name} {_g(min(v))}–{_g(max(v))}" if v else f"{name} n/a"
-
-
 def calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> str:
     """A calibrator and its fitted parameters in a few words, read from its record.
 
@@ -78,30 +65,11 @@ def calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> s
     """
     if rec is None:
         return "no calibrator recorded"
-    m = rec.params.get("map")
-    words = _WORDS.get(rec.method, lambda r, mp: r.method)(rec, m if isinstance(m, dict) else {})
+    words = rec.method
+    if rec.method in registry.methods():
+        m = rec.params.get("map")
+        words = registry.method_spec(rec.method).cls.words(m if isinstance(m, dict) else rec.params, rec.method)
     return words + (f" above raw conf {floor:g}" if floor and rec.method != "none" else "")
-
-
-def _class_temperatures(mp: dict[str, Any]) -> list[float]:
-    return [1.0 / x for x in mp.get("a") or [] if isinstance(x, (int, float)) and x > 0]
-
-
-_WORDS: dict[str, Callable[[Calibrator, dict[str, Any]], str]] = {
-    "none": lambda r, mp: "none: raw scores",
-    "temperature": lambda r, mp: f"temperature T = {f3(r.temperature)}",
-    "platt": lambda r, mp: f"Platt a = {_g(mp.get('a'))}, b = {_g(mp.get('b'))}",
-    "spline": lambda r, mp: f"spline ({len(mp.get('knots') or [])} knots)",
-    "isotonic": lambda r, mp: f"isotonic ({len((mp.get('map') or {}).get('x') or [])} steps)",
-    "class-temperature": lambda r, mp: (f"class-temperature ({len(_class_temperatures(mp))} classes, "
-                                        f"{_spread('T', _class_temperatures(mp))})"),
-    "class-platt": lambda r, mp: (f"class-platt ({len(mp.get('a') or [])} classes, {_spread('a', mp.get('a'))}, "
-                                  f"{_spread('b', mp.get('b'))})"),
-    "class-isotonic": lambda r, mp: (f"class-isotonic ({len(mp.get('maps') or [])} class curves on a global one of "
-                                     f"{len((mp.get('global') or {}).get('x') or [])} steps)"),
-}
-"""Method -> its fitted parameters in words (from the calibrator's record and its ``map`` dict)."""
-
 
 
 def deployed_words(run: Run, head: str) -> str:
@@ -115,7 +83,7 @@ def map_words(run: Run, head: str) -> str:
     hr, ev = run.head(head), _eval(run, head)
     rec = hr.calibrator
     uv = hr.ultralytics_val
-    if rec is not None and rec.method not in GLOBAL:
+    if rec is not None and rec.method not in registry.global_methods():
         val = ""
         if uv is not None and uv.ran and uv.calibrated is not None:
             val = (f"; the calibrated model's Ultralytics val mAP50-95 {f4(uv.original.map50_95)} → "
