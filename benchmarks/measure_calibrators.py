@@ -40,7 +40,7 @@ def capture_all(cache: Path) -> None:
     from det_calib import demo
     from det_calib.capture.predictor import capture, load_detector
     from det_calib.data.ground_truth import load_data_yaml, load_split
-    from det_calib.run.job import match_boxes
+    from det_calib.matching.one_to_one import match_boxes
 
     cache.mkdir(parents=True, exist_ok=True)
     yolo = load_detector(demo.demo_model())

@@ -46,7 +46,8 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     from det_calib.calibrators.base import calibrated_logits
     from det_calib.calibrators.registry import global_methods, methods
     from det_calib.numeric import logit_threshold, sigmoid
-    from det_calib.run.fitting import choose_calibrator, fit_floors
+    from det_calib.run.fitting import choose_calibrator
+    from det_calib.run.settings import fit_floors
     from det_calib.selection.cross_validation import fit_calibrator
 
     def part(split: str, ids: list[int]) -> pl.DataFrame:

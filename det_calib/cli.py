@@ -1,6 +1,6 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
-The options of ``calibrate`` are generated from :class:`det_calib.run.job.Settings` (each field
+The options of ``calibrate`` are generated from :class:`det_calib.run.settings.Settings` (each field
 carries its default and help); library errors name parameters and are shown with the options'
 names.
 
@@ -89,12 +89,12 @@ def flag_names(settings_cls: type) -> dict[str, str]:
 
 
 THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
-"""Fields of :class:`~det_calib.run.job.Settings` that are also the options of ``thresholds``."""
+"""Fields of :class:`~det_calib.run.settings.Settings` that are also the options of ``thresholds``."""
 
 
 def _parser() -> argparse.ArgumentParser:
     from det_calib.data.box_table import HEADS
-    from det_calib.run.job import Settings
+    from det_calib.run.settings import Settings
     from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
 
     p = argparse.ArgumentParser(
@@ -230,7 +230,9 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from det_calib.run.job import Settings, calibrate, summary_text
+    from det_calib.run.job import calibrate
+    from det_calib.run.settings import Settings
+    from det_calib.run.summary import summary_text
 
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
@@ -264,18 +266,14 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from det_calib.deploy.fold import write_calibrated_checkpoint, write_folded_checkpoint
-    from det_calib.deploy.posthoc import load_calibrators
+    from det_calib.deploy.fold import write_run_checkpoint
     from det_calib.record.run_result import read_calibrators
 
     records = read_calibrators(args.calibration)
-    meta = {"calibration": str(args.calibration)}
+    out = write_run_checkpoint(args.model, args.out, records, metadata={"calibration": str(args.calibration)})
     if records and all(r.method == "temperature" for r in records.values()):
-        temps = {h: r.temperature for h, r in records.items()}
-        out = write_calibrated_checkpoint(args.model, args.out, temps, metadata=meta)
-        print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
+        print(f"wrote {out} (T: {', '.join(f'{h}={r.temperature:.4f}' for h, r in records.items())})")
         return 0
-    out = write_folded_checkpoint(args.model, args.out, load_calibrators(args.calibration), metadata=meta)
     print(f"wrote {out} ({', '.join(f'{h}: {r.method}' for h, r in records.items())})")
     return 0
 
@@ -297,7 +295,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _thresholds(args: argparse.Namespace) -> int:
-    from det_calib.run.job import Settings
+    from det_calib.run.settings import Settings
     from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
@@ -338,7 +336,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.run.job import Settings
+    from det_calib.run.settings import Settings
 
     names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
              "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}

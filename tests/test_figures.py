@@ -893,7 +893,8 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     own calibrated logits."""
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.metrics import calibration as metrics
-    from det_calib.run import job as pipeline
+    from det_calib.run import evaluation as pipeline
+    from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(0)
     n = 240
@@ -906,7 +907,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     feats = metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480)
     a = pipeline._EvalArrays(z=z, y=y, cls=np.zeros(n, dtype=np.int64), img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1,
                              loc=np.where(y, 0.8, 0.0), feats=feats, gt_cls=np.zeros(70, dtype=np.int64), ignored=0)
-    s = pipeline.Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
+    s = Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
     assert max(p0.max(), p1.max()) < 0.9999
     t03, t_top = pipeline._thresholded(a, s)
     kb, ka = p0 > 0.3, p1 > 0.3
@@ -926,7 +927,8 @@ def test_map_check_honours_max_det_on_both_branches():
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
     from det_calib.calibrators.affine import ClassAffineScaler
     from det_calib.data.ground_truth import Split
-    from det_calib.run import job as pipeline
+    from det_calib.run import evaluation as pipeline
+    from det_calib.run.settings import Settings
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
     gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
@@ -944,7 +946,7 @@ def test_map_check_honours_max_det_on_both_branches():
     for cal, scale in ((pipeline._as_calibrator(2.0), lambda r: r[6] / 2.0),
                        (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
         for max_det in (1, 300):
-            m = pipeline._map_check(boxes, split, cal, pipeline.Settings(max_det=max_det))
+            m = pipeline._map_check(boxes, split, cal, Settings(max_det=max_det))
             m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
             m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
             assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
@@ -957,7 +959,8 @@ def test_per_class_figures_on_small_arrays():
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.metrics import calibration as metrics
-    from det_calib.run import job as pipeline
+    from det_calib.run import evaluation as pipeline
+    from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(1)
     n = 160
@@ -972,7 +975,7 @@ def test_per_class_figures_on_small_arrays():
     x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
     a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
                              feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
-    s = pipeline.Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
+    s = Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
     out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
         (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]

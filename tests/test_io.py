@@ -241,7 +241,7 @@ def _boom(*args, **kwargs):
     ("target", "options"),
     [
         ("det_calib.report.write_report", {"report": True}),
-        ("det_calib.run.job._ultralytics_checks", {"report": False, "run_val": True}),
+        ("det_calib.run.outputs._ultralytics_checks", {"report": False, "run_val": True}),
         ("det_calib.deploy.fold.write_calibrated_checkpoint", {"report": False}),
     ],
     ids=["report", "ultralytics-val", "checkpoint"],

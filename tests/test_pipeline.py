@@ -16,7 +16,9 @@ from det_calib.data.ground_truth import load_data_yaml
 from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint
 from det_calib.evaluation.kept_set import equivalent_threshold
 from det_calib.metrics.calibration import nll_logits
-from det_calib.run.job import calibrate, resolve_splits, summary_text
+from det_calib.run.inputs import resolve_splits
+from det_calib.run.job import calibrate
+from det_calib.run.summary import summary_text
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
@@ -379,7 +381,7 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
     """The summary flags a head whose calibrated kept-set ECE (lowest conf) is above the raw one."""
     import copy
 
-    from det_calib.run.job import summary_text
+    from det_calib.run.summary import summary_text
 
     ref = json.loads((Path(__file__).parent / "data" / "fixture_calibration.json").read_text())
     for worse in (True, False):
@@ -454,7 +456,8 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
     from det_calib.evaluation.map_check import ultralytics_val_shared
     from det_calib.record.run_result import RunResult
     from det_calib.report import write_report
-    from det_calib.run.job import Settings, _val_check
+    from det_calib.run.settings import Settings
+    from det_calib.run.ultralytics_checks import _val_check
 
     result = RunResult.from_dict(json.loads((run.out_dir / "calibration.json").read_text()))
     kw = dict(split="val", head="nms", imgsz=None, batch=16, device=None, nms_time_limit=0.0)

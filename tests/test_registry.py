@@ -95,7 +95,7 @@ def test_the_package_registers_its_methods_simplest_first():
 def test_a_registered_calibrator_is_listed_and_then_removed(shift):
     assert registry.methods()[:4] == ("none", "temperature", "shift", "platt")
     assert "shift" in registry.global_methods()
-    from det_calib.run.fitting import calibration_methods, method_help
+    from det_calib.run.settings import calibration_methods, method_help
 
     assert "shift" in calibration_methods() and "temperature, shift, platt" in method_help()
     registry.unregister("shift")

@@ -324,6 +324,11 @@ class CheckResult:
     created: str | None = None
     schema_version: int = CHECK_SCHEMA_VERSION
 
+    @property
+    def exit_meaning(self) -> str:
+        """What :attr:`exit_code` means (:data:`EXIT_CODES`)."""
+        return EXIT_CODES[self.exit_code]
+
     def lines(self) -> list[str]:
         """The verdicts, one line per question and head."""
         out = []
@@ -589,8 +594,8 @@ class _Job:
     """What every check needs: the run read back, its settings as capture/eval settings, the detector."""
 
     run: Any  # det_calib.record.run_folder.Run
-    settings: Any  # det_calib.run.job.Settings
-    inputs: Any  # det_calib.run.job._Inputs
+    settings: Any  # det_calib.run.settings.Settings
+    inputs: Any  # det_calib.run.inputs.Inputs
     calibrators: dict[str, Any]
     conf: float
 
@@ -601,7 +606,8 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.data.ground_truth import check_class_names
     from det_calib.record.run_folder import load_run
     from det_calib.record.run_result import calibrator_of
-    from det_calib.run.job import Settings, _Inputs
+    from det_calib.run.inputs import Inputs
+    from det_calib.run.settings import Settings
 
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
@@ -629,13 +635,10 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     if missing:
         raise InputError(f"the model {model_path} has no `{missing[0]}` head")
     head = use[0] if len(use) == 1 else "both"
-    s = Settings(head=head, iou=st.iou_match, loc_iou=st.loc_iou_match, conf=tuple(st.conf_thresholds),
-                 conf_floor=st.conf_floor, nms_iou=st.nms_iou, max_det=st.max_det, imgsz=st.imgsz,
-                 ece_bins=st.ece_bins, laece_bins=st.laece_bins, min_class_boxes=st.min_class_boxes,
-                 n_boot=n_boot or st.bootstrap.n_boot, seed=st.bootstrap.seed, limit=limit, device=device,
-                 batch=batch, boxes=None if boxes is None else str(boxes), progress=progress, coco_gt=None)
-    s.validate()
-    inputs = _Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
+    s = Settings.from_recorded(st, head=head, n_boot=n_boot or st.bootstrap.n_boot, limit=limit, device=device,
+                               batch=batch, boxes=None if boxes is None else str(boxes), progress=progress,
+                               coco_gt=None)
+    inputs = Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
                      st.imgsz or s.imgsz or 640)
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
 
@@ -712,7 +715,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, gt: pl.DataFrame | None) -> pl.DataFrame:
     from det_calib.matching.one_to_one import match_boxes
-    from det_calib.run.job import with_calibrated
+    from det_calib.run.evaluation import with_calibrated
 
     s = job.settings
     b = match_boxes(raw, gt, iou=s.iou, loc_iou=s.loc_iou) if gt is not None else raw
@@ -918,7 +921,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         result.write(stage / CHECK_FILE)
         write_boxes(new_boxes, stage / BOXES_FILE)
         if report:
-            from det_calib.report.check_report import write_check_report
+            from det_calib.check.report_page import write_check_report
 
             write_check_report(stage, result, new_boxes, job.run)
     return result, out_dir

@@ -294,3 +294,19 @@ def write_folded_checkpoint(
     })
     log.info("wrote calibrated checkpoint %s (%s)", out, {h: type(c).__name__ for h, c in calibrators.items()})
     return Path(out)
+
+
+def write_run_checkpoint(source: str | Path, out: str | Path, records: dict[str, Any], *,
+                         metadata: dict[str, Any] | None = None) -> Path:
+    """``calibrated.pt`` of a run's calibrator records (head -> :class:`~det_calib.record.run_result.Calibrator`):
+    the one place that chooses the writer. Temperatures only: :func:`write_calibrated_checkpoint`
+    (``T`` folded into the last conv, the classic form); any other map:
+    :func:`write_folded_checkpoint` (per channel when affine, else stock conv + ReLU hinge layers)."""
+    from det_calib.record.run_result import calibrator_of
+
+    if not records:
+        raise InputError("no calibrator to fold into the checkpoint")
+    if all(r.method == "temperature" for r in records.values()):
+        return write_calibrated_checkpoint(source, out, {h: r.temperature for h, r in records.items()},
+                                           metadata=metadata)
+    return write_folded_checkpoint(source, out, {h: calibrator_of(r) for h, r in records.items()}, metadata=metadata)

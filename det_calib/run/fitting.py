@@ -1,7 +1,6 @@
 """The fit and operating-point steps of a calibration run: choose and fit a head's calibrator,
 and score calibrators where decisions are made (the boxes kept at each ``--conf``).
 
-- :func:`fit_floors` — the fit range(s) a run's settings ask for
 - :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice
 - :func:`~det_calib.record.run_result.calibrator_record` / :func:`~det_calib.record.run_result.calibrator_of`
   — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
@@ -22,75 +21,26 @@ import polars as pl
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import calibrated_logits, deployed_conf
-from det_calib.errors import InputError
+from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.data.ground_truth import (
+    Split,
+)
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import LaECE0Targets, kept_ece_floor
-from det_calib.record.run_result import Calibrator, Candidate, OperatingFigures
+from det_calib.record.run_result import (
+    Calibrator,
+    Candidate,
+    EvalResult,
+    FitResult,
+    OperatingFigures,
+    TemperatureFit,
+)
+from det_calib.run.settings import Settings
 from det_calib.selection.cross_validation import Selection, fit_calibrator, select_calibrator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FIT_RANGES", "OperatingEval", "calibration_methods", "choose_calibrator", "fit_floors", "method_help",
-           "per_class_help"]
-
-
-def calibration_methods() -> tuple[str, ...]:
-    """Values of ``--method``: every registered method but ``none``, then ``auto``."""
-    return (*(m for m in registry.methods() if m != "none"), "auto")
-
-
-def _words(names: tuple[str, ...] | list[str]) -> str:
-    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
-
-
-def method_help() -> str:
-    """The help of ``--method`` (the registered methods)."""
-    glob = registry.global_methods()
-    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.is_per_class(m)]
-    return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
-            f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
-            f"name: {', '.join(named)}")
-
-
-def per_class_help() -> str:
-    """The help of ``--per-class`` (the registered per-class methods)."""
-    per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
-    return (f"let --method auto also consider the per-class maps ({per}; they can change which class wins a box, "
-            "see the mAP promise)")
-
-
-FIT_RANGES: tuple[str, ...] = ("all", "operating")
-
-
-def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, conf: tuple[float, ...]
-               ) -> tuple[float, ...]:
-    """Fit floors (raw conf above which boxes are fitted on; 0.0 = every box) for the settings.
-
-    ``fit_range``: ``"all"`` (0.0), ``"operating"`` (half the lowest ``conf``: the boxes a user
-    keeps, with a margin for boxes the map may lift over the threshold), or a number in [0, 1).
-    None: ``all`` for one method; ``--method auto`` tries ``all`` and ``operating``.
-    ``fit_min_conf`` (the older option) is the same as a numeric ``fit_range``.
-    """
-    operating = round(min(conf) / 2, 6)
-    if fit_min_conf is not None:
-        if fit_range is not None:
-            raise InputError("give `fit_range` or `fit_min_conf`, not both (`fit_min_conf` X is `fit_range` X)")
-        fit_range = str(fit_min_conf)
-    if fit_range is None:
-        return (0.0, operating) if method == "auto" else (0.0,)
-    if fit_range == "all":
-        return (0.0,)
-    if fit_range == "operating":
-        return (operating,)
-    try:
-        v = float(fit_range)
-    except ValueError:
-        raise InputError(
-            f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
-        ) from None
-    if not 0 <= v < 1:
-        raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
-    return (v,)
+__all__ = ["OperatingEval", "choose_calibrator", "fit_head", "fit_result", "fit_temperature", "temperature_fit"]
 
 
 @dataclass
@@ -248,3 +198,81 @@ class OperatingEval:
         t, p = self.probs(cal)
         return {"operating": [o.to_dict() for o in self.operating(p)], **self.all_box(t, p),
                 "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(p).items()}}
+
+
+def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None) -> pl.DataFrame:
+    """The boxes a calibrator is fitted on: not crowd-matched, raw conf >= the fit floor
+    (``floor``, default the settings' single floor; ``--method auto`` applies its floors itself)."""
+    floors = s.fit_floors()
+    f = floor if floor is not None else (floors[0] if len(floors) == 1 else 0.0)
+    return boxes.filter(~pl.col("ignore") & (pl.col("conf") >= f))
+
+
+def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
+    """Fit (or, with ``auto``, choose by CV and fit) the calibrator of one head on its fit-split boxes."""
+    floors = s.fit_floors()
+    if s.method == "auto":
+        return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
+                                 min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
+                                 methods=registry.methods() if s.per_class else registry.global_methods())
+    if s.method == "temperature":
+        return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s)))
+    return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
+                             min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
+
+
+def fit_temperature(boxes: pl.DataFrame) -> Any:
+    """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
+    whatever is deployed, and reported for comparison)."""
+    return TemperatureScaler(kind="sigmoid").fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy())
+
+
+def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
+    """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison."""
+    used = fit_boxes(boxes, s, choice.floor)
+    zf, yf = used["logit"].to_numpy(), used["correct"].to_numpy()
+    scaler = choice.calibrator
+    if choice.method == "temperature" and hasattr(scaler, "nll_before_"):
+        t = float(scaler.temperature_)
+        nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
+        pf1 = metrics.sigmoid(zf, t)
+    else:
+        t1 = calibrated_logits(choice.calibrator, zf, used["cls"].to_numpy())
+        nll0, nll1, it = metrics.nll_logits(zf, yf), metrics.nll_logits(t1, yf), None
+        pf1 = metrics.sigmoid(t1, 1.0)
+    pf0 = used["conf"].to_numpy()
+    return FitResult(
+        split=split.name, images=len(split.images), boxes=used.height, correct=int(yf.sum()),
+        nll_before=nll0, nll_after=nll1,
+        ece_before=metrics.ece(pf0, yf, n_bins=s.ece_bins), ece_after=metrics.ece(pf1, yf, n_bins=s.ece_bins),
+        brier_before=metrics.brier(pf0, yf), brier_after=metrics.brier(pf1, yf), iterations=it,
+    )
+
+
+def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingEval, s: Settings,
+                    ev: EvalResult | None = None) -> TemperatureFit:
+    """The temperature fitted on every fit box (the classic method), whatever the head deploys,
+    with its kept-set figures on the eval split (those of the deployed map when it is that temperature)."""
+    deployed = choice.method == "temperature" and choice.floor == 0.0
+    cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0))
+    if deployed and ev is not None:
+        return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)
+    t, p = op.probs(cal)
+    return TemperatureFit(float(cal.temperature_), deployed, op.operating(p), metrics.nll_logits(t, op.y))
+
+
+def _candidates(choice: Choice, op: OperatingEval) -> list:
+    """The CV table of ``auto``; the best fit range of each method also scored on the eval split."""
+    import dataclasses
+
+    out = []
+    for c in candidates_of(choice):
+        m, f = c.calibrator.method, c.fit_min_conf
+        refit = (choice.refits or {}).get(m)
+        if refit is not None and refit[1] == f:
+            log.info("scoring candidate %s on the eval split", c.name)
+            figures = op.candidate_figures(None if m == "none" else refit[2])
+            figures["calibrator"] = None if m == "none" else refit[2].to_dict()
+            c = dataclasses.replace(c, eval=figures)
+        out.append(c)
+    return out

@@ -7,7 +7,7 @@ requested heads), reads ``data.yaml`` and the two splits (every label file read 
 checked by :func:`det_calib.data.ground_truth.check_label_line`), compares the class names, and then calls
 :func:`preflight`, which checks what is left:
 
-- the options that :meth:`det_calib.run.job.Settings.validate` does not cover, and the torch
+- the options that :meth:`det_calib.run.settings.Settings.validate` does not cover, and the torch
   device (without touching the model);
 - the output folder: not a file, creatable, writable, and with free disk for the outputs
   (:func:`estimate_output_bytes`);
@@ -25,13 +25,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from det_calib.run.job import Settings
+from det_calib.run.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import polars as pl
 
 from det_calib.data.box_table import CAPTURE_COLUMNS
 from det_calib.errors import InputError
+from det_calib.run.inputs import Inputs
+from det_calib.run.settings import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.data.ground_truth import Split
-    from det_calib.run.job import Settings, _Inputs
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def capture_settings(s: Settings, imgsz: int) -> dict[str, Any]:
             "batch": int(s.batch)}
 
 
-def run_fingerprints(inputs: _Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
+def run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
     """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
     from det_calib.capture.parts import data_fingerprint, model_fingerprint
 
@@ -105,7 +106,7 @@ def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
 
 
 def reuse_boxes(
-    source: str | Path, inputs: _Inputs, splits: Sequence[Split], s: Settings
+    source: str | Path, inputs: Inputs, splits: Sequence[Split], s: Settings
 ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
     """Captured boxes of every head on each split, from an earlier run or from capture parts.
 

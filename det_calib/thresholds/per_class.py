@@ -808,14 +808,12 @@ def load_head(
     Raises:
         InputError: A file is missing or corrupt, the run lacks the head, no fit boxes.
     """
-    from det_calib.data.box_table import read_boxes
-    from det_calib.record.run_result import RunResult
+    from det_calib.record.run_folder import load_run
 
     run_dir = Path(run_dir)
     cal_path = run_dir / "calibration.json"
-    if not run_dir.is_dir():
-        raise InputError(f"run directory not found: {run_dir}")
-    run = RunResult.read(cal_path)  # the typed result: one line on a missing, damaged or other-version file
+    folder = load_run(run_dir)  # the one reader of a run folder: one line on a missing or damaged file
+    run, boxes = folder.result, folder.boxes
     if head not in run.heads:
         raise InputError(f"Expected argument `head` to be one of the run's heads {run.heads}, but got {head!r}")
     temperature = run.temperatures
@@ -823,9 +821,6 @@ def load_head(
     fit_split, eval_split = run.settings.fit_split, run.settings.eval_split
     if not fit_split:
         raise InputError(f"{cal_path}: `splits.fit` is missing")
-    boxes = read_boxes(run_dir / "boxes.parquet")
-    if "correct" not in boxes.columns:
-        raise InputError(f"{run_dir / 'boxes.parquet'}: boxes are not matched (no `correct` column)")
     hb = boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
     fit = hb.filter(pl.col("split") == fit_split)
     ev = hb.filter(pl.col("split") == eval_split) if eval_split and eval_split != fit_split else None

@@ -12,13 +12,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.check.run_check import EXIT_CODES, CheckResult, HeadCheck, HeadShift
 from det_calib.record.run_folder import Run
 from det_calib.record.run_result import OperatingFigures
-
-from . import plots
-from .common import _bins, _Builder, _write_page, f3, f4, fci, fint
-from .document import Bullets, Heading, Para, Table
+from det_calib.report import plots
+from det_calib.report.common import _bins, _Builder, _write_page, f3, f4, fci, fint
+from det_calib.report.document import Bullets, Heading, Para, Table
 
 __all__ = ["write_check_report"]
 
@@ -44,7 +42,7 @@ def _operating_rows(now: list[OperatingFigures], then: list[OperatingFigures]) -
     return rows
 
 
-def _labelled(b: _Builder, r: CheckResult, h: str, c: HeadCheck, new: pl.DataFrame, run: Run) -> None:
+def _labelled(b: _Builder, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
     t, d = c.calibration, c.detection
     b.add(Heading(2, f"Head {h} ({c.method})"),
           Para(c.calibration_line, "lead"), Para(c.detection_line, "lead"))
@@ -106,7 +104,7 @@ def _labelled(b: _Builder, r: CheckResult, h: str, c: HeadCheck, new: pl.DataFra
           f"Reliability diagrams of head {h} then and now")
 
 
-def _unlabelled(b: _Builder, r: CheckResult, h: str, s: HeadShift, new: pl.DataFrame, run: Run) -> None:
+def _unlabelled(b: _Builder, r: Any, h: str, s: Any, new: pl.DataFrame, run: Run) -> None:
     t = s.tests
     b.add(Heading(2, f"Head {h} ({s.method})"), Para(s.line, "lead"))
     b.add(Table(["figure", "then (run's eval split)", "now", "statistic", "permutation p"], [
@@ -135,7 +133,7 @@ def _unlabelled(b: _Builder, r: CheckResult, h: str, s: HeadShift, new: pl.DataF
         f"Confidence histograms of head {h} then and now")
 
 
-def write_check_report(out_dir: str | Path, result: CheckResult, boxes: pl.DataFrame, run: Run) -> dict[str, Path]:
+def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, run: Run) -> dict[str, Path]:
     """Write ``check.html``, ``check.md`` and ``figures/*.png`` into ``out_dir``.
 
     Args:
@@ -151,7 +149,7 @@ def write_check_report(out_dir: str | Path, result: CheckResult, boxes: pl.DataF
              f"{result.images}")
     verdicts = ([f"calibration: {result.calibration_verdict}", f"detection quality: {result.detection_verdict}"]
                 if result.kind == "labelled" else [f"output: {result.shift_verdict}"])
-    b.add(Heading(2, "Verdict"), Bullets(verdicts + [f"exit code {result.exit_code}: {EXIT_CODES[result.exit_code]}"]))
+    b.add(Heading(2, "Verdict"), Bullets(verdicts + [f"exit code {result.exit_code}: {result.exit_meaning}"]))
     if result.kind == "unlabelled":
         b.add(Para("Without labels this detects a shift of what the detector outputs against the run's eval split "
                    "(score distribution, boxes per image, class mix), not a miscalibration: a shifted output can "
