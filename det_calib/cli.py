@@ -93,10 +93,6 @@ THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_f
 
 
 def _parser() -> argparse.ArgumentParser:
-    from det_calib.data.box_table import HEADS
-    from det_calib.run.settings import Settings
-    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
-
     p = argparse.ArgumentParser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling by default; "
@@ -104,6 +100,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+
+    _calibrate_parser(sub)
+    _capture_parser(sub)
+    _run_folder_parsers(sub)
+    d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
+    d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
+    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
+                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
+    _check_parser(sub)
+    return p
+
+
+def _calibrate_parser(sub: Any) -> None:
+    from det_calib.run.settings import Settings
 
     c = sub.add_parser(
         "calibrate",
@@ -114,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset, rendered on first use)")
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
+
+
+
+def _capture_parser(sub: Any) -> None:
+    from det_calib.data.box_table import HEADS
+    from det_calib.run.settings import Settings
 
     k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
@@ -144,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--ray-actors", type=int, help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)")
     k.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
 
+
+
+def _run_folder_parsers(sub: Any) -> None:
+    """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
+    from det_calib.data.box_table import HEADS
+    from det_calib.run.settings import Settings
+    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
+
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
@@ -166,12 +190,6 @@ def _parser() -> argparse.ArgumentParser:
     add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
     t.set_defaults(target_precision=DEFAULT_TARGET_PRECISION)
 
-    d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
-    d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
-    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
-                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
-    _check_parser(sub)
-    return p
 
 
 def _check_parser(sub: Any) -> None:

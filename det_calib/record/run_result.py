@@ -209,6 +209,45 @@ def calibrator_of(rec: Calibrator) -> Any:
 
 
 @dataclass(frozen=True)
+class CVScores:
+    """A candidate's cross-validation figures (its record's ``params``; missing ones None): the
+    standard error of its CV mean, its paired differences from the best and from ``none`` with
+    their standard errors, the shrinkage its CV chose, why it could not be scored, its verdict."""
+
+    se: float | None = None
+    diff: float | None = None
+    diff_se: float | None = None
+    diff_none: float | None = None
+    diff_none_se: float | None = None
+    shrinkage: float | None = None
+    error: str | None = None
+    verdict: str | None = None
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> CVScores:
+        p = params
+        return cls(p.get("cv_se"), p.get("cv_diff"), p.get("cv_diff_se"), p.get("cv_diff_none"),
+                   p.get("cv_diff_none_se"), p.get("shrinkage"), p.get("error"), p.get("verdict"))
+
+
+@dataclass(frozen=True)
+class CandidateEval:
+    """A candidate's all-box figures on the eval split (missing ones None)."""
+
+    ece_all: float | None = None
+    ece_all_ci: Any = None
+    nll: float | None = None
+    brier: float | None = None
+    class_kept_ece: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, d: dict[str, Any] | None) -> CandidateEval:
+        d = d or {}
+        return cls(d.get("ece_all"), d.get("ece_all_ci"), d.get("nll"), d.get("brier"),
+                   dict(d.get("class_kept_ece") or {}))
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A calibrator considered for a head, with its cross-validated score (lower is better)."""
 
@@ -248,6 +287,16 @@ class Candidate:
 
     def operating(self) -> list[OperatingFigures]:
         return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
+
+    @property
+    def cv(self) -> CVScores:
+        """Its cross-validation figures, typed."""
+        return CVScores.of(self.calibrator.params)
+
+    @property
+    def eval_figures(self) -> CandidateEval:
+        """Its all-box figures on the eval split, typed (all None when it was not scored there)."""
+        return CandidateEval.of(self.eval)
 
 
 def _temperature_ok(t: float | None) -> bool:

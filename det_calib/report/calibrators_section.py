@@ -18,6 +18,7 @@ from det_calib.record.run_result import (
     Calibrator,
     Candidate,
     OperatingFigures,
+    RecordedSettings,
     left_words,
     operating_point_worse,
     temperature_words,
@@ -188,52 +189,65 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
                "training folds). With no eligible calibrator the raw scores are kept. Each method's best fit range "
                f"was then refitted on the whole fit split and scored on split {st.eval_split} below.", "note"))
     for h in heads:
-        hr = run.head(h)
-        cands = hr.candidates or []
-        chosen = next((c for c in cands if c.selected), None)
-        if len(heads) > 1:
-            b.add(Heading(3, f"Head {h}"))
-        if chosen is not None:
-            why = _reason(cands, chosen, st.criterion)
-            b.add(Para(f"Chosen: {chosen.name}. {why}", "lead"))
-        rows = []
-        for c in cands:
-            p = c.calibrator.params
-            diff = "n/a" if p.get("cv_diff") is None else f"{p['cv_diff']:+.4f} ± {f4(p.get('cv_diff_se'))}"
-            dnone = ("n/a" if p.get("cv_diff_none") is None or c.calibrator.method == "none"
-                     else f"{p['cv_diff_none']:+.4f} ± {f4(p.get('cv_diff_none_se'))}")
-            rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
-                         f"{f4(c.cv_score)} ± {f4(p.get('cv_se'))}", dnone, diff,
-                         "n/a" if p.get("shrinkage") is None else f"{p['shrinkage']:g}",
-                         p.get("error") or p.get("verdict") or ""])
-        b.add(Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus raw (none), paired (± SE)",
-                     "Minus the best, paired (± SE)", "Shrinkage", "Why it won or lost"], rows,
-                    caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
-                    css="cv-candidates", attrs={"data-head": h}))
-        scored = [c for c in cands if c.eval]
-        cols = ["Calibrator"] + [x for t in thr for x in (f"ECE kept at {fthr(t)}", f"LaECE_0 kept at {fthr(t)}")]
-        cols += [f"All-box ECE ({st.ece_bins} bins)", "NLL", "Brier"]
-        erows = []
+        _head_candidates(b, run, h, hbs[h], label=label, titled=len(heads) > 1)
+
+
+def _head_candidates(b: _Builder, run: Run, h: str, hb: HeadBoxes, *, label: str, titled: bool) -> None:
+    """One head's candidates: the CV table, their figures on the eval split, their reliability, per class."""
+    st = run.settings
+    thr = list(st.conf_thresholds)
+    cands = run.head(h).candidates or []
+    chosen = next((c for c in cands if c.selected), None)
+    if titled:
+        b.add(Heading(3, f"Head {h}"))
+    if chosen is not None:
+        why = _reason(cands, chosen, st.criterion)
+        b.add(Para(f"Chosen: {chosen.name}. {why}", "lead"))
+    b.add(_cv_table(cands, st, h))
+    scored = [c for c in cands if c.eval]
+    b.add(_eval_table(scored, st, h))
+    if hb.n and scored:
+        curves = []
         for c in scored:
-            e = c.eval or {}
-            erows.append([c.name + (" ✔" if c.selected else "")] + _op_cells(c.operating())
-                         + [fci(e.get("ece_all"), e.get("ece_all_ci")), f4(e.get("nll")), f4(e.get("brier"))])
-        b.add(Table(cols, erows, caption=f"Every candidate on split {st.eval_split}, head {h}. " + INTERVAL_NOTE,
-                    css="candidates-eval", attrs={"data-head": h}))
-        hb = hbs[h]
-        if hb.n and scored:
-            curves = []
-            for c in scored:
-                conf = _candidate_conf(c, hb)
-                if conf is not None:
-                    curves.append((c.name, conf, hb.correct))
-            png = plots.operating_reliability(curves, low=min(thr), n_bins=st.ece_bins,
-                                              title=f"Candidates above conf {min(thr):g}, head {h}")
-            b.fig(f"candidates_{h}{_slug(label)}", png,
-                  f"Reliability of the boxes each candidate keeps at conf {min(thr):g}, head {h}, split "
-                  f"{hb.split}; {st.ece_bins} equal-width bins over ({min(thr):g}, 1]. Below: boxes per bin.",
-                  f"Reliability curves of every candidate calibrator, head {h}")
-        b.add(_class_table(run, h, scored, min(thr)))
+            conf = _candidate_conf(c, hb)
+            if conf is not None:
+                curves.append((c.name, conf, hb.correct))
+        png = plots.operating_reliability(curves, low=min(thr), n_bins=st.ece_bins,
+                                          title=f"Candidates above conf {min(thr):g}, head {h}")
+        b.fig(f"candidates_{h}{_slug(label)}", png,
+              f"Reliability of the boxes each candidate keeps at conf {min(thr):g}, head {h}, split "
+              f"{hb.split}; {st.ece_bins} equal-width bins over ({min(thr):g}, 1]. Below: boxes per bin.",
+              f"Reliability curves of every candidate calibrator, head {h}")
+    b.add(_class_table(run, h, scored, min(thr)))
+
+
+def _cv_table(cands: list[Candidate], st: RecordedSettings, h: str) -> Table:
+    rows = []
+    for c in cands:
+        cv = c.cv
+        diff = "n/a" if cv.diff is None else f"{cv.diff:+.4f} ± {f4(cv.diff_se)}"
+        dnone = ("n/a" if cv.diff_none is None or c.calibrator.method == "none"
+                 else f"{cv.diff_none:+.4f} ± {f4(cv.diff_none_se)}")
+        rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
+                     f"{f4(c.cv_score)} ± {f4(cv.se)}", dnone, diff,
+                     "n/a" if cv.shrinkage is None else f"{cv.shrinkage:g}", cv.error or cv.verdict or ""])
+    return Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus raw (none), paired (± SE)",
+                  "Minus the best, paired (± SE)", "Shrinkage", "Why it won or lost"], rows,
+                 caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
+                 css="cv-candidates", attrs={"data-head": h})
+
+
+def _eval_table(scored: list[Candidate], st: RecordedSettings, h: str) -> Table:
+    thr = list(st.conf_thresholds)
+    cols = ["Calibrator"] + [x for t in thr for x in (f"ECE kept at {fthr(t)}", f"LaECE_0 kept at {fthr(t)}")]
+    cols += [f"All-box ECE ({st.ece_bins} bins)", "NLL", "Brier"]
+    erows = []
+    for c in scored:
+        e = c.eval_figures
+        erows.append([c.name + (" ✔" if c.selected else "")] + _op_cells(c.operating())
+                     + [fci(e.ece_all, e.ece_all_ci), f4(e.nll), f4(e.brier)])
+    return Table(cols, erows, caption=f"Every candidate on split {st.eval_split}, head {h}. " + INTERVAL_NOTE,
+                 css="candidates-eval", attrs={"data-head": h})
 
 
 def _slug(label: str) -> str:
@@ -249,7 +263,7 @@ def _repeats(run: Run, heads: list[str]) -> int:
 
 
 def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
-    verdict = chosen.calibrator.params.get("verdict")
+    verdict = chosen.cv.verdict
     if verdict:
         return verdict[0].upper() + verdict[1:] + "."
     ok = [c for c in cands if c.cv_score is not None]  # runs written before the paired rule
@@ -257,7 +271,7 @@ def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
     if best is chosen:
         return f"It has the lowest cross-validated {criterion}."
     return (f"It is the simplest candidate within one standard error of the best, {best.name} "
-            f"({f4(best.cv_score)} ± {f4(best.calibrator.params.get('cv_se'))} vs {f4(chosen.cv_score)}).")
+            f"({f4(best.cv_score)} ± {f4(best.cv.se)} vs {f4(chosen.cv_score)}).")
 
 
 def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
@@ -275,10 +289,10 @@ def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
 
 
 def _class_table(run: Run, h: str, scored: list[Candidate], low: float) -> Table:
-    classes = sorted({int(k) for c in scored for k in (c.eval or {}).get("class_kept_ece", {})})
+    classes = sorted({int(k) for c in scored for k in c.eval_figures.class_kept_ece})
     rows = []
     for k in classes:
-        vals = [(c.eval or {}).get("class_kept_ece", {}).get(str(k)) for c in scored]
+        vals = [c.eval_figures.class_kept_ece.get(str(k)) for c in scored]
         rows.append([run.class_name(k)] + [f4(v) for v in vals])
     return Table(["Class"] + [c.name for c in scored], rows,
                  caption=f"Per class: ECE of the boxes each candidate keeps at conf {low:g}, head {h}",

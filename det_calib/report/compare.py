@@ -469,6 +469,17 @@ def _per_class(b: _Builder, cols: list[_Col]) -> None:
           "Heatmap of per-class ECE, classes by runs")
     if len(cols) == 2:
         _difference_chart(b, cols, per, everywhere)
+    _class_tables(b, cols, per, order, low_txt)
+    if partial:
+        b.add(Para("Not in every run: " + "; ".join(
+            f"{n} (in {', '.join(x for x, p in zip(letters, per, strict=True) if n in p)})" for n in partial) + ".",
+            "note"))
+
+
+def _class_tables(b: _Builder, cols: list[_Col], per: list[dict[str, ClassResult]], order: list[str],
+                  low_txt: str) -> None:
+    """The per-class tables: all boxes (raw and calibrated ECE), then the boxes kept at the lowest conf."""
+    letters = [c.letter for c in cols]
     prow, pcss = [], []
     empty = ClassResult()
     for n in order:
@@ -503,10 +514,6 @@ def _per_class(b: _Builder, cols: list[_Col]) -> None:
     heads = [h for x in letters for h in (f"Kept {x} raw → calibrated", f"Kept-set ECE {x} raw → calibrated")]
     b.add(Table(["Class", *heads], krow, caption=f"Per-class ECE of the boxes kept at {low_txt}; {key}",
                 css="compare-per-class-kept"))
-    if partial:
-        b.add(Para("Not in every run: " + "; ".join(
-            f"{n} (in {', '.join(x for x, p in zip(letters, per, strict=True) if n in p)})" for n in partial) + ".",
-            "note"))
 
 
 def _difference_chart(b: _Builder, cols: list[_Col], per: list[dict[str, ClassResult]], both: list[str]) -> None:

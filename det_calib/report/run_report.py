@@ -459,6 +459,11 @@ def _map(b: _Builder, run: Run) -> None:
                      f4(ev.map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
                 caption="pycocotools, evaluation split", css="map-coco"))
+    _ultralytics_val_table(b, run)
+    _detection_change_table(b, run)
+
+
+def _ultralytics_val_table(b: _Builder, run: Run) -> None:
     urows, notes = [], []
     for h in run.heads:
         uv = run.head(h).ultralytics_val
@@ -487,6 +492,9 @@ def _map(b: _Builder, run: Run) -> None:
                 css="map-ultralytics"))
     for n in notes:
         b.add(Para(n, "note"))
+
+
+def _detection_change_table(b: _Builder, run: Run) -> None:
     crows = []
     for h in run.heads:
         dc = run.head(h).detection_change
