@@ -893,7 +893,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     own calibrated logits."""
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.metrics import calibration as metrics
-    from det_calib.run import evaluation as pipeline
+    from det_calib.run import head_figures as pipeline
     from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(0)
@@ -927,7 +927,7 @@ def test_map_check_honours_max_det_on_both_branches():
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
     from det_calib.calibrators.affine import ClassAffineScaler
     from det_calib.data.ground_truth import Split
-    from det_calib.run import evaluation as pipeline
+    from det_calib.run import head_figures as pipeline
     from det_calib.run.settings import Settings
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
@@ -959,7 +959,7 @@ def test_per_class_figures_on_small_arrays():
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.metrics import calibration as metrics
-    from det_calib.run import evaluation as pipeline
+    from det_calib.run import head_figures as pipeline
     from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(1)

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 #: The modules that run the job, write the report and parse the command line.
-LONG_FUNCTION_SCOPE = tuple(f"det_calib/run/{m}.py" for m in ("settings", "inputs", "fitting", "evaluation",
+LONG_FUNCTION_SCOPE = tuple(f"det_calib/run/{m}.py" for m in ("settings", "inputs", "fitting", "head_figures",
                                                                 "ultralytics_checks", "summary", "outputs", "job")) + (
     "det_calib/report/", "det_calib/cli.py")
 MAX_FUNCTION_LINES = 60
@@ -158,6 +158,15 @@ def test_the_report_reads_typed_records():
 
 
 SUBPACKAGES = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name == "__init__.py")
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what is inside: no two modules (or a module and a subpackage) share one."""
+    names: dict[str, list[str]] = {}
+    for m in MODULES:
+        if m.count(".") >= 1:
+            names.setdefault(m.rsplit(".", 1)[1], []).append(m)
+    assert not {n: ms for n, ms in names.items() if len(ms) > 1}
 
 
 @pytest.mark.parametrize("module", SUBPACKAGES)

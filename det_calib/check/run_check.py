@@ -715,7 +715,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, gt: pl.DataFrame | None) -> pl.DataFrame:
     from det_calib.matching.one_to_one import match_boxes
-    from det_calib.run.evaluation import with_calibrated
+    from det_calib.run.head_figures import with_calibrated
 
     s = job.settings
     b = match_boxes(raw, gt, iou=s.iou, loc_iou=s.loc_iou) if gt is not None else raw

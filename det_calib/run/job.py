@@ -45,13 +45,13 @@ from det_calib.record.run_result import (
     calibrator_record,
     package_version,
 )
-from det_calib.run.evaluation import _operating_eval, evaluate_head, with_calibrated
 from det_calib.run.fitting import (
     _candidates,
     fit_head,
     fit_result,
     temperature_fit,
 )
+from det_calib.run.head_figures import _operating_eval, evaluate_head, with_calibrated
 from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
 from det_calib.run.outputs import _gt_per_class, _write_outputs
 from det_calib.run.preflight import preflight
