@@ -1,4 +1,8 @@
-"""Reading a run directory (``calibration.json`` + ``boxes.parquet``) for the report."""
+"""The one reader of a run directory (``calibration.json`` + ``boxes.parquet``): :func:`load_run`.
+
+The report, ``compare``, ``thresholds`` and ``check`` read runs through it; ``apply`` and the
+post-hoc calibrator read a ``calibration.json``'s calibrators alone
+(:func:`~det_calib.record.run_result.read_calibrators`)."""
 
 from __future__ import annotations
 

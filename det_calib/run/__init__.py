@@ -7,6 +7,8 @@ import importlib
 _EXPORTS = {
     "CalibrationRun": "job",
     "calibrate": "job",
+    "Settings": "settings",
+    "summary_text": "summary",
 }
 
 __all__ = sorted(_EXPORTS)
