@@ -12,8 +12,9 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :func:`coco_map`, :func:`ultralytics_val` — mAP before and after
 - :func:`threshold_shift` — how the set of boxes kept at conf 0.25 changes
 - :func:`write_calibrated_checkpoint` — T folded into the head; loads without det_calib
-- :mod:`det_calib.thresholds.per_class` — per-class conf thresholds (certified precision, max-F1, LRP);
+- :mod:`det_calib.thresholds` — per-class conf thresholds (certified precision, max-F1, LRP);
   :func:`filter_results` applies them to plain Ultralytics ``Results``
+- :mod:`det_calib.calibrators` — the calibrator contract (``LogitCalibrator``) and the registry of methods
 - :func:`apply_calibrator` — any run's calibrator applied to Ultralytics results after the
   detector's own selection (post-hoc: the same boxes, rescored)
 """
