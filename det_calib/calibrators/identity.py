@@ -47,8 +47,9 @@ class Identity(LogitCalibrator):
         """The raw ``conf`` itself (what Ultralytics reports, float32), not ``sigmoid(z)`` in float64,
         which can keep one more box at a threshold placed exactly on a score.
 
-        >>> Identity().fit(None, None).deployed_conf(np.array([0.0]), np.array([0]), np.array([0.5], np.float32))
-        array([0.5])
+        >>> none = Identity().fit(None, None)
+        >>> none.deployed_conf(np.array([0.0]), np.array([0]), np.array([0.5], np.float32)).tolist()
+        [0.5]
         """
         return np.asarray(raw_conf, dtype=np.float64)
 
