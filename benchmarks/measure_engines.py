@@ -48,8 +48,8 @@ def predict_parity(export: Path, run: Path, n_images: int) -> float:
     import polars as pl
     from ultralytics import YOLO
 
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.results import RunResult
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.record.run_result import RunResult
 
     r = RunResult.read(run / "calibration.json")
     sp = load_split(load_data_yaml(r.data), r.settings.eval_split, limit=n_images)
@@ -73,11 +73,11 @@ def main() -> None:
     a = ap.parse_args()
 
     from det_calib.demo import demo_data_yaml
-    from det_calib.export_fold import ENGINE_FILE, EngineRecord
-    from det_calib.pipeline import calibrate
+    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.record.run_folder import load_run
     from det_calib.report import compare_runs, write_report
-    from det_calib.report.engines import engine_figures
-    from det_calib.report.load import load_run
+    from det_calib.report.engines_section import engine_figures
+    from det_calib.run.job import calibrate
 
     data = Path(demo_data_yaml())
     models = export_demo(a.out / "models", data, a.fraction)

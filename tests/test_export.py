@@ -66,7 +66,7 @@ def runs(tmp_path_factory, exports, fixture_yaml) -> dict[str, Path]:
 
 
 def test_export_metadata(exports):
-    from det_calib.export import read_export
+    from det_calib.capture.exported import read_export
 
     onnx, e2e, int8 = (read_export(exports[k]) for k in ("onnx", "onnx_e2e", "int8"))
     assert (onnx.format, onnx.head, onnx.rows, onnx.precision, onnx.imgsz) == ("onnx", "nms", False, "fp32", (320, 320))
@@ -82,7 +82,7 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
     the logit is the engine probability's."""
     from ultralytics import YOLO
 
-    from det_calib.export import ExportCapturer, logit_of_prob
+    from det_calib.capture.exported import ExportCapturer, logit_of_prob
 
     cap = ExportCapturer(exports[name], all_logits=name != "onnx_e2e")
     table = cap(fixture_images, progress=False)
@@ -108,7 +108,7 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
 
 
 def test_logit_recovery_and_its_float32_limit():
-    from det_calib.export import LOGIT_CEILING, P_CEILING, logit_of_prob
+    from det_calib.capture.exported import LOGIT_CEILING, P_CEILING, logit_of_prob
 
     z = np.linspace(-12, 9, 400)
     p = (1 / (1 + np.exp(-z))).astype(np.float32)
@@ -149,9 +149,9 @@ _PLAIN_RUN = NO_DET_CALIB + textwrap.dedent(
 
 def _calibrator_on(cal, p: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """The run's calibrator itself (its own transform, not the deployment tables) on engine probabilities."""
-    from det_calib.export import logit_of_prob
-    from det_calib.fitting import calibrated_logits
-    from det_calib.metrics import sigmoid
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.capture.exported import logit_of_prob
+    from det_calib.metrics.calibration import sigmoid
 
     z = calibrated_logits(cal, logit_of_prob(p).ravel(), np.ascontiguousarray(cls).ravel().astype(np.int64))
     return sigmoid(z, 1.0).reshape(p.shape)
@@ -162,9 +162,9 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_imag
     """The calibrated export, run by the plain runtime and by Ultralytics with det_calib blocked:
     boxes unchanged, scores = the run's calibrator on the engine's raw scores (1e-5), and predict
     at the equivalent raw threshold on the raw engine keeps exactly the calibrated set at 0.25."""
-    from det_calib.export import read_export
-    from det_calib.export_fold import ENGINE_FILE, EngineRecord, calibrated_probs
-    from det_calib.posthoc import load_calibrators
+    from det_calib.capture.exported import read_export
+    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord, calibrated_probs
+    from det_calib.deploy.posthoc import load_calibrators
 
     run = runs[name]
     rec = EngineRecord.read(run / ENGINE_FILE)
@@ -200,9 +200,8 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_imag
 
 @pytest.mark.parametrize("name", ["pt", "onnx", "int8"])
 def test_equivalent_threshold_keeps_exactly_the_calibrated_set(runs, name):
-    from det_calib.export_fold import equivalent_raw_threshold
-    from det_calib.fitting import calibrator_of
-    from det_calib.results import RunResult
+    from det_calib.deploy.calibrated_export import equivalent_raw_threshold
+    from det_calib.record.run_result import RunResult, calibrator_of
 
     r = RunResult.read(runs[name] / "calibration.json")
     cal = calibrator_of(r.head("nms").calibrator)
@@ -215,7 +214,7 @@ def test_equivalent_threshold_keeps_exactly_the_calibrated_set(runs, name):
 
 def test_run_on_an_export(runs, exports):
     """The export run's outputs: the calibrated export instead of calibrated.pt, engine.json, val not run."""
-    from det_calib.results import RunResult
+    from det_calib.record.run_result import RunResult
 
     for name, deployed in (("onnx", "calibrated.onnx"), ("int8", "calibrated_openvino_model")):
         folder = runs[name]
@@ -242,10 +241,9 @@ def test_int8_report_shows_its_calibration_next_to_the_pt(runs, tmp_path):
     """`det-calib report INT8_RUN --reference PT_RUN`: the engines table, its figures recomputed
     from each run's boxes (kept-set ECE at 0.25 raw and calibrated, equivalent thresholds)."""
     from det_calib.cli import main
-    from det_calib.export_fold import equivalent_raw_threshold
-    from det_calib.fitting import calibrator_of
-    from det_calib.operating import kept_ece
-    from det_calib.results import RunResult
+    from det_calib.deploy.calibrated_export import equivalent_raw_threshold
+    from det_calib.metrics.operating_point import kept_ece
+    from det_calib.record.run_result import RunResult, calibrator_of
 
     assert main(["report", str(runs["int8"]), "--reference", str(runs["pt"]), "--out", str(tmp_path)]) == 0
     rows = _md_table((tmp_path / "report.md").read_text(), "Each engine with its own calibration")
@@ -267,9 +265,9 @@ def test_int8_report_shows_its_calibration_next_to_the_pt(runs, tmp_path):
 
 def test_compare_pt_fp32_int8(runs, tmp_path):
     """compare of the .pt, its FP32 and its INT8 export: engines and how the kept set moves."""
+    from det_calib.record.run_folder import load_run
     from det_calib.report import compare_runs
-    from det_calib.report.engines import engine_shift
-    from det_calib.report.load import load_run
+    from det_calib.report.engines_section import engine_shift
 
     files = compare_runs(*(str(runs[k]) for k in ("pt", "onnx", "int8")), out_dir=tmp_path, labels=["pt", "fp32",
                                                                                                      "int8"])
@@ -292,8 +290,8 @@ def test_compare_pt_fp32_int8(runs, tmp_path):
 
 
 def test_capture_and_check_accept_an_export(runs, exports, fixture_yaml, tmp_path):
+    from det_calib.capture.parts import read_parts
     from det_calib.cli import main
-    from det_calib.parts import read_parts
 
     assert main(["capture", "--model", str(exports["int8"]), "--data", str(fixture_yaml), "--split", "fixture",
                  "--out", str(tmp_path / "parts"), "-q"]) == 0
@@ -353,8 +351,8 @@ def test_missing_runtime_is_one_line_naming_the_extra(exports, fixture_yaml, tmp
 def test_bad_exports(exports, tmp_path, fixture_yaml):
     import onnx
 
+    from det_calib.capture.exported import ExportCapturer, read_export
     from det_calib.errors import InputError
-    from det_calib.export import ExportCapturer, read_export
 
     m = onnx.load(str(exports["onnx"]))
     del m.metadata_props[:]
@@ -382,9 +380,9 @@ def test_onnx_fp16_output_and_old_opset(exports, runs, fixture_images, tmp_path)
     from onnx import TensorProto, helper
     from ultralytics.data.augment import LetterBox
 
+    from det_calib.deploy.calibrated_export import write_calibrated_export
+    from det_calib.deploy.posthoc import load_calibrators
     from det_calib.errors import InputError
-    from det_calib.export_fold import write_calibrated_export
-    from det_calib.posthoc import load_calibrators
 
     m = onnx.load(str(exports["onnx"]))
     out = m.graph.output[0]
