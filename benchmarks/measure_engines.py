@@ -43,8 +43,8 @@ def export_demo(folder: Path, data: Path, fraction: float) -> dict[str, Path]:
     return {"pt": pt, "onnx": onnx, "int8": int8}
 
 
-def predict_parity(export: Path, run: Path, n_images: int) -> float:
-    """Largest |captured conf - Ultralytics predict conf| on the first eval images of a run."""
+def predict_parity(export: Path, run: Path, n_images: int) -> tuple[float, int]:
+    """Largest |captured conf - Ultralytics predict conf| on the first eval images of a run, and their number."""
     import polars as pl
     from ultralytics import YOLO
 
@@ -52,7 +52,7 @@ def predict_parity(export: Path, run: Path, n_images: int) -> float:
     from det_calib.record.run_result import RunResult
 
     r = RunResult.read(run / "calibration.json")
-    sp = load_split(load_data_yaml(r.data), r.settings.eval_split, limit=n_images)
+    sp = load_split(load_data_yaml(r.data), r.settings.eval_split, limit=min(n_images, r.head("nms").eval.images))
     boxes = pl.read_parquet(run / "boxes.parquet").filter(pl.col("split") == r.settings.eval_split)
     y = YOLO(str(export), task="detect")
     worst = 0.0
@@ -61,7 +61,7 @@ def predict_parity(export: Path, run: Path, n_images: int) -> float:
         want = np.sort(y.predict(str(im), conf=r.settings.conf_floor, verbose=False)[0].boxes.conf.numpy())
         assert got.size == want.size, (im, got.size, want.size)
         worst = max(worst, float(np.abs(got - want).max()) if got.size else 0.0)
-    return worst
+    return worst, len(sp.images)
 
 
 def main() -> None:
@@ -99,8 +99,9 @@ def main() -> None:
                   f"{f.ece_raw:>8.4f} {f.ece_calibrated:>8.4f} {f.raw_conf!s:>24}")
     for name in ("onnx", "int8"):
         rec = EngineRecord.read(runs[name] / ENGINE_FILE)
-        print(f"{rec.engine}: head {rec.head}; captured conf vs predict on the export, max |diff| on 20 eval images: "
-              f"{predict_parity(models[name], runs[name], 20):.2e}")
+        worst, n = predict_parity(models[name], runs[name], 20)
+        print(f"{rec.engine}: head {rec.head}; captured conf vs predict on the export, max |diff| on {n} eval "
+              f"images: {worst:.2e}")
     print(f"wrote {a.out / 'compare' / 'compare.html'} and {a.out / 'report_int8' / 'report.html'}")
 
 
