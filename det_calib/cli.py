@@ -165,6 +165,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
                    help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
     _check_parser(sub)
+    from det_calib.ensemble.cli import add_ensemble_parser
+
+    add_ensemble_parser(sub)
     return p
 
 
@@ -215,6 +218,12 @@ def _check(args: argparse.Namespace) -> int:
     print(f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to {out} "
           f"(exit code {result.exit_code})")
     return result.exit_code
+
+
+def _ensemble(args: argparse.Namespace) -> int:
+    from det_calib.ensemble.cli import run_ensemble
+
+    return run_ensemble(args)
 
 
 def _version() -> str:
@@ -326,16 +335,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "thresholds": _thresholds,
     "demo-data": _demo_data,
     "check": _check,
+    "ensemble": _ensemble,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
+    from det_calib.ensemble.cli import flag_names as ensemble_flags
     from det_calib.pipeline import Settings
 
-    names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
-             "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
+    names = {**flag_names(Settings), **ensemble_flags(), "model": "--model", "data": "--data", "out": "--out",
+             "images": "--images", "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}

@@ -831,6 +831,8 @@ class RunResult:
         det_calib_version, created, seconds: Version that wrote the run, ISO time, run time.
         gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
             for the fit and the eval split; None in runs written before the key existed.
+        ensemble: For a ``det-calib ensemble`` run, its members, fusion settings and figures
+            (:class:`det_calib.ensemble.record.EnsembleRecord`); None for one detector.
     """
 
     model: str
@@ -845,6 +847,7 @@ class RunResult:
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
+    ensemble: Any = None
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -897,6 +900,8 @@ class RunResult:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
         if self.seconds is not None:
             out["seconds"] = self.seconds
+        if self.ensemble is not None:
+            out["ensemble"] = self.ensemble.to_dict()
         return out
 
     @classmethod
@@ -950,6 +955,7 @@ class RunResult:
             created=_text(d.get("created"), "created"),
             seconds=_number(d.get("seconds"), "seconds"),
             gt_counts=gt_counts_from_dict(d),
+            ensemble=_ensemble_from_dict(d.get("ensemble")),
         )
 
     def write(self, path: str | Path) -> Path:
@@ -967,6 +973,14 @@ class RunResult:
                 one line that names the file.
         """
         return _read_json(path, cls.from_dict)
+
+
+def _ensemble_from_dict(d: Any) -> Any:
+    if d is None:
+        return None
+    from det_calib.ensemble.record import EnsembleRecord
+
+    return EnsembleRecord.from_dict(d)
 
 
 def _check_version(d: Any) -> None:
