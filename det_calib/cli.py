@@ -346,7 +346,8 @@ def _error_line(e: Exception) -> str:
     from det_calib.pipeline import Settings
 
     names = {**flag_names(Settings), **ensemble_flags(), "model": "--model", "data": "--data", "out": "--out",
-             "images": "--images", "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
+             "images": "--images", "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes",
+             "n_perm": "--n-perm"}
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}

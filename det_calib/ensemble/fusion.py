@@ -174,7 +174,7 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
 
 def _empty(cluster: np.ndarray, w: np.ndarray) -> Fused:
     z = np.zeros(0)
-    stats = {k: z for k in ("n", "wsum", "ssum", "smax", "members", "mweight")}
+    stats = dict.fromkeys(("n", "wsum", "ssum", "smax", "members", "mweight"), z)
     return Fused(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 4)), stats, cluster, w)
 
 

@@ -371,7 +371,8 @@ def _table(got: dict[str, dict[int, tuple]], heads: Sequence[str], sizes: np.nda
 
         xyxy = cat(0, np.float64).reshape(-1, 4)
         frames.append(pl.DataFrame({
-            "image": pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos) else pl.Series([], dtype=pl.String),
+            "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
+                      else pl.Series([], dtype=pl.String)),
             "image_id": ids[pos], "split": [split] * len(pos), "head": [h] * len(pos),
             "x1": xyxy[:, 0], "y1": xyxy[:, 1], "x2": xyxy[:, 2], "y2": xyxy[:, 3],
             "img_w": sizes[pos, 0], "img_h": sizes[pos, 1], "cls": cat(2, np.int32), "conf": cat(1, np.float64),

@@ -194,7 +194,8 @@ class EnsembleRecord:
         try:
             return cls(members=[MemberRecord.from_dict(m) for m in d.get("members") or []],
                        fusion=FusionSettingsRecord.from_dict(d["fusion"]),
-                       heads={h: EnsembleHead.from_dict(e, f"ensemble.heads.{h}") for h, e in (d.get("heads") or {}).items()},
+                       heads={h: EnsembleHead.from_dict(e, f"ensemble.heads.{h}")
+                              for h, e in (d.get("heads") or {}).items()},
                        source=str(d.get("source", "")),
                        seconds_per_image={str(k): float(v) for k, v in (d.get("seconds_per_image") or {}).items()})
         except (KeyError, TypeError, ValueError) as e:

@@ -173,8 +173,9 @@ def load_members(specs: Sequence[MemberSpec], names: list[str], data: Path, s: S
 
 
 def _workers(device: str | None) -> int:
-    from det_calib.capture import auto_workers
     from ultralytics.utils.torch_utils import select_device
+
+    from det_calib.capture import auto_workers
 
     try:
         return auto_workers(select_device("" if device is None else device, verbose=False))
@@ -341,8 +342,9 @@ def _settings(settings: Settings | None, fusion: FusionSettings | None, options:
     return _settings_of(settings, options), fs
 
 
-def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, *, out: str | Path = "det_calib_ensemble",
-             settings: Settings | None = None, fusion: FusionSettings | None = None, **options: Any) -> EnsembleRun:
+def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, *,
+             out: str | Path = "det_calib_ensemble", settings: Settings | None = None,
+             fusion: FusionSettings | None = None, **options: Any) -> EnsembleRun:
     """Fuse several detectors' boxes, calibrate the fused score, write ``calibrate``'s output folder.
 
     Args:
@@ -375,7 +377,8 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
         captured, cost = capture_all(members, plan, (fit, ev), s, workers)
         member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
                                     scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
-                                    heads={h: plan[h][i] for h in plan}) for i, (sp, m) in enumerate(zip(specs, members))]
+                                    heads={h: plan[h][i] for h in plan})
+                       for i, (sp, m) in enumerate(zip(specs, members, strict=True))]
         del members
     inputs = _Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
                      imgsz=max(member_recs[0].imgsz))
@@ -456,7 +459,8 @@ def ensemble_lines(result: RunResult) -> list[str]:
         lines.append(f"  member {i}: {m.name} ({m.kind}; imgsz {m.imgsz}; heads "
                      + ", ".join(f"{h}<-{v}" for h, v in m.heads.items()) + ")")
     for h, eh in rec.heads.items():
-        lines.append(f"[{h}] side by side (eval split; mAP pycocotools; kept-set ECE at conf {thr:g} raw -> calibrated):")
+        lines.append(f"[{h}] side by side (eval split; mAP pycocotools; kept-set ECE at conf {thr:g} "
+                     "raw -> calibrated):")
         for mf in [*eh.members, eh.ensemble]:
             o0, o1 = mf.operating_before[0], mf.operating_after[0]
             ci = "" if not o1.ece_ci else f" [{_f(o1.ece_ci[0])}, {_f(o1.ece_ci[1])}]"

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 import polars as pl
 
 from det_calib import metrics
@@ -99,7 +98,8 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
             b.add(_fusion_table(h, eh, (fz.order, fz.score)))
     sec = rec.seconds_per_image
     b.add(Para(f"Cost per image (both splits): capture of all {len(rec.members)} members "
-               f"{sec.get('capture', float('nan')):.3f} s of one worker, fusion {sec.get('fusion', float('nan')):.4f} s; "
+               f"{sec.get('capture', float('nan')):.3f} s of one worker, fusion "
+               f"{sec.get('fusion', float('nan')):.4f} s; "
                "a member costs about what one detector costs (a scale view in proportion to its pixels).", "note"))
 
 
@@ -109,8 +109,10 @@ def _reliability(b: _Builder, h: str, eh: Any, mb: pl.DataFrame | None, boxes: p
     runs = []
     if mb is not None:
         for i, m in enumerate(eh.members):
-            df = mb.filter((pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == ev) & ~pl.col("ignore"))
-            runs.append((m.name, _kept_bins(df, "conf", thr, st.ece_bins), _kept_bins(df, "calibrated", thr, st.ece_bins),
+            df = mb.filter((pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == ev)
+                           & ~pl.col("ignore"))
+            runs.append((m.name, _kept_bins(df, "conf", thr, st.ece_bins),
+                         _kept_bins(df, "calibrated", thr, st.ece_bins),
                          f"ECE {f4(m.operating_before[0].ece)}", f"ECE {f4(m.operating_after[0].ece)}"))
     df = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev) & ~pl.col("ignore"))
     e = eh.ensemble
