@@ -182,9 +182,14 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
                 ws: np.ndarray, box_w: np.ndarray, members: np.ndarray, cluster: np.ndarray, iou_thr: float
                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Cluster the groups of one chunk (sorted by size, largest first); fills ``cluster`` with each
-    box's slot within its group and returns the chunk's fused boxes."""
+    box's slot within its group and returns the chunk's fused boxes.
+
+    The fused corners are kept as four contiguous (groups x slots) arrays; an unused slot has
+    corners at -inf and area 0, so its IoU with any box is 0 and it never matches (a box joins a
+    fused box only above ``iou_thr`` >= 0): no mask is needed."""
     g, width = len(chunk), int(sizes[0])
-    fused = np.zeros((g, width, 4))
+    corners = [np.full((g, width), -np.inf) for _ in range(4)]
+    area = np.zeros((g, width))
     acc = np.zeros((g, width, 4))
     ssum = np.zeros((g, width))
     smax = np.zeros((g, width))
@@ -202,18 +207,19 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
         c = int(n_cl[:a].max())
         slot = n_cl[:a].copy()
         if c:
-            f = fused[:a, :c]
-            iw = np.minimum(f[..., 2], b[:, None, 2]) - np.maximum(f[..., 0], b[:, None, 0])
-            ih = np.minimum(f[..., 3], b[:, None, 3]) - np.maximum(f[..., 1], b[:, None, 1])
-            inter = np.maximum(iw, 0) * np.maximum(ih, 0)
-            area_f = (f[..., 2] - f[..., 0]) * (f[..., 3] - f[..., 1])
-            area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                iou = inter / (area_f + area_b[:, None] - inter)
-            iou[np.arange(c)[None, :] >= n_cl[:a, None]] = -1
-            iou = np.where(np.isnan(iou), -1, iou)
-            best = np.argmax(iou, axis=1)
-            hit = iou[rows, best] > iou_thr
+            x1, y1, x2, y2 = (v[:a, :c] for v in corners)
+            iw = np.minimum(x2, b[:, 2:3])
+            iw -= np.maximum(x1, b[:, 0:1])
+            ih = np.minimum(y2, b[:, 3:4])
+            ih -= np.maximum(y1, b[:, 1:2])
+            np.maximum(iw, 0, out=iw)
+            np.maximum(ih, 0, out=ih)
+            iw *= ih  # intersection
+            union = area[:a, :c] + ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[:, None]
+            union -= iw
+            iw /= union  # IoU
+            best = np.argmax(iw, axis=1)
+            hit = iw[rows, best] > iou_thr
             slot = np.where(hit, best, slot)
             n_cl[:a] += ~hit
         else:
@@ -224,12 +230,16 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
         smax[rows, slot] = np.maximum(smax[rows, slot], sc)
         count[rows, slot] += 1
         one = count[rows, slot] == 1
-        fused[rows, slot] = np.where(one[:, None], b, acc[rows, slot] / ssum[rows, slot][:, None])
+        new = np.where(one[:, None], b, acc[rows, slot] / ssum[rows, slot][:, None])
+        for j in range(4):
+            corners[j][rows, slot] = new[:, j]
+        area[rows, slot] = (new[:, 2] - new[:, 0]) * (new[:, 3] - new[:, 1])
         cluster[b_idx] = slot
     keep = np.arange(width)[None, :] < n_cl[:, None]
     gi, si = np.nonzero(keep)
+    fused = np.stack([v[gi, si] for v in corners], 1)
     return chunk[gi], si, {"n": count[gi, si], "wsum": wsum[gi, si], "ssum": ssum[gi, si],
-                           "smax": smax[gi, si]}, fused[gi, si]
+                           "smax": smax[gi, si]}, fused
 
 
 def _collect(parts: list, cluster: np.ndarray, groups: np.ndarray, labels: np.ndarray, members: np.ndarray,
