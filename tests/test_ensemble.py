@@ -159,7 +159,7 @@ def test_run_folder_contract(run, demo_model_path, noisy):
     r = RunResult.read(out / "calibration.json")
     rec = r.ensemble
     assert [m.fingerprint for m in rec.members] == [model_fingerprint(demo_model_path), model_fingerprint(noisy)]
-    assert rec.fusion.score == "avg" and rec.fusion.order == "fuse-then-calibrate" and rec.fusion.iou == 0.55
+    assert rec.fusion.score == "agree" and rec.fusion.order == "fuse-then-calibrate" and rec.fusion.iou == 0.55
     eh = rec.heads["nms"]
     assert [(t.order, t.score) for t in eh.table] == [(o, s) for o in ("fuse-then-calibrate", "calibrate-then-fuse")
                                                       for s in ("avg", "present", "max", "agree", "absent")]
@@ -177,8 +177,8 @@ def test_run_folder_contract(run, demo_model_path, noisy):
 
 
 def test_fused_boxes_are_ensemble_boxes_wbf(run):
-    """The run's fused boxes equal ensemble-boxes' WBF of the members' raw boxes (normalised by
-    the image size), image by image."""
+    """The run's fused boxes (rule agree) equal ensemble-boxes' WBF (conf_type box_and_model_avg)
+    of the members' raw boxes (normalised by the image size), image by image."""
     eb = pytest.importorskip("ensemble_boxes")
     out = run.out_dir
     mem = pl.read_parquet(out / "members.parquet")
@@ -191,7 +191,7 @@ def test_fused_boxes_are_ensemble_boxes_wbf(run):
               for i in range(2)]
         rb, rs, rl = eb.weighted_boxes_fusion([m.select("x1", "y1", "x2", "y2").to_numpy() / scale for m in ms],
                                               [m["conf"].to_numpy() for m in ms], [m["cls"].to_numpy() for m in ms],
-                                              iou_thr=0.55, conf_type="avg")
+                                              iou_thr=0.55, conf_type="box_and_model_avg")
         o = np.lexsort((rb[:, 0], -rs))[:300]
         got = part.sort(["conf", "x1"], descending=[True, False])
         np.testing.assert_allclose(got["conf"].to_numpy(), rs[o], atol=1e-6)
@@ -214,10 +214,15 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     assert a.equals(b)
     code = main(["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml),
                  "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--fusion-score", "max",
-                 "--no-fusion-table", "--no-report", "--out", str(tmp_path / "max"), "-q"])
+                 "--fusion-order", "calibrate-then-fuse", "--no-fusion-table", "--no-report",
+                 "--out", str(tmp_path / "max"), "-q"])
     assert code == 0
     mx = pl.read_parquet(tmp_path / "max" / "boxes.parquet")
-    assert mx.height == a.height and not np.allclose(mx["conf"].to_numpy(), a["conf"].to_numpy())
+    assert not np.allclose(np.sort(mx["conf"].to_numpy()), np.sort(a["conf"].to_numpy()))
+    from det_calib.results import RunResult
+
+    assert RunResult.read(tmp_path / "max" / "calibration.json").ensemble.fusion.order == "calibrate-then-fuse"
+    _assert_deployment_equals_run(tmp_path / "max", fixture_yaml)
     capsys.readouterr()
     # other members than the run's, and calibrate --boxes with one detector, are refused
     code = main(["ensemble", "--model", str(noisy), "--model", str(demo_model_path), "--data", str(fixture_yaml),
@@ -230,13 +235,17 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
 
 def test_deployment_api_equals_the_runs_boxes(run, fixture_yaml):
     """load_ensemble(...).predict on the run's own eval images gives the run's fused, calibrated
-    boxes: JSON exactly, Ultralytics Results in float32."""
-    from det_calib.ensemble import load_ensemble
+    boxes: JSON exactly, Ultralytics Results in float32 (calibrate-then-fuse: in the reuse test)."""
+    _assert_deployment_equals_run(run.out_dir, fixture_yaml)
 
-    out = run.out_dir
+
+def _assert_deployment_equals_run(out: Path, fixture_yaml: Path) -> None:
+    from det_calib.ensemble import load_ensemble
+    from det_calib.results import RunResult
+
     ens = load_ensemble(out)
     b = pl.read_parquet(out / "boxes.parquet")
-    ev = b.filter(pl.col("split") == run.result.settings.eval_split)
+    ev = b.filter(pl.col("split") == RunResult.read(out / "calibration.json").settings.eval_split)
     root = fixture_yaml.parent / "images" / "fixture"
     names = sorted(ev["image"].unique().to_list())
     docs = ens.predict_json([root / n for n in names], conf=0.0)

@@ -153,7 +153,7 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
     ws = scores[usable] * w[members[usable]]
     # group of (image, class); within it, boxes by descending weighted score (ties: later box first,
     # as the reversed argsort of ensemble-boxes for small groups)
-    key = np.unique(np.stack([groups[usable], labels[usable]], 1), axis=0, return_inverse=True)[1].ravel()
+    key = _group_key(groups[usable], labels[usable])
     order = np.lexsort((-np.arange(len(usable)), -ws, key))
     src = usable[order]
     gid = key[order]
@@ -170,6 +170,13 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
                                iou_thr))
         lo = hi
     return _collect(out, cluster, groups, labels, members, w)
+
+
+def _group_key(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Dense ids of the (group, label) pairs, in the order of (group, label)."""
+    lo = labels.min()
+    combined = (groups - groups.min()) * (int(labels.max() - lo) + 1) + (labels - lo)
+    return np.unique(combined, return_inverse=True)[1].ravel()
 
 
 def _empty(cluster: np.ndarray, w: np.ndarray) -> Fused:
@@ -256,15 +263,16 @@ def _collect(parts: list, cluster: np.ndarray, groups: np.ndarray, labels: np.nd
     # input boxes: group id again (same key as in the fusion) to map (group, slot) -> fused index
     used = cluster >= 0
     key_all = np.full(len(cluster), -1, np.int64)
-    key_all[used] = np.unique(np.stack([groups[used], labels[used]], 1), axis=0, return_inverse=True)[1].ravel()
+    key_all[used] = _group_key(groups[used], labels[used])
     first_of_group = np.searchsorted(gid, np.arange(int(gid.max()) + 1))
     idx = np.full(len(cluster), -1, np.int64)
     idx[used] = first_of_group[key_all[used]] + cluster[used]
     # representative group/label of each fused box: from any of its boxes
     rep = np.zeros(len(gid), np.int64)
     rep[idx[used]] = np.flatnonzero(used)
-    pairs = np.unique(np.stack([idx[used], members[used]], 1), axis=0)
-    n_mem = np.bincount(pairs[:, 0], minlength=len(gid))
-    mweight = np.bincount(pairs[:, 0], weights=w[pairs[:, 1]], minlength=len(gid))
+    pairs = np.unique(idx[used] * len(w) + members[used])
+    fused_of, member_of = pairs // len(w), pairs % len(w)
+    n_mem = np.bincount(fused_of, minlength=len(gid))
+    mweight = np.bincount(fused_of, weights=w[member_of], minlength=len(gid))
     stats = {**stats, "members": n_mem, "mweight": mweight}
     return Fused(groups[rep], labels[rep], fb, stats, idx, w)

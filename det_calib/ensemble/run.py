@@ -83,8 +83,9 @@ class FusionSettings:
     snapshots: tuple[str, ...] = _opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
                                       "(repeatable)", flag="--snapshots", repeat=True)
     fusion_iou: float = _opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
-    fusion_score: str = _opt("avg", "score of a fused box: avg (default; an absent member counts 0), present, "
-                             "max, agree, absent (see README)", flag="--fusion-score", choices=SCORE_RULES)
+    fusion_score: str = _opt("agree", "score of a fused box: agree (default: the mean of its boxes times the share "
+                             "of members that have a box in it), avg (an absent member counts 0), present, max, "
+                             "absent (see README)", flag="--fusion-score", choices=SCORE_RULES)
     fusion_order: str = _opt(ORDERS[0], "fuse-then-calibrate (default: fuse the raw scores, calibrate the fused "
                              "score) or calibrate-then-fuse", flag="--fusion-order", choices=ORDERS)
     fusion_skip: float = _opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
