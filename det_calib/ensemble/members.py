@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -298,14 +299,15 @@ def head_plan(specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: 
 
 
 def capture_members(members: Sequence[Member], images: Sequence[str], heads: Sequence[Sequence[str]], *,
-                    split: str, image_names: Sequence[str], progress: bool = True, workers: int = 1
-                    ) -> list[pl.DataFrame]:
+                    split: str, image_names: Sequence[str], progress: bool = True, workers: int = 1,
+                    seconds: np.ndarray | None = None) -> list[pl.DataFrame]:
     """Every member's boxes on ``images``, each image decoded once for all members.
 
     Args:
         heads: Per member, the heads to keep.
         workers: Images run at once (threads); member ``m`` runs in thread ``w`` on its ``w``-th
             network copy, so the boxes do not depend on it.
+        seconds: Optional ``(members,)`` array: each member's thread time is added to it.
 
     Returns:
         One capture table per member (the columns of :func:`det_calib.capture.capture`).
@@ -319,6 +321,7 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     source = _read_ahead([str(p) for p in images], depth=2 * workers)
     lock = threading.Lock()
     bar = _LockedBar(bar, lock)
+    spent = np.zeros((workers, len(members)))
 
     def work(w: int) -> None:
         while True:
@@ -333,7 +336,9 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
                 continue
             sizes[pos] = (im0.shape[1], im0.shape[0])
             for m, member in enumerate(members):
+                t = time.thread_time()
                 res = member.predict(im0, w)
+                spent[w, m] += time.thread_time() - t
                 for h in heads[m]:
                     got[m][h][pos] = res[h]
             bar.update(1)
@@ -350,6 +355,8 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     finally:
         source.close()
         bar.bar.close()
+        if seconds is not None:
+            seconds += spent.sum(axis=0)
     ids = np.arange(n, dtype=np.int64)
     return [_table(got[m], heads[m], sizes, list(image_names), ids, split) for m in range(len(members))]
 

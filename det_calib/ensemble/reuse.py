@@ -62,15 +62,16 @@ def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Seque
     captured = {h: [[df.filter((pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == sp.name))
                      .select(CAPTURE_COLUMNS) for sp in splits] for i in range(len(rec))] for h in heads}
     records = [MemberRecord.from_dict({**m, "name": m.get("name") or Path(m["path"]).name}) for m in rec]
-    return captured, plan, records, {"capture": _capture_cost(path.parent)}
+    return captured, plan, records, _capture_cost(path.parent)
 
 
-def _capture_cost(folder: Path) -> float:
-    """The capture's seconds per image recorded by the run the boxes come from (0: unknown)."""
+def _capture_cost(folder: Path) -> dict[str, float]:
+    """The capture's seconds per image recorded by the run the boxes come from (empty: unknown)."""
     import json
 
     try:
         doc = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
-        return float(doc["ensemble"]["seconds_per_image"]["capture"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
+        sec = doc["ensemble"]["seconds_per_image"]
+        return {k: float(v) for k, v in sec.items() if k != "fusion"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}

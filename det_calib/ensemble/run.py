@@ -187,16 +187,17 @@ def _workers(device: str | None) -> int:
 def capture_all(members: Sequence[Any], plan: dict[str, list[str]], splits: Sequence[Split], s: Settings,
                 workers: int) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, float]]:
     """Ensemble head -> per member ``[fit table, eval table]`` (``head`` set to the ensemble head),
-    and the capture's seconds per image (all members, and each)."""
+    and the capture's CPU seconds per image (of the threads running the members: all members, and
+    each; image decoding, shared by all, not included)."""
     per_split = []
-    t0 = time.perf_counter()
+    spent = np.zeros(len(members))
     for sp in splits:
         log.info("capturing %d members on `%s` (%d images)", len(members), sp.name, len(sp.images))
         heads = [sorted({plan[h][i] for h in plan}) for i in range(len(members))]
         per_split.append(capture_members(members, sp.images, heads, split=sp.name, image_names=sp.image_names(),
-                                         progress=s.progress, workers=workers))
-    n_img = sum(len(sp.images) for sp in splits)
-    cost = {"capture": (time.perf_counter() - t0) / max(n_img, 1) * workers}
+                                         progress=s.progress, workers=workers, seconds=spent))
+    n_img = max(sum(len(sp.images) for sp in splits), 1)
+    cost = {"capture": float(spent.sum() / n_img), **{f"member {i}": float(t / n_img) for i, t in enumerate(spent)}}
     out: dict[str, list[list[pl.DataFrame]]] = {}
     for h, runs in plan.items():
         out[h] = [[per_split[k][i].filter(pl.col("head") == runs[i]).with_columns(pl.lit(h).alias("head"))
@@ -477,8 +478,10 @@ def ensemble_lines(result: RunResult) -> list[str]:
                 lines.append(f"[{h}]   {r.order:<20} {r.score:<8} {_f(r.map50_95)}  {_f(r.kept_ece_fused)} -> "
                              f"{_f(r.kept_ece_calibrated)} ({r.method})")
     sec = rec.seconds_per_image
-    lines.append("cost per image: capture " + _f(sec.get("capture"), ".3f") + " s (all members), fusion "
-                 + _f(sec.get("fusion"), ".4f") + " s")
+    each = [f"{rec.members[i].name} {sec[f'member {i}']:.3f}" for i in range(len(rec.members)) if f"member {i}" in sec]
+    lines.append("cost per image (CPU seconds): capture of all members " + _f(sec.get("capture"), ".3f")
+                 + (f" ({', '.join(each)})" if each else "") + "; fusion " + _f(sec.get("fusion"), ".4f")
+                 + " (wall, per fused head)")
     return lines
 
 

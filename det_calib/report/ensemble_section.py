@@ -97,10 +97,12 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
         if eh.table:
             b.add(_fusion_table(h, eh, (fz.order, fz.score)))
     sec = rec.seconds_per_image
-    b.add(Para(f"Cost per image (both splits): capture of all {len(rec.members)} members "
-               f"{sec.get('capture', float('nan')):.3f} s of one worker, fusion "
-               f"{sec.get('fusion', float('nan')):.4f} s; "
-               "a member costs about what one detector costs (a scale view in proportion to its pixels).", "note"))
+    each = [f"{m.name} {sec[f'member {i}']:.3f} s" for i, m in enumerate(rec.members) if f"member {i}" in sec]
+    b.add(Para(f"Cost per image (both splits, CPU seconds of the threads running the members; image decoding, "
+               f"shared, not included): all {len(rec.members)} members {sec.get('capture', float('nan')):.3f} s"
+               + (f" ({', '.join(each)})" if each else "") + f"; fusion {sec.get('fusion', float('nan')):.4f} s "
+               "(wall, per fused head). A member costs what one detector costs; a scale view in proportion to "
+               "its pixels.", "note"))
 
 
 def _reliability(b: _Builder, h: str, eh: Any, mb: pl.DataFrame | None, boxes: pl.DataFrame, st: Any,
