@@ -208,7 +208,7 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     assert (out / "thresholds.json").is_file()
     again = tmp_path / "again"
     code = main(["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml),
-                 "--head", "nms", "--n-boot", "50", "--no-val", "--boxes", str(out), "--out", str(again), "-q"])
+                 "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--out", str(again), "-q"])
     assert code == 0
     a, b = (pl.read_parquet(d / "boxes.parquet").drop("calibrated") for d in (out, again))
     assert a.equals(b)

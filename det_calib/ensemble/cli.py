@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-ENSEMBLE_SKIPPED = ("boxes",)
-"""``calibrate`` options that ``ensemble`` defines its own way (``--boxes``: an ensemble run's folder)."""
+ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val")
+"""``calibrate`` options that ``ensemble`` defines its own way (``--boxes``: an ensemble run's folder) or
+has not: members run one image per forward pass (``--batch``), and an ensemble is not one checkpoint
+that Ultralytics val could check (``--no-val``)."""
 
 
 def add_ensemble_parser(sub: Any) -> None:

@@ -343,15 +343,12 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
                     got[m][h][pos] = res[h]
             bar.update(1)
 
-    try:
-        if workers == 1:
-            work(0)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="det_calib-ensemble") as pool:
-                for f in [pool.submit(work, w) for w in range(workers)]:
-                    f.result()
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="det_calib-ensemble") as pool:
+            for f in [pool.submit(work, w) for w in range(workers)]:
+                f.result()
     finally:
         source.close()
         bar.bar.close()
