@@ -279,6 +279,22 @@ def test_mixed_architecture_members_capture(demo_model_path, legacy, fixture_ima
     assert tabs[0]["head"].unique().to_list() == ["e2e"] and tabs[1]["head"].unique().to_list() == ["nms"]
 
 
+def test_demo_switches_to_seed_members_when_shipped(demo_model_path, noisy, tmp_path, monkeypatch):
+    """With seed members beside the shipped model (DET_CALIB_HOME: a copy of the layout), the
+    no-argument ensemble uses them instead of the test-time views, and says so."""
+    from det_calib.ensemble.members import demo_members
+
+    shapes = tmp_path / "datasets" / "shapes"
+    shapes.mkdir(parents=True)
+    (shapes / demo_model_path.name).symlink_to(demo_model_path)
+    for k in (1, 2):
+        (shapes / f"yolo26n_shapes_seed{k}.pt").symlink_to(noisy)
+    monkeypatch.setenv("DET_CALIB_HOME", str(tmp_path))
+    specs, source = demo_members()
+    assert [m.path.name for m in specs] == ["yolo26n_shapes.pt", "yolo26n_shapes_seed1.pt", "yolo26n_shapes_seed2.pt"]
+    assert {m.kind for m in specs} == {"checkpoint"} and "2 seed member(s)" in source
+
+
 def test_demo_members_say_what_they_are():
     from det_calib.ensemble.members import DEMO_VIEWS, demo_members
 
