@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
                    help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
     _check_parser(sub)
-    from det_calib.ensemble.cli import add_ensemble_parser
+    from det_calib.ensemble.command import add_ensemble_parser
 
     add_ensemble_parser(sub)
     return p
@@ -221,7 +221,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _ensemble(args: argparse.Namespace) -> int:
-    from det_calib.ensemble.cli import run_ensemble
+    from det_calib.ensemble.command import run_ensemble
 
     return run_ensemble(args)
 
@@ -342,7 +342,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.ensemble.cli import flag_names as ensemble_flags
+    from det_calib.ensemble.command import flag_names as ensemble_flags
     from det_calib.pipeline import Settings
 
     names = {**flag_names(Settings), **ensemble_flags(), "model": "--model", "data": "--data", "out": "--out",

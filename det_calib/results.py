@@ -832,7 +832,7 @@ class RunResult:
         gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
             for the fit and the eval split; None in runs written before the key existed.
         ensemble: For a ``det-calib ensemble`` run, its members, fusion settings and figures
-            (:class:`det_calib.ensemble.record.EnsembleRecord`); None for one detector.
+            (:class:`det_calib.ensemble.ensemble_record.EnsembleRecord`); None for one detector.
     """
 
     model: str
@@ -978,7 +978,7 @@ class RunResult:
 def _ensemble_from_dict(d: Any) -> Any:
     if d is None:
         return None
-    from det_calib.ensemble.record import EnsembleRecord
+    from det_calib.ensemble.ensemble_record import EnsembleRecord
 
     return EnsembleRecord.from_dict(d)
 

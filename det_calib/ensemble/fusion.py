@@ -45,13 +45,6 @@ ENSEMBLE_BOXES_CONF_TYPE: dict[str, str] = {"avg": "avg", "max": "max", "agree":
                                             "absent": "absent_model_aware_avg"}
 """Score rule -> ``conf_type`` of ``ensemble_boxes.weighted_boxes_fusion`` that computes the same
 score (``present`` has none)."""
-RULE_WORDS: dict[str, str] = {
-    "avg": "mean over members, an absent member counts 0",
-    "present": "mean over the members present",
-    "max": "maximum over the members",
-    "agree": "mean of the boxes times the share of members that agree",
-    "absent": "sum over boxes and absent members' weight",
-}
 
 _CELLS = 2_000_000
 """Groups x cluster slots of one chunk (bounds the padded arrays: ~100 MB at most)."""

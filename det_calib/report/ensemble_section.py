@@ -67,7 +67,7 @@ def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
 
 def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     """Add the ensemble section (a run with ``ensemble`` in its calibration.json)."""
-    from det_calib.ensemble.fusion import RULE_WORDS
+    from det_calib.ensemble.ensemble_record import RULE_WORDS
 
     rec = run.result.ensemble
     st = run.settings

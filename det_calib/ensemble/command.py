@@ -15,7 +15,7 @@ that Ultralytics val could check (``--no-val``)."""
 def add_ensemble_parser(sub: Any) -> None:
     """Add ``det-calib ensemble`` to the subcommands."""
     from det_calib.cli import add_settings_options
-    from det_calib.ensemble.run import FusionSettings
+    from det_calib.ensemble.ensemble_job import FusionSettings
     from det_calib.pipeline import SETTINGS_FIELDS, Settings
 
     e = sub.add_parser(
@@ -39,7 +39,7 @@ def add_ensemble_parser(sub: Any) -> None:
 def run_ensemble(args: argparse.Namespace) -> int:
     """Run ``det-calib ensemble`` and print its summary."""
     from det_calib.cli import settings_from_args
-    from det_calib.ensemble.run import FusionSettings, ensemble
+    from det_calib.ensemble.ensemble_job import FusionSettings, ensemble
     from det_calib.pipeline import Settings
 
     s = settings_from_args(args, Settings)
@@ -55,6 +55,6 @@ def run_ensemble(args: argparse.Namespace) -> int:
 def flag_names() -> dict[str, str]:
     """Field name -> option, for the error lines (``fusion_iou`` -> ``--fusion-iou``)."""
     from det_calib.cli import flag_names as names
-    from det_calib.ensemble.run import FusionSettings
+    from det_calib.ensemble.ensemble_job import FusionSettings
 
     return {**names(FusionSettings), "models": "--model", "boxes": "--boxes"}

@@ -17,8 +17,8 @@ import polars as pl
 
 from det_calib.boxes import CAPTURE_COLUMNS
 from det_calib.data import Split
+from det_calib.ensemble.ensemble_record import MemberRecord
 from det_calib.ensemble.members import MemberSpec
-from det_calib.ensemble.record import MemberRecord
 from det_calib.errors import InputError
 
 

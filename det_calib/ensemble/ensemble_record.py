@@ -15,6 +15,15 @@ from typing import Any
 from det_calib.errors import InputError
 from det_calib.results import CI, Calibrator, OperatingFigures, _interval, _number
 
+RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
+    "avg": "mean over members, an absent member counts 0",
+    "present": "mean over the members present",
+    "max": "maximum over the members",
+    "agree": "mean of the boxes times the share of members that agree",
+    "absent": "sum over boxes and absent members' weight",
+}
+
+
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
 """The two orders: fuse the raw member scores and calibrate the fused score; or calibrate each
 member on its own, fuse the calibrated scores, and calibrate the fused score again (the

@@ -54,8 +54,8 @@ class EnsembleModel:
     def fuse_image(self, im0: np.ndarray, *, head: str | None = None) -> dict[str, np.ndarray]:
         """The fused boxes of one BGR image: ``xyxy``, ``conf`` (fused raw score), ``calibrated``,
         ``cls``, ``members`` (members present), best calibrated first, at most ``max_det``."""
+        from det_calib.ensemble.ensemble_job import EPS
         from det_calib.ensemble.fusion import weighted_boxes_fusion
-        from det_calib.ensemble.run import EPS
         from det_calib.fitting import deployed_conf
 
         h = self._head(head)

@@ -29,7 +29,17 @@ import polars as pl
 from det_calib import metrics
 from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data import Split, check_class_names, load_data_yaml
-from det_calib.ensemble.fusion import RULE_WORDS, SCORE_RULES, weighted_boxes_fusion
+from det_calib.ensemble.ensemble_record import (
+    ORDERS,
+    RULE_WORDS,
+    EnsembleHead,
+    EnsembleRecord,
+    FusionRow,
+    FusionSettingsRecord,
+    MemberFigures,
+    MemberRecord,
+)
+from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
     MemberSpec,
@@ -38,15 +48,6 @@ from det_calib.ensemble.members import (
     head_plan,
     member_heads,
     member_specs,
-)
-from det_calib.ensemble.record import (
-    ORDERS,
-    EnsembleHead,
-    EnsembleRecord,
-    FusionRow,
-    FusionSettingsRecord,
-    MemberFigures,
-    MemberRecord,
 )
 from det_calib.errors import InputError
 from det_calib.fitting import deployed_conf
@@ -370,7 +371,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
     fit, ev = load_splits(ds, s)
     check_output_dir(Path(out))
     if s.boxes:
-        from det_calib.ensemble.reuse import reuse_members
+        from det_calib.ensemble.member_boxes import reuse_members
 
         captured, plan, member_recs, cost = reuse_members(s.boxes, specs, (fit, ev), s)
     else:
