@@ -24,6 +24,13 @@ RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, 
 }
 
 
+
+
+def rule_words(rule: str) -> str:
+    """A score rule in words (the rule's own name when unknown)."""
+    return RULE_WORDS[rule] if rule in RULE_WORDS else rule
+
+
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
 """The two orders: fuse the raw member scores and calibrate the fused score; or calibrate each
 member on its own, fuse the calibrated scores, and calibrate the fused score again (the
@@ -101,6 +108,10 @@ class MemberFigures:
     temperature: float | None
     class_kept_ece: dict[int, float | None] = field(default_factory=dict)
     calibrator: Calibrator | None = None
+
+    def kept_ece_of(self, cls: int) -> float | None:
+        """The calibrated kept-set ECE of class ``cls`` (None: no kept box of it)."""
+        return self.class_kept_ece[cls] if cls in self.class_kept_ece else None
 
     def to_dict(self) -> dict[str, Any]:
         d = _plain(dataclasses.replace(self, calibrator=None))
@@ -190,6 +201,10 @@ class EnsembleRecord:
     heads: dict[str, EnsembleHead]
     source: str = ""
     seconds_per_image: dict[str, float] = field(default_factory=dict)
+
+    def seconds(self, key: str) -> float:
+        """``seconds_per_image[key]`` (``capture``, ``fusion``, ``member i``); nan when not recorded."""
+        return self.seconds_per_image[key] if key in self.seconds_per_image else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return {"members": _plain(self.members), "fusion": _plain(self.fusion), "source": self.source,

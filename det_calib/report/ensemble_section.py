@@ -48,7 +48,7 @@ def _side_by_side(run: Any, h: str, eh: Any, thr: float) -> Table:
 def _per_class(run: Any, h: str, eh: Any) -> Table:
     models = [*eh.members, eh.ensemble]
     classes = sorted({c for m in models for c in m.class_kept_ece})
-    rows = [[run.class_name(c), *[f4(m.class_kept_ece.get(c)) for m in models]] for c in classes]
+    rows = [[run.class_name(c), *[f4(m.kept_ece_of(c)) for m in models]] for c in classes]
     return Table(["class", *[m.name for m in models]], rows,
                  caption=f"Head {h}: kept-set ECE per class, calibrated", css="ensemble-per-class")
 
@@ -67,7 +67,7 @@ def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
 
 def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     """Add the ensemble section (a run with ``ensemble`` in its calibration.json)."""
-    from det_calib.ensemble.ensemble_record import RULE_WORDS
+    from det_calib.ensemble.ensemble_record import rule_words
 
     rec = run.result.ensemble
     st = run.settings
@@ -75,7 +75,7 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     fz = rec.fusion
     b.add(Heading(2, "Ensemble", "ensemble"))
     b.add(Para(f"{len(rec.members)} members: {rec.source}. Fused by weighted boxes fusion (IoU {fz.iou:g}), "
-               f"score rule {fz.score} ({RULE_WORDS.get(fz.score, fz.score)}), {fz.order}; the fused score is then "
+               f"score rule {fz.score} ({rule_words(fz.score)}), {fz.order}; the fused score is then "
                "calibrated as one detector's (the sections above are those of the fused boxes). Plain Ultralytics "
                "cannot run an ensemble as one checkpoint: deploy it with det_calib.ensemble.load_ensemble.", "lead"))
     b.add(Table(["member", "kind", "file fingerprint", "imgsz", "heads run"],
@@ -96,11 +96,11 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
                 f"{k} of {len(rec.members)}: {v:,} ({v / total:.1%})" for k, v in sorted(eh.agreement.items())) + "."))
         if eh.table:
             b.add(_fusion_table(h, eh, (fz.order, fz.score)))
-    sec = rec.seconds_per_image
-    each = [f"{m.name} {sec[f'member {i}']:.3f} s" for i, m in enumerate(rec.members) if f"member {i}" in sec]
+    each = [f"{m.name} {rec.seconds(f'member {i}'):.3f} s" for i, m in enumerate(rec.members)
+            if f"member {i}" in rec.seconds_per_image]
     b.add(Para(f"Cost per image (both splits, CPU seconds of the threads running the members; image decoding, "
-               f"shared, not included): all {len(rec.members)} members {sec.get('capture', float('nan')):.3f} s"
-               + (f" ({', '.join(each)})" if each else "") + f"; fusion {sec.get('fusion', float('nan')):.4f} s "
+               f"shared, not included): all {len(rec.members)} members {rec.seconds('capture'):.3f} s"
+               + (f" ({', '.join(each)})" if each else "") + f"; fusion {rec.seconds('fusion'):.4f} s "
                "(wall, per fused head). A member costs what one detector costs; a scale view in proportion to "
                "its pixels.", "note"))
 
