@@ -92,7 +92,7 @@ def test_members_capture_equals_their_own_capture(demo_model_path, fixture_image
     the flip view equals the capture of the flipped images with the boxes flipped back."""
     import cv2
 
-    from det_calib.capture import capture
+    from det_calib.capture.predictor import capture
     from det_calib.ensemble.members import capture_members, open_torch_member
 
     images = [str(p) for p in fixture_images[:3]]
@@ -150,8 +150,8 @@ def run(demo_model_path, noisy, fixture_yaml, tmp_path_factory):
 
 
 def test_run_folder_contract(run, demo_model_path, noisy):
-    from det_calib.parts import model_fingerprint
-    from det_calib.results import RunResult
+    from det_calib.capture.parts import model_fingerprint
+    from det_calib.record.run_result import RunResult
 
     out = run.out_dir
     assert {"calibration.json", "boxes.parquet", "members.parquet", "report.html", "summary.txt"} <= {
@@ -219,7 +219,7 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     assert code == 0
     mx = pl.read_parquet(tmp_path / "max" / "boxes.parquet")
     assert not np.allclose(np.sort(mx["conf"].to_numpy()), np.sort(a["conf"].to_numpy()))
-    from det_calib.results import RunResult
+    from det_calib.record.run_result import RunResult
 
     assert RunResult.read(tmp_path / "max" / "calibration.json").ensemble.fusion.order == "calibrate-then-fuse"
     _assert_deployment_equals_run(tmp_path / "max", fixture_yaml)
@@ -241,7 +241,7 @@ def test_deployment_api_equals_the_runs_boxes(run, fixture_yaml):
 
 def _assert_deployment_equals_run(out: Path, fixture_yaml: Path) -> None:
     from det_calib.ensemble import load_ensemble
-    from det_calib.results import RunResult
+    from det_calib.record.run_result import RunResult
 
     ens = load_ensemble(out)
     b = pl.read_parquet(out / "boxes.parquet")

@@ -27,18 +27,9 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA, validate_boxes
-from det_calib.data import Split, check_class_names, load_data_yaml
-from det_calib.ensemble.ensemble_record import (
-    ORDERS,
-    RULE_WORDS,
-    EnsembleHead,
-    EnsembleRecord,
-    FusionRow,
-    FusionSettingsRecord,
-    MemberFigures,
-    MemberRecord,
-)
+from det_calib.calibrators.base import deployed_conf
+from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
+from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
@@ -50,23 +41,26 @@ from det_calib.ensemble.members import (
     member_specs,
 )
 from det_calib.errors import InputError
-from det_calib.fitting import deployed_conf
 from det_calib.io import check_output_dir, staged_output
-from det_calib.matching import match_boxes
-from det_calib.pipeline import (
-    Settings,
-    _gt_per_class,
-    _Inputs,
-    _opt,
-    _output_files,
-    _settings_of,
-    _val_not_run,
-    calibrate_head,
-    fit_head,
-    load_splits,
-    summary_text,
+from det_calib.matching.one_to_one import match_boxes
+from det_calib.record.ensemble_record import (
+    ORDERS,
+    RULE_WORDS,
+    EnsembleHead,
+    EnsembleRecord,
+    FusionRow,
+    FusionSettingsRecord,
+    MemberFigures,
+    MemberRecord,
 )
-from det_calib.results import HeadResult, RunResult, package_version
+from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.run.fitting import fit_head
+from det_calib.run.inputs import Inputs, load_splits
+from det_calib.run.job import calibrate_head
+from det_calib.run.outputs import _gt_per_class, _output_files
+from det_calib.run.settings import Settings, _opt, _settings_of
+from det_calib.run.summary import summary_text
+from det_calib.run.ultralytics_checks import _val_not_run
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +171,7 @@ def load_members(specs: Sequence[MemberSpec], names: list[str], data: Path, s: S
 def _workers(device: str | None) -> int:
     from ultralytics.utils.torch_utils import select_device
 
-    from det_calib.capture import auto_workers
+    from det_calib.capture.predictor import auto_workers
 
     try:
         return auto_workers(select_device("" if device is None else device, verbose=False))
@@ -264,8 +258,8 @@ def fusion_row(fused: list[pl.DataFrame], splits: tuple[Split, Split], order: st
                ) -> FusionRow:
     """One cell of the fusion table: label the fused boxes, fit (``calibrate``'s method) on the fit
     split, and score the eval split: mAP, kept-set ECE as fused and calibrated."""
-    from det_calib.pipeline import fit_temperature
-    from det_calib.verify import coco_map
+    from det_calib.evaluation.map_check import coco_map
+    from det_calib.run.fitting import fit_temperature
 
     fb, eb = (match_boxes(t, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for t, sp in zip(fused, splits, strict=True))
     choice = fit_head(fb, s)
@@ -295,7 +289,7 @@ class _HeadOut:
     fusion_seconds: float
 
 
-def ensemble_head(inputs: _Inputs, splits: tuple[Split, Split], head: str, names: list[str],
+def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names: list[str],
                   captured: list[list[pl.DataFrame]], s: Settings, fs: FusionSettings) -> _HeadOut:
     """One ensemble head: every member calibrated on its own, the fused boxes calibrated, the table."""
     fit, ev = splits
@@ -356,7 +350,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
             (the shipped seed members when present, else the shipped model's test-time views).
         data: ``data.yaml``.
         out: Output folder (replaced whole when the run succeeds).
-        settings: ``calibrate``'s :class:`~det_calib.pipeline.Settings` (or its fields as options).
+        settings: ``calibrate``'s :class:`~det_calib.run.settings.Settings` (or its fields as options).
         fusion: :class:`FusionSettings` (or its fields as options: ``view``, ``fusion_score``...).
 
     Raises:
@@ -383,7 +377,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
                                     heads={h: plan[h][i] for h in plan})
                        for i, (sp, m) in enumerate(zip(specs, members, strict=True))]
         del members
-    inputs = _Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
+    inputs = Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
                      imgsz=max(member_recs[0].imgsz))
     outs = {h: ensemble_head(inputs, (fit, ev), h, [m.name for m in member_recs], captured.pop(h), s, fs)
             for h in list(plan)}
@@ -410,8 +404,8 @@ def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dic
     """What ``boxes.parquet`` and ``members.parquet`` of an ensemble run record about their capture."""
     import hashlib
 
-    from det_calib.parts import data_fingerprint
-    from det_calib.reuse import capture_settings
+    from det_calib.capture.parts import data_fingerprint
+    from det_calib.run.reuse import capture_settings
 
     rec = result.ensemble
     joined = "|".join(f"{m.fingerprint}:{m.flip}:{m.scale}:{m.head}" for m in rec.members)
@@ -429,8 +423,8 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
     """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
     checkpoint), plus ``members.parquet``; swapped in whole."""
     from det_calib.io import write_text
-    from det_calib.pipeline import _tune_thresholds
-    from det_calib.reuse import write_run_boxes
+    from det_calib.run.outputs import _tune_thresholds
+    from det_calib.run.reuse import write_run_boxes
 
     fp = fingerprints(result, splits, s)
     with staged_output(out) as stage:

@@ -54,9 +54,9 @@ class EnsembleModel:
     def fuse_image(self, im0: np.ndarray, *, head: str | None = None) -> dict[str, np.ndarray]:
         """The fused boxes of one BGR image: ``xyxy``, ``conf`` (fused raw score), ``calibrated``,
         ``cls``, ``members`` (members present), best calibrated first, at most ``max_det``."""
+        from det_calib.calibrators.base import deployed_conf
         from det_calib.ensemble.ensemble_job import EPS
         from det_calib.ensemble.fusion import weighted_boxes_fusion
-        from det_calib.fitting import deployed_conf
 
         h = self._head(head)
         rec = self.result.ensemble
@@ -145,8 +145,7 @@ def load_ensemble(run_dir: str | Path, *, device: str | None = None) -> Ensemble
         InputError: Not an ensemble run, a member file missing or changed since the run.
     """
     from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
-    from det_calib.fitting import calibrator_of
-    from det_calib.results import RunResult
+    from det_calib.record.run_result import RunResult, calibrator_of
 
     run_dir = Path(run_dir)
     result = RunResult.read(run_dir / "calibration.json")

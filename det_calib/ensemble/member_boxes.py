@@ -15,11 +15,11 @@ from typing import Any
 
 import polars as pl
 
-from det_calib.boxes import CAPTURE_COLUMNS
-from det_calib.data import Split
-from det_calib.ensemble.ensemble_record import MemberRecord
+from det_calib.data.box_table import CAPTURE_COLUMNS
+from det_calib.data.ground_truth import Split
 from det_calib.ensemble.members import MemberSpec
 from det_calib.errors import InputError
+from det_calib.record.ensemble_record import MemberRecord
 
 
 def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Sequence[Split], s: Any
@@ -30,9 +30,9 @@ def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Seque
     Returns:
         ``(captured, plan, member records, cost)`` as the capture would give them.
     """
-    from det_calib.boxes import read_boxes
-    from det_calib.parts import data_fingerprint, model_fingerprint
-    from det_calib.reuse import run_meta
+    from det_calib.capture.parts import data_fingerprint, model_fingerprint
+    from det_calib.data.box_table import read_boxes
+    from det_calib.run.reuse import run_meta
 
     path = Path(folder)
     path = path / "members.parquet" if path.is_dir() else path

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from det_calib.boxes import HEADS
+from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -232,8 +232,8 @@ class TorchMember:
 def open_torch_member(spec: MemberSpec, heads: Sequence[str], *, conf: float, iou: float, max_det: int,
                       imgsz: int | None, device: str | None, workers: int) -> TorchMember:
     """Load a ``.pt`` (or ``.yaml``) member for capture; ``heads``: the heads it runs."""
-    from det_calib.capture import Capturer, default_imgsz, load_detector
-    from det_calib.parts import model_fingerprint
+    from det_calib.capture.parts import model_fingerprint
+    from det_calib.capture.predictor import Capturer, default_imgsz, load_detector
 
     yolo = load_detector(spec.path)
     size = imgsz or default_imgsz(yolo)
@@ -252,7 +252,7 @@ MEMBER_LOADERS: dict[str, Callable[..., Member]] = {".pt": open_torch_member, ".
 
 def member_heads(spec: MemberSpec) -> list[str]:
     """The heads a member's model has (loads it; a missing or bad file is an InputError)."""
-    from det_calib.capture import available_heads, load_detector
+    from det_calib.capture.predictor import available_heads, load_detector
 
     if spec.path.suffix not in MEMBER_LOADERS:
         raise InputError(f"member {spec.path}: no loader for `{spec.path.suffix}` files "
@@ -312,7 +312,7 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     Returns:
         One capture table per member (the columns of :func:`det_calib.capture.capture`).
     """
-    from det_calib.capture import _LockedBar, _progress, _read_ahead
+    from det_calib.capture.predictor import _LockedBar, _progress, _read_ahead
 
     n = len(images)
     sizes = np.zeros((n, 2), dtype=np.int32)
@@ -361,7 +361,7 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
 def _table(got: dict[str, dict[int, tuple]], heads: Sequence[str], sizes: np.ndarray, names: list[str],
            ids: np.ndarray, split: str) -> pl.DataFrame:
     """One member's boxes as a capture table (head after head, images in order)."""
-    from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA
+    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 
     frames = []
     for h in heads:

@@ -67,7 +67,7 @@ def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
 
 def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     """Add the ensemble section (a run with ``ensemble`` in its calibration.json)."""
-    from det_calib.ensemble.ensemble_record import rule_words
+    from det_calib.record.ensemble_record import rule_words
 
     rec = run.result.ensemble
     st = run.settings
