@@ -904,6 +904,8 @@ class RunResult:
         det_calib_version, created, seconds: Version that wrote the run, ISO time, run time.
         gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
             for the fit and the eval split; None in runs written before the key existed.
+        ensemble: For a ``det-calib ensemble`` run, its members, fusion settings and figures
+            (:class:`det_calib.record.ensemble_record.EnsembleRecord`); None for one detector.
     """
 
     model: str
@@ -918,6 +920,7 @@ class RunResult:
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
+    ensemble: Any = None
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -970,6 +973,8 @@ class RunResult:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
         if self.seconds is not None:
             out["seconds"] = self.seconds
+        if self.ensemble is not None:
+            out["ensemble"] = self.ensemble.to_dict()
         return out
 
     @classmethod
@@ -1023,6 +1028,7 @@ class RunResult:
             created=_text(d.get("created"), "created"),
             seconds=_number(d.get("seconds"), "seconds"),
             gt_counts=gt_counts_from_dict(d),
+            ensemble=_ensemble_from_dict(d.get("ensemble")),
         )
 
     def write(self, path: str | Path) -> Path:
@@ -1040,6 +1046,15 @@ class RunResult:
                 one line that names the file.
         """
         return _read_json(path, cls.from_dict)
+
+
+def _ensemble_from_dict(d: Any) -> Any:
+    if d is None:
+        return None
+    # through the package's lazy exports: ensemble_record builds on this module's records
+    from det_calib import record
+
+    return record.EnsembleRecord.from_dict(d)
 
 
 def _check_version(d: Any) -> None:

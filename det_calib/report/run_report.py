@@ -594,6 +594,10 @@ def write_report(
     _threshold(b, run, hbs)
     _tuned_thresholds(b, run, Path(run_dir))
     _map(b, run)
+    if run.result.ensemble is not None:
+        from .ensemble_section import ensemble_section
+
+        ensemble_section(b, run, Path(run_dir))
     _settings_section(b, run, hbs)
     r = run.result
     title = f"Confidence calibration report: {Path(r.model or 'model').name}"
