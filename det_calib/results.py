@@ -524,6 +524,9 @@ class EvalResult:
     map50_before: float | None = _leaf()
     map50_after: float | None = _leaf()
     map_identical: bool | None = _leaf(kind=bool)
+    map_engine: str | None = _leaf(kind=str)
+    """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.coco_map`) or ``pycocotools``
+    (None in runs written before the choice existed: pycocotools)."""
     kept_gaps: list[BinGap] = field(default_factory=list)
     """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms
     of their ECE, largest first (``kept_gaps_after`` in the JSON): where the error that is left lies."""
@@ -542,6 +545,8 @@ class EvalResult:
             out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
+        if self.map_engine is not None:
+            out["map_engine"] = self.map_engine
         if self.kept_gaps:
             out["kept_gaps_after"] = [_leaf_dict(g) for g in self.kept_gaps]
         return out

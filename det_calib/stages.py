@@ -1,0 +1,88 @@
+"""Seconds and peak memory of the stages of a run, logged and kept for benchmarks.
+
+``with stage("mAP check"):`` logs, at debug level on ``det_calib.stages``, the seconds the block
+took and the process's peak resident memory during it, and adds both to the records that
+:func:`records` returns (a stage entered several times, once per head, adds up its seconds and
+keeps its highest peak). On Linux the peak is the block's own: the kernel's high-water mark is
+reset when an outermost block starts (``/proc/self/clear_refs``); elsewhere it is the process's peak so far.
+``benchmarks/bench_scale.py`` prints them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["StageRecord", "peak_rss", "records", "reset", "stage"]
+
+log = logging.getLogger(__name__)
+
+_STATUS = Path("/proc/self/status")
+_CLEAR = Path("/proc/self/clear_refs")
+
+
+@dataclass
+class StageRecord:
+    """One stage: total seconds over its entries, the highest peak RSS (bytes), how often it ran."""
+
+    name: str
+    seconds: float = 0.0
+    peak_rss: int = 0
+    calls: int = 0
+
+
+_records: dict[str, StageRecord] = {}
+
+
+def peak_rss() -> int:
+    """The process's peak resident memory in bytes (since the last reset, on Linux)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak() -> None:
+    with contextlib.suppress(OSError):
+        _CLEAR.write_text("5")
+
+
+def records() -> list[StageRecord]:
+    """The stages recorded since the last :func:`reset`, in the order they first ran."""
+    return list(_records.values())
+
+
+def reset() -> None:
+    """Forget the records (a benchmark calls this before a run)."""
+    _records.clear()
+
+
+_depth = [0]
+
+
+@contextlib.contextmanager
+def stage(name: str):
+    """Time a block and take its peak memory (see the module docstring). A stage inside another
+    one does not reset the high-water mark: its peak is that of the enclosing stage so far."""
+    if _depth[0] == 0:
+        _reset_peak()
+    _depth[0] += 1
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        _depth[0] -= 1
+        dt = time.perf_counter() - t0
+        peak = peak_rss()
+        rec = _records.setdefault(name, StageRecord(name))
+        rec.seconds += dt
+        rec.peak_rss = max(rec.peak_rss, peak)
+        rec.calls += 1
+        log.debug("stage %s: %.2f s, peak RSS %.2f GiB", name, dt, peak / 2**30)
