@@ -53,7 +53,7 @@ print(json.dumps({
     "fixed_rss": fixed,
     "table_bytes": int(table.estimated_size()),
     "boxes": table.height,
-    "engine": getattr(run.result.results["nms"].eval, "map_engine", "pycocotools"),
+    "engine": run.result.results["nms"].eval.map_engine,
     "stages": [{"name": r.name, "seconds": r.seconds, "peak_rss": r.peak_rss, "calls": r.calls}
                for r in stages.records()],
 }))

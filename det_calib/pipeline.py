@@ -39,6 +39,7 @@ import polars as pl
 from det_calib import metrics
 from det_calib.boxes import HEAD_CHOICES, HEADS, HeadChoice, validate_boxes
 from det_calib.calibrators import TemperatureScaler
+from det_calib.coco_map import engine_label
 from det_calib.data import (
     Dataset,
     Split,
@@ -91,6 +92,7 @@ from det_calib.results import (
 )
 from det_calib.selection import CRITERIA, METHODS
 from det_calib.stages import stage
+from det_calib.threads import single_blas_thread
 from det_calib.thresholds import threshold_shift
 from det_calib.tuning import DEFAULT_TARGET_PRECISION, Fallback, Unit
 from det_calib.verify import MAP_ENGINES
@@ -753,7 +755,8 @@ def calibrate(
         fingerprints = None
     results, tables = {}, []
     for head in inputs.heads:
-        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
+        with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.threads)
+            results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
     boxes = validate_boxes(pl.concat(tables, how="vertical"))
     del tables
@@ -765,7 +768,7 @@ def calibrate(
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
     )
     out = Path(out)
-    with stage("write outputs"):
+    with stage("write outputs"), single_blas_thread():
         files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
 
@@ -1072,7 +1075,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
         lines.append(
             f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
             f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-            f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored)"
+            f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
+            f"scored by {engine_label(e.map_engine)})"
         )
         uv = h.ultralytics_val
         if uv is not None and uv.completed is False:

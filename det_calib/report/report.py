@@ -19,6 +19,7 @@ import numpy as np
 
 from det_calib import thresholds
 from det_calib.boxes import HEAD_LABEL
+from det_calib.coco_map import engine_label
 from det_calib.results import ClassResult
 from det_calib.thresholds import ThresholdShift
 
@@ -457,7 +458,8 @@ def _map(b: _Builder, run: Run) -> None:
         rows.append([h, f4(ev.map50_95_before), f4(ev.map50_95_after), f4(ev.map50_before),
                      f4(ev.map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
-                caption="pycocotools, evaluation split", css="map-coco"))
+                caption=f"COCO mAP scored by {engine_label(_eval(run, run.heads[0]).map_engine)}, evaluation split",
+                css="map-coco"))
     urows, notes = [], []
     for h in run.heads:
         uv = run.head(h).ultralytics_val
