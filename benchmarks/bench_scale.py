@@ -36,11 +36,14 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = r"""
 import json, resource, sys, time
 from det_calib import stages
-from det_calib.stages import peak_rss
-fixed = peak_rss()  # the interpreter and its imports, before the job
+from det_calib.capture import load_detector
 from det_calib.pipeline import calibrate
-import polars as pl
+import det_calib.report, det_calib.coco_map, matplotlib.pyplot, polars as pl
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
+_model = load_detector(f"{root}/model.pt")
+# the fixed part: the interpreter, its imports and the model loaded, before any box is read
+fixed = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
+del _model
 stages.reset()
 t0 = time.perf_counter()
 run = calibrate(f"{root}/model.pt", f"{root}/data.yaml", out=out, boxes=f"{root}/parts", method=method,
