@@ -331,18 +331,53 @@ def _per_class(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         present = {_cls(r) for r in rows}
         absent = [f"{n} ({i})" for i, n in enumerate(run.class_names) if i not in present]
         if absent:
-            b.add(Para(f"No boxes of head {h} on split {hb.split} for: " + ", ".join(absent) + ".", "note"))
+            more = len(absent) - MAX_ABSENT_NAMED
+            b.add(Para(f"No boxes of head {h} on split {hb.split} for: " + ", ".join(absent[:MAX_ABSENT_NAMED])
+                       + (f" and {more:,} more classes." if more > 0 else "."), "note"))
+
+
+MAX_CLASS_PANELS = 24
+"""Classes the per-class figures draw at most: with more, the worst and the sparse ones (below);
+every class stays in the per-class table."""
+MAX_SPARSE_PANELS = 8
+MAX_ABSENT_NAMED = 30
+
+
+def shown_classes(rows: list[ClassResult], limit: int = MAX_CLASS_PANELS) -> tuple[list[ClassResult], str | None]:
+    """The classes the per-class figures draw, and a note when not all: every class when there are
+    at most ``limit``, in class order; else the worst (highest raw ECE) of the classes with enough
+    boxes, then up to :data:`MAX_SPARSE_PANELS` of the classes with few boxes (those with the most
+    ground truth: the objects the detector rarely finds), worst and sparse first."""
+    if len(rows) <= limit:
+        return sorted(rows, key=_cls), None
+    enough = sorted((r for r in rows if not r.few_boxes), key=_rank_key)
+    sparse = sorted((r for r in rows if r.few_boxes), key=lambda r: (-(r.n_gt or 0), _cls(r)))
+    n_sparse = min(len(sparse), MAX_SPARSE_PANELS, limit // 3)
+    worst = enough[:limit - n_sparse]
+    picked = worst + sparse[:limit - len(worst)]
+    note = (f"{len(picked)} of {len(rows)} classes drawn: the {len(worst)} with the highest raw ECE of the classes "
+            f"with enough boxes, then {len(picked) - len(worst)} with few boxes (most ground truth first); every "
+            "class is in the table below.")
+    return picked, note
 
 
 def _per_class_figures(b: _Builder, run: Run, h: str, hb: HeadBoxes, rows: list[ClassResult], tag: str) -> None:
     n_bins = run.settings.ece_bins
     panels = []
     after_all = hb.conf_after
-    for r in sorted(rows, key=_cls):
-        m = hb.cls == _cls(r)
-        before = _bins(hb.conf[m], hb.correct[m], n_bins) if m.any() else None
-        after = _bins(after_all[m], hb.correct[m], n_bins) if (m.any() and after_all is not None) else None
-        panels.append(plots.ClassPanel(str(r.name), r.boxes if r.boxes is not None else int(m.sum()),
+    rows, note = shown_classes(rows)
+    if note:
+        b.add(Para(note, "note"))
+    order = np.argsort(hb.cls, kind="stable")  # each class's boxes in their order, found by slicing
+    bounds = dict(zip(*np.unique(hb.cls[order], return_index=True)))
+    counts = dict(zip(*np.unique(hb.cls, return_counts=True)))
+    for r in rows:
+        c = _cls(r)
+        lo = int(bounds.get(c, 0))
+        m = order[lo:lo + int(counts.get(c, 0))]
+        before = _bins(hb.conf[m], hb.correct[m], n_bins) if m.size else None
+        after = _bins(after_all[m], hb.correct[m], n_bins) if (m.size and after_all is not None) else None
+        panels.append(plots.ClassPanel(str(r.name), r.boxes if r.boxes is not None else int(m.size),
                                        bool(r.few_boxes), before, after))
     png = plots.per_class_grid(panels, title=f"Reliability per class, head {h} ({tag})")
     b.fig(f"per_class_reliability_{h}", png,
