@@ -15,7 +15,7 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 
 Then per size: seconds per image of the job, and the change from 1,600 to 5,000 images.
 
-Run from the repository root (the 5,000-image set takes about 2 GB of disk under ``--work``)::
+Run from the repository root (the 5,000-image set takes about 200 MB of disk under ``--work``)::
 
     PYTHONPATH=. python benchmarks/bench_scale.py [--images 400 1600 5000] [--method temperature auto]
 """

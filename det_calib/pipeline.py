@@ -770,7 +770,7 @@ def calibrate(
         with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.threads)
             results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
-    boxes = validate_boxes(pl.concat(tables, how="vertical"))
+    boxes = validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
     del tables
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
@@ -849,7 +849,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: _I
             from det_calib.report import write_report
 
             with stages.stage("report"):
-                write_report(stage, shown_dir=out)
+                write_report(stage, shown_dir=out, boxes=boxes)
     return _output_files(out)
 
 

@@ -111,7 +111,8 @@ def test_known_answers():
     assert map_figures(e, max_det=0)["map50"] == 0.0  # maxDets=1: only the misplaced box
     crowd = np.array([[10.0, 10.0, 20.0, 20.0], [90.0, 90.0, 50.0, 50.0]])
     e = coco_eval([0, 0], [hit, miss], [0.8, 0.9], [0, 0], [0, 0], crowd, [0, 0], [False, True], **one)
-    assert map_figures(e)["map50"] == pytest.approx(1.0, abs=1e-12)  # the box inside the crowd region is ignored, not wrong
+    # the box inside the crowd region is ignored, not wrong
+    assert map_figures(e)["map50"] == pytest.approx(1.0, abs=1e-12)
     none = coco_eval([0], [hit], [0.5], [1], [0], g, [0], categories=[0, 1], max_dets=(100,),
                      area_ranges=AREA_RANGES[:1])
     assert none.precision[0, 0, :, 0, 0].tolist() == [0.0, -1.0]  # a class without ground truth: -1

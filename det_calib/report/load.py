@@ -138,8 +138,9 @@ class Run:
         return calibrator_of(rec)
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet``.
+def load_run(run_dir: str | Path, *, boxes: pl.DataFrame | None = None) -> Run:
+    """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet`` (or take ``boxes``, the table
+    that file holds, from a caller that has it in memory).
 
     Raises:
         InputError: The directory or a file is missing or corrupt (the message names the file).
@@ -148,7 +149,8 @@ def load_run(run_dir: str | Path) -> Run:
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
     result = RunResult.read(run_dir / CALIBRATION_FILE)
-    boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
+    if boxes is None:
+        boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
     return Run(run_dir=run_dir, result=result, boxes=boxes)
 
 

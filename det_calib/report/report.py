@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from det_calib import thresholds
 from det_calib.boxes import HEAD_LABEL
@@ -574,7 +575,8 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
 
 
 def write_report(
-    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None
+    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
+    boxes: pl.DataFrame | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -588,6 +590,8 @@ def write_report(
         out_dir: Where to write; default ``run_dir``.
         shown_dir: The run folder named in the report's text, when ``run_dir`` is a staging
             folder that will be moved there; default ``run_dir``.
+        boxes: The run's box table, when the caller holds it (the pipeline, which has just
+            written it to ``boxes.parquet``): not read a second time into memory.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -601,7 +605,7 @@ def write_report(
         >>> paths["html"]  # doctest: +SKIP
         PosixPath('runs/calib/report.html')
     """
-    run = load_run(run_dir)
+    run = load_run(run_dir, boxes=boxes)
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
