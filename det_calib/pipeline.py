@@ -778,6 +778,7 @@ def calibrate(
         results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
+        bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
     )
     out = Path(out)
     with stage("write outputs"), single_blas_thread():

@@ -850,6 +850,9 @@ class RunResult:
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
+    bad_labels: list[str] = field(default_factory=list)
+    """``"<file>:<line>: <reason>"`` of every malformed label file whose image was left out (written
+    only when there are some; the warnings name the first few)."""
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -898,6 +901,8 @@ class RunResult:
         if tfits:
             out["temperature_fit"] = tfits
         out["corrupt_images"] = list(self.corrupt_images)
+        if self.bad_labels:
+            out["bad_labels"] = list(self.bad_labels)
         if self.gt_counts is not None:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
         if self.seconds is not None:
@@ -955,6 +960,7 @@ class RunResult:
             created=_text(d.get("created"), "created"),
             seconds=_number(d.get("seconds"), "seconds"),
             gt_counts=gt_counts_from_dict(d),
+            bad_labels=[str(x) for x in _items(d.get("bad_labels"), "bad_labels")],
         )
 
     def write(self, path: str | Path) -> Path:

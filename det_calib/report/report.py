@@ -568,7 +568,15 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
                  "Corrupt images",
                  f"Boxes used for curves (from {BOXES_FILE})"], erows, caption="Evaluation data", css="eval-data"))
     corrupt = run.result.corrupt_images
-    b.add(Para("Corrupt images skipped: " + (", ".join(map(str, corrupt)) if corrupt else "none") + ".", "note"))
+    named = ", ".join(map(str, corrupt[:MAX_ABSENT_NAMED]))
+    more = f" and {len(corrupt) - MAX_ABSENT_NAMED:,} more (all in calibration.json)" \
+        if len(corrupt) > MAX_ABSENT_NAMED else ""
+    b.add(Para("Corrupt images skipped: " + (named + more if corrupt else "none") + ".", "note"))
+    bad = run.result.bad_labels
+    if bad:
+        b.add(Para(f"Malformed label files ({len(bad):,}; their images are among those skipped): "
+                   + "; ".join(bad[:5]) + (f"; and {len(bad) - 5:,} more (bad_labels in calibration.json)"
+                                           if len(bad) > 5 else "") + ".", "note"))
     b.add(Para(f"Curves are recomputed from {run.run_dir / BOXES_FILE} on the evaluation split, boxes matched to crowd "
                "annotations excluded; the numbers in the tables are those of "
                f"{run.run_dir / CALIBRATION_FILE}.", "note"))
