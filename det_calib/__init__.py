@@ -22,6 +22,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from det_calib import _allocator  # noqa: F401  (first: before anything imports polars)
 from det_calib.calibrators import TemperatureScaler, fit_temperature
 from det_calib.errors import DegenerateFitError, DetCalibError, InputError
 from det_calib.thresholds import equivalent_threshold, threshold_shift

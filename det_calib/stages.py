@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["StageRecord", "peak_rss", "records", "reset", "stage"]
+__all__ = ["StageRecord", "overall_peak", "peak_rss", "records", "reset", "stage"]
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,18 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+_overall = [0]
+
+
 def _reset_peak() -> None:
+    _overall[0] = max(_overall[0], peak_rss())  # the reset also resets getrusage's ru_maxrss
     with contextlib.suppress(OSError):
         _CLEAR.write_text("5")
+
+
+def overall_peak() -> int:
+    """The process's peak resident memory in bytes over its whole life, across the resets."""
+    return max(_overall[0], peak_rss())
 
 
 def records() -> list[StageRecord]:

@@ -110,9 +110,13 @@ class Run:
     def eval_boxes(self, head: str) -> HeadBoxes:
         """Boxes of ``head`` in the evaluation split, without crowd-ignored boxes."""
         split = self.eval_split(head)
-        df = self.boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
+        # the columns used, then one filter: only those are copied (at COCO scale the box table is the
+        # report's memory)
+        cols = [c for c in ("conf", "logit", "correct", "cls", "image_id", "calibrated") if c in self.boxes.columns]
+        keep = (pl.col("head") == head) & ~pl.col("ignore")
         if split is not None:
-            df = df.filter(pl.col("split") == split)
+            keep &= pl.col("split") == split
+        df = self.boxes.lazy().filter(keep).select(cols).collect()
         if df.height == 0:
             log.warning("%s: no boxes for head %s in split %s", self.run_dir / BOXES_FILE, head, split)
         return HeadBoxes(
