@@ -136,6 +136,22 @@ def _print_job(n: int, method: str, job: dict, ref: dict) -> None:
     print(f"  job / (evaluate + accumulate) = {job['seconds']:.1f} / {ea:.1f} = {job['seconds'] / ea:.2f}x", flush=True)
 
 
+ISSUE_COLUMNS = {"mAP check": ("mAP check",),
+                 "bootstrap intervals": ("all-box metrics and intervals", "kept-set metrics and intervals"),
+                 "per-class": ("per-class",), "CV (auto)": ("fit and CV",)}
+"""The columns of issue 26's table, from this module's stages (the all-box and kept-set stages hold
+the bootstrap intervals, with the figures they bound)."""
+
+
+def _issue_row(n: int, method: str, job: dict, ref: dict) -> str:
+    secs = {st["name"]: st["seconds"] for st in job["stages"]}
+    cells = [f"{sum(secs.get(s, 0.0) for s in parts):.0f} s" if any(s in secs for s in parts) else "–"
+             for parts in ISSUE_COLUMNS.values()]
+    ratio = job["seconds"] / (ref["evaluate"] + ref["accumulate"])
+    return (f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s | " + " | ".join(cells)
+            + f" | {job['peak_rss'] / 2**30:.2f} GiB | {ratio:.2f}x |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, nargs="+", default=[400, 1600, 5000])
@@ -149,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench_scale: sets under {work}; load average {os.getloadavg()[0]:.1f}", flush=True)
     per_image: dict[str, dict[int, float]] = {m: {} for m in args.method}
+    rows: list[str] = []
     for n in args.images:
         root = _set(work, n)
         cached = root / "pycocotools_reference.json"
@@ -163,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                 job = _python(JOB, str(root), method, str(Path(out) / "run"))
             _print_job(n, method, job, ref)
             per_image[method][n] = job["seconds"] / n
+            rows.append(_issue_row(n, method, job, ref))
+    print("\n| images per split | total | " + " | ".join(ISSUE_COLUMNS) + " | peak RSS | job / pycocotools |")
+    print("|---" * (len(ISSUE_COLUMNS) + 4) + "|")
+    print("\n".join(rows))
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())

@@ -196,6 +196,7 @@ def coco_eval(
     p_det = np.repeat(np.arange(n, dtype=np.int64), cnt)
     p_gt = g_order[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_pairs)]
     p_iou = _pair_iou_xywh(d_box[p_det], g_box[p_gt], g_crowd[p_gt])
+    del by_score, order, kd, key_d, lo, cnt, g_order, kg, d_box  # at COCO scale: free them before the loops
 
     # per class: the detections of all images in descending score, ties by image, then by rank
     k_idx = np.searchsorted(cats, d_cls)

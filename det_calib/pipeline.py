@@ -491,14 +491,14 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Setting
         A :class:`~det_calib.results.HeadResult` without calibrator, fit and Ultralytics val.
     """
     calibrator = _as_calibrator(calibrator)
+    with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
+        map_check = _map_check(boxes, split, calibrator, s)
     a = _EvalArrays.of(boxes, split, calibrator)
     with stage("all-box metrics and intervals"):
         before, after = _scores(a, slice(None), calibrator, s)
     op = operating or _operating_eval(boxes, split, s)
     with stage("kept-set metrics and intervals"):
         operating_before, operating_after = op.operating(a.p0), op.operating(a.p1)
-    with stage("mAP check"):
-        map_check = _map_check(boxes, split, calibrator, s)
     ev = EvalResult(
         split=split.name, images=len(split.images), boxes=int(len(a.y)), correct=int(a.y.sum()), ignored=a.ignored,
         n_gt=int(len(a.gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,

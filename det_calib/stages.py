@@ -5,6 +5,8 @@ took and the process's peak resident memory during it, and adds both to the reco
 :func:`records` returns (a stage entered several times, once per head, adds up its seconds and
 keeps its highest peak). On Linux the peak is the block's own: the kernel's high-water mark is
 reset when an outermost block starts (``/proc/self/clear_refs``); elsewhere it is the process's peak so far.
+Every stage also starts by handing the C heap's free pages back (:func:`det_calib._allocator.release`):
+the memory the previous stage freed does not stay resident under the next one.
 ``benchmarks/bench_scale.py`` prints them.
 """
 
@@ -16,6 +18,8 @@ import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from det_calib._allocator import release
 
 __all__ = ["StageRecord", "overall_peak", "peak_rss", "records", "reset", "stage"]
 
@@ -80,6 +84,7 @@ _depth = [0]
 def stage(name: str):
     """Time a block and take its peak memory (see the module docstring). A stage inside another
     one does not reset the high-water mark: its peak is that of the enclosing stage so far."""
+    release()  # the previous stage's freed temporaries leave the process before this one starts
     if _depth[0] == 0:
         _reset_peak()
     _depth[0] += 1

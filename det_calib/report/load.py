@@ -122,14 +122,15 @@ class Run:
         return HeadBoxes(
             head=head,
             split=split,
-            conf=df["conf"].to_numpy().astype(np.float64),
-            logit=df["logit"].to_numpy().astype(np.float64),
-            correct=df["correct"].to_numpy().astype(bool),
-            cls=df["cls"].to_numpy().astype(np.int64),
-            image_id=df["image_id"].to_numpy().astype(np.int64),
+            conf=df["conf"].to_numpy().astype(np.float64, copy=False),
+            logit=df["logit"].to_numpy().astype(np.float64, copy=False),
+            correct=df["correct"].to_numpy().astype(bool, copy=False),
+            cls=df["cls"].to_numpy().astype(np.int64, copy=False),
+            image_id=df["image_id"].to_numpy().astype(np.int64, copy=False),
             temperature=self.temperature(head),
             calibrator=self.fitted_calibrator(head),
-            calibrated=df["calibrated"].to_numpy().astype(np.float64) if "calibrated" in df.columns else None,
+            calibrated=(df["calibrated"].to_numpy().astype(np.float64, copy=False) if "calibrated" in df.columns
+                        else None),
         )
 
     def fitted_calibrator(self, head: str) -> Any:
