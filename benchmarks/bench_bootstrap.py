@@ -1,10 +1,10 @@
-"""Benchmark: :func:`det_calib.metrics.bootstrap_ci` against its previous per-replicate loop.
+"""Benchmark: :func:`det_calib.metrics.calibration.bootstrap_ci` against its previous per-replicate loop.
 
 Synthetic detection data shaped like the demo's eval split: ``--images`` images (400) with
 ``--boxes`` boxes in all (35,000), ``--classes`` classes (10, one of them rare: its boxes sit in
 three images, so some replicates draw none of them), confidences ``sigmoid(N(-2, 2^2))``,
 labels ``Bernoulli(conf^1.3)``, the IoU target of a correct box ``U(0.5, 1)``. Ground truth for
-:class:`det_calib.operating.LaECE0Targets` is planted per image, the detections jittered copies
+:class:`det_calib.metrics.operating_point.LaECE0Targets` is planted per image, the detections jittered copies
 of it plus background boxes.
 
 Timed, for each statistic the pipeline bootstraps (``--n-boot`` replicates, seed 0):
@@ -33,9 +33,9 @@ import time
 
 import numpy as np
 
-from det_calib import metrics
-from det_calib.metrics import _laece_core, _uniform_index, bootstrap_ci, ece, laece
-from det_calib.operating import LaECE0Targets, kept_ece
+from det_calib.metrics import calibration as metrics
+from det_calib.metrics.calibration import _laece_core, _uniform_index, bootstrap_ci, ece, laece
+from det_calib.metrics.operating_point import LaECE0Targets, kept_ece
 
 
 def make_data(n_img: int, n_box: int, n_cls: int, seed: int) -> dict:

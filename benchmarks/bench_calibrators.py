@@ -2,7 +2,7 @@
 
 Synthetic detection data: ``n`` box logits ``z ~ N(-2, 3^2)``, 8 classes, 20 boxes per image,
 labels ``~ Bernoulli(sigmoid(a_c z + b_c))`` (per-class planted maps). det_calib runs
-:func:`det_calib.selection.select_calibrator` (every method, fit ranges all boxes and conf > 0.125,
+:func:`det_calib.selection.cross_validation.select_calibrator` (every method, fit ranges all boxes and conf > 0.125,
 5 folds grouped by image, per-class shrinkage chosen on the same folds, final refit) and is
 timed end to end. scikit-learn does the same fits on the same folds: ``LogisticRegression``
 (no penalty) for Platt, the same on ``z`` without intercept for temperature, the same on the
@@ -28,8 +28,8 @@ import warnings
 
 import numpy as np
 
-from det_calib.scaling import group_folds, sigmoid
-from det_calib.selection import select_calibrator
+from det_calib.calibrators.affine import group_folds, sigmoid
+from det_calib.selection.cross_validation import select_calibrator
 
 
 def data(n: int, seed: int = 0):

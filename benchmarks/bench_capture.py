@@ -30,7 +30,7 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 
 
 def _demo_images(split: str, n: int) -> list[str]:
-    from det_calib.data import list_images, load_data_yaml
+    from det_calib.data.ground_truth import list_images, load_data_yaml
     from det_calib.demo import demo_data_yaml
 
     ds = load_data_yaml(demo_data_yaml())
@@ -40,7 +40,7 @@ def _demo_images(split: str, n: int) -> list[str]:
 def overhead(args) -> None:
     from ultralytics import YOLO
 
-    from det_calib.capture import capture, default_imgsz
+    from det_calib.capture.predictor import capture, default_imgsz
 
     model = args.model or _demo_model()
     images = _demo_images("test", args.images)
@@ -68,7 +68,7 @@ def overhead(args) -> None:
 
 
 def heads(args) -> None:
-    from det_calib.capture import Capturer
+    from det_calib.capture.predictor import Capturer
 
     model = args.model or _demo_model()
     images = _demo_images("test", args.images)
@@ -97,7 +97,7 @@ def heads(args) -> None:
 
 
 def _scale_split(n: int) -> list[str]:
-    from det_calib.data import list_images
+    from det_calib.data.ground_truth import list_images
     from det_calib.demo import cache_dir
     from det_calib.demo.shapes import generate
 
@@ -115,7 +115,7 @@ def _one_size(args) -> None:
 
     import psutil
 
-    from det_calib.capture import Capturer
+    from det_calib.capture.predictor import Capturer
 
     images = _scale_split(args.n)
     proc = psutil.Process()
@@ -164,11 +164,11 @@ def deploy(args) -> None:
     import tempfile
     from pathlib import Path
 
-    from det_calib.capture import capture
-    from det_calib.data import load_data_yaml, load_split
+    from det_calib.capture.predictor import capture
+    from det_calib.data.ground_truth import load_data_yaml, load_split
     from det_calib.demo import demo_data_yaml
-    from det_calib.matching import match_table
-    from det_calib.metrics import ece
+    from det_calib.matching.one_to_one import match_table
+    from det_calib.metrics.calibration import ece
 
     sp = load_split(load_data_yaml(demo_data_yaml()), "test")
     model = args.model or _demo_model()

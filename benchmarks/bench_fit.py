@@ -2,7 +2,7 @@
 
 Fits one temperature on synthetic detection data: ``n`` box logits ``z ~ N(-2, 3^2)`` with
 labels ``~ Bernoulli(sigmoid(z / 1.7))`` (a planted temperature of 1.7). det_calib is timed as
-the median of ``--repeats`` runs of :func:`det_calib.calibrators.fit_temperature` on the logits;
+the median of ``--repeats`` runs of :func:`det_calib.calibrators.temperature.fit_temperature` on the logits;
 netcal is fitted once on the confidences ``sigmoid(z)`` (it takes probabilities and rebuilds
 the logits) with its default settings, ``method="mle"`` (scipy L-BFGS-B over ``1/T``), which
 agree with det_calib to ~1e-5 in ``T``.
@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 from scipy.special import expit
 
-from det_calib.calibrators import fit_temperature
+from det_calib.calibrators.temperature import fit_temperature
 
 
 def main() -> None:

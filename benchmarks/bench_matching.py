@@ -1,4 +1,4 @@
-"""Time det_calib.matching.match_detections against pycocotools COCOeval.evaluate().
+"""Time det_calib.matching.one_to_one.match_detections against pycocotools COCOeval.evaluate().
 
 A seeded synthetic workload shaped like YOLO val output at conf 0.001: per image ~10 GT boxes
 (8 classes, ~5% crowd), 300 detections of which ~40% are jittered copies of GT boxes (mostly the
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from det_calib.matching import match_detections
+from det_calib.matching.one_to_one import match_detections
 
 
 def make_workload(n_images: int, dets_per_image: int, *, gt_per_image: float = 10.0, n_classes: int = 8, seed: int = 0):

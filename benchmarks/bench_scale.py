@@ -7,7 +7,7 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 
 - the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
   ``test``, default bootstrap, report written), in a fresh process: wall seconds, the seconds of
-  each stage (:mod:`det_calib.stages`), peak RSS, and the box table's in-memory size;
+  each stage (:mod:`det_calib.run.stages`), peak RSS, and the box table's in-memory size;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratio printed is the job's seconds over
@@ -35,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
 import json, sys, time
-from det_calib import stages
+from det_calib.run import stages
 from det_calib.capture import load_detector
-from det_calib.pipeline import calibrate
-import det_calib.report, det_calib.coco_map, matplotlib.pyplot, polars as pl
+from det_calib.run import calibrate
+import det_calib.report, det_calib.evaluation.coco_map, matplotlib.pyplot, polars as pl
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
 _model = load_detector(f"{root}/model.pt")
 # the fixed part: the interpreter, its imports and the model loaded, before any box is read
@@ -69,8 +69,8 @@ import polars as pl
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from det_calib.data import load_data_yaml, load_split
-from det_calib.parts import read_parts
-from det_calib.matching import collapse_inverted
+from det_calib.capture.parts import read_parts
+from det_calib.matching.one_to_one import collapse_inverted
 root = sys.argv[1]
 sp = load_split(load_data_yaml(f"{root}/data.yaml"), "test")
 boxes = read_parts(f"{root}/parts/test").filter(pl.col("head") == "nms")

@@ -12,7 +12,7 @@ kept-set ECE of the worst raw class.
 ``--limits`` adds what the eval split itself allows, per head:
 
 - the sampling floor of the kept-set ECE (labels drawn from the calibrated confidences: a
-  perfectly calibrated detector, :func:`det_calib.operating.kept_ece_floor`);
+  perfectly calibrated detector, :func:`det_calib.metrics.operating_point.kept_ece_floor`);
 - each family fitted on the ``test`` boxes themselves (in-sample, so optimistic): a kept-set ECE
   that a family cannot reach even fitted on the split it is scored on is out of its reach;
 - the worst raw class on both splits (accuracy and mean conf of its kept boxes) and a Platt map
@@ -38,9 +38,9 @@ import polars as pl
 
 def capture_all(cache: Path) -> None:
     from det_calib import demo
-    from det_calib.capture import capture, load_detector
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.pipeline import match_boxes
+    from det_calib.capture.predictor import capture, load_detector
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.matching.one_to_one import match_boxes
 
     cache.mkdir(parents=True, exist_ok=True)
     yolo = load_detector(demo.demo_model())
@@ -75,7 +75,7 @@ def main() -> None:
 
 
 def _fit(method: str, fb: pl.DataFrame, *, min_conf: float, criterion: str, floor: float = 0.0):
-    from det_calib.selection import fit_calibrator, select_calibrator
+    from det_calib.selection.cross_validation import fit_calibrator, select_calibrator
 
     z, y, k, g = (fb[c].to_numpy() for c in ("logit", "correct", "cls", "image_id"))
     if method == "auto":
@@ -104,7 +104,7 @@ def load_gt(args, split: str) -> pl.DataFrame:
         return pl.read_parquet(args.cache / f"gt_{split}.parquet")
     import json
 
-    from det_calib.data import load_data_yaml, load_split
+    from det_calib.data.ground_truth import load_data_yaml, load_split
 
     data = json.loads((args.run / "calibration.json").read_text())["data"]
     return load_split(load_data_yaml(data), split).gt
@@ -112,9 +112,9 @@ def load_gt(args, split: str) -> pl.DataFrame:
 
 def limits(fb: pl.DataFrame, eb: pl.DataFrame, worst: int, args) -> None:
     """What the eval split itself allows (see the module docstring)."""
+    from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
     from det_calib.numeric import sigmoid
-    from det_calib.operating import kept_ece, kept_ece_floor
-    from det_calib.selection import fit_calibrator
+    from det_calib.selection.cross_validation import fit_calibrator
 
     ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
     print(f"-- limits: kept-set ECE at {args.conf:g} on test; sampling floor = a perfectly calibrated detector "
@@ -148,11 +148,11 @@ def limits(fb: pl.DataFrame, eb: pl.DataFrame, worst: int, args) -> None:
 
 
 def run(args) -> None:
-    from det_calib.metrics import bootstrap_ci, ece, nll
-    from det_calib.operating import kept_ece, laece0
-    from det_calib.selection import METHODS
+    from det_calib.calibrators.registry import methods as registered
+    from det_calib.metrics.calibration import bootstrap_ci, ece, nll
+    from det_calib.metrics.operating_point import kept_ece, laece0
 
-    methods = [(m, f) for m in METHODS for f in ((0.0,) if m == "none" else args.floors)] + [("auto", 0.0)]
+    methods = [(m, f) for m in registered() for f in ((0.0,) if m == "none" else args.floors)] + [("auto", 0.0)]
     gt = load_gt(args, "test")
     gxy = gt.select("x1", "y1", "x2", "y2").to_numpy()
     for head in ("e2e", "nms"):

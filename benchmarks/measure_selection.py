@@ -8,7 +8,7 @@ each case, takes a fit subset of ``calib`` and an eval subset of ``test``:
   image at a time, so a box does not depend on which other images are in the run);
 - ``seed S``: N images of each split drawn at random with seed S (more cases of the same size).
 
-On each case it runs the default automatic choice (:func:`det_calib.fitting.choose_calibrator`
+On each case it runs the default automatic choice (:func:`det_calib.run.fitting.choose_calibrator`
 with the default candidates and fit ranges, exactly as ``calibrate`` does) and prints the ECE of
 the boxes kept at conf 0.25 on the eval subset (15 bins; the run's IoU): raw, the chosen map,
 the temperature (the classic method), Platt on all boxes, and the best candidate in hindsight
@@ -35,7 +35,7 @@ import polars as pl
 
 
 def kept_ece(p: np.ndarray, y: np.ndarray, thr: float) -> float:
-    from det_calib.metrics import ece
+    from det_calib.metrics.calibration import ece
 
     m = p > thr
     return ece(p[m], y[m], n_bins=15) if m.any() else math.nan
@@ -43,9 +43,12 @@ def kept_ece(p: np.ndarray, y: np.ndarray, thr: float) -> float:
 
 def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[int], thr: float,
              per_class: bool, criterion: str = "nll") -> dict:
-    from det_calib.fitting import calibrated_logits, choose_calibrator, fit_floors
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.calibrators.registry import global_methods, methods
     from det_calib.numeric import logit_threshold, sigmoid
-    from det_calib.selection import GLOBAL_METHODS, METHODS, fit_calibrator
+    from det_calib.run.fitting import choose_calibrator
+    from det_calib.run.settings import fit_floors
+    from det_calib.selection.cross_validation import fit_calibrator
 
     def part(split: str, ids: list[int]) -> pl.DataFrame:
         return boxes.filter((pl.col("head") == head) & (pl.col("split") == split) & pl.col("image_id").is_in(ids))
@@ -54,7 +57,7 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
     t0 = time.perf_counter()
     choice = choose_calibrator(fb, method="auto", floors=fit_floors("auto", None, None, (thr,)), criterion=criterion,
-                               min_conf=thr, n_folds=5, seed=0, methods=METHODS if per_class else GLOBAL_METHODS)
+                               min_conf=thr, n_folds=5, seed=0, methods=methods() if per_class else global_methods())
     secs = time.perf_counter() - t0
 
     def score(cal) -> float:
@@ -86,7 +89,7 @@ def main() -> None:
     ap.add_argument("--criterion", default="nll", choices=("nll", "brier", "ece"), help="what the CV scores (nll)")
     args = ap.parse_args()
 
-    from det_calib.boxes import read_boxes
+    from det_calib.data.box_table import read_boxes
 
     boxes = read_boxes(args.run / "boxes.parquet").filter(~pl.col("ignore"))
     n_img = {sp: int(boxes.filter(pl.col("split") == sp)["image_id"].max()) + 1 for sp in ("calib", "test")}

@@ -25,14 +25,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib import drift
+from det_calib.calibrators.base import calibrated_logits
+from det_calib.calibrators.identity import Identity
+from det_calib.calibrators.registry import calibrator_from_dict
 from det_calib.demo import demo_data_yaml, shifted_data_yaml
 from det_calib.demo.shifts import CORRUPTIONS
-from det_calib.fitting import calibrated_logits, calibrator_of
-from det_calib.metrics import sigmoid
-from det_calib.operating import kept_ece, kept_ece_floor
-from det_calib.selection import Identity, calibrator_from_dict
-from det_calib.verify import coco_map
+from det_calib.evaluation.map_check import coco_map
+from det_calib.metrics import drift_tests as drift
+from det_calib.metrics.calibration import sigmoid
+from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
+from det_calib.record.run_result import calibrator_of
 
 
 def calibrators(run, head: str) -> dict[str, object]:
@@ -87,7 +89,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from det_calib.check import new_boxes
+    from det_calib.check.run_check import new_boxes
 
     splits = [("clean test", demo_data_yaml())] + [(f"{k}-{s}", shifted_data_yaml(k, s)) for k in args.kinds
                                                    for s in args.severities]

@@ -49,10 +49,10 @@ json.dump(out, open(args["out"], "w"))
 
 
 def deployed_ece(run: Path) -> list[str]:
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.matching import match_boxes
-    from det_calib.metrics import ece
-    from det_calib.results import RunResult
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.matching.one_to_one import match_boxes
+    from det_calib.metrics.calibration import ece
+    from det_calib.record.run_result import RunResult
 
     res = RunResult.read(run / "calibration.json")
     st = res.settings

@@ -12,8 +12,9 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :func:`coco_map`, :func:`ultralytics_val` — mAP before and after
 - :func:`threshold_shift` — how the set of boxes kept at conf 0.25 changes
 - :func:`write_calibrated_checkpoint` — T folded into the head; loads without det_calib
-- :mod:`det_calib.tuning` — per-class conf thresholds (certified precision, max-F1, LRP);
+- :mod:`det_calib.thresholds` — per-class conf thresholds (certified precision, max-F1, LRP);
   :func:`filter_results` applies them to plain Ultralytics ``Results``
+- :mod:`det_calib.calibrators` — the calibrator contract (``LogitCalibrator``) and the registry of methods
 - :func:`apply_calibrator` — any run's calibrator applied to Ultralytics results after the
   detector's own selection (post-hoc: the same boxes, rescored)
 """
@@ -22,10 +23,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from det_calib import _allocator  # noqa: F401  (first: before anything imports polars)
-from det_calib.calibrators import TemperatureScaler, fit_temperature
-from det_calib.errors import DegenerateFitError, DetCalibError, InputError
-from det_calib.thresholds import equivalent_threshold, threshold_shift
+import os as _os
+
+# Polars allocates through jemalloc, which by default keeps freed pages for about ten seconds: at
+# COCO scale every temporary of reading, filtering and joining the box table then stays resident
+# (reading the capture parts of a 5,000-image split left 0.4 GiB more, benchmarks/bench_scale.py).
+# jemalloc reads its options once, when polars is first imported: set here, before anything of
+# det_calib imports polars, unless the user set them.
+_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
+from det_calib.calibrators.temperature import TemperatureScaler, fit_temperature  # noqa: E402
+from det_calib.errors import DegenerateFitError, DetCalibError, InputError  # noqa: E402
+from det_calib.evaluation.kept_set import equivalent_threshold, threshold_shift  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -53,35 +62,35 @@ __all__ = [
 def __getattr__(name: str):
     # heavy imports (ultralytics, torch) only when these are used
     if name == "calibrate":
-        from det_calib.pipeline import calibrate
+        from det_calib.run.job import calibrate
 
         return calibrate
     if name == "capture":
-        from det_calib.capture import capture
+        from det_calib.capture.predictor import capture
 
         return capture
     if name in ("match_table", "match_detections"):
-        from det_calib import matching
+        from det_calib.matching import one_to_one as matching
 
         return getattr(matching, name)
     if name in ("coco_map", "ultralytics_val"):
-        from det_calib import verify
+        from det_calib.evaluation import map_check as verify
 
         return getattr(verify, name)
     if name == "write_calibrated_checkpoint":
-        from det_calib.fold import write_calibrated_checkpoint
+        from det_calib.deploy.fold import write_calibrated_checkpoint
 
         return write_calibrated_checkpoint
     if name == "filter_results":
-        from det_calib.tuning import filter_results
+        from det_calib.thresholds.per_class import filter_results
 
         return filter_results
     if name == "apply_calibrator":
-        from det_calib.posthoc import apply_calibrator
+        from det_calib.deploy.posthoc import apply_calibrator
 
         return apply_calibrator
     if name in ("load_data_yaml", "load_split"):
-        from det_calib import data
+        from det_calib.data import ground_truth as data
 
         return getattr(data, name)
     raise AttributeError(f"module 'det_calib' has no attribute {name!r}")

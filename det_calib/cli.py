@@ -1,11 +1,11 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
-The options of ``calibrate`` are generated from :class:`det_calib.pipeline.Settings` (each field
+The options of ``calibrate`` are generated from :class:`det_calib.run.settings.Settings` (each field
 carries its default and help); library errors name parameters and are shown with the options'
 names.
 
 Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted; ``check``
-also 3-6 (its verdicts, :data:`det_calib.check.EXIT_CODES`).
+also 3-6 (its verdicts, :data:`det_calib.check.run_check.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,17 @@ from typing import Any
 from det_calib.errors import DetCalibError, first_line
 
 
+def _now(v: Any) -> Any:
+    """A help text or choices given as a function (read from the calibrator registry when the parser is built)."""
+    return v() if callable(v) else v
+
+
 def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
                          only: Collection[str] | None = None) -> None:
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
-    The field's default, help and choices come from the dataclass; ``negate`` makes a
+    The field's default, help and choices come from the dataclass (help and choices may be
+    functions, called now: the ``--method`` ones come from the calibrator registry); ``negate`` makes a
     ``--no-...`` switch that stores False, ``switch`` a flag that stores True, ``repeat`` an
     option that may be given several times (its values replace the default), ``short`` a
     one-letter alias. A subcommand whose options live in a settings dataclass calls this with
@@ -40,7 +46,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
         if "flag" not in meta or (only is not None and f.name not in only):
             continue
         names = [meta["flag"], *([meta["short"]] if "short" in meta else [])]
-        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        kw: dict[str, Any] = {"dest": f.name, "help": _now(meta["help"])}
         if meta.get("negate"):
             parser.add_argument(*names, action="store_false", default=f.default, **kw)
             continue
@@ -52,7 +58,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
             parser.add_argument(*names, type=kind, action="append", default=None, **kw)
             continue
         if "choices" in meta:
-            kw["choices"] = list(meta["choices"])
+            kw["choices"] = list(_now(meta["choices"]))
         parser.add_argument(*names, type=kind, default=f.default, **kw)
 
 
@@ -83,14 +89,10 @@ def flag_names(settings_cls: type) -> dict[str, str]:
 
 
 THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
-"""Fields of :class:`~det_calib.pipeline.Settings` that are also the options of ``thresholds``."""
+"""Fields of :class:`~det_calib.run.settings.Settings` that are also the options of ``thresholds``."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    from det_calib.boxes import HEADS
-    from det_calib.pipeline import Settings
-    from det_calib.tuning import DEFAULT_TARGET_PRECISION
-
     p = argparse.ArgumentParser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling by default; "
@@ -98,6 +100,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+
+    _calibrate_parser(sub)
+    _capture_parser(sub)
+    _run_folder_parsers(sub)
+    d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
+    d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
+    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
+                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
+    _check_parser(sub)
+    return p
+
+
+def _calibrate_parser(sub: Any) -> None:
+    from det_calib.run.settings import Settings
 
     c = sub.add_parser(
         "calibrate",
@@ -109,9 +125,15 @@ def _parser() -> argparse.ArgumentParser:
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
 
+
+
+def _capture_parser(sub: Any) -> None:
+    from det_calib.data.box_table import HEADS
+    from det_calib.run.settings import Settings
+
     k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
-                                   "into OUT; `calibrate --boxes OUT` and det_calib.parts.read_parts read them.")
+                                   "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.")
     k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     k.add_argument("--data", type=Path, required=True, help="data.yaml")
     k.add_argument("--split", required=True, help="split key in data.yaml")
@@ -138,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--ray-actors", type=int, help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)")
     k.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
 
+
+
+def _run_folder_parsers(sub: Any) -> None:
+    """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
+    from det_calib.data.box_table import HEADS
+    from det_calib.run.settings import Settings
+    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
+
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
@@ -160,17 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
     t.set_defaults(target_precision=DEFAULT_TARGET_PRECISION)
 
-    d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
-    d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
-    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
-                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
-    _check_parser(sub)
-    return p
 
 
 def _check_parser(sub: Any) -> None:
-    from det_calib.boxes import HEADS
-    from det_calib.check import EXIT_CODES
+    from det_calib.check.run_check import EXIT_CODES
+    from det_calib.data.box_table import HEADS
 
     codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
     c = sub.add_parser(
@@ -205,7 +229,7 @@ def _check_parser(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from det_calib.check import check_run
+    from det_calib.check.run_check import check_run
 
     result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
                             boxes=args.boxes, heads=args.heads, out=args.out, limit=args.limit, alpha=args.alpha,
@@ -218,13 +242,15 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _version() -> str:
-    from det_calib.results import package_version
+    from det_calib.record.run_result import package_version
 
     return package_version()
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from det_calib.pipeline import Settings, calibrate, summary_text
+    from det_calib.run.job import calibrate
+    from det_calib.run.settings import Settings
+    from det_calib.run.summary import summary_text
 
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
@@ -243,13 +269,13 @@ def _capture(args: argparse.Namespace) -> int:
     kw = {"heads": heads, "conf": args.conf_floor, "iou": args.iou, "max_det": args.max_det, "imgsz": args.imgsz,
           "batch": args.batch, "coco_gt": args.coco_gt, "limit": args.limit}
     if args.ray:
-        from det_calib.ray_capture import capture_ray
+        from det_calib.capture.ray_capture import capture_ray
 
         parts = capture_ray(args.model, args.data, args.split, args.out, images_per_part=args.ray_images_per_part,
                             actors=args.ray_actors, **kw)
         print(f"wrote {len(parts)} parts to {args.out}")
     else:
-        from det_calib.parts import capture_to_parts
+        from det_calib.capture.parts import capture_to_parts
 
         part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard, device=args.device,
                                 progress=args.progress, **kw)
@@ -258,18 +284,14 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from det_calib.fold import write_calibrated_checkpoint, write_folded_checkpoint
-    from det_calib.posthoc import load_calibrators
-    from det_calib.results import read_calibrators
+    from det_calib.deploy.fold import write_run_checkpoint
+    from det_calib.record.run_result import read_calibrators
 
     records = read_calibrators(args.calibration)
-    meta = {"calibration": str(args.calibration)}
+    out = write_run_checkpoint(args.model, args.out, records, metadata={"calibration": str(args.calibration)})
     if records and all(r.method == "temperature" for r in records.values()):
-        temps = {h: r.temperature for h, r in records.items()}
-        out = write_calibrated_checkpoint(args.model, args.out, temps, metadata=meta)
-        print(f"wrote {out} (T: {', '.join(f'{h}={t:.4f}' for h, t in temps.items())})")
+        print(f"wrote {out} (T: {', '.join(f'{h}={r.temperature:.4f}' for h, r in records.items())})")
         return 0
-    out = write_folded_checkpoint(args.model, args.out, load_calibrators(args.calibration), metadata=meta)
     print(f"wrote {out} ({', '.join(f'{h}: {r.method}' for h, r in records.items())})")
     return 0
 
@@ -291,8 +313,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _thresholds(args: argparse.Namespace) -> int:
-    from det_calib.pipeline import Settings
-    from det_calib.tuning import THRESHOLDS_FILE, summary_lines, tune_run
+    from det_calib.run.settings import Settings
+    from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
     doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
@@ -332,7 +354,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.pipeline import Settings
+    from det_calib.run.settings import Settings
 
     names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
              "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}

@@ -2,8 +2,8 @@
 family, the weighted mean and the binary NLL from logits.
 
 Every function works in float64 and is overflow-free for any finite input. This is the one home of
-these primitives; :mod:`det_calib.metrics`, :mod:`det_calib.calibrators`, :mod:`det_calib.scaling`,
-:mod:`det_calib.isotonic`, :mod:`det_calib.selection` and :mod:`det_calib.tuning` import them from
+these primitives; :mod:`det_calib.metrics`, :mod:`det_calib.calibrators`,
+:mod:`det_calib.selection` and :mod:`det_calib.thresholds` import them from
 here (the public names ``metrics.sigmoid``, ``scaling.sigmoid``, ``calibrators.expit``,
 ``calibrators.logsumexp`` and ``calibrators.log_softmax`` are re-exports).
 

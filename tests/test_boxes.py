@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.boxes import SCHEMA, empty_boxes, read_boxes, validate_boxes, write_boxes
+from det_calib.data.box_table import SCHEMA, empty_boxes, read_boxes, validate_boxes, write_boxes
 from det_calib.errors import InputError
 from det_calib.io import atomic_path, write_json
 
@@ -101,11 +101,14 @@ def test_atomic_files_get_normal_permissions(tmp_path):
 
 def test_the_head_vocabulary_has_one_home():
     """Every per-head table covers exactly the heads of `Head`, and the modules that need the
-    names take them from det_calib.boxes."""
+    names take them from det_calib.data.box_table."""
     from typing import get_args
 
-    from det_calib import boxes, fold, parts, pipeline
+    from det_calib.capture import parts as parts
+    from det_calib.data import box_table as boxes
+    from det_calib.deploy import fold as fold
     from det_calib.report import common
+    from det_calib.run import settings as pipeline
 
     assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e")
     assert boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "both")

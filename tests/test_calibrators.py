@@ -1,4 +1,4 @@
-"""Tests for det_calib.calibrators: known answers, parity (scipy, scikit-learn, netcal), invariants, bad input."""
+"""Temperature scaling: known answers, parity (scipy, scikit-learn, netcal), invariants, bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_softmax
 from sklearn.metrics import log_loss
 
-from det_calib import calibrators
-from det_calib.calibrators import (
+from det_calib.calibrators import temperature as calibrators
+from det_calib.calibrators.temperature import (
     T_MAX,
     T_MIN,
     ConvergenceWarning,

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from det_calib.calibrators import TemperatureScaler, binary_nll
+from det_calib.calibrators.temperature import TemperatureScaler, binary_nll
 from det_calib.errors import InputError
 
 

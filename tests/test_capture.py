@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from det_calib.capture import available_heads, capture, load_detector
+from det_calib.capture.predictor import available_heads, capture, load_detector
 from det_calib.errors import InputError
 
 
@@ -102,7 +102,7 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
 def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     """Model set-up and the first batch take long: the ETA waits for one more full batch and then
     reflects the steady speed (4 images per 2 s here), not the first result's 30 s."""
-    from det_calib import capture as cap
+    from det_calib.capture import predictor as cap
 
     clock = iter([30.0, 30.1, 30.1, 30.1, 32.0])  # results arrive in batches of 4
     monkeypatch.setattr(cap.time, "monotonic", lambda: next(clock))  # the bar's speed clock
@@ -151,7 +151,7 @@ def test_both_heads_in_one_pass_equal_predict(demo_model_path, make_untrained, f
 
 def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_images):
     """Counted on the first layer of the network: one call per image for both heads together."""
-    from det_calib.capture import Capturer
+    from det_calib.capture.predictor import Capturer
 
     cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320, workers=2)
     calls = []
@@ -165,7 +165,7 @@ def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_image
 def test_parallel_workers_give_the_one_worker_table(tmp_path, demo_model_path, fixture_images):
     """Workers capture images at once (threads, a network each): the same table, bit for bit, as one
     worker, an unreadable image skipped the same way, and every image run exactly once."""
-    from det_calib.capture import Capturer
+    from det_calib.capture.predictor import Capturer
 
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not an image")
@@ -190,7 +190,7 @@ def test_auto_workers_use_idle_cores_only_where_the_numbers_stay_the_same():
     Ultralytics sets it on a two-core machine); workers are a positive integer, 1 when batched."""
     import os
 
-    from det_calib.capture import auto_workers
+    from det_calib.capture.predictor import auto_workers
 
     before = torch.get_num_threads()
     try:
@@ -216,7 +216,7 @@ def test_workers_argument_is_checked(demo_model_path, fixture_images):
 def test_batched_capture_groups_same_shapes_and_stays_close(demo_model_path, fixture_images):
     """batch > 1 puts only same-shape letterboxes in one pass: same boxes up to float rounding of
     batched convolution (documented), never the padding of a mixed-size batch."""
-    from det_calib.capture import Capturer
+    from det_calib.capture.predictor import Capturer
 
     cap = Capturer(str(demo_model_path), heads=("nms",), imgsz=320, batch=8)
     shapes = []
@@ -255,7 +255,7 @@ def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
 
 @pytest.fixture(scope="module")
 def plain_parts(tmp_path_factory, demo_model_path):
-    from det_calib.parts import capture_to_parts
+    from det_calib.capture.parts import capture_to_parts
     from tests.conftest import FIXTURE
 
     out = tmp_path_factory.mktemp("plain")
@@ -264,7 +264,7 @@ def plain_parts(tmp_path_factory, demo_model_path):
 
 
 def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixture_yaml, fixture_images, plain_parts):
-    from det_calib.parts import (
+    from det_calib.capture.parts import (
         capture_to_parts,
         part_meta,
         read_parts,
@@ -295,13 +295,13 @@ def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixt
 def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts):
     import shutil
 
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.parts import (
+    from det_calib.capture.parts import (
         capture_to_parts,
         data_fingerprint,
         model_fingerprint,
         read_parts,
     )
+    from det_calib.data.ground_truth import load_data_yaml, load_split
 
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")
     fp = data_fingerprint(sp.images, names=sp.image_names())
@@ -347,8 +347,8 @@ def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo
 def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, plain_parts):
     """A Ray Data job on a local 2-CPU Ray instance writes parts with the same content."""
     ray = pytest.importorskip("ray")
-    from det_calib.parts import part_meta, read_parts
-    from det_calib.ray_capture import capture_ray
+    from det_calib.capture.parts import part_meta, read_parts
+    from det_calib.capture.ray_capture import capture_ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -361,8 +361,8 @@ def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, p
 
 
 def test_cli_capture_writes_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts, capsys):
+    from det_calib.capture.parts import read_parts
     from det_calib.cli import main
-    from det_calib.parts import read_parts
 
     out = tmp_path / "parts"
     for i in range(2):
@@ -380,7 +380,7 @@ def test_capture_nms_has_no_time_budget(demo_model_path, fixture_images):
     zero, the images after the first of each batch lose every box."""
     import math
 
-    from det_calib.capture import NMS_TIME_LIMIT, Capturer, nms_max_time_img
+    from det_calib.capture.predictor import NMS_TIME_LIMIT, Capturer, nms_max_time_img
 
     assert NMS_TIME_LIMIT == math.inf and nms_max_time_img(NMS_TIME_LIMIT, 8) == math.inf
     cap = Capturer(str(demo_model_path), heads=("nms",), imgsz=320, batch=8)

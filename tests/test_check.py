@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib import drift
-from det_calib.check import CHECK_FILE, CheckResult, exit_code
+from det_calib.check.run_check import CHECK_FILE, CheckResult, exit_code
 from det_calib.cli import main
+from det_calib.metrics import drift_tests as drift
 
 N_IMAGES = 60  # images of each split in the run and in every check
 REPO = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def test_shifted_splits_are_cached_corruptions_of_test():
 # ------------------------------------------------------------------------------ on real runs
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory) -> Path:
-    from det_calib.pipeline import calibrate
+    from det_calib.run.job import calibrate
 
     out = tmp_path_factory.mktemp("check") / "run"
     calibrate(out=out, limit=N_IMAGES, run_val=False, n_boot=50, progress=False, head="nms", report=False)
@@ -227,10 +227,10 @@ def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
 def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     """Blur at severity 5: detection quality changed; the calibration figures, recomputed from the
     calibrated checkpoint run through a plain capture, agree with the check's."""
-    from det_calib.capture import Capturer
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.matching import match_boxes
-    from det_calib.results import RunResult
+    from det_calib.capture.predictor import Capturer
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.matching.one_to_one import match_boxes
+    from det_calib.record.run_result import RunResult
 
     out = tmp_path / "blur5"
     code, stdout, err = _check(capsys, run_dir, "--data", severe_yaml, "--out", out)

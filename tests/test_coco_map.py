@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.coco_map import AREA_RANGES, coco_eval, map_figures
-from det_calib.verify import coco_maps
+from det_calib.evaluation.coco_map import AREA_RANGES, coco_eval, map_figures
+from det_calib.evaluation.map_check import coco_maps
 
 TOL = 1e-9
 
@@ -120,9 +120,9 @@ def test_known_answers():
 
 def test_coco_shaped_set_equals_pycocotools(tmp_path):
     """Eighty classes, hundreds of boxes per image, both heads: the precision arrays agree."""
+    from det_calib.capture.parts import read_parts
     from det_calib.data import load_data_yaml, load_split
     from det_calib.demo.coco_shaped import write_coco_shaped
-    from det_calib.parts import read_parts
 
     s = write_coco_shaped(tmp_path / "set", 40, seed=3)
     sp = load_split(load_data_yaml(s.data), "test")
@@ -193,7 +193,7 @@ def test_demo_test_split_equals_pycocotools(demo_model_path):
 
 def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):
     """calibration.json names the engine; ``map_engine="pycocotools"`` gives the same figures."""
-    from det_calib.pipeline import calibrate
+    from det_calib.run import calibrate
 
     runs = {e: calibrate(demo_model_path, fixture_yaml, out=tmp_path / e, n_boot=20, progress=False,
                          method="temperature", run_val=False, report=False, map_engine=e)

@@ -1,7 +1,7 @@
 """`det-calib compare` of real runs of the demo detector on the fixture split: three runs
 (`--method temperature`, `--method platt`, the default `auto`) and the two heads of one run.
 Every number the comparison prints is checked against the runs' calibration.json (or, for the
-NLL and Brier intervals that a run does not store, against det_calib.metrics.bootstrap_ci over
+NLL and Brier intervals that a run does not store, against det_calib.metrics.calibration.bootstrap_ci over
 the run's boxes), every printed interval contains its estimate, and the page renders in
 headless Chromium."""
 
@@ -16,15 +16,15 @@ import pytest
 from conftest import printed_interval_violations
 from test_report import _chromium, parse, rendered, tables
 
-from det_calib import metrics
+from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
-from det_calib.fitting import calibrated_logits, calibrator_of
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
 from det_calib.report import compare_runs
-from det_calib.report.calibrators import calibrator_words
+from det_calib.report.calibrators_section import calibrator_words
 from det_calib.report.common import f3, f4, fci
 from det_calib.report.compare import separation_words
-from det_calib.results import Calibrator, RunResult
 
 METHODS = ("temperature", "platt", "auto")
 
@@ -192,8 +192,8 @@ def test_per_class_heatmap_over_all_runs_is_written_and_embedded(runs, three):
 
 def test_kept_set_reliability_is_binned_as_calibrate_bins_its_ece(runs):
     """The operating-point reliability figure's bins give each run's kept-set ECE of calibration.json."""
+    from det_calib.record.run_folder import load_run
     from det_calib.report.compare import _kept_bins
-    from det_calib.report.load import load_run
 
     for m in METHODS:
         run = load_run(runs[m])

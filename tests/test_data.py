@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from det_calib.data import (
+from det_calib.data.ground_truth import (
     check_class_names,
     half_split,
     label_path,
@@ -267,7 +267,7 @@ def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture
     from PIL import Image
     from ultralytics.utils.patches import imread
 
-    from det_calib.data import image_sizes
+    from det_calib.data.ground_truth import image_sizes
 
     arr = (np.random.default_rng(0).random((40, 60, 3)) * 255).astype(np.uint8)
     exif = Image.Exif()

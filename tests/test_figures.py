@@ -144,7 +144,7 @@ def coco_run(tmp_path_factory, demo_model_path, main_run):
 @pytest.fixture(scope="module")
 def hot_run(tmp_path_factory, demo_model_path):
     """Logits x 50: raw float64 scores of confident boxes are all exactly 1.0 (ties)."""
-    from det_calib.fold import write_calibrated_checkpoint
+    from det_calib.deploy.fold import write_calibrated_checkpoint
 
     tmp = tmp_path_factory.mktemp("figures_hot")
     hot = write_calibrated_checkpoint(demo_model_path, tmp / "hot.pt", {"nms": 0.02})
@@ -839,7 +839,7 @@ def test_laece0_recomputation_on_the_edge_cases():
     """The plain-Python LaECE_0 against the product's on boxes the fixture runs do not produce:
     scores exactly on bin edges, a class with exactly zero error, a class without ground truth,
     a box whose best GT is taken by a higher-scored one, equal-IoU GTs, more than 100 boxes."""
-    from det_calib.operating import LaECE0Targets, laece0
+    from det_calib.metrics.operating_point import LaECE0Targets, laece0
 
     gt = {"a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)], "b": []}
     gt["b"] = [(2, 0.0, 0.0, 8.0, 8.0)]
@@ -891,8 +891,10 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
     --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
     own calibrated logits."""
-    from det_calib import metrics, pipeline
-    from det_calib.scaling import PlattScaler
+    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.metrics import calibration as metrics
+    from det_calib.run import head_figures as pipeline
+    from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(0)
     n = 240
@@ -905,7 +907,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     feats = metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480)
     a = pipeline._EvalArrays(z=z, y=y, cls=np.zeros(n, dtype=np.int64), img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1,
                              loc=np.where(y, 0.8, 0.0), feats=feats, gt_cls=np.zeros(70, dtype=np.int64), ignored=0)
-    s = pipeline.Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
+    s = Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
     assert max(p0.max(), p1.max()) < 0.9999
     t03, t_top = pipeline._thresholded(a, s)
     kb, ka = p0 > 0.3, p1 > 0.3
@@ -923,9 +925,10 @@ def test_kept_set_and_nll_figures_on_small_arrays():
 def test_map_check_honours_max_det_on_both_branches():
     """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
-    from det_calib import pipeline
-    from det_calib.data import Split
-    from det_calib.scaling import ClassAffineScaler
+    from det_calib.calibrators.affine import ClassAffineScaler
+    from det_calib.data.ground_truth import Split
+    from det_calib.run import head_figures as pipeline
+    from det_calib.run.settings import Settings
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
     gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
@@ -943,7 +946,7 @@ def test_map_check_honours_max_det_on_both_branches():
     for cal, scale in ((pipeline._as_calibrator(2.0), lambda r: r[6] / 2.0),
                        (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
         for max_det in (1, 300):
-            m = pipeline._map_check(boxes, split, cal, pipeline.Settings(max_det=max_det))
+            m = pipeline._map_check(boxes, split, cal, Settings(max_det=max_det))
             m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
             m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
             assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
@@ -954,8 +957,10 @@ def test_map_check_honours_max_det_on_both_branches():
 def test_per_class_figures_on_small_arrays():
     """Which classes are listed (boxes or GT; not a class with neither), and every per-class
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
-    from det_calib import metrics, pipeline
-    from det_calib.scaling import PlattScaler
+    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.metrics import calibration as metrics
+    from det_calib.run import head_figures as pipeline
+    from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(1)
     n = 160
@@ -970,7 +975,7 @@ def test_per_class_figures_on_small_arrays():
     x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
     a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
                              feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
-    s = pipeline.Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
+    s = Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
     out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
         (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]

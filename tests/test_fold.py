@@ -13,15 +13,15 @@ import pytest
 import torch
 from conftest import NO_DET_CALIB
 
-from det_calib.capture import capture
+from det_calib.capture.predictor import capture
 from det_calib.cli import main
-from det_calib.errors import InputError
-from det_calib.fold import (
+from det_calib.deploy.fold import (
     fold_into_model,
     read_calibration_metadata,
     temperatures_from_json,
     write_calibrated_checkpoint,
 )
+from det_calib.errors import InputError
 
 # Runs in a fresh interpreter where importing det_calib fails, so nothing of det_calib can be
 # involved in loading or running the checkpoint.

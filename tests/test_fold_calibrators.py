@@ -15,15 +15,15 @@ import pytest
 import torch
 from conftest import NO_DET_CALIB
 
-from det_calib.capture import capture
-from det_calib.fold import (
+from det_calib.calibrators.isotonic import PiecewiseLinear
+from det_calib.calibrators.registry import calibrator_from_dict, is_per_class, make_calibrator, methods
+from det_calib.capture.predictor import capture
+from det_calib.deploy.fold import (
     fold_calibrator,
     hinge_layers,
     read_calibration_metadata,
     write_folded_checkpoint,
 )
-from det_calib.isotonic import PiecewiseLinear
-from det_calib.selection import calibrator_from_dict, make_calibrator
 
 BLOCK = NO_DET_CALIB + textwrap.dedent(
     """
@@ -78,7 +78,7 @@ def _synthetic_fit_data(seed=0, n=20_000, nc=8):
     return z, y, k
 
 
-METHODS = ["temperature", "platt", "spline", "class-temperature", "class-platt", "isotonic", "class-isotonic"]
+METHODS = [m for m in methods() if m != "none"]  # every registered calibrator
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
     tmp_path, demo_model_path, fixture_images, raw_captures, method
 ):
     z, y, k = _synthetic_fit_data()
-    cal = make_calibrator(method).fit(z, y, **({"classes": k} if method.startswith("class-") else {}))
+    cal = make_calibrator(method).fit(z, y, **({"classes": k} if is_per_class(method) else {}))
     ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal, "e2e": cal})
     meta = read_calibration_metadata(ckpt)
     assert calibrator_from_dict(meta["calibrators"]["nms"]).to_dict() == cal.to_dict()
@@ -131,7 +131,7 @@ def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
                     continue  # an anchor the raw run did not output
                 c = int(r[5])
                 zc = logits[j, c : c + 1]
-                kw = {"classes": np.array([c])} if method.startswith("class-") else {}
+                kw = {"classes": np.array([c])} if is_per_class(method) else {}
                 expected = cal.predict_proba(zc, **kw)[0]
                 assert abs(r[4] - expected) <= 1e-5, (head, i, c, r[4], expected)
                 compared += 1

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from conftest import interval_violations, printed_interval_violations
 
-from det_calib import metrics
-from det_calib.operating import kept_ece
-from det_calib.results import Scores
+from det_calib.metrics import calibration as metrics
+from det_calib.metrics.operating_point import kept_ece
+from det_calib.record.run_result import Scores
 
 
 def _planted(n_img: int, per_img: int, temperature: float, seed: int):

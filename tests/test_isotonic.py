@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from det_calib.errors import DegenerateFitError, InputError
-from det_calib.isotonic import (
+from det_calib.calibrators.affine import sigmoid
+from det_calib.calibrators.isotonic import (
     ClassIsotonicCalibrator,
     IsotonicCalibrator,
     PiecewiseLinear,
     isotonic_regression,
 )
-from det_calib.scaling import sigmoid
+from det_calib.errors import DegenerateFitError, InputError
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -109,7 +109,7 @@ def test_fit_above_a_floor_keeps_the_raw_spacing_below_it():
     """Fitted above a floor, the map has slope 1 left of its first knot: boxes below the floor,
     never seen by the fit, keep their raw spacing (with the old slope 0.01 they all took about
     the value of the lowest fitted block, and their NLL exploded)."""
-    from det_calib.selection import fit_calibrator
+    from det_calib.selection.cross_validation import fit_calibrator
 
     rng = np.random.default_rng(5)
     z = rng.normal(-3.0, 2.0, 50_000)

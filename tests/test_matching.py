@@ -1,4 +1,4 @@
-"""Tests for det_calib.matching: parity with pycocotools, known answers, invariants, bad input."""
+"""Tests for det_calib.matching.one_to_one: parity with pycocotools, known answers, invariants, bad input."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from det_calib.errors import InputError
-from det_calib.matching import MatchResult, box_iou, collapse_inverted, match_boxes, match_detections, match_table
+from det_calib.matching.one_to_one import (
+    MatchResult,
+    box_iou,
+    collapse_inverted,
+    match_boxes,
+    match_detections,
+    match_table,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -561,7 +568,7 @@ def test_match_boxes_known_answer_with_inverted_boxes(caplog):
             "y2": [6.0, 23.0, 10.0, 20.0],
         }
     )
-    with caplog.at_level("WARNING", logger="det_calib.matching"):
+    with caplog.at_level("WARNING", logger="det_calib.matching.one_to_one"):
         out = match_boxes(boxes, gt, iou=0.5, loc_iou=0.1)
     assert "2 inverted box(es)" in caplog.text
     assert out["correct"].to_list() == [True, False, False, False]

@@ -11,12 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
-from det_calib.fitting import calibrated_logits, calibrator_of, fit_floors
-from det_calib.metrics import ece, sigmoid
-from det_calib.operating import LaECE0Targets, laece0
-from det_calib.results import Calibrator, RunResult
+from det_calib.metrics.calibration import ece, sigmoid
+from det_calib.metrics.operating_point import LaECE0Targets, laece0
+from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
+from det_calib.run.settings import fit_floors
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_fit_range_and_old_fit_min_conf(capsys, tmp_path, demo_model_path, fixtu
 
 def test_laece0_targets_equal_the_reference_for_per_class_maps(auto_run):
     """One raw-score matching gives the reference LaECE_0 of any per-class monotone map, any threshold."""
-    from det_calib.scaling import ClassAffineScaler
+    from det_calib.calibrators.affine import ClassAffineScaler
 
     r = RunResult.read(auto_run / "calibration.json")
     ev_split = r.settings.eval_split
@@ -172,9 +173,9 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
 
     import torch
 
-    from det_calib.fold import write_folded_checkpoint
-    from det_calib.pipeline import summary_text
-    from det_calib.selection import Identity
+    from det_calib.calibrators.identity import Identity
+    from det_calib.deploy.fold import write_folded_checkpoint
+    from det_calib.run.summary import summary_text
 
     r = RunResult.read(auto_run / "calibration.json")
     none = Calibrator("none", {"fit_min_conf": 0.0, "map": Identity().to_dict()})

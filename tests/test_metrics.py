@@ -1,4 +1,4 @@
-"""Tests for det_calib.metrics: known answers, textbook loops, netcal/sklearn parity, bootstrap."""
+"""Tests for det_calib.metrics.calibration: known answers, textbook loops, netcal/sklearn parity, bootstrap."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
-from det_calib import metrics
 from det_calib.errors import InputError
-from det_calib.metrics import (
+from det_calib.metrics import calibration as metrics
+from det_calib.metrics.calibration import (
     ReliabilityBins,
     ace,
     bootstrap_ci,
@@ -703,7 +703,7 @@ def test_bootstrap_unchecked_path_still_refuses_bad_input():
 @pytest.mark.parametrize("n_img, n_bins", [(50, 15), (7, 10), (3, 4)])
 def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
     """bootstrap_ci takes a per-image bin-sum shortcut for plain ECE; same draws, same interval."""
-    from det_calib.metrics import bootstrap_ci, ece
+    from det_calib.metrics.calibration import bootstrap_ci, ece
 
     rng = np.random.default_rng(n_img)
     img = rng.integers(0, n_img, size=40 * n_img)
@@ -833,7 +833,7 @@ def _rare_class_boxes(seed=0):
 
 
 def test_bootstrap_laece_prepared_path_equals_the_indexed_path_with_classes_weighted_out():
-    """laece's replicates pool the boxes into (image, class, bin) sums once (det_calib.bootstrap_tables);
+    """laece's replicates pool the boxes into (image, class, bin) sums once (det_calib.metrics.bootstrap_tables);
     a class none of whose images is drawn is left out of the class average exactly as on the
     resampled (indexed) boxes."""
     img, conf, iou, cls = _rare_class_boxes()
@@ -896,7 +896,7 @@ def test_bootstrap_dispatch_of_statistics():
     options) and those carrying `_bootstrap_prepare`; a partial that fixes `weights` or positional
     arguments, an unhashable callable or a plain function takes the generic path, with the same
     replicates (a partial's fixed weights times the draw counts)."""
-    from det_calib.operating import kept_ece
+    from det_calib.metrics.operating_point import kept_ece
 
     rng = np.random.default_rng(9)
     img = np.repeat(np.arange(25), 8)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from det_calib.errors import InputError
-from det_calib.metrics import bootstrap_ci, ece
-from det_calib.operating import (
+from det_calib.metrics.calibration import bootstrap_ci, ece
+from det_calib.metrics.operating_point import (
     kept_ece,
     kept_ece_floor,
     laece0,
@@ -164,8 +164,8 @@ def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
     replicates (kept ECE as per-image bin sums); the replicates equal those of the plain indexed
     path, the weighted public path bit for bit for LaECE_0, and a class none of whose kept boxes
     is drawn is left out of the average."""
-    from det_calib import metrics
-    from det_calib.operating import LaECE0Targets, _laece_binned
+    from det_calib.metrics import calibration as metrics
+    from det_calib.metrics.operating_point import LaECE0Targets, _laece_binned
 
     s = _scene()
     img, n_img, n_boot, seed = s["di"], s["n_img"], 150, 4
@@ -217,7 +217,7 @@ def test_laece0_targets_equal_laece0():
     """LaECE0Targets.laece is laece0 on the same boxes (scores a monotone map of the raw ones): a
     class with a single kept box, one whose error is exactly 0 (dropped), one without GT (not
     averaged), a box exactly at the threshold (not kept), and the scene of the bootstrap tests."""
-    from det_calib.operating import LaECE0Targets
+    from det_calib.metrics.operating_point import LaECE0Targets
 
     di, dx, dc, s = _one_image(
         [
@@ -256,8 +256,8 @@ def test_laece0_targets_equal_laece0():
 def test_bootstrap_of_operating_statistics_passes_the_bin_count():
     """The prepared replicates use the statistic's bin count (and its default when none is given),
     and both operating statistics take the prepared path."""
-    from det_calib import metrics
-    from det_calib.operating import LaECE0Targets, _laece_binned
+    from det_calib.metrics import calibration as metrics
+    from det_calib.metrics.operating_point import LaECE0Targets, _laece_binned
 
     s = _scene()
     img, n_img, p, y = s["di"], s["n_img"], s["p"], s["y"]

@@ -12,11 +12,13 @@ import polars as pl
 import pytest
 from conftest import assert_intervals_contain_estimates
 
-from det_calib.data import load_data_yaml
-from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
-from det_calib.metrics import nll_logits
-from det_calib.pipeline import calibrate, resolve_splits, summary_text
-from det_calib.thresholds import equivalent_threshold
+from det_calib.data.ground_truth import load_data_yaml
+from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint
+from det_calib.evaluation.kept_set import equivalent_threshold
+from det_calib.metrics.calibration import nll_logits
+from det_calib.run.inputs import resolve_splits
+from det_calib.run.job import calibrate
+from det_calib.run.summary import summary_text
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
@@ -347,7 +349,7 @@ def test_calibrate_tunes_thresholds_when_asked(run, tmp_path):
     """`target_precision` given: thresholds.json for every head, the same as tuning the written run
     afterwards (ground truth from `gt_counts`, no dataset needed), in summary.txt, the report and compare."""
     from det_calib.report import compare_runs
-    from det_calib.tuning import read_thresholds, tune_run
+    from det_calib.thresholds.per_class import read_thresholds, tune_run
 
     out = run.out_dir
     assert run.files["thresholds"] == out / "thresholds.json"
@@ -382,7 +384,7 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
     """The summary flags a head whose calibrated kept-set ECE (lowest conf) is above the raw one."""
     import copy
 
-    from det_calib.pipeline import summary_text
+    from det_calib.run.summary import summary_text
 
     ref = json.loads((Path(__file__).parent / "data" / "fixture_calibration.json").read_text())
     for worse in (True, False):
@@ -395,9 +397,9 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
         if worse:
             assert "keep the raw scores" in flagged[0] and "--method auto" in flagged[0]
         # the report's headline of each head says the same
-        from det_calib.report.calibrators import lead
-        from det_calib.report.load import Run
-        from det_calib.results import RunResult
+        from det_calib.record.run_folder import Run
+        from det_calib.record.run_result import RunResult
+        from det_calib.report.calibrators_section import lead
 
         run = Run(run_dir=Path("."), result=RunResult.from_dict(d), boxes=pl.DataFrame())
         assert all(("WORSE than the raw scores" in lead(run, h)) == worse for h in d["heads"])
@@ -409,10 +411,10 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
     per-class maps); every candidate says why it won or lost; the temperature is fitted on the
     fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
-    from det_calib.calibrators import TemperatureScaler
-    from det_calib.fitting import calibrator_of
-    from det_calib.results import RunResult
-    from det_calib.selection import GLOBAL_METHODS, METHODS
+    from det_calib.calibrators.registry import global_methods
+    from det_calib.calibrators.registry import methods as all_methods
+    from det_calib.calibrators.temperature import TemperatureScaler
+    from det_calib.record.run_result import RunResult, calibrator_of
 
     run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", head="nms", n_boot=10, run_val=False,
                     report=False, progress=False, per_class=per_class)
@@ -420,7 +422,7 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     assert doc["method"] == "auto" and doc["auto_per_class"] is per_class
     cands = doc["calibration_candidates"]["nms"]
     methods = {c["method"] for c in cands}
-    assert methods == (set(METHODS) if per_class else set(GLOBAL_METHODS))
+    assert methods == (set(all_methods()) if per_class else set(global_methods()))
     assert all(c["params"]["verdict"] for c in cands)
     assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [c["selected"] for c in cands]
     assert sum(c["selected"] for c in cands) == 1
@@ -454,10 +456,11 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
     import re
     import shutil
 
-    from det_calib.pipeline import Settings, _val_check
+    from det_calib.evaluation.map_check import ultralytics_val_shared
+    from det_calib.record.run_result import RunResult
     from det_calib.report import write_report
-    from det_calib.results import RunResult
-    from det_calib.verify import ultralytics_val_shared
+    from det_calib.run.settings import Settings
+    from det_calib.run.ultralytics_checks import _val_check
 
     result = RunResult.from_dict(json.loads((run.out_dir / "calibration.json").read_text()))
     kw = dict(split="val", head="nms", imgsz=None, batch=16, device=None, nms_time_limit=0.0)

@@ -16,11 +16,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.capture import capture
-from det_calib.data import load_data_yaml, load_split
-from det_calib.fold import write_folded_checkpoint
-from det_calib.pipeline import match_boxes
-from det_calib.scaling import ClassAffineScaler, PlattScaler
+from det_calib.calibrators.affine import ClassAffineScaler, PlattScaler
+from det_calib.capture.predictor import capture
+from det_calib.data.ground_truth import load_data_yaml, load_split
+from det_calib.deploy.fold import write_folded_checkpoint
+from det_calib.matching.one_to_one import match_boxes
 
 A, B = 1.5, -0.7
 N_IMAGES = 120

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from det_calib import preflight as pf
 from det_calib.cli import _error_line, main
-from det_calib.data import load_data_yaml, load_split
+from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
-from det_calib.pipeline import Settings, calibrate
+from det_calib.run import preflight as pf
+from det_calib.run.job import calibrate
+from det_calib.run.settings import Settings
 
 FAST = ["--no-val", "--no-report", "--n-boot", "10", "-q"]
 
@@ -43,7 +44,7 @@ def no_forward(monkeypatch) -> list[str]:
     and is recorded."""
     from ultralytics.nn.tasks import BaseModel
 
-    import det_calib.capture
+    import det_calib.capture.predictor
 
     calls: list[str] = []
 
@@ -56,8 +57,8 @@ def no_forward(monkeypatch) -> list[str]:
         raise AssertionError("the capture was entered before the inputs were checked")
 
     monkeypatch.setattr(BaseModel, "forward", forward)
-    monkeypatch.setattr(det_calib.capture, "capture", capture)
-    monkeypatch.setattr(det_calib.capture.Capturer, "__call__", capture)  # the pipeline's capture
+    monkeypatch.setattr(det_calib.capture.predictor, "capture", capture)
+    monkeypatch.setattr(det_calib.capture.predictor.Capturer, "__call__", capture)  # the pipeline's capture
     return calls
 
 

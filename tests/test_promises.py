@@ -35,12 +35,12 @@ def _env(**extra) -> dict:
 BUGGY_CLI = textwrap.dedent(
     """
     import sys
-    import det_calib.capture
+    import det_calib.capture.predictor
 
     def load_detector(model):
         return {}["a bug"]  # KeyError, something no input check anticipates
 
-    det_calib.capture.load_detector = load_detector
+    det_calib.capture.predictor.load_detector = load_detector
     from det_calib.cli import main
     sys.exit(main(sys.argv[1:]))
     """
@@ -84,12 +84,12 @@ def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_pat
 
 
 def test_unexpected_error_in_process(monkeypatch, capsys, tmp_path, demo_model_path, fixture_yaml):
-    import det_calib.capture
+    import det_calib.capture.predictor
 
     def boom(*a, **k):
         raise ZeroDivisionError("planted\nsecond line")
 
-    monkeypatch.setattr(det_calib.capture, "load_detector", boom)
+    monkeypatch.setattr(det_calib.capture.predictor, "load_detector", boom)
     monkeypatch.delenv("DET_CALIB_DEBUG", raising=False)
     code = main(
         ["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path), "-q"]
@@ -242,7 +242,7 @@ def test_both_heads_on_a_legacy_model_is_refused(legacy_ckpt, fixture_yaml, tmp_
 
 def test_fold_into_a_legacy_head(legacy_ckpt, tmp_path, fixture_images):
     """YOLOv8 head (one-to-many only): T folds into cv3, plain Ultralytics gives logit / T."""
-    from det_calib.fold import read_calibration_metadata, write_calibrated_checkpoint
+    from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint
 
     t = 1.7
     out = write_calibrated_checkpoint(legacy_ckpt, tmp_path / "cal.pt", {"nms": t})

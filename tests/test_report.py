@@ -2,8 +2,8 @@
 
 Runs are synthetic: :func:`make_run` writes a run directory exactly as the pipeline does
 (``boxes.parquet`` with the box table schema, and ``calibration.json`` written by a
-:class:`det_calib.results.RunResult`), with numbers computed by det_calib.metrics /
-det_calib.thresholds (through :meth:`det_calib.results.Scores.compute`, as the pipeline) from the
+:class:`det_calib.record.run_result.RunResult`), with numbers computed by det_calib.metrics.calibration /
+det_calib.evaluation.kept_set (through :meth:`det_calib.record.run_result.Scores.compute`, as the pipeline) from the
 same boxes.
 """
 
@@ -24,13 +24,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib import metrics, thresholds
-from det_calib.boxes import SCHEMA
+from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
-from det_calib.report import compare_runs, write_report
-from det_calib.report.common import f4
-from det_calib.report.load import calibrated_conf, parse_run_spec
-from det_calib.results import (
+from det_calib.evaluation import kept_set as thresholds
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_folder import calibrated_conf, parse_run_spec
+from det_calib.record.run_result import (
     Bootstrap,
     Calibrator,
     ClassResult,
@@ -44,6 +43,8 @@ from det_calib.results import (
     ValCheck,
     ValMap,
 )
+from det_calib.report import compare_runs, write_report
+from det_calib.report.common import f4
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]
 SECTIONS = ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings"]
@@ -603,9 +604,9 @@ def test_report_in_headless_chromium(run_two):
 
 def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
+    from det_calib.record.run_folder import HeadBoxes
+    from det_calib.record.run_result import Bootstrap
     from det_calib.report.compare import _boot_mean
-    from det_calib.report.load import HeadBoxes
-    from det_calib.results import Bootstrap
 
     rng = np.random.default_rng(1)
     n = 600
@@ -626,7 +627,7 @@ def test_image_level_bootstrap_equals_box_level():
 def test_conf_thresholds_section_when_the_run_has_thresholds_json(tmp_path):
     """The section appears (after "Threshold shift") only with a thresholds.json; a thresholds.json
     tuned with another temperature is flagged; a corrupt one is a warning, not a failed report."""
-    from det_calib.tuning import tune_run
+    from det_calib.thresholds.per_class import tune_run
 
     run = make_run(tmp_path / "r", heads=("nms",), n_images=20, per_image=20, n_boot=5)
     calib = json.loads((run / "calibration.json").read_text())

@@ -1,4 +1,4 @@
-"""Tests of det_calib.results: the typed result of a run and its calibration.json."""
+"""Tests of det_calib.record.run_result: the typed result of a run and its calibration.json."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from det_calib import metrics
 from det_calib.errors import InputError
 from det_calib.io import to_json
-from det_calib.results import (
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_result import (
     SCHEMA_VERSION,
     Calibrator,
     Candidate,
@@ -67,7 +67,7 @@ def test_typed_access(ref):
 
 
 def test_operating_floor_fields_and_the_worse_tolerance():
-    from det_calib.results import EvalResult, OperatingFigures, operating_point_worse
+    from det_calib.record.run_result import EvalResult, OperatingFigures, operating_point_worse
 
     o = OperatingFigures(conf=0.25, boxes=1000, ece=0.05, ece_floor=0.03, ece_floor_range=(0.02, 0.045))
     assert o.at_floor is False and OperatingFigures(ece=0.04, ece_floor_range=(0.02, 0.045)).at_floor is True
@@ -84,7 +84,7 @@ def test_operating_floor_fields_and_the_worse_tolerance():
 
 
 def test_scores_compute_matches_metrics():
-    """Scores.compute gives the metrics of det_calib.metrics, NLL from the logits."""
+    """Scores.compute gives the metrics of det_calib.metrics.calibration, NLL from the logits."""
     rng = np.random.default_rng(0)
     n = 400
     z = rng.normal(-1, 2, n)

@@ -7,12 +7,12 @@ import shutil
 import polars as pl
 import pytest
 
+from det_calib.capture.parts import capture_to_parts
 from det_calib.cli import main
+from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
-from det_calib.fold import write_calibrated_checkpoint
-from det_calib.parts import capture_to_parts
-from det_calib.pipeline import calibrate
-from det_calib.reuse import RUN_KEY, run_meta
+from det_calib.run.job import calibrate
+from det_calib.run.reuse import RUN_KEY, run_meta
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
 
@@ -30,7 +30,7 @@ def first(tmp_path_factory, demo_model_path, fixture_yaml):
 
 
 def test_boxes_parquet_records_fingerprints(first, demo_model_path):
-    from det_calib.parts import model_fingerprint
+    from det_calib.capture.parts import model_fingerprint
 
     meta = run_meta(first.out_dir / "boxes.parquet")
     assert meta["model"] == model_fingerprint(demo_model_path)

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
+from det_calib.calibrators.affine import ClassAffineScaler, PlattScaler, group_folds, sigmoid
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.scaling import ClassAffineScaler, PlattScaler, group_folds, sigmoid
 
 
 def _planted(a, b, n=50_000, seed=0):

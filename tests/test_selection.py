@@ -8,14 +8,11 @@ import warnings
 import numpy as np
 import pytest
 
+from det_calib.calibrators.affine import sigmoid
+from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
+from det_calib.calibrators.registry import methods as registered_methods
 from det_calib.errors import InputError
-from det_calib.scaling import sigmoid
-from det_calib.selection import (
-    METHODS,
-    calibrator_from_dict,
-    make_calibrator,
-    select_calibrator,
-)
+from det_calib.selection.cross_validation import select_calibrator
 
 
 def _boxes(true_logit, *, n=60_000, seed=0, nc=4, classes=None):
@@ -32,7 +29,7 @@ def test_perfectly_calibrated_data_keeps_raw_scores():
     sel = select_calibrator(z, y, classes=k, groups=g, min_conf=0.25)
     assert sel.chosen.method == "none"
     assert "none" in sel.reason
-    assert {c.method for c in sel.candidates} == set(METHODS)
+    assert {c.method for c in sel.candidates} == set(registered_methods())
     np.testing.assert_array_equal(sel.calibrator.transform_logits(z[:5]), z[:5])
 
 
@@ -108,7 +105,7 @@ def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
     by a steady 0.01, where the folds themselves differ by ~0.05 (an unpaired standard error of 0.03,
     the real YOLOv8n case of issue 20), is chosen; the same gain with a fold-to-fold noise of the
     size of the gain is not, and the raw scores are kept."""
-    from det_calib.selection import Candidate, paired_choice
+    from det_calib.selection.cross_validation import Candidate, paired_choice
 
     hard = np.array([0.45, 0.52, 0.58, 0.47, 0.50] * 5)  # 5 repeats x 5 folds, folds differ by ~0.05
     se = float(np.std(hard, ddof=1) * np.sqrt(1 / 25 + 1 / 4))
@@ -133,7 +130,7 @@ def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
 def test_paired_rule_prefers_a_simpler_map_only_where_it_is_as_good():
     """A simpler eligible map wins when it is behind the best by less than a quarter of their paired
     SE, or keeps 99% of the best's gain over raw; a simpler map behind by more stays behind."""
-    from det_calib.selection import Candidate, paired_choice
+    from det_calib.selection.cross_validation import Candidate, paired_choice
 
     base = np.array([0.50, 0.55, 0.45, 0.52, 0.48] * 5)
     jitter = np.array([0.003, -0.003, 0.002, -0.002, 0.0] * 5)
@@ -173,7 +170,7 @@ def test_selection_bad_input():
 
 
 def test_fit_calibrator_uses_only_its_fit_range():
-    from det_calib.selection import fit_calibrator
+    from det_calib.selection.cross_validation import fit_calibrator
 
     z, y, _k, _g = _boxes(lambda z, k: 1.4 * z + 0.2, n=20_000)
     above = z > np.log(0.1 / 0.9)
@@ -187,9 +184,9 @@ def test_fit_calibrator_uses_only_its_fit_range():
 def _held_out_scores(z, y, groups, *, method, floor, n_folds, n_repeats, seed, criterion, min_conf):
     """The R x K held-out scores of one candidate, recomputed from group_folds, the calibrator's own
     fit and the criterion's definition (exact logits)."""
-    from det_calib.metrics import ece
+    from det_calib.calibrators.affine import group_folds
+    from det_calib.metrics.calibration import ece
     from det_calib.numeric import logit_threshold
-    from det_calib.scaling import group_folds
 
     raw_keep = z > logit_threshold(min_conf)
     in_range = z > logit_threshold(floor) if floor > 0 else np.ones(z.size, bool)
@@ -265,8 +262,8 @@ def test_selection_without_classes_skips_per_class_methods_and_always_scores_non
     sel = select_calibrator(z, y, classes=k, groups=g, methods=("class-temperature", "class-isotonic"),
                             fit_min_confs=(0.0,), n_folds=3, n_repeats=1)
     assert [c.name for c in sel.candidates] == ["none", "class-temperature@0", "class-isotonic@0"]
-    from det_calib.isotonic import BLEND_GRID
-    from det_calib.scaling import SHRINKAGE_GRID
+    from det_calib.calibrators.affine import SHRINKAGE_GRID
+    from det_calib.calibrators.isotonic import BLEND_GRID
 
     assert sel.candidates[0].shrinkage is None
     assert sel.candidates[1].shrinkage in SHRINKAGE_GRID and sel.candidates[2].shrinkage in BLEND_GRID
@@ -325,7 +322,7 @@ def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
     """No box above a fit floor: the candidate is recorded with an error naming the floor (the CV),
     and fitting that floor alone raises DegenerateFitError naming it (the CLI's exit 2)."""
     from det_calib.errors import DegenerateFitError
-    from det_calib.selection import fit_calibrator
+    from det_calib.selection.cross_validation import fit_calibrator
 
     z, y, _k, g = _boxes(lambda z, k: z, n=2_000, seed=5)
     z = np.clip(z, -8.0, 2.0)  # raw conf at most 0.88
@@ -341,7 +338,7 @@ def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
 def test_paired_rule_edges():
     """No `none` among the candidates: the best wins; ties between the same method go to the first
     fit floor listed; `none` alone is chosen; the corrected SE needs two scores."""
-    from det_calib.selection import Candidate, _corrected_se, _paired_diff, paired_choice
+    from det_calib.selection.cross_validation import Candidate, _corrected_se, _paired_diff, paired_choice
 
     a = Candidate("platt", 0.0, 0.30, float("nan"), [0.30])
     c = Candidate("temperature", 0.0, 0.31, float("nan"), [0.31])
@@ -381,8 +378,8 @@ def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method, alike)
     """A per-class candidate is scored at every value of its own grid (lam for the affine maps, m
     for isotonic), each recomputed here by a plain fit at that value; it keeps the value with the
     lowest mean held-out NLL, and that value's fold scores."""
-    from det_calib.isotonic import BLEND_GRID, ClassIsotonicCalibrator
-    from det_calib.scaling import SHRINKAGE_GRID, ClassAffineScaler, group_folds
+    from det_calib.calibrators.affine import SHRINKAGE_GRID, ClassAffineScaler, group_folds
+    from det_calib.calibrators.isotonic import BLEND_GRID, ClassIsotonicCalibrator
 
     true = (lambda z, k: 1.3 * z + 0.05 * k) if alike else (lambda z, k: (0.6 + 0.5 * k) * z + 0.3 * k)
     z, y, k, g = _boxes(true, n=4_000, seed=8, nc=3)

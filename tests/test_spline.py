@@ -9,11 +9,12 @@ import warnings
 import numpy as np
 import pytest
 
+from det_calib.calibrators.affine import PlattScaler, sigmoid
+from det_calib.calibrators.isotonic import PiecewiseLinear
+from det_calib.calibrators.registry import calibrator_from_dict, methods
+from det_calib.calibrators.spline import MIN_SLOPE, SplineCalibrator, spline_knots
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.isotonic import PiecewiseLinear
-from det_calib.scaling import PlattScaler, sigmoid
-from det_calib.selection import METHODS, calibrator_from_dict, select_calibrator
-from det_calib.spline import MIN_SLOPE, SplineCalibrator, spline_knots
+from det_calib.selection.cross_validation import select_calibrator
 
 
 def _planted(n=200_000, seed=0):
@@ -159,7 +160,7 @@ def test_degenerate_input_and_bad_arguments_are_refused():
 
 
 def test_selection_tries_the_spline_and_picks_it_for_an_s_shaped_miscalibration():
-    assert METHODS.index("platt") < METHODS.index("spline") < METHODS.index("class-temperature")
+    assert methods().index("platt") < methods().index("spline") < methods().index("class-temperature")
     rng = np.random.default_rng(0)
     n = 80_000
     z = rng.normal(-2.0, 3.0, n)

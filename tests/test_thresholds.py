@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from det_calib.calibrators.registry import methods as registered_methods
 from det_calib.errors import InputError
-from det_calib.thresholds import (
+from det_calib.evaluation.kept_set import (
     equivalent_threshold,
     precision_recall_vs_conf,
     threshold_shift,
@@ -69,12 +70,13 @@ def test_precision_recall_curve_matches_direct_count():
     assert np.isnan(prec[-1])  # nothing above 1.0
 
 
-@pytest.mark.parametrize("method", ["temperature", "platt", "spline", "isotonic", "class-platt", "class-isotonic"])
+@pytest.mark.parametrize("method", [m for m in registered_methods() if m != "none"])
 def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
     over all classes for a global map, class by class for a per-class one (None over all)."""
-    from det_calib.fitting import calibrated_logits, equivalent_conf
-    from det_calib.selection import fit_calibrator
+    from det_calib.calibrators.base import calibrated_logits, equivalent_conf
+    from det_calib.calibrators.registry import is_per_class
+    from det_calib.selection.cross_validation import fit_calibrator
 
     rng = np.random.default_rng(4)
     n = 20_000
@@ -88,10 +90,11 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     for t in (0.1, 0.25, 0.5, 0.8):
         raw = _sig(zt) > t
         eq = equivalent_conf(cal, t)
-        if method.startswith("class-"):
+        if is_per_class(method):
             assert eq is None
             eqs = [equivalent_conf(cal, t, c) for c in range(3)]
-            assert len(set(eqs)) == 3  # one threshold per class
+            # one threshold per class (raw 0.5, logit 0, is a fixed point of every z / T_c)
+            assert len(set(eqs)) == (1 if method == "class-temperature" and t == 0.5 else 3)
             for c, e in enumerate(eqs):
                 m = kt == c
                 assert np.array_equal(p1[m] > e, raw[m])
@@ -105,9 +108,9 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
 
 def test_equivalent_conf_none_where_the_map_is_flat():
     """A map that does not rise just above the threshold has no equivalent threshold."""
-    from det_calib.fitting import equivalent_conf
+    from det_calib.calibrators.base import LogitCalibrator, equivalent_conf
 
-    class Flat:  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
+    class Flat(LogitCalibrator):  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
         def transform_logits(self, z, *, classes=None):
             return np.maximum(np.asarray(z, dtype=np.float64), 0.0)
 

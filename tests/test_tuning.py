@@ -12,11 +12,11 @@ import polars as pl
 import pytest
 from scipy import special, stats
 
-from det_calib import tuning
-from det_calib.boxes import SCHEMA
+from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
-from det_calib.results import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
-from det_calib.tuning import (
+from det_calib.record.run_result import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
+from det_calib.thresholds import per_class as tuning
+from det_calib.thresholds.per_class import (
     certify_precision,
     class_thresholds,
     counts_by_image,
@@ -525,7 +525,7 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     import inspect
 
     from det_calib.cli import _parser, main, settings_from_args
-    from det_calib.pipeline import Settings
+    from det_calib.run.settings import Settings
 
     args = _parser().parse_args(["thresholds", "somewhere"])
     s = settings_from_args(args, Settings)
@@ -607,8 +607,8 @@ def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(tm
                                                                             fixture_images):
     from ultralytics import YOLO
 
-    from det_calib.capture import capture, load_detector
-    from det_calib.fold import write_calibrated_checkpoint
+    from det_calib.capture.predictor import capture, load_detector
+    from det_calib.deploy.fold import write_calibrated_checkpoint
 
     temperature = 1.4
     # each image captured alone, as predict runs it below (a batch letterboxes its images to one shape)

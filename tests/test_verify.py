@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.capture import capture
-from det_calib.data import load_data_yaml, load_split
-from det_calib.fold import write_calibrated_checkpoint
-from det_calib.thresholds import equivalent_threshold
-from det_calib.verify import coco_map, ultralytics_val
+from det_calib.capture.predictor import capture
+from det_calib.data.ground_truth import load_data_yaml, load_split
+from det_calib.deploy.fold import write_calibrated_checkpoint
+from det_calib.evaluation.kept_set import equivalent_threshold
+from det_calib.evaluation.map_check import coco_map, ultralytics_val
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,8 @@ def test_empty_detections_give_zero_map(fixture_capture):
 def test_same_ranking_is_the_weak_order():
     import numpy as np
 
-    from det_calib.metrics import sigmoid
-    from det_calib.verify import same_ranking
+    from det_calib.evaluation.map_check import same_ranking
+    from det_calib.metrics.calibration import sigmoid
 
     rng = np.random.default_rng(0)
     z = np.round(rng.normal(size=2000), 2)  # many exact ties
@@ -106,10 +106,10 @@ def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path,
     """The shortcut of the pipeline's mAP check gives what evaluating both scorings gives."""
     import numpy as np
 
-    from det_calib.capture import capture
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.metrics import sigmoid
-    from det_calib.verify import coco_maps, same_ranking
+    from det_calib.capture.predictor import capture
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.evaluation.map_check import coco_maps, same_ranking
+    from det_calib.metrics.calibration import sigmoid
 
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")
     b = capture(demo_model_path, sp.images, head="nms", progress=False)
@@ -129,8 +129,8 @@ def stock_original_val(demo_model_path, fixture_yaml):
 
 def _folded(kind, demo_model_path, tmp_path):
     """A calibrated checkpoint and, per head, the conf its val runs at in the pipeline."""
-    from det_calib.fold import write_folded_checkpoint
-    from det_calib.selection import make_calibrator
+    from det_calib.calibrators.registry import make_calibrator
+    from det_calib.deploy.fold import write_folded_checkpoint
 
     if kind == "temperature":
         ts = {"nms": 0.7, "e2e": 1.4}
@@ -150,7 +150,7 @@ def _folded(kind, demo_model_path, tmp_path):
 def test_shared_val_pass_equals_two_stock_vals(tmp_path, demo_model_path, fixture_yaml, stock_original_val, kind):
     """The original's figures from the calibrated checkpoint's val pass are exactly those of a
     separate stock val of the original; the calibrated side is exactly a stock val of it."""
-    from det_calib.verify import ultralytics_val_shared
+    from det_calib.evaluation.map_check import ultralytics_val_shared
 
     ckpt, confs = _folded(kind, demo_model_path, tmp_path)
     for head, conf in confs.items():
@@ -165,7 +165,7 @@ def test_shared_val_pass_equals_two_stock_vals(tmp_path, demo_model_path, fixtur
 
 def test_shared_val_pass_on_a_legacy_head(tmp_path, fixture_yaml, make_untrained):
     """A YOLOv8 head (one branch, no one-to-one head) gives the same equality."""
-    from det_calib.verify import ultralytics_val_shared
+    from det_calib.evaluation.map_check import ultralytics_val_shared
 
     src = tmp_path / "v8.pt"
     make_untrained("yolov8n.yaml", bias_mean=0.0).save(src)
@@ -182,7 +182,7 @@ def test_shared_val_pass_on_a_legacy_head(tmp_path, fixture_yaml, make_untrained
 
 def test_shared_val_pass_refuses_another_model(tmp_path, demo_model_path, fixture_yaml, make_untrained):
     from det_calib.errors import InputError
-    from det_calib.verify import ultralytics_val_shared
+    from det_calib.evaluation.map_check import ultralytics_val_shared
 
     other = tmp_path / "other.pt"
     make_untrained("yolo26n.yaml").save(other)
@@ -200,7 +200,7 @@ def test_val_postprocess_is_stock_postprocess(demo_model_path, fixture_yaml):
     from ultralytics import YOLO
     from ultralytics.models.yolo.detect import DetectionValidator
 
-    from det_calib.verify import _budget_validator_class, _run_val, _val_kwargs
+    from det_calib.evaluation.map_check import _budget_validator_class, _run_val, _val_kwargs
 
     compared = []
 
@@ -226,7 +226,12 @@ def test_val_that_runs_out_of_nms_time_is_not_scored(tmp_path, demo_model_path, 
 
     from ultralytics import YOLO
 
-    from det_calib.verify import ValIncomplete, _budget_validator_class, _val_kwargs, ultralytics_val_shared
+    from det_calib.evaluation.map_check import (
+        ValIncomplete,
+        _budget_validator_class,
+        _val_kwargs,
+        ultralytics_val_shared,
+    )
 
     yolo = YOLO(str(demo_model_path))
     kw = _val_kwargs(yolo, fixture_yaml, split="val", head="nms", conf=0.001, imgsz=320, batch=4, device=None)

@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--split", default="test")
     args = ap.parse_args()
 
-    from det_calib.data import load_data_yaml, load_split
+    from det_calib.data.ground_truth import load_data_yaml, load_split
     from det_calib.demo import demo_data_yaml, model_figures
 
     sp = load_split(load_data_yaml(demo_data_yaml()), args.split)

@@ -143,10 +143,10 @@ def model_figures(model: str | Path | None = None, *, split: str = "test", head:
         ``incorrect``: the boxes above conf 0.25, labelled by one-to-one matching to same-class
         ground truth at IoU 0.5.
     """
-    from det_calib.capture import capture
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.matching import match_boxes
-    from det_calib.verify import ultralytics_val
+    from det_calib.capture.predictor import capture
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.evaluation.map_check import ultralytics_val
+    from det_calib.matching.one_to_one import match_boxes
 
     model = model or demo_model()
     yml = demo_data_yaml()

@@ -12,7 +12,7 @@ The set is written through the project's own writers: image files (one small JPE
 and copied, so a split of 5,000 images takes seconds), YOLO label files, a ``data.yaml`` with a
 ``calib`` and a ``test`` split, an untrained detector checkpoint with the class names (its file
 fingerprints the boxes; no forward pass ever runs it) and one capture part per split
-(:func:`det_calib.parts.write_part` with :func:`det_calib.parts.capture_meta`), so that
+(:func:`det_calib.capture.parts.write_part` with :func:`det_calib.capture.parts.capture_meta`), so that
 ``det-calib calibrate --model M --data D --boxes PARTS`` reads it as it reads ``det-calib
 capture`` output. ``benchmarks/bench_scale.py`` times the job on it; the tests use small ones.
 """
@@ -176,9 +176,9 @@ def write_coco_shaped(
             (their images are left out of the run with a warning; no parts are written for such a
             set, as no capture would succeed on it).
     """
-    from det_calib.boxes import CAPTURE_COLUMNS, SCHEMA
-    from det_calib.data import load_data_yaml, load_split
-    from det_calib.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
+    from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
+    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
+    from det_calib.data.ground_truth import load_data_yaml, load_split
 
     root = Path(root)
     rng = np.random.default_rng(seed)
@@ -213,11 +213,10 @@ def write_coco_shaped(
     written: dict[str, dict[str, int]] = {}
     if bad_label_files:
         return SyntheticSet(root, data, model, root / "parts", written)
-    from det_calib.pipeline import Settings
-    from det_calib.reuse import capture_settings
-
     ds = load_data_yaml(data)
-    settings = capture_settings(Settings(max_det=max_det, conf_floor=conf_floor), 640)
+    # what a capture at the run's defaults records (det_calib.run.reuse.capture_settings: NMS IoU
+    # 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes` takes them
+    settings = {"conf": float(conf_floor), "iou": 0.7, "max_det": int(max_det), "imgsz": 640, "batch": 1}
     model_fp = model_fingerprint(model)
     for split in SPLITS:
         sp = load_split(ds, split)

@@ -1,6 +1,6 @@
 """What the report and the comparison share: number formats, wording, data helpers, page writing.
 
-Numbers come from the run's :class:`~det_calib.results.RunResult` (``calibration.json``) as the
+Numbers come from the run's :class:`~det_calib.record.run_result.RunResult` (``calibration.json``) as the
 pipeline computed them; curves are recomputed from ``boxes.parquet``.
 """
 
@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from det_calib import metrics
-from det_calib.boxes import HEAD_LABEL
+from det_calib.calibrators import registry
+from det_calib.data.box_table import HEAD_LABEL
+from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.io import write_bytes, write_text
-from det_calib.results import ClassResult, EvalResult, temperature_verdict
-from det_calib.thresholds import ThresholdShift
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_folder import HeadBoxes, Run
+from det_calib.record.run_result import ClassResult, EvalResult, temperature_verdict
 
 from .document import Block, Fig, to_html, to_markdown
-from .load import HeadBoxes, Run
 
 FIGURES_DIR = "figures"
 
@@ -128,7 +129,7 @@ def _laece_tag(run: Run) -> str:
 
 def verdict(t: float | None) -> str:
     """A few words for a temperature (shared with the CLI's summary): see
-    :func:`det_calib.results.temperature_verdict`."""
+    :func:`det_calib.record.run_result.temperature_verdict`."""
     return temperature_verdict(t)
 
 
@@ -184,11 +185,11 @@ def shift_sentence(e: ThresholdShift) -> str:
 
 
 def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
-    from det_calib.coco_map import engine_label
+    from det_calib.evaluation.coco_map import engine_label
 
     s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
          f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
-    per_class = method.startswith("class-")
+    per_class = method in registry.methods() and registry.is_per_class(method)
     if ev.map_identical is True:
         return s + (": identical (a per-class monotone map keeps each class's ranking, which is what COCO AP reads)."
                     if per_class else ": identical, as it must be (one monotone map keeps the ranking of boxes).")

@@ -1,6 +1,6 @@
 """The comparison of two or more runs, or heads of runs (``compare_runs``): compare.html, compare.md.
 
-Every number is read from each run's :class:`~det_calib.results.RunResult` (``calibration.json``)
+Every number is read from each run's :class:`~det_calib.record.run_result.RunResult` (``calibration.json``)
 as ``calibrate`` computed it, intervals included. The only figures computed here are the ones a
 run does not store: the intervals of the all-box NLL and Brier score (image bootstrap with
 :func:`det_calib.metrics.bootstrap_ci`, its default rule and the run's bootstrap settings, from
@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from det_calib import metrics
 from det_calib.errors import InputError
-from det_calib.results import Bootstrap, ClassResult, OperatingFigures
-from det_calib.thresholds import ThresholdShift
+from det_calib.evaluation.kept_set import ThresholdShift
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_folder import CALIBRATION_FILE, HeadBoxes, Run, load_run, parse_run_spec
+from det_calib.record.run_result import Bootstrap, ClassResult, OperatingFigures
 
-from . import calibrators, plots
+from . import calibrators_section as calibrators
+from . import plots
 from .common import (
     _arrow,
     _bins,
@@ -48,8 +50,7 @@ from .common import (
     verdict,
 )
 from .document import Heading, Para, Table
-from .load import CALIBRATION_FILE, HeadBoxes, Run, load_run, parse_run_spec
-from .report import PER_HEAD_KEYS, _check_consistency
+from .run_report import PER_HEAD_KEYS, _check_consistency
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +469,17 @@ def _per_class(b: _Builder, cols: list[_Col]) -> None:
           "Heatmap of per-class ECE, classes by runs")
     if len(cols) == 2:
         _difference_chart(b, cols, per, everywhere)
+    _class_tables(b, cols, per, order, low_txt)
+    if partial:
+        b.add(Para("Not in every run: " + "; ".join(
+            f"{n} (in {', '.join(x for x, p in zip(letters, per, strict=True) if n in p)})" for n in partial) + ".",
+            "note"))
+
+
+def _class_tables(b: _Builder, cols: list[_Col], per: list[dict[str, ClassResult]], order: list[str],
+                  low_txt: str) -> None:
+    """The per-class tables: all boxes (raw and calibrated ECE), then the boxes kept at the lowest conf."""
+    letters = [c.letter for c in cols]
     prow, pcss = [], []
     empty = ClassResult()
     for n in order:
@@ -502,10 +514,6 @@ def _per_class(b: _Builder, cols: list[_Col]) -> None:
     heads = [h for x in letters for h in (f"Kept {x} raw → calibrated", f"Kept-set ECE {x} raw → calibrated")]
     b.add(Table(["Class", *heads], krow, caption=f"Per-class ECE of the boxes kept at {low_txt}; {key}",
                 css="compare-per-class-kept"))
-    if partial:
-        b.add(Para("Not in every run: " + "; ".join(
-            f"{n} (in {', '.join(x for x, p in zip(letters, per, strict=True) if n in p)})" for n in partial) + ".",
-            "note"))
 
 
 def _difference_chart(b: _Builder, cols: list[_Col], per: list[dict[str, ClassResult]], both: list[str]) -> None:
@@ -543,7 +551,7 @@ def _settings(b: _Builder, cols: list[_Col]) -> None:
 def _thresholds(b: _Builder, cols: list[_Col]) -> None:
     """The tuned conf thresholds side by side (the first run against each other), when every run
     folder has a thresholds.json for its head."""
-    from det_calib.tuning import CRITERIA, THRESHOLDS_FILE, read_thresholds
+    from det_calib.thresholds.per_class import CRITERIA, THRESHOLDS_FILE, read_thresholds
 
     from .thresholds_section import compare_thresholds_table
 

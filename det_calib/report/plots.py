@@ -225,6 +225,35 @@ class ClassPanel:
     after: Any | None
 
 
+def _class_panel(ax: Any, it: ClassPanel, *, first_col: bool, last_row: bool, bottom_labels: bool) -> None:
+    """One class's small reliability diagram of :func:`per_class_grid`."""
+    ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=0.8)
+    for bins, color, marker in ((it.before, BEFORE, "o"), (it.after, AFTER, "s")):
+        if bins is None:
+            continue
+        _, _, count, conf, acc = _nonempty(bins)
+        if count.size:
+            # marker area grows with the bin's box count: one-box bins stay small dots
+            size = 4.0 + 40.0 * np.sqrt(count / max(float(count.max()), 1.0))
+            ax.plot(conf, acc, color=color, lw=1.0, alpha=0.8)
+            ax.scatter(conf, acc, s=size, color=color, marker=marker, zorder=3, linewidths=0)
+    if it.few:
+        ax.set_facecolor("#EEEEEE")
+        ax.set_title(f"{it.name} (few boxes)\n{it.boxes:,} boxes", color="#666666", fontsize=8.5,
+                     fontstyle="italic")
+    else:
+        ax.set_title(f"{it.name}\n{it.boxes:,} boxes", fontsize=8.5)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xticks([0, 0.5, 1])
+    ax.set_yticks([0, 0.5, 1])
+    ax.tick_params(labelleft=first_col, labelbottom=bottom_labels)
+    if first_col:
+        ax.set_ylabel("accuracy")
+    if last_row:
+        ax.set_xlabel("confidence")
+
+
 def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, ncols: int | None = None) -> bytes:
     """A grid of small reliability diagrams, one per class, raw and calibrated on the same axes.
 
@@ -249,32 +278,8 @@ def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, nco
                 break
             r, c = divmod(i, ncols)
             ax = fig.add_subplot(gs[r, c])  # not shared: sharing 80 axes makes every update O(n)
-            it = items[i]
-            ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=0.8)
-            for bins, color, marker in ((it.before, BEFORE, "o"), (it.after, AFTER, "s")):
-                if bins is None:
-                    continue
-                _, _, count, conf, acc = _nonempty(bins)
-                if count.size:
-                    # marker area grows with the bin's box count: one-box bins stay small dots
-                    size = 4.0 + 40.0 * np.sqrt(count / max(float(count.max()), 1.0))
-                    ax.plot(conf, acc, color=color, lw=1.0, alpha=0.8)
-                    ax.scatter(conf, acc, s=size, color=color, marker=marker, zorder=3, linewidths=0)
-            if it.few:
-                ax.set_facecolor("#EEEEEE")
-                ax.set_title(f"{it.name} (few boxes)\n{it.boxes:,} boxes", color="#666666", fontsize=8.5,
-                             fontstyle="italic")
-            else:
-                ax.set_title(f"{it.name}\n{it.boxes:,} boxes", fontsize=8.5)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.set_xticks([0, 0.5, 1])
-            ax.set_yticks([0, 0.5, 1])
-            ax.tick_params(labelleft=c == 0, labelbottom=i + ncols >= len(items))
-            if c == 0:
-                ax.set_ylabel("accuracy")
-            if r == nrows - 1:
-                ax.set_xlabel("confidence")
+            _class_panel(ax, items[i], first_col=c == 0, last_row=r == nrows - 1,
+                         bottom_labels=i + ncols >= len(items))
         handles = [
             Line2D([], [], color=BEFORE, marker="o", ms=4, label="raw"),
             Line2D([], [], color=AFTER, marker="s", ms=4, label="calibrated"),
@@ -383,7 +388,7 @@ def threshold_figure(
     """Precision and recall against the confidence threshold, raw and calibrated.
 
     Args:
-        before: A :class:`det_calib.thresholds.PRCurve` over raw confidence.
+        before: A :class:`det_calib.evaluation.kept_set.PRCurve` over raw confidence.
         after: The same over calibrated confidence, or None.
         marks: ``(raw threshold, equivalent calibrated threshold)`` pairs; the raw threshold is
             a dashed line, the calibrated threshold that keeps the same boxes a dotted one.
@@ -603,7 +608,7 @@ def operating_reliability(
         low: The operating threshold (the x axis starts there).
         n_bins: Equal-width bins over ``(low, 1]``.
     """
-    from det_calib.metrics import reliability_bins
+    from det_calib.metrics.calibration import reliability_bins
 
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(8.4, 6.2), layout="constrained")

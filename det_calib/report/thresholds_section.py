@@ -1,7 +1,7 @@
 """The report section on tuned conf thresholds: per-class precision-recall curves and a table.
 
 :func:`thresholds_section` reads a run folder's ``thresholds.json`` (written by
-:func:`det_calib.tuning.tune_run`) and its boxes, and returns the section as report blocks plus
+:func:`det_calib.thresholds.per_class.tune_run`) and its boxes, and returns the section as report blocks plus
 the PNG figures they reference (``{name: png}``, to be written as ``figures/<name>.png``), so
 the caller decides where the section goes in the report:
 
@@ -27,7 +27,13 @@ from matplotlib.lines import Line2D
 from det_calib.errors import DetCalibError
 from det_calib.report.document import Block, Fig, Heading, Para, Table
 from det_calib.report.plots import RC, _png
-from det_calib.tuning import CRITERIA, counts_by_image, load_head, read_thresholds
+from det_calib.thresholds.per_class import CRITERIA, counts_by_image, load_head, read_thresholds
+from det_calib.thresholds.thresholds_file import (
+    HeadThresholds,
+    SplitFigures,
+    ThresholdRow,
+    ThresholdsFile,
+)
 
 __all__ = ["compare_thresholds_table", "pr_threshold_figure", "thresholds_section"]
 
@@ -109,18 +115,14 @@ def pr_threshold_figure(panels: Sequence[dict[str, Any]], *, title: str, target:
         return _png(fig)
 
 
-def _marks(rows: Mapping[str, dict[str, Any]]) -> dict[str, tuple[float | None, float | None, float] | None]:
-    out: dict[str, tuple[float | None, float | None, float] | None] = {}
-    for crit, r in rows.items():
-        ev = r.get("eval") if r else None
-        out[crit] = (ev.get("recall"), ev.get("precision"), r["threshold"]) if ev else None
-    return out
+def _marks(rows: Mapping[str, ThresholdRow]) -> dict[str, tuple[float | None, float | None, float] | None]:
+    return {crit: (r.eval.recall, r.eval.precision, r.threshold) if r.eval else None for crit, r in rows.items()}
 
 
 def thresholds_section(
     run_dir: str | Path,
     *,
-    doc: Mapping[str, Any] | None = None,
+    doc: Mapping[str, Any] | ThresholdsFile | None = None,
     heads: Sequence[str] | None = None,
     score: Any = None,
     level: int = 2,
@@ -132,112 +134,123 @@ def thresholds_section(
         doc: The thresholds document; default read from ``run_dir/thresholds.json``.
         heads: Heads to show (default every head in the document).
         score: The score used when tuning, if it was not the run's temperature (see
-            :func:`det_calib.tuning.tune_run`).
+            :func:`det_calib.thresholds.per_class.tune_run`).
         level: Heading level of the section title.
 
     Returns:
         ``(blocks, figures)``: report blocks (:mod:`det_calib.report.document`) and the PNGs
         they reference, ``{name: png bytes}`` (``figures/<name>.png``).
     """
-    if doc is None:
-        doc = read_thresholds(Path(run_dir))
+    tf = ThresholdsFile.of(read_thresholds(Path(run_dir)) if doc is None else doc)
     blocks: list[Block] = [Heading(level, "Conf thresholds", anchor="thresholds")]
     figures: dict[str, bytes] = {}
-    for head in heads or list(doc["heads"]):
-        hd = doc["heads"][head]
-        crit = hd["criteria"]
-        tp = crit["target_precision"]
-        prm = tp["params"]
-        target, delta = float(prm["target_precision"]), float(prm["delta"])
-        splits = doc.get("splits", {})
+    for head in heads or list(tf.heads):
+        hd = tf.heads[head]
         blocks.append(Heading(level + 1, f"Head {head}", anchor=f"thresholds-{head}"))
-        blocks.append(Para(
-            f"Thresholds on the calibrated conf ({hd['score'].get('formula', '')}), chosen on `{splits.get('fit')}` "
-            f"and checked on `{splits.get('eval')}`. Target precision {target:g} with delta {delta:g}: each "
-            f"certified class's precision on new images is at least {target:g} with probability at least "
-            f"{1 - delta:g} (fixed-sequence exact binomial tests from high to low thresholds, "
-            f"{prm['unit']}-level; classes are certified one by one, so about {delta:g} x the number of "
-            "certified classes may miss). Max-F1 and LRP-optimal (tau 0.5) are point choices with no guarantee.",
-            kind="lead"))
-        val = tp.get("validation")
-        if val:
-            miss = val["classes_missing_target"]
-            text = (f"On `{splits.get('eval')}`: {val['classes_meeting_target']} of {val['certified_classes']} "
-                    f"certified classes reach {target:g}")
-            text += (f"; missing: {', '.join(miss)} ({len(miss)} miss, about {val['expected_misses']:.1f} expected "
-                     f"from delta)." if miss else ".")
-            text += (f" Coverage over {val['n_boot']} image-bootstrap resamples of `{splits.get('eval')}` "
-                     f"(fraction of resamples whose precision reaches {target:g}): global threshold "
-                     f"{_fmt(tp['global'].get('eval', {}).get('coverage'))}, all certified classes at once "
-                     f"{_fmt(val['coverage_all_certified'])}; per class in the table.")
-            blocks.append(Para(text, kind="warn" if len(miss) > max(1.0, 2 * val["expected_misses"]) else ""))
-        flagged = [r for r in tp["per_class"] if r.get("flag")]
-        if flagged:
-            blocks.append(Para(
-                "Not certified: " + "; ".join(
-                    f"{r['name']} ({r['flag'].replace('_', ' ')}; uses "
-                    + (f"the global threshold {r['threshold']:.3f}" if r["fallback"] == "global"
-                       else "threshold 1: no box kept")
-                    + ")" for r in flagged), kind="warn"))
-
-        # table
-        by_cls = {c: {r["cls"]: r for r in crit[c]["per_class"]} for c in CRITERIA}
-        columns = ["class", "target-P thr", "fit P (lower bound)", "eval P", "eval R", "eval kept", "coverage",
-                   "max-F1 thr", "eval P / R", "LRP thr", "eval P / R"]
-        rows_out, row_css = [], []
-
-        def line(first: str, rr: dict[str, dict[str, Any]]) -> list[str]:
-            t = rr["target_precision"]
-            ev = t.get("eval") or {}
-            tag = "" if t.get("certified", True) else f" ({t['flag'].replace('_', ' ')} -> {t['fallback']})"
-            lb = f" ({_fmt(t.get('precision_lower'))})" if t.get("precision_lower") is not None else ""
-            cells = [first, _fmt(t["threshold"]) + tag, _fmt(t["fit"]["precision"]) + lb,
-                     _fmt(ev.get("precision")), _fmt(ev.get("recall")), str(ev.get("kept", "n/a")),
-                     _fmt(ev.get("coverage"))]
-            for c in ("max_f1", "lrp"):
-                r = rr[c]
-                e = r.get("eval") or {}
-                cells += [_fmt(r["threshold"]), f"{_fmt(e.get('precision'))} / {_fmt(e.get('recall'))}"]
-            return cells
-
-        rows_out.append(line("all classes (global)", {c: crit[c]["global"] for c in CRITERIA}))
-        row_css.append("")
-        for cls_id, r in by_cls["target_precision"].items():
-            rows_out.append(line(r["name"], {c: by_cls[c][cls_id] for c in CRITERIA}))
-            row_css.append("few" if r.get("flag") else "")
-        blocks.append(Table(columns, rows_out, caption=f"Thresholds per class, head {head}", css="thresholds",
-                            attrs={"data-head": head}, row_css=row_css))
-
-        # figure: precision-recall per class on eval (and fit), thresholds marked
-        try:
-            rh = load_head(run_dir, head=head, score=score, count_gt=False)
-        except DetCalibError as e:  # the table stands on its own; say why the figure is missing
-            blocks.append(Para(f"No precision-recall figure: {e}", kind="note"))
-            continue
-        grid = np.round(np.arange(1000) / 1000.0, 3)
-        panels = []
-        for cls_id, r in by_cls["target_precision"].items():
-            p: dict[str, Any] = {"title": r["name"], "marks": _marks({c: by_cls[c][cls_id] for c in CRITERIA})}
-            for part, df, s, n_key in (("fit", rh.fit, rh.fit_score, "fit"), ("eval", rh.eval, rh.eval_score, "eval")):
-                if df is None or n_key not in r:
-                    p[part] = None
-                    continue
-                m = df["cls"].to_numpy() == cls_id
-                p[part] = _curve(s[m], df["correct"].to_numpy()[m], df["image_id"].to_numpy()[m],
-                                 int(r[n_key]["n_gt"] or 0), grid)
-            panels.append(p)
-        name = f"thresholds_pr_{head}"
-        figures[name] = pr_threshold_figure(panels, title=f"Precision-recall per class, head {head}", target=target)
-        blocks.append(Fig(name, figures[name],
-                          caption=(f"Precision against recall as the threshold moves, per class (blue: "
-                                   f"{splits.get('eval')}, grey dashed: {splits.get('fit')}); markers: the chosen "
-                                   "thresholds' precision and recall on the eval split; dotted: the target."),
-                          alt=f"per-class precision-recall curves of head {head} with tuned thresholds"))
+        blocks += _head_notes(tf, hd)
+        blocks.append(_head_table(head, hd))
+        blocks += _head_figure(run_dir, head, hd, tf, score, figures)
     return blocks, figures
 
 
+def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
+    """What the thresholds promise, how they did on the eval split, which classes are not certified."""
+    tp = hd.criteria["target_precision"]
+    prm = tp.params
+    target, delta = float(prm["target_precision"]), float(prm["delta"])
+    out: list[Block] = [Para(
+        f"Thresholds on the calibrated conf ({hd.score_formula}), chosen on `{tf.fit_split}` "
+        f"and checked on `{tf.eval_split}`. Target precision {target:g} with delta {delta:g}: each "
+        f"certified class's precision on new images is at least {target:g} with probability at least "
+        f"{1 - delta:g} (fixed-sequence exact binomial tests from high to low thresholds, "
+        f"{prm['unit']}-level; classes are certified one by one, so about {delta:g} x the number of "
+        "certified classes may miss). Max-F1 and LRP-optimal (tau 0.5) are point choices with no guarantee.",
+        kind="lead")]
+    val = tp.validation
+    if val:
+        miss = val.classes_missing_target
+        text = (f"On `{tf.eval_split}`: {val.classes_meeting_target} of {val.certified_classes} "
+                f"certified classes reach {target:g}")
+        text += (f"; missing: {', '.join(miss)} ({len(miss)} miss, about {val.expected_misses:.1f} expected "
+                 f"from delta)." if miss else ".")
+        g_cov = tp.global_.eval.coverage if tp.global_.eval else None
+        text += (f" Coverage over {val.n_boot} image-bootstrap resamples of `{tf.eval_split}` "
+                 f"(fraction of resamples whose precision reaches {target:g}): global threshold "
+                 f"{_fmt(g_cov)}, all certified classes at once "
+                 f"{_fmt(val.coverage_all_certified)}; per class in the table.")
+        out.append(Para(text, kind="warn" if len(miss) > max(1.0, 2 * val.expected_misses) else ""))
+    flagged = [r for r in tp.per_class if r.flag]
+    if flagged:
+        out.append(Para(
+            "Not certified: " + "; ".join(
+                f"{r.name} ({r.flag_words}; uses "
+                + (f"the global threshold {r.threshold:.3f}" if r.fallback == "global" else "threshold 1: no box kept")
+                + ")" for r in flagged), kind="warn"))
+    return out
+
+
+def _row_cells(first: str, rr: Mapping[str, ThresholdRow]) -> list[str]:
+    """One table row: the target-precision threshold and its figures, then max-F1's and LRP's."""
+    t = rr["target_precision"]
+    ev = t.eval or SplitFigures()
+    tag = "" if t.certified else f" ({t.flag_words} -> {t.fallback})"
+    lb = f" ({_fmt(t.precision_lower)})" if t.precision_lower is not None else ""
+    cells = [first, _fmt(t.threshold) + tag, _fmt(t.fit.precision if t.fit else None) + lb,
+             _fmt(ev.precision), _fmt(ev.recall), "n/a" if ev.kept is None else str(ev.kept), _fmt(ev.coverage)]
+    for c in ("max_f1", "lrp"):
+        r = rr[c]
+        e = r.eval or SplitFigures()
+        cells += [_fmt(r.threshold), f"{_fmt(e.precision)} / {_fmt(e.recall)}"]
+    return cells
+
+
+def _head_table(head: str, hd: HeadThresholds) -> Table:
+    crit = hd.criteria
+    by_cls = {c: crit[c].by_class() for c in CRITERIA}
+    columns = ["class", "target-P thr", "fit P (lower bound)", "eval P", "eval R", "eval kept", "coverage",
+               "max-F1 thr", "eval P / R", "LRP thr", "eval P / R"]
+    rows_out = [_row_cells("all classes (global)", {c: crit[c].global_ for c in CRITERIA})]
+    row_css = [""]
+    for cls_id, r in by_cls["target_precision"].items():
+        rows_out.append(_row_cells(r.name, {c: by_cls[c][cls_id] for c in CRITERIA}))
+        row_css.append("few" if r.flag else "")
+    return Table(columns, rows_out, caption=f"Thresholds per class, head {head}", css="thresholds",
+                 attrs={"data-head": head}, row_css=row_css)
+
+
+def _head_figure(run_dir: str | Path, head: str, hd: HeadThresholds, tf: ThresholdsFile, score: Any,
+                 figures: dict[str, bytes]) -> list[Block]:
+    """Precision-recall per class on eval (and fit), the thresholds marked (added to ``figures``)."""
+    try:
+        rh = load_head(run_dir, head=head, score=score, count_gt=False)
+    except DetCalibError as e:  # the table stands on its own; say why the figure is missing
+        return [Para(f"No precision-recall figure: {e}", kind="note")]
+    by_cls = {c: hd.criteria[c].by_class() for c in CRITERIA}
+    grid = np.round(np.arange(1000) / 1000.0, 3)
+    panels = []
+    for cls_id, r in by_cls["target_precision"].items():
+        p: dict[str, Any] = {"title": r.name, "marks": _marks({c: by_cls[c][cls_id] for c in CRITERIA})}
+        for part, df, s, figs in (("fit", rh.fit, rh.fit_score, r.fit), ("eval", rh.eval, rh.eval_score, r.eval)):
+            if df is None or figs is None:
+                p[part] = None
+                continue
+            m = df["cls"].to_numpy() == cls_id
+            p[part] = _curve(s[m], df["correct"].to_numpy()[m], df["image_id"].to_numpy()[m], int(figs.n_gt or 0),
+                             grid)
+        panels.append(p)
+    name = f"thresholds_pr_{head}"
+    target = float(hd.criteria["target_precision"].params["target_precision"])
+    figures[name] = pr_threshold_figure(panels, title=f"Precision-recall per class, head {head}", target=target)
+    return [Fig(name, figures[name],
+                caption=(f"Precision against recall as the threshold moves, per class (blue: "
+                         f"{tf.eval_split}, grey dashed: {tf.fit_split}); markers: the chosen "
+                         "thresholds' precision and recall on the eval split; dotted: the target."),
+                alt=f"per-class precision-recall curves of head {head} with tuned thresholds")]
+
+
 def compare_thresholds_table(
-    doc_a: Mapping[str, Any], doc_b: Mapping[str, Any], *, head_a: str = "nms", head_b: str | None = None,
+    doc_a: Mapping[str, Any] | ThresholdsFile, doc_b: Mapping[str, Any] | ThresholdsFile, *, head_a: str = "nms",
+    head_b: str | None = None,
     labels: Sequence[str] = ("A", "B"), criterion: str = "target_precision",
 ) -> Table:
     """Two runs' (or two heads') thresholds of one criterion side by side, per class.
@@ -245,21 +258,20 @@ def compare_thresholds_table(
     Classes are matched by name. Cells: threshold (flag), and eval precision / recall.
     """
     head_b = head_b or head_a
-    rows_a = {r["name"]: r for r in doc_a["heads"][head_a]["criteria"][criterion]["per_class"]}
-    rows_b = {r["name"]: r for r in doc_b["heads"][head_b]["criteria"][criterion]["per_class"]}
-    ga = doc_a["heads"][head_a]["criteria"][criterion]["global"]
-    gb = doc_b["heads"][head_b]["criteria"][criterion]["global"]
+    ca = ThresholdsFile.of(doc_a).heads[head_a].criteria[criterion]
+    cb = ThresholdsFile.of(doc_b).heads[head_b].criteria[criterion]
+    rows_a, rows_b = ca.by_name(), cb.by_name()
 
-    def cells(r: dict[str, Any] | None) -> list[str]:
+    def cells(r: ThresholdRow | None) -> list[str]:
         if r is None:
             return ["n/a", "n/a"]
-        ev = r.get("eval") or {}
-        flag = f" ({r['flag'].replace('_', ' ')})" if r.get("flag") else ""
-        return [_fmt(r["threshold"]) + flag, f"{_fmt(ev.get('precision'))} / {_fmt(ev.get('recall'))}"]
+        ev = r.eval or SplitFigures()
+        flag = f" ({r.flag_words})" if r.flag else ""
+        return [_fmt(r.threshold) + flag, f"{_fmt(ev.precision)} / {_fmt(ev.recall)}"]
 
     la, lb = labels
     names = list(rows_a) + [n for n in rows_b if n not in rows_a]
-    body = [["all classes (global)", *cells(ga), *cells(gb)]]
+    body = [["all classes (global)", *cells(ca.global_), *cells(cb.global_)]]
     body += [[n, *cells(rows_a.get(n)), *cells(rows_b.get(n))] for n in names]
     return Table(
         ["class", f"{la} threshold", f"{la} eval P / R", f"{lb} threshold", f"{lb} eval P / R"],

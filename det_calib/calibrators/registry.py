@@ -1,0 +1,146 @@
+"""The one registry of calibration methods: every method name, its calibrator class, its place in
+the simplicity order, and how it is built. The method lists (``--method`` choices and help,
+``auto``'s candidates, the report's and the fold's dispatch) are all read from here.
+
+A method is registered with the :func:`register` class decorator in the calibrator's own module:
+
+>>> from det_calib.calibrators.registry import methods
+>>> methods()[:3]
+('none', 'temperature', 'platt')
+
+A new calibrator is one new module: subclass :class:`~det_calib.calibrators.base.LogitCalibrator`,
+decorate it with ``@register("my-method", order=...)``, and add the module to :data:`BUILTIN`
+(or, outside the package, import it before use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from det_calib.errors import InputError
+
+__all__ = ["BUILTIN", "MethodSpec", "calibrator_from_dict", "formats", "global_methods", "is_per_class",
+           "make_calibrator", "method_spec", "methods", "register", "unregister"]
+
+#: The modules of the package's own calibrators (imported on the first look-up).
+BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic")
+
+Build = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method.
+
+    Attributes:
+        name: The method name (``--method NAME``, ``calibration.json`` ``calibrator.method``).
+        cls: Its :class:`~det_calib.calibrators.base.LogitCalibrator` subclass.
+        order: Its place in the simplicity order (lower is simpler; ``auto``'s one-SE rule prefers
+            the simpler of two close candidates).
+        build: ``build(*, seed, shrinkage, fit_min_conf)`` -> an unfitted calibrator.
+    """
+
+    name: str
+    cls: type
+    order: float
+    build: Build
+
+    @property
+    def per_class(self) -> bool:
+        return bool(self.cls.per_class)
+
+
+_METHODS: dict[str, MethodSpec] = {}
+_FORMATS: dict[str, type] = {}
+_loaded = False
+
+
+def _default_build(cls: type) -> Build:
+    def build(*, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
+        return cls()
+
+    return build
+
+
+def register(name: str, *, order: float, build: Build | None = None) -> Callable[[type], type]:
+    """Class decorator: register ``cls`` as method ``name`` (one class may serve several methods,
+    each with its own ``build``). The class's ``format`` is registered for :func:`calibrator_from_dict`."""
+
+    def deco(cls: type) -> type:
+        if name in _METHODS and _METHODS[name].cls is not cls:
+            raise InputError(f"calibration method {name!r} is already registered ({_METHODS[name].cls.__name__})")
+        fmt = getattr(cls, "format", "")
+        if not fmt:
+            raise InputError(f"calibrator {cls.__name__} has no `format` string")
+        if fmt in _FORMATS and _FORMATS[fmt] is not cls:
+            raise InputError(f"calibrator format {fmt!r} is already registered ({_FORMATS[fmt].__name__})")
+        _METHODS[name] = MethodSpec(name, cls, float(order), build or _default_build(cls))
+        _FORMATS[fmt] = cls
+        return cls
+
+    return deco
+
+
+def unregister(name: str) -> None:
+    """Remove method ``name`` (and its class's format when no other method uses that class)."""
+    spec = _METHODS.pop(name)
+    if not any(s.cls is spec.cls for s in _METHODS.values()):
+        _FORMATS.pop(spec.cls.format, None)
+
+
+def _specs() -> dict[str, MethodSpec]:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for mod in BUILTIN:
+            importlib.import_module(f"det_calib.calibrators.{mod}")
+    return _METHODS
+
+
+def methods() -> tuple[str, ...]:
+    """Every registered method, simplest first (the order the one-SE rule prefers)."""
+    return tuple(s.name for s in sorted(_specs().values(), key=lambda s: s.order))
+
+
+def global_methods() -> tuple[str, ...]:
+    """The methods with one monotone map for every class: the ranking of all boxes, hence mAP, is
+    unchanged (``auto``'s default candidates)."""
+    return tuple(m for m in methods() if not _METHODS[m].per_class)
+
+
+def method_spec(method: str) -> MethodSpec:
+    """The registered :class:`MethodSpec` of ``method``; InputError naming the methods otherwise."""
+    specs = _specs()
+    if method not in specs:
+        raise InputError(f"Expected argument `method` to be one of {methods()}, but got {method!r}")
+    return specs[method]
+
+
+def is_per_class(method: str) -> bool:
+    """``method`` fits one map per class."""
+    return method_spec(method).per_class
+
+
+def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
+    """An unfitted calibrator for ``method``; ``fit_min_conf`` > 0 (it will be fitted above that raw
+    conf only) gives the isotonic maps slope 1 below their first knot: the boxes below the floor
+    keep their raw spacing (see :mod:`det_calib.calibrators.isotonic`)."""
+    return method_spec(method).build(seed=seed, shrinkage=shrinkage, fit_min_conf=fit_min_conf)
+
+
+def formats() -> tuple[str, ...]:
+    """The ``format`` strings :func:`calibrator_from_dict` reads."""
+    _specs()
+    return tuple(sorted(_FORMATS))
+
+
+def calibrator_from_dict(d: dict[str, Any]) -> Any:
+    """Rebuild any calibrator from its ``to_dict`` output (dispatch on ``d["format"]``)."""
+    _specs()
+    if not isinstance(d, dict) or d.get("format") not in _FORMATS:
+        got = d.get("format") if isinstance(d, dict) else type(d).__name__
+        raise InputError(f"Expected a calibrator dict with `format` in {sorted(_FORMATS)}, but got {got!r}")
+    return _FORMATS[d["format"]].from_dict(d)

@@ -1,0 +1,339 @@
+"""Captured boxes as sharded Parquet parts, with fingerprints of the model and data.
+
+A capture can run as one process, as ``n`` independent shard jobs (``--shard i/n``, for any
+scheduler), or as a Ray Data job (:mod:`det_calib.capture.ray_capture`); each writes Parquet *parts*
+into one folder. Every part is a box table (the capture columns of :mod:`det_calib.data.box_table`) whose
+Parquet key-value metadata, under ``det_calib.capture.predictor``, records:
+
+=================  ================================================================
+model              fingerprint of the detector (``sha256:`` of the ``.pt`` file)
+data               fingerprint of the split (image names in order and their labels)
+split              the split's name
+heads              head modes captured
+settings           conf floor, NMS IoU, max_det, imgsz, batch
+n_images           images in the whole split (``image_id`` runs over 0..n_images-1)
+image_ids          the images this part covers (also those with no boxes)
+part               a label: ``shard 3/8``, ``all``, ``ray 0-255``
+=================  ================================================================
+
+:func:`read_parts` concatenates the parts of a folder into one table sorted as a single-process
+capture sorts it (``nms`` rows first, then by image, each image's rows in output order), so the
+content does not depend on how the work was split. It refuses parts that disagree with each
+other, that leave images out, or that belong to another model or data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib.data.box_table import HEADS
+from det_calib.errors import InputError
+
+log = logging.getLogger(__name__)
+
+META_KEY = b"det_calib.capture"
+FORMAT = 1
+_HEAD_RANK = {h: i for i, h in enumerate(HEADS)}
+
+
+def file_sha256(path: str | Path) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+def model_fingerprint(model) -> str:
+    """Fingerprint of a detector: ``sha256:`` of its ``.pt`` file.
+
+    Args:
+        model: Path of the checkpoint, or a fingerprint string (returned unchanged).
+
+    Raises:
+        InputError: The file does not exist.
+    """
+    if isinstance(model, str) and model.startswith("sha256:"):
+        return model
+    path = Path(model)
+    if not path.is_file():
+        raise InputError(f"model file not found: {path}")
+    return file_sha256(path)
+
+
+def data_fingerprint(
+    images: Sequence[str | Path], *, names: Sequence[str], coco_gt: str | Path | None = None
+) -> str:
+    """Fingerprint of a split: its image names in order, and its ground truth.
+
+    The ground truth is each image's YOLO label file (its bytes; a missing file counts as
+    empty-and-absent), or the whole COCO JSON when ``coco_gt`` is given. Image pixels are not
+    read: the names and labels identify a split, and reading every image again would double
+    the I/O of a capture.
+
+    Args:
+        images: Image paths of the split, in the split's order.
+        names: The ``image`` column values (paths relative to the split root).
+        coco_gt: COCO JSON ground truth used instead of YOLO labels.
+
+    Returns:
+        ``sha256:<hex>``.
+    """
+    from det_calib.data.ground_truth import label_path
+
+    if len(names) != len(images):
+        raise InputError(f"`names` ({len(names)}) must have one entry per image ({len(images)})")
+    h = hashlib.sha256(b"det_calib data v1\n")
+    for img, name in zip(images, names):
+        h.update(str(name).encode() + b"\0")
+        if coco_gt is None:
+            lab = label_path(Path(img))
+            h.update(hashlib.sha256(lab.read_bytes()).digest() if lab.is_file() else b"-")
+    if coco_gt is not None:
+        h.update(file_sha256(coco_gt).encode())
+    return f"sha256:{h.hexdigest()}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` (0 <= i < n) to ``(i, n)``."""
+    try:
+        i, n = (int(v) for v in str(text).split("/"))
+    except ValueError:
+        raise InputError(f"Expected argument `shard` as i/n (e.g. 0/4), but got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise InputError(f"Expected argument `shard` i/n with 0 <= i < n, but got {text!r}")
+    return i, n
+
+
+def shard_of(names: Sequence[str], n: int) -> np.ndarray:
+    """Shard (0..n-1) of each image, from a hash of its name: deterministic across processes
+    and machines, and an image keeps its shard when others are added to the split."""
+    return np.array(
+        [int.from_bytes(hashlib.sha256(str(s).encode()).digest()[:8], "little") % n for s in names], dtype=np.int64
+    )
+
+
+def write_part(df: pl.DataFrame, path: str | Path, *, meta: dict) -> Path:
+    """Write one part (atomically) with ``meta`` in its Parquet metadata."""
+    import pyarrow.parquet as pq
+
+    from det_calib.io import atomic_path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = df.to_arrow()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return path
+
+
+def part_meta(path: str | Path) -> dict:
+    """The ``det_calib.capture.predictor`` metadata of a part."""
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+    except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
+        raise InputError(f"cannot read Parquet part {path}: {e}") from None
+    if raw is None:
+        raise InputError(f"{path} is not a det_calib capture part (no `det_calib.capture.predictor` metadata)")
+    return json.loads(raw)
+
+
+def capture_meta(
+    *, model: str, data: str, split: str, heads: Sequence[str], settings: dict, n_images: int,
+    image_ids: Sequence[int], part: str,
+) -> dict:
+    """The metadata dict of one part (see the module docstring)."""
+    return {
+        "format": FORMAT,
+        "model": model,
+        "data": data,
+        "split": split,
+        "heads": list(heads),
+        "settings": settings,
+        "n_images": int(n_images),
+        "image_ids": [int(i) for i in image_ids],
+        "part": part,
+    }
+
+
+def prepare_split_capture(model: str | Path, data: str | Path, split: str, *, coco_gt: str | Path | None = None,
+                          limit: int | None = None, **capturer: Any) -> tuple[Any, list[str], Any, dict]:
+    """What every capture to parts starts with (one process, a shard, or the Ray driver): the
+    split, its image names, a :class:`~det_calib.capture.predictor.Capturer` (which checks the model and
+    the arguments) whose class names must be the data's, and the metadata common to all parts.
+
+    Returns:
+        ``(split, image_names, capturer, meta)``; ``capture_meta(**meta, image_ids=..., part=...)``
+        completes a part's metadata.
+    """
+    from det_calib.capture.predictor import Capturer
+    from det_calib.data.ground_truth import check_class_names, load_data_yaml, load_split
+
+    ds = load_data_yaml(data)
+    sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
+    names = sp.image_names()
+    cap = Capturer(str(model), **capturer)
+    check_class_names(list(cap.names), ds.names, data_path=data)
+    meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
+            "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
+    return sp, names, cap, meta
+
+
+def read_parts(
+    parts_dir: str | Path,
+    *,
+    expect_model: str | Path | None = None,
+    expect_data: str | None = None,
+    allow_partial: bool = False,
+) -> pl.DataFrame:
+    """Read and concatenate the parts of a capture folder.
+
+    Args:
+        parts_dir: Folder of ``*.parquet`` parts (or one part file).
+        expect_model: The detector the boxes must come from: a ``.pt`` path or a fingerprint.
+        expect_data: The data fingerprint the boxes must come from (:func:`data_fingerprint`).
+        allow_partial: Accept parts that cover only some images of the split.
+
+    Returns:
+        The box table, sorted as a single-process capture: head (``nms`` first), image id, and
+        each image's rows in the detector's output order. :func:`read_parts_with_meta` also
+        returns the capture's metadata.
+
+    Raises:
+        InputError: No parts, unreadable parts, parts that disagree (model, data, split, heads,
+            settings), an image captured twice, missing images, or a model/data mismatch.
+    """
+    df, _ = read_parts_with_meta(
+        parts_dir, expect_model=expect_model, expect_data=expect_data, allow_partial=allow_partial
+    )
+    return df
+
+
+def read_parts_with_meta(
+    parts_dir: str | Path,
+    *,
+    expect_model: str | Path | None = None,
+    expect_data: str | None = None,
+    allow_partial: bool = False,
+) -> tuple[pl.DataFrame, dict]:
+    """:func:`read_parts`, also returning the capture's common metadata."""
+    from det_calib.data.box_table import validate_boxes
+
+    parts_dir = Path(parts_dir)
+    files = [parts_dir] if parts_dir.is_file() else sorted(parts_dir.glob("*.parquet"))
+    if not files:
+        raise InputError(f"no capture parts (*.parquet) in {parts_dir}")
+    common: dict | None = None
+    seen: dict[int, str] = {}
+    frames = []
+    for f in files:
+        meta = part_meta(f)
+        if meta.get("format") != FORMAT:
+            raise InputError(f"{f}: capture part format {meta.get('format')}, this det_calib reads {FORMAT}")
+        key = {k: meta[k] for k in ("model", "data", "split", "heads", "settings", "n_images")}
+        if common is None:
+            common, first = key, f
+        elif key != common:
+            diff = [k for k in key if key[k] != common[k]]
+            raise InputError(f"capture parts disagree on {', '.join(diff)}: {first.name} and {f.name} (mixed runs?)")
+        for i in meta["image_ids"]:
+            if i in seen:
+                raise InputError(f"image {i} is captured in two parts: {seen[i]} and {f.name}")
+            seen[i] = f.name
+        frames.append(pl.read_parquet(f))
+    assert common is not None
+    if expect_model is not None and model_fingerprint(expect_model) != common["model"]:
+        raise InputError(
+            f"the boxes in {parts_dir} were captured with another model "
+            f"({common['model'][:19]}..., not {model_fingerprint(expect_model)[:19]}...)"
+        )
+    if expect_data is not None and expect_data != common["data"]:
+        raise InputError(
+            f"the boxes in {parts_dir} were captured on other data for split `{common['split']}` "
+            f"(images or labels differ: {common['data'][:19]}..., not {expect_data[:19]}...)"
+        )
+    missing = common["n_images"] - len(seen)
+    if missing and not allow_partial:
+        raise InputError(
+            f"the parts in {parts_dir} cover {len(seen)} of {common['n_images']} images of split "
+            f"`{common['split']}`: a shard is missing or unfinished"
+        )
+    df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
+    df = validate_boxes(df, matched="correct" in df.columns)
+    rank = df.select(pl.col("head").replace_strict(_HEAD_RANK, return_dtype=pl.Int8).alias("_rank"), "image_id")
+    key = rank["_rank"].cast(pl.Int64) * (int(rank["image_id"].max() or 0) + 1) + rank["image_id"]
+    if not (key.diff().drop_nulls() >= 0).all():  # not already in that order (one part is): sort a copy
+        df = df.with_columns(rank["_rank"]).sort("_rank", "image_id", maintain_order=True).drop("_rank")
+    return df, {**common, "n_parts": len(files), "images_covered": len(seen)}
+
+
+def capture_to_parts(
+    model: str | Path,
+    data: str | Path,
+    split: str,
+    out_dir: str | Path,
+    *,
+    shard: str | tuple[int, int] | None = None,
+    heads: Sequence[str] | str = "auto",
+    conf: float = 0.001,
+    iou: float = 0.7,
+    max_det: int = 300,
+    imgsz: int | None = None,
+    batch: int = 1,
+    device: str | None = None,
+    coco_gt: str | Path | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Capture one split (or one shard of it) into a Parquet part in ``out_dir``.
+
+    Args:
+        model: Detector ``.pt`` (a path: its file is fingerprinted).
+        data: ``data.yaml``.
+        split: Split key in the yaml.
+        out_dir: Folder of parts (created).
+        shard: ``"i/n"`` or ``(i, n)``: capture only the images whose name hashes to shard
+            ``i`` of ``n`` (:func:`shard_of`); None: the whole split.
+        heads: Head modes, or ``"auto"`` for every head the model has.
+        conf, iou, max_det, imgsz, batch, device: As :func:`det_calib.capture.predictor.capture`. With
+            ``batch=1`` (default) the parts do not depend on how the split was sharded.
+        coco_gt: COCO JSON ground truth instead of YOLO labels (enters the data fingerprint).
+        limit: Only the first ``limit`` images of the split (quick runs).
+        progress: Show a progress bar.
+
+    Returns:
+        Path of the part written: ``part-IIIII-of-NNNNN.parquet`` (``part-all.parquet``).
+    """
+    if not isinstance(model, (str, Path)):
+        raise InputError("capture to parts needs the model as a .pt path (its file is fingerprinted)")
+    i, n = parse_shard(shard) if isinstance(shard, str) else (shard or (0, 1))
+    if not (n >= 1 and 0 <= i < n):
+        raise InputError(f"Expected argument `shard` i/n with 0 <= i < n, but got {i}/{n}")
+    sp, names, cap, common = prepare_split_capture(model, data, split, coco_gt=coco_gt, limit=limit, heads=heads,
+                                                   conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+                                                   device=device)
+    ids = np.flatnonzero(shard_of(names, n) == i) if n > 1 else np.arange(len(names))
+    meta = capture_meta(**common, image_ids=ids, part="all" if n == 1 else f"shard {i}/{n}")
+    if len(ids):
+        df = cap([sp.images[j] for j in ids], split=split, image_names=[names[j] for j in ids], image_ids=ids,
+                 progress=progress)
+    else:
+        from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
+
+        df = pl.DataFrame(schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+    name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
+    path = write_part(df, Path(out_dir) / name, meta=meta)
+    log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)
+    return path

@@ -1,0 +1,628 @@
+"""Capture raw per-box class logits exactly as Ultralytics' ``predict`` sees the boxes.
+
+The only module (with :mod:`det_calib.deploy.fold` and :mod:`det_calib.evaluation.map_check`) that imports
+Ultralytics. :class:`Capturer` builds the network as the predictor builds it (Ultralytics'
+``fuse()`` and ``AutoBackend``, so the same weights, device and memory format), reads each image
+with Ultralytics' ``imread``, letterboxes it on its own with Ultralytics' ``LetterBox`` (as
+``predict`` does for one image), runs the network once, and decodes every requested head from
+that one pass with Ultralytics' own decode, NMS / top-k and box scaling. For every kept box it
+reads the pre-sigmoid class scores of the head output at the box's anchor. With ``batch=1`` the
+captured boxes and confs are bit-identical to ``model.predict(image, conf=floor)`` run on one
+image at a time (``predict`` given a list letterboxes the whole list to one shape instead).
+
+Head modes:
+
+- ``nms``: the one-to-many branch (``cv2``/``cv3``) + NMS; Ultralytics' default (``nms=None``),
+  and the only branch of legacy YOLOv8/YOLO11 heads.
+- ``e2e``: the one-to-one NMS-free branch (``one2one_cv2``/``one2one_cv3``; YOLO26, YOLOv10),
+  selected with ``nms=False``. Its output rows are the top ``max_det`` (anchor, class) pairs;
+  they are mapped back to anchors through the head's own ``get_topk_index`` on the same scores.
+
+``Detect.fuse()`` deletes the branch not in use; to decode both from one pass, the network is
+fused twice (once per branch, by Ultralytics) and the fused one-to-one branch joins the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import polars as pl
+import torch
+
+from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
+from det_calib.errors import InputError, first_line
+
+log = logging.getLogger(__name__)
+
+NMS_TIME_LIMIT = math.inf
+"""Seconds Ultralytics' NMS may spend on one forward pass of a det_calib capture or val (its own
+budget is ``2.0 + 0.05 * batch``): none. Past its budget Ultralytics' ``non_max_suppression``
+warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remaining images, so on
+a slow or busy CPU the boxes, and any mAP computed from them, would depend on the clock."""
+
+
+def nms_max_time_img(time_limit: float, batch: int) -> float:
+    """Ultralytics' ``max_time_img`` argument for a wall-clock ``time_limit`` on a batch of ``batch``
+    images (``non_max_suppression`` stops after ``2.0 + max_time_img * batch`` seconds).
+
+    >>> nms_max_time_img(math.inf, 16), nms_max_time_img(3.0, 4), nms_max_time_img(0.0, 4)
+    (inf, 0.25, -0.5)
+    """
+    return (time_limit - 2.0) / max(int(batch), 1)
+
+
+def load_detector(model):
+    """Load an Ultralytics detector and check that it is one.
+
+    Args:
+        model: Path to a ``.pt`` file, or an ``ultralytics.YOLO`` instance.
+
+    Returns:
+        The ``ultralytics.YOLO`` model.
+
+    Raises:
+        InputError: Missing or unreadable file, or a model whose task is not ``detect``.
+    """
+    from ultralytics import YOLO
+
+    if not isinstance(model, (str, Path)):
+        yolo = model
+    else:
+        path = Path(model)
+        if path.suffix not in (".pt", ".yaml", ".yml"):
+            raise InputError(f"model must be a PyTorch .pt checkpoint (or a model .yaml), got {path}")
+        if path.suffix == ".pt" and not path.is_file():
+            raise InputError(f"model file not found: {path}")
+        try:
+            yolo = YOLO(str(path))
+        except Exception as e:
+            raise InputError(f"cannot load model {path}: {first_line(e)}") from None
+    if getattr(yolo, "task", None) != "detect":
+        raise InputError(f"model task is `{getattr(yolo, 'task', None)}`, not `detect`: det_calib calibrates detectors")
+    if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
+        raise InputError("only PyTorch (.pt) models can be captured: exported formats have no raw logits")
+    if not available_heads(yolo):
+        raise InputError(
+            f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
+            "classification branch (cv3): det_calib supports YOLOv8/YOLO11/YOLO26-style detectors"
+        )
+    return yolo
+
+
+def detect_head(yolo) -> torch.nn.Module:
+    """The ``Detect`` head module of a loaded model."""
+    return yolo.model.model[-1]
+
+
+def available_heads(yolo) -> list[str]:
+    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for legacy heads."""
+    head = detect_head(yolo)
+    heads: list[str] = []
+    if getattr(head, "cv3", None) is not None:
+        heads.append("nms")
+    if getattr(head, "one2one_cv3", None) is not None:
+        heads.append("e2e")
+    return heads
+
+
+def default_imgsz(yolo) -> int:
+    """The image size the model was trained at (its checkpoint's ``imgsz``), else 640."""
+    args = getattr(yolo, "overrides", {}) or {}
+    train_args = (getattr(yolo, "ckpt", None) or {}).get("train_args", {}) or {}
+    v = train_args.get("imgsz", args.get("imgsz", 640))
+    return int(v if isinstance(v, (int, float)) else max(v))
+
+
+def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None) -> tuple[str, ...]:
+    """The head modes to capture, checked against the model.
+
+    Args:
+        yolo: Loaded detector.
+        head: One head mode (the single-head form).
+        heads: Several head modes, or ``"auto"`` for every head the model has. At most one of
+            ``head`` and ``heads`` may be given; with neither, ``("nms",)``.
+
+    Returns:
+        Head modes in the order ``nms``, ``e2e``.
+
+    Raises:
+        InputError: Both or an unknown head mode given, or the model lacks a requested head.
+    """
+    if head is not None and heads is not None:
+        raise InputError("give `head` or `heads`, not both")
+    have = available_heads(yolo)
+    if heads == "auto":
+        want = list(have)
+    elif heads is not None:
+        want = [heads] if isinstance(heads, str) else list(heads)
+    else:
+        want = [head or "nms"]
+    name = "heads" if heads is not None else "head"
+    for h in want:
+        if h not in HEADS:
+            raise InputError(f"Expected argument `{name}` to be one of {', '.join(map(repr, HEADS))}, but got {h!r}")
+        if h not in have:
+            raise InputError(
+                f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
+                f"for `head` {h}; it has: {', '.join(have)}"
+            )
+    if not want:
+        raise InputError(f"Expected argument `{name}` to name at least one head, but got {heads!r}")
+    return tuple(h for h in HEADS if h in want)
+
+
+def _fused_network(yolo, heads: tuple[str, ...], device: torch.device):
+    """A private copy of the network, fused and wrapped as Ultralytics' predictor does it, keeping
+    every branch in ``heads``; returns the ``AutoBackend``.
+
+    ``Detect.fuse()`` deletes the branch not in use. For both heads the model is copied twice,
+    each copy fused by Ultralytics' own ``fuse()`` for one branch, and the fused one-to-one
+    branch of the second is put into the first: every convolution then has exactly the weights
+    ``predict(nms=None)`` and ``predict(nms=False)`` run with.
+    """
+    import copy
+
+    from ultralytics.nn.autobackend import AutoBackend
+
+    def fused(end2end: bool) -> torch.nn.Module:
+        net = copy.deepcopy(yolo.model).float().eval()
+        net.model[-1].end2end = end2end
+        return net.fuse(verbose=False)
+
+    net = fused(heads == ("e2e",))
+    if len(heads) == 2:
+        other = fused(True).model[-1]
+        head = net.model[-1]
+        for name in tuple(head._modules):
+            if name.startswith("one2one_"):
+                setattr(head, name, getattr(other, name))
+        head.end2end = False
+    # Ultralytics' backend as the predictor builds it (device, dtype, the memory format it picks
+    # for this device: channels-last on x86 CPUs changes the convolution kernels and their rounding)
+    backend = AutoBackend(model=net, device=device, fp16=False, fuse=False, verbose=False)
+    backend.eval()
+    return backend
+
+
+class Capturer:
+    """A detector prepared once for capture: load, fuse, and run any number of image lists.
+
+    Every image is pre-processed exactly as ``model.predict`` pre-processes it alone (its own
+    letterbox: the long side to ``imgsz``, the short side padded to the stride), the network
+    runs once per batch, and each requested head is decoded from the same neck features: the
+    one-to-many branch through Ultralytics' NMS (``predict(nms=None)``) and the one-to-one branch
+    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default) the boxes, confs
+    and logits are bit-identical to ``model.predict`` run on one image at a time. With
+    ``batch > 1`` only images with the same letterboxed shape share a forward pass: no image is
+    padded for its neighbours, but batched convolution rounds differently from a batch of one
+    (class logits differ by ~1e-5 on CPU), so use it where throughput matters (GPU).
+
+    On a CPU where Ultralytics runs torch on one thread (it uses ``cpu_count - 1`` threads, at
+    most 8: one thread on a machine with two cores), a prediction leaves the other cores idle.
+    ``workers`` then captures that many images at once, in threads, each with its own copy of the
+    fused network (torch releases the GIL inside its operators). Every image is still one forward
+    pass with the thread count ``predict`` uses, so the table is the same for any ``workers``.
+
+    Args:
+        model: ``.pt`` path or ``ultralytics.YOLO`` detector.
+        head: One head mode, ``"nms"`` or ``"e2e"``.
+        heads: Several head modes, or ``"auto"`` (every head the model has); see
+            :func:`resolve_heads`.
+        conf: Conf floor (Ultralytics keeps ``conf > floor``).
+        iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
+        max_det: Maximum boxes per image and head.
+        imgsz: Inference size; default the model's training size.
+        batch: Maximum images per forward pass (same letterboxed shape only).
+        device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
+        all_logits: Also return all nc class logits of each box in a ``logits`` list column.
+        workers: Images captured in parallel (threads, one network copy each; ``batch=1`` only).
+            None (default): one per CPU core when the device is a CPU and torch runs one thread
+            per operator, else 1 (see :func:`auto_workers`).
+
+    Raises:
+        InputError: Bad model, head, conf, batch or workers; unknown device.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        head: Head | None = None,
+        heads: Sequence[Head] | Literal["auto"] | None = None,
+        conf: float = 0.001,
+        iou: float = 0.7,
+        max_det: int = 300,
+        imgsz: int | None = None,
+        batch: int = 1,
+        device: str | None = None,
+        all_logits: bool = False,
+        workers: int | None = None,
+    ) -> None:
+        from ultralytics.data.augment import LetterBox
+        from ultralytics.utils.checks import check_imgsz
+        from ultralytics.utils.torch_utils import select_device
+
+        yolo = load_detector(model)
+        self.heads = resolve_heads(yolo, head=head, heads=heads)
+        if not 0 <= conf < 1:
+            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
+        if not 0 <= iou <= 1:
+            raise InputError(f"Expected argument `iou` in [0, 1], but got {iou}")
+        if int(max_det) < 1:
+            raise InputError(f"Expected argument `max_det` to be a positive integer, but got {max_det}")
+        if int(batch) < 1:
+            raise InputError(f"Expected argument `batch` to be a positive integer, but got {batch}")
+        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), int(batch)
+        self.all_logits = all_logits
+        self.nc = len(yolo.names)
+        self.names = [yolo.names[k] for k in sorted(yolo.names)]
+        try:
+            self.device = select_device("" if device is None else device, verbose=False)
+        except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
+            raise InputError(f"bad device {device!r}: {first_line(e)}") from None
+        if workers is None:
+            workers = auto_workers(self.device, self.batch)
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise InputError(f"Expected argument `workers` to be a positive integer or None, but got {workers!r}")
+        if workers > 1 and self.batch > 1:
+            raise InputError(f"Expected argument `workers` to be 1 with `batch` {self.batch}: parallel workers "
+                             "capture one image per forward pass (batch 1)")
+        self.workers = workers
+        self.nms_time_limit = NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
+        # one fused network per worker: a forward pass toggles the head's decode mode (see _run)
+        self.backends = [_fused_network(yolo, self.heads, self.device) for _ in range(workers)]
+        self.backend = self.backends[0]
+        self.net = self.backend.model  # the fused DetectionModel
+        for backend in self.backends:
+            h = backend.model.model[-1]
+            if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
+                h.max_det, h.agnostic_nms = max(self.max_det, 300), False
+        stride = max(int(self.net.stride.max()), 32)
+        self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
+        self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
+
+    @property
+    def settings(self) -> dict:
+        """The capture settings that change its output (recorded with captured parts)."""
+        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
+                "batch": self.batch, "all_logits": self.all_logits}
+
+    def __call__(
+        self,
+        images: Sequence[str | Path],
+        *,
+        split: str = "",
+        image_names: Sequence[str] | None = None,
+        image_ids: Sequence[int] | None = None,
+        progress: bool = True,
+    ) -> pl.DataFrame:
+        """Capture ``images``; see :func:`capture` for the arguments and the table."""
+        paths = [str(p) for p in images]
+        if not paths:
+            raise InputError("no images to capture")
+        names = [str(n) for n in image_names] if image_names is not None else paths
+        ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
+        if len(names) != len(paths) or len(ids) != len(paths):
+            raise InputError(
+                f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
+                f"({len(paths)})"
+            )
+        # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
+        out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
+        sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
+        bar = _progress(len(paths), f"capture {split or 'images'} [{'+'.join(self.heads)}]", enabled=progress,
+                        batch=self.batch)
+        source = _read_ahead(paths, depth=2 * self.batch * self.workers)
+        try:
+            if self.workers == 1 or len(paths) == 1:
+                n_bad = self._stream(self.backend, source, paths, sizes, out, bar, threading.Event())
+            else:
+                n_bad = self._parallel(source, paths, sizes, out, bar)
+        except (torch.OutOfMemoryError, MemoryError):
+            raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
+        finally:
+            source.close()
+            bar.close()
+        if n_bad:
+            warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+        return self._table(out, sizes, names, ids, split)
+
+    def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar) -> int:
+        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one source."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock, stop = threading.Lock(), threading.Event()
+
+        def shared():  # the read-ahead generator, one image at a time to whichever worker asks
+            while True:
+                with lock:
+                    item = next(source, None)
+                if item is None:
+                    return
+                yield item
+
+        bar = _LockedBar(bar, lock)
+
+        def work(backend) -> int:
+            try:
+                return self._stream(backend, shared(), paths, sizes, out, bar, stop)
+            except BaseException:
+                stop.set()  # the other workers stop at their next image
+                raise
+
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="det_calib-capture") as pool:
+            futures = [pool.submit(work, backend) for backend in self.backends]
+            try:
+                return sum(f.result() for f in futures)
+            finally:
+                stop.set()
+
+    def _stream(self, backend, source, paths: list[str], sizes: np.ndarray, out: dict, bar,
+                stop: threading.Event) -> int:
+        """Capture the ``(position, image or None)`` items of ``source`` with one network, images of
+        the same letterboxed shape ``batch`` at a time; returns how many images were unreadable."""
+        pending: dict[tuple, list[tuple[int, np.ndarray]]] = {}  # letterboxed shape -> [(position, image)]
+        n_bad = 0
+        for pos, im0 in source:
+            if stop.is_set():
+                return n_bad
+            if im0 is None:
+                n_bad += 1
+                log.warning("cannot read image %s: skipped", paths[pos])
+                bar.update(1)
+                continue
+            sizes[pos] = (im0.shape[1], im0.shape[0])
+            lb = self._letterbox(image=im0)
+            del im0  # only the letterboxed image waits for its batch
+            group = pending.setdefault(lb.shape, [])
+            group.append((pos, lb))
+            if len(group) >= self.batch:
+                self._run(backend, pending.pop(lb.shape), sizes, out)
+                bar.update(self.batch)
+            elif sum(len(g) for g in pending.values()) >= 4 * self.batch:  # bound what waits
+                key = max(pending, key=lambda k: len(pending[k]))
+                bar.update(len(pending[key]))
+                self._run(backend, pending.pop(key), sizes, out)
+        for key in list(pending):
+            bar.update(len(pending[key]))
+            self._run(backend, pending.pop(key), sizes, out)
+        return n_bad
+
+    @torch.inference_mode()
+    def _run(self, backend, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
+        """One forward pass of ``backend`` over same-shape letterboxed images; every head decoded from it."""
+        from ultralytics.utils import nms, ops
+
+        positions = [p for p, _ in group]
+        # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
+        stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
+        x = torch.from_numpy(stack).to(backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
+        group.clear()
+        y, raw = backend(x)
+        head = backend.model.model[-1]
+        branches = {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")} if "one2one" in raw else {"nms": raw}
+        for h in self.heads:
+            e2e = h == "e2e"
+            if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
+                head.end2end = e2e
+                try:
+                    y = head._inference(branches[h])
+                    y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
+                finally:
+                    head.end2end = not e2e
+            dets, keep = nms.non_max_suppression(
+                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0, end2end=e2e, return_idxs=True,
+                max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
+            )
+            scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
+            if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
+                _, _, anchor_of_row = head.get_topk_index(scores.sigmoid().permute(0, 2, 1), head.max_det)
+            for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
+                k = k.long().view(-1)
+                anchors = anchor_of_row[b, k] if e2e else k
+                w, hh = sizes[pos]
+                xyxy = ops.scale_boxes(x.shape[2:], det[:, :4], (int(hh), int(w))).cpu().numpy()
+                cls = det[:, 5].cpu().numpy().astype(np.int32)
+                lg = scores[b][:, anchors].T.float().cpu().numpy()  # (n, nc)
+                z = lg[np.arange(len(cls)), cls]
+                out[h][pos] = (xyxy, det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None)
+
+    def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
+        frames = []
+        for h in self.heads:
+            per = out[h]
+            order = sorted(per)
+            counts = np.array([len(per[p][1]) for p in order], dtype=np.int64)
+            pos = np.repeat(np.array(order, dtype=np.int64), counts)
+
+            def cat(j: int, dt, per=per, order=order) -> np.ndarray:
+                return np.concatenate([per[p][j] for p in order]).astype(dt) if order else np.zeros(0, dt)
+
+            xyxy = cat(0, np.float64).reshape(-1, 4)
+            cols = {
+                "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
+                          else pl.Series([], dtype=pl.String)),
+                "image_id": ids[pos],
+                "split": pl.repeat(split, len(pos), dtype=pl.String, eager=True),
+                "head": pl.repeat(h, len(pos), dtype=pl.String, eager=True),
+                "x1": xyxy[:, 0], "y1": xyxy[:, 1], "x2": xyxy[:, 2], "y2": xyxy[:, 3],
+                "img_w": sizes[pos, 0], "img_h": sizes[pos, 1],
+                "cls": cat(2, np.int32),
+                "conf": cat(1, np.float64),
+                "logit": cat(3, np.float64),
+            }
+            df = pl.DataFrame(cols, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+            if self.all_logits:
+                lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
+                lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
+                df = df.with_columns(lists)
+            frames.append(df)
+        return pl.concat(frames) if len(frames) > 1 else frames[0]
+
+
+def auto_workers(device: torch.device, batch: int = 1) -> int:
+    """How many images :class:`Capturer` captures at once by default.
+
+    One per CPU core (at most 8) when the device is a CPU, ``batch`` is 1 and torch runs one
+    thread per operator, as Ultralytics sets it on a machine with two cores: ``predict`` then
+    uses one core, and more workers use the others without changing a single operator's
+    arithmetic. Otherwise 1: on a GPU, with ``batch > 1``, or where torch already runs several
+    threads per operator (a worker per core there would change the thread count each
+    convolution runs with, and with it the rounding).
+    """
+    if device.type != "cpu" or batch != 1 or torch.get_num_threads() != 1:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+class _LockedBar:
+    """A progress bar that several capture workers update."""
+
+    def __init__(self, bar, lock: threading.Lock) -> None:
+        self.bar, self.lock = bar, lock
+
+    def update(self, n: int = 1) -> None:
+        with self.lock:
+            self.bar.update(n)
+
+
+def _read_ahead(paths: list[str], *, depth: int):
+    """Yield ``(position, BGR image or None)`` in order, decoding up to ``depth`` images ahead in a
+    thread (OpenCV releases the GIL), with Ultralytics' own ``imread`` (as its image loader)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cv2
+    from ultralytics.utils.patches import imread
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        queue: deque = deque()
+        it = iter(enumerate(paths))
+        for pos, p in it:
+            queue.append((pos, pool.submit(imread, p, cv2.IMREAD_COLOR)))
+            if len(queue) > depth:
+                pos0, fut = queue.popleft()
+                yield pos0, fut.result()
+        while queue:
+            pos0, fut = queue.popleft()
+            yield pos0, fut.result()
+
+
+def capture(
+    model,
+    images: Sequence[str | Path],
+    *,
+    head: Head | None = None,
+    heads: Sequence[Head] | Literal["auto"] | None = None,
+    conf: float = 0.001,
+    iou: float = 0.7,
+    max_det: int = 300,
+    imgsz: int | None = None,
+    batch: int = 1,
+    device: str | None = None,
+    split: str = "",
+    image_names: Sequence[str] | None = None,
+    image_ids: Sequence[int] | None = None,
+    all_logits: bool = False,
+    progress: bool = True,
+    workers: int | None = None,
+) -> pl.DataFrame:
+    """Run the detector over ``images`` and return one row per output box with its raw logit.
+
+    One forward pass per image serves every head in ``heads``: the table holds the boxes of
+    each, head after head (``nms`` first), images in input order within a head. With the
+    default ``batch=1`` each head's boxes, confs and logits are bit-identical to
+    ``model.predict(image, conf=conf, nms=None)`` / ``(..., nms=False)`` run on one image at a
+    time, which is what a deployment sees; see :class:`Capturer` for ``batch > 1``.
+
+    Args:
+        model: ``.pt`` path or ``ultralytics.YOLO`` detector.
+        images: Image paths.
+        head: ``"nms"`` (one-to-many head + NMS, Ultralytics' default) or ``"e2e"`` (NMS-free
+            one-to-one head, ``nms=False``).
+        heads: Several heads at once, e.g. ``("nms", "e2e")``, or ``"auto"`` for every head the
+            model has. Give ``head`` or ``heads``; with neither, ``"nms"``.
+        conf: Conf floor passed to Ultralytics (it keeps ``conf > floor``).
+        iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
+        max_det: Maximum boxes per image and head.
+        imgsz: Inference size; default the model's training size.
+        batch: Maximum images per forward pass; only images with the same letterboxed shape
+            share one. 1 (default) is exact; larger is faster on a GPU.
+        device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
+        split: Value of the ``split`` column.
+        image_names: Values of the ``image`` column (default: the paths).
+        image_ids: Values of the ``image_id`` column (default: the position in ``images``);
+            a shard of a split passes the images' positions in the whole split.
+        all_logits: Also return all nc class logits of each box in a ``logits`` list column.
+        progress: Show a progress bar.
+        workers: Images captured at once (threads); the table does not depend on it. None: one
+            per core where torch runs single-threaded on a CPU, see :func:`auto_workers`.
+
+    Returns:
+        Box table with the capture columns of :mod:`det_calib.data.box_table` (no match columns).
+
+    Raises:
+        InputError: The model lacks a requested head, bad arguments, or no images were given.
+    """
+    capturer = Capturer(
+        model, head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+        device=device, all_logits=all_logits, workers=workers,
+    )
+    return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, *, enabled: bool, batch: int = 1):
+    """A progress bar over ``total`` images that shows no ETA until the speed is known.
+
+    The first result arrives only after model set-up and a whole first batch, so a speed measured
+    from the start would promise hours on a run of minutes. The speed clock starts at the first
+    result instead, and the speed, percentage and ETA appear once another full ``batch`` has arrived.
+    """
+    if not enabled:
+        return _NoBar()
+    from ultralytics.utils import TQDM
+
+    class _Bar(TQDM):
+        def __init__(self) -> None:
+            super().__init__(total=None, desc=desc, unit="img", disable=False)  # no total: no ETA yet
+            self.expected = total
+            self.clock: tuple[float, int] | None = None  # (time, count) at the first result
+
+        def update(self, n: int = 1) -> None:
+            now, count = time.monotonic(), self.n + n
+            if self.clock is None:
+                self.clock = (now, count)
+            elif self.total is None and count - self.clock[1] >= max(batch, 1) and now > self.clock[0]:
+                self.last_rate = (count - self.clock[1]) / (now - self.clock[0])  # the steady speed
+                self.total = self.expected
+            super().update(n)
+
+        def _format_rate(self, rate: float) -> str:
+            return super()._format_rate(rate) if self.total is not None else ""  # no speed until known
+
+        def close(self) -> None:
+            self.total = self.expected
+            super().close()
+
+    return _Bar()

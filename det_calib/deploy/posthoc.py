@@ -1,0 +1,88 @@
+"""Apply a calibration after the detector's own selection (post-hoc), from ``calibration.json``.
+
+Folded into the model (``calibrated.pt``), a per-class map acts before the detector picks its
+boxes: it can change which class wins a box (the argmax before NMS) and which boxes make the
+cross-class top ``max_det``. Applied here, after the detector's selection, every map only
+rescores the boxes the original model output: same boxes, same classes, same order within each
+class (mAP identical). For one map for every class (temperature, Platt, spline, isotonic) the two
+deployments give the same boxes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from det_calib.errors import InputError
+from det_calib.numeric import logit
+
+__all__ = ["apply_calibrator", "load_calibrators"]
+
+
+def load_calibrators(calibration: Any) -> dict[str, Any]:
+    """Head -> fitted calibrator of a ``calibration.json`` (a path, its dict, or a RunResult)."""
+    from det_calib.record.run_result import RunResult, calibrator_of, calibrators_from_dict, read_calibrators
+
+    if isinstance(calibration, (str, Path)):
+        records = read_calibrators(calibration)
+    elif isinstance(calibration, RunResult):
+        records = {h: r.calibrator for h, r in calibration.results.items() if r.calibrator is not None}
+    elif isinstance(calibration, dict):
+        records = calibrators_from_dict(calibration)
+    else:
+        raise InputError(f"Expected argument `calibration` to be a path, a dict or a RunResult, but got "
+                         f"{type(calibration).__name__}")
+    return {h: calibrator_of(r) for h, r in records.items()}
+
+
+def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None) -> Any:
+    """Rescore Ultralytics ``Results`` in place with a run's calibrator (post-hoc deployment).
+
+    Each box's conf is turned back into its logit (float64), mapped by the calibrator of its
+    class, and written back as ``result.boxes`` (a new ``Boxes`` with the new conf column);
+    boxes, classes and the box order
+    are left as the detector produced them.
+
+    Args:
+        results: One ``ultralytics.engine.results.Results`` or a list of them (``model(...)``).
+        calibration: ``calibration.json`` path, its dict, or a :class:`~det_calib.record.run_result.RunResult`.
+        head: The head the results came from (``"nms"``: ``model(..., end2end=False)`` / a model
+            without a one-to-one head; ``"e2e"``: the NMS-free head). Needed when the run has
+            more than one head.
+
+    Returns:
+        ``results`` (the same objects).
+
+    Raises:
+        InputError: No calibrator for the head, or the head is ambiguous.
+
+    >>> res = det_calib.apply_calibrator(model("img.jpg"), "out/calibration.json", head="nms")  # doctest: +SKIP
+    """
+    import torch
+
+    cals = load_calibrators(calibration)
+    if head is None:
+        if len(cals) != 1:
+            raise InputError(f"the calibration has heads {sorted(cals)}: pass `head`")
+        head = next(iter(cals))
+    if head not in cals:
+        raise InputError(f"Expected argument `head` to be one of {sorted(cals)}, but got {head!r}")
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.metrics.calibration import sigmoid
+
+    cal = cals[head]
+    many = isinstance(results, (list, tuple))
+    for r in results if many else [results]:
+        boxes = getattr(r, "boxes", None)
+        if boxes is None or boxes.data.shape[0] == 0:
+            continue
+        data = boxes.data
+        z = logit(np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12))
+        k = data[:, 5].detach().cpu().numpy().astype(np.int64)
+        new = sigmoid(calibrated_logits(cal, z, k), 1.0)
+        data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class
+        data[:, 4] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
+        r.boxes = type(boxes)(data, boxes.orig_shape)
+    return results

@@ -1,0 +1,477 @@
+"""Check that calibration leaves mAP unchanged.
+
+Two independent checks:
+
+- :func:`coco_map`: pycocotools COCOeval on the captured boxes of a split, scored with the raw
+  and with the calibrated confidences. A shared monotone temperature keeps every ranking, so the
+  two results must be identical.
+- :func:`ultralytics_val`: Ultralytics' own ``model.val()`` on a checkpoint: the original at val's
+  floor ``conf=0.001``, and the calibrated one at the equivalent floor ``sigmoid(logit(0.001) / T)``,
+  where the candidate set is the original one and mAP must match. (At val's own floor a
+  temperature below 1 pushes some boxes under it, above 1 lifts extra ones over it, so mAP can
+  move slightly; the pipeline no longer runs that third val.)
+- :func:`ultralytics_val_shared`: both of those from one val pass, as the pipeline runs them: the
+  stock val of the calibrated checkpoint, and on the same neck features the original checkpoint's
+  Detect head, scored by the same validator's postprocess and metric code (the calibrated
+  checkpoint differs from the original only inside the head, :mod:`det_calib.deploy.fold`). Its figures
+  equal those of the two separate vals (tests/test_verify.py).
+
+Every det_calib val runs Ultralytics' NMS with no wall-clock budget (its own stops after
+``2.0 + 0.05 * batch`` seconds and returns no boxes for the batch's remaining images, which on a
+slow or busy CPU lowers mAP by the clock): the stock validator with only that argument changed.
+A pass in which the NMS time limit was still reached (a finite ``nms_time_limit``) raises
+:class:`ValIncomplete`: its mAP is never returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib.data.box_table import HEAD_PREDICT_NMS
+from det_calib.matching.one_to_one import collapse_inverted
+
+log = logging.getLogger(__name__)
+
+MAP_ENGINES = ("det_calib", "pycocotools")
+"""What can score :func:`coco_maps`: :mod:`det_calib.evaluation.coco_map` (the run's default, ``map_engine``) or
+pycocotools itself (this module's default)."""
+
+
+def coco_map(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    scores: np.ndarray | None = None,
+    *,
+    max_dets: int = 300,
+) -> dict[str, float]:
+    """COCO bbox mAP of one head's boxes on one split, with pycocotools.
+
+    Args:
+        boxes: Box table of one head and one split (``image_id``, ``x1..y2``, ``cls``, ``conf``).
+        gt: Ground-truth table of the split (``image_id``, ``x1..y2``, ``cls``, ``crowd``).
+        sizes: (n_images, 2) (width, height) per image id.
+        scores: Scores to rank by (default ``boxes["conf"]``).
+        max_dets: COCOeval's maxDets (the capture's max_det, so that no box is dropped).
+
+    Returns:
+        ``{"map50_95": ..., "map50": ..., "map75": ...}`` (-1 where undefined, as COCOeval).
+    """
+    return coco_maps(boxes, gt, sizes, [boxes["conf"].to_numpy() if scores is None else scores],
+                     max_dets=max_dets)[0]
+
+
+def same_ranking(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two scorings of the same boxes order every pair of boxes the same way.
+
+    True when ``a_i > a_j`` exactly when ``b_i > b_j`` and ``a_i == a_j`` exactly when
+    ``b_i == b_j``: the same weak order, ties included. COCOeval uses scores only to sort
+    (per image and class, then per class across images), so under the same weak order every sort,
+    every precision/recall curve and the mAP are identical: one evaluation proves both.
+
+    Args:
+        a, b: (n,) scores of the same boxes.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    order = np.argsort(-a, kind="mergesort")
+    sa, sb = a[order], b[order]
+    # b must be non-increasing along a's order, with its ties exactly where a has its ties
+    return bool(np.all(np.diff(sb) <= 0) and np.array_equal(np.diff(sa) == 0, np.diff(sb) == 0))
+
+
+def coco_maps(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+    engine: str = "pycocotools",
+) -> list[dict[str, float]]:
+    """:func:`coco_map` of the same boxes under several scorings (raw, calibrated...), with the
+    ground-truth index built once.
+
+    Args:
+        boxes, gt, sizes, max_dets: As :func:`coco_map`.
+        scores: One (n_boxes,) score vector per scoring.
+        engine: ``pycocotools`` (COCOeval itself) or ``det_calib`` (:mod:`det_calib.evaluation.coco_map`: the
+            same figures, tests/test_coco_map.py, without a Python object per box).
+
+    Returns:
+        One :func:`coco_map` result per score vector.
+    """
+    if engine == "det_calib":
+        from det_calib.evaluation.coco_map import table_maps
+
+        return table_maps(boxes, gt, scores, max_dets=max_dets)
+    if engine != "pycocotools":
+        raise ValueError(f"unknown mAP engine {engine!r}; engines are {', '.join(MAP_ENGINES)}")
+    from pycocotools.coco import COCO
+
+    n_img = len(sizes)
+    classes = sorted(set(gt["cls"].to_list()) | set(boxes["cls"].to_list()))
+    g = gt.to_dict(as_series=False)
+    anns = []
+    for k in range(gt.height):
+        w, h = g["x2"][k] - g["x1"][k], g["y2"][k] - g["y1"][k]
+        anns.append(
+            {
+                "id": k + 1,
+                "image_id": int(g["image_id"][k]),
+                "category_id": int(g["cls"][k]),
+                "bbox": [g["x1"][k], g["y1"][k], w, h],
+                "area": w * h,
+                "iscrowd": int(g["crowd"][k]),
+            }
+        )
+    dataset = {
+        "images": [{"id": i, "width": int(sizes[i][0]), "height": int(sizes[i][1])} for i in range(n_img)],
+        "annotations": anns,
+        "categories": [{"id": c, "name": str(c)} for c in classes],
+    }
+    # inverted boxes (x2 < x1) become zero-area boxes, as in matching: they overlap nothing
+    b = collapse_inverted(boxes).select("image_id", "x1", "y1", "x2", "y2", "cls").to_numpy()
+    w, h = b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = dataset
+        coco.createIndex()
+    out = []
+    for sc in scores:
+        sc = np.asarray(sc, dtype=np.float64)
+        dets = np.column_stack([b[:, 0], b[:, 1], b[:, 2], w, h, sc, b[:, 5]])
+        out.append(_evaluate(coco, dets, max_dets))
+    return out
+
+
+def _evaluate(coco, dets: np.ndarray, max_dets: int) -> dict[str, float]:
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        res = coco.loadRes(dets) if len(dets) else None
+        if res is None:
+            return {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
+        ev = COCOeval(coco, res, "bbox")
+        ev.params.maxDets = [max_dets]
+        ev.evaluate()
+        ev.accumulate()
+    # precision[T, R, K, A, M]: IoU thresholds x 101 recall points x classes x area ranges x maxDets;
+    # area range 0 is "all". COCO's summarize() hard-codes maxDets=100 for mAP50-95, so read it here.
+    prec = ev.eval["precision"][:, :, :, 0, 0]
+
+    def mean_valid(x: np.ndarray) -> float:
+        v = x[x > -1]
+        return float(v.mean()) if v.size else -1.0
+
+    iou_thrs = ev.params.iouThrs
+    return {
+        "map50_95": mean_valid(prec),
+        "map50": mean_valid(prec[np.isclose(iou_thrs, 0.5)]),
+        "map75": mean_valid(prec[np.isclose(iou_thrs, 0.75)]),
+    }
+
+def _val_kwargs(yolo, data: str | Path, *, split: str, head: str, conf: float, imgsz: int | None, batch: int,
+                device: str | None) -> dict:
+    """The arguments of every det_calib val: plain ``model.val()`` with plots, JSON and verbosity off."""
+    from det_calib.capture.predictor import default_imgsz
+
+    kw = dict(
+        data=str(data),
+        split=split,
+        conf=conf,
+        imgsz=imgsz or default_imgsz(yolo),
+        batch=batch,
+        plots=False,
+        save_json=False,
+        verbose=False,
+        nms=HEAD_PREDICT_NMS[head],
+    )
+    if device is not None:
+        kw["device"] = device
+    return kw
+
+
+class ValIncomplete(RuntimeError):
+    """An Ultralytics val pass that did not score every image: its NMS reached its time limit and
+    dropped the boxes of the images it had not reached, so its mAP measures the clock."""
+
+
+NMS_TIMEOUT_MESSAGE = "NMS time limit"
+"""How Ultralytics' ``non_max_suppression`` starts the warning it logs when it stops early."""
+
+
+class _NMSTimeouts(logging.Handler):
+    """Counts the NMS time-limit warnings Ultralytics' logger emits while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if NMS_TIMEOUT_MESSAGE in msg:
+            self.messages.append(msg)
+
+
+def _run_val(yolo, kw: dict, validator=None):
+    """``yolo.val(**kw)`` with Ultralytics' info lines silenced and its run folder in a temporary one.
+
+    Raises:
+        ValIncomplete: Ultralytics' NMS reached its time limit in the pass (then no figure of the
+            pass is returned: the images after the limit lost their boxes).
+    """
+    import tempfile
+
+    from ultralytics.utils import LOGGER
+
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    timeouts = _NMSTimeouts()
+    LOGGER.addHandler(timeouts)
+    try:
+        with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
+            metrics = yolo.val(project=tmp, name="val", validator=validator, **kw)
+    finally:
+        LOGGER.removeHandler(timeouts)
+        LOGGER.setLevel(level)
+    if timeouts.messages:
+        n = len(timeouts.messages)
+        raise ValIncomplete(
+            f"Ultralytics' NMS stopped early ({timeouts.messages[0].strip()}, {n} time{'s' if n > 1 else ''}) "
+            "and dropped the boxes of the images it had not reached: the pass's mAP is not reported"
+        )
+    return metrics
+
+
+def ultralytics_val(
+    model: str | Path,
+    data: str | Path,
+    *,
+    split: str,
+    head: str = "nms",
+    conf: float = 0.001,
+    imgsz: int | None = None,
+    batch: int = 16,
+    device: str | None = None,
+    nms_time_limit: float | None = None,
+) -> dict[str, float]:
+    """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
+
+    Args:
+        model: Checkpoint path.
+        data: data.yaml path.
+        split: Split key of the yaml.
+        head: ``"nms"`` (default head + NMS) or ``"e2e"`` (``nms=False``).
+        conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
+        nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
+            :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
+
+    Raises:
+        ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
+    """
+    from ultralytics import YOLO
+
+    yolo = YOLO(str(model))
+    m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
+                                   device=device),
+                 validator=functools.partial(_budget_validator_class(), nms_time_limit=nms_time_limit))
+    return {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)}
+
+
+SHARED_PASS = (
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own metric code"
+)
+"""How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
+
+
+def ultralytics_val_shared(
+    original: str | Path,
+    calibrated: str | Path,
+    data: str | Path,
+    *,
+    split: str,
+    head: str = "nms",
+    conf: float = 0.001,
+    original_conf: float = 0.001,
+    imgsz: int | None = None,
+    batch: int = 16,
+    device: str | None = None,
+    nms_time_limit: float | None = None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """One Ultralytics val pass that measures a calibrated checkpoint and its original.
+
+    The calibrated checkpoint shares every weight with the original except inside the Detect
+    head's classification branches (:mod:`det_calib.deploy.fold`), so the network up to the head computes
+    the same neck features for both. This runs the stock ``YOLO(calibrated).val()`` (Ultralytics'
+    own DetectionValidator: its dataloader, letterbox, batching, postprocess and metrics give the
+    calibrated figures, exactly what plain val prints wherever its NMS does not run out of time: here
+    it has no time limit) and, on the features each batch feeds the
+    calibrated head, also runs the original checkpoint's Detect head (prepared as val prepares a
+    model: fused, same device, memory format and head mode); that output goes through the same
+    validator's postprocess (at ``original_conf``) into a second Ultralytics metrics object. The
+    original's figures are those of ``ultralytics_val(original, conf=original_conf)``, without its
+    forward pass through the backbone and neck.
+
+    Args:
+        original: The original checkpoint.
+        calibrated: A checkpoint written by :mod:`det_calib.deploy.fold` from ``original``.
+        data, split, head, imgsz, batch, device: As :func:`ultralytics_val`.
+        conf: Val's conf pre-filter for the calibrated checkpoint.
+        original_conf: Val's conf pre-filter for the original.
+        nms_time_limit: As :func:`ultralytics_val`, for each of the two NMS calls of a batch.
+
+    Returns:
+        ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
+
+    Raises:
+        InputError: The two checkpoints differ outside the Detect head (a pair this cannot measure).
+        ValIncomplete: The NMS time limit was reached, for either model (only with a finite
+            ``nms_time_limit``).
+    """
+    from ultralytics import YOLO
+
+    yolo = YOLO(str(calibrated))
+    orig = YOLO(str(original)).model
+    _check_same_trunk(orig, yolo.model, original, calibrated)
+    kw = _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device)
+    v = _shared_validator_class()
+    out: dict[str, Any] = {}
+    m = _run_val(yolo, kw, validator=functools.partial(v, original=orig, original_conf=original_conf, out=out,
+                                                       nms_time_limit=nms_time_limit))
+    o = out["original"]
+    return ({"conf": float(original_conf), "map50_95": float(o.box.map), "map50": float(o.box.map50)},
+            {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)})
+
+
+def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
+    """Refuse two models whose layers before the Detect head differ in any parameter or buffer."""
+    import torch
+
+    from det_calib.errors import InputError
+
+    sa, sb = a.model[:-1].state_dict(), b.model[:-1].state_dict()
+    if sa.keys() != sb.keys() or any(not torch.equal(sa[k].float(), sb[k].float()) for k in sa):
+        raise InputError(f"{pb} is not {pa} with a calibrated head: the layers before the Detect head differ")
+
+
+@functools.cache
+def _budget_validator_class():
+    """Ultralytics' DetectionValidator with a wall-clock budget of its choosing for the NMS."""
+    from ultralytics.models.yolo.detect import DetectionValidator
+    from ultralytics.utils import nms
+
+    from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
+
+    class BudgetValidator(DetectionValidator):
+        """The stock detection validator; its ``postprocess`` is the stock one (Ultralytics 8.4) with
+        one more argument to ``non_max_suppression``: the time budget (none by default), so that on
+        a slow or busy CPU no batch loses boxes to the clock. tests/test_verify.py checks that it
+        returns exactly the stock postprocess's tensors."""
+
+        def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+
+        def postprocess(self, preds):
+            first = preds[0] if isinstance(preds, (list, tuple)) else preds
+            outputs = nms.non_max_suppression(
+                preds,
+                self.args.conf,
+                self.args.iou,
+                nc=0 if self.args.task == "detect" else self.nc,
+                multi_label=True,
+                agnostic=self.args.single_cls or self.args.agnostic_nms,
+                max_det=self.args.max_det,
+                end2end=self.end2end,
+                rotated=self.args.task == "obb",
+                max_time_img=nms_max_time_img(self.nms_time_limit, first.shape[0]),
+            )
+            return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
+
+    return BudgetValidator
+
+
+@functools.cache
+def _shared_validator_class():
+    """Ultralytics' DetectionValidator (with the NMS budget of :func:`_budget_validator_class`),
+    extended to score the original head on the same pass."""
+    from ultralytics.nn.autobackend import AutoBackend
+    from ultralytics.utils.metrics import DetMetrics
+
+    class SharedPassValidator(_budget_validator_class()):
+        """Stock detection val of the calibrated model; the original head rides on its forward pass.
+
+        Everything of the stock validator runs unchanged for the calibrated model (its NMS without a
+        time budget, :func:`_budget_validator_class`). Added: a hook on
+        its Detect head keeps the features each batch feeds it; after the stock ``update_metrics``,
+        the original Detect head runs on them, its output goes through the same ``postprocess``
+        (with val's conf set to ``original_conf``) and the stock ``update_metrics`` into a second
+        ``DetMetrics``, processed by the stock code at the end.
+        """
+
+        def __init__(self, *args, original, original_conf: float, out: dict, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._original_model, self._original_conf, self._out = original, original_conf, out
+            self._feats = None
+
+        def init_metrics(self, model):
+            super().init_metrics(model)
+            if self.args.save_json or self.args.save_txt or self.args.plots or self.args.augment:
+                raise ValueError("the shared val pass runs with save_json, save_txt, plots and augment off")
+            # the original, prepared exactly as BaseValidator prepares a model for standalone val (the
+            # model was loaded for this pass alone: fused in place, as val fuses its own copy)
+            backend = AutoBackend(
+                model=self._original_model, device=self.device, dnn=self.args.dnn,
+                data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
+                end2end=self.args.nms is False, verbose=False,
+            )
+            backend.eval()
+            if getattr(backend, "end2end", False) != self.end2end:
+                raise ValueError("the original and the calibrated model run different head modes")
+            native = backend.model
+            if self.end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
+                native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
+            self._original_backend = backend
+            self._original_head = native.model[-1]
+            det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
+            # a list copy: a head's forward may replace the list's items with its own outputs
+            det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
+            self._original_metrics = DetMetrics(names=model.names)
+            self._original_metrics.clear_stats()
+            self._original_metrics.clear_image_metrics()
+
+        def update_metrics(self, preds, batch):
+            super().update_metrics(preds, batch)
+            feats, self._feats = self._feats, None
+            y = self._original_head(feats)
+            # what AutoBackend.forward returns for a native model's output
+            y = (self._original_backend.from_numpy(y[0]) if len(y) == 1
+                 else [self._original_backend.from_numpy(t) for t in y]) if isinstance(y, (list, tuple)) \
+                else self._original_backend.from_numpy(y)
+            conf, seen, metrics = self.args.conf, self.seen, self.metrics
+            try:
+                self.args.conf = self._original_conf
+                original_preds = self.postprocess(y)
+                self.metrics = self._original_metrics
+                super().update_metrics(original_preds, batch)
+            finally:
+                self.args.conf, self.seen, self.metrics = conf, seen, metrics
+
+        def get_stats(self):
+            self._original_metrics.process(save_dir=self.save_dir, plot=False, on_plot=self.on_plot)
+            self._original_metrics.clear_stats()
+            self._out["original"] = self._original_metrics
+            return super().get_stats()
+
+    return SharedPassValidator

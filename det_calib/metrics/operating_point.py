@@ -1,0 +1,306 @@
+"""Calibration at the operating point: the boxes a user keeps at a conf threshold.
+
+:func:`kept_ece` is the ECE of the boxes with ``conf > threshold`` (Ultralytics keeps
+``conf > thres``, strictly). :func:`laece0` is the localisation-aware ECE with the exact
+conventions of the reference toolkit of Kuzucu et al. (ECCV 2024), see ``laece0``'s docstring.
+The all-box figures (:func:`det_calib.metrics.ece` on every box down to the capture floor)
+remain available; name them "all-box".
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from det_calib.errors import InputError
+from det_calib.matching.one_to_one import match_detections
+from det_calib.metrics.calibration import _per_replicate, _prepare_ece, _uniform_index, ece
+
+__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
+           "top_k_per_image_class"]
+
+
+def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, weights: Any = None) -> float:
+    """ECE (equal-width bins, see :func:`det_calib.metrics.ece`) of the boxes with ``conf > threshold``.
+
+    Returns nan when no box is kept.
+
+    >>> round(kept_ece([0.1, 0.3, 0.9], [0, 0, 1], threshold=0.25, n_bins=10), 6)  # (0.3 + 0.1) / 2
+    0.2
+    """
+    c, y, keep = _kept(conf, correct, threshold)
+    if not keep.any():
+        return float("nan")
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[keep]
+    return ece(c[keep], y[keep], n_bins=n_bins, weights=w)
+
+
+def _kept(conf: Any, correct: Any, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    c = np.asarray(conf, dtype=np.float64)
+    y = np.asarray(correct)
+    if c.shape != y.shape or c.ndim != 1:
+        raise InputError(
+            f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
+        )
+    return c, y, c > float(threshold)
+
+
+def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float,
+                      n_bins: int = 15) -> Any:
+    """Bootstrap replicates of :func:`kept_ece` (see :func:`det_calib.metrics.bootstrap_ci`): the
+    kept boxes are found and checked once, then every replicate is ECE's per-image table product."""
+    c, y, keep = _kept(conf, correct, threshold)
+    if not keep.any():
+        return lambda mult: np.full(mult.shape[0], np.nan)
+    return _prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
+
+
+kept_ece._bootstrap_prepare = _kept_ece_prepare  # type: ignore[attr-defined]
+
+
+class ECEFloor(NamedTuple):
+    """The ECE a perfectly calibrated detector would score on a set of boxes: mean and 95% range."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def kept_ece_floor(
+    conf: Any, *, threshold: float, n_bins: int = 15, n_draws: int = 200, seed: int = 0
+) -> ECEFloor | None:
+    """The sampling floor of the kept-set ECE: what a perfectly calibrated detector would score.
+
+    The boxes kept at ``threshold`` (``conf > threshold``) keep their confidences; their labels
+    are drawn ``n_draws`` times as ``Bernoulli(conf)``, i.e. from a detector whose every
+    confidence is exactly its probability of being correct, and the kept-set ECE (equal-width
+    bins, as :func:`kept_ece`) is computed for each draw. A measured ECE inside the range is at
+    the floor that the number of kept boxes allows: no calibrator can be shown to do better on
+    this set.
+
+    Args:
+        conf: ``(n,)`` confidences (the scores whose ECE is reported).
+        threshold: Conf threshold; boxes with ``conf > threshold`` are kept.
+        n_bins: Bins of the ECE.
+        n_draws: Monte-Carlo draws.
+        seed: Seed of the draws (fixed: the same boxes give the same floor).
+
+    Returns:
+        ``ECEFloor(mean, low, high)`` (2.5 and 97.5 percentiles of the draws), or None when no box is kept.
+
+    >>> f = kept_ece_floor(np.full(10_000, 0.5), threshold=0.25)
+    >>> 0.0 < f.low < f.mean < f.high < 0.02  # |mean of 10,000 fair coins - 0.5|
+    True
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    if c.ndim != 1:
+        raise InputError(f"Expected argument `conf` of shape (n,), but got shape {c.shape}")
+    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
+        raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
+    c = c[c > float(threshold)]
+    if c.size == 0:
+        return None
+    idx = _uniform_index(c, n_bins)
+    rng = np.random.default_rng(seed)
+    # per bin: |sum_i (conf_i - y_i)| / n summed over bins; one (draws, bins) table of label sums
+    onehot = np.zeros((c.size, n_bins))
+    onehot[np.arange(c.size), idx] = 1.0
+    s_conf = c @ onehot
+    # draws in blocks of at most ~4M labels (32 MiB): the same stream of uniforms as one (n_draws, n)
+    # call, and the per-bin label counts are exact integers, so the result does not depend on the block
+    rows = max(1, (1 << 22) // c.size)
+    vals = np.concatenate([
+        np.abs((rng.random((min(rows, int(n_draws) - start), c.size)) < c).astype(np.float64) @ onehot - s_conf)
+        .sum(axis=1) / c.size
+        for start in range(0, int(n_draws), rows)
+    ])
+    lo, hi = np.percentile(vals, [2.5, 97.5])
+    return ECEFloor(float(vals.mean()), float(lo), float(hi))
+
+
+def reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin of each conf with the reference toolkit's bins: ``[0, 1/M]``, then ``(m/M, (m+1)/M]``.
+
+    >>> reference_bin_index(np.array([0.0, 0.1, 0.10001, 1.0]), 10).tolist()
+    [0, 0, 1, 9]
+    """
+    idx = np.ceil(np.asarray(conf, dtype=np.float64) * n_bins).astype(np.int64) - 1
+    return np.clip(idx, 0, n_bins - 1)
+
+
+def top_k_per_image_class(image: np.ndarray, cls: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
+    """Mask of the ``k`` highest-scoring boxes of each (image, class) (COCO ``maxDets``; stable ties)."""
+    n = score.shape[0]
+    order = np.lexsort((-score, cls, image))
+    key_i, key_c = image[order], cls[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    rank = np.arange(n) - start
+    keep = np.zeros(n, dtype=bool)
+    keep[order] = rank < k
+    return keep
+
+
+def laece0(
+    det_image: Any,
+    det_xyxy: Any,
+    det_cls: Any,
+    conf: Any,
+    gt_image: Any,
+    gt_xyxy: Any,
+    gt_cls: Any,
+    gt_crowd: Any = None,
+    *,
+    threshold: float,
+    tau: float = 0.0,
+    max_dets: int = 100,
+    n_bins: int = 25,
+) -> float:
+    """LaECE at an operating threshold, with the reference toolkit's conventions.
+
+    1. Keep detections with ``conf > threshold``; then only the ``max_dets`` highest-scoring of
+       each (image, class) (COCO ``maxDets``); the rest are not scored at all.
+    2. Match them COCO-style (greedy by score, one-to-one, same class) at IoU ``>= tau``
+       (``tau = 0``: LaECE_0, a box takes the best still-free same-class GT whatever its IoU);
+       detections matched to crowd GT are dropped. Target: the IoU of a match, 0 otherwise.
+    3. Per class, bins ``[0, 1/M]`` then ``(m/M, (m+1)/M]``:
+       ``LaECE_c = sum_m |B_m| / N_c * |mean conf(B_m) - mean target(B_m)|``.
+    4. Average over the classes that have ground truth (non-crowd) **and** at least one scored
+       detection; a class whose LaECE_c is exactly 0 is dropped from the mean (the toolkit turns
+       it into nan).
+
+    Args:
+        det_image, det_xyxy, det_cls, conf: ``(n,)``, ``(n, 4)``, ``(n,)``, ``(n,)`` detections.
+        gt_image, gt_xyxy, gt_cls, gt_crowd: ``(m,)``, ``(m, 4)``, ``(m,)``, optional ``(m,)`` GT.
+        threshold: Operating conf threshold.
+        tau: Matching IoU threshold (0.0: LaECE_0; SAOD used 0.1).
+        max_dets: Per image and class.
+        n_bins: M (25 in the papers).
+
+    Returns:
+        The class-averaged LaECE; nan when no class qualifies.
+    """
+    di = np.asarray(det_image, dtype=np.int64)
+    dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
+    dc = np.asarray(det_cls, dtype=np.int64)
+    s = np.asarray(conf, dtype=np.float64)
+    keep = s > float(threshold)
+    di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
+    top = top_k_per_image_class(di, dc, s, int(max_dets))
+    di, dx, dc, s = di[top], dx[top], dc[top], s[top]
+    gi = np.asarray(gt_image, dtype=np.int64)
+    gx = np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4)
+    gc = np.asarray(gt_cls, dtype=np.int64)
+    crowd = np.zeros(gi.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
+    if s.size == 0:
+        return float("nan")
+    # inverted boxes (an immature one-to-one head emits them) match as zero-area boxes, as in the pipeline
+    dx = np.column_stack([dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])])
+    r = match_detections(di, dx, dc, s, gi, gx, gc, crowd, iou_threshold=tau)
+    use = ~r.ignore
+    c, k = s[use], dc[use]
+    t = np.where(r.correct[use], r.iou[use], 0.0)
+    classes = np.intersect1d(np.unique(gc[~crowd]), np.unique(k))
+    vals = []
+    for cid in classes:
+        m = k == cid
+        b = reference_bin_index(c[m], n_bins)
+        cnt = np.bincount(b, minlength=n_bins)
+        gap = np.abs(np.bincount(b, weights=c[m], minlength=n_bins) - np.bincount(b, weights=t[m], minlength=n_bins))
+        v = float(gap.sum() / cnt.sum())
+        if v != 0.0:
+            vals.append(v)
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+class LaECE0Targets:
+    """The matching behind :func:`laece0`, computed once, for any score that keeps the ranking within
+    each (image, class).
+
+    The reference matching is greedy by score within (image, class), and the kept set at a
+    threshold (and its top ``max_dets`` per image and class) is the head of that order. A
+    calibrator that is monotone per class (every one of :mod:`det_calib.selection.cross_validation`) keeps that
+    order, so the matches of the kept boxes are those of the raw scores: match once with the raw
+    scores, then any calibrated score and threshold is a binned sum (and a bootstrap replicate a
+    weighted one). :meth:`laece` equals :func:`laece0` on the same boxes and calibrated scores.
+
+    Attributes:
+        use: ``(n,)`` bool, the box is scored (top ``max_dets`` of its image and class by raw
+            score, not matched to a crowd box).
+        target: ``(n,)`` IoU of the box's match at ``tau``, 0 when unmatched.
+        gt_classes: Classes with (non-crowd) ground truth in the split.
+    """
+
+    def __init__(self, det_image: Any, det_xyxy: Any, det_cls: Any, raw_score: Any, gt_image: Any, gt_xyxy: Any,
+                 gt_cls: Any, gt_crowd: Any = None, *, tau: float = 0.0, max_dets: int = 100):
+        di = np.asarray(det_image, dtype=np.int64)
+        dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
+        dc = np.asarray(det_cls, dtype=np.int64)
+        s = np.asarray(raw_score, dtype=np.float64)
+        gc = np.asarray(gt_cls, dtype=np.int64)
+        crowd = np.zeros(gc.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
+        top = top_k_per_image_class(di, dc, s, int(max_dets))
+        dx = np.column_stack([dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])])
+        r = match_detections(di, dx, dc, s, np.asarray(gt_image, dtype=np.int64),
+                             np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4), gc, crowd, iou_threshold=tau)
+        self.use = top & ~r.ignore
+        self.target = np.where(r.correct, r.iou, 0.0)
+        self.cls = dc
+        self.gt_classes = np.unique(gc[~crowd])
+
+    def laece(self, conf: Any, *, threshold: float, n_bins: int = 25, weights: Any = None) -> float:
+        """LaECE_0 of the boxes with ``conf > threshold`` (``conf``: (n,), the same boxes, any
+        per-class monotone map of the raw score); ``weights`` (n,) for bootstrap replicates."""
+        return _laece_binned(np.asarray(conf, dtype=np.float64), self.target, self.cls, self.use, self.gt_classes,
+                             threshold, n_bins, weights)
+
+    def statistic(self, *, threshold: float, n_bins: int = 25) -> Any:
+        """``f(conf, weights=None)`` for :func:`det_calib.metrics.bootstrap_ci` (pass the boxes' image ids)."""
+
+        def laece0_of(conf: np.ndarray, weights: np.ndarray | None = None) -> float:
+            return self.laece(conf, threshold=threshold, n_bins=n_bins, weights=weights)
+
+        def prepare(img: np.ndarray, n_img: int, conf: np.ndarray) -> Any:
+            # the kept boxes, their class and bin do not depend on the draws: found once
+            keep, weighted = _laece_binned_prepare(np.asarray(conf, dtype=np.float64), self.target, self.cls,
+                                                   self.use, self.gt_classes, threshold, n_bins)
+            if weighted is None:
+                return lambda mult: np.full(mult.shape[0], np.nan)
+            return _per_replicate(weighted, img[keep])
+
+        laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
+        return laece0_of
+
+
+def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float:
+    keep, weighted = _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins)
+    if weighted is None:
+        return float("nan")
+    return weighted(np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep])
+
+
+def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
+    """``(keep, weighted)``: the scored boxes at ``threshold`` ((n,) bool) and ``w -> LaECE_0`` of
+    them with (kept,) weights ``w``; ``weighted`` is None when no box is kept."""
+    keep = use & (c > float(threshold))
+    if not keep.any():
+        return keep, None
+    c, t, k = c[keep], t[keep], k[keep]
+    n_cls = int(max(k.max(), gt_classes.max() if gt_classes.size else 0)) + 1
+    key = k * n_bins + reference_bin_index(c, n_bins)
+    size = n_cls * n_bins
+    has_gt = np.zeros(n_cls, dtype=bool)
+    has_gt[gt_classes[gt_classes < n_cls]] = True
+
+    def weighted(w: np.ndarray) -> float:
+        cnt = np.bincount(key, weights=w, minlength=size).reshape(n_cls, n_bins).sum(axis=1)
+        gap = np.abs(np.bincount(key, weights=w * c, minlength=size) - np.bincount(key, weights=w * t, minlength=size))
+        gap = gap.reshape(n_cls, n_bins).sum(axis=1)
+        ok = has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
+        vals = gap[ok] / cnt[ok]
+        vals = vals[vals != 0.0]
+        return float(vals.mean()) if vals.size else float("nan")
+
+    return keep, weighted

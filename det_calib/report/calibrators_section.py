@@ -1,0 +1,299 @@
+"""The operating point and the "Calibrators compared" section (report and compare).
+
+Numbers come from ``calibration.json`` (``eval.<head>.operating_*`` and the candidates of
+``--method auto``); the reliability curves of the candidates are recomputed from ``boxes.parquet``
+with each candidate's calibrator rebuilt from the JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from det_calib.calibrators import registry
+from det_calib.metrics.calibration import sigmoid
+from det_calib.record.run_folder import HeadBoxes, Run
+from det_calib.record.run_result import (
+    Calibrator,
+    Candidate,
+    OperatingFigures,
+    RecordedSettings,
+    left_words,
+    operating_point_worse,
+    temperature_words,
+)
+from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
+
+from . import plots
+from .common import _Builder, _eval, f4, fci, fint, fthr
+from .document import Heading, Para, Table
+
+log = logging.getLogger(__name__)
+
+INTERVAL_NOTE = ("Intervals: 95% image bootstrap, each containing its estimate. ECE and LaECE: the bias-corrected "
+                 "percentile interval, or the normal interval (estimate ± 1.96 SD of the replicates) where the "
+                 "resampling bias of a binned error puts the estimate outside it; LaECE_0: the normal interval, "
+                 "because its replicates sit above the estimate by more than their spread, so no percentile-type "
+                 "interval would contain it.")
+FLOOR_NOTE = ("ECE floor: the kept-set ECE a perfectly calibrated detector would score on the same calibrated "
+              "kept boxes (labels drawn 200 times from their confidences; mean and 95% range). A finite set of "
+              "boxes has a non-zero ECE even when perfectly calibrated; an ECE inside that range is as low as "
+              "this many boxes can show.")
+
+
+def method_words(run: Run, head: str) -> str:
+    """The head's calibrator in a few words."""
+    rec = run.head(head).calibrator
+    if rec is None:
+        return "no calibrator"
+    if rec.method == "none":
+        return ("keep the raw scores (no calibrator beat them on held-out folds by more than one paired standard "
+                "error)" if run.head(head).candidates else "keep the raw scores")
+    floor = run.head(head).fit_floor or 0.0
+    return calibrator_words(rec) + (f" fitted on boxes with raw conf ≥ {floor:g}" if floor else " fitted on all boxes")
+
+
+def calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> str:
+    """A calibrator and its fitted parameters in a few words, read from its record.
+
+    >>> calibrator_words(Calibrator("platt", {"map": {"a": 1.2149, "b": 0.3412}}))
+    'Platt a = 1.21, b = 0.341'
+    >>> calibrator_words(Calibrator("isotonic", {"map": {"map": {"x": [0, 1, 2]}}}), floor=0.125)
+    'isotonic (3 steps) above raw conf 0.125'
+    >>> calibrator_words(Calibrator("none", {}))
+    'none: raw scores'
+    """
+    if rec is None:
+        return "no calibrator recorded"
+    words = rec.method
+    if rec.method in registry.methods():
+        m = rec.params.get("map")
+        words = registry.method_spec(rec.method).cls.words(m if isinstance(m, dict) else rec.params, rec.method)
+    return words + (f" above raw conf {floor:g}" if floor and rec.method != "none" else "")
+
+
+def deployed_words(run: Run, head: str) -> str:
+    """The head's deployed calibrator with its parameters and fit floor, in words."""
+    hr = run.head(head)
+    return calibrator_words(hr.calibrator, floor=hr.fit_floor)
+
+
+def map_words(run: Run, head: str) -> str:
+    """What happens to mAP, never "unchanged" where it is not."""
+    hr, ev = run.head(head), _eval(run, head)
+    rec = hr.calibrator
+    uv = hr.ultralytics_val
+    if rec is not None and rec.method not in registry.global_methods():
+        val = ""
+        if uv is not None and uv.ran and uv.calibrated is not None:
+            val = (f"; the calibrated model's Ultralytics val mAP50-95 {f4(uv.original.map50_95)} → "
+                   f"{f4(uv.calibrated.map50_95)} (a per-class map can change the winning class and the top-k)")
+        same = "identical" if ev.map_identical else "CHANGED"
+        return f"mAP of the detector's own boxes rescored after selection {same}{val}"
+    if ev.map_identical is None:
+        return ""
+    return f"mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
+
+
+def lead(run: Run, head: str) -> str:
+    """The headline sentence of a head: the operating point first."""
+    ev = _eval(run, head)
+    parts = [method_words(run, head)]
+    for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
+        parts.append(f"boxes kept at conf {fthr(o0.conf)}: ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}"
+                     + floor_words(o1) + f", LaECE_0 {f4(o0.laece0)} → {f4(o1.laece0)}")
+    parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)}")
+    m = map_words(run, head)
+    if m:
+        parts.append(m)
+    worse = operating_point_worse(ev)
+    if worse is not None:
+        parts.append(f"WORSE than the raw scores where decisions are made ({worse}): "
+                     + ("the eval split does not bear out what the fit split's held-out folds showed; deploy the "
+                        "original model for this head, or calibrate on more images" if run.head(head).candidates
+                        else "keep the raw scores for this head, or let the default --method auto choose"))
+    left = left_words(run.head(head), ev)
+    if left:
+        parts.append(left)
+    tw = temperature_words(run.head(head).temperature_fit)
+    if tw:
+        parts.append(tw)
+    return "; ".join(parts) + "."
+
+
+def floor_words(o: OperatingFigures) -> str:
+    """`` (a perfectly calibrated detector: 0.0330 [0.0210, 0.0460] on these boxes)``, or "" when not computed."""
+    if o.ece_floor is None:
+        return ""
+    at = "; at that floor" if o.at_floor else ""
+    return f" (a perfectly calibrated detector would score {fci(o.ece_floor, o.ece_floor_range)} on these boxes{at})"
+
+
+def operating_cells(o0: OperatingFigures, o1: OperatingFigures, *, raw_floor: bool = False) -> list[str]:
+    """The kept set at one threshold, raw (``o0``) and calibrated (``o1``): boxes kept, ECE (and, with
+    ``raw_floor``, the raw scores' sampling floor), ECE calibrated, its floor, LaECE_0 raw and calibrated."""
+    cells = [f"{fint(o0.boxes)} → {fint(o1.boxes)}", fci(o0.ece, o0.ece_ci)]
+    if raw_floor:
+        cells.append(fci(o0.ece_floor, o0.ece_floor_range))
+    return cells + [fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range), fci(o0.laece0, o0.laece0_ci),
+                    fci(o1.laece0, o1.laece0_ci)]
+
+
+def operating_table(run: Run) -> Table | None:
+    """Kept-set ECE and LaECE_0 at each threshold, raw and calibrated, per head."""
+    rows = []
+    st = run.settings
+    for h in run.heads:
+        ev = _eval(run, h)
+        for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
+            rows.append([h, fthr(o0.conf), *operating_cells(o0, o1)])
+    if not rows:
+        return None
+    return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
+                  "ECE calibrated", "ECE floor (perfectly calibrated)", f"LaECE_0 raw ({st.laece_bins} bins)",
+                  "LaECE_0 calibrated"], rows,
+                 caption="At the operating point: calibration of the boxes kept at each conf threshold. "
+                 + FLOOR_NOTE + " " + INTERVAL_NOTE,
+                 css="operating")
+
+
+def _op_cells(ops: list[OperatingFigures]) -> list[str]:
+    return [c for o in ops for c in (fci(o.ece, o.ece_ci), fci(o.laece0, o.laece0_ci))]
+
+
+def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, label: str = "",
+                        heads: list[str] | None = None) -> None:
+    """Every candidate of ``--method auto`` on the eval split, its CV score, and why one was chosen
+    (``heads``: only these; ``label``: a suffix of the heading, for ``compare``)."""
+    heads = [h for h in (heads or run.heads) if run.head(h).candidates]
+    if not heads:
+        return
+    st = run.settings
+    thr = list(st.conf_thresholds)
+    b.add(Heading(2, f"Calibrators compared{label}", "calibrators" if not label else None))
+    reps = _repeats(run, heads)
+    folds = f"{st.cv_folds}-fold cross-validation grouped by image" + (f", repeated {reps} times with fresh folds,"
+                                                                       if reps > 1 else "")
+    order = registry.methods()
+    methods = sorted({c.calibrator.method for h in heads for c in run.head(h).candidates or []},
+                     key=lambda m: order.index(m) if m in order else len(order))
+    b.add(Para(f"--method auto tried {', '.join(methods)} on two fit ranges (all boxes, and boxes above half the "
+               f"lowest conf) by {folds} on split {st.fit_split}, scoring each by the {st.criterion} of the held-out "
+               f"boxes above conf {min(thr):g}. Every candidate is scored on the same folds, so they are compared "
+               f"paired, fold by fold: a calibrator is eligible only if it beats the raw scores (none) by more than "
+               f"{Z_NONE:g} standard error of that difference; the best eligible one wins, unless a simpler eligible "
+               f"one is as good: behind it by less than {Z_SIMPLER:g} standard error of theirs, or keeping "
+               f"{GAIN_KEPT:.0%} of its gain over the raw scores (simplest first: "
+               f"{' < '.join(m for m in order if m in methods)}; standard errors corrected for the overlap of the "
+               "training folds). With no eligible calibrator the raw scores are kept. Each method's best fit range "
+               f"was then refitted on the whole fit split and scored on split {st.eval_split} below.", "note"))
+    for h in heads:
+        _head_candidates(b, run, h, hbs[h], label=label, titled=len(heads) > 1)
+
+
+def _head_candidates(b: _Builder, run: Run, h: str, hb: HeadBoxes, *, label: str, titled: bool) -> None:
+    """One head's candidates: the CV table, their figures on the eval split, their reliability, per class."""
+    st = run.settings
+    thr = list(st.conf_thresholds)
+    cands = run.head(h).candidates or []
+    chosen = next((c for c in cands if c.selected), None)
+    if titled:
+        b.add(Heading(3, f"Head {h}"))
+    if chosen is not None:
+        why = _reason(cands, chosen, st.criterion)
+        b.add(Para(f"Chosen: {chosen.name}. {why}", "lead"))
+    b.add(_cv_table(cands, st, h))
+    scored = [c for c in cands if c.eval]
+    b.add(_eval_table(scored, st, h))
+    if hb.n and scored:
+        curves = []
+        for c in scored:
+            conf = _candidate_conf(c, hb)
+            if conf is not None:
+                curves.append((c.name, conf, hb.correct))
+        png = plots.operating_reliability(curves, low=min(thr), n_bins=st.ece_bins,
+                                          title=f"Candidates above conf {min(thr):g}, head {h}")
+        b.fig(f"candidates_{h}{_slug(label)}", png,
+              f"Reliability of the boxes each candidate keeps at conf {min(thr):g}, head {h}, split "
+              f"{hb.split}; {st.ece_bins} equal-width bins over ({min(thr):g}, 1]. Below: boxes per bin.",
+              f"Reliability curves of every candidate calibrator, head {h}")
+    b.add(_class_table(run, h, scored, min(thr)))
+
+
+def _cv_table(cands: list[Candidate], st: RecordedSettings, h: str) -> Table:
+    rows = []
+    for c in cands:
+        cv = c.cv
+        diff = "n/a" if cv.diff is None else f"{cv.diff:+.4f} ± {f4(cv.diff_se)}"
+        dnone = ("n/a" if cv.diff_none is None or c.calibrator.method == "none"
+                 else f"{cv.diff_none:+.4f} ± {f4(cv.diff_none_se)}")
+        rows.append([c.name + (" ✔" if c.selected else ""), fthr(c.fit_min_conf or 0.0),
+                     f"{f4(c.cv_score)} ± {f4(cv.se)}", dnone, diff,
+                     "n/a" if cv.shrinkage is None else f"{cv.shrinkage:g}", cv.error or cv.verdict or ""])
+    return Table(["Candidate", "Fit floor", f"CV {st.criterion} (mean ± SE)", "Minus raw (none), paired (± SE)",
+                  "Minus the best, paired (± SE)", "Shrinkage", "Why it won or lost"], rows,
+                 caption=f"Cross-validation on split {st.fit_split}, head {h} (lower is better)",
+                 css="cv-candidates", attrs={"data-head": h})
+
+
+def _eval_table(scored: list[Candidate], st: RecordedSettings, h: str) -> Table:
+    thr = list(st.conf_thresholds)
+    cols = ["Calibrator"] + [x for t in thr for x in (f"ECE kept at {fthr(t)}", f"LaECE_0 kept at {fthr(t)}")]
+    cols += [f"All-box ECE ({st.ece_bins} bins)", "NLL", "Brier"]
+    erows = []
+    for c in scored:
+        e = c.eval_figures
+        erows.append([c.name + (" ✔" if c.selected else "")] + _op_cells(c.operating())
+                     + [fci(e.ece_all, e.ece_all_ci), f4(e.nll), f4(e.brier)])
+    return Table(cols, erows, caption=f"Every candidate on split {st.eval_split}, head {h}. " + INTERVAL_NOTE,
+                 css="candidates-eval", attrs={"data-head": h})
+
+
+def _slug(label: str) -> str:
+    return "".join(ch for ch in label if ch.isalnum()).lower()
+
+
+def _repeats(run: Run, heads: list[str]) -> int:
+    """How many fold assignments the CV used (1 for runs recorded before repeats existed)."""
+    for h in heads:
+        for c in run.head(h).candidates or []:
+            return int(c.calibrator.params.get("n_repeats") or 1)
+    return 1
+
+
+def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
+    verdict = chosen.cv.verdict
+    if verdict:
+        return verdict[0].upper() + verdict[1:] + "."
+    ok = [c for c in cands if c.cv_score is not None]  # runs written before the paired rule
+    best = min(ok, key=lambda c: c.cv_score) if ok else chosen
+    if best is chosen:
+        return f"It has the lowest cross-validated {criterion}."
+    return (f"It is the simplest candidate within one standard error of the best, {best.name} "
+            f"({f4(best.cv_score)} ± {f4(best.cv.se)} vs {f4(chosen.cv_score)}).")
+
+
+def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
+    m = c.calibrator.method
+    if m == "none":
+        return hb.conf
+    mp = c.eval or {}
+    rec = mp.get("calibrator")
+    if rec is None:
+        return None
+    from det_calib.calibrators.base import calibrated_logits
+    from det_calib.calibrators.registry import calibrator_from_dict
+
+    return sigmoid(calibrated_logits(calibrator_from_dict(rec), hb.logit, hb.cls))
+
+
+def _class_table(run: Run, h: str, scored: list[Candidate], low: float) -> Table:
+    classes = sorted({int(k) for c in scored for k in c.eval_figures.class_kept_ece})
+    rows = []
+    for k in classes:
+        vals = [c.eval_figures.class_kept_ece.get(str(k)) for c in scored]
+        rows.append([run.class_name(k)] + [f4(v) for v in vals])
+    return Table(["Class"] + [c.name for c in scored], rows,
+                 caption=f"Per class: ECE of the boxes each candidate keeps at conf {low:g}, head {h}",
+                 css="candidates-per-class", attrs={"data-head": h})

@@ -1,0 +1,103 @@
+"""The resolved inputs of a run: the detector, the dataset, the heads, the image size; the fit and eval splits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from det_calib.data.box_table import HEADS
+from det_calib.data.ground_truth import (
+    Dataset,
+    Split,
+    check_class_names,
+    half_split,
+    load_data_yaml,
+    load_split,
+)
+from det_calib.errors import InputError
+from det_calib.run.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------- steps
+def resolve_splits(ds: Dataset, fit_split: str | None, eval_split: str | None) -> tuple[str, str | None, bool]:
+    """Choose the fit and eval splits.
+
+    Explicit names win. Otherwise ``calib`` and ``test``; else the first two of
+    ``calib``, ``val``, ``test`` that exist; else an image-level half/half split of ``val``.
+
+    Returns:
+        ``(fit, eval, halve)``: with ``halve`` True, ``fit`` is split in two and ``eval`` is None.
+    """
+    if fit_split and eval_split:
+        if fit_split == eval_split:
+            return fit_split, None, True
+        return fit_split, eval_split, False
+    have = [s for s in ("calib", "val", "test") if s in ds.splits]
+    if fit_split or eval_split:
+        given = fit_split or eval_split
+        others = [s for s in have if s != given]
+        if not others:
+            return given, None, True
+        return (given, others[0], False) if fit_split else (others[0], given, False)
+    if "calib" in have and "test" in have:
+        return "calib", "test", False
+    if len(have) >= 2:
+        return have[0], have[1], False
+    if have:
+        return have[0], None, True
+    raise InputError(f"{ds.yaml_path} has none of the splits calib, val, test; name them with `fit_split`/`eval_split`")
+
+
+@dataclass
+class Inputs:
+    """The resolved inputs of a run."""
+
+    model: Path
+    data: Path
+    yolo: Any
+    ds: Dataset
+    heads: list[str]
+    imgsz: int
+
+
+def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
+    """Load the detector and the dataset, check they agree, choose the heads and the image size."""
+    from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
+
+    if (model is None) != (data is None):
+        raise InputError("give both `model` and `data`, or neither (to run on the embedded demo model and data)")
+    if model is None:
+        from det_calib import demo
+
+        model, data = demo.demo_model(), demo.demo_data_yaml()
+    model, data = Path(model), Path(data)
+    yolo = load_detector(model)
+    ds = load_data_yaml(data)
+    check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
+    have = available_heads(yolo)
+    heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
+    missing = [h for h in heads if h not in have]
+    if missing:
+        raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")
+    return Inputs(model, data, yolo, ds, heads, s.imgsz or default_imgsz(yolo))
+
+
+def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
+    """The fit and the eval split (see :func:`resolve_splits`)."""
+    fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
+    if halve:
+        whole = load_split(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
+        fit, ev = half_split(whole, seed=s.seed)
+        log.info("fit and eval: image-level halves of `%s` (%d + %d images)", fit_name, len(fit.images), len(ev.images))
+    else:
+        fit = load_split(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
+        ev = load_split(ds, eval_name, coco_gt=s.coco_gt, limit=s.limit)
+    for sp in (fit, ev):
+        if sp.corrupt:
+            log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))
+    return fit, ev

@@ -1,0 +1,214 @@
+"""The main job: resolve inputs, load splits, capture (one pass per split serves every head; or reuse
+earlier boxes), per head label → fit → evaluate, write outputs.
+
+:func:`calibrate` runs every step and writes the output folder; each step is also a public
+function of its own module, for notebooks and other tools:
+
+- :class:`det_calib.capture.predictor.Capturer` — boxes and raw logits, exactly as single-image ``predict``
+- :func:`det_calib.run.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
+- :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching
+- :func:`det_calib.calibrators.temperature.fit_temperature` — the NLL-optimal temperature (the default method);
+  :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
+- :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
+- :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
+- :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_shared` — mAP before/after
+  (one Ultralytics val pass of the calibrated checkpoint per head also scores the original head)
+  (and :func:`detection_change` for per-class maps folded into the model)
+- :func:`det_calib.evaluation.kept_set.threshold_shift` — the kept set at conf 0.25
+- :func:`det_calib.deploy.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
+
+What a run produces is a :class:`det_calib.record.run_result.RunResult`, which writes ``calibration.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from det_calib.data.box_table import validate_boxes
+from det_calib.data.ground_truth import (
+    Split,
+)
+from det_calib.errors import InputError
+from det_calib.io import check_output_dir
+from det_calib.matching.one_to_one import match_boxes
+from det_calib.record.run_result import (
+    HeadResult,
+    RunResult,
+    calibrator_record,
+    package_version,
+)
+from det_calib.run.fitting import (
+    _candidates,
+    fit_head,
+    fit_result,
+    temperature_fit,
+)
+from det_calib.run.head_figures import _operating_eval, evaluate_head, with_calibrated
+from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
+from det_calib.run.outputs import _gt_per_class, _write_outputs
+from det_calib.run.preflight import preflight
+from det_calib.run.settings import Settings, _settings_of
+from det_calib.run.stages import stage
+from det_calib.run.threads import single_blas_thread
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CalibrationRun", "calibrate"]
+
+
+@dataclass
+class CalibrationRun:
+    """What :func:`calibrate` produced.
+
+    Attributes:
+        out_dir: Output folder.
+        result: The run's results (what ``calibration.json`` holds).
+        boxes: The box table (both splits, every head) as written to ``boxes.parquet``.
+        checkpoint: Path of ``calibrated.pt``.
+        files: Written files by name.
+    """
+
+    out_dir: Path
+    result: RunResult
+    boxes: pl.DataFrame
+    checkpoint: Path | None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The content of ``calibration.json``."""
+        return self.result.to_dict()
+
+    @property
+    def temperature(self) -> dict[str, float]:
+        return self.result.temperatures
+
+
+def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
+    """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
+
+    Returns:
+        Head -> one capture table per split (in the order of ``splits``).
+    """
+    from det_calib.capture.predictor import Capturer
+
+    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+    out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
+    for sp in splits:
+        log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
+        raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
+        for h in inputs.heads:
+            out[h].append(_head_rows(raw, h, sp, s))
+        del raw
+    return out
+
+
+def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
+    rows = raw.filter(pl.col("head") == head)
+    if rows.height == 0:
+        raise InputError(
+            f"no boxes captured on split `{sp.name}` with the {head} head above conf {s.conf_floor}: "
+            "is this the right model for this data?"
+        )
+    return rows
+
+
+def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings,
+                   captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
+    """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
+    with stage("matching"):
+        fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
+    with stage("fit" if s.method != "auto" else "fit and CV"):
+        choice = fit_head(fb, s)
+    record = calibrator_record(choice.calibrator, choice.method, choice.floor)
+    log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
+             f"; {choice.selection.reason}" if choice.selection else "")
+    with stage("kept-set metrics and intervals"):
+        op = _operating_eval(eb, ev, s)
+    evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
+    with stage("temperature and candidates on the eval split"):
+        result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
+                            eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
+                            per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                            temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+    return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
+
+
+def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
+                     captured: dict[str, list[pl.DataFrame]]) -> tuple[dict[str, HeadResult], pl.DataFrame]:
+    """Every head through :func:`calibrate_head`; their results and the run's box table."""
+    results, tables = {}, []
+    for head in inputs.heads:
+        with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.run.threads)
+            results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
+        tables += head_tables
+    return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+
+
+def calibrate(
+    model: str | Path | None = None,
+    data: str | Path | None = None,
+    *,
+    out: str | Path = "det_calib_out",
+    settings: Settings | None = None,
+    **options: Any,
+) -> CalibrationRun:
+    """Calibrate a detector end to end and write the output folder.
+
+    Args:
+        model: Detector checkpoint (``.pt``); default the embedded demo detector.
+        data: ``data.yaml``; default the embedded demo dataset (rendered on first use).
+        out: Output folder (created; files in it are replaced atomically).
+        settings: A :class:`Settings`; or pass its fields as keyword options.
+
+    Returns:
+        A :class:`CalibrationRun`.
+
+    Raises:
+        InputError: Bad model, data or options (one-line message).
+        DegenerateFitError: The fit split cannot determine a temperature.
+
+    Examples:
+        >>> run = calibrate(out="runs/demo")  # doctest: +SKIP
+        >>> run.temperature  # doctest: +SKIP
+        {'nms': 1.27, 'e2e': 1.05}
+    """
+    s = _settings_of(settings, options)
+    t_start = time.time()
+    with stage("load model and data"):
+        inputs = resolve_inputs(model, data, s)
+        fit, ev = load_splits(inputs.ds, s)
+    # every check that needs no forward pass, before the first one
+    preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
+              n_classes=len(inputs.ds.names), settings=s)
+    check_output_dir(Path(out))  # refuse a folder det_calib does not own
+    if s.boxes:
+        from det_calib.run.reuse import reuse_boxes
+
+        with stage("read boxes"):
+            captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+    else:
+        captured = capture_splits(inputs, (fit, ev), s)
+        fingerprints = None
+    results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
+    result = RunResult(
+        model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
+        heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
+        results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
+        det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
+        bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
+    )
+    out = Path(out)
+    with stage("write outputs"), single_blas_thread():
+        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
+    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)

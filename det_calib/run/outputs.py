@@ -1,0 +1,105 @@
+"""The output folder of a run: ``calibration.json``, ``boxes.parquet``, ``calibrated.pt``, the report,
+``summary.txt`` and the thresholds, written in a staging folder and swapped in whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib.calibrators import registry
+from det_calib.data.ground_truth import (
+    Split,
+)
+from det_calib.io import read_manifest, staged_output
+from det_calib.record.run_result import (
+    RunResult,
+)
+from det_calib.run.inputs import Inputs
+from det_calib.run.settings import Settings
+from det_calib.run.summary import write_summary_text
+from det_calib.run.ultralytics_checks import _ultralytics_checks, _val_not_run, detection_change
+
+log = logging.getLogger(__name__)
+
+
+def _gt_per_class(split: Split, n_classes: int) -> list[int]:
+    """Non-crowd ground-truth boxes of a split per class id (recorded as ``gt_counts``)."""
+    cls = split.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
+    return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
+
+
+def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
+    """Per-class conf thresholds of every head, written as ``thresholds.json``; the summary's lines."""
+    from det_calib.thresholds.per_class import summary_lines, tune_run
+
+    lines: list[str] = []
+    for head in result.heads:
+        doc = tune_run(folder, head=head, target_precision=s.target_precision, delta=s.delta,
+                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+        lines += summary_lines(doc, head=head)
+    return lines
+
+
+def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write every output of a run (the Ultralytics val checks need the written checkpoint).
+
+    Everything is written into a staging folder that replaces ``out`` in one swap at the end
+    (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
+    run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
+    """
+    from det_calib.deploy.fold import write_run_checkpoint
+    from det_calib.run.reuse import run_fingerprints, write_run_boxes
+
+    ev = splits[1]
+    # Everything is written into a staging folder that replaces `out` in one swap when the run
+    # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
+    # previous run's folder as it was, never a mix of old and new.
+    with staged_output(out) as stage:
+        write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
+        meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+        records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+        if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
+            for h in inputs.heads:
+                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
+                    ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
+        elif s.run_val:
+            checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
+            for h, check in checks.items():
+                result.results[h] = _replace(result.results[h], ultralytics_val=check)
+            for h, rec in records.items():
+                if registry.is_per_class(rec.method):
+                    eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
+                    change = detection_change(inputs, stage / "calibrated.pt", ev, h, eb, rec, s)
+                    result.results[h] = _replace(result.results[h], detection_change=change)
+        result.seconds = round(time.time() - t_start, 1)
+        result.write(stage / "calibration.json")
+        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        write_summary_text(stage, result, extra=extra)
+        if s.report:
+            from det_calib.report import write_report
+            from det_calib.run import stages
+
+            with stages.stage("report"):
+                write_report(stage, shown_dir=out, boxes=boxes)
+    return _output_files(out)
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _output_files(out: Path) -> dict[str, Path]:
+    """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
+    names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
+             "summary.txt": "summary", "report.html": "html", "report.md": "md", "thresholds.json": "thresholds"}
+    return {names.get(rel, rel): out / rel for rel in read_manifest(out)}

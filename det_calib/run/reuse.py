@@ -1,0 +1,216 @@
+"""Reuse captured boxes: ``calibrate --boxes`` fits, evaluates and reports without a forward pass.
+
+A run's ``boxes.parquet`` records, in its Parquet metadata under ``det_calib.run``, the
+fingerprint of the model, of each split (:func:`det_calib.capture.parts.data_fingerprint`: image names
+in order and their labels) and the capture settings. ``det-calib capture`` parts record the same
+(:mod:`det_calib.capture.parts`). :func:`reuse_boxes` reads either, refuses boxes of another model, of
+other data or captured with other settings (one line naming what differs), and hands back the
+capture columns per head and split, ready to be matched again with this run's settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from det_calib.data.box_table import CAPTURE_COLUMNS
+from det_calib.errors import InputError
+from det_calib.run.inputs import Inputs
+from det_calib.run.settings import Settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from det_calib.data.ground_truth import Split
+
+log = logging.getLogger(__name__)
+
+RUN_KEY = b"det_calib.run"
+_CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), ("imgsz", "imgsz"))
+"""Settings field -> capture setting that must agree for boxes to be reused."""
+
+
+def capture_settings(s: Settings, imgsz: int) -> dict[str, Any]:
+    """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them."""
+    return {"conf": float(s.conf_floor), "iou": float(s.nms_iou), "max_det": int(s.max_det), "imgsz": int(imgsz),
+            "batch": int(s.batch)}
+
+
+def run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
+    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
+    from det_calib.capture.parts import data_fingerprint, model_fingerprint
+
+    return {
+        "format": 1,
+        "model": model_fingerprint(inputs.model),
+        "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
+        "heads": list(inputs.heads),
+        "settings": capture_settings(s, inputs.imgsz),
+    }
+
+
+def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, Any]) -> Path:
+    """Write a run's box table with its fingerprints in the Parquet metadata (atomically)."""
+    import pyarrow.parquet as pq
+
+    from det_calib.io import atomic_path
+
+    table = df.to_arrow()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_KEY: json.dumps(fingerprints).encode()})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
+
+
+def run_meta(path: str | Path) -> dict[str, Any] | None:
+    """The fingerprints recorded in a run's ``boxes.parquet`` (None: written before they were)."""
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(RUN_KEY)
+    except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
+        raise InputError(f"cannot read box table {path}: {e}") from None
+    return None if raw is None else json.loads(raw)
+
+
+def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Path) -> None:
+    want = capture_settings(s, imgsz)
+    for field, key in _CHECKED:
+        have = recorded.get(key)
+        if isinstance(have, list):  # Capturer records imgsz as [h, w]
+            have = max(have)
+        if have != want[key]:
+            raise InputError(f"the boxes in {where} were captured with `{field}` {have}, not {want[key]}: "
+                             f"capture again or pass `{field}` {have}")
+
+
+def _base_split(name: str) -> str:
+    """The split a (possibly halved) split comes from: ``val[fit-half]`` -> ``val``."""
+    return name.split("[", 1)[0]
+
+
+def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
+    """The capture rows of ``sp``'s images, with ``image_id`` and ``split`` of ``sp`` (matched by image name).
+
+    The ids come from a lookup of each row's image name (rows of other images dropped, the order
+    kept): new ``image_id`` and ``split`` columns, the others shared with ``df``, not copied (at
+    COCO scale the box table is the run's memory)."""
+    names = sp.image_names()
+    cols = [c for c in CAPTURE_COLUMNS if c in df.columns]
+    lookup = pl.DataFrame({"image": names, "_id": list(range(len(names)))},
+                          schema={"image": pl.String, "_id": pl.Int64})
+    ids = df.select("image").join(lookup, on="image", how="left", maintain_order="left")["_id"]
+    rows = df.select(cols).with_columns(ids.cast(df.schema["image_id"]).alias("image_id"),
+                                        pl.lit(sp.name, dtype=pl.String).alias("split"))
+    if ids.null_count():
+        rows = rows.filter(ids.is_not_null())
+    if rows.height == 0:
+        raise InputError(f"no boxes of split `{sp.name}` in {where}")
+    return rows.select(cols)
+
+
+def _of(df: pl.DataFrame, column: str, value: str) -> pl.DataFrame:
+    """The rows of ``df`` whose ``column`` is ``value``: a zero-copy slice when they are one run
+    of consecutive rows (a capture's order: one head after the other), else a filter."""
+    hit = (df[column] == value).to_numpy()
+    first = int(hit.argmax()) if hit.any() else 0
+    n = int(hit.sum())
+    if n == df.height:
+        return df
+    if n and hit[first:first + n].all():
+        return df.slice(first, n)
+    return df.filter(pl.Series(hit))
+
+
+def reuse_boxes(
+    source: str | Path, inputs: Inputs, splits: Sequence[Split], s: Settings
+) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
+    """Captured boxes of every head on each split, from an earlier run or from capture parts.
+
+    Args:
+        source: A run's output folder or its ``boxes.parquet``; or a folder of ``det-calib
+            capture`` parts, either of one split or with one sub-folder per split (named as the
+            split).
+        inputs: The run's resolved inputs (model, heads, image size).
+        splits: The fit and eval splits; boxes are assigned to them by image name.
+        s: The run's settings (the capture settings must agree with the recorded ones).
+
+    Returns:
+        ``(captured, fingerprints)``: head -> one capture table per split, and what the new
+        ``boxes.parquet`` records.
+
+    Raises:
+        InputError: No boxes there, boxes of another model or data, other capture settings, or
+            a head or split missing.
+    """
+    from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
+    from det_calib.data.ground_truth import load_split
+
+    source = Path(source)
+    run_file = source if source.is_file() else source / "boxes.parquet"
+    if source.is_file() or run_file.is_file():
+        from det_calib.data.box_table import read_boxes
+
+        meta = run_meta(run_file)
+        if meta is None:
+            raise InputError(f"{run_file} records no model/data fingerprints (written by an older det_calib): "
+                             "run calibrate without `boxes` once")
+        model_fp = model_fingerprint(inputs.model)
+        if meta["model"] != model_fp:
+            raise InputError(f"the boxes in {run_file} were captured with another model "
+                             f"({meta['model'][:19]}..., not {model_fp[:19]}...)")
+        _check_settings(meta["settings"], s, inputs.imgsz, run_file)
+        df = read_boxes(run_file)
+        frames = {}
+        for sp in splits:
+            recorded = meta["splits"].get(sp.name)
+            if recorded is None:
+                raise InputError(f"{run_file} has no boxes of split `{sp.name}` (it has: {', '.join(meta['splits'])})")
+            if recorded != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
+                raise InputError(f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
+                                 "(images or labels differ)")
+            frames[sp.name] = _of(df, "split", sp.name)
+        have_heads, fingerprints = meta["heads"], meta
+    else:
+        frames, have_heads, fingerprints = {}, None, None
+        model_fp = model_fingerprint(inputs.model)
+        settings = capture_settings(s, inputs.imgsz)
+        recorded_fp = {}
+        for sp in splits:
+            base = _base_split(sp.name)
+            folder = source / base if (source / base).is_dir() else source
+            # the whole split the parts were captured on: the run's own split unless it is a half or
+            # --limit took part of it (then read again), and its fingerprint computed once
+            same = sp.name == base and s.limit is None and not sp.corrupt
+            whole = sp if same else load_split(inputs.ds, base, coco_gt=s.coco_gt, limit=s.limit)
+            expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
+            df, meta = read_parts_with_meta(folder, expect_model=model_fp)
+            if meta["split"] != base:
+                raise InputError(f"the parts in {folder} are of split `{meta['split']}`, not `{base}`: put each "
+                                 f"split's parts in a sub-folder named as the split")
+            if meta["data"] != expect:
+                raise InputError(f"the boxes in {folder} were captured on other data for split `{base}` "
+                                 "(images or labels differ)")
+            _check_settings(meta["settings"], s, inputs.imgsz, folder)
+            settings["batch"] = meta["settings"].get("batch", settings["batch"])
+            frames[sp.name] = _of(df, "split", base)
+            recorded_fp[sp.name] = expect if same else data_fingerprint(sp.images, names=sp.image_names(),
+                                                                        coco_gt=s.coco_gt)
+            have_heads = meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
+        fingerprints = {"format": 1, "model": model_fp, "splits": recorded_fp, "heads": have_heads,
+                        "settings": settings}
+    missing = [h for h in inputs.heads if h not in (have_heads or [])]
+    if missing:
+        raise InputError(f"the boxes in {source} have no `{missing[0]}` head (they have: {', '.join(have_heads)}); "
+                         f"choose `head` {have_heads[0]}")
+    captured: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
+    for sp in splits:
+        rows = _rows_of(frames.pop(sp.name), sp, source)
+        for h in inputs.heads:
+            captured[h].append(_of(rows, "head", h))
+    fingerprints = {**fingerprints, "heads": list(inputs.heads)}
+    log.info("reusing the boxes in %s (no capture)", source)
+    return captured, fingerprints

@@ -1,0 +1,256 @@
+"""Every option of a calibration run (:class:`Settings`), its validation, and its recorded form
+(:meth:`Settings.recorded` -> :class:`~det_calib.record.run_result.RecordedSettings`, and back with
+:meth:`Settings.from_recorded`): the one mapping between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from det_calib.calibrators import registry
+from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
+from det_calib.errors import InputError
+from det_calib.evaluation.map_check import MAP_ENGINES
+from det_calib.record.run_result import (
+    Bootstrap,
+    RecordedSettings,
+)
+from det_calib.selection.cross_validation import CRITERIA
+from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION, Fallback, Unit
+
+log = logging.getLogger(__name__)
+
+
+def calibration_methods() -> tuple[str, ...]:
+    """Values of ``--method``: every registered method but ``none``, then ``auto``."""
+    return (*(m for m in registry.methods() if m != "none"), "auto")
+
+
+def _words(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def method_help() -> str:
+    """The help of ``--method`` (the registered methods)."""
+    glob = registry.global_methods()
+    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.is_per_class(m)]
+    return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
+            f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
+            f"name: {', '.join(named)}")
+
+
+def per_class_help() -> str:
+    """The help of ``--per-class`` (the registered per-class methods)."""
+    per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
+    return (f"let --method auto also consider the per-class maps ({per}; they can change which class wins a box, "
+            "see the mAP promise)")
+
+
+FIT_RANGES: tuple[str, ...] = ("all", "operating")
+
+
+def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, conf: tuple[float, ...]
+               ) -> tuple[float, ...]:
+    """Fit floors (raw conf above which boxes are fitted on; 0.0 = every box) for the settings.
+
+    ``fit_range``: ``"all"`` (0.0), ``"operating"`` (half the lowest ``conf``: the boxes a user
+    keeps, with a margin for boxes the map may lift over the threshold), or a number in [0, 1).
+    None: ``all`` for one method; ``--method auto`` tries ``all`` and ``operating``.
+    ``fit_min_conf`` (the older option) is the same as a numeric ``fit_range``.
+    """
+    operating = round(min(conf) / 2, 6)
+    if fit_min_conf is not None:
+        if fit_range is not None:
+            raise InputError("give `fit_range` or `fit_min_conf`, not both (`fit_min_conf` X is `fit_range` X)")
+        fit_range = str(fit_min_conf)
+    if fit_range is None:
+        return (0.0, operating) if method == "auto" else (0.0,)
+    if fit_range == "all":
+        return (0.0,)
+    if fit_range == "operating":
+        return (operating,)
+    try:
+        v = float(fit_range)
+    except ValueError:
+        raise InputError(
+            f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
+        ) from None
+    if not 0 <= v < 1:
+        raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
+    return (v,)
+
+
+DECE_BINS = (8, 3, 3, 3, 3)
+"""D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
+
+
+def _opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:
+    """A settings field: its default, its help, and (``flag``) its command-line option."""
+    meta = {"help": help, **extra}
+    if flag:
+        meta["flag"] = flag
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Settings:
+    """Every option of a calibration run (recorded in calibration.json).
+
+    Each field carries its default and its help; the command line's options of ``calibrate`` are
+    generated from them (metadata ``flag``: the option; ``negate``: a ``--no-...`` switch that sets
+    the field to False; ``choices``; ``repeat``: the option may be given several times).
+    """
+
+    fit_split: str | None = _opt(None, "split to fit on (default: calib; see README)", flag="--fit-split")
+    eval_split: str | None = _opt(None, "split to report on (default: test)", flag="--eval-split")
+    head: HeadChoice = _opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
+                            "head (nms=False); both; auto (default): every head the model has",
+                            flag="--head", choices=HEAD_CHOICES)
+    iou: float = _opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
+    loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
+    conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
+                                   "(repeatable; default 0.25)", flag="--conf", repeat=True)
+    method: str = _opt("auto", method_help, flag="--method", choices=calibration_methods)
+    per_class: bool = _opt(False, per_class_help, flag="--per-class", switch=True)
+    fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
+                                 "a raw conf floor; default all, and --method auto tries all and operating",
+                                 flag="--fit-range")
+    fit_min_conf: float | None = _opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
+    criterion: str = _opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
+                          "lowest --conf: nll (default), brier or ece", flag="--criterion", choices=CRITERIA)
+    cv_folds: int = _opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
+                         flag="--cv-folds")
+    cv_repeats: int = _opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
+                           "cross-validation takes a fifth of the time, but a close call can then change with "
+                           "--seed)", flag="--cv-repeats")
+    conf_floor: float = _opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
+    nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
+    max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
+    imgsz: int | None = _opt(None, "inference size (default: the model's training size)", flag="--imgsz")
+    batch: int = _opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
+                      "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
+    device: str | None = _opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
+                              flag="--device")
+    coco_gt: str | None = _opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
+    ece_bins: int = _opt(15, "ECE bins (default 15)", flag="--bins")
+    laece_bins: int = _opt(25, "LaECE bins")
+    min_class_boxes: int = _opt(50, "classes with fewer boxes are flagged 'few boxes'")
+    n_boot: int = _opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
+    seed: int = _opt(0, "seed of the bootstrap and of a half/half split")
+    map_engine: str = _opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
+                           "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
+                           flag="--map-engine", choices=MAP_ENGINES)
+    run_val: bool = _opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
+    report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
+    limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
+    boxes: str | None = _opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
+                             "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
+                             "sub-folder per split) instead of capturing again", flag="--boxes")
+    progress: bool = _opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
+    # per-class conf thresholds (det_calib.thresholds.per_class); also the options of `det-calib thresholds`
+    target_precision: float | None = _opt(
+        None, "tune per-class conf thresholds certified at this precision and write thresholds.json "
+        f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})", flag="--target-precision")
+    delta: float = _opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
+                        "(default 0.1)", flag="--delta")
+    threshold_unit: Unit = _opt("image", "independence unit of the precision test: image (default; boxes of one "
+                                "image are correlated) or box", flag="--threshold-unit", choices=("image", "box"))
+    threshold_fallback: Fallback = _opt("global", "threshold of a class that cannot be certified: global (default: "
+                                        "the global certified threshold) or drop (no box kept)",
+                                        flag="--threshold-fallback", choices=("global", "drop"))
+
+    def validate(self) -> None:
+        """Check every option; errors name the field (the CLI shows its option)."""
+        if not 0 < self.iou <= 1:
+            raise InputError(f"Expected `iou` in (0, 1], but got {self.iou}")
+        if not 0 <= self.loc_iou <= 1:
+            raise InputError(f"Expected `loc_iou` in [0, 1], but got {self.loc_iou}")
+        for c in self.conf:
+            if not 0 < c < 1:
+                raise InputError(f"Expected every `conf` in (0, 1), but got {c}")
+        if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
+            raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
+        if self.method not in calibration_methods():
+            raise InputError(
+                f"Expected `method` to be one of {', '.join(calibration_methods())}, but got {self.method!r}"
+            )
+        if self.criterion not in CRITERIA:
+            raise InputError(f"Expected `criterion` to be one of {', '.join(CRITERIA)}, but got {self.criterion!r}")
+        if int(self.cv_folds) < 2:
+            raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
+        if int(self.cv_repeats) < 1:
+            raise InputError(f"Expected `cv_repeats` to be an integer larger than 0, but got {self.cv_repeats}")
+        self.fit_floors()
+        if not 0 <= self.conf_floor < min(self.conf):
+            raise InputError(f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}")
+        if self.map_engine not in MAP_ENGINES:
+            raise InputError(f"Expected `map_engine` to be one of {', '.join(MAP_ENGINES)}, "
+                             f"but got {self.map_engine!r}")
+        if self.head not in HEAD_CHOICES:
+            raise InputError(f"Expected `head` to be one of {', '.join(HEAD_CHOICES)}, but got {self.head!r}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"Expected `limit` to be an integer larger than 0, but got {self.limit}")
+        if self.target_precision is not None and not 0 < self.target_precision < 1:
+            raise InputError(f"Expected `target_precision` in (0, 1), but got {self.target_precision}")
+        if not 0 < self.delta < 1:
+            raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
+        for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
+
+    def fit_floors(self) -> tuple[float, ...]:
+        """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`det_calib.run.fitting.fit_floors`)."""
+        return fit_floors(self.method, self.fit_range, self.fit_min_conf, tuple(self.conf))
+
+    def recorded(self, *, imgsz: int, fit_split: str, eval_split: str) -> RecordedSettings:
+        """The settings as ``calibration.json`` records them (``fit_min_conf``: the fit floor, or
+        null when ``auto`` tried several: each head's calibrator records its own)."""
+        floors = self.fit_floors()
+        auto = self.method == "auto"
+        return RecordedSettings(
+            **{rec: getattr(self, name) for name, rec in RECORDED_AS.items()},
+            fit_min_conf=floors[0] if len(floors) == 1 else None,
+            method=self.method, fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
+            criterion=self.criterion if auto else None, cv_folds=self.cv_folds if auto else None,
+            cv_repeats=self.cv_repeats if auto else None, auto_per_class=self.per_class if auto else None,
+            imgsz=imgsz, conf_thresholds=tuple(self.conf), dece_bins=DECE_BINS,
+            bootstrap=Bootstrap(n_boot=self.n_boot, seed=self.seed), fit_split=fit_split, eval_split=eval_split,
+            coco_gt=self.coco_gt,
+        )
+
+    @classmethod
+    def from_recorded(cls, st: RecordedSettings, **options: Any) -> Settings:
+        """The settings that reproduce a recorded run's labelling, capture and figures (``det-calib
+        check`` reads a run with them); ``options`` set the rest (validated)."""
+        s = cls(**{name: getattr(st, rec) for name, rec in RECORDED_AS.items()}, conf=tuple(st.conf_thresholds),
+                imgsz=st.imgsz, seed=st.bootstrap.seed, **{"n_boot": st.bootstrap.n_boot, **options})
+        s.validate()
+        return s
+
+
+#: Settings field -> the :class:`~det_calib.record.run_result.RecordedSettings` field that records it
+#: as is (the one mapping between a run's options and ``calibration.json``; the other recorded values
+#: are derived in :meth:`Settings.recorded`).
+RECORDED_AS: dict[str, str] = {
+    "iou": "iou_match", "loc_iou": "loc_iou_match", "conf_floor": "conf_floor", "nms_iou": "nms_iou",
+    "max_det": "max_det", "ece_bins": "ece_bins", "laece_bins": "laece_bins", "min_class_boxes": "min_class_boxes",
+}
+
+
+SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
+
+
+# ---------------------------------------------------------------------------------------- job
+def _settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
+    if settings is not None and options:
+        raise InputError("pass either `settings` or keyword options, not both")
+    unknown = [k for k in options if k not in SETTINGS_FIELDS]
+    if unknown:
+        raise InputError(f"unknown option `{unknown[0]}`; options are {', '.join(SETTINGS_FIELDS)}")
+    s = settings or Settings(**options)
+    s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
+    s.validate()
+    return s

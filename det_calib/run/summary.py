@@ -1,0 +1,179 @@
+"""The summary text of a run (``summary.txt`` and what ``det-calib calibrate`` prints).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from det_calib.evaluation.coco_map import engine_label
+from det_calib.io import write_text
+from det_calib.record.run_result import (
+    Bootstrap,
+    EvalResult,
+    HeadResult,
+    RecordedSettings,
+    RunResult,
+    left_words,
+    operating_point_worse,
+    temperature_verdict,
+    temperature_words,
+)
+
+log = logging.getLogger(__name__)
+
+
+BOOTSTRAP_LEVEL = Bootstrap.level
+
+
+INTERVALS_LINE = ("intervals: 95% image bootstrap, each containing its estimate; ECE and LaECE: bias-corrected "
+                  "percentile, or estimate ± 1.96 SD where the resampling bias puts the estimate outside it; "
+                  "LaECE_0: estimate ± 1.96 SD")
+"""Which interval each figure carries, in one line (the summary's last line; the report says the same)."""
+
+
+def _f(x: float | None, fmt: str) -> str:
+    """Format a number; None/nan (JSON null) as n/a."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ci_text(ci: Any) -> str:
+    return "" if not ci else f" [{_f(ci[0], '.4f')}, {_f(ci[1], '.4f')}]"
+
+
+def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
+    """What calibrates a head, in words (the first line of its summary)."""
+    rec = h.calibrator
+    if rec is None:
+        return f"[{head}] no calibrator"
+    if rec.method == "none":
+        why = ("no calibrator beat them on held-out folds by more than one paired standard error"
+               if h.candidates else "chosen by name")
+        return f"[{head}] keep the raw scores: {why} (calibrated.pt leaves this head's scores unchanged)"
+    floor = (h.fit_floor if h.fit_floor is not None else st.fit_min_conf) or 0.0
+    where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
+    if rec.method == "temperature":
+        t = rec.temperature
+        what = f"T = {_f(t, '.4f')} (raw scores {temperature_verdict(t, long=True)})"
+    else:
+        what = f"{rec.method} map"
+    chosen = ""
+    if h.candidates:
+        best = next((c for c in h.candidates if c.selected), None)
+        if best is not None:
+            reps = best.calibrator.params.get("n_repeats") or 1
+            folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
+            chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
+    return f"[{head}] {what}, fitted on {where}{chosen}"
+
+
+def _left_lines(head: str, h: HeadResult, e: EvalResult) -> list[str]:
+    words = left_words(h, e)
+    return [f"[{head}] {words}"] if words else []
+
+
+def _temperature_lines(head: str, h: HeadResult) -> list[str]:
+    words = temperature_words(h.temperature_fit)
+    return [f"[{head}] {words}"] if words else []
+
+
+def summary_text(result: RunResult | dict[str, Any]) -> str:
+    """A short plain-text summary of a run (what the CLI prints): the operating point first."""
+    r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
+    st = r.settings
+    lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
+    for head in r.heads:
+        h = r.head(head)
+        e = h.eval or EvalResult()
+        lines.append(calibrator_line(head, h, st))
+        lines += _operating_lines(head, h, e, st)
+        lines += _left_lines(head, h, e)
+        lines += _temperature_lines(head, h)
+        lines += _map_lines(head, h, e, st)
+        lines += _shift_lines(head, h)
+    lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
+                 "kept boxes)")
+    return "\n".join(lines)
+
+
+def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:
+    """The kept sets at each conf (the headline), and a warning when the calibrator made them worse."""
+    lines = []
+    for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
+        lines.append(
+            f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): "
+            f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+            f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
+            f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
+        )
+        if o1.ece_floor is not None:
+            lines.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
+                         f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
+                         + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
+    worse = operating_point_worse(e)
+    if worse is not None:
+        lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
+                     + ("the eval split does not bear out what the fit split's held-out folds showed; deploy "
+                        "the original model for this head, or calibrate on more images"
+                        if h.candidates else
+                        "keep the raw scores for this head, or let the default --method auto choose (it keeps "
+                        "them when no calibrator beats them on held-out folds)"))
+    return lines
+
+
+def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:
+    """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections."""
+    lines = [
+        f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
+        f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}",
+        f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
+        f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
+        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
+        f"scored by {engine_label(e.map_engine)})",
+    ]
+    uv = h.ultralytics_val
+    if uv is not None and uv.completed is False:
+        lines.append(f"[{head}] Ultralytics val {uv.note}")
+    if uv is not None and uv.ran:
+        eq = uv.calibrated_equivalent_floor
+        lines.append(
+            f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated model "
+            + (f"at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
+               f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
+               "(a per-class map folded into the model)")
+        )
+    dc = h.detection_change
+    if dc is not None:
+        lines.append(
+            f"[{head}] folded per-class map vs the same map applied after selection, on {dc.split}: "
+            + ("identical detections" if dc.identical else
+               f"{dc.changed_class} boxes changed class, {dc.only_posthoc} lost, {dc.only_folded} new "
+               f"(above conf {dc.kept_conf:g}: {dc.kept_only_posthoc} lost, {dc.kept_only_folded} new)")
+            + f"; COCO mAP50-95 original {_f(dc.map50_95_original, '.4f')}, post-hoc "
+            f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
+        )
+    return lines
+
+
+def _shift_lines(head: str, h: HeadResult) -> list[str]:
+    """The kept-set shift at each conf threshold."""
+    lines = []
+    for sh in h.threshold_shift:
+        eqc = ("" if sh.equivalent_conf is None or sh.equivalent_conf == sh.conf
+               else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}")
+        lines.append(
+            f"[{head}] at conf {sh.conf}: kept {sh.kept_before} -> {sh.kept_after} "
+            f"(+{sh.added} of which {sh.added_correct} correct, -{sh.removed} of which "
+            f"{sh.removed_correct} correct); "
+            f"precision {_f(sh.precision_before, '.3f')} -> {_f(sh.precision_after, '.3f')}, "
+            f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}{eqc}"
+        )
+    return lines
+
+
+def write_summary_text(out: Path, result: RunResult, *, extra: Sequence[str] = ()) -> Path:
+    """Write ``summary.txt`` into the output folder (``extra``: lines after the summary, e.g. thresholds)."""
+    return write_text(Path(out) / "summary.txt", "\n".join([summary_text(result), *extra]) + "\n")

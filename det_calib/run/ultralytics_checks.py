@@ -1,0 +1,177 @@
+"""The Ultralytics checks of a run: val of the original and the calibrated checkpoint, and the
+detection change of a per-class map folded into the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib.calibrators import registry
+from det_calib.calibrators.base import calibrated_logits, equivalent_conf
+from det_calib.data.ground_truth import (
+    Split,
+    write_split_yaml,
+)
+from det_calib.metrics import calibration as metrics
+from det_calib.numeric import logit_threshold
+from det_calib.record.run_result import (
+    Calibrator,
+    DetectionChange,
+    ValCheck,
+    ValMap,
+    calibrator_of,
+)
+from det_calib.run.inputs import Inputs
+from det_calib.run.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+VAL_BATCH = 16
+"""Batch of the Ultralytics val checks: val's own default (they check plain val, not the capture)."""
+
+
+def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxes: pl.DataFrame,
+                     record: Calibrator, s: Settings) -> DetectionChange:
+    """Measure what folding a per-class map into the model changes: capture the eval split through
+    the calibrated checkpoint and compare with the original boxes rescored by the same map."""
+    from det_calib.capture.predictor import Capturer
+    from det_calib.evaluation.map_check import coco_maps
+
+    log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
+    # the same capture as the original's (one image per forward pass at the default batch 1)
+    cap = Capturer(ckpt, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det, imgsz=inputs.imgsz,
+                   batch=s.batch, device=s.device)
+    folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
+    del cap
+    cal = calibrator_of(record)
+    z = eval_boxes["logit"].to_numpy()
+    p_post = metrics.sigmoid(calibrated_logits(cal, z, eval_boxes["cls"].to_numpy()), 1.0)
+    # compare above the calibrated conf that every class's raw capture floor maps to: above it the
+    # original capture holds every box the post-hoc deployment would output
+    nc = len(inputs.ds.names)
+    zf = np.full(nc, logit_threshold(s.conf_floor) if s.conf_floor > 0 else -50.0)
+    floor = max(s.conf_floor, float(metrics.sigmoid(calibrated_logits(cal, zf, np.arange(nc)), 1.0).max()))
+    post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
+    fold = folded.with_columns(pl.col("conf").cast(pl.Float64).alias("conf_cal")).filter(pl.col("conf_cal") > floor)
+
+    def keys(df: pl.DataFrame, with_cls: bool) -> set:
+        cols = [df["image_id"].to_numpy()] + [np.round(df[c].to_numpy() * 100).astype(np.int64)
+                                               for c in ("x1", "y1", "x2", "y2")]
+        if with_cls:
+            cols.append(df["cls"].to_numpy())
+        return set(zip(*(c.tolist() for c in cols), strict=True))
+
+    kp, kf = keys(post, True), keys(fold, True)
+    pos_p, pos_f = keys(post, False), keys(fold, False)
+    both_pos = pos_p & pos_f
+    changed = len(both_pos) - len({k[:5] for k in kp & kf})
+    thr = min(s.conf)
+    post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
+    kpk, kfk = keys(post_k, True), keys(fold_k, True)
+    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(z, 1.0), p_post], max_dets=s.max_det,
+                       engine=s.map_engine)
+    m2 = coco_maps(folded, ev.gt, ev.sizes, [folded["conf"].to_numpy()], max_dets=s.max_det, engine=s.map_engine)[0]
+    return DetectionChange(
+        split=ev.name, conf_floor=floor, boxes_posthoc=post.height, boxes_folded=fold.height,
+        changed_class=int(max(changed, 0)), only_posthoc=len(kp - kf), only_folded=len(kf - kp), kept_conf=thr,
+        kept_posthoc=post_k.height, kept_folded=fold_k.height, kept_only_posthoc=len(kpk - kfk),
+        kept_only_folded=len(kfk - kpk), map50_95_original=m0["map50_95"], map50_95_posthoc=m1["map50_95"],
+        map50_95_folded=m2["map50_95"], map50_original=m0["map50"], map50_posthoc=m1["map50"],
+        map50_folded=m2["map50"],
+    )
+
+
+def _val_not_run(split: str, note: str) -> ValCheck:
+    return ValCheck(split=split, note=f"not run: {note}")
+
+
+def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
+                        ) -> dict[str, ValCheck]:
+    """Ultralytics val of the calibrated checkpoint per head, the original's figures from the same pass."""
+    if s.coco_gt:
+        return {h: _val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
+                for h in inputs.heads}
+    from det_calib.evaluation.map_check import ultralytics_val_shared
+
+    results: dict[str, ValCheck] = {}
+    with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
+        yml = write_split_yaml(inputs.ds, ev, Path(tmp))
+        for head in inputs.heads:
+            # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
+            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=VAL_BATCH, device=s.device)
+            log.info("Ultralytics val (%s head): calibrated checkpoint, the original head on the same pass", head)
+            try:
+                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw,
+                                           ultralytics_val_shared)
+            except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
+                log.warning("Ultralytics val skipped for %s head: %s", head, e)
+                results[head] = _val_not_run(ev.name, str(e))
+    return results
+
+
+def equivalent_floor(record: Calibrator, floor: float) -> float | None:
+    """The calibrated conf of a box whose raw conf is ``floor``, for a global monotone map (then
+    ``calibrated > it`` keeps exactly the boxes with ``raw > floor``; :func:`equivalent_conf`);
+    None for per-class maps."""
+    if registry.is_per_class(record.method):
+        return None
+    return equivalent_conf(calibrator_of(record), floor) if floor > 0 else 0.0
+
+
+def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
+               val_shared: Any) -> ValCheck:
+    """One Ultralytics val pass of ``ckpt`` (:func:`det_calib.evaluation.map_check.ultralytics_val_shared`): the
+    calibrated figures are stock val's, the original's (at val's floor) come from the same pass.
+    A pass whose NMS ran out of time gives a check "not completed", with no mAP."""
+    from det_calib.evaluation.map_check import ValIncomplete
+
+    try:
+        return _val_check_pass(model, ckpt, yml, split, record, s, kw, val_shared)
+    except ValIncomplete as e:
+        log.warning("Ultralytics val (%s head) not completed: %s", kw.get("head"), e)
+        return ValCheck(split=split, completed=False, note=f"not completed: {e}")
+
+
+def _val_check_pass(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings,
+                    kw: dict[str, Any], val_shared: Any) -> ValCheck:
+    from det_calib.evaluation.map_check import SHARED_PASS
+
+    how = f" How: {SHARED_PASS}."
+    floor = equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
+    if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
+        r0, r1 = val_shared(model, ckpt, yml, conf=s.conf_floor, original_conf=s.conf_floor, **kw)
+        diff = r1["map50_95"] - r0["map50_95"]
+        note = (
+            f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
+            f"and the cross-class top-k (max_det), so the calibrated model's detections can differ from the "
+            f"original's (detection_change counts them); measured at val's floor {s.conf_floor}: mAP50-95 "
+            f"{r0['map50_95']:.4f} -> {r1['map50_95']:.4f} ({diff:+.4f}), mAP50 "
+            f"{r0['map50']:.4f} -> {r1['map50']:.4f}. Applied after the detector's own selection "
+            "(det_calib.apply_calibrator), the detections stay the original ones." + how
+        )
+        return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
+                        note=note)
+    r0, r2 = val_shared(model, ckpt, yml, conf=floor, original_conf=s.conf_floor, **kw)
+    same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
+        r0["map50"], r2["map50"], abs_tol=1e-6
+    )
+    lower = floor < s.conf_floor
+    what = f"T={record.temperature:.3f}" if record.method == "temperature" else f"the {record.method} map"
+    note = (
+        f"At the equivalent floor {floor:.6g} the candidate set of the calibrated checkpoint is the original "
+        f"one: mAP {'identical' if same else 'differs'} ({r0['map50_95']:.4f} vs {r2['map50_95']:.4f}). "
+        f"At val's own floor {s.conf_floor}, {what} would move some low-score boxes {'below' if lower else 'above'} "
+        f"it ({'fewer' if lower else 'more'} candidates, mAP can differ slightly); that run is not repeated here."
+    )
+    if not same:
+        note += " Differences this small come from float32 ties reordering equal-score boxes."
+    return ValCheck(split=split, original=ValMap(**r0), calibrated=None,
+                    calibrated_equivalent_floor=ValMap(**r2), identical_at_equivalent_floor=same, note=note + how)

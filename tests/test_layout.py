@@ -1,0 +1,174 @@
+"""The package's structure: the layer order README.md documents, no import circle, short functions
+in the job, report and CLI modules, typed records in the report. Read from the source with ``ast``
+(every import counts: module level, inside functions, under ``TYPE_CHECKING``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "det_calib"
+
+#: Bottom to top: a module may import its own layer and the layers below it, never one above.
+LAYERS: list[tuple[str, ...]] = [
+    ("det_calib.errors", "det_calib.io", "det_calib.numeric", "det_calib.validation"),
+    ("det_calib.data",),
+    ("det_calib.capture",),
+    ("det_calib.matching",),
+    ("det_calib.metrics",),
+    ("det_calib.calibrators",),
+    ("det_calib.selection",),
+    ("det_calib.evaluation",),
+    ("det_calib.demo",),
+    ("det_calib.record",),
+    ("det_calib.thresholds",),
+    ("det_calib.deploy",),
+    ("det_calib.report",),
+    ("det_calib.run",),
+    ("det_calib.check",),
+    ("det_calib.cli", "det_calib"),
+]
+
+#: The modules that run the job, write the report and parse the command line.
+LONG_FUNCTION_SCOPE = tuple(f"det_calib/run/{m}.py" for m in ("settings", "inputs", "fitting", "head_figures",
+                                                                "ultralytics_checks", "summary", "outputs", "job")) + (
+    "det_calib/report/", "det_calib/cli.py")
+MAX_FUNCTION_LINES = 60
+MAX_REPORT_DICT_GETS = 40
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        rel = p.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    """The package module an import names (``det_calib.metrics.ece`` -> ``det_calib.metrics``)."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {_resolve(a.name) for a in node.names if a.name.startswith("det_calib")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            if not base.startswith("det_calib"):
+                continue
+            for a in node.names:
+                if a.name == "__version__":
+                    continue  # the package's version string, set before any submodule loads
+                full = f"{base}.{a.name}"
+                out.add(_resolve(full) if full in MODULES else _resolve(base))
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> int:
+    best = None
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if module == n or module.startswith(n + "."):
+                if best is None or len(n) > best[1]:
+                    best = (i, len(n))
+    assert best is not None, f"{module} is in no layer of LAYERS"
+    return best[0]
+
+
+def test_every_module_has_a_layer_and_no_import_runs_back_up():
+    up = sorted(f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+                for m, deps in GRAPH.items() for d in deps if _layer(d) > _layer(m))
+    assert not up, "\n".join(up)
+
+
+def test_no_import_circle():
+    seen: dict[str, int] = {}  # 1 on the stack, 2 done
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        seen[m] = 1
+        for d in sorted(GRAPH.get(m, ())):
+            if d.startswith(m + "."):
+                continue  # a package's __init__ importing its own modules
+            if seen.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]) if d in stack else f"{m} -> {d}")
+            elif d not in seen:
+                visit(d, stack + [d])
+        seen[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in seen:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_readme_documents_the_layer_order():
+    readme = (ROOT / "README.md").read_text()
+    line = next((x for x in readme.splitlines() if x.startswith("Layer order")), "")
+    named = re.findall(r"`(\w+)/`", line)
+    want = [names[0].removeprefix("det_calib.") for names in LAYERS[1:-1]]
+    assert named == want and "errors, io, numeric, validation <" in line and "< `cli.py`" in line, (named, want)
+
+
+def _long_functions() -> list[str]:
+    out = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = str(p.relative_to(ROOT))
+        if not rel.startswith(LONG_FUNCTION_SCOPE):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    out.append(f"{rel}:{node.lineno} {node.name} {n} lines")
+    return out
+
+
+def test_no_function_over_60_lines_in_the_job_report_and_cli_modules():
+    assert not _long_functions(), "\n".join(_long_functions())
+
+
+def test_the_report_reads_typed_records():
+    n = sum(len(re.findall(r"\.get\(", p.read_text())) for p in (PKG / "report").rglob("*.py"))
+    assert n <= MAX_REPORT_DICT_GETS, f"{n} `.get(` calls in det_calib/report (at most {MAX_REPORT_DICT_GETS})"
+
+
+SUBPACKAGES = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name == "__init__.py")
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what is inside: no two modules (or a module and a subpackage) share one."""
+    names: dict[str, list[str]] = {}
+    for m in MODULES:
+        if m.count(".") >= 1:
+            names.setdefault(m.rsplit(".", 1)[1], []).append(m)
+    assert not {n: ms for n, ms in names.items() if len(ms) > 1}
+
+
+@pytest.mark.parametrize("module", SUBPACKAGES)
+def test_every_subpackage_says_what_it_holds(module):
+    assert ast.get_docstring(ast.parse(MODULES[module].read_text())), f"{module} has no docstring"
