@@ -418,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("det_calib").setLevel(logging.WARNING if quiet else logging.INFO)
     os.environ.setdefault("YOLO_VERBOSE", "False")
+    formatwarning = warnings.formatwarning
+    # a warning is one line (its message), not Python's file:line header and source line
+    warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         logging.captureWarnings(True)
@@ -440,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
                   "(set DET_CALIB_DEBUG=1 for the traceback)",
                   file=sys.stderr)
             return 1
+        finally:
+            logging.captureWarnings(False)
+            warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":  # pragma: no cover
