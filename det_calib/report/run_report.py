@@ -591,6 +591,20 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
                f"{run.run_dir / CALIBRATION_FILE}.", "note"))
 
 
+def _eval_bins(run: Run) -> tuple[dict[str, HeadBoxes], dict[str, tuple], list[str]]:
+    """Each head's eval boxes, their reliability bins (raw, calibrated) and the consistency warnings."""
+    n_bins = run.settings.ece_bins
+    hbs = {h: run.eval_boxes(h) for h in run.heads}
+    bins = {h: (_bins(hb.conf, hb.correct, n_bins) if hb.n else None,
+                _bins(hb.conf_after, hb.correct, n_bins) if hb.n else None) for h, hb in hbs.items()}
+    warnings_ = []
+    for h, hb in hbs.items():
+        if hb.n == 0:
+            warnings_.append(f"Head {h}: {BOXES_FILE} has no boxes on split {hb.split}; figures are empty.")
+        warnings_ += _check_consistency(run, h, hb, *bins[h])
+    return hbs, bins, warnings_
+
+
 def write_report(
     run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
     boxes: pl.DataFrame | None = None,
@@ -626,15 +640,7 @@ def write_report(
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
-    n_bins = run.settings.ece_bins
-    hbs = {h: run.eval_boxes(h) for h in run.heads}
-    bins = {h: (_bins(hb.conf, hb.correct, n_bins) if hb.n else None,
-                _bins(hb.conf_after, hb.correct, n_bins) if hb.n else None) for h, hb in hbs.items()}
-    warnings_ = []
-    for h, hb in hbs.items():
-        if hb.n == 0:
-            warnings_.append(f"Head {h}: {BOXES_FILE} has no boxes on split {hb.split}; figures are empty.")
-        warnings_ += _check_consistency(run, h, hb, *bins[h])
+    hbs, bins, warnings_ = _eval_bins(run)
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
     calibrators.calibrators_section(b, run, hbs)
