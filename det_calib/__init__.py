@@ -23,9 +23,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from det_calib.calibrators.temperature import TemperatureScaler, fit_temperature
-from det_calib.errors import DegenerateFitError, DetCalibError, InputError
-from det_calib.evaluation.kept_set import equivalent_threshold, threshold_shift
+import os as _os
+
+# Polars allocates through jemalloc, which by default keeps freed pages for about ten seconds: at
+# COCO scale every temporary of reading, filtering and joining the box table then stays resident
+# (reading the capture parts of a 5,000-image split left 0.4 GiB more, benchmarks/bench_scale.py).
+# jemalloc reads its options once, when polars is first imported: set here, before anything of
+# det_calib imports polars, unless the user set them.
+_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
+from det_calib.calibrators.temperature import TemperatureScaler, fit_temperature  # noqa: E402
+from det_calib.errors import DegenerateFitError, DetCalibError, InputError  # noqa: E402
+from det_calib.evaluation.kept_set import equivalent_threshold, threshold_shift  # noqa: E402
 
 __all__ = [
     "__version__",

@@ -109,7 +109,36 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
                    help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
     _check_parser(sub)
+    _ensemble_parser(sub)
     return p
+
+
+ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val")
+"""``calibrate`` options that ``ensemble`` defines its own way (``--boxes``: an ensemble run's folder) or
+has not: members run one image per forward pass (``--batch``), and an ensemble is not one checkpoint
+that Ultralytics val could check (``--no-val``)."""
+
+
+def _ensemble_parser(sub: Any) -> None:
+    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.run.settings import SETTINGS_FIELDS, Settings
+
+    e = sub.add_parser(
+        "ensemble", help="fuse several detectors (checkpoints, snapshots, test-time views), calibrate the fused score",
+        description="Captures every member on the fit and eval splits, fuses their boxes per image and class "
+        "(weighted boxes fusion), labels the fused boxes and calibrates their score as `calibrate` does. With no "
+        "arguments: the embedded demo ensemble (the shipped seed members when present, else test-time views of the "
+        "shipped model).")
+    e.add_argument("--model", dest="models", action="append", default=[], metavar="MODEL[:HEAD]",
+                   help="a member checkpoint (repeatable; MODEL:e2e runs that head); one --model with --view: "
+                        "its test-time views")
+    e.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset)")
+    add_settings_options(e, Settings, only=[k for k in SETTINGS_FIELDS if k not in ENSEMBLE_SKIPPED])
+    e.add_argument("--boxes", help="reuse the member boxes of an earlier ensemble run (its folder) instead of "
+                   "capturing: other fusion and calibration settings in seconds")
+    add_settings_options(e, FusionSettings)
+    e.add_argument("--out", type=Path, default=Path("det_calib_ensemble"),
+                   help="output folder (default det_calib_ensemble)")
 
 
 def _calibrate_parser(sub: Any) -> None:
@@ -197,7 +226,6 @@ def _run_folder_parsers(sub: Any) -> None:
     t.set_defaults(target_precision=DEFAULT_TARGET_PRECISION)
 
 
-
 def _check_parser(sub: Any) -> None:
     from det_calib.check.run_check import EXIT_CODES
     from det_calib.data.box_table import HEADS
@@ -246,6 +274,20 @@ def _check(args: argparse.Namespace) -> int:
     print(f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to {out} "
           f"(exit code {result.exit_code})")
     return result.exit_code
+
+
+def _ensemble(args: argparse.Namespace) -> int:
+    from det_calib.ensemble.ensemble_job import FusionSettings, ensemble
+    from det_calib.run.settings import Settings
+
+    s = settings_from_args(args, Settings)
+    s.boxes = args.boxes
+    run = ensemble(args.models, args.data, out=args.out, settings=s, fusion=settings_from_args(args, FusionSettings))
+    summary = run.files.get("summary")
+    print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else "")
+    main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
+    print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
+    return 0
 
 
 def _version() -> str:
@@ -363,16 +405,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "thresholds": _thresholds,
     "demo-data": _demo_data,
     "check": _check,
+    "ensemble": _ensemble,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
+    from det_calib.ensemble.ensemble_job import FusionSettings
     from det_calib.run.settings import Settings
 
-    names = {**flag_names(Settings), "model": "--model", "data": "--data", "out": "--out", "images": "--images",
-             "split": "--split", "alpha": "--alpha", "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
+    names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
+             "data": "--data", "out": "--out", "images": "--images", "split": "--split", "alpha": "--alpha",
+             "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}
@@ -388,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("det_calib").setLevel(logging.WARNING if quiet else logging.INFO)
     os.environ.setdefault("YOLO_VERBOSE", "False")
+    formatwarning = warnings.formatwarning
+    # a warning is one line (its message), not Python's file:line header and source line
+    warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         logging.captureWarnings(True)
@@ -410,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                   "(set DET_CALIB_DEBUG=1 for the traceback)",
                   file=sys.stderr)
             return 1
+        finally:
+            logging.captureWarnings(False)
+            warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -136,7 +136,7 @@ def test_label_checks_name_file_and_line_and_agree_with_ultralytics(fixture_copy
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
 
 
-def test_many_malformed_files_one_warning_each_up_to_five(fixture_copy):
+def test_many_malformed_files_one_warning_each_up_to_three(fixture_copy):
     labels = sorted((fixture_copy / "labels" / "fixture").glob("*.txt"))
     for lbl in labels[:7]:
         lbl.write_text("0 0.5 0.5 0.1 nan\n")
@@ -144,8 +144,9 @@ def test_many_malformed_files_one_warning_each_up_to_five(fixture_copy):
         warnings.simplefilter("always")
         sp = load_split(load_data_yaml(fixture_copy / "data.yaml"), "fixture")
     msgs = [str(w.message) for w in caught]
-    assert len(msgs) == 6 and all(f"{lbl}:1: non-finite value `nan`" in m for lbl, m in zip(labels, msgs[:5]))
-    assert "skipping 2 more image(s) with malformed labels (7 of 12 in all" in msgs[-1]
+    assert len(msgs) == 4 and all(f"{lbl}:1: non-finite value `nan`" in m for lbl, m in zip(labels, msgs[:3]))
+    assert "... and 4 more files with malformed labels (7 of 12 images left out); all listed in calibration.json" \
+        in msgs[-1]
     assert len(sp.images) == 5 and len(sp.corrupt) == 7 and len(sp.bad_labels) == 7
 
 

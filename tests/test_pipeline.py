@@ -257,13 +257,16 @@ def test_calibration_json_pinned(run, fixture_yaml):
     """calibration.json on the fixture split has the keys and values of the reference (written by
     the code before the typed result model, regenerated when capture became exact per image:
     tests/data/README.md), apart from `created`, `seconds` and `schema_version`, plus one key added
-    since: `gt_counts` (issue 11), checked here against the label files."""
+    since: `gt_counts` (issue 11), checked here against the label files, and `eval.{head}.map_engine`
+    (issue 26): the mAP figures are those pycocotools gave, scored by det_calib's engine."""
     ref = json.loads(REFERENCE.read_text())
     got = json.loads((run.out_dir / "calibration.json").read_text())
     # added key: ground-truth boxes per split and class id. The fixture halves one 12-image split
     # (YOLO txt labels, no crowd): the halves add up to the label files, and the eval half's counts
     # are the per-class `n_gt` the reference holds.
     gt = got.pop("gt_counts")
+    # added key (issue 26): which engine scored the mAP check, the project's own by default
+    assert {h: got["eval"][h].pop("map_engine") for h in ref["heads"]} == dict.fromkeys(ref["heads"], "det_calib")
     fit, ev = ref["splits"]["fit"], ref["splits"]["eval"]
     assert set(gt) == {fit, ev}
     lines = [ln for p in sorted((fixture_yaml.parent / "labels" / "fixture").glob("*.txt"))

@@ -3,6 +3,12 @@
 Usage (from the repository root; about 90 minutes on a 2-core CPU):
 
     python3 datasets/shapes/train.py           # writes datasets/shapes/yolo26n_shapes.pt
+    python3 datasets/shapes/train.py --seed 1  # an ensemble member: writes yolo26n_shapes_seed1.pt
+
+``--seed`` is the training seed only (weight initialisation, data order, augmentation): the data
+(dataset seed 0) and every other setting stay those of the shipped model, so seed 0 reproduces it
+and other seeds give members of a deep ensemble that differ from it in their seed alone
+(``det-calib ensemble`` with no arguments uses ``yolo26n_shapes_seed*.pt`` beside it).
 
 One run from scratch: 27 epochs, mosaic off for the last 6, an optimiser step after every batch.
 The weights kept are Ultralytics' ``best.pt``: the epoch with the best fitness (0.9 mAP50-95 +
@@ -30,11 +36,16 @@ def main() -> None:
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr0", type=float, default=0.002)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="training seed (0: the shipped model; others: ensemble members)")
     ap.add_argument("--project", default="/tmp/det_calib_train")
-    ap.add_argument("--name", default="yolo26n_shapes")
-    ap.add_argument("--out", default=str(HERE / "yolo26n_shapes.pt"))
+    ap.add_argument("--name", default=None, help="run name (default yolo26n_shapes, or yolo26n_shapes_seedN)")
+    ap.add_argument("--out", default=None,
+                    help="weights to write (default datasets/shapes/yolo26n_shapes.pt, or yolo26n_shapes_seedN.pt)")
     args = ap.parse_args()
+    stem = "yolo26n_shapes" if args.seed == 0 else f"yolo26n_shapes_seed{args.seed}"
+    args.name = args.name or stem
+    args.out = args.out or str(HERE / f"{stem}.pt")
 
     from ultralytics import YOLO
 

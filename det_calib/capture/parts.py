@@ -277,11 +277,10 @@ def read_parts_with_meta(
         )
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     df = validate_boxes(df, matched="correct" in df.columns)
-    df = (
-        df.with_columns(pl.col("head").replace_strict(_HEAD_RANK, return_dtype=pl.Int8).alias("_rank"))
-        .sort("_rank", "image_id", maintain_order=True)
-        .drop("_rank")
-    )
+    rank = df.select(pl.col("head").replace_strict(_HEAD_RANK, return_dtype=pl.Int8).alias("_rank"), "image_id")
+    key = rank["_rank"].cast(pl.Int64) * (int(rank["image_id"].max() or 0) + 1) + rank["image_id"]
+    if not (key.diff().drop_nulls() >= 0).all():  # not already in that order (one part is): sort a copy
+        df = df.with_columns(rank["_rank"]).sort("_rank", "image_id", maintain_order=True).drop("_rank")
     return df, {**common, "n_parts": len(files), "images_covered": len(seen)}
 
 

@@ -232,7 +232,8 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
     its predictor reads with): kept when it decodes the file, skipped otherwise.
 
     Returns:
-        (readable images, (n, 2) sizes, corrupt image paths). A warning names each corrupt image.
+        (readable images, (n, 2) sizes, corrupt image paths). A warning names each of the first
+        :data:`MAX_LISTED_WARNINGS` corrupt images, one more counts the rest.
     """
     from PIL import Image
     from ultralytics.utils.patches import imread
@@ -252,12 +253,12 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
         if not complete:
             arr = imread(p) if p.is_file() else None
             if arr is None:
-                warnings.warn(f"skipping unreadable image {p}", stacklevel=2)
                 bad.append(str(p))
                 continue
             h, w = arr.shape[:2]
         good.append(p)
         sizes.append((w, h))
+    _warn_unreadable(bad, len(images))
     return good, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), bad
 
 
@@ -594,8 +595,9 @@ def load_split(
     return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root, bad_labels=bad_labels)
 
 
-MAX_LISTED_WARNINGS = 5
-"""Malformed label files named one warning each; the rest are counted in one more warning."""
+MAX_LISTED_WARNINGS = 3
+"""Malformed label files (and unreadable images) named one warning each, per split; the rest are
+counted in one more warning, so that a dataset of thousands prints a few lines, not thousands."""
 
 
 def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total: int) -> None:
@@ -603,10 +605,19 @@ def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total:
         warnings.warn(f"split `{split}`: skipping image {img}: malformed label {problem}", stacklevel=3)
     if len(problems) > MAX_LISTED_WARNINGS:
         warnings.warn(
-            f"split `{split}`: skipping {len(problems) - MAX_LISTED_WARNINGS} more image(s) with malformed labels "
-            f"({len(problems)} of {total} in all; every one is listed in Split.bad_labels)",
+            f"split `{split}`: ... and {len(problems) - MAX_LISTED_WARNINGS:,} more files with malformed labels "
+            f"({len(problems):,} of {total:,} images left out); all listed in calibration.json (bad_labels, "
+            "corrupt_images) and in Split.bad_labels",
             stacklevel=3,
         )
+
+
+def _warn_unreadable(bad: list[str], total: int) -> None:
+    for p in bad[:MAX_LISTED_WARNINGS]:
+        warnings.warn(f"skipping unreadable image {p}", stacklevel=3)
+    if len(bad) > MAX_LISTED_WARNINGS:
+        warnings.warn(f"... and {len(bad) - MAX_LISTED_WARNINGS:,} more unreadable images ({len(bad):,} of "
+                      f"{total:,} left out); all listed in calibration.json (corrupt_images)", stacklevel=3)
 
 
 def check_class_names(model_names: list[str], data_names: list[str], *, data_path: str | Path) -> None:

@@ -40,6 +40,10 @@ from det_calib.matching.one_to_one import collapse_inverted
 
 log = logging.getLogger(__name__)
 
+MAP_ENGINES = ("det_calib", "pycocotools")
+"""What can score :func:`coco_maps`: :mod:`det_calib.evaluation.coco_map` (the run's default, ``map_engine``) or
+pycocotools itself (this module's default)."""
+
 
 def coco_map(
     boxes: pl.DataFrame,
@@ -92,6 +96,7 @@ def coco_maps(
     scores: list[np.ndarray],
     *,
     max_dets: int = 300,
+    engine: str = "pycocotools",
 ) -> list[dict[str, float]]:
     """:func:`coco_map` of the same boxes under several scorings (raw, calibrated...), with the
     ground-truth index built once.
@@ -99,10 +104,18 @@ def coco_maps(
     Args:
         boxes, gt, sizes, max_dets: As :func:`coco_map`.
         scores: One (n_boxes,) score vector per scoring.
+        engine: ``pycocotools`` (COCOeval itself) or ``det_calib`` (:mod:`det_calib.evaluation.coco_map`: the
+            same figures, tests/test_coco_map.py, without a Python object per box).
 
     Returns:
         One :func:`coco_map` result per score vector.
     """
+    if engine == "det_calib":
+        from det_calib.evaluation.coco_map import table_maps
+
+        return table_maps(boxes, gt, scores, max_dets=max_dets)
+    if engine != "pycocotools":
+        raise ValueError(f"unknown mAP engine {engine!r}; engines are {', '.join(MAP_ENGINES)}")
     from pycocotools.coco import COCO
 
     n_img = len(sizes)

@@ -795,9 +795,11 @@ def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bin
     per = [np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
            for v in (np.ones_like(c), c, y)]
 
+    table = np.concatenate(per, axis=1)  # one product for the three tables
+
     def batch(mult: np.ndarray) -> np.ndarray:
-        m = mult.astype(np.float64)
-        count, s_conf, s_tgt = (m @ t for t in per)
+        sums = mult.astype(np.float64) @ table
+        count, s_conf, s_tgt = sums[:, :n_bins], sums[:, n_bins:2 * n_bins], sums[:, 2 * n_bins:]
         total = count.sum(axis=1)
         empty = count <= 0
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -833,7 +835,9 @@ def _prepare_ece(img, n_img, conf, correct, *, n_bins=15) -> _Batch:
 def _prepare_laece(img, n_img, conf, target_iou, cls, *, n_bins=25) -> _Batch:
     n_bins = check_positive_int(n_bins)
     c, t, k, _ = _check_loc(conf, target_iou, cls, None)
-    return _per_replicate(_laece_prepare(c, t, k, n_bins), img)
+    from det_calib.metrics.bootstrap_tables import laece_tables  # pooled (image, cell) sums: no per-box work
+
+    return laece_tables(img, n_img, c, t, k, _uniform_index(c, n_bins), n_bins)
 
 
 def _weighted_core(check: Callable, core: Callable) -> Callable[..., _Batch]:
@@ -899,7 +903,8 @@ def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[n
     """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
     index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
     ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
-    rng = np.random.default_rng(seed)
+    from det_calib.metrics.bootstrap_tables import seeded_multiplicities
+
     batch = None
     if isinstance(statistic, functools.partial) and "weights" in statistic.keywords:
         # weights bound by the caller: a replicate weighs each box by them times its draw count
@@ -916,13 +921,14 @@ def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[n
             inner = functools.partial(statistic, *arrays)
             batch = _per_replicate(lambda w: inner(weights=w), img)
     if batch is not None:
-        return np.concatenate([batch(mult) for mult in _multiplicities(rng, n_img, n_boot)])
+        blocks = seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK)
+        return np.concatenate([batch(mult) for mult in blocks])
     stats = np.empty(n_boot)
     order = np.argsort(img, kind="stable")
     per_img = np.bincount(img, minlength=n_img)
     start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
     b = 0
-    for block in _multiplicities(rng, n_img, n_boot):
+    for block in seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK):
         for mult in block:
             drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
             lens = per_img[drawn]

@@ -1,5 +1,6 @@
-"""The run's record: the typed ``calibration.json`` (``run_result``) and the one reader of a run
-folder (``run_folder``: its result, boxes and calibrators)."""
+"""The run's record: the typed ``calibration.json`` (``run_result``; an ensemble run's ``ensemble``
+section in ``ensemble_record``) and the one reader of a run folder (``run_folder``: its result,
+boxes and calibrators)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ _EXPORTS = {
     "CALIBRATION_FILE": "run_result",
     "Run": "run_folder",
     "load_run": "run_folder",
+    "EnsembleRecord": "ensemble_record",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -114,22 +114,27 @@ class Run:
     def eval_boxes(self, head: str) -> HeadBoxes:
         """Boxes of ``head`` in the evaluation split, without crowd-ignored boxes."""
         split = self.eval_split(head)
-        df = self.boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
+        # the columns used, then one filter: only those are copied (at COCO scale the box table is the
+        # report's memory)
+        cols = [c for c in ("conf", "logit", "correct", "cls", "image_id", "calibrated") if c in self.boxes.columns]
+        keep = (pl.col("head") == head) & ~pl.col("ignore")
         if split is not None:
-            df = df.filter(pl.col("split") == split)
+            keep &= pl.col("split") == split
+        df = self.boxes.lazy().filter(keep).select(cols).collect()
         if df.height == 0:
             log.warning("%s: no boxes for head %s in split %s", self.run_dir / BOXES_FILE, head, split)
         return HeadBoxes(
             head=head,
             split=split,
-            conf=df["conf"].to_numpy().astype(np.float64),
-            logit=df["logit"].to_numpy().astype(np.float64),
-            correct=df["correct"].to_numpy().astype(bool),
-            cls=df["cls"].to_numpy().astype(np.int64),
-            image_id=df["image_id"].to_numpy().astype(np.int64),
+            conf=df["conf"].to_numpy().astype(np.float64, copy=False),
+            logit=df["logit"].to_numpy().astype(np.float64, copy=False),
+            correct=df["correct"].to_numpy().astype(bool, copy=False),
+            cls=df["cls"].to_numpy().astype(np.int64, copy=False),
+            image_id=df["image_id"].to_numpy().astype(np.int64, copy=False),
             temperature=self.temperature(head),
             calibrator=self.fitted_calibrator(head),
-            calibrated=df["calibrated"].to_numpy().astype(np.float64) if "calibrated" in df.columns else None,
+            calibrated=(df["calibrated"].to_numpy().astype(np.float64, copy=False) if "calibrated" in df.columns
+                        else None),
         )
 
     def fitted_calibrator(self, head: str) -> Any:
@@ -142,8 +147,9 @@ class Run:
         return calibrator_of(rec)
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet``.
+def load_run(run_dir: str | Path, *, boxes: pl.DataFrame | None = None) -> Run:
+    """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet`` (or take ``boxes``, the table
+    that file holds, from a caller that has it in memory).
 
     Raises:
         InputError: The directory or a file is missing or corrupt (the message names the file).
@@ -152,7 +158,8 @@ def load_run(run_dir: str | Path) -> Run:
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
     result = RunResult.read(run_dir / CALIBRATION_FILE)
-    boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
+    if boxes is None:
+        boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
     return Run(run_dir=run_dir, result=result, boxes=boxes)
 
 

@@ -597,6 +597,9 @@ class EvalResult:
     map50_before: float | None = _leaf()
     map50_after: float | None = _leaf()
     map_identical: bool | None = _leaf(kind=bool)
+    map_engine: str | None = _leaf(kind=str)
+    """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.coco_map`) or ``pycocotools``
+    (None in runs written before the choice existed: pycocotools)."""
     kept_gaps: list[BinGap] = field(default_factory=list)
     """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms
     of their ECE, largest first (``kept_gaps_after`` in the JSON): where the error that is left lies."""
@@ -615,6 +618,8 @@ class EvalResult:
             out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
+        if self.map_engine is not None:
+            out["map_engine"] = self.map_engine
         if self.kept_gaps:
             out["kept_gaps_after"] = [_leaf_dict(g) for g in self.kept_gaps]
         return out
@@ -904,6 +909,8 @@ class RunResult:
         det_calib_version, created, seconds: Version that wrote the run, ISO time, run time.
         gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
             for the fit and the eval split; None in runs written before the key existed.
+        ensemble: For a ``det-calib ensemble`` run, its members, fusion settings and figures
+            (:class:`det_calib.record.ensemble_record.EnsembleRecord`); None for one detector.
     """
 
     model: str
@@ -918,6 +925,10 @@ class RunResult:
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
+    ensemble: Any = None
+    bad_labels: list[str] = field(default_factory=list)
+    """``"<file>:<line>: <reason>"`` of every malformed label file whose image was left out (written
+    only when there are some; the warnings name the first few)."""
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -966,10 +977,14 @@ class RunResult:
         if tfits:
             out["temperature_fit"] = tfits
         out["corrupt_images"] = list(self.corrupt_images)
+        if self.bad_labels:
+            out["bad_labels"] = list(self.bad_labels)
         if self.gt_counts is not None:
             out["gt_counts"] = {sp: [int(n) for n in v] for sp, v in self.gt_counts.items()}
         if self.seconds is not None:
             out["seconds"] = self.seconds
+        if self.ensemble is not None:
+            out["ensemble"] = self.ensemble.to_dict()
         return out
 
     @classmethod
@@ -1023,6 +1038,8 @@ class RunResult:
             created=_text(d.get("created"), "created"),
             seconds=_number(d.get("seconds"), "seconds"),
             gt_counts=gt_counts_from_dict(d),
+            ensemble=_ensemble_from_dict(d.get("ensemble")),
+            bad_labels=[str(x) for x in _items(d.get("bad_labels"), "bad_labels")],
         )
 
     def write(self, path: str | Path) -> Path:
@@ -1040,6 +1057,15 @@ class RunResult:
                 one line that names the file.
         """
         return _read_json(path, cls.from_dict)
+
+
+def _ensemble_from_dict(d: Any) -> Any:
+    if d is None:
+        return None
+    # through the package's lazy exports: ensemble_record builds on this module's records
+    from det_calib import record
+
+    return record.EnsembleRecord.from_dict(d)
 
 
 def _check_version(d: Any) -> None:

@@ -185,7 +185,9 @@ def shift_sentence(e: ThresholdShift) -> str:
 
 
 def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
-    s = (f"pycocotools mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
+    from det_calib.evaluation.coco_map import engine_label
+
+    s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
          f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
     per_class = method in registry.methods() and registry.is_per_class(method)
     if ev.map_identical is True:

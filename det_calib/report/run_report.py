@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.evaluation import kept_set as thresholds
+from det_calib.evaluation.coco_map import engine_label
 from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run, load_run
 from det_calib.record.run_result import ClassResult
@@ -332,18 +334,53 @@ def _per_class(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         present = {_cls(r) for r in rows}
         absent = [f"{n} ({i})" for i, n in enumerate(run.class_names) if i not in present]
         if absent:
-            b.add(Para(f"No boxes of head {h} on split {hb.split} for: " + ", ".join(absent) + ".", "note"))
+            more = len(absent) - MAX_ABSENT_NAMED
+            b.add(Para(f"No boxes of head {h} on split {hb.split} for: " + ", ".join(absent[:MAX_ABSENT_NAMED])
+                       + (f" and {more:,} more classes." if more > 0 else "."), "note"))
+
+
+MAX_CLASS_PANELS = 24
+"""Classes the per-class figures draw at most: with more, the worst and the sparse ones (below);
+every class stays in the per-class table."""
+MAX_SPARSE_PANELS = 8
+MAX_ABSENT_NAMED = 30
+
+
+def shown_classes(rows: list[ClassResult], limit: int = MAX_CLASS_PANELS) -> tuple[list[ClassResult], str | None]:
+    """The classes the per-class figures draw, and a note when not all: every class when there are
+    at most ``limit``, in class order; else the worst (highest raw ECE) of the classes with enough
+    boxes, then up to :data:`MAX_SPARSE_PANELS` of the classes with few boxes (those with the most
+    ground truth: the objects the detector rarely finds), worst and sparse first."""
+    if len(rows) <= limit:
+        return sorted(rows, key=_cls), None
+    enough = sorted((r for r in rows if not r.few_boxes), key=_rank_key)
+    sparse = sorted((r for r in rows if r.few_boxes), key=lambda r: (-(r.n_gt or 0), _cls(r)))
+    n_sparse = min(len(sparse), MAX_SPARSE_PANELS, limit // 3)
+    worst = enough[:limit - n_sparse]
+    picked = worst + sparse[:limit - len(worst)]
+    note = (f"{len(picked)} of {len(rows)} classes drawn: the {len(worst)} with the highest raw ECE of the classes "
+            f"with enough boxes, then {len(picked) - len(worst)} with few boxes (most ground truth first); every "
+            "class is in the table below.")
+    return picked, note
 
 
 def _per_class_figures(b: _Builder, run: Run, h: str, hb: HeadBoxes, rows: list[ClassResult], tag: str) -> None:
     n_bins = run.settings.ece_bins
     panels = []
     after_all = hb.conf_after
-    for r in sorted(rows, key=_cls):
-        m = hb.cls == _cls(r)
-        before = _bins(hb.conf[m], hb.correct[m], n_bins) if m.any() else None
-        after = _bins(after_all[m], hb.correct[m], n_bins) if (m.any() and after_all is not None) else None
-        panels.append(plots.ClassPanel(str(r.name), r.boxes if r.boxes is not None else int(m.sum()),
+    rows, note = shown_classes(rows)
+    if note:
+        b.add(Para(note, "note"))
+    order = np.argsort(hb.cls, kind="stable")  # each class's boxes in their order, found by slicing
+    bounds = dict(zip(*np.unique(hb.cls[order], return_index=True)))
+    counts = dict(zip(*np.unique(hb.cls, return_counts=True)))
+    for r in rows:
+        c = _cls(r)
+        lo = int(bounds.get(c, 0))
+        m = order[lo:lo + int(counts.get(c, 0))]
+        before = _bins(hb.conf[m], hb.correct[m], n_bins) if m.size else None
+        after = _bins(after_all[m], hb.correct[m], n_bins) if (m.size and after_all is not None) else None
+        panels.append(plots.ClassPanel(str(r.name), r.boxes if r.boxes is not None else int(m.size),
                                        bool(r.few_boxes), before, after))
     png = plots.per_class_grid(panels, title=f"Reliability per class, head {h} ({tag})")
     b.fig(f"per_class_reliability_{h}", png,
@@ -459,7 +496,8 @@ def _map(b: _Builder, run: Run) -> None:
         rows.append([h, f4(ev.map50_95_before), f4(ev.map50_95_after), f4(ev.map50_before),
                      f4(ev.map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
-                caption="pycocotools, evaluation split", css="map-coco"))
+                caption=f"COCO mAP scored by {engine_label(_eval(run, run.heads[0]).map_engine)}, evaluation split",
+                css="map-coco"))
     _ultralytics_val_table(b, run)
     _detection_change_table(b, run)
 
@@ -540,15 +578,37 @@ def _settings_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes]) -> None:
                  "Corrupt images",
                  f"Boxes used for curves (from {BOXES_FILE})"], erows, caption="Evaluation data", css="eval-data"))
     corrupt = run.result.corrupt_images
-    b.add(Para("Corrupt images skipped: " + (", ".join(map(str, corrupt)) if corrupt else "none") + ".", "note"))
+    named = ", ".join(map(str, corrupt[:MAX_ABSENT_NAMED]))
+    more = f" and {len(corrupt) - MAX_ABSENT_NAMED:,} more (all in calibration.json)" \
+        if len(corrupt) > MAX_ABSENT_NAMED else ""
+    b.add(Para("Corrupt images skipped: " + (named + more if corrupt else "none") + ".", "note"))
+    bad = run.result.bad_labels
+    if bad:
+        b.add(Para(f"Malformed label files ({len(bad):,}; their images are among those skipped): "
+                   + "; ".join(bad[:5]) + (f"; and {len(bad) - 5:,} more (bad_labels in calibration.json)"
+                                           if len(bad) > 5 else "") + ".", "note"))
     b.add(Para(f"Curves are recomputed from {run.run_dir / BOXES_FILE} on the evaluation split, boxes matched to crowd "
                "annotations excluded; the numbers in the tables are those of "
                f"{run.run_dir / CALIBRATION_FILE}.", "note"))
 
 
+def _eval_bins(run: Run) -> tuple[dict[str, HeadBoxes], dict[str, tuple], list[str]]:
+    """Each head's eval boxes, their reliability bins (raw, calibrated) and the consistency warnings."""
+    n_bins = run.settings.ece_bins
+    hbs = {h: run.eval_boxes(h) for h in run.heads}
+    bins = {h: (_bins(hb.conf, hb.correct, n_bins) if hb.n else None,
+                _bins(hb.conf_after, hb.correct, n_bins) if hb.n else None) for h, hb in hbs.items()}
+    warnings_ = []
+    for h, hb in hbs.items():
+        if hb.n == 0:
+            warnings_.append(f"Head {h}: {BOXES_FILE} has no boxes on split {hb.split}; figures are empty.")
+        warnings_ += _check_consistency(run, h, hb, *bins[h])
+    return hbs, bins, warnings_
+
+
 def write_report(
     run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
-    reference: str | Path | None = None,
+    boxes: pl.DataFrame | None = None, reference: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -562,6 +622,8 @@ def write_report(
         out_dir: Where to write; default ``run_dir``.
         shown_dir: The run folder named in the report's text, when ``run_dir`` is a staging
             folder that will be moved there; default ``run_dir``.
+        boxes: The run's box table, when the caller holds it (the pipeline, which has just
+            written it to ``boxes.parquet``): not read a second time into memory.
         reference: Another run (``RUN[:HEAD]``) of the detector, beside this one in the Engines section.
 
     Returns:
@@ -576,19 +638,11 @@ def write_report(
         >>> paths["html"]  # doctest: +SKIP
         PosixPath('runs/calib/report.html')
     """
-    run = load_run(run_dir)
+    run = load_run(run_dir, boxes=boxes)
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
-    n_bins = run.settings.ece_bins
-    hbs = {h: run.eval_boxes(h) for h in run.heads}
-    bins = {h: (_bins(hb.conf, hb.correct, n_bins) if hb.n else None,
-                _bins(hb.conf_after, hb.correct, n_bins) if hb.n else None) for h, hb in hbs.items()}
-    warnings_ = []
-    for h, hb in hbs.items():
-        if hb.n == 0:
-            warnings_.append(f"Head {h}: {BOXES_FILE} has no boxes on split {hb.split}; figures are empty.")
-        warnings_ += _check_consistency(run, h, hb, *bins[h])
+    hbs, bins, warnings_ = _eval_bins(run)
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
     calibrators.calibrators_section(b, run, hbs)
@@ -598,6 +652,10 @@ def write_report(
     _threshold(b, run, hbs)
     _tuned_thresholds(b, run, Path(run_dir))
     _map(b, run)
+    if run.result.ensemble is not None:
+        from .ensemble_section import ensemble_section
+
+        ensemble_section(b, run, Path(run_dir))
     _settings_section(b, run, hbs)
     r = run.result
     title = f"Confidence calibration report: {Path(r.model or 'model').name}"

@@ -33,6 +33,7 @@ from det_calib.run.fitting import (
     OperatingEval,
 )
 from det_calib.run.settings import DECE_BINS, Settings
+from det_calib.run.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -146,40 +147,54 @@ def _map_check(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Settings) 
     """
     from det_calib.evaluation.map_check import coco_maps, same_ranking
 
+    maps = functools.partial(coco_maps, max_dets=s.max_det, engine=s.map_engine)
+
     all_z = boxes["logit"].to_numpy()
     t1 = calibrated_logits(calibrator, all_z, boxes["cls"].to_numpy())
     raw, cal = metrics.sigmoid(all_z, 1.0), metrics.sigmoid(t1, 1.0)
     if same_ranking(raw, cal):  # COCOeval sees scores only through this order: the same mAP, proven
-        m0 = m1 = coco_maps(boxes, split.gt, split.sizes, [raw], max_dets=s.max_det)[0]
+        m0 = m1 = maps(boxes, split.gt, split.sizes, [raw])[0]
     else:
-        m0, m1 = coco_maps(boxes, split.gt, split.sizes, [raw, cal], max_dets=s.max_det)
+        m0, m1 = maps(boxes, split.gt, split.sizes, [raw, cal])
     return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
-                map50_after=m1["map50"], map_identical=m0 == m1)
+                map50_after=m1["map50"], map_identical=m0 == m1, map_engine=s.map_engine)
 
 
 def _per_class(a: _EvalArrays, calibrator: Any, s: Settings, names: list[str]) -> list[ClassResult]:
-    """One entry per class with boxes or ground truth."""
+    """One entry per class with boxes or ground truth.
+
+    The boxes are grouped by class once (a stable sort: each class's boxes keep their order, so
+    every figure is the one a mask per class gives), so the cost grows with the boxes, not with
+    boxes times classes."""
     out = []
     ece_fn = functools.partial(metrics.ece, n_bins=s.ece_bins)  # keeps `weights`: fast bootstrap path
     thr = min(s.conf)
+    order = np.argsort(a.cls, kind="stable")
+    cls_sorted = a.cls[order]
+    bounds = np.searchsorted(cls_sorted, np.arange(len(names) + 1), side="left")
+    z_img, z_p0, z_p1, z_y, z_loc, z_cls = (v[order] for v in (a.img, a.p0, a.p1, a.y, a.loc, a.cls))
+    gt_counts = np.bincount(a.gt_cls[(a.gt_cls >= 0) & (a.gt_cls < len(names))].astype(np.int64),
+                            minlength=len(names))
     for c in range(len(names)):
-        m = a.cls == c
-        n_gt_c = int((a.gt_cls == c).sum())
-        if not m.any() and n_gt_c == 0:
+        m = slice(int(bounds[c]), int(bounds[c + 1]))
+        n_c = m.stop - m.start
+        n_gt_c = int(gt_counts[c])
+        if not n_c and n_gt_c == 0:
             continue
         figures: dict[str, Any] = {}
-        if m.any():
+        y_c = z_y[m]
+        if n_c:
             boot = dict(n_boot=s.n_boot, seed=s.seed)
-            for tag, p in (("before", a.p0), ("after", a.p1)):
-                figures[f"ece_{tag}"] = metrics.ece(p[m], a.y[m], n_bins=s.ece_bins)
-                figures[f"ece_{tag}_ci"] = tuple(metrics.bootstrap_ci(ece_fn, a.img[m], p[m], a.y[m], **boot))
-                figures[f"laece_{tag}"] = metrics.laece(p[m], a.loc[m], a.cls[m], n_bins=s.laece_bins)
-                k = m & (p > thr)
-                figures[f"kept_ece_{tag}"] = metrics.ece(p[k], a.y[k], n_bins=s.ece_bins) if k.any() else None
+            for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
+                figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
+                figures[f"ece_{tag}_ci"] = tuple(metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot))
+                figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
+                k = p > thr
+                figures[f"kept_ece_{tag}"] = metrics.ece(p[k], y_c[k], n_bins=s.ece_bins) if k.any() else None
         out.append(ClassResult(
-            cls=c, name=names[c], boxes=int(m.sum()), correct=int(a.y[m].sum()), n_gt=n_gt_c,
-            few_boxes=bool(m.sum() < s.min_class_boxes), **figures,
-            threshold_shift=[threshold_shift(a.p0[m], a.p1[m], a.y[m], conf=t, n_gt=n_gt_c,
+            cls=c, name=names[c], boxes=int(n_c), correct=int(y_c.sum()), n_gt=n_gt_c,
+            few_boxes=bool(n_c < s.min_class_boxes), **figures,
+            threshold_shift=[threshold_shift(z_p0[m], z_p1[m], y_c, conf=t, n_gt=n_gt_c,
                                              equivalent_conf=equivalent_conf(calibrator, t, c)) for t in s.conf],
         ))
     return out
@@ -197,19 +212,26 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: Any, s: Setting
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
     calibrator = _as_calibrator(calibrator)
+    with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
+        map_check = _map_check(boxes, split, calibrator, s)
     a = _EvalArrays.of(boxes, split, calibrator)
-    before, after = _scores(a, slice(None), calibrator, s)
+    with stage("all-box metrics and intervals"):
+        before, after = _scores(a, slice(None), calibrator, s)
     op = operating or _operating_eval(boxes, split, s)
+    with stage("kept-set metrics and intervals"):
+        operating_before, operating_after = op.operating(a.p0), op.operating(a.p1)
     ev = EvalResult(
         split=split.name, images=len(split.images), boxes=int(len(a.y)), correct=int(a.y.sum()), ignored=a.ignored,
         n_gt=int(len(a.gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
-        thresholded=_thresholded(a, s), operating_before=op.operating(a.p0), operating_after=op.operating(a.p1),
-        **_map_check(boxes, split, calibrator, s),
+        thresholded=_thresholded(a, s), operating_before=operating_before, operating_after=operating_after,
+        **map_check,
         kept_gaps=kept_gaps(a.p1, a.y, threshold=min(s.conf), n_bins=s.ece_bins),
     )
     shifts = [threshold_shift(a.p0, a.p1, a.y, conf=c, n_gt=len(a.gt_cls),
                               equivalent_conf=equivalent_conf(calibrator, c)) for c in s.conf]
-    return HeadResult(eval=ev, threshold_shift=shifts, per_class=_per_class(a, calibrator, s, names))
+    with stage("per-class"):
+        per_class = _per_class(a, calibrator, s, names)
+    return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_class)
 
 
 def _operating_eval(boxes: pl.DataFrame, split: Split, s: Settings) -> OperatingEval:

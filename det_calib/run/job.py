@@ -57,6 +57,8 @@ from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
 from det_calib.run.outputs import _gt_per_class, _write_outputs
 from det_calib.run.preflight import preflight
 from det_calib.run.settings import Settings, _settings_of
+from det_calib.run.stages import stage
+from det_calib.run.threads import single_blas_thread
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +126,33 @@ def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataF
 def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings,
                    captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
     """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
-    fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
-    choice = fit_head(fb, s)
+    with stage("matching"):
+        fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
+    with stage("fit" if s.method != "auto" else "fit and CV"):
+        choice = fit_head(fb, s)
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
-    op = _operating_eval(eb, ev, s)
+    with stage("kept-set metrics and intervals"):
+        op = _operating_eval(eb, ev, s)
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
-    result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
-                        eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                        per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
-                        temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+    with stage("temperature and candidates on the eval split"):
+        result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
+                            eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
+                            per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                            temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
     return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
+
+
+def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
+                     captured: dict[str, list[pl.DataFrame]]) -> tuple[dict[str, HeadResult], pl.DataFrame]:
+    """Every head through :func:`calibrate_head`; their results and the run's box table."""
+    results, tables = {}, []
+    for head in inputs.heads:
+        with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.run.threads)
+            results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
+        tables += head_tables
+    return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
 
 
 def calibrate(
@@ -168,8 +185,9 @@ def calibrate(
     """
     s = _settings_of(settings, options)
     t_start = time.time()
-    inputs = resolve_inputs(model, data, s)
-    fit, ev = load_splits(inputs.ds, s)
+    with stage("load model and data"):
+        inputs = resolve_inputs(model, data, s)
+        fit, ev = load_splits(inputs.ds, s)
     # every check that needs no forward pass, before the first one
     preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
               n_classes=len(inputs.ds.names), settings=s)
@@ -177,24 +195,22 @@ def calibrate(
     if s.boxes:
         from det_calib.run.reuse import reuse_boxes
 
-        captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+        with stage("read boxes"):
+            captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
     else:
         captured = capture_splits(inputs, (fit, ev), s)
         fingerprints = None
-    results, tables = {}, []
-    for head in inputs.heads:
-        results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
-        tables += head_tables
-    boxes = validate_boxes(pl.concat(tables, how="vertical"))
-    del tables
+    results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
         results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
+        bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
     )
     out = Path(out)
-    files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
+    with stage("write outputs"), single_blas_thread():
+        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / deployed_file(inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export

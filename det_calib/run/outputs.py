@@ -93,8 +93,10 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         write_summary_text(stage, result, extra=extra)
         if s.report:
             from det_calib.report import write_report
+            from det_calib.run import stages
 
-            write_report(stage, shown_dir=out)
+            with stages.stage("report"):
+                write_report(stage, shown_dir=out, boxes=boxes)
     return _output_files(out)
 
 

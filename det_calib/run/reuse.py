@@ -93,16 +93,36 @@ def _base_split(name: str) -> str:
 
 
 def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
-    """The capture rows of ``sp``'s images, with ``image_id`` and ``split`` of ``sp`` (matched by image name)."""
+    """The capture rows of ``sp``'s images, with ``image_id`` and ``split`` of ``sp`` (matched by image name).
+
+    The ids come from a lookup of each row's image name (rows of other images dropped, the order
+    kept): new ``image_id`` and ``split`` columns, the others shared with ``df``, not copied (at
+    COCO scale the box table is the run's memory)."""
     names = sp.image_names()
-    ids = pl.DataFrame({"image": names, "_id": list(range(len(names)))}, schema={"image": pl.String, "_id": pl.Int64})
     cols = [c for c in CAPTURE_COLUMNS if c in df.columns]
-    rows = df.select(cols).join(ids, on="image", how="inner", maintain_order="left")
-    rows = rows.with_columns(pl.col("_id").cast(df.schema["image_id"]).alias("image_id"),
-                             pl.lit(sp.name, dtype=pl.String).alias("split")).drop("_id")
+    lookup = pl.DataFrame({"image": names, "_id": list(range(len(names)))},
+                          schema={"image": pl.String, "_id": pl.Int64})
+    ids = df.select("image").join(lookup, on="image", how="left", maintain_order="left")["_id"]
+    rows = df.select(cols).with_columns(ids.cast(df.schema["image_id"]).alias("image_id"),
+                                        pl.lit(sp.name, dtype=pl.String).alias("split"))
+    if ids.null_count():
+        rows = rows.filter(ids.is_not_null())
     if rows.height == 0:
         raise InputError(f"no boxes of split `{sp.name}` in {where}")
     return rows.select(cols)
+
+
+def _of(df: pl.DataFrame, column: str, value: str) -> pl.DataFrame:
+    """The rows of ``df`` whose ``column`` is ``value``: a zero-copy slice when they are one run
+    of consecutive rows (a capture's order: one head after the other), else a filter."""
+    hit = (df[column] == value).to_numpy()
+    first = int(hit.argmax()) if hit.any() else 0
+    n = int(hit.sum())
+    if n == df.height:
+        return df
+    if n and hit[first:first + n].all():
+        return df.slice(first, n)
+    return df.filter(pl.Series(hit))
 
 
 def reuse_boxes(
@@ -152,7 +172,7 @@ def reuse_boxes(
             if recorded != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
                 raise InputError(f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
                                  "(images or labels differ)")
-            frames[sp.name] = df.filter(pl.col("split") == sp.name)
+            frames[sp.name] = _of(df, "split", sp.name)
         have_heads, fingerprints = meta["heads"], meta
     else:
         frames, have_heads, fingerprints = {}, None, None
@@ -162,7 +182,10 @@ def reuse_boxes(
         for sp in splits:
             base = _base_split(sp.name)
             folder = source / base if (source / base).is_dir() else source
-            whole = load_split(inputs.ds, base, coco_gt=s.coco_gt, limit=s.limit)
+            # the whole split the parts were captured on: the run's own split unless it is a half or
+            # --limit took part of it (then read again), and its fingerprint computed once
+            same = sp.name == base and s.limit is None and not sp.corrupt
+            whole = sp if same else load_split(inputs.ds, base, coco_gt=s.coco_gt, limit=s.limit)
             expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
             df, meta = read_parts_with_meta(folder, expect_model=model_fp)
             if meta["split"] != base:
@@ -173,8 +196,9 @@ def reuse_boxes(
                                  "(images or labels differ)")
             _check_settings(meta["settings"], s, inputs.imgsz, folder)
             settings["batch"] = meta["settings"].get("batch", settings["batch"])
-            frames[sp.name] = df.filter(pl.col("split") == base)
-            recorded_fp[sp.name] = data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+            frames[sp.name] = _of(df, "split", base)
+            recorded_fp[sp.name] = expect if same else data_fingerprint(sp.images, names=sp.image_names(),
+                                                                        coco_gt=s.coco_gt)
             have_heads = meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
         fingerprints = {"format": 1, "model": model_fp, "splits": recorded_fp, "heads": have_heads,
                         "settings": settings}
@@ -184,9 +208,9 @@ def reuse_boxes(
                          f"choose `head` {have_heads[0]}")
     captured: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
-        rows = _rows_of(frames[sp.name], sp, source)
+        rows = _rows_of(frames.pop(sp.name), sp, source)
         for h in inputs.heads:
-            captured[h].append(rows.filter(pl.col("head") == h))
+            captured[h].append(_of(rows, "head", h))
     fingerprints = {**fingerprints, "heads": list(inputs.heads)}
     log.info("reusing the boxes in %s (no capture)", source)
     return captured, fingerprints

@@ -13,6 +13,7 @@ from typing import Any
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
 from det_calib.errors import InputError
+from det_calib.evaluation.map_check import MAP_ENGINES
 from det_calib.record.run_result import (
     Bootstrap,
     RecordedSettings,
@@ -139,6 +140,9 @@ class Settings:
     min_class_boxes: int = _opt(50, "classes with fewer boxes are flagged 'few boxes'")
     n_boot: int = _opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
     seed: int = _opt(0, "seed of the bootstrap and of a half/half split")
+    map_engine: str = _opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
+                           "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
+                           flag="--map-engine", choices=MAP_ENGINES)
     run_val: bool = _opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
     report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
     limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
@@ -182,6 +186,9 @@ class Settings:
         self.fit_floors()
         if not 0 <= self.conf_floor < min(self.conf):
             raise InputError(f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}")
+        if self.map_engine not in MAP_ENGINES:
+            raise InputError(f"Expected `map_engine` to be one of {', '.join(MAP_ENGINES)}, "
+                             f"but got {self.map_engine!r}")
         if self.head not in HEAD_CHOICES:
             raise InputError(f"Expected `head` to be one of {', '.join(HEAD_CHOICES)}, but got {self.head!r}")
         if self.limit is not None and self.limit < 1:

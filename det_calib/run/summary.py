@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from det_calib.evaluation.coco_map import engine_label
 from det_calib.io import write_text
 from det_calib.record.run_result import (
     Bootstrap,
@@ -130,7 +131,8 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) ->
         f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}",
         f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored)",
+        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
+        f"scored by {engine_label(e.map_engine)})",
     ]
     uv = h.ultralytics_val
     if uv is not None and uv.completed is False:

@@ -43,7 +43,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     """Measure what folding a per-class map into the model changes: capture the eval split through
     the calibrated checkpoint and compare with the original boxes rescored by the same map."""
     from det_calib.capture.predictor import Capturer
-    from det_calib.evaluation.map_check import coco_map, coco_maps
+    from det_calib.evaluation.map_check import coco_maps
 
     log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
     # the same capture as the original's (one image per forward pass at the default batch 1)
@@ -76,8 +76,9 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     thr = min(s.conf)
     post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
     kpk, kfk = keys(post_k, True), keys(fold_k, True)
-    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(z, 1.0), p_post], max_dets=s.max_det)
-    m2 = coco_map(folded, ev.gt, ev.sizes, max_dets=s.max_det)
+    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(z, 1.0), p_post], max_dets=s.max_det,
+                       engine=s.map_engine)
+    m2 = coco_maps(folded, ev.gt, ev.sizes, [folded["conf"].to_numpy()], max_dets=s.max_det, engine=s.map_engine)[0]
     return DetectionChange(
         split=ev.name, conf_floor=floor, boxes_posthoc=post.height, boxes_folded=fold.height,
         changed_class=int(max(changed, 0)), only_posthoc=len(kp - kf), only_folded=len(kf - kp), kept_conf=thr,

@@ -293,7 +293,10 @@ def select_calibrator(
     for r in range(int(n_repeats)):
         folds = group_folds(z.shape[0], n_folds, groups, seed=seed + r)
         if cv_resolution is not None:
-            zc, yc, kc, fc, wc = _compress(z, y, k, folds, float(cv_resolution))
+            # the classes enter the pooling only when a per-class method needs them: the global
+            # maps see pooled rows of equal (fold, logit, label), the same sums in fewer rows
+            kc_in = k if any(registry.is_per_class(m) for m in use) else None
+            zc, yc, kc, fc, wc = _compress(z, y, kc_in, folds, float(cv_resolution))
         else:
             zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
         repeats.append((zc, yc, kc, fc, wc, zc > logit_threshold(min_conf)))

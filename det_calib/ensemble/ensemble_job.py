@@ -1,0 +1,485 @@
+"""``det-calib ensemble``: several detectors fused, then calibrated, as ``calibrate`` calibrates one.
+
+The job: load the members (:mod:`det_calib.ensemble.members`) and check each against the data;
+capture every member on the fit and eval splits (each image decoded once for all members);
+per ensemble head, calibrate each member on its own boxes (``calibrate``'s fit, choice and
+evaluation, for the side-by-side figures and the ``calibrate-then-fuse`` order), fuse the
+members' boxes per image and class (:mod:`det_calib.ensemble.fusion`), and run ``calibrate``'s
+label → fit → evaluate step on the fused boxes (the temperature always fitted and reported,
+pycocotools mAP of the fused boxes raw and calibrated, the kept-set shift). Both fusion orders
+under every score rule are scored in one table. The output folder has ``calibrate``'s contract
+(``calibration.json``, ``boxes.parquet`` of the fused boxes with ``logit`` the logit of the
+fused raw score, ``report.html``), plus ``members.parquet`` (every member's boxes, for
+``ensemble --boxes``), so ``compare``, ``report`` and ``thresholds`` read it as any run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib import metrics
+from det_calib.calibrators.base import deployed_conf
+from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
+from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
+from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
+from det_calib.ensemble.members import (
+    MEMBER_LOADERS,
+    MemberSpec,
+    capture_members,
+    demo_members,
+    head_plan,
+    member_heads,
+    member_specs,
+)
+from det_calib.errors import InputError
+from det_calib.io import check_output_dir, staged_output
+from det_calib.matching.one_to_one import match_boxes
+from det_calib.record.ensemble_record import (
+    ORDERS,
+    RULE_WORDS,
+    EnsembleHead,
+    EnsembleRecord,
+    FusionRow,
+    FusionSettingsRecord,
+    MemberFigures,
+    MemberRecord,
+)
+from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.run.fitting import fit_head
+from det_calib.run.inputs import Inputs, load_splits
+from det_calib.run.job import calibrate_head
+from det_calib.run.outputs import _gt_per_class, _output_files
+from det_calib.run.settings import Settings, _opt, _settings_of
+from det_calib.run.summary import summary_text
+from det_calib.run.ultralytics_checks import _val_not_run
+
+log = logging.getLogger(__name__)
+
+MEMBERS_FILE = "members.parquet"
+EPS = 1e-9
+"""Fused scores are kept in [EPS, 1 - EPS] so that their logit is finite."""
+
+
+@dataclass
+class FusionSettings:
+    """The options of ``det-calib ensemble`` beyond ``calibrate``'s (recorded under ``ensemble.fusion``)."""
+
+    view: tuple[str, ...] = _opt((), "test-time view of every --model: orig, flip, scale:S, flip+scale:S "
+                                 "(repeatable; with one --model its views are the members)", flag="--view", repeat=True)
+    snapshots: tuple[str, ...] = _opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
+                                      "(repeatable)", flag="--snapshots", repeat=True)
+    fusion_iou: float = _opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
+    fusion_score: str = _opt("agree", "score of a fused box: agree (default: the mean of its boxes times the share "
+                             "of members that have a box in it), avg (an absent member counts 0), present, max, "
+                             "absent (see README)", flag="--fusion-score", choices=SCORE_RULES)
+    fusion_order: str = _opt(ORDERS[0], "fuse-then-calibrate (default: fuse the raw scores, calibrate the fused "
+                             "score) or calibrate-then-fuse", flag="--fusion-order", choices=ORDERS)
+    fusion_skip: float = _opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
+                              flag="--fusion-skip")
+    weight: tuple[float, ...] = _opt((), "weight of each member in the fusion, in order (repeatable; default 1 "
+                                     "each)", flag="--weight", repeat=True)
+    fusion_table: bool = _opt(True, "skip the table of both orders under every score rule", flag="--no-fusion-table",
+                              negate=True)
+
+    def validate(self, n_members: int | None = None) -> None:
+        if not 0 <= self.fusion_iou < 1:
+            raise InputError(f"Expected `fusion_iou` in [0, 1), but got {self.fusion_iou}")
+        if self.fusion_score not in SCORE_RULES:
+            raise InputError(f"Expected `fusion_score` to be one of {', '.join(SCORE_RULES)}, "
+                             f"but got {self.fusion_score!r}")
+        if self.fusion_order not in ORDERS:
+            raise InputError(f"Expected `fusion_order` to be one of {', '.join(ORDERS)}, but got {self.fusion_order!r}")
+        if not 0 <= self.fusion_skip < 1:
+            raise InputError(f"Expected `fusion_skip` in [0, 1), but got {self.fusion_skip}")
+        if any(not w > 0 for w in self.weight):
+            raise InputError(f"Expected every `weight` to be positive, but got {list(self.weight)}")
+        if n_members is not None and self.weight and len(self.weight) != n_members:
+            raise InputError(f"Expected one `weight` per member ({n_members}), but got {len(self.weight)}")
+
+    def weights(self, n: int) -> np.ndarray:
+        return np.asarray(self.weight, dtype=np.float64) if self.weight else np.ones(n)
+
+
+FUSION_FIELDS = {f.name for f in fields(FusionSettings)}
+
+
+@dataclass
+class EnsembleRun:
+    """What :func:`ensemble` produced: the folder, the typed result, the fused boxes, the files."""
+
+    out_dir: Path
+    result: RunResult
+    boxes: pl.DataFrame
+    files: dict[str, Path] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def record(self) -> EnsembleRecord:
+        return self.result.ensemble
+
+
+# ---------------------------------------------------------------------------------------- members
+def resolve_members(models: Sequence[str | Path], data: str | Path | None, fs: FusionSettings
+                    ) -> tuple[list[MemberSpec], str, Path]:
+    """The member specs, how they were chosen (in words), and the data.yaml."""
+    if not models and not fs.snapshots:
+        if data is not None:
+            raise InputError("give the members (`model` twice or more, `snapshots`, or one `model` with `view`) "
+                             "with `data`, or neither (the embedded demo ensemble)")
+        from det_calib import demo
+
+        if fs.view:
+            return member_specs([demo.demo_model()], views=fs.view), "test-time views of the shipped model", \
+                demo.demo_data_yaml()
+        specs, source = demo_members()
+        return specs, source, demo.demo_data_yaml()
+    if data is None:
+        raise InputError("give `data` with the members (or neither, for the embedded demo ensemble)")
+    specs = member_specs(models, snapshots=fs.snapshots, views=fs.view)
+    kinds = sorted({m.kind for m in specs})
+    return specs, f"{len(specs)} members given ({', '.join(kinds)})", Path(data)
+
+
+def load_members(specs: Sequence[MemberSpec], names: list[str], data: Path, s: Settings, workers: int
+                 ) -> tuple[list[Any], dict[str, list[str]]]:
+    """Open every member (its file's loader) with the heads it runs; check its class names."""
+    have = [member_heads(sp) for sp in specs]
+    plan = head_plan(specs, have, s.head)
+    members = []
+    for i, sp in enumerate(specs):
+        need = sorted({plan[h][i] for h in plan}, key=["nms", "e2e"].index)
+        loader = MEMBER_LOADERS[sp.path.suffix]
+        m = loader(sp, need, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det, imgsz=s.imgsz, device=s.device,
+                   workers=workers)
+        try:
+            check_class_names(m.names, names, data_path=data)
+        except InputError as e:
+            raise InputError(f"member {sp.name}: {e}") from None
+        members.append(m)
+    return members, plan
+
+
+def _workers(device: str | None) -> int:
+    from ultralytics.utils.torch_utils import select_device
+
+    from det_calib.capture.predictor import auto_workers
+
+    try:
+        return auto_workers(select_device("" if device is None else device, verbose=False))
+    except (ValueError, RuntimeError, AssertionError) as e:
+        raise InputError(f"bad device {device!r}: {e}") from None
+
+
+def capture_all(members: Sequence[Any], plan: dict[str, list[str]], splits: Sequence[Split], s: Settings,
+                workers: int) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, float]]:
+    """Ensemble head -> per member ``[fit table, eval table]`` (``head`` set to the ensemble head),
+    and the capture's CPU seconds per image (of the threads running the members: all members, and
+    each; image decoding, shared by all, not included)."""
+    per_split = []
+    spent = np.zeros(len(members))
+    for sp in splits:
+        log.info("capturing %d members on `%s` (%d images)", len(members), sp.name, len(sp.images))
+        heads = [sorted({plan[h][i] for h in plan}) for i in range(len(members))]
+        per_split.append(capture_members(members, sp.images, heads, split=sp.name, image_names=sp.image_names(),
+                                         progress=s.progress, workers=workers, seconds=spent))
+    n_img = max(sum(len(sp.images) for sp in splits), 1)
+    cost = {"capture": float(spent.sum() / n_img), **{f"member {i}": float(t / n_img) for i, t in enumerate(spent)}}
+    out: dict[str, list[list[pl.DataFrame]]] = {}
+    for h, runs in plan.items():
+        out[h] = [[per_split[k][i].filter(pl.col("head") == runs[i]).with_columns(pl.lit(h).alias("head"))
+                   for k in range(len(splits))] for i in range(len(members))]
+    return out, cost
+
+
+# ---------------------------------------------------------------------------------------- fusion
+def fuse_tables(tables: Sequence[pl.DataFrame], split: Split, *, head: str, score: str, fs: FusionSettings,
+                max_det: int, column: str = "conf") -> pl.DataFrame:
+    """The fused boxes of the members' tables on one split (capture columns plus ``members``, the
+    number of members present in each fused box); ``column``: the member score fused (``conf``
+    raw, ``calibrated`` each member's calibrated conf)."""
+    n = len(tables)
+    cols = ["image_id", "x1", "y1", "x2", "y2", "img_w", "img_h", "cls", column]
+    both = pl.concat([t.select(cols).with_columns(pl.lit(i, dtype=pl.Int64).alias("member"))
+                      for i, t in enumerate(tables)])
+    xy = both.select("x1", "y1", "x2", "y2").to_numpy()
+    f = weighted_boxes_fusion(xy, both[column].to_numpy(), both["cls"].to_numpy(), groups=both["image_id"].to_numpy(),
+                              members=both["member"].to_numpy(), n_members=n, weights=fs.weights(n),
+                              iou_thr=fs.fusion_iou, skip_box_thr=fs.fusion_skip)
+    return fused_table(f, f.scores(score), split, head=head, sizes=both, max_det=max_det)
+
+
+def fused_table(f: Any, sc: np.ndarray, split: Split, *, head: str, sizes: pl.DataFrame, max_det: int
+                ) -> pl.DataFrame:
+    """A capture table of fused boxes (at most ``max_det`` per image, by fused score)."""
+    sc = np.clip(sc, EPS, 1 - EPS)
+    size = sizes.group_by("image_id").agg(pl.col("img_w").first(), pl.col("img_h").first())
+    names = split.image_names()
+    df = pl.DataFrame({
+        "image_id": f.group.astype(np.int64), "x1": f.boxes[:, 0], "y1": f.boxes[:, 1], "x2": f.boxes[:, 2],
+        "y2": f.boxes[:, 3], "cls": f.label.astype(np.int32), "conf": sc,
+        "logit": np.log(sc) - np.log1p(-sc), "members": f.stats["members"].astype(np.int32),
+    })
+    df = (df.join(size, on="image_id", how="left")
+          .sort(["image_id", "conf", "cls", "x1", "y1"], descending=[False, True, False, False, False])
+          .filter(pl.int_range(pl.len()).over("image_id") < max_det))
+    df = df.with_columns(pl.Series("image", [names[i] for i in df["image_id"].to_list()], dtype=pl.String),
+                         pl.lit(split.name).alias("split"), pl.lit(head).alias("head"))
+    return df.select([pl.col(c).cast(SCHEMA[c]) for c in CAPTURE_COLUMNS] + [pl.col("members")])
+
+
+# ---------------------------------------------------------------------------------------- one head
+def member_figures(name: str, hr: HeadResult) -> MemberFigures:
+    """A member's (or the ensemble's) figures from its ``calibrate`` head result."""
+    e = hr.eval
+    return MemberFigures(
+        name=name, method=hr.calibrator.method if hr.calibrator else "none", map50_95=e.map50_95_before,
+        map50=e.map50_before, operating_before=list(e.operating_before), operating_after=list(e.operating_after),
+        temperature=hr.temperature_fit.temperature if hr.temperature_fit else None,
+        class_kept_ece={c.cls: c.kept_ece_after for c in hr.per_class}, calibrator=hr.calibrator)
+
+
+def _fuse_order(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
+                fs: FusionSettings, s: Settings) -> list[pl.DataFrame]:
+    column = "conf" if order == ORDERS[0] else "calibrated"
+    return [fuse_tables([m[k] for m in members], sp, head=head, score=score, fs=fs, max_det=s.max_det,
+                        column=column) for k, sp in enumerate(splits)]
+
+
+def fusion_row(fused: list[pl.DataFrame], splits: tuple[Split, Split], order: str, score: str, s: Settings
+               ) -> FusionRow:
+    """One cell of the fusion table: label the fused boxes, fit (``calibrate``'s method) on the fit
+    split, and score the eval split: mAP, kept-set ECE as fused and calibrated."""
+    from det_calib.evaluation.map_check import coco_map
+    from det_calib.run.fitting import fit_temperature
+
+    fb, eb = (match_boxes(t, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for t, sp in zip(fused, splits, strict=True))
+    choice = fit_head(fb, s)
+    e = eb.filter(~pl.col("ignore"))
+    z, k, y, img = (e[c].to_numpy() for c in ("logit", "cls", "correct", "image_id"))
+    p0 = e["conf"].to_numpy()
+    p1 = deployed_conf(choice.calibrator, z, k, p0)
+    thr = min(s.conf)
+    k0, k1 = p0 > thr, p1 > thr
+    m = coco_map(eb, splits[1].gt, splits[1].sizes, max_dets=s.max_det)
+    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), img[k1], p1[k1], y[k1],
+                                     n_boot=s.n_boot, seed=s.seed)) if k1.sum() > 1 else None)
+    t = fit_temperature(fb.filter(~pl.col("ignore")))
+    return FusionRow(order=order, score=score, method=choice.method, map50_95=m["map50_95"], map50=m["map50"],
+                     kept_fused=int(k0.sum()), kept_ece_fused=metrics.ece(p0[k0], y[k0], n_bins=s.ece_bins)
+                     if k0.any() else None, kept_calibrated=int(k1.sum()),
+                     kept_ece_calibrated=metrics.ece(p1[k1], y[k1], n_bins=s.ece_bins) if k1.any() else None,
+                     kept_ece_calibrated_ci=ci, temperature=float(t.temperature_))
+
+
+@dataclass
+class _HeadOut:
+    result: HeadResult
+    record: EnsembleHead
+    fused: list[pl.DataFrame]
+    members: list[pl.DataFrame]
+    fusion_seconds: float
+
+
+def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names: list[str],
+                  captured: list[list[pl.DataFrame]], s: Settings, fs: FusionSettings) -> _HeadOut:
+    """One ensemble head: every member calibrated on its own, the fused boxes calibrated, the table."""
+    fit, ev = splits
+    figures, member_tables, cals = [], [], []
+    for i, tabs in enumerate(captured):
+        log.info("%s head, member %d/%d (%s): fit and evaluate on its own boxes", head, i + 1, len(captured), names[i])
+        hr, t = calibrate_head(inputs, fit, ev, head, s, tabs)
+        figures.append(member_figures(names[i], hr))
+        cals.append(hr.calibrator)
+        member_tables.append(t)
+    t0 = time.perf_counter()
+    fused = _fuse_order(member_tables, splits, head, fs.fusion_order, fs.fusion_score, fs, s)
+    seconds = time.perf_counter() - t0
+    log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, fused[0].height, fused[1].height,
+             fs.fusion_order, fs.fusion_score)
+    hr, tables = calibrate_head(inputs, fit, ev, head, s, fused)
+    hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
+                       "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
+                                                       "val cannot run it; mAP is pycocotools on the fused boxes")})
+    rows = []
+    if fs.fusion_table:
+        for order in ORDERS:
+            for score in SCORE_RULES:
+                log.info("%s head: fusion table, %s with %s", head, order, score)
+                got = fused if (order, score) == (fs.fusion_order, fs.fusion_score) else \
+                    _fuse_order(member_tables, splits, head, order, score, fs, s)
+                rows.append(fusion_row(got, splits, order, score, s))
+    kept = tables[1].filter(~pl.col("ignore") & (pl.col("calibrated") > min(s.conf)))
+    agree = {int(k): int(v) for k, v in zip(*np.unique(kept["members"].to_numpy(), return_counts=True), strict=True)}
+    rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
+                       member_calibrators=cals)
+    return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))
+                                      for i in range(len(member_tables)) for t in member_tables[i]], seconds)
+
+
+# ---------------------------------------------------------------------------------------- job
+def _settings(settings: Settings | None, fusion: FusionSettings | None, options: dict[str, Any]
+              ) -> tuple[Settings, FusionSettings]:
+    fo = {k: options.pop(k) for k in list(options) if k in FUSION_FIELDS}
+    if fusion is not None and fo:
+        raise InputError("pass either `fusion` or fusion keyword options, not both")
+    fs = fusion or FusionSettings(**fo)
+    for name in ("view", "snapshots", "weight"):
+        v = getattr(fs, name)
+        setattr(fs, name, tuple(v) if isinstance(v, (list, tuple)) else (v,))
+    fs.validate()
+    return _settings_of(settings, options), fs
+
+
+def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, *,
+             out: str | Path = "det_calib_ensemble", settings: Settings | None = None,
+             fusion: FusionSettings | None = None, **options: Any) -> EnsembleRun:
+    """Fuse several detectors' boxes, calibrate the fused score, write ``calibrate``'s output folder.
+
+    Args:
+        models: Member checkpoints (``a.pt``, or ``a.pt:e2e`` to run that head); with one, give
+            ``view`` (test-time views). None of them and no ``data``: the embedded demo ensemble
+            (the shipped seed members when present, else the shipped model's test-time views).
+        data: ``data.yaml``.
+        out: Output folder (replaced whole when the run succeeds).
+        settings: ``calibrate``'s :class:`~det_calib.run.settings.Settings` (or its fields as options).
+        fusion: :class:`FusionSettings` (or its fields as options: ``view``, ``fusion_score``...).
+
+    Raises:
+        InputError: Fewer than two members, a missing file, a member whose class names are not
+            the data's, a member without the head asked for, bad options (one line).
+    """
+    s, fs = _settings(settings, fusion, dict(options))
+    t_start = time.time()
+    specs, source, data = resolve_members(list(models), data, fs)
+    fs.validate(len(specs))
+    ds = load_data_yaml(data)
+    fit, ev = load_splits(ds, s)
+    check_output_dir(Path(out))
+    if s.boxes:
+        from det_calib.ensemble.member_boxes import reuse_members
+
+        captured, plan, member_recs, cost = reuse_members(s.boxes, specs, (fit, ev), s)
+    else:
+        workers = _workers(s.device)
+        members, plan = load_members(specs, ds.names, data, s, workers)
+        captured, cost = capture_all(members, plan, (fit, ev), s, workers)
+        member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
+                                    scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
+                                    heads={h: plan[h][i] for h in plan})
+                       for i, (sp, m) in enumerate(zip(specs, members, strict=True))]
+        del members
+    inputs = Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
+                     imgsz=max(member_recs[0].imgsz))
+    outs = {h: ensemble_head(inputs, (fit, ev), h, [m.name for m in member_recs], captured.pop(h), s, fs)
+            for h in list(plan)}
+    n_img = len(fit.images) + len(ev.images)
+    cost["fusion"] = sum(o.fusion_seconds for o in outs.values()) / max(n_img, 1)
+    record = EnsembleRecord(
+        members=member_recs, heads={h: o.record for h, o in outs.items()}, source=source, seconds_per_image=cost,
+        fusion=FusionSettingsRecord(method="wbf", iou=fs.fusion_iou, score=fs.fusion_score, order=fs.fusion_order,
+                                    skip=fs.fusion_skip, weights=fs.weights(len(specs)).tolist(), max_det=s.max_det))
+    result = RunResult(
+        model=f"ensemble of {len(specs)}: " + ", ".join(m.name for m in member_recs), data=str(Path(data).resolve()),
+        class_names=list(ds.names), heads=list(plan),
+        settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
+        results={h: o.result for h, o in outs.items()}, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
+        det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        gt_counts={sp.name: _gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
+    boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
+    member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
+    files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
+    return EnsembleRun(out_dir=Path(out), result=result, boxes=boxes, files=files, source=source)
+
+
+def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
+    """What ``boxes.parquet`` and ``members.parquet`` of an ensemble run record about their capture."""
+    import hashlib
+
+    from det_calib.capture.parts import data_fingerprint
+    from det_calib.run.reuse import capture_settings
+
+    rec = result.ensemble
+    joined = "|".join(f"{m.fingerprint}:{m.flip}:{m.scale}:{m.head}" for m in rec.members)
+    return {
+        "format": 1, "model": "ensemble:" + hashlib.sha256(joined.encode()).hexdigest(),
+        "members": [{**m.spec_dict(), "fingerprint": m.fingerprint, "imgsz": m.imgsz, "heads": m.heads,
+                     "name": m.name} for m in rec.members],
+        "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
+        "heads": list(result.heads), "settings": capture_settings(s, result.settings.imgsz),
+    }
+
+
+def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxes: pl.DataFrame,
+                  splits: tuple[Split, Split], s: Settings, t_start: float) -> dict[str, Path]:
+    """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
+    checkpoint), plus ``members.parquet``; swapped in whole."""
+    from det_calib.io import write_text
+    from det_calib.run.outputs import _tune_thresholds
+    from det_calib.run.reuse import write_run_boxes
+
+    fp = fingerprints(result, splits, s)
+    with staged_output(out) as stage:
+        write_run_boxes(boxes, stage / "boxes.parquet", fp)
+        write_run_boxes(member_boxes, stage / MEMBERS_FILE, fp)
+        result.seconds = round(time.time() - t_start, 1)
+        result.write(stage / "calibration.json")
+        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n")
+        if s.report:
+            from det_calib.report import write_report
+
+            write_report(stage, shown_dir=out)
+    return _output_files(out)
+
+
+def _f(x: float | None, spec: str = ".4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
+
+
+def ensemble_lines(result: RunResult) -> list[str]:
+    """The ensemble's own lines of the summary: members, fusion, side by side, the fusion table."""
+    rec: EnsembleRecord = result.ensemble
+    fz = rec.fusion
+    thr = min(result.settings.conf_thresholds)
+    lines = [f"ensemble of {len(rec.members)} members: {rec.source}",
+             f"fusion: weighted boxes fusion, IoU {fz.iou:g}, score {fz.score} ({RULE_WORDS[fz.score]}), {fz.order}"]
+    for i, m in enumerate(rec.members):
+        lines.append(f"  member {i}: {m.name} ({m.kind}; imgsz {m.imgsz}; heads "
+                     + ", ".join(f"{h}<-{v}" for h, v in m.heads.items()) + ")")
+    for h, eh in rec.heads.items():
+        lines.append(f"[{h}] side by side (eval split; mAP pycocotools; kept-set ECE at conf {thr:g} "
+                     "raw -> calibrated):")
+        for mf in [*eh.members, eh.ensemble]:
+            o0, o1 = mf.operating_before[0], mf.operating_after[0]
+            ci = "" if not o1.ece_ci else f" [{_f(o1.ece_ci[0])}, {_f(o1.ece_ci[1])}]"
+            lines.append(f"[{h}]   {mf.name:<36} mAP50-95 {_f(mf.map50_95)} mAP50 {_f(mf.map50)}  "
+                         f"ECE {_f(o0.ece)} -> {_f(o1.ece)}{ci} ({mf.method}; T = {_f(mf.temperature, '.3f')})")
+        total = sum(eh.agreement.values())
+        if total:
+            lines.append(f"[{h}] members present in the fused boxes kept at {thr:g}: " + ", ".join(
+                f"{k}: {v / total:.1%}" for k, v in sorted(eh.agreement.items())))
+        if eh.table:
+            lines.append(f"[{h}] fusion table (order, score rule: mAP50-95, kept ECE as fused -> calibrated):")
+            for r in eh.table:
+                lines.append(f"[{h}]   {r.order:<20} {r.score:<8} {_f(r.map50_95)}  {_f(r.kept_ece_fused)} -> "
+                             f"{_f(r.kept_ece_calibrated)} ({r.method})")
+    sec = rec.seconds_per_image
+    each = [f"{rec.members[i].name} {sec[f'member {i}']:.3f}" for i in range(len(rec.members)) if f"member {i}" in sec]
+    lines.append("cost per image (CPU seconds): capture of all members " + _f(sec.get("capture"), ".3f")
+                 + (f" ({', '.join(each)})" if each else "") + "; fusion " + _f(sec.get("fusion"), ".4f")
+                 + " (wall, per fused head)")
+    return lines
+
+
+def ensemble_summary(result: RunResult) -> str:
+    """``summary.txt`` of an ensemble run: ``calibrate``'s summary of the fused boxes, then the ensemble's lines."""
+    return "\n".join([summary_text(result), *ensemble_lines(result)])

@@ -1,0 +1,171 @@
+"""Deploying an ensemble run: load it, predict on new images, get the fused, calibrated boxes.
+
+Plain Ultralytics cannot load an ensemble as one checkpoint (``YOLO(...)`` loads one network;
+its fusion and the calibrator of the fused score live outside it), so det_calib does it:
+
+>>> from det_calib.ensemble import load_ensemble                        # doctest: +SKIP
+>>> ens = load_ensemble("det_calib_ensemble")                           # doctest: +SKIP
+>>> results = ens.predict(["img1.png", "img2.png"], conf=0.25)          # doctest: +SKIP
+>>> results[0].boxes.conf                                               # doctest: +SKIP
+
+:meth:`EnsembleModel.predict` returns Ultralytics ``Results`` (``boxes.xyxy``, ``boxes.conf`` the
+calibrated fused conf, ``boxes.cls``), :meth:`EnsembleModel.predict_json` the same as plain
+dicts. Each image is run through every member exactly as the run captured it, fused with the
+run's fusion settings and scored by the run's calibrator of the fused score, so on the run's own
+images the boxes are the run's ``boxes.parquet`` (``calibrated`` column; tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from det_calib.errors import InputError
+
+
+@dataclass
+class EnsembleModel:
+    """An ensemble run ready to predict: the members loaded, the fusion and calibrators of the run."""
+
+    run_dir: Path
+    result: Any
+    members: list[Any]
+    calibrators: dict[str, Any]
+    member_calibrators: dict[str, list[Any]]
+
+    @property
+    def heads(self) -> list[str]:
+        return list(self.result.heads)
+
+    @property
+    def names(self) -> dict[int, str]:
+        return dict(enumerate(self.result.class_names))
+
+    def _head(self, head: str | None) -> str:
+        h = head or self.heads[0]
+        if h not in self.heads:
+            raise InputError(f"Expected `head` to be one of {', '.join(self.heads)}, but got {h!r}")
+        return h
+
+    def fuse_image(self, im0: np.ndarray, *, head: str | None = None) -> dict[str, np.ndarray]:
+        """The fused boxes of one BGR image: ``xyxy``, ``conf`` (fused raw score), ``calibrated``,
+        ``cls``, ``members`` (members present), best calibrated first, at most ``max_det``."""
+        from det_calib.calibrators.base import deployed_conf
+        from det_calib.ensemble.ensemble_job import EPS
+        from det_calib.ensemble.fusion import weighted_boxes_fusion
+
+        h = self._head(head)
+        rec = self.result.ensemble
+        fz = rec.fusion
+        xy, sc, cl, mem = [], [], [], []
+        for i, (m, mr) in enumerate(zip(self.members, rec.members, strict=True)):
+            b, conf, c, z = m.predict(im0, 0)[mr.heads[h]]
+            if fz.order != "fuse-then-calibrate":
+                conf = deployed_conf(self.member_calibrators[h][i], z.astype(np.float64), c, conf.astype(np.float64))
+            xy.append(b)
+            sc.append(np.asarray(conf, np.float64))
+            cl.append(c)
+            mem.append(np.full(len(c), i))
+        f = weighted_boxes_fusion(np.concatenate(xy), np.concatenate(sc), np.concatenate(cl), groups=None,
+                                  members=np.concatenate(mem), n_members=len(self.members),
+                                  weights=np.asarray(fz.weights), iou_thr=fz.iou, skip_box_thr=fz.skip)
+        s = np.clip(f.scores(fz.score), EPS, 1 - EPS)
+        order = np.lexsort((f.boxes[:, 1], f.boxes[:, 0], f.label, -s))[: fz.max_det]
+        s, lab = s[order], f.label[order].astype(np.int64)
+        z = np.log(s) - np.log1p(-s)
+        cal = deployed_conf(self.calibrators[h], z, lab, s)
+        return {"xyxy": f.boxes[order], "conf": s, "calibrated": cal, "cls": lab,
+                "members": f.stats["members"][order].astype(np.int64)}
+
+    def predict(self, source: str | Path | Sequence[str | Path], *, head: str | None = None,
+                conf: float = 0.25) -> list[Any]:
+        """Ultralytics ``Results`` of each image: the fused boxes whose calibrated conf is above ``conf``.
+
+        Args:
+            source: An image path, a folder of images, or a list of paths.
+            head: The ensemble head (default the run's first).
+            conf: Keep boxes with calibrated conf above this (0: every fused box).
+        """
+        import torch
+        from ultralytics.engine.results import Results
+
+        out = []
+        for path, im0 in self._images(source):
+            f = self.fuse_image(im0, head=head)
+            keep = f["calibrated"] > conf
+            data = np.column_stack([f["xyxy"][keep], f["calibrated"][keep], f["cls"][keep]]).astype(np.float32)
+            out.append(Results(orig_img=im0, path=str(path), names=self.names, boxes=torch.from_numpy(data)))
+        return out
+
+    def predict_json(self, source: str | Path | Sequence[str | Path], *, head: str | None = None,
+                     conf: float = 0.25) -> list[dict[str, Any]]:
+        """The same boxes as :meth:`predict`, as plain dicts (``image``, ``boxes``: ``xyxy``, ``conf``
+        calibrated, ``raw`` fused score, ``cls``, ``name``, ``members``), in float64."""
+        out = []
+        for path, im0 in self._images(source):
+            f = self.fuse_image(im0, head=head)
+            keep = np.flatnonzero(f["calibrated"] > conf)
+            out.append({"image": str(path), "boxes": [
+                {"xyxy": [float(v) for v in f["xyxy"][i]], "conf": float(f["calibrated"][i]),
+                 "raw": float(f["conf"][i]), "cls": int(f["cls"][i]), "name": self.names[int(f["cls"][i])],
+                 "members": int(f["members"][i])} for i in keep]})
+        return out
+
+    def _images(self, source: str | Path | Sequence[str | Path]) -> Iterable[tuple[Path, np.ndarray]]:
+        import cv2
+        from ultralytics.utils.patches import imread
+
+        if isinstance(source, (str, Path)):
+            p = Path(source)
+            paths = sorted(q for q in p.rglob("*") if q.suffix.lower() in (".jpg", ".jpeg", ".png", ".bmp")) \
+                if p.is_dir() else [p]
+        else:
+            paths = [Path(q) for q in source]
+        if not paths:
+            raise InputError(f"no images in {source}")
+        for p in paths:
+            im0 = imread(str(p), cv2.IMREAD_COLOR)
+            if im0 is None:
+                raise InputError(f"cannot read image {p}")
+            yield p, im0
+
+
+def load_ensemble(run_dir: str | Path, *, device: str | None = None) -> EnsembleModel:
+    """Load an ensemble run folder (``det-calib ensemble --out RUN``) for prediction.
+
+    The members are opened from the paths the run recorded, each checked against its recorded
+    fingerprint; the fused score's calibrator and (for ``calibrate-then-fuse``) each member's are
+    the run's.
+
+    Raises:
+        InputError: Not an ensemble run, a member file missing or changed since the run.
+    """
+    from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
+    from det_calib.record.run_result import RunResult, calibrator_of
+
+    run_dir = Path(run_dir)
+    result = RunResult.read(run_dir / "calibration.json")
+    rec = result.ensemble
+    if rec is None:
+        raise InputError(f"{run_dir} is not an ensemble run (its calibration.json has no `ensemble`)")
+    st = result.settings
+    members = []
+    for mr in rec.members:
+        spec = MemberSpec(Path(mr.path), mr.kind, mr.flip, 1.0, mr.head)  # imgsz as recorded (scale applied)
+        loader = MEMBER_LOADERS.get(spec.path.suffix)
+        if loader is None:
+            raise InputError(f"member {mr.path}: no loader for `{spec.path.suffix}` files")
+        heads = sorted(set(mr.heads.values()), key=["nms", "e2e"].index)
+        m = loader(spec, heads, conf=st.conf_floor, iou=st.nms_iou, max_det=st.max_det,
+                   imgsz=max(mr.imgsz) if mr.imgsz else None, device=device, workers=1)
+        if m.fingerprint != mr.fingerprint:
+            raise InputError(f"member {mr.path} changed since the run ({m.fingerprint[:15]}..., the run captured "
+                             f"{mr.fingerprint[:15]}...)")
+        members.append(m)
+    cals = {h: calibrator_of(result.head(h).calibrator) for h in result.heads}
+    member_cals = {h: [calibrator_of(c) for c in rec.heads[h].member_calibrators] for h in result.heads}
+    return EnsembleModel(run_dir, result, members, cals, member_cals)

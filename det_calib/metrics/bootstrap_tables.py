@@ -1,0 +1,103 @@
+"""Bootstrap replicates of per-class binned errors from pooled (image, cell) tables.
+
+An image bootstrap replicate weighs every box by its image's draw count, so a binned statistic's
+sums in a replicate are the draw counts times each (image, cell) pair's sums of the boxes in
+it. :func:`laece_tables` pools the boxes into those pairs once (an image's boxes of one class and
+bin: a COCO-shaped split has 0.4 pairs per box) into one sparse matrix of (cell x image) sums,
+so that a block of replicates' sums are one sparse matrix product with their draw counts
+(torch's CSR product on one thread), instead of three weighted bin counts over every box per
+replicate: about 20 times faster on a COCO-shaped split. The numbers equal those of
+:func:`det_calib.metrics.calibration.laece` with the draw counts as weights up to float summation order
+(``tests/test_metrics.py`` checks the intervals against the per-box path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+__all__ = ["laece_tables"]
+
+def laece_tables(img: np.ndarray, n_img: int, c: np.ndarray, t: np.ndarray, k: np.ndarray,
+                 bins: np.ndarray, n_bins: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The replicate function of LaECE: ``(r, n_img)`` draw counts -> ``(r,)`` values.
+
+    Args:
+        img: (n,) image index of each box in ``range(n_img)``.
+        c, t: (n,) confidence and IoU target of each box.
+        k: (n,) class ids.
+        bins: (n,) bin of each box's confidence in ``range(n_bins)``.
+    """
+    if c.size == 0:
+        return lambda mult: np.full(mult.shape[0], np.nan)
+    _, cls_idx = np.unique(k, return_inverse=True)
+    n_cells = (int(cls_idx.max()) + 1) * n_bins
+    cell = cls_idx.ravel().astype(np.int64) * n_bins + bins
+    pair, inv = np.unique(img.astype(np.int64) * n_cells + cell, return_inverse=True)
+    inv = inv.ravel()
+    cnt = np.bincount(inv).astype(np.float64)
+    s_c = np.bincount(inv, weights=c)
+    s_t = np.bincount(inv, weights=t)
+    p_img, p_cell = pair // n_cells, pair % n_cells
+    cells, row = np.unique(p_cell, return_inverse=True)  # the cells with boxes, in (class, bin) order
+    n_rows = len(cells)
+    cls_starts = np.flatnonzero(np.r_[True, cells[1:] // n_bins != cells[:-1] // n_bins])
+    table = _csr(np.concatenate([row, row + n_rows, row + 2 * n_rows]), np.tile(p_img, 3),
+                 np.concatenate([cnt, s_c, s_t]), (3 * n_rows, n_img))
+
+    def batch(mult: np.ndarray) -> np.ndarray:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a sparse product of this size gains nothing from a second thread
+        try:
+            sums = (table @ torch.from_numpy(np.ascontiguousarray(mult.T, dtype=np.float64))).numpy()
+        finally:
+            torch.set_num_threads(threads)
+        count, s_conf, s_tgt = sums[:n_rows], sums[n_rows:2 * n_rows], sums[2 * n_rows:]
+        n_c = np.add.reduceat(count, cls_starts, axis=0)
+        g_c = np.add.reduceat(np.abs(s_tgt - s_conf), cls_starts, axis=0)
+        present = n_c > 0  # a class whose boxes all weigh 0 (none drawn) is not averaged in
+        per = np.divide(g_c, n_c, out=np.zeros_like(g_c), where=present)
+        return np.array([per[m, j].mean() if m.any() else np.nan for j, m in enumerate(present.T)])
+
+    return batch
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]):
+    """A torch CSR float64 matrix of the (row, col, value) entries (no two share a position)."""
+    import warnings
+
+    import torch
+
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    crow = np.zeros(shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols.astype(np.int64)),
+                                       torch.from_numpy(vals.astype(np.float64)), size=shape)
+
+
+# the draw counts of the last seeded replicates, kept when they fit in this many bytes
+_CACHE_BYTES = 64 << 20
+_cache: dict[tuple, list[np.ndarray]] = {}
+
+
+def seeded_multiplicities(seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int) -> Iterable[np.ndarray]:
+    """The draw-count blocks of ``draw(np.random.default_rng(seed), n_img, n_boot)``
+    (:func:`det_calib.metrics.calibration._multiplicities`, whose blocks ``chunk`` sizes), the last
+    ones kept: a run bootstraps the same images with the same seed several times in a row (raw and
+    calibrated scores, ECE and LaECE), and the draws depend on nothing else, so they are drawn once."""
+    key = (int(seed), int(n_img), int(n_boot), int(chunk), draw)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    if n_img * n_boot * 8 > _CACHE_BYTES:
+        return draw(np.random.default_rng(seed), n_img, n_boot)
+    blocks = list(draw(np.random.default_rng(seed), n_img, n_boot))
+    _cache.clear()
+    _cache[key] = blocks
+    return blocks

@@ -1,0 +1,208 @@
+"""det_calib's COCO mAP engine (det_calib/coco_map.py) against pycocotools, the reference.
+
+COCOeval's whole ``precision`` and ``recall`` arrays (every IoU threshold, recall point, class,
+area range and maxDets entry) must agree to 1e-9 (in practice they are equal) on planted sets
+(crowd boxes, score and IoU ties, empty images, maxDets below a group's detections, boxes in
+every area range), on a COCO-shaped synthetic set, on the fixture split and on the demo test
+split captured with the demo detector; and the run records which engine scored it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from det_calib.evaluation.coco_map import AREA_RANGES, coco_eval, map_figures
+from det_calib.evaluation.map_check import coco_maps
+
+TOL = 1e-9
+
+
+def pycocotools_eval(d_img, d_xywh, d_score, d_cls, g_img, g_xywh, g_cls, g_crowd, *, n_img, cats, max_dets,
+                     g_area=None):
+    """COCOeval (bbox) evaluate + accumulate on the same arrays: its precision and recall."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    anns = [{"id": k + 1, "image_id": int(g_img[k]), "category_id": int(g_cls[k]),
+             "bbox": [float(v) for v in g_xywh[k]],
+             "area": float(g_xywh[k, 2] * g_xywh[k, 3] if g_area is None else g_area[k]),
+             "iscrowd": int(g_crowd[k])} for k in range(len(g_img))]
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = {"images": [{"id": i} for i in range(n_img)], "annotations": anns,
+                        "categories": [{"id": int(c)} for c in cats]}
+        coco.createIndex()
+        res = coco.loadRes(np.column_stack([d_img, d_xywh, d_score, d_cls]).astype(np.float64))
+        ev = COCOeval(coco, res, "bbox")
+        ev.params.maxDets = list(max_dets)
+        ev.evaluate()
+        ev.accumulate()
+    return ev.eval["precision"], ev.eval["recall"]
+
+
+def planted(seed: int, *, n_img: int = 30, n_cls: int = 4, grid: bool = True):
+    """Detections near ground truth (some exact copies: IoU 1, ties), others anywhere; crowd
+    ground truth; scores on a 0.1 grid (many ties); some images with no detections or no ground
+    truth; box areas across COCO's small, medium and large ranges."""
+    rng = np.random.default_rng(seed)
+    g_img = np.repeat(np.arange(n_img), rng.integers(0, 6, n_img))
+    g_cls = rng.integers(0, n_cls, len(g_img))
+    g = np.column_stack([rng.uniform(0, 300, (len(g_img), 2)), rng.uniform(5, 150, (len(g_img), 2))])
+    if grid:
+        g = np.round(g)
+    g_crowd = rng.uniform(size=len(g_img)) < 0.15
+    nd = rng.integers(0, 25, n_img)
+    nd[rng.integers(0, n_img, 3)] = 0
+    d_img = np.repeat(np.arange(n_img), nd)
+    d_cls = rng.integers(0, n_cls, len(d_img))
+    d = np.column_stack([rng.uniform(0, 300, (len(d_img), 2)), rng.uniform(5, 150, (len(d_img), 2))])
+    for i in range(len(d_img)):
+        cand = np.flatnonzero(g_img == d_img[i])
+        if len(cand) and rng.uniform() < 0.7:
+            j = rng.choice(cand)
+            d[i] = g[j] if rng.uniform() < 0.2 else g[j] + rng.normal(0, 6, 4)
+            if rng.uniform() < 0.8:
+                d_cls[i] = g_cls[j]
+    d[:, 2:] = np.abs(d[:, 2:]) + 0.5
+    if grid:
+        d = np.round(d * 2) / 2
+    score = np.round(rng.uniform(size=len(d_img)), 1)
+    return (d_img, d, score, d_cls, g_img, g, g_cls, g_crowd), n_img, np.arange(n_cls)
+
+
+def assert_parity(arrays, n_img, cats, max_dets, area_ranges=AREA_RANGES):
+    p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=max_dets)
+    ours = coco_eval(*arrays, categories=cats, max_dets=max_dets, area_ranges=area_ranges)
+    assert ours.precision.shape == p_ref.shape and ours.recall.shape == r_ref.shape
+    assert np.abs(ours.precision - p_ref).max() <= TOL
+    assert np.abs(ours.recall - r_ref).max() <= TOL
+    return ours, p_ref
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_planted_sets_equal_pycocotools(seed):
+    arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
+    max_dets = (1, 10, 100) if seed % 3 else (2, 5)
+    ours, ref = assert_parity(arrays, n_img, cats, max_dets)
+    # the planted sets exercise what they claim: crowd ground truth and score ties, every area
+    # range holding boxes, undefined (-1) entries and maxDets cutting some group short
+    assert arrays[7].any() and len(np.unique(arrays[2])) < len(arrays[2])
+    assert (ref[..., -1] > -1).any(axis=(0, 1, 2)).all()
+    assert not np.array_equal(ours.precision[..., 0], ours.precision[..., -1])
+
+
+def test_known_answers():
+    """One object, two detections on it: the better-scored one first gives AP 1; a misplaced box
+    scored above it halves the precision at full recall (AP 0.5 by COCO's 101-point rule); a
+    crowd box absorbs a detection without a false positive; maxDets=1 drops the second box."""
+    g = np.array([[10.0, 10.0, 20.0, 20.0]])
+    hit, miss = [10.0, 10.0, 20.0, 20.0], [100.0, 100.0, 20.0, 20.0]
+    one = dict(categories=[0], max_dets=(1, 100), area_ranges=AREA_RANGES[:1])
+    e = coco_eval([0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
+    assert map_figures(e) == pytest.approx({"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12)
+    e = coco_eval([0, 0], [miss, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
+    assert map_figures(e)["map50"] == pytest.approx(0.5, abs=1e-12)
+    assert map_figures(e, max_det=0)["map50"] == 0.0  # maxDets=1: only the misplaced box
+    crowd = np.array([[10.0, 10.0, 20.0, 20.0], [90.0, 90.0, 50.0, 50.0]])
+    e = coco_eval([0, 0], [hit, miss], [0.8, 0.9], [0, 0], [0, 0], crowd, [0, 0], [False, True], **one)
+    # the box inside the crowd region is ignored, not wrong
+    assert map_figures(e)["map50"] == pytest.approx(1.0, abs=1e-12)
+    none = coco_eval([0], [hit], [0.5], [1], [0], g, [0], categories=[0, 1], max_dets=(100,),
+                     area_ranges=AREA_RANGES[:1])
+    assert none.precision[0, 0, :, 0, 0].tolist() == [0.0, -1.0]  # a class without ground truth: -1
+
+
+def test_coco_shaped_set_equals_pycocotools(tmp_path):
+    """Eighty classes, hundreds of boxes per image, both heads: the precision arrays agree."""
+    from det_calib.capture.parts import read_parts
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.demo.coco_shaped import write_coco_shaped
+
+    s = write_coco_shaped(tmp_path / "set", 40, seed=3)
+    sp = load_split(load_data_yaml(s.data), "test")
+    boxes = read_parts(s.parts / "test")
+    g = sp.gt
+    g_xywh = np.column_stack([g["x1"], g["y1"], g["x2"] - g["x1"], g["y2"] - g["y1"]])
+    for head in ("nms", "e2e"):
+        b = boxes.filter(pl.col("head") == head)
+        d_xywh = np.column_stack([b["x1"], b["y1"], b["x2"] - b["x1"], b["y2"] - b["y1"]])
+        arrays = (b["image_id"].to_numpy(), d_xywh, b["conf"].to_numpy(), b["cls"].to_numpy(),
+                  g["image_id"].to_numpy(), g_xywh, g["cls"].to_numpy(), g["crowd"].to_numpy())
+        cats = np.unique(np.concatenate([arrays[3], arrays[6]]))
+        assert_parity(arrays, len(sp.images), cats, (1, 10, 100))
+        assert_parity(arrays, len(sp.images), cats, (300,), AREA_RANGES)
+
+
+def _both_engines(boxes, sp, scores):
+    a = coco_maps(boxes, sp.gt, sp.sizes, scores, engine="pycocotools")
+    b = coco_maps(boxes, sp.gt, sp.sizes, scores, engine="det_calib")
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert abs(ra[k] - rb[k]) <= TOL, (k, ra[k], rb[k])
+    return a
+
+
+@pytest.fixture(scope="module")
+def fixture_boxes(demo_model_path, fixture_yaml):
+    from det_calib.capture import capture
+    from det_calib.data import load_data_yaml, load_split
+
+    sp = load_split(load_data_yaml(fixture_yaml), "fixture")
+    return sp, capture(str(demo_model_path), sp.images, heads=("nms", "e2e"), imgsz=320, progress=False)
+
+
+def test_fixture_split_equals_pycocotools(fixture_boxes):
+    """The fixture split through the demo detector, both heads, raw and rescored (a temperature,
+    a map that changes the ranking), with an inverted box and a crowd annotation planted."""
+    sp, boxes = fixture_boxes
+    gt = sp.gt.with_columns(pl.Series("crowd", np.arange(sp.gt.height) % 7 == 3))
+    sp_crowd = type(sp)(name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=[], root=sp.root)
+    rng = np.random.default_rng(0)
+    for head in ("nms", "e2e"):
+        b = boxes.filter(pl.col("head") == head)
+        b = b.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.col("x1") + 50).otherwise(pl.col("x2"))
+                           .alias("x2"))
+        z = b["logit"].to_numpy()
+        scores = [b["conf"].to_numpy(), 1 / (1 + np.exp(-z / 1.3)), rng.permutation(b["conf"].to_numpy())]
+        for split in (sp, sp_crowd):
+            got = _both_engines(b, split, scores)
+            assert got[0]["map50"] > 0.3 and got[2] != got[0]
+
+
+@pytest.mark.slow
+def test_demo_test_split_equals_pycocotools(demo_model_path):
+    """The demo detector's boxes on the demo test split (both heads, the capture a run makes)."""
+    from det_calib.capture import capture
+    from det_calib.data import load_data_yaml, load_split
+    from det_calib.demo import demo_data_yaml
+
+    sp = load_split(load_data_yaml(demo_data_yaml()), "test")
+    boxes = capture(str(demo_model_path), sp.images, heads=("nms", "e2e"), progress=False)
+    for head in ("nms", "e2e"):
+        b = boxes.filter(pl.col("head") == head)
+        got = _both_engines(b, sp, [b["conf"].to_numpy(), 1 / (1 + np.exp(-b["logit"].to_numpy() / 0.9))])
+        assert got[0]["map50_95"] > 0.3
+
+
+def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):
+    """calibration.json names the engine; ``map_engine="pycocotools"`` gives the same figures."""
+    from det_calib.run import calibrate
+
+    runs = {e: calibrate(demo_model_path, fixture_yaml, out=tmp_path / e, n_boot=20, progress=False,
+                         method="temperature", run_val=False, report=False, map_engine=e)
+            for e in ("det_calib", "pycocotools")}
+    docs = {e: json.loads((r.out_dir / "calibration.json").read_text()) for e, r in runs.items()}
+    for head in docs["det_calib"]["heads"]:
+        ours, ref = docs["det_calib"]["eval"][head], docs["pycocotools"]["eval"][head]
+        assert (ours["map_engine"], ref["map_engine"]) == ("det_calib", "pycocotools")
+        for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after"):
+            assert abs(ours[k] - ref[k]) <= TOL
+        assert ours["map_identical"] and ref["map_identical"]
+    assert "det_calib" in (runs["det_calib"].out_dir / "summary.txt").read_text()

@@ -1,0 +1,333 @@
+"""det-calib ensemble: members, capture, the run folder, reuse, deployment, bad input, the classifier form."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from det_calib.cli import main
+from det_calib.ensemble.members import MemberSpec, head_plan, member_specs, parse_view, snapshot_paths
+from det_calib.errors import InputError
+
+
+# ----------------------------------------------------------------------------- members
+def noisy_checkpoint(src: Path, out: Path, *, seed: int, scale: float = 0.03) -> Path:
+    """The demo checkpoint with seeded multiplicative weight noise: a genuinely different member,
+    saved as a valid Ultralytics checkpoint."""
+    ckpt = torch.load(src, map_location="cpu", weights_only=False)
+    model = ckpt["model"].float()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1:
+                p.mul_(1 + scale * torch.randn(p.shape, generator=g))
+    ckpt["model"] = model.half()
+    ckpt.pop("ema", None)
+    torch.save(ckpt, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def noisy(demo_model_path, tmp_path_factory) -> Path:
+    return noisy_checkpoint(demo_model_path, tmp_path_factory.mktemp("members") / "noisy1.pt", seed=1)
+
+
+@pytest.fixture(scope="module")
+def legacy(tmp_path_factory) -> Path:
+    """A YOLOv8n (NMS head only) built from its yaml with the demo's class names."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    from det_calib.demo import CLASS_NAMES
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolov8n.yaml", nc=len(CLASS_NAMES), verbose=False)
+    model.names = dict(enumerate(CLASS_NAMES))
+    path = tmp_path_factory.mktemp("legacy") / "yolov8n_shapes.pt"
+    torch.save({"model": model.float().eval(), "train_args": {"imgsz": 320, "task": "detect"}}, path)
+    return path
+
+
+def test_views_specs_and_snapshots(tmp_path):
+    assert parse_view("orig") == (False, 1.0) and parse_view("flip+scale:1.5") == (True, 1.5)
+    with pytest.raises(InputError, match="view"):
+        parse_view("rotate")
+    with pytest.raises(InputError, match="scale"):
+        parse_view("scale:9")
+    specs = member_specs(["a.pt"], views=["orig", "flip", "scale:1.2"])
+    assert [(m.kind, m.flip, m.scale, m.name) for m in specs] == [
+        ("view", False, 1.0, "a.pt"), ("view", True, 1.0, "a.pt [flip]"), ("view", False, 1.2, "a.pt [scale:1.2]")]
+    assert [m.head for m in member_specs(["a.pt:e2e", "b.pt"])] == ["e2e", None]
+    with pytest.raises(InputError, match="at least two members"):
+        member_specs(["a.pt"])
+    with pytest.raises(InputError, match="twice"):
+        member_specs(["a.pt", "a.pt"])
+    w = tmp_path / "run" / "weights"
+    w.mkdir(parents=True)
+    for n in ("epoch10.pt", "epoch2.pt", "last.pt", "best.pt"):
+        (w / n).write_bytes(b"x")
+    assert [p.name for p in snapshot_paths(tmp_path / "run")] == ["epoch2.pt", "epoch10.pt", "last.pt"]
+    assert {m.kind for m in member_specs([], snapshots=[w])} == {"snapshot"}
+
+
+def test_head_plan_mixes_architectures_and_heads():
+    a, b = MemberSpec(Path("y26.pt")), MemberSpec(Path("v8.pt"))
+    both, nms = ["nms", "e2e"], ["nms"]
+    assert head_plan([a, MemberSpec(Path("y26b.pt"))], [both, both], "auto") == {"nms": ["nms", "nms"],
+                                                                                  "e2e": ["e2e", "e2e"]}
+    assert head_plan([a, b], [both, nms], "auto") == {"nms": ["nms", "nms"]}
+    # a YOLO26 that runs only its one-to-one head beside a YOLOv8 with only its NMS head
+    assert head_plan([MemberSpec(Path("y26.pt"), head="e2e"), b], [both, nms], "auto") == {"nms": ["e2e", "nms"]}
+    assert head_plan([MemberSpec(Path("y26.pt"), head="e2e"), b], [["e2e"], nms], "auto") == {"nms": ["e2e", "nms"]}
+    with pytest.raises(InputError, match="no `e2e` head"):
+        head_plan([a, b], [both, nms], "e2e")
+
+
+def test_members_capture_equals_their_own_capture(demo_model_path, fixture_images, tmp_path):
+    """Each member, run in the one shared pass, gives exactly its own capture: the original, and
+    the flip view equals the capture of the flipped images with the boxes flipped back."""
+    import cv2
+
+    from det_calib.capture.predictor import capture
+    from det_calib.ensemble.members import capture_members, open_torch_member
+
+    images = [str(p) for p in fixture_images[:3]]
+    kw = dict(conf=0.001, iou=0.7, max_det=300, imgsz=None, device="cpu", workers=2)
+    specs = [MemberSpec(demo_model_path, "view"), MemberSpec(demo_model_path, "view", flip=True)]
+    members = [open_torch_member(sp, ["nms", "e2e"], **kw) for sp in specs]
+    tables = capture_members(members, images, [["nms", "e2e"]] * 2, split="s", image_names=images, progress=False,
+                             workers=2)
+    own = capture(demo_model_path, images, heads="auto", split="s", progress=False, workers=1)
+    assert tables[0].equals(own.select(tables[0].columns))
+    flipped = []
+    for p in images:
+        q = tmp_path / (Path(p).stem + ".png")
+        cv2.imwrite(str(q), cv2.imread(p)[:, ::-1])
+        flipped.append(str(q))
+    f = capture(demo_model_path, flipped, heads="auto", split="s", progress=False, workers=1)
+    w = f["img_w"].to_numpy()
+    back = f.with_columns(pl.Series("x1", w - f["x2"].to_numpy()), pl.Series("x2", w - f["x1"].to_numpy()))
+    got = tables[1]
+    assert got.height == back.height
+    for c in ("y1", "y2", "conf", "logit", "cls", "image_id"):
+        assert (got[c].to_numpy() == back[c].to_numpy()).all(), c
+    np.testing.assert_allclose(got["x1"].to_numpy(), back["x1"].to_numpy(), atol=1e-9)
+    assert tables[0].height != got.height or not np.allclose(tables[0]["x1"].to_numpy(), got["x1"].to_numpy())
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("case", ["one model", "missing file", "other class names", "bad view", "weights"])
+def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path, capsys):
+    m = str(demo_model_path)
+    args = {
+        "one model": ["--model", m],
+        "missing file": ["--model", m, "--model", str(tmp_path / "nope.pt")],
+        "other class names": ["--model", m, "--model", "yolov8n.yaml"],
+        "bad view": ["--model", m, "--view", "spin"],
+        "weights": ["--model", m, "--model", m + ":e2e", "--weight", "1"],
+    }[case]
+    code = main(["ensemble", *args, "--data", str(fixture_yaml), "--out", str(tmp_path / "o"), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("det-calib: error: "), err
+    want = {"one model": "at least two members", "missing file": "not found", "other class names": "class names",
+            "bad view": "`--view`", "weights": "one `--weight` per member"}[case]
+    assert want in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- a run
+@pytest.fixture(scope="module")
+def run(demo_model_path, noisy, fixture_yaml, tmp_path_factory):
+    from det_calib.ensemble import ensemble
+
+    out = tmp_path_factory.mktemp("ens") / "run"
+    return ensemble([demo_model_path, noisy], fixture_yaml, out=out, head="nms", n_boot=50, progress=False,
+                    run_val=False)
+
+
+def test_run_folder_contract(run, demo_model_path, noisy):
+    from det_calib.capture.parts import model_fingerprint
+    from det_calib.record.run_result import RunResult
+
+    out = run.out_dir
+    assert {"calibration.json", "boxes.parquet", "members.parquet", "report.html", "summary.txt"} <= {
+        p.name for p in out.iterdir()}
+    r = RunResult.read(out / "calibration.json")
+    rec = r.ensemble
+    assert [m.fingerprint for m in rec.members] == [model_fingerprint(demo_model_path), model_fingerprint(noisy)]
+    assert rec.fusion.score == "agree" and rec.fusion.order == "fuse-then-calibrate" and rec.fusion.iou == 0.55
+    eh = rec.heads["nms"]
+    assert [(t.order, t.score) for t in eh.table] == [(o, s) for o in ("fuse-then-calibrate", "calibrate-then-fuse")
+                                                      for s in ("avg", "present", "max", "agree", "absent")]
+    assert r.head("nms").temperature_fit is not None and r.head("nms").eval.map_identical
+    b = pl.read_parquet(out / "boxes.parquet")
+    conf = b["conf"].to_numpy()
+    np.testing.assert_allclose(b["logit"].to_numpy(), np.log(conf / (1 - conf)), atol=1e-9)
+    assert set(b["members"].unique().to_list()) <= {1, 2} and b["calibrated"].is_not_null().all()
+    assert b.group_by("split", "image_id").len()["len"].max() <= 300
+    # the two members differ: their mAPs and boxes are not the same
+    assert eh.members[0].map50_95 != eh.members[1].map50_95
+    assert json.loads((out / "calibration.json").read_text())["ensemble"]["members"][1]["path"] == str(noisy.resolve())
+    html = (out / "report.html").read_text()
+    assert "ensemble-fusion" in html and "ensemble-members" in html and "of each member and of the ensemble" in html
+
+
+def test_fused_boxes_are_ensemble_boxes_wbf(run):
+    """The run's fused boxes (rule agree) equal ensemble-boxes' WBF (conf_type box_and_model_avg)
+    of the members' raw boxes (normalised by the image size), image by image."""
+    eb = pytest.importorskip("ensemble_boxes")
+    out = run.out_dir
+    mem = pl.read_parquet(out / "members.parquet")
+    fused = pl.read_parquet(out / "boxes.parquet")
+    n = 0
+    for (split, img), part in fused.group_by("split", "image_id"):
+        w, h = part["img_w"][0], part["img_h"][0]
+        scale = np.array([w, h, w, h], float)
+        ms = [mem.filter((pl.col("member") == i) & (pl.col("split") == split) & (pl.col("image_id") == img))
+              for i in range(2)]
+        rb, rs, rl = eb.weighted_boxes_fusion([m.select("x1", "y1", "x2", "y2").to_numpy() / scale for m in ms],
+                                              [m["conf"].to_numpy() for m in ms], [m["cls"].to_numpy() for m in ms],
+                                              iou_thr=0.55, conf_type="box_and_model_avg")
+        o = np.lexsort((rb[:, 0], -rs))[:300]
+        got = part.sort(["conf", "x1"], descending=[True, False])
+        np.testing.assert_allclose(got["conf"].to_numpy(), rs[o], atol=1e-6)
+        np.testing.assert_allclose(got.select("x1", "y1", "x2", "y2").to_numpy() / scale, rb[o], atol=1e-6)
+        n += len(o)
+    assert n > 100
+
+
+def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixture_yaml, tmp_path, capsys):
+    out = run.out_dir
+    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert main(["compare", str(out), f"{out}:nms", "--labels", "a", "b", "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["thresholds", str(out), "--head", "nms", "--target-precision", "0.5", "--n-boot", "20"]) == 0
+    assert (out / "thresholds.json").is_file()
+    again = tmp_path / "again"
+    code = main(["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml),
+                 "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--out", str(again), "-q"])
+    assert code == 0
+    a, b = (pl.read_parquet(d / "boxes.parquet").drop("calibrated") for d in (out, again))
+    assert a.equals(b)
+    code = main(["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml),
+                 "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--fusion-score", "max",
+                 "--fusion-order", "calibrate-then-fuse", "--no-fusion-table", "--no-report",
+                 "--out", str(tmp_path / "max"), "-q"])
+    assert code == 0
+    mx = pl.read_parquet(tmp_path / "max" / "boxes.parquet")
+    assert not np.allclose(np.sort(mx["conf"].to_numpy()), np.sort(a["conf"].to_numpy()))
+    from det_calib.record.run_result import RunResult
+
+    assert RunResult.read(tmp_path / "max" / "calibration.json").ensemble.fusion.order == "calibrate-then-fuse"
+    _assert_deployment_equals_run(tmp_path / "max", fixture_yaml)
+    capsys.readouterr()
+    # other members than the run's, and calibrate --boxes with one detector, are refused
+    code = main(["ensemble", "--model", str(noisy), "--model", str(demo_model_path), "--data", str(fixture_yaml),
+                 "--boxes", str(out), "--out", str(tmp_path / "x"), "-q"])
+    assert code == 2 and "other members" in capsys.readouterr().err
+    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--boxes", str(out),
+                 "--out", str(tmp_path / "y"), "-q"])
+    assert code == 2 and "another model" in capsys.readouterr().err
+
+
+def test_deployment_api_equals_the_runs_boxes(run, fixture_yaml):
+    """load_ensemble(...).predict on the run's own eval images gives the run's fused, calibrated
+    boxes: JSON exactly, Ultralytics Results in float32 (calibrate-then-fuse: in the reuse test)."""
+    _assert_deployment_equals_run(run.out_dir, fixture_yaml)
+
+
+def _assert_deployment_equals_run(out: Path, fixture_yaml: Path) -> None:
+    from det_calib.ensemble import load_ensemble
+    from det_calib.record.run_result import RunResult
+
+    ens = load_ensemble(out)
+    b = pl.read_parquet(out / "boxes.parquet")
+    ev = b.filter(pl.col("split") == RunResult.read(out / "calibration.json").settings.eval_split)
+    root = fixture_yaml.parent / "images" / "fixture"
+    names = sorted(ev["image"].unique().to_list())
+    docs = ens.predict_json([root / n for n in names], conf=0.0)
+    results = ens.predict([root / n for n in names], conf=0.25)
+    for name, doc, res in zip(names, docs, results, strict=True):
+        want = ev.filter(pl.col("image") == name).sort(["calibrated", "cls", "x1"], descending=[True, False, False])
+        got = sorted(doc["boxes"], key=lambda x: (-x["conf"], x["cls"], x["xyxy"][0]))
+        assert len(got) == want.height
+        np.testing.assert_array_equal([x["conf"] for x in got], want["calibrated"].to_numpy())
+        np.testing.assert_array_equal([x["xyxy"] for x in got], want.select("x1", "y1", "x2", "y2").to_numpy())
+        assert [x["cls"] for x in got] == want["cls"].to_list()
+        kept = want.filter(pl.col("calibrated") > 0.25)
+        assert len(res.boxes) == kept.height
+        np.testing.assert_allclose(np.sort(res.boxes.conf.numpy()), np.sort(kept["calibrated"].to_numpy()),
+                                   rtol=1e-6)
+        assert res.names[0] == "circle"
+
+
+def test_mixed_architecture_members_capture(demo_model_path, legacy, fixture_images):
+    """A YOLOv8 (NMS head only) beside the YOLO26: `auto` fuses the head both have, each member
+    runs it; a YOLO26 restricted to its one-to-one head joins the YOLOv8 in one fused head."""
+    from det_calib.ensemble.members import capture_members, member_heads, open_torch_member
+
+    specs = [MemberSpec(demo_model_path, head="e2e"), MemberSpec(legacy)]
+    plan = head_plan(specs, [member_heads(s) for s in specs], "auto")
+    assert plan == {"nms": ["e2e", "nms"]}
+    kw = dict(conf=0.001, iou=0.7, max_det=300, imgsz=None, device="cpu", workers=1)
+    members = [open_torch_member(s, [plan["nms"][i]], **kw) for i, s in enumerate(specs)]
+    tabs = capture_members(members, [str(p) for p in fixture_images[:2]], [["e2e"], ["nms"]], split="s",
+                           image_names=["a", "b"], progress=False)
+    assert tabs[0]["head"].unique().to_list() == ["e2e"] and tabs[1]["head"].unique().to_list() == ["nms"]
+
+
+def test_demo_switches_to_seed_members_when_shipped(demo_model_path, noisy, tmp_path, monkeypatch):
+    """With seed members beside the shipped model (DET_CALIB_HOME: a copy of the layout), the
+    no-argument ensemble uses them instead of the test-time views, and says so."""
+    from det_calib.ensemble.members import demo_members
+
+    shapes = tmp_path / "datasets" / "shapes"
+    shapes.mkdir(parents=True)
+    (shapes / demo_model_path.name).symlink_to(demo_model_path)
+    for k in (1, 2):
+        (shapes / f"yolo26n_shapes_seed{k}.pt").symlink_to(noisy)
+    monkeypatch.setenv("DET_CALIB_HOME", str(tmp_path))
+    specs, source = demo_members()
+    assert [m.path.name for m in specs] == ["yolo26n_shapes.pt", "yolo26n_shapes_seed1.pt", "yolo26n_shapes_seed2.pt"]
+    assert {m.kind for m in specs} == {"checkpoint"} and "2 seed member(s)" in source
+
+
+def test_demo_members_say_what_they_are():
+    from det_calib.ensemble.members import DEMO_VIEWS, demo_members
+
+    specs, source = demo_members()
+    seeds = sorted(specs[0].path.parent.glob("yolo26n_shapes_seed*.pt"))
+    if seeds:
+        assert len(specs) == 1 + len(seeds) and "seed member" in source
+    else:
+        assert [m.view for m in specs] == list(DEMO_VIEWS) and "test-time views" in source
+
+
+# ----------------------------------------------------------------------------- classifier form
+def test_classifier_form_known_answer():
+    """Members that are all softmax(2 z) of labels drawn from softmax(z): the average is
+    softmax(2 z), and one temperature by NLL undoes the factor 2 (T ~ 2); the ECE grid lands near it."""
+    from det_calib.ensemble import ensemble_temperature
+
+    rng = np.random.default_rng(0)
+    n, k = 20000, 5
+    z = rng.normal(0, 1.5, (n, k))
+    p_true = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    y = (rng.random(n)[:, None] > np.cumsum(p_true, 1)).sum(1)
+    sharp = np.exp(2 * z) / np.exp(2 * z).sum(1, keepdims=True)
+    res = ensemble_temperature([sharp, sharp, sharp], y)
+    assert abs(res.temperature - 2.0) < 0.1
+    assert res.nll_after < res.nll_before and res.ece_after < res.ece_before
+    np.testing.assert_allclose(res.probs, p_true, atol=0.03)
+    by_ece = ensemble_temperature([sharp, sharp], y, by="ece")
+    assert abs(by_ece.temperature - 2.0) < 0.25
+    # averaging is the members' mean, exactly
+    a = np.array([[0.9, 0.1], [0.2, 0.8]])
+    b = np.array([[0.5, 0.5], [0.6, 0.4]])
+    np.testing.assert_allclose(ensemble_temperature([a, b], np.array([0, 1]), by="ece",
+                                                    grid=(1.0,)).mean_probs, [[0.7, 0.3], [0.4, 0.6]])
+    with pytest.raises(InputError, match="probability distribution"):
+        ensemble_temperature([a * 2, b], np.array([0, 1]))
