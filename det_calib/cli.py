@@ -149,7 +149,8 @@ def _calibrate_parser(sub: Any) -> None:
         help="capture logits, fit a calibrator, verify mAP, report, write a calibrated checkpoint",
         description="With no arguments: runs on the embedded demo detector and dataset.",
     )
-    c.add_argument("--model", type=Path, help="detector checkpoint .pt (default: the demo detector)")
+    c.add_argument("--model", type=Path, help="detector checkpoint .pt, or an export Ultralytics runs (.onnx, "
+                   "*_openvino_model/) (default: the demo detector)")
     c.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset, rendered on first use)")
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
@@ -163,7 +164,8 @@ def _capture_parser(sub: Any) -> None:
     k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
                                    "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.")
-    k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
+    k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or an export (.onnx, "
+                   "*_openvino_model/)")
     k.add_argument("--data", type=Path, required=True, help="data.yaml")
     k.add_argument("--split", required=True, help="split key in data.yaml")
     k.add_argument("--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)")
@@ -198,13 +200,17 @@ def _run_folder_parsers(sub: Any) -> None:
     from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
-    a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt")
+    a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
+                   "*_openvino_model/): the calibration is appended to the export's graph")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
-    a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint to write")
+    a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint (or .onnx, *_openvino_model/) "
+                   "to write")
 
     r = sub.add_parser("report", help="(re)write report.html and report.md of a calibrate output folder")
     r.add_argument("run_dir", type=Path)
     r.add_argument("--out", type=Path, help="write the report here instead of into RUN_DIR")
+    r.add_argument("--reference", metavar="RUN[:HEAD]", help="another run of the same detector (e.g. its .pt beside "
+                   "this export): show both engines' calibrations side by side")
 
     m = sub.add_parser("compare", help="compare the calibration of two or more runs, or heads (RUN:nms RUN:e2e)")
     m.add_argument("runs", nargs="+", metavar="RUN[:HEAD]", help="calibrate output folders, each optionally with "
@@ -238,7 +244,8 @@ def _check_parser(sub: Any) -> None:
     what.add_argument("--data", type=Path, help="data.yaml of labelled new images")
     what.add_argument("--images", type=Path, help="folder of unlabelled new images")
     c.add_argument("--split", help="split of --data (default test, else val, else its only split)")
-    c.add_argument("--model", type=Path, help="capture with this detector instead of the run's (same classes)")
+    c.add_argument("--model", type=Path, help="capture with this detector (.pt or export) instead of the run's "
+                   "(same classes)")
     c.add_argument("--boxes", type=Path, help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
                    "`det-calib capture` parts of the split) instead of capturing")
     c.add_argument("--head", choices=list(HEADS), action="append", dest="heads",
@@ -297,7 +304,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
     print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else summary_text(run.result))
-    main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
+    rels = [p.relative_to(run.out_dir) for k, p in run.files.items() if not k.startswith("figures/")]
+    main_files = {r.parts[0] + ("/" if len(r.parts) > 1 else "") for r in rels}  # a folder (an OpenVINO export) once
     print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
     return 0
 
@@ -326,6 +334,13 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from det_calib.capture.exported import is_export
+
+    if is_export(args.model):
+        from det_calib.deploy.calibrated_export import apply_to_export
+
+        print("\n".join(apply_to_export(args.model, args.calibration, args.out)))
+        return 0
     from det_calib.deploy.fold import write_run_checkpoint
     from det_calib.record.run_result import read_calibrators
 
@@ -341,7 +356,7 @@ def _apply(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from det_calib.report import write_report
 
-    files = write_report(args.run_dir, out_dir=args.out)
+    files = write_report(args.run_dir, out_dir=args.out, reference=args.reference)
     print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
     return 0
 

@@ -32,7 +32,22 @@ KNOWN = {"cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "
 ALLOWED_UNDECLARED: dict[str, str] = {
     "ray": "optional extra `det_calib[ray]` (declared there): imported only inside "
            "det_calib.capture.ray_capture.capture_ray, which raises InputError naming the extra when it is missing",
+    "onnx": "optional extra `det_calib[onnx]` (declared there): imported only inside the ONNX writer of "
+            "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime raised InputError "
+            "naming the extra when it is missing",
+    "openvino": "optional extra `det_calib[openvino]` (declared there): imported only inside the OpenVINO writer of "
+                "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime named the extra "
+                "when it is missing",
 }
+
+
+def test_the_runtime_extras_are_declared_and_tested():
+    """The export runtimes are extras (`onnx`, `openvino`) that the test extra also installs, so CI runs them."""
+    extras = project()["optional-dependencies"]
+    assert {"onnx", "onnxruntime"} <= declared(extras["onnx"]) and "openvino" in declared(extras["openvino"])
+    assert declared(extras["onnx"]) | declared(extras["openvino"]) <= declared(extras["test"])
+    for module in ("onnx", "openvino"):
+        assert module in ALLOWED_UNDECLARED and module in declared(extras[module])
 
 
 def _canon(name: str) -> str:

@@ -65,6 +65,11 @@ def model_fingerprint(model) -> str:
     if isinstance(model, str) and model.startswith("sha256:"):
         return model
     path = Path(model)
+    if path.is_dir():  # an OpenVINO export folder: its files
+        from det_calib.capture.exported import export_fingerprint, is_export
+
+        if is_export(path):
+            return export_fingerprint(path)
     if not path.is_file():
         raise InputError(f"model file not found: {path}")
     return file_sha256(path)
@@ -178,13 +183,13 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, *, co
         ``(split, image_names, capturer, meta)``; ``capture_meta(**meta, image_ids=..., part=...)``
         completes a part's metadata.
     """
-    from det_calib.capture.predictor import Capturer
+    from det_calib.capture.exported import make_capturer
     from det_calib.data.ground_truth import check_class_names, load_data_yaml, load_split
 
     ds = load_data_yaml(data)
     sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
     names = sp.image_names()
-    cap = Capturer(str(model), **capturer)
+    cap = make_capturer(str(model), **capturer)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
             "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}

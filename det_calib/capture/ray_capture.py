@@ -31,9 +31,9 @@ class _CaptureActor:
         import os
 
         os.environ.setdefault("YOLO_VERBOSE", "False")
-        from det_calib.capture.predictor import Capturer
+        from det_calib.capture.exported import make_capturer
 
-        self.cap = Capturer(model, **capturer_kw)
+        self.cap = make_capturer(model, **capturer_kw)  # a Capturer, or an ExportCapturer for an export
         self.out_dir, self.meta, self.split = Path(out_dir), meta, split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

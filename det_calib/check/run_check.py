@@ -602,6 +602,7 @@ class _Job:
 
 def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads: list[str] | None, limit: int | None,
          device: str | None, batch: int, boxes: str | Path | None, progress: bool, n_boot: int | None) -> _Job:
+    from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, load_detector
     from det_calib.data.ground_truth import check_class_names
     from det_calib.record.run_folder import load_run
@@ -623,15 +624,16 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
             raise InputError(f"the run in {run_dir} has no eval figures for the {h} head to compare against")
     calibrators = {h: calibrator_of(run.head(h).calibrator) for h in use}
     model_path = Path(model) if model is not None else Path(run.result.model)
-    if not model_path.is_file():
+    if not model_path.exists():
         raise InputError(f"model not found: {model_path}" + ("" if model is not None else
                                                               " (the run's model; give another with `model`)"))
-    yolo = load_detector(model_path)
+    exported = is_export(model_path)  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
+    yolo = load_export(model_path) if exported else load_detector(model_path)
     names = [yolo.names[i] for i in sorted(yolo.names)]
     check_class_names(names, run.class_names, data_path=run_dir / "calibration.json")
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
-    missing = [h for h in use if h not in available_heads(yolo)]
+    missing = [h for h in use if h not in (yolo.heads if exported else available_heads(yolo))]
     if missing:
         raise InputError(f"the model {model_path} has no `{missing[0]}` head")
     head = use[0] if len(use) == 1 else "both"

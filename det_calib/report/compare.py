@@ -50,6 +50,7 @@ from .common import (
     verdict,
 )
 from .document import Heading, Para, Table
+from .engines_section import engine_record, engines_section
 from .run_report import PER_HEAD_KEYS, _check_consistency
 
 log = logging.getLogger(__name__)
@@ -622,6 +623,8 @@ def compare_runs(
             for name, x, (run, head, _) in zip(names, _letters(len(names)), picked, strict=True)]
     b = _Builder()
     _summary(b, cols, [note for _, _, note in picked])
+    if any(engine_record(c.run) is not None for c in cols):  # an export among the runs: the engines side by side
+        engines_section(b, [(c.name, c.run, c.head) for c in cols])
     _reliability(b, cols)
     _per_class(b, cols)
     _thresholds(b, cols)

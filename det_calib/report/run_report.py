@@ -26,6 +26,7 @@ from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes,
 from det_calib.record.run_result import ClassResult
 
 from . import calibrators_section as calibrators
+from . import engines_section as engines
 from . import plots
 from .common import (
     CI_NOTE,
@@ -607,7 +608,7 @@ def _eval_bins(run: Run) -> tuple[dict[str, HeadBoxes], dict[str, tuple], list[s
 
 def write_report(
     run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
-    boxes: pl.DataFrame | None = None,
+    boxes: pl.DataFrame | None = None, reference: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -623,6 +624,7 @@ def write_report(
             folder that will be moved there; default ``run_dir``.
         boxes: The run's box table, when the caller holds it (the pipeline, which has just
             written it to ``boxes.parquet``): not read a second time into memory.
+        reference: Another run (``RUN[:HEAD]``) of the detector, beside this one in the Engines section.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -644,6 +646,7 @@ def write_report(
     b = _Builder()
     _summary(b, run, hbs, bins, warnings_)
     calibrators.calibrators_section(b, run, hbs)
+    engines.run_engines_section(b, run, reference, folder=run_dir)
     _reliability(b, run, hbs, bins)
     _per_class(b, run, hbs)
     _threshold(b, run, hbs)

@@ -67,6 +67,7 @@ class Inputs:
 
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
     """Load the detector and the dataset, check they agree, choose the heads and the image size."""
+    from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
 
     if (model is None) != (data is None):
@@ -76,15 +77,16 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
         model, data = demo.demo_model(), demo.demo_data_yaml()
     model, data = Path(model), Path(data)
-    yolo = load_detector(model)
+    exported = is_export(model)  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
+    yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
-    have = available_heads(yolo)
+    have = yolo.heads if exported else available_heads(yolo)
     heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")
-    return Inputs(model, data, yolo, ds, heads, s.imgsz or default_imgsz(yolo))
+    return Inputs(model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo)))
 
 
 def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:

@@ -36,6 +36,7 @@ from det_calib.data.box_table import validate_boxes
 from det_calib.data.ground_truth import (
     Split,
 )
+from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.errors import InputError
 from det_calib.io import check_output_dir
 from det_calib.matching.one_to_one import match_boxes
@@ -98,9 +99,9 @@ def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict
     Returns:
         Head -> one capture table per split (in the order of ``splits``).
     """
-    from det_calib.capture.predictor import Capturer
+    from det_calib.capture.exported import make_capturer  # a Capturer, or an ExportCapturer for an export
 
-    cap = Capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+    cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
                    imgsz=inputs.imgsz, batch=s.batch, device=s.device)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
@@ -211,4 +212,5 @@ def calibrate(
     out = Path(out)
     with stage("write outputs"), single_blas_thread():
         files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
-    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / "calibrated.pt", files=files)
+    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / deployed_file(inputs.model),
+                          files=files)  # calibrated.pt, or the calibrated export

@@ -54,6 +54,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
+    from det_calib.capture.exported import is_export
     from det_calib.deploy.fold import write_run_checkpoint
     from det_calib.run.reuse import run_fingerprints, write_run_boxes
 
@@ -65,11 +66,18 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and s.boxes:  # reusing boxes is for trying settings in seconds: no forward pass
+        exported, engine_lines = is_export(inputs.model), []
+        if exported:  # the calibration appended to the export's graph, and its engine record
+            from det_calib.deploy.calibrated_export import write_run_engine
+
+            engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
+        else:
+            write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+        if s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
+            why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+                   "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(
-                    ev.name, f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"))
+                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(ev.name, why))
         elif s.run_val:
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():
@@ -81,7 +89,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
                     result.results[h] = _replace(result.results[h], detection_change=change)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
-        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
         write_summary_text(stage, result, extra=extra)
         if s.report:
             from det_calib.report import write_report
@@ -101,5 +109,6 @@ def _replace(obj: Any, **changes: Any) -> Any:
 def _output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
+             "calibrated.onnx": "export", "engine.json": "engine",
              "summary.txt": "summary", "report.html": "html", "report.md": "md", "thresholds.json": "thresholds"}
     return {names.get(rel, rel): out / rel for rel in read_manifest(out)}

@@ -1,0 +1,382 @@
+"""Exported detectors (ONNX, OpenVINO): read them, and capture their boxes and scores.
+
+An export has no raw logits to read: its graph ends in the class probabilities
+``sigmoid(z)`` (float32), so the logit of a box is recovered from the engine's own probability,
+``z = log(p) - log(1 - p)`` in float64. That is exact to the engine's float32 rounding of
+``p``, which limits it at the top: the spacing of float32 just below 1 is ``2**-24``, so the
+recovered logit is off by more than 1e-3 from ``z ~ 9.7`` (``p > 0.99994``) and the engine's
+probability is exactly 1.0 from ``z ~ 16.64``. Such a box gets the logit of the largest float32
+below 1 (:data:`LOGIT_CEILING`, 16.636): a lower bound of its true logit, and the same clip
+the calibrated export (:mod:`det_calib.deploy.calibrated_export`) applies in its graph, so a box's calibrated
+score is the same whether det_calib or the engine computes it. Those boxes all sit in the
+top ECE bin; a capture that had any logs how many.
+
+:func:`load_export` reads an export's metadata (format, the head it carries, ``imgsz``, class
+names, precision) without running it; :class:`ExportCapturer` runs it through Ultralytics' own
+``DetectionPredictor`` (``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the
+same box table as :class:`det_calib.capture.predictor.Capturer`, so matching, fitting, selection, metrics,
+thresholds and the report work unchanged. :func:`make_capturer` picks the right one for a
+model path; an ensemble member that is an export opens an :class:`ExportCapturer` and calls its
+:meth:`ExportCapturer.predict_image` per image (``{head: (xyxy, conf, cls, logit)}``).
+
+Which head an export carries: Ultralytics 8.4 exports the one-to-many branch with raw anchors
+(``end2end: false`` in the metadata; NMS runs in Ultralytics after the engine) unless exported
+with ``nms=False`` (the one-to-one NMS-free branch, its top-k rows in the graph: head ``e2e``)
+or ``nms=True`` (the one-to-many branch with NMS in the graph: head ``nms``, rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from det_calib.errors import InputError, first_line
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = {"onnx": (("onnxruntime", "onnx"), "onnx"), "openvino": (("openvino",), "openvino")}
+"""Export format -> (the Python modules running and writing it, the det_calib extra that installs them)."""
+
+P_CEILING = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+"""The largest float32 below 1 (``1 - 2**-24``): an engine probability of 1.0 is read as this."""
+P_FLOOR = float(np.finfo(np.float32).tiny)
+"""The smallest normal float32: an engine probability of 0 (only in ``all_logits``) is read as this."""
+LOGIT_CEILING = math.log(P_CEILING) - math.log1p(-P_CEILING)
+"""The logit given to a box the engine scores exactly 1.0 (16.6355, a lower bound of its true logit)."""
+
+
+def export_format(model: Any) -> str | None:
+    """``"onnx"`` or ``"openvino"`` when ``model`` is the path of such an export, else None.
+
+    >>> export_format("best.onnx"), export_format("best_openvino_model"), export_format("best.pt")
+    ('onnx', 'openvino', None)
+    """
+    if not isinstance(model, (str, Path)):
+        return None
+    p = Path(model)
+    if p.suffix.lower() == ".onnx":
+        return "onnx"
+    if p.name.endswith("_openvino_model") or p.suffix.lower() == ".xml" or (p.is_dir() and any(p.glob("*.xml"))):
+        return "openvino"
+    return None
+
+
+def is_export(model: Any) -> bool:
+    """Whether ``model`` names an exported detector det_calib can run (:func:`export_format`)."""
+    return export_format(model) is not None
+
+
+def require_runtime(fmt: str) -> None:
+    """Raise a one-line :class:`InputError` naming the extra to install when ``fmt``'s runtime is missing."""
+    modules, extra = RUNTIMES[fmt]
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a module blocked or broken in this environment
+            found = False
+        if not found:
+            raise InputError(f"a {fmt} export needs `{module}`, which is not installed: "
+                             f"pip install 'det_calib[{extra}]'")
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """What an export's Ultralytics metadata says about it.
+
+    Attributes:
+        path: The export (``.onnx`` file or ``*_openvino_model`` folder).
+        format: ``"onnx"`` or ``"openvino"``.
+        head: The head it carries: ``"nms"`` (one-to-many) or ``"e2e"`` (one-to-one).
+        rows: Its output is ``(B, max_det, 6)`` rows (top-k or NMS in the graph) rather than
+            ``(B, 4 + nc, anchors)`` per-anchor class scores.
+        imgsz: ``(h, w)`` it was exported at.
+        names: Class names, id order.
+        precision: ``"fp32"``, ``"fp16"`` or ``"int8"`` (from the export arguments).
+        dynamic: Exported with dynamic input shapes.
+        batch: Its batch size.
+    """
+
+    path: Path
+    format: str
+    head: str
+    rows: bool
+    imgsz: tuple[int, int]
+    names: list[str]
+    precision: str
+    dynamic: bool
+    batch: int
+
+    @property
+    def engine(self) -> str:
+        """A label such as ``"openvino int8"``."""
+        return f"{self.format} {self.precision}"
+
+    @property
+    def model_file(self) -> Path:
+        """The file holding the graph (``.onnx``, or the ``.xml`` of an OpenVINO folder)."""
+        if self.format == "onnx" or self.path.is_file():
+            return self.path
+        return next(iter(sorted(self.path.glob("*.xml"))))
+
+
+def read_export(model: str | Path) -> ExportInfo:
+    """Read an export's metadata (no runtime needed).
+
+    Raises:
+        InputError: Not found, not an Ultralytics export (no metadata), or not a detector.
+    """
+    from ultralytics.nn.backends.base import BaseBackend
+
+    fmt = export_format(model)
+    path = Path(model)
+    if fmt is None:
+        raise InputError(f"model {path} is not an ONNX (.onnx) or OpenVINO (*_openvino_model/) export")
+    if not path.exists():
+        raise InputError(f"model not found: {path}")
+    if fmt == "openvino" and path.is_dir() and not any(path.glob("*.xml")):
+        raise InputError(f"{path} holds no OpenVINO model (.xml)")
+    meta = BaseBackend.read_metadata(path if path.is_dir() or fmt == "onnx" else path)
+    if not meta:
+        raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
+    return _info_from_metadata(path, fmt, meta)
+
+
+def _literal(v: Any) -> Any:
+    import ast
+
+    return ast.literal_eval(v) if isinstance(v, str) else v
+
+
+def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
+    task = meta.get("task", "detect")
+    if task != "detect":
+        raise InputError(f"model task is `{task}`, not `detect`: det_calib calibrates detectors")
+    args = _literal(meta.get("args")) or {}
+    nms_arg = args.get("nms")
+    end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
+    head = "e2e" if end2end and nms_arg is not True else "nms"
+    names = _literal(meta.get("names")) or {}
+    imgsz = _literal(meta.get("imgsz")) or [640, 640]
+    imgsz = (int(imgsz), int(imgsz)) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[-1]))
+    precision = "int8" if args.get("int8") or args.get("quantize") == 8 else (
+        "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
+    return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
+                      names=[str(names[k]) for k in sorted(names)], precision=precision,
+                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)))
+
+
+class ExportedDetector:
+    """An export standing where a loaded ``YOLO`` model stands in a run (names, task, heads, imgsz).
+
+    Args:
+        model: Path of the export.
+    """
+
+    task = "detect"
+
+    def __init__(self, model: str | Path) -> None:
+        self.info = read_export(model)
+        require_runtime(self.info.format)
+        self.names = dict(enumerate(self.info.names))
+
+    @property
+    def heads(self) -> list[str]:
+        return [self.info.head]
+
+    @property
+    def imgsz(self) -> int:
+        return int(max(self.info.imgsz))
+
+
+def load_export(model: str | Path) -> ExportedDetector:
+    """Read and check an export: metadata, task, runtime installed (see :class:`ExportedDetector`)."""
+    return ExportedDetector(model)
+
+
+def export_fingerprint(model: str | Path) -> str:
+    """``sha256:`` of an export's files (the ``.onnx``; the ``.xml``, ``.bin`` and metadata of a folder)."""
+    p = Path(model)
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.suffix in (".xml", ".bin", ".yaml", ".onnx"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def logit_of_prob(p: Any) -> np.ndarray:
+    """The logit of float32 engine probabilities, in float64, with 0 and 1 clipped to
+    :data:`P_FLOOR` and :data:`P_CEILING` (see the module notes).
+
+    >>> logit_of_prob(np.float32([0.5, 0.25, 1.0])).round(4).tolist()
+    [0.0, -1.0986, 16.6355]
+    """
+    q = np.clip(np.asarray(p, dtype=np.float64), P_FLOOR, P_CEILING)
+    return np.log(q) - np.log1p(-q)
+
+
+def _predictor_class():
+    from ultralytics.models.yolo.detect import DetectionPredictor
+    from ultralytics.utils import nms
+
+    from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
+
+    class CapturePredictor(DetectionPredictor):
+        """Ultralytics' detection predictor, keeping each kept box's row or anchor and the raw output."""
+
+        def postprocess(self, preds, img, orig_imgs, **kwargs):
+            preds = preds[0] if isinstance(preds, (list, tuple)) else preds
+            dets, keep = nms.non_max_suppression(
+                preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
+                max_det=self.args.max_det, nc=0, end2end=getattr(self.model, "end2end", False), return_idxs=True,
+                max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
+            )
+            self.captured = (preds, keep)
+            if not isinstance(orig_imgs, list):
+                from ultralytics.utils import ops
+
+                orig_imgs = ops.convert_torch2numpy_batch(orig_imgs)[..., ::-1]
+            return self.construct_results(dets, img, orig_imgs)
+
+    return CapturePredictor
+
+
+class ExportCapturer:
+    """An export prepared once for capture; the same interface and box table as
+    :class:`det_calib.capture.predictor.Capturer`.
+
+    Each image goes through Ultralytics' ``DetectionPredictor`` on the export (its
+    ``AutoBackend``, letterbox and NMS or top-k rows), one image per call, as ``predict`` runs
+    it; the boxes and confs are ``predict``'s. The logit of each box is recovered from its conf
+    (:func:`logit_of_prob`); with ``all_logits`` (per-anchor exports only) every class's from
+    the engine's class probabilities at the box's anchor.
+
+    Args:
+        model: Path of the export.
+        head, heads: As :class:`~det_calib.capture.predictor.Capturer`; the export has one head (its
+            :attr:`ExportInfo.head`).
+        conf, iou, max_det: Capture floor, NMS IoU (unused by row exports), boxes per image.
+        imgsz: Must be the export's size (a static export runs at no other); default it.
+        batch, workers: Accepted for the interface; an export is captured one image at a time.
+        device: Ultralytics device string.
+        all_logits: Also return all nc class logits per box (per-anchor exports only).
+    """
+
+    def __init__(self, model: str | Path | ExportedDetector, *, head: str | None = None,
+                 heads: Sequence[str] | Literal["auto"] | None = None, conf: float = 0.001, iou: float = 0.7,
+                 max_det: int = 300, imgsz: int | None = None, batch: int = 1, device: str | None = None,
+                 all_logits: bool = False, workers: int | None = None) -> None:
+        det = model if isinstance(model, ExportedDetector) else load_export(model)
+        self.info = det.info
+        want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
+                                    else list(heads))
+        missing = [h for h in want if h not in det.heads]
+        if missing:
+            raise InputError(f"the {self.info.engine} export {self.info.path.name} carries only the "
+                             f"`{self.info.head}` head, not `{missing[0]}`")
+        if not 0 <= conf < 1:
+            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
+        if all_logits and self.info.rows:
+            raise InputError("`all_logits` needs an export with per-anchor class scores; this one outputs top-k rows")
+        size = self.info.imgsz
+        if imgsz is not None and not self.info.dynamic and int(imgsz) != max(size):
+            raise InputError(f"Expected argument `imgsz` to be the export's size {max(size)}, but got {imgsz}")
+        self.heads = (self.info.head,)
+        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), 1
+        self.all_logits = all_logits
+        self.names = list(self.info.names)
+        self.nc = len(self.names)
+        self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
+        overrides = dict(model=str(self.info.path), task="detect", mode="predict", conf=self.conf, iou=self.iou,
+                         max_det=self.max_det, imgsz=self.imgsz, verbose=False, save=False, half=False, batch=1,
+                         device="" if device is None else device)
+        try:
+            self.predictor = _predictor_class()(overrides=overrides)
+            self.predictor.setup_model(str(self.info.path))
+        except Exception as e:  # a damaged file, a runtime that cannot load it
+            raise InputError(f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}") from None
+
+    @property
+    def settings(self) -> dict:
+        """The capture settings that change its output (as :attr:`det_calib.capture.predictor.Capturer.settings`)."""
+        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
+                "batch": self.batch, "all_logits": self.all_logits}
+
+    def __call__(self, images: Sequence[str | Path], *, split: str = "", image_names: Sequence[str] | None = None,
+                 image_ids: Sequence[int] | None = None, progress: bool = True) -> pl.DataFrame:
+        """Capture ``images``; the table of :func:`det_calib.capture.predictor.capture`."""
+        from det_calib.capture.predictor import Capturer, _progress, _read_ahead
+
+        paths = [str(p) for p in images]
+        if not paths:
+            raise InputError("no images to capture")
+        names = [str(n) for n in image_names] if image_names is not None else paths
+        ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
+        if len(names) != len(paths) or len(ids) != len(paths):
+            raise InputError(f"Expected `image_names` and `image_ids` of length {len(paths)} (one per image)")
+        out: dict[str, dict[int, tuple]] = {self.info.head: {}}
+        sizes = np.zeros((len(paths), 2), dtype=np.int32)
+        bar = _progress(len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress)
+        n_bad = 0
+        source = _read_ahead(paths, depth=2)
+        try:
+            for pos, im0 in source:
+                bar.update(1)
+                if im0 is None:
+                    n_bad += 1
+                    log.warning("cannot read image %s: skipped", paths[pos])
+                    continue
+                sizes[pos] = (im0.shape[1], im0.shape[0])
+                out[self.info.head][pos] = self._one(im0)
+        finally:
+            source.close()
+            bar.close()
+        if n_bad:
+            warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+        n_top = sum(int((v[1] >= 1.0).sum()) for v in out[self.info.head].values())
+        if n_top:
+            log.info("%d box(es) scored exactly 1.0 by the engine: logit read as %.4f (a lower bound)", n_top,
+                     LOGIT_CEILING)
+        return Capturer._table(self, out, sizes, names, ids, split)
+
+    def predict_image(self, im0: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
+        """One BGR image, as single-image ``predict`` on the export: ``{head: (xyxy, conf, cls, logit)}``
+        (the per-image form an ensemble member returns)."""
+        xyxy, conf, cls, z, _ = self._one(im0)
+        return {self.info.head: (xyxy, conf, cls, z)}
+
+    def _one(self, im0: np.ndarray) -> tuple:
+        """One image through the predictor: (xyxy, conf, cls, logit, all logits or None)."""
+        res = self.predictor(source=im0, stream=False)[0]
+        b = res.boxes
+        conf = b.conf.cpu().numpy().astype(np.float32)
+        cls = b.cls.cpu().numpy().astype(np.int32)
+        lg = None
+        if self.all_logits:
+            preds, keep = self.predictor.captured
+            k = keep[0].long().view(-1)
+            probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
+            lg = logit_of_prob(probs).astype(np.float32)
+        return b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg
+
+
+def make_capturer(model: Any, **kw: Any):
+    """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
+    :class:`det_calib.capture.predictor.Capturer`, with the same keyword arguments."""
+    if isinstance(model, ExportedDetector) or is_export(model):
+        return ExportCapturer(model, **kw)
+    from det_calib.capture.predictor import Capturer
+
+    return Capturer(model, **kw)
