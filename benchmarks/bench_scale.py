@@ -38,7 +38,7 @@ import json, sys, time
 from det_calib.run import stages
 from det_calib.capture import load_detector
 from det_calib.run import calibrate
-import det_calib.report, det_calib.evaluation.coco_map, matplotlib.pyplot, polars as pl
+import det_calib.report, det_calib.evaluation.coco_engine, matplotlib.pyplot, polars as pl
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
 _model = load_detector(f"{root}/model.pt")
 # the fixed part: the interpreter, its imports and the model loaded, before any box is read

@@ -173,3 +173,12 @@ def test_no_two_modules_share_a_name():
 @pytest.mark.parametrize("module", SUBPACKAGES)
 def test_every_subpackage_says_what_it_holds(module):
     assert ast.get_docstring(ast.parse(MODULES[module].read_text())), f"{module} has no docstring"
+
+
+@pytest.mark.parametrize("init", sorted(PKG.glob("*/__init__.py")), ids=lambda p: p.parent.name)
+def test_no_public_name_of_a_package_is_also_one_of_its_modules(init):
+    """A package's lazy export named like one of its submodules turns into that module once the
+    submodule is imported (``from det_calib.evaluation import coco_map`` then gives a module)."""
+    exports = set(re.findall(r'^\s+"(\w+)":', init.read_text(encoding="utf-8"), flags=re.M))
+    modules = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir() if p.is_dir()}
+    assert not exports & modules, f"{init.parent.name}: {sorted(exports & modules)}"

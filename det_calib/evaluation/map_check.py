@@ -41,7 +41,7 @@ from det_calib.matching.one_to_one import collapse_inverted
 log = logging.getLogger(__name__)
 
 MAP_ENGINES = ("det_calib", "pycocotools")
-"""What can score :func:`coco_maps`: :mod:`det_calib.evaluation.coco_map` (the run's default, ``map_engine``) or
+"""What can score :func:`coco_maps`: :mod:`det_calib.evaluation.coco_engine` (the run's default, ``map_engine``) or
 pycocotools itself (this module's default)."""
 
 
@@ -104,14 +104,14 @@ def coco_maps(
     Args:
         boxes, gt, sizes, max_dets: As :func:`coco_map`.
         scores: One (n_boxes,) score vector per scoring.
-        engine: ``pycocotools`` (COCOeval itself) or ``det_calib`` (:mod:`det_calib.evaluation.coco_map`: the
-            same figures, tests/test_coco_map.py, without a Python object per box).
+        engine: ``pycocotools`` (COCOeval itself) or ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`: the
+            same figures, tests/test_coco_engine.py, without a Python object per box).
 
     Returns:
         One :func:`coco_map` result per score vector.
     """
     if engine == "det_calib":
-        from det_calib.evaluation.coco_map import table_maps
+        from det_calib.evaluation.coco_engine import table_maps
 
         return table_maps(boxes, gt, scores, max_dets=max_dets)
     if engine != "pycocotools":

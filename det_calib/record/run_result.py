@@ -598,7 +598,7 @@ class EvalResult:
     map50_after: float | None = _leaf()
     map_identical: bool | None = _leaf(kind=bool)
     map_engine: str | None = _leaf(kind=str)
-    """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.coco_map`) or ``pycocotools``
+    """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`) or ``pycocotools``
     (None in runs written before the choice existed: pycocotools)."""
     kept_gaps: list[BinGap] = field(default_factory=list)
     """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms

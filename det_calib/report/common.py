@@ -185,7 +185,7 @@ def shift_sentence(e: ThresholdShift) -> str:
 
 
 def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
-    from det_calib.evaluation.coco_map import engine_label
+    from det_calib.evaluation.coco_engine import engine_label
 
     s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
          f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")

@@ -20,7 +20,7 @@ import polars as pl
 
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.evaluation import kept_set as thresholds
-from det_calib.evaluation.coco_map import engine_label
+from det_calib.evaluation.coco_engine import engine_label
 from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run, load_run
 from det_calib.record.run_result import ClassResult

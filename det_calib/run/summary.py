@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from det_calib.evaluation.coco_map import engine_label
+from det_calib.evaluation.coco_engine import engine_label
 from det_calib.io import write_text
 from det_calib.record.run_result import (
     Bootstrap,

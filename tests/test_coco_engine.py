@@ -1,4 +1,4 @@
-"""det_calib's COCO mAP engine (det_calib/coco_map.py) against pycocotools, the reference.
+"""det_calib's COCO mAP engine (det_calib/evaluation/coco_engine.py) against pycocotools, the reference.
 
 COCOeval's whole ``precision`` and ``recall`` arrays (every IoU threshold, recall point, class,
 area range and maxDets entry) must agree to 1e-9 (in practice they are equal) on planted sets
@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.evaluation.coco_map import AREA_RANGES, coco_eval, map_figures
+from det_calib.evaluation.coco_engine import AREA_RANGES, coco_eval, map_figures
 from det_calib.evaluation.map_check import coco_maps
 
 TOL = 1e-9
