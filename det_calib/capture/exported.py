@@ -317,15 +317,9 @@ class ExportCapturer:
     def __call__(self, images: Sequence[str | Path], *, split: str = "", image_names: Sequence[str] | None = None,
                  image_ids: Sequence[int] | None = None, progress: bool = True) -> pl.DataFrame:
         """Capture ``images``; the table of :func:`det_calib.capture.predictor.capture`."""
-        from det_calib.capture.predictor import Capturer, _progress, _read_ahead
+        from det_calib.capture.predictor import Capturer, _progress, _read_ahead, image_lists
 
-        paths = [str(p) for p in images]
-        if not paths:
-            raise InputError("no images to capture")
-        names = [str(n) for n in image_names] if image_names is not None else paths
-        ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
-        if len(names) != len(paths) or len(ids) != len(paths):
-            raise InputError(f"Expected `image_names` and `image_ids` of length {len(paths)} (one per image)")
+        paths, names, ids = image_lists(images, image_names, image_ids)
         out: dict[str, dict[int, tuple]] = {self.info.head: {}}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)
         bar = _progress(len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress)

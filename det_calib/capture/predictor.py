@@ -193,6 +193,28 @@ def _fused_network(yolo, heads: tuple[str, ...], device: torch.device):
     return backend
 
 
+def image_lists(images: Sequence[str | Path], image_names: Sequence[str] | None,
+                image_ids: Sequence[int] | None) -> tuple[list[str], list[str], np.ndarray]:
+    """The paths, names and ids of a capture's images, checked: names default to the paths, ids to
+    their positions; one of each per image.
+
+    Example:
+        >>> image_lists(["a.jpg", "b.jpg"], None, None)
+        (['a.jpg', 'b.jpg'], ['a.jpg', 'b.jpg'], array([0, 1]))
+    """
+    paths = [str(p) for p in images]
+    if not paths:
+        raise InputError("no images to capture")
+    names = [str(n) for n in image_names] if image_names is not None else paths
+    ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
+    if len(names) != len(paths) or len(ids) != len(paths):
+        raise InputError(
+            f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
+            f"({len(paths)})"
+        )
+    return paths, names, ids
+
+
 class Capturer:
     """A detector prepared once for capture: load, fuse, and run any number of image lists.
 
@@ -306,16 +328,7 @@ class Capturer:
         progress: bool = True,
     ) -> pl.DataFrame:
         """Capture ``images``; see :func:`capture` for the arguments and the table."""
-        paths = [str(p) for p in images]
-        if not paths:
-            raise InputError("no images to capture")
-        names = [str(n) for n in image_names] if image_names is not None else paths
-        ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
-        if len(names) != len(paths) or len(ids) != len(paths):
-            raise InputError(
-                f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
-                f"({len(paths)})"
-            )
+        paths, names, ids = image_lists(images, image_names, image_ids)
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read

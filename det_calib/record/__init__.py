@@ -4,7 +4,7 @@ boxes and calibrators)."""
 
 from __future__ import annotations
 
-import importlib
+from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "RunResult": "run_result",
@@ -17,9 +17,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    # the modules load on first use (some import torch or ultralytics)
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
