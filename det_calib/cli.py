@@ -95,8 +95,9 @@ THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_f
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="det-calib",
-        description="Calibrate the confidence of an Ultralytics YOLO detector (temperature scaling by default; "
-        "Platt, spline, per-class and isotonic maps, or a cross-validated choice with --method auto).",
+        description="Calibrate the confidence of an Ultralytics YOLO detector, an exported engine of it, or an "
+        "ensemble of detectors (by default the map that held-out folds choose among none, temperature, Platt, "
+        "spline and isotonic; the temperature always fitted and reported).",
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
