@@ -183,6 +183,9 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
     d = r.to_dict()
     assert "nms" not in d["temperature"] and d["calibrators"]["nms"]["method"] == "none"
     assert "[nms] keep the raw scores" in summary_text(d)
+    assert "(calibrated.pt leaves this head's scores unchanged)" in summary_text(d)
+    on_export = dataclasses.replace(r, model="best_int8_openvino_model")
+    assert "(the calibrated export leaves this head's scores unchanged)" in summary_text(on_export)
     out = write_folded_checkpoint(demo_model_path, tmp_path / "same.pt", {"nms": Identity().fit(None, None)})
     src = torch.load(demo_model_path, map_location="cpu", weights_only=False)
     a = (src.get("ema") or src["model"]).float().state_dict()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from det_calib.capture.exported import export_format
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.io import write_text
 from det_calib.record.run_result import (
@@ -44,15 +45,17 @@ def _ci_text(ci: Any) -> str:
     return "" if not ci else f" [{_f(ci[0], '.4f')}, {_f(ci[1], '.4f')}]"
 
 
-def calibrator_line(head: str, h: HeadResult, st: RecordedSettings) -> str:
-    """What calibrates a head, in words (the first line of its summary)."""
+def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str | None = None) -> str:
+    """What calibrates a head, in words (the first line of its summary); ``model``: the run's model, whose
+    kind (checkpoint or export) names what is deployed."""
     rec = h.calibrator
     if rec is None:
         return f"[{head}] no calibrator"
     if rec.method == "none":
         why = ("no calibrator beat them on held-out folds by more than one paired standard error"
                if h.candidates else "chosen by name")
-        return f"[{head}] keep the raw scores: {why} (calibrated.pt leaves this head's scores unchanged)"
+        deployed = "the calibrated export" if export_format(model) else "calibrated.pt"
+        return f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
     floor = (h.fit_floor if h.fit_floor is not None else st.fit_min_conf) or 0.0
     where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
     if rec.method == "temperature":
@@ -88,7 +91,7 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
-        lines.append(calibrator_line(head, h, st))
+        lines.append(calibrator_line(head, h, st, r.model))
         lines += _operating_lines(head, h, e, st)
         lines += _left_lines(head, h, e)
         lines += _temperature_lines(head, h)
