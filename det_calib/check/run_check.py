@@ -132,8 +132,8 @@ class DetectionTests:
     """Detection quality of one head at ``conf``, now against the run's eval split (``*_then``).
 
     Precision = correct kept boxes / kept boxes, recall = correct kept boxes / ground-truth boxes;
-    ``*_z``/``*_p`` their two-ratio test (image-clustered variances); mAP from pycocotools with
-    the calibrated scores (the run's: its eval ``map50_after``/``map50_95_after``).
+    ``*_z``/``*_p`` their two-ratio test (image-clustered variances); mAP with the calibrated scores
+    by det_calib's COCO engine (pycocotools' figures; the run's: its eval ``map50_after``/``map50_95_after``).
     """
 
     conf: float | None = _leaf()
@@ -690,7 +690,7 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
                              family=cal.tests or 1, ece_bins=s.ece_bins)
     m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
-                  max_dets=s.max_det)[0] if boxes.height else {"map50": 0.0, "map50_95": 0.0}
+                  max_dets=s.max_det, engine=s.map_engine)[0] if boxes.height else {"map50": 0.0, "map50_95": 0.0}
     det = detection_tests(kept, np.bincount(gt["image_id"].to_numpy().astype(np.int64), minlength=n_img)[:n_img]
                           .astype(float), n_img, then, gt_then, int(ev.n_gt or 0), int(ev.images or 0), conf=conf,
                           maps={"map50": m["map50"], "map50_then": ev.map50_after, "map50_95": m["map50_95"],
