@@ -143,6 +143,7 @@ def equivalent_raw_thresholds(calibrator: Any, confs: Any, nc: int, *, per_class
 # ---------------------------------------------------------------------------- the graph, ONNX
 def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
     """Nodes and initializers turning the engine output ``src`` into the calibrated output."""
+    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, inits = [], []
@@ -192,6 +193,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
 
 
 def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict) -> Path:
+    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
     import onnx
     from onnx import TensorProto, helper
 
@@ -230,6 +232,7 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 # ------------------------------------------------------------------------ the graph, OpenVINO
 def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
     """The calibrated output of an OpenVINO model output ``src`` (opset13 ops)."""
+    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
     import openvino.opset13 as ops
 
     def c(v: Any, dtype=np.float32) -> Any:
@@ -270,6 +273,7 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
 
 
 def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict) -> Path:
+    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
     import openvino as ov
     import yaml
 
