@@ -264,6 +264,33 @@ def _assert_deployment_equals_run(out: Path, fixture_yaml: Path) -> None:
         assert res.names[0] == "circle"
 
 
+def test_check_on_an_ensemble_run_fuses_the_new_images_as_the_run_did(run, fixture_yaml, tmp_path, capsys):
+    """``check`` on an ensemble run opens its members and fuses the new images with the run's
+    settings: on the run's own eval images (half the fixture) its boxes are the run's (fused score,
+    calibrated conf, members present, labels), and the members' names stand for the model;
+    ``--model`` and ``--boxes`` are refused in one line."""
+    from det_calib.check import check_run
+    from det_calib.cli import main
+
+    res, out = check_run(run.out_dir, data=fixture_yaml, split="fixture", out=tmp_path / "chk", n_boot=20,
+                         n_perm=19, progress=False)
+    assert res.model == run.result.model and res.model.startswith("ensemble of 2")
+    ev = run.boxes.filter(pl.col("split") == run.result.settings.eval_split).sort(["image", "calibrated", "cls", "x1"])
+    mine = (pl.read_parquet(out / "boxes.parquet").filter(pl.col("image").is_in(ev["image"].unique().to_list()))
+            .sort(["image", "calibrated", "cls", "x1"]))
+    assert mine.height == ev.height > 0 and res.labelled["nms"].detection.images == 12
+    for c in ("conf", "logit", "calibrated", "x1", "y2"):
+        np.testing.assert_allclose(mine[c].to_numpy(), ev[c].to_numpy(), rtol=0, atol=1e-9)
+    assert mine["members"].to_list() == ev["members"].to_list()
+    assert mine["correct"].to_list() == ev["correct"].to_list()
+    for extra, words in ((["--model", str(run.result.ensemble.members[0].path)], "cannot replace them"),
+                         (["--boxes", str(run.out_dir)], "reuse is not supported")):
+        code = main(["check", str(run.out_dir), "--data", str(fixture_yaml), "--split", "fixture",
+                     "--out", str(tmp_path / "x"), "-q", *extra])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+
+
 def test_mixed_architecture_members_capture(demo_model_path, legacy, fixture_images):
     """A YOLOv8 (NMS head only) beside the YOLO26: `auto` fuses the head both have, each member
     runs it; a YOLO26 restricted to its one-to-one head joins the YOLOv8 in one fused head."""

@@ -598,6 +598,12 @@ class _Job:
     inputs: Any  # det_calib.run.inputs.Inputs
     calibrators: dict[str, Any]
     conf: float
+    ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
+
+    @property
+    def model_text(self) -> str:
+        """The detector checked: its file, or the run's members for an ensemble."""
+        return self.run.result.model if self.ensemble is not None else str(self.inputs.model.resolve())
 
 
 def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads: list[str] | None, limit: int | None,
@@ -623,6 +629,12 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
         if run.head(h).eval is None or not st.eval_split:
             raise InputError(f"the run in {run_dir} has no eval figures for the {h} head to compare against")
     calibrators = {h: calibrator_of(run.head(h).calibrator) for h in use}
+    head = use[0] if len(use) == 1 else "both"
+    s = Settings.from_recorded(st, head=head, n_boot=n_boot or st.bootstrap.n_boot, limit=limit, device=device,
+                               batch=batch, boxes=None if boxes is None else str(boxes), progress=progress,
+                               coco_gt=None)
+    if run.result.ensemble is not None:
+        return _ensemble_job(run_dir, run, s, use, calibrators, model=model, data=data, boxes=boxes)
     model_path = Path(model) if model is not None else Path(run.result.model)
     if not model_path.exists():
         raise InputError(f"model not found: {model_path}" + ("" if model is not None else
@@ -636,13 +648,33 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     missing = [h for h in use if h not in (yolo.heads if exported else available_heads(yolo))]
     if missing:
         raise InputError(f"the model {model_path} has no `{missing[0]}` head")
-    head = use[0] if len(use) == 1 else "both"
-    s = Settings.from_recorded(st, head=head, n_boot=n_boot or st.bootstrap.n_boot, limit=limit, device=device,
-                               batch=batch, boxes=None if boxes is None else str(boxes), progress=progress,
-                               coco_gt=None)
     inputs = Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
                      st.imgsz or s.imgsz or 640)
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
+
+
+def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, Any], *,
+                  model: str | Path | None, data: Dataset | None, boxes: str | Path | None) -> _Job:
+    """The check of an ensemble run: its members opened as the run recorded them (each checked
+    against its fingerprint), the new images fused as the run fused its own."""
+    from det_calib.data.ground_truth import check_class_names
+    from det_calib.ensemble.ensemble_job import capture_workers
+    from det_calib.ensemble.ensemble_model import load_ensemble
+    from det_calib.run.inputs import Inputs
+
+    if model is not None:
+        raise InputError(f"the run in {run_dir} is an ensemble: its members are its detector, so `model` cannot "
+                         "replace them")
+    if boxes is not None:
+        raise InputError(f"the run in {run_dir} is an ensemble: `boxes` reuse is not supported for it (its members "
+                         "are captured and fused)")
+    if data is not None:
+        check_class_names(run.class_names, data.names, data_path=data.yaml_path)
+    ens = load_ensemble(run_dir, device=s.device, workers=capture_workers(s.device))
+    first = Path(run.result.ensemble.members[0].path)
+    inputs = Inputs(first, data.yaml_path if data is not None else Path(), None, data, use,
+                    run.settings.imgsz or s.imgsz or 640)
+    return _Job(run, s, inputs, calibrators, float(min(run.settings.conf_thresholds)), ens)
 
 
 def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
@@ -706,6 +738,10 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
     from det_calib.run.job import capture_splits
 
+    if job.ensemble is not None:
+        from det_calib.ensemble.ensemble_model import capture_fused
+
+        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
     if job.settings.boxes:
         from det_calib.run.reuse import reuse_boxes
 
@@ -892,7 +928,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
                progress=progress, n_boot=n_boot)
     result = CheckResult(kind="labelled" if ds is not None else "unlabelled", run=str(run_dir.resolve()),
-                         model=str(job.inputs.model.resolve()), reference_split=job.run.settings.eval_split,
+                         model=job.model_text, reference_split=job.run.settings.eval_split,
                          conf=job.conf, alpha=alpha, min_boxes=int(min_boxes), heads=list(job.inputs.heads),
                          n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
                          created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

@@ -168,7 +168,8 @@ def load_members(specs: Sequence[MemberSpec], names: list[str], data: Path, s: S
     return members, plan
 
 
-def _workers(device: str | None) -> int:
+def capture_workers(device: str | None) -> int:
+    """Capture threads for ``device`` (as ``calibrate`` runs them); a bad device is one line."""
     from ultralytics.utils.torch_utils import select_device
 
     from det_calib.capture.predictor import auto_workers
@@ -369,7 +370,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
 
         captured, plan, member_recs, cost = reuse_members(s.boxes, specs, (fit, ev), s)
     else:
-        workers = _workers(s.device)
+        workers = capture_workers(s.device)
         members, plan = load_members(specs, ds.names, data, s, workers)
         captured, cost = capture_all(members, plan, (fit, ev), s, workers)
         member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,

@@ -36,6 +36,7 @@ class EnsembleModel:
     members: list[Any]
     calibrators: dict[str, Any]
     member_calibrators: dict[str, list[Any]]
+    workers: int = 1
 
     @property
     def heads(self) -> list[str]:
@@ -134,17 +135,49 @@ class EnsembleModel:
             yield p, im0
 
 
-def load_ensemble(run_dir: str | Path, *, device: str | None = None) -> EnsembleModel:
+def open_run_members(result: Any, *, device: str | None = None, workers: int = 1) -> list[Any]:
+    """The members of an ensemble run (its ``RunResult``), opened from the paths it recorded with
+    the heads, view and input size it ran, each checked against its recorded fingerprint.
+
+    Raises:
+        InputError: A member file missing, of a kind no loader reads, or changed since the run.
+    """
+    from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
+
+    st = result.settings
+    members = []
+    for mr in result.ensemble.members:
+        spec = MemberSpec(Path(mr.path), mr.kind, mr.flip, 1.0, mr.head)  # imgsz as recorded (scale applied)
+        if not spec.path.exists():
+            raise InputError(f"member {mr.path} of the ensemble run is missing")
+        loader = MEMBER_LOADERS.get(spec.path.suffix)
+        if loader is None:
+            raise InputError(f"member {mr.path}: no loader for `{spec.path.suffix}` files")
+        heads = sorted(set(mr.heads.values()), key=["nms", "e2e"].index)
+        m = loader(spec, heads, conf=st.conf_floor, iou=st.nms_iou, max_det=st.max_det,
+                   imgsz=max(mr.imgsz) if mr.imgsz else None, device=device, workers=workers)
+        if m.fingerprint != mr.fingerprint:
+            raise InputError(f"member {mr.path} changed since the run ({m.fingerprint[:15]}..., the run captured "
+                             f"{mr.fingerprint[:15]}...)")
+        members.append(m)
+    return members
+
+
+def load_ensemble(run_dir: str | Path, *, device: str | None = None, workers: int = 1) -> EnsembleModel:
     """Load an ensemble run folder (``det-calib ensemble --out RUN``) for prediction.
 
     The members are opened from the paths the run recorded, each checked against its recorded
-    fingerprint; the fused score's calibrator and (for ``calibrate-then-fuse``) each member's are
-    the run's.
+    fingerprint (:func:`open_run_members`); the fused score's calibrator and (for
+    ``calibrate-then-fuse``) each member's are the run's.
+
+    Args:
+        run_dir: The ensemble run folder.
+        device: Torch device of the members.
+        workers: Capture threads of :func:`capture_fused` (``predict`` runs one image at a time).
 
     Raises:
         InputError: Not an ensemble run, a member file missing or changed since the run.
     """
-    from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
     from det_calib.record.run_result import RunResult, calibrator_of
 
     run_dir = Path(run_dir)
@@ -152,20 +185,41 @@ def load_ensemble(run_dir: str | Path, *, device: str | None = None) -> Ensemble
     rec = result.ensemble
     if rec is None:
         raise InputError(f"{run_dir} is not an ensemble run (its calibration.json has no `ensemble`)")
-    st = result.settings
-    members = []
-    for mr in rec.members:
-        spec = MemberSpec(Path(mr.path), mr.kind, mr.flip, 1.0, mr.head)  # imgsz as recorded (scale applied)
-        loader = MEMBER_LOADERS.get(spec.path.suffix)
-        if loader is None:
-            raise InputError(f"member {mr.path}: no loader for `{spec.path.suffix}` files")
-        heads = sorted(set(mr.heads.values()), key=["nms", "e2e"].index)
-        m = loader(spec, heads, conf=st.conf_floor, iou=st.nms_iou, max_det=st.max_det,
-                   imgsz=max(mr.imgsz) if mr.imgsz else None, device=device, workers=1)
-        if m.fingerprint != mr.fingerprint:
-            raise InputError(f"member {mr.path} changed since the run ({m.fingerprint[:15]}..., the run captured "
-                             f"{mr.fingerprint[:15]}...)")
-        members.append(m)
+    members = open_run_members(result, device=device, workers=workers)
     cals = {h: calibrator_of(result.head(h).calibrator) for h in result.heads}
     member_cals = {h: [calibrator_of(c) for c in rec.heads[h].member_calibrators] for h in result.heads}
-    return EnsembleModel(run_dir, result, members, cals, member_cals)
+    return EnsembleModel(run_dir, result, members, cals, member_cals, workers)
+
+
+def capture_fused(ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] | None = None
+                  ) -> dict[str, Any]:
+    """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made
+    its own: every member captured (each image decoded once for all), each member's calibrator
+    applied first under ``calibrate-then-fuse``, fused with the run's settings; ``calibrated``
+    is left to the caller (the fused score's calibrator, ``ens.calibrators``).
+
+    Args:
+        ens: :func:`load_ensemble`'s model.
+        split: A :class:`~det_calib.data.ground_truth.Split` (its images, in order).
+        s: Capture settings (``progress``; the rest are the run's).
+        heads: Ensemble heads (default every head of the run).
+    """
+    from det_calib.ensemble.ensemble_job import ORDERS, FusionSettings, capture_all, fuse_tables
+    from det_calib.run.head_figures import with_calibrated
+
+    rec = ens.result.ensemble
+    fz = rec.fusion
+    use = list(heads) if heads else ens.heads
+    plan = {h: [mr.heads[h] for mr in rec.members] for h in use}
+    captured, _ = capture_all(ens.members, plan, [split], s, ens.workers)
+    fs = FusionSettings(fusion_iou=fz.iou, fusion_score=fz.score, fusion_order=fz.order, fusion_skip=fz.skip,
+                        weight=tuple(fz.weights))
+    out = {}
+    for h in use:
+        tabs = [m[0] for m in captured[h]]
+        column = "conf"
+        if fz.order != ORDERS[0]:
+            tabs = [with_calibrated(t, c) for t, c in zip(tabs, ens.member_calibrators[h], strict=True)]
+            column = "calibrated"
+        out[h] = fuse_tables(tabs, split, head=h, score=fz.score, fs=fs, max_det=fz.max_det, column=column)
+    return out
