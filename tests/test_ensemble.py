@@ -264,11 +264,12 @@ def _assert_deployment_equals_run(out: Path, fixture_yaml: Path) -> None:
         assert res.names[0] == "circle"
 
 
-def test_check_on_an_ensemble_run_fuses_the_new_images_as_the_run_did(run, fixture_yaml, tmp_path, capsys):
+def test_check_on_an_ensemble_run_fuses_the_new_images_as_the_run_did(run, fixture_yaml, tmp_path, capsys, caplog):
     """``check`` on an ensemble run opens its members and fuses the new images with the run's
     settings: on the run's own eval images (half the fixture) its boxes are the run's (fused score,
-    calibrated conf, members present, labels), and the members' names stand for the model;
-    ``--model`` and ``--boxes`` are refused in one line."""
+    calibrated conf, members present, labels), and the members' names stand for the model; the
+    run's eval half is read back for the recall test; ``--model`` and ``--boxes`` are refused in
+    one line."""
     from det_calib.check import check_run
     from det_calib.cli import main
 
@@ -279,6 +280,8 @@ def test_check_on_an_ensemble_run_fuses_the_new_images_as_the_run_did(run, fixtu
     mine = (pl.read_parquet(out / "boxes.parquet").filter(pl.col("image").is_in(ev["image"].unique().to_list()))
             .sort(["image", "calibrated", "cls", "x1"]))
     assert mine.height == ev.height > 0 and res.labelled["nms"].detection.images == 12
+    assert "cannot be read back" not in caplog.text
+    assert res.labelled["nms"].detection.n_gt_then == run.result.head("nms").eval.n_gt
     for c in ("conf", "logit", "calibrated", "x1", "y2"):
         np.testing.assert_allclose(mine[c].to_numpy(), ev[c].to_numpy(), rtol=0, atol=1e-9)
     assert mine["members"].to_list() == ev["members"].to_list()

@@ -680,12 +680,17 @@ def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: 
 def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     """Ground-truth boxes per image of the run's eval split (the run's images, in order), or None
     with the reason when the run's data cannot be read back as it was."""
-    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.data.ground_truth import EVAL_HALF, half_split, load_data_yaml, load_split
 
     r = job.run.result
     ev = r.head(job.inputs.heads[0]).eval
+    name = r.settings.eval_split
     try:
-        sp = load_split(load_data_yaml(r.data), r.settings.eval_split, limit=ev.images)
+        if name.endswith(EVAL_HALF):  # one split halved by image (seeded): the same half again
+            whole = load_split(load_data_yaml(r.data), name.removesuffix(EVAL_HALF))
+            sp = half_split(whole, seed=r.settings.bootstrap.seed)[1]
+        else:
+            sp = load_split(load_data_yaml(r.data), name, limit=ev.images)
     except (InputError, OSError) as e:
         return None, f"the run's eval split cannot be read back ({e})"
     if len(sp.images) != ev.images or len(sp.gt.filter(~pl.col("crowd"))) != ev.n_gt:

@@ -635,6 +635,10 @@ def check_class_names(model_names: list[str], data_names: list[str], *, data_pat
     )
 
 
+FIT_HALF, EVAL_HALF = "[fit-half]", "[eval-half]"
+"""Suffixes of the halves :func:`half_split` names (``val[fit-half]``, ``val[eval-half]``)."""
+
+
 def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
     """Deterministic image-level half/half split (fit, eval) of one split."""
     rng = np.random.default_rng(seed)
@@ -643,7 +647,7 @@ def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
     if half == 0:
         raise InputError(f"split `{split.name}` has {len(split.images)} image(s): too few to halve")
     a, b = np.sort(perm[:half]), np.sort(perm[half:])
-    return split.subset(a, f"{split.name}[fit-half]"), split.subset(b, f"{split.name}[eval-half]")
+    return split.subset(a, split.name + FIT_HALF), split.subset(b, split.name + EVAL_HALF)
 
 
 def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
