@@ -10,6 +10,7 @@ calls an unchecked core. Messages follow one pattern, naming the argument:
   :func:`check_lengths`, :func:`as_weights`, :func:`check_positive_int`.
 * Per-box vectors of a matching call (one entry per box of a reference argument):
   :func:`as_vector`, :func:`check_length`, :func:`as_real` (inf allowed), :func:`as_integers`.
+* Options: :func:`check_choice` (one of a fixed set of values).
 * Fits (temperature, Platt, per-class and isotonic calibrators): :func:`check_logits`,
   :func:`check_labels`, :func:`check_weights` (at least one positive weight).
 
@@ -42,6 +43,7 @@ __all__ = [
     "as_unit",
     "as_weights",
     "as_vector",
+    "check_choice",
     "check_labels",
     "check_length",
     "check_lengths",
@@ -246,3 +248,25 @@ def as_integers(x: ArrayLike, name: str, n: int | None = None, ref: str | None =
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise InputError(f"Expected argument `{name}` to hold integers, but got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def check_choice(value: Any, choices: Any, name: str, *, among: str = "") -> Any:
+    """``value`` when it is one of ``choices``; else one line naming the choices (``among``: words
+    before them, e.g. ``"the run's heads "``).
+
+    >>> check_choice("nms", ("nms", "e2e"), "head")
+    'nms'
+    >>> check_choice("both", ("nms", "e2e"), "head")
+    Traceback (most recent call last):
+    ...
+    det_calib.errors.InputError: Expected argument `head` to be one of nms, e2e, but got 'both'
+    """
+    choices = list(choices)
+    try:
+        ok = value in choices
+    except TypeError:  # an unhashable value against a dict's keys
+        ok = False
+    if not ok:
+        raise InputError(f"Expected argument `{name}` to be one of {among}{', '.join(map(str, choices))}, "
+                         f"but got {value!r}", param=name)
+    return value

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from det_calib.errors import InputError
+from det_calib.validation import check_choice
 
 __all__ = ["BUILTIN", "MethodSpec", "calibrator_from_dict", "formats", "global_methods", "is_per_class",
            "make_calibrator", "method_spec", "methods", "register", "unregister"]
@@ -114,9 +115,7 @@ def global_methods() -> tuple[str, ...]:
 def method_spec(method: str) -> MethodSpec:
     """The registered :class:`MethodSpec` of ``method``; InputError naming the methods otherwise."""
     specs = _specs()
-    if method not in specs:
-        raise InputError(f"Expected argument `method` to be one of {methods()}, but got {method!r}")
-    return specs[method]
+    return specs[check_choice(method, methods(), "method")]
 
 
 def is_per_class(method: str) -> bool:

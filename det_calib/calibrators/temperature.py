@@ -52,7 +52,7 @@ from det_calib.calibrators.base import LogitCalibrator, NotFittedError
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, expit, log_softmax, logit_threshold, logsumexp, weighted_mean
-from det_calib.validation import check_labels, check_logits, check_weights
+from det_calib.validation import check_choice, check_labels, check_logits, check_weights
 
 __all__ = [
     "T_MAX",
@@ -89,9 +89,7 @@ class ConvergenceWarning(UserWarning):
 
 
 def _check_kind(kind: Any) -> str:
-    if kind not in KINDS:
-        raise InputError(f"Expected argument `kind` to be one of {KINDS}, but got {kind!r}")
-    return kind
+    return check_choice(kind, KINDS, "kind")
 
 
 def _check_temperature(temperature: Any) -> float:

@@ -40,6 +40,7 @@ import torch
 
 from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
 from det_calib.errors import InputError, first_line
+from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +149,7 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
         want = [head or "nms"]
     name = "heads" if heads is not None else "head"
     for h in want:
-        if h not in HEADS:
-            raise InputError(f"Expected argument `{name}` to be one of {', '.join(map(repr, HEADS))}, but got {h!r}")
+        check_choice(h, HEADS, name)
         if h not in have:
             raise InputError(
                 f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "

@@ -17,6 +17,7 @@ import numpy as np
 
 from det_calib.errors import InputError
 from det_calib.numeric import logit
+from det_calib.validation import check_choice
 
 __all__ = ["apply_calibrator", "load_calibrators"]
 
@@ -67,8 +68,7 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         if len(cals) != 1:
             raise InputError(f"the calibration has heads {sorted(cals)}: pass `head`")
         head = next(iter(cals))
-    if head not in cals:
-        raise InputError(f"Expected argument `head` to be one of {sorted(cals)}, but got {head!r}")
+    check_choice(head, sorted(cals), "head")
     from det_calib.calibrators.base import calibrated_logits
     from det_calib.metrics.calibration import sigmoid
 

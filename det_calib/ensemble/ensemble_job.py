@@ -61,6 +61,7 @@ from det_calib.run.outputs import _gt_per_class, _output_files
 from det_calib.run.settings import Settings, _opt, _settings_of
 from det_calib.run.summary import summary_text
 from det_calib.run.ultralytics_checks import _val_not_run
+from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +94,8 @@ class FusionSettings:
     def validate(self, n_members: int | None = None) -> None:
         if not 0 <= self.fusion_iou < 1:
             raise InputError(f"Expected `fusion_iou` in [0, 1), but got {self.fusion_iou}")
-        if self.fusion_score not in SCORE_RULES:
-            raise InputError(f"Expected `fusion_score` to be one of {', '.join(SCORE_RULES)}, "
-                             f"but got {self.fusion_score!r}")
-        if self.fusion_order not in ORDERS:
-            raise InputError(f"Expected `fusion_order` to be one of {', '.join(ORDERS)}, but got {self.fusion_order!r}")
+        check_choice(self.fusion_score, SCORE_RULES, "fusion_score")
+        check_choice(self.fusion_order, ORDERS, "fusion_order")
         if not 0 <= self.fusion_skip < 1:
             raise InputError(f"Expected `fusion_skip` in [0, 1), but got {self.fusion_skip}")
         if any(not w > 0 for w in self.weight):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.validation import check_choice
 
 
 @dataclass
@@ -48,9 +49,7 @@ class EnsembleModel:
 
     def _head(self, head: str | None) -> str:
         h = head or self.heads[0]
-        if h not in self.heads:
-            raise InputError(f"Expected `head` to be one of {', '.join(self.heads)}, but got {h!r}")
-        return h
+        return check_choice(h, self.heads, "head")
 
     def fuse_image(self, im0: np.ndarray, *, head: str | None = None) -> dict[str, np.ndarray]:
         """The fused boxes of one BGR image: ``xyxy``, ``conf`` (fused raw score), ``calibrated``,

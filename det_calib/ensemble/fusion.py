@@ -38,6 +38,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.validation import check_choice
 
 ScoreRule = Literal["avg", "present", "max", "agree", "absent"]
 SCORE_RULES: tuple[str, ...] = get_args(ScoreRule)
@@ -78,6 +79,7 @@ class Fused:
 
     def scores(self, rule: ScoreRule, *, allows_overflow: bool = False) -> np.ndarray:
         """The fused score of every fused box under ``rule`` (see the module's table)."""
+        check_choice(rule, SCORE_RULES, "fusion_score")
         st, w = self.stats, self.weights
         wtot = float(w.sum())
         n = st["n"].astype(np.float64)
@@ -90,9 +92,7 @@ class Fused:
             return st["smax"] / float(w.max())
         if rule == "agree":
             return mean * n / st["wsum"] * st["mweight"] / wtot
-        if rule == "absent":
-            return mean * n / (st["wsum"] + (wtot - st["mweight"]))
-        raise InputError(f"Expected `fusion_score` to be one of {', '.join(SCORE_RULES)}, but got {rule!r}")
+        return mean * n / (st["wsum"] + (wtot - st["mweight"]))  # absent
 
 
 def _check(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, groups: np.ndarray, members: np.ndarray,

@@ -59,6 +59,7 @@ from det_calib.validation import (
     as_int_ids,
     as_unit,
     as_weights,
+    check_choice,
     check_lengths,
     check_positive_int,
 )
@@ -102,9 +103,7 @@ def sigmoid(z: ArrayLike, temperature: float = 1.0) -> np.ndarray:
 
 
 def _check_strategy(strategy: object) -> str:
-    if strategy not in _STRATEGIES:
-        raise InputError(f"Expected argument `strategy` to be one of {_STRATEGIES}, but got {strategy!r}")
-    return str(strategy)
+    return str(check_choice(strategy, _STRATEGIES, "strategy"))
 
 
 # --------------------------------------------------------------------------------------------

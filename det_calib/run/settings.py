@@ -20,6 +20,7 @@ from det_calib.record.run_result import (
 )
 from det_calib.selection.cross_validation import CRITERIA
 from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION, Fallback, Unit
+from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +174,8 @@ class Settings:
                 raise InputError(f"Expected every `conf` in (0, 1), but got {c}")
         if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
-        if self.method not in calibration_methods():
-            raise InputError(
-                f"Expected `method` to be one of {', '.join(calibration_methods())}, but got {self.method!r}"
-            )
-        if self.criterion not in CRITERIA:
-            raise InputError(f"Expected `criterion` to be one of {', '.join(CRITERIA)}, but got {self.criterion!r}")
+        check_choice(self.method, calibration_methods(), "method")
+        check_choice(self.criterion, CRITERIA, "criterion")
         if int(self.cv_folds) < 2:
             raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
         if int(self.cv_repeats) < 1:
@@ -186,11 +183,8 @@ class Settings:
         self.fit_floors()
         if not 0 <= self.conf_floor < min(self.conf):
             raise InputError(f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}")
-        if self.map_engine not in MAP_ENGINES:
-            raise InputError(f"Expected `map_engine` to be one of {', '.join(MAP_ENGINES)}, "
-                             f"but got {self.map_engine!r}")
-        if self.head not in HEAD_CHOICES:
-            raise InputError(f"Expected `head` to be one of {', '.join(HEAD_CHOICES)}, but got {self.head!r}")
+        check_choice(self.map_engine, MAP_ENGINES, "map_engine")
+        check_choice(self.head, HEAD_CHOICES, "head")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"Expected `limit` to be an integer larger than 0, but got {self.limit}")
         if self.target_precision is not None and not 0 < self.target_precision < 1:

@@ -60,7 +60,7 @@ from det_calib.calibrators.affine import _check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
-from det_calib.validation import check_labels, check_logits
+from det_calib.validation import check_choice, check_labels, check_logits
 
 __all__ = [
     "Candidate",
@@ -265,8 +265,7 @@ def select_calibrator(
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     k = None if classes is None else _check_classes(classes, z.shape[0])
-    if criterion not in CRITERIA:
-        raise InputError(f"Expected argument `criterion` to be one of {CRITERIA}, but got {criterion!r}")
+    check_choice(criterion, CRITERIA, "criterion")
     if not (0.0 <= min_conf < 1.0):
         raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
     known = registry.methods()

@@ -82,6 +82,7 @@ import polars as pl
 
 from det_calib.errors import InputError
 from det_calib.numeric import logit_threshold, sigmoid
+from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -814,8 +815,7 @@ def load_head(
     cal_path = run_dir / "calibration.json"
     folder = load_run(run_dir)  # the one reader of a run folder: one line on a missing or damaged file
     run, boxes = folder.result, folder.boxes
-    if head not in run.heads:
-        raise InputError(f"Expected argument `head` to be one of the run's heads {run.heads}, but got {head!r}")
+    check_choice(head, run.heads, "head", among="the run's heads ")
     temperature = run.temperatures
     names = [str(n) for n in run.class_names]
     fit_split, eval_split = run.settings.fit_split, run.settings.eval_split
@@ -1017,11 +1017,9 @@ def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
     """``{class id: threshold}`` of one head and criterion of a thresholds document (or file)."""
     if not isinstance(doc, Mapping):
         doc = read_thresholds(doc)
-    if criterion not in CRITERIA:
-        raise InputError(f"Expected argument `criterion` to be one of {CRITERIA}, but got {criterion!r}")
+    check_choice(criterion, CRITERIA, "criterion")
     heads = doc.get("heads", {})
-    if head not in heads:
-        raise InputError(f"Expected argument `head` to be one of {sorted(heads)}, but got {head!r}")
+    check_choice(head, sorted(heads), "head")
     rows = heads[head]["criteria"][criterion]["per_class"]
     return {int(r["cls"]): float(r["threshold"]) for r in rows}
 
