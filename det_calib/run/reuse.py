@@ -146,66 +146,17 @@ def reuse_boxes(
         InputError: No boxes there, boxes of another model or data, other capture settings, or
             a head or split missing.
     """
-    from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
-    from det_calib.data.ground_truth import load_split
-
     source = Path(source)
     run_file = source if source.is_file() else source / "boxes.parquet"
     if source.is_file() or run_file.is_file():
-        from det_calib.data.box_table import read_boxes
-
-        meta = run_meta(run_file)
-        if meta is None:
-            raise InputError(f"{run_file} records no model/data fingerprints (written by an older det_calib): "
-                             "run calibrate without `boxes` once")
-        model_fp = model_fingerprint(inputs.model)
-        if meta["model"] != model_fp:
-            raise InputError(f"the boxes in {run_file} were captured with another model "
-                             f"({meta['model'][:19]}..., not {model_fp[:19]}...)")
-        _check_settings(meta["settings"], s, inputs.imgsz, run_file)
-        df = read_boxes(run_file)
-        frames = {}
-        for sp in splits:
-            recorded = meta["splits"].get(sp.name)
-            if recorded is None:
-                raise InputError(f"{run_file} has no boxes of split `{sp.name}` (it has: {', '.join(meta['splits'])})")
-            if recorded != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
-                raise InputError(f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
-                                 "(images or labels differ)")
-            frames[sp.name] = _of(df, "split", sp.name)
-        have_heads, fingerprints = meta["heads"], meta
+        frames, have_heads, fingerprints = _from_run_file(run_file, inputs, splits, s)
     else:
-        frames, have_heads, fingerprints = {}, None, None
-        model_fp = model_fingerprint(inputs.model)
-        settings = capture_settings(s, inputs.imgsz)
-        recorded_fp = {}
-        for sp in splits:
-            base = _base_split(sp.name)
-            folder = source / base if (source / base).is_dir() else source
-            # the whole split the parts were captured on: the run's own split unless it is a half or
-            # --limit took part of it (then read again), and its fingerprint computed once
-            same = sp.name == base and s.limit is None and not sp.corrupt
-            whole = sp if same else load_split(inputs.ds, base, coco_gt=s.coco_gt, limit=s.limit)
-            expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
-            df, meta = read_parts_with_meta(folder, expect_model=model_fp)
-            if meta["split"] != base:
-                raise InputError(f"the parts in {folder} are of split `{meta['split']}`, not `{base}`: put each "
-                                 f"split's parts in a sub-folder named as the split")
-            if meta["data"] != expect:
-                raise InputError(f"the boxes in {folder} were captured on other data for split `{base}` "
-                                 "(images or labels differ)")
-            _check_settings(meta["settings"], s, inputs.imgsz, folder)
-            settings["batch"] = meta["settings"].get("batch", settings["batch"])
-            frames[sp.name] = _of(df, "split", base)
-            recorded_fp[sp.name] = expect if same else data_fingerprint(sp.images, names=sp.image_names(),
-                                                                        coco_gt=s.coco_gt)
-            have_heads = meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
-        fingerprints = {"format": 1, "model": model_fp, "splits": recorded_fp, "heads": have_heads,
-                        "settings": settings}
-    missing = [h for h in inputs.heads if h not in (have_heads or [])]
+        frames, have_heads, fingerprints = _from_parts(source, inputs, splits, s)
+    missing = [h for h in inputs.heads if h not in have_heads]
     if missing:
-        raise InputError(f"the boxes in {source} have no `{missing[0]}` head (they have: {', '.join(have_heads)}); "
-                         f"choose `head` {have_heads[0]}")
+        hint = f"; choose `head` {have_heads[0]}" if have_heads else ""
+        raise InputError(f"the boxes in {source} have no `{missing[0]}` head (they have: "
+                         f"{', '.join(have_heads) or 'none'}){hint}")
     captured: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         rows = _rows_of(frames.pop(sp.name), sp, source)
@@ -214,3 +165,71 @@ def reuse_boxes(
     fingerprints = {**fingerprints, "heads": list(inputs.heads)}
     log.info("reusing the boxes in %s (no capture)", source)
     return captured, fingerprints
+
+
+_Frames = tuple[dict[str, pl.DataFrame], list[str], dict[str, Any]]
+
+
+def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: Settings) -> _Frames:
+    """Split name -> its rows of an earlier run's ``boxes.parquet``, the heads there, its fingerprints
+    (checked against the model, the data of every split and the capture settings)."""
+    from det_calib.capture.parts import data_fingerprint, model_fingerprint
+    from det_calib.data.box_table import read_boxes
+
+    meta = run_meta(run_file)
+    if meta is None:
+        raise InputError(f"{run_file} records no model/data fingerprints (written by an older det_calib): "
+                         "run calibrate without `boxes` once")
+    model_fp = model_fingerprint(inputs.model)
+    if meta["model"] != model_fp:
+        raise InputError(f"the boxes in {run_file} were captured with another model "
+                         f"({meta['model'][:19]}..., not {model_fp[:19]}...)")
+    _check_settings(meta["settings"], s, inputs.imgsz, run_file)
+    df = read_boxes(run_file)
+    frames = {}
+    for sp in splits:
+        recorded = meta["splits"].get(sp.name)
+        if recorded is None:
+            raise InputError(f"{run_file} has no boxes of split `{sp.name}` (it has: {', '.join(meta['splits'])})")
+        if recorded != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
+            raise InputError(f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
+                             "(images or labels differ)")
+        frames[sp.name] = _of(df, "split", sp.name)
+    return frames, meta["heads"], meta
+
+
+def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settings) -> _Frames:
+    """Split name -> its rows of ``det-calib capture`` parts (one folder, or one sub-folder per
+    split), the heads every split's parts have, and the fingerprints the new run records."""
+    from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
+    from det_calib.data.ground_truth import load_split
+
+    frames: dict[str, pl.DataFrame] = {}
+    have_heads: list[str] | None = None
+    model_fp = model_fingerprint(inputs.model)
+    settings = capture_settings(s, inputs.imgsz)
+    recorded_fp = {}
+    for sp in splits:
+        base = _base_split(sp.name)
+        folder = source / base if (source / base).is_dir() else source
+        # the whole split the parts were captured on: the run's own split unless it is a half or
+        # --limit took part of it (then read again), and its fingerprint computed once
+        same = sp.name == base and s.limit is None and not sp.corrupt
+        whole = sp if same else load_split(inputs.ds, base, coco_gt=s.coco_gt, limit=s.limit)
+        expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
+        df, meta = read_parts_with_meta(folder, expect_model=model_fp)
+        if meta["split"] != base:
+            raise InputError(f"the parts in {folder} are of split `{meta['split']}`, not `{base}`: put each "
+                             f"split's parts in a sub-folder named as the split")
+        if meta["data"] != expect:
+            raise InputError(f"the boxes in {folder} were captured on other data for split `{base}` "
+                             "(images or labels differ)")
+        _check_settings(meta["settings"], s, inputs.imgsz, folder)
+        settings["batch"] = meta["settings"].get("batch", settings["batch"])
+        frames[sp.name] = _of(df, "split", base)
+        recorded_fp[sp.name] = expect if same else data_fingerprint(sp.images, names=sp.image_names(),
+                                                                    coco_gt=s.coco_gt)
+        have_heads = meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
+    heads = have_heads or []
+    return frames, heads, {"format": 1, "model": model_fp, "splits": recorded_fp, "heads": heads,
+                           "settings": settings}
