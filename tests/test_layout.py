@@ -34,10 +34,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("det_calib.cli", "det_calib"),
 ]
 
-#: The modules that run the job, write the report and parse the command line.
-LONG_FUNCTION_SCOPE = tuple(f"det_calib/run/{m}.py" for m in ("settings", "inputs", "fitting", "head_figures",
-                                                                "ultralytics_checks", "summary", "outputs", "job")) + (
-    "det_calib/report/", "det_calib/cli.py", "det_calib/ensemble/ensemble_job.py")
+#: The modules that run the job (calibrate, ensemble, check), write the report and parse the command line.
+LONG_FUNCTION_SCOPE = ("det_calib/run/", "det_calib/report/", "det_calib/check/", "det_calib/cli.py",
+                       "det_calib/ensemble/ensemble_job.py")
 MAX_FUNCTION_LINES = 60
 MAX_REPORT_DICT_GETS = 40
 

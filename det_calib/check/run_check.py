@@ -909,9 +909,61 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     Raises:
         InputError: Not a run folder, no calibrator, other class names, no images, bad options.
     """
-    from det_calib.data.box_table import write_boxes
-    from det_calib.io import check_output_dir, staged_output
+    from det_calib.io import check_output_dir
 
+    _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
+    run_dir = Path(run_dir)
+    ds = None if data is None else _load_data(data)
+    split = None if ds is None else _choose_split(ds, split)
+    out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
+    check_output_dir(out_dir)
+    job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
+               progress=progress, n_boot=n_boot)
+    result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
+    if ds is not None:
+        result.data, result.split = str(Path(data).resolve()), split
+        tables = _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=int(min_boxes))
+    else:
+        result.images = str(Path(images).resolve())
+        tables = _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=int(min_boxes),
+                                   n_perm=int(n_perm))
+    result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
+    _write_check(out_dir, result, tables, job, report=report)
+    return result, out_dir
+
+
+def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool
+                 ) -> None:
+    """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
+    from det_calib.data.box_table import write_boxes
+    from det_calib.io import staged_output
+
+    new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
+    with staged_output(out_dir) as stage:
+        result.write(stage / CHECK_FILE)
+        write_boxes(new_boxes, stage / BOXES_FILE)
+        if report:
+            from det_calib.check.report_page import write_check_report
+
+            write_check_report(stage, result, new_boxes, job.run)
+
+
+def _load_data(data: str | Path) -> Dataset:
+    from det_calib.data.ground_truth import load_data_yaml
+
+    return load_data_yaml(data)
+
+
+def _new_result(job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_boxes: int) -> CheckResult:
+    return CheckResult(kind="labelled" if labelled else "unlabelled", run=str(run_dir.resolve()),
+                       model=job.model_text, reference_split=job.run.settings.eval_split,
+                       conf=job.conf, alpha=alpha, min_boxes=min_boxes, heads=list(job.inputs.heads),
+                       n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def _check_options(data: Any, images: Any, *, alpha: float, min_boxes: int, n_perm: int, limit: int | None
+                   ) -> None:
     if (data is None) == (images is None):
         raise InputError("give exactly one of `data` (labelled new images) and `images` (a folder of unlabelled ones)")
     if not 0 < alpha < 1:
@@ -921,53 +973,34 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
             raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {v}", param=name)
     if limit is not None and limit < 1:
         raise InputError(f"Expected `limit` to be an integer larger than 0, but got {limit}", param="limit")
-    run_dir = Path(run_dir)
-    ds = None
-    if data is not None:
-        from det_calib.data.ground_truth import load_data_yaml
 
-        ds = load_data_yaml(data)
-        split = _choose_split(ds, split)
-    out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
-    check_output_dir(out_dir)
-    job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
-               progress=progress, n_boot=n_boot)
-    result = CheckResult(kind="labelled" if ds is not None else "unlabelled", run=str(run_dir.resolve()),
-                         model=job.model_text, reference_split=job.run.settings.eval_split,
-                         conf=job.conf, alpha=alpha, min_boxes=int(min_boxes), heads=list(job.inputs.heads),
-                         n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
-                         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    if ds is not None:
-        sp, tables = _labelled_boxes(job, ds, split, limit)
-        result.data, result.split = str(Path(data).resolve()), split
-        gt_then, why = _eval_split_gt(job)
-        if why:
-            log.warning("%s: recall on it is tested with its binomial variance", why)
-        for h, t in tables.items():
-            result.labelled[h] = _labelled_head(job, h, t, sp, gt_then, alpha=alpha, min_boxes=int(min_boxes))
-        result.calibration_verdict = _worst([c.calibration_verdict for c in result.labelled.values()],
-                                            (HOLDS, TOO_FEW, DRIFTED))
-        result.detection_verdict = _worst([c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED))
-    else:
-        sp = _image_split(Path(images), limit)
-        result.images = str(Path(images).resolve())
-        raw = _capture_unlabelled(job, sp)
-        tables = {h: _with_calibrated(job, h, raw[h], None) for h in job.inputs.heads}
-        for h, t in tables.items():
-            result.unlabelled[h] = _unlabelled_head(job, h, t, len(sp.images), alpha=alpha, n_perm=int(n_perm),
-                                                    min_boxes=int(min_boxes))
-        result.shift_verdict = _worst([s.verdict for s in result.unlabelled.values()],
-                                      (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED))
-    result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
-    new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
-    with staged_output(out_dir) as stage:
-        result.write(stage / CHECK_FILE)
-        write_boxes(new_boxes, stage / BOXES_FILE)
-        if report:
-            from det_calib.check.report_page import write_check_report
 
-            write_check_report(stage, result, new_boxes, job.run)
-    return result, out_dir
+def _check_labelled(result: CheckResult, job: _Job, ds: Any, split: str, limit: int | None, *, alpha: float,
+                    min_boxes: int) -> dict[str, pl.DataFrame]:
+    """Every head's labelled check into ``result`` (and its two verdicts); head -> the new boxes."""
+    sp, tables = _labelled_boxes(job, ds, split, limit)
+    gt_then, why = _eval_split_gt(job)
+    if why:
+        log.warning("%s: recall on it is tested with its binomial variance", why)
+    for h, t in tables.items():
+        result.labelled[h] = _labelled_head(job, h, t, sp, gt_then, alpha=alpha, min_boxes=min_boxes)
+    result.calibration_verdict = _worst([c.calibration_verdict for c in result.labelled.values()],
+                                        (HOLDS, TOO_FEW, DRIFTED))
+    result.detection_verdict = _worst([c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED))
+    return tables
+
+
+def _check_unlabelled(result: CheckResult, job: _Job, images: Path, limit: int | None, *, alpha: float,
+                      min_boxes: int, n_perm: int) -> dict[str, pl.DataFrame]:
+    """Every head's label-free check into ``result`` (and the shift verdict); head -> the new boxes."""
+    sp = _image_split(images, limit)
+    raw = _capture_unlabelled(job, sp)
+    tables = {h: _with_calibrated(job, h, raw[h], None) for h in job.inputs.heads}
+    for h, t in tables.items():
+        result.unlabelled[h] = _unlabelled_head(job, h, t, len(sp.images), alpha=alpha, n_perm=n_perm,
+                                                min_boxes=min_boxes)
+    result.shift_verdict = _worst([u.verdict for u in result.unlabelled.values()], (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED))
+    return tables
 
 
 def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[Any, dict[str, pl.DataFrame]]:
