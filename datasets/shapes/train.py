@@ -1,6 +1,7 @@
 """Train the demo detector (YOLO26n from yaml) on the shapes dataset, on CPU, reproducibly.
 
-Usage (from the repository root; about 90 minutes on a 2-core CPU):
+Usage (from the repository root; about 90 minutes on a CPU; Ultralytics trains on CPU with
+``cpu_count - 1`` torch threads, one on a 2-core machine, so two seeds train side by side there):
 
     python3 datasets/shapes/train.py           # writes datasets/shapes/yolo26n_shapes.pt
     python3 datasets/shapes/train.py --seed 1  # an ensemble member: writes yolo26n_shapes_seed1.pt
