@@ -913,8 +913,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
 
     _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
     run_dir = Path(run_dir)
-    ds = None if data is None else _load_data(data)
-    split = None if ds is None else _choose_split(ds, split)
+    ds, split = _labelled_data(data, split)
     out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
     check_output_dir(out_dir)
     job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
@@ -948,10 +947,14 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
             write_check_report(stage, result, new_boxes, job.run)
 
 
-def _load_data(data: str | Path) -> Dataset:
+def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset | None, str | None]:
+    """The labelled new images' data.yaml read and the split chosen in it; ``(None, None)`` without."""
     from det_calib.data.ground_truth import load_data_yaml
 
-    return load_data_yaml(data)
+    if data is None:
+        return None, None
+    ds = load_data_yaml(data)
+    return ds, _choose_split(ds, split)
 
 
 def _new_result(job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_boxes: int) -> CheckResult:
