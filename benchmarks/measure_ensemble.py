@@ -61,8 +61,9 @@ def verdicts(head: str, eh) -> list[str]:
 
 def fusion_table(rec) -> list[str]:
     heads = list(rec.heads)
-    head_cols = " | ".join(f"`{h}` mAP50-95 | `{h}` kept ECE as fused → calibrated [interval]" for h in heads)
-    rows = [f"| order | score rule | {head_cols} |", "|---|---|" + "---|---|" * len(heads)]
+    head_cols = " | ".join(f"`{h}` fit mAP50-95, CV kept ECE | `{h}` mAP50-95 | `{h}` kept ECE as fused → "
+                           "calibrated [interval]" for h in heads)
+    rows = [f"| order | score rule | {head_cols} |", "|---|---|" + "---|---|---|" * len(heads)]
     cells = {h: {(r.order, r.score): r for r in rec.heads[h].table} for h in heads}
     for key in cells[heads[0]]:
         parts = []
@@ -70,9 +71,10 @@ def fusion_table(rec) -> list[str]:
             r = cells[h][key]
             ci = r.kept_ece_calibrated_ci
             iv = f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""
-            parts.append(f"{_f(r.map50_95)} | {_f(r.kept_ece_fused)} → {_f(r.kept_ece_calibrated)}{iv} ({r.method})")
-        default = " (default)" if key == (rec.fusion.order, rec.fusion.score) else ""
-        rows.append(f"| {key[0]} | {key[1]}{default} | " + " | ".join(parts) + " |")
+            mark = " **chosen**" if key == rec.fusion_of(h) else ""
+            parts.append(f"{_f(r.fit_map50_95)}, {_f(r.cv_kept_ece)}{mark} | {_f(r.map50_95)} | "
+                         f"{_f(r.kept_ece_fused)} → {_f(r.kept_ece_calibrated)}{iv} ({r.method})")
+        rows.append(f"| {key[0]} | {key[1]} | " + " | ".join(parts) + " |")
     return rows
 
 

@@ -146,7 +146,7 @@ def run(demo_model_path, noisy, fixture_yaml, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("ens") / "run"
     return ensemble([demo_model_path, noisy], fixture_yaml, out=out, head="nms", n_boot=50, progress=False,
-                    run_val=False)
+                    run_val=False, fusion_score="agree", fusion_order="fuse-then-calibrate")
 
 
 def test_run_folder_contract(run, demo_model_path, noisy):
@@ -208,7 +208,8 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     assert (out / "thresholds.json").is_file()
     again = tmp_path / "again"
     code = main(["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml),
-                 "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--out", str(again), "-q"])
+                 "--head", "nms", "--n-boot", "50", "--boxes", str(out), "--out", str(again), "-q",
+                 "--fusion-score", "agree", "--fusion-order", "fuse-then-calibrate"])
     assert code == 0
     a, b = (pl.read_parquet(d / "boxes.parquet").drop("calibrated") for d in (out, again))
     assert a.equals(b)
@@ -231,6 +232,40 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     code = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--boxes", str(out),
                  "--out", str(tmp_path / "y"), "-q"])
     assert code == 2 and "another model" in capsys.readouterr().err
+
+
+def test_auto_fusion_chosen_on_the_fit_folds(run, demo_model_path, noisy, fixture_yaml, tmp_path):
+    """The default (``auto``) chooses the fusion per head on the fit split's folds: every cell is a
+    scored candidate, one is chosen and recorded, and the run's boxes are those of the chosen
+    fusion given outright; the deployment API fuses as the run chose."""
+    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.record.run_result import RunResult
+
+    assert (FusionSettings().fusion_order, FusionSettings().fusion_score) == ("auto", "auto")
+    base = ["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml), "--head",
+            "nms", "--n-boot", "50", "--boxes", str(run.out_dir), "--no-report", "-q"]
+    assert main([*base, "--out", str(tmp_path / "auto")]) == 0
+    rec = RunResult.read(tmp_path / "auto" / "calibration.json").ensemble
+    assert (rec.fusion.order, rec.fusion.score) == ("auto", "auto")
+    eh = rec.heads["nms"]
+    chosen = [r for r in eh.table if r.chosen]
+    assert len(chosen) == 1 and (chosen[0].order, chosen[0].score) == (eh.order, eh.score) == rec.fusion_of("nms")
+    assert all(r.verdict and r.fit_map50_95 is not None for r in eh.table)
+    scored = [r for r in eh.table if r.cv_kept_ece is not None]
+    assert chosen[0].cv_kept_ece is not None and len(scored) >= 2
+    eligible = [r for r in scored if r.fit_map50_95 >= max(x.fit_map50_95 for x in scored) - 0.01]
+    from det_calib.ensemble.fusion_choice import Z_SIMPLER
+
+    behind = chosen[0].cv_kept_ece - min(r.cv_kept_ece for r in eligible)  # the best, or as good and simpler
+    assert chosen[0] in eligible and behind <= Z_SIMPLER * (chosen[0].cv_diff_se or 0) + 1e-12
+    summary = (tmp_path / "auto" / "summary.txt").read_text()
+    assert "chosen on the fit split's folds" in summary and "<- chosen" in summary
+    # the chosen fusion given outright gives the same boxes
+    assert main([*base, "--fusion-order", eh.order, "--fusion-score", eh.score, "--no-fusion-table",
+                 "--out", str(tmp_path / "fixed")]) == 0
+    a, b = (pl.read_parquet(d / "boxes.parquet") for d in (tmp_path / "auto", tmp_path / "fixed"))
+    assert a.equals(b)
+    _assert_deployment_equals_run(tmp_path / "auto", fixture_yaml)
 
 
 def test_deployment_api_equals_the_runs_boxes(run, fixture_yaml):

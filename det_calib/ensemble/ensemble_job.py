@@ -3,14 +3,16 @@
 The job: load the members (:mod:`det_calib.ensemble.members`) and check each against the data;
 capture every member on the fit and eval splits (each image decoded once for all members);
 per ensemble head, calibrate each member on its own boxes (``calibrate``'s fit, choice and
-evaluation, for the side-by-side figures and the ``calibrate-then-fuse`` order), fuse the
-members' boxes per image and class (:mod:`det_calib.ensemble.fusion`), and run ``calibrate``'s
-label → fit → evaluate step on the fused boxes (the temperature always fitted and reported,
-pycocotools mAP of the fused boxes raw and calibrated, the kept-set shift). Both fusion orders
-under every score rule are scored in one table. The output folder has ``calibrate``'s contract
-(``calibration.json``, ``boxes.parquet`` of the fused boxes with ``logit`` the logit of the
-fused raw score, ``report.html``), plus ``members.parquet`` (every member's boxes, for
-``ensemble --boxes``), so ``compare``, ``report`` and ``thresholds`` read it as any run.
+evaluation, for the side-by-side figures and the ``calibrate-then-fuse`` order), choose the
+fusion (order and score rule; ``auto``, the default) on the fit split's folds
+(:mod:`det_calib.ensemble.fusion_choice`), fuse the members' boxes per image and class
+(:mod:`det_calib.ensemble.fusion`), and run ``calibrate``'s label → fit → evaluate step on the
+fused boxes (the temperature always fitted and reported, COCO mAP of the fused boxes raw and
+calibrated, the kept-set shift). Both fusion orders under every score rule are scored in one
+table (the choice's figures on the fit split beside each cell's on the eval split). The output
+folder has ``calibrate``'s contract (``calibration.json``, ``boxes.parquet`` of the fused boxes
+with ``logit`` the logit of the fused raw score, ``report.html``), plus ``members.parquet``
+(every member's boxes, for ``ensemble --boxes``), so ``compare``, ``report`` and ``thresholds`` read it as any run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from det_calib.calibrators.base import deployed_conf
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
+from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, kept_ece, out_of_fold
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
     MemberSpec,
@@ -40,18 +43,19 @@ from det_calib.ensemble.members import (
     member_heads,
     member_specs,
 )
-from det_calib.errors import InputError
+from det_calib.errors import DegenerateFitError, InputError
 from det_calib.io import check_output_dir, staged_output
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.record.ensemble_record import (
+    AUTO,
     ORDERS,
-    RULE_WORDS,
     EnsembleHead,
     EnsembleRecord,
     FusionRow,
     FusionSettingsRecord,
     MemberFigures,
     MemberRecord,
+    rule_words,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.run.fitting import fit_head
@@ -79,29 +83,38 @@ class FusionSettings:
     snapshots: tuple[str, ...] = _opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
                                       "(repeatable)", flag="--snapshots", repeat=True)
     fusion_iou: float = _opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
-    fusion_score: str = _opt("agree", "score of a fused box: agree (default: the mean of its boxes times the share "
-                             "of members that have a box in it), avg (an absent member counts 0), present, max, "
-                             "absent (see README)", flag="--fusion-score", choices=SCORE_RULES)
-    fusion_order: str = _opt(ORDERS[0], "fuse-then-calibrate (default: fuse the raw scores, calibrate the fused "
-                             "score) or calibrate-then-fuse", flag="--fusion-order", choices=ORDERS)
+    fusion_score: str = _opt(AUTO, "score of a fused box: auto (default: chosen per head on the fit split's folds, "
+                             "see README), agree (the mean of its boxes times the share of members that have a box "
+                             "in it), avg (an absent member counts 0), present, max, absent", flag="--fusion-score",
+                             choices=(AUTO, *SCORE_RULES))
+    fusion_order: str = _opt(AUTO, "auto (default: chosen per head on the fit split's folds), fuse-then-calibrate "
+                             "(fuse the raw scores, calibrate the fused score) or calibrate-then-fuse",
+                             flag="--fusion-order", choices=(AUTO, *ORDERS))
     fusion_skip: float = _opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
                               flag="--fusion-skip")
     weight: tuple[float, ...] = _opt((), "weight of each member in the fusion, in order (repeatable; default 1 "
                                      "each)", flag="--weight", repeat=True)
-    fusion_table: bool = _opt(True, "skip the table of both orders under every score rule", flag="--no-fusion-table",
+    fusion_table: bool = _opt(True, "skip the table of both orders under every score rule (with --fusion-order and "
+                              "--fusion-score both given; auto scores every candidate)", flag="--no-fusion-table",
                               negate=True)
 
     def validate(self, n_members: int | None = None) -> None:
         if not 0 <= self.fusion_iou < 1:
             raise InputError(f"Expected `fusion_iou` in [0, 1), but got {self.fusion_iou}")
-        check_choice(self.fusion_score, SCORE_RULES, "fusion_score")
-        check_choice(self.fusion_order, ORDERS, "fusion_order")
+        check_choice(self.fusion_score, (AUTO, *SCORE_RULES), "fusion_score")
+        check_choice(self.fusion_order, (AUTO, *ORDERS), "fusion_order")
         if not 0 <= self.fusion_skip < 1:
             raise InputError(f"Expected `fusion_skip` in [0, 1), but got {self.fusion_skip}")
         if any(not w > 0 for w in self.weight):
             raise InputError(f"Expected every `weight` to be positive, but got {list(self.weight)}")
         if n_members is not None and self.weight and len(self.weight) != n_members:
             raise InputError(f"Expected one `weight` per member ({n_members}), but got {len(self.weight)}")
+
+    def candidates(self) -> list[tuple[str, str]]:
+        """The (order, score rule) pairs the fusion is chosen among (one: both given)."""
+        orders = ORDERS if self.fusion_order == AUTO else (self.fusion_order,)
+        rules = SCORE_RULES if self.fusion_score == AUTO else (self.fusion_score,)
+        return [(o, r) for o in orders for r in rules]
 
     def weights(self, n: int) -> np.ndarray:
         return np.asarray(self.weight, dtype=np.float64) if self.weight else np.ones(n)
@@ -253,30 +266,120 @@ def _fuse_order(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], 
                         column=column) for k, sp in enumerate(splits)]
 
 
-def fusion_row(fused: list[pl.DataFrame], splits: tuple[Split, Split], order: str, score: str, s: Settings
-               ) -> FusionRow:
-    """One cell of the fusion table: label the fused boxes, fit (``calibrate``'s method) on the fit
-    split, and score the eval split: mAP, kept-set ECE as fused and calibrated."""
-    from det_calib.evaluation.map_check import coco_map
+@dataclass
+class Cell:
+    """One fusion (order, score rule) of a head: its fused boxes on both splits, the fit split's
+    labelled, the fused score's calibrator chosen on them, and (when chosen among) its CV figures."""
+
+    order: str
+    score: str
+    fused: list[pl.DataFrame]
+    fit_boxes: pl.DataFrame
+    choice: Any
+    candidate: Candidate | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.order, self.score
+
+
+def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
+                fs: FusionSettings, s: Settings) -> Cell:
+    """Fuse the members' tables under (``order``, ``score``), label the fit split, fit its calibrator."""
+    fused = _fuse_order(members, splits, head, order, score, fs, s)
+    fb = match_boxes(fused[0], splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
+    return Cell(order, score, fused, fb, fit_head(fb, s))
+
+
+def _member_floor(cal: Any) -> float:
+    v = cal.params.get("fit_min_conf", 0.0) if cal.params else 0.0
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], member_cals: Sequence[Any],
+                  fit: Split, head: str, fs: FusionSettings, s: Settings) -> Cell:
+    """The cell chosen on the fit split's folds (:mod:`det_calib.ensemble.fusion_choice`); every
+    cell's ``candidate`` is filled in with its CV figures and verdict."""
+    thr, n_img = min(s.conf), len(fit.images)
+    for c in cells:
+        m = fused_map(c.fit_boxes, fit, s)
+        c.candidate = Candidate(c.order, c.score, c.choice.method, c.choice.floor, float(m["map50_95"]))
+    kept: dict[tuple[str, str], list[int]] = {c.key: [] for c in cells}
+    for r in range(s.cv_repeats):
+        folds = image_folds(n_img, s.cv_folds, s.seed + r)
+        oof_members = []
+        if any(c.order == ORDERS[1] for c in cells):
+            for t, cal in zip((m[0] for m in members), member_cals, strict=True):
+                try:
+                    p = out_of_fold(t, cal.method, _member_floor(cal), folds, seed=s.seed)
+                except DegenerateFitError:  # a fold cannot refit this member's map: its whole-split map
+                    p = t["calibrated"].to_numpy()
+                oof_members.append(t.with_columns(pl.Series("calibrated", p, dtype=pl.Float64)))
+        for c in cells:
+            cd = c.candidate
+            if cd.error is not None:
+                continue
+            try:
+                fb = c.fit_boxes if c.order == ORDERS[0] else match_boxes(
+                    fuse_tables(oof_members, fit, head=head, score=c.score, fs=fs, max_det=s.max_det,
+                                column="calibrated"), fit.gt, iou=s.iou, loc_iou=s.loc_iou)
+                p = out_of_fold(fb, cd.method, cd.floor, folds, seed=s.seed)
+            except (DegenerateFitError, InputError) as e:
+                cd.error = str(e).splitlines()[0]
+                continue
+            use = ~fb["ignore"].to_numpy()
+            p, y, img = p[use], fb["correct"].to_numpy()[use], fb["image_id"].to_numpy()[use]
+            cd.cv_scores.append(kept_ece(p, y, thr, s.ece_bins))
+            kept[c.key].append(int((p > thr).sum()))
+            if r == 0:
+                cd.oof = (p, y, img)
+    for c in cells:
+        c.candidate.cv_kept = float(np.mean(kept[c.key])) if kept[c.key] else float("nan")
+    chosen = choose([c.candidate for c in cells], orders=ORDERS, n_images=n_img, threshold=thr, n_bins=s.ece_bins,
+                    seed=s.seed)
+    log.info("%s head: fusion chosen on the fit split's folds: %s, %s (%s)", head, chosen.order, chosen.score,
+             chosen.verdict)
+    return next(c for c in cells if c.candidate is chosen)
+
+
+def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRow:
+    """One cell of the fusion table: its calibrator (fitted on the fit split) scored on the eval
+    split: mAP, kept-set ECE as fused and calibrated; and its CV figures when it was a candidate."""
     from det_calib.run.fitting import fit_temperature
 
-    fb, eb = (match_boxes(t, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for t, sp in zip(fused, splits, strict=True))
-    choice = fit_head(fb, s)
+    eb = match_boxes(cell.fused[1], splits[1].gt, iou=s.iou, loc_iou=s.loc_iou)
+    choice = cell.choice
     e = eb.filter(~pl.col("ignore"))
     z, k, y, img = (e[c].to_numpy() for c in ("logit", "cls", "correct", "image_id"))
     p0 = e["conf"].to_numpy()
     p1 = deployed_conf(choice.calibrator, z, k, p0)
     thr = min(s.conf)
     k0, k1 = p0 > thr, p1 > thr
-    m = coco_map(eb, splits[1].gt, splits[1].sizes, max_dets=s.max_det)
+    m = fused_map(eb, splits[1], s)
     ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), img[k1], p1[k1], y[k1],
                                      n_boot=s.n_boot, seed=s.seed)) if k1.sum() > 1 else None)
-    t = fit_temperature(fb.filter(~pl.col("ignore")))
-    return FusionRow(order=order, score=score, method=choice.method, map50_95=m["map50_95"], map50=m["map50"],
-                     kept_fused=int(k0.sum()), kept_ece_fused=metrics.ece(p0[k0], y[k0], n_bins=s.ece_bins)
-                     if k0.any() else None, kept_calibrated=int(k1.sum()),
+    t = fit_temperature(cell.fit_boxes.filter(~pl.col("ignore")))
+    cd = cell.candidate
+    cv = {} if cd is None else {
+        "fit_map50_95": _finite(cd.fit_map50_95), "cv_kept_ece": _finite(cd.cv_mean),
+        "cv_diff_se": _finite(cd.diff_se), "verdict": cd.verdict, "chosen": cd.verdict.startswith("chosen")}
+    return FusionRow(order=cell.order, score=cell.score, method=choice.method, map50_95=m["map50_95"],
+                     map50=m["map50"], kept_fused=int(k0.sum()), kept_ece_fused=metrics.ece(p0[k0], y[k0],
+                     n_bins=s.ece_bins) if k0.any() else None, kept_calibrated=int(k1.sum()),
                      kept_ece_calibrated=metrics.ece(p1[k1], y[k1], n_bins=s.ece_bins) if k1.any() else None,
-                     kept_ece_calibrated_ci=ci, temperature=float(t.temperature_))
+                     kept_ece_calibrated_ci=ci, temperature=float(t.temperature_), **cv)
+
+
+def fused_map(boxes: pl.DataFrame, split: Split, s: Settings) -> dict[str, float]:
+    """COCO mAP of fused boxes by their ``conf`` (``--map-engine``: the engine the run's mAP check uses)."""
+    from det_calib.evaluation.map_check import coco_maps
+
+    return coco_maps(boxes, split.gt, split.sizes, [boxes["conf"].to_numpy()], max_dets=s.max_det,
+                     engine=s.map_engine)[0]
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if v is not None and np.isfinite(v) else None
 
 
 @dataclass
@@ -290,7 +393,8 @@ class _HeadOut:
 
 def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names: list[str],
                   captured: list[list[pl.DataFrame]], s: Settings, fs: FusionSettings) -> _HeadOut:
-    """One ensemble head: every member calibrated on its own, the fused boxes calibrated, the table."""
+    """One ensemble head: every member calibrated on its own, the fusion chosen (when the settings
+    leave it to ``auto``), the fused boxes calibrated, the table."""
     fit, ev = splits
     figures, member_tables, cals = [], [], []
     for i, tabs in enumerate(captured):
@@ -299,27 +403,34 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
         figures.append(member_figures(names[i], hr))
         cals.append(hr.calibrator)
         member_tables.append(t)
-    t0 = time.perf_counter()
-    fused = _fuse_order(member_tables, splits, head, fs.fusion_order, fs.fusion_score, fs, s)
+    keys = fs.candidates()
+    cells: dict[tuple[str, str], Cell] = {}
+    chosen = keys[0]
+    if len(keys) > 1:
+        for order, score in keys:
+            log.info("%s head: fusion candidate %s with %s", head, order, score)
+            cells[(order, score)] = fusion_cell(member_tables, splits, head, order, score, fs, s)
+        chosen = choose_fusion(list(cells.values()), member_tables, cals, fit, head, fs, s).key
+    t0 = time.perf_counter()  # the cost of the fusion deployed: the chosen one, both splits
+    fused = _fuse_order(member_tables, splits, head, *chosen, fs, s)
     seconds = time.perf_counter() - t0
     log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, fused[0].height, fused[1].height,
-             fs.fusion_order, fs.fusion_score)
+             *chosen)
     hr, tables = calibrate_head(inputs, fit, ev, head, s, fused)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
                        "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
                                                        "val cannot run it; mAP is pycocotools on the fused boxes")})
     rows = []
-    if fs.fusion_table:
+    if fs.fusion_table or len(keys) > 1:
         for order in ORDERS:
             for score in SCORE_RULES:
                 log.info("%s head: fusion table, %s with %s", head, order, score)
-                got = fused if (order, score) == (fs.fusion_order, fs.fusion_score) else \
-                    _fuse_order(member_tables, splits, head, order, score, fs, s)
-                rows.append(fusion_row(got, splits, order, score, s))
+                cell = cells.get((order, score)) or fusion_cell(member_tables, splits, head, order, score, fs, s)
+                rows.append(fusion_row(cell, splits, s))
     kept = tables[1].filter(~pl.col("ignore") & (pl.col("calibrated") > min(s.conf)))
     agree = {int(k): int(v) for k, v in zip(*np.unique(kept["members"].to_numpy(), return_counts=True), strict=True)}
     rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
-                       member_calibrators=cals)
+                       member_calibrators=cals, order=chosen[0], score=chosen[1])
     return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))
                                       for i in range(len(member_tables)) for t in member_tables[i]], seconds)
 
@@ -449,13 +560,16 @@ def ensemble_lines(result: RunResult) -> list[str]:
     rec: EnsembleRecord = result.ensemble
     fz = rec.fusion
     thr = min(result.settings.conf_thresholds)
+    chosen = " (chosen on the fit split's folds)" if AUTO in (fz.order, fz.score) else ""
     lines = [f"ensemble of {len(rec.members)} members: {rec.source}",
-             f"fusion: weighted boxes fusion, IoU {fz.iou:g}, score {fz.score} ({RULE_WORDS[fz.score]}), {fz.order}"]
+             f"fusion: weighted boxes fusion, IoU {fz.iou:g}; " + "; ".join(
+                 f"{h}: score {sc} ({rule_words(sc)}), {o}" for h in rec.heads for o, sc in [rec.fusion_of(h)])
+             + chosen]
     for i, m in enumerate(rec.members):
         lines.append(f"  member {i}: {m.name} ({m.kind}; imgsz {m.imgsz}; heads "
                      + ", ".join(f"{h}<-{v}" for h, v in m.heads.items()) + ")")
     for h, eh in rec.heads.items():
-        lines.append(f"[{h}] side by side (eval split; mAP pycocotools; kept-set ECE at conf {thr:g} "
+        lines.append(f"[{h}] side by side (eval split; COCO mAP; kept-set ECE at conf {thr:g} "
                      "raw -> calibrated):")
         for mf in [*eh.members, eh.ensemble]:
             o0, o1 = mf.operating_before[0], mf.operating_after[0]
@@ -467,10 +581,14 @@ def ensemble_lines(result: RunResult) -> list[str]:
             lines.append(f"[{h}] members present in the fused boxes kept at {thr:g}: " + ", ".join(
                 f"{k}: {v / total:.1%}" for k, v in sorted(eh.agreement.items())))
         if eh.table:
-            lines.append(f"[{h}] fusion table (order, score rule: mAP50-95, kept ECE as fused -> calibrated):")
+            cv = any(r.verdict for r in eh.table)
+            lines.append(f"[{h}] fusion table (order, score rule: " + ("fit split mAP50-95 and CV kept ECE; " if cv
+                         else "") + "eval split mAP50-95, kept ECE as fused -> calibrated):")
             for r in eh.table:
-                lines.append(f"[{h}]   {r.order:<20} {r.score:<8} {_f(r.map50_95)}  {_f(r.kept_ece_fused)} -> "
-                             f"{_f(r.kept_ece_calibrated)} ({r.method})")
+                fit = f"fit {_f(r.fit_map50_95)} CV {_f(r.cv_kept_ece)}  eval " if cv else ""
+                mark = "  <- chosen" if r.chosen else ""
+                lines.append(f"[{h}]   {r.order:<20} {r.score:<8} {fit}{_f(r.map50_95)}  {_f(r.kept_ece_fused)} -> "
+                             f"{_f(r.kept_ece_calibrated)} ({r.method}){mark}")
     sec = rec.seconds_per_image
     each = [f"{rec.members[i].name} {sec[f'member {i}']:.3f}" for i in range(len(rec.members)) if f"member {i}" in sec]
     lines.append("cost per image (CPU seconds): capture of all members " + _f(sec.get("capture"), ".3f")

@@ -61,10 +61,11 @@ class EnsembleModel:
         h = self._head(head)
         rec = self.result.ensemble
         fz = rec.fusion
+        fusion_order, rule = rec.fusion_of(h)
         xy, sc, cl, mem = [], [], [], []
         for i, (m, mr) in enumerate(zip(self.members, rec.members, strict=True)):
             b, conf, c, z = m.predict(im0, 0)[mr.heads[h]]
-            if fz.order != "fuse-then-calibrate":
+            if fusion_order != "fuse-then-calibrate":
                 conf = deployed_conf(self.member_calibrators[h][i], z.astype(np.float64), c, conf.astype(np.float64))
             xy.append(b)
             sc.append(np.asarray(conf, np.float64))
@@ -73,7 +74,7 @@ class EnsembleModel:
         f = weighted_boxes_fusion(np.concatenate(xy), np.concatenate(sc), np.concatenate(cl), groups=None,
                                   members=np.concatenate(mem), n_members=len(self.members),
                                   weights=np.asarray(fz.weights), iou_thr=fz.iou, skip_box_thr=fz.skip)
-        s = np.clip(f.scores(fz.score), EPS, 1 - EPS)
+        s = np.clip(f.scores(rule), EPS, 1 - EPS)
         order = np.lexsort((f.boxes[:, 1], f.boxes[:, 0], f.label, -s))[: fz.max_det]
         s, lab = s[order], f.label[order].astype(np.int64)
         z = np.log(s) - np.log1p(-s)
@@ -211,14 +212,14 @@ def capture_fused(ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] |
     use = list(heads) if heads else ens.heads
     plan = {h: [mr.heads[h] for mr in rec.members] for h in use}
     captured, _ = capture_all(ens.members, plan, [split], s, ens.workers)
-    fs = FusionSettings(fusion_iou=fz.iou, fusion_score=fz.score, fusion_order=fz.order, fusion_skip=fz.skip,
-                        weight=tuple(fz.weights))
+    fs = FusionSettings(fusion_iou=fz.iou, fusion_skip=fz.skip, weight=tuple(fz.weights))
     out = {}
     for h in use:
+        order, rule = rec.fusion_of(h)
         tabs = [m[0] for m in captured[h]]
         column = "conf"
-        if fz.order != ORDERS[0]:
+        if order != ORDERS[0]:
             tabs = [with_calibrated(t, c) for t, c in zip(tabs, ens.member_calibrators[h], strict=True)]
             column = "calibrated"
-        out[h] = fuse_tables(tabs, split, head=h, score=fz.score, fs=fs, max_det=fz.max_det, column=column)
+        out[h] = fuse_tables(tabs, split, head=h, score=rule, fs=fs, max_det=fz.max_det, column=column)
     return out

@@ -21,10 +21,8 @@ RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, 
     "max": "maximum over the members",
     "agree": "mean of the boxes times the share of members that agree",
     "absent": "sum over boxes and absent members' weight",
+    "auto": "chosen per head on the fit split's folds",
 }
-
-
-
 
 def rule_words(rule: str) -> str:
     """A score rule in words (the rule's own name when unknown)."""
@@ -32,6 +30,7 @@ def rule_words(rule: str) -> str:
 
 
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
+AUTO = "auto"
 """The two orders: fuse the raw member scores and calibrate the fused score; or calibrate each
 member on its own, fuse the calibrated scores, and calibrate the fused score again (the
 calibrator chosen for it may be ``none``: the fused calibrated scores as they come)."""
@@ -76,7 +75,8 @@ class MemberRecord:
 
 @dataclass(frozen=True)
 class FusionSettingsRecord:
-    """How the members were fused (see :mod:`det_calib.ensemble.fusion`)."""
+    """How the members were fused (see :mod:`det_calib.ensemble.fusion`). ``score`` and ``order``
+    are the settings (``auto``: chosen per head, :meth:`EnsembleRecord.fusion_of`)."""
 
     method: str
     iou: float
@@ -147,6 +147,11 @@ class FusionRow:
     kept_ece_calibrated: float | None
     kept_ece_calibrated_ci: CI = None
     temperature: float | None = None
+    fit_map50_95: float | None = None
+    cv_kept_ece: float | None = None
+    cv_diff_se: float | None = None
+    verdict: str = ""
+    chosen: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> FusionRow:
@@ -156,7 +161,10 @@ class FusionRow:
                    kept_calibrated=int(d.get("kept_calibrated", 0)),
                    kept_ece_calibrated=_number(d.get("kept_ece_calibrated"), where),
                    kept_ece_calibrated_ci=_interval(d.get("kept_ece_calibrated_ci"), where),
-                   temperature=_number(d.get("temperature"), where))
+                   temperature=_number(d.get("temperature"), where),
+                   fit_map50_95=_number(d.get("fit_map50_95"), where),
+                   cv_kept_ece=_number(d.get("cv_kept_ece"), where), cv_diff_se=_number(d.get("cv_diff_se"), where),
+                   verdict=str(d.get("verdict") or ""), chosen=bool(d.get("chosen", False)))
 
 
 @dataclass(frozen=True)
@@ -165,18 +173,23 @@ class EnsembleHead:
 
     ``agreement``: number of members present in a fused box -> how many fused boxes kept at the
     lowest conf (calibrated) have that many; ``member_calibrators``: the calibrator each member
-    got on its own boxes (used by ``calibrate-then-fuse`` and the deployment)."""
+    got on its own boxes (used by ``calibrate-then-fuse`` and the deployment); ``order`` and
+    ``score``: the fusion this head runs (chosen on the fit split's folds where the settings say
+    ``auto``; empty in runs written before the choice: the settings' own)."""
 
     members: list[MemberFigures]
     ensemble: MemberFigures
     agreement: dict[int, int]
     table: list[FusionRow]
     member_calibrators: list[Calibrator] = field(default_factory=list)
+    order: str = ""
+    score: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"members": [m.to_dict() for m in self.members], "ensemble": self.ensemble.to_dict(),
                 "agreement": {str(k): v for k, v in self.agreement.items()}, "table": _plain(self.table),
-                "member_calibrators": [c.to_dict() for c in self.member_calibrators]}
+                "member_calibrators": [c.to_dict() for c in self.member_calibrators], "order": self.order,
+                "score": self.score}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> EnsembleHead:
@@ -185,7 +198,8 @@ class EnsembleHead:
                    agreement={int(k): int(v) for k, v in (d.get("agreement") or {}).items()},
                    table=[FusionRow.from_dict(r, f"{where}.table") for r in d.get("table") or []],
                    member_calibrators=[Calibrator.from_dict(c, f"{where}.member_calibrators")
-                                       for c in d.get("member_calibrators") or []])
+                                       for c in d.get("member_calibrators") or []],
+                   order=str(d.get("order") or ""), score=str(d.get("score") or ""))
 
 
 @dataclass(frozen=True)
@@ -201,6 +215,12 @@ class EnsembleRecord:
     heads: dict[str, EnsembleHead]
     source: str = ""
     seconds_per_image: dict[str, float] = field(default_factory=dict)
+
+    def fusion_of(self, head: str) -> tuple[str, str]:
+        """``(order, score rule)`` that ``head`` fuses with (its choice, else the settings')."""
+        eh = self.heads.get(head)
+        return (eh.order or self.fusion.order, eh.score or self.fusion.score) if eh else \
+            (self.fusion.order, self.fusion.score)
 
     def seconds(self, key: str) -> float:
         """``seconds_per_image[key]`` (``capture``, ``fusion``, ``member i``); nan when not recorded."""

@@ -54,28 +54,41 @@ def _per_class(run: Any, h: str, eh: Any) -> Table:
 
 
 def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
+    cv = any(r.verdict for r in eh.table)
     rows = []
     for r in eh.table:
         mark = " (this run)" if (r.order, r.score) == chosen else ""
-        rows.append([r.order + mark, r.score, f4(r.map50_95), f4(r.map50), f"{r.kept_fused}", f4(r.kept_ece_fused),
-                     f"{r.kept_calibrated}", f"{f4(r.kept_ece_calibrated)}{_ci(r.kept_ece_calibrated_ci)}", r.method,
-                     "n/a" if r.temperature is None else f"{r.temperature:.3f}"])
-    return Table(["order", "score rule", "mAP50-95", "mAP50", "kept as fused", "kept-set ECE as fused",
-                  "kept calibrated", "kept-set ECE calibrated", "calibrator", "T"], rows,
-                 caption=f"Head {h}: both fusion orders under every score rule, eval split", css="ensemble-fusion")
+        row = [r.order + mark, r.score]
+        if cv:
+            row += [f4(r.fit_map50_95), f4(r.cv_kept_ece), r.verdict or "not a candidate"]
+        rows.append(row + [f4(r.map50_95), f4(r.map50), f"{r.kept_fused}", f4(r.kept_ece_fused), f"{r.kept_calibrated}",
+                           f"{f4(r.kept_ece_calibrated)}{_ci(r.kept_ece_calibrated_ci)}", r.method,
+                           "n/a" if r.temperature is None else f"{r.temperature:.3f}"])
+    head = ["order", "score rule"] + (["fit mAP50-95", "CV kept-set ECE (fit split)", "choice"] if cv else [])
+    return Table(head + ["mAP50-95", "mAP50", "kept as fused", "kept-set ECE as fused", "kept calibrated",
+                         "kept-set ECE calibrated", "calibrator", "T"], rows,
+                 caption=f"Head {h}: both fusion orders under every score rule"
+                         + (": chosen on the fit split (its mAP, the cross-validated kept-set ECE), then scored "
+                            "on the eval split" if cv else ", eval split"), css="ensemble-fusion")
 
 
 def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     """Add the ensemble section (a run with ``ensemble`` in its calibration.json)."""
-    from det_calib.record.ensemble_record import rule_words
+    from det_calib.record.ensemble_record import AUTO, rule_words
 
     rec = run.result.ensemble
     st = run.settings
     thr = min(st.conf_thresholds)
     fz = rec.fusion
     b.add(Heading(2, "Ensemble", "ensemble"))
+    how = "; ".join(f"head {h}: score rule {rec.fusion_of(h)[1]} ({rule_words(rec.fusion_of(h)[1])}), "
+                    f"{rec.fusion_of(h)[0]}" for h in rec.heads)
+    chosen = (" (chosen per head on the fit split's folds: the lowest cross-validated kept-set ECE among the "
+              "fusions within 0.01 mAP50-95 of the best, or a preferred one within a standard error of it; see the "
+              "fusion table)"
+              if AUTO in (fz.order, fz.score) else "")
     b.add(Para(f"{len(rec.members)} members: {rec.source}. Fused by weighted boxes fusion (IoU {fz.iou:g}), "
-               f"score rule {fz.score} ({rule_words(fz.score)}), {fz.order}; the fused score is then "
+               f"{how}{chosen}; the fused score is then "
                "calibrated as one detector's (the sections above are those of the fused boxes). Plain Ultralytics "
                "cannot run an ensemble as one checkpoint: deploy it with det_calib.ensemble.load_ensemble.", "lead"))
     b.add(Table(["member", "kind", "file fingerprint", "imgsz", "heads run"],
@@ -95,7 +108,7 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
             b.add(Para(f"Members present in the fused boxes kept at {thr:g} (calibrated): " + ", ".join(
                 f"{k} of {len(rec.members)}: {v:,} ({v / total:.1%})" for k, v in sorted(eh.agreement.items())) + "."))
         if eh.table:
-            b.add(_fusion_table(h, eh, (fz.order, fz.score)))
+            b.add(_fusion_table(h, eh, rec.fusion_of(h)))
     each = [f"{m.name} {rec.seconds(f'member {i}'):.3f} s" for i, m in enumerate(rec.members)
             if f"member {i}" in rec.seconds_per_image]
     b.add(Para(f"Cost per image (both splits, CPU seconds of the threads running the members; image decoding, "

@@ -1,0 +1,193 @@
+"""Choose how an ensemble fuses (the order and the score rule) on the fit split's folds, as
+``--method auto`` chooses a calibrator.
+
+The candidates are both orders under every score rule (``--fusion-order`` or ``--fusion-score``
+fixes one of the two). Each is fused on the fit split and labelled, and its calibrator of the fused
+score is chosen on the whole fit split as ``calibrate`` chooses one. The criterion is the figure
+users read at deployment: the **kept-set ECE** (at the lowest ``--conf``, ``--ece-bins`` bins) of
+the candidate's **out-of-fold** calibrated scores:
+
+- the fit split's images are dealt into ``--cv-folds`` K folds, ``--cv-repeats`` R times with
+  fresh assignments (``--seed``), the same folds for every candidate;
+- on each fold, the candidate's calibrator (its method and fit floor) is refitted on the other
+  K - 1 folds and scores the held-out fold's fused boxes; the K held-out folds pooled are every
+  fused box of the fit split scored by a map that never saw its image, and their kept-set ECE is
+  the score of that assignment; the candidate's CV score is the mean over the R assignments;
+- under ``calibrate-then-fuse`` every member's calibrator is cross-fitted first, on the same
+  folds (refitted on the other folds, applied to the held-out fold's member boxes), and the
+  members' out-of-fold calibrated scores are fused; the fused score's calibrator then refits on
+  those fused boxes fold by fold as above.
+
+Kept-set ECEs of different box sets compare (each is the error of the boxes a user keeps), unlike
+the NLL ``--method auto`` uses among maps of one box set. The rule:
+
+1. **Accuracy first.** A candidate is eligible when its fit-split mAP50-95 (pycocotools, the fused
+   boxes) is within :data:`MAP_TOLERANCE` of the best candidate's: an ensemble is built for its
+   accuracy, which no calibrator restores, so none is traded for calibration.
+2. **The lowest CV kept-set ECE** among the eligible wins, unless
+3. **a simpler eligible candidate** is as good: behind the best by less than :data:`Z_SIMPLER`
+   (one) paired standard error, the one-standard-error rule; the first such in the order of
+   preference wins. Preference: ``fuse-then-calibrate`` (one calibrator) before
+   ``calibrate-then-fuse`` (one per member and one more); then the rules in the order of
+   :data:`RULE_PREFERENCE` (``agree`` first: it counts members, not boxes, so a member's two
+   overlapping boxes do not count as two members agreeing). The standard error of a difference is
+   that of the two candidates' pooled kept-set ECEs over an image bootstrap (the same images
+   resampled for both, first assignment). Fusions whose kept boxes the fit split cannot tell
+   apart so keep the preferred one, instead of one chosen by the noise of a few hundred images.
+
+``benchmarks/measure_fusion_choice.py`` measures the rule on the demo ensemble over fit-split
+sizes and seeds, against the fixed default and every fixed cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from det_calib.calibrators.affine import group_folds
+from det_calib.calibrators.base import deployed_conf
+from det_calib.errors import DegenerateFitError
+from det_calib.metrics.calibration import ece
+from det_calib.selection.cross_validation import fit_calibrator
+
+MAP_TOLERANCE = 0.01
+"""A candidate whose fit-split mAP50-95 is more than this below the best candidate's is not eligible."""
+Z_SIMPLER = 1.0
+"""A preferred candidate behind the best by less than this many paired standard errors is chosen."""
+RULE_PREFERENCE = ("agree", "avg", "absent", "max", "present")
+"""Score rules, preferred first (among candidates the fit split cannot tell apart)."""
+N_BOOT = 200
+"""Image-bootstrap replicates of the paired standard error."""
+
+
+@dataclass
+class Candidate:
+    """One fusion candidate on the fit split.
+
+    Attributes:
+        order, score: The fusion order and score rule.
+        method, floor: The fused score's calibrator chosen on the whole fit split (method, fit floor).
+        fit_map50_95: pycocotools mAP50-95 of the fused fit boxes.
+        cv_scores: Pooled out-of-fold kept-set ECE, one per fold assignment (nan: a fold's fit failed).
+        cv_kept: Out-of-fold calibrated boxes kept at the threshold, mean over assignments.
+        diff, diff_se: Difference of CV scores from the best eligible candidate, and its paired
+            standard error (image bootstrap).
+        verdict: Why it won or lost, in a few words.
+    """
+
+    order: str
+    score: str
+    method: str
+    floor: float
+    fit_map50_95: float
+    cv_scores: list[float] = field(default_factory=list)
+    cv_kept: float = math.nan
+    diff: float = math.nan
+    diff_se: float = math.nan
+    verdict: str = ""
+    error: str | None = None
+    oof: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def cv_mean(self) -> float:
+        v = np.asarray(self.cv_scores, dtype=np.float64)
+        return float(v.mean()) if v.size and np.isfinite(v).all() else math.nan
+
+
+def image_folds(n_images: int, n_folds: int, seed: int) -> np.ndarray:
+    """The fold of every image id ``0..n_images-1`` (grouped K-fold, as ``--method auto`` deals them)."""
+    return group_folds(n_images, n_folds, np.arange(n_images), seed=seed)
+
+
+def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: np.ndarray, *, seed: int
+                ) -> np.ndarray:
+    """Every box's conf under ``method`` (fit floor ``floor``) refitted without its image's fold.
+
+    ``boxes``: a matched table (``logit``, ``conf``, ``cls``, ``image_id``, ``correct``, ``ignore``);
+    fits use the boxes not crowd-matched; every box is scored (crowd-matched ones too).
+
+    Raises:
+        DegenerateFitError: A fold's boxes cannot determine the map.
+    """
+    z = boxes["logit"].to_numpy().astype(np.float64)
+    p0 = boxes["conf"].to_numpy().astype(np.float64)
+    k = boxes["cls"].to_numpy().astype(np.int64)
+    img = boxes["image_id"].to_numpy()
+    y = boxes["correct"].to_numpy()
+    use = ~boxes["ignore"].to_numpy()
+    fold = fold_of_image[img]
+    out = p0.copy()
+    if method == "none":
+        return out
+    for f in np.unique(fold):
+        test, train = fold == f, (fold != f) & use
+        cal = fit_calibrator(method, z[train], y[train], classes=k[train], groups=img[train], fit_min_conf=floor,
+                             seed=seed)
+        out[test] = deployed_conf(cal, z[test], k[test], p0[test])
+    return out
+
+
+def kept_ece(p: np.ndarray, y: np.ndarray, threshold: float, n_bins: int) -> float:
+    """ECE of the boxes with ``p > threshold`` (nan when none is kept)."""
+    keep = p > threshold
+    return float(ece(p[keep], y[keep], n_bins=n_bins)) if keep.any() else math.nan
+
+
+def paired_se(a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray, np.ndarray],
+              n_images: int, threshold: float, n_bins: int, seed: int, n_boot: int = N_BOOT) -> float:
+    """Standard error of ``kept_ece(a) - kept_ece(b)`` over an image bootstrap (the same images
+    resampled for both). ``a``, ``b``: ``(p, y, image_id)`` of two candidates' boxes."""
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(n_boot)
+    for r in range(n_boot):
+        w = np.bincount(rng.integers(0, n_images, n_images), minlength=n_images).astype(np.float64)
+        d = []
+        for p, y, img in (a, b):
+            keep = (p > threshold) & (w[img] > 0)
+            d.append(float(ece(p[keep], y[keep], n_bins=n_bins, weights=w[img][keep])) if keep.any() else math.nan)
+        diffs[r] = d[0] - d[1]
+    ok = diffs[np.isfinite(diffs)]
+    return float(ok.std(ddof=1)) if ok.size > 1 else math.nan
+
+
+def choose(cands: Sequence[Candidate], *, orders: Sequence[str], n_images: int, threshold: float,
+           n_bins: int, seed: int, z_simpler: float | None = None) -> Candidate:
+    """Apply the rule (module docstring) to scored candidates; sets every ``verdict``, ``diff``,
+    ``diff_se``. ``orders``: the fusion orders, simplest first; ``z_simpler``: the margin (default
+    :data:`Z_SIMPLER`, read when called)."""
+    z_simpler = Z_SIMPLER if z_simpler is None else z_simpler
+    ok = [c for c in cands if c.error is None and math.isfinite(c.cv_mean) and math.isfinite(c.fit_map50_95)]
+    if not ok:
+        raise DegenerateFitError("no fusion candidate could be scored on the fit split's folds")
+    top_map = max(c.fit_map50_95 for c in ok)
+    eligible = [c for c in ok if c.fit_map50_95 >= top_map - MAP_TOLERANCE]
+    def simpler(c: Candidate) -> tuple[int, int]:  # the simpler order, then the preferred rule
+        return orders.index(c.order), RULE_PREFERENCE.index(c.score) if c.score in RULE_PREFERENCE else 99
+
+    best = min(eligible, key=lambda c: (c.cv_mean, simpler(c)))
+    for c in eligible:
+        c.diff = c.cv_mean - best.cv_mean
+        c.diff_se = 0.0 if c is best else paired_se(c.oof, best.oof, n_images, threshold, n_bins, seed)
+    rank = sorted(eligible, key=simpler)
+    chosen = next((c for c in rank if c is best or (math.isfinite(c.diff_se) and c.diff < z_simpler * c.diff_se)),
+                  best)
+    for c in cands:
+        if c.error is not None:
+            c.verdict = f"not scored: {c.error}"
+        elif c not in eligible:
+            c.verdict = (f"mAP50-95 {c.fit_map50_95:.4f} more than {MAP_TOLERANCE:g} below the best "
+                         f"({top_map:.4f})" if math.isfinite(c.fit_map50_95) else "not scored")
+        elif c is chosen and c is best:
+            c.verdict = "chosen: lowest CV kept-set ECE"
+        elif c is chosen:
+            c.verdict = (f"chosen: preferred, behind the best ({best.order}, {best.score}) by {c.diff:.4f} < "
+                         f"{z_simpler:g} SE ({c.diff_se:.4f})")
+        elif c is best:
+            c.verdict = f"lowest CV kept-set ECE, but ({chosen.order}, {chosen.score}) is preferred and as good"
+        else:
+            c.verdict = f"behind the best by {c.diff:.4f} (SE {c.diff_se:.4f})"
+    return chosen
