@@ -107,3 +107,21 @@ def test_paired_se_is_zero_for_identical_and_positive_for_different():
     a = (p, y, img)
     assert paired_se(a, a, 100, 0.25, 15, seed=0) == 0.0
     assert paired_se(a, (p, ~y, img), 100, 0.25, 15, seed=0) > 0.0
+
+
+def test_record_fusion_of_each_head_and_of_runs_written_before_the_choice():
+    from det_calib.record.ensemble_record import EnsembleRecord
+
+    fusion = {"iou": 0.55, "score": "auto", "order": "auto"}
+    ens = {"name": "ensemble", "method": "platt", "map50_95": 0.5, "map50": 0.6}
+    rec = EnsembleRecord.from_dict({"fusion": fusion, "heads": {
+        "nms": {"ensemble": ens, "order": "calibrate-then-fuse", "score": "avg"},
+        "e2e": {"ensemble": ens, "order": "fuse-then-calibrate", "score": "max"}}})
+    assert rec.fusion_of("nms") == ("calibrate-then-fuse", "avg") and rec.fusion_of("e2e") == (
+        "fuse-then-calibrate", "max")
+    back = EnsembleRecord.from_dict(rec.to_dict())
+    assert back.heads["nms"].order == "calibrate-then-fuse" and back.fusion.score == "auto"
+    # a run written before the choice has the fusion in its settings only
+    old = EnsembleRecord.from_dict({"fusion": {"iou": 0.55, "score": "agree", "order": "fuse-then-calibrate"},
+                                    "heads": {"nms": {"ensemble": ens}}})
+    assert old.fusion_of("nms") == ("fuse-then-calibrate", "agree")

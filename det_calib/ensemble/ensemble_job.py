@@ -304,7 +304,6 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
     for c in cells:
         m = fused_map(c.fit_boxes, fit, s)
         c.candidate = Candidate(c.order, c.score, c.choice.method, c.choice.floor, float(m["map50_95"]))
-    kept: dict[tuple[str, str], list[int]] = {c.key: [] for c in cells}
     for r in range(s.cv_repeats):
         folds = image_folds(n_img, s.cv_folds, s.seed + r)
         oof_members = []
@@ -330,11 +329,8 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
             use = ~fb["ignore"].to_numpy()
             p, y, img = p[use], fb["correct"].to_numpy()[use], fb["image_id"].to_numpy()[use]
             cd.cv_scores.append(kept_ece(p, y, thr, s.ece_bins))
-            kept[c.key].append(int((p > thr).sum()))
             if r == 0:
                 cd.oof = (p, y, img)
-    for c in cells:
-        c.candidate.cv_kept = float(np.mean(kept[c.key])) if kept[c.key] else float("nan")
     chosen = choose([c.candidate for c in cells], orders=ORDERS, n_images=n_img, threshold=thr, n_bins=s.ece_bins,
                     seed=s.seed)
     log.info("%s head: fusion chosen on the fit split's folds: %s, %s (%s)", head, chosen.order, chosen.score,

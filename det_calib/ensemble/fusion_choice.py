@@ -72,11 +72,13 @@ class Candidate:
         order, score: The fusion order and score rule.
         method, floor: The fused score's calibrator chosen on the whole fit split (method, fit floor).
         fit_map50_95: pycocotools mAP50-95 of the fused fit boxes.
-        cv_scores: Pooled out-of-fold kept-set ECE, one per fold assignment (nan: a fold's fit failed).
-        cv_kept: Out-of-fold calibrated boxes kept at the threshold, mean over assignments.
+        cv_scores: Pooled out-of-fold kept-set ECE, one per fold assignment.
         diff, diff_se: Difference of CV scores from the best eligible candidate, and its paired
             standard error (image bootstrap).
         verdict: Why it won or lost, in a few words.
+        error: Why it could not be scored (a fold's fit failed), else None.
+        oof: ``(p, y, image_id)`` of its out-of-fold scored boxes (first assignment), for the
+            paired standard errors.
     """
 
     order: str
@@ -85,7 +87,6 @@ class Candidate:
     floor: float
     fit_map50_95: float
     cv_scores: list[float] = field(default_factory=list)
-    cv_kept: float = math.nan
     diff: float = math.nan
     diff_se: float = math.nan
     verdict: str = ""
