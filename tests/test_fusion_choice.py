@@ -12,11 +12,11 @@ from det_calib.ensemble.fusion_choice import (
     Candidate,
     choose,
     image_folds,
-    kept_ece,
     out_of_fold,
     paired_se,
 )
 from det_calib.errors import DegenerateFitError
+from det_calib.metrics.operating_point import kept_ece
 from det_calib.selection.cross_validation import fit_calibrator
 
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
@@ -50,14 +50,14 @@ def test_out_of_fold_refits_without_the_held_out_images():
         test = folds[img] == f
         np.testing.assert_allclose(p[test], cal.deployed_conf(z[test], b["cls"].to_numpy()[test], None), atol=1e-12)
     # the planted over-confidence is removed out of fold: the kept-set ECE falls well below the raw one
-    raw = kept_ece(b["conf"].to_numpy(), y, 0.25, 15)
-    assert kept_ece(p, y, 0.25, 15) < 0.4 * raw
+    raw = kept_ece(b["conf"].to_numpy(), y, threshold=0.25)
+    assert kept_ece(p, y, threshold=0.25) < 0.4 * raw
     np.testing.assert_array_equal(out_of_fold(b, "none", 0.0, folds, seed=0), b["conf"].to_numpy())
 
 
 def _cand(order, score, fit_map, p, y, img) -> Candidate:
     c = Candidate(order, score, "platt", 0.0, fit_map)
-    c.cv_scores = [kept_ece(p, y, 0.25, 15)]
+    c.cv_scores = [kept_ece(p, y, threshold=0.25)]
     c.oof = (p, y, img)
     return c
 
@@ -73,12 +73,12 @@ def test_rule_accuracy_first_then_kept_ece_then_simpler():
     low_map = _cand(ORDERS[0], "present", 0.50 - 2 * MAP_TOLERANCE, p, calibrated, img)
     simple = _cand(ORDERS[0], "agree", 0.50, p, overconf, img)
     better = _cand(ORDERS[1], "agree", 0.50, p, calibrated, img)
-    got = choose([low_map, simple, better], orders=ORDERS, n_images=n_img, threshold=0.25, n_bins=15, seed=0)
+    got = choose([low_map, simple, better], orders=ORDERS, threshold=0.25, n_bins=15, seed=0)
     assert got is better and got.verdict.startswith("chosen: lowest")
     assert "below the best" in low_map.verdict and simple.diff > 0 and simple.diff_se > 0
     # a simpler candidate as good as the best (the same scores, other label noise) is preferred
     twin = _cand(ORDERS[0], "agree", 0.50, p, rng.random(img.size) < p, img)
-    got = choose([twin, better], orders=ORDERS, n_images=n_img, threshold=0.25, n_bins=15, seed=0)
+    got = choose([twin, better], orders=ORDERS, threshold=0.25, n_bins=15, seed=0)
     if twin.cv_mean > better.cv_mean:
         assert got is twin and "preferred" in twin.verdict and twin.diff < twin.diff_se
     else:
@@ -86,17 +86,17 @@ def test_rule_accuracy_first_then_kept_ece_then_simpler():
     # within an order, the rules in their order of preference (agree first), whatever their mAP
     a = _cand(ORDERS[0], "max", 0.50, p, calibrated, img)
     b = _cand(ORDERS[0], "agree", 0.495, p, calibrated, img)
-    assert choose([a, b], orders=ORDERS, n_images=n_img, threshold=0.25, n_bins=15, seed=0) is b
+    assert choose([a, b], orders=ORDERS, threshold=0.25, n_bins=15, seed=0) is b
     # ... unless another is better by more than Z_SIMPLER paired standard errors
     c = _cand(ORDERS[0], "agree", 0.50, p, overconf, img)
-    assert choose([a, c], orders=ORDERS, n_images=n_img, threshold=0.25, n_bins=15, seed=0) is a
+    assert choose([a, c], orders=ORDERS, threshold=0.25, n_bins=15, seed=0) is a
     assert c.diff > Z_SIMPLER * c.diff_se
 
 
 def test_rule_refuses_when_nothing_could_be_scored():
     c = Candidate(ORDERS[0], "agree", "platt", 0.0, 0.5, error="too few boxes")
     with pytest.raises(DegenerateFitError):
-        choose([c], orders=ORDERS, n_images=10, threshold=0.25, n_bins=15, seed=0)
+        choose([c], orders=ORDERS, threshold=0.25, n_bins=15, seed=0)
 
 
 def test_paired_se_is_zero_for_identical_and_positive_for_different():
@@ -105,8 +105,8 @@ def test_paired_se_is_zero_for_identical_and_positive_for_different():
     p = rng.uniform(0.3, 1.0, img.size)
     y = rng.random(img.size) < p
     a = (p, y, img)
-    assert paired_se(a, a, 100, 0.25, 15, seed=0) == 0.0
-    assert paired_se(a, (p, ~y, img), 100, 0.25, 15, seed=0) > 0.0
+    assert paired_se(a, a, 0.25, 15, seed=0) == 0.0
+    assert paired_se(a, (p, ~y, img), 0.25, 15, seed=0) > 0.0
 
 
 def test_record_fusion_of_each_head_and_of_runs_written_before_the_choice():

@@ -33,7 +33,7 @@ from det_calib.calibrators.base import deployed_conf
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
-from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, kept_ece, out_of_fold
+from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
     MemberSpec,
@@ -46,6 +46,7 @@ from det_calib.ensemble.members import (
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.io import check_output_dir, staged_output
 from det_calib.matching.one_to_one import match_boxes
+from det_calib.metrics.operating_point import kept_ece
 from det_calib.record.ensemble_record import (
     AUTO,
     ORDERS,
@@ -328,11 +329,10 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
                 continue
             use = ~fb["ignore"].to_numpy()
             p, y, img = p[use], fb["correct"].to_numpy()[use], fb["image_id"].to_numpy()[use]
-            cd.cv_scores.append(kept_ece(p, y, thr, s.ece_bins))
+            cd.cv_scores.append(kept_ece(p, y, threshold=thr, n_bins=s.ece_bins))
             if r == 0:
                 cd.oof = (p, y, img)
-    chosen = choose([c.candidate for c in cells], orders=ORDERS, n_images=n_img, threshold=thr, n_bins=s.ece_bins,
-                    seed=s.seed)
+    chosen = choose([c.candidate for c in cells], orders=ORDERS, threshold=thr, n_bins=s.ece_bins, seed=s.seed)
     log.info("%s head: fusion chosen on the fit split's folds: %s, %s (%s)", head, chosen.order, chosen.score,
              chosen.verdict)
     return next(c for c in cells if c.candidate is chosen)

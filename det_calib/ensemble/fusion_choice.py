@@ -41,6 +41,7 @@ sizes and seeds, against the fixed default and every fixed cell.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ import polars as pl
 from det_calib.calibrators.affine import group_folds
 from det_calib.calibrators.base import deployed_conf
 from det_calib.errors import DegenerateFitError
-from det_calib.metrics.calibration import ece
+from det_calib.metrics.calibration import bootstrap_sd
+from det_calib.metrics.operating_point import kept_ece
 from det_calib.selection.cross_validation import fit_calibrator
 
 MAP_TOLERANCE = 0.01
@@ -132,31 +134,27 @@ def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: n
     return out
 
 
-def kept_ece(p: np.ndarray, y: np.ndarray, threshold: float, n_bins: int) -> float:
-    """ECE of the boxes with ``p > threshold`` (nan when none is kept)."""
-    keep = p > threshold
-    return float(ece(p[keep], y[keep], n_bins=n_bins)) if keep.any() else math.nan
+def _ece_difference(p: np.ndarray, y: np.ndarray, which: np.ndarray, *, threshold: float, n_bins: int,
+                    weights: np.ndarray | None = None) -> float:
+    """Kept-set ECE of the boxes of candidate 0 minus that of candidate 1 (``which``)."""
+    w = np.ones(len(p)) if weights is None else weights
+    a, b = which == 0, which == 1
+    return (kept_ece(p[a], y[a], threshold=threshold, n_bins=n_bins, weights=w[a])
+            - kept_ece(p[b], y[b], threshold=threshold, n_bins=n_bins, weights=w[b]))
 
 
 def paired_se(a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray, np.ndarray],
-              n_images: int, threshold: float, n_bins: int, seed: int, n_boot: int = N_BOOT) -> float:
-    """Standard error of ``kept_ece(a) - kept_ece(b)`` over an image bootstrap (the same images
-    resampled for both). ``a``, ``b``: ``(p, y, image_id)`` of two candidates' boxes."""
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(n_boot)
-    for r in range(n_boot):
-        w = np.bincount(rng.integers(0, n_images, n_images), minlength=n_images).astype(np.float64)
-        d = []
-        for p, y, img in (a, b):
-            keep = (p > threshold) & (w[img] > 0)
-            d.append(float(ece(p[keep], y[keep], n_bins=n_bins, weights=w[img][keep])) if keep.any() else math.nan)
-        diffs[r] = d[0] - d[1]
-    ok = diffs[np.isfinite(diffs)]
-    return float(ok.std(ddof=1)) if ok.size > 1 else math.nan
+              threshold: float, n_bins: int, seed: int, n_boot: int = N_BOOT) -> float:
+    """Standard error of ``kept_ece(a) - kept_ece(b)`` over an image bootstrap (the images of the
+    fit split resampled once for both). ``a``, ``b``: ``(p, y, image_id)`` of two candidates' boxes."""
+    which = np.concatenate([np.zeros(len(a[0]), np.int8), np.ones(len(b[0]), np.int8)])
+    p, y, img = (np.concatenate([u, v]) for u, v in zip(a, b, strict=True))
+    stat = functools.partial(_ece_difference, threshold=threshold, n_bins=n_bins)
+    return bootstrap_sd(stat, img, p, y, which, n_boot=n_boot, seed=seed)
 
 
-def choose(cands: Sequence[Candidate], *, orders: Sequence[str], n_images: int, threshold: float,
-           n_bins: int, seed: int, z_simpler: float | None = None) -> Candidate:
+def choose(cands: Sequence[Candidate], *, orders: Sequence[str], threshold: float, n_bins: int, seed: int,
+           z_simpler: float | None = None) -> Candidate:
     """Apply the rule (module docstring) to scored candidates; sets every ``verdict``, ``diff``,
     ``diff_se``. ``orders``: the fusion orders, simplest first; ``z_simpler``: the margin (default
     :data:`Z_SIMPLER`, read when called)."""
@@ -172,7 +170,7 @@ def choose(cands: Sequence[Candidate], *, orders: Sequence[str], n_images: int, 
     best = min(eligible, key=lambda c: (c.cv_mean, simpler(c)))
     for c in eligible:
         c.diff = c.cv_mean - best.cv_mean
-        c.diff_se = 0.0 if c is best else paired_se(c.oof, best.oof, n_images, threshold, n_bins, seed)
+        c.diff_se = 0.0 if c is best else paired_se(c.oof, best.oof, threshold, n_bins, seed)
     rank = sorted(eligible, key=simpler)
     chosen = next((c for c in rank if c is best or (math.isfinite(c.diff_se) and c.diff < z_simpler * c.diff_se)),
                   best)

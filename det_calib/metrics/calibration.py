@@ -68,6 +68,7 @@ __all__ = [
     "ReliabilityBins",
     "ace",
     "bootstrap_ci",
+    "bootstrap_sd",
     "box_features",
     "brier",
     "calibration_summary",
@@ -936,6 +937,29 @@ def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[n
             stats[b] = statistic(*[a[idx] for a in arrays])
             b += 1
     return stats
+
+
+def bootstrap_sd(statistic: Callable[..., float], image_ids: ArrayLike, *arrays: ArrayLike, n_boot: int = 1000,
+                 seed: int = 0) -> float:
+    """Standard deviation of a statistic over the image bootstrap of :func:`bootstrap_ci` (the same
+    replicates for the same seed; replicates that give nan are dropped): its standard error.
+
+    >>> img = np.repeat(np.arange(40), 5)
+    >>> x = np.arange(200) % 2.0
+    >>> bootstrap_sd(lambda v, weights=None: float(np.average(v, weights=weights)), img, x, n_boot=200) > 0
+    True
+    """
+    n_boot = check_positive_int(n_boot, "n_boot")
+    ids = as_1d(image_ids, "image_ids")
+    arrs = [np.asarray(a) for a in arrays]
+    if len(ids) == 0 or any(len(a) != len(ids) for a in arrs):
+        raise InputError(f"Expected `image_ids` and every array to have the same non-zero length, but got "
+                         f"{len(ids)} and {[len(a) for a in arrs]}")
+    _, img = np.unique(ids, return_inverse=True)
+    img = img.ravel()
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
+    good = stats[np.isfinite(stats)]
+    return float(good.std(ddof=1)) if good.size > 1 else float("nan")
 
 
 def bootstrap_ci(
