@@ -955,3 +955,22 @@ def test_indexed_replicates_keep_each_image_in_its_box_order():
     for b, m in enumerate(mult):
         idx = np.concatenate([np.flatnonzero(img == i) for i in range(12) for _ in range(m[i])])
         assert got[b] == pytest.approx(stat(x[idx]), rel=1e-13)
+
+
+def test_bootstrap_sd_is_the_spread_of_bootstrap_ci_replicates_and_the_standard_error():
+    rng = np.random.default_rng(7)
+    img = np.repeat(np.arange(400), 3)
+    conf = rng.uniform(0.3, 1.0, img.size)
+    y = rng.uniform(size=img.size) < conf
+    sd = metrics.bootstrap_sd(metrics.ece, img, conf, y, n_boot=300, seed=2)
+    lo, hi = metrics.bootstrap_ci(metrics.ece, img, conf, y, n_boot=300, seed=2, method="normal")
+    assert sd == pytest.approx((hi - lo) / (2 * 1.959963984540054), rel=1e-9)  # the same replicates
+    # a mean over 400 independent images: the bootstrap SD is its standard error, sd(x) / sqrt(400)
+    x = rng.normal(size=img.size)
+    mean = lambda v, weights=None: float(np.average(v, weights=weights))  # noqa: E731
+    assert metrics.bootstrap_sd(mean, np.arange(img.size), x, n_boot=2000, seed=0) == pytest.approx(
+        x.std() / np.sqrt(img.size), rel=0.1)
+    from det_calib.errors import InputError
+
+    with pytest.raises(InputError, match="same non-zero length"):
+        metrics.bootstrap_sd(metrics.ece, img[:5], conf, y)
