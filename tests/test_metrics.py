@@ -970,7 +970,5 @@ def test_bootstrap_sd_is_the_spread_of_bootstrap_ci_replicates_and_the_standard_
     mean = lambda v, weights=None: float(np.average(v, weights=weights))  # noqa: E731
     assert metrics.bootstrap_sd(mean, np.arange(img.size), x, n_boot=2000, seed=0) == pytest.approx(
         x.std() / np.sqrt(img.size), rel=0.1)
-    from det_calib.errors import InputError
-
     with pytest.raises(InputError, match="same non-zero length"):
         metrics.bootstrap_sd(metrics.ece, img[:5], conf, y)
