@@ -415,7 +415,8 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     hr, tables = calibrate_head(inputs, fit, ev, head, s, fused)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
                        "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
-                                                       "val cannot run it; mAP is pycocotools on the fused boxes")})
+                                                       "val cannot run it; mAP is COCO mAP (--map-engine) on "
+                                                       "the fused boxes")})
     rows = []
     if fs.fusion_table or len(keys) > 1:
         for order in ORDERS:

@@ -21,8 +21,8 @@ the candidate's **out-of-fold** calibrated scores:
 Kept-set ECEs of different box sets compare (each is the error of the boxes a user keeps), unlike
 the NLL ``--method auto`` uses among maps of one box set. The rule:
 
-1. **Accuracy first.** A candidate is eligible when its fit-split mAP50-95 (pycocotools, the fused
-   boxes) is within :data:`MAP_TOLERANCE` of the best candidate's: an ensemble is built for its
+1. **Accuracy first.** A candidate is eligible when its fit-split mAP50-95 (COCO mAP of the fused
+   boxes, ``--map-engine``) is within :data:`MAP_TOLERANCE` of the best candidate's: an ensemble is built for its
    accuracy, which no calibrator restores, so none is traded for calibration.
 2. **The lowest CV kept-set ECE** among the eligible wins, unless
 3. **a simpler eligible candidate** is as good: behind the best by less than :data:`Z_SIMPLER`
@@ -73,7 +73,7 @@ class Candidate:
     Attributes:
         order, score: The fusion order and score rule.
         method, floor: The fused score's calibrator chosen on the whole fit split (method, fit floor).
-        fit_map50_95: pycocotools mAP50-95 of the fused fit boxes.
+        fit_map50_95: COCO mAP50-95 (``--map-engine``) of the fused fit boxes.
         cv_scores: Pooled out-of-fold kept-set ECE, one per fold assignment.
         diff, diff_se: Difference of CV scores from the best eligible candidate, and its paired
             standard error (image bootstrap).
