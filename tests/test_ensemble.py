@@ -251,6 +251,8 @@ def test_auto_fusion_chosen_on_the_fit_folds(run, demo_model_path, noisy, fixtur
     chosen = [r for r in eh.table if r.chosen]
     assert len(chosen) == 1 and (chosen[0].order, chosen[0].score) == (eh.order, eh.score) == rec.fusion_of("nms")
     assert all(r.verdict and r.fit_map50_95 is not None for r in eh.table)
+    assert eh.ensemble.method == chosen[0].method  # the chosen cell's calibrator is the one deployed
+    assert rec.seconds_per_image["fusion"] > 0  # the chosen cell's fusion, timed when it was fused
     scored = [r for r in eh.table if r.cv_kept_ece is not None]
     assert chosen[0].cv_kept_ece is not None and len(scored) >= 2
     eligible = [r for r in scored if r.fit_map50_95 >= max(x.fit_map50_95 for x in scored) - 0.01]

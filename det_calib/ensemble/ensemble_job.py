@@ -270,26 +270,38 @@ def _fuse_order(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], 
 @dataclass
 class Cell:
     """One fusion (order, score rule) of a head: its fused boxes on both splits, the fit split's
-    labelled, the fused score's calibrator chosen on them, and (when chosen among) its CV figures."""
+    labelled, the fused score's calibrator chosen on them, and (when chosen among) its CV figures.
+    ``seconds``: the wall time of its fusion (both splits); the eval split is labelled once, on
+    first use (:meth:`eval_boxes`)."""
 
     order: str
     score: str
     fused: list[pl.DataFrame]
     fit_boxes: pl.DataFrame
     choice: Any
+    seconds: float
     candidate: Candidate | None = None
+    _eval_boxes: pl.DataFrame | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return self.order, self.score
 
+    def eval_boxes(self, ev: Split, s: Settings) -> pl.DataFrame:
+        """The eval split's fused boxes, labelled (computed once)."""
+        if self._eval_boxes is None:
+            self._eval_boxes = match_boxes(self.fused[1], ev.gt, iou=s.iou, loc_iou=s.loc_iou)
+        return self._eval_boxes
+
 
 def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
                 fs: FusionSettings, s: Settings) -> Cell:
     """Fuse the members' tables under (``order``, ``score``), label the fit split, fit its calibrator."""
+    t0 = time.perf_counter()
     fused = _fuse_order(members, splits, head, order, score, fs, s)
+    seconds = time.perf_counter() - t0
     fb = match_boxes(fused[0], splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
-    return Cell(order, score, fused, fb, fit_head(fb, s))
+    return Cell(order, score, fused, fb, fit_head(fb, s), seconds)
 
 
 def _member_floor(cal: Any) -> float:
@@ -343,7 +355,7 @@ def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRo
     split: mAP, kept-set ECE as fused and calibrated; and its CV figures when it was a candidate."""
     from det_calib.run.fitting import fit_temperature
 
-    eb = match_boxes(cell.fused[1], splits[1].gt, iou=s.iou, loc_iou=s.loc_iou)
+    eb = cell.eval_boxes(splits[1], s)
     choice = cell.choice
     e = eb.filter(~pl.col("ignore"))
     z, k, y, img = (e[c].to_numpy() for c in ("logit", "cls", "correct", "image_id"))
@@ -401,18 +413,20 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
         member_tables.append(t)
     keys = fs.candidates()
     cells: dict[tuple[str, str], Cell] = {}
-    chosen = keys[0]
     if len(keys) > 1:
         for order, score in keys:
             log.info("%s head: fusion candidate %s with %s", head, order, score)
             cells[(order, score)] = fusion_cell(member_tables, splits, head, order, score, fs, s)
-        chosen = choose_fusion(list(cells.values()), member_tables, cals, fit, head, fs, s).key
-    t0 = time.perf_counter()  # the cost of the fusion deployed: the chosen one, both splits
-    fused = _fuse_order(member_tables, splits, head, *chosen, fs, s)
-    seconds = time.perf_counter() - t0
+        cell = choose_fusion(list(cells.values()), member_tables, cals, fit, head, fs, s)
+    else:
+        cell = fusion_cell(member_tables, splits, head, *keys[0], fs, s)
+        cells[cell.key] = cell
+    chosen, fused = cell.key, cell.fused
     log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, fused[0].height, fused[1].height,
              *chosen)
-    hr, tables = calibrate_head(inputs, fit, ev, head, s, fused)
+    # the chosen cell is labelled and its calibrator chosen already: calibrate_head takes them as they are
+    hr, tables = calibrate_head(inputs, fit, ev, head, s, fused, matched=(cell.fit_boxes, cell.eval_boxes(ev, s)),
+                                choice=cell.choice)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
                        "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
                                                        "val cannot run it; mAP is COCO mAP (--map-engine) on "
@@ -429,7 +443,8 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
                        member_calibrators=cals, order=chosen[0], score=chosen[1])
     return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))
-                                      for i in range(len(member_tables)) for t in member_tables[i]], seconds)
+                                      for i in range(len(member_tables)) for t in member_tables[i]],
+                    cell.seconds)
 
 
 # ---------------------------------------------------------------------------------------- job

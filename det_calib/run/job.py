@@ -47,6 +47,7 @@ from det_calib.record.run_result import (
     package_version,
 )
 from det_calib.run.fitting import (
+    Choice,
     _candidates,
     fit_head,
     fit_result,
@@ -124,12 +125,18 @@ def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataF
 
 
 def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings,
-                   captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
-    """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables."""
+                   captured: Sequence[pl.DataFrame], *, matched: Sequence[pl.DataFrame | None] = (None, None),
+                   choice: Choice | None = None) -> tuple[HeadResult, list[pl.DataFrame]]:
+    """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables.
+
+    ``matched``: the fit and/or eval tables already labelled (:func:`match_boxes` of ``captured``),
+    and ``choice``: the calibrator already chosen on the fit table (``fit_head`` of it); what is
+    given is not redone (the ensemble passes the fusion it chose, labelled and fitted once)."""
     with stage("matching"):
-        fb, eb = (match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou) for raw, sp in zip(captured, (fit, ev)))
+        fb, eb = (m if m is not None else match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou)
+                  for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
     with stage("fit" if s.method != "auto" else "fit and CV"):
-        choice = fit_head(fb, s)
+        choice = fit_head(fb, s) if choice is None else choice
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
