@@ -159,7 +159,7 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
         width = int(sizes[by_size[lo]])
         hi = min(len(by_size), lo + max(1, _CELLS // max(width, 1)))
         chunk = by_size[lo:hi]
-        out.append(_fuse_chunk(chunk, sizes[chunk], starts[chunk], src, boxes, ws[order], w[members], members, cluster,
+        out.append(_fuse_chunk(chunk, sizes[chunk], starts[chunk], src, boxes, ws[order], w[members], cluster,
                                iou_thr))
         lo = hi
     return _collect(out, cluster, groups, labels, members, w)
@@ -178,8 +178,32 @@ def _empty(cluster: np.ndarray, w: np.ndarray) -> Fused:
     return Fused(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 4)), stats, cluster, w)
 
 
+def _join(corners: list[np.ndarray], area: np.ndarray, n_cl: np.ndarray, b: np.ndarray, iou_thr: float
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """The slot each of the ``len(b)`` active groups' next box ``b`` goes to: the group's fused box
+    it overlaps most if that IoU is above ``iou_thr`` (``hit``), else the group's next free slot
+    (``n_cl``)."""
+    a, c = len(b), int(n_cl.max())
+    if not c:
+        return n_cl.copy(), np.zeros(a, bool)
+    x1, y1, x2, y2 = (v[:a, :c] for v in corners)
+    iw = np.minimum(x2, b[:, 2:3])
+    iw -= np.maximum(x1, b[:, 0:1])
+    ih = np.minimum(y2, b[:, 3:4])
+    ih -= np.maximum(y1, b[:, 1:2])
+    np.maximum(iw, 0, out=iw)
+    np.maximum(ih, 0, out=ih)
+    iw *= ih  # intersection
+    union = area[:a, :c] + ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[:, None]
+    union -= iw
+    iw /= union  # IoU
+    best = np.argmax(iw, axis=1)
+    hit = iw[np.arange(a), best] > iou_thr
+    return np.where(hit, best, n_cl), hit
+
+
 def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: np.ndarray, boxes: np.ndarray,
-                ws: np.ndarray, box_w: np.ndarray, members: np.ndarray, cluster: np.ndarray, iou_thr: float
+                ws: np.ndarray, box_w: np.ndarray, cluster: np.ndarray, iou_thr: float
                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Cluster the groups of one chunk (sorted by size, largest first); fills ``cluster`` with each
     box's slot within its group and returns the chunk's fused boxes.
@@ -204,26 +228,8 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
         b_idx = src[pos]
         b = boxes[b_idx]
         sc = ws[pos]
-        c = int(n_cl[:a].max())
-        slot = n_cl[:a].copy()
-        if c:
-            x1, y1, x2, y2 = (v[:a, :c] for v in corners)
-            iw = np.minimum(x2, b[:, 2:3])
-            iw -= np.maximum(x1, b[:, 0:1])
-            ih = np.minimum(y2, b[:, 3:4])
-            ih -= np.maximum(y1, b[:, 1:2])
-            np.maximum(iw, 0, out=iw)
-            np.maximum(ih, 0, out=ih)
-            iw *= ih  # intersection
-            union = area[:a, :c] + ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[:, None]
-            union -= iw
-            iw /= union  # IoU
-            best = np.argmax(iw, axis=1)
-            hit = iw[rows, best] > iou_thr
-            slot = np.where(hit, best, slot)
-            n_cl[:a] += ~hit
-        else:
-            n_cl[:a] += 1
+        slot, hit = _join(corners, area, n_cl[:a], b, iou_thr)
+        n_cl[:a] += ~hit
         acc[rows, slot] += sc[:, None] * b
         ssum[rows, slot] += sc
         wsum[rows, slot] += box_w[b_idx]
