@@ -281,7 +281,7 @@ class Cell:
     choice: Any
     seconds: float
     candidate: Candidate | None = None
-    _eval_boxes: pl.DataFrame | None = None
+    _eval_boxes: pl.DataFrame | None = field(default=None, init=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
