@@ -59,7 +59,7 @@ from det_calib.record.ensemble_record import (
     rule_words,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
-from det_calib.run.fitting import fit_head
+from det_calib.run.fitting import fit_head, fit_temperature
 from det_calib.run.inputs import Inputs, load_splits
 from det_calib.run.job import calibrate_head
 from det_calib.run.outputs import _gt_per_class, _output_files
@@ -353,8 +353,6 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
 def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRow:
     """One cell of the fusion table: its calibrator (fitted on the fit split) scored on the eval
     split: mAP, kept-set ECE as fused and calibrated; and its CV figures when it was a candidate."""
-    from det_calib.run.fitting import fit_temperature
-
     eb = cell.eval_boxes(splits[1], s)
     choice = cell.choice
     e = eb.filter(~pl.col("ignore"))
