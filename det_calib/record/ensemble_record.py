@@ -24,16 +24,18 @@ RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, 
     "auto": "chosen per head on the fit split's folds",
 }
 
+
 def rule_words(rule: str) -> str:
     """A score rule in words (the rule's own name when unknown)."""
     return RULE_WORDS[rule] if rule in RULE_WORDS else rule
 
 
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
-AUTO = "auto"
 """The two orders: fuse the raw member scores and calibrate the fused score; or calibrate each
 member on its own, fuse the calibrated scores, and calibrate the fused score again (the
 calibrator chosen for it may be ``none``: the fused calibrated scores as they come)."""
+AUTO = "auto"
+"""The setting of the order or the score rule that leaves it to the choice on the fit split's folds."""
 
 
 def _plain(obj: Any) -> Any:

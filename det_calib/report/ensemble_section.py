@@ -84,8 +84,8 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     how = "; ".join(f"head {h}: score rule {rec.fusion_of(h)[1]} ({rule_words(rec.fusion_of(h)[1])}), "
                     f"{rec.fusion_of(h)[0]}" for h in rec.heads)
     chosen = (" (chosen per head on the fit split's folds: the lowest cross-validated kept-set ECE among the "
-              "fusions within 0.01 mAP50-95 of the best, or a preferred one within a standard error of it; see the "
-              "fusion table)"
+              "fusions about as accurate as the best, or a preferred one the folds cannot tell from it; the fusion "
+              "table gives each candidate's figures and verdict)"
               if AUTO in (fz.order, fz.score) else "")
     b.add(Para(f"{len(rec.members)} members: {rec.source}. Fused by weighted boxes fusion (IoU {fz.iou:g}), "
                f"{how}{chosen}; the fused score is then "
