@@ -234,12 +234,17 @@ def test_compare_report_thresholds_and_reuse(run, demo_model_path, noisy, fixtur
     assert code == 2 and "another model" in capsys.readouterr().err
 
 
-def test_auto_fusion_chosen_on_the_fit_folds(run, demo_model_path, noisy, fixture_yaml, tmp_path):
+def test_auto_fusion_chosen_on_the_fit_folds(run, demo_model_path, noisy, fixture_yaml, tmp_path, monkeypatch):
     """The default (``auto``) chooses the fusion per head on the fit split's folds: every cell is a
     scored candidate, one is chosen and recorded, and the run's boxes are those of the chosen
     fusion given outright; the deployment API fuses as the run chose."""
+    from det_calib.ensemble import ensemble_job
     from det_calib.ensemble.ensemble_job import FusionSettings
     from det_calib.record.run_result import RunResult
+
+    made = []  # every cell the run fuses (the real function, its cells kept to read their timings)
+    real_cell = ensemble_job.fusion_cell
+    monkeypatch.setattr(ensemble_job, "fusion_cell", lambda *a, **k: made.append(real_cell(*a, **k)) or made[-1])
 
     assert (FusionSettings().fusion_order, FusionSettings().fusion_score) == ("auto", "auto")
     base = ["ensemble", "--model", str(demo_model_path), "--model", str(noisy), "--data", str(fixture_yaml), "--head",
@@ -252,7 +257,12 @@ def test_auto_fusion_chosen_on_the_fit_folds(run, demo_model_path, noisy, fixtur
     assert len(chosen) == 1 and (chosen[0].order, chosen[0].score) == (eh.order, eh.score) == rec.fusion_of("nms")
     assert all(r.verdict and r.fit_map50_95 is not None for r in eh.table)
     assert eh.ensemble.method == chosen[0].method  # the chosen cell's calibrator is the one deployed
-    assert rec.seconds_per_image["fusion"] > 0  # the chosen cell's fusion, timed when it was fused
+    # the cost is the chosen cell's fusion (both splits), not another cell's
+    cell = next(c for c in made if c.key == (eh.order, eh.score))
+    hr = RunResult.read(tmp_path / "auto" / "calibration.json").results["nms"]
+    n_img = hr.fit.images + hr.eval.images
+    assert len(made) == 10 and len({c.seconds for c in made}) == 10  # each cell fused once, its own timing
+    assert rec.seconds_per_image["fusion"] * n_img == pytest.approx(cell.seconds, rel=1e-9)
     scored = [r for r in eh.table if r.cv_kept_ece is not None]
     assert chosen[0].cv_kept_ece is not None and len(scored) >= 2
     eligible = [r for r in scored if r.fit_map50_95 >= max(x.fit_map50_95 for x in scored) - 0.01]

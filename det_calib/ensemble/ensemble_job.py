@@ -18,9 +18,10 @@ with ``logit`` the logit of the fused raw score, ``report.html``), plus ``member
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -260,26 +261,27 @@ def member_figures(name: str, hr: HeadResult) -> MemberFigures:
         class_kept_ece={c.cls: c.kept_ece_after for c in hr.per_class}, calibrator=hr.calibrator)
 
 
-def _fuse_order(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
-                fs: FusionSettings, s: Settings) -> list[pl.DataFrame]:
+def _fuse_split(members: list[list[pl.DataFrame]], split: Split, k: int, head: str, order: str, score: str,
+                fs: FusionSettings, s: Settings) -> pl.DataFrame:
+    """The members' tables of split ``k`` (0 fit, 1 eval) fused under (``order``, ``score``)."""
     column = "conf" if order == ORDERS[0] else "calibrated"
-    return [fuse_tables([m[k] for m in members], sp, head=head, score=score, fs=fs, max_det=s.max_det,
-                        column=column) for k, sp in enumerate(splits)]
+    return fuse_tables([m[k] for m in members], split, head=head, score=score, fs=fs, max_det=s.max_det,
+                       column=column)
 
 
 @dataclass
 class Cell:
-    """One fusion (order, score rule) of a head: its fused boxes on both splits, the fit split's
-    labelled, the fused score's calibrator chosen on them, and (when chosen among) its CV figures.
-    ``seconds``: the wall time of its fusion (both splits); the eval split is labelled once, on
-    first use (:meth:`eval_boxes`)."""
+    """One fusion (order, score rule) of a head: its fit split fused and labelled, the fused
+    score's calibrator chosen on it, and (when chosen among) its CV figures. The eval split is
+    fused and labelled on first use (:meth:`eval_boxes`), so that a head holds one cell's eval
+    boxes at a time, not ten. ``seconds``: the wall time of its fusion (the splits fused so far)."""
 
     order: str
     score: str
-    fused: list[pl.DataFrame]
     fit_boxes: pl.DataFrame
     choice: Any
     seconds: float
+    fuse_eval: Callable[[], pl.DataFrame] = field(repr=False)
     candidate: Candidate | None = None
     _eval_boxes: pl.DataFrame | None = field(default=None, init=False, repr=False)
 
@@ -288,20 +290,25 @@ class Cell:
         return self.order, self.score
 
     def eval_boxes(self, ev: Split, s: Settings) -> pl.DataFrame:
-        """The eval split's fused boxes, labelled (computed once)."""
+        """The eval split's fused boxes, labelled (fused and labelled once)."""
         if self._eval_boxes is None:
-            self._eval_boxes = match_boxes(self.fused[1], ev.gt, iou=s.iou, loc_iou=s.loc_iou)
+            t0 = time.perf_counter()
+            fused = self.fuse_eval()
+            self.seconds += time.perf_counter() - t0
+            self._eval_boxes = match_boxes(fused, ev.gt, iou=s.iou, loc_iou=s.loc_iou)
         return self._eval_boxes
 
 
 def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
                 fs: FusionSettings, s: Settings) -> Cell:
-    """Fuse the members' tables under (``order``, ``score``), label the fit split, fit its calibrator."""
+    """Fuse the members' fit tables under (``order``, ``score``), label them, fit their calibrator;
+    the eval tables are fused when the cell's eval boxes are first asked for."""
     t0 = time.perf_counter()
-    fused = _fuse_order(members, splits, head, order, score, fs, s)
+    fused = _fuse_split(members, splits[0], 0, head, order, score, fs, s)
     seconds = time.perf_counter() - t0
-    fb = match_boxes(fused[0], splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
-    return Cell(order, score, fused, fb, fit_head(fb, s), seconds)
+    fb = match_boxes(fused, splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
+    fuse_eval = functools.partial(_fuse_split, members, splits[1], 1, head, order, score, fs, s)
+    return Cell(order, score, fb, fit_head(fb, s), seconds, fuse_eval)
 
 
 def _member_floor(cal: Any) -> float:
@@ -419,11 +426,12 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     else:
         cell = fusion_cell(member_tables, splits, head, *keys[0], fs, s)
         cells[cell.key] = cell
-    chosen, fused = cell.key, cell.fused
-    log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, fused[0].height, fused[1].height,
+    chosen, eb = cell.key, cell.eval_boxes(ev, s)
+    fusion_seconds = cell.seconds  # both splits fused now
+    log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, cell.fit_boxes.height, eb.height,
              *chosen)
     # the chosen cell is labelled and its calibrator chosen already: calibrate_head takes them as they are
-    hr, tables = calibrate_head(inputs, fit, ev, head, s, fused, matched=(cell.fit_boxes, cell.eval_boxes(ev, s)),
+    hr, tables = calibrate_head(inputs, fit, ev, head, s, (None, None), matched=(cell.fit_boxes, eb),
                                 choice=cell.choice)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
                        "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
@@ -434,15 +442,16 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
         for order in ORDERS:
             for score in SCORE_RULES:
                 log.info("%s head: fusion table, %s with %s", head, order, score)
-                cell = cells.get((order, score)) or fusion_cell(member_tables, splits, head, order, score, fs, s)
-                rows.append(fusion_row(cell, splits, s))
+                # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
+                c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
+                rows.append(fusion_row(c, splits, s))
     kept = tables[1].filter(~pl.col("ignore") & (pl.col("calibrated") > min(s.conf)))
     agree = {int(k): int(v) for k, v in zip(*np.unique(kept["members"].to_numpy(), return_counts=True), strict=True)}
     rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
                        member_calibrators=cals, order=chosen[0], score=chosen[1])
     return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))
                                       for i in range(len(member_tables)) for t in member_tables[i]],
-                    cell.seconds)
+                    fusion_seconds)
 
 
 # ---------------------------------------------------------------------------------------- job

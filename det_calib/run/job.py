@@ -125,13 +125,14 @@ def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataF
 
 
 def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings,
-                   captured: Sequence[pl.DataFrame], *, matched: Sequence[pl.DataFrame | None] = (None, None),
+                   captured: Sequence[pl.DataFrame | None], *, matched: Sequence[pl.DataFrame | None] = (None, None),
                    choice: Choice | None = None) -> tuple[HeadResult, list[pl.DataFrame]]:
     """One head: label → fit → evaluate its captured boxes. Returns its result and its two box tables.
 
     ``matched``: the fit and/or eval tables already labelled (:func:`match_boxes` of ``captured``),
     and ``choice``: the calibrator already chosen on the fit table (``fit_head`` of it); what is
-    given is not redone (the ensemble passes the fusion it chose, labelled and fitted once)."""
+    given is not redone (the ensemble passes the fusion it chose, labelled and fitted once); a
+    ``captured`` table may be None where ``matched`` gives it."""
     with stage("matching"):
         fb, eb = (m if m is not None else match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou)
                   for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
