@@ -612,7 +612,7 @@ def ensemble_lines(result: RunResult) -> list[str]:
     each = [f"{rec.members[i].name} {sec[f'member {i}']:.3f}" for i in range(len(rec.members)) if f"member {i}" in sec]
     lines.append("cost per image (CPU seconds): capture of all members " + _f(sec.get("capture"), ".3f")
                  + (f" ({', '.join(each)})" if each else "") + "; fusion " + _f(sec.get("fusion"), ".4f")
-                 + " (wall, per fused head)")
+                 + " (wall, every head's fusion together)")
     return lines
 
 

@@ -114,8 +114,8 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
     b.add(Para(f"Cost per image (both splits, CPU seconds of the threads running the members; image decoding, "
                f"shared, not included): all {len(rec.members)} members {rec.seconds('capture'):.3f} s"
                + (f" ({', '.join(each)})" if each else "") + f"; fusion {rec.seconds('fusion'):.4f} s "
-               "(wall, per fused head). A member costs what one detector costs; a scale view in proportion to "
-               "its pixels.", "note"))
+               "(wall, every head's fusion together). A member costs what one detector costs; a scale view in "
+               "proportion to its pixels.", "note"))
 
 
 def _reliability(b: _Builder, h: str, eh: Any, mb: pl.DataFrame | None, boxes: pl.DataFrame, st: Any,
