@@ -11,7 +11,7 @@ table scored on the eval split) and prints, per head, the eval split's kept-set 
 
 - **chosen**: the calibrated ensemble under the fusion the rule chose (``auto``, the default);
 - **old default**: ``fuse-then-calibrate`` with ``agree`` (the fixed default before the choice);
-- **best cell**: the best of the ten cells in hindsight (a bound no rule that sees only the fit
+- **best cell**: the best of the cells in hindsight (a bound no rule that sees only the fit
   split can be expected to reach);
 - **bound**: the best calibrated member's kept-set ECE and the upper end of its 95% interval
   (the issue's "Done when" compares the ensemble with it);

@@ -107,9 +107,47 @@ def test_score_rules_known_answers():
     np.testing.assert_allclose(got["max"], [0.8, 0.3])
     np.testing.assert_allclose(got["agree"], [0.7 * 2 / 3, 0.3 / 3])
     np.testing.assert_allclose(got["absent"], [1.4 / 3, 0.1])
+    np.testing.assert_allclose(got["best-avg"], [1.4 / 3, 0.1])
     assert f.stats["members"][o].tolist() == [2, 1]
     # the fused box is the score-weighted mean of the two
     np.testing.assert_allclose(f.boxes[o][0], [0, 0, 10, (0.8 * 10 + 0.6 * 11) / 1.4])
+
+
+def test_best_avg_counts_each_member_once_by_its_best_box():
+    """A member's low-scored duplicate of an object drags every box-averaging rule down as far as
+    a missing member would; ``best-avg`` takes each member's best box: (0.8 + 0.7 + 0.75) / 3."""
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 10.5], [0, 0, 10, 11], [0, 0, 10, 10.2]], float)
+    f = weighted_boxes_fusion(boxes, np.array([0.8, 0.1, 0.7, 0.75]), np.zeros(4, int), groups=None,
+                              members=np.array([0, 0, 1, 2]), n_members=3)
+    assert len(f) == 1
+    np.testing.assert_allclose(f.scores("best-avg"), [0.75])
+    np.testing.assert_allclose(f.scores("agree"), [2.35 / 4])
+    np.testing.assert_allclose(f.scores("avg"), [2.35 / 4])
+    # weighted: sum over members of weight x best score, over the total weight (member 2 absent)
+    g = weighted_boxes_fusion(boxes[:3], np.array([0.8, 0.1, 0.7]), np.zeros(3, int), groups=None,
+                              members=np.array([0, 0, 1]), n_members=3, weights=[2.0, 1.0, 1.0])
+    np.testing.assert_allclose(g.scores("best-avg"), [(2 * 0.8 + 0.7) / 4])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_best_avg_equals_its_definition_on_random_members(weighted):
+    """On random members over many images: each fused box's ``best-avg`` is the weighted mean over
+    all members of the highest score among that member's boxes in it (0 for a member with none),
+    computed box by box from ``cluster``."""
+    rng = np.random.default_rng(11 + weighted)
+    per_image = [_members(rng, int(rng.integers(1, 30)), 4, dup=0.5) for _ in range(10)]
+    parts = [_flat(d) for d in per_image]
+    boxes, scores, labels, members = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    groups = np.concatenate([np.full(len(p[1]), i) for i, p in enumerate(parts)])
+    w = rng.uniform(0.5, 2.0, 4) if weighted else np.ones(4)
+    f = weighted_boxes_fusion(boxes, scores, labels, groups=groups, members=members, n_members=4, weights=w,
+                              iou_thr=0.4)
+    best = np.zeros((len(f), 4))
+    for i in range(len(scores)):
+        best[f.cluster[i], members[i]] = max(best[f.cluster[i], members[i]], scores[i])
+    np.testing.assert_allclose(f.scores("best-avg"), best @ w / w.sum(), rtol=0, atol=1e-12)
+    assert (f.stats["members"] == (best > 0).sum(1)).all()
+    assert (np.bincount(f.cluster, minlength=len(f)) > f.stats["members"]).any()  # duplicates occurred
 
 
 def test_skip_threshold_and_bad_input():

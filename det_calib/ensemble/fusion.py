@@ -19,10 +19,17 @@ rule           fused score                                                      
                weight that agrees (has a box in it)
 ``absent``     the weighted sum of its scores over its boxes' weight plus the        ``'absent_model_aware_avg'``
                weight of the members that are absent
+``best-avg``   each member's highest score among the boxes it holds, averaged over   none
+               the members (weighted), an absent member counting 0: the deep
+               ensemble's average of the members' probabilities
 =============  ====================================================================  ==========================
 
-With equal weights and at most one box per member in a fused box, ``avg``, ``agree`` and
-``absent`` coincide; they differ when one member puts several boxes into one fused box.
+With equal weights and at most one box per member in a fused box, ``avg``, ``agree``, ``absent``
+and ``best-avg`` coincide; they differ when one member puts several boxes into one fused box. The
+first three then average its boxes, so a member's low-scored duplicate of an object (the NMS head
+keeps same-class boxes that overlap by less than its IoU; the one-to-one head ranks several boxes
+per object) drags the fused score down as much as another member's disagreement would;
+``best-avg`` counts each member once, by its best box.
 
 Vectorisation: the groups (image, class) are processed together, one box rank at a time. The
 groups are sorted by size, so the groups that still have a box at rank ``k`` are a prefix; each
@@ -40,7 +47,7 @@ import numpy as np
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
-ScoreRule = Literal["avg", "present", "max", "agree", "absent"]
+ScoreRule = Literal["avg", "present", "max", "agree", "absent", "best-avg"]
 SCORE_RULES: tuple[str, ...] = get_args(ScoreRule)
 ENSEMBLE_BOXES_CONF_TYPE: dict[str, str] = {"avg": "avg", "max": "max", "agree": "box_and_model_avg",
                                             "absent": "absent_model_aware_avg"}
@@ -61,7 +68,8 @@ class Fused:
         boxes: ``(n, 4)`` fused corners, float64.
         stats: Per fused box: ``n`` boxes held, ``wsum`` their weights, ``ssum`` the sum of their
             weighted scores, ``smax`` the highest weighted score, ``members`` distinct members
-            present, ``mweight`` those members' weight.
+            present, ``mweight`` those members' weight, ``bsum`` the sum over those members of
+            each one's highest weighted score.
         cluster: For each input box, the index of its fused box (-1 for a box skipped: score below
             ``skip_box_thr`` or zero area).
         weights: Member weights used.
@@ -92,6 +100,8 @@ class Fused:
             return st["smax"] / float(w.max())
         if rule == "agree":
             return mean * n / st["wsum"] * st["mweight"] / wtot
+        if rule == "best-avg":
+            return st["bsum"] / wtot
         return mean * n / (st["wsum"] + (wtot - st["mweight"]))  # absent
 
 
@@ -162,7 +172,7 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
         out.append(_fuse_chunk(chunk, sizes[chunk], starts[chunk], src, boxes, ws[order], w[members], cluster,
                                iou_thr))
         lo = hi
-    return _collect(out, cluster, groups, labels, members, w)
+    return _collect(out, cluster, groups, labels, members, w, ws, usable)
 
 
 def _group_key(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -174,7 +184,7 @@ def _group_key(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def _empty(cluster: np.ndarray, w: np.ndarray) -> Fused:
     z = np.zeros(0)
-    stats = dict.fromkeys(("n", "wsum", "ssum", "smax", "members", "mweight"), z)
+    stats = dict.fromkeys(("n", "wsum", "ssum", "smax", "members", "mweight", "bsum"), z)
     return Fused(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 4)), stats, cluster, w)
 
 
@@ -249,9 +259,10 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
 
 
 def _collect(parts: list, cluster: np.ndarray, groups: np.ndarray, labels: np.ndarray, members: np.ndarray,
-             w: np.ndarray) -> Fused:
+             w: np.ndarray, ws: np.ndarray, usable: np.ndarray) -> Fused:
     """Number the fused boxes (group after group, slot order), turn slots into fused-box indices
-    and add the distinct members of each fused box."""
+    and add the distinct members of each fused box and each one's best weighted score (``ws``:
+    the weighted scores of the ``usable`` boxes)."""
     gid = np.concatenate([p[0] for p in parts])
     slot = np.concatenate([p[1] for p in parts])
     stats = {k: np.concatenate([p[2][k] for p in parts]) for k in parts[0][2]}
@@ -269,9 +280,14 @@ def _collect(parts: list, cluster: np.ndarray, groups: np.ndarray, labels: np.nd
     # representative group/label of each fused box: from any of its boxes
     rep = np.zeros(len(gid), np.int64)
     rep[idx[used]] = np.flatnonzero(used)
-    pairs = np.unique(idx[used] * len(w) + members[used])
-    fused_of, member_of = pairs // len(w), pairs % len(w)
+    # (fused box, member) pairs, each with the member's best weighted score in that fused box
+    fused_all = idx[usable]
+    pair = fused_all * len(w) + members[usable]
+    first = np.lexsort((-ws, pair))
+    first = first[np.r_[True, pair[first][1:] != pair[first][:-1]]]
+    fused_of, member_of = fused_all[first], members[usable][first]
     n_mem = np.bincount(fused_of, minlength=len(gid))
     mweight = np.bincount(fused_of, weights=w[member_of], minlength=len(gid))
-    stats = {**stats, "members": n_mem, "mweight": mweight}
+    bsum = np.bincount(fused_of, weights=ws[first], minlength=len(gid))
+    stats = {**stats, "members": n_mem, "mweight": mweight, "bsum": bsum}
     return Fused(groups[rep], labels[rep], fb, stats, idx, w)

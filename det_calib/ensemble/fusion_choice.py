@@ -29,8 +29,9 @@ the NLL ``--method auto`` uses among maps of one box set. The rule:
    (one) paired standard error, the one-standard-error rule; the first such in the order of
    preference wins. Preference: ``fuse-then-calibrate`` (one calibrator) before
    ``calibrate-then-fuse`` (one per member and one more); then the rules in the order of
-   :data:`RULE_PREFERENCE` (``agree`` first: it counts members, not boxes, so a member's two
-   overlapping boxes do not count as two members agreeing). The standard error of a difference is
+   :data:`RULE_PREFERENCE` (``best-avg`` first: the deep ensemble's average of the members'
+   probabilities, each member counted once by its best box; then ``agree``, which counts members,
+   not boxes, in its share, but averages every box). The standard error of a difference is
    that of the two candidates' pooled kept-set ECEs over an image bootstrap (the same images
    resampled for both, first assignment). Fusions whose kept boxes the fit split cannot tell
    apart so keep the preferred one, instead of one chosen by the noise of a few hundred images.
@@ -60,7 +61,7 @@ MAP_TOLERANCE = 0.01
 """A candidate whose fit-split mAP50-95 is more than this below the best candidate's is not eligible."""
 Z_SIMPLER = 1.0
 """A preferred candidate behind the best by less than this many paired standard errors is chosen."""
-RULE_PREFERENCE = ("agree", "avg", "absent", "max", "present")
+RULE_PREFERENCE = ("best-avg", "agree", "avg", "absent", "max", "present")
 """Score rules, preferred first (among candidates the fit split cannot tell apart)."""
 N_BOOT = 200
 """Image-bootstrap replicates of the paired standard error."""

@@ -16,11 +16,12 @@ from det_calib.errors import InputError
 from det_calib.record.run_result import CI, Calibrator, OperatingFigures, _interval, _number
 
 RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
-    "avg": "mean over members, an absent member counts 0",
+    "avg": "mean of the boxes, an absent member counts 0",
     "present": "mean over the members present",
     "max": "maximum over the members",
     "agree": "mean of the boxes times the share of members that agree",
     "absent": "sum over boxes and absent members' weight",
+    "best-avg": "each member's best box, averaged over the members, an absent member counts 0",
     "auto": "chosen per head on the fit split's folds",
 }
 
