@@ -33,7 +33,7 @@ def _pages() -> list[Path]:
 
 
 def _topic_pages() -> list[Path]:
-    return [p for p in sorted(DOCS.glob("*.md"))]
+    return sorted(DOCS.glob("*.md"))
 
 
 def _slug(heading: str) -> str:
