@@ -1,4 +1,4 @@
-"""The package's structure: the layer order README.md documents, no import circle, short functions
+"""The package's structure: the layer order docs/layout.md documents, no import circle, short functions
 in the job, report and CLI modules, typed records in the report. Read from the source with ``ast``
 (every import counts: module level, inside functions, under ``TYPE_CHECKING``)."""
 
@@ -126,8 +126,8 @@ def test_no_import_circle():
     assert not cycles, "\n".join(cycles)
 
 
-def test_the_readme_documents_the_layer_order():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_document_the_layer_order():
+    readme = (ROOT / "docs" / "layout.md").read_text()
     line = next((x for x in readme.splitlines() if x.startswith("Layer order")), "")
     named = re.findall(r"`(\w+)/`", line)
     want = [names[0].removeprefix("det_calib.") for names in LAYERS[1:-1]]
