@@ -24,7 +24,7 @@ from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
 from det_calib.report import compare_runs
 from det_calib.report.calibrators_section import calibrator_words
 from det_calib.report.common import f3, f4, fci
-from det_calib.report.compare import separation_words
+from det_calib.report.separation import separation_words
 
 METHODS = ("temperature", "platt", "auto")
 

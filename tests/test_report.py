@@ -606,7 +606,7 @@ def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
     from det_calib.record.run_folder import HeadBoxes
     from det_calib.record.run_result import Bootstrap
-    from det_calib.report.compare import _boot_mean
+    from det_calib.report.separation import boot_mean
 
     rng = np.random.default_rng(1)
     n = 600
@@ -615,11 +615,11 @@ def test_image_level_bootstrap_equals_box_level():
     y = rng.uniform(size=n) < _sigmoid(z)
     hb = HeadBoxes("nms", "test", _sigmoid(z), z, y, np.zeros(n, np.int64), img, 1.3)
     boot = Bootstrap(n_boot=200, seed=4, level=0.9)
-    fast = _boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
+    fast = boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
     slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
     nll_t = lambda zz, yy, weights=None: metrics.nll_logits(zz, yy, temperature=1.3, weights=weights)  # noqa: E731
-    fast = _boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
+    fast = boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
     slow = metrics.bootstrap_ci(nll_t, img, hb.logit, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
 
