@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 
-__all__ = ["equivalents", "reliability_figure", "reliability_section"]
+__all__ = ["equivalents", "kept_bins", "reliability_figure", "reliability_section"]
 
 
 def reliability_section(page: Page, ctx: ReportContext) -> None:
@@ -154,7 +154,7 @@ def _report_reliability(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
               f"Confidence histograms of head {h}")
 
 
-def _kept_bins(conf: np.ndarray | None, correct: np.ndarray, t: float | None, n_bins: int) -> Any | None:
+def kept_bins(conf: np.ndarray | None, correct: np.ndarray, t: float | None, n_bins: int) -> Any | None:
     """Reliability bins of the boxes kept at ``t`` (``conf > t``), binned as the kept-set ECE is."""
     if conf is None or t is None:
         return None
@@ -170,8 +170,8 @@ def _compare_reliability(b: Page, cols: list[Subject]) -> None:
         for c in cols:
             ev, nb = head_eval(c.run, c.head), c.run.settings.ece_bins
             o0, o1 = (op_at(ev.operating_before, c.low), op_at(ev.operating_after, c.low)) if c.low else (None,) * 2
-            bins0 = _kept_bins(c.hb.conf, c.hb.correct, c.low, nb)
-            bins1 = _kept_bins(c.hb.conf_after, c.hb.correct, c.low, nb)
+            bins0 = kept_bins(c.hb.conf, c.hb.correct, c.low, nb)
+            bins1 = kept_bins(c.hb.conf_after, c.hb.correct, c.low, nb)
             _check_kept(c, o0, bins0, "raw")
             _check_kept(c, o1, bins1, "calibrated")
             kept.append((c.title, bins0, bins1, *(f"kept at {fthr(c.low)}" + ("" if o is None else f": ECE {f4(o.ece)}")

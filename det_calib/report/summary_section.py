@@ -76,16 +76,18 @@ def answer_line(s: Subject) -> str:
     """
     hr, ev = s.result, head_eval(s.run, s.head)
     t = s.run.temperature(s.head)
-    if hr.calibrator is not None:
-        deployed = s.words
+    if hr.calibrator is not None and hr.calibrator.method == "none":
+        deployed = "raw scores kept (no calibrator)"
+    elif hr.calibrator is not None:
+        deployed = f"{s.words} deployed"
     else:
-        deployed = f"temperature T = {f3(t)}" if t is not None else "no calibrator"
-    parts = [f"{s.name}: {deployed} deployed"]
+        deployed = f"temperature T = {f3(t)} deployed" if t is not None else "no calibrator"
+    parts = [f"{s.name}: {deployed}"]
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-        kept = f"kept-set ECE at conf {fthr(o0.conf)} {f4(o0.ece)} → {f4(o1.ece)}"
+        kept = f"ECE of the boxes kept at conf {fthr(o0.conf)}: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
         if o1.ece_floor is not None:
-            kept += f" against a floor of {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
-                                                                                     if o1.at_floor else "")
+            kept += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
+                                                                                   if o1.at_floor else "")
         parts.append(kept)
     if not ev.operating_before:
         parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)} (this run records no kept-set ECE)")
