@@ -20,8 +20,8 @@ from pathlib import Path
 from det_calib.errors import InputError
 from det_calib.record.run_folder import CALIBRATION_FILE, Run, load_run, parse_run_spec
 
-from .context import ReportContext, subject
-from .sections import build_page
+from .context import ReportContext
+from .sections import build_page, subject
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from det_calib.record.run_folder import HeadBoxes, Run
 
-__all__ = ["PageKind", "ReportContext", "Subject", "subject"]
+__all__ = ["PageKind", "ReportContext", "Subject"]
 
 PageKind = Literal["report", "compare"]
 """``report``: the report of one run (``write_report``); ``compare``: runs side by side (``compare_runs``)."""
@@ -105,14 +105,3 @@ class ReportContext:
         """Each head's reliability bins, raw and calibrated (a report)."""
         return {s.head: s.bins for s in self.subjects}
 
-
-def subject(run: Run, head: str, *, name: str, letter: str = "", note: str = "") -> Subject:
-    """A head of a run as a page shows it: its eval boxes read once, binned once, its calibrator in words."""
-    from .calibrators_section import deployed_words  # the section imports this module
-    from .common import bins_of
-
-    hb = run.eval_boxes(head)
-    n_bins = run.settings.ece_bins
-    bins = (bins_of(hb.conf, hb.correct, n_bins) if hb.n else None,
-            bins_of(hb.conf_after, hb.correct, n_bins) if hb.n else None)
-    return Subject(name, letter, run, head, hb, bins, deployed_words(run, head), note)

@@ -3,8 +3,6 @@ map's detections."""
 
 from __future__ import annotations
 
-import logging
-
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
 
@@ -17,12 +15,6 @@ from .common import (
 from .context import ReportContext
 from .document import Heading, Para, Table
 from .page import Page
-
-log = logging.getLogger(__name__)
-
-
-
-
 
 __all__ = ["map_section"]
 

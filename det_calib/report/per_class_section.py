@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -32,12 +31,6 @@ from .common import (
 from .context import ReportContext, Subject
 from .document import Heading, Para, Table
 from .page import Page
-
-log = logging.getLogger(__name__)
-
-
-
-
 
 __all__ = ["MAX_CLASS_PANELS", "MAX_SPARSE_PANELS", "class_id", "per_class_section", "shown_classes"]
 

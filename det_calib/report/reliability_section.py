@@ -37,9 +37,6 @@ from .page import Page
 log = logging.getLogger(__name__)
 
 
-
-
-
 __all__ = ["equivalents", "kept_bins", "reliability_figure", "reliability_section"]
 
 
@@ -67,7 +64,8 @@ def reliability_figure(page: Page, s: Subject) -> None:
     ]
     png = plots.reliability_figure(panels, title=f"Reliability, head {h}, split {hb.split} ({tag})")
     page.fig(f"reliability_{h}", png,
-             f"Reliability of head {h} on split {hb.split}: {hb.n:,} boxes (crowd-matched boxes excluded), "
+             f"Reliability of head {h} on split {hb.split}: all {hb.n:,} boxes down to the capture floor "
+             f"(crowd-matched boxes excluded), so the ECE in the titles is the all-box ECE, not the kept set's; "
              f"{tag}. Left raw, right calibrated; below, boxes per bin (log scale).",
              f"Reliability diagram of head {h}, raw and calibrated")
 

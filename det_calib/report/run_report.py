@@ -20,8 +20,8 @@ import polars as pl
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, Run, load_run
 
 from .common import consistency_warnings
-from .context import ReportContext, subject
-from .sections import build_page
+from .context import ReportContext
+from .sections import build_page, subject
 
 __all__ = ["report_context", "write_report"]
 

@@ -16,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .calibrators_section import calibrators_section
-from .context import PageKind, ReportContext
+from det_calib.record.run_folder import Run
+
+from .calibrators_section import calibrators_section, deployed_words
+from .common import bins_of
+from .context import PageKind, ReportContext, Subject
 from .document import Heading
 from .engines_section import engines_section
 from .ensemble_section import ensemble_section
@@ -30,7 +33,7 @@ from .shift_section import threshold_shift_section
 from .summary_section import summary_section
 from .thresholds_section import conf_thresholds_section
 
-__all__ = ["SECTIONS", "Section", "SectionFn", "build_page", "section_of", "sections_of"]
+__all__ = ["SECTIONS", "Section", "SectionFn", "build_page", "section_of", "sections_of", "subject"]
 
 SectionFn = Callable[[Page, ReportContext], None]
 """The one signature of a section: add blocks to the page from the context."""
@@ -102,3 +105,13 @@ def build_page(ctx: ReportContext) -> Page:
         if any(not s.heads(t) for t in h2) or (not h2 and not s.optional):
             raise ValueError(f"section {s.title!r} wrote the headings {h2}")
     return page
+
+
+def subject(run: Run, head: str, *, name: str, letter: str = "", note: str = "") -> Subject:
+    """A head of a run as the sections see it: its eval boxes read once, binned once (as the run's
+    ECE), its deployed calibrator in words."""
+    hb = run.eval_boxes(head)
+    n_bins = run.settings.ece_bins
+    bins = (bins_of(hb.conf, hb.correct, n_bins) if hb.n else None,
+            bins_of(hb.conf_after, hb.correct, n_bins) if hb.n else None)
+    return Subject(name, letter, run, head, hb, bins, deployed_words(run, head), note)

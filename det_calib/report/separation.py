@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,11 +20,7 @@ from .common import (
     num,
 )
 
-log = logging.getLogger(__name__)
-
-
-
-
+__all__ = ["SEPARATION_NOTE", "boot_ci", "boot_mean", "separation_words"]
 
 SEPARATION_NOTE = ("Two runs whose 95% intervals overlap cannot be told apart on these images; intervals that do "
                    "not overlap are a clear difference (a conservative reading: each interval is its own run's "

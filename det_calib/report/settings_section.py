@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
 
 from .common import (
@@ -16,12 +14,6 @@ from .common import (
 from .context import ReportContext, Subject
 from .document import Heading, Para, Table
 from .page import Page
-
-log = logging.getLogger(__name__)
-
-
-
-
 
 __all__ = ["PER_HEAD_KEYS", "SETTING_HELP", "settings_section"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from det_calib.data.box_table import HEAD_LABEL
@@ -23,12 +21,6 @@ from .document import Heading, Para, Table
 from .page import Page
 from .per_class_section import class_id
 from .reliability_section import equivalents
-
-log = logging.getLogger(__name__)
-
-
-
-
 
 __all__ = ["threshold_shift_section"]
 

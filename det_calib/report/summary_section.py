@@ -3,7 +3,6 @@ then the details."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from det_calib.data.box_table import HEAD_LABEL
@@ -40,12 +39,6 @@ from .document import Bullets, Heading, Para, Table
 from .page import Page
 from .reliability_section import reliability_figure
 from .separation import SEPARATION_NOTE, boot_ci, separation_words
-
-log = logging.getLogger(__name__)
-
-
-
-
 
 __all__ = ["DOCS_NOTE", "answer_line", "summary_section"]
 
@@ -119,6 +112,8 @@ def _report_summary(b: Page, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str
     op = calibrators.operating_table(run)
     if op is not None:
         b.add(op, Para(calibrators.FLOOR_NOTE + " " + calibrators.INTERVAL_NOTE + " " + DOCS_NOTE, "note"))
+    else:
+        b.add(Para(DOCS_NOTE, "note"))
     ev_split = st.eval_split or "n/a"
     rows = [
         ["Model", run.result.model or "n/a"],
