@@ -17,6 +17,7 @@ from det_calib.demo.shapes_segments import (
     EPSILON,
     region_polygon,
     render_polygons,
+    segment_lines,
     write_segment_split,
 )
 
@@ -149,3 +150,44 @@ def test_an_occluded_object_keeps_all_its_pieces():
                 assert np.array_equal(raster, region.astype(bool))
                 return
     pytest.fail("no object in several pieces among 200 calib images")
+
+
+def test_ultralytics_reads_the_polygon_labels_with_the_detect_boxes(tmp_path):
+    """Ultralytics' own label check accepts every written file, and the boxes it derives from the
+    polygons are the detect labels (to the 6 decimals both are written with)."""
+    from ultralytics.data.utils import verify_image_label
+
+    write_split(tmp_path / "det", "calib", 10)
+    write_segment_split(tmp_path / "seg", "calib", 10, images_from=tmp_path / "det")
+    n = 0
+    for i in range(10):
+        stem = f"calib_{i:05d}"
+        img = tmp_path / "seg" / "images" / "calib" / f"{stem}.png"
+        lbl = tmp_path / "seg" / "labels" / "calib" / f"{stem}.txt"
+        r = verify_image_label((str(img), str(lbl), "", False, 8, 0, 0, False))
+        assert r[8] == 0 and r[9] == "", r[9]  # not corrupt, no message
+        det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(-1, 5)
+        assert len(r[3]) == len(det)  # one polygon per object
+        np.testing.assert_allclose(r[1], det, atol=2e-6)
+        n += len(det)
+    assert n > 20
+
+
+def test_the_cached_segment_demo_matches_the_detection_demo():
+    """Where demo_segment_data_yaml has run: same image files (hard links), one polygon per box
+    label, the text a fresh rendering gives."""
+    det = cache_dir() / "shapes-v1-seed0"
+    seg = cache_dir() / "shapes-v1-seed0-seg1"
+    if not (seg / "labels" / "test" / "test_00000.txt").is_file():
+        pytest.skip("segment demo not rendered")
+    for i in range(0, 400, 20):
+        stem = f"test_{i:05d}"
+        a, b = det / "images" / "test" / f"{stem}.png", seg / "images" / "test" / f"{stem}.png"
+        assert a.read_bytes() == b.read_bytes()
+        box_lines = (det / "labels" / "test" / f"{stem}.txt").read_text().splitlines()
+        seg_text = (seg / "labels" / "test" / f"{stem}.txt").read_text()
+        assert len(seg_text.splitlines()) == len(box_lines)
+        if i % 100 == 0:
+            img, labels, polys = render_polygons(0, "test", i)
+            lines = segment_lines(labels, polys, img.shape[1], img.shape[0])
+            assert seg_text == "\n".join(lines) + ("\n" if lines else "")

@@ -71,7 +71,6 @@ def encode_masks(masks: np.ndarray) -> list[bytes]:
 def mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> list[bytes]:
     """:func:`rebuild_masks` then :func:`encode_masks`, a chunk of boxes at a time."""
     out: list[bytes] = []
-    n = len(np.asarray(boxes).reshape(-1, 4)) if not hasattr(boxes, "shape") else int(boxes.shape[0])
-    for lo in range(0, n, CHUNK):
+    for lo in range(0, len(boxes), CHUNK):
         out += encode_masks(rebuild_masks(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], image_shape))
     return out
