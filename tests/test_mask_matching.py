@@ -17,7 +17,7 @@ from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.demo.shapes_segments import write_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.masks import mask_iou, match_mask_table, match_masks
+from det_calib.matching.masks import mask_iou, match_boxes_by_masks, match_mask_table, match_masks
 
 H, W = 40, 48
 
@@ -299,3 +299,19 @@ def test_match_mask_table_on_the_demo_split(demo_split):
     with pytest.raises(InputError, match="rows without a mask"):
         match_mask_table(boxes, demo_split.gt.with_columns(pl.lit(None, dtype=pl.Binary).alias("segm")),
                          demo_split.sizes)
+
+
+def test_match_boxes_by_masks_at_two_thresholds(demo_split):
+    import polars as pl
+
+    case = _demo_case(demo_split, 1)
+    boxes = pl.DataFrame({"image_id": case["det_image"], "cls": case["det_cls"], "conf": case["det_score"],
+                          "segm": [r["counts"] for r in case["det_rles"]]}, schema_overrides={"segm": pl.Binary})
+    out = match_boxes_by_masks(boxes, demo_split.gt, demo_split.sizes, iou=0.5, loc_iou=0.1)
+    at5 = match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.5)
+    at1 = match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.1)
+    assert out["correct"].to_list() == at5["correct"].to_list()
+    assert out["ignore"].to_list() == at5["ignore"].to_list()
+    expect = np.where(at1["correct"].to_numpy(), at1["iou"].to_numpy(), 0.0)
+    np.testing.assert_array_equal(out["loc_iou"].to_numpy(), expect)
+    assert (out["loc_iou"] > 0).sum() > out["correct"].sum()  # the looser matching labels more boxes

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from det_calib.matching.masks import mask_iou, match_mask_table, match_masks
+from det_calib.matching.masks import mask_iou, match_boxes_by_masks, match_mask_table, match_masks
 from det_calib.matching.one_to_one import MatchResult, box_iou, match_boxes, match_detections, match_table
 
-__all__ = ['MatchResult', 'box_iou', 'mask_iou', 'match_boxes', 'match_detections', 'match_mask_table',
-           'match_masks', 'match_table']
+__all__ = ['MatchResult', 'box_iou', 'mask_iou', 'match_boxes', 'match_boxes_by_masks', 'match_detections',
+           'match_mask_table', 'match_masks', 'match_table']

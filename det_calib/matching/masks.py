@@ -27,7 +27,7 @@ from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult, greedy_match
 from det_calib.validation import as_integers, as_real, as_vector
 
-__all__ = ["mask_iou", "match_masks", "match_mask_table"]
+__all__ = ["mask_iou", "match_boxes_by_masks", "match_masks", "match_mask_table"]
 
 
 def _rles(x, name: str, n: int | None = None, ref: str | None = None) -> list[dict]:
@@ -226,4 +226,25 @@ def match_mask_table(
         pl.Series("correct", r.correct, dtype=pl.Boolean),
         pl.Series("iou", r.iou, dtype=pl.Float64),
         pl.Series("ignore", r.ignore, dtype=pl.Boolean),
+    )
+
+
+def match_boxes_by_masks(
+    boxes: pl.DataFrame, gt: pl.DataFrame, sizes: np.ndarray, *, iou: float, loc_iou: float, column: str = "segm"
+) -> pl.DataFrame:
+    """:func:`det_calib.matching.one_to_one.match_boxes` by mask IoU: ``correct``, ``iou``, ``ignore``
+    (at ``iou``) and ``loc_iou`` (the mask IoU of the match at ``loc_iou``, 0 if none).
+
+    Args:
+        boxes: One head's boxes with a ``column`` of RLE counts (see :func:`match_mask_table`).
+        gt: Ground truth with masks (:func:`det_calib.data.segments.load_segment_split`).
+        sizes: (n_images, 2) ``width, height``.
+        iou: Mask IoU a box needs with a same-class ground truth to be correct.
+        loc_iou: Threshold of the second matching, whose IoU feeds the localisation-aware metrics.
+    """
+    at_iou = match_mask_table(boxes, gt, sizes, iou_threshold=iou, column=column)
+    loc = match_mask_table(boxes, gt, sizes, iou_threshold=loc_iou, column=column)
+    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
+    return boxes.with_columns(
+        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
     )
