@@ -191,3 +191,36 @@ def test_the_cached_segment_demo_matches_the_detection_demo():
             img, labels, polys = render_polygons(0, "test", i)
             lines = segment_lines(labels, polys, img.shape[1], img.shape[0])
             assert seg_text == "\n".join(lines) + ("\n" if lines else "")
+
+
+def test_demo_segment_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
+    """In a fresh cache (splits shrunk to a few images): the detection demo is rendered, then the
+    segment root beside it, hard-linked; the detection root is not touched by the second step;
+    a second call rewrites nothing; with_train adds the train split."""
+    from det_calib.data.ground_truth import load_data_yaml
+    from det_calib.data.segments import has_masks, load_segment_split
+    from det_calib.demo import demo_data_yaml
+    from det_calib.demo.shapes import SPLIT_SIZES
+    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+
+    monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
+    for split, n in (("train", 3), ("calib", 4), ("test", 3)):
+        monkeypatch.setitem(SPLIT_SIZES, split, n)
+    det = demo_data_yaml().parent
+    before = _tree_digest(det)
+    yaml = demo_segment_data_yaml()
+    assert _tree_digest(det) == before
+    seg = yaml.parent
+    assert seg.name == "shapes-v1-seed0-seg1" and seg.parent == det.parent
+    assert "train: images/calib" in yaml.read_text()
+    sp = load_segment_split(load_data_yaml(yaml), "calib")
+    assert len(sp.images) == 4 and has_masks(sp) and sp.gt.height > 0
+    for p in sp.images:
+        assert p.stat().st_ino == (det / "images" / "calib" / p.name).stat().st_ino
+    label = seg / "labels" / "test" / "test_00000.txt"
+    stamp = label.stat().st_mtime_ns
+    assert demo_segment_data_yaml() == yaml and label.stat().st_mtime_ns == stamp
+    yaml = demo_segment_data_yaml(with_train=True)
+    assert "train: images/train" in yaml.read_text()
+    assert len(list((seg / "labels" / "train").glob("*.txt"))) == 3
+    assert not list(seg.glob(".*tmp*"))  # no temporary folder left

@@ -183,22 +183,30 @@ def write_segment_split(root: Path, split: str, n: int, *, seed: int = 0, images
     return count
 
 
-def demo_segment_data_yaml(*, seed: int = 0) -> Path:
-    """``data.yaml`` of the segment demo (calib and test splits with polygon labels).
+def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
+    """``data.yaml`` of the segment demo: the demo's splits with polygon labels.
 
     Renders the detection demo first if needed (:func:`det_calib.demo.demo_data_yaml`), then, on
     first use, the polygon labels into ``shapes-v1-seed0-seg1/`` beside it in the cache, with the
     detection demo's image files hard-linked. Each split is written into a temporary folder and
     renamed into place.
+
+    Args:
+        with_train: Also write the train split (only training a segment model needs it).
+        seed: Dataset seed.
+
+    Returns:
+        Path of a data.yaml with ``train`` (the train split when written, else calib), ``val``
+        (= calib), ``calib`` and ``test``.
     """
     import tempfile
 
     from det_calib.demo import demo_data_yaml
 
-    det_root = demo_data_yaml(seed=seed).parent
+    det_root = demo_data_yaml(with_train=with_train, seed=seed).parent
     root = det_root.parent / f"shapes-v{GENERATOR_VERSION}-seed{seed}-seg{SEGMENT_VERSION}"
     root.mkdir(parents=True, exist_ok=True)
-    for split in ("calib", "test"):
+    for split in ("train", "calib", "test") if with_train else ("calib", "test"):
         n = SPLIT_SIZES[split]
         if len(list((root / "labels" / split).glob("*.txt"))) == n:
             continue
@@ -218,7 +226,7 @@ def demo_segment_data_yaml(*, seed: int = 0) -> Path:
         f"# shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
         f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})",
         f"path: {root.resolve()}",
-        "train: images/calib",
+        f"train: images/{'train' if (root / 'images' / 'train').is_dir() else 'calib'}",
         "val: images/calib",
         "calib: images/calib",
         "test: images/test",
