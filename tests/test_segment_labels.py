@@ -197,3 +197,15 @@ def test_coco_image_size_must_match_the_file(seg_root, tmp_path):
     _coco_json(seg_root, js, crowd_rle=False, width_delta=10)
     with pytest.raises(InputError, match=r"is 3\d\dx\d+ in the JSON but \d+x\d+ on disk"):
         load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)
+
+
+def test_coco_rle_of_another_size_is_refused(seg_root, tmp_path):
+    js = tmp_path / "gt.json"
+    _coco_json(seg_root, js, crowd_rle=False)
+    d = json.loads(js.read_text())
+    ann = next(a for a in d["annotations"] if a["image_id"] == d["images"][0]["id"])
+    h, w = d["images"][0]["height"], d["images"][0]["width"]
+    ann["segmentation"] = {"size": [h + 8, w], "counts": [0, 10, (h + 8) * w - 10]}
+    js.write_text(json.dumps(d))
+    with pytest.raises(InputError, match=rf"annotation {ann['id']} has an RLE of size \[{h + 8}, {w}\]"):
+        load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)

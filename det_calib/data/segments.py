@@ -175,6 +175,9 @@ def _coco_counts(sp: Split, path: Path) -> list[bytes | None]:
                     raise InputError(
                         f"{path}: annotation {a.get('id')} has an unreadable `segmentation` ({e})"
                     ) from None
+                if [int(v) for v in rle["size"]] != [int(h), int(w)]:
+                    raise InputError(f"{path}: annotation {a.get('id')} has an RLE of size {rle['size']} (height, "
+                                     f"width) on image {img.name} of {int(w)}x{int(h)}")
                 if isinstance(rle["counts"], str):
                     rle["counts"] = rle["counts"].encode()
                 rle = rle["counts"]
