@@ -3,11 +3,11 @@
 For each image of the demo's calib and test splits (seed 0): every labelled object's visible region
 (its pixels in the generator's owner map) and its polygon (det_calib.demo.shapes_segments); the
 polygon rasterised by pycocotools (as COCO's ``segm`` evaluation rasterises ground truth) is
-compared with the region, and the polygon's tight box with the detect label box. Writes
-docs/generated/segment_demo_labels.md.
+compared with the region, and the polygon's tight box with the detect label box. With ``--doc``
+writes docs/generated/segment_demo_labels.md.
 
 Usage:
-    python3 benchmarks/measure_segment_labels.py [--limit N] [--out docs/generated/segment_demo_labels.md]
+    python3 benchmarks/measure_segment_labels.py [--limit N] [--doc]
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ def measure(split: str, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="images per split (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("docs/generated/segment_demo_labels.md"))
+    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/segment_demo_labels.md")
     args = ap.parse_args()
     rows = [measure(s, min(SPLIT_SIZES[s], args.limit or SPLIT_SIZES[s])) for s in ("calib", "test")]
     lines = [
-        "<!-- written by benchmarks/measure_segment_labels.py; do not edit -->",
+        "<!-- written by benchmarks/measure_segment_labels.py; rerun it with --doc to refresh, do not edit -->",
         f"Polygon labels of the shapes demo (seed 0), `approxPolyDP` epsilon {EPSILON} px. IoU: the polygon "
         "rasterised by pycocotools against the object's visible pixels. Box: the largest distance (px) between a "
         "side of the polygon's tight box and the detect label box's.",
@@ -76,10 +76,12 @@ def main() -> None:
             f"| {(r['iou'] == 1).mean():.1%} | {r['dev'].max():.2f} | {vs} | {r['bytes']:,} "
             f"| {r['seconds'] / r['images']:.3f} |"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(args.out)
+    if args.doc:
+        out = Path(__file__).resolve().parents[1] / "docs" / "generated" / "segment_demo_labels.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(out)
     print("\n".join(lines))
 
 
