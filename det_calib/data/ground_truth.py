@@ -316,6 +316,8 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
         height that is zero or negative.
     """
     n = len(tokens)
+    if n >= 8 and n % 2 == 0:
+        return None, f"polygon with an odd number of coordinates ({n - 1}; x y pairs expected), got {n} values"
     if n != 5 and not (n >= 7 and n % 2 == 1):
         return None, f"expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got {n}"
     v = [_number(t) for t in tokens]
@@ -333,9 +335,10 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
         for name, x, t in (("width", v[3], tokens[3]), ("height", v[4], tokens[4])):
             if x <= 0:
                 return None, f"{name} {t} is {'zero' if x == 0 else 'negative'}"
-    for t, x in zip(tokens[1:], v[1:]):
+    for k, (t, x) in enumerate(zip(tokens[1:], v[1:])):
         if not -LABEL_TOLERANCE <= x <= 1 + LABEL_TOLERANCE:
-            return None, f"value {t} outside [0, 1] (normalised coordinates, tolerance {LABEL_TOLERANCE:g})"
+            where = "" if n == 5 else f"polygon point {k // 2 + 1} outside the image: "
+            return None, f"{where}value {t} outside [0, 1] (normalised coordinates, tolerance {LABEL_TOLERANCE:g})"
     if n == 5:
         return v, None
     xs, ys = v[1::2], v[2::2]
@@ -501,6 +504,26 @@ def read_coco_gt(
             raise InputError(
                 f"COCO category `{cat['name']}` (id {cat['id']}) is not a class of the model (classes: {names})"
             )
+    ids = coco_image_ids(coco, images, root=root, path=path)
+    found = np.array([k for k, i in enumerate(ids) if i is not None], dtype=np.int64)
+    if len(found) == 0:
+        raise InputError(f"none of the split's images is listed in {path}")
+    rows = []
+    for k in found:
+        for a in coco.loadAnns(coco.getAnnIds(imgIds=[ids[k]])):
+            x, y, w, h = a["bbox"]
+            rows.append((int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0))))
+    gt = pl.DataFrame(rows, schema=GT_SCHEMA, orient="row") if rows else pl.DataFrame(schema=GT_SCHEMA)
+    return gt, found
+
+
+def coco_image_ids(coco, images: list[Path], *, root: Path | None, path: Path) -> list[int | None]:
+    """The COCO image id of each image (None where the JSON does not list it), found by its path
+    relative to ``root``, else by its file name when that is unique in the JSON.
+
+    Raises:
+        InputError: A file name the JSON lists more than once, with no relative path to decide.
+    """
     by_path, by_name = {}, {}
     for img in coco.dataset.get("images", []):
         by_path[Path(img["file_name"]).as_posix()] = img["id"]
@@ -516,16 +539,7 @@ def read_coco_gt(
             raise InputError(f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): "
                              "use paths relative to the split folder")
         ids.append(hits[0] if hits else None)
-    found = np.array([k for k, i in enumerate(ids) if i is not None], dtype=np.int64)
-    if len(found) == 0:
-        raise InputError(f"none of the split's images is listed in {path}")
-    rows = []
-    for k in found:
-        for a in coco.loadAnns(coco.getAnnIds(imgIds=[ids[k]])):
-            x, y, w, h = a["bbox"]
-            rows.append((int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0))))
-    gt = pl.DataFrame(rows, schema=GT_SCHEMA, orient="row") if rows else pl.DataFrame(schema=GT_SCHEMA)
-    return gt, found
+    return ids
 
 
 def load_split(

@@ -185,6 +185,32 @@ def render_image(seed: int, split: str, index: int) -> tuple[np.ndarray, np.ndar
         ``(image, labels)``: a uint8 BGR image of shape (H, W, 3) and a float array of shape
         (n, 5) with rows ``cls cx cy w h`` normalised to [0, 1].
     """
+    r = render_with_owners(seed, split, index)
+    return r.image, r.labels
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One rendered image with what its labels were computed from.
+
+    Attributes:
+        image: uint8 BGR image, (H, W, 3).
+        labels: (n, 5) float64 rows ``cls cx cy w h``, normalised (what :func:`render_image` returns).
+        owners: (H, W) int32: index (in drawing order) of the object that owns each pixel (the
+            last one drawn over it), -1 for background.
+        labelled: (n,) int64: the drawing-order index of the object of each label row, so that
+            ``owners == labelled[i]`` is the visible region of label ``i``.
+    """
+
+    image: np.ndarray
+    labels: np.ndarray
+    owners: np.ndarray
+    labelled: np.ndarray
+
+
+def render_with_owners(seed: int, split: str, index: int) -> Rendered:
+    """Render one image as :func:`render_image` does (same random stream, same pixels and labels),
+    also returning the pixel owner map the labels were computed from."""
     rng = _rng(seed, split, index)
     w, h = IMAGE_SIZES[int(rng.integers(len(IMAGE_SIZES)))]
     img = _background(rng, w, h)
@@ -223,7 +249,7 @@ def render_image(seed: int, split: str, index: int) -> tuple[np.ndarray, np.ndar
         objects.append(obj)
         _draw_colour(img, obj, rng)
 
-    labels = []
+    labels, labelled = [], []
     for k, obj in enumerate(objects):
         if obj.cls < 0 or full_area[k] == 0:
             continue
@@ -234,9 +260,10 @@ def render_image(seed: int, split: str, index: int) -> tuple[np.ndarray, np.ndar
         if x2 - x1 < 4 or y2 - y1 < 4:
             continue
         labels.append([obj.cls, (x1 + x2) / 2 / w, (y1 + y2) / 2 / h, (x2 - x1) / w, (y2 - y1) / h])
+        labelled.append(k)
 
     img = _photometric(img, rng)
-    return img, np.array(labels, dtype=np.float64).reshape(-1, 5)
+    return Rendered(img, np.array(labels, dtype=np.float64).reshape(-1, 5), ids, np.array(labelled, dtype=np.int64))
 
 
 def _draw(canvas: np.ndarray, obj: _Object, value) -> None:

@@ -43,6 +43,7 @@ detections competing for overlapping GTs are short).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +52,7 @@ import polars as pl
 from det_calib.errors import InputError
 from det_calib.validation import as_integers, as_real, as_vector, check_length
 
-__all__ = ["MatchResult", "box_iou", "match_detections", "match_table"]
+__all__ = ["MatchResult", "PairIoU", "box_iou", "greedy_match", "match_detections", "match_table"]
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +290,49 @@ def match_detections(
     g_box = _boxes(gt_xyxy, "gt_xyxy", m, "gt_image")
     g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     g_crowd = np.zeros(m, dtype=bool) if gt_crowd is None else _flags(gt_crowd, "gt_crowd", m, "gt_image")
+    d_cols = np.ascontiguousarray(d_box.T)  # (4, n): column gathers are cheaper
+    g_cols = np.ascontiguousarray(g_box.T)
+
+    def pair_iou(p_det: np.ndarray, p_gt: np.ndarray, p_crowd: np.ndarray) -> np.ndarray:
+        return _pair_iou(tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd)
+
+    return greedy_match(d_img, d_cls, d_score, g_img, g_cls, g_crowd, pair_iou=pair_iou,
+                        iou_threshold=iou_threshold, max_dets=max_dets)
+
+
+PairIoU = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""``pair_iou(det, gt, crowd) -> iou``: the IoU of detection ``det[k]`` (index in the input order)
+with GT ``gt[k]``, with the crowd convention (``intersection / area(detection)``) where ``crowd[k]``."""
+
+
+def greedy_match(
+    d_img: np.ndarray,
+    d_cls: np.ndarray,
+    d_score: np.ndarray,
+    g_img: np.ndarray,
+    g_cls: np.ndarray,
+    g_crowd: np.ndarray,
+    *,
+    pair_iou: PairIoU,
+    iou_threshold: float = 0.5,
+    max_dets: int | None = None,
+) -> MatchResult:
+    """COCO's one-to-one matching (see the module docstring) for any overlap measure.
+
+    :func:`match_detections` (boxes) and :func:`det_calib.matching.masks.match_masks` (masks)
+    check their inputs and call this with their ``pair_iou``. It is called once, with every
+    same-(image, class) pair: pairs come grouped by group, then by detection in COCO's order
+    (descending score, ties in input order), then by GT in input order; so each group's pairs
+    are its (detections x GTs) IoU matrix, row-major.
+
+    Args:
+        d_img, d_cls, d_score: (n,) checked detection image ids, classes and scores.
+        g_img, g_cls, g_crowd: (m,) checked GT image ids, classes and crowd flags.
+        pair_iou: See :data:`PairIoU`.
+        iou_threshold: See :func:`match_detections`.
+        max_dets: See :func:`match_detections`.
+    """
+    n, m = len(d_img), len(g_img)
     thr = min(_check_threshold(iou_threshold), _COCO_T_CAP)
     max_dets = _check_max_dets(max_dets)
 
@@ -318,9 +362,7 @@ def match_detections(
     p_det = np.repeat(np.arange(n, dtype=np.int64), cnt)
     p_gt = g_order[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_pairs)]
     p_crowd = g_crowd[p_gt]
-    d_cols = np.ascontiguousarray(d_box[order].T)  # (4, n): column gathers are cheaper
-    g_cols = np.ascontiguousarray(g_box.T)
-    p_iou = _pair_iou(tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd)
+    p_iou = np.asarray(pair_iou(order[p_det], p_gt, p_crowd), dtype=np.float64)
 
     # Best IoU with any non-crowd GT of the group (reported for unmatched detections).
     regular = ~p_crowd

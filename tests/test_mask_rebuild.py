@@ -1,0 +1,83 @@
+"""Masks rebuilt from mask coefficients and protos equal Ultralytics' predict (retina_masks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pycocotools import mask as mask_utils
+
+from det_calib.capture.mask_rebuild import encode_masks, mask_rles, rebuild_masks
+from det_calib.demo import fixture_data_yaml
+
+pytest.importorskip("ultralytics")
+
+NOISE = 0.05
+MASK_NOISE = 0.5
+
+
+def _predict(end2end: bool):
+    """predict of a yaml-built YOLO26n-seg (random weights) on four fixture images, with each
+    image's protos and every box row of the predictor (before its empty-mask filter)."""
+    from ultralytics import YOLO
+    from ultralytics.models.yolo.segment import SegmentationPredictor
+
+    seen = []
+
+    class Recording(SegmentationPredictor):
+        def construct_result(self, pred, img, orig_img, img_path, proto):
+            result = super().construct_result(pred, img, orig_img, img_path, proto)
+            seen.append((pred.clone(), proto.clone(), orig_img.shape[:2]))  # boxes scaled in place
+            return result
+
+    torch.manual_seed(0)
+    model = YOLO("yolo26n-seg.yaml")
+    head = model.model.model[-1]
+    with torch.no_grad():  # random weights, perturbed: varied scores, two distinct heads, masks unlike boxes
+        for p in model.model.parameters():
+            p.add_(torch.randn_like(p) * NOISE)
+        for branch in (head.proto, head.cv4, head.one2one_cv4):
+            for p in branch.parameters():
+                p.add_(torch.randn_like(p) * MASK_NOISE)
+    images = sorted((fixture_data_yaml().parent / "images" / "fixture").glob("*.jpg"))[:4]
+    results = model.predict([str(p) for p in images], imgsz=320, conf=1e-4, max_det=60, retina_masks=True,
+                            predictor=Recording, verbose=False,
+                            nms=False if end2end else None)
+    return results, seen
+
+
+@pytest.mark.parametrize("end2end", [False, True], ids=["one-to-many", "one-to-one"])
+def test_rebuilt_masks_equal_predict(end2end):
+    results, seen = _predict(end2end)
+    assert len(results) == len(seen) == 4
+    shapes, n_boxes, n_dropped, fills = set(), 0, 0, []
+    for res, (pred, proto, shape) in zip(results, seen):
+        masks = rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
+        keep = masks.reshape(len(masks), -1).max(1) > 0  # the predictor drops boxes with empty masks
+        assert int(keep.sum()) == len(res.boxes)
+        np.testing.assert_array_equal(pred[keep.tolist(), :4].numpy(), res.boxes.xyxy.numpy())
+        np.testing.assert_array_equal(masks[keep], res.masks.data.numpy().astype(np.uint8))
+        # and through RLE, box by box
+        rles = mask_rles(proto, pred[:, 6:], pred[:, :4], shape)
+        decoded = mask_utils.decode([{"size": list(shape), "counts": c} for c in rles]).transpose(2, 0, 1)
+        np.testing.assert_array_equal(decoded, masks)
+        shapes.add(tuple(shape))
+        n_boxes += len(res.boxes)
+        n_dropped += int((~keep).sum())
+        b = res.boxes.xyxy.numpy()
+        area = np.maximum((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), 1)
+        fills += list(masks[keep].reshape(int(keep.sum()), -1).sum(1) / area)
+    # not vacuous: letterboxed sizes, many boxes, masks that are not their boxes, empty masks dropped
+    assert n_boxes >= 100 and len(shapes) >= 2 and n_dropped >= 5 and np.median(fills) < 0.5
+
+
+def test_encode_masks_known_answer():
+    m = np.zeros((2, 5, 4), np.uint8)
+    m[0, 1:3, 1:4] = 1
+    counts = encode_masks(m)
+    assert len(counts) == 2
+    assert mask_utils.area({"size": [5, 4], "counts": counts[0]}) == 6
+    assert mask_utils.area({"size": [5, 4], "counts": counts[1]}) == 0
+    assert encode_masks(np.zeros((0, 5, 4), np.uint8)) == []
+    with pytest.raises(ValueError, match=r"shape \(n, H, W\)"):
+        encode_masks(np.zeros((5, 4), np.uint8))
