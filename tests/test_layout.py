@@ -16,15 +16,15 @@ PKG = ROOT / "det_calib"
 #: Bottom to top: a module may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
     ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.numeric", "det_calib.validation"),
+    ("det_calib.calibrators",),
     ("det_calib.data",),
     ("det_calib.capture",),
     ("det_calib.matching",),
     ("det_calib.metrics",),
-    ("det_calib.calibrators",),
     ("det_calib.selection",),
+    ("det_calib.record",),
     ("det_calib.evaluation",),
     ("det_calib.demo",),
-    ("det_calib.record",),
     ("det_calib.thresholds",),
     ("det_calib.deploy",),
     ("det_calib.report",),

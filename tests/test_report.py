@@ -28,7 +28,7 @@ from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.evaluation import kept_set as thresholds
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_folder import calibrated_conf, parse_run_spec
+from det_calib.record.run_folder import parse_run_spec
 from det_calib.record.run_result import (
     Bootstrap,
     Calibrator,
@@ -53,6 +53,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # --------------------------------------------------------------------------------------------
 # synthetic run directory
+
+
+def calibrated_conf(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """``sigmoid(logit / T)`` as a temperature's deployed conf is computed (the package's sigmoid)."""
+    from det_calib.numeric import sigmoid
+
+    return sigmoid(np.asarray(logits, dtype=np.float64) / temperature)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -604,6 +611,7 @@ def test_report_in_headless_chromium(run_two):
 
 def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
+    from det_calib.data.box_view import BoxView
     from det_calib.record.run_folder import HeadBoxes
     from det_calib.record.run_result import Bootstrap
     from det_calib.report.compare import _boot_mean
@@ -613,7 +621,8 @@ def test_image_level_bootstrap_equals_box_level():
     img = rng.integers(0, 37, n) * 3 + 5  # unsorted, non-contiguous image ids
     z = rng.normal(-1, 2, n)
     y = rng.uniform(size=n) < _sigmoid(z)
-    hb = HeadBoxes("nms", "test", _sigmoid(z), z, y, np.zeros(n, np.int64), img, 1.3)
+    hb = HeadBoxes(BoxView(logit=z, conf=_sigmoid(z), correct=y, cls=np.zeros(n, np.int64), image_id=img,
+                           head="nms", split="test"), None, 1.3)
     boot = Bootstrap(n_boot=200, seed=4, level=0.9)
     fast = _boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
     slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)

@@ -37,7 +37,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.errors import InputError
+from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import drift_tests as drift
 from det_calib.record.run_result import (
     OperatingFigures,
@@ -444,17 +446,10 @@ def _p_text(p: float | None) -> str:
     return "< 1e-4" if p < 1e-4 else f"{p:.3g}"
 
 
-def _kept(df: pl.DataFrame, conf: float) -> pl.DataFrame:
-    """Usable boxes (not crowd-matched) whose deployed conf is above ``conf``."""
-    b = df.filter(~pl.col("ignore")) if "ignore" in df.columns else df
-    return b.filter(pl.col("calibrated") > conf)
-
-
-def _per_image(df: pl.DataFrame, n_img: int, col: str | None = None) -> np.ndarray:
-    """Per image 0..n_img-1: the number of rows (``col`` None) or the sum of ``col``."""
-    img = df["image_id"].to_numpy().astype(np.int64)
-    w = None if col is None else df[col].to_numpy().astype(np.float64)
-    return np.bincount(img, weights=w, minlength=n_img)[:n_img].astype(np.float64)
+def _per_image(v: BoxView, n_img: int, *, correct: bool = False) -> np.ndarray:
+    """Per image 0..n_img-1: the number of boxes (or, ``correct``, of correct boxes) of the view."""
+    w = v.correct.astype(np.float64) if correct else None
+    return np.bincount(v.image_id, weights=w, minlength=n_img)[:n_img].astype(np.float64)
 
 
 # ----------------------------------------------------------------------------- labelled tests
@@ -536,14 +531,14 @@ def _ratio(then_num, then_den, now_num, now_den) -> tuple[float | None, float | 
     return _num(t.then), _num(t.now), _num(t.z), _num(t.p_value)
 
 
-def detection_tests(kept_now: pl.DataFrame, gt_now: np.ndarray, n_img: int, kept_then: pl.DataFrame,
+def detection_tests(kept_now: BoxView, gt_now: np.ndarray, n_img: int, kept_then: BoxView,
                     gt_then: np.ndarray | None, n_gt_then: int, n_img_then: int, *, conf: float,
                     maps: dict[str, float | None]) -> DetectionTests:
     """:class:`DetectionTests` from the kept boxes of both sides and their ground truth per image
     (``gt_then`` None: the run's per-image ground truth is unknown; recall then is tested with
     its binomial variance, its total ``n_gt_then`` spread as one count per image)."""
-    k1, c1 = _per_image(kept_now, n_img), _per_image(kept_now, n_img, "correct")
-    k0, c0 = _per_image(kept_then, n_img_then), _per_image(kept_then, n_img_then, "correct")
+    k1, c1 = _per_image(kept_now, n_img), _per_image(kept_now, n_img, correct=True)
+    k0, c0 = _per_image(kept_then, n_img_then), _per_image(kept_then, n_img_then, correct=True)
     g0 = gt_then if gt_then is not None else np.full(n_img_then, n_gt_then / max(1, n_img_then))
     p0, p1, pz, pp = _ratio(c0, k0, c1, k1)
     r0, r1, rz, rp = _ratio(c0, g0, c1, gt_now)
@@ -556,16 +551,16 @@ def detection_tests(kept_now: pl.DataFrame, gt_now: np.ndarray, n_img: int, kept
     )
 
 
-def class_checks(kept_now: pl.DataFrame, kept_then: pl.DataFrame, gt_cls_now: np.ndarray, gt_cls_then: list[int],
+def class_checks(kept_now: BoxView, kept_then: BoxView, gt_cls_now: np.ndarray, gt_cls_then: list[int],
                  names: list[str], *, min_boxes: int, alpha: float, family: int, ece_bins: int) -> list[ClassCheck]:
     """Per class (with kept boxes or ground truth on either side): :class:`ClassCheck`; a class is
     ``drifted`` when the p-value of its change in calibration in the large is below ``alpha / family``."""
     from det_calib.metrics.calibration import ece
 
     out = []
-    kc, kt = kept_now["cls"].to_numpy(), kept_then["cls"].to_numpy()
-    p, y, img = (kept_now[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    pt, yt, it = (kept_then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
+    kc, kt = kept_now.cls, kept_then.cls
+    p, y, img = kept_now.conf, kept_now.correct, kept_now.image_id
+    pt, yt, it = kept_then.conf, kept_then.correct, kept_then.image_id
     for c, name in enumerate(names):
         m, mt = kc == c, kt == c
         n_gt = int((gt_cls_now == c).sum())
@@ -699,31 +694,32 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     return np.bincount(g["image_id"].to_numpy().astype(np.int64), minlength=len(sp.images)).astype(float), None
 
 
-def _then_boxes(job: _Job, head: str) -> pl.DataFrame:
-    b = job.run.boxes
-    return b.filter((pl.col("head") == head) & (pl.col("split") == job.run.settings.eval_split))
+def _then_boxes(job: _Job, head: str) -> BoxView:
+    """The run's own eval boxes of ``head`` under the scores it wrote (its ``calibrated`` column)."""
+    view = BoxView.from_boxes(job.run.boxes, head=head, split=job.run.settings.eval_split, geometry=False)
+    return view.scored(job.calibrators[head], recorded=True)
 
 
 def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_then: np.ndarray | None,
                    *, alpha: float, min_boxes: int) -> HeadCheck:
     from det_calib.evaluation.map_check import coco_maps
-    from det_calib.run.fitting import OperatingEval
 
     s, conf, rec = job.settings, job.conf, job.run.head(head)
-    op = OperatingEval(boxes, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
-                       n_boot=s.n_boot, seed=s.seed)
-    operating = op.operating(boxes.filter(~pl.col("ignore"))["calibrated"].to_numpy().astype(np.float64))
-    kept, then = _kept(boxes, conf), _kept(_then_boxes(job, head), conf)
+    view = BoxView.from_boxes(boxes)
+    scored = view.scored(job.calibrators[head], recorded=True)
+    op = OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
+                         n_boot=s.n_boot, seed=s.seed)
+    operating = op.operating(scored)
+    kept, then = scored.kept(conf), _then_boxes(job, head).kept(conf)
     gt = split.gt.filter(~pl.col("crowd"))
     n_img = len(split.images)
     names = list(job.run.class_names)
     ev = rec.eval
     gt_then_cls = (job.run.result.gt_counts or {}).get(job.run.settings.eval_split) or []
-    kc, tc = kept["cls"].to_numpy(), then["cls"].to_numpy()
+    kc, tc = kept.cls, then.cls
     per_class_n = [c for c in range(len(names)) if min((kc == c).sum(), (tc == c).sum()) >= min_boxes]
-    then_arrays = tuple(then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    cal = calibration_tests(*(kept[c].to_numpy() for c in ("calibrated", "correct", "image_id")), conf=conf,
-                            then_boxes=then_arrays, n_classes_tested=len(per_class_n))
+    cal = calibration_tests(kept.conf, kept.correct, kept.image_id, conf=conf,
+                            then_boxes=(then.conf, then.correct, then.image_id), n_classes_tested=len(per_class_n))
     per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
                              family=cal.tests or 1, ece_bins=s.ece_bins)
     m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
@@ -758,7 +754,6 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, gt: pl.DataFrame | None) -> pl.DataFrame:
     from det_calib.matching.one_to_one import match_boxes
-    from det_calib.run.head_figures import with_calibrated
 
     s = job.settings
     b = match_boxes(raw, gt, iou=s.iou, loc_iou=s.loc_iou) if gt is not None else raw
@@ -788,27 +783,26 @@ def exit_code(calibration: str | None, detection: str | None, shift: str | None)
 def _unlabelled_head(job: _Job, head: str, boxes: pl.DataFrame, n_img: int, *, alpha: float, n_perm: int,
                      min_boxes: int) -> HeadShift:
     conf, nc = job.conf, len(job.run.class_names)
-    then_all = _then_boxes(job, head)
     n_then = int(job.run.head(head).eval.images or 0)
-    now, then = _kept(boxes, conf), _kept(then_all, conf)
-    arrays = [then[c].to_numpy() for c in ("calibrated", "image_id", "cls")]
-    st = drift.shift_tests(*arrays, n_then, *(now[c].to_numpy() for c in ("calibrated", "image_id", "cls")), n_img,
+    now = BoxView.from_boxes(boxes, geometry=False).scored(job.calibrators[head], recorded=True).kept(conf)
+    then = _then_boxes(job, head).kept(conf)
+    st = drift.shift_tests(then.conf, then.image_id, then.cls, n_then, now.conf, now.image_id, now.cls, n_img,
                            n_classes=nc, n_perm=n_perm, seed=job.settings.seed)
-    few = now.height < min_boxes or then.height < min_boxes
-    t = ShiftTests(conf=conf, images=n_img, images_then=n_then, kept=now.height, kept_then=then.height,
-                   mean_conf=_num(now["calibrated"].mean()) if now.height else None,
-                   mean_conf_then=_num(then["calibrated"].mean()) if then.height else None,
-                   kept_per_image=now.height / n_img, kept_per_image_then=then.height / max(1, n_then),
+    few = now.n < min_boxes or then.n < min_boxes
+    t = ShiftTests(conf=conf, images=n_img, images_then=n_then, kept=now.n, kept_then=then.n,
+                   mean_conf=_num(pl.Series(now.conf).mean()) if now.n else None,
+                   mean_conf_then=_num(pl.Series(then.conf).mean()) if then.n else None,
+                   kept_per_image=now.n / n_img, kept_per_image_then=then.n / max(1, n_then),
                    ks=None if few else st.ks, ks_p=None if few else st.ks_p, per_image_p=st.per_image_p,
                    class_chi2=None if few else st.class_chi2, class_chi2_p=None if few else st.class_chi2_p,
                    n_perm=n_perm)
-    counts = np.bincount(now["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc].tolist()
-    counts_then = np.bincount(then["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc].tolist()
+    counts = np.bincount(now.cls, minlength=nc)[:nc].tolist()
+    counts_then = np.bincount(then.cls, minlength=nc)[:nc].tolist()
     tests = [(name, p) for name, p in (("score distribution", t.ks_p), ("boxes kept per image", t.per_image_p),
                                        ("class mix", t.class_chi2_p)) if p is not None]
     level = alpha / max(1, len(tests))
     found = [name for name, p in tests if p < level]
-    tail = (f"kept boxes at conf {conf:g}: {then.height} on {n_then} images -> {now.height} on {n_img}; kept per "
+    tail = (f"kept boxes at conf {conf:g}: {then.n} on {n_then} images -> {now.n} on {n_img}; kept per "
             f"image {_f2(t.kept_per_image_then)} -> {_f2(t.kept_per_image)} (p {_p_text(t.per_image_p)}); mean conf "
             f"{_f3(t.mean_conf_then)} -> {_f3(t.mean_conf)} (KS {_f3(t.ks)}, p {_p_text(t.ks_p)}); class mix "
             f"p {_p_text(t.class_chi2_p)}. Without labels this detects a shift of the detector's output, not a "

@@ -30,8 +30,8 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.calibrators.base import deployed_conf
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
+from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
@@ -363,24 +363,21 @@ def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRo
     split: mAP, kept-set ECE as fused and calibrated; and its CV figures when it was a candidate."""
     eb = cell.eval_boxes(splits[1], s)
     choice = cell.choice
-    e = eb.filter(~pl.col("ignore"))
-    z, k, y, img = (e[c].to_numpy() for c in ("logit", "cls", "correct", "image_id"))
-    p0 = e["conf"].to_numpy()
-    p1 = deployed_conf(choice.calibrator, z, k, p0)
+    raw = BoxView.from_boxes(eb, geometry=False)
     thr = min(s.conf)
-    k0, k1 = p0 > thr, p1 > thr
+    k0, k1 = raw.kept(thr), raw.scored(choice.calibrator).kept(thr)
     m = fused_map(eb, splits[1], s)
-    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), img[k1], p1[k1], y[k1],
-                                     n_boot=s.n_boot, seed=s.seed)) if k1.sum() > 1 else None)
-    t = fit_temperature(cell.fit_boxes.filter(~pl.col("ignore")))
+    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), k1.image_id, k1.conf,
+                                     k1.correct, n_boot=s.n_boot, seed=s.seed)) if k1.n > 1 else None)
+    t = fit_temperature(BoxView.from_boxes(cell.fit_boxes, geometry=False))
     cd = cell.candidate
     cv = {} if cd is None else {
         "fit_map50_95": _finite(cd.fit_map50_95), "cv_kept_ece": _finite(cd.cv_mean),
         "cv_diff_se": _finite(cd.diff_se), "verdict": cd.verdict, "chosen": cd.verdict.startswith("chosen")}
     return FusionRow(order=cell.order, score=cell.score, method=choice.method, map50_95=m["map50_95"],
-                     map50=m["map50"], kept_fused=int(k0.sum()), kept_ece_fused=metrics.ece(p0[k0], y[k0],
-                     n_bins=s.ece_bins) if k0.any() else None, kept_calibrated=int(k1.sum()),
-                     kept_ece_calibrated=metrics.ece(p1[k1], y[k1], n_bins=s.ece_bins) if k1.any() else None,
+                     map50=m["map50"], kept_fused=k0.n, kept_ece_fused=metrics.ece(k0.conf, k0.correct,
+                     n_bins=s.ece_bins) if k0.n else None, kept_calibrated=k1.n,
+                     kept_ece_calibrated=metrics.ece(k1.conf, k1.correct, n_bins=s.ece_bins) if k1.n else None,
                      kept_ece_calibrated_ci=ci, temperature=float(t.temperature_), **cv)
 
 
@@ -446,8 +443,9 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
                 # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
                 c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
                 rows.append(fusion_row(c, splits, s))
-    kept = tables[1].filter(~pl.col("ignore") & (pl.col("calibrated") > min(s.conf)))
-    agree = {int(k): int(v) for k, v in zip(*np.unique(kept["members"].to_numpy(), return_counts=True), strict=True)}
+    kept = (BoxView.from_boxes(tables[1], extra=("members",), geometry=False)
+            .scored(cell.choice.calibrator, recorded=True).kept(min(s.conf)))
+    agree = {int(k): int(v) for k, v in zip(*np.unique(kept.extra["members"], return_counts=True), strict=True)}
     rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
                        member_calibrators=cals, order=chosen[0], score=chosen[1])
     return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))

@@ -32,8 +32,8 @@ import numpy as np
 
 from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
-from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.metrics import calibration as metrics
+from det_calib.record.threshold_shift import ThresholdShift
 
 SCHEMA_VERSION = 1
 """Version of the ``calibration.json`` layout this module writes and reads."""

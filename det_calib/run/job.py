@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from det_calib.data.box_table import validate_boxes
+from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import (
     Split,
 )
@@ -53,7 +54,7 @@ from det_calib.run.fitting import (
     fit_result,
     temperature_fit,
 )
-from det_calib.run.head_figures import _operating_eval, evaluate_head, with_calibrated
+from det_calib.run.head_figures import evaluate_head, operating_points
 from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
 from det_calib.run.outputs import _gt_per_class, _write_outputs
 from det_calib.run.preflight import preflight
@@ -142,7 +143,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
     with stage("kept-set metrics and intervals"):
-        op = _operating_eval(eb, ev, s)
+        op = operating_points(eb, ev, s)
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
     with stage("temperature and candidates on the eval split"):
         result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),

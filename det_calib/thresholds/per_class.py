@@ -80,8 +80,10 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.data.box_view import BoxView, usable_rows
 from det_calib.errors import InputError
-from det_calib.numeric import logit_threshold, sigmoid
+from det_calib.numeric import logit_threshold
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,6 @@ __all__ = [
     "min_certifiable",
     "precision_lower_bound",
     "read_thresholds",
-    "temperature_score",
     "testable",
     "tune",
     "tune_run",
@@ -464,20 +465,9 @@ def _check_grid(grid: np.ndarray | None) -> np.ndarray:
     return g
 
 
-def _arrays(df: pl.DataFrame, score: np.ndarray) -> dict[str, np.ndarray]:
-    return {
-        "score": np.asarray(score, dtype=np.float64),
-        "correct": df["correct"].to_numpy().astype(bool),
-        "cls": df["cls"].to_numpy().astype(np.int64),
-        "image_id": df["image_id"].to_numpy().astype(np.int64),
-        "iou": df["iou"].to_numpy().astype(np.float64),
-    }
-
-
-def _counts(a: dict[str, np.ndarray], mask: np.ndarray | None, grid: np.ndarray, n_gt: int, tau: float) -> ClassCounts:
-    m = slice(None) if mask is None else mask
-    return counts_by_image(a["score"][m], a["correct"][m], a["image_id"][m], grid=grid, iou=a["iou"][m], tau=tau,
-                           n_gt=n_gt)
+def _counts(a: BoxView, mask: np.ndarray | None, grid: np.ndarray, n_gt: int, tau: float) -> ClassCounts:
+    v = a if mask is None else a.subset(mask)
+    return counts_by_image(v.conf, v.correct, v.image_id, grid=grid, iou=v.iou, tau=tau, n_gt=n_gt)
 
 
 def _realised(c: ClassCounts, t: float) -> dict[str, Any]:
@@ -558,19 +548,19 @@ def tune(
         raise InputError(f"Expected `fit_score` of length {fit.height}, but got {len(fit_score)}")
     if not np.all(np.isfinite(fit_score)) or np.any((np.asarray(fit_score) < 0) | (np.asarray(fit_score) > 1)):
         raise InputError("calibrated scores of the fit split must lie in [0, 1]")
-    fa = _arrays(fit, fit_score)
-    classes = sorted(set(fa["cls"].tolist()) | {c for c, v in n_gt_fit.items() if v})
+    fa = BoxView.from_boxes(fit, conf=fit_score, ignore=False)
+    classes = sorted(set(fa.cls.tolist()) | {c for c, v in n_gt_fit.items() if v})
     n_gt_total = int(sum(n_gt_fit.values()))
 
     ea = None
     if eval_boxes is not None and eval_boxes.height:
         if eval_score is None or len(eval_score) != eval_boxes.height:
             raise InputError("Expected `eval_score` with one score per eval box")
-        ea = _arrays(eval_boxes, eval_score)
+        ea = BoxView.from_boxes(eval_boxes, conf=eval_score, ignore=False)
         n_gt_eval = dict(n_gt_eval or {})
-        classes = sorted(set(classes) | set(ea["cls"].tolist()))
+        classes = sorted(set(classes) | set(ea.cls.tolist()))
         rng = np.random.default_rng(seed)
-        uimg = np.unique(ea["image_id"])
+        uimg = np.unique(ea.image_id)
         # resample weights over the eval images that have boxes (images without boxes add nothing
         # to precision): multinomial counts, one row per resample
         w_eval = rng.multinomial(len(uimg), np.full(len(uimg), 1 / len(uimg)), size=n_boot).astype(np.float64)
@@ -582,7 +572,7 @@ def tune(
         if c.kept.shape[0] < len(uimg):  # align rows with the resample weights (one per eval image)
             full_k = np.zeros((len(uimg), len(grid)))
             full_t, full_l = full_k.copy(), full_k.copy()
-            rows = np.searchsorted(uimg, np.unique(ea["image_id"][mask] if mask is not None else ea["image_id"]))
+            rows = np.searchsorted(uimg, np.unique(ea.image_id[mask] if mask is not None else ea.image_id))
             full_k[rows], full_t[rows], full_l[rows] = c.kept, c.tp, c.loc
             c = ClassCounts(grid, full_k, full_t, full_l, n_gt)
         return c
@@ -593,8 +583,8 @@ def tune(
     out: dict[str, Any] = {}
     glob_fit = _counts(fa, None, grid, n_gt_total, lrp_tau)
     glob_ev = ev_counts(None, int(sum((n_gt_eval or {}).values()))) if ea is not None else None
-    per_fit = {c: _counts(fa, fa["cls"] == c, grid, int(n_gt_fit.get(c, 0)), lrp_tau) for c in classes}
-    per_ev = {c: ev_counts(ea["cls"] == c, int(n_gt_eval.get(c, 0))) for c in classes} if ea is not None else {}
+    per_fit = {c: _counts(fa, fa.cls == c, grid, int(n_gt_fit.get(c, 0)), lrp_tau) for c in classes}
+    per_ev = {c: ev_counts(ea.cls == c, int(n_gt_eval.get(c, 0))) for c in classes} if ea is not None else {}
 
     for crit in CRITERIA:
         if crit == "target_precision":
@@ -676,39 +666,18 @@ def _validation_summary(rows: list[dict[str, Any]], per_ev: dict[int, ClassCount
 # ------------------------------------------------------------------------------------ run folder
 
 
-def temperature_score(temperature: Mapping[str, float]) -> ScoreFn:
-    """The default score: ``sigmoid(logit / temperature[head])``, overflow-free, float64."""
+def _run_score(calibrator: LogitCalibrator) -> ScoreFn:
+    """The score of a run's own calibrator, any method: ``sigmoid`` of the calibrated logit
+    (:meth:`BoxView.scored` ``from_logit``)."""
 
     def score(boxes: pl.DataFrame, head: str) -> np.ndarray:
-        t = temperature.get(head)
-        if t is None or not t > 0:
-            raise InputError(f"calibration has no temperature for head {head}")
-        return sigmoid(boxes["logit"].to_numpy().astype(np.float64) / float(t))
-
-    return score
-
-
-def run_calibrator_score(calibration: str | Path) -> ScoreFn:
-    """The score of a run's own calibrator, any method (``calibration.json``'s ``calibrators``):
-    ``sigmoid`` of the calibrated logit, as ``calibrate`` scores its boxes."""
-    from det_calib.calibrators.base import calibrated_logits
-    from det_calib.record.run_result import calibrator_of, read_calibrators
-
-    records = read_calibrators(calibration)
-
-    def score(boxes: pl.DataFrame, head: str) -> np.ndarray:
-        if head not in records:
-            raise InputError(f"calibration has no calibrator for head {head}")
-        z = calibrated_logits(calibrator_of(records[head]), boxes["logit"].to_numpy(), boxes["cls"].to_numpy())
-        return np.asarray(sigmoid(z), dtype=np.float64)
+        return BoxView.from_boxes(boxes, geometry=False, ignore=False).scored(calibrator, from_logit=True).conf
 
     score.__name__ = "the run's calibrator"
     return score
 
 
-def _as_score_fn(score: ScoreFn | HeadTransforms | None, temperature: Mapping[str, float]) -> ScoreFn:
-    if score is None:
-        return temperature_score(temperature)
+def _as_score_fn(score: ScoreFn | HeadTransforms) -> ScoreFn:
     if isinstance(score, Mapping):
         transforms = dict(score)
 
@@ -821,16 +790,19 @@ def load_head(
     fit_split, eval_split = run.settings.fit_split, run.settings.eval_split
     if not fit_split:
         raise InputError(f"{cal_path}: `splits.fit` is missing")
-    hb = boxes.filter((pl.col("head") == head) & ~pl.col("ignore"))
-    fit = hb.filter(pl.col("split") == fit_split)
-    ev = hb.filter(pl.col("split") == eval_split) if eval_split and eval_split != fit_split else None
+    fit = usable_rows(boxes, head=head, split=fit_split)
+    ev = usable_rows(boxes, head=head, split=eval_split) if eval_split and eval_split != fit_split else None
     if ev is not None and ev.height == 0:
         log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
     if fit.height == 0:
         raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
-    if score is None and head not in temperature and run.head(head).calibrator is not None:
-        score = run_calibrator_score(cal_path)  # the run's calibrator is not a temperature
-    score_fn = _as_score_fn(score, temperature)
+    if score is None:
+        cal = folder.deployed_calibrator(head)
+        if cal is None:
+            raise InputError(f"{cal_path}: no calibrator for head {head}")
+        score_fn = _run_score(cal)
+    else:
+        score_fn = _as_score_fn(score)
     if n_gt is None and count_gt:
         n_gt = _recorded_gt_counts(run, [fit_split, *([eval_split] if ev is not None else [])])
     if n_gt is None and count_gt:  # a run written before calibration.json recorded `gt_counts`
