@@ -35,7 +35,7 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.errors import InputError
 from det_calib.numeric import logit, sigmoid
 
-__all__ = ["BoxView", "kept_mask", "usable_rows", "with_calibrated"]
+__all__ = ["BoxView", "kept_mask", "usable_index", "usable_rows", "with_calibrated"]
 
 BOX_COLUMNS = ("x1", "y1", "x2", "y2")
 MATCH_ONLY = ("ignore", "iou", "loc_iou")
@@ -65,6 +65,12 @@ def usable_rows(boxes: Any, *, head: str | None = None, split: str | None = None
     if ignore and "ignore" in cols:
         keep &= ~pl.col("ignore")
     return boxes.filter(keep)
+
+
+def usable_index(boxes: pl.DataFrame) -> np.ndarray:
+    """Row positions (int64, ascending) of the boxes of a table that evaluation uses (:func:`usable_rows`),
+    to align arrays computed for every row (out-of-fold scores) with them."""
+    return usable_rows(boxes.with_row_index("_row"))["_row"].to_numpy().astype(np.int64)
 
 
 def _array(df: pl.DataFrame, col: str, dtype: Any) -> np.ndarray:

@@ -31,7 +31,7 @@ import polars as pl
 
 from det_calib import metrics
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
-from det_calib.data.box_view import BoxView
+from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
@@ -347,7 +347,7 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
             except (DegenerateFitError, InputError) as e:
                 cd.error = str(e).splitlines()[0]
                 continue
-            use = ~fb["ignore"].to_numpy()
+            use = usable_index(fb)
             p, y, img = p[use], fb["correct"].to_numpy()[use], fb["image_id"].to_numpy()[use]
             cd.cv_scores.append(kept_ece(p, y, threshold=thr, n_bins=s.ece_bins))
             if r == 0:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
@@ -99,7 +100,7 @@ class EnsembleModel:
         out = []
         for path, im0 in self._images(source):
             f = self.fuse_image(im0, head=head)
-            keep = f["calibrated"] > conf
+            keep = kept_mask(f["calibrated"], conf)
             data = np.column_stack([f["xyxy"][keep], f["calibrated"][keep], f["cls"][keep]]).astype(np.float32)
             out.append(Results(orig_img=im0, path=str(path), names=self.names, boxes=torch.from_numpy(data)))
         return out
@@ -111,7 +112,7 @@ class EnsembleModel:
         out = []
         for path, im0 in self._images(source):
             f = self.fuse_image(im0, head=head)
-            keep = np.flatnonzero(f["calibrated"] > conf)
+            keep = np.flatnonzero(kept_mask(f["calibrated"], conf))
             out.append({"image": str(path), "boxes": [
                 {"xyxy": [float(v) for v in f["xyxy"][i]], "conf": float(f["calibrated"][i]),
                  "raw": float(f["conf"][i]), "cls": int(f["cls"][i]), "name": self.names[int(f["cls"][i])],

@@ -51,7 +51,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.affine import group_folds
-from det_calib.data.box_view import BoxView, usable_rows
+from det_calib.data.box_view import BoxView, usable_index
 from det_calib.errors import DegenerateFitError
 from det_calib.metrics.calibration import bootstrap_sd
 from det_calib.metrics.operating_point import kept_ece
@@ -119,7 +119,7 @@ def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: n
     """
     every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
     z, p0, k, img, y = every.logit, every.conf, every.cls, every.image_id, every.correct
-    use = usable_rows(boxes.with_row_index("row"))["row"].to_numpy()
+    use = usable_index(boxes)
     fold = fold_of_image[img]
     out = p0.copy()
     if method == "none":

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
 from det_calib.metrics.calibration import _per_replicate, _prepare_ece, _uniform_index, ece
@@ -43,7 +44,7 @@ def _kept(conf: Any, correct: Any, threshold: float) -> tuple[np.ndarray, np.nda
         raise InputError(
             f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
         )
-    return c, y, c > float(threshold)
+    return c, y, kept_mask(c, float(threshold))
 
 
 def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float,
@@ -98,7 +99,7 @@ def kept_ece_floor(
         raise InputError(f"Expected argument `conf` of shape (n,), but got shape {c.shape}")
     if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
         raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
-    c = c[c > float(threshold)]
+    c = c[kept_mask(c, float(threshold))]
     if c.size == 0:
         return None
     idx = _uniform_index(c, n_bins)
@@ -186,7 +187,7 @@ def laece0(
     dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
     dc = np.asarray(det_cls, dtype=np.int64)
     s = np.asarray(conf, dtype=np.float64)
-    keep = s > float(threshold)
+    keep = kept_mask(s, float(threshold))
     di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
     top = top_k_per_image_class(di, dc, s, int(max_dets))
     di, dx, dc, s = di[top], dx[top], dc[top], s[top]
@@ -284,7 +285,7 @@ def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float
 def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     """``(keep, weighted)``: the scored boxes at ``threshold`` ((n,) bool) and ``w -> LaECE_0`` of
     them with (kept,) weights ``w``; ``weighted`` is None when no box is kept."""
-    keep = use & (c > float(threshold))
+    keep = use & kept_mask(c, float(threshold))
     if not keep.any():
         return keep, None
     c, t, k = c[keep], t[keep], k[keep]

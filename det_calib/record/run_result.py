@@ -465,7 +465,7 @@ class OperatingFigures:
     ``ece``: ECE (equal-width bins) of the kept boxes against the matched flag; ``laece0``: LaECE_0
     with the reference toolkit's conventions (:func:`det_calib.metrics.operating_point.laece0`). Intervals: 95%
     bootstrap over images (:func:`det_calib.metrics.bootstrap_ci`): ``ece_ci`` bias-corrected
-    percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.run.fitting.OperatingEval`).
+    percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.evaluation.operating.OperatingPoints`).
     ``ece_floor``: the sampling floor of ``ece``, the mean kept-set ECE a perfectly calibrated
     detector would score on the same kept boxes (labels drawn from their confidences,
     :func:`det_calib.metrics.operating_point.kept_ece_floor`); ``ece_floor_range`` its 95% range. An ``ece``

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.metrics import calibration as metrics
@@ -375,7 +376,7 @@ def _kept_bins(conf: np.ndarray | None, correct: np.ndarray, t: float | None, n_
     """Reliability bins of the boxes kept at ``t`` (``conf > t``), binned as the kept-set ECE is."""
     if conf is None or t is None:
         return None
-    keep = conf > t
+    keep = kept_mask(conf, t)
     return metrics.reliability_bins(conf[keep], correct[keep], n_bins=n_bins) if keep.any() else None
 
 

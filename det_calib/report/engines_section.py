@@ -160,10 +160,10 @@ def engine_shift(ref: Run, ref_head: str, other: Run, other_head: str, conf: flo
     sa, sb = a["calibrated"].to_numpy(), b["calibrated"].to_numpy()
 
     def kept_counts(xa: np.ndarray, xb: np.ndarray) -> tuple[int, int, int]:
-        both = int(((xa[i] > conf) & (xb[j] > conf)).sum())
-        return both, int((xa > conf).sum()) - both, int((xb > conf).sum()) - both
+        both = int((kept_mask(xa[i], conf) & kept_mask(xb[j], conf)).sum())
+        return both, int(kept_mask(xa, conf).sum()) - both, int(kept_mask(xb, conf).sum()) - both
 
-    sel = ca[i] > conf
+    sel = kept_mask(ca[i], conf)
     d = (cb[j] - ca[i])[sel]
     return EngineShift(conf, int(sel.sum()), float(d.mean()) if d.size else None,
                        float(np.abs(d).mean()) if d.size else None, *kept_counts(ca, cb), *kept_counts(sa, sb))

@@ -81,7 +81,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.data.box_view import BoxView, usable_rows
+from det_calib.data.box_view import BoxView, kept_mask, usable_rows
 from det_calib.errors import InputError
 from det_calib.numeric import logit_threshold
 from det_calib.validation import check_choice
@@ -1023,7 +1023,7 @@ def filter_results(results: Any, thresholds: Mapping[int, float], *, default: fl
         cls = boxes.cls.cpu().numpy().astype(np.int64)
         conf = boxes.conf.cpu().numpy().astype(np.float64)
         thr = np.array([table.get(int(c), np.inf if default is None else default) for c in cls], dtype=np.float64)
-        keep = np.flatnonzero(conf > thr)
+        keep = np.flatnonzero(kept_mask(conf, thr))
         out.append(r[keep])
     return out[0] if single else out
 
