@@ -201,3 +201,12 @@ def test_one_module_scores_boxes_and_one_leaves_out_crowd_matched_ones():
     assert not _calls(r"\.deployed_conf\(|calibrated_logits\(|predict_proba\(", ("det_calib/calibrators/", *view))
     assert not _calls(r'~\s*pl\.col\("ignore"\)|\["ignore"\]', (*view, "det_calib/matching/"))
     assert not _calls(r"\b_EvalArrays\b|\bOperatingEval\b|def _arrays\(|def with_calibrated\(", view)
+
+
+def test_the_record_is_schema_only():
+    """``record/`` holds typed records and their readers: it computes no figure (no metrics, no evaluation)."""
+    allowed = ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.validation", "det_calib.data",
+               "det_calib.calibrators", "det_calib.record", "det_calib")
+    bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("det_calib.record")
+                 for d in deps if not (d == "det_calib" or any(d == a or d.startswith(a + ".") for a in allowed[:-1])))
+    assert not bad, "\n".join(bad)

@@ -15,13 +15,12 @@ temperature method the JSON keeps ``temperature: {head: T}``; any other method i
 cross-validation, when a run has them, under ``calibration_candidates: {head: [...]}``.
 
 Adding a per-head calibration metric: a field of :class:`Scores` and one line of
-:meth:`Scores.compute`; its display is one row of the report's metric table.
+:func:`det_calib.evaluation.figures.scores_of`; its display is one row of the report's metric table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ import numpy as np
 
 from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
-from det_calib.metrics import calibration as metrics
 from det_calib.record.threshold_shift import ThresholdShift
 
 SCHEMA_VERSION = 1
@@ -402,47 +400,6 @@ class Scores:
     laece: float | None = _leaf()
     laece_ci: CI = _ci_field()
     laace: float | None = _leaf()
-
-    @classmethod
-    def compute(
-        cls,
-        conf: np.ndarray,
-        correct: np.ndarray,
-        *,
-        logit: np.ndarray,
-        temperature: float,
-        loc_iou: np.ndarray,
-        cls_id: np.ndarray,
-        features: np.ndarray,
-        image_id: np.ndarray,
-        ece_bins: int,
-        laece_bins: int,
-        dece_bins: list[int],
-        n_boot: int,
-        seed: int,
-    ) -> Scores:
-        """Every metric of ``conf`` (shape (n,)) against ``correct`` (n,).
-
-        ``logit / temperature`` gives the NLL without the precision lost in ``conf``; ``loc_iou``
-        (n,) and ``cls_id`` (n,) feed LaECE / LaACE, ``features`` (n, 4) D-ECE; intervals resample
-        ``image_id`` (n,).
-        """
-        boot = dict(n_boot=n_boot, seed=seed)
-        ece_fn = functools.partial(metrics.ece, n_bins=ece_bins)  # keeps `weights`: fast bootstrap path
-        laece_fn = functools.partial(metrics.laece, n_bins=laece_bins)
-        p, y = conf, correct
-        return cls(
-            ece=metrics.ece(p, y, n_bins=ece_bins),
-            ece_ci=tuple(metrics.bootstrap_ci(ece_fn, image_id, p, y, **boot)),
-            ace=metrics.ace(p, y, n_bins=ece_bins),
-            mce=metrics.mce(p, y, n_bins=ece_bins),
-            nll=metrics.nll_logits(logit, y, temperature=temperature),
-            brier=metrics.brier(p, y),
-            dece=metrics.dece(p, y, features, n_bins=list(dece_bins)),
-            laece=metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins),
-            laece_ci=tuple(metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, **boot)),
-            laace=metrics.laace(p, loc_iou, cls_id),
-        )
 
     @staticmethod
     def key(name: str, tag: str) -> str:
