@@ -5,7 +5,7 @@ and the binomial tail (exact, for the certified thresholds).
 Every function works in float64 and is overflow-free for any finite input. This is the one home of
 these primitives; :mod:`det_calib.metrics`, :mod:`det_calib.calibrators`,
 :mod:`det_calib.selection` and :mod:`det_calib.thresholds` import them from
-here (the public names ``metrics.sigmoid``, ``scaling.sigmoid``, ``calibrators.expit``,
+here (the public names ``scaling.sigmoid``, ``calibrators.expit``,
 ``calibrators.logsumexp`` and ``calibrators.log_softmax`` are re-exports).
 
 Two logistic functions live here on purpose. :func:`sigmoid` (``0.5 (1 + tanh(z / 2))``) is the

@@ -87,9 +87,9 @@ def deployed_map(calibrator: Any, nc: int) -> DeployedMap:
 
 def calibrated_probs(calibrator: Any, p: Any, cls: Any, nc: int) -> np.ndarray:
     """What the calibrated export computes for engine probabilities ``p`` of classes ``cls``, in float64."""
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.numeric import sigmoid
 
-    return sigmoid(deployed_map(calibrator, nc)(logit_of_prob(p), cls), 1.0)
+    return sigmoid(deployed_map(calibrator, nc)(logit_of_prob(p), cls))
 
 
 # ------------------------------------------------------------------------ equivalent threshold

@@ -16,7 +16,8 @@ import numpy as np
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
-from det_calib.metrics.calibration import _per_replicate, _prepare_ece, _uniform_index, ece
+from det_calib.metrics.bootstrap import per_replicate
+from det_calib.metrics.calibration import _uniform_index, ece, prepare_ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
            "top_k_per_image_class"]
@@ -54,7 +55,7 @@ def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, t
     c, y, keep = _kept(conf, correct, threshold)
     if not keep.any():
         return lambda mult: np.full(mult.shape[0], np.nan)
-    return _prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
+    return prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
 
 
 kept_ece._bootstrap_prepare = _kept_ece_prepare  # type: ignore[attr-defined]
@@ -269,7 +270,7 @@ class LaECE0Targets:
                                                    self.use, self.gt_classes, threshold, n_bins)
             if weighted is None:
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return _per_replicate(weighted, img[keep])
+            return per_replicate(weighted, img[keep])
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of

@@ -18,10 +18,8 @@ from det_calib.record.run_result import (
     Candidate,
     OperatingFigures,
     RecordedSettings,
-    left_words,
-    operating_point_worse,
-    temperature_words,
 )
+from det_calib.report.record_words import left_words, operating_point_worse, temperature_words
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots

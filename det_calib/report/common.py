@@ -20,7 +20,8 @@ from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.io import write_bytes, write_text
 from det_calib.metrics import calibration as metrics
 from det_calib.record.run_folder import HeadBoxes, Run
-from det_calib.record.run_result import ClassResult, EvalResult, temperature_verdict
+from det_calib.record.run_result import ClassResult, EvalResult
+from det_calib.report.record_words import temperature_verdict
 
 from .document import Block, Fig, to_html, to_markdown
 

@@ -26,6 +26,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
+from det_calib.numeric import sigmoid
 from det_calib.record.run_result import (
     Calibrator,
     Candidate,
@@ -149,11 +150,11 @@ def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -
     if choice.method == "temperature" and hasattr(scaler, "nll_before_"):
         t = float(scaler.temperature_)
         nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
-        pf1 = metrics.sigmoid(zf, t)
+        pf1 = sigmoid(zf / t)
     else:
         t1 = used.scored(choice.calibrator).logit
         nll0, nll1, it = metrics.nll_logits(zf, yf), metrics.nll_logits(t1, yf), None
-        pf1 = metrics.sigmoid(t1, 1.0)
+        pf1 = sigmoid(t1)
     pf0 = used.conf
     return FitResult(
         split=split.name, images=len(split.images), boxes=used.n, correct=int(yf.sum()),

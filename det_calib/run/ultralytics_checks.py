@@ -20,8 +20,7 @@ from det_calib.data.ground_truth import (
     Split,
     write_split_yaml,
 )
-from det_calib.metrics import calibration as metrics
-from det_calib.numeric import logit_threshold
+from det_calib.numeric import logit_threshold, sigmoid
 from det_calib.record.run_result import (
     Calibrator,
     DetectionChange,
@@ -59,7 +58,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     # original capture holds every box the post-hoc deployment would output
     nc = len(inputs.ds.names)
     zf = np.full(nc, logit_threshold(s.conf_floor) if s.conf_floor > 0 else -50.0)
-    probe = BoxView(logit=zf, conf=metrics.sigmoid(zf, 1.0), correct=None, cls=np.arange(nc),
+    probe = BoxView(logit=zf, conf=sigmoid(zf), correct=None, cls=np.arange(nc),
                     image_id=np.zeros(nc, np.int64))  # one box per class at the capture floor
     floor = max(s.conf_floor, float(probe.scored(cal).conf.max()))
     post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
@@ -79,7 +78,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     thr = min(s.conf)
     post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
     kpk, kfk = keys(post_k, True), keys(fold_k, True)
-    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(every.logit, 1.0), p_post], max_dets=s.max_det,
+    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [sigmoid(every.logit), p_post], max_dets=s.max_det,
                        engine=s.map_engine)
     m2 = coco_maps(folded, ev.gt, ev.sizes, [folded["conf"].to_numpy()], max_dets=s.max_det, engine=s.map_engine)[0]
     return DetectionChange(
