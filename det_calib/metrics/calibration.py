@@ -37,15 +37,26 @@ of ``NOTES-metrics.md``. The two agree when all bins hold the same number of box
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.metrics.binning import (  # noqa: F401  (the metrics' public names, one import away)
+    STRATEGIES,
+    ReliabilityBins,
+    Strategy,
+    check_strategy,
+    gap_sum,
+    reliability_bins,
+    reliability_core,
+    sums_quantile,
+    sums_uniform,
+    uniform_index,
+)
 from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
+from det_calib.metrics.detection_metrics import box_features, dece, laace, laece, prepare_laece  # noqa: F401
 from det_calib.numeric import binary_nll_logits, weighted_mean
 from det_calib.validation import (
     as_binary,
@@ -53,7 +64,6 @@ from det_calib.validation import (
     as_int_ids,
     as_unit,
     as_weights,
-    check_choice,
     check_lengths,
     check_positive_int,
 )
@@ -77,11 +87,8 @@ __all__ = [
     "reliability_bins",
 ]
 
-Strategy = Literal["uniform", "quantile"]
-_STRATEGIES = ("uniform", "quantile")
 
 # Values of ``iou`` up to this much above 1 are accepted (and clipped), as in det_calib.data.box_table.
-_IOU_TOL = 1e-9
 
 
 
@@ -90,214 +97,30 @@ _IOU_TOL = 1e-9
 # input validation
 
 
-def _check_strategy(strategy: object) -> str:
-    return str(check_choice(strategy, _STRATEGIES, "strategy"))
 
 
 # --------------------------------------------------------------------------------------------
 # binning cores (inputs already validated)
 
 
-def _uniform_edges(n_bins: int) -> np.ndarray:
-    return np.linspace(0.0, 1.0, n_bins + 1)
 
 
-def _uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
-    """Equal-width bin of each value in [0, 1]: ``[lo, hi)``, the last bin closed at 1.
-
-    Identical to ``np.searchsorted(linspace(0, 1, M + 1), x, side="right") - 1`` (capped at
-    M - 1), i.e. to np.histogram / netcal on those edges, but O(1) per value: ``floor(x * M)`` is
-    off by at most one bin near an edge (rounding of ``x * M`` and of the linspace edges), and
-    one comparison with the actual edges on each side fixes it.
-    """
-    edges = _uniform_edges(n_bins)
-    idx = np.minimum((x * n_bins).astype(np.int64), n_bins - 1)
-    idx -= x < edges[idx]
-    up = x >= edges[idx + 1]
-    up &= idx < n_bins - 1
-    idx += up
-    return idx
 
 
-def _sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
-    idx = _uniform_index(conf, n_bins)
-    if w is None:
-        count = np.bincount(idx, minlength=n_bins).astype(np.float64)
-        s_conf = np.bincount(idx, weights=conf, minlength=n_bins)
-        s_tgt = np.bincount(idx, weights=target, minlength=n_bins)
-    else:
-        count = np.bincount(idx, weights=w, minlength=n_bins)
-        s_conf = np.bincount(idx, weights=w * conf, minlength=n_bins)
-        s_tgt = np.bincount(idx, weights=w * target, minlength=n_bins)
-    return count, s_conf, s_tgt
 
 
-def _sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
-    """Per-bin weight, weighted sums of conf and target, and edges, for equal-mass bins.
-
-    Boxes are laid end to end along a "weight axis" in stable confidence order, box ``i`` covering
-    ``[S_i, S_i + w_i)``; bin ``m`` is the stretch ``[b_m, b_{m+1})`` with ``b_m = ceil(m W / M)``
-    for integer weights (so a box of weight k is exactly k copies of weight 1) and ``m W / M``
-    otherwise. A box's contribution to a bin is its overlap with the stretch.
-    """
-    n = conf.size
-    order = np.argsort(conf, kind="stable")
-    c, t = conf[order], target[order]
-    ww = np.ones(n) if w is None else w[order]
-    cum_w = np.concatenate([[0.0], np.cumsum(ww)])
-    total = cum_w[-1]
-    m = np.arange(n_bins + 1)
-    if np.all(ww == np.round(ww)) and total < 2**53:
-        w_int = round(total)
-        bounds = (-((-m * w_int) // n_bins)).astype(np.float64)  # ceil(m W / M), exact
-    else:
-        bounds = m * (total / n_bins)
-        bounds[-1] = total
-    if n == 0:
-        zeros = np.zeros(n_bins)
-        return zeros, zeros.copy(), zeros.copy(), _uniform_edges(n_bins)
-    k = np.clip(np.searchsorted(cum_w, bounds, side="right") - 1, 0, n - 1)
-    part = np.clip(bounds - cum_w[k], 0.0, ww[k])
-
-    def at_bounds(vals: np.ndarray | None) -> np.ndarray:
-        if vals is None:  # the weight itself
-            return cum_w[k] + part
-        cv = np.concatenate([[0.0], np.cumsum(ww * vals)])
-        return cv[k] + vals[k] * part
-
-    count = np.diff(at_bounds(None))
-    s_conf = np.diff(at_bounds(c))
-    s_tgt = np.diff(at_bounds(t))
-    edges = np.where(bounds < total, c[k], 1.0)
-    edges[0], edges[-1] = 0.0, 1.0
-    return count, s_conf, s_tgt, edges
 
 
-def _gap_sum(count: np.ndarray, s_conf: np.ndarray, s_tgt: np.ndarray) -> float:
-    """``sum_m |B_m|/N * |mean target - mean conf|`` over non-empty bins (nan if N == 0)."""
-    total = float(count.sum())
-    if total <= 0.0:
-        return float("nan")
-    nonempty = count > 0
-    return float(np.abs(s_tgt[nonempty] - s_conf[nonempty]).sum() / total)
 
 
 # --------------------------------------------------------------------------------------------
 # reliability bins, ECE, ACE, MCE
 
 
-@dataclass(frozen=True, eq=False)
-class ReliabilityBins:
-    """Per-bin statistics of a reliability diagram.
-
-    Attributes:
-        edges: (M + 1,) bin edges in [0, 1]. Equal-width: ``linspace(0, 1, M + 1)``. Equal-mass:
-            ``edges[0] = 0``, ``edges[M] = 1`` and ``edges[m]`` the smallest confidence in bin
-            ``m`` (or 1.0 when no box reaches bin ``m``).
-        count: (M,) number of boxes per bin (int64), or total weight per bin when fractional
-            weights were given (float64).
-        conf: (M,) mean confidence per bin, nan when empty.
-        acc: (M,) fraction correct per bin, nan when empty.
-        strategy: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass).
-    """
-
-    edges: np.ndarray
-    count: np.ndarray
-    conf: np.ndarray
-    acc: np.ndarray
-    strategy: Strategy
-
-    def __post_init__(self) -> None:
-        _check_strategy(self.strategy)
-        for name in ("edges", "count", "conf", "acc"):
-            arr = np.array(getattr(self, name))
-            arr.setflags(write=False)
-            object.__setattr__(self, name, arr)
-        m = self.count.shape
-        if self.count.ndim != 1 or self.conf.shape != m or self.acc.shape != m or self.edges.shape != (m[0] + 1,):
-            raise InputError(
-                f"ReliabilityBins needs edges (M+1,) and count/conf/acc (M,), but got shapes "
-                f"{self.edges.shape}, {self.count.shape}, {self.conf.shape}, {self.acc.shape}"
-            )
-
-    @property
-    def n_bins(self) -> int:
-        """Number of bins M."""
-        return int(self.count.shape[0])
-
-    @property
-    def gap(self) -> np.ndarray:
-        """(M,) ``acc - conf`` per bin (negative: overconfident); nan for empty bins."""
-        return self.acc - self.conf
-
-    def ece(self) -> float:
-        """``sum_m count_m / N * |acc_m - conf_m|`` over non-empty bins; nan when N == 0."""
-        total = float(self.count.sum())
-        if total <= 0.0:
-            return float("nan")
-        nonempty = self.count > 0
-        return float(np.sum(self.count[nonempty] / total * np.abs(self.gap[nonempty])))
-
-    def mce(self) -> float:
-        """Largest ``|acc_m - conf_m|`` over non-empty bins; nan when all bins are empty."""
-        nonempty = self.count > 0
-        if not nonempty.any():
-            return float("nan")
-        return float(np.max(np.abs(self.gap[nonempty])))
 
 
-def _reliability_core(conf, target, w, n_bins, strategy) -> ReliabilityBins:
-    if strategy == "uniform":
-        count, s_conf, s_tgt = _sums_uniform(conf, target, w, n_bins)
-        edges = _uniform_edges(n_bins)
-    else:
-        count, s_conf, s_tgt, edges = _sums_quantile(conf, target, w, n_bins)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_conf = np.where(count > 0, s_conf / count, np.nan)
-        mean_acc = np.where(count > 0, s_tgt / count, np.nan)
-    if np.all(count == np.round(count)):
-        count = np.round(count).astype(np.int64)
-    return ReliabilityBins(edges=edges, count=count, conf=mean_conf, acc=mean_acc, strategy=strategy)
 
 
-def reliability_bins(
-    conf: ArrayLike,
-    correct: ArrayLike,
-    *,
-    n_bins: int = 15,
-    strategy: Strategy = "uniform",
-    weights: ArrayLike | None = None,
-) -> ReliabilityBins:
-    """Bin boxes by confidence and return count, mean confidence and accuracy per bin.
-
-    Args:
-        conf: (n,) confidences in [0, 1].
-        correct: (n,) bool or 0/1, the matched flag.
-        n_bins: Number of bins M.
-        strategy: ``"uniform"``: equal-width bins ``[m/M, (m+1)/M)``, the last closed at 1.0.
-            ``"quantile"``: equal-mass bins; the box of (stable) confidence rank r goes to bin
-            ``floor(r * M / n)``, so counts differ by at most one.
-        weights: Optional (n,) non-negative weights; integer weights equal repeating boxes.
-
-    Returns:
-        A :class:`ReliabilityBins` with (M + 1,) edges and (M,) count, conf, acc.
-
-    Raises:
-        InputError: Bad ``n_bins`` or ``strategy``, lengths differ, conf outside [0, 1].
-
-    >>> rb = reliability_bins([0.1, 0.2, 0.9, 1.0], [0, 1, 1, 1], n_bins=2)
-    >>> rb.count.tolist(), rb.acc.tolist()
-    ([2, 2], [0.5, 1.0])
-    >>> round(rb.ece(), 6)  # 2/4*|0.5-0.15| + 2/4*|1-0.95|
-    0.2
-    """
-    n_bins = check_positive_int(n_bins)
-    strategy = _check_strategy(strategy)
-    c = as_unit(conf, "conf")
-    y = as_binary(correct, "correct")
-    n = check_lengths(conf=c, correct=y)
-    w = as_weights(weights, n, "conf")
-    return _reliability_core(c, y, w, n_bins, strategy)
 
 
 def ece(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
@@ -467,226 +290,20 @@ def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = No
 # detection-specific: D-ECE, LaECE, LaACE
 
 
-def box_features(
-    x1: ArrayLike,
-    y1: ArrayLike,
-    x2: ArrayLike,
-    y2: ArrayLike,
-    img_w: ArrayLike,
-    img_h: ArrayLike,
-) -> np.ndarray:
-    """Normalised box features for :func:`dece`: centre x, centre y, width, height.
-
-    Args:
-        x1, y1, x2, y2: (n,) box corners in pixels; an inverted box (``x2 < x1``) gets width 0.
-        img_w, img_h: Image size in pixels, a positive scalar or one per box (n,).
-
-    Returns:
-        (n, 4) float64 array ``[(x1+x2)/2/W, (y1+y2)/2/H, (x2-x1)/W, (y2-y1)/H]``, clipped to
-        [0, 1] (boxes reaching past the image border; inverted boxes).
-
-    >>> box_features([0], [10], [50], [30], 100, 40).tolist()
-    [[0.25, 0.5, 0.5, 0.5]]
-    """
-    xs = {name: as_float(v, name) for name, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2))}
-    n = check_lengths(**xs)
-    size = {}
-    for name, v in (("img_w", img_w), ("img_h", img_h)):
-        arr = np.asarray(v, dtype=np.float64) if np.ndim(v) == 0 else as_float(v, name)
-        if arr.ndim == 1:
-            check_lengths(x1=xs["x1"], **{name: arr})
-        if arr.size and not (np.isfinite(arr).all() and (arr > 0).all()):
-            raise InputError(f"Expected argument `{name}` to be positive and finite, but got {float(arr.min()):g}")
-        size[name] = arr
-    W, H = size["img_w"], size["img_h"]
-    feats = np.empty((n, 4))
-    feats[:, 0] = (xs["x1"] + xs["x2"]) / 2.0 / W
-    feats[:, 1] = (xs["y1"] + xs["y2"]) / 2.0 / H
-    feats[:, 2] = (xs["x2"] - xs["x1"]) / W
-    feats[:, 3] = (xs["y2"] - xs["y1"]) / H
-    return np.clip(feats, 0.0, 1.0)
 
 
-def _check_dece_bins(n_bins: object, n_features: int) -> list[int]:
-    if isinstance(n_bins, numbers.Integral) and not isinstance(n_bins, bool):
-        return [check_positive_int(n_bins)] * (n_features + 1)
-    if isinstance(n_bins, (Sequence, np.ndarray)) and not isinstance(n_bins, str):
-        bins = list(n_bins)
-        if len(bins) != n_features + 1:
-            raise InputError(
-                f"Expected argument `n_bins` to be an integer or a sequence of {n_features + 1} integers "
-                f"(confidence first, then one per feature column), but got {len(bins)}"
-            )
-        return [check_positive_int(b, "n_bins") for b in bins]
-    raise InputError(
-        f"Expected argument `n_bins` to be an integer larger than 0 or a sequence of them, but got {n_bins!r}"
-    )
 
 
-def dece(
-    conf: ArrayLike,
-    correct: ArrayLike,
-    features: ArrayLike,
-    *,
-    n_bins: int | Sequence[int] = 10,
-    weights: ArrayLike | None = None,
-) -> float:
-    """Detection ECE (Küppers et al., CVPR-W 2020): ECE over joint bins of (conf, features).
-
-    Every column (confidence first, then each feature) is cut into equal-width bins over [0, 1]
-    with the same convention as :func:`ece` (``[lo, hi)``, last bin closed at 1.0); a box's bin
-    is the tuple of its per-column bins. ``D-ECE = sum_b N_b / N * |prec_b - conf_b|`` over
-    non-empty joint bins. Same value as netcal
-    ``ECE(bins=n_bins, detection=True).measure(np.column_stack([conf, features]), correct)``
-    up to netcal's clipping of all columns to ``[eps, 1 - eps]`` (see the module docstring).
-
-    Args:
-        conf: (n,) confidences in [0, 1].
-        correct: (n,) bool or 0/1.
-        features: (n, J) box features already normalised to [0, 1], e.g. from
-            :func:`box_features`; J may be 0 (then D-ECE is the ECE).
-        n_bins: One int for every column (default 10, netcal's default), or J + 1 ints,
-            confidence first. The number of joint bins is their product: keep it well below n.
-        weights: Optional (n,) non-negative per-box weights.
-
-    Returns:
-        The D-ECE; nan for no boxes.
-
-    >>> conf = [0.2, 0.3, 0.8, 0.9]
-    >>> feats = [[0.1], [0.9], [0.1], [0.9]]  # every box alone in its joint bin
-    >>> round(dece(conf, [0, 1, 1, 1], feats, n_bins=2), 6)  # (0.2 + 0.7 + 0.2 + 0.1) / 4
-    0.3
-    """
-    c = as_unit(conf, "conf")
-    y = as_binary(correct, "correct")
-    f = np.asarray(features)
-    if f.ndim != 2:
-        raise InputError(f"Expected argument `features` to have shape (n, J), but got shape {f.shape}")
-    n = check_lengths(conf=c, correct=y, features=f)
-    if f.size:
-        f = np.stack([as_unit(f[:, j], f"features[:, {j}]") for j in range(f.shape[1])], axis=1)
-    else:
-        f = f.astype(np.float64).reshape(n, f.shape[1])
-    bins = _check_dece_bins(n_bins, f.shape[1])
-    w = as_weights(weights, n, "conf")
-    if n == 0:
-        return float("nan")
-    if np.prod([float(b) for b in bins]) > 2.0**62:
-        raise InputError(f"Expected argument `n_bins` to give fewer than 2**62 joint bins, but got {bins}")
-    idx = [_uniform_index(c, bins[0])] + [_uniform_index(f[:, j], b) for j, b in enumerate(bins[1:])]
-    flat = np.ravel_multi_index(tuple(idx), tuple(bins))
-    _, cell = np.unique(flat, return_inverse=True)
-    cell = cell.ravel()
-    ww = np.ones(n) if w is None else w
-    count = np.bincount(cell, weights=ww)
-    s_conf = np.bincount(cell, weights=ww * c)
-    s_tgt = np.bincount(cell, weights=ww * y)
-    return _gap_sum(count, s_conf, s_tgt)
 
 
-def _laece_prepare(c, t, k, n_bins) -> Callable[[np.ndarray], float]:
-    """``w -> LaECE of the boxes with (n,) weights w``: the class ids and bins, which do not depend
-    on the weights, are found once (a bootstrap replicate then only sums)."""
-    if c.size == 0:
-        return lambda ww: float("nan")
-    _, cls_idx = np.unique(k, return_inverse=True)
-    n_cls = int(cls_idx.max()) + 1
-    key = cls_idx.ravel() * n_bins + _uniform_index(c, n_bins)
-    size = n_cls * n_bins
-
-    def weighted(ww: np.ndarray) -> float:
-        count = np.bincount(key, weights=ww, minlength=size).reshape(n_cls, n_bins)
-        s_conf = np.bincount(key, weights=ww * c, minlength=size).reshape(n_cls, n_bins)
-        s_tgt = np.bincount(key, weights=ww * t, minlength=size).reshape(n_cls, n_bins)
-        n_c = count.sum(axis=1)
-        present = n_c > 0  # a class whose boxes all weigh 0 (none drawn) is not averaged in
-        if not present.any():
-            return float("nan")
-        per_cls = np.abs(s_tgt - s_conf).sum(axis=1)[present] / n_c[present]
-        return float(per_cls.mean())
-
-    return weighted
 
 
-def _laece_core(c, t, k, w, n_bins) -> float:
-    return _laece_prepare(c, t, k, n_bins)(np.ones(c.size) if w is None else w)
 
 
-def _check_loc(conf, target_iou, cls, weights):
-    c = as_unit(conf, "conf")
-    t = as_unit(target_iou, "target_iou", tol=_IOU_TOL)
-    k = as_int_ids(cls, "cls")
-    n = check_lengths(conf=c, target_iou=t, cls=k)
-    w = as_weights(weights, n, "conf")
-    return c, t, k, w
 
 
-def laece(
-    conf: ArrayLike,
-    target_iou: ArrayLike,
-    cls: ArrayLike,
-    *,
-    n_bins: int = 25,
-    weights: ArrayLike | None = None,
-) -> float:
-    """Localisation-aware ECE (Oksuz et al., CVPR 2023), averaged over classes.
-
-    Per class c with N_c boxes, over equal-width confidence bins (same convention as
-    :func:`ece`): ``LaECE_c = sum_m |B_m| / N_c * |mean conf(B_m) - mean target(B_m)|``;
-    the result is the mean of LaECE_c over the classes that have boxes.
-
-    Args:
-        conf: (n,) confidences in [0, 1].
-        target_iou: (n,) IoU with the matched ground truth for matched boxes and **0 for
-            unmatched ones** (zero it yourself: the box table's ``iou`` column holds the best IoU
-            even for unmatched boxes). Values up to 1 + 1e-9 are clipped to 1.
-        cls: (n,) integer predicted class ids.
-        n_bins: Number of equal-width bins M (25 in the papers).
-        weights: Optional (n,) non-negative per-box weights.
-
-    Returns:
-        The class-averaged LaECE; nan for no boxes.
-
-    >>> laece([0.9, 0.9, 0.3], [0.8, 0.0, 0.6], [0, 0, 1], n_bins=10)  # (|0.9-0.4| + |0.3-0.6|)/2
-    0.4
-    """
-    n_bins = check_positive_int(n_bins)
-    c, t, k, w = _check_loc(conf, target_iou, cls, weights)
-    return _laece_core(c, t, k, w, n_bins)
 
 
-def laace(
-    conf: ArrayLike,
-    target_iou: ArrayLike,
-    cls: ArrayLike,
-    *,
-    weights: ArrayLike | None = None,
-) -> float:
-    """Localisation-aware ACE: per class the mean ``|target_i - conf_i|``, averaged over classes.
-
-    Args:
-        conf: (n,) confidences in [0, 1].
-        target_iou: (n,) matched IoU, 0 for unmatched boxes (see :func:`laece`).
-        cls: (n,) integer predicted class ids.
-        weights: Optional (n,) non-negative per-box weights.
-
-    Returns:
-        The class-averaged LaACE; nan for no boxes.
-
-    >>> laace([0.9, 0.9, 0.3], [0.8, 0.0, 0.6], [0, 0, 1])  # ((0.1 + 0.9)/2 + 0.3) / 2
-    0.4
-    """
-    c, t, k, w = _check_loc(conf, target_iou, cls, weights)
-    if c.size == 0:
-        return float("nan")
-    _, cls_idx = np.unique(k, return_inverse=True)
-    ww = np.ones(c.size) if w is None else w
-    n_c = np.bincount(cls_idx, weights=ww)
-    s = np.bincount(cls_idx, weights=ww * np.abs(t - c))
-    present = n_c > 0
-    if not present.any():
-        return float("nan")
-    return float(np.mean(s[present] / n_c[present]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -749,7 +366,7 @@ def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bin
     then one matrix product per table for a block of replicates. The numbers equal those of
     :func:`ece` with the draw counts as weights up to float summation order.
     """
-    cell = img * n_bins + _uniform_index(c, n_bins)
+    cell = img * n_bins + uniform_index(c, n_bins)
     per = [np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
            for v in (np.ones_like(c), c, y)]
 
@@ -790,12 +407,6 @@ def prepare_ece(img, n_img, conf, correct, *, n_bins=15) -> Batch:
     return _ece_tables(img, n_img, c, y, options["n_bins"])
 
 
-def _prepare_laece(img, n_img, conf, target_iou, cls, *, n_bins=25) -> Batch:
-    n_bins = check_positive_int(n_bins)
-    c, t, k, _ = _check_loc(conf, target_iou, cls, None)
-    from det_calib.metrics.bootstrap_tables import laece_tables  # pooled (image, cell) sums: no per-box work
-
-    return laece_tables(img, n_img, c, t, k, _uniform_index(c, n_bins), n_bins)
 
 
 
@@ -806,12 +417,12 @@ def _prepare_laece(img, n_img, conf, target_iou, cls, *, n_bins=25) -> Batch:
 # counts, **options)``: bit-identical, or for ECE equal up to float summation order.
 ece._bootstrap_prepare = prepare_ece  # type: ignore[attr-defined]
 ace._bootstrap_prepare = weighted_core(_check_binned, lambda c, y, *, n_bins, weights:  # type: ignore[attr-defined]
-                                       _reliability_core(c, y, weights, n_bins, "quantile").ece())
+                                       reliability_core(c, y, weights, n_bins, "quantile").ece())
 mce._bootstrap_prepare = weighted_core(_check_binned, lambda c, y, *, n_bins, weights:  # type: ignore[attr-defined]
-                                       _reliability_core(c, y, weights, n_bins, "uniform").mce())
+                                       reliability_core(c, y, weights, n_bins, "uniform").mce())
 brier._bootstrap_prepare = weighted_core(  # type: ignore[attr-defined]
     _check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights))
-laece._bootstrap_prepare = _prepare_laece  # type: ignore[attr-defined]
+laece._bootstrap_prepare = prepare_laece  # type: ignore[attr-defined]
 
 
 
@@ -848,10 +459,10 @@ def calibration_summary(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15
     c = as_unit(conf, "conf")
     y = as_binary(correct, "correct")
     n = check_lengths(conf=c, correct=y)
-    uniform = _reliability_core(c, y, None, n_bins, "uniform")
+    uniform = reliability_core(c, y, None, n_bins, "uniform")
     return {
         "ece": uniform.ece(),
-        "ace": _reliability_core(c, y, None, n_bins, "quantile").ece(),
+        "ace": reliability_core(c, y, None, n_bins, "quantile").ece(),
         "mce": uniform.mce(),
         "nll": nll(c, y),
         "brier": brier(c, y),

@@ -16,8 +16,9 @@ import numpy as np
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
+from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.bootstrap import per_replicate
-from det_calib.metrics.calibration import _uniform_index, ece, prepare_ece
+from det_calib.metrics.calibration import ece, prepare_ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
            "top_k_per_image_class"]
@@ -103,7 +104,7 @@ def kept_ece_floor(
     c = c[kept_mask(c, float(threshold))]
     if c.size == 0:
         return None
-    idx = _uniform_index(c, n_bins)
+    idx = uniform_index(c, n_bins)
     rng = np.random.default_rng(seed)
     # per bin: |sum_i (conf_i - y_i)| / n summed over bins; one (draws, bins) table of label sums
     onehot = np.zeros((c.size, n_bins))
