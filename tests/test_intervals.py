@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import interval_violations, printed_interval_violations
 
+from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.record.run_result import Scores
@@ -76,7 +77,7 @@ def test_fallback_is_the_normal_interval_raised_to_the_lowest_replicate():
             continue
         found += 1
         _, inv = np.unique(img, return_inverse=True)
-        reps = metrics._replicates(fn, inv.ravel(), int(inv.max()) + 1, [p, y], 300, seed)
+        reps = bootstrap._replicates(fn, inv.ravel(), int(inv.max()) + 1, [p, y], 300, seed)
         half = 1.959963984540054 * np.std(reps, ddof=1)
         lo, hi = metrics.bootstrap_ci(fn, img, p, y, n_boot=300, seed=seed)
         assert hi == pytest.approx(est + half, rel=1e-12)

@@ -210,3 +210,17 @@ def test_the_record_is_schema_only():
     bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("det_calib.record")
                  for d in deps if not (d == "det_calib" or any(d == a or d.startswith(a + ".") for a in allowed[:-1])))
     assert not bad, "\n".join(bad)
+
+
+#: Files over MAX_FILE_LINES: at most four, none over HARD_FILE_LINES, each saying why in a ``# Long file:``
+#: comment at its top.
+MAX_FILE_LINES, HARD_FILE_LINES, MAX_LONG_FILES = 600, 800, 4
+
+
+def test_files_are_short_or_say_why():
+    long = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sorted(PKG.rglob("*.py"))
+            if len(p.read_text().splitlines()) > MAX_FILE_LINES}
+    assert len(long) <= MAX_LONG_FILES, f"{len(long)} files over {MAX_FILE_LINES} lines: {long}"
+    assert not {f: n for f, n in long.items() if n > HARD_FILE_LINES}, long
+    silent = [f for f in long if not (ROOT / f).read_text().startswith("# Long file:")]
+    assert not silent, f"over {MAX_FILE_LINES} lines without a `# Long file:` reason at the top: {silent}"

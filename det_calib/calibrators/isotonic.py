@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.affine import (
-    _check_classes,
     _check_format,
     _prepare,
+    check_classes,
     group_folds,
 )
 from det_calib.calibrators.base import LogitCalibrator
@@ -460,7 +460,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         if b != "auto" and not (isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0):
             raise InputError(f"Expected argument `blend` to be 'auto' or a number >= 0, but got {b!r}")
         z, y, w = _prepare(logits, labels, weights)
-        k = _check_classes(classes, z.shape[0])
+        k = check_classes(classes, z.shape[0])
         _check_iso_degenerate(z, y, w, "per-class isotonic", int(self.min_samples))
         n_cls = int(k.max()) + 1
         cv = None
@@ -526,7 +526,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         """Per-box calibrated logits (float64, ``(n,)``)."""
         self._check_fitted()
         z = check_logits(logits, "sigmoid")
-        k = _check_classes(classes, z.shape[0])
+        k = check_classes(classes, z.shape[0])
         out = np.empty_like(z)
         for c in np.unique(k):
             m = k == c

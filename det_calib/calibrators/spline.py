@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.affine import (
-    _check_degenerate,
     _check_format,
     _finite,
     _fit_affine,
     _prepare,
+    check_degenerate,
 )
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.isotonic import PiecewiseLinear
@@ -261,7 +261,7 @@ class SplineCalibrator(LogitCalibrator):
         """
         fixed = self._check_options()
         z, y, w = _prepare(logits, labels, weights)
-        _check_degenerate(z, y, w, "spline", int(self.min_samples))
+        check_degenerate(z, y, w, "spline", int(self.min_samples))
         used = w > 0
         z, y, w = z[used], y[used].astype(np.float64), w[used]
         knots = fixed if fixed is not None else spline_knots(z, y, int(self.n_knots), weights=w)

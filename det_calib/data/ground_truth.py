@@ -1,3 +1,5 @@
+# Long file: the dataset readers (data.yaml splits, YOLO txt and COCO JSON labels, image sizes, the
+# eval half) build one Split and share its checks; apart they would re-check each other.
 """Datasets: resolve a ``data.yaml`` split to images, read YOLO txt or COCO JSON ground truth.
 
 Ground truth comes out as a polars table with one row per annotation:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from det_calib.calibrators.affine import group_folds
+from det_calib.calibrators.fit_support import group_folds
 from det_calib.data.box_view import BoxView, usable_index
 from det_calib.errors import DegenerateFitError
 from det_calib.metrics.calibration import bootstrap_sd

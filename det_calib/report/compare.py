@@ -1,3 +1,5 @@
+# Long file: the compare page's own sections and their interval checks (to reuse the run report's
+# sections under the section contract, issue 38).
 """The comparison of two or more runs, or heads of runs (``compare_runs``): compare.html, compare.md.
 
 Every number is read from each run's :class:`~det_calib.record.run_result.RunResult` (``calibration.json``)

@@ -1,3 +1,4 @@
+# Long file: every figure of the reports, in the one module behind which matplotlib is imported.
 """Figures of the calibration report, returned as PNG bytes.
 
 matplotlib is imported only under :mod:`det_calib.report` (here and in

@@ -56,7 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.affine import _check_classes, group_folds
+from det_calib.calibrators.fit_support import check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
@@ -264,7 +264,7 @@ def select_calibrator(
     """
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
-    k = None if classes is None else _check_classes(classes, z.shape[0])
+    k = None if classes is None else check_classes(classes, z.shape[0])
     check_choice(criterion, CRITERIA, "criterion")
     if not (0.0 <= min_conf < 1.0):
         raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
@@ -355,7 +355,7 @@ def fit_calibrator(
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
-    k = None if classes is None else _check_classes(classes, z.shape[0])
+    k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
     return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
