@@ -3,7 +3,7 @@
 Runs are synthetic: :func:`make_run` writes a run directory exactly as the pipeline does
 (``boxes.parquet`` with the box table schema, and ``calibration.json`` written by a
 :class:`det_calib.record.run_result.RunResult`), with numbers computed by det_calib.metrics.calibration /
-det_calib.evaluation.kept_set (through :meth:`det_calib.record.run_result.Scores.compute`, as the pipeline) from the
+det_calib.evaluation.kept_set (through :func:`det_calib.evaluation.figures.scores_of`, as the pipeline) from the
 same boxes.
 """
 
@@ -27,6 +27,7 @@ import pytest
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.evaluation import kept_set as thresholds
+from det_calib.evaluation.figures import scores_of
 from det_calib.metrics import calibration as metrics
 from det_calib.record.run_folder import parse_run_spec
 from det_calib.record.run_result import (
@@ -38,7 +39,6 @@ from det_calib.record.run_result import (
     HeadResult,
     RecordedSettings,
     RunResult,
-    Scores,
     Thresholded,
     ValCheck,
     ValMap,
@@ -138,8 +138,8 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         common = dict(logit=z, loc_iou=tgt, cls_id=cls, features=feats, image_id=img, ece_bins=ece_bins,
                       laece_bins=laece_bins, dece_bins=[8, 3, 3, 3, 3], n_boot=n_boot, seed=0)
         # D-ECE left out (null): it must render "n/a"
-        before = dataclasses.replace(Scores.compute(cb, y, temperature=1.0, **common), dece=None)
-        after = dataclasses.replace(Scores.compute(ca, y, temperature=t, **common), dece=None)
+        before = dataclasses.replace(scores_of(cb, y, temperature=1.0, **common), dece=None)
+        after = dataclasses.replace(scores_of(ca, y, temperature=t, **common), dece=None)
         e = EvalResult(
             split="test", images=n_images, boxes=ev.height, correct=int(y.sum()), n_gt=n_gt,
             ignored=int(boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))["ignore"].sum()),
