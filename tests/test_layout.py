@@ -224,3 +224,125 @@ def test_files_are_short_or_say_why():
     assert not {f: n for f, n in long.items() if n > HARD_FILE_LINES}, long
     silent = [f for f in long if not (ROOT / f).read_text().startswith("# Long file:")]
     assert not silent, f"over {MAX_FILE_LINES} lines without a `# Long file:` reason at the top: {silent}"
+
+
+#: Functions over 60 lines anywhere in the package, each with why (a ratchet: the list only shrinks;
+#: the issue's goal is at most five). Whole functions count, docstring included.
+LONG_FUNCTIONS: dict[str, str] = {
+    "det_calib/calibrators/affine.py fit_affine": "the Newton fit of a*z+b with its degenerate-data guards, one loop",
+    "det_calib/calibrators/affine.py fit": "the per-class shrinkage CV of ClassAffineScaler, one fold loop",
+    "det_calib/capture/predictor.py capture": "the public capture call: its documented arguments",
+    "det_calib/capture/ray_capture.py capture_ray": "the Ray capture: its documented arguments and the actor pool",
+    "det_calib/data/ground_truth.py read_coco_gt": "the COCO JSON reader and its checks of each field",
+    "det_calib/data/ground_truth.py load_split": "a data.yaml split in every layout Ultralytics accepts",
+    "det_calib/demo/coco_shaped.py write_coco_shaped": "the COCO-shaped demo set's documented knobs",
+    "det_calib/demo/shapes.py render_image": "one demo image drawn shape by shape",
+    "det_calib/evaluation/coco_engine.py coco_eval": "pycocotools' evaluate/accumulate in one vectorised pass",
+    "det_calib/evaluation/kept_set.py threshold_shift": "the documented kept-set comparison (docstring with example)",
+    "det_calib/evaluation/map_check.py coco_maps": "the mAP check's engines behind one documented call",
+    "det_calib/evaluation/map_check.py _shared_validator_class": "the shared val pass's validator subclass",
+    "det_calib/matching/one_to_one.py match_detections": "COCO's greedy matching with its crowd rules, vectorised",
+    "det_calib/matching/one_to_one.py match_table": "the box table's matching at the run's IoU and LaECE's",
+    "det_calib/metrics/bootstrap.py bootstrap_ci": "the documented interval methods (about 60 lines of docstring)",
+    "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
+    "det_calib/metrics/operating_point.py laece0": "the reference toolkit's LaECE_0 conventions, step by step",
+    "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
+    "det_calib/selection/cross_validation.py paired_choice": "the paired one-standard-error rule and its verdicts",
+    "det_calib/thresholds/run_head.py load_head": "a run folder's head read with every score form it accepts",
+    "det_calib/thresholds/run_head.py tune_run": "the thresholds command's documented options and file",
+    "det_calib/thresholds/tuning.py tune": "every criterion per class and global, fit and eval, in one pass",
+}
+
+
+def _all_long_functions() -> set[str]:
+    out = set()
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                out.add(f"{p.relative_to(ROOT)} {node.name}")
+    return out
+
+
+def test_functions_over_60_lines_are_listed_with_why():
+    found = _all_long_functions()
+    new, gone = sorted(found - set(LONG_FUNCTIONS)), sorted(set(LONG_FUNCTIONS) - found)
+    assert not new, f"new functions over {MAX_FUNCTION_LINES} lines: {new}"
+    assert not gone, f"no longer long, strike them off: {gone}"
+
+
+#: Imports of another module's underscore name (a ratchet: the list only shrinks; the issue's goal is
+#: at most ten). Most are report/'s private page builder, which the report's section contract makes
+#: public, and run/'s helpers, left for the run package's rename.
+PRIVATE_IMPORTS: set[str] = {
+    "det_calib/check/report_page.py: det_calib.report.common._Builder",
+    "det_calib/check/report_page.py: det_calib.report.common._bins",
+    "det_calib/check/report_page.py: det_calib.report.common._write_page",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._gt_per_class",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._output_files",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._tune_thresholds",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.settings._opt",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.settings._settings_of",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.ultralytics_checks._val_not_run",
+    "det_calib/report/calibrators_section.py: common._Builder",
+    "det_calib/report/calibrators_section.py: common._eval",
+    "det_calib/report/compare.py: common._Builder",
+    "det_calib/report/compare.py: common._arrow",
+    "det_calib/report/compare.py: common._bins",
+    "det_calib/report/compare.py: common._ci",
+    "det_calib/report/compare.py: common._ece_tag",
+    "det_calib/report/compare.py: common._eval",
+    "det_calib/report/compare.py: common._fmt_value",
+    "det_calib/report/compare.py: common._laece_tag",
+    "det_calib/report/compare.py: common._num",
+    "det_calib/report/compare.py: common._per_class_rows",
+    "det_calib/report/compare.py: common._write_page",
+    "det_calib/report/compare.py: run_report._check_consistency",
+    "det_calib/report/engines_section.py: common._Builder",
+    "det_calib/report/engines_section.py: common._num",
+    "det_calib/report/ensemble_section.py: common._Builder",
+    "det_calib/report/run_report.py: common._Builder",
+    "det_calib/report/run_report.py: common._arrow",
+    "det_calib/report/run_report.py: common._bins",
+    "det_calib/report/run_report.py: common._ci",
+    "det_calib/report/run_report.py: common._dece_tag",
+    "det_calib/report/run_report.py: common._ece_tag",
+    "det_calib/report/run_report.py: common._eval",
+    "det_calib/report/run_report.py: common._fmt_value",
+    "det_calib/report/run_report.py: common._heads_label",
+    "det_calib/report/run_report.py: common._laece_tag",
+    "det_calib/report/run_report.py: common._map_sentence",
+    "det_calib/report/run_report.py: common._num",
+    "det_calib/report/run_report.py: common._per_class_rows",
+    "det_calib/report/run_report.py: common._write_page",
+    "det_calib/report/thresholds_section.py: det_calib.report.plots._png",
+    "det_calib/run/fitting.py: det_calib.selection.cross_validation._refit",
+    "det_calib/run/job.py: det_calib.run.fitting._candidates",
+    "det_calib/run/job.py: det_calib.run.outputs._gt_per_class",
+    "det_calib/run/job.py: det_calib.run.outputs._write_outputs",
+    "det_calib/run/job.py: det_calib.run.settings._settings_of",
+    "det_calib/run/outputs.py: det_calib.run.ultralytics_checks._ultralytics_checks",
+    "det_calib/run/outputs.py: det_calib.run.ultralytics_checks._val_not_run",
+}
+
+
+def _private_imports() -> set[str]:
+    out = set()
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and ((node.module or "").startswith("det_calib") or node.level):
+                out |= {f"{p.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")}
+    return out
+
+
+def test_no_new_import_of_another_modules_private_name():
+    found = _private_imports()
+    assert not found - PRIVATE_IMPORTS, f"make these public or move them: {sorted(found - PRIVATE_IMPORTS)}"
+    assert not PRIVATE_IMPORTS - found, f"gone, strike them off: {sorted(PRIVATE_IMPORTS - found)}"
+
+
+def test_calibrators_are_typed():
+    """A calibrator parameter is a LogitCalibrator, not ``Any``."""
+    rx = re.compile(r"\b(calibrator|cal): Any\b|\bcalibrators: dict\[str, Any\]")
+    assert not _calls(rx.pattern, ())

@@ -66,7 +66,7 @@ _VERSION = 1
 # small shared pieces
 
 
-def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def prepare_fit(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     w = check_weights(weights, z.shape[0])
@@ -77,7 +77,7 @@ def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.nda
 # the affine fit for many classes at once
 
 
-def _fit_affine(
+def fit_affine(
     z: np.ndarray,
     y: np.ndarray,
     w: np.ndarray,
@@ -162,7 +162,7 @@ def _heldout_nll(z, y, w, k, a, b) -> float:
 _LogitCalibrator = LogitCalibrator  # the contract's base (det_calib.calibrators.base)
 
 
-def _check_format(d: Any, fmt: str) -> dict:
+def check_format(d: Any, fmt: str) -> dict:
     if not isinstance(d, dict):
         raise InputError(f"Expected argument `d` to be a dict, but got {type(d).__name__}")
     if d.get("format") != fmt:
@@ -172,7 +172,7 @@ def _check_format(d: Any, fmt: str) -> dict:
     return d
 
 
-def _finite(x: Any, name: str, *, positive: bool = False) -> float:
+def finite_params(x: Any, name: str, *, positive: bool = False) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -235,9 +235,9 @@ class PlattScaler(LogitCalibrator):
             DegenerateFitError: Too few boxes, one label only, constant or separable logits, or a
                 fitted slope ``a <= 0``.
         """
-        z, y, w = _prepare(logits, labels, weights)
+        z, y, w = prepare_fit(logits, labels, weights)
         check_degenerate(z, y, w, "Platt", int(self.min_samples))
-        a, b, it = _fit_affine(
+        a, b, it = fit_affine(
             z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0), lam=0.0,
             tol=float(self.tol), max_iter=int(self.max_iter),
         )
@@ -284,10 +284,10 @@ class PlattScaler(LogitCalibrator):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlattScaler:
         """Rebuild from :meth:`to_dict` output; raises InputError on a bad format, version or value."""
-        d = _check_format(d, _PLATT_FORMAT)
+        d = check_format(d, _PLATT_FORMAT)
         obj = cls()
-        obj.a_ = _finite(d.get("a"), "a", positive=True)
-        obj.b_ = _finite(d.get("b"), "b")
+        obj.a_ = finite_params(d.get("a"), "a", positive=True)
+        obj.b_ = finite_params(d.get("b"), "b")
         for key in ("n_samples", "nll_before", "nll_after"):
             if d.get(key) is not None:
                 setattr(obj, key + "_", d[key])
@@ -368,7 +368,7 @@ class ClassAffineScaler(LogitCalibrator):
     def _global(self, z, y, w) -> tuple[float, float]:
         what = "per-class Platt" if self.kind == "platt" else "per-class temperature"
         check_degenerate(z, y, w, what, int(self.min_samples))
-        a, b, _ = _fit_affine(
+        a, b, _ = fit_affine(
             z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=self.kind == "platt", prior=(1.0, 0.0), lam=0.0
         )
         if not np.isfinite(a[0]) or a[0] <= 0:
@@ -383,7 +383,7 @@ class ClassAffineScaler(LogitCalibrator):
             if math.isinf(lam):
                 out.append(init)
                 continue
-            a, b, _ = _fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init)
+            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init)
             init = (a, b)
             out.append(init)
         return out
@@ -408,7 +408,7 @@ class ClassAffineScaler(LogitCalibrator):
             DegenerateFitError: The global fit is degenerate (see :class:`PlattScaler`).
         """
         self._check_options()
-        z, y, w = _prepare(logits, labels, weights)
+        z, y, w = prepare_fit(logits, labels, weights)
         k = check_classes(classes, z.shape[0])
         n_cls = int(k.max()) + 1 if k.size else 0
         prior = self._global(z, y, w)
@@ -437,7 +437,7 @@ class ClassAffineScaler(LogitCalibrator):
         if math.isinf(lam):
             a, b = np.full(n_cls, prior[0]), np.full(n_cls, prior[1])
         else:
-            a, b, _ = _fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam)
+            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam)
         if not (np.isfinite(a).all() and np.isfinite(b).all()) or (a <= 0).any():
             bad = int(np.flatnonzero(~(a > 0))[0]) if (a <= 0).any() else -1
             raise DegenerateFitError(
@@ -532,16 +532,16 @@ class ClassAffineScaler(LogitCalibrator):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassAffineScaler:
         """Rebuild from :meth:`to_dict` output; raises InputError on a bad format, version or value."""
-        d = _check_format(d, _CLASS_FORMAT)
+        d = check_format(d, _CLASS_FORMAT)
         obj = cls(kind=d.get("kind"))
         obj._check_options()
-        a = np.asarray([_finite(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64)
-        b = np.asarray([_finite(v, "b") for v in d.get("b", [])], dtype=np.float64)
+        a = np.asarray([finite_params(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64)
+        b = np.asarray([finite_params(v, "b") for v in d.get("b", [])], dtype=np.float64)
         if a.shape != b.shape:
             raise InputError(f"ClassAffineScaler dict: `a` and `b` differ in length ({a.size} vs {b.size})")
         obj.a_, obj.b_ = a, b
-        obj.global_a_ = _finite(d.get("global_a"), "global_a", positive=True)
-        obj.global_b_ = _finite(d.get("global_b"), "global_b")
+        obj.global_a_ = finite_params(d.get("global_a"), "global_a", positive=True)
+        obj.global_b_ = finite_params(d.get("global_b"), "global_b")
         s = d.get("shrinkage", "inf")
         obj.shrinkage_ = math.inf if s == "inf" else float(s)
         obj.cv_nll_ = None if d.get("cv_nll") is None else {float(k): float(v) for k, v in d["cv_nll"].items()}

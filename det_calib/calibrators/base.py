@@ -144,12 +144,12 @@ class LogitCalibrator:
         return [build(g).fit(logits, labels, weights=weights, **kw) for g in grid]
 
 
-def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
+def calibrated_logits(cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """Calibrated logits (float64) of boxes (``z`` raw logits, ``cls`` their classes) under ``cal``."""
     return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
 
 
-def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
+def equivalent_conf(cal: LogitCalibrator, conf: float, cls: int | None = None) -> float | None:
     """:meth:`LogitCalibrator.equivalent_conf` of ``cal``."""
     return cal.equivalent_conf(conf, cls)
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.check.check_record import (  # noqa: F401  (the check's public names, one import away)
     BOXES_FILE,
     CHANGED,
@@ -86,7 +87,7 @@ class _Job:
     run: Any  # det_calib.record.run_folder.Run
     settings: Any  # det_calib.run.settings.Settings
     inputs: Any  # det_calib.run.inputs.Inputs
-    calibrators: dict[str, Any]
+    calibrators: dict[str, LogitCalibrator]
     conf: float
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
 
@@ -143,7 +144,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
 
 
-def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, Any], *,
+def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
                   model: str | Path | None, data: Dataset | None, boxes: str | Path | None) -> _Job:
     """The check of an ensemble run: its members opened as the run recorded them (each checked
     against its fingerprint), the new images fused as the run fused its own."""
@@ -324,13 +325,13 @@ def _choose_split(ds: Any, split: str | None) -> str:
 
 
 def _image_split(images: Path, limit: int | None) -> Any:
-    from det_calib.data.ground_truth import GT_SCHEMA, Split, _image_suffixes, image_sizes
+    from det_calib.data.ground_truth import GT_SCHEMA, Split, image_sizes, image_suffixes
 
     if not images.is_dir():
         raise InputError(f"`images` {images} is not a folder")
-    files = sorted(p for p in images.rglob("*") if p.suffix.lower() in _image_suffixes())
+    files = sorted(p for p in images.rglob("*") if p.suffix.lower() in image_suffixes())
     if not files:
-        raise InputError(f"no images in {images} (looked for {', '.join(sorted(_image_suffixes()))})")
+        raise InputError(f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})")
     files = files[:limit] if limit else files
     files, sizes, corrupt = image_sizes(files)
     if not files:

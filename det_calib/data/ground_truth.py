@@ -27,7 +27,7 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-def _image_suffixes() -> set[str]:
+def image_suffixes() -> set[str]:
     """The image formats Ultralytics' loader reads (its own list, so both skip the same files)."""
     from ultralytics.data.utils import IMG_FORMATS
 
@@ -196,7 +196,7 @@ def _split_path(root: Path, value: str) -> Path:
 def list_images(sources: list[Path], *, split: str) -> list[Path]:
     """Image files of a split (folders searched recursively, ``.txt`` lists read), sorted."""
     files: list[Path] = []
-    suffixes = _image_suffixes()
+    suffixes = image_suffixes()
     for src in sources:
         if src.is_dir():
             files += [p for p in src.rglob("*") if p.suffix.lower() in suffixes]

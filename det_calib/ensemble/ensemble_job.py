@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
@@ -311,7 +312,7 @@ def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], 
     return Cell(order, score, fb, fit_head(fb, s), seconds, fuse_eval)
 
 
-def _member_floor(cal: Any) -> float:
+def _member_floor(cal: LogitCalibrator) -> float:
     v = cal.params.get("fit_min_conf", 0.0) if cal.params else 0.0
     return float(v) if isinstance(v, (int, float)) else 0.0
 

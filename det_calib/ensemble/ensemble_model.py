@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
@@ -36,7 +37,7 @@ class EnsembleModel:
     run_dir: Path
     result: Any
     members: list[Any]
-    calibrators: dict[str, Any]
+    calibrators: dict[str, LogitCalibrator]
     member_calibrators: dict[str, list[Any]]
     workers: int = 1
 

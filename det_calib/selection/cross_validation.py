@@ -56,6 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators import registry
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.fit_support import check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.calibration import ece as _ece
@@ -155,7 +156,7 @@ class Selection:
     candidates: list[Candidate]
     chosen: Candidate
     best: Candidate
-    calibrator: Any
+    calibrator: LogitCalibrator
     criterion: str
     min_conf: float
     n_folds: int
