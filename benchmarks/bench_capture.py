@@ -147,6 +147,8 @@ def scaling(args) -> None:
     print(f"both heads, batch 1, device {args.device}; each size in a fresh process; RSS sampled every 20 ms")
     print(f"{'images':>7s} {'wall [s]':>9s} {'ms/image':>9s} {'cpu ms/image':>13s} {'rows':>8s} {'table MiB':>10s} "
           f"{'RSS start MiB':>14s} {'RSS peak MiB':>13s} {'growth KiB/image':>17s}")
+    table = ["| images | wall ms / image | CPU ms / image | box rows | table MiB | RSS start → peak MiB |",
+             "|---|---|---|---|---|---|"]
     for n in args.sizes:
         cmd = [sys.executable, __file__, "_one", "--n", str(n), "--model", model, "--device", args.device]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -156,6 +158,13 @@ def scaling(args) -> None:
               f"{r['table_bytes'] / mib:10.1f} "
               f"{r['rss_before'] / mib:14.0f} {r['rss_peak'] / mib:13.0f} "
               f"{(r['rss_peak'] - r['rss_before']) / 1024 / n:17.1f}")
+        table.append(f"| {n:,} | {1e3 * r['wall'] / n:.1f} | {1e3 * r['cpu'] / n:.1f} | {r['rows']:,} | "
+                     f"{r['table_bytes'] / mib:.1f} | {r['rss_before'] / mib:.0f} → {r['rss_peak'] / mib:.0f} |")
+    if args.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table("capture_scaling", "\n".join(table),
+                        note="Both heads, batch 1, each size in a fresh process, RSS sampled every 20 ms.")
 
 
 def deploy(args) -> None:
@@ -211,6 +220,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", type=int, nargs="+", default=[400, 1600, 3200], help="scaling: images per run")
+    ap.add_argument("--doc", action="store_true", help="scaling: also write docs/generated/capture_scaling.md")
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--old-rev", default="de5b95c", help="deploy: git revision of the old capture")
     args = ap.parse_args()

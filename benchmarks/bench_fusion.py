@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=3)
     ap.add_argument("--dets", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--doc", metavar="NAME", help="also write the result to docs/generated/NAME.md")
     args = ap.parse_args()
     data = from_run(args.run, args.head) if args.run else synthetic(args.images, args.members, args.dets)
     n_img = len(np.unique(data[0]))
@@ -117,11 +118,19 @@ def main() -> None:
     a, r = (_canon(*got[k]) for k in got)
     same = len(a[2]) == len(r[2]) and bool((a[0] == r[0]).all() and np.allclose(a[2], r[2], atol=1e-6)
                                            and np.allclose(a[1], r[1], atol=1e-6) and (a[3] == r[3]).all())
-    print(f"fused boxes: {len(a[2]):,} (det_calib) vs {len(r[2]):,} (ensemble-boxes); equal to 1e-6: {same}")
+    lines = [f"{len(data[3]):,} member boxes, {data[5]} members, {n_img} images, rule {args.rule}",
+             f"fused boxes: {len(a[2]):,} (det_calib) vs {len(r[2]):,} (ensemble-boxes); equal to 1e-6: {same}"]
+    print(lines[-1])
     base = times["ensemble-boxes 1.0.9"]
-    print(f"{'':24} {'seconds':>9} {'ms / image':>11} {'vs ensemble-boxes':>18}")
+    lines.append(f"{'':24} {'seconds':>9} {'ms / image':>11} {'vs ensemble-boxes':>18}")
     for k, t in times.items():
-        print(f"{k:24} {t:9.3f} {1000 * t / n_img:11.2f} {t / base:17.3f}x")
+        lines.append(f"{k:24} {t:9.3f} {1000 * t / n_img:11.2f} {t / base:17.3f}x")
+    print("\n".join(lines[2:]))
+    if args.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table(args.doc, "```\n" + "\n".join(lines) + "\n```",
+                        note=f"Medians of {args.repeats} runs; the ratios are what to read.")
 
 
 if __name__ == "__main__":

@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-reference", action="store_true",
                     help="take pycocotools' seconds from an earlier run on the same set (quick looks; the ratio "
                          "is honest only when both ran under the same load)")
+    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/bench_scale.md")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_scale_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -181,9 +182,13 @@ def main(argv: list[str] | None = None) -> int:
             _print_job(n, method, job, ref)
             per_image[method][n] = job["seconds"] / n
             rows.append(_issue_row(n, method, job, ref))
-    print("\n| images per split | total | " + " | ".join(ISSUE_COLUMNS) + " | peak RSS | job / pycocotools |")
-    print("|---" * (len(ISSUE_COLUMNS) + 4) + "|")
-    print("\n".join(rows))
+    header = "| images per split | total | " + " | ".join(ISSUE_COLUMNS) + " | peak RSS | job / pycocotools |"
+    table = "\n".join([header, "|---" * (len(ISSUE_COLUMNS) + 4) + "|", *rows])
+    print("\n" + table)
+    if args.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table("bench_scale", table, note=f"Load average {os.getloadavg()[0]:.1f} at the end.")
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())

@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="first N images of each split")
     ap.add_argument("--fraction", type=float, default=0.2, help="share of the calib split for INT8 statistics")
     ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/engines.md")
     a = ap.parse_args()
 
     from det_calib.demo import demo_data_yaml
@@ -92,11 +93,20 @@ def main() -> None:
     write_report(runs["int8"], out_dir=a.out / "report_int8", reference=runs["pt"])
     print(f"{'engine':<14} {'calibrator':<12} {'kept':>5} {'mean conf':>9} {'ECE raw':>8} {'ECE cal':>8} "
           f"{'equivalent raw threshold':>24}")
+    table = ["| engine | chosen | kept at 0.25 raw | mean raw conf of kept | kept-set ECE raw → calibrated | "
+             "equivalent raw threshold |", "|---|---|---|---|---|---|"]
     for r in runs.values():
         run = load_run(r)
         for f in engine_figures(run, "nms"):
             print(f"{f.engine:<14} {run.head('nms').calibrator.method:<12} {f.kept_raw:>5} {f.mean_raw_conf:>9.3f} "
                   f"{f.ece_raw:>8.4f} {f.ece_calibrated:>8.4f} {f.raw_conf!s:>24}")
+            table.append(f"| {f.engine} | {run.head('nms').calibrator.method} | {f.kept_raw:,} | "
+                         f"{f.mean_raw_conf:.3f} | {f.ece_raw:.4f} → {f.ece_calibrated:.4f} | "
+                         f"{'per class' if f.raw_conf is None else format(f.raw_conf, '.6f')} |")
+    if a.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table("engines", "\n".join(table), note="Head `nms`, fit `calib`, eval `test`, `--method auto`.")
     for name in ("onnx", "int8"):
         rec = EngineRecord.read(runs[name] / ENGINE_FILE)
         worst, n = predict_parity(models[name], runs[name], 20)

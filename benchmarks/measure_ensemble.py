@@ -13,6 +13,9 @@ then the fusion table (both orders under every score rule) and three lines:
 - the calibrated ensemble's kept-set ECE against the best calibrated member's upper interval bound
   ("best": the member with the lowest calibrated kept-set ECE);
 - how many members agree on the fused boxes kept.
+
+With ``--doc NAME`` the tables are also written to ``docs/generated/NAME.md`` (the demo
+ensemble's: ``--doc ensemble_demo``, which docs/ensembles.md includes).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def fusion_table(rec) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="an ensemble run folder (det-calib ensemble --out RUN)")
+    ap.add_argument("--doc", metavar="NAME", help="also write the tables to docs/generated/NAME.md")
     args = ap.parse_args()
 
     from det_calib.record.run_result import RunResult
@@ -90,10 +94,14 @@ def main() -> None:
     if rec is None:
         raise SystemExit(f"{args.run} is not an ensemble run")
     print(f"members: {rec.source}\n")
-    for h, eh in rec.heads.items():
-        print("\n".join(head_table(h, eh)) + "\n")
+    tables = ["\n".join(head_table(h, eh)) for h, eh in rec.heads.items()]
     if all(rec.heads[h].table for h in rec.heads):
-        print("\n".join(fusion_table(rec)) + "\n")
+        tables.append("\n".join(fusion_table(rec)))
+    print("\n\n".join(tables) + "\n")
+    if args.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table(args.doc, "\n\n".join(tables), note=f"Members: {rec.source}.")
     for h, eh in rec.heads.items():
         print("\n".join(verdicts(h, eh)))
     cost = ", ".join(f"{k} {v:.3f}" for k, v in rec.seconds_per_image.items())

@@ -12,7 +12,8 @@ range, and the detector's recall and mAP50 (the same for every calibrator of a g
     python benchmarks/measure_shift.py --run det_calib_out --head nms --severities 1 3 5
     python benchmarks/measure_shift.py --run det_calib_out --limit 100 --kinds blur noise
 
-Prints a Markdown table (and writes it with ``--out FILE.md``).
+Prints a Markdown table (and writes it with ``--out FILE.md``; with ``--doc``, to
+``docs/generated/measure_shift.md``, the table docs/check.md includes).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main() -> None:
     ap.add_argument("--severities", nargs="+", type=int, default=[1, 3, 5])
     ap.add_argument("--limit", type=int, help="first N images of each split")
     ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
+    ap.add_argument("--doc", action="store_true", help="also write it to docs/generated/measure_shift.md")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from det_calib.check.run_check import new_boxes
@@ -106,6 +108,10 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)
+    if args.doc:
+        from doc_table import write_doc_table
+
+        write_doc_table("measure_shift", text)
     print(text)
 
 

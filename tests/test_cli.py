@@ -217,14 +217,14 @@ def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixtur
     assert f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text  # the final path
 
 
-def test_the_readme_options_table_lists_every_calibrate_option():
-    """README.md's options table and `calibrate`'s parser name the same options, and the rows of
+def test_the_docs_options_table_lists_every_calibrate_option():
+    """docs/cli.md's options table and `calibrate`'s parser name the same options, and the rows of
     `--method` and `--head` name every choice the parser accepts."""
     import re
 
     from det_calib.cli import _parser
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     table = readme.split("| option | meaning (default) |", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in table.splitlines()[2:]:
@@ -241,12 +241,12 @@ def test_the_readme_options_table_lists_every_calibrate_option():
         assert set(choices) <= named, (flag, sorted(set(choices) - named))
 
 
-def test_the_readme_layout_table_names_every_module():
-    """README.md's layout table names every module of the package (and only existing paths)."""
+def test_the_docs_layout_table_names_every_module():
+    """docs/layout.md's layout table names every module of the package (and only existing paths)."""
     import re
 
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "layout.md").read_text()
     table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`((?:det_calib|datasets|benchmarks|tests)/[\w/.]*)`", table))
     assert all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import printed_interval_violations
-from test_report import _chromium, parse, rendered, tables
+from test_report import _chromium, parse, rendered, summary_opening, tables
 
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
@@ -24,7 +24,8 @@ from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
 from det_calib.report import compare_runs
 from det_calib.report.calibrators_section import calibrator_words
 from det_calib.report.common import f3, f4, fci
-from det_calib.report.compare import separation_words
+from det_calib.report.sections import section_of, sections_of
+from det_calib.report.separation import separation_words
 
 METHODS = ("temperature", "platt", "auto")
 
@@ -90,6 +91,28 @@ def test_summary_gives_every_runs_operating_point_with_interval_and_floor(runs, 
         # the same figures, in words, in the summary of the Markdown
         assert f"{fci(o1.ece, o1.ece_ci)} (a perfectly calibrated detector would score " \
                f"{fci(o1.ece_floor, o1.ece_floor_range)}" in summary.replace("\\_", "_"), m
+
+
+def test_each_run_opens_with_the_answer_line_of_its_report(runs, three):
+    """The comparison's summary opens with each run's answer line, the line that opens the head's block
+    in that run's own report (the same section function): the deployed map with its parameters, the ECE
+    of the boxes kept at conf 0.25 raw → calibrated against its sampling floor, and mAP50-95."""
+    from det_calib.report import write_report
+
+    opening = summary_opening((three / "compare.html").read_text())[:len(METHODS)]
+    for m, (kind, line) in zip(METHODS, opening, strict=True):
+        hr = _result(runs[m]).head("nms")
+        o0, o1 = hr.eval.operating_before[0], hr.eval.operating_after[0]
+        words = ("raw scores kept (no calibrator)" if m == "auto"  # auto kept the raw scores on these images
+                 else calibrator_words(hr.calibrator, floor=hr.fit_floor) + " deployed")
+        assert kind == "lead" and line == (
+            f"{m}:nms: {words}; ECE of the boxes kept at conf 0.25: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}, "
+            f"sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)" if o1.at_floor else "")
+            + f"; mAP50-95 {f4(hr.eval.map50_95_before)} unchanged."), line
+        report = write_report(runs[m], out_dir=three / f"report_{m}")
+        head_lines = summary_opening(report["html"].read_text())
+        assert [k for k, _ in head_lines] == ["lead", "fig", "lead", "fig"]
+        assert head_lines[0][1] == "nms" + line.removeprefix(f"{m}:nms")  # the report's own line for the head
 
 
 def test_summary_names_each_calibrator_with_its_parameters(runs, three):
@@ -193,7 +216,7 @@ def test_per_class_heatmap_over_all_runs_is_written_and_embedded(runs, three):
 def test_kept_set_reliability_is_binned_as_calibrate_bins_its_ece(runs):
     """The operating-point reliability figure's bins give each run's kept-set ECE of calibration.json."""
     from det_calib.record.run_folder import load_run
-    from det_calib.report.compare import _kept_bins
+    from det_calib.report.reliability_section import kept_bins as _kept_bins
 
     for m in METHODS:
         run = load_run(runs[m])
@@ -236,8 +259,11 @@ def test_two_heads_of_one_run_each_named_with_its_own_map(runs, tmp_path):
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
 def test_compare_renders_in_headless_chromium(three):
     page = rendered(three / "compare.html")
-    assert [t for tag, t in page.headings if tag == "h2"] == [
-        "Summary", "Reliability", "Per-class calibration", "Calibrators compared: auto:nms", "Settings"]
+    h2 = [t for tag, t in page.headings if tag == "h2"]
+    assert h2 == ["Summary", "Calibrators compared: auto:nms", "Reliability", "Per-class calibration", "Settings"]
+    # in the order of the one list of sections, as the report's (only the auto run has candidates)
+    assert [section_of(t).title for t in h2] == [s.title for s in sections_of("compare")
+                                                  if not s.optional or s.title == "Calibrators compared"]
     figures = sorted(p.name for p in (three / "figures").glob("*.png"))
     assert len(page.imgs) == len(figures) == 4
     assert all(i["src"].startswith("data:image/png;base64,") for i in page.imgs)

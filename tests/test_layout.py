@@ -127,10 +127,8 @@ def test_no_import_circle():
 
 
 def test_the_docs_document_the_layer_order():
-    page = ROOT / "docs" / "layout.md"
-    if not page.is_file():  # the page arrives with the docs of issue 38; until then the README is not checked
-        pytest.skip("docs/layout.md is not there yet")
-    line = next((x for x in page.read_text().splitlines() if x.startswith("Layer order")), "")
+    page = (ROOT / "docs" / "layout.md").read_text()
+    line = next((x for x in page.splitlines() if x.startswith("Layer order")), "")
     named = re.findall(r"`(\w+)/`", line)
     want = [names[0].removeprefix("det_calib.") for names in LAYERS[1:-1]]
     assert named == want and "errors, io, lazy, numeric, validation <" in line and "< `cli.py`" in line, (

@@ -45,9 +45,10 @@ from det_calib.record.run_result import (
 )
 from det_calib.report import compare_runs, write_report
 from det_calib.report.common import f4
+from det_calib.report.sections import sections_of
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]
-SECTIONS = ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification", "Settings"]
+SECTIONS = [s.title for s in sections_of("report") if not s.optional]  # a run without thresholds, export, ensemble
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -282,7 +283,9 @@ def test_report_files_and_sections(run_two):
     assert {p.name for p in (run / "figures").iterdir()} == {Path(k).name for k in paths if k.startswith("figures/")}
     page = parse(paths["html"])
     h2 = [t for tag, t in page.headings if tag == "h2"]
-    assert h2 == SECTIONS  # every section, in order
+    assert h2 == SECTIONS  # every section, in the order of the one list
+    assert SECTIONS == ["Summary", "Reliability", "Per-class calibration", "Threshold shift", "mAP verification",
+                        "Settings"]
     assert page.scripts == 0 and not page.links  # nothing to fetch
     md = paths["md"].read_text()
     positions = [md.index(f"## {s}") for s in SECTIONS]
@@ -534,6 +537,7 @@ def test_compare_two_runs(tmp_path, run_two):
     assert paths["html"] == tmp_path / "cmp" / "compare.html" and paths["md"] == tmp_path / "cmp" / "compare.md"
     page = parse(paths["html"])
     h2 = [t for tag, t in page.headings if tag == "h2"]
+    assert h2 == [s.title for s in sections_of("compare") if not s.optional]
     assert h2 == ["Summary", "Reliability", "Per-class calibration", "Settings"]
     assert len(page.imgs) == 4
     for img in page.imgs:
@@ -614,7 +618,7 @@ def test_image_level_bootstrap_equals_box_level():
     from det_calib.data.box_view import BoxView
     from det_calib.record.run_folder import HeadBoxes
     from det_calib.record.run_result import Bootstrap
-    from det_calib.report.compare import _boot_mean
+    from det_calib.report.separation import boot_mean
 
     rng = np.random.default_rng(1)
     n = 600
@@ -624,11 +628,11 @@ def test_image_level_bootstrap_equals_box_level():
     hb = HeadBoxes(BoxView(logit=z, conf=_sigmoid(z), correct=y, cls=np.zeros(n, np.int64), image_id=img,
                            head="nms", split="test"), None, 1.3)
     boot = Bootstrap(n_boot=200, seed=4, level=0.9)
-    fast = _boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
+    fast = boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
     slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
     nll_t = lambda zz, yy, weights=None: metrics.nll_logits(zz, yy, temperature=1.3, weights=weights)  # noqa: E731
-    fast = _boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
+    fast = boot_mean(nll_t, hb, [hb.logit, hb.correct], boot)
     slow = metrics.bootstrap_ci(nll_t, img, hb.logit, hb.correct, n_boot=200, seed=4, level=0.9)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
 
@@ -642,7 +646,8 @@ def test_conf_thresholds_section_when_the_run_has_thresholds_json(tmp_path):
     calib = json.loads((run / "calibration.json").read_text())
     n_gt = {sp: dict.fromkeys(range(len(NAMES)), 60) for sp in calib["splits"].values()}
     tune_run(run, head="nms", target_precision=0.7, delta=0.1, n_gt=n_gt, n_boot=20)
-    want = [*SECTIONS[:4], "Conf thresholds", *SECTIONS[4:]]
+    want = [s.title for s in sections_of("report") if not s.optional or s.title == "Conf thresholds"]
+    assert want == [*SECTIONS[:4], "Conf thresholds", *SECTIONS[4:]]
     page = parse(write_report(run)["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == want
     rows = tables(page, "thresholds", "nms")[0]["rows"]
@@ -687,3 +692,141 @@ def test_log_count_labels():
     from det_calib.report.plots import _count
 
     assert [_count(v) for v in (1, 10, 100, 1000, 25_000, 3e6, 0.5)] == ["1", "10", "100", "1k", "25k", "3M", "0.5"]
+
+
+# --------------------------------------------------------------------------------------------
+# the section contract, and the answer first
+
+
+def summary_opening(html: str) -> list[tuple[str, str]]:
+    """The blocks that open the Summary, in order, up to the first block that is neither an answer
+    line (``<p class="lead">``) nor a figure: ``("lead", text)`` and ``("fig", name)``."""
+    import html as html_lib
+
+    body = html[html.index('<h2 id="summary">'):]
+    body = body[body.index("</h2>") + 5:]
+    out = []
+    for m in re.finditer(r'\s*(?:<p class="lead">(.*?)</p>|<figure id="fig-([^"]+)">.*?</figure>)', body, re.S):
+        if m.start() != (out[-1][2] if out else 0):
+            break
+        out.append(("lead", html_lib.unescape(m.group(1)), m.end()) if m.group(1) is not None
+                   else ("fig", m.group(2), m.end()))
+    return [(k, v) for k, v, _ in out]
+
+
+def with_operating_figures(run: Path) -> dict:
+    """Give a synthetic run the kept-set figures the pipeline records (ECE of the boxes kept at conf 0.25
+    raw and calibrated, computed here from the boxes, and a sampling floor) and return its calibration.json."""
+    calib = json.loads((run / "calibration.json").read_text())
+    boxes = pl.read_parquet(run / "boxes.parquet")
+    for k, head in enumerate(calib["heads"]):
+        ev = boxes.filter((pl.col("head") == head) & (pl.col("split") == "test") & ~pl.col("ignore"))
+        y, z = ev["correct"].to_numpy(), ev["logit"].to_numpy()
+        cb, ca = ev["conf"].to_numpy(), calibrated_conf(z, calib["temperature"][head])
+        ops = []
+        for conf in (cb, ca):
+            kept = conf > 0.25
+            ops.append({"conf": 0.25, "boxes": int(kept.sum()), "correct": int(y[kept].sum()),
+                        "ece": metrics.ece(conf[kept], y[kept], n_bins=15), "ece_floor": 0.031 + k / 100,
+                        "ece_floor_range": [0.012 + k / 100, 0.055 + k / 100]})
+        calib["eval"][head]["operating_before"], calib["eval"][head]["operating_after"] = [ops[0]], [ops[1]]
+    (run / "calibration.json").write_text(json.dumps(calib))
+    return calib
+
+
+def test_each_head_opens_with_its_answer_then_its_reliability_diagram(tmp_path):
+    """The Summary opens, head by head, with one line (the deployed map, the kept-set ECE raw →
+    calibrated against its sampling floor, mAP) and the head's reliability diagram; the definitions
+    of the floor and the intervals come after them, not before."""
+    run = make_run(tmp_path / "r", heads=("nms", "e2e"), n_images=20, per_image=20, n_boot=5)
+    calib = with_operating_figures(run)
+    ece = {h: [calib["eval"][h][k][0]["ece"] for k in ("operating_before", "operating_after")] for h in calib["heads"]}
+    worse = {h: b + 1e-6 < a for h, (b, a) in ece.items()}
+    assert worse == {"nms": False, "e2e": True}  # T = 1.4 helps the kept boxes here, T = 0.8 does not
+    paths = write_report(run)
+    html = paths["html"].read_text()
+    opening = summary_opening(html)
+    assert [k for k, _ in opening] == ["lead", "fig", "lead", "fig"]
+    for (_, line), (_, fig), head in zip(opening[::2], opening[1::2], ("nms", "e2e"), strict=True):
+        assert fig == f"reliability_{head}"
+        o0, o1 = (calib["eval"][head][k][0] for k in ("operating_before", "operating_after"))
+        lo, hi = o1["ece_floor_range"]
+        t = calib["temperature"][head]
+        assert line == (f"{head}: temperature T = {t:.3f} deployed; ECE of the boxes kept at conf 0.25: raw "
+                        f"{f4(o0['ece'])} → calibrated {f4(o1['ece'])}, sampling floor {f4(o1['ece_floor'])} "
+                        f"[{f4(lo)}, {f4(hi)}]; mAP50-95 {f4(calib['eval'][head]['map50_95_before'])} unchanged"
+                        + ("; WORSE than the raw scores where decisions are made (below)" if worse[head] else "")
+                        + "."), line
+        assert len(line.split()) <= 40  # one line, not a paragraph
+    first_table = html.index("<table")
+    assert html.index('data-figure="reliability_e2e"') < first_table
+    for definition in ("ECE floor: the kept-set ECE a perfectly calibrated detector", "Intervals: 95% image bootstrap"):
+        assert html.index(definition) > first_table  # below the operating-point table, not in its caption
+    assert "docs/report.md" in html
+    md = paths["md"].read_text()
+    assert md[md.index("## Summary"):].split("\n")[2].startswith("**nms: temperature T = ")  # the answer, first
+
+
+def test_answer_line_of_a_run_without_kept_set_figures(run_one):
+    """A run that predates the operating-point figures says so and gives the all-box ECE, named as such."""
+    run, paths = run_one
+    calib = json.loads((run / "calibration.json").read_text())
+    ev = calib["eval"]["e2e"]
+    (kind, line), (fig_kind, fig) = summary_opening(paths["html"].read_text())
+    assert (kind, fig_kind, fig) == ("lead", "fig", "reliability_e2e")
+    assert line == (f"e2e: temperature T = 0.800 deployed; all-box ECE {f4(ev['ece_before'])} → {f4(ev['ece_after'])} "
+                    f"(this run records no kept-set ECE); mAP50-95 {f4(ev['map50_95_before'])} unchanged.")
+
+
+def test_pages_follow_the_one_list_of_sections(tmp_path, monkeypatch):
+    """write_report and compare_runs write exactly the list's sections for their page, in its order, with
+    the same section functions (a comparison re-writes none of them); compare.py builds no block itself."""
+    import inspect
+
+    from det_calib.report import compare as compare_module
+    from det_calib.report import sections
+
+    calls: list[tuple[str, str]] = []
+
+    def spy(sec):
+        def build(page, ctx):
+            calls.append((ctx.kind, sec.title))
+            return sec.build(page, ctx)
+        return dataclasses.replace(sec, build=build)
+
+    monkeypatch.setattr(sections, "SECTIONS", tuple(spy(s) for s in sections.SECTIONS))
+    run = make_run(tmp_path / "r", heads=("nms", "e2e"), n_images=10, per_image=20, n_boot=5)
+    write_report(run)
+    compare_runs(f"{run}:nms", f"{run}:e2e", out_dir=tmp_path / "cmp")
+    assert [t for k, t in calls if k == "report"] == [s.title for s in sections_of("report")]
+    assert [t for k, t in calls if k == "compare"] == [s.title for s in sections_of("compare")]
+    shared = {"Summary", "Reliability", "Per-class calibration", "Conf thresholds", "Settings"}
+    assert shared <= {s.title for s in sections_of("report")} & {s.title for s in sections_of("compare")}
+    src = inspect.getsource(compare_module)
+    assert "Heading(" not in src and "Table(" not in src and "Para(" not in src
+
+
+def test_a_section_writes_only_its_own_headings(tmp_path):
+    """build_page holds every section to its entry: a heading of another section, or none where the
+    section is not optional, is a defect it reports."""
+    from det_calib.record.run_folder import load_run
+    from det_calib.report import sections
+    from det_calib.report.document import Heading
+    from det_calib.report.run_report import report_context
+
+    run = make_run(tmp_path / "r", n_images=5, per_image=10, n_boot=5)
+    ctx = report_context(load_run(run))
+    page = sections.build_page(ctx)
+    assert [b.text for b in page.blocks if isinstance(b, Heading) and b.level == 2] == SECTIONS
+    assert sections.section_of("Calibrators compared: A").title == "Calibrators compared"
+    assert sections.section_of("Engines (nms head)").title == "Engines" and sections.section_of("Engine") is None
+    bad = sections.Section("Settings", lambda page, ctx: page.add(Heading(2, "Options")))
+    silent = sections.Section("Settings", lambda page, ctx: None)
+    for wrong in (bad, silent):
+        orig = sections.SECTIONS
+        try:
+            sections.SECTIONS = (*orig[:-1], wrong)
+            with pytest.raises(ValueError, match="section 'Settings' wrote the headings"):
+                sections.build_page(ctx)
+        finally:
+            sections.SECTIONS = orig

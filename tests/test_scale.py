@@ -96,7 +96,7 @@ def lvis_run(tmp_path_factory):
 
 
 def test_a_thousand_classes_run_and_keep_a_readable_report(lvis_run):
-    from det_calib.report.run_report import MAX_CLASS_PANELS, MAX_SPARSE_PANELS, shown_classes
+    from det_calib.report.per_class_section import MAX_CLASS_PANELS, MAX_SPARSE_PANELS, shown_classes
 
     s, run = lvis_run
     doc = json.loads((run.out_dir / "calibration.json").read_text())

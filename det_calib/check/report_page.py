@@ -16,8 +16,9 @@ from det_calib.data.box_view import BoxView
 from det_calib.record.run_folder import Run
 from det_calib.record.run_result import OperatingFigures
 from det_calib.report import plots
-from det_calib.report.common import _bins, _Builder, _write_page, f3, f4, fci, fint
+from det_calib.report.common import bins_of, f3, f4, fci, fint
 from det_calib.report.document import Bullets, Heading, Para, Table
+from det_calib.report.page import Page
 
 __all__ = ["write_check_report"]
 
@@ -43,7 +44,7 @@ def _operating_rows(now: list[OperatingFigures], then: list[OperatingFigures]) -
     return rows
 
 
-def _labelled(b: _Builder, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
+def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
     t, d = c.calibration, c.detection
     b.add(Heading(2, f"Head {h} ({c.method})"),
           Para(c.calibration_line, "lead"), Para(c.detection_line, "lead"))
@@ -95,17 +96,17 @@ def _labelled(b: _Builder, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) 
     then = _kept(run.boxes, h, r.conf, r.reference_split)
     now = _kept(new, h, r.conf)
     panels = [(f"then: {r.reference_split} ({then.n} kept)",
-               _bins(then.conf, then.correct, n_bins) if then.n else None,
+               bins_of(then.conf, then.correct, n_bins) if then.n else None,
                "calibrated confidence"),
               (f"now: {c.split} ({now.n} kept)",
-               _bins(now.conf, now.correct, n_bins) if now.n else None,
+               bins_of(now.conf, now.correct, n_bins) if now.n else None,
                "calibrated confidence")]
     b.fig(f"reliability_{h}", plots.reliability_figure(panels, title=f"{h}: kept boxes at conf {r.conf:g}"),
           f"Reliability of the boxes kept at conf {r.conf:g}, then (the run's eval split) and now.",
           f"Reliability diagrams of head {h} then and now")
 
 
-def _unlabelled(b: _Builder, r: Any, h: str, s: Any, new: pl.DataFrame, run: Run) -> None:
+def _unlabelled(b: Page, r: Any, h: str, s: Any, new: pl.DataFrame, run: Run) -> None:
     t = s.tests
     b.add(Heading(2, f"Head {h} ({s.method})"), Para(s.line, "lead"))
     b.add(Table(["figure", "then (run's eval split)", "now", "statistic", "permutation p"], [
@@ -145,7 +146,7 @@ def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, ru
     Returns:
         Written paths: ``"html"``, ``"md"`` and each figure's relative path.
     """
-    b = _Builder()
+    b = Page()
     where = (f"{result.data} split {result.split}" if result.kind == "labelled" else f"unlabelled images in "
              f"{result.images}")
     verdicts = ([f"calibration: {result.calibration_verdict}", f"detection quality: {result.detection_verdict}"]
@@ -166,5 +167,5 @@ def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, ru
         f"calibration verdicts need {result.min_boxes} kept boxes",
         f"intervals: 95% image bootstrap ({result.n_boot} resamples, seed {result.seed}), each containing its estimate",
     ]))
-    return _write_page(Path(out_dir), "check", "det_calib check", b, subtitle=where,
-                       footer=f"det_calib {result.det_calib_version}, {result.created}")
+    return b.write(Path(out_dir), "check", "det_calib check", subtitle=where,
+                   footer=f"det_calib {result.det_calib_version}, {result.created}")

@@ -86,7 +86,7 @@ class FusionSettings:
                                       "(repeatable)", flag="--snapshots", repeat=True)
     fusion_iou: float = _opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
     fusion_score: str = _opt(AUTO, "score of a fused box: auto (default: chosen per head on the fit split's folds, "
-                             "see README), best-avg (each member's best box in it, averaged over the members, an "
+                             "see docs), best-avg (each member's best box in it, averaged over the members, an "
                              "absent member counting 0), agree (the mean of its boxes times the share of members "
                              "that have a box in it), avg (the mean of its boxes, an absent member counting 0), "
                              "present, max, absent", flag="--fusion-score", choices=(AUTO, *SCORE_RULES))

@@ -4,14 +4,18 @@
 >>> write_report("runs/calib")  # doctest: +SKIP
 >>> compare_runs("runs/calib:nms", "runs/calib:e2e", out_dir="runs/cmp")  # doctest: +SKIP
 
-- :mod:`~det_calib.record.run_folder` — a run directory read as a :class:`~det_calib.record.RunResult` and its boxes
-- :mod:`~det_calib.report.run_report` — the report of one run
-- :mod:`~det_calib.report.compare` — two or more runs (or heads) side by side
-- :mod:`~det_calib.report.common` — number formats, wording, page writing
+- :mod:`~det_calib.report.run_report` — the report of one run (``write_report``)
+- :mod:`~det_calib.report.compare` — two or more runs (or heads) side by side (``compare_runs``)
+- :mod:`~det_calib.report.sections` — ``SECTIONS``, every section of both pages in order, and ``build_page``
+- :mod:`~det_calib.report.context` — ``ReportContext``, what every section reads (the heads, or the compared runs)
+- :mod:`~det_calib.report.page` — ``Page``, the page builder (blocks, figures, atomic writing)
+- ``*_section`` modules — one section each, the function ``section(page, ctx)`` that writes it on both pages
+- :mod:`~det_calib.report.separation` — what the intervals of compared runs tell apart
+- :mod:`~det_calib.report.common` — number formats, wording, data helpers
 - :mod:`~det_calib.report.document` — HTML and Markdown from one list of blocks
 - :mod:`~det_calib.report.plots` — the figures (matplotlib is imported only under ``det_calib.report``)
-- :mod:`~det_calib.report.thresholds_section` — the "Conf thresholds" section (per-class thresholds of
-  :mod:`det_calib.thresholds.per_class`) and its comparison table
+
+Adding a section: one function and one entry in ``SECTIONS`` (docs/report_sections.md).
 """
 
 from __future__ import annotations

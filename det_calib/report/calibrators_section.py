@@ -23,8 +23,10 @@ from det_calib.report.record_words import left_words, operating_point_worse, tem
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
-from .common import _Builder, _eval, f4, fci, fint, fthr
+from .common import f4, fci, fint, fthr, head_eval
+from .context import ReportContext
 from .document import Heading, Para, Table
+from .page import Page
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def deployed_words(run: Run, head: str) -> str:
 
 def map_words(run: Run, head: str) -> str:
     """What happens to mAP, never "unchanged" where it is not."""
-    hr, ev = run.head(head), _eval(run, head)
+    hr, ev = run.head(head), head_eval(run, head)
     rec = hr.calibrator
     uv = hr.ultralytics_val
     if rec is not None and rec.method not in registry.global_methods():
@@ -95,7 +97,7 @@ def map_words(run: Run, head: str) -> str:
 
 def lead(run: Run, head: str) -> str:
     """The headline sentence of a head: the operating point first."""
-    ev = _eval(run, head)
+    ev = head_eval(run, head)
     parts = [method_words(run, head)]
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
         parts.append(f"boxes kept at conf {fthr(o0.conf)}: ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}"
@@ -142,7 +144,7 @@ def operating_table(run: Run) -> Table | None:
     rows = []
     st = run.settings
     for h in run.heads:
-        ev = _eval(run, h)
+        ev = head_eval(run, h)
         for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
             rows.append([h, fthr(o0.conf), *operating_cells(o0, o1)])
     if not rows:
@@ -150,8 +152,8 @@ def operating_table(run: Run) -> Table | None:
     return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
                   "ECE calibrated", "ECE floor (perfectly calibrated)", f"LaECE_0 raw ({st.laece_bins} bins)",
                   "LaECE_0 calibrated"], rows,
-                 caption="At the operating point: calibration of the boxes kept at each conf threshold. "
-                 + FLOOR_NOTE + " " + INTERVAL_NOTE,
+                 caption="At the operating point: calibration of the boxes kept at each conf threshold "
+                         "(the floor and the intervals: below the table)",
                  css="operating")
 
 
@@ -159,7 +161,17 @@ def _op_cells(ops: list[OperatingFigures]) -> list[str]:
     return [c for o in ops for c in (fci(o.ece, o.ece_ci), fci(o.laece0, o.laece0_ci))]
 
 
-def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, label: str = "",
+def calibrators_section(page: Page, ctx: ReportContext) -> None:
+    """The "Calibrators compared" section, for every head (every compared run) that ``--method auto``
+    chose: each candidate, its CV score, and why one was chosen."""
+    if ctx.compared:
+        for s in ctx.subjects:
+            _candidates_section(page, s.run, {s.head: s.hb}, label=f": {s.name}", heads=[s.head])
+    else:
+        _candidates_section(page, ctx.run, ctx.hbs)
+
+
+def _candidates_section(b: Page, run: Run, hbs: dict[str, HeadBoxes], *, label: str = "",
                         heads: list[str] | None = None) -> None:
     """Every candidate of ``--method auto`` on the eval split, its CV score, and why one was chosen
     (``heads``: only these; ``label``: a suffix of the heading, for ``compare``)."""
@@ -189,7 +201,7 @@ def calibrators_section(b: _Builder, run: Run, hbs: dict[str, HeadBoxes], *, lab
         _head_candidates(b, run, h, hbs[h], label=label, titled=len(heads) > 1)
 
 
-def _head_candidates(b: _Builder, run: Run, h: str, hb: HeadBoxes, *, label: str, titled: bool) -> None:
+def _head_candidates(b: Page, run: Run, h: str, hb: HeadBoxes, *, label: str, titled: bool) -> None:
     """One head's candidates: the CV table, their figures on the eval split, their reliability, per class."""
     st = run.settings
     thr = list(st.conf_thresholds)

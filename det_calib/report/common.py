@@ -7,9 +7,9 @@ pipeline computed them; curves are recomputed from ``boxes.parquet``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,22 +17,18 @@ import numpy as np
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.evaluation.kept_set import ThresholdShift
-from det_calib.io import write_bytes, write_text
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_folder import HeadBoxes, Run
-from det_calib.record.run_result import ClassResult, EvalResult
+from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
+from det_calib.record.run_result import ClassResult, EvalResult, OperatingFigures
 from det_calib.report.record_words import temperature_verdict
 
-from .document import Block, Fig, to_html, to_markdown
-
-FIGURES_DIR = "figures"
-
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # formatting
 
 
-def _num(x: Any) -> float | None:
+def num(x: Any) -> float | None:
     if isinstance(x, bool) or x is None:
         return None
     try:
@@ -44,37 +40,37 @@ def _num(x: Any) -> float | None:
 
 def f4(x: Any) -> str:
     """Metric format: 4 decimals, or 3 significant digits below 0.01 (so 4e-05 is not "0.0000")."""
-    v = _num(x)
+    v = num(x)
     if v is None:
         return "n/a"
     return f"{v:.4f}" if v == 0 or abs(v) >= 0.01 else f"{v:.3g}"
 
 
 def f3(x: Any) -> str:
-    v = _num(x)
+    v = num(x)
     return "n/a" if v is None else f"{v:.3f}"
 
 
 def fint(x: Any) -> str:
-    v = _num(x)
+    v = num(x)
     return "n/a" if v is None else f"{int(round(v)):,}"
 
 
 def fthr(x: Any) -> str:
-    v = _num(x)
+    v = num(x)
     return "n/a" if v is None else f"{v:.4g}"
 
 
-def _ci(ci: Any) -> tuple[float, float] | None:
+def ci_pair(ci: Any) -> tuple[float, float] | None:
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
-    lo, hi = _num(ci[0]), _num(ci[1])
+    lo, hi = num(ci[0]), num(ci[1])
     return None if lo is None or hi is None else (lo, hi)
 
 
 def outside_ci(v: Any, ci: Any) -> bool:
     """True when a value lies outside its own interval (bootstrap bias of binned metrics)."""
-    c, x = _ci(ci), _num(v)
+    c, x = ci_pair(ci), num(v)
     return c is not None and x is not None and not (c[0] - 1e-12 <= x <= c[1] + 1e-12)
 
 
@@ -84,18 +80,18 @@ CI_NOTE = ("A value outside its own interval is not a bug: binned calibration er
 
 
 def fci(v: Any, ci: Any, fmt: Callable[[Any], str] = f4) -> str:
-    c = _ci(ci)
-    if _num(v) is None:
+    c = ci_pair(ci)
+    if num(v) is None:
         return "n/a"
     return f"{fmt(v)} [{fmt(c[0])}, {fmt(c[1])}]" if c else fmt(v)
 
 
-def _arrow(a: str, b: str) -> str:
+def arrow(a: str, b: str) -> str:
     return f"{a} → {b}"
 
 
 
-def _fmt_value(v: Any) -> str:
+def fmt_value(v: Any) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, bool):
@@ -103,9 +99,9 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, dict):
-        return ", ".join(f"{k}={_fmt_value(x)}" for k, x in v.items()) or "none"
+        return ", ".join(f"{k}={fmt_value(x)}" for k, x in v.items()) or "none"
     if isinstance(v, (list, tuple)):
-        return ", ".join(_fmt_value(x) for x in v) or "none"
+        return ", ".join(fmt_value(x) for x in v) or "none"
     return str(v)
 
 
@@ -113,18 +109,18 @@ def _fmt_value(v: Any) -> str:
 # wording
 
 
-def _ece_tag(run: Run) -> str:
+def ece_tag(run: Run) -> str:
     return f"{run.settings.ece_bins} bins, IoU {run.settings.iou_match:g}"
 
 
-def _dece_tag(run: Run) -> str:
+def dece_tag(run: Run) -> str:
     bins = run.settings.dece_bins
     if bins:
         return "bins " + "×".join(str(int(b)) for b in bins) + " over conf, x, y, w, h"
     return "box position and size"
 
 
-def _laece_tag(run: Run) -> str:
+def laece_tag(run: Run) -> str:
     return f"{run.settings.laece_bins} bins, loc. IoU {run.settings.loc_iou_match:g}"
 
 
@@ -179,13 +175,13 @@ def shift_sentence(e: ThresholdShift) -> str:
          f"{fint(e.removed)} removed ({fint(e.removed_correct)} correct); precision "
          f"{f3(e.precision_before)} → {f3(e.precision_after)}, recall {f3(e.recall_before)} → "
          f"{f3(e.recall_after)}")
-    eq = _num(e.equivalent_conf)
+    eq = num(e.equivalent_conf)
     if eq is not None and eq != e.conf:
         s += f"; calibrated conf {eq:.3f} keeps exactly the raw set"
     return s + "."
 
 
-def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
+def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
     from det_calib.evaluation.coco_engine import engine_label
 
     s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
@@ -205,18 +201,18 @@ def _map_sentence(ev: EvalResult, method: str = "temperature") -> str:
 # data helpers
 
 
-def _eval(run: Run, head: str) -> EvalResult:
+def head_eval(run: Run, head: str) -> EvalResult:
     """The head's evaluation, or an empty one (every number n/a)."""
     return run.head(head).eval or EvalResult()
 
 
-def _bins(conf: np.ndarray | None, correct: np.ndarray, n_bins: int) -> Any | None:
+def bins_of(conf: np.ndarray | None, correct: np.ndarray, n_bins: int) -> Any | None:
     if conf is None:
         return None
     return metrics.reliability_bins(conf, correct, n_bins=n_bins)
 
 
-def _per_class_rows(run: Run, head: str, hb: HeadBoxes) -> list[ClassResult]:
+def per_class_rows(run: Run, head: str, hb: HeadBoxes) -> list[ClassResult]:
     """Per-class results of the run, or results built from the boxes when it has none.
 
     A missing ``few_boxes`` flag is derived from ``min_class_boxes``, a missing name from the
@@ -235,40 +231,39 @@ def _per_class_rows(run: Run, head: str, hb: HeadBoxes) -> list[ClassResult]:
     return out
 
 
-def _heads_label(run: Run) -> str:
+def heads_label(run: Run) -> str:
     return ", ".join(HEAD_LABEL.get(h, h) for h in run.heads)
 
 
-# --------------------------------------------------------------------------------------------
-# pages
+def consistency_warnings(run: Run, head: str, hb: HeadBoxes, before: Any, after: Any) -> list[str]:
+    """Warnings where boxes.parquet and calibration.json disagree."""
+    ev = head_eval(run, head)
+    out = []
+    for which, bins in (("before", before), ("after", after)):
+        want = num(ev.scores(which).ece)
+        if bins is None or want is None:
+            continue
+        got = bins.ece()
+        if math.isfinite(got) and abs(got - want) > 1e-6 + 1e-4 * abs(want):
+            out.append(f"Head {head}: the boxes in {BOXES_FILE} give ECE {which} calibration {got:.4f}, "
+                       f"{CALIBRATION_FILE} says {want:.4f}; the two files may not come from the same run.")
+    if ev.boxes is not None and ev.boxes != hb.n:
+        out.append(f"Head {head}: {BOXES_FILE} holds {hb.n:,} usable boxes on split {hb.split}, "
+                   f"{CALIBRATION_FILE} says {ev.boxes:,}.")
+    for w in out:
+        log.warning(w)
+    return out
 
 
-class _Builder:
-    """Collects blocks and figures of one page."""
-
-    def __init__(self) -> None:
-        self.blocks: list[Block] = []
-        self.figures: dict[str, bytes] = {}
-
-    def add(self, *blocks: Block) -> None:
-        self.blocks.extend(blocks)
-
-    def fig(self, name: str, png: bytes, caption: str, alt: str) -> None:
-        if name in self.figures:
-            raise ValueError(f"duplicate figure name {name}")
-        self.figures[name] = png
-        self.blocks.append(Fig(name, png, caption, alt))
+MAX_ABSENT_NAMED = 30
+"""Names listed at most in a sentence (classes without boxes, corrupt images); the rest are counted."""
 
 
-def _write_page(out_dir: Path, stem: str, title: str, b: _Builder, *, subtitle: str, footer: str) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {}
-    for name, png in b.figures.items():
-        paths[f"{FIGURES_DIR}/{name}.png"] = write_bytes(out_dir / FIGURES_DIR / f"{name}.png", png)
-    md = to_markdown(title, b.blocks, figures_dir=FIGURES_DIR, subtitle=subtitle, footer=footer)
-    paths["md"] = write_text(out_dir / f"{stem}.md", md)
-    page = to_html(title, b.blocks, subtitle=subtitle, footer=footer)
-    paths["html"] = write_text(out_dir / f"{stem}.html", page)
-    return paths
+def op_at(ops: list[OperatingFigures], t: float) -> OperatingFigures | None:
+    """The operating-point figures at conf ``t``, or None."""
+    return next((o for o in ops if num(o.conf) == t), None)
 
 
+def shift_at(shifts: list[ThresholdShift], t: float | None) -> ThresholdShift | None:
+    """The kept-set shift at conf ``t``, or None."""
+    return None if t is None else next((s for s in shifts if num(s.conf) == t), None)

@@ -22,8 +22,10 @@ import polars as pl
 from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.record.run_folder import Run
 
-from .common import _Builder, _num, f3, f4, fint, fthr
+from .common import f3, f4, fint, fthr, num
+from .context import ReportContext
 from .document import Heading, Para, Table
+from .page import Page
 
 MATCH_IOU = 0.7
 """IoU at which a box of one engine is the same detection as a box of another (same image and class)."""
@@ -83,8 +85,8 @@ def engine_figures(run: Run, head: str) -> list[EngineFigures]:
     out = []
     for t in run.settings.conf_thresholds:
         t = float(t)
-        o0 = next((o for o in ev.operating_before if _num(o.conf) == t), None)
-        o1 = next((o for o in ev.operating_after if _num(o.conf) == t), None)
+        o0 = next((o for o in ev.operating_before if num(o.conf) == t), None)
+        o1 = next((o for o in ev.operating_after if num(o.conf) == t), None)
         kept = kept_mask(hb.conf, t)
         e = eq.get(t, {})
         out.append(EngineFigures(
@@ -177,7 +179,18 @@ def _threshold_cell(f: EngineFigures) -> str:
     return "n/a"
 
 
-def engines_section(b: _Builder, runs: list[tuple[str, Run, str]], *, title: str = "Engines") -> None:
+def engines_section(page: Page, ctx: ReportContext) -> None:
+    """The Engines section: a report's run beside its ``reference`` run, or a run on an export alone
+    (its engine, calibration and equivalent thresholds); a comparison with an export among its runs:
+    every run's engine side by side."""
+    if ctx.compared:
+        if any(engine_record(s.run) is not None for s in ctx.subjects):
+            _engines(page, [(s.name, s.run, s.head) for s in ctx.subjects])
+    else:
+        _run_engines(page, ctx.run, ctx.reference, folder=ctx.folder if ctx.folder is not None else ctx.run.run_dir)
+
+
+def _engines(b: Page, runs: list[tuple[str, Run, str]], *, title: str = "Engines") -> None:
     """The engines table of ``runs`` (``(name, run, head)``) and, against the first, the shift table."""
     from .calibrators_section import deployed_words
 
@@ -214,7 +227,7 @@ def engines_section(b: _Builder, runs: list[tuple[str, Run, str]], *, title: str
                         f"box (same image and class, IoU >= {MATCH_IOU:g})", css="engine-shift"))
 
 
-def run_engines_section(b: _Builder, run: Run, reference: str | Path | None, *, folder: str | Path) -> None:
+def _run_engines(b: Page, run: Run, reference: str | Path | None, *, folder: str | Path) -> None:
     """The report's Engines section: with a ``reference`` run, it first and this run next to it
     (each head of this run against the reference's same head, else its first); without one, only
     for a run on an export (its engine, calibration and equivalent thresholds). ``folder`` is where
@@ -228,11 +241,11 @@ def run_engines_section(b: _Builder, run: Run, reference: str | Path | None, *, 
 
     if reference is None:
         if engine_record(run) is not None:
-            engines_section(b, [(shown, run, h) for h in run.heads], title="Engine")
+            _engines(b, [(shown, run, h) for h in run.heads], title="Engines")
         return
     path, head = parse_run_spec(reference)
     ref = load_run(path)
     for h in run.heads:
         rh = head or (h if h in ref.heads else ref.heads[0])
-        engines_section(b, [(Path(path).name, ref, rh), (shown, run, h)],
+        _engines(b, [(Path(path).name, ref, rh), (shown, run, h)],
                         title="Engines" if len(run.heads) == 1 else f"Engines ({h} head)")

@@ -18,8 +18,10 @@ from det_calib import metrics
 from det_calib.data.box_view import BoxView
 
 from . import plots
-from .common import _Builder, f4
+from .common import f4
+from .context import ReportContext
 from .document import Heading, Para, Table
+from .page import Page
 
 
 def _ci(ci: Any) -> str:
@@ -73,8 +75,13 @@ def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
                             "on the eval split" if cv else ", eval split"), css="ensemble-fusion")
 
 
-def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
-    """Add the ensemble section (a run with ``ensemble`` in its calibration.json)."""
+def ensemble_section(page: Page, ctx: ReportContext) -> None:
+    """The Ensemble section of a report, for a run with ``ensemble`` in its calibration.json: the
+    members, each member against the fused detector per head, the fusion candidates, the cost."""
+    if ctx.compared or ctx.run.result.ensemble is None:
+        return
+    b, run = page, ctx.run
+    folder = Path(ctx.folder if ctx.folder is not None else run.run_dir)
     from det_calib.record.ensemble_record import AUTO, rule_words
 
     rec = run.result.ensemble
@@ -119,7 +126,7 @@ def ensemble_section(b: _Builder, run: Any, folder: Path) -> None:
                "proportion to its pixels.", "note"))
 
 
-def _reliability(b: _Builder, h: str, eh: Any, mb: pl.DataFrame | None, boxes: pl.DataFrame, st: Any,
+def _reliability(b: Page, h: str, eh: Any, mb: pl.DataFrame | None, boxes: pl.DataFrame, st: Any,
                  thr: float) -> None:
     ev = st.eval_split
     runs = []

@@ -90,7 +90,7 @@ def _log_counts(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _png(fig: Figure) -> bytes:
+def to_png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
@@ -169,7 +169,7 @@ def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: 
         fig.legend(handles=_reliability_legend(), loc="outside lower center", ncols=3, frameon=False)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 def confidence_histograms(
@@ -214,7 +214,7 @@ def confidence_histograms(
                 ax.set_ylim(0.7, ymax * 4)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,7 @@ def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, nco
                    title="marker size: boxes in the bin", title_fontsize=8)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / height, va="top")
-        return _png(fig)
+        return to_png(fig)
 
 
 @dataclass(frozen=True)
@@ -333,7 +333,7 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
         ax = fig.add_subplot()
         if not rows:
             _empty(ax, "no classes")
-            return _png(fig)
+            return to_png(fig)
         y = np.arange(len(rows))[::-1].astype(float)
         h = 0.38
         vb = [r.ece_before for r in rows]
@@ -378,7 +378,7 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 def threshold_figure(
@@ -433,7 +433,7 @@ def threshold_figure(
         axes[0].legend(loc="lower right", frameon=True, framealpha=0.9)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 def compare_reliability(
@@ -484,7 +484,7 @@ def compare_reliability(
             axc.set_xlabel(f"{name.lower()}{xlabel_suffix}")
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 def compare_per_class_chart(
@@ -508,7 +508,7 @@ def compare_per_class_chart(
         ax = fig.add_subplot()
         if not rows:
             _empty(ax, "no class present in both runs")
-            return _png(fig)
+            return to_png(fig)
         y = np.arange(len(rows), dtype=float)
         h = 0.38
         for idx, off, color, label in ((1, h / 2, BEFORE, "raw"), (2, -h / 2, AFTER, "calibrated")):
@@ -539,7 +539,7 @@ def compare_per_class_chart(
             ax.set_title(footnote, fontsize=8, color="#555555", loc="left")
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 @dataclass(frozen=True)
@@ -598,7 +598,7 @@ def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: S
             fig.colorbar(image, ax=list(axes), shrink=0.8, label=label)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)
 
 
 def operating_reliability(
@@ -649,4 +649,4 @@ def operating_reliability(
         axc.set_xlabel(f"confidence of the boxes kept at conf {low:g}")
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
-        return _png(fig)
+        return to_png(fig)

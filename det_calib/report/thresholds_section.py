@@ -14,6 +14,7 @@ Figures are drawn with matplotlib's Agg canvas directly (no pyplot), as in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,10 +25,13 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from det_calib.errors import DetCalibError
+from det_calib.errors import DetCalibError, InputError
+from det_calib.record.run_folder import Run
+from det_calib.report.context import ReportContext, Subject
 from det_calib.report.document import Block, Fig, Heading, Para, Table
-from det_calib.report.plots import RC, _png
-from det_calib.thresholds.per_class import CRITERIA, counts_by_image, load_head, read_thresholds
+from det_calib.report.page import Page
+from det_calib.report.plots import RC, to_png
+from det_calib.thresholds.per_class import CRITERIA, THRESHOLDS_FILE, counts_by_image, load_head, read_thresholds
 from det_calib.thresholds.thresholds_file import (
     HeadThresholds,
     SplitFigures,
@@ -35,7 +39,7 @@ from det_calib.thresholds.thresholds_file import (
     ThresholdsFile,
 )
 
-__all__ = ["compare_thresholds_table", "pr_threshold_figure", "thresholds_section"]
+__all__ = ["compare_thresholds_table", "conf_thresholds_section", "pr_threshold_figure", "thresholds_section"]
 
 LABELS = {"target_precision": "target precision", "max_f1": "max F1", "lrp": "LRP-optimal"}
 MARKERS = {"target_precision": ("o", "#CC3311"), "max_f1": ("s", "#009988"), "lrp": ("D", "#EE7733")}
@@ -112,7 +116,7 @@ def pr_threshold_figure(panels: Sequence[dict[str, Any]], *, title: str, target:
         fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False)
         fig.suptitle(title)
         fig.tight_layout(rect=(0, 0.09 if rows > 1 else 0.16, 1, 0.96))
-        return _png(fig)
+        return to_png(fig)
 
 
 def _marks(rows: Mapping[str, ThresholdRow]) -> dict[str, tuple[float | None, float | None, float] | None]:
@@ -279,3 +283,61 @@ def compare_thresholds_table(
         caption=f"{LABELS.get(criterion, criterion)} thresholds, {la} vs {lb}",
         css="compare-thresholds",
     )
+
+
+def conf_thresholds_section(page: Page, ctx: ReportContext) -> None:
+    """The Conf thresholds section, when the run folder has a thresholds.json (a report: per head; a
+    comparison: when every run folder has one for its head, side by side)."""
+    if ctx.compared:
+        _compare_thresholds(page, list(ctx.subjects))
+    else:
+        _report_thresholds(page, ctx.run, Path(ctx.folder if ctx.folder is not None else ctx.run.run_dir))
+
+
+def _report_thresholds(b: Page, run: Run, folder: Path) -> None:
+    """The "Conf thresholds" section, when the run folder has a thresholds.json (det_calib.thresholds.per_class)."""
+    if not (folder / THRESHOLDS_FILE).is_file():
+        return
+    try:
+        doc = read_thresholds(folder / THRESHOLDS_FILE)
+        heads = [h for h in run.heads if h in doc["heads"]]
+        blocks, figures = thresholds_section(folder, doc=doc, heads=heads)
+    except (DetCalibError, KeyError, TypeError) as e:  # an optional file: the rest of the report stands
+        b.add(Heading(2, "Conf thresholds", "thresholds"),
+              Para(f"{THRESHOLDS_FILE} could not be shown: {e}", "warn"))
+        return
+    for h in heads:
+        t_doc, t_run = doc["heads"][h].get("score", {}).get("temperature"), run.temperature(h)
+        if t_doc is not None and t_run is not None and not math.isclose(t_doc, t_run, rel_tol=1e-9):
+            blocks.insert(1, Para(f"Head {h}: {THRESHOLDS_FILE} was tuned with T = {t_doc:.4f}, this run has "
+                                  f"T = {t_run:.4f}; rerun `det-calib thresholds` on this run.", "warn"))
+    b.add(*blocks)  # the figures come with their Fig blocks
+
+
+def _compare_thresholds(b: Page, cols: list[Subject]) -> None:
+    """The tuned conf thresholds side by side (the first run against each other), when every run
+    folder has a thresholds.json for its head."""
+    docs = []
+    for c in cols:
+        if not (c.run.run_dir / THRESHOLDS_FILE).is_file():
+            return
+        try:
+            doc = read_thresholds(c.run.run_dir / THRESHOLDS_FILE)
+        except InputError as e:
+            b.add(Heading(2, "Conf thresholds", "thresholds"), Para(f"Not compared: {e}", "warn"))
+            return
+        if c.head not in doc["heads"]:
+            return
+        docs.append(doc)
+    b.add(Heading(2, "Conf thresholds", "thresholds"))
+    params = [d["heads"][c.head]["criteria"]["target_precision"]["params"] for d, c in zip(docs, cols, strict=True)]
+    b.add(Para("Per-class conf thresholds of each run's thresholds.json (" + "; ".join(
+        f"{c.name}: target precision {p['target_precision']:g}, delta {p['delta']:g}"
+        for c, p in zip(cols, params, strict=True))
+        + "), with the precision and recall each realises on its run's eval split. Classes are matched by name.",
+        "note"))
+    for k in range(1, len(cols)):
+        for crit in CRITERIA:
+            t = compare_thresholds_table(docs[0], docs[k], head_a=cols[0].head, head_b=cols[k].head,
+                                         labels=(cols[0].name, cols[k].name), criterion=crit)
+            b.add(dataclasses.replace(t, attrs={**t.attrs, "data-criterion": crit}))

@@ -102,7 +102,7 @@ class Settings:
     the field to False; ``choices``; ``repeat``: the option may be given several times).
     """
 
-    fit_split: str | None = _opt(None, "split to fit on (default: calib; see README)", flag="--fit-split")
+    fit_split: str | None = _opt(None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split")
     eval_split: str | None = _opt(None, "split to report on (default: test)", flag="--eval-split")
     head: HeadChoice = _opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
                             "head (nms=False); both; auto (default): every head the model has",

@@ -1,0 +1,117 @@
+"""The sections of the report pages, in page order: the one list that ``write_report``, ``compare_runs``
+and the tests read.
+
+A section is one function ``section(page, ctx)`` (:data:`SectionFn`): it adds its level-2 heading
+and its blocks to the :class:`~det_calib.report.page.Page` from the
+:class:`~det_calib.report.context.ReportContext` (the heads of a run, or the compared runs), or
+nothing when the page has nothing for it to show. Adding a section is that function and one entry
+in :data:`SECTIONS` (docs/report_sections.md).
+
+>>> [s.title for s in sections_of("compare")][:3]
+['Summary', 'Calibrators compared', 'Engines']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from det_calib.record.run_folder import Run
+
+from .calibrators_section import calibrators_section, deployed_words
+from .common import bins_of
+from .context import PageKind, ReportContext, Subject
+from .document import Heading
+from .engines_section import engines_section
+from .ensemble_section import ensemble_section
+from .map_section import map_section
+from .page import Page
+from .per_class_section import per_class_section
+from .reliability_section import reliability_section
+from .settings_section import settings_section
+from .shift_section import threshold_shift_section
+from .summary_section import summary_section
+from .thresholds_section import conf_thresholds_section
+
+__all__ = ["SECTIONS", "Section", "SectionFn", "build_page", "section_of", "sections_of", "subject"]
+
+SectionFn = Callable[[Page, ReportContext], None]
+"""The one signature of a section: add blocks to the page from the context."""
+
+BOTH: frozenset[PageKind] = frozenset({"report", "compare"})
+REPORT: frozenset[PageKind] = frozenset({"report"})
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report pages.
+
+    Attributes:
+        title: Its level-2 heading, or the start of each of them (``Calibrators compared: A``,
+            ``Engines (nms head)``): a section's headings start with its title.
+        build: The function that writes it.
+        pages: The pages it is on (``report``, ``compare``).
+        optional: Written only when the run has what it shows (an ``--method auto`` run's
+            candidates, an export, a thresholds.json, an ensemble); the others are on every page.
+    """
+
+    title: str
+    build: SectionFn
+    pages: frozenset[PageKind] = BOTH
+    optional: bool = False
+
+    def heads(self, heading: str) -> bool:
+        """Whether a level-2 heading is this section's."""
+        return heading == self.title or heading.startswith((self.title + ":", self.title + " ("))
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("Summary", summary_section),
+    Section("Calibrators compared", calibrators_section, optional=True),
+    Section("Engines", engines_section, optional=True),
+    Section("Reliability", reliability_section),
+    Section("Per-class calibration", per_class_section),
+    Section("Threshold shift", threshold_shift_section, pages=REPORT),
+    Section("Conf thresholds", conf_thresholds_section, optional=True),
+    Section("mAP verification", map_section, pages=REPORT),
+    Section("Ensemble", ensemble_section, pages=REPORT, optional=True),
+    Section("Settings", settings_section),
+)
+"""Every section, in the order of the pages."""
+
+
+def sections_of(kind: PageKind) -> list[Section]:
+    """The sections of one page, in order."""
+    return [s for s in SECTIONS if kind in s.pages]
+
+
+def section_of(heading: str) -> Section | None:
+    """The section a level-2 heading belongs to (None: none)."""
+    return next((s for s in SECTIONS if s.heads(heading)), None)
+
+
+def build_page(ctx: ReportContext) -> Page:
+    """Write every section of ``ctx.kind``'s page, in order.
+
+    Raises:
+        ValueError: A section wrote a level-2 heading that is not its own, or none while it is not
+            optional (a defect of the section, not of the run).
+    """
+    page = Page()
+    for s in sections_of(ctx.kind):
+        start = len(page.blocks)
+        s.build(page, ctx)
+        h2 = [b.text for b in page.blocks[start:] if isinstance(b, Heading) and b.level == 2]
+        if any(not s.heads(t) for t in h2) or (not h2 and not s.optional):
+            raise ValueError(f"section {s.title!r} wrote the headings {h2}")
+    return page
+
+
+def subject(run: Run, head: str, *, name: str, letter: str = "", note: str = "") -> Subject:
+    """A head of a run as the sections see it: its eval boxes read once, binned once (as the run's
+    ECE), its deployed calibrator in words."""
+    hb = run.eval_boxes(head)
+    n_bins = run.settings.ece_bins
+    bins = (bins_of(hb.conf, hb.correct, n_bins) if hb.n else None,
+            bins_of(hb.conf_after, hb.correct, n_bins) if hb.n else None)
+    return Subject(name, letter, run, head, hb, bins, deployed_words(run, head), note)
