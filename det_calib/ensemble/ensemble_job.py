@@ -66,7 +66,7 @@ from det_calib.run.inputs import Inputs, load_splits
 from det_calib.run.job import calibrate_head
 from det_calib.run.outputs import _gt_per_class, _output_files
 from det_calib.run.settings import Settings, _opt, _settings_of
-from det_calib.run.ultralytics_checks import _val_not_run
+from det_calib.run.ultralytics_checks import val_not_run
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -432,7 +432,7 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     hr, tables = calibrate_head(inputs, fit, ev, head, s, (None, None), matched=(cell.fit_boxes, eb),
                                 choice=cell.choice)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
-                       "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
+                       "ultralytics_val": val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
                                                        "val cannot run it; mAP is COCO mAP (--map-engine) on "
                                                        "the fused boxes")})
     rows = []

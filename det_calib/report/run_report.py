@@ -1,5 +1,3 @@
-# Long file: the run report's page, its sections in page order (to become one module per section
-# under the report's section contract, issue 38).
 """The calibration report of one run (``write_report``): report.html, report.md, figures/.
 
 Numbers come from the run's :class:`~det_calib.record.run_result.RunResult` as the pipeline computed them;

@@ -82,9 +82,9 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
         if c is sel.chosen:
             refits[m] = (m, c.fit_min_conf, sel.calibrator)
             continue
-        from det_calib.selection.cross_validation import _refit
+        from det_calib.selection.cross_validation import refit
 
-        refits[m] = (m, c.fit_min_conf, _refit(c, z, y, k, g, seed))
+        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed))
     return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
 
 
@@ -177,7 +177,7 @@ def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingPoint
                           metrics.nll_logits(scored.logit, scored.correct))
 
 
-def _candidates(choice: Choice, op: OperatingPoints) -> list:
+def scored_candidates(choice: Choice, op: OperatingPoints) -> list:
     """The CV table of ``auto``; the best fit range of each method also scored on the eval split."""
     import dataclasses
 

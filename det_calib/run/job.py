@@ -49,9 +49,9 @@ from det_calib.record.run_result import (
 )
 from det_calib.run.fitting import (
     Choice,
-    _candidates,
     fit_head,
     fit_result,
+    scored_candidates,
     temperature_fit,
 )
 from det_calib.run.head_figures import evaluate_head, operating_points
@@ -148,7 +148,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     with stage("temperature and candidates on the eval split"):
         result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                             eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                            per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                            per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
                             temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
     return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 

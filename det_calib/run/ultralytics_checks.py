@@ -91,7 +91,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     )
 
 
-def _val_not_run(split: str, note: str) -> ValCheck:
+def val_not_run(split: str, note: str) -> ValCheck:
     return ValCheck(split=split, note=f"not run: {note}")
 
 
@@ -99,7 +99,7 @@ def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str
                         ) -> dict[str, ValCheck]:
     """Ultralytics val of the calibrated checkpoint per head, the original's figures from the same pass."""
     if s.coco_gt:
-        return {h: _val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
+        return {h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
     from det_calib.evaluation.map_check import ultralytics_val_shared
 
@@ -115,7 +115,7 @@ def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str
                                            ultralytics_val_shared)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
                 log.warning("Ultralytics val skipped for %s head: %s", head, e)
-                results[head] = _val_not_run(ev.name, str(e))
+                results[head] = val_not_run(ev.name, str(e))
     return results
 
 

@@ -315,7 +315,7 @@ def select_calibrator(
         raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
     chosen, best, reason = paired_choice(ok, floors, n_folds, criterion=criterion,
                                          folds_text=f"{int(n_repeats)}x{n_folds} folds")
-    cal = _refit(chosen, z, y, k, groups, seed)
+    cal = refit(chosen, z, y, k, groups, seed)
     log.info("calibrator selection: %s", reason)
     return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
                      n_repeats=int(n_repeats))
@@ -359,7 +359,7 @@ def fit_calibrator(
     k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
-    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
+    return refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
                   in_range=in_range)
 
 
@@ -367,7 +367,8 @@ def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
     return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
-def _refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
+def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
+    """Candidate ``c`` refitted on every box of its fit range (every box given, with ``in_range``)."""
     m = np.ones(z.shape[0], dtype=bool) if in_range else _fit_range(z, c.fit_min_conf)
     if not m.any():
         raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
