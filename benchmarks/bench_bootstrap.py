@@ -34,7 +34,8 @@ import time
 import numpy as np
 
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.calibration import _laece_core, _uniform_index, bootstrap_ci, ece, laece
+from det_calib.metrics.calibration import bootstrap_ci, ece, laece, uniform_index
+from det_calib.metrics.detection_metrics import laece_core
 from det_calib.metrics.operating_point import LaECE0Targets, kept_ece
 
 
@@ -71,7 +72,7 @@ def old_replicates(kind: str, d: dict, *, n_boot: int, seed: int, thr: float) ->
     stats = np.empty(n_boot)
     c, y = d["conf"], d["y"]
     if kind == "ece":
-        cell = img * 15 + _uniform_index(c, 15)
+        cell = img * 15 + uniform_index(c, 15)
         per = [np.bincount(cell, weights=v, minlength=n_img * 15).reshape(n_img, 15) for v in (np.ones_like(c), c, y)]
         for b in range(n_boot):
             mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(np.float64)
@@ -83,7 +84,7 @@ def old_replicates(kind: str, d: dict, *, n_boot: int, seed: int, thr: float) ->
         return stats
     if kind == "laece":
         t, k = metrics.as_unit(d["iou"], "target_iou"), metrics.as_int_ids(d["cls"], "cls")
-        inner = functools.partial(_laece_core, c, t, k, n_bins=25)
+        inner = functools.partial(laece_core, c, t, k, n_bins=25)
         call = lambda w: inner(w=w)  # noqa: E731
     elif kind == "kept_ece":
         call = lambda w: kept_ece(c, y, threshold=thr, n_bins=15, weights=w)  # noqa: E731

@@ -45,6 +45,7 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
              per_class: bool, criterion: str = "nll") -> dict:
     from det_calib.calibrators.base import calibrated_logits
     from det_calib.calibrators.registry import global_methods, methods
+    from det_calib.data.box_view import BoxView
     from det_calib.numeric import logit_threshold, sigmoid
     from det_calib.run.fitting import choose_calibrator
     from det_calib.run.settings import fit_floors
@@ -56,7 +57,8 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     fb, eb = part("calib", fit_ids), part("test", eval_ids)
     ze, ye, ke = (eb[c].to_numpy() for c in ("logit", "correct", "cls"))
     t0 = time.perf_counter()
-    choice = choose_calibrator(fb, method="auto", floors=fit_floors("auto", None, None, (thr,)), criterion=criterion,
+    choice = choose_calibrator(BoxView.from_boxes(fb, geometry=False, ignore=False), method="auto",
+                               floors=fit_floors("auto", None, None, (thr,)), criterion=criterion,
                                min_conf=thr, n_folds=5, seed=0, methods=methods() if per_class else global_methods())
     secs = time.perf_counter() - t0
 

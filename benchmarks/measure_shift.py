@@ -33,8 +33,8 @@ from det_calib.demo import demo_data_yaml, shifted_data_yaml
 from det_calib.demo.shifts import CORRUPTIONS
 from det_calib.evaluation.map_check import coco_map
 from det_calib.metrics import drift_tests as drift
-from det_calib.metrics.calibration import sigmoid
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
+from det_calib.numeric import sigmoid
 from det_calib.record.run_result import calibrator_of
 
 

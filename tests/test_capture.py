@@ -102,11 +102,11 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
 def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     """Model set-up and the first batch take long: the ETA waits for one more full batch and then
     reflects the steady speed (4 images per 2 s here), not the first result's 30 s."""
-    from det_calib.capture import predictor as cap
+    from det_calib.capture import image_source as cap
 
     clock = iter([30.0, 30.1, 30.1, 30.1, 32.0])  # results arrive in batches of 4
     monkeypatch.setattr(cap.time, "monotonic", lambda: next(clock))  # the bar's speed clock
-    bar = cap._progress(12, "capture", enabled=True, batch=4)
+    bar = cap.progress_bar(12, "capture", enabled=True, batch=4)
     for _ in range(4):
         bar.update(1)
     assert bar.total is None  # no total, so Ultralytics' bar shows no percentage and no ETA
@@ -117,7 +117,7 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     monkeypatch.undo()
     bar.close()
     assert bar.total == 12
-    assert isinstance(cap._progress(3, "x", enabled=False, batch=4), cap._NoBar)
+    assert isinstance(cap.progress_bar(3, "x", enabled=False, batch=4), cap.NoBar)
 
 
 def test_fixture_images_have_mixed_sizes(fixture_images):

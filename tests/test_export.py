@@ -151,10 +151,10 @@ def _calibrator_on(cal, p: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """The run's calibrator itself (its own transform, not the deployment tables) on engine probabilities."""
     from det_calib.calibrators.base import calibrated_logits
     from det_calib.capture.exported import logit_of_prob
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.numeric import sigmoid
 
     z = calibrated_logits(cal, logit_of_prob(p).ravel(), np.ascontiguousarray(cls).ravel().astype(np.int64))
-    return sigmoid(z, 1.0).reshape(p.shape)
+    return sigmoid(z).reshape(p.shape)
 
 
 @pytest.mark.parametrize("name", ["onnx", "int8", "onnx_e2e"])

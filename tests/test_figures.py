@@ -892,8 +892,8 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
     own calibrated logits."""
     from det_calib.calibrators.affine import PlattScaler
-    from det_calib.metrics import calibration as metrics
-    from det_calib.run import head_figures as pipeline
+    from det_calib.data.box_view import BoxView
+    from det_calib.evaluation import figures as pipeline
     from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(0)
@@ -902,21 +902,24 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     y = rng.random(n) < 1 / (1 + np.exp(-0.6 * z))
     cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3})
     t1 = cal.transform_logits(z)
-    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    p0 = 1 / (1 + np.exp(-z))
     x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
-    feats = metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480)
-    a = pipeline._EvalArrays(z=z, y=y, cls=np.zeros(n, dtype=np.int64), img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1,
-                             loc=np.where(y, 0.8, 0.0), feats=feats, gt_cls=np.zeros(70, dtype=np.int64), ignored=0)
+    raw = BoxView(logit=z, conf=p0, correct=y, cls=np.zeros(n, dtype=np.int64), image_id=np.arange(n) // 4,
+                  loc_iou=np.where(y, 0.8, 0.0), xyxy=np.column_stack([x1, y1, x1 + 40, y1 + 30]),
+                  extra={"img_w": np.full(n, 640), "img_h": np.full(n, 480)})
+    scored = raw.scored(cal)
+    p1 = scored.conf
+    np.testing.assert_allclose(p1, 1 / (1 + np.exp(-t1)), rtol=1e-12, atol=1e-15)
     s = Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
     assert max(p0.max(), p1.max()) < 0.9999
-    t03, t_top = pipeline._thresholded(a, s)
+    t03, t_top = pipeline.thresholded(raw, scored, s)
     kb, ka = p0 > 0.3, p1 > 0.3
     assert (t03.boxes_before, t03.boxes_after) == (kb.sum(), ka.sum())
     assert t03.ece_before == pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 4), abs=1e-12)
     assert t03.ece_after == pytest.approx(ece_loop(p1[ka].tolist(), y[ka].tolist(), 4), abs=1e-12)
     assert t03.ece_before != pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 15), abs=1e-6)
     assert (t_top.boxes_before, t_top.ece_before, t_top.boxes_after, t_top.ece_after) == (0, None, 0, None)
-    before, after = pipeline._scores(a, slice(None), cal, s)
+    before, after = pipeline.all_box_scores(raw, scored, cal, s)
     assert before.nll == pytest.approx(nll_loop(z.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.nll == pytest.approx(nll_loop(t1.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
@@ -926,8 +929,9 @@ def test_map_check_honours_max_det_on_both_branches():
     """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
     from det_calib.calibrators.affine import ClassAffineScaler
+    from det_calib.calibrators.temperature import TemperatureScaler
     from det_calib.data.ground_truth import Split
-    from det_calib.run import head_figures as pipeline
+    from det_calib.evaluation import figures as pipeline
     from det_calib.run.settings import Settings
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
@@ -943,10 +947,10 @@ def test_map_check_honours_max_det_on_both_branches():
     gt_per_image = [[(c, *map(float, box)) for i_, c, *box in gt_rows if i_ == i] for i in (0, 1)]
     class_map = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
                                              "a": [3.0, 0.5], "b": [0.0, 0.0], "global_a": 1.0, "global_b": 0.0})
-    for cal, scale in ((pipeline._as_calibrator(2.0), lambda r: r[6] / 2.0),
+    for cal, scale in ((TemperatureScaler.of_temperature(2.0), lambda r: r[6] / 2.0),
                        (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
         for max_det in (1, 300):
-            m = pipeline._map_check(boxes, split, cal, Settings(max_det=max_det))
+            m = pipeline.map_check(boxes, split, cal, Settings(max_det=max_det))
             m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
             m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
             assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
@@ -958,8 +962,8 @@ def test_per_class_figures_on_small_arrays():
     """Which classes are listed (boxes or GT; not a class with neither), and every per-class
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
     from det_calib.calibrators.affine import PlattScaler
-    from det_calib.metrics import calibration as metrics
-    from det_calib.run import head_figures as pipeline
+    from det_calib.data.box_view import BoxView
+    from det_calib.evaluation import figures as pipeline
     from det_calib.run.settings import Settings
 
     rng = np.random.default_rng(1)
@@ -970,13 +974,15 @@ def test_per_class_figures_on_small_arrays():
     gt_cls = np.array([0] * 40 + [2] * 5 + [4] * 3)  # GT of classes 0, 2 and 4; class 3 has neither
     cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2})
     t1 = cal.transform_logits(z)
-    p0, p1 = 1 / (1 + np.exp(-z)), 1 / (1 + np.exp(-t1))
+    p0 = 1 / (1 + np.exp(-z))
     loc = np.where(y, rng.uniform(0.5, 1.0, n), 0.0)
-    x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
-    a = pipeline._EvalArrays(z=z, y=y, cls=cls, img=np.arange(n) // 4, p0=p0, p1=p1, t1=t1, loc=loc,
-                             feats=metrics.box_features(x1, y1, x1 + 40, y1 + 30, 640, 480), gt_cls=gt_cls, ignored=0)
+    img = np.arange(n) // 4
+    raw = BoxView(logit=z, conf=p0, correct=y, cls=cls, image_id=img, loc_iou=loc)
+    scored = raw.scored(cal)
+    p1 = scored.conf
+    np.testing.assert_allclose(p1, 1 / (1 + np.exp(-t1)), rtol=1e-12, atol=1e-15)
     s = Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
-    out = pipeline._per_class(a, cal, s, ["a", "b", "c", "d", "e"])
+    out = pipeline.per_class(raw, scored, gt_cls, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
         (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]
     assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
@@ -989,5 +995,5 @@ def test_per_class_figures_on_small_arrays():
             assert getattr(r, f"laece_{tag}") == pytest.approx(lae, abs=1e-12)
             k = m & (p > 0.3)
             assert getattr(r, f"kept_ece_{tag}") == pytest.approx(ece_loop(p[k].tolist(), y[k].tolist(), 4), abs=1e-12)
-            want = boot_bc(lambda pp, yy: _np_ece(pp, yy, 4), a.img[m], [p[m], y[m]], 30, 7)
+            want = boot_bc(lambda pp, yy: _np_ece(pp, yy, 4), img[m], [p[m], y[m]], 30, 7)
             assert list(getattr(r, f"ece_{tag}_ci")) == pytest.approx(want, rel=1e-9)

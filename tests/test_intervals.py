@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from conftest import interval_violations, printed_interval_violations
 
+from det_calib.evaluation.figures import scores_of
+from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.record.run_result import Scores
 
 
 def _planted(n_img: int, per_img: int, temperature: float, seed: int):
@@ -76,7 +77,7 @@ def test_fallback_is_the_normal_interval_raised_to_the_lowest_replicate():
             continue
         found += 1
         _, inv = np.unique(img, return_inverse=True)
-        reps = metrics._replicates(fn, inv.ravel(), int(inv.max()) + 1, [p, y], 300, seed)
+        reps = bootstrap._replicates(fn, inv.ravel(), int(inv.max()) + 1, [p, y], 300, seed)
         half = 1.959963984540054 * np.std(reps, ddof=1)
         lo, hi = metrics.bootstrap_ci(fn, img, p, y, n_boot=300, seed=seed)
         assert hi == pytest.approx(est + half, rel=1e-12)
@@ -89,7 +90,7 @@ def test_scores_of_planted_cases_contain_their_estimates():
     for n_img, per_img, t, seed in CASES[::3]:
         p, y, img, loc, cls, z = _planted(n_img, per_img, t, seed)
         feats = np.random.default_rng(seed).uniform(size=(len(p), 4))
-        s = Scores.compute(p, y, logit=z, temperature=t, loc_iou=loc, cls_id=cls, features=feats, image_id=img,
+        s = scores_of(p, y, logit=z, temperature=t, loc_iou=loc, cls_id=cls, features=feats, image_id=img,
                            ece_bins=15, laece_bins=25, dece_bins=[8, 3, 3, 3, 3], n_boot=100, seed=seed)
         bad, n = interval_violations(s.to_flat("after"))
         assert n == 2 and not bad, bad

@@ -16,15 +16,15 @@ PKG = ROOT / "det_calib"
 #: Bottom to top: a module may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
     ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.numeric", "det_calib.validation"),
+    ("det_calib.calibrators",),
     ("det_calib.data",),
     ("det_calib.capture",),
     ("det_calib.matching",),
     ("det_calib.metrics",),
-    ("det_calib.calibrators",),
     ("det_calib.selection",),
+    ("det_calib.record",),
     ("det_calib.evaluation",),
     ("det_calib.demo",),
-    ("det_calib.record",),
     ("det_calib.thresholds",),
     ("det_calib.deploy",),
     ("det_calib.report",),
@@ -127,11 +127,12 @@ def test_no_import_circle():
 
 
 def test_the_docs_document_the_layer_order():
-    readme = (ROOT / "docs" / "layout.md").read_text()
-    line = next((x for x in readme.splitlines() if x.startswith("Layer order")), "")
+    page = (ROOT / "docs" / "layout.md").read_text()
+    line = next((x for x in page.splitlines() if x.startswith("Layer order")), "")
     named = re.findall(r"`(\w+)/`", line)
     want = [names[0].removeprefix("det_calib.") for names in LAYERS[1:-1]]
-    assert named == want and "errors, io, lazy, numeric, validation <" in line and "< `cli.py`" in line, (named, want)
+    assert named == want and "errors, io, lazy, numeric, validation <" in line and "< `cli.py`" in line, (
+        "docs/layout.md's `Layer order` line should name: " + " < ".join(f"`{w}/`" for w in want))
 
 
 def _long_functions() -> list[str]:
@@ -181,3 +182,126 @@ def test_no_public_name_of_a_package_is_also_one_of_its_modules(init):
     exports = set(re.findall(r'^\s+"(\w+)":', init.read_text(encoding="utf-8"), flags=re.M))
     modules = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir() if p.is_dir()}
     assert not exports & modules, f"{init.parent.name}: {sorted(exports & modules)}"
+
+
+def _calls(pattern: str, allowed: tuple[str, ...]) -> list[str]:
+    rx = re.compile(pattern)
+    return [f"{p.relative_to(ROOT)}:{i}" for p in sorted(PKG.rglob("*.py"))
+            if not str(p.relative_to(ROOT)).startswith(allowed)
+            for i, line in enumerate(p.read_text().splitlines(), 1) if rx.search(line)]
+
+
+def test_one_module_scores_boxes_and_one_leaves_out_crowd_matched_ones():
+    """A box's calibrated conf is computed by the box view (``BoxView.scored``; the calibrators define
+    it) and crowd-matched boxes are left out there (``usable_rows``), in one place each; the old
+    extractors are gone."""
+    view = ("det_calib/data/box_view.py",)
+    assert not _calls(r"\.deployed_conf\(|calibrated_logits\(|predict_proba\(", ("det_calib/calibrators/", *view))
+    assert not _calls(r'~\s*pl\.col\("ignore"\)|\["ignore"\]', (*view, "det_calib/matching/"))
+    assert not _calls(r"\b_EvalArrays\b|\bOperatingEval\b|def _arrays\(|def with_calibrated\(", view)
+
+
+def test_the_record_is_schema_only():
+    """``record/`` holds typed records and their readers: it computes no figure (no metrics, no evaluation)."""
+    allowed = ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.validation", "det_calib.data",
+               "det_calib.calibrators", "det_calib.record", "det_calib")
+    bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("det_calib.record")
+                 for d in deps if not (d == "det_calib" or any(d == a or d.startswith(a + ".") for a in allowed[:-1])))
+    assert not bad, "\n".join(bad)
+
+
+#: Files over MAX_FILE_LINES: at most four, none over HARD_FILE_LINES, each saying why in a ``# Long file:``
+#: comment at its top.
+MAX_FILE_LINES, HARD_FILE_LINES, MAX_LONG_FILES = 600, 800, 4
+
+
+def test_files_are_short_or_say_why():
+    long = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sorted(PKG.rglob("*.py"))
+            if len(p.read_text().splitlines()) > MAX_FILE_LINES}
+    assert len(long) <= MAX_LONG_FILES, f"{len(long)} files over {MAX_FILE_LINES} lines: {long}"
+    assert not {f: n for f, n in long.items() if n > HARD_FILE_LINES}, long
+    silent = [f for f in long if not (ROOT / f).read_text().startswith("# Long file:")]
+    assert not silent, f"over {MAX_FILE_LINES} lines without a `# Long file:` reason at the top: {silent}"
+
+
+#: Functions over 60 lines anywhere in the package, each with why (a ratchet: the list only shrinks;
+#: the issue's goal is at most five). Whole functions count, docstring included.
+LONG_FUNCTIONS: dict[str, str] = {
+    "det_calib/calibrators/affine.py fit_affine": "the Newton fit of a*z+b with its degenerate-data guards, one loop",
+    "det_calib/calibrators/affine.py fit": "the per-class shrinkage CV of ClassAffineScaler, one fold loop",
+    "det_calib/capture/predictor.py capture": "the public capture call: its documented arguments",
+    "det_calib/capture/ray_capture.py capture_ray": "the Ray capture: its documented arguments and the actor pool",
+    "det_calib/data/ground_truth.py read_coco_gt": "the COCO JSON reader and its checks of each field",
+    "det_calib/data/ground_truth.py load_split": "a data.yaml split in every layout Ultralytics accepts",
+    "det_calib/demo/coco_shaped.py write_coco_shaped": "the COCO-shaped demo set's documented knobs",
+    "det_calib/demo/shapes.py render_image": "one demo image drawn shape by shape",
+    "det_calib/evaluation/coco_engine.py coco_eval": "pycocotools' evaluate/accumulate in one vectorised pass",
+    "det_calib/evaluation/kept_set.py threshold_shift": "the documented kept-set comparison (docstring with example)",
+    "det_calib/evaluation/map_check.py coco_maps": "the mAP check's engines behind one documented call",
+    "det_calib/evaluation/map_check.py _shared_validator_class": "the shared val pass's validator subclass",
+    "det_calib/matching/one_to_one.py match_detections": "COCO's greedy matching with its crowd rules, vectorised",
+    "det_calib/matching/one_to_one.py match_table": "the box table's matching at the run's IoU and LaECE's",
+    "det_calib/metrics/bootstrap.py bootstrap_ci": "the documented interval methods (about 60 lines of docstring)",
+    "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
+    "det_calib/metrics/operating_point.py laece0": "the reference toolkit's LaECE_0 conventions, step by step",
+    "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
+    "det_calib/selection/cross_validation.py paired_choice": "the paired one-standard-error rule and its verdicts",
+    "det_calib/thresholds/run_head.py load_head": "a run folder's head read with every score form it accepts",
+    "det_calib/thresholds/run_head.py tune_run": "the thresholds command's documented options and file",
+    "det_calib/thresholds/tuning.py tune": "every criterion per class and global, fit and eval, in one pass",
+}
+
+
+def _all_long_functions() -> set[str]:
+    out = set()
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                out.add(f"{p.relative_to(ROOT)} {node.name}")
+    return out
+
+
+def test_functions_over_60_lines_are_listed_with_why():
+    found = _all_long_functions()
+    new, gone = sorted(found - set(LONG_FUNCTIONS)), sorted(set(LONG_FUNCTIONS) - found)
+    assert not new, f"new functions over {MAX_FUNCTION_LINES} lines: {new}"
+    assert not gone, f"no longer long, strike them off: {gone}"
+
+
+#: Imports of another module's underscore name, at most ten (a ratchet: the list only shrinks): run/'s
+#: helpers, left for the run package's rename.
+PRIVATE_IMPORTS: set[str] = {
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._gt_per_class",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._output_files",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.outputs._tune_thresholds",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.settings._opt",
+    "det_calib/ensemble/ensemble_job.py: det_calib.run.settings._settings_of",
+    "det_calib/run/job.py: det_calib.run.outputs._gt_per_class",
+    "det_calib/run/job.py: det_calib.run.outputs._write_outputs",
+    "det_calib/run/job.py: det_calib.run.settings._settings_of",
+    "det_calib/run/outputs.py: det_calib.run.ultralytics_checks._ultralytics_checks",
+}
+
+
+def _private_imports() -> set[str]:
+    out = set()
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and ((node.module or "").startswith("det_calib") or node.level):
+                out |= {f"{p.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")}
+    return out
+
+
+def test_no_new_import_of_another_modules_private_name():
+    found = _private_imports()
+    assert len(PRIVATE_IMPORTS) <= 10
+    assert not found - PRIVATE_IMPORTS, f"make these public or move them: {sorted(found - PRIVATE_IMPORTS)}"
+    assert not PRIVATE_IMPORTS - found, f"gone, strike them off: {sorted(PRIVATE_IMPORTS - found)}"
+
+
+def test_calibrators_are_typed():
+    """A calibrator parameter is a LogitCalibrator, not ``Any``."""
+    rx = re.compile(r"\b(calibrator|cal): Any\b|\bcalibrators: dict\[str, Any\]")
+    assert not _calls(rx.pattern, ())

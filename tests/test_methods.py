@@ -14,8 +14,9 @@ import pytest
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
-from det_calib.metrics.calibration import ece, sigmoid
+from det_calib.metrics.calibration import ece
 from det_calib.metrics.operating_point import LaECE0Targets, laece0
+from det_calib.numeric import sigmoid
 from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
 from det_calib.run.settings import fit_floors
 
@@ -51,7 +52,7 @@ def test_auto_records_choice_candidates_and_operating_point(auto_run, capsys):
         ev = hr.eval
         e = b.filter((pl.col("head") == h) & (pl.col("split") == ev.split) & ~pl.col("ignore"))
         z, y, k = e["logit"].to_numpy(), e["correct"].to_numpy(), e["cls"].to_numpy()
-        p = sigmoid(calibrated_logits(calibrator_of(rec), z, k), 1.0)
+        p = sigmoid(calibrated_logits(calibrator_of(rec), z, k))
         if rec.method == "none":  # the raw scores deployed: exactly the conf Ultralytics reports
             p = e["conf"].to_numpy()
         o = ev.operating_after[0]
@@ -124,7 +125,7 @@ def test_class_platt_checkpoint_apply_and_posthoc(tmp_path, demo_model_path, fix
         b1 = r.boxes.data
         assert torch.equal(b0[:, :4], b1[:, :4]) and torch.equal(b0[:, 5], b1[:, 5])
         p0 = b0[:, 4].double().numpy()
-        want = sigmoid(calibrated_logits(cal, np.log(p0) - np.log1p(-p0), b0[:, 5].numpy().astype(int)), 1.0)
+        want = sigmoid(calibrated_logits(cal, np.log(p0) - np.log1p(-p0), b0[:, 5].numpy().astype(int)))
         np.testing.assert_allclose(b1[:, 4].double().numpy(), want, rtol=1e-6)
     with pytest.raises(InputError, match="head"):
         det_calib.apply_calibrator(res, out / "calibration.json", head="e2e")

@@ -12,6 +12,7 @@ import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
 from det_calib.errors import InputError
+from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.calibration import (
     ReliabilityBins,
@@ -78,8 +79,8 @@ def test_uniform_index_equals_searchsorted_on_linspace_edges(n_bins):
     x = np.concatenate([rng.uniform(size=5000), edges, *near])
     x = np.clip(x, 0.0, 1.0)
     expected = np.minimum(np.searchsorted(edges, x, side="right") - 1, n_bins - 1)
-    np.testing.assert_array_equal(metrics._uniform_index(x, n_bins), expected)
-    assert metrics._uniform_index(np.array([1.0]), n_bins)[0] == n_bins - 1
+    np.testing.assert_array_equal(metrics.uniform_index(x, n_bins), expected)
+    assert metrics.uniform_index(np.array([1.0]), n_bins)[0] == n_bins - 1
 
 
 # ------------------------------------------------------------------------------------------
@@ -679,9 +680,12 @@ def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays,
     def checked(*a, weights=None):  # not recognised: the public, validating path every replicate
         return statistic(*a, weights=weights)
 
+    from det_calib.metrics import binning, detection_metrics
+    from det_calib.validation import as_unit as real
+
     calls = []
-    real = metrics.as_unit
-    monkeypatch.setattr(metrics, "as_unit", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    for module in (metrics, binning, detection_metrics):  # every module of the metrics that validates conf
+        monkeypatch.setattr(module, "as_unit", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     fast = metrics.bootstrap_ci(statistic, img, *arrays[:n_arrays], n_boot=60, seed=3)
     n_fast = len(calls)
     slow = metrics.bootstrap_ci(checked, img, *arrays[:n_arrays], n_boot=60, seed=3)
@@ -811,10 +815,10 @@ def test_bootstrap_draw_blocks_are_the_sequential_draws(n_img, monkeypatch):
     rng = np.random.default_rng(n_img)
     want = np.stack([np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img) for _ in range(n_boot)])
     after = rng.integers(0, 2**40)
-    for chunk in (metrics._DRAW_CHUNK, 5 * n_img, 1):  # one block, blocks of 5 rows (the last short), rows
-        monkeypatch.setattr(metrics, "_DRAW_CHUNK", chunk)
+    for chunk in (bootstrap._DRAW_CHUNK, 5 * n_img, 1):  # one block, blocks of 5 rows (the last short), rows
+        monkeypatch.setattr(bootstrap, "_DRAW_CHUNK", chunk)
         rng = np.random.default_rng(n_img)
-        got = np.concatenate(list(metrics._multiplicities(rng, n_img, n_boot)))
+        got = np.concatenate(list(bootstrap._multiplicities(rng, n_img, n_boot)))
         assert got.dtype == np.int64 and np.array_equal(got, want)
         assert rng.integers(0, 2**40) == after  # the generator is left where the sequential calls leave it
 
@@ -838,14 +842,14 @@ def test_bootstrap_laece_prepared_path_equals_the_indexed_path_with_classes_weig
     resampled (indexed) boxes."""
     img, conf, iou, cls = _rare_class_boxes()
     n_boot = 200
-    fast = metrics._replicates(functools.partial(laece, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
-    weighted = metrics._replicates(lambda c, t, k, *, weights=None: laece(c, t, k, n_bins=25, weights=weights),
+    fast = bootstrap._replicates(functools.partial(laece, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
+    weighted = bootstrap._replicates(lambda c, t, k, *, weights=None: laece(c, t, k, n_bins=25, weights=weights),
                                    img, 40, [conf, iou, cls], n_boot, 3)
-    indexed = metrics._replicates(lambda c, t, k: laece(c, t, k, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
+    indexed = bootstrap._replicates(lambda c, t, k: laece(c, t, k, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
     # the same sums in another order (pooled per image, cell): equal up to float summation order
     np.testing.assert_allclose(fast, weighted, rtol=1e-13, atol=0)
     np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
-    mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(3), 40, n_boot)))
+    mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(3), 40, n_boot)))
     assert ((mult[:, 0] + mult[:, 1] == 0) & (mult[:, 2] > 0)).any()  # class 3 weighted out, class 4 not
     assert ((mult[:, 2] == 0) & (mult[:, 0] > 0)).any()
     # averaging a weighted-out class in (as nan, or as 0) would give another number
@@ -907,11 +911,11 @@ def test_bootstrap_dispatch_of_statistics():
     for stat, arrays in ((ece, [conf, y]), (functools.partial(ece, n_bins=7), [conf, y]), (ace, [conf, y]),
                          (metrics.mce, [conf, y]), (metrics.brier, [conf, y]), (laece, [conf, iou, k]),
                          (functools.partial(kept_ece, threshold=0.3), [conf, y])):
-        assert metrics._batch_statistic(stat, img, 25, arrays) is not None
+        assert bootstrap._batch_statistic(stat, img, 25, arrays) is not None
     for stat in (functools.partial(ece, weights=np.ones(img.size)), functools.partial(ece, conf), _Unhashable(),
                  lambda c, t, *, weights=None: ece(c, t, weights=weights)):
-        assert metrics._batch_statistic(stat, img, 25, [conf, y]) is None
-    rep = lambda f, *a: metrics._replicates(f, img, 25, list(a), 30, 1)  # noqa: E731
+        assert bootstrap._batch_statistic(stat, img, 25, [conf, y]) is None
+    rep = lambda f, *a: bootstrap._replicates(f, img, 25, list(a), 30, 1)  # noqa: E731
     want = rep(lambda c, t: ece(c, t, n_bins=10), conf, y)
     np.testing.assert_allclose(rep(_Unhashable(), conf, y), want, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(rep(functools.partial(ece, n_bins=10, weights=np.ones(img.size)), conf, y), want,
@@ -930,7 +934,7 @@ def test_bootstrap_keeps_the_weights_a_partial_binds():
     conf = rng.uniform(size=img.size)
     y = rng.uniform(size=img.size) < conf**2  # over-confident: ECE depends on how boxes are weighed
     w = rng.uniform(0.1, 5.0, img.size)
-    rep = lambda f, *a: metrics._replicates(f, img, 40, list(a), 50, 3)  # noqa: E731
+    rep = lambda f, *a: bootstrap._replicates(f, img, 40, list(a), 50, 3)  # noqa: E731
     bound = rep(functools.partial(ece, n_bins=10, weights=w), conf, y)
     indexed = rep(lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), conf, y, w)
     np.testing.assert_allclose(bound, indexed, rtol=1e-12, atol=1e-15)
@@ -950,8 +954,8 @@ def test_indexed_replicates_keep_each_image_in_its_box_order():
     img = rng.integers(0, 12, 300)
     x = rng.uniform(size=300)
     stat = lambda a: float(np.sum(a * np.arange(1, a.size + 1)))  # noqa: E731
-    got = metrics._replicates(stat, img, 12, [x], 20, 4)
-    mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(4), 12, 20)))
+    got = bootstrap._replicates(stat, img, 12, [x], 20, 4)
+    mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(4), 12, 20)))
     for b, m in enumerate(mult):
         idx = np.concatenate([np.flatnonzero(img == i) for i in range(12) for _ in range(m[i])])
         assert got[b] == pytest.approx(stat(x[idx]), rel=1e-13)

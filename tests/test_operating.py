@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from det_calib.errors import InputError
+from det_calib.metrics import bootstrap
 from det_calib.metrics.calibration import bootstrap_ci, ece
 from det_calib.metrics.operating_point import (
     kept_ece,
@@ -170,7 +171,7 @@ def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
     s = _scene()
     img, n_img, n_boot, seed = s["di"], s["n_img"], 150, 4
     p, y = s["p"], s["y"]
-    rep = lambda f, *a: metrics._replicates(f, img, n_img, list(a), n_boot, seed)  # noqa: E731
+    rep = lambda f, *a: bootstrap._replicates(f, img, n_img, list(a), n_boot, seed)  # noqa: E731
 
     fast = rep(functools.partial(kept_ece, threshold=thr, n_bins=15), p, y)
     indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=thr, n_bins=15), p, y)
@@ -186,7 +187,7 @@ def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
     indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, gt_classes, thr, 25, None), p, t.target, t.cls, t.use)
     np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
     if thr == 0.25:
-        mult = np.concatenate(list(metrics._multiplicities(np.random.default_rng(seed), n_img, n_boot)))
+        mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(seed), n_img, n_boot)))
         out = (mult[:, 0] + mult[:, 1]) == 0
         assert out.any() and (~out).any()  # class 3 weighted out in some replicates, not in others
         assert not np.isnan(fast).any()
@@ -256,12 +257,11 @@ def test_laece0_targets_equal_laece0():
 def test_bootstrap_of_operating_statistics_passes_the_bin_count():
     """The prepared replicates use the statistic's bin count (and its default when none is given),
     and both operating statistics take the prepared path."""
-    from det_calib.metrics import calibration as metrics
     from det_calib.metrics.operating_point import LaECE0Targets, _laece_binned
 
     s = _scene()
     img, n_img, p, y = s["di"], s["n_img"], s["p"], s["y"]
-    rep = lambda f, *a: metrics._replicates(f, img, n_img, list(a), 40, 2)  # noqa: E731
+    rep = lambda f, *a: bootstrap._replicates(f, img, n_img, list(a), 40, 2)  # noqa: E731
     for options in ({"n_bins": 10}, {}):
         fast = rep(functools.partial(kept_ece, threshold=0.25, **options), p, y)
         indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=0.25, **options), p, y)  # noqa: B023
@@ -272,5 +272,5 @@ def test_bootstrap_of_operating_statistics_passes_the_bin_count():
                       p, t.target, t.cls, t.use)
         np.testing.assert_allclose(rep(stat, p), indexed, rtol=1e-12, atol=0)
         assert stat(p) == t.laece(p, threshold=0.25, n_bins=n_bins)
-        assert metrics._batch_statistic(stat, img, n_img, [p]) is not None
-    assert metrics._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None
+        assert bootstrap._batch_statistic(stat, img, n_img, [p]) is not None
+    assert bootstrap._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None

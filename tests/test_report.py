@@ -3,7 +3,7 @@
 Runs are synthetic: :func:`make_run` writes a run directory exactly as the pipeline does
 (``boxes.parquet`` with the box table schema, and ``calibration.json`` written by a
 :class:`det_calib.record.run_result.RunResult`), with numbers computed by det_calib.metrics.calibration /
-det_calib.evaluation.kept_set (through :meth:`det_calib.record.run_result.Scores.compute`, as the pipeline) from the
+det_calib.evaluation.kept_set (through :func:`det_calib.evaluation.figures.scores_of`, as the pipeline) from the
 same boxes.
 """
 
@@ -27,8 +27,9 @@ import pytest
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.evaluation import kept_set as thresholds
+from det_calib.evaluation.figures import scores_of
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_folder import calibrated_conf, parse_run_spec
+from det_calib.record.run_folder import parse_run_spec
 from det_calib.record.run_result import (
     Bootstrap,
     Calibrator,
@@ -38,7 +39,6 @@ from det_calib.record.run_result import (
     HeadResult,
     RecordedSettings,
     RunResult,
-    Scores,
     Thresholded,
     ValCheck,
     ValMap,
@@ -54,6 +54,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # --------------------------------------------------------------------------------------------
 # synthetic run directory
+
+
+def calibrated_conf(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """``sigmoid(logit / T)`` as a temperature's deployed conf is computed (the package's sigmoid)."""
+    from det_calib.numeric import sigmoid
+
+    return sigmoid(np.asarray(logits, dtype=np.float64) / temperature)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -132,8 +139,8 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         common = dict(logit=z, loc_iou=tgt, cls_id=cls, features=feats, image_id=img, ece_bins=ece_bins,
                       laece_bins=laece_bins, dece_bins=[8, 3, 3, 3, 3], n_boot=n_boot, seed=0)
         # D-ECE left out (null): it must render "n/a"
-        before = dataclasses.replace(Scores.compute(cb, y, temperature=1.0, **common), dece=None)
-        after = dataclasses.replace(Scores.compute(ca, y, temperature=t, **common), dece=None)
+        before = dataclasses.replace(scores_of(cb, y, temperature=1.0, **common), dece=None)
+        after = dataclasses.replace(scores_of(ca, y, temperature=t, **common), dece=None)
         e = EvalResult(
             split="test", images=n_images, boxes=ev.height, correct=int(y.sum()), n_gt=n_gt,
             ignored=int(boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))["ignore"].sum()),
@@ -608,6 +615,7 @@ def test_report_in_headless_chromium(run_two):
 
 def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
+    from det_calib.data.box_view import BoxView
     from det_calib.record.run_folder import HeadBoxes
     from det_calib.record.run_result import Bootstrap
     from det_calib.report.separation import boot_mean
@@ -617,7 +625,8 @@ def test_image_level_bootstrap_equals_box_level():
     img = rng.integers(0, 37, n) * 3 + 5  # unsorted, non-contiguous image ids
     z = rng.normal(-1, 2, n)
     y = rng.uniform(size=n) < _sigmoid(z)
-    hb = HeadBoxes("nms", "test", _sigmoid(z), z, y, np.zeros(n, np.int64), img, 1.3)
+    hb = HeadBoxes(BoxView(logit=z, conf=_sigmoid(z), correct=y, cls=np.zeros(n, np.int64), image_id=img,
+                           head="nms", split="test"), None, 1.3)
     boot = Bootstrap(n_boot=200, seed=4, level=0.9)
     fast = boot_mean(metrics.brier, hb, [hb.conf, hb.correct], boot)
     slow = metrics.bootstrap_ci(metrics.brier, img, hb.conf, hb.correct, n_boot=200, seed=4, level=0.9)

@@ -19,9 +19,8 @@ from det_calib.record.run_result import (
     Calibrator,
     Candidate,
     RunResult,
-    Scores,
-    temperature_verdict,
 )
+from det_calib.report.record_words import temperature_verdict
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "fixture_calibration.json"
 
@@ -67,7 +66,8 @@ def test_typed_access(ref):
 
 
 def test_operating_floor_fields_and_the_worse_tolerance():
-    from det_calib.record.run_result import EvalResult, OperatingFigures, operating_point_worse
+    from det_calib.record.run_result import EvalResult, OperatingFigures
+    from det_calib.report.record_words import operating_point_worse
 
     o = OperatingFigures(conf=0.25, boxes=1000, ece=0.05, ece_floor=0.03, ece_floor_range=(0.02, 0.045))
     assert o.at_floor is False and OperatingFigures(ece=0.04, ece_floor_range=(0.02, 0.045)).at_floor is True
@@ -84,7 +84,9 @@ def test_operating_floor_fields_and_the_worse_tolerance():
 
 
 def test_scores_compute_matches_metrics():
-    """Scores.compute gives the metrics of det_calib.metrics.calibration, NLL from the logits."""
+    """The evaluator's scores_of gives the metrics of det_calib.metrics.calibration, NLL from the logits."""
+    from det_calib.evaluation.figures import scores_of
+
     rng = np.random.default_rng(0)
     n = 400
     z = rng.normal(-1, 2, n)
@@ -94,8 +96,8 @@ def test_scores_compute_matches_metrics():
     cls = rng.integers(0, 3, n)
     feats = rng.uniform(0, 1, (n, 4))
     img = rng.integers(0, 40, n)
-    s = Scores.compute(p, y, logit=z, temperature=1.5, loc_iou=loc, cls_id=cls, features=feats, image_id=img,
-                       ece_bins=10, laece_bins=20, dece_bins=[4, 2, 2, 2, 2], n_boot=20, seed=3)
+    s = scores_of(p, y, logit=z, temperature=1.5, loc_iou=loc, cls_id=cls, features=feats, image_id=img,
+                  ece_bins=10, laece_bins=20, dece_bins=[4, 2, 2, 2, 2], n_boot=20, seed=3)
     assert s.ece == metrics.ece(p, y, n_bins=10)
     assert s.nll == pytest.approx(metrics.nll_logits(z, y, temperature=1.5), rel=1e-12)
     assert s.nll != pytest.approx(metrics.nll_logits(z, y), rel=1e-3)  # the temperature is used

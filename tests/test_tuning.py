@@ -82,10 +82,10 @@ def test_design_effect_is_one_without_clustering_and_large_with_it():
     # per-image counts with identical images: no between-image variance beyond binomial -> deff 1
     kept = np.full((50, 1), 10.0)
     tp = np.full((50, 1), 8.0)
-    assert tuning._deff(kept, tp)[0] == 1.0
+    assert tuning.design_effect(kept, tp)[0] == 1.0
     # half the images all right, half all wrong: deff = box count per image
     tp2 = np.r_[np.full(25, 10.0), np.zeros(25)][:, None]
-    d = tuning._deff(kept, tp2)[0]
+    d = tuning.design_effect(kept, tp2)[0]
     assert d == pytest.approx(10 * 50 / 49, rel=1e-9)
 
 
@@ -211,7 +211,7 @@ def _coverage(sigma, unit, *, m, nb, draws=2000, target=0.8, delta=0.1, seed=0):
     for _ in range(draws // 250):
         kept, tp = _draw(rng, 250, m, nb, sigma)
         n, k = kept.sum(1), tp.sum(1)
-        deff = tuning._deff(kept, tp) if unit == "image" else None
+        deff = tuning.design_effect(kept, tp) if unit == "image" else None
         idx.append(certify_precision(n, k, target=target, delta=delta, deff=deff))
         with np.errstate(invalid="ignore", divide="ignore"):
             ok = np.where(n > 0, k / np.maximum(n, 1), 0) >= target

@@ -87,19 +87,19 @@ def test_same_ranking_is_the_weak_order():
     import numpy as np
 
     from det_calib.evaluation.map_check import same_ranking
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.numeric import sigmoid
 
     rng = np.random.default_rng(0)
     z = np.round(rng.normal(size=2000), 2)  # many exact ties
-    assert same_ranking(sigmoid(z, 1.0), sigmoid(z, 1.3))  # a shared temperature keeps the weak order
-    swapped = sigmoid(z, 1.0).copy()
+    assert same_ranking(sigmoid(z), sigmoid(z / 1.3))  # a shared temperature keeps the weak order
+    swapped = sigmoid(z).copy()
     i, j = np.argmax(swapped), np.argmin(swapped)
     swapped[i], swapped[j] = swapped[j], swapped[i]
-    assert not same_ranking(sigmoid(z, 1.0), swapped)
-    broken_tie = sigmoid(z, 1.0).copy()
+    assert not same_ranking(sigmoid(z), swapped)
+    broken_tie = sigmoid(z).copy()
     k = np.flatnonzero(z == z[0])[1]
     broken_tie[k] = np.nextafter(broken_tie[k], 1.0)  # a tie under one scoring, not the other
-    assert not same_ranking(sigmoid(z, 1.0), broken_tie)
+    assert not same_ranking(sigmoid(z), broken_tie)
 
 
 def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path, fixture_yaml):
@@ -109,12 +109,12 @@ def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path,
     from det_calib.capture.predictor import capture
     from det_calib.data.ground_truth import load_data_yaml, load_split
     from det_calib.evaluation.map_check import coco_maps, same_ranking
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.numeric import sigmoid
 
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")
     b = capture(demo_model_path, sp.images, head="nms", progress=False)
     z = b["logit"].to_numpy()
-    raw, cal = sigmoid(z, 1.0), sigmoid(z, 0.7)
+    raw, cal = sigmoid(z), sigmoid(z / 0.7)
     assert same_ranking(raw, cal)
     m0, m1 = coco_maps(b, sp.gt, sp.sizes, [raw, cal])
     assert m0 == m1 and np.isfinite(m0["map50_95"])

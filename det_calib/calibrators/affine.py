@@ -38,10 +38,11 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, NotFittedError, number_words, spread_words  # noqa: F401  (re-exported)
+from det_calib.calibrators.fit_support import check_classes, check_degenerate, group_folds  # noqa: F401
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
-from det_calib.validation import as_array, check_labels, check_logits, check_weights
+from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = [
     "SHRINKAGE_GRID",
@@ -65,93 +66,18 @@ _VERSION = 1
 # small shared pieces
 
 
-def _prepare(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def prepare_fit(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     w = check_weights(weights, z.shape[0])
     return z, y, (np.ones(z.shape[0]) if w is None else w)
 
 
-def _check_classes(classes: Any, n: int) -> np.ndarray:
-    if classes is None:
-        raise InputError(
-            "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but got None"
-        )
-    k = as_array(classes, "classes")
-    if k.ndim != 1 or k.shape[0] != n:
-        raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
-    integral = np.issubdtype(k.dtype, np.integer) or (np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k)))
-    if k.size and not integral:
-        raise InputError(f"Expected argument `classes` to hold integer class ids, but got dtype {k.dtype}")
-    k = k.astype(np.int64)
-    if k.size and k.min() < 0:
-        raise InputError(f"Expected argument `classes` to hold ids >= 0, but got {int(k.min())}")
-    return k
-
-
-def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray, what: str, min_samples: int) -> None:
-    used = w > 0
-    n_used = int(used.sum())
-    if n_used < max(2, min_samples):
-        raise DegenerateFitError(f"{what} fit needs at least {max(2, min_samples)} samples, got {n_used}")
-    if not np.isfinite(z[used]).all():
-        raise DegenerateFitError(f"{what} fit got non-finite logits (nan or inf)")
-    yu, zu = y[used], z[used]
-    n_pos = int(yu.sum())
-    if n_pos == 0:
-        raise DegenerateFitError(f"{what} fit got no correct boxes (all labels 0)")
-    if n_pos == n_used:
-        raise DegenerateFitError(f"{what} fit got no incorrect boxes (all labels 1)")
-    if zu.min() == zu.max():
-        raise DegenerateFitError(f"{what} fit got one logit value for every box: the slope is undetermined")
-    if zu[yu == 0].max() <= zu[yu == 1].min():
-        raise DegenerateFitError(
-            f"{what} fit is degenerate: every correct box has a higher logit than every incorrect one "
-            "(separable), so the slope grows without bound"
-        )
-
-
-def group_folds(n: int, n_folds: int, groups: Any = None, *, seed: int = 0) -> np.ndarray:
-    """Assign each of ``n`` rows to one of ``n_folds`` folds, keeping each group in one fold.
-
-    Args:
-        n: Number of rows.
-        n_folds: Number of folds K >= 2.
-        groups: Optional ``(n,)`` group ids (image ids): all rows of a group share a fold. Groups
-            are shuffled with ``seed`` and dealt round-robin, so folds hold about n / K groups.
-            Without groups, rows are dealt individually.
-        seed: Seed of the shuffle.
-
-    Returns:
-        ``(n,)`` int fold index in ``[0, n_folds)``.
-
-    Raises:
-        InputError: ``n_folds < 2``, more folds than groups, or a wrongly shaped ``groups``.
-    """
-    if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
-        raise InputError(f"Expected argument `n_folds` to be an integer >= 2, but got {n_folds!r}")
-    if groups is None:
-        g = np.arange(n)
-    else:
-        g = as_array(groups, "groups")
-        if g.ndim != 1 or g.shape[0] != n:
-            raise InputError(f"Expected argument `groups` of shape ({n},), but got shape {g.shape}")
-    _, inv = np.unique(g, return_inverse=True)
-    inv = inv.ravel()
-    n_groups = int(inv.max()) + 1 if n else 0
-    if n_groups < n_folds:
-        raise InputError(f"Expected at least `n_folds`={n_folds} groups (images) to split, but got {n_groups}")
-    perm = np.random.default_rng(seed).permutation(n_groups)
-    fold_of_group = np.empty(n_groups, dtype=np.int64)
-    fold_of_group[perm] = np.arange(n_groups) % n_folds
-    return fold_of_group[inv]
-
-
 # --------------------------------------------------------------------------------------------
 # the affine fit for many classes at once
 
 
-def _fit_affine(
+def fit_affine(
     z: np.ndarray,
     y: np.ndarray,
     w: np.ndarray,
@@ -236,7 +162,7 @@ def _heldout_nll(z, y, w, k, a, b) -> float:
 _LogitCalibrator = LogitCalibrator  # the contract's base (det_calib.calibrators.base)
 
 
-def _check_format(d: Any, fmt: str) -> dict:
+def check_format(d: Any, fmt: str) -> dict:
     if not isinstance(d, dict):
         raise InputError(f"Expected argument `d` to be a dict, but got {type(d).__name__}")
     if d.get("format") != fmt:
@@ -246,7 +172,7 @@ def _check_format(d: Any, fmt: str) -> dict:
     return d
 
 
-def _finite(x: Any, name: str, *, positive: bool = False) -> float:
+def finite_params(x: Any, name: str, *, positive: bool = False) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -309,9 +235,9 @@ class PlattScaler(LogitCalibrator):
             DegenerateFitError: Too few boxes, one label only, constant or separable logits, or a
                 fitted slope ``a <= 0``.
         """
-        z, y, w = _prepare(logits, labels, weights)
-        _check_degenerate(z, y, w, "Platt", int(self.min_samples))
-        a, b, it = _fit_affine(
+        z, y, w = prepare_fit(logits, labels, weights)
+        check_degenerate(z, y, w, "Platt", int(self.min_samples))
+        a, b, it = fit_affine(
             z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0), lam=0.0,
             tol=float(self.tol), max_iter=int(self.max_iter),
         )
@@ -358,10 +284,10 @@ class PlattScaler(LogitCalibrator):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlattScaler:
         """Rebuild from :meth:`to_dict` output; raises InputError on a bad format, version or value."""
-        d = _check_format(d, _PLATT_FORMAT)
+        d = check_format(d, _PLATT_FORMAT)
         obj = cls()
-        obj.a_ = _finite(d.get("a"), "a", positive=True)
-        obj.b_ = _finite(d.get("b"), "b")
+        obj.a_ = finite_params(d.get("a"), "a", positive=True)
+        obj.b_ = finite_params(d.get("b"), "b")
         for key in ("n_samples", "nll_before", "nll_after"):
             if d.get(key) is not None:
                 setattr(obj, key + "_", d[key])
@@ -441,8 +367,8 @@ class ClassAffineScaler(LogitCalibrator):
 
     def _global(self, z, y, w) -> tuple[float, float]:
         what = "per-class Platt" if self.kind == "platt" else "per-class temperature"
-        _check_degenerate(z, y, w, what, int(self.min_samples))
-        a, b, _ = _fit_affine(
+        check_degenerate(z, y, w, what, int(self.min_samples))
+        a, b, _ = fit_affine(
             z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=self.kind == "platt", prior=(1.0, 0.0), lam=0.0
         )
         if not np.isfinite(a[0]) or a[0] <= 0:
@@ -457,7 +383,7 @@ class ClassAffineScaler(LogitCalibrator):
             if math.isinf(lam):
                 out.append(init)
                 continue
-            a, b, _ = _fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init)
+            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init)
             init = (a, b)
             out.append(init)
         return out
@@ -482,8 +408,8 @@ class ClassAffineScaler(LogitCalibrator):
             DegenerateFitError: The global fit is degenerate (see :class:`PlattScaler`).
         """
         self._check_options()
-        z, y, w = _prepare(logits, labels, weights)
-        k = _check_classes(classes, z.shape[0])
+        z, y, w = prepare_fit(logits, labels, weights)
+        k = check_classes(classes, z.shape[0])
         n_cls = int(k.max()) + 1 if k.size else 0
         prior = self._global(z, y, w)
         cv: dict[float, float] | None = None
@@ -511,7 +437,7 @@ class ClassAffineScaler(LogitCalibrator):
         if math.isinf(lam):
             a, b = np.full(n_cls, prior[0]), np.full(n_cls, prior[1])
         else:
-            a, b, _ = _fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam)
+            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam)
         if not (np.isfinite(a).all() and np.isfinite(b).all()) or (a <= 0).any():
             bad = int(np.flatnonzero(~(a > 0))[0]) if (a <= 0).any() else -1
             raise DegenerateFitError(
@@ -578,7 +504,7 @@ class ClassAffineScaler(LogitCalibrator):
         """``a_c * z + b_c`` per box (float64, ``(n,)``); class ids never seen in the fit get the global map."""
         self._check_fitted()
         z = check_logits(logits, "sigmoid")
-        k = _check_classes(classes, z.shape[0])
+        k = check_classes(classes, z.shape[0])
         a, b = self.params_for(max(int(k.max()) + 1 if k.size else 0, self.n_classes_))
         return a[k] * z + b[k]
 
@@ -606,16 +532,16 @@ class ClassAffineScaler(LogitCalibrator):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassAffineScaler:
         """Rebuild from :meth:`to_dict` output; raises InputError on a bad format, version or value."""
-        d = _check_format(d, _CLASS_FORMAT)
+        d = check_format(d, _CLASS_FORMAT)
         obj = cls(kind=d.get("kind"))
         obj._check_options()
-        a = np.asarray([_finite(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64)
-        b = np.asarray([_finite(v, "b") for v in d.get("b", [])], dtype=np.float64)
+        a = np.asarray([finite_params(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64)
+        b = np.asarray([finite_params(v, "b") for v in d.get("b", [])], dtype=np.float64)
         if a.shape != b.shape:
             raise InputError(f"ClassAffineScaler dict: `a` and `b` differ in length ({a.size} vs {b.size})")
         obj.a_, obj.b_ = a, b
-        obj.global_a_ = _finite(d.get("global_a"), "global_a", positive=True)
-        obj.global_b_ = _finite(d.get("global_b"), "global_b")
+        obj.global_a_ = finite_params(d.get("global_a"), "global_a", positive=True)
+        obj.global_b_ = finite_params(d.get("global_b"), "global_b")
         s = d.get("shrinkage", "inf")
         obj.shrinkage_ = math.inf if s == "inf" else float(s)
         obj.cv_nll_ = None if d.get("cv_nll") is None else {float(k): float(v) for k, v in d["cv_nll"].items()}

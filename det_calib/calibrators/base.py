@@ -30,7 +30,7 @@ import numpy as np
 
 from det_calib.numeric import sigmoid
 
-__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "calibrated_logits", "deployed_conf", "equivalent_conf",
+__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "calibrated_logits", "equivalent_conf",
            "number_words", "spread_words"]
 
 DeployForm = Literal["affine", "hinges"]
@@ -144,17 +144,12 @@ class LogitCalibrator:
         return [build(g).fit(logits, labels, weights=weights, **kw) for g in grid]
 
 
-def calibrated_logits(cal: Any, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
+def calibrated_logits(cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """Calibrated logits (float64) of boxes (``z`` raw logits, ``cls`` their classes) under ``cal``."""
     return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
 
 
-def deployed_conf(cal: Any, z: np.ndarray, cls: np.ndarray, raw_conf: np.ndarray) -> np.ndarray:
-    """:meth:`LogitCalibrator.deployed_conf` of ``cal`` (the raw conf itself under ``none``)."""
-    return cal.deployed_conf(z, cls, raw_conf)
-
-
-def equivalent_conf(cal: Any, conf: float, cls: int | None = None) -> float | None:
+def equivalent_conf(cal: LogitCalibrator, conf: float, cls: int | None = None) -> float | None:
     """:meth:`LogitCalibrator.equivalent_conf` of ``cal``."""
     return cal.equivalent_conf(conf, cls)
 

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.affine import (
-    _check_classes,
-    _check_format,
-    _prepare,
+    check_classes,
+    check_format,
     group_folds,
+    prepare_fit,
 )
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.registry import register
@@ -314,7 +314,7 @@ class IsotonicCalibrator(LogitCalibrator):
             groups: Any = None) -> IsotonicCalibrator:
         """Fit the map; ``classes`` is ignored. Raises DegenerateFitError on one label only or too few boxes."""
         _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
-        z, y, w = _prepare(logits, labels, weights)
+        z, y, w = prepare_fit(logits, labels, weights)
         _check_iso_degenerate(z, y, w, "isotonic", int(self.min_samples))
         used = w > 0
         self.n_blocks_ = int(_pav_sorted(z[used], y[used], w[used])[0].size)
@@ -350,7 +350,7 @@ class IsotonicCalibrator(LogitCalibrator):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> IsotonicCalibrator:
-        d = _check_format(d, _ISO_FORMAT)
+        d = check_format(d, _ISO_FORMAT)
         m = PiecewiseLinear.from_dict(d.get("map"))
         obj = cls(max_knots=int(d.get("max_knots", 32)), tail_slope=m.right_slope,
                   left_slope=None if m.tail_slope == m.right_slope else m.tail_slope)
@@ -459,8 +459,8 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         b = self.blend
         if b != "auto" and not (isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0):
             raise InputError(f"Expected argument `blend` to be 'auto' or a number >= 0, but got {b!r}")
-        z, y, w = _prepare(logits, labels, weights)
-        k = _check_classes(classes, z.shape[0])
+        z, y, w = prepare_fit(logits, labels, weights)
+        k = check_classes(classes, z.shape[0])
         _check_iso_degenerate(z, y, w, "per-class isotonic", int(self.min_samples))
         n_cls = int(k.max()) + 1
         cv = None
@@ -526,7 +526,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         """Per-box calibrated logits (float64, ``(n,)``)."""
         self._check_fitted()
         z = check_logits(logits, "sigmoid")
-        k = _check_classes(classes, z.shape[0])
+        k = check_classes(classes, z.shape[0])
         out = np.empty_like(z)
         for c in np.unique(k):
             m = k == c
@@ -551,7 +551,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassIsotonicCalibrator:
-        d = _check_format(d, _CLASS_ISO_FORMAT)
+        d = check_format(d, _CLASS_ISO_FORMAT)
         g = PiecewiseLinear.from_dict(d.get("global"))
         obj = cls(tail_slope=g.right_slope, left_slope=None if g.tail_slope == g.right_slope else g.tail_slope)
         obj.global_ = g

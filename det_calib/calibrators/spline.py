@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.affine import (
-    _check_degenerate,
-    _check_format,
-    _finite,
-    _fit_affine,
-    _prepare,
+    check_degenerate,
+    check_format,
+    finite_params,
+    fit_affine,
+    prepare_fit,
 )
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.isotonic import PiecewiseLinear
@@ -100,7 +100,7 @@ def spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None)
     >>> spline_knots([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [0, 1, 1, 1, 1, 0], 1).tolist()
     [2.0]
     """
-    z, y, w = _prepare(logits, labels, weights)
+    z, y, w = prepare_fit(logits, labels, weights)
     pos = (y > 0) & (w > 0)
     if n_knots <= 0 or not pos.any():
         return np.zeros(0)
@@ -260,12 +260,12 @@ class SplineCalibrator(LogitCalibrator):
                 increasing map (even Platt's slope is <= 0).
         """
         fixed = self._check_options()
-        z, y, w = _prepare(logits, labels, weights)
-        _check_degenerate(z, y, w, "spline", int(self.min_samples))
+        z, y, w = prepare_fit(logits, labels, weights)
+        check_degenerate(z, y, w, "spline", int(self.min_samples))
         used = w > 0
         z, y, w = z[used], y[used].astype(np.float64), w[used]
         knots = fixed if fixed is not None else spline_knots(z, y, int(self.n_knots), weights=w)
-        a0, b0, _ = _fit_affine(z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0),
+        a0, b0, _ = fit_affine(z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0),
                                 lam=0.0)
         platt = np.array([b0[0], a0[0]])
         ridge = float(self.ridge)
@@ -356,19 +356,19 @@ class SplineCalibrator(LogitCalibrator):
     def from_dict(cls, d: dict[str, Any]) -> SplineCalibrator:
         """Rebuild from :meth:`to_dict` output; raises InputError on a bad format, version or value
         (including a map that is not increasing)."""
-        d = _check_format(d, _FORMAT)
+        d = check_format(d, _FORMAT)
         knots = d.get("knots")
         c = d.get("c")
         if not isinstance(knots, list) or not isinstance(c, list) or len(knots) != len(c):
             raise InputError("SplineCalibrator dict: `knots` and `c` must be lists of the same length")
-        k = np.asarray([_finite(v, "knots") for v in knots], dtype=np.float64)
+        k = np.asarray([finite_params(v, "knots") for v in knots], dtype=np.float64)
         if (np.diff(k) <= 0).any():
             raise InputError("SplineCalibrator dict: `knots` must be strictly increasing")
-        theta = np.concatenate([[_finite(d.get("b"), "b"), _finite(d.get("a"), "a")],
-                                [_finite(v, "c") for v in c]])
+        theta = np.concatenate([[finite_params(d.get("b"), "b"), finite_params(d.get("a"), "a")],
+                                [finite_params(v, "c") for v in c]])
         if not (_slopes(theta) > 0).all():
             raise InputError("SplineCalibrator dict: every segment slope a + c_1 + ... + c_j must be > 0")
-        ridge = _finite(d.get("ridge", 0.0), "ridge")
+        ridge = finite_params(d.get("ridge", 0.0), "ridge")
         obj = cls(n_knots=int(d.get("n_knots", k.size)), ridge=ridge)
         obj._set(k, theta)
         obj.ridge_ = ridge

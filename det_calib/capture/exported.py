@@ -317,14 +317,15 @@ class ExportCapturer:
     def __call__(self, images: Sequence[str | Path], *, split: str = "", image_names: Sequence[str] | None = None,
                  image_ids: Sequence[int] | None = None, progress: bool = True) -> pl.DataFrame:
         """Capture ``images``; the table of :func:`det_calib.capture.predictor.capture`."""
-        from det_calib.capture.predictor import Capturer, _progress, _read_ahead, image_lists
+        from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
+        from det_calib.capture.predictor import Capturer
 
         paths, names, ids = image_lists(images, image_names, image_ids)
         out: dict[str, dict[int, tuple]] = {self.info.head: {}}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)
-        bar = _progress(len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress)
+        bar = progress_bar(len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress)
         n_bad = 0
-        source = _read_ahead(paths, depth=2)
+        source = read_ahead(paths, depth=2)
         try:
             for pos, im0 in source:
                 bar.update(1)

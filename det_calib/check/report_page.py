@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.box_view import BoxView
 from det_calib.record.run_folder import Run
 from det_calib.record.run_result import OperatingFigures
 from det_calib.report import plots
@@ -28,9 +29,9 @@ def _p(p: Any) -> str:
     return "< 1e-4" if p < 1e-4 else f"{p:.3g}"
 
 
-def _kept(df: pl.DataFrame, head: str, conf: float, split: str | None = None) -> pl.DataFrame:
-    b = df.filter((pl.col("head") == head) & ~pl.col("ignore") & (pl.col("calibrated") > conf))
-    return b if split is None else b.filter(pl.col("split") == split)
+def _kept(df: pl.DataFrame, head: str, conf: float, split: str | None = None) -> BoxView:
+    """The boxes of ``head`` (and ``split``) kept at ``conf`` under the scores their run wrote."""
+    return BoxView.from_boxes(df, head=head, split=split, geometry=False).as_recorded().kept(conf)
 
 
 def _operating_rows(now: list[OperatingFigures], then: list[OperatingFigures]) -> list[list[str]]:
@@ -94,11 +95,11 @@ def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> N
     n_bins = run.settings.ece_bins
     then = _kept(run.boxes, h, r.conf, r.reference_split)
     now = _kept(new, h, r.conf)
-    panels = [(f"then: {r.reference_split} ({then.height} kept)",
-               bins_of(then["calibrated"].to_numpy(), then["correct"].to_numpy(), n_bins) if then.height else None,
+    panels = [(f"then: {r.reference_split} ({then.n} kept)",
+               bins_of(then.conf, then.correct, n_bins) if then.n else None,
                "calibrated confidence"),
-              (f"now: {c.split} ({now.height} kept)",
-               bins_of(now["calibrated"].to_numpy(), now["correct"].to_numpy(), n_bins) if now.height else None,
+              (f"now: {c.split} ({now.n} kept)",
+               bins_of(now.conf, now.correct, n_bins) if now.n else None,
                "calibrated confidence")]
     b.fig(f"reliability_{h}", plots.reliability_figure(panels, title=f"{h}: kept boxes at conf {r.conf:g}"),
           f"Reliability of the boxes kept at conf {r.conf:g}, then (the run's eval split) and now.",
@@ -125,7 +126,7 @@ def _unlabelled(b: Page, r: Any, h: str, s: Any, new: pl.DataFrame, run: Run) ->
     then = _kept(run.boxes, h, 0.0, r.reference_split)
     now = new.filter(pl.col("head") == h)
     b.fig(f"scores_{h}", plots.confidence_histograms([
-        (f"then: {r.reference_split}", then["calibrated"].to_numpy(), then["correct"].to_numpy(),
+        (f"then: {r.reference_split}", then.conf, then.correct,
          "calibrated confidence", [(r.conf, f"conf {r.conf:g}")]),
         ("now (no labels: all drawn as incorrect)", now["calibrated"].to_numpy(),
          np.zeros(now.height, dtype=bool), "calibrated confidence", [(r.conf, f"conf {r.conf:g}")]),

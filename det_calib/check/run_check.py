@@ -29,566 +29,57 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from det_calib.errors import InputError
-from det_calib.metrics import drift_tests as drift
-from det_calib.record.run_result import (
-    OperatingFigures,
-    _items,
-    _leaf,
-    _leaf_dict,
-    _leaf_fields,
-    _number,
-    _object,
-    _text,
-    package_version,
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.check.check_record import (  # noqa: F401  (the check's public names, one import away)
+    BOXES_FILE,
+    CHANGED,
+    CHECK_FILE,
+    CHECK_SCHEMA_VERSION,
+    DRIFTED,
+    EXIT_CODES,
+    HOLDS,
+    MIN_IMAGES,
+    NO_SHIFT,
+    SHIFTED,
+    TOO_FEW,
+    TOO_FEW_IMAGES,
+    CheckResult,
+    HeadCheck,
+    HeadShift,
+    ShiftTests,
 )
+from det_calib.check.verdicts import (  # noqa: F401
+    calibration_tests,
+    calibration_verdict,
+    class_checks,
+    detection_tests,
+    detection_verdict,
+    exit_code,
+    f2,
+    f3,
+    num,
+    p_text,
+    worst,
+)
+from det_calib.data.box_view import BoxView, with_calibrated
+from det_calib.errors import InputError
+from det_calib.evaluation.operating import OperatingPoints
+from det_calib.metrics import drift_tests as drift
+from det_calib.record.run_result import package_version
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CHECK_FILE", "CHECK_SCHEMA_VERSION", "EXIT_CODES", "CheckResult", "check_run", "default_out",
            "new_boxes"]
 
-CHECK_SCHEMA_VERSION = 1
-"""Version of the ``check.json`` layout."""
-CHECK_FILE = "check.json"
-BOXES_FILE = "boxes.parquet"
 
-HOLDS, DRIFTED, TOO_FEW = "holds", "drifted", "not enough boxes to tell"
-CHANGED = "changed"
-NO_SHIFT, SHIFTED, TOO_FEW_IMAGES = "no shift detected", "shifted", "not enough images to tell"
-
-EXIT_CODES: dict[int, str] = {
-    0: "calibration holds and detection quality holds (with --images: no shift detected)",
-    2: "bad input (one line on stderr)",
-    3: "calibration drifted (detection quality holds)",
-    4: "detection quality changed (calibration holds or cannot be told); with --images: the output shifted",
-    5: "calibration drifted and detection quality changed",
-    6: "not enough kept boxes to tell whether calibration holds (detection quality holds; with --images: "
-       "too few images)",
-}
-"""Exit code -> meaning (``det-calib check --help`` and the README show this table)."""
-
-MIN_IMAGES = 10
-"""Fewer new images than this: the label-free tests say ``not enough images to tell``."""
-
-
-# ------------------------------------------------------------------------------------ records
-@dataclass(frozen=True)
-class CalibrationTests:
-    """The calibration tests of one head's boxes kept at ``conf`` (calibrated conf > ``conf``).
-
-    ``observed`` correct against ``expected`` (the sum of calibrated confidences); ``z`` and
-    ``p_value`` of calibration in the large (variance: the larger of ``sum p (1 - p)`` and the
-    image-clustered one; ``design_effect`` their ratio); ``detectable_gap`` the gap between
-    fraction correct and mean confidence these boxes can show at p = 0.05; ``hl_*`` the
-    Hosmer–Lemeshow test over ``hl_groups`` equal-mass bins (null with fewer than 60 kept boxes);
-    ``mean_conf_then``/``fraction_correct_then`` the same boxes' figures on the run's eval split.
-    The verdict tests change against the run: ``gap``/``gap_then`` (fraction correct minus mean
-    conf) with ``change_z``/``change_p`` (:func:`det_calib.metrics.drift_tests.citl_change`), and the two-sample
-    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`).
-    """
-
-    conf: float | None = _leaf()
-    boxes: int | None = _leaf(kind=int)
-    images: int | None = _leaf(kind=int)
-    observed: int | None = _leaf(kind=int)
-    expected: float | None = _leaf()
-    mean_conf: float | None = _leaf()
-    fraction_correct: float | None = _leaf()
-    z: float | None = _leaf()
-    p_value: float | None = _leaf()
-    design_effect: float | None = _leaf()
-    detectable_gap: float | None = _leaf()
-    hl_groups: int | None = _leaf(kind=int)
-    hl_statistic: float | None = _leaf()
-    hl_p_value: float | None = _leaf()
-    boxes_then: int | None = _leaf(kind=int)
-    mean_conf_then: float | None = _leaf()
-    fraction_correct_then: float | None = _leaf()
-    z_then: float | None = _leaf()
-    p_value_then: float | None = _leaf()
-    gap_then: float | None = _leaf()
-    gap: float | None = _leaf()
-    change_z: float | None = _leaf()
-    change_p: float | None = _leaf()
-    binned_change_statistic: float | None = _leaf()
-    binned_change_bins: int | None = _leaf(kind=int)
-    binned_change_p: float | None = _leaf()
-    tests: int | None = _leaf(kind=int)
-    """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
-    the change of each class tested)."""
-
-
-@dataclass(frozen=True)
-class DetectionTests:
-    """Detection quality of one head at ``conf``, now against the run's eval split (``*_then``).
-
-    Precision = correct kept boxes / kept boxes, recall = correct kept boxes / ground-truth boxes;
-    ``*_z``/``*_p`` their two-ratio test (image-clustered variances); mAP with the calibrated scores
-    by det_calib's COCO engine (pycocotools' figures; the run's: its eval ``map50_after``/``map50_95_after``).
-    """
-
-    conf: float | None = _leaf()
-    images: int | None = _leaf(kind=int)
-    images_then: int | None = _leaf(kind=int)
-    kept: int | None = _leaf(kind=int)
-    kept_then: int | None = _leaf(kind=int)
-    n_gt: int | None = _leaf(kind=int)
-    n_gt_then: int | None = _leaf(kind=int)
-    precision: float | None = _leaf()
-    precision_then: float | None = _leaf()
-    precision_z: float | None = _leaf()
-    precision_p: float | None = _leaf()
-    recall: float | None = _leaf()
-    recall_then: float | None = _leaf()
-    recall_z: float | None = _leaf()
-    recall_p: float | None = _leaf()
-    kept_per_image: float | None = _leaf()
-    kept_per_image_then: float | None = _leaf()
-    map50: float | None = _leaf()
-    map50_then: float | None = _leaf()
-    map50_95: float | None = _leaf()
-    map50_95_then: float | None = _leaf()
-
-
-@dataclass(frozen=True)
-class ClassCheck:
-    """One class at the lowest conf threshold: kept boxes, calibration in the large now (``z``,
-    ``p_value``) and its change against the run's eval split (``change_z``, ``change_p``; ``tested``
-    when the class has at least ``min_boxes`` kept boxes on both; ``drifted`` when the change is
-    below the Bonferroni level), kept-set ECE, precision and recall now and then."""
-
-    cls: int | None = _leaf(kind=int)
-    name: str | None = _leaf(kind=str)
-    kept: int | None = _leaf(kind=int)
-    observed: int | None = _leaf(kind=int)
-    expected: float | None = _leaf()
-    z: float | None = _leaf()
-    p_value: float | None = _leaf()
-    change_z: float | None = _leaf()
-    change_p: float | None = _leaf()
-    tested: bool | None = _leaf(kind=bool)
-    drifted: bool | None = _leaf(kind=bool)
-    kept_ece: float | None = _leaf()
-    n_gt: int | None = _leaf(kind=int)
-    precision: float | None = _leaf()
-    recall: float | None = _leaf()
-    kept_then: int | None = _leaf(kind=int)
-    precision_then: float | None = _leaf()
-    recall_then: float | None = _leaf()
-
-
-@dataclass(frozen=True)
-class HeadCheck:
-    """One head on labelled new images: the tests, the kept-set figures now and then, verdicts."""
-
-    head: str
-    method: str
-    split: str
-    calibration: CalibrationTests
-    detection: DetectionTests
-    operating: list[OperatingFigures] = field(default_factory=list)
-    operating_then: list[OperatingFigures] = field(default_factory=list)
-    per_class: list[ClassCheck] = field(default_factory=list)
-    calibration_verdict: str = HOLDS
-    detection_verdict: str = HOLDS
-    calibration_line: str = ""
-    detection_line: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"head": self.head, "method": self.method, "split": self.split,
-                "calibration": _leaf_dict(self.calibration), "detection": _leaf_dict(self.detection),
-                "operating": [o.to_dict() for o in self.operating],
-                "operating_then": [o.to_dict() for o in self.operating_then],
-                "per_class": [_leaf_dict(c) for c in self.per_class],
-                "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
-                "calibration_line": self.calibration_line, "detection_line": self.detection_line}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> HeadCheck:
-        d = _object(d, where, optional=False)
-        return cls(
-            head=_required_text(d, "head", where), method=_required_text(d, "method", where),
-            split=_required_text(d, "split", where),
-            calibration=_leaf_record(CalibrationTests, d.get("calibration"), f"{where}.calibration"),
-            detection=_leaf_record(DetectionTests, d.get("detection"), f"{where}.detection"),
-            operating=[OperatingFigures.from_dict(o, f"{where}.operating[{i}]")
-                       for i, o in enumerate(_items(d.get("operating"), f"{where}.operating"))],
-            operating_then=[OperatingFigures.from_dict(o, f"{where}.operating_then[{i}]")
-                            for i, o in enumerate(_items(d.get("operating_then"), f"{where}.operating_then"))],
-            per_class=[_leaf_record(ClassCheck, c, f"{where}.per_class[{i}]")
-                       for i, c in enumerate(_items(d.get("per_class"), f"{where}.per_class"))],
-            calibration_verdict=_verdict(d, "calibration_verdict", where, (HOLDS, DRIFTED, TOO_FEW)),
-            detection_verdict=_verdict(d, "detection_verdict", where, (HOLDS, CHANGED)),
-            calibration_line=_text(d.get("calibration_line"), f"{where}.calibration_line") or "",
-            detection_line=_text(d.get("detection_line"), f"{where}.detection_line") or "",
-        )
-
-
-@dataclass(frozen=True)
-class ShiftTests:
-    """One head on unlabelled new images against the run's eval split (``*_then``), boxes kept at
-    ``conf``: the KS distance of their calibrated confidences, boxes kept per image, class mix
-    (chi-square), each with its image-level permutation p-value (``n_perm`` permutations)."""
-
-    conf: float | None = _leaf()
-    images: int | None = _leaf(kind=int)
-    images_then: int | None = _leaf(kind=int)
-    kept: int | None = _leaf(kind=int)
-    kept_then: int | None = _leaf(kind=int)
-    mean_conf: float | None = _leaf()
-    mean_conf_then: float | None = _leaf()
-    kept_per_image: float | None = _leaf()
-    kept_per_image_then: float | None = _leaf()
-    ks: float | None = _leaf()
-    ks_p: float | None = _leaf()
-    per_image_p: float | None = _leaf()
-    class_chi2: float | None = _leaf()
-    class_chi2_p: float | None = _leaf()
-    n_perm: int | None = _leaf(kind=int)
-
-
-@dataclass(frozen=True)
-class HeadShift:
-    """One head on unlabelled new images: the label-free tests, the class counts, a verdict."""
-
-    head: str
-    method: str
-    tests: ShiftTests
-    class_counts: list[int] = field(default_factory=list)
-    class_counts_then: list[int] = field(default_factory=list)
-    verdict: str = NO_SHIFT
-    line: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"head": self.head, "method": self.method, "tests": _leaf_dict(self.tests),
-                "class_counts": list(self.class_counts), "class_counts_then": list(self.class_counts_then),
-                "verdict": self.verdict, "line": self.line}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> HeadShift:
-        d = _object(d, where, optional=False)
-        return cls(head=_required_text(d, "head", where), method=_required_text(d, "method", where),
-                   tests=_leaf_record(ShiftTests, d.get("tests"), f"{where}.tests"),
-                   class_counts=_counts(d.get("class_counts"), f"{where}.class_counts"),
-                   class_counts_then=_counts(d.get("class_counts_then"), f"{where}.class_counts_then"),
-                   verdict=_verdict(d, "verdict", where, (NO_SHIFT, SHIFTED, TOO_FEW_IMAGES)),
-                   line=_text(d.get("line"), f"{where}.line") or "")
-
-
-@dataclass
-class CheckResult:
-    """What ``det-calib check`` found (``check.json``).
-
-    Attributes:
-        kind: ``"labelled"`` (``--data``) or ``"unlabelled"`` (``--images``).
-        run: The run folder checked; ``model`` the detector that captured the new images.
-        data, split: The new images' data.yaml and split (labelled), or ``images`` their folder.
-        reference_split: The run's eval split, the "then" of every comparison.
-        conf: The operating threshold of the verdicts (the run's lowest ``conf_thresholds``).
-        alpha: Family-wise level of each verdict's tests; ``min_boxes`` the kept boxes a
-            calibration verdict needs.
-        labelled / unlabelled: Head -> :class:`HeadCheck` / :class:`HeadShift`.
-        calibration_verdict, detection_verdict, shift_verdict: Over the heads (the worst).
-        exit_code: The command's exit code (see :data:`EXIT_CODES`).
-    """
-
-    kind: str
-    run: str
-    model: str
-    reference_split: str
-    conf: float
-    alpha: float
-    min_boxes: int
-    heads: list[str]
-    data: str | None = None
-    split: str | None = None
-    images: str | None = None
-    labelled: dict[str, HeadCheck] = field(default_factory=dict)
-    unlabelled: dict[str, HeadShift] = field(default_factory=dict)
-    calibration_verdict: str | None = None
-    detection_verdict: str | None = None
-    shift_verdict: str | None = None
-    exit_code: int = 0
-    n_boot: int = 1000
-    seed: int = 0
-    det_calib_version: str = ""
-    created: str | None = None
-    schema_version: int = CHECK_SCHEMA_VERSION
-
-    @property
-    def exit_meaning(self) -> str:
-        """What :attr:`exit_code` means (:data:`EXIT_CODES`)."""
-        return EXIT_CODES[self.exit_code]
-
-    def lines(self) -> list[str]:
-        """The verdicts, one line per question and head."""
-        out = []
-        for h, c in self.labelled.items():
-            out += [f"[{h}] {c.calibration_line}", f"[{h}] {c.detection_line}"]
-        for h, s in self.unlabelled.items():
-            out.append(f"[{h}] {s.line}")
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version, "det_calib_version": self.det_calib_version,
-            "created": self.created, "kind": self.kind, "run": self.run, "model": self.model, "data": self.data,
-            "split": self.split, "images": self.images, "reference_split": self.reference_split, "conf": self.conf,
-            "alpha": self.alpha, "min_boxes": self.min_boxes, "n_boot": self.n_boot, "seed": self.seed,
-            "heads": list(self.heads),
-            "labelled": {h: c.to_dict() for h, c in self.labelled.items()},
-            "unlabelled": {h: s.to_dict() for h, s in self.unlabelled.items()},
-            "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
-            "shift_verdict": self.shift_verdict, "exit_code": self.exit_code,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any) -> CheckResult:
-        """Check and read a ``check.json`` object.
-
-        Raises:
-            InputError: Another schema version, a missing or mistyped field (one line naming it).
-        """
-        d = _object(d, "", optional=False)
-        if d.get("schema_version") != CHECK_SCHEMA_VERSION:
-            raise InputError(f"check.json schema_version {d.get('schema_version')!r} is not supported (this det_calib "
-                             f"reads {CHECK_SCHEMA_VERSION})")
-        kind = _required_text(d, "kind", "")
-        if kind not in ("labelled", "unlabelled"):
-            raise InputError(f"`kind` must be labelled or unlabelled, got {kind!r}")
-        heads = [str(h) for h in _items(d.get("heads"), "heads")]
-        lab = _object(d.get("labelled"), "labelled") or {}
-        unl = _object(d.get("unlabelled"), "unlabelled") or {}
-        code = d.get("exit_code")
-        if code not in EXIT_CODES:
-            raise InputError(f"`exit_code` must be one of {sorted(EXIT_CODES)}, got {code!r}")
-        conf, alpha = _number(d.get("conf"), "conf"), _number(d.get("alpha"), "alpha")
-        if conf is None or alpha is None:
-            raise InputError("`conf` and `alpha` must be numbers")
-        return cls(
-            kind=kind, run=_required_text(d, "run", ""), model=_required_text(d, "model", ""),
-            reference_split=_required_text(d, "reference_split", ""), conf=conf, alpha=alpha,
-            min_boxes=int(_number(d.get("min_boxes"), "min_boxes") or 0), heads=heads,
-            data=_text(d.get("data"), "data"), split=_text(d.get("split"), "split"),
-            images=_text(d.get("images"), "images"),
-            labelled={h: HeadCheck.from_dict(v, f"labelled.{h}") for h, v in lab.items()},
-            unlabelled={h: HeadShift.from_dict(v, f"unlabelled.{h}") for h, v in unl.items()},
-            calibration_verdict=_text(d.get("calibration_verdict"), "calibration_verdict"),
-            detection_verdict=_text(d.get("detection_verdict"), "detection_verdict"),
-            shift_verdict=_text(d.get("shift_verdict"), "shift_verdict"), exit_code=int(code),
-            n_boot=int(_number(d.get("n_boot"), "n_boot") or 0), seed=int(_number(d.get("seed"), "seed") or 0),
-            det_calib_version=_text(d.get("det_calib_version"), "det_calib_version") or "",
-            created=_text(d.get("created"), "created"),
-        )
-
-    def write(self, path: str | Path) -> Path:
-        """Write ``check.json`` atomically (NaN as null)."""
-        from det_calib.io import write_json
-
-        return write_json(path, self.to_dict())
-
-    @classmethod
-    def read(cls, path: str | Path) -> CheckResult:
-        """Read and check a ``check.json`` (one-line :class:`InputError` naming the file)."""
-        from det_calib.record.run_result import _read_json
-
-        return _read_json(path, cls.from_dict)
-
-
-def _required_text(d: dict[str, Any], key: str, where: str) -> str:
-    w = f"{where}.{key}" if where else key
-    v = _text(d.get(key), w)
-    if v is None:
-        raise InputError(f"`{w}` is missing")
-    return v
-
-
-def _verdict(d: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str:
-    v = _required_text(d, key, where)
-    if v not in allowed:
-        raise InputError(f"`{where}.{key}` must be one of {', '.join(allowed)}, got {v!r}")
-    return v
-
-
-def _leaf_record(cls: type, d: Any, where: str) -> Any:
-    return cls(**_leaf_fields(cls, _object(d, where, optional=False), where))
-
-
-def _counts(v: Any, where: str) -> list[int]:
-    out = []
-    for i, x in enumerate(_items(v, where)):
-        n = _number(x, f"{where}[{i}]")
-        if n is None or n < 0 or n != int(n):
-            raise InputError(f"`{where}[{i}]` must be a count, got {x!r}")
-        out.append(int(n))
-    return out
-
-
-# ------------------------------------------------------------------------------------ helpers
-def _num(x: Any) -> float | None:
-    return None if x is None or not math.isfinite(float(x)) else float(x)
-
-
-def _p_text(p: float | None) -> str:
-    if p is None:
-        return "n/a"
-    return "< 1e-4" if p < 1e-4 else f"{p:.3g}"
-
-
-def _kept(df: pl.DataFrame, conf: float) -> pl.DataFrame:
-    """Usable boxes (not crowd-matched) whose deployed conf is above ``conf``."""
-    b = df.filter(~pl.col("ignore")) if "ignore" in df.columns else df
-    return b.filter(pl.col("calibrated") > conf)
-
-
-def _per_image(df: pl.DataFrame, n_img: int, col: str | None = None) -> np.ndarray:
-    """Per image 0..n_img-1: the number of rows (``col`` None) or the sum of ``col``."""
-    img = df["image_id"].to_numpy().astype(np.int64)
-    w = None if col is None else df[col].to_numpy().astype(np.float64)
-    return np.bincount(img, weights=w, minlength=n_img)[:n_img].astype(np.float64)
-
-
-# ----------------------------------------------------------------------------- labelled tests
-def calibration_tests(p: np.ndarray, y: np.ndarray, img: np.ndarray, *, conf: float,
-                      then_boxes: tuple[np.ndarray, np.ndarray, np.ndarray], n_classes_tested: int
-                      ) -> CalibrationTests:
-    """:class:`CalibrationTests` of the kept boxes (``p`` calibrated conf > ``conf``, their flags,
-    images), against ``then_boxes`` (the same three of the run's eval split)."""
-    c = drift.calibration_in_the_large(p, y, img)
-    hl = drift.hosmer_lemeshow(p, y, img)
-    then = drift.calibration_in_the_large(*then_boxes) if len(then_boxes[0]) else None
-    ch = drift.citl_change(then_boxes, (p, y, img))
-    bc = drift.binned_change(then_boxes, (p, y, img))
-    return CalibrationTests(
-        conf=conf, boxes=c.boxes, images=c.images, observed=c.observed, expected=c.expected,
-        mean_conf=_num(c.mean_conf), fraction_correct=_num(c.fraction_correct), z=_num(c.z),
-        p_value=_num(c.p_value), design_effect=_num(c.design_effect), detectable_gap=_num(c.detectable_gap),
-        hl_groups=None if hl is None else hl.groups, hl_statistic=None if hl is None else hl.statistic,
-        hl_p_value=None if hl is None else hl.p_value,
-        boxes_then=None if then is None else then.boxes,
-        mean_conf_then=None if then is None else _num(then.mean_conf),
-        fraction_correct_then=None if then is None else _num(then.fraction_correct),
-        z_then=None if then is None else _num(then.z), p_value_then=None if then is None else _num(then.p_value),
-        gap_then=None if ch is None else ch.then, gap=None if ch is None else ch.now,
-        change_z=None if ch is None else _num(ch.statistic), change_p=None if ch is None else _num(ch.p_value),
-        binned_change_statistic=None if bc is None else bc.statistic, binned_change_bins=None if bc is None else bc.df,
-        binned_change_p=None if bc is None else bc.p_value,
-        tests=(ch is not None) + (bc is not None) + n_classes_tested,
-    )
-
-
-def calibration_verdict(t: CalibrationTests, per_class: list[ClassCheck], *, alpha: float, min_boxes: int
-                        ) -> tuple[str, str]:
-    """``(verdict, line)`` of the calibration question (Bonferroni over :attr:`CalibrationTests.tests`)."""
-    head = (f"kept boxes at conf {t.conf:g}: {t.boxes}, {t.observed} correct vs {t.expected:.1f} expected "
-            f"(mean conf {_f3(t.mean_conf)}, fraction correct {_f3(t.fraction_correct)}; z {_f2(t.z)}, "
-            f"p {_p_text(t.p_value)}")
-    head += f"; Hosmer-Lemeshow p {_p_text(t.hl_p_value)} over {t.hl_groups} bins)" if t.hl_groups else ")"
-    head += (f"; against the run's eval split: gap (fraction correct - mean conf) {_f3(t.gap_then)} -> {_f3(t.gap)} "
-             f"(change z {_f2(t.change_z)}, p {_p_text(t.change_p)}), binned change p {_p_text(t.binned_change_p)}")
-    if (t.boxes or 0) < min_boxes:
-        return TOO_FEW, f"calibration: {TOO_FEW} ({t.boxes} kept boxes, fewer than {min_boxes}); {head}"
-    level = alpha / max(1, t.tests or 1)
-    bad = [name for name, p in (("in the large", t.change_p), ("binned", t.binned_change_p)) if p is not None
-           and p < level]
-    bad += [f"class {c.name}" for c in per_class if c.drifted]
-    if bad:
-        return DRIFTED, f"calibration: {DRIFTED} ({', '.join(bad)} at family level {alpha:g}); {head}"
-    return HOLDS, (f"calibration: {HOLDS} (no test below {alpha:g} / {t.tests}; a gap of ±{_f3(t.detectable_gap)} "
-                   f"would show); {head}")
-
-
-def _f3(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _f2(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
-
-
-def detection_verdict(d: DetectionTests, *, alpha: float) -> tuple[str, str]:
-    """``(verdict, line)`` of the detection-quality question (precision and recall, Bonferroni over 2)."""
-    parts = []
-    changed = []
-    for name, then, now, z, p in (("recall", d.recall_then, d.recall, d.recall_z, d.recall_p),
-                                  ("precision", d.precision_then, d.precision, d.precision_z, d.precision_p)):
-        parts.append(f"{name} {_f3(then)} -> {_f3(now)} (z {_f2(z)}, p {_p_text(p)})")
-        if p is not None and p < alpha / 2:
-            changed.append(name)
-    tail = (f"at conf {d.conf:g}: " + "; ".join(parts) + f"; kept per image {_f2(d.kept_per_image_then)} -> "
-            f"{_f2(d.kept_per_image)}; mAP50 {_f3(d.map50_then)} -> {_f3(d.map50)}")
-    if changed:
-        return CHANGED, f"detection quality: {CHANGED} ({' and '.join(changed)} at family level {alpha:g}) {tail}"
-    return HOLDS, f"detection quality: {HOLDS} {tail}"
-
-
-def _ratio(then_num, then_den, now_num, now_den) -> tuple[float | None, float | None, float | None, float | None]:
-    t = drift.ratio_test(then_num, then_den, now_num, now_den)
-    return _num(t.then), _num(t.now), _num(t.z), _num(t.p_value)
-
-
-def detection_tests(kept_now: pl.DataFrame, gt_now: np.ndarray, n_img: int, kept_then: pl.DataFrame,
-                    gt_then: np.ndarray | None, n_gt_then: int, n_img_then: int, *, conf: float,
-                    maps: dict[str, float | None]) -> DetectionTests:
-    """:class:`DetectionTests` from the kept boxes of both sides and their ground truth per image
-    (``gt_then`` None: the run's per-image ground truth is unknown; recall then is tested with
-    its binomial variance, its total ``n_gt_then`` spread as one count per image)."""
-    k1, c1 = _per_image(kept_now, n_img), _per_image(kept_now, n_img, "correct")
-    k0, c0 = _per_image(kept_then, n_img_then), _per_image(kept_then, n_img_then, "correct")
-    g0 = gt_then if gt_then is not None else np.full(n_img_then, n_gt_then / max(1, n_img_then))
-    p0, p1, pz, pp = _ratio(c0, k0, c1, k1)
-    r0, r1, rz, rp = _ratio(c0, g0, c1, gt_now)
-    return DetectionTests(
-        conf=conf, images=n_img, images_then=n_img_then, kept=int(k1.sum()), kept_then=int(k0.sum()),
-        n_gt=int(gt_now.sum()), n_gt_then=int(n_gt_then), precision=p1, precision_then=p0, precision_z=pz,
-        precision_p=pp, recall=r1, recall_then=r0, recall_z=rz, recall_p=rp,
-        kept_per_image=float(k1.mean()) if n_img else None,
-        kept_per_image_then=float(k0.mean()) if n_img_then else None, **maps,
-    )
-
-
-def class_checks(kept_now: pl.DataFrame, kept_then: pl.DataFrame, gt_cls_now: np.ndarray, gt_cls_then: list[int],
-                 names: list[str], *, min_boxes: int, alpha: float, family: int, ece_bins: int) -> list[ClassCheck]:
-    """Per class (with kept boxes or ground truth on either side): :class:`ClassCheck`; a class is
-    ``drifted`` when the p-value of its change in calibration in the large is below ``alpha / family``."""
-    from det_calib.metrics.calibration import ece
-
-    out = []
-    kc, kt = kept_now["cls"].to_numpy(), kept_then["cls"].to_numpy()
-    p, y, img = (kept_now[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    pt, yt, it = (kept_then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    for c, name in enumerate(names):
-        m, mt = kc == c, kt == c
-        n_gt = int((gt_cls_now == c).sum())
-        g_then = gt_cls_then[c] if c < len(gt_cls_then) else 0
-        if not (m.any() or mt.any() or n_gt or g_then):
-            continue
-        r = drift.calibration_in_the_large(p[m], y[m], img[m])
-        ch = drift.citl_change((pt[mt], yt[mt], it[mt]), (p[m], y[m], img[m]))
-        tested = int(m.sum()) >= min_boxes and int(mt.sum()) >= min_boxes and ch is not None
-        out.append(ClassCheck(
-            cls=c, name=name, kept=int(m.sum()), observed=r.observed, expected=float(r.expected), z=_num(r.z),
-            p_value=_num(r.p_value), change_z=None if ch is None else _num(ch.statistic),
-            change_p=None if ch is None else _num(ch.p_value), tested=tested,
-            drifted=bool(tested and ch.p_value < alpha / max(1, family)),
-            kept_ece=ece(p[m], y[m], n_bins=ece_bins) if m.any() else None, n_gt=n_gt,
-            precision=float(y[m].mean()) if m.any() else None, recall=float(y[m].sum() / n_gt) if n_gt else None,
-            kept_then=int(mt.sum()), precision_then=float(yt[mt].mean()) if mt.any() else None,
-            recall_then=float(yt[mt].sum() / g_then) if g_then else None,
-        ))
-    return out
-
-
-# -------------------------------------------------------------------------------------- the job
 @dataclass
 class _Job:
     """What every check needs: the run read back, its settings as capture/eval settings, the detector."""
@@ -596,7 +87,7 @@ class _Job:
     run: Any  # det_calib.record.run_folder.Run
     settings: Any  # det_calib.run.settings.Settings
     inputs: Any  # det_calib.run.inputs.Inputs
-    calibrators: dict[str, Any]
+    calibrators: dict[str, LogitCalibrator]
     conf: float
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
 
@@ -653,7 +144,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
 
 
-def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, Any], *,
+def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
                   model: str | Path | None, data: Dataset | None, boxes: str | Path | None) -> _Job:
     """The check of an ensemble run: its members opened as the run recorded them (each checked
     against its fingerprint), the new images fused as the run fused its own."""
@@ -699,31 +190,32 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     return np.bincount(g["image_id"].to_numpy().astype(np.int64), minlength=len(sp.images)).astype(float), None
 
 
-def _then_boxes(job: _Job, head: str) -> pl.DataFrame:
-    b = job.run.boxes
-    return b.filter((pl.col("head") == head) & (pl.col("split") == job.run.settings.eval_split))
+def _then_boxes(job: _Job, head: str) -> BoxView:
+    """The run's own eval boxes of ``head`` under the scores it wrote (its ``calibrated`` column)."""
+    view = BoxView.from_boxes(job.run.boxes, head=head, split=job.run.settings.eval_split, geometry=False)
+    return view.scored(job.calibrators[head], recorded=True)
 
 
 def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_then: np.ndarray | None,
                    *, alpha: float, min_boxes: int) -> HeadCheck:
     from det_calib.evaluation.map_check import coco_maps
-    from det_calib.run.fitting import OperatingEval
 
     s, conf, rec = job.settings, job.conf, job.run.head(head)
-    op = OperatingEval(boxes, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
-                       n_boot=s.n_boot, seed=s.seed)
-    operating = op.operating(boxes.filter(~pl.col("ignore"))["calibrated"].to_numpy().astype(np.float64))
-    kept, then = _kept(boxes, conf), _kept(_then_boxes(job, head), conf)
+    view = BoxView.from_boxes(boxes)
+    scored = view.scored(job.calibrators[head], recorded=True)
+    op = OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
+                         n_boot=s.n_boot, seed=s.seed)
+    operating = op.operating(scored)
+    kept, then = scored.kept(conf), _then_boxes(job, head).kept(conf)
     gt = split.gt.filter(~pl.col("crowd"))
     n_img = len(split.images)
     names = list(job.run.class_names)
     ev = rec.eval
     gt_then_cls = (job.run.result.gt_counts or {}).get(job.run.settings.eval_split) or []
-    kc, tc = kept["cls"].to_numpy(), then["cls"].to_numpy()
+    kc, tc = kept.cls, then.cls
     per_class_n = [c for c in range(len(names)) if min((kc == c).sum(), (tc == c).sum()) >= min_boxes]
-    then_arrays = tuple(then[c].to_numpy() for c in ("calibrated", "correct", "image_id"))
-    cal = calibration_tests(*(kept[c].to_numpy() for c in ("calibrated", "correct", "image_id")), conf=conf,
-                            then_boxes=then_arrays, n_classes_tested=len(per_class_n))
+    cal = calibration_tests(kept.conf, kept.correct, kept.image_id, conf=conf,
+                            then_boxes=(then.conf, then.correct, then.image_id), n_classes_tested=len(per_class_n))
     per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
                              family=cal.tests or 1, ece_bins=s.ece_bins)
     m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
@@ -758,60 +250,38 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, gt: pl.DataFrame | None) -> pl.DataFrame:
     from det_calib.matching.one_to_one import match_boxes
-    from det_calib.run.head_figures import with_calibrated
 
     s = job.settings
     b = match_boxes(raw, gt, iou=s.iou, loc_iou=s.loc_iou) if gt is not None else raw
     return with_calibrated(b, job.calibrators[head])
 
 
-def _worst(values: list[str], order: tuple[str, ...]) -> str:
-    return max(values, key=order.index)
-
-
-def exit_code(calibration: str | None, detection: str | None, shift: str | None) -> int:
-    """The command's exit code for the verdicts (see :data:`EXIT_CODES`).
-
-    >>> exit_code(HOLDS, HOLDS, None), exit_code(DRIFTED, CHANGED, None), exit_code(None, None, SHIFTED)
-    (0, 5, 4)
-    """
-    if shift is not None:
-        return {NO_SHIFT: 0, SHIFTED: 4, TOO_FEW_IMAGES: 6}[shift]
-    drifted, changed = calibration == DRIFTED, detection == CHANGED
-    if drifted:
-        return 5 if changed else 3
-    if changed:
-        return 4
-    return 6 if calibration == TOO_FEW else 0
-
-
 def _unlabelled_head(job: _Job, head: str, boxes: pl.DataFrame, n_img: int, *, alpha: float, n_perm: int,
                      min_boxes: int) -> HeadShift:
     conf, nc = job.conf, len(job.run.class_names)
-    then_all = _then_boxes(job, head)
     n_then = int(job.run.head(head).eval.images or 0)
-    now, then = _kept(boxes, conf), _kept(then_all, conf)
-    arrays = [then[c].to_numpy() for c in ("calibrated", "image_id", "cls")]
-    st = drift.shift_tests(*arrays, n_then, *(now[c].to_numpy() for c in ("calibrated", "image_id", "cls")), n_img,
+    now = BoxView.from_boxes(boxes, geometry=False).scored(job.calibrators[head], recorded=True).kept(conf)
+    then = _then_boxes(job, head).kept(conf)
+    st = drift.shift_tests(then.conf, then.image_id, then.cls, n_then, now.conf, now.image_id, now.cls, n_img,
                            n_classes=nc, n_perm=n_perm, seed=job.settings.seed)
-    few = now.height < min_boxes or then.height < min_boxes
-    t = ShiftTests(conf=conf, images=n_img, images_then=n_then, kept=now.height, kept_then=then.height,
-                   mean_conf=_num(now["calibrated"].mean()) if now.height else None,
-                   mean_conf_then=_num(then["calibrated"].mean()) if then.height else None,
-                   kept_per_image=now.height / n_img, kept_per_image_then=then.height / max(1, n_then),
+    few = now.n < min_boxes or then.n < min_boxes
+    t = ShiftTests(conf=conf, images=n_img, images_then=n_then, kept=now.n, kept_then=then.n,
+                   mean_conf=num(pl.Series(now.conf).mean()) if now.n else None,
+                   mean_conf_then=num(pl.Series(then.conf).mean()) if then.n else None,
+                   kept_per_image=now.n / n_img, kept_per_image_then=then.n / max(1, n_then),
                    ks=None if few else st.ks, ks_p=None if few else st.ks_p, per_image_p=st.per_image_p,
                    class_chi2=None if few else st.class_chi2, class_chi2_p=None if few else st.class_chi2_p,
                    n_perm=n_perm)
-    counts = np.bincount(now["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc].tolist()
-    counts_then = np.bincount(then["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc].tolist()
+    counts = np.bincount(now.cls, minlength=nc)[:nc].tolist()
+    counts_then = np.bincount(then.cls, minlength=nc)[:nc].tolist()
     tests = [(name, p) for name, p in (("score distribution", t.ks_p), ("boxes kept per image", t.per_image_p),
                                        ("class mix", t.class_chi2_p)) if p is not None]
     level = alpha / max(1, len(tests))
     found = [name for name, p in tests if p < level]
-    tail = (f"kept boxes at conf {conf:g}: {then.height} on {n_then} images -> {now.height} on {n_img}; kept per "
-            f"image {_f2(t.kept_per_image_then)} -> {_f2(t.kept_per_image)} (p {_p_text(t.per_image_p)}); mean conf "
-            f"{_f3(t.mean_conf_then)} -> {_f3(t.mean_conf)} (KS {_f3(t.ks)}, p {_p_text(t.ks_p)}); class mix "
-            f"p {_p_text(t.class_chi2_p)}. Without labels this detects a shift of the detector's output, not a "
+    tail = (f"kept boxes at conf {conf:g}: {then.n} on {n_then} images -> {now.n} on {n_img}; kept per "
+            f"image {f2(t.kept_per_image_then)} -> {f2(t.kept_per_image)} (p {p_text(t.per_image_p)}); mean conf "
+            f"{f3(t.mean_conf_then)} -> {f3(t.mean_conf)} (KS {f3(t.ks)}, p {p_text(t.ks_p)}); class mix "
+            f"p {p_text(t.class_chi2_p)}. Without labels this detects a shift of the detector's output, not a "
             "miscalibration")
     if found:
         verdict, line = SHIFTED, f"output: {SHIFTED} ({', '.join(found)} at family level {alpha:g}); {tail}"
@@ -855,13 +325,13 @@ def _choose_split(ds: Any, split: str | None) -> str:
 
 
 def _image_split(images: Path, limit: int | None) -> Any:
-    from det_calib.data.ground_truth import GT_SCHEMA, Split, _image_suffixes, image_sizes
+    from det_calib.data.ground_truth import GT_SCHEMA, Split, image_sizes, image_suffixes
 
     if not images.is_dir():
         raise InputError(f"`images` {images} is not a folder")
-    files = sorted(p for p in images.rglob("*") if p.suffix.lower() in _image_suffixes())
+    files = sorted(p for p in images.rglob("*") if p.suffix.lower() in image_suffixes())
     if not files:
-        raise InputError(f"no images in {images} (looked for {', '.join(sorted(_image_suffixes()))})")
+        raise InputError(f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})")
     files = files[:limit] if limit else files
     files, sizes, corrupt = image_sizes(files)
     if not files:
@@ -987,9 +457,9 @@ def _check_labelled(result: CheckResult, job: _Job, ds: Any, split: str, limit: 
         log.warning("%s: recall on it is tested with its binomial variance", why)
     for h, t in tables.items():
         result.labelled[h] = _labelled_head(job, h, t, sp, gt_then, alpha=alpha, min_boxes=min_boxes)
-    result.calibration_verdict = _worst([c.calibration_verdict for c in result.labelled.values()],
+    result.calibration_verdict = worst([c.calibration_verdict for c in result.labelled.values()],
                                         (HOLDS, TOO_FEW, DRIFTED))
-    result.detection_verdict = _worst([c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED))
+    result.detection_verdict = worst([c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED))
     return tables
 
 
@@ -1002,7 +472,7 @@ def _check_unlabelled(result: CheckResult, job: _Job, images: Path, limit: int |
     for h, t in tables.items():
         result.unlabelled[h] = _unlabelled_head(job, h, t, len(sp.images), alpha=alpha, n_perm=n_perm,
                                                 min_boxes=min_boxes)
-    result.shift_verdict = _worst([u.verdict for u in result.unlabelled.values()], (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED))
+    result.shift_verdict = worst([u.verdict for u in result.unlabelled.values()], (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED))
     return tables
 
 

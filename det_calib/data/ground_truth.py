@@ -1,3 +1,5 @@
+# Long file: the dataset readers (data.yaml splits, YOLO txt and COCO JSON labels, image sizes, the
+# eval half) build one Split and share its checks; apart they would re-check each other.
 """Datasets: resolve a ``data.yaml`` split to images, read YOLO txt or COCO JSON ground truth.
 
 Ground truth comes out as a polars table with one row per annotation:
@@ -25,7 +27,7 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-def _image_suffixes() -> set[str]:
+def image_suffixes() -> set[str]:
     """The image formats Ultralytics' loader reads (its own list, so both skip the same files)."""
     from ultralytics.data.utils import IMG_FORMATS
 
@@ -194,7 +196,7 @@ def _split_path(root: Path, value: str) -> Path:
 def list_images(sources: list[Path], *, split: str) -> list[Path]:
     """Image files of a split (folders searched recursively, ``.txt`` lists read), sorted."""
     files: list[Path] = []
-    suffixes = _image_suffixes()
+    suffixes = image_suffixes()
     for src in sources:
         if src.is_dir():
             files += [p for p in src.rglob("*") if p.suffix.lower() in suffixes]

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.exported import P_CEILING, P_FLOOR, ExportInfo, logit_of_prob, read_export, require_runtime
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
@@ -60,20 +61,20 @@ class DeployedMap:
         return y
 
 
-def deployed_map(calibrator: Any, nc: int) -> DeployedMap:
+def deployed_map(calibrator: LogitCalibrator, nc: int) -> DeployedMap:
     """The per-class tables of a fitted calibrator (:func:`det_calib.deploy.fold._affine_params`,
     :func:`det_calib.deploy.fold._pwl_maps`).
 
     Raises:
         InputError: A calibrator with neither an affine nor a piecewise-linear form.
     """
-    from det_calib.deploy.fold import _affine_params, _pwl_maps
+    from det_calib.deploy.fold import affine_tensors, hinge_tensors
 
-    ab = _affine_params(calibrator, nc)
+    ab = affine_tensors(calibrator, nc)
     if ab is not None:
         a, b = (t.numpy().astype(np.float64) for t in ab)
         return DeployedMap(b, a, np.zeros((nc, 0)), np.zeros((nc, 0)))
-    maps = _pwl_maps(calibrator, nc)
+    maps = hinge_tensors(calibrator, nc)
     if maps is None:
         raise InputError(f"cannot deploy a {type(calibrator).__name__} into an export: no affine or "
                          "piecewise-linear form")
@@ -85,15 +86,15 @@ def deployed_map(calibrator: Any, nc: int) -> DeployedMap:
     return DeployedMap(np.array([p[0] for p in parts]), np.array([p[1] for p in parts]), x, coef)
 
 
-def calibrated_probs(calibrator: Any, p: Any, cls: Any, nc: int) -> np.ndarray:
+def calibrated_probs(calibrator: LogitCalibrator, p: Any, cls: Any, nc: int) -> np.ndarray:
     """What the calibrated export computes for engine probabilities ``p`` of classes ``cls``, in float64."""
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.numeric import sigmoid
 
-    return sigmoid(deployed_map(calibrator, nc)(logit_of_prob(p), cls), 1.0)
+    return sigmoid(deployed_map(calibrator, nc)(logit_of_prob(p), cls))
 
 
 # ------------------------------------------------------------------------ equivalent threshold
-def equivalent_raw_threshold(calibrator: Any, conf: float, *, cls: int = 0, nc: int | None = None) -> float:
+def equivalent_raw_threshold(calibrator: LogitCalibrator, conf: float, *, cls: int = 0, nc: int | None = None) -> float:
     """The raw engine ``conf`` keeping exactly the boxes whose calibrated score is above ``conf``.
 
     Returns the float32 value ``t`` (as a float) with ``calibrated(p) > conf`` exactly when
@@ -125,7 +126,7 @@ def equivalent_raw_threshold(calibrator: Any, conf: float, *, cls: int = 0, nc: 
     return float(t)
 
 
-def equivalent_raw_thresholds(calibrator: Any, confs: Any, nc: int, *, per_class: bool) -> list[dict]:
+def equivalent_raw_thresholds(calibrator: LogitCalibrator, confs: Any, nc: int, *, per_class: bool) -> list[dict]:
     """``[{"conf", "raw_conf", "raw_conf_per_class"}]`` per calibrated threshold: the one raw conf
     of a global map (``raw_conf_per_class`` None), or one per class of a per-class map (``raw_conf`` None)."""
     out = []
@@ -322,7 +323,7 @@ def deployed_file(model: str | Path) -> str:
     return calibrated_export_name(model) if is_export(model) else "calibrated.pt"
 
 
-def write_calibrated_export(export: str | Path, out: str | Path, calibrators: dict[str, Any], *,
+def write_calibrated_export(export: str | Path, out: str | Path, calibrators: dict[str, LogitCalibrator], *,
                             metadata: dict[str, Any] | None = None) -> Path:
     """Write ``out``: the export with its head's calibrator appended after the class scores.
 
@@ -359,7 +360,7 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
     return _write_openvino(info, m, nc, out, record)
 
 
-def write_run_export(export: str | Path, folder: Path, calibrators: dict[str, Any], *,
+def write_run_export(export: str | Path, folder: Path, calibrators: dict[str, LogitCalibrator], *,
                      metadata: dict[str, Any] | None = None) -> Path:
     """The run's calibrated export, :func:`calibrated_export_name` in ``folder``."""
     out = write_calibrated_export(export, folder / calibrated_export_name(export), calibrators, metadata=metadata)
@@ -424,7 +425,7 @@ class EngineRecord:
             raise InputError(f"{path}: not a det_calib engine record ({type(e).__name__}: {e})") from None
 
 
-def run_equivalent_thresholds(calibrators: dict[str, Any], methods: dict[str, str], confs: Any,
+def run_equivalent_thresholds(calibrators: dict[str, LogitCalibrator], methods: dict[str, str], confs: Any,
                               nc: int) -> dict[str, list[dict]]:
     """Head -> the raw conf keeping each calibrated ``conf`` threshold's set (per class for a per-class map)."""
     from det_calib.calibrators import registry

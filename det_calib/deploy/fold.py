@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
@@ -166,7 +167,7 @@ def temperatures_from_json(path: str | Path) -> dict[str, float]:
 # any calibrator: affine maps into the last conv, piecewise-linear maps as appended hinge layers
 
 
-def _affine_params(calibrator: Any, nc: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def affine_tensors(calibrator: LogitCalibrator, nc: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(a, b)`` per class (length nc) when ``calibrator`` is affine in the logit, else None."""
     ab = calibrator.affine_params(nc) if getattr(calibrator, "deploy_form", None) == "affine" else None
     if ab is None:
@@ -175,7 +176,7 @@ def _affine_params(calibrator: Any, nc: int) -> tuple[torch.Tensor, torch.Tensor
     return torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
 
 
-def _pwl_maps(calibrator: Any, nc: int) -> list | None:
+def hinge_tensors(calibrator: LogitCalibrator, nc: int) -> list | None:
     """One piecewise-linear map per class when ``calibrator`` is folded as hinge layers, else None."""
     return calibrator.hinge_maps(nc) if getattr(calibrator, "deploy_form", None) == "hinges" else None
 
@@ -216,7 +217,7 @@ def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> 
     return torch.nn.Sequential(expand, torch.nn.ReLU(), collapse)
 
 
-def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch.nn.Module:
+def fold_calibrator(model: torch.nn.Module, head: str, calibrator: LogitCalibrator) -> torch.nn.Module:
     """Fold a fitted calibrator into the classification branch of ``head``, in place, in float32.
 
     Affine maps (temperature, Platt, per-class temperature/Platt, ``none``) scale and shift the
@@ -244,7 +245,7 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch
     det = model.model[-1]
     convs = _cls_convs(model, head)
     nc = int(det.nc)
-    ab = _affine_params(calibrator, nc)
+    ab = affine_tensors(calibrator, nc)
     if ab is not None:
         a, b = ab
         with torch.no_grad():
@@ -254,7 +255,7 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch
                 conv.weight.copy_(w.float())
                 conv.bias.copy_(bias.float())
         return model
-    maps = _pwl_maps(calibrator, nc)
+    maps = hinge_tensors(calibrator, nc)
     if maps is None:
         raise InputError(f"cannot fold a {type(calibrator).__name__} into a model: no affine or piecewise-linear form")
     branch = getattr(det, BRANCHES[head])
@@ -267,7 +268,7 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: Any) -> torch
 def write_folded_checkpoint(
     source: str | Path,
     out: str | Path,
-    calibrators: dict[str, Any],
+    calibrators: dict[str, LogitCalibrator],
     *,
     metadata: dict[str, Any] | None = None,
 ) -> Path:

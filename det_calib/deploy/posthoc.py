@@ -69,8 +69,7 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
             raise InputError(f"the calibration has heads {sorted(cals)}: pass `head`")
         head = next(iter(cals))
     check_choice(head, sorted(cals), "head")
-    from det_calib.calibrators.base import calibrated_logits
-    from det_calib.metrics.calibration import sigmoid
+    from det_calib.data.box_view import BoxView
 
     cal = cals[head]
     many = isinstance(results, (list, tuple))
@@ -79,9 +78,9 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         if boxes is None or boxes.data.shape[0] == 0:
             continue
         data = boxes.data
-        z = logit(np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12))
+        c = np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
         k = data[:, 5].detach().cpu().numpy().astype(np.int64)
-        new = sigmoid(calibrated_logits(cal, z, k), 1.0)
+        new = BoxView(logit=logit(c), conf=c, correct=None, cls=k, image_id=np.zeros(len(k), np.int64)).scored(cal).conf
         data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class
         data[:, 4] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
         r.boxes = type(boxes)(data, boxes.orig_shape)

@@ -30,9 +30,11 @@ import numpy as np
 import polars as pl
 
 from det_calib import metrics
-from det_calib.calibrators.base import deployed_conf
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
+from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
+from det_calib.ensemble.ensemble_summary import ensemble_summary
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
 from det_calib.ensemble.members import (
@@ -57,7 +59,6 @@ from det_calib.record.ensemble_record import (
     FusionSettingsRecord,
     MemberFigures,
     MemberRecord,
-    rule_words,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.run.fitting import fit_head, fit_temperature
@@ -65,8 +66,7 @@ from det_calib.run.inputs import Inputs, load_splits
 from det_calib.run.job import calibrate_head
 from det_calib.run.outputs import _gt_per_class, _output_files
 from det_calib.run.settings import Settings, _opt, _settings_of
-from det_calib.run.summary import summary_text
-from det_calib.run.ultralytics_checks import _val_not_run
+from det_calib.run.ultralytics_checks import val_not_run
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], 
     return Cell(order, score, fb, fit_head(fb, s), seconds, fuse_eval)
 
 
-def _member_floor(cal: Any) -> float:
+def _member_floor(cal: LogitCalibrator) -> float:
     v = cal.params.get("fit_min_conf", 0.0) if cal.params else 0.0
     return float(v) if isinstance(v, (int, float)) else 0.0
 
@@ -347,7 +347,7 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
             except (DegenerateFitError, InputError) as e:
                 cd.error = str(e).splitlines()[0]
                 continue
-            use = ~fb["ignore"].to_numpy()
+            use = usable_index(fb)
             p, y, img = p[use], fb["correct"].to_numpy()[use], fb["image_id"].to_numpy()[use]
             cd.cv_scores.append(kept_ece(p, y, threshold=thr, n_bins=s.ece_bins))
             if r == 0:
@@ -363,24 +363,21 @@ def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRo
     split: mAP, kept-set ECE as fused and calibrated; and its CV figures when it was a candidate."""
     eb = cell.eval_boxes(splits[1], s)
     choice = cell.choice
-    e = eb.filter(~pl.col("ignore"))
-    z, k, y, img = (e[c].to_numpy() for c in ("logit", "cls", "correct", "image_id"))
-    p0 = e["conf"].to_numpy()
-    p1 = deployed_conf(choice.calibrator, z, k, p0)
+    raw = BoxView.from_boxes(eb, geometry=False)
     thr = min(s.conf)
-    k0, k1 = p0 > thr, p1 > thr
+    k0, k1 = raw.kept(thr), raw.scored(choice.calibrator).kept(thr)
     m = fused_map(eb, splits[1], s)
-    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), img[k1], p1[k1], y[k1],
-                                     n_boot=s.n_boot, seed=s.seed)) if k1.sum() > 1 else None)
-    t = fit_temperature(cell.fit_boxes.filter(~pl.col("ignore")))
+    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), k1.image_id, k1.conf,
+                                     k1.correct, n_boot=s.n_boot, seed=s.seed)) if k1.n > 1 else None)
+    t = fit_temperature(BoxView.from_boxes(cell.fit_boxes, geometry=False))
     cd = cell.candidate
     cv = {} if cd is None else {
         "fit_map50_95": _finite(cd.fit_map50_95), "cv_kept_ece": _finite(cd.cv_mean),
         "cv_diff_se": _finite(cd.diff_se), "verdict": cd.verdict, "chosen": cd.verdict.startswith("chosen")}
     return FusionRow(order=cell.order, score=cell.score, method=choice.method, map50_95=m["map50_95"],
-                     map50=m["map50"], kept_fused=int(k0.sum()), kept_ece_fused=metrics.ece(p0[k0], y[k0],
-                     n_bins=s.ece_bins) if k0.any() else None, kept_calibrated=int(k1.sum()),
-                     kept_ece_calibrated=metrics.ece(p1[k1], y[k1], n_bins=s.ece_bins) if k1.any() else None,
+                     map50=m["map50"], kept_fused=k0.n, kept_ece_fused=metrics.ece(k0.conf, k0.correct,
+                     n_bins=s.ece_bins) if k0.n else None, kept_calibrated=k1.n,
+                     kept_ece_calibrated=metrics.ece(k1.conf, k1.correct, n_bins=s.ece_bins) if k1.n else None,
                      kept_ece_calibrated_ci=ci, temperature=float(t.temperature_), **cv)
 
 
@@ -435,7 +432,7 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     hr, tables = calibrate_head(inputs, fit, ev, head, s, (None, None), matched=(cell.fit_boxes, eb),
                                 choice=cell.choice)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
-                       "ultralytics_val": _val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
+                       "ultralytics_val": val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
                                                        "val cannot run it; mAP is COCO mAP (--map-engine) on "
                                                        "the fused boxes")})
     rows = []
@@ -446,8 +443,9 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
                 # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
                 c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
                 rows.append(fusion_row(c, splits, s))
-    kept = tables[1].filter(~pl.col("ignore") & (pl.col("calibrated") > min(s.conf)))
-    agree = {int(k): int(v) for k, v in zip(*np.unique(kept["members"].to_numpy(), return_counts=True), strict=True)}
+    kept = (BoxView.from_boxes(tables[1], extra=("members",), geometry=False)
+            .scored(cell.choice.calibrator, recorded=True).kept(min(s.conf)))
+    agree = {int(k): int(v) for k, v in zip(*np.unique(kept.extra["members"], return_counts=True), strict=True)}
     rec = EnsembleHead(members=figures, ensemble=member_figures("ensemble", hr), agreement=agree, table=rows,
                        member_calibrators=cals, order=chosen[0], score=chosen[1])
     return _HeadOut(hr, rec, tables, [t.with_columns(pl.lit(i, dtype=pl.Int32).alias("member"))
@@ -569,54 +567,3 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
 
             write_report(stage, shown_dir=out)
     return _output_files(out)
-
-
-def _f(x: float | None, spec: str = ".4f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
-
-
-def ensemble_lines(result: RunResult) -> list[str]:
-    """The ensemble's own lines of the summary: members, fusion, side by side, the fusion table."""
-    rec: EnsembleRecord = result.ensemble
-    fz = rec.fusion
-    thr = min(result.settings.conf_thresholds)
-    chosen = " (chosen on the fit split's folds)" if AUTO in (fz.order, fz.score) else ""
-    lines = [f"ensemble of {len(rec.members)} members: {rec.source}",
-             f"fusion: weighted boxes fusion, IoU {fz.iou:g}; " + "; ".join(
-                 f"{h}: score {sc} ({rule_words(sc)}), {o}" for h in rec.heads for o, sc in [rec.fusion_of(h)])
-             + chosen]
-    for i, m in enumerate(rec.members):
-        lines.append(f"  member {i}: {m.name} ({m.kind}; imgsz {m.imgsz}; heads "
-                     + ", ".join(f"{h}<-{v}" for h, v in m.heads.items()) + ")")
-    for h, eh in rec.heads.items():
-        lines.append(f"[{h}] side by side (eval split; COCO mAP; kept-set ECE at conf {thr:g} "
-                     "raw -> calibrated):")
-        for mf in [*eh.members, eh.ensemble]:
-            o0, o1 = mf.operating_before[0], mf.operating_after[0]
-            ci = "" if not o1.ece_ci else f" [{_f(o1.ece_ci[0])}, {_f(o1.ece_ci[1])}]"
-            lines.append(f"[{h}]   {mf.name:<36} mAP50-95 {_f(mf.map50_95)} mAP50 {_f(mf.map50)}  "
-                         f"ECE {_f(o0.ece)} -> {_f(o1.ece)}{ci} ({mf.method}; T = {_f(mf.temperature, '.3f')})")
-        total = sum(eh.agreement.values())
-        if total:
-            lines.append(f"[{h}] members present in the fused boxes kept at {thr:g}: " + ", ".join(
-                f"{k}: {v / total:.1%}" for k, v in sorted(eh.agreement.items())))
-        if eh.table:
-            cv = any(r.verdict for r in eh.table)
-            lines.append(f"[{h}] fusion table (order, score rule: " + ("fit split mAP50-95 and CV kept ECE; " if cv
-                         else "") + "eval split mAP50-95, kept ECE as fused -> calibrated):")
-            for r in eh.table:
-                fit = f"fit {_f(r.fit_map50_95)} CV {_f(r.cv_kept_ece)}  eval " if cv else ""
-                mark = "  <- chosen" if r.chosen else ""
-                lines.append(f"[{h}]   {r.order:<20} {r.score:<8} {fit}{_f(r.map50_95)}  {_f(r.kept_ece_fused)} -> "
-                             f"{_f(r.kept_ece_calibrated)} ({r.method}){mark}")
-    sec = rec.seconds_per_image
-    each = [f"{rec.members[i].name} {sec[f'member {i}']:.3f}" for i in range(len(rec.members)) if f"member {i}" in sec]
-    lines.append("cost per image (CPU seconds): capture of all members " + _f(sec.get("capture"), ".3f")
-                 + (f" ({', '.join(each)})" if each else "") + "; fusion " + _f(sec.get("fusion"), ".4f")
-                 + " (wall, every head's fusion together)")
-    return lines
-
-
-def ensemble_summary(result: RunResult) -> str:
-    """``summary.txt`` of an ensemble run: ``calibrate``'s summary of the fused boxes, then the ensemble's lines."""
-    return "\n".join([summary_text(result), *ensemble_lines(result)])

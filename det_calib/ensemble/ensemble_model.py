@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
@@ -35,7 +37,7 @@ class EnsembleModel:
     run_dir: Path
     result: Any
     members: list[Any]
-    calibrators: dict[str, Any]
+    calibrators: dict[str, LogitCalibrator]
     member_calibrators: dict[str, list[Any]]
     workers: int = 1
 
@@ -54,7 +56,7 @@ class EnsembleModel:
     def fuse_image(self, im0: np.ndarray, *, head: str | None = None) -> dict[str, np.ndarray]:
         """The fused boxes of one BGR image: ``xyxy``, ``conf`` (fused raw score), ``calibrated``,
         ``cls``, ``members`` (members present), best calibrated first, at most ``max_det``."""
-        from det_calib.calibrators.base import deployed_conf
+        from det_calib.data.box_view import BoxView
         from det_calib.ensemble.ensemble_job import EPS
         from det_calib.ensemble.fusion import weighted_boxes_fusion
 
@@ -66,7 +68,8 @@ class EnsembleModel:
         for i, (m, mr) in enumerate(zip(self.members, rec.members, strict=True)):
             b, conf, c, z = m.predict(im0, 0)[mr.heads[h]]
             if fusion_order != "fuse-then-calibrate":
-                conf = deployed_conf(self.member_calibrators[h][i], z.astype(np.float64), c, conf.astype(np.float64))
+                conf = BoxView(logit=z.astype(np.float64), conf=conf.astype(np.float64), correct=None, cls=c,
+                               image_id=np.zeros(len(c), np.int64)).scored(self.member_calibrators[h][i]).conf
             xy.append(b)
             sc.append(np.asarray(conf, np.float64))
             cl.append(c)
@@ -78,7 +81,8 @@ class EnsembleModel:
         order = np.lexsort((f.boxes[:, 1], f.boxes[:, 0], f.label, -s))[: fz.max_det]
         s, lab = s[order], f.label[order].astype(np.int64)
         z = np.log(s) - np.log1p(-s)
-        cal = deployed_conf(self.calibrators[h], z, lab, s)
+        cal = BoxView(logit=z, conf=s, correct=None, cls=lab, image_id=np.zeros(len(lab), np.int64)
+                      ).scored(self.calibrators[h]).conf
         return {"xyxy": f.boxes[order], "conf": s, "calibrated": cal, "cls": lab,
                 "members": f.stats["members"][order].astype(np.int64)}
 
@@ -97,7 +101,7 @@ class EnsembleModel:
         out = []
         for path, im0 in self._images(source):
             f = self.fuse_image(im0, head=head)
-            keep = f["calibrated"] > conf
+            keep = kept_mask(f["calibrated"], conf)
             data = np.column_stack([f["xyxy"][keep], f["calibrated"][keep], f["cls"][keep]]).astype(np.float32)
             out.append(Results(orig_img=im0, path=str(path), names=self.names, boxes=torch.from_numpy(data)))
         return out
@@ -109,7 +113,7 @@ class EnsembleModel:
         out = []
         for path, im0 in self._images(source):
             f = self.fuse_image(im0, head=head)
-            keep = np.flatnonzero(f["calibrated"] > conf)
+            keep = np.flatnonzero(kept_mask(f["calibrated"], conf))
             out.append({"image": str(path), "boxes": [
                 {"xyxy": [float(v) for v in f["xyxy"][i]], "conf": float(f["calibrated"][i]),
                  "raw": float(f["conf"][i]), "cls": int(f["cls"][i]), "name": self.names[int(f["cls"][i])],
@@ -204,8 +208,8 @@ def capture_fused(ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] |
         s: Capture settings (``progress``; the rest are the run's).
         heads: Ensemble heads (default every head of the run).
     """
+    from det_calib.data.box_view import with_calibrated
     from det_calib.ensemble.ensemble_job import ORDERS, FusionSettings, capture_all, fuse_tables
-    from det_calib.run.head_figures import with_calibrated
 
     rec = ens.result.ensemble
     fz = rec.fusion

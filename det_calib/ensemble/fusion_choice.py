@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from det_calib.calibrators.affine import group_folds
-from det_calib.calibrators.base import deployed_conf
+from det_calib.calibrators.fit_support import group_folds
+from det_calib.data.box_view import BoxView, usable_index
 from det_calib.errors import DegenerateFitError
 from det_calib.metrics.calibration import bootstrap_sd
 from det_calib.metrics.operating_point import kept_ece
@@ -117,21 +117,19 @@ def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: n
     Raises:
         DegenerateFitError: A fold's boxes cannot determine the map.
     """
-    z = boxes["logit"].to_numpy().astype(np.float64)
-    p0 = boxes["conf"].to_numpy().astype(np.float64)
-    k = boxes["cls"].to_numpy().astype(np.int64)
-    img = boxes["image_id"].to_numpy()
-    y = boxes["correct"].to_numpy()
-    use = ~boxes["ignore"].to_numpy()
+    every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
+    z, p0, k, img, y = every.logit, every.conf, every.cls, every.image_id, every.correct
+    use = usable_index(boxes)
     fold = fold_of_image[img]
     out = p0.copy()
     if method == "none":
         return out
     for f in np.unique(fold):
-        test, train = fold == f, (fold != f) & use
+        test = fold == f
+        train = use[fold[use] != f]
         cal = fit_calibrator(method, z[train], y[train], classes=k[train], groups=img[train], fit_min_conf=floor,
                              seed=seed)
-        out[test] = deployed_conf(cal, z[test], k[test], p0[test])
+        out[test] = every.subset(test).scored(cal).conf
     return out
 
 

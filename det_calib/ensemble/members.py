@@ -312,15 +312,15 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     Returns:
         One capture table per member (the columns of :func:`det_calib.capture.capture`).
     """
-    from det_calib.capture.predictor import _LockedBar, _progress, _read_ahead
+    from det_calib.capture.image_source import LockedBar, progress_bar, read_ahead
 
     n = len(images)
     sizes = np.zeros((n, 2), dtype=np.int32)
     got: list[dict[str, dict[int, tuple]]] = [{h: {} for h in hs} for hs in heads]
-    bar = _progress(n, f"capture {split} [{len(members)} members]", enabled=progress)
-    source = _read_ahead([str(p) for p in images], depth=2 * workers)
+    bar = progress_bar(n, f"capture {split} [{len(members)} members]", enabled=progress)
+    source = read_ahead([str(p) for p in images], depth=2 * workers)
     lock = threading.Lock()
-    bar = _LockedBar(bar, lock)
+    bar = LockedBar(bar, lock)
     spent = np.zeros((workers, len(members)))
 
     def work(w: int) -> None:

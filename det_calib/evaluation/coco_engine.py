@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from det_calib.matching.one_to_one import _group_keys, _last_best_per_run
+from det_calib.matching.one_to_one import group_keys, last_best_per_run
 
 __all__ = ["AREA_RANGES", "IOU_THRESHOLDS", "RECALL_THRESHOLDS", "CocoEval", "coco_eval", "map_figures"]
 
@@ -96,7 +96,7 @@ def _greedy(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, reusable: np
     g_min = np.empty(n_gt, dtype=np.int64)
     while c_det.size:
         top = np.zeros(len(c_det), dtype=bool)  # each detection's best free candidate (last on ties)
-        top[_last_best_per_run(c_det, c_iou)] = True
+        top[last_best_per_run(c_det, c_iou)] = True
         g_min[c_gt] = n_det
         np.minimum.at(g_min, c_gt, c_det)  # the earliest undecided detection wanting each one
         win = top & ((g_min[c_gt] == c_det) | reusable[c_gt])
@@ -174,7 +174,7 @@ def coco_eval(
     n, m = len(d_img), len(g_img)
     if n + m == 0:
         return out
-    key_d, key_g = _group_keys(d_img, d_cls, g_img, g_cls)
+    key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
 
     # detection rank: (group, -score, input order); the first maxDets[-1] of each group take part
     by_score = np.argsort(-d_score, kind="stable")

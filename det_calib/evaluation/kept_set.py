@@ -13,48 +13,14 @@ equivalent to the calibrated threshold ``sigmoid(logit(t) / T)``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from det_calib.calibrators.temperature import equivalent_threshold  # noqa: F401  (re-exported)
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
-
-
-@dataclass(frozen=True)
-class ThresholdShift:
-    """Kept-set change at one conf threshold.
-
-    Attributes:
-        conf: The threshold t (the same number applied before and after calibration).
-        equivalent_conf: Calibrated threshold that keeps exactly the raw set: ``sigmoid(logit(t)/T)``
-            for a temperature, the calibrated conf of raw ``t`` for any map strictly increasing there
-            (None for a per-class map over all classes).
-        n_gt: Ground-truth boxes (recall denominator).
-        kept_before, kept_after: Boxes with raw / calibrated conf > t.
-        added, added_correct: Boxes kept only after calibration, and how many of them are correct.
-        removed, removed_correct: Boxes kept only before calibration, and how many are correct.
-        precision_before, precision_after, recall_before, recall_after: Of the kept sets
-            (precision is nan for an empty set, recall nan when n_gt is 0).
-    """
-
-    conf: float
-    equivalent_conf: float | None
-    n_gt: int
-    kept_before: int
-    kept_after: int
-    added: int
-    added_correct: int
-    removed: int
-    removed_correct: int
-    precision_before: float
-    precision_after: float
-    recall_before: float
-    recall_after: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401  (re-exported)
 
 
 def threshold_shift(
@@ -100,7 +66,7 @@ def threshold_shift(
         raise InputError("give `temperature` or `equivalent_conf`, not both")
     if equivalent_conf is None and temperature and 0 < conf < 1:
         equivalent_conf = equivalent_threshold(conf, temperature)
-    kb, ka = a > conf, b > conf
+    kb, ka = kept_mask(a, conf), kept_mask(b, conf)
     added, removed = ka & ~kb, kb & ~ka
     tp_b, tp_a = int((kb & y).sum()), int((ka & y).sum())
 

@@ -198,7 +198,7 @@ def _check_max_dets(k) -> int | None:
 # Matching
 
 
-def _group_keys(d_img, d_cls, g_img, g_cls) -> tuple[np.ndarray, np.ndarray]:
+def group_keys(d_img, d_cls, g_img, g_cls) -> tuple[np.ndarray, np.ndarray]:
     """One int64 key per (image, class), comparable between detections and GTs."""
     img = np.concatenate([d_img, g_img])
     cls = np.concatenate([d_cls, g_cls])
@@ -224,7 +224,7 @@ def _first_of_runs(x: np.ndarray) -> np.ndarray:
     return first
 
 
-def _last_best_per_run(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+def last_best_per_run(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Positions, one per run of equal ``keys``, of the LAST maximum of ``values`` in the run.
 
     Within a detection's run the GTs are in input order, so "last maximum" is COCO's choice
@@ -343,7 +343,7 @@ def greedy_match(
     if n == 0 or m == 0:
         return MatchResult(correct=correct, iou=iou, gt_index=gt_index, ignore=ignore)
 
-    key_d, key_g = _group_keys(d_img, d_cls, g_img, g_cls)
+    key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
 
     # Detection "rank" r = position in the order (group, -score, input order): two stable sorts
     # give exactly pycocotools' mergesort on -score within each group.
@@ -389,7 +389,7 @@ def greedy_match(
     while c_det.size:
         rounds += 1
         top = np.zeros(len(c_det), dtype=bool)  # each detection's best free candidate
-        top[_last_best_per_run(c_det, c_iou)] = True
+        top[last_best_per_run(c_det, c_iou)] = True
         g_min[c_gt] = n
         np.minimum.at(g_min, c_gt, c_det)  # earliest undecided detection wanting each GT
         win = top & (g_min[c_gt] == c_det)
@@ -408,7 +408,7 @@ def greedy_match(
     k_det, k_gt, k_iou = p_det[sel], p_gt[sel], p_iou[sel]
     crowd_gt = np.full(n, -1, dtype=np.int64)
     if k_det.size:
-        pick = _last_best_per_run(k_det, k_iou)
+        pick = last_best_per_run(k_det, k_iou)
         crowd_gt[k_det[pick]] = k_gt[pick]
 
     correct[order] = matched

@@ -13,9 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
-from det_calib.metrics.calibration import _per_replicate, _prepare_ece, _uniform_index, ece
+from det_calib.metrics.binning import uniform_index
+from det_calib.metrics.bootstrap import per_replicate
+from det_calib.metrics.calibration import ece, prepare_ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
            "top_k_per_image_class"]
@@ -43,7 +46,7 @@ def _kept(conf: Any, correct: Any, threshold: float) -> tuple[np.ndarray, np.nda
         raise InputError(
             f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
         )
-    return c, y, c > float(threshold)
+    return c, y, kept_mask(c, float(threshold))
 
 
 def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float,
@@ -53,7 +56,7 @@ def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, t
     c, y, keep = _kept(conf, correct, threshold)
     if not keep.any():
         return lambda mult: np.full(mult.shape[0], np.nan)
-    return _prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
+    return prepare_ece(img[keep], n_img, c[keep], y[keep], n_bins=n_bins)
 
 
 kept_ece._bootstrap_prepare = _kept_ece_prepare  # type: ignore[attr-defined]
@@ -98,10 +101,10 @@ def kept_ece_floor(
         raise InputError(f"Expected argument `conf` of shape (n,), but got shape {c.shape}")
     if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
         raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
-    c = c[c > float(threshold)]
+    c = c[kept_mask(c, float(threshold))]
     if c.size == 0:
         return None
-    idx = _uniform_index(c, n_bins)
+    idx = uniform_index(c, n_bins)
     rng = np.random.default_rng(seed)
     # per bin: |sum_i (conf_i - y_i)| / n summed over bins; one (draws, bins) table of label sums
     onehot = np.zeros((c.size, n_bins))
@@ -186,7 +189,7 @@ def laece0(
     dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
     dc = np.asarray(det_cls, dtype=np.int64)
     s = np.asarray(conf, dtype=np.float64)
-    keep = s > float(threshold)
+    keep = kept_mask(s, float(threshold))
     di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
     top = top_k_per_image_class(di, dc, s, int(max_dets))
     di, dx, dc, s = di[top], dx[top], dc[top], s[top]
@@ -268,7 +271,7 @@ class LaECE0Targets:
                                                    self.use, self.gt_classes, threshold, n_bins)
             if weighted is None:
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return _per_replicate(weighted, img[keep])
+            return per_replicate(weighted, img[keep])
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of
@@ -284,7 +287,7 @@ def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float
 def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     """``(keep, weighted)``: the scored boxes at ``threshold`` ((n,) bool) and ``w -> LaECE_0`` of
     them with (kept,) weights ``w``; ``weighted`` is None when no box is kept."""
-    keep = use & (c > float(threshold))
+    keep = use & kept_mask(c, float(threshold))
     if not keep.any():
         return keep, None
     c, t, k = c[keep], t[keep], k[keep]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from det_calib.errors import InputError
-from det_calib.record.run_result import CI, Calibrator, OperatingFigures, _interval, _number
+from det_calib.record.run_result import CI, Calibrator, OperatingFigures, read_interval, read_number
 
 RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
     "avg": "mean of the boxes, an absent member counts 0",
@@ -39,13 +39,13 @@ AUTO = "auto"
 """The setting of the order or the score rule that leaves it to the choice on the fit split's folds."""
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
-        return [_plain(x) for x in obj]
+        return [plain(x) for x in obj]
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): plain(v) for k, v in obj.items()}
     return obj
 
 
@@ -117,18 +117,18 @@ class MemberFigures:
         return self.class_kept_ece[cls] if cls in self.class_kept_ece else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = _plain(dataclasses.replace(self, calibrator=None))
+        d = plain(dataclasses.replace(self, calibrator=None))
         d["calibrator"] = None if self.calibrator is None else self.calibrator.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> MemberFigures:
-        return cls(name=str(d["name"]), method=str(d["method"]), map50_95=_number(d.get("map50_95"), where),
-                   map50=_number(d.get("map50"), where),
+        return cls(name=str(d["name"]), method=str(d["method"]), map50_95=read_number(d.get("map50_95"), where),
+                   map50=read_number(d.get("map50"), where),
                    operating_before=[OperatingFigures.from_dict(o, where) for o in d.get("operating_before") or []],
                    operating_after=[OperatingFigures.from_dict(o, where) for o in d.get("operating_after") or []],
-                   temperature=_number(d.get("temperature"), where),
-                   class_kept_ece={int(k): _number(v, where) for k, v in (d.get("class_kept_ece") or {}).items()},
+                   temperature=read_number(d.get("temperature"), where),
+                   class_kept_ece={int(k): read_number(v, where) for k, v in (d.get("class_kept_ece") or {}).items()},
                    calibrator=None if d.get("calibrator") is None else Calibrator.from_dict(d["calibrator"], where))
 
 
@@ -159,14 +159,15 @@ class FusionRow:
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> FusionRow:
         return cls(order=str(d["order"]), score=str(d["score"]), method=str(d["method"]),
-                   map50_95=_number(d.get("map50_95"), where), map50=_number(d.get("map50"), where),
-                   kept_fused=int(d.get("kept_fused", 0)), kept_ece_fused=_number(d.get("kept_ece_fused"), where),
+                   map50_95=read_number(d.get("map50_95"), where), map50=read_number(d.get("map50"), where),
+                   kept_fused=int(d.get("kept_fused", 0)), kept_ece_fused=read_number(d.get("kept_ece_fused"), where),
                    kept_calibrated=int(d.get("kept_calibrated", 0)),
-                   kept_ece_calibrated=_number(d.get("kept_ece_calibrated"), where),
-                   kept_ece_calibrated_ci=_interval(d.get("kept_ece_calibrated_ci"), where),
-                   temperature=_number(d.get("temperature"), where),
-                   fit_map50_95=_number(d.get("fit_map50_95"), where),
-                   cv_kept_ece=_number(d.get("cv_kept_ece"), where), cv_diff_se=_number(d.get("cv_diff_se"), where),
+                   kept_ece_calibrated=read_number(d.get("kept_ece_calibrated"), where),
+                   kept_ece_calibrated_ci=read_interval(d.get("kept_ece_calibrated_ci"), where),
+                   temperature=read_number(d.get("temperature"), where),
+                   fit_map50_95=read_number(d.get("fit_map50_95"), where),
+                   cv_kept_ece=read_number(d.get("cv_kept_ece"), where),
+                   cv_diff_se=read_number(d.get("cv_diff_se"), where),
                    verdict=str(d.get("verdict") or ""), chosen=bool(d.get("chosen", False)))
 
 
@@ -190,7 +191,7 @@ class EnsembleHead:
 
     def to_dict(self) -> dict[str, Any]:
         return {"members": [m.to_dict() for m in self.members], "ensemble": self.ensemble.to_dict(),
-                "agreement": {str(k): v for k, v in self.agreement.items()}, "table": _plain(self.table),
+                "agreement": {str(k): v for k, v in self.agreement.items()}, "table": plain(self.table),
                 "member_calibrators": [c.to_dict() for c in self.member_calibrators], "order": self.order,
                 "score": self.score}
 
@@ -230,7 +231,7 @@ class EnsembleRecord:
         return self.seconds_per_image[key] if key in self.seconds_per_image else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"members": _plain(self.members), "fusion": _plain(self.fusion), "source": self.source,
+        return {"members": plain(self.members), "fusion": plain(self.fusion), "source": self.source,
                 "seconds_per_image": dict(self.seconds_per_image),
                 "heads": {h: e.to_dict() for h, e in self.heads.items()}}
 

@@ -9,69 +9,80 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import HEADS, read_boxes
+from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
-from det_calib.metrics.calibration import sigmoid
-from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult
+from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult, calibrator_of
 
 log = logging.getLogger(__name__)
 
 BOXES_FILE = "boxes.parquet"
 
 
-def calibrated_conf(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """Calibrated confidence ``sigmoid(logit / T)``, computed without overflow."""
-    return sigmoid(np.asarray(logits, dtype=np.float64) / temperature)
-
-
 @dataclass(frozen=True)
 class HeadBoxes:
-    """The evaluation-split boxes of one head, crowd-matched boxes already dropped."""
+    """The evaluation-split boxes of one head (:class:`~det_calib.data.box_view.BoxView`, crowd-matched
+    boxes left out), raw and under the head's deployed calibrator."""
 
-    head: str
-    split: str | None
-    conf: np.ndarray  # raw confidence
-    logit: np.ndarray
-    correct: np.ndarray
-    cls: np.ndarray
-    image_id: np.ndarray
-    temperature: float | None
-    calibrator: Any = None
-    """The fitted calibrator of a method other than temperature (None: temperature or none fitted)."""
-    calibrated: np.ndarray | None = None
-    """Each box's conf under the deployed calibrator, as the run wrote it (``boxes.parquet`` column
-    ``calibrated``); None in runs written before the column existed."""
+    raw: BoxView
+    calibrated: BoxView | None = None
+    """The same boxes scored by the deployed calibrator (their conf the run's own ``calibrated``
+    column where the table has one); None when no calibrator was fitted for the head."""
+    temperature: float | None = None
+
+    @property
+    def head(self) -> str | None:
+        return self.raw.head
+
+    @property
+    def split(self) -> str | None:
+        return self.raw.split
 
     @property
     def n(self) -> int:
-        return int(self.conf.size)
+        return self.raw.n
+
+    @property
+    def conf(self) -> np.ndarray:
+        """Raw confidence."""
+        return self.raw.conf
+
+    @property
+    def logit(self) -> np.ndarray:
+        return self.raw.logit
+
+    @property
+    def correct(self) -> np.ndarray:
+        return self.raw.correct
+
+    @property
+    def cls(self) -> np.ndarray:
+        return self.raw.cls
+
+    @property
+    def image_id(self) -> np.ndarray:
+        return self.raw.image_id
+
+    @property
+    def calibrator(self) -> LogitCalibrator | None:
+        """The deployed calibrator of a method other than temperature (None: temperature, or none fitted)."""
+        cal = None if self.calibrated is None else self.calibrated.calibrator
+        return None if cal is None or self.temperature is not None else cal
 
     @property
     def conf_after(self) -> np.ndarray | None:
-        """Calibrated confidence (the run's own ``calibrated`` column where it has one), or None when no
-        calibrator was fitted for this head."""
-        if self.calibrated is not None:
-            return self.calibrated
-        z = self.logit_after
-        if z is None:
-            return None
-        return sigmoid(z) if self.calibrator is not None else calibrated_conf(self.logit, float(self.temperature))
+        """Calibrated confidence, or None when no calibrator was fitted for this head."""
+        return None if self.calibrated is None else self.calibrated.conf
 
     @property
     def logit_after(self) -> np.ndarray | None:
         """Calibrated logits (``logit / T`` for a temperature), or None when no calibrator was fitted."""
-        if self.calibrator is not None:
-            from det_calib.calibrators.base import calibrated_logits
-
-            return calibrated_logits(self.calibrator, self.logit, self.cls)
-        if self.temperature is None:
-            return None
-        return self.logit / self.temperature
+        return None if self.calibrated is None else self.calibrated.logit
 
 
 @dataclass(frozen=True)
@@ -112,40 +123,19 @@ class Run:
         return self.settings.eval_split or (ev.split if ev is not None else None)
 
     def eval_boxes(self, head: str) -> HeadBoxes:
-        """Boxes of ``head`` in the evaluation split, without crowd-ignored boxes."""
+        """Boxes of ``head`` in the evaluation split, without crowd-ignored boxes, raw and calibrated."""
         split = self.eval_split(head)
-        # the columns used, then one filter: only those are copied (at COCO scale the box table is the
-        # report's memory)
-        cols = [c for c in ("conf", "logit", "correct", "cls", "image_id", "calibrated") if c in self.boxes.columns]
-        keep = (pl.col("head") == head) & ~pl.col("ignore")
-        if split is not None:
-            keep &= pl.col("split") == split
-        df = self.boxes.lazy().filter(keep).select(cols).collect()
-        if df.height == 0:
+        view = BoxView.from_boxes(self.boxes, head=head, split=split, geometry=False)
+        if view.n == 0:
             log.warning("%s: no boxes for head %s in split %s", self.run_dir / BOXES_FILE, head, split)
-        return HeadBoxes(
-            head=head,
-            split=split,
-            conf=df["conf"].to_numpy().astype(np.float64, copy=False),
-            logit=df["logit"].to_numpy().astype(np.float64, copy=False),
-            correct=df["correct"].to_numpy().astype(bool, copy=False),
-            cls=df["cls"].to_numpy().astype(np.int64, copy=False),
-            image_id=df["image_id"].to_numpy().astype(np.int64, copy=False),
-            temperature=self.temperature(head),
-            calibrator=self.fitted_calibrator(head),
-            calibrated=(df["calibrated"].to_numpy().astype(np.float64, copy=False) if "calibrated" in df.columns
-                        else None),
-        )
+        cal = self.deployed_calibrator(head)
+        scored = None if cal is None else view.scored(cal, recorded=True)
+        return HeadBoxes(view, scored, self.temperature(head))
 
-    def fitted_calibrator(self, head: str) -> Any:
-        """The head's calibrator rebuilt from the JSON, for methods other than temperature; else None."""
+    def deployed_calibrator(self, head: str) -> LogitCalibrator | None:
+        """The head's calibrator rebuilt from the JSON (any method); None when the run fitted none."""
         rec = self.head(head).calibrator
-        if rec is None or rec.method == "temperature":
-            return None
-        from det_calib.record.run_result import calibrator_of
-
-        return calibrator_of(rec)
-
+        return None if rec is None else calibrator_of(rec)
 
 def load_run(run_dir: str | Path, *, boxes: pl.DataFrame | None = None) -> Run:
     """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet`` (or take ``boxes``, the table

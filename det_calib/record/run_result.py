@@ -15,32 +15,62 @@ temperature method the JSON keeps ``temperature: {head: T}``; any other method i
 cross-validation, when a run has them, under ``calibration_candidates: {head: [...]}``.
 
 Adding a per-head calibration metric: a field of :class:`Scores` and one line of
-:meth:`Scores.compute`; its display is one row of the report's metric table.
+:func:`det_calib.evaluation.figures.scores_of`; its display is one row of the report's metric table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
-from det_calib.evaluation.kept_set import ThresholdShift
-from det_calib.metrics import calibration as metrics
+from det_calib.record.calibrator_record import (  # noqa: F401  (the run's records, one import away)
+    Calibrator,
+    Candidate,
+    CandidateEval,
+    CVScores,
+    calibrator_of,
+    calibrator_record,
+)
+from det_calib.record.checked_json import (  # noqa: F401
+    CI,
+    READERS,
+    ci_field,
+    key_path,
+    leaf,
+    leaf_dict,
+    plain,
+    read_flag,
+    read_integer,
+    read_interval,
+    read_items,
+    read_json_file,
+    read_leaf_fields,
+    read_number,
+    read_object,
+    read_text,
+)
+from det_calib.record.eval_record import (  # noqa: F401
+    BinGap,
+    ClassResult,
+    EvalResult,
+    FitResult,
+    OperatingFigures,
+    Scores,
+    TemperatureFit,
+    Thresholded,
+    read_shifts,
+    temperature_ok,
+)
+from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401
 
 SCHEMA_VERSION = 1
 """Version of the ``calibration.json`` layout this module writes and reads."""
 
 CALIBRATION_FILE = "calibration.json"
-
-CI = tuple[float, float] | None
 
 
 def package_version() -> str:
@@ -55,642 +85,13 @@ def package_version() -> str:
         return __version__
 
 
-# ----------------------------------------------------------------------------------- checking
-def _where(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _number(v: Any, where: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(f"`{where}` must be a number or null, got {v!r}")
-    return float(v)
-
-
-def _integer(v: Any, where: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != int(v):
-        raise InputError(f"`{where}` must be an integer or null, got {v!r}")
-    return int(v)
-
-
-def _flag(v: Any, where: str) -> bool | None:
-    if v is None:
-        return None
-    if not isinstance(v, bool):
-        raise InputError(f"`{where}` must be true, false or null, got {v!r}")
-    return v
-
-
-def _text(v: Any, where: str) -> str | None:
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise InputError(f"`{where}` must be a string or null, got {v!r}")
-    return v
-
-
-def _interval(v: Any, where: str) -> CI:
-    if v is None:
-        return None
-    if not isinstance(v, (list, tuple)) or len(v) != 2:
-        raise InputError(f"`{where}` must be a [low, high] pair or null, got {v!r}")
-    lo, hi = _number(v[0], where), _number(v[1], where)
-    return None if lo is None or hi is None else (lo, hi)
-
-
-def _object(v: Any, where: str, *, optional: bool = True) -> dict[str, Any] | None:
-    if v is None and optional:
-        return None
-    if not isinstance(v, dict):
-        raise InputError(f"`{where}` must be an object{' or null' if optional else ''}, got {type(v).__name__}")
-    return v
-
-
-def _items(v: Any, where: str) -> list[Any]:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise InputError(f"`{where}` must be a list or null, got {type(v).__name__}")
-    return v
-
-
-_READERS = {float: _number, int: _integer, bool: _flag, str: _text, "ci": _interval}
-
-
-def _leaf_fields(cls: type, d: dict[str, Any], where: str) -> dict[str, Any]:
-    """Read the leaf fields of a flat record (their kind in field metadata ``kind``)."""
-    return {f.name: _READERS[f.metadata["kind"]](d.get(f.name), _where(where, f.name))
-            for f in dataclasses.fields(cls) if "kind" in f.metadata}
-
-
-def _leaf(default: Any = None, kind: Any = float) -> Any:
-    """A leaf field of a record: its JSON kind (float, int, bool, str) in the metadata."""
-    return field(default=default, metadata={"kind": kind})
-
-
-def _ci_field() -> Any:
-    return field(default=None, metadata={"kind": "ci"})
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-ready copy: tuples as lists, numpy scalars as Python numbers."""
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
-def _leaf_dict(rec: Any) -> dict[str, Any]:
-    return {f.name: _plain(getattr(rec, f.name)) for f in dataclasses.fields(rec) if "kind" in f.metadata}
-
-
-# ------------------------------------------------------------------------------- calibrators
-@dataclass(frozen=True)
-class Calibrator:
-    """A fitted calibration map of one head: a method name and its parameters.
-
-    ``temperature`` (``params = {"temperature": T}``, ``conf = sigmoid(logit / T)``) is what
-    :func:`det_calib.run.job.calibrate` fits; other methods carry their own parameters.
-    """
-
-    method: str
-    params: dict[str, Any]
-
-    @classmethod
-    def temperature_scaling(cls, t: float) -> Calibrator:
-        return cls("temperature", {"temperature": float(t)})
-
-    @property
-    def temperature(self) -> float | None:
-        """T of a temperature calibrator, else None."""
-        return float(self.params["temperature"]) if self.method == "temperature" else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "params": _plain(dict(self.params))}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "calibrator") -> Calibrator:
-        d = _object(d, where, optional=False)
-        method = _text(d.get("method"), _where(where, "method"))
-        params = _object(d.get("params"), _where(where, "params"), optional=False)
-        if not method:
-            raise InputError(f"`{where}.method` must name a calibration method")
-        return cls(method, dict(params))
-
-
-def calibrator_record(cal: Any, method: str, floor: float) -> Calibrator:
-    """The :class:`Calibrator` record of a fitted calibrator: the temperature method is
-    ``Calibrator("temperature", {"temperature": T})`` (written as ``temperature: {head: T}``, as
-    always); any other method is ``Calibrator(method, {"fit_min_conf": floor, "map": cal.to_dict()})``."""
-    if method == "temperature":
-        return Calibrator.temperature_scaling(float(cal.temperature_))
-    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
-
-
-def calibrator_of(rec: Calibrator) -> Any:
-    """The fitted calibrator of a record (a :class:`~det_calib.calibrators.base.LogitCalibrator`)."""
-    from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
-    from det_calib.calibrators.temperature import TemperatureScaler
-
-    if rec.method == "temperature":
-        return TemperatureScaler.of_temperature(float(rec.params["temperature"]))
-    if rec.method == "none":
-        return make_calibrator("none").fit(None, None)
-    m = rec.params.get("map")
-    if not isinstance(m, dict):
-        raise InputError(f"calibrator {rec.method!r} has no `map` parameters")
-    return calibrator_from_dict(m)
-
-
-@dataclass(frozen=True)
-class CVScores:
-    """A candidate's cross-validation figures (its record's ``params``; missing ones None): the
-    standard error of its CV mean, its paired differences from the best and from ``none`` with
-    their standard errors, the shrinkage its CV chose, why it could not be scored, its verdict."""
-
-    se: float | None = None
-    diff: float | None = None
-    diff_se: float | None = None
-    diff_none: float | None = None
-    diff_none_se: float | None = None
-    shrinkage: float | None = None
-    error: str | None = None
-    verdict: str | None = None
-
-    @classmethod
-    def of(cls, params: dict[str, Any]) -> CVScores:
-        p = params
-        return cls(p.get("cv_se"), p.get("cv_diff"), p.get("cv_diff_se"), p.get("cv_diff_none"),
-                   p.get("cv_diff_none_se"), p.get("shrinkage"), p.get("error"), p.get("verdict"))
-
-
-@dataclass(frozen=True)
-class CandidateEval:
-    """A candidate's all-box figures on the eval split (missing ones None)."""
-
-    ece_all: float | None = None
-    ece_all_ci: Any = None
-    nll: float | None = None
-    brier: float | None = None
-    class_kept_ece: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, d: dict[str, Any] | None) -> CandidateEval:
-        d = d or {}
-        return cls(d.get("ece_all"), d.get("ece_all_ci"), d.get("nll"), d.get("brier"),
-                   dict(d.get("class_kept_ece") or {}))
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A calibrator considered for a head, with its cross-validated score (lower is better)."""
-
-    calibrator: Calibrator
-    cv_score: float | None = None
-    selected: bool = False
-    eval: dict[str, Any] | None = None
-    """Figures of the candidate refitted on the whole fit split, on the eval split (``operating``:
-    a list of :class:`OperatingFigures` dicts; ``ece_all``, ``ece_all_ci``, ``nll``, ``brier``;
-    ``class_kept_ece``: class id -> kept-set ECE at the lowest threshold). Only the best fit range
-    of each method is evaluated."""
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
-        if self.eval is not None:
-            out["eval"] = _plain(self.eval)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> Candidate:
-        d = _object(d, where, optional=False)
-        return cls(Calibrator.from_dict(d, where), _number(d.get("cv_score"), _where(where, "cv_score")),
-                   bool(_flag(d.get("selected"), _where(where, "selected"))),
-                   _object(d.get("eval"), _where(where, "eval")))
-
-    @property
-    def fit_min_conf(self) -> float | None:
-        v = self.calibrator.params.get("fit_min_conf")
-        return float(v) if isinstance(v, (int, float)) else None
-
-    @property
-    def name(self) -> str:
-        """``method@floor`` (``none`` alone)."""
-        f = self.fit_min_conf
-        m = self.calibrator.method
-        return m if m == "none" or f is None else f"{m}@{f:g}"
-
-    def operating(self) -> list[OperatingFigures]:
-        return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
-
-    @property
-    def cv(self) -> CVScores:
-        """Its cross-validation figures, typed."""
-        return CVScores.of(self.calibrator.params)
-
-    @property
-    def eval_figures(self) -> CandidateEval:
-        """Its all-box figures on the eval split, typed (all None when it was not scored there)."""
-        return CandidateEval.of(self.eval)
-
-
-def _temperature_ok(t: float | None) -> bool:
-    return t is not None and math.isfinite(t) and t > 0
-
-
-T_CLOSE = math.log(1.02)
-"""|log T| below this counts as "close to calibrated" (T within about 2% of 1)."""
-
-
-WORSE_TOLERANCE = 1e-6
-"""A calibrated kept-set ECE above the raw one by less than this is rounding, not "worse"."""
-
-
-def operating_point_worse(e: EvalResult) -> str | None:
-    """Why the calibrated scores are worse than the raw ones where decisions are made (a higher ECE
-    of the boxes kept at the lowest conf threshold on the eval split), or None. The CLI summary
-    and the report both say it. Differences below ``WORSE_TOLERANCE`` are rounding (the raw scores
-    are read from the stored float32 conf, the calibrated ones from the float64 logits: ``none``
-    differs from the raw scores by ~1e-11) and do not count."""
-    if not e.operating_before or not e.operating_after:
-        return None
-    o0, o1 = e.operating_before[0], e.operating_after[0]
-    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece + WORSE_TOLERANCE:
-        return None
-    return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
-
-
-def left_words(h: HeadResult, e: EvalResult) -> str | None:
-    """What is left when the calibrated kept set is still above its sampling floor's range: which
-    scores (the bins with the largest terms of its ECE) and which classes (the worst kept-set ECE);
-    None when it is within the range (or unknown). The summary and the report both say it."""
-    if not e.operating_after:
-        return None
-    o1 = e.operating_after[0]
-    if o1.ece is None or o1.ece_floor_range is None or o1.at_floor:
-        return None
-    gaps = "; ".join(
-        f"conf {g.lo:.2f}-{g.hi:.2f} ({g.boxes} boxes: {_fmt(g.conf, '.2f')} stated, {_fmt(g.accuracy, '.2f')} "
-        f"correct, {'over' if (g.accuracy or 0) < (g.conf or 0) else 'under'}-confident; {_fmt(g.share, '.4f')} "
-        "of the ECE)" for g in e.kept_gaps if g.lo is not None and g.hi is not None)
-    worst = sorted((c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
-                   key=lambda c: -c.kept_ece_after)[:2]
-    classes = ", ".join(f"{c.name} {c.kept_ece_after:.3f}" for c in worst)
-    return (f"what is left at conf {o1.conf:g}: ECE {_fmt(o1.ece, '.4f')} is above what a perfectly calibrated "
-            f"detector would score on these boxes (up to {_fmt(o1.ece_floor_range[1], '.4f')})"
-            + (f"; the largest gaps: {gaps}" if gaps else "")
-            + (f"; worst classes (kept-set ECE): {classes}" if classes else ""))
-
-
-def temperature_words(tf: TemperatureFit | None) -> str | None:
-    """The temperature every run fits, in words: T and, when it is not deployed, what it would give."""
-    if tf is None:
-        return None
-    what = f"T = {tf.temperature:.4f} (raw scores {temperature_verdict(tf.temperature)})"
-    if tf.deployed:
-        return f"temperature (fitted on all fit boxes): {what}; it is the deployed map"
-    op = tf.operating[0] if tf.operating else None
-    kept = ""
-    if op is not None:
-        ci = "" if not op.ece_ci else f" [{_fmt(op.ece_ci[0], '.4f')}, {_fmt(op.ece_ci[1], '.4f')}]"
-        kept = (f"; deployed instead, its ECE of the boxes kept at conf {op.conf:g} would be "
-                f"{_fmt(op.ece, '.4f')}{ci} ({op.boxes} boxes)")
-    return f"temperature (fitted on all fit boxes, for comparison): {what}{kept}"
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def temperature_verdict(t: float | None, *, long: bool = False) -> str:
-    """A few words for a temperature: too extreme (T > 1), too timid (T < 1), close to calibrated.
-
-    Not "over-/under-confident": T > 1 means the raw scores sit too close to 0 and 1, which is
-    over-confidence for high scores but under-confidence for the many low ones (and vice versa).
-    ``long`` adds what the words mean. The report and the CLI's summary both use it.
-    """
-    if t is None:
-        return "not fitted"
-    if abs(math.log(t)) < T_CLOSE:
-        return "close to calibrated" + (": T within 2% of 1" if long else "")
-    if t > 1:
-        return "too extreme" + (": too close to 0 and 1" if long else "")
-    return "too timid" + (": too close to 0.5" if long else "")
-
-
-# ------------------------------------------------------------------------------------ records
-@dataclass(frozen=True)
-class Scores:
-    """Calibration metrics of one set of scores (raw or calibrated) on the evaluation split.
-
-    In the JSON each field ``m`` is the key ``m_before`` / ``m_after`` (``m_ci``:
-    ``m_before_ci`` / ``m_after_ci``), a 95% image-bootstrap interval ``[low, high]``.
-    """
-
-    ece: float | None = _leaf()
-    ece_ci: CI = _ci_field()
-    ace: float | None = _leaf()
-    mce: float | None = _leaf()
-    nll: float | None = _leaf()
-    brier: float | None = _leaf()
-    dece: float | None = _leaf()
-    laece: float | None = _leaf()
-    laece_ci: CI = _ci_field()
-    laace: float | None = _leaf()
-
-    @classmethod
-    def compute(
-        cls,
-        conf: np.ndarray,
-        correct: np.ndarray,
-        *,
-        logit: np.ndarray,
-        temperature: float,
-        loc_iou: np.ndarray,
-        cls_id: np.ndarray,
-        features: np.ndarray,
-        image_id: np.ndarray,
-        ece_bins: int,
-        laece_bins: int,
-        dece_bins: list[int],
-        n_boot: int,
-        seed: int,
-    ) -> Scores:
-        """Every metric of ``conf`` (shape (n,)) against ``correct`` (n,).
-
-        ``logit / temperature`` gives the NLL without the precision lost in ``conf``; ``loc_iou``
-        (n,) and ``cls_id`` (n,) feed LaECE / LaACE, ``features`` (n, 4) D-ECE; intervals resample
-        ``image_id`` (n,).
-        """
-        boot = dict(n_boot=n_boot, seed=seed)
-        ece_fn = functools.partial(metrics.ece, n_bins=ece_bins)  # keeps `weights`: fast bootstrap path
-        laece_fn = functools.partial(metrics.laece, n_bins=laece_bins)
-        p, y = conf, correct
-        return cls(
-            ece=metrics.ece(p, y, n_bins=ece_bins),
-            ece_ci=tuple(metrics.bootstrap_ci(ece_fn, image_id, p, y, **boot)),
-            ace=metrics.ace(p, y, n_bins=ece_bins),
-            mce=metrics.mce(p, y, n_bins=ece_bins),
-            nll=metrics.nll_logits(logit, y, temperature=temperature),
-            brier=metrics.brier(p, y),
-            dece=metrics.dece(p, y, features, n_bins=list(dece_bins)),
-            laece=metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins),
-            laece_ci=tuple(metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, **boot)),
-            laace=metrics.laace(p, loc_iou, cls_id),
-        )
-
-    @staticmethod
-    def key(name: str, tag: str) -> str:
-        """JSON key of field ``name`` for ``tag`` (``before``/``after``): ``ece_before``, ``ece_before_ci``."""
-        return f"{name[:-3]}_{tag}_ci" if name.endswith("_ci") else f"{name}_{tag}"
-
-    def to_flat(self, tag: str) -> dict[str, Any]:
-        return {self.key(f.name, tag): _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_flat(cls, d: dict[str, Any], tag: str, where: str) -> Scores:
-        return cls(**{f.name: _READERS[f.metadata["kind"]](d.get(k), _where(where, k))
-                      for f in dataclasses.fields(cls) for k in [cls.key(f.name, tag)]})
-
-
-@dataclass(frozen=True)
-class OperatingFigures:
-    """Calibration of the boxes kept at one conf threshold (``conf > threshold``), one set of scores.
-
-    ``ece``: ECE (equal-width bins) of the kept boxes against the matched flag; ``laece0``: LaECE_0
-    with the reference toolkit's conventions (:func:`det_calib.metrics.operating_point.laece0`). Intervals: 95%
-    bootstrap over images (:func:`det_calib.metrics.bootstrap_ci`): ``ece_ci`` bias-corrected
-    percentile, ``laece0_ci`` normal (estimate -+ 1.96 SD; see :class:`det_calib.run.fitting.OperatingEval`).
-    ``ece_floor``: the sampling floor of ``ece``, the mean kept-set ECE a perfectly calibrated
-    detector would score on the same kept boxes (labels drawn from their confidences,
-    :func:`det_calib.metrics.operating_point.kept_ece_floor`); ``ece_floor_range`` its 95% range. An ``ece``
-    inside that range is as low as this many boxes can show.
-    """
-
-    conf: float | None = _leaf()
-    boxes: int | None = _leaf(kind=int)
-    correct: int | None = _leaf(kind=int)
-    ece: float | None = _leaf()
-    ece_ci: CI = _ci_field()
-    laece0: float | None = _leaf()
-    laece0_ci: CI = _ci_field()
-    ece_floor: float | None = _leaf()
-    ece_floor_range: CI = _ci_field()
-
-    @property
-    def at_floor(self) -> bool | None:
-        """Whether ``ece`` lies within the 95% range of a perfectly calibrated detector (None: unknown)."""
-        if self.ece is None or self.ece_floor_range is None:
-            return None
-        return self.ece <= self.ece_floor_range[1]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _leaf_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> OperatingFigures:
-        return cls(**_leaf_fields(cls, _object(d, where, optional=False), where))
-
-
-@dataclass(frozen=True)
-class TemperatureFit:
-    """The temperature of a head fitted on every box of the fit split, whatever was deployed.
-
-    Temperature scaling is the classic method and what users compare with, so every run fits
-    it and reports it (``temperature_fit`` in ``calibration.json``): ``temperature`` (T),
-    ``deployed`` (whether it is the head's calibrator), ``operating`` (its kept-set figures on
-    the eval split, as ``operating_after``), ``nll`` (its all-box NLL on the eval split).
-    """
-
-    temperature: float
-    deployed: bool = False
-    operating: list[OperatingFigures] = field(default_factory=list)
-    nll: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "deployed": self.deployed,
-                "operating": [o.to_dict() for o in self.operating], "nll": _plain(self.nll)}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> TemperatureFit | None:
-        d = _object(d, where)
-        if d is None:
-            return None
-        t = _number(d.get("temperature"), _where(where, "temperature"))
-        if not _temperature_ok(t):
-            raise InputError(f"`{_where(where, 'temperature')}` must be a positive number, "
-                             f"got {d.get('temperature')!r}")
-        return cls(temperature=float(t), deployed=bool(_flag(d.get("deployed"), _where(where, "deployed"))),
-                   operating=[OperatingFigures.from_dict(o, f"{_where(where, 'operating')}[{i}]")
-                              for i, o in enumerate(_items(d.get("operating"), _where(where, "operating")))],
-                   nll=_number(d.get("nll"), _where(where, "nll")))
-
-
-@dataclass(frozen=True)
-class Thresholded:
-    """ECE of the boxes kept at one conf threshold, raw and calibrated."""
-
-    conf: float | None = _leaf()
-    boxes_before: int | None = _leaf(kind=int)
-    ece_before: float | None = _leaf()
-    boxes_after: int | None = _leaf(kind=int)
-    ece_after: float | None = _leaf()
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """The temperature fit of one head, with the fit split's own (in-sample) figures."""
-
-    split: str | None = _leaf(kind=str)
-    images: int | None = _leaf(kind=int)
-    boxes: int | None = _leaf(kind=int)
-    correct: int | None = _leaf(kind=int)
-    nll_before: float | None = _leaf()
-    nll_after: float | None = _leaf()
-    ece_before: float | None = _leaf()
-    ece_after: float | None = _leaf()
-    brier_before: float | None = _leaf()
-    brier_after: float | None = _leaf()
-    iterations: int | None = _leaf(kind=int)
-
-
-@dataclass(frozen=True)
-class BinGap:
-    """One confidence bin of the calibrated kept set and its share of the kept-set ECE.
-
-    ``lo``/``hi``: the bin's conf range; ``boxes`` in it; ``conf``: their mean calibrated conf;
-    ``accuracy``: the fraction correct; ``share``: ``boxes / kept * |accuracy - conf|``, its term
-    of the kept-set ECE (the terms add up to the ECE).
-    """
-
-    lo: float | None = _leaf()
-    hi: float | None = _leaf()
-    boxes: int | None = _leaf(kind=int)
-    conf: float | None = _leaf()
-    accuracy: float | None = _leaf()
-    share: float | None = _leaf()
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    """One head on the evaluation split: counts, metrics raw and calibrated, mAP check."""
-
-    split: str | None = _leaf(kind=str)
-    images: int | None = _leaf(kind=int)
-    boxes: int | None = _leaf(kind=int)
-    correct: int | None = _leaf(kind=int)
-    ignored: int | None = _leaf(kind=int)
-    n_gt: int | None = _leaf(kind=int)
-    corrupt_images: int | None = _leaf(kind=int)
-    before: Scores = field(default_factory=Scores)
-    after: Scores = field(default_factory=Scores)
-    thresholded: list[Thresholded] = field(default_factory=list)
-    operating_before: list[OperatingFigures] = field(default_factory=list)
-    operating_after: list[OperatingFigures] = field(default_factory=list)
-    map50_95_before: float | None = _leaf()
-    map50_95_after: float | None = _leaf()
-    map50_before: float | None = _leaf()
-    map50_after: float | None = _leaf()
-    map_identical: bool | None = _leaf(kind=bool)
-    map_engine: str | None = _leaf(kind=str)
-    """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`) or ``pycocotools``
-    (None in runs written before the choice existed: pycocotools)."""
-    kept_gaps: list[BinGap] = field(default_factory=list)
-    """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms
-    of their ECE, largest first (``kept_gaps_after`` in the JSON): where the error that is left lies."""
-
-    def scores(self, tag: str) -> Scores:
-        return self.before if tag == "before" else self.after
-
-    def to_dict(self) -> dict[str, Any]:
-        leaf = _leaf_dict(self)
-        out = {k: leaf[k] for k in ("split", "images", "boxes", "correct", "ignored", "n_gt", "corrupt_images")}
-        out.update(self.before.to_flat("before"))
-        out.update(self.after.to_flat("after"))
-        out["thresholded"] = [_leaf_dict(t) for t in self.thresholded]
-        if self.operating_before or self.operating_after:
-            out["operating_before"] = [o.to_dict() for o in self.operating_before]
-            out["operating_after"] = [o.to_dict() for o in self.operating_after]
-        out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
-                                         "map_identical")})
-        if self.map_engine is not None:
-            out["map_engine"] = self.map_engine
-        if self.kept_gaps:
-            out["kept_gaps_after"] = [_leaf_dict(g) for g in self.kept_gaps]
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> EvalResult:
-        return cls(
-            **_leaf_fields(cls, d, where),
-            before=Scores.from_flat(d, "before", where),
-            after=Scores.from_flat(d, "after", where),
-            thresholded=[Thresholded(**_leaf_fields(Thresholded, _object(t, w, optional=False), w))
-                         for i, t in enumerate(_items(d.get("thresholded"), _where(where, "thresholded")))
-                         for w in [f"{where}.thresholded[{i}]"]],
-            **{k: [OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
-                   for i, o in enumerate(_items(d.get(k), _where(where, k)))]
-               for k in ("operating_before", "operating_after")},
-            kept_gaps=[BinGap(**_leaf_fields(BinGap, _object(g, w, optional=False), w))
-                       for i, g in enumerate(_items(d.get("kept_gaps_after"), _where(where, "kept_gaps_after")))
-                       for w in [f"{where}.kept_gaps_after[{i}]"]],
-        )
-
-
-def _shift_from_dict(d: Any, where: str) -> ThresholdShift:
-    d = _object(d, where, optional=False)
-    kinds = {"n_gt": int, "kept_before": int, "kept_after": int, "added": int, "added_correct": int,
-             "removed": int, "removed_correct": int}
-    return ThresholdShift(**{f.name: _READERS[kinds.get(f.name, float)](d.get(f.name), _where(where, f.name))
-                             for f in dataclasses.fields(ThresholdShift)})
-
-
-def _shifts(v: Any, where: str) -> list[ThresholdShift]:
-    return [_shift_from_dict(x, f"{where}[{i}]") for i, x in enumerate(_items(v, where))]
-
-
-@dataclass(frozen=True)
-class ClassResult:
-    """One class on the evaluation split (None metrics: the class has ground truth but no box)."""
-
-    cls: int | None = _leaf(kind=int)
-    name: str | None = _leaf(kind=str)
-    boxes: int | None = _leaf(kind=int)
-    correct: int | None = _leaf(kind=int)
-    n_gt: int | None = _leaf(kind=int)
-    few_boxes: bool | None = _leaf(kind=bool)
-    ece_before: float | None = _leaf()
-    ece_before_ci: CI = _ci_field()
-    laece_before: float | None = _leaf()
-    ece_after: float | None = _leaf()
-    ece_after_ci: CI = _ci_field()
-    laece_after: float | None = _leaf()
-    kept_ece_before: float | None = _leaf()
-    kept_ece_after: float | None = _leaf()
-    threshold_shift: list[ThresholdShift] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**_leaf_dict(self), "threshold_shift": [s.to_dict() for s in self.threshold_shift]}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> ClassResult:
-        d = _object(d, where, optional=False)
-        return cls(**_leaf_fields(cls, d, where),
-                   threshold_shift=_shifts(d.get("threshold_shift"), _where(where, "threshold_shift")))
-
-
 @dataclass(frozen=True)
 class ValMap:
     """Ultralytics ``model.val()`` mAP of one checkpoint at one conf floor."""
 
-    conf: float | None = _leaf()
-    map50_95: float | None = _leaf()
-    map50: float | None = _leaf()
+    conf: float | None = leaf()
+    map50_95: float | None = leaf()
+    map50: float | None = leaf()
 
 
 @dataclass(frozen=True)
@@ -702,13 +103,13 @@ class ValCheck:
     and ``note`` says why. None otherwise (and in runs written before the field existed).
     """
 
-    split: str | None = _leaf(kind=str)
+    split: str | None = leaf(kind=str)
     original: ValMap | None = None
     calibrated: ValMap | None = None
     calibrated_equivalent_floor: ValMap | None = None
-    identical_at_equivalent_floor: bool | None = _leaf(kind=bool)
-    note: str | None = _leaf(kind=str)
-    completed: bool | None = _leaf(kind=bool)
+    identical_at_equivalent_floor: bool | None = leaf(kind=bool)
+    note: str | None = leaf(kind=str)
+    completed: bool | None = leaf(kind=bool)
 
     @property
     def ran(self) -> bool:
@@ -718,7 +119,7 @@ class ValCheck:
         out: dict[str, Any] = {"split": self.split}
         for k in ("original", "calibrated", "calibrated_equivalent_floor"):
             v = getattr(self, k)
-            out[k] = None if v is None else _leaf_dict(v)
+            out[k] = None if v is None else leaf_dict(v)
         if self.identical_at_equivalent_floor is not None:
             out["identical_at_equivalent_floor"] = self.identical_at_equivalent_floor
         if self.completed is False:
@@ -728,14 +129,14 @@ class ValCheck:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> ValCheck | None:
-        d = _object(d, where)
+        d = read_object(d, where)
         if d is None:
             return None
         maps = {}
         for k in ("original", "calibrated", "calibrated_equivalent_floor"):
-            m = _object(d.get(k), _where(where, k))
-            maps[k] = None if m is None else ValMap(**_leaf_fields(ValMap, m, _where(where, k)))
-        return cls(**_leaf_fields(cls, d, where), **maps)
+            m = read_object(d.get(k), key_path(where, k))
+            maps[k] = None if m is None else ValMap(**read_leaf_fields(ValMap, m, key_path(where, k)))
+        return cls(**read_leaf_fields(cls, d, where), **maps)
 
 
 @dataclass(frozen=True)
@@ -752,24 +153,24 @@ class DetectionChange:
     on the eval split: original model raw, post-hoc rescored, folded model.
     """
 
-    split: str | None = _leaf(kind=str)
-    conf_floor: float | None = _leaf()
-    boxes_posthoc: int | None = _leaf(kind=int)
-    boxes_folded: int | None = _leaf(kind=int)
-    changed_class: int | None = _leaf(kind=int)
-    only_posthoc: int | None = _leaf(kind=int)
-    only_folded: int | None = _leaf(kind=int)
-    kept_conf: float | None = _leaf()
-    kept_posthoc: int | None = _leaf(kind=int)
-    kept_folded: int | None = _leaf(kind=int)
-    kept_only_posthoc: int | None = _leaf(kind=int)
-    kept_only_folded: int | None = _leaf(kind=int)
-    map50_95_original: float | None = _leaf()
-    map50_95_posthoc: float | None = _leaf()
-    map50_95_folded: float | None = _leaf()
-    map50_original: float | None = _leaf()
-    map50_posthoc: float | None = _leaf()
-    map50_folded: float | None = _leaf()
+    split: str | None = leaf(kind=str)
+    conf_floor: float | None = leaf()
+    boxes_posthoc: int | None = leaf(kind=int)
+    boxes_folded: int | None = leaf(kind=int)
+    changed_class: int | None = leaf(kind=int)
+    only_posthoc: int | None = leaf(kind=int)
+    only_folded: int | None = leaf(kind=int)
+    kept_conf: float | None = leaf()
+    kept_posthoc: int | None = leaf(kind=int)
+    kept_folded: int | None = leaf(kind=int)
+    kept_only_posthoc: int | None = leaf(kind=int)
+    kept_only_folded: int | None = leaf(kind=int)
+    map50_95_original: float | None = leaf()
+    map50_95_posthoc: float | None = leaf()
+    map50_95_folded: float | None = leaf()
+    map50_original: float | None = leaf()
+    map50_posthoc: float | None = leaf()
+    map50_folded: float | None = leaf()
 
     @property
     def identical(self) -> bool:
@@ -862,34 +263,34 @@ class RecordedSettings:
     def from_dict(cls, d: dict[str, Any], where: str) -> RecordedSettings:
         vals: dict[str, Any] = {}
         for k, kind in cls._KINDS.items():
-            v = _READERS[kind](d.get(k), _where(where, k))
+            v = READERS[kind](d.get(k), key_path(where, k))
             if v is None and k not in ("imgsz", "fit_min_conf"):
-                raise InputError(f"`{_where(where, k)}` is missing")
+                raise InputError(f"`{key_path(where, k)}` is missing")
             vals[k] = v
-        conf = [_number(x, f"{_where(where, 'conf_thresholds')}[{i}]")
-                for i, x in enumerate(_items(d.get("conf_thresholds"), _where(where, "conf_thresholds")))]
-        dece = [_integer(x, f"{_where(where, 'dece_bins')}[{i}]")
-                for i, x in enumerate(_items(d.get("dece_bins"), _where(where, "dece_bins")))]
-        b = _object(d.get("bootstrap"), _where(where, "bootstrap")) or {}
-        bw = _where(where, "bootstrap")
+        conf = [read_number(x, f"{key_path(where, 'conf_thresholds')}[{i}]")
+                for i, x in enumerate(read_items(d.get("conf_thresholds"), key_path(where, "conf_thresholds")))]
+        dece = [read_integer(x, f"{key_path(where, 'dece_bins')}[{i}]")
+                for i, x in enumerate(read_items(d.get("dece_bins"), key_path(where, "dece_bins")))]
+        b = read_object(d.get("bootstrap"), key_path(where, "bootstrap")) or {}
+        bw = key_path(where, "bootstrap")
         boot = Bootstrap(
-            n_boot=_integer(b.get("n_boot"), bw + ".n_boot") or Bootstrap.n_boot,
-            seed=_integer(b.get("seed"), bw + ".seed") or 0,
-            level=_number(b.get("level"), bw + ".level") or Bootstrap.level,
-            unit=_text(b.get("unit"), bw + ".unit") or Bootstrap.unit,
+            n_boot=read_integer(b.get("n_boot"), bw + ".n_boot") or Bootstrap.n_boot,
+            seed=read_integer(b.get("seed"), bw + ".seed") or 0,
+            level=read_number(b.get("level"), bw + ".level") or Bootstrap.level,
+            unit=read_text(b.get("unit"), bw + ".unit") or Bootstrap.unit,
         )
-        sp = _object(d.get("splits"), _where(where, "splits")) or {}
+        sp = read_object(d.get("splits"), key_path(where, "splits")) or {}
         return cls(**vals, conf_thresholds=tuple(c for c in conf if c is not None),
                    dece_bins=tuple(x for x in dece if x is not None), bootstrap=boot,
-                   fit_split=_text(sp.get("fit"), _where(where, "splits.fit")),
-                   eval_split=_text(sp.get("eval"), _where(where, "splits.eval")),
-                   coco_gt=_text(d.get("coco_gt"), _where(where, "coco_gt")),
-                   method=_text(d.get("method"), _where(where, "method")) or "temperature",
-                   fit_range=_text(d.get("fit_range"), _where(where, "fit_range")),
-                   criterion=_text(d.get("criterion"), _where(where, "criterion")),
-                   cv_folds=_integer(d.get("cv_folds"), _where(where, "cv_folds")),
-                   cv_repeats=_integer(d.get("cv_repeats"), _where(where, "cv_repeats")),
-                   auto_per_class=_flag(d.get("auto_per_class"), _where(where, "auto_per_class")))
+                   fit_split=read_text(sp.get("fit"), key_path(where, "splits.fit")),
+                   eval_split=read_text(sp.get("eval"), key_path(where, "splits.eval")),
+                   coco_gt=read_text(d.get("coco_gt"), key_path(where, "coco_gt")),
+                   method=read_text(d.get("method"), key_path(where, "method")) or "temperature",
+                   fit_range=read_text(d.get("fit_range"), key_path(where, "fit_range")),
+                   criterion=read_text(d.get("criterion"), key_path(where, "criterion")),
+                   cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
+                   cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
+                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")
@@ -961,7 +362,7 @@ class RunResult:
         if others:
             out["calibrators"] = others
         out.update(self.settings.to_dict())
-        out["fit"] = {h: _leaf_dict(r.fit) for h, r in res.items() if r.fit is not None}
+        out["fit"] = {h: leaf_dict(r.fit) for h, r in res.items() if r.fit is not None}
         out["eval"] = {h: r.eval.to_dict() for h, r in res.items() if r.eval is not None}
         out["threshold_shift"] = {h: [s.to_dict() for s in r.threshold_shift] for h, r in res.items()}
         out["per_class"] = {h: [c.to_dict() for c in r.per_class] for h, r in res.items()}
@@ -970,7 +371,7 @@ class RunResult:
         cands = {h: [c.to_dict() for c in r.candidates] for h, r in res.items() if r.candidates}
         if cands:
             out["calibration_candidates"] = cands
-        changes = {h: _leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
+        changes = {h: leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
         if changes:
             out["detection_change"] = changes
         tfits = {h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None}
@@ -1002,44 +403,46 @@ class RunResult:
         if not isinstance(heads, list) or not heads or not all(h in HEADS for h in heads):
             raise InputError(f"`heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
         calibrators = calibrators_from_dict(d, heads)
-        cands = _object(d.get("calibration_candidates"), "calibration_candidates") or {}
-        changes = _object(d.get("detection_change"), "detection_change") or {}
-        tfits = _object(d.get("temperature_fit"), "temperature_fit") or {}
-        sections = {k: _object(d.get(k), k) or {} for k in _PER_HEAD}
+        cands = read_object(d.get("calibration_candidates"), "calibration_candidates") or {}
+        changes = read_object(d.get("detection_change"), "detection_change") or {}
+        tfits = read_object(d.get("temperature_fit"), "temperature_fit") or {}
+        sections = {k: read_object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
-            fit = _object(sections["fit"].get(h), f"fit.{h}")
-            ev = _object(sections["eval"].get(h), f"eval.{h}")
+            fit = read_object(sections["fit"].get(h), f"fit.{h}")
+            ev = read_object(sections["eval"].get(h), f"eval.{h}")
             results[h] = HeadResult(
                 calibrator=calibrators.get(h),
-                fit=None if fit is None else FitResult(**_leaf_fields(FitResult, fit, f"fit.{h}")),
+                fit=None if fit is None else FitResult(**read_leaf_fields(FitResult, fit, f"fit.{h}")),
                 eval=None if ev is None else EvalResult.from_dict(ev, f"eval.{h}"),
-                threshold_shift=_shifts(sections["threshold_shift"].get(h), f"threshold_shift.{h}"),
+                threshold_shift=read_shifts(sections["threshold_shift"].get(h), f"threshold_shift.{h}"),
                 per_class=[ClassResult.from_dict(c, f"per_class.{h}[{i}]")
-                           for i, c in enumerate(_items(sections["per_class"].get(h), f"per_class.{h}"))],
+                           for i, c in enumerate(read_items(sections["per_class"].get(h), f"per_class.{h}"))],
                 ultralytics_val=ValCheck.from_dict(sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"),
                 candidates=[Candidate.from_dict(c, f"calibration_candidates.{h}[{i}]")
-                            for i, c in enumerate(_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
+                            for i, c in enumerate(read_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
                 detection_change=None if changes.get(h) is None else DetectionChange(
-                    **_leaf_fields(DetectionChange, _object(changes[h], f"detection_change.{h}", optional=False),
-                                   f"detection_change.{h}")),
+                    **read_leaf_fields(DetectionChange,
+                                       read_object(changes[h], f"detection_change.{h}", optional=False),
+                                       f"detection_change.{h}")),
                 temperature_fit=TemperatureFit.from_dict(tfits.get(h), f"temperature_fit.{h}"),
             )
-        names = [_text(n, f"class_names[{i}]") for i, n in enumerate(_items(d.get("class_names"), "class_names"))]
+        names = [read_text(n, f"class_names[{i}]")
+                 for i, n in enumerate(read_items(d.get("class_names"), "class_names"))]
         return cls(
-            model=_text(d.get("model"), "model") or "",
-            data=_text(d.get("data"), "data") or "",
+            model=read_text(d.get("model"), "model") or "",
+            data=read_text(d.get("data"), "data") or "",
             class_names=[n or str(i) for i, n in enumerate(names)],
             heads=list(heads),
             settings=RecordedSettings.from_dict(d, ""),
             results=results,
-            corrupt_images=[str(x) for x in _items(d.get("corrupt_images"), "corrupt_images")],
-            det_calib_version=_text(d.get("det_calib_version"), "det_calib_version") or "",
-            created=_text(d.get("created"), "created"),
-            seconds=_number(d.get("seconds"), "seconds"),
+            corrupt_images=[str(x) for x in read_items(d.get("corrupt_images"), "corrupt_images")],
+            det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
+            created=read_text(d.get("created"), "created"),
+            seconds=read_number(d.get("seconds"), "seconds"),
             gt_counts=gt_counts_from_dict(d),
             ensemble=_ensemble_from_dict(d.get("ensemble")),
-            bad_labels=[str(x) for x in _items(d.get("bad_labels"), "bad_labels")],
+            bad_labels=[str(x) for x in read_items(d.get("bad_labels"), "bad_labels")],
         )
 
     def write(self, path: str | Path) -> Path:
@@ -1056,7 +459,7 @@ class RunResult:
             InputError: Missing, not JSON, another schema version or a bad field; the message is
                 one line that names the file.
         """
-        return _read_json(path, cls.from_dict)
+        return read_json_file(path, cls.from_dict)
 
 
 def _ensemble_from_dict(d: Any) -> Any:
@@ -1085,7 +488,7 @@ def gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
     Raises:
         InputError: The key is not an object of lists of non-negative integers.
     """
-    v = _object(d.get("gt_counts"), "gt_counts")
+    v = read_object(d.get("gt_counts"), "gt_counts")
     if v is None:
         return None
     out = {}
@@ -1093,7 +496,7 @@ def gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
         where = f"gt_counts.{sp}"
         if not isinstance(counts, list):
             raise InputError(f"`{where}` must be a list of counts per class id, got {type(counts).__name__}")
-        out[sp] = [_integer(n, f"{where}[{i}]") for i, n in enumerate(counts)]
+        out[sp] = [read_integer(n, f"{where}[{i}]") for i, n in enumerate(counts)]
         if any(n is None or n < 0 for n in out[sp]):
             raise InputError(f"`{where}` must hold integers >= 0, got {counts!r}")
     return out
@@ -1109,11 +512,11 @@ def calibrators_from_dict(d: dict[str, Any], heads: list[str] | None = None) -> 
     temps = d.get("temperature")
     if not isinstance(temps, dict):
         raise InputError(f"`temperature` must be an object mapping head to T, got {temps!r}")
-    others = _object(d.get("calibrators"), "calibrators") or {}
+    others = read_object(d.get("calibrators"), "calibrators") or {}
     out: dict[str, Calibrator] = {}
     for h in heads if heads is not None else list(dict.fromkeys([*temps, *others])):
         t = temps.get(h)
-        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and _temperature_ok(t)):
+        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and temperature_ok(t)):
             raise InputError(f"temperature of head {h} must be a number > 0, got {t!r}")
         if t is not None:
             out[h] = Calibrator.temperature_scaling(t)
@@ -1134,20 +537,4 @@ def read_calibrators(path: str | Path) -> dict[str, Calibrator]:
         _check_version(d)
         return calibrators_from_dict(d)
 
-    return _read_json(path, parse)
-
-
-def _read_json(path: str | Path, parse: Any) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"calibration file not found: {path}")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"cannot read {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {type(e).__name__}") from None
-    try:
-        return parse(d)
-    except InputError as e:
-        raise InputError(f"{path}: {e}") from None
+    return read_json_file(path, parse)

@@ -12,17 +12,14 @@ import logging
 import numpy as np
 
 from det_calib.calibrators import registry
-from det_calib.metrics.calibration import sigmoid
 from det_calib.record.run_folder import HeadBoxes, Run
 from det_calib.record.run_result import (
     Calibrator,
     Candidate,
     OperatingFigures,
     RecordedSettings,
-    left_words,
-    operating_point_worse,
-    temperature_words,
 )
+from det_calib.report.record_words import left_words, operating_point_worse, temperature_words
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
@@ -287,17 +284,15 @@ def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
 
 
 def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
-    m = c.calibrator.method
-    if m == "none":
+    """The eval boxes' conf under candidate ``c`` (its map as the run recorded it; None: not recorded)."""
+    if c.calibrator.method == "none":
         return hb.conf
-    mp = c.eval or {}
-    rec = mp.get("calibrator")
+    rec = (c.eval or {}).get("calibrator")
     if rec is None:
         return None
-    from det_calib.calibrators.base import calibrated_logits
     from det_calib.calibrators.registry import calibrator_from_dict
 
-    return sigmoid(calibrated_logits(calibrator_from_dict(rec), hb.logit, hb.cls))
+    return hb.raw.scored(calibrator_from_dict(rec)).conf
 
 
 def _class_table(run: Run, h: str, scored: list[Candidate], low: float) -> Table:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.record.run_folder import Run
 
 from .common import f3, f4, fint, fthr, num
@@ -86,13 +87,13 @@ def engine_figures(run: Run, head: str) -> list[EngineFigures]:
         t = float(t)
         o0 = next((o for o in ev.operating_before if num(o.conf) == t), None)
         o1 = next((o for o in ev.operating_after if num(o.conf) == t), None)
-        kept = hb.conf > t
+        kept = kept_mask(hb.conf, t)
         e = eq.get(t, {})
         out.append(EngineFigures(
             engine=engine_label(run), head=head, conf=t, kept_raw=int(kept.sum()),
             mean_raw_conf=float(hb.conf[kept].mean()) if kept.any() else None,
             ece_raw=None if o0 is None else o0.ece, ece_calibrated=None if o1 is None else o1.ece,
-            kept_calibrated=int((after > t).sum()), raw_conf=e.get("raw_conf"),
+            kept_calibrated=int(kept_mask(after, t).sum()), raw_conf=e.get("raw_conf"),
             raw_conf_per_class=e.get("raw_conf_per_class")))
     return out
 
@@ -116,9 +117,7 @@ class EngineShift:
 
 
 def _head_table(run: Run, head: str) -> pl.DataFrame:
-    b = run.boxes.filter((pl.col("head") == head) & (pl.col("split") == run.settings.eval_split))
-    if "ignore" in b.columns:
-        b = b.filter(~pl.col("ignore"))
+    b = usable_rows(run.boxes, head=head, split=run.settings.eval_split)
     cal = b["calibrated"] if "calibrated" in b.columns else b["conf"]
     return b.select("image", "cls", "x1", "y1", "x2", "y2", "conf").with_columns(cal.alias("calibrated"))
 
@@ -163,10 +162,10 @@ def engine_shift(ref: Run, ref_head: str, other: Run, other_head: str, conf: flo
     sa, sb = a["calibrated"].to_numpy(), b["calibrated"].to_numpy()
 
     def kept_counts(xa: np.ndarray, xb: np.ndarray) -> tuple[int, int, int]:
-        both = int(((xa[i] > conf) & (xb[j] > conf)).sum())
-        return both, int((xa > conf).sum()) - both, int((xb > conf).sum()) - both
+        both = int((kept_mask(xa[i], conf) & kept_mask(xb[j], conf)).sum())
+        return both, int(kept_mask(xa, conf).sum()) - both, int(kept_mask(xb, conf).sum()) - both
 
-    sel = ca[i] > conf
+    sel = kept_mask(ca[i], conf)
     d = (cb[j] - ca[i])[sel]
     return EngineShift(conf, int(sel.sum()), float(d.mean()) if d.size else None,
                        float(np.abs(d).mean()) if d.size else None, *kept_counts(ca, cb), *kept_counts(sa, sb))

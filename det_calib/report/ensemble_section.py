@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from det_calib import metrics
+from det_calib.data.box_view import BoxView
 
 from . import plots
 from .common import f4
@@ -27,11 +28,11 @@ def _ci(ci: Any) -> str:
     return "" if not ci else f" [{f4(ci[0])}, {f4(ci[1])}]"
 
 
-def _kept_bins(df: pl.DataFrame, col: str, thr: float, n_bins: int) -> Any:
-    k = df.filter(pl.col(col) > thr)
-    if k.height == 0:
+def _kept_bins(v: BoxView, thr: float, n_bins: int) -> Any:
+    k = v.kept(thr)
+    if k.n == 0:
         return None
-    return metrics.reliability_bins(k[col].to_numpy(), k["correct"].to_numpy(), n_bins=n_bins)
+    return metrics.reliability_bins(k.conf, k.correct, n_bins=n_bins)
 
 
 def _side_by_side(run: Any, h: str, eh: Any, thr: float) -> Table:
@@ -131,14 +132,12 @@ def _reliability(b: Page, h: str, eh: Any, mb: pl.DataFrame | None, boxes: pl.Da
     runs = []
     if mb is not None:
         for i, m in enumerate(eh.members):
-            df = mb.filter((pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == ev)
-                           & ~pl.col("ignore"))
-            runs.append((m.name, _kept_bins(df, "conf", thr, st.ece_bins),
-                         _kept_bins(df, "calibrated", thr, st.ece_bins),
+            v = BoxView.from_boxes(mb.filter(pl.col("member") == i), head=h, split=ev, geometry=False)
+            runs.append((m.name, _kept_bins(v, thr, st.ece_bins), _kept_bins(v.as_recorded(), thr, st.ece_bins),
                          f"ECE {f4(m.operating_before[0].ece)}", f"ECE {f4(m.operating_after[0].ece)}"))
-    df = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev) & ~pl.col("ignore"))
+    v = BoxView.from_boxes(boxes, head=h, split=ev, geometry=False)
     e = eh.ensemble
-    runs.append(("ensemble", _kept_bins(df, "conf", thr, st.ece_bins), _kept_bins(df, "calibrated", thr, st.ece_bins),
+    runs.append(("ensemble", _kept_bins(v, thr, st.ece_bins), _kept_bins(v.as_recorded(), thr, st.ece_bins),
                  f"ECE {f4(e.operating_before[0].ece)}", f"ECE {f4(e.operating_after[0].ece)}"))
     if all(r[1] is None and r[2] is None for r in runs):
         return

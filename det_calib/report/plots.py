@@ -1,3 +1,4 @@
+# Long file: every figure of the reports, in the one module behind which matplotlib is imported.
 """Figures of the calibration report, returned as PNG bytes.
 
 matplotlib is imported only under :mod:`det_calib.report` (here and in
@@ -27,6 +28,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
+
+from det_calib.data.box_view import kept_mask
 
 __all__ = [
     "ClassPanel",
@@ -620,7 +623,7 @@ def operating_reliability(
         markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
         cmax = 10.0
         for k, (label, conf, correct) in enumerate(curves):
-            keep = conf > low
+            keep = kept_mask(conf, low)
             if not keep.any():
                 continue
             # bins over (low, 1]: rescale to [0, 1] for the binning, back for the plot

@@ -4,35 +4,34 @@ and score calibrators where decisions are made (the boxes kept at each ``--conf`
 - :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice
 - :func:`~det_calib.record.run_result.calibrator_record` / :func:`~det_calib.record.run_result.calibrator_of`
   — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
-- :class:`OperatingEval` — kept-set ECE and LaECE_0 (reference conventions) with bias-corrected
-  bootstrap intervals, all-box ECE, NLL and Brier of any calibrator on the eval split
+- :func:`temperature_fit`, :func:`candidates` — the classic temperature and ``auto``'s candidates
+  scored on the eval split (:class:`~det_calib.evaluation.operating.OperatingPoints`)
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.base import calibrated_logits, deployed_conf
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import (
     Split,
 )
+from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.operating_point import LaECE0Targets, kept_ece_floor
+from det_calib.numeric import sigmoid
 from det_calib.record.run_result import (
     Calibrator,
     Candidate,
     EvalResult,
     FitResult,
-    OperatingFigures,
     TemperatureFit,
 )
 from det_calib.run.settings import Settings
@@ -40,7 +39,7 @@ from det_calib.selection.cross_validation import Selection, fit_calibrator, sele
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OperatingEval", "choose_calibrator", "fit_head", "fit_result", "fit_temperature", "temperature_fit"]
+__all__ = ["choose_calibrator", "fit_head", "fit_result", "fit_temperature", "temperature_fit"]
 
 
 @dataclass
@@ -49,12 +48,12 @@ class Choice:
 
     method: str
     floor: float
-    calibrator: Any
+    calibrator: LogitCalibrator
     selection: Selection | None = None
-    refits: dict[str, tuple[str, float, Any]] | None = None  # candidate name -> (method, floor, fitted)
+    refits: dict[str, tuple[str, float, LogitCalibrator]] | None = None  # candidate name -> (method, floor, fitted)
 
 
-def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[float, ...], criterion: str,
+def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, ...], criterion: str,
                       min_conf: float, n_folds: int, seed: int, n_repeats: int = 5,
                       methods: tuple[str, ...] | None = None) -> Choice:
     """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``
@@ -67,9 +66,7 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
     With ``auto`` every candidate's best version (its own fit floor, its CV shrinkage) is also
     refitted on the whole fit split, so the eval split can compare them all.
     """
-    b = fit_boxes
-    z, y = b["logit"].to_numpy().astype(np.float64), b["correct"].to_numpy()
-    k, g = b["cls"].to_numpy().astype(np.int64), b["image_id"].to_numpy()
+    z, y, k, g = fit_boxes.logit, fit_boxes.correct, fit_boxes.cls, fit_boxes.image_id
     if method != "auto":
         cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
@@ -85,9 +82,9 @@ def choose_calibrator(fit_boxes: pl.DataFrame, *, method: str, floors: tuple[flo
         if c is sel.chosen:
             refits[m] = (m, c.fit_min_conf, sel.calibrator)
             continue
-        from det_calib.selection.cross_validation import _refit
+        from det_calib.selection.cross_validation import refit
 
-        refits[m] = (m, c.fit_min_conf, _refit(c, z, y, k, g, seed))
+        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed))
     return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
 
 
@@ -117,95 +114,13 @@ def _num(v: Any) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
-class OperatingEval:
-    """Scores of any calibrator on one head's eval-split boxes, at the operating points.
-
-    Args:
-        boxes: The head's eval boxes (matched table, crowd-matched ones included; they are left out).
-        gt: The split's ground truth.
-        conf: Operating thresholds; ``ece_bins``/``laece_bins``: bins (15 / 25 by default).
-        n_boot, seed: Bootstrap, images resampled. Intervals (95%): kept-set and all-box ECE the
-            bias-corrected percentile interval; LaECE_0 the normal interval (estimate -+ 1.96 SD
-            of the replicates): its replicates sit above the estimate by more than their spread
-            (a class average over small per-class sets), so no percentile-type interval contains it.
-    """
-
-    def __init__(self, boxes: pl.DataFrame, gt: pl.DataFrame, *, conf: tuple[float, ...], ece_bins: int,
-                 laece_bins: int, n_boot: int, seed: int):
-        keep = ~boxes["ignore"].to_numpy()
-        b = boxes.filter(pl.Series(keep))
-        self.z = b["logit"].to_numpy().astype(np.float64)
-        self.raw = b["conf"].to_numpy().astype(np.float64)  # what Ultralytics reports (float32 sigmoid)
-        self.y = b["correct"].to_numpy().astype(bool)
-        self.cls = b["cls"].to_numpy().astype(np.int64)
-        self.img = b["image_id"].to_numpy()
-        xy = np.column_stack([b[c].to_numpy() for c in ("x1", "y1", "x2", "y2")])
-        crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
-        self.targets = LaECE0Targets(self.img, xy, self.cls, self.z, gt["image_id"].to_numpy(),
-                                     np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
-                                     gt["cls"].to_numpy(), crowd)
-        self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
-        self.boot = dict(n_boot=n_boot, seed=seed)
-
-    def probs(self, cal: Any | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(logits, conf)`` of the boxes under ``cal`` (None or ``none``: the raw conf itself)."""
-        if cal is None:
-            return self.z, self.raw
-        return calibrated_logits(cal, self.z, self.cls), deployed_conf(cal, self.z, self.cls, self.raw)
-
-    def operating(self, p: np.ndarray, *, intervals: bool = True) -> list[OperatingFigures]:
-        """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling floor."""
-        out = []
-        for thr in self.conf:
-            kept = p > thr
-            n = int(kept.sum())
-            e = metrics.ece(p[kept], self.y[kept], n_bins=self.ece_bins) if n else None
-            la = self.targets.laece(p, threshold=thr, n_bins=self.laece_bins)
-            e_ci = la_ci = None
-            if intervals and n:
-                from det_calib.metrics.operating_point import kept_ece
-
-                fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
-                e_ci = tuple(metrics.bootstrap_ci(fn, self.img, p, self.y, **self.boot))
-                la_ci = tuple(metrics.bootstrap_ci(self.targets.statistic(threshold=thr, n_bins=self.laece_bins),
-                                                   self.img, p, method="normal", **self.boot))
-            floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
-            out.append(OperatingFigures(conf=thr, boxes=n, correct=int(self.y[kept].sum()), ece=e, ece_ci=e_ci,
-                                        laece0=None if math.isnan(la) else la,
-                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
-                                        ece_floor=None if floor is None else floor.mean,
-                                        ece_floor_range=None if floor is None else (floor.low, floor.high)))
-        return out
-
-    def all_box(self, t: np.ndarray, p: np.ndarray) -> dict[str, Any]:
-        fn = functools.partial(metrics.ece, n_bins=self.ece_bins)
-        return {"ece_all": metrics.ece(p, self.y, n_bins=self.ece_bins),
-                "ece_all_ci": tuple(metrics.bootstrap_ci(fn, self.img, p, self.y, **self.boot)),
-                "nll": metrics.nll_logits(t, self.y), "brier": metrics.brier(p, self.y)}
-
-    def class_kept_ece(self, p: np.ndarray) -> dict[int, float]:
-        """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
-        thr = min(self.conf)
-        out = {}
-        for c in np.unique(self.cls):
-            m = (self.cls == c) & (p > thr)
-            if m.any():
-                out[int(c)] = metrics.ece(p[m], self.y[m], n_bins=self.ece_bins)
-        return out
-
-    def candidate_figures(self, cal: Any | None) -> dict[str, Any]:
-        """Every figure of the comparison: operating points, all-box ECE, NLL, Brier, per-class kept ECE."""
-        t, p = self.probs(cal)
-        return {"operating": [o.to_dict() for o in self.operating(p)], **self.all_box(t, p),
-                "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(p).items()}}
-
-
-def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None) -> pl.DataFrame:
+def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None) -> BoxView:
     """The boxes a calibrator is fitted on: not crowd-matched, raw conf >= the fit floor
     (``floor``, default the settings' single floor; ``--method auto`` applies its floors itself)."""
     floors = s.fit_floors()
     f = floor if floor is not None else (floors[0] if len(floors) == 1 else 0.0)
-    return boxes.filter(~pl.col("ignore") & (pl.col("conf") >= f))
+    view = BoxView.from_boxes(boxes, geometry=False)
+    return view.subset(view.conf >= f)
 
 
 def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
@@ -221,35 +136,35 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
                              min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
 
 
-def fit_temperature(boxes: pl.DataFrame) -> Any:
+def fit_temperature(boxes: BoxView) -> TemperatureScaler:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
     whatever is deployed, and reported for comparison)."""
-    return TemperatureScaler(kind="sigmoid").fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy())
+    return TemperatureScaler(kind="sigmoid").fit(boxes.logit, boxes.correct)
 
 
 def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
     """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison."""
     used = fit_boxes(boxes, s, choice.floor)
-    zf, yf = used["logit"].to_numpy(), used["correct"].to_numpy()
+    zf, yf = used.logit, used.correct
     scaler = choice.calibrator
     if choice.method == "temperature" and hasattr(scaler, "nll_before_"):
         t = float(scaler.temperature_)
         nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
-        pf1 = metrics.sigmoid(zf, t)
+        pf1 = sigmoid(zf / t)
     else:
-        t1 = calibrated_logits(choice.calibrator, zf, used["cls"].to_numpy())
+        t1 = used.scored(choice.calibrator).logit
         nll0, nll1, it = metrics.nll_logits(zf, yf), metrics.nll_logits(t1, yf), None
-        pf1 = metrics.sigmoid(t1, 1.0)
-    pf0 = used["conf"].to_numpy()
+        pf1 = sigmoid(t1)
+    pf0 = used.conf
     return FitResult(
-        split=split.name, images=len(split.images), boxes=used.height, correct=int(yf.sum()),
+        split=split.name, images=len(split.images), boxes=used.n, correct=int(yf.sum()),
         nll_before=nll0, nll_after=nll1,
         ece_before=metrics.ece(pf0, yf, n_bins=s.ece_bins), ece_after=metrics.ece(pf1, yf, n_bins=s.ece_bins),
         brier_before=metrics.brier(pf0, yf), brier_after=metrics.brier(pf1, yf), iterations=it,
     )
 
 
-def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingEval, s: Settings,
+def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingPoints, s: Settings,
                     ev: EvalResult | None = None) -> TemperatureFit:
     """The temperature fitted on every fit box (the classic method), whatever the head deploys,
     with its kept-set figures on the eval split (those of the deployed map when it is that temperature)."""
@@ -257,11 +172,12 @@ def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingEval,
     cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0))
     if deployed and ev is not None:
         return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)
-    t, p = op.probs(cal)
-    return TemperatureFit(float(cal.temperature_), deployed, op.operating(p), metrics.nll_logits(t, op.y))
+    scored = op.view.scored(cal)
+    return TemperatureFit(float(cal.temperature_), deployed, op.operating(scored),
+                          metrics.nll_logits(scored.logit, scored.correct))
 
 
-def _candidates(choice: Choice, op: OperatingEval) -> list:
+def scored_candidates(choice: Choice, op: OperatingPoints) -> list:
     """The CV table of ``auto``; the best fit range of each method also scored on the eval split."""
     import dataclasses
 

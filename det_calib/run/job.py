@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from det_calib.data.box_table import validate_boxes
+from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import (
     Split,
 )
@@ -48,12 +49,12 @@ from det_calib.record.run_result import (
 )
 from det_calib.run.fitting import (
     Choice,
-    _candidates,
     fit_head,
     fit_result,
+    scored_candidates,
     temperature_fit,
 )
-from det_calib.run.head_figures import _operating_eval, evaluate_head, with_calibrated
+from det_calib.run.head_figures import evaluate_head, operating_points
 from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
 from det_calib.run.outputs import _gt_per_class, _write_outputs
 from det_calib.run.preflight import preflight
@@ -142,12 +143,12 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
     with stage("kept-set metrics and intervals"):
-        op = _operating_eval(eb, ev, s)
+        op = operating_points(eb, ev, s)
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
     with stage("temperature and candidates on the eval split"):
         result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                             eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                            per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                            per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
                             temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
     return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 

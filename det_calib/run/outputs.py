@@ -23,7 +23,7 @@ from det_calib.record.run_result import (
 from det_calib.run.inputs import Inputs
 from det_calib.run.settings import Settings
 from det_calib.run.summary import write_summary_text
-from det_calib.run.ultralytics_checks import _ultralytics_checks, _val_not_run, detection_change
+from det_calib.run.ultralytics_checks import _ultralytics_checks, detection_change, val_not_run
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
             why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=_val_not_run(ev.name, why))
+                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
         elif s.run_val:
             checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
             for h, check in checks.items():

@@ -13,6 +13,7 @@ from typing import Any
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
 from det_calib.errors import InputError
+from det_calib.evaluation.figures import DECE_BINS
 from det_calib.evaluation.map_check import MAP_ENGINES
 from det_calib.record.run_result import (
     Bootstrap,
@@ -82,10 +83,6 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
     if not 0 <= v < 1:
         raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
     return (v,)
-
-
-DECE_BINS = (8, 3, 3, 3, 3)
-"""D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
 
 
 def _opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:

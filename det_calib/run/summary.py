@@ -18,11 +18,8 @@ from det_calib.record.run_result import (
     HeadResult,
     RecordedSettings,
     RunResult,
-    left_words,
-    operating_point_worse,
-    temperature_verdict,
-    temperature_words,
 )
+from det_calib.report.record_words import left_words, operating_point_worse, temperature_verdict, temperature_words
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.base import calibrated_logits, equivalent_conf
+from det_calib.calibrators.base import equivalent_conf
+from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import (
     Split,
     write_split_yaml,
 )
-from det_calib.metrics import calibration as metrics
-from det_calib.numeric import logit_threshold
+from det_calib.numeric import logit_threshold, sigmoid
 from det_calib.record.run_result import (
     Calibrator,
     DetectionChange,
@@ -52,13 +52,15 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
     cal = calibrator_of(record)
-    z = eval_boxes["logit"].to_numpy()
-    p_post = metrics.sigmoid(calibrated_logits(cal, z, eval_boxes["cls"].to_numpy()), 1.0)
+    every = BoxView.from_boxes(eval_boxes, geometry=False, ignore=False)
+    p_post = every.scored(cal).conf
     # compare above the calibrated conf that every class's raw capture floor maps to: above it the
     # original capture holds every box the post-hoc deployment would output
     nc = len(inputs.ds.names)
     zf = np.full(nc, logit_threshold(s.conf_floor) if s.conf_floor > 0 else -50.0)
-    floor = max(s.conf_floor, float(metrics.sigmoid(calibrated_logits(cal, zf, np.arange(nc)), 1.0).max()))
+    probe = BoxView(logit=zf, conf=sigmoid(zf), correct=None, cls=np.arange(nc),
+                    image_id=np.zeros(nc, np.int64))  # one box per class at the capture floor
+    floor = max(s.conf_floor, float(probe.scored(cal).conf.max()))
     post = eval_boxes.with_columns(pl.Series("conf_cal", p_post)).filter(pl.col("conf_cal") > floor)
     fold = folded.with_columns(pl.col("conf").cast(pl.Float64).alias("conf_cal")).filter(pl.col("conf_cal") > floor)
 
@@ -76,7 +78,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     thr = min(s.conf)
     post_k, fold_k = post.filter(pl.col("conf_cal") > thr), fold.filter(pl.col("conf_cal") > thr)
     kpk, kfk = keys(post_k, True), keys(fold_k, True)
-    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [metrics.sigmoid(z, 1.0), p_post], max_dets=s.max_det,
+    m0, m1 = coco_maps(eval_boxes, ev.gt, ev.sizes, [sigmoid(every.logit), p_post], max_dets=s.max_det,
                        engine=s.map_engine)
     m2 = coco_maps(folded, ev.gt, ev.sizes, [folded["conf"].to_numpy()], max_dets=s.max_det, engine=s.map_engine)[0]
     return DetectionChange(
@@ -89,7 +91,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     )
 
 
-def _val_not_run(split: str, note: str) -> ValCheck:
+def val_not_run(split: str, note: str) -> ValCheck:
     return ValCheck(split=split, note=f"not run: {note}")
 
 
@@ -97,7 +99,7 @@ def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str
                         ) -> dict[str, ValCheck]:
     """Ultralytics val of the calibrated checkpoint per head, the original's figures from the same pass."""
     if s.coco_gt:
-        return {h: _val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
+        return {h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
     from det_calib.evaluation.map_check import ultralytics_val_shared
 
@@ -113,7 +115,7 @@ def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str
                                            ultralytics_val_shared)
             except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
                 log.warning("Ultralytics val skipped for %s head: %s", head, e)
-                results[head] = _val_not_run(ev.name, str(e))
+                results[head] = val_not_run(ev.name, str(e))
     return results
 
 

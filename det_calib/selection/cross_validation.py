@@ -56,7 +56,8 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.affine import _check_classes, group_folds
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.fit_support import check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
@@ -155,7 +156,7 @@ class Selection:
     candidates: list[Candidate]
     chosen: Candidate
     best: Candidate
-    calibrator: Any
+    calibrator: LogitCalibrator
     criterion: str
     min_conf: float
     n_folds: int
@@ -264,7 +265,7 @@ def select_calibrator(
     """
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
-    k = None if classes is None else _check_classes(classes, z.shape[0])
+    k = None if classes is None else check_classes(classes, z.shape[0])
     check_choice(criterion, CRITERIA, "criterion")
     if not (0.0 <= min_conf < 1.0):
         raise InputError(f"Expected argument `min_conf` in [0, 1), but got {min_conf!r}")
@@ -314,7 +315,7 @@ def select_calibrator(
         raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
     chosen, best, reason = paired_choice(ok, floors, n_folds, criterion=criterion,
                                          folds_text=f"{int(n_repeats)}x{n_folds} folds")
-    cal = _refit(chosen, z, y, k, groups, seed)
+    cal = refit(chosen, z, y, k, groups, seed)
     log.info("calibrator selection: %s", reason)
     return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
                      n_repeats=int(n_repeats))
@@ -355,10 +356,10 @@ def fit_calibrator(
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
-    k = None if classes is None else _check_classes(classes, z.shape[0])
+    k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
-    return _refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
+    return refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
                   in_range=in_range)
 
 
@@ -366,7 +367,8 @@ def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
     return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
-def _refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
+def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
+    """Candidate ``c`` refitted on every box of its fit range (every box given, with ``in_range``)."""
     m = np.ones(z.shape[0], dtype=bool) if in_range else _fit_range(z, c.fit_min_conf)
     if not m.any():
         raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "

@@ -1,18 +1,35 @@
-"""``thresholds.json`` read as typed records (what the report and ``compare`` show of it).
+"""``thresholds.json``: its format, its checked reader and writer (:func:`read_thresholds`,
+:func:`write_thresholds`), a head's ``{class: threshold}`` (:func:`class_thresholds`), the CLI's
+summary (:func:`summary_lines`), and the document read as typed records (what the report and
+``compare`` show of it).
 
-:func:`~det_calib.thresholds.per_class.tune_run` writes the file; :meth:`ThresholdsFile.of` reads
-the document (as :func:`~det_calib.thresholds.per_class.read_thresholds` returns it) into
+:func:`~det_calib.thresholds.run_head.tune_run` writes the file; :meth:`ThresholdsFile.of` reads
+the document (as :func:`read_thresholds` returns it) into
 :class:`ThresholdsFile` -> :class:`HeadThresholds` -> :class:`CriterionThresholds` ->
 :class:`ThresholdRow`, so the report reads fields, not keys.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["CriterionThresholds", "HeadThresholds", "SplitFigures", "ThresholdRow", "ThresholdsFile", "Validation"]
+from det_calib.errors import InputError
+from det_calib.thresholds.criteria import CRITERIA, Criterion
+from det_calib.validation import check_choice
+
+__all__ = ["DEFAULT_TARGET_PRECISION", "FORMAT", "THRESHOLDS_FILE", "VERSION", "CriterionThresholds", "HeadThresholds",
+           "SplitFigures", "ThresholdRow", "ThresholdsFile", "Validation", "class_thresholds", "read_thresholds",
+           "summary_lines", "write_thresholds"]
+
+THRESHOLDS_FILE = "thresholds.json"
+FORMAT = "det_calib.thresholds"
+VERSION = 1
+DEFAULT_TARGET_PRECISION = 0.9
+"""Target precision of :func:`tune_run` and ``det-calib thresholds`` when none is given."""
 
 
 def _obj(d: Any) -> Mapping[str, Any]:
@@ -130,3 +147,82 @@ class ThresholdsFile:
             return doc
         splits = _obj(doc.get("splits"))
         return cls({h: HeadThresholds.of(v) for h, v in doc["heads"].items()}, splits.get("fit"), splits.get("eval"))
+
+
+def read_thresholds(path: str | Path) -> dict[str, Any]:
+    """Read and check a ``thresholds.json`` (format and version)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / THRESHOLDS_FILE
+    if not path.is_file():
+        raise InputError(f"thresholds file not found: {path}")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {path}: {type(e).__name__}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise InputError(f"{path}: not a det_calib thresholds file (`format` must be {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise InputError(
+            f"{path}: thresholds file version {doc.get('version')!r}; this det_calib reads version {VERSION}")
+    if not isinstance(doc.get("heads"), dict):
+        raise InputError(f"{path}: `heads` must be an object")
+    return doc
+
+
+def write_thresholds(path: str | Path, doc: Mapping[str, Any]) -> Path:
+    """Write a thresholds document atomically (checks ``format`` and ``version`` first)."""
+    from det_calib.io import write_json
+
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise InputError(f"Expected a thresholds document of format {FORMAT!r} version {VERSION}")
+    return write_json(path, dict(doc))
+
+
+def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
+                     criterion: Criterion = "target_precision") -> dict[int, float]:
+    """``{class id: threshold}`` of one head and criterion of a thresholds document (or file)."""
+    if not isinstance(doc, Mapping):
+        doc = read_thresholds(doc)
+    check_choice(criterion, CRITERIA, "criterion")
+    heads = doc.get("heads", {})
+    check_choice(head, sorted(heads), "head")
+    rows = heads[head]["criteria"][criterion]["per_class"]
+    return {int(r["cls"]): float(r["threshold"]) for r in rows}
+
+
+def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
+    """A short text table of one head's thresholds (what the CLI prints)."""
+
+    def f(x: Any) -> str:
+        return "  n/a" if x is None else f"{x:5.3f}"
+
+    crit = doc["heads"][head]["criteria"]
+    tp = crit["target_precision"]
+    prm = tp["params"]
+    ev_split = doc.get("splits", {}).get("eval")
+    lines = [
+        (f"head {head}: target precision {prm['target_precision']:g}, delta {prm['delta']:g} ({prm['unit']}-level), "
+        f"fit on {doc.get('splits', {}).get('fit')}, checked on {ev_split}"),
+        (f"{'class':<16} {'tgt-P thr':>9} {'fit P':>6} {'eval P':>6} {'eval R':>6} {'cover':>6}  "
+        f"{'maxF1':>5} {'LRP':>5}  flag"),
+    ]
+    rows = [("(global)", tp["global"], crit["max_f1"]["global"], crit["lrp"]["global"])]
+    f1 = {r["cls"]: r for r in crit["max_f1"]["per_class"]}
+    lrp = {r["cls"]: r for r in crit["lrp"]["per_class"]}
+    rows += [(r["name"], r, f1[r["cls"]], lrp[r["cls"]]) for r in tp["per_class"]]
+    for name, r, a, b in rows:
+        ev = r.get("eval") or {}
+        flag = f"{r['flag']} -> {r['fallback']}" if r.get("flag") else ""
+        lines.append(
+            f"{name[:16]:<16} {r['threshold']:9.3f} {f(r['fit']['precision']):>6} {f(ev.get('precision')):>6} "
+            f"{f(ev.get('recall')):>6} {f(ev.get('coverage')):>6}  {a['threshold']:5.3f} {b['threshold']:5.3f}  {flag}"
+        )
+    val = tp.get("validation")
+    if val:
+        lines.append(
+            f"{val['classes_meeting_target']} of {val['certified_classes']} certified classes reach the target on "
+            f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction of {val['n_boot']} "
+            "image-bootstrap resamples of the eval split at or above the target"
+        )
+    return lines

@@ -1,0 +1,271 @@
+"""The evaluator: what turns one head's box view into the figures of its record.
+
+Every figure of a head's ``eval`` record is computed here from a :class:`~det_calib.data.box_view.BoxView`
+(raw, and :meth:`~det_calib.data.box_view.BoxView.scored` by the head's calibrator):
+
+- :func:`scores_of` / :func:`all_box_scores` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, LaACE
+  with image-bootstrap intervals (:class:`~det_calib.record.run_result.Scores`);
+- :class:`~det_calib.evaluation.operating.OperatingPoints` — kept-set ECE and LaECE_0 at each threshold;
+- :func:`thresholded`, :func:`kept_gaps` — the kept sets' ECE and their largest bin gaps;
+- :func:`map_check` — COCO mAP ranked by raw and by calibrated scores;
+- :func:`per_class` — every figure per class, with the kept-set shift
+  (:func:`~det_calib.evaluation.kept_set.threshold_shift`).
+
+The options are read from any object with the run settings' names (:class:`EvalSettings`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.data.box_view import BoxView, kept_mask
+from det_calib.data.ground_truth import Split
+from det_calib.evaluation.kept_set import threshold_shift
+from det_calib.evaluation.operating import OperatingPoints
+from det_calib.metrics import calibration as metrics
+from det_calib.record.run_result import BinGap, ClassResult, EvalResult, HeadResult, Scores, Thresholded
+
+__all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
+           "operating_points", "per_class", "scores_of", "thresholded"]
+
+DECE_BINS = (8, 3, 3, 3, 3)
+"""D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
+
+
+class EvalSettings(Protocol):
+    """The options the evaluator reads (the run's :class:`~det_calib.run.settings.Settings` has them)."""
+
+    conf: tuple[float, ...]
+    ece_bins: int
+    laece_bins: int
+    n_boot: int
+    seed: int
+    max_det: int
+    map_engine: str
+    min_class_boxes: int
+
+
+def scores_of(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    *,
+    logit: np.ndarray,
+    temperature: float,
+    loc_iou: np.ndarray,
+    cls_id: np.ndarray,
+    features: np.ndarray,
+    image_id: np.ndarray,
+    ece_bins: int,
+    laece_bins: int,
+    dece_bins: list[int],
+    n_boot: int,
+    seed: int,
+) -> Scores:
+    """Every metric of ``conf`` (shape (n,)) against ``correct`` (n,).
+
+    ``logit / temperature`` gives the NLL without the precision lost in ``conf``; ``loc_iou``
+    (n,) and ``cls_id`` (n,) feed LaECE / LaACE, ``features`` (n, 4) D-ECE; intervals resample
+    ``image_id`` (n,).
+    """
+    boot = dict(n_boot=n_boot, seed=seed)
+    ece_fn = functools.partial(metrics.ece, n_bins=ece_bins)  # keeps `weights`: fast bootstrap path
+    laece_fn = functools.partial(metrics.laece, n_bins=laece_bins)
+    p, y = conf, correct
+    return Scores(
+        ece=metrics.ece(p, y, n_bins=ece_bins),
+        ece_ci=tuple(metrics.bootstrap_ci(ece_fn, image_id, p, y, **boot)),
+        ace=metrics.ace(p, y, n_bins=ece_bins),
+        mce=metrics.mce(p, y, n_bins=ece_bins),
+        nll=metrics.nll_logits(logit, y, temperature=temperature),
+        brier=metrics.brier(p, y),
+        dece=metrics.dece(p, y, features, n_bins=list(dece_bins)),
+        laece=metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins),
+        laece_ci=tuple(metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, **boot)),
+        laace=metrics.laace(p, loc_iou, cls_id),
+    )
+
+
+def _features(v: BoxView) -> np.ndarray:
+    """The boxes' normalised centre and size (:func:`det_calib.metrics.box_features`, for D-ECE)."""
+    return metrics.box_features(*(v.xyxy[:, j] for j in range(4)), v.extra["img_w"], v.extra["img_h"])
+
+
+def gt_classes(split: Split) -> np.ndarray:
+    return split.gt.filter(~pl.col("crowd"))["cls"].to_numpy()
+
+
+def _temperature_of(calibrator: LogitCalibrator) -> float | None:
+    return float(calibrator.temperature_) if isinstance(calibrator, TemperatureScaler) else None
+
+
+def all_box_scores(raw: BoxView, scored: BoxView, calibrator: LogitCalibrator, s: EvalSettings
+                   ) -> tuple[Scores, Scores]:
+    """All-box calibration metrics of the boxes, raw and calibrated (``scored``: them under ``calibrator``)."""
+    common = dict(loc_iou=raw.loc_iou, cls_id=raw.cls, features=_features(raw), image_id=raw.image_id,
+                  ece_bins=s.ece_bins, laece_bins=s.laece_bins, dece_bins=list(DECE_BINS), n_boot=s.n_boot,
+                  seed=s.seed)
+    before = scores_of(raw.conf, raw.correct, logit=raw.logit, temperature=1.0, **common)
+    t = _temperature_of(calibrator)
+    logit, temp = (raw.logit, t) if t is not None else (scored.logit, 1.0)
+    after = scores_of(scored.conf, scored.correct, logit=logit, temperature=temp, **common)
+    return before, after
+
+
+def thresholded(raw: BoxView, scored: BoxView, s: EvalSettings) -> list[Thresholded]:
+    """ECE of the boxes kept at each deployment threshold, raw and calibrated."""
+    out = []
+    for t in s.conf:
+        kb, ka = raw.kept(t), scored.kept(t)
+        out.append(Thresholded(
+            conf=t,
+            boxes_before=kb.n,
+            ece_before=metrics.ece(kb.conf, kb.correct, n_bins=s.ece_bins) if kb.n else None,
+            boxes_after=ka.n,
+            ece_after=metrics.ece(ka.conf, ka.correct, n_bins=s.ece_bins) if ka.n else None,
+        ))
+    return out
+
+
+def kept_gaps(p: np.ndarray, y: np.ndarray, *, threshold: float, n_bins: int, top: int = 3) -> list[BinGap]:
+    """The ``top`` bins with the largest terms of the ECE of the boxes kept at ``threshold``
+    (equal-width bins, as :func:`det_calib.metrics.ece`), largest first; bins without error left out.
+
+    >>> [(g.lo, g.hi, g.boxes) for g in kept_gaps(np.array([0.3, 0.35, 0.9]), np.array([0, 0, 1]),
+    ...                                           threshold=0.25, n_bins=10)]
+    [(0.3, 0.4, 2), (0.9, 1.0, 1)]
+    """
+    keep = kept_mask(p, threshold)
+    pk, yk = p[keep], y[keep].astype(np.float64)
+    if not pk.size:
+        return []
+    idx = np.minimum((pk * n_bins).astype(np.int64), n_bins - 1)
+    cnt = np.bincount(idx, minlength=n_bins)
+    sc = np.bincount(idx, weights=pk, minlength=n_bins)
+    sy = np.bincount(idx, weights=yk, minlength=n_bins)
+    share = np.abs(sy - sc) / pk.size
+    out = []
+    for b in np.argsort(-share, kind="stable")[:top]:
+        if cnt[b] == 0 or share[b] <= 0:
+            continue
+        out.append(BinGap(lo=round(int(b) / n_bins, 6), hi=round((int(b) + 1) / n_bins, 6), boxes=int(cnt[b]),
+                          conf=float(sc[b] / cnt[b]), accuracy=float(sy[b] / cnt[b]), share=float(share[b])))
+    return out
+
+
+def map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings) -> dict[str, Any]:
+    """pycocotools mAP of the same boxes ranked by raw and by calibrated scores.
+
+    Crowd-matched boxes are included: COCOeval ignores them itself. Both from the logits in
+    float64: the float32 confs Ultralytics reports have rounding ties that the calibrated float64
+    scores break, which could reorder equal-score boxes and blur the comparison. The boxes are
+    the detector's own (captured with the raw scores): this is the post-hoc deployment, where a
+    per-class map rescores boxes after the detector chose them; a map folded into the model can
+    also change which boxes it outputs (see the Ultralytics val check).
+    """
+    from det_calib.evaluation.map_check import coco_maps, same_ranking
+
+    maps = functools.partial(coco_maps, max_dets=s.max_det, engine=s.map_engine)
+
+    every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
+    raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
+    if same_ranking(raw, cal):  # COCOeval sees scores only through this order: the same mAP, proven
+        m0 = m1 = maps(boxes, split.gt, split.sizes, [raw])[0]
+    else:
+        m0, m1 = maps(boxes, split.gt, split.sizes, [raw, cal])
+    return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
+                map50_after=m1["map50"], map_identical=m0 == m1, map_engine=s.map_engine)
+
+
+def per_class(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: LogitCalibrator, s: EvalSettings,
+              names: list[str]) -> list[ClassResult]:
+    """One entry per class with boxes or ground truth (``gt_cls``: the classes of the split's non-crowd ground truth).
+
+    The boxes are grouped by class once (a stable sort: each class's boxes keep their order, so
+    every figure is the one a mask per class gives), so the cost grows with the boxes, not with
+    boxes times classes."""
+    out = []
+    ece_fn = functools.partial(metrics.ece, n_bins=s.ece_bins)  # keeps `weights`: fast bootstrap path
+    thr = min(s.conf)
+    order = np.argsort(raw.cls, kind="stable")
+    cls_sorted = raw.cls[order]
+    bounds = np.searchsorted(cls_sorted, np.arange(len(names) + 1), side="left")
+    z_img, z_p0, z_p1, z_y, z_loc, z_cls = (v[order] for v in (raw.image_id, raw.conf, scored.conf, raw.correct,
+                                                               raw.loc_iou, raw.cls))
+    gt_counts = np.bincount(gt_cls[(gt_cls >= 0) & (gt_cls < len(names))].astype(np.int64),
+                            minlength=len(names))
+    for c in range(len(names)):
+        m = slice(int(bounds[c]), int(bounds[c + 1]))
+        n_c = m.stop - m.start
+        n_gt_c = int(gt_counts[c])
+        if not n_c and n_gt_c == 0:
+            continue
+        figures: dict[str, Any] = {}
+        y_c = z_y[m]
+        if n_c:
+            boot = dict(n_boot=s.n_boot, seed=s.seed)
+            for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
+                figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
+                figures[f"ece_{tag}_ci"] = tuple(metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot))
+                figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
+                k = kept_mask(p, thr)
+                figures[f"kept_ece_{tag}"] = metrics.ece(p[k], y_c[k], n_bins=s.ece_bins) if k.any() else None
+        out.append(ClassResult(
+            cls=c, name=names[c], boxes=int(n_c), correct=int(y_c.sum()), n_gt=n_gt_c,
+            few_boxes=bool(n_c < s.min_class_boxes), **figures,
+            threshold_shift=[threshold_shift(z_p0[m], z_p1[m], y_c, conf=t, n_gt=n_gt_c,
+                                             equivalent_conf=calibrator.equivalent_conf(t, c)) for t in s.conf],
+        ))
+    return out
+
+
+def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings,
+                  names: list[str], operating: OperatingPoints | None = None,
+                  stage: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext()) -> HeadResult:
+    """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
+
+    Args:
+        boxes: The head's eval-split box table (every row: the mAP check scores crowd-matched boxes too).
+        calibrator: A fitted calibrator (:mod:`det_calib.selection.cross_validation`).
+        operating: The head's :class:`~det_calib.evaluation.operating.OperatingPoints` (built here when None).
+        stage: Context of each step (the run times its stages with it).
+
+    Returns:
+        A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
+    """
+    with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
+        map_result = map_check(boxes, split, calibrator, s)
+    op = operating or operating_points(boxes, split, s)
+    raw = op.view
+    scored = raw.scored(calibrator)
+    gt_cls = gt_classes(split)
+    with stage("all-box metrics and intervals"):
+        before, after = all_box_scores(raw, scored, calibrator, s)
+    with stage("kept-set metrics and intervals"):
+        operating_before, operating_after = op.operating(raw), op.operating(scored)
+    ev = EvalResult(
+        split=split.name, images=len(split.images), boxes=raw.n, correct=int(raw.correct.sum()), ignored=raw.ignored,
+        n_gt=int(len(gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
+        thresholded=thresholded(raw, scored, s), operating_before=operating_before, operating_after=operating_after,
+        **map_result,
+        kept_gaps=kept_gaps(scored.conf, scored.correct, threshold=min(s.conf), n_bins=s.ece_bins),
+    )
+    shifts = [threshold_shift(raw.conf, scored.conf, raw.correct, conf=c, n_gt=len(gt_cls),
+                              equivalent_conf=calibrator.equivalent_conf(c)) for c in s.conf]
+    with stage("per-class"):
+        per_classes = per_class(raw, scored, gt_cls, calibrator, s, names)
+    return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes)
+
+
+def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> OperatingPoints:
+    """The operating-point evaluator of one head's eval boxes (its :class:`BoxView`, built once here)."""
+    view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
+    return OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
+                           n_boot=s.n_boot, seed=s.seed)

@@ -1,0 +1,94 @@
+"""Figures of any calibrator's scores at the operating points of one head's eval-split boxes:
+:class:`OperatingPoints` (kept-set ECE and LaECE_0 with the reference conventions, with
+bias-corrected bootstrap intervals and the kept-set ECE's sampling floor; all-box ECE, NLL and
+Brier; per-class kept-set ECE).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.data.box_view import BoxView
+from det_calib.metrics import calibration as metrics
+from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor
+from det_calib.record.run_result import OperatingFigures
+
+__all__ = ["OperatingPoints"]
+
+
+class OperatingPoints:
+    """Scores of any calibrator on one head's eval-split boxes, at the operating points.
+
+    Args:
+        view: The head's eval boxes (:class:`~det_calib.data.box_view.BoxView`, raw, with geometry).
+        gt: The split's ground truth.
+        conf: Operating thresholds; ``ece_bins``/``laece_bins``: bins (15 / 25 by default).
+        n_boot, seed: Bootstrap, images resampled. Intervals (95%): kept-set and all-box ECE the
+            bias-corrected percentile interval; LaECE_0 the normal interval (estimate -+ 1.96 SD
+            of the replicates): its replicates sit above the estimate by more than their spread
+            (a class average over small per-class sets), so no percentile-type interval contains it.
+    """
+
+    def __init__(self, view: BoxView, gt: pl.DataFrame, *, conf: tuple[float, ...], ece_bins: int,
+                 laece_bins: int, n_boot: int, seed: int):
+        self.view = view
+        crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
+        self.targets = LaECE0Targets(view.image_id, view.xyxy, view.cls, view.raw_logit, gt["image_id"].to_numpy(),
+                                     np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
+                                     gt["cls"].to_numpy(), crowd)
+        self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
+        self.boot = dict(n_boot=n_boot, seed=seed)
+
+    def operating(self, scored: BoxView, *, intervals: bool = True) -> list[OperatingFigures]:
+        """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling
+        floor, of the boxes under ``scored``'s scores (the view, raw or :meth:`~BoxView.scored`)."""
+        p, y, img = scored.conf, scored.correct, scored.image_id
+        out = []
+        for thr in self.conf:
+            kept = scored.kept(thr)
+            n = kept.n
+            e = metrics.ece(kept.conf, kept.correct, n_bins=self.ece_bins) if n else None
+            la = self.targets.laece(p, threshold=thr, n_bins=self.laece_bins)
+            e_ci = la_ci = None
+            if intervals and n:
+                fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
+                e_ci = tuple(metrics.bootstrap_ci(fn, img, p, y, **self.boot))
+                la_ci = tuple(metrics.bootstrap_ci(self.targets.statistic(threshold=thr, n_bins=self.laece_bins),
+                                                   img, p, method="normal", **self.boot))
+            floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
+            out.append(OperatingFigures(conf=thr, boxes=n, correct=int(kept.correct.sum()), ece=e, ece_ci=e_ci,
+                                        laece0=None if math.isnan(la) else la,
+                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
+                                        ece_floor=None if floor is None else floor.mean,
+                                        ece_floor_range=None if floor is None else (floor.low, floor.high)))
+        return out
+
+    def all_box(self, scored: BoxView) -> dict[str, Any]:
+        """All-box ECE (with its interval), NLL (from the scored logits) and Brier."""
+        p, y = scored.conf, scored.correct
+        fn = functools.partial(metrics.ece, n_bins=self.ece_bins)
+        return {"ece_all": metrics.ece(p, y, n_bins=self.ece_bins),
+                "ece_all_ci": tuple(metrics.bootstrap_ci(fn, scored.image_id, p, y, **self.boot)),
+                "nll": metrics.nll_logits(scored.logit, y), "brier": metrics.brier(p, y)}
+
+    def class_kept_ece(self, scored: BoxView) -> dict[int, float]:
+        """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
+        kept = scored.kept(min(self.conf))
+        out = {}
+        for c in np.unique(scored.cls):
+            m = kept.cls == c
+            if m.any():
+                out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
+        return out
+
+    def candidate_figures(self, calibrator: LogitCalibrator | None) -> dict[str, Any]:
+        """Every figure of the comparison: operating points, all-box ECE, NLL, Brier, per-class kept ECE."""
+        scored = self.view.scored(calibrator)
+        return {"operating": [o.to_dict() for o in self.operating(scored)], **self.all_box(scored),
+                "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(scored).items()}}

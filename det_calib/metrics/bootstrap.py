@@ -1,0 +1,293 @@
+"""The image bootstrap of every interval: :func:`bootstrap_ci` and :func:`bootstrap_sd` resample
+images (not boxes) and compute a statistic on each replicate.
+
+A statistic with a ``weights`` parameter is computed with each box weighed by its image's draw
+count (no copying). A statistic that carries a ``_bootstrap_prepare`` attribute (the binned
+metrics of :mod:`det_calib.metrics.calibration`, :func:`det_calib.metrics.operating_point.kept_ece`)
+validates its arrays once and hoists what does not depend on the draws: ``prepare(img, n_img,
+*arrays, **options)`` returns a :data:`Batch` of its replicates. The draws of a seed are the same
+on every path (:mod:`det_calib.metrics.bootstrap_tables` holds the pooled tables and the seeded
+draw counts).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+import statistics
+import warnings
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from det_calib.errors import InputError
+from det_calib.validation import as_1d, check_positive_int
+
+__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "per_replicate", "weighted_core"]
+
+#: A batch statistic: ``(r, n_img)`` int64 draw counts of ``r`` replicates (row ``b``: how often
+#: each image is drawn in replicate ``b``) -> ``(r,)`` float64 values of the statistic.
+Batch = Callable[[np.ndarray], np.ndarray]
+
+# drawn image indices held in memory at once (8 MiB of int64)
+_DRAW_CHUNK = 1 << 20
+
+
+def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
+    """Yield the draw counts of ``n_boot`` replicates as ``(r, n_img)`` int64 blocks, in order.
+
+    Row ``b`` counts ``rng.integers(0, n_img, size=n_img)`` of replicate ``b``. One call for a
+    block of ``r`` replicates, ``rng.integers(0, n_img, size=(r, n_img))``, gives exactly the
+    draws of ``r`` successive calls of size ``n_img``: for the default int64 dtype every value
+    is one Lemire draw from the bit generator's own ``next_uint32`` (ranges below 2**32) or
+    ``next_uint64`` stream, with no buffer local to the call (only the uint8/uint16/bool
+    dtypes buffer within a call); ``tests/test_metrics.py`` pins this.
+    """
+    rows = max(1, _DRAW_CHUNK // n_img)
+    for start in range(0, n_boot, rows):
+        r = min(rows, n_boot - start)
+        draws = rng.integers(0, n_img, size=(r, n_img))
+        draws += (np.arange(r) * n_img)[:, None]
+        yield np.bincount(draws.ravel(), minlength=r * n_img).reshape(r, n_img)
+
+
+def per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> Batch:
+    """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image."""
+
+    def batch(mult: np.ndarray) -> np.ndarray:
+        return np.array([weighted(m[img]) for m in mult.astype(np.float64)], dtype=np.float64)
+
+    return batch
+
+
+def weighted_core(check: Callable, core: Callable) -> Callable[..., Batch]:
+    """``prepare`` of a metric from ``check(*arrays, **options) -> (arrays, options)`` (validates
+    as the metric does) and ``core(*arrays, weights=w, **options)`` (the same number, unchecked)."""
+
+    def prepare(img, n_img, *arrays, **options) -> Batch:
+        args, options = check(*arrays, **options)
+        return per_replicate(lambda w: core(*args, weights=w, **options), img)
+
+    return prepare
+
+
+def _batch_statistic(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray]) -> Batch | None:
+    """The :data:`Batch` of ``statistic`` on ``arrays``, for a statistic with a ``_bootstrap_prepare``
+    attribute (also as a ``functools.partial`` with keyword
+    options only, ``weights`` not among them); None for any other statistic. Raises what the
+    statistic would raise for invalid arrays."""
+    fn, options = statistic, {}
+    if isinstance(statistic, functools.partial):
+        if statistic.args:
+            return None
+        fn, options = statistic.func, dict(statistic.keywords)
+    if "weights" in options:
+        return None
+    prepare = getattr(fn, "_bootstrap_prepare", None)
+    if prepare is None:
+        return None
+    return prepare(img, n_img, *arrays, **options)
+
+
+def _accepts_weights(fn: Callable) -> bool:
+    try:
+        param = inspect.signature(fn).parameters.get("weights")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
+def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray], n_boot: int,
+                seed: int) -> np.ndarray:
+    """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
+    index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
+    ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
+    from det_calib.metrics.bootstrap_tables import seeded_multiplicities
+
+    batch = None
+    if isinstance(statistic, functools.partial) and "weights" in statistic.keywords:
+        # weights bound by the caller: a replicate weighs each box by them times its draw count
+        bound = np.asarray(statistic.keywords["weights"], dtype=np.float64)
+        if bound.shape != img.shape:
+            raise InputError(f"Expected the statistic's bound `weights` to have shape {img.shape} (one per box), "
+                             f"but got {bound.shape}")
+        rest = {k: v for k, v in statistic.keywords.items() if k != "weights"}
+        inner = functools.partial(statistic.func, *statistic.args, *arrays, **rest)
+        batch = per_replicate(lambda w: inner(weights=bound * w), img)
+    elif _accepts_weights(statistic):
+        batch = _batch_statistic(statistic, img, n_img, arrays)
+        if batch is None:
+            inner = functools.partial(statistic, *arrays)
+            batch = per_replicate(lambda w: inner(weights=w), img)
+    if batch is not None:
+        blocks = seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK)
+        return np.concatenate([batch(mult) for mult in blocks])
+    stats = np.empty(n_boot)
+    order = np.argsort(img, kind="stable")
+    per_img = np.bincount(img, minlength=n_img)
+    start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
+    b = 0
+    for block in seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK):
+        for mult in block:
+            drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
+            lens = per_img[drawn]
+            offs = np.repeat(start[drawn] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+            idx = order[offs + np.arange(lens.sum())]
+            stats[b] = statistic(*[a[idx] for a in arrays])
+            b += 1
+    return stats
+
+
+def bootstrap_sd(statistic: Callable[..., float], image_ids: ArrayLike, *arrays: ArrayLike, n_boot: int = 1000,
+                 seed: int = 0) -> float:
+    """Standard deviation of a statistic over the image bootstrap of :func:`bootstrap_ci` (the same
+    replicates for the same seed; replicates that give nan are dropped): its standard error.
+
+    >>> img = np.repeat(np.arange(40), 5)
+    >>> x = np.arange(200) % 2.0
+    >>> bootstrap_sd(lambda v, weights=None: float(np.average(v, weights=weights)), img, x, n_boot=200) > 0
+    True
+    """
+    n_boot = check_positive_int(n_boot, "n_boot")
+    ids = as_1d(image_ids, "image_ids")
+    arrs = [np.asarray(a) for a in arrays]
+    if len(ids) == 0 or any(len(a) != len(ids) for a in arrs):
+        raise InputError(f"Expected `image_ids` and every array to have the same non-zero length, but got "
+                         f"{len(ids)} and {[len(a) for a in arrs]}")
+    _, img = np.unique(ids, return_inverse=True)
+    img = img.ravel()
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
+    good = stats[np.isfinite(stats)]
+    return float(good.std(ddof=1)) if good.size > 1 else float("nan")
+
+
+def bootstrap_ci(
+    statistic: Callable[..., float],
+    image_ids: ArrayLike,
+    *arrays: ArrayLike,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
+) -> tuple[float, float]:
+    """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default,
+    and always containing the estimate by default.
+
+    Each replicate draws as many images as there are, uniformly with replacement; every box of
+    a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
+    metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
+    the per-box draw count of its image (no copying; weights bound in a ``functools.partial`` are
+    multiplied by the draw counts); for :func:`ece`, :func:`ace`, :func:`mce`,
+    :func:`brier`, :func:`laece`, :func:`det_calib.metrics.operating_point.kept_ece` and
+    :meth:`det_calib.metrics.operating_point.LaECE0Targets.statistic` (also as a ``functools.partial`` with
+    keyword options) the arrays are validated once, before the replicates, what does not depend
+    on the draws (class ids, bins, kept boxes) is computed once, and ECE's replicates are matrix
+    products of per-image bin sums; otherwise the arrays are indexed
+    (``statistic(*[a[idx] for a in arrays])``). All give the same numbers for the same seed (up
+    to float summation order).
+
+    Args:
+        statistic: Function of the arrays returning a float, e.g. :func:`ece` or
+            ``functools.partial(ece, n_bins=10)``.
+        image_ids: (n,) image id of each box (any hashable numpy dtype).
+        *arrays: Arrays with n rows (first axis), passed positionally to ``statistic``.
+        n_boot: Number of bootstrap replicates.
+        seed: Seed for ``np.random.default_rng``; same seed, same interval.
+        level: Coverage in (0, 1); the percentile interval is the ``(1 - level)/2`` and
+            ``(1 + level)/2`` percentiles of the replicates (2.5 and 97.5 for 0.95).
+        method: ``"bc"`` (default): the bias-corrected percentile interval (Efron 1981): with
+            ``z0 = Phi^-1(share of replicates below the estimate, ties counted half)``, the
+            ``Phi(2 z0 -+ z_level)`` percentiles. A binned calibration error is biased upward,
+            so plain percentiles sit above the estimate; BC moves them back and stays within the
+            replicates' range (never below 0). ``"basic"``: ``(2 theta - q_hi, 2 theta - q_lo)``.
+            ``"percentile"``: ``(q_lo, q_hi)``. All three contain the estimate exactly when the
+            estimate lies between the ``(1 -+ level)/2`` quantiles of the replicates; when
+            sampling bias exceeds the spread (the estimate below 97.5% of the replicates), no
+            percentile-type interval contains it, and BC reports the lowest replicates.
+            ``"normal"``: ``theta -+ z_level * sd(replicates)``: always contains the estimate
+            (it ignores the bias), for statistics whose resampling bias exceeds their spread.
+            ``"bc-normal"`` (default): the BC interval where it contains the estimate, else the
+            normal one with its low end raised to the lowest replicate or the estimate,
+            whichever is lower (a binned error is never below 0): an interval printed next to
+            its estimate always contains it.
+
+    Returns:
+        ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
+
+    >>> from det_calib.metrics.calibration import brier
+    >>> rng = np.random.default_rng(0)
+    >>> img = np.repeat(np.arange(50), 20)  # 50 images of 20 boxes
+    >>> conf = rng.uniform(size=1000)
+    >>> correct = rng.uniform(size=1000) < conf
+    >>> lo, hi = bootstrap_ci(brier, img, conf, correct, n_boot=200, seed=1)
+    >>> bool(lo < brier(conf, correct) < hi)
+    True
+    """
+    n_boot = check_positive_int(n_boot, "n_boot")
+    if not (isinstance(level, numbers.Real) and 0.0 < level < 1.0):
+        raise InputError(f"Expected argument `level` to be a number in (0, 1), but got {level!r}")
+    ids = as_1d(image_ids, "image_ids")
+    arrs = [np.asarray(a) for a in arrays]
+    if not arrs:
+        raise InputError("Expected at least one array after `image_ids`, but got none")
+    for i, a in enumerate(arrs):
+        if a.ndim == 0 or len(a) != len(ids):
+            got = "a scalar" if a.ndim == 0 else str(len(a))
+            raise InputError(
+                f"Expected arguments `image_ids` and `arrays[{i}]` to have the same length, "
+                f"but got {len(ids)} and {got}"
+            )
+    if len(ids) == 0:
+        return float("nan"), float("nan")
+    _, img = np.unique(ids, return_inverse=True)
+    img = img.ravel()
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
+    bad = np.isnan(stats)
+    if bad.all():
+        return float("nan"), float("nan")
+    if bad.any():
+        warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+    if method not in ("bc-normal", "bc", "basic", "percentile", "normal"):
+        raise InputError(
+            f"Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
+        )
+    alpha = (1.0 - level) / 2.0
+    good = stats[~bad]
+    if method == "percentile":
+        lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+        return float(lo), float(hi)
+    theta = float(statistic(*arrs))
+    if method == "bc-normal":
+        lo, hi = _bc_interval(good, theta, alpha)
+        if lo <= theta <= hi or math.isnan(theta):
+            return lo, hi
+        lo, hi = _normal_interval(good, theta, alpha)
+        return max(lo, min(float(good.min()), theta)), hi
+    if method == "normal":
+        return _normal_interval(good, theta, alpha)
+    if method == "basic":
+        q_lo, q_hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+        return float(2 * theta - q_hi), float(2 * theta - q_lo)
+    return _bc_interval(good, theta, alpha)
+
+
+def _normal_interval(good: np.ndarray, theta: float, alpha: float) -> tuple[float, float]:
+    half = statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1)) if good.size > 1 else 0.0
+    return theta - half, theta + half
+
+
+def _bc_interval(good: np.ndarray, theta: float, alpha: float) -> tuple[float, float]:
+    """The bias-corrected percentile interval of replicates ``good`` around the estimate ``theta``."""
+    nd = statistics.NormalDist()
+    # ties with the estimate within float summation error (a replicate that redraws every image
+    # once is the estimate, summed in another order) count half, as exact ties
+    tie = np.isclose(good, theta, rtol=1e-12, atol=1e-15)
+    share = (np.count_nonzero((good < theta) & ~tie) + 0.5 * np.count_nonzero(tie)) / good.size
+    share = min(max(share, 0.5 / good.size), 1.0 - 0.5 / good.size)
+    z0, za = nd.inv_cdf(share), nd.inv_cdf(1.0 - alpha)
+    lo, hi = np.percentile(good, [100.0 * nd.cdf(2 * z0 - za), 100.0 * nd.cdf(2 * z0 + za)])
+    return float(lo), float(hi)

@@ -1,0 +1,163 @@
+"""A head's calibrator as its run records it: :class:`Calibrator` (method and parameters), the
+record of a fitted calibrator and back (:func:`calibrator_record`, :func:`calibrator_of`), and the
+candidates ``auto`` compared (:class:`Candidate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from det_calib.calibrators.base import LogitCalibrator
+from det_calib.errors import InputError
+from det_calib.record.checked_json import key_path, plain, read_flag, read_number, read_object, read_text
+from det_calib.record.eval_record import OperatingFigures
+
+__all__ = ["CVScores", "Calibrator", "Candidate", "CandidateEval", "calibrator_of", "calibrator_record"]
+
+@dataclass(frozen=True)
+class Calibrator:
+    """A fitted calibration map of one head: a method name and its parameters.
+
+    ``temperature`` (``params = {"temperature": T}``, ``conf = sigmoid(logit / T)``) is what
+    :func:`det_calib.run.job.calibrate` fits; other methods carry their own parameters.
+    """
+
+    method: str
+    params: dict[str, Any]
+
+    @classmethod
+    def temperature_scaling(cls, t: float) -> Calibrator:
+        return cls("temperature", {"temperature": float(t)})
+
+    @property
+    def temperature(self) -> float | None:
+        """T of a temperature calibrator, else None."""
+        return float(self.params["temperature"]) if self.method == "temperature" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "params": plain(dict(self.params))}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "calibrator") -> Calibrator:
+        d = read_object(d, where, optional=False)
+        method = read_text(d.get("method"), key_path(where, "method"))
+        params = read_object(d.get("params"), key_path(where, "params"), optional=False)
+        if not method:
+            raise InputError(f"`{where}.method` must name a calibration method")
+        return cls(method, dict(params))
+
+
+def calibrator_record(cal: LogitCalibrator, method: str, floor: float) -> Calibrator:
+    """The :class:`Calibrator` record of a fitted calibrator: the temperature method is
+    ``Calibrator("temperature", {"temperature": T})`` (written as ``temperature: {head: T}``, as
+    always); any other method is ``Calibrator(method, {"fit_min_conf": floor, "map": cal.to_dict()})``."""
+    if method == "temperature":
+        return Calibrator.temperature_scaling(float(cal.temperature_))
+    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
+
+
+def calibrator_of(rec: Calibrator) -> LogitCalibrator:
+    """The fitted calibrator of a record (a :class:`~det_calib.calibrators.base.LogitCalibrator`)."""
+    from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
+    from det_calib.calibrators.temperature import TemperatureScaler
+
+    if rec.method == "temperature":
+        return TemperatureScaler.of_temperature(float(rec.params["temperature"]))
+    if rec.method == "none":
+        return make_calibrator("none").fit(None, None)
+    m = rec.params.get("map")
+    if not isinstance(m, dict):
+        raise InputError(f"calibrator {rec.method!r} has no `map` parameters")
+    return calibrator_from_dict(m)
+
+
+@dataclass(frozen=True)
+class CVScores:
+    """A candidate's cross-validation figures (its record's ``params``; missing ones None): the
+    standard error of its CV mean, its paired differences from the best and from ``none`` with
+    their standard errors, the shrinkage its CV chose, why it could not be scored, its verdict."""
+
+    se: float | None = None
+    diff: float | None = None
+    diff_se: float | None = None
+    diff_none: float | None = None
+    diff_none_se: float | None = None
+    shrinkage: float | None = None
+    error: str | None = None
+    verdict: str | None = None
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> CVScores:
+        p = params
+        return cls(p.get("cv_se"), p.get("cv_diff"), p.get("cv_diff_se"), p.get("cv_diff_none"),
+                   p.get("cv_diff_none_se"), p.get("shrinkage"), p.get("error"), p.get("verdict"))
+
+
+@dataclass(frozen=True)
+class CandidateEval:
+    """A candidate's all-box figures on the eval split (missing ones None)."""
+
+    ece_all: float | None = None
+    ece_all_ci: Any = None
+    nll: float | None = None
+    brier: float | None = None
+    class_kept_ece: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, d: dict[str, Any] | None) -> CandidateEval:
+        d = d or {}
+        return cls(d.get("ece_all"), d.get("ece_all_ci"), d.get("nll"), d.get("brier"),
+                   dict(d.get("class_kept_ece") or {}))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A calibrator considered for a head, with its cross-validated score (lower is better)."""
+
+    calibrator: Calibrator
+    cv_score: float | None = None
+    selected: bool = False
+    eval: dict[str, Any] | None = None
+    """Figures of the candidate refitted on the whole fit split, on the eval split (``operating``:
+    a list of :class:`OperatingFigures` dicts; ``ece_all``, ``ece_all_ci``, ``nll``, ``brier``;
+    ``class_kept_ece``: class id -> kept-set ECE at the lowest threshold). Only the best fit range
+    of each method is evaluated."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
+        if self.eval is not None:
+            out["eval"] = plain(self.eval)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Candidate:
+        d = read_object(d, where, optional=False)
+        return cls(Calibrator.from_dict(d, where), read_number(d.get("cv_score"), key_path(where, "cv_score")),
+                   bool(read_flag(d.get("selected"), key_path(where, "selected"))),
+                   read_object(d.get("eval"), key_path(where, "eval")))
+
+    @property
+    def fit_min_conf(self) -> float | None:
+        v = self.calibrator.params.get("fit_min_conf")
+        return float(v) if isinstance(v, (int, float)) else None
+
+    @property
+    def name(self) -> str:
+        """``method@floor`` (``none`` alone)."""
+        f = self.fit_min_conf
+        m = self.calibrator.method
+        return m if m == "none" or f is None else f"{m}@{f:g}"
+
+    def operating(self) -> list[OperatingFigures]:
+        return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
+
+    @property
+    def cv(self) -> CVScores:
+        """Its cross-validation figures, typed."""
+        return CVScores.of(self.calibrator.params)
+
+    @property
+    def eval_figures(self) -> CandidateEval:
+        """Its all-box figures on the eval split, typed (all None when it was not scored there)."""
+        return CandidateEval.of(self.eval)
