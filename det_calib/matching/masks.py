@@ -24,8 +24,8 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
-from det_calib.matching.one_to_one import MatchResult, greedy_match
-from det_calib.validation import as_integers, as_real, as_vector
+from det_calib.matching.one_to_one import MatchResult, checked_scores, crowd_flags, greedy_match
+from det_calib.validation import as_integers
 
 __all__ = ["mask_iou", "match_boxes_by_masks", "match_masks", "match_mask_table"]
 
@@ -87,6 +87,32 @@ def mask_iou(a, b, *, crowd=None) -> np.ndarray:
     return np.asarray(mask_utils.iou(a, b, c.astype(np.uint8).tolist()), dtype=np.float64).reshape(len(a), len(b))
 
 
+def _mask_pair_iou(d_img: np.ndarray, d_cls: np.ndarray, d_rles: list[dict], g_rles: list[dict]):
+    """The ``pair_iou`` of :func:`~det_calib.matching.one_to_one.greedy_match` for masks: pycocotools' mask IoU
+    of each (image, class) group's detections x GTs, one call per group."""
+    from pycocotools import mask as mask_utils
+
+    def pair_iou(p_det: np.ndarray, p_gt: np.ndarray, p_crowd: np.ndarray) -> np.ndarray:
+        out = np.empty(len(p_det), dtype=np.float64)
+        key_img, key_cls = d_img[p_det], d_cls[p_det]
+        new_group = np.r_[True, (key_img[1:] != key_img[:-1]) | (key_cls[1:] != key_cls[:-1])]
+        starts = np.r_[np.flatnonzero(new_group), len(p_det)]
+        for lo, hi in zip(starts[:-1], starts[1:]):
+            # the group's pairs are its (detections x GTs) matrix, row-major: ng GTs per detection
+            ng = int(np.searchsorted(p_det[lo:hi] != p_det[lo], True))
+            dets, gts = p_det[lo:hi:ng], p_gt[lo:lo + ng]
+            dr, gr = [d_rles[i] for i in dets], [g_rles[j] for j in gts]
+            sizes = {tuple(r["size"]) for r in dr + gr}
+            if len(sizes) > 1:
+                raise InputError(f"image {int(key_img[lo])}: detection and GT masks of different sizes "
+                                 f"{sorted(sizes)} (masks must be at the image's size)")
+            iou = mask_utils.iou(dr, gr, p_crowd[lo:lo + ng].astype(np.uint8).tolist())
+            out[lo:hi] = np.asarray(iou, dtype=np.float64).reshape(-1)
+        return out
+
+    return pair_iou
+
+
 def match_masks(
     det_image,
     det_cls,
@@ -130,50 +156,18 @@ def match_masks(
     >>> match_masks([0, 0], [1, 1], [0.9, 0.8], [r, r], [0], [1], [r]).correct.tolist()
     [True, False]
     """
-    from pycocotools import mask as mask_utils
 
     d_img = as_integers(det_image, "det_image")
     n = len(d_img)
     d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = as_vector(det_score, "det_score", n, "det_image")
-    d_score = as_real(d_score, "det_score") if n else np.zeros(0)
-    if n:
-        if np.isnan(d_score).any():
-            raise InputError("Expected argument `det_score` to hold no nan, but it does")
+    d_score = checked_scores(det_score, "det_score", n, "det_image")
     d_rles = _rles(det_rles, "det_rles", n, "det_image")
     g_img = as_integers(gt_image, "gt_image")
     m = len(g_img)
     g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     g_rles = _rles(gt_rles, "gt_rles", m, "gt_image")
-    if gt_crowd is None:
-        g_crowd = np.zeros(m, dtype=bool)
-    else:
-        g_crowd = np.asarray(gt_crowd).reshape(-1)
-        if len(g_crowd) != m:
-            raise InputError(f"Expected argument `gt_crowd` to have the length of `gt_image` ({m}), "
-                             f"but got {len(g_crowd)}")
-        if g_crowd.dtype != bool and not np.isin(g_crowd, (0, 1)).all():
-            raise InputError(f"`gt_crowd` must hold booleans (or 0/1), got dtype {g_crowd.dtype}")
-        g_crowd = g_crowd.astype(bool)
-
-    def pair_iou(p_det: np.ndarray, p_gt: np.ndarray, p_crowd: np.ndarray) -> np.ndarray:
-        out = np.empty(len(p_det), dtype=np.float64)
-        key_img, key_cls = d_img[p_det], d_cls[p_det]
-        new_group = np.r_[True, (key_img[1:] != key_img[:-1]) | (key_cls[1:] != key_cls[:-1])]
-        starts = np.r_[np.flatnonzero(new_group), len(p_det)]
-        for lo, hi in zip(starts[:-1], starts[1:]):
-            # the group's pairs are its (detections x GTs) matrix, row-major: ng GTs per detection
-            ng = int(np.searchsorted(p_det[lo:hi] != p_det[lo], True))
-            dets, gts = p_det[lo:hi:ng], p_gt[lo:lo + ng]
-            dr, gr = [d_rles[i] for i in dets], [g_rles[j] for j in gts]
-            sizes = {tuple(r["size"]) for r in dr + gr}
-            if len(sizes) > 1:
-                raise InputError(f"image {int(key_img[lo])}: detection and GT masks of different sizes "
-                                 f"{sorted(sizes)} (masks must be at the image's size)")
-            iou = mask_utils.iou(dr, gr, p_crowd[lo:lo + ng].astype(np.uint8).tolist())
-            out[lo:hi] = np.asarray(iou, dtype=np.float64).reshape(-1)
-        return out
-
+    g_crowd = crowd_flags(gt_crowd, m)
+    pair_iou = _mask_pair_iou(d_img, d_cls, d_rles, g_rles)
     return greedy_match(d_img, d_cls, d_score, g_img, g_cls, g_crowd, pair_iou=pair_iou,
                         iou_threshold=iou_threshold, max_dets=max_dets)
 

@@ -127,7 +127,7 @@ def box_iou(a, b, *, crowd=None) -> np.ndarray:
     """
     a = _boxes(a, "a", None)
     b = _boxes(b, "b", None)
-    c = None if crowd is None else _flags(crowd, "crowd", len(b), "b")[None, :]
+    c = None if crowd is None else checked_flags(crowd, "crowd", len(b), "b")[None, :]
     return _pair_iou(tuple(a[:, k, None] for k in range(4)), tuple(b[None, :, k] for k in range(4)), c)
 
 
@@ -153,7 +153,13 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
     return arr
 
 
-def _scores(x, name: str, n: int, ref: str) -> np.ndarray:
+def crowd_flags(gt_crowd, m: int) -> np.ndarray:
+    """(m,) bool crowd flags of the GTs from ``gt_crowd`` (None: no crowd), checked."""
+    return np.zeros(m, dtype=bool) if gt_crowd is None else checked_flags(gt_crowd, "gt_crowd", m, "gt_image")
+
+
+def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
+    """(n,) float scores named ``name`` (length that of ``ref``), finite or inf, no NaN."""
     arr = as_vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.float64)
@@ -163,7 +169,8 @@ def _scores(x, name: str, n: int, ref: str) -> np.ndarray:
     return arr
 
 
-def _flags(x, name: str, n: int, ref: str) -> np.ndarray:
+def checked_flags(x, name: str, n: int, ref: str) -> np.ndarray:
+    """(n,) bool flags named ``name`` (length that of ``ref``): booleans, or integers 0/1."""
     arr = as_vector(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(bool)
@@ -284,14 +291,13 @@ def match_detections(
     n = len(d_img)
     d_box = _boxes(det_xyxy, "det_xyxy", n, "det_image")
     d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = _scores(det_score, "det_score", n, "det_image")
+    d_score = checked_scores(det_score, "det_score", n, "det_image")
     g_img = as_integers(gt_image, "gt_image")
     m = len(g_img)
     g_box = _boxes(gt_xyxy, "gt_xyxy", m, "gt_image")
     g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
-    g_crowd = np.zeros(m, dtype=bool) if gt_crowd is None else _flags(gt_crowd, "gt_crowd", m, "gt_image")
-    d_cols = np.ascontiguousarray(d_box.T)  # (4, n): column gathers are cheaper
-    g_cols = np.ascontiguousarray(g_box.T)
+    g_crowd = crowd_flags(gt_crowd, m)
+    d_cols, g_cols = np.ascontiguousarray(d_box.T), np.ascontiguousarray(g_box.T)  # (4, n): cheaper gathers
 
     def pair_iou(p_det: np.ndarray, p_gt: np.ndarray, p_crowd: np.ndarray) -> np.ndarray:
         return _pair_iou(tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd)
