@@ -258,9 +258,8 @@ def match_detections(
 ) -> MatchResult:
     """Match detections one-to-one to same-class ground truth, exactly as COCOeval does.
 
-    See the module docstring for the rule. The result equals pycocotools'
-    ``evaluateImg`` ``dtMatches``/``dtIgnore`` at one IoU threshold, area range "all",
-    ``maxDets=[max_dets]``, ``useCats=1``.
+    See the module docstring for the rule. Equals pycocotools' ``evaluateImg`` ``dtMatches``/``dtIgnore``
+    at one IoU threshold, area range "all", ``maxDets=[max_dets]``, ``useCats=1``.
 
     Args:
         det_image: (n,) int image id of each detection.
