@@ -3,7 +3,8 @@
 COCOeval's whole ``precision`` and ``recall`` arrays (every IoU threshold, recall point, class,
 area range and maxDets entry) must agree to 1e-9 (in practice they are equal) on planted sets
 (crowd boxes, score and IoU ties, empty images, maxDets below a group's detections, boxes in
-every area range), on a COCO-shaped synthetic set, on the fixture split and on the demo test
+every area range, objects and detections of exactly 32² and 96² px² where the closed ranges
+meet), on a COCO-shaped synthetic set, on the fixture split and on the demo test
 split captured with the demo detector; and the run records which engine scored it.
 """
 
@@ -76,6 +77,36 @@ def planted(seed: int, *, n_img: int = 30, n_cls: int = 4, grid: bool = True):
     return (d_img, d, score, d_cls, g_img, g, g_cls, g_crowd), n_img, np.arange(n_cls)
 
 
+# w x h pairs whose product is exactly a COCO area bound (32² or 96² px²), in floats as well
+BOUNDARY_SHAPES = np.array([[32.0, 32.0], [16.0, 64.0], [128.0, 8.0], [96.0, 96.0], [48.0, 192.0], [144.0, 64.0]])
+
+
+def planted_on_boundaries(seed: int, *, n_img: int = 30):
+    """A planted set where most ground truth and many detections have an area of exactly 32² or
+    96² px²: COCO's area ranges are closed at both ends (such an object is small *and* medium, or
+    medium *and* large), so a half-open range changes which objects count in each entry. Some
+    detections copy a boundary object (IoU 1), others are false positives of a boundary area (an
+    unmatched detection outside a range is ignored, inside it is a false positive)."""
+    arrays, n_img, cats = planted(seed, n_img=n_img)
+    d_img, d, score, d_cls, g_img, g, g_cls, g_crowd = arrays
+    rng = np.random.default_rng(1000 + seed)
+    on_g = rng.uniform(size=len(g)) < 0.7
+    g[on_g, 2:] = BOUNDARY_SHAPES[rng.integers(0, len(BOUNDARY_SHAPES), on_g.sum())]
+    g_crowd[on_g] = False
+    for i in range(len(d_img)):
+        cand = np.flatnonzero((g_img == d_img[i]) & on_g)
+        u = rng.uniform()
+        if len(cand) and u < 0.5:  # an exact copy of a boundary object, its class right or wrong
+            j = rng.choice(cand)
+            d[i] = g[j]
+            d_cls[i] = g_cls[j] if rng.uniform() < 0.8 else d_cls[i]
+        elif u < 0.8:  # a boundary-sized box somewhere (mostly a false positive)
+            d[i, 2:] = BOUNDARY_SHAPES[rng.integers(0, len(BOUNDARY_SHAPES))]
+    assert np.isin(g[:, 2] * g[:, 3], (32.0**2, 96.0**2)).mean() > 0.5
+    assert np.isin(d[:, 2] * d[:, 3], (32.0**2, 96.0**2)).mean() > 0.5
+    return (d_img, d, score, d_cls, g_img, g, g_cls, g_crowd), n_img, cats
+
+
 def assert_parity(arrays, n_img, cats, max_dets, area_ranges=AREA_RANGES):
     p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=max_dets)
     ours = coco_eval(*arrays, categories=cats, max_dets=max_dets, area_ranges=area_ranges)
@@ -95,6 +126,44 @@ def test_planted_sets_equal_pycocotools(seed):
     assert arrays[7].any() and len(np.unique(arrays[2])) < len(arrays[2])
     assert (ref[..., -1] > -1).any(axis=(0, 1, 2)).all()
     assert not np.array_equal(ours.precision[..., 0], ours.precision[..., -1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_area_range_boundaries_equal_pycocotools(seed):
+    """Objects and detections of exactly 32² and 96² px²: pycocotools' closed ranges (an object of
+    exactly 32² is both small and medium) in every entry of precision and recall."""
+    arrays, n_img, cats = planted_on_boundaries(seed)
+    ours, ref = assert_parity(arrays, n_img, cats, (1, 10, 100))
+    # the small, medium and large entries all hold boundary objects (none is all -1)
+    assert (ref[..., 1:, -1] > -1).any(axis=(0, 1, 2)).all()
+
+
+def test_area_bounds_are_closed():
+    """Known answers: one object of exactly 32² px² found by one detection counts in the small
+    and the medium range (AP 1 in each), not in the large one (-1); one of exactly 96² counts in
+    medium and large. A lone false positive of exactly 32² beside a 20² object lowers the small
+    and the medium AP (it lies inside both ranges), where a half-open range would ignore it."""
+    for side, expect in ((32.0, [1.0, 1.0, 1.0, -1.0]), (96.0, [1.0, -1.0, 1.0, 1.0])):
+        box = [[10.0, 10.0, side, side]]
+        e = coco_eval([0], box, [0.9], [0], [0], box, [0], categories=[0], max_dets=(100,))
+        assert e.precision[0, 0, 0, :, 0] == pytest.approx(expect, abs=1e-12)
+        assert e.recall[0, 0, :, 0] == pytest.approx(expect, abs=1e-12)
+    g = [[200.0, 200.0, 20.0, 20.0], [10.0, 10.0, 32.0, 32.0]]
+    d = [[300.0, 300.0, 16.0, 64.0], [200.0, 200.0, 20.0, 20.0], [10.0, 10.0, 32.0, 32.0]]
+    e = coco_eval([0, 0, 0], d, [0.9, 0.8, 0.7], [0, 0, 0], [0, 0], g, [0, 0], categories=[0], max_dets=(100,))
+    # small: both objects found after the false positive -> precision 2/3 at every recall point;
+    # medium: the 32² object found after the false positive -> 1/2
+    for area, expect in ((1, 2 / 3), (2, 1 / 2)):
+        assert map_figures(e, area=area)["map50"] == pytest.approx(expect, abs=1e-12)
+        assert pycocotools_map50(d, [0.9, 0.8, 0.7], g, area=area) == pytest.approx(expect, abs=1e-12)
+
+
+def pycocotools_map50(d, score, g, *, area):
+    d, g = np.asarray(d), np.asarray(g)
+    p, _ = pycocotools_eval(np.zeros(len(d), int), d, np.asarray(score), np.zeros(len(d), int), np.zeros(len(g), int),
+                            g, np.zeros(len(g), int), np.zeros(len(g), bool), n_img=1, cats=[0], max_dets=(100,))
+    q = p[0, :, 0, area, 0]
+    return float(q[q > -1].mean())
 
 
 def test_known_answers():
