@@ -6,15 +6,20 @@ of the working tree (so the checkout is never touched), with a fast test selecti
 mutmut maps every test to the functions it runs, so a mutant only reruns the tests that reach
 it. Prints, per module, the mutant counts by outcome and every survivor with its diff.
 
-Usage (from the repository root)::
+Usage (from the repository root; a module is named by its path under ``det_calib/``, or by its
+file name where that is unique)::
 
-    python3 benchmarks/mutation.py                         # the default modules below
-    python3 benchmarks/mutation.py matching thresholds     # some of them
-    python3 benchmarks/mutation.py metrics --max-children 2 --work /tmp/mut
-    python3 benchmarks/mutation.py pipeline --only _thresholded --only '_map_*'   # some functions
-    python3 benchmarks/mutation.py scaling --only 'PlattScaler.*'                 # methods: Class.method
+    python3 benchmarks/mutation.py                                 # the default modules below
+    python3 benchmarks/mutation.py coco_engine --sample 120 --record   # 120 mutants, into MUTATION.md
+    python3 benchmarks/mutation.py matching/one_to_one metrics/calibration --max-children 2 --work /tmp/mut
+    python3 benchmarks/mutation.py run/head_figures --only _thresholded --only '_map_*'   # some functions
+    python3 benchmarks/mutation.py affine --only 'PlattScaler.*'                   # methods: Class.method
     python3 benchmarks/mutation.py fold --budget 600                               # stop after 10 min
 
+``--sample N`` checks N mutants spread evenly over the module's functions (the first call runs
+each function's first mutant, which makes mutmut generate them all); ``--record`` writes each
+module's counts and survivors into a block of ``benchmarks/MUTATION.md`` that a later run
+replaces (the explanations written around the blocks stay).
 ``--only GLOB`` (repeatable) mutates only the functions whose name matches (``Class.method`` for a
 method); the other mutants stay ``not checked`` and are listed by function at the end, so a
 partial run says what it left out. Each run first copies the worktree's current ``tests/`` into
@@ -22,9 +27,9 @@ the module's copy (new tests are picked up by mutmut, which then reruns its test
 them); a copy whose ``det_calib/`` differs from the worktree's is started over, as its cached
 results no longer describe the code.
 
-A module's copy is kept under ``--work`` (``/tmp/det_calib_mutation/<module>``): rerunning
-reuses mutmut's cache there, and ``cd /tmp/det_calib_mutation/<module> && python3 -m mutmut
-show <name>`` shows one mutant. ``--fresh`` starts over. CPU-heavy: the pipeline and fold runs
+A module's copy is kept under ``--work`` (``/tmp/det_calib_mutation/<stage>.<module>``): rerunning
+reuses mutmut's cache there, and ``cd /tmp/det_calib_mutation/<stage>.<module> && python3 -m
+mutmut show <name>`` shows one mutant. ``--fresh`` starts over. CPU-heavy: the pipeline and fold runs
 take tens of minutes on 2 cores.
 """
 
@@ -45,30 +50,51 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# module -> the tests that exercise it (fast ones; mutmut runs only those that reach a mutant)
+# module (its path under det_calib/, without .py) -> the tests that exercise it (fast ones;
+# mutmut runs only those that reach a mutant)
 TESTS: dict[str, list[str]] = {
-    "matching": ["tests/test_matching.py", "tests/test_boundaries.py"],
-    "metrics": ["tests/test_metrics.py", "tests/test_boundaries.py"],
-    "thresholds": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
-    "calibrators": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
-    "scaling": ["tests/test_scaling.py"],
-    "fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
-             "tests/test_promises.py::test_fold_into_a_legacy_head"],
-    "operating": ["tests/test_operating.py"],
+    "matching/one_to_one": ["tests/test_matching.py", "tests/test_boundaries.py"],
+    "metrics/calibration": ["tests/test_metrics.py", "tests/test_boundaries.py"],
+    "evaluation/kept_set": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
+    "calibrators/temperature": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
+    "calibrators/affine": ["tests/test_scaling.py"],
+    "deploy/fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
+                    "tests/test_promises.py::test_fold_into_a_legacy_head"],
+    "metrics/operating_point": ["tests/test_operating.py"],
     # the fast selection tests (the four planted-map tests take 3-4 s each and reach every
     # mutant of select_calibrator)
-    "selection": ["tests/test_selection.py::test_planted_nonlinear_map_picks_isotonic",
-                  "tests/test_selection.py::test_selection_result_is_json_and_the_calibrator_round_trips",
-                  "tests/test_selection.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
-                  "tests/test_selection.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
-                  "tests/test_selection.py::test_selection_bad_input",
-                  "tests/test_selection.py::test_fit_calibrator_uses_only_its_fit_range"],
-    # each pipeline test runs a real calibration (tens of seconds): the two that recompute every
-    # figure of calibration.json, the second with thresholds exactly on a score
-    "pipeline": ["tests/test_figures.py::test_every_figure_of_the_default_run",
-                 "tests/test_figures.py::test_figures_with_thresholds_exactly_on_scores"],
+    "selection/cross_validation": [
+        "tests/test_selection.py::test_planted_nonlinear_map_picks_isotonic",
+        "tests/test_selection.py::test_selection_result_is_json_and_the_calibrator_round_trips",
+        "tests/test_selection.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
+        "tests/test_selection.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
+        "tests/test_selection.py::test_selection_bad_input",
+        "tests/test_selection.py::test_fit_calibrator_uses_only_its_fit_range"],
+    # each of these runs a real calibration (tens of seconds): the two that recompute every figure
+    # of calibration.json, the second with thresholds exactly on a score
+    "run/head_figures": ["tests/test_figures.py::test_every_figure_of_the_default_run",
+                         "tests/test_figures.py::test_figures_with_thresholds_exactly_on_scores"],
+    # the planted sets and known answers against pycocotools (the fixture and demo-split captures
+    # and the calibration run are left out: seconds to minutes a mutant, and they reach the same code)
+    "evaluation/coco_engine": ["tests/test_coco_engine.py::test_planted_sets_equal_pycocotools",
+                               "tests/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
+                               "tests/test_coco_engine.py::test_area_bounds_are_closed",
+                               "tests/test_coco_engine.py::test_known_answers"],
+    "ensemble/fusion": ["tests/test_fusion.py"],
+    # the tests of the statistical tests (the rest of test_check.py runs `det-calib check` on the demo)
+    "metrics/drift_tests": ["tests/test_check.py::test_p_values_match_scipy",
+                            "tests/test_check.py::test_calibration_in_the_large_false_alarm_and_power",
+                            "tests/test_check.py::test_clustered_images_do_not_read_as_drift",
+                            "tests/test_check.py::test_hosmer_lemeshow_known_answers",
+                            "tests/test_check.py::test_change_tests_false_alarm_and_power",
+                            "tests/test_check.py::test_ratio_test_and_permutation_tests"],
+    # the threshold and the graphs on small hand-made exports (test_export.py's real exports take minutes)
+    "deploy/calibrated_export": ["tests/test_equivalent_threshold.py", "tests/test_calibrated_graph.py"],
+    "calibrators/spline": ["tests/test_spline.py"],
+    "calibrators/isotonic": ["tests/test_isotonic.py"],
 }
-DEFAULT = ["matching", "metrics", "thresholds", "calibrators", "scaling", "fold", "pipeline"]
+DEFAULT = ["evaluation/coco_engine", "ensemble/fusion", "metrics/drift_tests", "deploy/calibrated_export",
+           "calibrators/spline", "calibrators/isotonic"]
 # statements starting on lines that match these (regex) are not mutated
 SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*(log|logger)\.(debug|info|warning)\(",
                  r"^\s*warnings\.warn\("]
@@ -123,19 +149,50 @@ def _sync_tests(dst: Path) -> None:
             shutil.copy2(p, dst / p.relative_to(REPO))
 
 
+def _dotted(module: str) -> str:
+    """The module's import name: ``evaluation/coco_engine`` -> ``det_calib.evaluation.coco_engine``."""
+    return "det_calib." + module.replace("/", ".")
+
+
+def _copy_dir(work: Path, module: str) -> Path:
+    """The module's copy of the worktree: ``WORK/evaluation.coco_engine``."""
+    return work / module.replace("/", ".")
+
+
+def module_name(name: str) -> str:
+    """A module of :data:`TESTS` by its path under det_calib/ (``evaluation/coco_engine``), or by its
+    file name alone where that is unique (``coco_engine``)."""
+    if name in TESTS:
+        return name
+    hits = [m for m in TESTS if m.rsplit("/", 1)[-1] == name.removesuffix(".py")]
+    if len(hits) != 1:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of the modules: {', '.join(sorted(TESTS))}")
+    return hits[0]
+
+
 def _patterns(module: str, only: list[str]) -> list[str]:
     """mutmut's mutant-name globs for function-name globs (``Class.method`` for a method)."""
     out = []
     for g in only:
         if "." in g:
             cls, meth = g.split(".", 1)
-            out.append(f"det_calib.{module}.x\u01c1{cls}\u01c1{meth}__mutmut_*")
+            out.append(f"{_dotted(module)}.x\u01c1{cls}\u01c1{meth}__mutmut_*")
         else:
-            out.append(f"det_calib.{module}.x_{g}__mutmut_*")
+            out.append(f"{_dotted(module)}.x_{g}__mutmut_*")
     return out
 
 
-def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> list[str] | None:
+def _sampled(codes: dict, sample: int) -> set[str]:
+    """``sample`` mutant names spread evenly over the module (mutmut's order: function by function,
+    in file order), so a modest run still reaches every part of the module."""
+    names = list(codes)
+    if sample >= len(names):
+        return set(names)
+    return {names[(i * len(names)) // sample] for i in range(sample)}
+
+
+def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool,
+            sample: int | None = None) -> list[str] | None:
     """The mutant names (or globs) to hand to ``mutmut run``: None for all (mutmut itself skips
     the ones with a result), [] for nothing.
 
@@ -147,8 +204,9 @@ def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> l
     patterns = _patterns(module, only)
     meta = dst / "mutants" / "det_calib" / f"{module}.py.meta"
     if not meta.is_file():
-        return patterns or None
-    if not patterns and not rerun_survivors:
+        # with --sample, a first run of each function's first mutant generates the module's mutants
+        return patterns or ([f"{_dotted(module)}.*__mutmut_1"] if sample else None)
+    if not patterns and not rerun_survivors and not sample:
         return None
     from mutmut.stats import status_by_exit_code
 
@@ -156,9 +214,10 @@ def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool) -> l
     mapped = json.loads((dst / "mutants" / "mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
     again = {"survived", "no tests", "timeout", "suspicious"} if rerun_survivors else set()
     out: list[str] = []
+    chosen = _sampled(codes, sample) if sample else set()
     for name, code in codes.items():
         if code is None:
-            if not (patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)):
+            if not ((patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)) or name in chosen):
                 continue
         elif status_by_exit_code[code] not in again:
             continue
@@ -174,36 +233,13 @@ def _function_of(name: str) -> str:
     return fn[2:] if fn.startswith("x_") else fn[1:].replace("\u01c1", ".").strip(".")
 
 
-def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True,
-               only: list[str] | None = None, budget: float | None = None,
-               rerun_survivors: bool = False) -> dict[str, list[str]]:
-    dst = work / module
-    if dst.exists() and not fresh and run and (stale := _stale(dst)):
-        print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
-              "worktree: starting over", file=sys.stderr)
-        fresh = True
-    if (dst.exists() and not fresh and run
-            and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])):
-        print(f"{module}: the test selection or mutmut settings changed: starting over", file=sys.stderr)
-        fresh = True
-    if fresh and dst.exists():
-        shutil.rmtree(dst)
-    if not dst.exists():
-        dst.mkdir(parents=True)
-        _copy_tree(dst)
-        _configure(dst, module, TESTS[module])
-    elif run:
-        _sync_tests(dst)
+def _mutmut(dst: Path, names: list[str] | None, max_children: int, budget: float | None) -> None:
+    """``mutmut run`` in the copy ``dst`` (all mutants without a result, or ``names``), stopped
+    after ``budget`` seconds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    t0 = time.time()
-    names = _select(dst, module, only or [], rerun_survivors)
-    if names == []:
-        print(f"{module}: nothing left to run", file=sys.stderr)
-        run = False
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *(names or [])]
-    proc = subprocess.Popen(cmd if run else ["true"], cwd=dst, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
@@ -215,15 +251,59 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-        print(f"{module}: stopped after the budget of {budget:.0f} s", file=sys.stderr)
+        print(f"{dst.name}: stopped after the budget of {budget:.0f} s", file=sys.stderr)
     else:
         if proc.returncode != 0:
             print(out[-3000:], file=sys.stderr)
-            raise SystemExit(f"mutmut run failed for {module} (exit {proc.returncode})")
-    by_status = _statuses(dst / "mutants" / "det_calib" / f"{module}.py.meta")
+            raise SystemExit(f"mutmut run failed in {dst} (exit {proc.returncode})")
+
+
+def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True,
+               only: list[str] | None = None, budget: float | None = None,
+               rerun_survivors: bool = False, sample: int | None = None) -> dict:
+    """Run mutmut over one module (or with ``run=False`` only read its last results) and print
+    the counts and every survivor with its diff. Returns ``{"by_status", "survivors", "unchecked",
+    "seconds"}`` (survivors: ``(status, name, diff lines)``; unchecked: function -> count)."""
+    dst = _copy_dir(work, module)
+    if dst.exists() and not fresh and run and (stale := _stale(dst)):
+        print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
+              "worktree: starting over", file=sys.stderr)
+        fresh = True
+    if (dst.exists() and not fresh and run
+            and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])):
+        print(f"{module}: the test selection or mutmut settings changed: starting over", file=sys.stderr)
+        fresh = True
+    if fresh and dst.exists():
+        shutil.rmtree(dst)
+    if not dst.exists():
+        if not run:
+            raise SystemExit(f"{module}: no results under {dst} (run it first)")
+        dst.mkdir(parents=True)
+        _copy_tree(dst)
+        _configure(dst, module, TESTS[module])
+    elif run:
+        _sync_tests(dst)
+    t0 = time.time()
+    meta = dst / "mutants" / "det_calib" / f"{module}.py.meta"
+    while run:
+        generated = meta.is_file()
+        names = _select(dst, module, only or [], rerun_survivors, sample)
+        if names == []:
+            print(f"{module}: nothing left to run", file=sys.stderr)
+            break
+        left = None if budget is None else budget - (time.time() - t0)
+        if left is not None and left <= 0:
+            break
+        _mutmut(dst, names, max_children, left)
+        if generated or not sample:  # with --sample, the first call only generated the mutants
+            break
+    by_status = _statuses(meta)
+    seconds = time.time() - t0
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
-    print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts}) in {time.time() - t0:.0f} s")
+    print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts})"
+          + (f" in {seconds:.0f} s" if run else ""))
     functions = _mutant_sources(dst / "mutants" / "det_calib" / f"{module}.py")
+    survivors = []
     for status in ("survived", "no tests", "timeout", "suspicious"):
         for name in by_status.get(status, []):
             fn = name.rsplit(".", 1)[-1]
@@ -232,6 +312,7 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
             mutant = functions.get(fn, "").replace(fn + "(", orig_name + "(", 1)  # only real changes differ
             diff = difflib.unified_diff(orig.splitlines(), mutant.splitlines(), lineterm="", n=0)
             body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+            survivors.append((status, name, body))
             print(f"--- [{status}] {name}\n    " + "\n    ".join(body))
     unchecked: dict[str, int] = {}
     for name in by_status.get("not checked", []):
@@ -239,7 +320,48 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     if unchecked:
         print(f"not checked ({sum(unchecked.values())}): "
               + ", ".join(f"{fn} {n}" for fn, n in sorted(unchecked.items())))
-    return by_status
+    return {"by_status": by_status, "survivors": survivors, "unchecked": unchecked, "seconds": seconds if run else None}
+
+
+RECORD = REPO / "benchmarks" / "MUTATION.md"
+_BEGIN, _END = "<!-- mutation.py: {} -->", "<!-- /mutation.py: {} -->"
+
+
+def record_block(module: str, result: dict) -> str:
+    """The module's results as the Markdown block :func:`write_record` keeps in MUTATION.md."""
+    by_status = result["by_status"]
+    total = sum(map(len, by_status.values()))
+    checked = total - len(by_status.get("not checked", []))
+    counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
+    lines = [_BEGIN.format(module), f"### {module}", "",
+             f"`det_calib/{module}.py`, tests: " + ", ".join(f"`{t}`" for t in TESTS[module]) + ".", "",
+             f"{total} mutants, {checked} checked: {counts}."]
+    if result["unchecked"]:
+        lines += ["", "Not checked, by function: " + ", ".join(f"`{fn}` {n}" for fn, n in
+                                                               sorted(result["unchecked"].items())) + "."]
+    if result["survivors"]:
+        lines += ["", "| mutant | outcome | change |", "|---|---|---|"]
+        for status, name, body in result["survivors"]:
+            change = "<br>".join("`" + ln.strip().replace("|", "\\|").replace("`", "'") + "`" for ln in body[:6])
+            lines.append(f"| `{name.removeprefix(_dotted(module) + '.')}` | {status} | {change} |")
+    lines.append(_END.format(module))
+    return "\n".join(lines)
+
+
+def write_record(path: Path, blocks: dict[str, str]) -> None:
+    """Put each module's block into ``path``, replacing that module's earlier block (the prose
+    around the blocks, e.g. why a survivor is equivalent, is left as it is)."""
+    text = path.read_text() if path.is_file() else "# Mutation testing\n"
+    for module, block in blocks.items():
+        begin, end = _BEGIN.format(module), _END.format(module)
+        if begin in text and end in text:
+            i, j = text.index(begin), text.index(end) + len(end)
+            text = text[:i] + block + text[j:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]]:
@@ -250,7 +372,7 @@ def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]
     selection mutmut would otherwise recollect from scratch. mutmut's mutated package picks the
     active mutant from ``MUTANT_UNDER_TEST``.
     """
-    dst = work / module
+    dst = _copy_dir(work, module)
     mutants = dst / "mutants"
     by_status = _statuses(mutants / "det_calib" / f"{module}.py.meta")
     survivors = [n for st in ("survived", "no tests") for n in by_status.get(st, [])]
@@ -295,7 +417,8 @@ def _mutant_sources(path: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", default=DEFAULT, choices=sorted(TESTS))
+    ap.add_argument("modules", nargs="*", type=module_name, default=DEFAULT,
+                    help="modules by their path under det_calib/ (or file name): " + ", ".join(sorted(TESTS)))
     ap.add_argument("--work", type=Path, default=Path("/tmp/det_calib_mutation"))
     ap.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--fresh", action="store_true", help="delete the module's previous copy and results")
@@ -307,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the survivors (and the mutants without tests) again, e.g. after adding tests")
     ap.add_argument("--check-with", action="append", metavar="NODEID",
                     help="run these tests (pytest node ids, repeatable) against each survivor, outside mutmut")
+    ap.add_argument("--sample", type=int, metavar="N",
+                    help="check N mutants of each module, spread evenly over its functions (a modest run)")
+    ap.add_argument("--record", action="store_true",
+                    help=f"write each module's counts and survivors into {RECORD.relative_to(REPO)}")
     ap.add_argument("--results-only", action="store_true",
                     help="only list the results so far (of a run that was stopped: mutants not yet run show as "
                          "`not checked`)")
@@ -319,13 +446,17 @@ def main(argv: list[str] | None = None) -> int:
         for module in args.modules:
             check_with(module, args.work, args.check_with)
         return 0
-    summary = {}
+    summary, blocks = {}, {}
     for module in args.modules:
-        by_status = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
-                               run=not args.results_only, only=args.only, budget=args.budget,
-                               rerun_survivors=args.rerun_survivors)
-        summary[module] = {k: len(v) for k, v in by_status.items()}
+        result = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
+                            run=not args.results_only, only=args.only, budget=args.budget,
+                            rerun_survivors=args.rerun_survivors, sample=args.sample)
+        summary[module] = {k: len(v) for k, v in result["by_status"].items()}
+        blocks[module] = record_block(module, result)
     print("\nsurvivors per module:", {m: s.get("survived", 0) for m, s in summary.items()})
+    if args.record:
+        write_record(RECORD, blocks)
+        print(f"recorded in {RECORD}")
     return 0
 
 
