@@ -53,45 +53,47 @@ REPO = Path(__file__).resolve().parents[1]
 # module (its path under det_calib/, without .py) -> the tests that exercise it (fast ones;
 # mutmut runs only those that reach a mutant)
 TESTS: dict[str, list[str]] = {
-    "matching/one_to_one": ["tests/test_matching.py", "tests/test_boundaries.py"],
-    "metrics/calibration": ["tests/test_metrics.py", "tests/test_boundaries.py"],
-    "evaluation/kept_set": ["tests/test_thresholds.py", "tests/test_boundaries.py"],
-    "calibrators/temperature": ["tests/test_calibrators.py", "tests/test_calibrators_persistence.py"],
-    "calibrators/affine": ["tests/test_scaling.py"],
-    "deploy/fold": ["tests/test_fold.py", "tests/test_fold_calibrators.py",
-                    "tests/test_promises.py::test_fold_into_a_legacy_head"],
-    "metrics/operating_point": ["tests/test_operating.py"],
+    "matching/one_to_one": ["tests/matching/test_one_to_one.py", "tests/system/test_boundaries.py"],
+    "metrics/calibration": ["tests/metrics/test_calibration.py", "tests/system/test_boundaries.py"],
+    "evaluation/kept_set": ["tests/evaluation/test_kept_set.py", "tests/system/test_boundaries.py"],
+    "calibrators/temperature": ["tests/calibrators/test_temperature.py",
+                                "tests/calibrators/test_temperature_persistence.py"],
+    "calibrators/affine": ["tests/calibrators/test_affine.py"],
+    "deploy/fold": ["tests/deploy/test_fold.py", "tests/deploy/test_fold_calibrators.py",
+                    "tests/system/test_promises.py::test_fold_into_a_legacy_head"],
+    "metrics/operating_point": ["tests/metrics/test_operating_point.py"],
     # the fast selection tests (the four planted-map tests take 3-4 s each and reach every
     # mutant of select_calibrator)
     "selection/cross_validation": [
-        "tests/test_selection.py::test_planted_nonlinear_map_picks_isotonic",
-        "tests/test_selection.py::test_selection_result_is_json_and_the_calibrator_round_trips",
-        "tests/test_selection.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
-        "tests/test_selection.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
-        "tests/test_selection.py::test_selection_bad_input",
-        "tests/test_selection.py::test_fit_calibrator_uses_only_its_fit_range"],
+        "tests/selection/test_cross_validation.py::test_planted_nonlinear_map_picks_isotonic",
+        "tests/selection/test_cross_validation.py::test_selection_result_is_json_and_the_calibrator_round_trips",
+        "tests/selection/test_cross_validation.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
+        "tests/selection/test_cross_validation.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
+        "tests/selection/test_cross_validation.py::test_selection_bad_input",
+        "tests/selection/test_cross_validation.py::test_fit_calibrator_uses_only_its_fit_range"],
     # each of these runs a real calibration (tens of seconds): the two that recompute every figure
     # of calibration.json, the second with thresholds exactly on a score
-    "run/head_figures": ["tests/test_figures.py::test_every_figure_of_the_default_run",
-                         "tests/test_figures.py::test_figures_with_thresholds_exactly_on_scores"],
+    "run/head_figures": ["tests/run/test_head_figures.py::test_every_figure_of_the_default_run",
+                         "tests/run/test_head_figures.py::test_figures_with_thresholds_exactly_on_scores"],
     # the planted sets and known answers against pycocotools (the fixture and demo-split captures
     # and the calibration run are left out: seconds to minutes a mutant, and they reach the same code)
-    "evaluation/coco_engine": ["tests/test_coco_engine.py::test_planted_sets_equal_pycocotools",
-                               "tests/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
-                               "tests/test_coco_engine.py::test_area_bounds_are_closed",
-                               "tests/test_coco_engine.py::test_known_answers"],
-    "ensemble/fusion": ["tests/test_fusion.py"],
-    # the tests of the statistical tests (the rest of test_check.py runs `det-calib check` on the demo)
-    "metrics/drift_tests": ["tests/test_check.py::test_p_values_match_scipy",
-                            "tests/test_check.py::test_calibration_in_the_large_false_alarm_and_power",
-                            "tests/test_check.py::test_clustered_images_do_not_read_as_drift",
-                            "tests/test_check.py::test_hosmer_lemeshow_known_answers",
-                            "tests/test_check.py::test_change_tests_false_alarm_and_power",
-                            "tests/test_check.py::test_ratio_test_and_permutation_tests"],
-    # the threshold and the graphs on small hand-made exports (test_export.py's real exports take minutes)
-    "deploy/calibrated_export": ["tests/test_equivalent_threshold.py", "tests/test_calibrated_graph.py"],
-    "calibrators/spline": ["tests/test_spline.py"],
-    "calibrators/isotonic": ["tests/test_isotonic.py"],
+    "evaluation/coco_engine": ["tests/evaluation/test_coco_engine.py::test_planted_sets_equal_pycocotools",
+                               "tests/evaluation/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
+                               "tests/evaluation/test_coco_engine.py::test_area_bounds_are_closed",
+                               "tests/evaluation/test_coco_engine.py::test_known_answers"],
+    "ensemble/fusion": ["tests/ensemble/test_fusion.py"],
+    # the tests of the statistical tests (the rest of check/test_run_check.py runs `det-calib check` on the demo)
+    "metrics/drift_tests": ["tests/check/test_run_check.py::test_p_values_match_scipy",
+                            "tests/check/test_run_check.py::test_calibration_in_the_large_false_alarm_and_power",
+                            "tests/check/test_run_check.py::test_clustered_images_do_not_read_as_drift",
+                            "tests/check/test_run_check.py::test_hosmer_lemeshow_known_answers",
+                            "tests/check/test_run_check.py::test_change_tests_false_alarm_and_power",
+                            "tests/check/test_run_check.py::test_ratio_test_and_permutation_tests"],
+    # the threshold and the graphs on small hand-made exports (deploy/test_exported_engines.py: real exports, minutes)
+    "deploy/calibrated_export": ["tests/deploy/test_equivalent_threshold.py",
+                                 "tests/deploy/test_calibrated_export_graph.py"],
+    "calibrators/spline": ["tests/calibrators/test_spline.py"],
+    "calibrators/isotonic": ["tests/calibrators/test_isotonic.py"],
 }
 DEFAULT = ["evaluation/coco_engine", "ensemble/fusion", "metrics/drift_tests", "deploy/calibrated_export",
            "calibrators/spline", "calibrators/isotonic"]

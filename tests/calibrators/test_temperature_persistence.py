@@ -1,5 +1,5 @@
 """TemperatureScaler's JSON state and the weighted NLL: gaps found by mutation testing
-(``benchmarks/mutation.py calibrators``)."""
+(``benchmarks/mutation.py calibrators/temperature``)."""
 
 from __future__ import annotations
 

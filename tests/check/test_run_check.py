@@ -20,7 +20,7 @@ from det_calib.cli import main
 from det_calib.metrics import drift_tests as drift
 
 N_IMAGES = 60  # images of each split in the run and in every check
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------ statistics

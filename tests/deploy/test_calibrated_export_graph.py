@@ -7,7 +7,7 @@ float32 and (ONNX) float16. The calibrated export, run by the plain runtime on p
 give back the boxes and classes unchanged and, for every class channel or row, the calibrator's
 own score (:func:`~det_calib.deploy.calibrated_export.calibrated_probs` and the calibrator's
 ``predict_proba``) to float32 rounding: for affine maps, per-class maps and maps with hinges. The real
-exports of the demo detector are tested in test_export.py (minutes); these take about a second.
+exports of the demo detector are tested in deploy/test_exported_engines.py (minutes); these take about a second.
 """
 
 from __future__ import annotations

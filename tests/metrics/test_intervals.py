@@ -5,7 +5,7 @@ so: on few boxes the estimate can sit below nearly every replicate, where no per
 interval (plain, basic or bias-corrected) contains it. ``bootstrap_ci``'s default then falls back
 to the normal interval. Planted cases here (few images, calibrated and miscalibrated scores)
 include ones where the bias-corrected interval alone excludes its estimate; the fixture run and
-the demo run (tests/test_pipeline.py, tests/test_cli.py) check every interval of
+the demo run (tests/system/test_pipeline.py, tests/system/test_cli.py) check every interval of
 ``calibration.json``, ``summary.txt`` and ``report.md``.
 """
 

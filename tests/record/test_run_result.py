@@ -23,7 +23,7 @@ from det_calib.record.run_result import (
     temperature_verdict,
 )
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "fixture_calibration.json"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json"
 
 
 @pytest.fixture(scope="module")

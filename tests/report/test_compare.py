@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import printed_interval_violations
-from test_report import _chromium, parse, rendered, tables
+from test_run_report import _chromium, parse, rendered, tables
 
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main

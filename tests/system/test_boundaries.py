@@ -5,7 +5,7 @@
 | matching IoU | ``matching`` (tau = 0.5 for ``correct``, 0.1 for ``loc_iou``) | ``IoU >= tau`` matches |
 | kept set | ``thresholds``, the thresholded ECE | ``conf > t`` (as Ultralytics' NMS filter) |
 | equal-width bins | ECE, MCE, D-ECE, LaECE | ``[lo, hi)``, the last closed at 1; 0 in the first |
-| fit subset | ``--fit-min-conf`` | ``conf >= fit_min_conf`` (in ``test_figures``, on a real run) |
+| fit subset | ``--fit-min-conf`` | ``conf >= fit_min_conf`` (in ``run/test_head_figures``, on a real run) |
 | bootstrap | ``metrics.bootstrap_ci`` | every image can be drawn, uniformly |
 """
 
@@ -176,7 +176,8 @@ def test_bootstrap_paths_agree_and_cover_the_last_image():
     y = rng.uniform(size=150) < conf
     y[img == 4] = ~y[img == 4]  # the last image is badly calibrated: dropping it would narrow the interval
     f = functools.partial(metrics.ece, n_bins=10)
-    # the percentile interval reads the draws directly (the default bias-corrected one is replayed in test_figures)
+    # the percentile interval reads the draws directly (the default bias-corrected one is replayed in
+    # run/test_head_figures)
     a = metrics.bootstrap_ci(f, img, conf, y, n_boot=300, seed=5, method="percentile")
     b = metrics.bootstrap_ci(lambda c, yy: metrics.ece(c, yy, n_bins=10), img, conf, y, n_boot=300, seed=5,
                              method="percentile")

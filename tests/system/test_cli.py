@@ -200,7 +200,7 @@ def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixtur
     import os
 
     env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "YOLO_CONFIG_DIR": str(tmp_path / "yolo"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("YOLO_VERBOSE", None)
     out = subprocess.run(
         [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(demo_model_path),
@@ -224,7 +224,7 @@ def test_the_readme_options_table_lists_every_calibrate_option():
 
     from det_calib.cli import _parser
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme.split("| option | meaning (default) |", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in table.splitlines()[2:]:
@@ -245,7 +245,7 @@ def test_the_readme_layout_table_names_every_module():
     """README.md's layout table names every module of the package (and only existing paths)."""
     import re
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`((?:det_calib|datasets|benchmarks|tests)/[\w/.]*)`", table))

@@ -20,7 +20,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "det_calib"
 
 # Import name -> distribution, for when the distribution is not installed (packages_distributions()

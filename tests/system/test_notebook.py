@@ -23,10 +23,10 @@ import nbclient
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notebooks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "notebooks"))
 from execute import execute  # noqa: E402  (notebooks/execute.py: the same run as the committed outputs)
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "tutorial.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "tutorial.ipynb"
 
 
 MACHINE_PATH = re.compile(r"(/root/|/home/|/tmp/|/work/|/Users/|/var/folders/|[A-Z]:\\\\)")

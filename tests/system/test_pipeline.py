@@ -20,7 +20,7 @@ from det_calib.run.inputs import resolve_splits
 from det_calib.run.job import calibrate
 from det_calib.run.summary import summary_text
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
 
 
@@ -33,7 +33,7 @@ def run(tmp_path_factory, demo_model_path, fixture_yaml):
 
 
 def test_every_interval_contains_its_estimate(run):
-    """calibration.json, summary.txt and report.md of the fixture run (tests/test_intervals.py: planted cases)."""
+    """calibration.json, summary.txt and report.md of the fixture run (metrics/test_intervals.py: planted cases)."""
     assert_intervals_contain_estimates(run.out_dir)
 
 
@@ -386,7 +386,7 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
 
     from det_calib.run.summary import summary_text
 
-    ref = json.loads((Path(__file__).parent / "data" / "fixture_calibration.json").read_text())
+    ref = json.loads((Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text())
     for worse in (True, False):
         d = copy.deepcopy(ref)
         for head in d["heads"]:

@@ -19,7 +19,7 @@ import torch
 from det_calib.cli import main
 from det_calib.demo import CLASS_NAMES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:

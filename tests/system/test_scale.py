@@ -22,7 +22,7 @@ import pytest
 from det_calib.data.ground_truth import MAX_LISTED_WARNINGS, load_data_yaml, load_split
 from det_calib.demo.coco_shaped import write_coco_shaped
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_two_hundred_bad_label_files_print_at_most_ten_lines_before_the_error(tmp_path):
