@@ -1,11 +1,12 @@
 """det_calib's COCO mAP engine (det_calib/evaluation/coco_engine.py) against pycocotools, the reference.
 
 COCOeval's whole ``precision`` and ``recall`` arrays (every IoU threshold, recall point, class,
-area range and maxDets entry) must agree to 1e-9 (in practice they are equal) on planted sets
+area range and maxDets entry) must be equal, bit for bit, on planted sets
 (crowd boxes, score and IoU ties, empty images, maxDets below a group's detections, boxes in
 every area range, objects and detections of exactly 32² and 96² px² where the closed ranges
-meet), on a COCO-shaped synthetic set, on the fixture split and on the demo test
-split captured with the demo detector; and the run records which engine scored it.
+meet, an annotation ``area`` field) and on a COCO-shaped synthetic set; the mAP figures agree to
+1e-9 on box tables, on the fixture split and on the demo test split captured with the demo
+detector; and the run records which engine scored it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.evaluation.coco_engine import AREA_RANGES, coco_eval, map_figures
+from det_calib.evaluation.coco_engine import AREA_RANGES, coco_eval, engine_label, map_figures, table_maps
 from det_calib.evaluation.map_check import coco_maps
 
 TOL = 1e-9
@@ -111,8 +112,9 @@ def assert_parity(arrays, n_img, cats, max_dets, area_ranges=AREA_RANGES):
     p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=max_dets)
     ours = coco_eval(*arrays, categories=cats, max_dets=max_dets, area_ranges=area_ranges)
     assert ours.precision.shape == p_ref.shape and ours.recall.shape == r_ref.shape
-    assert np.abs(ours.precision - p_ref).max() <= TOL
-    assert np.abs(ours.recall - r_ref).max() <= TOL
+    # bit for bit: the engine repeats pycocotools' float operations (a changed epsilon in the
+    # precision's denominator moves it by one ulp)
+    assert np.array_equal(ours.precision, p_ref) and np.array_equal(ours.recall, r_ref)
     return ours, p_ref
 
 
@@ -166,6 +168,52 @@ def pycocotools_map50(d, score, g, *, area):
     return float(q[q > -1].mean())
 
 
+def test_annotation_area_field_equals_pycocotools():
+    """Ground truth whose ``area`` field is not ``w * h`` (COCO stores the segmentation's area): the
+    area ranges read that field, as pycocotools does, so the small/medium/large entries follow it."""
+    arrays, n_img, cats = planted(5)
+    g_xywh = arrays[5]
+    rng = np.random.default_rng(5)
+    g_area = g_xywh[:, 2] * g_xywh[:, 3] * rng.uniform(0.2, 1.0, len(g_xywh))  # a mask fills part of its box
+    g_area[::4] = 32.0**2  # some exactly on a bound
+    p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=(1, 10, 100), g_area=g_area)
+    ours = coco_eval(*arrays, g_area, categories=cats, max_dets=(1, 10, 100))
+    assert np.array_equal(ours.precision, p_ref) and np.array_equal(ours.recall, r_ref)
+    by_box = coco_eval(*arrays, categories=cats, max_dets=(1, 10, 100))
+    assert not np.array_equal(by_box.precision[..., 1:, :], ours.precision[..., 1:, :])  # the field matters
+
+
+def test_result_carries_its_parameters():
+    arrays, n_img, cats = planted(1)
+    e = coco_eval(*arrays, categories=[3, 1, 2, 0, 1], max_dets=(2, 50))
+    assert e.categories.tolist() == [0, 1, 2, 3] and e.max_dets == (2, 50)
+    assert np.array_equal(e.iou_thresholds, np.linspace(0.5, 0.95, 10)) and e.precision.shape == (10, 101, 4, 4, 2)
+
+
+def test_table_maps_equal_pycocotools_on_box_tables():
+    """``table_maps`` (the run's mAP check on this engine) against ``coco_maps`` with pycocotools, on
+    box tables: an inverted box, crowd ground truth, several scorings, a ``max_dets`` that cuts; and
+    a head with no boxes scores 0 on both."""
+    arrays, n_img, cats = planted(4)
+    d_img, d, score, d_cls, g_img, g, g_cls, g_crowd = arrays
+    boxes = pl.DataFrame({"image_id": d_img, "cls": d_cls, "x1": d[:, 0], "y1": d[:, 1], "x2": d[:, 0] + d[:, 2],
+                          "y2": d[:, 1] + d[:, 3]})
+    boxes = boxes.with_columns(pl.when(pl.int_range(pl.len()) % 9 == 0).then(pl.col("x1") - 30)
+                               .otherwise(pl.col("x2")).alias("x2"))  # some inverted: zero-area boxes
+    gt = pl.DataFrame({"image_id": g_img, "cls": g_cls, "x1": g[:, 0], "y1": g[:, 1], "x2": g[:, 0] + g[:, 2],
+                       "y2": g[:, 1] + g[:, 3], "crowd": g_crowd})
+    sizes = np.full((n_img, 2), 400)
+    rng = np.random.default_rng(4)
+    scores = [score, rng.uniform(size=len(score)), np.round(score * 3) / 3]
+    for max_dets in (300, 3):
+        ours = table_maps(boxes, gt, scores, max_dets=max_dets)
+        ref = coco_maps(boxes, gt, sizes, scores, max_dets=max_dets, engine="pycocotools")
+        for a, b in zip(ours, ref):
+            assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= TOL for k in a), (a, b)
+        assert ours[0] != ours[1] and 0 < ours[0]["map50"] < 1
+    assert table_maps(boxes.head(0), gt, [np.zeros(0)]) == [{"map50_95": 0.0, "map50": 0.0, "map75": 0.0}]
+
+
 def test_known_answers():
     """One object, two detections on it: the better-scored one first gives AP 1; a misplaced box
     scored above it halves the precision at full recall (AP 0.5 by COCO's 101-point rule); a
@@ -185,6 +233,10 @@ def test_known_answers():
     none = coco_eval([0], [hit], [0.5], [1], [0], g, [0], categories=[0, 1], max_dets=(100,),
                      area_ranges=AREA_RANGES[:1])
     assert none.precision[0, 0, :, 0, 0].tolist() == [0.0, -1.0]  # a class without ground truth: -1
+    # no ground truth counts in an area range (no large object): its figures are -1, as COCO's summarize
+    e = coco_eval([0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], categories=[0], max_dets=(100,))
+    assert map_figures(e, area=3) == {"map50_95": -1.0, "map50": -1.0, "map75": -1.0}
+    assert map_figures(e, area=1) == pytest.approx({"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12)
 
 
 def test_coco_shaped_set_equals_pycocotools(tmp_path):
@@ -258,6 +310,11 @@ def test_demo_test_split_equals_pycocotools(demo_model_path):
         b = boxes.filter(pl.col("head") == head)
         got = _both_engines(b, sp, [b["conf"].to_numpy(), 1 / (1 + np.exp(-b["logit"].to_numpy() / 0.9))])
         assert got[0]["map50_95"] > 0.3
+
+
+def test_engine_label():
+    assert engine_label("det_calib") == "det_calib's COCO engine (pycocotools' figures)"
+    assert engine_label("pycocotools") == engine_label(None) == "pycocotools"  # None: a run from before the choice
 
 
 def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):
