@@ -166,3 +166,36 @@ def test_skip_threshold_and_bad_input():
                               n_members=2, weights=[1.0, 0.0])
     with pytest.raises(InputError, match="fusion_score"):
         f.scores("mean")
+
+
+def test_zero_width_or_height_boxes_are_skipped():
+    """A box of zero width or zero height (wherever it sits) has zero area and never joins a fusion."""
+    boxes = np.array([[0, 0, 4, 4], [3, 0, 3, 5], [0, 7, 5, 7], [0, 0, 4, 4.2]], float)
+    f = weighted_boxes_fusion(boxes, np.full(4, 0.5), np.zeros(4, int), groups=None, members=np.array([0, 1, 0, 1]),
+                              n_members=2)
+    assert len(f) == 1 and f.cluster.tolist() == [0, -1, -1, 0]
+
+
+def test_boxes_fuse_only_within_one_image_and_class_whatever_the_ids():
+    """Identical boxes in two images under classes -1 and 0 (any integers, not only 0..n-1): one
+    fused box per (image, class), none across."""
+    box = [[0, 0, 10, 10]]
+    boxes = np.array(box * 8, float)
+    groups, labels = np.repeat([0, 1], 4), np.tile([-1, 0], 4)
+    f = weighted_boxes_fusion(boxes, np.full(8, 0.5), labels, groups=groups, members=np.tile([0, 0, 1, 1], 2),
+                              n_members=2)
+    assert len(f) == 4 and sorted(zip(f.label.tolist(), f.group.tolist())) == [(-1, 0), (-1, 1), (0, 0), (0, 1)]
+
+
+def test_empty_fusion_has_every_statistic():
+    """No usable box: an empty fusion whose boxes are (0, 4) and whose every score rule gives an
+    empty vector (each reads its own statistics)."""
+    empty = weighted_boxes_fusion(np.zeros((0, 4)), np.zeros(0), np.zeros(0, int), groups=None,
+                                  members=np.zeros(0, int), n_members=2)
+    assert empty.boxes.shape == (0, 4)
+    for rule in SCORE_RULES:
+        assert empty.scores(rule).shape == (0,)
+    skipped = weighted_boxes_fusion(np.ones((2, 4)), np.full(2, 0.5), np.zeros(2, int), groups=None,
+                                    members=np.zeros(2, int), n_members=2)  # both of zero area
+    assert skipped.boxes.shape == (0, 4) and skipped.cluster.tolist() == [-1, -1]
+    assert all(skipped.scores(rule).shape == (0,) for rule in SCORE_RULES)
