@@ -305,9 +305,11 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts})"
           + (f" in {seconds:.0f} s" if run else ""))
     functions = _mutant_sources(dst / "mutants" / "det_calib" / f"{module}.py")
+    killed_since = json.loads((dst / CHECKED_WITH).read_text()) if (dst / CHECKED_WITH).is_file() else {}
     survivors = []
-    for status in ("survived", "no tests", "timeout", "suspicious"):
-        for name in by_status.get(status, []):
+    for outcome in ("survived", "no tests", "timeout", "suspicious"):
+        for name in by_status.get(outcome, []):
+            status = "killed since by " + ", ".join(killed_since[name]) if name in killed_since else outcome
             fn = name.rsplit(".", 1)[-1]
             orig_name = fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
             orig = functions.get(orig_name, "")
@@ -335,9 +337,13 @@ def record_block(module: str, result: dict) -> str:
     total = sum(map(len, by_status.values()))
     checked = total - len(by_status.get("not checked", []))
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
+    since = sum(st.startswith("killed since") for st, _, _ in result["survivors"])
+    left = len(result["survivors"]) - since
     lines = [_BEGIN.format(module), f"### {module}", "",
              f"`det_calib/{module}.py`, tests: " + ", ".join(f"`{t}`" for t in TESTS[module]) + ".", "",
-             f"{total} mutants, {checked} checked: {counts}."]
+             f"{total} mutants, {checked} checked: {counts}."
+             + (f" Of the {since + left} left by mutmut, {since} killed since by new tests (`--check-with`), "
+                f"{left} left." if since else "")]
     if result["unchecked"]:
         lines += ["", "Not checked, by function: " + ", ".join(f"`{fn}` {n}" for fn, n in
                                                                sorted(result["unchecked"].items())) + "."]
@@ -366,6 +372,10 @@ def write_record(path: Path, blocks: dict[str, str]) -> None:
     tmp.replace(path)
 
 
+CHECKED_WITH = "checked_with.json"
+"""In a module's copy: survivor -> the tests that ``--check-with`` found killing it."""
+
+
 def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]]:
     """Run ``tests`` (pytest node ids) against every survivor of ``module`` in its copy, one
     mutant at a time, outside mutmut (its results are left as they are).
@@ -392,6 +402,12 @@ def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]
         out["killed" if r.returncode else "survived"].append(name)
         print(f"{'killed  ' if r.returncode else 'survived'} {name}")
     print(f"\n=== {module}: of {len(survivors)} survivors, {len(out['killed'])} killed by {' '.join(tests)}")
+    # remembered in the copy, so that the results and --record show these survivors as killed since
+    record = dst / CHECKED_WITH
+    killed = json.loads(record.read_text()) if record.is_file() else {}
+    for name in out["killed"]:
+        killed[name] = sorted(set(killed.get(name, [])) | {t.removeprefix("tests/") for t in tests})
+    record.write_text(json.dumps(killed, indent=1))
     return out
 
 
