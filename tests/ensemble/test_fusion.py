@@ -174,6 +174,7 @@ def test_zero_width_or_height_boxes_are_skipped():
     f = weighted_boxes_fusion(boxes, np.full(4, 0.5), np.zeros(4, int), groups=None, members=np.array([0, 1, 0, 1]),
                               n_members=2)
     assert len(f) == 1 and f.cluster.tolist() == [0, -1, -1, 0]
+    assert f.group.dtype == f.label.dtype == np.int64 and f.boxes.dtype == np.float64  # ids stay integers
 
 
 def test_boxes_fuse_only_within_one_image_and_class_whatever_the_ids():
