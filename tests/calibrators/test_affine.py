@@ -12,6 +12,8 @@ import pytest
 from det_calib.calibrators.affine import ClassAffineScaler, PlattScaler, group_folds, sigmoid
 from det_calib.errors import DegenerateFitError, InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _planted(a, b, n=50_000, seed=0):
     rng = np.random.default_rng(seed)

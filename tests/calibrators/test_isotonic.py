@@ -17,6 +17,8 @@ from det_calib.calibrators.isotonic import (
 )
 from det_calib.errors import DegenerateFitError, InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_pav_matches_sklearn_isotonic_regression(seed):

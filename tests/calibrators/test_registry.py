@@ -72,6 +72,7 @@ def _shifted(n=20_000, b=0.8, seed=0):
     return z, y, np.arange(n) // 10
 
 
+@pytest.mark.fast
 def test_the_package_registers_its_methods_simplest_first():
     assert registry.methods() == ("none", "temperature", "platt", "spline", "class-temperature", "class-platt",
                                   "isotonic", "class-isotonic")
@@ -92,6 +93,7 @@ def test_the_package_registers_its_methods_simplest_first():
         registry.calibrator_from_dict({"format": "tests.Nothing"})
 
 
+@pytest.mark.fast
 def test_a_registered_calibrator_is_listed_and_then_removed(shift):
     assert registry.methods()[:4] == ("none", "temperature", "shift", "platt")
     assert "shift" in registry.global_methods()
@@ -103,6 +105,7 @@ def test_a_registered_calibrator_is_listed_and_then_removed(shift):
     registry.register("shift", order=15)(ShiftCalibrator)  # the fixture removes it again
 
 
+@pytest.mark.fast
 def test_a_calibrator_defined_here_fits_and_wins_auto_cv(shift):
     from det_calib.calibrators.base import equivalent_conf
     from det_calib.selection.cross_validation import fit_calibrator, select_calibrator

@@ -16,6 +16,8 @@ from det_calib.calibrators.spline import MIN_SLOPE, SplineCalibrator, spline_kno
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.selection.cross_validation import select_calibrator
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _planted(n=200_000, seed=0):
     """Slope 0.8 below z = -1, 1.6 between -1 and 1.5, 0.5 above (an S-shaped miscalibration)."""

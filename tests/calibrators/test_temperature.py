@@ -25,6 +25,8 @@ from det_calib.calibrators.temperature import (
 )
 from det_calib.errors import DegenerateFitError, InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def planted(t: float, n: int, *, mean: float = 0.0, std: float = 3.0, seed: int = 0, clip: float | None = None):
     """Logits z ~ N(mean, std^2) and labels ~ Bernoulli(sigmoid(z / t))."""

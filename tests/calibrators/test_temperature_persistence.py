@@ -12,6 +12,8 @@ import pytest
 from det_calib.calibrators.temperature import TemperatureScaler, binary_nll
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def test_binary_nll_integer_weights_equal_repeated_boxes():
     z = np.array([-2.0, 0.5, 3.0, -0.3])

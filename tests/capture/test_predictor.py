@@ -57,6 +57,7 @@ def test_untrained_heads_capture_equals_predict(make_untrained, fixture_images, 
         _assert_exact(df, ref, counts)
 
 
+@pytest.mark.fast
 def test_all_logits_column_holds_the_class_logit(make_untrained, fixture_images):
     yolo = make_untrained("yolo26n.yaml")
     df = capture(yolo, fixture_images[:2], head="nms", imgsz=256, all_logits=True, progress=False)
@@ -84,6 +85,7 @@ def test_saturated_scores_keep_their_logits(demo_model_path, fixture_images):
     assert np.isfinite(z).all()
 
 
+@pytest.mark.fast
 def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, fixture_images):
     with pytest.raises(InputError, match="no one-to-one"):
         capture(make_untrained("yolov8n.yaml"), fixture_images[:1], head="e2e", progress=False)
@@ -99,6 +101,7 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
         capture(make_untrained("yolo26n.yaml"), fixture_images[:1], head="both", progress=False)
 
 
+@pytest.mark.fast
 def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     """Model set-up and the first batch take long: the ETA waits for one more full batch and then
     reflects the steady speed (4 images per 2 s here), not the first result's 30 s."""
@@ -120,6 +123,7 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     assert isinstance(cap._progress(3, "x", enabled=False, batch=4), cap._NoBar)
 
 
+@pytest.mark.fast
 def test_fixture_images_have_mixed_sizes(fixture_images):
     """The exactness tests above need images that letterbox to different shapes."""
     import cv2
@@ -185,6 +189,7 @@ def test_parallel_workers_give_the_one_worker_table(tmp_path, demo_model_path, f
     assert 4 not in set(b["image_id"].to_list())  # the broken image has no rows
 
 
+@pytest.mark.fast
 def test_auto_workers_use_idle_cores_only_where_the_numbers_stay_the_same():
     """One worker per core only on a CPU, at batch 1, with torch on one thread per operator (as
     Ultralytics sets it on a two-core machine); workers are a positive integer, 1 when batched."""

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------ statistics
+@pytest.mark.fast
 def test_p_values_match_scipy():
     stats = pytest.importorskip("scipy.stats")
     for df in range(1, 16):
@@ -53,6 +54,7 @@ def _calibrated_sets(rng, n_sets, n_img, per_img, *, shift=0.0, image_effect=0.0
         yield np.clip(p + shift, 0.0, 1.0), y, img
 
 
+@pytest.mark.fast
 def test_calibration_in_the_large_false_alarm_and_power():
     rng = np.random.default_rng(0)
     null = [drift.calibration_in_the_large(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 400, 60, 4)]
@@ -65,6 +67,7 @@ def test_calibration_in_the_large_false_alarm_and_power():
     assert r.observed == 10 and r.expected == 5 and r.z == pytest.approx(5 / math.sqrt(2.5))
 
 
+@pytest.mark.fast
 def test_clustered_images_do_not_read_as_drift():
     """Boxes of one image correct together: the binomial z alone over-rejects; the check's z does not."""
     rng = np.random.default_rng(1)
@@ -82,6 +85,7 @@ def test_clustered_images_do_not_read_as_drift():
     assert np.mean(np.array(used) < 0.05) < 0.09
 
 
+@pytest.mark.fast
 def test_hosmer_lemeshow_known_answers():
     rng = np.random.default_rng(2)
     null = [drift.hosmer_lemeshow(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 300, 100, 5)]
@@ -96,6 +100,7 @@ def test_hosmer_lemeshow_known_answers():
     assert drift.hosmer_lemeshow(p[:59], y[:59], img[:59]) is None  # fewer than two bins of 30
 
 
+@pytest.mark.fast
 def test_change_tests_false_alarm_and_power():
     """Two calibrated sets: the change tests flag about 5% at 0.05; a set 0.1 over-confident: mostly flagged."""
     rng = np.random.default_rng(5)
@@ -110,6 +115,7 @@ def test_change_tests_false_alarm_and_power():
     assert (same.statistic, same.p_value) == (0.0, 1.0)
 
 
+@pytest.mark.fast
 def test_ratio_test_and_permutation_tests():
     # 4 images of 4 boxes: precision 0.75 then, 0.1875 now
     t = drift.ratio_test([3, 2, 4, 3], [4, 4, 4, 4], [1, 0, 1, 1], [4, 4, 4, 4])
@@ -132,6 +138,7 @@ def test_ratio_test_and_permutation_tests():
     assert s.per_image == pytest.approx(-2.0) and s.per_image_p < 0.01 and s.ks_p < 0.01
 
 
+@pytest.mark.fast
 def test_exit_codes():
     assert exit_code("holds", "holds", None) == 0
     assert exit_code("drifted", "holds", None) == 3

@@ -12,6 +12,8 @@ from det_calib.data.box_table import SCHEMA, empty_boxes, read_boxes, validate_b
 from det_calib.errors import InputError
 from det_calib.io import atomic_path, write_json
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _table(n=4):
     rng = np.random.default_rng(0)

@@ -23,6 +23,8 @@ from det_calib.data.ground_truth import (
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 @pytest.fixture
 def fixture_copy(tmp_path, fixture_yaml) -> Path:

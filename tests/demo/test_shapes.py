@@ -18,6 +18,7 @@ from det_calib.demo.shapes import (
 )
 
 
+@pytest.mark.fast
 def test_same_seed_same_images_and_labels(tmp_path):
     for i in range(6):
         a_img, a_lbl = render_image(0, "test", i)
@@ -39,6 +40,7 @@ def test_same_seed_same_images_and_labels(tmp_path):
         assert not mismatch and not errors
 
 
+@pytest.mark.fast
 def test_labels_are_valid_and_varied():
     labels, sizes, empty = [], [], 0
     for i in range(150):
@@ -63,12 +65,14 @@ def test_labels_are_valid_and_varied():
     assert DISTRACTORS and "pentagon" in DISTRACTORS
 
 
+@pytest.mark.fast
 def test_split_sizes_are_non_empty_and_held_out_splits_are_stable():
     assert set(SPLIT_SIZES) == {"train", "calib", "test"}
     assert all(n > 0 for n in SPLIT_SIZES.values())
     assert SPLIT_SIZES["calib"] >= 300 and SPLIT_SIZES["test"] >= 300
 
 
+@pytest.mark.fast
 def test_committed_fixture_matches_the_generator(fixture_images):
     import cv2
 

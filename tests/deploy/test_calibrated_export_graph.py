@@ -23,6 +23,8 @@ from det_calib.capture.exported import logit_of_prob, read_export
 from det_calib.deploy.calibrated_export import calibrated_probs, deployed_map, write_calibrated_export
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 

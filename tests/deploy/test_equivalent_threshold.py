@@ -19,6 +19,8 @@ from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.exported import P_CEILING
 from det_calib.deploy.calibrated_export import calibrated_probs, deployed_map, equivalent_raw_threshold
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 NC = 3
 CONFS = (0.05, 0.1, 0.25, 0.5, 0.9)
 F32 = np.float32

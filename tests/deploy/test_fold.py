@@ -85,6 +85,7 @@ def test_folded_checkpoint_gives_sigmoid_z_over_t_without_det_calib(tmp_path, de
     assert next(sd.parameters()).dtype == torch.float32
 
 
+@pytest.mark.fast
 def test_fold_is_exact_on_the_conv(demo_model_path):
     from ultralytics import YOLO
 
@@ -101,6 +102,7 @@ def test_fold_is_exact_on_the_conv(demo_model_path):
     torch.testing.assert_close(raw1["one2many"]["boxes"], raw0["one2many"]["boxes"])
 
 
+@pytest.mark.fast
 def test_refolding_composes_temperatures(tmp_path, demo_model_path):
     a = write_calibrated_checkpoint(demo_model_path, tmp_path / "a.pt", {"nms": 2.0})
     b = write_calibrated_checkpoint(a, tmp_path / "b.pt", {"nms": 1.5})
@@ -108,6 +110,7 @@ def test_refolding_composes_temperatures(tmp_path, demo_model_path):
     assert read_calibration_metadata(demo_model_path) is None
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_fold_rejects_bad_temperatures(tmp_path, demo_model_path, bad):
     with pytest.raises(InputError, match="finite positive"):
@@ -115,6 +118,7 @@ def test_fold_rejects_bad_temperatures(tmp_path, demo_model_path, bad):
     assert not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.fast
 def test_legacy_head_has_no_e2e_branch(make_untrained):
     model = make_untrained("yolov8n.yaml").model
     with pytest.raises(InputError, match="one2one_cv3"):

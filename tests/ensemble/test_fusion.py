@@ -8,6 +8,8 @@ import pytest
 from det_calib.ensemble.fusion import ENSEMBLE_BOXES_CONF_TYPE, SCORE_RULES, weighted_boxes_fusion
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 ensemble_boxes = pytest.importorskip("ensemble_boxes")
 
 

@@ -19,6 +19,8 @@ from det_calib.errors import DegenerateFitError
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.selection.cross_validation import fit_calibrator
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
 
 

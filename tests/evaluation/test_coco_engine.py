@@ -118,6 +118,7 @@ def assert_parity(arrays, n_img, cats, max_dets, area_ranges=AREA_RANGES):
     return ours, p_ref
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("seed", range(12))
 def test_planted_sets_equal_pycocotools(seed):
     arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
@@ -130,6 +131,7 @@ def test_planted_sets_equal_pycocotools(seed):
     assert not np.array_equal(ours.precision[..., 0], ours.precision[..., -1])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("seed", range(4))
 def test_area_range_boundaries_equal_pycocotools(seed):
     """Objects and detections of exactly 32² and 96² px²: pycocotools' closed ranges (an object of
@@ -140,6 +142,7 @@ def test_area_range_boundaries_equal_pycocotools(seed):
     assert (ref[..., 1:, -1] > -1).any(axis=(0, 1, 2)).all()
 
 
+@pytest.mark.fast
 def test_area_bounds_are_closed():
     """Known answers: one object of exactly 32² px² found by one detection counts in the small
     and the medium range (AP 1 in each), not in the large one (-1); one of exactly 96² counts in
@@ -168,6 +171,7 @@ def pycocotools_map50(d, score, g, *, area):
     return float(q[q > -1].mean())
 
 
+@pytest.mark.fast
 def test_annotation_area_field_equals_pycocotools():
     """Ground truth whose ``area`` field is not ``w * h`` (COCO stores the segmentation's area): the
     area ranges read that field, as pycocotools does, so the small/medium/large entries follow it."""
@@ -183,6 +187,7 @@ def test_annotation_area_field_equals_pycocotools():
     assert not np.array_equal(by_box.precision[..., 1:, :], ours.precision[..., 1:, :])  # the field matters
 
 
+@pytest.mark.fast
 def test_result_carries_its_parameters():
     arrays, n_img, cats = planted(1)
     e = coco_eval(*arrays, categories=[3, 1, 2, 0, 1], max_dets=(2, 50))
@@ -190,6 +195,7 @@ def test_result_carries_its_parameters():
     assert np.array_equal(e.iou_thresholds, np.linspace(0.5, 0.95, 10)) and e.precision.shape == (10, 101, 4, 4, 2)
 
 
+@pytest.mark.fast
 def test_table_maps_equal_pycocotools_on_box_tables():
     """``table_maps`` (the run's mAP check on this engine) against ``coco_maps`` with pycocotools, on
     box tables: an inverted box, crowd ground truth, several scorings, a ``max_dets`` that cuts; and
@@ -214,6 +220,7 @@ def test_table_maps_equal_pycocotools_on_box_tables():
     assert table_maps(boxes.head(0), gt, [np.zeros(0)]) == [{"map50_95": 0.0, "map50": 0.0, "map75": 0.0}]
 
 
+@pytest.mark.fast
 def test_known_answers():
     """One object, two detections on it: the better-scored one first gives AP 1; a misplaced box
     scored above it halves the precision at full recall (AP 0.5 by COCO's 101-point rule); a
@@ -312,6 +319,7 @@ def test_demo_test_split_equals_pycocotools(demo_model_path):
         assert got[0]["map50_95"] > 0.3
 
 
+@pytest.mark.fast
 def test_engine_label():
     assert engine_label("det_calib") == "det_calib's COCO engine (pycocotools' figures)"
     assert engine_label("pycocotools") == engine_label(None) == "pycocotools"  # None: a run from before the choice

@@ -15,6 +15,8 @@ from det_calib.evaluation.kept_set import (
     threshold_shift,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _sig(z, t=1.0):
     return 1 / (1 + np.exp(-np.asarray(z) / t))

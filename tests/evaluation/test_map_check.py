@@ -83,6 +83,7 @@ def test_empty_detections_give_zero_map(fixture_capture):
     assert isinstance(boxes, pl.DataFrame)
 
 
+@pytest.mark.fast
 def test_same_ranking_is_the_weak_order():
     import numpy as np
 

@@ -22,6 +22,8 @@ from det_calib.matching.one_to_one import (
     match_table,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 # ---------------------------------------------------------------------------------------------
 # Helpers
 

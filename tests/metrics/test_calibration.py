@@ -31,6 +31,8 @@ from det_calib.metrics.calibration import (
     reliability_bins,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 @pytest.fixture(scope="module")
 def netcal_metrics():

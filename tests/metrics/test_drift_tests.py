@@ -15,6 +15,8 @@ import pytest
 
 from det_calib.metrics import drift_tests as drift
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def clustered_var(resid, img):
     """m / (m - 1) * sum over images of (image residual sum - their mean)^2; 0 below two images."""

@@ -21,6 +21,8 @@ from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.record.run_result import Scores
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _planted(n_img: int, per_img: int, temperature: float, seed: int):
     """Boxes whose true probability of being correct is ``sigmoid(z)``; reported ``sigmoid(z / T)``."""

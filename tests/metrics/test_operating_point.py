@@ -18,6 +18,8 @@ from det_calib.metrics.operating_point import (
     top_k_per_image_class,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 GT_XY = np.array([[0.0, 0.0, 10.0, 10.0]])
 
 

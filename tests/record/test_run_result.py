@@ -23,6 +23,8 @@ from det_calib.record.run_result import (
     temperature_verdict,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json"
 
 

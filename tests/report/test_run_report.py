@@ -456,6 +456,7 @@ def test_class_without_boxes(tmp_path):
     assert "D-ECE (bins 8×3×3×3×3 over conf, x, y, w, h, IoU 0.5)" in html
 
 
+@pytest.mark.fast
 def test_metric_format():
     assert f4(0.04931) == "0.0493" and f4(4.3e-05) == "4.3e-05" and f4(0.0) == "0.0000"
     assert f4(None) == "n/a" and f4(float("nan")) == "n/a" and f4(True) == "n/a"
@@ -474,6 +475,7 @@ def test_report_flags_mismatched_files(tmp_path):
 # the precision/recall curve and the threshold maths the report draws
 
 
+@pytest.mark.fast
 def test_precision_recall_vs_conf_known_answer():
     conf = np.array([0.9, 0.8, 0.6, 0.3, 0.25, 0.1])
     correct = np.array([True, False, True, True, False, False])
@@ -502,6 +504,7 @@ def test_curve_agrees_with_shift_table(run_two):
     assert abs(kept[1] - sh["kept_before"]) <= 1  # the equivalent threshold keeps the raw set (up to a tie at the edge)
 
 
+@pytest.mark.fast
 def test_calibrated_conf_and_spec():
     z = np.array([-800.0, -2.0, 0.0, 3.0, 800.0])
     c = calibrated_conf(z, 2.0)
@@ -602,6 +605,7 @@ def test_report_in_headless_chromium(run_two):
     assert len(tables(page, "per-class", "nms")[0]["rows"]) == len(NAMES)
 
 
+@pytest.mark.fast
 def test_image_level_bootstrap_equals_box_level():
     """The compare page's fast NLL/Brier intervals equal metrics.bootstrap_ci over boxes."""
     from det_calib.record.run_folder import HeadBoxes
@@ -674,6 +678,7 @@ def test_figures_use_no_mathtext(tmp_path, monkeypatch):
     assert parsed == []
 
 
+@pytest.mark.fast
 def test_log_count_labels():
     from det_calib.report.plots import _count
 

@@ -835,6 +835,7 @@ def test_platt_run_figures_from_its_parameters(main_run, platt_run):
     assert sh["equivalent_conf"] != 0.25 and sh["kept_before"] > 0
 
 
+@pytest.mark.fast
 def test_laece0_recomputation_on_the_edge_cases():
     """The plain-Python LaECE_0 against the product's on boxes the fixture runs do not produce:
     scores exactly on bin edges, a class with exactly zero error, a class without ground truth,
@@ -887,6 +888,7 @@ def test_laece0_recomputation_on_the_edge_cases():
     assert laece0_of(*zip(*c_only), [4, 4], [4]) == pytest.approx(abs(0.13 - 0.3) / 2)  # one bin
 
 
+@pytest.mark.fast
 def test_kept_set_and_nll_figures_on_small_arrays():
     """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
     --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
@@ -922,6 +924,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
 
 
+@pytest.mark.fast
 def test_map_check_honours_max_det_on_both_branches():
     """mAP before/after against pycocotools (the plain helper above) with --max-det 1, for a map that
     keeps the global order (a temperature) and one that changes it (per-class slopes)."""
@@ -954,6 +957,7 @@ def test_map_check_honours_max_det_on_both_branches():
         assert m0[1] > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
 
 
+@pytest.mark.fast
 def test_per_class_figures_on_small_arrays():
     """Which classes are listed (boxes or GT; not a class with neither), and every per-class
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""

@@ -129,6 +129,7 @@ def test_malformed_line_in_every_fit_label_file(capsys, two_splits, demo_model_p
     assert no_forward == []
 
 
+@pytest.mark.fast
 def test_malformed_line_skips_the_image_and_names_file_and_line(two_splits):
     """One bad file among good ones: its image is left out (as Ultralytics does), with a warning
     naming the file and line, and counted in `corrupt` (calibration.json's corrupt_images)."""
@@ -211,6 +212,7 @@ def test_not_enough_disk(monkeypatch, capsys, two_splits, demo_model_path, no_fo
     assert no_forward == []
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="permissions do not bind root")
 def test_unwritable_out(tmp_path):
     ro = tmp_path / "ro"
@@ -223,6 +225,7 @@ def test_unwritable_out(tmp_path):
         ro.chmod(0o700)
 
 
+@pytest.mark.fast
 def test_output_folder_check_creates_nothing(tmp_path):
     out = tmp_path / "a" / "b"
     free = pf.check_output_folder(out, need_bytes=1)
@@ -234,6 +237,7 @@ def test_output_folder_check_creates_nothing(tmp_path):
         pf.check_output_folder(link)
 
 
+@pytest.mark.fast
 def test_option_checks_name_the_parameter():
     for kwargs, name in (({"imgsz": -1}, "imgsz"), ({"nms_iou": 0.0}, "nms_iou"), ({"seed": -1}, "seed"),
                          ({"min_class_boxes": 1.5}, "min_class_boxes")):
@@ -243,6 +247,7 @@ def test_option_checks_name_the_parameter():
     pf.check_options(Settings(imgsz=320))
 
 
+@pytest.mark.fast
 def test_cli_writes_parameters_as_flags():
     e = InputError("`out` is an existing file, not a folder: out", param="out")
     assert _error_line(e) == "`--out` is an existing file, not a folder: out"

@@ -54,12 +54,14 @@ def test_planted_per_class_maps_pick_a_per_class_method():
     assert sel.chosen.method == "class-platt", sel.reason
 
 
+@pytest.mark.fast
 def test_planted_nonlinear_map_picks_isotonic():
     z, y, k, g = _boxes(lambda z, k: np.where(z < 0, 0.4 * z - 2.0, 3.0 * z - 2.0), n=80_000)
     sel = select_calibrator(z, y, classes=k, groups=g, min_conf=0.25, methods=("temperature", "platt", "isotonic"))
     assert sel.chosen.method == "isotonic", sel.reason
 
 
+@pytest.mark.fast
 def test_selection_result_is_json_and_the_calibrator_round_trips():
     z, y, k, g = _boxes(lambda z, k: 1.3 * z + 0.3, n=10_000)
     sel = select_calibrator(z, y, classes=k, groups=g, fit_min_confs=(0.0, 0.05), n_folds=3, n_repeats=2)
@@ -77,6 +79,7 @@ def test_selection_result_is_json_and_the_calibrator_round_trips():
     )
 
 
+@pytest.mark.fast
 def test_repeats_are_fresh_fold_assignments_scored_fold_by_fold():
     """Repeat r uses the fold assignment of seed + r: the first K scores are the single run's, the
     next K those of a single run at seed + 1; the mean and the corrected SE cover all R x K."""
@@ -100,6 +103,7 @@ def test_repeats_are_fresh_fold_assignments_scored_fold_by_fold():
         select_calibrator(z, y, n_repeats=0, **kw)
 
 
+@pytest.mark.fast
 def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
     """Candidates are scored on the same folds: a calibrator better than the raw scores on every fold
     by a steady 0.01, where the folds themselves differ by ~0.05 (an unpaired standard error of 0.03,
@@ -127,6 +131,7 @@ def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
     assert noisy.verdict == "not better than the raw scores by more than 1 paired SE"
 
 
+@pytest.mark.fast
 def test_paired_rule_prefers_a_simpler_map_only_where_it_is_as_good():
     """A simpler eligible map wins when it is behind the best by less than a quarter of their paired
     SE, or keeps 99% of the best's gain over raw; a simpler map behind by more stays behind."""
@@ -159,6 +164,7 @@ def test_paired_rule_prefers_a_simpler_map_only_where_it_is_as_good():
     assert chosen is iso and shaky.verdict.startswith("not better than the raw scores")
 
 
+@pytest.mark.fast
 def test_selection_bad_input():
     z, y, _k, _g = _boxes(lambda z, k: z, n=200)
     with pytest.raises(InputError, match="`criterion`"):
@@ -169,6 +175,7 @@ def test_selection_bad_input():
         make_calibrator("beta")
 
 
+@pytest.mark.fast
 def test_fit_calibrator_uses_only_its_fit_range():
     from det_calib.selection.cross_validation import fit_calibrator
 
@@ -207,6 +214,7 @@ def _held_out_scores(z, y, groups, *, method, floor, n_folds, n_repeats, seed, c
     return out
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("criterion", ["nll", "ece"])
 def test_fold_scores_recomputed_independently(criterion):
     """Every candidate's R x K fold scores, mean and corrected SE, recomputed from the fold deal
@@ -237,6 +245,7 @@ def test_fold_scores_recomputed_independently(criterion):
     assert s[:3] != s[3:]
 
 
+@pytest.mark.fast
 def test_selection_defaults_and_pooled_rows():
     """Defaults: 5 x 5 folds, seed 0, fit floors (0, min_conf / 2), logits pooled on a 0.01 grid;
     on logits already on that grid the pooled CV gives the exact-logit scores."""
@@ -254,6 +263,7 @@ def test_selection_defaults_and_pooled_rows():
     np.testing.assert_allclose(sel.candidates[1].fold_scores, want, rtol=1e-6)
 
 
+@pytest.mark.fast
 def test_selection_without_classes_skips_per_class_methods_and_always_scores_none():
     z, y, k, g = _boxes(lambda z, k: 1.2 * z, n=2_000, seed=2)
     sel = select_calibrator(z, y, groups=g, methods=("class-temperature", "platt"), fit_min_confs=(0.0,),
@@ -271,6 +281,7 @@ def test_selection_without_classes_skips_per_class_methods_and_always_scores_non
         assert len(c.fold_scores) == 3 and np.isfinite(c.fold_scores).all() and c.error is None
 
 
+@pytest.mark.fast
 def test_selection_option_checks():
     z, y, _k, _g = _boxes(lambda z, k: z, n=300)
     kw = dict(methods=("temperature",), n_folds=2, n_repeats=1)
@@ -286,6 +297,7 @@ def test_selection_option_checks():
     assert sel.criterion == "ece" and sel.min_conf == 0.0
 
 
+@pytest.mark.fast
 def test_nothing_to_score_is_refused():
     """No box above min_conf: the NLL criterion refuses at once; with ECE every fold is nan, so
     every candidate fails and that is refused too."""
@@ -303,6 +315,7 @@ def test_nothing_to_score_is_refused():
             select_calibrator(z, y, criterion="ece", **kw)
 
 
+@pytest.mark.fast
 def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
     """A fit floor with 4 boxes above it: that candidate's fit is degenerate; it is kept with its
     error, nan scores and no fold scores, and is never chosen."""
@@ -318,6 +331,7 @@ def test_a_candidate_that_cannot_be_fitted_is_recorded_with_its_error():
     assert sel.candidates[1].error is None
 
 
+@pytest.mark.fast
 def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
     """No box above a fit floor: the candidate is recorded with an error naming the floor (the CV),
     and fitting that floor alone raises DegenerateFitError naming it (the CLI's exit 2)."""
@@ -335,6 +349,7 @@ def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
         fit_calibrator("platt", z, y, fit_min_conf=0.95)
 
 
+@pytest.mark.fast
 def test_paired_rule_edges():
     """No `none` among the candidates: the best wins; ties between the same method go to the first
     fit floor listed; `none` alone is chosen; the corrected SE needs two scores."""
@@ -362,6 +377,7 @@ def test_paired_rule_edges():
     assert all(np.isnan(_paired_diff([np.nan], [0.5], 5)))
 
 
+@pytest.mark.fast
 def test_selection_reason_names_the_rule():
     z, y, _k, g = _boxes(lambda z, k: 2.0 * z + 1.5, n=3_000, seed=6)
     sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2)
@@ -372,6 +388,7 @@ def test_selection_reason_names_the_rule():
                                                    "chosen: the best of the calibrators that beat the raw scores"]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("alike", [True, False])
 @pytest.mark.parametrize("method", ["class-temperature", "class-isotonic"])
 def test_per_class_candidate_keeps_the_best_shrinkage_of_its_grid(method, alike):

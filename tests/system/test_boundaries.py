@@ -26,6 +26,8 @@ from det_calib.evaluation.kept_set import (
 from det_calib.matching.one_to_one import match_table
 from det_calib.metrics import calibration as metrics
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 # ----------------------------------------------------------------------------- matching
 def _table(boxes, scores, cls=None):

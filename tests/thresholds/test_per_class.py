@@ -34,6 +34,7 @@ def sigmoid(z):
 # --------------------------------------------------------------------------------- exact maths
 
 
+@pytest.mark.fast
 def test_betainc_binom_sf_and_lower_bound_match_scipy():
     rng = np.random.default_rng(0)
     a, b, x = rng.uniform(0.3, 800, 3000), rng.uniform(0.3, 800, 3000), rng.uniform(0, 1, 3000)
@@ -61,6 +62,7 @@ def _reference_sequence(n, k, target, delta):
     return best
 
 
+@pytest.mark.fast
 def test_certify_precision_known_answer():
     # thresholds increase left to right; n falls as the threshold rises
     n = np.array([400, 300, 200, 100, 60, 10])
@@ -78,6 +80,7 @@ def test_certify_precision_known_answer():
     assert (got >= 0).sum() > 50 and (got == -1).sum() > 10  # both outcomes exercised
 
 
+@pytest.mark.fast
 def test_design_effect_is_one_without_clustering_and_large_with_it():
     # per-image counts with identical images: no between-image variance beyond binomial -> deff 1
     kept = np.full((50, 1), 10.0)
@@ -134,6 +137,7 @@ def _certified_by_hand(score, correct, image_id, grid, *, target, delta, unit):
     return best
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("unit", ["image", "box"])
 def test_certified_bound_recomputed_from_its_formula(unit):
     """The reported threshold, design effect and certified precision bound of every certified
@@ -248,6 +252,7 @@ def _table(score, correct, cls, image_id, iou):
     return pl.DataFrame({"score": score, "correct": correct, "cls": cls, "image_id": image_id, "iou": iou})
 
 
+@pytest.mark.fast
 def test_max_f1_and_lrp_known_answers():
     # one class, 4 boxes, 4 ground truths
     s = np.array([0.9, 0.8, 0.6, 0.3])
@@ -270,6 +275,7 @@ def test_max_f1_and_lrp_known_answers():
     assert f1["fit"] == {"precision": 0.75, "recall": 0.75, "kept": 4, "n_gt": 4}
 
 
+@pytest.mark.fast
 def test_lrp_and_f1_match_brute_force_on_random_data():
     rng = np.random.default_rng(5)
     n = 600
@@ -303,6 +309,7 @@ def test_lrp_and_f1_match_brute_force_on_random_data():
     assert no_gt["flag"] == "no_ground_truth" and no_gt["threshold"] == 1.0
 
 
+@pytest.mark.fast
 def test_counts_by_image_known_answer():
     c = counts_by_image(np.array([0.2, 0.6, 0.6, 0.9]), np.array([1, 0, 1, 1], bool), np.array([7, 7, 3, 3]),
                         grid=np.array([0.0, 0.5, 0.6, 0.8]), n_gt=5)
@@ -559,6 +566,7 @@ def test_ground_truth_read_from_recorded_counts(tmp_path):
         tune_run(folder, write=False)
 
 
+@pytest.mark.fast
 def test_filter_results_at_top_level():
     import det_calib
 
