@@ -11,6 +11,8 @@ method and per class for a per-class map, by the definition and through Ultralyt
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -115,3 +117,43 @@ def test_ultralytics_filters_keep_exactly_the_calibrated_set(method):
             rows = np.concatenate([xyxy, p[:, None], np.full((n, 1), cls, F32)], axis=1)
             kept = non_max_suppression(torch.from_numpy(rows[None]), conf_thres=t, nc=NC, end2end=True)[0]
             assert sorted(kept[:, 4].numpy().tolist()) == sorted(p[want].tolist())
+
+
+def test_thresholds_of_a_run_and_its_engine_record(tmp_path):
+    """One raw conf per calibrated conf for a global map, one per class for a per-class map; the
+    engine record round-trips through engine.json and says both in its summary lines."""
+    from det_calib.deploy.calibrated_export import (
+        EngineRecord,
+        calibrated_export_name,
+        deployed_file,
+        equivalent_raw_thresholds,
+        run_equivalent_thresholds,
+    )
+    from det_calib.errors import InputError
+
+    glob, per = fitted("spline"), fitted("class-platt")
+    eq = run_equivalent_thresholds({"nms": glob, "e2e": per}, {"nms": "spline", "e2e": "class-platt"}, [0.25, 0.5], NC)
+    assert [e["conf"] for e in eq["nms"]] == [0.25, 0.5] and all(e["raw_conf_per_class"] is None for e in eq["nms"])
+    assert [e["raw_conf"] for e in eq["nms"]] == [equivalent_raw_threshold(glob, c, nc=NC) for c in (0.25, 0.5)]
+    assert all(e["raw_conf"] is None for e in eq["e2e"])
+    assert [e["raw_conf_per_class"] for e in eq["e2e"]] == [
+        [equivalent_raw_threshold(per, c, cls=k, nc=NC) for k in range(NC)] for c in (0.25, 0.5)]
+    assert equivalent_raw_thresholds(glob, [0.25], NC, per_class=False) == eq["nms"][:1]
+    rec = EngineRecord(engine="onnx fp32", format="onnx", precision="fp32", head="nms", imgsz=[320, 320],
+                       source=str(tmp_path / "best.onnx"), calibrated_export="calibrated.onnx",
+                       equivalent_thresholds=eq)
+    (tmp_path / "engine.json").write_text(json.dumps(rec.to_dict()))
+    assert EngineRecord.read(tmp_path / "engine.json") == rec
+    lines = rec.summary_lines()
+    t = eq["nms"][0]["raw_conf"]
+    assert (f"[nms]   or, with no code: raw conf > {t:.6g} on the raw engine keeps exactly the calibrated set "
+            "at conf 0.25") in lines
+    assert any(ln.startswith("[e2e]   a per-class map: raw conf per class at calibrated 0.25: ") for ln in lines)
+    assert lines[0] == ("[nms] engine onnx fp32 (best.onnx): calibrated export calibrated.onnx (the calibration "
+                        "in its graph)")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(InputError, match="not a det_calib engine record"):
+        EngineRecord.read(tmp_path / "bad.json")
+    assert calibrated_export_name("m/best.ONNX") == "calibrated.onnx"
+    assert calibrated_export_name("best_int8_openvino_model") == "calibrated_openvino_model"
+    assert deployed_file("best.pt") == "calibrated.pt" and deployed_file("best.onnx") == "calibrated.onnx"
