@@ -181,3 +181,55 @@ def test_selection_tries_the_spline_and_picks_it_for_an_s_shaped_miscalibration(
     sel = select_calibrator(z, y, classes=k, groups=np.arange(n) // 20, min_conf=0.25,
                             methods=("temperature", "platt", "spline", "isotonic"))
     assert sel.chosen.method in ("spline", "isotonic"), sel.reason
+
+
+def test_knot_quantile_on_the_heaviest_first_box():
+    """A correct box carrying two thirds of the weight is the smallest value whose cumulative weight
+    reaches both quantile levels (1/3 and 2/3): the two knots coincide on it and are merged."""
+    z = np.array([-3.0, -1.0, 0.0, 1.0, 2.0, 3.0])
+    assert spline_knots(z, np.ones(6), 2, weights=[10.0, 1, 1, 1, 1, 1]).tolist() == [-3.0]
+
+
+def test_defaults_repr_and_hinge_maps():
+    cal = SplineCalibrator()
+    assert cal.n_knots == 2 and "knots_" not in repr(cal)
+    rng = np.random.default_rng(0)
+    z = rng.normal(0, 2, 4000)
+    y = (rng.uniform(size=z.size) < sigmoid(np.tanh(z) + 0.5 * z)).astype(float)
+    cal.fit(z, y)
+    assert repr(cal).endswith(f", knots_={np.round(cal.knots_, 4).tolist()})")
+    maps = cal.hinge_maps(3)
+    assert len(maps) == 3 and all(m is maps[0] for m in maps)
+    t = np.linspace(-6, 6, 25)
+    np.testing.assert_allclose(maps[0](t), cal.transform_logits(t), rtol=0, atol=1e-12)
+    platt = SplineCalibrator(n_knots=0).fit(z, y)  # no knot: one affine segment, through (0, b)
+    np.testing.assert_allclose(platt.hinge_maps(1)[0](t), platt.a_ * t + platt.b_, rtol=0, atol=1e-12)
+
+
+def test_weighted_nll_before_and_after():
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 2, 3000)
+    y = (rng.uniform(size=z.size) < sigmoid(0.6 * z)).astype(float)
+    w = rng.uniform(0.2, 3.0, z.size)
+    cal = SplineCalibrator().fit(z, y, weights=w)
+
+    def nll(t):
+        p = sigmoid(t)
+        return float(-np.sum(w * (y * np.log(p) + (1 - y) * np.log1p(-p))) / w.sum())
+
+    assert cal.nll_before_ == pytest.approx(nll(z), rel=1e-9)
+    assert cal.nll_after_ == pytest.approx(nll(cal.transform_logits(z)), rel=1e-9) and cal.nll_after_ < cal.nll_before_
+
+
+def test_from_dict_checks_each_field_by_name():
+    rng = np.random.default_rng(2)
+    z = rng.normal(0, 2, 3000)
+    d = SplineCalibrator().fit(z, (rng.uniform(size=z.size) < sigmoid(z)).astype(float)).to_dict()
+    no_ridge = {k: v for k, v in d.items() if k != "ridge"}
+    assert SplineCalibrator.from_dict(no_ridge).ridge == 0.0
+    with pytest.raises(InputError, match="knots"):
+        SplineCalibrator.from_dict({**d, "knots": [float("nan")] * len(d["knots"])})
+    with pytest.raises(InputError, match="`b`"):
+        SplineCalibrator.from_dict({**d, "b": float("nan")})
+    with pytest.raises(InputError):
+        SplineCalibrator.from_dict({**d, "c": tuple(d["c"])})  # not a list, though the knots are
