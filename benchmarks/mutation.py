@@ -391,6 +391,7 @@ def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]
     survivors = [n for st in ("survived", "no tests") for n in by_status.get(st, [])]
     for p in (REPO / "tests").rglob("*"):
         if p.is_file() and "__pycache__" not in p.parts:
+            (mutants / p.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, mutants / p.relative_to(REPO))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
