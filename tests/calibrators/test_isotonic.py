@@ -149,3 +149,42 @@ def test_fit_above_a_floor_keeps_the_raw_spacing_below_it():
                                   ccal.transform_logits(below, classes=np.zeros(below.size, int)))
     with pytest.raises(InputError, match="left_slope"):
         IsotonicCalibrator(left_slope=0.0).fit(z, y)
+
+
+def _planted(n=3000, seed=0, n_cls=3):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 2, n)
+    k = rng.integers(0, n_cls, n)
+    y = (rng.uniform(size=n) < sigmoid(np.tanh(z) + 0.4 * z + 0.3 * k)).astype(float)
+    return z, y, k
+
+
+def test_defaults_options_and_empty_input():
+    assert IsotonicCalibrator().max_knots == 32 and IsotonicCalibrator().min_samples == 10
+    assert ClassIsotonicCalibrator().min_samples == 10 and ClassIsotonicCalibrator().max_knots == 32
+    assert isotonic_regression([], []).shape == (0,)
+    z, y, k = _planted()
+    for bad in (dict(max_knots=1), dict(max_knots=True), dict(max_knots=2.0)):
+        with pytest.raises(InputError, match="max_knots"):
+            IsotonicCalibrator(**bad).fit(z, y)
+    with pytest.raises(InputError, match="left_slope"):
+        ClassIsotonicCalibrator(left_slope=-1.0).fit(z, y, classes=k)
+
+
+def test_maps_repr_and_persisted_fields():
+    z, y, k = _planted()
+    iso = IsotonicCalibrator().fit(z, y)
+    assert repr(iso).endswith(f", knots={iso.map_.x.size})")
+    maps = iso.hinge_maps(3)
+    assert len(maps) == 3 and all(m is iso.map_ for m in maps)
+    d = iso.to_dict()
+    assert d["max_knots"] == 32 and IsotonicCalibrator.from_dict(json.loads(json.dumps(d))).max_knots == 32
+    cls = ClassIsotonicCalibrator(blend=math.inf).fit(z, y, classes=k)
+    assert repr(cls) == "ClassIsotonicCalibrator(blend=inf, blend_=inf)" and len(cls.hinge_maps(3)) == 3
+    d = cls.to_dict()
+    assert d["class_counts"] == np.bincount(k, minlength=3).tolist()
+    back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(d)))
+    assert back.blend_ == math.inf and back.class_counts_.tolist() == d["class_counts"]
+    np.testing.assert_allclose(back.transform_logits(z, classes=k), cls.transform_logits(z, classes=k), atol=1e-12)
+    with pytest.raises(InputError):
+        PiecewiseLinear.from_dict({"x": [0.0, 1.0], "y": [0.0, 1.0]})  # a dict without tail_slope
