@@ -46,7 +46,9 @@ def onnx_export(path, *, rows: bool, half: bool = False, opset: int = 17, output
     elem = TensorProto.FLOAT16 if half else TensorProto.FLOAT
     x = helper.make_tensor_value_info("images", elem, shape)
     outs = [helper.make_tensor_value_info(f"output{i}", elem, shape) for i in range(outputs)]
-    nodes = [helper.make_node("Identity", ["images"], [f"output{i}"]) for i in range(outputs)]
+    # two nodes in a row, so that only the output's producer is rewired (not every node's outputs)
+    nodes = [helper.make_node("Identity", ["images"], ["hidden"])]
+    nodes += [helper.make_node("Identity", ["hidden"], [f"output{i}"]) for i in range(outputs)]
     model = helper.make_model(helper.make_graph(nodes, "export", [x], outs),
                               opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
