@@ -377,7 +377,7 @@ CHECKED_WITH = "checked_with.json"
 """In a module's copy: survivor -> the tests that ``--check-with`` found killing it."""
 
 
-def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]]:
+def check_with(module: str, work: Path, tests: list[str], *, no_tests: bool = True) -> dict[str, list[str]]:
     """Run ``tests`` (pytest node ids) against every survivor of ``module`` in its copy, one
     mutant at a time, outside mutmut (its results are left as they are).
 
@@ -388,7 +388,7 @@ def check_with(module: str, work: Path, tests: list[str]) -> dict[str, list[str]
     dst = _copy_dir(work, module)
     mutants = dst / "mutants"
     by_status = _statuses(mutants / "det_calib" / f"{module}.py.meta")
-    survivors = [n for st in ("survived", "no tests") for n in by_status.get(st, [])]
+    survivors = [n for st in ("survived", "no tests")[: 2 if no_tests else 1] for n in by_status.get(st, [])]
     for p in (REPO / "tests").rglob("*"):
         if p.is_file() and "__pycache__" not in p.parts:
             (mutants / p.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
@@ -454,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="check N mutants of each module, spread evenly over its functions (a modest run)")
     ap.add_argument("--record", action="store_true",
                     help=f"write each module's counts and survivors into {RECORD.relative_to(REPO)}")
+    ap.add_argument("--survivors-only", action="store_true",
+                    help="with --check-with: only the mutants that survived their tests, not those without tests")
     ap.add_argument("--results-only", action="store_true",
                     help="only list the results so far (of a run that was stopped: mutants not yet run show as "
                          "`not checked`)")
@@ -464,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("mutmut is not installed: pip install mutmut") from None
     if args.check_with:
         for module in args.modules:
-            check_with(module, args.work, args.check_with)
+            check_with(module, args.work, args.check_with, no_tests=not args.survivors_only)
         return 0
     summary, blocks = {}, {}
     for module in args.modules:
