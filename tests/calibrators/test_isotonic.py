@@ -188,3 +188,20 @@ def test_maps_repr_and_persisted_fields():
     np.testing.assert_allclose(back.transform_logits(z, classes=k), cls.transform_logits(z, classes=k), atol=1e-12)
     with pytest.raises(InputError):
         PiecewiseLinear.from_dict({"x": [0.0, 1.0], "y": [0.0, 1.0]})  # a dict without tail_slope
+
+
+def test_a_class_of_exactly_min_samples_boxes_gets_its_own_map():
+    """``min_samples`` boxes are enough for a class's own curve (fewer: the global map)."""
+    rng = np.random.default_rng(3)
+    z0 = rng.normal(0, 2, 2000)
+    y0 = (rng.uniform(size=z0.size) < sigmoid(z0)).astype(float)
+    z1, y1 = np.linspace(-2, 2, 10), np.array([1, 1, 1, 0, 0, 1, 0, 0, 0, 0], float)  # the other way round
+    t = np.linspace(-3, 3, 13)
+    for n1, own in ((10, True), (9, False)):
+        z, y = np.r_[z0, z1[:n1]], np.r_[y0, y1[:n1]]
+        k = np.r_[np.zeros(z0.size, int), np.ones(n1, int)]
+        alone = ClassIsotonicCalibrator(blend=0.0, min_samples=10).fit(z, y, classes=k)
+        pooled = ClassIsotonicCalibrator(blend=math.inf, min_samples=10).fit(z, y, classes=k)
+        same = np.allclose(alone.transform_logits(t, classes=np.ones(t.size, int)),
+                           pooled.transform_logits(t, classes=np.ones(t.size, int)), atol=1e-9)
+        assert same is not own, n1
