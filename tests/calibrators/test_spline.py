@@ -155,7 +155,7 @@ def test_degenerate_input_and_bad_arguments_are_refused():
         SplineCalibrator(n_knots=-1).fit(z, z > 0.5)
     with pytest.raises(InputError, match="ridge"):
         SplineCalibrator(ridge=-1.0).fit(z, z > 0.5)
-    with pytest.raises(InputError, match="knots"):
+    with pytest.raises(InputError, match="`knots`"):
         SplineCalibrator(knots=[1.0, 0.0]).fit(z, z > 0.5)
     with pytest.raises(InputError, match="logits|labels"):
         SplineCalibrator().fit(z, np.ones(99))
@@ -192,7 +192,7 @@ def test_knot_quantile_on_the_heaviest_first_box():
 
 def test_defaults_repr_and_hinge_maps():
     cal = SplineCalibrator()
-    assert cal.n_knots == 2 and "knots_" not in repr(cal)
+    assert cal.n_knots == 2 and repr(cal) == f"SplineCalibrator(n_knots=2, ridge={cal.ridge!r})"
     rng = np.random.default_rng(0)
     z = rng.normal(0, 2, 4000)
     y = (rng.uniform(size=z.size) < sigmoid(np.tanh(z) + 0.5 * z)).astype(float)
@@ -227,7 +227,7 @@ def test_from_dict_checks_each_field_by_name():
     d = SplineCalibrator().fit(z, (rng.uniform(size=z.size) < sigmoid(z)).astype(float)).to_dict()
     no_ridge = {k: v for k, v in d.items() if k != "ridge"}
     assert SplineCalibrator.from_dict(no_ridge).ridge == 0.0
-    with pytest.raises(InputError, match="knots"):
+    with pytest.raises(InputError, match="`knots`"):
         SplineCalibrator.from_dict({**d, "knots": [float("nan")] * len(d["knots"])})
     with pytest.raises(InputError, match="`b`"):
         SplineCalibrator.from_dict({**d, "b": float("nan")})
