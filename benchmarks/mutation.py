@@ -80,7 +80,11 @@ TESTS: dict[str, list[str]] = {
     "evaluation/coco_engine": ["tests/evaluation/test_coco_engine.py::test_planted_sets_equal_pycocotools",
                                "tests/evaluation/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
                                "tests/evaluation/test_coco_engine.py::test_area_bounds_are_closed",
-                               "tests/evaluation/test_coco_engine.py::test_known_answers"],
+                               "tests/evaluation/test_coco_engine.py::test_annotation_area_field_equals_pycocotools",
+                               "tests/evaluation/test_coco_engine.py::test_result_carries_its_parameters",
+                               "tests/evaluation/test_coco_engine.py::test_table_maps_equal_pycocotools_on_box_tables",
+                               "tests/evaluation/test_coco_engine.py::test_known_answers",
+                               "tests/evaluation/test_coco_engine.py::test_engine_label"],
     "ensemble/fusion": ["tests/ensemble/test_fusion.py"],
     # the tests of the statistical tests (the rest of check/test_run_check.py runs `det-calib check` on the demo)
     "metrics/drift_tests": ["tests/metrics/test_drift_tests.py",
@@ -348,9 +352,17 @@ def record_block(module: str, result: dict) -> str:
     if result["unchecked"]:
         lines += ["", "Not checked, by function: " + ", ".join(f"`{fn}` {n}" for fn, n in
                                                                sorted(result["unchecked"].items())) + "."]
-    if result["survivors"]:
+    no_tests: dict[str, int] = {}
+    for status, name, _ in result["survivors"]:
+        if status == "no tests":
+            no_tests[_function_of(name)] = no_tests.get(_function_of(name), 0) + 1
+    if no_tests:
+        lines += ["", "No test of the selection reached them (at the run), by function: "
+                  + ", ".join(f"`{fn}` {n}" for fn, n in sorted(no_tests.items())) + "."]
+    shown = [r for r in result["survivors"] if r[0] != "no tests"]
+    if shown:
         lines += ["", "| mutant | outcome | change |", "|---|---|---|"]
-        for status, name, body in result["survivors"]:
+        for status, name, body in shown:
             change = "<br>".join("`" + ln.strip().replace("|", "\\|").replace("`", "'") + "`" for ln in body[:6])
             lines.append(f"| `{name.removeprefix(_dotted(module) + '.')}` | {status} | {change} |")
     lines.append(_END.format(module))
