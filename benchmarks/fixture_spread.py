@@ -1,6 +1,6 @@
 """How much the pinned fixture run moves with torch's thread count and CPU code paths.
 
-``tests/test_pipeline.py::test_calibration_json_pinned`` pins the ``calibration.json`` of
+``tests/system/test_pipeline.py::test_calibration_json_pinned`` pins the ``calibration.json`` of
 ``calibrate(demo_model(), fixture_data_yaml(), n_boot=50)``. Its floats carry the rounding of the
 CPU kernels that computed the logits (convolutions, activations, NMS inputs), which differs between
 machines. This runs that pinned run once per variant, each in a fresh interpreter (the ISA

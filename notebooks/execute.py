@@ -3,7 +3,7 @@
 Runs ``notebooks/tutorial.ipynb`` top to bottom in a fresh ``python3`` kernel of this interpreter
 (about two minutes on a 2-core CPU, plus rendering the demo data on first use), from the
 ``notebooks`` folder, and writes it back with its outputs. Timing metadata are dropped, so the
-file changes only where an output does. ``tests/test_notebook.py`` re-executes it and checks the
+file changes only where an output does. ``tests/system/test_notebook.py`` re-executes it and checks the
 printed figures against the committed ones; run this after a change that moves them::
 
     python3 notebooks/execute.py

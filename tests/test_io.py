@@ -44,6 +44,7 @@ RUN2 = {"calibration.json": '{"a": 2}', "figures/g.png": "png2"}
 
 
 # ------------------------------------------------------------------------------------ publish
+@pytest.mark.fast
 def test_a_run_replaces_the_folder_whole(tmp_path):
     out = tmp_path / "out"
     write_run(out, RUN1)
@@ -66,6 +67,7 @@ def _umask() -> int:
     return m
 
 
+@pytest.mark.fast
 def test_files_det_calib_did_not_write_are_kept(tmp_path):
     out = tmp_path / "out"
     write_run(out, RUN1)
@@ -79,6 +81,7 @@ def test_files_det_calib_did_not_write_are_kept(tmp_path):
     assert (out / "notes.txt").read_text() == "mine" and not (out / "figures" / "g.png").exists()
 
 
+@pytest.mark.fast
 def test_a_folder_det_calib_did_not_write_is_refused(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -95,6 +98,7 @@ def test_a_folder_det_calib_did_not_write_is_refused(tmp_path):
         io.check_output_dir(a_file)
 
 
+@pytest.mark.fast
 def test_an_earlier_versions_output_is_recognised_and_its_staging_cleared(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -106,6 +110,7 @@ def test_an_earlier_versions_output_is_recognised_and_its_staging_cleared(tmp_pa
     assert set(snapshot(out)) == set(RUN2) | {io.MANIFEST}
 
 
+@pytest.mark.fast
 def test_a_failure_while_staging_leaves_the_previous_folder_byte_identical(tmp_path):
     out = tmp_path / "out"
     write_run(out, RUN1)
@@ -116,6 +121,7 @@ def test_a_failure_while_staging_leaves_the_previous_folder_byte_identical(tmp_p
     assert snapshot(out) == before and leftovers(out) == []
 
 
+@pytest.mark.fast
 def test_log_lines_name_the_final_path_not_the_staging_folder(tmp_path, caplog):
     out = tmp_path / "out"
     log = logging.getLogger("det_calib.test")
@@ -127,6 +133,7 @@ def test_log_lines_name_the_final_path_not_the_staging_folder(tmp_path, caplog):
 
 
 # -------------------------------------------------------------------------------- leftovers
+@pytest.mark.fast
 def test_leftover_staging_folders_of_dead_runs_are_cleared(tmp_path):
     out = tmp_path / "out"
     write_run(out, RUN1)
@@ -170,6 +177,7 @@ KILL = textwrap.dedent(
 )
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("point", ["while-staging", "between-renames", "after-exchange"])
 def test_a_run_killed_at_any_step_of_the_swap_is_recovered(tmp_path, point):
     """Kill the publishing process (os._exit, no clean-up) at each step; the next run repairs it."""
@@ -197,6 +205,7 @@ def test_a_run_killed_at_any_step_of_the_swap_is_recovered(tmp_path, point):
     assert set(snapshot(out)) == set(RUN2) | {io.MANIFEST, "notes.txt"}
 
 
+@pytest.mark.fast
 def test_the_atomic_exchange_is_used_on_linux(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

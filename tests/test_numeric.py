@@ -9,6 +9,8 @@ from sklearn.metrics import log_loss
 
 from det_calib import numeric
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 @pytest.fixture
 def z():

@@ -6,6 +6,8 @@ import pytest
 from det_calib import validation as v
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 @pytest.mark.parametrize(
     "call",

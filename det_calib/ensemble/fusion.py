@@ -5,7 +5,7 @@ in descending order of score (times the member's weight); each joins the fused b
 most, if that IoU is above ``iou_thr``, or starts a new one; a fused box is the score-weighted
 mean of the boxes it holds. This is the clustering of ``ensemble_boxes.weighted_boxes_fusion``
 (Solovyev et al.), step for step, so that the boxes agree with it to float rounding
-(``tests/test_fusion.py``). The clustering does not depend on the score rule; the rules differ
+(``tests/ensemble/test_fusion.py``). The clustering does not depend on the score rule; the rules differ
 only in the score a fused box gets from the boxes it holds:
 
 =============  ====================================================================  ==========================

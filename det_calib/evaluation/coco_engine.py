@@ -22,7 +22,7 @@ only with arrays instead of one Python object per box:
 
 The greedy assignment runs for all (image, class) groups at once, in rounds
 (:mod:`det_calib.matching.one_to_one` explains the rule), and the per-class curves for all classes with one
-sort. ``tests/test_coco_engine.py`` checks the arrays against pycocotools (to 1e-12, in practice
+sort. ``tests/evaluation/test_coco_engine.py`` checks the arrays against pycocotools (to 1e-12, in practice
 equal) on the demo, the fixture and planted sets (crowd, ties, empty images, ``maxDets``, area
 ranges). The run's mAP check scores with it by default (``--map-engine det_calib``; ``--map-engine
 pycocotools`` runs COCOeval itself, :func:`det_calib.evaluation.map_check.coco_maps`), and ``calibration.json``

@@ -14,7 +14,7 @@ Two independent checks:
   stock val of the calibrated checkpoint, and on the same neck features the original checkpoint's
   Detect head, scored by the same validator's postprocess and metric code (the calibrated
   checkpoint differs from the original only inside the head, :mod:`det_calib.deploy.fold`). Its figures
-  equal those of the two separate vals (tests/test_verify.py).
+  equal those of the two separate vals (tests/evaluation/test_map_check.py).
 
 Every det_calib val runs Ultralytics' NMS with no wall-clock budget (its own stops after
 ``2.0 + 0.05 * batch`` seconds and returns no boxes for the batch's remaining images, which on a
@@ -105,7 +105,7 @@ def coco_maps(
         boxes, gt, sizes, max_dets: As :func:`coco_map`.
         scores: One (n_boxes,) score vector per scoring.
         engine: ``pycocotools`` (COCOeval itself) or ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`: the
-            same figures, tests/test_coco_engine.py, without a Python object per box).
+            same figures, tests/evaluation/test_coco_engine.py, without a Python object per box).
 
     Returns:
         One :func:`coco_map` result per score vector.
@@ -376,7 +376,7 @@ def _budget_validator_class():
     class BudgetValidator(DetectionValidator):
         """The stock detection validator; its ``postprocess`` is the stock one (Ultralytics 8.4) with
         one more argument to ``non_max_suppression``: the time budget (none by default), so that on
-        a slow or busy CPU no batch loses boxes to the clock. tests/test_verify.py checks that it
+        a slow or busy CPU no batch loses boxes to the clock. tests/evaluation/test_map_check.py checks that it
         returns exactly the stock postprocess's tensors."""
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):

@@ -176,7 +176,7 @@ def checked_flags(x, name: str, n: int, ref: str) -> np.ndarray:
         return arr.astype(bool)
     if arr.dtype != bool:
         if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
-            # this wording is pinned by tests/test_boundaries.py (the one message not yet in the
+            # this wording is pinned by tests/system/test_boundaries.py (the one message not yet in the
             # house style; see det_calib/validation.py)
             raise InputError(f"`{name}` must hold booleans (or 0/1), got dtype {arr.dtype}")
         arr = arr.astype(bool)

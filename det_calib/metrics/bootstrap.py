@@ -45,7 +45,7 @@ def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
     draws of ``r`` successive calls of size ``n_img``: for the default int64 dtype every value
     is one Lemire draw from the bit generator's own ``next_uint32`` (ranges below 2**32) or
     ``next_uint64`` stream, with no buffer local to the call (only the uint8/uint16/bool
-    dtypes buffer within a call); ``tests/test_metrics.py`` pins this.
+    dtypes buffer within a call); ``tests/metrics/test_calibration.py`` pins this.
     """
     rows = max(1, _DRAW_CHUNK // n_img)
     for start in range(0, n_boot, rows):

@@ -8,7 +8,7 @@ so that a block of replicates' sums are one sparse matrix product with their dra
 (torch's CSR product on one thread), instead of three weighted bin counts over every box per
 replicate: about 20 times faster on a COCO-shaped split. The numbers equal those of
 :func:`det_calib.metrics.calibration.laece` with the draw counts as weights up to float summation order
-(``tests/test_metrics.py`` checks the intervals against the per-box path).
+(``tests/metrics/test_calibration.py`` checks the intervals against the per-box path).
 """
 
 from __future__ import annotations

@@ -1,0 +1,337 @@
+"""`det-calib check`: the drift statistics (known answers, parity with scipy, false-alarm rates),
+the shifted demo splits, and the command on real runs of the demo detector (clean, most severe
+shift, unlabelled, bad input)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from det_calib.check.run_check import CHECK_FILE, CheckResult, exit_code
+from det_calib.cli import main
+from det_calib.metrics import drift_tests as drift
+
+N_IMAGES = 60  # images of each split in the run and in every check
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------ statistics
+@pytest.mark.fast
+def test_p_values_match_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in range(1, 16):
+        for x in (0.01, 0.5, 2.0, 7.3, 15.0, 31.0, 80.0):
+            assert drift.chi2_sf(x, df) == pytest.approx(stats.chi2.sf(x, df), rel=1e-9, abs=1e-14)
+    for z in (0.0, 0.5, 1.96, -2.5, 4.0):
+        assert drift.normal_sf(z) == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-12)
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(size=80), rng.uniform(size=55).round(1)  # ties within and across samples
+    assert drift.ks_distance(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
+
+
+def _calibrated_sets(rng, n_sets, n_img, per_img, *, shift=0.0, image_effect=0.0):
+    """Boxes whose confidence is their probability of being correct (plus ``shift``); with
+    ``image_effect`` the correctness of one image's boxes is correlated (a shared random offset in
+    logit space, re-centred so that the marginal calibration is kept only approximately)."""
+    for _ in range(n_sets):
+        img = np.repeat(np.arange(n_img), per_img)
+        p = rng.uniform(0.3, 0.95, img.size)
+        if image_effect:
+            u = rng.normal(0, image_effect, n_img)[img]
+            q = 1 / (1 + np.exp(-(np.log(p / (1 - p)) + u)))
+            # the confidence a calibrated detector reports is the marginal probability, averaged over u
+            y = rng.uniform(size=img.size) < q
+        else:
+            y = rng.uniform(size=img.size) < p
+        yield np.clip(p + shift, 0.0, 1.0), y, img
+
+
+@pytest.mark.fast
+def test_calibration_in_the_large_false_alarm_and_power():
+    rng = np.random.default_rng(0)
+    null = [drift.calibration_in_the_large(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 400, 60, 4)]
+    assert 0.02 < np.mean(np.array(null) < 0.05) < 0.09  # nominal 5%
+    off = [drift.calibration_in_the_large(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 100, 60, 4,
+                                                                                           shift=-0.1)]
+    assert np.mean(np.array(off) < 0.05) > 0.75  # under-confident by 0.1 on 240 boxes: mostly found
+    # the z-score itself: 10 correct of 10 at conf 0.5 is z = (10 - 5) / sqrt(2.5)
+    r = drift.calibration_in_the_large(np.full(10, 0.5), np.ones(10, bool), np.arange(10))
+    assert r.observed == 10 and r.expected == 5 and r.z == pytest.approx(5 / math.sqrt(2.5))
+
+
+@pytest.mark.fast
+def test_clustered_images_do_not_read_as_drift():
+    """Boxes of one image correct together: the binomial z alone over-rejects; the check's z does not."""
+    rng = np.random.default_rng(1)
+    plain, used = [], []
+    for p, y, img in _calibrated_sets(rng, 300, 40, 8, image_effect=2.0):
+        # the reported conf is the marginal probability of each box (averaged over image effects)
+        u = rng.normal(0, 2.0, (2000, 1))
+        logit = np.log(p / (1 - p))
+        marginal = (1 / (1 + np.exp(-(logit[None, :] + u)))).mean(axis=0)
+        r = drift.calibration_in_the_large(marginal, y, img)
+        plain.append(drift.normal_sf((r.observed - r.expected) / math.sqrt(r.var_binomial)))
+        used.append(r.p_value)
+        assert r.design_effect >= 1.0
+    assert np.mean(np.array(plain) < 0.05) > 0.15  # the binomial test is fooled by the clustering
+    assert np.mean(np.array(used) < 0.05) < 0.09
+
+
+@pytest.mark.fast
+def test_hosmer_lemeshow_known_answers():
+    rng = np.random.default_rng(2)
+    null = [drift.hosmer_lemeshow(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 300, 100, 5)]
+    assert 0.02 < np.mean(np.array(null) < 0.05) < 0.09
+    # over-confident at the top, under-confident at the bottom: in the large nearly calibrated, binned not
+    p = rng.uniform(0.3, 0.95, 3000)
+    y = rng.uniform(size=3000) < 0.3 + 0.5 * (p - 0.3)
+    y2 = rng.uniform(size=3000) < p
+    img = np.arange(3000) // 5
+    assert drift.hosmer_lemeshow(p, y, img).p_value < 1e-6
+    assert drift.hosmer_lemeshow(p, y2, img).p_value > 1e-3
+    assert drift.hosmer_lemeshow(p[:59], y[:59], img[:59]) is None  # fewer than two bins of 30
+
+
+@pytest.mark.fast
+def test_change_tests_false_alarm_and_power():
+    """Two calibrated sets: the change tests flag about 5% at 0.05; a set 0.1 over-confident: mostly flagged."""
+    rng = np.random.default_rng(5)
+    sets = list(_calibrated_sets(rng, 400, 60, 4))
+    pairs = list(zip(sets[::2], sets[1::2]))
+    z = [drift.citl_change(a, b).p_value for a, b in pairs]
+    binned = [drift.binned_change(a, b).p_value for a, b in pairs]
+    assert 0.01 < np.mean(np.array(z) < 0.05) < 0.1 and 0.01 < np.mean(np.array(binned) < 0.05) < 0.1
+    off = [drift.citl_change(a, (b[0] + 0.1, b[1], b[2])).p_value for a, b in pairs[:50]]
+    assert np.mean(np.array(off) < 0.05) > 0.6
+    same = drift.citl_change(sets[0], sets[0])
+    assert (same.statistic, same.p_value) == (0.0, 1.0)
+
+
+@pytest.mark.fast
+def test_ratio_test_and_permutation_tests():
+    # 4 images of 4 boxes: precision 0.75 then, 0.1875 now
+    t = drift.ratio_test([3, 2, 4, 3], [4, 4, 4, 4], [1, 0, 1, 1], [4, 4, 4, 4])
+    assert (t.then, t.now) == (0.75, 0.1875) and t.z < -2
+    rng = np.random.default_rng(4)
+    hits = []
+    for k in range(100):
+        na, nb = 50, 50
+        ca, cb = rng.integers(0, 6, na), rng.integers(0, 6, nb)
+        ia, ib = np.repeat(np.arange(na), ca), np.repeat(np.arange(nb), cb)
+        s = drift.shift_tests(rng.uniform(size=ia.size), ia, rng.integers(0, 3, ia.size), na,
+                              rng.uniform(size=ib.size), ib, rng.integers(0, 3, ib.size), nb, n_classes=3,
+                              n_perm=199, seed=k)
+        hits.append(min(s.ks_p, s.per_image_p, s.class_chi2_p) < 0.05 / 3)
+    assert np.mean(hits) < 0.08  # no shift: rarely flagged (Bonferroni over the three)
+    ia = np.repeat(np.arange(50), 4)
+    ib = ia[:100] // 2  # half the boxes per image
+    s = drift.shift_tests(rng.uniform(size=200), ia, ia % 3, 50, rng.uniform(size=100) ** 2, ib, ib % 3, 50,
+                          n_classes=3, n_perm=199)
+    assert s.per_image == pytest.approx(-2.0) and s.per_image_p < 0.01 and s.ks_p < 0.01
+
+
+@pytest.mark.fast
+def test_exit_codes():
+    assert exit_code("holds", "holds", None) == 0
+    assert exit_code("drifted", "holds", None) == 3
+    assert exit_code("holds", "changed", None) == 4
+    assert exit_code("not enough boxes to tell", "changed", None) == 4
+    assert exit_code("drifted", "changed", None) == 5
+    assert exit_code("not enough boxes to tell", "holds", None) == 6
+    assert exit_code(None, None, "shifted") == 4 and exit_code(None, None, "no shift detected") == 0
+
+
+# ------------------------------------------------------------------------------ shifted demo
+def test_shifted_splits_are_cached_corruptions_of_test():
+    import cv2
+
+    from det_calib.demo import demo_data_yaml, shifted_data_yaml
+    from det_calib.demo.shifts import CORRUPTIONS, corrupt
+    from det_calib.errors import InputError
+
+    test = demo_data_yaml().parent
+    src = sorted((test / "images" / "test").glob("*.png"))[:3]
+    for kind in CORRUPTIONS:
+        y = shifted_data_yaml(kind, 5)
+        root = y.parent
+        imgs = sorted((root / "images" / f"test-{kind}-5").glob("*.png"))
+        assert len(imgs) == 400 and [p.name for p in imgs[:3]] == [p.name for p in src]
+        for s, p in zip(src, imgs[:3]):
+            a = cv2.imread(str(s))
+            assert np.array_equal(cv2.imread(str(p)), corrupt(a, kind, 5, index=int(s.stem.split("_")[1])))
+            assert (test / "labels" / "test" / f"{s.stem}.txt").read_text() == \
+                (root / "labels" / f"test-{kind}-5" / f"{s.stem}.txt").read_text()
+    a = cv2.imread(str(src[0])).astype(float)
+    diffs = [np.abs(corrupt(a.astype(np.uint8), "blur", s, index=0) - a).mean() for s in (1, 3, 5)]
+    assert diffs[0] < diffs[1] < diffs[2]
+    with pytest.raises(InputError, match="severity"):
+        shifted_data_yaml("blur", 6)
+    with pytest.raises(InputError, match="corruption kind"):
+        shifted_data_yaml("fog", 2)
+
+
+# ------------------------------------------------------------------------------ on real runs
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory) -> Path:
+    from det_calib.run.job import calibrate
+
+    out = tmp_path_factory.mktemp("check") / "run"
+    calibrate(out=out, limit=N_IMAGES, run_val=False, n_boot=50, progress=False, head="nms", report=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_yaml() -> Path:
+    from det_calib.demo import demo_data_yaml
+
+    return demo_data_yaml()
+
+
+@pytest.fixture(scope="session")
+def severe_yaml() -> Path:
+    from det_calib.demo import shifted_data_yaml
+
+    return shifted_data_yaml("blur", 5)
+
+
+def _check(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["check", *map(str, argv), "--limit", str(N_IMAGES), "-q"])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
+    """On the run's own eval split both verdicts hold and the command exits 0 (a real process)."""
+    out = tmp_path / "clean"
+    p = subprocess.run([sys.executable, "-m", "det_calib.cli", "check", str(run_dir), "--data", str(demo_yaml),
+                        "--split", "test", "--limit", str(N_IMAGES), "--out", str(out), "-q"],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "[nms] calibration: holds" in p.stdout and "[nms] detection quality: holds" in p.stdout
+    r = CheckResult.read(out / CHECK_FILE)
+    c = r.labelled["nms"]
+    assert (r.exit_code, r.calibration_verdict, r.detection_verdict) == (0, "holds", "holds")
+    # the same images, model and calibrator as the run's eval split: the same boxes and figures
+    d, then = c.detection, c.operating_then[0]
+    assert d.kept == d.kept_then and d.precision == d.precision_then and d.recall == d.recall_then
+    assert c.operating[0].boxes == then.boxes and c.operating[0].ece == pytest.approx(then.ece, abs=1e-9)
+    assert d.map50 == pytest.approx(d.map50_then, abs=1e-9)
+    assert c.calibration.z == pytest.approx(c.calibration.z_then, abs=1e-9)
+    assert c.calibration.change_z == pytest.approx(0.0, abs=1e-9) and c.calibration.binned_change_statistic == 0.0
+    assert not any(k.drifted for k in c.per_class)
+    assert (out / "check.html").is_file() and "reliability_nms.png" in (out / "check.md").read_text()
+    assert CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
+
+
+def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
+    """Blur at severity 5: detection quality changed; the calibration figures, recomputed from the
+    calibrated checkpoint run through a plain capture, agree with the check's."""
+    from det_calib.capture.predictor import Capturer
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.matching.one_to_one import match_boxes
+    from det_calib.record.run_result import RunResult
+
+    out = tmp_path / "blur5"
+    code, stdout, err = _check(capsys, run_dir, "--data", severe_yaml, "--out", out)
+    r = CheckResult.read(out / CHECK_FILE)
+    c = r.labelled["nms"]
+    assert r.detection_verdict == "changed" and code == r.exit_code in (4, 5), (code, stdout, err)
+    assert c.detection.recall < c.detection.recall_then and c.detection.recall_p < 0.025
+    assert c.calibration_verdict in ("holds", "drifted", "not enough boxes to tell")
+    assert f"calibration: {c.calibration_verdict}" in stdout
+
+    # independently: the folded checkpoint (what a user deploys) on the same images, plain numpy
+    run = RunResult.read(run_dir / "calibration.json")
+    sp = load_split(load_data_yaml(severe_yaml), "test", limit=N_IMAGES)
+    cap = Capturer(run_dir / "calibrated.pt", head="nms", conf=run.settings.conf_floor, iou=run.settings.nms_iou,
+                   max_det=run.settings.max_det, imgsz=run.settings.imgsz)
+    b = match_boxes(cap(sp.images, progress=False), sp.gt, iou=run.settings.iou_match, loc_iou=0.1)
+    k = b.filter(~pl.col("ignore") & (pl.col("conf") > r.conf))
+    p, y = k["conf"].to_numpy().astype(float), k["correct"].to_numpy().astype(float)
+    ids = k["image_id"].to_numpy()
+    per_img = np.bincount(ids, weights=y - p)[np.unique(ids)]  # clusters: the images with a kept box
+    m = per_img.size
+    var = max(np.sum(p * (1 - p)), m / (m - 1) * np.sum((per_img - per_img.mean()) ** 2))
+    z = (y.sum() - p.sum()) / math.sqrt(var)
+    t = c.calibration
+    assert abs(t.boxes - k.height) <= 1  # float32 conf of the checkpoint at the threshold's edge
+    assert t.observed == pytest.approx(y.sum(), abs=1) and t.expected == pytest.approx(p.sum(), abs=0.6)
+    assert t.z == pytest.approx(z, abs=0.05)
+    assert t.p_value == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), abs=0.01)
+    assert c.detection.recall == pytest.approx(y.sum() / sp.gt.height, abs=2 / sp.gt.height)
+    # the change against the run's eval split: its boxes.parquet, same formula
+    then = pl.read_parquet(run_dir / "boxes.parquet").filter(
+        (pl.col("split") == run.settings.eval_split) & (pl.col("head") == "nms") & ~pl.col("ignore")
+        & (pl.col("calibrated") > r.conf))
+    p0, y0 = then["calibrated"].to_numpy(), then["correct"].to_numpy().astype(float)
+    i0 = then["image_id"].to_numpy()
+    r0 = np.bincount(i0, weights=y0 - p0)[np.unique(i0)]
+    m0 = r0.size
+    v0 = max(np.sum(p0 * (1 - p0)), m0 / (m0 - 1) * np.sum((r0 - r0.mean()) ** 2)) / p0.size ** 2
+    gap0, gap1 = (y0 - p0).mean(), (y - p).mean()
+    assert t.gap_then == pytest.approx(gap0, abs=1e-9) and t.gap == pytest.approx(gap1, abs=0.01)
+    assert t.change_z == pytest.approx((gap1 - gap0) / math.sqrt(v0 + var / p.size ** 2), abs=0.05)
+    assert (c.calibration_verdict == "drifted") == any(
+        q is not None and q < r.alpha / t.tests for q in (t.change_p, t.binned_change_p, *(k.change_p for k in
+                                                                                             c.per_class if k.tested)))
+    # kept-set ECE and its floor, then and now, each interval containing its estimate
+    for o in (*c.operating, *c.operating_then):
+        assert o.ece_ci[0] <= o.ece <= o.ece_ci[1] and o.ece_floor_range[0] <= o.ece_floor <= o.ece_floor_range[1]
+
+
+def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):
+    shifted = severe_yaml.parent / "images" / "test-blur-5"
+    code, stdout, err = _check(capsys, run_dir, "--images", shifted, "--out", tmp_path / "u1")
+    assert code == 4 and "output: shifted" in stdout, (stdout, err)
+    assert "not a miscalibration" in stdout
+    r = CheckResult.read(tmp_path / "u1" / CHECK_FILE)
+    t = r.unlabelled["nms"].tests
+    assert t.kept_per_image < t.kept_per_image_then and min(t.ks_p, t.per_image_p, t.class_chi2_p) < 0.05 / 3
+    clean = demo_yaml.parent / "images" / "calib"  # held out from the eval split the run reports on
+    code, stdout, err = _check(capsys, run_dir, "--images", clean, "--out", tmp_path / "u2")
+    assert code == 0 and "output: no shift detected" in stdout, (stdout, err)
+
+
+def test_reused_boxes_give_the_same_check(capsys, tmp_path, run_dir, demo_yaml):
+    code, _, err = _check(capsys, run_dir, "--data", demo_yaml, "--split", "test", "--boxes", run_dir,
+                          "--out", tmp_path / "reuse", "--no-report")
+    assert code == 0, err
+    r = CheckResult.read(tmp_path / "reuse" / CHECK_FILE).labelled["nms"]
+    assert r.detection.kept == r.detection.kept_then and r.calibration.z == pytest.approx(r.calibration.z_then)
+
+
+def _one_line(code: int, err: str, pattern: str) -> None:
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("det-calib: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert pattern in lines[0], lines[0]
+
+
+def test_bad_input(capsys, tmp_path, run_dir, demo_yaml, fixture_yaml):
+    code, _, err = _check(capsys, tmp_path, "--data", demo_yaml)
+    _one_line(code, err, "not a run folder")
+    no_cal = tmp_path / "nocal"
+    shutil.copytree(run_dir, no_cal)
+    doc = json.loads((no_cal / "calibration.json").read_text())
+    doc["temperature"], doc["calibrators"] = {}, {}
+    (no_cal / "calibration.json").write_text(json.dumps(doc))
+    code, _, err = _check(capsys, no_cal, "--data", demo_yaml)
+    _one_line(code, err, "no calibrator")
+    other = tmp_path / "other"
+    shutil.copytree(fixture_yaml.parent, other)
+    (other / "data.yaml").write_text((other / "data.yaml").read_text().replace("circle", "disc"))
+    code, _, err = _check(capsys, run_dir, "--data", other / "data.yaml", "--split", "fixture")
+    _one_line(code, err, "class names differ")
+    (tmp_path / "empty").mkdir()
+    code, _, err = _check(capsys, run_dir, "--images", tmp_path / "empty")
+    _one_line(code, err, "no images in")
+    code, _, err = _check(capsys, run_dir, "--data", demo_yaml, "--split", "nope")
+    _one_line(code, err, "split `nope`")

@@ -1,0 +1,278 @@
+"""Operating-point metrics: kept-set ECE and LaECE_0 with the reference toolkit's conventions."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+from det_calib.errors import InputError
+from det_calib.metrics import bootstrap
+from det_calib.metrics.calibration import bootstrap_ci, ece
+from det_calib.metrics.operating_point import (
+    kept_ece,
+    kept_ece_floor,
+    laece0,
+    reference_bin_index,
+    top_k_per_image_class,
+)
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
+GT_XY = np.array([[0.0, 0.0, 10.0, 10.0]])
+
+
+def _one_image(dets):
+    """dets: (cls, score, x1, y1, x2, y2) rows on image 0."""
+    d = np.asarray(dets, dtype=float)
+    return np.zeros(len(d), int), d[:, 2:6], d[:, 0].astype(int), d[:, 1]
+
+
+def test_laece0_hand_worked_case():
+    di, dx, dc, s = _one_image(
+        [
+            (0, 0.9, 0, 0, 10, 10),  # IoU 1 with the class-0 GT: target 1
+            (0, 0.6, 5, 0, 15, 10),  # the GT is taken: target 0
+            (1, 0.8, 0, 0, 10, 10),  # class 1 has no GT: not averaged
+            (0, 0.2, 0, 0, 10, 10),  # below the 0.25 threshold: not scored
+        ]
+    )
+    got = laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10)
+    assert got == pytest.approx(0.5 * abs(0.9 - 1.0) + 0.5 * abs(0.6 - 0.0))
+
+
+def test_laece0_tau_zero_takes_any_free_ground_truth():
+    # a box overlapping its GT at IoU 0.25: LaECE_0 targets 0.25, tau = 0.5 targets 0
+    di, dx, dc, s = _one_image([(0, 0.7, 0, 0, 10, 2.5)])
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25) == pytest.approx(0.7 - 0.25)
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, tau=0.5) == pytest.approx(0.7)
+
+
+def test_laece0_scores_only_top_100_per_image_and_class():
+    scores = 0.3 + 0.005 * np.arange(101)
+    dets = [(0, sc, 100 + i, 100, 110 + i, 110) for i, sc in enumerate(scores)]  # IoU 0 with the GT
+    di, dx, dc, s = _one_image(dets)
+    got = laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=1)
+    # the best box takes the GT at IoU 0 (target 0), all targets are 0: one bin, error = mean conf
+    assert got == pytest.approx(np.sort(scores)[1:].mean())
+
+
+def test_laece0_drops_classes_with_zero_error_and_first_bin_is_closed_at_zero():
+    gt_xy = np.array([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0]])
+    di, dx, dc, s = _one_image([(0, 1.0, 0, 0, 10, 10), (1, 0.4, 20, 20, 30, 25)])
+    # class 0: conf 1 and IoU 1, error exactly 0 -> dropped; class 1: |0.4 - 0.5|
+    assert laece0(di, dx, dc, s, [0, 0], gt_xy, [0, 1], threshold=0.25) == pytest.approx(0.1)
+    assert reference_bin_index(np.array([0.0, 0.04, 0.04000001, 1.0]), 25).tolist() == [0, 0, 1, 24]
+
+
+def test_top_k_per_image_class():
+    img = np.array([0, 0, 0, 1, 0])
+    cls = np.array([0, 0, 1, 0, 0])
+    score = np.array([0.1, 0.9, 0.5, 0.2, 0.4])
+    assert top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
+
+
+def test_kept_ece_is_ece_of_the_kept_boxes():
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(size=500)
+    y = rng.uniform(size=500) < conf
+    keep = conf > 0.25
+    assert kept_ece(conf, y, threshold=0.25) == ece(conf[keep], y[keep])
+    assert np.isnan(kept_ece(conf, y, threshold=0.9999))
+    with pytest.raises(InputError, match="`conf` and `correct`"):
+        kept_ece(conf, y[:3], threshold=0.25)
+
+
+def test_bootstrap_methods():
+    rng = np.random.default_rng(1)
+    img = np.repeat(np.arange(60), 10)
+    conf = rng.uniform(size=600)
+    y = rng.uniform(size=600) < conf ** 1.3
+    theta = ece(conf, y)
+    p = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="percentile")
+    b = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="basic")
+    bc = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2)
+    assert b == pytest.approx((2 * theta - p[1], 2 * theta - p[0]))
+    assert bc[0] >= 0.0 and bc[0] < bc[1]
+    # the binned error is biased upward: percentile sits higher than the bias-corrected interval
+    assert bc[0] <= p[0] and bc[1] <= p[1]
+    assert bc[0] <= theta <= bc[1]
+    with pytest.raises(InputError, match="`method`"):
+        bootstrap_ci(ece, img, conf, y, n_boot=10, method="bca")
+
+
+def test_laece0_counts_an_inverted_box_as_unmatched():
+    di, dx, dc, s = _one_image([(0, 0.6, 10, 10, 0, 0), (0, 0.5, 0, 0, 10, 10)])
+    # the inverted box (higher score) overlaps nothing but still takes the free GT at tau = 0
+    # with IoU 0; the second box finds no free GT: both targets 0
+    assert laece0(di, dx, dc, s, [0], GT_XY, [0], threshold=0.25, n_bins=10) == pytest.approx(0.55)
+
+
+def test_kept_ece_floor_is_the_ece_of_labels_drawn_from_the_confidences():
+    rng = np.random.default_rng(5)
+    conf = rng.beta(2.0, 2.0, 3000)
+    f = kept_ece_floor(conf, threshold=0.25, n_draws=200, seed=3)
+    # the same draws, one at a time, through kept_ece: the same mean and percentiles
+    kept = conf[conf > 0.25]
+    draws = np.random.default_rng(3).random((200, kept.size)) < kept
+    vals = np.array([kept_ece(kept, y, threshold=0.25) for y in draws])
+    assert f.mean == pytest.approx(vals.mean(), rel=1e-12)
+    assert (f.low, f.high) == pytest.approx(tuple(np.percentile(vals, [2.5, 97.5])), rel=1e-12)
+    # a perfectly calibrated detector's own kept-set ECE lies in the range about 95% of the time
+    inside = [f.low <= kept_ece(conf, rng.random(conf.size) < conf, threshold=0.25) <= f.high for _ in range(300)]
+    assert 0.88 <= np.mean(inside) <= 0.995
+    # fewer boxes, a higher floor (roughly 1 / sqrt(n))
+    small = kept_ece_floor(conf[:300], threshold=0.25, seed=3)
+    assert small.mean > 2 * f.mean
+
+
+def test_kept_ece_floor_edge_cases():
+    assert kept_ece_floor(np.array([0.1, 0.2]), threshold=0.25) is None
+    assert kept_ece_floor(np.full(50, 1.0), threshold=0.25).mean == 0.0  # certain labels: no sampling error
+    a = kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)
+    assert a == kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)  # fixed seed
+    with pytest.raises(InputError, match="n_draws"):
+        kept_ece_floor(np.ones(3), threshold=0.25, n_draws=1)
+    with pytest.raises(InputError, match="conf"):
+        kept_ece_floor(np.ones((3, 2)), threshold=0.25)
+
+
+def _scene(seed=0, n_img=30):
+    """Detections (jittered copies of planted GT boxes plus background boxes) on ``n_img`` images;
+    class 3 only on images 0 and 1, so some bootstrap replicates draw none of its boxes."""
+    rng = np.random.default_rng(seed)
+    gi = np.repeat(np.arange(n_img), 4)
+    gc = rng.integers(0, 3, gi.size)
+    gc[:8] = 3  # images 0 and 1: class 3 only
+    xy = rng.uniform(0, 200, (gi.size, 2))
+    gx = np.column_stack([xy, xy + rng.uniform(10, 40, (gi.size, 2))])
+    src = np.repeat(np.arange(gi.size), 3)
+    n_bg = 150
+    di = np.concatenate([gi[src], rng.integers(2, n_img, n_bg)])
+    dc = np.concatenate([gc[src], rng.integers(0, 3, n_bg)])
+    q = rng.uniform(0, 200, (n_bg, 2))
+    dx = np.concatenate([gx[src] + rng.normal(0, 3, (src.size, 4)), np.column_stack([q, q + 20.0])])
+    z = rng.normal(0.0, 2.0, di.size)
+    p = 1.0 / (1.0 + np.exp(-z))
+    p[:4] = [0.25, 0.5, 0.04, 0.08]  # the threshold itself (not kept) and reference bin edges
+    y = rng.uniform(size=p.size) < p
+    return dict(di=di, dx=dx, dc=dc, z=z, p=p, y=y, gi=gi, gx=gx, gc=gc, n_img=n_img)
+
+
+@pytest.mark.parametrize("thr", [0.25, 0.6, 0.999])
+def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
+    """kept_ece and LaECE0Targets.statistic hoist the kept mask, classes and bins out of the
+    replicates (kept ECE as per-image bin sums); the replicates equal those of the plain indexed
+    path, the weighted public path bit for bit for LaECE_0, and a class none of whose kept boxes
+    is drawn is left out of the average."""
+    from det_calib.metrics import calibration as metrics
+    from det_calib.metrics.operating_point import LaECE0Targets, _laece_binned
+
+    s = _scene()
+    img, n_img, n_boot, seed = s["di"], s["n_img"], 150, 4
+    p, y = s["p"], s["y"]
+    rep = lambda f, *a: bootstrap._replicates(f, img, n_img, list(a), n_boot, seed)  # noqa: E731
+
+    fast = rep(functools.partial(kept_ece, threshold=thr, n_bins=15), p, y)
+    indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=thr, n_bins=15), p, y)
+    np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=1e-15)
+    assert np.isnan(fast).all() == (not (p > thr).any())
+
+    t = LaECE0Targets(img, s["dx"], s["dc"], s["z"], s["gi"], s["gx"], s["gc"])
+    stat = t.statistic(threshold=thr, n_bins=25)
+    fast = rep(stat, p)
+    weighted = rep(lambda c, *, weights=None: stat(c, weights=weights), p)
+    assert np.array_equal(fast, weighted, equal_nan=True)  # the same float operations
+    gt_classes = t.gt_classes
+    indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, gt_classes, thr, 25, None), p, t.target, t.cls, t.use)
+    np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
+    if thr == 0.25:
+        mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(seed), n_img, n_boot)))
+        out = (mult[:, 0] + mult[:, 1]) == 0
+        assert out.any() and (~out).any()  # class 3 weighted out in some replicates, not in others
+        assert not np.isnan(fast).any()
+        lo, hi = metrics.bootstrap_ci(stat, img, p, n_boot=n_boot, seed=seed, method="normal")
+        assert (lo, hi) == metrics.bootstrap_ci(lambda c, *, weights=None: stat(c, weights=weights), img, p,
+                                                n_boot=n_boot, seed=seed, method="normal")
+
+
+def test_bootstrap_kept_ece_checks_once_and_refuses_bad_input():
+    img = np.arange(4)
+    with pytest.raises(InputError, match="`conf` to contain values in"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 1.5, 0.3], [1, 0, 1, 0])
+    with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+    with pytest.raises(InputError, match="same shape"):
+        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [[1, 0, 1, 0]] * 4)
+    # nothing kept: every replicate is nan, so is the interval (no validation of the labels needed)
+    lo, hi = bootstrap_ci(functools.partial(kept_ece, threshold=0.9), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+    assert np.isnan(lo) and np.isnan(hi)
+
+
+def test_kept_set_is_strictly_above_the_threshold():
+    # a box exactly at the threshold is not kept (Ultralytics keeps conf > thres)
+    assert kept_ece([0.25, 0.5, 0.9], [1, 1, 0], threshold=0.25, n_bins=10) == pytest.approx((0.5 + 0.9) / 2)
+
+
+def test_laece0_targets_equal_laece0():
+    """LaECE0Targets.laece is laece0 on the same boxes (scores a monotone map of the raw ones): a
+    class with a single kept box, one whose error is exactly 0 (dropped), one without GT (not
+    averaged), a box exactly at the threshold (not kept), and the scene of the bootstrap tests."""
+    from det_calib.metrics.operating_point import LaECE0Targets
+
+    di, dx, dc, s = _one_image(
+        [
+            (0, 0.9, 0, 0, 10, 10),    # class 0: IoU 1
+            (0, 0.6, 5, 0, 15, 10),    # class 0: GT taken, target 0
+            (1, 0.7, 20, 20, 30, 25),  # class 1: one box, IoU 0.5
+            (2, 0.8, 0, 0, 10, 10),    # class 2: no GT
+            (3, 1.0, 40, 40, 50, 50),  # class 3: conf 1, IoU 1: error exactly 0, dropped
+            (0, 0.3, 0, 0, 10, 10),    # exactly at the threshold below: not kept
+        ]
+    )
+    gx = np.array([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0], [40.0, 40.0, 50.0, 50.0]])
+    gi, gc = [0, 0, 0], [0, 1, 3]
+    t = LaECE0Targets(di, dx, dc, s, gi, gx, gc)
+    want = ((0.5 * 0.1 + 0.5 * 0.6) + 0.2) / 2  # class 0 (two bins of 10), class 1
+    assert laece0(di, dx, dc, s, gi, gx, gc, threshold=0.3, n_bins=10) == pytest.approx(want)
+    assert t.laece(s, threshold=0.3, n_bins=10) == pytest.approx(want, rel=1e-12)
+    assert t.statistic(threshold=0.3, n_bins=10)(s) == pytest.approx(want, rel=1e-12)
+    # one bin: class 0's boxes share it (|1.5 - 1| / 2)
+    assert t.laece(s, threshold=0.3, n_bins=1) == pytest.approx((0.25 + 0.2) / 2, rel=1e-12)
+    # no class qualifies: nan; no GT at all: nan (silently: no mean of an empty array)
+    none = LaECE0Targets(di, dx, dc, s, np.zeros(0, int), np.zeros((0, 4)), np.zeros(0, int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(t.laece(s, threshold=0.95, n_bins=10))
+        assert np.isnan(none.laece(s, threshold=0.3, n_bins=10))
+    sc = _scene()
+    p = 1.0 / (1.0 + np.exp(-sc["z"]))
+    t = LaECE0Targets(sc["di"], sc["dx"], sc["dc"], sc["z"], sc["gi"], sc["gx"], sc["gc"])
+    for thr in (0.25, float(np.sort(p)[len(p) // 3]), 0.6):
+        for n_bins in (10, 25):
+            want = laece0(sc["di"], sc["dx"], sc["dc"], p, sc["gi"], sc["gx"], sc["gc"], threshold=thr, n_bins=n_bins)
+            assert t.laece(p, threshold=thr, n_bins=n_bins) == pytest.approx(want, rel=1e-12)
+
+
+def test_bootstrap_of_operating_statistics_passes_the_bin_count():
+    """The prepared replicates use the statistic's bin count (and its default when none is given),
+    and both operating statistics take the prepared path."""
+    from det_calib.metrics.operating_point import LaECE0Targets, _laece_binned
+
+    s = _scene()
+    img, n_img, p, y = s["di"], s["n_img"], s["p"], s["y"]
+    rep = lambda f, *a: bootstrap._replicates(f, img, n_img, list(a), 40, 2)  # noqa: E731
+    for options in ({"n_bins": 10}, {}):
+        fast = rep(functools.partial(kept_ece, threshold=0.25, **options), p, y)
+        indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=0.25, **options), p, y)  # noqa: B023
+        np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=1e-15)
+    t = LaECE0Targets(img, s["dx"], s["dc"], s["z"], s["gi"], s["gx"], s["gc"])
+    for n_bins, stat in ((10, t.statistic(threshold=0.25, n_bins=10)), (25, t.statistic(threshold=0.25))):
+        indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, t.gt_classes, 0.25, n_bins, None),  # noqa: B023
+                      p, t.target, t.cls, t.use)
+        np.testing.assert_allclose(rep(stat, p), indexed, rtol=1e-12, atol=0)
+        assert stat(p) == t.laece(p, threshold=0.25, n_bins=n_bins)
+        assert bootstrap._batch_statistic(stat, img, n_img, [p]) is not None
+    assert bootstrap._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None

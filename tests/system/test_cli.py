@@ -1,0 +1,256 @@
+"""CLI: bad input gives one line naming the problem and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import assert_intervals_contain_estimates
+
+from det_calib.cli import main
+
+FAST = ["--no-val", "--no-report", "--n-boot", "10", "-q"]
+
+
+@pytest.fixture
+def ds(tmp_path, fixture_yaml) -> Path:
+    root = tmp_path / "ds"
+    shutil.copytree(fixture_yaml.parent, root)
+    return root
+
+
+def _run(capsys, *argv) -> tuple[int, str]:
+    code = main(list(map(str, argv)))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def _assert_one_line_error(code, err, pattern):
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("det-calib: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert pattern in lines[0], lines[0]
+
+
+def test_bad_model_files(capsys, tmp_path, ds, demo_model_path):
+    data = ds / "data.yaml"
+    code, err = _run(capsys, "calibrate", "--model", tmp_path / "missing.pt", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "model file not found")
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"\x00garbage" * 10)
+    code, err = _run(capsys, "calibrate", "--model", bad, "--data", data, *FAST)
+    _assert_one_line_error(code, err, "cannot load model")
+    code, err = _run(capsys, "calibrate", "--model", "yolo26n-cls.yaml", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "not `detect`")
+    code, err = _run(capsys, "calibrate", "--model", ds / "data.yaml", "--data", data, *FAST)
+    _assert_one_line_error(code, err, "cannot load model")
+
+
+def test_bad_data(capsys, tmp_path, ds, demo_model_path):
+    m = demo_model_path
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", tmp_path / "nope.yaml", *FAST)
+    _assert_one_line_error(code, err, "data.yaml not found")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", "--fit-split", "train",
+                     "--eval-split", "bogus", *FAST)
+    _assert_one_line_error(code, err, "split `bogus` not in")
+    # names that disagree with the model's
+    text = (ds / "data.yaml").read_text()
+    (ds / "data.yaml").write_text(text.replace("3: rectangle", "3: rect"))
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "class names differ at id 3: the model says `rectangle`")
+    (ds / "data.yaml").write_text(text)
+    # class id out of range in every label file (one such file is skipped with a warning, as by Ultralytics)
+    labels = sorted((ds / "labels" / "fixture").glob("*.txt"))
+    keep = [lbl.read_text() for lbl in labels]
+    for lbl in labels:
+        lbl.write_text("11 0.5 0.5 0.2 0.2\n")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, f"(first: {labels[0]}:1: class id 11 out of range 0..7)")
+    for lbl, text in zip(labels, keep):
+        lbl.write_text(text)
+    # no labels at all
+    shutil.rmtree(ds / "labels")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "has no labels")
+    # no images
+    for p in (ds / "images" / "fixture").glob("*"):
+        p.unlink()
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "has no images")
+    # missing image folder
+    shutil.rmtree(ds / "images")
+    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", *FAST)
+    _assert_one_line_error(code, err, "not found")
+
+
+def test_bad_options(capsys, ds, demo_model_path):
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--iou", "1.5", *FAST)
+    _assert_one_line_error(code, err, "--iou")
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--conf", "0", *FAST)
+    _assert_one_line_error(code, err, "--conf")
+
+
+def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
+    # every label emptied: no box can be correct; found before any capture (see test_preflight)
+    labels = {lbl: lbl.read_text() for lbl in (ds / "labels" / "fixture").glob("*.txt")}
+    for lbl in labels:
+        lbl.write_text("")
+    out = ds / "out"
+    out.mkdir()
+    old = '{"det_calib_version": "0.0.1", "note": "an earlier run"}'
+    (out / "calibration.json").write_text(old)
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
+    _assert_one_line_error(code, err, "has no ground-truth boxes")
+    assert (out / "calibration.json").read_text() == old  # a failed run leaves earlier outputs alone
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
+    # blank grey images: nothing above a high floor (labels restored: ground truth is there)
+    for lbl, text in labels.items():
+        lbl.write_text(text)
+    for img in (ds / "images" / "fixture").glob("*.jpg"):
+        cv2.imwrite(str(img), np.full((64, 64, 3), 127, np.uint8))
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
+                     "--conf-floor", "0.2", *FAST)
+    _assert_one_line_error(code, err, "no boxes captured")
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    exe = shutil.which("det-calib")
+    cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
+    out = subprocess.run([*cmd, "calibrate", "--model", str(tmp_path / "x.pt"), "--data", str(tmp_path / "d.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("det-calib: error: model file not found")
+    assert "Traceback" not in out.stderr
+
+
+def test_model_without_data_and_unwritable_out(capsys, tmp_path, ds, demo_model_path):
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, *FAST)
+    _assert_one_line_error(code, err, "give both `--model` and `--data`")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
+                     "--out", blocker / "sub", "--head", "nms", *FAST)
+    assert code == 2 and "Traceback" not in err and err.startswith("det-calib: error:")
+    assert f"`--out` cannot be created: {blocker} is a file" in err
+
+
+@pytest.mark.slow
+def test_default_run_on_the_embedded_demo(tmp_path):
+    """The README's main command with no model or data: the demo detector on the demo splits
+    (rendered into the cache on first use); --limit keeps it short."""
+    exe = shutil.which("det-calib")
+    cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
+    out = subprocess.run([*cmd, "calibrate", "--limit", "40", "--n-boot", "100", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for head in ("nms", "e2e"):  # the temperature is fitted and reported whatever the default deploys
+        assert f"[{head}] temperature (fitted on all fit boxes" in out.stdout and "T = " in out.stdout
+    assert "(identical;" in out.stdout and "boxes kept at conf 0.25" in out.stdout
+    for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
+        assert (tmp_path / "run" / name).is_file()
+    doc = json.loads((tmp_path / "run" / "calibration.json").read_text())
+    assert doc["method"] == "auto" and set(doc["temperature_fit"]) == {"nms", "e2e"}
+    assert all(r["method"] in ("none", "temperature", "platt", "spline", "isotonic")
+               for r in doc.get("calibrators", {}).values())  # the default keeps every box's ranking
+    assert all(doc["eval"][h]["map_identical"] for h in ("nms", "e2e"))
+    assert_intervals_contain_estimates(tmp_path / "run")
+    assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))
+    assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
+
+
+def test_calibrate_options_come_from_settings():
+    """Every option of `calibrate` is a Settings field: same defaults, values read back into Settings."""
+    from det_calib.cli import _parser, flag_names, settings_from_args
+    from det_calib.run.settings import Settings
+
+    parser = _parser()
+    assert settings_from_args(parser.parse_args(["calibrate"]), Settings) == Settings()
+    args = parser.parse_args(["calibrate", "--conf", "0.3", "--conf", "0.5", "--bins", "10", "--no-val", "-q",
+                              "--head", "nms", "--limit", "7", "--device", "cpu"])
+    s = settings_from_args(args, Settings)
+    assert s.conf == (0.3, 0.5) and s.ece_bins == 10 and s.head == "nms" and s.limit == 7 and s.device == "cpu"
+    assert not s.run_val and not s.progress and s.report and s.iou == 0.5
+    flags = flag_names(Settings)
+    assert flags["ece_bins"] == "--bins" and flags["run_val"] == "--no-val" and "loc_iou" not in flags
+    with pytest.raises(SystemExit):
+        parser.parse_args(["calibrate", "--head", "yolo"])  # choices come from the head vocabulary
+
+
+def test_library_errors_are_shown_with_option_names():
+    from det_calib.cli import _error_line
+    from det_calib.errors import InputError
+
+    assert _error_line(InputError("Expected `iou` in (0, 1], but got 1.5")) == "Expected `--iou` in (0, 1], but got 1.5"
+    msg = InputError("give both `model` and `data`, or neither")
+    assert _error_line(msg) == "give both `--model` and `--data`, or neither"
+    assert _error_line(InputError("Expected `ece_bins` to be an integer")) == "Expected `--bins` to be an integer"
+    text = "`loc_iou` has no option; `heads` is a JSON key"
+    assert _error_line(InputError(text)) == text
+def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixture_yaml):
+    """On a fresh machine (no matplotlib font cache) with the report and Ultralytics val: the
+    output holds det_calib's lines, not matplotlib's `generated new fontManager` nor Ultralytics
+    banners, and no line names the staging folder."""
+    import os
+
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "YOLO_CONFIG_DIR": str(tmp_path / "yolo"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("YOLO_VERBOSE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(demo_model_path),
+         "--data", str(fixture_yaml), "--head", "nms", "--n-boot", "10", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert (tmp_path / "mpl").is_dir()  # matplotlib did build its font cache in this run
+    assert "capturing nms boxes" in text and "[nms] temperature (fitted on all fit boxes" in text  # det_calib's own
+    assert "fontManager" not in text
+    assert "Ultralytics 8." not in text and "🚀" not in text
+    assert ".det_calib-staging-" not in text
+    assert f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text  # the final path
+
+
+def test_the_docs_options_table_lists_every_calibrate_option():
+    """docs/cli.md's options table and `calibrate`'s parser name the same options, and the rows of
+    `--method` and `--head` name every choice the parser accepts."""
+    import re
+
+    from det_calib.cli import _parser
+
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    table = readme.split("| option | meaning (default) |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        first, meaning = line.split("|")[1:3]
+        for flag in re.findall(r"`(--?[\w-]+)`", first):
+            rows[flag] = meaning
+    calibrate = next(a for a in _parser()._subparsers._group_actions[0].choices.items() if a[0] == "calibrate")[1]
+    actions = [a for a in calibrate._actions if a.option_strings and "--help" not in a.option_strings]
+    options = {max(a.option_strings, key=len) for a in actions}
+    assert set(rows) - {"-q"} == options, (sorted(options - set(rows)), sorted(set(rows) - options))
+    for flag in ("--method", "--head"):
+        choices = next(a.choices for a in actions if flag in a.option_strings)
+        named = set(re.findall(r"`([\w-]+)`", rows[flag]))
+        assert set(choices) <= named, (flag, sorted(set(choices) - named))
+
+
+def test_the_docs_layout_table_names_every_module():
+    """docs/layout.md's layout table names every module of the package (and only existing paths)."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "docs" / "layout.md").read_text()
+    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`((?:det_calib|datasets|benchmarks|tests)/[\w/.]*)`", table))
+    assert all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())
+    folders = {p for p in named if p.endswith("/")}
+    modules = {str(p.relative_to(root)) for p in (root / "det_calib").rglob("*.py") if p.name != "__init__.py"}
+    missing = {m for m in modules if m not in named and not any(m.startswith(f) for f in folders)}
+    assert not missing, sorted(missing)
