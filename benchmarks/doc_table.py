@@ -3,9 +3,9 @@
 Every figure table in ``docs/`` that a benchmark measures is a file under ``docs/generated/``
 written by that benchmark, never typed by hand; a page embeds it between
 ``<!-- begin generated: docs/generated/NAME.md -->`` and ``<!-- end generated -->``, and
-``tests/test_docs.py`` checks that each embedded block equals its file. To refresh a table, rerun
+``tests/system/test_docs.py`` checks that each embedded block equals its file. To refresh a table, rerun
 the benchmark with ``--doc`` and copy the file into the page's block (or run
-``python3 tests/test_docs.py --sync``).
+``python3 tests/system/test_docs.py --sync``).
 """
 
 from __future__ import annotations

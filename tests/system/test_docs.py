@@ -1,7 +1,7 @@
 """The README and docs/: short README, set-up block as CI reads it, every page linked, every link
 resolving, and every benchmark table embedded from the file its benchmark writes.
 
-``python3 tests/test_docs.py --sync`` copies each generated file into the blocks that embed it
+``python3 tests/system/test_docs.py --sync`` copies each generated file into the blocks that embed it
 (after a benchmark run with ``--doc``).
 """
 
@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MAX_README_LINES = 250
 
@@ -109,7 +109,7 @@ def test_every_link_resolves():
 def test_awaited_pages_are_still_missing():
     """An entry of AWAITED whose file exists is stale: its links are then checked like any other."""
     landed = [p for p in AWAITED if (ROOT / p).exists()]
-    assert not landed, f"these pages exist now: remove them from AWAITED in tests/test_docs.py: {landed}"
+    assert not landed, f"these pages exist now: remove them from AWAITED in tests/system/test_docs.py: {landed}"
 
 
 def test_every_generated_block_equals_its_file():
@@ -120,7 +120,7 @@ def test_every_generated_block_equals_its_file():
         assert src.is_file(), f"{page.relative_to(ROOT)} embeds {m.group('path')}, which does not exist"
         assert m.group("body") == src.read_text(encoding="utf-8"), (
             f"{page.relative_to(ROOT)}: the block of {m.group('path')} differs from the file "
-            "(rerun the benchmark with --doc, then `python3 tests/test_docs.py --sync`)")
+            "(rerun the benchmark with --doc, then `python3 tests/system/test_docs.py --sync`)")
 
 
 def test_every_generated_file_is_embedded_or_linked():
@@ -180,4 +180,4 @@ if __name__ == "__main__":
         for p in sync():
             print(f"updated {p.relative_to(ROOT)}")
     else:
-        sys.exit("usage: python3 tests/test_docs.py --sync")
+        sys.exit("usage: python3 tests/system/test_docs.py --sync")
