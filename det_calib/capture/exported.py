@@ -27,6 +27,7 @@ or ``nms=True`` (the one-to-many branch with NMS in the graph: head ``nms``, row
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -353,13 +354,13 @@ class ExportCapturer:
         overrides = dict(model=str(self.info.path), task="detect", mode="predict", conf=self.conf, iou=self.iou,
                          max_det=self.max_det, imgsz=self.imgsz, verbose=False, save=False, half=False, batch=1,
                          device="" if device is None else device)
+        if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
+            _check_ncnn_loads(self.info.model_file)
         try:
             self.predictor = _predictor_class()(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
         except Exception as e:  # a damaged file, a runtime that cannot load it
             raise InputError(f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}") from None
-        if self.info.format == "ncnn":
-            _check_ncnn_loads(self.info.model_file)
 
     @property
     def settings(self) -> dict:
@@ -419,6 +420,23 @@ class ExportCapturer:
         return b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg
 
 
+@contextlib.contextmanager
+def _stderr_silenced():
+    """File descriptor 2 sent to /dev/null for the duration (what a C library writes there included)."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _check_ncnn_loads(param: Path) -> None:
     """NCNN reports a damaged ``.param`` or a short ``.bin`` by a return code that a loader may ignore (the net
     then runs on missing weights): load the pair once more and read the codes."""
@@ -427,9 +445,10 @@ def _check_ncnn_loads(param: Path) -> None:
 
     net = ncnn.Net()
     net.opt.use_vulkan_compute = False
-    bad = ("param", param) if net.load_param(str(param)) != 0 else (
-        ("bin", param.with_suffix(".bin")) if net.load_model(str(param.with_suffix(".bin"))) != 0 else None)
-    net.clear()
+    with _stderr_silenced():  # NCNN prints its own complaints on the C stderr
+        bad = ("param", param) if net.load_param(str(param)) != 0 else (
+            ("bin", param.with_suffix(".bin")) if net.load_model(str(param.with_suffix(".bin"))) != 0 else None)
+        net.clear()
     if bad:
         raise InputError(f"cannot load the ncnn export {param.parent}: NCNN rejects its .{bad[0]} file "
                          f"{bad[1].name} (truncated or damaged)")
