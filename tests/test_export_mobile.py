@@ -124,8 +124,8 @@ def test_equivalent_threshold_through_plain_predict(runs, exports, fixture_image
     b = pl.read_parquet(runs[name] / "boxes.parquet")
     yolo = YOLO(str(exports[name]), task="detect")
     n = 0
-    for i, im in enumerate(fixture_images):
-        want = np.sort(b.filter((pl.col("image_id") == i) & (pl.col("calibrated") > 0.25))["conf"].to_numpy())
+    for im in fixture_images:
+        want = np.sort(b.filter((pl.col("image") == im.name) & (pl.col("calibrated") > 0.25))["conf"].to_numpy())
         got = np.sort(yolo.predict(str(im), conf=t["raw_conf"], verbose=False)[0].boxes.conf.numpy())
         np.testing.assert_array_equal(got, want.astype(np.float32))
         n += got.size
