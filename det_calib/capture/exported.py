@@ -439,16 +439,7 @@ def _stderr_silenced():
 
 def _check_ncnn_loads(param: Path) -> None:
     """NCNN reports a damaged ``.param`` or a short ``.bin`` by a return code that a loader may ignore (the net
-    then runs on missing weights): load the pair once more and read the codes.
-
-    Called before NCNN is first imported, it sets ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it:
-    NCNN's OpenMP workers otherwise spin between layers, and with other processes on the cores a capture ran
-    at 4.5 s per image instead of 0.03 s here (``OMP_WAIT_POLICY=ACTIVE`` restores the spinning)."""
-    import os
-    import sys
-
-    if "ncnn" not in sys.modules:  # NCNN's OpenMP threads spin while they wait: on a busy machine 100x slower
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when NCNN's libgomp loads
+    then runs on missing weights): load the pair once more and read the codes."""
     # optional extra `ncnn` (pip install 'det_calib[ncnn]'), checked by require_runtime before any call
     import ncnn
 
