@@ -472,8 +472,8 @@ def score_step(conf: Any) -> float | None:
     """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
     whole multiple of it (within 1e-3 of a step), else None (float scores).
 
-    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``
-    with zero point -128) gives scores ``k * scale``, so boxes tie and the logit takes one value per level.
+    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
+    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
 
     >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
     (0.25, None)
