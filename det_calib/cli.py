@@ -151,7 +151,7 @@ def _calibrate_parser(sub: Any) -> None:
         description="With no arguments: runs on the embedded demo detector and dataset.",
     )
     c.add_argument("--model", type=Path, help="detector checkpoint .pt, or an export Ultralytics runs (.onnx, "
-                   "*_openvino_model/) (default: the demo detector)")
+                   "*_openvino_model/, .tflite, *_ncnn_model/, .engine) (default: the demo detector)")
     c.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset, rendered on first use)")
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
@@ -166,7 +166,7 @@ def _capture_parser(sub: Any) -> None:
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
                                    "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.")
     k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or an export (.onnx, "
-                   "*_openvino_model/)")
+                   "*_openvino_model/, .tflite, *_ncnn_model/, .engine)")
     k.add_argument("--data", type=Path, required=True, help="data.yaml")
     k.add_argument("--split", required=True, help="split key in data.yaml")
     k.add_argument("--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)")
@@ -202,10 +202,13 @@ def _run_folder_parsers(sub: Any) -> None:
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
-                   "*_openvino_model/): the calibration is appended to the export's graph")
+                   "*_openvino_model/: the calibration is appended to the export's graph; .tflite, *_ncnn_model/, "
+                   ".engine: re-exported from --source)")
     a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
-    a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint (or .onnx, *_openvino_model/) "
-                   "to write")
+    a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint (or .onnx, *_openvino_model/, "
+                   ".tflite, *_ncnn_model/, .engine) to write")
+    a.add_argument("--source", type=Path, help="a LiteRT, NCNN or TensorRT --model: the .pt it was exported from "
+                   "(the calibration is folded into it and exported again with the export's own arguments)")
 
     r = sub.add_parser("report", help="(re)write report.html and report.md of a calibrate output folder")
     r.add_argument("run_dir", type=Path)
@@ -340,7 +343,7 @@ def _apply(args: argparse.Namespace) -> int:
     if is_export(args.model):
         from det_calib.deploy.calibrated_export import apply_to_export
 
-        print("\n".join(apply_to_export(args.model, args.calibration, args.out)))
+        print("\n".join(apply_to_export(args.model, args.calibration, args.out, source=args.source)))
         return 0
     from det_calib.deploy.fold import write_run_checkpoint
     from det_calib.record.run_result import read_calibrators

@@ -27,6 +27,7 @@ or ``nms=True`` (the one-to-many branch with NMS in the graph: head ``nms``, row
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -44,8 +45,19 @@ from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = {"onnx": (("onnxruntime", "onnx"), "onnx"), "openvino": (("openvino",), "openvino")}
-"""Export format -> (the Python modules running and writing it, the det_calib extra that installs them)."""
+RUNTIMES = {"onnx": (("onnxruntime", "onnx"), "onnx"), "openvino": (("openvino",), "openvino"),
+            "litert": (("ai_edge_litert",), "litert"), "ncnn": (("ncnn",), "ncnn"),
+            "tensorrt": (("tensorrt",), "tensorrt")}
+"""Export format -> (the Python modules running it, and writing it where det_calib edits its graph; the det_calib
+extra that installs them)."""
+
+FORMAT_NAMES = {"onnx": "ONNX (.onnx)", "openvino": "OpenVINO (*_openvino_model/)", "litert": "LiteRT (.tflite)",
+                "ncnn": "NCNN (*_ncnn_model/)", "tensorrt": "TensorRT (.engine)"}
+"""Each export format det_calib reads, as the messages name it."""
+
+GRAPH_FORMATS = ("onnx", "openvino")
+"""The formats whose graph det_calib appends the calibration to (:mod:`det_calib.deploy.calibrated_export`); the
+others are calibrated by exporting the calibrated checkpoint, or deployed at the equivalent raw threshold."""
 
 P_CEILING = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
 """The largest float32 below 1 (``1 - 2**-24``): an engine probability of 1.0 is read as this."""
@@ -56,18 +68,24 @@ LOGIT_CEILING = math.log(P_CEILING) - math.log1p(-P_CEILING)
 
 
 def export_format(model: Any) -> str | None:
-    """``"onnx"`` or ``"openvino"`` when ``model`` is the path of such an export, else None.
+    """The format of the export at path ``model`` (a key of :data:`FORMAT_NAMES`), else None.
 
     >>> export_format("best.onnx"), export_format("best_openvino_model"), export_format("best.pt")
     ('onnx', 'openvino', None)
+    >>> export_format("best_int8.tflite"), export_format("best_ncnn_model"), export_format("best.engine")
+    ('litert', 'ncnn', 'tensorrt')
     """
     if not isinstance(model, (str, Path)):
         return None
     p = Path(model)
-    if p.suffix.lower() == ".onnx":
-        return "onnx"
-    if p.name.endswith("_openvino_model") or p.suffix.lower() == ".xml" or (p.is_dir() and any(p.glob("*.xml"))):
+    suffix = p.suffix.lower()
+    by_suffix = {".onnx": "onnx", ".tflite": "litert", ".engine": "tensorrt", ".xml": "openvino", ".param": "ncnn"}
+    if suffix in by_suffix:
+        return by_suffix[suffix]
+    if p.name.endswith("_openvino_model") or (p.is_dir() and any(p.glob("*.xml"))):
         return "openvino"
+    if p.name.endswith("_ncnn_model") or (p.is_dir() and any(p.glob("*.param"))):
+        return "ncnn"
     return None
 
 
@@ -94,8 +112,9 @@ class ExportInfo:
     """What an export's Ultralytics metadata says about it.
 
     Attributes:
-        path: The export (``.onnx`` file or ``*_openvino_model`` folder).
-        format: ``"onnx"`` or ``"openvino"``.
+        path: The export (``.onnx``, ``.tflite`` or ``.engine`` file; ``*_openvino_model`` or ``*_ncnn_model``
+            folder).
+        format: A key of :data:`FORMAT_NAMES` (``"onnx"``, ``"openvino"``, ``"litert"``, ``"ncnn"``, ``"tensorrt"``).
         head: The head it carries: ``"nms"`` (one-to-many) or ``"e2e"`` (one-to-one).
         rows: Its output is ``(B, max_det, 6)`` rows (top-k or NMS in the graph) rather than
             ``(B, 4 + nc, anchors)`` per-anchor class scores.
@@ -123,32 +142,63 @@ class ExportInfo:
 
     @property
     def model_file(self) -> Path:
-        """The file holding the graph (``.onnx``, or the ``.xml`` of an OpenVINO folder)."""
-        if self.format == "onnx" or self.path.is_file():
+        """The file holding the graph (the export itself, or the ``.xml`` / ``.param`` of an OpenVINO / NCNN folder)."""
+        if self.path.is_file():
             return self.path
-        return next(iter(sorted(self.path.glob("*.xml"))))
+        return next(iter(sorted(self.path.glob("*.param" if self.format == "ncnn" else "*.xml"))))
 
 
 def read_export(model: str | Path) -> ExportInfo:
     """Read an export's metadata (no runtime needed).
 
     Raises:
-        InputError: Not found, not an Ultralytics export (no metadata), or not a detector.
+        InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
+            an Ultralytics export (no metadata), or not a detector.
     """
     from ultralytics.nn.backends.base import BaseBackend
 
     fmt = export_format(model)
     path = Path(model)
     if fmt is None:
-        raise InputError(f"model {path} is not an ONNX (.onnx) or OpenVINO (*_openvino_model/) export")
+        raise InputError(f"model {path} is not an export det_calib reads: {', '.join(FORMAT_NAMES.values())}")
     if not path.exists():
         raise InputError(f"model not found: {path}")
-    if fmt == "openvino" and path.is_dir() and not any(path.glob("*.xml")):
-        raise InputError(f"{path} holds no OpenVINO model (.xml)")
-    meta = BaseBackend.read_metadata(path if path.is_dir() or fmt == "onnx" else path)
+    _check_files(path, fmt)
+    meta = BaseBackend.read_metadata(path)
     if not meta:
+        if fmt in ("litert", "tensorrt"):  # the metadata sits in the file itself (a zip entry at its end, a header)
+            raise InputError(f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
+                             "(truncated or damaged, or not made by Ultralytics' `export`)")
         raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
     return _info_from_metadata(path, fmt, meta)
+
+
+def _check_files(path: Path, fmt: str) -> None:
+    """One line for an export whose files are missing or cut short (what a runtime would load silently or crash on)."""
+    if fmt == "openvino" and path.is_dir() and not any(path.glob("*.xml")):
+        raise InputError(f"{path} holds no OpenVINO model (.xml)")
+    if fmt == "ncnn":
+        params = [path] if path.is_file() else sorted(path.glob("*.param"))
+        if not params:
+            raise InputError(f"{path} holds no NCNN model (.param)")
+        weights = params[0].with_suffix(".bin")
+        if not weights.is_file() or weights.stat().st_size == 0:
+            raise InputError(f"the NCNN export {path} has {params[0].name} but no weights {weights.name} beside it")
+    if fmt == "litert":
+        if not path.is_file():
+            raise InputError(f"{path} is not a file: a LiteRT export is one .tflite file")
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if head[4:8] != b"TFL3":  # the flatbuffer file identifier of every .tflite model
+            raise InputError(f"{path} is not a LiteRT (.tflite) model: no TFL3 identifier")
+
+
+def recorded_export_args(model: str | Path) -> dict[str, Any]:
+    """The export arguments an export's metadata records (Ultralytics keeps those of its format:
+    ``quantize``, ``data``, ``fraction``, ``nms``, ``batch``, ...); ``{}`` when it records none."""
+    from ultralytics.nn.backends.base import BaseBackend
+
+    return dict(_literal(BaseBackend.read_metadata(Path(model)).get("args")) or {})
 
 
 def _literal(v: Any) -> Any:
@@ -204,9 +254,11 @@ def load_export(model: str | Path) -> ExportedDetector:
 
 
 def export_fingerprint(model: str | Path) -> str:
-    """``sha256:`` of an export's files (the ``.onnx``; the ``.xml``, ``.bin`` and metadata of a folder)."""
+    """``sha256:`` of an export's files (a single-file export; the ``.xml`` or ``.param``, ``.bin`` and
+    metadata of a folder)."""
     p = Path(model)
-    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.suffix in (".xml", ".bin", ".yaml", ".onnx"))
+    kept = (".xml", ".bin", ".yaml", ".onnx", ".param")
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.suffix in kept)
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0")
@@ -302,6 +354,8 @@ class ExportCapturer:
         overrides = dict(model=str(self.info.path), task="detect", mode="predict", conf=self.conf, iou=self.iou,
                          max_det=self.max_det, imgsz=self.imgsz, verbose=False, save=False, half=False, batch=1,
                          device="" if device is None else device)
+        if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
+            _check_ncnn_loads(self.info.model_file)
         try:
             self.predictor = _predictor_class()(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
@@ -365,6 +419,40 @@ class ExportCapturer:
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
         return b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """File descriptor 2 sent to /dev/null for the duration (what a C library writes there included)."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _check_ncnn_loads(param: Path) -> None:
+    """NCNN reports a damaged ``.param`` or a short ``.bin`` by a return code that a loader may ignore (the net
+    then runs on missing weights): load the pair once more and read the codes."""
+    # optional extra `ncnn` (pip install 'det_calib[ncnn]'), checked by require_runtime before any call
+    import ncnn
+
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    with _stderr_silenced():  # NCNN prints its own complaints on the C stderr
+        bad = ("param", param) if net.load_param(str(param)) != 0 else (
+            ("bin", param.with_suffix(".bin")) if net.load_model(str(param.with_suffix(".bin"))) != 0 else None)
+        net.clear()
+    if bad:
+        raise InputError(f"cannot load the ncnn export {param.parent}: NCNN rejects its .{bad[0]} file "
+                         f"{bad[1].name} (truncated or damaged)")
 
 
 def make_capturer(model: Any, **kw: Any):

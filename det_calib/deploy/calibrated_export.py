@@ -14,6 +14,13 @@ Two ways, beside the calibrated ``.pt`` (:mod:`det_calib.deploy.fold`):
   anchors)`` every class channel gets its own map before Ultralytics' NMS, as the folded ``.pt``
   does; on top-k row outputs ``(B, max_det, 6)`` (one-to-one head) each row's map is gathered by
   its class, after the engine's top-k (a per-class map then does not re-rank the top-k).
+- :func:`reexport_calibrated`: for the formats whose graph det_calib does not edit (LiteRT, NCNN,
+  TensorRT), the head's calibrator folded into the ``.pt`` the engine was exported from
+  (:func:`det_calib.deploy.fold.write_run_checkpoint`) and that checkpoint exported again by
+  Ultralytics with the engine's own export arguments (its metadata's ``args``: ``quantize``,
+  ``data``, ``fraction``, ...). An FP32 engine computes the map on its own logit, as the graph
+  formats do on the logit read back from its score; a quantised engine quantises the folded layer
+  and its output again (see ``docs/engines_mobile.md`` for what that costs on the demo).
 - :func:`equivalent_raw_threshold`: for a global monotone map, the raw ``conf`` that keeps
   exactly the boxes whose calibrated score is above a calibrated threshold: the float32 value
   ``t`` with ``calibrated(p) > c`` exactly when ``p > t`` for every float32 engine score ``p``
@@ -32,7 +39,17 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.exported import P_CEILING, P_FLOOR, ExportInfo, logit_of_prob, read_export, require_runtime
+from det_calib.capture.exported import (
+    FORMAT_NAMES,
+    GRAPH_FORMATS,
+    P_CEILING,
+    P_FLOOR,
+    ExportInfo,
+    export_format,
+    logit_of_prob,
+    read_export,
+    require_runtime,
+)
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
 
@@ -303,20 +320,27 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
 
 
 # -------------------------------------------------------------------------------------- entry
-def calibrated_export_name(export: str | Path) -> str:
-    """The file or folder name :func:`write_run_export` writes for ``export`` in a run folder.
+def calibrated_export_name(export: str | Path) -> str | None:
+    """The file or folder name :func:`write_run_export` writes for ``export`` in a run folder; None for a
+    format whose graph det_calib does not edit (see :func:`reexport_calibrated`).
 
     >>> calibrated_export_name("best.onnx"), calibrated_export_name("best_int8_openvino_model")
     ('calibrated.onnx', 'calibrated_openvino_model')
+    >>> calibrated_export_name("best_int8.tflite") is None
+    True
     """
-    return "calibrated.onnx" if str(export).lower().endswith(".onnx") else "calibrated_openvino_model"
+    fmt = export_format(export)
+    if fmt not in GRAPH_FORMATS:
+        return None
+    return "calibrated.onnx" if fmt == "onnx" else "calibrated_openvino_model"
 
 
-def deployed_file(model: str | Path) -> str:
-    """The name of a run's calibrated model: ``calibrated.pt``, or for an export :func:`calibrated_export_name`.
+def deployed_file(model: str | Path) -> str | None:
+    """The name of a run's calibrated model: ``calibrated.pt``, or for an export :func:`calibrated_export_name`
+    (None: a LiteRT, NCNN or TensorRT run writes no calibrated engine itself).
 
-    >>> deployed_file("best.pt"), deployed_file("best.onnx")
-    ('calibrated.pt', 'calibrated.onnx')
+    >>> deployed_file("best.pt"), deployed_file("best.onnx"), deployed_file("best_ncnn_model")
+    ('calibrated.pt', 'calibrated.onnx', None)
     """
     from det_calib.capture.exported import is_export
 
@@ -341,6 +365,9 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
         InputError: Not an export, no calibrator for its head, a runtime or its library missing.
     """
     info = read_export(export)
+    if info.format not in GRAPH_FORMATS:
+        raise InputError(f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: re-export the calibrated "
+                         "checkpoint (det-calib apply --model EXPORT --source SOURCE.pt ...)")
     if info.head not in calibrators:
         raise InputError(f"no calibrator for the `{info.head}` head the export {info.path.name} carries "
                          f"(have: {', '.join(calibrators) or 'none'})")
@@ -378,11 +405,14 @@ class EngineRecord:
     """What ``engine.json`` holds: the engine a run calibrated and its three deployments.
 
     Attributes:
-        engine: ``"onnx fp32"``, ``"openvino int8"``, ... (``"pytorch"`` for a ``.pt``).
+        engine: ``"onnx fp32"``, ``"openvino int8"``, ``"litert int8"``, ... (``"pytorch"`` for a ``.pt``).
         format, precision, head, imgsz: Of the export (:class:`~det_calib.capture.exported.ExportInfo`).
         source: The export's path.
-        calibrated_export: Name of the calibrated export in the run folder (None for a ``.pt``).
+        calibrated_export: Name of the calibrated export in the run folder (None where the run writes none:
+            a LiteRT, NCNN or TensorRT engine, calibrated by :func:`reexport_calibrated`).
         equivalent_thresholds: Head -> :func:`equivalent_raw_thresholds` at the run's ``--conf``.
+        score_step: The step of the engine's scores when its output is quantised (every captured conf is
+            a whole multiple of it: an INT8 output), else None (:func:`score_step`).
     """
 
     engine: str
@@ -393,6 +423,7 @@ class EngineRecord:
     source: str
     calibrated_export: str | None
     equivalent_thresholds: dict[str, list[dict]]
+    score_step: float | None = None
 
     def to_dict(self) -> dict:
         import dataclasses
@@ -403,8 +434,20 @@ class EngineRecord:
         """What ``calibrate`` prints about the engine: its calibrated export and equivalent thresholds."""
         lines = []
         for head, eqs in self.equivalent_thresholds.items():
-            lines.append(f"[{head}] engine {self.engine} ({Path(self.source).name}): calibrated export "
-                         f"{self.calibrated_export} (the calibration in its graph)")
+            src = Path(self.source).name
+            if self.calibrated_export is not None:
+                lines.append(f"[{head}] engine {self.engine} ({src}): calibrated export "
+                             f"{self.calibrated_export} (the calibration in its graph)")
+            elif self.precision == "int8":
+                lines.append(f"[{head}] engine {self.engine} ({src}): no calibrated engine (a quantised engine "
+                             "re-exported from the calibrated checkpoint does not keep the map): deploy the raw "
+                             "engine at the threshold below")
+            else:
+                lines.append(f"[{head}] engine {self.engine} ({src}): no calibrated engine written (det_calib does "
+                             f"not edit a {self.format} graph); det-calib apply --model {src} --source SOURCE.pt "
+                             "--calibration RUN/calibration.json --out OUT re-exports the calibrated checkpoint")
+            if self.score_step is not None:
+                lines.append(f"[{head}]   its scores are quantised: whole multiples of {self.score_step:.6g}")
             for e in eqs:
                 if e["raw_conf"] is not None:
                     lines.append(f"[{head}]   or, with no code: raw conf > {e['raw_conf']:.6g} on the raw engine keeps "
@@ -420,9 +463,31 @@ class EngineRecord:
 
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+            return cls(**{f.name: d[f.name] if f.default is dataclasses.MISSING else d.get(f.name, f.default)
+                          for f in dataclasses.fields(cls)})
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise InputError(f"{path}: not a det_calib engine record ({type(e).__name__}: {e})") from None
+
+
+def score_step(conf: Any) -> float | None:
+    """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
+    whole multiple of it (within 1e-3 of a step), else None (float scores).
+
+    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
+    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
+
+    >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
+    (0.25, None)
+    """
+    u = np.unique(np.asarray(conf, dtype=np.float64))
+    u = u[u > 0]
+    if u.size < 3:
+        return None
+    step = float(np.diff(u).min())
+    if step < 1e-4:
+        return None
+    k = u / step
+    return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None
 
 
 def run_equivalent_thresholds(calibrators: dict[str, LogitCalibrator], methods: dict[str, str], confs: Any,
@@ -437,26 +502,53 @@ def run_equivalent_thresholds(calibrators: dict[str, LogitCalibrator], methods: 
 def write_run_engine(export: str | Path, folder: Path, result: Any, records: dict[str, Any],
                      metadata: dict[str, Any] | None = None) -> EngineRecord:
     """A run on an export: write its calibrated export (the calibrators of ``records``, head ->
-    calibrator record) and ``engine.json`` into ``folder``."""
+    calibrator record; a format det_calib can edit only) and ``engine.json`` into ``folder`` (whose
+    ``boxes.parquet`` is read for :func:`score_step`)."""
+    import polars as pl
+
     from det_calib.io import write_json
     from det_calib.record.run_result import calibrator_of
 
     calibrators = {h: calibrator_of(r) for h, r in records.items()}
     info = read_export(export)
-    write_run_export(export, folder, calibrators, metadata=metadata)
+    if info.format in GRAPH_FORMATS:
+        write_run_export(export, folder, calibrators, metadata=metadata)
+    step = None
+    if (folder / "boxes.parquet").is_file():
+        step = score_step(pl.read_parquet(folder / "boxes.parquet", columns=["conf"])["conf"].to_numpy())
     methods = {h: r.calibrator.method for h, r in result.results.items() if r.calibrator is not None}
     rec = EngineRecord(engine=info.engine, format=info.format, precision=info.precision, head=info.head,
                        imgsz=list(info.imgsz), source=str(info.path.resolve()),
                        calibrated_export=calibrated_export_name(export),
                        equivalent_thresholds=run_equivalent_thresholds(
-                           calibrators, methods, result.settings.conf_thresholds, len(info.names)))
+                           calibrators, methods, result.settings.conf_thresholds, len(info.names)),
+                       score_step=step)
     write_json(folder / ENGINE_FILE, rec.to_dict())
     return rec
 
 
-def apply_to_export(export: str | Path, calibration: str | Path, out: str | Path) -> list[str]:
+def _threshold_words(eq: list[dict]) -> list[str]:
+    out = []
+    for e in eq:
+        if e["raw_conf"] is not None:
+            out.append(f"calibrated conf > {e['conf']:g} keeps what conf > {e['raw_conf']:.6g} keeps on the raw "
+                       "export (no code needed)")
+        else:
+            out.append(f"calibrated conf > {e['conf']:g}: a per-class map; raw conf per class "
+                       + ", ".join(f"{t:.4g}" for t in e["raw_conf_per_class"]))
+    return out
+
+
+def apply_to_export(export: str | Path, calibration: str | Path, out: str | Path,
+                    source: str | Path | None = None) -> list[str]:
     """``det-calib apply`` on an export: write the calibrated export, return the lines to print
-    (what was written, and the equivalent raw threshold of each calibrated ``--conf``)."""
+    (what was written, and the equivalent raw threshold of each calibrated ``--conf``).
+
+    A LiteRT, NCNN or TensorRT export needs ``source``, the ``.pt`` it was exported from
+    (:func:`reexport_calibrated`); without it, one line says so with the equivalent threshold. A quantised
+    (INT8) one gets that line whatever ``source``: its re-export quantises the folded map again, and on the
+    demo the result is far from the calibrated scores (``benchmarks/measure_engines_mobile.py``).
+    """
     from det_calib.deploy.posthoc import load_calibrators
     from det_calib.record.run_result import RunResult, read_calibrators
 
@@ -467,18 +559,88 @@ def apply_to_export(export: str | Path, calibration: str | Path, out: str | Path
                          f"(it has: {', '.join(records) or 'none'})")
     calibrators = load_calibrators(calibration)
     run = RunResult.read(calibration)
-    path = write_calibrated_export(export, out, calibrators, metadata={"calibration": str(calibration)})
+    eq = run_equivalent_thresholds({info.head: calibrators[info.head]}, {info.head: records[info.head].method},
+                                   run.settings.conf_thresholds, len(info.names))[info.head]
+    if info.format not in GRAPH_FORMATS and info.precision == "int8":
+        raise InputError(f"no calibrated {info.engine} engine: quantising the calibrated checkpoint again does not "
+                         "keep the map (docs/engines_mobile.md); deploy the raw engine instead: "
+                         + "; ".join(_threshold_words(eq)))
+    if info.format not in GRAPH_FORMATS and source is None:
+        raise InputError(f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: pass --source, the .pt "
+                         f"{info.path.name} was exported from, to re-export it calibrated; or, with no code: "
+                         + "; ".join(_threshold_words(eq)))
+    if info.format in GRAPH_FORMATS:
+        path = write_calibrated_export(export, out, calibrators, metadata={"calibration": str(calibration)})
+    else:
+        path = reexport_calibrated(export, source, calibration, out)
     lines = [f"wrote {path} ({info.engine}, {info.head}: {records[info.head].method})"]
     if Path(run.model).resolve() != info.path.resolve():
         lines.append(f"note: {calibration} was fitted on {run.model}, not on this export: an export scores "
                      "differently (calibrate the export itself: det-calib calibrate --model EXPORT)")
-    eq = run_equivalent_thresholds({info.head: calibrators[info.head]}, {info.head: records[info.head].method},
-                                   run.settings.conf_thresholds, len(info.names))[info.head]
-    for e in eq:
-        if e["raw_conf"] is not None:
-            lines.append(f"calibrated conf > {e['conf']:g} keeps what conf > {e['raw_conf']:.6g} keeps on the raw "
-                         "export (no code needed)")
-        else:
-            lines.append(f"calibrated conf > {e['conf']:g}: a per-class map; raw conf per class "
-                         + ", ".join(f"{t:.4g}" for t in e["raw_conf_per_class"]))
-    return lines
+    return lines + _threshold_words(eq)
+
+
+def export_arguments(info: ExportInfo) -> dict[str, Any]:
+    """Ultralytics ``export`` arguments that make another export like ``info``'s: its format, size and the
+    arguments its metadata records (``quantize``, ``data``, ``fraction``, ``nms``, ...)."""
+    from det_calib.capture.exported import recorded_export_args
+
+    args = recorded_export_args(info.path)
+    fmt = {"tensorrt": "engine"}.get(info.format, info.format)
+    return {"format": fmt, "imgsz": list(info.imgsz), **{k: v for k, v in args.items() if v is not None}}
+
+
+def reexport_calibrated(export: str | Path, source: str | Path, calibration: str | Path, out: str | Path) -> Path:
+    """The calibrated engine of a format det_calib does not edit: ``calibration``'s calibrator of the export's
+    head folded into ``source`` (the ``.pt`` the export was made from), exported again by Ultralytics with
+    :func:`export_arguments`, moved to ``out`` (a ``.tflite`` file, a ``*_ncnn_model`` folder, an ``.engine``).
+
+    The folded map is stock layers (a scaled last conv, or conv + ReLU hinges), so it survives the export;
+    an FP32 engine then computes it on its own logit. A quantised engine (INT8) is quantised again, with the
+    folded layer inside: its scores are the calibrated ones to the quantisation's step, not exactly.
+
+    Raises:
+        InputError: ``source`` not a ``.pt`` detector with the export's classes, no calibrator for the
+            export's head, or the export failing (its one line).
+    """
+    import tempfile
+
+    from det_calib.deploy.fold import write_run_checkpoint
+    from det_calib.errors import first_line
+    from det_calib.record.run_result import read_calibrators
+
+    info = read_export(export)
+    source, out = Path(source), Path(out)
+    if source.suffix != ".pt" or not source.is_file():
+        raise InputError(f"Expected argument `source` to be the .pt checkpoint {info.path.name} was exported from, "
+                         f"but got {source}")
+    records = read_calibrators(calibration)
+    if info.head not in records:
+        raise InputError(f"{calibration} has no calibrator for the `{info.head}` head the export carries")
+    kw = export_arguments(info)
+    want_suffix = {"litert": ".tflite", "tensorrt": ".engine"}.get(info.format)
+    if want_suffix and out.suffix != want_suffix:
+        raise InputError(f"Expected `out` to end in {want_suffix} (Ultralytics reads the format from it), "
+                         f"but got {out.name}")
+    if info.format == "ncnn" and not out.name.endswith("_ncnn_model"):
+        raise InputError(f"Expected `out` to be a folder named *_ncnn_model (Ultralytics reads the format from it), "
+                         f"but got {out.name}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".det_calib_reexport_", dir=out.parent) as tmp:
+        pt = write_run_checkpoint(source, Path(tmp) / "calibrated.pt", {info.head: records[info.head]},
+                                  metadata={"calibration": str(calibration), "source_export": str(info.path)})
+        from ultralytics import YOLO
+
+        model = YOLO(str(pt))
+        if [str(model.names[k]) for k in sorted(model.names)] != info.names:
+            raise InputError(f"{source} does not have the classes of {info.path.name}: not the .pt it was exported "
+                             "from")
+        try:
+            made = Path(model.export(**kw, verbose=False))
+        except Exception as e:  # the exporter's own failure (a missing converter, no GPU for TensorRT)
+            raise InputError(f"cannot export the calibrated checkpoint to {info.format}: {first_line(e)}") from None
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        made.rename(out)
+    log.info("wrote calibrated %s engine %s", info.engine, out)
+    return out

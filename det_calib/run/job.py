@@ -221,5 +221,11 @@ def calibrate(
     out = Path(out)
     with stage("write outputs"), single_blas_thread():
         files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
-    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / deployed_file(inputs.model),
+    return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=_deployed_path(out, inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export
+
+
+def _deployed_path(out: Path, model: Any) -> Path | None:
+    """The run's calibrated model in ``out``; None where the run writes none (a LiteRT, NCNN or TensorRT engine)."""
+    name = deployed_file(model)
+    return None if name is None else out / name

@@ -38,6 +38,9 @@ ALLOWED_UNDECLARED: dict[str, str] = {
     "openvino": "optional extra `det_calib[openvino]` (declared there): imported only inside the OpenVINO writer of "
                 "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime named the extra "
                 "when it is missing",
+    "ncnn": "optional extra `det_calib[ncnn]` (declared there): imported only inside the NCNN load check of "
+            "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.require_runtime named the "
+            "extra when it is missing",
 }
 
 
@@ -48,6 +51,10 @@ def test_the_runtime_extras_are_declared_and_tested():
     assert declared(extras["onnx"]) | declared(extras["openvino"]) <= declared(extras["test"])
     for module in ("onnx", "openvino"):
         assert module in ALLOWED_UNDECLARED and module in declared(extras[module])
+    # LiteRT and NCNN too (test_export_mobile must run in CI, not skip)
+    assert {"litert-torch", "ai-edge-litert"} <= declared(extras["litert"]) and {"ncnn", "pnnx"} <= declared(
+        extras["ncnn"])
+    assert declared(extras["litert"]) | declared(extras["ncnn"]) <= declared(extras["test"])
 
 
 def _canon(name: str) -> str:
