@@ -51,7 +51,7 @@ def test_the_runtime_extras_are_declared_and_tested():
     assert declared(extras["onnx"]) | declared(extras["openvino"]) <= declared(extras["test"])
     for module in ("onnx", "openvino"):
         assert module in ALLOWED_UNDECLARED and module in declared(extras[module])
-    # LiteRT and NCNN too (test_export_mobile must run in CI, not skip)
+    # LiteRT and NCNN too (deploy/test_mobile_engines must run in CI, not skip)
     assert {"litert-torch", "ai-edge-litert"} <= declared(extras["litert"]) and {"ncnn", "pnnx"} <= declared(
         extras["ncnn"])
     assert declared(extras["litert"]) | declared(extras["ncnn"]) <= declared(extras["test"])
