@@ -138,7 +138,8 @@ def main() -> None:
     from measure_engines import predict_parity
 
     from det_calib.demo import demo_data_yaml
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord, reexport_calibrated
+    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy.reexport import reexport_calibrated
     from det_calib.io import atomic_path
     from det_calib.record.run_folder import load_run
     from det_calib.report import compare_runs

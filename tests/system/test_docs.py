@@ -24,7 +24,6 @@ FOUR_DECIMALS = re.compile(r"(?<![\d.])\d\.\d{4}(?!\d)")
 AWAITED = {
     "docs/speed.md": "issue 43 (speed of calibrate)",
     "docs/generated/bench_calibrate.md": "issue 43 (bench_calibrate.py writes it)",
-    "docs/engines_mobile.md": "issue 41 (LiteRT and NCNN)",
 }
 
 
