@@ -36,7 +36,6 @@ from det_calib.data.box_table import validate_boxes
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.errors import InputError
 from det_calib.io import check_output_dir
 from det_calib.matching.one_to_one import match_boxes
@@ -46,6 +45,7 @@ from det_calib.record.run_result import (
     calibrator_record,
     package_version,
 )
+from det_calib.run import clock
 from det_calib.run.fitting import (
     Choice,
     _candidates,
@@ -94,6 +94,14 @@ class CalibrationRun:
         return self.result.temperatures
 
 
+def _startup_imports() -> None:
+    """Import what the first image needs (torch, Ultralytics, the capture), charged to ``imports``."""
+    with clock.stage("imports"):
+        import ultralytics  # noqa: F401
+
+        import det_calib.capture.predictor  # noqa: F401
+
+
 def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
     """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
 
@@ -102,8 +110,9 @@ def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict
     """
     from det_calib.capture.exported import make_capturer  # a Capturer, or an ExportCapturer for an export
 
-    cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+    with clock.stage("model load"):  # the capture's own copy of the detector
+        cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                            imgsz=inputs.imgsz, batch=s.batch, device=s.device)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
@@ -133,10 +142,10 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     and ``choice``: the calibrator already chosen on the fit table (``fit_head`` of it); what is
     given is not redone (the ensemble passes the fusion it chose, labelled and fitted once); a
     ``captured`` table may be None where ``matched`` gives it."""
-    with stage("matching"):
+    with clock.stage("fit and choice"), stage("matching"):
         fb, eb = (m if m is not None else match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou)
                   for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
-    with stage("fit" if s.method != "auto" else "fit and CV"):
+    with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
         choice = fit_head(fb, s) if choice is None else choice
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
@@ -157,7 +166,8 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
     """Every head through :func:`calibrate_head`; their results and the run's box table."""
     results, tables = {}, []
     for head in inputs.heads:
-        with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.run.threads)
+        # vector work: a second BLAS thread only waits (det_calib.run.threads)
+        with clock.stage("figures"), single_blas_thread():
             results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
     return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
@@ -193,20 +203,31 @@ def calibrate(
     """
     s = _settings_of(settings, options)
     t_start = time.time()
+    clock.begin()
     with stage("load model and data"):
-        inputs = resolve_inputs(model, data, s)
-        fit, ev = load_splits(inputs.ds, s)
+        _startup_imports()
+        if model is None and data is None:
+            from det_calib import demo
+
+            with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
+                model, data = demo.demo_model(), demo.demo_data_yaml()
+        with clock.stage("model load"):
+            inputs = resolve_inputs(model, data, s)
+        with clock.stage("data check"):
+            fit, ev = load_splits(inputs.ds, s)
     # every check that needs no forward pass, before the first one
-    preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
-              n_classes=len(inputs.ds.names), settings=s)
-    check_output_dir(Path(out))  # refuse a folder det_calib does not own
+    with clock.stage("data check"):
+        preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
+                  n_classes=len(inputs.ds.names), settings=s)
+        check_output_dir(Path(out))  # refuse a folder det_calib does not own
     if s.boxes:
         from det_calib.run.reuse import reuse_boxes
 
-        with stage("read boxes"):
+        with clock.stage("capture"), stage("read boxes"):
             captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
     else:
-        captured = capture_splits(inputs, (fit, ev), s)
+        with clock.stage("capture"):
+            captured = capture_splits(inputs, (fit, ev), s)
         fingerprints = None
     results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
     result = RunResult(
@@ -218,7 +239,9 @@ def calibrate(
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
     )
     out = Path(out)
-    with stage("write outputs"), single_blas_thread():
+    with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
         files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
+    from det_calib.deploy.calibrated_export import deployed_file
+
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=out / deployed_file(inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export

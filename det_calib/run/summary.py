@@ -99,6 +99,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
         lines += _shift_lines(head, h)
     lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
                  "kept boxes)")
+    if r.timings is not None:
+        lines.append(r.timings.line())
     return "\n".join(lines)
 
 
