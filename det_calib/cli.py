@@ -272,6 +272,8 @@ def _check(args: argparse.Namespace) -> int:
                             min_boxes=args.min_boxes, n_boot=args.n_boot, n_perm=args.n_perm, device=args.device,
                             batch=args.batch, progress=args.progress, report=args.report)
     print("\n".join(result.lines()))
+    if result.timings is not None:
+        print(result.timings.line())
     print(f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to {out} "
           f"(exit code {result.exit_code})")
     return result.exit_code

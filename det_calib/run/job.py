@@ -94,7 +94,7 @@ class CalibrationRun:
         return self.result.temperatures
 
 
-def _startup_imports() -> None:
+def startup_imports() -> None:
     """Import what the first image needs (torch, Ultralytics, the capture), charged to ``imports``."""
     with clock.stage("imports"):
         import ultralytics  # noqa: F401
@@ -150,15 +150,16 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
-    with stage("kept-set metrics and intervals"):
-        op = _operating_eval(eb, ev, s)
-    evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
-    with stage("temperature and candidates on the eval split"):
-        result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
-                            eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                            per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
-                            temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
-    return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
+    with clock.stage("figures"):  # on the eval split (and the fit figures)
+        with stage("kept-set metrics and intervals"):
+            op = _operating_eval(eb, ev, s)
+        evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
+        with stage("temperature and candidates on the eval split"):
+            result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
+                                eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
+                                per_class=evaluated.per_class, candidates=_candidates(choice, op) or None,
+                                temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+        return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 
 
 def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
@@ -167,10 +168,33 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
     results, tables = {}, []
     for head in inputs.heads:
         # vector work: a second BLAS thread only waits (det_calib.run.threads)
-        with clock.stage("figures"), single_blas_thread():
+        with single_blas_thread():
             results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
-    return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+    with clock.stage("figures"):
+        return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+
+
+def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Settings
+           ) -> tuple[Inputs, Split, Split]:
+    """The fixed start-up: imports, the model and the data loaded and checked (every check that needs
+    no forward pass, before the first one)."""
+    with stage("load model and data"):
+        startup_imports()
+        if model is None and data is None:
+            from det_calib import demo
+
+            with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
+                model, data = demo.demo_model(), demo.demo_data_yaml()
+        with clock.stage("model load"):
+            inputs = resolve_inputs(model, data, s)
+        with clock.stage("data check"):
+            fit, ev = load_splits(inputs.ds, s)
+    with clock.stage("data check"):
+        preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
+                  n_classes=len(inputs.ds.names), settings=s)
+        check_output_dir(out)  # refuse a folder det_calib does not own
+    return inputs, fit, ev
 
 
 def calibrate(
@@ -204,22 +228,7 @@ def calibrate(
     s = _settings_of(settings, options)
     t_start = time.time()
     clock.begin()
-    with stage("load model and data"):
-        _startup_imports()
-        if model is None and data is None:
-            from det_calib import demo
-
-            with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
-                model, data = demo.demo_model(), demo.demo_data_yaml()
-        with clock.stage("model load"):
-            inputs = resolve_inputs(model, data, s)
-        with clock.stage("data check"):
-            fit, ev = load_splits(inputs.ds, s)
-    # every check that needs no forward pass, before the first one
-    with clock.stage("data check"):
-        preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
-                  n_classes=len(inputs.ds.names), settings=s)
-        check_output_dir(Path(out))  # refuse a folder det_calib does not own
+    inputs, fit, ev = _start(model, data, Path(out), s)
     if s.boxes:
         from det_calib.run.reuse import reuse_boxes
 
