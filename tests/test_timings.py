@@ -96,3 +96,29 @@ def test_a_job_takes_the_command_lines_clock_once():
         assert t.started == "call" and "capture" not in t.stages
     finally:
         clock.reset()
+
+
+def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path):
+    """The start-up of calibrate (imports, model load, data check) loads no report, plot, export or
+    evaluation library: they are imported when their stage comes (a fresh interpreter)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import sys
+from pathlib import Path
+from det_calib.run.job import _start
+from det_calib.run.settings import Settings
+_start(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
+print(" ".join(sorted(sys.modules)))
+"""
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr
+    loaded = set(p.stdout.split())
+    assert {"torch", "ultralytics", "det_calib.capture.predictor"} <= loaded  # what the first image needs
+    for name in ("matplotlib", "scipy", "pycocotools", "onnx", "onnxruntime", "openvino", "det_calib.report",
+                 "det_calib.deploy.fold", "det_calib.deploy.calibrated_export", "det_calib.ensemble"):
+        assert name not in loaded, name
