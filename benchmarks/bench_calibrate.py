@@ -23,6 +23,9 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_calibrate.py [--repeats 2] [--boxes]
 
 ``--boxes`` also times ``calibrate --boxes`` on the first run's output folder (no forward pass).
+``--baseline DIR`` also runs ``calibrate`` from another checkout of det_calib (e.g. the main
+branch's), in the same turns, so that a change is measured against the code before it under the same
+load; the summary figures of the two are compared line by line (the timing line aside).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def main() -> None:
     ap.add_argument("--splits", nargs=2, default=("calib", "test"), help="fit and eval split (default calib test)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder")
+    ap.add_argument("--baseline", help="another det_calib checkout whose calibrate runs in the same turns")
     ap.add_argument("--md", default=str(REPO / "docs" / "generated" / "bench_calibrate.md"),
                     help="where to write the table (markdown; '-': nowhere)")
     ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
@@ -104,7 +108,7 @@ def main() -> None:
                 args.splits[1], "-q", *args.extra]
     print(f"model {args.model}\ndata  {args.data}  splits {args.splits[0]} + {args.splits[1]}")
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
-    cal, val, reuse, timings = [], [], [], []
+    cal, val, reuse, timings, base = [], [], [], [], []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench_calibrate_") as tmp:
         env["BENCH_TMP"] = tmp
@@ -114,7 +118,15 @@ def main() -> None:
             cal.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", out], env))
             timings.append(json.loads((Path(out) / "calibration.json").read_text()).get("timings"))
             val.append(_run([sys.executable, "-c", VAL, args.model, *yamls], env))
-            print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s, val {val[-1]['wall']:.1f} s", flush=True)
+            if args.baseline:
+                bout = str(Path(tmp) / f"base{r}")
+                base.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", bout],
+                                 {**env, "PYTHONPATH": str(Path(args.baseline).resolve())}))
+                if r == 0:
+                    same = _same_figures(Path(out) / "summary.txt", Path(bout) / "summary.txt")
+                    print(f"  summary figures, this checkout vs baseline: {'identical' if same else 'DIFFERENT'}")
+            print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s, val {val[-1]['wall']:.1f} s"
+                  + (f", baseline calibrate {base[-1]['wall']:.1f} s" if base else ""), flush=True)
         if args.boxes:
             for r in range(args.repeats):
                 reuse.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--boxes",
@@ -129,11 +141,16 @@ def main() -> None:
     rows = [("det-calib calibrate", cal), ("Ultralytics val, same 2 splits", val)]
     if reuse:
         rows.append(("det-calib calibrate --boxes", reuse))
+    if base:
+        rows.append((f"baseline calibrate ({Path(args.baseline).name})", base))
     table = ["| | wall s | CPU s | peak RSS GiB |", "|---|---:|---:|---:|"]
     table += [f"| {name} | {med(rr, 'wall'):.1f} | {med(rr, 'cpu'):.1f} | {med(rr, 'rss') / gib:.2f} |"
               for name, rr in rows]
     table.append(f"| **ratio calibrate / val** | **{med(cal, 'wall') / med(val, 'wall'):.2f}x** | "
                  f"**{med(cal, 'cpu') / med(val, 'cpu'):.2f}x** | **{med(cal, 'rss') / med(val, 'rss'):.2f}x** |")
+    if base:
+        table.append(f"| ratio baseline calibrate / val | {med(base, 'wall') / med(val, 'wall'):.2f}x | "
+                     f"{med(base, 'cpu') / med(val, 'cpu'):.2f}x | {med(base, 'rss') / med(val, 'rss'):.2f}x |")
     stage_table = _stage_table(timings, cal)
     print(f"\nmedian of {args.repeats} paired runs (calibrate, then val, in turn)")
     print("\n".join(table))
@@ -142,6 +159,14 @@ def main() -> None:
         print("\n".join(stage_table))
     if args.md != "-":
         _write_md(Path(args.md), args, table, stage_table, load_before, load_after)
+
+
+def _same_figures(a: Path, b: Path) -> bool:
+    """Whether two summaries say the same, their timing lines aside."""
+    def lines(p: Path) -> list[str]:
+        return [x for x in p.read_text().splitlines() if not x.startswith("time: ")]
+
+    return lines(a) == lines(b)
 
 
 def _stage_table(timings: list[dict | None], cal: list[dict[str, float]]) -> list[str]:
