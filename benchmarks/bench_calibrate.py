@@ -203,7 +203,8 @@ def _write_md(path: Path, args: argparse.Namespace, table: list[str], stage_tabl
         "# det-calib calibrate against plain Ultralytics val",
         "",
         f"Model `{model}`, data `{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
-        f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}. "
+        f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
+        + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "") + ". "
         f"Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
         f"OMP_NUM_THREADS={args.omp}). Commit {commit}, "
         f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs, load average "
