@@ -15,12 +15,12 @@ before and after is printed too.
 
 Each calibrate run's own timing line (``calibration.json``'s ``timings``: wall and CPU per stage)
 is read back: the median per stage is printed, with the recorded wall against the wall measured
-here (the line must add up to it). The table is written to ``docs/generated/bench_calibrate.md``
-(``--md`` another file, ``--md -`` none), which docs/speed.md links.
+here (the line must add up to it). With ``--doc`` the tables are written to
+``docs/generated/bench_calibrate.md`` (:mod:`benchmarks.doc_table`), which docs/speed.md links.
 
 Run from the repository root::
 
-    PYTHONPATH=. python benchmarks/bench_calibrate.py [--repeats 2] [--boxes]
+    PYTHONPATH=. python benchmarks/bench_calibrate.py [--repeats 2] [--boxes] [--baseline ../main] [--doc]
 
 ``--boxes`` also times ``calibrate --boxes`` on the first run's output folder (no forward pass).
 ``--baseline DIR`` also runs ``calibrate`` from another checkout of det_calib (e.g. the main
@@ -31,7 +31,6 @@ load; the summary figures of the two are compared line by line (the timing line 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -91,8 +90,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder")
     ap.add_argument("--baseline", help="another det_calib checkout whose calibrate runs in the same turns")
-    ap.add_argument("--md", default=str(REPO / "docs" / "generated" / "bench_calibrate.md"),
-                    help="where to write the table (markdown; '-': nowhere)")
+    ap.add_argument("--doc", action="store_true", help="write the tables to docs/generated/bench_calibrate.md")
     ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
     args = ap.parse_args()
 
@@ -157,8 +155,8 @@ def main() -> None:
     if stage_table:
         print("\ncalibrate's own timing line (calibration.json `timings`), median per stage")
         print("\n".join(stage_table))
-    if args.md != "-":
-        _write_md(Path(args.md), args, table, stage_table, load_before, load_after)
+    if args.doc:
+        _write_doc(args, table, stage_table, load_before, load_after)
 
 
 def _same_figures(a: Path, b: Path) -> bool:
@@ -190,36 +188,22 @@ def _stage_table(timings: list[dict | None], cal: list[dict[str, float]]) -> lis
     return lines
 
 
-def _write_md(path: Path, args: argparse.Namespace, table: list[str], stage_table: list[str],
-              load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    model = Path(args.model).name
-    text = [
-        "<!-- written by benchmarks/bench_calibrate.py; do not edit by hand -->",
-        "# det-calib calibrate against plain Ultralytics val",
-        "",
-        f"Model `{model}`, data `{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
-        f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
-        + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "") + ". "
-        f"Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
-        f"OMP_NUM_THREADS={args.omp}). Commit {commit}, "
-        f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs, load average "
-        f"{load_before[0]:.1f} before and {load_after[0]:.1f} after (a shared machine: wall times are noisy, "
-        "CPU times less so).",
-        "",
-        *table,
-        "",
-    ]
+def _write_doc(args: argparse.Namespace, table: list[str], stage_table: list[str],
+               load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from doc_table import write_doc_table
+
+    note = (f"Model `{Path(args.model).name}`, data `{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
+            f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
+            + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "")
+            + f". Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
+            f"OMP_NUM_THREADS={args.omp}); {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before and "
+            f"{load_after[0]:.1f} after (a shared machine: wall times are noisy, CPU times less so).")
+    body = "\n".join(table)
     if stage_table:
-        text += ["Where calibrate's time went (its own timing line, `calibration.json` `timings`; the stages "
-                 "are exclusive and add up to the recorded total):", "", *stage_table, ""]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(text))
-    print(f"\nwrote {path}")
+        body += ("\n\nWhere calibrate's time went (its own timing line, `calibration.json` `timings`; the stages "
+                 "are exclusive and add up to the recorded total):\n\n" + "\n".join(stage_table))
+    write_doc_table("bench_calibrate", body, note=note)
 
 
 if __name__ == "__main__":
