@@ -15,6 +15,10 @@ Two independent checks:
   Detect head, scored by the same validator's postprocess and metric code (the calibrated
   checkpoint differs from the original only inside the head, :mod:`det_calib.deploy.fold`). Its figures
   equal those of the two separate vals (tests/test_verify.py).
+- :func:`ultralytics_val_heads`: the same for every head of a two-head (YOLO26) checkpoint in one
+  pass: the other branch of the calibrated checkpoint, and the original's branches, decoded from the
+  features of the stock one, each through the validator's postprocess in its own mode (what the
+  pipeline runs).
 
 Every det_calib val runs Ultralytics' NMS with no wall-clock budget (its own stops after
 ``2.0 + 0.05 * batch`` seconds and returns no boxes for the batch's remaining images, which on a

@@ -11,8 +11,8 @@ function of its own module, for notebooks and other tools:
   :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
 - :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
-- :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_shared` — mAP before/after
-  (one Ultralytics val pass of the calibrated checkpoint per head also scores the original head)
+- :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_heads` — mAP before/after
+  (one Ultralytics val pass of the calibrated checkpoint scores every head, and the original's, on the same features)
   (and :func:`detection_change` for per-class maps folded into the model)
 - :func:`det_calib.evaluation.kept_set.threshold_shift` — the kept set at conf 0.25
 - :func:`det_calib.deploy.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
