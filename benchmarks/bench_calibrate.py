@@ -70,10 +70,10 @@ def _split_yamls(data: str, splits: list[str], tmp: Path) -> list[str]:
     return out
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
+def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> dict[str, float]:
     """Run a command in a fresh process; its wall, CPU (user + sys) seconds and peak RSS (bytes)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     err = proc.stderr.read() if proc.stderr else ""
@@ -119,7 +119,8 @@ def main() -> None:
             if args.baseline:
                 bout = str(Path(tmp) / f"base{r}")
                 base.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", bout],
-                                 {**env, "PYTHONPATH": str(Path(args.baseline).resolve())}))
+                                 {**env, "PYTHONPATH": str(Path(args.baseline).resolve())},
+                                 cwd=str(Path(args.baseline).resolve())))  # `-m` puts the cwd first on the path
                 if r == 0:
                     same = _same_figures(Path(out) / "summary.txt", Path(bout) / "summary.txt")
                     print(f"  summary figures, this checkout vs baseline: {'identical' if same else 'DIFFERENT'}")
