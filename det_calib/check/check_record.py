@@ -20,6 +20,7 @@ from det_calib.record.checked_json import (
     read_text,
 )
 from det_calib.record.eval_record import OperatingFigures
+from det_calib.record.timings import Timings
 
 __all__ = ["BOXES_FILE", "CHANGED", "CHECK_FILE", "CHECK_SCHEMA_VERSION", "DRIFTED", "EXIT_CODES", "HOLDS",
            "MIN_IMAGES", "NO_SHIFT", "SHIFTED", "TOO_FEW", "TOO_FEW_IMAGES", "CalibrationTests", "CheckResult",
@@ -267,6 +268,7 @@ class CheckResult:
         labelled / unlabelled: Head -> :class:`HeadCheck` / :class:`HeadShift`.
         calibration_verdict, detection_verdict, shift_verdict: Over the heads (the worst).
         exit_code: The command's exit code (see :data:`EXIT_CODES`).
+        timings: Wall and CPU seconds per stage of the check (None in files written before).
     """
 
     kind: str
@@ -291,6 +293,7 @@ class CheckResult:
     det_calib_version: str = ""
     created: str | None = None
     schema_version: int = CHECK_SCHEMA_VERSION
+    timings: Timings | None = None
 
     @property
     def exit_meaning(self) -> str:
@@ -317,6 +320,7 @@ class CheckResult:
             "unlabelled": {h: s.to_dict() for h, s in self.unlabelled.items()},
             "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
             "shift_verdict": self.shift_verdict, "exit_code": self.exit_code,
+            **({"timings": self.timings.to_dict()} if self.timings is not None else {}),
         }
 
     @classmethod
@@ -356,6 +360,7 @@ class CheckResult:
             n_boot=int(read_number(d.get("n_boot"), "n_boot") or 0), seed=int(read_number(d.get("seed"), "seed") or 0),
             det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
             created=read_text(d.get("created"), "created"),
+            timings=Timings.from_dict(d.get("timings")),
         )
 
     def write(self, path: str | Path) -> Path:

@@ -233,18 +233,22 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
+    from det_calib.run import clock
     from det_calib.run.job import capture_splits
 
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
 
-        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
+        with clock.stage("capture"):
+            return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
     if job.settings.boxes:
         from det_calib.run.reuse import reuse_boxes
 
-        captured = reuse_boxes(job.settings.boxes, job.inputs, [split], job.settings)[0]
+        with clock.stage("capture"):
+            captured = reuse_boxes(job.settings.boxes, job.inputs, [split], job.settings)[0]
     else:
-        captured = capture_splits(job.inputs, [split], job.settings)
+        with clock.stage("capture"):
+            captured = capture_splits(job.inputs, [split], job.settings)
     return {h: frames[0] for h, frames in captured.items()}
 
 
@@ -380,25 +384,39 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         InputError: Not a run folder, no calibrator, other class names, no images, bad options.
     """
     from det_calib.io import check_output_dir
+    from det_calib.run import clock
+    from det_calib.run.job import startup_imports
 
-    _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
-    run_dir = Path(run_dir)
-    ds, split = _labelled_data(data, split)
-    out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
-    check_output_dir(out_dir)
-    job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
-               progress=progress, n_boot=n_boot)
+    clock.begin()
+    with clock.stage("data check"):
+        _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
+        run_dir = Path(run_dir)
+        ds, split = _labelled_data(data, split)
+        out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
+        check_output_dir(out_dir)
+    if not boxes:
+        startup_imports()
+    with clock.stage("model load"):  # the run's record, calibrators and detector
+        job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
+                   progress=progress, n_boot=n_boot)
     result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
+    with clock.stage("figures"):  # the tests; the capture inside charges its own stage
+        tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
+                               n_perm=int(n_perm))
+    result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
+    with clock.stage("outputs"):
+        _write_check(out_dir, result, tables, job, report=report)
+    return result, out_dir
+
+
+def _check_tables(result: CheckResult, job: _Job, data: Any, ds: Dataset | None, split: str | None, images: Any,
+                  limit: int | None, *, alpha: float, min_boxes: int, n_perm: int) -> dict[str, pl.DataFrame]:
+    """The labelled or the unlabelled check, into ``result``; the new boxes per head."""
     if ds is not None:
         result.data, result.split = str(Path(data).resolve()), split
-        tables = _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=int(min_boxes))
-    else:
-        result.images = str(Path(images).resolve())
-        tables = _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=int(min_boxes),
-                                   n_perm=int(n_perm))
-    result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
-    _write_check(out_dir, result, tables, job, report=report)
-    return result, out_dir
+        return _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
+    result.images = str(Path(images).resolve())
+    return _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
 
 
 def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool
@@ -406,6 +424,7 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
     """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
     from det_calib.data.box_table import write_boxes
     from det_calib.io import staged_output
+    from det_calib.run import clock
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
     with staged_output(out_dir) as stage:
@@ -414,7 +433,11 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
         if report:
             from det_calib.check.report_page import write_check_report
 
-            write_check_report(stage, result, new_boxes, job.run)
+            with clock.stage("report"):
+                write_check_report(stage, result, new_boxes, job.run)
+        result.timings = clock.timings()  # the check's seconds, the report's included
+        if result.timings is not None:
+            result.write(stage / CHECK_FILE)
 
 
 def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset | None, str | None]:

@@ -61,10 +61,11 @@ from det_calib.record.ensemble_record import (
     MemberRecord,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.run import clock
 from det_calib.run.fitting import fit_head, fit_temperature
 from det_calib.run.inputs import Inputs, load_splits
-from det_calib.run.job import calibrate_head
-from det_calib.run.outputs import _gt_per_class, _output_files
+from det_calib.run.job import calibrate_head, startup_imports
+from det_calib.run.outputs import _gt_per_class, _output_files, write_timings
 from det_calib.run.settings import Settings, _opt, _settings_of
 from det_calib.run.ultralytics_checks import val_not_run
 from det_calib.validation import check_choice
@@ -442,7 +443,8 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
                 log.info("%s head: fusion table, %s with %s", head, order, score)
                 # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
                 c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
-                rows.append(fusion_row(c, splits, s))
+                with clock.stage("figures"):
+                    rows.append(fusion_row(c, splits, s))
     kept = (BoxView.from_boxes(tables[1], extra=("members",), geometry=False)
             .scored(cell.choice.calibrator, recorded=True).kept(min(s.conf)))
     agree = {int(k): int(v) for k, v in zip(*np.unique(kept.extra["members"], return_counts=True), strict=True)}
@@ -467,6 +469,29 @@ def _settings(settings: Settings | None, fusion: FusionSettings | None, options:
     return _settings_of(settings, options), fs
 
 
+def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tuple[Split, Split], s: Settings
+                   ) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord],
+                              dict[str, float]]:
+    """Every member's boxes on both splits (captured, or reused from ``s.boxes``): head -> per member
+    its two tables; the plan (head -> each member's head); the member records; the capture's cost."""
+    if s.boxes:
+        from det_calib.ensemble.member_boxes import reuse_members
+
+        with clock.stage("capture"):
+            return reuse_members(s.boxes, specs, splits, s)
+    startup_imports()
+    workers = capture_workers(s.device)
+    with clock.stage("model load"):
+        members, plan = load_members(specs, ds.names, data, s, workers)
+    with clock.stage("capture"):
+        captured, cost = capture_all(members, plan, splits, s, workers)
+    member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
+                                scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
+                                heads={h: plan[h][i] for h in plan})
+                   for i, (sp, m) in enumerate(zip(specs, members, strict=True))]
+    return captured, plan, member_recs, cost
+
+
 def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, *,
              out: str | Path = "det_calib_ensemble", settings: Settings | None = None,
              fusion: FusionSettings | None = None, **options: Any) -> EnsembleRun:
@@ -487,28 +512,19 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
     """
     s, fs = _settings(settings, fusion, dict(options))
     t_start = time.time()
-    specs, source, data = resolve_members(list(models), data, fs)
-    fs.validate(len(specs))
-    ds = load_data_yaml(data)
-    fit, ev = load_splits(ds, s)
-    check_output_dir(Path(out))
-    if s.boxes:
-        from det_calib.ensemble.member_boxes import reuse_members
-
-        captured, plan, member_recs, cost = reuse_members(s.boxes, specs, (fit, ev), s)
-    else:
-        workers = capture_workers(s.device)
-        members, plan = load_members(specs, ds.names, data, s, workers)
-        captured, cost = capture_all(members, plan, (fit, ev), s, workers)
-        member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
-                                    scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
-                                    heads={h: plan[h][i] for h in plan})
-                       for i, (sp, m) in enumerate(zip(specs, members, strict=True))]
-        del members
+    clock.begin()
+    with clock.stage("data check"):
+        specs, source, data = resolve_members(list(models), data, fs)
+        fs.validate(len(specs))
+        ds = load_data_yaml(data)
+        fit, ev = load_splits(ds, s)
+        check_output_dir(Path(out))
+    captured, plan, member_recs, cost = _members_boxes(specs, ds, Path(data), (fit, ev), s)
     inputs = Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
                      imgsz=max(member_recs[0].imgsz))
-    outs = {h: ensemble_head(inputs, (fit, ev), h, [m.name for m in member_recs], captured.pop(h), s, fs)
-            for h in list(plan)}
+    with clock.stage("fusion"):  # the members' own fits and figures, and the fused boxes', charge their stages
+        outs = {h: ensemble_head(inputs, (fit, ev), h, [m.name for m in member_recs], captured.pop(h), s, fs)
+                for h in list(plan)}
     n_img = len(fit.images) + len(ev.images)
     cost["fusion"] = sum(o.fusion_seconds for o in outs.values()) / max(n_img, 1)
     record = EnsembleRecord(
@@ -524,7 +540,8 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
         gt_counts={sp.name: _gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
-    files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
+    with clock.stage("outputs"):
+        files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
     return EnsembleRun(out_dir=Path(out), result=result, boxes=boxes, files=files, source=source)
 
 
@@ -565,5 +582,8 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
         if s.report:
             from det_calib.report import write_report
 
-            write_report(stage, shown_dir=out)
+            with clock.stage("report"):
+                write_report(stage, shown_dir=out)
+        write_timings(stage, result, t_start,
+                      lambda: write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n"))
     return _output_files(out)

@@ -15,6 +15,10 @@ Two independent checks:
   Detect head, scored by the same validator's postprocess and metric code (the calibrated
   checkpoint differs from the original only inside the head, :mod:`det_calib.deploy.fold`). Its figures
   equal those of the two separate vals (tests/evaluation/test_map_check.py).
+- :func:`ultralytics_val_heads`: the same for every head of a two-head (YOLO26) checkpoint in one
+  pass: the other branch of the calibrated checkpoint, and the original's branches, decoded from the
+  features of the stock one, each through the validator's postprocess in its own mode (what the
+  pipeline runs).
 
 Every det_calib val runs Ultralytics' NMS with no wall-clock budget (its own stops after
 ``2.0 + 0.05 * batch`` seconds and returns no boxes for the batch's remaining images, which on a
@@ -29,6 +33,7 @@ import contextlib
 import functools
 import io
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -321,7 +326,8 @@ def ultralytics_val_shared(
     model: fused, same device, memory format and head mode); that output goes through the same
     validator's postprocess (at ``original_conf``) into a second Ultralytics metrics object. The
     original's figures are those of ``ultralytics_val(original, conf=original_conf)``, without its
-    forward pass through the backbone and neck.
+    forward pass through the backbone and neck. :func:`ultralytics_val_heads` does the same for
+    several heads in one pass.
 
     Args:
         original: The original checkpoint.
@@ -339,19 +345,79 @@ def ultralytics_val_shared(
         ValIncomplete: The NMS time limit was reached, for either model (only with a finite
             ``nms_time_limit``).
     """
+    return ultralytics_val_heads(original, calibrated, data, split=split, confs={head: (original_conf, conf)},
+                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit)[head]
+
+
+def ultralytics_val_heads(
+    original: str | Path,
+    calibrated: str | Path,
+    data: str | Path,
+    *,
+    split: str,
+    confs: Mapping[str, tuple[float, float]],
+    imgsz: int | None = None,
+    batch: int = 16,
+    device: str | None = None,
+    nms_time_limit: float | None = None,
+) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+    """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
+
+    The first head of ``confs`` is the stock ``YOLO(calibrated).val()`` in that head's mode (as
+    :func:`ultralytics_val_shared`). Every other Detect head is run on the neck features each batch
+    feeds the stock one: the original in the first head's mode, and for each further head (the
+    one-to-one branch of a YOLO26 model beside its one-to-many branch: the two are decoded from the
+    same features, as the capture does) the calibrated and the original checkpoint's head, each
+    prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it,
+    ``max_det`` on the head). Each output goes through the same validator's postprocess (in its
+    head's mode, at its conf) and Ultralytics' own ``update_metrics`` into a metrics object of its
+    own. Every figure equals that of a separate stock val of that checkpoint in that mode at that
+    conf (tests/test_verify.py), with one backbone and neck pass instead of one per head.
+
+    Args:
+        original, calibrated, data, split, imgsz, batch, device, nms_time_limit: As
+            :func:`ultralytics_val_shared`.
+        confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
+            pre-filter of each side in that head.
+
+    Returns:
+        Head -> ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
+
+    Raises:
+        InputError: The two checkpoints differ outside the Detect head.
+        ValIncomplete: The NMS time limit was reached in the pass (only with a finite ``nms_time_limit``).
+    """
+    import copy
+
     from ultralytics import YOLO
 
+    heads = list(confs)
+    if not heads:
+        raise ValueError("`confs` must name at least one head")
+    first = heads[0]
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
-    kw = _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device)
+    # what rides on the stock pass, each on a copy of its own made before val fuses anything:
+    # (side, head, model, end2end, conf)
+    sources = [("original", first, orig)] + [(side, h, yolo.model if side == "calibrated" else orig)
+                                             for h in heads[1:] for side in ("calibrated", "original")]
+    riders = [(side, h, copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False, confs[h][side == "calibrated"])
+              for side, h, src in sources]
+    del orig
+    kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
+                     device=device)
     v = _shared_validator_class()
-    out: dict[str, Any] = {}
-    m = _run_val(yolo, kw, validator=functools.partial(v, original=orig, original_conf=original_conf, out=out,
-                                                       nms_time_limit=nms_time_limit))
-    o = out["original"]
-    return ({"conf": float(original_conf), "map50_95": float(o.box.map), "map50": float(o.box.map50)},
-            {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)})
+    out: dict[tuple[str, str], Any] = {}
+    m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
+    out[("calibrated", first)] = m
+
+    def figures(side: str, h: str) -> dict[str, float]:
+        conf = confs[h][0 if side == "original" else 1]
+        r = out[(side, h)]
+        return {"conf": float(conf), "map50_95": float(r.box.map), "map50": float(r.box.map50)}
+
+    return {h: (figures("original", h), figures("calibrated", h)) for h in heads}
 
 
 def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
@@ -405,73 +471,76 @@ def _budget_validator_class():
 @functools.cache
 def _shared_validator_class():
     """Ultralytics' DetectionValidator (with the NMS budget of :func:`_budget_validator_class`),
-    extended to score the original head on the same pass."""
+    extended to score further Detect heads on the same pass."""
     from ultralytics.nn.autobackend import AutoBackend
     from ultralytics.utils.metrics import DetMetrics
 
     class SharedPassValidator(_budget_validator_class()):
-        """Stock detection val of the calibrated model; the original head rides on its forward pass.
+        """Stock detection val of the calibrated model; other heads ride on its forward pass.
 
         Everything of the stock validator runs unchanged for the calibrated model (its NMS without a
-        time budget, :func:`_budget_validator_class`). Added: a hook on
-        its Detect head keeps the features each batch feeds it; after the stock ``update_metrics``,
-        the original Detect head runs on them, its output goes through the same ``postprocess``
-        (with val's conf set to ``original_conf``) and the stock ``update_metrics`` into a second
-        ``DetMetrics``, processed by the stock code at the end.
+        time budget, :func:`_budget_validator_class`). Added: a hook on its Detect head keeps the
+        features each batch feeds it; after the stock ``update_metrics``, each rider's Detect head
+        (:func:`ultralytics_val_heads`) runs on them, its output goes through the same
+        ``postprocess`` (with val's conf and head mode set to the rider's) and the stock
+        ``update_metrics`` into the rider's own ``DetMetrics``, processed by the stock code at the end.
         """
 
-        def __init__(self, *args, original, original_conf: float, out: dict, **kwargs):
+        def __init__(self, *args, riders: list, out: dict, **kwargs):
             super().__init__(*args, **kwargs)
-            self._original_model, self._original_conf, self._out = original, original_conf, out
+            self._rider_specs, self._out = riders, out
             self._feats = None
 
         def init_metrics(self, model):
             super().init_metrics(model)
             if self.args.save_json or self.args.save_txt or self.args.plots or self.args.augment:
                 raise ValueError("the shared val pass runs with save_json, save_txt, plots and augment off")
-            # the original, prepared exactly as BaseValidator prepares a model for standalone val (the
-            # model was loaded for this pass alone: fused in place, as val fuses its own copy)
-            backend = AutoBackend(
-                model=self._original_model, device=self.device, dnn=self.args.dnn,
-                data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
-                end2end=self.args.nms is False, verbose=False,
-            )
-            backend.eval()
-            if getattr(backend, "end2end", False) != self.end2end:
-                raise ValueError("the original and the calibrated model run different head modes")
-            native = backend.model
-            if self.end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
-                native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
-            self._original_backend = backend
-            self._original_head = native.model[-1]
+            self._riders = []
+            for side, head, rider_model, end2end, conf in self._rider_specs:
+                # prepared exactly as BaseValidator prepares a model for a standalone val in that head's
+                # mode (the model was loaded or copied for this pass alone: fused in place, as val fuses its copy)
+                backend = AutoBackend(
+                    model=rider_model, device=self.device, dnn=self.args.dnn,
+                    data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
+                    end2end=end2end, verbose=False,
+                )
+                backend.eval()
+                if bool(getattr(backend, "end2end", False)) != end2end:
+                    raise ValueError(f"the {side} model cannot run the {head} head")
+                native = backend.model
+                if end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
+                    native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
+                metrics = DetMetrics(names=model.names)
+                metrics.clear_stats()
+                metrics.clear_image_metrics()
+                self._riders.append((side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics))
+            self._rider_specs = []  # the riders keep only what they run
             det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
             # a list copy: a head's forward may replace the list's items with its own outputs
             det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
-            self._original_metrics = DetMetrics(names=model.names)
-            self._original_metrics.clear_stats()
-            self._original_metrics.clear_image_metrics()
 
         def update_metrics(self, preds, batch):
             super().update_metrics(preds, batch)
             feats, self._feats = self._feats, None
-            y = self._original_head(feats)
-            # what AutoBackend.forward returns for a native model's output
-            y = (self._original_backend.from_numpy(y[0]) if len(y) == 1
-                 else [self._original_backend.from_numpy(t) for t in y]) if isinstance(y, (list, tuple)) \
-                else self._original_backend.from_numpy(y)
-            conf, seen, metrics = self.args.conf, self.seen, self.metrics
+            conf, seen, metrics, end2end = self.args.conf, self.seen, self.metrics, self.end2end
             try:
-                self.args.conf = self._original_conf
-                original_preds = self.postprocess(y)
-                self.metrics = self._original_metrics
-                super().update_metrics(original_preds, batch)
+                for _, _, from_numpy, det, rider_e2e, rider_conf, rider_metrics in self._riders:
+                    y = det(list(feats))
+                    # what AutoBackend.forward returns for a native model's output
+                    y = (from_numpy(y[0]) if len(y) == 1 else [from_numpy(t) for t in y]) \
+                        if isinstance(y, (list, tuple)) else from_numpy(y)
+                    self.args.conf, self.end2end, self.seen = rider_conf, rider_e2e, seen
+                    rider_preds = self.postprocess(y)
+                    self.metrics = rider_metrics
+                    super().update_metrics(rider_preds, batch)
             finally:
-                self.args.conf, self.seen, self.metrics = conf, seen, metrics
+                self.args.conf, self.seen, self.metrics, self.end2end = conf, seen, metrics, end2end
 
         def get_stats(self):
-            self._original_metrics.process(save_dir=self.save_dir, plot=False, on_plot=self.on_plot)
-            self._original_metrics.clear_stats()
-            self._out["original"] = self._original_metrics
+            for side, head, *_, rider_metrics in self._riders:
+                rider_metrics.process(save_dir=self.save_dir, plot=False, on_plot=self.on_plot)
+                rider_metrics.clear_stats()
+                self._out[(side, head)] = rider_metrics
             return super().get_stats()
 
     return SharedPassValidator

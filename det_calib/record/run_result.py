@@ -66,6 +66,7 @@ from det_calib.record.eval_record import (  # noqa: F401
     temperature_ok,
 )
 from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401
+from det_calib.record.timings import Timings
 
 SCHEMA_VERSION = 1
 """Version of the ``calibration.json`` layout this module writes and reads."""
@@ -330,6 +331,8 @@ class RunResult:
     bad_labels: list[str] = field(default_factory=list)
     """``"<file>:<line>: <reason>"`` of every malformed label file whose image was left out (written
     only when there are some; the warnings name the first few)."""
+    timings: Timings | None = None
+    """Wall and CPU seconds per stage of the command that wrote the run (None in runs written before)."""
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -386,6 +389,8 @@ class RunResult:
             out["seconds"] = self.seconds
         if self.ensemble is not None:
             out["ensemble"] = self.ensemble.to_dict()
+        if self.timings is not None:
+            out["timings"] = self.timings.to_dict()
         return out
 
     @classmethod
@@ -443,6 +448,7 @@ class RunResult:
             gt_counts=gt_counts_from_dict(d),
             ensemble=_ensemble_from_dict(d.get("ensemble")),
             bad_labels=[str(x) for x in read_items(d.get("bad_labels"), "bad_labels")],
+            timings=Timings.from_dict(d.get("timings")),
         )
 
     def write(self, path: str | Path) -> Path:

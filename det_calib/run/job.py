@@ -11,8 +11,8 @@ function of its own module, for notebooks and other tools:
   :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
 - :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
-- :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_shared` — mAP before/after
-  (one Ultralytics val pass of the calibrated checkpoint per head also scores the original head)
+- :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_heads` — mAP before/after
+  (one Ultralytics val pass of the calibrated checkpoint scores every head, and the original's, on the same features)
   (and :func:`detection_change` for per-class maps folded into the model)
 - :func:`det_calib.evaluation.kept_set.threshold_shift` — the kept set at conf 0.25
 - :func:`det_calib.deploy.fold.write_calibrated_checkpoint` / ``write_folded_checkpoint`` — the map folded in
@@ -37,7 +37,6 @@ from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.errors import InputError
 from det_calib.io import check_output_dir
 from det_calib.matching.one_to_one import match_boxes
@@ -47,6 +46,7 @@ from det_calib.record.run_result import (
     calibrator_record,
     package_version,
 )
+from det_calib.run import clock
 from det_calib.run.fitting import (
     Choice,
     fit_head,
@@ -95,6 +95,14 @@ class CalibrationRun:
         return self.result.temperatures
 
 
+def startup_imports() -> None:
+    """Import what the first image needs (torch, Ultralytics, the capture), charged to ``imports``."""
+    with clock.stage("imports"):
+        import ultralytics  # noqa: F401
+
+        import det_calib.capture.predictor  # noqa: F401
+
+
 def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
     """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
 
@@ -103,8 +111,9 @@ def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict
     """
     from det_calib.capture.exported import make_capturer  # a Capturer, or an ExportCapturer for an export
 
-    cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                   imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+    with clock.stage("model load"):  # the capture's own copy of the detector
+        cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                            imgsz=inputs.imgsz, batch=s.batch, device=s.device)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
@@ -134,23 +143,24 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     and ``choice``: the calibrator already chosen on the fit table (``fit_head`` of it); what is
     given is not redone (the ensemble passes the fusion it chose, labelled and fitted once); a
     ``captured`` table may be None where ``matched`` gives it."""
-    with stage("matching"):
+    with clock.stage("fit and choice"), stage("matching"):
         fb, eb = (m if m is not None else match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou)
                   for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
-    with stage("fit" if s.method != "auto" else "fit and CV"):
+    with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
         choice = fit_head(fb, s) if choice is None else choice
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
-    with stage("kept-set metrics and intervals"):
-        op = operating_points(eb, ev, s)
-    evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
-    with stage("temperature and candidates on the eval split"):
-        result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
-                            eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                            per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
-                            temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
-    return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
+    with clock.stage("figures"):  # on the eval split (and the fit figures)
+        with stage("kept-set metrics and intervals"):
+            op = operating_points(eb, ev, s)
+        evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
+        with stage("temperature and candidates on the eval split"):
+            result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
+                                eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
+                                per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
+                                temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+        return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 
 
 def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
@@ -158,10 +168,34 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
     """Every head through :func:`calibrate_head`; their results and the run's box table."""
     results, tables = {}, []
     for head in inputs.heads:
-        with single_blas_thread():  # vector work: a second BLAS thread only waits (det_calib.run.threads)
+        # vector work: a second BLAS thread only waits (det_calib.run.threads)
+        with single_blas_thread():
             results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
         tables += head_tables
-    return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+    with clock.stage("figures"):
+        return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+
+
+def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Settings
+           ) -> tuple[Inputs, Split, Split]:
+    """The fixed start-up: imports, the model and the data loaded and checked (every check that needs
+    no forward pass, before the first one)."""
+    with stage("load model and data"):
+        startup_imports()
+        if model is None and data is None:
+            from det_calib import demo
+
+            with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
+                model, data = demo.demo_model(), demo.demo_data_yaml()
+        with clock.stage("model load"):
+            inputs = resolve_inputs(model, data, s)
+        with clock.stage("data check"):
+            fit, ev = load_splits(inputs.ds, s)
+    with clock.stage("data check"):
+        preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
+                  n_classes=len(inputs.ds.names), settings=s)
+        check_output_dir(out)  # refuse a folder det_calib does not own
+    return inputs, fit, ev
 
 
 def calibrate(
@@ -194,20 +228,16 @@ def calibrate(
     """
     s = _settings_of(settings, options)
     t_start = time.time()
-    with stage("load model and data"):
-        inputs = resolve_inputs(model, data, s)
-        fit, ev = load_splits(inputs.ds, s)
-    # every check that needs no forward pass, before the first one
-    preflight(model=inputs.model, out=Path(out), fit=fit, ev=ev, heads=list(inputs.heads),
-              n_classes=len(inputs.ds.names), settings=s)
-    check_output_dir(Path(out))  # refuse a folder det_calib does not own
+    clock.begin()
+    inputs, fit, ev = _start(model, data, Path(out), s)
     if s.boxes:
         from det_calib.run.reuse import reuse_boxes
 
-        with stage("read boxes"):
+        with clock.stage("capture"), stage("read boxes"):
             captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
     else:
-        captured = capture_splits(inputs, (fit, ev), s)
+        with clock.stage("capture"):
+            captured = capture_splits(inputs, (fit, ev), s)
         fingerprints = None
     results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
     result = RunResult(
@@ -219,7 +249,7 @@ def calibrate(
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
     )
     out = Path(out)
-    with stage("write outputs"), single_blas_thread():
+    with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
         files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=_deployed_path(out, inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export
@@ -227,5 +257,7 @@ def calibrate(
 
 def _deployed_path(out: Path, model: Any) -> Path | None:
     """The run's calibrated model in ``out``; None where the run writes none (a LiteRT, NCNN or TensorRT engine)."""
+    from det_calib.deploy.calibrated_export import deployed_file  # export code only when a run is written
+
     name = deployed_file(model)
     return None if name is None else out / name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from det_calib.io import read_manifest, staged_output
 from det_calib.record.run_result import (
     RunResult,
 )
+from det_calib.run import clock
 from det_calib.run.inputs import Inputs
 from det_calib.run.settings import Settings
 from det_calib.run.summary import write_summary_text
@@ -79,14 +81,8 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
         elif s.run_val:
-            checks = _ultralytics_checks(inputs, stage / "calibrated.pt", ev, records, s)
-            for h, check in checks.items():
-                result.results[h] = _replace(result.results[h], ultralytics_val=check)
-            for h, rec in records.items():
-                if registry.is_per_class(rec.method):
-                    eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
-                    change = detection_change(inputs, stage / "calibrated.pt", ev, h, eb, rec, s)
-                    result.results[h] = _replace(result.results[h], detection_change=change)
+            with clock.stage("verification"):
+                _verify(result, inputs, stage / "calibrated.pt", ev, records, boxes, s)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
@@ -95,9 +91,32 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
             from det_calib.report import write_report
             from det_calib.run import stages
 
-            with stages.stage("report"):
+            with clock.stage("report"), stages.stage("report"):
                 write_report(stage, shown_dir=out, boxes=boxes)
+        write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
     return _output_files(out)
+
+
+def write_timings(folder: Path, result: RunResult, t_start: float, write_summary: Callable[[], Any]) -> None:
+    """Record where the time went (the clock read now, after the report) in ``calibration.json`` and the
+    summary: both are written again, with every other figure as before."""
+    result.timings = clock.timings()
+    result.seconds = round(time.time() - t_start, 1)
+    result.write(folder / "calibration.json")
+    write_summary()
+
+
+def _verify(result: RunResult, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], boxes: pl.DataFrame,
+            s: Settings) -> None:
+    """The Ultralytics val checks of every head (one pass) and the detection change of a folded per-class map."""
+    checks = _ultralytics_checks(inputs, ckpt, ev, records, s)
+    for h, check in checks.items():
+        result.results[h] = _replace(result.results[h], ultralytics_val=check)
+    for h, rec in records.items():
+        if registry.is_per_class(rec.method):
+            eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
+            change = detection_change(inputs, ckpt, ev, h, eb, rec, s)
+            result.results[h] = _replace(result.results[h], detection_change=change)
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

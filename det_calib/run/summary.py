@@ -80,8 +80,9 @@ def _temperature_lines(head: str, h: HeadResult) -> list[str]:
     return [f"[{head}] {words}"] if words else []
 
 
-def summary_text(result: RunResult | dict[str, Any]) -> str:
-    """A short plain-text summary of a run (what the CLI prints): the operating point first."""
+def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) -> str:
+    """A short plain-text summary of a run (what the CLI prints): the operating point first; the
+    timing line last (``timings``, when the run recorded them)."""
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
@@ -96,6 +97,8 @@ def summary_text(result: RunResult | dict[str, Any]) -> str:
         lines += _shift_lines(head, h)
     lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
                  "kept boxes)")
+    if timings and r.timings is not None:
+        lines.append(r.timings.line())
     return "\n".join(lines)
 
 

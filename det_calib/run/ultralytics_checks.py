@@ -97,26 +97,31 @@ def val_not_run(split: str, note: str) -> ValCheck:
 
 def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
                         ) -> dict[str, ValCheck]:
-    """Ultralytics val of the calibrated checkpoint per head, the original's figures from the same pass."""
+    """Ultralytics val of the calibrated checkpoint, every head in one pass (the other heads decoded
+    from the features of the stock one, :func:`det_calib.evaluation.map_check.ultralytics_val_heads`);
+    the original's figures from the same pass."""
     if s.coco_gt:
         return {h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
-    from det_calib.evaluation.map_check import ultralytics_val_shared
+    from det_calib.evaluation.map_check import ValIncomplete, ultralytics_val_heads
 
-    results: dict[str, ValCheck] = {}
+    floors = {h: _calibrated_floor(records[h], s) for h in inputs.heads}
+    confs = {h: (s.conf_floor, s.conf_floor if f is None else f) for h, f in floors.items()}
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
-        for head in inputs.heads:
-            # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
-            kw = dict(split="val", head=head, imgsz=inputs.imgsz, batch=VAL_BATCH, device=s.device)
-            log.info("Ultralytics val (%s head): calibrated checkpoint, the original head on the same pass", head)
-            try:
-                results[head] = _val_check(inputs.model, ckpt, yml, ev.name, records[head], s, kw,
-                                           ultralytics_val_shared)
-            except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
-                log.warning("Ultralytics val skipped for %s head: %s", head, e)
-                results[head] = val_not_run(ev.name, str(e))
-    return results
+        # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
+        log.info("Ultralytics val (%s): calibrated checkpoint, the original on the same pass",
+                 " + ".join(f"{h} head" for h in inputs.heads))
+        try:
+            figures = ultralytics_val_heads(inputs.model, ckpt, yml, split="val", confs=confs, imgsz=inputs.imgsz,
+                                            batch=VAL_BATCH, device=s.device)
+        except ValIncomplete as e:
+            log.warning("Ultralytics val not completed: %s", e)
+            return {h: ValCheck(split=ev.name, completed=False, note=f"not completed: {e}") for h in inputs.heads}
+        except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
+            log.warning("Ultralytics val skipped: %s", e)
+            return {h: val_not_run(ev.name, str(e)) for h in inputs.heads}
+    return {h: _check_of(ev.name, records[h], s, *figures[h], floors[h]) for h in inputs.heads}
 
 
 def equivalent_floor(record: Calibrator, floor: float) -> float | None:
@@ -128,28 +133,38 @@ def equivalent_floor(record: Calibrator, floor: float) -> float | None:
     return equivalent_conf(calibrator_of(record), floor) if floor > 0 else 0.0
 
 
+def _calibrated_floor(record: Calibrator, s: Settings) -> float | None:
+    """Val's conf for the calibrated checkpoint: the equivalent of val's floor; None for a per-class
+    map (then val's own floor)."""
+    return equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
+
+
 def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings, kw: dict[str, Any],
                val_shared: Any) -> ValCheck:
-    """One Ultralytics val pass of ``ckpt`` (:func:`det_calib.evaluation.map_check.ultralytics_val_shared`): the
-    calibrated figures are stock val's, the original's (at val's floor) come from the same pass.
+    """One Ultralytics val pass of ``ckpt`` for one head
+    (:func:`det_calib.evaluation.map_check.ultralytics_val_shared`): the calibrated figures are stock val's, the
+    original's (at val's floor) come from the same pass.
     A pass whose NMS ran out of time gives a check "not completed", with no mAP."""
     from det_calib.evaluation.map_check import ValIncomplete
 
+    floor = _calibrated_floor(record, s)
     try:
-        return _val_check_pass(model, ckpt, yml, split, record, s, kw, val_shared)
+        r0, r1 = val_shared(model, ckpt, yml, conf=s.conf_floor if floor is None else floor,
+                            original_conf=s.conf_floor, **kw)
     except ValIncomplete as e:
         log.warning("Ultralytics val (%s head) not completed: %s", kw.get("head"), e)
         return ValCheck(split=split, completed=False, note=f"not completed: {e}")
+    return _check_of(split, record, s, r0, r1, floor)
 
 
-def _val_check_pass(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrator, s: Settings,
-                    kw: dict[str, Any], val_shared: Any) -> ValCheck:
+def _check_of(split: str, record: Calibrator, s: Settings, r0: dict[str, float], r1: dict[str, float],
+              floor: float | None) -> ValCheck:
+    """A head's :class:`ValCheck` from the figures of the shared pass: ``r0`` the original at val's floor,
+    ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor)."""
     from det_calib.evaluation.map_check import SHARED_PASS
 
     how = f" How: {SHARED_PASS}."
-    floor = equivalent_floor(record, s.conf_floor) if s.conf_floor > 0 else 0.0
     if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
-        r0, r1 = val_shared(model, ckpt, yml, conf=s.conf_floor, original_conf=s.conf_floor, **kw)
         diff = r1["map50_95"] - r0["map50_95"]
         note = (
             f"{record.method} is a per-class map: it can change which class wins a box (the argmax before NMS) "
@@ -161,7 +176,7 @@ def _val_check_pass(model: Path, ckpt: Path, yml: Path, split: str, record: Cali
         )
         return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
                         note=note)
-    r0, r2 = val_shared(model, ckpt, yml, conf=floor, original_conf=s.conf_floor, **kw)
+    r2 = r1
     same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
         r0["map50"], r2["map50"], abs_tol=1e-6
     )

@@ -229,6 +229,12 @@ def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
     assert not any(k.drifted for k in c.per_class)
     assert (out / "check.html").is_file() and "reliability_nms.png" in (out / "check.md").read_text()
     assert CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
+    # where the time went: from the process's start, by stage, adding up; printed after the verdicts
+    t = r.timings
+    assert t is not None and t.started == "process"
+    assert all(t.seconds(n) > 0 for n in ("imports", "model load", "data check", "capture", "figures", "report"))
+    assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
+    assert p.stdout.splitlines()[-2] == t.line()
 
 
 def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):

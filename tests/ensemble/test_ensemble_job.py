@@ -175,6 +175,12 @@ def test_run_folder_contract(run, demo_model_path, noisy):
     assert json.loads((out / "calibration.json").read_text())["ensemble"]["members"][1]["path"] == str(noisy.resolve())
     html = (out / "report.html").read_text()
     assert "ensemble-fusion" in html and "ensemble-members" in html and "of each member and of the ensemble" in html
+    # where the time went: typed in calibration.json, adding up, the summary's last line
+    t = r.timings
+    assert t is not None and all(t.seconds(n) > 0 for n in ("capture", "fusion", "fit and choice", "figures",
+                                                            "outputs", "report"))
+    assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
+    assert (out / "summary.txt").read_text().splitlines()[-1] == t.line()
 
 
 def test_fused_boxes_are_ensemble_boxes_wbf(run):

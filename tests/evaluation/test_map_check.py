@@ -164,6 +164,29 @@ def test_shared_val_pass_equals_two_stock_vals(tmp_path, demo_model_path, fixtur
             assert c["map50_95"] < o["map50_95"] - 0.01
 
 
+@pytest.mark.parametrize("kind", ["temperature", "class-isotonic"])
+@pytest.mark.parametrize("order", [("nms", "e2e"), ("e2e", "nms")])
+def test_one_val_pass_for_both_heads_equals_a_pass_per_head(tmp_path, demo_model_path, fixture_yaml,
+                                                            stock_original_val, kind, order):
+    """Both heads of the calibrated checkpoint and of the original from one Ultralytics val pass
+    (the second head decoded from the first one's features) give exactly the figures of one shared
+    pass per head, and of separate stock vals; whichever head runs the stock pass."""
+    from det_calib.evaluation.map_check import ultralytics_val_heads, ultralytics_val_shared
+
+    ckpt, confs = _folded(kind, demo_model_path, tmp_path)
+    both = ultralytics_val_heads(demo_model_path, ckpt, fixture_yaml, split="val", imgsz=320,
+                                 confs={h: (0.001, confs[h]) for h in order})
+    assert list(both) == list(order)
+    for head in order:
+        o, c = both[head]
+        assert (o, c) == ultralytics_val_shared(demo_model_path, ckpt, fixture_yaml, split="val", head=head,
+                                                conf=confs[head], imgsz=320)
+        assert o == stock_original_val[head]
+        assert c == ultralytics_val(ckpt, fixture_yaml, split="val", head=head, conf=confs[head], imgsz=320)
+    # the two heads score differently: the pass did not give one head's figures twice
+    assert both["nms"][0] != both["e2e"][0] and both["nms"][1] != both["e2e"][1]
+
+
 def test_shared_val_pass_on_a_legacy_head(tmp_path, fixture_yaml, make_untrained):
     """A YOLOv8 head (one branch, no one-to-one head) gives the same equality."""
     from det_calib.evaluation.map_check import ultralytics_val_shared

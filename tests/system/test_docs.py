@@ -22,8 +22,6 @@ FOUR_DECIMALS = re.compile(r"(?<![\d.])\d\.\d{4}(?!\d)")
 # Pages other branches of the same change write (issue 43: speed; issue 41: LiteRT/NCNN). A link
 # to one is accepted only while the file is missing; once it lands, delete its entry here.
 AWAITED = {
-    "docs/speed.md": "issue 43 (speed of calibrate)",
-    "docs/generated/bench_calibrate.md": "issue 43 (bench_calibrate.py writes it)",
 }
 
 

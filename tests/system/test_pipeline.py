@@ -37,6 +37,24 @@ def test_every_interval_contains_its_estimate(run):
     assert_intervals_contain_estimates(run.out_dir)
 
 
+def test_timings_recorded_read_back_and_in_the_summary(run):
+    """calibration.json records where the time went, per stage, read back by the checked reader;
+    the stages add up to the wall; the summary's timing line shows the same figures."""
+    from det_calib.record.run_result import RunResult
+
+    doc = json.loads((run.out_dir / "calibration.json").read_text())
+    t = RunResult.read(run.out_dir / "calibration.json").timings
+    assert t is not None and t.to_dict() == doc["timings"]
+    assert t.started == "call"  # a library call: timed from the call
+    for name in ("imports", "model load", "data check", "capture", "fit and choice", "figures", "verification",
+                 "outputs", "report"):
+        assert t.seconds(name) > 0, name
+    assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
+    assert t.seconds("other") < 0.05 * t.wall  # the named stages hold the time
+    assert t.wall >= doc["seconds"] - 0.1
+    assert t.line() in (run.out_dir / "summary.txt").read_text().splitlines()
+
+
 def test_output_contract(run):
     out = run.out_dir
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md", "summary.txt"):

@@ -1,0 +1,111 @@
+"""Where a command's time went: wall and CPU seconds per stage, as ``calibration.json`` and
+``check.json`` record them (``"timings"``) and the summary's timing line shows them.
+
+The stages are exclusive (a stage inside another pauses the outer one) and cover the process from
+its start to the moment the record was written: their wall seconds add up to ``wall``, with
+``other`` holding what no stage claimed. :mod:`det_calib.run.clock` measures them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from det_calib.errors import InputError
+
+__all__ = ["STARTUP_STAGES", "StageTime", "Timings"]
+
+STARTUP_STAGES = ("imports", "model load", "data check")
+"""The stages of the fixed start-up (before the first image), shown together in the timing line."""
+
+ORDER = (*STARTUP_STAGES, "capture", "fit and choice", "figures", "verification", "outputs", "report", "other")
+"""The order of the timing line (a stage not named here comes before ``other``, in the order it ran)."""
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One stage: wall seconds, and CPU seconds of the whole process (every thread) while it ran."""
+
+    wall: float
+    cpu: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3)}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> StageTime:
+        if not isinstance(d, dict):
+            raise InputError(f"`{where}` must be an object, got {type(d).__name__}")
+        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"))
+
+
+def _seconds(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise InputError(f"`{where}` must be a number of seconds >= 0, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Wall and CPU seconds of a command, per stage, in the order the stages first ran.
+
+    Attributes:
+        wall: Seconds from the process's start (or the library call's) to the record.
+        cpu: CPU seconds of the process (user + system, every thread) over the same span.
+        stages: Stage name -> :class:`StageTime`; exclusive, so the walls add up to ``wall``.
+        started: ``"process"`` when the span starts at the process's start (the command line: the
+            interpreter and imports included), ``"call"`` when at the library call.
+    """
+
+    wall: float
+    cpu: float
+    stages: dict[str, StageTime] = field(default_factory=dict)
+    started: str = "process"
+
+    def seconds(self, stage: str) -> float:
+        """Wall seconds of ``stage`` (0 when it did not run)."""
+        st = self.stages.get(stage)
+        return st.wall if st is not None else 0.0
+
+    @property
+    def startup(self) -> float:
+        """Wall seconds of the fixed start-up (:data:`STARTUP_STAGES`)."""
+        return sum(self.seconds(s) for s in STARTUP_STAGES)
+
+    def line(self) -> str:
+        """The timing line of a summary: every stage's wall seconds, adding up to the total."""
+        parts = []
+        if any(s in self.stages for s in STARTUP_STAGES):
+            inner = ", ".join(f"{s} {self.seconds(s):.1f}" for s in STARTUP_STAGES if s in self.stages)
+            parts.append(f"start-up {self.startup:.1f} ({inner})")
+        rest = sorted((n for n in self.stages if n not in STARTUP_STAGES),
+                      key=lambda n: ORDER.index(n) if n in ORDER else ORDER.index("other") - 0.5)
+        parts += [f"{name} {self.seconds(name):.1f}" for name in rest]
+        since = "" if self.started == "process" else " since the call"
+        return f"time: {self.wall:.1f} s wall{since}, {self.cpu:.1f} s CPU: " + ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3), "started": self.started,
+                "stages": {k: v.to_dict() for k, v in self.stages.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "timings") -> Timings | None:
+        """Check and read a ``timings`` object (None when absent: runs written before it existed).
+
+        Raises:
+            InputError: A missing or mistyped field (one line naming it).
+        """
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise InputError(f"`{where}` must be an object or null, got {type(d).__name__}")
+        stages = d.get("stages")
+        if not isinstance(stages, dict):
+            raise InputError(f"`{where}.stages` must be an object, got {type(stages).__name__}")
+        started = d.get("started", "process")
+        if started not in ("process", "call"):
+            raise InputError(f"`{where}.started` must be \"process\" or \"call\", got {started!r}")
+        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
+                   stages={str(k): StageTime.from_dict(v, f"{where}.stages.{k}") for k, v in stages.items()},
+                   started=started)

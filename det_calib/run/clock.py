@@ -1,0 +1,122 @@
+"""The stage clock of a command: wall and CPU seconds per stage, exclusive, from the process's start.
+
+``with clock.stage("capture"):`` charges the block's wall and CPU seconds to ``capture``; a stage
+entered inside another pauses the outer one, so every second goes to exactly one stage, and what
+no stage claims goes to ``other``. :func:`start` sets the origin: the command line passes the
+process's start (so the interpreter's start-up and the imports before ``main`` count, as a user's
+``time`` would); a library call that finds the clock idle starts it at the call. :func:`timings`
+reads the clock as a :class:`det_calib.record.timings.Timings` (the record of ``calibration.json``).
+CPU is the whole process's (every thread), read with :func:`time.process_time` (and, for the span
+before ``main``, the process's own CPU seconds so far).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from det_calib.record.timings import StageTime, Timings
+
+__all__ = ["begin", "process_start", "reset", "stage", "start", "started", "timings"]
+
+OTHER = "other"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.origin: tuple[float, float] | None = None  # (perf_counter, process_time) at the origin
+        self.kind = "process"
+        self.walls: dict[str, float] = {}
+        self.cpus: dict[str, float] = {}
+        self.stack: list[str] = []
+        self.mark = (0.0, 0.0)
+        self.claimed = False
+
+    def charge(self, now: tuple[float, float]) -> None:
+        """Charge the time since the last mark to the current stage (``other`` outside every stage)."""
+        name = self.stack[-1] if self.stack else OTHER
+        self.walls[name] = self.walls.get(name, 0.0) + now[0] - self.mark[0]
+        self.cpus[name] = self.cpus.get(name, 0.0) + now[1] - self.mark[1]
+        self.mark = now
+
+
+_clock = _Clock()
+
+
+def _now() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def process_start() -> tuple[float, float] | None:
+    """Seconds since the process started (wall, CPU), or None where the system does not say (Linux
+    only: ``/proc/self/stat``)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        started = int(fields[19]) / ticks  # field 22 of stat: start time after boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - started, 0.0), time.process_time()
+
+
+def start(*, since_process: bool = False, first_stage: str = "imports") -> None:
+    """Start the clock now (forgetting an earlier run's stages). With ``since_process``, the origin is
+    the process's start and the seconds up to now are charged to ``first_stage``."""
+    reset()
+    now = _now()
+    before = process_start() if since_process else None
+    if before is None:
+        _clock.origin, _clock.kind = now, "call"
+    else:
+        _clock.origin, _clock.kind = (now[0] - before[0], 0.0), "process"
+        _clock.walls[first_stage], _clock.cpus[first_stage] = before[0], before[1]
+    _clock.mark = now
+
+
+def started() -> bool:
+    """Whether the clock is running."""
+    return _clock.origin is not None
+
+
+def begin() -> None:
+    """Where a job starts: it takes the clock the command line started for it, or (a library call,
+    or a second job in the same process) starts the clock now."""
+    if _clock.origin is None or _clock.claimed:
+        start()
+    _clock.claimed = True
+
+
+def reset() -> None:
+    """Stop the clock and forget its stages."""
+    _clock.__init__()
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Charge the block's seconds to ``name`` (the enclosing stage pauses meanwhile); nothing when the
+    clock is not running."""
+    if _clock.origin is None:
+        yield
+        return
+    _clock.charge(_now())
+    _clock.stack.append(name)
+    try:
+        yield
+    finally:
+        _clock.charge(_now())
+        _clock.stack.pop()
+
+
+def timings() -> Timings | None:
+    """The clock read now: every stage so far, ``other`` last; None when it is not running."""
+    if _clock.origin is None:
+        return None
+    now = _now()
+    _clock.charge(now)
+    names = [n for n in _clock.walls if n != OTHER] + ([OTHER] if OTHER in _clock.walls else [])
+    return Timings(wall=now[0] - _clock.origin[0], cpu=now[1] - _clock.origin[1],
+                   stages={n: StageTime(_clock.walls[n], _clock.cpus[n]) for n in names}, started=_clock.kind)

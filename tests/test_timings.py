@@ -1,0 +1,124 @@
+"""The stage clock (det_calib.run.clock) and its record (det_calib.record.timings)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from det_calib.errors import InputError
+from det_calib.record.timings import StageTime, Timings
+from det_calib.run import clock
+
+
+def _busy(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_stages_are_exclusive_and_add_up_to_the_wall():
+    clock.start()
+    try:
+        with clock.stage("capture"):
+            _busy(0.05)
+            with clock.stage("verification"):  # pauses capture
+                _busy(0.1)
+            _busy(0.05)
+        _busy(0.03)  # no stage: other
+        with clock.stage("capture"):  # a stage entered again adds up
+            _busy(0.02)
+        t = clock.timings()
+    finally:
+        clock.reset()
+    assert list(t.stages) == ["capture", "verification", "other"]
+    assert t.started == "call"
+    assert sum(s.wall for s in t.stages.values()) == pytest.approx(t.wall, abs=1e-9)
+    assert sum(s.cpu for s in t.stages.values()) == pytest.approx(t.cpu, abs=1e-9)
+    assert t.stages["verification"].cpu == pytest.approx(0.1, abs=0.02)
+    assert t.stages["capture"].cpu == pytest.approx(0.12, abs=0.03)
+    assert t.stages["other"].cpu == pytest.approx(0.03, abs=0.02)
+    assert t.stages["verification"].wall >= t.stages["verification"].cpu * 0.5
+
+
+def test_since_process_charges_the_start_up_to_imports():
+    clock.start(since_process=True)
+    try:
+        t = clock.timings()
+    finally:
+        clock.reset()
+    assert t.started == "process"
+    # this process (pytest) has been running for a while and has used CPU: all of it is charged to imports
+    assert t.seconds("imports") > 0.1 and t.stages["imports"].cpu > 0.1
+    assert t.wall == pytest.approx(sum(s.wall for s in t.stages.values()), abs=1e-9)
+
+
+def test_an_idle_clock_records_nothing():
+    clock.reset()
+    with clock.stage("capture"):
+        pass
+    assert clock.timings() is None and not clock.started()
+
+
+def test_line_adds_up_and_groups_the_start_up():
+    t = Timings(wall=10.0, cpu=12.0, stages={
+        "imports": StageTime(1.0, 1.0), "model load": StageTime(0.5, 0.5), "data check": StageTime(0.25, 0.2),
+        "figures": StageTime(2.0, 2.0), "capture": StageTime(5.0, 7.0), "report": StageTime(1.0, 1.0),
+        "other": StageTime(0.25, 0.3)})
+    line = t.line()
+    assert line == ("time: 10.0 s wall, 12.0 s CPU: start-up 1.8 (imports 1.0, model load 0.5, data check 0.2), "
+                    "capture 5.0, figures 2.0, report 1.0, other 0.2")
+    assert t.startup == 1.75
+
+
+def test_record_round_trip_and_bad_input():
+    t = Timings(wall=3.5, cpu=4.25, stages={"capture": StageTime(3.0, 4.0), "other": StageTime(0.5, 0.25)})
+    assert Timings.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+    assert Timings.from_dict(None) is None
+    with pytest.raises(InputError, match=r"`timings.stages.capture.wall` must be a number of seconds >= 0"):
+        Timings.from_dict({"wall": 1, "cpu": 1, "stages": {"capture": {"wall": "x", "cpu": 1}}})
+    with pytest.raises(InputError, match=r"`timings.wall` must be a number of seconds >= 0, got -1"):
+        Timings.from_dict({"wall": -1, "cpu": 1, "stages": {}})
+    with pytest.raises(InputError, match=r"`timings.stages` must be an object"):
+        Timings.from_dict({"wall": 1, "cpu": 1})
+
+
+def test_a_job_takes_the_command_lines_clock_once():
+    clock.start(since_process=True)  # the command line
+    try:
+        clock.begin()  # the job it runs: the same clock, from the process's start
+        assert clock.timings().started == "process"
+        with clock.stage("capture"):
+            pass
+        clock.begin()  # a second job in the same process: a fresh clock from its call
+        t = clock.timings()
+        assert t.started == "call" and "capture" not in t.stages
+    finally:
+        clock.reset()
+
+
+def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path):
+    """The start-up of calibrate (imports, model load, data check) loads no report, plot, export or
+    evaluation library: they are imported when their stage comes (a fresh interpreter)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import sys
+from pathlib import Path
+from det_calib.run.job import _start
+from det_calib.run.settings import Settings
+_start(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
+print(" ".join(sorted(sys.modules)))
+"""
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr
+    loaded = set(p.stdout.split())
+    assert {"torch", "ultralytics", "det_calib.capture.predictor"} <= loaded  # what the first image needs
+    for name in ("matplotlib", "scipy", "pycocotools", "onnx", "onnxruntime", "openvino", "det_calib.report",
+                 "det_calib.deploy.fold", "det_calib.deploy.calibrated_export", "det_calib.ensemble"):
+        assert name not in loaded, name
