@@ -113,7 +113,7 @@ from det_calib.run.settings import Settings
 _start(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
 print(" ".join(sorted(sys.modules)))
 """
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
                        env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr
