@@ -364,15 +364,11 @@ def ultralytics_val_heads(
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
     The first head of ``confs`` is the stock ``YOLO(calibrated).val()`` in that head's mode (as
-    :func:`ultralytics_val_shared`). Every other Detect head is run on the neck features each batch
-    feeds the stock one: the original in the first head's mode, and for each further head (the
-    one-to-one branch of a YOLO26 model beside its one-to-many branch: the two are decoded from the
-    same features, as the capture does) the calibrated and the original checkpoint's head, each
-    prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it,
-    ``max_det`` on the head). Each output goes through the same validator's postprocess (in its
-    head's mode, at its conf) and Ultralytics' own ``update_metrics`` into a metrics object of its
-    own. Every figure equals that of a separate stock val of that checkpoint in that mode at that
-    conf (tests/test_verify.py), with one backbone and neck pass instead of one per head.
+    :func:`ultralytics_val_shared`). Every other Detect head runs on the neck features each batch feeds
+    the stock one (:func:`_riders`), goes through the same validator's postprocess (in its head's mode,
+    at its conf) and Ultralytics' own ``update_metrics`` into a metrics object of its own. Every figure
+    equals that of a separate stock val of that checkpoint in that mode at that conf
+    (tests/evaluation/test_map_check.py), with one backbone and neck pass instead of one per head.
 
     Args:
         original, calibrated, data, split, imgsz, batch, device, nms_time_limit: As
@@ -387,8 +383,6 @@ def ultralytics_val_heads(
         InputError: The two checkpoints differ outside the Detect head.
         ValIncomplete: The NMS time limit was reached in the pass (only with a finite ``nms_time_limit``).
     """
-    import copy
-
     from ultralytics import YOLO
 
     heads = list(confs)
@@ -398,12 +392,7 @@ def ultralytics_val_heads(
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
-    # what rides on the stock pass, each on a copy of its own made before val fuses anything:
-    # (side, head, model, end2end, conf)
-    sources = [("original", first, orig)] + [(side, h, yolo.model if side == "calibrated" else orig)
-                                             for h in heads[1:] for side in ("calibrated", "original")]
-    riders = [(side, h, copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False, confs[h][side == "calibrated"])
-              for side, h, src in sources]
+    riders = _riders(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
                      device=device)
@@ -418,6 +407,20 @@ def ultralytics_val_heads(
         return {"conf": float(conf), "map50_95": float(r.box.map), "map50": float(r.box.map50)}
 
     return {h: (figures("original", h), figures("calibrated", h)) for h in heads}
+
+
+def _riders(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]) -> list[tuple]:
+    """What rides on the stock pass of :func:`ultralytics_val_heads`, ``(side, head, model, end2end, conf)``
+    each: the original in the first head's mode, and for each further head (the one-to-one branch of a
+    YOLO26 model beside its one-to-many branch: the two are decoded from the same features, as the capture
+    does) the calibrated and the original checkpoint's head; each on a copy of its own made before val fuses
+    anything, prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it)."""
+    import copy
+
+    sources = [("original", heads[0], orig)] + [(side, h, calibrated if side == "calibrated" else orig)
+                                                for h in heads[1:] for side in ("calibrated", "original")]
+    return [(side, h, copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False, confs[h][side == "calibrated"])
+            for side, h, src in sources]
 
 
 def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
