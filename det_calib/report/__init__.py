@@ -20,7 +20,11 @@ Adding a section: one function and one entry in ``SECTIONS`` (docs/report_sectio
 
 from __future__ import annotations
 
-from .compare import compare_runs
-from .run_report import write_report
+from det_calib.lazy import lazy_exports
 
-__all__ = ["write_report", "compare_runs"]
+# lazy: a command that writes no report (and run/summary, which reads record_words) loads no matplotlib
+_EXPORTS = {"compare_runs": "compare", "write_report": "run_report"}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
