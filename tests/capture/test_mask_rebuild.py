@@ -10,6 +10,8 @@ from pycocotools import mask as mask_utils
 from det_calib.capture.mask_rebuild import encode_masks, mask_rles, rebuild_masks
 from det_calib.demo import fixture_data_yaml
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 pytest.importorskip("ultralytics")
 
 NOISE = 0.05

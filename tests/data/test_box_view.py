@@ -15,6 +15,8 @@ from det_calib.data.box_view import BoxView, kept_mask, usable_rows, with_calibr
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _table() -> pl.DataFrame:
     z = np.array([-2.0, 0.0, 1.5, 3.0, -1.0, 0.5])

@@ -23,6 +23,8 @@ from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
 from det_calib.demo.shapes_segments import write_segment_split
 from det_calib.errors import InputError
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 N_IMAGES = 8
 
 

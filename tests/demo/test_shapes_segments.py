@@ -21,6 +21,8 @@ from det_calib.demo.shapes_segments import (
     write_segment_split,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _raster(poly: np.ndarray, h: int, w: int) -> np.ndarray:
     """The polygon as pycocotools rasterises a COCO polygon (pixel-edge frame)."""

@@ -19,6 +19,8 @@ from det_calib.demo.shapes_segments import write_segment_split
 from det_calib.errors import InputError
 from det_calib.matching.masks import mask_iou, match_boxes_by_masks, match_mask_table, match_masks
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 H, W = 40, 48
 
 

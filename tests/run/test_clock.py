@@ -11,6 +11,8 @@ from det_calib.errors import InputError
 from det_calib.record.timings import StageTime, Timings
 from det_calib.run import clock
 
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 
 def _busy(seconds: float) -> None:
     end = time.process_time() + seconds
@@ -120,6 +122,7 @@ print(" ".join(sorted(sys.modules)))
     assert p.returncode == 0, p.stderr
     loaded = set(p.stdout.split())
     assert {"torch", "ultralytics", "det_calib.capture.predictor"} <= loaded  # what the first image needs
-    for name in ("matplotlib", "scipy", "pycocotools", "onnx", "onnxruntime", "openvino", "det_calib.report.run_report", "det_calib.report.plots",
+    for name in ("matplotlib", "scipy", "pycocotools", "onnx", "onnxruntime", "openvino",
+                 "det_calib.report.run_report", "det_calib.report.plots",
                  "det_calib.deploy.fold", "det_calib.deploy.calibrated_export", "det_calib.ensemble"):
         assert name not in loaded, name

@@ -11,6 +11,10 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MAX_README_LINES = 250
@@ -18,12 +22,6 @@ MAX_README_LINES = 250
 BLOCK = re.compile(r"<!-- begin generated: (?P<path>[^ ]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\((?P<target>[^)\s]+)\)|!\[[^\]]*\]\((?P<image>[^)\s]+)\)")
 FOUR_DECIMALS = re.compile(r"(?<![\d.])\d\.\d{4}(?!\d)")
-
-# Pages other branches of the same change write (issue 43: speed; issue 41: LiteRT/NCNN). A link
-# to one is accepted only while the file is missing; once it lands, delete its entry here.
-AWAITED = {
-}
-
 
 def _pages() -> list[Path]:
     return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
@@ -67,8 +65,7 @@ def _broken_links(page: Path) -> list[str]:
         dest = (page.parent / path).resolve() if path else page
         rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
         if not dest.exists():
-            if rel not in AWAITED:
-                bad.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            bad.append(f"{page.relative_to(ROOT)}: {rel} (no such file)")
             continue
         if anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             bad.append(f"{page.relative_to(ROOT)}: {target} (no heading with that anchor)")
@@ -101,12 +98,6 @@ def test_every_docs_page_is_linked_from_the_readme():
 def test_every_link_resolves():
     bad = [b for p in _pages() for b in _broken_links(p)]
     assert not bad, "\n".join(bad)
-
-
-def test_awaited_pages_are_still_missing():
-    """An entry of AWAITED whose file exists is stale: its links are then checked like any other."""
-    landed = [p for p in AWAITED if (ROOT / p).exists()]
-    assert not landed, f"these pages exist now: remove them from AWAITED in tests/system/test_docs.py: {landed}"
 
 
 def test_every_generated_block_equals_its_file():
