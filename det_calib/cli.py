@@ -475,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             logging.captureWarnings(False)
             warnings.formatwarning = formatwarning
+            if args.command in TIMED:  # a command that failed before its job took the clock leaves none running
+                clock.reset()
             if argv is None:  # the command line: the process ends next
                 _quick_exit()
 

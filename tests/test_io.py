@@ -125,7 +125,7 @@ def test_a_failure_while_staging_leaves_the_previous_folder_byte_identical(tmp_p
 def test_log_lines_name_the_final_path_not_the_staging_folder(tmp_path, caplog):
     out = tmp_path / "out"
     log = logging.getLogger("det_calib.test")
-    with caplog.at_level(logging.INFO), io.staged_output(out) as stage:
+    with caplog.at_level(logging.INFO, logger="det_calib"), io.staged_output(out) as stage:
         log.info("wrote %s (T=%s)", stage / "calibrated.pt", 1.5)
     messages = [r.getMessage() for r in caplog.records]
     assert f"wrote {out / 'calibrated.pt'} (T=1.5)" in messages

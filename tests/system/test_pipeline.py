@@ -275,8 +275,9 @@ def test_calibration_json_pinned(run, fixture_yaml):
     """calibration.json on the fixture split has the keys and values of the reference (written by
     the code before the typed result model, regenerated when capture became exact per image:
     tests/data/README.md), apart from `created`, `seconds` and `schema_version`, plus one key added
-    since: `gt_counts` (issue 11), checked here against the label files, and `eval.{head}.map_engine`
-    (issue 26): the mAP figures are those pycocotools gave, scored by det_calib's engine."""
+    since: `gt_counts` (issue 11), checked here against the label files, `eval.{head}.map_engine`
+    (issue 26): the mAP figures are those pycocotools gave, scored by det_calib's engine, and `timings`
+    (issue 43), the run's seconds per stage."""
     ref = json.loads(REFERENCE.read_text())
     got = json.loads((run.out_dir / "calibration.json").read_text())
     # added key: ground-truth boxes per split and class id. The fixture halves one 12-image split
@@ -297,6 +298,8 @@ def test_calibration_json_pinned(run, fixture_yaml):
         assert sum(gt[ev]) == ref["eval"][head]["n_gt"]
     assert got.pop("schema_version") == 1
     assert isinstance(got.pop("created"), str) and got.pop("seconds") > 0
+    # added key (issue 43): the run's seconds per stage, a machine's figures (read back in test_timings_*)
+    assert set(got.pop("timings")) == {"wall", "cpu", "started", "stages"}
     assert Path(got["model"]).resolve() == (REPO / ref["model"]).resolve()
     assert Path(got["data"]).resolve() == (REPO / ref["data"]).resolve()
     got["model"], got["data"] = ref["model"], ref["data"]
