@@ -92,15 +92,24 @@ THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_f
 """Fields of :class:`~det_calib.run.settings.Settings` that are also the options of ``thresholds``."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that takes no abbreviated options (``--target`` is never read as ``--target-precision``):
+    an option added later can never be mistaken for a prefix of an older one. Every command's parser is one."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector, an exported engine of it, or an "
         "ensemble of detectors (by default the map that held-out folds choose among none, temperature, Platt, "
         "spline and isotonic; the temperature always fitted and reported).",
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     _calibrate_parser(sub)
     _capture_parser(sub)

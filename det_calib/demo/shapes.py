@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,27 +323,34 @@ def write_split(root: Path, split: str, n: int, *, seed: int = 0, ext: str = ".p
     return count
 
 
+def swap_in_split(root: Path, split: str, write: Callable[[Path], object]) -> None:
+    """Write a split with ``write(tmp)`` (its ``images/<split>`` and ``labels/<split>`` under ``tmp``, a new
+    folder in ``root``), then move both into ``root`` in place of the old ones: an interrupted write
+    leaves no half-written split behind."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{split}.tmp-", dir=root))
+    try:
+        write(tmp)
+        for kind in ("images", "labels"):
+            final = root / kind / split
+            final.parent.mkdir(exist_ok=True)
+            if final.exists():
+                shutil.rmtree(final)
+            (tmp / kind / split).rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def generate(root: Path, *, seed: int = 0, splits: dict[str, int] | None = None, ext: str = ".png") -> None:
     """Render the splits in ``splits`` (default :data:`SPLIT_SIZES`) under ``root``.
 
     Each split is rendered into a temporary folder and renamed into place, so an interrupted run
     never leaves a half-written split under its final name. Splits already present are replaced.
     """
-    import shutil
-    import tempfile
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     for split, n in dict(SPLIT_SIZES if splits is None else splits).items():
         log.info("rendering %d %s images into %s", n, split, root)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{split}.tmp-", dir=root))
-        try:
-            write_split(tmp, split, n, seed=seed, ext=ext)
-            for kind in ("images", "labels"):
-                final = root / kind / split
-                final.parent.mkdir(exist_ok=True)
-                if final.exists():
-                    shutil.rmtree(final)
-                (tmp / kind / split).rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        swap_in_split(root, split, lambda tmp, split=split, n=n: write_split(tmp, split, n, seed=seed, ext=ext))

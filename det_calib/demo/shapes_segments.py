@@ -46,7 +46,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, render_with_owners
+from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, render_with_owners, swap_in_split
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,6 @@ def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         Path of a data.yaml with ``train`` (the train split when written, else calib), ``val``
         (= calib), ``calib`` and ``test``.
     """
-    import tempfile
-
     from det_calib.demo import demo_data_yaml
 
     det_root = demo_data_yaml(with_train=with_train, seed=seed).parent
@@ -211,17 +209,8 @@ def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         if len(list((root / "labels" / split).glob("*.txt"))) == n:
             continue
         log.info("writing polygon labels of the %s split of the shapes demo into %s (first use)", split, root)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{split}.tmp-", dir=root))
-        try:
-            write_segment_split(tmp, split, n, seed=seed, images_from=det_root)
-            for kind in ("images", "labels"):
-                final = root / kind / split
-                final.parent.mkdir(exist_ok=True)
-                if final.exists():
-                    shutil.rmtree(final)
-                (tmp / kind / split).rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        swap_in_split(root, split, lambda tmp, split=split, n=n: write_segment_split(tmp, split, n, seed=seed,
+                                                                                     images_from=det_root))
     lines = [
         f"# shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
         f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})",

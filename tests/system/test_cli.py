@@ -183,6 +183,25 @@ def test_calibrate_options_come_from_settings():
         parser.parse_args(["calibrate", "--head", "yolo"])  # choices come from the head vocabulary
 
 
+def test_no_command_takes_an_abbreviated_option(capsys, tmp_path):
+    """Prefix matching is off for every command: an abbreviation is refused in one line, so an option
+    added later (say `--target`) can never be read as an older one it prefixes (`--target-precision`)."""
+    import argparse
+
+    from det_calib.cli import _parser
+
+    parser = _parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert len(subs) >= 9 and not parser.allow_abbrev
+    assert [name for name, sp in subs.items() if sp.allow_abbrev] == []
+    run = tmp_path / "no_run"
+    with pytest.raises(SystemExit) as e:  # argparse's own usage error: exit 2, one error line
+        main(["thresholds", str(run), "--target-prec", "0.8"])
+    _assert_one_line_error(e.value.code, capsys.readouterr().err, "unrecognized arguments: --target-prec")
+    code, err = _run(capsys, "thresholds", run, "--target-precision", "0.8")  # the full name reaches the run check
+    _assert_one_line_error(code, err, "run directory not found")
+
+
 def test_library_errors_are_shown_with_option_names():
     from det_calib.cli import _error_line
     from det_calib.errors import InputError
