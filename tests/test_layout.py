@@ -238,7 +238,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/matching/one_to_one.py match_table": "the box table's matching at the run's IoU and LaECE's",
     "det_calib/metrics/bootstrap.py bootstrap_ci": "the documented interval methods (about 60 lines of docstring)",
     "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
-    "det_calib/metrics/operating_point.py laece0": "the reference toolkit's LaECE_0 conventions, step by step",
     "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
     "det_calib/selection/cross_validation.py paired_choice": "the paired one-standard-error rule and its verdicts",
     "det_calib/thresholds/run_head.py load_head": "a run folder's head read with every score form it accepts",
