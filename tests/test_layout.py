@@ -236,7 +236,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/evaluation/map_check.py _shared_validator_class": "the shared val pass's validator subclass",
     "det_calib/matching/one_to_one.py greedy_match": "COCO's greedy matching with its crowd rules, vectorised",
     "det_calib/matching/one_to_one.py match_table": "the box table's matching at the run's IoU and LaECE's",
-    "det_calib/metrics/bootstrap.py bootstrap_ci": "the documented interval methods (about 60 lines of docstring)",
     "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
     "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
     "det_calib/selection/cross_validation.py paired_choice": "the paired one-standard-error rule and its verdicts",
