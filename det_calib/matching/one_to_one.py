@@ -447,6 +447,20 @@ def _column(df: pl.DataFrame, col: str, what: str) -> np.ndarray:
     return s.to_numpy()
 
 
+def _check_tables(boxes: pl.DataFrame, gt: pl.DataFrame) -> None:
+    """:func:`match_table`'s tables: polars frames with the columns it reads, one head only."""
+    for df, need, what in ((boxes, _BOX_COLUMNS, "box table"), (gt, _GT_COLUMNS, "GT table")):
+        if not isinstance(df, pl.DataFrame):
+            raise InputError(f"{what} must be a polars DataFrame, got {type(df).__name__}")
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
+    if "head" in boxes.columns and boxes["head"].n_unique() > 1:
+        raise InputError(
+            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a time"
+        )
+
+
 def match_table(
     boxes: pl.DataFrame,
     gt: pl.DataFrame,
@@ -472,16 +486,7 @@ def match_table(
         InputError: A column is missing or has nulls, the table mixes heads, or any check of
             :func:`match_detections` fails.
     """
-    for df, need, what in ((boxes, _BOX_COLUMNS, "box table"), (gt, _GT_COLUMNS, "GT table")):
-        if not isinstance(df, pl.DataFrame):
-            raise InputError(f"{what} must be a polars DataFrame, got {type(df).__name__}")
-        missing = [c for c in need if c not in df.columns]
-        if missing:
-            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
-    if "head" in boxes.columns and boxes["head"].n_unique() > 1:
-        raise InputError(
-            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a time"
-        )
+    _check_tables(boxes, gt)
     xyxy = ("x1", "y1", "x2", "y2")
     det_xyxy = np.column_stack([_column(boxes, c, "box table") for c in xyxy]) if boxes.height else np.zeros((0, 4))
     gt_xyxy = np.column_stack([_column(gt, c, "GT table") for c in xyxy]) if gt.height else np.zeros((0, 4))
