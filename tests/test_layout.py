@@ -238,7 +238,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
     "det_calib/thresholds/run_head.py load_head": "a run folder's head read with every score form it accepts",
     "det_calib/thresholds/run_head.py tune_run": "the thresholds command's documented options and file",
-    "det_calib/thresholds/tuning.py tune": "every criterion per class and global, fit and eval, in one pass",
 }
 
 
