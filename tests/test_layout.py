@@ -236,8 +236,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/matching/one_to_one.py greedy_match": "COCO's greedy matching with its crowd rules, vectorised",
     "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
     "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
-    "det_calib/thresholds/run_head.py load_head": "a run folder's head read with every score form it accepts",
-    "det_calib/thresholds/run_head.py tune_run": "the thresholds command's documented options and file",
 }
 
 
