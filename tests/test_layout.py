@@ -229,7 +229,6 @@ def test_files_are_short_or_say_why():
 LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/capture/predictor.py capture": "the public capture call: its documented arguments",
     "det_calib/capture/ray_capture.py capture_ray": "the Ray capture: its documented arguments and the actor pool",
-    "det_calib/demo/coco_shaped.py write_coco_shaped": "the COCO-shaped demo set's documented knobs",
     "det_calib/evaluation/map_check.py coco_maps": "the mAP check's engines behind one documented call",
     "det_calib/evaluation/map_check.py _shared_validator_class": "the shared val pass's validator subclass",
     "det_calib/matching/one_to_one.py greedy_match": "COCO's greedy matching with its crowd rules, vectorised",
