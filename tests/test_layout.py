@@ -231,7 +231,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "det_calib/capture/ray_capture.py capture_ray": "the Ray capture: its documented arguments and the actor pool",
     "det_calib/evaluation/map_check.py coco_maps": "the mAP check's engines behind one documented call",
     "det_calib/evaluation/map_check.py _shared_validator_class": "the shared val pass's validator subclass",
-    "det_calib/metrics/drift_tests.py shift_tests": "the three label-free permutation tests on the same draws",
     "det_calib/selection/cross_validation.py select_calibrator": "auto's cross-validated choice: its documented rule",
 }
 
