@@ -116,38 +116,51 @@ def fit_affine(
     f = loss(a, b)
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (`it` is read after the loop)
-        t = a[k] * z + b[k]
-        p = sigmoid(t)
-        r = p - y
-        h = p * (1.0 - p)
-        ga = per_class(r * wz) + lam * (a - a0)
-        haa = per_class(h * wz2) + lam
-        if fit_bias:
-            gb = per_class(r * w) + lam * (b - b0)
-            hab = per_class(h * wz)
-            hbb = per_class(h * w) + lam
-            det = haa * hbb - hab * hab
-            det = np.where(det > 0, det, np.inf)
-            da = -(hbb * ga - hab * gb) / det
-            db = -(haa * gb - hab * ga) / det
-        else:
-            da = -ga / np.where(haa > 0, haa, np.inf)
-            db = np.zeros(n_cls)
-        step = np.ones(n_cls)
-        for _ in range(40):
-            a_new, b_new = a + step * da, b + step * db
-            f_new = loss(a_new, b_new)
-            bad = f_new > f + 1e-12 * np.maximum(1.0, np.abs(f))
-            if not bad.any():
-                break
-            step = np.where(bad, 0.5 * step, step)
-        else:
-            a_new, b_new, f_new = np.where(bad, a, a_new), np.where(bad, b, b_new), np.where(bad, f, f_new)
+        p = sigmoid(a[k] * z + b[k])
+        da, db = _newton_direction(per_class, p - y, p * (1.0 - p), w, wz, wz2, a, b,
+                                   lam=lam, prior=prior, fit_bias=fit_bias)
+        a_new, b_new, f_new = _backtrack(loss, a, b, f, da, db)
         moved = max(float(np.max(np.abs(a_new - a), initial=0.0)), float(np.max(np.abs(b_new - b), initial=0.0)))
         a, b, f = a_new, b_new, f_new
         if moved < tol * (1.0 + float(np.max(np.abs(a), initial=0.0))):
             break
     return a, b, it
+
+
+def _newton_direction(per_class, r, h, w, wz, wz2, a, b, *, lam, prior, fit_bias):
+    """Every class's Newton direction ``(da, db)`` from residuals ``r = p - y`` and curvatures ``h``.
+
+    A 2x2 solve per class when ``fit_bias``; otherwise a 1-D step in ``a`` and ``db = 0``. A class
+    whose Hessian is singular gets a zero step.
+    """
+    a0, b0 = prior
+    ga = per_class(r * wz) + lam * (a - a0)
+    haa = per_class(h * wz2) + lam
+    if not fit_bias:
+        return -ga / np.where(haa > 0, haa, np.inf), np.zeros(a.shape[0])
+    gb = per_class(r * w) + lam * (b - b0)
+    hab = per_class(h * wz)
+    hbb = per_class(h * w) + lam
+    det = haa * hbb - hab * hab
+    det = np.where(det > 0, det, np.inf)
+    return -(hbb * ga - hab * gb) / det, -(haa * gb - hab * ga) / det
+
+
+def _backtrack(loss, a, b, f, da, db):
+    """Backtracking line search per class: halve a class's step while its loss rises.
+
+    After 40 halvings a class whose loss still rises keeps its old ``(a, b)`` and loss.
+    Returns the new ``(a, b, loss)``.
+    """
+    step = np.ones(a.shape[0])
+    for _ in range(40):
+        a_new, b_new = a + step * da, b + step * db
+        f_new = loss(a_new, b_new)
+        bad = f_new > f + 1e-12 * np.maximum(1.0, np.abs(f))
+        if not bad.any():
+            return a_new, b_new, f_new
+        step = np.where(bad, 0.5 * step, step)
+    return np.where(bad, a, a_new), np.where(bad, b, b_new), np.where(bad, f, f_new)
 
 
 def _heldout_nll(z, y, w, k, a, b) -> float:
@@ -388,6 +401,31 @@ class ClassAffineScaler(LogitCalibrator):
             out.append(init)
         return out
 
+    def _choose_shrinkage(self, z, y, w, k, n_cls, prior, groups) -> tuple[float, dict[float, float]]:
+        """K-fold CV over the shrinkage grid: ``(lam, {grid value: mean held-out NLL per weight})``.
+
+        Takes the strongest shrinkage whose mean held-out NLL is within one standard error of the
+        best. A fold whose global fit is degenerate shrinks toward the full data's global fit.
+        """
+        grid = sorted((float(g) for g in self.shrinkage_grid), reverse=True)
+        folds = group_folds(z.shape[0], int(self.n_folds), groups, seed=int(self.seed))
+        scores = np.zeros((int(self.n_folds), len(grid)))
+        for f in range(int(self.n_folds)):
+            tr, te = folds != f, folds == f
+            try:
+                pr = self._global(z[tr], y[tr], w[tr])
+            except DegenerateFitError:
+                pr = prior
+            path = self._path(z[tr], y[tr], w[tr], k[tr], n_cls, pr, grid)
+            for j, (a, b) in enumerate(path):
+                scores[f, j] = _heldout_nll(z[te], y[te], w[te], k[te], a, b) / max(w[te].sum(), 1e-300)
+        mean = scores.mean(axis=0)
+        se = scores.std(axis=0, ddof=1) / math.sqrt(scores.shape[0])
+        best = int(np.argmin(mean))
+        # strongest shrinkage (grid is sorted strongest first) within one SE of the best
+        lam = grid[next(j for j in range(len(grid)) if mean[j] <= mean[best] + se[best])]
+        return lam, {float(g): float(m) for g, m in zip(grid, mean, strict=True)}
+
     def fit(
         self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None, groups: Any = None
     ) -> ClassAffineScaler:
@@ -414,24 +452,7 @@ class ClassAffineScaler(LogitCalibrator):
         prior = self._global(z, y, w)
         cv: dict[float, float] | None = None
         if self.shrinkage == "auto":
-            grid = sorted((float(g) for g in self.shrinkage_grid), reverse=True)
-            folds = group_folds(z.shape[0], int(self.n_folds), groups, seed=int(self.seed))
-            scores = np.zeros((int(self.n_folds), len(grid)))
-            for f in range(int(self.n_folds)):
-                tr, te = folds != f, folds == f
-                try:
-                    pr = self._global(z[tr], y[tr], w[tr])
-                except DegenerateFitError:
-                    pr = prior
-                path = self._path(z[tr], y[tr], w[tr], k[tr], n_cls, pr, grid)
-                for j, (a, b) in enumerate(path):
-                    scores[f, j] = _heldout_nll(z[te], y[te], w[te], k[te], a, b) / max(w[te].sum(), 1e-300)
-            mean = scores.mean(axis=0)
-            se = scores.std(axis=0, ddof=1) / math.sqrt(scores.shape[0])
-            best = int(np.argmin(mean))
-            # strongest shrinkage (grid is sorted strongest first) within one SE of the best
-            lam = grid[next(j for j in range(len(grid)) if mean[j] <= mean[best] + se[best])]
-            cv = {float(g): float(m) for g, m in zip(grid, mean, strict=True)}
+            lam, cv = self._choose_shrinkage(z, y, w, k, n_cls, prior, groups)
         else:
             lam = float(self.shrinkage)
         if math.isinf(lam):

@@ -574,17 +574,7 @@ def load_split(
     if coco_gt is None:
         boxes, bad = scan_yolo_labels(images, nc=data.nc, split=split)
         if bad:
-            _warn_bad_labels(split, [images[i] for i, _ in bad], [b for _, b in bad], len(images))
-            drop = {i for i, _ in bad}
-            skipped = [str(images[i]) for i in sorted(drop)]
-            bad_labels = [b for _, b in bad]
-            keep = [i for i in range(len(images)) if i not in drop]
-            if not keep:
-                raise InputError(
-                    f"split `{split}` has no usable images: the label files of all {len(images)} are malformed "
-                    f"(first: {bad[0][1]})"
-                )
-            images, boxes = [images[i] for i in keep], [boxes[i] for i in keep]
+            images, boxes, skipped, bad_labels = _drop_malformed(split, images, boxes, bad)
         listed = images
         images, sizes, corrupt = image_sizes(images)
         if len(images) < len(listed):
@@ -611,20 +601,37 @@ def load_split(
     return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root, bad_labels=bad_labels)
 
 
+def _drop_malformed(split: str, images: list[Path], boxes: list, bad: list[tuple[int, str]]):
+    """Leave out the images whose label file has a malformed line (``bad``: ``(index, problem)``),
+    with the warnings of :func:`_warn_bad_labels`; returns the kept ``images`` and ``boxes``, the
+    skipped image paths and the problems. Raises InputError when no image is left."""
+    _warn_bad_labels(split, [images[i] for i, _ in bad], [b for _, b in bad], len(images), stacklevel=4)
+    drop = {i for i, _ in bad}
+    skipped = [str(images[i]) for i in sorted(drop)]
+    bad_labels = [b for _, b in bad]
+    keep = [i for i in range(len(images)) if i not in drop]
+    if not keep:
+        raise InputError(
+            f"split `{split}` has no usable images: the label files of all {len(images)} are malformed "
+            f"(first: {bad[0][1]})"
+        )
+    return [images[i] for i in keep], [boxes[i] for i in keep], skipped, bad_labels
+
+
 MAX_LISTED_WARNINGS = 3
 """Malformed label files (and unreadable images) named one warning each, per split; the rest are
 counted in one more warning, so that a dataset of thousands prints a few lines, not thousands."""
 
 
-def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total: int) -> None:
+def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total: int, *, stacklevel: int = 3) -> None:
     for img, problem in zip(images[:MAX_LISTED_WARNINGS], problems):
-        warnings.warn(f"split `{split}`: skipping image {img}: malformed label {problem}", stacklevel=3)
+        warnings.warn(f"split `{split}`: skipping image {img}: malformed label {problem}", stacklevel=stacklevel)
     if len(problems) > MAX_LISTED_WARNINGS:
         warnings.warn(
             f"split `{split}`: ... and {len(problems) - MAX_LISTED_WARNINGS:,} more files with malformed labels "
             f"({len(problems):,} of {total:,} images left out); all listed in calibration.json (bad_labels, "
             "corrupt_images) and in Split.bad_labels",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
 

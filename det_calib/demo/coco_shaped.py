@@ -176,10 +176,6 @@ def write_coco_shaped(
             (their images are left out of the run with a warning; no parts are written for such a
             set, as no capture would succeed on it).
     """
-    from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
-    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
-    from det_calib.data.ground_truth import load_data_yaml, load_split
-
     root = Path(root)
     rng = np.random.default_rng(seed)
     names = [f"class{i:04d}" if n_classes > 100 else f"class{i:02d}" for i in range(n_classes)]
@@ -190,29 +186,68 @@ def write_coco_shaped(
     for split in SPLITS:
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
-        gt = _gt(rng, n_images, freq, sizes, gt_per_image)
-        gts[split] = gt
-        g_img, g_cls, g_box = gt
-        w, h = sizes[g_img, 0], sizes[g_img, 1]
-        cx, cy = (g_box[:, 0] + g_box[:, 2]) / 2 / w, (g_box[:, 1] + g_box[:, 3]) / 2 / h
-        bw, bh = (g_box[:, 2] - g_box[:, 0]) / w, (g_box[:, 3] - g_box[:, 1]) / h
-        lines: list[list[str]] = [[] for _ in range(n_images)]
-        for i, c, a, b, d, e in zip(g_img.tolist(), g_cls.tolist(), cx.tolist(), cy.tolist(), bw.tolist(),
-                                    bh.tolist()):
-            lines[i].append(f"{c} {a:.6f} {b:.6f} {d:.6f} {e:.6f}")
+        gts[split] = _gt(rng, n_images, freq, sizes, gt_per_image)
+        lines = _label_lines(gts[split], sizes, n_images)
         if split == "calib":
             for i in range(min(bad_label_files, n_images)):
                 lines[i].append(f"{n_classes + 3} 0.5 0.5 0.1 0.1")
-        for i in range(n_images):
-            (root / "images" / split / f"{i:06d}.jpg").write_bytes(jpegs[tuple(sizes[i])])
-            (root / "labels" / split / f"{i:06d}.txt").write_text("".join(s + "\n" for s in lines[i]))
+        _write_images_and_labels(root, split, lines, sizes, jpegs)
     data = root / "data.yaml"
     data.write_text("path: .\ncalib: images/calib\ntest: images/test\nnames:\n"
                     + "".join(f"  {i}: {n}\n" for i, n in enumerate(names)))
     model = write_model(root / "model.pt", names)
-    written: dict[str, dict[str, int]] = {}
     if bad_label_files:
-        return SyntheticSet(root, data, model, root / "parts", written)
+        return SyntheticSet(root, data, model, root / "parts", {})
+    written = _write_parts(root, data, model, rng, gts, sizes, freq, n_images=n_images, conf_floor=conf_floor,
+                           max_det=max_det, background=background)
+    return SyntheticSet(root, data, model, root / "parts", written)
+
+
+def _label_lines(gt: tuple[np.ndarray, np.ndarray, np.ndarray], sizes: np.ndarray, n_images: int) -> list[list[str]]:
+    """The YOLO label lines (``cls cx cy w h``, normalised) of each image of a split's ground truth."""
+    g_img, g_cls, g_box = gt
+    w, h = sizes[g_img, 0], sizes[g_img, 1]
+    cx, cy = (g_box[:, 0] + g_box[:, 2]) / 2 / w, (g_box[:, 1] + g_box[:, 3]) / 2 / h
+    bw, bh = (g_box[:, 2] - g_box[:, 0]) / w, (g_box[:, 3] - g_box[:, 1]) / h
+    lines: list[list[str]] = [[] for _ in range(n_images)]
+    for i, c, a, b, d, e in zip(g_img.tolist(), g_cls.tolist(), cx.tolist(), cy.tolist(), bw.tolist(),
+                                bh.tolist()):
+        lines[i].append(f"{c} {a:.6f} {b:.6f} {d:.6f} {e:.6f}")
+    return lines
+
+
+def _capture_frame(b: dict[str, np.ndarray], split: str, head: str, image_names: list[str],
+                   sizes: np.ndarray) -> pl.DataFrame:
+    """One head's boxes of one split (``b`` from :func:`_head_boxes`) as the capture's columns."""
+    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
+
+    n = len(b["cls"])
+    ids = b["image_id"]
+    return pl.DataFrame({
+        "image": np.asarray(image_names, dtype=object)[ids].tolist(), "image_id": ids, "split": [split] * n,
+        "head": [head] * n, "x1": b["box"][:, 0], "y1": b["box"][:, 1], "x2": b["box"][:, 2],
+        "y2": b["box"][:, 3], "img_w": sizes[ids, 0], "img_h": sizes[ids, 1], "cls": b["cls"],
+        "conf": b["conf"].astype(np.float64), "logit": b["logit"].astype(np.float64),
+    }, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+
+
+def _write_images_and_labels(root: Path, split: str, lines: list[list[str]], sizes: np.ndarray,
+                             jpegs: dict[tuple[int, int], bytes]) -> None:
+    """Each image of a split (the JPEG of its size) and its label file."""
+    for i in range(len(lines)):
+        (root / "images" / split / f"{i:06d}.jpg").write_bytes(jpegs[tuple(sizes[i])])
+        (root / "labels" / split / f"{i:06d}.txt").write_text("".join(s + "\n" for s in lines[i]))
+
+
+def _write_parts(root: Path, data: Path, model: Path, rng: np.random.Generator, gts: dict, sizes: np.ndarray,
+                 freq: np.ndarray, *, n_images: int, conf_floor: float, max_det: int, background: float
+                 ) -> dict[str, dict[str, int]]:
+    """Both heads' boxes of each split, drawn and written as one capture part per split, with the
+    metadata a capture at the run's defaults records; returns the boxes written per split and head."""
+    from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+
+    written: dict[str, dict[str, int]] = {}
     ds = load_data_yaml(data)
     # what a capture at the run's defaults records (det_calib.run.reuse.capture_settings: NMS IoU
     # 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes` takes them
@@ -226,17 +261,10 @@ def write_coco_shaped(
         for head in ("nms", "e2e"):
             b = _head_boxes(rng, head, n_images, gts[split], sizes, freq, conf_floor=conf_floor, max_det=max_det,
                             background=background)
-            n = len(b["cls"])
-            written[split][head] = n
-            ids = b["image_id"]
-            frames.append(pl.DataFrame({
-                "image": np.asarray(image_names, dtype=object)[ids].tolist(), "image_id": ids, "split": [split] * n,
-                "head": [head] * n, "x1": b["box"][:, 0], "y1": b["box"][:, 1], "x2": b["box"][:, 2],
-                "y2": b["box"][:, 3], "img_w": sizes[ids, 0], "img_h": sizes[ids, 1], "cls": b["cls"],
-                "conf": b["conf"].astype(np.float64), "logit": b["logit"].astype(np.float64),
-            }, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS}))
+            written[split][head] = len(b["cls"])
+            frames.append(_capture_frame(b, split, head, image_names, sizes))
         meta = capture_meta(model=model_fp, data=data_fingerprint(sp.images, names=image_names), split=split,
                             heads=["nms", "e2e"], settings=settings, n_images=n_images,
                             image_ids=range(n_images), part="all")
         write_part(pl.concat(frames), root / "parts" / split / "part-all.parquet", meta=meta)
-    return SyntheticSet(root, data, model, root / "parts", written)
+    return written

@@ -151,15 +151,8 @@ def coco_eval(
     Returns:
         A :class:`CocoEval` with COCOeval's ``eval["precision"]`` and ``eval["recall"]``.
     """
-    d_img = np.asarray(det_image, dtype=np.int64).ravel()
-    d_box = np.asarray(det_xywh, dtype=np.float64).reshape(-1, 4)
-    d_score = np.asarray(det_score, dtype=np.float64).ravel()
-    d_cls = np.asarray(det_cls, dtype=np.int64).ravel()
-    g_img = np.asarray(gt_image, dtype=np.int64).ravel()
-    g_box = np.asarray(gt_xywh, dtype=np.float64).reshape(-1, 4)
-    g_cls = np.asarray(gt_cls, dtype=np.int64).ravel()
-    g_crowd = np.zeros(len(g_img), dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool).ravel()
-    g_area = g_box[:, 2] * g_box[:, 3] if gt_area is None else np.asarray(gt_area, dtype=np.float64).ravel()
+    d_img, d_box, d_score, d_cls = _det_arrays(det_image, det_xywh, det_score, det_cls)
+    g_img, g_box, g_cls, g_crowd, g_area = _gt_arrays(gt_image, gt_xywh, gt_cls, gt_crowd, gt_area)
     cats = np.unique(np.concatenate([g_cls, d_cls])) if categories is None else np.unique(np.asarray(categories))
     max_dets = tuple(int(m) for m in max_dets)
     t_thr = np.minimum(np.asarray(iou_thresholds, dtype=np.float64), _T_CAP)
@@ -167,72 +160,123 @@ def coco_eval(
     precision = -np.ones((n_t, n_r, n_k, n_a, n_m))
     recall = -np.ones((n_t, n_k, n_a, n_m))
     out = CocoEval(precision, recall, np.asarray(iou_thresholds, dtype=np.float64), cats, max_dets)
-    keep = np.isin(d_cls, cats)
-    d_img, d_box, d_score, d_cls = d_img[keep], d_box[keep], d_score[keep], d_cls[keep]
-    g_keep = np.isin(g_cls, cats)
-    g_img, g_box, g_cls, g_crowd, g_area = g_img[g_keep], g_box[g_keep], g_cls[g_keep], g_crowd[g_keep], g_area[g_keep]
+    d_img, d_box, d_score, d_cls = _rows(np.isin(d_cls, cats), d_img, d_box, d_score, d_cls)
+    g_img, g_box, g_cls, g_crowd, g_area = _rows(np.isin(g_cls, cats), g_img, g_box, g_cls, g_crowd, g_area)
     n, m = len(d_img), len(g_img)
     if n + m == 0:
         return out
     key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
-
-    # detection rank: (group, -score, input order); the first maxDets[-1] of each group take part
-    by_score = np.argsort(-d_score, kind="stable")
-    order = by_score[np.argsort(key_d[by_score], kind="stable")]
-    kd = key_d[order]
-    rank = np.arange(n) - np.searchsorted(kd, kd, side="left")
-    inside = rank < max_dets[-1]
-    order, kd, rank = order[inside], kd[inside], rank[inside]
+    order, rank = _ranked(key_d, d_score, max_dets[-1])
     n = len(order)
     d_img, d_box, d_score, d_cls = d_img[order], d_box[order], d_score[order], d_cls[order]
     d_area = d_box[:, 2] * d_box[:, 3]
-
-    # every same-group (detection, ground truth) pair, by detection rank, ground truth in input order
-    g_order = np.argsort(key_g, kind="stable")
-    kg = key_g[g_order]
-    lo = np.searchsorted(kg, kd, side="left")
-    cnt = np.searchsorted(kg, kd, side="right") - lo
-    n_pairs = int(cnt.sum())
-    p_det = np.repeat(np.arange(n, dtype=np.int64), cnt)
-    p_gt = g_order[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_pairs)]
-    p_iou = _pair_iou_xywh(d_box[p_det], g_box[p_gt], g_crowd[p_gt])
-    del by_score, order, kd, key_d, lo, cnt, g_order, kg, d_box  # at COCO scale: free them before the loops
-
-    # per class: the detections of all images in descending score, ties by image, then by rank
-    k_idx = np.searchsorted(cats, d_cls)
-    acc = np.lexsort((rank, d_img, -d_score, k_idx))
-    seg_start = np.searchsorted(k_idx[acc], np.arange(n_k), side="left")
-    seg_end = np.searchsorted(k_idx[acc], np.arange(n_k), side="right")
+    p_det, p_gt, p_iou = _group_pairs(key_d[order], key_g, d_box, g_box, g_crowd)
+    del order, key_d, d_box  # at COCO scale: free them before the loops
+    acc, seg_start, seg_end = _class_order(np.searchsorted(cats, d_cls), d_img, d_score, rank, n_k)
     rank_acc = rank[acc]
     gk_idx = np.searchsorted(cats, g_cls)
     for a, (a_lo, a_hi) in enumerate(area_ranges):
         g_ig = g_crowd | (g_area < a_lo) | (g_area > a_hi)
         npig = np.bincount(gk_idx[~g_ig], minlength=n_k)
         outside = (d_area < a_lo) | (d_area > a_hi)
-        tp = np.zeros((n_t, n), dtype=bool)
-        fp = np.zeros((n_t, n), dtype=bool)
-        for t, thr in enumerate(t_thr):
-            ok = p_iou >= thr
-            first = ok & ~g_ig[p_gt]
-            m1 = _greedy(p_det[first], p_gt[first], p_iou[first], g_crowd, n, m)
-            second = ok & g_ig[p_gt] & (m1[p_det] < 0)
-            m2 = _greedy(p_det[second], p_gt[second], p_iou[second], g_crowd, n, m)
-            matched = m1 >= 0
-            ignored = (m2 >= 0) | (~matched & outside)
-            tp[t] = matched[acc]
-            fp[t] = (~matched & ~ignored)[acc]
-        for k in range(n_k):
-            if npig[k] == 0:
-                continue
-            s0, s1 = seg_start[k], seg_end[k]
-            for mi, md in enumerate(max_dets):
-                sel = rank_acc[s0:s1] < md
-                q, rc = _cumulative_curves(tp[:, s0:s1][:, sel], fp[:, s0:s1][:, sel], int(npig[k]),
-                                           RECALL_THRESHOLDS)
-                precision[:, :, k, a, mi] = q
-                recall[:, k, a, mi] = rc
-    log.debug("coco_eval: %d detections, %d ground truth, %d pairs, %d classes", n, m, n_pairs, n_k)
+        tp, fp = _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m)
+        _fill_curves(out, a, tp, fp, npig, seg_start, seg_end, rank_acc)
+    log.debug("coco_eval: %d detections, %d ground truth, %d pairs, %d classes", n, m, len(p_det), n_k)
     return out
+
+
+def _det_arrays(det_image, det_xywh, det_score, det_cls):
+    """:func:`coco_eval`'s detections as flat int64/float64 arrays: image, ``(n, 4)`` box, score, class."""
+    d_img = np.asarray(det_image, dtype=np.int64).ravel()
+    d_box = np.asarray(det_xywh, dtype=np.float64).reshape(-1, 4)
+    d_score = np.asarray(det_score, dtype=np.float64).ravel()
+    d_cls = np.asarray(det_cls, dtype=np.int64).ravel()
+    return d_img, d_box, d_score, d_cls
+
+
+def _gt_arrays(gt_image, gt_xywh, gt_cls, gt_crowd, gt_area):
+    """:func:`coco_eval`'s ground truth as flat arrays: image, ``(m, 4)`` box, class, crowd flag (default
+    none) and area (default ``w * h``)."""
+    g_img = np.asarray(gt_image, dtype=np.int64).ravel()
+    g_box = np.asarray(gt_xywh, dtype=np.float64).reshape(-1, 4)
+    g_cls = np.asarray(gt_cls, dtype=np.int64).ravel()
+    g_crowd = np.zeros(len(g_img), dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool).ravel()
+    g_area = g_box[:, 2] * g_box[:, 3] if gt_area is None else np.asarray(gt_area, dtype=np.float64).ravel()
+    return g_img, g_box, g_cls, g_crowd, g_area
+
+
+def _rows(keep: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    return tuple(x[keep] for x in arrays)
+
+
+def _ranked(key_d: np.ndarray, d_score: np.ndarray, max_det: int) -> tuple[np.ndarray, np.ndarray]:
+    """Detection rank: (group, -score, input order); returns the order of the first ``max_det`` of
+    each group, which take part, and their rank within the group."""
+    by_score = np.argsort(-d_score, kind="stable")
+    order = by_score[np.argsort(key_d[by_score], kind="stable")]
+    kd = key_d[order]
+    rank = np.arange(len(order)) - np.searchsorted(kd, kd, side="left")
+    inside = rank < max_det
+    return order[inside], rank[inside]
+
+
+def _group_pairs(kd: np.ndarray, key_g: np.ndarray, d_box: np.ndarray, g_box: np.ndarray, g_crowd: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every same-group (detection, ground truth) pair, by detection rank (``kd``: the ranked
+    detections' sorted group keys), ground truth in input order: ``(detection, ground truth, IoU)``."""
+    g_order = np.argsort(key_g, kind="stable")
+    kg = key_g[g_order]
+    lo = np.searchsorted(kg, kd, side="left")
+    cnt = np.searchsorted(kg, kd, side="right") - lo
+    n_pairs = int(cnt.sum())
+    p_det = np.repeat(np.arange(len(kd), dtype=np.int64), cnt)
+    p_gt = g_order[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_pairs)]
+    return p_det, p_gt, _pair_iou_xywh(d_box[p_det], g_box[p_gt], g_crowd[p_gt])
+
+
+def _class_order(k_idx: np.ndarray, d_img: np.ndarray, d_score: np.ndarray, rank: np.ndarray, n_k: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per class: the detections of all images in descending score, ties by image, then by rank;
+    returns that order and where each class's segment starts and ends in it."""
+    acc = np.lexsort((rank, d_img, -d_score, k_idx))
+    seg_start = np.searchsorted(k_idx[acc], np.arange(n_k), side="left")
+    seg_end = np.searchsorted(k_idx[acc], np.arange(n_k), side="right")
+    return acc, seg_start, seg_end
+
+
+def _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m) -> tuple[np.ndarray, np.ndarray]:
+    """evaluate's matching in one area range (``g_ig``: ignored ground truth, ``outside``: detections
+    outside the range): ``(T, n)`` true and false positive flags, in the per-class order ``acc``."""
+    n = len(acc)
+    tp = np.zeros((len(t_thr), n), dtype=bool)
+    fp = np.zeros((len(t_thr), n), dtype=bool)
+    for t, thr in enumerate(t_thr):
+        ok = p_iou >= thr
+        first = ok & ~g_ig[p_gt]
+        m1 = _greedy(p_det[first], p_gt[first], p_iou[first], g_crowd, n, m)
+        second = ok & g_ig[p_gt] & (m1[p_det] < 0)
+        m2 = _greedy(p_det[second], p_gt[second], p_iou[second], g_crowd, n, m)
+        matched = m1 >= 0
+        ignored = (m2 >= 0) | (~matched & outside)
+        tp[t] = matched[acc]
+        fp[t] = (~matched & ~ignored)[acc]
+    return tp, fp
+
+
+def _fill_curves(out: CocoEval, a: int, tp: np.ndarray, fp: np.ndarray, npig: np.ndarray, seg_start: np.ndarray,
+                 seg_end: np.ndarray, rank_acc: np.ndarray) -> None:
+    """accumulate for area range ``a``: every class's precision and recall at each ``maxDets``, from
+    the ``(T, n)`` flags in per-class order; a class without ground truth that counts stays -1."""
+    for k in range(len(npig)):
+        if npig[k] == 0:
+            continue
+        s0, s1 = seg_start[k], seg_end[k]
+        for mi, md in enumerate(out.max_dets):
+            sel = rank_acc[s0:s1] < md
+            q, rc = _cumulative_curves(tp[:, s0:s1][:, sel], fp[:, s0:s1][:, sel], int(npig[k]),
+                                       RECALL_THRESHOLDS)
+            out.precision[:, :, k, a, mi] = q
+            out.recall[:, k, a, mi] = rc
 
 
 def map_figures(ev: CocoEval, *, area: int = 0, max_det: int = -1) -> dict[str, float]:

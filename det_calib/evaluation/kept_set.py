@@ -53,26 +53,11 @@ def threshold_shift(
         >>> s.kept_before, s.kept_after, s.removed, s.removed_correct
         (1, 0, 1, 1)
     """
-    a = np.asarray(conf_before, dtype=np.float64)
-    b = np.asarray(conf_after, dtype=np.float64)
-    y = np.asarray(correct, dtype=bool)
-    if not (a.shape == b.shape == y.shape) or a.ndim != 1:
-        raise InputError(
-            f"Expected `conf_before`, `conf_after` and `correct` of one shape (n,), got {a.shape}, {b.shape}, {y.shape}"
-        )
-    if not 0 <= conf <= 1:
-        raise InputError(f"Expected argument `conf` in [0, 1], but got {conf}")
-    if temperature is not None and equivalent_conf is not None:
-        raise InputError("give `temperature` or `equivalent_conf`, not both")
-    if equivalent_conf is None and temperature and 0 < conf < 1:
-        equivalent_conf = equivalent_threshold(conf, temperature)
+    a, b, y = _shift_inputs(conf_before, conf_after, correct, conf=conf)
+    equivalent_conf = _equivalent_conf(conf, temperature, equivalent_conf)
     kb, ka = kept_mask(a, conf), kept_mask(b, conf)
     added, removed = ka & ~kb, kb & ~ka
     tp_b, tp_a = int((kb & y).sum()), int((ka & y).sum())
-
-    def ratio(x: int, n: int) -> float:
-        return x / n if n else float("nan")
-
     return ThresholdShift(
         conf=float(conf),
         equivalent_conf=None if equivalent_conf is None else float(equivalent_conf),
@@ -83,11 +68,38 @@ def threshold_shift(
         added_correct=int((added & y).sum()),
         removed=int(removed.sum()),
         removed_correct=int((removed & y).sum()),
-        precision_before=ratio(tp_b, int(kb.sum())),
-        precision_after=ratio(tp_a, int(ka.sum())),
-        recall_before=ratio(tp_b, int(n_gt)),
-        recall_after=ratio(tp_a, int(n_gt)),
+        precision_before=_ratio(tp_b, int(kb.sum())),
+        precision_after=_ratio(tp_a, int(ka.sum())),
+        recall_before=_ratio(tp_b, int(n_gt)),
+        recall_after=_ratio(tp_a, int(n_gt)),
     )
+
+
+def _shift_inputs(conf_before, conf_after, correct, *, conf: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`threshold_shift`'s arrays as float64, float64 and bool, checked for one shape ``(n,)``."""
+    a = np.asarray(conf_before, dtype=np.float64)
+    b = np.asarray(conf_after, dtype=np.float64)
+    y = np.asarray(correct, dtype=bool)
+    if not (a.shape == b.shape == y.shape) or a.ndim != 1:
+        raise InputError(
+            f"Expected `conf_before`, `conf_after` and `correct` of one shape (n,), got {a.shape}, {b.shape}, {y.shape}"
+        )
+    if not 0 <= conf <= 1:
+        raise InputError(f"Expected argument `conf` in [0, 1], but got {conf}")
+    return a, b, y
+
+
+def _equivalent_conf(conf: float, temperature: float | None, equivalent_conf: float | None) -> float | None:
+    """The equivalent threshold given, or a shared temperature's, or None."""
+    if temperature is not None and equivalent_conf is not None:
+        raise InputError("give `temperature` or `equivalent_conf`, not both")
+    if equivalent_conf is None and temperature and 0 < conf < 1:
+        equivalent_conf = equivalent_threshold(conf, temperature)
+    return equivalent_conf
+
+
+def _ratio(x: int, n: int) -> float:
+    return x / n if n else float("nan")
 
 
 class PRCurve(NamedTuple):

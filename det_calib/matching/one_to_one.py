@@ -340,52 +340,87 @@ def greedy_match(
     n, m = len(d_img), len(g_img)
     thr = min(_check_threshold(iou_threshold), _COCO_T_CAP)
     max_dets = _check_max_dets(max_dets)
-
-    correct = np.zeros(n, dtype=bool)
-    ignore = np.zeros(n, dtype=bool)
-    gt_index = np.full(n, -1, dtype=np.int64)
-    iou = np.zeros(n, dtype=np.float64)
     if n == 0 or m == 0:
-        return MatchResult(correct=correct, iou=iou, gt_index=gt_index, ignore=ignore)
-
+        return _unmatched(n)
     key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
+    order, kd = _coco_order(key_d, d_score)
+    p_det, p_gt = _same_group_pairs(kd, key_g)
+    if p_det.size == 0:
+        return _unmatched(n)
+    p_crowd = g_crowd[p_gt]
+    p_iou = np.asarray(pair_iou(order[p_det], p_gt, p_crowd), dtype=np.float64)
+    best = _best_regular_iou(p_det, p_iou, ~p_crowd, n)
+    eligible = _eligible(p_iou, p_det, kd, thr=thr, max_dets=max_dets)
 
-    # Detection "rank" r = position in the order (group, -score, input order): two stable sorts
-    # give exactly pycocotools' mergesort on -score within each group.
+    # Greedy one-to-one assignment to non-crowd GTs, resolved in rounds across all groups.
+    sel = ~p_crowd & eligible
+    m_gt, m_iou, rounds = _assign_in_rounds(p_det[sel], p_gt[sel], p_iou[sel], n, m)
+    logger.debug("matching: %d detections, %d GT, %d pairs, %d rounds", n, m, len(p_det), rounds)
+    matched = m_gt >= 0
+    crowd_gt = _best_crowd_gt(p_det, p_gt, p_iou, p_crowd & eligible & ~matched[p_det], n)
+
+    out = _unmatched(n)
+    out.correct[order] = matched
+    out.ignore[order] = crowd_gt >= 0
+    out.gt_index[order] = np.where(matched, m_gt, crowd_gt)
+    out.iou[order] = np.where(matched, m_iou, best)
+    return out
+
+
+def _unmatched(n: int) -> MatchResult:
+    return MatchResult(correct=np.zeros(n, dtype=bool), iou=np.zeros(n, dtype=np.float64),
+                       gt_index=np.full(n, -1, dtype=np.int64), ignore=np.zeros(n, dtype=bool))
+
+
+def _coco_order(key_d: np.ndarray, d_score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Detection "rank" r = position in the order (group, -score, input order): two stable sorts
+    give exactly pycocotools' mergesort on -score within each group. Returns the order and the
+    group keys in it."""
     by_score = np.argsort(-d_score, kind="stable")
     order = by_score[np.argsort(key_d[by_score], kind="stable")]
-    kd = key_d[order]
-    g_order = np.argsort(key_g, kind="stable")  # within a group, GTs keep input order
-    kg = key_g[g_order]
+    return order, key_d[order]
 
-    # All same-group (detection, GT) pairs, grouped by detection rank.
+
+def _same_group_pairs(kd: np.ndarray, key_g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All same-group (detection rank, GT index) pairs, grouped by detection rank; within a group,
+    GTs keep input order."""
+    g_order = np.argsort(key_g, kind="stable")
+    kg = key_g[g_order]
     lo = np.searchsorted(kg, kd, side="left")
     cnt = np.searchsorted(kg, kd, side="right") - lo
     n_pairs = int(cnt.sum())
-    if n_pairs == 0:
-        return MatchResult(correct=correct, iou=iou, gt_index=gt_index, ignore=ignore)
-    p_det = np.repeat(np.arange(n, dtype=np.int64), cnt)
+    p_det = np.repeat(np.arange(len(kd), dtype=np.int64), cnt)
     p_gt = g_order[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_pairs)]
-    p_crowd = g_crowd[p_gt]
-    p_iou = np.asarray(pair_iou(order[p_det], p_gt, p_crowd), dtype=np.float64)
+    return p_det, p_gt
 
-    # Best IoU with any non-crowd GT of the group (reported for unmatched detections).
-    regular = ~p_crowd
+
+def _best_regular_iou(p_det: np.ndarray, p_iou: np.ndarray, regular: np.ndarray, n: int) -> np.ndarray:
+    """Best IoU of each detection (by rank) with any non-crowd GT of its group (reported for
+    unmatched detections); 0 without one."""
     r_det = p_det[regular]
     best = np.zeros(n, dtype=np.float64)
     if r_det.size:
         starts = np.flatnonzero(_first_of_runs(r_det))
         best[r_det[starts]] = np.maximum.reduceat(p_iou[regular], starts)
+    return best
 
+
+def _eligible(p_iou: np.ndarray, p_det: np.ndarray, kd: np.ndarray, *, thr: float, max_dets: int | None
+              ) -> np.ndarray:
+    """The pairs at IoU >= ``thr`` whose detection is among the first ``max_dets`` of its group."""
     eligible = p_iou >= thr  # COCO: `if ious[d, g] < iou: continue` with iou = min(t, 1-1e-10)
     if max_dets is not None:
         group_start = np.searchsorted(kd, kd, side="left")
-        considered = (np.arange(n) - group_start) < max_dets
+        considered = (np.arange(len(kd)) - group_start) < max_dets
         eligible &= considered[p_det]
+    return eligible
 
-    # Greedy one-to-one assignment to non-crowd GTs, resolved in rounds across all groups.
-    sel = regular & eligible
-    c_det, c_gt, c_iou = p_det[sel], p_gt[sel], p_iou[sel]  # grouped by detection rank
+
+def _assign_in_rounds(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, n: int, m: int
+                      ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The greedy one-to-one assignment of candidate pairs (grouped by detection rank): in each
+    round, a detection's best free GT goes to it when no earlier undecided detection wants that GT.
+    Returns each detection's GT (-1: none) and IoU, by rank, and the number of rounds."""
     m_gt = np.full(n, -1, dtype=np.int64)  # by rank
     m_iou = np.zeros(n, dtype=np.float64)
     taken = np.zeros(m, dtype=bool)
@@ -404,23 +439,18 @@ def greedy_match(
         taken[w_gt] = True
         keep = ~taken[c_gt] & (m_gt[c_det] < 0)
         c_det, c_gt, c_iou = c_det[keep], c_gt[keep], c_iou[keep]
-    logger.debug("matching: %d detections, %d GT, %d pairs, %d rounds", n, m, n_pairs, rounds)
+    return m_gt, m_iou, rounds
 
-    # Detections left without a non-crowd GT fall on the best crowd GT, if any (ties: later GT).
-    matched = m_gt >= 0
-    sel = p_crowd & eligible
-    sel &= ~matched[p_det]
+
+def _best_crowd_gt(p_det: np.ndarray, p_gt: np.ndarray, p_iou: np.ndarray, sel: np.ndarray, n: int) -> np.ndarray:
+    """Detections left without a non-crowd GT fall on the best crowd GT of the pairs ``sel``, if
+    any (ties: later GT); -1 for none, by rank."""
     k_det, k_gt, k_iou = p_det[sel], p_gt[sel], p_iou[sel]
     crowd_gt = np.full(n, -1, dtype=np.int64)
     if k_det.size:
         pick = last_best_per_run(k_det, k_iou)
         crowd_gt[k_det[pick]] = k_gt[pick]
-
-    correct[order] = matched
-    ignore[order] = crowd_gt >= 0
-    gt_index[order] = np.where(matched, m_gt, crowd_gt)
-    iou[order] = np.where(matched, m_iou, best)
-    return MatchResult(correct=correct, iou=iou, gt_index=gt_index, ignore=ignore)
+    return crowd_gt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +475,20 @@ def _column(df: pl.DataFrame, col: str, what: str) -> np.ndarray:
     if s.null_count():
         raise InputError(f"{what} column `{col}` has {s.null_count()} null values")
     return s.to_numpy()
+
+
+def _check_tables(boxes: pl.DataFrame, gt: pl.DataFrame) -> None:
+    """:func:`match_table`'s tables: polars frames with the columns it reads, one head only."""
+    for df, need, what in ((boxes, _BOX_COLUMNS, "box table"), (gt, _GT_COLUMNS, "GT table")):
+        if not isinstance(df, pl.DataFrame):
+            raise InputError(f"{what} must be a polars DataFrame, got {type(df).__name__}")
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
+    if "head" in boxes.columns and boxes["head"].n_unique() > 1:
+        raise InputError(
+            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a time"
+        )
 
 
 def match_table(
@@ -472,16 +516,7 @@ def match_table(
         InputError: A column is missing or has nulls, the table mixes heads, or any check of
             :func:`match_detections` fails.
     """
-    for df, need, what in ((boxes, _BOX_COLUMNS, "box table"), (gt, _GT_COLUMNS, "GT table")):
-        if not isinstance(df, pl.DataFrame):
-            raise InputError(f"{what} must be a polars DataFrame, got {type(df).__name__}")
-        missing = [c for c in need if c not in df.columns]
-        if missing:
-            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
-    if "head" in boxes.columns and boxes["head"].n_unique() > 1:
-        raise InputError(
-            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a time"
-        )
+    _check_tables(boxes, gt)
     xyxy = ("x1", "y1", "x2", "y2")
     det_xyxy = np.column_stack([_column(boxes, c, "box table") for c in xyxy]) if boxes.height else np.zeros((0, 4))
     gt_xyxy = np.column_stack([_column(gt, c, "GT table") for c in xyxy]) if gt.height else np.zeros((0, 4))

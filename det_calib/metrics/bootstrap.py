@@ -1,15 +1,43 @@
 """The image bootstrap of every interval: :func:`bootstrap_ci` and :func:`bootstrap_sd` resample
 images (not boxes) and compute a statistic on each replicate.
 
-A statistic with a ``weights`` parameter is computed with each box weighed by its image's draw
-count (no copying). A statistic that carries a ``_bootstrap_prepare`` attribute (the binned
-metrics of :mod:`det_calib.metrics.calibration`, :func:`det_calib.metrics.operating_point.kept_ece`)
-validates its arrays once and hoists what does not depend on the draws: ``prepare(img, n_img,
-*arrays, **options)`` returns a :data:`Batch` of its replicates. The draws of a seed are the same
-on every path (:mod:`det_calib.metrics.bootstrap_tables` holds the pooled tables and the seeded
-draw counts).
-"""
+Each replicate draws as many images as there are, uniformly with replacement; every box of a
+drawn image comes along, once per draw. A statistic with a ``weights`` parameter (all metrics
+here have one) is computed as ``statistic(*arrays, weights=w)`` with ``w`` the per-box draw count
+of its image (no copying; weights bound in a ``functools.partial`` are multiplied by the draw
+counts); any other statistic gets the arrays indexed, ``statistic(*[a[idx] for a in arrays])``.
 
+A statistic that carries a ``_bootstrap_prepare`` attribute (the binned metrics of
+:mod:`det_calib.metrics.calibration`: :func:`ece`, :func:`ace`, :func:`mce`, :func:`brier`,
+:func:`laece`; :func:`det_calib.metrics.operating_point.kept_ece` and
+:meth:`det_calib.metrics.operating_point.LaECE0Targets.statistic`; also as a ``functools.partial``
+with keyword options) validates its arrays once, before the replicates, and hoists what does not
+depend on the draws (class ids, bins, kept boxes): ``prepare(img, n_img, *arrays, **options)``
+returns a :data:`Batch` of its replicates; ECE's replicates are matrix products of per-image bin
+sums. All paths give the same numbers for the same seed (up to float summation order): the draws
+of a seed are the same on every path (:mod:`det_calib.metrics.bootstrap_tables` holds the pooled
+tables and the seeded draw counts).
+
+The interval ``method`` of :func:`bootstrap_ci` (``theta`` the estimate, ``q_lo`` and ``q_hi`` the
+``(1 - level)/2`` and ``(1 + level)/2`` percentiles of the replicates):
+
+* ``"bc"``: the bias-corrected percentile interval (Efron 1981): with ``z0 = Phi^-1(share of
+  replicates below the estimate, ties counted half)``, the ``Phi(2 z0 -+ z_level)`` percentiles.
+  A binned calibration error is biased upward, so plain percentiles sit above the estimate; BC
+  moves them back and stays within the replicates' range (never below 0).
+* ``"basic"``: ``(2 theta - q_hi, 2 theta - q_lo)``.
+* ``"percentile"``: ``(q_lo, q_hi)``.
+* ``"normal"``: ``theta -+ z_level * sd(replicates)``: always contains the estimate (it ignores
+  the bias), for statistics whose resampling bias exceeds their spread.
+* ``"bc-normal"`` (the default): the BC interval where it contains the estimate, else the normal
+  one with its low end raised to the lowest replicate or the estimate, whichever is lower (a
+  binned error is never below 0): an interval printed next to its estimate always contains it.
+
+``"bc"``, ``"basic"`` and ``"percentile"`` contain the estimate exactly when the estimate lies
+between the ``(1 -+ level)/2`` quantiles of the replicates; when sampling bias exceeds the spread
+(the estimate below 97.5% of the replicates), no percentile-type interval contains it, and BC
+reports the lowest replicates.
+"""
 from __future__ import annotations
 
 import functools
@@ -177,18 +205,8 @@ def bootstrap_ci(
     """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default,
     and always containing the estimate by default.
 
-    Each replicate draws as many images as there are, uniformly with replacement; every box of
-    a drawn image comes along, once per draw. If ``statistic`` has a ``weights`` parameter (all
-    metrics here do), the replicate is computed as ``statistic(*arrays, weights=w)`` with ``w``
-    the per-box draw count of its image (no copying; weights bound in a ``functools.partial`` are
-    multiplied by the draw counts); for :func:`ece`, :func:`ace`, :func:`mce`,
-    :func:`brier`, :func:`laece`, :func:`det_calib.metrics.operating_point.kept_ece` and
-    :meth:`det_calib.metrics.operating_point.LaECE0Targets.statistic` (also as a ``functools.partial`` with
-    keyword options) the arrays are validated once, before the replicates, what does not depend
-    on the draws (class ids, bins, kept boxes) is computed once, and ECE's replicates are matrix
-    products of per-image bin sums; otherwise the arrays are indexed
-    (``statistic(*[a[idx] for a in arrays])``). All give the same numbers for the same seed (up
-    to float summation order).
+    How the replicates are drawn and computed, and what each interval ``method`` is: see
+    :mod:`det_calib.metrics.bootstrap`.
 
     Args:
         statistic: Function of the arrays returning a float, e.g. :func:`ece` or
@@ -199,21 +217,9 @@ def bootstrap_ci(
         seed: Seed for ``np.random.default_rng``; same seed, same interval.
         level: Coverage in (0, 1); the percentile interval is the ``(1 - level)/2`` and
             ``(1 + level)/2`` percentiles of the replicates (2.5 and 97.5 for 0.95).
-        method: ``"bc"`` (default): the bias-corrected percentile interval (Efron 1981): with
-            ``z0 = Phi^-1(share of replicates below the estimate, ties counted half)``, the
-            ``Phi(2 z0 -+ z_level)`` percentiles. A binned calibration error is biased upward,
-            so plain percentiles sit above the estimate; BC moves them back and stays within the
-            replicates' range (never below 0). ``"basic"``: ``(2 theta - q_hi, 2 theta - q_lo)``.
-            ``"percentile"``: ``(q_lo, q_hi)``. All three contain the estimate exactly when the
-            estimate lies between the ``(1 -+ level)/2`` quantiles of the replicates; when
-            sampling bias exceeds the spread (the estimate below 97.5% of the replicates), no
-            percentile-type interval contains it, and BC reports the lowest replicates.
-            ``"normal"``: ``theta -+ z_level * sd(replicates)``: always contains the estimate
-            (it ignores the bias), for statistics whose resampling bias exceeds their spread.
-            ``"bc-normal"`` (default): the BC interval where it contains the estimate, else the
-            normal one with its low end raised to the lowest replicate or the estimate,
-            whichever is lower (a binned error is never below 0): an interval printed next to
-            its estimate always contains it.
+        method: ``"bc-normal"`` (default: the bias-corrected interval where it contains the
+            estimate, else the normal one), ``"bc"``, ``"basic"``, ``"percentile"`` or
+            ``"normal"``; see :mod:`det_calib.metrics.bootstrap`.
 
     Returns:
         ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
@@ -230,6 +236,22 @@ def bootstrap_ci(
     n_boot = check_positive_int(n_boot, "n_boot")
     if not (isinstance(level, numbers.Real) and 0.0 < level < 1.0):
         raise InputError(f"Expected argument `level` to be a number in (0, 1), but got {level!r}")
+    ids, arrs = _checked_arrays(image_ids, arrays)
+    if len(ids) == 0:
+        return float("nan"), float("nan")
+    _, img = np.unique(ids, return_inverse=True)
+    img = img.ravel()
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
+    bad = np.isnan(stats)
+    if bad.all():
+        return float("nan"), float("nan")
+    if bad.any():
+        warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+    return _interval(statistic, arrs, stats[~bad], method=method, alpha=(1.0 - level) / 2.0)
+
+
+def _checked_arrays(image_ids: ArrayLike, arrays: tuple[ArrayLike, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """:func:`bootstrap_ci`'s image ids and arrays, checked: at least one array, each of their length."""
     ids = as_1d(image_ids, "image_ids")
     arrs = [np.asarray(a) for a in arrays]
     if not arrs:
@@ -241,22 +263,17 @@ def bootstrap_ci(
                 f"Expected arguments `image_ids` and `arrays[{i}]` to have the same length, "
                 f"but got {len(ids)} and {got}"
             )
-    if len(ids) == 0:
-        return float("nan"), float("nan")
-    _, img = np.unique(ids, return_inverse=True)
-    img = img.ravel()
-    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
-    bad = np.isnan(stats)
-    if bad.all():
-        return float("nan"), float("nan")
-    if bad.any():
-        warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+    return ids, arrs
+
+
+def _interval(statistic: Callable[..., float], arrs: list[np.ndarray], good: np.ndarray, *, method: str,
+              alpha: float) -> tuple[float, float]:
+    """The ``method`` interval (see the module docstring) from the finite replicates ``good``; the
+    estimate is ``statistic(*arrs)``, computed only for the methods that need it."""
     if method not in ("bc-normal", "bc", "basic", "percentile", "normal"):
         raise InputError(
             f"Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
         )
-    alpha = (1.0 - level) / 2.0
-    good = stats[~bad]
     if method == "percentile":
         lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
         return float(lo), float(hi)

@@ -390,14 +390,39 @@ def shift_tests(conf_ref: Any, img_ref: Any, cls_ref: Any, n_img_ref: int, conf_
     per_img = np.bincount(pimg, minlength=na + nb).astype(np.float64)
     cls_img = np.zeros((na + nb, n_classes))
     np.add.at(cls_img, (pimg, np.clip(cls, 0, n_classes - 1)), 1.0)
-    order = np.argsort(conf, kind="stable")
-    img_sorted = pimg[order]
-    last = np.r_[conf[order][1:] != conf[order][:-1], True]  # ends of runs of tied scores
+    sides = _relabellings(na, nb, n_perm, seed)
+    ks, both = _ks_per_labelling(conf, pimg, sides)
+    mean_new = sides.astype(np.float64) @ per_img / nb
+    mean_ref = (~sides).astype(np.float64) @ per_img / na
+    diff = mean_new - mean_ref
+    cc_new = sides.astype(np.float64) @ cls_img
+    cc_ref = (~sides).astype(np.float64) @ cls_img
+    chi = np.where(both, _chi2_table(cc_ref, cc_new), np.nan)
+    return ShiftStats(
+        ks=float(ks[0]) if np.isfinite(ks[0]) else None, ks_p=_perm_p(ks),
+        per_image=float(diff[0]), per_image_p=_perm_p(np.abs(diff)),
+        class_chi2=float(chi[0]) if np.isfinite(chi[0]) else None, class_chi2_p=_perm_p(chi),
+        n_perm=int(n_perm),
+    )
+
+
+def _relabellings(na: int, nb: int, n_perm: int, seed: int) -> np.ndarray:
+    """``(n_perm + 1, na + nb)`` sides of the pooled images (True: "new"): row 0 the observed
+    labelling, then ``n_perm`` random ones that keep each side's image count."""
     rng = np.random.default_rng(seed)
     sides = np.zeros((n_perm + 1, na + nb), dtype=bool)  # True: "new"; row 0 the observed labelling
     sides[0, na:] = True
     for r in range(1, n_perm + 1):
         sides[r, rng.permutation(na + nb)[:nb]] = True
+    return sides
+
+
+def _ks_per_labelling(conf: np.ndarray, pimg: np.ndarray, sides: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sample KS statistic of the boxes' confidences under each labelling (nan where a side
+    has no box), and whether both sides have boxes."""
+    order = np.argsort(conf, kind="stable")
+    img_sorted = pimg[order]
+    last = np.r_[conf[order][1:] != conf[order][:-1], True]  # ends of runs of tied scores
     new_boxes = sides[:, img_sorted]  # (R, n) in sorted order
     n_new = new_boxes.sum(axis=1)
     n_ref = conf.size - n_new
@@ -406,22 +431,13 @@ def shift_tests(conf_ref: Any, img_ref: Any, cls_ref: Any, n_img_ref: int, conf_
         fb = np.cumsum(new_boxes, axis=1)[:, last] / n_new[:, None]
         fa = np.cumsum(~new_boxes, axis=1)[:, last] / n_ref[:, None]
         ks = np.where(both, np.abs(fa - fb).max(axis=1) if last.any() else 0.0, np.nan)
-    mean_new = sides.astype(np.float64) @ per_img / nb
-    mean_ref = (~sides).astype(np.float64) @ per_img / na
-    diff = mean_new - mean_ref
-    cc_new = sides.astype(np.float64) @ cls_img
-    cc_ref = (~sides).astype(np.float64) @ cls_img
-    chi = np.where(both, _chi2_table(cc_ref, cc_new), np.nan)
+    return ks, both
 
-    def pval(stat: np.ndarray) -> float | None:
-        if not np.isfinite(stat[0]):
-            return None
-        rest = stat[1:][np.isfinite(stat[1:])]
-        return float((1 + np.count_nonzero(rest >= stat[0] - 1e-12)) / (1 + rest.size))
 
-    return ShiftStats(
-        ks=float(ks[0]) if np.isfinite(ks[0]) else None, ks_p=pval(ks),
-        per_image=float(diff[0]), per_image_p=pval(np.abs(diff)),
-        class_chi2=float(chi[0]) if np.isfinite(chi[0]) else None, class_chi2_p=pval(chi),
-        n_perm=int(n_perm),
-    )
+def _perm_p(stat: np.ndarray) -> float | None:
+    """Permutation p-value of the observed ``stat[0]`` among the finite permuted ones; None when
+    the observed one is not finite."""
+    if not np.isfinite(stat[0]):
+        return None
+    rest = stat[1:][np.isfinite(stat[1:])]
+    return float((1 + np.count_nonzero(rest >= stat[0] - 1e-12)) / (1 + rest.size))

@@ -185,14 +185,7 @@ def laece0(
     Returns:
         The class-averaged LaECE; nan when no class qualifies.
     """
-    di = np.asarray(det_image, dtype=np.int64)
-    dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
-    dc = np.asarray(det_cls, dtype=np.int64)
-    s = np.asarray(conf, dtype=np.float64)
-    keep = kept_mask(s, float(threshold))
-    di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
-    top = top_k_per_image_class(di, dc, s, int(max_dets))
-    di, dx, dc, s = di[top], dx[top], dc[top], s[top]
+    di, dx, dc, s = _scored_detections(det_image, det_xyxy, det_cls, conf, threshold=threshold, max_dets=max_dets)
     gi = np.asarray(gt_image, dtype=np.int64)
     gx = np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4)
     gc = np.asarray(gt_cls, dtype=np.int64)
@@ -206,6 +199,25 @@ def laece0(
     c, k = s[use], dc[use]
     t = np.where(r.correct[use], r.iou[use], 0.0)
     classes = np.intersect1d(np.unique(gc[~crowd]), np.unique(k))
+    return _class_averaged_laece(c, k, t, classes, n_bins)
+
+
+def _scored_detections(det_image, det_xyxy, det_cls, conf, *, threshold: float, max_dets: int):
+    """Step 1 of :func:`laece0`: the detections with ``conf > threshold``, then the ``max_dets``
+    highest-scoring of each (image, class); returns their ``(image, xyxy, class, conf)``."""
+    di = np.asarray(det_image, dtype=np.int64)
+    dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
+    dc = np.asarray(det_cls, dtype=np.int64)
+    s = np.asarray(conf, dtype=np.float64)
+    keep = kept_mask(s, float(threshold))
+    di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
+    top = top_k_per_image_class(di, dc, s, int(max_dets))
+    return di[top], dx[top], dc[top], s[top]
+
+
+def _class_averaged_laece(c: np.ndarray, k: np.ndarray, t: np.ndarray, classes: np.ndarray, n_bins: int) -> float:
+    """Steps 3 and 4 of :func:`laece0`: each class's binned gap between conf ``c`` and target ``t``,
+    averaged over ``classes`` with a class whose LaECE_c is exactly 0 left out; nan when none is left."""
     vals = []
     for cid in classes:
         m = k == cid

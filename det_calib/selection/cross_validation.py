@@ -424,17 +424,8 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
             c.diff_none, c.diff_none_se = _paired_diff(c.fold_scores, none.fold_scores, n_folds)
     eligible = [c for c in ok if c.method != "none"
                 and (none is None or (math.isfinite(c.diff_none_se) and c.diff_none < -z_none * c.diff_none_se))]
-    sd = f"{criterion} {{:.5g}} vs raw {{:.5g}}: {{:+.3g}} ± {{:.2g}} paired SE"
     if not eligible:
-        for c in ok:
-            c.verdict = ("chosen: no calibrator beat the raw scores by more than "
-                         f"{z_none:g} paired SE" if c is none else
-                         f"not better than the raw scores by more than {z_none:g} paired SE")
-        top = min((c for c in ok if c is not none), key=lambda c: c.mean, default=None)
-        reason = (f"none: no calibrator beats the raw scores by more than {z_none:g} paired standard error on the "
-                  f"shared folds ({folds_text})")
-        if top is not None and none is not None:
-            reason += f"; the best, {top.name}: " + sd.format(top.mean, none.mean, top.diff_none, top.diff_none_se)
+        reason = _raw_kept(ok, none, criterion=criterion, z_none=z_none, folds_text=folds_text)
         return none, best, reason  # type: ignore[return-value]
     top = min(eligible, key=lambda c: c.mean)
     near = []
@@ -445,6 +436,42 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
         if c is top or (order(c) < order(top) and ((math.isfinite(se) and d <= z_simpler * se) or kept)):
             near.append(c)
     chosen = min(near, key=order)
+    _set_verdicts(ok, chosen, top, eligible, near, z_none=z_none, z_simpler=z_simpler)
+    if none is not None:
+        vs = _vs_raw(criterion, chosen, none)
+    else:
+        vs = f"{criterion} {chosen.mean:.5g}"
+    if chosen is top:
+        reason = f"{chosen.name} has the lowest CV {criterion} of the calibrators that beat the raw scores ({vs}; "
+    else:
+        reason = (f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less than "
+                  f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores), and simpler "
+                  f"({vs}; ")
+    return chosen, best, reason + folds_text + ")"
+
+
+def _vs_raw(criterion: str, c: Candidate, none: Candidate) -> str:
+    """Candidate ``c``'s CV score against the raw scores' (``none``), with its paired SE."""
+    return f"{criterion} {c.mean:.5g} vs raw {none.mean:.5g}: {c.diff_none:+.3g} ± {c.diff_none_se:.2g} paired SE"
+
+
+def _raw_kept(ok: list[Candidate], none: Candidate | None, *, criterion: str, z_none: float, folds_text: str) -> str:
+    """:func:`paired_choice` when no calibrator is eligible: every verdict, and the reason for ``none``."""
+    for c in ok:
+        c.verdict = ("chosen: no calibrator beat the raw scores by more than "
+                     f"{z_none:g} paired SE" if c is none else
+                     f"not better than the raw scores by more than {z_none:g} paired SE")
+    top = min((c for c in ok if c is not none), key=lambda c: c.mean, default=None)
+    reason = (f"none: no calibrator beats the raw scores by more than {z_none:g} paired standard error on the "
+              f"shared folds ({folds_text})")
+    if top is not None and none is not None:
+        reason += f"; the best, {top.name}: " + _vs_raw(criterion, top, none)
+    return reason
+
+
+def _set_verdicts(ok: list[Candidate], chosen: Candidate, top: Candidate, eligible: list[Candidate],
+                  near: list[Candidate], *, z_none: float, z_simpler: float) -> None:
+    """Every candidate's ``verdict`` once :func:`paired_choice` has chosen among the eligible ones."""
     for c in ok:
         if c is chosen:
             c.verdict = ("chosen: the best of the calibrators that beat the raw scores" if c is top else
@@ -458,17 +485,6 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
             c.verdict = f"as good as {top.name}, but {chosen.name} is simpler"
         else:
             c.verdict = f"behind {top.name} by more than {z_simpler:g} paired SE"
-    if none is not None:
-        vs = sd.format(chosen.mean, none.mean, chosen.diff_none, chosen.diff_none_se)
-    else:
-        vs = f"{criterion} {chosen.mean:.5g}"
-    if chosen is top:
-        reason = f"{chosen.name} has the lowest CV {criterion} of the calibrators that beat the raw scores ({vs}; "
-    else:
-        reason = (f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less than "
-                  f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores), and simpler "
-                  f"({vs}; ")
-    return chosen, best, reason + folds_text + ")"
 
 
 def _corrected_se(d: np.ndarray, n_folds: int) -> float:

@@ -163,34 +163,13 @@ def load_head(
     fit_split, eval_split = run.settings.fit_split, run.settings.eval_split
     if not fit_split:
         raise InputError(f"{cal_path}: `splits.fit` is missing")
-    fit = usable_rows(boxes, head=head, split=fit_split)
-    ev = usable_rows(boxes, head=head, split=eval_split) if eval_split and eval_split != fit_split else None
-    if ev is not None and ev.height == 0:
-        log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
-    if fit.height == 0:
-        raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
-    if score is None:
-        cal = folder.deployed_calibrator(head)
-        if cal is None:
-            raise InputError(f"{cal_path}: no calibrator for head {head}")
-        score_fn = _run_score(cal)
-    else:
-        score_fn = _as_score_fn(score)
+    fit, ev = _head_rows(boxes, run_dir, head=head, fit_split=fit_split, eval_split=eval_split)
+    score_fn = _score_fn(folder, cal_path, head, score)
     if n_gt is None and count_gt:
-        n_gt = _recorded_gt_counts(run, [fit_split, *([eval_split] if ev is not None else [])])
-    if n_gt is None and count_gt:  # a run written before calibration.json recorded `gt_counts`
-        h = run.head(head)
-        n_gt = {fit_split: _gt_counts(run, cal_path, fit_split, _n_images(h.fit))}
-        if ev is not None:
-            n_gt[eval_split] = _gt_counts(run, cal_path, eval_split, _n_images(h.eval))
+        n_gt = _head_gt_counts(run, cal_path, head, fit_split, eval_split if ev is not None else None)
     n_gt = n_gt or {}
     t = temperature.get(head)
-    floor = run.settings.conf_floor
-    floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
-    # one probe box per class at the floor's logit, scored by the same function
-    probe = fit.unique(subset="cls", keep="first").with_columns(
-        pl.lit(logit_threshold(floor)).alias("logit"), pl.lit(floor).alias("conf"))
-    score_floor = float(np.max(_checked_score(score_fn(probe, head), probe.height, "floor probe")))
+    score_floor = _score_floor(run, fit, score_fn, head)
     return RunHead(
         run_dir=run_dir,
         head=head,
@@ -206,6 +185,52 @@ def load_head(
         temperature=float(t) if isinstance(t, (int, float)) else None,
         score_floor=score_floor,
     )
+
+
+def _head_rows(boxes: pl.DataFrame, run_dir: Path, *, head: str, fit_split: str, eval_split: str | None
+               ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The usable boxes of ``head`` in the fit split, and in the eval split when the run has a distinct
+    one (a warning when it has none of them). Raises InputError when the fit split has none."""
+    fit = usable_rows(boxes, head=head, split=fit_split)
+    ev = usable_rows(boxes, head=head, split=eval_split) if eval_split and eval_split != fit_split else None
+    if ev is not None and ev.height == 0:
+        log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
+    if fit.height == 0:
+        raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
+    return fit, ev
+
+
+def _score_fn(folder: Any, cal_path: Path, head: str, score: ScoreFn | HeadTransforms | None) -> ScoreFn:
+    """The score function of ``score`` (see :func:`tune_run`); None: the run's deployed calibrator."""
+    if score is not None:
+        return _as_score_fn(score)
+    cal = folder.deployed_calibrator(head)
+    if cal is None:
+        raise InputError(f"{cal_path}: no calibrator for head {head}")
+    return _run_score(cal)
+
+
+def _head_gt_counts(run: Any, cal_path: Path, head: str, fit_split: str, eval_split: str | None
+                    ) -> dict[str, Any]:
+    """``{split: {class: count}}`` of the fit split and ``eval_split`` (None: no eval boxes): the
+    run's ``gt_counts``, else counted from its dataset."""
+    n_gt = _recorded_gt_counts(run, [fit_split, *([eval_split] if eval_split is not None else [])])
+    if n_gt is None:  # a run written before calibration.json recorded `gt_counts`
+        h = run.head(head)
+        n_gt = {fit_split: _gt_counts(run, cal_path, fit_split, _n_images(h.fit))}
+        if eval_split is not None:
+            n_gt[eval_split] = _gt_counts(run, cal_path, eval_split, _n_images(h.eval))
+    return n_gt
+
+
+def _score_floor(run: Any, fit: pl.DataFrame, score_fn: ScoreFn, head: str) -> float:
+    """The calibrated score of the run's capture floor (0.001 when it records none): the highest
+    score of one probe box per class at the floor's logit, scored by the same function."""
+    floor = run.settings.conf_floor
+    floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
+    probe = fit.unique(subset="cls", keep="first").with_columns(
+        pl.lit(logit_threshold(floor)).alias("logit"), pl.lit(floor).alias("conf"))
+    return float(np.max(_checked_score(score_fn(probe, head), probe.height, "floor probe")))
 
 
 def _checked_score(s: Any, n: int, split: str) -> np.ndarray:
@@ -235,9 +260,8 @@ def tune_run(
 ) -> dict[str, Any]:
     """Tune thresholds on a calibration run folder and write ``thresholds.json`` into it.
 
-    Reads ``boxes.parquet`` and, from ``calibration.json``, only ``heads``, ``temperature``,
-    ``class_names``, ``splits`` and ``gt_counts`` (ground truth for recall, when ``n_gt`` is not
-    given; runs written before that key existed count it from ``data``/``coco_gt``). An existing
+    Reads the run as :func:`load_head` does (``boxes.parquet`` and a few keys of ``calibration.json``;
+    ground truth for recall from ``gt_counts`` when ``n_gt`` is not given). An existing
     ``thresholds.json`` keeps its other heads.
 
     Args:
@@ -263,7 +287,6 @@ def tune_run(
     from det_calib.io import write_json
 
     rh = load_head(run_dir, head=head, score=score, n_gt=n_gt)
-    run_dir = rh.run_dir
     crit = tune(
         rh.fit, rh.fit_score,
         n_gt_fit=rh.n_gt_fit, class_names=rh.class_names,
@@ -271,15 +294,29 @@ def tune_run(
         eval_boxes=rh.eval, eval_score=rh.eval_score, n_gt_eval=rh.n_gt_eval,
         n_boot=n_boot, seed=seed, grid=grid, min_threshold=rh.score_floor,
     )
-    if score is None and rh.temperature is not None:
-        desc = {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": rh.temperature}
-    elif score is None:
-        desc = {"kind": "calibrator", "formula": "sigmoid(calibrated logit), the run's calibrator (calibration.json)"}
-    else:
-        desc = {"kind": "custom", "formula": score_name or getattr(score, "__name__", type(score).__name__)}
-    path = run_dir / THRESHOLDS_FILE
+    desc = _score_description(score, score_name, rh.temperature)
+    path = rh.run_dir / THRESHOLDS_FILE
     doc = _existing(path) or {}
-    doc.update({
+    doc.update(_document_header(rh))
+    doc.setdefault("heads", {})[head] = _head_entry(desc, rh.score_floor, grid, crit)
+    if write:
+        write_json(path, doc)
+    return doc
+
+
+def _score_description(score: ScoreFn | HeadTransforms | None, score_name: str | None,
+                       temperature: float | None) -> dict[str, Any]:
+    """How ``thresholds.json`` describes the calibrated score of a head."""
+    if score is None and temperature is not None:
+        return {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": temperature}
+    if score is None:
+        return {"kind": "calibrator", "formula": "sigmoid(calibrated logit), the run's calibrator (calibration.json)"}
+    return {"kind": "custom", "formula": score_name or getattr(score, "__name__", type(score).__name__)}
+
+
+def _document_header(rh: RunHead) -> dict[str, Any]:
+    """The top-level keys of ``thresholds.json`` (every head shares them), stamped now."""
+    return {
         "format": FORMAT,
         "version": VERSION,
         "det_calib_version": _version(),
@@ -287,18 +324,20 @@ def tune_run(
         "class_names": rh.class_names,
         "splits": {"fit": rh.fit_split, "eval": rh.eval_split},
         "kept_rule": "conf > threshold (strict), conf = the calibrated score",
-    })
+    }
+
+
+def _head_entry(desc: dict[str, Any], score_floor: float, grid: np.ndarray | None, crit: dict[str, Any]
+                ) -> dict[str, Any]:
+    """One head's entry of ``thresholds.json``: its score, floor, candidate grid and criteria."""
     g = check_grid(grid)
-    g = g[g >= rh.score_floor]
-    doc.setdefault("heads", {})[head] = {
+    g = g[g >= score_floor]
+    return {
         "score": desc,
-        "score_floor": rh.score_floor,
+        "score_floor": score_floor,
         "grid": {"size": int(g.size), "min": float(g[0]), "max": float(g[-1])},
         "criteria": crit,
     }
-    if write:
-        write_json(path, doc)
-    return doc
 
 
 def _n_images(part: Any) -> int | None:

@@ -4,7 +4,8 @@ globally, and checked on the eval split (:func:`tune`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,73 @@ def tune(
         InputError: A parameter is out of range, or the fit split has no boxes.
     """
     validate_params(target_precision, delta, unit, fallback)
+    grid = _candidate_grid(fit, fit_score, grid, min_threshold=min_threshold, n_boot=n_boot)
+    fa = BoxView.from_boxes(fit, conf=fit_score, ignore=False)
+    ea, uimg, w_eval = _eval_side(eval_boxes, eval_score, n_boot=n_boot, seed=seed)
+    classes = _tuned_classes(fa, ea, n_gt_fit)
+    fit_counts = _class_counts(fa, classes, n_gt_fit, grid, lrp_tau)
+    ev_counts = {} if ea is None else _class_counts(ea, classes, dict(n_gt_eval or {}), grid, lrp_tau, uimg=uimg)
+    rule = _Rule(target_precision, delta, unit, fallback, lrp_tau, n_boot, seed)
+    return {crit: _tune_criterion(crit, rule, fit_counts, ev_counts, classes=classes, class_names=class_names,
+                                  grid=grid, w_eval=w_eval) for crit in CRITERIA}
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """:func:`tune`'s options that shape every criterion's choice and check."""
+
+    target_precision: float
+    delta: float
+    unit: Unit
+    fallback: Fallback
+    lrp_tau: float
+    n_boot: int
+    seed: int
+
+
+def _tune_criterion(crit: str, rule: _Rule, fit_counts: dict[int | None, ClassCounts],
+                    ev_counts: dict[int | None, ClassCounts], *, classes: list[int], class_names: Sequence[str],
+                    grid: np.ndarray, w_eval: np.ndarray | None) -> dict[str, Any]:
+    """Criterion ``crit``'s entry of ``thresholds.json``: its params, the global and per-class
+    thresholds with their fit and eval figures, and for ``target_precision`` the eval validation."""
+    choose, params = _criterion(crit, rule)
+    g = choose(fit_counts[None])
+    g["fallback"] = None
+    rows = [_class_row(c, _class_name(class_names, c), choose(fit_counts[c]), fit_counts[c], g, grid,
+                       crit=crit, fallback=rule.fallback) for c in classes]
+    for r, c in [(g, None), *((r, r["cls"]) for r in rows)]:
+        _add_figures(r, fit_counts[c], ev_counts.get(c), crit=crit, target_precision=rule.target_precision,
+                     w_eval=w_eval)
+    out = {"params": params, "global": g, "per_class": rows}
+    if crit == "target_precision" and ev_counts:
+        out["validation"] = _validation_summary(rows, ev_counts, w_eval, rule.target_precision, rule.delta,
+                                                rule.n_boot, rule.seed)
+    return out
+
+
+def _tuned_classes(fa: BoxView, ea: BoxView | None, n_gt_fit: Mapping[int, int]) -> list[int]:
+    """The classes with fit boxes, fit ground truth or eval boxes, in order."""
+    classes = set(fa.cls.tolist()) | {c for c, v in n_gt_fit.items() if v}
+    return sorted(classes | set(ea.cls.tolist())) if ea is not None else sorted(classes)
+
+
+def _class_counts(v: BoxView, classes: list[int], n_gt: Mapping[int, int], grid: np.ndarray, tau: float,
+                  uimg: np.ndarray | None = None) -> dict[int | None, ClassCounts]:
+    """Counts of each class in ``classes`` and, under ``None``, of all boxes; with ``uimg`` (the
+    eval split), one row per image of ``uimg``."""
+
+    def one(mask: np.ndarray | None, n: int) -> ClassCounts:
+        return _counts(v, mask, grid, n, tau) if uimg is None else _eval_counts(v, uimg, mask, grid, n, tau)
+
+    out: dict[int | None, ClassCounts] = {None: one(None, int(sum(n_gt.values())))}
+    out.update({c: one(v.cls == c, int(n_gt.get(c, 0))) for c in classes})
+    return out
+
+
+def _candidate_grid(fit: pl.DataFrame, fit_score: np.ndarray, grid: np.ndarray | None, *, min_threshold: float,
+                    n_boot: int) -> np.ndarray:
+    """:func:`tune`'s candidate thresholds at or above ``min_threshold``, once ``n_boot`` and the fit
+    split's boxes and scores are checked."""
     grid = check_grid(grid)
     grid = grid[grid >= min_threshold]
     if grid.size == 0:
@@ -85,92 +153,91 @@ def tune(
         raise InputError(f"Expected `fit_score` of length {fit.height}, but got {len(fit_score)}")
     if not np.all(np.isfinite(fit_score)) or np.any((np.asarray(fit_score) < 0) | (np.asarray(fit_score) > 1)):
         raise InputError("calibrated scores of the fit split must lie in [0, 1]")
-    fa = BoxView.from_boxes(fit, conf=fit_score, ignore=False)
-    classes = sorted(set(fa.cls.tolist()) | {c for c, v in n_gt_fit.items() if v})
-    n_gt_total = int(sum(n_gt_fit.values()))
+    return grid
 
-    ea = None
-    if eval_boxes is not None and eval_boxes.height:
-        if eval_score is None or len(eval_score) != eval_boxes.height:
-            raise InputError("Expected `eval_score` with one score per eval box")
-        ea = BoxView.from_boxes(eval_boxes, conf=eval_score, ignore=False)
-        n_gt_eval = dict(n_gt_eval or {})
-        classes = sorted(set(classes) | set(ea.cls.tolist()))
-        rng = np.random.default_rng(seed)
-        uimg = np.unique(ea.image_id)
-        # resample weights over the eval images that have boxes (images without boxes add nothing
-        # to precision): multinomial counts, one row per resample
-        w_eval = rng.multinomial(len(uimg), np.full(len(uimg), 1 / len(uimg)), size=n_boot).astype(np.float64)
 
-    def ev_counts(mask: np.ndarray | None, n_gt: int) -> ClassCounts | None:
-        if ea is None:
-            return None
-        c = _counts(ea, mask, grid, n_gt, lrp_tau)
-        if c.kept.shape[0] < len(uimg):  # align rows with the resample weights (one per eval image)
-            full_k = np.zeros((len(uimg), len(grid)))
-            full_t, full_l = full_k.copy(), full_k.copy()
-            rows = np.searchsorted(uimg, np.unique(ea.image_id[mask] if mask is not None else ea.image_id))
-            full_k[rows], full_t[rows], full_l[rows] = c.kept, c.tp, c.loc
-            c = ClassCounts(grid, full_k, full_t, full_l, n_gt)
-        return c
+def _eval_side(eval_boxes: pl.DataFrame | None, eval_score: np.ndarray | None, *, n_boot: int, seed: int):
+    """The eval split's boxes as a view, its images that have boxes, and the bootstrap's weights over
+    those images; three Nones without eval boxes."""
+    if eval_boxes is None or not eval_boxes.height:
+        return None, None, None
+    if eval_score is None or len(eval_score) != eval_boxes.height:
+        raise InputError("Expected `eval_score` with one score per eval box")
+    ea = BoxView.from_boxes(eval_boxes, conf=eval_score, ignore=False)
+    rng = np.random.default_rng(seed)
+    uimg = np.unique(ea.image_id)
+    # resample weights over the eval images that have boxes (images without boxes add nothing
+    # to precision): multinomial counts, one row per resample
+    w_eval = rng.multinomial(len(uimg), np.full(len(uimg), 1 / len(uimg)), size=n_boot).astype(np.float64)
+    return ea, uimg, w_eval
 
-    def name(c: int) -> str:
-        return str(class_names[c]) if 0 <= c < len(class_names) else str(c)
 
-    out: dict[str, Any] = {}
-    glob_fit = _counts(fa, None, grid, n_gt_total, lrp_tau)
-    glob_ev = ev_counts(None, int(sum((n_gt_eval or {}).values()))) if ea is not None else None
-    per_fit = {c: _counts(fa, fa.cls == c, grid, int(n_gt_fit.get(c, 0)), lrp_tau) for c in classes}
-    per_ev = {c: ev_counts(ea.cls == c, int(n_gt_eval.get(c, 0))) for c in classes} if ea is not None else {}
+def _eval_counts(ea: BoxView, uimg: np.ndarray, mask: np.ndarray | None, grid: np.ndarray, n_gt: int,
+                 tau: float) -> ClassCounts:
+    """Counts of the eval boxes in ``mask`` (all: None), one row per eval image of ``uimg``."""
+    c = _counts(ea, mask, grid, n_gt, tau)
+    if c.kept.shape[0] < len(uimg):  # align rows with the resample weights (one per eval image)
+        full_k = np.zeros((len(uimg), len(grid)))
+        full_t, full_l = full_k.copy(), full_k.copy()
+        rows = np.searchsorted(uimg, np.unique(ea.image_id[mask] if mask is not None else ea.image_id))
+        full_k[rows], full_t[rows], full_l[rows] = c.kept, c.tp, c.loc
+        c = ClassCounts(grid, full_k, full_t, full_l, n_gt)
+    return c
 
-    for crit in CRITERIA:
-        if crit == "target_precision":
-            def choose(c: ClassCounts) -> dict[str, Any]:
-                return certified_threshold(c, target=target_precision, delta=delta, unit=unit)
-            params = {"target_precision": target_precision, "delta": delta, "unit": unit, "fallback": fallback,
-                      "test": "fixed-sequence, exact binomial (Clopper-Pearson), thresholds high to low",
-                      "min_certifiable_boxes": min_certifiable(target_precision, delta)}
-        elif crit == "max_f1":
-            choose = max_f1
-            params = {}
+
+def _class_name(class_names: Sequence[str], c: int) -> str:
+    return str(class_names[c]) if 0 <= c < len(class_names) else str(c)
+
+
+def _criterion(crit: str, rule: _Rule) -> tuple[Callable[[ClassCounts], dict[str, Any]], dict[str, Any]]:
+    """Criterion ``crit``'s choice of a threshold on counts, and its ``params`` in ``thresholds.json``."""
+    if crit == "target_precision":
+        def choose(c: ClassCounts) -> dict[str, Any]:
+            return certified_threshold(c, target=rule.target_precision, delta=rule.delta, unit=rule.unit)
+        params = {"target_precision": rule.target_precision, "delta": rule.delta, "unit": rule.unit,
+                  "fallback": rule.fallback,
+                  "test": "fixed-sequence, exact binomial (Clopper-Pearson), thresholds high to low",
+                  "min_certifiable_boxes": min_certifiable(rule.target_precision, rule.delta)}
+        return choose, params
+    if crit == "max_f1":
+        return max_f1, {}
+    return lrp, {"tau": rule.lrp_tau}
+
+
+def _class_row(c: int, name: str, chosen: dict[str, Any], counts: ClassCounts, g: dict[str, Any], grid: np.ndarray,
+               *, crit: str, fallback: Fallback) -> dict[str, Any]:
+    """Class ``c``'s row: its own choice, or for an uncertified class the fallback (the global
+    threshold or dropping the class) with the in-sample figures at the threshold used."""
+    r = {"cls": int(c), "name": name, **chosen, "fallback": None}
+    if crit == "target_precision" and not r["certified"]:
+        if fallback == "global" and g["certified"]:
+            r["threshold"], r["fallback"] = g["threshold"], "global"
         else:
-            choose = lrp
-            params = {"tau": lrp_tau}
-        g = choose(glob_fit)
-        g["fallback"] = None
-        rows = []
-        for c in classes:
-            r = {"cls": int(c), "name": name(c), **choose(per_fit[c]), "fallback": None}
-            if crit == "target_precision" and not r["certified"]:
-                if fallback == "global" and g["certified"]:
-                    r["threshold"], r["fallback"] = g["threshold"], "global"
-                else:
-                    r["threshold"], r["fallback"] = 1.0, "drop"
-                # in-sample figures at the threshold actually used
-                if r["threshold"] < 1:
-                    j = int(np.searchsorted(grid, r["threshold"]))
-                    r.update(figures_at(per_fit[c], j))
-                else:
-                    r.update(figures_at(per_fit[c], -1))
-            rows.append(r)
-        for r, c in [(g, None), *((r, r["cls"]) for r in rows)]:
-            r["fit"] = {"precision": r.pop("precision"), "recall": r.pop("recall"), "kept": r.pop("kept"),
-                        "n_gt": (per_fit[c] if c is not None else glob_fit).n_gt}
-            if ea is not None:
-                cc = per_ev[c] if c is not None else glob_ev
-                r["eval"] = {**realised(cc, r["threshold"]), "n_gt": cc.n_gt}
-                if crit == "target_precision":
-                    r["eval"]["coverage"] = bootstrap_coverage(cc, r["threshold"], target_precision, w_eval)
-                    r["eval"]["meets_target"] = (None if r["eval"]["precision"] is None
-                                                 else bool(r["eval"]["precision"] >= target_precision))
-        out[crit] = {"params": params, "global": g, "per_class": rows}
-        if crit == "target_precision" and ea is not None:
-            out[crit]["validation"] = _validation_summary(rows, per_ev, w_eval, target_precision, delta, n_boot, seed)
-    return out
+            r["threshold"], r["fallback"] = 1.0, "drop"
+        # in-sample figures at the threshold actually used
+        if r["threshold"] < 1:
+            j = int(np.searchsorted(grid, r["threshold"]))
+            r.update(figures_at(counts, j))
+        else:
+            r.update(figures_at(counts, -1))
+    return r
 
 
-def _validation_summary(rows: list[dict[str, Any]], per_ev: dict[int, ClassCounts], w: np.ndarray, target: float,
-                        delta: float, n_boot: int, seed: int) -> dict[str, Any]:
+def _add_figures(r: dict[str, Any], fit_counts: ClassCounts, cc: ClassCounts | None, *, crit: str,
+                 target_precision: float, w_eval: np.ndarray | None) -> None:
+    """Row ``r``'s in-sample figures moved under ``fit``, and the eval split's (counts ``cc``) added under ``eval``."""
+    r["fit"] = {"precision": r.pop("precision"), "recall": r.pop("recall"), "kept": r.pop("kept"),
+                "n_gt": fit_counts.n_gt}
+    if cc is not None:
+        r["eval"] = {**realised(cc, r["threshold"]), "n_gt": cc.n_gt}
+        if crit == "target_precision":
+            r["eval"]["coverage"] = bootstrap_coverage(cc, r["threshold"], target_precision, w_eval)
+            r["eval"]["meets_target"] = (None if r["eval"]["precision"] is None
+                                         else bool(r["eval"]["precision"] >= target_precision))
+
+
+def _validation_summary(rows: list[dict[str, Any]], per_ev: Mapping[int | None, ClassCounts], w: np.ndarray,
+                        target: float, delta: float, n_boot: int, seed: int) -> dict[str, Any]:
     """Coverage of the certified classes jointly, and the classes that missed the target on eval."""
     cert = [r for r in rows if r["certified"] and per_ev[r["cls"]] is not None]
     joint = None
