@@ -68,10 +68,15 @@ def _words(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[─═]+", "─", NUMBER.sub("#", text))).strip()
 
 
+def _without_timings(text: str) -> str:
+    """``text`` without a run's timing line (``time: ...``): its seconds are this machine's, not the run's."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("time: "))
+
+
 def notebook_drift(committed, executed) -> list[str]:
     """Where the executed notebook's outputs drift from the committed ones: a code cell whose
     figures are fewer, whose text differs other than in its numbers, or one of whose printed
-    numbers moved by more than one unit of its last printed digit."""
+    numbers moved by more than one unit of its last printed digit (a run's timing line is left out)."""
     out = []
     code_a = [c for c in committed.cells if c.cell_type == "code"]
     code_b = [c for c in executed.cells if c.cell_type == "code"]
@@ -80,7 +85,7 @@ def notebook_drift(committed, executed) -> list[str]:
     for i, (a, b) in enumerate(zip(code_a, code_b)):
         if _images(b) < _images(a):
             out.append(f"code cell {i}: {_images(a)} figures committed, {_images(b)} drawn")
-        ta, tb = "\n".join(_texts(a)), "\n".join(_texts(b))
+        ta, tb = (_without_timings("\n".join(_texts(c))) for c in (a, b))
         wa, wb = _words(ta), _words(tb)
         if wa != wb:
             out.append(f"code cell {i}: its text changed: {wa[:200]!r} -> {wb[:200]!r}")

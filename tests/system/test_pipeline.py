@@ -46,8 +46,9 @@ def test_timings_recorded_read_back_and_in_the_summary(run):
     t = RunResult.read(run.out_dir / "calibration.json").timings
     assert t is not None and t.to_dict() == doc["timings"]
     assert t.started == "call"  # a library call: timed from the call
-    for name in ("imports", "model load", "data check", "capture", "fit and choice", "figures", "verification",
-                 "outputs", "report"):
+    assert "imports" in t.stages  # ~0 s where an earlier test already imported torch and Ultralytics
+    for name in ("model load", "data check", "capture", "fit and choice", "figures", "verification", "outputs",
+                 "report"):
         assert t.seconds(name) > 0, name
     assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
     assert t.seconds("other") < 0.05 * t.wall  # the named stages hold the time
