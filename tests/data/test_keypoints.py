@@ -83,7 +83,8 @@ def test_pose_line_checks_name_file_and_line_and_agree_with_ultralytics(pose_cop
     lbl.write_text(BOX + GOOD + "\n\n" + line + "\n")
     rows, problem = read_pose_file(lbl, nc=8, nkpt=5, ndim=3)
     if reason is None:
-        assert problem is None and len(rows) == (1 if np.array(line.split(), float).tolist() == np.array((BOX + GOOD).split(), float).tolist() else 2)
+        same = np.array(line.split(), float).tolist() == np.array((BOX + GOOD).split(), float).tolist()
+        assert problem is None and len(rows) == (1 if same else 2)  # a duplicate by value is dropped
         np.testing.assert_array_equal(rows[-1][1], np.array(line.split()[5:], float).reshape(5, 3))
     else:
         assert rows == [] and problem.startswith(f"{lbl}:3: ") and reason in problem, problem
@@ -130,7 +131,7 @@ def test_malformed_pose_files_warn_and_are_left_out_like_box_labels(pose_copy):
         lbl.write_text(BOX + " 0.5 0.5 2\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(InputError, match=r"has no usable images: the label files of all 8 are malformed \(first: .*visibility 7"):
+        with pytest.raises(InputError, match=r"label files of all 8 are malformed \(first: .*visibility 7"):
             load_pose_split(load_data_yaml(pose_copy / "data.yaml"), "test")
 
 
