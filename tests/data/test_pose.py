@@ -1,4 +1,4 @@
-"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.data.keypoints)."""
+"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.data.pose)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.keypoints import (
+from det_calib.data.pose import (
     AREA_COLUMN,
     KPTS_COLUMN,
     NUM_KEYPOINTS_COLUMN,

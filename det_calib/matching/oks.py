@@ -199,6 +199,31 @@ def match_keypoints(
     >>> r.correct.tolist(), r.gt_index.tolist()
     ([True, False], [0, -1])
     """
+    (d_img, d_cls, d_score, d), (g_img, g_cls, g, area, box, crowd, ignored) = _checked_inputs(
+        det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, gt_kpts, gt_area, gt_xyxy, gt_crowd,
+        gt_num_keypoints)
+    s = oks_sigmas(g.shape[1], sigmas)
+
+    def pair(p_det: np.ndarray, p_gt: np.ndarray) -> np.ndarray:
+        return pair_oks(d[p_det], g[p_gt], area[p_gt], box[p_gt], s)
+
+    res = _match_regular(d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets)
+    n = len(d_img)
+    if n == 0 or len(g_img) == 0 or not ignored.any():
+        return res
+    order, rank, key_g = _coco_rank(d_img, d_cls, d_score, g_img, g_cls)
+    key_d = group_keys(d_img, d_cls, g_img, g_cls)[0]
+    left = ~res.correct & (rank < (max_dets if max_dets is not None else n))
+    thr = min(float(oks_threshold), _COCO_T_CAP)
+    on_ignored = _match_ignored(order, key_d, key_g, left, ignored, crowd, pair, thr)
+    return MatchResult(correct=res.correct, iou=res.iou, gt_index=np.where(on_ignored >= 0, on_ignored, res.gt_index),
+                       ignore=on_ignored >= 0)
+
+
+def _checked_inputs(det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, gt_kpts, gt_area, gt_xyxy, gt_crowd,
+                    gt_num_keypoints):
+    """The checked detection arrays (image, class, score, keypoints) and GT arrays (image, class,
+    keypoints, area, box, crowd, ignored: a crowd or no labelled keypoint)."""
     d_img = as_integers(det_image, "det_image")
     n = len(d_img)
     d_cls = as_integers(det_cls, "det_cls", n, "det_image")
@@ -210,23 +235,14 @@ def match_keypoints(
     crowd = crowd_flags(gt_crowd, m)
     nk = (g[:, :, 2] > 0).sum(1) if gt_num_keypoints is None else as_integers(gt_num_keypoints, "gt_num_keypoints",
                                                                               m, "gt_image")
-    s = oks_sigmas(g.shape[1], sigmas)
-    ignored = crowd | (nk == 0)
+    return (d_img, d_cls, d_score, d), (g_img, g_cls, g, area, box, crowd, crowd | (nk == 0))
 
-    def pair(p_det: np.ndarray, p_gt: np.ndarray) -> np.ndarray:
-        return pair_oks(d[p_det], g[p_gt], area[p_gt], box[p_gt], s)
 
+def _match_regular(d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets) -> MatchResult:
+    """COCO's greedy matching to the regular (not ignored) GTs; ``gt_index`` in the full GT numbering."""
     regular = np.flatnonzero(~ignored)
     res = greedy_match(d_img, d_cls, d_score, g_img[regular], g_cls[regular], np.zeros(len(regular), dtype=bool),
                        pair_iou=lambda pd, pg, _c: pair(pd, regular[pg]), iou_threshold=oks_threshold,
                        max_dets=max_dets)
     gt_index = np.where(res.correct, regular[np.maximum(res.gt_index, 0)] if len(regular) else -1, -1)
-    if n == 0 or m == 0 or not ignored.any():
-        return MatchResult(correct=res.correct, iou=res.iou, gt_index=gt_index, ignore=res.ignore)
-    order, rank, key_g = _coco_rank(d_img, d_cls, d_score, g_img, g_cls)
-    key_d = group_keys(d_img, d_cls, g_img, g_cls)[0]
-    left = ~res.correct & (rank < (max_dets if max_dets is not None else n))
-    thr = min(float(oks_threshold), _COCO_T_CAP)
-    on_ignored = _match_ignored(order, key_d, key_g, left, ignored, crowd, pair, thr)
-    return MatchResult(correct=res.correct, iou=res.iou, gt_index=np.where(on_ignored >= 0, on_ignored, gt_index),
-                       ignore=on_ignored >= 0)
+    return MatchResult(correct=res.correct, iou=res.iou, gt_index=gt_index, ignore=res.ignore)
