@@ -30,13 +30,14 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import torch
 
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead  # noqa: F401
+from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
 from det_calib.errors import InputError, first_line
 from det_calib.validation import check_choice
@@ -213,61 +214,35 @@ class Capturer:
 
     Args:
         model: ``.pt`` path or ``ultralytics.YOLO`` detector.
-        head: One head mode, ``"nms"`` or ``"e2e"``.
-        heads: Several head modes, or ``"auto"`` (every head the model has); see
-            :func:`resolve_heads`.
-        conf: Conf floor (Ultralytics keeps ``conf > floor``).
-        iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
-        max_det: Maximum boxes per image and head.
-        imgsz: Inference size; default the model's training size.
-        batch: Maximum images per forward pass (same letterboxed shape only).
-        device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
-        all_logits: Also return all nc class logits of each box in a ``logits`` list column.
-        workers: Images captured in parallel (threads, one network copy each; ``batch=1`` only).
-            None (default): one per CPU core when the device is a CPU and torch runs one thread
-            per operator, else 1 (see :func:`auto_workers`).
+        options: A :class:`~det_calib.capture.options.CaptureOptions` (heads, conf floor, NMS IoU,
+            ``max_det``, ``imgsz``, ``batch``, device, ``all_logits``, ``workers``).
+        **kw: Options given by name instead (or on top of ``options``): the fields of
+            :class:`~det_calib.capture.options.CaptureOptions`. ``workers`` None (default): one
+            per CPU core when the device is a CPU and torch runs one thread per operator, else 1
+            (see :func:`auto_workers`); more than 1 needs ``batch=1``.
 
     Raises:
         InputError: Bad model, head, conf, batch or workers; unknown device.
     """
 
-    def __init__(
-        self,
-        model,
-        *,
-        head: Head | None = None,
-        heads: Sequence[Head] | Literal["auto"] | None = None,
-        conf: float = 0.001,
-        iou: float = 0.7,
-        max_det: int = 300,
-        imgsz: int | None = None,
-        batch: int = 1,
-        device: str | None = None,
-        all_logits: bool = False,
-        workers: int | None = None,
-    ) -> None:
+    def __init__(self, model, options: CaptureOptions | None = None, /, **kw: Any) -> None:
         from ultralytics.data.augment import LetterBox
         from ultralytics.utils.checks import check_imgsz
         from ultralytics.utils.torch_utils import select_device
 
+        opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
-        self.heads = resolve_heads(yolo, head=head, heads=heads)
-        if not 0 <= conf < 1:
-            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
-        if not 0 <= iou <= 1:
-            raise InputError(f"Expected argument `iou` in [0, 1], but got {iou}")
-        if int(max_det) < 1:
-            raise InputError(f"Expected argument `max_det` to be a positive integer, but got {max_det}")
-        if int(batch) < 1:
-            raise InputError(f"Expected argument `batch` to be a positive integer, but got {batch}")
-        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), int(batch)
-        self.all_logits = all_logits
+        self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
+        self.conf, self.iou = float(opts.conf), float(opts.iou)
+        self.max_det, self.batch = int(opts.max_det), int(opts.batch)
+        self.all_logits = opts.all_logits
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         try:
-            self.device = select_device("" if device is None else device, verbose=False)
+            self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
-            raise InputError(f"bad device {device!r}: {first_line(e)}") from None
+            raise InputError(f"bad device {opts.device!r}: {first_line(e)}") from None
+        workers = opts.workers
         if workers is None:
             workers = auto_workers(self.device, self.batch)
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -286,14 +261,13 @@ class Capturer:
             if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
                 h.max_det, h.agnostic_nms = max(self.max_det, 300), False
         stride = max(int(self.net.stride.max()), 32)
-        self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
+        self.imgsz = check_imgsz(opts.imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
         self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
 
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (recorded with captured parts)."""
-        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
-                "batch": self.batch, "all_logits": self.all_logits}
+        return self.options.settings(imgsz=self.imgsz)
 
     def __call__(
         self,
@@ -515,10 +489,9 @@ def capture(
     Raises:
         InputError: The model lacks a requested head, bad arguments, or no images were given.
     """
-    capturer = Capturer(
-        model, head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
-        device=device, all_logits=all_logits, workers=workers,
-    )
+    options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+                             device=device, all_logits=all_logits, workers=workers)
+    capturer = Capturer(model, options)
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 
