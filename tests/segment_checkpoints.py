@@ -55,3 +55,33 @@ def segment_checkpoint(out: Path, *, cfg: str = "yolo26n-seg.yaml", demo_detecto
     torch.save({"model": model.float().eval(), "train_args": {"task": "segment", "imgsz": 320}, "ema": None,
                 "optimizer": None, "epoch": -1}, out)
     return Path(out)
+
+
+def predict_table(checkpoint: Path, images: list, *, head: str = "nms", conf: float = 0.001, imgsz: int = 320):
+    """A segment model's box table as plain ``predict(retina_masks=True)`` gives it, one image at a time:
+    ``image_id``, ``x1..y2``, ``conf``, ``logit`` (float64, from the float32 conf), ``cls`` and ``segm``
+    (each box's mask as compressed RLE counts at the image's size, the capture's column)."""
+    import numpy as np
+    import polars as pl
+    from pycocotools import mask as mask_utils
+    from ultralytics import YOLO
+
+    model = YOLO(str(checkpoint))
+    rows: dict[str, list] = {k: [] for k in ("image_id", "x1", "y1", "x2", "y2", "conf", "cls", "segm")}
+    for i, img in enumerate(images):
+        r = model.predict(str(img), conf=conf, imgsz=imgsz, retina_masks=True, verbose=False,
+                          **({"nms": False} if head == "e2e" else {}))[0]
+        if not len(r.boxes):
+            continue
+        m = np.asfortranarray(r.masks.data.numpy().astype(np.uint8).transpose(1, 2, 0))
+        b = r.boxes.xyxy.numpy().astype(np.float64)
+        rows["image_id"] += [i] * len(b)
+        for k, col in enumerate(("x1", "y1", "x2", "y2")):
+            rows[col] += b[:, k].tolist()
+        rows["conf"] += r.boxes.conf.numpy().astype(np.float64).tolist()
+        rows["cls"] += r.boxes.cls.numpy().astype(int).tolist()
+        rows["segm"] += [e["counts"] for e in mask_utils.encode(m)]
+    p = np.clip(np.asarray(rows["conf"], dtype=np.float64), 1e-12, 1 - 1e-7)
+    return pl.DataFrame({**{k: v for k, v in rows.items() if k != "segm"},
+                         "logit": np.log(p) - np.log1p(-p), "segm": pl.Series(rows["segm"], dtype=pl.Binary)}
+                        ).with_columns(pl.col("image_id").cast(pl.Int64), pl.col("cls").cast(pl.Int32))
