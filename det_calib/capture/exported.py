@@ -123,6 +123,7 @@ class ExportInfo:
         precision: ``"fp32"``, ``"fp16"`` or ``"int8"`` (from the export arguments).
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
+        task: The model's task (``detect``; ``segment`` only where :func:`read_export` was asked to accept it).
     """
 
     path: Path
@@ -134,6 +135,7 @@ class ExportInfo:
     precision: str
     dynamic: bool
     batch: int
+    task: str = "detect"
 
     @property
     def engine(self) -> str:
@@ -148,12 +150,17 @@ class ExportInfo:
         return next(iter(sorted(self.path.glob("*.param" if self.format == "ncnn" else "*.xml"))))
 
 
-def read_export(model: str | Path) -> ExportInfo:
+def read_export(model: str | Path, *, tasks: Sequence[str] = ("detect",)) -> ExportInfo:
     """Read an export's metadata (no runtime needed).
+
+    Args:
+        model: The export.
+        tasks: The model tasks accepted (the calibrated export also takes ``segment``: its class scores
+            sit between the box and the mask-coefficient channels).
 
     Raises:
         InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
-            an Ultralytics export (no metadata), or not a detector.
+            an Ultralytics export (no metadata), or not of ``tasks``.
     """
     from ultralytics.nn.backends.base import BaseBackend
 
@@ -170,7 +177,7 @@ def read_export(model: str | Path) -> ExportInfo:
             raise InputError(f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
                              "(truncated or damaged, or not made by Ultralytics' `export`)")
         raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
-    return _info_from_metadata(path, fmt, meta)
+    return _info_from_metadata(path, fmt, meta, tasks)
 
 
 def _check_files(path: Path, fmt: str) -> None:
@@ -207,10 +214,12 @@ def _literal(v: Any) -> Any:
     return ast.literal_eval(v) if isinstance(v, str) else v
 
 
-def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
+def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] = ("detect",)) -> ExportInfo:
     task = meta.get("task", "detect")
-    if task != "detect":
-        raise InputError(f"model task is `{task}`, not `detect`: det_calib calibrates detectors")
+    if task not in tasks:
+        raise InputError(f"model task is `{task}`, not `detect`: det_calib calibrates detectors"
+                         if tuple(tasks) == ("detect",) else
+                         f"model task is `{task}`: expected {' or '.join(f'`{t}`' for t in tasks)}")
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -222,7 +231,7 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
         "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
-                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)))
+                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task)
 
 
 class ExportedDetector:
