@@ -269,6 +269,7 @@ def ultralytics_val(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> dict[str, float]:
     """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
 
@@ -280,6 +281,8 @@ def ultralytics_val(
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
             :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
+        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`val_figures`). A
+            segment model is validated by Ultralytics' ``SegmentationValidator`` either way.
 
     Raises:
         ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
@@ -291,7 +294,7 @@ def ultralytics_val(
                                    device=device),
                  validator=functools.partial(_budget_validator_class("segment" if yolo.task == "segment" else "detect"),
                                              nms_time_limit=nms_time_limit))
-    return val_figures(m, conf)
+    return val_figures(m, conf, masks=masks)
 
 
 SHARED_PASS = (
@@ -314,6 +317,7 @@ def ultralytics_val_shared(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One Ultralytics val pass that measures a calibrated checkpoint and its original.
 
@@ -347,7 +351,8 @@ def ultralytics_val_shared(
             ``nms_time_limit``).
     """
     return ultralytics_val_heads(original, calibrated, data, split=split, confs={head: (original_conf, conf)},
-                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit)[head]
+                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit,
+                                 masks=masks)[head]
 
 
 def ultralytics_val_heads(
@@ -361,6 +366,7 @@ def ultralytics_val_heads(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
@@ -376,6 +382,7 @@ def ultralytics_val_heads(
             :func:`ultralytics_val_shared`.
         confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
             pre-filter of each side in that head.
+        masks: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
 
     Returns:
         Head -> ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
@@ -402,15 +409,15 @@ def ultralytics_val_heads(
     m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
     out[("calibrated", first)] = m
 
-    return {h: (val_figures(out[("original", h)], confs[h][0]), val_figures(out[("calibrated", h)], confs[h][1]))
-            for h in heads}
+    return {h: (val_figures(out[("original", h)], confs[h][0], masks=masks),
+                val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
 
 
-def val_figures(metrics: Any, conf: float) -> dict[str, float]:
+def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
     """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50``, and
-    for a segment model (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``."""
+    with ``masks`` for a segment model (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``."""
     out = {"conf": float(conf), "map50_95": float(metrics.box.map), "map50": float(metrics.box.map50)}
-    if getattr(metrics, "seg", None) is not None:
+    if masks and getattr(metrics, "seg", None) is not None:
         out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
     return out
 
