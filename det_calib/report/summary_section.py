@@ -76,12 +76,15 @@ def answer_line(s: Subject) -> str:
     else:
         deployed = f"temperature T = {f3(t)} deployed" if t is not None else "no calibrator"
     parts = [f"{s.name}: {deployed}"]
+    iou = s.run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
         kept = f"ECE of the boxes kept at conf {fthr(o0.conf)}: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
         if o1.ece_floor is not None:
             kept += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
                                                                                    if o1.at_floor else "")
-        parts.append(kept)
+        la = (f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)}{' (the target, --target iou)' if iou else ''}: "
+              f"raw {fci(o0.laece0, o0.laece0_ci)} → calibrated {fci(o1.laece0, o1.laece0_ci)}")
+        parts += [la, kept] if iou else [kept, la]
     if not ev.operating_before:
         parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)} (this run records no kept-set ECE)")
     if ev.map_identical is True:
@@ -89,7 +92,7 @@ def answer_line(s: Subject) -> str:
     else:
         parts.append(f"mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}"
                      + (" CHANGED" if ev.map_identical is False else ""))
-    if operating_point_worse(ev) is not None:
+    if operating_point_worse(ev, s.run.settings.target) is not None:
         parts.append("WORSE than the raw scores where decisions are made (below)")
     return "; ".join(parts) + "."
 
@@ -186,13 +189,20 @@ def _thresholds_of(cols: list[Subject]) -> list[float]:
 
 
 def _headline(cols: list[Subject], thresholds: list[float]) -> str:
+    """Both targets' kept-set figures, calibrated, run against run: ECE (``correct``) and LaECE_0 (``iou``),
+    the figure of the runs' own target first."""
     parts = []
+    figures = [("ece", "ECE"), ("laece0", "LaECE_0")]
+    if all(c.run.settings.target == "iou" for c in cols):
+        figures.reverse()
     for t in thresholds:
-        items = []
-        for c in cols:
-            o = op_at(head_eval(c.run, c.head).operating_after, t)
-            items.append((c.name, None if o is None else o.ece, None if o is None else o.ece_ci))
-        parts.append(separation_words(f"ECE of the boxes kept at conf {fthr(t)}, calibrated", items))
+        for key, name in figures:
+            items = []
+            for c in cols:
+                o = op_at(head_eval(c.run, c.head).operating_after, t)
+                items.append((c.name, None if o is None else getattr(o, key),
+                              None if o is None else getattr(o, f"{key}_ci")))
+            parts.append(separation_words(f"{name} of the boxes kept at conf {fthr(t)}, calibrated", items))
     if not parts:
         parts.append("No run records operating-point figures (kept-set ECE): rerun calibrate with this det_calib")
     return "; ".join(parts) + "."
