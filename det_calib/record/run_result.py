@@ -219,7 +219,8 @@ class Bootstrap:
 
 @dataclass(frozen=True)
 class RecordedSettings:
-    """The settings a run records in ``calibration.json`` (top-level keys of the same names)."""
+    """The settings a run records in ``calibration.json`` (top-level keys of the same names; ``target``
+    only where it is ``iou``: a record without it was fitted to the matched flag, ``correct``)."""
 
     iou_match: float
     loc_iou_match: float
@@ -259,7 +260,8 @@ class RecordedSettings:
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
             "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
             "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
-            "target": self.target,
+            # written where it is not the default (a default run's record is the one earlier versions wrote)
+            **({"target": self.target} if self.target != "correct" else {}),
         }
 
     @classmethod

@@ -63,7 +63,8 @@ def summary_section(page: Page, ctx: ReportContext) -> None:
 def answer_line(s: Subject) -> str:
     """The answer for one head, in one line: the deployed map, the ECE of the boxes kept at each
     ``--conf`` raw → calibrated against its sampling floor (the ECE a perfectly calibrated detector
-    scores on those boxes), and mAP50-95.
+    scores on those boxes) and their LaECE_0 raw → calibrated (both targets' figures; a ``--target
+    iou`` run gives LaECE_0 first), and mAP50-95.
 
     Runs that predate the operating-point figures give the all-box ECE instead, named as such.
     """
@@ -78,13 +79,14 @@ def answer_line(s: Subject) -> str:
     parts = [f"{s.name}: {deployed}"]
     iou = s.run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-        kept = f"ECE of the boxes kept at conf {fthr(o0.conf)}: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
+        ece = f"raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
         if o1.ece_floor is not None:
-            kept += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
-                                                                                   if o1.at_floor else "")
-        la = (f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)}{' (the target, --target iou)' if iou else ''}: "
-              f"raw {fci(o0.laece0, o0.laece0_ci)} → calibrated {fci(o1.laece0, o1.laece0_ci)}")
-        parts += [la, kept] if iou else [kept, la]
+            ece += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
+                                                                                  if o1.at_floor else "")
+        la = f"raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}"
+        # the run's own target first (--target iou: LaECE_0), the other target's figure beside it
+        parts += ([f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)} (the target): {la}", f"ECE {ece}"] if iou
+                  else [f"ECE of the boxes kept at conf {fthr(o0.conf)}: {ece}", f"LaECE_0 {la}"])
     if not ev.operating_before:
         parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)} (this run records no kept-set ECE)")
     if ev.map_identical is True:

@@ -48,8 +48,9 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
     rec = h.calibrator
     if rec is None:
         return f"[{head}] no calibrator"
+    target = " to the IoU of each box's match (--target iou)" if st.target == "iou" else ""
     if rec.method == "none":
-        why = ("no calibrator beat them on held-out folds by more than one paired standard error"
+        why = (f"no calibrator fitted{target} beat them on held-out folds by more than one paired standard error"
                if h.candidates else "chosen by name")
         deployed = "the calibrated export" if export_format(model) else "calibrated.pt"
         return f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
@@ -67,7 +68,6 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
             reps = best.calibrator.params.get("n_repeats") or 1
             folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
             chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
-    target = " to the IoU of each box's match (--target iou)" if st.target == "iou" else ""
     return f"[{head}] {what}, fitted{target} on {where}{chosen}"
 
 
