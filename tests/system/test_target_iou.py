@@ -60,3 +60,19 @@ def test_compare_puts_both_targets_side_by_side(runs, tmp_path):
     for name in ("iou", "correct"):
         r = RunResult.read((iou if name == "iou" else default) / "calibration.json").head("nms")
         assert f"{r.eval.operating_after[0].laece0:.4f}" in md
+
+
+def test_check_prints_both_targets_kept_set_figures(runs, fixture_yaml, tmp_path, capsys):
+    from det_calib.check.check_record import CHECK_FILE, CheckResult
+
+    iou, _ = runs
+    assert main(["check", str(iou), "--data", str(fixture_yaml), "--out", str(tmp_path / "chk"), "-q",
+                 "--no-report"]) in (0, 3, 4, 5)
+    out = capsys.readouterr().out
+    r = CheckResult.read(tmp_path / "chk" / CHECK_FILE).labelled["nms"]
+    o, t = r.operating[0], r.operating_then[0]
+    line = next(x for x in out.splitlines() if x.startswith("[nms] boxes kept at conf 0.25 (calibrated)"))
+    assert line == (f"[nms] boxes kept at conf 0.25 (calibrated): ECE {t.ece:.4f} [{t.ece_ci[0]:.4f}, "
+                    f"{t.ece_ci[1]:.4f}] then -> {o.ece:.4f} [{o.ece_ci[0]:.4f}, {o.ece_ci[1]:.4f}] now; LaECE_0 "
+                    f"{t.laece0:.4f} [{t.laece0_ci[0]:.4f}, {t.laece0_ci[1]:.4f}] then -> {o.laece0:.4f} "
+                    f"[{o.laece0_ci[0]:.4f}, {o.laece0_ci[1]:.4f}] now")
