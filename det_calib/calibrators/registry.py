@@ -24,10 +24,11 @@ from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
 __all__ = ["BUILTIN", "MethodSpec", "calibrator_from_dict", "formats", "global_methods", "is_per_class",
-           "make_calibrator", "method_spec", "methods", "register", "unregister"]
+           "make_calibrator", "method_spec", "methods", "register", "reranks", "size_methods", "unregister",
+           "uses_size"]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
-BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic")
+BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic", "size")
 
 Build = Callable[..., Any]
 
@@ -52,6 +53,16 @@ class MethodSpec:
     @property
     def per_class(self) -> bool:
         return bool(self.cls.per_class)
+
+    @property
+    def uses_size(self) -> bool:
+        """The map reads each box's size (it re-ranks boxes; opt-in: ``--size-maps``)."""
+        return bool(getattr(self.cls, "uses_size", False))
+
+    @property
+    def reranks(self) -> bool:
+        """The map can change the order of the boxes (per class, or by size), hence mAP."""
+        return self.per_class or self.uses_size
 
 
 _METHODS: dict[str, MethodSpec] = {}
@@ -109,7 +120,23 @@ def methods() -> tuple[str, ...]:
 def global_methods() -> tuple[str, ...]:
     """The methods with one monotone map for every class: the ranking of all boxes, hence mAP, is
     unchanged (``auto``'s default candidates)."""
-    return tuple(m for m in methods() if not _METHODS[m].per_class)
+    return tuple(m for m in methods() if not _METHODS[m].reranks)
+
+
+def size_methods() -> tuple[str, ...]:
+    """The methods whose map reads each box's size (``auto`` tries them only with ``--size-maps``)."""
+    return tuple(m for m in methods() if _METHODS[m].uses_size)
+
+
+def reranks(method: str) -> bool:
+    """``method``'s map can change the order of the boxes (a map per class, or one that reads the
+    box's size): mAP is measured before and after, and the map may change what the detector keeps."""
+    return method_spec(method).reranks
+
+
+def uses_size(method: str) -> bool:
+    """``method``'s map reads each box's size (``log_area``)."""
+    return method_spec(method).uses_size
 
 
 def method_spec(method: str) -> MethodSpec:

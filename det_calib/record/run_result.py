@@ -243,6 +243,9 @@ class RecordedSettings:
     cv_folds: int | None = None
     cv_repeats: int | None = None
     auto_per_class: bool | None = None
+    auto_size_maps: bool | None = None
+    """Whether ``--method auto`` also considered the size-conditioned maps (``--size-maps``; the key is
+    written only when it did)."""
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -258,6 +261,7 @@ class RecordedSettings:
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
             "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
             "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
+            **({"auto_size_maps": True} if self.auto_size_maps else {}),
         }
 
     @classmethod
@@ -291,7 +295,8 @@ class RecordedSettings:
                    criterion=read_text(d.get("criterion"), key_path(where, "criterion")),
                    cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
                    cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
-                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")))
+                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")),
+                   auto_size_maps=read_flag(d.get("auto_size_maps"), key_path(where, "auto_size_maps")))
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")

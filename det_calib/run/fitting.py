@@ -66,13 +66,14 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
     With ``auto`` every candidate's best version (its own fit floor, its CV shrinkage) is also
     refitted on the whole fit split, so the eval split can compare them all.
     """
-    z, y, k, g = fit_boxes.logit, fit_boxes.correct, fit_boxes.cls, fit_boxes.image_id
+    z, y, k, g, a = fit_boxes.logit, fit_boxes.correct, fit_boxes.cls, fit_boxes.image_id, fit_boxes.log_area
     if method != "auto":
-        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
+        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True,
+                             log_area=a)
         return Choice(method, floors[0], cal)
     methods = registry.global_methods() if methods is None else methods
     sel = select_calibrator(z, y, classes=k, groups=g, methods=methods, fit_min_confs=floors, min_conf=min_conf,
-                            criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed)
+                            criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed, log_area=a)
     refits: dict[str, tuple[str, float, Any]] = {}
     for m in registry.methods():
         ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]
@@ -84,7 +85,7 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
             continue
         from det_calib.selection.cross_validation import refit
 
-        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed))
+        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed, log_area=a))
     return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
 
 
@@ -129,7 +130,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
     if s.method == "auto":
         return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
                                  min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
-                                 methods=registry.methods() if s.per_class else registry.global_methods())
+                                 methods=s.auto_methods())
     if s.method == "temperature":
         return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s)))
     return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
