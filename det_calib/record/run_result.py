@@ -65,6 +65,7 @@ from det_calib.record.eval_record import (  # noqa: F401
     read_shifts,
     temperature_ok,
 )
+from det_calib.record.size_record import SizeFigures, read_size_figures
 from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401
 from det_calib.record.timings import Timings
 
@@ -191,6 +192,8 @@ class HeadResult:
     candidates: list[Candidate] | None = None
     detection_change: DetectionChange | None = None
     temperature_fit: TemperatureFit | None = None
+    by_size: list[SizeFigures] = field(default_factory=list)
+    """Reliability by box size (``by_size`` in the JSON; empty in runs written before it existed)."""
 
     @property
     def temperature(self) -> float | None:
@@ -385,6 +388,9 @@ class RunResult:
         tfits = {h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None}
         if tfits:
             out["temperature_fit"] = tfits
+        sizes = {h: [f.to_dict() for f in r.by_size] for h, r in res.items() if r.by_size}
+        if sizes:
+            out["by_size"] = sizes
         out["corrupt_images"] = list(self.corrupt_images)
         if self.bad_labels:
             out["bad_labels"] = list(self.bad_labels)
@@ -416,6 +422,7 @@ class RunResult:
         cands = read_object(d.get("calibration_candidates"), "calibration_candidates") or {}
         changes = read_object(d.get("detection_change"), "detection_change") or {}
         tfits = read_object(d.get("temperature_fit"), "temperature_fit") or {}
+        sizes = read_object(d.get("by_size"), "by_size") or {}
         sections = {k: read_object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
@@ -436,6 +443,7 @@ class RunResult:
                                        read_object(changes[h], f"detection_change.{h}", optional=False),
                                        f"detection_change.{h}")),
                 temperature_fit=TemperatureFit.from_dict(tfits.get(h), f"temperature_fit.{h}"),
+                by_size=read_size_figures(sizes.get(h), f"by_size.{h}"),
             )
         names = [read_text(n, f"class_names[{i}]")
                  for i, n in enumerate(read_items(d.get("class_names"), "class_names"))]
