@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
@@ -36,11 +37,13 @@ def _kept_figures(op: OperatingPoints, scored: BoxView, m: np.ndarray, thr: floa
         return 0, None, None, None, None
     e = metrics.ece(p[keep], y[keep], n_bins=op.ece_bins)
     fn = functools.partial(kept_ece, threshold=thr, n_bins=op.ece_bins)
-    e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], **op.boot))
     targets = op.targets_for(scored).within(m)
     la = targets.laece(p, threshold=thr, n_bins=op.laece_bins)
-    la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=op.laece_bins), img, p,
-                                       method="normal", **op.boot))
+    with warnings.catch_warnings():  # a bin of few boxes has replicates that draw none of them: dropped, as said
+        warnings.filterwarnings("ignore", message="bootstrap_ci: .* replicates gave nan")
+        e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], **op.boot))
+        la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=op.laece_bins), img, p,
+                                           method="normal", **op.boot))
     ok = not math.isnan(la)
     return n, e, e_ci, (la if ok else None), (la_ci if ok and not math.isnan(la_ci[0]) else None)
 
