@@ -126,3 +126,16 @@ def test_attach_refuses_what_it_cannot_serve(runs, demo_model_path, tmp_path):
     other.model.names = {0: "a", 1: "b"}
     with pytest.raises(InputError, match="classes differ"):
         det_calib.attach(other, runs["temperature"])
+
+
+def test_apply_calibrator_rescores_with_the_size_map_as_attach(runs, demo_model_path, fixture_images):
+    img = fixture_images[2]
+    model = _yolo(demo_model_path)
+    raw = model.predict(img, conf=0.25, imgsz=320, verbose=False)[0]
+    posthoc = det_calib.apply_calibrator(raw, runs["size-platt"] / "calibration.json", head="nms").boxes.data
+    hooked = det_calib.attach(_yolo(demo_model_path), runs["size-platt"]).predict(img, conf=0.001, imgsz=320,
+                                                                                  verbose=False)[0].boxes.data
+    got, want = posthoc.double().numpy(), hooked.double().numpy()
+    j = _match(got, want[:, :4], want[:, 5].astype(int))
+    assert (j >= 0).all() and len(got) > 0
+    np.testing.assert_allclose(got[:, 4], want[j, 4], atol=1e-5)  # conf -> logit -> map: float32 rounding
