@@ -43,6 +43,7 @@ SETTING_HELP = {
     "cv_folds": "folds of --method auto's cross-validation, grouped by image",
     "cv_repeats": "fold assignments of --method auto's cross-validation (each candidate scored on all of them)",
     "auto_per_class": "whether --method auto also considered the per-class maps (--per-class)",
+    "auto_size_maps": "whether --method auto also considered the size-conditioned maps (--size-maps)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",
@@ -61,7 +62,7 @@ SETTING_HELP = {
 
 PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "detection_change", "fit", "eval",
                  "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts",
-                 "temperature_fit"}
+                 "temperature_fit", "by_size"}
 
 
 def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
