@@ -90,8 +90,6 @@ def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> N
                  "at floor", "LaECE_0 [95% CI]"], _operating_rows(c.operating, c.operating_then),
                 caption="Kept-set ECE and LaECE_0 then and now (image bootstrap intervals); the floor is what a "
                         "perfectly calibrated detector would score on the same kept boxes.", css="check-operating"))
-    if c.by_size:
-        b.add(_size_table(c.by_size, run.head(h).by_size))
     b.add(Table(["figure", "then", "now", "z", "p-value"], [
         ["images", fint(d.images_then), fint(d.images), "", ""],
         ["kept boxes", fint(d.kept_then), fint(d.kept), "", ""],
@@ -180,6 +178,8 @@ def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, ru
     for h in result.heads:
         if h in result.labelled:
             _labelled(b, result, h, result.labelled[h], boxes, run)
+            if result.labelled[h].by_size:
+                b.add(_size_table(result.labelled[h].by_size, run.head(h).by_size))
         elif h in result.unlabelled:
             _unlabelled(b, result, h, result.unlabelled[h], boxes, run)
     b.add(Heading(2, "Settings"), Bullets([

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from det_calib.calibrators.base import LogitCalibrator, calibrated_logits, log_area
+from det_calib.calibrators.base import LogitCalibrator, log_area
 from det_calib.data.box_view import BoxView
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.errors import InputError
@@ -227,7 +227,9 @@ def _calibrated(det: Any, lg: Any, cal: LogitCalibrator, shape: Any, orig_shape:
     view = BoxView(logit=z, conf=det[:, 4].detach().cpu().double().numpy(), correct=None, cls=k,
                    image_id=np.zeros(n, np.int64), log_area=la)
     new = view.scored(cal).conf
-    every = sigmoid(calibrated_logits(cal, logits.ravel(), np.tile(np.arange(nc), n), np.repeat(la, nc)))
+    flat = logits.ravel()
+    every = BoxView(logit=flat, conf=sigmoid(flat), correct=None, cls=np.tile(np.arange(nc), n),
+                    image_id=np.zeros(n * nc, np.int64), log_area=np.repeat(la, nc)).scored(cal, from_logit=True).conf
     order = np.argsort(-new, kind="stable")
     order = order[new[order] > conf]
     out = det[torch.as_tensor(order, dtype=torch.long, device=det.device)].clone()
