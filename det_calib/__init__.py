@@ -17,6 +17,8 @@ The public API, step by step (each step is a plain function; :func:`calibrate` r
 - :mod:`det_calib.calibrators` — the calibrator contract (``LogitCalibrator``) and the registry of methods
 - :func:`apply_calibrator` — any run's calibrator applied to Ultralytics results after the
   detector's own selection (post-hoc: the same boxes, rescored)
+- :func:`attach` / :func:`detach` — a run's calibrator (any map, size-conditioned included)
+  installed into a YOLO model's ``predict``, with each box's calibrated probability of every class
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ __all__ = [
     "load_split",
     "filter_results",
     "apply_calibrator",
+    "attach",
+    "detach",
 ]
 
 
@@ -89,6 +93,10 @@ def __getattr__(name: str):
         from det_calib.deploy.posthoc import apply_calibrator
 
         return apply_calibrator
+    if name in ("attach", "detach"):
+        from det_calib.deploy import hook
+
+        return getattr(hook, name)
     if name in ("load_data_yaml", "load_split"):
         from det_calib.data import ground_truth as data
 

@@ -10,6 +10,9 @@ calibrated logit; the conf it reports is ``sigmoid`` of that. The contract:
 - ``to_dict()`` / ``from_dict(d)``: a JSON-able dict whose ``format`` string (:attr:`format`) is
   frozen: files written by earlier versions carry it;
 - :attr:`per_class`: one map per class (the ranking across classes, hence mAP, may change);
+- :attr:`uses_size`: the map also reads each box's size, ``log_area`` (the log of the box's area
+  over its image's area, :func:`log_area`), given to ``fit`` and ``transform_logits`` as a keyword
+  array; it re-ranks boxes of one class and cannot fold into the class conv (:func:`reranks`);
 - the deployment form for folding into a checkpoint: :meth:`affine_params` (``a_c z + b_c`` per
   class channel, folded into the last conv) or :meth:`hinge_maps` (piecewise-linear maps, appended
   as hinge layers); :attr:`deploy_form` says which;
@@ -29,10 +32,14 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
 
-__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "calibrated_logits", "equivalent_conf",
-           "number_words", "spread_words"]
+__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "box_kwargs", "calibrated_logits", "equivalent_conf",
+           "log_area", "number_words", "reranks", "spread_words"]
+
+#: The smallest relative area :func:`log_area` takes (a box of zero area reads as this).
+MIN_REL_AREA = 1e-8
 
 DeployForm = Literal["affine", "hinges"]
 
@@ -61,6 +68,8 @@ class LogitCalibrator:
     #: ``fit`` handles soft labels in [0, 1] correctly (``--target iou``: the IoU of the box's match)
     #: as its loss's soft form: a calibrator that does not set it is left out of that target's choice.
     soft_labels: ClassVar[bool] = False
+    #: The map reads each box's ``log_area`` besides its logit (and class): see the module docstring.
+    uses_size: ClassVar[bool] = False
     _fitted_attr: ClassVar[str] = ""
 
     @property
@@ -138,19 +147,57 @@ class LogitCalibrator:
 
     def fit_grid(self, logits: np.ndarray, labels: np.ndarray, *, classes: np.ndarray | None,
                  weights: np.ndarray, grid: Sequence[float | None],
-                 build: Callable[[float | None], LogitCalibrator]) -> list[LogitCalibrator]:
+                 build: Callable[[float | None], LogitCalibrator],
+                 log_area: np.ndarray | None = None) -> list[LogitCalibrator]:
         """Fitted calibrators on one training fold, one per ``grid`` value (``build(value)`` gives an
         unfitted one; a map with no :attr:`cv_grid` gets ``grid == [None]``). ``self`` is an
-        unfitted prototype; subclasses may share work across the grid."""
-        kw = {"classes": classes} if self.per_class else {}
+        unfitted prototype; subclasses may share work across the grid. ``log_area``: the boxes'
+        sizes, for a map that :attr:`uses_size`."""
+        kw = box_kwargs(self, classes=classes if self.per_class else None, log_area=log_area)
         if grid == [None]:
             return [self.fit(logits, labels, weights=weights, **kw)]
         return [build(g).fit(logits, labels, weights=weights, **kw) for g in grid]
 
 
-def calibrated_logits(cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray) -> np.ndarray:
-    """Calibrated logits (float64) of boxes (``z`` raw logits, ``cls`` their classes) under ``cal``."""
-    return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(cls)), dtype=np.float64)
+def calibrated_logits(cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray,
+                      log_area: np.ndarray | None = None) -> np.ndarray:
+    """Calibrated logits (float64) of boxes (``z`` raw logits, ``cls`` their classes, ``log_area``
+    their sizes, :func:`log_area`, needed by a map that :attr:`~LogitCalibrator.uses_size`) under ``cal``."""
+    kw = box_kwargs(cal, classes=np.asarray(cls), log_area=log_area)
+    return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), **kw), dtype=np.float64)
+
+
+def box_kwargs(cal: LogitCalibrator, *, classes: Any = None, log_area: Any = None) -> dict[str, Any]:
+    """The keyword arrays ``cal.fit`` / ``cal.transform_logits`` take besides the logits: ``classes``
+    (where given), and ``log_area`` for a map that :attr:`~LogitCalibrator.uses_size` (an
+    :class:`~det_calib.errors.InputError` when it is missing)."""
+    kw: dict[str, Any] = {} if classes is None else {"classes": classes}
+    if getattr(cal, "uses_size", False):
+        if log_area is None:
+            raise InputError(f"{type(cal).__name__} reads each box's size: `log_area` is needed (the boxes' corners "
+                             "and image sizes)")
+        kw["log_area"] = log_area
+    return kw
+
+
+def reranks(cal: LogitCalibrator | type[LogitCalibrator]) -> bool:
+    """Whether a calibrator (or its class) can change the order of the boxes, hence mAP: a map per
+    class, or a map that reads the box's size."""
+    return bool(getattr(cal, "per_class", False) or getattr(cal, "uses_size", False))
+
+
+def log_area(xyxy: Any, img_w: Any, img_h: Any) -> np.ndarray:
+    """``log(box area / image area)`` of each box (float64, ``(n,)``): the size a size-conditioned
+    map reads, comparable across image resolutions; areas below :data:`MIN_REL_AREA` (degenerate
+    or inverted boxes) read as it.
+
+    >>> log_area(np.array([[0., 0., 10., 10.]]), np.array([100]), np.array([100])).round(4).tolist()
+    [-4.6052]
+    """
+    b = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
+    area = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    img = np.asarray(img_w, dtype=np.float64) * np.asarray(img_h, dtype=np.float64)
+    return np.log(np.maximum(area / img, MIN_REL_AREA))
 
 
 def equivalent_conf(cal: LogitCalibrator, conf: float, cls: int | None = None) -> float | None:

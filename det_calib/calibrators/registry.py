@@ -24,11 +24,11 @@ from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
 __all__ = ["BUILTIN", "TARGETS", "MethodSpec", "calibrator_from_dict", "excluded_methods", "formats",
-           "global_methods", "is_per_class", "make_calibrator", "method_spec", "methods", "register",
-           "target_methods", "unregister"]
+           "global_methods", "is_per_class", "make_calibrator", "method_spec", "methods", "register", "reranks",
+           "size_methods", "target_methods", "unregister", "uses_size"]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
-BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic")
+BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic", "size")
 
 Build = Callable[..., Any]
 
@@ -53,6 +53,16 @@ class MethodSpec:
     @property
     def per_class(self) -> bool:
         return bool(self.cls.per_class)
+
+    @property
+    def uses_size(self) -> bool:
+        """The map reads each box's size (it re-ranks boxes; opt-in: ``--size-maps``)."""
+        return bool(getattr(self.cls, "uses_size", False))
+
+    @property
+    def reranks(self) -> bool:
+        """The map can change the order of the boxes (per class, or by size), hence mAP."""
+        return self.per_class or self.uses_size
 
 
 _METHODS: dict[str, MethodSpec] = {}
@@ -111,7 +121,7 @@ def global_methods(target: str = "correct") -> tuple[str, ...]:
     """The methods with one monotone map for every class: the ranking of all boxes, hence mAP, is
     unchanged (``auto``'s default candidates); for ``target="iou"`` only those that fit soft labels
     (:func:`target_methods`)."""
-    return tuple(m for m in target_methods(target) if not _METHODS[m].per_class)
+    return tuple(m for m in target_methods(target) if not _METHODS[m].reranks)
 
 
 #: What a calibrator is fitted to: the matched flag at ``--iou`` (``correct``) or the IoU of the box's
@@ -131,6 +141,22 @@ def excluded_methods(target: str) -> dict[str, str]:
     """Method -> why it is left out of ``target``'s choice (empty for ``correct``)."""
     ok = set(target_methods(target))
     return {m: "its fit takes 0/1 labels only (it does not declare soft_labels)" for m in methods() if m not in ok}
+
+
+def size_methods() -> tuple[str, ...]:
+    """The methods whose map reads each box's size (``auto`` tries them only with ``--size-maps``)."""
+    return tuple(m for m in methods() if _METHODS[m].uses_size)
+
+
+def reranks(method: str) -> bool:
+    """``method``'s map can change the order of the boxes (a map per class, or one that reads the
+    box's size): mAP is measured before and after, and the map may change what the detector keeps."""
+    return method_spec(method).reranks
+
+
+def uses_size(method: str) -> bool:
+    """``method``'s map reads each box's size (``log_area``)."""
+    return method_spec(method).uses_size
 
 
 def method_spec(method: str) -> MethodSpec:

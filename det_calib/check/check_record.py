@@ -20,6 +20,7 @@ from det_calib.record.checked_json import (
     read_text,
 )
 from det_calib.record.eval_record import OperatingFigures
+from det_calib.record.size_record import SizeFigures, read_size_figures
 from det_calib.record.timings import Timings
 
 __all__ = ["BOXES_FILE", "CHANGED", "CHECK_FILE", "CHECK_SCHEMA_VERSION", "DRIFTED", "EXIT_CODES", "HOLDS",
@@ -171,6 +172,8 @@ class HeadCheck:
     detection_verdict: str = HOLDS
     calibration_line: str = ""
     detection_line: str = ""
+    by_size: list[SizeFigures] = field(default_factory=list)
+    """Reliability by box size on the new images (``by_size`` in the JSON, written when computed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"head": self.head, "method": self.method, "split": self.split,
@@ -179,7 +182,8 @@ class HeadCheck:
                 "operating_then": [o.to_dict() for o in self.operating_then],
                 "per_class": [leaf_dict(c) for c in self.per_class],
                 "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
-                "calibration_line": self.calibration_line, "detection_line": self.detection_line}
+                "calibration_line": self.calibration_line, "detection_line": self.detection_line,
+                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {})}
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HeadCheck:
@@ -199,6 +203,7 @@ class HeadCheck:
             detection_verdict=read_verdict(d, "detection_verdict", where, (HOLDS, CHANGED)),
             calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line") or "",
             detection_line=read_text(d.get("detection_line"), f"{where}.detection_line") or "",
+            by_size=read_size_figures(d.get("by_size"), f"{where}.by_size"),
         )
 
 

@@ -15,10 +15,12 @@ import polars as pl
 from det_calib.data.box_view import BoxView
 from det_calib.record.run_folder import Run
 from det_calib.record.run_result import OperatingFigures
+from det_calib.record.size_record import SizeFigures
 from det_calib.report import plots
 from det_calib.report.common import bins_of, f3, f4, fci, fint
 from det_calib.report.document import Bullets, Heading, Para, Table
 from det_calib.report.page import Page
+from det_calib.report.size_section import bin_label
 
 __all__ = ["write_check_report"]
 
@@ -42,6 +44,23 @@ def _operating_rows(now: list[OperatingFigures], then: list[OperatingFigures]) -
                          fci(o.ece_floor, o.ece_floor_range), "yes" if o.at_floor else "no" if o.at_floor is False
                          else "n/a", fci(o.laece0, o.laece0_ci)])
     return rows
+
+
+def _size_table(now: list[SizeFigures], then: list[SizeFigures]) -> Table:
+    """Calibrated kept-set ECE and LaECE_0 of each box size, then (the run's records) and now."""
+    before = {(f.scheme, f.bin): f for f in then}
+    rows = []
+    for f in now:
+        t = before.get((f.scheme, f.bin))
+        rows.append([bin_label(f), "n/a" if t is None else fint(t.boxes_after), fint(f.boxes_after),
+                     "n/a" if t is None else fci(t.ece_after, t.ece_after_ci), fci(f.ece_after, f.ece_after_ci),
+                     "n/a" if t is None else fci(t.laece0_after, t.laece0_after_ci),
+                     fci(f.laece0_after, f.laece0_after_ci)])
+    return Table(["size", "kept then", "kept now", "ECE then [95% CI]", "ECE now [95% CI]", "LaECE_0 then",
+                  "LaECE_0 now"], rows,
+                 caption="Calibrated kept-set ECE and LaECE_0 by box size (COCO sizes in pixels, relative-area bins), "
+                         "then (the run's eval split; n/a for runs written before the figures existed) and now.",
+                 css="check-by-size")
 
 
 def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
@@ -159,6 +178,8 @@ def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, ru
     for h in result.heads:
         if h in result.labelled:
             _labelled(b, result, h, result.labelled[h], boxes, run)
+            if result.labelled[h].by_size:
+                b.add(_size_table(result.labelled[h].by_size, run.head(h).by_size))
         elif h in result.unlabelled:
             _unlabelled(b, result, h, result.unlabelled[h], boxes, run)
     b.add(Heading(2, "Settings"), Bullets([

@@ -70,6 +70,7 @@ from det_calib.check.verdicts import (  # noqa: F401
 )
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.errors import InputError
+from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import drift_tests as drift
 from det_calib.record.run_result import package_version
@@ -201,7 +202,7 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     from det_calib.evaluation.map_check import coco_maps
 
     s, conf, rec = job.settings, job.conf, job.run.head(head)
-    view = BoxView.from_boxes(boxes)
+    view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
     scored = view.scored(job.calibrators[head], recorded=True)
     op = OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
                          n_boot=s.n_boot, seed=s.seed)
@@ -228,7 +229,8 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     dv, dline = detection_verdict(det, alpha=alpha)
     return HeadCheck(head=head, method=rec.calibrator.method, split=split.name, calibration=cal, detection=det,
                      operating=operating, operating_then=list(ev.operating_after), per_class=per_class,
-                     calibration_verdict=cv, detection_verdict=dv, calibration_line=cline, detection_line=dline)
+                     calibration_verdict=cv, detection_verdict=dv, calibration_line=cline, detection_line=dline,
+                     by_size=size_figures(op, scored))
 
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:

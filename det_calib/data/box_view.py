@@ -31,13 +31,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.base import LogitCalibrator, box_kwargs, log_area
 from det_calib.errors import InputError
 from det_calib.numeric import logit, sigmoid
 
 __all__ = ["BoxView", "kept_mask", "usable_index", "usable_rows", "with_calibrated"]
 
 BOX_COLUMNS = ("x1", "y1", "x2", "y2")
+SIZE_COLUMNS = (*BOX_COLUMNS, "img_w", "img_h")
+"""The columns a box's relative size is read from (:attr:`BoxView.log_area`)."""
 MATCH_ONLY = ("ignore", "iou", "loc_iou")
 """Columns matching fills besides ``correct`` (a captured, unmatched table has none of them)."""
 
@@ -73,6 +75,11 @@ def usable_index(boxes: pl.DataFrame) -> np.ndarray:
     return usable_rows(boxes.with_row_index("_row"))["_row"].to_numpy().astype(np.int64)
 
 
+def _log_area(df: pl.DataFrame) -> np.ndarray:
+    xyxy = np.column_stack([_array(df, c, np.float64) for c in BOX_COLUMNS])
+    return log_area(xyxy, _array(df, "img_w", np.float64), _array(df, "img_h", np.float64))
+
+
 def _array(df: pl.DataFrame, col: str, dtype: Any) -> np.ndarray:
     return df[col].to_numpy().astype(dtype, copy=False)
 
@@ -91,6 +98,9 @@ class BoxView:
         image_id: (n,) int64, the image within the capture.
         iou, loc_iou: (n,) float64 or None: the match's IoU and its IoU at the LaECE threshold.
         xyxy: (n, 4) float64 or None: the box corners in image pixels.
+        log_area: (n,) float64 or None: ``log(box area / image area)``
+            (:func:`~det_calib.calibrators.base.log_area`; where the table has the corners and image
+            sizes), the size a size-conditioned map reads.
         extra: Column name -> (n,) or (n, ...) array: any other column (image sizes, a run's
             ``calibrated`` conf, a task payload such as a mask index, keypoints or an angle).
         head, split: What the boxes are (None when the table was not filtered by it).
@@ -107,6 +117,7 @@ class BoxView:
     iou: np.ndarray | None = None
     loc_iou: np.ndarray | None = None
     xyxy: np.ndarray | None = None
+    log_area: np.ndarray | None = None
     extra: Mapping[str, np.ndarray] = field(default_factory=dict)
     head: str | None = None
     split: str | None = None
@@ -130,7 +141,7 @@ class BoxView:
     def _arrays(self) -> dict[str, np.ndarray | None]:
         return {"logit": self.logit, "conf": self.conf, "correct": self.correct, "cls": self.cls,
                 "image_id": self.image_id, "iou": self.iou, "loc_iou": self.loc_iou, "xyxy": self.xyxy,
-                "raw_logit": self.raw_logit, "raw_conf": self.raw_conf, **self.extra}
+                "log_area": self.log_area, "raw_logit": self.raw_logit, "raw_conf": self.raw_conf, **self.extra}
 
     # building -----------------------------------------------------------------------------------
 
@@ -165,6 +176,9 @@ class BoxView:
         if geometry:
             want += ["iou", "loc_iou", *BOX_COLUMNS]
         more = [c for c in dict.fromkeys([*extra, "calibrated"]) if c in boxes.columns and c not in want]
+        sized = set(SIZE_COLUMNS) <= set(boxes.columns)
+        if sized:
+            want += [c for c in SIZE_COLUMNS if c not in want and c not in more]
         optional = ("correct", *MATCH_ONLY, *BOX_COLUMNS, "conf", *(("logit",) if conf is not None else ()))
         missing = [c for c in want if c not in boxes.columns and c not in optional]
         if missing:
@@ -186,7 +200,9 @@ class BoxView:
             image_id=_array(df, "image_id", np.int64),
             iou=_array(df, "iou", np.float64) if "iou" in has else None,
             loc_iou=_array(df, "loc_iou", np.float64) if "loc_iou" in has else None,
-            xyxy=np.column_stack([_array(df, c, np.float64) for c in BOX_COLUMNS]) if has >= set(BOX_COLUMNS) else None,
+            xyxy=(np.column_stack([_array(df, c, np.float64) for c in BOX_COLUMNS])
+                  if geometry and has >= set(BOX_COLUMNS) else None),
+            log_area=_log_area(df) if sized else None,
             extra={c: df[c].to_numpy() for c in more}, head=head, split=split, ignored=ignored,
         )
 
@@ -225,14 +241,14 @@ class BoxView:
             if from_logit:
                 return replace(self, logit=z, conf=sigmoid(z), calibrator=None)
             return self if self.calibrator is None else replace(self, logit=z, conf=p, calibrator=None)
-        t = np.asarray(calibrator.transform_logits(np.asarray(z, dtype=np.float64), classes=np.asarray(self.cls)),
-                       dtype=np.float64)
+        kw = box_kwargs(calibrator, classes=np.asarray(self.cls), log_area=self.log_area)
+        t = np.asarray(calibrator.transform_logits(np.asarray(z, dtype=np.float64), **kw), dtype=np.float64)
         if from_logit:
             conf = sigmoid(t)
         elif recorded and "calibrated" in self.extra:
             conf = np.asarray(self.extra["calibrated"], dtype=np.float64)
         else:
-            conf = calibrator.deployed_conf(z, self.cls, p)
+            conf = sigmoid(t) if calibrator.uses_size else calibrator.deployed_conf(z, self.cls, p)
         return replace(self, logit=t, conf=conf, calibrator=calibrator)
 
     def as_recorded(self) -> BoxView:

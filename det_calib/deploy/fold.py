@@ -246,10 +246,14 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: LogitCalibrat
         ``model``.
 
     Raises:
-        InputError: Unknown head, a model without that branch, or an unsupported calibrator.
+        InputError: Unknown head, a model without that branch, or an unsupported calibrator (one
+            that reads the box's size cannot fold: the conv sees no box).
     """
     if head not in BRANCHES:
         raise InputError(f"Expected argument `head` in {sorted(BRANCHES)}, but got {head!r}")
+    if calibrator.uses_size:
+        raise InputError(f"cannot fold a {type(calibrator).__name__} into a model: it reads each box's size, which "
+                         "the class conv cannot see; deploy it with det_calib.attach")
     model.float()
     det = model.model[-1]
     convs = _cls_convs(model, head)

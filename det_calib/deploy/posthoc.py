@@ -5,7 +5,10 @@ boxes: it can change which class wins a box (the argmax before NMS) and which bo
 cross-class top ``max_det``. Applied here, after the detector's selection, every map only
 rescores the boxes the original model output: same boxes, same classes, same order within each
 class (mAP identical). For one map for every class (temperature, Platt, spline, isotonic) the two
-deployments give the same boxes.
+deployments give the same boxes. A size-conditioned map reads each box's size from its corners
+and the image's size (it has no folded form; :func:`det_calib.attach` also applies it at predict
+time, with every class's probability). The logit is rebuilt here from the reported float32 conf,
+which loses precision close to 1; ``attach`` reads the logits themselves.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators.base import log_area
 from det_calib.errors import InputError
 from det_calib.numeric import logit
 from det_calib.validation import check_choice
@@ -80,7 +84,10 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         data = boxes.data
         c = np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
         k = data[:, 5].detach().cpu().numpy().astype(np.int64)
-        new = BoxView(logit=logit(c), conf=c, correct=None, cls=k, image_id=np.zeros(len(k), np.int64)).scored(cal).conf
+        h, w = (int(v) for v in boxes.orig_shape[:2])
+        la = log_area(data[:, :4].detach().cpu().double().numpy(), np.full(len(k), w), np.full(len(k), h))
+        new = BoxView(logit=logit(c), conf=c, correct=None, cls=k, image_id=np.zeros(len(k), np.int64),
+                      log_area=la).scored(cal).conf
         data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class
         data[:, 4] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
         r.boxes = type(boxes)(data, boxes.orig_shape)

@@ -28,6 +28,7 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
+from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.kept_set import threshold_shift
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
@@ -261,7 +262,9 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
                               equivalent_conf=calibrator.equivalent_conf(c)) for c in s.conf]
     with stage("per-class"):
         per_classes = per_class(raw, scored, gt_cls, calibrator, s, names)
-    return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes)
+    with stage("by size"):
+        by_size = size_figures(op, scored)
+    return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes, by_size=by_size)
 
 
 def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> OperatingPoints:

@@ -61,6 +61,24 @@ class OperatingPoints:
         self.targets = laece0_targets(view, gt)
         self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
         self.boot = dict(n_boot=n_boot, seed=seed)
+        self.gt = gt
+        self._reranked: tuple[np.ndarray, LaECE0Targets] | None = None  # the last re-ranked scores' matching
+
+    def targets_for(self, scored: BoxView) -> LaECE0Targets:
+        """The LaECE_0 matching of ``scored``'s scores: the raw scores' (:attr:`targets`) for any map
+        that keeps each class's ranking; for a map that reads the box's size (it re-ranks boxes of
+        one class), the matching redone in the order of its scores (greedy by score, as the
+        reference toolkit matches the boxes it is given)."""
+        cal = scored.calibrator
+        if cal is None or not cal.uses_size:
+            return self.targets
+        if self._reranked is None or self._reranked[0] is not scored.conf:
+            gt, v = self.gt, self.view
+            crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
+            self._reranked = (scored.conf, LaECE0Targets(
+                v.image_id, v.xyxy, v.cls, scored.conf, gt["image_id"].to_numpy(),
+                np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]), gt["cls"].to_numpy(), crowd))
+        return self._reranked[1]
 
     def operating(self, scored: BoxView, *, intervals: bool = True) -> list[OperatingFigures]:
         """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling
@@ -71,12 +89,13 @@ class OperatingPoints:
             kept = scored.kept(thr)
             n = kept.n
             e = metrics.ece(kept.conf, kept.correct, n_bins=self.ece_bins) if n else None
-            la = self.targets.laece(p, threshold=thr, n_bins=self.laece_bins)
+            targets = self.targets_for(scored)
+            la = targets.laece(p, threshold=thr, n_bins=self.laece_bins)
             e_ci = la_ci = None
             if intervals and n:
                 fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
                 e_ci = tuple(metrics.bootstrap_ci(fn, img, p, y, **self.boot))
-                la_ci = tuple(metrics.bootstrap_ci(self.targets.statistic(threshold=thr, n_bins=self.laece_bins),
+                la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=self.laece_bins),
                                                    img, p, method="normal", **self.boot))
             floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
             out.append(OperatingFigures(conf=thr, boxes=n, correct=int(kept.correct.sum()), ece=e, ece_ci=e_ci,

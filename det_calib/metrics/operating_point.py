@@ -9,6 +9,7 @@ remain available; name them "all-box".
 
 from __future__ import annotations
 
+import copy
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -264,6 +265,13 @@ class LaECE0Targets:
         self.target = np.where(r.correct, r.iou, 0.0)
         self.cls = dc
         self.gt_classes = np.unique(gc[~crowd])
+
+    def within(self, mask: Any) -> LaECE0Targets:
+        """The same matching, scoring only the boxes ``mask`` ((n,) bool) selects: a box keeps the
+        match it has among every box (a size bin of :mod:`det_calib.metrics.size_bins`)."""
+        out = copy.copy(self)
+        out.use = self.use & np.asarray(mask, dtype=bool)
+        return out
 
     def laece(self, conf: Any, *, threshold: float, n_bins: int = 25, weights: Any = None) -> float:
         """LaECE_0 of the boxes with ``conf > threshold`` (``conf``: (n,), the same boxes, any

@@ -65,6 +65,7 @@ from det_calib.record.eval_record import (  # noqa: F401
     read_shifts,
     temperature_ok,
 )
+from det_calib.record.size_record import SizeFigures, read_size_figures
 from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401
 from det_calib.record.timings import Timings
 
@@ -191,6 +192,8 @@ class HeadResult:
     candidates: list[Candidate] | None = None
     detection_change: DetectionChange | None = None
     temperature_fit: TemperatureFit | None = None
+    by_size: list[SizeFigures] = field(default_factory=list)
+    """Reliability by box size (``by_size`` in the JSON; empty in runs written before it existed)."""
 
     @property
     def temperature(self) -> float | None:
@@ -245,6 +248,9 @@ class RecordedSettings:
     cv_repeats: int | None = None
     auto_per_class: bool | None = None
     target: str = "correct"
+    auto_size_maps: bool | None = None
+    """Whether ``--method auto`` also considered the size-conditioned maps (``--size-maps``; the key is
+    written only when it did)."""
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -262,6 +268,7 @@ class RecordedSettings:
             "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
             # written where it is not the default (a default run's record is the one earlier versions wrote)
             **({"target": self.target} if self.target != "correct" else {}),
+            **({"auto_size_maps": True} if self.auto_size_maps else {}),
         }
 
     @classmethod
@@ -296,7 +303,8 @@ class RecordedSettings:
                    cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
                    cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
                    auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")),
-                   target=_read_target(d.get("target"), key_path(where, "target")))
+                   target=_read_target(d.get("target"), key_path(where, "target")),
+                   auto_size_maps=read_flag(d.get("auto_size_maps"), key_path(where, "auto_size_maps")))
 
 
 def _read_target(v: Any, where: str) -> str:
@@ -393,6 +401,9 @@ class RunResult:
         tfits = {h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None}
         if tfits:
             out["temperature_fit"] = tfits
+        sizes = {h: [f.to_dict() for f in r.by_size] for h, r in res.items() if r.by_size}
+        if sizes:
+            out["by_size"] = sizes
         out["corrupt_images"] = list(self.corrupt_images)
         if self.bad_labels:
             out["bad_labels"] = list(self.bad_labels)
@@ -424,6 +435,7 @@ class RunResult:
         cands = read_object(d.get("calibration_candidates"), "calibration_candidates") or {}
         changes = read_object(d.get("detection_change"), "detection_change") or {}
         tfits = read_object(d.get("temperature_fit"), "temperature_fit") or {}
+        sizes = read_object(d.get("by_size"), "by_size") or {}
         sections = {k: read_object(d.get(k), k) or {} for k in _PER_HEAD}
         results = {}
         for h in heads:
@@ -444,6 +456,7 @@ class RunResult:
                                        read_object(changes[h], f"detection_change.{h}", optional=False),
                                        f"detection_change.{h}")),
                 temperature_fit=TemperatureFit.from_dict(tfits.get(h), f"temperature_fit.{h}"),
+                by_size=read_size_figures(sizes.get(h), f"by_size.{h}"),
             )
         names = [read_text(n, f"class_names[{i}]")
                  for i, n in enumerate(read_items(d.get("class_names"), "class_names"))]

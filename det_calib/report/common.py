@@ -186,7 +186,11 @@ def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
 
     s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
          f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
-    per_class = method in registry.methods() and registry.is_per_class(method)
+    known = method in registry.methods()
+    per_class = known and registry.is_per_class(method)
+    if known and registry.uses_size(method):
+        return s + (": a size-conditioned map re-ranks the boxes of a class by their size, so mAP moves; the "
+                    "figures before and after are what it costs or gains.")
     if ev.map_identical is True:
         return s + (": identical (a per-class monotone map keeps each class's ranking, which is what COCO AP reads)."
                     if per_class else ": identical, as it must be (one monotone map keeps the ranking of boxes).")

@@ -29,6 +29,8 @@ def map_section(page: Page, ctx: ReportContext) -> None:
                "(class-*) folded into the model can change which class wins a box before NMS and which boxes make the "
                "top max_det, so the calibrated model's own Ultralytics val mAP is measured and shown as it is; "
                "applied after the detector's selection (det_calib.apply_calibrator) it keeps the detections. "
+               "A size-conditioned map (size-platt) re-ranks the boxes of a class by their size, so the mAP of the "
+               "same boxes moves; it has no folded model (no calibrated.pt, no Ultralytics val of one). "
                "Ultralytics val keeps the boxes above a conf floor: "
                "on calibrated scores the same floor keeps a slightly different set of low-score boxes, which can move "
                "its mAP a little; at the equivalent floor it keeps the original set.", "note"))

@@ -35,6 +35,10 @@ __all__ = [
     "ClassPanel",
     "ClassECE",
     "reliability_figure",
+    "draw_reliability",
+    "reliability_legend",
+    "empty_panel",
+    "to_png",
     "confidence_histograms",
     "per_class_grid",
     "per_class_ece_chart",
@@ -106,13 +110,13 @@ def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return edges[:-1][m], np.diff(edges)[m], count[m], conf[m], acc[m]
 
 
-def _empty(ax: Any, text: str) -> None:
+def empty_panel(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
     ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
+def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
     left, width, count, conf, acc = _nonempty(bins)
     ax.plot([0, 1], [0, 1], ls="--", color="#444444", lw=1, zorder=3)
     ax.bar(left, acc, width=width, align="edge", color="#DDDDDD", edgecolor="#555555", lw=0.6, zorder=1)
@@ -136,7 +140,7 @@ def _draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
     axc.set_xlabel(xlabel)
 
 
-def _reliability_legend() -> list[Any]:
+def reliability_legend() -> list[Any]:
     return [
         Line2D([], [], ls="--", color="#444444", label="perfect calibration"),
         Patch(facecolor="#DDDDDD", edgecolor="#555555", label="accuracy per bin"),
@@ -162,11 +166,11 @@ def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: 
             axc = fig.add_subplot(gs[1, i], sharex=ax)
             ax.set_title(ptitle)
             if bins is None or not np.any(np.asarray(bins.count) > 0):
-                _empty(ax, "no boxes" if bins is not None else "not available")
-                _empty(axc, "")
+                empty_panel(ax, "no boxes" if bins is not None else "not available")
+                empty_panel(axc, "")
                 continue
-            _draw_reliability(ax, axc, bins, xlabel=xlabel)
-        fig.legend(handles=_reliability_legend(), loc="outside lower center", ncols=3, frameon=False)
+            draw_reliability(ax, axc, bins, xlabel=xlabel)
+        fig.legend(handles=reliability_legend(), loc="outside lower center", ncols=3, frameon=False)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
         return to_png(fig)
@@ -193,7 +197,7 @@ def confidence_histograms(
         for ax, (ptitle, conf, correct, xlabel, marks) in zip(axes, panels):
             ax.set_title(ptitle)
             if conf is None or len(conf) == 0:
-                _empty(ax, "not available" if conf is None else "no boxes")
+                empty_panel(ax, "not available" if conf is None else "no boxes")
                 continue
             correct = np.asarray(correct, dtype=bool)
             for mask, color, label in ((~correct, INCORRECT, "incorrect"), (correct, CORRECT, "correct")):
@@ -332,7 +336,7 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
         fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
         ax = fig.add_subplot()
         if not rows:
-            _empty(ax, "no classes")
+            empty_panel(ax, "no classes")
             return to_png(fig)
         y = np.arange(len(rows))[::-1].astype(float)
         h = 0.38
@@ -507,7 +511,7 @@ def compare_per_class_chart(
         fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
         ax = fig.add_subplot()
         if not rows:
-            _empty(ax, "no class present in both runs")
+            empty_panel(ax, "no class present in both runs")
             return to_png(fig)
         y = np.arange(len(rows), dtype=float)
         h = 0.38

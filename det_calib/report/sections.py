@@ -30,6 +30,7 @@ from .per_class_section import per_class_section
 from .reliability_section import reliability_section
 from .settings_section import settings_section
 from .shift_section import threshold_shift_section
+from .size_section import size_section
 from .summary_section import summary_section
 from .thresholds_section import conf_thresholds_section
 
@@ -71,6 +72,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("Engines", engines_section, optional=True),
     Section("Reliability", reliability_section),
     Section("Per-class calibration", per_class_section),
+    Section("Reliability by size", size_section, optional=True),
     Section("Threshold shift", threshold_shift_section, pages=REPORT),
     Section("Conf thresholds", conf_thresholds_section, optional=True),
     Section("mAP verification", map_section, pages=REPORT),

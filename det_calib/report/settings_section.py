@@ -45,6 +45,7 @@ SETTING_HELP = {
     "auto_per_class": "whether --method auto also considered the per-class maps (--per-class)",
     "target": "what the calibrators were fitted to (--target): correct (the matched flag at iou_match; headline "
               "kept-set ECE) or iou (the IoU of the box's LaECE_0 match, 0 when none; headline kept-set LaECE_0)",
+    "auto_size_maps": "whether --method auto also considered the size-conditioned maps (--size-maps)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",
@@ -63,7 +64,7 @@ SETTING_HELP = {
 
 PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "detection_change", "fit", "eval",
                  "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts",
-                 "temperature_fit"}
+                 "temperature_fit", "by_size"}
 
 
 def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:

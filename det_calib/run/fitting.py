@@ -74,15 +74,17 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
     refitted on the whole fit split, so the eval split can compare them all.
     """
     z, y, k, g = fit_boxes.logit, fit_labels(fit_boxes, target), fit_boxes.cls, fit_boxes.image_id
+    a = fit_boxes.log_area
     if method != "auto":
         if method not in registry.target_methods(target):
             raise InputError(f"method {method!r} cannot be fitted to --target {target}: "
                              f"{registry.excluded_methods(target)[method]}")
-        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
+        cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True,
+                             log_area=a)
         return Choice(method, floors[0], cal)
     methods = registry.global_methods(target) if methods is None else methods
     sel = select_calibrator(z, y, classes=k, groups=g, methods=methods, fit_min_confs=floors, min_conf=min_conf,
-                            criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed)
+                            criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed, log_area=a)
     refits: dict[str, tuple[str, float, Any]] = {}
     for m in registry.methods():
         ok = [c for c in sel.candidates if c.method == m and c.error is None and math.isfinite(c.mean)]
@@ -94,7 +96,7 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
             continue
         from det_calib.selection.cross_validation import refit
 
-        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed))
+        refits[m] = (m, c.fit_min_conf, refit(c, z, y, k, g, seed, log_area=a))
     return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
 
 
@@ -163,10 +165,9 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
     (``gt``: the fit split's ground truth, which ``--target iou`` needs)."""
     floors = s.fit_floors()
     if s.method == "auto":
-        pool = registry.target_methods(s.target) if s.per_class else registry.global_methods(s.target)
         return choose_calibrator(fit_boxes(boxes, s, 0.0, gt), method="auto", floors=floors, criterion=s.criterion,
                                  min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
-                                 methods=pool, target=s.target)
+                                 methods=s.auto_methods(), target=s.target)
     if s.method == "temperature":
         return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s, gt=gt), s.target))
     return choose_calibrator(fit_boxes(boxes, s, gt=gt), method=s.method, floors=floors[:1], criterion=s.criterion,

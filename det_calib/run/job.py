@@ -157,7 +157,8 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
         with stage("temperature and candidates on the eval split"):
             result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                                 eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
-                                per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
+                                per_class=evaluated.per_class, by_size=evaluated.by_size,
+                                candidates=scored_candidates(choice, op) or None,
                                 temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval, fit.gt))
         return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 

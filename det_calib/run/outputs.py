@@ -48,6 +48,12 @@ def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     return lines
 
 
+NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box's size, which the class conv "
+              "cannot see; calibration.json holds the map: deploy it with det_calib.attach(YOLO(model), run_folder) "
+              "(docs/size_and_hook.md)")
+"""The summary's line in place of the checkpoint when a head's map reads the box's size."""
+
+
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                    s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write every output of a run (the Ultralytics val checks need the written checkpoint).
@@ -69,13 +75,20 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
         exported, engine_lines = is_export(inputs.model), []
-        if exported:  # the calibration appended to the export's graph, and its engine record
+        unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+        if unfolded:  # a map that reads the box's size has no place in the class conv
+            engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
+        elif exported:  # the calibration appended to the export's graph, and its engine record
             from det_calib.deploy.calibrated_export import write_run_engine
 
             engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
         else:
             write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
+        if s.run_val and unfolded:
+            for h in inputs.heads:
+                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
+                    ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
+        elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
             why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:

@@ -39,7 +39,7 @@ def _words(names: tuple[str, ...] | list[str]) -> str:
 def method_help() -> str:
     """The help of ``--method`` (the registered methods)."""
     glob = registry.global_methods()
-    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.is_per_class(m)]
+    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.reranks(m)]
     return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
             f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
             f"name: {', '.join(named)}")
@@ -50,6 +50,14 @@ def per_class_help() -> str:
     per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
     return (f"let --method auto also consider the per-class maps ({per}; they can change which class wins a box, "
             "see the mAP promise)")
+
+
+def size_maps_help() -> str:
+    """The help of ``--size-maps`` (the registered size-conditioned methods)."""
+    size = ", ".join(registry.size_methods())
+    return (f"let --method auto also consider the size-conditioned maps ({size}; they read each box's size, "
+            "re-rank boxes, so mAP is measured before and after, and cannot fold into calibrated.pt: "
+            "deploy them with det_calib.attach)")
 
 
 FIT_RANGES: tuple[str, ...] = ("all", "operating")
@@ -118,6 +126,7 @@ class Settings:
                        "matches a ground truth at --iou) or iou (the expected IoU of the box with its ground truth, "
                        "0 when it matches none: the target of LaECE_0, which becomes the run's headline); see "
                        "docs/targets.md", flag="--target", choices=registry.TARGETS)
+    size_maps: bool = _opt(False, size_maps_help, flag="--size-maps", switch=True)
     fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
                                  "a raw conf floor; default all, and --method auto tries all and operating",
                                  flag="--fit-range")
@@ -204,6 +213,14 @@ class Settings:
         return CaptureOptions(heads=tuple(heads), conf=self.conf_floor, iou=self.nms_iou, max_det=self.max_det,
                               imgsz=imgsz, batch=self.batch, device=self.device)
 
+    def auto_methods(self) -> tuple[str, ...]:
+        """The methods ``--method auto`` cross-validates, among those ``--target`` can fit: the maps
+        that keep every box's ranking, with ``--per-class`` the per-class maps, with ``--size-maps``
+        the size-conditioned ones."""
+        return tuple(m for m in registry.target_methods(self.target)
+                     if not registry.reranks(m) or (self.per_class and registry.is_per_class(m))
+                     or (self.size_maps and registry.uses_size(m)))
+
     def fit_floors(self) -> tuple[float, ...]:
         """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`det_calib.run.fitting.fit_floors`)."""
         return fit_floors(self.method, self.fit_range, self.fit_min_conf, tuple(self.conf))
@@ -219,6 +236,7 @@ class Settings:
             method=self.method, fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
             criterion=self.criterion if auto else None, cv_folds=self.cv_folds if auto else None,
             cv_repeats=self.cv_repeats if auto else None, auto_per_class=self.per_class if auto else None,
+            auto_size_maps=self.size_maps if auto else None,
             imgsz=imgsz, conf_thresholds=tuple(self.conf), dece_bins=DECE_BINS,
             bootstrap=Bootstrap(n_boot=self.n_boot, seed=self.seed), fit_split=fit_split, eval_split=eval_split,
             coco_gt=self.coco_gt,

@@ -93,6 +93,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         lines.append(calibrator_line(head, h, st, r.model))
         lines += _operating_lines(head, h, e, st)
         lines += _left_lines(head, h, e)
+        lines += size_lines(head, h)
         lines += _temperature_lines(head, h)
         lines += _map_lines(head, h, e, st)
         lines += _shift_lines(head, h)
@@ -127,6 +128,18 @@ def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettin
                         "keep the raw scores for this head, or let the default --method auto choose (it keeps "
                         "them when no calibrator beats them on held-out folds)"))
     return lines
+
+
+def size_lines(head: str, h: HeadResult) -> list[str]:
+    """One compact line: the kept-set ECE of each COCO size, raw -> calibrated (the report has the
+    relative-area bins, LaECE_0 and the intervals)."""
+    coco = [f for f in h.by_size if f.scheme == "coco"]
+    if not coco:
+        return []
+    parts = [f"{f.bin} {_f(f.ece_before, '.3f')} -> {_f(f.ece_after, '.3f')} ({f.boxes_before} -> {f.boxes_after})"
+             for f in coco]
+    return [f"[{head}] kept-set ECE by COCO size at conf {coco[0].conf:g}, raw -> calibrated (boxes): "
+            + "; ".join(parts)]
 
 
 def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:

@@ -56,7 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.base import LogitCalibrator, box_kwargs
 from det_calib.calibrators.fit_support import check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.binning import uniform_index
@@ -271,6 +271,7 @@ def select_calibrator(
     n_repeats: int = 5,
     seed: int = 0,
     cv_resolution: float | None = 0.01,
+    log_area: Any = None,
 ) -> Selection:
     """Cross-validate every (method x fit range) candidate and refit the chosen one.
 
@@ -293,7 +294,10 @@ def select_calibrator(
         cv_resolution: For speed, the CV fits and scores run on logits rounded to this grid,
             identical (fold, class, logit, label) rows pooled into weights (0.01 moves a
             probability by at most 0.0025, far below the folds' noise); None: exact logits.
-            The final refit always uses the exact logits.
+            The final refit always uses the exact logits. A size-conditioned candidate
+            (``log_area`` given) turns the pooling off: boxes of one logit differ by size.
+        log_area: ``(n,)`` the boxes' log relative areas (:func:`~det_calib.calibrators.base.log_area`),
+            needed by the maps that read the box's size (without them those are skipped).
 
     Returns:
         A :class:`Selection`.
@@ -323,23 +327,31 @@ def select_calibrator(
         if skipped:
             log.info("no `classes` given: skipping %s", ", ".join(skipped))
         use = [m for m in use if not registry.is_per_class(m)]
+    a = None if log_area is None else np.asarray(log_area, dtype=np.float64).reshape(-1)
+    if a is None or not any(registry.uses_size(m) for m in use):
+        skipped = [m for m in use if registry.uses_size(m)]
+        if skipped:
+            log.info("no `log_area` given: skipping %s", ", ".join(skipped))
+        use, a = [m for m in use if not registry.uses_size(m)], None
+    elif a.shape != z.shape:
+        raise InputError(f"Expected argument `log_area` of shape {z.shape}, but got {a.shape}")
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
         raise InputError(f"Expected argument `n_repeats` to be a positive integer, but got {n_repeats!r}")
     if not np.isfinite(z).all():
         raise DegenerateFitError("calibrator selection got non-finite logits (nan or inf)")
     if cv_resolution is not None and not (isinstance(cv_resolution, (int, float)) and cv_resolution > 0):
         raise InputError(f"Expected argument `cv_resolution` to be a number > 0 or None, but got {cv_resolution!r}")
-    repeats = []  # per fold assignment: (logits, labels, classes, folds, weights, raw_keep) of the CV rows
+    repeats = []  # per fold assignment: (logits, labels, classes, folds, weights, raw_keep, log_area) of the CV rows
     for r in range(int(n_repeats)):
         folds = group_folds(z.shape[0], n_folds, groups, seed=seed + r)
-        if cv_resolution is not None:
+        if cv_resolution is not None and a is None:
             # the classes enter the pooling only when a per-class method needs them: the global
             # maps see pooled rows of equal (fold, logit, label), the same sums in fewer rows
             kc_in = k if any(registry.is_per_class(m) for m in use) else None
             zc, yc, kc, fc, wc = _compress(z, y, kc_in, folds, float(cv_resolution))
         else:
             zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
-        repeats.append((zc, yc, kc, fc, wc, zc > logit_threshold(min_conf)))
+        repeats.append((zc, yc, kc, fc, wc, zc > logit_threshold(min_conf), a))
     if not repeats[0][5].any() and criterion != "ece":
         raise DegenerateFitError(
             f"no fit box has raw conf above min_conf={min_conf}: nothing to score the candidates on"
@@ -355,7 +367,7 @@ def select_calibrator(
         raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
     chosen, best, reason = paired_choice(ok, floors, n_folds, criterion=criterion,
                                          folds_text=f"{int(n_repeats)}x{n_folds} folds")
-    cal = refit(chosen, z, y, k, groups, seed)
+    cal = refit(chosen, z, y, k, groups, seed, log_area=a)
     log.info("calibrator selection: %s", reason)
     return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
                      n_repeats=int(n_repeats))
@@ -371,6 +383,7 @@ def fit_calibrator(
     fit_min_conf: float = 0.0,
     seed: int = 0,
     in_range: bool = False,
+    log_area: Any = None,
 ) -> Any:
     """Fit one method on its fit range: the boxes with raw conf above ``fit_min_conf`` (0.0: all).
 
@@ -384,6 +397,7 @@ def fit_calibrator(
         in_range: The boxes given are already those of the fit range (the caller applied
             ``fit_min_conf`` its own way): fit on all of them; the floor then only shapes the map
             below it (see :func:`make_calibrator`).
+        log_area: ``(n,)`` the boxes' log relative areas (required by a map that reads the box's size).
 
     Returns:
         The fitted calibrator (apply it to every box, inside and outside the fit range).
@@ -400,15 +414,16 @@ def fit_calibrator(
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
     return refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
-                  in_range=in_range)
+                  in_range=in_range, log_area=log_area)
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
     return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
-def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any:
-    """Candidate ``c`` refitted on every box of its fit range (every box given, with ``in_range``)."""
+def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False, log_area: Any = None) -> Any:
+    """Candidate ``c`` refitted on every box of its fit range (every box given, with ``in_range``);
+    ``log_area``: the boxes' sizes, for a map that reads them."""
     m = np.ones(z.shape[0], dtype=bool) if in_range else _fit_range(z, c.fit_min_conf)
     if not m.any():
         raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
@@ -416,13 +431,14 @@ def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False) -> Any
     shrinkage = c.shrinkage if c.shrinkage is not None else "auto"
     cal = registry.make_calibrator(c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf)
     per_class = registry.is_per_class(c.method)
-    kw = {"classes": k[m]} if per_class else {}
+    kw = box_kwargs(cal, classes=k[m] if per_class else None,
+                    log_area=None if log_area is None else np.asarray(log_area, dtype=np.float64)[m])
     if per_class and groups is not None:
         kw["groups"] = np.asarray(groups)[m]
     return cal.fit(z[m], y[m], **kw)
 
 
-def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0):
+def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0, a=None):
     """Fitted calibrators on one training fold (fit floor ``floor``): one per grid value
     (:meth:`~det_calib.calibrators.base.LogitCalibrator.fit_grid`; per-class maps share the global
     fit and the per-class curves across the grid)."""
@@ -431,7 +447,8 @@ def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0):
         return registry.make_calibrator(method, seed=seed, shrinkage="auto" if g is None else g, fit_min_conf=floor)
 
     proto = build(None) if grid == [None] else build(math.inf)
-    return proto.fit_grid(z, y, classes=k, weights=w, grid=grid, build=build)
+    more = {"log_area": a} if proto.uses_size else {}
+    return proto.fit_grid(z, y, classes=k, weights=w, grid=grid, build=build, **more)
 
 
 def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *, criterion: str = "nll",
@@ -551,16 +568,18 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
     grid: list[float] = [None] if cv_grid is None else list(cv_grid)  # type: ignore[list-item]
     scores = np.full((len(repeats) * n_folds, len(grid)), np.nan)
     try:
-        for r, (z, y, k, folds, w, raw_keep) in enumerate(repeats):
+        for r, (z, y, k, folds, w, raw_keep, a) in enumerate(repeats):
             in_range = _fit_range(z, floor)
             for f in range(n_folds):
                 tr = (folds != f) & in_range
                 te = folds == f
                 if not tr.any():
                     raise DegenerateFitError(f"no box of the training folds has raw conf above the fit floor {floor:g}")
-                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed, floor)
+                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed, floor,
+                                  None if a is None else a[tr])
                 for j, cal in enumerate(fits):
-                    t = cal.transform_logits(z[te], **({"classes": k[te]} if per_class else {}))
+                    kw = box_kwargs(cal, classes=k[te] if per_class else None, log_area=None if a is None else a[te])
+                    t = cal.transform_logits(z[te], **kw)
                     scores[r * n_folds + f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)
     except DegenerateFitError as e:
         return Candidate(method, float(floor), math.nan, math.nan, [], error=str(e))

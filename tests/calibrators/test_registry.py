@@ -75,13 +75,17 @@ def _shifted(n=20_000, b=0.8, seed=0):
 @pytest.mark.fast
 def test_the_package_registers_its_methods_simplest_first():
     assert registry.methods() == ("none", "temperature", "platt", "spline", "class-temperature", "class-platt",
-                                  "isotonic", "class-isotonic")
+                                  "size-platt", "isotonic", "class-isotonic")
     assert registry.global_methods() == ("none", "temperature", "platt", "spline", "isotonic")
     assert [m for m in registry.methods() if registry.is_per_class(m)] == [
         "class-temperature", "class-platt", "class-isotonic"]
     assert registry.formats() == tuple(sorted(
         f"det_calib.{c}" for c in ("Identity", "TemperatureScaler", "PlattScaler", "SplineCalibrator",
-                                   "ClassAffineScaler", "IsotonicCalibrator", "ClassIsotonicCalibrator")))
+                                   "ClassAffineScaler", "IsotonicCalibrator", "ClassIsotonicCalibrator",
+                                   "SizePlattScaler")))
+    assert registry.size_methods() == ("size-platt",)
+    assert [m for m in registry.methods() if registry.reranks(m)] == [
+        "class-temperature", "class-platt", "size-platt", "class-isotonic"]
     for m in registry.methods():  # every method builds an instance of the contract
         assert isinstance(registry.make_calibrator(m), LogitCalibrator)
         assert registry.make_calibrator(m).deploy_form in ("affine", "hinges")

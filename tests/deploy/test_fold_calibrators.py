@@ -16,7 +16,7 @@ import torch
 from conftest import NO_DET_CALIB
 
 from det_calib.calibrators.isotonic import PiecewiseLinear
-from det_calib.calibrators.registry import calibrator_from_dict, is_per_class, make_calibrator, methods
+from det_calib.calibrators.registry import calibrator_from_dict, is_per_class, make_calibrator, methods, uses_size
 from det_calib.capture.predictor import capture
 from det_calib.deploy.fold import (
     fold_calibrator,
@@ -24,6 +24,7 @@ from det_calib.deploy.fold import (
     read_calibration_metadata,
     write_folded_checkpoint,
 )
+from det_calib.errors import InputError
 
 BLOCK = NO_DET_CALIB + textwrap.dedent(
     """
@@ -78,7 +79,16 @@ def _synthetic_fit_data(seed=0, n=20_000, nc=8):
     return z, y, k
 
 
-METHODS = [m for m in methods() if m != "none"]  # every registered calibrator
+METHODS = [m for m in methods() if m != "none" and not uses_size(m)]  # every calibrator that folds
+
+
+def test_a_size_conditioned_map_is_refused_by_the_fold(tmp_path, demo_model_path):
+    rng = np.random.default_rng(0)
+    z, a = rng.normal(-1, 2, 2000), rng.uniform(-8, -1, 2000)
+    cal = make_calibrator("size-platt").fit(z, rng.random(2000) < 1 / (1 + np.exp(-z)), log_area=a)
+    with pytest.raises(InputError, match="reads each box's size"):
+        write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal})
+    assert not (tmp_path / "cal.pt").exists()
 
 
 @pytest.fixture(scope="module")

@@ -261,10 +261,12 @@ def test_two_heads_of_one_run_each_named_with_its_own_map(runs, tmp_path):
 def test_compare_renders_in_headless_chromium(three):
     page = rendered(three / "compare.html")
     h2 = [t for tag, t in page.headings if tag == "h2"]
-    assert h2 == ["Summary", "Calibrators compared: auto:nms", "Reliability", "Per-class calibration", "Settings"]
+    assert h2 == ["Summary", "Calibrators compared: auto:nms", "Reliability", "Per-class calibration",
+                  "Reliability by size", "Settings"]
     # in the order of the one list of sections, as the report's (only the auto run has candidates)
     assert [section_of(t).title for t in h2] == [s.title for s in sections_of("compare")
-                                                  if not s.optional or s.title == "Calibrators compared"]
+                                                  if not s.optional
+                                                  or s.title in ("Calibrators compared", "Reliability by size")]
     figures = sorted(p.name for p in (three / "figures").glob("*.png"))
     assert len(page.imgs) == len(figures) == 4
     assert all(i["src"].startswith("data:image/png;base64,") for i in page.imgs)
