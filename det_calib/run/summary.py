@@ -86,6 +86,8 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
+    if r.matching is not None:  # a segment model's run: which overlap made a box correct
+        lines.append(f"matched by {r.matching.words(st.iou_match)}")
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
