@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from det_calib.data.box_table import HEADS
+from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.matching.rule import MatchingRule
 from det_calib.record.calibrator_record import (  # noqa: F401  (the run's records, one import away)
     Calibrator,
     Candidate,

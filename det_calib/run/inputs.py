@@ -18,9 +18,9 @@ from det_calib.data.ground_truth import (
     load_data_yaml,
     load_split,
 )
+from det_calib.data.matching_rule import MatchingRule
 from det_calib.data.segments import load_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.rule import MatchingRule
 from det_calib.run.settings import Settings
 
 log = logging.getLogger(__name__)

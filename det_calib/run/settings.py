@@ -12,10 +12,10 @@ from typing import Any
 
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
+from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import DECE_BINS
 from det_calib.evaluation.map_check import MAP_ENGINES
-from det_calib.matching.rule import MATCH_CHOICES
 from det_calib.record.run_result import (
     Bootstrap,
     RecordedSettings,
