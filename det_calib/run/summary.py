@@ -92,7 +92,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         h = r.head(head)
         e = h.eval or EvalResult()
         lines.append(calibrator_line(head, h, st, r.model))
-        lines += _operating_lines(head, h, e, st)
+        lines += _operating_lines(head, h, e, st, iou=("mask IoU" if r.matching and r.matching.masks else "IoU"))
         lines += _left_lines(head, h, e)
         lines += _temperature_lines(head, h)
         lines += _map_lines(head, h, e, st)
@@ -104,13 +104,14 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     return "\n".join(lines)
 
 
-def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:
-    """The kept sets at each conf (the headline), and a warning when the calibrator made them worse."""
+def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU") -> list[str]:
+    """The kept sets at each conf (the headline), and a warning when the calibrator made them worse
+    (``iou``: what the match compared, ``IoU`` or ``mask IoU``)."""
     lines = []
     for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
         lines.append(
             f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): "
-            f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+            f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
             f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
             f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
         )
