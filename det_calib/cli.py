@@ -331,9 +331,12 @@ def _capture(args: argparse.Namespace) -> int:
         from det_calib.errors import InputError
 
         raise InputError("--shard and --ray exclude each other: Ray splits the work itself")
+    from det_calib.capture.options import CaptureOptions
+
     heads = "auto" if "auto" in args.heads else tuple(args.heads)
-    kw = {"heads": heads, "conf": args.conf_floor, "iou": args.iou, "max_det": args.max_det, "imgsz": args.imgsz,
-          "batch": args.batch, "coco_gt": args.coco_gt, "limit": args.limit}
+    opts = CaptureOptions(heads=heads, conf=args.conf_floor, iou=args.iou, max_det=args.max_det, imgsz=args.imgsz,
+                          batch=args.batch, device=args.device)
+    kw = {"options": opts, "coco_gt": args.coco_gt, "limit": args.limit}
     if args.ray:
         from det_calib.capture.ray_capture import capture_ray
 
@@ -343,7 +346,7 @@ def _capture(args: argparse.Namespace) -> int:
     else:
         from det_calib.capture.parts import capture_to_parts
 
-        part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard, device=args.device,
+        part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard,
                                 progress=args.progress, **kw)
         print(f"wrote {part}")
     return 0

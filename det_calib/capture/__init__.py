@@ -6,6 +6,7 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
+    "CaptureOptions": "options",
     "Capturer": "predictor",
     "available_heads": "predictor",
     "capture": "predictor",

@@ -36,11 +36,12 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
@@ -317,43 +318,40 @@ class ExportCapturer:
 
     Args:
         model: Path of the export.
-        head, heads: As :class:`~det_calib.capture.predictor.Capturer`; the export has one head (its
-            :attr:`ExportInfo.head`).
-        conf, iou, max_det: Capture floor, NMS IoU (unused by row exports), boxes per image.
-        imgsz: Must be the export's size (a static export runs at no other); default it.
-        batch, workers: Accepted for the interface; an export is captured one image at a time.
-        device: Ultralytics device string.
-        all_logits: Also return all nc class logits per box (per-anchor exports only).
+        options, **kw: A :class:`~det_calib.capture.options.CaptureOptions`, or its fields by name, as
+            :class:`~det_calib.capture.predictor.Capturer`. The export has one head (its
+            :attr:`ExportInfo.head`); ``iou`` is unused by row exports; ``imgsz`` must be the
+            export's size (a static export runs at no other), default it; ``batch`` and
+            ``workers`` are accepted for the interface (an export is captured one image at a
+            time); ``all_logits`` needs a per-anchor export.
     """
 
-    def __init__(self, model: str | Path | ExportedDetector, *, head: str | None = None,
-                 heads: Sequence[str] | Literal["auto"] | None = None, conf: float = 0.001, iou: float = 0.7,
-                 max_det: int = 300, imgsz: int | None = None, batch: int = 1, device: str | None = None,
-                 all_logits: bool = False, workers: int | None = None) -> None:
+    def __init__(self, model: str | Path | ExportedDetector, options: CaptureOptions | None = None, /,
+                 **kw: Any) -> None:
+        opts = self.options = CaptureOptions.of(options, **kw)
         det = model if isinstance(model, ExportedDetector) else load_export(model)
         self.info = det.info
+        head, heads, imgsz = opts.head, opts.heads, opts.imgsz
         want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
                                     else list(heads))
         missing = [h for h in want if h not in det.heads]
         if missing:
             raise InputError(f"the {self.info.engine} export {self.info.path.name} carries only the "
                              f"`{self.info.head}` head, not `{missing[0]}`")
-        if not 0 <= conf < 1:
-            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
-        if all_logits and self.info.rows:
+        if opts.all_logits and self.info.rows:
             raise InputError("`all_logits` needs an export with per-anchor class scores; this one outputs top-k rows")
         size = self.info.imgsz
         if imgsz is not None and not self.info.dynamic and int(imgsz) != max(size):
             raise InputError(f"Expected argument `imgsz` to be the export's size {max(size)}, but got {imgsz}")
         self.heads = (self.info.head,)
-        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), 1
-        self.all_logits = all_logits
+        self.conf, self.iou, self.max_det, self.batch = float(opts.conf), float(opts.iou), int(opts.max_det), 1
+        self.all_logits = opts.all_logits
         self.names = list(self.info.names)
         self.nc = len(self.names)
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
         overrides = dict(model=str(self.info.path), task="detect", mode="predict", conf=self.conf, iou=self.iou,
                          max_det=self.max_det, imgsz=self.imgsz, verbose=False, save=False, half=False, batch=1,
-                         device="" if device is None else device)
+                         device="" if opts.device is None else opts.device)
         if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
             _check_ncnn_loads(self.info.model_file)
         try:
@@ -365,8 +363,7 @@ class ExportCapturer:
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (as :attr:`det_calib.capture.predictor.Capturer.settings`)."""
-        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
-                "batch": self.batch, "all_logits": self.all_logits}
+        return self.options.settings(imgsz=self.imgsz, batch=self.batch)
 
     def __call__(self, images: Sequence[str | Path], *, split: str = "", image_names: Sequence[str] | None = None,
                  image_ids: Sequence[int] | None = None, progress: bool = True) -> pl.DataFrame:
@@ -455,11 +452,11 @@ def _check_ncnn_loads(param: Path) -> None:
                          f"{bad[1].name} (truncated or damaged)")
 
 
-def make_capturer(model: Any, **kw: Any):
+def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
     """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
-    :class:`det_calib.capture.predictor.Capturer`, with the same keyword arguments."""
+    :class:`det_calib.capture.predictor.Capturer`, with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
-        return ExportCapturer(model, **kw)
+        return ExportCapturer(model, options, **kw)
     from det_calib.capture.predictor import Capturer
 
-    return Capturer(model, **kw)
+    return Capturer(model, options, **kw)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["encode_masks", "rebuild_masks", "mask_rles"]
+__all__ = ["encode_masks", "kept_mask_rles", "mask_rles", "rebuild_masks"]
 
 CHUNK = 64
 """Boxes rebuilt at once (bounds the memory of the (boxes, H, W) stack)."""
@@ -74,3 +74,26 @@ def mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> list
     for lo in range(0, len(boxes), CHUNK):
         out += encode_masks(rebuild_masks(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], image_shape))
     return out
+
+
+def kept_mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> tuple[np.ndarray, list[bytes]]:
+    """The predictor's empty-mask filter and the RLE counts of the boxes it keeps.
+
+    ``Results`` drops every box whose mask (``retina_masks=True``: at the image size, cropped to
+    the final box) is empty; a capture drops the same boxes, so its boxes are ``predict``'s.
+
+    Args:
+        protos, coefficients, boxes, image_shape: As :func:`rebuild_masks`.
+
+    Returns:
+        ``(keep, counts)``: a bool per box (its mask has a pixel), and the compressed RLE counts
+        of the kept boxes' masks, in box order.
+    """
+    keep = np.zeros(len(boxes), dtype=bool)
+    out: list[bytes] = []
+    for lo in range(0, len(boxes), CHUNK):
+        masks = rebuild_masks(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], image_shape)
+        filled = masks.reshape(len(masks), -1).max(1, initial=0) > 0
+        keep[lo:lo + len(masks)] = filled
+        out += encode_masks(masks[filled])
+    return keep, out

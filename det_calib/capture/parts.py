@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
 
@@ -173,8 +174,9 @@ def capture_meta(
     }
 
 
-def prepare_split_capture(model: str | Path, data: str | Path, split: str, *, coco_gt: str | Path | None = None,
-                          limit: int | None = None, **capturer: Any) -> tuple[Any, list[str], Any, dict]:
+def prepare_split_capture(model: str | Path, data: str | Path, split: str, options: CaptureOptions, *,
+                          coco_gt: str | Path | None = None,
+                          limit: int | None = None) -> tuple[Any, list[str], Any, dict]:
     """What every capture to parts starts with (one process, a shard, or the Ray driver): the
     split, its image names, a :class:`~det_calib.capture.predictor.Capturer` (which checks the model and
     the arguments) whose class names must be the data's, and the metadata common to all parts.
@@ -189,11 +191,18 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, *, co
     ds = load_data_yaml(data)
     sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
     names = sp.image_names()
-    cap = make_capturer(str(model), **capturer)  # a Capturer, or an ExportCapturer for an export
+    cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
             "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
     return sp, names, cap, meta
+
+
+def split_options(options: CaptureOptions | None = None, /, **kw: Any) -> CaptureOptions:
+    """The options of a split's capture to parts: ``options`` with ``kw`` applied, every head the
+    model has unless a head is named."""
+    opts = CaptureOptions.of(options, **kw)
+    return opts.with_heads("auto") if opts.head is None and opts.heads is None else opts
 
 
 def read_parts(
@@ -291,16 +300,11 @@ def capture_to_parts(
     out_dir: str | Path,
     *,
     shard: str | tuple[int, int] | None = None,
-    heads: Sequence[str] | str = "auto",
-    conf: float = 0.001,
-    iou: float = 0.7,
-    max_det: int = 300,
-    imgsz: int | None = None,
-    batch: int = 1,
-    device: str | None = None,
+    options: CaptureOptions | None = None,
     coco_gt: str | Path | None = None,
     limit: int | None = None,
     progress: bool = True,
+    **option_kw: Any,
 ) -> Path:
     """Capture one split (or one shard of it) into a Parquet part in ``out_dir``.
 
@@ -311,9 +315,12 @@ def capture_to_parts(
         out_dir: Folder of parts (created).
         shard: ``"i/n"`` or ``(i, n)``: capture only the images whose name hashes to shard
             ``i`` of ``n`` (:func:`shard_of`); None: the whole split.
-        heads: Head modes, or ``"auto"`` for every head the model has.
-        conf, iou, max_det, imgsz, batch, device: As :func:`det_calib.capture.predictor.capture`. With
-            ``batch=1`` (default) the parts do not depend on how the split was sharded.
+        options: A :class:`~det_calib.capture.options.CaptureOptions` (heads, conf floor, NMS IoU,
+            ``max_det``, ``imgsz``, ``batch``, device); with neither ``head`` nor ``heads`` given,
+            every head the model has (``heads="auto"``). With ``batch=1`` (default) the parts do
+            not depend on how the split was sharded.
+        **option_kw: Options by name instead (or on top of ``options``): ``heads``, ``conf``, ``iou``,
+            ``max_det``, ``imgsz``, ``batch``, ``device``, as :func:`det_calib.capture.predictor.capture`.
         coco_gt: COCO JSON ground truth instead of YOLO labels (enters the data fingerprint).
         limit: Only the first ``limit`` images of the split (quick runs).
         progress: Show a progress bar.
@@ -326,9 +333,8 @@ def capture_to_parts(
     i, n = parse_shard(shard) if isinstance(shard, str) else (shard or (0, 1))
     if not (n >= 1 and 0 <= i < n):
         raise InputError(f"Expected argument `shard` i/n with 0 <= i < n, but got {i}/{n}")
-    sp, names, cap, common = prepare_split_capture(model, data, split, coco_gt=coco_gt, limit=limit, heads=heads,
-                                                   conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
-                                                   device=device)
+    opts = split_options(options, **option_kw)
+    sp, names, cap, common = prepare_split_capture(model, data, split, opts, coco_gt=coco_gt, limit=limit)
     ids = np.flatnonzero(shard_of(names, n) == i) if n > 1 else np.arange(len(names))
     meta = capture_meta(**common, image_ids=ids, part="all" if n == 1 else f"shard {i}/{n}")
     if len(ids):

@@ -30,14 +30,16 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import polars as pl
 import torch
 
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead  # noqa: F401
-from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, Head
+from det_calib.capture.mask_rebuild import kept_mask_rles
+from det_calib.capture.options import CaptureOptions
+from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, SEGM_COLUMN, Head
 from det_calib.errors import InputError, first_line
 from det_calib.validation import check_choice
 
@@ -48,6 +50,22 @@ NMS_TIME_LIMIT = math.inf
 budget is ``2.0 + 0.05 * batch``): none. Past its budget Ultralytics' ``non_max_suppression``
 warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remaining images, so on
 a slow or busy CPU the boxes, and any mAP computed from them, would depend on the clock."""
+
+
+TASKS = ("detect", "segment")
+"""The Ultralytics tasks det_calib calibrates: detectors, and segment models (detectors whose boxes
+carry a mask). Pose and OBB models are refused."""
+
+
+class ImageBoxes(NamedTuple):
+    """One image's kept boxes of one head, as the capture holds them before building its table."""
+
+    xyxy: np.ndarray  # (n, 4) float, image pixels
+    conf: np.ndarray  # (n,) float32
+    cls: np.ndarray  # (n,) int32
+    logit: np.ndarray  # (n,) logit of cls
+    logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
+    segm: list[bytes] | None = None  # RLE counts of each box's mask (segment models), else None
 
 
 def nms_max_time_img(time_limit: float, batch: int) -> float:
@@ -86,8 +104,7 @@ def load_detector(model):
             yolo = YOLO(str(path))
         except Exception as e:
             raise InputError(f"cannot load model {path}: {first_line(e)}") from None
-    if getattr(yolo, "task", None) != "detect":
-        raise InputError(f"model task is `{getattr(yolo, 'task', None)}`, not `detect`: det_calib calibrates detectors")
+    check_task(getattr(yolo, "task", None))
     if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
         raise InputError("only PyTorch (.pt) models can be captured: exported formats have no raw logits")
     if not available_heads(yolo):
@@ -96,6 +113,12 @@ def load_detector(model):
             "classification branch (cv3): det_calib supports YOLOv8/YOLO11/YOLO26-style detectors"
         )
     return yolo
+
+
+def check_task(task: str | None) -> None:
+    """Raise a one-line :class:`InputError` unless ``task`` is one det_calib calibrates (:data:`TASKS`)."""
+    if task not in TASKS:
+        raise InputError(f"model task is `{task}`: det_calib calibrates {' and '.join(TASKS)} models")
 
 
 def detect_head(yolo) -> torch.nn.Module:
@@ -213,61 +236,36 @@ class Capturer:
 
     Args:
         model: ``.pt`` path or ``ultralytics.YOLO`` detector.
-        head: One head mode, ``"nms"`` or ``"e2e"``.
-        heads: Several head modes, or ``"auto"`` (every head the model has); see
-            :func:`resolve_heads`.
-        conf: Conf floor (Ultralytics keeps ``conf > floor``).
-        iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
-        max_det: Maximum boxes per image and head.
-        imgsz: Inference size; default the model's training size.
-        batch: Maximum images per forward pass (same letterboxed shape only).
-        device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
-        all_logits: Also return all nc class logits of each box in a ``logits`` list column.
-        workers: Images captured in parallel (threads, one network copy each; ``batch=1`` only).
-            None (default): one per CPU core when the device is a CPU and torch runs one thread
-            per operator, else 1 (see :func:`auto_workers`).
+        options: A :class:`~det_calib.capture.options.CaptureOptions` (heads, conf floor, NMS IoU,
+            ``max_det``, ``imgsz``, ``batch``, device, ``all_logits``, ``workers``).
+        **kw: Options given by name instead (or on top of ``options``): the fields of
+            :class:`~det_calib.capture.options.CaptureOptions`. ``workers`` None (default): one
+            per CPU core when the device is a CPU and torch runs one thread per operator, else 1
+            (see :func:`auto_workers`); more than 1 needs ``batch=1``.
 
     Raises:
         InputError: Bad model, head, conf, batch or workers; unknown device.
     """
 
-    def __init__(
-        self,
-        model,
-        *,
-        head: Head | None = None,
-        heads: Sequence[Head] | Literal["auto"] | None = None,
-        conf: float = 0.001,
-        iou: float = 0.7,
-        max_det: int = 300,
-        imgsz: int | None = None,
-        batch: int = 1,
-        device: str | None = None,
-        all_logits: bool = False,
-        workers: int | None = None,
-    ) -> None:
+    def __init__(self, model, options: CaptureOptions | None = None, /, **kw: Any) -> None:
         from ultralytics.data.augment import LetterBox
         from ultralytics.utils.checks import check_imgsz
         from ultralytics.utils.torch_utils import select_device
 
+        opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
-        self.heads = resolve_heads(yolo, head=head, heads=heads)
-        if not 0 <= conf < 1:
-            raise InputError(f"Expected argument `conf` in [0, 1), but got {conf}")
-        if not 0 <= iou <= 1:
-            raise InputError(f"Expected argument `iou` in [0, 1], but got {iou}")
-        if int(max_det) < 1:
-            raise InputError(f"Expected argument `max_det` to be a positive integer, but got {max_det}")
-        if int(batch) < 1:
-            raise InputError(f"Expected argument `batch` to be a positive integer, but got {batch}")
-        self.conf, self.iou, self.max_det, self.batch = float(conf), float(iou), int(max_det), int(batch)
-        self.all_logits = all_logits
+        self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
+        self.conf, self.iou = float(opts.conf), float(opts.iou)
+        self.max_det, self.batch = int(opts.max_det), int(opts.batch)
+        self.all_logits = opts.all_logits
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
+        self.task = yolo.task
         try:
-            self.device = select_device("" if device is None else device, verbose=False)
+            self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
-            raise InputError(f"bad device {device!r}: {first_line(e)}") from None
+            raise InputError(f"bad device {opts.device!r}: {first_line(e)}") from None
+        workers = opts.workers
         if workers is None:
             workers = auto_workers(self.device, self.batch)
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -277,6 +275,8 @@ class Capturer:
                              "capture one image per forward pass (batch 1)")
         self.workers = workers
         self.nms_time_limit = NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
+        if "nms" in self.heads:  # as the predictor's warmup: Ultralytics' NMS then runs torchvision's kernel, whose
+            import torchvision  # noqa: F401  order among tied scores differs from its own fallback's
         # one fused network per worker: a forward pass toggles the head's decode mode (see _run)
         self.backends = [_fused_network(yolo, self.heads, self.device) for _ in range(workers)]
         self.backend = self.backends[0]
@@ -286,14 +286,13 @@ class Capturer:
             if "e2e" in self.heads:  # as the predictor sets it before a run (set_head_attr)
                 h.max_det, h.agnostic_nms = max(self.max_det, 300), False
         stride = max(int(self.net.stride.max()), 32)
-        self.imgsz = check_imgsz(imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
+        self.imgsz = check_imgsz(opts.imgsz or default_imgsz(yolo), stride=stride, min_dim=2)
         self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
 
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (recorded with captured parts)."""
-        return {"conf": self.conf, "iou": self.iou, "max_det": self.max_det, "imgsz": list(self.imgsz),
-                "batch": self.batch, "all_logits": self.all_logits}
+        return self.options.settings(imgsz=self.imgsz)
 
     def __call__(
         self,
@@ -398,6 +397,9 @@ class Capturer:
         x = torch.from_numpy(stack).to(backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
         group.clear()
         y, raw = backend(x)
+        protos = None
+        if isinstance(y, (list, tuple)):  # a Segment head: (boxes, class scores and mask coefficients; protos)
+            y, protos = y
         head = backend.model.model[-1]
         branches = {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")} if "one2one" in raw else {"nms": raw}
         for h in self.heads:
@@ -409,8 +411,10 @@ class Capturer:
                     y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
                 finally:
                     head.end2end = not e2e
+            # as the predictor: nc=0 for a detector; a segment model's mask coefficients ride along as det[:, 6:]
             dets, keep = nms.non_max_suppression(
-                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0, end2end=e2e, return_idxs=True,
+                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0 if protos is None else self.nc,
+                end2end=e2e, return_idxs=True,
                 max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
             )
             scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
@@ -420,11 +424,17 @@ class Capturer:
                 k = k.long().view(-1)
                 anchors = anchor_of_row[b, k] if e2e else k
                 w, hh = sizes[pos]
-                xyxy = ops.scale_boxes(x.shape[2:], det[:, :4], (int(hh), int(w))).cpu().numpy()
+                xyxy = ops.scale_boxes(x.shape[2:], det[:, :4], (int(hh), int(w)))  # in place, as the predictor
+                segm = None
+                if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
+                    filled, segm = kept_mask_rles(protos[b], det[:, 6:], xyxy, (int(hh), int(w)))
+                    kept = torch.from_numpy(filled).to(det.device)
+                    det, anchors, xyxy = det[kept], anchors[kept], xyxy[kept]
                 cls = det[:, 5].cpu().numpy().astype(np.int32)
                 lg = scores[b][:, anchors].T.float().cpu().numpy()  # (n, nc)
                 z = lg[np.arange(len(cls)), cls]
-                out[h][pos] = (xyxy, det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None)
+                out[h][pos] = ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z,
+                                         lg if self.all_logits else None, segm)
 
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
@@ -451,6 +461,9 @@ class Capturer:
                 "logit": cat(3, np.float64),
             }
             df = pl.DataFrame(cols, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+            if getattr(self, "task", "detect") == "segment":
+                segm = [c for p in order for c in per[p][5]]
+                df = df.with_columns(pl.Series(SEGM_COLUMN, segm, dtype=pl.Binary))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
                 lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
@@ -515,10 +528,9 @@ def capture(
     Raises:
         InputError: The model lacks a requested head, bad arguments, or no images were given.
     """
-    capturer = Capturer(
-        model, head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
-        device=device, all_logits=all_logits, workers=workers,
-    )
+    options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
+                             device=device, all_logits=all_logits, workers=workers)
+    capturer = Capturer(model, options)
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 

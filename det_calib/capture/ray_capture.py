@@ -14,11 +14,12 @@ the same table from either.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -27,13 +28,13 @@ log = logging.getLogger(__name__)
 class _CaptureActor:
     """Ray Data callable class: one :class:`~det_calib.capture.predictor.Capturer` per actor."""
 
-    def __init__(self, *, model: str, capturer_kw: dict, out_dir: str, meta: dict, split: str) -> None:
+    def __init__(self, *, model: str, options: CaptureOptions, out_dir: str, meta: dict, split: str) -> None:
         import os
 
         os.environ.setdefault("YOLO_VERBOSE", "False")
         from det_calib.capture.exported import make_capturer
 
-        self.cap = make_capturer(model, **capturer_kw)  # a Capturer, or an ExportCapturer for an export
+        self.cap = make_capturer(model, options)  # a Capturer, or an ExportCapturer for an export
         self.out_dir, self.meta, self.split = Path(out_dir), meta, split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -57,22 +58,19 @@ def capture_ray(
     split: str,
     out_dir: str | Path,
     *,
-    heads: Sequence[str] | str = "auto",
-    conf: float = 0.001,
-    iou: float = 0.7,
-    max_det: int = 300,
-    imgsz: int | None = None,
-    batch: int = 1,
+    options: CaptureOptions | None = None,
     coco_gt: str | Path | None = None,
     limit: int | None = None,
     images_per_part: int = 256,
     actors: int | None = None,
     gpus_per_actor: float | None = None,
+    **option_kw: Any,
 ) -> list[Path]:
     """Capture a split with Ray Data; write Parquet parts into ``out_dir``.
 
     Connects to the running Ray instance (``ray.init()`` with no address starts a local one, or
-    joins ``RAY_ADDRESS``). Arguments as :func:`det_calib.capture.parts.capture_to_parts`, plus:
+    joins ``RAY_ADDRESS``). Arguments as :func:`det_calib.capture.parts.capture_to_parts` (the
+    options' ``device`` is chosen per actor), plus:
 
     Args:
         images_per_part: Images per ``map_batches`` batch, and so per part file.
@@ -93,11 +91,11 @@ def capture_ray(
         import ray  # optional extra `ray`: pip install 'det_calib[ray]'
     except ImportError:
         raise InputError("Ray is not installed: pip install 'det_calib[ray]'") from None
-    from det_calib.capture.parts import capture_meta, prepare_split_capture
+    from det_calib.capture.parts import capture_meta, prepare_split_capture, split_options
 
-    kw = {"heads": heads, "conf": conf, "iou": iou, "max_det": max_det, "imgsz": imgsz, "batch": batch, "device": "cpu"}
+    opts = split_options(options, **{**option_kw, "device": "cpu"})
     # the probe checks the model and the arguments here, before any actor starts
-    sp, names, probe, common = prepare_split_capture(model, data, split, coco_gt=coco_gt, limit=limit, **kw)
+    sp, names, probe, common = prepare_split_capture(model, data, split, opts, coco_gt=coco_gt, limit=limit)
     meta = capture_meta(**common, image_ids=[], part="")
     del probe
     if not ray.is_initialized():
@@ -106,7 +104,7 @@ def capture_ray(
     gpus = (1.0 if n_gpu else 0.0) if gpus_per_actor is None else float(gpus_per_actor)
     if actors is None:
         actors = max(1, int(n_gpu // gpus) if gpus else int(ray.cluster_resources().get("CPU", 1) // 2))
-    kw["device"] = "0" if gpus else "cpu"  # an actor sees only the GPU(s) Ray gave it
+    opts = CaptureOptions.of(opts, device="0" if gpus else "cpu")  # an actor sees only the GPU(s) Ray gave it
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     items = [{"image_id": i, "path": str(Path(p).absolute()), "name": n}
@@ -115,7 +113,7 @@ def capture_ray(
         ray.data.from_items(items)
         .map_batches(
             _CaptureActor,
-            fn_constructor_kwargs={"model": str(Path(model).absolute()), "capturer_kw": kw, "out_dir": str(out),
+            fn_constructor_kwargs={"model": str(Path(model).absolute()), "options": opts, "out_dir": str(out),
                                    "meta": meta, "split": split},
             batch_size=images_per_part,
             batch_format="numpy",

@@ -27,7 +27,10 @@ ignore     bool     matched to a crowd annotation: excluded from metrics and fit
 loc_iou    float64  IoU of the match at the LaECE threshold (0.1), 0 if none
 =========  =======  ==============================================================
 
-An optional ``logits`` column (list of nc float32) holds all class logits of the box. A
+An optional ``logits`` column (list of nc float32) holds all class logits of the box. A segment
+model's boxes carry a ``segm`` column (binary): the box's mask as pycocotools compressed RLE
+``counts`` at the image's size (``img_h`` x ``img_w``), as ``predict(retina_masks=True)`` builds
+it; a detector's table has no such column. A
 calibration run's ``boxes.parquet`` also has ``calibrated`` (float64): the conf of the box under
 its head's deployed calibrator (the raw conf where the choice is ``none``), so a user or another
 tool reads the calibrated scores without det_calib.
@@ -77,6 +80,8 @@ SCHEMA: dict[str, pl.DataType] = {
     "loc_iou": pl.Float64,
 }
 MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
+SEGM_COLUMN = "segm"
+"""The optional column of a segment model's masks (binary RLE counts, one per box)."""
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
@@ -114,6 +119,8 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
         raise InputError("box table column `conf` must lie in [0, 1]")
     if not np.isfinite(df["logit"].to_numpy()).all():
         raise InputError("box table column `logit` has non-finite values")
+    if SEGM_COLUMN in df.columns:
+        df = df.with_columns(pl.col(SEGM_COLUMN).cast(pl.Binary))
     if "calibrated" in df.columns:
         df = df.with_columns(pl.col("calibrated").cast(pl.Float64))
         cal = df["calibrated"].to_numpy()

@@ -222,7 +222,7 @@ class TorchMember:
         cap._run(cap.backends[worker], [(0, cap._letterbox(image=im))], sizes, out)
         res = {}
         for hd in cap.heads:
-            xyxy, conf, cls, z, _ = out[hd][0]
+            xyxy, conf, cls, z = out[hd][0][:4]
             if self.spec.flip:
                 xyxy = np.stack([w - xyxy[:, 2], xyxy[:, 1], w - xyxy[:, 0], xyxy[:, 3]], 1)
             res[hd] = (xyxy, conf, cls, z)

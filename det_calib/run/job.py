@@ -113,8 +113,7 @@ def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict
     from det_calib.capture.exported import make_capturer  # a Capturer, or an ExportCapturer for an export
 
     with clock.stage("model load"):  # the capture's own copy of the detector
-        cap = make_capturer(inputs.yolo, heads=inputs.heads, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                            imgsz=inputs.imgsz, batch=s.batch, device=s.device)
+        cap = make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from det_calib.calibrators import registry
+from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
 from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
@@ -195,6 +196,12 @@ class Settings:
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
+
+    def capture_options(self, *, heads: Sequence[str], imgsz: int | None) -> CaptureOptions:
+        """The options of this run's capture of ``heads`` at ``imgsz`` (conf floor, NMS IoU,
+        ``max_det``, batch and device from these settings)."""
+        return CaptureOptions(heads=tuple(heads), conf=self.conf_floor, iou=self.nms_iou, max_det=self.max_det,
+                              imgsz=imgsz, batch=self.batch, device=self.device)
 
     def fit_floors(self) -> tuple[float, ...]:
         """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`det_calib.run.fitting.fit_floors`)."""

@@ -47,8 +47,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
 
     log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
     # the same capture as the original's (one image per forward pass at the default batch 1)
-    cap = Capturer(ckpt, head=head, conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det, imgsz=inputs.imgsz,
-                   batch=s.batch, device=s.device)
+    cap = Capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
     cal = calibrator_of(record)

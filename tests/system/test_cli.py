@@ -48,9 +48,21 @@ def test_bad_model_files(capsys, tmp_path, ds, demo_model_path):
     code, err = _run(capsys, "calibrate", "--model", bad, "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
     code, err = _run(capsys, "calibrate", "--model", "yolo26n-cls.yaml", "--data", data, *FAST)
-    _assert_one_line_error(code, err, "not `detect`")
+    _assert_one_line_error(code, err, "model task is `classify`: det_calib calibrates detect and segment models")
     code, err = _run(capsys, "calibrate", "--model", ds / "data.yaml", "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
+
+
+@pytest.mark.parametrize("task", ["pose", "obb"])
+def test_pose_and_obb_models_refused(capsys, tmp_path, ds, task):
+    data = ds / "data.yaml"
+    want = f"model task is `{task}`: det_calib calibrates detect and segment models"
+    code, err = _run(capsys, "calibrate", "--model", f"yolo26n-{task}.yaml", "--data", data, *FAST)
+    _assert_one_line_error(code, err, want)
+    code, err = _run(capsys, "capture", "--model", f"yolo11n-{task}.yaml", "--data", data, "--split", "val",
+                     "--out", tmp_path / "parts", "-q")
+    _assert_one_line_error(code, err, want)
+    assert not (tmp_path / "parts").exists()
 
 
 def test_bad_data(capsys, tmp_path, ds, demo_model_path):
