@@ -144,7 +144,9 @@ def example_panels(run: Run, head: str, conf: float) -> list[MaskPanel]:
 def _decode(counts: bytes, w: int, h: int) -> np.ndarray:
     from pycocotools import mask as mask_utils
 
-    return mask_utils.decode({"size": [h, w], "counts": counts})
+    with warnings.catch_warnings():  # pycocotools' decode under numpy 2 warns of its own array protocol
+        warnings.filterwarnings("ignore", message=".*copy keyword", category=DeprecationWarning)
+        return mask_utils.decode({"size": [h, w], "counts": counts})
 
 
 def _panel(run: Run, sp, image_id: int, rows: pl.DataFrame, name: str) -> MaskPanel:
