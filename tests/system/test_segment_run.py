@@ -53,6 +53,7 @@ def make_seg_model(path: Path) -> Path:
     from ultralytics.nn.tasks import SegmentationModel
 
     det = YOLO(str(demo_model())).model.float()
+    torch.manual_seed(0)  # the untrained mask layers: the same masks on every run of the tests
     m = SegmentationModel("yolo26n-seg.yaml", nc=len(CLASS_NAMES), verbose=False)
     m.names = dict(enumerate(CLASS_NAMES))
     own = m.state_dict()
