@@ -17,7 +17,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from .plots import CORRECT, DPI, OVER, RC, to_png
 
-__all__ = ["MaskPanel", "mask_examples_figure"]
+__all__ = ["MaskPanel", "composite", "mask_examples_figure"]
 
 GT_EDGE = "#FFFFFF"
 ALPHA = 0.5
@@ -55,7 +55,7 @@ def _rgb(hex_colour: str) -> np.ndarray:
     return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64)
 
 
-def _composite(p: MaskPanel) -> np.ndarray:
+def composite(p: MaskPanel) -> np.ndarray:
     """The image dimmed, each kept box's mask blended in its state's colour (later boxes on top)."""
     out = p.image.astype(np.float64) * 0.75
     for m, st in zip(p.masks, p.state):
@@ -65,7 +65,7 @@ def _composite(p: MaskPanel) -> np.ndarray:
 
 
 def _panel(ax, p: MaskPanel) -> None:
-    ax.imshow(_composite(p), interpolation="nearest")
+    ax.imshow(composite(p), interpolation="nearest")
     for g in p.gt:
         if g.any():
             ax.contour(g.astype(np.float32), levels=[0.5], colors=GT_EDGE, linewidths=0.9)
