@@ -36,13 +36,16 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError, first_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from det_calib.capture.predictor import ImageBoxes
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,8 @@ class ExportInfo:
         precision: ``"fp32"``, ``"fp16"`` or ``"int8"`` (from the export arguments).
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
+        task: ``"detect"``, or ``"segment"`` (its class scores sit between the 4 box channels and
+            the mask coefficients; the prototype masks are a second output).
     """
 
     path: Path
@@ -135,6 +140,7 @@ class ExportInfo:
     precision: str
     dynamic: bool
     batch: int
+    task: str = "detect"
 
     @property
     def engine(self) -> str:
@@ -209,9 +215,10 @@ def _literal(v: Any) -> Any:
 
 
 def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
+    from det_calib.capture.predictor import check_task
+
     task = meta.get("task", "detect")
-    if task != "detect":
-        raise InputError(f"model task is `{task}`, not `detect`: det_calib calibrates detectors")
+    check_task(task)
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -223,7 +230,7 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
         "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
-                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)))
+                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task)
 
 
 class ExportedDetector:
@@ -233,12 +240,11 @@ class ExportedDetector:
         model: Path of the export.
     """
 
-    task = "detect"
-
     def __init__(self, model: str | Path) -> None:
         self.info = read_export(model)
         require_runtime(self.info.format)
         self.names = dict(enumerate(self.info.names))
+        self.task = self.info.task
 
     @property
     def heads(self) -> list[str]:
@@ -280,28 +286,49 @@ def logit_of_prob(p: Any) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
-def _predictor_class():
+def _predictor_class(task: str = "detect"):
+    """Ultralytics' predictor of ``task`` (detect, segment), keeping each kept box's row or anchor,
+    the raw output and, for a segment model, each box's mask (as :class:`ImageMasks`)."""
+    import torch
+    from ultralytics.engine.results import Results
     from ultralytics.models.yolo.detect import DetectionPredictor
-    from ultralytics.utils import nms
+    from ultralytics.models.yolo.segment import SegmentationPredictor
+    from ultralytics.utils import nms, ops
 
+    from det_calib.capture.mask_rebuild import kept_mask_rles
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
 
-    class CapturePredictor(DetectionPredictor):
-        """Ultralytics' detection predictor, keeping each kept box's row or anchor and the raw output."""
+    class CapturePredictor(SegmentationPredictor if task == "segment" else DetectionPredictor):
+        """Ultralytics' predictor, keeping each kept box's row or anchor and the raw output; for a
+        segment model the masks of ``predict(retina_masks=True)``, as RLE counts."""
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
+            protos = None
+            if task == "segment":  # as SegmentationPredictor.postprocess: (boxes, scores, coefficients), protos
+                protos = preds[0][1] if isinstance(preds[0], tuple) else preds[1]
             preds = preds[0] if isinstance(preds, (list, tuple)) else preds
             dets, keep = nms.non_max_suppression(
                 preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
-                max_det=self.args.max_det, nc=0, end2end=getattr(self.model, "end2end", False), return_idxs=True,
+                max_det=self.args.max_det, nc=0 if protos is None else len(self.model.names),
+                end2end=getattr(self.model, "end2end", False), return_idxs=True,
                 max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
             )
-            self.captured = (preds, keep)
+            self.captured, self.masks = (preds, keep), []
             if not isinstance(orig_imgs, list):
-                from ultralytics.utils import ops
-
                 orig_imgs = ops.convert_torch2numpy_batch(orig_imgs)[..., ::-1]
-            return self.construct_results(dets, img, orig_imgs)
+            if protos is None:
+                return self.construct_results(dets, img, orig_imgs)
+            return self.construct_results(dets, img, orig_imgs, protos)
+
+        def construct_result(self, pred, img, orig_img, img_path, proto=None):
+            if proto is None:
+                return super().construct_result(pred, img, orig_img, img_path)
+            # SegmentationPredictor.construct_result with retina_masks=True, its empty-mask filter recorded
+            pred[:, :4] = ops.scale_boxes(img.shape[2:], pred[:, :4], orig_img.shape)
+            filled, counts = kept_mask_rles(proto, pred[:, 6:], pred[:, :4], orig_img.shape[:2])
+            self.masks.append((filled, counts))
+            return Results(orig_img, path=img_path, names=self.model.names,
+                           boxes=pred[torch.from_numpy(filled).to(pred.device)][:, :6])
 
     return CapturePredictor
 
@@ -348,14 +375,15 @@ class ExportCapturer:
         self.all_logits = opts.all_logits
         self.names = list(self.info.names)
         self.nc = len(self.names)
+        self.task = self.info.task
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
-        overrides = dict(model=str(self.info.path), task="detect", mode="predict", conf=self.conf, iou=self.iou,
-                         max_det=self.max_det, imgsz=self.imgsz, verbose=False, save=False, half=False, batch=1,
-                         device="" if opts.device is None else opts.device)
+        overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
+                         conf=self.conf, iou=self.iou, max_det=self.max_det, imgsz=self.imgsz, verbose=False,
+                         save=False, half=False, batch=1, device="" if opts.device is None else opts.device)
         if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
             _check_ncnn_loads(self.info.model_file)
         try:
-            self.predictor = _predictor_class()(overrides=overrides)
+            self.predictor = _predictor_class(self.task)(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
         except Exception as e:  # a damaged file, a runtime that cannot load it
             raise InputError(f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}") from None
@@ -400,22 +428,28 @@ class ExportCapturer:
     def predict_image(self, im0: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
         """One BGR image, as single-image ``predict`` on the export: ``{head: (xyxy, conf, cls, logit)}``
         (the per-image form an ensemble member returns)."""
-        xyxy, conf, cls, z, _ = self._one(im0)
-        return {self.info.head: (xyxy, conf, cls, z)}
+        return {self.info.head: self._one(im0)[:4]}
 
-    def _one(self, im0: np.ndarray) -> tuple:
-        """One image through the predictor: (xyxy, conf, cls, logit, all logits or None)."""
+    def _one(self, im0: np.ndarray) -> ImageBoxes:
+        """One image through the predictor: its boxes (a segment model's with their masks)."""
+        import torch
+
+        from det_calib.capture.predictor import ImageBoxes
+
         res = self.predictor(source=im0, stream=False)[0]
         b = res.boxes
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
+        filled, segm = self.predictor.masks[0] if self.task == "segment" else (None, None)
         lg = None
         if self.all_logits:
             preds, keep = self.predictor.captured
             k = keep[0].long().view(-1)
+            if filled is not None:  # the boxes the empty-mask filter kept
+                k = k[torch.from_numpy(filled).to(k.device)]
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
-        return b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg
+        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm)
 
 
 @contextlib.contextmanager

@@ -341,9 +341,9 @@ def capture_to_parts(
         df = cap([sp.images[j] for j in ids], split=split, image_names=[names[j] for j in ids], image_ids=ids,
                  progress=progress)
     else:
-        from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
+        from det_calib.data.box_table import capture_schema
 
-        df = pl.DataFrame(schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+        df = pl.DataFrame(schema=capture_schema(segment=getattr(cap, "task", "detect") == "segment"))
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
     path = write_part(df, Path(out_dir) / name, meta=meta)
     log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)

@@ -39,7 +39,7 @@ import torch
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead  # noqa: F401
 from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA, SEGM_COLUMN, Head
+from det_calib.data.box_table import HEADS, SEGM_COLUMN, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.validation import check_choice
 
@@ -438,6 +438,7 @@ class Capturer:
 
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
+        segment = getattr(self, "task", "detect") == "segment"
         for h in self.heads:
             per = out[h]
             order = sorted(per)
@@ -460,10 +461,9 @@ class Capturer:
                 "conf": cat(1, np.float64),
                 "logit": cat(3, np.float64),
             }
-            df = pl.DataFrame(cols, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
-            if getattr(self, "task", "detect") == "segment":
-                segm = [c for p in order for c in per[p][5]]
-                df = df.with_columns(pl.Series(SEGM_COLUMN, segm, dtype=pl.Binary))
+            if segment:
+                cols[SEGM_COLUMN] = [c for p in order for c in per[p].segm]
+            df = pl.DataFrame(cols, schema=capture_schema(segment=segment))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
                 lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))

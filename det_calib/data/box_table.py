@@ -85,6 +85,12 @@ SEGM_COLUMN = "segm"
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
+def capture_schema(*, segment: bool = False) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and ``segm`` for a segment model."""
+    schema = {c: SCHEMA[c] for c in CAPTURE_COLUMNS}
+    return {**schema, SEGM_COLUMN: pl.Binary} if segment else schema
+
+
 def empty_boxes() -> pl.DataFrame:
     """An empty box table with the full schema."""
     return pl.DataFrame(schema=SCHEMA)

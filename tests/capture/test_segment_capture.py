@@ -116,3 +116,46 @@ def test_single_head_equals_both_heads(fixture_images):
 def test_detector_table_has_no_segm(demo_model_path, fixture_images):
     df = capture(str(demo_model_path), fixture_images[:2], heads="auto", imgsz=320, progress=False, workers=1)
     assert "segm" not in df.columns and df.height > 0
+
+
+def test_shapes_segment_model_equals_predict(shapes_seg_path, fixture_images):
+    """The demo detector's layers in a YOLO26n-seg: realistic boxes, the demo's classes."""
+    from ultralytics import YOLO
+
+    images = fixture_images[:4]
+    df = capture(str(shapes_seg_path), images, heads="auto", imgsz=320, progress=False, workers=1)
+    for head in ("nms", "e2e"):
+        results, _ = _predict(YOLO(str(shapes_seg_path)), images, head)
+        n, _ = _assert_equal_to_predict(df.filter(pl.col("head") == head), results)
+        assert n >= 20
+        assert df.filter((pl.col("head") == head) & (pl.col("conf") > 0.25)).height >= 8  # confident boxes
+
+
+def test_parts_carry_masks(tmp_path, shapes_seg_path, fixture_yaml, fixture_images):
+    """Shards (some empty) and Ray parts read back as the single-process capture, masks included."""
+    from det_calib.capture.parts import capture_to_parts, read_parts
+    from det_calib.data.box_table import read_boxes
+
+    direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
+                     image_names=[p.name for p in fixture_images], progress=False, workers=1)
+    n = 16  # 12 images: at least 4 shards are empty
+    for i in range(n):
+        capture_to_parts(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "shards", shard=f"{i}/{n}", imgsz=320,
+                         progress=False)
+    shards = read_parts(tmp_path / "shards", expect_model=shapes_seg_path)
+    assert shards.schema["segm"] == pl.Binary and shards.height == direct.height > 0
+    assert shards.drop("image").equals(direct.drop("image"))
+    # the box table's reader keeps the column (a run's --boxes reuse reads boxes.parquet through it)
+    shards.write_parquet(tmp_path / "boxes.parquet")
+    assert read_boxes(tmp_path / "boxes.parquet", matched=False).equals(shards)
+
+    ray = pytest.importorskip("ray")
+    from det_calib.capture.ray_capture import capture_ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        capture_ray(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2,
+                    imgsz=320)
+    finally:
+        ray.shutdown()
+    assert read_parts(tmp_path / "ray", expect_model=shapes_seg_path).equals(shards)
