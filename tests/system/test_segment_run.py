@@ -3,13 +3,12 @@
 ``--boxes`` on its run; bad input (pose and OBB models, malformed polygons, ``--match mask`` where it
 cannot be) as one line and exit 2.
 
-The segment model is a YOLO26n-seg built from its yaml with the demo detector's shared layers
-copied in (realistic boxes, untrained masks), so box IoU and mask IoU label its boxes differently.
+The segment model is the tests' YOLO26n-seg (``shapes_seg_path``: the demo detector's layers, mask
+branches perturbed), so box IoU and mask IoU label its boxes differently.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 from pathlib import Path
@@ -46,26 +45,6 @@ def _ok(capsys, *argv) -> str:
     return out
 
 
-def make_seg_model(path: Path) -> Path:
-    """A YOLO26n-seg for the demo's classes, with the demo detector's layers of the same shape."""
-    import torch
-    from ultralytics import YOLO
-    from ultralytics.nn.tasks import SegmentationModel
-
-    det = YOLO(str(demo_model())).model.float()
-    torch.manual_seed(0)  # the untrained mask layers: the same masks on every run of the tests
-    m = SegmentationModel("yolo26n-seg.yaml", nc=len(CLASS_NAMES), verbose=False)
-    m.names = dict(enumerate(CLASS_NAMES))
-    own = m.state_dict()
-    m.load_state_dict({k: v for k, v in det.state_dict().items() if k in own and own[k].shape == v.shape},
-                      strict=False)
-    m.args = {**det.args, "task": "segment"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": m.half(), "ema": None, "epoch": -1, "train_args": m.args,
-                "date": datetime.datetime.now().isoformat()}, path)
-    return path
-
-
 def make_dataset(root: Path, *, n: int = 6, box_only: bool = False) -> Path:
     """``n`` images of each of the segment demo's calib and test splits, with its polygon labels
     (``box_only``: the detection demo's box labels of the same images)."""
@@ -84,10 +63,11 @@ def make_dataset(root: Path, *, n: int = 6, box_only: bool = False) -> Path:
 
 
 @pytest.fixture(scope="module")
-def seg_home(tmp_path_factory) -> Path:
-    """A repository root whose demo segment model is the test's model (``DET_CALIB_HOME``)."""
+def seg_home(tmp_path_factory, shapes_seg_path) -> Path:
+    """A repository root whose demo segment model is the tests' YOLO26n-seg (``DET_CALIB_HOME``)."""
     home = tmp_path_factory.mktemp("home")
-    make_seg_model(home / "datasets" / "shapes" / "yolo26n_shapes_seg.pt")
+    (home / "datasets" / "shapes").mkdir(parents=True)
+    shutil.copy(shapes_seg_path, home / "datasets" / "shapes" / "yolo26n_shapes_seg.pt")
     return home
 
 
