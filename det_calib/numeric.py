@@ -133,7 +133,8 @@ def weighted_mean(x: np.ndarray, w: np.ndarray | None = None) -> float:
 
 
 def binary_nll_terms(z: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Per-element binary NLL of ``sigmoid(z)`` as ``softplus(z) - y z`` (``y`` float 0/1).
+    """Per-element binary NLL of ``sigmoid(z)`` as ``softplus(z) - y z`` (``y`` float 0/1; for a soft
+    label ``y`` in [0, 1] the same expression is the cross-entropy ``y softplus(-z) + (1 - y) softplus(z)``).
 
     The form every fit objective is written with (temperature, Platt, per-class, isotonic,
     selection): it is linear in ``y``, which the gradients use. Exact for ``y = 0``; for ``y = 1``
@@ -144,7 +145,8 @@ def binary_nll_terms(z: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -> float:
-    """Mean binary cross-entropy of ``sigmoid(z)`` against 0/1 labels ``y``, from the logits.
+    """Mean binary cross-entropy of ``sigmoid(z)`` against 0/1 labels ``y`` (or soft labels in [0, 1]:
+    ``y softplus(-z) + (1 - y) softplus(z)``), from the logits.
 
     Per element ``softplus(-z)`` if ``y`` is 1 else ``softplus(z)``: no cancellation, so the loss
     is accurate to rounding for any finite ``z``, also where ``sigmoid(z)`` rounds to 0 or 1.
@@ -152,7 +154,7 @@ def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -
 
     Args:
         z: (n,) logits (already divided by any temperature).
-        y: (n,) labels, 0/1 or bool.
+        y: (n,) labels, 0/1 or bool, or soft labels in [0, 1].
         w: Optional (n,) weights; the mean is weighted.
 
     Returns:
@@ -160,7 +162,11 @@ def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -
     """
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y)
-    return weighted_mean(np.logaddexp(0.0, np.where(y > 0.5, -z, z)), w)
+    if y.dtype == bool or np.isin(y, (0, 1)).all():
+        return weighted_mean(np.logaddexp(0.0, np.where(y > 0.5, -z, z)), w)
+    # soft labels in [0, 1]: the cross-entropy y softplus(-z) + (1 - y) softplus(z), as accurate
+    y = y.astype(np.float64)
+    return weighted_mean(y * np.logaddexp(0.0, -z) + (1.0 - y) * np.logaddexp(0.0, z), w)
 
 
 _lgamma = np.frompyfunc(math.lgamma, 1, 1)

@@ -78,7 +78,8 @@ def check_logits(logits: Any, kind: str) -> np.ndarray:
 
 
 def check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
-    """Labels of a fit: float64 0/1 (``"sigmoid"``) or intp class ids in ``[0, n_classes)``."""
+    """Labels of a fit: float64 0/1 or soft labels in [0, 1] (``"sigmoid"``; integer labels must be 0/1)
+    or intp class ids in ``[0, n_classes)``."""
     y = as_array(labels, "labels")
     if y.ndim != 1:
         raise InputError(f"Expected argument `labels` of shape (n,), but got shape {y.shape}")
@@ -89,10 +90,13 @@ def check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
             return y.astype(np.float64)
         if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
             raise InputError(f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}")
-        if not np.isin(y, (0, 1)).all():
-            bad = y[~np.isin(y, (0, 1))][:3].tolist()
+        # soft labels (a target in [0, 1], e.g. the IoU of the box's match) are floats in [0, 1]
+        ok = np.isin(y, (0, 1)) if np.issubdtype(y.dtype, np.integer) else (y >= 0) & (y <= 1)
+        if not ok.all():
+            bad = y[~ok][:3].tolist()
             raise InputError(
-                f"Expected argument `labels` to hold only 0/1 for kind='sigmoid', but got e.g. {bad}"
+                f"Expected argument `labels` to hold only 0/1 (or soft labels in [0, 1]) for kind='sigmoid', "
+                f"but got e.g. {bad}"
             )
         return y.astype(np.float64)
     if not np.issubdtype(y.dtype, np.integer):

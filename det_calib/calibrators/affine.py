@@ -219,6 +219,7 @@ class PlattScaler(LogitCalibrator):
     """
 
     format = _PLATT_FORMAT
+    soft_labels = True  # the penalised NLL is linear in the label: soft labels give the cross-entropy
     _fitted_attr = "a_"
 
     def __init__(self, *, tol: float = 1e-9, max_iter: int = 100, min_samples: int = 10):
@@ -344,6 +345,7 @@ class ClassAffineScaler(LogitCalibrator):
     """
 
     format = _CLASS_FORMAT
+    soft_labels = True
     per_class = True
     _fitted_attr = "a_"
 

@@ -4,7 +4,8 @@ A calibrator maps a box's raw logit ``z`` (and, for a per-class map, its predict
 calibrated logit; the conf it reports is ``sigmoid`` of that. The contract:
 
 - ``fit(logits, labels, *, classes=None, weights=None, groups=None) -> self``: ``groups`` are the
-  boxes' image ids (per-class maps cross-validate their shrinkage over them);
+  boxes' image ids (per-class maps cross-validate their shrinkage over them); ``labels`` are 0/1,
+  or, where :attr:`soft_labels` says so, soft labels in [0, 1] (the IoU target);
 - ``transform_logits(logits, *, classes=None)`` and ``predict_proba`` (its ``sigmoid``);
 - ``to_dict()`` / ``from_dict(d)``: a JSON-able dict whose ``format`` string (:attr:`format`) is
   frozen: files written by earlier versions carry it;
@@ -57,6 +58,9 @@ class LogitCalibrator:
     per_class: ClassVar[bool] = False
     #: How the map is folded into a checkpoint: ``"affine"`` or ``"hinges"``.
     deploy_form: ClassVar[DeployForm] = "affine"
+    #: ``fit`` handles soft labels in [0, 1] correctly (``--target iou``: the IoU of the box's match)
+    #: as its loss's soft form: a calibrator that does not set it is left out of that target's choice.
+    soft_labels: ClassVar[bool] = False
     _fitted_attr: ClassVar[str] = ""
 
     @property

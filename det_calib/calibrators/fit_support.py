@@ -40,14 +40,14 @@ def check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray, what: str, min
     if not np.isfinite(z[used]).all():
         raise DegenerateFitError(f"{what} fit got non-finite logits (nan or inf)")
     yu, zu = y[used], z[used]
-    n_pos = int(yu.sum())
-    if n_pos == 0:
+    # soft labels (in [0, 1]) count toward both sides: a box is "incorrect" by 1 - y, "correct" by y
+    if not (yu > 0).any():
         raise DegenerateFitError(f"{what} fit got no correct boxes (all labels 0)")
-    if n_pos == n_used:
+    if not (yu < 1).any():
         raise DegenerateFitError(f"{what} fit got no incorrect boxes (all labels 1)")
     if zu.min() == zu.max():
         raise DegenerateFitError(f"{what} fit got one logit value for every box: the slope is undetermined")
-    if zu[yu == 0].max() <= zu[yu == 1].min():
+    if zu[yu < 1].max() <= zu[yu > 0].min():
         raise DegenerateFitError(
             f"{what} fit is degenerate: every correct box has a higher logit than every incorrect one "
             "(separable), so the slope grows without bound"

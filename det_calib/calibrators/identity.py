@@ -18,6 +18,7 @@ class Identity(LogitCalibrator):
     """The ``none`` method: raw logits unchanged. ``fit`` accepts and ignores its data."""
 
     format = "det_calib.Identity"
+    soft_labels = True
     _fitted_attr = "fitted_"
 
     def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,

@@ -271,9 +271,9 @@ def _check_iso_degenerate(z, y, w, what: str, min_samples: int) -> None:
         raise DegenerateFitError(f"{what} fit needs at least {max(2, min_samples)} samples, got {n}")
     if not np.isfinite(z[used]).all():
         raise DegenerateFitError(f"{what} fit got non-finite logits (nan or inf)")
-    pos = int(y[used].sum())
-    if pos == 0 or pos == n:
-        raise DegenerateFitError(f"{what} fit got {'no correct' if pos == 0 else 'no incorrect'} boxes")
+    yu = y[used]
+    if not (yu > 0).any() or not (yu < 1).any():  # soft labels in (0, 1) count toward both
+        raise DegenerateFitError(f"{what} fit got {'no correct' if not (yu > 0).any() else 'no incorrect'} boxes")
 
 
 @register("isotonic", order=60,
@@ -296,6 +296,7 @@ class IsotonicCalibrator(LogitCalibrator):
     """
 
     format = _ISO_FORMAT
+    soft_labels = True  # PAV of soft labels: weighted block means, the isotonic minimiser of any Bregman loss
     deploy_form = "hinges"
     _fitted_attr = "map_"
 
@@ -401,6 +402,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
     """
 
     format = _CLASS_ISO_FORMAT
+    soft_labels = True
     per_class = True
     deploy_form = "hinges"
     _fitted_attr = "maps_"

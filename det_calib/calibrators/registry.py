@@ -23,8 +23,9 @@ from typing import Any
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
-__all__ = ["BUILTIN", "MethodSpec", "calibrator_from_dict", "formats", "global_methods", "is_per_class",
-           "make_calibrator", "method_spec", "methods", "register", "unregister"]
+__all__ = ["BUILTIN", "TARGETS", "MethodSpec", "calibrator_from_dict", "excluded_methods", "formats",
+           "global_methods", "is_per_class", "make_calibrator", "method_spec", "methods", "register",
+           "target_methods", "unregister"]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
 BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic")
@@ -106,10 +107,30 @@ def methods() -> tuple[str, ...]:
     return tuple(s.name for s in sorted(_specs().values(), key=lambda s: s.order))
 
 
-def global_methods() -> tuple[str, ...]:
+def global_methods(target: str = "correct") -> tuple[str, ...]:
     """The methods with one monotone map for every class: the ranking of all boxes, hence mAP, is
-    unchanged (``auto``'s default candidates)."""
-    return tuple(m for m in methods() if not _METHODS[m].per_class)
+    unchanged (``auto``'s default candidates); for ``target="iou"`` only those that fit soft labels
+    (:func:`target_methods`)."""
+    return tuple(m for m in target_methods(target) if not _METHODS[m].per_class)
+
+
+#: What a calibrator is fitted to: the matched flag at ``--iou`` (``correct``) or the IoU of the box's
+#: match (``iou``, a soft label in [0, 1]).
+TARGETS: tuple[str, ...] = ("correct", "iou")
+
+
+def target_methods(target: str = "correct") -> tuple[str, ...]:
+    """The methods that can be fitted to ``target``: every one for ``correct``; for ``iou`` those
+    whose class sets :attr:`~det_calib.calibrators.base.LogitCalibrator.soft_labels` (a fit written
+    for 0/1 labels only is left out rather than fitted to a target it would misread)."""
+    check_choice(target, TARGETS, "target")
+    return tuple(m for m in methods() if target == "correct" or getattr(_METHODS[m].cls, "soft_labels", False))
+
+
+def excluded_methods(target: str) -> dict[str, str]:
+    """Method -> why it is left out of ``target``'s choice (empty for ``correct``)."""
+    ok = set(target_methods(target))
+    return {m: "its fit takes 0/1 labels only (it does not declare soft_labels)" for m in methods() if m not in ok}
 
 
 def method_spec(method: str) -> MethodSpec:

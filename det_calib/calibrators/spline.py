@@ -85,7 +85,8 @@ def _weighted_quantiles(x: np.ndarray, w: np.ndarray, levels: np.ndarray) -> np.
 
 
 def spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None) -> np.ndarray:
-    """Knots of a spline fit: the ``j / (n_knots + 1)`` weighted quantiles of the correct boxes' logits.
+    """Knots of a spline fit: the ``j / (n_knots + 1)`` weighted quantiles of the correct boxes' logits
+    (with soft labels, of every box's logit weighted by its label).
 
     Args:
         logits: ``(n,)`` raw logits of the fit boxes.
@@ -104,7 +105,7 @@ def spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None)
     pos = (y > 0) & (w > 0)
     if n_knots <= 0 or not pos.any():
         return np.zeros(0)
-    zp, wp = z[pos], w[pos]
+    zp, wp = z[pos], (w * y)[pos]  # the correct mass: a soft label weighs its box by y
     q = _weighted_quantiles(zp, wp, np.arange(1, n_knots + 1) / (n_knots + 1))
     q = q[q < zp.max()]  # a knot above every correct box has nothing to fit
     keep = np.concatenate([[True], np.diff(q) > _MIN_GAP]) if q.size else np.zeros(0, dtype=bool)
@@ -196,6 +197,7 @@ class SplineCalibrator(LogitCalibrator):
     """
 
     format = _FORMAT
+    soft_labels = True  # penalised NLL linear in the label; knots at quantiles of the label mass
     deploy_form = "hinges"
     _fitted_attr = "map_"
 

@@ -235,10 +235,10 @@ def check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: s
         raise DegenerateFitError(f"temperature fit got {bad} samples with non-finite logits (nan or inf)")
     used = slice(None) if w is None else w > 0
     if kind == "sigmoid":
-        n_pos = int(np.count_nonzero(y[used]))
-        if n_pos == 0:
+        yu = y[used]  # a soft label in (0, 1) counts toward both sides
+        if not (yu > 0).any():
             raise DegenerateFitError("temperature fit got no correct boxes (all labels 0)")
-        if n_pos == n_used:
+        if not (yu < 1).any():
             raise DegenerateFitError("temperature fit got no incorrect boxes (all labels 1)")
     if not np.any(z[used]):
         raise DegenerateFitError("temperature fit got all logits zero: every temperature gives the same probabilities")
@@ -430,6 +430,7 @@ class TemperatureScaler(LogitCalibrator):
         return f"TemperatureScaler(kind={self.kind!r}, tol={self.tol!r}, max_iter={self.max_iter!r}{fitted})"
 
     format = _FORMAT
+    soft_labels = True  # the sigmoid NLL is linear in the label: soft labels give the cross-entropy
     _fitted_attr = "temperature_"
 
     @classmethod

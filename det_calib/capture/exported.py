@@ -158,9 +158,12 @@ class ExportInfo:
 def read_export(model: str | Path) -> ExportInfo:
     """Read an export's metadata (no runtime needed).
 
+    Args:
+        model: The export.
+
     Raises:
         InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
-            an Ultralytics export (no metadata), or not a detector.
+            an Ultralytics export (no metadata), or of a task det_calib does not calibrate.
     """
     from ultralytics.nn.backends.base import BaseBackend
 

@@ -307,7 +307,8 @@ class CheckResult:
         """The verdicts, one line per question and head."""
         out = []
         for h, c in self.labelled.items():
-            out += [f"[{h}] {c.calibration_line}", f"[{h}] {c.detection_line}"]
+            out += [f"[{h}] {c.calibration_line}", *(f"[{h}] {x}" for x in kept_set_lines(c)),
+                    f"[{h}] {c.detection_line}"]
         for h, s in self.unlabelled.items():
             out.append(f"[{h}] {s.line}")
         return out
@@ -380,6 +381,25 @@ class CheckResult:
         from det_calib.record.run_result import read_json_file
 
         return read_json_file(path, cls.from_dict)
+
+
+def _fig(v: float | None, ci: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+
+
+def kept_set_lines(c: HeadCheck) -> list[str]:
+    """Both targets' kept-set figures of a labelled head, then (the run's eval split) and now, at each
+    conf: ECE (the matched flag) and LaECE_0 (the IoU of the match), calibrated, with their intervals."""
+    then = {o.conf: o for o in c.operating_then}
+    out = []
+    for o in c.operating:
+        t = then.get(o.conf)
+        out.append(f"boxes kept at conf {o.conf:g} (calibrated): ECE {_fig(t.ece, t.ece_ci) if t else 'n/a'} then -> "
+                   f"{_fig(o.ece, o.ece_ci)} now; LaECE_0 {_fig(t.laece0, t.laece0_ci) if t else 'n/a'} then -> "
+                   f"{_fig(o.laece0, o.laece0_ci)} now")
+    return out
 
 
 def required_text(d: dict[str, Any], key: str, where: str) -> str:

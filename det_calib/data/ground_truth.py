@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -350,8 +351,14 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
     return [c, (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], None
 
 
-def read_label_file(path: Path, *, nc: int) -> tuple[np.ndarray, str | None]:
-    """Read one YOLO label file, checking every line.
+LineCheck = Callable[..., tuple[list[float] | None, str | None]]
+"""``check(tokens, nc=nc) -> (box, reason)``: a label line's ``[cls, cx, cy, w, h]`` or why it is
+malformed (:func:`check_label_line`; a task's own check for pose or OBB lines)."""
+
+
+def read_label_file(path: Path, *, nc: int, check_line: LineCheck | None = None) -> tuple[np.ndarray, str | None]:
+    """Read one YOLO label file, checking every line (with ``check_line``, default
+    :func:`check_label_line`).
 
     Exact duplicate lines are dropped, as Ultralytics does. A file that mixes box lines and
     polygon lines is malformed (Ultralytics drops it too).
@@ -371,7 +378,7 @@ def read_label_file(path: Path, *, nc: int) -> tuple[np.ndarray, str | None]:
         tokens = line.split()
         if not tokens:
             continue
-        box, reason = check_label_line(tokens, nc=nc)
+        box, reason = (check_line or check_label_line)(tokens, nc=nc)
         if reason is None:
             kind = "box" if len(tokens) == 5 else "polygon"
             first_kind = first_kind or (kind, k)
@@ -388,7 +395,7 @@ def read_label_file(path: Path, *, nc: int) -> tuple[np.ndarray, str | None]:
 
 
 def scan_yolo_labels(
-    images: list[Path], *, nc: int, split: str
+    images: list[Path], *, nc: int, split: str, check_line: LineCheck | None = None
 ) -> tuple[list[np.ndarray], list[tuple[int, str]]]:
     """Read and check the YOLO label file of every image, each file once.
 
@@ -411,7 +418,7 @@ def scan_yolo_labels(
             boxes.append(empty)
             continue
         found += 1
-        arr, problem = read_label_file(lp, nc=nc)
+        arr, problem = read_label_file(lp, nc=nc, check_line=check_line)
         boxes.append(arr)
         if problem is not None:
             bad.append((i, problem))
@@ -545,7 +552,8 @@ def coco_image_ids(coco, images: list[Path], *, root: Path | None, path: Path) -
 
 
 def load_split(
-    data: Dataset, split: str, *, coco_gt: str | Path | None = None, limit: int | None = None
+    data: Dataset, split: str, *, coco_gt: str | Path | None = None, limit: int | None = None,
+    check_line: LineCheck | None = None,
 ) -> Split:
     """Images, sizes and ground truth of one split of a dataset.
 
@@ -559,6 +567,8 @@ def load_split(
         split: Split key in the yaml.
         coco_gt: Optional COCO JSON with the ground truth instead of YOLO txt labels.
         limit: Keep only the first ``limit`` images (sorted order); for quick runs.
+        check_line: The check of each YOLO label line (default :func:`check_label_line`; pose
+            and OBB labels have their own).
 
     Raises:
         InputError: The split is not in the yaml, has no images, no label file at all, or no
@@ -572,7 +582,7 @@ def load_split(
     skipped: list[str] = []
     bad_labels: list[str] = []
     if coco_gt is None:
-        boxes, bad = scan_yolo_labels(images, nc=data.nc, split=split)
+        boxes, bad = scan_yolo_labels(images, nc=data.nc, split=split, check_line=check_line)
         if bad:
             images, boxes, skipped, bad_labels = _drop_malformed(split, images, boxes, bad)
         listed = images

@@ -201,12 +201,16 @@ class Rendered:
             last one drawn over it), -1 for background.
         labelled: (n,) int64: the drawing-order index of the object of each label row, so that
             ``owners == labelled[i]`` is the visible region of label ``i``.
+        outlines: The outline of every drawn object (labelled or not), in drawing order: a (k, 2)
+            float64 array of the points it was drawn from, in OpenCV's pixel-centre frame (pixel
+            ``i`` centred at ``i``; add 0.5 for COCO's pixel-edge frame), possibly outside the image.
     """
 
     image: np.ndarray
     labels: np.ndarray
     owners: np.ndarray
     labelled: np.ndarray
+    outlines: tuple[np.ndarray, ...] = ()
 
 
 def render_with_owners(seed: int, split: str, index: int) -> Rendered:
@@ -264,7 +268,8 @@ def render_with_owners(seed: int, split: str, index: int) -> Rendered:
         labelled.append(k)
 
     img = _photometric(img, rng)
-    return Rendered(img, np.array(labels, dtype=np.float64).reshape(-1, 5), ids, np.array(labelled, dtype=np.int64))
+    return Rendered(img, np.array(labels, dtype=np.float64).reshape(-1, 5), ids, np.array(labelled, dtype=np.int64),
+                    tuple(o.poly for o in objects))
 
 
 def _draw(canvas: np.ndarray, obj: _Object, value) -> None:

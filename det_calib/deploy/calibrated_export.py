@@ -13,7 +13,8 @@ Two ways, beside the calibrated ``.pt`` (:mod:`det_calib.deploy.fold`):
   changes (an INT8 engine keeps its quantised graph). On per-anchor outputs ``(B, 4 + nc,
   anchors)`` every class channel gets its own map before Ultralytics' NMS, as the folded ``.pt``
   does; on top-k row outputs ``(B, max_det, 6)`` (one-to-one head) each row's map is gathered by
-  its class, after the engine's top-k (a per-class map then does not re-rank the top-k).
+  its class, after the engine's top-k (a per-class map then does not re-rank the top-k). A segment
+  model's ``output0`` keeps its 32 mask coefficients after the scores, and its protos (``output1``).
 - :func:`reexport_calibrated`: for the formats whose graph det_calib does not edit (LiteRT, NCNN,
   TensorRT), the head's calibrator folded into the ``.pt`` the engine was exported from
   (:func:`det_calib.deploy.fold.write_run_checkpoint`) and that checkpoint exported again by
@@ -208,6 +209,9 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
         y = node("Add", [y, summed], "mapped")
     s = node("Sigmoid", [y], "calibrated")
     parts = [box, s] + ([cls] if info.rows else [])
+    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
+        parts.append(node("Slice", [src, const("m0", [6 if info.rows else 4 + nc], np.int64),
+                                    const("m1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "mask_coef"))
     return nodes, inits, parts, axis
 
 
@@ -218,8 +222,8 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 
     model = onnx.load(str(info.model_file))
     graph = model.graph
-    if len(graph.output) != 1:
-        raise InputError(f"{info.path}: expected one output tensor (boxes and scores), found {len(graph.output)}")
+    if len(graph.output) != expected_outputs(info):
+        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(graph.output)} outputs")
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 13:
         raise InputError(f"{info.path} uses ONNX opset {opset}; the calibrated export needs opset 13 or later "
@@ -246,6 +250,17 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
     with atomic_path(out) as tmp:
         onnx.save(model, str(tmp))
     return out
+
+
+_OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
+                  "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
+
+
+def expected_outputs(info: ExportInfo) -> int:
+    """The outputs of an Ultralytics export of ``info.task``: one for a detector; two for a segment model
+    (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows ``x1 y1 x2 y2 conf cls`` and
+    the coefficients; ``output1``: the mask prototypes, left as they are)."""
+    return 2 if info.task == "segment" else 1
 
 
 # ------------------------------------------------------------------------ the graph, OpenVINO
@@ -288,6 +303,8 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
         hinge = ops.relu(ops.subtract(zk, x))
         y = ops.add(y, ops.reduce_sum(ops.multiply(hinge, coef), c([-1], np.int64), keep_dims=info.rows))
     parts = [box, ops.sigmoid(y)] + ([cls] if info.rows else [])
+    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
+        parts.append(sl(6 if info.rows else 4 + nc, np.iinfo(np.int64).max))
     return ops.concat(parts, axis)
 
 
@@ -299,9 +316,9 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
     core = ov.Core()
     xml = info.model_file
     model = core.read_model(str(xml), str(xml.with_suffix(".bin")))
-    if len(model.outputs) != 1:
-        raise InputError(f"{info.path}: expected one output tensor (boxes and scores), found {len(model.outputs)}")
-    result = model.get_results()[0]
+    if len(model.outputs) != expected_outputs(info):
+        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(model.outputs)} outputs")
+    result = model.get_results()[0]  # output0: boxes and scores (a segment model's protos are output1)
     new = _ov_output(m, result.input_value(0), info, nc)
     result.input(0).replace_source_output(new.output(0))
     model.validate_nodes_and_infer_types()

@@ -1,10 +1,12 @@
 """Fold temperatures into a checkpoint that plain Ultralytics loads and runs.
 
 The last layer of every ``cv3[i]`` (one-to-many branch) and ``one2one_cv3[i]`` (one-to-one
-branch) of the ``Detect`` head is a plain ``Conv2d(c, nc, 1, bias=True)`` followed only by the
-sigmoid, so dividing its weight and bias by T gives exactly ``sigmoid(z / T)``. Nothing custom is
-needed at load time: the checkpoint holds a standard Ultralytics model (saved in float32, since
-an fp16 save would round W/T) and a plain ``det_calib`` dict of metadata.
+branch) of the ``Detect`` head (and of a segment model's ``Segment`` / ``Segment26`` head, a
+``Detect`` head whose mask branch ``cv4`` and prototypes are left as they are) is a plain
+``Conv2d(c, nc, 1, bias=True)`` followed only by the sigmoid, so dividing its weight and bias by T
+gives exactly ``sigmoid(z / T)``. Nothing custom is needed at load time: the checkpoint holds a
+standard Ultralytics model (saved in float32, since an fp16 save would round W/T) and a plain
+``det_calib`` dict of metadata.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ log = logging.getLogger(__name__)
 
 BRANCHES = HEAD_BRANCH
 """Head mode -> name of the classification branch of the Detect head (:data:`det_calib.data.box_table.HEAD_BRANCH`)."""
+
+
+FOLDABLE_TASKS = ("detect", "segment")
+"""Model tasks whose checkpoint takes a fold: a ``Segment`` / ``Segment26`` head is a ``Detect`` head whose
+class branch (``cv3``, ``one2one_cv3``) scores every box as a detector's does; the mask coefficients
+(``cv4``) and prototypes ride beside it untouched, so the boxes and masks are the original's."""
 
 
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
@@ -87,8 +95,9 @@ def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.M
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
     task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
-    if task != "detect" or not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is not a detection model (task `{task}`)")
+    if task not in FOLDABLE_TASKS or not hasattr(model.model[-1], "cv3"):
+        raise InputError(f"{source} is a `{task}` model: only detect and segment models can be calibrated "
+                         "(their class branch scores every box; pose and OBB heads are not supported)")
     return ckpt, model
 
 

@@ -310,7 +310,7 @@ def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], 
     seconds = time.perf_counter() - t0
     fb = match_boxes(fused, splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
     fuse_eval = functools.partial(_fuse_split, members, splits[1], 1, head, order, score, fs, s)
-    return Cell(order, score, fb, fit_head(fb, s), seconds, fuse_eval)
+    return Cell(order, score, fb, fit_head(fb, s, splits[0].gt), seconds, fuse_eval)
 
 
 def _member_floor(cal: LogitCalibrator) -> float:

@@ -269,6 +269,7 @@ def ultralytics_val(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> dict[str, float]:
     """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
 
@@ -280,6 +281,8 @@ def ultralytics_val(
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
             :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
+        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`val_figures`). A
+            segment model is validated by Ultralytics' ``SegmentationValidator`` either way.
 
     Raises:
         ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
@@ -289,8 +292,9 @@ def ultralytics_val(
     yolo = YOLO(str(model))
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
                                    device=device),
-                 validator=functools.partial(_budget_validator_class(), nms_time_limit=nms_time_limit))
-    return {"conf": float(conf), "map50_95": float(m.box.map), "map50": float(m.box.map50)}
+                 validator=functools.partial(_budget_validator_class("segment" if yolo.task == "segment" else "detect"),
+                                             nms_time_limit=nms_time_limit))
+    return val_figures(m, conf, masks=masks)
 
 
 SHARED_PASS = (
@@ -313,6 +317,7 @@ def ultralytics_val_shared(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One Ultralytics val pass that measures a calibrated checkpoint and its original.
 
@@ -346,7 +351,8 @@ def ultralytics_val_shared(
             ``nms_time_limit``).
     """
     return ultralytics_val_heads(original, calibrated, data, split=split, confs={head: (original_conf, conf)},
-                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit)[head]
+                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit,
+                                 masks=masks)[head]
 
 
 def ultralytics_val_heads(
@@ -360,6 +366,7 @@ def ultralytics_val_heads(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
+    masks: bool = False,
 ) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
@@ -375,6 +382,7 @@ def ultralytics_val_heads(
             :func:`ultralytics_val_shared`.
         confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
             pre-filter of each side in that head.
+        masks: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
 
     Returns:
         Head -> ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
@@ -396,17 +404,22 @@ def ultralytics_val_heads(
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
                      device=device)
-    v = _shared_validator_class()
+    v = _shared_validator_class("segment" if yolo.task == "segment" else "detect")
     out: dict[tuple[str, str], Any] = {}
     m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
     out[("calibrated", first)] = m
 
-    def figures(side: str, h: str) -> dict[str, float]:
-        conf = confs[h][0 if side == "original" else 1]
-        r = out[(side, h)]
-        return {"conf": float(conf), "map50_95": float(r.box.map), "map50": float(r.box.map50)}
+    return {h: (val_figures(out[("original", h)], confs[h][0], masks=masks),
+                val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
 
-    return {h: (figures("original", h), figures("calibrated", h)) for h in heads}
+
+def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
+    """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50``, and
+    with ``masks`` for a segment model (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``."""
+    out = {"conf": float(conf), "map50_95": float(metrics.box.map), "map50": float(metrics.box.map50)}
+    if masks and getattr(metrics, "seg", None) is not None:
+        out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
+    return out
 
 
 def _riders(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]) -> list[tuple]:
@@ -435,8 +448,9 @@ def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
 
 
 @functools.cache
-def _budget_validator_class():
-    """Ultralytics' DetectionValidator with a wall-clock budget of its choosing for the NMS."""
+def _budget_validator_class(task: str = "detect"):
+    """Ultralytics' validator of ``task`` (``DetectionValidator``; ``SegmentationValidator`` for ``segment``:
+    its masks and mask metrics on top) with a wall-clock budget of its choosing for the NMS."""
     from ultralytics.models.yolo.detect import DetectionValidator
     from ultralytics.utils import nms
 
@@ -468,17 +482,28 @@ def _budget_validator_class():
             )
             return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
 
-    return BudgetValidator
+    if task != "segment":
+        return BudgetValidator
+    from ultralytics.models.yolo.segment import SegmentationValidator
+
+    class SegmentBudgetValidator(SegmentationValidator, BudgetValidator):
+        """The stock segment validator: its ``postprocess`` builds the masks on the boxes of the budgeted
+        NMS above (its ``super()`` is that postprocess); everything else is ``SegmentationValidator``'s."""
+
+        def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+
+    return SegmentBudgetValidator
 
 
 @functools.cache
-def _shared_validator_class():
-    """Ultralytics' DetectionValidator (with the NMS budget of :func:`_budget_validator_class`),
-    extended to score further Detect heads on the same pass."""
+def _shared_validator_class(task: str = "detect"):
+    """Ultralytics' validator of ``task`` (with the NMS budget of :func:`_budget_validator_class`),
+    extended to score further Detect (or Segment) heads on the same pass."""
     from ultralytics.nn.autobackend import AutoBackend
-    from ultralytics.utils.metrics import DetMetrics
 
-    class SharedPassValidator(_budget_validator_class()):
+    class SharedPassValidator(_budget_validator_class(task)):
         """Stock detection val of the calibrated model; other heads ride on its forward pass.
 
         Everything of the stock validator runs unchanged for the calibrated model (its NMS without a
@@ -513,7 +538,7 @@ def _shared_validator_class():
                 native = backend.model
                 if end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
                     native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
-                metrics = DetMetrics(names=model.names)
+                metrics = type(self.metrics)(names=model.names)  # DetMetrics; SegmentMetrics for masks
                 metrics.clear_stats()
                 metrics.clear_image_metrics()
                 self._riders.append((side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics))

@@ -15,11 +15,31 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView
+from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor
 from det_calib.record.run_result import OperatingFigures
 
-__all__ = ["OperatingPoints"]
+__all__ = ["OperatingPoints", "iou_target", "laece0_targets"]
+
+
+def laece0_targets(view: BoxView, gt: pl.DataFrame) -> LaECE0Targets:
+    """The matching behind kept-set LaECE_0 of a head's boxes (``view``: raw, with geometry) against
+    a split's ground truth ``gt``: greedy by raw score at IoU >= 0, crowd matches excluded."""
+    if view.xyxy is None:
+        raise InputError("the LaECE_0 matching needs the boxes' corners (a view built with geometry=True)")
+    crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
+    return LaECE0Targets(view.image_id, view.xyxy, view.cls, view.raw_logit, gt["image_id"].to_numpy(),
+                         np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
+                         gt["cls"].to_numpy(), crowd)
+
+
+def iou_target(view: BoxView, gt: pl.DataFrame) -> np.ndarray:
+    """The ``--target iou`` label of each box of ``view`` (float64 in [0, 1]): the IoU of its match in
+    the LaECE_0 matching (:func:`laece0_targets`: the best still-free same-class ground truth in
+    descending raw score, whatever its IoU), 0 when it matches none. For the boxes kept at any
+    threshold it is exactly the target kept-set LaECE_0 scores them against."""
+    return np.asarray(laece0_targets(view, gt).target, dtype=np.float64)
 
 
 class OperatingPoints:
@@ -38,10 +58,7 @@ class OperatingPoints:
     def __init__(self, view: BoxView, gt: pl.DataFrame, *, conf: tuple[float, ...], ece_bins: int,
                  laece_bins: int, n_boot: int, seed: int):
         self.view = view
-        crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
-        self.targets = LaECE0Targets(view.image_id, view.xyxy, view.cls, view.raw_logit, gt["image_id"].to_numpy(),
-                                     np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
-                                     gt["cls"].to_numpy(), crowd)
+        self.targets = laece0_targets(view, gt)
         self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
         self.boot = dict(n_boot=n_boot, seed=seed)
 

@@ -220,7 +220,8 @@ class Bootstrap:
 
 @dataclass(frozen=True)
 class RecordedSettings:
-    """The settings a run records in ``calibration.json`` (top-level keys of the same names)."""
+    """The settings a run records in ``calibration.json`` (top-level keys of the same names; ``target``
+    only where it is ``iou``: a record without it was fitted to the matched flag, ``correct``)."""
 
     iou_match: float
     loc_iou_match: float
@@ -244,6 +245,7 @@ class RecordedSettings:
     cv_folds: int | None = None
     cv_repeats: int | None = None
     auto_per_class: bool | None = None
+    target: str = "correct"
 
     _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
               "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
@@ -259,6 +261,8 @@ class RecordedSettings:
             "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
             "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
             "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
+            # written where it is not the default (a default run's record is the one earlier versions wrote)
+            **({"target": self.target} if self.target != "correct" else {}),
         }
 
     @classmethod
@@ -292,7 +296,16 @@ class RecordedSettings:
                    criterion=read_text(d.get("criterion"), key_path(where, "criterion")),
                    cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
                    cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
-                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")))
+                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")),
+                   target=_read_target(d.get("target"), key_path(where, "target")))
+
+
+def _read_target(v: Any, where: str) -> str:
+    """The recorded ``target`` (``correct`` in records written before it existed)."""
+    t = read_text(v, where) or "correct"
+    if t not in ("correct", "iou"):
+        raise InputError(f"Expected `{where}` to be correct or iou, but got {t!r}")
+    return t
 
 
 _PER_HEAD = ("fit", "eval", "threshold_shift", "per_class", "ultralytics_val")

@@ -99,14 +99,17 @@ def lead(run: Run, head: str) -> str:
     """The headline sentence of a head: the operating point first."""
     ev = head_eval(run, head)
     parts = [method_words(run, head)]
+    iou = run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-        parts.append(f"boxes kept at conf {fthr(o0.conf)}: ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}"
-                     + floor_words(o1) + f", LaECE_0 {f4(o0.laece0)} → {f4(o1.laece0)}")
+        ece = f"ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}" + floor_words(o1)
+        la = f"LaECE_0 {fci(o0.laece0, o0.laece0_ci)} → {fci(o1.laece0, o1.laece0_ci)}"
+        pair = f"{la} (the target, --target iou), {ece}" if iou else f"{ece}, {la}"
+        parts.append(f"boxes kept at conf {fthr(o0.conf)}: {pair}")
     parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)}")
     m = map_words(run, head)
     if m:
         parts.append(m)
-    worse = operating_point_worse(ev)
+    worse = operating_point_worse(ev, run.settings.target)
     if worse is not None:
         parts.append(f"WORSE than the raw scores where decisions are made ({worse}): "
                      + ("the eval split does not bear out what the fit split's held-out folds showed; deploy the "

@@ -20,18 +20,21 @@ WORSE_TOLERANCE = 1e-6
 """A calibrated kept-set ECE above the raw one by less than this is rounding, not "worse"."""
 
 
-def operating_point_worse(e: EvalResult) -> str | None:
-    """Why the calibrated scores are worse than the raw ones where decisions are made (a higher ECE
-    of the boxes kept at the lowest conf threshold on the eval split), or None. The CLI summary
-    and the report both say it. Differences below ``WORSE_TOLERANCE`` are rounding (the raw scores
-    are read from the stored float32 conf, the calibrated ones from the float64 logits: ``none``
-    differs from the raw scores by ~1e-11) and do not count."""
+def operating_point_worse(e: EvalResult, target: str = "correct") -> str | None:
+    """Why the calibrated scores are worse than the raw ones where decisions are made (a higher
+    headline of the boxes kept at the lowest conf threshold on the eval split: ECE for the target
+    ``correct``, LaECE_0 for ``iou``), or None. The CLI summary and the report both say it.
+    Differences below ``WORSE_TOLERANCE`` are rounding (the raw scores are read from the stored
+    float32 conf, the calibrated ones from the float64 logits: ``none`` differs from the raw scores
+    by ~1e-11) and do not count."""
     if not e.operating_before or not e.operating_after:
         return None
     o0, o1 = e.operating_before[0], e.operating_after[0]
-    if o0.ece is None or o1.ece is None or not o1.ece > o0.ece + WORSE_TOLERANCE:
+    key, name = ("laece0", "LaECE_0") if target == "iou" else ("ece", "ECE")
+    v0, v1 = getattr(o0, key), getattr(o1, key)
+    if v0 is None or v1 is None or not v1 > v0 + WORSE_TOLERANCE:
         return None
-    return f"ECE of the boxes kept at conf {o0.conf:g}: {o0.ece:.4f} raw, {o1.ece:.4f} calibrated"
+    return f"{name} of the boxes kept at conf {o0.conf:g}: {v0:.4f} raw, {v1:.4f} calibrated"
 
 
 def left_words(h: HeadResult, e: EvalResult) -> str | None:

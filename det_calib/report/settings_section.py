@@ -43,6 +43,8 @@ SETTING_HELP = {
     "cv_folds": "folds of --method auto's cross-validation, grouped by image",
     "cv_repeats": "fold assignments of --method auto's cross-validation (each candidate scored on all of them)",
     "auto_per_class": "whether --method auto also considered the per-class maps (--per-class)",
+    "target": "what the calibrators were fitted to (--target): correct (the matched flag at iou_match; headline "
+              "kept-set ECE) or iou (the IoU of the box's LaECE_0 match, 0 when none; headline kept-set LaECE_0)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
     "imgsz": "inference image size",

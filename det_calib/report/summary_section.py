@@ -63,7 +63,8 @@ def summary_section(page: Page, ctx: ReportContext) -> None:
 def answer_line(s: Subject) -> str:
     """The answer for one head, in one line: the deployed map, the ECE of the boxes kept at each
     ``--conf`` raw → calibrated against its sampling floor (the ECE a perfectly calibrated detector
-    scores on those boxes), and mAP50-95.
+    scores on those boxes) and their LaECE_0 raw → calibrated (both targets' figures; a ``--target
+    iou`` run gives LaECE_0 first), and mAP50-95.
 
     Runs that predate the operating-point figures give the all-box ECE instead, named as such.
     """
@@ -76,12 +77,16 @@ def answer_line(s: Subject) -> str:
     else:
         deployed = f"temperature T = {f3(t)} deployed" if t is not None else "no calibrator"
     parts = [f"{s.name}: {deployed}"]
+    iou = s.run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-        kept = f"ECE of the boxes kept at conf {fthr(o0.conf)}: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
+        ece = f"raw {f4(o0.ece)} → calibrated {f4(o1.ece)}"
         if o1.ece_floor is not None:
-            kept += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
-                                                                                   if o1.at_floor else "")
-        parts.append(kept)
+            ece += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
+                                                                                  if o1.at_floor else "")
+        la = f"raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}"
+        # the run's own target first (--target iou: LaECE_0), the other target's figure beside it
+        parts += ([f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)} (the target): {la}", f"ECE {ece}"] if iou
+                  else [f"ECE of the boxes kept at conf {fthr(o0.conf)}: {ece}", f"LaECE_0 {la}"])
     if not ev.operating_before:
         parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)} (this run records no kept-set ECE)")
     if ev.map_identical is True:
@@ -89,7 +94,7 @@ def answer_line(s: Subject) -> str:
     else:
         parts.append(f"mAP50-95 {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}"
                      + (" CHANGED" if ev.map_identical is False else ""))
-    if operating_point_worse(ev) is not None:
+    if operating_point_worse(ev, s.run.settings.target) is not None:
         parts.append("WORSE than the raw scores where decisions are made (below)")
     return "; ".join(parts) + "."
 
@@ -186,13 +191,20 @@ def _thresholds_of(cols: list[Subject]) -> list[float]:
 
 
 def _headline(cols: list[Subject], thresholds: list[float]) -> str:
+    """Both targets' kept-set figures, calibrated, run against run: ECE (``correct``) and LaECE_0 (``iou``),
+    the figure of the runs' own target first."""
     parts = []
+    figures = [("ece", "ECE"), ("laece0", "LaECE_0")]
+    if all(c.run.settings.target == "iou" for c in cols):
+        figures.reverse()
     for t in thresholds:
-        items = []
-        for c in cols:
-            o = op_at(head_eval(c.run, c.head).operating_after, t)
-            items.append((c.name, None if o is None else o.ece, None if o is None else o.ece_ci))
-        parts.append(separation_words(f"ECE of the boxes kept at conf {fthr(t)}, calibrated", items))
+        for key, name in figures:
+            items = []
+            for c in cols:
+                o = op_at(head_eval(c.run, c.head).operating_after, t)
+                items.append((c.name, None if o is None else getattr(o, key),
+                              None if o is None else getattr(o, f"{key}_ci")))
+            parts.append(separation_words(f"{name} of the boxes kept at conf {fthr(t)}, calibrated", items))
     if not parts:
         parts.append("No run records operating-point figures (kept-set ECE): rerun calibrate with this det_calib")
     return "; ".join(parts) + "."

@@ -1,7 +1,9 @@
 """The fit and operating-point steps of a calibration run: choose and fit a head's calibrator,
 and score calibrators where decisions are made (the boxes kept at each ``--conf``).
 
-- :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice
+- :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice, fitted to
+  the run's target (:func:`fit_labels`: the matched flag, or with ``--target iou`` the IoU of each box's
+  LaECE_0 match, a soft label carried by the :func:`fit_boxes` view)
 - :func:`~det_calib.record.run_result.calibrator_record` / :func:`~det_calib.record.run_result.calibrator_of`
   — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
 - :func:`temperature_fit`, :func:`candidates` — the classic temperature and ``auto``'s candidates
@@ -10,11 +12,13 @@ and score calibrators where decisions are made (the boxes kept at each ``--conf`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
@@ -24,7 +28,8 @@ from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.evaluation.operating import OperatingPoints
+from det_calib.errors import InputError
+from det_calib.evaluation.operating import OperatingPoints, iou_target
 from det_calib.metrics import calibration as metrics
 from det_calib.numeric import sigmoid
 from det_calib.record.run_result import (
@@ -39,7 +44,8 @@ from det_calib.selection.cross_validation import Selection, fit_calibrator, sele
 
 log = logging.getLogger(__name__)
 
-__all__ = ["choose_calibrator", "fit_head", "fit_result", "fit_temperature", "temperature_fit"]
+__all__ = ["choose_calibrator", "fit_boxes", "fit_head", "fit_labels", "fit_result", "fit_temperature",
+           "temperature_fit"]
 
 
 @dataclass
@@ -55,10 +61,11 @@ class Choice:
 
 def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, ...], criterion: str,
                       min_conf: float, n_folds: int, seed: int, n_repeats: int = 5,
-                      methods: tuple[str, ...] | None = None) -> Choice:
+                      methods: tuple[str, ...] | None = None, target: str = "correct") -> Choice:
     """Fit ``method`` on ``fit_boxes`` (not crowd-matched), or choose by CV with ``auto``
-    among ``methods`` (default the maps that keep every box's ranking,
-    :func:`~det_calib.calibrators.registry.global_methods`).
+    among ``methods`` (default the maps that keep every box's ranking and can be fitted to
+    ``target``, :func:`~det_calib.calibrators.registry.global_methods`), against the ``target``
+    labels (:func:`fit_labels`).
 
     One method: ``fit_boxes`` are already its fit range (above ``floors[0]``, by the caller's
     rule); ``floors[0]`` is recorded and shapes the map below it. ``auto`` applies each floor itself.
@@ -66,11 +73,14 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
     With ``auto`` every candidate's best version (its own fit floor, its CV shrinkage) is also
     refitted on the whole fit split, so the eval split can compare them all.
     """
-    z, y, k, g = fit_boxes.logit, fit_boxes.correct, fit_boxes.cls, fit_boxes.image_id
+    z, y, k, g = fit_boxes.logit, fit_labels(fit_boxes, target), fit_boxes.cls, fit_boxes.image_id
     if method != "auto":
+        if method not in registry.target_methods(target):
+            raise InputError(f"method {method!r} cannot be fitted to --target {target}: "
+                             f"{registry.excluded_methods(target)[method]}")
         cal = fit_calibrator(method, z, y, classes=k, groups=g, fit_min_conf=floors[0], seed=seed, in_range=True)
         return Choice(method, floors[0], cal)
-    methods = registry.global_methods() if methods is None else methods
+    methods = registry.global_methods(target) if methods is None else methods
     sel = select_calibrator(z, y, classes=k, groups=g, methods=methods, fit_min_confs=floors, min_conf=min_conf,
                             criterion=criterion, n_folds=n_folds, n_repeats=n_repeats, seed=seed)
     refits: dict[str, tuple[str, float, Any]] = {}
@@ -114,40 +124,68 @@ def _num(v: Any) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
-def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None) -> BoxView:
+TARGET = "target"
+"""The :attr:`~det_calib.data.box_view.BoxView.extra` column of a fit view that holds the IoU target."""
+
+
+def fit_boxes(boxes: pl.DataFrame, s: Settings, floor: float | None = None, gt: pl.DataFrame | None = None
+              ) -> BoxView:
     """The boxes a calibrator is fitted on: not crowd-matched, raw conf >= the fit floor
-    (``floor``, default the settings' single floor; ``--method auto`` applies its floors itself)."""
+    (``floor``, default the settings' single floor; ``--method auto`` applies its floors itself).
+
+    With ``--target iou`` the view carries each box's IoU target (``extra["target"]``,
+    :func:`~det_calib.evaluation.operating.iou_target` against ``gt``, the fit split's ground truth),
+    matched over every box of the head before the floor is applied (the matching is greedy by score)."""
     floors = s.fit_floors()
     f = floor if floor is not None else (floors[0] if len(floors) == 1 else 0.0)
-    view = BoxView.from_boxes(boxes, geometry=False)
+    if s.target == "iou":
+        if gt is None:
+            raise InputError("--target iou needs the fit split's ground truth to compute the IoU targets")
+        view = BoxView.from_boxes(boxes, geometry=True)
+        view = dataclasses.replace(view, extra={**view.extra, TARGET: iou_target(view, gt)})
+    else:
+        view = BoxView.from_boxes(boxes, geometry=False)
     return view.subset(view.conf >= f)
 
 
-def fit_head(boxes: pl.DataFrame, s: Settings) -> Choice:
-    """Fit (or, with ``auto``, choose by CV and fit) the calibrator of one head on its fit-split boxes."""
+def fit_labels(view: BoxView, target: str = "correct") -> np.ndarray:
+    """What a calibrator is fitted to: the matched flag (``correct``), or the IoU target (``iou``,
+    carried by a :func:`fit_boxes` view built for it)."""
+    if target == "iou":
+        if TARGET not in view.extra:
+            raise InputError("the fit view carries no IoU target: build it with fit_boxes(..., gt=) under --target iou")
+        return np.asarray(view.extra[TARGET], dtype=np.float64)
+    return view.correct
+
+
+def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -> Choice:
+    """Fit (or, with ``auto``, choose by CV and fit) the calibrator of one head on its fit-split boxes
+    (``gt``: the fit split's ground truth, which ``--target iou`` needs)."""
     floors = s.fit_floors()
     if s.method == "auto":
-        return choose_calibrator(fit_boxes(boxes, s, 0.0), method="auto", floors=floors, criterion=s.criterion,
+        pool = registry.target_methods(s.target) if s.per_class else registry.global_methods(s.target)
+        return choose_calibrator(fit_boxes(boxes, s, 0.0, gt), method="auto", floors=floors, criterion=s.criterion,
                                  min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
-                                 methods=registry.methods() if s.per_class else registry.global_methods())
+                                 methods=pool, target=s.target)
     if s.method == "temperature":
-        return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s)))
-    return choose_calibrator(fit_boxes(boxes, s), method=s.method, floors=floors[:1], criterion=s.criterion,
-                             min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed)
+        return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s, gt=gt), s.target))
+    return choose_calibrator(fit_boxes(boxes, s, gt=gt), method=s.method, floors=floors[:1], criterion=s.criterion,
+                             min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, target=s.target)
 
 
-def fit_temperature(boxes: BoxView) -> TemperatureScaler:
+def fit_temperature(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
-    whatever is deployed, and reported for comparison)."""
-    return TemperatureScaler(kind="sigmoid").fit(boxes.logit, boxes.correct)
+    whatever is deployed, and reported for comparison), against ``target``'s labels."""
+    return TemperatureScaler(kind="sigmoid").fit(boxes.logit, fit_labels(boxes, target))
 
 
 def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -> FitResult:
-    """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison."""
-    used = fit_boxes(boxes, s, choice.floor)
+    """The fit's record, with the fit split's own (in-sample) NLL, ECE and Brier for comparison (against
+    the matched flag, whatever the run's target)."""
+    used = fit_boxes(boxes, s, choice.floor, split.gt)
     zf, yf = used.logit, used.correct
     scaler = choice.calibrator
-    if choice.method == "temperature" and hasattr(scaler, "nll_before_"):
+    if choice.method == "temperature" and hasattr(scaler, "nll_before_") and s.target == "correct":
         t = float(scaler.temperature_)
         nll0, nll1, it = float(scaler.nll_before_), float(scaler.nll_after_), int(scaler.n_iter_)
         pf1 = sigmoid(zf / t)
@@ -165,11 +203,12 @@ def fit_result(boxes: pl.DataFrame, split: Split, choice: Choice, s: Settings) -
 
 
 def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingPoints, s: Settings,
-                    ev: EvalResult | None = None) -> TemperatureFit:
-    """The temperature fitted on every fit box (the classic method), whatever the head deploys,
-    with its kept-set figures on the eval split (those of the deployed map when it is that temperature)."""
+                    ev: EvalResult | None = None, gt: pl.DataFrame | None = None) -> TemperatureFit:
+    """The temperature fitted on every fit box (the classic method) to the run's target, whatever the
+    head deploys, with its kept-set figures on the eval split (those of the deployed map when it is
+    that temperature); ``gt``: the fit split's ground truth (``--target iou``)."""
     deployed = choice.method == "temperature" and choice.floor == 0.0
-    cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0))
+    cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
     if deployed and ev is not None:
         return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)
     scored = op.view.scored(cal)
@@ -179,7 +218,6 @@ def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingPoint
 
 def scored_candidates(choice: Choice, op: OperatingPoints) -> list:
     """The CV table of ``auto``; the best fit range of each method also scored on the eval split."""
-    import dataclasses
 
     out = []
     for c in candidates_of(choice):

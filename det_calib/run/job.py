@@ -147,7 +147,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
         fb, eb = (m if m is not None else match_split(raw, sp, inputs.matching, iou=s.iou, loc_iou=s.loc_iou)
                   for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
     with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
-        choice = fit_head(fb, s) if choice is None else choice
+        choice = fit_head(fb, s, fit.gt) if choice is None else choice
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
     log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
              f"; {choice.selection.reason}" if choice.selection else "")
@@ -159,7 +159,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
             result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                                 eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
                                 per_class=evaluated.per_class, candidates=scored_candidates(choice, op) or None,
-                                temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval))
+                                temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval, fit.gt))
         return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 
 

@@ -117,6 +117,10 @@ class Settings:
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
     method: str = _opt("auto", method_help, flag="--method", choices=calibration_methods)
     per_class: bool = _opt(False, per_class_help, flag="--per-class", switch=True)
+    target: str = _opt("correct", "what the calibrated conf means: correct (default: the probability that the box "
+                       "matches a ground truth at --iou) or iou (the expected IoU of the box with its ground truth, "
+                       "0 when it matches none: the target of LaECE_0, which becomes the run's headline); see "
+                       "docs/targets.md", flag="--target", choices=registry.TARGETS)
     fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
                                  "a raw conf floor; default all, and --method auto tries all and operating",
                                  flag="--fit-range")
@@ -178,6 +182,7 @@ class Settings:
         check_choice(self.method, calibration_methods(), "method")
         check_choice(self.match, MATCH_CHOICES, "match")
         check_choice(self.criterion, CRITERIA, "criterion")
+        check_choice(self.target, registry.TARGETS, "target")
         if int(self.cv_folds) < 2:
             raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
         if int(self.cv_repeats) < 1:
@@ -239,6 +244,7 @@ class Settings:
 RECORDED_AS: dict[str, str] = {
     "iou": "iou_match", "loc_iou": "loc_iou_match", "conf_floor": "conf_floor", "nms_iou": "nms_iou",
     "max_det": "max_det", "ece_bins": "ece_bins", "laece_bins": "laece_bins", "min_class_boxes": "min_class_boxes",
+    "target": "target",
 }
 
 

@@ -48,8 +48,9 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
     rec = h.calibrator
     if rec is None:
         return f"[{head}] no calibrator"
+    target = " to the IoU of each box's match (--target iou)" if st.target == "iou" else ""
     if rec.method == "none":
-        why = ("no calibrator beat them on held-out folds by more than one paired standard error"
+        why = (f"no calibrator fitted{target} beat them on held-out folds by more than one paired standard error"
                if h.candidates else "chosen by name")
         deployed = "the calibrated export" if export_format(model) else "calibrated.pt"
         return f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
@@ -67,7 +68,7 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
             reps = best.calibrator.params.get("n_repeats") or 1
             folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
             chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
-    return f"[{head}] {what}, fitted on {where}{chosen}"
+    return f"[{head}] {what}, fitted{target} on {where}{chosen}"
 
 
 def _left_lines(head: str, h: HeadResult, e: EvalResult) -> list[str]:
@@ -109,17 +110,18 @@ def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettin
     (``iou``: what the match compared, ``IoU`` or ``mask IoU``)."""
     lines = []
     for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
-        lines.append(
-            f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): "
-            f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
-            f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}; LaECE_0({st.laece_bins} bins) "
-            f"{_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> {_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
-        )
+        ece = (f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+               f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}")
+        laece = (f"LaECE_0({st.laece_bins} bins) {_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> "
+                 f"{_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}")
+        # the run's own target first (its headline), the other target's figure beside it
+        pair = f"{laece} (the target); {ece}" if st.target == "iou" else f"{ece}; {laece}"
+        lines.append(f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): {pair}")
         if o1.ece_floor is not None:
             lines.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
                          f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
                          + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
-    worse = operating_point_worse(e)
+    worse = operating_point_worse(e, st.target)
     if worse is not None:
         lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
                      + ("the eval split does not bear out what the fit split's held-out folds showed; deploy "

@@ -59,6 +59,7 @@ from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.fit_support import check_classes, group_folds
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.validation import check_choice, check_labels, check_logits
@@ -67,7 +68,9 @@ __all__ = [
     "Candidate",
     "Selection",
     "fit_calibrator",
+    "is_soft",
     "select_calibrator",
+    "soft_ece",
 ]
 
 log = logging.getLogger(__name__)
@@ -197,11 +200,33 @@ def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
     keep = p > min_conf
     if not keep.any():
         return math.nan
+    if is_soft(y):
+        return soft_ece(p[keep], y[keep], w[keep], n_bins=15)
     return float(_ece(p[keep], y[keep].astype(bool), n_bins=15, weights=w[keep]))
 
 
+def is_soft(y: np.ndarray) -> bool:
+    """Labels that are not all 0/1: soft labels (the IoU target)."""
+    return not np.isin(y, (0.0, 1.0)).all()
+
+
+def soft_ece(p: np.ndarray, y: np.ndarray, w: np.ndarray, *, n_bins: int = 15) -> float:
+    """ECE against soft labels: equal-width bins of ``p``, ``sum_m |sum w (p - y)| / sum w`` (the
+    binned gap LaECE takes per class, here over every box; with 0/1 labels it is the ECE)."""
+    idx = uniform_index(p, n_bins)
+    gap = np.bincount(idx, weights=w * (p - y), minlength=n_bins)
+    total = float(w.sum())
+    return float(np.abs(gap).sum() / total) if total > 0 else math.nan
+
+
 def _compress(z, y, k, folds, resolution):
-    """Round logits to ``resolution`` and pool identical (fold, class, logit, label) rows into weights."""
+    """Round logits to ``resolution`` and pool identical (fold, class, logit, label) rows into weights.
+
+    Soft labels are pooled by (fold, class, logit) into their mean label: the NLL, the fits (linear
+    in the label) and the soft ECE are unchanged; the Brier score drops the labels' variance within a
+    pooled row, the same for every candidate (their paired differences are unchanged)."""
+    if is_soft(y):
+        return _compress_soft(z, y, k, folds, resolution)
     q = np.round(z / resolution).astype(np.int64)
     q -= q.min()
     kk = np.zeros(z.shape[0], dtype=np.int64) if k is None else k
@@ -216,6 +241,20 @@ def _compress(z, y, k, folds, resolution):
     fc = rest // span_k
     zc = (qc + np.round(z / resolution).astype(np.int64).min()) * resolution
     return zc, yc, (None if k is None else kc), fc, counts.astype(np.float64)
+
+
+def _compress_soft(z, y, k, folds, resolution):
+    """:func:`_compress` of soft labels: identical (fold, class, logit) rows pooled, with their mean label."""
+    q = np.round(z / resolution).astype(np.int64)
+    q0 = int(q.min())
+    q -= q0
+    kk = np.zeros(z.shape[0], dtype=np.int64) if k is None else k
+    span_q, span_k = int(q.max()) + 1, int(kk.max()) + 1
+    uniq, inv, counts = np.unique((folds * span_k + kk) * span_q + q, return_inverse=True, return_counts=True)
+    yc = np.bincount(inv.ravel(), weights=y, minlength=uniq.size) / counts
+    qc, rest = uniq % span_q, uniq // span_q
+    zc = (qc + q0) * resolution
+    return zc, yc, (None if k is None else rest % span_k), rest // span_k, counts.astype(np.float64)
 
 
 def select_calibrator(
@@ -237,7 +276,8 @@ def select_calibrator(
 
     Args:
         logits: ``(n,)`` raw box logits of the fit split.
-        labels: ``(n,)`` bool or 0/1, 1 = correct box.
+        labels: ``(n,)`` bool or 0/1, 1 = correct box; or soft labels in [0, 1] (the IoU target:
+            the NLL is then the cross-entropy, the ECE the binned gap to the mean label).
         classes: ``(n,)`` predicted class ids (needed by the ``class-*`` methods; without them
             those methods are skipped).
         groups: ``(n,)`` image ids: the folds keep an image's boxes together. Without them the
@@ -336,7 +376,7 @@ def fit_calibrator(
 
     Args:
         method: One of the registry (:func:`~det_calib.calibrators.registry.methods`).
-        logits, labels: ``(n,)`` raw logits and 0/1 labels.
+        logits, labels: ``(n,)`` raw logits and 0/1 (or soft, in [0, 1]) labels.
         classes: ``(n,)`` class ids (required by the ``class-*`` methods).
         groups: ``(n,)`` image ids for the per-class shrinkage CV.
         fit_min_conf: Fit-range floor in [0, 1).

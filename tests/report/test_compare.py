@@ -108,6 +108,7 @@ def test_each_run_opens_with_the_answer_line_of_its_report(runs, three):
         assert kind == "lead" and line == (
             f"{m}:nms: {words}; ECE of the boxes kept at conf 0.25: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}, "
             f"sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)" if o1.at_floor else "")
+            + f"; LaECE_0 raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}"
             + f"; mAP50-95 {f4(hr.eval.map50_95_before)} unchanged."), line
         report = write_report(runs[m], out_dir=three / f"report_{m}")
         head_lines = summary_opening(report["html"].read_text())

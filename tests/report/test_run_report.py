@@ -729,11 +729,11 @@ def with_operating_figures(run: Path) -> dict:
         y, z = ev["correct"].to_numpy(), ev["logit"].to_numpy()
         cb, ca = ev["conf"].to_numpy(), calibrated_conf(z, calib["temperature"][head])
         ops = []
-        for conf in (cb, ca):
+        for j, conf in enumerate((cb, ca)):
             kept = conf > 0.25
             ops.append({"conf": 0.25, "boxes": int(kept.sum()), "correct": int(y[kept].sum()),
                         "ece": metrics.ece(conf[kept], y[kept], n_bins=15), "ece_floor": 0.031 + k / 100,
-                        "ece_floor_range": [0.012 + k / 100, 0.055 + k / 100]})
+                        "ece_floor_range": [0.012 + k / 100, 0.055 + k / 100], "laece0": 0.12 + k / 100 - j / 100})
         calib["eval"][head]["operating_before"], calib["eval"][head]["operating_after"] = [ops[0]], [ops[1]]
     (run / "calibration.json").write_text(json.dumps(calib))
     return calib
@@ -759,10 +759,11 @@ def test_each_head_opens_with_its_answer_then_its_reliability_diagram(tmp_path):
         t = calib["temperature"][head]
         assert line == (f"{head}: temperature T = {t:.3f} deployed; ECE of the boxes kept at conf 0.25: raw "
                         f"{f4(o0['ece'])} → calibrated {f4(o1['ece'])}, sampling floor {f4(o1['ece_floor'])} "
-                        f"[{f4(lo)}, {f4(hi)}]; mAP50-95 {f4(calib['eval'][head]['map50_95_before'])} unchanged"
+                        f"[{f4(lo)}, {f4(hi)}]; LaECE_0 raw {f4(o0['laece0'])} → calibrated {f4(o1['laece0'])}; "
+                        f"mAP50-95 {f4(calib['eval'][head]['map50_95_before'])} unchanged"
                         + ("; WORSE than the raw scores where decisions are made (below)" if worse[head] else "")
                         + "."), line
-        assert len(line.split()) <= 40  # one line, not a paragraph
+        assert len(line.split()) <= 48  # one line, not a paragraph
     first_table = html.index("<table")
     assert html.index('data-figure="reliability_e2e"') < first_table
     for definition in ("ECE floor: the kept-set ECE a perfectly calibrated detector", "Intervals: 95% image bootstrap"):
