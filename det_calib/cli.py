@@ -123,10 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val")
+ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val", "match")
 """``calibrate`` options that ``ensemble`` defines its own way (``--boxes``: an ensemble run's folder) or
-has not: members run one image per forward pass (``--batch``), and an ensemble is not one checkpoint
-that Ultralytics val could check (``--no-val``)."""
+has not: members run one image per forward pass (``--batch``), an ensemble is not one checkpoint
+that Ultralytics val could check (``--no-val``), and its fused boxes are matched by box IoU (``--match``:
+segment members are refused)."""
 
 
 def _ensemble_parser(sub: Any) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.record.checked_json import (
     leaf,
@@ -299,6 +300,8 @@ class CheckResult:
     created: str | None = None
     schema_version: int = CHECK_SCHEMA_VERSION
     timings: Timings | None = None
+    matching: MatchingRule | None = None
+    """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
 
     @property
     def exit_meaning(self) -> str:
@@ -327,6 +330,7 @@ class CheckResult:
             "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
             "shift_verdict": self.shift_verdict, "exit_code": self.exit_code,
             **({"timings": self.timings.to_dict()} if self.timings is not None else {}),
+            **({"matching": self.matching.to_dict()} if self.matching is not None else {}),
         }
 
     @classmethod
@@ -367,6 +371,7 @@ class CheckResult:
             det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
             created=read_text(d.get("created"), "created"),
             timings=Timings.from_dict(d.get("timings")),
+            matching=MatchingRule.from_dict(read_object(d.get("matching"), "matching")),
         )
 
     def write(self, path: str | Path) -> Path:

@@ -141,7 +141,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     if missing:
         raise InputError(f"the model {model_path} has no `{missing[0]}` head")
     inputs = Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
-                     st.imgsz or s.imgsz or 640)
+                     st.imgsz or s.imgsz or 640, matching=run.result.matching)  # new boxes labelled as the run's
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
 
 
@@ -254,11 +254,13 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     return {h: frames[0] for h, frames in captured.items()}
 
 
-def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, gt: pl.DataFrame | None) -> pl.DataFrame:
-    from det_calib.matching.one_to_one import match_boxes
+def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
+    """The new boxes matched to ``split``'s ground truth by the run's rule (box or mask IoU; None:
+    unlabelled, not matched), with the run's deployed conf in ``calibrated``."""
+    from det_calib.matching.rule import match_split
 
     s = job.settings
-    b = match_boxes(raw, gt, iou=s.iou, loc_iou=s.loc_iou) if gt is not None else raw
+    b = match_split(raw, split, job.inputs.matching, iou=s.iou, loc_iou=s.loc_iou) if split is not None else raw
     return with_calibrated(b, job.calibrators[head])
 
 
@@ -457,7 +459,8 @@ def _new_result(job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_b
                        model=job.model_text, reference_split=job.run.settings.eval_split,
                        conf=job.conf, alpha=alpha, min_boxes=min_boxes, heads=list(job.inputs.heads),
                        n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
-                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                       matching=job.inputs.matching if labelled else None)
 
 
 def _check_options(data: Any, images: Any, *, alpha: float, min_boxes: int, n_perm: int, limit: int | None
@@ -502,14 +505,29 @@ def _check_unlabelled(result: CheckResult, job: _Job, images: Path, limit: int |
 
 
 def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[Any, dict[str, pl.DataFrame]]:
-    from det_calib.data.ground_truth import load_split
-
-    sp = load_split(ds, split, limit=limit)
+    sp = _labelled_split(job, ds, split, limit)
     if sp.gt.filter(~pl.col("crowd")).height == 0:
         raise InputError(f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
                          "(label-free) instead")
     raw = _capture(job, sp)
-    return sp, {h: _with_calibrated(job, h, raw[h], sp.gt) for h in job.inputs.heads}
+    return sp, {h: _with_calibrated(job, h, raw[h], sp) for h in job.inputs.heads}
+
+
+def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
+    """The new labelled split; with its masks where the run matched by mask IoU, which the new labels
+    must then allow (the calibrator maps conf to the chance of a mask match)."""
+    from det_calib.data.ground_truth import load_split
+    from det_calib.data.segments import has_masks, load_segment_split
+
+    rule = job.inputs.matching
+    if rule is None or not rule.masks:
+        return load_split(ds, split, limit=limit)
+    sp = load_segment_split(ds, split, limit=limit)
+    if not has_masks(sp):
+        raise InputError(f"the run matched boxes by mask IoU, but split `{split}` of {ds.yaml_path} has ground "
+                         "truths without a mask (box-only labels): check it on polygon labels, or check a run "
+                         "calibrated with --match box")
+    return sp
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,

@@ -18,8 +18,8 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "fixture_data_yaml", "cache_dir",
-           "model_figures", "shifted_data_yaml"]
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "default_data_of",
+           "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
 def demo_root() -> Path:
@@ -38,6 +38,26 @@ def demo_root() -> Path:
 def demo_model() -> Path:
     """Path of the committed demo detector (YOLO26n trained on shapes)."""
     return demo_root() / "yolo26n_shapes.pt"
+
+
+def demo_segment_model() -> Path:
+    """Path of the committed demo segment model (YOLO26n-seg trained on the shapes demo's polygons)."""
+    return demo_root() / "yolo26n_shapes_seg.pt"
+
+
+def default_data_of(model: str | Path) -> Path | None:
+    """The demo data a demo model runs on when no data is given: the segment demo data
+    (:func:`~det_calib.demo.shapes_segments.demo_segment_data_yaml`, rendered on first use) for
+    the demo segment model; None for any other model (its data must be named)."""
+    try:
+        seg = demo_segment_model()
+    except InputError:  # no demo files beside the package
+        return None
+    if not (seg.is_file() and Path(model).is_file() and Path(model).resolve() == seg.resolve()):
+        return None
+    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+
+    return demo_segment_data_yaml()
 
 
 def cache_dir() -> Path:

@@ -233,9 +233,9 @@ def open_torch_member(spec: MemberSpec, heads: Sequence[str], *, conf: float, io
                       imgsz: int | None, device: str | None, workers: int) -> TorchMember:
     """Load a ``.pt`` (or ``.yaml``) member for capture; ``heads``: the heads it runs."""
     from det_calib.capture.parts import model_fingerprint
-    from det_calib.capture.predictor import Capturer, default_imgsz, load_detector
+    from det_calib.capture.predictor import Capturer, default_imgsz
 
-    yolo = load_detector(spec.path)
+    yolo = load_member_model(spec.path)
     size = imgsz or default_imgsz(yolo)
     if spec.scale != 1.0:
         size = max(32, int(round(size * spec.scale / 32)) * 32)
@@ -252,14 +252,30 @@ MEMBER_LOADERS: dict[str, Callable[..., Member]] = {".pt": open_torch_member, ".
 
 def member_heads(spec: MemberSpec) -> list[str]:
     """The heads a member's model has (loads it; a missing or bad file is an InputError)."""
-    from det_calib.capture.predictor import available_heads, load_detector
+    from det_calib.capture.predictor import available_heads
 
     if spec.path.suffix not in MEMBER_LOADERS:
         raise InputError(f"member {spec.path}: no loader for `{spec.path.suffix}` files "
                          f"(known: {', '.join(MEMBER_LOADERS)})")
     if spec.path.suffix == ".pt" and not spec.path.is_file():
         raise InputError(f"model file not found: {spec.path}")
-    return available_heads(load_detector(spec.path))
+    return available_heads(load_member_model(spec.path))
+
+
+def load_member_model(path: Path) -> Any:
+    """A member's detector (:func:`~det_calib.capture.predictor.load_detector`).
+
+    Raises:
+        InputError: A segment model: the ensemble fuses boxes, and a fused box has no mask of its own
+            (docs/segment.md says why the ensemble refuses rather than drops the masks).
+    """
+    from det_calib.capture.predictor import load_detector
+
+    yolo = load_detector(path)
+    if getattr(yolo, "task", None) == "segment":
+        raise InputError(f"member {path} is a segment model: det-calib ensemble fuses boxes and cannot fuse masks; "
+                         "calibrate a segment model on its own with `det-calib calibrate`")
+    return yolo
 
 
 def head_plan(specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: str) -> dict[str, list[str]]:

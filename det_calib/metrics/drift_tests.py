@@ -422,7 +422,7 @@ def _ks_per_labelling(conf: np.ndarray, pimg: np.ndarray, sides: np.ndarray) -> 
     has no box), and whether both sides have boxes."""
     order = np.argsort(conf, kind="stable")
     img_sorted = pimg[order]
-    last = np.r_[conf[order][1:] != conf[order][:-1], True]  # ends of runs of tied scores
+    last = np.r_[conf[order][1:] != conf[order][:-1], True][:conf.size]  # ends of runs of tied scores (none: no box)
     new_boxes = sides[:, img_sorted]  # (R, n) in sorted order
     n_new = new_boxes.sum(axis=1)
     n_ref = conf.size - n_new

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from det_calib.data.box_table import HEADS
+from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.record.calibrator_record import (  # noqa: F401  (the run's records, one import away)
     Calibrator,
@@ -354,6 +355,9 @@ class RunResult:
     only when there are some; the warnings name the first few)."""
     timings: Timings | None = None
     """Wall and CPU seconds per stage of the command that wrote the run (None in runs written before)."""
+    matching: MatchingRule | None = None
+    """How boxes were matched (box or mask IoU, and why); recorded for segment models, None for a
+    detector's run (box IoU)."""
 
     @property
     def temperatures(self) -> dict[str, float]:
@@ -415,6 +419,8 @@ class RunResult:
             out["ensemble"] = self.ensemble.to_dict()
         if self.timings is not None:
             out["timings"] = self.timings.to_dict()
+        if self.matching is not None:
+            out["matching"] = self.matching.to_dict()
         return out
 
     @classmethod
@@ -475,6 +481,7 @@ class RunResult:
             ensemble=_ensemble_from_dict(d.get("ensemble")),
             bad_labels=[str(x) for x in read_items(d.get("bad_labels"), "bad_labels")],
             timings=Timings.from_dict(d.get("timings")),
+            matching=MatchingRule.from_dict(read_object(d.get("matching"), "matching")),
         )
 
     def write(self, path: str | Path) -> Path:

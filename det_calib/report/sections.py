@@ -25,6 +25,7 @@ from .document import Heading
 from .engines_section import engines_section
 from .ensemble_section import ensemble_section
 from .map_section import map_section
+from .matching_section import matching_section
 from .page import Page
 from .per_class_section import per_class_section
 from .reliability_section import reliability_section
@@ -70,6 +71,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("Summary", summary_section),
     Section("Calibrators compared", calibrators_section, optional=True),
     Section("Engines", engines_section, optional=True),
+    Section("Matching", matching_section, pages=REPORT, optional=True),
     Section("Reliability", reliability_section),
     Section("Per-class calibration", per_class_section),
     Section("Reliability by size", size_section, optional=True),

@@ -58,6 +58,7 @@ SETTING_HELP = {
     "nms_iou": "IoU of non-maximum suppression (nms head)",
     "dece_bins": "D-ECE bins: confidence, then normalised centre x, centre y, width, height",
     "coco_gt": "COCO JSON ground truth (instead of YOLO txt labels)",
+    "matching": "a segment model's run: what the IoU compared (by: mask or box), --match, and why",
     "seconds": "run time of the calibration job",
 }
 

@@ -1,4 +1,5 @@
-"""The resolved inputs of a run: the detector, the dataset, the heads, the image size; the fit and eval splits.
+"""The resolved inputs of a run: the detector, the dataset, the heads, the image size; the fit and eval splits
+(with their ground-truth masks for a segment model).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from det_calib.data.ground_truth import (
     load_data_yaml,
     load_split,
 )
+from det_calib.data.matching_rule import MatchingRule
+from det_calib.data.segments import load_segment_split
 from det_calib.errors import InputError
 from det_calib.run.settings import Settings
 
@@ -63,6 +66,28 @@ class Inputs:
     ds: Dataset
     heads: list[str]
     imgsz: int
+    matching: MatchingRule | None = None
+    """How boxes are matched to the ground truth (:func:`~det_calib.matching.rule.choose_matching`, set
+    once the splits are read); None: box IoU."""
+
+    @property
+    def task(self) -> str:
+        """The model's Ultralytics task (``detect``, ``segment``)."""
+        return getattr(self.yolo, "task", None) or "detect"
+
+
+def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
+    """The model and data a run uses: both as given; neither: the embedded demo detector and its data;
+    the demo segment model alone: the segment demo data (:func:`det_calib.demo.default_data_of`)."""
+    from det_calib import demo
+
+    if model is None and data is None:
+        return demo.demo_model(), demo.demo_data_yaml()
+    if data is None:
+        data = demo.default_data_of(model)
+    if model is None or data is None:
+        raise InputError("give both `model` and `data`, or neither (to run on the embedded demo model and data)")
+    return Path(model), Path(data)
 
 
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
@@ -70,13 +95,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
 
-    if (model is None) != (data is None):
-        raise InputError("give both `model` and `data`, or neither (to run on the embedded demo model and data)")
-    if model is None:
-        from det_calib import demo
-
-        model, data = demo.demo_model(), demo.demo_data_yaml()
-    model, data = Path(model), Path(data)
+    model, data = default_inputs(model, data)
     exported = is_export(model)  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
     yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
@@ -89,16 +108,19 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     return Inputs(model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo)))
 
 
-def load_splits(ds: Dataset, s: Settings) -> tuple[Split, Split]:
-    """The fit and the eval split (see :func:`resolve_splits`)."""
+def load_splits(ds: Dataset, s: Settings, *, task: str = "detect") -> tuple[Split, Split]:
+    """The fit and the eval split (see :func:`resolve_splits`); for a ``segment`` model each with its
+    ground-truth masks (:func:`~det_calib.data.segments.load_segment_split`: YOLO polygons or COCO
+    ``segmentation``), unless ``--match box`` asks for none."""
     fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
+    load = load_segment_split if task == "segment" and s.match != "box" else load_split
     if halve:
-        whole = load_split(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
+        whole = load(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
         fit, ev = half_split(whole, seed=s.seed)
         log.info("fit and eval: image-level halves of `%s` (%d + %d images)", fit_name, len(fit.images), len(ev.images))
     else:
-        fit = load_split(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
-        ev = load_split(ds, eval_name, coco_gt=s.coco_gt, limit=s.limit)
+        fit = load(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
+        ev = load(ds, eval_name, coco_gt=s.coco_gt, limit=s.limit)
     for sp in (fit, ev):
         if sp.corrupt:
             log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))

@@ -6,7 +6,8 @@ function of its own module, for notebooks and other tools:
 
 - :class:`det_calib.capture.predictor.Capturer` — boxes and raw logits, exactly as single-image ``predict``
 - :func:`det_calib.run.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
-- :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching
+- :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching (by mask IoU
+  for a segment model on polygon labels: :func:`det_calib.matching.rule.match_split`)
 - :func:`det_calib.calibrators.temperature.fit_temperature` — the NLL-optimal temperature (the default method);
   :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
@@ -39,7 +40,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.errors import InputError
 from det_calib.io import check_output_dir
-from det_calib.matching.one_to_one import match_boxes
+from det_calib.matching.rule import choose_matching, match_split
 from det_calib.record.run_result import (
     HeadResult,
     RunResult,
@@ -55,7 +56,7 @@ from det_calib.run.fitting import (
     temperature_fit,
 )
 from det_calib.run.head_figures import evaluate_head, operating_points
-from det_calib.run.inputs import Inputs, load_splits, resolve_inputs
+from det_calib.run.inputs import Inputs, default_inputs, load_splits, resolve_inputs
 from det_calib.run.outputs import _gt_per_class, _write_outputs
 from det_calib.run.preflight import preflight
 from det_calib.run.settings import Settings, _settings_of
@@ -142,8 +143,8 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     and ``choice``: the calibrator already chosen on the fit table (``fit_head`` of it); what is
     given is not redone (the ensemble passes the fusion it chose, labelled and fitted once); a
     ``captured`` table may be None where ``matched`` gives it."""
-    with clock.stage("fit and choice"), stage("matching"):
-        fb, eb = (m if m is not None else match_boxes(raw, sp.gt, iou=s.iou, loc_iou=s.loc_iou)
+    with clock.stage("fit and choice"), stage("matching"):  # by box or mask IoU (inputs.matching)
+        fb, eb = (m if m is not None else match_split(raw, sp, inputs.matching, iou=s.iou, loc_iou=s.loc_iou)
                   for raw, sp, m in zip(captured, (fit, ev), matched, strict=True))
     with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
         choice = fit_head(fb, s, fit.gt) if choice is None else choice
@@ -182,15 +183,14 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
     no forward pass, before the first one)."""
     with stage("load model and data"):
         startup_imports()
-        if model is None and data is None:
-            from det_calib import demo
-
+        if data is None:
             with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
-                model, data = demo.demo_model(), demo.demo_data_yaml()
+                model, data = default_inputs(model, data)
         with clock.stage("model load"):
             inputs = resolve_inputs(model, data, s)
         with clock.stage("data check"):
-            fit, ev = load_splits(inputs.ds, s)
+            fit, ev = load_splits(inputs.ds, s, task=inputs.task)
+            inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev))
     with clock.stage("data check"):
         preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
                   n_classes=len(inputs.ds.names), settings=s)
@@ -247,6 +247,7 @@ def calibrate(
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
+        matching=inputs.matching if inputs.task == "segment" else None,  # a detector: box IoU, as ever
     )
     out = Path(out)
     with clock.stage("outputs"), stage("write outputs"), single_blas_thread():

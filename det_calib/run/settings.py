@@ -13,6 +13,7 @@ from typing import Any
 from det_calib.calibrators import registry
 from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
+from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import DECE_BINS
 from det_calib.evaluation.map_check import MAP_ENGINES
@@ -117,6 +118,8 @@ class Settings:
                             "head (nms=False); both; auto (default): every head the model has",
                             flag="--head", choices=HEAD_CHOICES)
     iou: float = _opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
+    match: str = _opt("auto", "what the IoU compares: auto (default: masks for a segment model on data with a mask "
+                      "for every ground truth, else boxes), mask, or box", flag="--match", choices=MATCH_CHOICES)
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
@@ -186,6 +189,7 @@ class Settings:
         if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
         check_choice(self.method, calibration_methods(), "method")
+        check_choice(self.match, MATCH_CHOICES, "match")
         check_choice(self.criterion, CRITERIA, "criterion")
         check_choice(self.target, registry.TARGETS, "target")
         if int(self.cv_folds) < 2:

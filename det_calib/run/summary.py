@@ -87,11 +87,13 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
+    if r.matching is not None:  # a segment model's run: which overlap made a box correct
+        lines.append(f"matched by {r.matching.words(st.iou_match)}")
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
         lines.append(calibrator_line(head, h, st, r.model))
-        lines += _operating_lines(head, h, e, st)
+        lines += _operating_lines(head, h, e, st, iou=("mask IoU" if r.matching and r.matching.masks else "IoU"))
         lines += _left_lines(head, h, e)
         lines += size_lines(head, h)
         lines += _temperature_lines(head, h)
@@ -104,11 +106,12 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     return "\n".join(lines)
 
 
-def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:
-    """The kept sets at each conf (the headline), and a warning when the calibrator made them worse."""
+def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU") -> list[str]:
+    """The kept sets at each conf (the headline), and a warning when the calibrator made them worse
+    (``iou``: what the match compared, ``IoU`` or ``mask IoU``)."""
     lines = []
     for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
-        ece = (f"ECE({st.ece_bins} bins, IoU {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+        ece = (f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
                f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}")
         laece = (f"LaECE_0({st.laece_bins} bins) {_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> "
                  f"{_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}")

@@ -160,3 +160,11 @@ def test_shift_tests_class_mix_is_the_contingency_chi2():
     ref = stats.chi2_contingency(table, correction=False).statistic
     assert s.n_perm == 999 and s.class_chi2 == pytest.approx(ref, rel=1e-12)
     assert s.per_image == pytest.approx(120 / 20 - 150 / 30, abs=1e-12)
+
+
+def test_shift_tests_with_no_kept_box_on_either_side():
+    """No kept box then or now (a head that keeps nothing at the conf): statistics undefined, none raises."""
+    e = np.zeros(0)
+    s = drift.shift_tests(e, e.astype(int), e.astype(int), 5, e, e.astype(int), e.astype(int), 4, n_classes=3, n_perm=9)
+    assert (s.ks, s.ks_p, s.class_chi2, s.class_chi2_p) == (None, None, None, None)
+    assert (s.per_image, s.per_image_p) == (0.0, 1.0)

@@ -1,0 +1,174 @@
+"""The Matching section of a segment model's run: which overlap made a box correct (box or mask IoU),
+in words, and a picture of a few eval images with their matched and unmatched masks.
+
+Written for runs that record a matching rule (``calibration.json``'s ``matching``: a segment
+model's run); a detector's report has no such section. The picture reads the eval split's images
+and ground-truth masks again from the run's data (only the images it shows), and the kept boxes'
+masks from ``boxes.parquet`` (the ``segm`` column the capture of a segment model writes).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from det_calib.data.box_view import kept_mask, usable_rows
+from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, list_images, load_data_yaml
+from det_calib.data.matching_rule import MatchingRule
+from det_calib.data.segments import SEGM_COLUMN, load_segment_split
+from det_calib.errors import InputError
+from det_calib.record.run_folder import Run
+
+from .context import ReportContext
+from .document import Heading, Para
+from .mask_plots import MaskPanel, mask_examples_figure
+from .page import Page
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MAX_IMAGES", "example_images", "matching_section", "matching_words"]
+
+MAX_IMAGES = 4
+"""Images the picture shows at most."""
+
+
+def matching_words(rule: MatchingRule, iou: float) -> str:
+    """The matching rule of a run in words (the section's first paragraph)."""
+    if rule.masks:
+        return (f"A box counts as correct when its mask overlaps a ground-truth mask of the same class with "
+                f"IoU >= {iou:g}, each ground truth taken at most once, boxes in descending conf (COCO's `segm` "
+                "protocol, as pycocotools evaluates instance masks; crowd regions absorb the boxes on them, "
+                "which are then left out). A box's mask is the one the model predicts for it, at the image's "
+                "size; the ground-truth masks are the label polygons (or COCO segmentations) rasterised by "
+                f"pycocotools. Why mask IoU: {rule.reason} (--match {rule.option}). Every figure of this report "
+                "(ECE, reliability, thresholds) counts correct boxes this way.")
+    return (f"A box counts as correct when its box overlaps a ground-truth box of the same class with IoU >= "
+            f"{iou:g}, each ground truth taken at most once, boxes in descending conf (COCO's `bbox` protocol); "
+            f"the masks of the model's boxes are not compared. Why box IoU: {rule.reason} (--match {rule.option}).")
+
+
+def matching_section(page: Page, ctx: ReportContext) -> None:
+    """The Matching section: the rule in words; the picture of a few eval images (the first head's boxes
+    kept at the lowest --conf by the deployed scores)."""
+    rule = ctx.run.result.matching
+    if rule is None:
+        return
+    page.add(Heading(2, "Matching", "matching"), Para(matching_words(rule, ctx.run.settings.iou_match)))
+    s = ctx.subjects[0]
+    conf = s.low if s.low is not None else 0.25
+    try:
+        panels = example_panels(ctx.run, s.head, conf)
+    except (InputError, OSError) as e:  # the data moved since the run, or a label changed
+        page.add(Para(f"(The picture of matched masks is not drawn: {e}.)"))
+        return
+    if not panels:
+        page.add(Para(f"(No picture: no box of the {s.head} head with a mask is kept at conf {conf:g}.)"))
+        return
+    how = "mask" if rule.masks else "box"
+    page.fig(f"matching_{s.head}", mask_examples_figure(panels),
+             f"{len(panels)} eval images, {s.head} head: the masks of the boxes kept at conf {conf:g} (deployed "
+             f"scores), green where the box is correct by {how} IoU >= {ctx.run.settings.iou_match:g}, red where "
+             "it is not; ground-truth masks outlined in white (a ground truth with no green mask on it was missed)",
+             f"Eval images with kept masks coloured by whether they matched a ground truth by {how} IoU")
+
+
+def _kept(run: Run, head: str, conf: float) -> pl.DataFrame:
+    """The head's eval boxes that the figures count (crowd-matched ones left out), kept at ``conf`` under the
+    deployed scores (``calibrated``, else raw)."""
+    b = run.boxes
+    if SEGM_COLUMN not in b.columns:
+        return b.clear()
+    b = usable_rows(b, head=head, split=run.eval_split(head)).filter(pl.col(SEGM_COLUMN).is_not_null())
+    return b.filter(kept_mask(b["calibrated" if "calibrated" in b.columns else "conf"].to_numpy(), conf))
+
+
+def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
+    """Up to ``n`` image names, in image order: first those with both a matched and an unmatched kept
+    box, then those with any kept box.
+
+    >>> t = pl.DataFrame({"image": ["a", "a", "b", "c", "c"], "image_id": [0, 0, 1, 2, 2],
+    ...                   "correct": [True, False, True, True, False]})
+    >>> example_images(t, 2), example_images(t, 3)
+    (['a', 'c'], ['a', 'c', 'b'])
+    """
+    per = (kept.group_by("image_id", maintain_order=True)
+           .agg(pl.col("image").first(), pl.col("correct").any().alias("hit"), (~pl.col("correct")).any().alias("miss"))
+           .sort("image_id"))
+    both = per.filter(pl.col("hit") & pl.col("miss"))["image"].to_list()
+    rest = per.filter(~(pl.col("hit") & pl.col("miss")))["image"].to_list()
+    return (both + rest)[:n]
+
+
+def _ground_truth(run: Run, split: str, names: list[str]):
+    """The eval split read again with its masks, far enough to hold ``names`` (a half split: its whole
+    split). Returns the split and each name's image id in it."""
+    ds = load_data_yaml(run.result.data)
+    base = split.removesuffix(EVAL_HALF).removesuffix(FIT_HALF)
+    if base not in ds.splits:
+        raise InputError(f"split `{base}` is no longer in {run.result.data}")
+    sources = ds.splits[base]
+    root = sources[0] if len(sources) == 1 and sources[0].is_dir() else ds.root
+    listed = {str(_relative(p, root)): i for i, p in enumerate(list_images(sources, split=base))}
+    missing = [n for n in names if n not in listed]
+    if missing:
+        raise InputError(f"image {missing[0]} is no longer in split `{base}`")
+    with warnings.catch_warnings():  # the run warned about its data already
+        warnings.simplefilter("ignore")
+        sp = load_segment_split(ds, base, coco_gt=run.settings.coco_gt, limit=max(listed[n] for n in names) + 1)
+    ids = {n: i for i, n in enumerate(sp.image_names())}
+    return sp, ids
+
+
+def _relative(p: Path, root: Path) -> Path:
+    try:
+        return p.relative_to(root)
+    except ValueError:
+        return p
+
+
+def example_panels(run: Run, head: str, conf: float) -> list[MaskPanel]:
+    """The picture's panels: up to :data:`MAX_IMAGES` eval images (:func:`example_images`) with their
+    ground-truth masks and kept masks."""
+    kept = _kept(run, head, conf)
+    names = example_images(kept)
+    if not names:
+        return []
+    sp, ids = _ground_truth(run, run.eval_split(head) or "", names)
+    return [_panel(run, sp, ids[n], kept.filter(pl.col("image") == n), n) for n in names if n in ids]
+
+
+def _decode(counts: bytes, w: int, h: int) -> np.ndarray:
+    from pycocotools import mask as mask_utils
+
+    with warnings.catch_warnings():  # pycocotools' decode under numpy 2 warns of its own array protocol
+        warnings.filterwarnings("ignore", message=".*copy keyword", category=DeprecationWarning)
+        return mask_utils.decode({"size": [h, w], "counts": counts})
+
+
+def _panel(run: Run, sp, image_id: int, rows: pl.DataFrame, name: str) -> MaskPanel:
+    import cv2  # Ultralytics' own image reader (same orientation as the capture)
+
+    w, h = (int(v) for v in sp.sizes[image_id])
+    im = cv2.imread(str(sp.images[image_id]), cv2.IMREAD_COLOR)
+    if im is None:
+        raise InputError(f"cannot read image {sp.images[image_id]}")
+    g = sp.gt.filter(pl.col("image_id") == image_id)
+    gt = [_decode(c, w, h) for c in g[SEGM_COLUMN].to_list() if c is not None]
+    gt_boxes = [tuple(r[:4]) for r in g.select("x1", "y1", "x2", "y2", SEGM_COLUMN).iter_rows() if r[4] is None]
+    rows = rows.sort("conf")  # the most confident on top
+    state = ["matched" if ok else "unmatched" for ok in rows["correct"].to_list()]
+    score = rows["calibrated"] if "calibrated" in rows.columns else rows["conf"]
+    labels = [f"{run.class_name(int(c))} {s:.2f}" for c, s in zip(rows["cls"].to_list(), score.to_list())]
+    n_ok = state.count("matched")
+    return MaskPanel(
+        title=f"{Path(name).name}: {n_ok} matched, {len(state) - n_ok} not",
+        image=cv2.cvtColor(im, cv2.COLOR_BGR2RGB),
+        gt=np.stack(gt) if gt else np.zeros((0, h, w), np.uint8),
+        masks=np.stack([_decode(c, w, h) for c in rows[SEGM_COLUMN].to_list()]),
+        state=state, labels=labels, corners=list(zip(rows["x1"].to_list(), rows["y1"].to_list())),
+        gt_boxes=gt_boxes,
+    )
