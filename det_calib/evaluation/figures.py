@@ -242,7 +242,12 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
     with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
-        map_result = map_check(boxes, split, calibrator, s)
+        if "segm" in boxes.columns:  # a segment model's boxes: box and mask mAP
+            from det_calib.evaluation.mask_map import segment_map_check
+
+            map_result = segment_map_check(boxes, split, calibrator, s)
+        else:
+            map_result = map_check(boxes, split, calibrator, s)
     op = operating or operating_points(boxes, split, s)
     raw = op.view
     scored = raw.scored(calibrator)

@@ -207,6 +207,13 @@ class EvalResult:
     map50_before: float | None = leaf()
     map50_after: float | None = leaf()
     map_identical: bool | None = leaf(kind=bool)
+    mask_map50_95_before: float | None = leaf()
+    mask_map50_95_after: float | None = leaf()
+    mask_map50_before: float | None = leaf()
+    mask_map50_after: float | None = leaf()
+    mask_map_identical: bool | None = leaf(kind=bool)
+    """Mask mAP by pycocotools ``segm`` of a segment model's boxes, raw and calibrated scores (None: a
+    detector, or box-only labels; the keys are written only where measured)."""
     map_engine: str | None = leaf(kind=str)
     """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`) or ``pycocotools``
     (None in runs written before the choice existed: pycocotools)."""
@@ -228,6 +235,9 @@ class EvalResult:
             out["operating_after"] = [o.to_dict() for o in self.operating_after]
         out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
                                          "map_identical")})
+        if self.mask_map50_95_before is not None:
+            out.update({k: leaf[k] for k in ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before",
+                                             "mask_map50_after", "mask_map_identical")})
         if self.map_engine is not None:
             out["map_engine"] = self.map_engine
         if self.kept_gaps:

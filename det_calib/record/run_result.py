@@ -95,6 +95,12 @@ class ValMap:
     conf: float | None = leaf()
     map50_95: float | None = leaf()
     map50: float | None = leaf()
+    mask_map50_95: float | None = leaf()
+    """Mask mAP of a segment model's val (None: a detector, or not asked for; not written then)."""
+    mask_map50: float | None = leaf()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in leaf_dict(self).items() if v is not None or not k.startswith("mask_")}
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ class ValCheck:
         out: dict[str, Any] = {"split": self.split}
         for k in ("original", "calibrated", "calibrated_equivalent_floor"):
             v = getattr(self, k)
-            out[k] = None if v is None else leaf_dict(v)
+            out[k] = None if v is None else v.to_dict()
         if self.identical_at_equivalent_floor is not None:
             out["identical_at_equivalent_floor"] = self.identical_at_equivalent_floor
         if self.completed is False:

@@ -43,19 +43,40 @@ def map_section(page: Page, ctx: ReportContext) -> None:
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
                 caption=f"COCO mAP scored by {engine_label(head_eval(run, run.heads[0]).map_engine)}, evaluation split",
                 css="map-coco"))
+    _mask_map_table(b, run)
     _ultralytics_val_table(b, run)
     _detection_change_table(b, run)
 
 
+def _mask_map_table(b: Page, run: Run) -> None:
+    """A segment model's mask mAP (pycocotools segm on the same boxes' masks), raw and calibrated scores."""
+    rows = []
+    for h in run.heads:
+        ev = head_eval(run, h)
+        if ev.mask_map50_95_before is None:
+            continue
+        ident = ev.mask_map_identical
+        rows.append([h, f4(ev.mask_map50_95_before), f4(ev.mask_map50_95_after), f4(ev.mask_map50_before),
+                     f4(ev.mask_map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
+    if rows:
+        b.add(Table(["Head", "mask mAP50-95 raw", "mask mAP50-95 calibrated", "mask mAP50 raw",
+                     "mask mAP50 calibrated", "Identical"], rows,
+                    caption="Mask mAP by pycocotools segm on the same boxes' masks, evaluation split",
+                    css="map-coco-mask"))
+
+
 def _ultralytics_val_table(b: Page, run: Run) -> None:
     urows, notes = [], []
+    vals = [run.head(h).ultralytics_val for h in run.heads]
+    masks = any(uv is not None and uv.original is not None and uv.original.mask_map50_95 is not None for uv in vals)
+    na = ["n/a", "n/a"] if masks else []
     for h in run.heads:
         uv = run.head(h).ultralytics_val
         if uv is None:
-            urows.append([h, "n/a (not run)", "n/a", "n/a", "n/a", ""])
+            urows.append([h, "n/a (not run)", "n/a", "n/a", "n/a", *na, ""])
             continue
         if uv.completed is False:  # a timed-out pass: no mAP is shown, changed or unchanged
-            urows.append([h, "not completed", "n/a", "n/a", "n/a", ""])
+            urows.append([h, "not completed", "n/a", "n/a", "n/a", *na, ""])
             notes.append(f"{h}: {uv.note}")
             continue
         same = uv.identical_at_equivalent_floor
@@ -67,11 +88,13 @@ def _ultralytics_val_table(b: Page, run: Run) -> None:
             mark = ""
             if key == "calibrated_equivalent_floor" and same is not None:
                 mark = "yes" if same else "NO"
-            urows.append([h, label, fthr(e and e.conf), f4(e and e.map50_95), f4(e and e.map50), mark])
+            urows.append([h, label, fthr(e and e.conf), f4(e and e.map50_95), f4(e and e.map50),
+                          *([f4(e and e.mask_map50_95), f4(e and e.mask_map50)] if masks else []), mark])
         if uv.note:
             notes.append(f"{h}: {uv.note}")
     first = run.head(run.heads[0]).ultralytics_val
-    b.add(Table(["Head", "Run", "Conf floor", "mAP50-95", "mAP50", "Same as original"], urows,
+    b.add(Table(["Head", "Run", "Conf floor", "mAP50-95", "mAP50", *(["mask mAP50-95", "mask mAP50"] if masks else []),
+                 "Same as original"], urows,
                 caption="Ultralytics val" + (f", split {first.split}" if first is not None and first.split else ""),
                 css="map-ultralytics"))
     for n in notes:

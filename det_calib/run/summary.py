@@ -155,6 +155,11 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) ->
         f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
         f"scored by {engine_label(e.map_engine)})",
     ]
+    if e.mask_map50_95_before is not None:
+        lines.append(f"[{head}] mask mAP50-95 {_f(e.mask_map50_95_before, '.4f')} -> "
+                     f"{_f(e.mask_map50_95_after, '.4f')}, mAP50 {_f(e.mask_map50_before, '.4f')} -> "
+                     f"{_f(e.mask_map50_after, '.4f')} ({'identical' if e.mask_map_identical else 'DIFFERENT'}; "
+                     "pycocotools segm on the same boxes' masks)")
     uv = h.ultralytics_val
     if uv is not None and uv.completed is False:
         lines.append(f"[{head}] Ultralytics val {uv.note}")
@@ -166,6 +171,10 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) ->
                f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
                "(a per-class map folded into the model)")
         )
+        if uv.original.mask_map50_95 is not None:
+            cal = eq if eq is not None else uv.calibrated
+            lines.append(f"[{head}] Ultralytics val mask mAP50-95 original {_f(uv.original.mask_map50_95, '.4f')}, "
+                         f"calibrated model {_f(cal.mask_map50_95 if cal else None, '.4f')}")
     dc = h.detection_change
     if dc is not None:
         lines.append(

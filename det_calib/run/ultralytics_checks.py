@@ -113,7 +113,8 @@ def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str
                  " + ".join(f"{h} head" for h in inputs.heads))
         try:
             figures = ultralytics_val_heads(inputs.model, ckpt, yml, split="val", confs=confs, imgsz=inputs.imgsz,
-                                            batch=VAL_BATCH, device=s.device)
+                                            batch=VAL_BATCH, device=s.device,
+                                            masks=inputs.matching is not None and inputs.matching.masks)
         except ValIncomplete as e:
             log.warning("Ultralytics val not completed: %s", e)
             return {h: ValCheck(split=ev.name, completed=False, note=f"not completed: {e}") for h in inputs.heads}
@@ -176,9 +177,8 @@ def _check_of(split: str, record: Calibrator, s: Settings, r0: dict[str, float],
         return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
                         note=note)
     r2 = r1
-    same = math.isclose(r0["map50_95"], r2["map50_95"], abs_tol=1e-6) and math.isclose(
-        r0["map50"], r2["map50"], abs_tol=1e-6
-    )
+    same = all(math.isclose(r0[k], r2[k], abs_tol=1e-6) for k in ("map50_95", "map50", "mask_map50_95", "mask_map50")
+               if r0.get(k) is not None)
     lower = floor < s.conf_floor
     what = f"T={record.temperature:.3f}" if record.method == "temperature" else f"the {record.method} map"
     note = (
