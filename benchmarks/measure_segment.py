@@ -212,7 +212,8 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=Path("runs/measure_segment"), help="folder of the run folders")
     ap.add_argument("--match", choices=("mask", "box"), help="match the deployed boxes by this (default: the run's)")
     ap.add_argument("--rerun", action="store_true", help="calibrate again even where a finished run is found")
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/segment_deployed_ece.md")
+    ap.add_argument("--doc", action="store_true",
+                    help="write docs/generated/segment_deployed_ece.md (segment_deployed_ece_box.md with --match box)")
     ap.add_argument("calibrate_args", nargs="*", help="after --: more options of det-calib calibrate")
     args = ap.parse_args()
     cases = []
@@ -229,7 +230,7 @@ def main() -> None:
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("segment_deployed_ece", body)
+        write_doc_table("segment_deployed_ece" + ("_box" if args.match == "box" else ""), body)
 
 
 if __name__ == "__main__":
