@@ -130,10 +130,10 @@ def shapes_task_model(folder, demo_model, task: str):
 
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
-def test_shapes_task_model_equals_predict_and_parts_carry_payload(task, tmp_path, demo_model_path, fixture_yaml,
+def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, tmp_path, demo_model_path, fixture_yaml,
                                                                   fixture_images):
-    """The demo detector's layers: confident boxes; shards (some empty) read back as the
-    single-process capture, payload included, and so does the box table's reader."""
+    """The demo detector's layers: confident boxes; shards (some empty) and Ray parts read back as
+    the single-process capture, payload included, and so does the box table's reader."""
     from ultralytics import YOLO
 
     from det_calib.capture.parts import capture_to_parts, read_parts
@@ -156,6 +156,16 @@ def test_shapes_task_model_equals_predict_and_parts_carry_payload(task, tmp_path
     assert shards.drop("image").equals(direct.drop("image"))
     shards.write_parquet(tmp_path / "boxes.parquet")
     assert read_boxes(tmp_path / "boxes.parquet", matched=False).equals(shards)
+
+    ray = pytest.importorskip("ray")
+    from det_calib.capture.ray_capture import capture_ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        capture_ray(model, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2, imgsz=320)
+    finally:
+        ray.shutdown()
+    assert read_parts(tmp_path / "ray", expect_model=model).equals(shards)
 
 
 @pytest.mark.fast
