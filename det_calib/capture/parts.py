@@ -343,7 +343,7 @@ def capture_to_parts(
     else:
         from det_calib.data.box_table import capture_schema
 
-        df = pl.DataFrame(schema=capture_schema(segment=getattr(cap, "task", "detect") == "segment"))
+        df = pl.DataFrame(schema=capture_schema(task=getattr(cap, "task", "detect")))
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
     path = write_part(df, Path(out_dir) / name, meta=meta)
     log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)

@@ -39,7 +39,8 @@ import torch
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead  # noqa: F401
 from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, SEGM_COLUMN, Head, capture_schema
+from det_calib.capture.task_payload import CAPTURE_TASKS, nms_task_args, obb_boxes, pose_boxes, task_kpt_shape
+from det_calib.data.box_table import HEADS, KPTS_COLUMN, PAYLOAD_SCHEMA, SEGM_COLUMN, TASK_PAYLOAD, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.validation import check_choice
 
@@ -54,7 +55,8 @@ a slow or busy CPU the boxes, and any mAP computed from them, would depend on th
 
 TASKS = ("detect", "segment")
 """The Ultralytics tasks det_calib calibrates: detectors, and segment models (detectors whose boxes
-carry a mask). Pose and OBB models are refused."""
+carry a mask). Pose and OBB models are captured (:data:`CAPTURE_TASKS`, their keypoints and rotated
+boxes beside the logits) but the calibration run refuses them."""
 
 
 class ImageBoxes(NamedTuple):
@@ -66,6 +68,7 @@ class ImageBoxes(NamedTuple):
     logit: np.ndarray  # (n,) logit of cls
     logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
     segm: list[bytes] | None = None  # RLE counts of each box's mask (segment models), else None
+    extra: np.ndarray | None = None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
 
 
 def nms_max_time_img(time_limit: float, batch: int) -> float:
@@ -78,17 +81,19 @@ def nms_max_time_img(time_limit: float, batch: int) -> float:
     return (time_limit - 2.0) / max(int(batch), 1)
 
 
-def load_detector(model):
+def load_detector(model, *, tasks: Sequence[str] = TASKS):
     """Load an Ultralytics detector and check that it is one.
 
     Args:
         model: Path to a ``.pt`` file, or an ``ultralytics.YOLO`` instance.
+        tasks: The model tasks accepted: :data:`TASKS` (what a calibration run takes) by default;
+            the capture passes :data:`CAPTURE_TASKS`.
 
     Returns:
         The ``ultralytics.YOLO`` model.
 
     Raises:
-        InputError: Missing or unreadable file, or a model whose task is not ``detect``.
+        InputError: Missing or unreadable file, or a model whose task is not in ``tasks``.
     """
     from ultralytics import YOLO
 
@@ -104,7 +109,7 @@ def load_detector(model):
             yolo = YOLO(str(path))
         except Exception as e:
             raise InputError(f"cannot load model {path}: {first_line(e)}") from None
-    check_task(getattr(yolo, "task", None))
+    check_task(getattr(yolo, "task", None), tasks)
     if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
         raise InputError("only PyTorch (.pt) models can be captured: exported formats have no raw logits")
     if not available_heads(yolo):
@@ -115,10 +120,12 @@ def load_detector(model):
     return yolo
 
 
-def check_task(task: str | None) -> None:
-    """Raise a one-line :class:`InputError` unless ``task`` is one det_calib calibrates (:data:`TASKS`)."""
-    if task not in TASKS:
-        raise InputError(f"model task is `{task}`: det_calib calibrates {' and '.join(TASKS)} models")
+def check_task(task: str | None, tasks: Sequence[str] = TASKS) -> None:
+    """Raise a one-line :class:`InputError` unless ``task`` is in ``tasks``: by default one det_calib
+    calibrates (:data:`TASKS`); :data:`CAPTURE_TASKS` for what it captures."""
+    if task not in tasks:
+        verb = "calibrates" if tuple(tasks) == TASKS else "captures"
+        raise InputError(f"model task is `{task}`: det_calib {verb} {', '.join(tasks[:-1])} and {tasks[-1]} models")
 
 
 def detect_head(yolo) -> torch.nn.Module:
@@ -253,7 +260,7 @@ class Capturer:
         from ultralytics.utils.torch_utils import select_device
 
         opts = self.options = CaptureOptions.of(options, **kw)
-        yolo = load_detector(model)
+        yolo = load_detector(model, tasks=CAPTURE_TASKS)
         self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)
@@ -261,6 +268,7 @@ class Capturer:
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
+        self.kpt_shape = task_kpt_shape(detect_head(yolo), self.task)  # (K, ndim) of a pose model
         try:
             self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
@@ -389,7 +397,7 @@ class Capturer:
     @torch.inference_mode()
     def _run(self, backend, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
         """One forward pass of ``backend`` over same-shape letterboxed images; every head decoded from it."""
-        from ultralytics.utils import nms, ops
+        from ultralytics.utils import nms
 
         positions = [p for p, _ in group]
         # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
@@ -411,9 +419,10 @@ class Capturer:
                     y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
                 finally:
                     head.end2end = not e2e
-            # as the predictor: nc=0 for a detector; a segment model's mask coefficients ride along as det[:, 6:]
+            # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
+            # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
             dets, keep = nms.non_max_suppression(
-                y, self.conf, self.iou, None, False, max_det=self.max_det, nc=0 if protos is None else self.nc,
+                y, self.conf, self.iou, None, False, max_det=self.max_det, **nms_task_args(self.task, self.nc),
                 end2end=e2e, return_idxs=True,
                 max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
             )
@@ -422,23 +431,43 @@ class Capturer:
                 _, _, anchor_of_row = head.get_topk_index(scores.sigmoid().permute(0, 2, 1), head.max_det)
             for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
                 k = k.long().view(-1)
-                anchors = anchor_of_row[b, k] if e2e else k
                 w, hh = sizes[pos]
-                xyxy = ops.scale_boxes(x.shape[2:], det[:, :4], (int(hh), int(w)))  # in place, as the predictor
-                segm = None
-                if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
-                    filled, segm = kept_mask_rles(protos[b], det[:, 6:], xyxy, (int(hh), int(w)))
-                    kept = torch.from_numpy(filled).to(det.device)
-                    det, anchors, xyxy = det[kept], anchors[kept], xyxy[kept]
-                cls = det[:, 5].cpu().numpy().astype(np.int32)
-                lg = scores[b][:, anchors].T.float().cpu().numpy()  # (n, nc)
-                z = lg[np.arange(len(cls)), cls]
-                out[h][pos] = ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z,
-                                         lg if self.all_logits else None, segm)
+                out[h][pos] = self._image_boxes(det, anchor_of_row[b, k] if e2e else k, scores[b],
+                                                None if protos is None else protos[b], x.shape[2:], (int(hh), int(w)))
+
+    def _image_boxes(self, det: torch.Tensor, anchors: torch.Tensor, scores: torch.Tensor, protos,
+                     lb_shape, im_shape: tuple[int, int]) -> ImageBoxes:
+        """One image's kept rows ``det`` (their ``anchors``; the head's pre-sigmoid ``scores`` (nc,
+        anchors)) in the image of shape ``im_shape`` (h, w), as the task's predictor returns them."""
+        from ultralytics.utils import ops
+
+        segm = extra = None
+        if self.task == "obb":  # xywh + angle: the axis-aligned hull in the box columns
+            xyxy, extra = obb_boxes(det, lb_shape, im_shape)
+        elif self.task == "pose":
+            xyxy, extra = pose_boxes(det, lb_shape, im_shape, self.kpt_shape)
+        else:
+            xyxy = ops.scale_boxes(lb_shape, det[:, :4], im_shape)  # in place, as the predictor
+        if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
+            filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
+            kept = torch.from_numpy(filled).to(det.device)
+            det, anchors, xyxy = det[kept], anchors[kept], xyxy[kept]
+        cls = det[:, 5].cpu().numpy().astype(np.int32)
+        lg = scores[:, anchors].T.float().cpu().numpy()  # (n, nc)
+        z = lg[np.arange(len(cls)), cls]
+        return ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None,
+                          segm, extra)
+
+    def _payload_series(self, column: str, arrays: list[np.ndarray]) -> pl.Series:
+        """The ``kpts`` or ``xywhr`` column of one head's boxes from each image's (n, ...) float32 array."""
+        empty = np.zeros((0, *(self.kpt_shape if column == KPTS_COLUMN else (5,))), np.float32)
+        arr = np.concatenate(arrays) if arrays else empty
+        return pl.Series(column, arr).cast(PAYLOAD_SCHEMA[column])
 
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
-        segment = getattr(self, "task", "detect") == "segment"
+        task = getattr(self, "task", "detect")
+        payload = TASK_PAYLOAD.get(task)
         for h in self.heads:
             per = out[h]
             order = sorted(per)
@@ -461,9 +490,11 @@ class Capturer:
                 "conf": cat(1, np.float64),
                 "logit": cat(3, np.float64),
             }
-            if segment:
+            if payload == SEGM_COLUMN:
                 cols[SEGM_COLUMN] = [c for p in order for c in per[p].segm]
-            df = pl.DataFrame(cols, schema=capture_schema(segment=segment))
+            elif payload:
+                cols[payload] = self._payload_series(payload, [per[p].extra for p in order])
+            df = pl.DataFrame(cols, schema=capture_schema(task=task))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
                 lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))

@@ -82,13 +82,27 @@ SCHEMA: dict[str, pl.DataType] = {
 MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
 SEGM_COLUMN = "segm"
 """The optional column of a segment model's masks (binary RLE counts, one per box)."""
+KPTS_COLUMN = "kpts"
+"""The optional column of a pose model's keypoints: per box K lists ``[x, y, conf]`` (``[x, y]`` for
+``kpt_shape [K, 2]``) in image pixels, float32, as ``Results.keypoints.data``."""
+XYWHR_COLUMN = "xywhr"
+"""The optional column of an OBB model's rotated boxes: per box ``[cx, cy, w, h, angle]`` in image
+pixels and radians, float32, as ``Results.obb.xywhr`` (the box columns then hold its axis-aligned
+hull, ``Results.obb.xyxy``)."""
+PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, KPTS_COLUMN: pl.List(pl.List(pl.Float32)),
+                                          XYWHR_COLUMN: pl.List(pl.Float32)}
+"""The task payload columns a capture may add after the box columns, and their types."""
+TASK_PAYLOAD = {"segment": SEGM_COLUMN, "pose": KPTS_COLUMN, "obb": XYWHR_COLUMN}
+"""Ultralytics task -> the payload column its capture adds (a detector adds none)."""
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
-def capture_schema(*, segment: bool = False) -> dict[str, pl.DataType]:
-    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and ``segm`` for a segment model."""
+def capture_schema(*, segment: bool = False, task: str | None = None) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column
+    (:data:`TASK_PAYLOAD`: ``segm`` for a segment model, given as ``segment=True`` or ``task``)."""
     schema = {c: SCHEMA[c] for c in CAPTURE_COLUMNS}
-    return {**schema, SEGM_COLUMN: pl.Binary} if segment else schema
+    payload = TASK_PAYLOAD.get("segment" if segment else task or "detect")
+    return {**schema, payload: PAYLOAD_SCHEMA[payload]} if payload else schema
 
 
 def empty_boxes() -> pl.DataFrame:
@@ -125,8 +139,9 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
         raise InputError("box table column `conf` must lie in [0, 1]")
     if not np.isfinite(df["logit"].to_numpy()).all():
         raise InputError("box table column `logit` has non-finite values")
-    if SEGM_COLUMN in df.columns:
-        df = df.with_columns(pl.col(SEGM_COLUMN).cast(pl.Binary))
+    for col, dtype in PAYLOAD_SCHEMA.items():
+        if col in df.columns:
+            df = df.with_columns(pl.col(col).cast(dtype))
     if "calibrated" in df.columns:
         df = df.with_columns(pl.col("calibrated").cast(pl.Float64))
         cal = df["calibrated"].to_numpy()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from det_calib.data.box_table import CAPTURE_COLUMNS, SEGM_COLUMN
+from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA
 from det_calib.errors import InputError
 from det_calib.run.inputs import Inputs
 from det_calib.run.settings import Settings
@@ -99,7 +99,7 @@ def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
     kept): new ``image_id`` and ``split`` columns, the others shared with ``df``, not copied (at
     COCO scale the box table is the run's memory)."""
     names = sp.image_names()
-    cols = [c for c in (*CAPTURE_COLUMNS, SEGM_COLUMN) if c in df.columns]  # a segment model's masks ride along
+    cols = [c for c in (*CAPTURE_COLUMNS, *PAYLOAD_SCHEMA) if c in df.columns]  # a task's payload rides along
     lookup = pl.DataFrame({"image": names, "_id": list(range(len(names)))},
                           schema={"image": pl.String, "_id": pl.Int64})
     ids = df.select("image").join(lookup, on="image", how="left", maintain_order="left")["_id"]
