@@ -24,6 +24,7 @@ fused twice (once per branch, by Ultralytics) and the fused one-to-one branch jo
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import threading
@@ -198,8 +199,6 @@ def _fused_network(yolo, heads: tuple[str, ...], device: torch.device):
     branch of the second is put into the first: every convolution then has exactly the weights
     ``predict(nms=None)`` and ``predict(nms=False)`` run with.
     """
-    import copy
-
     from ultralytics.nn.autobackend import AutoBackend
 
     def fused(end2end: bool) -> torch.nn.Module:
@@ -285,8 +284,10 @@ class Capturer:
         self.nms_time_limit = NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
         if "nms" in self.heads:  # as the predictor's warmup: Ultralytics' NMS then runs torchvision's kernel, whose
             import torchvision  # noqa: F401  order among tied scores differs from its own fallback's
-        # one fused network per worker: a forward pass toggles the head's decode mode (see _run)
-        self.backends = [_fused_network(yolo, self.heads, self.device) for _ in range(workers)]
+        # one fused network per worker: a forward pass toggles the head's decode mode (see _run); the
+        # others are copies of the first (the same weights as a fresh fuse, without fusing again)
+        first = _fused_network(yolo, self.heads, self.device)
+        self.backends = [first] + [copy.deepcopy(first) for _ in range(workers - 1)]
         self.backend = self.backends[0]
         self.net = self.backend.model  # the fused DetectionModel
         for backend in self.backends:

@@ -427,13 +427,16 @@ def _riders(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tu
     each: the original in the first head's mode, and for each further head (the one-to-one branch of a
     YOLO26 model beside its one-to-many branch: the two are decoded from the same features, as the capture
     does) the calibrated and the original checkpoint's head; each on a copy of its own made before val fuses
-    anything, prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it)."""
+    anything (the original's last one on ``orig`` itself, which the caller loaded for this pass alone),
+    prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it)."""
     import copy
 
     sources = [("original", heads[0], orig)] + [(side, h, calibrated if side == "calibrated" else orig)
                                                 for h in heads[1:] for side in ("calibrated", "original")]
-    return [(side, h, copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False, confs[h][side == "calibrated"])
-            for side, h, src in sources]
+    # the original was loaded for this pass alone: its last rider takes it as it is, the others a copy
+    last = max(i for i, (side, _, _) in enumerate(sources) if side == "original")
+    return [(side, h, src if i == last else copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False,
+             confs[h][side == "calibrated"]) for i, (side, h, src) in enumerate(sources)]
 
 
 def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from det_calib.record.timings import StageTime, Timings
 
-__all__ = ["begin", "process_start", "reset", "stage", "start", "started", "timings"]
+__all__ = ["begin", "process_start", "reset", "since_process", "stage", "start", "started", "timings"]
 
 OTHER = "other"
 
@@ -88,6 +88,12 @@ def begin() -> None:
     if _clock.origin is None or _clock.claimed:
         start()
     _clock.claimed = True
+
+
+def since_process() -> bool:
+    """Whether the running clock counts from the process's start: the command line's own process,
+    which ends when the command does."""
+    return _clock.origin is not None and _clock.kind == "process"
 
 
 def reset() -> None:

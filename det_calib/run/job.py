@@ -102,6 +102,19 @@ def startup_imports() -> None:
         import ultralytics  # noqa: F401
 
         import det_calib.capture.predictor  # noqa: F401
+    if clock.since_process():
+        freeze_startup_objects()
+
+
+def freeze_startup_objects() -> None:
+    """In the command line's own process: move every object made so far (the modules, classes and
+    functions of torch, Ultralytics, polars and numpy, which live until the exit) out of the cyclic
+    garbage collector's reach. Each full collection of the run then walks only the objects the run
+    itself makes: about a second of CPU fewer on the demo. Objects are still freed by reference
+    counting; nothing else changes. A library call leaves its caller's collector as it is."""
+    import gc
+
+    gc.freeze()
 
 
 def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:

@@ -126,3 +126,31 @@ print(" ".join(sorted(sys.modules)))
                  "det_calib.report.run_report", "det_calib.report.plots",
                  "det_calib.deploy.fold", "det_calib.deploy.calibrated_export", "det_calib.ensemble"):
         assert name not in loaded, name
+
+
+def test_the_command_line_freezes_the_start_ups_objects_and_a_library_call_does_not():
+    """After the start-up imports, the command line's own process moves what they made out of the cyclic
+    collector's walk (``gc.freeze``); a job called from Python leaves its caller's collector alone (a fresh
+    interpreter: freezing is for the whole process)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import gc
+from det_calib.run import clock
+from det_calib.run.job import startup_imports
+clock.start()  # a library call's clock
+startup_imports()
+library = gc.get_freeze_count()
+clock.start(since_process=True)  # the command line's
+startup_imports()
+print(library, gc.get_freeze_count(), len(gc.get_objects()))
+"""
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr
+    library, frozen, walked = map(int, p.stdout.split())
+    assert library == 0
+    assert frozen > 50_000 > walked  # torch's and Ultralytics' objects frozen; the collector walks only new ones
