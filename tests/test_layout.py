@@ -170,6 +170,15 @@ def test_no_two_modules_share_a_name():
     assert not {n: ms for n, ms in names.items() if len(ms) > 1}
 
 
+def test_no_two_test_modules_share_a_name():
+    """The test folders are not packages: pytest imports each test module by its file name, so two
+    of one name stop the whole suite's collection."""
+    names: dict[str, list[str]] = {}
+    for f in (ROOT / "tests").rglob("test_*.py"):
+        names.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
+    assert not {n: fs for n, fs in names.items() if len(fs) > 1}
+
+
 @pytest.mark.parametrize("module", SUBPACKAGES)
 def test_every_subpackage_says_what_it_holds(module):
     assert ast.get_docstring(ast.parse(MODULES[module].read_text())), f"{module} has no docstring"
