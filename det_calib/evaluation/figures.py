@@ -26,6 +26,7 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.data.box_table import SEGM_COLUMN
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.by_size import size_figures
@@ -35,7 +36,7 @@ from det_calib.metrics import calibration as metrics
 from det_calib.record.run_result import BinGap, ClassResult, EvalResult, HeadResult, Scores, Thresholded
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
-           "operating_points", "per_class", "scores_of", "thresholded"]
+           "operating_points", "per_class", "scores_of", "segment_map_check", "thresholded"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -242,9 +243,7 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
     with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
-        if "segm" in boxes.columns:  # a segment model's boxes: box and mask mAP
-            from det_calib.evaluation.mask_map import segment_map_check
-
+        if SEGM_COLUMN in boxes.columns:  # a segment model's boxes: box and mask mAP
             map_result = segment_map_check(boxes, split, calibrator, s)
         else:
             map_result = map_check(boxes, split, calibrator, s)
@@ -277,3 +276,37 @@ def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> Oper
     view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
     return OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
                            n_boot=s.n_boot, seed=s.seed)
+
+
+def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator,
+                      s: EvalSettings) -> dict[str, Any]:
+    """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
+    gives it (its keys: ``map50_95_before`` ... ``map_identical``, ``map_engine``), and mask mAP by
+    pycocotools ``segm`` from the same raw and calibrated scores (:data:`MASK_MAP_KEYS`).
+
+    Args:
+        boxes: One head's box table on ``split``, every row (crowd-matched ones too: COCOeval ignores them
+            itself), with the ``segm`` column of the capture.
+        split: The eval split as :func:`det_calib.data.segments.load_segment_split` reads it.
+        calibrator: The head's fitted calibrator.
+        s: The run's settings (``max_det``, ``map_engine``).
+
+    Returns:
+        The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
+        (no mask mAP without ground-truth masks).
+    """
+    from det_calib.data.segments import has_masks
+    from det_calib.evaluation.map_check import same_ranking
+    from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
+
+    out = map_check(boxes, split, calibrator, s)
+    if not has_masks(split):
+        return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
+    every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
+    raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
+    if same_ranking(raw, cal):  # COCOeval reads scores only through their order: the same mAP, proven
+        m0 = m1 = coco_mask_maps(boxes, split, [raw], max_dets=s.max_det)[0]
+    else:
+        m0, m1 = coco_mask_maps(boxes, split, [raw, cal], max_dets=s.max_det)
+    return {**out, "mask_map50_95_before": m0["map50_95"], "mask_map50_95_after": m1["map50_95"],
+            "mask_map50_before": m0["map50"], "mask_map50_after": m1["map50"], "mask_map_identical": m0 == m1}

@@ -3,9 +3,10 @@
 A segment model's box table carries each box's mask as compressed RLE counts at its image's size
 (column ``segm``, :mod:`det_calib.capture.mask_rebuild`); the split's ground-truth masks come from
 :func:`det_calib.data.segments.load_segment_split`. :func:`segment_maps` scores the same boxes under
-several scorings by COCO's two protocols; :func:`segment_map_check` is the run's check: the box mAP
-as a detector's (:func:`det_calib.evaluation.figures.map_check`, the run's engine) plus the mask mAP by
-pycocotools ``COCOeval(iouType="segm")``, both from the raw and the calibrated scores.
+several scorings by COCO's two protocols; :func:`det_calib.evaluation.figures.segment_map_check`
+is the run's check: the box mAP as a detector's (:func:`det_calib.evaluation.figures.map_check`,
+the run's engine) plus the mask mAP by pycocotools ``COCOeval(iouType="segm")``, both from the raw and
+the calibrated scores.
 
 COCOeval reads scores only to sort them, so a calibrator that keeps every box's rank (any single
 increasing map) leaves both mAPs identical; the check states which it was.
@@ -20,19 +21,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.calibrators.base import LogitCalibrator
-from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
-from det_calib.data.segments import SEGM_COLUMN, has_masks, segment_rles
+from det_calib.data.segments import SEGM_COLUMN, segment_rles
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import EvalSettings, map_check
-from det_calib.evaluation.map_check import coco_maps, same_ranking
+from det_calib.evaluation.map_check import coco_maps
 
-__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "segment_map_check", "segment_maps"]
+__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "segment_maps"]
 
 MASK_MAP_KEYS = ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before", "mask_map50_after",
                  "mask_map_identical")
-"""The keys :func:`segment_map_check` adds to the box check's (None each where the split has no masks)."""
+"""The keys :func:`det_calib.evaluation.figures.segment_map_check` adds to the box check's (None each
+where the split has no masks)."""
 
 
 def _mask_gt(split: Split) -> dict[str, Any]:
@@ -129,33 +128,3 @@ def segment_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *,
     bbox = coco_maps(boxes, split.gt, split.sizes, scores, max_dets=max_dets, engine=engine)
     segm = coco_mask_maps(boxes, split, scores, max_dets=max_dets)
     return [{"bbox": b, "segm": m} for b, m in zip(bbox, segm)]
-
-
-def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator,
-                      s: EvalSettings) -> dict[str, Any]:
-    """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
-    gives it (its keys: ``map50_95_before`` ... ``map_identical``, ``map_engine``), and mask mAP by
-    pycocotools ``segm`` from the same raw and calibrated scores (:data:`MASK_MAP_KEYS`).
-
-    Args:
-        boxes: One head's box table on ``split``, every row (crowd-matched ones too: COCOeval ignores them
-            itself), with the ``segm`` column of the capture.
-        split: The eval split as :func:`det_calib.data.segments.load_segment_split` reads it.
-        calibrator: The head's fitted calibrator.
-        s: The run's settings (``max_det``, ``map_engine``).
-
-    Returns:
-        The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
-        (no mask mAP without ground-truth masks).
-    """
-    out = map_check(boxes, split, calibrator, s)
-    if not has_masks(split):
-        return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
-    every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
-    raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
-    if same_ranking(raw, cal):  # COCOeval reads scores only through their order: the same mAP, proven
-        m0 = m1 = coco_mask_maps(boxes, split, [raw], max_dets=s.max_det)[0]
-    else:
-        m0, m1 = coco_mask_maps(boxes, split, [raw, cal], max_dets=s.max_det)
-    return {**out, "mask_map50_95_before": m0["map50_95"], "mask_map50_95_after": m1["map50_95"],
-            "mask_map50_before": m0["map50"], "mask_map50_after": m1["map50"], "mask_map_identical": m0 == m1}

@@ -16,7 +16,6 @@ from segment_checkpoints import segment_checkpoint
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.exported import logit_of_prob, read_export
 from det_calib.deploy.calibrated_export import write_calibrated_export
-from det_calib.errors import InputError
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -123,8 +122,3 @@ def test_calibrated_segment_export_predicts_the_raw_exports_boxes_and_masks(seg_
                                    atol=1e-5)
         compared += n
     assert compared >= 20
-
-
-def test_segment_export_is_refused_where_a_detector_is_expected(seg_exports):
-    with pytest.raises(InputError, match="model task is `segment`, not `detect`"):
-        read_export(seg_exports["onnx"])

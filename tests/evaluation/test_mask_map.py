@@ -15,7 +15,8 @@ from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.errors import InputError
-from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps, segment_map_check, segment_maps
+from det_calib.evaluation.figures import segment_map_check
+from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps, segment_maps
 
 N_IMAGES = 12
 

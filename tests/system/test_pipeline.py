@@ -301,6 +301,15 @@ def test_calibration_json_pinned(run, fixture_yaml):
     assert isinstance(got.pop("created"), str) and got.pop("seconds") > 0
     # added key (issue 43): the run's seconds per stage, a machine's figures (read back in test_timings_*)
     assert set(got.pop("timings")) == {"wall", "cpu", "started", "stages"}
+    # added key (issue 42): kept-set figures per box size; its bins partition each head's kept boxes
+    by_size = got.pop("by_size")
+    assert set(by_size) == set(ref["heads"])
+    for head, rows in by_size.items():
+        kept = {o["conf"]: o["boxes"] for o in ref["eval"][head]["operating_before"]}
+        for conf in {r["conf"] for r in rows}:
+            coco = [r for r in rows if r["scheme"] == "coco" and r["conf"] == conf]
+            assert [r["bin"] for r in coco] == ["small", "medium", "large"]
+            assert sum(r["boxes_before"] for r in coco) == kept[conf]
     assert Path(got["model"]).resolve() == (REPO / ref["model"]).resolve()
     assert Path(got["data"]).resolve() == (REPO / ref["data"]).resolve()
     got["model"], got["data"] = ref["model"], ref["data"]
@@ -433,7 +442,7 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
     per-class maps); every candidate says why it won or lost; the temperature is fitted on the
     fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
-    from det_calib.calibrators.registry import global_methods
+    from det_calib.calibrators.registry import global_methods, uses_size
     from det_calib.calibrators.registry import methods as all_methods
     from det_calib.calibrators.temperature import TemperatureScaler
     from det_calib.record.run_result import RunResult, calibrator_of
@@ -444,7 +453,8 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     assert doc["method"] == "auto" and doc["auto_per_class"] is per_class
     cands = doc["calibration_candidates"]["nms"]
     methods = {c["method"] for c in cands}
-    assert methods == (set(all_methods()) if per_class else set(global_methods()))
+    # auto's pool: the ranking maps, with --per-class the per-class maps too (size maps only with --size-maps)
+    assert methods == ({m for m in all_methods() if not uses_size(m)} if per_class else set(global_methods()))
     assert all(c["params"]["verdict"] for c in cands)
     assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [c["selected"] for c in cands]
     assert sum(c["selected"] for c in cands) == 1
