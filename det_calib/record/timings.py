@@ -74,7 +74,15 @@ class Timings:
         return sum(self.seconds(s) for s in STARTUP_STAGES)
 
     def line(self) -> str:
-        """The timing line of a summary: every stage's wall seconds, adding up to the total."""
+        """The timing line of a summary: every stage's wall seconds, adding up to the total. Formatted
+        from the seconds as recorded (rounded to the millisecond), so the line written at the end of a
+        run and the one rebuilt from its ``calibration.json`` are the same text."""
+        recorded = Timings.from_dict(self.to_dict())
+        assert recorded is not None
+        return recorded.formatted()
+
+    def formatted(self) -> str:
+        """:meth:`line` of these seconds as they are."""
         parts = []
         if any(s in self.stages for s in STARTUP_STAGES):
             inner = ", ".join(f"{s} {self.seconds(s):.1f}" for s in STARTUP_STAGES if s in self.stages)
