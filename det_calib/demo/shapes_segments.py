@@ -39,14 +39,13 @@ polygon label files and its own ``data.yaml``. Nothing under the detection root 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, render_with_owners, swap_in_split
+from det_calib.demo.shapes import GENERATOR_VERSION, Rendered, render_with_owners
+from det_calib.demo.task_labels import task_data_yaml, write_task_split
 
 log = logging.getLogger(__name__)
 
@@ -141,15 +140,6 @@ def segment_lines(labels: np.ndarray, polygons: list[np.ndarray], width: int, he
     return lines
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    if dst.exists():
-        dst.unlink()
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def write_segment_split(root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None) -> int:
     """Write ``n`` images of ``split`` with polygon labels under ``root/images|labels/split``.
 
@@ -165,22 +155,13 @@ def write_segment_split(root: Path, split: str, n: int, *, seed: int = 0, images
     Returns:
         The number of polygons written.
     """
-    img_dir, lbl_dir = Path(root) / "images" / split, Path(root) / "labels" / split
-    img_dir.mkdir(parents=True, exist_ok=True)
-    lbl_dir.mkdir(parents=True, exist_ok=True)
-    count = 0
-    for i in range(n):
-        img, labels, polys = render_polygons(seed, split, i)
-        stem = f"{split}_{i:05d}"
-        src = None if images_from is None else Path(images_from) / "images" / split / f"{stem}.png"
-        if src is not None and src.is_file():
-            _link_or_copy(src, img_dir / f"{stem}.png")
-        elif not cv2.imwrite(str(img_dir / f"{stem}.png"), img):
-            raise OSError(f"could not write {img_dir / (stem + '.png')}")
-        lines = segment_lines(labels, polys, img.shape[1], img.shape[0])
-        (lbl_dir / f"{stem}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
-        count += len(lines)
-    return count
+    return write_task_split(root, split, n, _segment_lines_of, seed=seed, images_from=images_from)
+
+
+def _segment_lines_of(r: Rendered) -> list[str]:
+    """The polygon label lines of a rendered image (:data:`~det_calib.demo.task_labels.LineWriter`)."""
+    polys = [region_polygon(r.owners == k) for k in r.labelled]
+    return segment_lines(r.labels, polys, r.image.shape[1], r.image.shape[0])
 
 
 def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
@@ -199,33 +180,7 @@ def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         Path of a data.yaml with ``train`` (the train split when written, else calib), ``val``
         (= calib), ``calib`` and ``test``.
     """
-    from det_calib.demo import demo_data_yaml
-
-    det_root = demo_data_yaml(with_train=with_train, seed=seed).parent
-    root = det_root.parent / f"shapes-v{GENERATOR_VERSION}-seed{seed}-seg{SEGMENT_VERSION}"
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "calib", "test") if with_train else ("calib", "test"):
-        n = SPLIT_SIZES[split]
-        if len(list((root / "labels" / split).glob("*.txt"))) == n:
-            continue
-        log.info("writing polygon labels of the %s split of the shapes demo into %s (first use)", split, root)
-        swap_in_split(root, split, lambda tmp, split=split, n=n: write_segment_split(tmp, split, n, seed=seed,
-                                                                                     images_from=det_root))
-    lines = [
-        f"# shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
-        f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})",
-        f"path: {root.resolve()}",
-        f"train: images/{'train' if (root / 'images' / 'train').is_dir() else 'calib'}",
-        "val: images/calib",
-        "calib: images/calib",
-        "test: images/test",
-        "names:",
-        *[f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES)],
-    ]
-    text = "\n".join(lines) + "\n"
-    yaml = root / "data.yaml"
-    if not yaml.is_file() or yaml.read_text() != text:
-        tmp = yaml.with_suffix(".yaml.tmp")
-        tmp.write_text(text)
-        tmp.replace(yaml)
-    return yaml
+    return task_data_yaml(
+        f"seg{SEGMENT_VERSION}", _segment_lines_of, with_train=with_train, seed=seed, extra=[],
+        title=f"shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
+              f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})")
