@@ -100,7 +100,7 @@ def test_choose_matching():
         choose_matching("mask", task="detect", splits=[with_masks])
     with pytest.raises(InputError, match="Expected `match`"):
         choose_matching("polygon", task="segment", splits=[])
-    assert MATCH_CHOICES == ("auto", "box", "mask")
+    assert MATCH_CHOICES == ("auto", "box", "mask", "oks", "rotated")
 
 
 def test_rule_round_trip():
