@@ -233,8 +233,8 @@ def test_choose_matching_for_pose_and_obb():
     plain = Split(name="test", images=[], sizes=np.array([[W, H]]), gt=box_only)
     with pytest.raises(InputError, match="split `test` was read without them: use --match box"):
         choose_matching("auto", task="pose", splits=[pose, plain])
-    rotated = Split(name="calib", images=[], sizes=np.array([[W, H]]),
-                    gt=box_only.with_columns(pl.Series("xywhr", [[15.0, 15, 20, 20, 0]], dtype=pl.Array(pl.Float64, 5))))
+    xywhr = pl.Series("xywhr", [[15.0, 15, 20, 20, 0]], dtype=pl.Array(pl.Float64, 5))
+    rotated = Split(name="calib", images=[], sizes=np.array([[W, H]]), gt=box_only.with_columns(xywhr))
     assert choose_matching("auto", task="obb", splits=[rotated]).words(0.5) == \
         "rotated IoU (ProbIoU) >= 0.5 (an OBB model)"
     assert choose_matching("rotated", task="obb", splits=[rotated]).by == "rotated"
