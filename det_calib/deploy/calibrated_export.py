@@ -15,6 +15,9 @@ Two ways, beside the calibrated ``.pt`` (:mod:`det_calib.deploy.fold`):
   does; on top-k row outputs ``(B, max_det, 6)`` (one-to-one head) each row's map is gathered by
   its class, after the engine's top-k (a per-class map then does not re-rank the top-k). A segment
   model's ``output0`` keeps its 32 mask coefficients after the scores, and its protos (``output1``).
+  A size-conditioned map (``size-platt``) goes in too: ``a z + b`` as above plus ``c`` times each box's log
+  area relative to its image, read from the box channels of the same output
+  (:mod:`det_calib.deploy.size_export`); it has no equivalent raw threshold.
 - :func:`reexport_calibrated`: for the formats whose graph det_calib does not edit (LiteRT, NCNN,
   TensorRT), the head's calibrator folded into the ``.pt`` the engine was exported from
   (:func:`det_calib.deploy.fold.write_run_checkpoint`) and that checkpoint exported again by
