@@ -56,7 +56,7 @@ from det_calib.capture.exported import (
     score_step,
 )
 from det_calib.deploy.reexport import reexport_calibrated
-from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_deployed_map
+from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
 
@@ -406,7 +406,11 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
                          f"(have: {', '.join(calibrators) or 'none'})")
     cal = calibrators[info.head]
     nc = len(info.names)
-    m, size_c = size_deployed_map(cal, nc) if cal.uses_size else (deployed_map(cal, nc), None)
+    if cal.uses_size:  # size-platt: a z + b in the tables, c times the log relative area added (size_export)
+        a, b, size_c = size_platt_terms(cal)
+        m = DeployedMap(np.full(nc, b), np.full(nc, a), np.zeros((nc, 0)), np.zeros((nc, 0)))
+    else:
+        m, size_c = deployed_map(cal, nc), None
     record = {"calibrator": cal.to_dict(), "head": info.head, "source_export": str(info.path.resolve()),
               **(metadata or {})}
     out = Path(out)

@@ -38,8 +38,8 @@ import numpy as np
 from det_calib.calibrators.base import MIN_REL_AREA, LogitCalibrator
 from det_calib.errors import InputError
 
-__all__ = ["PAD_VALUE", "onnx_log_area", "openvino_log_area", "reference_log_area", "size_deployed_map",
-           "size_platt_terms", "sized_probs"]
+__all__ = ["PAD_VALUE", "onnx_log_area", "openvino_log_area", "reference_log_area", "size_platt_terms",
+           "sized_probs"]
 
 PAD_VALUE = 114 / 255
 """Ultralytics' letterbox padding (grey 114) as the network input sees it."""
@@ -58,15 +58,6 @@ def size_platt_terms(calibrator: LogitCalibrator) -> tuple[float, float, float]:
     except AttributeError:
         raise InputError(f"cannot put a {type(calibrator).__name__} into an export: the graph carries the "
                          "size-conditioned map a z + b + c log(relative area) (size-platt) only") from None
-
-
-def size_deployed_map(calibrator: LogitCalibrator, nc: int) -> tuple[Any, float]:
-    """``(tables, c)``: the affine part ``a z + b`` as the export's per-class tables
-    (:class:`~det_calib.deploy.calibrated_export.DeployedMap`, every class alike) and the size slope ``c``."""
-    from det_calib.deploy.calibrated_export import DeployedMap
-
-    a, b, c = size_platt_terms(calibrator)
-    return DeployedMap(np.full(nc, b), np.full(nc, a), np.zeros((nc, 0)), np.zeros((nc, 0))), c
 
 
 def sized_probs(calibrator: LogitCalibrator, p: Any, log_area: Any) -> np.ndarray:
@@ -102,18 +93,12 @@ def _once(const: Callable[..., str]) -> Callable[..., str]:
     return once
 
 
-def onnx_log_area(node: Callable[..., str], const: Callable[..., str], src: str, image: str, *, rows: bool,
-                  half_image: bool) -> str:
-    """The log relative area of each box of the output ``src`` (per-anchor ``(B, 4 + nc, A)`` of
-    centre-size boxes, or rows ``(B, N, 6+)`` of corners), read against the image's rectangle in the
-    input ``image`` ``(B, 3, H, W)``: a tensor ``(B, 1, A)`` or ``(B, N, 1)`` named by the return.
-
-    ``node(op, inputs, name, **attrs)`` and ``const(name, value, dtype)`` add a node and an
-    initializer and return their output names (those of :mod:`det_calib.deploy.calibrated_export`).
-    """
+def _onnx_image_rect(node: Callable[..., str], const: Callable[..., str], image: str, half_image: bool
+                     ) -> dict[str, tuple[str, str]]:
+    """``{"y": (y0, y1), "x": (x0, x1)}``: the image's rectangle in the input ``image`` (``(B, 1, 1)``
+    tensors): the edge lines whose every pixel is the padding left out."""
     from onnx import TensorProto
 
-    const = _once(const)
     img = node("Cast", [image], "size/image_f32", to=TensorProto.FLOAT) if half_image else image
     off = node("Cast", [node("Greater", [node("Abs", [node("Sub", [img, const("size/pad", PAD_VALUE)], "size/dev")],
                                               "size/absdev"), const("size/tol", _PAD_TOL)], "size/not_pad_b")],
@@ -138,6 +123,20 @@ def onnx_log_area(node: Callable[..., str], const: Callable[..., str], src: str,
         lo = node("Unsqueeze", [edges[0], last], f"size/{name}_lo")  # (B, 1, 1)
         hi = node("Unsqueeze", [node("Sub", [full, edges[1]], f"size/{name}_hi2"), last], f"size/{name}_hi")
         lo_hi[name] = (lo, hi)
+    return lo_hi
+
+
+def onnx_log_area(node: Callable[..., str], const: Callable[..., str], src: str, image: str, *, rows: bool,
+                  half_image: bool) -> str:
+    """The log relative area of each box of the output ``src`` (per-anchor ``(B, 4 + nc, A)`` of
+    centre-size boxes, or rows ``(B, N, 6+)`` of corners), read against the image's rectangle in the
+    input ``image`` ``(B, 3, H, W)``: a tensor ``(B, 1, A)`` or ``(B, N, 1)`` named by the return.
+
+    ``node(op, inputs, name, **attrs)`` and ``const(name, value, dtype)`` add a node and an
+    initializer and return their output names (those of :mod:`det_calib.deploy.calibrated_export`).
+    """
+    const = _once(const)
+    lo_hi = _onnx_image_rect(node, const, image, half_image)
     axis = -1 if rows else 1
 
     def channel(i: int) -> str:
