@@ -90,6 +90,8 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
                     ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
         elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
             why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+                   "an exported engine (the calibrated export scores every box by its map of the box's size)"
+                   if unfolded else
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
