@@ -39,13 +39,14 @@ def det_shape(rows: bool) -> list[int]:
     return [1, N, 6] if rows else [1, 4 + NC, A]
 
 
-def onnx_export(path, *, rows: bool):
+def onnx_export(path, *, rows: bool, half: bool = False):
     import onnx
     from onnx import TensorProto, helper
 
-    ins = [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, S, S]),
-           helper.make_tensor_value_info("dets", TensorProto.FLOAT, det_shape(rows))]
-    out = helper.make_tensor_value_info("output0", TensorProto.FLOAT, det_shape(rows))
+    elem = TensorProto.FLOAT16 if half else TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("images", elem, [1, 3, S, S]),
+           helper.make_tensor_value_info("dets", elem, det_shape(rows))]
+    out = helper.make_tensor_value_info("output0", elem, det_shape(rows))
     nodes = [helper.make_node("Identity", ["dets"], ["hidden"]), helper.make_node("Identity", ["hidden"], ["output0"])]
     graph = helper.make_graph(nodes, "export", ins, [out])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -129,6 +130,28 @@ def test_onnx_size_term(tmp_path, rows, shape):
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {"images": letterboxed(RECTS[shape]), "dets": x})
     check(got, x, xyxy, RECTS[shape], rows)
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["per-anchor", "rows"])
+def test_onnx_fp16_engine(tmp_path, rows):
+    """A float16 engine (image and output float16): the size term runs in float32 between casts."""
+    import onnxruntime as ort
+
+    head = "e2e" if rows else "nms"
+    out = write_calibrated_export(onnx_export(tmp_path / "m.onnx", rows=rows, half=True), tmp_path / "c.onnx",
+                                  {head: CAL})
+    x, _ = planted(rows)
+    x = x.astype(np.float16)
+    f = x.astype(np.float32)  # what the graph computes on, between its casts
+    xyxy = f[0, :, :4] if rows else np.column_stack([f[0, 0] - f[0, 2] / 2, f[0, 1] - f[0, 3] / 2,
+                                                     f[0, 0] + f[0, 2] / 2, f[0, 1] + f[0, 3] / 2])
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"images": letterboxed(RECTS["wide"]).astype(np.float16), "dets": x})
+    assert got.dtype == np.float16
+    la = reference_log_area(xyxy, RECTS["wide"])
+    p = x[0, :, 4] if rows else x[0, 4:]
+    want = sized_probs(CAL, p.astype(np.float32), la if rows else la[None, :])
+    np.testing.assert_allclose((got[0, :, 4] if rows else got[0, 4:]).astype(np.float64), want, rtol=0, atol=5e-4)
 
 
 @pytest.mark.parametrize("rows", [False, True], ids=["per-anchor", "rows"])
