@@ -30,10 +30,13 @@ def _commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def write_doc_table(name: str, body: str, *, note: str = "") -> Path:
+def write_doc_table(name: str, body: str, *, note: str = "", command: str | None = None) -> Path:
     """Write ``docs/generated/NAME.md``: a provenance line (the command, the date, the commit), an
-    optional note, then ``body`` (a Markdown table or a fenced block). Written atomically."""
-    command = "python3 " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    optional note, then ``body`` (a Markdown table or a fenced block). Written atomically.
+
+    ``command``: the command to record (default: this process's own command line); a benchmark whose
+    arguments name a scratch folder passes its command without it, so the line can be rerun anywhere."""
+    command = command or "python3 " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     head = f"<!-- written by benchmarks/{Path(sys.argv[0]).name}; rerun it with --doc to refresh, do not edit -->\n"
     text = head + f"*Measured {when} on commit {_commit()}: `{command}`.*" + (f" {note}" if note else "") + "\n\n"

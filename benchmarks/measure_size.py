@@ -84,9 +84,11 @@ def main() -> None:
         from doc_table import write_doc_table
 
         conf = min(next(iter(runs.values())).settings.conf_thresholds)
-        write_doc_table("measure_size", body, note=f"Kept sets at conf {conf:g}; ECE 15 bins at IoU 0.5, LaECE_0 25 "
-                        "bins; COCO sizes by the predicted box's area in pixels; every run on the same captured "
-                        "boxes.")
+        command = "python3 benchmarks/measure_size.py" + (f" --limit {a.limit}" if a.limit else "") + (
+            f" --seed {a.seed}" if a.seed else "") + " --doc"  # --out-dir (a scratch folder) is no part of it
+        write_doc_table("measure_size", body, command=command,
+                        note=f"Kept sets at conf {conf:g}; ECE 15 bins at IoU 0.5, LaECE_0 25 bins; "
+                        "COCO sizes by the predicted box's area in pixels; every run on the same captured boxes.")
 
 
 if __name__ == "__main__":

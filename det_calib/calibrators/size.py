@@ -12,8 +12,9 @@ moves a small box's score and a large box's score apart at the same logit. It th
 **re-ranks boxes** within a class (two boxes of different sizes can swap), so the ranking, hence
 mAP, can change (measured and shown before and after, as for the per-class maps), and it cannot
 fold into the class conv (the conv sees no box): a run that deploys it writes no
-``calibrated.pt``; its deployment is :func:`det_calib.attach` (a predict-time hook) or
-:func:`det_calib.apply_calibrator` after the detector's selection.
+``calibrated.pt``; its deployment is :func:`det_calib.attach` (a predict-time hook),
+:func:`det_calib.apply_calibrator` after the detector's selection, or an ONNX / OpenVINO export whose
+graph computes it from the boxes of its own output (:mod:`det_calib.deploy.size_export`).
 
 It is opt-in: ``--method size-platt``, or ``--method auto --size-maps`` (``auto`` then also
 cross-validates it against the maps that keep the ranking).

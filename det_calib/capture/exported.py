@@ -500,3 +500,24 @@ def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: An
     from det_calib.capture.predictor import Capturer
 
     return Capturer(model, options, **kw)
+
+
+def score_step(conf: Any) -> float | None:
+    """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
+    whole multiple of it (within 1e-3 of a step), else None (float scores).
+
+    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
+    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
+
+    >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
+    (0.25, None)
+    """
+    u = np.unique(np.asarray(conf, dtype=np.float64))
+    u = u[u > 0]
+    if u.size < 3:
+        return None
+    step = float(np.diff(u).min())
+    if step < 1e-4:
+        return None
+    k = u / step
+    return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None

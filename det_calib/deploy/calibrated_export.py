@@ -15,6 +15,9 @@ Two ways, beside the calibrated ``.pt`` (:mod:`det_calib.deploy.fold`):
   does; on top-k row outputs ``(B, max_det, 6)`` (one-to-one head) each row's map is gathered by
   its class, after the engine's top-k (a per-class map then does not re-rank the top-k). A segment
   model's ``output0`` keeps its 32 mask coefficients after the scores, and its protos (``output1``).
+  A size-conditioned map (``size-platt``) goes in too: ``a z + b`` as above plus ``c`` times each box's log
+  area relative to its image, read from the box channels of the same output
+  (:mod:`det_calib.deploy.size_export`); it has no equivalent raw threshold.
 - :func:`reexport_calibrated`: for the formats whose graph det_calib does not edit (LiteRT, NCNN,
   TensorRT), the head's calibrator folded into the ``.pt`` the engine was exported from
   (:func:`det_calib.deploy.fold.write_run_checkpoint`) and that checkpoint exported again by
@@ -50,8 +53,10 @@ from det_calib.capture.exported import (
     logit_of_prob,
     read_export,
     require_runtime,
+    score_step,
 )
 from det_calib.deploy.reexport import reexport_calibrated
+from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
 
@@ -161,8 +166,9 @@ def equivalent_raw_thresholds(calibrator: LogitCalibrator, confs: Any, nc: int, 
 
 
 # ---------------------------------------------------------------------------- the graph, ONNX
-def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
-    """Nodes and initializers turning the engine output ``src`` into the calibrated output."""
+def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple | None = None):
+    """Nodes and initializers turning the engine output ``src`` into the calibrated output; ``size``:
+    ``(c, image input, it is float16)`` of a size map (:mod:`det_calib.deploy.size_export`)."""
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
     from onnx import TensorProto, helper, numpy_helper
 
@@ -207,6 +213,9 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
         summed = node("ReduceSum", [node("Mul", [hinge, coef], "hinge_coef"), const("red", [-1], np.int64)],
                       "hinge_sum", keepdims=1 if info.rows else 0)
         y = node("Add", [y, summed], "mapped")
+    if size is not None:  # + c log(relative area), read from the boxes of the same output
+        la = onnx_log_area(node, const, src, size[1], rows=info.rows, half_image=size[2])
+        y = node("Add", [y, node("Mul", [const("size_c", size[0]), la], "size_term")], "mapped_sized")
     s = node("Sigmoid", [y], "calibrated")
     parts = [box, s] + ([cls] if info.rows else [])
     if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
@@ -215,7 +224,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
     return nodes, inits, parts, axis
 
 
-def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict) -> Path:
+def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None) -> Path:
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
     import onnx
     from onnx import TensorProto, helper
@@ -238,7 +247,9 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
     half = elem == TensorProto.FLOAT16  # an FP16 engine: the map runs in float32 between two casts
     pre = [helper.make_node("Cast", [raw], ["det_calib/raw_f32"], name="det_calib/raw_f32",
                             to=TensorProto.FLOAT)] if half else []
-    nodes, inits, parts, axis = _onnx_nodes(m, "det_calib/raw_f32" if half else raw, info, nc)
+    image = graph.input[0]
+    size = None if size_c is None else (size_c, image.name, image.type.tensor_type.elem_type == TensorProto.FLOAT16)
+    nodes, inits, parts, axis = _onnx_nodes(m, "det_calib/raw_f32" if half else raw, info, nc, size)
     cat = "det_calib/output_f32" if half else name
     nodes.append(helper.make_node("Concat", parts, [cat], name="det_calib/output", axis=axis))
     if half:
@@ -264,8 +275,8 @@ def expected_outputs(info: ExportInfo) -> int:
 
 
 # ------------------------------------------------------------------------ the graph, OpenVINO
-def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
-    """The calibrated output of an OpenVINO model output ``src`` (opset13 ops)."""
+def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple | None = None) -> Any:
+    """The calibrated output of an OpenVINO model output ``src`` (opset13 ops); ``size``: ``(c, image input)``."""
     # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
     import openvino.opset13 as ops
 
@@ -302,13 +313,16 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
     if k:
         hinge = ops.relu(ops.subtract(zk, x))
         y = ops.add(y, ops.reduce_sum(ops.multiply(hinge, coef), c([-1], np.int64), keep_dims=info.rows))
+    if size is not None:  # + c log(relative area) (det_calib.deploy.size_export)
+        y = ops.add(y, ops.multiply(c(size[0]), openvino_log_area(src, size[1], rows=info.rows)))
     parts = [box, ops.sigmoid(y)] + ([cls] if info.rows else [])
     if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
         parts.append(sl(6 if info.rows else 4 + nc, np.iinfo(np.int64).max))
     return ops.concat(parts, axis)
 
 
-def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict) -> Path:
+def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None
+                    ) -> Path:
     # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
     import openvino as ov
     import yaml
@@ -319,7 +333,8 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
     if len(model.outputs) != expected_outputs(info):
         raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(model.outputs)} outputs")
     result = model.get_results()[0]  # output0: boxes and scores (a segment model's protos are output1)
-    new = _ov_output(m, result.input_value(0), info, nc)
+    size = None if size_c is None else (size_c, model.get_parameters()[0].output(0))
+    new = _ov_output(m, result.input_value(0), info, nc, size)
     result.input(0).replace_source_output(new.output(0))
     model.validate_nodes_and_infer_types()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -391,18 +406,22 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
                          f"(have: {', '.join(calibrators) or 'none'})")
     cal = calibrators[info.head]
     nc = len(info.names)
-    m = deployed_map(cal, nc)
+    if cal.uses_size:  # size-platt: a z + b in the tables, c times the log relative area added (size_export)
+        a, b, size_c = size_platt_terms(cal)
+        m = DeployedMap(np.full(nc, b), np.full(nc, a), np.zeros((nc, 0)), np.zeros((nc, 0)))
+    else:
+        m, size_c = deployed_map(cal, nc), None
     record = {"calibrator": cal.to_dict(), "head": info.head, "source_export": str(info.path.resolve()),
               **(metadata or {})}
     out = Path(out)
     if info.format == "onnx":
         require_runtime("onnx")
-        return _write_onnx(info, m, nc, out, record)
+        return _write_onnx(info, m, nc, out, record, size_c)
     require_runtime("openvino")
     if not out.name.endswith("_openvino_model"):
         raise InputError(f"Expected `out` to be a folder named *_openvino_model (Ultralytics reads the format "
                          f"from it), but got {out.name}")
-    return _write_openvino(info, m, nc, out, record)
+    return _write_openvino(info, m, nc, out, record, size_c)
 
 
 def write_run_export(export: str | Path, folder: Path, calibrators: dict[str, LogitCalibrator], *,
@@ -464,6 +483,8 @@ class EngineRecord:
                 lines.append(f"[{head}] engine {self.engine} ({src}): no calibrated engine written (det_calib does "
                              f"not edit a {self.format} graph); det-calib apply --model {src} --source SOURCE.pt "
                              "--calibration RUN/calibration.json --out OUT re-exports the calibrated checkpoint")
+            if not eqs:
+                lines.append(f"[{head}]   no equivalent raw threshold: the map reads each box's size")
             if self.score_step is not None:
                 lines.append(f"[{head}]   its scores are quantised: whole multiples of {self.score_step:.6g}")
             for e in eqs:
@@ -487,33 +508,13 @@ class EngineRecord:
             raise InputError(f"{path}: not a det_calib engine record ({type(e).__name__}: {e})") from None
 
 
-def score_step(conf: Any) -> float | None:
-    """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
-    whole multiple of it (within 1e-3 of a step), else None (float scores).
-
-    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
-    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
-
-    >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
-    (0.25, None)
-    """
-    u = np.unique(np.asarray(conf, dtype=np.float64))
-    u = u[u > 0]
-    if u.size < 3:
-        return None
-    step = float(np.diff(u).min())
-    if step < 1e-4:
-        return None
-    k = u / step
-    return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None
-
-
 def run_equivalent_thresholds(calibrators: dict[str, LogitCalibrator], methods: dict[str, str], confs: Any,
                               nc: int) -> dict[str, list[dict]]:
     """Head -> the raw conf keeping each calibrated ``conf`` threshold's set (per class for a per-class map)."""
     from det_calib.calibrators import registry
 
-    return {h: equivalent_raw_thresholds(cal, confs, nc, per_class=registry.is_per_class(methods[h]))
+    return {h: [] if cal.uses_size else equivalent_raw_thresholds(cal, confs, nc,
+                                                                  per_class=registry.is_per_class(methods[h]))
             for h, cal in calibrators.items()}
 
 

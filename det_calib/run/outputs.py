@@ -66,7 +66,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
-    from det_calib.capture.exported import is_export
+    from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
     from det_calib.deploy.fold import FOLDABLE_TASKS, write_run_checkpoint
     from det_calib.run.reuse import run_fingerprints, write_run_boxes
 
@@ -81,23 +81,25 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         exported, engine_lines = is_export(inputs.model), []
         unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
         unfoldable = not exported and inputs.task not in FOLDABLE_TASKS
-        if unfolded:  # a map that reads the box's size has no place in the class conv
+        if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
             engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
         elif unfoldable:  # the task's head takes no fold (yet): no calibrated.pt, no val of it
             engine_lines = [NOT_FOLDABLE.format(task=inputs.task, article="an" if inputs.task == "obb" else "a")]
-        elif exported:  # the calibration appended to the export's graph, and its engine record
+        elif exported:  # the calibration appended to the export's graph (a size map too), and its engine record
             from det_calib.deploy.calibrated_export import write_run_engine
 
             engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
         else:
             write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and (unfolded or unfoldable):
+        if s.run_val and ((unfolded and not exported) or unfoldable):
             why = ("no calibrated.pt: a size-conditioned map cannot fold into the checkpoint" if unfolded else
                    f"no calibrated.pt: a `{inputs.task}` model's checkpoint takes no fold yet")
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
         elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
             why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+                   "an exported engine (the calibrated export scores every box by its map of the box's size)"
+                   if unfolded else
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))

@@ -1,0 +1,205 @@
+"""The deployed kept-set LaECE_0 of ``--target iou``: the run's calibrated.pt through plain Ultralytics (issue 42).
+
+For each size (``--limit 64``, ``--limit 128`` and the full demo by default) this runs
+``det-calib calibrate --target iou [--limit N] --out RUNS/<size>`` on the demo (a run folder that already
+holds a ``calibration.json`` is measured as it is, unless ``--rerun``), then for each head a child Python
+process in which det_calib cannot be imported loads the demo detector and the run's ``calibrated.pt`` with
+``ultralytics.YOLO`` and runs ``predict`` at conf 0.25 (``nms=False`` for the one-to-one head), one image at
+a time, over the run's eval split (as many images as the run used). This process scores the kept boxes of
+each: kept-set LaECE_0 (the reference conventions: per class, 25 bins, greedy IoU >= 0 matching, crowd
+matches left out; :class:`det_calib.metrics.operating_point.LaECE0Targets`) and kept-set ECE (15 bins,
+IoU 0.5), beside the run's own figures (``operating_before`` / ``operating_after`` in calibration.json).
+
+The issue's Done-when line for ``--target iou``: deployed kept-set LaECE_0 at 0.25 at most 0.8x raw on average
+over the three sizes x both heads, and never above 1.05x. ``--doc`` writes docs/generated/targets_deployed.md
+(included by docs/targets.md).
+
+Run from the repository root::
+
+    PYTHONPATH=. python3 benchmarks/measure_targets_deployed.py --doc
+    PYTHONPATH=. python3 benchmarks/measure_targets_deployed.py --limits 64 --runs /tmp/iou_runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+CHILD = r"""
+import json, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "det_calib" or name.startswith("det_calib."):
+            raise ImportError("det_calib is blocked in this process")
+sys.meta_path.insert(0, Block())
+from ultralytics import YOLO
+args = json.loads(sys.argv[1])
+out = {}
+for tag, path in (("raw", args["original"]), ("calibrated", args["calibrated"])):
+    model = YOLO(path)
+    rows = []
+    for i, img in enumerate(args["images"]):
+        b = model.predict(img, conf=args["conf"], nms=args["nms"], imgsz=args["imgsz"], verbose=False)[0].boxes
+        for xyxy, c, k in zip(b.xyxy.cpu().numpy().tolist(), b.conf.cpu().numpy().tolist(),
+                              b.cls.cpu().numpy().astype(int).tolist()):
+            rows.append([i, *xyxy, c, k])
+    out[tag] = rows
+out["det_calib_loaded"] = any(m == "det_calib" or m.startswith("det_calib.") for m in sys.modules)
+json.dump(out, open(args["out"], "w"))
+"""
+
+THRESHOLD = 0.25
+DONE_MEAN, DONE_MAX = 0.8, 1.05
+
+
+def kept_figures(rows: list, gt: pl.DataFrame, *, threshold: float = THRESHOLD, iou: float = 0.5, ece_bins: int = 15,
+                 laece_bins: int = 25) -> tuple[int, float, float]:
+    """``(kept boxes, kept-set LaECE_0, kept-set ECE)`` of predict rows ``[image, x1, y1, x2, y2, conf, cls]``.
+
+    Matching only the kept boxes gives the matches they have among all boxes down to any lower floor: both
+    matchings are greedy by score, and every kept box outranks every box left out."""
+    from det_calib.matching.one_to_one import match_boxes
+    from det_calib.metrics.operating_point import LaECE0Targets, kept_ece
+
+    a = np.array(rows, dtype=np.float64).reshape(-1, 7)
+    a = a[a[:, 5] > threshold]
+    crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
+    gxy = np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")])
+    t = LaECE0Targets(a[:, 0], a[:, 1:5], a[:, 6], a[:, 5], gt["image_id"].to_numpy(), gxy, gt["cls"].to_numpy(), crowd)
+    la = t.laece(a[:, 5], threshold=threshold, n_bins=laece_bins)
+    table = pl.DataFrame({"image_id": a[:, 0].astype(np.int64), "x1": a[:, 1], "y1": a[:, 2], "x2": a[:, 3],
+                          "y2": a[:, 4], "conf": a[:, 5], "cls": a[:, 6].astype(np.int32)})
+    m = match_boxes(table, gt, iou=iou, loc_iou=min(iou, 0.1)).filter(~pl.col("ignore"))
+    return m.height, la, kept_ece(m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=ece_bins)
+
+
+@dataclass
+class Case:
+    """One size and head: deployed (kept, LaECE_0, ECE) of the original and of calibrated.pt, and the run's own."""
+
+    size: str
+    head: str
+    method: str
+    images: int
+    raw: tuple[int, float, float]
+    calibrated: tuple[int, float, float]
+    run_raw: tuple[int, float, float]
+    run_calibrated: tuple[int, float, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.calibrated[1] / self.raw[1]
+
+
+def calibrate(limit: int | None, out: Path, rerun: bool) -> None:
+    """``det-calib calibrate --target iou`` on the demo into ``out`` (skipped when it holds a finished run)."""
+    if (out / "calibration.json").is_file() and not rerun:
+        return
+    cmd = [sys.executable, "-m", "det_calib.cli", "calibrate", "--target", "iou", "--out", str(out), "-q",
+           "--no-report", *(["--limit", str(limit)] if limit else [])]
+    print("$", " ".join(["det-calib", *cmd[3:]]), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def plain_predict(spec: dict) -> dict:
+    """The child's predictions (det_calib blocked in it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {**spec, "out": str(Path(tmp) / "pred.json")}
+        subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], check=True, cwd=tmp)
+        pred = json.loads((Path(tmp) / "pred.json").read_text())
+    if pred["det_calib_loaded"]:
+        raise SystemExit("the child process imported det_calib: the check is not of plain Ultralytics")
+    return pred
+
+
+def measure_run(run: Path, size: str) -> list[Case]:
+    """The deployed figures of every head of a finished run."""
+    from det_calib.data.ground_truth import load_data_yaml, load_split
+    from det_calib.record.run_result import RunResult
+
+    res = RunResult.read(run / "calibration.json")
+    st = res.settings
+    ids = pl.read_parquet(run / "boxes.parquet", columns=["split", "image_id"])
+    n = int(ids.filter(pl.col("split") == st.eval_split)["image_id"].max()) + 1
+    sp = load_split(load_data_yaml(res.data), st.eval_split, limit=n)
+    cases = []
+    for head in res.heads:
+        pred = plain_predict({"original": res.model, "calibrated": str(run / "calibrated.pt"), "conf": THRESHOLD,
+                              "nms": False if head == "e2e" else None, "imgsz": st.imgsz,
+                              "images": [str(p) for p in sp.images]})
+        fig = {tag: kept_figures(pred[tag], sp.gt, iou=st.iou_match, ece_bins=st.ece_bins, laece_bins=st.laece_bins)
+               for tag in ("raw", "calibrated")}
+        hr = res.head(head)
+        o0, o1 = hr.eval.operating_before[0], hr.eval.operating_after[0]
+        cases.append(Case(size=size, head=head, method=hr.calibrator.method if hr.calibrator else "none", images=n,
+                          raw=fig["raw"], calibrated=fig["calibrated"], run_raw=(o0.boxes, o0.laece0, o0.ece),
+                          run_calibrated=(o1.boxes, o1.laece0, o1.ece)))
+    return cases
+
+
+def verdict(cases: list[Case]) -> tuple[float, float, bool]:
+    """Mean and largest deployed LaECE_0 ratio, and whether the Done-when line holds."""
+    r = np.array([c.ratio for c in cases])
+    return float(r.mean()), float(r.max()), bool(r.mean() <= DONE_MEAN and r.max() <= DONE_MAX)
+
+
+def table(cases: list[Case]) -> str:
+    def f(t: tuple[int, float, float]) -> str:
+        return f"{t[0]} | {t[1]:.4f} | {t[2]:.4f}"
+
+    lines = ["| size | head | deployed map | images | raw: kept | raw LaECE_0 | raw ECE | calibrated.pt: kept | "
+             "LaECE_0 | ECE | LaECE_0 ratio | the run's own: kept, LaECE_0, ECE raw → calibrated |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for c in cases:
+        (n0, l0, e0), (n1, l1, e1) = c.run_raw, c.run_calibrated
+        lines.append(f"| {c.size} | {c.head} | {c.method} | {c.images} | {f(c.raw)} | {f(c.calibrated)} | "
+                     f"{c.ratio:.3f} | {n0} → {n1}, {l0:.4f} → {l1:.4f}, {e0:.4f} → {e1:.4f} |")
+    mean, worst, ok = verdict(cases)
+    lines += ["", f"Deployed LaECE_0 ratio calibrated / raw: mean {mean:.3f} (Done when <= {DONE_MEAN}), largest "
+              f"{worst:.3f} (Done when <= {DONE_MAX}): {'met' if ok else 'NOT met'}."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limits", type=int, nargs="+", default=[64, 128, 0], help="sizes; 0 = the full demo")
+    ap.add_argument("--runs", type=Path, default=Path("runs/measure_targets_deployed"), help="folder of the runs")
+    ap.add_argument("--rerun", action="store_true", help="calibrate again even where a finished run is found")
+    ap.add_argument("--doc", action="store_true", help="write docs/generated/targets_deployed.md")
+    args = ap.parse_args()
+    cases = []
+    for limit in args.limits:
+        size = f"--limit {limit}" if limit else "full"
+        run = args.runs / (f"limit{limit}" if limit else "full")
+        calibrate(limit or None, run, args.rerun)
+        for c in measure_run(run, size):
+            print(f"{size} [{c.head}] {c.method}: deployed LaECE_0 {c.raw[1]:.4f} -> {c.calibrated[1]:.4f} "
+                  f"(ratio {c.ratio:.3f}), ECE {c.raw[2]:.4f} -> {c.calibrated[2]:.4f}", flush=True)
+            cases.append(c)
+    body = table(cases)
+    print(body)
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from doc_table import write_doc_table
+
+        write_doc_table("targets_deployed", body, command=_command(args),
+                        note=f"Kept set: conf > {THRESHOLD} on the demo's test split, plain Ultralytics `predict` "
+                        "(det_calib blocked) of the demo detector and of each run's calibrated.pt; LaECE_0 25 bins "
+                        "per class at IoU >= 0, ECE 15 bins at IoU 0.5.")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command that measured the table (the run folders' location left out: it is not the measurement)."""
+    return "python3 benchmarks/measure_targets_deployed.py --limits " + " ".join(map(str, args.limits)) + " --doc"
+
+
+if __name__ == "__main__":
+    main()
