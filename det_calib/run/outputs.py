@@ -93,19 +93,25 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
-        elif s.run_val:
-            with clock.stage("verification"):
-                _verify(result, inputs, stage / "calibrated.pt", ev, records, boxes, s)
-        result.seconds = round(time.time() - t_start, 1)
-        result.write(stage / "calibration.json")
-        extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
-        write_summary_text(stage, result, extra=extra)
-        if s.report:
-            from det_calib.report import write_report
-            from det_calib.run import stages
+        with Verification(result, inputs, stage / "calibrated.pt", ev, records, boxes, s,
+                          run=s.run_val and not unfolded and not s.boxes and not exported) as verification:
+            result.seconds = round(time.time() - t_start, 1)
+            result.write(stage / "calibration.json")
+            extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
 
-            with clock.stage("report"), stages.stage("report"):
-                write_report(stage, shown_dir=out, boxes=boxes)
+            def finished() -> RunResult:  # the verification in, the record written again and read back
+                if verification.finish():
+                    result.seconds = round(time.time() - t_start, 1)
+                    result.write(stage / "calibration.json")
+                return RunResult.read(stage / "calibration.json")
+
+            if s.report:
+                from det_calib.report import write_report
+                from det_calib.run import stages
+
+                with clock.stage("report"), stages.stage("report"):
+                    write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
+            finished()
         write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
     return _output_files(out)
 
@@ -119,17 +125,128 @@ def write_timings(folder: Path, result: RunResult, t_start: float, write_summary
     write_summary()
 
 
-def _verify(result: RunResult, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], boxes: pl.DataFrame,
-            s: Settings) -> None:
-    """The Ultralytics val checks of every head (one pass) and the detection change of a folded per-class map."""
-    checks = _ultralytics_checks(inputs, ckpt, ev, records, s)
-    for h, check in checks.items():
-        result.results[h] = _replace(result.results[h], ultralytics_val=check)
-    for h, rec in records.items():
-        if registry.is_per_class(rec.method):
-            eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
-            change = detection_change(inputs, ckpt, ev, h, eb, rec, s)
-            result.results[h] = _replace(result.results[h], detection_change=change)
+class Verification:
+    """The Ultralytics val checks of a run's heads (one pass of the calibrated checkpoint,
+    :func:`_ultralytics_checks`) and the detection change of a per-class map folded into the model,
+    written into ``result`` by :meth:`finish`.
+
+    Where the machine allows it (:func:`runs_beside`), the val pass runs in a child process forked
+    as the block is entered (the checkpoint written), beside the rest of the outputs and the report
+    (one core each); :meth:`finish` waits for it. Elsewhere :meth:`finish` runs it in this process.
+    The child runs the same code on the same checkpoint and data, so the checks are the same either
+    way. On the clock, ``verification`` holds the wait for the child (its wall) and the child's CPU
+    seconds. A run that fails before :meth:`finish` stops the child.
+    """
+
+    def __init__(self, result: RunResult, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any],
+                 boxes: pl.DataFrame, s: Settings, *, run: bool) -> None:
+        self.result, self.inputs, self.ckpt, self.ev, self.records, self.boxes, self.s = (
+            result, inputs, ckpt, ev, records, boxes, s)
+        self.pending = run
+        self.child: Any = None
+        self.conn: Any = None
+        self.cpu0 = 0.0
+
+    def __enter__(self) -> Verification:
+        if self.pending and runs_beside():
+            import multiprocessing as mp
+
+            with clock.stage("verification"):
+                ctx = mp.get_context("fork")
+                self.conn, send = ctx.Pipe(duplex=False)
+                self.cpu0 = children_cpu()
+                self.child = ctx.Process(target=checks_in_child, name="det_calib-verification",
+                                         args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+                self.child.start()
+                send.close()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.child is not None:  # the run failed while the child was verifying: stop it
+            self.child.terminate()
+            self._reap()
+
+    def finish(self) -> bool:
+        """Wait for the child's checks (or run them here), write them into the record; False when there
+        was nothing (left) to do."""
+        if not self.pending:
+            return False
+        self.pending = False
+        with clock.stage("verification"):
+            checks = self._from_child() if self.child is not None else None
+            if checks is None:
+                checks = _ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
+            self._apply(checks)
+        return True
+
+    def _from_child(self) -> dict[str, Any] | None:
+        """The child's checks; None (with a warning) when it ended without them; its error raised here."""
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            status, value = "lost", None
+        finally:
+            code = self._reap()
+        if status == "error":
+            raise value
+        if status == "lost":
+            log.warning("the Ultralytics val process ended without a result (exit code %s): running it here", code)
+            return None
+        return value
+
+    def _reap(self) -> int | None:
+        """Join the child, charge its CPU seconds to ``verification``; its exit code."""
+        self.conn.close()
+        self.child.join()
+        code = self.child.exitcode
+        clock.add_cpu("verification", max(children_cpu() - self.cpu0, 0.0))
+        self.child = None
+        return code
+
+    def _apply(self, checks: dict[str, Any]) -> None:
+        result, s = self.result, self.s
+        for h, check in checks.items():
+            result.results[h] = _replace(result.results[h], ultralytics_val=check)
+        for h, rec in self.records.items():
+            if registry.is_per_class(rec.method):
+                eb = self.boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
+                change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, s)
+                result.results[h] = _replace(result.results[h], detection_change=change)
+
+
+def runs_beside() -> bool:
+    """Whether the val pass can run in a forked child beside the report: on Linux (where a forked
+    child may run torch on the CPU), with more than one core to run on, and the GPU never used by
+    this process (CUDA does not survive a fork)."""
+    import os
+    import sys
+
+    import torch
+
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
+        return False
+    return len(os.sched_getaffinity(0)) > 1
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have ended."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+    """The forked child's work: the checks (or the error) sent to the parent."""
+    try:
+        out: tuple[str, Any] = ("ok", _ultralytics_checks(inputs, ckpt, ev, records, s))
+    except BaseException as e:  # noqa: BLE001 - raised in the parent
+        out = ("error", e)
+    try:
+        conn.send(out)
+    except Exception:  # an error that does not pickle: its words
+        conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+    conn.close()
 
 
 def _replace(obj: Any, **changes: Any) -> Any:
