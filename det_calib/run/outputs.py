@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,8 +56,10 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 
 
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
-                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write every output of a run (the Ultralytics val checks need the written checkpoint).
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
+                   verification: Verification | None = None) -> dict[str, Path]:
+    """Write every output of a run; ``verification``: the Ultralytics val checks started on the
+    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
@@ -82,6 +85,8 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
             from det_calib.deploy.calibrated_export import write_run_engine
 
             engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
+        elif verification is not None:  # the checkpoint the verification runs on, written after the fit
+            shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
         else:
             write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
         if s.run_val and unfolded:
@@ -93,25 +98,23 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")
             for h in inputs.heads:
                 result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
-        with Verification(result, inputs, stage / "calibrated.pt", ev, records, boxes, s,
-                          run=s.run_val and not unfolded and not s.boxes and not exported) as verification:
-            result.seconds = round(time.time() - t_start, 1)
-            result.write(stage / "calibration.json")
-            extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
+        result.seconds = round(time.time() - t_start, 1)
+        result.write(stage / "calibration.json")
+        extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
 
-            def finished() -> RunResult:  # the verification in, the record written again and read back
-                if verification.finish():
-                    result.seconds = round(time.time() - t_start, 1)
-                    result.write(stage / "calibration.json")
-                return RunResult.read(stage / "calibration.json")
+        def finished() -> RunResult:  # the verification in, the record written again and read back
+            if verification is not None and verification.finish(result, boxes):
+                result.seconds = round(time.time() - t_start, 1)
+                result.write(stage / "calibration.json")
+            return RunResult.read(stage / "calibration.json")
 
-            if s.report:
-                from det_calib.report import write_report
-                from det_calib.run import stages
+        if s.report:
+            from det_calib.report import write_report
+            from det_calib.run import stages
 
-                with clock.stage("report"), stages.stage("report"):
-                    write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
-            finished()
+            with clock.stage("report"), stages.stage("report"):
+                write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
+        finished()
         write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
     return _output_files(out)
 
@@ -128,27 +131,27 @@ def write_timings(folder: Path, result: RunResult, t_start: float, write_summary
 class Verification:
     """The Ultralytics val checks of a run's heads (one pass of the calibrated checkpoint,
     :func:`_ultralytics_checks`) and the detection change of a per-class map folded into the model,
-    written into ``result`` by :meth:`finish`.
+    written into the run's record by :meth:`finish`.
 
-    Where the machine allows it (:func:`runs_beside`), the val pass runs in a child process forked
-    as the block is entered (the checkpoint written), beside the rest of the outputs and the report
-    (one core each); :meth:`finish` waits for it. Elsewhere :meth:`finish` runs it in this process.
-    The child runs the same code on the same checkpoint and data, so the checks are the same either
-    way. On the clock, ``verification`` holds the wait for the child (its wall) and the child's CPU
-    seconds. A run that fails before :meth:`finish` stops the child.
+    :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
+    machine allows it (:func:`runs_beside`), the val pass then runs in a child process forked as the
+    block is entered, beside the eval split's capture, its figures, the outputs and the report (which
+    writes the sections that read the checks last); :meth:`finish` waits for it. Elsewhere
+    :meth:`finish` runs it in this process. The child runs the same code on the same checkpoint and
+    data, so the checks are the same either way. On the clock, ``verification`` holds the wait for
+    the child (its wall) and the child's CPU seconds. Leaving the block stops a child still running
+    (a run that failed meanwhile) and removes the checkpoint's temporary folder.
     """
 
-    def __init__(self, result: RunResult, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any],
-                 boxes: pl.DataFrame, s: Settings, *, run: bool) -> None:
-        self.result, self.inputs, self.ckpt, self.ev, self.records, self.boxes, self.s = (
-            result, inputs, ckpt, ev, records, boxes, s)
-        self.pending = run
+    def __init__(self, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+        self.inputs, self.ckpt, self.ev, self.records, self.s = inputs, ckpt, ev, records, s
+        self.pending = True
         self.child: Any = None
         self.conn: Any = None
         self.cpu0 = 0.0
 
     def __enter__(self) -> Verification:
-        if self.pending and runs_beside():
+        if runs_beside():
             import multiprocessing as mp
 
             with clock.stage("verification"):
@@ -165,10 +168,11 @@ class Verification:
         if self.child is not None:  # the run failed while the child was verifying: stop it
             self.child.terminate()
             self._reap()
+        shutil.rmtree(self.ckpt.parent, ignore_errors=True)
 
-    def finish(self) -> bool:
-        """Wait for the child's checks (or run them here), write them into the record; False when there
-        was nothing (left) to do."""
+    def finish(self, result: RunResult, boxes: pl.DataFrame) -> bool:
+        """Wait for the child's checks (or run them here) and write them into ``result``; False when
+        there was nothing (left) to do."""
         if not self.pending:
             return False
         self.pending = False
@@ -176,7 +180,7 @@ class Verification:
             checks = self._from_child() if self.child is not None else None
             if checks is None:
                 checks = _ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
-            self._apply(checks)
+            self._apply(checks, result, boxes)
         return True
 
     def _from_child(self) -> dict[str, Any] | None:
@@ -203,15 +207,37 @@ class Verification:
         self.child = None
         return code
 
-    def _apply(self, checks: dict[str, Any]) -> None:
-        result, s = self.result, self.s
+    def _apply(self, checks: dict[str, Any], result: RunResult, boxes: pl.DataFrame) -> None:
         for h, check in checks.items():
             result.results[h] = _replace(result.results[h], ultralytics_val=check)
         for h, rec in self.records.items():
             if registry.is_per_class(rec.method):
-                eb = self.boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
-                change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, s)
+                eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
+                change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
                 result.results[h] = _replace(result.results[h], detection_change=change)
+
+
+def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str, Any], s: Settings
+                       ) -> Verification | None:
+    """The run's checkpoint written (in a temporary folder) as soon as its calibrators are known, and
+    its :class:`Verification`, to enter; None where the run does not verify (``run_val`` off, boxes
+    reused, an exported model, a size-conditioned map: none has a ``calibrated.pt`` to val)."""
+    import tempfile
+
+    from det_calib.capture.exported import is_export
+    from det_calib.deploy.fold import write_run_checkpoint
+
+    if (not s.run_val or s.boxes or not records or is_export(inputs.model)
+            or any(registry.uses_size(r.method) for r in records.values())):
+        return None
+    ckpt = Path(tempfile.mkdtemp(prefix="det_calib_verify_")) / "calibrated.pt"
+    meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
+    try:
+        write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
+    except BaseException:
+        shutil.rmtree(ckpt.parent, ignore_errors=True)
+        raise
+    return Verification(inputs, ckpt, ev, records, s)
 
 
 def runs_beside() -> bool:
