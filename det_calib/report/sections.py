@@ -119,9 +119,11 @@ def build_page(ctx: ReportContext, *, finished: Callable[[], ReportContext] | No
             _build_section(page, s, ctx)
     if later:
         done = finished() if finished is not None else ctx
-        for at, s in reversed(later):  # from the last, so that the earlier places stay where they are
-            part = Page()
-            _build_section(part, s, done)
+        parts = []
+        for at, s in later:  # in page order
+            parts.append((at, Page()))
+            _build_section(parts[-1][1], s, done)
+        for at, part in reversed(parts):  # from the last, so that the earlier places stay where they are
             page.blocks[at:at] = part.blocks
             for name, png in part.figures.items():
                 if name in page.figures:

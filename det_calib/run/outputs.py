@@ -65,39 +65,12 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
-    from det_calib.capture.exported import is_export
-    from det_calib.deploy.fold import write_run_checkpoint
     from det_calib.run.reuse import run_fingerprints, write_run_boxes
 
     ev = splits[1]
-    # Everything is written into a staging folder that replaces `out` in one swap when the run
-    # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
-    # previous run's folder as it was, never a mix of old and new.
     with staged_output(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
-        meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
-        records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        exported, engine_lines = is_export(inputs.model), []
-        unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
-        if unfolded:  # a map that reads the box's size has no place in the class conv
-            engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
-        elif exported:  # the calibration appended to the export's graph, and its engine record
-            from det_calib.deploy.calibrated_export import write_run_engine
-
-            engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
-        elif verification is not None:  # the checkpoint the verification runs on, written after the fit
-            shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-        else:
-            write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and unfolded:
-            for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
-                    ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
-        elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
-            why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
-                   "an exported engine (the calibrated export scores every box by the same monotone map per class)")
-            for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+        engine_lines = _write_model(stage, result, inputs, ev, s, verification)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
@@ -117,6 +90,40 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         finished()
         write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
     return _output_files(out)
+
+
+def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: Settings,
+                 verification: Verification | None) -> list[str]:
+    """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
+    record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
+    summary's lines about it."""
+    from det_calib.capture.exported import is_export
+    from det_calib.deploy.fold import write_run_checkpoint
+
+    meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+    records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+    exported, engine_lines = is_export(inputs.model), []
+    unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+    if unfolded:  # a map that reads the box's size has no place in the class conv
+        engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
+    elif exported:  # the calibration appended to the export's graph, and its engine record
+        from det_calib.deploy.calibrated_export import write_run_engine
+
+        engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
+    elif verification is not None:  # the checkpoint the verification runs on, written after the fit
+        shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
+    else:
+        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+    if s.run_val and unfolded:
+        for h in inputs.heads:
+            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
+                ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
+    elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
+        why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+               "an exported engine (the calibrated export scores every box by the same monotone map per class)")
+        for h in inputs.heads:
+            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+    return engine_lines
 
 
 def write_timings(folder: Path, result: RunResult, t_start: float, write_summary: Callable[[], Any]) -> None:
