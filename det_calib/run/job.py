@@ -220,7 +220,7 @@ def fit_heads(inputs: Inputs, fit: Split, s: Settings, captured: dict[str, pl.Da
     return out
 
 
-def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, stack: ExitStack
+def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, stack: ExitStack, out: Path
                            ) -> tuple[dict[str, HeadResult], pl.DataFrame, Verification | None]:
     """Capture the fit split, choose each head's calibrator, start the verification of the calibrated
     checkpoint (which runs beside what follows, :class:`Verification`), capture the eval split and
@@ -231,7 +231,7 @@ def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, s
     fitted = fit_heads(inputs, fit, s, fit_rows)
     records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, (_, c) in fitted.items()}
     with clock.stage("outputs"), stage("write outputs"):
-        verification = start_verification(inputs, fit, ev, records, s)
+        verification = start_verification(inputs, fit, ev, records, s, out)
     if verification is not None:
         stack.enter_context(verification)
     with clock.stage("capture"):
@@ -310,7 +310,7 @@ def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_
         results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
         verification = None
     else:
-        results, boxes, verification = _capture_and_calibrate(inputs, fit, ev, s, stack)
+        results, boxes, verification = _capture_and_calibrate(inputs, fit, ev, s, stack, out)
         fingerprints = None
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),

@@ -18,7 +18,7 @@ from det_calib.calibrators import registry
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.io import read_manifest, staged_output
+from det_calib.io import logged_as, read_manifest, staged_output
 from det_calib.record.run_result import (
     RunResult,
 )
@@ -224,7 +224,7 @@ class Verification:
                 result.results[h] = _replace(result.results[h], detection_change=change)
 
 
-def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str, Any], s: Settings
+def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str, Any], s: Settings, out: Path
                        ) -> Verification | None:
     """The run's checkpoint written (in a temporary folder) as soon as its calibrators are known, and
     its :class:`Verification`, to enter; None where the run does not verify (``run_val`` off, boxes
@@ -240,7 +240,8 @@ def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str,
     ckpt = Path(tempfile.mkdtemp(prefix="det_calib_verify_")) / "calibrated.pt"
     meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
     try:
-        write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
+        with logged_as(ckpt.parent, out):  # the run's calibrated.pt, once the run is written
+            write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
     except BaseException:
         shutil.rmtree(ckpt.parent, ignore_errors=True)
         raise
