@@ -165,10 +165,17 @@ class Verification:
                 ctx = mp.get_context("fork")
                 self.conn, send = ctx.Pipe(duplex=False)
                 self.cpu0 = children_cpu()
-                self.child = ctx.Process(target=checks_in_child, name="det_calib-verification",
-                                         args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
-                self.child.start()
-                send.close()
+                child = ctx.Process(target=checks_in_child, name="det_calib-verification",
+                                    args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+                try:
+                    child.start()
+                except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
+                    log.warning("cannot start the Ultralytics val process (%s): it runs after the report's figures", e)
+                    self.conn.close()
+                else:
+                    self.child = child
+                finally:
+                    send.close()
         return self
 
     def __exit__(self, *exc: Any) -> None:

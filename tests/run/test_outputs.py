@@ -4,6 +4,7 @@ beside the rest of the run gives the checks of the same pass run in the run's ow
 from __future__ import annotations
 
 import logging
+import multiprocessing.context
 import os
 import tempfile
 
@@ -54,3 +55,13 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
     assert _checks(lost) == _checks(beside)
     assert "ended without a result (exit code 3): running it here" in caplog.text
     assert not list((tmp_path / "tmp").glob("det_calib_verify_*"))
+
+    def no_process(self):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", no_process)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="det_calib.run.outputs"):
+        unforked = _run(demo_model_path, tmp_path / "unforked")
+    assert _checks(unforked) == _checks(beside)
+    assert "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text
