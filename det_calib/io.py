@@ -261,8 +261,22 @@ def staged_output(out: str | Path) -> Iterator[Path]:
     check_output_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f"{_sibling_prefix(out, _STAGE_TAG)}{os.getpid()}-", dir=out.parent))
+    try:
+        with logged_as(stage, shown):
+            yield stage
+        publish(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    logging.getLogger(__name__).debug("replaced %s with the new output", shown)
+
+
+@contextlib.contextmanager
+def logged_as(path: str | Path, shown: str | Path) -> Iterator[None]:
+    """While in the block, log messages that name ``path`` (a folder being staged) name ``shown`` (where
+    its files will be) instead."""
     old_factory = logging.getLogRecordFactory()
-    staged, final = str(stage), str(shown)
+    staged, final = str(path), str(shown)
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = old_factory(*args, **kwargs)
@@ -276,15 +290,9 @@ def staged_output(out: str | Path) -> Iterator[Path]:
 
     logging.setLogRecordFactory(factory)
     try:
-        try:
-            yield stage
-        finally:
-            logging.setLogRecordFactory(old_factory)
-        publish(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    logging.getLogger(__name__).debug("replaced %s with the new output", shown)
+        yield
+    finally:
+        logging.setLogRecordFactory(old_factory)
 
 
 def publish(stage: str | Path, out: str | Path) -> None:

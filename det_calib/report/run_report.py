@@ -13,11 +13,13 @@ The page is :data:`det_calib.report.sections.SECTIONS` (the report's entries) wr
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, Run, load_run
+from det_calib.record.run_result import RunResult
 
 from .common import consistency_warnings
 from .context import ReportContext
@@ -41,6 +43,7 @@ def report_context(run: Run, *, folder: Path | None = None, reference: str | Pat
 def write_report(
     run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
     boxes: pl.DataFrame | None = None, reference: str | Path | None = None,
+    finished: Callable[[], RunResult] | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -58,6 +61,10 @@ def write_report(
         boxes: The run's box table, when the caller holds it (the pipeline, which has just
             written it to ``boxes.parquet``): not read a second time into memory.
         reference: Another run (``RUN[:HEAD]``) of the detector, beside this one in the Engines section.
+        finished: While the run is still being verified (``calibrate`` runs its Ultralytics val beside
+            the report): returns its complete record once the verification is in; the sections that
+            read it are written then (:func:`~det_calib.report.sections.build_page`), the others
+            meanwhile. The page is the one the complete run's folder gives.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -75,7 +82,14 @@ def write_report(
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
-    page = build_page(report_context(run, folder=Path(run_dir), reference=reference))
+    ctx = report_context(run, folder=Path(run_dir), reference=reference)
+
+    def complete() -> ReportContext:  # the same subjects (boxes, bins), the complete record
+        assert finished is not None
+        done = dataclasses.replace(run, result=finished())
+        return dataclasses.replace(ctx, subjects=tuple(dataclasses.replace(s, run=done) for s in ctx.subjects))
+
+    page = build_page(ctx, finished=complete if finished is not None else None)
     r = run.result
     title = f"Confidence calibration report: {Path(r.model or 'model').name}"
     subtitle = (f"Run {run.run_dir} · data {r.data or 'n/a'} · heads {', '.join(run.heads)} · "

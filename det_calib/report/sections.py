@@ -21,7 +21,7 @@ from det_calib.record.run_folder import Run
 from .calibrators_section import calibrators_section, deployed_words
 from .common import bins_of
 from .context import PageKind, ReportContext, Subject
-from .document import Heading
+from .document import Fig, Heading
 from .engines_section import engines_section
 from .ensemble_section import ensemble_section
 from .map_section import map_section
@@ -55,12 +55,16 @@ class Section:
         pages: The pages it is on (``report``, ``compare``).
         optional: Written only when the run has what it shows (an ``--method auto`` run's
             candidates, an export, a thresholds.json, an ensemble); the others are on every page.
+        checked: It reads what a run records last (its Ultralytics val checks, the detection
+            change, the run time): while ``calibrate`` still verifies the run, it is written after
+            the others (:func:`build_page`'s ``finished``).
     """
 
     title: str
     build: SectionFn
     pages: frozenset[PageKind] = BOTH
     optional: bool = False
+    checked: bool = False
 
     def heads(self, heading: str) -> bool:
         """Whether a level-2 heading is this section's."""
@@ -68,7 +72,7 @@ class Section:
 
 
 SECTIONS: tuple[Section, ...] = (
-    Section("Summary", summary_section),
+    Section("Summary", summary_section, checked=True),  # a per-class map's lead names its val figures
     Section("Calibrators compared", calibrators_section, optional=True),
     Section("Engines", engines_section, optional=True),
     Section("Matching", matching_section, pages=REPORT, optional=True),
@@ -77,9 +81,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("Reliability by size", size_section, optional=True),
     Section("Threshold shift", threshold_shift_section, pages=REPORT),
     Section("Conf thresholds", conf_thresholds_section, optional=True),
-    Section("mAP verification", map_section, pages=REPORT),
+    Section("mAP verification", map_section, pages=REPORT, checked=True),
     Section("Ensemble", ensemble_section, pages=REPORT, optional=True),
-    Section("Settings", settings_section),
+    Section("Settings", settings_section, checked=True),  # the run time
 )
 """Every section, in the order of the pages."""
 
@@ -94,21 +98,48 @@ def section_of(heading: str) -> Section | None:
     return next((s for s in SECTIONS if s.heads(heading)), None)
 
 
-def build_page(ctx: ReportContext) -> Page:
+def build_page(ctx: ReportContext, *, finished: Callable[[], ReportContext] | None = None) -> Page:
     """Write every section of ``ctx.kind``'s page, in order.
+
+    ``finished``: while the run is still being verified (``calibrate`` runs its Ultralytics val beside
+    the report), the sections that read the verification (:attr:`Section.checked`) are written last,
+    from the context ``finished()`` returns once the run is complete, and take their place in the
+    page; the page is the one ``build_page`` of the complete run writes.
 
     Raises:
         ValueError: A section wrote a level-2 heading that is not its own, or none while it is not
             optional (a defect of the section, not of the run).
     """
     page = Page()
+    later: list[tuple[int, Section]] = []  # (where its blocks go, section)
     for s in sections_of(ctx.kind):
-        start = len(page.blocks)
-        s.build(page, ctx)
-        h2 = [b.text for b in page.blocks[start:] if isinstance(b, Heading) and b.level == 2]
-        if any(not s.heads(t) for t in h2) or (not h2 and not s.optional):
-            raise ValueError(f"section {s.title!r} wrote the headings {h2}")
+        if s.checked and finished is not None:
+            later.append((len(page.blocks), s))
+        else:
+            _build_section(page, s, ctx)
+    if later:
+        done = finished() if finished is not None else ctx
+        parts = []
+        for at, s in later:  # in page order
+            parts.append((at, Page()))
+            _build_section(parts[-1][1], s, done)
+        for at, part in reversed(parts):  # from the last, so that the earlier places stay where they are
+            page.blocks[at:at] = part.blocks
+            for name, png in part.figures.items():
+                if name in page.figures:
+                    raise ValueError(f"duplicate figure name {name}")
+                page.figures[name] = png
+        page.figures = {b.name: page.figures[b.name] for b in page.blocks if isinstance(b, Fig)}  # page order
     return page
+
+
+def _build_section(page: Page, s: Section, ctx: ReportContext) -> None:
+    """One section into ``page``, its headings checked."""
+    start = len(page.blocks)
+    s.build(page, ctx)
+    h2 = [b.text for b in page.blocks[start:] if isinstance(b, Heading) and b.level == 2]
+    if any(not s.heads(t) for t in h2) or (not h2 and not s.optional):
+        raise ValueError(f"section {s.title!r} wrote the headings {h2}")
 
 
 def subject(run: Run, head: str, *, name: str, letter: str = "", note: str = "") -> Subject:

@@ -7,7 +7,8 @@ process's start (so the interpreter's start-up and the imports before ``main`` c
 ``time`` would); a library call that finds the clock idle starts it at the call. :func:`timings`
 reads the clock as a :class:`det_calib.record.timings.Timings` (the record of ``calibration.json``).
 CPU is the whole process's (every thread), read with :func:`time.process_time` (and, for the span
-before ``main``, the process's own CPU seconds so far).
+before ``main``, the process's own CPU seconds so far); a stage that runs in a child process beside
+the others adds the child's CPU seconds to its own and to the total (:func:`add_cpu`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from det_calib.record.timings import StageTime, Timings
 
-__all__ = ["begin", "process_start", "reset", "since_process", "stage", "start", "started", "timings"]
+__all__ = ["add_cpu", "begin", "process_start", "reset", "since_process", "stage", "start", "started", "timings"]
 
 OTHER = "other"
 
@@ -34,6 +35,7 @@ class _Clock:
         self.stack: list[str] = []
         self.mark = (0.0, 0.0)
         self.claimed = False
+        self.extra_cpu = 0.0  # CPU seconds of child processes, charged with add_cpu
 
     def charge(self, now: tuple[float, float]) -> None:
         """Charge the time since the last mark to the current stage (``other`` outside every stage)."""
@@ -117,6 +119,16 @@ def stage(name: str) -> Iterator[None]:
         _clock.stack.pop()
 
 
+def add_cpu(name: str, seconds: float) -> None:
+    """Charge ``seconds`` of CPU spent outside this process (a child process that ran a stage beside
+    the others) to ``name`` and to the total; nothing when the clock is not running."""
+    if _clock.origin is None:
+        return
+    _clock.walls.setdefault(name, 0.0)
+    _clock.cpus[name] = _clock.cpus.get(name, 0.0) + seconds
+    _clock.extra_cpu += seconds
+
+
 def timings() -> Timings | None:
     """The clock read now: every stage so far, ``other`` last; None when it is not running."""
     if _clock.origin is None:
@@ -124,5 +136,5 @@ def timings() -> Timings | None:
     now = _now()
     _clock.charge(now)
     names = [n for n in _clock.walls if n != OTHER] + ([OTHER] if OTHER in _clock.walls else [])
-    return Timings(wall=now[0] - _clock.origin[0], cpu=now[1] - _clock.origin[1],
+    return Timings(wall=now[0] - _clock.origin[0], cpu=now[1] - _clock.origin[1] + _clock.extra_cpu,
                    stages={n: StageTime(_clock.walls[n], _clock.cpus[n]) for n in names}, started=_clock.kind)

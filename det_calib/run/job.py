@@ -27,6 +27,7 @@ import datetime as _dt
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from det_calib.run.fitting import (
 )
 from det_calib.run.head_figures import evaluate_head, operating_points
 from det_calib.run.inputs import Inputs, default_inputs, load_splits, resolve_inputs
-from det_calib.run.outputs import _gt_per_class, _write_outputs
+from det_calib.run.outputs import Verification, _gt_per_class, _write_outputs, start_verification
 from det_calib.run.preflight import preflight
 from det_calib.run.settings import Settings, _settings_of
 from det_calib.run.stages import stage
@@ -124,18 +125,28 @@ def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict
     Returns:
         Head -> one capture table per split (in the order of ``splits``).
     """
-    from det_calib.capture.exported import make_capturer  # a Capturer, or an ExportCapturer for an export
-
-    with clock.stage("model load"):  # the capture's own copy of the detector
-        cap = make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
+    cap = open_capturer(inputs, s)
     out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
-        log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
-        raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
-        for h in inputs.heads:
-            out[h].append(_head_rows(raw, h, sp, s))
-        del raw
+        for h, rows in capture_split(cap, inputs, sp, s).items():
+            out[h].append(rows)
     return out
+
+
+def open_capturer(inputs: Inputs, s: Settings) -> Any:
+    """The capture's own copy of the detector (charged to ``model load``): a Capturer, or an
+    ExportCapturer for an export."""
+    from det_calib.capture.exported import make_capturer
+
+    with clock.stage("model load"):
+        return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
+
+
+def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
+    """Head -> the capture table of one split (one forward pass per image for every head)."""
+    log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
+    raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
+    return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
 
 
 def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
@@ -180,13 +191,18 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
 
 
 def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
-                     captured: dict[str, list[pl.DataFrame]]) -> tuple[dict[str, HeadResult], pl.DataFrame]:
-    """Every head through :func:`calibrate_head`; their results and the run's box table."""
+                     captured: dict[str, list[pl.DataFrame]],
+                     fitted: dict[str, tuple[pl.DataFrame, Choice]] | None = None,
+                     ) -> tuple[dict[str, HeadResult], pl.DataFrame]:
+    """Every head through :func:`calibrate_head` (``fitted``: each head's labelled fit table and
+    choice, from :func:`fit_heads`); their results and the run's box table."""
     results, tables = {}, []
     for head in inputs.heads:
+        fb, choice = fitted.pop(head) if fitted else (None, None)
         # vector work: a second BLAS thread only waits (det_calib.run.threads)
         with single_blas_thread():
-            results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head))
+            results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head),
+                                                        matched=(fb, None), choice=choice)
         tables += head_tables
     with clock.stage("figures"):
         return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
@@ -196,6 +212,42 @@ def kpt_oks_sigmas(ds, task: str) -> tuple[float, ...] | None:
     """A pose model's dataset's own OKS sigmas (data.yaml's ``kpt_oks_sigmas``); None where it gives none."""
     spec = pose_spec(ds) if task == "pose" else None
     return None if spec is None else spec.sigmas
+
+
+def fit_heads(inputs: Inputs, fit: Split, s: Settings, captured: dict[str, pl.DataFrame]
+              ) -> dict[str, tuple[pl.DataFrame, Choice]]:
+    """Each head's fit table labelled and its calibrator chosen (as :func:`calibrate_head` does), before
+    the eval split is captured."""
+    out = {}
+    for head in inputs.heads:
+        with single_blas_thread():
+            with clock.stage("fit and choice"), stage("matching"):
+                fb = match_split(captured.pop(head), fit, inputs.matching, iou=s.iou, loc_iou=s.loc_iou)
+            with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
+                out[head] = fb, fit_head(fb, s, fit.gt)
+    return out
+
+
+def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, stack: ExitStack, out: Path
+                           ) -> tuple[dict[str, HeadResult], pl.DataFrame, Verification | None]:
+    """Capture the fit split, choose each head's calibrator, start the verification of the calibrated
+    checkpoint (which runs beside what follows, :class:`Verification`), capture the eval split and
+    evaluate every head on it."""
+    with clock.stage("capture"):
+        cap = open_capturer(inputs, s)
+        fit_rows = capture_split(cap, inputs, fit, s)
+    fitted = fit_heads(inputs, fit, s, fit_rows)
+    records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, (_, c) in fitted.items()}
+    with clock.stage("outputs"), stage("write outputs"):
+        verification = start_verification(inputs, fit, ev, records, s, out)
+    if verification is not None:
+        stack.enter_context(verification)
+    with clock.stage("capture"):
+        ev_rows = capture_split(cap, inputs, ev, s)
+        del cap
+    captured = {h: [None, ev_rows[h]] for h in inputs.heads}
+    results, boxes = _calibrate_heads(inputs, fit, ev, s, captured, fitted)
+    return results, boxes, verification
 
 
 def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Settings
@@ -252,16 +304,23 @@ def calibrate(
     t_start = time.time()
     clock.begin()
     inputs, fit, ev = _start(model, data, Path(out), s)
+    with ExitStack() as stack:
+        return _calibrate(inputs, fit, ev, Path(out), s, t_start, stack)
+
+
+def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_start: float, stack: ExitStack
+               ) -> CalibrationRun:
+    """:func:`calibrate` once its inputs are loaded; ``stack`` holds the verification running beside it."""
     if s.boxes:
         from det_calib.run.reuse import reuse_boxes
 
         with clock.stage("capture"), stage("read boxes"):
             captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)
+        results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
+        verification = None
     else:
-        with clock.stage("capture"):
-            captured = capture_splits(inputs, (fit, ev), s)
+        results, boxes, verification = _capture_and_calibrate(inputs, fit, ev, s, stack, out)
         fingerprints = None
-    results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
     result = RunResult(
         model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
@@ -271,9 +330,8 @@ def calibrate(
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
         matching=inputs.matching if inputs.task != "detect" else None,  # a detector: box IoU, as ever
     )
-    out = Path(out)
     with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
-        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints)
+        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints, verification)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=_deployed_path(out, inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from det_calib.calibrators import registry
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.io import read_manifest, staged_output
+from det_calib.io import logged_as, read_manifest, staged_output
 from det_calib.record.run_result import (
     RunResult,
 )
@@ -53,71 +54,78 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
               "(docs/size_and_hook.md)")
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
-NOT_FOLDABLE = ("no calibrated.pt: det_calib does not fold a map into {article} `{task}` model's checkpoint yet "
-                "(det_calib.deploy.fold.FOLDABLE_TASKS); calibration.json holds the map")
-"""The summary's line in place of the checkpoint when the model's task takes no fold."""
-
 
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
-                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write every output of a run (the Ultralytics val checks need the written checkpoint).
+                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
+                   verification: Verification | None = None) -> dict[str, Path]:
+    """Write every output of a run; ``verification``: the Ultralytics val checks started on the
+    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
-    from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
-    from det_calib.deploy.fold import FOLDABLE_TASKS, write_run_checkpoint
     from det_calib.run.reuse import run_fingerprints, write_run_boxes
 
     ev = splits[1]
-    # Everything is written into a staging folder that replaces `out` in one swap when the run
-    # has succeeded (det_calib.io.staged_output): a run that fails or is interrupted leaves the
-    # previous run's folder as it was, never a mix of old and new.
     with staged_output(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
-        meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
-        records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
-        exported, engine_lines = is_export(inputs.model), []
-        unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
-        unfoldable = not exported and inputs.task not in FOLDABLE_TASKS
-        if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
-            engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
-        elif unfoldable:  # the task's head takes no fold (yet): no calibrated.pt, no val of it
-            engine_lines = [NOT_FOLDABLE.format(task=inputs.task, article="an" if inputs.task == "obb" else "a")]
-        elif exported:  # the calibration appended to the export's graph (a size map too), and its engine record
-            from det_calib.deploy.calibrated_export import write_run_engine
-
-            engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
-        else:
-            write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and ((unfolded and not exported) or unfoldable):
-            why = ("no calibrated.pt: a size-conditioned map cannot fold into the checkpoint" if unfolded else
-                   f"no calibrated.pt: a `{inputs.task}` model's checkpoint takes no fold yet")
-            for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
-        elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
-            why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
-                   "an exported engine (the calibrated export scores every box by its map of the box's size)"
-                   if unfolded else
-                   "an exported engine (the calibrated export scores every box by the same monotone map per class)")
-            for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
-        elif s.run_val:
-            with clock.stage("verification"):
-                _verify(result, inputs, stage / "calibrated.pt", ev, records, boxes, s)
+        engine_lines = _write_model(stage, result, inputs, ev, s, verification)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
-        write_summary_text(stage, result, extra=extra)
+
+        def finished() -> RunResult:  # the verification in, the record written again and read back
+            if verification is not None and verification.finish(result, boxes):
+                result.seconds = round(time.time() - t_start, 1)
+                result.write(stage / "calibration.json")
+            return RunResult.read(stage / "calibration.json")
+
         if s.report:
             from det_calib.report import write_report
             from det_calib.run import stages
 
             with clock.stage("report"), stages.stage("report"):
-                write_report(stage, shown_dir=out, boxes=boxes)
+                write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
+        finished()
         write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
     return _output_files(out)
+
+
+def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: Settings,
+                 verification: Verification | None) -> list[str]:
+    """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
+    record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
+    summary's lines about it."""
+    from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
+    from det_calib.deploy.fold import write_run_checkpoint
+
+    meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+    records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+    exported, engine_lines = is_export(inputs.model), []
+    unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+    if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
+        engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
+    elif exported:  # the calibration appended to the export's graph (a size map too), and its engine record
+        from det_calib.deploy.calibrated_export import write_run_engine
+
+        engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
+    elif verification is not None:  # the checkpoint the verification runs on, written after the fit
+        shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
+    else:
+        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+    if s.run_val and unfolded and not exported:
+        for h in inputs.heads:
+            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
+                ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
+    elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
+        why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
+               "an exported engine (the calibrated export scores every box by its map of the box's size)"
+               if unfolded else
+               "an exported engine (the calibrated export scores every box by the same monotone map per class)")
+        for h in inputs.heads:
+            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+    return engine_lines
 
 
 def write_timings(folder: Path, result: RunResult, t_start: float, write_summary: Callable[[], Any]) -> None:
@@ -129,17 +137,159 @@ def write_timings(folder: Path, result: RunResult, t_start: float, write_summary
     write_summary()
 
 
-def _verify(result: RunResult, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], boxes: pl.DataFrame,
-            s: Settings) -> None:
-    """The Ultralytics val checks of every head (one pass) and the detection change of a folded per-class map."""
-    checks = _ultralytics_checks(inputs, ckpt, ev, records, s)
-    for h, check in checks.items():
-        result.results[h] = _replace(result.results[h], ultralytics_val=check)
-    for h, rec in records.items():
-        if registry.is_per_class(rec.method):
-            eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == ev.name))
-            change = detection_change(inputs, ckpt, ev, h, eb, rec, s)
-            result.results[h] = _replace(result.results[h], detection_change=change)
+class Verification:
+    """The Ultralytics val checks of a run's heads (one pass of the calibrated checkpoint,
+    :func:`_ultralytics_checks`) and the detection change of a per-class map folded into the model,
+    written into the run's record by :meth:`finish`.
+
+    :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
+    machine allows it (:func:`runs_beside`), the val pass then runs in a child process forked as the
+    block is entered, beside the eval split's capture, its figures, the outputs and the report (which
+    writes the sections that read the checks last); :meth:`finish` waits for it. Elsewhere
+    :meth:`finish` runs it in this process. The child runs the same code on the same checkpoint and
+    data, so the checks are the same either way. On the clock, ``verification`` holds the wait for
+    the child (its wall) and the child's CPU seconds. Leaving the block stops a child still running
+    (a run that failed meanwhile) and removes the checkpoint's temporary folder.
+    """
+
+    def __init__(self, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+        self.inputs, self.ckpt, self.ev, self.records, self.s = inputs, ckpt, ev, records, s
+        self.pending = True
+        self.child: Any = None
+        self.conn: Any = None
+        self.cpu0 = 0.0
+
+    def __enter__(self) -> Verification:
+        if runs_beside():
+            import multiprocessing as mp
+
+            with clock.stage("verification"):
+                ctx = mp.get_context("fork")
+                self.conn, send = ctx.Pipe(duplex=False)
+                self.cpu0 = children_cpu()
+                child = ctx.Process(target=checks_in_child, name="det_calib-verification",
+                                    args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+                try:
+                    child.start()
+                except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
+                    log.warning("cannot start the Ultralytics val process (%s): it runs after the report's figures", e)
+                    self.conn.close()
+                else:
+                    self.child = child
+                finally:
+                    send.close()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.child is not None:  # the run failed while the child was verifying: stop it
+            self.child.terminate()
+            self._reap()
+        shutil.rmtree(self.ckpt.parent, ignore_errors=True)
+
+    def finish(self, result: RunResult, boxes: pl.DataFrame) -> bool:
+        """Wait for the child's checks (or run them here) and write them into ``result``; False when
+        there was nothing (left) to do."""
+        if not self.pending:
+            return False
+        self.pending = False
+        with clock.stage("verification"):
+            checks = self._from_child() if self.child is not None else None
+            if checks is None:
+                checks = _ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
+            self._apply(checks, result, boxes)
+        return True
+
+    def _from_child(self) -> dict[str, Any] | None:
+        """The child's checks; None (with a warning) when it ended without them; its error raised here."""
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            status, value = "lost", None
+        finally:
+            code = self._reap()
+        if status == "error":
+            raise value
+        if status == "lost":
+            log.warning("the Ultralytics val process ended without a result (exit code %s): running it here", code)
+            return None
+        return value
+
+    def _reap(self) -> int | None:
+        """Join the child, charge its CPU seconds to ``verification``; its exit code."""
+        self.conn.close()
+        self.child.join()
+        code = self.child.exitcode
+        clock.add_cpu("verification", max(children_cpu() - self.cpu0, 0.0))
+        self.child = None
+        return code
+
+    def _apply(self, checks: dict[str, Any], result: RunResult, boxes: pl.DataFrame) -> None:
+        for h, check in checks.items():
+            result.results[h] = _replace(result.results[h], ultralytics_val=check)
+        for h, rec in self.records.items():
+            if registry.is_per_class(rec.method):
+                eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
+                change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
+                result.results[h] = _replace(result.results[h], detection_change=change)
+
+
+def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str, Any], s: Settings, out: Path
+                       ) -> Verification | None:
+    """The run's checkpoint written (in a temporary folder) as soon as its calibrators are known, and
+    its :class:`Verification`, to enter; None where the run does not verify (``run_val`` off, boxes
+    reused, an exported model, a size-conditioned map: none has a ``calibrated.pt`` to val)."""
+    import tempfile
+
+    from det_calib.capture.exported import is_export
+    from det_calib.deploy.fold import write_run_checkpoint
+
+    if (not s.run_val or s.boxes or not records or is_export(inputs.model)
+            or any(registry.uses_size(r.method) for r in records.values())):
+        return None
+    ckpt = Path(tempfile.mkdtemp(prefix="det_calib_verify_")) / "calibrated.pt"
+    meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
+    try:
+        with logged_as(ckpt.parent, out):  # the run's calibrated.pt, once the run is written
+            write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
+    except BaseException:
+        shutil.rmtree(ckpt.parent, ignore_errors=True)
+        raise
+    return Verification(inputs, ckpt, ev, records, s)
+
+
+def runs_beside() -> bool:
+    """Whether the val pass can run in a forked child beside the report: on Linux (where a forked
+    child may run torch on the CPU), with more than one core to run on, and the GPU never used by
+    this process (CUDA does not survive a fork)."""
+    import os
+    import sys
+
+    import torch
+
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
+        return False
+    return len(os.sched_getaffinity(0)) > 1
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have ended."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+    """The forked child's work: the checks (or the error) sent to the parent."""
+    try:
+        out: tuple[str, Any] = ("ok", _ultralytics_checks(inputs, ckpt, ev, records, s))
+    except BaseException as e:  # noqa: BLE001 - raised in the parent
+        out = ("error", e)
+    try:
+        conn.send(out)
+    except Exception:  # an error that does not pickle: its words
+        conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+    conn.close()
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

@@ -836,3 +836,48 @@ def test_a_section_writes_only_its_own_headings(tmp_path):
                 sections.build_page(ctx)
         finally:
             sections.SECTIONS = orig
+
+
+def test_a_report_written_while_its_run_is_verified_is_the_complete_runs_page(tmp_path, monkeypatch):
+    """write_report(finished=...) (calibrate, while its Ultralytics val runs beside the report) writes every
+    other section first, asks for the complete record once, writes the sections that read it from it,
+    and gives the page the complete run's folder gives, byte for byte."""
+    from det_calib.report import sections
+
+    run = make_run(tmp_path / "r", heads=("nms", "e2e"), n_images=10, per_image=20, n_boot=5)
+    complete = RunResult.read(run / "calibration.json")
+    assert all(complete.head(h).ultralytics_val is not None for h in complete.heads)
+    pending = tmp_path / "pending"
+    shutil.copytree(run, pending)
+    early = RunResult.read(run / "calibration.json")
+    for h in early.heads:  # what the record holds before the verification is in
+        early.results[h] = dataclasses.replace(early.results[h], ultralytics_val=None)
+    early.seconds = 1.0
+    early.write(pending / "calibration.json")
+
+    calls: list[str] = []
+
+    def spy(sec):
+        def build(page, ctx):
+            calls.append(sec.title)
+            return sec.build(page, ctx)
+        return dataclasses.replace(sec, build=build)
+
+    def finished() -> RunResult:
+        calls.append("finished")
+        return complete
+
+    monkeypatch.setattr(sections, "SECTIONS", tuple(spy(s) for s in sections.SECTIONS))
+    a = write_report(pending, out_dir=tmp_path / "a", shown_dir=run, finished=finished)
+    b = write_report(run, out_dir=tmp_path / "b")
+    titles = [s.title for s in sections_of("report")]
+    checked = [s.title for s in sections_of("report") if s.checked]
+    assert {"mAP verification", "Settings"} <= set(checked)
+    cut = calls.index("finished")
+    assert calls.count("finished") == 1 and calls[:cut] == [t for t in titles if t not in checked]
+    assert calls[cut + 1:cut + 1 + len(checked)] == checked
+    assert a["html"].read_bytes() == b["html"].read_bytes() and a["md"].read_text() == b["md"].read_text()
+    figs = sorted(k for k in a if k.startswith("figures/"))
+    assert figs == sorted(k for k in b if k.startswith("figures/")) and list(a) == list(b)
+    assert all(a[k].read_bytes() == b[k].read_bytes() for k in figs)
+    assert f4(complete.head("nms").ultralytics_val.original.map50_95) in a["md"].read_text()

@@ -44,6 +44,23 @@ def test_stages_are_exclusive_and_add_up_to_the_wall():
     assert t.stages["verification"].wall >= t.stages["verification"].cpu * 0.5
 
 
+def test_a_childs_cpu_is_charged_to_its_stage_and_to_the_total():
+    clock.add_cpu("verification", 1.0)  # idle clock: nothing
+    clock.start()
+    try:
+        with clock.stage("report"):
+            _busy(0.05)
+        clock.add_cpu("verification", 2.5)  # a child ran the verification beside the report
+        t = clock.timings()
+    finally:
+        clock.reset()
+    assert list(t.stages) == ["report", "verification", "other"]
+    assert t.stages["verification"].cpu == pytest.approx(2.5) and t.stages["verification"].wall == 0.0
+    assert t.cpu == pytest.approx(sum(s.cpu for s in t.stages.values()), abs=1e-9)
+    assert t.cpu >= 2.5 + 0.04
+    assert sum(s.wall for s in t.stages.values()) == pytest.approx(t.wall, abs=1e-9)
+
+
 def test_since_process_charges_the_start_up_to_imports():
     clock.start(since_process=True)
     try:

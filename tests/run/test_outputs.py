@@ -1,0 +1,67 @@
+"""The run's verification (det_calib.run.outputs.Verification): the Ultralytics val pass in a child process
+beside the rest of the run gives the checks of the same pass run in the run's own process."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.context
+import os
+import tempfile
+
+import pytest
+
+from det_calib.run import outputs
+
+OPTIONS = {"head": "nms", "n_boot": 10, "progress": False, "method": "temperature", "report": False}
+
+
+def _run(model, out):
+    from det_calib.demo import fixture_data_yaml
+    from det_calib.run.job import calibrate
+
+    return calibrate(model, fixture_data_yaml(), out=out, **OPTIONS)
+
+
+def _checks(run) -> dict:
+    return {h: run.summary["ultralytics_val"][h] for h in run.result.heads}
+
+
+def _die(conn, *args):  # a child that ends without sending its checks (killed, out of memory)
+    os._exit(3)
+
+
+@pytest.mark.skipif(not outputs.runs_beside(), reason="needs Linux and two cores to run the val pass beside")
+def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(demo_model_path, tmp_path,
+                                                                               monkeypatch, caplog):
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the checkpoint waits for the val pass
+    beside = _run(demo_model_path, tmp_path / "beside")
+    check = _checks(beside)["nms"]
+    assert check["original"]["map50_95"] > 0.1 and check["identical_at_equivalent_floor"] is True
+    t = beside.result.timings
+    # the child's CPU is the verification's; the stages still add up to the totals
+    assert t.stages["verification"].cpu > 0.5
+    assert sum(s.cpu for s in t.stages.values()) == pytest.approx(t.cpu, abs=0.01)
+    assert sum(s.wall for s in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
+    assert not list((tmp_path / "tmp").glob("det_calib_verify_*")) and (tmp_path / "beside" / "calibrated.pt").is_file()
+
+    monkeypatch.setattr(outputs, "runs_beside", lambda: False)
+    assert _checks(_run(demo_model_path, tmp_path / "here")) == _checks(beside)
+
+    monkeypatch.setattr(outputs, "runs_beside", lambda: True)
+    monkeypatch.setattr(outputs, "checks_in_child", _die)
+    with caplog.at_level(logging.WARNING, logger="det_calib.run.outputs"):
+        lost = _run(demo_model_path, tmp_path / "lost")
+    assert _checks(lost) == _checks(beside)
+    assert "ended without a result (exit code 3): running it here" in caplog.text
+    assert not list((tmp_path / "tmp").glob("det_calib_verify_*"))
+
+    def no_process(self):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", no_process)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="det_calib.run.outputs"):
+        unforked = _run(demo_model_path, tmp_path / "unforked")
+    assert _checks(unforked) == _checks(beside)
+    assert "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text
