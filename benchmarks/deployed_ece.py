@@ -10,11 +10,12 @@ image at a time, over the run's eval split (as many images as the run used). The
 task payload as Ultralytics gives it: a segment model's mask (``retina_masks=True``, encoded as a pycocotools
 RLE at the image size), a pose model's keypoints (``Results.keypoints.data``), an OBB model's rotated box
 (``Results.obb.xywhr``; its ``xyxy`` is the box). This process matches the kept boxes to the ground truth
-one-to-one by the run's rule, at the run's IoU (:func:`kept_set_figures`):
+one-to-one by the run's rule, at the run's IoU, with the run's own ``match_split`` on the split read as the run
+reads it (``load_task_split``) (:func:`kept_set_figures`):
 
-- ``mask``: mask IoU, COCO ``segm`` (``det_calib.matching.masks``);
-- ``oks``: OKS, COCO ``keypoints`` (``det_calib.matching.oks``, the data's sigmas);
-- ``rotated``: ProbIoU, as Ultralytics' OBB validator (``det_calib.matching.rotated``);
+- ``mask``: mask IoU, COCO ``segm``;
+- ``oks``: OKS, COCO ``keypoints``, with the sigmas the run recorded;
+- ``rotated``: ProbIoU, as Ultralytics' OBB validator;
 - ``box``: box IoU, COCO ``bbox`` (a run that recorded no rule; ``--match box`` for any model);
 
 and computes the kept-set ECE (the run's bins) of the original's and of calibrated.pt's kept boxes.
@@ -35,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from det_calib.data.matching_rule import MEASURE_WORDS
 
 CHILD = r"""
 import json, sys
@@ -83,18 +86,11 @@ json.dump(out, open(args["out"], "w"))
 THRESHOLD = 0.25
 DONE_MEAN, DONE_MAX = 0.85, 1.05
 
-RULE_WORDS = {"mask": "mask IoU", "box": "box IoU", "oks": "OKS", "rotated": "ProbIoU"}
-"""How each matching rule is named in the tables."""
-
 TASK_MAPS = {"segment": (("box mAP", "map_identical"), ("mask mAP", "mask_map_identical")),
              "pose": (("box mAP", "map_identical"), ("pose mAP", "pose_map_identical")),
-             "obb": (("OBB mAP", "map_identical"),),
+             "obb": (("box mAP", "map_identical"), ("OBB mAP", "obb_map_identical")),
              "detect": (("box mAP", "map_identical"),)}
 """Per task, the mAP checks of the run's record a table shows: (heading, the eval record's attribute)."""
-
-PAYLOAD = {"segment": "segm", "pose": "kpts", "obb": "xywhr"}
-"""The task payload's column in a prediction table."""
-
 
 def prediction_table(rows: list, payload: list | None = None, *, task: str = "segment") -> pl.DataFrame:
     """The child's kept boxes as a box table: ``image_id``, ``x1..y2``, ``conf``, ``cls`` and the task's payload.
@@ -114,70 +110,31 @@ def prediction_table(rows: list, payload: list | None = None, *, task: str = "se
     return t
 
 
-def _match_oks(kept: pl.DataFrame, split, iou: float, sigmas) -> pl.DataFrame:
-    from det_calib.data.pose import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, split_keypoints
-    from det_calib.matching.oks import match_keypoints
-
-    g = split.gt
-    gk = split_keypoints(split)
-    dk = np.asarray(kept["kpts"].to_list(), dtype=np.float64).reshape(kept.height, gk.shape[1], -1)
-    r = match_keypoints(kept["image_id"].to_numpy(), kept["cls"].to_numpy(), kept["conf"].to_numpy(), dk,
-                        g["image_id"].to_numpy(), g["cls"].to_numpy(), gk, g[AREA_COLUMN].to_numpy(),
-                        g.select("x1", "y1", "x2", "y2").to_numpy(), g["crowd"].to_numpy(),
-                        g[NUM_KEYPOINTS_COLUMN].to_numpy(), oks_threshold=iou, sigmas=sigmas)
-    return kept.with_columns(pl.Series("correct", r.correct), pl.Series("ignore", r.ignore))
-
-
-def _match_rotated(kept: pl.DataFrame, split, iou: float) -> pl.DataFrame:
-    from det_calib.data.obb import split_xywhr
-    from det_calib.matching.rotated import match_rotated
-
-    g = split.gt
-    r = match_rotated(kept["image_id"].to_numpy(), kept["cls"].to_numpy(), kept["conf"].to_numpy(),
-                      np.asarray(kept["xywhr"].to_list(), dtype=np.float64).reshape(-1, 5),
-                      g["image_id"].to_numpy(), g["cls"].to_numpy(), split_xywhr(split), iou_threshold=iou)
-    return kept.with_columns(pl.Series("correct", r.correct), pl.Series("ignore", r.ignore))
-
-
-def match_kept(kept: pl.DataFrame, split, *, match: str, iou: float = 0.5, sigmas=None) -> pl.DataFrame:
-    """``kept`` with ``correct`` and ``ignore`` by the rule ``match`` (``mask``, ``oks``, ``rotated``, ``box``)."""
-    from det_calib.matching.masks import match_mask_table
-    from det_calib.matching.one_to_one import match_boxes
-
-    if match == "mask":
-        return match_mask_table(kept, split.gt, split.sizes, iou_threshold=iou)
-    if match == "oks":
-        return _match_oks(kept, split, iou, sigmas)
-    if match == "rotated":
-        return _match_rotated(kept, split, iou)
-    if match == "box":
-        return match_boxes(kept.drop(*PAYLOAD.values(), strict=False), split.gt, iou=iou, loc_iou=min(iou, 0.1))
-    raise ValueError(f"Expected `match` to be one of {tuple(RULE_WORDS)}, but got {match!r}")
-
-
 def kept_set_figures(table: pl.DataFrame, split, *, match: str, threshold: float = THRESHOLD, iou: float = 0.5,
                      n_bins: int = 15, sigmas=None) -> tuple[int, float]:
-    """``(kept boxes, kept-set ECE)`` of a predict table on a split.
+    """``(kept boxes, kept-set ECE)`` of a predict table on a split, matched by the run's own ``match_split``.
 
     Args:
         table: ``image_id``, ``x1..y2``, ``conf``, ``cls`` and the payload the rule needs: ``segm`` (each box's
             mask as compressed RLE counts at its image's size) for ``mask``, ``kpts`` for ``oks``, ``xywhr``
             for ``rotated``.
-        split: The split, read with the ground truth the rule needs (``load_segment_split``,
-            ``load_pose_split``, ``load_obb_split``; ``load_split`` for ``box``).
+        split: The split, read with the ground truth the rule needs (``load_task_split``, as the run reads it).
         match: ``"mask"``, ``"oks"``, ``"rotated"`` or ``"box"`` (see the module docstring).
         threshold: Boxes with ``conf > threshold`` are kept.
         iou: The IoU (OKS, ProbIoU) a box needs with a same-class ground truth to be correct.
         n_bins: ECE bins.
-        sigmas: Per-keypoint OKS sigmas for ``oks`` (default: ``oks_sigmas``' rule).
+        sigmas: Per-keypoint OKS sigmas for ``oks`` (the run's record has them; default: ``oks_sigmas``' rule).
 
     Returns:
         The number of kept boxes that count (ignored ones, on a crowd, left out) and their ECE (nan if none).
     """
+    from det_calib.data.matching_rule import MatchingRule
+    from det_calib.matching.rule import match_split
     from det_calib.metrics.operating_point import kept_ece
 
-    m = match_kept(table.filter(pl.col("conf") > threshold), split, match=match, iou=iou, sigmas=sigmas)
-    m = m.filter(~pl.col("ignore"))
+    rule = MatchingRule(match, sigmas=tuple(float(x) for x in sigmas) if sigmas is not None else None)
+    kept = table.filter(pl.col("conf") > threshold)
+    m = match_split(kept, split, rule, iou=iou, loc_iou=min(iou, 0.1)).filter(~pl.col("ignore"))
     return m.height, kept_ece(m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=n_bins)
 
 
@@ -228,19 +185,15 @@ def plain_predict(spec: dict) -> dict:
     return pred
 
 
-def load_rule_split(data, split: str, by: str, n: int):
-    """The first ``n`` images of ``split`` with the ground truth the rule ``by`` matches against, and the OKS
-    sigmas of the data (None but for ``oks``)."""
-    from det_calib.data.ground_truth import load_split
-    from det_calib.data.obb import load_obb_split
-    from det_calib.data.pose import load_pose_split, pose_spec
-    from det_calib.data.segments import load_segment_split
+def rule_split(run_model: str, data, split: str, by: str, n: int):
+    """The first ``n`` images of ``split`` read for the model's task as the run reads them (``load_task_split``)
+    with the ground truth the rule ``by`` matches against, and the model's task."""
+    from det_calib.capture.predictor import load_detector
+    from det_calib.capture.task_payload import CAPTURE_TASKS
+    from det_calib.data.task_splits import load_task_split
 
-    if by == "oks":
-        spec = pose_spec(data)
-        return load_pose_split(data, split, limit=n), (spec.sigmas if spec else None)
-    loader = {"mask": load_segment_split, "rotated": load_obb_split}.get(by, load_split)
-    return loader(data, split, limit=n), None
+    task = load_detector(run_model, tasks=CAPTURE_TASKS).task
+    return load_task_split(data, split, task=task, match=by, limit=n), task
 
 
 def _case(res, head: str, size: str, n: int, by: str, task: str, fig: dict) -> Case:
@@ -264,16 +217,19 @@ def measure_run(run: Path, size: str, match: str | None) -> list[Case]:
     by = match or getattr(getattr(res, "matching", None), "by", None) or "box"
     ids = pl.read_parquet(run / "boxes.parquet", columns=["split", "image_id"])
     n = int(ids.filter(pl.col("split") == st.eval_split)["image_id"].max()) + 1
-    sp, sigmas = load_rule_split(load_data_yaml(res.data), st.eval_split, by, n)
+    sp, task = rule_split(res.model, load_data_yaml(res.data), st.eval_split, by, n)
+    sigmas = res.matching.sigmas if by == "oks" and res.matching is not None and res.matching.by == "oks" else None
     cases = []
     for head in res.heads:
         pred = plain_predict({"original": res.model, "calibrated": str(run / "calibrated.pt"), "conf": THRESHOLD,
                               "nms": False if head == "e2e" else None, "imgsz": st.imgsz,
                               "images": [str(p) for p in sp.images]})
-        fig = {tag: kept_set_figures(prediction_table(pred[tag]["rows"], pred[tag]["payload"], task=pred["task"]),
+        if pred["task"] != task:
+            raise SystemExit(f"plain Ultralytics reads {res.model} as a {pred['task']} model, det_calib as {task}")
+        fig = {tag: kept_set_figures(prediction_table(pred[tag]["rows"], pred[tag]["payload"], task=task),
                                      sp, match=by, iou=st.iou_match, n_bins=st.ece_bins, sigmas=sigmas)
                for tag in ("raw", "calibrated")}
-        cases.append(_case(res, head, size, n, by, pred["task"], fig))
+        cases.append(_case(res, head, size, n, by, task, fig))
     return cases
 
 
@@ -286,7 +242,7 @@ def measure_sizes(model: str, data: str | None, limits: list[int], runs: Path, e
         run = runs / (f"limit{limit}" if limit else "full")
         calibrate(model, data, limit or None, run, extra, rerun)
         for c in measure_run(run, size, match):
-            print(f"{size} [{c.head}] {c.method}, {RULE_WORDS[c.match]}: raw {c.raw[0]} boxes ECE {c.raw[1]:.4f}, "
+            print(f"{size} [{c.head}] {c.method}, {MEASURE_WORDS[c.match]}: raw {c.raw[0]} boxes ECE {c.raw[1]:.4f}, "
                   f"calibrated.pt {c.calibrated[0]} boxes ECE {c.calibrated[1]:.4f}, ratio {c.ratio:.3f}", flush=True)
             cases.append(c)
     return cases
@@ -315,7 +271,7 @@ def table(cases: list[Case], model: str, *, floor: bool = False) -> str:
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---" + ("|---" if floor else "") + "|---" * len(maps)
              + "|"]
     for c in cases:
-        lines.append(f"| {c.size} | {c.head} | {c.method} | {c.images} | {RULE_WORDS[c.match]} | {c.raw[0]} "
+        lines.append(f"| {c.size} | {c.head} | {c.method} | {c.images} | {MEASURE_WORDS[c.match]} | {c.raw[0]} "
                      f"| {c.raw[1]:.4f} | {c.calibrated[0]} | {c.calibrated[1]:.4f} | {c.ratio:.3f} | {c.run_raw:.4f} "
                      f"/ {c.run_calibrated:.4f}" + (f" | {_yes(c.raw_at_floor, 'no')}" if floor else "")
                      + "".join(f" | {_yes(c.maps[m])}" for m in maps) + " |")
