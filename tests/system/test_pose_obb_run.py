@@ -63,13 +63,13 @@ def task_dataset(root: Path, source: Path, *, n: int = 4, edit=None, yaml_edit=N
     return root / "data.yaml"
 
 
-def _labels_are(run: Path, load, match, **kw) -> None:
+def _labels_are(run: Path, limit: int | None, load, match, **kw) -> None:
     """The run's labels of every head and split are ``match`` of its boxes against ``load``'s ground truth."""
     c = json.loads((run / "calibration.json").read_text())
     boxes = pl.read_parquet(run / "boxes.parquet")
     ds = load_data_yaml(c["data"])
     for split in ("calib", "test"):
-        sp = load(ds, split, limit=c["settings"]["limit"])
+        sp = load(ds, split, limit=limit)
         for head in c["heads"]:
             got = boxes.filter((pl.col("split") == split) & (pl.col("head") == head))
             want = match(got.drop(MATCH_COLUMNS), sp.gt, iou=0.5, loc_iou=0.1, **kw)
@@ -105,7 +105,7 @@ def test_demo_pose_model_matches_by_oks(pose_run):
     assert "[e2e] boxes kept at conf 0.25" in summary
     md = (pose_run / "report.md").read_text()
     assert "## Matching" in md and "its keypoints match a ground truth of the same class with OKS >= 0.5" in md
-    _labels_are(pose_run, load_pose_split, match_boxes_by_keypoints, sigmas=[0.2] * 5)
+    _labels_are(pose_run, 16, load_pose_split, match_boxes_by_keypoints, sigmas=[0.2] * 5)
 
 
 def test_demo_obb_model_matches_by_rotated_iou(obb_run):
@@ -115,7 +115,7 @@ def test_demo_obb_model_matches_by_rotated_iou(obb_run):
     summary = (obb_run / "summary.txt").read_text()
     assert "matched by rotated IoU (ProbIoU) >= 0.5 (an OBB model)" in summary
     assert "ECE(15 bins, rotated IoU (ProbIoU) 0.5)" in summary
-    _labels_are(obb_run, lambda ds, split, limit: load_obb_split(ds, split, limit=limit), match_boxes_by_rotated)
+    _labels_are(obb_run, 16, lambda ds, split, limit: load_obb_split(ds, split, limit=limit), match_boxes_by_rotated)
 
 
 def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
@@ -143,19 +143,19 @@ def test_match_box(capsys, tmp_path, task):
     assert "matched by box IoU >= 0.5 (a" in summary and "ECE(15 bins, IoU 0.5)" in summary
     load = (lambda ds, split, limit: load_pose_split(ds, split, limit=limit)) if task == "pose" else \
         (lambda ds, split, limit: load_obb_split(ds, split, limit=limit))
-    _labels_are(tmp_path / "run", load, match_boxes)
+    _labels_are(tmp_path / "run", 12, load, match_boxes)
 
 
 def test_obb_model_on_box_labels(capsys, tmp_path):
     """Box labels for an OBB model: refused by the task's rule (auto, rotated), matched box to box with --match box."""
-    data = task_dataset(tmp_path / "d", demo_data_yaml())
+    data = task_dataset(tmp_path / "d", demo_data_yaml(), n=8)
     line = _error(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, *QUICK, "--out", tmp_path / "r")
     assert "has box labels (`cls cx cy w h`) for an OBB model" in line and "use --match box" in line
     _ok(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, "--match", "box", "--head", "nms",
         "--no-report", "--no-val", *QUICK, "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box"
-    _labels_are(tmp_path / "run", lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
+    _labels_are(tmp_path / "run", None, lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
 
 
 def _drop_last_keypoint(line: str) -> str:
@@ -204,4 +204,4 @@ def test_a_detector_run_records_no_rule(capsys, tmp_path):
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert "matching" not in c or c["matching"] is None
     assert "matched by" not in (tmp_path / "run" / "summary.txt").read_text()
-    _labels_are(tmp_path / "run", lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
+    _labels_are(tmp_path / "run", 8, lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
