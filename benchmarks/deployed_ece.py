@@ -86,11 +86,16 @@ json.dump(out, open(args["out"], "w"))
 THRESHOLD = 0.25
 DONE_MEAN, DONE_MAX = 0.85, 1.05
 
-TASK_MAPS = {"segment": (("box mAP", "map_identical"), ("mask mAP", "mask_map_identical")),
-             "pose": (("box mAP", "map_identical"), ("pose mAP", "pose_map_identical")),
-             "obb": (("box mAP", "map_identical"), ("OBB mAP", "obb_map_identical")),
-             "detect": (("box mAP", "map_identical"),)}
-"""Per task, the mAP checks of the run's record a table shows: (heading, the eval record's attribute)."""
+TASK_MAPS = {"segment": (("box mAP", "eval.map_identical"), ("mask mAP", "eval.mask_map_identical")),
+             "pose": (("box mAP", "eval.map_identical"), ("OKS mAP", "eval.pose_map_identical"),
+                      ("Ultralytics pose val", "ultralytics_val.identical_at_equivalent_floor")),
+             "obb": (("hull box mAP", "eval.map_identical"),
+                     ("OBB mAP (Ultralytics val)", "ultralytics_val.identical_at_equivalent_floor")),
+             "detect": (("box mAP", "eval.map_identical"),)}
+"""Per task, the mAP checks of the run's record a table shows: (heading, the head record's attribute path). The
+evaluator's are pycocotools' protocols (``bbox``, ``segm``, ``keypoints``); Ultralytics' val (one pass for both
+heads: box, mask, pose mAP, and an OBB model's rotated mAP) is identical where all its figures are."""
+
 
 def prediction_table(rows: list, payload: list | None = None, *, task: str = "segment") -> pl.DataFrame:
     """The child's kept boxes as a box table: ``image_id``, ``x1..y2``, ``conf``, ``cls`` and the task's payload.
@@ -196,6 +201,13 @@ def rule_split(run_model: str, data, split: str, by: str, n: int):
     return load_task_split(data, split, task=task, match=by, limit=n), task
 
 
+def _attr(obj, path: str):
+    """``obj.a.b`` for ``path`` ``"a.b"``; None where a step is missing."""
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
 def _case(res, head: str, size: str, n: int, by: str, task: str, fig: dict) -> Case:
     hr = res.head(head)
     ev = hr.eval
@@ -203,7 +215,7 @@ def _case(res, head: str, size: str, n: int, by: str, task: str, fig: dict) -> C
     return Case(size=size, head=head, method=hr.calibrator.method if hr.calibrator else "?", images=n, match=by,
                 raw=fig["raw"], calibrated=fig["calibrated"], run_raw=before.ece,
                 run_calibrated=ev.operating_after[0].ece,
-                maps={name: getattr(ev, attr, None) for name, attr in TASK_MAPS.get(task, TASK_MAPS["detect"])},
+                maps={name: _attr(hr, path) for name, path in TASK_MAPS.get(task, TASK_MAPS["detect"])},
                 task=task, raw_at_floor=before.at_floor)
 
 
