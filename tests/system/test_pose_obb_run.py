@@ -205,3 +205,32 @@ def test_a_detector_run_records_no_rule(capsys, tmp_path):
     assert "matching" not in c or c["matching"] is None
     assert "matched by" not in (tmp_path / "run" / "summary.txt").read_text()
     _labels_are(tmp_path / "run", 8, lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
+
+
+def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
+    """--boxes reuses a pose run's boxes (keypoints kept, labels by OKS again); check labels new images by the
+    run's recorded rule."""
+    _ok(capsys, "calibrate", "--model", demo_pose_model(), "--boxes", pose_run, "--limit", "16", "--no-report",
+        "--no-val", *QUICK, "--out", tmp_path / "reused")
+    a = pl.read_parquet(pose_run / "boxes.parquet")
+    b = pl.read_parquet(tmp_path / "reused" / "boxes.parquet")
+    assert a.select("kpts", "correct", "iou").equals(b.select("kpts", "correct", "iou"))
+    assert json.loads((tmp_path / "reused" / "calibration.json").read_text())["matching"]["by"] == "oks"
+    data = task_dataset(tmp_path / "new", demo_pose_data_yaml(), n=8)
+    code = main(["check", str(pose_run), "--data", str(data), "--split", "test", "--n-boot", "20",
+                 "--out", str(tmp_path / "chk"), "-q"])
+    assert code in (0, 3, 4, 5, 6), capsys.readouterr().err  # a verdict, not an error
+    chk = json.loads((tmp_path / "chk" / "check.json").read_text())
+    assert chk["matching"]["by"] == "oks" and chk["kind"] == "labelled"
+    line = _error(capsys, "check", pose_run, "--data", demo_data_yaml(), "--split", "test", "--limit", "4",
+                  "--out", tmp_path / "chk2")
+    assert "has no `kpt_shape`: box labels for a pose model" in line
+
+
+@pytest.mark.parametrize("task", ["pose", "obb"])
+def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
+    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    line = _error(capsys, "ensemble", "--model", model, "--model", demo_model(), "--data", demo_data_yaml(),
+                  "--limit", "4", "--out", tmp_path / "ens")
+    what = "keypoints" if task == "pose" else "rotated boxes"
+    assert f"is a {task} model: det-calib ensemble fuses boxes and cannot fuse {what}" in line
