@@ -64,6 +64,24 @@ def make_untrained():
     return untrained_detector
 
 
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` imported as module ``NAME`` (registered, so that its dataclasses find it)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """:func:`benchmark_module`: a test imports a benchmark script's functions with it."""
+    return benchmark_module
+
+
 def shapes_segment_model(folder: Path, demo_model: Path, *, seed: int = 0) -> Path:
     """A YOLO26n-seg checkpoint for the shapes demo's 8 classes: built from Ultralytics' yaml, the
     demo detector's layers copied in (``load``: realistic boxes and scores on both heads), the

@@ -3,10 +3,6 @@ tables built here with known answers, by mask IoU and by box IoU."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import polars as pl
 import pytest
@@ -18,16 +14,10 @@ from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
 pytestmark = pytest.mark.fast
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measure_segment.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("measure_segment", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("measure_segment")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +70,7 @@ def test_prediction_table_and_verdict(bench, split):
     assert t.row(0) == (0, 1.0, 2.0, 30.0, 40.0, 0.7, 3, counts.encode())
     assert bench.prediction_table([], []).height == 0
     case = dict(size="full", head="nms", method="temperature", images=1, match="mask", run_raw=0.1,
-                run_calibrated=0.05, map_identical=True, mask_map_identical=True)
+                run_calibrated=0.05, maps={"box mAP": True, "mask mAP": True})
     good = [bench.Case(raw=(10, 0.2), calibrated=(10, 0.1), **case), bench.Case(raw=(10, 0.2), calibrated=(10, 0.2),
                                                                                **case)]
     assert bench.verdict(good) == (pytest.approx(0.75), pytest.approx(1.0), True)
