@@ -127,8 +127,9 @@ class ExportInfo:
         precision: ``"fp32"``, ``"fp16"`` or ``"int8"`` (from the export arguments).
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
-        task: ``"detect"``, or ``"segment"`` (its class scores sit between the 4 box channels and
-            the mask coefficients; the prototype masks are a second output).
+        task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
+            scores (:func:`score_layout`; a segment model's prototype masks are a second output).
+        kpt_shape: A pose model's ``(K, ndim)`` (its metadata's ``kpt_shape``), else None.
     """
 
     path: Path
@@ -141,6 +142,7 @@ class ExportInfo:
     dynamic: bool
     batch: int
     task: str = "detect"
+    kpt_shape: tuple[int, int] | None = None
 
     @property
     def engine(self) -> str:
@@ -155,11 +157,13 @@ class ExportInfo:
         return next(iter(sorted(self.path.glob("*.param" if self.format == "ncnn" else "*.xml"))))
 
 
-def read_export(model: str | Path) -> ExportInfo:
+def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> ExportInfo:
     """Read an export's metadata (no runtime needed).
 
     Args:
         model: The export.
+        tasks: The tasks accepted (default: those det_calib calibrates, ``predictor.TASKS``; the capture and
+            the calibrated export pass ``CAPTURE_TASKS``).
 
     Raises:
         InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
@@ -180,7 +184,7 @@ def read_export(model: str | Path) -> ExportInfo:
             raise InputError(f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
                              "(truncated or damaged, or not made by Ultralytics' `export`)")
         raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
-    return _info_from_metadata(path, fmt, meta)
+    return _info_from_metadata(path, fmt, meta, tasks)
 
 
 def _check_files(path: Path, fmt: str) -> None:
@@ -217,11 +221,12 @@ def _literal(v: Any) -> Any:
     return ast.literal_eval(v) if isinstance(v, str) else v
 
 
-def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
-    from det_calib.capture.predictor import check_task
+def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] | None = None) -> ExportInfo:
+    from det_calib.capture.predictor import TASKS, check_task
 
     task = meta.get("task", "detect")
-    check_task(task)
+    check_task(task, TASKS if tasks is None else tasks)
+    kpt = _literal(meta.get("kpt_shape")) if task == "pose" else None
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -233,7 +238,56 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
         "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
-                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task)
+                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
+                      kpt_shape=None if kpt is None else (int(kpt[0]), int(kpt[1])))
+
+
+@dataclass(frozen=True)
+class ScoreLayout:
+    """Where an export's first output holds what, along its channel ``axis``.
+
+    Per-anchor outputs ``(B, 4 + nc + extra, anchors)`` (axis 1): the 4 box channels (``x y w h``), the nc
+    class probabilities at ``scores = (4, 4 + nc)``, then the task's extra channels from ``4 + nc``: a segment
+    model's mask coefficients, a pose model's K keypoints (``x y`` or ``x y visibility``, keypoint by keypoint),
+    an OBB model's angle (radians). Row outputs ``(B, max_det, 6 + extra)`` (axis -1): ``x1 y1 x2 y2`` (OBB:
+    ``x y w h``), the kept class's probability at ``scores = (4, 5)``, its class at 5, the extras from 6.
+
+    Attributes:
+        axis: The channel axis (1, or -1 for rows).
+        scores: ``[start, stop)`` of the class probabilities.
+        extra: First extra channel; ``extra_size`` channels follow it (None where unknown: a segment model's
+            coefficient count is not in the metadata).
+    """
+
+    axis: int
+    scores: tuple[int, int]
+    extra: int
+    extra_size: int | None
+
+    @property
+    def channels(self) -> int | None:
+        """The output's channel count the layout implies (None where unknown)."""
+        return None if self.extra_size is None else self.extra + self.extra_size
+
+
+def score_layout(info: ExportInfo) -> ScoreLayout:
+    """The :class:`ScoreLayout` of an export of ``info.task``.
+
+    >>> from pathlib import Path
+    >>> pose = ExportInfo(Path("p.onnx"), "onnx", "nms", False, (320, 320), list("abc"), "fp32", False, 1, "pose",
+    ...                   (5, 3))
+    >>> score_layout(pose)
+    ScoreLayout(axis=1, scores=(4, 7), extra=7, extra_size=15)
+    >>> import dataclasses
+    >>> score_layout(dataclasses.replace(pose, task="obb", kpt_shape=None, head="e2e", rows=True))
+    ScoreLayout(axis=-1, scores=(4, 5), extra=6, extra_size=1)
+    """
+    nc = len(info.names)
+    size = {"detect": 0, "obb": 1, "pose": None if info.kpt_shape is None else info.kpt_shape[0] * info.kpt_shape[1]
+            }.get(info.task)
+    if info.rows:
+        return ScoreLayout(-1, (4, 5), 6, size)
+    return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
 
 
 class ExportedDetector:
@@ -241,10 +295,11 @@ class ExportedDetector:
 
     Args:
         model: Path of the export.
+        tasks: The tasks accepted (:func:`read_export`).
     """
 
-    def __init__(self, model: str | Path) -> None:
-        self.info = read_export(model)
+    def __init__(self, model: str | Path, *, tasks: Sequence[str] | None = None) -> None:
+        self.info = read_export(model, tasks=tasks)
         require_runtime(self.info.format)
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
@@ -258,9 +313,10 @@ class ExportedDetector:
         return int(max(self.info.imgsz))
 
 
-def load_export(model: str | Path) -> ExportedDetector:
-    """Read and check an export: metadata, task, runtime installed (see :class:`ExportedDetector`)."""
-    return ExportedDetector(model)
+def load_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> ExportedDetector:
+    """Read and check an export: metadata, task (in ``tasks``, as :func:`read_export`), runtime installed (see
+    :class:`ExportedDetector`)."""
+    return ExportedDetector(model, tasks=tasks)
 
 
 def export_fingerprint(model: str | Path) -> str:
@@ -290,20 +346,27 @@ def logit_of_prob(p: Any) -> np.ndarray:
 
 
 def _predictor_class(task: str = "detect"):
-    """Ultralytics' predictor of ``task`` (detect, segment), keeping each kept box's row or anchor,
-    the raw output and, for a segment model, each box's mask (as :class:`ImageMasks`)."""
+    """Ultralytics' predictor of ``task`` (detect, segment, pose, obb), keeping each kept box's row or
+    anchor, the raw output and, for a segment model, each box's mask (as RLE counts)."""
     import torch
     from ultralytics.engine.results import Results
     from ultralytics.models.yolo.detect import DetectionPredictor
+    from ultralytics.models.yolo.obb import OBBPredictor
+    from ultralytics.models.yolo.pose import PosePredictor
     from ultralytics.models.yolo.segment import SegmentationPredictor
     from ultralytics.utils import nms, ops
 
     from det_calib.capture.mask_rebuild import kept_mask_rles
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
+    from det_calib.capture.task_payload import nms_task_args
 
-    class CapturePredictor(SegmentationPredictor if task == "segment" else DetectionPredictor):
-        """Ultralytics' predictor, keeping each kept box's row or anchor and the raw output; for a
-        segment model the masks of ``predict(retina_masks=True)``, as RLE counts."""
+    base = {"segment": SegmentationPredictor, "pose": PosePredictor, "obb": OBBPredictor}.get(task, DetectionPredictor)
+
+    class CapturePredictor(base):
+        """Ultralytics' predictor of the task, keeping each kept box's row or anchor and the raw output; for
+        a segment model the masks of ``predict(retina_masks=True)``, as RLE counts. A pose model's keypoints
+        and an OBB model's angle ride along as ``det[:, 6:]`` (the NMS arguments of ``DetectionPredictor``;
+        OBB: rotated NMS), built into ``Results`` by the task's own ``construct_result``."""
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
             protos = None
@@ -312,7 +375,7 @@ def _predictor_class(task: str = "detect"):
             preds = preds[0] if isinstance(preds, (list, tuple)) else preds
             dets, keep = nms.non_max_suppression(
                 preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
-                max_det=self.args.max_det, nc=0 if protos is None else len(self.model.names),
+                max_det=self.args.max_det, **nms_task_args(task, len(self.model.names)),
                 end2end=getattr(self.model, "end2end", False), return_idxs=True,
                 max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
             )
@@ -358,8 +421,10 @@ class ExportCapturer:
 
     def __init__(self, model: str | Path | ExportedDetector, options: CaptureOptions | None = None, /,
                  **kw: Any) -> None:
+        from det_calib.capture.task_payload import CAPTURE_TASKS
+
         opts = self.options = CaptureOptions.of(options, **kw)
-        det = model if isinstance(model, ExportedDetector) else load_export(model)
+        det = model if isinstance(model, ExportedDetector) else load_export(model, tasks=CAPTURE_TASKS)
         self.info = det.info
         head, heads, imgsz = opts.head, opts.heads, opts.imgsz
         want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
@@ -379,6 +444,9 @@ class ExportCapturer:
         self.names = list(self.info.names)
         self.nc = len(self.names)
         self.task = self.info.task
+        self.kpt_shape = self.info.kpt_shape  # (K, ndim) of a pose model, for its `kpts` column
+        if self.task == "pose" and self.kpt_shape is None:
+            raise InputError(f"the pose export {self.info.path.name} records no `kpt_shape` in its metadata")
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
         overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
                          conf=self.conf, iou=self.iou, max_det=self.max_det, imgsz=self.imgsz, verbose=False,
@@ -434,13 +502,14 @@ class ExportCapturer:
         return {self.info.head: self._one(im0)[:4]}
 
     def _one(self, im0: np.ndarray) -> ImageBoxes:
-        """One image through the predictor: its boxes (a segment model's with their masks)."""
+        """One image through the predictor: its boxes (a segment model's with their masks; a pose model's with
+        ``Results.keypoints.data``; an OBB model's as the hull ``Results.obb.xyxy`` with ``Results.obb.xywhr``)."""
         import torch
 
         from det_calib.capture.predictor import ImageBoxes
 
         res = self.predictor(source=im0, stream=False)[0]
-        b = res.boxes
+        b = res.obb if self.task == "obb" else res.boxes
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
         filled, segm = self.predictor.masks[0] if self.task == "segment" else (None, None)
@@ -452,7 +521,18 @@ class ExportCapturer:
                 k = k[torch.from_numpy(filled).to(k.device)]
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
-        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm)
+        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
+                          self._payload(res))
+
+    def _payload(self, res: Any) -> np.ndarray | None:
+        """A pose model's keypoints (n, K, ndim) or an OBB model's ``xywhr`` (n, 5), float32, as ``predict``'s."""
+        if self.task == "obb":
+            return res.obb.xywhr.cpu().numpy().astype(np.float32)
+        if self.task == "pose":
+            if res.keypoints is None:
+                return np.zeros((0, *self.kpt_shape), np.float32)
+            return res.keypoints.data.cpu().numpy().astype(np.float32).reshape(-1, *self.kpt_shape)
+        return None
 
 
 @contextlib.contextmanager

@@ -50,6 +50,7 @@ from det_calib.capture.exported import (
     logit_of_prob,
     read_export,
     require_runtime,
+    score_layout,
 )
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.errors import InputError
@@ -176,8 +177,8 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
         nodes.append(helper.make_node(op, inputs, [f"det_calib/{name}"], name=f"det_calib/{name}", **attrs))
         return f"det_calib/{name}"
 
-    axis = -1 if info.rows else 1
-    lo, hi = (4, 5) if info.rows else (4, 4 + nc)
+    layout = score_layout(info)
+    axis, (lo, hi) = layout.axis, layout.scores
     box = node("Slice", [src, const("s0", [0], np.int64), const("s1", [4], np.int64), const("ax", [axis], np.int64)],
                "box")
     p = node("Slice", [src, const("p0", [lo], np.int64), const("p1", [hi], np.int64), "det_calib/ax"], "p")
@@ -209,9 +210,9 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int):
         y = node("Add", [y, summed], "mapped")
     s = node("Sigmoid", [y], "calibrated")
     parts = [box, s] + ([cls] if info.rows else [])
-    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
-        parts.append(node("Slice", [src, const("m0", [6 if info.rows else 4 + nc], np.int64),
-                                    const("m1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "mask_coef"))
+    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+        parts.append(node("Slice", [src, const("e0", [layout.extra], np.int64),
+                                    const("e1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "task_extra"))
     return nodes, inits, parts, axis
 
 
@@ -229,6 +230,8 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
         raise InputError(f"{info.path} uses ONNX opset {opset}; the calibrated export needs opset 13 or later "
                          "(export with opset=13 or higher)")
     elem = graph.output[0].type.tensor_type.elem_type
+    dims = graph.output[0].type.tensor_type.shape.dim
+    check_channels(info, dims[score_layout(info).axis].dim_value if len(dims) == 3 else None)
     if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         raise InputError(f"{info.path}: the output is {TensorProto.DataType.Name(elem)}, not float32 or float16")
     name = graph.output[0].name
@@ -253,7 +256,20 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 
 
 _OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
+                  "pose": "one output tensor (boxes, scores and keypoints)",
+                  "obb": "one output tensor (rotated boxes, scores and angles)",
                   "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
+
+
+def check_channels(info: ExportInfo, channels: int | None) -> None:
+    """One line when the first output's channel count (None: not static) is not what the task's layout says
+    (:func:`det_calib.capture.exported.score_layout`): the class scores would be looked for in the wrong channels."""
+    want = score_layout(info).channels
+    if channels and want is not None and int(channels) != want:
+        raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
+                         + (f" and kpt_shape {list(info.kpt_shape)}" if info.kpt_shape else "")
+                         + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
+                         "not a layout det_calib knows where the class scores sit in")
 
 
 def expected_outputs(info: ExportInfo) -> int:
@@ -272,8 +288,8 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
     def c(v: Any, dtype=np.float32) -> Any:
         return ops.constant(np.asarray(v, dtype=dtype))
 
-    axis = -1 if info.rows else 1
-    lo, hi = (4, 5) if info.rows else (4, 4 + nc)
+    layout = score_layout(info)
+    axis, (lo, hi) = layout.axis, layout.scores
 
     def sl(a: int, b: int) -> Any:
         return ops.slice(src, c([a], np.int64), c([b], np.int64), c([1], np.int64), c([axis], np.int64))
@@ -303,8 +319,8 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int) -> Any:
         hinge = ops.relu(ops.subtract(zk, x))
         y = ops.add(y, ops.reduce_sum(ops.multiply(hinge, coef), c([-1], np.int64), keep_dims=info.rows))
     parts = [box, ops.sigmoid(y)] + ([cls] if info.rows else [])
-    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
-        parts.append(sl(6 if info.rows else 4 + nc, np.iinfo(np.int64).max))
+    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+        parts.append(sl(layout.extra, np.iinfo(np.int64).max))
     return ops.concat(parts, axis)
 
 
@@ -318,6 +334,9 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
     model = core.read_model(str(xml), str(xml.with_suffix(".bin")))
     if len(model.outputs) != expected_outputs(info):
         raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(model.outputs)} outputs")
+    shape = model.outputs[0].get_partial_shape()
+    axis = score_layout(info).axis
+    check_channels(info, shape[axis].get_length() if shape.rank.is_static and shape[axis].is_static else None)
     result = model.get_results()[0]  # output0: boxes and scores (a segment model's protos are output1)
     new = _ov_output(m, result.input_value(0), info, nc)
     result.input(0).replace_source_output(new.output(0))
@@ -380,9 +399,12 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
         ``out``.
 
     Raises:
-        InputError: Not an export, no calibrator for its head, a runtime or its library missing.
+        InputError: Not an export, no calibrator for its head, a runtime or its library missing, an output
+            whose channels are not the task's layout.
     """
-    info = read_export(export)
+    from det_calib.capture.task_payload import CAPTURE_TASKS
+
+    info = read_export(export, tasks=CAPTURE_TASKS)
     if info.format not in GRAPH_FORMATS:
         raise InputError(f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: re-export the calibrated "
                          "checkpoint (det-calib apply --model EXPORT --source SOURCE.pt ...)")
