@@ -38,7 +38,11 @@ def legacy_checkpoint(out: Path, task: str, *, seed: int = 0) -> Path:
     """A YOLO11n-pose (``kpt_shape [5, 3]``) or YOLO11n-obb checkpoint with the demo's 8 classes, built from
     Ultralytics' yaml (the legacy ``Pose`` / ``OBB`` head: one-to-many branch only), weights perturbed, class
     biases drawn so that scores spread over (0, 1) and the payload branch (``cv4``) far from its initial
-    weights; saved in float32 as a checkpoint plain Ultralytics loads."""
+    weights; saved in float32 as a checkpoint plain Ultralytics loads.
+
+    Its scores are not a trained model's: on the demo's flat backgrounds many anchors see the same features and
+    tie exactly, so the order of tied boxes (NMS, ``max_det``) is arbitrary; compare its outputs channel by
+    channel, not box by box after NMS."""
     import torch
     from ultralytics.nn.tasks import OBBModel, PoseModel
 
