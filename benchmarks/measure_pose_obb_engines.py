@@ -101,7 +101,8 @@ def _capture_parity(export: Path, task: str, images: list[Path]) -> dict:
     import polars as pl
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob, score_layout
+    from det_calib.capture.export_layout import score_layout
+    from det_calib.capture.exported import ExportCapturer, logit_of_prob
 
     cap = ExportCapturer(export)
     per_anchor = not cap.info.rows
@@ -137,7 +138,8 @@ def _maxabs(a: np.ndarray, b: np.ndarray) -> float:
 def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder: Path) -> dict:
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import logit_of_prob, read_export, score_layout
+    from det_calib.capture.export_layout import score_layout
+    from det_calib.capture.exported import logit_of_prob, read_export
     from det_calib.capture.task_payload import CAPTURE_TASKS
     from det_calib.deploy.calibrated_export import write_calibrated_export
 

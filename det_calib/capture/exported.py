@@ -13,11 +13,14 @@ top ECE bin; a capture that had any logs how many.
 
 :func:`load_export` reads an export's metadata (format, the head it carries, ``imgsz``, class
 names, precision) without running it; :class:`ExportCapturer` runs it through Ultralytics' own
-``DetectionPredictor`` (``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the
-same box table as :class:`det_calib.capture.predictor.Capturer`, so matching, fitting, selection, metrics,
-thresholds and the report work unchanged. :func:`make_capturer` picks the right one for a
-model path; an ensemble member that is an export opens an :class:`ExportCapturer` and calls its
-:meth:`ExportCapturer.predict_image` per image (``{head: (xyxy, conf, cls, logit)}``).
+predictor of its task (``DetectionPredictor``, ``SegmentationPredictor``, ``PosePredictor``,
+``OBBPredictor``: ``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the same box
+table as :class:`det_calib.capture.predictor.Capturer` (a pose or OBB model's ``kpts`` / ``xywhr``
+column included), so matching, fitting, selection, metrics, thresholds and the report work unchanged.
+:mod:`det_calib.capture.export_layout` says where an export's output holds the class scores.
+:func:`make_capturer` picks the right one for a model path; an ensemble member that is an export opens
+an :class:`ExportCapturer` and calls its :meth:`ExportCapturer.predict_image` per image
+(``{head: (xyxy, conf, cls, logit)}``).
 
 Which head an export carries: Ultralytics 8.4 exports the one-to-many branch with raw anchors
 (``end2end: false`` in the metadata; NMS runs in Ultralytics after the engine) unless exported
@@ -128,7 +131,7 @@ class ExportInfo:
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
         task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
-            scores (:func:`score_layout`; a segment model's prototype masks are a second output).
+            scores (:mod:`det_calib.capture.export_layout`; a segment model's prototype masks are a second output).
         kpt_shape: A pose model's ``(K, ndim)`` (its metadata's ``kpt_shape``), else None.
     """
 
@@ -240,54 +243,6 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
                       dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
                       kpt_shape=None if kpt is None else (int(kpt[0]), int(kpt[1])))
-
-
-@dataclass(frozen=True)
-class ScoreLayout:
-    """Where an export's first output holds what, along its channel ``axis``.
-
-    Per-anchor outputs ``(B, 4 + nc + extra, anchors)`` (axis 1): the 4 box channels (``x y w h``), the nc
-    class probabilities at ``scores = (4, 4 + nc)``, then the task's extra channels from ``4 + nc``: a segment
-    model's mask coefficients, a pose model's K keypoints (``x y`` or ``x y visibility``, keypoint by keypoint),
-    an OBB model's angle (radians). Row outputs ``(B, max_det, 6 + extra)`` (axis -1): ``x1 y1 x2 y2`` (OBB:
-    ``x y w h``), the kept class's probability at ``scores = (4, 5)``, its class at 5, the extras from 6.
-
-    Attributes:
-        axis: The channel axis (1, or -1 for rows).
-        scores: ``[start, stop)`` of the class probabilities.
-        extra: First extra channel; ``extra_size`` channels follow it (None where unknown: a segment model's
-            coefficient count is not in the metadata).
-    """
-
-    axis: int
-    scores: tuple[int, int]
-    extra: int
-    extra_size: int | None
-
-    @property
-    def channels(self) -> int | None:
-        """The output's channel count the layout implies (None where unknown)."""
-        return None if self.extra_size is None else self.extra + self.extra_size
-
-
-def score_layout(info: ExportInfo) -> ScoreLayout:
-    """The :class:`ScoreLayout` of an export of ``info.task``.
-
-    >>> from pathlib import Path
-    >>> pose = ExportInfo(Path("p.onnx"), "onnx", "nms", False, (320, 320), list("abc"), "fp32", False, 1, "pose",
-    ...                   (5, 3))
-    >>> score_layout(pose)
-    ScoreLayout(axis=1, scores=(4, 7), extra=7, extra_size=15)
-    >>> import dataclasses
-    >>> score_layout(dataclasses.replace(pose, task="obb", kpt_shape=None, head="e2e", rows=True))
-    ScoreLayout(axis=-1, scores=(4, 5), extra=6, extra_size=1)
-    """
-    nc = len(info.names)
-    size = {"detect": 0, "obb": 1, "pose": None if info.kpt_shape is None else info.kpt_shape[0] * info.kpt_shape[1]
-            }.get(info.task)
-    if info.rows:
-        return ScoreLayout(-1, (4, 5), 6, size)
-    return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
 
 
 class ExportedDetector:
@@ -403,9 +358,10 @@ class ExportCapturer:
     """An export prepared once for capture; the same interface and box table as
     :class:`det_calib.capture.predictor.Capturer`.
 
-    Each image goes through Ultralytics' ``DetectionPredictor`` on the export (its
+    Each image goes through Ultralytics' predictor of the export's task on the export (its
     ``AutoBackend``, letterbox and NMS or top-k rows), one image per call, as ``predict`` runs
-    it; the boxes and confs are ``predict``'s. The logit of each box is recovered from its conf
+    it; the boxes and confs are ``predict``'s, and so are a pose model's keypoints and an OBB
+    model's rotated boxes (its box columns: their axis-aligned hull). The logit of each box is recovered from its conf
     (:func:`logit_of_prob`); with ``all_logits`` (per-anchor exports only) every class's from
     the engine's class probabilities at the box's anchor.
 

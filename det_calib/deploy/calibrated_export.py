@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.capture.export_layout import check_output_layout, score_layout
 from det_calib.capture.exported import (
     FORMAT_NAMES,
     GRAPH_FORMATS,
@@ -50,7 +51,6 @@ from det_calib.capture.exported import (
     logit_of_prob,
     read_export,
     require_runtime,
-    score_layout,
 )
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.errors import InputError
@@ -223,15 +223,13 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 
     model = onnx.load(str(info.model_file))
     graph = model.graph
-    if len(graph.output) != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(graph.output)} outputs")
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 13:
         raise InputError(f"{info.path} uses ONNX opset {opset}; the calibrated export needs opset 13 or later "
                          "(export with opset=13 or higher)")
     elem = graph.output[0].type.tensor_type.elem_type
     dims = graph.output[0].type.tensor_type.shape.dim
-    check_channels(info, dims[score_layout(info).axis].dim_value if len(dims) == 3 else None)
+    check_output_layout(info, len(graph.output), dims[score_layout(info).axis].dim_value if len(dims) == 3 else None)
     if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         raise InputError(f"{info.path}: the output is {TensorProto.DataType.Name(elem)}, not float32 or float16")
     name = graph.output[0].name
@@ -253,30 +251,6 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
     with atomic_path(out) as tmp:
         onnx.save(model, str(tmp))
     return out
-
-
-_OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
-                  "pose": "one output tensor (boxes, scores and keypoints)",
-                  "obb": "one output tensor (rotated boxes, scores and angles)",
-                  "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
-
-
-def check_channels(info: ExportInfo, channels: int | None) -> None:
-    """One line when the first output's channel count (None: not static) is not what the task's layout says
-    (:func:`det_calib.capture.exported.score_layout`): the class scores would be looked for in the wrong channels."""
-    want = score_layout(info).channels
-    if channels and want is not None and int(channels) != want:
-        raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
-                         + (f" and kpt_shape {list(info.kpt_shape)}" if info.kpt_shape else "")
-                         + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
-                         "not a layout det_calib knows where the class scores sit in")
-
-
-def expected_outputs(info: ExportInfo) -> int:
-    """The outputs of an Ultralytics export of ``info.task``: one for a detector; two for a segment model
-    (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows ``x1 y1 x2 y2 conf cls`` and
-    the coefficients; ``output1``: the mask prototypes, left as they are)."""
-    return 2 if info.task == "segment" else 1
 
 
 # ------------------------------------------------------------------------ the graph, OpenVINO
@@ -332,11 +306,9 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
     core = ov.Core()
     xml = info.model_file
     model = core.read_model(str(xml), str(xml.with_suffix(".bin")))
-    if len(model.outputs) != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(model.outputs)} outputs")
-    shape = model.outputs[0].get_partial_shape()
-    axis = score_layout(info).axis
-    check_channels(info, shape[axis].get_length() if shape.rank.is_static and shape[axis].is_static else None)
+    shape, axis = model.outputs[0].get_partial_shape(), score_layout(info).axis
+    check_output_layout(info, len(model.outputs),
+                        shape[axis].get_length() if shape.rank.is_static and shape[axis].is_static else None)
     result = model.get_results()[0]  # output0: boxes and scores (a segment model's protos are output1)
     new = _ov_output(m, result.input_value(0), info, nc)
     result.input(0).replace_source_output(new.output(0))

@@ -42,7 +42,8 @@ def _raw_output(export, image) -> np.ndarray:
 
 
 def test_export_metadata_and_layout(exports):
-    from det_calib.capture.exported import read_export, score_layout
+    from det_calib.capture.export_layout import score_layout
+    from det_calib.capture.exported import read_export
     from det_calib.capture.task_payload import CAPTURE_TASKS
 
     for name, (task, _source, kw) in EXPORTS.items():
@@ -63,7 +64,8 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
     in the class channels of the engine's own output."""
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export, score_layout
+    from det_calib.capture.export_layout import score_layout
+    from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
     from det_calib.capture.task_payload import CAPTURE_TASKS
 
     task = EXPORTS[name][0]
