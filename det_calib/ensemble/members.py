@@ -262,6 +262,9 @@ def member_heads(spec: MemberSpec) -> list[str]:
     return available_heads(load_member_model(spec.path))
 
 
+_PAYLOAD_WORDS = {"segment": "masks", "pose": "keypoints", "obb": "rotated boxes"}
+
+
 def load_member_model(path: Path) -> Any:
     """A member's detector (:func:`~det_calib.capture.predictor.load_detector`).
 
@@ -272,9 +275,10 @@ def load_member_model(path: Path) -> Any:
     from det_calib.capture.predictor import load_detector
 
     yolo = load_detector(path)
-    if getattr(yolo, "task", None) == "segment":
-        raise InputError(f"member {path} is a segment model: det-calib ensemble fuses boxes and cannot fuse masks; "
-                         "calibrate a segment model on its own with `det-calib calibrate`")
+    task = getattr(yolo, "task", None)
+    if task in _PAYLOAD_WORDS:
+        raise InputError(f"member {path} is a {task} model: det-calib ensemble fuses boxes and cannot fuse "
+                         f"{_PAYLOAD_WORDS[task]}; calibrate a {task} model on its own with `det-calib calibrate`")
     return yolo
 
 
