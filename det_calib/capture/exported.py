@@ -258,6 +258,7 @@ class ExportedDetector:
         require_runtime(self.info.format)
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
+        self.kpt_shape = self.info.kpt_shape  # a pose model's (K, ndim), else None
 
     @property
     def heads(self) -> list[str]:
