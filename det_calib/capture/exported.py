@@ -13,11 +13,14 @@ top ECE bin; a capture that had any logs how many.
 
 :func:`load_export` reads an export's metadata (format, the head it carries, ``imgsz``, class
 names, precision) without running it; :class:`ExportCapturer` runs it through Ultralytics' own
-``DetectionPredictor`` (``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the
-same box table as :class:`det_calib.capture.predictor.Capturer`, so matching, fitting, selection, metrics,
-thresholds and the report work unchanged. :func:`make_capturer` picks the right one for a
-model path; an ensemble member that is an export opens an :class:`ExportCapturer` and calls its
-:meth:`ExportCapturer.predict_image` per image (``{head: (xyxy, conf, cls, logit)}``).
+predictor of its task (``DetectionPredictor``, ``SegmentationPredictor``, ``PosePredictor``,
+``OBBPredictor``: ``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the same box
+table as :class:`det_calib.capture.predictor.Capturer` (a pose or OBB model's ``kpts`` / ``xywhr``
+column included), so matching, fitting, selection, metrics, thresholds and the report work unchanged.
+:mod:`det_calib.capture.export_layout` says where an export's output holds the class scores.
+:func:`make_capturer` picks the right one for a model path; an ensemble member that is an export opens
+an :class:`ExportCapturer` and calls its :meth:`ExportCapturer.predict_image` per image
+(``{head: (xyxy, conf, cls, logit)}``).
 
 Which head an export carries: Ultralytics 8.4 exports the one-to-many branch with raw anchors
 (``end2end: false`` in the metadata; NMS runs in Ultralytics after the engine) unless exported
@@ -127,8 +130,9 @@ class ExportInfo:
         precision: ``"fp32"``, ``"fp16"`` or ``"int8"`` (from the export arguments).
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
-        task: ``"detect"``, or ``"segment"`` (its class scores sit between the 4 box channels and
-            the mask coefficients; the prototype masks are a second output).
+        task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
+            scores (:mod:`det_calib.capture.export_layout`; a segment model's prototype masks are a second output).
+        kpt_shape: A pose model's ``(K, ndim)`` (its metadata's ``kpt_shape``), else None.
     """
 
     path: Path
@@ -141,6 +145,7 @@ class ExportInfo:
     dynamic: bool
     batch: int
     task: str = "detect"
+    kpt_shape: tuple[int, int] | None = None
 
     @property
     def engine(self) -> str:
@@ -155,11 +160,13 @@ class ExportInfo:
         return next(iter(sorted(self.path.glob("*.param" if self.format == "ncnn" else "*.xml"))))
 
 
-def read_export(model: str | Path) -> ExportInfo:
+def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> ExportInfo:
     """Read an export's metadata (no runtime needed).
 
     Args:
         model: The export.
+        tasks: The tasks accepted (default: those det_calib calibrates, ``predictor.TASKS``; the capture and
+            the calibrated export pass ``CAPTURE_TASKS``).
 
     Raises:
         InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
@@ -180,7 +187,7 @@ def read_export(model: str | Path) -> ExportInfo:
             raise InputError(f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
                              "(truncated or damaged, or not made by Ultralytics' `export`)")
         raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
-    return _info_from_metadata(path, fmt, meta)
+    return _info_from_metadata(path, fmt, meta, tasks)
 
 
 def _check_files(path: Path, fmt: str) -> None:
@@ -217,14 +224,12 @@ def _literal(v: Any) -> Any:
     return ast.literal_eval(v) if isinstance(v, str) else v
 
 
-def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
-    from det_calib.capture.predictor import check_task
+def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] | None = None) -> ExportInfo:
+    from det_calib.capture.predictor import TASKS, check_task
 
     task = meta.get("task", "detect")
-    if task in ("pose", "obb"):  # their exports' outputs are not read yet: the .pt is calibrated
-        raise InputError(f"{path} is an exported `{task}` model: det_calib reads exports of detect and segment "
-                         "models; calibrate the .pt checkpoint")
-    check_task(task)
+    check_task(task, TASKS if tasks is None else tasks)
+    kpt = _literal(meta.get("kpt_shape")) if task == "pose" else None
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -236,7 +241,8 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
         "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
-                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task)
+                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
+                      kpt_shape=None if kpt is None else (int(kpt[0]), int(kpt[1])))
 
 
 class ExportedDetector:
@@ -244,13 +250,15 @@ class ExportedDetector:
 
     Args:
         model: Path of the export.
+        tasks: The tasks accepted (:func:`read_export`).
     """
 
-    def __init__(self, model: str | Path) -> None:
-        self.info = read_export(model)
+    def __init__(self, model: str | Path, *, tasks: Sequence[str] | None = None) -> None:
+        self.info = read_export(model, tasks=tasks)
         require_runtime(self.info.format)
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
+        self.kpt_shape = self.info.kpt_shape  # a pose model's (K, ndim), else None
 
     @property
     def heads(self) -> list[str]:
@@ -261,9 +269,10 @@ class ExportedDetector:
         return int(max(self.info.imgsz))
 
 
-def load_export(model: str | Path) -> ExportedDetector:
-    """Read and check an export: metadata, task, runtime installed (see :class:`ExportedDetector`)."""
-    return ExportedDetector(model)
+def load_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> ExportedDetector:
+    """Read and check an export: metadata, task (in ``tasks``, as :func:`read_export`), runtime installed (see
+    :class:`ExportedDetector`)."""
+    return ExportedDetector(model, tasks=tasks)
 
 
 def export_fingerprint(model: str | Path) -> str:
@@ -293,20 +302,27 @@ def logit_of_prob(p: Any) -> np.ndarray:
 
 
 def _predictor_class(task: str = "detect"):
-    """Ultralytics' predictor of ``task`` (detect, segment), keeping each kept box's row or anchor,
-    the raw output and, for a segment model, each box's mask (as :class:`ImageMasks`)."""
+    """Ultralytics' predictor of ``task`` (detect, segment, pose, obb), keeping each kept box's row or
+    anchor, the raw output and, for a segment model, each box's mask (as RLE counts)."""
     import torch
     from ultralytics.engine.results import Results
     from ultralytics.models.yolo.detect import DetectionPredictor
+    from ultralytics.models.yolo.obb import OBBPredictor
+    from ultralytics.models.yolo.pose import PosePredictor
     from ultralytics.models.yolo.segment import SegmentationPredictor
     from ultralytics.utils import nms, ops
 
     from det_calib.capture.mask_rebuild import kept_mask_rles
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
+    from det_calib.capture.task_payload import nms_task_args
 
-    class CapturePredictor(SegmentationPredictor if task == "segment" else DetectionPredictor):
-        """Ultralytics' predictor, keeping each kept box's row or anchor and the raw output; for a
-        segment model the masks of ``predict(retina_masks=True)``, as RLE counts."""
+    base = {"segment": SegmentationPredictor, "pose": PosePredictor, "obb": OBBPredictor}.get(task, DetectionPredictor)
+
+    class CapturePredictor(base):
+        """Ultralytics' predictor of the task, keeping each kept box's row or anchor and the raw output; for
+        a segment model the masks of ``predict(retina_masks=True)``, as RLE counts. A pose model's keypoints
+        and an OBB model's angle ride along as ``det[:, 6:]`` (the NMS arguments of ``DetectionPredictor``;
+        OBB: rotated NMS), built into ``Results`` by the task's own ``construct_result``."""
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
             protos = None
@@ -315,7 +331,7 @@ def _predictor_class(task: str = "detect"):
             preds = preds[0] if isinstance(preds, (list, tuple)) else preds
             dets, keep = nms.non_max_suppression(
                 preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
-                max_det=self.args.max_det, nc=0 if protos is None else len(self.model.names),
+                max_det=self.args.max_det, **nms_task_args(task, len(self.model.names)),
                 end2end=getattr(self.model, "end2end", False), return_idxs=True,
                 max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
             )
@@ -343,9 +359,10 @@ class ExportCapturer:
     """An export prepared once for capture; the same interface and box table as
     :class:`det_calib.capture.predictor.Capturer`.
 
-    Each image goes through Ultralytics' ``DetectionPredictor`` on the export (its
+    Each image goes through Ultralytics' predictor of the export's task on the export (its
     ``AutoBackend``, letterbox and NMS or top-k rows), one image per call, as ``predict`` runs
-    it; the boxes and confs are ``predict``'s. The logit of each box is recovered from its conf
+    it; the boxes and confs are ``predict``'s, and so are a pose model's keypoints and an OBB
+    model's rotated boxes (its box columns: their axis-aligned hull). The logit of each box is recovered from its conf
     (:func:`logit_of_prob`); with ``all_logits`` (per-anchor exports only) every class's from
     the engine's class probabilities at the box's anchor.
 
@@ -361,8 +378,10 @@ class ExportCapturer:
 
     def __init__(self, model: str | Path | ExportedDetector, options: CaptureOptions | None = None, /,
                  **kw: Any) -> None:
+        from det_calib.capture.task_payload import CAPTURE_TASKS
+
         opts = self.options = CaptureOptions.of(options, **kw)
-        det = model if isinstance(model, ExportedDetector) else load_export(model)
+        det = model if isinstance(model, ExportedDetector) else load_export(model, tasks=CAPTURE_TASKS)
         self.info = det.info
         head, heads, imgsz = opts.head, opts.heads, opts.imgsz
         want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
@@ -382,6 +401,9 @@ class ExportCapturer:
         self.names = list(self.info.names)
         self.nc = len(self.names)
         self.task = self.info.task
+        self.kpt_shape = self.info.kpt_shape  # (K, ndim) of a pose model, for its `kpts` column
+        if self.task == "pose" and self.kpt_shape is None:
+            raise InputError(f"the pose export {self.info.path.name} records no `kpt_shape` in its metadata")
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
         overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
                          conf=self.conf, iou=self.iou, max_det=self.max_det, imgsz=self.imgsz, verbose=False,
@@ -437,13 +459,14 @@ class ExportCapturer:
         return {self.info.head: self._one(im0)[:4]}
 
     def _one(self, im0: np.ndarray) -> ImageBoxes:
-        """One image through the predictor: its boxes (a segment model's with their masks)."""
+        """One image through the predictor: its boxes (a segment model's with their masks; a pose model's with
+        ``Results.keypoints.data``; an OBB model's as the hull ``Results.obb.xyxy`` with ``Results.obb.xywhr``)."""
         import torch
 
         from det_calib.capture.predictor import ImageBoxes
 
         res = self.predictor(source=im0, stream=False)[0]
-        b = res.boxes
+        b = res.obb if self.task == "obb" else res.boxes
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
         filled, segm = self.predictor.masks[0] if self.task == "segment" else (None, None)
@@ -455,7 +478,18 @@ class ExportCapturer:
                 k = k[torch.from_numpy(filled).to(k.device)]
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
-        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm)
+        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
+                          self._payload(res))
+
+    def _payload(self, res: Any) -> np.ndarray | None:
+        """A pose model's keypoints (n, K, ndim) or an OBB model's ``xywhr`` (n, 5), float32, as ``predict``'s."""
+        if self.task == "obb":
+            return res.obb.xywhr.cpu().numpy().astype(np.float32)
+        if self.task == "pose":
+            if res.keypoints is None:
+                return np.zeros((0, *self.kpt_shape), np.float32)
+            return res.keypoints.data.cpu().numpy().astype(np.float32).reshape(-1, *self.kpt_shape)
+        return None
 
 
 @contextlib.contextmanager

@@ -459,12 +459,6 @@ class Capturer:
         return ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None,
                           segm, extra)
 
-    def _payload_series(self, column: str, arrays: list[np.ndarray]) -> pl.Series:
-        """The ``kpts`` or ``xywhr`` column of one head's boxes from each image's (n, ...) float32 array."""
-        empty = np.zeros((0, *(self.kpt_shape if column == KPTS_COLUMN else (5,))), np.float32)
-        arr = np.concatenate(arrays) if arrays else empty
-        return pl.Series(column, arr).cast(PAYLOAD_SCHEMA[column])
-
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
         task = getattr(self, "task", "detect")
@@ -494,7 +488,7 @@ class Capturer:
             if payload == SEGM_COLUMN:
                 cols[SEGM_COLUMN] = [c for p in order for c in per[p].segm]
             elif payload:
-                cols[payload] = self._payload_series(payload, [per[p].extra for p in order])
+                cols[payload] = payload_series(payload, [per[p].extra for p in order], self.kpt_shape)
             df = pl.DataFrame(cols, schema=capture_schema(task=task))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
@@ -502,6 +496,14 @@ class Capturer:
                 df = df.with_columns(lists)
             frames.append(df)
         return pl.concat(frames) if len(frames) > 1 else frames[0]
+
+
+def payload_series(column: str, arrays: list[np.ndarray], kpt_shape: tuple[int, int] | None) -> pl.Series:
+    """The ``kpts`` or ``xywhr`` column of one head's boxes from each image's (n, ...) float32 array (a pose
+    model's ``kpt_shape`` gives an empty column its shape)."""
+    empty = np.zeros((0, *(kpt_shape if column == KPTS_COLUMN else (5,))), np.float32)
+    arr = np.concatenate(arrays) if arrays else empty
+    return pl.Series(column, arr).cast(PAYLOAD_SCHEMA[column])
 
 
 def capture(

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.capture.export_layout import check_output_layout, score_layout
 from det_calib.capture.exported import (
     FORMAT_NAMES,
     GRAPH_FORMATS,
@@ -182,8 +183,8 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
         nodes.append(helper.make_node(op, inputs, [f"det_calib/{name}"], name=f"det_calib/{name}", **attrs))
         return f"det_calib/{name}"
 
-    axis = -1 if info.rows else 1
-    lo, hi = (4, 5) if info.rows else (4, 4 + nc)
+    layout = score_layout(info)
+    axis, (lo, hi) = layout.axis, layout.scores
     box = node("Slice", [src, const("s0", [0], np.int64), const("s1", [4], np.int64), const("ax", [axis], np.int64)],
                "box")
     p = node("Slice", [src, const("p0", [lo], np.int64), const("p1", [hi], np.int64), "det_calib/ax"], "p")
@@ -218,9 +219,9 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
         y = node("Add", [y, node("Mul", [const("size_c", size[0]), la], "size_term")], "mapped_sized")
     s = node("Sigmoid", [y], "calibrated")
     parts = [box, s] + ([cls] if info.rows else [])
-    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
-        parts.append(node("Slice", [src, const("m0", [6 if info.rows else 4 + nc], np.int64),
-                                    const("m1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "mask_coef"))
+    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+        parts.append(node("Slice", [src, const("e0", [layout.extra], np.int64),
+                                    const("e1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "task_extra"))
     return nodes, inits, parts, axis
 
 
@@ -231,13 +232,13 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 
     model = onnx.load(str(info.model_file))
     graph = model.graph
-    if len(graph.output) != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(graph.output)} outputs")
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 13:
         raise InputError(f"{info.path} uses ONNX opset {opset}; the calibrated export needs opset 13 or later "
                          "(export with opset=13 or higher)")
     elem = graph.output[0].type.tensor_type.elem_type
+    dims = graph.output[0].type.tensor_type.shape.dim
+    check_output_layout(info, len(graph.output), dims[score_layout(info).axis].dim_value if len(dims) == 3 else None)
     if elem not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         raise InputError(f"{info.path}: the output is {TensorProto.DataType.Name(elem)}, not float32 or float16")
     name = graph.output[0].name
@@ -263,17 +264,6 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
     return out
 
 
-_OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
-                  "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
-
-
-def expected_outputs(info: ExportInfo) -> int:
-    """The outputs of an Ultralytics export of ``info.task``: one for a detector; two for a segment model
-    (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows ``x1 y1 x2 y2 conf cls`` and
-    the coefficients; ``output1``: the mask prototypes, left as they are)."""
-    return 2 if info.task == "segment" else 1
-
-
 # ------------------------------------------------------------------------ the graph, OpenVINO
 def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple | None = None) -> Any:
     """The calibrated output of an OpenVINO model output ``src`` (opset13 ops); ``size``: ``(c, image input)``."""
@@ -283,8 +273,8 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple 
     def c(v: Any, dtype=np.float32) -> Any:
         return ops.constant(np.asarray(v, dtype=dtype))
 
-    axis = -1 if info.rows else 1
-    lo, hi = (4, 5) if info.rows else (4, 4 + nc)
+    layout = score_layout(info)
+    axis, (lo, hi) = layout.axis, layout.scores
 
     def sl(a: int, b: int) -> Any:
         return ops.slice(src, c([a], np.int64), c([b], np.int64), c([1], np.int64), c([axis], np.int64))
@@ -316,8 +306,8 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple 
     if size is not None:  # + c log(relative area) (det_calib.deploy.size_export)
         y = ops.add(y, ops.multiply(c(size[0]), openvino_log_area(src, size[1], rows=info.rows)))
     parts = [box, ops.sigmoid(y)] + ([cls] if info.rows else [])
-    if info.task == "segment":  # the mask coefficients after the scores (and the class of a row), as they were
-        parts.append(sl(6 if info.rows else 4 + nc, np.iinfo(np.int64).max))
+    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+        parts.append(sl(layout.extra, np.iinfo(np.int64).max))
     return ops.concat(parts, axis)
 
 
@@ -330,8 +320,9 @@ def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record
     core = ov.Core()
     xml = info.model_file
     model = core.read_model(str(xml), str(xml.with_suffix(".bin")))
-    if len(model.outputs) != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {_OUTPUTS_WORDS[info.task]}, found {len(model.outputs)} outputs")
+    shape, axis = model.outputs[0].get_partial_shape(), score_layout(info).axis
+    check_output_layout(info, len(model.outputs),
+                        shape[axis].get_length() if shape.rank.is_static and shape[axis].is_static else None)
     result = model.get_results()[0]  # output0: boxes and scores (a segment model's protos are output1)
     size = None if size_c is None else (size_c, model.get_parameters()[0].output(0))
     new = _ov_output(m, result.input_value(0), info, nc, size)
@@ -395,9 +386,12 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
         ``out``.
 
     Raises:
-        InputError: Not an export, no calibrator for its head, a runtime or its library missing.
+        InputError: Not an export, no calibrator for its head, a runtime or its library missing, an output
+            whose channels are not the task's layout.
     """
-    info = read_export(export)
+    from det_calib.capture.task_payload import CAPTURE_TASKS
+
+    info = read_export(export, tasks=CAPTURE_TASKS)
     if info.format not in GRAPH_FORMATS:
         raise InputError(f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: re-export the calibrated "
                          "checkpoint (det-calib apply --model EXPORT --source SOURCE.pt ...)")

@@ -80,7 +80,10 @@ class Inputs:
         """A pose model's ``kpt_shape`` ``(K, ndim)``; None for any other model."""
         if self.task != "pose":
             return None
-        shape = getattr(getattr(self.yolo, "model", None), "kpt_shape", None) or self.yolo.model.yaml.get("kpt_shape")
+        shape = getattr(self.yolo, "kpt_shape", None)  # an export's, from its metadata
+        if shape is None:
+            model = getattr(self.yolo, "model", None)
+            shape = getattr(model, "kpt_shape", None) or model.yaml.get("kpt_shape")
         return (int(shape[0]), int(shape[1])) if shape else None
 
 

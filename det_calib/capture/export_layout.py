@@ -1,0 +1,99 @@
+"""Where an Ultralytics export's output holds the class scores, and the task's channels after them.
+
+Every task that scores boxes (detect, segment, pose, obb) exports the detection head's class probabilities in
+the same place: per-anchor outputs ``(B, 4 + nc + extra, anchors)`` at channels ``4 .. 4 + nc``, row outputs
+``(B, max_det, 6 + extra)`` (top-k, or NMS in the graph) in column 4 with the class in column 5. What follows
+is the task's: a segment model's mask coefficients (its prototype masks are a second output), a pose model's
+keypoints, an OBB model's angle. :func:`score_layout` gives these positions for an export, and
+:func:`check_output_layout` refuses in one line an export whose outputs do not have them (the calibrated export
+would map the wrong channels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from det_calib.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from det_calib.capture.exported import ExportInfo
+
+OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
+                 "pose": "one output tensor (boxes, scores and keypoints)",
+                 "obb": "one output tensor (rotated boxes, scores and angles)",
+                 "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
+"""What each task's export outputs, as the messages say it."""
+
+
+@dataclass(frozen=True)
+class ScoreLayout:
+    """Where an export's first output holds what, along its channel ``axis``.
+
+    Per-anchor outputs ``(B, 4 + nc + extra, anchors)`` (axis 1): the 4 box channels (``x y w h``), the nc
+    class probabilities at ``scores = (4, 4 + nc)``, then the task's extra channels from ``4 + nc``: a segment
+    model's mask coefficients, a pose model's K keypoints (``x y`` or ``x y visibility``, keypoint by keypoint),
+    an OBB model's angle (radians). Row outputs ``(B, max_det, 6 + extra)`` (axis -1): ``x1 y1 x2 y2`` (OBB:
+    ``x y w h``), the kept class's probability at ``scores = (4, 5)``, its class at 5, the extras from 6.
+
+    Attributes:
+        axis: The channel axis (1, or -1 for rows).
+        scores: ``[start, stop)`` of the class probabilities.
+        extra: First extra channel; ``extra_size`` channels follow it (None where unknown: a segment model's
+            coefficient count is not in the metadata).
+    """
+
+    axis: int
+    scores: tuple[int, int]
+    extra: int
+    extra_size: int | None
+
+    @property
+    def channels(self) -> int | None:
+        """The output's channel count the layout implies (None where unknown)."""
+        return None if self.extra_size is None else self.extra + self.extra_size
+
+
+def score_layout(info: ExportInfo) -> ScoreLayout:
+    """The :class:`ScoreLayout` of an export of ``info.task``.
+
+    >>> from pathlib import Path
+    >>> from det_calib.capture.exported import ExportInfo
+    >>> pose = ExportInfo(Path("p.onnx"), "onnx", "nms", False, (320, 320), list("abc"), "fp32", False, 1, "pose",
+    ...                   (5, 3))
+    >>> score_layout(pose)
+    ScoreLayout(axis=1, scores=(4, 7), extra=7, extra_size=15)
+    >>> import dataclasses
+    >>> score_layout(dataclasses.replace(pose, task="obb", kpt_shape=None, head="e2e", rows=True))
+    ScoreLayout(axis=-1, scores=(4, 5), extra=6, extra_size=1)
+    """
+    nc = len(info.names)
+    size = {"detect": 0, "obb": 1, "pose": None if info.kpt_shape is None else info.kpt_shape[0] * info.kpt_shape[1]
+            }.get(info.task)
+    if info.rows:
+        return ScoreLayout(-1, (4, 5), 6, size)
+    return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
+
+
+def expected_outputs(info: ExportInfo) -> int:
+    """The outputs of an Ultralytics export of ``info.task``: one for a detector, a pose or an OBB model; two for
+    a segment model (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows
+    ``x1 y1 x2 y2 conf cls`` and the coefficients; ``output1``: the mask prototypes, left as they are)."""
+    return 2 if info.task == "segment" else 1
+
+
+def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) -> None:
+    """One line when an export has not the outputs of its task (:func:`expected_outputs`) or its first output's
+    channel count (``channels``; None where not static) is not what :func:`score_layout` says.
+
+    Raises:
+        InputError: Either mismatch.
+    """
+    if n_outputs != expected_outputs(info):
+        raise InputError(f"{info.path}: expected {OUTPUTS_WORDS[info.task]}, found {n_outputs} outputs")
+    want = score_layout(info).channels
+    if channels and want is not None and int(channels) != want:
+        raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
+                         + (f" and kpt_shape {list(info.kpt_shape)}" if info.kpt_shape else "")
+                         + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
+                         "not a layout det_calib knows where the class scores sit in")
