@@ -186,13 +186,15 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
         completes a part's metadata.
     """
     from det_calib.capture.exported import make_capturer
-    from det_calib.data.ground_truth import check_class_names, load_data_yaml, load_split
+    from det_calib.data.ground_truth import check_class_names, load_data_yaml
+    from det_calib.data.task_splits import captured_split
 
     ds = load_data_yaml(data)
-    sp = load_split(ds, split, coco_gt=coco_gt, limit=limit)
-    names = sp.image_names()
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
+    sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",
+                        kpt_shape=getattr(cap, "kpt_shape", None), coco_gt=coco_gt, limit=limit)
+    names = sp.image_names()
     meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
             "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
     return sp, names, cap, meta

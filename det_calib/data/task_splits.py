@@ -23,7 +23,7 @@ from det_calib.data.pose import PoseSpec, load_pose_split, pose_spec
 from det_calib.data.segments import load_segment_split
 from det_calib.errors import InputError
 
-__all__ = ["load_task_split", "label_values"]
+__all__ = ["captured_split", "load_task_split", "label_values"]
 
 
 def label_values(data: Dataset, split: str) -> int | None:
@@ -70,6 +70,15 @@ def load_task_split(data: Dataset, split: str, *, task: str, match: str = "auto"
     if task == "segment" and match != "box":
         return load_segment_split(data, split, coco_gt=coco_gt, limit=limit)
     return load_split(data, split, coco_gt=coco_gt, limit=limit)
+
+
+def captured_split(data: Dataset, split: str, *, task: str, kpt_shape: tuple[int, int] | None = None,
+                   coco_gt: str | Path | None = None, limit: int | None = None) -> Split:
+    """The split a capture to parts runs over (and that a run reusing the parts fingerprints): its
+    images and labels read as the task's (a pose or OBB model's keypoint and rotated-box lines; a
+    detect or segment model's labels as boxes, masks not needed)."""
+    return load_task_split(data, split, task=task, match="box" if task in ("detect", "segment") else "auto",
+                           kpt_shape=kpt_shape, coco_gt=coco_gt, limit=limit)
 
 
 def _pose_split(data: Dataset, split: str, *, match: str, kpt_shape: tuple[int, int] | None,

@@ -227,3 +227,25 @@ def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
                   "--limit", "4", "--out", tmp_path / "ens")
     what = "keypoints" if task == "pose" else "rotated boxes"
     assert f"is a {task} model: det-calib ensemble fuses boxes and cannot fuse {what}" in line
+
+
+@pytest.mark.parametrize("task", ["pose", "obb"])
+def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
+    """`det-calib capture` reads a pose or OBB split's labels as its task's (it read them as box
+    labels and failed on keypoint lines), and `calibrate --boxes` on those parts takes the same split
+    (its fingerprint read the same way) and matches by the task's rule, as a run that captures itself."""
+    model, data = ((demo_pose_model(), demo_pose_data_yaml()) if task == "pose"
+                   else (demo_obb_model(), demo_obb_data_yaml()))
+    for split in ("calib", "test"):
+        _ok(capsys, "capture", "--model", model, "--data", data, "--split", split, "--limit", 6,
+            "--out", tmp_path / "parts" / split, "-q")
+    _ok(capsys, "calibrate", "--model", model, "--data", data, "--boxes", tmp_path / "parts", "--limit", 6,
+        "--out", tmp_path / "from_parts", "--no-report", *QUICK)
+    _ok(capsys, "calibrate", "--model", model, "--data", data, "--limit", 6, "--out", tmp_path / "direct",
+        "--no-report", *QUICK)
+    rule = "OKS" if task == "pose" else "rotated IoU"
+    runs = [json.loads((tmp_path / r / "calibration.json").read_text()) for r in ("from_parts", "direct")]
+    assert runs[0]["matching"] == runs[1]["matching"] and rule in (tmp_path / "from_parts" / "summary.txt").read_text()
+    cols = ["split", "head", "image", "conf", "correct"]
+    a, b = (pl.read_parquet(tmp_path / r / "boxes.parquet").select(cols).sort(cols) for r in ("from_parts", "direct"))
+    assert a.height > 0 and a.equals(b)
