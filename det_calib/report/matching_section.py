@@ -27,14 +27,11 @@ from .context import ReportContext
 from .document import Heading, Para
 from .mask_plots import MaskPanel, mask_examples_figure
 from .page import Page
+from .task_examples import MAX_IMAGES, example_images
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_IMAGES", "example_images", "matching_section", "matching_words"]
-
-MAX_IMAGES = 4
-"""Images the picture shows at most."""
-
 
 def matching_words(rule: MatchingRule, iou: float) -> str:
     """The matching rule of a run in words (the section's first paragraph)."""
@@ -84,23 +81,6 @@ def _kept(run: Run, head: str, conf: float) -> pl.DataFrame:
         return b.clear()
     b = usable_rows(b, head=head, split=run.eval_split(head)).filter(pl.col(SEGM_COLUMN).is_not_null())
     return b.filter(kept_mask(b["calibrated" if "calibrated" in b.columns else "conf"].to_numpy(), conf))
-
-
-def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
-    """Up to ``n`` image names, in image order: first those with both a matched and an unmatched kept
-    box, then those with any kept box.
-
-    >>> t = pl.DataFrame({"image": ["a", "a", "b", "c", "c"], "image_id": [0, 0, 1, 2, 2],
-    ...                   "correct": [True, False, True, True, False]})
-    >>> example_images(t, 2), example_images(t, 3)
-    (['a', 'c'], ['a', 'c', 'b'])
-    """
-    per = (kept.group_by("image_id", maintain_order=True)
-           .agg(pl.col("image").first(), pl.col("correct").any().alias("hit"), (~pl.col("correct")).any().alias("miss"))
-           .sort("image_id"))
-    both = per.filter(pl.col("hit") & pl.col("miss"))["image"].to_list()
-    rest = per.filter(~(pl.col("hit") & pl.col("miss")))["image"].to_list()
-    return (both + rest)[:n]
 
 
 def _ground_truth(run: Run, split: str, names: list[str]):
