@@ -221,6 +221,9 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict) -> ExportInfo:
     from det_calib.capture.predictor import check_task
 
     task = meta.get("task", "detect")
+    if task in ("pose", "obb"):  # their exports' outputs are not read yet: the .pt is calibrated
+        raise InputError(f"{path} is an exported `{task}` model: det_calib reads exports of detect and segment "
+                         "models; calibrate the .pt checkpoint")
     check_task(task)
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")

@@ -54,10 +54,10 @@ warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remai
 a slow or busy CPU the boxes, and any mAP computed from them, would depend on the clock."""
 
 
-TASKS = ("detect", "segment")
-"""The Ultralytics tasks det_calib calibrates: detectors, and segment models (detectors whose boxes
-carry a mask). Pose and OBB models are captured (:data:`CAPTURE_TASKS`, their keypoints and rotated
-boxes beside the logits) but the calibration run refuses them."""
+TASKS = ("detect", "segment", "pose", "obb")
+"""The Ultralytics tasks det_calib calibrates: detectors, and the models whose boxes carry a task's
+payload beside them (a mask, keypoints, a rotated box), scored by the same class branch; the same as
+:data:`CAPTURE_TASKS`."""
 
 
 class ImageBoxes(NamedTuple):

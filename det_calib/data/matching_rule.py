@@ -5,6 +5,8 @@ spelled here, below both the matching and the run's record (``calibration.json``
 
 >>> MatchingRule("mask", "auto", "a segment model, every ground truth has a mask").words(0.5)
 'mask IoU >= 0.5 (a segment model, every ground truth has a mask)'
+>>> MatchingRule("rotated", "auto", "an OBB model").words(0.5)
+'rotated IoU (ProbIoU) >= 0.5 (an OBB model)'
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from typing import Any, Literal, get_args
 
 from det_calib.errors import InputError
 
-__all__ = ["MATCH_CHOICES", "MatchBy", "MatchingRule"]
+__all__ = ["MATCH_CHOICES", "MEASURE_WORDS", "TASK_RULE", "MatchBy", "MatchingRule"]
 
-MatchBy = Literal["box", "mask"]
-"""The overlap a run matches by."""
+MatchBy = Literal["box", "mask", "oks", "rotated"]
+"""The overlap a run matches by: box IoU, mask IoU (segment), OKS (pose), rotated IoU (OBB: ProbIoU)."""
 MATCH_CHOICES: tuple[str, ...] = ("auto", *get_args(MatchBy))
 """Values of ``--match``."""
+TASK_RULE: dict[str, MatchBy] = {"detect": "box", "segment": "mask", "pose": "oks", "obb": "rotated"}
+"""Each Ultralytics task's own rule (what ``--match auto`` picks where the labels allow it)."""
+MEASURE_WORDS: dict[str, str] = {"box": "box IoU", "mask": "mask IoU", "oks": "OKS", "rotated": "rotated IoU (ProbIoU)"}
+"""What each rule compares, in words."""
 
 
 @dataclass(frozen=True)
@@ -27,37 +33,53 @@ class MatchingRule:
     """The matching a run used, and why (``calibration.json``'s ``matching``).
 
     Attributes:
-        by: ``"mask"`` (mask IoU, COCO ``segm``) or ``"box"`` (box IoU, COCO ``bbox``).
-        option: What ``--match`` asked for (``auto``, ``mask``, ``box``).
+        by: ``"box"`` (box IoU, COCO ``bbox``), ``"mask"`` (mask IoU, COCO ``segm``), ``"oks"`` (object
+            keypoint similarity, COCO ``keypoints``) or ``"rotated"`` (ProbIoU, Ultralytics' OBB validator).
+        option: What ``--match`` asked for (``auto``, ``box``, ``mask``, ``oks``, ``rotated``).
         reason: Why, in a few words (``"a segment model on polygon labels"``).
+        sigmas: The per-keypoint OKS sigmas (``by="oks"`` only; None otherwise).
     """
 
     by: MatchBy = "box"
     option: str = "auto"
     reason: str = ""
+    sigmas: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.by not in get_args(MatchBy):
             raise InputError(f"Expected matching `by` to be one of {get_args(MatchBy)}, but got {self.by!r}")
+        if self.sigmas is not None and self.by != "oks":
+            raise InputError(f"matching `sigmas` are OKS sigmas: given for matching by {self.by!r}")
 
     @property
     def masks(self) -> bool:
         return self.by == "mask"
 
+    @property
+    def measure(self) -> str:
+        """What the rule compares, in words (``box IoU``, ``mask IoU``, ``OKS``, ``rotated IoU (ProbIoU)``)."""
+        return MEASURE_WORDS[self.by]
+
     def words(self, iou: float) -> str:
         """The rule in words: ``mask IoU >= 0.5 (a segment model, every ground truth has a mask)``."""
-        return f"{self.by} IoU >= {iou:g}" + (f" ({self.reason})" if self.reason else "")
+        return f"{self.measure} >= {iou:g}" + (f" ({self.reason})" if self.reason else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"by": self.by, "option": self.option, "reason": self.reason}
+        d: dict[str, Any] = {"by": self.by, "option": self.option, "reason": self.reason}
+        return d if self.sigmas is None else {**d, "sigmas": list(self.sigmas)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> MatchingRule | None:
         """The rule of a ``calibration.json`` object's ``matching`` (None where the run recorded none:
-        a detector's run, matched by box IoU)."""
+        a detector's run, matched by box IoU). Records written before pose and OBB runs read as they were."""
         if d is None:
             return None
         for k in ("by", "option", "reason"):
             if not isinstance(d.get(k, ""), str):
                 raise InputError(f"`matching.{k}` must be a string, got {type(d.get(k)).__name__}")
-        return cls(by=d.get("by", "box"), option=d.get("option", "auto"), reason=d.get("reason", ""))
+        sigmas = d.get("sigmas")
+        if sigmas is not None and not (isinstance(sigmas, list) and all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in sigmas)):
+            raise InputError(f"`matching.sigmas` must be a list of positive numbers, got {sigmas!r}")
+        return cls(by=d.get("by", "box"), option=d.get("option", "auto"), reason=d.get("reason", ""),
+                   sigmas=None if sigmas is None else tuple(float(s) for s in sigmas))

@@ -18,7 +18,8 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "default_data_of",
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "demo_pose_model",
+           "demo_obb_model", "default_data_of",
            "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
@@ -45,19 +46,42 @@ def demo_segment_model() -> Path:
     return demo_root() / "yolo26n_shapes_seg.pt"
 
 
+def demo_pose_model() -> Path:
+    """Path of the committed demo pose model (YOLO26n-pose trained on the shapes demo's keypoints)."""
+    return demo_root() / "yolo26n_shapes_pose.pt"
+
+
+def demo_obb_model() -> Path:
+    """Path of the committed demo OBB model (YOLO26n-obb trained on the shapes demo's rotated boxes)."""
+    return demo_root() / "yolo26n_shapes_obb.pt"
+
+
 def default_data_of(model: str | Path) -> Path | None:
-    """The demo data a demo model runs on when no data is given: the segment demo data
-    (:func:`~det_calib.demo.shapes_segments.demo_segment_data_yaml`, rendered on first use) for
-    the demo segment model; None for any other model (its data must be named)."""
+    """The demo data a demo model runs on when no data is given (rendered on first use): the segment
+    demo data (:func:`~det_calib.demo.shapes_segments.demo_segment_data_yaml`) for the demo segment
+    model, the pose demo data (:func:`~det_calib.demo.shapes_pose.demo_pose_data_yaml`) for the demo
+    pose model, the OBB demo data (:func:`~det_calib.demo.shapes_obb.demo_obb_data_yaml`) for the demo
+    OBB model; None for any other model (its data must be named)."""
     try:
-        seg = demo_segment_model()
+        models = {"segment": demo_segment_model(), "pose": demo_pose_model(), "obb": demo_obb_model()}
     except InputError:  # no demo files beside the package
         return None
-    if not (seg.is_file() and Path(model).is_file() and Path(model).resolve() == seg.resolve()):
+    if not Path(model).is_file():
         return None
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    task = next((t for t, p in models.items() if p.is_file() and Path(model).resolve() == p.resolve()), None)
+    if task == "segment":
+        from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-    return demo_segment_data_yaml()
+        return demo_segment_data_yaml()
+    if task == "pose":
+        from det_calib.demo.shapes_pose import demo_pose_data_yaml
+
+        return demo_pose_data_yaml()
+    if task == "obb":
+        from det_calib.demo.shapes_obb import demo_obb_data_yaml
+
+        return demo_obb_data_yaml()
+    return None
 
 
 def cache_dir() -> Path:

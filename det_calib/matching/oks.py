@@ -29,12 +29,14 @@ in place of the IoU:
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult, checked_scores, crowd_flags, greedy_match, group_keys
 from det_calib.validation import as_integers, as_real
 
-__all__ = ["COCO_SIGMAS", "oks_sigmas", "oks", "pair_oks", "match_keypoints"]
+__all__ = ["COCO_SIGMAS", "oks_sigmas", "oks", "pair_oks", "match_keypoints", "match_keypoint_table", "table_keypoints",
+           "match_boxes_by_keypoints"]
 
 COCO_SIGMAS = np.array([0.26, 0.25, 0.25, 0.35, 0.35, 0.79, 0.79, 0.72, 0.72, 0.62, 0.62, 1.07, 1.07, 0.87, 0.87,
                         0.89, 0.89]) / 10.0
@@ -246,3 +248,84 @@ def _match_regular(d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_thres
                        max_dets=max_dets)
     gt_index = np.where(res.correct, regular[np.maximum(res.gt_index, 0)] if len(regular) else -1, -1)
     return MatchResult(correct=res.correct, iou=res.iou, gt_index=gt_index, ignore=res.ignore)
+
+
+def table_keypoints(boxes: pl.DataFrame, column: str, nkpt: int) -> np.ndarray:
+    """(n, K, 2 or 3) keypoints of a box table's ``column`` (per box K lists ``[x, y(, conf)]``, as the
+    capture of a pose model writes them).
+
+    Raises:
+        InputError: The column is missing, has nulls, or its boxes hold different keypoint counts.
+    """
+    if column not in boxes.columns:
+        raise InputError(f"box table is missing the keypoint column `{column}`; has {boxes.columns}")
+    s = boxes[column]
+    if s.null_count():
+        raise InputError(f"box table column `{column}` has {s.null_count()} rows without keypoints")
+    if boxes.height == 0:
+        return np.zeros((0, nkpt, 3))
+    counts = s.list.len()
+    if counts.n_unique() != 1:
+        raise InputError(f"box table column `{column}` holds boxes of different keypoint counts "
+                         f"{sorted(counts.unique().to_list())}")
+    flat = s.explode().explode().to_numpy().astype(np.float64)
+    return flat.reshape(boxes.height, int(counts[0]), -1)
+
+
+def match_keypoint_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, oks_threshold: float = 0.5, sigmas=None,
+                         max_dets: int | None = None, column: str = "kpts") -> pl.DataFrame:
+    """Fill ``correct``, ``iou`` (the OKS) and ``ignore`` of one head's box table by OKS (:func:`match_keypoints`).
+
+    Args:
+        boxes: Box table with ``image_id``, ``cls``, ``conf`` and ``column`` (each box's K keypoints,
+            ``[x, y, conf]`` in image pixels).
+        gt: Ground truth with ``image_id``, ``cls``, ``x1``..``y2``, ``column`` (``3K`` values
+            ``x, y, v``), ``area``, ``num_keypoints`` and optionally ``crowd``, as
+            :func:`det_calib.data.pose.load_pose_split` gives it.
+        oks_threshold, sigmas, max_dets: See :func:`match_keypoints`.
+        column: Name of the keypoint column in both tables.
+
+    Raises:
+        InputError: A column is missing or null, or the keypoint counts of boxes and ground truth differ.
+    """
+    for df, need, what in ((boxes, ("image_id", "cls", "conf"), "box table"),
+                           (gt, ("image_id", "cls", "x1", "y1", "x2", "y2", column, "area"), "GT table")):
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
+    g = np.asarray(gt[column].to_numpy(), dtype=np.float64).reshape(gt.height, -1, 3)
+    d = table_keypoints(boxes, column, g.shape[1])
+    if boxes.height and gt.height and d.shape[1] != g.shape[1]:
+        raise InputError(f"the boxes have {d.shape[1]} keypoints each, the ground truth {g.shape[1]}")
+    r = match_keypoints(
+        boxes["image_id"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy(), d,
+        gt["image_id"].to_numpy(), gt["cls"].to_numpy(), g, gt["area"].to_numpy(),
+        gt.select("x1", "y1", "x2", "y2").to_numpy().reshape(-1, 4),
+        gt["crowd"].to_numpy() if "crowd" in gt.columns else None,
+        gt["num_keypoints"].to_numpy() if "num_keypoints" in gt.columns else None,
+        oks_threshold=oks_threshold, max_dets=max_dets, sigmas=sigmas)
+    return boxes.with_columns(
+        pl.Series("correct", r.correct, dtype=pl.Boolean),
+        pl.Series("iou", r.iou, dtype=pl.Float64),
+        pl.Series("ignore", r.ignore, dtype=pl.Boolean),
+    )
+
+
+def match_boxes_by_keypoints(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float, sigmas=None,
+                             column: str = "kpts") -> pl.DataFrame:
+    """:func:`det_calib.matching.one_to_one.match_boxes` by OKS: ``correct``, ``iou`` (the OKS), ``ignore``
+    (at ``iou``) and ``loc_iou`` (the OKS of the match at ``loc_iou``, 0 if none).
+
+    Args:
+        boxes: One head's boxes with their keypoints (see :func:`match_keypoint_table`).
+        gt: Ground truth with keypoints (:func:`det_calib.data.pose.load_pose_split`).
+        iou: OKS a box needs with a same-class ground truth to be correct.
+        loc_iou: Threshold of the second matching, whose OKS feeds the localisation-aware metrics.
+        sigmas: Per-keypoint sigmas (default :func:`oks_sigmas`).
+    """
+    at_iou = match_keypoint_table(boxes, gt, oks_threshold=iou, sigmas=sigmas, column=column)
+    loc = match_keypoint_table(boxes, gt, oks_threshold=loc_iou, sigmas=sigmas, column=column)
+    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
+    return boxes.with_columns(
+        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+    )

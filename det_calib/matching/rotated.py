@@ -24,12 +24,13 @@ reverse order, so that its "later ground truth wins a tie" is Ultralytics' "earl
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult, checked_scores, greedy_match
 from det_calib.validation import as_integers, as_real
 
-__all__ = ["PROBIOU_EPS", "probiou", "pair_probiou", "match_rotated"]
+__all__ = ["PROBIOU_EPS", "probiou", "pair_probiou", "match_rotated", "match_rotated_table", "match_boxes_by_rotated"]
 
 PROBIOU_EPS = 1e-7
 """Ultralytics' guard in ProbIoU (``batch_probiou``'s ``eps``)."""
@@ -120,3 +121,61 @@ def match_rotated(
                      iou_threshold=iou_threshold)
     gt_index = np.where(r.gt_index >= 0, rev[np.maximum(r.gt_index, 0)] if m else -1, -1)
     return MatchResult(correct=r.correct, iou=r.iou, gt_index=gt_index, ignore=r.ignore)
+
+
+def match_rotated_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou_threshold: float = 0.5,
+                        column: str = "xywhr") -> pl.DataFrame:
+    """Fill ``correct``, ``iou`` (the ProbIoU) and ``ignore`` of one head's box table by rotated IoU
+    (:func:`match_rotated`).
+
+    Args:
+        boxes: Box table with ``image_id``, ``cls``, ``conf`` and ``column`` (each box's ``cx, cy, w, h,
+            angle``, as the capture of an OBB model writes it).
+        gt: Ground truth with ``image_id``, ``cls`` and ``column``, as
+            :func:`det_calib.data.obb.load_obb_split` gives it.
+        iou_threshold: See :func:`match_rotated`.
+        column: Name of the rotated-box column in both tables.
+
+    Returns:
+        ``boxes`` with ``correct``, ``iou`` (ProbIoU, at least 0: Ultralytics' guard under the square root
+        makes boxes far apart score ``-5e-8``) and ``ignore`` (all False).
+
+    Raises:
+        InputError: A column is missing or has nulls.
+    """
+    for df, what in ((boxes, "box table"), (gt, "GT table")):
+        missing = [c for c in ("image_id", "cls", *(("conf",) if df is boxes else ()), column) if c not in df.columns]
+        if missing:
+            raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
+        if df[column].null_count():
+            raise InputError(f"{what} column `{column}` has {df[column].null_count()} rows without a rotated box")
+
+    def xywhr(df: pl.DataFrame) -> np.ndarray:
+        return df[column].explode().to_numpy().astype(np.float64).reshape(-1, 5) if df.height else np.zeros((0, 5))
+
+    r = match_rotated(boxes["image_id"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy(), xywhr(boxes),
+                      gt["image_id"].to_numpy(), gt["cls"].to_numpy(), xywhr(gt), iou_threshold=iou_threshold)
+    return boxes.with_columns(
+        pl.Series("correct", r.correct, dtype=pl.Boolean),
+        pl.Series("iou", np.maximum(r.iou, 0.0), dtype=pl.Float64),  # the guard under the root: far apart is -5e-8
+        pl.Series("ignore", r.ignore, dtype=pl.Boolean),
+    )
+
+
+def match_boxes_by_rotated(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float,
+                           column: str = "xywhr") -> pl.DataFrame:
+    """:func:`det_calib.matching.one_to_one.match_boxes` by rotated IoU (ProbIoU): ``correct``, ``iou``,
+    ``ignore`` (at ``iou``) and ``loc_iou`` (the ProbIoU of the match at ``loc_iou``, 0 if none).
+
+    Args:
+        boxes: One head's boxes with their rotated boxes (see :func:`match_rotated_table`).
+        gt: Ground truth with rotated boxes (:func:`det_calib.data.obb.load_obb_split`).
+        iou: ProbIoU a box needs with a same-class ground truth to be correct.
+        loc_iou: Threshold of the second matching, whose ProbIoU feeds the localisation-aware metrics.
+    """
+    at_iou = match_rotated_table(boxes, gt, iou_threshold=iou, column=column)
+    loc = match_rotated_table(boxes, gt, iou_threshold=loc_iou, column=column)
+    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
+    return boxes.with_columns(
+        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+    )

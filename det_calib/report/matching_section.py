@@ -1,8 +1,9 @@
-"""The Matching section of a segment model's run: which overlap made a box correct (box or mask IoU),
-in words, and a picture of a few eval images with their matched and unmatched masks.
+"""The Matching section of a segment, pose or OBB model's run: which overlap made a box correct (box
+IoU, mask IoU, OKS or rotated IoU), in words, and for a segment model a picture of a few eval images
+with their matched and unmatched masks.
 
-Written for runs that record a matching rule (``calibration.json``'s ``matching``: a segment
-model's run); a detector's report has no such section. The picture reads the eval split's images
+Written for runs that record a matching rule (``calibration.json``'s ``matching``: a segment, pose
+or OBB model's run); a detector's report has no such section. The picture reads the eval split's images
 and ground-truth masks again from the run's data (only the images it shows), and the kept boxes'
 masks from ``boxes.parquet`` (the ``segm`` column the capture of a segment model writes).
 """
@@ -33,8 +34,25 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MAX_IMAGES", "example_images", "matching_section", "matching_words"]
 
+_BOX_PAYLOAD = {"box": "the masks of the model's boxes are not compared",
+                "oks": "the keypoints of the model's boxes are not compared",
+                "rotated": "the rotated boxes are not compared; for an OBB model each box is the axis-aligned box "
+                           "around its rotated box, predicted and ground truth"}
+
+
 def matching_words(rule: MatchingRule, iou: float) -> str:
     """The matching rule of a run in words (the section's first paragraph)."""
+    if rule.by == "oks":
+        return _oks_words(rule, iou)
+    if rule.by == "rotated":
+        return (f"A box counts as correct when its rotated box overlaps a ground-truth rotated box of the same class "
+                f"with rotated IoU >= {iou:g}, each ground truth taken at most once, boxes in descending conf, as "
+                "Ultralytics' OBB validator decides a detection's correctness: the overlap is ProbIoU (one minus "
+                "the Hellinger distance between the Gaussians of the two boxes, so boxes turned by a right angle "
+                "with their sides swapped compare as the same box), not the polygons' IoU; an overlap tie goes to "
+                "the earlier ground truth. The rotated boxes are the model's (centre, sides, angle) and the label "
+                f"quadrilaterals' minimum-area rectangles. Why rotated IoU: {rule.reason} (--match {rule.option}). "
+                "Every figure of this report (ECE, reliability, thresholds) counts correct boxes this way.")
     if rule.masks:
         return (f"A box counts as correct when its mask overlaps a ground-truth mask of the same class with "
                 f"IoU >= {iou:g}, each ground truth taken at most once, boxes in descending conf (COCO's `segm` "
@@ -43,9 +61,23 @@ def matching_words(rule: MatchingRule, iou: float) -> str:
                 "size; the ground-truth masks are the label polygons (or COCO segmentations) rasterised by "
                 f"pycocotools. Why mask IoU: {rule.reason} (--match {rule.option}). Every figure of this report "
                 "(ECE, reliability, thresholds) counts correct boxes this way.")
+    # the reason names the task (det_calib.matching.rule.choose_matching's words for --match box)
+    payload = _BOX_PAYLOAD["rotated" if "OBB model" in rule.reason else "oks" if "pose model" in rule.reason else "box"]
     return (f"A box counts as correct when its box overlaps a ground-truth box of the same class with IoU >= "
             f"{iou:g}, each ground truth taken at most once, boxes in descending conf (COCO's `bbox` protocol); "
-            f"the masks of the model's boxes are not compared. Why box IoU: {rule.reason} (--match {rule.option}).")
+            f"{payload}. Why box IoU: {rule.reason} (--match {rule.option}).")
+
+
+def _oks_words(rule: MatchingRule, iou: float) -> str:
+    sigmas = ", ".join(f"{x:.4g}" for x in rule.sigmas) if rule.sigmas else "see calibration.json"
+    return (f"A box counts as correct when its keypoints match a ground truth of the same class with OKS >= {iou:g} "
+            "(object keypoint similarity: the mean over the ground truth's labelled keypoints of "
+            "exp(-d^2 / (2 s^2 (2 sigma)^2)), d the distance, s^2 the object's area), each ground truth taken at "
+            "most once, boxes in descending conf (COCO's `keypoints` protocol, as pycocotools evaluates it; a "
+            "ground truth without labelled keypoints, or a crowd, absorbs boxes that are then left out). "
+            f"Keypoints labelled but not visible (v = 1) count, unlabelled ones (v = 0) do not. Sigmas: {sigmas}. "
+            f"Why OKS: {rule.reason} (--match {rule.option}). Every figure of this report (ECE, reliability, "
+            "thresholds) counts correct boxes this way.")
 
 
 def matching_section(page: Page, ctx: ReportContext) -> None:
@@ -55,6 +87,8 @@ def matching_section(page: Page, ctx: ReportContext) -> None:
     if rule is None:
         return
     page.add(Heading(2, "Matching", "matching"), Para(matching_words(rule, ctx.run.settings.iou_match)))
+    if SEGM_COLUMN not in ctx.run.boxes.columns:  # a pose or OBB model's run: no masks to picture
+        return
     s = ctx.subjects[0]
     conf = s.low if s.low is not None else 0.25
     try:

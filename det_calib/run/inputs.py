@@ -1,5 +1,6 @@
 """The resolved inputs of a run: the detector, the dataset, the heads, the image size; the fit and eval splits
-(with their ground-truth masks for a segment model).
+(with each task's own ground truth: masks for a segment model, keypoints for a pose model, rotated boxes for
+an OBB model).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from det_calib.data.ground_truth import (
     check_class_names,
     half_split,
     load_data_yaml,
-    load_split,
 )
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.segments import load_segment_split
+from det_calib.data.task_splits import load_task_split
 from det_calib.errors import InputError
 from det_calib.run.settings import Settings
 
@@ -72,8 +72,16 @@ class Inputs:
 
     @property
     def task(self) -> str:
-        """The model's Ultralytics task (``detect``, ``segment``)."""
+        """The model's Ultralytics task (``detect``, ``segment``, ``pose``, ``obb``)."""
         return getattr(self.yolo, "task", None) or "detect"
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        """A pose model's ``kpt_shape`` ``(K, ndim)``; None for any other model."""
+        if self.task != "pose":
+            return None
+        shape = getattr(getattr(self.yolo, "model", None), "kpt_shape", None) or self.yolo.model.yaml.get("kpt_shape")
+        return (int(shape[0]), int(shape[1])) if shape else None
 
 
 def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
@@ -108,19 +116,26 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     return Inputs(model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo)))
 
 
-def load_splits(ds: Dataset, s: Settings, *, task: str = "detect") -> tuple[Split, Split]:
-    """The fit and the eval split (see :func:`resolve_splits`); for a ``segment`` model each with its
-    ground-truth masks (:func:`~det_calib.data.segments.load_segment_split`: YOLO polygons or COCO
-    ``segmentation``), unless ``--match box`` asks for none."""
+def load_splits(ds: Dataset, s: Settings, *, task: str = "detect",
+                kpt_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
+    """The fit and the eval split (see :func:`resolve_splits`), read for the model's task by
+    :func:`~det_calib.data.task_splits.load_task_split`: for a ``segment`` model each with its ground-truth
+    masks (YOLO polygons or COCO ``segmentation``) unless ``--match box`` asks for none; for a ``pose`` model
+    its keypoints (``kpt_shape`` of data.yaml, checked against the model's ``kpt_shape``); for an ``obb``
+    model its rotated boxes."""
     fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
-    load = load_segment_split if task == "segment" and s.match != "box" else load_split
+
+    def load(name: str) -> Split:
+        return load_task_split(ds, name, task=task, match=s.match, kpt_shape=kpt_shape, coco_gt=s.coco_gt,
+                               limit=s.limit)
+
     if halve:
-        whole = load(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
+        whole = load(fit_name)
         fit, ev = half_split(whole, seed=s.seed)
         log.info("fit and eval: image-level halves of `%s` (%d + %d images)", fit_name, len(fit.images), len(ev.images))
     else:
-        fit = load(ds, fit_name, coco_gt=s.coco_gt, limit=s.limit)
-        ev = load(ds, eval_name, coco_gt=s.coco_gt, limit=s.limit)
+        fit = load(fit_name)
+        ev = load(eval_name)
     for sp in (fit, ev):
         if sp.corrupt:
             log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))

@@ -6,8 +6,8 @@ function of its own module, for notebooks and other tools:
 
 - :class:`det_calib.capture.predictor.Capturer` — boxes and raw logits, exactly as single-image ``predict``
 - :func:`det_calib.run.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
-- :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching (by mask IoU
-  for a segment model on polygon labels: :func:`det_calib.matching.rule.match_split`)
+- :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching (by each
+  task's own rule: mask IoU, OKS, rotated IoU, through :func:`det_calib.matching.rule.match_split`)
 - :func:`det_calib.calibrators.temperature.fit_temperature` — the NLL-optimal temperature (the default method);
   :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
@@ -38,6 +38,7 @@ from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import (
     Split,
 )
+from det_calib.data.pose import pose_spec
 from det_calib.errors import InputError
 from det_calib.io import check_output_dir
 from det_calib.matching.rule import choose_matching, match_split
@@ -190,6 +191,12 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
         return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
 
 
+def kpt_oks_sigmas(ds, task: str) -> tuple[float, ...] | None:
+    """A pose model's dataset's own OKS sigmas (data.yaml's ``kpt_oks_sigmas``); None where it gives none."""
+    spec = pose_spec(ds) if task == "pose" else None
+    return None if spec is None else spec.sigmas
+
+
 def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Settings
            ) -> tuple[Inputs, Split, Split]:
     """The fixed start-up: imports, the model and the data loaded and checked (every check that needs
@@ -202,8 +209,9 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
         with clock.stage("model load"):
             inputs = resolve_inputs(model, data, s)
         with clock.stage("data check"):
-            fit, ev = load_splits(inputs.ds, s, task=inputs.task)
-            inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev))
+            fit, ev = load_splits(inputs.ds, s, task=inputs.task, kpt_shape=inputs.kpt_shape)
+            inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),
+                                              kpt_sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
     with clock.stage("data check"):
         preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
                   n_classes=len(inputs.ds.names), settings=s)
@@ -260,7 +268,7 @@ def calibrate(
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
-        matching=inputs.matching if inputs.task == "segment" else None,  # a detector: box IoU, as ever
+        matching=inputs.matching if inputs.task != "detect" else None,  # a detector: box IoU, as ever
     )
     out = Path(out)
     with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
@@ -274,4 +282,4 @@ def _deployed_path(out: Path, model: Any) -> Path | None:
     from det_calib.deploy.calibrated_export import deployed_file  # export code only when a run is written
 
     name = deployed_file(model)
-    return None if name is None else out / name
+    return None if name is None or not (out / name).is_file() else out / name

@@ -53,6 +53,10 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
               "(docs/size_and_hook.md)")
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
+NOT_FOLDABLE = ("no calibrated.pt: det_calib does not fold a map into {article} `{task}` model's checkpoint yet "
+                "(det_calib.deploy.fold.FOLDABLE_TASKS); calibration.json holds the map")
+"""The summary's line in place of the checkpoint when the model's task takes no fold."""
+
 
 def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                    s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None) -> dict[str, Path]:
@@ -63,7 +67,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
     from det_calib.capture.exported import is_export
-    from det_calib.deploy.fold import write_run_checkpoint
+    from det_calib.deploy.fold import FOLDABLE_TASKS, write_run_checkpoint
     from det_calib.run.reuse import run_fingerprints, write_run_boxes
 
     ev = splits[1]
@@ -76,18 +80,22 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
         exported, engine_lines = is_export(inputs.model), []
         unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+        unfoldable = not exported and inputs.task not in FOLDABLE_TASKS
         if unfolded:  # a map that reads the box's size has no place in the class conv
             engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
+        elif unfoldable:  # the task's head takes no fold (yet): no calibrated.pt, no val of it
+            engine_lines = [NOT_FOLDABLE.format(task=inputs.task, article="an" if inputs.task == "obb" else "a")]
         elif exported:  # the calibration appended to the export's graph, and its engine record
             from det_calib.deploy.calibrated_export import write_run_engine
 
             engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
         else:
             write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
-        if s.run_val and unfolded:
+        if s.run_val and (unfolded or unfoldable):
+            why = ("no calibrated.pt: a size-conditioned map cannot fold into the checkpoint" if unfolded else
+                   f"no calibrated.pt: a `{inputs.task}` model's checkpoint takes no fold yet")
             for h in inputs.heads:
-                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
-                    ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
+                result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
         elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
             why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
                    "an exported engine (the calibrated export scores every box by the same monotone map per class)")

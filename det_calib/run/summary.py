@@ -87,13 +87,14 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
-    if r.matching is not None:  # a segment model's run: which overlap made a box correct
+    if r.matching is not None:  # a segment, pose or OBB model's run: which overlap made a box correct
         lines.append(f"matched by {r.matching.words(st.iou_match)}")
+    iou = r.matching.measure if r.matching and r.matching.by != "box" else "IoU"
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
         lines.append(calibrator_line(head, h, st, r.model))
-        lines += _operating_lines(head, h, e, st, iou=("mask IoU" if r.matching and r.matching.masks else "IoU"))
+        lines += _operating_lines(head, h, e, st, iou=iou)
         lines += _left_lines(head, h, e)
         lines += size_lines(head, h)
         lines += _temperature_lines(head, h)
@@ -108,7 +109,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
 
 def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU") -> list[str]:
     """The kept sets at each conf (the headline), and a warning when the calibrator made them worse
-    (``iou``: what the match compared, ``IoU`` or ``mask IoU``)."""
+    (``iou``: what the match compared, ``IoU``, ``mask IoU``, ``OKS`` or ``rotated IoU (ProbIoU)``)."""
     lines = []
     for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
         ece = (f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
