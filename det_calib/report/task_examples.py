@@ -14,7 +14,8 @@ unmatched kept box) and reads them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +23,20 @@ import polars as pl
 
 from det_calib.data.box_table import KPTS_COLUMN, XYWHR_COLUMN
 from det_calib.data.box_view import kept_mask
-from det_calib.data.ground_truth import Split
-from det_calib.data.obb import split_xywhr
-from det_calib.data.pose import split_keypoints
+from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, Dataset, Split, list_images, load_data_yaml
+from det_calib.data.matching_rule import MatchingRule
+from det_calib.data.obb import load_obb_split, split_xywhr
+from det_calib.data.pose import load_pose_split, split_keypoints
 from det_calib.errors import InputError
+from det_calib.matching.oks import match_keypoints, table_keypoints
 from det_calib.matching.one_to_one import MatchResult
+from det_calib.matching.rotated import match_rotated
+from det_calib.record.run_folder import Run
 
 from .task_plots import PosePanel, RotatedPanel
 
-__all__ = ["MAX_IMAGES", "example_images", "kept_matches", "pose_panels", "read_rgb", "rotated_panels"]
+__all__ = ["MAX_IMAGES", "example_images", "kept_matches", "pose_panels", "read_rgb", "reread_split", "rotated_panels",
+           "run_task_panels"]
 
 MAX_IMAGES = 4
 """Images a picture shows at most."""
@@ -162,3 +168,90 @@ def rotated_panels(boxes: pl.DataFrame, split: Split, match: MatchResult, *, nam
             boxes=np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
             state=state, labels=_texts(rows, names, score, "ProbIoU")))
     return panels
+
+
+# ------------------------------------------------------------------------------------------ from a run folder
+def reread_split(run: Run, split: str, names: Sequence[str], load: Callable[[Dataset, str, int], Split]
+                 ) -> tuple[Split, dict[str, int]]:
+    """The run's eval split read again by ``load(dataset, split, limit)`` (with the task's ground truth),
+    far enough to hold the images ``names`` (a half split: its whole split). Returns the split and each
+    name's image id in it.
+
+    Raises:
+        InputError: The split or an image is no longer in the run's data.
+    """
+    ds = load_data_yaml(run.result.data)
+    base = split.removesuffix(EVAL_HALF).removesuffix(FIT_HALF)
+    if base not in ds.splits:
+        raise InputError(f"split `{base}` is no longer in {run.result.data}")
+    sources = ds.splits[base]
+    root = sources[0] if len(sources) == 1 and sources[0].is_dir() else ds.root
+    listed = {str(_relative(p, root)): i for i, p in enumerate(list_images(sources, split=base))}
+    missing = [n for n in names if n not in listed]
+    if missing:
+        raise InputError(f"image {missing[0]} is no longer in split `{base}`")
+    with warnings.catch_warnings():  # the run warned about its data already
+        warnings.simplefilter("ignore")
+        sp = load(ds, base, max(listed[n] for n in names) + 1)
+    return sp, {n: i for i, n in enumerate(sp.image_names())}
+
+
+def _relative(p: Path, root: Path) -> Path:
+    try:
+        return p.relative_to(root)
+    except ValueError:
+        return p
+
+
+def _rematch(rows: pl.DataFrame, sp: Split, rule: MatchingRule, iou: float) -> MatchResult:
+    """The run's matching of ``rows`` (every box of their images, in the re-read split's ids) again, with
+    the ground-truth row each box took."""
+    g = sp.gt
+    if rule.by == "oks":
+        gk = split_keypoints(sp)
+        dk = table_keypoints(rows, KPTS_COLUMN, gk.shape[1])
+        return match_keypoints(rows["image_id"], rows["cls"], rows["conf"], dk, g["image_id"], g["cls"], gk,
+                               g["area"], g.select("x1", "y1", "x2", "y2").to_numpy(),
+                               g["crowd"] if "crowd" in g.columns else None,
+                               g["num_keypoints"] if "num_keypoints" in g.columns else None,
+                               oks_threshold=iou, sigmas=rule.sigmas)
+    return match_rotated(rows["image_id"], rows["cls"], rows["conf"],
+                         np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
+                         g["image_id"], g["cls"], split_xywhr(sp), iou_threshold=iou)
+
+
+def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[RotatedPanel]:
+    """The panels of a pose (``matching.by`` ``oks``) or OBB (``rotated``) run's picture: up to
+    :data:`MAX_IMAGES` eval images of ``head`` with the boxes kept at ``conf`` by the deployed scores
+    (``calibrated``, else raw). The eval images' ground truth is read again from the run's data and their
+    boxes matched again by the run's rule, which must give ``boxes.parquet``'s labels.
+
+    Raises:
+        InputError: The data moved or changed since the run (an image, a label, the matching).
+        ValueError: The run's rule is neither ``oks`` nor ``rotated``.
+    """
+    rule = run.result.matching
+    if rule is None or rule.by not in ("oks", "rotated"):
+        raise ValueError(f"Expected a run matched by OKS or rotated IoU, but got {rule}")
+    column = KPTS_COLUMN if rule.by == "oks" else XYWHR_COLUMN
+    split = run.eval_split(head) or ""
+    b = run.boxes
+    if column not in b.columns:
+        return []
+    b = b.filter((pl.col("head") == head) & (pl.col("split") == split))
+    score = "calibrated" if "calibrated" in b.columns else "conf"
+    kept = b.filter(pl.Series(kept_mask(b[score].to_numpy(), conf)) & ~pl.col("ignore") & pl.col(column).is_not_null())
+    names = example_images(kept)
+    if not names:
+        return []
+    load = load_pose_split if rule.by == "oks" else load_obb_split
+    sp, ids = reread_split(run, split, names, lambda ds, s, limit: load(ds, s, coco_gt=run.settings.coco_gt,
+                                                                         limit=limit))
+    rows = b.filter(pl.col("image").is_in(names))
+    rows = rows.with_columns(pl.Series("image_id", [ids[n] for n in rows["image"].to_list()], dtype=pl.Int64))
+    match = _rematch(rows, sp, rule, run.settings.iou_match)
+    if not (np.array_equal(match.correct, rows["correct"].to_numpy())
+            and np.array_equal(match.ignore, rows["ignore"].to_numpy())):
+        raise InputError(f"the labels of split `{split}` changed since the run (its boxes match differently now)")
+    build = pose_panels if rule.by == "oks" else rotated_panels
+    return build(rows, sp, match, names=run.class_names, score=score, conf=conf, n=len(names))
