@@ -172,17 +172,17 @@ def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: 
 def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     """Ground-truth boxes per image of the run's eval split (the run's images, in order), or None
     with the reason when the run's data cannot be read back as it was."""
-    from det_calib.data.ground_truth import EVAL_HALF, half_split, load_data_yaml, load_split
+    from det_calib.data.ground_truth import EVAL_HALF, half_split, load_data_yaml
 
     r = job.run.result
     ev = r.head(job.inputs.heads[0]).eval
     name = r.settings.eval_split
     try:
         if name.endswith(EVAL_HALF):  # one split halved by image (seeded): the same half again
-            whole = load_split(load_data_yaml(r.data), name.removesuffix(EVAL_HALF))
+            whole = _task_split(job, load_data_yaml(r.data), name.removesuffix(EVAL_HALF), limit=None)
             sp = half_split(whole, seed=r.settings.bootstrap.seed)[1]
         else:
-            sp = load_split(load_data_yaml(r.data), name, limit=ev.images)
+            sp = _task_split(job, load_data_yaml(r.data), name, limit=ev.images)
     except (InputError, OSError) as e:
         return None, f"the run's eval split cannot be read back ({e})"
     if len(sp.images) != ev.images or len(sp.gt.filter(~pl.col("crowd"))) != ev.n_gt:
@@ -514,20 +514,34 @@ def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[
 
 
 def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
-    """The new labelled split; with its masks where the run matched by mask IoU, which the new labels
-    must then allow (the calibrator maps conf to the chance of a mask match)."""
-    from det_calib.data.ground_truth import load_split
-    from det_calib.data.segments import has_masks, load_segment_split
+    """The new labelled split, read for the run's model and rule (:func:`_task_split`); with its masks where
+    the run matched by mask IoU, which the new labels must then allow (the calibrator maps conf to the chance
+    of a mask match), and likewise keypoints for OKS and rotated boxes for rotated IoU."""
+    from det_calib.data.pose import pose_spec
+    from det_calib.data.segments import has_masks
+    from det_calib.data.task_splits import label_values
 
     rule = job.inputs.matching
-    if rule is None or not rule.masks:
-        return load_split(ds, split, limit=limit)
-    sp = load_segment_split(ds, split, limit=limit)
-    if not has_masks(sp):
-        raise InputError(f"the run matched boxes by mask IoU, but split `{split}` of {ds.yaml_path} has ground "
-                         "truths without a mask (box-only labels): check it on polygon labels, or check a run "
-                         "calibrated with --match box")
+    by = rule.by if rule is not None else "box"
+    lacking = (by == "oks" and pose_spec(ds) is None) or (by == "rotated" and label_values(ds, split) == 5)
+    sp = None if lacking else _task_split(job, ds, split, limit=limit)
+    if lacking or (by == "mask" and not has_masks(sp)):
+        what, needs = {"mask": ("ground truths without a mask", "polygon labels"),
+                       "oks": ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)"),
+                       "rotated": ("no rotated boxes", "OBB labels (`cls x1 y1 ... x4 y4`)")}[by]
+        raise InputError(f"the run matched boxes by {rule.measure}, but split `{split}` of {ds.yaml_path} has {what} "
+                         f"(box-only labels): check it on {needs}, or check a run calibrated with --match box")
     return sp
+
+
+def _task_split(job: _Job, ds: Any, split: str, *, limit: int | None) -> Any:
+    """``split`` of ``ds`` read as the run read its own (:func:`~det_calib.data.task_splits.load_task_split`,
+    for the run's model and rule)."""
+    from det_calib.data.task_splits import load_task_split
+
+    rule = job.inputs.matching
+    return load_task_split(ds, split, task=job.inputs.task, match=rule.by if rule is not None else "box",
+                           kpt_shape=job.inputs.kpt_shape, limit=limit)
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
