@@ -28,6 +28,7 @@ new boxes into one output folder, swapped in whole (:func:`det_calib.io.staged_o
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,12 +178,13 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     r = job.run.result
     ev = r.head(job.inputs.heads[0]).eval
     name = r.settings.eval_split
+    load = functools.partial(_task_split, job, match="box")  # the boxes alone, read as the run's task reads them
     try:
         if name.endswith(EVAL_HALF):  # one split halved by image (seeded): the same half again
-            whole = _task_split(job, load_data_yaml(r.data), name.removesuffix(EVAL_HALF), limit=None)
+            whole = load(load_data_yaml(r.data), name.removesuffix(EVAL_HALF))
             sp = half_split(whole, seed=r.settings.bootstrap.seed)[1]
         else:
-            sp = _task_split(job, load_data_yaml(r.data), name, limit=ev.images)
+            sp = load(load_data_yaml(r.data), name, limit=ev.images)
     except (InputError, OSError) as e:
         return None, f"the run's eval split cannot be read back ({e})"
     if len(sp.images) != ev.images or len(sp.gt.filter(~pl.col("crowd"))) != ev.n_gt:
@@ -514,9 +516,9 @@ def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[
 
 
 def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
-    """The new labelled split, read for the run's model and rule (:func:`_task_split`); with its masks where
-    the run matched by mask IoU, which the new labels must then allow (the calibrator maps conf to the chance
-    of a mask match), and likewise keypoints for OKS and rotated boxes for rotated IoU."""
+    """The new labelled split, read for the run's model and rule (:func:`_task_split`): with its masks where
+    the run matched by mask IoU (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must
+    then allow (the calibrator maps conf to the chance of a match by that rule)."""
     from det_calib.data.pose import pose_spec
     from det_calib.data.segments import has_masks
     from det_calib.data.task_splits import label_values
@@ -524,7 +526,7 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     rule = job.inputs.matching
     by = rule.by if rule is not None else "box"
     lacking = (by == "oks" and pose_spec(ds) is None) or (by == "rotated" and label_values(ds, split) == 5)
-    sp = None if lacking else _task_split(job, ds, split, limit=limit)
+    sp = None if lacking else _task_split(job, ds, split, match=by, limit=limit)
     if lacking or (by == "mask" and not has_masks(sp)):
         what, needs = {"mask": ("ground truths without a mask", "polygon labels"),
                        "oks": ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)"),
@@ -534,14 +536,11 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     return sp
 
 
-def _task_split(job: _Job, ds: Any, split: str, *, limit: int | None) -> Any:
-    """``split`` of ``ds`` read as the run read its own (:func:`~det_calib.data.task_splits.load_task_split`,
-    for the run's model and rule)."""
+def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None = None) -> Any:
+    """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.data.task_splits.load_task_split`)."""
     from det_calib.data.task_splits import load_task_split
 
-    rule = job.inputs.matching
-    return load_task_split(ds, split, task=job.inputs.task, match=rule.by if rule is not None else "box",
-                           kpt_shape=job.inputs.kpt_shape, limit=limit)
+    return load_task_split(ds, split, task=job.inputs.task, match=match, kpt_shape=job.inputs.kpt_shape, limit=limit)
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,

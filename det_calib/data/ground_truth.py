@@ -683,18 +683,36 @@ def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
     return split.subset(a, split.name + FIT_HALF), split.subset(b, split.name + EVAL_HALF)
 
 
+TASK_YAML_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")
+"""The keys of a data.yaml beside its splits and names that :func:`write_split_yaml` carries over."""
+
+
+def _task_keys(data: Dataset) -> dict:
+    """The :data:`TASK_YAML_KEYS` of ``data``'s yaml that it sets (JSON-like values, as the yaml holds them)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(data.yaml_path).read_text()) or {}
+    except (OSError, yaml.YAMLError):  # a yaml that was read once and then went away: no task keys
+        return {}
+    return {k: raw[k] for k in TASK_YAML_KEYS if isinstance(raw, dict) and raw.get(k) is not None}
+
+
 def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
     """Write ``folder/data.yaml`` whose ``val`` is exactly the images of ``split``.
 
     Ultralytics' validator only resolves the standard split keys relative to the dataset root,
     and cannot take a subset (a half split, ``--limit``, corrupt images left out); a list file of
-    absolute image paths serves all of these.
+    absolute image paths serves all of these. The task keys of ``data``'s yaml (:data:`TASK_YAML_KEYS`:
+    a pose dataset's ``kpt_shape``, ``flip_idx``, ``kpt_oks_sigmas``, ``kpt_names``) are copied: a pose
+    validator needs them.
     """
     folder = Path(folder)
     lst = folder / "images.txt"
     lst.write_text("\n".join(str(p.resolve()) for p in split.images) + "\n")
     lines = [f"path: {folder}", f"train: {lst}", f"val: {lst}", "names:"]
     lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(data.names)]
+    lines += [f"{k}: {json.dumps(v)}" for k, v in _task_keys(data).items()]
     yml = folder / "data.yaml"
     yml.write_text("\n".join(lines) + "\n")
     return yml

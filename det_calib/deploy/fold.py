@@ -1,8 +1,9 @@
 """Fold temperatures into a checkpoint that plain Ultralytics loads and runs.
 
 The last layer of every ``cv3[i]`` (one-to-many branch) and ``one2one_cv3[i]`` (one-to-one
-branch) of the ``Detect`` head (and of a segment model's ``Segment`` / ``Segment26`` head, a
-``Detect`` head whose mask branch ``cv4`` and prototypes are left as they are) is a plain
+branch) of the ``Detect`` head (and of a segment, pose or OBB model's ``Segment`` / ``Segment26``, ``Pose`` /
+``Pose26`` or ``OBB`` / ``OBB26`` head, a ``Detect`` head whose task branch ``cv4`` -- mask
+coefficients and prototypes, keypoints, the angle -- is left as it is) is a plain
 ``Conv2d(c, nc, 1, bias=True)`` followed only by the sigmoid, so dividing its weight and bias by T
 gives exactly ``sigmoid(z / T)``. Nothing custom is needed at load time: the checkpoint holds a
 standard Ultralytics model (saved in float32, since an fp16 save would round W/T) and a plain
@@ -32,10 +33,11 @@ BRANCHES = HEAD_BRANCH
 """Head mode -> name of the classification branch of the Detect head (:data:`det_calib.data.box_table.HEAD_BRANCH`)."""
 
 
-FOLDABLE_TASKS = ("detect", "segment")
-"""Model tasks whose checkpoint takes a fold: a ``Segment`` / ``Segment26`` head is a ``Detect`` head whose
-class branch (``cv3``, ``one2one_cv3``) scores every box as a detector's does; the mask coefficients
-(``cv4``) and prototypes ride beside it untouched, so the boxes and masks are the original's."""
+FOLDABLE_TASKS = ("detect", "segment", "pose", "obb")
+"""Model tasks whose checkpoint takes a fold: a ``Segment`` / ``Segment26``, ``Pose`` / ``Pose26`` or ``OBB`` /
+``OBB26`` head is a ``Detect`` head whose class branch (``cv3``, ``one2one_cv3``) scores every box as a
+detector's does; the task branch (``cv4``: mask coefficients and prototypes, keypoints, the angle) rides
+beside it untouched, so the boxes, masks, keypoints and rotated boxes are the original's."""
 
 
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
@@ -96,8 +98,8 @@ def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.M
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
     task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
     if task not in FOLDABLE_TASKS or not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is a `{task}` model: only detect and segment models can be calibrated "
-                         "(their class branch scores every box; pose and OBB heads are not supported)")
+        raise InputError(f"{source} is a `{task}` model: only {', '.join(FOLDABLE_TASKS)} models can be calibrated "
+                         "(their class branch scores every box)")
     return ckpt, model
 
 

@@ -26,7 +26,7 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
-from det_calib.data.box_table import SEGM_COLUMN
+from det_calib.data.box_table import KPTS_COLUMN, SEGM_COLUMN
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.by_size import size_figures
@@ -36,7 +36,8 @@ from det_calib.metrics import calibration as metrics
 from det_calib.record.run_result import BinGap, ClassResult, EvalResult, HeadResult, Scores, Thresholded
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
-           "operating_points", "per_class", "scores_of", "segment_map_check", "thresholded"]
+           "operating_points", "per_class", "pose_map_check", "scores_of", "segment_map_check", "task_map_check",
+           "thresholded"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -230,7 +231,8 @@ def per_class(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: Log
 
 def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings,
                   names: list[str], operating: OperatingPoints | None = None,
-                  stage: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext()) -> HeadResult:
+                  stage: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext(), *,
+                  sigmas: Any = None) -> HeadResult:
     """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
 
     Args:
@@ -238,15 +240,13 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
         calibrator: A fitted calibrator (:mod:`det_calib.selection.cross_validation`).
         operating: The head's :class:`~det_calib.evaluation.operating.OperatingPoints` (built here when None).
         stage: Context of each step (the run times its stages with it).
+        sigmas: A pose dataset's OKS sigmas (:func:`task_map_check`).
 
     Returns:
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
     with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
-        if SEGM_COLUMN in boxes.columns:  # a segment model's boxes: box and mask mAP
-            map_result = segment_map_check(boxes, split, calibrator, s)
-        else:
-            map_result = map_check(boxes, split, calibrator, s)
+        map_result = task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
     op = operating or operating_points(boxes, split, s)
     raw = op.view
     scored = raw.scored(calibrator)
@@ -278,6 +278,19 @@ def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> Oper
                            n_boot=s.n_boot, seed=s.seed)
 
 
+def task_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
+                   sigmas: Any = None) -> dict[str, Any]:
+    """The mAP check of one head, by the task its box table carries: a segment model's (``segm`` column: box
+    and mask mAP, :func:`segment_map_check`), a pose model's (``kpts``: box and keypoint mAP,
+    :func:`pose_map_check`, with the dataset's OKS ``sigmas``), else the box mAP alone (:func:`map_check`:
+    a detector, and an OBB model, whose rotated-box mAP is Ultralytics' ``OBBValidator``'s in the val check)."""
+    if SEGM_COLUMN in boxes.columns:
+        return segment_map_check(boxes, split, calibrator, s)
+    if KPTS_COLUMN in boxes.columns:
+        return pose_map_check(boxes, split, calibrator, s, sigmas=sigmas)
+    return map_check(boxes, split, calibrator, s)
+
+
 def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator,
                       s: EvalSettings) -> dict[str, Any]:
     """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
@@ -296,17 +309,52 @@ def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibr
         (no mask mAP without ground-truth masks).
     """
     from det_calib.data.segments import has_masks
-    from det_calib.evaluation.map_check import same_ranking
     from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
 
     out = map_check(boxes, split, calibrator, s)
     if not has_masks(split):
         return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
+    maps = functools.partial(coco_mask_maps, boxes, split, max_dets=s.max_det)
+    return {**out, **_before_after(boxes, calibrator, maps, MASK_MAP_KEYS)}
+
+
+def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
+                   sigmas: Any = None) -> dict[str, Any]:
+    """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
+    pycocotools ``keypoints`` (:func:`det_calib.evaluation.keypoint_map.coco_keypoint_maps`) from the same raw
+    and calibrated scores (:data:`~det_calib.evaluation.keypoint_map.POSE_MAP_KEYS`).
+
+    Args:
+        boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
+        split: The eval split as :func:`det_calib.data.pose.load_pose_split` reads it.
+        calibrator, s: As :func:`segment_map_check`.
+        sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
+            ``1 / K`` otherwise, as Ultralytics' pose validator).
+
+    Returns:
+        The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
+    """
+    from det_calib.data.pose import has_keypoints
+    from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+
+    out = map_check(boxes, split, calibrator, s)
+    if not has_keypoints(split):
+        return {**out, **dict.fromkeys(POSE_MAP_KEYS)}
+    maps = functools.partial(coco_keypoint_maps, boxes, split, max_dets=s.max_det, sigmas=sigmas)
+    return {**out, **_before_after(boxes, calibrator, maps, POSE_MAP_KEYS)}
+
+
+def _before_after(boxes: pl.DataFrame, calibrator: LogitCalibrator, maps: Callable[[list], list],
+                  keys: tuple[str, ...]) -> dict[str, Any]:
+    """``keys`` (``*_map50_95_before``, ``*_map50_95_after``, ``*_map50_before``, ``*_map50_after``,
+    ``*_map_identical``) of ``maps([scores...])`` under the raw and the calibrated scores (from the logits in
+    float64, as :func:`map_check`); one evaluation when the two rank every box alike."""
+    from det_calib.evaluation.map_check import same_ranking
+
     every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
     raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
     if same_ranking(raw, cal):  # COCOeval reads scores only through their order: the same mAP, proven
-        m0 = m1 = coco_mask_maps(boxes, split, [raw], max_dets=s.max_det)[0]
+        m0 = m1 = maps([raw])[0]
     else:
-        m0, m1 = coco_mask_maps(boxes, split, [raw, cal], max_dets=s.max_det)
-    return {**out, "mask_map50_95_before": m0["map50_95"], "mask_map50_95_after": m1["map50_95"],
-            "mask_map50_before": m0["map50"], "mask_map50_after": m1["map50"], "mask_map_identical": m0 == m1}
+        m0, m1 = maps([raw, cal])
+    return dict(zip(keys, (m0["map50_95"], m1["map50_95"], m0["map50"], m1["map50"], m0 == m1)))

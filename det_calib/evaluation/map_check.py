@@ -292,8 +292,7 @@ def ultralytics_val(
     yolo = YOLO(str(model))
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
                                    device=device),
-                 validator=functools.partial(_budget_validator_class("segment" if yolo.task == "segment" else "detect"),
-                                             nms_time_limit=nms_time_limit))
+                 validator=functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit))
     return val_figures(m, conf, masks=masks)
 
 
@@ -404,7 +403,7 @@ def ultralytics_val_heads(
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
                      device=device)
-    v = _shared_validator_class("segment" if yolo.task == "segment" else "detect")
+    v = _shared_validator_class(val_task(yolo))
     out: dict[tuple[str, str], Any] = {}
     m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
     out[("calibrated", first)] = m
@@ -414,12 +413,27 @@ def ultralytics_val_heads(
 
 
 def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
-    """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50``, and
-    with ``masks`` for a segment model (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``."""
+    """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50`` (an OBB
+    model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), with ``masks`` for a segment model
+    (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``, and for a pose model (``PoseMetrics``)
+    always the keypoint ``pose_map50_95`` and ``pose_map50`` (OKS)."""
     out = {"conf": float(conf), "map50_95": float(metrics.box.map), "map50": float(metrics.box.map50)}
     if masks and getattr(metrics, "seg", None) is not None:
         out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
+    if getattr(metrics, "pose", None) is not None:
+        out.update(pose_map50_95=float(metrics.pose.map), pose_map50=float(metrics.pose.map50))
     return out
+
+
+VAL_TASKS = ("detect", "segment", "pose", "obb")
+"""The tasks whose Ultralytics validator a det_calib val runs (``DetectionValidator``, ``SegmentationValidator``,
+``PoseValidator``, ``OBBValidator``), each with the NMS budget of :func:`_budget_validator_class`."""
+
+
+def val_task(yolo: Any) -> str:
+    """The validator task of a loaded ``YOLO`` (``detect`` for a task det_calib does not validate)."""
+    task = getattr(yolo, "task", None)
+    return task if task in VAL_TASKS else "detect"
 
 
 def _riders(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]) -> list[tuple]:
@@ -452,8 +466,9 @@ def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
 
 @functools.cache
 def _budget_validator_class(task: str = "detect"):
-    """Ultralytics' validator of ``task`` (``DetectionValidator``; ``SegmentationValidator`` for ``segment``:
-    its masks and mask metrics on top) with a wall-clock budget of its choosing for the NMS."""
+    """Ultralytics' validator of ``task`` (``DetectionValidator``; ``SegmentationValidator`` for ``segment``: its
+    masks and mask metrics on top; ``PoseValidator`` for ``pose``: keypoints and OKS; ``OBBValidator`` for
+    ``obb``: rotated boxes and ProbIoU) with a wall-clock budget of its choosing for the NMS."""
     from ultralytics.models.yolo.detect import DetectionValidator
     from ultralytics.utils import nms
 
@@ -485,19 +500,38 @@ def _budget_validator_class(task: str = "detect"):
             )
             return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
 
-    if task != "segment":
+    if task == "detect":
         return BudgetValidator
-    from ultralytics.models.yolo.segment import SegmentationValidator
+    stock = _task_validator(task)
 
-    class SegmentBudgetValidator(SegmentationValidator, BudgetValidator):
-        """The stock segment validator: its ``postprocess`` builds the masks on the boxes of the budgeted
-        NMS above (its ``super()`` is that postprocess); everything else is ``SegmentationValidator``'s."""
+    class TaskBudgetValidator(stock, BudgetValidator):
+        """The stock segment, pose or OBB validator: its ``postprocess`` builds the masks, reshapes the keypoints
+        or appends the angle on the boxes of the budgeted NMS above (its ``super()`` is that postprocess, which
+        already carries the task's extra channels and rotated NMS); everything else is the stock validator's."""
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
 
-    return SegmentBudgetValidator
+    TaskBudgetValidator.__name__ = f"{stock.__name__}Budget"
+    return TaskBudgetValidator
+
+
+def _task_validator(task: str):
+    """Ultralytics' own validator class of a segment, pose or OBB model."""
+    if task == "segment":
+        from ultralytics.models.yolo.segment import SegmentationValidator
+
+        return SegmentationValidator
+    if task == "pose":
+        from ultralytics.models.yolo.pose import PoseValidator
+
+        return PoseValidator
+    if task == "obb":
+        from ultralytics.models.yolo.obb import OBBValidator
+
+        return OBBValidator
+    raise ValueError(f"no Ultralytics validator for task {task!r}; tasks are {', '.join(VAL_TASKS)}")
 
 
 @functools.cache

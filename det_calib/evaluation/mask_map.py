@@ -26,7 +26,7 @@ from det_calib.data.segments import SEGM_COLUMN, segment_rles
 from det_calib.errors import InputError
 from det_calib.evaluation.map_check import coco_maps
 
-__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "segment_maps"]
+__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "eval_figures", "segment_maps"]
 
 MASK_MAP_KEYS = ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before", "mask_map50_after",
                  "mask_map_identical")
@@ -96,12 +96,13 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
             ev.params.maxDets = [max_dets]
             ev.evaluate()
             ev.accumulate()
-        out.append(_figures(ev))
+        out.append(eval_figures(ev))
     return out
 
 
-def _figures(ev) -> dict[str, float]:
-    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval at area ``all`` and its one maxDets (as the box check)."""
+def eval_figures(ev) -> dict[str, float]:
+    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval (``segm`` or ``keypoints``) at area ``all`` and its one
+    maxDets (as the box check)."""
     prec = ev.eval["precision"][:, :, :, 0, 0]
 
     def mean_valid(x: np.ndarray) -> float:

@@ -214,6 +214,13 @@ class EvalResult:
     mask_map_identical: bool | None = leaf(kind=bool)
     """Mask mAP by pycocotools ``segm`` of a segment model's boxes, raw and calibrated scores (None: a
     detector, or box-only labels; the keys are written only where measured)."""
+    pose_map50_95_before: float | None = leaf()
+    pose_map50_95_after: float | None = leaf()
+    pose_map50_before: float | None = leaf()
+    pose_map50_after: float | None = leaf()
+    pose_map_identical: bool | None = leaf(kind=bool)
+    """Keypoint mAP by pycocotools ``keypoints`` (OKS) of a pose model's boxes, raw and calibrated scores (None:
+    not a pose model, or a split without keypoints; the keys are written only where measured)."""
     map_engine: str | None = leaf(kind=str)
     """What scored the mAP figures: ``det_calib`` (:mod:`det_calib.evaluation.coco_engine`) or ``pycocotools``
     (None in runs written before the choice existed: pycocotools)."""
@@ -238,6 +245,9 @@ class EvalResult:
         if self.mask_map50_95_before is not None:
             out.update({k: leaf[k] for k in ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before",
                                              "mask_map50_after", "mask_map_identical")})
+        if self.pose_map50_95_before is not None:
+            out.update({k: leaf[k] for k in ("pose_map50_95_before", "pose_map50_95_after", "pose_map50_before",
+                                             "pose_map50_after", "pose_map_identical")})
         if self.map_engine is not None:
             out["map_engine"] = self.map_engine
         if self.kept_gaps:

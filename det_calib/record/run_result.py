@@ -98,9 +98,13 @@ class ValMap:
     mask_map50_95: float | None = leaf()
     """Mask mAP of a segment model's val (None: a detector, or not asked for; not written then)."""
     mask_map50: float | None = leaf()
+    pose_map50_95: float | None = leaf()
+    """Keypoint (OKS) mAP of a pose model's val (None: not a pose model; not written then). An OBB model's
+    ``map50_95`` and ``map50`` are those of its rotated boxes (Ultralytics' ``OBBValidator``, ProbIoU)."""
+    pose_map50: float | None = leaf()
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in leaf_dict(self).items() if v is not None or not k.startswith("mask_")}
+        return {k: v for k, v in leaf_dict(self).items() if v is not None or not k.startswith(("mask_", "pose_"))}
 
 
 @dataclass(frozen=True)

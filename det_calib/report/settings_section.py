@@ -58,7 +58,8 @@ SETTING_HELP = {
     "nms_iou": "IoU of non-maximum suppression (nms head)",
     "dece_bins": "D-ECE bins: confidence, then normalised centre x, centre y, width, height",
     "coco_gt": "COCO JSON ground truth (instead of YOLO txt labels)",
-    "matching": "a segment model's run: what the IoU compared (by: mask or box), --match, and why",
+    "matching": "a segment, pose or OBB model's run: what the IoU compared (by: box, mask, oks or rotated), --match, "
+                "and why (and the OKS sigmas)",
     "seconds": "run time of the calibration job",
 }
 

@@ -118,8 +118,9 @@ class Settings:
                             "head (nms=False); both; auto (default): every head the model has",
                             flag="--head", choices=HEAD_CHOICES)
     iou: float = _opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
-    match: str = _opt("auto", "what the IoU compares: auto (default: masks for a segment model on data with a mask "
-                      "for every ground truth, else boxes), mask, or box", flag="--match", choices=MATCH_CHOICES)
+    match: str = _opt("auto", "what the IoU compares: auto (default: the task's own rule: masks for a segment model "
+                      "on data with a mask for every ground truth, OKS for a pose model, rotated IoU for an OBB model; "
+                      "else boxes), mask, oks, rotated, or box (any model)", flag="--match", choices=MATCH_CHOICES)
     loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
     conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)

@@ -34,6 +34,9 @@ from det_calib.run.settings import Settings
 log = logging.getLogger(__name__)
 
 
+VAL_MAP_KEYS = ("map50_95", "map50", "mask_map50_95", "mask_map50", "pose_map50_95", "pose_map50")
+"""The figures of a val that must agree for the calibrated checkpoint to count as identical at its equivalent floor."""
+
 VAL_BATCH = 16
 """Batch of the Ultralytics val checks: val's own default (they check plain val, not the capture)."""
 
@@ -177,8 +180,7 @@ def _check_of(split: str, record: Calibrator, s: Settings, r0: dict[str, float],
         return ValCheck(split=split, original=ValMap(**r0), calibrated=ValMap(**r1), identical_at_equivalent_floor=None,
                         note=note)
     r2 = r1
-    same = all(math.isclose(r0[k], r2[k], abs_tol=1e-6) for k in ("map50_95", "map50", "mask_map50_95", "mask_map50")
-               if r0.get(k) is not None)
+    same = all(math.isclose(r0[k], r2[k], abs_tol=1e-6) for k in VAL_MAP_KEYS if r0.get(k) is not None)
     lower = floor < s.conf_floor
     what = f"T={record.temperature:.3f}" if record.method == "temperature" else f"the {record.method} map"
     note = (

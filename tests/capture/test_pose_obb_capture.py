@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import torch
 
-from det_calib.capture.predictor import CAPTURE_TASKS, capture, check_task, load_detector
+from det_calib.capture.predictor import CAPTURE_TASKS, TASKS, capture, check_task, load_detector
 from det_calib.errors import InputError
 
 pytest.importorskip("ultralytics")
@@ -169,14 +169,12 @@ def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, 
 
 
 @pytest.mark.fast
-def test_capture_accepts_pose_and_obb_but_the_run_refuses_them():
-    assert CAPTURE_TASKS == ("detect", "segment", "pose", "obb")
+def test_capture_and_run_accept_pose_and_obb():
+    assert CAPTURE_TASKS == ("detect", "segment", "pose", "obb") == TASKS
     for task in ("pose", "obb"):
         check_task(task, CAPTURE_TASKS)
-        with pytest.raises(InputError, match=f"model task is `{task}`: det_calib calibrates detect and segment"):
-            check_task(task)
-        with pytest.raises(InputError, match="calibrates detect and segment models"):
-            load_detector(f"yolo26n-{task}.yaml")
+        check_task(task)  # the calibration run takes them (tests/system/test_pose_obb_run.py)
+        assert load_detector(f"yolo26n-{task}.yaml").task == task
         assert load_detector(f"yolo11n-{task}.yaml", tasks=CAPTURE_TASKS).task == task
-    with pytest.raises(InputError, match="model task is `classify`: det_calib captures detect, segment, pose and obb"):
+    with pytest.raises(InputError, match="task is `classify`: det_calib calibrates detect, segment, pose and obb"):
         load_detector("yolo26n-cls.yaml", tasks=CAPTURE_TASKS)

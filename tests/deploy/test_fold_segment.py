@@ -22,7 +22,6 @@ from conftest import NO_DET_CALIB
 from segment_checkpoints import segment_checkpoint
 
 from det_calib.calibrators.registry import make_calibrator
-from det_calib.cli import main
 from det_calib.deploy.fold import (
     fold_calibrator,
     fold_into_model,
@@ -30,7 +29,6 @@ from det_calib.deploy.fold import (
     write_calibrated_checkpoint,
     write_folded_checkpoint,
 )
-from det_calib.errors import InputError
 
 pytest.importorskip("ultralytics")
 
@@ -184,21 +182,3 @@ def test_fold_changes_only_the_class_logits_of_a_segment_head(cfg):
         torch.testing.assert_close(r1["boxes"], r0["boxes"], rtol=0, atol=0)
         torch.testing.assert_close(r1["mask_coefficient"], r0["mask_coefficient"], rtol=0, atol=0)
     torch.testing.assert_close(proto1, proto0, rtol=0, atol=0)
-
-
-@pytest.mark.fast
-@pytest.mark.parametrize("cfg, task", [("yolo26n-pose.yaml", "pose"), ("yolo11n-obb.yaml", "obb")])
-def test_pose_and_obb_models_are_refused_in_one_line(tmp_path, capsys, cfg, task):
-    from ultralytics import YOLO
-
-    src = tmp_path / f"{task}.pt"
-    yolo = YOLO(cfg)
-    torch.save({"model": yolo.model, "train_args": {"task": task}}, src)
-    with pytest.raises(InputError, match=f"is a `{task}` model: only detect and segment models"):
-        write_calibrated_checkpoint(src, tmp_path / "x.pt", {"nms": 1.5})
-    cal = tmp_path / "calibration.json"
-    cal.write_text(json.dumps({"temperature": {"nms": 1.25}}))
-    assert main(["apply", "--model", str(src), "--calibration", str(cal), "--out", str(tmp_path / "y.pt")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"`{task}` model" in err[0]
-    assert not (tmp_path / "x.pt").exists() and not (tmp_path / "y.pt").exists()

@@ -1,6 +1,6 @@
 """A segment model through the command line: the calibrate job on polygon and box-only labels
 (``--match``), the demo segment model with no ``--data``, its report, and compare, check, thresholds and
-``--boxes`` on its run; bad input (pose and OBB models, malformed polygons, ``--match mask`` where it
+``--boxes`` on its run; bad input (pose and OBB models on polygons, malformed polygons, ``--match mask`` where it
 cannot be) as one line and exit 2.
 
 The segment model is the tests' YOLO26n-seg (``shapes_seg_path``: the demo detector's layers, mask
@@ -174,11 +174,16 @@ def test_ensemble_refuses_segment_members(capsys, seg_home, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("cfg,task", [("yolo26n-pose.yaml", "pose"), ("yolo26n-obb.yaml", "obb")])
-def test_pose_and_obb_models_are_refused(capsys, tmp_path, cfg, task):
-    line = _error(capsys, "calibrate", "--model", cfg, "--data", make_dataset(tmp_path / "d", n=2), *QUICK,
+@pytest.mark.parametrize("task,want", [("pose", "has no `kpt_shape`: box labels for a pose model"),
+                                       ("obb", "expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners)")])
+def test_pose_and_obb_models_refuse_polygon_labels(capsys, tmp_path, task, want):
+    """Pose and OBB models are calibrated on their own labels (tests/system/test_pose_obb_run.py), not on polygons."""
+    from det_calib.demo import demo_obb_model, demo_pose_model
+
+    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    line = _error(capsys, "calibrate", "--model", model, "--data", make_dataset(tmp_path / "d", n=2), *QUICK,
                   "--out", tmp_path / "run")
-    assert f"task is `{task}`" in line
+    assert want in line
 
 
 def test_mask_matching_of_a_detector_is_refused(capsys, tmp_path):
