@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import KPTS_COLUMN, XYWHR_COLUMN
-from det_calib.data.box_view import kept_mask
+from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, Dataset, Split, list_images, load_data_yaml
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.data.obb import load_obb_split, split_xywhr
@@ -43,6 +43,7 @@ MAX_IMAGES = 4
 MEASURE = "measure"
 """The column :func:`kept_matches` adds: the match's OKS or ProbIoU (the best one where unmatched)."""
 GT_INDEX = "gt_index"
+ROW = "_row"
 
 
 def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
@@ -238,9 +239,10 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[
     b = run.boxes
     if column not in b.columns:
         return []
-    b = b.filter((pl.col("head") == head) & (pl.col("split") == split))
+    b = usable_rows(b, head=head, split=split, ignore=False).with_row_index(ROW)
     score = "calibrated" if "calibrated" in b.columns else "conf"
-    kept = b.filter(pl.Series(kept_mask(b[score].to_numpy(), conf)) & ~pl.col("ignore") & pl.col(column).is_not_null())
+    usable = usable_rows(b)  # the boxes the figures count: those matched to an ignored ground truth left out
+    kept = usable.filter(pl.Series(kept_mask(usable[score].to_numpy(), conf)) & pl.col(column).is_not_null())
     names = example_images(kept)
     if not names:
         return []
@@ -250,8 +252,8 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[
     rows = b.filter(pl.col("image").is_in(names))
     rows = rows.with_columns(pl.Series("image_id", [ids[n] for n in rows["image"].to_list()], dtype=pl.Int64))
     match = _rematch(rows, sp, rule, run.settings.iou_match)
-    if not (np.array_equal(match.correct, rows["correct"].to_numpy())
-            and np.array_equal(match.ignore, rows["ignore"].to_numpy())):
+    was_ignored = ~np.isin(rows[ROW].to_numpy(), usable[ROW].to_numpy())
+    if not (np.array_equal(match.correct, rows["correct"].to_numpy()) and np.array_equal(match.ignore, was_ignored)):
         raise InputError(f"the labels of split `{split}` changed since the run (its boxes match differently now)")
     build = pose_panels if rule.by == "oks" else rotated_panels
-    return build(rows, sp, match, names=run.class_names, score=score, conf=conf, n=len(names))
+    return build(rows.drop(ROW), sp, match, names=run.class_names, score=score, conf=conf, n=len(names))

@@ -23,6 +23,7 @@ from det_calib.data.pose import load_pose_split, split_keypoints
 from det_calib.demo import demo_data_yaml, demo_model, demo_obb_model, demo_pose_model, demo_root
 from det_calib.demo.shapes_obb import demo_obb_data_yaml
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
+from det_calib.errors import InputError
 from det_calib.matching.oks import match_keypoints
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.matching.rotated import match_rotated
@@ -111,6 +112,23 @@ def test_report_pictures_the_matching(runs, task):
     for p in panels:  # each panel says what boxes.parquet says of the boxes it shows
         rows = ev.filter((pl.col("image") == p.title.split(":")[0]) & (pl.col("calibrated") > 0.25)).sort("calibrated")
         assert p.state == ["matched" if c else "unmatched" for c in rows["correct"]]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_report_draws_no_picture_where_the_labels_changed(runs, tmp_path, task):
+    copy = shutil.copytree(runs[task], tmp_path / "run")
+    b = pl.read_parquet(copy / "boxes.parquet")
+    shown = run_task_panels(load_run(copy), "nms", 0.25)[0].title.split(":")[0]
+    first = b.with_row_index().filter((pl.col("image") == shown) & (pl.col("split") == "test"))["index"][0]
+    b.with_columns(pl.when(pl.int_range(b.height) == first).then(~pl.col("correct")).otherwise(pl.col("correct"))
+                   .alias("correct")).write_parquet(copy / "boxes.parquet")
+    with pytest.raises(InputError, match="the labels of split `test` changed since the run"):
+        run_task_panels(load_run(copy), "nms", 0.25)
+    assert main(["report", str(copy)]) == 0
+    md = (copy / "report.md").read_text()
+    what = "keypoints" if task == "pose" else "rotated boxes"
+    assert f"(The picture of matched {what} is not drawn: the labels of split `test` changed since the run" in md
+    assert "figures/matching_nms.png" not in md
 
 
 # ------------------------------------------------------------------------------------------ compare, thresholds
