@@ -426,8 +426,7 @@ def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, 
 
 
 VAL_TASKS = ("detect", "segment", "pose", "obb")
-"""The tasks whose Ultralytics validator a det_calib val runs (``DetectionValidator``, ``SegmentationValidator``,
-``PoseValidator``, ``OBBValidator``), each with the NMS budget of :func:`_budget_validator_class`."""
+"""The tasks whose own Ultralytics validator a det_calib val runs (:func:`_budget_validator_class`)."""
 
 
 def val_task(yolo: Any) -> str:
@@ -513,25 +512,15 @@ def _budget_validator_class(task: str = "detect"):
             super().__init__(*args, **kwargs)
             self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
 
-    TaskBudgetValidator.__name__ = f"{stock.__name__}Budget"
     return TaskBudgetValidator
 
 
 def _task_validator(task: str):
     """Ultralytics' own validator class of a segment, pose or OBB model."""
-    if task == "segment":
-        from ultralytics.models.yolo.segment import SegmentationValidator
-
-        return SegmentationValidator
-    if task == "pose":
-        from ultralytics.models.yolo.pose import PoseValidator
-
-        return PoseValidator
-    if task == "obb":
-        from ultralytics.models.yolo.obb import OBBValidator
-
-        return OBBValidator
-    raise ValueError(f"no Ultralytics validator for task {task!r}; tasks are {', '.join(VAL_TASKS)}")
+    import importlib
+    module, name = {"segment": ("segment", "SegmentationValidator"), "pose": ("pose", "PoseValidator"),
+                    "obb": ("obb", "OBBValidator")}[task]
+    return getattr(importlib.import_module(f"ultralytics.models.yolo.{module}"), name)
 
 
 @functools.cache

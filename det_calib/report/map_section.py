@@ -3,6 +3,7 @@ map's detections."""
 
 from __future__ import annotations
 
+from det_calib.data.box_table import XYWHR_COLUMN
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
 
@@ -40,36 +41,69 @@ def map_section(page: Page, ctx: ReportContext) -> None:
         ident = ev.map_identical
         rows.append([h, f4(ev.map50_95_before), f4(ev.map50_95_after), f4(ev.map50_before),
                      f4(ev.map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
+    hulls = (" (of the rotated boxes' axis-aligned hulls; their rotated-box mAP is Ultralytics' OBB val's, below)"
+             if XYWHR_COLUMN in run.boxes.columns else "")
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
-                caption=f"COCO mAP scored by {engine_label(head_eval(run, run.heads[0]).map_engine)}, evaluation split",
-                css="map-coco"))
-    _mask_map_table(b, run)
+                caption=f"COCO mAP scored by {engine_label(head_eval(run, run.heads[0]).map_engine)}, evaluation split"
+                + hulls, css="map-coco"))
+    _task_map_tables(b, run)
     _ultralytics_val_table(b, run)
     _detection_change_table(b, run)
 
 
-def _mask_map_table(b: Page, run: Run) -> None:
-    """A segment model's mask mAP (pycocotools segm on the same boxes' masks), raw and calibrated scores."""
-    rows = []
-    for h in run.heads:
-        ev = head_eval(run, h)
-        if ev.mask_map50_95_before is None:
-            continue
-        ident = ev.mask_map_identical
-        rows.append([h, f4(ev.mask_map50_95_before), f4(ev.mask_map50_95_after), f4(ev.mask_map50_before),
-                     f4(ev.mask_map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
-    if rows:
-        b.add(Table(["Head", "mask mAP50-95 raw", "mask mAP50-95 calibrated", "mask mAP50 raw",
-                     "mask mAP50 calibrated", "Identical"], rows,
-                    caption="Mask mAP by pycocotools segm on the same boxes' masks, evaluation split",
-                    css="map-coco-mask"))
+TASK_MAPS = (("mask", "mask", "Mask mAP by pycocotools segm on the same boxes' masks, evaluation split",
+              "map-coco-mask"),
+             ("pose", "keypoint", "Keypoint mAP by pycocotools keypoints (OKS) on the same boxes' keypoints, "
+                                  "evaluation split", "map-coco-pose"))
+"""The task figures beside the box mAP: (field prefix, words, caption, css) of a segment and a pose model."""
+
+
+def _task_map_tables(b: Page, run: Run) -> None:
+    """A segment model's mask mAP and a pose model's keypoint mAP (pycocotools on the same boxes), raw and
+    calibrated scores, where the run measured them."""
+    for prefix, words, caption, css in TASK_MAPS:
+        rows = []
+        for h in run.heads:
+            ev = head_eval(run, h)
+            if getattr(ev, f"{prefix}_map50_95_before") is None:
+                continue
+            ident = getattr(ev, f"{prefix}_map_identical")
+            rows.append([h, *(f4(getattr(ev, f"{prefix}_{k}")) for k in ("map50_95_before", "map50_95_after",
+                                                                          "map50_before", "map50_after")),
+                         "yes" if ident is True else ("NO" if ident is False else "n/a")])
+        if rows:
+            b.add(Table(["Head", f"{words} mAP50-95 raw", f"{words} mAP50-95 calibrated", f"{words} mAP50 raw",
+                         f"{words} mAP50 calibrated", "Identical"], rows, caption=caption, css=css))
+
+
+def _val_extras(run: Run) -> list[tuple[str, str]]:
+    """The task columns of the Ultralytics val table: (field prefix, words) of the masks or keypoints measured."""
+    vals = [run.head(h).ultralytics_val for h in run.heads]
+    return [(prefix, words) for prefix, words, *_ in TASK_MAPS
+            if any(uv is not None and uv.original is not None and getattr(uv.original, f"{prefix}_map50_95") is not None
+                   for uv in vals)]
+
+
+def _val_rows(h: str, uv, extras: list[tuple[str, str]]) -> list[list[str]]:
+    """One head's rows of the Ultralytics val table: the original and the calibrated checkpoint."""
+    same, rows = uv.identical_at_equivalent_floor, []
+    for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
+                       ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
+        e = getattr(uv, key)
+        if e is None and key != "original":  # at val's floor: not repeated since issue 12 for a global map;
+            continue  # at the equivalent floor: a per-class map has none
+        mark = ""
+        if key == "calibrated_equivalent_floor" and same is not None:
+            mark = "yes" if same else "NO"
+        task = [f4(e and getattr(e, f"{p}_{k}")) for p, _ in extras for k in ("map50_95", "map50")]
+        rows.append([h, label, fthr(e and e.conf), f4(e and e.map50_95), f4(e and e.map50), *task, mark])
+    return rows
 
 
 def _ultralytics_val_table(b: Page, run: Run) -> None:
     urows, notes = [], []
-    vals = [run.head(h).ultralytics_val for h in run.heads]
-    masks = any(uv is not None and uv.original is not None and uv.original.mask_map50_95 is not None for uv in vals)
-    na = ["n/a", "n/a"] if masks else []
+    extras = _val_extras(run)
+    na = ["n/a"] * (2 * len(extras))
     for h in run.heads:
         uv = run.head(h).ultralytics_val
         if uv is None:
@@ -79,23 +113,15 @@ def _ultralytics_val_table(b: Page, run: Run) -> None:
             urows.append([h, "not completed", "n/a", "n/a", "n/a", *na, ""])
             notes.append(f"{h}: {uv.note}")
             continue
-        same = uv.identical_at_equivalent_floor
-        for key, label in (("original", "original weights"), ("calibrated", "calibrated, same conf floor"),
-                           ("calibrated_equivalent_floor", "calibrated, equivalent floor")):
-            e = getattr(uv, key)
-            if e is None and key != "original":  # at val's floor: not repeated since issue 12 for a global map;
-                continue  # at the equivalent floor: a per-class map has none
-            mark = ""
-            if key == "calibrated_equivalent_floor" and same is not None:
-                mark = "yes" if same else "NO"
-            urows.append([h, label, fthr(e and e.conf), f4(e and e.map50_95), f4(e and e.map50),
-                          *([f4(e and e.mask_map50_95), f4(e and e.mask_map50)] if masks else []), mark])
+        urows.extend(_val_rows(h, uv, extras))
         if uv.note:
             notes.append(f"{h}: {uv.note}")
     first = run.head(run.heads[0]).ultralytics_val
-    b.add(Table(["Head", "Run", "Conf floor", "mAP50-95", "mAP50", *(["mask mAP50-95", "mask mAP50"] if masks else []),
-                 "Same as original"], urows,
-                caption="Ultralytics val" + (f", split {first.split}" if first is not None and first.split else ""),
+    box = "rotated-box " if XYWHR_COLUMN in run.boxes.columns else ""
+    cols = [f"{w} {k}" for _, w in extras for k in ("mAP50-95", "mAP50")]
+    b.add(Table(["Head", "Run", "Conf floor", f"{box}mAP50-95", f"{box}mAP50", *cols, "Same as original"], urows,
+                caption="Ultralytics val" + (f", split {first.split}" if first is not None and first.split else "")
+                + (" (OBB: rotated boxes matched by ProbIoU, Ultralytics' OBBValidator)" if box else ""),
                 css="map-ultralytics"))
     for n in notes:
         b.add(Para(n, "note"))

@@ -27,7 +27,10 @@ def _as_calibrator(calibrator: LogitCalibrator | float) -> LogitCalibrator:
 
 
 def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator | float, s: Settings,
-                  names: list[str], operating: OperatingPoints | None = None) -> HeadResult:
+                  names: list[str], operating: OperatingPoints | None = None, *,
+                  sigmas: tuple[float, ...] | None = None) -> HeadResult:
     """:func:`det_calib.evaluation.figures.evaluate_head` with the run's stage timings; ``calibrator``
-    may be a temperature (a number)."""
-    return figures.evaluate_head(boxes, split, _as_calibrator(calibrator), s, names, operating, stage=stage)
+    may be a temperature (a number); ``sigmas``: a pose dataset's OKS sigmas (the matching rule's) for the
+    keypoint mAP."""
+    return figures.evaluate_head(boxes, split, _as_calibrator(calibrator), s, names, operating, stage=stage,
+                                 sigmas=sigmas)

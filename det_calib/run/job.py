@@ -168,7 +168,8 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     with clock.stage("figures"):  # on the eval split (and the fit figures)
         with stage("kept-set metrics and intervals"):
             op = operating_points(eb, ev, s)
-        evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op)
+        evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op,
+                                  sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
         with stage("temperature and candidates on the eval split"):
             result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
                                 eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,

@@ -98,7 +98,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         lines += _left_lines(head, h, e)
         lines += size_lines(head, h)
         lines += _temperature_lines(head, h)
-        lines += _map_lines(head, h, e, st)
+        lines += _map_lines(head, h, e, st, obb=_is_obb(r))
         lines += _shift_lines(head, h)
     lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
                  "kept boxes)")
@@ -146,36 +146,53 @@ def size_lines(head: str, h: HeadResult) -> list[str]:
             + "; ".join(parts)]
 
 
-def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings) -> list[str]:
-    """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections."""
+TASK_MAP_WORDS = (("mask", "mask", "pycocotools segm on the same boxes' masks"),
+                  ("pose", "keypoint", "pycocotools keypoints (OKS) on the same boxes' keypoints"))
+"""The task mAPs beside the box mAP in the summary: (field prefix, words, how it was scored)."""
+
+
+def _is_obb(r: RunResult) -> bool:
+    """Whether the run calibrated an OBB model (its matching rule says so: rotated IoU, or box IoU for one)."""
+    return r.matching is not None and (r.matching.by == "rotated" or "OBB model" in r.matching.reason)
+
+
+def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, obb: bool = False) -> list[str]:
+    """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections (``obb``:
+    Ultralytics' val of an OBB model scores rotated boxes)."""
     lines = [
         f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
         f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}",
-        f"[{head}] COCO mAP50-95 {_f(e.map50_95_before, '.4f')} -> {_f(e.map50_95_after, '.4f')}, "
+        f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if obb else ''} {_f(e.map50_95_before, '.4f')} -> "
+        f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
         f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
         f"scored by {engine_label(e.map_engine)})",
     ]
-    if e.mask_map50_95_before is not None:
-        lines.append(f"[{head}] mask mAP50-95 {_f(e.mask_map50_95_before, '.4f')} -> "
-                     f"{_f(e.mask_map50_95_after, '.4f')}, mAP50 {_f(e.mask_map50_before, '.4f')} -> "
-                     f"{_f(e.mask_map50_after, '.4f')} ({'identical' if e.mask_map_identical else 'DIFFERENT'}; "
-                     "pycocotools segm on the same boxes' masks)")
+    for prefix, words, how in TASK_MAP_WORDS:
+        if getattr(e, f"{prefix}_map50_95_before") is not None:
+            lines.append(f"[{head}] {words} mAP50-95 {_f(getattr(e, f'{prefix}_map50_95_before'), '.4f')} -> "
+                         f"{_f(getattr(e, f'{prefix}_map50_95_after'), '.4f')}, mAP50 "
+                         f"{_f(getattr(e, f'{prefix}_map50_before'), '.4f')} -> "
+                         f"{_f(getattr(e, f'{prefix}_map50_after'), '.4f')} "
+                         f"({'identical' if getattr(e, f'{prefix}_map_identical') else 'DIFFERENT'}; {how})")
     uv = h.ultralytics_val
     if uv is not None and uv.completed is False:
         lines.append(f"[{head}] Ultralytics val {uv.note}")
     if uv is not None and uv.ran:
         eq = uv.calibrated_equivalent_floor
         lines.append(
-            f"[{head}] Ultralytics val mAP50-95 original {_f(uv.original.map50_95, '.4f')}, calibrated model "
+            f"[{head}] Ultralytics val {'rotated-box ' if obb else ''}mAP50-95 original "
+            f"{_f(uv.original.map50_95, '.4f')}, calibrated model "
             + (f"at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
                f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
                "(a per-class map folded into the model)")
         )
-        if uv.original.mask_map50_95 is not None:
-            cal = eq if eq is not None else uv.calibrated
-            lines.append(f"[{head}] Ultralytics val mask mAP50-95 original {_f(uv.original.mask_map50_95, '.4f')}, "
-                         f"calibrated model {_f(cal.mask_map50_95 if cal else None, '.4f')}")
+        cal = eq if eq is not None else uv.calibrated
+        for prefix, words, _ in TASK_MAP_WORDS:
+            if getattr(uv.original, f"{prefix}_map50_95") is not None:
+                lines.append(f"[{head}] Ultralytics val {words} mAP50-95 original "
+                             f"{_f(getattr(uv.original, f'{prefix}_map50_95'), '.4f')}, calibrated model "
+                             f"{_f(getattr(cal, f'{prefix}_map50_95') if cal else None, '.4f')}")
     dc = h.detection_change
     if dc is not None:
         lines.append(
