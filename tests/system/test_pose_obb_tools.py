@@ -65,11 +65,11 @@ def _ok(capsys, *argv) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """One run per task through the Python API (the nms head, the temperature, the task's demo data)."""
+    """One run per task through the Python API (both heads, the temperature, the task's demo data)."""
     root = tmp_path_factory.mktemp("pose_obb_runs")
     out = {}
     for task in TASKS:
-        run = det_calib.calibrate(_model(task), out=root / task, limit=LIMIT, head="nms", method="temperature",
+        run = det_calib.calibrate(_model(task), out=root / task, limit=LIMIT, head="both", method="temperature",
                                   n_boot=20, run_val=False, progress=False)
         assert run.result.matching.by == RULE[task] and run.out_dir == root / task
         assert run.boxes[PAYLOAD[task]].null_count() == 0 and run.boxes["correct"].any()
@@ -108,7 +108,7 @@ def test_report_pictures_the_matching(runs, task):
     run = load_run(runs[task])
     panels = run_task_panels(run, "nms", 0.25)
     assert 0 < len(panels) <= 4
-    ev = run.boxes.filter(pl.col("split") == run.eval_split("nms"))
+    ev = run.boxes.filter((pl.col("split") == run.eval_split("nms")) & (pl.col("head") == "nms"))
     for p in panels:  # each panel says what boxes.parquet says of the boxes it shows
         rows = ev.filter((pl.col("image") == p.title.split(":")[0]) & (pl.col("calibrated") > 0.25)).sort("calibrated")
         assert p.state == ["matched" if c else "unmatched" for c in rows["correct"]]
@@ -119,7 +119,8 @@ def test_report_draws_no_picture_where_the_labels_changed(runs, tmp_path, task):
     copy = shutil.copytree(runs[task], tmp_path / "run")
     b = pl.read_parquet(copy / "boxes.parquet")
     shown = run_task_panels(load_run(copy), "nms", 0.25)[0].title.split(":")[0]
-    first = b.with_row_index().filter((pl.col("image") == shown) & (pl.col("split") == "test"))["index"][0]
+    first = b.with_row_index().filter((pl.col("image") == shown) & (pl.col("split") == "test")
+                                      & (pl.col("head") == "nms"))["index"][0]
     b.with_columns(pl.when(pl.int_range(b.height) == first).then(~pl.col("correct")).otherwise(pl.col("correct"))
                    .alias("correct")).write_parquet(copy / "boxes.parquet")
     with pytest.raises(InputError, match="the labels of split `test` changed since the run"):
@@ -154,7 +155,10 @@ def test_check_labels_new_images_by_the_runs_rule(capsys, runs, tmp_path, task):
     assert chk["kind"] == "labelled" and chk["matching"]["by"] == RULE[task]
     boxes = pl.read_parquet(out / "boxes.parquet")
     assert boxes.height > 0 and boxes[PAYLOAD[task]].null_count() == 0
-    assert boxes["correct"].to_list() == _by_rule(task, boxes, _split(task, "calib", 8)).tolist()
+    assert sorted(boxes["head"].unique()) == ["e2e", "nms"]
+    for head in ("nms", "e2e"):
+        b = boxes.filter(pl.col("head") == head)
+        assert b["correct"].to_list() == _by_rule(task, b, _split(task, "calib", 8)).tolist()
     code = main(["check", str(runs[task]), "--images", str(_yaml(task).parent / "images" / "calib"), "--limit", "8",
                  "--n-boot", "20", "--out", str(tmp_path / "chk_images"), "-q"])
     assert code in (0, 4, 6), capsys.readouterr().err
@@ -175,7 +179,8 @@ def test_boxes_reuse_keeps_the_payload_and_matches_again(capsys, runs, tmp_path,
     cols = [PAYLOAD[task], "correct", "iou", "ignore"]
     _ok(capsys, "calibrate", "--model", _model(task), "--boxes", runs[task], "--limit", str(LIMIT), "--head", "nms",
         "--no-report", *QUICK, "--out", tmp_path / "same")
-    a, b = (pl.read_parquet(d / "boxes.parquet") for d in (runs[task], tmp_path / "same"))
+    a, b = (pl.read_parquet(d / "boxes.parquet").filter(pl.col("head") == "nms")
+            for d in (runs[task], tmp_path / "same"))
     assert a.select(cols).equals(b.select(cols))
     _ok(capsys, "calibrate", "--model", _model(task), "--boxes", runs[task], "--limit", str(LIMIT), "--head", "nms",
         "--match", "box", "--no-report", *QUICK, "--out", tmp_path / "box")
@@ -223,16 +228,17 @@ def test_apply_calibrator_and_filter_results(runs, task):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_attach_rescores_the_models_own_boxes(runs, task):
+@pytest.mark.parametrize("head,nms", [("nms", None), ("e2e", False)])
+def test_attach_rescores_the_models_own_boxes(runs, task, head, nms):
     from ultralytics import YOLO
 
-    t = json.loads((runs[task] / "calibration.json").read_text())["temperature"]["nms"]
+    t = json.loads((runs[task] / "calibration.json").read_text())["temperature"][head]
     raw_model = YOLO(str(_model(task)))
     attached = det_calib.attach(YOLO(str(_model(task))), runs[task])
     seen = 0
     for img in _images(task):
-        raw = raw_model.predict(img, conf=0.001, verbose=False)[0]
-        got = attached.predict(img, conf=0.25, verbose=False)[0]
+        raw = raw_model.predict(img, conf=0.001, nms=nms, verbose=False)[0]
+        got = attached.predict(img, conf=0.25, nms=nms, verbose=False)[0]
         b0, b1 = _scored(raw, task), _scored(got, task)
         key0 = np.c_[b0.xyxy.double().numpy(), b0.cls.numpy()]
         for i, row in enumerate(np.c_[b1.xyxy.double().numpy(), b1.cls.numpy()]):
