@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["CAPTURE_TASKS", "nms_task_args", "obb_boxes", "pose_boxes", "task_kpt_shape"]
+__all__ = ["CAPTURE_TASKS", "nms_task_args", "obb_boxes", "pose_boxes", "result_boxes_attr", "task_kpt_shape"]
 
 CAPTURE_TASKS = ("detect", "segment", "pose", "obb")
 """The Ultralytics tasks whose boxes det_calib captures (every task that scores boxes with the
@@ -70,3 +70,9 @@ def obb_boxes(det: torch.Tensor, lb_shape, im_shape: tuple[int, int]) -> tuple[t
     rboxes[:, :4] = ops.scale_boxes(lb_shape, rboxes[:, :4], im_shape, xywh=True)
     obb = OBB(torch.cat([rboxes, det[:, 4:6]], dim=-1), tuple(im_shape))
     return obb.xyxy, obb.xywhr.cpu().numpy().astype(np.float32, copy=False)
+
+
+def result_boxes_attr(result) -> str:
+    """Where an Ultralytics ``Results`` keeps its scored boxes: ``obb`` for an OBB model's (rotated boxes,
+    ``Results.boxes`` is None), else ``boxes`` (a detector's, a segment or pose model's)."""
+    return "obb" if getattr(result, "obb", None) is not None else "boxes"

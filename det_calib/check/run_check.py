@@ -516,17 +516,23 @@ def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[
 
 
 def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
-    """The new labelled split, read for the run's rule: with its masks where the run matched by mask IoU
-    (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must then allow (the
-    calibrator maps conf to the chance of a match by that rule)."""
+    """The new labelled split, read for the run's model and rule (:func:`_task_split`): with its masks where
+    the run matched by mask IoU (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must
+    then allow (the calibrator maps conf to the chance of a match by that rule)."""
+    from det_calib.data.pose import pose_spec
     from det_calib.data.segments import has_masks
+    from det_calib.data.task_splits import label_values
 
     rule = job.inputs.matching
-    sp = _task_split(job, ds, split, match="box" if rule is None else rule.by, limit=limit)
-    if rule is not None and rule.masks and not has_masks(sp):
-        raise InputError(f"the run matched boxes by mask IoU, but split `{split}` of {ds.yaml_path} has ground "
-                         "truths without a mask (box-only labels): check it on polygon labels, or check a run "
-                         "calibrated with --match box")
+    by = rule.by if rule is not None else "box"
+    lacking = (by == "oks" and pose_spec(ds) is None) or (by == "rotated" and label_values(ds, split) == 5)
+    sp = None if lacking else _task_split(job, ds, split, match=by, limit=limit)
+    if lacking or (by == "mask" and not has_masks(sp)):
+        what, needs = {"mask": ("ground truths without a mask", "polygon labels"),
+                       "oks": ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)"),
+                       "rotated": ("no rotated boxes", "OBB labels (`cls x1 y1 ... x4 y4`)")}[by]
+        raise InputError(f"the run matched boxes by {rule.measure}, but split `{split}` of {ds.yaml_path} has {what} "
+                         f"(box-only labels): check it on {needs}, or check a run calibrated with --match box")
     return sp
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import log_area
+from det_calib.capture.task_payload import result_boxes_attr
 from det_calib.errors import InputError
 from det_calib.numeric import logit
 from det_calib.validation import check_choice
@@ -46,7 +47,8 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
     """Rescore Ultralytics ``Results`` in place with a run's calibrator (post-hoc deployment).
 
     Each box's conf is turned back into its logit (float64), mapped by the calibrator of its
-    class, and written back as ``result.boxes`` (a new ``Boxes`` with the new conf column);
+    class, and written back as ``result.boxes`` (a new ``Boxes`` with the new conf column; for an OBB
+    model ``result.obb``, its size-conditioned maps reading the rotated box's axis-aligned hull, as the run);
     boxes, classes and the box order
     are left as the detector produced them.
 
@@ -78,17 +80,19 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
     cal = cals[head]
     many = isinstance(results, (list, tuple))
     for r in results if many else [results]:
-        boxes = getattr(r, "boxes", None)
+        attr = result_boxes_attr(r)
+        boxes = getattr(r, attr, None)
         if boxes is None or boxes.data.shape[0] == 0:
             continue
-        data = boxes.data
-        c = np.clip(data[:, 4].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
-        k = data[:, 5].detach().cpu().numpy().astype(np.int64)
+        data = boxes.data  # ... conf, cls last (Boxes: xyxy first; OBB: xywhr first, its hull in .xyxy)
+        c = np.clip(data[:, -2].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
+        k = data[:, -1].detach().cpu().numpy().astype(np.int64)
         h, w = (int(v) for v in boxes.orig_shape[:2])
-        la = log_area(data[:, :4].detach().cpu().double().numpy(), np.full(len(k), w), np.full(len(k), h))
+        la = log_area(boxes.xyxy.detach().cpu().double().numpy(), np.full(len(k), w), np.full(len(k), h))
         new = BoxView(logit=logit(c), conf=c, correct=None, cls=k, image_id=np.zeros(len(k), np.int64),
                       log_area=la).scored(cal).conf
         data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class
-        data[:, 4] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
-        r.boxes = type(boxes)(data, boxes.orig_shape)
+        data[:, -2] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
+        setattr(r, attr, type(boxes)(data, boxes.orig_shape))
     return results
+

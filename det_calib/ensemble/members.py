@@ -262,23 +262,29 @@ def member_heads(spec: MemberSpec) -> list[str]:
     return available_heads(load_member_model(spec.path))
 
 
-_PAYLOAD_WORDS = {"segment": "masks", "pose": "keypoints", "obb": "rotated boxes"}
+UNFUSED_PAYLOAD = {"segment": ("a segment model", "masks"), "pose": ("a pose model", "keypoints"),
+                   "obb": ("an OBB model", "rotated boxes")}
+"""Model task -> (the model in words, what it carries that weighted boxes fusion cannot fuse): such a
+member is refused."""
 
 
 def load_member_model(path: Path) -> Any:
     """A member's detector (:func:`~det_calib.capture.predictor.load_detector`).
 
     Raises:
-        InputError: A segment model: the ensemble fuses boxes, and a fused box has no mask of its own
-            (docs/segment.md says why the ensemble refuses rather than drops the masks).
+        InputError: A segment, pose or OBB model: the ensemble fuses axis-aligned boxes, and a fused box
+            has no mask, keypoints or angle of its own (docs/segment.md and docs/pose_obb.md say why the
+            ensemble refuses rather than drops the payload).
     """
     from det_calib.capture.predictor import load_detector
+    from det_calib.capture.task_payload import CAPTURE_TASKS
 
-    yolo = load_detector(path)
+    yolo = load_detector(path, tasks=CAPTURE_TASKS)
     task = getattr(yolo, "task", None)
-    if task in _PAYLOAD_WORDS:
-        raise InputError(f"member {path} is a {task} model: det-calib ensemble fuses boxes and cannot fuse "
-                         f"{_PAYLOAD_WORDS[task]}; calibrate a {task} model on its own with `det-calib calibrate`")
+    if task in UNFUSED_PAYLOAD:
+        model, payload = UNFUSED_PAYLOAD[task]
+        raise InputError(f"member {path} is {model}: det-calib ensemble fuses boxes and cannot fuse {payload}; "
+                         f"calibrate {model} on its own with `det-calib calibrate`")
     return yolo
 
 

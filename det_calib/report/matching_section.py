@@ -1,11 +1,12 @@
 """The Matching section of a segment, pose or OBB model's run: which overlap made a box correct (box
-IoU, mask IoU, OKS or rotated IoU), in words, and for a segment model a picture of a few eval images
-with their matched and unmatched masks.
+IoU, mask IoU, OKS or rotated IoU), in words, and a picture of a few eval images with their matched and
+unmatched masks (segment), keypoints (pose, matched by OKS) or rotated boxes (OBB, matched by rotated IoU).
 
 Written for runs that record a matching rule (``calibration.json``'s ``matching``: a segment, pose
 or OBB model's run); a detector's report has no such section. The picture reads the eval split's images
-and ground-truth masks again from the run's data (only the images it shows), and the kept boxes'
-masks from ``boxes.parquet`` (the ``segm`` column the capture of a segment model writes).
+and ground truth again from the run's data (only the images it shows), and the kept boxes' masks,
+keypoints or rotated boxes from ``boxes.parquet`` (the ``segm``, ``kpts`` or ``xywhr`` column the
+capture writes); the pose and OBB panels come from :mod:`det_calib.report.task_examples`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_view import kept_mask, usable_rows
-from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, list_images, load_data_yaml
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.data.segments import SEGM_COLUMN, load_segment_split
 from det_calib.errors import InputError
@@ -28,14 +28,12 @@ from .context import ReportContext
 from .document import Heading, Para
 from .mask_plots import MaskPanel, mask_examples_figure
 from .page import Page
+from .task_examples import MAX_IMAGES, example_images, reread_split, run_task_panels
+from .task_plots import pose_examples_figure, rotated_examples_figure
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_IMAGES", "example_images", "matching_section", "matching_words"]
-
-MAX_IMAGES = 4
-"""Images the picture shows at most."""
-
 
 _BOX_PAYLOAD = {"box": "the masks of the model's boxes are not compared",
                 "oks": "the keypoints of the model's boxes are not compared",
@@ -90,10 +88,13 @@ def matching_section(page: Page, ctx: ReportContext) -> None:
     if rule is None:
         return
     page.add(Heading(2, "Matching", "matching"), Para(matching_words(rule, ctx.run.settings.iou_match)))
-    if SEGM_COLUMN not in ctx.run.boxes.columns:  # a pose or OBB model's run: no masks to picture
-        return
     s = ctx.subjects[0]
     conf = s.low if s.low is not None else 0.25
+    if rule.by in ("oks", "rotated"):
+        _task_picture(page, ctx, rule, s.head, conf)
+        return
+    if SEGM_COLUMN not in ctx.run.boxes.columns:  # a pose or OBB model's run matched by box IoU: no picture
+        return
     try:
         panels = example_panels(ctx.run, s.head, conf)
     except (InputError, OSError) as e:  # the data moved since the run, or a label changed
@@ -110,6 +111,36 @@ def matching_section(page: Page, ctx: ReportContext) -> None:
              f"Eval images with kept masks coloured by whether they matched a ground truth by {how} IoU")
 
 
+def _task_picture(page: Page, ctx: ReportContext, rule: MatchingRule, head: str, conf: float) -> None:
+    """The picture of a pose run's matched keypoints or an OBB run's matched rotated boxes."""
+    what = "keypoints" if rule.by == "oks" else "rotated boxes"
+    try:
+        panels = run_task_panels(ctx.run, head, conf)
+    except (InputError, OSError) as e:  # the data moved since the run, or a label changed
+        page.add(Para(f"(The picture of matched {what} is not drawn: {e}.)"))
+        return
+    if not panels:
+        page.add(Para(f"(No picture: no box of the {head} head with {what} is kept at conf {conf:g}.)"))
+        return
+    t = ctx.run.settings.iou_match
+    kept = (f"{len(panels)} eval images, {head} head: the {what} of the boxes kept at conf {conf:g} (deployed "
+            "scores)")
+    if rule.by == "oks":
+        png = pose_examples_figure(panels)
+        caption = (f"{kept}, green where the box is correct by OKS >= {t:g}, red where it is not, a matched box's "
+                   "keypoints joined to its ground truth's; ground-truth keypoints in white (hollow: labelled but "
+                   "occluded, v = 1; unlabelled ones are not drawn)")
+    else:
+        png = rotated_examples_figure(panels)
+        caption = (f"{kept}, green where the box is correct by rotated IoU (ProbIoU) >= {t:g}, red where it is "
+                   "not; ground-truth rotated boxes outlined in white (one with no green box on it was missed)")
+    measure = "OKS" if rule.by == "oks" else "ProbIoU"
+    page.fig(f"matching_{head}", png,
+             f"{caption}. Each box is labelled with its class, conf and {measure}: the {measure} of its match, or "
+             f"for a box that matched nothing its best {measure} with a ground truth of its class",
+             f"Eval images with the kept boxes' {what} coloured by whether they matched a ground truth by {measure}")
+
+
 def _kept(run: Run, head: str, conf: float) -> pl.DataFrame:
     """The head's eval boxes that the figures count (crowd-matched ones left out), kept at ``conf`` under the
     deployed scores (``calibrated``, else raw)."""
@@ -120,50 +151,6 @@ def _kept(run: Run, head: str, conf: float) -> pl.DataFrame:
     return b.filter(kept_mask(b["calibrated" if "calibrated" in b.columns else "conf"].to_numpy(), conf))
 
 
-def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
-    """Up to ``n`` image names, in image order: first those with both a matched and an unmatched kept
-    box, then those with any kept box.
-
-    >>> t = pl.DataFrame({"image": ["a", "a", "b", "c", "c"], "image_id": [0, 0, 1, 2, 2],
-    ...                   "correct": [True, False, True, True, False]})
-    >>> example_images(t, 2), example_images(t, 3)
-    (['a', 'c'], ['a', 'c', 'b'])
-    """
-    per = (kept.group_by("image_id", maintain_order=True)
-           .agg(pl.col("image").first(), pl.col("correct").any().alias("hit"), (~pl.col("correct")).any().alias("miss"))
-           .sort("image_id"))
-    both = per.filter(pl.col("hit") & pl.col("miss"))["image"].to_list()
-    rest = per.filter(~(pl.col("hit") & pl.col("miss")))["image"].to_list()
-    return (both + rest)[:n]
-
-
-def _ground_truth(run: Run, split: str, names: list[str]):
-    """The eval split read again with its masks, far enough to hold ``names`` (a half split: its whole
-    split). Returns the split and each name's image id in it."""
-    ds = load_data_yaml(run.result.data)
-    base = split.removesuffix(EVAL_HALF).removesuffix(FIT_HALF)
-    if base not in ds.splits:
-        raise InputError(f"split `{base}` is no longer in {run.result.data}")
-    sources = ds.splits[base]
-    root = sources[0] if len(sources) == 1 and sources[0].is_dir() else ds.root
-    listed = {str(_relative(p, root)): i for i, p in enumerate(list_images(sources, split=base))}
-    missing = [n for n in names if n not in listed]
-    if missing:
-        raise InputError(f"image {missing[0]} is no longer in split `{base}`")
-    with warnings.catch_warnings():  # the run warned about its data already
-        warnings.simplefilter("ignore")
-        sp = load_segment_split(ds, base, coco_gt=run.settings.coco_gt, limit=max(listed[n] for n in names) + 1)
-    ids = {n: i for i, n in enumerate(sp.image_names())}
-    return sp, ids
-
-
-def _relative(p: Path, root: Path) -> Path:
-    try:
-        return p.relative_to(root)
-    except ValueError:
-        return p
-
-
 def example_panels(run: Run, head: str, conf: float) -> list[MaskPanel]:
     """The picture's panels: up to :data:`MAX_IMAGES` eval images (:func:`example_images`) with their
     ground-truth masks and kept masks."""
@@ -171,7 +158,9 @@ def example_panels(run: Run, head: str, conf: float) -> list[MaskPanel]:
     names = example_images(kept)
     if not names:
         return []
-    sp, ids = _ground_truth(run, run.eval_split(head) or "", names)
+    sp, ids = reread_split(run, run.eval_split(head) or "", names,
+                           lambda ds, split, limit: load_segment_split(ds, split, coco_gt=run.settings.coco_gt,
+                                                                       limit=limit))
     return [_panel(run, sp, ids[n], kept.filter(pl.col("image") == n), n) for n in names if n in ids]
 
 

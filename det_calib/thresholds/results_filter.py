@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.capture.task_payload import result_boxes_attr
 from det_calib.data.box_view import kept_mask
 
 __all__ = ["filter_results"]
@@ -33,7 +34,7 @@ def filter_results(results: Any, thresholds: Mapping[int, float], *, default: fl
     single = not isinstance(results, (list, tuple))
     out = []
     for r in [results] if single else results:
-        boxes = getattr(r, "boxes", None)
+        boxes = getattr(r, result_boxes_attr(r), None)  # an OBB model's: Results.obb
         if boxes is None or len(boxes) == 0:
             out.append(r)
             continue

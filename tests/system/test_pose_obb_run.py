@@ -217,7 +217,7 @@ def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
     assert chk["matching"]["by"] == "oks" and chk["kind"] == "labelled"
     line = _error(capsys, "check", pose_run, "--data", demo_data_yaml(), "--split", "test", "--limit", "4",
                   "--out", tmp_path / "chk2")
-    assert "has no `kpt_shape`: box labels for a pose model" in line
+    assert "the run matched boxes by OKS, but split `test`" in line and "has no keypoints" in line
 
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
@@ -225,8 +225,9 @@ def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
     model = demo_pose_model() if task == "pose" else demo_obb_model()
     line = _error(capsys, "ensemble", "--model", model, "--model", demo_model(), "--data", demo_data_yaml(),
                   "--limit", "4", "--out", tmp_path / "ens")
-    what = "keypoints" if task == "pose" else "rotated boxes"
-    assert f"is a {task} model: det-calib ensemble fuses boxes and cannot fuse {what}" in line
+    what = "a pose model: det-calib ensemble fuses boxes and cannot fuse keypoints" if task == "pose" else \
+        "an OBB model: det-calib ensemble fuses boxes and cannot fuse rotated boxes"
+    assert f"is {what}" in line
 
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
