@@ -110,7 +110,11 @@ def fmt_value(v: Any) -> str:
 
 
 def ece_tag(run: Run) -> str:
-    return f"{run.settings.ece_bins} bins, IoU {run.settings.iou_match:g}"
+    """``15 bins, IoU 0.5``; a run matched by another overlap names it (``OKS 0.5``, ``mask IoU 0.5``),
+    as the summary does."""
+    rule = run.result.matching
+    measure = rule.measure if rule is not None and rule.by != "box" else "IoU"
+    return f"{run.settings.ece_bins} bins, {measure} {run.settings.iou_match:g}"
 
 
 def dece_tag(run: Run) -> str:

@@ -103,6 +103,8 @@ def test_report_pictures_the_matching(runs, task):
     assert "## Matching" in md and md.index("## Matching") < md.index("## Reliability")
     words = "correct by OKS >= 0.5" if task == "pose" else "correct by rotated IoU (ProbIoU) >= 0.5"
     assert words in md
+    measure = "OKS" if task == "pose" else "rotated IoU (ProbIoU)"  # the tables' headings name it too
+    assert f"ECE (15 bins, {measure} 0.5)" in md and "ECE (15 bins, IoU 0.5)" not in md
     png = (runs[task] / "figures" / "matching_nms.png").read_bytes()
     assert len(png) <= MAX_FIGURE_BYTES and Image.open(io.BytesIO(png)).mode == "P"
     run = load_run(runs[task])
