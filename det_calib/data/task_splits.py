@@ -76,9 +76,16 @@ def captured_split(data: Dataset, split: str, *, task: str, kpt_shape: tuple[int
                    coco_gt: str | Path | None = None, limit: int | None = None) -> Split:
     """The split a capture to parts runs over (and that a run reusing the parts fingerprints): its
     images and labels read as the task's (a pose or OBB model's keypoint and rotated-box lines; a
-    detect or segment model's labels as boxes, masks not needed)."""
-    return load_task_split(data, split, task=task, match="box" if task in ("detect", "segment") else "auto",
-                           kpt_shape=kpt_shape, coco_gt=coco_gt, limit=limit)
+    detect or segment model's labels as boxes, masks not needed). A capture matches nothing, so a pose
+    or OBB model's split with box labels is read as boxes here; the run that uses the parts decides
+    (and refuses) by its ``--match``."""
+    match = "auto"
+    if task in ("detect", "segment"):
+        match = "box"
+    elif coco_gt is None and (pose_spec(data) is None if task == "pose" else
+                              task == "obb" and label_values(data, split) == 5):
+        match = "box"
+    return load_task_split(data, split, task=task, match=match, kpt_shape=kpt_shape, coco_gt=coco_gt, limit=limit)
 
 
 def _pose_split(data: Dataset, split: str, *, match: str, kpt_shape: tuple[int, int] | None,
