@@ -290,7 +290,21 @@ def table(cases: list[Case], model: str, *, floor: bool = False) -> str:
     mean, worst, ok = verdict(cases)
     lines += ["", f"Ratio calibrated / raw: mean {mean:.3f} (target <= {DONE_MEAN}), largest {worst:.3f} "
               f"(target <= {DONE_MAX}): {'met' if ok else 'NOT met'}."]
+    if floor:
+        lines.append(floor_line(cases))
     return "\n".join(lines)
+
+
+def floor_line(cases: list[Case]) -> str:
+    """How many cases the run found the raw kept-set ECE at its sampling floor (no calibrator can be shown
+    to improve on those), and in how many it deployed no map."""
+    known = [c for c in cases if c.raw_at_floor is not None]
+    at = sum(bool(c.raw_at_floor) for c in known)
+    none = [c for c in cases if c.method == "none"]
+    none_at = sum(bool(c.raw_at_floor) for c in none)
+    return (f"The raw kept-set ECE is within its sampling floor's range in {at} of {len(known)} cases (there no "
+            f"calibrator can be shown to do better); the run deployed no map in {len(none)} case(s), {none_at} of "
+            "them with the raw ECE at its floor.")
 
 
 def add_arguments(ap: argparse.ArgumentParser, *, runs: str, match: tuple[str, ...]) -> None:

@@ -37,7 +37,7 @@ def main() -> None:
                     help="write docs/generated/segment_deployed_ece.md (segment_deployed_ece_box.md with --match box)")
     args = ap.parse_args()
     cases = measure_sizes(args.model, args.data, args.limits, args.runs, args.calibrate_args, args.rerun, args.match)
-    body = table(cases, args.model)
+    body = table(cases, args.model, floor=True)
     print(body)
     if args.doc:
         from doc_table import write_doc_table

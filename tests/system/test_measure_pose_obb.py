@@ -129,6 +129,11 @@ def test_tables_by_task(bench):
     assert "| raw at floor | OBB mAP identical |" in text
     assert "| full | nms | platt | 1 | rotated IoU (ProbIoU) |" in text
     assert "| no | yes |" in text and "`predict`)" in text and ": met." in text
+    assert "within its sampling floor's range in 0 of 2 cases" in text and "no map in 0 case(s)" in text
+    mixed = [dataclasses.replace(cases[0], method="none", raw_at_floor=True),
+             dataclasses.replace(cases[1], raw_at_floor=None)]
+    line = bench.floor_line(mixed)
+    assert "range in 1 of 1 cases" in line and "no map in 1 case(s), 1 of them with the raw ECE at its floor" in line
 
 
 def _capture_kept(model: Path, images: list[Path], task: str) -> pl.DataFrame:
