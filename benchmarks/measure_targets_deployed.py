@@ -23,8 +23,8 @@ score less than 2.5% of the time on those boxes). ``--doc`` writes docs/generate
 by docs/targets.md).
 
 ``--per-class`` or ``--method M`` run the grid with that option of ``calibrate`` (its own run folders, and with
-``--doc`` docs/generated/targets_deployed_<mode>.md); the mAP50-95 column (the run's own, and of the folded model
-for a per-class map) then says what the map costs in ranking.
+``--doc`` docs/generated/targets_deployed_<mode>.md); the mAP50-95 column (the run's own on its boxes rescored, and
+for a per-class map the folded model's against the original's, ``detection_change``) says what the map costs.
 
 Run from the repository root::
 
@@ -127,7 +127,7 @@ class Case:
     run_calibrated: tuple[int, float, float]
     raw_floor: Any = None
     calibrated_floor: Any = None
-    map50_95: tuple[float | None, float | None, float | None] = (None, None, None)
+    map50_95: tuple[float | None, ...] = (None, None, None, None)
 
     @property
     def ratio(self) -> float:
@@ -195,7 +195,7 @@ def measure_run(run: Path, size: str) -> list[Case]:
                           run_calibrated=(o1.boxes, o1.laece0, o1.ece), raw_floor=floor["raw"],
                           calibrated_floor=floor["calibrated"],
                           map50_95=(hr.eval.map50_95_before, hr.eval.map50_95_after,
-                                    None if dc is None else dc.map50_95_folded)))
+                                    *((None, None) if dc is None else (dc.map50_95_original, dc.map50_95_folded)))))
     return cases
 
 
@@ -213,12 +213,14 @@ def _yes(v: bool | None) -> str:
     return "n/a" if v is None else "yes" if v else "no"
 
 
-def _map(m: tuple[float | None, float | None, float | None]) -> str:
-    before, after, folded = m
+def _map(m: tuple[float | None, ...]) -> str:
+    """The run's mAP50-95 of its boxes rescored, and (a per-class map) of the folded model against the original's."""
+    before, after, original, folded = m
     if before is None or after is None:
         return "n/a"
     text = "unchanged" if before == after else f"{before:.4f} → {after:.4f}"
-    return text + (f" (folded {folded:.4f})" if folded is not None else "")
+    return text + (f"; folded model {original:.4f} → {folded:.4f}" if original is not None and folded is not None
+                   else "")
 
 
 def table(cases: list[Case]) -> str:
@@ -227,7 +229,7 @@ def table(cases: list[Case]) -> str:
 
     lines = ["| size | head | deployed map | images | raw: kept | raw LaECE_0 | its floor | raw ECE | "
              "calibrated.pt: kept | LaECE_0 | its floor | ECE | LaECE_0 ratio | at floor: raw, calibrated | "
-             "mAP50-95 (the run's) | the run's own: kept, LaECE_0, ECE raw → calibrated |",
+             "mAP50-95 | the run's own: kept, LaECE_0, ECE raw → calibrated |",
              "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|"]
     for c in cases:
         (n0, l0, e0), (n1, l1, e1) = c.run_raw, c.run_calibrated

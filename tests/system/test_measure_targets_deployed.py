@@ -74,10 +74,10 @@ def test_floor_verdicts_and_closing_line(bench):
     floor = ECEFloor(0.09, 0.08, 0.11)
     # raw 0.139 above its floor, calibrated 0.105 within it; 0.8 x 0.139 = 0.111 is above the floor's low end
     a = bench.Case("full", "nms", "isotonic", 400, (1376, 0.139, 0.06), (1065, 0.105, 0.04), (1376, 0.139, 0.06),
-                   (1065, 0.105, 0.04), raw_floor=floor, calibrated_floor=floor, map50_95=(0.5, 0.5, None))
+                   (1065, 0.105, 0.04), raw_floor=floor, calibrated_floor=floor, map50_95=(0.5, 0.5, None, None))
     # raw 0.106 within its floor, calibrated 0.119 above; 0.8 x 0.106 = 0.0848 is below its mean, not its low end
     b = bench.Case("full", "e2e", "spline", 400, (1154, 0.106, 0.07), (1041, 0.119, 0.06), (1154, 0.106, 0.07),
-                   (1041, 0.119, 0.06), raw_floor=floor, calibrated_floor=floor, map50_95=(0.5, 0.51, 0.49))
+                   (1041, 0.119, 0.06), raw_floor=floor, calibrated_floor=floor, map50_95=(0.5, 0.51, 0.5, 0.49))
     # 0.8 x 0.09 = 0.072 is below the low end
     c = bench.Case("--limit 64", "e2e", "none", 64, (196, 0.09, 0.1), (196, 0.09, 0.1), (196, 0.09, 0.1),
                    (196, 0.09, 0.1), raw_floor=floor, calibrated_floor=floor)
@@ -92,4 +92,4 @@ def test_floor_verdicts_and_closing_line(bench):
     assert line.endswith("in 1 of 3.")
     text = bench.table([a, b, c])
     assert "| 0.1390 | 0.0900 [0.0800, 0.1100] | 0.0600 |" in text and "| no, yes | unchanged |" in text
-    assert "| yes, no | 0.5000 → 0.5100 (folded 0.4900) |" in text and text.endswith(line)
+    assert "| yes, no | 0.5000 → 0.5100; folded model 0.5000 → 0.4900 |" in text and text.endswith(line)
