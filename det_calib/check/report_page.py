@@ -46,6 +46,15 @@ def _operating_rows(now: list[OperatingFigures], then: list[OperatingFigures]) -
     return rows
 
 
+def _operating_table(now: list[OperatingFigures], then: list[OperatingFigures]) -> Table:
+    """Kept-set ECE and LaECE_0 with their sampling floors, then (the run's records) and now."""
+    return Table(["", "conf", "kept boxes", "correct", "kept-set ECE [95% CI]", "sampling floor [range]",
+                  "at floor", "LaECE_0 [95% CI]", "LaECE_0 sampling floor [range]"], _operating_rows(now, then),
+                 caption="Kept-set ECE and LaECE_0 then and now (image bootstrap intervals); the floors are what a "
+                         "perfectly calibrated detector would score on the same kept boxes (n/a: a run written "
+                         "before the LaECE_0 floor).", css="check-operating")
+
+
 def _size_table(now: list[SizeFigures], then: list[SizeFigures]) -> Table:
     """Calibrated kept-set ECE and LaECE_0 of each box size, then (the run's records) and now."""
     before = {(f.scheme, f.bin): f for f in then}
@@ -86,12 +95,7 @@ def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> N
                f"binned, per class) at family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests; the "
                "absolute tests of the new boxes are shown beside it.",
         css="check-calibration"))
-    b.add(Table(["", "conf", "kept boxes", "correct", "kept-set ECE [95% CI]", "sampling floor [range]",
-                 "at floor", "LaECE_0 [95% CI]", "LaECE_0 sampling floor [range]"],
-                _operating_rows(c.operating, c.operating_then),
-                caption="Kept-set ECE and LaECE_0 then and now (image bootstrap intervals); the floors are what a "
-                        "perfectly calibrated detector would score on the same kept boxes (n/a: a run written "
-                        "before the LaECE_0 floor).", css="check-operating"))
+    b.add(_operating_table(c.operating, c.operating_then))
     b.add(Table(["figure", "then", "now", "z", "p-value"], [
         ["images", fint(d.images_then), fint(d.images), "", ""],
         ["kept boxes", fint(d.kept_then), fint(d.kept), "", ""],

@@ -373,10 +373,9 @@ def kept_laece_floor(
     - ``s > m``: the box is always matched, with the IoU ``u`` drawn from ``iou`` lifted towards 1,
       ``u + (1 - u) (s - m) / (1 - m)``, so that the mean is ``s`` (a box scored 1 then has IoU 1).
 
-    Each draw is scored by the code that scores the reported LaECE_0 (the same cells, the same class
-    average), so a measured LaECE_0 inside the range is as low as this many boxes per class and bin
-    can show. The floor is a model: the matched IoUs of a box do not depend on its score beyond the
-    lift above ``m``, and the draws ignore the competition of boxes for one ground truth.
+    Each draw is scored by the code that scores the reported LaECE_0 (the same cells and class average):
+    a LaECE_0 inside the range is as low as this many boxes per class and bin can show. A model: a matched
+    box's IoU does not depend on its score beyond the lift, and boxes do not compete for a ground truth.
 
     Args:
         targets: The matching of the boxes (:class:`LaECE0Targets`).
@@ -407,34 +406,44 @@ def kept_laece_floor(
     if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
         raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
     keep = targets.use & kept_mask(c, float(threshold))
-    if iou is None:
-        u = targets.target[keep]
-        u = u[u > 0]
-    else:
-        u = np.asarray(iou, dtype=np.float64)
-        if u.ndim != 1 or not np.all((u > 0) & (u <= 1)):
-            raise InputError("Expected argument `iou` to be a 1-D array of IoUs in (0, 1], but got "
-                             f"shape {u.shape}" + (f" with values in [{u.min():g}, {u.max():g}]" if u.size else ""))
+    u = _matched_iou(targets.target[keep], iou)
     if not keep.any() or u.size == 0:
         return None
     s = c[keep]
-    cells = _KeptCells.of(s, targets.cls[keep], targets.gt_classes, n_bins)
+    vals = _laece_of_drawn_targets(_KeptCells.of(s, targets.cls[keep], targets.gt_classes, n_bins), s, u,
+                                   int(n_draws), np.random.default_rng(seed))
+    if np.isnan(vals).all():
+        return None
+    lo, hi = np.nanpercentile(vals, [2.5, 97.5])
+    return ECEFloor(float(np.nanmean(vals)), float(lo), float(hi))
+
+
+def _laece_of_drawn_targets(cells: _KeptCells, s: np.ndarray, u: np.ndarray, n_draws: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """``(n_draws,)`` LaECE_0 of the kept boxes (scores ``s``, cells ``cells``) against targets drawn with
+    mean ``s`` from the matched IoUs ``u`` (the model of :func:`kept_laece_floor`)."""
     s_conf, count = cells.sums(s), cells.sums(np.ones(s.size))
     m = float(u.mean())
     p = np.minimum(s / m, 1.0)
     lift = np.clip((s - m) / (1.0 - m), 0.0, 1.0) if m < 1.0 else np.zeros(s.size)
-    rng = np.random.default_rng(seed)
     rows = max(1, (1 << 20) // s.size)  # draws in blocks of about 1M targets (8 MiB each table)
     vals = []
-    for start in range(0, int(n_draws), rows):
-        d = min(rows, int(n_draws) - start)
+    for start in range(0, n_draws, rows):
+        d = min(rows, n_draws - start)
         drawn = u[rng.integers(0, u.size, size=(d, s.size))]
         t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
         s_t = np.bincount((cells.key + cells.size * np.arange(d)[:, None]).ravel(), weights=t.ravel(),
                           minlength=d * cells.size).reshape(d, cells.size)
         vals.append(cells.laece(np.abs(s_conf - s_t), count))
-    vals = np.concatenate(vals)
-    if np.isnan(vals).all():
-        return None
-    lo, hi = np.nanpercentile(vals, [2.5, 97.5])
-    return ECEFloor(float(np.nanmean(vals)), float(lo), float(hi))
+    return np.concatenate(vals)
+
+
+def _matched_iou(kept_target: np.ndarray, iou: Any) -> np.ndarray:
+    """The IoU distribution of :func:`kept_laece_floor`: ``iou`` checked, or the kept boxes' matched targets."""
+    if iou is None:
+        return kept_target[kept_target > 0]
+    u = np.asarray(iou, dtype=np.float64)
+    if u.ndim != 1 or not np.all((u > 0) & (u <= 1)):
+        raise InputError("Expected argument `iou` to be a 1-D array of IoUs in (0, 1], but got "
+                         f"shape {u.shape}" + (f" with values in [{u.min():g}, {u.max():g}]" if u.size else ""))
+    return u
