@@ -1,6 +1,6 @@
 """Figures of any calibrator's scores at the operating points of one head's eval-split boxes:
 :class:`OperatingPoints` (kept-set ECE and LaECE_0 with the reference conventions, with
-bias-corrected bootstrap intervals and the kept-set ECE's sampling floor; all-box ECE, NLL and
+bias-corrected bootstrap intervals and both figures' sampling floors; all-box ECE, NLL and
 Brier; per-class kept-set ECE).
 """
 
@@ -17,7 +17,7 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor
+from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor, kept_laece_floor
 from det_calib.record.run_result import OperatingFigures
 
 __all__ = ["OperatingPoints", "iou_target", "laece0_targets"]
@@ -81,8 +81,8 @@ class OperatingPoints:
         return self._reranked[1]
 
     def operating(self, scored: BoxView, *, intervals: bool = True) -> list[OperatingFigures]:
-        """Kept-set ECE and LaECE_0 at each threshold (with intervals), and the kept-set ECE's sampling
-        floor, of the boxes under ``scored``'s scores (the view, raw or :meth:`~BoxView.scored`)."""
+        """Kept-set ECE and LaECE_0 at each threshold (with intervals), and their sampling floors, of
+        the boxes under ``scored``'s scores (the view, raw or :meth:`~BoxView.scored`)."""
         p, y, img = scored.conf, scored.correct, scored.image_id
         out = []
         for thr in self.conf:
@@ -98,11 +98,16 @@ class OperatingPoints:
                 la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=self.laece_bins),
                                                    img, p, method="normal", **self.boot))
             floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
+            la_floor = (kept_laece_floor(targets, p, threshold=thr, n_bins=self.laece_bins, seed=self.boot["seed"])
+                        if n and not math.isnan(la) else None)
             out.append(OperatingFigures(conf=thr, boxes=n, correct=int(kept.correct.sum()), ece=e, ece_ci=e_ci,
                                         laece0=None if math.isnan(la) else la,
                                         laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
                                         ece_floor=None if floor is None else floor.mean,
-                                        ece_floor_range=None if floor is None else (floor.low, floor.high)))
+                                        ece_floor_range=None if floor is None else (floor.low, floor.high),
+                                        laece_floor=None if la_floor is None else la_floor.mean,
+                                        laece_floor_range=None if la_floor is None else (la_floor.low,
+                                                                                         la_floor.high)))
         return out
 
     def all_box(self, scored: BoxView) -> dict[str, Any]:

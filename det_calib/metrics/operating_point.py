@@ -21,8 +21,8 @@ from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.bootstrap import per_replicate
 from det_calib.metrics.calibration import ece, prepare_ece
 
-__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "laece0", "reference_bin_index",
-           "top_k_per_image_class"]
+__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "kept_laece_floor", "laece0",
+           "reference_bin_index", "top_k_per_image_class"]
 
 
 def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, weights: Any = None) -> float:
@@ -64,7 +64,8 @@ kept_ece._bootstrap_prepare = _kept_ece_prepare  # type: ignore[attr-defined]
 
 
 class ECEFloor(NamedTuple):
-    """The ECE a perfectly calibrated detector would score on a set of boxes: mean and 95% range."""
+    """The calibration error (kept-set ECE, :func:`kept_ece_floor`; LaECE_0, :func:`kept_laece_floor`)
+    a perfectly calibrated detector would score on a set of boxes: mean and 95% range."""
 
     mean: float
     low: float
@@ -310,20 +311,139 @@ def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     keep = use & kept_mask(c, float(threshold))
     if not keep.any():
         return keep, None
-    c, t, k = c[keep], t[keep], k[keep]
-    n_cls = int(max(k.max(), gt_classes.max() if gt_classes.size else 0)) + 1
-    key = k * n_bins + reference_bin_index(c, n_bins)
-    size = n_cls * n_bins
-    has_gt = np.zeros(n_cls, dtype=bool)
-    has_gt[gt_classes[gt_classes < n_cls]] = True
+    c, t = c[keep], t[keep]
+    cells = _KeptCells.of(c, k[keep], gt_classes, n_bins)
 
     def weighted(w: np.ndarray) -> float:
-        cnt = np.bincount(key, weights=w, minlength=size).reshape(n_cls, n_bins).sum(axis=1)
-        gap = np.abs(np.bincount(key, weights=w * c, minlength=size) - np.bincount(key, weights=w * t, minlength=size))
-        gap = gap.reshape(n_cls, n_bins).sum(axis=1)
-        ok = has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
-        vals = gap[ok] / cnt[ok]
-        vals = vals[vals != 0.0]
-        return float(vals.mean()) if vals.size else float("nan")
+        return float(cells.laece(np.abs(cells.sums(w * c) - cells.sums(w * t)), cells.sums(w))[0])
 
     return keep, weighted
+
+
+class _KeptCells(NamedTuple):
+    """Steps 3 and 4 of :func:`laece0` on a kept set: each box's (class, bin) cell, and the class
+    average of the binned gaps. The reported LaECE_0 (:meth:`LaECE0Targets.laece`, its bootstrap
+    replicates) and its sampling floor (:func:`kept_laece_floor`) are both computed here."""
+
+    key: np.ndarray  # (kept,) class * n_bins + bin of each kept box
+    n_cls: int
+    n_bins: int
+    has_gt: np.ndarray  # (n_cls,) bool, the class has (non-crowd) ground truth
+
+    @classmethod
+    def of(cls, c: np.ndarray, k: np.ndarray, gt_classes: np.ndarray, n_bins: int) -> _KeptCells:
+        n_cls = int(max(k.max(), gt_classes.max() if gt_classes.size else 0)) + 1
+        has_gt = np.zeros(n_cls, dtype=bool)
+        has_gt[gt_classes[gt_classes < n_cls]] = True
+        return cls(k * n_bins + reference_bin_index(c, n_bins), n_cls, n_bins, has_gt)
+
+    @property
+    def size(self) -> int:
+        return self.n_cls * self.n_bins
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """``(n_cls * n_bins,)`` sum of ``values`` ((kept,)) in each cell."""
+        return np.bincount(self.key, weights=values, minlength=self.size)
+
+    def laece(self, gap: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """``(d,)`` LaECE_0 of ``d`` sets of cell gaps ``gap`` ((d, n_cls * n_bins) or (n_cls * n_bins,):
+        ``|sum conf - sum target|`` of each cell) with the boxes ``count`` ((n_cls * n_bins,)) in each
+        cell: per class the summed gaps over its boxes, averaged over the classes that have ground
+        truth and boxes, a class whose LaECE_c is exactly 0 left out; nan where no class is left."""
+        per_class = np.asarray(gap).reshape(-1, self.n_cls, self.n_bins).sum(axis=2)
+        cnt = count.reshape(self.n_cls, self.n_bins).sum(axis=1)
+        ok = self.has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
+        vals = per_class[:, ok] / cnt[ok]
+        return np.array([float(v[v != 0.0].mean()) if (v != 0.0).any() else np.nan for v in vals])
+
+
+def kept_laece_floor(
+    targets: LaECE0Targets, conf: Any, *, threshold: float, iou: Any = None, n_bins: int = 25,
+    n_draws: int = 200, seed: int = 0,
+) -> ECEFloor | None:
+    """The sampling floor of the kept-set LaECE_0: what a detector whose every conf is exactly the
+    expected IoU target of its box would score on the same kept boxes.
+
+    The boxes scored at ``threshold`` (those :meth:`LaECE0Targets.laece` scores: ``conf > threshold``,
+    top ``max_dets`` of their image and class, no crowd match) keep their confidences and classes; their
+    targets are drawn ``n_draws`` times, each with mean exactly its box's conf ``s``, as the data show a
+    target: 0 (no match) or the IoU of a match. With ``m`` the mean of ``iou``:
+
+    - ``s <= m``: the box is matched with probability ``s / m``, and its IoU is drawn from ``iou``;
+    - ``s > m``: the box is always matched, with the IoU ``u`` drawn from ``iou`` lifted towards 1,
+      ``u + (1 - u) (s - m) / (1 - m)``, so that the mean is ``s`` (a box scored 1 then has IoU 1).
+
+    Each draw is scored by the code that scores the reported LaECE_0 (the same cells and class average):
+    a LaECE_0 inside the range is as low as this many boxes per class and bin can show. A model: a matched
+    box's IoU does not depend on its score beyond the lift, and boxes do not compete for a ground truth.
+
+    Args:
+        targets: The matching of the boxes (:class:`LaECE0Targets`).
+        conf: ``(n,)`` confidences of the same boxes (the scores whose LaECE_0 is reported).
+        threshold: Conf threshold; boxes with ``conf > threshold`` are kept.
+        iou: The IoU of a matched box, an empirical distribution (1-D, values in (0, 1]); by default
+            the targets of the kept boxes that are matched (``targets.target > 0``).
+        n_bins: Bins per class of the LaECE_0 (25 in the papers).
+        n_draws: Monte-Carlo draws.
+        seed: Seed of the draws (fixed: the same boxes give the same floor).
+
+    Returns:
+        ``ECEFloor(mean, low, high)`` (2.5 and 97.5 percentiles of the draws), or None when no box is
+        kept, no kept box is matched (no IoU to draw from) or no class with ground truth has a kept box.
+
+    >>> t = LaECE0Targets(np.arange(400), np.tile([0.0, 0.0, 10.0, 10.0], (400, 1)), np.zeros(400), np.full(400, 0.5),
+    ...                   np.arange(400), np.tile([0.0, 0.0, 10.0, 8.0], (400, 1)), np.zeros(400))
+    >>> round(t.laece(np.full(400, 0.5), threshold=0.25), 6)  # every box matched at IoU 0.8, scored 0.5
+    0.3
+    >>> f = kept_laece_floor(t, np.full(400, 0.5), threshold=0.25)  # matched with p = 0.5 / 0.8, IoU 0.8
+    >>> 0.013 < f.mean < 0.018 and f.high < 0.05  # E|0.5 - 0.8 Binomial(400, 5/8) / 400| = 0.0155
+    True
+    """
+    c = np.asarray(conf, dtype=np.float64)
+    if c.shape != targets.target.shape:
+        raise InputError(f"Expected argument `conf` of shape {targets.target.shape} (one per box of `targets`), "
+                         f"but got shape {c.shape}")
+    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
+        raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
+    keep = targets.use & kept_mask(c, float(threshold))
+    u = _matched_iou(targets.target[keep], iou)
+    if not keep.any() or u.size == 0:
+        return None
+    s = c[keep]
+    vals = _laece_of_drawn_targets(_KeptCells.of(s, targets.cls[keep], targets.gt_classes, n_bins), s, u,
+                                   int(n_draws), np.random.default_rng(seed))
+    if np.isnan(vals).all():
+        return None
+    lo, hi = np.nanpercentile(vals, [2.5, 97.5])
+    return ECEFloor(float(np.nanmean(vals)), float(lo), float(hi))
+
+
+def _laece_of_drawn_targets(cells: _KeptCells, s: np.ndarray, u: np.ndarray, n_draws: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """``(n_draws,)`` LaECE_0 of the kept boxes (scores ``s``, cells ``cells``) against targets drawn with
+    mean ``s`` from the matched IoUs ``u`` (the model of :func:`kept_laece_floor`)."""
+    s_conf, count = cells.sums(s), cells.sums(np.ones(s.size))
+    m = float(u.mean())
+    p = np.minimum(s / m, 1.0)
+    lift = np.clip((s - m) / (1.0 - m), 0.0, 1.0) if m < 1.0 else np.zeros(s.size)
+    rows = max(1, (1 << 20) // s.size)  # draws in blocks of about 1M targets (8 MiB each table)
+    vals = []
+    for start in range(0, n_draws, rows):
+        d = min(rows, n_draws - start)
+        drawn = u[rng.integers(0, u.size, size=(d, s.size))]
+        t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
+        s_t = np.bincount((cells.key + cells.size * np.arange(d)[:, None]).ravel(), weights=t.ravel(),
+                          minlength=d * cells.size).reshape(d, cells.size)
+        vals.append(cells.laece(np.abs(s_conf - s_t), count))
+    return np.concatenate(vals)
+
+
+def _matched_iou(kept_target: np.ndarray, iou: Any) -> np.ndarray:
+    """The IoU distribution of :func:`kept_laece_floor`: ``iou`` checked, or the kept boxes' matched targets."""
+    if iou is None:
+        return kept_target[kept_target > 0]
+    u = np.asarray(iou, dtype=np.float64)
+    if u.ndim != 1 or not np.all((u > 0) & (u <= 1)):
+        raise InputError("Expected argument `iou` to be a 1-D array of IoUs in (0, 1], but got "
+                         f"shape {u.shape}" + (f" with values in [{u.min():g}, {u.max():g}]" if u.size else ""))
+    return u

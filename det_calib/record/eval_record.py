@@ -79,7 +79,10 @@ class OperatingFigures:
     ``ece_floor``: the sampling floor of ``ece``, the mean kept-set ECE a perfectly calibrated
     detector would score on the same kept boxes (labels drawn from their confidences,
     :func:`det_calib.metrics.operating_point.kept_ece_floor`); ``ece_floor_range`` its 95% range. An ``ece``
-    inside that range is as low as this many boxes can show.
+    inside that range is as low as this many boxes can show. ``laece_floor`` / ``laece_floor_range``: the
+    same for ``laece0``, targets drawn with mean the box's conf (matched with probability conf / the mean
+    IoU of the kept matched boxes, the IoU drawn from theirs:
+    :func:`det_calib.metrics.operating_point.kept_laece_floor`); absent from runs written before them.
     """
 
     conf: float | None = leaf()
@@ -91,6 +94,8 @@ class OperatingFigures:
     laece0_ci: CI = ci_field()
     ece_floor: float | None = leaf()
     ece_floor_range: CI = ci_field()
+    laece_floor: float | None = leaf()
+    laece_floor_range: CI = ci_field()
 
     @property
     def at_floor(self) -> bool | None:
@@ -98,6 +103,14 @@ class OperatingFigures:
         if self.ece is None or self.ece_floor_range is None:
             return None
         return self.ece <= self.ece_floor_range[1]
+
+    @property
+    def laece_at_floor(self) -> bool | None:
+        """Whether ``laece0`` lies within (or below) the 95% range of a detector whose conf is the expected
+        IoU target of its box (None: unknown)."""
+        if self.laece0 is None or self.laece_floor_range is None:
+            return None
+        return self.laece0 <= self.laece_floor_range[1]
 
     def to_dict(self) -> dict[str, Any]:
         return leaf_dict(self)

@@ -38,7 +38,10 @@ INTERVAL_NOTE = ("Intervals: 95% image bootstrap, each containing its estimate. 
 FLOOR_NOTE = ("ECE floor: the kept-set ECE a perfectly calibrated detector would score on the same calibrated "
               "kept boxes (labels drawn 200 times from their confidences; mean and 95% range). A finite set of "
               "boxes has a non-zero ECE even when perfectly calibrated; an ECE inside that range is as low as "
-              "this many boxes can show.")
+              "this many boxes can show. LaECE_0 floor: the same for the kept-set LaECE_0, the IoU targets drawn "
+              "200 times with mean each box's conf (matched with probability conf / the mean IoU of the kept "
+              "matched boxes, the IoU drawn from theirs, lifted towards 1 for a conf above that mean); n/a for runs "
+              "written before it.")
 
 
 def method_words(run: Run, head: str) -> str:
@@ -102,7 +105,7 @@ def lead(run: Run, head: str) -> str:
     iou = run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
         ece = f"ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}" + floor_words(o1)
-        la = f"LaECE_0 {fci(o0.laece0, o0.laece0_ci)} → {fci(o1.laece0, o1.laece0_ci)}"
+        la = f"LaECE_0 {fci(o0.laece0, o0.laece0_ci)} → {fci(o1.laece0, o1.laece0_ci)}" + laece_floor_words(o1)
         pair = f"{la} (the target, --target iou), {ece}" if iou else f"{ece}, {la}"
         parts.append(f"boxes kept at conf {fthr(o0.conf)}: {pair}")
     parts.append(f"all-box ECE {f4(ev.before.ece)} → {f4(ev.after.ece)}")
@@ -126,20 +129,33 @@ def lead(run: Run, head: str) -> str:
 
 def floor_words(o: OperatingFigures) -> str:
     """`` (a perfectly calibrated detector: 0.0330 [0.0210, 0.0460] on these boxes)``, or "" when not computed."""
-    if o.ece_floor is None:
+    return _floor_words(o.ece_floor, o.ece_floor_range, o.at_floor)
+
+
+def laece_floor_words(o: OperatingFigures) -> str:
+    """:func:`floor_words` of the kept-set LaECE_0 (its sampling floor), or "" when not computed."""
+    return _floor_words(o.laece_floor, o.laece_floor_range, o.laece_at_floor)
+
+
+def _floor_words(floor: float | None, floor_range: tuple[float, float] | None, at_floor: bool | None) -> str:
+    if floor is None:
         return ""
-    at = "; at that floor" if o.at_floor else ""
-    return f" (a perfectly calibrated detector would score {fci(o.ece_floor, o.ece_floor_range)} on these boxes{at})"
+    at = "; at that floor" if at_floor else ""
+    return f" (a perfectly calibrated detector would score {fci(floor, floor_range)} on these boxes{at})"
 
 
 def operating_cells(o0: OperatingFigures, o1: OperatingFigures, *, raw_floor: bool = False) -> list[str]:
     """The kept set at one threshold, raw (``o0``) and calibrated (``o1``): boxes kept, ECE (and, with
-    ``raw_floor``, the raw scores' sampling floor), ECE calibrated, its floor, LaECE_0 raw and calibrated."""
-    cells = [f"{fint(o0.boxes)} → {fint(o1.boxes)}", fci(o0.ece, o0.ece_ci)]
-    if raw_floor:
-        cells.append(fci(o0.ece_floor, o0.ece_floor_range))
-    return cells + [fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range), fci(o0.laece0, o0.laece0_ci),
-                    fci(o1.laece0, o1.laece0_ci)]
+    ``raw_floor``, the raw scores' sampling floor), ECE calibrated, its floor, then the same four (three)
+    of LaECE_0."""
+    cells = [f"{fint(o0.boxes)} → {fint(o1.boxes)}"]
+    for v, ci, floor, floor_range in (("ece", "ece_ci", "ece_floor", "ece_floor_range"),
+                                      ("laece0", "laece0_ci", "laece_floor", "laece_floor_range")):
+        cells.append(fci(getattr(o0, v), getattr(o0, ci)))
+        if raw_floor:
+            cells.append(fci(getattr(o0, floor), getattr(o0, floor_range)))
+        cells += [fci(getattr(o1, v), getattr(o1, ci)), fci(getattr(o1, floor), getattr(o1, floor_range))]
+    return cells
 
 
 def operating_table(run: Run) -> Table | None:
@@ -154,7 +170,7 @@ def operating_table(run: Run) -> Table | None:
         return None
     return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
                   "ECE calibrated", "ECE floor (perfectly calibrated)", f"LaECE_0 raw ({st.laece_bins} bins)",
-                  "LaECE_0 calibrated"], rows,
+                  "LaECE_0 calibrated", "LaECE_0 floor (perfectly calibrated)"], rows,
                  caption="At the operating point: calibration of the boxes kept at each conf threshold "
                          "(the floor and the intervals: below the table)",
                  css="operating")

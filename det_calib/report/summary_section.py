@@ -63,8 +63,8 @@ def summary_section(page: Page, ctx: ReportContext) -> None:
 def answer_line(s: Subject) -> str:
     """The answer for one head, in one line: the deployed map, the ECE of the boxes kept at each
     ``--conf`` raw → calibrated against its sampling floor (the ECE a perfectly calibrated detector
-    scores on those boxes) and their LaECE_0 raw → calibrated (both targets' figures; a ``--target
-    iou`` run gives LaECE_0 first), and mAP50-95.
+    scores on those boxes) and their LaECE_0 raw → calibrated against its own floor (both targets'
+    figures; a ``--target iou`` run gives LaECE_0 first), and mAP50-95.
 
     Runs that predate the operating-point figures give the all-box ECE instead, named as such.
     """
@@ -84,6 +84,9 @@ def answer_line(s: Subject) -> str:
             ece += f", sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)"
                                                                                   if o1.at_floor else "")
         la = f"raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}"
+        if o1.laece_floor is not None:
+            la += f", sampling floor {fci(o1.laece_floor, o1.laece_floor_range)}" + (" (at the floor)"
+                                                                                      if o1.laece_at_floor else "")
         # the run's own target first (--target iou: LaECE_0), the other target's figure beside it
         parts += ([f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)} (the target): {la}", f"ECE {ece}"] if iou
                   else [f"ECE of the boxes kept at conf {fthr(o0.conf)}: {ece}", f"LaECE_0 {la}"])
@@ -229,7 +232,8 @@ def _operating_table(cols: list[Subject], thresholds: list[float]) -> Table:
     return Table(["Run (deployed calibrator)", "Conf", "Boxes kept raw → calibrated",
                   f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})", "ECE floor raw (perfectly calibrated)",
                   "ECE calibrated", "ECE floor calibrated (perfectly calibrated)",
-                  f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 calibrated", "Precision raw → calibrated",
+                  f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 floor raw (perfectly calibrated)",
+                  "LaECE_0 calibrated", "LaECE_0 floor calibrated (perfectly calibrated)", "Precision raw → calibrated",
                   "Recall raw → calibrated", "mAP50-95 raw → calibrated"], rows,
                  caption="At the operating point: the boxes each run keeps at each conf threshold, raw and calibrated",
                  css="compare-operating")

@@ -102,6 +102,10 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         lines += _shift_lines(head, h)
     lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
                  "kept boxes)")
+    if any(o.laece_floor is not None for head in r.heads for o in (r.head(head).eval or EvalResult()).operating_after):
+        lines.append("(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times with mean its calibrated "
+                     "conf: matched with probability conf / the mean IoU of the kept matched boxes, the IoU drawn from "
+                     "theirs, lifted towards 1 for a conf above that mean)")
     if timings and r.timings is not None:
         lines.append(r.timings.line())
     return "\n".join(lines)
@@ -119,10 +123,18 @@ def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettin
         # the run's own target first (its headline), the other target's figure beside it
         pair = f"{laece} (the target); {ece}" if st.target == "iou" else f"{ece}; {laece}"
         lines.append(f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): {pair}")
+        floors = []
         if o1.ece_floor is not None:
-            lines.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
-                         f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
-                         + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
+            floors.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
+                          f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
+                          + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
+        if o1.laece_floor is not None:
+            la_floor = (f"[{head}]   a perfectly calibrated detector would score LaECE_0 {_f(o1.laece_floor, '.4f')}"
+                        f"{_ci_text(o1.laece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
+                        + ("; the calibrated LaECE_0 is at that floor" if o1.laece_at_floor else ""))
+            # in the order of the figures on the line above: the run's own target first
+            floors.insert(0 if st.target == "iou" else len(floors), la_floor)
+        lines += floors
     worse = operating_point_worse(e, st.target)
     if worse is not None:
         lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "

@@ -288,9 +288,15 @@ def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     assert (c.calibration_verdict == "drifted") == any(
         q is not None and q < r.alpha / t.tests for q in (t.change_p, t.binned_change_p, *(k.change_p for k in
                                                                                              c.per_class if k.tested)))
-    # kept-set ECE and its floor, then and now, each interval containing its estimate
+    # kept-set ECE and LaECE_0 and their floors, then and now, each interval containing its estimate
     for o in (*c.operating, *c.operating_then):
         assert o.ece_ci[0] <= o.ece <= o.ece_ci[1] and o.ece_floor_range[0] <= o.ece_floor <= o.ece_floor_range[1]
+        assert o.laece_floor_range[0] <= o.laece_floor <= o.laece_floor_range[1]
+    # the check's page shows both floors, now's LaECE_0 floor as recorded
+    md = (out / "check.md").read_text().replace("\\_", "_")
+    assert "LaECE_0 sampling floor [range]" in md
+    now = c.operating[0]
+    assert f"{now.laece_floor:.4f} [{now.laece_floor_range[0]:.4f}, {now.laece_floor_range[1]:.4f}]" in md
 
 
 def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):

@@ -67,6 +67,27 @@ def test_typed_access(ref):
     assert o.ece_floor_range[0] < o.ece_floor_range[1] and o.at_floor is True
 
 
+def test_laece_floor_fields_round_trip_and_old_runs_read_without_them():
+    from det_calib.record.run_result import OperatingFigures
+
+    o = OperatingFigures(conf=0.25, boxes=1065, ece=0.04, laece0=0.1356, laece_floor=0.0944,
+                         laece_floor_range=(0.0818, 0.1070))
+    assert o.laece_at_floor is False
+    assert OperatingFigures(laece0=0.105, laece_floor_range=(0.0818, 0.1070)).laece_at_floor is True
+    assert OperatingFigures(laece0=0.08, laece_floor_range=(0.0818, 0.1070)).laece_at_floor is True  # below it
+    assert OperatingFigures(laece0=0.1).laece_at_floor is None
+    d = json.loads(json.dumps(o.to_dict()))
+    assert d["laece_floor"] == 0.0944 and d["laece_floor_range"] == [0.0818, 0.107]
+    assert OperatingFigures.from_dict(d, "o") == o
+    # a run written before the floor: the keys are absent, the figures read as unknown
+    old = {k: v for k, v in d.items() if not k.startswith("laece_floor")}
+    back = OperatingFigures.from_dict(old, "o")
+    assert back.laece_floor is None and back.laece_floor_range is None and back.laece_at_floor is None
+    assert back.laece0 == 0.1356 and back.ece == 0.04
+    with pytest.raises(InputError, match="laece_floor_range"):
+        OperatingFigures.from_dict({**d, "laece_floor_range": [0.1]}, "o")
+
+
 def test_operating_floor_fields_and_the_worse_tolerance():
     from det_calib.record.run_result import EvalResult, OperatingFigures
     from det_calib.report.record_words import operating_point_worse

@@ -85,12 +85,17 @@ def test_summary_gives_every_runs_operating_point_with_interval_and_floor(runs, 
         assert cells[1:] == [
             "0.25", f"{o0.boxes} → {o1.boxes}", fci(o0.ece, o0.ece_ci), fci(o0.ece_floor, o0.ece_floor_range),
             fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range), fci(o0.laece0, o0.laece0_ci),
-            fci(o1.laece0, o1.laece0_ci), f"{f3(sh.precision_before)} → {f3(sh.precision_after)}",
+            fci(o0.laece_floor, o0.laece_floor_range), fci(o1.laece0, o1.laece0_ci),
+            fci(o1.laece_floor, o1.laece_floor_range), f"{f3(sh.precision_before)} → {f3(sh.precision_after)}",
             f"{f3(sh.recall_before)} → {f3(sh.recall_after)}",
             f"{f4(hr.eval.map50_95_before)} → {f4(hr.eval.map50_95_after)}"]
         # the same figures, in words, in the summary of the Markdown
         assert f"{fci(o1.ece, o1.ece_ci)} (a perfectly calibrated detector would score " \
                f"{fci(o1.ece_floor, o1.ece_floor_range)}" in summary.replace("\\_", "_"), m
+        # and LaECE_0's floor (a real run records it for both kept sets)
+        assert o0.laece_floor_range[0] <= o0.laece_floor <= o0.laece_floor_range[1]
+        assert f"{fci(o1.laece0, o1.laece0_ci)} (a perfectly calibrated detector would score " \
+               f"{fci(o1.laece_floor, o1.laece_floor_range)}" in summary.replace("\\_", "_"), m
 
 
 def test_each_run_opens_with_the_answer_line_of_its_report(runs, three):
@@ -108,7 +113,8 @@ def test_each_run_opens_with_the_answer_line_of_its_report(runs, three):
         assert kind == "lead" and line == (
             f"{m}:nms: {words}; ECE of the boxes kept at conf 0.25: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}, "
             f"sampling floor {fci(o1.ece_floor, o1.ece_floor_range)}" + (" (at the floor)" if o1.at_floor else "")
-            + f"; LaECE_0 raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}"
+            + f"; LaECE_0 raw {f4(o0.laece0)} → calibrated {f4(o1.laece0)}, sampling floor "
+            f"{fci(o1.laece_floor, o1.laece_floor_range)}" + (" (at the floor)" if o1.laece_at_floor else "")
             + f"; mAP50-95 {f4(hr.eval.map50_95_before)} unchanged."), line
         report = write_report(runs[m], out_dir=three / f"report_{m}")
         head_lines = summary_opening(report["html"].read_text())
