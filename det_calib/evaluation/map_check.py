@@ -570,6 +570,14 @@ def _shared_validator_class(task: str = "detect"):
                 self._riders.append((side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics))
             self._rider_specs = []  # the riders keep only what they run
             det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
+            # the original's heads recompute nothing the calibrated head of the same branch computed
+            # with the same layers on the same features: they read those layers' outputs instead
+            calibrated_heads = {h: d for side, h, _, d, *_ in self._riders if side == "calibrated"}
+            if self._riders:  # the first rider is the original in the stock pass's own head mode
+                calibrated_heads[self._riders[0][1]] = det
+            for side, h, _, d, *_ in self._riders:
+                if side == "original" and h in calibrated_heads:
+                    share_unchanged_layers(calibrated_heads[h], d)
             # a list copy: a head's forward may replace the list's items with its own outputs
             det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
 
@@ -598,3 +606,85 @@ def _shared_validator_class(task: str = "detect"):
             return super().get_stats()
 
     return SharedPassValidator
+
+
+def _same_layer(a: Any, b: Any) -> bool:
+    """Whether two fused layers compute the same thing: the same type and settings (their ``repr``) and
+    equal parameters and buffers, dtype, shape and memory layout included."""
+    if type(a) is not type(b) or repr(a) != repr(b):
+        return False
+    sa, sb = a.state_dict(), b.state_dict()
+    import torch
+
+    return sa.keys() == sb.keys() and all(
+        sa[k].dtype == sb[k].dtype and sa[k].stride() == sb[k].stride() and torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def share_unchanged_layers(source: Any, rider: Any) -> int:
+    """Make ``rider`` (a fused Detect head) read, instead of computing them, the outputs of the layers of
+    its branch that ``source`` (a fused Detect head in the same mode, run first on the same features)
+    has identically.
+
+    A calibrated checkpoint differs from its original only in the class branch's last conv (an affine
+    map) or in layers appended after it (a piecewise-linear map), :mod:`det_calib.deploy.fold`. So the
+    original's box branch is the calibrated one's, and its class branch shares the calibrated one's
+    leading layers: the same layers with the same weights on the same input tensor give the same
+    tensor, bit for bit. Each rider level whose box branch equals the source's reads the source's box
+    output of the batch; each class branch reads the output of the longest common run of leading
+    layers and computes only the rest. A forward hook on the source keeps those outputs (one batch's).
+
+    Returns:
+        How many layers of ``rider`` now read ``source``'s outputs (0: the two share nothing).
+    """
+    import torch
+
+    def branch(d: Any) -> tuple[Any, Any]:
+        b = d.one2one if d.end2end else d.one2many
+        return b["box_head"], b["cls_head"]
+
+    if bool(source.end2end) != bool(rider.end2end):
+        return 0
+    replay = _replay_class()
+    (src_box, src_cls), (box, cls) = branch(source), branch(rider)
+    if src_box is None or box is None or len(src_box) != len(box) or len(src_cls) != len(cls):
+        return 0
+    shared = 0
+    for i in range(len(box)):
+        if _same_layer(src_box[i], box[i]):
+            box[i] = replay(src_box[i], src_box[i])
+            shared += 1
+        a, b = src_cls[i], cls[i]
+        if isinstance(a, torch.nn.Sequential) and isinstance(b, torch.nn.Sequential):
+            k = 0
+            while k < min(len(a), len(b)) and _same_layer(a[k], b[k]):
+                k += 1
+            if k:
+                cls[i] = torch.nn.Sequential(replay(a[k - 1], a), *list(b)[k:])
+                shared += k
+    return shared
+
+
+@functools.cache
+def _replay_class():
+    import torch
+
+    class Replay(torch.nn.Module):
+        """Stands in for the leading layers of a branch level: returns what the source's ``watched`` layer
+        returned last, provided the source's ``level`` (the branch level that layer leads or is) ran on the
+        very tensor this one is given; hooks on the source keep both (one batch's)."""
+
+        def __init__(self, watched: Any, level: Any) -> None:
+            super().__init__()
+            self.kept: list = [None, None]  # the level's input, the watched layer's output
+            kept = self.kept
+            level.register_forward_pre_hook(lambda module, args: kept.__setitem__(0, args[0]))
+            watched.register_forward_hook(lambda module, args, output: kept.__setitem__(1, output))
+
+        def forward(self, x: Any) -> Any:
+            (given, out), self.kept[:] = self.kept, [None, None]
+            if out is None or given is not x:
+                raise RuntimeError("a shared head layer was read on another input than the head it shares")
+            return out
+
+    return Replay
+
