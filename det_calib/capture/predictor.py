@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -311,13 +311,8 @@ class Capturer:
         image_names: Sequence[str] | None = None,
         image_ids: Sequence[int] | None = None,
         progress: bool = True,
-        hold: Callable[[], bool] | None = None,
     ) -> pl.DataFrame:
-        """Capture ``images``; see :func:`capture` for the arguments and the table.
-
-        ``hold``: while it returns True, only the first of several workers captures, and each other one
-        starts when it turns False (or stops unused when the first is done): another process of the run
-        (the verification's val pass) has the cores meanwhile. The table does not depend on it."""
+        """Capture ``images``; see :func:`capture` for the arguments and the table."""
         paths, names, ids = image_lists(images, image_names, image_ids)
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
@@ -329,7 +324,7 @@ class Capturer:
             if self.workers == 1 or len(paths) == 1:
                 n_bad = self._stream(self.backend, source, paths, sizes, out, bar, threading.Event())
             else:
-                n_bad = self._parallel(source, paths, sizes, out, bar, hold)
+                n_bad = self._parallel(source, paths, sizes, out, bar)
         except (torch.OutOfMemoryError, MemoryError):
             raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
         finally:
@@ -339,13 +334,11 @@ class Capturer:
             warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
         return self._table(out, sizes, names, ids, split)
 
-    def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar,
-                  hold: Callable[[], bool] | None = None) -> int:
-        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one source; the
-        workers after the first wait while ``hold()`` is True (see :meth:`__call__`)."""
+    def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar) -> int:
+        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one source."""
         from concurrent.futures import ThreadPoolExecutor
 
-        lock, stop, first_done = threading.Lock(), threading.Event(), threading.Event()
+        lock, stop = threading.Lock(), threading.Event()
 
         def shared():  # the read-ahead generator, one image at a time to whichever worker asks
             while True:
@@ -359,18 +352,10 @@ class Capturer:
 
         def work(backend) -> int:
             try:
-                if backend is not self.backends[0]:
-                    while hold is not None and hold() and not first_done.wait(0.05):
-                        pass
-                    if stop.is_set():
-                        return 0
                 return self._stream(backend, shared(), paths, sizes, out, bar, stop)
             except BaseException:
                 stop.set()  # the other workers stop at their next image
                 raise
-            finally:
-                if backend is self.backends[0]:
-                    first_done.set()
 
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="det_calib-capture") as pool:
             futures = [pool.submit(work, backend) for backend in self.backends]

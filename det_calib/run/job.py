@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,13 +142,10 @@ def open_capturer(inputs: Inputs, s: Settings) -> Any:
         return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
 
 
-def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings, *,
-                  hold: Callable[[], bool] | None = None) -> dict[str, pl.DataFrame]:
-    """Head -> the capture table of one split (one forward pass per image for every head); ``hold``:
-    while it returns True, the capture leaves a core to another process of the run (``Capturer``)."""
+def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
+    """Head -> the capture table of one split (one forward pass per image for every head)."""
     log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
-    more = {} if hold is None else {"hold": hold}
-    raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress, **more)
+    raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
     return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
 
 
@@ -245,8 +242,8 @@ def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, s
         verification = start_verification(inputs, fit, ev, records, s, out)
     if verification is not None:
         stack.enter_context(verification)
-    with clock.stage("capture"):  # one worker while the verification's val pass runs beside it
-        ev_rows = capture_split(cap, inputs, ev, s, hold=verification.running if verification else None)
+    with clock.stage("capture"):
+        ev_rows = capture_split(cap, inputs, ev, s)
         del cap
     captured = {h: [None, ev_rows[h]] for h in inputs.heads}
     results, boxes = _calibrate_heads(inputs, fit, ev, s, captured, fitted)

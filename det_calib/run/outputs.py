@@ -186,10 +186,6 @@ class Verification:
             self._reap()
         shutil.rmtree(self.ckpt.parent, ignore_errors=True)
 
-    def running(self) -> bool:
-        """Whether the val pass runs in its child process now."""
-        return self.child is not None and self.child.is_alive()
-
     def finish(self, result: RunResult, boxes: pl.DataFrame) -> bool:
         """Wait for the child's checks (or run them here) and write them into ``result``; False when
         there was nothing (left) to do."""

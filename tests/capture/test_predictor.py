@@ -189,35 +189,6 @@ def test_parallel_workers_give_the_one_worker_table(tmp_path, demo_model_path, f
     assert 4 not in set(b["image_id"].to_list())  # the broken image has no rows
 
 
-@pytest.mark.parametrize("released_after", [3, None])
-def test_held_workers_wait_and_give_the_same_table(demo_model_path, fixture_images, released_after):
-    """While ``hold()`` is True only the first worker captures; the others join once it turns False, or
-    stop unused when the first has captured everything (a hold that never ends does not stall the
-    capture). The table is the one worker's, bit for bit."""
-    from det_calib.capture.predictor import Capturer
-
-    cap = Capturer(str(demo_model_path), heads="auto", imgsz=320, workers=2)
-    by_worker = [0, 0]  # images run by each worker's network
-
-    def counter(k):
-        def hook(module, args, output):
-            by_worker[k] += 1
-        return hook
-
-    for k, backend in enumerate(cap.backends):
-        backend.model.model[0].register_forward_hook(counter(k))
-
-    def hold() -> bool:  # held until the first worker has captured `released_after` images
-        return released_after is None or by_worker[0] < released_after
-
-    held = cap(fixture_images, progress=False, hold=hold)
-    assert sum(by_worker) == len(fixture_images) and by_worker[0] >= (released_after or len(fixture_images))
-    if released_after is None:
-        assert by_worker[1] == 0  # held to the end: the second worker never ran
-    one = Capturer(str(demo_model_path), heads="auto", imgsz=320, workers=1)
-    assert held.equals(one(fixture_images, progress=False))
-
-
 @pytest.mark.fast
 def test_auto_workers_use_idle_cores_only_where_the_numbers_stay_the_same():
     """One worker per core only on a CPU, at batch 1, with torch on one thread per operator (as
