@@ -374,7 +374,9 @@ def ultralytics_val_heads(
     the stock one (:func:`_riders`), goes through the same validator's postprocess (in its head's mode,
     at its conf) and Ultralytics' own ``update_metrics`` into a metrics object of its own. Every figure
     equals that of a separate stock val of that checkpoint in that mode at that conf
-    (tests/evaluation/test_map_check.py), with one backbone and neck pass instead of one per head.
+    (tests/evaluation/test_map_check.py), with one backbone and neck pass instead of one per head; the
+    original's head of each mode reads the layers it shares with the calibrated one's from that head's
+    run on the batch (:func:`share_unchanged_layers`).
 
     Args:
         original, calibrated, data, split, imgsz, batch, device, nms_time_limit: As
