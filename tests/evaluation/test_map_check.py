@@ -198,7 +198,7 @@ def test_original_head_reads_the_calibrated_heads_shared_layers_bit_for_bit(tmp_
     import torch
     from ultralytics import YOLO
 
-    from det_calib.evaluation.map_check import share_unchanged_layers
+    from det_calib.evaluation.val_riders import share_unchanged_layers
 
     ckpt, _ = _folded(kind, demo_model_path, tmp_path)
 
@@ -230,7 +230,7 @@ def test_original_head_reads_the_calibrated_heads_shared_layers_bit_for_bit(tmp_
 def test_heads_in_other_modes_share_nothing(demo_model_path):
     from ultralytics import YOLO
 
-    from det_calib.evaluation.map_check import share_unchanged_layers
+    from det_calib.evaluation.val_riders import share_unchanged_layers
 
     nets = []
     for e2e in (False, True):
