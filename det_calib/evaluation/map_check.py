@@ -41,6 +41,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import HEAD_PREDICT_NMS
+from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
 
 log = logging.getLogger(__name__)
@@ -371,10 +372,12 @@ def ultralytics_val_heads(
 
     The first head of ``confs`` is the stock ``YOLO(calibrated).val()`` in that head's mode (as
     :func:`ultralytics_val_shared`). Every other Detect head runs on the neck features each batch feeds
-    the stock one (:func:`_riders`), goes through the same validator's postprocess (in its head's mode,
-    at its conf) and Ultralytics' own ``update_metrics`` into a metrics object of its own. Every figure
-    equals that of a separate stock val of that checkpoint in that mode at that conf
-    (tests/evaluation/test_map_check.py), with one backbone and neck pass instead of one per head.
+    the stock one (:func:`~det_calib.evaluation.val_riders.rider_specs`), goes through the same
+    validator's postprocess (in its head's mode, at its conf) and Ultralytics' own ``update_metrics``
+    into a metrics object of its own. Every figure equals that of a separate stock val of that
+    checkpoint in that mode at that conf (tests/evaluation/test_map_check.py), with one backbone and
+    neck pass instead of one per head; the original's heads read the layers they share with the
+    calibrated ones (:mod:`det_calib.evaluation.val_riders`).
 
     Args:
         original, calibrated, data, split, imgsz, batch, device, nms_time_limit: As
@@ -399,7 +402,7 @@ def ultralytics_val_heads(
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
-    riders = _riders(orig, yolo.model, heads, confs)
+    riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
                      device=device)
@@ -433,23 +436,6 @@ def val_task(yolo: Any) -> str:
     """The validator task of a loaded ``YOLO`` (``detect`` for a task det_calib does not validate)."""
     task = getattr(yolo, "task", None)
     return task if task in VAL_TASKS else "detect"
-
-
-def _riders(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]) -> list[tuple]:
-    """What rides on the stock pass of :func:`ultralytics_val_heads`, ``(side, head, model, end2end, conf)``
-    each: the original in the first head's mode, and for each further head (the one-to-one branch of a
-    YOLO26 model beside its one-to-many branch: the two are decoded from the same features, as the capture
-    does) the calibrated and the original checkpoint's head; each on a copy of its own made before val fuses
-    anything (the original's last one on ``orig`` itself, which the caller loaded for this pass alone),
-    prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it)."""
-    import copy
-
-    sources = [("original", heads[0], orig)] + [(side, h, calibrated if side == "calibrated" else orig)
-                                                for h in heads[1:] for side in ("calibrated", "original")]
-    # the original was loaded for this pass alone: its last rider takes it as it is, the others a copy
-    last = max(i for i, (side, _, _) in enumerate(sources) if side == "original")
-    return [(side, h, src if i == last else copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False,
-             confs[h][side == "calibrated"]) for i, (side, h, src) in enumerate(sources)]
 
 
 def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
@@ -570,6 +556,7 @@ def _shared_validator_class(task: str = "detect"):
                 self._riders.append((side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics))
             self._rider_specs = []  # the riders keep only what they run
             det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
+            share_with_originals(det, [(side, h, d) for side, h, _, d, *_ in self._riders])
             # a list copy: a head's forward may replace the list's items with its own outputs
             det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
 

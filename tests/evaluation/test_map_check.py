@@ -187,6 +187,59 @@ def test_one_val_pass_for_both_heads_equals_a_pass_per_head(tmp_path, demo_model
     assert both["nms"][0] != both["e2e"][0] and both["nms"][1] != both["e2e"][1]
 
 
+@pytest.mark.parametrize("kind", ["temperature", "class-isotonic"])
+@pytest.mark.parametrize("head", ["nms", "e2e"])
+def test_original_head_reads_the_calibrated_heads_shared_layers_bit_for_bit(tmp_path, demo_model_path, kind, head):
+    """The original's head, reading the layers it shares with the calibrated head from the latter's run on
+    the same features, returns exactly what it returns computing them itself; it shares the box branch
+    and the class branch's layers before the fold (all of them for appended hinge layers)."""
+    import copy
+
+    import torch
+    from ultralytics import YOLO
+
+    from det_calib.evaluation.val_riders import share_unchanged_layers
+
+    ckpt, _ = _folded(kind, demo_model_path, tmp_path)
+
+    def fused(path):
+        net = YOLO(str(path)).model.float().eval()
+        net.model[-1].end2end = head == "e2e"
+        return net.fuse(verbose=False)
+
+    cal, orig = fused(ckpt), fused(demo_model_path)
+    alone = copy.deepcopy(orig.model[-1])
+    shared = share_unchanged_layers(cal.model[-1], orig.model[-1])
+    levels = len(alone.cv2 if head == "nms" else alone.one2one_cv2)
+    cls_layers = len((alone.cv3 if head == "nms" else alone.one2one_cv3)[0])
+    # box branch of every level, the class branch up to its last conv (temperature) or all of it (hinges)
+    assert shared == levels * (1 + (cls_layers - 1 if kind == "temperature" else cls_layers))
+    feats = {}
+    cal.model[-1].register_forward_pre_hook(lambda module, args: feats.__setitem__("x", list(args[0])))
+    with torch.inference_mode():
+        for shape in ((2, 3, 320, 320), (1, 3, 256, 320)):
+            cal(torch.rand(shape))
+            got, want = orig.model[-1](list(feats["x"])), alone(list(feats["x"]))
+            assert torch.equal(got[0], want[0])  # decoded boxes and scores
+            raw_got, raw_want = (y[1]["one2one"] if head == "e2e" else y[1] for y in (got, want))
+            assert all(torch.equal(raw_got[k], raw_want[k]) for k in ("boxes", "scores"))  # pre-sigmoid scores
+        with pytest.raises(RuntimeError, match="another input"):  # the calibrated head did not run on these
+            orig.model[-1]([torch.rand_like(x) for x in feats["x"]])
+
+
+def test_heads_in_other_modes_share_nothing(demo_model_path):
+    from ultralytics import YOLO
+
+    from det_calib.evaluation.val_riders import share_unchanged_layers
+
+    nets = []
+    for e2e in (False, True):
+        net = YOLO(str(demo_model_path)).model.float().eval()
+        net.model[-1].end2end = e2e
+        nets.append(net.fuse(verbose=False))
+    assert share_unchanged_layers(nets[0].model[-1], nets[1].model[-1]) == 0
+
+
 def test_shared_val_pass_on_a_legacy_head(tmp_path, fixture_yaml, make_untrained):
     """A YOLOv8 head (one branch, no one-to-one head) gives the same equality."""
     from det_calib.evaluation.map_check import ultralytics_val_shared
