@@ -79,19 +79,25 @@ def captured_split(data: Dataset, split: str, *, task: str, kpt_shape: tuple[int
     detect or segment model's labels as boxes, masks not needed). A capture matches nothing, so a pose
     or OBB model's split with box labels is read as boxes here; the run that uses the parts decides
     (and refuses) by its ``--match``."""
-    match = "auto"
-    if task in ("detect", "segment"):
-        match = "box"
-    elif coco_gt is None and (pose_spec(data) is None if task == "pose" else
-                              task == "obb" and label_values(data, split) == 5):
-        match = "box"
-    return load_task_split(data, split, task=task, match=match, kpt_shape=kpt_shape, coco_gt=coco_gt, limit=limit)
+    box = task in ("detect", "segment") or _box_labels_only(data, split, task, coco_gt)
+    return load_task_split(data, split, task=task, match="box" if box else "auto", kpt_shape=kpt_shape,
+                           coco_gt=coco_gt, limit=limit)
+
+
+def _box_labels_only(data: Dataset, split: str, task: str, coco_gt: str | Path | None) -> bool:
+    """Whether a pose or OBB model's split holds box labels only: YOLO labels (no ``--coco-gt``) of a
+    data.yaml without ``kpt_shape`` (pose), or whose lines are ``cls cx cy w h`` (OBB)."""
+    if coco_gt is not None:
+        return False
+    if task == "pose":
+        return pose_spec(data) is None
+    return task == "obb" and label_values(data, split) == 5
 
 
 def _pose_split(data: Dataset, split: str, *, match: str, kpt_shape: tuple[int, int] | None,
                 coco_gt: str | Path | None, limit: int | None) -> Split:
     declared = pose_spec(data)
-    if declared is None and coco_gt is None:
+    if _box_labels_only(data, split, "pose", coco_gt):
         if match == "box":
             return load_split(data, split, limit=limit)
         raise InputError(f"{data.yaml_path} has no `kpt_shape`: box labels for a pose model, and OKS needs "
@@ -107,7 +113,7 @@ def _pose_split(data: Dataset, split: str, *, match: str, kpt_shape: tuple[int, 
 def _obb_split(data: Dataset, split: str, *, match: str, coco_gt: str | Path | None, limit: int | None) -> Split:
     if match == "box" and coco_gt is not None:
         return load_split(data, split, coco_gt=coco_gt, limit=limit)
-    if coco_gt is None and label_values(data, split) == 5:
+    if _box_labels_only(data, split, "obb", coco_gt):
         if match == "box":
             return load_split(data, split, limit=limit)
         raise InputError(f"split `{split}` of {data.yaml_path} has box labels (`cls cx cy w h`) for an OBB model: "

@@ -97,6 +97,7 @@ def _onnx_image_rect(node: Callable[..., str], const: Callable[..., str], image:
                      ) -> dict[str, tuple[str, str]]:
     """``{"y": (y0, y1), "x": (x0, x1)}``: the image's rectangle in the input ``image`` (``(B, 1, 1)``
     tensors): the edge lines whose every pixel is the padding left out."""
+    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before the export is built
     from onnx import TensorProto
 
     img = node("Cast", [image], "size/image_f32", to=TensorProto.FLOAT) if half_image else image
@@ -168,6 +169,8 @@ def onnx_log_area(node: Callable[..., str], const: Callable[..., str], src: str,
 # ------------------------------------------------------------------------------------ OpenVINO
 def openvino_log_area(src: Any, image: Any, *, rows: bool) -> Any:
     """:func:`onnx_log_area` in OpenVINO opset13 ops, on the output ``src`` and the input ``image``."""
+    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before the export
+    # is built
     import openvino.opset13 as ops
 
     def c(v: Any, dtype=np.float32) -> Any:

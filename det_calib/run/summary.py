@@ -111,6 +111,14 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     return "\n".join(lines)
 
 
+def _floor_line(head: str, name: str, floor: float, floor_range: tuple[float, float] | None, boxes: int,
+                at_floor: bool | None) -> str:
+    """The sampling floor of one kept-set figure (``ECE`` or ``LaECE_0``) under its line."""
+    return (f"[{head}]   a perfectly calibrated detector would score {name} {_f(floor, '.4f')}{_ci_text(floor_range)} "
+            f"on these {boxes} boxes (sampling floor, 95% range)"
+            + (f"; the calibrated {name} is at that floor" if at_floor else ""))
+
+
 def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU") -> list[str]:
     """The kept sets at each conf (the headline), and a warning when the calibrator made them worse
     (``iou``: what the match compared, ``IoU``, ``mask IoU``, ``OKS`` or ``rotated IoU (ProbIoU)``)."""
@@ -123,18 +131,12 @@ def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettin
         # the run's own target first (its headline), the other target's figure beside it
         pair = f"{laece} (the target); {ece}" if st.target == "iou" else f"{ece}; {laece}"
         lines.append(f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): {pair}")
-        floors = []
-        if o1.ece_floor is not None:
-            floors.append(f"[{head}]   a perfectly calibrated detector would score ECE {_f(o1.ece_floor, '.4f')}"
-                          f"{_ci_text(o1.ece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
-                          + ("; the calibrated ECE is at that floor" if o1.at_floor else ""))
-        if o1.laece_floor is not None:
-            la_floor = (f"[{head}]   a perfectly calibrated detector would score LaECE_0 {_f(o1.laece_floor, '.4f')}"
-                        f"{_ci_text(o1.laece_floor_range)} on these {o1.boxes} boxes (sampling floor, 95% range)"
-                        + ("; the calibrated LaECE_0 is at that floor" if o1.laece_at_floor else ""))
-            # in the order of the figures on the line above: the run's own target first
-            floors.insert(0 if st.target == "iou" else len(floors), la_floor)
-        lines += floors
+        floors = [_floor_line(head, name, floor, rng, o1.boxes, at)
+                  for name, floor, rng, at in (("ECE", o1.ece_floor, o1.ece_floor_range, o1.at_floor),
+                                               ("LaECE_0", o1.laece_floor, o1.laece_floor_range, o1.laece_at_floor))
+                  if floor is not None]
+        # in the order of the figures on the line above: the run's own target first
+        lines += floors[::-1] if st.target == "iou" and len(floors) == 2 else floors
     worse = operating_point_worse(e, st.target)
     if worse is not None:
         lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
