@@ -7,7 +7,7 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 
 - the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
   ``test``, default bootstrap, report written), in a fresh process: wall seconds, the seconds of
-  each stage (:mod:`det_calib.run.stages`), peak RSS, and the box table's in-memory size;
+  each stage (:mod:`det_calib.job.stages`), peak RSS, and the box table's in-memory size;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratio printed is the job's seconds over
@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
 import json, sys, time
-from det_calib.run import stages
+from det_calib.job import stages
 from det_calib.capture import load_detector
-from det_calib.run import calibrate
+from det_calib.pipeline import calibrate
 import det_calib.report, det_calib.evaluation.coco_engine, matplotlib.pyplot, polars as pl
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
 _model = load_detector(f"{root}/model.pt")

@@ -68,7 +68,7 @@ def run_variant(out: Path) -> None:
     if os.environ.get("SPREAD_MKLDNN") == "0":
         torch.backends.mkldnn.enabled = False
     from det_calib.demo import demo_model, fixture_data_yaml
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     calibrate(demo_model(), fixture_data_yaml(), out=out, n_boot=50, progress=False, report=False)
     import det_calib

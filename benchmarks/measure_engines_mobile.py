@@ -141,10 +141,10 @@ def main() -> None:
     from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
     from det_calib.deploy.reexport import reexport_calibrated
     from det_calib.io import atomic_path
+    from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.record.run_folder import load_run
     from det_calib.report import compare_runs
     from det_calib.report.engines_section import engine_figures
-    from det_calib.run.job import calibrate
 
     data = Path(demo_data_yaml())
     models = export_demo(a.out / "models", data, a.fraction)

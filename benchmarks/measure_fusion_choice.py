@@ -67,9 +67,9 @@ def main() -> None:
     from det_calib.data.box_table import CAPTURE_COLUMNS, read_boxes
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.ensemble.ensemble_job import FusionSettings, ensemble_head
+    from det_calib.job.inputs import Inputs, load_splits
+    from det_calib.job.settings import Settings
     from det_calib.record.run_result import RunResult
-    from det_calib.run.inputs import Inputs, load_splits
-    from det_calib.run.settings import Settings
 
     result = RunResult.read(args.run / "calibration.json")
     rec = result.ensemble

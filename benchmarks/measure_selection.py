@@ -8,7 +8,7 @@ each case, takes a fit subset of ``calib`` and an eval subset of ``test``:
   image at a time, so a box does not depend on which other images are in the run);
 - ``seed S``: N images of each split drawn at random with seed S (more cases of the same size).
 
-On each case it runs the default automatic choice (:func:`det_calib.run.fitting.choose_calibrator`
+On each case it runs the default automatic choice (:func:`det_calib.pipeline.fitting.choose_calibrator`
 with the default candidates and fit ranges, exactly as ``calibrate`` does) and prints the ECE of
 the boxes kept at conf 0.25 on the eval subset (15 bins; the run's IoU): raw, the chosen map,
 the temperature (the classic method), Platt on all boxes, and the best candidate in hindsight
@@ -46,9 +46,9 @@ def one_case(boxes: pl.DataFrame, head: str, fit_ids: list[int], eval_ids: list[
     from det_calib.calibrators.base import calibrated_logits
     from det_calib.calibrators.registry import global_methods, methods
     from det_calib.data.box_view import BoxView
+    from det_calib.job.settings import fit_floors
     from det_calib.numeric import logit_threshold, sigmoid
-    from det_calib.run.fitting import choose_calibrator
-    from det_calib.run.settings import fit_floors
+    from det_calib.pipeline.fitting import choose_calibrator
     from det_calib.selection.cross_validation import fit_calibrator
 
     def part(split: str, ids: list[int]) -> pl.DataFrame:

@@ -35,7 +35,7 @@ from det_calib.evaluation.map_check import coco_map
 from det_calib.metrics import drift_tests as drift
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
 from det_calib.numeric import sigmoid
-from det_calib.record.run_result import calibrator_of
+from det_calib.record.calibrator_record import calibrator_of
 
 
 def calibrators(run, head: str) -> dict[str, object]:

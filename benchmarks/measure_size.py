@@ -22,9 +22,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from det_calib.pipeline.calibrate_job import calibrate
 from det_calib.record.run_result import RunResult
 from det_calib.report.common import f4, fci
-from det_calib.run.job import calibrate
 
 RUNS = (("default (auto)", "default", {}), ("size-platt", "size_platt", {"method": "size-platt"}),
         ("auto --size-maps", "auto_size_maps", {"size_maps": True}))

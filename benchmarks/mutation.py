@@ -73,8 +73,8 @@ TESTS: dict[str, list[str]] = {
         "tests/selection/test_cross_validation.py::test_fit_calibrator_uses_only_its_fit_range"],
     # each of these runs a real calibration (tens of seconds): the two that recompute every figure
     # of calibration.json, the second with thresholds exactly on a score
-    "run/head_figures": ["tests/run/test_head_figures.py::test_every_figure_of_the_default_run",
-                         "tests/run/test_head_figures.py::test_figures_with_thresholds_exactly_on_scores"],
+    "run/head_figures": ["tests/pipeline/test_head_figures.py::test_every_figure_of_the_default_run",
+                         "tests/pipeline/test_head_figures.py::test_figures_with_thresholds_exactly_on_scores"],
     # the planted sets and known answers against pycocotools (the fixture and demo-split captures
     # and the calibration run are left out: seconds to minutes a mutant, and they reach the same code)
     "evaluation/coco_engine": ["tests/evaluation/test_coco_engine.py::test_planted_sets_equal_pycocotools",

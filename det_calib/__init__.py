@@ -34,9 +34,9 @@ import os as _os
 # det_calib imports polars, unless the user set them.
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
-from det_calib.calibrators.temperature import TemperatureScaler, fit_temperature  # noqa: E402
+from det_calib.calibrators.temperature import TemperatureScaler, equivalent_threshold, fit_temperature  # noqa: E402
 from det_calib.errors import DegenerateFitError, DetCalibError, InputError  # noqa: E402
-from det_calib.evaluation.kept_set import equivalent_threshold, threshold_shift  # noqa: E402
+from det_calib.evaluation.kept_set import threshold_shift  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -66,7 +66,7 @@ __all__ = [
 def __getattr__(name: str):
     # heavy imports (ultralytics, torch) only when these are used
     if name == "calibrate":
-        from det_calib.run.job import calibrate
+        from det_calib.pipeline.calibrate_job import calibrate
 
         return calibrate
     if name == "capture":

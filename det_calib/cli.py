@@ -1,11 +1,11 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
-The options of ``calibrate`` are generated from :class:`det_calib.run.settings.Settings` (each field
+The options of ``calibrate`` are generated from :class:`det_calib.job.settings.Settings` (each field
 carries its default and help); library errors name parameters and are shown with the options'
 names.
 
 Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted; ``check``
-also 3-6 (its verdicts, :data:`det_calib.check.run_check.EXIT_CODES`).
+also 3-6 (its verdicts, :data:`det_calib.check.check_record.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def flag_names(settings_cls: type) -> dict[str, str]:
 
 
 THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
-"""Fields of :class:`~det_calib.run.settings.Settings` that are also the options of ``thresholds``."""
+"""Fields of :class:`~det_calib.job.settings.Settings` that are also the options of ``thresholds``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,7 +132,7 @@ segment members are refused)."""
 
 def _ensemble_parser(sub: Any) -> None:
     from det_calib.ensemble.ensemble_job import FusionSettings
-    from det_calib.run.settings import SETTINGS_FIELDS, Settings
+    from det_calib.job.settings import SETTINGS_FIELDS, Settings
 
     e = sub.add_parser(
         "ensemble", help="fuse several detectors (checkpoints, snapshots, test-time views), calibrate the fused score",
@@ -153,7 +153,7 @@ def _ensemble_parser(sub: Any) -> None:
 
 
 def _calibrate_parser(sub: Any) -> None:
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     c = sub.add_parser(
         "calibrate",
@@ -170,7 +170,7 @@ def _calibrate_parser(sub: Any) -> None:
 
 def _capture_parser(sub: Any) -> None:
     from det_calib.data.box_table import HEADS
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
                        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
@@ -207,7 +207,7 @@ def _capture_parser(sub: Any) -> None:
 def _run_folder_parsers(sub: Any) -> None:
     """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
     from det_calib.data.box_table import HEADS
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
     from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
@@ -241,7 +241,7 @@ def _run_folder_parsers(sub: Any) -> None:
 
 
 def _check_parser(sub: Any) -> None:
-    from det_calib.check.run_check import EXIT_CODES
+    from det_calib.check.check_record import EXIT_CODES
     from det_calib.data.box_table import HEADS
 
     codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
@@ -294,7 +294,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _ensemble(args: argparse.Namespace) -> int:
     from det_calib.ensemble.ensemble_job import FusionSettings, ensemble
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     s = settings_from_args(args, Settings)
     s.boxes = args.boxes
@@ -313,9 +313,9 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from det_calib.run.job import calibrate
-    from det_calib.run.settings import Settings
-    from det_calib.run.summary import summary_text
+    from det_calib.job.settings import Settings
+    from det_calib.pipeline.calibrate_job import calibrate
+    from det_calib.pipeline.summary import summary_text
 
     run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
     summary = run.files.get("summary")
@@ -389,7 +389,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _thresholds(args: argparse.Namespace) -> int:
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
     from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
@@ -432,7 +432,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
     from det_calib.ensemble.ensemble_job import FusionSettings
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
              "data": "--data", "out": "--out", "images": "--images", "split": "--split", "alpha": "--alpha",
@@ -444,7 +444,7 @@ def _error_line(e: Exception) -> str:
 
 
 TIMED = ("calibrate", "ensemble", "check")
-"""The commands whose record and summary say where their time went (:mod:`det_calib.run.clock`)."""
+"""The commands whose record and summary say where their time went (:mod:`det_calib.job.clock`)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
     if args.command in TIMED:  # from the process's start when this is the command line itself
-        from det_calib.run import clock
+        from det_calib.job import clock
 
         clock.start(since_process=argv is None)
     with warnings.catch_warnings():

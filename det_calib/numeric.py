@@ -5,8 +5,7 @@ and the binomial tail (exact, for the certified thresholds).
 Every function works in float64 and is overflow-free for any finite input. This is the one home of
 these primitives; :mod:`det_calib.metrics`, :mod:`det_calib.calibrators`,
 :mod:`det_calib.selection` and :mod:`det_calib.thresholds` import them from
-here (the public names ``scaling.sigmoid``, ``calibrators.expit``,
-``calibrators.logsumexp`` and ``calibrators.log_softmax`` are re-exports).
+here, and only from here.
 
 Two logistic functions live here on purpose. :func:`sigmoid` (``0.5 (1 + tanh(z / 2))``) is the
 confidence the package reports everywhere; :func:`expit` (``1 / (1 + exp(-z))``) is the form the

@@ -226,7 +226,7 @@ FAST = {"head": "nms", "n_boot": 10, "progress": False, "run_val": False, "metho
 def previous_run(tmp_path_factory, demo_model_path):
     """A complete previous output (with the report) on the fixture split."""
     from det_calib.demo import fixture_data_yaml
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     out = tmp_path_factory.mktemp("prev") / "out"
     calibrate(demo_model_path, fixture_data_yaml(), out=out, report=True, **FAST)
@@ -250,7 +250,7 @@ def _boom(*args, **kwargs):
     ("target", "options"),
     [
         ("det_calib.report.write_report", {"report": True}),
-        ("det_calib.run.outputs._ultralytics_checks", {"report": False, "run_val": True}),
+        ("det_calib.pipeline.outputs._ultralytics_checks", {"report": False, "run_val": True}),
         ("det_calib.deploy.fold.write_calibrated_checkpoint", {"report": False}),
     ],
     ids=["report", "ultralytics-val", "checkpoint"],
@@ -259,7 +259,7 @@ def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(
     previous, demo_model_path, monkeypatch, target, options
 ):
     from det_calib.demo import fixture_data_yaml
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     before = snapshot(previous)
     assert {"calibration.json", "report.html", "calibrated.pt", io.MANIFEST} <= set(before)
@@ -272,7 +272,7 @@ def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(
 
 def test_a_no_report_rerun_leaves_no_stale_report(previous, demo_model_path):
     from det_calib.demo import fixture_data_yaml
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     old = json.loads((previous / "calibration.json").read_text())
     run = calibrate(demo_model_path, fixture_data_yaml(), out=previous, report=False, **FAST)

@@ -37,8 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from det_calib.calibrators.base import LogitCalibrator, NotFittedError, number_words, spread_words  # noqa: F401  (re-exported)
-from det_calib.calibrators.fit_support import check_classes, check_degenerate, group_folds  # noqa: F401
+from det_calib.calibrators.base import LogitCalibrator, number_words, spread_words
+from det_calib.calibrators.fit_support import check_classes, check_degenerate, group_folds
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean

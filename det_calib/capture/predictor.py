@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead  # noqa: F401
+from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.task_payload import CAPTURE_TASKS, nms_task_args, obb_boxes, pose_boxes, task_kpt_shape

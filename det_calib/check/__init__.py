@@ -5,8 +5,8 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "CheckResult": "run_check",
-    "EXIT_CODES": "run_check",
+    "CheckResult": "check_record",
+    "EXIT_CODES": "check_record",
     "check_run": "run_check",
     "new_boxes": "run_check",
 }

@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_view import BoxView
+from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import Run
-from det_calib.record.run_result import OperatingFigures
 from det_calib.record.size_record import SizeFigures
 from det_calib.report import plots
 from det_calib.report.common import bins_of, f3, f4, fci, fint

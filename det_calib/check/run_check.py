@@ -38,13 +38,11 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.check.check_record import (  # noqa: F401  (the check's public names, one import away)
+from det_calib.check.check_record import (
     BOXES_FILE,
     CHANGED,
     CHECK_FILE,
-    CHECK_SCHEMA_VERSION,
     DRIFTED,
-    EXIT_CODES,
     HOLDS,
     MIN_IMAGES,
     NO_SHIFT,
@@ -56,7 +54,7 @@ from det_calib.check.check_record import (  # noqa: F401  (the check's public na
     HeadShift,
     ShiftTests,
 )
-from det_calib.check.verdicts import (  # noqa: F401
+from det_calib.check.verdicts import (
     calibration_tests,
     calibration_verdict,
     class_checks,
@@ -78,7 +76,7 @@ from det_calib.record.run_result import package_version
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECK_FILE", "CHECK_SCHEMA_VERSION", "EXIT_CODES", "CheckResult", "check_run", "default_out",
+__all__ = ["CHECK_FILE", "CheckResult", "check_run", "default_out",
            "new_boxes"]
 
 
@@ -87,8 +85,8 @@ class _Job:
     """What every check needs: the run read back, its settings as capture/eval settings, the detector."""
 
     run: Any  # det_calib.record.run_folder.Run
-    settings: Any  # det_calib.run.settings.Settings
-    inputs: Any  # det_calib.run.inputs.Inputs
+    settings: Any  # det_calib.job.settings.Settings
+    inputs: Any  # det_calib.job.inputs.Inputs
     calibrators: dict[str, LogitCalibrator]
     conf: float
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
@@ -104,10 +102,10 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, load_detector
     from det_calib.data.ground_truth import check_class_names
+    from det_calib.job.inputs import Inputs
+    from det_calib.job.settings import Settings
     from det_calib.record.run_folder import load_run
     from det_calib.record.run_result import calibrator_of
-    from det_calib.run.inputs import Inputs
-    from det_calib.run.settings import Settings
 
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
@@ -153,7 +151,7 @@ def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: 
     from det_calib.data.ground_truth import check_class_names
     from det_calib.ensemble.ensemble_job import capture_workers
     from det_calib.ensemble.ensemble_model import load_ensemble
-    from det_calib.run.inputs import Inputs
+    from det_calib.job.inputs import Inputs
 
     if model is not None:
         raise InputError(f"the run in {run_dir} is an ensemble: its members are its detector, so `model` cannot "
@@ -237,8 +235,8 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
-    from det_calib.run import clock
-    from det_calib.run.job import capture_splits
+    from det_calib.job import clock
+    from det_calib.job.capturing import capture_splits
 
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
@@ -246,7 +244,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
         with clock.stage("capture"):
             return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
     if job.settings.boxes:
-        from det_calib.run.reuse import reuse_boxes
+        from det_calib.job.reuse import reuse_boxes
 
         with clock.stage("capture"):
             captured = reuse_boxes(job.settings.boxes, job.inputs, [split], job.settings)[0]
@@ -390,8 +388,8 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         InputError: Not a run folder, no calibrator, other class names, no images, bad options.
     """
     from det_calib.io import check_output_dir
-    from det_calib.run import clock
-    from det_calib.run.job import startup_imports
+    from det_calib.job import clock
+    from det_calib.job.capturing import startup_imports
 
     clock.begin()
     with clock.stage("data check"):
@@ -430,7 +428,7 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
     """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
     from det_calib.data.box_table import write_boxes
     from det_calib.io import staged_output
-    from det_calib.run import clock
+    from det_calib.job import clock
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
     with staged_output(out_dir) as stage:

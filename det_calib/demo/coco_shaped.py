@@ -249,7 +249,7 @@ def _write_parts(root: Path, data: Path, model: Path, rng: np.random.Generator, 
 
     written: dict[str, dict[str, int]] = {}
     ds = load_data_yaml(data)
-    # what a capture at the run's defaults records (det_calib.run.reuse.capture_settings: NMS IoU
+    # what a capture at the run's defaults records (det_calib.job.reuse.capture_settings: NMS IoU
     # 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes` takes them
     settings = {"conf": float(conf_floor), "iou": 0.7, "max_det": int(max_det), "imgsz": 640, "batch": 1}
     model_fp = model_fingerprint(model)

@@ -520,7 +520,7 @@ def write_run_engine(export: str | Path, folder: Path, result: Any, records: dic
     import polars as pl
 
     from det_calib.io import write_json
-    from det_calib.record.run_result import calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
 
     calibrators = {h: calibrator_of(r) for h, r in records.items()}
     info = read_export(export)

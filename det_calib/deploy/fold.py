@@ -318,7 +318,7 @@ def write_run_checkpoint(source: str | Path, out: str | Path, records: dict[str,
     the one place that chooses the writer. Temperatures only: :func:`write_calibrated_checkpoint`
     (``T`` folded into the last conv, the classic form); any other map:
     :func:`write_folded_checkpoint` (per channel when affine, else stock conv + ReLU hinge layers)."""
-    from det_calib.record.run_result import calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
 
     if not records:
         raise InputError("no calibrator to fold into the checkpoint")

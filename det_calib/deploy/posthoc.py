@@ -29,7 +29,8 @@ __all__ = ["apply_calibrator", "load_calibrators"]
 
 def load_calibrators(calibration: Any) -> dict[str, Any]:
     """Head -> fitted calibrator of a ``calibration.json`` (a path, its dict, or a RunResult)."""
-    from det_calib.record.run_result import RunResult, calibrator_of, calibrators_from_dict, read_calibrators
+    from det_calib.record.calibrator_record import calibrator_of
+    from det_calib.record.run_result import RunResult, calibrators_from_dict, read_calibrators
 
     if isinstance(calibration, (str, Path)):
         records = read_calibrators(calibration)

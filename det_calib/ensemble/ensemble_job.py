@@ -48,8 +48,16 @@ from det_calib.ensemble.members import (
 )
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.io import check_output_dir, staged_output
+from det_calib.job import clock
+from det_calib.job.capturing import startup_imports
+from det_calib.job.inputs import Inputs, load_splits
+from det_calib.job.settings import Settings, _opt, _settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
+from det_calib.pipeline.calibrate_job import calibrate_head
+from det_calib.pipeline.fitting import fit_head, fit_temperature
+from det_calib.pipeline.outputs import _gt_per_class, _output_files, write_timings
+from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
     AUTO,
     ORDERS,
@@ -61,13 +69,6 @@ from det_calib.record.ensemble_record import (
     MemberRecord,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
-from det_calib.run import clock
-from det_calib.run.fitting import fit_head, fit_temperature
-from det_calib.run.inputs import Inputs, load_splits
-from det_calib.run.job import calibrate_head, startup_imports
-from det_calib.run.outputs import _gt_per_class, _output_files, write_timings
-from det_calib.run.settings import Settings, _opt, _settings_of
-from det_calib.run.ultralytics_checks import val_not_run
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -503,7 +504,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
             (the shipped seed members when present, else the shipped model's test-time views).
         data: ``data.yaml``.
         out: Output folder (replaced whole when the run succeeds).
-        settings: ``calibrate``'s :class:`~det_calib.run.settings.Settings` (or its fields as options).
+        settings: ``calibrate``'s :class:`~det_calib.job.settings.Settings` (or its fields as options).
         fusion: :class:`FusionSettings` (or its fields as options: ``view``, ``fusion_score``...).
 
     Raises:
@@ -550,7 +551,7 @@ def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dic
     import hashlib
 
     from det_calib.capture.parts import data_fingerprint
-    from det_calib.run.reuse import capture_settings
+    from det_calib.job.reuse import capture_settings
 
     rec = result.ensemble
     joined = "|".join(f"{m.fingerprint}:{m.flip}:{m.scale}:{m.head}" for m in rec.members)
@@ -568,8 +569,8 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
     """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
     checkpoint), plus ``members.parquet``; swapped in whole."""
     from det_calib.io import write_text
-    from det_calib.run.outputs import _tune_thresholds
-    from det_calib.run.reuse import write_run_boxes
+    from det_calib.job.reuse import write_run_boxes
+    from det_calib.pipeline.outputs import _tune_thresholds
 
     fp = fingerprints(result, splits, s)
     with staged_output(out) as stage:

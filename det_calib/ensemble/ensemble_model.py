@@ -182,7 +182,8 @@ def load_ensemble(run_dir: str | Path, *, device: str | None = None, workers: in
     Raises:
         InputError: Not an ensemble run, a member file missing or changed since the run.
     """
-    from det_calib.record.run_result import RunResult, calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
+    from det_calib.record.run_result import RunResult
 
     run_dir = Path(run_dir)
     result = RunResult.read(run_dir / "calibration.json")

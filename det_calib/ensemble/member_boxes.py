@@ -32,7 +32,7 @@ def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Seque
     """
     from det_calib.capture.parts import data_fingerprint, model_fingerprint
     from det_calib.data.box_table import read_boxes
-    from det_calib.run.reuse import run_meta
+    from det_calib.job.reuse import run_meta
 
     path = Path(folder)
     path = path / "members.parquet" if path.is_dir() else path

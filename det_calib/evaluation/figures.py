@@ -4,7 +4,7 @@ Every figure of a head's ``eval`` record is computed here from a :class:`~det_ca
 (raw, and :meth:`~det_calib.data.box_view.BoxView.scored` by the head's calibrator):
 
 - :func:`scores_of` / :func:`all_box_scores` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, LaACE
-  with image-bootstrap intervals (:class:`~det_calib.record.run_result.Scores`);
+  with image-bootstrap intervals (:class:`~det_calib.record.eval_record.Scores`);
 - :class:`~det_calib.evaluation.operating.OperatingPoints` — kept-set ECE and LaECE_0 at each threshold;
 - :func:`thresholded`, :func:`kept_gaps` — the kept sets' ECE and their largest bin gaps;
 - :func:`map_check` — COCO mAP ranked by raw and by calibrated scores;
@@ -33,7 +33,9 @@ from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.kept_set import threshold_shift
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_result import BinGap, ClassResult, EvalResult, HeadResult, Scores, Thresholded
+from det_calib.metrics.detection_metrics import box_features, dece, laace
+from det_calib.record.eval_record import BinGap, Scores, Thresholded
+from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
            "operating_points", "per_class", "pose_map_check", "scores_of", "segment_map_check", "task_map_check",
@@ -44,7 +46,7 @@ DECE_BINS = (8, 3, 3, 3, 3)
 
 
 class EvalSettings(Protocol):
-    """The options the evaluator reads (the run's :class:`~det_calib.run.settings.Settings` has them)."""
+    """The options the evaluator reads (the run's :class:`~det_calib.job.settings.Settings` has them)."""
 
     conf: tuple[float, ...]
     ece_bins: int
@@ -89,16 +91,16 @@ def scores_of(
         mce=metrics.mce(p, y, n_bins=ece_bins),
         nll=metrics.nll_logits(logit, y, temperature=temperature),
         brier=metrics.brier(p, y),
-        dece=metrics.dece(p, y, features, n_bins=list(dece_bins)),
+        dece=dece(p, y, features, n_bins=list(dece_bins)),
         laece=metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins),
         laece_ci=tuple(metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, **boot)),
-        laace=metrics.laace(p, loc_iou, cls_id),
+        laace=laace(p, loc_iou, cls_id),
     )
 
 
 def _features(v: BoxView) -> np.ndarray:
     """The boxes' normalised centre and size (:func:`det_calib.metrics.box_features`, for D-ECE)."""
-    return metrics.box_features(*(v.xyxy[:, j] for j in range(4)), v.extra["img_w"], v.extra["img_h"])
+    return box_features(*(v.xyxy[:, j] for j in range(4)), v.extra["img_w"], v.extra["img_h"])
 
 
 def gt_classes(split: Split) -> np.ndarray:

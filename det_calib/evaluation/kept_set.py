@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from det_calib.calibrators.temperature import equivalent_threshold  # noqa: F401  (re-exported)
+from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
-from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401  (re-exported)
+from det_calib.record.threshold_shift import ThresholdShift
 
 
 def threshold_shift(
@@ -43,7 +43,7 @@ def threshold_shift(
         n_gt: Number of ground-truth boxes for recall.
         temperature: The shared temperature, to report the equivalent threshold.
         equivalent_conf: The equivalent threshold of any other map, computed by the caller
-            (:func:`det_calib.run.fitting.equivalent_conf`); not with ``temperature``.
+            (:func:`det_calib.pipeline.fitting.equivalent_conf`); not with ``temperature``.
 
     Returns:
         A :class:`ThresholdShift`.

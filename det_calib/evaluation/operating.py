@@ -18,7 +18,7 @@ from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor, kept_laece_floor
-from det_calib.record.run_result import OperatingFigures
+from det_calib.record.eval_record import OperatingFigures
 
 __all__ = ["OperatingPoints", "iou_target", "laece0_targets"]
 

@@ -43,20 +43,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
-from det_calib.metrics.binning import (  # noqa: F401  (the metrics' public names, one import away)
-    STRATEGIES,
-    ReliabilityBins,
-    Strategy,
-    check_strategy,
-    gap_sum,
+from det_calib.metrics.binning import (
     reliability_bins,
     reliability_core,
-    sums_quantile,
-    sums_uniform,
     uniform_index,
 )
 from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
-from det_calib.metrics.detection_metrics import box_features, dece, laace, laece, prepare_laece  # noqa: F401
+from det_calib.metrics.detection_metrics import laece, prepare_laece
 from det_calib.numeric import binary_nll_logits, weighted_mean
 from det_calib.validation import (
     as_binary,
@@ -69,16 +62,12 @@ from det_calib.validation import (
 )
 
 __all__ = [
-    "ReliabilityBins",
     "ace",
     "bootstrap_ci",
     "bootstrap_sd",
-    "box_features",
     "brier",
     "calibration_summary",
-    "dece",
     "ece",
-    "laace",
     "laece",
     "mce",
     "nll",

@@ -20,7 +20,7 @@ class Calibrator:
     """A fitted calibration map of one head: a method name and its parameters.
 
     ``temperature`` (``params = {"temperature": T}``, ``conf = sigmoid(logit / T)``) is what
-    :func:`det_calib.run.job.calibrate` fits; other methods carry their own parameters.
+    :func:`det_calib.pipeline.calibrate_job.calibrate` fits; other methods carry their own parameters.
     """
 
     method: str

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from det_calib.errors import InputError
-from det_calib.record.run_result import CI, Calibrator, OperatingFigures, read_interval, read_number
+from det_calib.record.checked_json import CI, read_interval
+from det_calib.record.eval_record import OperatingFigures
+from det_calib.record.run_result import Calibrator, read_number
 
 RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
     "avg": "mean of the boxes, an absent member counts 0",

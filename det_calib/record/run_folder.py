@@ -17,7 +17,8 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import HEADS, read_boxes
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
-from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult, calibrator_of
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult
 
 log = logging.getLogger(__name__)
 

@@ -28,25 +28,17 @@ from typing import Any
 from det_calib.data.box_table import HEADS
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.record.calibrator_record import (  # noqa: F401  (the run's records, one import away)
+from det_calib.record.calibrator_record import (
     Calibrator,
     Candidate,
-    CandidateEval,
-    CVScores,
-    calibrator_of,
-    calibrator_record,
 )
-from det_calib.record.checked_json import (  # noqa: F401
-    CI,
+from det_calib.record.checked_json import (
     READERS,
-    ci_field,
     key_path,
     leaf,
     leaf_dict,
-    plain,
     read_flag,
     read_integer,
-    read_interval,
     read_items,
     read_json_file,
     read_leaf_fields,
@@ -54,20 +46,16 @@ from det_calib.record.checked_json import (  # noqa: F401
     read_object,
     read_text,
 )
-from det_calib.record.eval_record import (  # noqa: F401
-    BinGap,
+from det_calib.record.eval_record import (
     ClassResult,
     EvalResult,
     FitResult,
-    OperatingFigures,
-    Scores,
     TemperatureFit,
-    Thresholded,
     read_shifts,
     temperature_ok,
 )
 from det_calib.record.size_record import SizeFigures, read_size_figures
-from det_calib.record.threshold_shift import ThresholdShift  # noqa: F401
+from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.record.timings import Timings
 
 SCHEMA_VERSION = 1

@@ -3,7 +3,7 @@
 
 The stages are exclusive (a stage inside another pauses the outer one) and cover the process from
 its start to the moment the record was written: their wall seconds add up to ``wall``, with
-``other`` holding what no stage claimed. :mod:`det_calib.run.clock` measures them.
+``other`` holding what no stage claimed. :mod:`det_calib.job.clock` measures them.
 """
 
 from __future__ import annotations

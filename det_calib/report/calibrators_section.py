@@ -12,13 +12,9 @@ import logging
 import numpy as np
 
 from det_calib.calibrators import registry
+from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import HeadBoxes, Run
-from det_calib.record.run_result import (
-    Calibrator,
-    Candidate,
-    OperatingFigures,
-    RecordedSettings,
-)
+from det_calib.record.run_result import Calibrator, Candidate, RecordedSettings
 from det_calib.report.record_words import left_words, operating_point_worse, temperature_words
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 

@@ -16,10 +16,11 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL
-from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.metrics import calibration as metrics
+from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
-from det_calib.record.run_result import ClassResult, EvalResult, OperatingFigures
+from det_calib.record.run_result import ClassResult, EvalResult
+from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.report.record_words import temperature_verdict
 
 log = logging.getLogger(__name__)

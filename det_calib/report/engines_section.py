@@ -47,7 +47,7 @@ def engine_record(run: Run) -> Any:
 def equivalent_thresholds(run: Run, head: str) -> list[dict]:
     """The run's equivalent raw thresholds of ``head`` (``engine.json``, else computed from its calibrator)."""
     from det_calib.deploy.calibrated_export import run_equivalent_thresholds
-    from det_calib.record.run_result import calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
 
     rec = engine_record(run)
     if rec is not None and head in rec.equivalent_thresholds:

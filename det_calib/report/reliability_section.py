@@ -10,8 +10,8 @@ import numpy as np
 
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.metrics import calibration as metrics
+from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import CALIBRATION_FILE, HeadBoxes, Run
-from det_calib.record.run_result import OperatingFigures
 
 from . import plots
 from .common import (

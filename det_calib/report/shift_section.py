@@ -6,7 +6,7 @@ import numpy as np
 
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.evaluation import kept_set as thresholds
-from det_calib.evaluation.kept_set import ThresholdShift
+from det_calib.record.threshold_shift import ThresholdShift
 
 from . import plots
 from .common import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from det_calib.data.box_table import HEAD_LABEL
-from det_calib.evaluation.kept_set import ThresholdShift
 from det_calib.record.run_folder import HeadBoxes, Run
+from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.report.record_words import operating_point_worse
 
 from . import calibrators_section as calibrators

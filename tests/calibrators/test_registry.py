@@ -101,7 +101,7 @@ def test_the_package_registers_its_methods_simplest_first():
 def test_a_registered_calibrator_is_listed_and_then_removed(shift):
     assert registry.methods()[:4] == ("none", "temperature", "shift", "platt")
     assert "shift" in registry.global_methods()
-    from det_calib.run.settings import calibration_methods, method_help
+    from det_calib.job.settings import calibration_methods, method_help
 
     assert "shift" in calibration_methods() and "temperature, shift, platt" in method_help()
     registry.unregister("shift")
@@ -147,9 +147,9 @@ def test_a_calibrator_defined_here_folds_into_the_checkpoint(shift, tmp_path, de
 @pytest.mark.slow
 def test_a_calibrator_defined_here_runs_through_a_calibration_run_and_its_report(shift, tmp_path, demo_model_path,
                                                                                 fixture_yaml):
+    from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.record.run_result import RunResult
     from det_calib.report import write_report
-    from det_calib.run.job import calibrate
 
     run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", method="auto", n_boot=20, run_val=False,
                     progress=False, head="nms")

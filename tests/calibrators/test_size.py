@@ -97,7 +97,7 @@ def test_auto_tries_it_only_when_asked_and_chooses_it_on_a_planted_size_effect()
 
 
 def test_settings_opt_in():
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     assert "size-platt" not in Settings().auto_methods()
     assert "size-platt" not in Settings(per_class=True).auto_methods()

@@ -181,7 +181,7 @@ def test_shifted_splits_are_cached_corruptions_of_test():
 # ------------------------------------------------------------------------------ on real runs
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory) -> Path:
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     out = tmp_path_factory.mktemp("check") / "run"
     calibrate(out=out, limit=N_IMAGES, run_val=False, n_boot=50, progress=False, head="nms", report=False)

@@ -109,8 +109,8 @@ def test_the_head_vocabulary_has_one_home():
     from det_calib.capture import parts as parts
     from det_calib.data import box_table as boxes
     from det_calib.deploy import fold as fold
+    from det_calib.job import settings as pipeline
     from det_calib.report import common
-    from det_calib.run import settings as pipeline
 
     assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e")
     assert boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "both")

@@ -201,7 +201,8 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_imag
 @pytest.mark.parametrize("name", ["pt", "onnx", "int8"])
 def test_equivalent_threshold_keeps_exactly_the_calibrated_set(runs, name):
     from det_calib.deploy.calibrated_export import equivalent_raw_threshold
-    from det_calib.record.run_result import RunResult, calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
+    from det_calib.record.run_result import RunResult
 
     r = RunResult.read(runs[name] / "calibration.json")
     cal = calibrator_of(r.head("nms").calibrator)
@@ -243,7 +244,8 @@ def test_int8_report_shows_its_calibration_next_to_the_pt(runs, tmp_path):
     from det_calib.cli import main
     from det_calib.deploy.calibrated_export import equivalent_raw_threshold
     from det_calib.metrics.operating_point import kept_ece
-    from det_calib.record.run_result import RunResult, calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
+    from det_calib.record.run_result import RunResult
 
     assert main(["report", str(runs["int8"]), "--reference", str(runs["pt"]), "--out", str(tmp_path)]) == 0
     rows = _md_table((tmp_path / "report.md").read_text(), "Each engine with its own calibration")

@@ -17,7 +17,7 @@ from det_calib.deploy.hook import hook_of
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
-from det_calib.run.job import calibrate
+from det_calib.pipeline.calibrate_job import calibrate
 
 HEADS = (("nms", None), ("e2e", False))
 

@@ -327,7 +327,7 @@ def test_engine_label():
 
 def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):
     """calibration.json names the engine; ``map_engine="pycocotools"`` gives the same figures."""
-    from det_calib.run import calibrate
+    from det_calib.pipeline import calibrate
 
     runs = {e: calibrate(demo_model_path, fixture_yaml, out=tmp_path / e, n_boot=20, progress=False,
                          method="temperature", run_val=False, report=False, map_engine=e)

@@ -24,7 +24,7 @@ from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import pose_map_check, task_map_check
 from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
-from det_calib.run.settings import Settings
+from det_calib.job.settings import Settings
 
 pytest.importorskip("ultralytics")
 pytest.importorskip("pycocotools")

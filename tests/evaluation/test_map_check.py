@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.deploy.fold import write_calibrated_checkpoint
-from det_calib.evaluation.kept_set import equivalent_threshold
 from det_calib.evaluation.map_check import coco_map, ultralytics_val
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.ground_truth import load_data_yaml, write_split_yaml
 from det_calib.data.obb import load_obb_split
 from det_calib.data.pose import load_pose_split
@@ -14,7 +15,6 @@ from det_calib.demo import demo_root
 from det_calib.demo.shapes_obb import demo_obb_data_yaml
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
-from det_calib.evaluation.kept_set import equivalent_threshold
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
 
 pytest.importorskip("ultralytics")

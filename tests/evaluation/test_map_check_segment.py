@@ -9,9 +9,9 @@ import shutil
 import pytest
 from segment_checkpoints import segment_checkpoint
 
+from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
-from det_calib.evaluation.kept_set import equivalent_threshold
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
 
 pytest.importorskip("ultralytics")

@@ -14,16 +14,13 @@ from sklearn.metrics import brier_score_loss, log_loss
 from det_calib.errors import InputError
 from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
+from det_calib.metrics.binning import ReliabilityBins
 from det_calib.metrics.calibration import (
-    ReliabilityBins,
     ace,
     bootstrap_ci,
-    box_features,
     brier,
     calibration_summary,
-    dece,
     ece,
-    laace,
     laece,
     mce,
     nll,
@@ -31,6 +28,7 @@ from det_calib.metrics.calibration import (
     per_class,
     reliability_bins,
 )
+from det_calib.metrics.detection_metrics import box_features, dece, laace
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
@@ -743,7 +741,7 @@ def test_calibration_summary_defaults_and_bad_input_names_the_argument():
         metrics.per_class(metrics.ece, p, y, np.full(300, 0.5))
 
 
-@pytest.mark.parametrize("fn", [functools.partial(metrics.laece, n_bins=10), metrics.laace])
+@pytest.mark.parametrize("fn", [functools.partial(metrics.laece, n_bins=10), laace])
 def test_a_class_weighted_out_is_not_averaged_in(fn):
     """Bootstrap replicates weight the boxes of undrawn images by 0: a class whose boxes all have
     weight 0 drops out of the class average (it is not a class with error 0, nor nan)."""
@@ -780,8 +778,8 @@ def test_nll_checks_name_the_argument():
 def test_one_box_and_light_weights_have_their_error():
     """A total weight of 1 or less is still a sample: one box's ECE/ACE/MCE/D-ECE is |y - p|, and
     fractional weights give the weighted mean gap."""
-    for fn in (metrics.ece, metrics.ace, metrics.mce, metrics.dece):
-        extra = {"features": np.array([[0.5, 0.5, 0.1, 0.1]])} if fn is metrics.dece else {}
+    for fn in (metrics.ece, metrics.ace, metrics.mce, dece):
+        extra = {"features": np.array([[0.5, 0.5, 0.1, 0.1]])} if fn is dece else {}
         assert fn([0.7], [1], **extra) == pytest.approx(0.3, abs=1e-12)
         assert fn([0.7], [0], **extra) == pytest.approx(0.7, abs=1e-12)
     p, y = np.array([0.2, 0.9]), np.array([1, 1])
@@ -796,16 +794,16 @@ def test_default_bins_and_dece_arguments():
     f = rng.uniform(0, 1, (400, 4))
     assert metrics.ace(p, y) == pytest.approx(metrics.ace(p, y, n_bins=15), abs=1e-15)
     assert metrics.ace(p, y) != pytest.approx(metrics.ace(p, y, n_bins=16), abs=1e-9)
-    assert metrics.dece(p, y, features=f) == pytest.approx(metrics.dece(p, y, features=f, n_bins=10), abs=1e-15)
-    assert metrics.dece(p, y, features=f) != pytest.approx(metrics.dece(p, y, features=f, n_bins=11), abs=1e-9)
+    assert dece(p, y, features=f) == pytest.approx(dece(p, y, features=f, n_bins=10), abs=1e-15)
+    assert dece(p, y, features=f) != pytest.approx(dece(p, y, features=f, n_bins=11), abs=1e-9)
     with pytest.raises(InputError, match="arguments `conf` and `correct` to have the same length"):
-        metrics.dece(p, y[:-1], features=f)
+        dece(p, y[:-1], features=f)
     with pytest.raises(InputError, match="`conf`"):
-        metrics.dece(p + 1.0, y, features=f)
+        dece(p + 1.0, y, features=f)
     with pytest.raises(InputError, match="`correct`"):
-        metrics.dece(p, np.full(400, 3), features=f)
+        dece(p, np.full(400, 3), features=f)
     with pytest.raises(InputError, match="`conf` and `weights`"):
-        metrics.dece(p, y, features=f, weights=np.ones(3))
+        dece(p, y, features=f, weights=np.ones(3))
 
 
 @pytest.mark.parametrize("n_img", [1, 2, 3, 7, 200, 255, 256, 257, 400, 65535, 65536, 65537, 70001])

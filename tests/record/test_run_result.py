@@ -68,7 +68,7 @@ def test_typed_access(ref):
 
 
 def test_laece_floor_fields_round_trip_and_old_runs_read_without_them():
-    from det_calib.record.run_result import OperatingFigures
+    from det_calib.record.eval_record import OperatingFigures
 
     o = OperatingFigures(conf=0.25, boxes=1065, ece=0.04, laece0=0.1356, laece_floor=0.0944,
                          laece_floor_range=(0.0818, 0.1070))
@@ -89,7 +89,8 @@ def test_laece_floor_fields_round_trip_and_old_runs_read_without_them():
 
 
 def test_operating_floor_fields_and_the_worse_tolerance():
-    from det_calib.record.run_result import EvalResult, OperatingFigures
+    from det_calib.record.eval_record import OperatingFigures
+    from det_calib.record.run_result import EvalResult
     from det_calib.report.record_words import operating_point_worse
 
     o = OperatingFigures(conf=0.25, boxes=1000, ece=0.05, ece_floor=0.03, ece_floor_range=(0.02, 0.045))

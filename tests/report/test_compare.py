@@ -20,7 +20,8 @@ from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
-from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import Calibrator, RunResult
 from det_calib.report import compare_runs
 from det_calib.report.calibrators_section import calibrator_words
 from det_calib.report.common import f3, f4, fci

@@ -29,6 +29,8 @@ from det_calib.errors import InputError
 from det_calib.evaluation import kept_set as thresholds
 from det_calib.evaluation.figures import scores_of
 from det_calib.metrics import calibration as metrics
+from det_calib.metrics.detection_metrics import box_features
+from det_calib.record.eval_record import Thresholded
 from det_calib.record.run_folder import parse_run_spec
 from det_calib.record.run_result import (
     Bootstrap,
@@ -39,7 +41,6 @@ from det_calib.record.run_result import (
     HeadResult,
     RecordedSettings,
     RunResult,
-    Thresholded,
     ValCheck,
     ValMap,
 )
@@ -135,7 +136,7 @@ def make_run(root: Path, *, heads: tuple[str, ...] = ("nms",), names: list[str] 
         img = ev["image_id"].to_numpy()
         tgt = np.where(y, ev["loc_iou"].to_numpy(), 0.0)
         n_gt = int(y.sum() * 1.2)
-        feats = metrics.box_features(*(ev[c].to_numpy() for c in ("x1", "y1", "x2", "y2", "img_w", "img_h")))
+        feats = box_features(*(ev[c].to_numpy() for c in ("x1", "y1", "x2", "y2", "img_w", "img_h")))
         common = dict(logit=z, loc_iou=tgt, cls_id=cls, features=feats, image_id=img, ece_bins=ece_bins,
                       laece_bins=laece_bins, dece_bins=[8, 3, 3, 3, 3], n_boot=n_boot, seed=0)
         # D-ECE left out (null): it must render "n/a"

@@ -9,11 +9,11 @@ import json
 import pytest
 
 from det_calib.check.run_check import check_run
+from det_calib.pipeline.calibrate_job import calibrate
 from det_calib.record.run_result import RunResult
 from det_calib.report import compare_runs
 from det_calib.report.common import fci
 from det_calib.report.size_section import bin_label
-from det_calib.run.job import calibrate
 
 
 @pytest.fixture(scope="module")

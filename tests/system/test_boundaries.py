@@ -25,6 +25,7 @@ from det_calib.evaluation.kept_set import (
 )
 from det_calib.matching.one_to_one import match_table
 from det_calib.metrics import calibration as metrics
+from det_calib.metrics.detection_metrics import dece
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
@@ -136,9 +137,9 @@ def test_ece_mce_laece_dece_with_scores_on_edges():
     # D-ECE: a feature on an edge moves the box to the upper feature bin
     f_on = [[0.5]] * 6
     f_mixed = [[0.0], [0.5], [0.0], [0.5], [0.0], [0.5]]
-    assert metrics.dece(conf, y, f_on, n_bins=[4, 2]) == pytest.approx(2.3 / 6, abs=1e-15)
+    assert dece(conf, y, f_on, n_bins=[4, 2]) == pytest.approx(2.3 / 6, abs=1e-15)
     # (0, .2) split -> |0-0| + |0.2-1|; .75 and 1 split -> |.75-1| + |1-1|
-    assert metrics.dece(conf, y, f_mixed, n_bins=[4, 2]) == pytest.approx((0.8 + 0.75 + 0.5 + 0.25) / 6, abs=1e-15)
+    assert dece(conf, y, f_mixed, n_bins=[4, 2]) == pytest.approx((0.8 + 0.75 + 0.5 + 0.25) / 6, abs=1e-15)
 
 
 # ----------------------------------------------------------------------------- bootstrap

@@ -184,7 +184,7 @@ def test_default_run_on_the_embedded_demo(tmp_path):
 def test_calibrate_options_come_from_settings():
     """Every option of `calibrate` is a Settings field: same defaults, values read back into Settings."""
     from det_calib.cli import _parser, flag_names, settings_from_args
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     parser = _parser()
     assert settings_from_args(parser.parse_args(["calibrate"]), Settings) == Settings()

@@ -14,11 +14,12 @@ import pytest
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
 from det_calib.errors import InputError
+from det_calib.job.settings import fit_floors
 from det_calib.metrics.calibration import ece
 from det_calib.metrics.operating_point import LaECE0Targets, laece0
 from det_calib.numeric import sigmoid
-from det_calib.record.run_result import Calibrator, RunResult, calibrator_of
-from det_calib.run.settings import fit_floors
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import Calibrator, RunResult
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +177,7 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
 
     from det_calib.calibrators.identity import Identity
     from det_calib.deploy.fold import write_folded_checkpoint
-    from det_calib.run.summary import summary_text
+    from det_calib.pipeline.summary import summary_text
 
     r = RunResult.read(auto_run / "calibration.json")
     none = Calibrator("none", {"fit_min_conf": 0.0, "map": Identity().to_dict()})

@@ -12,13 +12,13 @@ import polars as pl
 import pytest
 from conftest import assert_intervals_contain_estimates
 
+from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint
-from det_calib.evaluation.kept_set import equivalent_threshold
+from det_calib.job.inputs import resolve_splits
 from det_calib.metrics.calibration import nll_logits
-from det_calib.run.inputs import resolve_splits
-from det_calib.run.job import calibrate
-from det_calib.run.summary import summary_text
+from det_calib.pipeline.calibrate_job import calibrate
+from det_calib.pipeline.summary import summary_text
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
@@ -415,7 +415,7 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
     """The summary flags a head whose calibrated kept-set ECE (lowest conf) is above the raw one."""
     import copy
 
-    from det_calib.run.summary import summary_text
+    from det_calib.pipeline.summary import summary_text
 
     ref = json.loads((Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text())
     for worse in (True, False):
@@ -445,7 +445,8 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     from det_calib.calibrators.registry import global_methods, uses_size
     from det_calib.calibrators.registry import methods as all_methods
     from det_calib.calibrators.temperature import TemperatureScaler
-    from det_calib.record.run_result import RunResult, calibrator_of
+    from det_calib.record.calibrator_record import calibrator_of
+    from det_calib.record.run_result import RunResult
 
     run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", head="nms", n_boot=10, run_val=False,
                     report=False, progress=False, per_class=per_class)
@@ -489,10 +490,10 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
     import shutil
 
     from det_calib.evaluation.map_check import ultralytics_val_shared
+    from det_calib.job.settings import Settings
+    from det_calib.pipeline.ultralytics_checks import _val_check
     from det_calib.record.run_result import RunResult
     from det_calib.report import write_report
-    from det_calib.run.settings import Settings
-    from det_calib.run.ultralytics_checks import _val_check
 
     result = RunResult.from_dict(json.loads((run.out_dir / "calibration.json").read_text()))
     kw = dict(split="val", head="nms", imgsz=None, batch=16, device=None, nms_time_limit=0.0)

@@ -18,7 +18,7 @@ from det_calib.data.pose import load_pose_split
 from det_calib.demo import demo_obb_model, demo_pose_model
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
-from det_calib.run.summary import summary_text
+from det_calib.pipeline.summary import summary_text
 
 QUICK = ["--n-boot", "20", "-q"]
 pytestmark = pytest.mark.slow

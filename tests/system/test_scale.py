@@ -65,8 +65,8 @@ def test_unreadable_images_are_summarised(tmp_path, fixture_yaml):
 
 def test_bad_labels_are_listed_in_calibration_json(tmp_path, demo_model_path, fixture_yaml):
     """Every malformed label file, with line and reason, in calibration.json (the warnings name a few)."""
+    from det_calib.pipeline import calibrate
     from det_calib.record.run_result import RunResult
-    from det_calib.run import calibrate
 
     root = tmp_path / "ds"
     shutil.copytree(fixture_yaml.parent, root)
@@ -86,7 +86,7 @@ def test_bad_labels_are_listed_in_calibration_json(tmp_path, demo_model_path, fi
 @pytest.fixture(scope="module")
 def lvis_run(tmp_path_factory):
     """A 1,000-class COCO-shaped set (60 images per split, both heads), calibrated from its parts."""
-    from det_calib.run import calibrate
+    from det_calib.pipeline import calibrate
 
     tmp = tmp_path_factory.mktemp("lvis")
     s = write_coco_shaped(tmp / "set", 60, n_classes=1000, seed=5, gt_per_image=12)

@@ -532,7 +532,7 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     import inspect
 
     from det_calib.cli import _parser, main, settings_from_args
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     args = _parser().parse_args(["thresholds", "somewhere"])
     s = settings_from_args(args, Settings)

@@ -1,4 +1,4 @@
-"""The stage clock (det_calib.run.clock) and its record (det_calib.record.timings)."""
+"""The stage clock (det_calib.job.clock) and its record (det_calib.record.timings)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import pytest
 
 from det_calib.errors import InputError
+from det_calib.job import clock
 from det_calib.record.timings import StageTime, Timings
-from det_calib.run import clock
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
@@ -128,8 +128,8 @@ def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path):
     code = f"""
 import sys
 from pathlib import Path
-from det_calib.run.job import _start
-from det_calib.run.settings import Settings
+from det_calib.pipeline.calibrate_job import _start
+from det_calib.job.settings import Settings
 _start(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
 print(" ".join(sorted(sys.modules)))
 """
@@ -155,8 +155,8 @@ def test_the_command_line_freezes_the_start_ups_objects_and_a_library_call_does_
 
     code = """
 import gc
-from det_calib.run import clock
-from det_calib.run.job import startup_imports
+from det_calib.job import clock
+from det_calib.job.capturing import startup_imports
 clock.start()  # a library call's clock
 startup_imports()
 library = gc.get_freeze_count()

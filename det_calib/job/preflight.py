@@ -2,12 +2,12 @@
 
 A calibration run spends minutes capturing boxes; an input that can be seen to be wrong without
 running the model must stop it before that, with one line naming the parameter or file at fault.
-:func:`det_calib.run.job.calibrate` loads the model (which checks that it is a detector with the
+:func:`det_calib.pipeline.calibrate_job.calibrate` loads the model (which checks that it is a detector with the
 requested heads), reads ``data.yaml`` and the two splits (every label file read once, every line
 checked by :func:`det_calib.data.ground_truth.check_label_line`), compares the class names, and then calls
 :func:`preflight`, which checks what is left:
 
-- the options that :meth:`det_calib.run.settings.Settings.validate` does not cover, and the torch
+- the options that :meth:`det_calib.job.settings.Settings.validate` does not cover, and the torch
   device (without touching the model);
 - the output folder: not a file, creatable, writable, and with free disk for the outputs
   (:func:`estimate_output_bytes`);
@@ -29,7 +29,7 @@ from typing import Literal
 
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
-from det_calib.run.settings import Settings
+from det_calib.job.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,8 @@ and score calibrators where decisions are made (the boxes kept at each ``--conf`
 - :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice, fitted to
   the run's target (:func:`fit_labels`: the matched flag, or with ``--target iou`` the IoU of each box's
   LaECE_0 match, a soft label carried by the :func:`fit_boxes` view)
-- :func:`~det_calib.record.run_result.calibrator_record` / :func:`~det_calib.record.run_result.calibrator_of`
+- :func:`~det_calib.record.calibrator_record.calibrator_record` /
+  :func:`~det_calib.record.calibrator_record.calibrator_of`
   — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
 - :func:`temperature_fit`, :func:`candidates` — the classic temperature and ``auto``'s candidates
   scored on the eval split (:class:`~det_calib.evaluation.operating.OperatingPoints`)
@@ -30,6 +31,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.errors import InputError
 from det_calib.evaluation.operating import OperatingPoints, iou_target
+from det_calib.job.settings import Settings
 from det_calib.metrics import calibration as metrics
 from det_calib.numeric import sigmoid
 from det_calib.record.run_result import (
@@ -39,7 +41,6 @@ from det_calib.record.run_result import (
     FitResult,
     TemperatureFit,
 )
-from det_calib.run.settings import Settings
 from det_calib.selection.cross_validation import Selection, fit_calibrator, select_calibrator
 
 log = logging.getLogger(__name__)

@@ -5,11 +5,11 @@ earlier boxes), per head label → fit → evaluate, write outputs.
 function of its own module, for notebooks and other tools:
 
 - :class:`det_calib.capture.predictor.Capturer` — boxes and raw logits, exactly as single-image ``predict``
-- :func:`det_calib.run.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
+- :func:`det_calib.job.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
 - :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching (by each
   task's own rule: mask IoU, OKS, rotated IoU, through :func:`det_calib.matching.rule.match_split`)
 - :func:`det_calib.calibrators.temperature.fit_temperature` — the NLL-optimal temperature (the default method);
-  :mod:`det_calib.run.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
+  :mod:`det_calib.pipeline.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
 - :mod:`det_calib.metrics` — all-box ECE, ACE, MCE, NLL, Brier, D-ECE, LaECE, intervals
 - :func:`~det_calib.evaluation.map_check.coco_map`, :func:`~.map_check.ultralytics_val_heads` — mAP before/after
@@ -40,30 +40,26 @@ from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.data.pose import pose_spec
-from det_calib.errors import InputError
 from det_calib.io import check_output_dir
+from det_calib.job import clock
+from det_calib.job.capturing import capture_split, open_capturer, startup_imports
+from det_calib.job.inputs import Inputs, default_inputs, load_splits, resolve_inputs
+from det_calib.job.preflight import preflight
+from det_calib.job.settings import Settings, _settings_of
+from det_calib.job.stages import stage
+from det_calib.job.threads import single_blas_thread
 from det_calib.matching.rule import choose_matching, match_split
-from det_calib.record.run_result import (
-    HeadResult,
-    RunResult,
-    calibrator_record,
-    package_version,
-)
-from det_calib.run import clock
-from det_calib.run.fitting import (
+from det_calib.pipeline.fitting import (
     Choice,
     fit_head,
     fit_result,
     scored_candidates,
     temperature_fit,
 )
-from det_calib.run.head_figures import evaluate_head, operating_points
-from det_calib.run.inputs import Inputs, default_inputs, load_splits, resolve_inputs
-from det_calib.run.outputs import Verification, _gt_per_class, _write_outputs, start_verification
-from det_calib.run.preflight import preflight
-from det_calib.run.settings import Settings, _settings_of
-from det_calib.run.stages import stage
-from det_calib.run.threads import single_blas_thread
+from det_calib.pipeline.head_figures import evaluate_head, operating_points
+from det_calib.pipeline.outputs import Verification, _gt_per_class, _write_outputs, start_verification
+from det_calib.record.calibrator_record import calibrator_record
+from det_calib.record.run_result import HeadResult, RunResult, package_version
 
 log = logging.getLogger(__name__)
 
@@ -96,67 +92,6 @@ class CalibrationRun:
     @property
     def temperature(self) -> dict[str, float]:
         return self.result.temperatures
-
-
-def startup_imports() -> None:
-    """Import what the first image needs (torch, Ultralytics, the capture), charged to ``imports``."""
-    with clock.stage("imports"):
-        import ultralytics  # noqa: F401
-
-        import det_calib.capture.predictor  # noqa: F401
-    if clock.since_process():
-        freeze_startup_objects()
-
-
-def freeze_startup_objects() -> None:
-    """In the command line's own process: move every object made so far (the modules, classes and
-    functions of torch, Ultralytics, polars and numpy, which live until the exit) out of the cyclic
-    garbage collector's reach. Each full collection of the run then walks only the objects the run
-    itself makes: about a second of CPU fewer on the demo. Objects are still freed by reference
-    counting; nothing else changes. A library call leaves its caller's collector as it is."""
-    import gc
-
-    gc.freeze()
-
-
-def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
-    """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
-
-    Returns:
-        Head -> one capture table per split (in the order of ``splits``).
-    """
-    cap = open_capturer(inputs, s)
-    out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
-    for sp in splits:
-        for h, rows in capture_split(cap, inputs, sp, s).items():
-            out[h].append(rows)
-    return out
-
-
-def open_capturer(inputs: Inputs, s: Settings) -> Any:
-    """The capture's own copy of the detector (charged to ``model load``): a Capturer, or an
-    ExportCapturer for an export."""
-    from det_calib.capture.exported import make_capturer
-
-    with clock.stage("model load"):
-        return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
-
-
-def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
-    """Head -> the capture table of one split (one forward pass per image for every head)."""
-    log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
-    raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
-    return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
-
-
-def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataFrame:
-    rows = raw.filter(pl.col("head") == head)
-    if rows.height == 0:
-        raise InputError(
-            f"no boxes captured on split `{sp.name}` with the {head} head above conf {s.conf_floor}: "
-            "is this the right model for this data?"
-        )
-    return rows
 
 
 def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings,
@@ -199,7 +134,7 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
     results, tables = {}, []
     for head in inputs.heads:
         fb, choice = fitted.pop(head) if fitted else (None, None)
-        # vector work: a second BLAS thread only waits (det_calib.run.threads)
+        # vector work: a second BLAS thread only waits (det_calib.job.threads)
         with single_blas_thread():
             results[head], head_tables = calibrate_head(inputs, fit, ev, head, s, captured.pop(head),
                                                         matched=(fb, None), choice=choice)
@@ -312,7 +247,7 @@ def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_
                ) -> CalibrationRun:
     """:func:`calibrate` once its inputs are loaded; ``stack`` holds the verification running beside it."""
     if s.boxes:
-        from det_calib.run.reuse import reuse_boxes
+        from det_calib.job.reuse import reuse_boxes
 
         with clock.stage("capture"), stage("read boxes"):
             captured, fingerprints = reuse_boxes(s.boxes, inputs, (fit, ev), s)

@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import Split
+from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import sigmoid
-from det_calib.run.fitting import fit_boxes, fit_head, fit_labels
-from det_calib.run.settings import Settings
+from det_calib.pipeline.fitting import fit_boxes, fit_head, fit_labels
 
 pytestmark = pytest.mark.fast
 

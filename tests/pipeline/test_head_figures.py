@@ -896,7 +896,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.data.box_view import BoxView
     from det_calib.evaluation import figures as pipeline
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     rng = np.random.default_rng(0)
     n = 240
@@ -935,7 +935,7 @@ def test_map_check_honours_max_det_on_both_branches():
     from det_calib.calibrators.temperature import TemperatureScaler
     from det_calib.data.ground_truth import Split
     from det_calib.evaluation import figures as pipeline
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
     gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
@@ -968,7 +968,7 @@ def test_per_class_figures_on_small_arrays():
     from det_calib.calibrators.affine import PlattScaler
     from det_calib.data.box_view import BoxView
     from det_calib.evaluation import figures as pipeline
-    from det_calib.run.settings import Settings
+    from det_calib.job.settings import Settings
 
     rng = np.random.default_rng(1)
     n = 160

@@ -1,4 +1,4 @@
-"""The run's verification (det_calib.run.outputs.Verification): the Ultralytics val pass in a child process
+"""The run's verification (det_calib.pipeline.outputs.Verification): the Ultralytics val pass in a child process
 beside the rest of the run gives the checks of the same pass run in the run's own process."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import tempfile
 
 import pytest
 
-from det_calib.run import outputs
+from det_calib.pipeline import outputs
 
 OPTIONS = {"head": "nms", "n_boot": 10, "progress": False, "method": "temperature", "report": False}
 
 
 def _run(model, out):
     from det_calib.demo import fixture_data_yaml
-    from det_calib.run.job import calibrate
+    from det_calib.pipeline.calibrate_job import calibrate
 
     return calibrate(model, fixture_data_yaml(), out=out, **OPTIONS)
 
@@ -50,7 +50,7 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
 
     monkeypatch.setattr(outputs, "runs_beside", lambda: True)
     monkeypatch.setattr(outputs, "checks_in_child", _die)
-    with caplog.at_level(logging.WARNING, logger="det_calib.run.outputs"):
+    with caplog.at_level(logging.WARNING, logger="det_calib.pipeline.outputs"):
         lost = _run(demo_model_path, tmp_path / "lost")
     assert _checks(lost) == _checks(beside)
     assert "ended without a result (exit code 3): running it here" in caplog.text
@@ -61,7 +61,7 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
 
     monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", no_process)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="det_calib.run.outputs"):
+    with caplog.at_level(logging.WARNING, logger="det_calib.pipeline.outputs"):
         unforked = _run(demo_model_path, tmp_path / "unforked")
     assert _checks(unforked) == _checks(beside)
     assert "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text

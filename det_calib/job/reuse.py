@@ -20,8 +20,8 @@ import polars as pl
 
 from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA
 from det_calib.errors import InputError
-from det_calib.run.inputs import Inputs
-from det_calib.run.settings import Settings
+from det_calib.job.inputs import Inputs
+from det_calib.job.settings import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.data.ground_truth import Split

@@ -12,9 +12,10 @@ from det_calib.data.ground_truth import Split
 from det_calib.evaluation import figures
 from det_calib.evaluation.figures import operating_points
 from det_calib.evaluation.operating import OperatingPoints
-from det_calib.record.run_result import Calibrator, HeadResult, calibrator_of
-from det_calib.run.settings import Settings
-from det_calib.run.stages import stage
+from det_calib.job.settings import Settings
+from det_calib.job.stages import stage
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import Calibrator, HeadResult
 
 __all__ = ["evaluate_head", "operating_points"]
 

@@ -227,7 +227,7 @@ class Settings:
                      or (self.size_maps and registry.uses_size(m)))
 
     def fit_floors(self) -> tuple[float, ...]:
-        """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`det_calib.run.fitting.fit_floors`)."""
+        """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`fit_floors`)."""
         return fit_floors(self.method, self.fit_range, self.fit_min_conf, tuple(self.conf))
 
     def recorded(self, *, imgsz: int, fit_split: str, eval_split: str) -> RecordedSettings:

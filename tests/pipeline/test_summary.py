@@ -1,4 +1,4 @@
-"""The run's summary lines of the kept-set sampling floors (det_calib/run/summary.py), on the pinned
+"""The run's summary lines of the kept-set sampling floors (det_calib/pipeline/summary.py), on the pinned
 fixture run's record (tests/data/fixture_calibration.json), which holds both floors of every kept set."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from det_calib.pipeline.summary import summary_text
 from det_calib.record.run_result import RunResult
-from det_calib.run.summary import summary_text
 
 pytestmark = pytest.mark.fast
 

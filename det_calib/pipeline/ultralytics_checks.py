@@ -20,16 +20,11 @@ from det_calib.data.ground_truth import (
     Split,
     write_split_yaml,
 )
+from det_calib.job.inputs import Inputs
+from det_calib.job.settings import Settings
 from det_calib.numeric import logit_threshold, sigmoid
-from det_calib.record.run_result import (
-    Calibrator,
-    DetectionChange,
-    ValCheck,
-    ValMap,
-    calibrator_of,
-)
-from det_calib.run.inputs import Inputs
-from det_calib.run.settings import Settings
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import Calibrator, DetectionChange, ValCheck, ValMap
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.io import logged_as, read_manifest, staged_output
+from det_calib.job import clock
+from det_calib.job.inputs import Inputs
+from det_calib.job.settings import Settings
+from det_calib.pipeline.summary import write_summary_text
+from det_calib.pipeline.ultralytics_checks import _ultralytics_checks, detection_change, val_not_run
 from det_calib.record.run_result import (
     RunResult,
 )
-from det_calib.run import clock
-from det_calib.run.inputs import Inputs
-from det_calib.run.settings import Settings
-from det_calib.run.summary import write_summary_text
-from det_calib.run.ultralytics_checks import _ultralytics_checks, detection_change, val_not_run
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
-    from det_calib.run.reuse import run_fingerprints, write_run_boxes
+    from det_calib.job.reuse import run_fingerprints, write_run_boxes
 
     ev = splits[1]
     with staged_output(out) as stage:
@@ -82,8 +82,8 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
             return RunResult.read(stage / "calibration.json")
 
         if s.report:
+            from det_calib.job import stages
             from det_calib.report import write_report
-            from det_calib.run import stages
 
             with clock.stage("report"), stages.stage("report"):
                 write_report(stage, shown_dir=out, boxes=boxes, finished=finished)

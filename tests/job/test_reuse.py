@@ -11,8 +11,8 @@ from det_calib.capture.parts import capture_to_parts
 from det_calib.cli import main
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
-from det_calib.run.job import calibrate
-from det_calib.run.reuse import RUN_KEY, run_meta
+from det_calib.job.reuse import RUN_KEY, run_meta
+from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
 
@@ -103,9 +103,9 @@ def test_cli_boxes_error_is_one_line(first, demo_model_path, fixture_yaml, tmp_p
 def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, fixture_yaml, tmp_path):
     """--boxes from capture parts of a segment model: each split's rows keep their `segm` RLEs."""
     from det_calib.capture.predictor import capture
-    from det_calib.run.inputs import load_splits, resolve_inputs
-    from det_calib.run.reuse import reuse_boxes
-    from det_calib.run.settings import Settings
+    from det_calib.job.inputs import load_splits, resolve_inputs
+    from det_calib.job.reuse import reuse_boxes
+    from det_calib.job.settings import Settings
 
     s = Settings(fit_split="fixture", eval_split="val", imgsz=320, head="nms", progress=False)
     inputs = resolve_inputs(shapes_seg_path, fixture_yaml, s)

@@ -21,7 +21,7 @@ from det_calib.data.ground_truth import (
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.data.task_splits import load_task_split
 from det_calib.errors import InputError
-from det_calib.run.settings import Settings
+from det_calib.job.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Seconds and peak memory of the stages of a run, logged and kept for benchmarks.
 
-``with stage("mAP check"):`` logs, at debug level on ``det_calib.run.stages``, the seconds the block
+``with stage("mAP check"):`` logs, at debug level on ``det_calib.job.stages``, the seconds the block
 took and the process's peak resident memory during it, and adds both to the records that
 :func:`records` returns (a stage entered several times, once per head, adds up its seconds and
 keeps its highest peak). On Linux the peak is the block's own: the kernel's high-water mark is
