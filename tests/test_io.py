@@ -250,7 +250,7 @@ def _boom(*args, **kwargs):
     ("target", "options"),
     [
         ("det_calib.report.write_report", {"report": True}),
-        ("det_calib.pipeline.outputs._ultralytics_checks", {"report": False, "run_val": True}),
+        ("det_calib.pipeline.outputs.run_ultralytics_checks", {"report": False, "run_val": True}),
         ("det_calib.deploy.fold.write_calibrated_checkpoint", {"report": False}),
     ],
     ids=["report", "ultralytics-val", "checkpoint"],

@@ -51,12 +51,12 @@ from det_calib.io import check_output_dir, staged_output
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.settings import Settings, _opt, _settings_of
+from det_calib.job.settings import Settings, opt, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.calibrate_job import calibrate_head
 from det_calib.pipeline.fitting import fit_head, fit_temperature
-from det_calib.pipeline.outputs import _gt_per_class, _output_files, write_timings
+from det_calib.pipeline.outputs import gt_per_class, output_files, write_timings
 from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
     AUTO,
@@ -82,24 +82,24 @@ EPS = 1e-9
 class FusionSettings:
     """The options of ``det-calib ensemble`` beyond ``calibrate``'s (recorded under ``ensemble.fusion``)."""
 
-    view: tuple[str, ...] = _opt((), "test-time view of every --model: orig, flip, scale:S, flip+scale:S "
+    view: tuple[str, ...] = opt((), "test-time view of every --model: orig, flip, scale:S, flip+scale:S "
                                  "(repeatable; with one --model its views are the members)", flag="--view", repeat=True)
-    snapshots: tuple[str, ...] = _opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
+    snapshots: tuple[str, ...] = opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
                                       "(repeatable)", flag="--snapshots", repeat=True)
-    fusion_iou: float = _opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
-    fusion_score: str = _opt(AUTO, "score of a fused box: auto (default: chosen per head on the fit split's folds, "
+    fusion_iou: float = opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
+    fusion_score: str = opt(AUTO, "score of a fused box: auto (default: chosen per head on the fit split's folds, "
                              "see docs), best-avg (each member's best box in it, averaged over the members, an "
                              "absent member counting 0), agree (the mean of its boxes times the share of members "
                              "that have a box in it), avg (the mean of its boxes, an absent member counting 0), "
                              "present, max, absent", flag="--fusion-score", choices=(AUTO, *SCORE_RULES))
-    fusion_order: str = _opt(AUTO, "auto (default: chosen per head on the fit split's folds), fuse-then-calibrate "
+    fusion_order: str = opt(AUTO, "auto (default: chosen per head on the fit split's folds), fuse-then-calibrate "
                              "(fuse the raw scores, calibrate the fused score) or calibrate-then-fuse",
                              flag="--fusion-order", choices=(AUTO, *ORDERS))
-    fusion_skip: float = _opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
+    fusion_skip: float = opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
                               flag="--fusion-skip")
-    weight: tuple[float, ...] = _opt((), "weight of each member in the fusion, in order (repeatable; default 1 "
+    weight: tuple[float, ...] = opt((), "weight of each member in the fusion, in order (repeatable; default 1 "
                                      "each)", flag="--weight", repeat=True)
-    fusion_table: bool = _opt(True, "skip the table of both orders under every score rule (with --fusion-order and "
+    fusion_table: bool = opt(True, "skip the table of both orders under every score rule (with --fusion-order and "
                               "--fusion-score both given; auto scores every candidate)", flag="--no-fusion-table",
                               negate=True)
 
@@ -467,7 +467,7 @@ def _settings(settings: Settings | None, fusion: FusionSettings | None, options:
         v = getattr(fs, name)
         setattr(fs, name, tuple(v) if isinstance(v, (list, tuple)) else (v,))
     fs.validate()
-    return _settings_of(settings, options), fs
+    return settings_of(settings, options), fs
 
 
 def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tuple[Split, Split], s: Settings
@@ -538,7 +538,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
         settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
         results={h: o.result for h, o in outs.items()}, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        gt_counts={sp.name: _gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
+        gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
     with clock.stage("outputs"):
@@ -570,7 +570,7 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
     checkpoint), plus ``members.parquet``; swapped in whole."""
     from det_calib.io import write_text
     from det_calib.job.reuse import write_run_boxes
-    from det_calib.pipeline.outputs import _tune_thresholds
+    from det_calib.pipeline.outputs import tune_thresholds
 
     fp = fingerprints(result, splits, s)
     with staged_output(out) as stage:
@@ -578,7 +578,7 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
         write_run_boxes(member_boxes, stage / MEMBERS_FILE, fp)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
-        extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        extra = tune_thresholds(stage, result, s) if s.target_precision is not None else []
         write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n")
         if s.report:
             from det_calib.report import write_report
@@ -587,4 +587,4 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
                 write_report(stage, shown_dir=out)
         write_timings(stage, result, t_start,
                       lambda: write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n"))
-    return _output_files(out)
+    return output_files(out)

@@ -95,7 +95,7 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
     return (v,)
 
 
-def _opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:
+def opt(default: Any, help: str, *, flag: str | None = None, **extra: Any) -> Any:
     """A settings field: its default, its help, and (``flag``) its command-line option."""
     meta = {"help": help, **extra}
     if flag:
@@ -112,69 +112,69 @@ class Settings:
     the field to False; ``choices``; ``repeat``: the option may be given several times).
     """
 
-    fit_split: str | None = _opt(None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split")
-    eval_split: str | None = _opt(None, "split to report on (default: test)", flag="--eval-split")
-    head: HeadChoice = _opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
+    fit_split: str | None = opt(None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split")
+    eval_split: str | None = opt(None, "split to report on (default: test)", flag="--eval-split")
+    head: HeadChoice = opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
                             "head (nms=False); both; auto (default): every head the model has",
                             flag="--head", choices=HEAD_CHOICES)
-    iou: float = _opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
-    match: str = _opt("auto", "what the IoU compares: auto (default: the task's own rule: masks for a segment model "
+    iou: float = opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
+    match: str = opt("auto", "what the IoU compares: auto (default: the task's own rule: masks for a segment model "
                       "on data with a mask for every ground truth, OKS for a pose model, rotated IoU for an OBB model; "
                       "else boxes), mask, oks, rotated, or box (any model)", flag="--match", choices=MATCH_CHOICES)
-    loc_iou: float = _opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
-    conf: tuple[float, ...] = _opt((0.25,), "deployment conf threshold to report the kept-set shift at "
+    loc_iou: float = opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
+    conf: tuple[float, ...] = opt((0.25,), "deployment conf threshold to report the kept-set shift at "
                                    "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = _opt("auto", method_help, flag="--method", choices=calibration_methods)
-    per_class: bool = _opt(False, per_class_help, flag="--per-class", switch=True)
-    target: str = _opt("correct", "what the calibrated conf means: correct (default: the probability that the box "
+    method: str = opt("auto", method_help, flag="--method", choices=calibration_methods)
+    per_class: bool = opt(False, per_class_help, flag="--per-class", switch=True)
+    target: str = opt("correct", "what the calibrated conf means: correct (default: the probability that the box "
                        "matches a ground truth at --iou) or iou (the expected IoU of the box with its ground truth, "
                        "0 when it matches none: the target of LaECE_0, which becomes the run's headline); see "
                        "docs/targets.md", flag="--target", choices=registry.TARGETS)
-    size_maps: bool = _opt(False, size_maps_help, flag="--size-maps", switch=True)
-    fit_range: str | None = _opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
+    size_maps: bool = opt(False, size_maps_help, flag="--size-maps", switch=True)
+    fit_range: str | None = opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
                                  "a raw conf floor; default all, and --method auto tries all and operating",
                                  flag="--fit-range")
-    fit_min_conf: float | None = _opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
-    criterion: str = _opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
+    fit_min_conf: float | None = opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
+    criterion: str = opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
                           "lowest --conf: nll (default), brier or ece", flag="--criterion", choices=CRITERIA)
-    cv_folds: int = _opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
+    cv_folds: int = opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
                          flag="--cv-folds")
-    cv_repeats: int = _opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
+    cv_repeats: int = opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
                            "cross-validation takes a fifth of the time, but a close call can then change with "
                            "--seed)", flag="--cv-repeats")
-    conf_floor: float = _opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
-    nms_iou: float = _opt(0.7, "IoU of non-maximum suppression (nms head)")
-    max_det: int = _opt(300, "boxes per image at most (default 300)", flag="--max-det")
-    imgsz: int | None = _opt(None, "inference size (default: the model's training size)", flag="--imgsz")
-    batch: int = _opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
+    conf_floor: float = opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
+    nms_iou: float = opt(0.7, "IoU of non-maximum suppression (nms head)")
+    max_det: int = opt(300, "boxes per image at most (default 300)", flag="--max-det")
+    imgsz: int | None = opt(None, "inference size (default: the model's training size)", flag="--imgsz")
+    batch: int = opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
                       "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
-    device: str | None = _opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
+    device: str | None = opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
                               flag="--device")
-    coco_gt: str | None = _opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
-    ece_bins: int = _opt(15, "ECE bins (default 15)", flag="--bins")
-    laece_bins: int = _opt(25, "LaECE bins")
-    min_class_boxes: int = _opt(50, "classes with fewer boxes are flagged 'few boxes'")
-    n_boot: int = _opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
-    seed: int = _opt(0, "seed of the bootstrap and of a half/half split")
-    map_engine: str = _opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
+    coco_gt: str | None = opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
+    ece_bins: int = opt(15, "ECE bins (default 15)", flag="--bins")
+    laece_bins: int = opt(25, "LaECE bins")
+    min_class_boxes: int = opt(50, "classes with fewer boxes are flagged 'few boxes'")
+    n_boot: int = opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
+    seed: int = opt(0, "seed of the bootstrap and of a half/half split")
+    map_engine: str = opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
                            "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
                            flag="--map-engine", choices=MAP_ENGINES)
-    run_val: bool = _opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
-    report: bool = _opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
-    limit: int | None = _opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
-    boxes: str | None = _opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
+    run_val: bool = opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
+    report: bool = opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
+    limit: int | None = opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
+    boxes: str | None = opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
                              "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
                              "sub-folder per split) instead of capturing again", flag="--boxes")
-    progress: bool = _opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
+    progress: bool = opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
     # per-class conf thresholds (det_calib.thresholds.per_class); also the options of `det-calib thresholds`
-    target_precision: float | None = _opt(
+    target_precision: float | None = opt(
         None, "tune per-class conf thresholds certified at this precision and write thresholds.json "
         f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})", flag="--target-precision")
-    delta: float = _opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
+    delta: float = opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
                         "(default 0.1)", flag="--delta")
-    threshold_unit: Unit = _opt("image", "independence unit of the precision test: image (default; boxes of one "
+    threshold_unit: Unit = opt("image", "independence unit of the precision test: image (default; boxes of one "
                                 "image are correlated) or box", flag="--threshold-unit", choices=("image", "box"))
-    threshold_fallback: Fallback = _opt("global", "threshold of a class that cannot be certified: global (default: "
+    threshold_fallback: Fallback = opt("global", "threshold of a class that cannot be certified: global (default: "
                                         "the global certified threshold) or drop (no box kept)",
                                         flag="--threshold-fallback", choices=("global", "drop"))
 
@@ -271,7 +271,7 @@ SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
 
 
 # ---------------------------------------------------------------------------------------- job
-def _settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
+def settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
     if settings is not None and options:
         raise InputError("pass either `settings` or keyword options, not both")
     unknown = [k for k in options if k not in SETTINGS_FIELDS]

@@ -45,7 +45,7 @@ from det_calib.job import clock
 from det_calib.job.capturing import capture_split, open_capturer, startup_imports
 from det_calib.job.inputs import Inputs, default_inputs, load_splits, resolve_inputs
 from det_calib.job.preflight import preflight
-from det_calib.job.settings import Settings, _settings_of
+from det_calib.job.settings import Settings, settings_of
 from det_calib.job.stages import stage
 from det_calib.job.threads import single_blas_thread
 from det_calib.matching.rule import choose_matching, match_split
@@ -57,7 +57,7 @@ from det_calib.pipeline.fitting import (
     temperature_fit,
 )
 from det_calib.pipeline.head_figures import evaluate_head, operating_points
-from det_calib.pipeline.outputs import Verification, _gt_per_class, _write_outputs, start_verification
+from det_calib.pipeline.outputs import Verification, gt_per_class, start_verification, write_run_outputs
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 
@@ -235,7 +235,7 @@ def calibrate(
         >>> run.temperature  # doctest: +SKIP
         {'nms': 1.27, 'e2e': 1.05}
     """
-    s = _settings_of(settings, options)
+    s = settings_of(settings, options)
     t_start = time.time()
     clock.begin()
     inputs, fit, ev = _start(model, data, Path(out), s)
@@ -261,12 +261,12 @@ def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_
         heads=list(inputs.heads), settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit.name, eval_split=ev.name),
         results=results, corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        gt_counts={sp.name: _gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
+        gt_counts={sp.name: gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
         matching=inputs.matching if inputs.task != "detect" else None,  # a detector: box IoU, as ever
     )
     with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
-        files = _write_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints, verification)
+        files = write_run_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints, verification)
     return CalibrationRun(out_dir=out, result=result, boxes=boxes, checkpoint=_deployed_path(out, inputs.model),
                           files=files)  # calibrated.pt, or the calibrated export
 

@@ -23,7 +23,7 @@ from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.pipeline.summary import write_summary_text
-from det_calib.pipeline.ultralytics_checks import _ultralytics_checks, detection_change, val_not_run
+from det_calib.pipeline.ultralytics_checks import detection_change, run_ultralytics_checks, val_not_run
 from det_calib.record.run_result import (
     RunResult,
 )
@@ -31,13 +31,13 @@ from det_calib.record.run_result import (
 log = logging.getLogger(__name__)
 
 
-def _gt_per_class(split: Split, n_classes: int) -> list[int]:
+def gt_per_class(split: Split, n_classes: int) -> list[int]:
     """Non-crowd ground-truth boxes of a split per class id (recorded as ``gt_counts``)."""
     cls = split.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
     return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
 
 
-def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
+def tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     """Per-class conf thresholds of every head, written as ``thresholds.json``; the summary's lines."""
     from det_calib.thresholds.per_class import summary_lines, tune_run
 
@@ -55,7 +55,7 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
 
-def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
+def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                    s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
                    verification: Verification | None = None) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
@@ -73,7 +73,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
         engine_lines = _write_model(stage, result, inputs, ev, s, verification)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
-        extra = (_tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
+        extra = (tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
 
         def finished() -> RunResult:  # the verification in, the record written again and read back
             if verification is not None and verification.finish(result, boxes):
@@ -89,7 +89,7 @@ def _write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: In
                 write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
         finished()
         write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
-    return _output_files(out)
+    return output_files(out)
 
 
 def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: Settings,
@@ -139,7 +139,7 @@ def write_timings(folder: Path, result: RunResult, t_start: float, write_summary
 
 class Verification:
     """The Ultralytics val checks of a run's heads (one pass of the calibrated checkpoint,
-    :func:`_ultralytics_checks`) and the detection change of a per-class map folded into the model,
+    :func:`run_ultralytics_checks`) and the detection change of a per-class map folded into the model,
     written into the run's record by :meth:`finish`.
 
     :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
@@ -195,7 +195,7 @@ class Verification:
         with clock.stage("verification"):
             checks = self._from_child() if self.child is not None else None
             if checks is None:
-                checks = _ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
+                checks = run_ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
             self._apply(checks, result, boxes)
         return True
 
@@ -282,7 +282,7 @@ def children_cpu() -> float:
 def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
     """The forked child's work: the checks (or the error) sent to the parent."""
     try:
-        out: tuple[str, Any] = ("ok", _ultralytics_checks(inputs, ckpt, ev, records, s))
+        out: tuple[str, Any] = ("ok", run_ultralytics_checks(inputs, ckpt, ev, records, s))
     except BaseException as e:  # noqa: BLE001 - raised in the parent
         out = ("error", e)
     try:
@@ -298,7 +298,7 @@ def _replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def _output_files(out: Path) -> dict[str, Path]:
+def output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
              "calibrated.onnx": "export", "engine.json": "engine",

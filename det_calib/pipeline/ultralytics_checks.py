@@ -92,7 +92,7 @@ def val_not_run(split: str, note: str) -> ValCheck:
     return ValCheck(split=split, note=f"not run: {note}")
 
 
-def _ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
+def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
                         ) -> dict[str, ValCheck]:
     """Ultralytics val of the calibrated checkpoint, every head in one pass (the other heads decoded
     from the features of the stock one, :func:`det_calib.evaluation.map_check.ultralytics_val_heads`);
