@@ -104,8 +104,8 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.data.ground_truth import check_class_names
     from det_calib.job.inputs import Inputs
     from det_calib.job.settings import Settings
+    from det_calib.record.calibrator_record import calibrator_of
     from det_calib.record.run_folder import load_run
-    from det_calib.record.run_result import calibrator_of
 
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
