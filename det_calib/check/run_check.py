@@ -32,7 +32,7 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -76,6 +76,11 @@ from det_calib.record.run_result import package_version
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:  # imported where the job runs (torch and Ultralytics come with them)
+    from det_calib.job.inputs import Inputs
+    from det_calib.job.settings import Settings
+    from det_calib.record.run_folder import Run
+
 __all__ = ["CHECK_FILE", "CheckResult", "check_run", "default_out",
            "new_boxes"]
 
@@ -84,9 +89,9 @@ __all__ = ["CHECK_FILE", "CheckResult", "check_run", "default_out",
 class _Job:
     """What every check needs: the run read back, its settings as capture/eval settings, the detector."""
 
-    run: Any  # det_calib.record.run_folder.Run
-    settings: Any  # det_calib.job.settings.Settings
-    inputs: Any  # det_calib.job.inputs.Inputs
+    run: Run
+    settings: Settings
+    inputs: Inputs
     calibrators: dict[str, LogitCalibrator]
     conf: float
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
