@@ -459,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
-    if argv is None:  # the command line: the process's allocator is its own
+    if argv is None:  # the command line: the process's allocator and collector are its own
         _keep_freed_memory()
+        _collect_less_often()
     if args.command in TIMED:  # from the process's start when this is the command line itself
         from det_calib.run import clock
 
@@ -516,6 +517,18 @@ def _keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 32 << 20)
     mallopt(m_trim_threshold, 256 << 20)
+
+
+def _collect_less_often() -> None:
+    """Run the cyclic garbage collector's young collection every 50,000 new container objects instead
+    of every 700. The report's figures (each tens of thousands of matplotlib objects in reference
+    cycles) then mostly die young instead of reaching the oldest generation, whose full collections
+    walk every object the run holds: on the demo, 3 full collections instead of 11 and about 0.9 s of
+    CPU fewer. Objects not in cycles are freed by reference counting as before; what a run computes
+    does not change."""
+    import gc
+
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])
 
 
 def _quick_exit() -> None:
