@@ -104,7 +104,11 @@ def to_png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     engine = fig.get_layout_engine()
     if engine is not None:
-        engine.execute(fig)
+        if fig.axes:  # as Figure.draw runs the engine
+            try:
+                engine.execute(fig)
+            except ValueError:  # as Figure.draw: the figure is drawn as it is
+                pass
         fig.set_layout_engine(None)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
