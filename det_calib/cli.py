@@ -459,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
+    if argv is None:  # the command line: the process's allocator and collector are its own
+        _keep_freed_memory()
+        _collect_less_often()
     if args.command in TIMED:  # from the process's start when this is the command line itself
         from det_calib.job import clock
 
@@ -492,6 +495,40 @@ def main(argv: list[str] | None = None) -> int:
                 clock.reset()
             if argv is None:  # the command line: the process ends next
                 _quick_exit()
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc's malloc keep the memory a forward pass frees for the next one, instead of handing it
+    back to the system and faulting it in afresh, zeroed, on the next image (a few seconds of system
+    CPU per run on the demo, across the capture's two threads and the verification's val pass).
+
+    Large blocks (up to 32 MiB, an activation of a 640 px image is a few) come from the heap rather
+    than their own ``mmap``; a heap's free top is returned to the system only above 256 MiB. The
+    numbers computed do not change, only where their buffers lie; the peak resident memory is that
+    of the largest moment as before. Nothing is done on other C libraries."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only: its mallopt parameters  # noqa: B018
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)
+    mallopt(m_trim_threshold, 256 << 20)
+
+
+def _collect_less_often() -> None:
+    """Run the cyclic garbage collector's young collection every 50,000 new container objects instead
+    of every 700. The report's figures (each tens of thousands of matplotlib objects in reference
+    cycles) then mostly die young instead of reaching the oldest generation, whose full collections
+    walk every object the run holds: on the demo, 3 full collections instead of 11 and about 0.9 s of
+    CPU fewer. Objects not in cycles are freed by reference counting as before; what a run computes
+    does not change."""
+    import gc
+
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])
 
 
 def _quick_exit() -> None:

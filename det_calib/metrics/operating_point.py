@@ -18,7 +18,6 @@ from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
 from det_calib.metrics.binning import uniform_index
-from det_calib.metrics.bootstrap import per_replicate
 from det_calib.metrics.calibration import ece, prepare_ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "kept_laece_floor", "laece0",
@@ -288,11 +287,12 @@ class LaECE0Targets:
 
         def prepare(img: np.ndarray, n_img: int, conf: np.ndarray) -> Any:
             # the kept boxes, their class and bin do not depend on the draws: found once
-            keep, weighted = _laece_binned_prepare(np.asarray(conf, dtype=np.float64), self.target, self.cls,
-                                                   self.use, self.gt_classes, threshold, n_bins)
-            if weighted is None:
+            c = np.asarray(conf, dtype=np.float64)
+            keep = self.use & kept_mask(c, float(threshold))
+            if not keep.any():
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return per_replicate(weighted, img[keep])
+            return _laece_replicates(_KeptCells.of(c[keep], self.cls[keep], self.gt_classes, n_bins), c[keep],
+                                     self.target[keep], img[keep])
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of
@@ -320,6 +320,22 @@ def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     return keep, weighted
 
 
+def _laece_replicates(cells: _KeptCells, c: np.ndarray, t: np.ndarray, img: np.ndarray) -> Any:
+    """The bootstrap batch of LaECE_0 of kept boxes (scores ``c``, targets ``t``, image ``img``): a block of
+    replicates' draw counts ``(r, n_img)`` -> ``(r,)``, each the number ``weighted`` of
+    :func:`_laece_binned_prepare` gives for its weights, computed for many replicates at once."""
+    rows = max(1, (1 << 20) // max(c.size, 1))  # replicates per step: about 1M boxes (8 MiB a table)
+
+    def batch(mult: np.ndarray) -> np.ndarray:
+        out = []
+        for start in range(0, mult.shape[0], rows):
+            w = mult[start:start + rows].astype(np.float64)[:, img]
+            out.append(cells.laece(np.abs(cells.row_sums(w * c) - cells.row_sums(w * t)), cells.row_sums(w)))
+        return np.concatenate(out) if out else np.empty(0)
+
+    return batch
+
+
 class _KeptCells(NamedTuple):
     """Steps 3 and 4 of :func:`laece0` on a kept set: each box's (class, bin) cell, and the class
     average of the binned gaps. The reported LaECE_0 (:meth:`LaECE0Targets.laece`, its bootstrap
@@ -345,16 +361,37 @@ class _KeptCells(NamedTuple):
         """``(n_cls * n_bins,)`` sum of ``values`` ((kept,)) in each cell."""
         return np.bincount(self.key, weights=values, minlength=self.size)
 
+    def row_sums(self, values: np.ndarray) -> np.ndarray:
+        """``(d, n_cls * n_bins)``: :meth:`sums` of each row of ``values`` ((d, kept)), in one pass (each
+        cell's sum is accumulated in the same order, so each row equals its :meth:`sums`)."""
+        d = values.shape[0]
+        keys = (self.key + self.size * np.arange(d)[:, None]).ravel()
+        return np.bincount(keys, weights=values.ravel(), minlength=d * self.size).reshape(d, self.size)
+
     def laece(self, gap: np.ndarray, count: np.ndarray) -> np.ndarray:
         """``(d,)`` LaECE_0 of ``d`` sets of cell gaps ``gap`` ((d, n_cls * n_bins) or (n_cls * n_bins,):
-        ``|sum conf - sum target|`` of each cell) with the boxes ``count`` ((n_cls * n_bins,)) in each
-        cell: per class the summed gaps over its boxes, averaged over the classes that have ground
-        truth and boxes, a class whose LaECE_c is exactly 0 left out; nan where no class is left."""
+        ``|sum conf - sum target|`` of each cell) with the boxes ``count`` ((n_cls * n_bins,), or one row
+        per set of gaps) in each cell: per class the summed gaps over its boxes, averaged over the
+        classes that have ground truth and boxes, a class whose LaECE_c is exactly 0 left out; nan
+        where no class is left."""
         per_class = np.asarray(gap).reshape(-1, self.n_cls, self.n_bins).sum(axis=2)
-        cnt = count.reshape(self.n_cls, self.n_bins).sum(axis=1)
+        cnt = np.asarray(count).reshape(-1, self.n_cls, self.n_bins).sum(axis=2)
         ok = self.has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
-        vals = per_class[:, ok] / cnt[ok]
-        return np.array([float(v[v != 0.0].mean()) if (v != 0.0).any() else np.nan for v in vals])
+        shape = np.broadcast_shapes(per_class.shape, cnt.shape)
+        vals = np.divide(per_class, cnt, out=np.zeros(shape), where=ok)
+        return _mean_of_picked(vals, ok & (vals != 0.0))
+
+
+def _mean_of_picked(vals: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """``(d,)`` mean of each row's ``picked`` values of ``vals`` ((d, k)), nan where none is picked. The
+    rows that pick ``m`` values are averaged together as an ``(rows, m)`` array, so each mean is
+    numpy's mean of the row's ``m`` values, bit for bit."""
+    m = picked.sum(axis=1)
+    out = np.full(vals.shape[0], np.nan)
+    for k in np.unique(m[m > 0]):
+        rows = np.flatnonzero(m == k)
+        out[rows] = vals[rows][picked[rows]].reshape(rows.size, k).mean(axis=1)
+    return out
 
 
 def kept_laece_floor(

@@ -95,7 +95,21 @@ def _log_counts(ax: Any) -> None:
 
 
 def to_png(fig: Figure) -> bytes:
+    """The figure drawn once, as PNG bytes.
+
+    A figure with a layout engine (constrained layout) is laid out here, then saved without it:
+    ``savefig`` would otherwise draw every artist twice, once (to nothing) to lay the figure out and
+    once to the canvas. The layout is the same computation at the same moment (before any artist
+    is drawn), so the pixels are the same."""
     FigureCanvasAgg(fig)
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        if fig.axes:  # as Figure.draw runs the engine
+            try:
+                engine.execute(fig)
+            except ValueError:  # as Figure.draw: the figure is drawn as it is
+                pass
+        fig.set_layout_engine(None)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()

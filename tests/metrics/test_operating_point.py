@@ -12,6 +12,7 @@ from det_calib.errors import InputError
 from det_calib.metrics import bootstrap
 from det_calib.metrics.calibration import bootstrap_ci, ece
 from det_calib.metrics.operating_point import (
+    LaECE0Targets,
     kept_ece,
     kept_ece_floor,
     kept_laece_floor,
@@ -394,3 +395,26 @@ def test_bootstrap_of_operating_statistics_passes_the_bin_count():
         assert stat(p) == t.laece(p, threshold=0.25, n_bins=n_bins)
         assert bootstrap._batch_statistic(stat, img, n_img, [p]) is not None
     assert bootstrap._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None
+
+
+@pytest.mark.parametrize("n_cls", [1, 3, 9, 80])
+def test_laece_replicates_in_blocks_equal_each_replicate_weighted(n_cls):
+    """The LaECE_0 of a block of replicates (one bincount for the block, class means grouped by how
+    many classes a replicate averages) is, replicate by replicate, the weighted public path's number
+    bit for bit, with few classes or many (numpy's pairwise sums above 8 values included)."""
+    rng = np.random.default_rng(n_cls)
+    n, n_img = 3000, 120
+    di = rng.integers(0, n_img, n)
+    xy = rng.uniform(0, 90, (n, 2))
+    dx = np.column_stack([xy, xy + rng.uniform(5, 30, (n, 2))])
+    dc = rng.integers(0, n_cls, n)
+    p = rng.uniform(size=n)
+    gi = rng.integers(0, n_img, n // 2)
+    gx = dx[rng.integers(0, n, n // 2)] + np.tile(rng.normal(0, 2, (n // 2, 2)), 2)  # shifted boxes
+    gc = rng.integers(0, max(1, n_cls - 1), n // 2)  # the last class without ground truth
+    t = LaECE0Targets(di, dx, dc, np.log(p / (1 - p)), gi, gx, gc)
+    stat = t.statistic(threshold=0.25, n_bins=25)
+    rep = lambda f: bootstrap._replicates(f, di, n_img, [p], 300, 7)  # noqa: E731
+    fast = rep(stat)
+    assert np.array_equal(fast, rep(lambda c, *, weights=None: stat(c, weights=weights)), equal_nan=True)
+    assert not np.isnan(fast).all()

@@ -289,3 +289,33 @@ def test_the_docs_layout_table_names_every_module():
     modules = {str(p.relative_to(root)) for p in (root / "det_calib").rglob("*.py") if p.name != "__init__.py"}
     missing = {m for m in modules if m not in named and not any(m.startswith(f) for f in folders)}
     assert not missing, sorted(missing)
+
+
+def test_the_command_line_tunes_its_own_collector_and_a_library_call_does_not():
+    """``det-calib`` run as the command line collects its youngest generation every 50,000 new objects
+    and keeps freed memory in glibc's heap (:func:`det_calib.cli.main` with no ``argv``); called from
+    Python (``main(argv)``) it leaves its caller's collector as it was (fresh interpreters)."""
+    code = """
+import gc, sys
+from det_calib.cli import main
+before = gc.get_threshold()
+if sys.argv[1] == "library":
+    main(["demo-data"])
+else:
+    sys.argv = ["det-calib", "demo-data"]
+    try:
+        main()
+    except SystemExit:
+        pass
+print(before[0], gc.get_threshold()[0])
+"""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"}
+    out = {}
+    for how in ("library", "command"):
+        p = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, cwd=repo, timeout=120,
+                           env=env)
+        assert p.returncode == 0, p.stderr
+        out[how] = tuple(map(int, p.stdout.split()[-2:]))
+    assert out["library"] == (700, 700)
+    assert out["command"] == (700, 50_000)
