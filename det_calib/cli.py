@@ -508,11 +508,13 @@ def _keep_freed_memory() -> None:
     of the largest moment as before. Nothing is done on other C libraries."""
     import ctypes
 
+    if not sys.platform.startswith("linux"):
+        return
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # glibc only: its mallopt parameters  # noqa: B018
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 32 << 20)
