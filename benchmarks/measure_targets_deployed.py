@@ -22,9 +22,10 @@ below the low end of the calibrated kept set's floor range (a LaECE_0 that a per
 score less than 2.5% of the time on those boxes). ``--doc`` writes docs/generated/targets_deployed.md (included
 by docs/targets.md).
 
-``--per-class`` or ``--method M`` run the grid with that option of ``calibrate`` (its own run folders, and with
-``--doc`` docs/generated/targets_deployed_<mode>.md); the mAP50-95 column (the run's own on its boxes rescored, and
-for a per-class map the folded model's against the original's, ``detection_change``) says what the map costs.
+``--per-class``, ``--method M`` or ``--criterion C`` run the grid with that option of ``calibrate`` (its own run
+folders, and with ``--doc`` docs/generated/targets_deployed_<mode>.md); the mAP50-95 column (the run's own on its
+boxes rescored, and for a per-class map the folded model's against the original's, ``detection_change``) says what
+the map costs.
 
 Run from the repository root::
 
@@ -265,6 +266,7 @@ def main() -> None:
     ap.add_argument("--doc", action="store_true", help="write docs/generated/targets_deployed[_<mode>].md")
     ap.add_argument("--per-class", action="store_true", help="calibrate with --per-class")
     ap.add_argument("--method", default=None, help="calibrate with --method METHOD")
+    ap.add_argument("--criterion", default=None, help="calibrate with --criterion CRITERION (auto's CV score)")
     args = ap.parse_args()
     extra, mode = _mode(args)
     cases = []
@@ -294,6 +296,7 @@ def main() -> None:
 def _mode(args: argparse.Namespace) -> tuple[list[str], str]:
     """The extra options of ``calibrate`` and the mode's name ("" for the default)."""
     extra = (["--per-class"] if args.per_class else []) + (["--method", args.method] if args.method else [])
+    extra += ["--criterion", args.criterion] if args.criterion else []
     return extra, "_".join(a.lstrip("-").replace("-", "_") for a in extra)
 
 
