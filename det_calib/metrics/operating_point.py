@@ -287,12 +287,11 @@ class LaECE0Targets:
 
         def prepare(img: np.ndarray, n_img: int, conf: np.ndarray) -> Any:
             # the kept boxes, their class and bin do not depend on the draws: found once
-            c = np.asarray(conf, dtype=np.float64)
-            keep = self.use & kept_mask(c, float(threshold))
-            if not keep.any():
+            keep, cells = _kept_cells(np.asarray(conf, dtype=np.float64), self.cls, self.use, self.gt_classes,
+                                      threshold, n_bins)
+            if cells is None:
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return _laece_replicates(_KeptCells.of(c[keep], self.cls[keep], self.gt_classes, n_bins), c[keep],
-                                     self.target[keep], img[keep])
+            return _laece_replicates(cells, np.asarray(conf, dtype=np.float64)[keep], self.target[keep], img[keep])
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of
@@ -305,14 +304,19 @@ def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float
     return weighted(np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep])
 
 
+def _kept_cells(c, k, use, gt_classes, threshold, n_bins) -> tuple[np.ndarray, _KeptCells | None]:
+    """The scored boxes kept at ``threshold`` ((n,) bool) and their (class, bin) cells (None: none kept)."""
+    keep = use & kept_mask(c, float(threshold))
+    return keep, (_KeptCells.of(c[keep], k[keep], gt_classes, n_bins) if keep.any() else None)
+
+
 def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     """``(keep, weighted)``: the scored boxes at ``threshold`` ((n,) bool) and ``w -> LaECE_0`` of
     them with (kept,) weights ``w``; ``weighted`` is None when no box is kept."""
-    keep = use & kept_mask(c, float(threshold))
-    if not keep.any():
+    keep, cells = _kept_cells(c, k, use, gt_classes, threshold, n_bins)
+    if cells is None:
         return keep, None
     c, t = c[keep], t[keep]
-    cells = _KeptCells.of(c, k[keep], gt_classes, n_bins)
 
     def weighted(w: np.ndarray) -> float:
         return float(cells.laece(np.abs(cells.sums(w * c) - cells.sums(w * t)), cells.sums(w))[0])
