@@ -468,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         clock.start(since_process=argv is None)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
+        # deprecation notices are for the developers of the code that raised them, as in Python's own
+        # default: e.g. Python 3.12's "this process is multi-threaded, use of fork() may lead to
+        # deadlocks" from a data loader's workers on a GPU run, which would read as det_calib's warning
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
         logging.captureWarnings(True)
         try:
             return COMMANDS[args.command](args)

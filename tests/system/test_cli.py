@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -319,3 +320,28 @@ print(before[0], gc.get_threshold()[0])
         out[how] = tuple(map(int, p.stdout.split()[-2:]))
     assert out["library"] == (700, 700)
     assert out["command"] == (700, 50_000)
+
+
+def test_warnings_are_det_calibs_not_other_libraries_deprecation_notices():
+    """A command shows warnings as one ``det-calib: warning:`` line each, but not the deprecation notices
+    of the libraries it calls (Python's own default): e.g. Python 3.12's "this process is multi-threaded,
+    use of fork() may lead to deadlocks in the child", which a data loader's workers raise on a GPU run
+    (seen on an H200, docs/speed.md). A fresh interpreter, one stand-in command raising both kinds."""
+    code = """
+import sys, warnings
+import det_calib.cli as cli
+
+def command(args):
+    warnings.warn_explicit("use of fork() may lead to deadlocks", DeprecationWarning, "loader.py", 1, module="loader")
+    warnings.warn_explicit("soon gone", PendingDeprecationWarning, "loader.py", 2, module="loader")
+    warnings.warn("split `calib`: skipping image x.png (unreadable)")
+    return 0
+
+cli.COMMANDS["demo-data"] = command
+sys.exit(cli.main(["demo-data"]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert lines == ["det-calib: warning: split `calib`: skipping image x.png (unreadable)"], lines
