@@ -143,6 +143,35 @@ def batched_capture(images, device) -> dict:
     return out
 
 
+def ensemble_and_check(device, run_dir: Path, work: Path) -> dict:
+    """``det-calib ensemble`` (the embedded demo ensemble) and ``det-calib check`` of the default run on the
+    device: labelled (the test split) and unlabelled (its images), exit codes and their verdict lines."""
+    import contextlib
+    import io
+
+    from det_calib.cli import main as cli
+
+    cache = Path(os.environ.get("DET_CALIB_CACHE", Path.home() / ".cache" / "det_calib")) / "shapes-v1-seed0"
+    out = {}
+    for name, argv in (
+        ("ensemble", ["ensemble", "--device", str(device), "--out", str(work / "ens")]),
+        ("check_labelled", ["check", str(run_dir), "--data", str(cache / "data.yaml"), "--split", "test",
+                            "--device", str(device), "--out", str(work / "chk")]),
+        ("check_images", ["check", str(run_dir), "--images", str(cache / "images" / "test"),
+                          "--device", str(device), "--out", str(work / "chk_img")]),
+    ):
+        shutil.rmtree(work / name, ignore_errors=True)
+        buf = io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(buf):
+            rc = cli(argv)
+        lines = buf.getvalue().splitlines()
+        out[name] = {"exit": rc, "wall": round(time.perf_counter() - t, 2),
+                     "lines": [ln for ln in lines if ln.startswith(("[", "verdict", "check", "ensemble", "fused"))][:12]
+                     or lines[-12:]}
+    return out
+
+
 def _device_name(device) -> str:
     import torch
 
@@ -243,10 +272,19 @@ def _environment(device) -> dict:
             "ultralytics": ultralytics.__version__}
 
 
+def _kept_ece(line: str) -> str:
+    """``[nms] boxes kept at conf 0.25 (A raw -> B calibrated): ECE(...) x [..] -> y [..]; ...`` as
+    ``nms: ECE x → y (A raw -> B calibrated)``."""
+    return re.sub(r"^\[(\w+)\] boxes kept at conf 0.25 \((.*?)\): ECE\(15 bins, IoU 0.5\) ([\d.]+) \[.*?\] -> "
+                  r"([\d.]+) \[.*", r"\1: ECE \3 → \4 (\2)", line)
+
+
 def doc_body(r: dict) -> str:
     """The docs' table of one run's ``gpu_check.json``."""
     def err(name):
-        return f"failed: {r[name]['error']}" if "error" in r.get(name, {"error": "not run"}) else None
+        if name not in r:
+            return "not run"
+        return f"failed: {r[name]['error']}" if "error" in r[name] else None
 
     rows = []
     c = r.get("capture_equals_predict", {})
@@ -272,13 +310,24 @@ def doc_body(r: dict) -> str:
     if err("default_run"):
         rows.append(("`det-calib calibrate --device 0` (the README's first command)", err("default_run")))
     else:
-        kept = [re.sub(r"^\[(\w+)\] boxes kept at conf 0.25 \((.*?)\): ECE\(15 bins, IoU 0.5\) ([\d.]+) \[.*?\] -> "
-                       r"([\d.]+) \[.*", r"\1: ECE \3 → \4 (\2)", ln)
-                for ln in d.get("summary_tail", []) if re.match(r"^\[\w+\] boxes kept at conf 0.25", ln)]
+        kept = [_kept_ece(ln) for ln in d.get("summary_tail", []) if re.match(r"^\[\w+\] boxes kept at conf 0.25", ln)]
         same = [ln[1:4] + " " + ln.split("(")[1].split(";")[0] for ln in d.get("summary_tail", [])
                 if "COCO mAP50-95" in ln]
         rows.append(("`det-calib calibrate --device 0` (the README's first command)",
                      f"exit {d['exit']}; kept-set ECE at 0.25 " + "; ".join(kept) + "; COCO mAP " + ", ".join(same)))
+    e = r.get("ensemble_and_check", {})
+    if err("ensemble_and_check"):
+        rows.append(("`det-calib ensemble` and `det-calib check` on the device", err("ensemble_and_check")))
+    else:
+        ens = [_kept_ece(ln) for ln in e["ensemble"]["lines"] if re.match(r"^\[\w+\] boxes kept at conf 0.25", ln)]
+        rows.append(("`det-calib ensemble --device 0` (the demo ensemble)", f"exit {e['ensemble']['exit']} in "
+                     f"{e['ensemble']['wall']:.0f} s; fused kept-set ECE at 0.25 " + "; ".join(ens)))
+        for name, what in (("check_labelled", "calibration: "), ("check_images", "output: ")):
+            verdicts = [ln.split("]")[0] + "] " + ln.split(what, 1)[1].split(";")[0].split(" (")[0]
+                        for ln in e[name]["lines"] if what in ln]
+            label = ("`det-calib check RUN --data ... --split test --device 0`" if name == "check_labelled"
+                     else "`det-calib check RUN --images test/ --device 0`")
+            rows.append((label, f"exit {e[name]['exit']} in {e[name]['wall']:.0f} s; " + "; ".join(verdicts)))
     k = r.get("calibrated_checkpoint", {})
     rows.append(("the run's `calibrated.pt` through plain Ultralytics `predict` on the GPU, kept at 0.25",
                  err("calibrated_checkpoint") or "; ".join(
@@ -335,6 +384,7 @@ def main() -> int:
     _step("batched_capture", results, lambda: batched_capture(images, a.device))
     _step("default_run", results, lambda: default_run(a.device, run_dir, a.out))
     _step("calibrated_checkpoint", results, lambda: calibrated_checkpoint(a.device, run_dir))
+    _step("ensemble_and_check", results, lambda: ensemble_and_check(a.device, run_dir, a.work))
     _step("timings", results, lambda: timings(a.device, a.work))
     (a.out / "gpu_check.json").write_text(json.dumps(results, indent=1))
     return 0 if not any("error" in r for r in results.values()) else 1
