@@ -180,36 +180,21 @@ def fmc_run(tmp_path_factory, demo_model_path, main_run):
     )
     fmc = sorted(b["conf"].to_list(), reverse=True)[29]
     out = tmp_path_factory.mktemp("figures_fmc") / "fmc"
-    det_calib.calibrate(
-        demo_model_path,
-        fixture_data_yaml(),
-        out=out,
-        head="nms",
-        fit_min_conf=fmc,
-        method="temperature",
-        run_val=False,
-        report=False,
-        n_boot=20,
-        progress=False,
-    )
+    _nms_run(demo_model_path, out, fit_min_conf=fmc, method="temperature", n_boot=20)
     return out, fmc
+
+
+def _nms_run(model, out, **kw) -> None:
+    """One nms-head run on the fixture split, no Ultralytics val, no report."""
+    det_calib.calibrate(model, fixture_data_yaml(), out=out, head="nms", run_val=False, report=False,
+                        progress=False, **kw)
 
 
 @pytest.fixture(scope="module")
 def platt_run(tmp_path_factory, demo_model_path):
     """Platt scaling (sigmoid(a z + b)) on one head: the `after` figures come from its a and b."""
     out = tmp_path_factory.mktemp("figures_platt") / "platt"
-    det_calib.calibrate(
-        demo_model_path,
-        fixture_data_yaml(),
-        out=out,
-        head="nms",
-        method="platt",
-        run_val=False,
-        report=False,
-        n_boot=50,
-        progress=False,
-    )
+    _nms_run(demo_model_path, out, method="platt", n_boot=50)
     return out
 
 
