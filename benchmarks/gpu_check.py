@@ -41,10 +41,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "datasets" / "shapes" / "yolo26n_shapes.pt"
 SEG_MODEL = REPO / "datasets" / "shapes" / "yolo26n_shapes_seg.pt"
+TASK_MODELS = {"pose": REPO / "datasets" / "shapes" / "yolo26n_shapes_pose.pt",
+               "obb": REPO / "datasets" / "shapes" / "yolo26n_shapes_obb.pt"}
 BATCHES = (1, 16)
 
 
-def _step(name: str, results: dict, fn) -> None:
+def _run_step(name: str, results: dict, fn) -> None:
     """Run one check; its figures or its error go into ``results[name]`` (the other checks still run)."""
     t = time.perf_counter()
     print(f"== {name}", flush=True)
@@ -123,6 +125,44 @@ def segment_capture_equals_predict(images, device) -> dict:
                 m = mask_utils.decode([{"size": [h, w], "counts": c} for c in d["segm"].to_list()]).transpose(2, 0, 1)
                 masks_equal += int(np.array_equal(m, r.masks.data.cpu().numpy().astype(np.uint8))) * len(ref)
         out[head] = {"predict_boxes": boxes, "rows_bit_equal": rows_equal, "masks_bit_equal": masks_equal}
+    return out
+
+
+def task_capture_equals_predict(images, device) -> dict:
+    """The demo pose and OBB models: boxes, confs, classes and keypoints / rotated boxes of both heads
+    against ``predict`` on the device, image by image."""
+    import numpy as np
+    import polars as pl
+    from ultralytics import YOLO
+
+    from det_calib.capture.predictor import capture
+
+    out = {"images": len(images)}
+    for task, model in TASK_MODELS.items():
+        df = capture(YOLO(str(model)), images, heads=("nms", "e2e"), imgsz=320, device=device, progress=False)
+        for head in ("nms", "e2e"):
+            yolo = YOLO(str(model))
+            kw = {"nms": False} if head == "e2e" else {}
+            boxes = equal = 0
+            for i, p in enumerate(images):
+                r = yolo.predict(str(p), imgsz=320, conf=1e-3, device=device, verbose=False, **kw)[0]
+                b = r.obb if task == "obb" else r.boxes
+                d = df.filter((pl.col("head") == head) & (pl.col("image_id") == i))
+                boxes += len(b)
+                if d.height != len(b):
+                    continue
+                same = (np.array_equal(d.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32),
+                                       b.xyxy.cpu().numpy())
+                        and np.array_equal(d["conf"].to_numpy().astype(np.float32), b.conf.cpu().numpy())
+                        and np.array_equal(d["cls"].to_numpy(), b.cls.cpu().numpy().astype(int)))
+                if same and task == "obb":
+                    same = np.array_equal(np.array(d["xywhr"].to_list(), dtype=np.float32).reshape(-1, 5),
+                                          r.obb.xywhr.cpu().numpy())
+                elif same and len(b):
+                    same = np.array_equal(np.array(d["kpts"].to_list(), dtype=np.float32),
+                                          r.keypoints.data.cpu().numpy())
+                equal += len(b) if same else 0
+            out[f"{task} {head}"] = {"predict_boxes": boxes, "rows_bit_equal": equal}
     return out
 
 
@@ -300,6 +340,13 @@ def doc_body(r: dict) -> str:
                      f"{h}: {g[h]['rows_bit_equal']:,} of {g[h]['predict_boxes']:,} boxes and "
                      f"{g[h]['masks_bit_equal']:,} masks bit-identical on {g['images']} images"
                      for h in ("nms", "e2e"))))
+    tc = r.get("task_capture_equals_predict")
+    if tc is not None:
+        rows.append(("capture = `predict`, demo pose and OBB models, both heads",
+                     err("task_capture_equals_predict") or "; ".join(
+                         f"{k}: {v['rows_bit_equal']:,} of {v['predict_boxes']:,} boxes (with their "
+                         + ("rotated boxes" if k.startswith("obb") else "keypoints") + ") bit-identical"
+                         for k, v in tc.items() if k not in ("images", "seconds")) + f" on {tc.get('images')} images"))
     b = r.get("batched_capture", {})
     rows.append(("`--batch 16` against the exact batch-1 capture (nms head, same images)", err("batched_capture") or (
         f"{b['boxes_batch1']:,} → {b['boxes_batch16']:,} boxes above conf 0.001, {b['strong_boxes'][0]:,} → "
@@ -356,6 +403,7 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=100, help="test images for the capture/predict check")
     ap.add_argument("--out", type=Path, help="gpu_check.json, the run's summary.txt")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu_check_work"), help="the run's folder, val's files")
+    ap.add_argument("--only", help="run only these checks (comma-separated names, as in gpu_check.json)")
     ap.add_argument("--from-json", type=Path, help="print (with --doc: write) the table of an earlier run's json")
     ap.add_argument("--doc", action="store_true", help="write the table to docs/generated/gpu_check.md")
     a = ap.parse_args()
@@ -379,8 +427,15 @@ def main() -> int:
     images = sorted((cache / "images" / "test").glob("*.png"))[: a.images]
     results: dict = {"environment": _environment(a.device)}
     run_dir = a.work / "run"
+    only = set(a.only.split(",")) if a.only else None
+
+    def _step(name, results, fn):  # the checks --only names
+        if only is None or name in only:
+            _run_step(name, results, fn)
+
     _step("capture_equals_predict", results, lambda: capture_equals_predict(images, a.device))
     _step("segment_capture_equals_predict", results, lambda: segment_capture_equals_predict(images[:40], a.device))
+    _step("task_capture_equals_predict", results, lambda: task_capture_equals_predict(images[:40], a.device))
     _step("batched_capture", results, lambda: batched_capture(images, a.device))
     _step("default_run", results, lambda: default_run(a.device, run_dir, a.out))
     _step("calibrated_checkpoint", results, lambda: calibrated_checkpoint(a.device, run_dir))
