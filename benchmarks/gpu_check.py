@@ -215,6 +215,8 @@ def ensemble_and_check(device, run_dir: Path, work: Path) -> dict:
 def _device_name(device) -> str:
     import torch
 
+    if not str(device).isdigit():
+        return str(device)
     return torch.cuda.get_device_name(int(device)) if torch.cuda.is_available() else "no CUDA"
 
 
