@@ -27,6 +27,25 @@ def export_arguments(info: ExportInfo) -> dict[str, Any]:
     return {"format": fmt, "imgsz": list(info.imgsz), **{k: v for k, v in args.items() if v is not None}}
 
 
+def check_source(source: Path, info: ExportInfo) -> None:
+    """Raise a one-line :class:`InputError` unless ``source`` loads as a model of the export's task, classes and
+    keypoint shape (what the export made from it has); checked before anything is folded or exported."""
+    from det_calib.capture.predictor import load_detector
+    from det_calib.capture.task_payload import CAPTURE_TASKS, task_kpt_shape
+
+    yolo = load_detector(source, tasks=CAPTURE_TASKS)
+    what = f"not the .pt {info.path.name} was exported from"
+    if yolo.task != info.task:
+        raise InputError(f"`source` {source} is a `{yolo.task}` model and {info.path.name} a `{info.task}` export: "
+                         + what)
+    if [str(yolo.names[k]) for k in sorted(yolo.names)] != info.names:
+        raise InputError(f"`source` {source} does not have the classes of {info.path.name}: {what}")
+    kpt = task_kpt_shape(yolo.model.model[-1], yolo.task)
+    if kpt != info.kpt_shape:
+        raise InputError(f"`source` {source} has keypoints of shape {kpt} and {info.path.name} {info.kpt_shape}: "
+                         + what)
+
+
 def reexport_calibrated(export: str | Path, source: str | Path, calibration: str | Path, out: str | Path) -> Path:
     """The calibrated engine of a format det_calib does not edit: ``calibration``'s calibrator of the export's
     head folded into ``source`` (the ``.pt`` the export was made from), exported again by Ultralytics with
@@ -34,11 +53,15 @@ def reexport_calibrated(export: str | Path, source: str | Path, calibration: str
 
     The folded map is stock layers (a scaled last conv, or conv + ReLU hinges), so it survives the export;
     an FP32 engine then computes it on its own logit. A quantised engine (INT8) is quantised again, with the
-    folded layer inside: its scores are the calibrated ones to the quantisation's step, not exactly.
+    folded layer inside: another INT8 engine, not the calibrated one (``det-calib apply`` refuses it;
+    ``docs/engines_mobile.md`` measures how far it lands).
+
+    A segment, pose or OBB export is made again the same way: the fold touches the class branch only, so the
+    boxes, masks, keypoints and rotated boxes of the calibrated engine are the raw engine's.
 
     Raises:
-        InputError: ``source`` not a ``.pt`` detector with the export's classes, no calibrator for the
-            export's head, or the export failing (its one line).
+        InputError: ``source`` not a ``.pt`` of the export's task, classes and keypoint shape, no calibrator for
+            the export's head, or the export failing (its one line).
     """
     import tempfile
 
@@ -51,6 +74,7 @@ def reexport_calibrated(export: str | Path, source: str | Path, calibration: str
     if source.suffix != ".pt" or not source.is_file():
         raise InputError(f"Expected argument `source` to be the .pt checkpoint {info.path.name} was exported from, "
                          f"but got {source}")
+    check_source(source, info)
     records = read_calibrators(calibration)
     if info.head not in records:
         raise InputError(f"{calibration} has no calibrator for the `{info.head}` head the export carries")
@@ -69,9 +93,6 @@ def reexport_calibrated(export: str | Path, source: str | Path, calibration: str
         from ultralytics import YOLO
 
         model = YOLO(str(pt))
-        if [str(model.names[k]) for k in sorted(model.names)] != info.names:
-            raise InputError(f"{source} does not have the classes of {info.path.name}: not the .pt it was exported "
-                             "from")
         try:
             made = Path(model.export(**kw, verbose=False))
         except Exception as e:  # the exporter's own failure (a missing converter, no GPU for TensorRT)

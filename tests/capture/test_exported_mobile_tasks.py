@@ -5,12 +5,12 @@ and OpenVINO exports (tests/capture/test_exported_segment.py, test_exported_pose
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from mobile_task_exports import CASES, ENGINES, mobile_task_exports
 from pycocotools import mask as mask_utils
 
 pytest.importorskip("ai_edge_litert")
@@ -18,27 +18,12 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("ncnn")
 pytest.importorskip("pnnx")
 
-REPO = Path(__file__).resolve().parents[2]
-MODELS = {"segment": REPO / "datasets" / "shapes" / "yolo26n_shapes_seg.pt",
-          "pose": REPO / "datasets" / "shapes" / "yolo26n_shapes_pose.pt",
-          "obb": REPO / "datasets" / "shapes" / "yolo26n_shapes_obb.pt"}
-ENGINES = {"litert": "litert fp32", "ncnn": "ncnn fp32"}
-CASES = [(task, fmt) for task in MODELS for fmt in ENGINES]
-
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict[tuple[str, str], Path]:
-    """Each task's demo model exported to each engine (about a minute in all)."""
-    from ultralytics import YOLO
-
-    folder = tmp_path_factory.mktemp("mobile_task_exports")
-    out = {}
-    for task, fmt in CASES:
-        pt = folder / f"{task}_{fmt}" / MODELS[task].name
-        pt.parent.mkdir()
-        shutil.copy(MODELS[task], pt)
-        out[task, fmt] = Path(YOLO(str(pt)).export(format=fmt, imgsz=320, verbose=False))
-    return out
+    """Each task's demo model exported to each engine (about a minute in all; shared with
+    tests/deploy/test_mobile_engines_tasks.py)."""
+    return mobile_task_exports(tmp_path_factory)
 
 
 def _payload_equal(task: str, got: pl.DataFrame, want) -> None:
