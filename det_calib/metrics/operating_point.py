@@ -287,11 +287,11 @@ class LaECE0Targets:
 
         def prepare(img: np.ndarray, n_img: int, conf: np.ndarray) -> Any:
             # the kept boxes, their class and bin do not depend on the draws: found once
-            keep, cells = _kept_cells(np.asarray(conf, dtype=np.float64), self.cls, self.use, self.gt_classes,
-                                      threshold, n_bins)
+            c = np.asarray(conf, dtype=np.float64)
+            keep, cells = _kept_cells(c, self.cls, self.use, self.gt_classes, threshold, n_bins)
             if cells is None:
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return _laece_replicates(cells, np.asarray(conf, dtype=np.float64)[keep], self.target[keep], img[keep])
+            return _laece_replicates(cells, c[keep], self.target[keep], img[keep])
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of

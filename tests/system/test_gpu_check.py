@@ -4,24 +4,14 @@ table it writes from a run's json, on planted results with known lines (exact, n
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.fast
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
-
 
 @pytest.fixture(scope="module")
-def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def gpu_check(load_benchmark):
+    return load_benchmark("gpu_check")
 
 
 def test_capture_comparison_on_the_cpu_finds_the_capture_exact(gpu_check, fixture_images):

@@ -3,26 +3,16 @@ boxes built here with known answers, and against the figures det_calib's own ope
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import polars as pl
 import pytest
 
 pytestmark = pytest.mark.fast
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measure_targets_deployed.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("measure_targets_deployed", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("measure_targets_deployed")
 
 
 GT = pl.DataFrame({"image_id": [0, 0, 1], "cls": [0, 1, 0], "x1": [0.0, 50.0, 10.0], "y1": [0.0, 50.0, 10.0],
