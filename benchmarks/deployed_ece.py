@@ -63,7 +63,7 @@ def payload(r, task):
     return [None] * len(r.boxes)
 
 for tag, path in (("raw", args["original"]), ("calibrated", args["calibrated"])):
-    model = YOLO(path)
+    model = YOLO(path, task=args.get("task"))  # an engine's file says its task only through this hint
     task = out.setdefault("task", model.task)
     if task != model.task:
         raise SystemExit(f"{path} is a {model.task} model, the original a {task} model")
@@ -193,11 +193,13 @@ def plain_predict(spec: dict) -> dict:
 def rule_split(run_model: str, data, split: str, by: str, n: int):
     """The first ``n`` images of ``split`` read for the model's task as the run reads them (``load_task_split``)
     with the ground truth the rule ``by`` matches against, and the model's task."""
+    from det_calib.capture.exported import is_export, read_export
     from det_calib.capture.predictor import load_detector
     from det_calib.capture.task_payload import CAPTURE_TASKS
     from det_calib.data.task_splits import load_task_split
 
-    task = load_detector(run_model, tasks=CAPTURE_TASKS).task
+    task = (read_export(run_model).task if is_export(run_model)
+            else load_detector(run_model, tasks=CAPTURE_TASKS).task)
     return load_task_split(data, split, task=task, match=by, limit=n), task
 
 
@@ -219,8 +221,9 @@ def _case(res, head: str, size: str, n: int, by: str, task: str, fig: dict) -> C
                 task=task, raw_at_floor=before.at_floor)
 
 
-def measure_run(run: Path, size: str, match: str | None) -> list[Case]:
-    """The deployed figures of every head of a finished run (see the module docstring)."""
+def measure_run(run: Path, size: str, match: str | None, calibrated: Path | None = None) -> list[Case]:
+    """The deployed figures of every head of a finished run (see the module docstring); ``calibrated``: what the
+    user ships instead of the run's ``calibrated.pt`` (the calibrated engine of a run on an export)."""
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.record.run_result import RunResult
 
@@ -233,8 +236,9 @@ def measure_run(run: Path, size: str, match: str | None) -> list[Case]:
     sigmas = res.matching.sigmas if by == "oks" and res.matching is not None and res.matching.by == "oks" else None
     cases = []
     for head in res.heads:
-        pred = plain_predict({"original": res.model, "calibrated": str(run / "calibrated.pt"), "conf": THRESHOLD,
-                              "nms": False if head == "e2e" else None, "imgsz": st.imgsz,
+        pred = plain_predict({"original": res.model, "calibrated": str(calibrated or run / "calibrated.pt"),
+                              "task": task, "conf": THRESHOLD, "nms": False if head == "e2e" else None,
+                              "imgsz": st.imgsz,
                               "images": [str(p) for p in sp.images]})
         if pred["task"] != task:
             raise SystemExit(f"plain Ultralytics reads {res.model} as a {pred['task']} model, det_calib as {task}")
@@ -270,13 +274,13 @@ def _yes(v: bool | None, no: str = "NO") -> str:
     return "-" if v is None else ("yes" if v else no)
 
 
-def table(cases: list[Case], model: str, *, floor: bool = False) -> str:
+def table(cases: list[Case], model: str, *, floor: bool = False, shipped: str = "the run's `calibrated.pt`") -> str:
     """The Markdown table of one model's cases and the verdict line; ``floor`` adds whether the run found the
-    raw kept-set ECE at its sampling floor."""
+    raw kept-set ECE at its sampling floor; ``shipped``: what the calibrated side is, in words."""
     predict = "`predict`, `retina_masks=True`" if cases[0].task == "segment" else "`predict`"
     maps = list(cases[0].maps)
     lines = [f"Deployed kept-set ECE at conf {THRESHOLD} of `{model}` (plain Ultralytics {predict}) and of the "
-             "run's `calibrated.pt`, on the run's eval split.", "",
+             f"{shipped}, on the run's eval split.", "",
              "| size | head | method | images | matched by | raw boxes | raw ECE | calibrated boxes | calibrated ECE "
              "| ratio | run's raw / calibrated ECE" + (" | raw at floor" if floor else "")
              + "".join(f" | {m} identical" for m in maps) + " |",
