@@ -164,6 +164,10 @@ class Verification:
             import multiprocessing as mp
 
             with clock.stage("verification"):
+                # Ultralytics' dataset check imports matplotlib's font manager (its font check): imported
+                # here, the child finds it imported, as the report, which needs it later anyway, does
+                import matplotlib.font_manager  # noqa: F401
+
                 ctx = mp.get_context("fork")
                 self.conn, send = ctx.Pipe(duplex=False)
                 self.cpu0 = children_cpu()

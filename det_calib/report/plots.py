@@ -23,10 +23,11 @@ from typing import Any
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
 from det_calib.data.box_view import kept_mask
@@ -35,7 +36,10 @@ __all__ = [
     "ClassPanel",
     "ClassECE",
     "reliability_figure",
+    "reliability_grid",
+    "reliability_grid_figure",
     "draw_reliability",
+    "count_top",
     "reliability_legend",
     "empty_panel",
     "to_png",
@@ -83,14 +87,17 @@ def _count(v: float, _pos: Any = None) -> str:
 
 
 def _log_counts(ax: Any) -> None:
-    """Log y axis of box counts, labelled in plain text.
+    """Log y axis of box counts, labelled in plain text, ticked at the powers of ten only.
 
     matplotlib's default log labels are mathtext (``10^2``), which loads the mathtext fonts
     (STIX, Computer Modern) and, when its font cache misses them (a cache written by another
-    environment's matplotlib), logs a "findfont" warning per font on every run.
+    environment's matplotlib), logs a "findfont" warning per font on every run. Its minor ticks
+    (2-9 times each power of ten, unlabelled) would be about 25 tick objects per count axis, which
+    the report has dozens of: creating and drawing them was about a sixth of the report's time.
     """
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_count))
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -115,6 +122,25 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def inches(width: float, height: float, *, title: bool, left: float = 0.75, right: float = 0.15,
+           bottom: float = 0.6, gap: float = 0.0, n: int = 1) -> dict[str, float]:
+    """Gridspec margins, in figure fractions, for ``n`` panels side by side in a ``width`` x ``height`` inch
+    figure: ``left`` inches for the y tick labels and label, ``bottom`` for the x ones, ``gap`` between
+    panels, room above for the panel titles (and the figure's ``title``, drawn by :func:`suptitle`).
+
+    The report lays its figures out in inches: constrained layout costs about as much as drawing the figure."""
+    top = 0.35 + (0.3 if title else 0.0)
+    pw = (width - left - right - gap * (n - 1)) / n
+    return {"left": left / width, "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height,
+            "wspace": gap / pw}
+
+
+def suptitle(fig: Figure, title: str | None) -> None:
+    """The figure's title, bold, at the top of the room :func:`inches` leaves for it."""
+    if title:
+        fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.1 / fig.get_figheight(), va="top")
+
+
 def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     edges = np.asarray(bins.edges, dtype=np.float64)
     count = np.asarray(bins.count, dtype=np.float64)
@@ -125,33 +151,61 @@ def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 
 
 def empty_panel(ax: Any, text: str) -> None:
+    """``text`` in the middle of ``ax``, without ticks. The ticks are hidden rather than removed: an axis
+    shared with a drawn panel shares its tick locations, which must stay."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.tick_params(which="both", left=False, bottom=False, labelleft=False, labelbottom=False)
 
 
-def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str) -> None:
+def count_top(bins: Any) -> float:
+    """The top of a count axis (log scale) that shows ``bins``' largest bin."""
+    count = np.asarray(bins.count, dtype=np.float64)
+    return max(10.0, float(count.max()) * 2.5) if count.size else 10.0
+
+
+def _bars(ax: Any, left: np.ndarray, height: np.ndarray, width: np.ndarray, bottom: np.ndarray | float = 0.0,
+          **style: Any) -> None:
+    """Bars from ``left`` (``width`` wide) up from ``bottom`` by ``height``, as one collection: what
+    ``ax.bar(..., align="edge")`` draws, without a patch object per bar (the report draws hundreds)."""
+    x0, x1 = left, left + width
+    y0 = np.broadcast_to(np.asarray(bottom, dtype=np.float64), x0.shape)
+    y1 = y0 + height
+    verts = np.stack([np.stack([x0, y0], -1), np.stack([x0, y1], -1), np.stack([x1, y1], -1),
+                      np.stack([x1, y0], -1)], axis=1)  # (bars, 4 corners, xy)
+    ax.add_collection(PolyCollection(verts, **style), autolim=False)
+
+
+def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | None = None,
+                     ylabels: bool = True) -> None:
+    """One reliability diagram in ``ax`` and its per-bin box count (log scale) in ``axc`` below.
+
+    ``top``: the count axis's top (default: :func:`count_top` of ``bins``); ``ylabels`` False leaves
+    the y axes unlabelled (a panel beside another that shares its y axes and labels them)."""
     left, width, count, conf, acc = _nonempty(bins)
     ax.plot([0, 1], [0, 1], ls="--", color="#444444", lw=1, zorder=3)
-    ax.bar(left, acc, width=width, align="edge", color="#DDDDDD", edgecolor="#555555", lw=0.6, zorder=1)
+    _bars(ax, left, acc, width, facecolor="#DDDDDD", edgecolor="#555555", linewidths=0.6, zorder=1)
     gap = conf - acc
     over = gap > 0
     for mask, color in ((over, OVER), (~over, UNDER)):
         if mask.any():
-            ax.bar(left[mask], gap[mask], bottom=acc[mask], width=width[mask], align="edge", color=color,
-                   alpha=0.45, edgecolor=color, lw=0.6, hatch="//", zorder=2)
+            _bars(ax, left[mask], gap[mask], width[mask], acc[mask], facecolor=color, alpha=0.45, edgecolor=color,
+                  linewidths=0.6, hatch="//", zorder=2)
     ax.plot(conf, conf, ls="none", marker="_", ms=7, color="#222222", zorder=4)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy (fraction correct)")
     ax.set_aspect("auto")
     ax.tick_params(labelbottom=False)
-    axc.bar(left, count, width=width, align="edge", color="#777777", edgecolor="white", lw=0.5)
+    _bars(axc, left, count, width, facecolor="#777777", edgecolor="white", linewidths=0.5)
     _log_counts(axc)
-    axc.set_ylim(0.7, max(10.0, float(count.max()) * 2.5) if count.size else 10.0)
+    axc.set_ylim(0.7, count_top(bins) if top is None else top)
     axc.set_xlim(0, 1)
-    axc.set_ylabel("boxes")
     axc.set_xlabel(xlabel)
+    if ylabels:
+        ax.set_ylabel("accuracy (fraction correct)")
+        axc.set_ylabel("boxes")
+    else:
+        ax.tick_params(labelleft=False)
+        axc.tick_params(labelleft=False)
 
 
 def reliability_legend() -> list[Any]:
@@ -171,23 +225,65 @@ def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: 
         panels: ``(title, bins, xlabel)`` per panel; ``bins`` None draws "not available".
         title: Figure title.
     """
+    return reliability_grid([panels], title=title, panel_size=(4.6, 5.8))
+
+
+def reliability_grid(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
+                     shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
+                     missing: str = "not available") -> bytes:
+    """Reliability diagrams in a grid of ``rows`` of panels ``(title, bins, xlabel)``, each with its
+    per-bin box count (log scale) below; ``bins`` None draws ``missing``, bins without boxes "no boxes".
+
+    ``shared``: the panels of a row share their y axes (accuracy 0-1, and one count scale, so that
+    their counts compare at a glance), labelled on the row's first panel with boxes; otherwise each
+    panel has its own count scale and labels. ``panel_size``: inches per panel (width, height).
+
+    The layout is computed in inches (constrained layout costs as much as drawing the figure): room
+    left of each panel for its tick labels and y labels, above it for its title (and the figure's),
+    below it for the count axes' labels, and at the bottom for the legend.
+    """
+    with matplotlib.rc_context(RC):  # the ticks made while drawing read it too
+        return to_png(reliability_grid_figure(rows, title=title, shared=shared, panel_size=panel_size,
+                                              missing=missing))
+
+
+def reliability_grid_figure(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
+                            shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
+                            missing: str = "not available") -> Figure:
+    """The figure :func:`reliability_grid` draws (its arguments), not yet drawn (draw it under
+    ``matplotlib.rc_context(RC)``: the ticks made while drawing read it)."""
+    n_rows, n_cols = len(rows), max(len(p) for p in rows)
+    width, height = panel_size[0] * n_cols, panel_size[1] * n_rows
+    left, gap_w, right = 0.75, 0.8, 0.15
+    top, gap_h, bottom, inner = 0.35 + (0.3 if title else 0.0), 0.85, 0.95, 0.08
+    pw = (width - left - right - gap_w * (n_cols - 1)) / n_cols  # a panel's axes
+    ph = (height - top - bottom - gap_h * (n_rows - 1)) / n_rows
     with matplotlib.rc_context(RC):
-        n = len(panels)
-        fig = Figure(figsize=(4.6 * n, 5.8), layout="constrained")
-        gs = fig.add_gridspec(2, n, height_ratios=[3.2, 1])
-        for i, (ptitle, bins, xlabel) in enumerate(panels):
-            ax = fig.add_subplot(gs[0, i])
-            axc = fig.add_subplot(gs[1, i], sharex=ax)
-            ax.set_title(ptitle)
-            if bins is None or not np.any(np.asarray(bins.count) > 0):
-                empty_panel(ax, "no boxes" if bins is not None else "not available")
-                empty_panel(axc, "")
-                continue
-            draw_reliability(ax, axc, bins, xlabel=xlabel)
-        fig.legend(handles=reliability_legend(), loc="outside lower center", ncols=3, frameon=False)
-        if title:
-            fig.suptitle(title, fontsize=11, fontweight="bold")
-        return to_png(fig)
+        fig = Figure(figsize=(width, height))
+        outer = fig.add_gridspec(n_rows, n_cols, left=left / width, right=1 - right / width, top=1 - top / height,
+                                 bottom=bottom / height, wspace=gap_w / pw, hspace=gap_h / ph)
+        for r, panels in enumerate(rows):
+            drawn = [b for _, b, _ in panels if b is not None and np.any(np.asarray(b.count) > 0)]
+            count_max = max((count_top(b) for b in drawn), default=10.0) if shared else None
+            first: tuple[Any, Any] | None = None  # a shared row's labelled panel: the others share its y axes
+            for c, (ptitle, bins, xlabel) in enumerate(panels):
+                cell = outer[r, c].subgridspec(2, 1, height_ratios=[3.2, 1], hspace=inner / ((ph - inner) / 2))
+                if bins is None or not np.any(np.asarray(bins.count) > 0):  # its own axes, without ticks
+                    ax = fig.add_subplot(cell[0])
+                    ax.set_title(ptitle)
+                    empty_panel(ax, "no boxes" if bins is not None else missing)
+                    empty_panel(fig.add_subplot(cell[1], sharex=ax), "")
+                    continue
+                ax = fig.add_subplot(cell[0], sharey=None if first is None else first[0])
+                axc = fig.add_subplot(cell[1], sharex=ax, sharey=None if first is None else first[1])
+                ax.set_title(ptitle)
+                draw_reliability(ax, axc, bins, xlabel=xlabel, top=count_max, ylabels=first is None)
+                if shared:
+                    first = first or (ax, axc)
+        fig.legend(handles=reliability_legend(), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=3,
+                   frameon=False)
+        suptitle(fig, title)
+        return fig
 
 
 def confidence_histograms(
@@ -205,8 +301,9 @@ def confidence_histograms(
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     with matplotlib.rc_context(RC):
         n = len(panels)
-        fig = Figure(figsize=(4.6 * n, 3.6), layout="constrained")
-        axes = fig.subplots(1, n, squeeze=False, sharey=True)[0]
+        fig = Figure(figsize=(4.6 * n, 3.6))
+        axes = fig.subplots(1, n, squeeze=False, sharey=True,
+                            gridspec_kw=inches(4.6 * n, 3.6, title=bool(title), gap=0.35, n=n))[0]
         ymax = 1.0
         for ax, (ptitle, conf, correct, xlabel, marks) in zip(axes, panels):
             ax.set_title(ptitle)
@@ -230,8 +327,7 @@ def confidence_histograms(
         for ax in axes:
             if ax.get_yscale() == "log":
                 ax.set_ylim(0.7, ymax * 4)
-        if title:
-            fig.suptitle(title, fontsize=11, fontweight="bold")
+        suptitle(fig, title)
         return to_png(fig)
 
 
@@ -415,8 +511,8 @@ def threshold_figure(
             a dashed line, the calibrated threshold that keeps the same boxes a dotted one.
     """
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(9.6, 3.9), layout="constrained")
-        axes = fig.subplots(1, 2, sharex=True)
+        fig = Figure(figsize=(9.6, 3.9))
+        axes = fig.subplots(1, 2, sharex=True, gridspec_kw=inches(9.6, 3.9, title=bool(title), left=0.5, gap=0.5, n=2))
         for ax, attr, name in ((axes[0], "precision", "Precision"), (axes[1], "recall", "Recall")):
             for curve, color, label in ((before, BEFORE, "raw conf"), (after, AFTER, "calibrated conf")):
                 if curve is None:
@@ -449,8 +545,7 @@ def threshold_figure(
                 ax.text(0.5, 0.5, "recall not available\n(no ground-truth count)", ha="center", va="center",
                         transform=ax.transAxes, color="#666666")
         axes[0].legend(loc="lower right", frameon=True, framealpha=0.9)
-        if title:
-            fig.suptitle(title, fontsize=11, fontweight="bold")
+        suptitle(fig, title)
         return to_png(fig)
 
 
@@ -466,8 +561,10 @@ def compare_reliability(
     """
     colors = RUN_COLORS if len(runs) <= len(RUN_COLORS) else MANY_COLORS
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(9.6, 5.8 + 0.25 * max(0, len(runs) - 2)), layout="constrained")
-        gs = fig.add_gridspec(2, 2, height_ratios=[3.2, 1])
+        height = 5.8 + 0.25 * max(0, len(runs) - 2)
+        fig = Figure(figsize=(9.6, height))
+        gs = fig.add_gridspec(2, 2, height_ratios=[3.2, 1], hspace=0.12,
+                              **inches(9.6, height, title=bool(title), gap=0.8, n=2))
         styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"), ("X", "-."), ("*", ":")]
         for col, (which, name) in enumerate(((1, "Raw confidence"), (2, "Calibrated confidence"))):
             ax = fig.add_subplot(gs[0, col])
@@ -500,8 +597,7 @@ def compare_reliability(
             axc.set_ylim(0.7, cmax * 2.5)
             axc.set_ylabel("boxes")
             axc.set_xlabel(f"{name.lower()}{xlabel_suffix}")
-        if title:
-            fig.suptitle(title, fontsize=11, fontweight="bold")
+        suptitle(fig, title)
         return to_png(fig)
 
 
@@ -632,8 +728,8 @@ def operating_reliability(
     from det_calib.metrics.calibration import reliability_bins
 
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(8.4, 6.2), layout="constrained")
-        gs = fig.add_gridspec(2, 1, height_ratios=[3.2, 1])
+        fig = Figure(figsize=(8.4, 6.2))
+        gs = fig.add_gridspec(2, 1, height_ratios=[3.2, 1], hspace=0.12, **inches(8.4, 6.2, title=bool(title)))
         ax = fig.add_subplot(gs[0])
         axc = fig.add_subplot(gs[1], sharex=ax)
         ax.plot([low, 1], [low, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
@@ -665,6 +761,5 @@ def operating_reliability(
         axc.set_ylim(0.7, cmax * 2.5)
         axc.set_ylabel("boxes")
         axc.set_xlabel(f"confidence of the boxes kept at conf {low:g}")
-        if title:
-            fig.suptitle(title, fontsize=11, fontweight="bold")
+        suptitle(fig, title)
         return to_png(fig)

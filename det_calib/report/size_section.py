@@ -14,7 +14,7 @@ from .common import bins_of, ece_tag, fci, fint, fthr
 from .context import ReportContext, Subject
 from .document import Heading, Para, Table
 from .page import Page
-from .size_plots import size_reliability_grid
+from .plots import reliability_grid
 
 __all__ = ["bin_label", "size_section"]
 
@@ -81,11 +81,13 @@ def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
         panels = []
         for b, m in zip(coco, masks):
             keep = m & (conf > thr)
-            panels.append((f"{b.label}, {int(keep.sum()):,} boxes",
-                           bins_of(conf[keep], hb.correct[keep], n_bins) if keep.any() else None))
-        rows.append((label, panels))
-    png = size_reliability_grid(rows, title=f"Reliability by size, head {head}, kept at conf {fthr(thr)} "
-                                            f"({ece_tag(run)})")
+            panels.append((f"{label}: {b.label}, {int(keep.sum()):,} boxes",
+                           bins_of(conf[keep], hb.correct[keep], n_bins) if keep.any() else None,
+                           f"{label.lower()} confidence"))
+        rows.append(panels)
+    # the panels of a row share their y axes: one count scale, so that the sizes' counts compare at a glance
+    png = reliability_grid(rows, title=f"Reliability by size, head {head}, kept at conf {fthr(thr)} ({ece_tag(run)})",
+                           shared=True, missing="no boxes")
     page.fig(f"by_size_{head}", png,
              f"Reliability of the boxes of head {head} kept at conf {fthr(thr)} on split {hb.split}, by COCO size "
              f"of the box (columns), raw (top) and calibrated (bottom); {ece_tag(run)}; below each, boxes per bin.",
