@@ -81,8 +81,8 @@ def main() -> None:
     blocks = []
     for task in args.tasks:
         cases = [c for fmt in ENGINES for c in engine_case(task, fmt, args.out, args.limit or None)]
-        blocks.append(f"**{task}**\n\n" + table(cases, f"datasets/shapes/{MODELS[task]}", floor=True,
-                                                 shipped="of its calibrated engine (`det-calib apply --source`)"))
+        shipped = "calibrated engine (`det-calib apply --source`; the raw side: the engine exported from the model)"
+        blocks.append(f"**{task}**\n\n" + table(cases, f"datasets/shapes/{MODELS[task]}", floor=True, shipped=shipped))
     body = "\n\n".join(blocks)
     print(body)
     if args.doc:
