@@ -164,8 +164,8 @@ class Verification:
             import multiprocessing as mp
 
             with clock.stage("verification"):
-                # Ultralytics' dataset check imports matplotlib's font manager (its font check): imported
-                # here, the child finds it imported, as the report, which needs it later anyway, does
+                # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
+                # before the fork, the child finds it imported (the report needs it later anyway)
                 import matplotlib.font_manager  # noqa: F401
 
                 ctx = mp.get_context("fork")
