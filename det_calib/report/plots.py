@@ -157,6 +157,10 @@ def empty_panel(ax: Any, text: str) -> None:
     ax.tick_params(which="both", left=False, bottom=False, labelleft=False, labelbottom=False)
 
 
+def _has_boxes(bins: Any | None) -> bool:
+    return bins is not None and bool(np.any(np.asarray(bins.count) > 0))
+
+
 def count_top(bins: Any) -> float:
     """The top of a count axis (log scale) that shows ``bins``' largest bin."""
     count = np.asarray(bins.count, dtype=np.float64)
@@ -254,21 +258,19 @@ def reliability_grid_figure(rows: Sequence[Sequence[tuple[str, Any | None, str]]
     ``matplotlib.rc_context(RC)``: the ticks made while drawing read it)."""
     n_rows, n_cols = len(rows), max(len(p) for p in rows)
     width, height = panel_size[0] * n_cols, panel_size[1] * n_rows
-    left, gap_w, right = 0.75, 0.8, 0.15
-    top, gap_h, bottom, inner = 0.35 + (0.3 if title else 0.0), 0.85, 0.95, 0.08
-    pw = (width - left - right - gap_w * (n_cols - 1)) / n_cols  # a panel's axes
-    ph = (height - top - bottom - gap_h * (n_rows - 1)) / n_rows
+    margins = inches(width, height, title=bool(title), bottom=0.95, gap=0.8, n=n_cols)
+    gap_h, inner = 0.85, 0.08  # inches between rows, and between a diagram and its count axes
+    ph = ((margins["top"] - margins["bottom"]) * height - gap_h * (n_rows - 1)) / n_rows  # a panel's height
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(width, height))
-        outer = fig.add_gridspec(n_rows, n_cols, left=left / width, right=1 - right / width, top=1 - top / height,
-                                 bottom=bottom / height, wspace=gap_w / pw, hspace=gap_h / ph)
+        outer = fig.add_gridspec(n_rows, n_cols, hspace=gap_h / ph, **margins)
         for r, panels in enumerate(rows):
-            drawn = [b for _, b, _ in panels if b is not None and np.any(np.asarray(b.count) > 0)]
+            drawn = [b for _, b, _ in panels if _has_boxes(b)]
             count_max = max((count_top(b) for b in drawn), default=10.0) if shared else None
             first: tuple[Any, Any] | None = None  # a shared row's labelled panel: the others share its y axes
             for c, (ptitle, bins, xlabel) in enumerate(panels):
                 cell = outer[r, c].subgridspec(2, 1, height_ratios=[3.2, 1], hspace=inner / ((ph - inner) / 2))
-                if bins is None or not np.any(np.asarray(bins.count) > 0):  # its own axes, without ticks
+                if not _has_boxes(bins):  # its own axes, without ticks
                     ax = fig.add_subplot(cell[0])
                     ax.set_title(ptitle)
                     empty_panel(ax, "no boxes" if bins is not None else missing)
