@@ -1,0 +1,108 @@
+"""The capture's traced network body (a CPU capture of many images): the table is the eager capture's bit
+for bit, for every head, task and head generation; every input shape is checked against Ultralytics' own
+forward pass before the graph runs it; a shape or a model the graph gets wrong, or cannot trace, runs the
+eager network; a small capture is not traced at all."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from det_calib.capture import traced_body
+from det_calib.capture.predictor import Capturer
+from det_calib.capture.traced_body import TracedBody
+
+pytest.importorskip("ultralytics")
+
+
+@pytest.fixture
+def traced_always(monkeypatch):
+    """Every capture traces, however few its images (the fixture has 12)."""
+    monkeypatch.setattr(traced_body, "MIN_IMAGES", 1)
+
+
+def _pair(model, **kw) -> tuple[Capturer, Capturer]:
+    traced, eager = Capturer(model, imgsz=320, **kw), Capturer(model, imgsz=320, **kw)
+    eager.trace = False
+    return traced, eager
+
+
+def _shapes(cap: Capturer, images) -> set[tuple[int, ...]]:
+    import cv2
+
+    return {(1, 3, *cap._letterbox(image=cv2.imread(str(p))).shape[:2]) for p in images}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_traced_capture_is_the_eager_one_and_runs_the_graph(traced_always, demo_model_path, fixture_images,
+                                                              workers):
+    """Both heads of the demo model: the same table, bit for bit; every letterboxed shape checked and passed;
+    the body's first layer runs once for the trace and once per shape and worker at most (the check, through
+    Ultralytics' forward pass), the head once per image (the graph ran the body of every other image)."""
+    traced, eager = _pair(str(demo_model_path), heads="auto", workers=workers)
+    first, heads = [], []
+    for backend in traced.backends:
+        backend.model.model[0].register_forward_hook(lambda m, i, o: first.append(1))
+        backend.model.model[-1].register_forward_hook(lambda m, i, o: heads.append(1))
+    a = traced(fixture_images, progress=False)
+    b = eager(fixture_images, progress=False)
+    assert a.height > 100 and a.equals(b)
+    shapes = _shapes(traced, fixture_images)
+    assert len(shapes) > 1  # the fixture's images letterbox to several shapes
+    assert traced.traced is not None and traced.traced.shapes == dict.fromkeys(shapes, True)
+    assert eager.traced is None
+    assert len(heads) == len(fixture_images)
+    assert 1 + len(shapes) <= len(first) <= 1 + len(shapes) * workers < len(fixture_images)
+
+
+@pytest.mark.parametrize("cfg", ["yolov8n.yaml", "yolo11n.yaml", "yolo26n-seg.yaml", "yolo11n-seg.yaml",
+                                 "yolo26n-pose.yaml", "yolo26n-obb.yaml"])
+def test_traced_capture_of_every_task_and_head_generation(traced_always, make_untrained, fixture_images, cfg):
+    """Legacy heads and the segment, pose and OBB heads (their masks, keypoints and angles ride on the
+    head, which stays eager): the traced table is the eager one, bit for bit, every shape passed."""
+    yolo = make_untrained(cfg)
+    traced, eager = _pair(yolo, heads="auto", workers=1)
+    a = traced(fixture_images, progress=False)
+    b = eager(fixture_images, progress=False)
+    assert a.height > 0 and a.equals(b)
+    assert traced.traced.shapes and all(traced.traced.shapes.values())
+
+
+def test_a_shape_the_graph_gets_wrong_runs_eager(traced_always, demo_model_path, fixture_images):
+    """A graph whose features differ in the last bit on one shape: that shape fails its check and runs the
+    eager network from then on, the other shapes the graph; the table is still the eager one."""
+    traced, eager = _pair(str(demo_model_path), heads="auto", workers=1)
+    traced.traced = body = TracedBody(traced.net, (1, 3, *traced.imgsz))
+    graph, wrong = body.graph, sorted(_shapes(traced, fixture_images))[0]
+
+    def off_by_one_ulp(x):
+        out = graph(x)
+        if tuple(x.shape) == wrong:
+            out = (torch.nextafter(out[0], torch.full_like(out[0], torch.inf)), *out[1:])
+        return out
+
+    body.graph = off_by_one_ulp
+    a = traced(fixture_images, progress=False)
+    assert a.equals(eager(fixture_images, progress=False))
+    assert body.shapes.pop(wrong) is False
+    assert body.shapes and all(body.shapes.values())
+
+
+def test_a_model_the_tracer_cannot_follow_runs_eager(traced_always, monkeypatch, demo_model_path, fixture_images):
+    """A failed trace leaves no graph: every image runs the eager network, with the eager table."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot trace this")
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    traced, eager = _pair(str(demo_model_path), heads="auto", workers=1)
+    a = traced(fixture_images, progress=False)
+    assert traced.traced is not None and traced.traced.graph is None and traced.traced.shapes == {}
+    assert a.equals(eager(fixture_images, progress=False))
+
+
+def test_a_small_capture_is_not_traced(demo_model_path, fixture_images):
+    """Fewer images than MIN_IMAGES: no trace (it would cost more than it saves); the eager network."""
+    assert len(fixture_images) < traced_body.MIN_IMAGES
+    cap = Capturer(str(demo_model_path), imgsz=320, workers=1)
+    cap(fixture_images, progress=False)
+    assert cap.trace and cap.traced is None
