@@ -124,8 +124,10 @@ def main() -> None:
                 if r == 0:
                     same = _same_figures(Path(out) / "summary.txt", Path(bout) / "summary.txt")
                     print(f"  summary figures, this checkout vs baseline: {'identical' if same else 'DIFFERENT'}")
-            print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s, val {val[-1]['wall']:.1f} s"
-                  + (f", baseline calibrate {base[-1]['wall']:.1f} s" if base else ""), flush=True)
+            print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s ({cal[-1]['cpu']:.1f} s CPU), "
+                  f"val {val[-1]['wall']:.1f} s ({val[-1]['cpu']:.1f} s CPU)"
+                  + (f", baseline calibrate {base[-1]['wall']:.1f} s ({base[-1]['cpu']:.1f} s CPU)" if base else ""),
+                  flush=True)
         if args.boxes:
             for r in range(args.repeats):
                 reuse.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--boxes",
