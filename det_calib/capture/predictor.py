@@ -42,7 +42,6 @@ from det_calib.capture.image_source import LockedBar, auto_workers, image_lists,
 from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.task_payload import CAPTURE_TASKS, nms_task_args, obb_boxes, pose_boxes, task_kpt_shape
-from det_calib.capture.traced_body import TracedBody
 from det_calib.data.box_table import HEADS, KPTS_COLUMN, PAYLOAD_SCHEMA, SEGM_COLUMN, TASK_PAYLOAD, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.validation import check_choice
@@ -312,7 +311,7 @@ class Capturer:
         self._letterbox = LetterBox(self.imgsz, auto=True, stride=stride)
         # on a CPU the body runs as a TorchScript graph, checked bit for bit per input shape (traced_body)
         self.trace = self.device.type == "cpu"
-        self.traced: TracedBody | None = None
+        self.traced: traced_body.TracedBody | None = None
 
     @property
     def settings(self) -> dict:
@@ -336,7 +335,7 @@ class Capturer:
         bar = progress_bar(len(paths), f"capture {split or 'images'} [{'+'.join(self.heads)}]", enabled=progress,
                         batch=self.batch)
         if self.trace and self.traced is None and len(paths) >= traced_body.MIN_IMAGES:
-            self.traced = TracedBody(self.net, (self.batch, 3, *self.imgsz))
+            self.traced = traced_body.TracedBody(self.net, (self.batch, 3, *self.imgsz))
         source = read_ahead(paths, depth=2 * self.batch * self.workers)
         try:
             if self.workers == 1 or len(paths) == 1:
