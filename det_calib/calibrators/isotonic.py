@@ -8,7 +8,8 @@ shared by every class) the calibrator is the **strictly increasing piecewise-lin
 logit space** through the steps: adjacent PAV blocks are pooled to at most ``max_knots`` (see
 ``_pool``); knot ``x_j`` = weighted mean raw logit of block j, value ``y_j = logit(p_j)`` with
 ``p_j = (k_j + 1/2) / (n_j + 1)``, the block's fraction correct (``k_j`` correct of weight
-``n_j``) under a Jeffreys prior, made strictly increasing by at least ``1e-6`` per knot. The
+``n_j``) under a Jeffreys prior, made to rise at least :data:`MIN_SLOPE` per logit between knots
+(so a PAV step, flat in probability, still keeps the raw order of its boxes). The
 prior keeps a block whose boxes are all correct (or all wrong) off probability 1 (or 0): the
 raw block mean would put the top boxes at 0.999999, which no finite block shows, and one wrong
 box there would cost 14 nats; on a block of thousands of boxes it moves the value by less than
@@ -45,10 +46,16 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, logit
 from det_calib.validation import check_logits
 
-__all__ = ["BLEND_GRID", "ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear", "isotonic_regression"]
+__all__ = ["BLEND_GRID", "MIN_SLOPE", "ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear",
+           "isotonic_regression"]
 
 #: Candidate pseudo-counts for the per-class blend; ``inf`` = the global curve.
 BLEND_GRID: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, math.inf)
+
+MIN_SLOPE = 0.01
+"""Smallest slope of a fitted map between its knots, as beyond them (``tail_slope``'s default): a flat PAV
+step keeps the raw order of its boxes, a rise of 0.01 logit per logit (a step 1 logit wide spans
+0.01 in calibrated logit, under 0.0025 in probability), too little to move a calibration figure."""
 
 _EPS = 1e-6
 _MIN_RISE = 1e-6
@@ -147,9 +154,15 @@ def isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     return out
 
 
-def _strict(y: np.ndarray) -> np.ndarray:
-    """Make ``y`` strictly increasing by at least ``_MIN_RISE`` per step (a running max)."""
-    ramp = _MIN_RISE * np.arange(y.size)
+def _strict(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Values at the knots ``x`` that rise at least :data:`MIN_SLOPE` per unit of ``x`` (and ``_MIN_RISE``
+    per knot): a running max of ``y`` less that ramp, plus the ramp.
+
+    A PAV step (or two blocks that the prior gives one value) would otherwise be a flat piece: every
+    box on it would get one calibrated score, and ties reorder under ranking (Ultralytics val breaks
+    them its own way in its float32 scores). The slope keeps the raw order inside each such piece.
+    """
+    ramp = MIN_SLOPE * (x - x[0]) + _MIN_RISE * np.arange(y.size)
     return np.maximum.accumulate(y - ramp) + ramp
 
 
@@ -250,7 +263,7 @@ def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slo
     # the prior pulls a small block toward 1/2, possibly below a bigger neighbour's value: the
     # running max of _strict then gives it that value (plus the minimum rise), as PAV would pool them
     p = (n * m + _PRIOR) / (n + 2 * _PRIOR)
-    return PiecewiseLinear(x, _strict(logit(np.clip(p, _EPS, 1.0 - _EPS))),
+    return PiecewiseLinear(x, _strict(x, logit(np.clip(p, _EPS, 1.0 - _EPS))),
                            tail_slope if left_slope is None else left_slope, right_slope=tail_slope)
 
 
@@ -369,7 +382,7 @@ def _blend(f: PiecewiseLinear, g: PiecewiseLinear, s: float) -> PiecewiseLinear:
         return f
     x = np.union1d(f.x, g.x)
     x = x[np.concatenate([[True], np.diff(x) > 1e-9])]  # knots of f and g that nearly coincide
-    return PiecewiseLinear(x, _strict(s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope,
+    return PiecewiseLinear(x, _strict(x, s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope,
                            right_slope=s * f.right_slope + (1 - s) * g.right_slope)
 
 

@@ -66,7 +66,7 @@ __all__ = ["MAX_RIDGE", "MIN_SLOPE", "SplineCalibrator", "spline_knots"]
 log = logging.getLogger(__name__)
 
 #: Smallest slope of any segment of a fitted map (keeps it strictly increasing).
-MIN_SLOPE = 1e-3
+MIN_SLOPE = 1e-2
 #: The ridge is raised tenfold, up to this, before a knot is dropped.
 MAX_RIDGE = 1e6
 #: Knots closer than this (in logit) are merged.

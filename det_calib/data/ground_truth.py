@@ -14,8 +14,11 @@ crowd      bool     COCO ``iscrowd`` (always False for YOLO txt labels)
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
+import os
+import shutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,20 +159,28 @@ def load_data_yaml(path: str | Path) -> Dataset:
         if not all(isinstance(v, str) for v in vals):
             continue
         splits[key] = [_split_path(root, v) for v in vals]
-    return Dataset(yaml_path=path.resolve(), root=root, names=names, splits=splits)
+    return Dataset(yaml_path=absolute(path), root=root, names=names, splits=splits)
+
+
+def absolute(path: str | Path) -> Path:
+    """``path`` made absolute against the current folder, ``.`` and ``..`` folded as written, and
+    symlinks left as they are: a label file is found beside the image path the user gave, never
+    beside the file a symlink points to (a subset of symlinked images carries labels of its own)."""
+    return Path(os.path.abspath(path))
 
 
 def _dataset_root(value: object, yaml_path: Path) -> Path:
-    """The dataset root: ``path:`` as Ultralytics resolves it, trying the yaml's folder first.
+    """The dataset root: ``path:`` as Ultralytics finds it, trying the yaml's folder first.
 
     A relative ``path:`` is tried against the yaml's folder, the current folder and Ultralytics'
-    datasets folder, in that order; without ``path:`` the root is the yaml's folder.
+    datasets folder, in that order; without ``path:`` the root is the yaml's folder. Symlinks
+    are not followed (:func:`absolute`).
     """
     if not value:
-        return yaml_path.parent.resolve()
+        return absolute(yaml_path.parent)
     p = Path(str(value))
     if p.is_absolute():
-        return p
+        return absolute(p)
     candidates = [yaml_path.parent / p, Path.cwd() / p]
     try:
         from ultralytics.utils import DATASETS_DIR
@@ -177,43 +188,51 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
         candidates.append(Path(DATASETS_DIR) / p)
     except ImportError:  # pragma: no cover
         pass
-    return next((c.resolve() for c in candidates if c.exists()), candidates[0].resolve())
+    return absolute(next((c for c in candidates if c.exists()), candidates[0]))
 
 
 def _split_path(root: Path, value: str) -> Path:
-    """A split entry resolved against the root; ``../x`` falls back to ``x`` as Ultralytics does
-    (Roboflow exports write ``../valid/images`` relative to the yaml)."""
+    """A split entry against the root; ``../x`` falls back to ``x`` as Ultralytics does (Roboflow
+    exports write ``../valid/images`` relative to the yaml). Symlinks are not followed."""
     p = Path(value)
     if p.is_absolute():
-        return p
-    full = (root / p).resolve()
+        return absolute(p)
+    full = absolute(root / p)
     if not full.exists() and value.startswith("../"):
-        alt = (root / value[3:]).resolve()
+        alt = absolute(root / value[3:])
         if alt.exists():
             return alt
     return full
 
 
 def list_images(sources: list[Path], *, split: str) -> list[Path]:
-    """Image files of a split (folders searched recursively, ``.txt`` lists read), sorted."""
-    files: list[Path] = []
+    """Image files of a split, found as Ultralytics' dataset finds them, sorted as it sorts them.
+
+    A folder is searched recursively (``**/*.*``: hidden files and folders are passed over, as
+    :func:`glob.glob` does); a ``.txt`` file lists one image a line, a line starting with ``./``
+    relative to the list's folder and any other relative line relative to the current folder
+    (Ultralytics' rule); a single image file is the split itself. Only files of Ultralytics' image
+    formats count, whatever the case of their extension (``.JPG``). Paths are kept as given: no
+    symlink is followed (:func:`absolute`). In the order of Ultralytics' sort of the paths as written, so
+    that ``--limit`` keeps the same first images.
+    """
+    found: list[str] = []
     suffixes = image_suffixes()
     for src in sources:
         if src.is_dir():
-            files += [p for p in src.rglob("*") if p.suffix.lower() in suffixes]
-        elif src.is_file() and src.suffix == ".txt":
-            for line in src.read_text().splitlines():
-                line = line.strip()
-                if line:
-                    p = Path(line)
-                    files.append(p if p.is_absolute() else src.parent / p)
+            found += glob.glob(os.path.join(glob.escape(str(src)), "**", "*.*"), recursive=True)
+        elif src.is_file() and src.suffix.lower() == ".txt":
+            listed = src.read_text(encoding="utf-8-sig").strip().splitlines()
+            found += [str(src.parent / line[2:]) if line.startswith("./") else line
+                      for line in (x.strip() for x in listed) if line]
         elif src.is_file() and src.suffix.lower() in suffixes:
-            files.append(src)
+            found.append(str(src))
         else:
             raise InputError(f"image folder of split `{split}` not found: {src}")
+    files = [absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)]
     if not files:
         raise InputError(f"split `{split}` has no images (looked in {', '.join(map(str, sources))})")
-    return sorted(set(files))
+    return list(dict.fromkeys(files))  # an image listed twice counts once
 
 
 def label_path(image: Path) -> Path:
@@ -698,21 +717,100 @@ def _task_keys(data: Dataset) -> dict:
     return {k: raw[k] for k in TASK_YAML_KEYS if isinstance(raw, dict) and raw.get(k) is not None}
 
 
-def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
-    """Write ``folder/data.yaml`` whose ``val`` is exactly the images of ``split``.
+VAL_VIEW_IMAGES, VAL_VIEW_LABELS = "images", "labels"
+"""The folders of :func:`write_split_yaml`'s view: links to the split's images, copies of their label files."""
 
-    Ultralytics' validator only resolves the standard split keys relative to the dataset root,
-    and cannot take a subset (a half split, ``--limit``, corrupt images left out); a list file of
-    absolute image paths serves all of these. The task keys of ``data``'s yaml (:data:`TASK_YAML_KEYS`:
-    a pose dataset's ``kpt_shape``, ``flip_idx``, ``kpt_oks_sigmas``, ``kpt_names``) are copied: a pose
-    validator needs them.
+
+def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
+    """Write ``folder/data.yaml`` whose ``val`` is exactly the images of ``split``, with the labels
+    det_calib read for them.
+
+    Ultralytics' validator derives each image's label file from the image's path and cannot take a
+    subset (a half split, ``--limit``, corrupt images left out). So the split is laid out in
+    ``folder`` as a view Ultralytics reads like any dataset: ``images/`` holds a link to each image
+    of the split (as the user gave its path: a symlinked image is linked, not the file behind it;
+    a hard link or a copy where the file system has no symlinks), ``labels/`` a copy of the label
+    file :func:`label_path` gives for it, the file det_calib's own reader read. Val then reads the
+    same labels as det_calib, whatever symlinks the dataset holds, and writes its label cache in
+    ``folder`` (``labels.cache``, read back by :func:`val_view_scan`), never in the user's data.
+    The task keys of ``data``'s yaml (:data:`TASK_YAML_KEYS`: a pose dataset's ``kpt_shape``,
+    ``flip_idx``, ``kpt_oks_sigmas``, ``kpt_names``) are copied: a pose validator needs them.
     """
     folder = Path(folder)
+    images, labels = folder / VAL_VIEW_IMAGES, folder / VAL_VIEW_LABELS
+    images.mkdir(parents=True, exist_ok=True)
+    labels.mkdir(exist_ok=True)
+    width = len(str(len(split.images)))
+    listed = []
+    for i, src in enumerate(split.images):
+        name = f"{i:0{width}d}_{src.stem}"
+        link = images / f"{name}{src.suffix}"
+        _link_image(absolute(src), link)
+        listed.append(str(link))
+        lab = label_path(src)
+        if lab.is_file():
+            shutil.copyfile(lab, labels / f"{name}.txt")
     lst = folder / "images.txt"
-    lst.write_text("\n".join(str(p.resolve()) for p in split.images) + "\n")
+    lst.write_text("\n".join(listed) + "\n")
     lines = [f"path: {folder}", f"train: {lst}", f"val: {lst}", "names:"]
     lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(data.names)]
     lines += [f"{k}: {json.dumps(v)}" for k, v in _task_keys(data).items()]
     yml = folder / "data.yaml"
     yml.write_text("\n".join(lines) + "\n")
     return yml
+
+
+def _link_image(src: Path, link: Path) -> None:
+    """``link`` to the image ``src``: a symlink, else a hard link, else a copy."""
+    for make in (os.symlink, os.link, shutil.copyfile):
+        try:
+            make(src, link)
+            return
+        except OSError:
+            continue
+    raise InputError(f"cannot link or copy image {src} into {link.parent}")
+
+
+@dataclass
+class ValScan:
+    """What an Ultralytics val read of a :func:`write_split_yaml` view: its label scan (the cache file).
+
+    Attributes:
+        images: Images val kept, in the split's order (their index in the split).
+        instances: ``(nc,)`` labelled instances per class val kept.
+        skipped: ``"<image>: <reason>"`` for each image val left out (its messages, with the view's
+            link names turned back into the split's image paths).
+        listed: Images the view listed.
+    """
+
+    images: list[int]
+    instances: np.ndarray
+    skipped: list[str]
+    listed: int
+
+
+def val_view_scan(folder: Path, split: Split, nc: int) -> ValScan:
+    """Read back what Ultralytics' val kept of the view :func:`write_split_yaml` wrote in ``folder``: the
+    label cache its dataset wrote there (``labels.cache``: each kept image's file and classes, and a
+    message for each image it left out). No cache file: val kept no image."""
+    links = sorted(p.name for p in (Path(folder) / VAL_VIEW_IMAGES).iterdir())  # in the split's order
+    index = {name: i for i, name in enumerate(links)}
+    cache = Path(folder) / f"{VAL_VIEW_LABELS}.cache"
+    kept: list[int] = []
+    instances = np.zeros(nc, dtype=np.int64)
+    msgs: list[str] = []
+    if cache.is_file():
+        x = np.load(str(cache), allow_pickle=True).item()
+        for lab in x.get("labels", []):
+            i = index.get(Path(lab["im_file"]).name)
+            if i is not None:
+                kept.append(i)
+            cls = np.asarray(lab.get("cls", np.zeros((0, 1)))).reshape(-1).astype(np.int64)
+            instances += np.bincount(cls[(cls >= 0) & (cls < nc)], minlength=nc)
+        msgs = [str(m) for m in x.get("msgs", [])]
+    skipped = []
+    for i in sorted(set(range(len(links))) - set(kept)):
+        tag = f"{VAL_VIEW_IMAGES}{os.sep}{links[i]}: "
+        why = next((m.split(tag, 1)[1].strip() for m in msgs if tag in m), "left out of val's label scan")
+        skipped.append(f"{split.images[i]}: {why}")
+    return ValScan(images=sorted(kept), instances=instances, skipped=skipped, listed=len(links))

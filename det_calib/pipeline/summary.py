@@ -190,23 +190,26 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
                          f"{_f(getattr(e, f'{prefix}_map50_after'), '.4f')} "
                          f"({'identical' if getattr(e, f'{prefix}_map_identical') else 'DIFFERENT'}; {how})")
     uv = h.ultralytics_val
-    if uv is not None and uv.completed is False:
+    if uv is not None and (uv.completed is False or uv.verified is False):
         lines.append(f"[{head}] Ultralytics val {uv.note}")
     if uv is not None and uv.ran:
         eq = uv.calibrated_equivalent_floor
+        changes = uv.changes()
         lines.append(
             f"[{head}] Ultralytics val {'rotated-box ' if obb else ''}mAP50-95 original "
             f"{_f(uv.original.map50_95, '.4f')}, calibrated model "
-            + (f"at equivalent floor {_f(eq.map50_95, '.4f')}" if eq is not None else
-               f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
+            + (f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}" if eq is not None
+               else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
                "(a per-class map folded into the model)")
+            + _val_seen(uv)
         )
         cal = eq if eq is not None else uv.calibrated
         for prefix, words, _ in TASK_MAP_WORDS:
             if getattr(uv.original, f"{prefix}_map50_95") is not None:
                 lines.append(f"[{head}] Ultralytics val {words} mAP50-95 original "
                              f"{_f(getattr(uv.original, f'{prefix}_map50_95'), '.4f')}, calibrated model "
-                             f"{_f(getattr(cal, f'{prefix}_map50_95') if cal else None, '.4f')}")
+                             f"{_f(getattr(cal, f'{prefix}_map50_95') if cal else None, '.4f')}"
+                             + (_val_change(changes, f"{prefix}_map50_95") if eq is not None else ""))
     dc = h.detection_change
     if dc is not None:
         lines.append(
@@ -218,6 +221,23 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
             f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
         )
     return lines
+
+
+def _val_change(changes: dict[str, float], key: str) -> str:
+    """`` (identical)`` or `` (changed by ...)`` for one figure of an Ultralytics val check."""
+    if key not in changes:
+        return " (identical)"
+    d = changes[key]
+    small = "below the 4 decimals shown; " if abs(d) < 5e-5 else ""
+    return (f" (CHANGED by {d:+.2g}: {small}val's float32 scores order some boxes otherwise than the raw ones; "
+            "marked not identical in calibration.json)")
+
+
+def _val_seen(uv) -> str:
+    """What val read, when it was compared with the run's split."""
+    if uv.verified is not True:
+        return ""
+    return f"; val read the run's {uv.images_seen:,} images and {uv.instances_seen:,} instances"
 
 
 def _shift_lines(head: str, h: HeadResult) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import tempfile
+from dataclasses import replace as _replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from det_calib.calibrators.base import equivalent_conf
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import (
     Split,
+    ValScan,
+    val_view_scan,
     write_split_yaml,
 )
 from det_calib.job.inputs import Inputs
@@ -119,7 +122,41 @@ def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[
         except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
             log.warning("Ultralytics val skipped: %s", e)
             return {h: val_not_run(ev.name, str(e)) for h in inputs.heads}
-    return {h: _check_of(ev.name, records[h], s, *figures[h], floors[h]) for h in inputs.heads}
+        seen = same_split(val_view_scan(Path(tmp), ev, len(inputs.ds.names)), ev, len(inputs.ds.names))
+    if seen.verified is False:
+        log.warning("Ultralytics val %s", seen.note)
+        return dict.fromkeys(inputs.heads, seen)
+    return {h: _replace(_check_of(ev.name, records[h], s, *figures[h], floors[h]), **_counts(seen))
+            for h in inputs.heads}
+
+
+def same_split(scan: ValScan, ev: Split, nc: int) -> ValCheck:
+    """Whether val read the run's split: the same images and, per class, the same labelled instances
+    (:func:`det_calib.data.ground_truth.val_view_scan` of the pass). A :class:`ValCheck` with the counts:
+    ``verified`` True, or False with a note that names the difference (and no mAP: the pass measured
+    another split)."""
+    expected = np.bincount(ev.gt["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc]
+    same = scan.images == list(range(len(ev.images))) and np.array_equal(scan.instances, expected)
+    counts = dict(images_seen=len(scan.images), images_expected=len(ev.images),
+                  instances_seen=int(scan.instances.sum()), instances_expected=int(expected.sum()),
+                  skipped=scan.skipped)
+    if same:
+        return ValCheck(split=ev.name, verified=True, **counts)
+    note = (f"NOT verified: Ultralytics val saw {len(scan.images):,} of {len(ev.images):,} images, "
+            f"{int(scan.instances.sum()):,} of {int(expected.sum()):,} instances")
+    differ = [i for i in range(nc) if scan.instances[i] != expected[i]]
+    if differ and len(scan.images) == len(ev.images):
+        note += f" (class {differ[0]}: {int(scan.instances[differ[0]])} against {int(expected[differ[0]])})"
+    if scan.skipped:
+        note += f"; first skipped: {scan.skipped[0]}"
+    note += "; its mAP is not reported"
+    return ValCheck(split=ev.name, verified=False, note=note, **counts)
+
+
+def _counts(seen: ValCheck) -> dict[str, Any]:
+    return dict(verified=seen.verified, images_seen=seen.images_seen, images_expected=seen.images_expected,
+                instances_seen=seen.instances_seen, instances_expected=seen.instances_expected,
+                skipped=list(seen.skipped))
 
 
 def equivalent_floor(record: Calibrator, floor: float) -> float | None:

@@ -111,10 +111,33 @@ class ValCheck:
     identical_at_equivalent_floor: bool | None = leaf(kind=bool)
     note: str | None = leaf(kind=str)
     completed: bool | None = leaf(kind=bool)
+    verified: bool | None = leaf(kind=bool)
+    """Whether val read exactly the run's split (its images and its instances per class); False: it
+    did not, and no mAP of the pass is kept (``note`` says what differed); None: not compared (runs
+    written before the comparison existed)."""
+    images_seen: int | None = leaf(kind=int)
+    images_expected: int | None = leaf(kind=int)
+    instances_seen: int | None = leaf(kind=int)
+    instances_expected: int | None = leaf(kind=int)
+    skipped: list[str] = field(default_factory=list)
+    """``"<image>: <reason>"`` for each image of the split val left out."""
 
     @property
     def ran(self) -> bool:
         return self.original is not None
+
+    def changes(self) -> dict[str, float]:
+        """The figures (``map50_95``, ``mask_map50``...) whose calibrated value (at the equivalent floor)
+        differs from the original's by more than 1e-6, with the difference (calibrated - original)."""
+        cal = self.calibrated_equivalent_floor
+        if self.original is None or cal is None:
+            return {}
+        out = {}
+        for k, v in leaf_dict(self.original).items():
+            w = getattr(cal, k, None)
+            if k != "conf" and v is not None and w is not None and abs(w - v) > 1e-6:
+                out[k] = float(w - v)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"split": self.split}
@@ -125,6 +148,10 @@ class ValCheck:
             out["identical_at_equivalent_floor"] = self.identical_at_equivalent_floor
         if self.completed is False:
             out["completed"] = False
+        if self.verified is not None:
+            out.update(verified=self.verified, images_seen=self.images_seen, images_expected=self.images_expected,
+                       instances_seen=self.instances_seen, instances_expected=self.instances_expected,
+                       skipped=list(self.skipped))
         out["note"] = self.note
         return out
 
@@ -137,7 +164,9 @@ class ValCheck:
         for k in ("original", "calibrated", "calibrated_equivalent_floor"):
             m = read_object(d.get(k), key_path(where, k))
             maps[k] = None if m is None else ValMap(**read_leaf_fields(ValMap, m, key_path(where, k)))
-        return cls(**read_leaf_fields(cls, d, where), **maps)
+        skipped = [read_text(x, f"{key_path(where, 'skipped')}[{i}]")
+                   for i, x in enumerate(read_items(d.get("skipped"), key_path(where, "skipped")))]
+        return cls(**read_leaf_fields(cls, d, where), **maps, skipped=skipped)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,12 @@ def map_words(run: Run, head: str) -> str:
         return f"mAP of the detector's own boxes rescored after selection {same}{val}"
     if ev.map_identical is None:
         return ""
-    return f"mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
+    words = f"mAP {'unchanged' if ev.map_identical else 'CHANGED'}"
+    if uv is not None and uv.verified is False:
+        words += f"; Ultralytics val {uv.note}"
+    elif uv is not None and uv.changes():
+        words += "; Ultralytics val CHANGED by " + ", ".join(f"{d:+.2g} ({k})" for k, d in uv.changes().items())
+    return words
 
 
 def lead(run: Run, head: str) -> str:

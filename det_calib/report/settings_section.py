@@ -99,6 +99,13 @@ def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     more = f" and {len(corrupt) - MAX_ABSENT_NAMED:,} more (all in calibration.json)" \
         if len(corrupt) > MAX_ABSENT_NAMED else ""
     b.add(Para("Corrupt images skipped: " + (named + more if corrupt else "none") + ".", "note"))
+    for h in run.heads[:1]:  # one val pass reads the split for every head
+        uv = run.head(h).ultralytics_val
+        if uv is not None and uv.skipped:
+            b.add(Para(f"Images Ultralytics val skipped ({len(uv.skipped):,} of {fint(uv.images_expected)}; "
+                       "its mAP is not reported): " + "; ".join(uv.skipped[:MAX_ABSENT_NAMED])
+                       + (f"; and {len(uv.skipped) - MAX_ABSENT_NAMED:,} more (in calibration.json)"
+                          if len(uv.skipped) > MAX_ABSENT_NAMED else "") + ".", "note"))
     bad = run.result.bad_labels
     if bad:
         b.add(Para(f"Malformed label files ({len(bad):,}; their images are among those skipped): "

@@ -205,3 +205,24 @@ def test_a_class_of_exactly_min_samples_boxes_gets_its_own_map():
         same = np.allclose(alone.transform_logits(t, classes=np.ones(t.size, int)),
                            pooled.transform_logits(t, classes=np.ones(t.size, int)), atol=1e-9)
         assert same is not own, n1
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("method", ["isotonic", "spline"])
+def test_planted_flat_steps_keep_the_raw_order_box_for_box(method):
+    """Labels whose frequency is a staircase (PAV's flat steps, a spline's flat end): the calibrated scores
+    order every box as its raw score does, strictly, in float64 and in float32 probabilities."""
+    from det_calib.calibrators.registry import make_calibrator
+
+    rng = np.random.default_rng(3)
+    z = np.sort(rng.uniform(-4.0, 2.0, 6000))
+    z = z[np.concatenate([[True], np.diff(z) > 1e-3])]  # boxes 1e-3 logit apart at least
+    p = np.select([z < -2.0, z < 0.0], [0.05, 0.3], 0.6)  # three flat steps
+    y = (rng.random(z.size) < p).astype(float)
+    cal = make_calibrator(method).fit(z, y)
+    out = cal.transform_logits(z)
+    order = np.argsort(z, kind="stable")
+    assert np.array_equal(np.argsort(out, kind="stable"), order)
+    assert (np.diff(out[order]) > 0).all()
+    prob32 = (1.0 / (1.0 + np.exp(-out))).astype(np.float32)
+    assert (np.diff(prob32[order]) > 0).all(), "two boxes the raw scores rank apart tie in float32"
