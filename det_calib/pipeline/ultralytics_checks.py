@@ -17,12 +17,8 @@ import polars as pl
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import equivalent_conf
 from det_calib.data.box_view import BoxView
-from det_calib.data.ground_truth import (
-    Split,
-    ValScan,
-    val_view_scan,
-    write_split_yaml,
-)
+from det_calib.data.ground_truth import Split
+from det_calib.data.val_view import ValScan, val_view_scan, write_split_yaml
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.numeric import logit_threshold, sigmoid

@@ -112,15 +112,13 @@ class ValCheck:
     note: str | None = leaf(kind=str)
     completed: bool | None = leaf(kind=bool)
     verified: bool | None = leaf(kind=bool)
-    """Whether val read exactly the run's split (its images and its instances per class); False: it
-    did not, and no mAP of the pass is kept (``note`` says what differed); None: not compared (runs
-    written before the comparison existed)."""
+    """Whether val read exactly the run's split (images, instances per class); False: no mAP kept, ``note``
+    says what differed; None: not compared. ``skipped``: ``"<image>: <reason>"`` per image val left out."""
     images_seen: int | None = leaf(kind=int)
     images_expected: int | None = leaf(kind=int)
     instances_seen: int | None = leaf(kind=int)
     instances_expected: int | None = leaf(kind=int)
     skipped: list[str] = field(default_factory=list)
-    """``"<image>: <reason>"`` for each image of the split val left out."""
 
     @property
     def ran(self) -> bool:
@@ -129,15 +127,9 @@ class ValCheck:
     def changes(self) -> dict[str, float]:
         """The figures (``map50_95``, ``mask_map50``...) whose calibrated value (at the equivalent floor)
         differs from the original's by more than 1e-6, with the difference (calibrated - original)."""
-        cal = self.calibrated_equivalent_floor
-        if self.original is None or cal is None:
-            return {}
-        out = {}
-        for k, v in leaf_dict(self.original).items():
-            w = getattr(cal, k, None)
-            if k != "conf" and v is not None and w is not None and abs(w - v) > 1e-6:
-                out[k] = float(w - v)
-        return out
+        cal, orig = self.calibrated_equivalent_floor, leaf_dict(self.original) if self.original else {}
+        pairs = {k: (v, getattr(cal, k, None)) for k, v in orig.items() if k != "conf"}
+        return {k: float(w - v) for k, (v, w) in pairs.items() if None not in (v, w) and abs(w - v) > 1e-6}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"split": self.split}
@@ -149,9 +141,8 @@ class ValCheck:
         if self.completed is False:
             out["completed"] = False
         if self.verified is not None:
-            out.update(verified=self.verified, images_seen=self.images_seen, images_expected=self.images_expected,
-                       instances_seen=self.instances_seen, instances_expected=self.instances_expected,
-                       skipped=list(self.skipped))
+            out.update({k: v for k, v in leaf_dict(self).items() if k.startswith(("verified", "images_", "inst"))})
+            out["skipped"] = list(self.skipped)
         out["note"] = self.note
         return out
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from det_calib.data.ground_truth import load_data_yaml, load_split, write_split_yaml
+from det_calib.data.ground_truth import load_data_yaml, load_split
+from det_calib.data.val_view import write_split_yaml
 from det_calib.pipeline import ultralytics_checks
 from det_calib.pipeline.calibrate_job import calibrate
 

@@ -94,8 +94,8 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run):
     """Stock ``YOLO(calibrated.pt).val()`` at the equivalent floor: the original's figures, as the run recorded."""
     from ultralytics import YOLO
 
-    from det_calib.data.ground_truth import write_split_yaml
     from det_calib.data.obb import load_obb_split
+    from det_calib.data.val_view import write_split_yaml
     from det_calib.demo.shapes_obb import demo_obb_data_yaml
 
     for run, load, yml in ((pose_run, load_pose_split, demo_pose_data_yaml()),
