@@ -39,10 +39,10 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "datasets" / "shapes" / "yolo26n_shapes.pt"
-SEG_MODEL = REPO / "datasets" / "shapes" / "yolo26n_shapes_seg.pt"
-TASK_MODELS = {"pose": REPO / "datasets" / "shapes" / "yolo26n_shapes_pose.pt",
-               "obb": REPO / "datasets" / "shapes" / "yolo26n_shapes_obb.pt"}
+MODEL = REPO / "det_calib" / "demo" / "assets" / "yolo26n_shapes.pt"
+SEG_MODEL = REPO / "det_calib" / "demo" / "assets" / "yolo26n_shapes_seg.pt"
+TASK_MODELS = {"pose": REPO / "det_calib" / "demo" / "assets" / "yolo26n_shapes_pose.pt",
+               "obb": REPO / "det_calib" / "demo" / "assets" / "yolo26n_shapes_obb.pt"}
 BATCHES = (1, 16)
 
 

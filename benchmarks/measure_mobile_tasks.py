@@ -1,7 +1,7 @@
 """The deployed kept-set ECE of the calibrated LiteRT and NCNN engines of segment, pose and OBB models, through
 plain Ultralytics: what a user ships, not the run's own figures.
 
-For each demo task model (``datasets/shapes/yolo26n_shapes_seg.pt``, ``_pose.pt``, ``_obb.pt``) and engine
+For each demo task model (``det_calib/demo/assets/yolo26n_shapes_seg.pt``, ``_pose.pt``, ``_obb.pt``) and engine
 (LiteRT FP32, NCNN; exported by Ultralytics at 320, the one-to-many head ``nms``), into ``--out``:
 
 1. ``det-calib calibrate --model ENGINE --data <the task's demo data> [--limit N] --head nms`` (the default
@@ -50,7 +50,7 @@ def engine_case(task: str, fmt: str, out: Path, limit: int | None) -> list:
     pt = folder / MODELS[task]
     if not pt.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "datasets" / "shapes" / MODELS[task], pt)
+        shutil.copy(ROOT / "det_calib" / "demo" / "assets" / MODELS[task], pt)
     run, shipped = folder / "run", folder / ENGINES[fmt]
     if not (shipped.exists() and (run / "calibration.json").is_file()):  # else: measured again as it is
         engine = Path(YOLO(str(pt)).export(format=fmt, imgsz=320, verbose=False))
@@ -82,7 +82,8 @@ def main() -> None:
     for task in args.tasks:
         cases = [c for fmt in ENGINES for c in engine_case(task, fmt, args.out, args.limit or None)]
         shipped = "calibrated engine (`det-calib apply --source`; the raw side: the engine exported from the model)"
-        blocks.append(f"**{task}**\n\n" + table(cases, f"datasets/shapes/{MODELS[task]}", floor=True, shipped=shipped))
+        model = f"det_calib/demo/assets/{MODELS[task]}"
+        blocks.append(f"**{task}**\n\n" + table(cases, model, floor=True, shipped=shipped))
     body = "\n\n".join(blocks)
     print(body)
     if args.doc:

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deployed_ece import add_arguments, measure_sizes, table  # noqa: E402
 
-MODELS = ("datasets/shapes/yolo26n_shapes_pose.pt", "datasets/shapes/yolo26n_shapes_obb.pt")
+MODELS = ("det_calib/demo/assets/yolo26n_shapes_pose.pt", "det_calib/demo/assets/yolo26n_shapes_obb.pt")
 
 
 def main() -> None:

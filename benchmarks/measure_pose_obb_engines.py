@@ -1,6 +1,6 @@
 """Parity of det_calib on exported pose and OBB engines (issue 40): capture and calibrated export.
 
-For each demo model (``datasets/shapes/yolo26n_shapes_pose.pt``, ``yolo26n_shapes_obb.pt``) and each engine
+For each demo model (``det_calib/demo/assets/yolo26n_shapes_pose.pt``, ``yolo26n_shapes_obb.pt``) and each engine
 (ONNX FP32 and OpenVINO FP32, each with the one-to-many head ``nms`` and, exported with ``nms=False``, the
 one-to-one head ``e2e``; OpenVINO INT8 with NNCF statistics on a share of the task's demo ``calib`` split,
 ``nms`` head, unless ``--no-int8``), exported by Ultralytics at 320 into ``--out``:
@@ -61,7 +61,7 @@ def _export(task: str, kw: dict, folder: Path, fraction: float) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     pt = folder / f"{task}.pt"
-    shutil.copy(ROOT / "datasets" / "shapes" / f"yolo26n_shapes_{task}.pt", pt)
+    shutil.copy(ROOT / "det_calib" / "demo" / "assets" / f"yolo26n_shapes_{task}.pt", pt)
     if kw.get("int8"):
         data = demo_pose_data_yaml() if task == "pose" else demo_obb_data_yaml()
         kw = {**kw, "data": str(data), "fraction": fraction}
@@ -219,7 +219,8 @@ def main() -> None:
     ap.add_argument("--no-int8", action="store_true", help="skip the OpenVINO INT8 engines")
     ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/pose_obb_engines.md")
     a = ap.parse_args()
-    images = sorted((ROOT / "datasets" / "shapes" / "fixture" / "images" / "fixture").glob("*.jpg"))[: a.images]
+    fixture = ROOT / "det_calib" / "demo" / "assets" / "fixture" / "images" / "fixture"
+    images = sorted(fixture.glob("*.jpg"))[: a.images]
     cal, rows = _spline(), []
     for task in ("pose", "obb"):
         for engine, head, kw in ENGINES:

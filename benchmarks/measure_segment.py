@@ -13,7 +13,7 @@ both heads, and no case above 1.05x. ``--doc`` writes the table to docs/generate
 
 Run from the repository root::
 
-    python3 benchmarks/measure_segment.py --model datasets/shapes/yolo26n_shapes_seg.pt --doc
+    python3 benchmarks/measure_segment.py --model det_calib/demo/assets/yolo26n_shapes_seg.pt --doc
     python3 benchmarks/measure_segment.py --model M --data D --limits 64 --runs /tmp/seg_runs -- --match box
 """
 

@@ -14,7 +14,7 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO / "datasets" / "shapes" / "fixture"
+FIXTURE = REPO / "det_calib" / "demo" / "assets" / "fixture"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 (``tests/capture/test_exported_mobile_tasks.py``) and of their calibrated engine
 (``tests/deploy/test_mobile_engines_tasks.py``).
 
-:func:`mobile_task_exports` exports each committed demo model (``datasets/shapes/yolo26n_shapes_seg.pt``,
+:func:`mobile_task_exports` exports each committed demo model (``det_calib/demo/assets/yolo26n_shapes_seg.pt``,
 ``_pose.pt``, ``_obb.pt``) with Ultralytics' own ``export`` to LiteRT (FP32) and NCNN at 320, once per test
 session (about 15 s an export), in the session's temporary folder; each export sits beside the copy of the
 ``.pt`` it was made from (:func:`source_of`).
@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS = {"segment": REPO / "datasets" / "shapes" / "yolo26n_shapes_seg.pt",
-          "pose": REPO / "datasets" / "shapes" / "yolo26n_shapes_pose.pt",
-          "obb": REPO / "datasets" / "shapes" / "yolo26n_shapes_obb.pt"}
+ASSETS = REPO / "det_calib" / "demo" / "assets"
+MODELS = {"segment": ASSETS / "yolo26n_shapes_seg.pt", "pose": ASSETS / "yolo26n_shapes_pose.pt",
+          "obb": ASSETS / "yolo26n_shapes_obb.pt"}
 ENGINES = {"litert": "litert fp32", "ncnn": "ncnn fp32"}
 CASES = [(task, fmt) for task in MODELS for fmt in ENGINES]
 IMGSZ = 320

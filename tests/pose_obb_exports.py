@@ -1,6 +1,6 @@
 """Exported pose and OBB engines for the tests of their capture and calibrated export.
 
-:func:`task_exports` exports the committed demo models (``datasets/shapes/yolo26n_shapes_pose.pt``,
+:func:`task_exports` exports the committed demo models (``det_calib/demo/assets/yolo26n_shapes_pose.pt``,
 ``yolo26n_shapes_obb.pt``: YOLO26 heads, ``Pose26`` / ``OBB26``) to ONNX (one-to-many per-anchor output and,
 with ``nms=False``, the one-to-one top-k rows) and OpenVINO, and a legacy-head (YOLO11: ``Pose`` / ``OBB``)
 checkpoint of each task (:func:`legacy_checkpoint`) to ONNX, all at 320. The exports are made once per test
@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = {"pose": REPO / "datasets" / "shapes" / "yolo26n_shapes_pose.pt",
-        "obb": REPO / "datasets" / "shapes" / "yolo26n_shapes_obb.pt"}
+ASSETS = REPO / "det_calib" / "demo" / "assets"
+DEMO = {"pose": ASSETS / "yolo26n_shapes_pose.pt", "obb": ASSETS / "yolo26n_shapes_obb.pt"}
 NAMES = {0: "circle", 1: "ellipse", 2: "square", 3: "rectangle", 4: "triangle", 5: "hexagon", 6: "star", 7: "cross"}
 KPT_SHAPE = (5, 3)
 IMGSZ = 320

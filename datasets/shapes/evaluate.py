@@ -2,7 +2,7 @@
 
 Usage (from the repository root; a few minutes on CPU):
 
-    python datasets/shapes/evaluate.py [--model datasets/shapes/yolo26n_shapes.pt] [--split test]
+    python datasets/shapes/evaluate.py [--model det_calib/demo/assets/yolo26n_shapes.pt] [--split test]
 
 Prints a Markdown table: Ultralytics val mAP50 and mAP50-95 (conf 0.001), and how many boxes
 above conf 0.25 are correct and incorrect (one-to-one matching at IoU 0.5).

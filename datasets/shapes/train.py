@@ -3,8 +3,8 @@
 Usage (from the repository root; about 90 minutes on a CPU; Ultralytics trains on CPU with
 ``cpu_count - 1`` torch threads, one on a 2-core machine, so two seeds train side by side there):
 
-    python3 datasets/shapes/train.py           # writes datasets/shapes/yolo26n_shapes.pt
-    python3 datasets/shapes/train.py --seed 1  # an ensemble member: writes yolo26n_shapes_seed1.pt
+    python3 datasets/shapes/train.py           # writes det_calib/demo/assets/yolo26n_shapes.pt
+    python3 datasets/shapes/train.py --seed 1  # an ensemble member: writes yolo26n_shapes_seed1.pt there
 
 ``--seed`` is the training seed only (weight initialisation, data order, augmentation): the data
 (dataset seed 0) and every other setting stay those of the shipped model, so seed 0 reproduces it
@@ -27,7 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
 
 
 def main() -> None:
@@ -42,11 +42,11 @@ def main() -> None:
     ap.add_argument("--project", default="/tmp/det_calib_train")
     ap.add_argument("--name", default=None, help="run name (default yolo26n_shapes, or yolo26n_shapes_seedN)")
     ap.add_argument("--out", default=None,
-                    help="weights to write (default datasets/shapes/yolo26n_shapes.pt, or yolo26n_shapes_seedN.pt)")
+                    help="weights to write (default det_calib/demo/assets/yolo26n_shapes.pt, or _seedN.pt)")
     args = ap.parse_args()
     stem = "yolo26n_shapes" if args.seed == 0 else f"yolo26n_shapes_seed{args.seed}"
     args.name = args.name or stem
-    args.out = args.out or str(HERE / f"{stem}.pt")
+    args.out = args.out or str(ASSETS / f"{stem}.pt")
 
     from ultralytics import YOLO
 

@@ -2,9 +2,9 @@
 
 Usage (from the repository root; about 70 minutes per model on one CPU core):
 
-    python3 datasets/shapes/train_task.py --task segment   # writes datasets/shapes/yolo26n_shapes_seg.pt
-    python3 datasets/shapes/train_task.py --task pose      # writes datasets/shapes/yolo26n_shapes_pose.pt
-    python3 datasets/shapes/train_task.py --task obb       # writes datasets/shapes/yolo26n_shapes_obb.pt
+    python3 datasets/shapes/train_task.py --task segment   # writes det_calib/demo/assets/yolo26n_shapes_seg.pt
+    python3 datasets/shapes/train_task.py --task pose      # writes det_calib/demo/assets/yolo26n_shapes_pose.pt
+    python3 datasets/shapes/train_task.py --task obb       # writes det_calib/demo/assets/yolo26n_shapes_obb.pt
 
 The data are the detection demo's images with the task's labels of each object's visible region
 (``det_calib.demo.shapes_segments``, ``shapes_pose``, ``shapes_obb``: dataset seed 0, the train
@@ -28,7 +28,7 @@ import shutil
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
 SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr0", type=float, default=0.001)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--init", default=str(HERE / "yolo26n_shapes.pt"),
+    ap.add_argument("--init", default=str(ASSETS / "yolo26n_shapes.pt"),
                     help="detector whose shared tensors start the model ('' for random weights)")
     ap.add_argument("--project", default="/tmp/det_calib_train")
     args = ap.parse_args()
@@ -92,7 +92,7 @@ def main() -> None:
         exist_ok=True,
     )
     best = Path(args.project) / stem / "weights" / "best.pt"
-    out = HERE / f"{stem}.pt"
+    out = ASSETS / f"{stem}.pt"
     shutil.copy(best, out)
     print(f"trained {args.epochs} epochs in {(time.time() - t0) / 60:.1f} min -> {out}")
 

@@ -1,10 +1,14 @@
 """The embedded default: the ``shapes`` demo dataset and the demo detector trained on it.
 
-The committed files live in ``datasets/shapes/`` at the repository root: the dataset card, the
-fixture split (a dozen images with labels), the training script and the trained weights. The
-calib and test splits (and, for training, the train split) are rendered deterministically on
-first use into a cache folder: ``$DET_CALIB_CACHE`` if set, else
-``$XDG_CACHE_HOME/det_calib`` (``~/.cache/det_calib``).
+The trained weights and the fixture split (a dozen images with labels) ship inside the package, in
+``det_calib/demo/assets/`` (:func:`demo_root`), so ``pip install det_calib`` runs the demo from any
+folder. The seed members of the demo ensemble (``yolo26n_shapes_seed*.pt``) sit beside the demo
+detector in the repository only: the wheel leaves them out (pyproject.toml's
+``exclude-package-data``). The dataset card, the model cards and the training scripts stay in
+``datasets/shapes/`` at the repository root. The calib and test splits (and, for training, the
+train split) are rendered deterministically on first use (by :mod:`det_calib.demo.shapes`) into a
+cache folder: ``$DET_CALIB_CACHE`` if set, else ``$XDG_CACHE_HOME/det_calib``
+(``~/.cache/det_calib``).
 """
 
 from __future__ import annotations
@@ -23,16 +27,21 @@ __all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_seg
            "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
+_ASSETS = Path(__file__).resolve().parent / "assets"  # the demo files shipped inside the package
+
+
 def demo_root() -> Path:
-    """The ``datasets/shapes`` folder of the repository this package was installed from."""
-    env = os.environ.get("DET_CALIB_HOME")
-    root = Path(env) if env else Path(__file__).resolve().parents[2]
-    path = root / "datasets" / "shapes"
+    """The folder of the demo models and the fixture split: ``$DET_CALIB_DEMO_DIR`` if set, else
+    ``det_calib/demo/assets/`` inside the installed package.
+
+    Raises:
+        InputError: The folder does not exist.
+    """
+    env = os.environ.get("DET_CALIB_DEMO_DIR")
+    path = Path(env) if env else _ASSETS
     if not path.is_dir():
-        raise InputError(
-            f"demo files not found at {path}: install det_calib from its repository with "
-            "`pip install -e .`, or set DET_CALIB_HOME to the repository root"
-        )
+        where = "DET_CALIB_DEMO_DIR names" if env else "the installed package has"
+        raise InputError(f"demo files not found: {where} no folder {path}")
     return path
 
 

@@ -164,15 +164,16 @@ def member_specs(models: Sequence[str | Path] = (), *, snapshots: Sequence[str |
 
 
 DEMO_VIEWS = ("orig", "flip", "scale:1.2")
-"""The test-time views of the demo ensemble while no seed members are shipped."""
+"""The test-time views of the demo ensemble where no seed members sit beside the demo detector (a wheel install)."""
 
 
 def demo_members() -> tuple[list[MemberSpec], str]:
     """The embedded default's members and what they are, in words.
 
-    The shipped seed members (``datasets/shapes/yolo26n_shapes_seed*.pt``, trained by
-    ``datasets/shapes/train.py --seed N``) beside the shipped model when there are any; else the
-    shipped model's test-time views :data:`DEMO_VIEWS`.
+    The seed members (``det_calib/demo/assets/yolo26n_shapes_seed*.pt``, trained by
+    ``datasets/shapes/train.py --seed N``) beside the shipped model when there are any (in a checkout
+    of the repository; the wheel leaves them out); else the shipped model's test-time views
+    :data:`DEMO_VIEWS`.
     """
     from det_calib import demo
 
@@ -182,8 +183,9 @@ def demo_members() -> tuple[list[MemberSpec], str]:
         specs = [MemberSpec(model)] + [MemberSpec(p) for p in seeds]
         return specs, f"the shipped model and its {len(seeds)} seed member(s) ({', '.join(p.name for p in seeds)})"
     specs = member_specs([model], views=DEMO_VIEWS)
-    return specs, (f"test-time views of the shipped model ({', '.join(DEMO_VIEWS)}): no seed members are shipped "
-                   f"yet (datasets/shapes/train.py --seed N writes {model.stem}_seedN.pt)")
+    return specs, (f"test-time views of the shipped model ({', '.join(DEMO_VIEWS)}): no seed members beside it "
+                   f"(a checkout of the repository has them; datasets/shapes/train.py --seed N writes "
+                   f"{model.stem}_seedN.pt)")
 
 
 class Member(Protocol):

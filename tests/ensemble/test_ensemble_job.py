@@ -367,16 +367,16 @@ def test_mixed_architecture_members_capture(demo_model_path, legacy, fixture_ima
 
 
 def test_demo_switches_to_seed_members_when_shipped(demo_model_path, noisy, tmp_path, monkeypatch):
-    """With seed members beside the shipped model (DET_CALIB_HOME: a copy of the layout), the
+    """With seed members beside the shipped model (DET_CALIB_DEMO_DIR: a folder of demo files), the
     no-argument ensemble uses them instead of the test-time views, and says so."""
     from det_calib.ensemble.members import demo_members
 
-    shapes = tmp_path / "datasets" / "shapes"
-    shapes.mkdir(parents=True)
+    shapes = tmp_path / "demo"
+    shapes.mkdir()
     (shapes / demo_model_path.name).symlink_to(demo_model_path)
     for k in (1, 2):
         (shapes / f"yolo26n_shapes_seed{k}.pt").symlink_to(noisy)
-    monkeypatch.setenv("DET_CALIB_HOME", str(tmp_path))
+    monkeypatch.setenv("DET_CALIB_DEMO_DIR", str(shapes))
     specs, source = demo_members()
     assert [m.path.name for m in specs] == ["yolo26n_shapes.pt", "yolo26n_shapes_seed1.pt", "yolo26n_shapes_seed2.pt"]
     assert {m.kind for m in specs} == {"checkpoint"} and "2 seed member(s)" in source

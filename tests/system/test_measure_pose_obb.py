@@ -20,7 +20,7 @@ from det_calib.matching.oks import oks
 from det_calib.matching.rotated import probiou
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = {task: ROOT / f"datasets/shapes/yolo26n_shapes_{task}.pt" for task in ("pose", "obb")}
+MODELS = {task: ROOT / f"det_calib/demo/assets/yolo26n_shapes_{task}.pt" for task in ("pose", "obb")}
 
 
 @pytest.fixture(scope="module")

@@ -64,10 +64,9 @@ def make_dataset(root: Path, *, n: int = 6, box_only: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def seg_home(tmp_path_factory, shapes_seg_path) -> Path:
-    """A repository root whose demo segment model is the tests' YOLO26n-seg (``DET_CALIB_HOME``)."""
-    home = tmp_path_factory.mktemp("home")
-    (home / "datasets" / "shapes").mkdir(parents=True)
-    shutil.copy(shapes_seg_path, home / "datasets" / "shapes" / "yolo26n_shapes_seg.pt")
+    """A folder of demo files whose demo segment model is the tests' YOLO26n-seg (``DET_CALIB_DEMO_DIR``)."""
+    home = tmp_path_factory.mktemp("demo")
+    shutil.copy(shapes_seg_path, home / "yolo26n_shapes_seg.pt")
     return home
 
 
@@ -76,8 +75,8 @@ def seg_run(seg_home, tmp_path_factory) -> Path:
     """``calibrate --model <the demo segment model>`` with no ``--data``: the segment demo data."""
     out = tmp_path_factory.mktemp("runs") / "seg"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DET_CALIB_HOME", str(seg_home))
-        code = main(["calibrate", "--model", str(seg_home / "datasets/shapes/yolo26n_shapes_seg.pt"), *LIMIT,
+        mp.setenv("DET_CALIB_DEMO_DIR", str(seg_home))
+        code = main(["calibrate", "--model", str(seg_home / "yolo26n_shapes_seg.pt"), *LIMIT,
                      "--head", "nms", "--no-val", "--n-boot", "20", "-q", "--out", str(out)])
     assert code == 0
     return out
@@ -116,7 +115,7 @@ def test_report_says_the_rule_and_shows_masks(seg_run):
 
 def test_box_only_labels_match_by_boxes(capsys, seg_home, tmp_path):
     data = make_dataset(tmp_path / "boxes", box_only=True)
-    model = seg_home / "datasets/shapes/yolo26n_shapes_seg.pt"
+    model = seg_home / "yolo26n_shapes_seg.pt"
     _ok(capsys, "calibrate", "--model", model, "--data", data, "--head", "nms", "--no-report", *QUICK,
         "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
@@ -130,7 +129,7 @@ def test_box_only_labels_match_by_boxes(capsys, seg_home, tmp_path):
 
 def test_match_box_on_polygons(capsys, seg_home, tmp_path):
     data = make_dataset(tmp_path / "polys")
-    _ok(capsys, "calibrate", "--model", seg_home / "datasets/shapes/yolo26n_shapes_seg.pt", "--data", data,
+    _ok(capsys, "calibrate", "--model", seg_home / "yolo26n_shapes_seg.pt", "--data", data,
         "--match", "box", "--head", "nms", "--no-report", *QUICK, "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box" and c["matching"]["option"] == "box"
@@ -138,7 +137,7 @@ def test_match_box_on_polygons(capsys, seg_home, tmp_path):
 
 def test_tools_on_a_segment_run(capsys, seg_run, seg_home, tmp_path):
     """compare, check (labelled and label-free), thresholds and --boxes each work on a segment run."""
-    model = seg_home / "datasets/shapes/yolo26n_shapes_seg.pt"
+    model = seg_home / "yolo26n_shapes_seg.pt"
     reused = tmp_path / "reused"
     _ok(capsys, "calibrate", "--model", model, "--data", demo_segment_data_yaml(), "--boxes", seg_run, *LIMIT,
         "--head", "nms", "--no-report", *QUICK, "--out", reused)
@@ -167,7 +166,7 @@ def test_tools_on_a_segment_run(capsys, seg_run, seg_home, tmp_path):
 
 
 def test_ensemble_refuses_segment_members(capsys, seg_home, tmp_path):
-    line = _error(capsys, "ensemble", "--model", seg_home / "datasets/shapes/yolo26n_shapes_seg.pt",
+    line = _error(capsys, "ensemble", "--model", seg_home / "yolo26n_shapes_seg.pt",
                   "--model", demo_model(), "--data", make_dataset(tmp_path / "d"), "--limit", "4",
                   "--out", tmp_path / "ens")
     assert "is a segment model: det-calib ensemble fuses boxes and cannot fuse masks" in line
@@ -202,6 +201,6 @@ def test_malformed_polygons(capsys, seg_home, tmp_path, line, reason):
     data = make_dataset(tmp_path / "d", n=3)
     for lbl in (data.parent / "labels").rglob("*.txt"):
         lbl.write_text(line + "\n" + lbl.read_text())
-    for model in (demo_model(), seg_home / "datasets/shapes/yolo26n_shapes_seg.pt"):
+    for model in (demo_model(), seg_home / "yolo26n_shapes_seg.pt"):
         err = _error(capsys, "calibrate", "--model", model, "--data", data, *QUICK, "--out", tmp_path / "run")
         assert reason in err
