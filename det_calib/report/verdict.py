@@ -89,7 +89,7 @@ def _items(s: Subject) -> list[str]:
         return items + ([_kept_item(None, None, sh)] if sh is not None else []) + [_map_item(s, ev)]
     iou = s.run.settings.target == "iou"
     o0, o1 = ev.operating_before[0], ev.operating_after[0]
-    ece, la = _ece_item(o0, o1), _laece_item(o0, o1)
+    ece, la = _ece_item(o0, o1), _laece_item(o0, o1, target=iou)
     items = [la, _kept_item(o0, o1, shift_at(s.result.threshold_shift, num(o0.conf))), ece] if iou else \
         [ece, _kept_item(o0, o1, shift_at(s.result.threshold_shift, num(o0.conf))), la]
     for p0, p1 in zip(ev.operating_before[1:], ev.operating_after[1:], strict=False):
@@ -104,9 +104,10 @@ def _ece_item(o0: OperatingFigures, o1: OperatingFigures) -> str:
             "scores on these boxes, 95% range)")
 
 
-def _laece_item(o0: OperatingFigures, o1: OperatingFigures) -> str:
-    return (f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)}: raw {f4(o0.laece0)} → calibrated "
-            f"{f4(o1.laece0)}; sampling floor {fci(o1.laece_floor, o1.laece_floor_range)}")
+def _laece_item(o0: OperatingFigures, o1: OperatingFigures, *, target: bool) -> str:
+    """``target``: the run's own figure (``--target iou``), said as such."""
+    return (f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)}{' (the target)' if target else ''}: raw "
+            f"{f4(o0.laece0)} → calibrated {f4(o1.laece0)}; sampling floor {fci(o1.laece_floor, o1.laece_floor_range)}")
 
 
 def _kept_item(o0: OperatingFigures | None, o1: OperatingFigures | None, sh: ThresholdShift | None) -> str:

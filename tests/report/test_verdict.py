@@ -17,7 +17,7 @@ from det_calib.record.run_folder import load_run
 from det_calib.report import write_report
 from det_calib.report.common import f3, f4
 from det_calib.report.sections import subject
-from det_calib.report.verdict import verdict_line
+from det_calib.report.verdict import answer_blocks, verdict_line
 
 WIDTH, HEIGHT = 1400, 900
 
@@ -157,4 +157,15 @@ def test_verdict_in_its_three_cases(tmp_path):
                                      "conf 0.25)"
     assert line(0.08, 0.08, [0.02, 0.07], method="none") == ("nms: raw scores kept (no calibrator beat them on "
                                                              "held-out folds); above its sampling floor")
+    # --target iou: the verdict reads LaECE_0 (here worse than raw, while the ECE improved), said to be the target
+    calib["target"] = "iou"
+    ev["operating_before"][0]["laece0"], ev["operating_after"][0]["laece0"] = 0.10, 0.12
+    ev["operating_after"][0]["laece_floor"], ev["operating_after"][0]["laece_floor_range"] = 0.09, [0.08, 0.11]
+    assert line(0.09, 0.06, [0.02, 0.07]) == (f"nms: worse: keep the raw scores (calibrated, the {n} boxes kept at "
+                                              "conf 0.25 score a higher LaECE_0 than raw)")
+    s = subject(load_run(run_dir), "nms", name="nms")
+    (first, _, ece, *_) = answer_blocks(s)[1].items
+    assert first == ("LaECE_0 of the boxes kept at conf 0.25 (the target): raw 0.1000 → calibrated 0.1200; sampling "
+                     "floor 0.0900 [0.0800, 0.1100]")
+    assert ece.startswith("ECE of the boxes kept at conf 0.25: raw 0.0900 → calibrated 0.0600")
 
