@@ -160,15 +160,15 @@ def _report_reliability(b: Page, subjects: list[Subject]) -> None:
                "near 0 and are easy to calibrate, so their ECE is far smaller than the kept set's of the Summary. "
                "The count panels are on a log scale.", "note"))
     all_boxes = f"all boxes, down to conf {fthr(run.settings.conf_floor)}"
-    for s in subjects:
-        h, hb = s.head, s.hb
+    for subj in subjects:
+        h, hb = subj.head, subj.hb
         ev = head_eval(run, h)
         b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}: {all_boxes}" if len(run.heads) > 1
                       else all_boxes[0].upper() + all_boxes[1:]))
-        reliability_figure(b, s)
+        reliability_figure(b, subj)
         cal = _cal_tag(run, h)
         b.add(_metric_table(run, h))
-        if any(outside_ci(s.ece, s.ece_ci) or outside_ci(s.laece, s.laece_ci) for s in (ev.before, ev.after)):
+        if any(outside_ci(sc.ece, sc.ece_ci) or outside_ci(sc.laece, sc.laece_ci) for sc in (ev.before, ev.after)):
             b.add(Para(CI_NOTE, "note"))
         thr = list(run.settings.conf_thresholds)
         marks_raw = [(x, f"conf {x:g}") for x in thr]
