@@ -160,18 +160,22 @@ def operating_cells(o0: OperatingFigures, o1: OperatingFigures, *, raw_floor: bo
 
 
 def operating_table(run: Run) -> Table | None:
-    """Kept-set ECE and LaECE_0 at each threshold, raw and calibrated, per head."""
+    """Kept-set ECE and LaECE_0 at each threshold, raw and calibrated, per head: one row per head, threshold
+    and figure (stacked, so that the table fits a 1400 px window; the same cells as
+    :func:`operating_cells`)."""
     rows = []
     st = run.settings
+    names = (f"ECE ({st.ece_bins} bins, IoU {st.iou_match:g})", f"LaECE_0 ({st.laece_bins} bins)")
     for h in run.heads:
         ev = head_eval(run, h)
         for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-            rows.append([h, fthr(o0.conf), *operating_cells(o0, o1)])
+            kept, *cells = operating_cells(o0, o1)
+            for name, figure in zip(names, (cells[:3], cells[3:]), strict=True):
+                rows.append([h, fthr(o0.conf), kept, name, *figure])
     if not rows:
         return None
-    return Table(["Head", "Conf", "Boxes kept raw → calibrated", f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})",
-                  "ECE calibrated", "ECE floor (perfectly calibrated)", f"LaECE_0 raw ({st.laece_bins} bins)",
-                  "LaECE_0 calibrated", "LaECE_0 floor (perfectly calibrated)"], rows,
+    return Table(["Head", "Conf", "Boxes kept raw → calibrated", "Figure (lower is better)", "Raw [95% CI]",
+                  "Calibrated [95% CI]", "Sampling floor, calibrated (perfectly calibrated) [95% range]"], rows,
                  caption="At the operating point: calibration of the boxes kept at each conf threshold "
                          "(the floor and the intervals: below the table)",
                  css="operating")

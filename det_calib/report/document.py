@@ -25,7 +25,8 @@ class Heading:
 
 @dataclass(frozen=True)
 class Para:
-    """A paragraph. ``kind`` is "" (plain), "lead" (emphasised), "note" or "warn"."""
+    """A paragraph. ``kind`` is "" (plain), "lead" (emphasised), "verdict" (a head's verdict, the report's
+    first lines), "note" or "warn"."""
 
     text: str
     kind: str = ""
@@ -33,7 +34,10 @@ class Para:
 
 @dataclass(frozen=True)
 class Bullets:
+    """A list; ``css`` is the class of the ``<ul>`` (e.g. ``answer``, the figures under a verdict)."""
+
     items: list[str]
+    css: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ h2 { font-size: 21px; margin: 40px 0 10px; padding-bottom: 4px; border-bottom: 2
 h3 { font-size: 17px; margin: 26px 0 8px; }
 p { margin: 8px 0; }
 p.lead { font-size: 16px; background: #eef5fb; border-left: 4px solid var(--accent); padding: 8px 12px; }
+p.verdict { font-size: 17px; font-weight: 600; background: #eef5fb; border-left: 4px solid var(--accent);
+            padding: 6px 12px; margin: 14px 0 2px; }
+ul.answer { margin: 0 0 12px; padding: 4px 12px 4px 38px; font-size: 14.5px; border-left: 4px solid var(--line); }
+ul.answer li { margin: 2px 0; }
 p.note { color: var(--muted); font-size: 13.5px; }
 p.warn { background: #fff4e5; border-left: 4px solid #ee7733; padding: 8px 12px; }
 ul { margin: 6px 0 10px 0; padding-left: 22px; }
@@ -149,7 +157,8 @@ def to_html(title: str, blocks: list[Block], *, subtitle: str = "", footer: str 
             cls = f' class="{b.kind}"' if b.kind else ""
             body.append(f"<p{cls}>{html.escape(b.text)}</p>")
         elif isinstance(b, Bullets):
-            body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>")
+            cls = f' class="{html.escape(b.css)}"' if b.css else ""
+            body.append(f"<ul{cls}>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             body.append(_html_table(b))
         elif isinstance(b, Fig):
@@ -195,7 +204,7 @@ def to_markdown(title: str, blocks: list[Block], *, figures_dir: str = "figures"
             out += ["#" * b.level + " " + _md_text(b.text), ""]
         elif isinstance(b, Para):
             text = _md_text(b.text)
-            if b.kind == "lead":
+            if b.kind in ("lead", "verdict"):
                 text = f"**{text}**"
             elif b.kind == "warn":
                 text = f"> **Warning:** {text}"

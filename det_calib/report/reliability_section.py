@@ -11,7 +11,7 @@ import numpy as np
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
-from det_calib.record.run_folder import CALIBRATION_FILE, HeadBoxes, Run
+from det_calib.record.run_folder import CALIBRATION_FILE, Run
 
 from . import plots
 from .common import (
@@ -37,17 +37,48 @@ from .page import Page
 log = logging.getLogger(__name__)
 
 
-__all__ = ["equivalents", "kept_bins", "reliability_figure", "reliability_section"]
+__all__ = ["equivalents", "kept_bins", "kept_reliability_figure", "reliability_figure", "reliability_section"]
 
 
 def reliability_section(page: Page, ctx: ReportContext) -> None:
-    """The Reliability section: per head, its metrics and confidence histograms (a report; the
-    diagram itself opens the head's summary), or every run's diagrams on the same axes (a comparison)."""
+    """The Reliability section: per head, under a heading that says they are all boxes, its all-box
+    reliability diagram, metrics and confidence histograms (a report; the kept set's diagram is in the
+    summary), or every run's diagrams on the same axes (a comparison)."""
     page.add(Heading(2, "Reliability", "reliability"))
     if ctx.compared:
         _compare_reliability(page, list(ctx.subjects))
     else:
-        _report_reliability(page, ctx.run, ctx.hbs)
+        _report_reliability(page, list(ctx.subjects))
+
+
+def kept_reliability_figure(page: Page, s: Subject) -> bool:
+    """The reliability diagram of the boxes one head keeps at the run's lowest conf, raw and calibrated
+    (figure ``kept_reliability_<head>``), binned as the kept-set ECE is; False (nothing drawn) for a
+    run without kept-set figures. The titles' ECE is calibration.json's (a mismatch with the boxes is
+    logged)."""
+    run, h, hb = s.run, s.head, s.hb
+    ev = head_eval(run, h)
+    if not ev.operating_before or not ev.operating_after or not hb.n:
+        return False
+    o0, o1 = ev.operating_before[0], ev.operating_after[0]
+    t, nb = num(o0.conf), run.settings.ece_bins
+    bins0, bins1 = kept_bins(hb.conf, hb.correct, t, nb), kept_bins(hb.conf_after, hb.correct, t, nb)
+    _check_kept(s, o0, bins0, "raw")
+    _check_kept(s, o1, bins1, "calibrated")
+    tag = ece_tag(run)
+    panels = [(f"Raw: {fint(o0.boxes)} boxes — ECE {f4(o0.ece)}", bins0, "raw confidence"),
+              (f"Calibrated ({_cal_tag(run, h)}): {fint(o1.boxes)} boxes — ECE {f4(o1.ece)}", bins1,
+               "calibrated confidence")]
+    png = plots.reliability_figure(panels, title=f"Reliability of the boxes kept at conf {fthr(t)}, head {h}, "
+                                                 f"split {hb.split} ({tag})")
+    page.fig(f"kept_reliability_{h}", png,
+             f"Reliability of the boxes head {h} keeps at conf {fthr(t)} on split {hb.split} (crowd-matched boxes "
+             f"excluded): the kept set whose ECE the verdict reads, {tag}; its sampling floor "
+             f"{fci(o1.ece_floor, o1.ece_floor_range)}. Left the boxes with raw conf above {fthr(t)}, right those "
+             "with calibrated conf above it; below, boxes per bin (log scale). The diagrams of all boxes are in "
+             "the Reliability section.",
+             f"Reliability diagram of the boxes head {h} keeps at conf {fthr(t)}, raw and calibrated")
+    return True
 
 
 def reliability_figure(page: Page, s: Subject) -> None:
@@ -59,15 +90,15 @@ def reliability_figure(page: Page, s: Subject) -> None:
     tag = ece_tag(run)
     cal = _cal_tag(run, h)
     panels = [
-        (f"Raw conf — ECE {f4(ev.before.ece)}", before, "raw confidence"),
-        (f"Calibrated conf ({cal}) — ECE {f4(ev.after.ece)}", after, "calibrated confidence"),
+        (f"Raw conf — all-box ECE {f4(ev.before.ece)}", before, "raw confidence"),
+        (f"Calibrated conf ({cal}) — all-box ECE {f4(ev.after.ece)}", after, "calibrated confidence"),
     ]
-    png = plots.reliability_figure(panels, title=f"Reliability, head {h}, split {hb.split} ({tag})")
+    png = plots.reliability_figure(panels, title=f"Reliability of all boxes, head {h}, split {hb.split} ({tag})")
     page.fig(f"reliability_{h}", png,
              f"Reliability of head {h} on split {hb.split}: all {hb.n:,} boxes down to the capture floor "
              f"(crowd-matched boxes excluded), so the ECE in the titles is the all-box ECE, not the kept set's; "
              f"{tag}. Left raw, right calibrated; below, boxes per bin (log scale).",
-             f"Reliability diagram of head {h}, raw and calibrated")
+             f"Reliability diagram of all boxes of head {h}, raw and calibrated")
 
 
 def _metric_table(run: Run, head: str) -> Table:
@@ -117,22 +148,27 @@ def equivalents(run: Run, head: str) -> list[tuple[float, float | None]]:
     return [(x, shifts.get(x)) for x in run.settings.conf_thresholds]
 
 
-def _report_reliability(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
-    """Per head: the calibration metrics, and the confidence histograms of correct and incorrect boxes."""
+def _report_reliability(b: Page, subjects: list[Subject]) -> None:
+    """Per head, under a heading that says they are all boxes: the all-box reliability diagram, the
+    calibration metrics, and the confidence histograms of correct and incorrect boxes."""
+    run = subjects[0].run
     iou = run.settings.iou_match
-    b.add(Para("The reliability diagram of each head (in the Summary) bins boxes by confidence and compares "
-               "each bin's mean confidence with the fraction of its boxes that are correct. On the diagonal the "
-               "scores are calibrated; above it (cyan gap) they are under-confident, below it (red gap) "
-               "over-confident. Most boxes of a detector have low scores, so the count panel is on a log scale.",
-               "note"))
-    for h in run.heads:
-        hb = hbs[h]
+    b.add(Para("A reliability diagram bins boxes by confidence and compares each bin's mean confidence with the "
+               "fraction of its boxes that are correct. On the diagonal the scores are calibrated; above it (cyan "
+               "gap) they are under-confident, below it (red gap) over-confident. The figures here are of all "
+               f"boxes, down to the capture floor (conf {fthr(run.settings.conf_floor)}): most of them have scores "
+               "near 0 and are easy to calibrate, so their ECE is far smaller than the kept set's of the Summary. "
+               "The count panels are on a log scale.", "note"))
+    all_boxes = f"all boxes, down to conf {fthr(run.settings.conf_floor)}"
+    for subj in subjects:
+        h, hb = subj.head, subj.hb
         ev = head_eval(run, h)
-        if len(run.heads) > 1:
-            b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}"))
+        b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}: {all_boxes}" if len(run.heads) > 1
+                      else all_boxes[0].upper() + all_boxes[1:]))
+        reliability_figure(b, subj)
         cal = _cal_tag(run, h)
         b.add(_metric_table(run, h))
-        if any(outside_ci(s.ece, s.ece_ci) or outside_ci(s.laece, s.laece_ci) for s in (ev.before, ev.after)):
+        if any(outside_ci(sc.ece, sc.ece_ci) or outside_ci(sc.laece, sc.laece_ci) for sc in (ev.before, ev.after)):
             b.add(Para(CI_NOTE, "note"))
         thr = list(run.settings.conf_thresholds)
         marks_raw = [(x, f"conf {x:g}") for x in thr]

@@ -49,9 +49,10 @@ def write_report(
 
     ``report.html`` is self-contained (figures embedded as PNG data URIs, inline CSS, no script);
     ``report.md`` references the PNGs in ``figures/``. The sections are those of
-    :data:`det_calib.report.sections.SECTIONS` for the report, in that order; each head's answer
-    (its deployed map, kept-set ECE against its sampling floor, mAP) and reliability diagram open
-    the page. Every file is written atomically.
+    :data:`det_calib.report.sections.SECTIONS` for the report, in that order; each head's verdict
+    (its kept-set ECE against its sampling floor, the boxes kept with precision and recall, mAP;
+    :mod:`det_calib.report.verdict`) opens the page, then each head's reliability diagram of the
+    kept boxes. Every file is written atomically.
 
     Args:
         run_dir: A run directory holding ``calibration.json`` and ``boxes.parquet``.

@@ -37,8 +37,9 @@ from .common import (
 from .context import ReportContext, Subject
 from .document import Bullets, Heading, Para, Table
 from .page import Page
-from .reliability_section import reliability_figure
+from .reliability_section import kept_reliability_figure
 from .separation import SEPARATION_NOTE, boot_ci, separation_words
+from .verdict import answer_blocks
 
 __all__ = ["DOCS_NOTE", "answer_line", "summary_section"]
 
@@ -47,17 +48,21 @@ DOCS_NOTE = ("How to read the report (the sampling floor, the intervals, kept-se
 
 
 def summary_section(page: Page, ctx: ReportContext) -> None:
-    """The Summary: each subject's answer line first (in a report, each head's reliability diagram
-    under it), then the details of the report or of the comparison."""
+    """The Summary: in a report, each head's verdict and the figures it rests on (the first screen),
+    then each head's kept-set reliability diagram, then the details; in a comparison, each run's answer
+    line, then the runs side by side."""
     page.add(Heading(2, "Summary", "summary"))
-    for s in ctx.subjects:
-        page.add(Para(answer_line(s), "lead"))
-        if not ctx.compared:
-            reliability_figure(page, s)
     if ctx.compared:
+        page.add(*(Para(answer_line(s), "lead") for s in ctx.subjects))
         _compare_summary(page, list(ctx.subjects), [s.note for s in ctx.subjects])
-    else:
-        _report_summary(page, ctx.run, ctx.hbs, ctx.bins, list(ctx.warnings))
+        return
+    for s in ctx.subjects:
+        page.add(*answer_blocks(s))
+    for w in ctx.warnings:
+        page.add(Para(w, "warn"))
+    for s in ctx.subjects:
+        kept_reliability_figure(page, s)
+    _report_summary(page, ctx.run, ctx.hbs, ctx.bins)
 
 
 def answer_line(s: Subject) -> str:
@@ -107,14 +112,11 @@ def _kept_cell(shifts: list[ThresholdShift], x: float) -> str:
     return arrow(fint(e.kept_before), fint(e.kept_after)) if e else "n/a"
 
 
-def _report_summary(b: Page, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, tuple[Any, Any]],
-                    warnings_: list[str]) -> None:
-    """The report's summary below the answers: warnings, each head's sentence, the operating-point
-    table and the definitions, the run, the at-a-glance table and each head's findings."""
+def _report_summary(b: Page, run: Run, hbs: dict[str, HeadBoxes], bins: dict[str, tuple[Any, Any]]) -> None:
+    """The report's summary below the verdicts and the kept-set diagrams: each head's sentence, the
+    operating-point table and the definitions, the run, the at-a-glance table and each head's findings."""
     st = run.settings
     tag = ece_tag(run)
-    for w in warnings_:
-        b.add(Para(w, "warn"))
     for h in run.heads:
         b.add(Para(f"{h}: {calibrators.lead(run, h)}"))
     op = calibrators.operating_table(run)

@@ -119,8 +119,12 @@ def test_each_run_opens_with_the_answer_line_of_its_report(runs, three):
             + f"; mAP50-95 {f4(hr.eval.map50_95_before)} unchanged."), line
         report = write_report(runs[m], out_dir=three / f"report_{m}")
         head_lines = summary_opening(report["html"].read_text())
-        assert [k for k, _ in head_lines] == ["lead", "fig", "lead", "fig"]
-        assert head_lines[0][1] == "nms" + line.removeprefix(f"{m}:nms")  # the report's own line for the head
+        assert [k for k, _ in head_lines] == ["verdict", "answer", "verdict", "answer", "fig", "fig"]
+        verdict, items = head_lines[0][1], head_lines[1][1]  # the report's first screen for the head: the same figures
+        assert verdict.startswith("nms: ") and ("at its sampling floor" in verdict) == bool(o1.at_floor), verdict
+        assert items[0].startswith(f"ECE of the boxes kept at conf 0.25: raw {f4(o0.ece)} → calibrated {f4(o1.ece)}; "
+                                   f"sampling floor {fci(o1.ece_floor, o1.ece_floor_range)} "), items[0]
+        assert items[-1].startswith(f"mAP50-95 {f4(hr.eval.map50_95_before)} unchanged"), items[-1]
 
 
 def test_summary_names_each_calibrator_with_its_parameters(runs, three):

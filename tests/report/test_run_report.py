@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,7 +28,7 @@ import pytest
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.evaluation import kept_set as thresholds
-from det_calib.evaluation.figures import scores_of
+from det_calib.evaluation.figures import kept_gaps, scores_of
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features
 from det_calib.record.eval_record import Thresholded
@@ -392,7 +393,8 @@ def test_one_head_and_nulls(run_one):
     assert not (run / "report.html").exists()
     page = parse(paths["html"])
     assert [t for tag, t in page.headings if tag == "h2"] == SECTIONS
-    assert not [t for tag, t in page.headings if tag == "h3"]  # no per-head subsections with one head
+    # no per-head subsections with one head; the all-box figures under a heading that says so
+    assert [t for tag, t in page.headings if tag == "h3"] == ["All boxes, down to conf 0.001"]
     assert len(page.imgs) == 5
     (t,) = tables(page, "map-ultralytics")
     assert t["rows"][0]["cells"][1][0] == "n/a (not run)"
@@ -704,19 +706,28 @@ def test_log_count_labels():
 # the section contract, and the answer first
 
 
-def summary_opening(html: str) -> list[tuple[str, str]]:
-    """The blocks that open the Summary, in order, up to the first block that is neither an answer
-    line (``<p class="lead">``) nor a figure: ``("lead", text)`` and ``("fig", name)``."""
+def summary_opening(html: str) -> list[tuple[str, Any]]:
+    """The blocks that open the Summary, in order, up to the first block that is none of these: an
+    answer line (``<p class="lead">``: ``("lead", text)``), a head's verdict (``<p class="verdict">``:
+    ``("verdict", text)``), the figures under it (``<ul class="answer">``: ``("answer", [item, ...])``)
+    and a figure (``("fig", name)``)."""
     import html as html_lib
 
     body = html[html.index('<h2 id="summary">'):]
     body = body[body.index("</h2>") + 5:]
     out = []
-    for m in re.finditer(r'\s*(?:<p class="lead">(.*?)</p>|<figure id="fig-([^"]+)">.*?</figure>)', body, re.S):
+    pattern = (r'\s*(?:<p class="(lead|verdict)">(.*?)</p>|<ul class="answer">(.*?)</ul>'
+               r'|<figure id="fig-([^"]+)">.*?</figure>)')
+    for m in re.finditer(pattern, body, re.S):
         if m.start() != (out[-1][2] if out else 0):
             break
-        out.append(("lead", html_lib.unescape(m.group(1)), m.end()) if m.group(1) is not None
-                   else ("fig", m.group(2), m.end()))
+        if m.group(1) is not None:
+            out.append((m.group(1), html_lib.unescape(m.group(2)), m.end()))
+        elif m.group(3) is not None:
+            items = [html_lib.unescape(i) for i in re.findall(r"<li>(.*?)</li>", m.group(3), re.S)]
+            out.append(("answer", items, m.end()))
+        else:
+            out.append(("fig", m.group(4), m.end()))
     return [(k, v) for k, v, _ in out]
 
 
@@ -739,14 +750,18 @@ def with_operating_figures(run: Path) -> dict:
             if k == 1:  # the second head's LaECE_0 floor (0.12 calibrated: at it); the first's as in older runs
                 ops[-1].update({"laece_floor": 0.1, "laece_floor_range": [0.09, 0.125]})
         calib["eval"][head]["operating_before"], calib["eval"][head]["operating_after"] = [ops[0]], [ops[1]]
+        calib["eval"][head]["kept_gaps_after"] = [dataclasses.asdict(g) for g in kept_gaps(ca, y, threshold=0.25,
+                                                                                             n_bins=15)]
     (run / "calibration.json").write_text(json.dumps(calib))
     return calib
 
 
-def test_each_head_opens_with_its_answer_then_its_reliability_diagram(tmp_path):
-    """The Summary opens, head by head, with one line (the deployed map, the kept-set ECE raw →
-    calibrated against its sampling floor, mAP) and the head's reliability diagram; the definitions
-    of the floor and the intervals come after them, not before."""
+def test_each_head_opens_with_its_verdict_then_its_kept_set_diagram(tmp_path):
+    """The Summary opens with each head's verdict and the figures it rests on (the kept-set ECE raw →
+    calibrated against its sampling floor, the boxes kept with precision and recall raw → calibrated and
+    the calibrated threshold that keeps the raw set, LaECE_0, mAP), then each head's reliability diagram
+    of the kept boxes; the definitions of the floor and the intervals come after them, the all-box diagrams
+    in the Reliability section under a heading that says they are all boxes."""
     run = make_run(tmp_path / "r", heads=("nms", "e2e"), n_images=20, per_image=20, n_boot=5)
     calib = with_operating_figures(run)
     ece = {h: [calib["eval"][h][k][0]["ece"] for k in ("operating_before", "operating_after")] for h in calib["heads"]}
@@ -755,38 +770,66 @@ def test_each_head_opens_with_its_answer_then_its_reliability_diagram(tmp_path):
     paths = write_report(run)
     html = paths["html"].read_text()
     opening = summary_opening(html)
-    assert [k for k, _ in opening] == ["lead", "fig", "lead", "fig"]
-    for (_, line), (_, fig), head in zip(opening[::2], opening[1::2], ("nms", "e2e"), strict=True):
-        assert fig == f"reliability_{head}"
+    assert [k for k, _ in opening] == ["verdict", "answer", "verdict", "answer", "fig", "fig"]
+    assert [v for k, v in opening if k == "fig"] == ["kept_reliability_nms", "kept_reliability_e2e"]
+    for (_, line), (_, items), head in zip(opening[0:4:2], opening[1:4:2], ("nms", "e2e"), strict=True):
         o0, o1 = (calib["eval"][head][k][0] for k in ("operating_before", "operating_after"))
         lo, hi = o1["ece_floor_range"]
-        t = calib["temperature"][head]
-        assert line == (f"{head}: temperature T = {t:.3f} deployed; ECE of the boxes kept at conf 0.25: raw "
-                        f"{f4(o0['ece'])} → calibrated {f4(o1['ece'])}, sampling floor {f4(o1['ece_floor'])} "
-                        f"[{f4(lo)}, {f4(hi)}]; LaECE_0 raw {f4(o0['laece0'])} → calibrated {f4(o1['laece0'])}"
-                        + (", sampling floor 0.1000 [0.0900, 0.1250] (at the floor)" if head == "e2e" else "") + "; "
-                        f"mAP50-95 {f4(calib['eval'][head]['map50_95_before'])} unchanged"
-                        + ("; WORSE than the raw scores where decisions are made (below)" if worse[head] else "")
-                        + "."), line
-        assert len(line.split()) <= 52  # one line, not a paragraph (51 words with both figures' floors and WORSE)
+        sh = calib["threshold_shift"][head][0]
+        if worse[head]:
+            assert line == (f"{head}: worse: keep the raw scores (calibrated, the {o1['boxes']:,} boxes kept at "
+                            "conf 0.25 score a higher ECE than raw" + (", although still within its sampling "
+                                                                       "floor's range" if o1["ece"] <= hi else "")
+                            + ")"), line
+        else:  # better than raw, above its floor: the two bins with the most of the ECE left
+            g = calib["eval"][head]["kept_gaps_after"][:2]
+            assert o1["ece"] > hi and len(g) == 2 and g[0]["share"] >= g[1]["share"] > 0
+            sides = ["over" if x["accuracy"] < x["conf"] else "under" for x in g]
+            assert line == (f"{head}: improved, still above its floor; most of the ECE left, {f4(o1['ece'])}, comes "
+                            f"from conf {g[0]['lo']:.2f}–{g[0]['hi']:.2f} ({sides[0]}-confident: {f4(g[0]['share'])} "
+                            f"of it) and {g[1]['lo']:.2f}–{g[1]['hi']:.2f} ({sides[1]}-confident: "
+                            f"{f4(g[1]['share'])})"), line
+        assert items[0] == (f"ECE of the boxes kept at conf 0.25: raw {f4(o0['ece'])} → calibrated {f4(o1['ece'])}; "
+                            f"sampling floor {f4(o1['ece_floor'])} [{f4(lo)}, {f4(hi)}] (what a perfectly calibrated "
+                            "detector scores on these boxes, 95% range)"), items[0]
+        assert items[1] == (f"Boxes kept at conf 0.25: {sh['kept_before']:,} → {sh['kept_after']:,}; precision "
+                            f"{sh['precision_before']:.3f} → {sh['precision_after']:.3f}, recall "
+                            f"{sh['recall_before']:.3f} → {sh['recall_after']:.3f}; raw 0.25 = calibrated "
+                            f"{sh['equivalent_conf']:.3f} (the calibrated threshold that keeps the raw set)"), items[1]
+        assert items[2].startswith(f"LaECE_0 of the boxes kept at conf 0.25: raw {f4(o0['laece0'])} → calibrated "
+                                   f"{f4(o1['laece0'])}; sampling floor "), items[2]
+        assert items[3].startswith(f"mAP50-95 {f4(calib['eval'][head]['map50_95_before'])} unchanged (the same boxes "
+                                   "rescored); Ultralytics val mAP50-95 "), items[3]
+        assert items[3].endswith(f"; deployed: temperature T = {calib['temperature'][head]:.3f}"), items[3]
     first_table = html.index("<table")
-    assert html.index('data-figure="reliability_e2e"') < first_table
+    assert html.index('data-figure="kept_reliability_e2e"') < first_table
     for definition in ("ECE floor: the kept-set ECE a perfectly calibrated detector", "Intervals: 95% image bootstrap"):
         assert html.index(definition) > first_table  # below the operating-point table, not in its caption
     assert "docs/report.md" in html
+    reliability = html[html.index('<h2 id="reliability">'):]
+    for head in ("nms", "e2e"):  # the all-box diagram of each head, under a heading that says so
+        h3 = reliability.index(f"<h3 id=\"head-{head}")
+        assert "all boxes, down to conf 0.001</h3>" in reliability[h3:reliability.index("</h3>", h3) + 5]
+        assert h3 < reliability.index(f'data-figure="reliability_{head}"')
+    assert html.index('data-figure="reliability_nms"') > html.index('<h2 id="reliability">')
     md = paths["md"].read_text()
-    assert md[md.index("## Summary"):].split("\n")[2].startswith("**nms: temperature T = ")  # the answer, first
+    assert md[md.index("## Summary"):].split("\n")[2].startswith("**nms: improved, still above")  # the answer, first
 
 
-def test_answer_line_of_a_run_without_kept_set_figures(run_one):
-    """A run that predates the operating-point figures says so and gives the all-box ECE, named as such."""
+def test_opening_of_a_run_without_kept_set_figures(run_one):
+    """A run that predates the operating-point figures says so, gives the all-box ECE, named as such, and
+    draws no kept-set diagram."""
     run, paths = run_one
     calib = json.loads((run / "calibration.json").read_text())
     ev = calib["eval"]["e2e"]
-    (kind, line), (fig_kind, fig) = summary_opening(paths["html"].read_text())
-    assert (kind, fig_kind, fig) == ("lead", "fig", "reliability_e2e")
-    assert line == (f"e2e: temperature T = 0.800 deployed; all-box ECE {f4(ev['ece_before'])} → {f4(ev['ece_after'])} "
-                    f"(this run records no kept-set ECE); mAP50-95 {f4(ev['map50_95_before'])} unchanged.")
+    sh = calib["threshold_shift"]["e2e"][0]
+    (kind, line), (answer, items) = summary_opening(paths["html"].read_text())
+    assert (kind, answer) == ("verdict", "answer")
+    assert line == "e2e: no verdict: this run records no kept-set figures (it predates them); all-box figures below"
+    assert items[0] == f"All-box ECE (every box down to conf 0.001): {f4(ev['ece_before'])} → {f4(ev['ece_after'])}"
+    assert items[1].startswith(f"Boxes kept at conf 0.25: {sh['kept_before']:,} → {sh['kept_after']:,}; precision ")
+    assert items[2] == (f"mAP50-95 {f4(ev['map50_95_before'])} unchanged (the same boxes rescored); deployed: "
+                        "temperature T = 0.800")
 
 
 def test_pages_follow_the_one_list_of_sections(tmp_path, monkeypatch):
