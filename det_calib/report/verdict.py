@@ -139,7 +139,11 @@ def _map_item(s: Subject, ev: EvalResult) -> str:
             m += " (a per-class or size map reorders boxes)" if per_class else " CHANGED: check the run"
     uv = s.result.ultralytics_val
     cal = None if uv is None else (uv.calibrated_equivalent_floor or uv.calibrated)
-    if uv is not None and uv.original is not None and cal is not None and num(uv.original.map50_95) is not None:
+    if uv is not None and uv.verified is False:
+        m += "; Ultralytics val NOT verified (it read another split than the run's: see mAP)"
+    elif uv is not None and uv.original is not None and cal is not None and num(uv.original.map50_95) is not None:
         m += f"; Ultralytics val mAP50-95 {arrow(f4(uv.original.map50_95), f4(cal.map50_95))}"
+        changed = uv.changes().get("map50_95") if uv.calibrated_equivalent_floor is not None else None
+        m += f" (CHANGED by {changed:+.2g})" if changed is not None else ""
     deployed = "raw scores (no calibrator)" if rec is not None and rec.method == "none" else s.words
     return f"{m}; deployed: {deployed}"
