@@ -88,7 +88,7 @@ def flag_names(settings_cls: type) -> dict[str, str]:
     return {f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata}
 
 
-THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
+THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot", "seed")
 """Fields of :class:`~det_calib.job.settings.Settings` that are also the options of ``thresholds``."""
 
 
@@ -208,7 +208,7 @@ def _run_folder_parsers(sub: Any) -> None:
     """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
     from det_calib.data.box_table import HEADS
     from det_calib.job.settings import Settings
-    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
+    from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
@@ -393,6 +393,7 @@ def _thresholds(args: argparse.Namespace) -> int:
     from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
+    s.validate()
     doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
                    unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
     print("\n".join(summary_lines(doc, head=args.head)))
