@@ -53,16 +53,26 @@ def _now() -> tuple[float, float]:
 
 
 def process_start() -> tuple[float, float] | None:
-    """Seconds since the process started (wall, CPU), or None where the system does not say (Linux
-    only: ``/proc/self/stat``)."""
+    """Seconds since the interpreter started (wall, CPU), or None where the system does not say (Linux
+    only: ``/proc/self/stat``).
+
+    ``/proc/self/stat`` dates the process's fork, and a shell that ends on a command runs it in its own
+    process (``bash -c 'pip install ... && det-calib calibrate'`` execs det-calib in the shell's
+    process): that start would count pip's minutes. The interpreter's start is bounded by what it did
+    before det_calib was first imported (:data:`det_calib.FIRST_IMPORT`): at most that moment less
+    the CPU seconds spent so far, which the start-up spends nearly all of (the shell's own CPU before
+    the exec is milliseconds; its children's is not counted). The later of the two starts is used."""
+    from det_calib import FIRST_IMPORT
+
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
-        started = int(fields[19]) / ticks  # field 22 of stat: start time after boot
+        started = int(fields[19]) / ticks  # field 22 of stat: start time after boot (of the fork)
         uptime = float(Path("/proc/uptime").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return max(uptime - started, 0.0), time.process_time()
+    since_import = time.perf_counter() - FIRST_IMPORT[0] + FIRST_IMPORT[1]
+    return min(max(uptime - started, 0.0), since_import), time.process_time()
 
 
 def start(*, since_process: bool = False, first_stage: str = "imports") -> None:
