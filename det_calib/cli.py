@@ -463,10 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line: the process's allocator and collector are its own
         _keep_freed_memory()
         _collect_less_often()
-    if args.command in TIMED:  # from the process's start when this is the command line itself
+    if args.command in TIMED:  # from the interpreter's start when this is the command line itself
+        from det_calib import FIRST_IMPORT
         from det_calib.job import clock
 
-        clock.start(since_process=argv is None)
+        clock.start(since_process=argv is None, first_import=FIRST_IMPORT)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         # deprecation notices are for the developers of the code that raised them, as in Python's own
