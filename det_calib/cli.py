@@ -384,7 +384,8 @@ def _compare(args: argparse.Namespace) -> int:
     from det_calib.report import compare_runs
 
     files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
-    print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
+    print(files["txt"].read_text(encoding="utf-8").rstrip("\n"))
+    print(f"wrote {', '.join(files[k].name for k in ('txt', 'md', 'html'))} (and figures/) to {args.out}")
     return 0
 
 
