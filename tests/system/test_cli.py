@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -412,3 +413,40 @@ def test_seed_repeats_a_run_and_another_seed_moves_its_intervals(capsys, tmp_pat
     assert _summary_lines(runs["a"]) != _summary_lines(runs["c"])
     code, err = _run(capsys, "calibrate", *common, "--seed", "-1", "--out", tmp_path / "bad")
     _assert_one_line_error(code, err, "Expected `--seed` to be an integer of 0 or more, but got -1")
+
+
+REPR = re.compile(r"\{'|\[<|<[\w.]+ object at|\w+Calibrator\(|\bIdentity\b|\b[a-z][a-z-]*@\d")
+"""What a console line must not show: a Python dict, list of objects or repr, a calibrator's class, a
+candidate's short name (``spline@0``: the console writes it out in words)."""
+
+
+@pytest.mark.slow
+def test_the_default_console_says_each_thing_once_in_words(tmp_path):
+    """`det-calib calibrate` on the demo (--limit 16), its output redirected (not a terminal): every
+    line once, no Python repr, no carriage-return frame of a progress bar, one line per head saying
+    which calibrator and why (in words: no `@`, no `fit floor`, no `5x5 folds`), no line per candidate,
+    each mAP figure labelled with what it is, and the why of their difference said once."""
+    exe = shutil.which("det-calib")
+    cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([*cmd, "calibrate", "--limit", "16", "--n-boot", "50", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=1200, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "\r" not in out.stdout + out.stderr  # no progress bar frames when stderr is not a terminal
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    repeated = [ln for ln in set(lines) if lines.count(ln) > 1]
+    assert repeated == []
+    assert [ln for ln in lines if REPR.search(ln)] == []
+    for head in ("nms", "e2e"):
+        chosen = [ln for ln in out.stderr.splitlines() if ln.startswith(f"{head} head: ")]
+        assert len(chosen) == 1, chosen
+        assert "cross-validation grouped by image, repeated 5 times" in chosen[0]
+        ulv = [ln for ln in out.stdout.splitlines() if ln.startswith(f"[{head}] Ultralytics val mAP50-95")]
+        assert len(ulv) == 1 and ulv[0].endswith("(Ultralytics' own val pass and mAP code)")
+        coco = [ln for ln in out.stdout.splitlines() if ln.startswith(f"[{head}] COCO mAP50-95")]
+        assert len(coco) == 1 and "the boxes det_calib captured, scored by" in coco[0]
+    for gone in ("scoring candidate", "fit floor", "x5 folds", "calibrator selection"):
+        assert gone not in out.stdout + out.stderr, gone
+    assert sum("the two mAP50-95 of a head measure different things" in ln for ln in lines) == 1
+    assert sum(ln.startswith("time: ") for ln in lines) == 1
+    assert sum(ln.startswith("wrote calibrated checkpoint ") for ln in lines) == 1  # each head's map in words
