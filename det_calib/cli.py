@@ -131,7 +131,7 @@ segment members are refused)."""
 
 
 def _ensemble_parser(sub: Any) -> None:
-    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.ensemble.fusion_settings import FusionSettings
     from det_calib.job.settings import SETTINGS_FIELDS, Settings
 
     e = sub.add_parser(
@@ -433,7 +433,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.ensemble.fusion_settings import FusionSettings
     from det_calib.job.settings import Settings
 
     names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
