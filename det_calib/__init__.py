@@ -26,6 +26,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 import os as _os
+import time as _time
+
+#: ``(perf_counter, process_time)`` when det_calib was first imported: the command line's clock dates
+#: the interpreter's start from it (:func:`det_calib.job.clock.process_start`).
+FIRST_IMPORT = (_time.perf_counter(), _time.process_time())
 
 # Polars allocates through jemalloc, which by default keeps freed pages for about ten seconds: at
 # COCO scale every temporary of reading, filtering and joining the box table then stays resident

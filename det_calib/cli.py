@@ -88,7 +88,7 @@ def flag_names(settings_cls: type) -> dict[str, str]:
     return {f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata}
 
 
-THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot")
+THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot", "seed")
 """Fields of :class:`~det_calib.job.settings.Settings` that are also the options of ``thresholds``."""
 
 
@@ -131,7 +131,7 @@ segment members are refused)."""
 
 
 def _ensemble_parser(sub: Any) -> None:
-    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.ensemble.fusion_settings import FusionSettings
     from det_calib.job.settings import SETTINGS_FIELDS, Settings
 
     e = sub.add_parser(
@@ -208,7 +208,7 @@ def _run_folder_parsers(sub: Any) -> None:
     """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
     from det_calib.data.box_table import HEADS
     from det_calib.job.settings import Settings
-    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
+    from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
@@ -384,7 +384,8 @@ def _compare(args: argparse.Namespace) -> int:
     from det_calib.report import compare_runs
 
     files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
-    print(f"wrote {', '.join(str(p) for k, p in files.items() if k in ('html', 'md'))}")
+    print(files["txt"].read_text(encoding="utf-8").rstrip("\n"))
+    print(f"wrote {', '.join(files[k].name for k in ('txt', 'md', 'html'))} (and figures/) to {args.out}")
     return 0
 
 
@@ -393,6 +394,7 @@ def _thresholds(args: argparse.Namespace) -> int:
     from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
+    s.validate()
     doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
                    unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
     print("\n".join(summary_lines(doc, head=args.head)))
@@ -431,7 +433,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.ensemble.ensemble_job import FusionSettings
+    from det_calib.ensemble.fusion_settings import FusionSettings
     from det_calib.job.settings import Settings
 
     names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
@@ -462,10 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line: the process's allocator and collector are its own
         _keep_freed_memory()
         _collect_less_often()
-    if args.command in TIMED:  # from the process's start when this is the command line itself
+    if args.command in TIMED:  # from the interpreter's start when this is the command line itself
+        from det_calib import FIRST_IMPORT
         from det_calib.job import clock
 
-        clock.start(since_process=argv is None)
+        clock.start(since_process=argv is None, first_import=FIRST_IMPORT)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         # deprecation notices are for the developers of the code that raised them, as in Python's own

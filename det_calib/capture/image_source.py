@@ -6,6 +6,7 @@ ahead of the forward passes (:func:`read_ahead`), how many capture workers a dev
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -93,6 +94,13 @@ def read_ahead(paths: list[str], *, depth: int):
             yield pos0, fut.result()
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a replaced stream without isatty, or a closed one
+        return False
+
+
 class NoBar:
     def update(self, n: int = 1) -> None:
         pass
@@ -107,14 +115,17 @@ def progress_bar(total: int, desc: str, *, enabled: bool, batch: int = 1):
     The first result arrives only after model set-up and a whole first batch, so a speed measured
     from the start would promise hours on a run of minutes. The speed clock starts at the first
     result instead, and the speed, percentage and ETA appear once another full ``batch`` has arrived.
+
+    The bar is drawn on stderr, and only when stderr is a terminal: redirected to a file or a pipe (a
+    log, CI), its carriage-return frames would be noise, and the stage's one log line says the same.
     """
-    if not enabled:
+    if not enabled or not _is_terminal(sys.stderr):
         return NoBar()
     from ultralytics.utils import TQDM
 
     class _Bar(TQDM):
         def __init__(self) -> None:
-            super().__init__(total=None, desc=desc, unit="img", disable=False)  # no total: no ETA yet
+            super().__init__(total=None, desc=desc, unit="img", disable=False, file=sys.stderr)  # no total: no ETA
             self.expected = total
             self.clock: tuple[float, int] | None = None  # (time, count) at the first result
 

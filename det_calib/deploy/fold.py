@@ -143,7 +143,7 @@ def write_calibrated_checkpoint(
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **(metadata or {}),
     })
-    log.info("wrote calibrated checkpoint %s (T=%s)", out, total)
+    log.info("wrote calibrated checkpoint %s (%s)", out, ", ".join(f"{h}: T = {t:.4f}" for h, t in total.items()))
     return Path(out)
 
 
@@ -308,7 +308,8 @@ def write_folded_checkpoint(
         "previous": ckpt.get("det_calib"),
         **(metadata or {}),
     })
-    log.info("wrote calibrated checkpoint %s (%s)", out, {h: type(c).__name__ for h, c in calibrators.items()})
+    log.info("wrote calibrated checkpoint %s (%s)", out,
+             "; ".join(f"{h}: {type(c).words(c.to_dict(), type(c).__name__)}" for h, c in calibrators.items()))
     return Path(out)
 
 

@@ -123,7 +123,7 @@ def attach(model: Any, run: Any) -> Any:
     model.__dict__[HOOK_ATTR] = hook
     model.__class__ = _attached_class(type(model), _predictor_class(model, hook))
     model.predictor = None  # the next predict builds the calibrated predictor
-    log.info("attached %s (heads %s) to %s", label, sorted(cals), type(model).__name__)
+    log.info("attached %s (heads %s) to %s", label, ", ".join(sorted(cals)), type(model).__name__)
     return model
 
 

@@ -37,6 +37,7 @@ from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.ensemble_summary import ensemble_summary
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
+from det_calib.ensemble.fusion_settings import FusionSettings
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
     MemberSpec,
@@ -51,7 +52,7 @@ from det_calib.io import check_output_dir, staged_output
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.settings import Settings, opt, settings_of
+from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.calibrate_job import calibrate_head
@@ -59,7 +60,6 @@ from det_calib.pipeline.fitting import fit_head, fit_temperature
 from det_calib.pipeline.outputs import gt_per_class, output_files, write_timings
 from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
-    AUTO,
     ORDERS,
     EnsembleHead,
     EnsembleRecord,
@@ -69,60 +69,12 @@ from det_calib.record.ensemble_record import (
     MemberRecord,
 )
 from det_calib.record.run_result import HeadResult, RunResult, package_version
-from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
 
 MEMBERS_FILE = "members.parquet"
 EPS = 1e-9
 """Fused scores are kept in [EPS, 1 - EPS] so that their logit is finite."""
-
-
-@dataclass
-class FusionSettings:
-    """The options of ``det-calib ensemble`` beyond ``calibrate``'s (recorded under ``ensemble.fusion``)."""
-
-    view: tuple[str, ...] = opt((), "test-time view of every --model: orig, flip, scale:S, flip+scale:S "
-                                 "(repeatable; with one --model its views are the members)", flag="--view", repeat=True)
-    snapshots: tuple[str, ...] = opt((), "a training run's weights folder: its epochN.pt and last.pt are members "
-                                      "(repeatable)", flag="--snapshots", repeat=True)
-    fusion_iou: float = opt(0.55, "IoU above which a box joins a fused box (default 0.55)", flag="--fusion-iou")
-    fusion_score: str = opt(AUTO, "score of a fused box: auto (default: chosen per head on the fit split's folds, "
-                             "see docs), best-avg (each member's best box in it, averaged over the members, an "
-                             "absent member counting 0), agree (the mean of its boxes times the share of members "
-                             "that have a box in it), avg (the mean of its boxes, an absent member counting 0), "
-                             "present, max, absent", flag="--fusion-score", choices=(AUTO, *SCORE_RULES))
-    fusion_order: str = opt(AUTO, "auto (default: chosen per head on the fit split's folds), fuse-then-calibrate "
-                             "(fuse the raw scores, calibrate the fused score) or calibrate-then-fuse",
-                             flag="--fusion-order", choices=(AUTO, *ORDERS))
-    fusion_skip: float = opt(0.0, "member boxes below this score are not fused (default 0: every captured box)",
-                              flag="--fusion-skip")
-    weight: tuple[float, ...] = opt((), "weight of each member in the fusion, in order (repeatable; default 1 "
-                                     "each)", flag="--weight", repeat=True)
-    fusion_table: bool = opt(True, "skip the table of both orders under every score rule (with --fusion-order and "
-                              "--fusion-score both given; auto scores every candidate)", flag="--no-fusion-table",
-                              negate=True)
-
-    def validate(self, n_members: int | None = None) -> None:
-        if not 0 <= self.fusion_iou < 1:
-            raise InputError(f"Expected `fusion_iou` in [0, 1), but got {self.fusion_iou}")
-        check_choice(self.fusion_score, (AUTO, *SCORE_RULES), "fusion_score")
-        check_choice(self.fusion_order, (AUTO, *ORDERS), "fusion_order")
-        if not 0 <= self.fusion_skip < 1:
-            raise InputError(f"Expected `fusion_skip` in [0, 1), but got {self.fusion_skip}")
-        if any(not w > 0 for w in self.weight):
-            raise InputError(f"Expected every `weight` to be positive, but got {list(self.weight)}")
-        if n_members is not None and self.weight and len(self.weight) != n_members:
-            raise InputError(f"Expected one `weight` per member ({n_members}), but got {len(self.weight)}")
-
-    def candidates(self) -> list[tuple[str, str]]:
-        """The (order, score rule) pairs the fusion is chosen among (one: both given)."""
-        orders = ORDERS if self.fusion_order == AUTO else (self.fusion_order,)
-        rules = SCORE_RULES if self.fusion_score == AUTO else (self.fusion_score,)
-        return [(o, r) for o in orders for r in rules]
-
-    def weights(self, n: int) -> np.ndarray:
-        return np.asarray(self.weight, dtype=np.float64) if self.weight else np.ones(n)
 
 
 FUSION_FIELDS = {f.name for f in fields(FusionSettings)}

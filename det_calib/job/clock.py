@@ -52,25 +52,38 @@ def _now() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def process_start() -> tuple[float, float] | None:
-    """Seconds since the process started (wall, CPU), or None where the system does not say (Linux
-    only: ``/proc/self/stat``)."""
+def process_start(first_import: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    """Seconds since the interpreter started (wall, CPU), or None where the system does not say (Linux
+    only: ``/proc/self/stat``).
+
+    ``/proc/self/stat`` dates the process's fork, and a shell that ends on a command runs it in its own
+    process (``bash -c 'pip install ... && det-calib calibrate'`` execs det-calib in the shell's
+    process): that start would count pip's minutes. ``first_import``: ``(perf_counter, process_time)``
+    when det_calib was first imported (:data:`det_calib.FIRST_IMPORT`, which the command line passes);
+    the interpreter started at most that moment less the CPU seconds spent by then, which the start-up
+    spends nearly all of (the shell's own CPU before the exec is milliseconds; its children's is not
+    counted). The later of the two starts is used."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
-        started = int(fields[19]) / ticks  # field 22 of stat: start time after boot
+        started = int(fields[19]) / ticks  # field 22 of stat: start time after boot (of the fork)
         uptime = float(Path("/proc/uptime").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return max(uptime - started, 0.0), time.process_time()
+    since_fork = max(uptime - started, 0.0)
+    if first_import is None:
+        return since_fork, time.process_time()
+    return min(since_fork, time.perf_counter() - first_import[0] + first_import[1]), time.process_time()
 
 
-def start(*, since_process: bool = False, first_stage: str = "imports") -> None:
+def start(*, since_process: bool = False, first_stage: str = "imports",
+          first_import: tuple[float, float] | None = None) -> None:
     """Start the clock now (forgetting an earlier run's stages). With ``since_process``, the origin is
-    the process's start and the seconds up to now are charged to ``first_stage``."""
+    the process's start (the interpreter's, given ``first_import``: see :func:`process_start`) and the
+    seconds up to now are charged to ``first_stage``."""
     reset()
     now = _now()
-    before = process_start() if since_process else None
+    before = process_start(first_import) if since_process else None
     if before is None:
         _clock.origin, _clock.kind = now, "call"
     else:

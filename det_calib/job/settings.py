@@ -22,7 +22,8 @@ from det_calib.record.run_result import (
     RecordedSettings,
 )
 from det_calib.selection.cross_validation import CRITERIA
-from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION, Fallback, Unit
+from det_calib.thresholds.criteria import Fallback, Unit
+from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,10 @@ class Settings:
     laece_bins: int = opt(25, "LaECE bins")
     min_class_boxes: int = opt(50, "classes with fewer boxes are flagged 'few boxes'")
     n_boot: int = opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
-    seed: int = opt(0, "seed of the bootstrap and of a half/half split")
+    seed: int = opt(0, "seed of everything random in a run: the fit/eval halves of a one-split dataset, --method "
+                     "auto's fold assignments (seeds SEED .. SEED + --cv-repeats - 1) and the per-class maps' folds, "
+                     "the bootstrap resamples of the intervals and of the threshold coverage, and the draws of the "
+                     "sampling floor (default 0: the same run gives the same figures)", flag="--seed")
     map_engine: str = opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
                            "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
                            flag="--map-engine", choices=MAP_ENGINES)
@@ -195,6 +199,8 @@ class Settings:
         check_choice(self.target, registry.TARGETS, "target")
         if int(self.cv_folds) < 2:
             raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InputError(f"Expected `seed` to be an integer of 0 or more, but got {self.seed!r}")
         if int(self.cv_repeats) < 1:
             raise InputError(f"Expected `cv_repeats` to be an integer larger than 0, but got {self.cv_repeats}")
         self.fit_floors()

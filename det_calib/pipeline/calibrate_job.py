@@ -51,6 +51,7 @@ from det_calib.job.threads import single_blas_thread
 from det_calib.matching.rule import choose_matching, match_split
 from det_calib.pipeline.fitting import (
     Choice,
+    choice_words,
     fit_head,
     fit_result,
     scored_candidates,
@@ -109,8 +110,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
     with clock.stage("fit and choice"), stage("fit" if s.method != "auto" else "fit and CV"):
         choice = fit_head(fb, s, fit.gt) if choice is None else choice
     record = calibrator_record(choice.calibrator, choice.method, choice.floor)
-    log.info("%s head: %s (fit floor %g)%s", head, choice.method, choice.floor,
-             f"; {choice.selection.reason}" if choice.selection else "")
+    log.info("%s head: %s", head, choice_words(choice))
     with clock.stage("figures"):  # on the eval split (and the fit figures)
         with stage("kept-set metrics and intervals"):
             op = operating_points(eb, ev, s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,8 @@ from det_calib.selection.cross_validation import Selection, fit_calibrator, sele
 
 log = logging.getLogger(__name__)
 
-__all__ = ["choose_calibrator", "fit_boxes", "fit_head", "fit_labels", "fit_result", "fit_temperature",
-           "temperature_fit"]
+__all__ = ["choice_words", "choose_calibrator", "fit_boxes", "fit_head", "fit_labels", "fit_range_words", "fit_result",
+           "fit_temperature", "in_words", "temperature_fit"]
 
 
 @dataclass
@@ -58,6 +59,44 @@ class Choice:
     calibrator: LogitCalibrator
     selection: Selection | None = None
     refits: dict[str, tuple[str, float, LogitCalibrator]] | None = None  # candidate name -> (method, floor, fitted)
+
+
+def fit_range_words(method: str, fit_min_conf: float) -> str:
+    """A candidate in words: ``temperature fitted on every box``, ``spline fitted on the boxes above raw conf
+    0.125``, ``none (the raw scores)`` (what :attr:`Candidate.name` writes ``temperature@0``, ``spline@0.125``).
+
+    >>> fit_range_words("spline", 0.125)
+    'spline fitted on the boxes above raw conf 0.125'
+    """
+    if method == "none":
+        return "none (the raw scores)"
+    floor = float(fit_min_conf)
+    return f"{method} fitted on " + ("every box" if floor == 0 else f"the boxes above raw conf {floor:g}")
+
+
+_NAME = re.compile(r"\b([a-z][a-z-]*)@(\d+(?:\.\d+)?(?:e-?\d+)?)\b")
+
+
+def in_words(text: str) -> str:
+    """``text`` (a selection's ``reason`` or a candidate's ``verdict``) with every candidate name
+    ``method@floor`` written out by :func:`fit_range_words` (the console says it in words; the record and
+    the report's tables keep the short names).
+
+    >>> in_words("the best, temperature@0.125: nll 0.51")
+    'the best, temperature fitted on the boxes above raw conf 0.125: nll 0.51'
+    """
+    return _NAME.sub(lambda m: fit_range_words(m.group(1), float(m.group(2))), text)
+
+
+def choice_words(choice: Choice) -> str:
+    """A head's calibrator and why it was chosen, in words: the console's line (``calibration.json`` and the
+    report keep the selection's reason with the short candidate names, ``temperature@0.125``)."""
+    if choice.selection is None:
+        return fit_range_words(choice.method, choice.floor)
+    reason = in_words(choice.selection.reason)
+    if choice.method == "none" and reason.startswith("none: "):
+        return "keep the raw scores: " + reason.removeprefix("none: ")
+    return reason
 
 
 def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, ...], criterion: str,
@@ -226,7 +265,7 @@ def scored_candidates(choice: Choice, op: OperatingPoints) -> list:
         m, f = c.calibrator.method, c.fit_min_conf
         refit = (choice.refits or {}).get(m)
         if refit is not None and refit[1] == f:
-            log.info("scoring candidate %s on the eval split", c.name)
+            log.debug("scoring candidate %s on the eval split", c.name)
             figures = op.candidate_figures(None if m == "none" else refit[2])
             figures["calibrator"] = None if m == "none" else refit[2].to_dict()
             c = dataclasses.replace(c, eval=figures)

@@ -81,6 +81,15 @@ def _temperature_lines(head: str, h: HeadResult) -> list[str]:
     return [f"[{head}] {words}"] if words else []
 
 
+MAP_SOURCES_LINE = (
+    "the two mAP50-95 of a head measure different things: COCO mAP is pycocotools' definition applied to the boxes "
+    "det_calib captured (one image per forward pass, as predict runs); Ultralytics val runs its own pass over the "
+    "split (its rectangular letterbox and batches) and its own mAP code (its box matching and precision-recall "
+    "interpolation), so on the same detector the two differ a little; each is compared only with itself, original "
+    "against calibrated")
+"""Why a head's COCO mAP and its Ultralytics val mAP differ (the summary's note when val ran)."""
+
+
 def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) -> str:
     """A short plain-text summary of a run (what the CLI prints): the operating point first; the
     timing line last (``timings``, when the run recorded them)."""
@@ -106,6 +115,8 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         lines.append("(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times with mean its calibrated "
                      "conf: matched with probability conf / the mean IoU of the kept matched boxes, the IoU drawn from "
                      "theirs, lifted towards 1 for a conf above that mean)")
+    if any(r.head(head).ultralytics_val is not None and r.head(head).ultralytics_val.ran for head in r.heads):
+        lines.append(f"({MAP_SOURCES_LINE})")
     if timings and r.timings is not None:
         lines.append(r.timings.line())
     return "\n".join(lines)
@@ -179,8 +190,8 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
         f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if obb else ''} {_f(e.map50_95_before, '.4f')} -> "
         f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
-        f"scored by {engine_label(e.map_engine)})",
+        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; the boxes det_calib "
+        f"captured, scored by {engine_label(e.map_engine)})",
     ]
     for prefix, words, how in TASK_MAP_WORDS:
         if getattr(e, f"{prefix}_map50_95_before") is not None:
@@ -201,7 +212,7 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
             + (f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}" if eq is not None
                else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
                "(a per-class map folded into the model)")
-            + _val_seen(uv)
+            + " (Ultralytics' own val pass and mAP code)" + _val_seen(uv)
         )
         cal = eq if eq is not None else uv.calibrated
         for prefix, words, _ in TASK_MAP_WORDS:

@@ -21,7 +21,7 @@ from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 from . import plots
 from .common import f4, fci, fint, fthr, head_eval
 from .context import ReportContext
-from .document import Heading, Para, Table
+from .document import Heading, Para, Table, slug
 from .page import Page
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def _head_candidates(b: Page, run: Run, h: str, hb: HeadBoxes, *, label: str, ti
                 curves.append((c.name, conf, hb.correct))
         png = plots.operating_reliability(curves, low=min(thr), n_bins=st.ece_bins,
                                           title=f"Candidates above conf {min(thr):g}, head {h}")
-        b.fig(f"candidates_{h}{_slug(label)}", png,
+        b.fig(f"candidates_{slug(label)}" if label else f"candidates_{h}", png,
               f"Reliability of the boxes each candidate keeps at conf {min(thr):g}, head {h}, split "
               f"{hb.split}; {st.ece_bins} equal-width bins over ({min(thr):g}, 1]. Below: boxes per bin.",
               f"Reliability curves of every candidate calibrator, head {h}")
@@ -281,10 +281,6 @@ def _eval_table(scored: list[Candidate], st: RecordedSettings, h: str) -> Table:
                      + [fci(e.ece_all, e.ece_all_ci), f4(e.nll), f4(e.brier)])
     return Table(cols, erows, caption=f"Every candidate on split {st.eval_split}, head {h}. " + INTERVAL_NOTE,
                  css="candidates-eval", attrs={"data-head": h})
-
-
-def _slug(label: str) -> str:
-    return "".join(ch for ch in label if ch.isalnum()).lower()
 
 
 def _repeats(run: Run, heads: list[str]) -> int:

@@ -365,10 +365,11 @@ def select_calibrator(
     ok = [c for c in cands if c.error is None and math.isfinite(c.mean)]
     if not ok:
         raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
+    repeated = f", repeated {int(n_repeats)} times" if int(n_repeats) > 1 else ""
     chosen, best, reason = paired_choice(ok, floors, n_folds, criterion=criterion,
-                                         folds_text=f"{int(n_repeats)}x{n_folds} folds")
+                                         folds_text=f"{n_folds}-fold cross-validation grouped by image{repeated}")
     cal = refit(chosen, z, y, k, groups, seed, log_area=a)
-    log.info("calibrator selection: %s", reason)
+    log.debug("calibrator selection: %s", reason)
     return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
                      n_repeats=int(n_repeats))
 

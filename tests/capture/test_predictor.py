@@ -3,6 +3,8 @@ scores, and one forward pass serves both heads."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -105,8 +107,16 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
 def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     """Model set-up and the first batch take long: the ETA waits for one more full batch and then
     reflects the steady speed (4 images per 2 s here), not the first result's 30 s."""
+    import io
+
     from det_calib.capture import image_source as cap
 
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)  # the bar is drawn on stderr, when it is a terminal
     clock = iter([30.0, 30.1, 30.1, 30.1, 32.0])  # results arrive in batches of 4
     monkeypatch.setattr(cap.time, "monotonic", lambda: next(clock))  # the bar's speed clock
     bar = cap.progress_bar(12, "capture", enabled=True, batch=4)
@@ -119,8 +129,24 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     assert bar._format_rate(2.0) != ""
     monkeypatch.undo()
     bar.close()
-    assert bar.total == 12
+    assert bar.total == 12 and "capture" in terminal.getvalue()
     assert isinstance(cap.progress_bar(3, "x", enabled=False, batch=4), cap.NoBar)
+
+
+@pytest.mark.fast
+def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
+    """stderr redirected to a file or a pipe (a log, CI): no bar and no carriage-return frames, on
+    either stream; the stage's log line says what runs."""
+    from det_calib.capture import image_source as cap
+
+    assert not sys.stderr.isatty()  # pytest captures it
+    bar = cap.progress_bar(3, "capture", enabled=True, batch=1)
+    assert isinstance(bar, cap.NoBar)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
 
 
 @pytest.mark.fast

@@ -171,3 +171,33 @@ print(library, gc.get_freeze_count(), len(gc.get_objects()))
     library, frozen, walked = map(int, p.stdout.split())
     assert library == 0
     assert frozen > 50_000 > walked  # torch's and Ultralytics' objects frozen; the collector walks only new ones
+
+
+def test_a_shell_that_execs_the_command_does_not_lend_it_its_start(tmp_path):
+    """`bash -c 'pip install ... && det-calib calibrate'` runs det-calib in the shell's own process (an
+    exec keeps the fork's start time in /proc/self/stat): the clock starts at the interpreter's start,
+    not at the shell's. A shell that sleeps 3 s, then execs Python: the fork is over 3 s old when
+    det_calib reads it, the start-up the clock charges is not."""
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import os
+from pathlib import Path
+from det_calib import FIRST_IMPORT
+from det_calib.job import clock
+fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+fork_age = float(Path("/proc/uptime").read_text().split()[0]) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+clock.start(since_process=True, first_import=FIRST_IMPORT)  # as the command line starts it
+print(fork_age, clock.timings().seconds("imports"))
+"""
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run(["sh", "-c", f"sleep 3; exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
+                       capture_output=True, text=True, cwd=repo, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert p.returncode == 0, p.stderr
+    fork_age, imports = map(float, p.stdout.split())
+    assert fork_age >= 3.0  # the process did start with the shell
+    assert 0 < imports < fork_age - 2.5  # the clock's start-up: the interpreter's, without the shell's sleep

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from det_calib.pipeline.summary import summary_text
+from det_calib.evaluation.coco_engine import engine_label
+from det_calib.pipeline.summary import MAP_SOURCES_LINE, summary_text
 from det_calib.record.run_result import RunResult
 
 pytestmark = pytest.mark.fast
@@ -44,7 +45,8 @@ def test_laece_floor_lines_follow_the_figures_order(ref):
         # the default target: ECE first on the kept-set line, so its floor line first too
         assert lines[i - 1].startswith(f"[{head}]   a perfectly calibrated detector would score ECE ")
         assert lines[i - 2].startswith(f"[{head}] boxes kept at conf 0.25")
-    assert lines[-1].startswith("(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times")
+    assert lines[-2].startswith("(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times")
+    assert lines[-1] == f"({MAP_SOURCES_LINE})"  # the run has Ultralytics val figures
     # --target iou: LaECE_0 first on the kept-set line, and its floor line first
     iou = copy.deepcopy(ref)
     iou["target"] = "iou"
@@ -75,3 +77,23 @@ def test_at_floor_words_and_runs_without_the_floor(ref):
              "[e2e]   a perfectly calibrated detector would score LaECE_0 ", "(LaECE_0's sampling floor")
     assert old == [ln for ln in new if not ln.startswith(added)]
     assert len(new) == len(old) + 3  # one line per head and the legend
+
+
+def test_each_map_says_what_it_is_and_their_difference_is_explained_once(ref):
+    """A head's two mAP50-95: the COCO one of det_calib's captured boxes, and Ultralytics val's own pass;
+    the note on why they differ once, and only in a run where val ran."""
+    r = RunResult.from_dict(ref)
+    lines = summary_text(r, timings=False).splitlines()
+    for head in r.heads:
+        e, uv = r.head(head).eval, r.head(head).ultralytics_val
+        (coco,) = [ln for ln in lines if ln.startswith(f"[{head}] COCO mAP50-95 ")]
+        assert coco.startswith(f"[{head}] COCO mAP50-95 {e.map50_95_before:.4f} -> {e.map50_95_after:.4f}, ")
+        assert coco.endswith(f"; the boxes det_calib captured, scored by {engine_label(e.map_engine)})")
+        (val,) = [ln for ln in lines if ln.startswith(f"[{head}] Ultralytics val mAP50-95 ")]
+        assert val.startswith(f"[{head}] Ultralytics val mAP50-95 original {uv.original.map50_95:.4f}, ")
+        assert val.endswith(" (Ultralytics' own val pass and mAP code)")
+    assert lines.count(f"({MAP_SOURCES_LINE})") == 1
+    no_val = copy.deepcopy(ref)
+    del no_val["ultralytics_val"]  # a --no-val run
+    lines = summary_text(RunResult.from_dict(no_val), timings=False).splitlines()
+    assert not [ln for ln in lines if "Ultralytics val" in ln] and f"({MAP_SOURCES_LINE})" not in lines

@@ -268,6 +268,38 @@ def test_two_heads_of_one_run_each_named_with_its_own_map(runs, tmp_path):
         assert n >= 40 and not bad, (name, bad[:10])
 
 
+def test_compare_prints_its_table_side_by_side_and_names_its_figures_readably(runs, tmp_path, capsys):
+    """`det-calib compare RUN:nms RUN:e2e` prints the figures side by side, one column per head, each the
+    run's own (calibration.json), and writes them as compare.txt; the candidates' figures are named
+    after the compared run and head (`candidates_auto-nms.png`), not letters run together."""
+    run = runs["auto"]
+    r = _result(run)
+    out = tmp_path / "cmp"
+    assert main(["compare", f"{run}:nms", f"{run}:e2e", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    table, wrote = printed.rstrip("\n").rsplit("\n", 1)
+    assert wrote == f"wrote compare.txt, compare.md, compare.html (and figures/) to {out}"
+    assert table + "\n" == (out / "compare.txt").read_text()
+    width = table.splitlines()[0].index("auto:nms")
+    cells = {ln[:width].strip(): [c.strip() for c in ln[width:].split("  ") if c.strip()]
+             for ln in table.splitlines()[1:-1]}
+    assert len(cells) == len(table.splitlines()) - 2  # every row named once
+    assert table.splitlines()[0].split() == ["auto:nms", "auto:e2e"]
+    for i, h in enumerate(("nms", "e2e")):
+        e = r.head(h).eval
+        o0, o1 = e.operating_before[0], e.operating_after[0]
+        assert cells["ECE kept at conf 0.25"][i] == f"{f4(o0.ece)} -> {f4(o1.ece)}"
+        assert cells["calibrated ECE, 95% interval"][i] == fci(o1.ece, o1.ece_ci)
+        assert cells["its sampling floor"][i] == fci(o1.ece_floor, o1.ece_floor_range)
+        assert cells["calibrated LaECE_0, 95% interval"][i] == fci(o1.laece0, o1.laece0_ci)
+        assert cells["COCO mAP50-95"][i] == f"{f4(e.map50_95_before)} -> {f4(e.map50_95_after)}"
+        sh = r.head(h).threshold_shift[0]
+        assert cells["boxes kept at conf 0.25"][i] == f"{sh.kept_before:,} -> {sh.kept_after:,}"
+        assert cells["precision kept at conf 0.25"][i] == f"{f3(sh.precision_before)} -> {f3(sh.precision_after)}"
+    figures = sorted(p.name for p in (out / "figures").glob("candidates_*.png"))
+    assert figures == ["candidates_auto-e2e.png", "candidates_auto-nms.png"]
+
+
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
 def test_compare_renders_in_headless_chromium(three):
     page = rendered(three / "compare.html")

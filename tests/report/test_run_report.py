@@ -538,9 +538,10 @@ def test_compare_two_runs(tmp_path, run_two):
     names_b = ["circle", "ellipse", "square", "rectangle", "triangle", "pentagon"]
     run_b = make_run(tmp_path / "b", heads=("nms",), names=names_b, scale={"nms": 1.1}, seed=7, n_boot=10, rare=None)
     paths = compare_runs(f"{run_a}:nms", run_b, out_dir=tmp_path / "cmp", labels=["yolo-a", "yolo-b"])
-    assert set(paths) == {"html", "md", "figures/compare_reliability.png", "figures/compare_per_class_ece.png",
+    assert set(paths) == {"html", "md", "txt", "figures/compare_reliability.png", "figures/compare_per_class_ece.png",
                           "figures/compare_operating_reliability.png", "figures/compare_per_class_heatmap.png"}
     assert paths["html"] == tmp_path / "cmp" / "compare.html" and paths["md"] == tmp_path / "cmp" / "compare.md"
+    assert paths["txt"] == tmp_path / "cmp" / "compare.txt"
     page = parse(paths["html"])
     h2 = [t for tag, t in page.headings if tag == "h2"]
     assert h2 == [s.title for s in sections_of("compare") if not s.optional]

@@ -99,7 +99,7 @@ def test_repeats_are_fresh_fold_assignments_scored_fold_by_fold():
         d = np.asarray(c.fold_scores) - np.asarray(best.fold_scores)
         assert c.diff == pytest.approx(d.mean(), abs=1e-15)
         assert c.diff_se == pytest.approx(d.std(ddof=1) * np.sqrt(1 / 12 + 1 / 3), abs=1e-15)
-    assert three.n_repeats == 3 and "3x4 folds" in three.reason
+    assert three.n_repeats == 3 and "4-fold cross-validation grouped by image, repeated 3 times" in three.reason
     with pytest.raises(InputError, match="`n_repeats`"):
         select_calibrator(z, y, n_repeats=0, **kw)
 
@@ -384,7 +384,8 @@ def test_selection_reason_names_the_rule():
     sel = select_calibrator(z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2)
     assert sel.chosen is sel.best and sel.chosen.method == "platt"
     assert sel.reason.startswith("platt@0 has the lowest CV nll of the calibrators that beat the raw scores (")
-    assert "2x3 folds" in sel.reason and "paired SE" in sel.reason
+    assert "(nll " in sel.reason
+    assert sel.reason.endswith("paired SE; 3-fold cross-validation grouped by image, repeated 2 times)")
     assert [c.verdict for c in sel.candidates] == ["beaten by platt@0 by more than 1 paired SE",
                                                    "chosen: the best of the calibrators that beat the raw scores"]
 
