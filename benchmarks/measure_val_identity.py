@@ -51,7 +51,9 @@ def rows_of(task: str, limit: int | None, run: Path) -> list[list[str]]:
     rec = json.loads((run / "calibration.json").read_text())
     rows = []
     for head, uv in rec["ultralytics_val"].items():
-        method = rec["calibrators"][head]["method"] if rec["calibrators"].get(head) else "none"
+        cal_rec, temps = rec.get("calibrators") or {}, rec.get("temperature") or {}
+        method = (cal_rec[head]["method"] if cal_rec.get(head) else
+                  f"temperature {temps[head]:.3f}" if temps.get(head) is not None else "none")
         seen = (f"{uv.get('images_seen')}/{uv.get('images_expected')} images, "
                 f"{uv.get('instances_seen')}/{uv.get('instances_expected')} instances")
         if not uv.get("verified"):
