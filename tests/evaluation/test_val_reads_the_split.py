@@ -51,7 +51,7 @@ def symlinked_subset(tmp_path_factory, fixture_images) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_model_path, fixture_yaml, tmp_path):
     yml, big = symlinked_subset
-    before = _tree(big)
+    before, before_sub = _tree(big), _tree(yml.parent)
     ds = load_data_yaml(yml)
     split = load_split(ds, "test")
     fixture = load_split(load_data_yaml(fixture_yaml), "fixture")
@@ -64,6 +64,7 @@ def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_mo
     assert uv.verified is True and uv.images_seen == 12 and uv.instances_seen == fixture.gt.height
     assert uv.skipped == []
     assert _tree(big) == before, "a file was written into the folder behind the symlinks"
+    assert _tree(yml.parent) == before_sub, "the run wrote into the user's dataset (a label cache?)"
 
     from ultralytics import YOLO
 
