@@ -231,6 +231,11 @@ def _read_table(path: Path, names: list[str]) -> pl.DataFrame:
     if missing:
         raise InputError(f"Expected {path} to have the box columns x1, y1, x2, y2 (pixels), but it lacks "
                          f"{', '.join(missing)}")
+    need = [image, klass, "x1", "y1", "x2", "y2", score]
+    incomplete = df.select(pl.any_horizontal(pl.col(need).is_null()).alias("x"))["x"].to_numpy()
+    if incomplete.any():
+        raise InputError(f"row {int(np.argmax(incomplete)) + 2} of {path} lacks a value of {', '.join(need)} "
+                         f"(truncated or incomplete; {int(incomplete.sum())} row(s))")
     col = df[klass]
     if col.dtype == pl.String:
         index = {n: i for i, n in enumerate(names)}
@@ -260,7 +265,7 @@ def _check_values(raw: pl.DataFrame, source: Path) -> None:
     score = raw["score"].to_numpy()
     bad = ~((score >= 0) & (score <= 1))  # NaN fails both
     if bad.any():
-        raise InputError(f"Expected every score in {source} in [0, 1], but got {score[bad][0]!r} "
+        raise InputError(f"Expected every score in {source} in [0, 1], but got {float(score[bad][0])!r} "
                          f"({int(bad.sum())} detection(s))")
     xy = raw.select("x1", "y1", "x2", "y2").to_numpy()
     if not np.isfinite(xy).all():
