@@ -82,9 +82,14 @@ def _hinge_table(maps: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), knots, coef
 
 
-def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17) -> bytes:
-    """The ONNX graph of one head's map (see the module's docstring for its inputs and output)."""
+def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17, double: bool = False) -> bytes:
+    """The ONNX graph of one head's map (see the module's docstring for its inputs and output).
+
+    ``double``: ``score``, ``log_area`` and ``calibrated`` in float64 instead of an engine's float32 (a
+    float32 score near 1 holds its logit to a few digits only: 0.99999 is 0.99998999 +- 6e-8)."""
     from onnx import TensorProto, helper, numpy_helper
+
+    io = TensorProto.DOUBLE if double else TensorProto.FLOAT
 
     maps = head["maps"]
     kind = maps[0]["kind"]
@@ -98,7 +103,7 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17) -> byte
         nodes.append(helper.make_node(op, ins, [out], **kw))
         return out
 
-    inputs = [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N"]),
+    inputs = [helper.make_tensor_value_info("score", io, ["N"]),
               helper.make_tensor_value_info("class", TensorProto.INT64, ["N"])]
     if kind == "identity":
         node("Identity", ["score"], "calibrated")
@@ -115,7 +120,7 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17) -> byte
             b = node("Gather", [const("b", [m["b"] for m in maps]), cls], "b_c", axis=0)
             t = node("Add", [node("Mul", [a, z], "az"), b], "t_ab")
             if kind == "size-affine":
-                inputs.append(helper.make_tensor_value_info("log_area", TensorProto.FLOAT, ["N"]))
+                inputs.append(helper.make_tensor_value_info("log_area", io, ["N"]))
                 s = node("Cast", ["log_area"], "s64", to=TensorProto.DOUBLE)
                 t = node("Add", [t, node("Mul", [const("c", maps[0]["c"]), s], "cs")], "t_size")
         else:
@@ -130,9 +135,9 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17) -> byte
             h = node("ReduceSum", [node("Mul", [d, node("Gather", [const("coef", coef), cls], "coef_c", axis=0)],
                                         "weighted"), "axis1"], "hinge_sum", keepdims=0)
             t = node("Add", [base, h], "t_pw")
-        node("Cast", [node("Sigmoid", [t], "cal64")], "calibrated", to=TensorProto.FLOAT)
+        node("Cast", [node("Sigmoid", [t], "cal64")], "calibrated", to=io)
     graph = helper.make_graph(nodes, "det_calib_portable_map", inputs,
-                              [helper.make_tensor_value_info("calibrated", TensorProto.FLOAT, ["N"])], inits)
+                              [helper.make_tensor_value_info("calibrated", io, ["N"])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="det_calib")
     model.ir_version = min(model.ir_version, 8)  # onnxruntime releases of the last years read IR 8
