@@ -40,7 +40,7 @@ from det_calib.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EPS", "DetectionsRead", "detections_format", "read_detections"]
+__all__ = ["EPS", "DetectionsRead", "detections_format", "image_keys", "read_detections"]
 
 EPS = 1e-6
 """Scores are clipped to ``[EPS, 1 - EPS]`` before the logit (a score of 0 or 1 has none)."""
@@ -71,8 +71,8 @@ class DetectionsRead:
     clipped_low: int
     clipped_high: int
     min_score: float
-    decimals: int | None
-    """Decimals the scores are written with (None: more than 8, full precision)."""
+    precision: str
+    """What the scores are written with (``5 decimals``, ``6 significant digits``, ``full precision``)."""
     tied: float
     """Share of the placed boxes whose score another box of the same class shares."""
 
@@ -87,11 +87,11 @@ class DetectionsRead:
 
     def summary_lines(self, head: str, conf: Sequence[float] = ()) -> list[str]:
         """The summary's lines about the file."""
-        prec = "full precision" if self.decimals is None else f"{self.decimals} decimals"
         lines = [f"[{head}] detections from {self.source} ({self.format}): {self.matched} of {self.detections} "
                  f"detections matched on {self.images} of {self.run_images} images"
                  + (f" ({self.outside} of images outside the run's splits left out)" if self.outside else ""),
-                 f"[{head}]   the score is the only input: logit = log(p/(1-p)) of scores written with {prec}; "
+                 f"[{head}]   the score is the only input: logit = log(p/(1-p)) of scores written with "
+                 f"{self.precision}; "
                  f"{self.tied:.1%} of boxes share their score with another box of their class (no map splits a tie)"
                  + (f"; clipped to [{EPS:g}, 1-{EPS:g}]: {self.clipped_low} scores of 0, {self.clipped_high} of 1"
                     if self.clipped_low or self.clipped_high else "; no score of 0 or 1")]
@@ -279,7 +279,7 @@ def _check_values(raw: pl.DataFrame, source: Path) -> None:
                          f"{int(neg.sum())} detection(s))")
 
 
-def _keys(name: str) -> list[str]:
+def image_keys(name: str) -> list[str]:
     """The keys a file may name an image by: its path relative to the split, its file name, its stem
     (and the stem as an int where it is numeric, as Ultralytics' ``save_json`` writes it)."""
     p = Path(name)
@@ -296,19 +296,25 @@ def _image_index(splits: Sequence[Split], coco_ids: Sequence[Sequence[int | None
     for k, sp in enumerate(splits):
         names = sp.image_names()
         for i, name in enumerate(names):
-            keys = [str(coco_ids[k][i])] if coco_ids is not None and coco_ids[k][i] is not None else _keys(name)
+            keys = [str(coco_ids[k][i])] if coco_ids is not None and coco_ids[k][i] is not None else image_keys(name)
             for key in keys:
                 index.setdefault(key, (k, i))
     return index
 
 
-def _decimals(score: np.ndarray) -> int | None:
-    """The decimals the scores are written with (None: more than 8)."""
+def _precision(score: np.ndarray) -> str:
+    """What the scores are written with: ``N decimals`` (Ultralytics' JSON: 5), ``N significant digits``
+    (its txt files' ``%g``: 6), or ``full precision``."""
     s = score[(score > 0) & (score < 1)][:20000]
-    for d in range(1, 9):
+    for d in range(1, 8):
         if np.allclose(np.round(s, d), s, rtol=0, atol=1e-12):
-            return d
-    return None
+            return f"{d} decimals"
+    unit = 10.0 ** np.floor(np.log10(s)) if s.size else s
+    for g in range(1, 9):
+        step = unit / 10.0 ** (g - 1)
+        if np.allclose(np.round(s / step) * step, s, rtol=1e-12, atol=0):
+            return f"{g} significant digits"
+    return "full precision"
 
 
 def _tied(df: pl.DataFrame) -> float:
@@ -334,7 +340,7 @@ def read_detections(
         splits: The run's splits; each detection is placed on the image the file names.
         names: The class names (a table's class may be a name).
         head: The head the rows are recorded as (``nms`` unless the engine is NMS-free).
-        known: File keys of every image of the dataset (:func:`_keys` of each), so that a detection of
+        known: File keys of every image of the dataset (:func:`image_keys` of each), so that a detection of
             an image outside the run's splits (``--limit``) is left out, not refused; default: the
             run's images only.
         coco_gt: The COCO ground truth JSON: a COCO results file's ``image_id`` and ``category_id``
@@ -352,19 +358,34 @@ def read_detections(
     coco_ids, cat_to_cls = None, None
     if coco_gt is not None and fmt == "coco-json":
         coco_ids, cat_to_cls = _coco_ids(coco_gt, splits, names)
-    if fmt == "coco-json":
-        raw = _read_coco_json(source, cat_to_cls, len(names))
-    elif fmt == "yolo-txt":
-        raw = _read_label_folder(source, len(names))
-    else:
-        raw = _read_table(source, names)
-    _check_values(raw, source)
-    index = _image_index(splits, coco_ids)
+    raw = _read_raw(source, fmt, names, cat_to_cls)
+    split_of, image_id, hit = _place(raw, _image_index(splits, coco_ids), known if coco_ids is None else None,
+                                     source, coco_gt)
+    tables = [_split_table(raw, split_of == k, image_id, sp, head) for k, sp in enumerate(splits)]
+    placed = raw["score"].to_numpy()[hit]
+    read = DetectionsRead(
+        source=str(source), format=fmt, detections=raw.height, matched=int(hit.sum()),
+        images=len({(int(a), int(b)) for a, b in zip(split_of[hit], image_id[hit], strict=True)}),
+        run_images=sum(len(sp.images) for sp in splits), outside=int((~hit).sum()),
+        clipped_low=int((placed < EPS).sum()), clipped_high=int((placed > 1 - EPS).sum()),
+        min_score=float(placed.min()) if placed.size else 0.0, precision=_precision(placed),
+        tied=_tied(pl.concat([t.select("cls", "conf") for t in tables])))
+    if read.matched == 0:
+        raise InputError(f"no detection in {source} is of the run's images ({read.outside} of other images of the "
+                         "data: check --limit and the splits)")
+    log.info("%d of %d detections in %s matched on %d images", read.matched, read.detections, source, read.images)
+    return tables, read
+
+
+def _place(raw: pl.DataFrame, index: dict[str, tuple[int, int]], known: set[str] | None, source: Path,
+           coco_gt: str | Path | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's split index and image id (-1: an image of the data outside the run's splits) and
+    whether it is placed; an image unknown to the ground truth refused (how many, three named)."""
     keys = raw["key"].to_list()
     where = [index.get(k) for k in keys]
     unplaced = sorted({k for k, w in zip(keys, where, strict=True) if w is None})
-    outside = [k for k in unplaced if known is not None and coco_ids is None and k in known]
-    foreign = [k for k in unplaced if k not in set(outside)]
+    outside = {k for k in unplaced if known is not None and k in known}
+    foreign = [k for k in unplaced if k not in outside]
     if foreign:
         gt = f"--coco-gt {coco_gt}" if coco_gt else "the data's splits"
         raise InputError(f"{len(foreign)} image(s) in {source} are not in the ground truth ({gt}): "
@@ -372,21 +393,19 @@ def read_detections(
     hit = np.array([w is not None for w in where], dtype=bool)
     split_of = np.array([w[0] if w else -1 for w in where], dtype=np.int64)
     image_id = np.array([w[1] if w else -1 for w in where], dtype=np.int64)
-    score = raw["score"].to_numpy()
-    tables = [_split_table(raw, split_of == k, image_id, sp, head) for k, sp in enumerate(splits)]
-    placed = score[hit]
-    read = DetectionsRead(
-        source=str(source), format=fmt, detections=raw.height, matched=int(hit.sum()),
-        images=len({(int(a), int(b)) for a, b in zip(split_of[hit], image_id[hit], strict=True)}),
-        run_images=sum(len(sp.images) for sp in splits), outside=int((~hit).sum()),
-        clipped_low=int((placed < EPS).sum()), clipped_high=int((placed > 1 - EPS).sum()),
-        min_score=float(placed.min()) if placed.size else 0.0, decimals=_decimals(placed),
-        tied=_tied(pl.concat([t.select("cls", "conf") for t in tables])))
-    if read.matched == 0:
-        raise InputError(f"no detection in {source} is of the run's images ({read.outside} of other images of the "
-                         "data: check --limit and the splits)")
-    log.info("%d of %d detections in %s matched on %d images", read.matched, read.detections, source, read.images)
-    return tables, read
+    return split_of, image_id, hit
+
+
+def _read_raw(source: Path, fmt: str, names: list[str], cat_to_cls: dict[int, int] | None) -> pl.DataFrame:
+    """The file's rows (:data:`_RAW`), their values checked."""
+    if fmt == "coco-json":
+        raw = _read_coco_json(source, cat_to_cls, len(names))
+    elif fmt == "yolo-txt":
+        raw = _read_label_folder(source, len(names))
+    else:
+        raw = _read_table(source, names)
+    _check_values(raw, source)
+    return raw
 
 
 def _split_table(raw: pl.DataFrame, rows: np.ndarray, image_id: np.ndarray, sp: Split, head: str) -> pl.DataFrame:

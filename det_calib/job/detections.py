@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from det_calib.capture.detections_file import DetectionsRead, read_detections
+from det_calib.capture.detections_file import DetectionsRead, image_keys, read_detections
 from det_calib.data.ground_truth import Split, list_images, load_data_yaml
 from det_calib.errors import InputError
 from det_calib.job.inputs import Inputs, default_inputs
@@ -41,8 +41,6 @@ def detections_inputs(data: str | Path | None, s: Settings) -> Inputs:
 def _known_keys(inputs: Inputs) -> set[str]:
     """Every image of the data's splits as a file may name it (so a detection of an image that
     ``--limit`` leaves out is left out, not refused)."""
-    from det_calib.capture.detections_file import _keys
-
     known: set[str] = set()
     for name, sources in inputs.ds.splits.items():
         try:
@@ -52,7 +50,7 @@ def _known_keys(inputs: Inputs) -> set[str]:
         root = sources[0] if len(sources) == 1 and sources[0].is_dir() else inputs.ds.root
         for p in images:
             rel = p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
-            known.update(_keys(rel))
+            known.update(image_keys(rel))
     return known
 
 
