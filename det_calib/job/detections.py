@@ -27,9 +27,16 @@ log = logging.getLogger(__name__)
 __all__ = ["detections_inputs", "detections_outputs", "read_run_detections"]
 
 
-def detections_inputs(data: str | Path | None, s: Settings) -> Inputs:
+def detections_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
     """The run's inputs without a model: the data, the one head the file is of (``nms`` unless
-    ``--head e2e``)."""
+    ``--head e2e``); a model or ``boxes`` given beside the file refused (the file's scores are the
+    engine's, not the model's)."""
+    if model is not None:
+        raise InputError("`model` and `detections` exclude each other: a run on a file of detections loads no model "
+                         "(its map is written as portable_map.json, docs/detections.md)")
+    if s.boxes:
+        raise InputError("`boxes` and `detections` exclude each other: give the file of detections, or an earlier "
+                         "run's boxes")
     if s.head == "both":
         raise InputError("Expected `head` nms or e2e with `detections` (a file holds one head's boxes), but got both")
     _, data = default_inputs(None, data) if data is None else (None, Path(data))

@@ -196,7 +196,7 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
             with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
                 model, data = default_inputs(model, data)
         with clock.stage("model load"):
-            inputs = detections_inputs(data, s) if s.detections else resolve_inputs(model, data, s)
+            inputs = detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
         with clock.stage("data check"):
             fit, ev = load_splits(inputs.ds, s, task=inputs.task, kpt_shape=inputs.kpt_shape)
             inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),

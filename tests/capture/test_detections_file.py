@@ -202,3 +202,10 @@ def test_both_heads_from_one_file_is_refused(tmp_path, capsys, rows):
     folder = write_txt(rows, tmp_path / "labels")
     code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--head", "both")
     assert "`--head` nms or e2e" in _one_error(code, err, tmp_path / "out")
+
+
+@pytest.mark.parametrize("extra", [["--model", "yolo26n.pt"], ["--boxes", "runs/calib"]], ids=["model", "boxes"])
+def test_a_model_or_boxes_beside_the_file_is_refused(tmp_path, capsys, rows, extra):
+    folder = write_txt(rows, tmp_path / "labels")
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", *extra)
+    assert f"`{extra[0]}` and `--detections` exclude each other" in _one_error(code, err, tmp_path / "out")
