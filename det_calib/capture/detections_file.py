@@ -12,7 +12,9 @@ Three formats, told apart by the path:
   ``<stem>.txt`` files, one ``cls cx cy w h conf`` line per box, normalised to the image's size
   (every ``.txt`` under the folder; an image with no file has no detection).
 - **A plain table** (``*.csv``, ``*.parquet``): one row per box with ``image`` (a file name, stem or path
-  relative to the split), ``class`` (an id, or a class name), ``x1 y1 x2 y2`` in pixels and ``score``.
+  relative to the split), ``class`` (an id, or a class name), ``x1 y1 x2 y2`` in pixels and ``score``; or,
+  in place of ``class`` and ``score``, a score column per class (``score_<name>``): the box's class is its
+  highest-scored one.
 
 The score is the only input: each box's logit is recovered as ``log(p / (1 - p))``; scores of exactly
 0 or 1 are clipped to ``[EPS, 1 - EPS]`` and counted (:class:`DetectionsRead`). Anything the run
@@ -216,6 +218,24 @@ def _column(df: pl.DataFrame, role: str, path: Path) -> str:
                      f"columns {df.columns}")
 
 
+def _from_class_scores(df: pl.DataFrame, names: list[str], path: Path) -> pl.DataFrame:
+    """A table with a score column per class (``score_<name>`` for every class name) and no ``class`` or
+    ``score``: each box's class is its highest-scored one and its score that score, as a detector's
+    decode picks them (a table with both keeps its own ``class`` and ``score``)."""
+    per_class = [f"score_{n}" for n in names]
+    have = [c for c in per_class if c in df.columns]
+    if not have or any(c in df.columns for r in ("class", "score") for c in _TABLE_NAMES[r]):
+        return df
+    if len(have) < len(names):
+        missing = [c for c in per_class if c not in df.columns]
+        raise InputError(f"Expected {path} to have a score column per class (score_<name>), but it lacks "
+                         f"{', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}")
+    scores = df.select(pl.col(per_class).cast(pl.Float64)).to_numpy()
+    filled = np.where(np.isnan(scores), -np.inf, scores)
+    return df.with_columns(pl.Series("class", filled.argmax(axis=1).astype(np.int64)),
+                           pl.Series("score", scores[np.arange(len(scores)), filled.argmax(axis=1)]))
+
+
 def _read_table(path: Path, names: list[str]) -> pl.DataFrame:
     """A CSV or Parquet table: image, class (id or name), x1 y1 x2 y2 (pixels), score."""
     if path.stat().st_size == 0:
@@ -226,6 +246,7 @@ def _read_table(path: Path, names: list[str]) -> pl.DataFrame:
         raise InputError(f"cannot read the detections table {path} (truncated?): {str(e).splitlines()[0]}") from None
     if df.height == 0:
         raise InputError(f"the detections table {path} has no rows")
+    df = _from_class_scores(df, names, path)
     image, klass, score = (_column(df, r, path) for r in ("image", "class", "score"))
     missing = [c for c in ("x1", "y1", "x2", "y2") if c not in df.columns]
     if missing:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from detection_files import FIXTURE, pixels, synthetic_rows, write_coco, write_csv, write_txt
+from detection_files import FIXTURE, NAMES, pixels, synthetic_rows, write_coco, write_csv, write_txt
 
 from det_calib.cli import main
 
@@ -209,3 +209,26 @@ def test_a_model_or_boxes_beside_the_file_is_refused(tmp_path, capsys, rows, ext
     folder = write_txt(rows, tmp_path / "labels")
     code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", *extra)
     assert f"`{extra[0]}` and `--detections` exclude each other" in _one_error(code, err, tmp_path / "out")
+
+
+def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_run, rows):
+    """Per-class score columns in place of class and score: the class is the highest-scored one."""
+    rng = np.random.default_rng(5)
+    recs = []
+    for r in rows:
+        x1, y1, x2, y2 = pixels(r)
+        others = rng.uniform(0, r["score"], len(NAMES))  # every other class scored lower
+        others[r["cls"]] = r["score"]
+        recs.append({"image": r["file"], "x1": x1, "y1": y1, "x2": x2, "y2": y2,
+                     **{f"score_{n}": float(v) for n, v in zip(NAMES, others, strict=True)}})
+    path = tmp_path / "dets.parquet"
+    pl.DataFrame(recs).write_parquet(path)
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt")
+    assert code == 0, err
+    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
+    b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
+    assert a["cls"].to_list() == b["cls"].to_list()
+    np.testing.assert_allclose(a["calibrated"].to_numpy(), b["calibrated"].to_numpy(), atol=1e-9)
+    pl.DataFrame(recs).drop("score_star").write_parquet(path)
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", path, tmp_path / "out2")
+    assert "lacks score_star" in _one_error(code, err, tmp_path / "out2")
