@@ -232,3 +232,20 @@ def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_ru
     pl.DataFrame(recs).drop("score_star").write_parquet(path)
     code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", path, tmp_path / "out2")
     assert "lacks score_star" in _one_error(code, err, tmp_path / "out2")
+
+
+def test_report_compare_and_thresholds_read_a_detections_run(tmp_path, capsys, rows):
+    folder = write_txt(rows, tmp_path / "labels")
+    runs = []
+    for method in ("platt", "isotonic"):
+        out = tmp_path / method
+        assert main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(folder), "--out", str(out),
+                     "--method", method, "-q", "--n-boot", "50"]) == 0
+        assert (out / "report.html").is_file() and "Ultralytics val" in (out / "report.md").read_text()
+        runs.append(out)
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "compare.md").is_file()
+    assert main(["thresholds", str(runs[0]), "--target-precision", "0.6", "--n-boot", "50"]) == 0
+    doc = json.loads((runs[0] / "thresholds.json").read_text())
+    assert "nms" in json.dumps(doc)
+    capsys.readouterr()
