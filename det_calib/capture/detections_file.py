@@ -378,10 +378,9 @@ def read_detections(
     fmt = detections_format(source)
     coco_ids, cat_to_cls = None, None
     if coco_gt is not None and fmt == "coco-json":
-        coco_ids, cat_to_cls = _coco_ids(coco_gt, splits, names)
+        coco_ids, cat_to_cls, known = _coco_ids(coco_gt, splits, names)  # known: every image of the COCO file
     raw = _read_raw(source, fmt, names, cat_to_cls)
-    split_of, image_id, hit = _place(raw, _image_index(splits, coco_ids), known if coco_ids is None else None,
-                                     source, coco_gt)
+    split_of, image_id, hit = _place(raw, _image_index(splits, coco_ids), known, source, coco_gt)
     tables = [_split_table(raw, split_of == k, image_id, sp, head) for k, sp in enumerate(splits)]
     placed = raw["score"].to_numpy()[hit]
     read = DetectionsRead(
@@ -450,8 +449,9 @@ def _split_table(raw: pl.DataFrame, rows: np.ndarray, image_id: np.ndarray, sp: 
 
 
 def _coco_ids(coco_gt: str | Path, splits: Sequence[Split], names: list[str]
-              ) -> tuple[list[list[int | None]], dict[int, int]]:
-    """The COCO image id of each split image and the category id -> class map of a COCO ground truth."""
+              ) -> tuple[list[list[int | None]], dict[int, int], set[str]]:
+    """The COCO image id of each split image, the category id -> class map of a COCO ground truth and
+    every image id it lists."""
     from det_calib.data.ground_truth import coco_image_ids
 
     class _Coco:  # what coco_image_ids reads: the parsed JSON
@@ -467,4 +467,4 @@ def _coco_ids(coco_gt: str | Path, splits: Sequence[Split], names: list[str]
     ids = [coco_image_ids(coco, sp.images, root=sp.root, path=path) for sp in splits]
     index = {n: i for i, n in enumerate(names)}
     cat_to_cls = {int(c["id"]): index[c["name"]] for c in dataset.get("categories", []) if c.get("name") in index}
-    return ids, cat_to_cls
+    return ids, cat_to_cls, {str(img["id"]) for img in dataset.get("images", [])}

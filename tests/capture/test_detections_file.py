@@ -249,3 +249,15 @@ def test_report_compare_and_thresholds_read_a_detections_run(tmp_path, capsys, r
     doc = json.loads((runs[0] / "thresholds.json").read_text())
     assert "nms" in json.dumps(doc)
     capsys.readouterr()
+
+
+def test_limit_leaves_out_the_other_images_of_a_coco_file_and_head_e2e_names_the_head(tmp_path, capsys, rows):
+    gt, res = write_coco(rows, tmp_path / "coco")
+    code, out, err = calibrate_cli(capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt,
+                                   "--limit", "8", "--method", "platt", "--head", "e2e")
+    assert code == 0, err
+    n = sum(r["stem"] < "fixture_00008" for r in rows)
+    assert f"[e2e] detections from {res} (coco-json): {n} of {len(rows)} detections matched on 8 of 8 images " \
+           f"({len(rows) - n} of images outside the run's splits left out)" in out
+    assert json.loads((tmp_path / "out" / "portable_map.json").read_text())["heads"].keys() == {"e2e"}
+    assert set(pl.read_parquet(tmp_path / "out" / "boxes.parquet")["head"]) == {"e2e"}
