@@ -26,7 +26,7 @@ from det_calib.errors import InputError
 from det_calib.io import write_bytes, write_text
 
 __all__ = ["EPS", "deepstream_block", "map_onnx", "portable_head", "portable_map", "raw_thresholds",
-           "write_portable_outputs"]
+           "tuned_deepstream", "write_portable_outputs"]
 
 EPS = 1e-6
 """Scores are clipped to ``[EPS, 1 - EPS]`` before their logit (as ``calibrate --detections`` reads them)."""
@@ -157,21 +157,51 @@ def _inverse(m: dict[str, Any], t: float) -> float:
     return float(np.interp(t, y, x))
 
 
-def raw_thresholds(head: dict[str, Any], conf: float, n_classes: int) -> list[float] | None:
-    """Per class, the raw score whose calibrated score is ``conf``: a box of that class has a
-    calibrated score above ``conf`` exactly when its raw score is above it. None for a size map (the
-    threshold depends on the box's size)."""
+def raw_thresholds(head: dict[str, Any], conf: float | Sequence[float], n_classes: int) -> list[float] | None:
+    """Per class, the raw score whose calibrated score is ``conf`` (one conf, or one per class: the
+    ``thresholds`` command's tuned ones): a box of that class has a calibrated score above its conf
+    exactly when its raw score is above it. None for a size map (the threshold depends on the box's size)."""
     maps = head["maps"]
+    confs = [float(conf)] * n_classes if isinstance(conf, (int, float)) else [float(c) for c in conf]
     if maps[0]["kind"] == "size-affine":
         return None
     if maps[0]["kind"] == "identity":
-        return [float(conf)] * n_classes
-    t = math.log(conf) - math.log1p(-conf)
+        return confs
     out = []
-    for c in range(n_classes):
-        z = _inverse(maps[c] if len(maps) > 1 else maps[0], t)
+    for c, cc in enumerate(confs):
+        if not 0 < cc < 1:  # a class that keeps every box (0) or none (1) keeps them raw too
+            out.append(cc)
+            continue
+        z = _inverse(maps[c] if len(maps) > 1 else maps[0], math.log(cc) - math.log1p(-cc))
         out.append(1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z)))
     return out
+
+
+def tuned_deepstream(folder: str | Path, *, head: str = "nms", criterion: str = "target_precision") -> Path:
+    """The ``thresholds`` command's tuned per-class thresholds of a run (``thresholds.json``, on the
+    calibrated score) as raw-score thresholds in a DeepStream block, ``deepstream_<head>_<criterion>.txt``
+    in the run's folder (its ``portable_map.json`` gives the map; a run of a file of detections writes one).
+
+    >>> tuned_deepstream("runs/trt_file")  # doctest: +SKIP
+    PosixPath('runs/trt_file/deepstream_nms_target_precision.txt')
+    """
+    from det_calib.thresholds.thresholds_file import class_thresholds
+
+    folder = Path(folder)
+    pmap_path = folder / "portable_map.json"
+    if not pmap_path.is_file():
+        raise InputError(f"no portable_map.json in {folder}: it is written by `calibrate --detections`")
+    pmap = json.loads(pmap_path.read_text(encoding="utf-8"))
+    if head not in pmap["heads"]:
+        raise InputError(f"Expected `head` one of {sorted(pmap['heads'])}, but got {head!r}")
+    tuned = class_thresholds(folder / "thresholds.json", head=head, criterion=criterion)
+    n = len(pmap["class_names"])
+    raw = raw_thresholds(pmap["heads"][head], [tuned.get(c, 1.0) for c in range(n)], n)
+    if raw is None:
+        raise InputError(f"the {head} head's map reads the box's size: no per-class raw threshold")
+    return write_text(folder / f"deepstream_{head}_{criterion}.txt", deepstream_block(raw, comment=(
+        f"det_calib: raw scores of the {criterion} thresholds tuned by `det-calib thresholds` ({head} head, "
+        f"{pmap['heads'][head]['method']} map)")))
 
 
 def deepstream_block(thresholds: Sequence[float], *, comment: str = "") -> str:

@@ -137,3 +137,24 @@ def test_portable_map_of_a_fitted_calibrator_and_its_inverse(method):
     np.testing.assert_allclose(back, 0.4, atol=1e-9)
     assert map_onnx(head)[:2]  # a serialised graph
     assert "pre-cluster-threshold" in deepstream_block(r)
+
+
+def test_the_thresholds_commands_tuned_thresholds_as_a_deepstream_block(tmp_path, capsys, labels):
+    from det_calib.deploy.portable import tuned_deepstream
+    from det_calib.thresholds.thresholds_file import class_thresholds
+
+    out = tmp_path / "out"
+    assert main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(labels), "--out", str(out),
+                 "--method", "class-platt", "--no-report", "-q", "--n-boot", "20"]) == 0
+    assert main(["thresholds", str(out), "--target-precision", "0.5", "--n-boot", "20"]) == 0
+    capsys.readouterr()
+    tuned = class_thresholds(out / "thresholds.json")
+    cp = configparser.ConfigParser()
+    cp.read_string(tuned_deepstream(out).read_text())
+    boxes = pl.read_parquet(out / "boxes.parquet")
+    raw = np.array([cp.getfloat(f"class-attrs-{c}", "pre-cluster-threshold") for c in range(8)])
+    t = np.array([tuned[c] for c in range(8)])
+    cls = boxes["cls"].to_numpy()
+    kept_calibrated = boxes["calibrated"].to_numpy() > t[cls]
+    assert kept_calibrated.sum() > 5
+    assert (kept_calibrated == (boxes["conf"].to_numpy() > raw[cls])).all()
