@@ -84,3 +84,37 @@ def test_the_same_boxes_as_a_csv_give_the_same_figures(demo, pt_run):
                  ).write_csv(csv)
     run = _run(["--data", data, "--detections", csv, "--out", tmp / "csv"])
     _assert_same(pt_run, run)
+
+
+def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, demo_model_path, tmp_path):
+    """The demo's LiteRT INT8 export, dumped by plain Ultralytics predict: its file calibrates to the
+    figures of ``calibrate --model`` of that engine, and the written per-class raw thresholds keep exactly
+    the calibrated set on the file's scores (stair-stepped: whole multiples of 1/256 before the sigmoid's
+    requantisation)."""
+    import json
+    import shutil
+
+    import numpy as np
+    from ultralytics import YOLO
+
+    pytest.importorskip("ai_edge_litert")
+    data, _ = demo
+    fixture = tmp_path / "fixture"  # the export's calibration images; its label cache lands here, not in the package
+    shutil.copytree(Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets" / "fixture", fixture)
+    shutil.copy(demo_model_path, tmp_path / "det.pt")
+    engine = YOLO(str(tmp_path / "det.pt")).export(format="litert", int8=True, data=str(fixture / "data.yaml"))
+    model = YOLO(engine, task="detect")
+    ds = load_data_yaml(data)
+    for split in ("calib", "test"):
+        for image in list_images(ds.splits[split], split=split)[:LIMIT]:
+            model.predict(str(image), save_txt=True, save_conf=True, conf=0.001, save=False, verbose=False,
+                          project=str(tmp_path / "predict"), name=split, exist_ok=True)
+    from_file = _run(["--data", data, "--detections", tmp_path / "predict", "--out", tmp_path / "file"])
+    from_engine = _run(["--model", engine, "--data", data, "--head", "nms", "--no-val", "--out", tmp_path / "engine"])
+    _assert_same(from_engine, from_file)
+    boxes = pl.read_parquet(tmp_path / "file" / "boxes.parquet")
+    doc = json.loads((tmp_path / "file" / "raw_thresholds.json").read_text())
+    raw = np.array(doc["heads"]["nms"]["raw_thresholds"]["0.25"])
+    kept = boxes["calibrated"].to_numpy() > 0.25
+    assert kept.sum() > 20
+    assert (kept == (boxes["conf"].to_numpy() > raw[boxes["cls"].to_numpy()])).all()
