@@ -104,7 +104,7 @@ class DetectionsRead:
                          + (f": {', '.join(f'{c:g}' for c in below)}" if below else "")
                          + "; the all-box figures cover only the scores above it")
         lines.append(f"[{head}]   Ultralytics val not run: it cannot run a foreign engine; the mAP check is "
-                     "pycocotools' COCO mAP of the file's own boxes, raw and calibrated")
+                     "COCO mAP (pycocotools' figures) of the file's own boxes, raw and calibrated")
         return lines
 
 

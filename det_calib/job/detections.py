@@ -98,7 +98,7 @@ def detections_outputs(stage: Path, result: Any, fingerprints: dict[str, Any], s
         if s.run_val:
             result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=ValCheck(
                 split=result.settings.eval_split, note="not run: a detections file: Ultralytics val cannot run a "
-                "foreign engine (the mAP check is pycocotools on the file's own boxes)"))
+                "foreign engine (the mAP check is COCO mAP of the file's own boxes)"))
     from det_calib.deploy.portable import write_portable_outputs
 
     return lines + write_portable_outputs(stage, result, conf=s.conf)
