@@ -169,6 +169,11 @@ class Settings:
     boxes: str | None = opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
                              "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
                              "sub-folder per split) instead of capturing again", flag="--boxes")
+    detections: str | None = opt(None, "calibrate a file of detections from any engine or detector instead of "
+                                  "running a model: a COCO results JSON, a folder of Ultralytics "
+                                  "predict(save_txt=True, save_conf=True) label files, or a "
+                                  "CSV/Parquet table (docs/detections.md)",
+                                  flag="--detections")
     progress: bool = opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
     # per-class conf thresholds (det_calib.thresholds.per_class); also the options of `det-calib thresholds`
     target_precision: float | None = opt(

@@ -43,6 +43,7 @@ from det_calib.data.pose import pose_spec
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import capture_split, open_capturer, startup_imports
+from det_calib.job.detections import detections_inputs, read_run_detections
 from det_calib.job.inputs import Inputs, default_inputs, load_splits, resolve_inputs
 from det_calib.job.preflight import preflight
 from det_calib.job.settings import Settings, settings_of
@@ -191,11 +192,11 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
     no forward pass, before the first one)."""
     with stage("load model and data"):
         startup_imports()
-        if data is None:
+        if data is None and not s.detections:
             with clock.stage("data check"):  # the embedded demo: rendered on first use, checked after
                 model, data = default_inputs(model, data)
         with clock.stage("model load"):
-            inputs = resolve_inputs(model, data, s)
+            inputs = detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
         with clock.stage("data check"):
             fit, ev = load_splits(inputs.ds, s, task=inputs.task, kpt_shape=inputs.kpt_shape)
             inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),
@@ -246,7 +247,12 @@ def calibrate(
 def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_start: float, stack: ExitStack
                ) -> CalibrationRun:
     """:func:`calibrate` once its inputs are loaded; ``stack`` holds the verification running beside it."""
-    if s.boxes:
+    if s.detections:  # a file of detections: no model, no forward pass
+        with clock.stage("capture"), stage("read detections"):
+            captured, fingerprints = read_run_detections(inputs, (fit, ev), s)
+        results, boxes = _calibrate_heads(inputs, fit, ev, s, captured)
+        verification = None
+    elif s.boxes:
         from det_calib.job.reuse import reuse_boxes
 
         with clock.stage("capture"), stage("read boxes"):

@@ -70,7 +70,12 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
     ev = splits[1]
     with staged_output(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
-        engine_lines = _write_model(stage, result, inputs, ev, s, verification)
+        if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
+            from det_calib.job.detections import detections_outputs
+
+            engine_lines = detections_outputs(stage, result, fingerprints, s)
+        else:
+            engine_lines = _write_model(stage, result, inputs, ev, s, verification)
         result.seconds = round(time.time() - t_start, 1)
         result.write(stage / "calibration.json")
         extra = (tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
