@@ -68,13 +68,14 @@ def floor_gap_words(h: HeadResult, e: EvalResult) -> str | None:
         return None
     if g.reason == "images":
         rng = g.floor_without_range
-        which = "one eval image holds the gap" if g.image_count == 1 else f"{g.image_count} eval images hold the gap"
+        one = g.image_count == 1
+        which = "one eval image holds the gap" if one else f"{g.image_count} eval images hold the gap"
         return (f"why above its floor: {which}, {g.images} ({g.image_boxes} of the {g.kept_boxes} kept boxes, "
-                f"{g.image_correct} correct): without {'it' if g.image_count == 1 else 'them'} the calibrated ECE is "
+                f"{g.image_correct} correct): without {'it' if one else 'them'} the calibrated ECE is "
                 f"{_fmt(g.ece_without, '.4f')}, inside its floor's range "
                 f"[{_fmt(rng[0] if rng else None, '.4f')}, {_fmt(rng[1] if rng else None, '.4f')}]; no map of the "
-                "score can fix boxes that score like correct ones on an image unlike any in the fit split, and more "
-                "calibration images help only if some are like it")
+                f"score can fix {'it' if one else 'them'}: {'its' if one else 'their'} boxes are wrong together, "
+                "and the floor counts each box as an independent draw")
     rng = g.refit_floor_range
     if g.reason == "sampling":
         return (f"why above its floor: a {g.refit_method} map fitted on the eval split itself scores ECE "
