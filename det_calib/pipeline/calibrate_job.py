@@ -23,6 +23,7 @@ What a run produces is a :class:`det_calib.record.run_result.RunResult`, which w
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import time
@@ -40,6 +41,7 @@ from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.data.pose import pose_spec
+from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import capture_split, open_capturer, startup_imports
@@ -117,9 +119,13 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
             op = operating_points(eb, ev, s)
         evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op,
                                   sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
+        with stage("why above the floor"):  # only where the calibrated kept set is above its floor's range
+            gap = head_floor_gap(op, evaluated.eval, choice.calibrator, method=choice.method,
+                                 fit_min_conf=choice.floor or 0.0, image_names=ev.image_names(), target=s.target)
         with stage("temperature and candidates on the eval split"):
             result = HeadResult(calibrator=record, fit=fit_result(fb, fit, choice, s),
-                                eval=evaluated.eval, threshold_shift=evaluated.threshold_shift,
+                                eval=dataclasses.replace(evaluated.eval, floor_gap=gap),
+                                threshold_shift=evaluated.threshold_shift,
                                 per_class=evaluated.per_class, by_size=evaluated.by_size,
                                 candidates=scored_candidates(choice, op) or None,
                                 temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval, fit.gt))

@@ -19,7 +19,13 @@ from det_calib.record.run_result import (
     RecordedSettings,
     RunResult,
 )
-from det_calib.report.record_words import left_words, operating_point_worse, temperature_verdict, temperature_words
+from det_calib.report.record_words import (
+    floor_gap_words,
+    left_words,
+    operating_point_worse,
+    temperature_verdict,
+    temperature_words,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +79,8 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
 
 def _left_lines(head: str, h: HeadResult, e: EvalResult) -> list[str]:
     words = left_words(h, e)
-    return [f"[{head}] {words}"] if words else []
+    why = floor_gap_words(h, e) if words else None
+    return ([f"[{head}] {words}"] if words else []) + ([f"[{head}] {why}"] if why else [])
 
 
 def _temperature_lines(head: str, h: HeadResult) -> list[str]:

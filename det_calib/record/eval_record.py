@@ -27,8 +27,8 @@ from det_calib.record.checked_json import (
 )
 from det_calib.record.threshold_shift import ThresholdShift
 
-__all__ = ["BinGap", "ClassResult", "EvalResult", "FitResult", "OperatingFigures", "Scores", "TemperatureFit",
-           "Thresholded", "read_shifts", "temperature_ok"]
+__all__ = ["BinGap", "ClassResult", "EvalResult", "FitResult", "FloorGap", "OperatingFigures", "Scores",
+           "TemperatureFit", "Thresholded", "read_shifts", "temperature_ok"]
 
 
 def temperature_ok(t: float | None) -> bool:
@@ -200,6 +200,35 @@ class BinGap:
 
 
 @dataclass(frozen=True)
+class FloorGap:
+    """Why the calibrated boxes kept at the lowest conf stay above their sampling floor's 95% range
+    (:func:`det_calib.evaluation.floor_gap.floor_gap`; ``floor_gap`` in the JSON, only where they do).
+
+    ``reason``: ``images`` (a few eval images, ``images`` by name, each far from calibrated, hold the gap:
+    their ``image_boxes`` kept boxes of ``kept_boxes``, ``image_correct`` correct; without them the ECE is
+    ``ece_without``, inside ``floor_without_range``), ``sampling`` (the chosen map's method fitted on the eval
+    split itself, ``refit_method``, scores ``refit_ece``, inside its floor's range ``refit_floor_range``: the
+    gap is the fit split's sampling noise) or ``score`` (that refit stays above it: no map of the score alone
+    of that family reaches the floor).
+    """
+
+    reason: str | None = leaf(kind=str)
+    images: str | None = leaf(kind=str)
+    image_count: int | None = leaf(kind=int)
+    image_boxes: int | None = leaf(kind=int)
+    image_correct: int | None = leaf(kind=int)
+    kept_boxes: int | None = leaf(kind=int)
+    ece_without: float | None = leaf()
+    floor_without_range: CI = ci_field()
+    refit_method: str | None = leaf(kind=str)
+    refit_ece: float | None = leaf()
+    refit_floor_range: CI = ci_field()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in leaf_dict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """One head on the evaluation split: counts, metrics raw and calibrated, mAP check."""
 
@@ -240,6 +269,8 @@ class EvalResult:
     kept_gaps: list[BinGap] = field(default_factory=list)
     """The bins of the calibrated boxes kept at the lowest conf threshold with the largest terms
     of their ECE, largest first (``kept_gaps_after`` in the JSON): where the error that is left lies."""
+    floor_gap: FloorGap | None = None
+    """Why the calibrated kept set stays above its floor's range (None: it does not, or runs before it)."""
 
     def scores(self, tag: str) -> Scores:
         return self.before if tag == "before" else self.after
@@ -265,6 +296,8 @@ class EvalResult:
             out["map_engine"] = self.map_engine
         if self.kept_gaps:
             out["kept_gaps_after"] = [leaf_dict(g) for g in self.kept_gaps]
+        if self.floor_gap is not None:
+            out["floor_gap"] = self.floor_gap.to_dict()
         return out
 
     @classmethod
@@ -282,6 +315,9 @@ class EvalResult:
             kept_gaps=[BinGap(**read_leaf_fields(BinGap, read_object(g, w, optional=False), w))
                        for i, g in enumerate(read_items(d.get("kept_gaps_after"), key_path(where, "kept_gaps_after")))
                        for w in [f"{where}.kept_gaps_after[{i}]"]],
+            floor_gap=None if d.get("floor_gap") is None else FloorGap(**read_leaf_fields(
+                FloorGap, read_object(d["floor_gap"], key_path(where, "floor_gap"), optional=False),
+                key_path(where, "floor_gap"))),
         )
 
 

@@ -15,7 +15,7 @@ from det_calib.calibrators import registry
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import HeadBoxes, Run
 from det_calib.record.run_result import Calibrator, Candidate, RecordedSettings
-from det_calib.report.record_words import left_words, operating_point_worse, temperature_words
+from det_calib.report.record_words import floor_gap_words, left_words, operating_point_worse, temperature_words
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
@@ -122,6 +122,9 @@ def lead(run: Run, head: str) -> str:
     left = left_words(run.head(head), ev)
     if left:
         parts.append(left)
+        why = floor_gap_words(run.head(head), ev)
+        if why:
+            parts.append(why)
     tw = temperature_words(run.head(head).temperature_fit)
     if tw:
         parts.append(tw)

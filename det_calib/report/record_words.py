@@ -10,7 +10,8 @@ import math
 from det_calib.record.eval_record import EvalResult, TemperatureFit
 from det_calib.record.run_result import HeadResult
 
-__all__ = ["left_words", "operating_point_worse", "temperature_verdict", "temperature_words"]
+__all__ = ["floor_gap_short", "floor_gap_words", "left_words", "operating_point_worse", "temperature_verdict",
+           "temperature_words"]
 
 T_CLOSE = math.log(1.02)
 """|log T| below this counts as "close to calibrated" (T within about 2% of 1)."""
@@ -57,6 +58,51 @@ def left_words(h: HeadResult, e: EvalResult) -> str | None:
             f"detector would score on these boxes (up to {_fmt(o1.ece_floor_range[1], '.4f')})"
             + (f"; the largest gaps: {gaps}" if gaps else "")
             + (f"; worst classes (kept-set ECE): {classes}" if classes else ""))
+
+
+def floor_gap_words(h: HeadResult, e: EvalResult) -> str | None:
+    """Why the calibrated kept set stays above its floor's range, in one sentence (the run's ``floor_gap``,
+    :mod:`det_calib.evaluation.floor_gap`); None where the run records none."""
+    g = e.floor_gap
+    if g is None or g.reason is None:
+        return None
+    if g.reason == "images":
+        rng = g.floor_without_range
+        one = g.image_count == 1
+        which = "one eval image holds the gap" if one else f"{g.image_count} eval images hold the gap"
+        return (f"why above its floor: {which}, {g.images} ({g.image_boxes} of the {g.kept_boxes} kept boxes, "
+                f"{g.image_correct} correct): without {'it' if one else 'them'} the calibrated ECE is "
+                f"{_fmt(g.ece_without, '.4f')}, inside its floor's range "
+                f"[{_fmt(rng[0] if rng else None, '.4f')}, {_fmt(rng[1] if rng else None, '.4f')}]; no map of the "
+                f"score can fix {'it' if one else 'them'}: {'its' if one else 'their'} boxes are wrong together, "
+                "and the floor counts each box as an independent draw")
+    rng = g.refit_floor_range
+    if g.reason == "sampling":
+        return (f"why above its floor: a {g.refit_method} map fitted on the eval split itself scores ECE "
+                f"{_fmt(g.refit_ece, '.4f')}, inside its floor's range [{_fmt(rng[0] if rng else None, '.4f')}, "
+                f"{_fmt(rng[1] if rng else None, '.4f')}]: the gap is the fit split's sampling noise, and more "
+                "calibration images would close it")
+    worst = sorted((c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
+                   key=lambda c: -c.kept_ece_after)[:2]
+    classes = ", ".join(f"{c.name} {c.kept_ece_after:.3f}" for c in worst)
+    return (f"why above its floor: no map of the score alone reaches it here: a {g.refit_method} map fitted on the "
+            f"eval split itself still scores ECE {_fmt(g.refit_ece, '.4f')} (its floor's range up to "
+            f"{_fmt(rng[1] if rng else None, '.4f')}); the rest depends on more than the score"
+            + (f" (worst classes: {classes})" if classes else ""))
+
+
+def floor_gap_short(e: EvalResult) -> str | None:
+    """The few words the report's verdict adds for the run's ``floor_gap`` (None where it records none)."""
+    g = e.floor_gap
+    if g is None or g.reason is None:
+        return None
+    if g.reason == "images":
+        return (f"{'one eval image' if g.image_count == 1 else f'{g.image_count} eval images'} ({g.images}) "
+                f"hold{'s' if g.image_count == 1 else ''} the gap: without {'it' if g.image_count == 1 else 'them'}, "
+                f"at the floor")
+    if g.reason == "sampling":
+        return "the fit split's sampling noise: more calibration images would close it"
+    return "no map of the score alone reaches the floor"
 
 
 def temperature_words(tf: TemperatureFit | None) -> str | None:

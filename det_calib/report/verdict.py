@@ -18,7 +18,7 @@ from __future__ import annotations
 from det_calib.calibrators import registry
 from det_calib.record.eval_record import EvalResult, OperatingFigures
 from det_calib.record.threshold_shift import ThresholdShift
-from det_calib.report.record_words import WORSE_TOLERANCE, operating_point_worse
+from det_calib.report.record_words import WORSE_TOLERANCE, floor_gap_short, operating_point_worse
 
 from .common import arrow, f3, f4, fci, fint, fthr, head_eval, num, shift_at
 from .context import Subject
@@ -59,7 +59,8 @@ def verdict_line(s: Subject) -> str:
     if at is None:
         return f"{s.name}: {words} (this run records no sampling floor for {kept})"
     gaps = "" if iou else _gap_words(ev, o1)
-    return f"{s.name}: {words}, still above its floor" + (f"; {gaps}" if gaps else "")
+    why = None if iou else floor_gap_short(ev)
+    return f"{s.name}: {words}, still above its floor" + (f"; {gaps}" if gaps else "") + (f"; {why}" if why else "")
 
 
 def _raw_kept(s: Subject) -> bool:
