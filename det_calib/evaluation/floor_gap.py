@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
@@ -102,9 +103,9 @@ def outlier_images(conf: np.ndarray, correct: np.ndarray, image: np.ndarray, *, 
     return [], None, None
 
 
-def floor_gap(raw: BoxView, scored: BoxView, calibrator: Any, *, threshold: float, n_bins: int, floor_high: float,
-              image_names: Sequence[str], method: str | None, fit_min_conf: float = 0.0, seed: int = 0
-              ) -> FloorGap | None:
+def floor_gap(raw: BoxView, scored: BoxView, calibrator: LogitCalibrator | None, *, threshold: float, n_bins: int,
+              floor_high: float, image_names: Sequence[str], method: str | None, fit_min_conf: float = 0.0,
+              seed: int = 0) -> FloorGap | None:
     """Why the calibrated kept set of ``scored`` (the eval split under ``calibrator``) stays above its
     floor's range (``floor_high``, its upper end): see the module. ``raw``: the same boxes, raw scores
     (the oracle refits ``method`` on their logits); ``image_names``: the split's image names, by image id.
@@ -120,14 +121,13 @@ def floor_gap(raw: BoxView, scored: BoxView, calibrator: Any, *, threshold: floa
                         floor_without_range=rng)
     if method is None or method == "none":
         return None
-    from det_calib.calibrators.base import box_kwargs
     from det_calib.errors import DegenerateFitError, InputError
     from det_calib.selection.cross_validation import fit_calibrator
 
     try:
         cal = fit_calibrator(method, raw.logit, raw.correct, classes=raw.cls, groups=raw.image_id,
                              fit_min_conf=fit_min_conf, seed=seed, log_area=raw.log_area)
-        q = cal.predict_proba(raw.logit, **box_kwargs(cal, classes=raw.cls, log_area=raw.log_area))
+        q = raw.scored(cal).conf
     except (DegenerateFitError, InputError, ValueError):
         return None
     e = kept_ece(q, raw.correct, threshold=threshold, n_bins=n_bins)
@@ -138,7 +138,7 @@ def floor_gap(raw: BoxView, scored: BoxView, calibrator: Any, *, threshold: floa
                     refit_floor_range=(fl.low, fl.high))
 
 
-def head_floor_gap(op: Any, ev: Any, calibrator: Any, *, method: str | None, fit_min_conf: float,
+def head_floor_gap(op: Any, ev: Any, calibrator: LogitCalibrator | None, *, method: str | None, fit_min_conf: float,
                    image_names: Sequence[str], target: str = "correct") -> FloorGap | None:
     """:func:`floor_gap` of one head's eval record ``ev`` (an :class:`~det_calib.record.eval_record.EvalResult`),
     from its operating-point evaluator ``op`` (:class:`~det_calib.evaluation.operating.OperatingPoints`, whose
