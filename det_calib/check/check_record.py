@@ -26,7 +26,7 @@ from det_calib.record.timings import Timings
 
 __all__ = ["BOXES_FILE", "CHANGED", "CHECK_FILE", "CHECK_SCHEMA_VERSION", "DRIFTED", "EXIT_CODES", "HOLDS",
            "MIN_IMAGES", "NO_SHIFT", "SHIFTED", "TOO_FEW", "TOO_FEW_IMAGES", "CalibrationTests", "CheckResult",
-           "ClassCheck", "DetectionTests", "HeadCheck", "HeadShift", "ShiftTests"]
+           "ClassCheck", "CrowdedImage", "DetectionTests", "HeadCheck", "HeadShift", "ShiftTests"]
 
 CHECK_SCHEMA_VERSION = 1
 """Version of the ``check.json`` layout."""
@@ -95,7 +95,45 @@ class CalibrationTests:
     binned_change_p: float | None = leaf()
     tests: int | None = leaf(kind=int)
     """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
-    the change of each class tested)."""
+    the change of each class tested, the change in the rate of crowded images)."""
+    crowded_images: int | None = leaf(kind=int)
+    """Crowded images of the new kept boxes (:func:`~det_calib.metrics.drift_tests.crowded_images`); the
+    change tests (``gap``, ``change_*``, ``binned_change_*``, per class) run without them on both sides."""
+    crowded_boxes: int | None = leaf(kind=int)
+    crowded_observed: int | None = leaf(kind=int)
+    crowded_expected: float | None = leaf()
+    crowded_variance_share: float | None = leaf()
+    """Their share of the image-clustered variance of the new kept boxes' observed - expected."""
+    crowded_images_then: int | None = leaf(kind=int)
+    crowded_boxes_then: int | None = leaf(kind=int)
+    crowded_observed_then: int | None = leaf(kind=int)
+    crowded_expected_then: float | None = leaf()
+    crowded_rate_p: float | None = leaf()
+    """Two-sided p-value of the change in the share of crowded images (exact conditional test,
+    :func:`~det_calib.metrics.drift_tests.count_change`); in the verdict's family when either side has one."""
+    images_then: int | None = leaf(kind=int)
+    images_new: int | None = leaf(kind=int)
+    """Images of the run's eval split and of the new split (with or without a kept box)."""
+    rest_boxes: int | None = leaf(kind=int)
+    rest_observed: int | None = leaf(kind=int)
+    rest_expected: float | None = leaf()
+    rest_z: float | None = leaf()
+    rest_p_value: float | None = leaf()
+    """Calibration in the large of the new kept boxes outside the crowded images."""
+
+
+@dataclass(frozen=True)
+class CrowdedImage:
+    """A crowded image of the new kept boxes, named in the verdict line and on the page: its kept
+    boxes (and their share of all kept boxes), correct against expected, and its share of the
+    image-clustered variance of the kept boxes' observed - expected."""
+
+    image: str | None = leaf(kind=str)
+    boxes: int | None = leaf(kind=int)
+    box_share: float | None = leaf()
+    observed: int | None = leaf(kind=int)
+    expected: float | None = leaf()
+    variance_share: float | None = leaf()
 
 
 @dataclass(frozen=True)
@@ -175,6 +213,8 @@ class HeadCheck:
     detection_line: str = ""
     by_size: list[SizeFigures] = field(default_factory=list)
     """Reliability by box size on the new images (``by_size`` in the JSON, written when computed)."""
+    crowded: list[CrowdedImage] = field(default_factory=list)
+    """The crowded images of the new kept boxes, most boxes first (``crowded`` in the JSON, written when any)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"head": self.head, "method": self.method, "split": self.split,
@@ -184,7 +224,8 @@ class HeadCheck:
                 "per_class": [leaf_dict(c) for c in self.per_class],
                 "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
                 "calibration_line": self.calibration_line, "detection_line": self.detection_line,
-                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {})}
+                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {}),
+                **({"crowded": [leaf_dict(x) for x in self.crowded]} if self.crowded else {})}
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HeadCheck:
@@ -205,6 +246,8 @@ class HeadCheck:
             calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line") or "",
             detection_line=read_text(d.get("detection_line"), f"{where}.detection_line") or "",
             by_size=read_size_figures(d.get("by_size"), f"{where}.by_size"),
+            crowded=[read_leaf_record(CrowdedImage, x, f"{where}.crowded[{i}]")
+                     for i, x in enumerate(read_items(d.get("crowded"), f"{where}.crowded"))],
         )
 
 
