@@ -75,7 +75,7 @@ def _gt(sp) -> tuple[np.ndarray, list[np.ndarray]]:
     return np.bincount(ids, minlength=n)[:n].astype(float), [cls[ids == i] for i in range(n)]
 
 
-def fresh_source(run_dir: Path, seed: int, work: Path, n: int) -> Source:
+def fresh_source(run_dir: Path, seed: int, work: Path, n: int, model: Path | None = None) -> Source:
     """The demo's test split rendered with ``seed`` (``n`` images), captured by the run's detector
     and matched as ``check`` does; cached under ``work``."""
     from det_calib.check import new_boxes
@@ -91,7 +91,7 @@ def fresh_source(run_dir: Path, seed: int, work: Path, n: int) -> Source:
     if cached.is_file():
         boxes = pl.read_parquet(cached)
     else:
-        _, sp, tables = new_boxes(run_dir, yml, "test")
+        _, sp, tables = new_boxes(run_dir, yml, "test", model=model)
         boxes = pl.concat([t.with_columns(pl.lit(h).alias("head")) if "head" not in t.columns else t
                            for h, t in tables.items()], how="diagonal_relaxed")
         boxes.write_parquet(cached)
@@ -226,6 +226,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=40, help="repetitions per case and head")
     ap.add_argument("--split-size", type=int, default=400, help="images of each part in the random splits")
     ap.add_argument("--work", type=Path, default=None, help="cache of the renders and their boxes")
+    ap.add_argument("--model", type=Path, default=None, help="the detector (default the run's; give it where the "
+                    "run's file has moved)")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/check_false_alarm.md")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -233,7 +235,7 @@ def main() -> None:
     run_dir = Path(a.run)
     run = load_run(run_dir)
     work = a.work or cache_dir() / "check-false-alarm"
-    fresh = [fresh_source(run_dir, k, work, a.images) for k in a.seeds]
+    fresh = [fresh_source(run_dir, k, work, a.images, a.model) for k in a.seeds]
     t_capture = time.perf_counter() - t0
     pool = run_sources(run) + fresh
     rng = np.random.default_rng(0)

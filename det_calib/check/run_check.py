@@ -517,9 +517,10 @@ def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
-              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False
-              ) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
-    """The labelled new images of ``data`` captured as :func:`check_run` captures them.
+              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False,
+              model: str | Path | None = None) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
+    """The labelled new images of ``data`` captured as :func:`check_run` captures them (``model``: this
+    detector instead of the run's, as ``check_run``'s).
 
     Returns:
         ``(run, split, boxes)``: the run read back (:class:`det_calib.record.run_folder.Run`), the
@@ -529,7 +530,7 @@ def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *
     from det_calib.data.ground_truth import load_data_yaml
 
     ds = load_data_yaml(data)
-    job = _job(Path(run_dir), model=None, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
+    job = _job(Path(run_dir), model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
                progress=progress, n_boot=None)
     sp, tables = _labelled_boxes(job, ds, _choose_split(ds, split), limit)
     return job.run, sp, tables
