@@ -19,7 +19,7 @@ functions on box tables (:func:`det_calib.check.verdicts.labelled_checks`,
 :func:`~det_calib.check.verdicts.shift_check`). Beside each rate, the same repetitions judged as the
 check did before crowded images were set apart (``before``).
 
-    python benchmarks/bench_check_false_alarm.py --run det_calib_out --doc
+    python benchmarks/bench_check_false_alarm.py --run det_calib_out --reps 60 --doc
 
 Prints a Markdown table (with ``--doc``, writes ``docs/generated/check_false_alarm.md``, the table
 docs/check.md includes). Renders and captures are cached in ``--work`` (default a folder in the
@@ -258,8 +258,9 @@ def main() -> None:
                 f"split, {a.images} images each; random splits: {a.split_size} images a part from the run's fit "
                 f"and eval splits and the renders. Rates with Wilson 95% intervals; wall {wall:.0f} s on a shared "
                 "2-core machine.")
+        seeds = "" if a.seeds == [1, 2, 3, 4, 5] else f" --seeds {' '.join(map(str, a.seeds))}"
         write_doc_table("check_false_alarm", text, note=note,
-                        command="python3 benchmarks/bench_check_false_alarm.py --run RUN --doc")
+                        command=f"python3 benchmarks/bench_check_false_alarm.py --run RUN --reps {a.reps}{seeds} --doc")
 
 
 if __name__ == "__main__":
