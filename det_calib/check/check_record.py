@@ -58,13 +58,17 @@ class CalibrationTests:
 
     ``observed`` correct against ``expected`` (the sum of calibrated confidences); ``z`` and
     ``p_value`` of calibration in the large (variance: the larger of ``sum p (1 - p)`` and the
-    image-clustered one; ``design_effect`` their ratio); ``detectable_gap`` the gap between
-    fraction correct and mean confidence these boxes can show at p = 0.05; ``hl_*`` the
+    image-clustered one; ``design_effect`` their ratio), of every kept box; ``detectable_gap`` the
+    gap between fraction correct and mean confidence that the kept boxes outside the crowded
+    images can show at p = 0.05 (before ``crowded_*`` were recorded: of every kept box); ``hl_*`` the
     Hosmer–Lemeshow test over ``hl_groups`` equal-mass bins (null with fewer than 60 kept boxes);
     ``mean_conf_then``/``fraction_correct_then`` the same boxes' figures on the run's eval split.
     The verdict tests change against the run: ``gap``/``gap_then`` (fraction correct minus mean
     conf) with ``change_z``/``change_p`` (:func:`det_calib.metrics.drift_tests.citl_change`), and the two-sample
-    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`).
+    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`),
+    both outside the crowded images of either side (the images holding many boxes each, whose
+    squared residuals would set the clustered variance alone); ``crowded_rate_p`` tests whether
+    their share of the images changed.
     """
 
     conf: float | None = leaf()
