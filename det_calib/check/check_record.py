@@ -145,7 +145,8 @@ class DetectionTests:
     """Detection quality of one head at ``conf``, now against the run's eval split (``*_then``).
 
     Precision = correct kept boxes / kept boxes, recall = correct kept boxes / ground-truth boxes;
-    ``*_z``/``*_p`` their two-ratio test (image-clustered variances); mAP with the calibrated scores
+    ``*_z``/``*_p`` their two-ratio test (image-clustered variances; precision's outside the crowded
+    images where either side has one, ``precision_rest*``); mAP with the calibrated scores
     by det_calib's COCO engine (pycocotools' figures; the run's: its eval ``map50_after``/``map50_95_after``).
     """
 
@@ -170,6 +171,10 @@ class DetectionTests:
     map50_then: float | None = leaf()
     map50_95: float | None = leaf()
     map50_95_then: float | None = leaf()
+    precision_rest: float | None = leaf()
+    precision_rest_then: float | None = leaf()
+    """Precision of the kept boxes outside the crowded images, now and then (null where neither side
+    has one); where given, ``precision_z``/``precision_p`` test these."""
 
 
 @dataclass(frozen=True)

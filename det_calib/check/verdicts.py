@@ -197,9 +197,12 @@ def detection_verdict(d: DetectionTests, *, alpha: float) -> tuple[str, str]:
     """``(verdict, line)`` of the detection-quality question (precision and recall, Bonferroni over 2)."""
     parts = []
     changed = []
+    apart = d.precision_rest is not None
     for name, then, now, z, p in (("recall", d.recall_then, d.recall, d.recall_z, d.recall_p),
                                   ("precision", d.precision_then, d.precision, d.precision_z, d.precision_p)):
-        parts.append(f"{name} {f3(then)} -> {f3(now)} (z {f2(z)}, p {p_text(p)})")
+        rest = (f"; outside the crowded images {f3(d.precision_rest_then)} -> {f3(d.precision_rest)}, "
+                if name == "precision" and apart else " (")
+        parts.append(f"{name} {f3(then)} -> {f3(now)}{rest}z {f2(z)}, p {p_text(p)})")
         if p is not None and p < alpha / 2:
             changed.append(name)
     tail = (f"at conf {d.conf:g}: " + "; ".join(parts) + f"; kept per image {f2(d.kept_per_image_then)} -> "
@@ -218,21 +221,31 @@ def ratio_figures(then_num: Any, then_den: Any, now_num: Any, now_den: Any
 
 def detection_tests(kept_now: BoxView, gt_now: np.ndarray, n_img: int, kept_then: BoxView,
                     gt_then: np.ndarray | None, n_gt_then: int, n_img_then: int, *, conf: float,
-                    maps: dict[str, float | None]) -> DetectionTests:
+                    maps: dict[str, float | None], rest: tuple[BoxView, BoxView] | None = None) -> DetectionTests:
     """:class:`DetectionTests` from the kept boxes of both sides and their ground truth per image
     (``gt_then`` None: the run's per-image ground truth is unknown; recall then is tested with
-    its binomial variance, its total ``n_gt_then`` spread as one count per image)."""
+    its binomial variance, its total ``n_gt_then`` spread as one count per image). ``rest``: the
+    kept boxes (now, then) outside the crowded images; where either side has crowded images,
+    precision is tested on these (a handful of images holding hundreds of wrong boxes would set
+    its clustered variance alone), and reported for all kept boxes beside them."""
     k1, c1 = per_image(kept_now, n_img), per_image(kept_now, n_img, correct=True)
     k0, c0 = per_image(kept_then, n_img_then), per_image(kept_then, n_img_then, correct=True)
     g0 = gt_then if gt_then is not None else np.full(n_img_then, n_gt_then / max(1, n_img_then))
     p0, p1, pz, pp = ratio_figures(c0, k0, c1, k1)
     r0, r1, rz, rp = ratio_figures(c0, g0, c1, gt_now)
+    apart = rest is not None and (rest[0].n != kept_now.n or rest[1].n != kept_then.n)
+    q0 = q1 = None
+    if apart:
+        rn, rt = rest
+        q0, q1, pz, pp = ratio_figures(per_image(rt, n_img_then, correct=True), per_image(rt, n_img_then),
+                                       per_image(rn, n_img, correct=True), per_image(rn, n_img))
     return DetectionTests(
         conf=conf, images=n_img, images_then=n_img_then, kept=int(k1.sum()), kept_then=int(k0.sum()),
         n_gt=int(gt_now.sum()), n_gt_then=int(n_gt_then), precision=p1, precision_then=p0, precision_z=pz,
         precision_p=pp, recall=r1, recall_then=r0, recall_z=rz, recall_p=rp,
         kept_per_image=float(k1.mean()) if n_img else None,
-        kept_per_image_then=float(k0.mean()) if n_img_then else None, **maps,
+        kept_per_image_then=float(k0.mean()) if n_img_then else None, precision_rest=q1, precision_rest_then=q0,
+        **maps,
     )
 
 
@@ -332,7 +345,8 @@ def labelled_checks(kept: BoxView, then: BoxView, *, conf: float, names: list[st
                              family=cal.tests or 1, ece_bins=ece_bins, rest=(rest, rest_then))
     crowded = crowded_list(kept, ids, image_names or {})
     det = detection_tests(kept, gt_now, n_img, then, gt_then, n_gt_then, n_img_then, conf=conf,
-                          maps=maps or {"map50": None, "map50_then": None, "map50_95": None, "map50_95_then": None})
+                          maps=maps or {"map50": None, "map50_then": None, "map50_95": None, "map50_95_then": None},
+                          rest=(rest, rest_then))
     cv, cline = calibration_verdict(cal, per_class, alpha=alpha, min_boxes=min_boxes, crowded=crowded)
     dv, dline = detection_verdict(det, alpha=alpha)
     return LabelledChecks(cal, per_class, det, crowded, cv, cline, dv, dline)
