@@ -21,8 +21,10 @@ check did before crowded images were set apart (``before``).
 
     python benchmarks/bench_check_false_alarm.py --run det_calib_out --reps 60 --doc
 
-Prints a Markdown table (with ``--doc``, writes ``docs/generated/check_false_alarm.md``, the table
-docs/check.md includes). Renders and captures are cached in ``--work`` (default a folder in the
+Also tabulates the crowded images of each labelled split (the run's own, the renders, one shifted
+split: ``--shifted blur 3``). Prints both Markdown tables (with ``--doc``, writes
+``docs/generated/check_false_alarm.md`` and ``check_crowded_images.md``, which docs/check.md
+includes). Renders and captures are cached in ``--work`` (default a folder in the
 demo cache), so a rerun only repeats the checks.
 """
 
@@ -45,6 +47,7 @@ from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo import cache_dir
 from det_calib.demo.shapes import CLASS_NAMES, generate
 from det_calib.job.settings import Settings
+from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES, crowded_images
 from det_calib.pipeline.fitting import fit_head
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import load_run
@@ -193,6 +196,32 @@ def split_case(run, pool: list[Source], head: str, reps: int, size: int, rng: np
     return out
 
 
+def crowded_rows(named: list[tuple[str, Source]], head: str, conf: float) -> str:
+    """Per labelled split: its crowded images (:func:`~det_calib.metrics.drift_tests.crowded_images`), their
+    kept boxes, and correct / expected in them and outside them (boxes kept at ``conf``, ``head``)."""
+    out = ("| images | crowded images | their kept boxes | boxes in them | correct / expected in them | "
+           "correct / expected outside |\n|---|---|---|---|---|---|\n")
+    for label, src in named:
+        v = _kept(src.boxes.filter(pl.col("head") == head), conf)
+        ids = crowded_images(v.image_id)
+        m = np.isin(v.image_id, ids)
+        each = ", ".join(str(int((v.image_id == i).sum())) for i in ids) or "-"
+        out += (f"| {label} | {ids.size} | {each} | {int(m.sum())} of {v.n} | {int(v.correct[m].sum())} / "
+                f"{v.conf[m].sum():.1f} | {int(v.correct[~m].sum())} / {v.conf[~m].sum():.1f} |\n")
+    return out
+
+
+def shifted_source(run_dir: Path, kind: str, severity: int, model: Path | None) -> Source:
+    """The demo's test split under a corruption (:func:`det_calib.demo.shifted_data_yaml`), captured as
+    ``check`` captures."""
+    from det_calib.check import new_boxes
+    from det_calib.demo import shifted_data_yaml
+
+    _, sp, tables = new_boxes(run_dir, shifted_data_yaml(kind, severity), "test", model=model)
+    count, cls = _gt(sp)
+    return Source(f"{kind}-{severity}", pl.concat(list(tables.values()), how="diagonal_relaxed"), count, cls)
+
+
 def _rate(rows: list[dict], key: str) -> str:
     """``k / n = rate [Wilson 95%]``."""
     n = len(rows)
@@ -228,7 +257,10 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="cache of the renders and their boxes")
     ap.add_argument("--model", type=Path, default=None, help="the detector (default the run's; give it where the "
                     "run's file has moved)")
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/check_false_alarm.md")
+    ap.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"), default=["blur", "3"],
+                    help="a shifted demo split shown beside the clean ones in the crowded-images table")
+    ap.add_argument("--doc", action="store_true", help="write docs/generated/check_false_alarm.md and "
+                    "check_crowded_images.md")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -244,7 +276,16 @@ def main() -> None:
         results[("fresh renders", h)] = fresh_case(run, fresh, h, a.reps, rng)
         results[("random splits", h)] = split_case(run, pool, h, a.reps, a.split_size, rng)
     text = table(results)
+    conf = float(min(run.settings.conf_thresholds))
+    fit_src, eval_src = run_sources(run)
+    named = [(f"run's fit split ({run.settings.fit_split}, seed 0)", fit_src),
+             (f"run's eval split ({run.settings.eval_split}, seed 0)", eval_src),
+             *((f"fresh test render, seed {k}", src) for k, src in zip(a.seeds, fresh)),
+             (f"{a.shifted[0]}-{a.shifted[1]} (test, seed 0)",
+              shifted_source(run_dir, a.shifted[0], int(a.shifted[1]), a.model))]
+    crowd = crowded_rows(named, "nms" if "nms" in run.heads else run.heads[0], conf)
     wall = time.perf_counter() - t0
+    print(crowd)
     print(text)
     print(f"wall {wall:.0f} s (renders and captures {t_capture:.0f} s)")
     if a.doc:
@@ -259,8 +300,12 @@ def main() -> None:
                 f"and eval splits and the renders. Rates with Wilson 95% intervals; wall {wall:.0f} s on a shared "
                 "2-core machine.")
         seeds = "" if a.seeds == [1, 2, 3, 4, 5] else f" --seeds {' '.join(map(str, a.seeds))}"
-        write_doc_table("check_false_alarm", text, note=note,
-                        command=f"python3 benchmarks/bench_check_false_alarm.py --run RUN --reps {a.reps}{seeds} --doc")
+        command = f"python3 benchmarks/bench_check_false_alarm.py --run RUN --reps {a.reps}{seeds} --doc"
+        write_doc_table("check_false_alarm", text, note=note, command=command)
+        write_doc_table("check_crowded_images", crowd, command=command,
+                        note=f"Head {'nms' if 'nms' in run.heads else run.heads[0]}, boxes kept at conf {conf:g}; "
+                             f"an image is crowded with at least {CROWDED_FACTOR} times the median kept boxes per "
+                             f"image and at least {CROWDED_MIN_BOXES}.")
 
 
 if __name__ == "__main__":
