@@ -200,8 +200,8 @@ def crowded_images(image_id: Any, *, factor: float = CROWDED_FACTOR, min_boxes: 
     median taken over the images with a box. The rule reads box counts only, never the flags, so
     setting these images apart does not select on the outcome the tests then look at. A handful
     of them can carry most of the image-clustered variance of a sum over boxes (on the demo's nms
-    head, swarms of 60 to 200 wrong boxes on one textured image, in clean renders as in blurred
-    ones), so the calibration tests of :mod:`det_calib.check` run on the other images and report
+    head, swarms of 30 to 200 wrong boxes on one textured image, in clean renders as in blurred
+    ones), so the change tests of :mod:`det_calib.check` run on the other images and report
     these by name.
 
     >>> crowded_images(np.r_[np.repeat(np.arange(50), 3), np.full(40, 7), np.full(35, 9)]).tolist()
