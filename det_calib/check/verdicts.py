@@ -166,7 +166,7 @@ def crowded_text(t: CalibrationTests, crowded: list[CrowdedImage] | tuple[Crowde
     out = ""
     if t.crowded_images:
         share = (t.crowded_boxes or 0) / max(1, t.boxes or 0)
-        var = f" and {t.crowded_variance_share:.0%} of the image-clustered variance of their observed - expected" \
+        var = f" and {t.crowded_variance_share:.0%} of the image-clustered variance of observed - expected" \
             if t.crowded_variance_share is not None else ""
         each = ", ".join(f"{c.image} {c.boxes} boxes ({c.observed} correct vs {c.expected:.1f})"
                          for c in crowded[:named])
