@@ -26,7 +26,7 @@ from det_calib.record.timings import Timings
 
 __all__ = ["BOXES_FILE", "CHANGED", "CHECK_FILE", "CHECK_SCHEMA_VERSION", "DRIFTED", "EXIT_CODES", "HOLDS",
            "MIN_IMAGES", "NO_SHIFT", "SHIFTED", "TOO_FEW", "TOO_FEW_IMAGES", "CalibrationTests", "CheckResult",
-           "ClassCheck", "DetectionTests", "HeadCheck", "HeadShift", "ShiftTests"]
+           "ClassCheck", "CrowdedImage", "DetectionTests", "HeadCheck", "HeadShift", "ShiftTests"]
 
 CHECK_SCHEMA_VERSION = 1
 """Version of the ``check.json`` layout."""
@@ -58,13 +58,17 @@ class CalibrationTests:
 
     ``observed`` correct against ``expected`` (the sum of calibrated confidences); ``z`` and
     ``p_value`` of calibration in the large (variance: the larger of ``sum p (1 - p)`` and the
-    image-clustered one; ``design_effect`` their ratio); ``detectable_gap`` the gap between
-    fraction correct and mean confidence these boxes can show at p = 0.05; ``hl_*`` the
+    image-clustered one; ``design_effect`` their ratio), of every kept box; ``detectable_gap`` the
+    gap between fraction correct and mean confidence that the kept boxes outside the crowded
+    images can show at p = 0.05 (before ``crowded_*`` were recorded: of every kept box); ``hl_*`` the
     Hosmer–Lemeshow test over ``hl_groups`` equal-mass bins (null with fewer than 60 kept boxes);
     ``mean_conf_then``/``fraction_correct_then`` the same boxes' figures on the run's eval split.
     The verdict tests change against the run: ``gap``/``gap_then`` (fraction correct minus mean
     conf) with ``change_z``/``change_p`` (:func:`det_calib.metrics.drift_tests.citl_change`), and the two-sample
-    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`).
+    binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`),
+    both outside the crowded images of either side (the images holding many boxes each, whose
+    squared residuals would set the clustered variance alone); ``crowded_rate_p`` tests whether
+    their share of the images changed.
     """
 
     conf: float | None = leaf()
@@ -95,7 +99,45 @@ class CalibrationTests:
     binned_change_p: float | None = leaf()
     tests: int | None = leaf(kind=int)
     """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
-    the change of each class tested)."""
+    the change of each class tested, the change in the rate of crowded images)."""
+    crowded_images: int | None = leaf(kind=int)
+    """Crowded images of the new kept boxes (:func:`~det_calib.metrics.drift_tests.crowded_images`); the
+    change tests (``gap``, ``change_*``, ``binned_change_*``, per class) run without them on both sides."""
+    crowded_boxes: int | None = leaf(kind=int)
+    crowded_observed: int | None = leaf(kind=int)
+    crowded_expected: float | None = leaf()
+    crowded_variance_share: float | None = leaf()
+    """Their share of the image-clustered variance of the new kept boxes' observed - expected."""
+    crowded_images_then: int | None = leaf(kind=int)
+    crowded_boxes_then: int | None = leaf(kind=int)
+    crowded_observed_then: int | None = leaf(kind=int)
+    crowded_expected_then: float | None = leaf()
+    crowded_rate_p: float | None = leaf()
+    """Two-sided p-value of the change in the share of crowded images (exact conditional test,
+    :func:`~det_calib.metrics.drift_tests.count_change`); in the verdict's family when either side has one."""
+    images_then: int | None = leaf(kind=int)
+    images_new: int | None = leaf(kind=int)
+    """Images of the run's eval split and of the new split (with or without a kept box)."""
+    rest_boxes: int | None = leaf(kind=int)
+    rest_observed: int | None = leaf(kind=int)
+    rest_expected: float | None = leaf()
+    rest_z: float | None = leaf()
+    rest_p_value: float | None = leaf()
+    """Calibration in the large of the new kept boxes outside the crowded images."""
+
+
+@dataclass(frozen=True)
+class CrowdedImage:
+    """A crowded image of the new kept boxes, named in the verdict line and on the page: its kept
+    boxes (and their share of all kept boxes), correct against expected, and its share of the
+    image-clustered variance of the kept boxes' observed - expected."""
+
+    image: str | None = leaf(kind=str)
+    boxes: int | None = leaf(kind=int)
+    box_share: float | None = leaf()
+    observed: int | None = leaf(kind=int)
+    expected: float | None = leaf()
+    variance_share: float | None = leaf()
 
 
 @dataclass(frozen=True)
@@ -103,7 +145,8 @@ class DetectionTests:
     """Detection quality of one head at ``conf``, now against the run's eval split (``*_then``).
 
     Precision = correct kept boxes / kept boxes, recall = correct kept boxes / ground-truth boxes;
-    ``*_z``/``*_p`` their two-ratio test (image-clustered variances); mAP with the calibrated scores
+    ``*_z``/``*_p`` their two-ratio test (image-clustered variances; precision's outside the crowded
+    images where either side has one, ``precision_rest*``); mAP with the calibrated scores
     by det_calib's COCO engine (pycocotools' figures; the run's: its eval ``map50_after``/``map50_95_after``).
     """
 
@@ -128,6 +171,10 @@ class DetectionTests:
     map50_then: float | None = leaf()
     map50_95: float | None = leaf()
     map50_95_then: float | None = leaf()
+    precision_rest: float | None = leaf()
+    precision_rest_then: float | None = leaf()
+    """Precision of the kept boxes outside the crowded images, now and then (null where neither side
+    has one); where given, ``precision_z``/``precision_p`` test these."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +222,8 @@ class HeadCheck:
     detection_line: str = ""
     by_size: list[SizeFigures] = field(default_factory=list)
     """Reliability by box size on the new images (``by_size`` in the JSON, written when computed)."""
+    crowded: list[CrowdedImage] = field(default_factory=list)
+    """The crowded images of the new kept boxes, most boxes first (``crowded`` in the JSON, written when any)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"head": self.head, "method": self.method, "split": self.split,
@@ -184,7 +233,8 @@ class HeadCheck:
                 "per_class": [leaf_dict(c) for c in self.per_class],
                 "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
                 "calibration_line": self.calibration_line, "detection_line": self.detection_line,
-                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {})}
+                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {}),
+                **({"crowded": [leaf_dict(x) for x in self.crowded]} if self.crowded else {})}
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HeadCheck:
@@ -205,6 +255,8 @@ class HeadCheck:
             calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line") or "",
             detection_line=read_text(d.get("detection_line"), f"{where}.detection_line") or "",
             by_size=read_size_figures(d.get("by_size"), f"{where}.by_size"),
+            crowded=[read_leaf_record(CrowdedImage, x, f"{where}.crowded[{i}]")
+                     for i, x in enumerate(read_items(d.get("crowded"), f"{where}.crowded"))],
         )
 
 

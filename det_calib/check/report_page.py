@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_view import BoxView
+from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import Run
 from det_calib.record.size_record import SizeFigures
@@ -29,6 +30,10 @@ def _p(p: Any) -> str:
     if p is None:
         return "n/a"
     return "< 1e-4" if p < 1e-4 else f"{p:.3g}"
+
+
+def _crowded_cell(boxes: int | None, observed: int | None, expected: float | None) -> str:
+    return "none" if not boxes else f"{boxes} boxes: {observed} / {expected:.1f}"
 
 
 def _kept(df: pl.DataFrame, head: str, conf: float, split: str | None = None) -> BoxView:
@@ -72,11 +77,9 @@ def _size_table(now: list[SizeFigures], then: list[SizeFigures]) -> Table:
                  css="check-by-size")
 
 
-def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
-    t, d = c.calibration, c.detection
-    b.add(Heading(2, f"Head {h} ({c.method})"),
-          Para(c.calibration_line, "lead"), Para(c.detection_line, "lead"))
-    b.add(Table(["test", "then (run's eval split)", "now", "p-value"], [
+def _calibration_table(r: Any, t: Any) -> Table:
+    """The calibration tests of one head, then and now, with their p-values."""
+    return Table(["test", "then (run's eval split)", "now", "p-value"], [
         ["kept boxes", fint(t.boxes_then), fint(t.boxes), ""],
         ["mean calibrated conf", f3(t.mean_conf_then), f3(t.mean_conf), ""],
         ["fraction correct", f3(t.fraction_correct_then), f3(t.fraction_correct), ""],
@@ -84,17 +87,45 @@ def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> N
          f"{t.z:.2f}" if t.z is not None else "n/a", _p(t.p_value)],
         [f"Hosmer–Lemeshow chi-square ({t.hl_groups or 'n/a'} equal-mass bins)", "",
          f3(t.hl_statistic), _p(t.hl_p_value)],
-        ["gap: fraction correct − mean conf (change z)", f3(t.gap_then), f3(t.gap),
+        ["crowded images (share of images: change p)", fint(t.crowded_images_then), fint(t.crowded_images),
+         _p(t.crowded_rate_p)],
+        ["kept boxes in crowded images: correct / expected",
+         _crowded_cell(t.crowded_boxes_then, t.crowded_observed_then, t.crowded_expected_then),
+         _crowded_cell(t.crowded_boxes, t.crowded_observed, t.crowded_expected), ""],
+        ["outside them: correct / expected (z)", "", f"{fint(t.rest_observed)} / {f3(t.rest_expected)} "
+         f"({f3(t.rest_z)})", _p(t.rest_p_value)],
+        ["gap outside crowded images: fraction correct − mean conf (change z)", f3(t.gap_then), f3(t.gap),
          f"{_p(t.change_p)} (z {f3(t.change_z)})"],
         [f"binned change, then vs now ({t.binned_change_bins or 'n/a'} bins, chi-square)", "",
          f3(t.binned_change_statistic), _p(t.binned_change_p)],
         ["design effect of image clustering", "", f3(t.design_effect), ""],
-        ["gap these boxes can show (p = 0.05)", "", f3(t.detectable_gap), ""],
+        ["gap the boxes outside crowded images can show (p = 0.05)", "", f3(t.detectable_gap), ""],
     ], caption=f"Calibration of the boxes kept at conf {r.conf:g} (calibrated). Expected correct: {t.expected:.1f}, "
                f"observed: {t.observed}. The verdict tests the change against the run's eval split (in the large, "
-               f"binned, per class) at family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests; the "
-               "absolute tests of the new boxes are shown beside it.",
-        css="check-calibration"))
+               f"binned, per class, outside the crowded images of either side; and the share of crowded images) at "
+               f"family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests; the absolute tests of the new "
+               "boxes are shown beside it.",
+        css="check-calibration")
+
+
+def _crowded_table(crowded: list[Any]) -> Table:
+    """The crowded images of the new kept boxes, one row each."""
+    return Table(["image", "kept boxes", "share of kept boxes", "correct / expected",
+                  "share of the clustered variance"],
+                 [[x.image or "", fint(x.boxes), f"{x.box_share:.1%}", f"{x.observed} / {x.expected:.1f}",
+                   "n/a" if x.variance_share is None else f"{x.variance_share:.1%}"] for x in crowded],
+                 caption=f"Crowded images of the new kept boxes (at least {CROWDED_FACTOR} times the median kept "
+                         f"boxes per image, and at least {CROWDED_MIN_BOXES}): set apart from the change tests, "
+                         "whose image-clustered variance they would set alone.", css="check-crowded")
+
+
+def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> None:
+    t, d = c.calibration, c.detection
+    b.add(Heading(2, f"Head {h} ({c.method})"),
+          Para(c.calibration_line, "lead"), Para(c.detection_line, "lead"))
+    b.add(_calibration_table(r, t))
+    if c.crowded:
+        b.add(_crowded_table(c.crowded))
     b.add(_operating_table(c.operating, c.operating_then))
     b.add(Table(["figure", "then", "now", "z", "p-value"], [
         ["images", fint(d.images_then), fint(d.images), "", ""],

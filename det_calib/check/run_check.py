@@ -44,7 +44,6 @@ from det_calib.check.check_record import (
     CHECK_FILE,
     DRIFTED,
     HOLDS,
-    MIN_IMAGES,
     NO_SHIFT,
     SHIFTED,
     TOO_FEW,
@@ -52,26 +51,17 @@ from det_calib.check.check_record import (
     CheckResult,
     HeadCheck,
     HeadShift,
-    ShiftTests,
 )
 from det_calib.check.verdicts import (
-    calibration_tests,
-    calibration_verdict,
-    class_checks,
-    detection_tests,
-    detection_verdict,
     exit_code,
-    f2,
-    f3,
-    num,
-    p_text,
+    labelled_checks,
+    shift_check,
     worst,
 )
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.errors import InputError
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.operating import OperatingPoints
-from det_calib.metrics import drift_tests as drift
 from det_calib.record.run_result import package_version
 
 log = logging.getLogger(__name__)
@@ -218,24 +208,27 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     names = list(job.run.class_names)
     ev = rec.eval
     gt_then_cls = (job.run.result.gt_counts or {}).get(job.run.settings.eval_split) or []
-    kc, tc = kept.cls, then.cls
-    per_class_n = [c for c in range(len(names)) if min((kc == c).sum(), (tc == c).sum()) >= min_boxes]
-    cal = calibration_tests(kept.conf, kept.correct, kept.image_id, conf=conf,
-                            then_boxes=(then.conf, then.correct, then.image_id), n_classes_tested=len(per_class_n))
-    per_class = class_checks(kept, then, gt["cls"].to_numpy(), gt_then_cls, names, min_boxes=min_boxes, alpha=alpha,
-                             family=cal.tests or 1, ece_bins=s.ece_bins)
     m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
                   max_dets=s.max_det, engine=s.map_engine)[0] if boxes.height else {"map50": 0.0, "map50_95": 0.0}
-    det = detection_tests(kept, np.bincount(gt["image_id"].to_numpy().astype(np.int64), minlength=n_img)[:n_img]
-                          .astype(float), n_img, then, gt_then, int(ev.n_gt or 0), int(ev.images or 0), conf=conf,
-                          maps={"map50": m["map50"], "map50_then": ev.map50_after, "map50_95": m["map50_95"],
-                                "map50_95_then": ev.map50_95_after})
-    cv, cline = calibration_verdict(cal, per_class, alpha=alpha, min_boxes=min_boxes)
-    dv, dline = detection_verdict(det, alpha=alpha)
-    return HeadCheck(head=head, method=rec.calibrator.method, split=split.name, calibration=cal, detection=det,
-                     operating=operating, operating_then=list(ev.operating_after), per_class=per_class,
-                     calibration_verdict=cv, detection_verdict=dv, calibration_line=cline, detection_line=dline,
-                     by_size=size_figures(op, scored))
+    lc = labelled_checks(kept, then, conf=conf, names=names, gt_now=np.bincount(gt["image_id"].to_numpy().astype(
+        np.int64), minlength=n_img)[:n_img].astype(float), gt_cls_now=gt["cls"].to_numpy(), gt_then=gt_then,
+        gt_cls_then=gt_then_cls, n_gt_then=int(ev.n_gt or 0), n_img_then=int(ev.images or 0), alpha=alpha,
+        min_boxes=min_boxes, ece_bins=s.ece_bins, image_names=_image_names(boxes),
+        maps={"map50": m["map50"], "map50_then": ev.map50_after, "map50_95": m["map50_95"],
+              "map50_95_then": ev.map50_95_after})
+    return HeadCheck(head=head, method=rec.calibrator.method, split=split.name, calibration=lc.calibration,
+                     detection=lc.detection, operating=operating, operating_then=list(ev.operating_after),
+                     per_class=lc.per_class, calibration_verdict=lc.calibration_verdict,
+                     detection_verdict=lc.detection_verdict, calibration_line=lc.calibration_line,
+                     detection_line=lc.detection_line, by_size=size_figures(op, scored), crowded=lc.crowded)
+
+
+def _image_names(boxes: pl.DataFrame) -> dict[int, str]:
+    """Image id -> the image's file name, from a box table's ``image`` column (ids alone without it)."""
+    if "image" not in boxes.columns or not boxes.height:
+        return {}
+    u = boxes.select("image_id", "image").unique("image_id")
+    return {int(i): Path(str(n)).name for i, n in zip(u["image_id"].to_list(), u["image"].to_list())}
 
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
@@ -275,33 +268,10 @@ def _unlabelled_head(job: _Job, head: str, boxes: pl.DataFrame, n_img: int, *, a
     n_then = int(job.run.head(head).eval.images or 0)
     now = BoxView.from_boxes(boxes, geometry=False).scored(job.calibrators[head], recorded=True).kept(conf)
     then = _then_boxes(job, head).kept(conf)
-    st = drift.shift_tests(then.conf, then.image_id, then.cls, n_then, now.conf, now.image_id, now.cls, n_img,
-                           n_classes=nc, n_perm=n_perm, seed=job.settings.seed)
-    few = now.n < min_boxes or then.n < min_boxes
-    t = ShiftTests(conf=conf, images=n_img, images_then=n_then, kept=now.n, kept_then=then.n,
-                   mean_conf=num(pl.Series(now.conf).mean()) if now.n else None,
-                   mean_conf_then=num(pl.Series(then.conf).mean()) if then.n else None,
-                   kept_per_image=now.n / n_img, kept_per_image_then=then.n / max(1, n_then),
-                   ks=None if few else st.ks, ks_p=None if few else st.ks_p, per_image_p=st.per_image_p,
-                   class_chi2=None if few else st.class_chi2, class_chi2_p=None if few else st.class_chi2_p,
-                   n_perm=n_perm)
+    t, verdict, line = shift_check(then, now, n_img_then=n_then, n_img=n_img, n_classes=nc, conf=conf, alpha=alpha,
+                                   n_perm=n_perm, min_boxes=min_boxes, seed=job.settings.seed)
     counts = np.bincount(now.cls, minlength=nc)[:nc].tolist()
     counts_then = np.bincount(then.cls, minlength=nc)[:nc].tolist()
-    tests = [(name, p) for name, p in (("score distribution", t.ks_p), ("boxes kept per image", t.per_image_p),
-                                       ("class mix", t.class_chi2_p)) if p is not None]
-    level = alpha / max(1, len(tests))
-    found = [name for name, p in tests if p < level]
-    tail = (f"kept boxes at conf {conf:g}: {then.n} on {n_then} images -> {now.n} on {n_img}; kept per "
-            f"image {f2(t.kept_per_image_then)} -> {f2(t.kept_per_image)} (p {p_text(t.per_image_p)}); mean conf "
-            f"{f3(t.mean_conf_then)} -> {f3(t.mean_conf)} (KS {f3(t.ks)}, p {p_text(t.ks_p)}); class mix "
-            f"p {p_text(t.class_chi2_p)}. Without labels this detects a shift of the detector's output, not a "
-            "miscalibration")
-    if found:
-        verdict, line = SHIFTED, f"output: {SHIFTED} ({', '.join(found)} at family level {alpha:g}); {tail}"
-    elif n_img < MIN_IMAGES:
-        verdict, line = TOO_FEW_IMAGES, f"output: {TOO_FEW_IMAGES} ({n_img} images, fewer than {MIN_IMAGES}); {tail}"
-    else:
-        verdict, line = NO_SHIFT, f"output: {NO_SHIFT}; {tail}"
     return HeadShift(head=head, method=job.run.head(head).calibrator.method, tests=t, class_counts=counts,
                      class_counts_then=counts_then, verdict=verdict, line=line)
 
@@ -547,9 +517,10 @@ def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
-              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False
-              ) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
-    """The labelled new images of ``data`` captured as :func:`check_run` captures them.
+              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False,
+              model: str | Path | None = None) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
+    """The labelled new images of ``data`` captured as :func:`check_run` captures them (``model``: this
+    detector instead of the run's, as ``check_run``'s).
 
     Returns:
         ``(run, split, boxes)``: the run read back (:class:`det_calib.record.run_folder.Run`), the
@@ -559,7 +530,7 @@ def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *
     from det_calib.data.ground_truth import load_data_yaml
 
     ds = load_data_yaml(data)
-    job = _job(Path(run_dir), model=None, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
+    job = _job(Path(run_dir), model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
                progress=progress, n_boot=None)
     sp, tables = _labelled_boxes(job, ds, _choose_split(ds, split), limit)
     return job.run, sp, tables

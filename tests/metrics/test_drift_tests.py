@@ -168,3 +168,22 @@ def test_shift_tests_with_no_kept_box_on_either_side():
     s = drift.shift_tests(e, e.astype(int), e.astype(int), 5, e, e.astype(int), e.astype(int), 4, n_classes=3, n_perm=9)
     assert (s.ks, s.ks_p, s.class_chi2, s.class_chi2_p) == (None, None, None, None)
     assert (s.per_image, s.per_image_p) == (0.0, 1.0)
+
+
+def test_crowded_images_by_hand():
+    # median 2 boxes per image with a box: the cut is max(20, 10 * 2) = 20 boxes
+    img = np.r_[np.repeat(np.arange(30), 2), np.full(20, 40), np.full(19, 41), np.full(55, 42)]
+    assert drift.crowded_images(img).tolist() == [42, 40]  # most boxes first; 41 (19) is one short
+    assert drift.crowded_images(img, min_boxes=50).tolist() == [42]
+    assert drift.crowded_images(np.repeat(np.arange(5), 30)).tolist() == []  # 30 each: the median itself
+    assert drift.crowded_images(np.zeros(0, np.int64)).size == 0
+
+
+def test_count_change_is_the_conditional_binomial():
+    stats = pytest.importorskip("scipy.stats")
+    for k0, m0, k1, m1 in ((1, 400, 3, 400), (0, 300, 12, 300), (5, 200, 1, 600), (2, 100, 2, 100)):
+        q = m1 / (m0 + m1)
+        n = k0 + k1
+        lower, upper = stats.binom.cdf(k1, n, q), stats.binom.sf(k1 - 1, n, q)
+        assert drift.count_change(k0, m0, k1, m1) == pytest.approx(min(1.0, 2 * min(lower, upper)), rel=1e-12)
+    assert drift.count_change(0, 400, 0, 400) == 1.0
