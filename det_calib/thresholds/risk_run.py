@@ -87,6 +87,8 @@ def control_boxes(fit: pl.DataFrame, fit_score: np.ndarray, fit_objects: SplitOb
             if not r["certified"]:
                 r["fallback"] = "global" if (fallback == "global" and g["certified"]) else "drop"
                 r["threshold"] = g["threshold"] if r["fallback"] == "global" else 1.0
+                r.update(_figures(fit, fit_score, fit_objects, grid, int(c), eval_boxes, eval_score, eval_objects,
+                                  r["threshold"]))
             rows.append(r)
     return {"params": targets.params(), "global": g, "per_class": rows}
 
@@ -96,6 +98,14 @@ def _row(fit, fit_score, fit_objects, targets, grid, c, eval_boxes, eval_score, 
     if eval_boxes is not None and eval_objects is not None:
         r["eval"] = figures(_counts(eval_boxes, eval_score, eval_objects, grid, c), r["threshold"])
     return r
+
+
+def _figures(fit, fit_score, fit_objects, grid, c, eval_boxes, eval_score, eval_objects, thr) -> dict[str, Any]:
+    """The fit (and eval) figures of class ``c`` at ``thr`` (a fallback's threshold)."""
+    out = {"fit": figures(_counts(fit, fit_score, fit_objects, grid, c), thr)}
+    if eval_boxes is not None and eval_objects is not None:
+        out["eval"] = figures(_counts(eval_boxes, eval_score, eval_objects, grid, c), thr)
+    return out
 
 
 def control_run(run_dir: str | Path, targets: RiskTargets, *, head: str = "nms", per_class: bool = False,
@@ -156,3 +166,31 @@ def _not_reached(g: dict[str, Any], t: RiskTargets, n_images: int, split: str) -
     hint = f"; fp_cap is {t.fp_cap:g} (pass --fp-cap if fewer false positives per image can be assumed)" \
         if "fp" in g["flags"] and g["flags"]["fp"] else ""
     return f"no threshold certifies {what} {kind} on the {n_images} images of `{split}`{hint}"
+
+
+def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
+    """A short text table of one head's risk-controlled thresholds (what the CLI prints)."""
+    rc = doc["heads"][head]["risk_control"]
+    p = rc["params"]
+    asked = ", ".join(f"{k} {v:g}" for k, v in (("precision >=", p["target_precision"]), ("recall >=",
+                      p["target_recall"]), ("FP/image <=", p["max_fp_per_image"])) if v is not None)
+    kind = (f"with probability >= {1 - p['delta']:g} over the fit images" if p["guarantee"] == "probability"
+            else "in expectation over fit and new images (conformal risk control)")
+    lines = [f"head {head}: {asked}, {kind}",
+             f"{'class':<16} {'thr':>6} {'plug-in':>7} {'fit P':>6} {'fit R/img':>9} {'fit FP/img':>10}  "
+             f"{'eval P':>6} {'eval R/img':>10} {'eval FP/img':>11}  flag"]
+
+    def f(x: Any, w: int) -> str:
+        return f"{'n/a':>{w}}" if x is None else f"{x:{w}.3f}"
+
+    for r in [{"name": "(global)", **rc["global"]}, *rc["per_class"]]:
+        fit, ev = r["fit"], r.get("eval") or {}
+        flag = "" if r["certified"] else f"cannot certify ({r['flag'].replace('_', ' ')}) -> {r.get('fallback')}"
+        lines.append(f"{r['name'][:16]:<16} {r['threshold']:6.3f} {f(r['plug_in_threshold'], 7)} "
+                     f"{f(fit['precision'], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
+                     f"{f(ev.get('precision'), 6)} {f(ev.get('recall_per_image'), 10)} "
+                     f"{f(ev.get('fp_per_image'), 11)}  {flag}")
+    lines.append(f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps conf > "
+                 "the global threshold; per class: det_calib.filter_results with class_thresholds(..., "
+                 "criterion='risk_control')")
+    return lines

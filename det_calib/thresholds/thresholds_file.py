@@ -181,12 +181,19 @@ def write_thresholds(path: str | Path, doc: Mapping[str, Any]) -> Path:
 
 def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
                      criterion: Criterion = "target_precision") -> dict[int, float]:
-    """``{class id: threshold}`` of one head and criterion of a thresholds document (or file)."""
+    """``{class id: threshold}`` of one head and criterion of a thresholds document (or file); criterion
+    ``"risk_control"``: the risk-controlled thresholds (per class, else the global one for every class)."""
     if not isinstance(doc, Mapping):
         doc = read_thresholds(doc)
-    check_choice(criterion, CRITERIA, "criterion")
+    check_choice(criterion, (*CRITERIA, "risk_control"), "criterion")
     heads = doc.get("heads", {})
     check_choice(head, sorted(heads), "head")
+    if criterion == "risk_control":  # det-calib thresholds --target-recall ... (risk_run.control_run)
+        if "risk_control" not in heads[head]:
+            raise InputError(f"head {head} has no risk-controlled thresholds (det-calib thresholds --target-recall)")
+        rc = heads[head]["risk_control"]
+        return {int(r["cls"]): float(r["threshold"]) for r in rc["per_class"]} or {
+            i: float(rc["global"]["threshold"]) for i in range(len(doc.get("class_names", [])))}
     rows = heads[head]["criteria"][criterion]["per_class"]
     return {int(r["cls"]): float(r["threshold"]) for r in rows}
 
