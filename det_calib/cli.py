@@ -208,6 +208,7 @@ def _run_folder_parsers(sub: Any) -> None:
     """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
     from det_calib.data.box_table import HEADS
     from det_calib.job.settings import Settings
+    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION
 
     a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
     a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
@@ -236,7 +237,13 @@ def _run_folder_parsers(sub: Any) -> None:
     t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     t.add_argument("--head", choices=list(HEADS), default="nms", help="head to tune (default nms)")
     add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
+    t.set_defaults(target_precision=_DefaultTarget(DEFAULT_TARGET_PRECISION))
     _risk_options(t)
+
+
+class _DefaultTarget(float):
+    """``thresholds``' default target precision: equal to it, and marked as not given (risk control then
+    certifies only the risks asked for)."""
 
 
 def _risk_options(t: Any) -> None:
@@ -403,29 +410,30 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _thresholds(args: argparse.Namespace) -> int:
     from det_calib.job.settings import Settings
-    from det_calib.thresholds.per_class import DEFAULT_TARGET_PRECISION, THRESHOLDS_FILE, summary_lines, tune_run
+    from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
     s = settings_from_args(args, Settings)
     risks = args.target_recall is not None or args.max_fp_per_image is not None
     if args.class_sets is not None:
-        from det_calib.thresholds.class_sets import run_class_sets
+        from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
 
-        cs = run_class_sets(args.run_dir, head=args.head, alpha=args.class_sets)
+        check_class_logits(args.run_dir, alpha=args.class_sets)  # before any work: one line and exit 2
     if risks:
         from det_calib.thresholds.risk_control import RiskTargets
         from det_calib.thresholds.risk_run import control_run, risk_lines
 
-        targets = RiskTargets(precision=s.target_precision, recall=args.target_recall, max_fp=args.max_fp_per_image,
+        precision = None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
+        targets = RiskTargets(precision=precision, recall=args.target_recall, max_fp=args.max_fp_per_image,
                               delta=s.delta, guarantee=args.guarantee, fp_cap=args.fp_cap)
         doc = control_run(args.run_dir, targets, head=args.head, per_class=args.per_class,
                           fallback=s.threshold_fallback)
         print("\n".join(risk_lines(doc, head=args.head)))
     else:
-        tp = DEFAULT_TARGET_PRECISION if s.target_precision is None else s.target_precision
-        doc = tune_run(args.run_dir, head=args.head, target_precision=tp, delta=s.delta,
+        doc = tune_run(args.run_dir, head=args.head, target_precision=float(s.target_precision), delta=s.delta,
                        unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
         print("\n".join(summary_lines(doc, head=args.head)))
     if args.class_sets is not None:
+        cs = run_class_sets(args.run_dir, head=args.head, alpha=args.class_sets)
         print(f"class sets at 1 - {cs['alpha']:g}: eval coverage {cs['coverage']:.3f}, mean size {cs['mean_size']:.2f}")
     print(f"wrote {args.run_dir / THRESHOLDS_FILE}")
     return 0

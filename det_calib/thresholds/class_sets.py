@@ -26,10 +26,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.box_view import usable_rows
+from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
+from det_calib.io import write_json
 from det_calib.numeric import sigmoid
+from det_calib.record.run_result import RunResult
+from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_thresholds
 
-__all__ = ["ClassSets", "agnostic_true_class", "class_probabilities", "run_class_sets"]
+__all__ = ["ClassSets", "agnostic_true_class", "check_class_logits", "class_probabilities", "run_class_sets"]
 
 
 def class_probabilities(logits: np.ndarray) -> np.ndarray:
@@ -105,25 +110,18 @@ def agnostic_true_class(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float = 0
     return out
 
 
-def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1, keep: float = 0.25
-                   ) -> dict[str, Any]:
+def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1, keep: float = 0.25,
+                   write: bool = True) -> dict[str, Any]:
     """Class sets of a run's kept boxes (calibrated conf > ``keep``), fitted on the fit split's matched
-    boxes and checked on the eval split's.
+    boxes and checked on the eval split's; written under ``heads.<head>.class_sets`` of the run's
+    ``thresholds.json`` when it has the head.
 
     Raises:
         InputError: The run's ``boxes.parquet`` has no per-class ``logits`` column, or bad ``alpha``.
     """
-    from det_calib.data.box_view import usable_rows
-    from det_calib.data.ground_truth import load_data_yaml, load_split
-    from det_calib.record.run_result import RunResult
-
-    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
-        raise InputError(f"Expected argument `class_sets` (alpha) in (0, 1), but got {alpha!r}")
+    check_class_logits(run_dir, alpha=alpha)
     run_dir = Path(run_dir)
     boxes = pl.read_parquet(run_dir / "boxes.parquet")
-    if "logits" not in boxes.columns:
-        raise InputError(f"{run_dir / 'boxes.parquet'} has no per-class `logits` column: class sets need every "
-                         "class's logit (det-calib calibrate does not keep them; see docs/thresholds.md)", param=())
     run = RunResult.read(run_dir / "calibration.json")
     ds = load_data_yaml(run.data)
     parts = {}
@@ -134,4 +132,23 @@ def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1
         probs = class_probabilities(np.stack(b["logits"].to_list()))
         parts[name] = (probs[y >= 0], y[y >= 0])
     cs = ClassSets(alpha).fit(*parts["fit"])
-    return {"head": head, "keep": keep, **cs.summary(*parts["eval"])}
+    out = {"head": head, "keep": keep, **cs.summary(*parts["eval"])}
+    path = run_dir / THRESHOLDS_FILE
+    if write and path.is_file():
+        doc = read_thresholds(path)
+        if head in doc["heads"]:
+            doc["heads"][head]["class_sets"] = out
+            write_json(path, doc)
+    return out
+
+
+def check_class_logits(run_dir: str | Path, *, alpha: float) -> None:
+    """Raise InputError unless ``alpha`` is in (0, 1) and the run's box table has per-class ``logits``."""
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise InputError(f"Expected argument `class_sets` (alpha) in (0, 1), but got {alpha!r}")
+    path = Path(run_dir) / "boxes.parquet"
+    if not path.is_file():
+        raise InputError(f"box table not found: {path}")
+    if "logits" not in pl.read_parquet_schema(path):
+        raise InputError(f"{path} has no per-class `logits` column: class sets need every class's logit "
+                         "(det-calib calibrate does not keep them; see docs/thresholds.md)", param=())

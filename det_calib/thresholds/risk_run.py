@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
+from det_calib.io import write_json
+from det_calib.record.run_result import RunResult
 from det_calib.thresholds.criteria import Fallback
 from det_calib.thresholds.grid_counts import check_grid
 from det_calib.thresholds.risk_control import ImageCounts, RiskTargets, control, figures, image_counts
@@ -48,8 +51,6 @@ def split_objects(data: str | Path | None, split: str, *, coco_gt: str | Path | 
                   limit: int | None = None) -> SplitObjects:
     """Read a split's objects from the run's dataset (``data.yaml``), in the order the box table's
     ``image_id`` indexes."""
-    from det_calib.data.ground_truth import load_data_yaml, load_split
-
     if not data or not Path(data).is_file():
         raise InputError(f"the run's dataset `data` ({data or None}) is not readable: per-image risks need "
                          "each image's objects")
@@ -120,9 +121,6 @@ def control_run(run_dir: str | Path, targets: RiskTargets, *, head: str = "nms",
         InputError: Bad targets, unreadable run or dataset, or no threshold certified globally ("a
             target no threshold can reach on the calibration images").
     """
-    from det_calib.io import write_json
-    from det_calib.record.run_result import RunResult
-
     run_dir = Path(run_dir)
     rh = load_head(run_dir, head=head, count_gt=False)
     run = RunResult.read(run_dir / "calibration.json")
