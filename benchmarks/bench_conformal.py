@@ -36,28 +36,40 @@ import polars as pl
 from det_calib.thresholds.class_sets import ClassSets, class_probabilities
 from det_calib.thresholds.risk_control import RiskTargets, control, figures, image_counts
 
+KEEP = 0.25  # class sets are for the boxes kept at the report's conf
 GRID = np.round(np.arange(0, 1000, 5) / 1000.0, 3)  # step 0.005 (the CLI uses 0.001): 200 points, faster
 
 
-def demo_case(run: Path, head: str):
-    """(score, correct, cls, image row, objects per image (m,), objects' (image row, cls)) of a run's head,
-    calib and test pooled (image rows: calib first)."""
+def demo_case(run: Path, head: str, logits: Path | None = None):
+    """(score, correct, cls, image row, images, objects' (image row, cls), class-set data) of a run's head,
+    calib and test pooled (image rows: calib first). ``logits``: the same boxes captured again with every
+    class's logit (``capture(..., all_logits=True)``, same model and settings: the rows must agree), for
+    the class sets; their true classes come from class-agnostic matching to the split's objects."""
+    from det_calib.data.ground_truth import load_data_yaml, load_split
     from det_calib.record.run_result import RunResult
-    from det_calib.thresholds.risk_run import split_objects
+    from det_calib.thresholds.class_sets import agnostic_true_class
 
     rr = RunResult.read(run / "calibration.json")
     b = pl.read_parquet(run / "boxes.parquet").filter((pl.col("head") == head) & ~pl.col("ignore"))
-    rows, objs, off = [], [], 0
+    lg = pl.read_parquet(logits).filter(pl.col("head") == head) if logits else None
+    rows, objs, extra, off = [], [], [], 0
     for split in (rr.settings.fit_split, rr.settings.eval_split):
-        o = split_objects(rr.data, split, coco_gt=rr.settings.coco_gt)
+        gt = load_split(load_data_yaml(rr.data), split, coco_gt=rr.settings.coco_gt)
+        n_images, gt = len(gt.images), gt.gt.filter(~pl.col("crowd"))
         s = b.filter(pl.col("split") == split)
         rows.append((s["calibrated"].to_numpy(), s["correct"].to_numpy(), s["cls"].to_numpy(),
                      s["image_id"].to_numpy() + off))
-        objs.append((o.image_id + off, o.cls))
-        off += o.n_images
+        objs.append((gt["image_id"].to_numpy() + off, gt["cls"].to_numpy()))
+        if lg is not None:
+            ls = lg.filter(pl.col("split") == split)
+            if ls.height != s.height or not np.allclose(ls["logit"].to_numpy(), s["logit"].to_numpy(), atol=1e-5):
+                raise SystemExit(f"{logits}: its {split} boxes are not the run's (capture with the run's settings)")
+            extra.append((np.stack(ls["logits"].to_list()), agnostic_true_class(ls, gt, iou=rr.settings.iou_match)))
+        off += n_images
     cat = [np.concatenate(x) for x in zip(*rows)]
     oi, oc = (np.concatenate(x) for x in zip(*objs))
-    return (*cat, off, oi, oc, None)
+    ex = tuple(np.concatenate(x) for x in zip(*extra)) if extra else None
+    return (*cat, off, oi, oc, ex)
 
 
 def sim_case(seed: int = 0, n_images: int = 1000, nc: int = 80):
@@ -162,17 +174,18 @@ def targets_for(case_name: str) -> list[tuple[str, dict]]:
     return out
 
 
-def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tuple[list[dict], list[dict], dict]:
+def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tuple[list[dict], list[dict]]:
     m = case[4]
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(m) for _ in range(splits)]
+    halves = [(counts_for(case, p[: m // 2]), counts_for(case, p[m // 2:])) for p in perms]
     rows, cods_rows = [], []
     for delta in deltas:
+        recall_runs = {}
         for risk, kw in targets_for(name):
             t = RiskTargets(delta=delta, **kw)
-            viol, abst, thr, risks, t0 = 0, 0, [], [], time.perf_counter()
-            for p in perms:
-                cal, te = counts_for(case, p[: m // 2]), counts_for(case, p[m // 2:])
+            viol, abst, thr, risks, per, t0 = 0, 0, [], [], [], time.perf_counter()
+            for cal, te in halves:
                 r = control(cal, t)
                 if not r["certified"]:
                     abst += 1
@@ -182,9 +195,14 @@ def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tu
                 viol += any(breaks(n, t, fig) for n in names)
                 thr.append(r["threshold"])
                 risks.append(test_risk(names[-1], t, fig))
-            rows.append(_row(name, risk, t, delta, splits, viol, abst, thr, risks, time.perf_counter() - t0))
-        cods_rows += _cods_rows(name, case, perms, delta)
-    return rows, cods_rows, {}
+                per.append((r["threshold"], fig))
+            sec = time.perf_counter() - t0
+            rows.append(_row(name, risk, t, delta, splits, viol, abst, thr, risks, sec))
+            if risk == "recall":
+                rule = "det_calib (expectation)" if t.guarantee == "expectation" else "det_calib (1-delta)"
+                recall_runs[(t.recall, rule)] = (per, sec)
+        cods_rows += _cods_rows(name, halves, delta, recall_runs)
+    return rows, cods_rows
 
 
 def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec) -> dict:
@@ -203,31 +221,24 @@ def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec) -> dict:
             "test_risk": float(np.mean(risks)) if risks else None, "sec": sec / splits}
 
 
-def _cods_rows(name, case, perms, delta) -> list[dict]:
-    m = case[4]
+def _cods_rows(name, halves, delta, recall_runs) -> list[dict]:
+    """det_calib's recall rows (the runs above) beside the CODS rule on the same halves."""
     out = []
     for r_target in (0.4, 0.5, 0.6):
-        for rule in ("det_calib (1-delta)", "det_calib (expectation)", "CODS rule (reimpl.)"):
-            t = RiskTargets(recall=r_target, delta=delta,
-                            guarantee="expectation" if "expectation" in rule else "probability")
-            res, t0 = [], time.perf_counter()
-            for p in perms:
-                cal, te = counts_for(case, p[: m // 2]), counts_for(case, p[m // 2:])
-                if rule.startswith("CODS"):
-                    j = cods_rule(cal, 1 - r_target)
-                    thr = float(cal.grid[j]) if j >= 0 else None
-                else:
-                    r = control(cal, t)
-                    thr = r["threshold"] if r["certified"] else None
-                if thr is None:
-                    continue
-                fig = figures(te, thr)
-                res.append((thr, fig["precision"] or 0.0, fig["recall_per_image"], fig["recall"]))
+        per, t0 = [], time.perf_counter()
+        for cal, te in halves:
+            j = cods_rule(cal, 1 - r_target)
+            if j >= 0:
+                per.append((float(cal.grid[j]), figures(te, float(cal.grid[j]))))
+        runs = {**{k[1]: v for k, v in recall_runs.items() if k[0] == r_target},
+                "CODS rule (reimpl.)": (per, time.perf_counter() - t0)}
+        for rule, (per, sec) in runs.items():
+            res = [(thr, fig["precision"] or 0.0, fig["recall_per_image"], fig["recall"]) for thr, fig in per]
             a = np.array(res) if res else np.full((1, 4), np.nan)
             out.append({"case": name, "delta": delta, "recall": r_target, "rule": rule, "thr": a[:, 0].mean(),
                         "precision": a[:, 1].mean(), "recall_img": a[:, 2].mean(), "recall_obj": a[:, 3].mean(),
-                        "violation": float(np.mean(a[:, 2] < r_target)) if res else None,
-                        "ms": 1000 * (time.perf_counter() - t0) / len(perms)})
+                        "violation": float(np.sum(a[:, 2] < r_target) / len(halves)) if res else None,
+                        "abstain": 1 - len(res) / len(halves), "ms": 1000 * sec / len(halves)})
     return out
 
 
@@ -236,7 +247,7 @@ def class_set_rows(name, case, splits, alphas, seed) -> list[dict]:
     if extra is None:
         return []
     logits, true_cls = extra
-    matched = true_cls >= 0
+    matched = (true_cls >= 0) & (score > KEEP)  # the kept boxes that found an object
     probs = class_probabilities(logits)
     rng = np.random.default_rng(seed)
     out = []
@@ -266,14 +277,15 @@ def tables(rows, cods_rows, cs_rows, note) -> str:
     out += ["", "Recall guarantee side by side with CODS's confidence rule (same splits, same boxes; recall = mean "
             "per-image recall of matched objects on the test half; violation: test recall below the target):", "",
             "| case | δ | target recall | rule | mean thr | test precision | test recall/img | test recall (objects) | "
-            "violation rate | ms/split |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "violation rate | abstain | ms/split |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cods_rows:
         out.append(f"| {r['case']} | {r['delta']:g} | {r['recall']:g} | {r['rule']} | {f(r['thr'])} | "
                    f"{f(r['precision'])} | {f(r['recall_img'])} | {f(r['recall_obj'])} | {f(r['violation'])} | "
-                   f"{f(r['ms'], 1)} |")
+                   f"{f(r['abstain'], 2)} | {f(r['ms'], 1)} |")
     if cs_rows:
-        out += ["", "Conformal class sets (split conformal on matched boxes, score 1 - p_true; coverage of the "
-                "test half's matched boxes):", "", "| case | α | mean coverage | MC SE | splits below 1 - α | "
+        out += ["", f"Conformal class sets (split conformal on the kept (conf > {KEEP}) boxes that found an object, "
+                "class-agnostic matching; score 1 - p_true; coverage of the test half's such boxes):", "",
+                "| case | α | mean coverage | MC SE | splits below 1 - α | "
                 "mean set size |", "|---|---|---|---|---|---|"]
         for r in cs_rows:
             out.append(f"| {r['case']} | {r['alpha']:g} | {f(r['coverage'])} | {f(r['se'], 4)} | {f(r['below'], 2)} | "
@@ -289,12 +301,14 @@ def main() -> None:
     ap.add_argument("--deltas", type=float, nargs="+", default=[0.05, 0.1])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cases", nargs="+", default=["demo:nms", "demo:e2e", "sim-coco"])
+    ap.add_argument("--logits", type=Path, help="the demo's nms boxes captured again with all_logits (parquet), for "
+                    "the class sets on the demo")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/conformal_validity.md")
     a = ap.parse_args()
     rows, cods_rows, cs_rows, notes = [], [], [], []
     for name in a.cases:
-        case = demo_case(a.run, name.split(":")[1]) if name.startswith("demo") else sim_case(a.seed)
-        r, c, _ = run_case(name, case, a.splits, a.deltas, a.seed)
+        case = demo_case(a.run, name.split(":")[1], a.logits) if name.startswith("demo") else sim_case(a.seed)
+        r, c = run_case(name, case, a.splits, a.deltas, a.seed)
         rows += r
         cods_rows += c
         cs_rows += class_set_rows(name, case, a.splits, [0.05, 0.1, 0.2], a.seed)
