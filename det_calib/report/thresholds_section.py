@@ -153,6 +153,7 @@ def thresholds_section(
         blocks.append(Heading(level + 1, f"Head {head}", anchor=f"thresholds-{head}"))
         blocks += _head_notes(tf, hd)
         blocks.append(_head_table(head, hd))
+        blocks += _risk_blocks(head, hd.risk_control)
         blocks += _head_figure(run_dir, head, hd, tf, score, figures)
     return blocks, figures
 
@@ -191,6 +192,30 @@ def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
                 + (f"the global threshold {r.threshold:.3f}" if r.fallback == "global" else "threshold 1: no box kept")
                 + ")" for r in flagged), kind="warn"))
     return out
+
+
+def _risk_blocks(head: str, rc: Mapping[str, Any] | None) -> list[Block]:
+    """The risk-controlled thresholds (``det-calib thresholds --target-recall ...``): each guarantee and
+    what it costs (the certified threshold beside the fit split's own plug-in choice)."""
+    if not rc:
+        return []
+    p = rc["params"]
+    asked = ", ".join(f"{k} {v:g}" for k, v in (("precision >=", p.get("target_precision")),
+                      ("mean per-image recall >=", p.get("target_recall")),
+                      ("false positives per image <=", p.get("max_fp_per_image"))) if v is not None)
+    kind = (f"with probability at least {1 - p['delta']:g} over the fit images" if p["guarantee"] == "probability"
+            else "in expectation over fit and new images (conformal risk control; precision at delta)")
+    rows = []
+    for r in [{"name": "all classes (global)", **rc["global"]}, *rc.get("per_class", [])]:
+        ev = r.get("eval") or {}
+        rows.append([r["name"], _fmt(r["threshold"]) + ("" if r["certified"] else " (cannot certify: "
+                     f"{str(r['flag']).replace('_', ' ')} -> {r.get('fallback')})"), _fmt(r.get("plug_in_threshold")),
+                     _fmt(r.get("cost")), _fmt(ev.get("precision")), _fmt(ev.get("recall_per_image")),
+                     _fmt(ev.get("fp_per_image"))])
+    return [Para(f"Risk-controlled thresholds, head {head}: {asked}, {kind}; per-image risks, the image is "
+                 "the unit. Cost: the certified threshold's distance from the fit split's own (plug-in) choice."),
+            Table(["class", "threshold", "plug-in", "cost", "eval P", "eval R/image", "eval FP/image"], rows,
+                  caption=f"Risk-controlled thresholds, head {head}", css="risk-thresholds", attrs={"data-head": head})]
 
 
 def _row_cells(first: str, rr: Mapping[str, ThresholdRow]) -> list[str]:

@@ -126,11 +126,15 @@ class HeadThresholds:
 
     score_formula: str
     criteria: dict[str, CriterionThresholds]
+    risk_control: Mapping[str, Any] | None = None
+    """``det-calib thresholds --target-recall ...``'s entry (:func:`~det_calib.thresholds.risk_run.control_run`)."""
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> HeadThresholds:
+        rc = d.get("risk_control")
         return cls(str(_obj(d.get("score")).get("formula", "")),
-                   {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()})
+                   {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()},
+                   rc if isinstance(rc, Mapping) else None)
 
 
 @dataclass(frozen=True)

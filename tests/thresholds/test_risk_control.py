@@ -250,3 +250,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], (extra, err)
+
+
+def test_report_section_shows_each_guarantee_and_its_cost(risk_run):
+    from det_calib.report.document import Table
+    from det_calib.report.thresholds_section import thresholds_section
+    from det_calib.thresholds.risk_run import control_run
+
+    doc = control_run(risk_run, RiskTargets(recall=0.5, delta=0.1), per_class=True)
+    g = doc["heads"]["nms"]["risk_control"]["global"]
+    blocks, _ = thresholds_section(risk_run)
+    table = next(b for b in blocks if isinstance(b, Table) and b.css == "risk-thresholds")
+    assert table.rows[0][:4] == ["all classes (global)", f"{g['threshold']:.3f}", f"{g['plug_in_threshold']:.3f}",
+                                 f"{g['cost']:.3f}"]
+    assert any("mean per-image recall >= 0.5, with probability at least 0.9" in getattr(b, "text", "") for b in blocks)
