@@ -255,6 +255,9 @@ def _risk_options(t: Any) -> None:
                    "the run's max_det; smaller is an assumption the guarantee then rests on)")
     t.add_argument("--guarantee", choices=["probability", "expectation"], default="probability",
                    help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)")
+    t.add_argument("--precision-unit", choices=["pooled", "image"], default="pooled", help="with --target-recall "
+                   "or --max-fp-per-image: --target-precision as the pooled box precision (default) or the mean "
+                   "per-image precision (valid over images)")
     t.add_argument("--per-class", action="store_true", help="also certify each class on its own")
     t.add_argument("--class-sets", type=float, metavar="ALPHA", help="conformal class sets at 1 - ALPHA (needs "
                    "per-class logits in boxes.parquet)")
@@ -424,7 +427,8 @@ def _thresholds(args: argparse.Namespace) -> int:
 
         precision = None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
         targets = RiskTargets(precision=precision, recall=args.target_recall, max_fp=args.max_fp_per_image,
-                              delta=s.delta, guarantee=args.guarantee, fp_cap=args.fp_cap)
+                              delta=s.delta, guarantee=args.guarantee, fp_cap=args.fp_cap,
+                              precision_unit=args.precision_unit)
         doc = control_run(args.run_dir, targets, head=args.head, per_class=args.per_class,
                           fallback=s.threshold_fallback)
         print("\n".join(risk_lines(doc, head=args.head)))

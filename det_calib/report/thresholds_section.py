@@ -34,6 +34,7 @@ from det_calib.report.plots import RC, to_png
 from det_calib.thresholds.per_class import CRITERIA, THRESHOLDS_FILE, counts_by_image, load_head, read_thresholds
 from det_calib.thresholds.thresholds_file import (
     HeadThresholds,
+    RiskControl,
     SplitFigures,
     ThresholdRow,
     ThresholdsFile,
@@ -194,25 +195,17 @@ def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
     return out
 
 
-def _risk_blocks(head: str, rc: Mapping[str, Any] | None) -> list[Block]:
+def _risk_blocks(head: str, rc: RiskControl | None) -> list[Block]:
     """The risk-controlled thresholds (``det-calib thresholds --target-recall ...``): each guarantee and
     what it costs (the certified threshold beside the fit split's own plug-in choice)."""
-    if not rc:
+    if rc is None:
         return []
-    p = rc["params"]
-    asked = ", ".join(f"{k} {v:g}" for k, v in (("precision >=", p.get("target_precision")),
-                      ("mean per-image recall >=", p.get("target_recall")),
-                      ("false positives per image <=", p.get("max_fp_per_image"))) if v is not None)
-    kind = (f"with probability at least {1 - p['delta']:g} over the fit images" if p["guarantee"] == "probability"
+    kind = (f"with probability at least {1 - rc.delta:g} over the fit images" if rc.guarantee == "probability"
             else "in expectation over fit and new images (conformal risk control; precision at delta)")
-    rows = []
-    for r in [{"name": "all classes (global)", **rc["global"]}, *rc.get("per_class", [])]:
-        ev = r.get("eval") or {}
-        rows.append([r["name"], _fmt(r["threshold"]) + ("" if r["certified"] else " (cannot certify: "
-                     f"{str(r['flag']).replace('_', ' ')} -> {r.get('fallback')})"), _fmt(r.get("plug_in_threshold")),
-                     _fmt(r.get("cost")), _fmt(ev.get("precision")), _fmt(ev.get("recall_per_image")),
-                     _fmt(ev.get("fp_per_image"))])
-    return [Para(f"Risk-controlled thresholds, head {head}: {asked}, {kind}; per-image risks, the image is "
+    rows = [[r.name, _fmt(r.threshold) + ("" if r.certified else f" (cannot certify: {(r.flag or '').replace('_', ' ')}"
+             f" -> {r.fallback})"), _fmt(r.plug_in_threshold), _fmt(r.cost), _fmt(r.eval_precision),
+             _fmt(r.eval_recall_per_image), _fmt(r.eval_fp_per_image)] for r in rc.rows]
+    return [Para(f"Risk-controlled thresholds, head {head}: {rc.asked}, {kind}; per-image risks, the image is "
                  "the unit. Cost: the certified threshold's distance from the fit split's own (plug-in) choice."),
             Table(["class", "threshold", "plug-in", "cost", "eval P", "eval R/image", "eval FP/image"], rows,
                   caption=f"Risk-controlled thresholds, head {head}", css="risk-thresholds", attrs={"data-head": head})]

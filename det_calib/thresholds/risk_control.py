@@ -19,11 +19,17 @@ Risks (each a per-image loss, monotone in ``t``)
     range: with ``max_det`` 300 a few hundred images rarely certify one false positive per image. A
     smaller ``fp_cap`` is an assumption ("no image has more than ``fp_cap`` false positives above the
     threshold"); the guarantee holds under it, and losses above it are clipped.
-``precision``
+``precision`` with ``precision_unit="image"``
+    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion (0 when it keeps no box,
+    as in Benjamini-Hochberg's FDR), over every image. Target ``E[L] <= 1 - p``: the **mean per-image
+    precision** of new images is at least ``p``. Not monotone in ``t``; the fixed sequence (high to
+    low conf) needs no monotonicity, so it has the high-probability guarantee only.
+``precision`` with ``precision_unit="pooled"`` (the default, as ``det-calib thresholds`` has certified it)
     The existing certified precision (:mod:`det_calib.thresholds.certification`): a pooled
     box-level precision, exact binomial (Clopper-Pearson) with the image design effect. It is a
     high-probability guarantee that is exact for independent boxes and approximate (Korn-Graubard
-    effective sample size) for boxes clustered in images; it has no in-expectation form.
+    effective sample size) for boxes clustered in images (benchmarks/bench_conformal.py measures it
+    breaking on the demo's nms head); it has no in-expectation form.
 
 Guarantees
 ----------
@@ -57,12 +63,13 @@ from det_calib.errors import InputError
 from det_calib.numeric import binom_sf
 from det_calib.thresholds.certification import certify_precision, design_effect, testable
 
-__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "RiskTargets", "control", "hb_pvalue", "image_counts",
-           "plug_in_index", "risk_curves"]
+__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "PrecisionUnit", "RiskTargets", "control", "hb_pvalue",
+           "image_counts", "plug_in_index", "risk_curves"]
 
 RISKS = ("precision", "recall", "fp")
 GUARANTEES = ("probability", "expectation")
 Guarantee = Literal["probability", "expectation"]
+PrecisionUnit = Literal["pooled", "image"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class RiskTargets:
         delta: Error level of the high-probability guarantee, in (0, 1).
         guarantee: ``"probability"`` or ``"expectation"`` (see the module docstring).
         fp_cap: Bound on the false positives of one image (the fp loss's range).
+        precision_unit: ``"pooled"`` (the box-level certificate) or ``"image"`` (mean per-image precision,
+            a per-image loss with the Hoeffding-Bentkus bound).
     """
 
     precision: float | None = None
@@ -84,6 +93,7 @@ class RiskTargets:
     delta: float = 0.1
     guarantee: Guarantee = "probability"
     fp_cap: float = 300.0
+    precision_unit: PrecisionUnit = "pooled"
 
     def __post_init__(self) -> None:
         for name in ("precision", "recall"):
@@ -100,6 +110,9 @@ class RiskTargets:
             raise InputError(f"Expected argument `fp_cap` to be at least 1, but got {self.fp_cap!r}")
         if self.max_fp is not None and self.max_fp >= self.fp_cap:
             raise InputError(f"Expected `max_fp_per_image` below `fp_cap` ({self.fp_cap:g}), but got {self.max_fp!r}")
+        if self.precision_unit not in ("pooled", "image"):
+            raise InputError(f"Expected argument `precision_unit` to be 'pooled' or 'image', but got "
+                             f"{self.precision_unit!r}")
         if not self.asked:
             raise InputError("Expected at least one of `target_precision`, `target_recall`, `max_fp_per_image`")
 
@@ -111,7 +124,7 @@ class RiskTargets:
     def params(self) -> dict[str, Any]:
         return {"target_precision": self.precision, "target_recall": self.recall,
                 "max_fp_per_image": self.max_fp, "delta": self.delta, "guarantee": self.guarantee,
-                "fp_cap": self.fp_cap, "risks": self.asked}
+                "fp_cap": self.fp_cap, "precision_unit": self.precision_unit, "risks": self.asked}
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,11 @@ def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, i
     """Each per-image risk asked for: (empirical risk per threshold, images, bound B, target), both
     scaled to the loss's own units (recall: miss fraction; fp: false positives per image)."""
     out: dict[str, tuple[np.ndarray, int, float, float]] = {}
+    if t.precision is not None and t.precision_unit == "image":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fdp = np.where(c.kept > 0, (c.kept - c.tp) / np.maximum(c.kept, 1), 0.0)
+        out["precision"] = (fdp.mean(0) if len(fdp) else np.full(len(c.grid), np.nan), len(fdp), 1.0,
+                            1 - t.precision)
     if t.recall is not None:
         has = c.n_gt > 0
         loss = 1 - c.tp[has] / c.n_gt[has, None]
@@ -208,17 +226,18 @@ def _sequence(ok: np.ndarray, *, upward: bool) -> np.ndarray:
 def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
                    curve: tuple[np.ndarray, int, float, float] | None) -> tuple[np.ndarray, str | None]:
     """The thresholds certified for one risk at error ``level``, and a flag when none is."""
-    if name == "precision":
+    if name == "precision" and curve is None:  # pooled: the box-level certificate
         n, k = c.kept.sum(0), c.tp.sum(0)
         test = testable(n, target=t.precision, delta=level)
         j = int(certify_precision(n, k, target=t.precision, delta=level, deff=design_effect(c.kept, c.tp)))
         ok = test & (np.arange(len(n)) >= j) if j >= 0 else np.zeros(len(n), dtype=bool)
         return ok, None if ok.any() else ("too_few_boxes" if not test.any() else "target_not_reached")
     risk, n, b, target = curve
-    upward = name == "recall"  # recall is safe at low conf; fp at high conf
-    if n == 0 or (t.guarantee == "probability" and n < _min_images(target / b, level)):
+    upward = name == "recall"  # recall is safe at low conf; fp and precision at high conf
+    hb = t.guarantee == "probability" or name == "precision"  # image precision is not monotone: no CRC
+    if n == 0 or (hb and n < _min_images(target / b, level)):
         return np.zeros(len(risk), dtype=bool), "too_few_images"
-    if t.guarantee == "expectation":
+    if not hb:
         ok = (n * risk + b) / (n + 1) <= target + 1e-12
     else:
         ok = hb_pvalue(risk / b, n, target / b) <= level
@@ -230,7 +249,7 @@ def plug_in_index(c: ImageCounts, t: RiskTargets) -> int:
     """The threshold the empirical risks alone would choose (no guarantee): the lowest meeting every
     target (recall alone: the highest); -1 where none. Its distance to the certified one is the cost."""
     ok = np.ones(len(c.grid), dtype=bool)
-    if t.precision is not None:
+    if t.precision is not None and t.precision_unit == "pooled":
         n, k = c.kept.sum(0), c.tp.sum(0)
         ok &= (n > 0) & (k >= t.precision * n - 1e-9)
     for risk, _, _, target in risk_curves(c, t).values():
@@ -281,7 +300,9 @@ def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
         kept, tp = c.kept[:, j], c.tp[:, j]
     has = c.n_gt > 0
     n, k, g = float(kept.sum()), float(tp.sum()), float(c.n_gt.sum())
+    fdp = np.where(kept > 0, (kept - tp) / np.maximum(kept, 1), 0.0)
     return {"precision": k / n if n else None, "recall": k / g if g else None,
+            "precision_per_image": float(1 - fdp.mean()) if len(kept) else None,
             "recall_per_image": float(np.mean(tp[has] / c.n_gt[has])) if has.any() else None,
             "fp_per_image": float(np.mean(kept - tp)) if len(kept) else None, "kept": int(n),
             "images": int(len(c.n_gt)), "n_gt": int(g)}

@@ -170,7 +170,8 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
     """A short text table of one head's risk-controlled thresholds (what the CLI prints)."""
     rc = doc["heads"][head]["risk_control"]
     p = rc["params"]
-    asked = ", ".join(f"{k} {v:g}" for k, v in (("precision >=", p["target_precision"]), ("recall >=",
+    prec = "precision per image >=" if p.get("precision_unit") == "image" else "precision >="
+    asked = ", ".join(f"{k} {v:g}" for k, v in ((prec, p["target_precision"]), ("recall >=",
                       p["target_recall"]), ("FP/image <=", p["max_fp_per_image"])) if v is not None)
     kind = (f"with probability >= {1 - p['delta']:g} over the fit images" if p["guarantee"] == "probability"
             else "in expectation over fit and new images (conformal risk control)")
@@ -181,12 +182,15 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
     def f(x: Any, w: int) -> str:
         return f"{'n/a':>{w}}" if x is None else f"{x:{w}.3f}"
 
+    pk = "precision_per_image" if p.get("precision_unit") == "image" else "precision"
+    if pk == "precision_per_image":
+        lines[1] = lines[1].replace(" fit P", "fit P/i").replace("eval P", "evP/im")
     for r in [{"name": "(global)", **rc["global"]}, *rc["per_class"]]:
         fit, ev = r["fit"], r.get("eval") or {}
         flag = "" if r["certified"] else f"cannot certify ({r['flag'].replace('_', ' ')}) -> {r.get('fallback')}"
         lines.append(f"{r['name'][:16]:<16} {r['threshold']:6.3f} {f(r['plug_in_threshold'], 7)} "
-                     f"{f(fit['precision'], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
-                     f"{f(ev.get('precision'), 6)} {f(ev.get('recall_per_image'), 10)} "
+                     f"{f(fit[pk], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
+                     f"{f(ev.get(pk), 6)} {f(ev.get('recall_per_image'), 10)} "
                      f"{f(ev.get('fp_per_image'), 11)}  {flag}")
     lines.append(f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps conf > "
                  "the global threshold; per class: det_calib.filter_results with class_thresholds(..., "

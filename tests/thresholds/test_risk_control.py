@@ -104,6 +104,26 @@ def test_two_risks_at_once_take_the_lowest_threshold_certified_for_both():
     assert not infeasible["certified"] and infeasible["threshold"] == 1.0
 
 
+@pytest.mark.fast
+def test_image_precision_known_answer_by_hand():
+    # 400 images, one box each (correct with probability rising in its score) and one object: the image's
+    # false discovery proportion at t is 1 for a kept wrong box, else 0. The fixed sequence from high to low
+    # conf stops where the HB p-value of the mean FDP against 1 - P first exceeds delta
+    rng = np.random.default_rng(3)
+    s = rng.uniform(0, 1, 400)
+    y = rng.uniform(0, 1, 400) < s
+    c = image_counts(s, y, np.arange(400), np.ones(400), grid=GRID)
+    want = None
+    for t in GRID[::-1]:
+        fdp = float(np.mean((s > t) & ~y))
+        if _hb_reference(fdp, 400, 0.3) > 0.1:
+            break
+        want = t
+    r = control(c, RiskTargets(precision=0.7, precision_unit="image", delta=0.1))
+    assert r["certified"] and r["threshold"] == pytest.approx(want)
+    assert r["fit"]["precision_per_image"] == pytest.approx(1 - float(np.mean((s > want) & ~y)))
+
+
 def _population(rng, m):
     """Images with 1-6 objects whose scores share a per-image difficulty (boxes of an image correlate)."""
     k = rng.integers(1, 7, m)
