@@ -201,10 +201,11 @@ def test_agnostic_matching_takes_the_objects_class():
 # --------------------------------------------------------------------------------- a run and the CLI
 
 
-def _make_run(folder: Path, *, seed: int = 0, n_img: int = 60) -> Path:
+def _make_run(folder: Path, *, seed: int = 0, n_img: int = 60, logits: bool = False) -> Path:
     """A run folder whose dataset (PNG images, YOLO labels) and box table agree: each image has 2 objects
     of class 0, the detector finds each with a correct box (score rises with a per-image ease) and adds
-    one wrong box."""
+    one wrong box. With ``logits``: three classes, every box on its object's place and a ``logits``
+    column where the object's class usually, not always, has the highest logit."""
     rng = np.random.default_rng(seed)
     rows = []
     for split in ("calib", "test"):
@@ -220,11 +221,17 @@ def _make_run(folder: Path, *, seed: int = 0, n_img: int = 60) -> Path:
     image, image_id, split, head, cls, z, y, iou = map(list, zip(*rows))
     n = len(rows)
     z = np.array(z)
+    # the two objects (YOLO 0.25 0.25 0.2 0.2 and 0.75 0.75 0.2 0.2 of 64 px): a box per row, in turn
+    x1 = np.tile([9.6, 41.6, 9.6], n // 3)
     df = pl.DataFrame({
-        "image": image, "image_id": image_id, "split": split, "head": head, "x1": np.zeros(n), "y1": np.zeros(n),
-        "x2": np.full(n, 10.0), "y2": np.full(n, 10.0), "img_w": np.full(n, 64), "img_h": np.full(n, 64),
+        "image": image, "image_id": image_id, "split": split, "head": head, "x1": x1, "y1": x1,
+        "x2": x1 + 12.8, "y2": x1 + 12.8, "img_w": np.full(n, 64), "img_h": np.full(n, 64),
         "cls": cls, "conf": 1 / (1 + np.exp(-z)), "logit": z, "correct": y, "iou": iou, "ignore": np.zeros(n, bool),
         "loc_iou": iou}).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    if logits:  # class 0 (the objects') on top, except where noise lifts class 1 or 2 above it
+        lg = rng.normal(0, 1.0, (n, 3)) + np.array([1.5, 0.0, 0.0])
+        df = df.with_columns(pl.Series("logits", lg.astype(np.float32).tolist(), dtype=pl.List(pl.Float32)),
+                             pl.Series("calibrated", 1 / (1 + np.exp(-z))))
     run = folder / "run"
     run.mkdir()
     df.write_parquet(run / "boxes.parquet")
@@ -232,9 +239,11 @@ def _make_run(folder: Path, *, seed: int = 0, n_img: int = 60) -> Path:
         iou_match=0.5, loc_iou_match=0.1, fit_min_conf=0.0, conf_floor=0.001, nms_iou=0.7, max_det=300, imgsz=64,
         conf_thresholds=(0.25,), ece_bins=15, laece_bins=25, dece_bins=(8, 3, 3, 3, 3), min_class_boxes=50,
         bootstrap=Bootstrap(), fit_split="calib", eval_split="test", coco_gt=None)
-    RunResult(model="", data=str(folder / "data.yaml"), class_names=["thing"], heads=["nms"], settings=settings,
+    names = ["thing", "other", "third"] if logits else ["thing"]
+    RunResult(model="", data=str(folder / "data.yaml"), class_names=names, heads=["nms"], settings=settings,
               results={"nms": HeadResult(calibrator=Calibrator.temperature_scaling(1.0))},
-              gt_counts={"calib": [2 * n_img], "test": [2 * n_img]}).write(run / "calibration.json")
+              gt_counts={sp: [2 * n_img, 0, 0][:len(names)] for sp in ("calib", "test")}).write(
+                  run / "calibration.json")
     return run
 
 
@@ -284,3 +293,14 @@ def test_report_section_shows_each_guarantee_and_its_cost(risk_run):
     assert table.rows[0][:4] == ["all classes (global)", f"{g['threshold']:.3f}", f"{g['plug_in_threshold']:.3f}",
                                  f"{g['cost']:.3f}"]
     assert any("mean per-image recall >= 0.5, with probability at least 0.9" in getattr(b, "text", "") for b in blocks)
+
+
+def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
+    from det_calib.thresholds.class_sets import run_class_sets
+
+    run = _make_run(tmp_path / "cs", n_img=200, logits=True)
+    out = run_class_sets(run, alpha=0.1, keep=0.0, write=False)
+    # the kept boxes on an object: 2 per image (the wrong third box also sits on the first object, but the
+    # one-to-one matching gives that object to the higher-conf box)
+    assert out["n_fit"] == out["boxes"] == 400
+    assert out["coverage"] >= 0.9 - 0.05 and 1.0 <= out["mean_size"] < 3.0
