@@ -237,7 +237,30 @@ def _run_folder_parsers(sub: Any) -> None:
     t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     t.add_argument("--head", choices=list(HEADS), default="nms", help="head to tune (default nms)")
     add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
-    t.set_defaults(target_precision=DEFAULT_TARGET_PRECISION)
+    t.set_defaults(target_precision=_DefaultTarget(DEFAULT_TARGET_PRECISION))
+    _risk_options(t)
+
+
+class _DefaultTarget(float):
+    """``thresholds``' default target precision: equal to it, and marked as not given (risk control then
+    certifies only the risks asked for)."""
+
+
+def _risk_options(t: Any) -> None:
+    """``thresholds``' risk-control options (docs/thresholds.md#risks-you-choose)."""
+    t.add_argument("--target-recall", type=float, help="certify a mean per-image recall >= R (missed objects "
+                   "<= 1 - R) on the fit images")
+    t.add_argument("--max-fp-per-image", type=float, help="certify a mean of at most K false positives per image")
+    t.add_argument("--fp-cap", type=float, default=300.0, help="bound on one image's false positives (default: "
+                   "the run's max_det; smaller is an assumption the guarantee then rests on)")
+    t.add_argument("--guarantee", choices=["probability", "expectation"], default="probability",
+                   help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)")
+    t.add_argument("--precision-unit", choices=["pooled", "image"], default="pooled", help="with --target-recall "
+                   "or --max-fp-per-image: --target-precision as the pooled box precision (default) or the mean "
+                   "per-image precision (valid over images)")
+    t.add_argument("--per-class", action="store_true", help="also certify each class on its own")
+    t.add_argument("--class-sets", type=float, metavar="ALPHA", help="conformal class sets at 1 - ALPHA (needs "
+                   "per-class logits in boxes.parquet)")
 
 
 def _check_parser(sub: Any) -> None:
@@ -395,9 +418,29 @@ def _thresholds(args: argparse.Namespace) -> int:
 
     s = settings_from_args(args, Settings)
     s.validate()
-    doc = tune_run(args.run_dir, head=args.head, target_precision=s.target_precision, delta=s.delta,
-                   unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
-    print("\n".join(summary_lines(doc, head=args.head)))
+    risks = args.target_recall is not None or args.max_fp_per_image is not None
+    if args.class_sets is not None:
+        from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
+
+        check_class_logits(args.run_dir, alpha=args.class_sets)  # before any work: one line and exit 2
+    if risks:
+        from det_calib.thresholds.risk_control import RiskTargets
+        from det_calib.thresholds.risk_run import control_run, risk_lines
+
+        precision = None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
+        targets = RiskTargets(precision=precision, recall=args.target_recall, max_fp=args.max_fp_per_image,
+                              delta=s.delta, guarantee=args.guarantee, fp_cap=args.fp_cap,
+                              precision_unit=args.precision_unit)
+        doc = control_run(args.run_dir, targets, head=args.head, per_class=args.per_class,
+                          fallback=s.threshold_fallback)
+        print("\n".join(risk_lines(doc, head=args.head)))
+    else:
+        doc = tune_run(args.run_dir, head=args.head, target_precision=float(s.target_precision), delta=s.delta,
+                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+        print("\n".join(summary_lines(doc, head=args.head)))
+    if args.class_sets is not None:
+        cs = run_class_sets(args.run_dir, head=args.head, alpha=args.class_sets)
+        print(f"class sets at 1 - {cs['alpha']:g}: eval coverage {cs['coverage']:.3f}, mean size {cs['mean_size']:.2f}")
     print(f"wrote {args.run_dir / THRESHOLDS_FILE}")
     return 0
 
@@ -438,7 +481,8 @@ def _error_line(e: Exception) -> str:
 
     names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
              "data": "--data", "out": "--out", "images": "--images", "split": "--split", "alpha": "--alpha",
-             "min_boxes": "--min-boxes", "n_perm": "--n-perm"}
+             "min_boxes": "--min-boxes", "n_perm": "--n-perm", "target_recall": "--target-recall",
+             "max_fp_per_image": "--max-fp-per-image", "fp_cap": "--fp-cap", "class_sets": "--class-sets"}
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}

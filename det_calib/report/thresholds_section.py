@@ -34,6 +34,7 @@ from det_calib.report.plots import RC, to_png
 from det_calib.thresholds.per_class import CRITERIA, THRESHOLDS_FILE, counts_by_image, load_head, read_thresholds
 from det_calib.thresholds.thresholds_file import (
     HeadThresholds,
+    RiskControl,
     SplitFigures,
     ThresholdRow,
     ThresholdsFile,
@@ -153,6 +154,7 @@ def thresholds_section(
         blocks.append(Heading(level + 1, f"Head {head}", anchor=f"thresholds-{head}"))
         blocks += _head_notes(tf, hd)
         blocks.append(_head_table(head, hd))
+        blocks += _risk_blocks(head, hd.risk_control)
         blocks += _head_figure(run_dir, head, hd, tf, score, figures)
     return blocks, figures
 
@@ -191,6 +193,22 @@ def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
                 + (f"the global threshold {r.threshold:.3f}" if r.fallback == "global" else "threshold 1: no box kept")
                 + ")" for r in flagged), kind="warn"))
     return out
+
+
+def _risk_blocks(head: str, rc: RiskControl | None) -> list[Block]:
+    """The risk-controlled thresholds (``det-calib thresholds --target-recall ...``): each guarantee and
+    what it costs (the certified threshold beside the fit split's own plug-in choice)."""
+    if rc is None:
+        return []
+    kind = (f"with probability at least {1 - rc.delta:g} over the fit images" if rc.guarantee == "probability"
+            else "in expectation over fit and new images (conformal risk control; precision at delta)")
+    rows = [[r.name, _fmt(r.threshold) + ("" if r.certified else f" (cannot certify: {(r.flag or '').replace('_', ' ')}"
+             f" -> {r.fallback})"), _fmt(r.plug_in_threshold), _fmt(r.cost), _fmt(r.eval_precision),
+             _fmt(r.eval_recall_per_image), _fmt(r.eval_fp_per_image)] for r in rc.rows]
+    return [Para(f"Risk-controlled thresholds, head {head}: {rc.asked}, {kind}; per-image risks, the image is "
+                 "the unit. Cost: the certified threshold's distance from the fit split's own (plug-in) choice."),
+            Table(["class", "threshold", "plug-in", "cost", "eval P", "eval R/image", "eval FP/image"], rows,
+                  caption=f"Risk-controlled thresholds, head {head}", css="risk-thresholds", attrs={"data-head": head})]
 
 
 def _row_cells(first: str, rr: Mapping[str, ThresholdRow]) -> list[str]:

@@ -22,8 +22,8 @@ from det_calib.thresholds.criteria import CRITERIA, Criterion
 from det_calib.validation import check_choice
 
 __all__ = ["DEFAULT_TARGET_PRECISION", "FORMAT", "THRESHOLDS_FILE", "VERSION", "CriterionThresholds", "HeadThresholds",
-           "SplitFigures", "ThresholdRow", "ThresholdsFile", "Validation", "class_thresholds", "read_thresholds",
-           "summary_lines", "write_thresholds"]
+           "RiskControl", "RiskRow", "SplitFigures", "ThresholdRow", "ThresholdsFile", "Validation", "class_thresholds",
+           "read_thresholds", "summary_lines", "write_thresholds"]
 
 THRESHOLDS_FILE = "thresholds.json"
 FORMAT = "det_calib.thresholds"
@@ -121,16 +121,67 @@ class CriterionThresholds:
 
 
 @dataclass(frozen=True)
+class RiskRow:
+    """One risk-controlled threshold (``heads.<head>.risk_control``): a class's, or the global one."""
+
+    name: str
+    threshold: float
+    certified: bool
+    flag: str | None
+    fallback: str | None
+    plug_in_threshold: float | None
+    cost: float | None
+    eval_precision: float | None
+    eval_recall_per_image: float | None
+    eval_fp_per_image: float | None
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any], *, name: str | None = None, precision_unit: str = "pooled") -> RiskRow:
+        ev = _obj(d.get("eval"))
+        prec = ev.get("precision_per_image" if precision_unit == "image" else "precision")
+        return cls(name or str(d.get("name", "")), float(d["threshold"]), bool(d["certified"]), d.get("flag"),
+                   d.get("fallback"), d.get("plug_in_threshold"), d.get("cost"), prec, ev.get("recall_per_image"),
+                   ev.get("fp_per_image"))
+
+
+@dataclass(frozen=True)
+class RiskControl:
+    """A head's risk-controlled thresholds (:func:`~det_calib.thresholds.risk_run.control_run`)."""
+
+    asked: str
+    guarantee: str
+    delta: float
+    rows: list[RiskRow]
+
+    @classmethod
+    def of(cls, d: Any) -> RiskControl | None:
+        if not isinstance(d, Mapping):
+            return None
+        p = _obj(d.get("params"))
+        unit = str(p.get("precision_unit") or "pooled")
+        prec = "mean per-image precision >=" if unit == "image" else "precision (pooled) >="
+        asked = ", ".join(f"{k} {v:g}" for k, v in ((prec, p.get("target_precision")),
+                          ("mean per-image recall >=", p.get("target_recall")),
+                          ("false positives per image <=", p.get("max_fp_per_image"))) if v is not None)
+        rows = [RiskRow.of(d["global"], name="all classes (global)", precision_unit=unit)]
+        rows += [RiskRow.of(r, precision_unit=unit) for r in d.get("per_class", [])]
+        return cls(asked, str(p.get("guarantee", "probability")), float(p.get("delta", 0.1)), rows)
+
+
+@dataclass(frozen=True)
 class HeadThresholds:
     """A head's thresholds: the score they apply to and every criterion's."""
 
     score_formula: str
     criteria: dict[str, CriterionThresholds]
+    risk_control: RiskControl | None = None
+    """``det-calib thresholds --target-recall ...``'s thresholds, when the file has them."""
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> HeadThresholds:
         return cls(str(_obj(d.get("score")).get("formula", "")),
-                   {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()})
+                   {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()},
+                   RiskControl.of(d.get("risk_control")))
 
 
 @dataclass(frozen=True)
@@ -181,12 +232,19 @@ def write_thresholds(path: str | Path, doc: Mapping[str, Any]) -> Path:
 
 def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
                      criterion: Criterion = "target_precision") -> dict[int, float]:
-    """``{class id: threshold}`` of one head and criterion of a thresholds document (or file)."""
+    """``{class id: threshold}`` of one head and criterion of a thresholds document (or file); criterion
+    ``"risk_control"``: the risk-controlled thresholds (per class, else the global one for every class)."""
     if not isinstance(doc, Mapping):
         doc = read_thresholds(doc)
-    check_choice(criterion, CRITERIA, "criterion")
+    check_choice(criterion, (*CRITERIA, "risk_control"), "criterion")
     heads = doc.get("heads", {})
     check_choice(head, sorted(heads), "head")
+    if criterion == "risk_control":  # det-calib thresholds --target-recall ... (risk_run.control_run)
+        if "risk_control" not in heads[head]:
+            raise InputError(f"head {head} has no risk-controlled thresholds (det-calib thresholds --target-recall)")
+        rc = heads[head]["risk_control"]
+        return {int(r["cls"]): float(r["threshold"]) for r in rc["per_class"]} or {
+            i: float(rc["global"]["threshold"]) for i in range(len(doc.get("class_names", [])))}
     rows = heads[head]["criteria"][criterion]["per_class"]
     return {int(r["cls"]): float(r["threshold"]) for r in rows}
 

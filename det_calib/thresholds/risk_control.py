@@ -1,0 +1,308 @@
+"""Conf thresholds with a guarantee the user chooses: recall, false positives per image, precision, or
+several at once (Learn-then-Test), per image, globally or per class (:func:`control`).
+
+The unit is the **image**: the calibration images are assumed exchangeable with the new images, and
+every per-image risk below is a mean over images. A box is kept at ``t`` when its calibrated conf is
+``> t`` (strictly, as Ultralytics keeps boxes).
+
+Risks (each a per-image loss, monotone in ``t``)
+------------------------------------------------
+``recall``
+    ``L_i(t) = missed_i(t) / gt_i``: the fraction of image ``i``'s objects that no kept box matches
+    (COCO one-to-one matching at the run's IoU), over the images with at least one object (of the
+    class, per class). The target ``recall >= r`` is ``E[L] <= 1 - r``: the **mean per-image
+    recall** of new images is at least ``r`` (the pooled object recall is reported beside it).
+``fp``
+    ``L_i(t) = FP_i(t)``, the wrong boxes kept in image ``i`` (of the class, per class), over every
+    image. Target ``E[FP per image] <= k``. The loss is bounded only by ``fp_cap`` (default the run's
+    ``max_det``: a detector outputs no more boxes), and every finite-sample bound pays for that
+    range: with ``max_det`` 300 a few hundred images rarely certify one false positive per image. A
+    smaller ``fp_cap`` is an assumption ("no image has more than ``fp_cap`` false positives above the
+    threshold"); the guarantee holds under it, and losses above it are clipped.
+``precision`` with ``precision_unit="image"``
+    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion (0 when it keeps no box,
+    as in Benjamini-Hochberg's FDR), over every image. Target ``E[L] <= 1 - p``: the **mean per-image
+    precision** of new images is at least ``p``. Not monotone in ``t``; the fixed sequence (high to
+    low conf) needs no monotonicity, so it has the high-probability guarantee only.
+``precision`` with ``precision_unit="pooled"`` (the default, as ``det-calib thresholds`` has certified it)
+    The existing certified precision (:mod:`det_calib.thresholds.certification`): a pooled
+    box-level precision, exact binomial (Clopper-Pearson) with the image design effect. It is a
+    high-probability guarantee that is exact for independent boxes and approximate (Korn-Graubard
+    effective sample size) for boxes clustered in images (benchmarks/bench_conformal.py measures it
+    breaking on the demo's nms head); it has no in-expectation form.
+
+Guarantees
+----------
+``"probability"`` (default): ``P(risk(t_hat) <= target) >= 1 - delta`` over the calibration images.
+Each risk's thresholds are tested in a fixed sequence from its safe end (recall: low to high conf;
+fp and precision: high to low conf) with the Hoeffding-Bentkus p-value of Bates et al. (2021)
+(``min(exp(-n h(R_hat, a)), e P(Bin(n, a) <= ceil(n R_hat)))`` on losses scaled to [0, 1]), the
+sequence stopping at the first failure. With several risks, each sequence runs at
+``delta / m`` (Bonferroni over the ``m`` risks), so the family-wise error over every threshold and
+risk is at most ``delta`` (Learn-then-Test, Angelopoulos et al. 2021), and any threshold certified
+for every risk is valid; the lowest is returned (the most recall).
+
+``"expectation"`` (conformal risk control, Angelopoulos et al. 2022): ``E[risk(t_hat)] <= target``
+over calibration and new image together, for recall and fp: the last threshold, scanning from the
+safe end, with ``(n R_hat(t) + B) / (n + 1) <= target`` (``B`` the loss's bound: 1 for recall,
+``fp_cap`` for fp). Precision keeps its high-probability test (at ``delta``).
+
+A row that cannot be certified says so: ``too_few_images`` (even a perfect calibration set of this
+size could not certify the target: a rule on counts, no labels) or ``target_not_reached``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from det_calib.errors import InputError
+from det_calib.numeric import binom_sf
+from det_calib.thresholds.certification import certify_precision, design_effect, testable
+
+__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "PrecisionUnit", "RiskTargets", "control", "hb_pvalue",
+           "image_counts", "plug_in_index", "risk_curves"]
+
+RISKS = ("precision", "recall", "fp")
+GUARANTEES = ("probability", "expectation")
+Guarantee = Literal["probability", "expectation"]
+PrecisionUnit = Literal["pooled", "image"]
+
+
+@dataclass(frozen=True)
+class RiskTargets:
+    """The risks a user asks for (None: not asked) and the guarantee's level.
+
+    Attributes:
+        precision: Target precision in (0, 1).
+        recall: Target mean per-image recall in (0, 1).
+        max_fp: Target mean false positives per image (> 0).
+        delta: Error level of the high-probability guarantee, in (0, 1).
+        guarantee: ``"probability"`` or ``"expectation"`` (see the module docstring).
+        fp_cap: Bound on the false positives of one image (the fp loss's range).
+        precision_unit: ``"pooled"`` (the box-level certificate) or ``"image"`` (mean per-image precision,
+            a per-image loss with the Hoeffding-Bentkus bound).
+    """
+
+    precision: float | None = None
+    recall: float | None = None
+    max_fp: float | None = None
+    delta: float = 0.1
+    guarantee: Guarantee = "probability"
+    fp_cap: float = 300.0
+    precision_unit: PrecisionUnit = "pooled"
+
+    def __post_init__(self) -> None:
+        for name in ("precision", "recall"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and 0 < v < 1):
+                raise InputError(f"Expected argument `target_{name}` in (0, 1), but got {v!r}")
+        if self.max_fp is not None and not (isinstance(self.max_fp, (int, float)) and self.max_fp > 0):
+            raise InputError(f"Expected argument `max_fp_per_image` to be larger than 0, but got {self.max_fp!r}")
+        if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
+            raise InputError(f"Expected argument `delta` in (0, 1), but got {self.delta!r}")
+        if self.guarantee not in GUARANTEES:
+            raise InputError(f"Expected argument `guarantee` among {GUARANTEES}, but got {self.guarantee!r}")
+        if not (isinstance(self.fp_cap, (int, float)) and self.fp_cap >= 1):
+            raise InputError(f"Expected argument `fp_cap` to be at least 1, but got {self.fp_cap!r}")
+        if self.max_fp is not None and self.max_fp >= self.fp_cap:
+            raise InputError(f"Expected `max_fp_per_image` below `fp_cap` ({self.fp_cap:g}), but got {self.max_fp!r}")
+        if self.precision_unit not in ("pooled", "image"):
+            raise InputError(f"Expected argument `precision_unit` to be 'pooled' or 'image', but got "
+                             f"{self.precision_unit!r}")
+        if not self.asked:
+            raise InputError("Expected at least one of `target_precision`, `target_recall`, `max_fp_per_image`")
+
+    @property
+    def asked(self) -> list[str]:
+        """The risks asked for, in :data:`RISKS` order."""
+        return [r for r, v in zip(RISKS, (self.precision, self.recall, self.max_fp)) if v is not None]
+
+    def params(self) -> dict[str, Any]:
+        return {"target_precision": self.precision, "target_recall": self.recall,
+                "max_fp_per_image": self.max_fp, "delta": self.delta, "guarantee": self.guarantee,
+                "fp_cap": self.fp_cap, "precision_unit": self.precision_unit, "risks": self.asked}
+
+
+@dataclass(frozen=True)
+class ImageCounts:
+    """Per-image counts on a grid of thresholds, every image of the split (none left out).
+
+    Attributes:
+        grid: (G,) increasing thresholds.
+        kept: (m, G) boxes with score > grid[j] in each image.
+        tp: (m, G) correct boxes among them.
+        n_gt: (m,) objects in each image (the selection's: one class, or all).
+    """
+
+    grid: np.ndarray
+    kept: np.ndarray
+    tp: np.ndarray
+    n_gt: np.ndarray
+
+    def subset(self, rows: np.ndarray) -> ImageCounts:
+        return ImageCounts(self.grid, self.kept[rows], self.tp[rows], self.n_gt[rows])
+
+
+def image_counts(score: np.ndarray, correct: np.ndarray, image_idx: np.ndarray, n_gt: np.ndarray, *,
+                 grid: np.ndarray) -> ImageCounts:
+    """Count kept and correct boxes per image and threshold.
+
+    Args:
+        score: (n,) calibrated scores.
+        correct: (n,) matched flags.
+        image_idx: (n,) row of each box's image, in ``0 .. len(n_gt) - 1``.
+        n_gt: (m,) objects per image (images without boxes included).
+        grid: (G,) increasing thresholds.
+    """
+    n_gt = np.asarray(n_gt, dtype=np.float64)
+    m, g = len(n_gt), len(grid)
+    idx = np.asarray(image_idx, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= m):
+        raise InputError(f"Expected `image_idx` in [0, {m}), but got values up to {int(idx.max())}")
+    top = np.searchsorted(grid, np.asarray(score, dtype=np.float64), side="left")  # kept at j < top
+
+    def acc(w: np.ndarray) -> np.ndarray:
+        h = np.zeros((m, g + 1))
+        np.add.at(h, (idx, top), w)
+        return np.cumsum(h[:, ::-1], axis=1)[:, ::-1][:, 1:]
+
+    y = np.asarray(correct, dtype=np.float64)
+    return ImageCounts(np.asarray(grid, dtype=np.float64), acc(np.ones_like(y)), acc(y), n_gt)
+
+
+def hb_pvalue(risk_hat: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    """Hoeffding-Bentkus p-value of ``H0: E[L] > alpha`` from the mean ``risk_hat`` of ``n`` losses in
+    [0, 1] (Bates et al. 2021, RCPS); small values reject (the risk is at most ``alpha``)."""
+    r = np.minimum(np.asarray(risk_hat, dtype=np.float64), alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = np.where(r > 0, r * np.log(r / alpha), 0.0) + (1 - r) * np.log((1 - r) / (1 - alpha))
+    p_h = np.exp(-n * h)
+    k = np.ceil(n * np.asarray(risk_hat, dtype=np.float64) - 1e-9)
+    kk = np.clip(k, -1, n - 1)  # P(Bin(n, a) <= k) is 1 for k >= n
+    cdf = np.where(k >= n, 1.0, 1 - binom_sf(kk + 1, np.full(k.shape, float(n)), alpha))
+    p_b = math.e * cdf  # e P(Bin(n, alpha) <= k)
+    return np.minimum(np.minimum(p_h, p_b), 1.0)
+
+
+def _min_images(alpha: float, delta: float) -> int:
+    """Fewest images at which a zero observed loss certifies ``E[L] <= alpha`` (the label-free rule)."""
+    return max(1, math.ceil(math.log(delta) / math.log(1 - alpha)))
+
+
+def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, int, float, float]]:
+    """Each per-image risk asked for: (empirical risk per threshold, images, bound B, target), both
+    scaled to the loss's own units (recall: miss fraction; fp: false positives per image)."""
+    out: dict[str, tuple[np.ndarray, int, float, float]] = {}
+    if t.precision is not None and t.precision_unit == "image":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fdp = np.where(c.kept > 0, (c.kept - c.tp) / np.maximum(c.kept, 1), 0.0)
+        out["precision"] = (fdp.mean(0) if len(fdp) else np.full(len(c.grid), np.nan), len(fdp), 1.0,
+                            1 - t.precision)
+    if t.recall is not None:
+        has = c.n_gt > 0
+        loss = 1 - c.tp[has] / c.n_gt[has, None]
+        out["recall"] = (loss.mean(0) if has.any() else np.full(len(c.grid), np.nan), int(has.sum()), 1.0,
+                         1 - t.recall)
+    if t.max_fp is not None:
+        fp = np.minimum(c.kept - c.tp, t.fp_cap)
+        out["fp"] = (fp.mean(0) if len(fp) else np.full(len(c.grid), np.nan), len(fp), t.fp_cap, t.max_fp)
+    return out
+
+
+def _sequence(ok: np.ndarray, *, upward: bool) -> np.ndarray:
+    """Fixed-sequence testing: the tested points passed before the first failure, from the low end
+    (``upward``) or from the high end."""
+    seq = ok if upward else ok[::-1]
+    stop = int(np.argmin(seq)) if not seq.all() else len(seq)
+    passed = np.zeros(len(seq), dtype=bool)
+    passed[:stop] = True
+    return passed if upward else passed[::-1]
+
+
+def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
+                   curve: tuple[np.ndarray, int, float, float] | None) -> tuple[np.ndarray, str | None]:
+    """The thresholds certified for one risk at error ``level``, and a flag when none is."""
+    if name == "precision" and curve is None:  # pooled: the box-level certificate
+        n, k = c.kept.sum(0), c.tp.sum(0)
+        test = testable(n, target=t.precision, delta=level)
+        j = int(certify_precision(n, k, target=t.precision, delta=level, deff=design_effect(c.kept, c.tp)))
+        ok = test & (np.arange(len(n)) >= j) if j >= 0 else np.zeros(len(n), dtype=bool)
+        return ok, None if ok.any() else ("too_few_boxes" if not test.any() else "target_not_reached")
+    risk, n, b, target = curve
+    upward = name == "recall"  # recall is safe at low conf; fp and precision at high conf
+    hb = t.guarantee == "probability" or name == "precision"  # image precision is not monotone: no CRC
+    if n == 0 or (hb and n < _min_images(target / b, level)):
+        return np.zeros(len(risk), dtype=bool), "too_few_images"
+    if not hb:
+        ok = (n * risk + b) / (n + 1) <= target + 1e-12
+    else:
+        ok = hb_pvalue(risk / b, n, target / b) <= level
+    ok = _sequence(ok, upward=upward)
+    return ok, None if ok.any() else "target_not_reached"
+
+
+def plug_in_index(c: ImageCounts, t: RiskTargets) -> int:
+    """The threshold the empirical risks alone would choose (no guarantee): the lowest meeting every
+    target (recall alone: the highest); -1 where none. Its distance to the certified one is the cost."""
+    ok = np.ones(len(c.grid), dtype=bool)
+    if t.precision is not None and t.precision_unit == "pooled":
+        n, k = c.kept.sum(0), c.tp.sum(0)
+        ok &= (n > 0) & (k >= t.precision * n - 1e-9)
+    for risk, _, _, target in risk_curves(c, t).values():
+        ok &= np.nan_to_num(risk, nan=np.inf) <= target + 1e-12
+    if not ok.any():
+        return -1
+    only_recall = t.asked == ["recall"]
+    return int(np.flatnonzero(ok)[-1] if only_recall else np.flatnonzero(ok)[0])
+
+
+def control(c: ImageCounts, t: RiskTargets) -> dict[str, Any]:
+    """The threshold certified for every risk of ``t`` on the calibration images ``c``.
+
+    Returns:
+        ``threshold`` (1.0 when nothing is certified), ``certified``, ``flag`` (None, or the first
+        risk's reason: ``too_few_images``, ``too_few_boxes``, ``target_not_reached``), ``flags`` per
+        risk, ``plug_in_threshold`` (the empirical choice) and ``cost`` (threshold minus it), and the
+        calibration-side figures at the threshold (``fit``).
+    """
+    asked = t.asked
+    level = t.delta / len(asked) if t.guarantee == "probability" else t.delta
+    curves = risk_curves(c, t)
+    ok, flags = np.ones(len(c.grid), dtype=bool), {}
+    for name in asked:
+        s, flags[name] = _certified_set(name, c, t, level, curves.get(name))
+        ok &= s
+    if ok.any():
+        j = int(np.flatnonzero(ok)[-1] if asked == ["recall"] else np.flatnonzero(ok)[0])
+        flag = None
+    else:
+        j = -1
+        flag = next((f for f in flags.values() if f), "target_not_reached")  # each alone passes: not jointly
+    jp = plug_in_index(c, t)
+    thr = float(c.grid[j]) if j >= 0 else 1.0
+    plug = float(c.grid[jp]) if jp >= 0 else None
+    return {"threshold": thr, "certified": j >= 0, "flag": flag, "flags": flags, "level_per_risk": level,
+            "plug_in_threshold": plug, "cost": None if (plug is None or j < 0) else abs(thr - plug),
+            "fit": figures(c, thr)}
+
+
+def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
+    """Precision (pooled), recall (pooled and mean per image), false positives per image and boxes kept
+    at ``thr`` (on the grid; 1.0 keeps nothing)."""
+    if thr >= 1:
+        kept, tp = np.zeros(len(c.n_gt)), np.zeros(len(c.n_gt))
+    else:
+        j = int(np.searchsorted(c.grid, thr))
+        kept, tp = c.kept[:, j], c.tp[:, j]
+    has = c.n_gt > 0
+    n, k, g = float(kept.sum()), float(tp.sum()), float(c.n_gt.sum())
+    fdp = np.where(kept > 0, (kept - tp) / np.maximum(kept, 1), 0.0)
+    return {"precision": k / n if n else None, "recall": k / g if g else None,
+            "precision_per_image": float(1 - fdp.mean()) if len(kept) else None,
+            "recall_per_image": float(np.mean(tp[has] / c.n_gt[has])) if has.any() else None,
+            "fp_per_image": float(np.mean(kept - tp)) if len(kept) else None, "kept": int(n),
+            "images": int(len(c.n_gt)), "n_gt": int(g)}
