@@ -219,7 +219,7 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
             + (f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}" if eq is not None
                else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
                "(a per-class map folded into the model)")
-            + " (Ultralytics' own val pass and mAP code)" + _val_seen(uv)
+            + _val_seen(uv) + " (Ultralytics' own val pass and mAP code)"
         )
         cal = eq if eq is not None else uv.calibrated
         for prefix, words, _ in TASK_MAP_WORDS:
