@@ -74,7 +74,7 @@ def _spline(seed: int = 0):
     return make_calibrator("spline").fit(z, y)
 
 
-@pytest.mark.slow  # ~5 s a head on a busy 2-core CPU
+@pytest.mark.slow  # 30 to 45 s for the seven on a shared 2-core CPU
 @pytest.mark.parametrize("cfg", list(HEADS))
 def test_capture_and_fold_on_every_detect_head(tmp_path, make_untrained, fixture_images, cfg):
     from ultralytics import YOLO
