@@ -13,7 +13,7 @@ image at a time (``predict`` given a list letterboxes the whole list to one shap
 Head modes:
 
 - ``nms``: the one-to-many branch (``cv2``/``cv3``) + NMS; Ultralytics' default (``nms=None``),
-  and the only branch of legacy YOLOv8/YOLO11 heads.
+  and the only branch of the other YOLO detect heads (YOLOv5u, v8, v9, 11, 12; docs/heads.md).
 - ``e2e``: the one-to-one NMS-free branch (``one2one_cv2``/``one2one_cv3``; YOLO26, YOLOv10),
   selected with ``nms=False``. Its output rows are the top ``max_det`` (anchor, class) pairs;
   they are mapped back to anchors through the head's own ``get_topk_index`` on the same scores.
@@ -117,7 +117,7 @@ def load_detector(model, *, tasks: Sequence[str] = TASKS):
     if not available_heads(yolo):
         raise InputError(
             f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
-            "classification branch (cv3): det_calib supports YOLOv8/YOLO11/YOLO26-style detectors"
+            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to 12, 26)"
         )
     return yolo
 
@@ -136,7 +136,7 @@ def detect_head(yolo) -> torch.nn.Module:
 
 
 def available_heads(yolo) -> list[str]:
-    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for legacy heads."""
+    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other heads."""
     head = detect_head(yolo)
     heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
