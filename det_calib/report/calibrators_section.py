@@ -19,7 +19,7 @@ from det_calib.report.record_words import floor_gap_words, left_words, operating
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
 from . import plots
-from .common import f4, fci, fint, fthr, head_eval
+from .common import ece_tag, f4, fci, fint, fthr, head_eval
 from .context import ReportContext
 from .document import Heading, Para, Table, slug
 from .page import Page
@@ -168,7 +168,7 @@ def operating_table(run: Run) -> Table | None:
     :func:`operating_cells`)."""
     rows = []
     st = run.settings
-    names = (f"ECE ({st.ece_bins} bins, IoU {st.iou_match:g})", f"LaECE_0 ({st.laece_bins} bins)")
+    names = (f"ECE ({ece_tag(run)})", f"LaECE_0 ({st.laece_bins} bins)")
     for h in run.heads:
         ev = head_eval(run, h)
         for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):

@@ -310,6 +310,14 @@ def test_calibration_json_pinned(run, fixture_yaml):
             coco = [r for r in rows if r["scheme"] == "coco" and r["conf"] == conf]
             assert [r["bin"] for r in coco] == ["small", "medium", "large"]
             assert sum(r["boxes_before"] for r in coco) == kept[conf]
+    # added keys (issue 52): what Ultralytics val read, compared with the eval split: the same images and instances
+    for head in ref["heads"]:
+        uv = got["ultralytics_val"][head]
+        seen = {k: uv.pop(k) for k in ("verified", "images_seen", "images_expected", "instances_seen",
+                                        "instances_expected", "skipped")}
+        assert seen["verified"] is True and seen["skipped"] == []
+        assert seen["images_seen"] == seen["images_expected"] == ref["eval"][head]["images"]
+        assert seen["instances_seen"] == seen["instances_expected"] == ref["eval"][head]["n_gt"]
     assert Path(got["model"]).resolve() == (REPO / ref["model"]).resolve()
     assert Path(got["data"]).resolve() == (REPO / ref["data"]).resolve()
     got["model"], got["data"] = ref["model"], ref["data"]

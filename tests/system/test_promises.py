@@ -171,7 +171,9 @@ def test_compare_cli_two_heads_of_one_run(corrupt_run, tmp_path, capsys):
     cmp = tmp_path / "cmp"
     assert main(["compare", f"{out}:nms", f"{out}:e2e", "--out", str(cmp)]) == 0
     printed = capsys.readouterr().out
-    assert str(cmp / "compare.html") in printed and str(cmp / "compare.md") in printed
+    wrote = printed.strip().splitlines()[-1]  # after the side-by-side table: what was written, and where
+    assert "compare.html" in wrote and "compare.md" in wrote and wrote.endswith(f"to {cmp}")
+    assert "run:nms" in printed.splitlines()[0] and "run:e2e" in printed.splitlines()[0]
     md = (cmp / "compare.md").read_text()
     assert (cmp / "compare.html").is_file()
     for head in ("nms", "e2e"):
