@@ -513,7 +513,7 @@ def _check_ncnn_loads(param: Path) -> None:
     """NCNN reports a damaged ``.param`` or a short ``.bin`` by a return code that a loader may ignore (the net
     then runs on missing weights): load the pair once more and read the codes."""
     # optional extra `ncnn` (pip install 'det_calib[ncnn]'), checked by require_runtime before any call
-    import ncnn
+    import ncnn  # optional extra `ncnn`: pip install 'det_calib[ncnn]'
 
     net = ncnn.Net()
     net.opt.use_vulkan_compute = False

@@ -171,7 +171,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
     """Nodes and initializers turning the engine output ``src`` into the calibrated output; ``size``:
     ``(c, image input, it is float16)`` of a size map (:mod:`det_calib.deploy.size_export`)."""
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper, numpy_helper  # optional extra `onnx`: pip install 'det_calib[onnx]'
 
     nodes, inits = [], []
 
@@ -227,7 +227,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
 
 def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None) -> Path:
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
-    import onnx
+    import onnx  # optional extra `onnx`: pip install 'det_calib[onnx]'
     from onnx import TensorProto, helper
 
     model = onnx.load(str(info.model_file))
@@ -268,7 +268,7 @@ def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: di
 def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple | None = None) -> Any:
     """The calibrated output of an OpenVINO model output ``src`` (opset13 ops); ``size``: ``(c, image input)``."""
     # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
-    import openvino.opset13 as ops
+    import openvino.opset13 as ops  # optional extra `openvino`: pip install 'det_calib[openvino]'
 
     def c(v: Any, dtype=np.float32) -> Any:
         return ops.constant(np.asarray(v, dtype=dtype))
@@ -314,7 +314,7 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple 
 def _write_openvino(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None
                     ) -> Path:
     # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
-    import openvino as ov
+    import openvino as ov  # optional extra `openvino`: pip install 'det_calib[openvino]'
     import yaml
 
     core = ov.Core()

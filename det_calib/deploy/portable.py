@@ -87,7 +87,7 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17, double:
 
     ``double``: ``score``, ``log_area`` and ``calibrated`` in float64 instead of an engine's float32 (a
     float32 score near 1 holds its logit to a few digits only: 0.99999 is 0.99998999 +- 6e-8)."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper, numpy_helper  # optional extra `onnx`: pip install 'det_calib[onnx]'
 
     io = TensorProto.DOUBLE if double else TensorProto.FLOAT
 

@@ -98,7 +98,7 @@ def _onnx_image_rect(node: Callable[..., str], const: Callable[..., str], image:
     """``{"y": (y0, y1), "x": (x0, x1)}``: the image's rectangle in the input ``image`` (``(B, 1, 1)``
     tensors): the edge lines whose every pixel is the padding left out."""
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before the export is built
-    from onnx import TensorProto
+    from onnx import TensorProto  # optional extra `onnx`: pip install 'det_calib[onnx]'
 
     img = node("Cast", [image], "size/image_f32", to=TensorProto.FLOAT) if half_image else image
     off = node("Cast", [node("Greater", [node("Abs", [node("Sub", [img, const("size/pad", PAD_VALUE)], "size/dev")],
@@ -171,7 +171,7 @@ def openvino_log_area(src: Any, image: Any, *, rows: bool) -> Any:
     """:func:`onnx_log_area` in OpenVINO opset13 ops, on the output ``src`` and the input ``image``."""
     # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before the export
     # is built
-    import openvino.opset13 as ops
+    import openvino.opset13 as ops  # optional extra `openvino`: pip install 'det_calib[openvino]'
 
     def c(v: Any, dtype=np.float32) -> Any:
         return ops.constant(np.asarray(v, dtype=dtype))
