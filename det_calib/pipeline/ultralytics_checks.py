@@ -23,7 +23,7 @@ from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.numeric import logit_threshold, sigmoid
 from det_calib.record.calibrator_record import calibrator_of
-from det_calib.record.run_result import Calibrator, DetectionChange, ValCheck, ValMap
+from det_calib.record.run_result import VAL_SEEN_FIELDS, Calibrator, DetectionChange, ValCheck, ValMap
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,7 @@ def same_split(scan: ValScan, ev: Split, nc: int) -> ValCheck:
 
 
 def _counts(seen: ValCheck) -> dict[str, Any]:
-    return dict(verified=seen.verified, images_seen=seen.images_seen, images_expected=seen.images_expected,
-                instances_seen=seen.instances_seen, instances_expected=seen.instances_expected,
-                skipped=list(seen.skipped))
+    return {**{k: getattr(seen, k) for k in VAL_SEEN_FIELDS}, "skipped": list(seen.skipped)}
 
 
 def equivalent_floor(record: Calibrator, floor: float) -> float | None:

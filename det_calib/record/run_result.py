@@ -95,6 +95,10 @@ class ValMap:
         return {k: v for k, v in leaf_dict(self).items() if v is not None or not k.startswith(("mask_", "pose_"))}
 
 
+VAL_SEEN_FIELDS = ("verified", "images_seen", "images_expected", "instances_seen", "instances_expected")
+"""The fields of :class:`ValCheck` that say what val read against the run's split (with ``skipped``)."""
+
+
 @dataclass(frozen=True)
 class ValCheck:
     """Ultralytics val of the original and the calibrated checkpoint (None: not run).
@@ -141,8 +145,7 @@ class ValCheck:
         if self.completed is False:
             out["completed"] = False
         if self.verified is not None:
-            out.update({k: v for k, v in leaf_dict(self).items() if k.startswith(("verified", "images_", "inst"))})
-            out["skipped"] = list(self.skipped)
+            out.update({k: getattr(self, k) for k in VAL_SEEN_FIELDS}, skipped=list(self.skipped))
         out["note"] = self.note
         return out
 
