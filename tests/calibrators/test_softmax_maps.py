@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from det_calib.calibrators.multiclass import KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
+from det_calib.calibrators.softmax_maps import KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
 from det_calib.errors import InputError
-from det_calib.metrics.multiclass import (
+from det_calib.metrics.classifier_metrics import (
     classwise_ece,
     multiclass_brier,
     multiclass_nll,
