@@ -285,9 +285,7 @@ def _check_parser(sub: Any) -> None:
                    "(same classes)")
     c.add_argument("--boxes", type=Path, help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
                    "`det-calib capture` parts of the split) instead of capturing")
-    c.add_argument("--detections", type=Path, help="a file of the new images' detections from any engine or detector "
-                   "(COCO results JSON, a folder of Ultralytics predict label txt files, CSV/Parquet) instead of "
-                   "capturing; how a run calibrated from a file is checked (docs/detections.md)")
+    c.add_argument("--detections", type=Path, help="the new images' detections from a file (docs/detections.md)")
     c.add_argument("--head", choices=list(HEADS), action="append", dest="heads",
                    help="head to check (repeatable; default every head of the run)")
     c.add_argument("--out", type=Path, help="output folder (default RUN_DIR/check-<data stem>-<split> or "

@@ -108,6 +108,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.record.calibrator_record import calibrator_of
     from det_calib.record.run_folder import load_run
 
+    _check_sources(model=model, boxes=boxes, detections=detections)
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
     run = load_run(run_dir)
@@ -274,7 +275,8 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
         head = job.inputs.heads[0]
         with clock.stage("capture"):
             table, job.read = read_check_detections(job.detections, split, job.inputs, job.run.class_names,
-                                                    job.calibrators[head], job.conf)
+                                                    job.calibrators[head], job.run.head(head).calibrator.method,
+                                                    job.conf)
         return {head: table}
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
@@ -385,10 +387,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         boxes: Reuse boxes captured earlier (a run folder or ``boxes.parquet``, or ``det-calib
             capture`` parts of the split) instead of capturing; checked against model, data and
             the run's capture settings.
-        detections: A file of the new images' detections from any engine or detector (a COCO results JSON
-            with the file stem as ``image_id``, a folder of Ultralytics label txt files, a CSV or Parquet
-            table: :mod:`det_calib.capture.detections_file`) instead of a capture: the run's calibrator is
-            applied to its scores' logits. A run calibrated from a file is checked on one.
+        detections: A file of the new images' detections (:mod:`det_calib.job.detections`) in place of a capture.
         heads: Heads to check (default every head of the run).
         out: Output folder (default :func:`default_out`).
         limit: Only the first N images (sorted).
@@ -397,8 +396,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
             and class-mix tests) needs.
         n_boot: Bootstrap resamples of the kept-set intervals (default the run's).
         n_perm: Permutations of the label-free tests.
-        device, batch, progress: As ``calibrate``.
-        report: Also write ``check.html``/``check.md``.
+        device, batch, progress, report: As ``calibrate``; ``report``: also write ``check.html``/``check.md``.
 
     Returns:
         ``(result, out_dir)``.
@@ -413,7 +411,6 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     clock.begin()
     with clock.stage("data check"):
         _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
-        _check_sources(model=model, boxes=boxes, detections=detections)
         run_dir = Path(run_dir)
         ds, split = _labelled_data(data, split)
         out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
@@ -427,8 +424,6 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     with clock.stage("figures"):  # the tests; the capture inside charges its own stage
         tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
                                n_perm=int(n_perm))
-    if job.read is not None:
-        result.detections = job.read.to_dict()
     result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
     with clock.stage("outputs"):
         _write_check(out_dir, result, tables, job, report=report)
@@ -440,9 +435,12 @@ def _check_tables(result: CheckResult, job: _Job, data: Any, ds: Dataset | None,
     """The labelled or the unlabelled check, into ``result``; the new boxes per head."""
     if ds is not None:
         result.data, result.split = str(Path(data).resolve()), split
-        return _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
-    result.images = str(Path(images).resolve())
-    return _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
+        tables = _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
+    else:
+        result.images = str(Path(images).resolve())
+        tables = _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
+    result.detections = job.read.to_dict() if job.read is not None else None  # what a file of detections held
+    return tables
 
 
 def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool

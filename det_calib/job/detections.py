@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.detections_file import DetectionsRead, image_keys, read_detections
 from det_calib.data.ground_truth import Split, list_images, load_data_yaml
 from det_calib.errors import InputError
@@ -142,28 +143,27 @@ def check_detections_inputs(run: Any, source: str | Path, heads: Sequence[str], 
                   heads=list(heads), imgsz=int(run.settings.imgsz or 0), matching=rule)
 
 
-def read_check_detections(source: str | Path, split: Split, inputs: Inputs, names: Sequence[str], calibrator: Any,
-                          conf: float) -> tuple[pl.DataFrame, DetectionsRead]:
+def read_check_detections(source: str | Path, split: Split, inputs: Inputs, names: Sequence[str],
+                          calibrator: LogitCalibrator, method: str, conf: float) -> tuple[pl.DataFrame, DetectionsRead]:
     """``check --detections``: the file's boxes of the new images (``split``; detections of the data's
     other images, or of the folder's images beyond ``--limit``, left out), and what was read.
 
     Raises:
         InputError: What :func:`read_detections` refuses; a file written at a conf so high that the
-            check's kept set (calibrated conf above ``conf``) needs boxes it never wrote.
+            check's kept set (calibrated conf above ``conf``) needs boxes it never wrote: a class whose raw
+            threshold equivalent to ``conf`` is below the file's lowest score.
     """
-    import numpy as np
+    from det_calib.deploy.portable import portable_head, raw_thresholds
 
     known = _known_keys(inputs) if inputs.ds is not None else _folder_keys(split.root)
     tables, read = read_detections(source, [split], list(names), head=inputs.heads[0], known=known)
     floor = read.high_floor
-    if floor is not None and not getattr(calibrator, "uses_size", False):
-        nc = len(names)
-        z = np.full(nc, np.log(floor) - np.log1p(-floor))
-        top = float(np.max(calibrator.deployed_conf(z, np.arange(nc), np.full(nc, floor))))
-        if top > conf:
-            raise InputError(f"the lowest score in {source} is {floor:.4g}, calibrated to {top:.4g} (above the "
-                             f"check's conf {conf:g}): boxes its kept set needs were never written; dump the "
-                             "detections at conf=0.001")
+    raw = raw_thresholds(portable_head(calibrator, method, len(names)), conf, len(names)) if floor else None
+    if raw is not None and min(raw) < floor:
+        c = int(min(range(len(raw)), key=raw.__getitem__))
+        raise InputError(f"the lowest score in {source} is {floor:.4g}, but the check's kept set (calibrated conf "
+                         f"above {conf:g}) keeps {names[c]} boxes from a raw score of {raw[c]:.4g}: boxes it needs "
+                         "were never written; dump the detections at conf=0.001")
     return tables[0], read
 
 

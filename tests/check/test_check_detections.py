@@ -113,8 +113,8 @@ def test_bad_input_is_refused_in_one_line(tmp_path, capsys, det_run, rows):
     _one_line(code, err, r"1 image\(s\) in .* are not in the ground truth .*: elsewhere", out)
     high = write_txt([r for r in rows if r["score"] > 0.9], tmp_path / "high")
     code, _, err = _check(capsys, det_run, "--data", DATA, "--detections", high, "--out", out)
-    _one_line(code, err, r"the lowest score in .* is 0\.9\d*, calibrated to 0\.\d+ \(above the check's conf 0\.25\): "
-              "boxes its kept set needs were never written", out)
+    _one_line(code, err, r"the lowest score in .* is 0\.9\d*, but the check's kept set \(calibrated conf above 0\.25\) "
+              r"keeps circle boxes from a raw score of 0\.84\d*: boxes it needs were never written", out)
     code, _, err = _check(capsys, det_run, "--data", DATA, "--detections", tmp_path / "missing.json", "--out", out)
     _one_line(code, err, "Expected `--detections` to be a COCO results JSON", out)
     assert json.loads((det_run / "calibration.json").read_text())["heads"] == ["nms"]
