@@ -16,7 +16,10 @@ For each: the rows written, the ``.pt`` run's boxes found again (same class, IoU
 difference, and the nms head's kept-set ECE at conf 0.25 raw -> calibrated with the chosen map, against
 the ``.pt`` run's.
 
-    python benchmarks/measure_val_json.py --images 64 --work /tmp/val_json
+    python benchmarks/measure_val_json.py --images 64 --work /tmp/val_json --doc
+
+Prints a Markdown table (with ``--doc``, writes ``docs/generated/val_json.md``, which docs/detections.md
+embeds). Val's JSON files and the runs are kept in ``--work`` and reused when there.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_table import write_doc_table  # noqa: E402
 
 
 def limited_data(work: Path, n: int) -> Path:
@@ -69,9 +76,15 @@ def validator_class(*, single_label: bool, pad: float | None):
 
         def build_dataset(self, img_path, mode="val", batch=None):
             ds = super().build_dataset(img_path, mode=mode, batch=batch)
-            if pad is not None:  # the batch shapes again with predict's padding (the images already sorted)
-                ds.pad = pad
-                ds.set_rectangle()
+            if pad is not None:  # one image a batch: each image's shape again with this padding (as set_rectangle)
+                from PIL import Image
+
+                assert ds.batch_size == 1, "another padding is measured with one image per batch"
+                shapes = []
+                for f in ds.im_files:
+                    w, h = Image.open(f).size
+                    shapes.append([h / w, 1] if h < w else [1, w / h] if h > w else [1, 1])
+                ds.batch_shapes = (np.ceil(np.array(shapes) * ds.imgsz / ds.stride + pad).astype(int) * ds.stride)
             return ds
 
     return Validator
@@ -86,7 +99,7 @@ def val_json(model_path: Path, data: Path, work: Path, name: str, *, batch: int,
     if out.exists():
         return out
     rows = []
-    for split in ("calib", "test"):
+    for split in ("val", "test"):  # val: the calib images (Ultralytics resolves only its own split keys)
         model = YOLO(str(model_path))
         v = model.val(data=str(data), split=split, save_json=True, conf=0.001, batch=batch, plots=False,
                       verbose=False, project=str(work / "val"), name=f"{name}_{split}", exist_ok=True,
@@ -155,6 +168,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=64, help="images of each split (64)")
     ap.add_argument("--batch", type=int, default=16, help="val's batch (its default, 16)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/val_json"))
+    ap.add_argument("--doc", action="store_true", help="write docs/generated/val_json.md")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     data = limited_data(a.work, a.images)
@@ -171,16 +185,23 @@ def main() -> None:
                                                   pad=None)
     files["val single-label, batch 1, no half-stride pad"] = val_json(model, data, a.work, "single_b1_pad0", batch=1,
                                                                       single_label=True, pad=0.0)
-    print("| source | rows | .pt boxes found (lost) | score diff mean / median / max | chosen map | kept-set ECE "
-          f"raw -> calibrated | - .pt run |\n|---|---|---|---|---|---|---|\n| .pt run | {pt_boxes.height} | | | "
-          f"{pt['method']} | {pt['raw']:.4f} -> {pt['calibrated']:.4f} | |")
+    lines = ["| source | rows | .pt boxes found (lost) | score diff mean / median / max | chosen map | kept-set ECE "
+             "raw -> calibrated | minus the .pt run's |", "|---|---|---|---|---|---|---|",
+             f"| .pt run (predict's capture) | {pt_boxes.height} | | | {pt['method']} | {pt['raw']:.4f} -> "
+             f"{pt['calibrated']:.4f} | |"]
+    print("\n".join(lines), flush=True)
     for label, path in files.items():
         d = score_difference(pt_boxes, path)
-        r = calibrate(data, a.work / path.stem, detections=str(path))
-        print(f"| {label} | {d['rows']} | {d['found']} ({d['lost']}) | {d['mean']:.4f} / {d['median']:.4f} / "
-              f"{d['max']:.4f} | {r['method']} | {r['raw']:.4f} -> {r['calibrated']:.4f} | "
-              f"{r['raw'] - pt['raw']:+.4f}, {r['calibrated'] - pt['calibrated']:+.4f} |", flush=True)
-
+        r = calibrate(data, a.work / f"run_{path.stem}", detections=str(path))
+        lines.append(f"| {label} | {d['rows']} | {d['found']} ({d['lost']}) | {d['mean']:.4f} / {d['median']:.4f} / "
+                     f"{d['max']:.4f} | {r['method']} | {r['raw']:.4f} -> {r['calibrated']:.4f} | "
+                     f"{r['raw'] - pt['raw']:+.4f}, {r['calibrated'] - pt['calibrated']:+.4f} |")
+        print(lines[-1], flush=True)
+    if a.doc:
+        write_doc_table("val_json", "\n".join(lines), command=f"python3 benchmarks/measure_val_json.py --images "
+                        f"{a.images} --batch {a.batch} --doc",
+                        note=f"The demo detector, the first {a.images} images of the calib and test splits; nms "
+                        "head, kept set at conf 0.25, ECE of 15 bins.")
 
 if __name__ == "__main__":
     main()
