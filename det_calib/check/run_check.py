@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.capture.detections_file import DetectionsRead
 from det_calib.check.check_record import (
     BOXES_FILE,
     CHANGED,
@@ -87,7 +88,7 @@ class _Job:
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
     detections: Path | None = None
     """``check --detections``: the file of the new images' detections (no model is run)."""
-    read: Any = None  # what was read of it (det_calib.capture.detections_file.DetectionsRead)
+    read: DetectionsRead | None = None  # what was read of it
 
     @property
     def model_text(self) -> str:
