@@ -369,7 +369,7 @@ class CheckResult:
         if self.detections is not None:
             from det_calib.capture.detections_file import DetectionsRead
 
-            out.append(DetectionsRead(**self.detections).summary_lines(self.heads[0])[0])
+            out.append(DetectionsRead(**self.detections).summary_lines(self.heads[0], scope="the checked images")[0])
         for h, c in self.labelled.items():
             out += [f"[{h}] {c.calibration_line}", *(f"[{h}] {x}" for x in kept_set_lines(c)),
                     f"[{h}] {c.detection_line}"]

@@ -70,6 +70,8 @@ def test_an_unlabelled_check_leaves_out_the_images_past_the_limit(tmp_path, caps
     n = sum(x["stem"] in first for x in rows)
     assert (r.detections["matched"], r.detections["outside"], r.detections["images"]) == (n, len(rows) - n, 6)
     assert r.unlabelled["nms"].line in out
+    assert f"{n} of {len(rows)} detections matched on 6 of 6 images ({len(rows) - n} of images outside the checked " \
+        "images left out)" in out
 
 
 def test_a_model_run_is_checked_on_a_file_of_its_head(tmp_path, capsys, rows, demo_model_path):
