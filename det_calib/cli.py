@@ -285,6 +285,7 @@ def _check_parser(sub: Any) -> None:
                    "(same classes)")
     c.add_argument("--boxes", type=Path, help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
                    "`det-calib capture` parts of the split) instead of capturing")
+    c.add_argument("--detections", type=Path, help="the new images' detections from a file (docs/detections.md)")
     c.add_argument("--head", choices=list(HEADS), action="append", dest="heads",
                    help="head to check (repeatable; default every head of the run)")
     c.add_argument("--out", type=Path, help="output folder (default RUN_DIR/check-<data stem>-<split> or "
@@ -304,9 +305,10 @@ def _check(args: argparse.Namespace) -> int:
     from det_calib.check.run_check import check_run
 
     result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
-                            boxes=args.boxes, heads=args.heads, out=args.out, limit=args.limit, alpha=args.alpha,
-                            min_boxes=args.min_boxes, n_boot=args.n_boot, n_perm=args.n_perm, device=args.device,
-                            batch=args.batch, progress=args.progress, report=args.report)
+                            boxes=args.boxes, detections=args.detections, heads=args.heads, out=args.out,
+                            limit=args.limit, alpha=args.alpha, min_boxes=args.min_boxes, n_boot=args.n_boot,
+                            n_perm=args.n_perm, device=args.device, batch=args.batch, progress=args.progress,
+                            report=args.report)
     print("\n".join(result.lines()))
     if result.timings is not None:
         print(result.timings.line())

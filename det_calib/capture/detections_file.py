@@ -87,11 +87,11 @@ class DetectionsRead:
         high conf), else None."""
         return self.min_score if self.min_score > LOW_FILE_SCORE else None
 
-    def summary_lines(self, head: str, conf: Sequence[float] = ()) -> list[str]:
-        """The summary's lines about the file."""
+    def summary_lines(self, head: str, conf: Sequence[float] = (), *, scope: str = "the run's splits") -> list[str]:
+        """The summary's lines about the file (``scope``: the images it was placed on, in words)."""
         lines = [f"[{head}] detections from {self.source} ({self.format}): {self.matched} of {self.detections} "
                  f"detections matched on {self.images} of {self.run_images} images"
-                 + (f" ({self.outside} of images outside the run's splits left out)" if self.outside else ""),
+                 + (f" ({self.outside} of images outside {scope} left out)" if self.outside else ""),
                  f"[{head}]   the score is the only input: logit = log(p/(1-p)) of scores written with "
                  f"{self.precision}; "
                  f"{self.tied:.1%} of boxes share their score with another box of their class (no map splits a tie)"

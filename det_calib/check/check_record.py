@@ -354,6 +354,9 @@ class CheckResult:
     timings: Timings | None = None
     matching: MatchingRule | None = None
     """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
+    detections: dict[str, Any] | None = None
+    """``check --detections``: what was read of the file (:class:`~det_calib.capture.detections_file.DetectionsRead`'s
+    fields); None where a model captured the new images."""
 
     @property
     def exit_meaning(self) -> str:
@@ -363,6 +366,10 @@ class CheckResult:
     def lines(self) -> list[str]:
         """The verdicts, one line per question and head."""
         out = []
+        if self.detections is not None:
+            from det_calib.capture.detections_file import DetectionsRead
+
+            out.append(DetectionsRead(**self.detections).summary_lines(self.heads[0], scope="the checked images")[0])
         for h, c in self.labelled.items():
             out += [f"[{h}] {c.calibration_line}", *(f"[{h}] {x}" for x in kept_set_lines(c)),
                     f"[{h}] {c.detection_line}"]
@@ -383,6 +390,7 @@ class CheckResult:
             "shift_verdict": self.shift_verdict, "exit_code": self.exit_code,
             **({"timings": self.timings.to_dict()} if self.timings is not None else {}),
             **({"matching": self.matching.to_dict()} if self.matching is not None else {}),
+            **({"detections": dict(self.detections)} if self.detections is not None else {}),
         }
 
     @classmethod
@@ -424,6 +432,7 @@ class CheckResult:
             created=read_text(d.get("created"), "created"),
             timings=Timings.from_dict(d.get("timings")),
             matching=MatchingRule.from_dict(read_object(d.get("matching"), "matching")),
+            detections=read_object(d.get("detections"), "detections"),
         )
 
     def write(self, path: str | Path) -> Path:

@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.capture.detections_file import DetectionsRead
 from det_calib.check.check_record import (
     BOXES_FILE,
     CHANGED,
@@ -85,15 +86,21 @@ class _Job:
     calibrators: dict[str, LogitCalibrator]
     conf: float
     ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
+    detections: Path | None = None
+    """``check --detections``: the file of the new images' detections (no model is run)."""
+    read: DetectionsRead | None = None  # what was read of it
 
     @property
     def model_text(self) -> str:
-        """The detector checked: its file, or the run's members for an ensemble."""
+        """The detector checked: its file, the file of detections, or the run's members for an ensemble."""
+        if self.detections is not None:
+            return f"detections:{self.detections.resolve()}"
         return self.run.result.model if self.ensemble is not None else str(self.inputs.model.resolve())
 
 
 def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads: list[str] | None, limit: int | None,
-         device: str | None, batch: int, boxes: str | Path | None, progress: bool, n_boot: int | None) -> _Job:
+         device: str | None, batch: int, boxes: str | Path | None, progress: bool, n_boot: int | None,
+         detections: str | Path | None = None) -> _Job:
     from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, load_detector
     from det_calib.data.ground_truth import check_class_names
@@ -102,6 +109,7 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     from det_calib.record.calibrator_record import calibrator_of
     from det_calib.record.run_folder import load_run
 
+    _check_sources(model=model, boxes=boxes, detections=detections)
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
     run = load_run(run_dir)
@@ -120,7 +128,14 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
                                batch=batch, boxes=None if boxes is None else str(boxes), progress=progress,
                                coco_gt=None)
     if run.result.ensemble is not None:
+        if detections is not None:
+            raise InputError(f"the run in {run_dir} is an ensemble: its members are its detector, so `detections` "
+                             "cannot replace them")
         return _ensemble_job(run_dir, run, s, use, calibrators, model=model, data=data, boxes=boxes)
+    if detections is not None or model is None:
+        job = _detections_job(run_dir, run, s, use, calibrators, data=data, detections=detections)
+        if job is not None:
+            return job
     model_path = Path(model) if model is not None else Path(run.result.model)
     if not model_path.exists():
         raise InputError(f"model not found: {model_path}" + ("" if model is not None else
@@ -137,6 +152,25 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     inputs = Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
                      st.imgsz or s.imgsz or 640, matching=run.result.matching)  # new boxes labelled as the run's
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
+
+
+def _detections_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
+                    data: Dataset | None, detections: str | Path | None) -> _Job | None:
+    """The check of a file of the new images' detections (no model run); None where the run's model
+    captures them. A run calibrated from a file has no model: it is checked on a file."""
+    from det_calib.data.ground_truth import check_class_names
+    from det_calib.job.detections import check_detections_inputs, detections_source
+
+    if detections is None:
+        source = detections_source(run_dir)
+        if source is None:
+            return None
+        raise InputError(f"the run in {run_dir} was calibrated from a file of detections ({source}), not a model: "
+                         "check it on a file of the new images' detections with `detections` (docs/detections.md)")
+    if data is not None:
+        check_class_names(run.class_names, data.names, data_path=data.yaml_path)
+    inputs = check_detections_inputs(run, detections, use, data)
+    return _Job(run, s, inputs, calibrators, float(min(run.settings.conf_thresholds)), detections=Path(detections))
 
 
 def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
@@ -236,6 +270,15 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     from det_calib.job import clock
     from det_calib.job.capturing import capture_splits
 
+    if job.detections is not None:
+        from det_calib.job.detections import read_check_detections
+
+        head = job.inputs.heads[0]
+        with clock.stage("capture"):
+            table, job.read = read_check_detections(job.detections, split, job.inputs, job.run.class_names,
+                                                    job.calibrators[head], job.run.head(head).calibrator.method,
+                                                    job.conf)
+        return {head: table}
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
 
@@ -328,10 +371,10 @@ Dataset = Any
 
 def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str | None = None,
               images: str | Path | None = None, model: str | Path | None = None, boxes: str | Path | None = None,
-              heads: list[str] | None = None, out: str | Path | None = None, limit: int | None = None,
-              alpha: float = 0.05, min_boxes: int = 30, n_boot: int | None = None, n_perm: int = 999,
-              device: str | None = None, batch: int = 1, progress: bool = True, report: bool = True
-              ) -> tuple[CheckResult, Path]:
+              detections: str | Path | None = None, heads: list[str] | None = None, out: str | Path | None = None,
+              limit: int | None = None, alpha: float = 0.05, min_boxes: int = 30, n_boot: int | None = None,
+              n_perm: int = 999, device: str | None = None, batch: int = 1, progress: bool = True,
+              report: bool = True) -> tuple[CheckResult, Path]:
     """Check a run's calibration on new images; write ``check.json``, the report and the boxes.
 
     Args:
@@ -345,6 +388,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         boxes: Reuse boxes captured earlier (a run folder or ``boxes.parquet``, or ``det-calib
             capture`` parts of the split) instead of capturing; checked against model, data and
             the run's capture settings.
+        detections: A file of the new images' detections (:mod:`det_calib.job.detections`) in place of a capture.
         heads: Heads to check (default every head of the run).
         out: Output folder (default :func:`default_out`).
         limit: Only the first N images (sorted).
@@ -353,8 +397,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
             and class-mix tests) needs.
         n_boot: Bootstrap resamples of the kept-set intervals (default the run's).
         n_perm: Permutations of the label-free tests.
-        device, batch, progress: As ``calibrate``.
-        report: Also write ``check.html``/``check.md``.
+        device, batch, progress, report: As ``calibrate``; ``report``: also write ``check.html``/``check.md``.
 
     Returns:
         ``(result, out_dir)``.
@@ -373,11 +416,11 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         ds, split = _labelled_data(data, split)
         out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
         check_output_dir(out_dir)
-    if not boxes:
+    if not boxes and not detections:
         startup_imports()
     with clock.stage("model load"):  # the run's record, calibrators and detector
         job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
-                   progress=progress, n_boot=n_boot)
+                   progress=progress, n_boot=n_boot, detections=detections)
     result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
     with clock.stage("figures"):  # the tests; the capture inside charges its own stage
         tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
@@ -393,9 +436,12 @@ def _check_tables(result: CheckResult, job: _Job, data: Any, ds: Dataset | None,
     """The labelled or the unlabelled check, into ``result``; the new boxes per head."""
     if ds is not None:
         result.data, result.split = str(Path(data).resolve()), split
-        return _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
-    result.images = str(Path(images).resolve())
-    return _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
+        tables = _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
+    else:
+        result.images = str(Path(images).resolve())
+        tables = _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
+    result.detections = job.read.to_dict() if job.read is not None else None  # what a file of detections held
+    return tables
 
 
 def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool
@@ -436,6 +482,14 @@ def _new_result(job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_b
                        n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                        matching=job.inputs.matching if labelled else None)
+
+
+def _check_sources(*, model: Any, boxes: Any, detections: Any) -> None:
+    """``detections`` replaces the capture: no ``model`` runs and no boxes are reused beside it."""
+    for name, v in (("model", model), ("boxes", boxes)):
+        if detections is not None and v is not None:
+            raise InputError(f"`{name}` and `detections` exclude each other: the file's boxes are the new images' "
+                             "boxes (no model is run)")
 
 
 def _check_options(data: Any, images: Any, *, alpha: float, min_boxes: int, n_perm: int, limit: int | None

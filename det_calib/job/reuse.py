@@ -126,7 +126,7 @@ def _of(df: pl.DataFrame, column: str, value: str) -> pl.DataFrame:
 
 
 def reuse_boxes(
-    source: str | Path, inputs: Inputs, splits: Sequence[Split], s: Settings
+    source: str | Path, inputs: Inputs, splits: Sequence[Split], s: Settings, *, model_fp: str | None = None
 ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
     """Captured boxes of every head on each split, from an earlier run or from capture parts.
 
@@ -137,6 +137,8 @@ def reuse_boxes(
         inputs: The run's resolved inputs (model, heads, image size).
         splits: The fit and eval splits; boxes are assigned to them by image name.
         s: The run's settings (the capture settings must agree with the recorded ones).
+        model_fp: The fingerprint the boxes must record as their model (default the model file's;
+            a file of detections: its path, :mod:`det_calib.job.detections`).
 
     Returns:
         ``(captured, fingerprints)``: head -> one capture table per split, and what the new
@@ -149,7 +151,7 @@ def reuse_boxes(
     source = Path(source)
     run_file = source if source.is_file() else source / "boxes.parquet"
     if source.is_file() or run_file.is_file():
-        frames, have_heads, fingerprints = _from_run_file(run_file, inputs, splits, s)
+        frames, have_heads, fingerprints = _from_run_file(run_file, inputs, splits, s, model_fp)
     else:
         frames, have_heads, fingerprints = _from_parts(source, inputs, splits, s)
     missing = [h for h in inputs.heads if h not in have_heads]
@@ -170,7 +172,8 @@ def reuse_boxes(
 _Frames = tuple[dict[str, pl.DataFrame], list[str], dict[str, Any]]
 
 
-def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: Settings) -> _Frames:
+def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: Settings,
+                   model_fp: str | None = None) -> _Frames:
     """Split name -> its rows of an earlier run's ``boxes.parquet``, the heads there, its fingerprints
     (checked against the model, the data of every split and the capture settings)."""
     from det_calib.capture.parts import data_fingerprint, model_fingerprint
@@ -180,7 +183,10 @@ def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: S
     if meta is None:
         raise InputError(f"{run_file} records no model/data fingerprints (written by an older det_calib): "
                          "run calibrate without `boxes` once")
-    model_fp = model_fingerprint(inputs.model)
+    if model_fp is None and str(meta["model"]).startswith("detections:"):
+        raise InputError(f"the boxes in {run_file} were read from a file of detections "
+                         f"({meta['model'].removeprefix('detections:')}): give that file with `detections`")
+    model_fp = model_fp or model_fingerprint(inputs.model)
     if meta["model"] != model_fp:
         raise InputError(f"the boxes in {run_file} were captured with another model "
                          f"({meta['model'][:19]}..., not {model_fp[:19]}...)")

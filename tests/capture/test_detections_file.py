@@ -204,11 +204,56 @@ def test_both_heads_from_one_file_is_refused(tmp_path, capsys, rows):
     assert "`--head` nms or e2e" in _one_error(code, err, tmp_path / "out")
 
 
-@pytest.mark.parametrize("extra", [["--model", "yolo26n.pt"], ["--boxes", "runs/calib"]], ids=["model", "boxes"])
-def test_a_model_or_boxes_beside_the_file_is_refused(tmp_path, capsys, rows, extra):
+def test_a_model_beside_the_file_is_refused(tmp_path, capsys, rows):
     folder = write_txt(rows, tmp_path / "labels")
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", *extra)
-    assert f"`{extra[0]}` and `--detections` exclude each other" in _one_error(code, err, tmp_path / "out")
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--model", "yolo26n.pt")
+    assert "`--model` and `--detections` exclude each other" in _one_error(code, err, tmp_path / "out")
+
+
+# ------------------------------------------------------------------------------ --boxes of a detections run
+def _eval_figures(run: Path) -> tuple:
+    from det_calib.record.run_result import RunResult
+
+    h = RunResult.read(run / "calibration.json").results["nms"]
+    return (h.calibrator.method, [(o.conf, o.boxes, o.correct, o.ece, o.laece0) for o in h.eval.operating_after],
+            h.eval.map50_95_before, h.eval.map50_95_after, h.eval.images, h.eval.n_gt)
+
+
+def test_boxes_of_a_detections_run_give_the_same_run(tmp_path, capsys, txt_run, rows):
+    """``--detections FILE --boxes RUN`` reads no file: RUN's boxes, matched again, give RUN's figures; with
+    another method, the figures of a run of that method on the file."""
+    folder = txt_run.parent / "labels"
+    code, out, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "again", "--method", "platt",
+                                   "--boxes", txt_run)
+    assert code == 0, err
+    assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in out  # what the file held
+    assert _eval_figures(tmp_path / "again") == _eval_figures(txt_run)
+    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
+    b = pl.read_parquet(tmp_path / "again" / "boxes.parquet").sort("image", "conf", "x1")
+    assert a["calibrated"].to_list() == b["calibrated"].to_list() and a["correct"].to_list() == b["correct"].to_list()
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "iso_boxes", "--method", "isotonic",
+                                 "--boxes", tmp_path / "again")
+    assert code == 0, err
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "iso", "--method", "isotonic")
+    assert code == 0, err
+    assert _eval_figures(tmp_path / "iso_boxes") == _eval_figures(tmp_path / "iso")
+    assert _eval_figures(tmp_path / "iso")[0] == "isotonic"
+    assert json.loads((tmp_path / "iso_boxes" / "portable_map.json").read_text()) == \
+        json.loads((tmp_path / "iso" / "portable_map.json").read_text())
+
+
+def test_boxes_of_a_detections_run_are_checked_against_the_file(tmp_path, capsys, txt_run, rows, demo_model_path):
+    other = write_txt(rows, tmp_path / "other")
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", txt_run)
+    line = _one_error(code, err, tmp_path / "out")
+    assert f"were read from another file of detections ({txt_run.parent / 'labels'}, not {other.resolve()})" in line
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", "runs/calib")
+    assert "Expected `--boxes` to be a run of a file of detections" in _one_error(code, err, tmp_path / "out")
+    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(FIXTURE / "data.yaml"), "--boxes",
+                 str(txt_run), "--out", str(tmp_path / "out"), "-q", "--no-report", "--no-val"])
+    line = _one_error(code, capsys.readouterr().err, tmp_path / "out")
+    assert f"were read from a file of detections ({txt_run.parent / 'labels'}): give that file with `--detections`" \
+        in line
 
 
 def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_run, rows):

@@ -67,18 +67,20 @@ def _assert_same(a: RunResult, b: RunResult) -> None:
     assert m0a == pytest.approx(m0b, abs=1e-3) and m1b == m0b  # the file's own mAP is unchanged by the map
 
 
-def test_predict_label_folders_give_the_pt_runs_figures(demo, pt_run):
+@pytest.fixture(scope="module")
+def txt_run(demo) -> RunResult:
     data, tmp = demo
-    run = _run(["--data", data, "--detections", tmp / "predict", "--out", tmp / "txt"])
-    _assert_same(pt_run, run)
-    assert run.results["nms"].ultralytics_val.note.startswith("not run: a detections file")
+    return _run(["--data", data, "--detections", tmp / "predict", "--out", tmp / "txt"])
 
 
-def test_the_same_boxes_as_a_csv_give_the_same_figures(demo, pt_run):
+def test_predict_label_folders_give_the_pt_runs_figures(pt_run, txt_run):
+    _assert_same(pt_run, txt_run)
+    assert txt_run.results["nms"].ultralytics_val.note.startswith("not run: a detections file")
+
+
+def test_the_same_boxes_as_a_csv_give_the_same_figures(demo, pt_run, txt_run):
     data, tmp = demo
-    boxes = pl.read_parquet(tmp / "txt" / "boxes.parquet") if (tmp / "txt").is_dir() else None
-    if boxes is None:
-        pytest.skip("needs the label-folder run")
+    boxes = pl.read_parquet(tmp / "txt" / "boxes.parquet")
     csv = tmp / "dets.csv"
     boxes.select("image", pl.col("cls").alias("class"), "x1", "y1", "x2", "y2", pl.col("conf").alias("score")
                  ).write_csv(csv)
@@ -118,3 +120,83 @@ def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, demo_mod
     kept = boxes["calibrated"].to_numpy() > 0.25
     assert kept.sum() > 20
     assert (kept == (boxes["conf"].to_numpy() > raw[boxes["cls"].to_numpy()])).all()
+
+
+def test_boxes_of_the_file_run_give_its_figures(demo, txt_run):
+    """``--detections FOLDER --boxes RUN``: the file run's saved boxes, not the file, give its figures."""
+    data, tmp = demo
+    again = _run(["--data", data, "--detections", tmp / "predict", "--boxes", tmp / "txt", "--out", tmp / "again"])
+    assert _figures(again) == _figures(txt_run)
+    a, b = (pl.read_parquet(tmp / f / "boxes.parquet") for f in ("txt", "again"))
+    assert a["calibrated"].to_list() == b["calibrated"].to_list() and a["correct"].to_list() == b["correct"].to_list()
+
+
+def test_compare_and_thresholds_put_the_file_run_beside_the_pt_run(demo, pt_run, txt_run, capsys):
+    """``compare`` shows the engine's file beside the ``.pt`` run (the same figures, as their boxes are the
+    same to 6 digits); ``thresholds`` tunes the same per-class conf thresholds on both."""
+    import json
+
+    _, tmp = demo
+    for run in ("pt", "txt"):
+        assert main(["thresholds", str(tmp / run), "--target-precision", "0.7", "--n-boot", "100"]) == 0
+    doc = {run: json.loads((tmp / run / "thresholds.json").read_text())["heads"]["nms"]["criteria"]
+           ["target_precision"] for run in ("pt", "txt")}
+    assert [c["threshold"] for c in doc["pt"]["per_class"]] == [c["threshold"] for c in doc["txt"]["per_class"]]
+    assert doc["pt"]["global"]["threshold"] == doc["txt"]["global"]["threshold"]
+    assert doc["txt"]["global"]["certified"] and doc["txt"]["global"]["threshold"] < 0.9
+    assert main(["compare", str(tmp / "pt"), str(tmp / "txt"), "--labels", "pt", "file", "--out",
+                 str(tmp / "cmp")]) == 0
+    text = (tmp / "cmp" / "compare.txt").read_text()
+    md = (tmp / "cmp" / "compare.md").read_text()
+    assert "pt" in text and "file" in text and "threshold" in md.lower()
+    ece = [f"{r.results['nms'].eval.operating_after[0].ece:.4f}" for r in (pt_run, txt_run)]
+    assert all(e in text for e in ece), (ece, text)
+    capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def new_images(demo_model_path, tmp_path_factory):
+    """New labelled images (the demo test split under blur, severity 3) and the demo detector's predict label
+    folder of the first LIMIT of them."""
+    from ultralytics import YOLO
+
+    from det_calib.demo import shifted_data_yaml
+
+    data = shifted_data_yaml("blur", 3)
+    tmp = tmp_path_factory.mktemp("new_dets")
+    model = YOLO(str(demo_model_path))
+    for image in list_images(load_data_yaml(data).splits["test"], split="test")[:LIMIT]:
+        model.predict(str(image), save_txt=True, save_conf=True, conf=0.001, save=False, verbose=False,
+                      project=str(tmp), name="predict", exist_ok=True)
+    return data, tmp / "predict"
+
+
+def _check(run_dir: Path, out: Path, *argv) -> object:
+    from det_calib.check.run_check import CHECK_FILE, CheckResult
+
+    code = main(["check", str(run_dir), *map(str, argv), "--limit", str(LIMIT), "--out", str(out), "-q",
+                 "--no-report", "--n-boot", "100"])
+    r = CheckResult.read(out / CHECK_FILE)
+    assert code == r.exit_code
+    return r
+
+
+def test_check_on_a_file_of_new_images_gives_the_model_checks_figures(demo, pt_run, txt_run, new_images, capsys):
+    """``check --detections`` of the new images' predict labels: on the file run and on the ``.pt`` run, the
+    verdicts and figures of ``check`` capturing them with the model."""
+    _, tmp = demo
+    data, dets = new_images
+    by_model = _check(tmp / "pt", tmp / "chk_model", "--data", data)
+    file_on_file = _check(tmp / "txt", tmp / "chk_file", "--data", data, "--detections", dets)
+    file_on_pt = _check(tmp / "pt", tmp / "chk_pt_file", "--data", data, "--detections", dets)
+    assert file_on_file.detections["matched"] == file_on_file.detections["detections"] > 500
+    a = by_model.labelled["nms"]
+    for r in (file_on_file, file_on_pt):
+        b = r.labelled["nms"]
+        assert (r.calibration_verdict, r.detection_verdict) == (by_model.calibration_verdict,
+                                                                by_model.detection_verdict)
+        assert b.calibration.boxes == a.calibration.boxes and b.calibration.observed == a.calibration.observed
+        assert b.operating[0].ece == pytest.approx(a.operating[0].ece, abs=0.002)
+        assert b.calibration.p_value == pytest.approx(a.calibration.p_value, abs=0.01)
+    out = capsys.readouterr().out
+    assert f"[nms] detections from {dets} (yolo-txt)" in out
