@@ -1,8 +1,7 @@
 """``det-calib`` command line: argument parsing and calls, no logic.
 
 The options of ``calibrate`` are generated from :class:`det_calib.job.settings.Settings` (each field
-carries its default and help); library errors name parameters and are shown with the options'
-names.
+carries its default and help); library errors name parameters and are shown with the options' names.
 
 Exit codes: 0 success, 2 bad input (one-line message on stderr, no traceback), 130 interrupted; ``check``
 also 3-6 (its verdicts, :data:`det_calib.check.check_record.EXIT_CODES`).
@@ -12,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -162,10 +162,9 @@ def _calibrate_parser(sub: Any) -> None:
     )
     c.add_argument("--model", type=Path, help="detector checkpoint .pt, or an export Ultralytics runs (.onnx, "
                    "*_openvino_model/, .tflite, *_ncnn_model/, .engine) (default: the demo detector)")
-    c.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset, rendered on first use)")
+    c.add_argument("--data", type=Path, help="data.yaml, or a classify model's class folders (default: the demo data)")
     add_settings_options(c, Settings)
     c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
-
 
 
 def _capture_parser(sub: Any) -> None:
@@ -201,7 +200,6 @@ def _capture_parser(sub: Any) -> None:
     k.add_argument("--ray-images-per-part", type=int, default=256, help="images per Ray batch and part (default 256)")
     k.add_argument("--ray-actors", type=int, help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)")
     k.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
-
 
 
 def _run_folder_parsers(sub: Any) -> None:
@@ -338,6 +336,8 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.data is not None and args.data.is_dir():  # a folder per class: a classify model's data
+        return importlib.import_module("det_calib.pipeline.classify_run").run_classify_cli(args)
     from det_calib.job.settings import Settings
     from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.pipeline.summary import summary_text

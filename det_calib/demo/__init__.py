@@ -23,7 +23,7 @@ from det_calib.errors import InputError
 log = logging.getLogger(__name__)
 
 __all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "demo_pose_model",
-           "demo_obb_model", "default_data_of",
+           "demo_obb_model", "demo_classify_model", "default_data_of",
            "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
@@ -63,6 +63,11 @@ def demo_pose_model() -> Path:
 def demo_obb_model() -> Path:
     """Path of the committed demo OBB model (YOLO26n-obb trained on the shapes demo's rotated boxes)."""
     return demo_root() / "yolo26n_shapes_obb.pt"
+
+
+def demo_classify_model() -> Path:
+    """Path of the committed demo classifier (YOLO26n-cls trained on crops of the shapes demo's objects)."""
+    return demo_root() / "yolo26n_shapes_cls.pt"
 
 
 def default_data_of(model: str | Path) -> Path | None:

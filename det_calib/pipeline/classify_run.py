@@ -1,0 +1,128 @@
+"""``calibrate`` for a classify model: load -> capture -> choose and fit -> evaluate -> fold -> verify -> write.
+
+The data are a folder-per-class dataset (:mod:`det_calib.data.class_folders`); the map is fitted
+on the fit split (``val`` by default, the split Ultralytics validates on) and reported on the eval
+split (``test``). The chosen map is folded into the model's last linear layer
+(:mod:`det_calib.deploy.classify_fold`); plain Ultralytics then predicts the eval split with the
+written checkpoint (the deployed figures) and validates both checkpoints (top-1 and top-5 must be
+unchanged for a map that keeps the ranking, and are reported before and after for one that can
+change it). Outputs: ``calibration.json``, ``summary.md``, ``calibrated.pt`` and the reliability
+diagram ``reliability.png``, each written atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
+from det_calib.capture.classify_logits import capture_classify
+from det_calib.data.class_folders import check_model_classes, read_class_split
+from det_calib.deploy.classify_fold import write_classify_checkpoint
+from det_calib.errors import InputError
+from det_calib.evaluation.classifier_eval import evaluate_classifier
+from det_calib.evaluation.classify_val import classify_val
+from det_calib.io import atomic_path, write_json, write_text
+from det_calib.metrics.binning import reliability_bins
+from det_calib.report.classifier_summary import summary_markdown
+from det_calib.report.plots import reliability_figure
+from det_calib.selection.classifier_choice import choose_classifier_map
+
+log = logging.getLogger(__name__)
+
+__all__ = ["calibrate_classifier"]
+
+
+def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *, fit_split: str = "val",
+                         eval_split: str = "test", method: str = "auto", seed: int = 0, imgsz: int | None = None,
+                         limit: int | None = None, val: bool = True) -> dict:
+    """Calibrate a classify model on a folder-per-class dataset; returns the written record."""
+    from ultralytics import YOLO
+
+    out = Path(out)
+    yolo = YOLO(str(model), task="classify")
+    if yolo.task != "classify":
+        raise InputError(f"{model} is a `{yolo.task}` model: a folder-per-class dataset needs a classify model")
+    names = tuple(str(n) for _, n in sorted(yolo.names.items()))
+    splits = {s: read_class_split(data, s) for s in (fit_split, eval_split)}
+    for s in splits.values():
+        check_model_classes(s, names)
+    picks = {s: _limited(sp.labels, limit, seed) for s, sp in splits.items()}
+    caps = {s: capture_classify(yolo, [splits[s].paths[i] for i in picks[s]], imgsz=imgsz) for s in splits}
+    y_fit, y_eval = (splits[s].labels[picks[s]] for s in (fit_split, eval_split))
+    choice = choose_classifier_map(caps[fit_split].logits, y_fit, seed=seed) if method == "auto" else None
+    chosen = choice.method if choice else method
+    if chosen not in MULTICLASS_METHODS:
+        raise InputError(f"unknown --method {method!r} for a classify model: choose auto or one of "
+                         f"{', '.join(MULTICLASS_METHODS)}")
+    mapping = fit_multiclass(chosen, caps[fit_split].logits, y_fit)
+    raw = evaluate_classifier(caps[eval_split].probs, y_eval, seed=seed)
+    calibrated = evaluate_classifier(mapping.proba(caps[eval_split].logits), y_eval, seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = write_classify_checkpoint(model, out / "calibrated.pt", mapping)
+    deployed_cap = capture_classify(ckpt, caps[eval_split].paths, imgsz=imgsz)
+    deployed = evaluate_classifier(deployed_cap.probs, y_eval, seed=seed)
+    record = {
+        "task": "classify", "model": str(model), "data": str(data), "fit_split": fit_split,
+        "eval_split": eval_split, "images": {fit_split: int(y_fit.size), eval_split: int(y_eval.size)},
+        "names": list(names), "method": chosen, "map": mapping.to_dict(), "keeps_top1": mapping.keeps_top1,
+        "choice": None if choice is None else {"nll": choice.nll, "se": choice.se, "folds": choice.folds,
+                                               "repeats": choice.repeats},
+        "eval": {"raw": raw.to_dict(), "calibrated": calibrated.to_dict(), "deployed": deployed.to_dict()},
+        "top1_changed": _top1_changed(mapping, caps[eval_split].logits),
+        "val": _val_pair(model, ckpt, data, eval_split, imgsz) if val and limit is None else None,
+    }
+    figure = reliability_figure([
+        (f"raw (ECE {raw.top_label_ece:.4f})", _bins(caps[eval_split].probs, y_eval), "top-1 confidence"),
+        (f"calibrated: {chosen} (ECE {deployed.top_label_ece:.4f})", _bins(deployed_cap.probs, y_eval),
+         "top-1 confidence"),
+    ], title=f"top-label reliability on `{eval_split}` ({y_eval.size} images)")
+    with atomic_path(out / "reliability.png") as tmp:
+        tmp.write_bytes(figure)
+    write_json(out / "calibration.json", record)
+    write_text(out / "summary.md", summary_markdown(record))
+    return record
+
+
+def _limited(labels: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """Indices of the images to use: all, or ``limit`` drawn at random (sorted)."""
+    if limit is None or limit >= labels.size:
+        return np.arange(labels.size)
+    return np.sort(np.random.default_rng(seed).choice(labels.size, size=limit, replace=False))
+
+
+def _top1_changed(mapping, logits: np.ndarray) -> int:
+    """Images whose top-1 class the map changes."""
+    return int(np.sum(mapping.apply(logits).argmax(1) != logits.argmax(1)))
+
+
+def _bins(prob: np.ndarray, labels: np.ndarray):
+    return reliability_bins(prob.max(axis=1), prob.argmax(axis=1) == labels)
+
+
+def _val_pair(model: str | Path, ckpt: Path, data: str | Path, split: str, imgsz: int | None) -> dict:
+    before, after = classify_val(model, data, split, imgsz), classify_val(ckpt, data, split, imgsz)
+    return {"raw": before, "calibrated": after,
+            "identical": before["top1"] == after["top1"] and before["top5"] == after["top5"]}
+
+
+def run_classify_cli(args) -> int:
+    """``det-calib calibrate --data FOLDER``: a classify run from the command line's settings."""
+    unsupported = [flag for flag, on in (("--per-class", args.per_class), ("--boxes", getattr(args, "boxes", None)),
+                                         ("--detections", getattr(args, "detections", None))) if on]
+    if unsupported:
+        raise InputError(f"{', '.join(unsupported)} is not available for a classify model")
+    method = args.method if args.method in ("auto", *MULTICLASS_METHODS) else None
+    if method is None:
+        raise InputError(f"--method {args.method} is a detector's map: a classify model takes auto, "
+                         f"{', '.join(MULTICLASS_METHODS)}")
+    if args.model is None:
+        raise InputError("--data names a folder-per-class dataset: give its classify model with --model")
+    record = calibrate_classifier(args.model, args.data, args.out, fit_split=args.fit_split or "val",
+                                  eval_split=args.eval_split or "test", method=method, seed=args.seed,
+                                  imgsz=args.imgsz, limit=args.limit, val=args.run_val)
+    print(summary_markdown(record).rstrip("\n"))
+    print(f"wrote calibrated.pt, calibration.json, reliability.png, summary.md to {args.out}")
+    return 0

@@ -1,0 +1,59 @@
+"""The summary of a classify run (``summary.md``): the verdict first, then the figures.
+
+Example:
+    >>> r = {"method": "temperature", "map": {"temperature": 1.5}, "eval_split": "test", "images": {"test": 10},
+    ...      "keeps_top1": True, "top1_changed": 0, "val": None, "eval": {k: {
+    ...      "top_label_ece": e, "ece_interval": [0, 1], "floor": 0.01, "floor_interval": [0.0, 0.02],
+    ...      "at_floor": e <= 0.02, "classwise_ece": 0.1, "nll": 1.0, "brier": 0.5, "top1": 0.8, "top5": 1.0}
+    ...      for k, e in (("raw", 0.1), ("calibrated", 0.01), ("deployed", 0.01))}}
+    >>> summary_markdown(r).splitlines()[2]
+    '**At its floor**: top-label ECE 0.1000 -> 0.0100 (deployed), sampling floor 0.0100 [0.0000, 0.0200].'
+"""
+
+from __future__ import annotations
+
+__all__ = ["summary_markdown"]
+
+
+def _verdict(raw: dict, deployed: dict) -> str:
+    if deployed["at_floor"] and raw["at_floor"]:
+        return "**At its floor** (the raw scores already were)"
+    if deployed["at_floor"]:
+        return "**At its floor**"
+    if deployed["top_label_ece"] < raw["top_label_ece"]:
+        return "**Improved, still above its floor**"
+    return "**Not improved: keep the raw scores**"
+
+
+def summary_markdown(record: dict) -> str:
+    """Markdown of a classify run's record (see :func:`det_calib.pipeline.classify_run.calibrate_classifier`)."""
+    ev = record["eval"]
+    raw, cal, dep = ev["raw"], ev["calibrated"], ev["deployed"]
+    t = record["map"].get("temperature", 1.0)
+    what = f"temperature T = {t:.4f}" if record["method"] == "temperature" else f"{record['method']} scaling"
+    if record["method"] == "none":
+        what = "no map (the raw scores)"
+    lines = [
+        f"# Classifier calibration: {what}",
+        "",
+        f"{_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> {dep['top_label_ece']:.4f} (deployed), "
+        f"sampling floor {dep['floor']:.4f} [{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
+        "",
+        f"On `{record['eval_split']}` ({record['images'][record['eval_split']]} images). Deployed: plain Ultralytics "
+        "predicting with `calibrated.pt`.",
+        "",
+        "| figure | raw | calibrated | deployed |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in (("top_label_ece", "top-label ECE (15 bins)"), ("classwise_ece", "class-wise ECE"),
+                       ("nll", "NLL"), ("brier", "Brier"), ("top1", "top-1"), ("top5", "top-5")):
+        lines.append(f"| {label} | {raw[key]:.4f} | {cal[key]:.4f} | {dep[key]:.4f} |")
+    keeps = "keeps every image's top-1 class" if record["keeps_top1"] else \
+        f"can change the top-1 class: it changed {record['top1_changed']} image(s)"
+    lines += ["", f"The map {keeps}."]
+    val = record["val"]
+    if val:
+        word = "identical" if val["identical"] else "CHANGED"
+        lines.append(f"Ultralytics classify val: top-1 {val['raw']['top1']:.4f} -> {val['calibrated']['top1']:.4f}, "
+                     f"top-5 {val['raw']['top5']:.4f} -> {val['calibrated']['top5']:.4f} ({word}).")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""Classify models: the logits captured through Ultralytics' own predictor, the class-folder data and
+its one-line errors, the map folded into the last linear layer (plain Ultralytics runs it), and the
+default command end to end on the demo classifier (top-1 and top-5 unchanged by Ultralytics' val)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
+from det_calib.capture.classify_logits import capture_classify
+from det_calib.cli import main
+from det_calib.data.class_folders import check_model_classes, read_class_split
+from det_calib.demo import demo_classify_model
+from det_calib.demo.shapes import CLASS_NAMES
+from det_calib.demo.shapes_classify import classify_root
+from det_calib.deploy.classify_fold import write_classify_checkpoint
+from det_calib.errors import InputError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cls_data(tmp_path_factory) -> Path:
+    """Crops of the first 40 calib and 40 test images of the shapes demo (about 200 a split)."""
+    return classify_root(tmp_path_factory.mktemp("cls"), splits={"val": 40, "test": 40})
+
+
+@pytest.fixture(scope="module")
+def cls_model() -> Path:
+    path = demo_classify_model()
+    assert path.is_file(), f"the committed demo classifier is missing: {path}"
+    return path
+
+
+def test_captured_logits_are_those_whose_softmax_predict_returns(cls_model, cls_data):
+    from ultralytics import YOLO
+
+    yolo = YOLO(str(cls_model))
+    paths = read_class_split(cls_data, "test").paths[::25]
+    yolo.predict(str(paths[0]), verbose=False)  # a plain predictor made first is replaced
+    cap = capture_classify(yolo, paths)
+    assert not cap.from_log_probs and cap.logits.shape == (len(paths), len(CLASS_NAMES))
+    assert np.array_equal(torch.from_numpy(cap.logits).softmax(1).numpy(), cap.probs)
+    plain = [YOLO(str(cls_model)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths[:3]]
+    assert np.array_equal(np.stack(plain), cap.probs[:3])
+
+
+def test_the_folded_checkpoint_runs_the_map_in_plain_ultralytics(cls_model, cls_data, tmp_path):
+    from ultralytics import YOLO
+
+    paths = read_class_split(cls_data, "test").paths[::20]
+    raw = capture_classify(cls_model, paths)
+    rng = np.random.default_rng(0)
+    k = len(CLASS_NAMES)
+    maps = [fit_multiclass("none", raw.logits, np.zeros(len(paths), int)),
+            MultiClassMap("temperature", np.eye(k) / 1.7, np.zeros(k), temperature=1.7),
+            MultiClassMap("vector", np.diag(rng.uniform(0.5, 2, k)), rng.normal(0, 0.5, k)),
+            MultiClassMap("matrix", np.eye(k) + 0.1 * rng.normal(size=(k, k)), rng.normal(0, 0.5, k))]
+    for m in maps:
+        out = write_classify_checkpoint(cls_model, tmp_path / f"{m.method}.pt", m)
+        probs = np.stack([YOLO(str(out)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths])
+        assert np.abs(probs - m.proba(raw.logits)).max() < 2e-5, m.method
+        assert torch.load(out, weights_only=False)["det_calib"]["classifier_map"]["method"] == m.method
+
+
+def test_class_folders_are_read_as_ultralytics_numbers_them_and_checked(cls_data, tmp_path):
+    split = read_class_split(cls_data, "val")
+    assert split.names == tuple(sorted(CLASS_NAMES))
+    assert np.all(np.diff(split.labels) >= 0) and set(split.labels.tolist()) == set(range(len(CLASS_NAMES)))
+    check_model_classes(split, tuple(sorted(CLASS_NAMES)))
+    with pytest.raises(InputError, match="not the model's: the model's dog missing"):
+        check_model_classes(split, (*sorted(CLASS_NAMES)[:-1], "dog"))
+
+
+def _one_line_error(capsys, argv, pattern):
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    lines = [ln for ln in err.splitlines() if ln.startswith("det-calib: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert pattern in lines[0], lines[0]
+
+
+def test_bad_classify_input_gets_one_line_and_exit_2(capsys, cls_model, cls_data, tmp_path, demo_model_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(cls_data, bad, symlinks=True)
+    out = tmp_path / "out"
+    empty = bad / "test" / "star"
+    shutil.rmtree(empty)
+    empty.mkdir()
+    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+                    "class `star` has no images")
+    shutil.rmtree(empty)
+    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+                    "the `test` split's classes are not the model's")
+    shutil.copytree(cls_data / "test" / "star", empty)
+    stray = next((bad / "val" / "circle").iterdir())
+    shutil.copy(stray, bad / "val" / "loose.png")
+    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+                    "1 image(s) in no class folder (loose.png)")
+    (bad / "val" / "loose.png").unlink()
+    _one_line_error(capsys, ["calibrate", "--model", demo_model_path, "--data", bad, "--out", out],
+                    "a folder-per-class dataset needs a classify model")
+    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--method", "platt", "--out", out],
+                    "a classify model takes auto")
+    assert not out.exists()
+
+
+def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp_path):
+    out = tmp_path / "run"
+    assert main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "calibration.json").read_text())
+    assert {p.name for p in out.iterdir()} >= {"calibration.json", "summary.md", "calibrated.pt", "reliability.png"}
+    ev = record["eval"]
+    assert ev["deployed"]["top_label_ece"] == pytest.approx(ev["calibrated"]["top_label_ece"], abs=2e-4)
+    if record["keeps_top1"]:
+        assert record["val"]["identical"] and record["top1_changed"] == 0
+        assert ev["deployed"]["top1"] == ev["raw"]["top1"]
+    # val batches 16 images, the capture predicts one at a time: at most one image's top-1 may differ
+    assert record["val"]["raw"]["top1"] == pytest.approx(ev["raw"]["top1"], abs=1.5 / record["images"]["test"])
+    assert "wrote calibrated.pt" in printed and printed.startswith("# Classifier calibration: ")
+    assert ("At its floor" in printed) == ev["deployed"]["at_floor"]
