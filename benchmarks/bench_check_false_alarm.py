@@ -16,13 +16,15 @@ label-free (``--images``: the output-shift verdict), every head of the run:
 
 Both cases reuse the captured boxes (no forward pass per repetition) and run the check's own
 functions on box tables (:func:`det_calib.check.verdicts.labelled_checks`,
-:func:`~det_calib.check.verdicts.shift_check`). Beside each rate, the same repetitions judged as the
-check did before crowded images were set apart (``before``).
+:func:`~det_calib.check.verdicts.shift_check`). Beside the rates, the same repetitions judged as the
+check did before crowded images were set apart, and with each labelled verdict at ``--alpha`` (as
+before ``--alpha`` was halved between them).
 
     python benchmarks/bench_check_false_alarm.py --run det_calib_out --reps 60 --doc
 
 Also tabulates the crowded images of each labelled split (the run's own, the renders, one shifted
-split: ``--shifted blur 3``). Prints both Markdown tables (with ``--doc``, writes
+split: ``--shifted blur 3``), and says where the shifted split's kept boxes sit among the clean draws
+of case (a) (:func:`against_clean`). Prints both Markdown tables (with ``--doc``, writes
 ``docs/generated/check_false_alarm.md`` and ``check_crowded_images.md``, which docs/check.md
 includes). Renders and captures are cached in ``--work`` (default a folder in the
 demo cache), so a rerun only repeats the checks.
