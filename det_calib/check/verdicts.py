@@ -167,9 +167,9 @@ def calibration_verdict(t: CalibrationTests, per_class: list[ClassCheck], *, alp
     bad += [f"class {c.name}" for c in per_class if c.drifted]
     if bad:
         return DRIFTED, f"calibration: {DRIFTED} ({', '.join(bad)} at family level {alpha:g}); {head}"
-    where = " outside the crowded images" if apart else ""
-    return HOLDS, (f"calibration: {HOLDS} (no test below {alpha:g} / {t.tests}; a gap of ±{f3(t.detectable_gap)} "
-                   f"would show{where}); {head}")
+    where, there = (" outside the crowded images", " there") if apart else ("", "")
+    return HOLDS, (f"calibration: {HOLDS}{where} (no test below {alpha:g} / {t.tests}; a gap of "
+                   f"±{f3(t.detectable_gap)} would show{there}); {head}")
 
 
 def crowded_text(t: CalibrationTests, crowded: list[CrowdedImage] | tuple[CrowdedImage, ...], *, named: int = 5
