@@ -16,13 +16,15 @@ label-free (``--images``: the output-shift verdict), every head of the run:
 
 Both cases reuse the captured boxes (no forward pass per repetition) and run the check's own
 functions on box tables (:func:`det_calib.check.verdicts.labelled_checks`,
-:func:`~det_calib.check.verdicts.shift_check`). Beside each rate, the same repetitions judged as the
-check did before crowded images were set apart (``before``).
+:func:`~det_calib.check.verdicts.shift_check`). Beside the rates, the same repetitions judged as the
+check did before crowded images were set apart, and with each labelled verdict at ``--alpha`` (as
+before ``--alpha`` was halved between them).
 
     python benchmarks/bench_check_false_alarm.py --run det_calib_out --reps 60 --doc
 
 Also tabulates the crowded images of each labelled split (the run's own, the renders, one shifted
-split: ``--shifted blur 3``). Prints both Markdown tables (with ``--doc``, writes
+split: ``--shifted blur 3``), and says where the shifted split's kept boxes sit among the clean draws
+of case (a) (:func:`against_clean`). Prints both Markdown tables (with ``--doc``, writes
 ``docs/generated/check_false_alarm.md`` and ``check_crowded_images.md``, which docs/check.md
 includes). Renders and captures are cached in ``--work`` (default a folder in the
 demo cache), so a rerun only repeats the checks.
@@ -41,13 +43,13 @@ import numpy as np
 import polars as pl
 
 from det_calib.check.check_record import CHANGED, DRIFTED, SHIFTED
-from det_calib.check.verdicts import labelled_checks, shift_check
+from det_calib.check.verdicts import QUESTIONS, labelled_checks, shift_check
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo import cache_dir
 from det_calib.demo.shapes import CLASS_NAMES, generate
 from det_calib.job.settings import Settings
-from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES, crowded_images
+from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES, citl_change, crowded_images
 from det_calib.pipeline.fitting import fit_head
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import load_run
@@ -147,11 +149,51 @@ def one_check(then: BoxView, gt_then: np.ndarray, cls_then: list[np.ndarray], no
               n_img_then=int(gt_then.size), alpha=ALPHA, min_boxes=MIN_BOXES, ece_bins=ece_bins)
     lc = labelled_checks(now, then, **kw)
     before = labelled_checks(now, then, set_apart=False, **kw)
+    each = labelled_checks(now, then, **{**kw, "alpha": QUESTIONS * ALPHA})  # each verdict at ALPHA, as before
     _, shift, _ = shift_check(then, now, n_img_then=int(gt_then.size), n_img=int(gt_now.size), n_classes=nc,
                               conf=conf, alpha=ALPHA, n_perm=N_PERM, min_boxes=MIN_BOXES, seed=seed)
     return {"drifted": lc.calibration_verdict == DRIFTED, "changed": lc.detection_verdict == CHANGED,
             "drifted_before": before.calibration_verdict == DRIFTED, "shifted": shift == SHIFTED,
-            "crowded": int(lc.calibration.crowded_images or 0)}
+            "any_each": each.calibration_verdict == DRIFTED or each.detection_verdict == CHANGED,
+            "crowded": int(lc.calibration.crowded_images or 0), **kept_figures(now, then)}
+
+
+def kept_figures(now: BoxView, then: BoxView) -> dict[str, float]:
+    """How far the kept boxes ``now`` are from calibrated, as figures a verdict could turn on: their gap
+    (fraction correct - mean conf), the deficit (expected - correct) of their crowded images, and the
+    p-value of the change in the large against ``then`` with every box counted as an independent draw
+    (Poisson-binomial variance: what a per-box test of the crowded images' boxes would read)."""
+    ids = crowded_images(now.image_id)
+    m = np.isin(now.image_id, ids)
+    per_box = citl_change((then.conf, then.correct, np.arange(then.n)), (now.conf, now.correct, np.arange(now.n)))
+    return {"gap": float(now.correct.mean() - now.conf.mean()) if now.n else math.nan,
+            "deficit": float(now.conf[m].sum() - now.correct[m].sum()),
+            "per_box_p": math.nan if per_box is None else per_box.p_value}
+
+
+def against_clean(rows: list[dict], shifted: BoxView, then: BoxView, label: str) -> str:
+    """Where a shifted split's kept boxes sit among the clean draws ``rows`` (case (a), one head): how many
+    clean draws are as far from calibrated as it is, by each figure of :func:`kept_figures`; a calibration
+    verdict that called the shifted split drifted on such a figure would call as many clean draws drifted."""
+    f = kept_figures(shifted, then)
+    n = len(rows)
+    level = ALPHA / QUESTIONS
+    gap = sum(r["gap"] <= f["gap"] for r in rows)
+    deficit = sum(r["deficit"] >= f["deficit"] for r in rows)
+    per_box = sum(r["per_box_p"] < level for r in rows)
+    return (f"{label} against the {n} clean draws of case (a), {then.n} kept boxes of the run's eval split as the "
+            f"reference: kept-set gap (fraction correct - mean conf) {f['gap']:+.3f}, reached or passed by "
+            f"{gap}/{n} = {gap / n:.2f} of the clean draws; expected - correct in its crowded images "
+            f"{f['deficit']:.1f}, reached or passed by {deficit}/{n} = {deficit / n:.2f}; the change in the large "
+            f"with every box an independent draw: p {f['per_box_p']:.2g}, below {level:g} on {per_box}/{n} = "
+            f"{per_box / n:.2f} of the clean draws.")
+
+
+def _then(run, head: str, conf: float) -> BoxView:
+    """The boxes of ``head`` the run's eval split keeps at ``conf`` under the run's calibrator."""
+    cal = calibrator_of(run.head(head).calibrator)
+    ev = run_sources(run)[1]
+    return BoxView.from_boxes(ev.boxes, head=head, geometry=False).scored(cal, recorded=True).kept(conf)
 
 
 def fresh_case(run, fresh: list[Source], head: str, reps: int, rng: np.random.Generator) -> list[dict]:
@@ -159,8 +201,7 @@ def fresh_case(run, fresh: list[Source], head: str, reps: int, rng: np.random.Ge
     st = run.settings
     conf = float(min(st.conf_thresholds))
     ev = run_sources(run)[1]
-    cal = calibrator_of(run.head(head).calibrator)
-    then = BoxView.from_boxes(ev.boxes, head=head, geometry=False).scored(cal, recorded=True).kept(conf)
+    then = _then(run, head, conf)
     index = _index(fresh, head)
     empty = fresh[0].boxes.head(0)
     all_imgs = [(s, i) for s, src in enumerate(fresh) for i in range(src.n_img)]
@@ -234,16 +275,17 @@ def _rate(rows: list[dict], key: str) -> str:
 
 
 def table(results: dict[tuple[str, str], list[dict]]) -> str:
-    head = ("| case | head | repetitions | sets with crowded images | calibration drifted (before) | "
-            "calibration drifted | detection changed | any labelled alarm | label-free: output shifted |\n"
-            "|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| case | head | repetitions | sets with crowded images | calibration drifted, crowded images not set "
+            "apart | calibration drifted | detection changed | any labelled alarm | any labelled alarm, each verdict "
+            "at 0.05 (before) | label-free: output shifted |\n|---|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for (case, h), rs in results.items():
         for r in rs:
             r["any"] = r["drifted"] or r["changed"]
         crowded = sum(r["crowded"] > 0 for r in rs)
         rows.append(f"| {case} | {h} | {len(rs)} | {crowded} | {_rate(rs, 'drifted_before')} | {_rate(rs, 'drifted')} "
-                    f"| {_rate(rs, 'changed')} | {_rate(rs, 'any')} | {_rate(rs, 'shifted')} |")
+                    f"| {_rate(rs, 'changed')} | {_rate(rs, 'any')} | {_rate(rs, 'any_each')} "
+                    f"| {_rate(rs, 'shifted')} |")
     return head + "\n".join(rows) + "\n"
 
 
@@ -283,7 +325,10 @@ def main() -> None:
              *((f"fresh test render, seed {k}", src) for k, src in zip(a.seeds, fresh)),
              (f"{a.shifted[0]}-{a.shifted[1]} (test, seed 0)",
               shifted_source(run_dir, a.shifted[0], int(a.shifted[1]), a.model))]
-    crowd = crowded_rows(named, "nms" if "nms" in run.heads else run.heads[0], conf)
+    h0 = "nms" if "nms" in run.heads else run.heads[0]
+    crowd = crowded_rows(named, h0, conf)
+    crowd += "\n" + against_clean(results[("fresh renders", h0)], _kept(named[-1][1].boxes.filter(pl.col("head") == h0),
+                                                                       conf), _then(run, h0, conf), named[-1][0]) + "\n"
     wall = time.perf_counter() - t0
     print(crowd)
     print(text)
@@ -294,7 +339,8 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from doc_table import write_doc_table
 
-        note = (f"Nominal level {ALPHA} (each verdict's family, Bonferroni); at least {MIN_BOXES} kept boxes; "
+        note = (f"Nominal level {ALPHA} (`--alpha`: the labelled check's two verdicts at {ALPHA / QUESTIONS:g} each, "
+                f"each a Bonferroni family; before, each at {ALPHA}); at least {MIN_BOXES} kept boxes; "
                 f"{N_PERM} permutations; fresh renders: seeds {', '.join(map(str, a.seeds))} of the demo's test "
                 f"split, {a.images} images each; random splits: {a.split_size} images a part from the run's fit "
                 f"and eval splits and the renders. Rates with Wilson 95% intervals; wall {wall:.0f} s on a shared "

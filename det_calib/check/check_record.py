@@ -321,7 +321,8 @@ class CheckResult:
         data, split: The new images' data.yaml and split (labelled), or ``images`` their folder.
         reference_split: The run's eval split, the "then" of every comparison.
         conf: The operating threshold of the verdicts (the run's lowest ``conf_thresholds``).
-        alpha: Family-wise level of each verdict's tests; ``min_boxes`` the kept boxes a
+        alpha: Family-wise level of the check (labelled: halved between its two verdicts, each a
+            Bonferroni family at ``alpha / 2``; unlabelled: its one verdict); ``min_boxes`` the kept boxes a
             calibration verdict needs.
         labelled / unlabelled: Head -> :class:`HeadCheck` / :class:`HeadShift`.
         calibration_verdict, detection_verdict, shift_verdict: Over the heads (the worst).

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.check.verdicts import question_level
 from det_calib.data.box_view import BoxView
 from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES
 from det_calib.record.eval_record import OperatingFigures
@@ -103,7 +104,8 @@ def _calibration_table(r: Any, t: Any) -> Table:
     ], caption=f"Calibration of the boxes kept at conf {r.conf:g} (calibrated). Expected correct: {t.expected:.1f}, "
                f"observed: {t.observed}. The verdict tests the change against the run's eval split (in the large, "
                f"binned, per class, outside the crowded images of either side; and the share of crowded images) at "
-               f"family-wise level {r.alpha:g}, Bonferroni over {t.tests} tests; the absolute tests of the new "
+               f"family-wise level {question_level(r.alpha):g} (half the check's {r.alpha:g}; the other half is "
+               f"detection quality's), Bonferroni over {t.tests} tests; the absolute tests of the new "
                "boxes are shown beside it.",
         css="check-calibration")
 
@@ -221,7 +223,8 @@ def write_check_report(out_dir: str | Path, result: Any, boxes: pl.DataFrame, ru
             _unlabelled(b, result, h, result.unlabelled[h], boxes, run)
     b.add(Heading(2, "Settings"), Bullets([
         f"run: {result.run} (model {result.model}); the run's eval split `{result.reference_split}` is the reference",
-        f"operating threshold: conf {result.conf:g} (the run's lowest); family-wise level {result.alpha:g}; "
+        f"operating threshold: conf {result.conf:g} (the run's lowest); family-wise level {result.alpha:g} (labelled: "
+        f"{question_level(result.alpha):g} for each of calibration and detection quality); "
         f"calibration verdicts need {result.min_boxes} kept boxes",
         f"intervals: 95% image bootstrap ({result.n_boot} resamples, seed {result.seed}), each containing its estimate",
     ]))

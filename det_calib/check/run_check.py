@@ -392,7 +392,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         heads: Heads to check (default every head of the run).
         out: Output folder (default :func:`default_out`).
         limit: Only the first N images (sorted).
-        alpha: Family-wise level of each verdict's tests.
+        alpha: Family-wise level of the check (labelled: halved between its two verdicts).
         min_boxes: Kept boxes a calibration verdict (and a class's test, and the label-free score
             and class-mix tests) needs.
         n_boot: Bootstrap resamples of the kept-set intervals (default the run's).

@@ -29,9 +29,25 @@ from det_calib.check.check_record import (
 from det_calib.data.box_view import BoxView
 from det_calib.metrics import drift_tests as drift
 
-__all__ = ["LabelledChecks", "calibration_tests", "calibration_verdict", "class_checks", "classes_tested",
-           "crowded_list", "detection_tests", "detection_verdict", "exit_code", "f2", "f3", "labelled_checks", "num",
-           "p_text", "per_image", "rest_and_crowded", "shift_check", "worst"]
+__all__ = ["QUESTIONS", "LabelledChecks", "calibration_tests", "calibration_verdict", "class_checks",
+           "classes_tested", "crowded_list", "detection_tests", "detection_verdict", "exit_code", "f2", "f3",
+           "labelled_checks", "num", "p_text", "per_image", "question_level", "rest_and_crowded", "shift_check",
+           "worst"]
+
+QUESTIONS = 2
+"""The questions a labelled check answers (calibration, detection quality); ``--alpha`` is split equally
+between them (Bonferroni), so that the exit code, one decision over both, is a false alarm on at most
+``alpha`` of clean images rather than about twice that."""
+
+
+def question_level(alpha: float) -> float:
+    """The family-wise level of each question of a labelled check: ``alpha`` halved (:data:`QUESTIONS`).
+
+    >>> question_level(0.05)
+    0.025
+    """
+    return alpha / QUESTIONS
+
 
 def num(x: Any) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
@@ -151,9 +167,9 @@ def calibration_verdict(t: CalibrationTests, per_class: list[ClassCheck], *, alp
     bad += [f"class {c.name}" for c in per_class if c.drifted]
     if bad:
         return DRIFTED, f"calibration: {DRIFTED} ({', '.join(bad)} at family level {alpha:g}); {head}"
-    where = " outside the crowded images" if apart else ""
-    return HOLDS, (f"calibration: {HOLDS} (no test below {alpha:g} / {t.tests}; a gap of ±{f3(t.detectable_gap)} "
-                   f"would show{where}); {head}")
+    where, there = (" outside the crowded images", " there") if apart else ("", "")
+    return HOLDS, (f"calibration: {HOLDS}{where} (no test below {alpha:g} / {t.tests}; a gap of "
+                   f"±{f3(t.detectable_gap)} would show{there}); {head}")
 
 
 def crowded_text(t: CalibrationTests, crowded: list[CrowdedImage] | tuple[CrowdedImage, ...], *, named: int = 5
@@ -335,20 +351,22 @@ def labelled_checks(kept: BoxView, then: BoxView, *, conf: float, names: list[st
     total ``n_gt_then`` over ``n_img_then`` images), per class (``gt_cls_now``: each ground-truth box's
     class; ``gt_cls_then``: counts). What ``det-calib check`` runs after the capture; the false-alarm
     benchmark runs it on box tables alone. ``set_apart`` False: crowded images are not set apart (the
-    check before they were; for comparison)."""
+    check before they were; for comparison). ``alpha``: the check's level, halved between the two
+    verdicts (:func:`question_level`), each a Bonferroni family at that level."""
     n_img = int(gt_now.size)
+    level = question_level(alpha)
     (rest, ids), (rest_then, _) = rest_and_crowded(kept, set_apart), rest_and_crowded(then, set_apart)
     cal = calibration_tests(kept, then, conf=conf, n_img=n_img, n_img_then=n_img_then,
                             n_classes_tested=len(classes_tested(rest, rest_then, len(names), min_boxes)),
                             set_apart=set_apart)
-    per_class = class_checks(kept, then, gt_cls_now, gt_cls_then, names, min_boxes=min_boxes, alpha=alpha,
+    per_class = class_checks(kept, then, gt_cls_now, gt_cls_then, names, min_boxes=min_boxes, alpha=level,
                              family=cal.tests or 1, ece_bins=ece_bins, rest=(rest, rest_then))
     crowded = crowded_list(kept, ids, image_names or {})
     det = detection_tests(kept, gt_now, n_img, then, gt_then, n_gt_then, n_img_then, conf=conf,
                           maps=maps or {"map50": None, "map50_then": None, "map50_95": None, "map50_95_then": None},
                           rest=(rest, rest_then))
-    cv, cline = calibration_verdict(cal, per_class, alpha=alpha, min_boxes=min_boxes, crowded=crowded)
-    dv, dline = detection_verdict(det, alpha=alpha)
+    cv, cline = calibration_verdict(cal, per_class, alpha=level, min_boxes=min_boxes, crowded=crowded)
+    dv, dline = detection_verdict(det, alpha=level)
     return LabelledChecks(cal, per_class, det, crowded, cv, cline, dv, dline)
 
 

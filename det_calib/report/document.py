@@ -105,6 +105,9 @@ caption { caption-side: top; text-align: left; font-weight: bold; padding: 4px 0
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
 th { background: #eceef2; font-weight: 600; vertical-align: bottom; }
 td:first-child { white-space: nowrap; }
+table.compare-operating td:first-child, table.compare-detection td:first-child,
+table.compare-metrics td:first-child, table.compare-metrics td:nth-child(2) { white-space: normal; }
+table.compare-runs td, table.settings td { overflow-wrap: anywhere; }
 tbody tr:nth-child(even) { background: var(--zebra); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.few td { color: #7a7a7a; font-style: italic; }

@@ -207,18 +207,18 @@ def _class_tables(b: Page, cols: list[Subject], per: list[dict[str, ClassResult]
         where = ("both" if len(cols) == 2 else "all") if len(have) == len(cols) else (
             f"{have[0]} only" if len(have) == 1 else ", ".join(have))
         few = any(bool(r.few_boxes) for r in rs)
-        row = [f"{n} (few boxes)" if few else n, where] + [fint(r.boxes) for r in rs]
-        row += [x for r in rs for x in (fci(r.ece_before, r.ece_before_ci), fci(r.ece_after, r.ece_after_ci))]
+        label = f"{n} (few boxes)" if few else n
+        for x, r in zip(letters, rs, strict=True):  # one row per class and run (stacked: fits a 1400 px window)
+            prow.append([label, where, x, fint(r.boxes), fci(r.ece_before, r.ece_before_ci),
+                         fci(r.ece_after, r.ece_after_ci)])
         if len(cols) == 2:
-            row += [f4(_diff(rs[0].ece_before, rs[1].ece_before)), f4(_diff(rs[0].ece_after, rs[1].ece_after))]
-        prow.append(row)
-        pcss.append("few" if few else "")
-    cols_ = ["Class", "In"] + [f"Boxes {x}" for x in letters]
-    cols_ += [h for x in letters for h in (f"ECE {x} raw", f"ECE {x} calibrated")]
-    if len(cols) == 2:
-        cols_ += ["Δ raw (B − A)", "Δ calibrated (B − A)"]
+            prow.append([label, where, f"{letters[1]} − {letters[0]}", "",
+                         f4(_diff(rs[0].ece_before, rs[1].ece_before)), f4(_diff(rs[0].ece_after, rs[1].ece_after))])
+        pcss += ["few" if few else ""] * (len(prow) - len(pcss))
     key = " · ".join(f"{x} = {c.title}" for x, c in zip(letters, cols, strict=True))
-    b.add(Table(cols_, prow, caption=f"Per-class ECE of all boxes ({ece_tag(cols[0].run)}) with 95% intervals; {key}",
+    diff = f"; with two runs, each class's last row: {letters[1]} minus {letters[0]}" if len(cols) == 2 else ""
+    b.add(Table(["Class", "In", "Run", "Boxes", "ECE raw [95% CI]", "ECE calibrated [95% CI]"], prow,
+                caption=f"Per-class ECE of all boxes ({ece_tag(cols[0].run)}) with 95% intervals; {key}{diff}",
                 css="compare-per-class", row_css=pcss))
     krow = []
     for n in order:

@@ -95,20 +95,19 @@ def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
 
 
 def _compare(page: Page, subjects: list[Subject]) -> None:
-    """Rows: size bins; columns: each compared run's calibrated kept-set ECE and LaECE_0 with intervals."""
+    """One row per size bin and compared run (stacked: fits a 1400 px window): its calibrated kept-set ECE and
+    LaECE_0 with intervals."""
     keys = [(f.scheme, f.bin) for f in subjects[0].result.by_size]
     by = [{(f.scheme, f.bin): f for f in s.result.by_size} for s in subjects]
     rows = []
     for k in keys:
         label = bin_label(by[0][k])
-        cells = []
-        for d in by:
+        for s, d in zip(subjects, by, strict=True):
             f = d.get(k)
-            cells += (["n/a", "n/a"] if f is None else [f"{fci(f.ece_after, f.ece_after_ci)} ({fint(f.boxes_after)})",
-                                                        fci(f.laece0_after, f.laece0_after_ci)])
-        rows.append([label, *cells])
-    names = [s.letter or s.name for s in subjects]
-    header = ["Size"] + [h for n in names for h in (f"{n}: ECE (boxes)", f"{n}: LaECE_0")]
-    page.add(Table(header, rows, caption="Calibrated kept-set ECE and LaECE_0 by size, 95% intervals in brackets "
-                                         "(" + "; ".join(f"{s.letter}: {s.title}" for s in subjects) + ")",
+            cells = ["n/a", "n/a"] if f is None else [f"{fci(f.ece_after, f.ece_after_ci)} ({fint(f.boxes_after)})",
+                                                      fci(f.laece0_after, f.laece0_after_ci)]
+            rows.append([label, s.letter or s.name, *cells])
+    page.add(Table(["Size", "Run", "ECE calibrated (boxes)", "LaECE_0 calibrated"], rows,
+                   caption="Calibrated kept-set ECE and LaECE_0 by size, 95% intervals in brackets "
+                           "(" + "; ".join(f"{s.letter}: {s.title}" for s in subjects) + ")",
                    css="by-size"))

@@ -216,29 +216,47 @@ def _headline(cols: list[Subject], thresholds: list[float]) -> str:
 
 
 def _operating_table(cols: list[Subject], thresholds: list[float]) -> Table:
+    """Kept-set calibration of every run at each threshold: one row per run, threshold and figure (ECE,
+    LaECE_0), raw and calibrated with intervals and sampling floors (stacked, so that the table fits a 1400 px
+    window; the same cells as :func:`~det_calib.report.calibrators_section.operating_cells`)."""
+    st = cols[0].run.settings
+    names = (f"ECE ({st.ece_bins} bins, IoU {st.iou_match:g})", f"LaECE_0 ({st.laece_bins} bins)")
+    rows = []
+    for c in cols:
+        ev = head_eval(c.run, c.head)
+        for t in thresholds:
+            o0, o1 = op_at(ev.operating_before, t), op_at(ev.operating_after, t)
+            if o0 is None or o1 is None:
+                own = ", ".join(f"{x:g}" for x in c.run.settings.conf_thresholds)
+                rows.append([c.title, fthr(t), f"not measured: this run's --conf is {own}", "", "", "", ""])
+                continue
+            _, *cells = calibrators.operating_cells(o0, o1, raw_floor=True)
+            for name, figure in zip(names, (cells[:4], cells[4:]), strict=True):
+                rows.append([c.title, fthr(t), name, *figure])
+    return Table(["Run (deployed calibrator)", "Conf", "Figure (lower is better)", "Raw [95% CI]",
+                  "Sampling floor, raw (perfectly calibrated) [95% range]", "Calibrated [95% CI]",
+                  "Sampling floor, calibrated (perfectly calibrated) [95% range]"], rows,
+                 caption="At the operating point: calibration of the boxes each run keeps at each conf threshold, "
+                         "raw and calibrated",
+                 css="compare-operating")
+
+
+def _detection_table(cols: list[Subject], thresholds: list[float]) -> Table:
+    """What each run keeps at each threshold, raw and calibrated: boxes, precision, recall, and its mAP."""
     rows = []
     for c in cols:
         ev = head_eval(c.run, c.head)
         for t in thresholds:
             o0, o1 = op_at(ev.operating_before, t), op_at(ev.operating_after, t)
             sh = shift_at(c.result.threshold_shift, t)
-            if o0 is None or o1 is None:
-                own = ", ".join(f"{x:g}" for x in c.run.settings.conf_thresholds)
-                cells = [f"not measured: this run's --conf is {own}"] + [""] * 10
-            else:
-                cells = calibrators.operating_cells(o0, o1, raw_floor=True)
-                cells += ["n/a", "n/a"] if sh is None else [arrow(f3(sh.precision_before), f3(sh.precision_after)),
-                                                            arrow(f3(sh.recall_before), f3(sh.recall_after))]
-            rows.append([c.title, fthr(t), *cells, arrow(f4(ev.map50_95_before), f4(ev.map50_95_after))])
-    st = cols[0].run.settings
-    return Table(["Run (deployed calibrator)", "Conf", "Boxes kept raw → calibrated",
-                  f"ECE raw ({st.ece_bins} bins, IoU {st.iou_match:g})", "ECE floor raw (perfectly calibrated)",
-                  "ECE calibrated", "ECE floor calibrated (perfectly calibrated)",
-                  f"LaECE_0 raw ({st.laece_bins} bins)", "LaECE_0 floor raw (perfectly calibrated)",
-                  "LaECE_0 calibrated", "LaECE_0 floor calibrated (perfectly calibrated)", "Precision raw → calibrated",
+            kept = "n/a" if o0 is None or o1 is None else f"{fint(o0.boxes)} → {fint(o1.boxes)}"
+            pr = ["n/a", "n/a"] if sh is None else [arrow(f3(sh.precision_before), f3(sh.precision_after)),
+                                                    arrow(f3(sh.recall_before), f3(sh.recall_after))]
+            rows.append([c.title, fthr(t), kept, *pr, arrow(f4(ev.map50_95_before), f4(ev.map50_95_after))])
+    return Table(["Run (deployed calibrator)", "Conf", "Boxes kept raw → calibrated", "Precision raw → calibrated",
                   "Recall raw → calibrated", "mAP50-95 raw → calibrated"], rows,
-                 caption="At the operating point: the boxes each run keeps at each conf threshold, raw and calibrated",
-                 css="compare-operating")
+                 caption="At the operating point: what each run keeps at each conf threshold, raw and calibrated",
+                 css="compare-detection")
 
 
 def _temperature_cell(c: Subject) -> str:
@@ -268,6 +286,7 @@ def _compare_summary(b: Page, cols: list[Subject], notes: list[str]) -> None:
     thresholds = _thresholds_of(cols)
     b.add(Para(_headline(cols, thresholds), "lead"))
     b.add(_operating_table(cols, thresholds))
+    b.add(_detection_table(cols, thresholds))
     b.add(Para(calibrators.FLOOR_NOTE + " " + SEPARATION_NOTE, "note"))
     rows = []
     for c in cols:
@@ -282,7 +301,7 @@ def _compare_summary(b: Page, cols: list[Subject], notes: list[str]) -> None:
     for c in cols:
         b.add(Para(f"{c.name}: {calibrators.lead(c.run, c.head)}"))
     figs = _all_box_figures(cols)
-    b.add(Table(["All boxes (lower is better)"] + [f"{c.title} {w}" for c in cols for w in ("raw", "calibrated")],
+    b.add(Table(["All boxes (lower is better)", "Run (deployed calibrator)", "Raw [95% CI]", "Calibrated [95% CI]"],
                 _compare_metric_rows(cols, figs),
                 caption="All boxes down to the capture floor: calibration metrics with 95% image-bootstrap intervals",
                 css="compare-metrics"))
@@ -321,7 +340,7 @@ def _all_box_figures(cols: list[Subject]) -> list[dict[str, tuple[_Figure, _Figu
 
 
 def _compare_metric_rows(cols: list[Subject], figs: list[dict[str, tuple[_Figure, _Figure]]]) -> list[list[str]]:
-    """ECE / LaECE / NLL / Brier of all boxes, every run raw and calibrated, with intervals."""
+    """ECE / LaECE / NLL / Brier of all boxes, one row per metric and run, raw and calibrated, with intervals."""
     out: list[list[str]] = []
     tags = [(ece_tag(c.run), laece_tag(c.run), c.run.settings.iou_match) for c in cols]
     same = len(set(tags)) == 1
@@ -330,7 +349,7 @@ def _compare_metric_rows(cols: list[Subject], figs: list[dict[str, tuple[_Figure
         if same:
             t = tags[0]
             row_tag = {"ece": f" ({t[0]})", "laece": f" ({t[1]})"}.get(key, f" (IoU {t[2]:g})")
-        out.append([label + row_tag] + [fci(*x) for f in figs for x in f[key]])
+        out += [[label + row_tag, c.title, *(fci(*x) for x in f[key])] for c, f in zip(cols, figs, strict=True)]
     return out
 
 

@@ -173,14 +173,14 @@ def _planted(rng, n_img, per_img, *, shift=0.0, crowded=(), first=0):
     return _view(p, y, img), n_img + len(crowded)
 
 
-def _checks(now, n_now, then, n_then, **kw):
+def _checks(now, n_now, then, n_then, alpha=0.05, **kw):
     from det_calib.check.verdicts import labelled_checks
 
     names = ["a", "b", "c"]
     gt_now, gt_then = np.full(n_now, 4.0), np.full(n_then, 4.0)
     return labelled_checks(now, then, conf=0.25, names=names, gt_now=gt_now, gt_cls_now=np.arange(4 * n_now) % 3,
                            gt_then=gt_then, gt_cls_then=[4 * n_then // 3] * 3, n_gt_then=4 * n_then,
-                           n_img_then=n_then, alpha=0.05, min_boxes=30, ece_bins=15,
+                           n_img_then=n_then, alpha=alpha, min_boxes=30, ece_bins=15,
                            image_names={n_now - 3 + k: f"crowd_{k}.png" for k in range(3)}, **kw)
 
 
@@ -221,7 +221,7 @@ def test_crowded_images_are_named_and_do_not_hide_drift():
 def test_calibration_verdict_level_with_crowded_images():
     """No change, crowded images on both sides at the same rate (swarms of 60 to 200 wrong boxes, about
     one in 150 images; the demo's nms head has 0 to 4 in 400): the calibration verdict is "drifted" in
-    at most about 5% of 150 repetitions at alpha 0.05 (Bonferroni over its family; 2% measured), set
+    at most about 5% of 150 repetitions at alpha 0.05 (its half, 0.025, Bonferroni over its family), set
     apart or not, and the change in the large alone rejects near its nominal 5% (4% measured)."""
     rng = np.random.default_rng(12)
     hits, hits_before, change = [], [], []
@@ -237,6 +237,31 @@ def test_calibration_verdict_level_with_crowded_images():
         hits_before.append(_checks(now, n_now, then, n_then, set_apart=False).calibration_verdict == "drifted")
     assert np.mean(hits) < 0.08 and np.mean(hits_before) < 0.08
     assert 0.02 < np.mean(change) < 0.09
+
+
+@pytest.mark.fast
+def test_alpha_is_halved_between_the_two_verdicts():
+    """``--alpha`` is the level of the labelled check as one decision (its exit code): each verdict is a
+    Bonferroni family at alpha / 2, and its line names that level; at alpha 0.1 each verdict is at 0.05,
+    as the check was before. Over a range of planted over-confidence (which also lowers precision), the
+    verdicts follow their p-values exactly, and some set is drifted at 0.1 and holds at 0.05."""
+    rng = np.random.default_rng(5)
+    between = 0
+    for shift in np.linspace(0.0, 0.06, 16):
+        then, n_then = _planted(rng, 300, 4)
+        now, n_now = _planted(rng, 300, 4, shift=shift)
+        for alpha in (0.05, 0.1):
+            lc = _checks(now, n_now, then, n_then, alpha=alpha)
+            t, d = lc.calibration, lc.detection
+            ps = [q for q in (t.change_p, t.binned_change_p, *(c.change_p for c in lc.per_class if c.tested))
+                  if q is not None]
+            assert (lc.calibration_verdict == "drifted") == (min(ps) < alpha / 2 / t.tests), (shift, alpha)
+            assert (lc.detection_verdict == "changed") == (min(d.precision_p, d.recall_p) < alpha / 4), (shift, alpha)
+            level = f"{alpha / 2:g}"
+            assert (f"no test below {level} / {t.tests}" in lc.calibration_line
+                    or f"at family level {level})" in lc.calibration_line), lc.calibration_line[:120]
+        between += alpha / 4 / t.tests <= min(ps) < alpha / 2 / t.tests  # alpha 0.1 here: drifted at 0.1 only
+    assert between >= 1
 
 
 # ------------------------------------------------------------------------------ shifted demo
@@ -380,7 +405,7 @@ def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     assert t.gap_then == pytest.approx(gap0, abs=1e-9) and t.gap == pytest.approx(gap1, abs=0.01)
     assert t.change_z == pytest.approx((gap1 - gap0) / math.sqrt(v0 + v1), abs=0.05)
     assert (c.calibration_verdict == "drifted") == any(
-        q is not None and q < r.alpha / t.tests for q in (t.change_p, t.binned_change_p, t.crowded_rate_p,
+        q is not None and q < r.alpha / 2 / t.tests for q in (t.change_p, t.binned_change_p, t.crowded_rate_p,
                                                           *(k.change_p for k in c.per_class if k.tested)))
     # kept-set ECE and LaECE_0 and their floors, then and now, each interval containing its estimate
     for o in (*c.operating, *c.operating_then):

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 from conftest import printed_interval_violations
 from test_run_report import _chromium, parse, rendered, summary_opening, tables
+from test_verdict import WIDTH, measured
 
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.cli import main
@@ -74,20 +75,25 @@ def test_summary_gives_every_runs_operating_point_with_interval_and_floor(runs, 
     summary = _summary(md)
     page = parse(three / "compare.html")
     (op,) = tables(page, "compare-operating")
-    assert len(op["rows"]) == len(METHODS)  # one run per row at the one --conf of the runs
-    for m, row in zip(METHODS, op["rows"], strict=True):
+    (det,) = tables(page, "compare-detection")
+    # one row per run and figure (ECE, LaECE_0) at the one --conf of the runs; one per run for what it keeps
+    assert len(op["rows"]) == 2 * len(METHODS) and len(det["rows"]) == len(METHODS)
+    for m, ece_row, laece_row, det_row in zip(METHODS, op["rows"][::2], op["rows"][1::2], det["rows"], strict=True):
         r = _result(runs[m])
         hr = r.head("nms")
         o0, o1 = hr.eval.operating_before[0], hr.eval.operating_after[0]
         sh = hr.threshold_shift[0]
         assert o1.conf == 0.25 and o1.boxes > 0
-        cells = [c for c, _ in row["cells"]]
-        assert cells[0] == f"{m}:nms ({calibrator_words(hr.calibrator, floor=hr.fit_floor)})"
-        assert cells[1:] == [
-            "0.25", f"{o0.boxes} → {o1.boxes}", fci(o0.ece, o0.ece_ci), fci(o0.ece_floor, o0.ece_floor_range),
-            fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range), fci(o0.laece0, o0.laece0_ci),
+        title = f"{m}:nms ({calibrator_words(hr.calibrator, floor=hr.fit_floor)})"
+        assert [c for c, _ in ece_row["cells"]] == [
+            title, "0.25", "ECE (15 bins, IoU 0.5)", fci(o0.ece, o0.ece_ci), fci(o0.ece_floor, o0.ece_floor_range),
+            fci(o1.ece, o1.ece_ci), fci(o1.ece_floor, o1.ece_floor_range)]
+        assert [c for c, _ in laece_row["cells"]] == [
+            title, "0.25", "LaECE_0 (25 bins)", fci(o0.laece0, o0.laece0_ci),
             fci(o0.laece_floor, o0.laece_floor_range), fci(o1.laece0, o1.laece0_ci),
-            fci(o1.laece_floor, o1.laece_floor_range), f"{f3(sh.precision_before)} → {f3(sh.precision_after)}",
+            fci(o1.laece_floor, o1.laece_floor_range)]
+        assert [c for c, _ in det_row["cells"]] == [
+            title, "0.25", f"{o0.boxes} → {o1.boxes}", f"{f3(sh.precision_before)} → {f3(sh.precision_after)}",
             f"{f3(sh.recall_before)} → {f3(sh.recall_after)}",
             f"{f4(hr.eval.map50_95_before)} → {f4(hr.eval.map50_95_after)}"]
         # the same figures, in words, in the summary of the Markdown
@@ -152,8 +158,11 @@ def test_nll_and_brier_intervals_of_every_run_are_bootstrapped_from_its_boxes(ru
     the calibrated scores of the deployed calibrator (its logits for NLL, the `calibrated` column for Brier)."""
     page = parse(three / "compare.html")
     (m,) = tables(page, "compare-metrics")
-    rows = {r["cells"][0][0].split(" (")[0]: [c for c, _ in r["cells"][1:]] for r in m["rows"]}
+    rows: dict[str, list[str]] = {}  # one row per metric and run: the run, raw, calibrated
+    for r in m["rows"]:
+        rows.setdefault(r["cells"][0][0].split(" (")[0], []).extend(c for c, _ in r["cells"][2:])
     assert list(rows) == ["ECE", "LaECE", "NLL", "Brier"]
+    assert [r["cells"][1][0].split(":")[0] for r in m["rows"]] == list(METHODS) * 4
     interval = re.compile(r"([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]")
     for k, meth in enumerate(METHODS):
         r, e = _eval_boxes(runs[meth], "nms")
@@ -210,16 +219,19 @@ def test_per_class_heatmap_over_all_runs_is_written_and_embedded(runs, three):
     (pc,) = tables(page, "compare-per-class")
     (kept,) = tables(page, "compare-per-class-kept")
     names = _result(runs["temperature"]).class_names
-    assert [r["cells"][0][0].removesuffix(" (few boxes)") for r in pc["rows"]] == names
+    # one row per class and run (three runs: no difference row)
+    assert [r["cells"][0][0].removesuffix(" (few boxes)") for r in pc["rows"]] == [n for n in names for _ in METHODS]
+    assert [r["cells"][2][0] for r in pc["rows"]] == ["A", "B", "C"] * len(names)
     for k, m in enumerate(METHODS):
         per = {c.name: c for c in _result(runs[m]).head("nms").per_class}
-        for row, krow in zip(pc["rows"], kept["rows"], strict=True):
+        for row, krow in zip(pc["rows"][k::len(METHODS)], kept["rows"], strict=True):
             c = per[krow["cells"][0][0]]
             assert row["cells"][0][0].endswith("(few boxes)") == any(
                 p.few_boxes for p in [{x.name: x for x in _result(runs[mm]).head("nms").per_class}[c.name]
                                       for mm in METHODS])
-            assert row["cells"][2 + k][0] == str(c.boxes)
-            assert row["cells"][5 + 2 * k + 1][0] == fci(c.ece_after, c.ece_after_ci)
+            assert row["cells"][3][0] == str(c.boxes)
+            assert row["cells"][4][0] == fci(c.ece_before, c.ece_before_ci)
+            assert row["cells"][5][0] == fci(c.ece_after, c.ece_after_ci)
             sh = c.threshold_shift[0]
             assert krow["cells"][1 + 2 * k][0] == f"{sh.kept_before} → {sh.kept_after}"
             assert krow["cells"][2 + 2 * k][0] == f"{f4(c.kept_ece_before)} → {f4(c.kept_ece_after)}"
@@ -249,7 +261,7 @@ def test_two_heads_of_one_run_each_named_with_its_own_map(runs, tmp_path):
     summary = _summary(files["md"].read_text())
     page = parse(files["html"])
     (op,) = tables(page, "compare-operating")
-    for h, row in zip(("nms", "e2e"), op["rows"], strict=True):
+    for h, row in zip(("nms", "e2e"), op["rows"][::2], strict=True):  # each run's ECE row
         mp = r.head(h).calibrator.params["map"]
         words = f"Platt a = {mp['a']:.3g}, b = {mp['b']:.3g}"
         assert row["cells"][0][0] == f"platt:{h} ({words})" and words in summary
@@ -259,10 +271,11 @@ def test_two_heads_of_one_run_each_named_with_its_own_map(runs, tmp_path):
     (pc,) = tables(page, "compare-per-class")
     pa = {c.name: c for c in r.head("nms").per_class}
     pb = {c.name: c for c in r.head("e2e").per_class}
-    for row in pc["rows"]:
+    assert [row["cells"][2][0] for row in pc["rows"]] == ["A", "B", "B − A"] * len(pa)
+    for row in pc["rows"][2::3]:  # each class's difference row
         n = row["cells"][0][0].removesuffix(" (few boxes)")
         assert row["cells"][1][0] == "both"
-        assert row["cells"][9][0] == f4(pb[n].ece_after - pa[n].ece_after)
+        assert row["cells"][5][0] == f4(pb[n].ece_after - pa[n].ece_after)
     for name in ("compare.md", "compare.html"):
         bad, n = printed_interval_violations(files[name.split(".")[1]].read_text())
         assert n >= 40 and not bad, (name, bad[:10])
@@ -313,12 +326,27 @@ def test_compare_renders_in_headless_chromium(three):
     figures = sorted(p.name for p in (three / "figures").glob("*.png"))
     assert len(page.imgs) == len(figures) == 4
     assert all(i["src"].startswith("data:image/png;base64,") for i in page.imgs)
-    for css in ("compare-operating", "compare-runs", "compare-metrics", "compare-per-class", "compare-per-class-kept"):
+    for css in ("compare-operating", "compare-detection", "compare-runs", "compare-metrics", "compare-per-class",
+                "compare-per-class-kept"):
         assert len(tables(page, css)) == 1, css
-    assert len(tables(page, "compare-operating")[0]["rows"]) == 3
+    assert len(tables(page, "compare-operating")[0]["rows"]) == 6
 
 
 # ------------------------------------------------------------------------------ input and words
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+def test_compare_page_fits_a_1400_px_window(runs, three, tmp_path):
+    """In a 1400 px wide headless Chromium window, nothing on the comparison of three runs, nor on that of the
+    two heads of one run, is wider than the window, and no table scrolls inside its own wrapper (the operating
+    point, the all-box figures, per class and by size are stacked one row per run; paths wrap)."""
+    heads = compare_runs(f"{runs['platt']}:nms", f"{runs['platt']}:e2e", out_dir=tmp_path / "heads")["html"]
+    for page in (three / "compare.html", heads):
+        got = measured(page)
+        assert got["inner_width"] == WIDTH
+        assert got["scroll_width"] <= WIDTH and not got["wide"], (page, got["wide"][:10])
+        assert not got["scrolling"], (page, got["scrolling"])
+    assert "compare-operating" in (three / "compare.html").read_text()  # the tables measured are there
+
+
 def test_compare_needs_two_runs_and_one_label_per_run(runs, tmp_path, capsys):
     with pytest.raises(InputError, match="at least two runs"):
         compare_runs(runs["platt"], out_dir=tmp_path / "x")
@@ -378,9 +406,11 @@ def test_runs_with_other_conf_thresholds(runs, tmp_path, demo_model_path, fixtur
     page = parse(files["html"])
     (op,) = tables(page, "compare-operating")
     assert [(r["cells"][0][0].split(" (")[0], r["cells"][1][0]) for r in op["rows"]] == [
-        ("T2", "0.25"), ("T2", "0.4"), ("P", "0.25"), ("P", "0.4")]
+        ("T2", "0.25"), ("T2", "0.25"), ("T2", "0.4"), ("T2", "0.4"), ("P", "0.25"), ("P", "0.25"), ("P", "0.4")]
     o = _result(two).head("nms").eval.operating_after[1]
-    assert o.conf == 0.4 and op["rows"][1]["cells"][5][0] == fci(o.ece, o.ece_ci)
-    assert op["rows"][3]["cells"][2][0] == "not measured: this run's --conf is 0.25"
+    assert o.conf == 0.4 and op["rows"][2]["cells"][5][0] == fci(o.ece, o.ece_ci)
+    assert op["rows"][6]["cells"][2][0] == "not measured: this run's --conf is 0.25"
+    (det,) = tables(page, "compare-detection")
+    assert det["rows"][3]["cells"][2][0] == "n/a"
     summary = _summary(files["md"].read_text())
     assert "ECE of the boxes kept at conf 0.4, calibrated: fewer than two runs have it" in summary

@@ -550,25 +550,31 @@ def test_compare_two_runs(tmp_path, run_two):
     for img in page.imgs:
         assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)
     (m,) = tables(page, "compare-metrics")
-    assert [r["cells"][0][0].split(" (")[0] for r in m["rows"]] == ["ECE", "LaECE", "NLL", "Brier"]
+    # one row per metric and run
+    assert [r["cells"][0][0].split(" (")[0] for r in m["rows"]] == ["ECE", "ECE", "LaECE", "LaECE", "NLL", "NLL",
+                                                                     "Brier", "Brier"]
+    assert [r["cells"][1][0].split(" (")[0] for r in m["rows"]] == ["yolo-a", "yolo-b"] * 4
     for r in m["rows"]:
-        assert len(r["cells"]) == 5
-        for cell, _ in r["cells"][1:]:
+        assert len(r["cells"]) == 4
+        for cell, _ in r["cells"][2:]:
             assert re.fullmatch(r"[\d.e-]+ \[[\d.e-]+, [\d.e-]+\]", cell), (r["cells"][0], cell)  # value + 95% CI
     ca = json.loads((run_a / "calibration.json").read_text())
     cb = json.loads((run_b / "calibration.json").read_text())
-    assert m["rows"][0]["cells"][1][0].startswith(f"{f4(ca['eval']['nms']['ece_before'])} [")
-    assert m["rows"][2]["cells"][3][0].startswith(f"{f4(cb['eval']['nms']['nll_before'])} [")
+    assert m["rows"][0]["cells"][2][0].startswith(f"{f4(ca['eval']['nms']['ece_before'])} [")
+    assert m["rows"][5]["cells"][2][0].startswith(f"{f4(cb['eval']['nms']['nll_before'])} [")
     (pc,) = tables(page, "compare-per-class")
-    by = {r["cells"][0][0].removesuffix(" (few boxes)"): r for r in pc["rows"]}
+    by: dict[str, dict[str, dict]] = {}  # class -> run (A, B, and the difference B − A) -> row
+    for r in pc["rows"]:
+        by.setdefault(r["cells"][0][0].removesuffix(" (few boxes)"), {})[r["cells"][2][0]] = r
     assert set(by) == set(NAMES) | {"pentagon"}  # one-run classes listed, not dropped
-    assert by["hexagon"]["cells"][1][0] == "A only" and by["pentagon"]["cells"][1][0] == "B only"
-    assert by["hexagon"]["cells"][3][0] == "n/a"
+    assert all(list(rows) == ["A", "B", "B − A"] for rows in by.values())
+    assert by["hexagon"]["A"]["cells"][1][0] == "A only" and by["pentagon"]["A"]["cells"][1][0] == "B only"
+    assert by["hexagon"]["B"]["cells"][3][0] == "n/a"
     pa = {p["name"]: p for p in ca["per_class"]["nms"]}
     pb = {p["name"]: p for p in cb["per_class"]["nms"]}
-    assert by["circle"]["cells"][9][0] == f"{f4(pb['circle']['ece_after'] - pa['circle']['ece_after'])}"
-    assert by["hexagon"]["attrs"].get("class") == "few"  # few boxes in A
-    assert by["hexagon"]["cells"][0][0] == "hexagon (few boxes)"
+    assert by["circle"]["B − A"]["cells"][5][0] == f"{f4(pb['circle']['ece_after'] - pa['circle']['ece_after'])}"
+    assert all(r["attrs"].get("class") == "few" for r in by["hexagon"].values())  # few boxes in A
+    assert by["hexagon"]["A"]["cells"][0][0] == "hexagon (few boxes)"
     html = paths["html"].read_text()
     assert "Only in yolo-a: hexagon" in html
 

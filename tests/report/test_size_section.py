@@ -62,7 +62,10 @@ def test_a_size_map_run_writes_no_checkpoint_and_shows_its_map_change(runs):
 def test_compare_and_check_show_reliability_by_size(runs, tmp_path, fixture_yaml):
     pages = compare_runs(runs["size"], runs["temperature"], out_dir=tmp_path / "cmp")
     md = pages["md"].read_text()
-    assert "## Reliability by size" in md and "A: ECE (boxes)" in md
+    assert "## Reliability by size" in md and "| Size | Run | ECE calibrated (boxes) | LaECE_0 calibrated |" in md
+    rows = [ln.split(" | ")[:2] for ln in md.splitlines() if ln.startswith(("| small ", "| medium ", "| large "))]
+    assert [(size.split()[1], run) for size, run in rows[:6]] == [
+        ("small", "A"), ("small", "B"), ("medium", "A"), ("medium", "B"), ("large", "A"), ("large", "B")]
     result, out = check_run(runs["size"], data=fixture_yaml, split="fixture", limit=6, n_boot=20, progress=False,
                             out=tmp_path / "check")
     doc = json.loads((out / "check.json").read_text())
