@@ -289,7 +289,7 @@ def _check_parser(sub: Any) -> None:
     c.add_argument("--out", type=Path, help="output folder (default RUN_DIR/check-<data stem>-<split> or "
                    "RUN_DIR/check-images-<folder name>)")
     c.add_argument("--limit", type=int, help="use only the first N images (sorted)")
-    c.add_argument("--alpha", type=float, default=0.05, help="the check's level, halved between its two labelled verdicts (0.05)")
+    c.add_argument("--alpha", type=float, default=0.05, help="the check's level, halved between its 2 verdicts (0.05)")
     c.add_argument("--min-boxes", type=int, default=30, help="kept boxes a calibration verdict needs (30)")
     c.add_argument("--n-boot", type=int, help="bootstrap resamples of the intervals (default the run's)")
     c.add_argument("--n-perm", type=int, default=999, help="permutations of the label-free tests (999)")
