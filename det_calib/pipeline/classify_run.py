@@ -13,6 +13,7 @@ diagram ``reliability.png``, each written atomically.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,14 @@ from det_calib.metrics.binning import reliability_bins
 from det_calib.report.classifier_summary import summary_markdown
 from det_calib.report.plots import reliability_figure
 from det_calib.selection.classifier_choice import choose_classifier_map
+from det_calib.thresholds.selective_accuracy import reject_threshold
 
 log = logging.getLogger(__name__)
+
+REJECT_TARGETS = (0.9, 0.95, 0.99)
+"""Accuracies among answered images the run certifies a reject threshold for."""
+REJECT_DELTA = 0.1
+"""Each reject threshold's guarantee holds with probability at least ``1 - REJECT_DELTA``."""
 
 __all__ = ["calibrate_classifier"]
 
@@ -73,6 +80,7 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
         "eval": {"raw": raw.to_dict(), "calibrated": calibrated.to_dict(), "deployed": deployed.to_dict()},
         "top1_changed": _top1_changed(mapping, caps[eval_split].logits),
         "val": _val_pair(model, ckpt, data, eval_split, imgsz) if val and limit is None else None,
+        "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, deployed_cap.probs, y_eval),
     }
     figure = reliability_figure([
         (f"raw (ECE {raw.top_label_ece:.4f})", _bins(caps[eval_split].probs, y_eval), "top-1 confidence"),
@@ -91,6 +99,18 @@ def _limited(labels: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     if limit is None or limit >= labels.size:
         return np.arange(labels.size)
     return np.sort(np.random.default_rng(seed).choice(labels.size, size=limit, replace=False))
+
+
+def _reject_rules(p_fit: np.ndarray, y_fit: np.ndarray, p_eval: np.ndarray, y_eval: np.ndarray) -> list[dict]:
+    """The reject option at each of :data:`REJECT_TARGETS` (certified on the fit split's calibrated
+    scores at :data:`REJECT_DELTA`), with what it gives on the eval split (deployed scores)."""
+    rules = []
+    for target in REJECT_TARGETS:
+        r = reject_threshold(p_fit.max(1), p_fit.argmax(1) == y_fit, target=target, delta=REJECT_DELTA)
+        on = p_eval.max(1) >= r.threshold if r.certified else np.zeros(y_eval.size, bool)
+        rules.append({**asdict(r), "eval_answered": float(on.mean()),
+                      "eval_accuracy": float((p_eval.argmax(1) == y_eval)[on].mean()) if on.any() else None})
+    return rules
 
 
 def _top1_changed(mapping, logits: np.ndarray) -> int:

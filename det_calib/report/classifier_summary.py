@@ -5,7 +5,8 @@ Example:
     ...      "keeps_top1": True, "top1_changed": 0, "val": None, "eval": {k: {
     ...      "top_label_ece": e, "ece_interval": [0, 1], "floor": 0.01, "floor_interval": [0.0, 0.02],
     ...      "at_floor": e <= 0.02, "classwise_ece": 0.1, "nll": 1.0, "brier": 0.5, "top1": 0.8, "top5": 1.0}
-    ...      for k, e in (("raw", 0.1), ("calibrated", 0.01), ("deployed", 0.01))}}
+    ...      for k, e in (("raw", 0.1), ("calibrated", 0.01), ("deployed", 0.01))}, "reject": [{"target": 0.9,
+    ...      "delta": 0.1, "certified": False}]}
     >>> summary_markdown(r).splitlines()[2]
     '**At its floor**: top-label ECE 0.1000 -> 0.0100 (deployed), sampling floor 0.0100 [0.0000, 0.0200].'
 """
@@ -56,4 +57,15 @@ def summary_markdown(record: dict) -> str:
         word = "identical" if val["identical"] else "CHANGED"
         lines.append(f"Ultralytics classify val: top-1 {val['raw']['top1']:.4f} -> {val['calibrated']['top1']:.4f}, "
                      f"top-5 {val['raw']['top5']:.4f} -> {val['calibrated']['top5']:.4f} ({word}).")
+    lines += ["", f"Reject option (answer only above a threshold; the accuracy among answered images guaranteed "
+              f"with probability {1 - record['reject'][0]['delta']:.2f} over the fit split's images):", "",
+              "| target accuracy | threshold | answered (fit) | answered (eval) | accuracy (eval) |",
+              "|---:|---:|---:|---:|---:|"]
+    for r in record["reject"]:
+        if not r["certified"]:
+            lines.append(f"| {r['target']:.2f} | cannot certify on these images | | | |")
+            continue
+        acc = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.3f}"
+        lines.append(f"| {r['target']:.2f} | {r['threshold']:.2f} | {r['answered']:.3f} | {r['eval_answered']:.3f} | "
+                     f"{acc} |")
     return "\n".join(lines) + "\n"

@@ -126,3 +126,6 @@ def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp
     assert record["val"]["raw"]["top1"] == pytest.approx(ev["raw"]["top1"], abs=1.5 / record["images"]["test"])
     assert "wrote calibrated.pt" in printed and printed.startswith("# Classifier calibration: ")
     assert ("At its floor" in printed) == ev["deployed"]["at_floor"]
+    assert [r["target"] for r in record["reject"]] == [0.9, 0.95, 0.99] and "Reject option" in printed
+    for r in record["reject"]:  # a certified threshold answers a share of the fit split at the target at least
+        assert not r["certified"] or (r["accuracy"] >= r["target"] and 0 < r["answered"] <= 1)
