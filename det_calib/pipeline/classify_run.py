@@ -6,7 +6,9 @@ split (``test``). The chosen map is folded into the model's last linear layer
 (:mod:`det_calib.deploy.classify_fold`); plain Ultralytics then predicts the eval split with the
 written checkpoint (the deployed figures) and validates both checkpoints (top-1 and top-5 must be
 unchanged for a map that keeps the ranking, and are reported before and after for one that can
-change it). Outputs: ``calibration.json``, ``summary.md``, ``calibrated.pt`` and the reliability
+change it). An export (ONNX, OpenVINO, ...) is captured as its log-probabilities and its map is
+written for use after the engine (no weights to fold into). Outputs: ``calibration.json``,
+``summary.md``, ``classifier_map.json``, ``calibrated.pt`` (a ``.pt`` model) and the reliability
 diagram ``reliability.png``, each written atomically.
 """
 
@@ -68,9 +70,8 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
     raw = evaluate_classifier(caps[eval_split].probs, y_eval, seed=seed)
     calibrated = evaluate_classifier(mapping.proba(caps[eval_split].logits), y_eval, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = write_classify_checkpoint(model, out / "calibrated.pt", mapping)
-    deployed_cap = capture_classify(ckpt, caps[eval_split].paths, imgsz=imgsz)
-    deployed = evaluate_classifier(deployed_cap.probs, y_eval, seed=seed)
+    ckpt, p_deployed = _deploy(model, out, mapping, caps[eval_split], imgsz)
+    deployed = evaluate_classifier(p_deployed, y_eval, seed=seed)
     record = {
         "task": "classify", "model": str(model), "data": str(data), "fit_split": fit_split,
         "eval_split": eval_split, "images": {fit_split: int(y_fit.size), eval_split: int(y_eval.size)},
@@ -79,16 +80,18 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
                                                "repeats": choice.repeats},
         "eval": {"raw": raw.to_dict(), "calibrated": calibrated.to_dict(), "deployed": deployed.to_dict()},
         "top1_changed": _top1_changed(mapping, caps[eval_split].logits),
-        "val": _val_pair(model, ckpt, data, eval_split, imgsz) if val and limit is None else None,
-        "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, deployed_cap.probs, y_eval),
+        "deployed_as": "calibrated.pt" if ckpt else "classifier_map.json applied to the engine's log-probabilities",
+        "val": _val_pair(model, ckpt, data, eval_split, imgsz) if val and ckpt and limit is None else None,
+        "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, p_deployed, y_eval),
     }
     figure = reliability_figure([
         (f"raw (ECE {raw.top_label_ece:.4f})", _bins(caps[eval_split].probs, y_eval), "top-1 confidence"),
-        (f"calibrated: {chosen} (ECE {deployed.top_label_ece:.4f})", _bins(deployed_cap.probs, y_eval),
+        (f"calibrated: {chosen} (ECE {deployed.top_label_ece:.4f})", _bins(p_deployed, y_eval),
          "top-1 confidence"),
     ], title=f"top-label reliability on `{eval_split}` ({y_eval.size} images)")
     with atomic_path(out / "reliability.png") as tmp:
         tmp.write_bytes(figure)
+    write_json(out / "classifier_map.json", mapping.to_dict())
     write_json(out / "calibration.json", record)
     write_text(out / "summary.md", summary_markdown(record))
     return record
@@ -99,6 +102,16 @@ def _limited(labels: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     if limit is None or limit >= labels.size:
         return np.arange(labels.size)
     return np.sort(np.random.default_rng(seed).choice(labels.size, size=limit, replace=False))
+
+
+def _deploy(model: str | Path, out: Path, mapping, cap, imgsz: int | None) -> tuple[Path | None, np.ndarray]:
+    """A ``.pt`` model: ``calibrated.pt`` written and run by plain Ultralytics; its class probabilities on
+    the eval images. An export (no weights to fold into): no checkpoint, and the map applied to the
+    engine's log-probabilities, as a user chains ``classifier_map.json`` after it."""
+    if Path(model).suffix != ".pt":
+        return None, mapping.proba(cap.logits)
+    ckpt = write_classify_checkpoint(model, out / "calibrated.pt", mapping)
+    return ckpt, capture_classify(ckpt, cap.paths, imgsz=imgsz).probs
 
 
 def _reject_rules(p_fit: np.ndarray, y_fit: np.ndarray, p_eval: np.ndarray, y_eval: np.ndarray) -> list[dict]:
@@ -144,5 +157,7 @@ def run_classify_cli(args) -> int:
                                   eval_split=args.eval_split or "test", method=method, seed=args.seed,
                                   imgsz=args.imgsz, limit=args.limit, val=args.run_val)
     print(summary_markdown(record).rstrip("\n"))
-    print(f"wrote calibrated.pt, calibration.json, reliability.png, summary.md to {args.out}")
+    written = ("calibrated.pt, " if record["deployed_as"] == "calibrated.pt" else "") + \
+        "calibration.json, classifier_map.json, reliability.png, summary.md"
+    print(f"wrote {written} to {args.out}")
     return 0

@@ -26,6 +26,12 @@ def _verdict(raw: dict, deployed: dict) -> str:
     return "**Not improved: keep the raw scores**"
 
 
+def _deployed_words(record: dict) -> str:
+    if record.get("deployed_as", "calibrated.pt") == "calibrated.pt":
+        return "plain Ultralytics predicting with `calibrated.pt`"
+    return "the engine's scores with `classifier_map.json` applied after it"
+
+
 def summary_markdown(record: dict) -> str:
     """Markdown of a classify run's record (see :func:`det_calib.pipeline.classify_run.calibrate_classifier`)."""
     ev = record["eval"]
@@ -40,8 +46,8 @@ def summary_markdown(record: dict) -> str:
         f"{_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> {dep['top_label_ece']:.4f} (deployed), "
         f"sampling floor {dep['floor']:.4f} [{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
         "",
-        f"On `{record['eval_split']}` ({record['images'][record['eval_split']]} images). Deployed: plain Ultralytics "
-        "predicting with `calibrated.pt`.",
+        f"On `{record['eval_split']}` ({record['images'][record['eval_split']]} images). Deployed: "
+        f"{_deployed_words(record)}.",
         "",
         "| figure | raw | calibrated | deployed |",
         "|---|---:|---:|---:|",

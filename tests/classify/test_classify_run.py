@@ -129,3 +129,23 @@ def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp
     assert [r["target"] for r in record["reject"]] == [0.9, 0.95, 0.99] and "Reject option" in printed
     for r in record["reject"]:  # a certified threshold answers a share of the fit split at the target at least
         assert not r["certified"] or (r["accuracy"] >= r["target"] and 0 < r["answered"] <= 1)
+
+
+def test_an_onnx_export_is_calibrated_from_its_log_probabilities(cls_model, cls_data, tmp_path, capsys):
+    """An export returns only the softmax: its log-probabilities give the temperature the .pt's logits
+    give, and the run writes the map to apply after the engine (no checkpoint)."""
+    from ultralytics import YOLO
+
+    onnx = Path(YOLO(str(cls_model)).export(format="onnx", imgsz=64))
+    split = read_class_split(cls_data, "val")
+    pt, engine = capture_classify(cls_model, split.paths), capture_classify(onnx, split.paths)
+    assert engine.from_log_probs and not pt.from_log_probs
+    t_pt = fit_multiclass("temperature", pt.logits, split.labels).temperature
+    t_engine = fit_multiclass("temperature", engine.logits, split.labels).temperature
+    assert t_engine == pytest.approx(t_pt, rel=1e-3)
+    out = tmp_path / "run"
+    assert main(["calibrate", "--model", str(onnx), "--data", str(cls_data), "--method", "temperature",
+                 "--out", str(out)]) == 0
+    record = json.loads((out / "calibration.json").read_text())
+    assert not (out / "calibrated.pt").exists() and (out / "classifier_map.json").is_file()
+    assert record["map"]["temperature"] == pytest.approx(t_pt, rel=1e-3) and record["val"] is None
