@@ -268,11 +268,10 @@ def _check_parser(sub: Any) -> None:
     codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
     c = sub.add_parser(
         "check", help="check a run's calibration and detection quality on new images (labelled or not)",
-        description="Labelled new images (--data): applies the run's calibrator to the run's model on them and "
-        "tests, at the run's lowest conf threshold, whether calibration holds (calibration in the large, "
-        "Hosmer-Lemeshow, per class) and whether detection quality holds (precision, recall against the run's eval "
-        "split). Unlabelled images (--images): tests whether the detector's output shifted (score distribution, "
-        "boxes per image, class mix); that detects a shift, not a miscalibration.",
+        description="Labelled new images (--data): applies the run's calibrator to the run's model on them and tests, "
+        "at the run's lowest conf threshold, whether calibration holds (calibration in the large, Hosmer-Lemeshow, per "
+        "class) and whether detection quality holds (precision, recall against the run's eval split). Unlabelled "
+        "images (--images): tests whether the output shifted (scores, boxes per image, class mix), not calibration.",
         epilog=f"exit codes: {codes}")
     c.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     what = c.add_mutually_exclusive_group(required=True)
@@ -300,6 +299,8 @@ def _check_parser(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if (classify := importlib.import_module("det_calib.check.classify_check")).is_classify_run(args.run_dir):
+        return classify.run_check_cli(args, classify.is_classify_run(args.run_dir))
     from det_calib.check.run_check import check_run
 
     result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
@@ -463,15 +464,8 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "calibrate": _calibrate,
-    "capture": _capture,
-    "apply": _apply,
-    "report": _report,
-    "compare": _compare,
-    "thresholds": _thresholds,
-    "demo-data": _demo_data,
-    "check": _check,
-    "ensemble": _ensemble,
+    "calibrate": _calibrate, "capture": _capture, "apply": _apply, "report": _report, "compare": _compare,
+    "thresholds": _thresholds, "demo-data": _demo_data, "check": _check, "ensemble": _ensemble,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 

@@ -149,3 +149,34 @@ def test_an_onnx_export_is_calibrated_from_its_log_probabilities(cls_model, cls_
     record = json.loads((out / "calibration.json").read_text())
     assert not (out / "calibrated.pt").exists() and (out / "classifier_map.json").is_file()
     assert record["map"]["temperature"] == pytest.approx(t_pt, rel=1e-3) and record["val"] is None
+
+
+@pytest.fixture(scope="module")
+def cls_run(cls_model, cls_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clsrun") / "run"
+    assert main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--method", "temperature",
+                 "--no-val", "--out", str(out)]) == 0
+    return out
+
+
+def test_check_holds_on_like_images_and_calls_heavy_blur_drift(cls_run, cls_data, tmp_path, capsys):
+    """New crops of the same generator (dataset seed 1: images the run never saw) hold; the same crops
+    blurred hard lose accuracy and calibration, and check says so with its exit code."""
+    import cv2
+
+    fresh = classify_root(tmp_path / "fresh", seed=1, splits={"val": 80})
+    code = main(["check", str(cls_run), "--data", str(fresh), "--split", "val", "--out", str(tmp_path / "c1")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "calibration: holds" in printed and "accuracy: holds" in printed
+    blurred = tmp_path / "blur"
+    for src in (fresh / "val").rglob("*.png"):
+        dst = blurred / "val" / src.parent.name / src.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(dst), cv2.GaussianBlur(cv2.imread(str(src)), (0, 0), 6))
+    code = main(["check", str(cls_run), "--data", str(blurred), "--split", "val", "--out", str(tmp_path / "c2")])
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "c2" / "check.json").read_text())
+    assert code == 5 and result["calibration"] == "drifted" and result["accuracy"] == "changed", printed
+    assert result["right"] < result["expected_right"]  # over-confident on blurred crops
+    _one_line_error(capsys, ["check", str(cls_run), "--images", str(blurred)], "--images is not available")
