@@ -8,8 +8,8 @@ written checkpoint (the deployed figures) and validates both checkpoints (top-1 
 unchanged for a map that keeps the ranking, and are reported before and after for one that can
 change it). An export (ONNX, OpenVINO, ...) is captured as its log-probabilities and its map is
 written for use after the engine (no weights to fold into). Outputs: ``calibration.json``,
-``summary.md``, ``classifier_map.json``, ``calibrated.pt`` (a ``.pt`` model) and the reliability
-diagram ``reliability.png``, each written atomically.
+``summary.md``, ``classifier_map.json``, ``calibrated.pt`` (a ``.pt`` model) and the report
+(``report.html``, ``report.md``, ``figures/``), each written atomically.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from det_calib.deploy.classify_fold import write_classify_checkpoint
 from det_calib.errors import InputError
 from det_calib.evaluation.classifier_eval import evaluate_classifier
 from det_calib.evaluation.classify_val import classify_val
-from det_calib.io import atomic_path, write_json, write_text
-from det_calib.metrics.binning import reliability_bins
+from det_calib.io import write_json, write_text
+from det_calib.report.classifier_report import write_classifier_report
 from det_calib.report.classifier_summary import summary_markdown
-from det_calib.report.plots import reliability_figure
 from det_calib.selection.classifier_choice import choose_classifier_map
 from det_calib.thresholds.selective_accuracy import reject_threshold
 
@@ -84,13 +83,7 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
         "val": _val_pair(model, ckpt, data, eval_split, imgsz) if val and ckpt and limit is None else None,
         "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, p_deployed, y_eval),
     }
-    figure = reliability_figure([
-        (f"raw (ECE {raw.top_label_ece:.4f})", _bins(caps[eval_split].probs, y_eval), "top-1 confidence"),
-        (f"calibrated: {chosen} (ECE {deployed.top_label_ece:.4f})", _bins(p_deployed, y_eval),
-         "top-1 confidence"),
-    ], title=f"top-label reliability on `{eval_split}` ({y_eval.size} images)")
-    with atomic_path(out / "reliability.png") as tmp:
-        tmp.write_bytes(figure)
+    write_classifier_report(out, record, caps[eval_split].probs, p_deployed, y_eval)
     write_json(out / "classifier_map.json", mapping.to_dict())
     write_json(out / "calibration.json", record)
     write_text(out / "summary.md", summary_markdown(record))
@@ -131,10 +124,6 @@ def _top1_changed(mapping, logits: np.ndarray) -> int:
     return int(np.sum(mapping.apply(logits).argmax(1) != logits.argmax(1)))
 
 
-def _bins(prob: np.ndarray, labels: np.ndarray):
-    return reliability_bins(prob.max(axis=1), prob.argmax(axis=1) == labels)
-
-
 def _val_pair(model: str | Path, ckpt: Path, data: str | Path, split: str, imgsz: int | None) -> dict:
     before, after = classify_val(model, data, split, imgsz), classify_val(ckpt, data, split, imgsz)
     return {"raw": before, "calibrated": after,
@@ -158,6 +147,6 @@ def run_classify_cli(args) -> int:
                                   imgsz=args.imgsz, limit=args.limit, val=args.run_val)
     print(summary_markdown(record).rstrip("\n"))
     written = ("calibrated.pt, " if record["deployed_as"] == "calibrated.pt" else "") + \
-        "calibration.json, classifier_map.json, reliability.png, summary.md"
+        "calibration.json, classifier_map.json, report.html, report.md, summary.md (and figures/)"
     print(f"wrote {written} to {args.out}")
     return 0

@@ -13,10 +13,10 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["summary_markdown"]
+__all__ = ["classifier_verdict", "deployed_words", "summary_markdown"]
 
 
-def _verdict(raw: dict, deployed: dict) -> str:
+def classifier_verdict(raw: dict, deployed: dict) -> str:
     if deployed["at_floor"] and raw["at_floor"]:
         return "**At its floor** (the raw scores already were)"
     if deployed["at_floor"]:
@@ -26,7 +26,7 @@ def _verdict(raw: dict, deployed: dict) -> str:
     return "**Not improved: keep the raw scores**"
 
 
-def _deployed_words(record: dict) -> str:
+def deployed_words(record: dict) -> str:
     if record.get("deployed_as", "calibrated.pt") == "calibrated.pt":
         return "plain Ultralytics predicting with `calibrated.pt`"
     return "the engine's scores with `classifier_map.json` applied after it"
@@ -43,11 +43,12 @@ def summary_markdown(record: dict) -> str:
     lines = [
         f"# Classifier calibration: {what}",
         "",
-        f"{_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> {dep['top_label_ece']:.4f} (deployed), "
-        f"sampling floor {dep['floor']:.4f} [{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
+        f"{classifier_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> {dep['top_label_ece']:.4f} "
+        f"(deployed), sampling floor {dep['floor']:.4f} "
+        f"[{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
         "",
         f"On `{record['eval_split']}` ({record['images'][record['eval_split']]} images). Deployed: "
-        f"{_deployed_words(record)}.",
+        f"{deployed_words(record)}.",
         "",
         "| figure | raw | calibrated | deployed |",
         "|---|---:|---:|---:|",

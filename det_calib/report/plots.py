@@ -180,7 +180,7 @@ def _bars(ax: Any, left: np.ndarray, height: np.ndarray, width: np.ndarray, bott
 
 
 def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | None = None,
-                     ylabels: bool = True) -> None:
+                     ylabels: bool = True, unit: str = "boxes") -> None:
     """One reliability diagram in ``ax`` and its per-bin box count (log scale) in ``axc`` below.
 
     ``top``: the count axis's top (default: :func:`count_top` of ``bins``); ``ylabels`` False leaves
@@ -206,7 +206,7 @@ def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | 
     axc.set_xlabel(xlabel)
     if ylabels:
         ax.set_ylabel("accuracy (fraction correct)")
-        axc.set_ylabel("boxes")
+        axc.set_ylabel(unit)
     else:
         ax.tick_params(labelleft=False)
         axc.tick_params(labelleft=False)
@@ -222,19 +222,21 @@ def reliability_legend() -> list[Any]:
     ]
 
 
-def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: str | None = None) -> bytes:
+def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: str | None = None,
+                       unit: str = "boxes") -> bytes:
     """Reliability diagrams side by side, each with its per-bin box count (log scale) below.
 
     Args:
         panels: ``(title, bins, xlabel)`` per panel; ``bins`` None draws "not available".
         title: Figure title.
+        unit: What the bins count (the count axis's label): ``boxes``, or ``images`` for a classifier.
     """
-    return reliability_grid([panels], title=title, panel_size=(4.6, 5.8))
+    return reliability_grid([panels], title=title, panel_size=(4.6, 5.8), unit=unit)
 
 
 def reliability_grid(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
                      shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
-                     missing: str = "not available") -> bytes:
+                     missing: str = "not available", unit: str = "boxes") -> bytes:
     """Reliability diagrams in a grid of ``rows`` of panels ``(title, bins, xlabel)``, each with its
     per-bin box count (log scale) below; ``bins`` None draws ``missing``, bins without boxes "no boxes".
 
@@ -248,12 +250,12 @@ def reliability_grid(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, t
     """
     with matplotlib.rc_context(RC):  # the ticks made while drawing read it too
         return to_png(reliability_grid_figure(rows, title=title, shared=shared, panel_size=panel_size,
-                                              missing=missing))
+                                              missing=missing, unit=unit))
 
 
 def reliability_grid_figure(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
                             shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
-                            missing: str = "not available") -> Figure:
+                            missing: str = "not available", unit: str = "boxes") -> Figure:
     """The figure :func:`reliability_grid` draws (its arguments), not yet drawn (draw it under
     ``matplotlib.rc_context(RC)``: the ticks made while drawing read it)."""
     n_rows, n_cols = len(rows), max(len(p) for p in rows)
@@ -273,13 +275,13 @@ def reliability_grid_figure(rows: Sequence[Sequence[tuple[str, Any | None, str]]
                 if not _has_boxes(bins):  # its own axes, without ticks
                     ax = fig.add_subplot(cell[0])
                     ax.set_title(ptitle)
-                    empty_panel(ax, "no boxes" if bins is not None else missing)
+                    empty_panel(ax, f"no {unit}" if bins is not None else missing)
                     empty_panel(fig.add_subplot(cell[1], sharex=ax), "")
                     continue
                 ax = fig.add_subplot(cell[0], sharey=None if first is None else first[0])
                 axc = fig.add_subplot(cell[1], sharex=ax, sharey=None if first is None else first[1])
                 ax.set_title(ptitle)
-                draw_reliability(ax, axc, bins, xlabel=xlabel, top=count_max, ylabels=first is None)
+                draw_reliability(ax, axc, bins, xlabel=xlabel, top=count_max, ylabels=first is None, unit=unit)
                 if shared:
                     first = first or (ax, axc)
         fig.legend(handles=reliability_legend(), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=3,

@@ -116,7 +116,8 @@ def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp
     assert main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     record = json.loads((out / "calibration.json").read_text())
-    assert {p.name for p in out.iterdir()} >= {"calibration.json", "summary.md", "calibrated.pt", "reliability.png"}
+    assert {p.name for p in out.iterdir()} >= {"calibration.json", "summary.md", "calibrated.pt", "report.html",
+                                                "report.md", "classifier_map.json", "figures"}
     ev = record["eval"]
     assert ev["deployed"]["top_label_ece"] == pytest.approx(ev["calibrated"]["top_label_ece"], abs=2e-4)
     if record["keeps_top1"]:
@@ -126,6 +127,9 @@ def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp
     assert record["val"]["raw"]["top1"] == pytest.approx(ev["raw"]["top1"], abs=1.5 / record["images"]["test"])
     assert "wrote calibrated.pt" in printed and printed.startswith("# Classifier calibration: ")
     assert ("At its floor" in printed) == ev["deployed"]["at_floor"]
+    page = (out / "report.html").read_text()
+    assert page.index('class="verdict"') < page.index("<figure") < page.index('class="per-class"')
+    assert page.count("<tr") >= 8 + 7 and (out / "figures" / "per_class_reliability.png").is_file()
     assert [r["target"] for r in record["reject"]] == [0.9, 0.95, 0.99] and "Reject option" in printed
     for r in record["reject"]:  # a certified threshold answers a share of the fit split at the target at least
         assert not r["certified"] or (r["accuracy"] >= r["target"] and 0 < r["answered"] <= 1)
