@@ -2,6 +2,7 @@
 
 Example:
     >>> r = {"method": "temperature", "map": {"temperature": 1.5}, "eval_split": "test", "images": {"test": 10},
+    ...      "deployed_as": "calibrated.pt",
     ...      "keeps_top1": True, "top1_changed": 0, "val": None, "eval": {k: {
     ...      "top_label_ece": e, "ece_interval": [0, 1], "floor": 0.01, "floor_interval": [0.0, 0.02],
     ...      "at_floor": e <= 0.02, "classwise_ece": 0.1, "nll": 1.0, "brier": 0.5, "top1": 0.8, "top5": 1.0}
@@ -27,7 +28,7 @@ def classifier_verdict(raw: dict, deployed: dict) -> str:
 
 
 def deployed_words(record: dict) -> str:
-    if record.get("deployed_as", "calibrated.pt") == "calibrated.pt":
+    if record["deployed_as"] == "calibrated.pt":
         return "plain Ultralytics predicting with `calibrated.pt`"
     return "the engine's scores with `classifier_map.json` applied after it"
 
@@ -36,7 +37,7 @@ def summary_markdown(record: dict) -> str:
     """Markdown of a classify run's record (see :func:`det_calib.pipeline.classify_run.calibrate_classifier`)."""
     ev = record["eval"]
     raw, cal, dep = ev["raw"], ev["calibrated"], ev["deployed"]
-    t = record["map"].get("temperature", 1.0)
+    t = record["map"]["temperature"]
     what = f"temperature T = {t:.4f}" if record["method"] == "temperature" else f"{record['method']} scaling"
     if record["method"] == "none":
         what = "no map (the raw scores)"
