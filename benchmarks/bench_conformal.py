@@ -137,7 +137,7 @@ def counts_for(case, rows: np.ndarray, c: int | None = None):
 def test_risk(name: str, t: RiskTargets, fig: dict) -> float:
     """The test-side risk of ``name`` in the target's units, and whether it breaks the target."""
     if name == "precision" and t.precision_unit == "image":
-        return fig["precision_per_image"]
+        return fig["precision_per_image"] if fig["precision_per_image"] is not None else 1.0
     if name == "precision":
         return fig["precision"] if fig["precision"] is not None else 1.0
     if name == "recall":
@@ -187,14 +187,15 @@ def targets_for(case_name: str) -> list[tuple[str, dict]]:
     rec = (0.4, 0.5, 0.6)
     prec = (0.6, 0.7, 0.8)
     fp = (0.5, 1.0, 2.0)
-    out = [("precision", {"precision": p}) for p in prec]
-    out += [("precision/img", {"precision": p, "precision_unit": "image"}) for p in prec]
+    out = [("precision/img", {"precision": p}) for p in prec]  # the default unit: images that keep a box
+    out += [("precision", {"precision": p, "precision_unit": "pooled", "fp_cap": 25.0}) for p in prec]
+    out += [("precision", {"precision": 0.7, "precision_unit": "pooled", "fp_cap": 300.0})]  # no assumption
     out += [("recall", {"recall": r}) for r in rec]
     out += [("fp", {"max_fp": k, "fp_cap": 25.0}) for k in fp]
     out += [("fp", {"max_fp": 2.0, "fp_cap": 300.0})]  # the unconditional cap (max_det): nothing certified
     out += [("recall", {"recall": r, "guarantee": "expectation"}) for r in rec]
     both = {"precision": 0.65, "recall": 0.4} if case_name.startswith("demo") else {"precision": 0.75, "recall": 0.55}
-    out += [("both", both), ("both/img", {**both, "precision_unit": "image"})]
+    out += [("both/img", both), ("both", {**both, "precision_unit": "pooled", "fp_cap": 25.0})]
     return out
 
 
@@ -234,7 +235,7 @@ def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tu
 def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec, pviol) -> dict:
     target = {"precision": t.precision, "precision/img": t.precision, "recall": t.recall, "fp": t.max_fp}.get(risk)
     tgt = f"P>={t.precision:g}, R>={t.recall:g}" if risk.startswith("both") else f"{target:g}"
-    tgt += f" (cap {t.fp_cap:g})" if risk == "fp" else ""
+    tgt += f" (cap {t.fp_cap:g})" if risk == "fp" or (t.precision_unit == "pooled" and t.precision is not None) else ""
     rate = viol / splits
     se = math.sqrt(delta * (1 - delta) / splits)
     kind = "expectation" if t.guarantee == "expectation" and not risk.startswith("precision") else "1-delta"

@@ -336,7 +336,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
              "`--delta`"), (["--max-fp-per-image", "-1"], "`--max-fp-per-image`"),
              (["--target-recall", "0.999"], "no threshold certifies recall"),
              (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
-             (["--class-sets", "0.1"], "no per-class `logits` column"), (["--class-sets", "2"], "`--class-sets`")]
+             (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"), (["--class-sets", "2"], "`--class-sets`")]
     for extra, words in cases:
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
@@ -366,3 +366,34 @@ def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
     # one-to-one matching gives that object to the higher-conf box)
     assert out["n_fit"] == out["boxes"] == 400
     assert out["coverage"] >= 0.9 - 0.05 and 1.0 <= out["mean_size"] < 3.0
+
+
+def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys):
+    # calibrate moves the capture's `logits` column into class_logits.npz (float16, the boxes above the floor);
+    # class sets read from it agree with those read from the column, and the CLI prints them
+    from det_calib.cli import main
+    from det_calib.thresholds.class_sets import LOGITS_FILE, LOGITS_FLOOR, run_class_sets, write_class_logits
+
+    run = _make_run(tmp_path / "cs", n_img=200, logits=True)
+    want = run_class_sets(run, alpha=0.1, keep=0.25, write=False)
+    boxes = pl.read_parquet(run / "boxes.parquet")
+    lg = np.stack(boxes["logits"].to_list())
+    write_class_logits(run, boxes)
+    assert "logits" not in boxes.columns  # moved out of the table, in place
+    boxes.write_parquet(run / "boxes.parquet")
+    with np.load(run / LOGITS_FILE) as z:
+        kept = np.flatnonzero(boxes["calibrated"].to_numpy() > LOGITS_FLOOR)
+        assert z["row"].tolist() == kept.tolist() and z["logits"].dtype == np.float16
+        np.testing.assert_allclose(z["logits"], lg[kept], atol=4e-3)
+    got = run_class_sets(run, alpha=0.1, keep=0.25, write=False)
+    assert got["n_fit"] == want["n_fit"] and got["boxes"] == want["boxes"]
+    assert got["coverage"] == pytest.approx(want["coverage"], abs=0.01)
+    assert got["mean_size"] == pytest.approx(want["mean_size"], abs=0.02)
+    with pytest.raises(InputError, match="`keep` at least 0.05"):
+        run_class_sets(run, alpha=0.1, keep=0.01, write=False)
+    assert main(["thresholds", str(run), "--class-sets", "0.1"]) == 0
+    assert f"mean size {got['mean_size']:.2f}" in capsys.readouterr().out
+    np.savez_compressed(run / LOGITS_FILE, row=np.array([0, 1], np.int32), logits=np.zeros((2, 3), np.float16),
+                        image_id=np.array([5, 5], np.int32), floor=np.float64(LOGITS_FLOOR))
+    with pytest.raises(InputError, match="does not match the run's boxes.parquet"):
+        run_class_sets(run, alpha=0.1, write=False)
