@@ -18,8 +18,8 @@ from scipy import stats
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.record.run_result import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
-from det_calib.thresholds.class_sets import ClassSets, agnostic_true_class, class_probabilities
 from det_calib.thresholds.certification import betting_pvalue
+from det_calib.thresholds.class_sets import ClassSets, agnostic_true_class, class_probabilities
 from det_calib.thresholds.risk_control import RiskTargets, control, hb_pvalue, image_counts
 
 GRID = np.round(np.arange(1000) / 1000.0, 3)
@@ -336,7 +336,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
              "`--delta`"), (["--max-fp-per-image", "-1"], "`--max-fp-per-image`"),
              (["--target-recall", "0.999"], "no threshold certifies recall"),
              (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
-             (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"), (["--class-sets", "2"], "`--class-sets`")]
+             (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"),
+             (["--class-sets", "2"], "`--class-sets`")]
     for extra, words in cases:
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
