@@ -398,3 +398,20 @@ def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys
                         image_id=np.array([5, 5], np.int32), floor=np.float64(LOGITS_FLOOR))
     with pytest.raises(InputError, match="does not match the run's boxes.parquet"):
         run_class_sets(run, alpha=0.1, write=False)
+
+
+@pytest.mark.fast
+def test_per_class_criterion_and_risk_control_certify_the_same_image_precision():
+    # `det-calib thresholds`' target_precision (unit image) and `--target-precision` of risk control are one rule:
+    # the same threshold on the same boxes, so the benchmark's precision/img rows measure both
+    from det_calib.thresholds.per_class import tune
+
+    rng = np.random.default_rng(6)
+    s, y, img, n_gt = _clustered(rng, 400)
+    fit = pl.DataFrame({"image_id": img, "cls": np.zeros(len(s), np.int64), "correct": y,
+                        "iou": np.where(y, 0.8, 0.2)})
+    doc = tune(fit, s, n_gt_fit={0: int(n_gt.sum())}, class_names=["a"], target_precision=0.8, delta=0.1,
+               grid=GRID)["target_precision"]["global"]
+    r = control(image_counts(s, y, img, n_gt, grid=GRID), RiskTargets(precision=0.8, delta=0.1))
+    assert doc["certified"] and r["certified"] and doc["threshold"] == r["threshold"]
+    assert doc["fit"]["precision_per_image"] == pytest.approx(r["fit"]["precision_per_image"], rel=1e-12)
