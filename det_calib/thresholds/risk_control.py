@@ -19,17 +19,23 @@ Risks (each a per-image loss, monotone in ``t``)
     range: with ``max_det`` 300 a few hundred images rarely certify one false positive per image. A
     smaller ``fp_cap`` is an assumption ("no image has more than ``fp_cap`` false positives above the
     threshold"); the guarantee holds under it, and losses above it are clipped.
-``precision`` with ``precision_unit="image"``
-    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion (0 when it keeps no box,
-    as in Benjamini-Hochberg's FDR), over every image. Target ``E[L] <= 1 - p``: the **mean per-image
-    precision** of new images is at least ``p``. Not monotone in ``t``; the fixed sequence (high to
-    low conf) needs no monotonicity, so it has the high-probability guarantee only.
-``precision`` with ``precision_unit="pooled"`` (the default, as ``det-calib thresholds`` has certified it)
-    The existing certified precision (:mod:`det_calib.thresholds.certification`): a pooled
-    box-level precision, exact binomial (Clopper-Pearson) with the image design effect. It is a
-    high-probability guarantee that is exact for independent boxes and approximate (Korn-Graubard
-    effective sample size) for boxes clustered in images (benchmarks/bench_conformal.py measures it
-    breaking on the demo's nms head); it has no in-expectation form.
+``precision`` with ``precision_unit="image"`` (the default)
+    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion, over the images that keep
+    a box at ``t`` (which depends on their scores only, so they are an exchangeable sample of such
+    images). Target ``E[L] <= 1 - p``: the **mean precision of the images that keep a box** is at least
+    ``p``. Tested where enough images keep a box that an observed FDP of half the target would certify
+    (a rule on counts, no labels). Not monotone in ``t``; the fixed sequence (high to low conf) needs no
+    monotonicity, so it has the high-probability guarantee only. The same rule as ``det-calib
+    thresholds``' certified precision (:func:`~det_calib.thresholds.certification.certify_image_precision`).
+``precision`` with ``precision_unit="pooled"``
+    The precision of all kept boxes pooled, ``sum TP / sum kept >= p``, as the per-image loss
+    ``L_i(t) = p min(FP_i, fp_cap) - (1 - p) TP_i`` with target ``E[L] <= 0``, tested by betting
+    (:func:`~det_calib.thresholds.certification.betting_pvalue`): valid over images whatever the boxes
+    of an image do together, with the range ``p fp_cap`` as its only bound (with ``max_det`` 300 a few
+    hundred images certify nothing; a smaller ``fp_cap`` is an assumption, as for ``fp``). Tested where a
+    precision halfway between ``p`` and 1 in every image would certify (a rule on the kept counts). It
+    replaces the box-level binomial test with the design effect, which broke on the demo's nms head
+    (benchmarks/bench_conformal.py); it has no in-expectation form.
 
 Guarantees
 ----------
