@@ -58,7 +58,9 @@ score). All criteria search the same grid of thresholds (default ``0, 0.001, ...
 
 Validation on the eval split: realised precision and recall per class at the chosen thresholds
 and, for ``target_precision``, the fraction of image-bootstrap resamples of the eval split in
-which the realised precision reaches the target (``coverage``). That figure mixes the eval
+which the realised precision reaches the target (``coverage``; with ``unit="image"`` the precision
+is the mean precision of the images that keep a box, as certified, and ``meets_target`` reads it
+too). That figure mixes the eval
 split's own sampling noise with the fit's: a class whose true precision sits exactly at the
 target would show about 0.5; a threshold with margin shows close to 1.
 
