@@ -10,18 +10,21 @@ whether it is within ``delta + 2 SE``. A split where nothing is certified abstai
 "cannot certify"): counted in ``abstain``, not as a violation. An in-expectation guarantee (CRC)
 promises a mean test-side risk at most the target: its rows give that mean.
 
-CODS (``cods`` 0.2, the ``conformal`` extra) cannot run on a box table through its conformalizers
-(see docs/thresholds.md); its confidence step with the recall loss (``box_count_recall``, conformal
-risk control with ``B = 1`` scanned up from conf 0) is reimplemented here, labelled ``CODS rule
-(reimpl.)``; when ``cods`` is importable its loss class is checked to give the same per-image losses.
+CODS (``cods`` 0.2, the ``conformal`` extra): its confidence step with the recall loss
+(``box_count_recall``, conformal risk control with ``B = 1`` scanned up from conf 0) runs on every split
+reimplemented (``CODS rule (reimpl.)``, on the benchmark's grid), and with ``--cods-splits N`` cods's own
+``ConfidenceConformalizer`` runs on the first N splits (our boxes fed through its ``ODPredictions``; seconds
+per split), its thresholds compared with the reimplementation's on a grid of every box conf.
 
 Cases: ``demo:nms`` and ``demo:e2e`` (the demo run's two heads: ``--run``, default /work/baseline_out
 or det_calib_out) and ``sim-coco`` (a simulated COCO-like table: 80 classes with a long tail, a Poisson
 number of objects per image, detection and false positives driven by a per-image difficulty, so boxes
 of one image are correlated; per-class logits for the class sets).
 
-    python3 benchmarks/bench_conformal.py --run RUN --capture-logits /tmp/logits.parquet   # once, a forward pass
-    python3 benchmarks/bench_conformal.py --run RUN --logits /tmp/logits.parquet --splits 200 --doc
+    python3 benchmarks/bench_conformal.py --run RUN --splits 200 --cods-splits 10 --doc  # RUN: a default calibrate
+
+A run written by ``det-calib calibrate`` keeps its per-class logits (``class_logits.npz``), which the class sets
+read; an older run needs ``--capture-logits`` once (a forward pass) and ``--logits``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.thresholds.class_sets import ClassSets, class_probabilities
+from det_calib.thresholds.class_sets import LOGITS_FILE, ClassSets, class_probabilities, read_class_logits
 from det_calib.thresholds.risk_control import RiskTargets, control, figures, image_counts
 
 KEEP = 0.25  # class sets are for the boxes kept at the report's conf
@@ -51,7 +54,14 @@ def demo_case(run: Path, head: str, logits: Path | None = None):
     from det_calib.thresholds.class_sets import agnostic_true_class
 
     rr = RunResult.read(run / "calibration.json")
-    b = pl.read_parquet(run / "boxes.parquet").filter((pl.col("head") == head) & ~pl.col("ignore"))
+    b = pl.read_parquet(run / "boxes.parquet").with_row_index("_row")
+    kept_logits = None
+    if logits is None and (run / LOGITS_FILE).is_file():  # a run that kept them (calibrate does)
+        rows, lgs, _ = read_class_logits(run, b)
+        pos = np.full(b.height, -1)
+        pos[rows] = np.arange(len(rows))
+        kept_logits = (pos, lgs)
+    b = b.filter((pl.col("head") == head) & ~pl.col("ignore"))
     lg = pl.read_parquet(logits).filter(pl.col("head") == head) if logits else None
     lg = lg if lg is not None and lg.height else None  # the captured logits are of one head
     rows, objs, extra, off = [], [], [], 0
@@ -62,7 +72,14 @@ def demo_case(run: Path, head: str, logits: Path | None = None):
         rows.append((s["calibrated"].to_numpy(), s["correct"].to_numpy(), s["cls"].to_numpy(),
                      s["image_id"].to_numpy() + off))
         objs.append((gt["image_id"].to_numpy() + off, gt["cls"].to_numpy()))
-        if lg is not None:
+        if kept_logits is not None:  # the boxes above the class-set conf (all above the file's floor)
+            pos, lgs = kept_logits
+            r = s["_row"].to_numpy()
+            full = np.zeros((len(r), lgs.shape[1]))
+            full[pos[r] >= 0] = lgs[pos[r][pos[r] >= 0]]
+            y = agnostic_true_class(s, gt, iou=rr.settings.iou_match)
+            extra.append((full, np.where(s["calibrated"].to_numpy() > KEEP, y, -1)))
+        elif lg is not None:
             ls = lg.filter(pl.col("split") == split)
             if ls.height != s.height or not np.allclose(ls["logit"].to_numpy(), s["logit"].to_numpy(), atol=1e-5):
                 raise SystemExit(f"{logits}: its {split} boxes are not the run's (capture with the run's settings)")
@@ -137,7 +154,7 @@ def counts_for(case, rows: np.ndarray, c: int | None = None):
 def test_risk(name: str, t: RiskTargets, fig: dict) -> float:
     """The test-side risk of ``name`` in the target's units, and whether it breaks the target."""
     if name == "precision" and t.precision_unit == "image":
-        return fig["precision_per_image"]
+        return fig["precision_per_image"] if fig["precision_per_image"] is not None else 1.0
     if name == "precision":
         return fig["precision"] if fig["precision"] is not None else 1.0
     if name == "recall":
@@ -166,9 +183,82 @@ def cods_rule(c, alpha: float) -> int:
     return stop - 1
 
 
+def import_cods():
+    """cods 0.2's conformalizer and prediction container (the ``conformal`` extra). Its
+    ``cods/classif/data/datasets.py`` annotates with ``Union`` without importing it, so importing
+    ``cods.od.cp`` raises NameError on its own; the name is provided before the import."""
+    import builtins
+    import typing
+
+    builtins.Union = getattr(builtins, "Union", typing.Union)
+    from cods.od.cp import ConfidenceConformalizer
+    from cods.od.data.predictions import ODPredictions
+
+    return ConfidenceConformalizer, ODPredictions
+
+
+def cods_package_threshold(conf_by_image: list[np.ndarray], n_gt: np.ndarray, alpha: float) -> float:
+    """The conf threshold cods 0.2 itself calibrates (``ConfidenceConformalizer``, image-level guarantee,
+    ``box_count_recall`` loss, its sequential scan up from conf 0) for the recall loss at ``alpha`` on images
+    with these box confs and object counts; boxes with conf ``>=`` it are kept. Its localisation and
+    classification losses are set to 0 (they are other guarantees), so only the recall step decides; the loss
+    reads box counts only, so boxes and classes are placeholders (unit boxes, class 0 of two)."""
+    import contextlib
+    import io
+
+    import torch
+
+    conformalizer, predictions = import_cods()
+    order = sorted(range(len(conf_by_image)), key=lambda i: len(conf_by_image[i]) == 0)  # cods reads image 0's
+    unit = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    confs = [torch.tensor(conf_by_image[i], dtype=torch.float32) for i in order]
+    preds = predictions("bench", "calib", [str(i) for i in order], [torch.tensor([1, 1])] * len(order),
+                        [unit.repeat(int(n_gt[i]), 1) for i in order], [unit.repeat(len(c), 1) for c in confs],
+                        confs, [torch.zeros(int(n_gt[i]), dtype=torch.long) for i in order],
+                        [torch.tensor([[1.0, 0.0]]).repeat(len(c), 1) for c in confs], ["object", "other"])
+    zero = lambda *_: torch.zeros(1)  # noqa: E731
+    cc = conformalizer(guarantee_level="image", matching_function="hausdorff", loss="box_count_recall",
+                       other_losses=[zero, zero])
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        cc.calibrate(preds, alpha=alpha, verbose=False)
+    return float(1 - cc.lambda_plus)
+
+
+def cods_package_rows(name, case, perms, r_targets, floor: float = 0.1) -> tuple[list[dict], float]:
+    """cods 0.2 itself on the first splits' calibration halves (boxes above ``floor`` only: below every
+    threshold it reaches here, so the scan's answer is the same and it runs faster), its test-half figures,
+    and the largest gap between its threshold and the reimplemented rule's on a grid of every box conf."""
+    score, correct, cls, img, m, oi, oc, _ = case
+    gt = np.bincount(oi, minlength=m).astype(float)
+    out, gap = [], 0.0
+    for r_target in r_targets:
+        per, sec = [], 0.0
+        for p in perms:
+            cal, te = p[: m // 2], p[m // 2:]
+            inside = np.isin(img, cal) & (score > floor)
+            by = [score[inside & (img == i)] for i in cal]
+            t0 = time.perf_counter()
+            thr = cods_package_threshold(by, gt[cal], 1 - r_target)
+            sec += time.perf_counter() - t0
+            exact = np.unique(np.concatenate(by)) - 1e-7  # kept at grid[j] = conf >= the j-th box conf
+            c = image_counts(np.concatenate(by), np.zeros(sum(map(len, by)), bool),
+                             np.concatenate([np.full(len(b), k) for k, b in enumerate(by)]), gt[cal], grid=exact)
+            j = cods_rule(c, 1 - r_target)
+            gap = max(gap, abs((exact[j] + 1e-7 if j >= 0 else 1.0) - thr))
+            tr = np.isin(img, te)
+            remap = np.full(m, -1)
+            remap[te] = np.arange(len(te))
+            tc = image_counts(score[tr], correct[tr], remap[img[tr]], gt[te], grid=np.array([thr - 1e-7]))
+            per.append((thr, figures(tc, thr - 1e-7)))
+        out.append((r_target, per, sec))
+    return out, gap
+
+
 def check_cods_loss(c) -> str:
     try:
         import torch
+
+        import_cods()
         from cods.od.loss import BoxCountRecallConfidenceLoss
     except ImportError:
         return "cods not importable: the loss was not compared"
@@ -187,21 +277,30 @@ def targets_for(case_name: str) -> list[tuple[str, dict]]:
     rec = (0.4, 0.5, 0.6)
     prec = (0.6, 0.7, 0.8)
     fp = (0.5, 1.0, 2.0)
-    out = [("precision", {"precision": p}) for p in prec]
-    out += [("precision/img", {"precision": p, "precision_unit": "image"}) for p in prec]
+    out = [("precision/img", {"precision": p}) for p in prec]  # the default unit: images that keep a box
+    out += [("precision", {"precision": p, "precision_unit": "pooled", "fp_cap": 25.0}) for p in prec]
+    out += [("precision", {"precision": 0.7, "precision_unit": "pooled", "fp_cap": 300.0})]  # no assumption
     out += [("recall", {"recall": r}) for r in rec]
     out += [("fp", {"max_fp": k, "fp_cap": 25.0}) for k in fp]
     out += [("fp", {"max_fp": 2.0, "fp_cap": 300.0})]  # the unconditional cap (max_det): nothing certified
     out += [("recall", {"recall": r, "guarantee": "expectation"}) for r in rec]
     both = {"precision": 0.65, "recall": 0.4} if case_name.startswith("demo") else {"precision": 0.75, "recall": 0.55}
-    out += [("both", both), ("both/img", {**both, "precision_unit": "image"})]
+    out += [("both/img", both), ("both", {**both, "precision_unit": "pooled", "fp_cap": 25.0})]
     return out
 
 
-def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tuple[list[dict], list[dict]]:
+def run_case(name: str, case, splits: int, deltas: list[float], seed: int, cods_splits: int = 0,
+             notes: list[str] | None = None) -> tuple[list[dict], list[dict]]:
     m = case[4]
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(m) for _ in range(splits)]
+    package = None
+    if cods_splits:  # cods itself on the first splits: the same answer for every delta (in expectation)
+        package, gap = cods_package_rows(name, case, perms[:cods_splits], (0.4, 0.5, 0.6))
+        if notes is not None:
+            notes.append(f"{name}: cods 0.2's own ConfidenceConformalizer and the reimplemented rule (on a grid of "
+                         f"every box conf) chose thresholds at most {gap:.1e} apart on the first {cods_splits} "
+                         "splits x 3 targets.")
     halves = [(counts_for(case, p[: m // 2]), counts_for(case, p[m // 2:])) for p in perms]
     pool = counts_for(case, np.arange(m))  # every labelled image: the population the halves are drawn from
     rows, cods_rows = [], []
@@ -227,14 +326,14 @@ def run_case(name: str, case, splits: int, deltas: list[float], seed: int) -> tu
             if risk == "recall":
                 rule = "det_calib (expectation)" if t.guarantee == "expectation" else "det_calib (1-delta)"
                 recall_runs[(t.recall, rule)] = (per, sec)
-        cods_rows += _cods_rows(name, halves, delta, recall_runs)
+        cods_rows += _cods_rows(name, halves, delta, recall_runs, package)
     return rows, cods_rows
 
 
 def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec, pviol) -> dict:
     target = {"precision": t.precision, "precision/img": t.precision, "recall": t.recall, "fp": t.max_fp}.get(risk)
     tgt = f"P>={t.precision:g}, R>={t.recall:g}" if risk.startswith("both") else f"{target:g}"
-    tgt += f" (cap {t.fp_cap:g})" if risk == "fp" else ""
+    tgt += f" (cap {t.fp_cap:g})" if risk == "fp" or (t.precision_unit == "pooled" and t.precision is not None) else ""
     rate = viol / splits
     se = math.sqrt(delta * (1 - delta) / splits)
     kind = "expectation" if t.guarantee == "expectation" and not risk.startswith("precision") else "1-delta"
@@ -249,8 +348,9 @@ def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec, pviol) -> di
             "test_risk": float(np.mean(risks)) if risks else None, "sec": sec / splits}
 
 
-def _cods_rows(name, halves, delta, recall_runs) -> list[dict]:
-    """det_calib's recall rows (the runs above) beside the CODS rule on the same halves."""
+def _cods_rows(name, halves, delta, recall_runs, package=None) -> list[dict]:
+    """det_calib's recall rows (the runs above) beside the CODS rule on the same halves, and cods itself on the
+    first splits (``package``)."""
     out = []
     for r_target in (0.4, 0.5, 0.6):
         per, t0 = [], time.perf_counter()
@@ -258,15 +358,18 @@ def _cods_rows(name, halves, delta, recall_runs) -> list[dict]:
             j = cods_rule(cal, 1 - r_target)
             if j >= 0:
                 per.append((float(cal.grid[j]), figures(te, float(cal.grid[j]))))
-        runs = {**{k[1]: v for k, v in recall_runs.items() if k[0] == r_target},
-                "CODS rule (reimpl.)": (per, time.perf_counter() - t0)}
-        for rule, (per, sec) in runs.items():
+        runs = {**{k[1]: (v[0], v[1], len(halves)) for k, v in recall_runs.items() if k[0] == r_target},
+                "CODS rule (reimpl.)": (per, time.perf_counter() - t0, len(halves))}
+        for rt, pp, sec in package or []:
+            if rt == r_target:
+                runs[f"cods 0.2 itself ({len(pp)} splits)"] = (pp, sec, len(pp))
+        for rule, (per, sec, n) in runs.items():
             res = [(thr, fig["precision"] or 0.0, fig["recall_per_image"], fig["recall"]) for thr, fig in per]
             a = np.array(res) if res else np.full((1, 4), np.nan)
             out.append({"case": name, "delta": delta, "recall": r_target, "rule": rule, "thr": a[:, 0].mean(),
                         "precision": a[:, 1].mean(), "recall_img": a[:, 2].mean(), "recall_obj": a[:, 3].mean(),
-                        "violation": float(np.sum(a[:, 2] < r_target) / len(halves)) if res else None,
-                        "abstain": 1 - len(res) / len(halves), "ms": 1000 * sec / len(halves)})
+                        "violation": float(np.sum(a[:, 2] < r_target) / n) if res else None,
+                        "abstain": 1 - len(res) / n, "ms": 1000 * sec / n})
     return out
 
 
@@ -336,6 +439,9 @@ def main() -> None:
     ap.add_argument("--capture-logits", type=Path, metavar="OUT", help="capture the run's nms boxes with all_logits "
                     "into OUT (a forward pass, with --model) and stop")
     ap.add_argument("--model", type=Path, default=Path("det_calib/demo/assets/yolo26n_shapes.pt"))
+    ap.add_argument("--cods-splits", type=int, default=0, help="also run cods 0.2 itself (the conformal extra) on "
+                    "the first N splits of --cods-cases (slow: seconds per split)")
+    ap.add_argument("--cods-cases", nargs="+", default=["demo:nms"])
     ap.add_argument("--doc", action="store_true", help="write docs/generated/conformal_validity.md")
     a = ap.parse_args()
     if a.capture_logits:
@@ -344,7 +450,7 @@ def main() -> None:
     rows, cods_rows, cs_rows, notes = [], [], [], []
     for name in a.cases:
         case = demo_case(a.run, name.split(":")[1], a.logits) if name.startswith("demo") else sim_case(a.seed)
-        r, c = run_case(name, case, a.splits, a.deltas, a.seed)
+        r, c = run_case(name, case, a.splits, a.deltas, a.seed, a.cods_splits if name in a.cods_cases else 0, notes)
         rows += r
         cods_rows += c
         cs_rows += class_set_rows(name, case, a.splits, [0.05, 0.1, 0.2], a.seed)
@@ -365,7 +471,7 @@ def main() -> None:
         from doc_table import write_doc_table
 
         write_doc_table("conformal_validity", text, command="python3 benchmarks/bench_conformal.py --run RUN "
-                        f"--logits LOGITS --splits {a.splits} --doc")
+                        f"--splits {a.splits} --cods-splits {a.cods_splits} --doc")
 
 
 if __name__ == "__main__":

@@ -253,9 +253,9 @@ def _risk_options(t: Any) -> None:
                    "the run's max_det; smaller is an assumption the guarantee then rests on)")
     t.add_argument("--guarantee", choices=["probability", "expectation"], default="probability",
                    help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)")
-    t.add_argument("--precision-unit", choices=["pooled", "image"], default="pooled", help="with --target-recall "
-                   "or --max-fp-per-image: --target-precision as the pooled box precision (default) or the mean "
-                   "per-image precision (valid over images)")
+    t.add_argument("--precision-unit", choices=["image", "pooled"], default="image", help="with --target-recall "
+                   "or --max-fp-per-image: --target-precision as the mean precision of the images that keep a box "
+                   "(default) or the pooled box precision (its range: --fp-cap)")
     t.add_argument("--per-class", action="store_true", help="also certify each class on its own")
     t.add_argument("--class-sets", type=float, metavar="ALPHA", help="conformal class sets at 1 - ALPHA (needs "
                    "per-class logits in boxes.parquet)")

@@ -278,7 +278,8 @@ def test_a_no_report_rerun_leaves_no_stale_report(previous, demo_model_path):
     run = calibrate(demo_model_path, fixture_data_yaml(), out=previous, report=False, **FAST)
     names = set(snapshot(previous))
     assert not {"report.html", "report.md"} & names and not any(n.startswith("figures/") for n in names)
-    assert {"calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", io.MANIFEST} == names
+    assert {"calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", "class_logits.npz",
+            io.MANIFEST} == names
     assert json.loads((previous / "calibration.json").read_text())["created"] >= old["created"]
-    assert set(run.files) == {"calibration", "boxes", "checkpoint", "summary"}
+    assert set(run.files) == {"calibration", "boxes", "checkpoint", "summary", "class_logits.npz"}
     assert all(p.is_file() and p.parent == previous for p in run.files.values())

@@ -64,6 +64,7 @@ from det_calib.pipeline.head_figures import evaluate_head, operating_points
 from det_calib.pipeline.outputs import Verification, gt_per_class, start_verification, write_run_outputs
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.thresholds.class_sets import keep_class_logits
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ def _capture_and_calibrate(inputs: Inputs, fit: Split, ev: Split, s: Settings, s
     checkpoint (which runs beside what follows, :class:`Verification`), capture the eval split and
     evaluate every head on it."""
     with clock.stage("capture"):
-        cap = open_capturer(inputs, s)
+        cap = keep_class_logits(open_capturer(inputs, s))  # every class's logit: class_logits.npz
         fit_rows = capture_split(cap, inputs, fit, s)
     fitted = fit_heads(inputs, fit, s, fit_rows)
     records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, (_, c) in fitted.items()}

@@ -66,9 +66,11 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
     run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
     """
     from det_calib.job.reuse import run_fingerprints, write_run_boxes
+    from det_calib.thresholds.class_sets import write_class_logits
 
     ev = splits[1]
     with staged_output(out) as stage:
+        write_class_logits(stage, boxes)  # the per-class logits out of `boxes` (in place), for class sets
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             from det_calib.job.detections import detections_outputs

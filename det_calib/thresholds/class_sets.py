@@ -11,9 +11,12 @@ is ``{c: 1 - p_c <= q}``; it holds the true class with probability ``>= 1 - alph
 exchangeable. Boxes of one image are not independent, so over images the guarantee is approximate;
 the benchmark measures it with image-level splits.
 
-A run's ``boxes.parquet`` has no ``logits`` column: ``det-calib calibrate`` does not keep them (the
-capture can: :func:`det_calib.capture.predictor.capture_boxes` with ``all_logits=True``), so
-:func:`run_class_sets` stops with one line on such a run.
+``det-calib calibrate`` keeps them: its capture runs with ``all_logits`` (:func:`keep_class_logits`, the
+other columns are unchanged) and the run folder gets ``class_logits.npz`` (:func:`write_class_logits`):
+float16 logits of the boxes whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by their row in
+``boxes.parquet`` (about 0.3 MB on the demo; ``boxes.parquet`` itself is unchanged). A run without them
+(``--boxes``, ``--detections``, a top-k export, a run written before) gets one line from
+:func:`run_class_sets`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,50 @@ from det_calib.numeric import sigmoid
 from det_calib.record.run_result import RunResult
 from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_thresholds
 
-__all__ = ["ClassSets", "agnostic_true_class", "check_class_logits", "class_probabilities", "run_class_sets"]
+__all__ = ["LOGITS_FILE", "LOGITS_FLOOR", "ClassSets", "agnostic_true_class", "check_class_logits",
+           "class_probabilities", "keep_class_logits", "read_class_logits", "run_class_sets", "write_class_logits"]
+
+LOGITS_FILE = "class_logits.npz"
+LOGITS_FLOOR = 0.05
+"""Boxes at or below this calibrated conf keep no per-class logits (class sets are for kept boxes)."""
+
+
+def keep_class_logits(cap: Any) -> Any:
+    """Turn on every class's logit in a capturer (``calibrate``'s), where it can give them (a ``.pt`` detector
+    or a per-anchor export; not a top-k export); the other columns are unchanged. Returns ``cap``."""
+    info = getattr(cap, "info", None)
+    if hasattr(cap, "all_logits") and not getattr(info, "rows", False):
+        cap.all_logits = True
+    return cap
+
+
+def write_class_logits(folder: str | Path, boxes: pl.DataFrame) -> None:
+    """Move a run's per-class ``logits`` column out of ``boxes`` (in place) into ``folder/class_logits.npz``:
+    float16, the rows whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by row and image. A table
+    without the column is left as it is and nothing is written."""
+    if "logits" not in boxes.columns:
+        return
+    lists = boxes.drop_in_place("logits")
+    conf = boxes["calibrated"].to_numpy() if "calibrated" in boxes.columns else boxes["conf"].to_numpy()
+    rows = np.flatnonzero(np.nan_to_num(conf, nan=0.0) > LOGITS_FLOOR)
+    lg = lists.gather(rows).to_list()
+    arr = np.asarray(lg, dtype=np.float16).reshape(len(rows), max((len(v) for v in lg), default=0))
+    np.savez_compressed(Path(folder) / LOGITS_FILE, row=rows.astype(np.int32), logits=arr,
+                        image_id=boxes["image_id"].to_numpy()[rows].astype(np.int32), floor=np.float64(LOGITS_FLOOR))
+
+
+def read_class_logits(run_dir: str | Path, boxes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, float]:
+    """(rows, (rows, C) float logits, floor) of a run's boxes: from ``class_logits.npz``, or a ``logits``
+    column of ``boxes.parquet`` (floor 0)."""
+    if "logits" in boxes.columns:
+        return np.arange(boxes.height), np.stack(boxes["logits"].to_list()).astype(np.float64), 0.0
+    with np.load(Path(run_dir) / LOGITS_FILE) as z:
+        rows, lg, img = z["row"].astype(np.int64), z["logits"].astype(np.float64), z["image_id"]
+        floor = float(z["floor"])
+    if rows.size and (rows.max() >= boxes.height or not np.array_equal(boxes["image_id"].to_numpy()[rows], img)):
+        raise InputError(f"{Path(run_dir) / LOGITS_FILE} does not match the run's boxes.parquet (written by "
+                         "another run)", param=())
+    return rows, lg, floor
 
 
 def class_probabilities(logits: np.ndarray) -> np.ndarray:
@@ -117,11 +163,17 @@ def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1
     ``thresholds.json`` when it has the head.
 
     Raises:
-        InputError: The run's ``boxes.parquet`` has no per-class ``logits`` column, or bad ``alpha``.
+        InputError: The run kept no per-class logits, or bad ``alpha`` or ``keep``.
     """
     check_class_logits(run_dir, alpha=alpha)
     run_dir = Path(run_dir)
-    boxes = pl.read_parquet(run_dir / "boxes.parquet")
+    boxes = pl.read_parquet(run_dir / "boxes.parquet").with_row_index("_row")
+    rows, logits, floor = read_class_logits(run_dir, boxes)
+    if keep < floor:
+        raise InputError(f"Expected `keep` at least {floor:g} (the run keeps per-class logits of the boxes above "
+                         f"it), but got {keep!r}")
+    pos = np.full(boxes.height, -1, dtype=np.int64)
+    pos[rows] = np.arange(len(rows))
     run = RunResult.read(run_dir / "calibration.json")
     ds = load_data_yaml(run.data)
     parts = {}
@@ -129,7 +181,7 @@ def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1
         b = usable_rows(boxes, head=head, split=split).filter(pl.col("calibrated") > keep)
         gt = load_split(ds, split, coco_gt=run.settings.coco_gt).gt.filter(~pl.col("crowd"))
         y = agnostic_true_class(b, gt, iou=float(run.settings.iou_match))
-        probs = class_probabilities(np.stack(b["logits"].to_list()))
+        probs = class_probabilities(logits[pos[b["_row"].to_numpy()]])
         parts[name] = (probs[y >= 0], y[y >= 0])
     cs = ClassSets(alpha).fit(*parts["fit"])
     out = {"head": head, "keep": keep, **cs.summary(*parts["eval"])}
@@ -143,12 +195,14 @@ def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1
 
 
 def check_class_logits(run_dir: str | Path, *, alpha: float) -> None:
-    """Raise InputError unless ``alpha`` is in (0, 1) and the run's box table has per-class ``logits``."""
+    """Raise InputError unless ``alpha`` is in (0, 1) and the run kept per-class logits (``class_logits.npz``,
+    or a ``logits`` column in its box table)."""
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise InputError(f"Expected argument `class_sets` (alpha) in (0, 1), but got {alpha!r}")
     path = Path(run_dir) / "boxes.parquet"
     if not path.is_file():
         raise InputError(f"box table not found: {path}")
-    if "logits" not in pl.read_parquet_schema(path):
-        raise InputError(f"{path} has no per-class `logits` column: class sets need every class's logit "
-                         "(det-calib calibrate does not keep them; see docs/thresholds.md)", param=())
+    if not (Path(run_dir) / LOGITS_FILE).is_file() and "logits" not in pl.read_parquet_schema(path):
+        raise InputError(f"{Path(run_dir)} has no per-class logits ({LOGITS_FILE}): class sets need every class's "
+                         "logit, which `det-calib calibrate` keeps when it runs the model itself (not with --boxes, "
+                         "--detections or a top-k export; rerun calibrate)", param=())

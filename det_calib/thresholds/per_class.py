@@ -20,14 +20,19 @@ Criteria
     target and 1 must be able to certify); that rule reads the counts ``n`` only, no label, so
     the sequence is fixed given the scores and the test stays exact.
 
-    Boxes of one image are not independent (duplicates, a hard image with many wrong boxes). The
-    binomial test assumes they are, so with positively correlated boxes it is optimistic. With
-    ``unit="image"`` (the default) the counts are shrunk by the design effect of the image
-    clustering before the test (the effective-sample-size Clopper-Pearson interval of Korn and
-    Graubard, 1998): ``deff = var_cluster(p_hat) / var_binomial(p_hat)`` from the per-image
-    counts (linearised ratio-estimator variance), floored at 1, and ``n* = n / deff``,
-    ``k* = k / deff``. It is never less conservative than the box-level test, and equals it when
-    the images carry no extra correlation. ``unit="box"`` is the plain binomial test.
+    Boxes of one image are not independent (duplicates, a hard image with many wrong boxes), so a
+    test that counts boxes as independent trials is optimistic. With ``unit="image"`` (the default) the
+    **images** are the units: the certified quantity is the mean precision of the images that keep a box
+    of the class (each image's share of correct boxes among those it keeps above ``t``), and the test is
+    Hoeffding-Bentkus on those images' false discovery proportions (bounded in [0, 1]), with the same
+    fixed sequence; the thresholds tested are those where an observed FDP of half ``1 - target`` would
+    certify (a rule on counts). Which images keep a box depends on their scores only, so the guarantee
+    is exact over exchangeable images whatever the boxes of one image do together. ``precision_lower``
+    is 1 minus the Hoeffding-Bentkus upper bound of the mean FDP. It needs images, not boxes: about 100
+    images keeping a box of the class at 0.9 and delta 0.1 (``min_certifiable_images``). The former
+    image-level rule (the box-level test on Korn-Graubard effective counts, ``deff``, still reported as a
+    diagnostic) broke its guarantee on the demo (benchmarks/bench_conformal.py). ``unit="box"`` is the
+    plain binomial test on boxes assumed independent: not a guarantee over images.
 
     The guarantee is per class (each class's threshold is certified at ``delta`` on its own),
     and it is about the precision of the population the fit images were drawn from.
@@ -53,7 +58,9 @@ score). All criteria search the same grid of thresholds (default ``0, 0.001, ...
 
 Validation on the eval split: realised precision and recall per class at the chosen thresholds
 and, for ``target_precision``, the fraction of image-bootstrap resamples of the eval split in
-which the realised precision reaches the target (``coverage``). That figure mixes the eval
+which the realised precision reaches the target (``coverage``; with ``unit="image"`` the precision
+is the mean precision of the images that keep a box, as certified, and ``meets_target`` reads it
+too). That figure mixes the eval
 split's own sampling noise with the fit's: a class whose true precision sits exactly at the
 target would show about 0.5; a threshold with margin shows close to 1.
 
@@ -69,8 +76,10 @@ from __future__ import annotations
 
 from det_calib.numeric import betainc, binom_sf
 from det_calib.thresholds.certification import (
+    certify_image_precision,
     certify_precision,
     design_effect,
+    image_fdp,
     min_certifiable,
     precision_lower_bound,
     testable,
@@ -107,11 +116,13 @@ __all__ = [
     "Unit",
     "betainc",
     "binom_sf",
+    "certify_image_precision",
     "certify_precision",
     "class_thresholds",
     "counts_by_image",
     "design_effect",
     "filter_results",
+    "image_fdp",
     "load_head",
     "min_certifiable",
     "precision_lower_bound",

@@ -19,17 +19,23 @@ Risks (each a per-image loss, monotone in ``t``)
     range: with ``max_det`` 300 a few hundred images rarely certify one false positive per image. A
     smaller ``fp_cap`` is an assumption ("no image has more than ``fp_cap`` false positives above the
     threshold"); the guarantee holds under it, and losses above it are clipped.
-``precision`` with ``precision_unit="image"``
-    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion (0 when it keeps no box,
-    as in Benjamini-Hochberg's FDR), over every image. Target ``E[L] <= 1 - p``: the **mean per-image
-    precision** of new images is at least ``p``. Not monotone in ``t``; the fixed sequence (high to
-    low conf) needs no monotonicity, so it has the high-probability guarantee only.
-``precision`` with ``precision_unit="pooled"`` (the default, as ``det-calib thresholds`` has certified it)
-    The existing certified precision (:mod:`det_calib.thresholds.certification`): a pooled
-    box-level precision, exact binomial (Clopper-Pearson) with the image design effect. It is a
-    high-probability guarantee that is exact for independent boxes and approximate (Korn-Graubard
-    effective sample size) for boxes clustered in images (benchmarks/bench_conformal.py measures it
-    breaking on the demo's nms head); it has no in-expectation form.
+``precision`` with ``precision_unit="image"`` (the default)
+    ``L_i(t) = FP_i(t) / kept_i(t)``, the image's false discovery proportion, over the images that keep
+    a box at ``t`` (which depends on their scores only, so they are an exchangeable sample of such
+    images). Target ``E[L] <= 1 - p``: the **mean precision of the images that keep a box** is at least
+    ``p``. Tested where enough images keep a box that an observed FDP of half the target would certify
+    (a rule on counts, no labels). Not monotone in ``t``; the fixed sequence (high to low conf) needs no
+    monotonicity, so it has the high-probability guarantee only. The same rule as ``det-calib
+    thresholds``' certified precision (:func:`~det_calib.thresholds.certification.certify_image_precision`).
+``precision`` with ``precision_unit="pooled"``
+    The precision of all kept boxes pooled, ``sum TP / sum kept >= p``, as the per-image loss
+    ``L_i(t) = p min(FP_i, fp_cap) - (1 - p) TP_i`` with target ``E[L] <= 0``, tested by betting
+    (:func:`~det_calib.thresholds.certification.betting_pvalue`): valid over images whatever the boxes
+    of an image do together, with the range ``p fp_cap`` as its only bound (with ``max_det`` 300 a few
+    hundred images certify nothing; a smaller ``fp_cap`` is an assumption, as for ``fp``). Tested where a
+    precision halfway between ``p`` and 1 in every image would certify (a rule on the kept counts). It
+    replaces the box-level binomial test with the design effect, which broke on the demo's nms head
+    (benchmarks/bench_conformal.py); it has no in-expectation form.
 
 Guarantees
 ----------
@@ -53,18 +59,22 @@ size could not certify the target: a rule on counts, no labels) or ``target_not_
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from det_calib.errors import InputError
-from det_calib.numeric import binom_sf
-from det_calib.thresholds.certification import certify_precision, design_effect, testable
+from det_calib.thresholds.certification import (
+    betting_pvalue,
+    hb_pvalue,
+    image_fdp,
+    min_images,
+    testable,
+)
 
-__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "PrecisionUnit", "RiskTargets", "control", "hb_pvalue",
-           "image_counts", "plug_in_index", "risk_curves"]
+__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "PrecisionUnit", "RiskTargets", "control", "figures",
+           "hb_pvalue", "image_counts", "plug_in_index", "risk_curves"]
 
 RISKS = ("precision", "recall", "fp")
 GUARANTEES = ("probability", "expectation")
@@ -83,8 +93,8 @@ class RiskTargets:
         delta: Error level of the high-probability guarantee, in (0, 1).
         guarantee: ``"probability"`` or ``"expectation"`` (see the module docstring).
         fp_cap: Bound on the false positives of one image (the fp loss's range).
-        precision_unit: ``"pooled"`` (the box-level certificate) or ``"image"`` (mean per-image precision,
-            a per-image loss with the Hoeffding-Bentkus bound).
+        precision_unit: ``"image"`` (the mean precision of the images that keep a box, Hoeffding-Bentkus) or
+            ``"pooled"`` (the precision of all boxes pooled, testing by betting; its range is ``fp_cap``).
     """
 
     precision: float | None = None
@@ -93,7 +103,7 @@ class RiskTargets:
     delta: float = 0.1
     guarantee: Guarantee = "probability"
     fp_cap: float = 300.0
-    precision_unit: PrecisionUnit = "pooled"
+    precision_unit: PrecisionUnit = "image"
 
     def __post_init__(self) -> None:
         for name in ("precision", "recall"):
@@ -174,34 +184,14 @@ def image_counts(score: np.ndarray, correct: np.ndarray, image_idx: np.ndarray, 
     return ImageCounts(np.asarray(grid, dtype=np.float64), acc(np.ones_like(y)), acc(y), n_gt)
 
 
-def hb_pvalue(risk_hat: np.ndarray, n: int, alpha: float) -> np.ndarray:
-    """Hoeffding-Bentkus p-value of ``H0: E[L] > alpha`` from the mean ``risk_hat`` of ``n`` losses in
-    [0, 1] (Bates et al. 2021, RCPS); small values reject (the risk is at most ``alpha``)."""
-    r = np.minimum(np.asarray(risk_hat, dtype=np.float64), alpha)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = np.where(r > 0, r * np.log(r / alpha), 0.0) + (1 - r) * np.log((1 - r) / (1 - alpha))
-    p_h = np.exp(-n * h)
-    k = np.ceil(n * np.asarray(risk_hat, dtype=np.float64) - 1e-9)
-    kk = np.clip(k, -1, n - 1)  # P(Bin(n, a) <= k) is 1 for k >= n
-    cdf = np.where(k >= n, 1.0, 1 - binom_sf(kk + 1, np.full(k.shape, float(n)), alpha))
-    p_b = math.e * cdf  # e P(Bin(n, alpha) <= k)
-    return np.minimum(np.minimum(p_h, p_b), 1.0)
-
-
-def _min_images(alpha: float, delta: float) -> int:
-    """Fewest images at which a zero observed loss certifies ``E[L] <= alpha`` (the label-free rule)."""
-    return max(1, math.ceil(math.log(delta) / math.log(1 - alpha)))
-
-
-def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, int, float, float]]:
-    """Each per-image risk asked for: (empirical risk per threshold, images, bound B, target), both
-    scaled to the loss's own units (recall: miss fraction; fp: false positives per image)."""
-    out: dict[str, tuple[np.ndarray, int, float, float]] = {}
+def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, Any, float, float]]:
+    """Each per-image risk asked for: (empirical risk per threshold, images (per threshold for the image
+    precision), bound B, target), in the loss's own units (recall: miss fraction; fp: false positives per
+    image; precision: the false discovery proportion of the images that keep a box)."""
+    out: dict[str, tuple[np.ndarray, Any, float, float]] = {}
     if t.precision is not None and t.precision_unit == "image":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            fdp = np.where(c.kept > 0, (c.kept - c.tp) / np.maximum(c.kept, 1), 0.0)
-        out["precision"] = (fdp.mean(0) if len(fdp) else np.full(len(c.grid), np.nan), len(fdp), 1.0,
-                            1 - t.precision)
+        fdp, n_img = image_fdp(c.kept, c.tp)  # over the images that keep a box: n varies with t
+        out["precision"] = (fdp, n_img, 1.0, 1 - t.precision)
     if t.recall is not None:
         has = c.n_gt > 0
         loss = 1 - c.tp[has] / c.n_gt[has, None]
@@ -223,25 +213,47 @@ def _sequence(ok: np.ndarray, *, upward: bool) -> np.ndarray:
     return passed if upward else passed[::-1]
 
 
+def pooled_precision_loss(c: ImageCounts, target: float, fp_cap: float) -> np.ndarray:
+    """(m, G) per-image losses ``target FP_i - (1 - target) TP_i`` (``FP_i`` clipped at ``fp_cap``): their
+    mean is at most 0 exactly when the pooled precision ``sum TP / sum kept`` is at least ``target``."""
+    return target * np.minimum(c.kept - c.tp, fp_cap) - (1 - target) * c.tp
+
+
 def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
-                   curve: tuple[np.ndarray, int, float, float] | None) -> tuple[np.ndarray, str | None]:
+                   curve: tuple[np.ndarray, Any, float, float] | None) -> tuple[np.ndarray, str | None]:
     """The thresholds certified for one risk at error ``level``, and a flag when none is."""
-    if name == "precision" and curve is None:  # pooled: the box-level certificate
-        n, k = c.kept.sum(0), c.tp.sum(0)
-        test = testable(n, target=t.precision, delta=level)
-        j = int(certify_precision(n, k, target=t.precision, delta=level, deff=design_effect(c.kept, c.tp)))
-        ok = test & (np.arange(len(n)) >= j) if j >= 0 else np.zeros(len(n), dtype=bool)
-        return ok, None if ok.any() else ("too_few_boxes" if not test.any() else "target_not_reached")
+    if name == "precision" and curve is None:  # pooled: testing by betting on per-image losses
+        # tested where a precision halfway between the target and 1 in every image would certify: a rule on
+        # the kept counts only (no label), so tiny sets at the top cannot stop the sequence at once
+        hi = t.precision * t.fp_cap
+        test = testable(c.kept.sum(0), target=t.precision, delta=level)
+        test[test] = betting_pvalue(-c.kept[:, test] * (1 - t.precision) / 2, hi=hi) <= level
+        if not test.any():
+            return np.zeros(len(c.grid), dtype=bool), "too_few_boxes"
+        cols = np.flatnonzero(test)
+        p = betting_pvalue(pooled_precision_loss(c, t.precision, t.fp_cap)[:, cols], hi=hi)
+        ok = np.zeros(len(c.grid), dtype=bool)
+        ok[cols] = _sequence(p <= level, upward=False)
+        return ok, None if ok.any() else "target_not_reached"
     risk, n, b, target = curve
     upward = name == "recall"  # recall is safe at low conf; fp and precision at high conf
     hb = t.guarantee == "probability" or name == "precision"  # image precision is not monotone: no CRC
-    if n == 0 or (hb and n < _min_images(target / b, level)):
-        return np.zeros(len(risk), dtype=bool), "too_few_images"
-    if not hb:
-        ok = (n * risk + b) / (n + 1) <= target + 1e-12
+    n_arr = np.broadcast_to(np.asarray(n, dtype=np.float64), risk.shape)
+    if hb:
+        test = n_arr >= min_images(target / b, level)
+        if name == "precision":  # n varies with t: tested where an observed FDP of half the target would
+            test &= hb_pvalue(target / 2, n_arr, target) <= level  # certify (a rule on counts, no label)
     else:
-        ok = hb_pvalue(risk / b, n, target / b) <= level
-    ok = _sequence(ok, upward=upward)
+        test = n_arr > 0
+    if not test.any():
+        return np.zeros(len(risk), dtype=bool), "too_few_images"
+    cols = np.flatnonzero(test)
+    if not hb:
+        good = (n_arr[cols] * risk[cols] + b) / (n_arr[cols] + 1) <= target + 1e-12
+    else:
+        good = hb_pvalue(risk[cols] / b, n_arr[cols], target / b) <= level
+    ok = np.zeros(len(risk), dtype=bool)
+    ok[cols] = _sequence(good, upward=upward)
     return ok, None if ok.any() else "target_not_reached"
 
 
@@ -291,8 +303,8 @@ def control(c: ImageCounts, t: RiskTargets) -> dict[str, Any]:
 
 
 def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
-    """Precision (pooled), recall (pooled and mean per image), false positives per image and boxes kept
-    at ``thr`` (on the grid; 1.0 keeps nothing)."""
+    """Precision (pooled, and the mean over the images that keep a box), recall (pooled and mean per image),
+    false positives per image and boxes kept at ``thr`` (on the grid; 1.0 keeps nothing)."""
     if thr >= 1:
         kept, tp = np.zeros(len(c.n_gt)), np.zeros(len(c.n_gt))
     else:
@@ -300,9 +312,9 @@ def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
         kept, tp = c.kept[:, j], c.tp[:, j]
     has = c.n_gt > 0
     n, k, g = float(kept.sum()), float(tp.sum()), float(c.n_gt.sum())
-    fdp = np.where(kept > 0, (kept - tp) / np.maximum(kept, 1), 0.0)
+    fdp, n_img = image_fdp(kept[:, None], tp[:, None])
     return {"precision": k / n if n else None, "recall": k / g if g else None,
-            "precision_per_image": float(1 - fdp.mean()) if len(kept) else None,
+            "precision_per_image": float(1 - fdp[0]) if n_img[0] else None, "images_kept": int(n_img[0]),
             "recall_per_image": float(np.mean(tp[has] / c.n_gt[has])) if has.any() else None,
             "fp_per_image": float(np.mean(kept - tp)) if len(kept) else None, "kept": int(n),
             "images": int(len(c.n_gt)), "n_gt": int(g)}

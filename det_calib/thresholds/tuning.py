@@ -13,7 +13,7 @@ import polars as pl
 
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
-from det_calib.thresholds.certification import certified_threshold, min_certifiable
+from det_calib.thresholds.certification import certified_threshold, image_fdp, min_certifiable, min_certifiable_images
 from det_calib.thresholds.criteria import CRITERIA, Fallback, Unit, lrp, max_f1, validate_params
 from det_calib.thresholds.grid_counts import (
     ClassCounts,
@@ -110,11 +110,11 @@ def _tune_criterion(crit: str, rule: _Rule, fit_counts: dict[int | None, ClassCo
                        crit=crit, fallback=rule.fallback) for c in classes]
     for r, c in [(g, None), *((r, r["cls"]) for r in rows)]:
         _add_figures(r, fit_counts[c], ev_counts.get(c), crit=crit, target_precision=rule.target_precision,
-                     w_eval=w_eval)
+                     w_eval=w_eval, per_image=rule.unit == "image")
     out = {"params": params, "global": g, "per_class": rows}
     if crit == "target_precision" and ev_counts:
         out["validation"] = _validation_summary(rows, ev_counts, w_eval, rule.target_precision, rule.delta,
-                                                rule.n_boot, rule.seed)
+                                                rule.n_boot, rule.seed, per_image=rule.unit == "image")
     return out
 
 
@@ -196,8 +196,13 @@ def _criterion(crit: str, rule: _Rule) -> tuple[Callable[[ClassCounts], dict[str
             return certified_threshold(c, target=rule.target_precision, delta=rule.delta, unit=rule.unit)
         params = {"target_precision": rule.target_precision, "delta": rule.delta, "unit": rule.unit,
                   "fallback": rule.fallback,
-                  "test": "fixed-sequence, exact binomial (Clopper-Pearson), thresholds high to low",
+                  "test": ("fixed-sequence, Hoeffding-Bentkus on the mean precision of the images that keep a box, "
+                           "thresholds high to low" if rule.unit == "image" else
+                           "fixed-sequence, exact binomial (Clopper-Pearson) on boxes assumed independent, "
+                           "thresholds high to low"),
                   "min_certifiable_boxes": min_certifiable(rule.target_precision, rule.delta)}
+        if rule.unit == "image":
+            params["min_certifiable_images"] = min_certifiable_images(rule.target_precision, rule.delta)
         return choose, params
     if crit == "max_f1":
         return max_f1, {}
@@ -224,21 +229,54 @@ def _class_row(c: int, name: str, chosen: dict[str, Any], counts: ClassCounts, g
 
 
 def _add_figures(r: dict[str, Any], fit_counts: ClassCounts, cc: ClassCounts | None, *, crit: str,
-                 target_precision: float, w_eval: np.ndarray | None) -> None:
-    """Row ``r``'s in-sample figures moved under ``fit``, and the eval split's (counts ``cc``) added under ``eval``."""
+                 target_precision: float, w_eval: np.ndarray | None, per_image: bool = False) -> None:
+    """Row ``r``'s in-sample figures moved under ``fit``, and the eval split's (counts ``cc``) added under ``eval``.
+    ``per_image``: the target is on the mean precision of the images that keep a box (the image unit), which
+    ``meets_target`` and ``coverage`` then read."""
     r["fit"] = {"precision": r.pop("precision"), "recall": r.pop("recall"), "kept": r.pop("kept"),
                 "n_gt": fit_counts.n_gt}
+    if crit == "target_precision" and per_image:
+        r["fit"]["precision_per_image"] = _per_image(fit_counts, r["threshold"])
+        r.pop("precision_per_image", None)
     if cc is not None:
         r["eval"] = {**realised(cc, r["threshold"]), "n_gt": cc.n_gt}
         if crit == "target_precision":
-            r["eval"]["coverage"] = bootstrap_coverage(cc, r["threshold"], target_precision, w_eval)
-            r["eval"]["meets_target"] = (None if r["eval"]["precision"] is None
-                                         else bool(r["eval"]["precision"] >= target_precision))
+            key = "precision"
+            if per_image:
+                key = "precision_per_image"
+                r["eval"][key] = _per_image(cc, r["threshold"])
+                r["eval"]["coverage"] = _per_image_coverage(cc, r["threshold"], target_precision, w_eval)
+            else:
+                r["eval"]["coverage"] = bootstrap_coverage(cc, r["threshold"], target_precision, w_eval)
+            r["eval"]["meets_target"] = (None if r["eval"][key] is None
+                                         else bool(r["eval"][key] >= target_precision))
+
+
+def _per_image(c: ClassCounts, t: float) -> float | None:
+    """Mean precision of the images that keep a box at ``t`` (None: none does)."""
+    if t >= 1 or c.kept.shape[0] == 0:
+        return None
+    j = int(np.searchsorted(c.grid, t))
+    fdp, n = image_fdp(c.kept[:, j:j + 1], c.tp[:, j:j + 1])
+    return float(1 - fdp[0]) if n[0] else None
+
+
+def _per_image_coverage(c: ClassCounts, t: float, target: float, w: np.ndarray) -> float | None:
+    """Fraction of image-bootstrap resamples whose mean per-image precision at ``t`` is >= ``target``."""
+    if t >= 1 or c.kept.shape[0] == 0:
+        return None
+    j = int(np.searchsorted(c.grid, t))
+    has = c.kept[:, j] > 0
+    prec = np.where(has, c.tp[:, j] / np.maximum(c.kept[:, j], 1), 0.0)
+    n = w @ has
+    ok = n > 0
+    return float(np.mean((w @ prec)[ok] / n[ok] >= target - 1e-12)) if ok.any() else None
 
 
 def _validation_summary(rows: list[dict[str, Any]], per_ev: Mapping[int | None, ClassCounts], w: np.ndarray,
-                        target: float, delta: float, n_boot: int, seed: int) -> dict[str, Any]:
-    """Coverage of the certified classes jointly, and the classes that missed the target on eval."""
+                        target: float, delta: float, n_boot: int, seed: int, per_image: bool = False) -> dict[str, Any]:
+    """Coverage of the certified classes jointly, and the classes that missed the target on eval (``per_image``:
+    the mean precision of the images that keep a box)."""
     cert = [r for r in rows if r["certified"] and per_ev[r["cls"]] is not None]
     joint = None
     if cert:
@@ -247,6 +285,9 @@ def _validation_summary(rows: list[dict[str, Any]], per_ev: Mapping[int | None, 
             c = per_ev[r["cls"]]
             j = int(np.searchsorted(c.grid, r["threshold"]))
             n, k = w @ c.kept[:, j], w @ c.tp[:, j]
+            if per_image:
+                has = c.kept[:, j] > 0
+                n, k = w @ has, w @ np.where(has, c.tp[:, j] / np.maximum(c.kept[:, j], 1), 0.0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 hits.append(np.where(n > 0, k / np.maximum(n, 1) >= target - 1e-12, True))
         joint = float(np.mean(np.all(hits, axis=0)))

@@ -18,6 +18,7 @@ from scipy import stats
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
 from det_calib.record.run_result import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
+from det_calib.thresholds.certification import betting_pvalue
 from det_calib.thresholds.class_sets import ClassSets, agnostic_true_class, class_probabilities
 from det_calib.thresholds.risk_control import RiskTargets, control, hb_pvalue, image_counts
 
@@ -106,22 +107,83 @@ def test_two_risks_at_once_take_the_lowest_threshold_certified_for_both():
 
 @pytest.mark.fast
 def test_image_precision_known_answer_by_hand():
-    # 400 images, one box each (correct with probability rising in its score) and one object: the image's
-    # false discovery proportion at t is 1 for a kept wrong box, else 0. The fixed sequence from high to low
-    # conf stops where the HB p-value of the mean FDP against 1 - P first exceeds delta
+    # 400 images, one box each (correct with probability rising in its score) and one object: at t the
+    # images that keep a box are those with s > t, and their mean FDP is the share of wrong boxes among them.
+    # Thresholds are tested where an observed FDP of half the target would certify (a rule on counts), from
+    # high to low conf; the sequence stops where the HB p-value against 1 - P first exceeds delta
     rng = np.random.default_rng(3)
     s = rng.uniform(0, 1, 400)
     y = rng.uniform(0, 1, 400) < s
     c = image_counts(s, y, np.arange(400), np.ones(400), grid=GRID)
     want = None
     for t in GRID[::-1]:
-        fdp = float(np.mean((s > t) & ~y))
-        if _hb_reference(fdp, 400, 0.3) > 0.1:
+        n = int(np.sum(s > t))
+        if n < math.ceil(math.log(0.1) / math.log(0.7)) or _hb_reference(0.15, n, 0.3) > 0.1:
+            continue  # not tested
+        fdp = float(np.sum((s > t) & ~y)) / n
+        if _hb_reference(fdp, n, 0.3) > 0.1:
             break
         want = t
-    r = control(c, RiskTargets(precision=0.7, precision_unit="image", delta=0.1))
-    assert r["certified"] and r["threshold"] == pytest.approx(want)
-    assert r["fit"]["precision_per_image"] == pytest.approx(1 - float(np.mean((s > want) & ~y)))
+    r = control(c, RiskTargets(precision=0.7, delta=0.1))  # the image unit is the default
+    assert want is not None and r["certified"] and r["threshold"] == pytest.approx(want)
+    kept = s > want
+    assert r["fit"]["precision_per_image"] == pytest.approx(float(np.mean(y[kept])))
+
+
+@pytest.mark.fast
+def test_pooled_precision_betting_pvalue_by_hand():
+    # the pooled rule bets on per-image losses P FP_i - (1 - P) TP_i (FP clipped at fp_cap); its p-value is
+    # 1 / the capital's running maximum, the bet aGRAPA on the losses before each image, capped at 0.5 / (P cap)
+    rng = np.random.default_rng(4)
+    fp, tp, p_t, cap = rng.poisson(1.0, 300), rng.poisson(3.0, 300), 0.6, 25.0
+    loss = p_t * np.minimum(fp, cap) - (1 - p_t) * tp
+    cap_log, best, seen = 0.0, 0.0, []
+    for x in loss:
+        mu = sum(seen) / (len(seen) + 1)
+        var = max(sum(v * v for v in seen) / (len(seen) + 1) - mu * mu, 1e-12) + 1e-6 * (p_t * cap) ** 2
+        lam = min(max(-mu / (var + mu * mu), 0.0), 0.5 / (p_t * cap))
+        cap_log += math.log(1 - lam * x)
+        best = max(best, cap_log)
+        seen.append(float(x))
+    got = betting_pvalue(loss[:, None], hi=p_t * cap)
+    assert got[0] == pytest.approx(min(1.0, math.exp(-best)), rel=1e-9) and got[0] < 0.05
+    # a precision below the target: the mean loss is positive and the capital never grows
+    assert betting_pvalue((loss + 2.0)[:, None], hi=p_t * cap + 2.0)[0] == 1.0
+
+
+def _clustered(rng, m):
+    """Images whose boxes go wrong together: a per-image difficulty sets both how many boxes are wrong and
+    their scores (the case where a box-level binomial test is optimistic)."""
+    hard = rng.beta(0.6, 1.4, m)
+    k = rng.integers(1, 5, m) + (rng.random(m) < 0.1) * rng.integers(5, 20, m)
+    img = np.repeat(np.arange(m), k)
+    y = rng.random(len(img)) > hard[img]
+    s = 1 / (1 + np.exp(-(np.where(y, 1.0, -0.3) - 2 * hard[img] + rng.normal(0, 0.8, len(img)))))
+    return s, y, img, np.bincount(img[y], minlength=m)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("unit", ["image", "pooled"])
+def test_precision_violation_rate_with_clustered_boxes(unit):
+    rng = np.random.default_rng(5)
+    s, y, img, n_gt = _clustered(rng, 100_000)
+    pop = image_counts(s, y, img, n_gt, grid=GRID)
+    if unit == "pooled":
+        true = pop.tp.sum(0) / np.maximum(pop.kept.sum(0), 1)
+    else:
+        true = 1 - np.nan_to_num(np.where(pop.kept > 0, (pop.kept - pop.tp) / np.maximum(pop.kept, 1), 0).sum(0)
+                                 / np.maximum((pop.kept > 0).sum(0), 1))
+    target, delta, draws = 0.75, 0.1, 200
+    viol = cert = 0
+    for _ in range(draws):
+        s2, y2, img2, g2 = _clustered(rng, 300)
+        r = control(image_counts(s2, y2, img2, g2, grid=GRID),
+                    RiskTargets(precision=target, delta=delta, precision_unit=unit, fp_cap=25.0))
+        if r["certified"]:
+            cert += 1
+            viol += true[int(np.searchsorted(GRID, r["threshold"]))] < target
+    assert cert >= draws // 2  # the rule certifies something most of the time: the rate below is not vacuous
+    assert viol / draws <= delta + 2 * math.sqrt(delta * (1 - delta) / draws)
 
 
 def _population(rng, m):
@@ -274,7 +336,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
              "`--delta`"), (["--max-fp-per-image", "-1"], "`--max-fp-per-image`"),
              (["--target-recall", "0.999"], "no threshold certifies recall"),
              (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
-             (["--class-sets", "0.1"], "no per-class `logits` column"), (["--class-sets", "2"], "`--class-sets`")]
+             (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"),
+             (["--class-sets", "2"], "`--class-sets`")]
     for extra, words in cases:
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
@@ -304,3 +367,51 @@ def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
     # one-to-one matching gives that object to the higher-conf box)
     assert out["n_fit"] == out["boxes"] == 400
     assert out["coverage"] >= 0.9 - 0.05 and 1.0 <= out["mean_size"] < 3.0
+
+
+def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys):
+    # calibrate moves the capture's `logits` column into class_logits.npz (float16, the boxes above the floor);
+    # class sets read from it agree with those read from the column, and the CLI prints them
+    from det_calib.cli import main
+    from det_calib.thresholds.class_sets import LOGITS_FILE, LOGITS_FLOOR, run_class_sets, write_class_logits
+
+    run = _make_run(tmp_path / "cs", n_img=200, logits=True)
+    want = run_class_sets(run, alpha=0.1, keep=0.25, write=False)
+    boxes = pl.read_parquet(run / "boxes.parquet")
+    lg = np.stack(boxes["logits"].to_list())
+    write_class_logits(run, boxes)
+    assert "logits" not in boxes.columns  # moved out of the table, in place
+    boxes.write_parquet(run / "boxes.parquet")
+    with np.load(run / LOGITS_FILE) as z:
+        kept = np.flatnonzero(boxes["calibrated"].to_numpy() > LOGITS_FLOOR)
+        assert z["row"].tolist() == kept.tolist() and z["logits"].dtype == np.float16
+        np.testing.assert_allclose(z["logits"], lg[kept], atol=4e-3)
+    got = run_class_sets(run, alpha=0.1, keep=0.25, write=False)
+    assert got["n_fit"] == want["n_fit"] and got["boxes"] == want["boxes"]
+    assert got["coverage"] == pytest.approx(want["coverage"], abs=0.01)
+    assert got["mean_size"] == pytest.approx(want["mean_size"], abs=0.02)
+    with pytest.raises(InputError, match="`keep` at least 0.05"):
+        run_class_sets(run, alpha=0.1, keep=0.01, write=False)
+    assert main(["thresholds", str(run), "--class-sets", "0.1"]) == 0
+    assert f"mean size {got['mean_size']:.2f}" in capsys.readouterr().out
+    np.savez_compressed(run / LOGITS_FILE, row=np.array([0, 1], np.int32), logits=np.zeros((2, 3), np.float16),
+                        image_id=np.array([5, 5], np.int32), floor=np.float64(LOGITS_FLOOR))
+    with pytest.raises(InputError, match="does not match the run's boxes.parquet"):
+        run_class_sets(run, alpha=0.1, write=False)
+
+
+@pytest.mark.fast
+def test_per_class_criterion_and_risk_control_certify_the_same_image_precision():
+    # `det-calib thresholds`' target_precision (unit image) and `--target-precision` of risk control are one rule:
+    # the same threshold on the same boxes, so the benchmark's precision/img rows measure both
+    from det_calib.thresholds.per_class import tune
+
+    rng = np.random.default_rng(6)
+    s, y, img, n_gt = _clustered(rng, 400)
+    fit = pl.DataFrame({"image_id": img, "cls": np.zeros(len(s), np.int64), "correct": y,
+                        "iou": np.where(y, 0.8, 0.2)})
+    doc = tune(fit, s, n_gt_fit={0: int(n_gt.sum())}, class_names=["a"], target_precision=0.8, delta=0.1,
+               grid=GRID)["target_precision"]["global"]
+    r = control(image_counts(s, y, img, n_gt, grid=GRID), RiskTargets(precision=0.8, delta=0.1))
+    assert doc["certified"] and r["certified"] and doc["threshold"] == r["threshold"]
+    assert doc["fit"]["precision_per_image"] == pytest.approx(r["fit"]["precision_per_image"], rel=1e-12)
