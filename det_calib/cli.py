@@ -337,7 +337,8 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    if args.data is not None and args.data.is_dir():  # a folder per class: a classify model's data
+    if (folder := importlib.import_module("det_calib.demo").classify_data_for(args.model, args.data)) is not None:
+        args.data = folder  # a folder of class folders: a classify model's data
         return importlib.import_module("det_calib.pipeline.classify_run").run_classify_cli(args)
     from det_calib.job.settings import Settings
     from det_calib.pipeline.calibrate_job import calibrate
