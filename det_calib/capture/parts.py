@@ -187,7 +187,7 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
     """
     from det_calib.capture.exported import make_capturer
     from det_calib.data.ground_truth import check_class_names, load_data_yaml
-    from det_calib.data.task_splits import captured_split
+    from det_calib.tasks.task_splits import captured_split
 
     ds = load_data_yaml(data)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
@@ -344,8 +344,9 @@ def capture_to_parts(
                  progress=progress)
     else:
         from det_calib.data.box_table import capture_schema
+        from det_calib.tasks import get_task
 
-        df = pl.DataFrame(schema=capture_schema(task=getattr(cap, "task", "detect")))
+        df = pl.DataFrame(schema=capture_schema(get_task(getattr(cap, "task", "detect")).payload_schema))
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
     path = write_part(df, Path(out_dir) / name, meta=meta)
     log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)

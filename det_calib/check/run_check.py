@@ -255,7 +255,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
     """The new boxes matched to ``split``'s ground truth by the run's rule (box or mask IoU; None:
     unlabelled, not matched), with the run's deployed conf in ``calibrated``."""
-    from det_calib.matching.rule import match_split
+    from det_calib.tasks.match_rule import match_split
 
     s = job.settings
     b = match_split(raw, split, job.inputs.matching, iou=s.iou, loc_iou=s.loc_iou) if split is not None else raw
@@ -494,7 +494,7 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     then allow (the calibrator maps conf to the chance of a match by that rule)."""
     from det_calib.data.pose import pose_spec
     from det_calib.data.segments import has_masks
-    from det_calib.data.task_splits import label_values
+    from det_calib.tasks.obb_task import label_values
 
     rule = job.inputs.matching
     by = rule.by if rule is not None else "box"
@@ -510,8 +510,8 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
 
 
 def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None = None) -> Any:
-    """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.data.task_splits.load_task_split`)."""
-    from det_calib.data.task_splits import load_task_split
+    """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.tasks.task_splits.load_task_split`)."""
+    from det_calib.tasks.task_splits import load_task_split
 
     return load_task_split(ds, split, task=job.inputs.task, match=match, kpt_shape=job.inputs.kpt_shape, limit=limit)
 

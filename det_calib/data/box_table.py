@@ -92,17 +92,13 @@ hull, ``Results.obb.xyxy``)."""
 PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, KPTS_COLUMN: pl.List(pl.List(pl.Float32)),
                                           XYWHR_COLUMN: pl.List(pl.Float32)}
 """The task payload columns a capture may add after the box columns, and their types."""
-TASK_PAYLOAD = {"segment": SEGM_COLUMN, "pose": KPTS_COLUMN, "obb": XYWHR_COLUMN}
-"""Ultralytics task -> the payload column its capture adds (a detector adds none)."""
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
-def capture_schema(*, segment: bool = False, task: str | None = None) -> dict[str, pl.DataType]:
-    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column
-    (:data:`TASK_PAYLOAD`: ``segm`` for a segment model, given as ``segment=True`` or ``task``)."""
-    schema = {c: SCHEMA[c] for c in CAPTURE_COLUMNS}
-    payload = TASK_PAYLOAD.get("segment" if segment else task or "detect")
-    return {**schema, payload: PAYLOAD_SCHEMA[payload]} if payload else schema
+def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column and its type
+    (:attr:`det_calib.tasks.contract.Task.payload_schema`; none for a detector)."""
+    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
 def empty_boxes() -> pl.DataFrame:

@@ -202,7 +202,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
     """Split name -> its rows of ``det-calib capture`` parts (one folder, or one sub-folder per
     split), the heads every split's parts have, and the fingerprints the new run records."""
     from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
-    from det_calib.data.task_splits import captured_split
+    from det_calib.tasks.task_splits import captured_split
 
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None

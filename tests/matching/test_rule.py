@@ -10,7 +10,7 @@ from det_calib.capture.mask_rebuild import encode_masks
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import GT_SCHEMA, Split
 from det_calib.errors import InputError
-from det_calib.matching.rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
+from det_calib.tasks.match_rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
 
 pytestmark = pytest.mark.fast
 
