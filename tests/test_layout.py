@@ -217,7 +217,8 @@ def test_one_module_scores_boxes_and_one_leaves_out_crowd_matched_ones():
     extractors are gone."""
     view = ("det_calib/data/box_view.py",)
     assert not _calls(r"\.deployed_conf\(|calibrated_logits\(|predict_proba\(", ("det_calib/calibrators/", *view))
-    assert not _calls(r'~\s*pl\.col\("ignore"\)|\["ignore"\]', (*view, "det_calib/matching/"))
+    matchers = ("det_calib/matching/", "det_calib/tasks/obb_matching.py", "det_calib/tasks/pose_matching.py")
+    assert not _calls(r'~\s*pl\.col\("ignore"\)|\["ignore"\]', (*view, *matchers))
     assert not _calls(r"\b_EvalArrays\b|\bOperatingEval\b|def _arrays\(|def with_calibrated\(", view)
 
 
@@ -309,7 +310,7 @@ TASK_WORDS = {"obb": ("obb", "rotated", "xywhr"), "pose": ("keypoint", "kpt", "o
 #: How many files outside det_calib/tasks/ may name each task in their identifiers (a ratchet: only down).
 #: The goal is at most 4 for every task (issue "A task is a plug-in"); measured before det_calib/tasks/:
 #: obb 17, pose 21, segment 38 (``mask`` is also the word of any boolean array: ``kept_mask``, ``size_mask``).
-TASK_WORD_FILES = {"obb": 11, "pose": 18, "segment": 36}
+TASK_WORD_FILES = {"obb": 9, "pose": 16, "segment": 36}
 
 
 def _outside_tasks() -> list[Path]:

@@ -492,9 +492,9 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     """The new labelled split, read for the run's model and rule (:func:`_task_split`): with its masks where
     the run matched by mask IoU (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must
     then allow (the calibrator maps conf to the chance of a match by that rule)."""
-    from det_calib.data.pose import pose_spec
     from det_calib.data.segments import has_masks
     from det_calib.tasks.obb_task import label_values
+    from det_calib.tasks.pose_labels import pose_spec
 
     rule = job.inputs.matching
     by = rule.by if rule is not None else "box"

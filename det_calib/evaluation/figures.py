@@ -328,7 +328,7 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
 
     Args:
         boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
-        split: The eval split as :func:`det_calib.data.pose.load_pose_split` reads it.
+        split: The eval split as :func:`det_calib.tasks.pose_labels.load_pose_split` reads it.
         calibrator, s: As :func:`segment_map_check`.
         sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
             ``1 / K`` otherwise, as Ultralytics' pose validator).
@@ -336,8 +336,8 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
     Returns:
         The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
     """
-    from det_calib.data.pose import has_keypoints
     from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+    from det_calib.tasks.pose_labels import has_keypoints
 
     out = map_check(boxes, split, calibrator, s)
     if not has_keypoints(split):

@@ -19,9 +19,9 @@ import polars as pl
 
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchBy, MatchingRule
-from det_calib.data.pose import pose_spec
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
+from det_calib.tasks.pose_labels import pose_spec
 
 __all__ = ["Task"]
 

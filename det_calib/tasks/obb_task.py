@@ -18,10 +18,10 @@ import polars as pl
 from det_calib.data.box_table import PAYLOAD_SCHEMA, XYWHR_COLUMN
 from det_calib.data.ground_truth import Dataset, Split, label_path, list_images, load_split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.obb import has_rotated_boxes, load_obb_split
 from det_calib.errors import InputError
-from det_calib.matching.rotated import match_boxes_by_rotated
 from det_calib.tasks.contract import Task
+from det_calib.tasks.obb_labels import has_rotated_boxes, load_obb_split
+from det_calib.tasks.obb_matching import match_boxes_by_rotated
 
 __all__ = ["Obb", "label_values"]
 

@@ -18,10 +18,10 @@ import polars as pl
 from det_calib.data.box_table import KPTS_COLUMN, PAYLOAD_SCHEMA
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.pose import PoseSpec, has_keypoints, load_pose_split, pose_spec
 from det_calib.errors import InputError
-from det_calib.matching.oks import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 from det_calib.tasks.contract import Task
+from det_calib.tasks.pose_labels import PoseSpec, has_keypoints, load_pose_split, pose_spec
+from det_calib.tasks.pose_matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 
 __all__ = ["Pose"]
 

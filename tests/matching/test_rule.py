@@ -148,7 +148,7 @@ def _capture_table(n: int, rng, payload: str, values) -> pl.DataFrame:
 def test_match_split_by_oks_is_match_keypoints():
     """The run's table-level OKS labels are match_keypoints' (COCO `keypoints`, parity tested there) on the
     same arrays, at --iou and at --loc-iou; the rule's sigmas are the ones used."""
-    from det_calib.matching.oks import match_keypoints
+    from det_calib.tasks.pose_matching import match_keypoints
 
     rng = np.random.default_rng(0)
     sp = _pose_split(rng)
@@ -179,7 +179,7 @@ def test_match_split_by_oks_is_match_keypoints():
 
 
 def test_match_split_by_rotated_iou_is_match_rotated():
-    from det_calib.matching.rotated import match_rotated
+    from det_calib.tasks.obb_matching import match_rotated
 
     rng = np.random.default_rng(1)
     m = 10
