@@ -60,11 +60,11 @@ def score_layout(info: ExportInfo) -> ScoreLayout:
     >>> score_layout(pose)
     ScoreLayout(axis=1, scores=(4, 7), extra=7, extra_size=15)
     >>> import dataclasses
-    >>> score_layout(dataclasses.replace(pose, task="obb", kpt_shape=None, head="e2e", rows=True))
+    >>> score_layout(dataclasses.replace(pose, task="obb", payload_shape=None, head="e2e", rows=True))
     ScoreLayout(axis=-1, scores=(4, 5), extra=6, extra_size=1)
     """
     nc = len(info.names)
-    size = get_task(info.task).export_channels(info.kpt_shape)
+    size = get_task(info.task).export_channels(info.payload_shape)
     if info.rows:
         return ScoreLayout(-1, (4, 5), 6, size)
     return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
@@ -89,6 +89,6 @@ def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) 
     want = score_layout(info).channels
     if channels and want is not None and int(channels) != want:
         raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
-                         + (f" and kpt_shape {list(info.kpt_shape)}" if info.kpt_shape else "")
+                         + (f" and kpt_shape {list(info.payload_shape)}" if info.payload_shape else "")
                          + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
                          "not a layout det_calib knows where the class scores sit in")

@@ -133,7 +133,8 @@ class ExportInfo:
         batch: Its batch size.
         task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
             scores (:mod:`det_calib.capture.export_layout`; a segment model's prototype masks are a second output).
-        kpt_shape: A pose model's ``(K, ndim)`` (its metadata's ``kpt_shape``), else None.
+        payload_shape: The shape of each box's payload (a pose model's ``(K, ndim)``, its metadata's
+            ``kpt_shape``), else None.
     """
 
     path: Path
@@ -146,7 +147,7 @@ class ExportInfo:
     dynamic: bool
     batch: int
     task: str = "detect"
-    kpt_shape: tuple[int, int] | None = None
+    payload_shape: tuple[int, int] | None = None
 
     @property
     def engine(self) -> str:
@@ -230,7 +231,7 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
 
     task = meta.get("task", "detect")
     check_task(task, tasks)
-    kpt = _literal(get_task(task).metadata_shape(meta))
+    shape = _literal(get_task(task).metadata_shape(meta))
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -243,7 +244,7 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
                       dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
-                      kpt_shape=None if kpt is None else (int(kpt[0]), int(kpt[1])))
+                      payload_shape=None if shape is None else (int(shape[0]), int(shape[1])))
 
 
 class ExportedDetector:
@@ -260,7 +261,7 @@ class ExportedDetector:
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
         self.hooks = get_task(self.task)
-        self.kpt_shape = self.info.kpt_shape  # a pose model's (K, ndim), else None
+        self.payload_shape = self.info.payload_shape  # a pose model's (K, ndim), else None
 
     @property
     def heads(self) -> list[str]:
@@ -398,8 +399,8 @@ class ExportCapturer:
         self.nc = len(self.names)
         self.task = self.info.task
         self.hooks = get_task(self.task)
-        self.kpt_shape = self.info.kpt_shape  # (K, ndim) of a pose model, for its `kpts` column
-        if self.hooks.shaped and self.kpt_shape is None:
+        self.payload_shape = self.info.payload_shape  # (K, ndim) of a pose model, for its `kpts` column
+        if self.hooks.shaped and self.payload_shape is None:
             raise InputError(f"the {self.task} export {self.info.path.name} records no `kpt_shape` in its metadata")
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
         overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
@@ -476,7 +477,7 @@ class ExportCapturer:
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
         return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
-                          self.hooks.result_payload(res, self.kpt_shape))
+                          self.hooks.result_payload(res, self.payload_shape))
 
 
 @contextlib.contextmanager

@@ -193,7 +193,7 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",
-                        kpt_shape=getattr(cap, "kpt_shape", None), coco_gt=coco_gt, limit=limit)
+                        payload_shape=getattr(cap, "payload_shape", None), coco_gt=coco_gt, limit=limit)
     names = sp.image_names()
     meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
             "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}

@@ -275,7 +275,7 @@ class Capturer:
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
         self.hooks = get_task(self.task)
-        self.kpt_shape = self.hooks.head_shape(detect_head(yolo))  # the payload's shape: (K, ndim) of a pose model
+        self.payload_shape = self.hooks.head_shape(detect_head(yolo))  # the payload's shape: (K, ndim) of a pose model
         try:
             self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
@@ -454,7 +454,7 @@ class Capturer:
         """One image's kept rows ``det`` (their ``anchors``; the head's pre-sigmoid ``scores`` (nc,
         anchors)) in the image of shape ``im_shape`` (h, w), as the task's predictor returns them."""
         segm = None  # an OBB model's xywh + angle: the axis-aligned hull in the box columns
-        xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.kpt_shape)  # in place, as the predictor
+        xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.payload_shape)  # in place, as the predictor
         if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
             filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
             kept = torch.from_numpy(filled).to(det.device)
@@ -491,7 +491,7 @@ class Capturer:
                 "logit": cat(3, np.float64),
             }
             if hooks.payload:
-                cols[hooks.payload] = hooks.payload_series([per[p] for p in order], self.kpt_shape)
+                cols[hooks.payload] = hooks.payload_series([per[p] for p in order], self.payload_shape)
             df = pl.DataFrame(cols, schema=capture_schema(hooks.payload_schema))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)

@@ -40,9 +40,9 @@ def check_source(source: Path, info: ExportInfo) -> None:
                          + what)
     if [str(yolo.names[k]) for k in sorted(yolo.names)] != info.names:
         raise InputError(f"`source` {source} does not have the classes of {info.path.name}: {what}")
-    kpt = get_task(yolo.task).head_shape(yolo.model.model[-1])
-    if kpt != info.kpt_shape:
-        raise InputError(f"`source` {source} has keypoints of shape {kpt} and {info.path.name} {info.kpt_shape}: "
+    shape = get_task(yolo.task).head_shape(yolo.model.model[-1])
+    if shape != info.payload_shape:
+        raise InputError(f"`source` {source} has keypoints of shape {shape} and {info.path.name} {info.payload_shape}: "
                          + what)
 
 

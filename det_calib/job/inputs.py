@@ -77,7 +77,7 @@ class Inputs:
         return getattr(self.yolo, "task", None) or "detect"
 
     @property
-    def kpt_shape(self) -> tuple[int, int] | None:
+    def payload_shape(self) -> tuple[int, int] | None:
         """The shape of each box's payload the model declares (a pose model's ``kpt_shape`` ``(K, ndim)``); None
         for a task without one."""
         return get_task(self.task).model_shape(self.yolo)
@@ -116,7 +116,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
 
 def load_splits(ds: Dataset, s: Settings, *, task: str = "detect",
-                kpt_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
+                payload_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
     """The fit and the eval split (see :func:`resolve_splits`), read for the model's task by
     :func:`~det_calib.tasks.task_splits.load_task_split`: for a ``segment`` model each with its ground-truth
     masks (YOLO polygons or COCO ``segmentation``) unless ``--match box`` asks for none; for a ``pose`` model
@@ -125,7 +125,7 @@ def load_splits(ds: Dataset, s: Settings, *, task: str = "detect",
     fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
 
     def load(name: str) -> Split:
-        return load_task_split(ds, name, task=task, match=s.match, kpt_shape=kpt_shape, coco_gt=s.coco_gt,
+        return load_task_split(ds, name, task=task, match=s.match, payload_shape=payload_shape, coco_gt=s.coco_gt,
                                limit=s.limit)
 
     if halve:

@@ -215,7 +215,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
         # the whole split the parts were captured on: the run's own split unless it is a half or
         # --limit took part of it (then read again), and its fingerprint computed once
         same = sp.name == base and s.limit is None and not sp.corrupt
-        whole = sp if same else captured_split(inputs.ds, base, task=inputs.task, kpt_shape=inputs.kpt_shape,
+        whole = sp if same else captured_split(inputs.ds, base, task=inputs.task, payload_shape=inputs.payload_shape,
                                                coco_gt=s.coco_gt, limit=s.limit)
         expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
         df, meta = read_parts_with_meta(folder, expect_model=model_fp)

@@ -204,7 +204,7 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
         with clock.stage("model load"):
             inputs = detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
         with clock.stage("data check"):
-            fit, ev = load_splits(inputs.ds, s, task=inputs.task, kpt_shape=inputs.kpt_shape)
+            fit, ev = load_splits(inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape)
             inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),
                                               kpt_sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
     with clock.stage("data check"):

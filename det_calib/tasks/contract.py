@@ -43,6 +43,8 @@ class Task:
         outputs_words: Those outputs, in words (an export's layout refusal).
         validator: Ultralytics' validator of the task: (module under ``ultralytics.models.yolo``, class).
         fusable: Whether weighted boxes fusion can fuse the task's boxes (an ensemble member).
+        missing_words: What a split without the task's payload has and what the task's rule needs, in words
+            (``check``'s refusal).
         records_rule: Whether a run records its matching rule (``calibration.json``'s ``matching``; a
             detector's run records none: box IoU, as ever).
         shaped: Whether each box's payload has a shape the model declares (a pose model's ``kpt_shape``),
@@ -67,6 +69,7 @@ class Task:
     prototypes: ClassVar[bool] = False
     shaped: ClassVar[bool] = False
     records_rule: ClassVar[bool] = True
+    missing_words: ClassVar[tuple[str, str]] = ("", "")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -127,6 +130,16 @@ class Task:
         """Whether the split holds box labels only where the task has labels of its own (a capture to
         parts then reads them as boxes)."""
         return True
+
+    def lacks_labels(self, data: Dataset, split: str) -> bool:
+        """Whether the split's labels, before they are read, cannot give the task's own rule its payload (box
+        labels for a pose or OBB model); ``check`` then refuses a run matched by that rule."""
+        return False
+
+    def lacks_payload(self, split: Split) -> bool:
+        """Whether a split read for the task's own rule lacks a ground truth's payload (a segment model's
+        box-only labels)."""
+        return False
 
     def dataset_sigmas(self, data: Dataset) -> tuple[float, ...] | None:
         """The dataset's own per-payload constants its matching uses (a pose dataset's OKS sigmas); None."""

@@ -56,6 +56,7 @@ class Obb(Task):
     outputs_words = "one output tensor (rotated boxes, scores and angles)"
     validator = ("obb", "OBBValidator")
     fusable = False
+    missing_words = ("no rotated boxes", "OBB labels (`cls x1 y1 ... x4 y4`)")
 
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return 1
@@ -76,6 +77,9 @@ class Obb(Task):
     def box_labels_only(self, data: Dataset, split: str, coco_gt: str | Path | None) -> bool:
         """YOLO labels (no ``--coco-gt``) whose lines are ``cls cx cy w h``."""
         return coco_gt is None and label_values(data, split) == 5
+
+    def lacks_labels(self, data: Dataset, split: str) -> bool:
+        return label_values(data, split) == 5
 
     def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
         lacking = [sp.name for sp in splits if not has_rotated_boxes(sp)]

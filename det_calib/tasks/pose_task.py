@@ -41,12 +41,13 @@ class Pose(Task):
     validator = ("pose", "PoseValidator")
     fusable = False
     shaped = True
+    missing_words = ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)")
 
     def head_shape(self, head: Any) -> tuple[int, int] | None:
         return int(head.kpt_shape[0]), int(head.kpt_shape[1])
 
     def model_shape(self, yolo: Any) -> tuple[int, int] | None:
-        shape = getattr(yolo, "kpt_shape", None)  # an export's, from its metadata
+        shape = getattr(yolo, "payload_shape", None)  # an export's, from its metadata
         if shape is None:
             model = getattr(yolo, "model", None)
             shape = getattr(model, "kpt_shape", None) or model.yaml.get("kpt_shape")
@@ -78,6 +79,9 @@ class Pose(Task):
     def box_labels_only(self, data: Dataset, split: str, coco_gt: str | Path | None) -> bool:
         """YOLO labels (no ``--coco-gt``) of a data.yaml without ``kpt_shape``."""
         return coco_gt is None and pose_spec(data) is None
+
+    def lacks_labels(self, data: Dataset, split: str) -> bool:
+        return pose_spec(data) is None
 
     def dataset_sigmas(self, data: Dataset) -> tuple[float, ...] | None:
         spec = pose_spec(data)

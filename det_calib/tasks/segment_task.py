@@ -40,6 +40,7 @@ class Segment(Task):
     validator = ("segment", "SegmentationValidator")
     fusable = False
     prototypes = True
+    missing_words = ("ground truths without a mask", "polygon labels")
 
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return None
@@ -49,6 +50,9 @@ class Segment(Task):
         if match != "box":
             return load_segment_split(data, split, coco_gt=coco_gt, limit=limit)
         return load_split(data, split, coco_gt=coco_gt, limit=limit)
+
+    def lacks_payload(self, split: Split) -> bool:
+        return not has_masks(split)
 
     def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
         lacking = [sp for sp in splits if not has_masks(sp)]

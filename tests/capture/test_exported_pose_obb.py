@@ -48,7 +48,7 @@ def test_export_metadata_and_layout(exports):
     for name, (task, _source, kw) in EXPORTS.items():
         info = read_export(exports[name])
         assert info.task == task and info.names[7] == "cross"
-        assert info.kpt_shape == (KPT_SHAPE if task == "pose" else None)
+        assert info.payload_shape == (KPT_SHAPE if task == "pose" else None)
         assert (info.head, info.rows) == (("e2e", True) if kw.get("nms") is False else ("nms", False))
         extra = 15 if task == "pose" else 1
         lay = score_layout(info)

@@ -44,7 +44,7 @@ def test_each_task_reads_its_own_ground_truth(tmp_path):
     obb = _copy(tmp_path / "obb", demo_obb_data_yaml())
     boxes = _copy(tmp_path / "box", demo_data_yaml())
     seg = _copy(tmp_path / "seg", demo_segment_data_yaml())
-    sp = load_task_split(pose, "calib", task="pose", kpt_shape=(5, 3))
+    sp = load_task_split(pose, "calib", task="pose", payload_shape=(5, 3))
     assert KPTS_COLUMN in sp.gt.columns and sp.gt.equals(load_pose_split(pose, "calib").gt)
     sp = load_task_split(obb, "calib", task="obb")
     assert XYWHR_COLUMN in sp.gt.columns and sp.gt.equals(load_obb_split(obb, "calib").gt)
@@ -77,9 +77,9 @@ def test_data_that_does_not_fit_the_model(tmp_path):
             load_task_split(pose, "calib", task=task)
     for match in ("auto", "oks"):
         with pytest.raises(InputError, match="has no `kpt_shape`: box labels for a pose model"):
-            load_task_split(boxes, "calib", task="pose", match=match, kpt_shape=(5, 3))
+            load_task_split(boxes, "calib", task="pose", match=match, payload_shape=(5, 3))
     with pytest.raises(InputError, match=r"kpt_shape \[5, 3\] but the model's is \[17, 3\] \(17 keypoints\)"):
-        load_task_split(pose, "calib", task="pose", kpt_shape=(17, 3))
+        load_task_split(pose, "calib", task="pose", payload_shape=(17, 3))
     for match in ("auto", "rotated"):
         with pytest.raises(InputError, match=r"has box labels \(`cls cx cy w h`\) for an OBB model"):
             load_task_split(boxes, "calib", task="obb", match=match)
