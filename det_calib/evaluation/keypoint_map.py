@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import KPTS_COLUMN
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.evaluation.mask_map import eval_figures
-from det_calib.tasks.pose_labels import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
+from det_calib.tasks.pose_labels import AREA_COLUMN, KPTS_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
 from det_calib.tasks.pose_matching import oks_sigmas
 
 __all__ = ["POSE_MAP_KEYS", "coco_keypoint_dataset", "coco_keypoint_detections", "coco_keypoint_maps",

@@ -118,7 +118,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
         with stage("kept-set metrics and intervals"):
             op = operating_points(eb, ev, s)
         evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op,
-                                  sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
+                                  sigmas=dataset_sigmas(inputs.ds, inputs.task))
         with stage("why above the floor"):  # only where the calibrated kept set is above its floor's range
             gap = head_floor_gap(op, evaluated.eval, choice.calibrator, method=choice.method,
                                  fit_min_conf=choice.floor or 0.0, image_names=ev.image_names(), target=s.target)
@@ -150,7 +150,7 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
         return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
 
 
-def kpt_oks_sigmas(ds, task: str) -> tuple[float, ...] | None:
+def dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:
     """The dataset's own constants of the task's matching (a pose dataset's OKS sigmas, data.yaml's
     ``kpt_oks_sigmas``); None where it gives none."""
     return get_task(task).dataset_sigmas(ds)
@@ -206,7 +206,7 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
         with clock.stage("data check"):
             fit, ev = load_splits(inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape)
             inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),
-                                              kpt_sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
+                                              sigmas=dataset_sigmas(inputs.ds, inputs.task))
     with clock.stage("data check"):
         preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
                   n_classes=len(inputs.ds.names), settings=s)

@@ -3,9 +3,9 @@ map's detections."""
 
 from __future__ import annotations
 
-from det_calib.data.box_table import XYWHR_COLUMN
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
+from det_calib.tasks.obb_labels import XYWHR_COLUMN
 
 from .common import (
     f4,

@@ -22,16 +22,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import KPTS_COLUMN, XYWHR_COLUMN
 from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, Dataset, Split, list_images, load_data_yaml
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.record.run_folder import Run
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
+from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split, split_xywhr
 from det_calib.tasks.obb_matching import match_rotated
-from det_calib.tasks.pose_labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose_labels import KPTS_COLUMN, load_pose_split, split_keypoints
 from det_calib.tasks.pose_matching import match_keypoints, table_keypoints
 
 from .task_plots import PosePanel, RotatedPanel

@@ -40,14 +40,14 @@ __all__ = ["MATCH_CHOICES", "MatchBy", "MatchingRule", "choose_matching", "match
 
 
 def choose_matching(option: str, *, task: str, splits: Sequence[Split],
-                    kpt_sigmas: Sequence[float] | None = None) -> MatchingRule:
+                    sigmas: Sequence[float] | None = None) -> MatchingRule:
     """The matching of a run (see the module docstring).
 
     Args:
         option: ``auto``, ``box``, ``mask``, ``oks`` or ``rotated`` (``--match``).
         task: The model's task (``detect``, ``segment``, ``pose``, ``obb``, or another registered one).
         splits: The splits the run labels (read by :func:`~det_calib.tasks.task_splits.load_task_split`).
-        kpt_sigmas: The dataset's own constants of the task's rule (a pose dataset's OKS sigmas), if any.
+        sigmas: The dataset's own constants of the task's rule (a pose dataset's OKS sigmas), if any.
 
     Raises:
         InputError: An unknown option; a task's rule for a model of another task, or where a
@@ -62,7 +62,7 @@ def choose_matching(option: str, *, task: str, splits: Sequence[Split],
                          f"--match box or auto")
     if option == "box":
         return MatchingRule("box", option, own.box_reason)
-    return own.choose_rule(option, splits, kpt_sigmas)
+    return own.choose_rule(option, splits, sigmas)
 
 
 def match_split(boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *, iou: float,

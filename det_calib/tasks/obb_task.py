@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import PAYLOAD_SCHEMA, XYWHR_COLUMN
+from det_calib.data.box_table import PAYLOAD_SCHEMA
 from det_calib.data.ground_truth import Dataset, Split, label_path, list_images, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.obb_labels import has_rotated_boxes, load_obb_split
+from det_calib.tasks.obb_labels import XYWHR_COLUMN, has_rotated_boxes, load_obb_split
 from det_calib.tasks.obb_matching import match_boxes_by_rotated
 
 __all__ = ["Obb", "label_values"]

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import KPTS_COLUMN, PAYLOAD_SCHEMA
+from det_calib.data.box_table import PAYLOAD_SCHEMA
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.pose_labels import PoseSpec, has_keypoints, load_pose_split, pose_spec
+from det_calib.tasks.pose_labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
 from det_calib.tasks.pose_matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 
 __all__ = ["Pose"]

@@ -225,7 +225,7 @@ def test_choose_matching_for_pose_and_obb():
     assert rule.by == "oks" and rule.sigmas == (0.2,) * 5
     assert rule.words(0.5) == "OKS >= 0.5 (a pose model, 5 keypoints, sigmas 1/K = 0.2 each (Ultralytics' rule " \
                               "for other than 17 keypoints))"
-    own = choose_matching("oks", task="pose", splits=[pose], kpt_sigmas=(0.1, 0.2, 0.3, 0.2, 0.1))
+    own = choose_matching("oks", task="pose", splits=[pose], sigmas=(0.1, 0.2, 0.3, 0.2, 0.1))
     assert own.sigmas == (0.1, 0.2, 0.3, 0.2, 0.1) and "data.yaml's kpt_oks_sigmas" in own.reason
     assert choose_matching("box", task="pose", splits=[pose]).words(0.5) == \
         "box IoU >= 0.5 (a pose model, chosen by --match box)"
