@@ -1,8 +1,8 @@
 """Keypoint mAP of a pose model's boxes, before and after calibration (pycocotools ``keypoints``).
 
 A pose model's box table carries each box's keypoints (column ``kpts``: K lists ``[x, y, conf]`` in
-image pixels, :mod:`det_calib.capture.task_payload`); the split's ground-truth keypoints, OKS areas and
-labelled-keypoint counts come from :func:`det_calib.tasks.pose_labels.load_pose_split`. :func:`coco_keypoint_maps`
+image pixels, :meth:`det_calib.tasks.pose_task.Pose.decode`); the split's ground-truth keypoints, OKS areas
+and labelled-keypoint counts come from :func:`det_calib.tasks.pose_labels.load_pose_split`. :func:`coco_keypoint_maps`
 scores the same boxes under several scorings by ``COCOeval(iouType="keypoints")``:
 
 * ground truth as COCO stores it: ``keypoints`` ``x, y, v`` triples, ``num_keypoints`` (COCO ignores a ground
