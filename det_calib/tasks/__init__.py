@@ -18,7 +18,7 @@ from det_calib.tasks.obb_task import Obb
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["TASKS", "Task", "get_task", "register", "result_boxes_attr", "task_names"]
+__all__ = ["TASKS", "Task", "get_task", "holds_hulls", "register", "result_boxes_attr", "task_names"]
 
 TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
@@ -47,6 +47,12 @@ def get_task(name: str | None) -> Task:
         raise InputError(f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
                          "models")
     return task
+
+
+def holds_hulls(columns) -> bool:
+    """Whether a box table with these ``columns`` holds a task's payload whose axis-aligned hulls are its box
+    columns (an OBB model's rotated boxes: its box mAP is the hulls', Ultralytics' val scores the rotated boxes)."""
+    return any(t.hull_boxes and t.payload in columns for t in TASKS.values())
 
 
 def result_boxes_attr(result) -> str:

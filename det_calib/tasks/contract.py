@@ -43,6 +43,8 @@ class Task:
         outputs_words: Those outputs, in words (an export's layout refusal).
         validator: Ultralytics' validator of the task: (module under ``ultralytics.models.yolo``, class).
         fusable: Whether weighted boxes fusion can fuse the task's boxes (an ensemble member).
+        hull_boxes: Whether the box columns hold the axis-aligned hull of each box's payload (an OBB model's
+            rotated boxes), so that box mAP is the hulls' and Ultralytics' val scores the payload.
         missing_words: What a split without the task's payload has and what the task's rule needs, in words
             (``check``'s refusal).
         records_rule: Whether a run records its matching rule (``calibration.json``'s ``matching``; a
@@ -70,6 +72,7 @@ class Task:
     shaped: ClassVar[bool] = False
     records_rule: ClassVar[bool] = True
     missing_words: ClassVar[tuple[str, str]] = ("", "")
+    hull_boxes: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -53,6 +53,7 @@ class Obb(Task):
     rule_words = "an OBB model (its rotated boxes)"
     box_reason = "an OBB model, the axis-aligned boxes around the rotated ones, chosen by --match box"
     rotated_nms = True
+    hull_boxes = True
     outputs_words = "one output tensor (rotated boxes, scores and angles)"
     validator = ("obb", "OBBValidator")
     fusable = False
