@@ -310,6 +310,9 @@ TASK_WORDS = {"obb": ("obb", "rotated", "xywhr"), "pose": ("keypoint", "kpt", "o
 #: How many files outside det_calib/tasks/ may name each task in their identifiers (a ratchet: only down).
 #: The goal is at most 4 for every task (issue "A task is a plug-in"); measured before det_calib/tasks/:
 #: obb 17, pose 21, segment 38 (``mask`` is also the word of any boolean array: ``kept_mask``, ``size_mask``).
+#: What still names them sits above the tasks' layer: the demo's labels (demo/), the report's example panels
+#: (report/task_examples.py, task_plots.py, matching_section.py, mask_plots.py), the keypoint and mask mAP
+#: checks (evaluation/); and for segment the recorded mask mAP fields (record/), which calibration.json keeps.
 TASK_WORD_FILES = {"obb": 5, "pose": 6, "segment": 35}
 
 
