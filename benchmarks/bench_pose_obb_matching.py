@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_table import write_doc_table  # noqa: E402
 
 from det_calib.data.ground_truth import load_data_yaml  # noqa: E402
-from det_calib.data.obb import load_obb_split, split_xywhr  # noqa: E402
-from det_calib.data.pose import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, load_pose_split, split_keypoints  # noqa: E402
 from det_calib.demo.shapes import CLASS_NAMES  # noqa: E402
 from det_calib.demo.shapes_obb import write_obb_split  # noqa: E402
 from det_calib.demo.shapes_pose import write_pose_split  # noqa: E402
-from det_calib.matching.oks import match_keypoints, oks_sigmas  # noqa: E402
-from det_calib.matching.rotated import match_rotated  # noqa: E402
+from det_calib.tasks.obb_labels import load_obb_split, split_xywhr  # noqa: E402
+from det_calib.tasks.obb_matching import match_rotated  # noqa: E402
+from det_calib.tasks.pose_labels import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, load_pose_split, split_keypoints  # noqa: E402
+from det_calib.tasks.pose_matching import match_keypoints, oks_sigmas  # noqa: E402
 
 
 def _yaml(root: Path, extra: str = "") -> Path:

@@ -134,8 +134,8 @@ def kept_set_figures(table: pl.DataFrame, split, *, match: str, threshold: float
         The number of kept boxes that count (ignored ones, on a crowd, left out) and their ECE (nan if none).
     """
     from det_calib.data.matching_rule import MatchingRule
-    from det_calib.matching.rule import match_split
     from det_calib.metrics.operating_point import kept_ece
+    from det_calib.tasks.match_rule import match_split
 
     rule = MatchingRule(match, sigmas=tuple(float(x) for x in sigmas) if sigmas is not None else None)
     kept = table.filter(pl.col("conf") > threshold)
@@ -195,11 +195,10 @@ def rule_split(run_model: str, data, split: str, by: str, n: int):
     with the ground truth the rule ``by`` matches against, and the model's task."""
     from det_calib.capture.exported import is_export, read_export
     from det_calib.capture.predictor import load_detector
-    from det_calib.capture.task_payload import CAPTURE_TASKS
-    from det_calib.data.task_splits import load_task_split
+    from det_calib.tasks.task_splits import load_task_split
 
     task = (read_export(run_model).task if is_export(run_model)
-            else load_detector(run_model, tasks=CAPTURE_TASKS).task)
+            else load_detector(run_model).task)
     return load_task_split(data, split, task=task, match=by, limit=n), task
 
 

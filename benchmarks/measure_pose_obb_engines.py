@@ -152,10 +152,9 @@ def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder:
 
     from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import logit_of_prob, read_export
-    from det_calib.capture.task_payload import CAPTURE_TASKS
     from det_calib.deploy.calibrated_export import write_calibrated_export
 
-    info = read_export(export, tasks=CAPTURE_TASKS)
+    info = read_export(export)
     out = write_calibrated_export(export, folder / ("calibrated.onnx" if info.format == "onnx"
                                                     else "calibrated_openvino_model"), {info.head: cal})
     lay = score_layout(info)

@@ -22,11 +22,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_table import write_doc_table  # noqa: E402
 
-from det_calib.data.obb import corners_to_xywhr  # noqa: E402
 from det_calib.demo.shapes import SPLIT_SIZES, render_with_owners  # noqa: E402
 from det_calib.demo.shapes_obb import min_area_rect, obb_lines, rendered_rects  # noqa: E402
 from det_calib.demo.shapes_pose import pose_lines, rendered_keypoints  # noqa: E402
-from det_calib.matching.rotated import pair_probiou  # noqa: E402
+from det_calib.tasks.obb_labels import corners_to_xywhr  # noqa: E402
+from det_calib.tasks.obb_matching import pair_probiou  # noqa: E402
 
 
 def _area(q: np.ndarray) -> float:

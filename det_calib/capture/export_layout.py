@@ -15,15 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from det_calib.errors import InputError
+from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.exported import ExportInfo
 
-OUTPUTS_WORDS = {"detect": "one output tensor (boxes and scores)",
-                 "pose": "one output tensor (boxes, scores and keypoints)",
-                 "obb": "one output tensor (rotated boxes, scores and angles)",
-                 "segment": "two output tensors (boxes, scores and mask coefficients; the mask prototypes)"}
-"""What each task's export outputs, as the messages say it."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +60,11 @@ def score_layout(info: ExportInfo) -> ScoreLayout:
     >>> score_layout(pose)
     ScoreLayout(axis=1, scores=(4, 7), extra=7, extra_size=15)
     >>> import dataclasses
-    >>> score_layout(dataclasses.replace(pose, task="obb", kpt_shape=None, head="e2e", rows=True))
+    >>> score_layout(dataclasses.replace(pose, task="obb", payload_shape=None, head="e2e", rows=True))
     ScoreLayout(axis=-1, scores=(4, 5), extra=6, extra_size=1)
     """
     nc = len(info.names)
-    size = {"detect": 0, "obb": 1, "pose": None if info.kpt_shape is None else info.kpt_shape[0] * info.kpt_shape[1]
-            }.get(info.task)
+    size = get_task(info.task).export_channels(info.payload_shape)
     if info.rows:
         return ScoreLayout(-1, (4, 5), 6, size)
     return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
@@ -79,7 +74,7 @@ def expected_outputs(info: ExportInfo) -> int:
     """The outputs of an Ultralytics export of ``info.task``: one for a detector, a pose or an OBB model; two for
     a segment model (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows
     ``x1 y1 x2 y2 conf cls`` and the coefficients; ``output1``: the mask prototypes, left as they are)."""
-    return 2 if info.task == "segment" else 1
+    return get_task(info.task).export_outputs
 
 
 def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) -> None:
@@ -90,10 +85,10 @@ def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) 
         InputError: Either mismatch.
     """
     if n_outputs != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {OUTPUTS_WORDS[info.task]}, found {n_outputs} outputs")
+        raise InputError(f"{info.path}: expected {get_task(info.task).outputs_words}, found {n_outputs} outputs")
     want = score_layout(info).channels
     if channels and want is not None and int(channels) != want:
         raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
-                         + (f" and kpt_shape {list(info.kpt_shape)}" if info.kpt_shape else "")
+                         + (f" and kpt_shape {list(info.payload_shape)}" if info.payload_shape else "")
                          + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
                          "not a layout det_calib knows where the class scores sit in")

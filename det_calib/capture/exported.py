@@ -46,6 +46,7 @@ import polars as pl
 
 from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError, first_line
+from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.predictor import ImageBoxes
@@ -132,7 +133,8 @@ class ExportInfo:
         batch: Its batch size.
         task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
             scores (:mod:`det_calib.capture.export_layout`; a segment model's prototype masks are a second output).
-        kpt_shape: A pose model's ``(K, ndim)`` (its metadata's ``kpt_shape``), else None.
+        payload_shape: The shape of each box's payload (a pose model's ``(K, ndim)``, its metadata's
+            ``kpt_shape``), else None.
     """
 
     path: Path
@@ -145,7 +147,7 @@ class ExportInfo:
     dynamic: bool
     batch: int
     task: str = "detect"
-    kpt_shape: tuple[int, int] | None = None
+    payload_shape: tuple[int, int] | None = None
 
     @property
     def engine(self) -> str:
@@ -165,8 +167,8 @@ def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> Exp
 
     Args:
         model: The export.
-        tasks: The tasks accepted (default: those det_calib calibrates, ``predictor.TASKS``; the capture and
-            the calibrated export pass ``CAPTURE_TASKS``).
+        tasks: The tasks accepted (default: the registered tasks, :data:`det_calib.tasks.TASKS`; the capture and
+            the calibrated export pass none: every registered task).
 
     Raises:
         InputError: Not found, damaged (a truncated ``.tflite``, an NCNN folder without its ``.bin``), not
@@ -225,11 +227,11 @@ def _literal(v: Any) -> Any:
 
 
 def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] | None = None) -> ExportInfo:
-    from det_calib.capture.predictor import TASKS, check_task
+    from det_calib.capture.predictor import check_task
 
     task = meta.get("task", "detect")
-    check_task(task, TASKS if tasks is None else tasks)
-    kpt = _literal(meta.get("kpt_shape")) if task == "pose" else None
+    check_task(task, tasks)
+    shape = _literal(get_task(task).metadata_shape(meta))
     args = _literal(meta.get("args")) or {}
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
@@ -242,7 +244,7 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
     return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
                       names=[str(names[k]) for k in sorted(names)], precision=precision,
                       dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
-                      kpt_shape=None if kpt is None else (int(kpt[0]), int(kpt[1])))
+                      payload_shape=None if shape is None else (int(shape[0]), int(shape[1])))
 
 
 class ExportedDetector:
@@ -258,7 +260,8 @@ class ExportedDetector:
         require_runtime(self.info.format)
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
-        self.kpt_shape = self.info.kpt_shape  # a pose model's (K, ndim), else None
+        self.hooks = get_task(self.task)
+        self.payload_shape = self.info.payload_shape  # a pose model's (K, ndim), else None
 
     @property
     def heads(self) -> list[str]:
@@ -306,17 +309,13 @@ def _predictor_class(task: str = "detect"):
     anchor, the raw output and, for a segment model, each box's mask (as RLE counts)."""
     import torch
     from ultralytics.engine.results import Results
-    from ultralytics.models.yolo.detect import DetectionPredictor
-    from ultralytics.models.yolo.obb import OBBPredictor
-    from ultralytics.models.yolo.pose import PosePredictor
-    from ultralytics.models.yolo.segment import SegmentationPredictor
     from ultralytics.utils import nms, ops
 
     from det_calib.capture.mask_rebuild import kept_mask_rles
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
-    from det_calib.capture.task_payload import nms_task_args
 
-    base = {"segment": SegmentationPredictor, "pose": PosePredictor, "obb": OBBPredictor}.get(task, DetectionPredictor)
+    hooks = get_task(task)
+    base = hooks.predictor_class()
 
     class CapturePredictor(base):
         """Ultralytics' predictor of the task, keeping each kept box's row or anchor and the raw output; for
@@ -326,12 +325,12 @@ def _predictor_class(task: str = "detect"):
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
             protos = None
-            if task == "segment":  # as SegmentationPredictor.postprocess: (boxes, scores, coefficients), protos
+            if hooks.prototypes:  # as SegmentationPredictor.postprocess: (boxes, scores, coefficients), protos
                 protos = preds[0][1] if isinstance(preds[0], tuple) else preds[1]
             preds = preds[0] if isinstance(preds, (list, tuple)) else preds
             dets, keep = nms.non_max_suppression(
                 preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
-                max_det=self.args.max_det, **nms_task_args(task, len(self.model.names)),
+                max_det=self.args.max_det, **hooks.nms_args(len(self.model.names)),
                 end2end=getattr(self.model, "end2end", False), return_idxs=True,
                 max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
             )
@@ -378,10 +377,8 @@ class ExportCapturer:
 
     def __init__(self, model: str | Path | ExportedDetector, options: CaptureOptions | None = None, /,
                  **kw: Any) -> None:
-        from det_calib.capture.task_payload import CAPTURE_TASKS
-
         opts = self.options = CaptureOptions.of(options, **kw)
-        det = model if isinstance(model, ExportedDetector) else load_export(model, tasks=CAPTURE_TASKS)
+        det = model if isinstance(model, ExportedDetector) else load_export(model)
         self.info = det.info
         head, heads, imgsz = opts.head, opts.heads, opts.imgsz
         want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
@@ -401,9 +398,10 @@ class ExportCapturer:
         self.names = list(self.info.names)
         self.nc = len(self.names)
         self.task = self.info.task
-        self.kpt_shape = self.info.kpt_shape  # (K, ndim) of a pose model, for its `kpts` column
-        if self.task == "pose" and self.kpt_shape is None:
-            raise InputError(f"the pose export {self.info.path.name} records no `kpt_shape` in its metadata")
+        self.hooks = get_task(self.task)
+        self.payload_shape = self.info.payload_shape  # (K, ndim) of a pose model, for its `kpts` column
+        if self.hooks.shaped and self.payload_shape is None:
+            raise InputError(f"the {self.task} export {self.info.path.name} records no `kpt_shape` in its metadata")
         self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
         overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
                          conf=self.conf, iou=self.iou, max_det=self.max_det, imgsz=self.imgsz, verbose=False,
@@ -466,10 +464,10 @@ class ExportCapturer:
         from det_calib.capture.predictor import ImageBoxes
 
         res = self.predictor(source=im0, stream=False)[0]
-        b = res.obb if self.task == "obb" else res.boxes
+        b = self.hooks.result_boxes(res)
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
-        filled, segm = self.predictor.masks[0] if self.task == "segment" else (None, None)
+        filled, segm = self.predictor.masks[0] if self.predictor.masks else (None, None)  # a segment model's
         lg = None
         if self.all_logits:
             preds, keep = self.predictor.captured
@@ -479,17 +477,7 @@ class ExportCapturer:
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
         return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
-                          self._payload(res))
-
-    def _payload(self, res: Any) -> np.ndarray | None:
-        """A pose model's keypoints (n, K, ndim) or an OBB model's ``xywhr`` (n, 5), float32, as ``predict``'s."""
-        if self.task == "obb":
-            return res.obb.xywhr.cpu().numpy().astype(np.float32)
-        if self.task == "pose":
-            if res.keypoints is None:
-                return np.zeros((0, *self.kpt_shape), np.float32)
-            return res.keypoints.data.cpu().numpy().astype(np.float32).reshape(-1, *self.kpt_shape)
-        return None
+                          self.hooks.result_payload(res, self.payload_shape))
 
 
 @contextlib.contextmanager

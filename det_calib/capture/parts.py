@@ -187,13 +187,13 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
     """
     from det_calib.capture.exported import make_capturer
     from det_calib.data.ground_truth import check_class_names, load_data_yaml
-    from det_calib.data.task_splits import captured_split
+    from det_calib.tasks.task_splits import captured_split
 
     ds = load_data_yaml(data)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",
-                        kpt_shape=getattr(cap, "kpt_shape", None), coco_gt=coco_gt, limit=limit)
+                        payload_shape=getattr(cap, "payload_shape", None), coco_gt=coco_gt, limit=limit)
     names = sp.image_names()
     meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
             "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
@@ -344,8 +344,9 @@ def capture_to_parts(
                  progress=progress)
     else:
         from det_calib.data.box_table import capture_schema
+        from det_calib.tasks import get_task
 
-        df = pl.DataFrame(schema=capture_schema(task=getattr(cap, "task", "detect")))
+        df = pl.DataFrame(schema=capture_schema(get_task(getattr(cap, "task", "detect")).payload_schema))
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
     path = write_part(df, Path(out_dir) / name, meta=meta)
     log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)

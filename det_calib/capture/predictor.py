@@ -41,9 +41,9 @@ from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
-from det_calib.capture.task_payload import CAPTURE_TASKS, nms_task_args, obb_boxes, pose_boxes, task_kpt_shape
-from det_calib.data.box_table import HEADS, KPTS_COLUMN, PAYLOAD_SCHEMA, SEGM_COLUMN, TASK_PAYLOAD, Head, capture_schema
+from det_calib.data.box_table import HEADS, Head, capture_schema
 from det_calib.errors import InputError, first_line
+from det_calib.tasks import get_task
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,6 @@ NMS_TIME_LIMIT = math.inf
 budget is ``2.0 + 0.05 * batch``): none. Past its budget Ultralytics' ``non_max_suppression``
 warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remaining images, so on
 a slow or busy CPU the boxes, and any mAP computed from them, would depend on the clock."""
-
-
-TASKS = ("detect", "segment", "pose", "obb")
-"""The Ultralytics tasks det_calib calibrates: detectors, and the models whose boxes carry a task's
-payload beside them (a mask, keypoints, a rotated box), scored by the same class branch; the same as
-:data:`CAPTURE_TASKS`."""
 
 
 class ImageBoxes(NamedTuple):
@@ -83,13 +77,12 @@ def nms_max_time_img(time_limit: float, batch: int) -> float:
     return (time_limit - 2.0) / max(int(batch), 1)
 
 
-def load_detector(model, *, tasks: Sequence[str] = TASKS):
+def load_detector(model, *, tasks: Sequence[str] | None = None):
     """Load an Ultralytics detector and check that it is one.
 
     Args:
         model: Path to a ``.pt`` file, or an ``ultralytics.YOLO`` instance.
-        tasks: The model tasks accepted: :data:`TASKS` (what a calibration run takes) by default;
-            the capture passes :data:`CAPTURE_TASKS`.
+        tasks: The model tasks accepted; by default the registered ones (:data:`det_calib.tasks.TASKS`).
 
     Returns:
         The ``ultralytics.YOLO`` model.
@@ -122,12 +115,14 @@ def load_detector(model, *, tasks: Sequence[str] = TASKS):
     return yolo
 
 
-def check_task(task: str | None, tasks: Sequence[str] = TASKS) -> None:
-    """Raise a one-line :class:`InputError` unless ``task`` is in ``tasks``: by default one det_calib
-    calibrates (:data:`TASKS`); :data:`CAPTURE_TASKS` for what it captures."""
-    if task not in tasks:
-        verb = "calibrates" if tuple(tasks) == TASKS else "captures"
-        raise InputError(f"model task is `{task}`: det_calib {verb} {', '.join(tasks[:-1])} and {tasks[-1]} models")
+def check_task(task: str | None, tasks: Sequence[str] | None = None) -> None:
+    """Raise a one-line :class:`InputError` unless ``task`` is in ``tasks`` (by default a registered task:
+    :func:`det_calib.tasks.get_task`)."""
+    if tasks is None:
+        get_task(task)
+    elif task not in tasks:
+        raise InputError(f"model task is `{task}`: det_calib calibrates {', '.join(tasks[:-1])} and {tasks[-1]} "
+                         "models")
 
 
 def detect_head(yolo) -> torch.nn.Module:
@@ -271,7 +266,7 @@ class Capturer:
         from ultralytics.utils.torch_utils import select_device
 
         opts = self.options = CaptureOptions.of(options, **kw)
-        yolo = load_detector(model, tasks=CAPTURE_TASKS)
+        yolo = load_detector(model)
         self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)
@@ -279,7 +274,8 @@ class Capturer:
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
-        self.kpt_shape = task_kpt_shape(detect_head(yolo), self.task)  # (K, ndim) of a pose model
+        self.hooks = get_task(self.task)
+        self.payload_shape = self.hooks.head_shape(detect_head(yolo))  # the payload's shape: (K, ndim) of a pose model
         try:
             self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
@@ -440,7 +436,7 @@ class Capturer:
             # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
             # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
             dets, keep = nms.non_max_suppression(
-                y, self.conf, self.iou, None, False, max_det=self.max_det, **nms_task_args(self.task, self.nc),
+                y, self.conf, self.iou, None, False, max_det=self.max_det, **self.hooks.nms_args(self.nc),
                 end2end=e2e, return_idxs=True,
                 max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
             )
@@ -457,15 +453,8 @@ class Capturer:
                      lb_shape, im_shape: tuple[int, int]) -> ImageBoxes:
         """One image's kept rows ``det`` (their ``anchors``; the head's pre-sigmoid ``scores`` (nc,
         anchors)) in the image of shape ``im_shape`` (h, w), as the task's predictor returns them."""
-        from ultralytics.utils import ops
-
-        segm = extra = None
-        if self.task == "obb":  # xywh + angle: the axis-aligned hull in the box columns
-            xyxy, extra = obb_boxes(det, lb_shape, im_shape)
-        elif self.task == "pose":
-            xyxy, extra = pose_boxes(det, lb_shape, im_shape, self.kpt_shape)
-        else:
-            xyxy = ops.scale_boxes(lb_shape, det[:, :4], im_shape)  # in place, as the predictor
+        segm = None  # an OBB model's xywh + angle: the axis-aligned hull in the box columns
+        xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.payload_shape)  # in place, as the predictor
         if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
             filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
             kept = torch.from_numpy(filled).to(det.device)
@@ -478,8 +467,7 @@ class Capturer:
 
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
-        task = getattr(self, "task", "detect")
-        payload = TASK_PAYLOAD.get(task)
+        hooks = get_task(getattr(self, "task", "detect"))
         for h in self.heads:
             per = out[h]
             order = sorted(per)
@@ -502,25 +490,15 @@ class Capturer:
                 "conf": cat(1, np.float64),
                 "logit": cat(3, np.float64),
             }
-            if payload == SEGM_COLUMN:
-                cols[SEGM_COLUMN] = [c for p in order for c in per[p].segm]
-            elif payload:
-                cols[payload] = payload_series(payload, [per[p].extra for p in order], self.kpt_shape)
-            df = pl.DataFrame(cols, schema=capture_schema(task=task))
+            if hooks.payload:
+                cols[hooks.payload] = hooks.payload_series([per[p] for p in order], self.payload_shape)
+            df = pl.DataFrame(cols, schema=capture_schema(hooks.payload_schema))
             if self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
                 lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
                 df = df.with_columns(lists)
             frames.append(df)
         return pl.concat(frames) if len(frames) > 1 else frames[0]
-
-
-def payload_series(column: str, arrays: list[np.ndarray], kpt_shape: tuple[int, int] | None) -> pl.Series:
-    """The ``kpts`` or ``xywhr`` column of one head's boxes from each image's (n, ...) float32 array (a pose
-    model's ``kpt_shape`` gives an empty column its shape)."""
-    empty = np.zeros((0, *(kpt_shape if column == KPTS_COLUMN else (5,))), np.float32)
-    arr = np.concatenate(arrays) if arrays else empty
-    return pl.Series(column, arr).cast(PAYLOAD_SCHEMA[column])
 
 
 def capture(

@@ -298,7 +298,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
     """The new boxes matched to ``split``'s ground truth by the run's rule (box or mask IoU; None:
     unlabelled, not matched), with the run's deployed conf in ``calibrated``."""
-    from det_calib.matching.rule import match_split
+    from det_calib.tasks.match_rule import match_split
 
     s = job.settings
     b = match_split(raw, split, job.inputs.matching, iou=s.iou, loc_iou=s.loc_iou) if split is not None else raw
@@ -546,28 +546,27 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     """The new labelled split, read for the run's model and rule (:func:`_task_split`): with its masks where
     the run matched by mask IoU (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must
     then allow (the calibrator maps conf to the chance of a match by that rule)."""
-    from det_calib.data.pose import pose_spec
-    from det_calib.data.segments import has_masks
-    from det_calib.data.task_splits import label_values
+    from det_calib.tasks import get_task
 
     rule = job.inputs.matching
     by = rule.by if rule is not None else "box"
-    lacking = (by == "oks" and pose_spec(ds) is None) or (by == "rotated" and label_values(ds, split) == 5)
+    task = get_task(job.inputs.task)
+    own = by != "box"  # the task's own rule (a run matches by no other task's)
+    lacking = own and task.lacks_labels(ds, split)
     sp = None if lacking else _task_split(job, ds, split, match=by, limit=limit)
-    if lacking or (by == "mask" and not has_masks(sp)):
-        what, needs = {"mask": ("ground truths without a mask", "polygon labels"),
-                       "oks": ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)"),
-                       "rotated": ("no rotated boxes", "OBB labels (`cls x1 y1 ... x4 y4`)")}[by]
+    if own and (lacking or task.lacks_payload(sp)):
+        what, needs = task.missing_words
         raise InputError(f"the run matched boxes by {rule.measure}, but split `{split}` of {ds.yaml_path} has {what} "
                          f"(box-only labels): check it on {needs}, or check a run calibrated with --match box")
     return sp
 
 
 def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None = None) -> Any:
-    """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.data.task_splits.load_task_split`)."""
-    from det_calib.data.task_splits import load_task_split
+    """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.tasks.task_splits.load_task_split`)."""
+    from det_calib.tasks.task_splits import load_task_split
 
-    return load_task_split(ds, split, task=job.inputs.task, match=match, kpt_shape=job.inputs.kpt_shape, limit=limit)
+    return load_task_split(ds, split, task=job.inputs.task, match=match, payload_shape=job.inputs.payload_shape,
+                           limit=limit)
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,

@@ -82,27 +82,21 @@ SCHEMA: dict[str, pl.DataType] = {
 MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
 SEGM_COLUMN = "segm"
 """The optional column of a segment model's masks (binary RLE counts, one per box)."""
-KPTS_COLUMN = "kpts"
-"""The optional column of a pose model's keypoints: per box K lists ``[x, y, conf]`` (``[x, y]`` for
-``kpt_shape [K, 2]``) in image pixels, float32, as ``Results.keypoints.data``."""
-XYWHR_COLUMN = "xywhr"
-"""The optional column of an OBB model's rotated boxes: per box ``[cx, cy, w, h, angle]`` in image
-pixels and radians, float32, as ``Results.obb.xywhr`` (the box columns then hold its axis-aligned
-hull, ``Results.obb.xyxy``)."""
-PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, KPTS_COLUMN: pl.List(pl.List(pl.Float32)),
-                                          XYWHR_COLUMN: pl.List(pl.Float32)}
-"""The task payload columns a capture may add after the box columns, and their types."""
-TASK_PAYLOAD = {"segment": SEGM_COLUMN, "pose": KPTS_COLUMN, "obb": XYWHR_COLUMN}
-"""Ultralytics task -> the payload column its capture adds (a detector adds none)."""
+PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, "kpts": pl.List(pl.List(pl.Float32)),
+                                          "xywhr": pl.List(pl.Float32)}
+"""The task payload columns a capture may add after the box columns, and their types (each task's
+``payload``, :mod:`det_calib.tasks`): a segment model's masks (``segm``); a pose model's keypoints
+(``kpts``: per box K lists ``[x, y, conf]``, ``[x, y]`` for ``kpt_shape [K, 2]``, in image pixels, float32,
+as ``Results.keypoints.data``); an OBB model's rotated boxes (``xywhr``: per box ``[cx, cy, w, h, angle]`` in
+image pixels and radians, float32, as ``Results.obb.xywhr``; the box columns then hold its axis-aligned hull,
+``Results.obb.xyxy``)."""
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
 
 
-def capture_schema(*, segment: bool = False, task: str | None = None) -> dict[str, pl.DataType]:
-    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column
-    (:data:`TASK_PAYLOAD`: ``segm`` for a segment model, given as ``segment=True`` or ``task``)."""
-    schema = {c: SCHEMA[c] for c in CAPTURE_COLUMNS}
-    payload = TASK_PAYLOAD.get("segment" if segment else task or "detect")
-    return {**schema, payload: PAYLOAD_SCHEMA[payload]} if payload else schema
+def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column and its type
+    (:attr:`det_calib.tasks.contract.Task.payload_schema`; none for a detector)."""
+    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
 def empty_boxes() -> pl.DataFrame:

@@ -1,6 +1,6 @@
 """The vocabulary of a run's matching rule (``--match``) and its record, :class:`MatchingRule`.
 
-Which rule a run uses is chosen by :func:`det_calib.matching.rule.choose_matching`; the record is
+Which rule a run uses is chosen by :func:`det_calib.tasks.match_rule.choose_matching`; the record is
 spelled here, below both the matching and the run's record (``calibration.json``'s ``matching``).
 
 >>> MatchingRule("mask", "auto", "a segment model, every ground truth has a mask").words(0.5)
@@ -16,14 +16,12 @@ from typing import Any, Literal, get_args
 
 from det_calib.errors import InputError
 
-__all__ = ["MATCH_CHOICES", "MEASURE_WORDS", "TASK_RULE", "MatchBy", "MatchingRule"]
+__all__ = ["MATCH_CHOICES", "MEASURE_WORDS", "MatchBy", "MatchingRule"]
 
 MatchBy = Literal["box", "mask", "oks", "rotated"]
 """The overlap a run matches by: box IoU, mask IoU (segment), OKS (pose), rotated IoU (OBB: ProbIoU)."""
 MATCH_CHOICES: tuple[str, ...] = ("auto", *get_args(MatchBy))
 """Values of ``--match``."""
-TASK_RULE: dict[str, MatchBy] = {"detect": "box", "segment": "mask", "pose": "oks", "obb": "rotated"}
-"""Each Ultralytics task's own rule (what ``--match auto`` picks where the labels allow it)."""
 MEASURE_WORDS: dict[str, str] = {"box": "box IoU", "mask": "mask IoU", "oks": "OKS", "rotated": "rotated IoU (ProbIoU)"}
 """What each rule compares, in words."""
 

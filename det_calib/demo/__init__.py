@@ -92,25 +92,20 @@ def default_data_of(model: str | Path) -> Path | None:
     model, the pose demo data (:func:`~det_calib.demo.shapes_pose.demo_pose_data_yaml`) for the demo
     pose model, the OBB demo data (:func:`~det_calib.demo.shapes_obb.demo_obb_data_yaml`) for the demo
     OBB model; None for any other model (its data must be named)."""
-    try:
-        models = {"segment": demo_segment_model(), "pose": demo_pose_model(), "obb": demo_obb_model()}
-    except InputError:  # no demo files beside the package
-        return None
     if not Path(model).is_file():
         return None
-    task = next((t for t, p in models.items() if p.is_file() and Path(model).resolve() == p.resolve()), None)
-    if task == "segment":
-        from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-        return demo_segment_data_yaml()
-    if task == "pose":
-        from det_calib.demo.shapes_pose import demo_pose_data_yaml
-
-        return demo_pose_data_yaml()
-    if task == "obb":
-        from det_calib.demo.shapes_obb import demo_obb_data_yaml
-
-        return demo_obb_data_yaml()
+    for demo_model, demo_data in ((demo_segment_model, demo_segment_data_yaml), (demo_pose_model, demo_pose_data_yaml),
+                                  (demo_obb_model, demo_obb_data_yaml)):
+        try:
+            path = demo_model()
+        except InputError:  # no demo files beside the package
+            return None
+        if path.is_file() and Path(model).resolve() == path.resolve():
+            return demo_data()
     return None
 
 

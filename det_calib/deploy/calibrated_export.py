@@ -219,7 +219,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
         y = node("Add", [y, node("Mul", [const("size_c", size[0]), la], "size_term")], "mapped_sized")
     s = node("Sigmoid", [y], "calibrated")
     parts = [box, s] + ([cls] if info.rows else [])
-    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+    if layout.extra_size != 0:  # the task's channels after the scores (and the class of a row), as they were
         parts.append(node("Slice", [src, const("e0", [layout.extra], np.int64),
                                     const("e1", [np.iinfo(np.int64).max], np.int64), "det_calib/ax"], "task_extra"))
     return nodes, inits, parts, axis
@@ -306,7 +306,7 @@ def _ov_output(m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple 
     if size is not None:  # + c log(relative area) (det_calib.deploy.size_export)
         y = ops.add(y, ops.multiply(c(size[0]), openvino_log_area(src, size[1], rows=info.rows)))
     parts = [box, ops.sigmoid(y)] + ([cls] if info.rows else [])
-    if info.task != "detect":  # the task's channels after the scores (and the class of a row), as they were
+    if layout.extra_size != 0:  # the task's channels after the scores (and the class of a row), as they were
         parts.append(sl(layout.extra, np.iinfo(np.int64).max))
     return ops.concat(parts, axis)
 
@@ -389,9 +389,8 @@ def write_calibrated_export(export: str | Path, out: str | Path, calibrators: di
         InputError: Not an export, no calibrator for its head, a runtime or its library missing, an output
             whose channels are not the task's layout.
     """
-    from det_calib.capture.task_payload import CAPTURE_TASKS
 
-    info = read_export(export, tasks=CAPTURE_TASKS)
+    info = read_export(export)
     if info.format not in GRAPH_FORMATS:
         raise InputError(f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: re-export the calibrated "
                          "checkpoint (det-calib apply --model EXPORT --source SOURCE.pt ...)")

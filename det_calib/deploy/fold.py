@@ -26,18 +26,12 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
+from det_calib.tasks import task_names
 
 log = logging.getLogger(__name__)
 
 BRANCHES = HEAD_BRANCH
 """Head mode -> name of the classification branch of the Detect head (:data:`det_calib.data.box_table.HEAD_BRANCH`)."""
-
-
-FOLDABLE_TASKS = ("detect", "segment", "pose", "obb")
-"""Model tasks whose checkpoint takes a fold: a ``Segment`` / ``Segment26``, ``Pose`` / ``Pose26`` or ``OBB`` /
-``OBB26`` head is a ``Detect`` head whose class branch (``cv3``, ``one2one_cv3``) scores every box as a
-detector's does; the task branch (``cv4``: mask coefficients and prototypes, keypoints, the angle) rides
-beside it untouched, so the boxes, masks, keypoints and rotated boxes are the original's."""
 
 
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
@@ -97,8 +91,11 @@ def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.M
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
     task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
-    if task not in FOLDABLE_TASKS or not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is a `{task}` model: only {', '.join(FOLDABLE_TASKS)} models can be calibrated "
+    # every registered task's checkpoint takes a fold: a segment, pose or OBB head is a ``Detect`` head whose class
+    # branch (``cv3``, ``one2one_cv3``) scores every box as a detector's does; the task branch (``cv4``) rides
+    # beside it untouched, so the boxes and each task's payload are the original's
+    if task not in task_names() or not hasattr(model.model[-1], "cv3"):
+        raise InputError(f"{source} is a `{task}` model: only {', '.join(task_names())} models can be calibrated "
                          "(their class branch scores every box)")
     return ckpt, model
 

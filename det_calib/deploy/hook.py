@@ -42,6 +42,7 @@ from det_calib.data.box_view import BoxView
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
+from det_calib.tasks import Task, get_task
 
 __all__ = ["HOOK_ATTR", "Hook", "attach", "detach", "hook_of"]
 
@@ -178,7 +179,7 @@ class CalibratedPostprocess:
         out, probs = [], []
         for (det, lg), orig in zip(kept, orig_imgs):
             d, p = _calibrated(det, lg, cal, img.shape[2:], orig.shape, float(self.args.conf),
-                               rotated=self.args.task == "obb")
+                               task=get_task(self.args.task))
             out.append(d)
             probs.append(p)
         results = self.construct_results(out, img, orig_imgs)
@@ -192,14 +193,12 @@ def _raw_boxes(predictor: Any, preds: Any, e2e: bool) -> list[tuple[Any, Any]]:
     their class logits ``(n, nc)`` read at the kept anchors."""
     from ultralytics.utils import nms
 
-    from det_calib.capture.task_payload import nms_task_args
-
     y, raw = preds
     args = predictor.args
     # a pose or OBB model's keypoints or angle ride along after the class channels, its NMS rotated for OBB
     dets, keep = nms.non_max_suppression(y, min(float(args.conf), predictor.hook.floor), args.iou, args.classes,
                                          args.agnostic_nms, max_det=args.max_det, end2end=e2e, return_idxs=True,
-                                         **nms_task_args(args.task, len(predictor.model.names)))
+                                         **get_task(args.task).nms_args(len(predictor.model.names)))
     branch = raw.get("one2one") if e2e else raw.get("one2many", raw)
     scores = branch["scores"]  # (B, nc, anchors), pre-sigmoid
     if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors, as the head chose them
@@ -214,20 +213,18 @@ def _raw_boxes(predictor: Any, preds: Any, e2e: bool) -> list[tuple[Any, Any]]:
 
 
 def _calibrated(det: Any, lg: Any, cal: LogitCalibrator, shape: Any, orig_shape: Any, conf: float, *,
-                rotated: bool = False) -> tuple[Any, np.ndarray]:
+                task: Task | None = None) -> tuple[Any, np.ndarray]:
     """One image's boxes rescored by ``cal``, kept above ``conf`` (calibrated), ordered by it; and
-    their calibrated probability of every class. ``rotated``: an OBB model's rows (``x y w h conf cls
-    angle``), whose size is their rotated box's axis-aligned hull in the image, as the run's box table."""
+    their calibrated probability of every class. ``task``: the model's (a detector's by default), whose
+    :meth:`~det_calib.tasks.contract.Task.hull` sizes each box as the run's box table does (an OBB model's rows
+    ``x y w h conf cls angle``: their rotated box's axis-aligned hull in the image)."""
     import torch
-    from ultralytics.utils import ops
-
-    from det_calib.capture.task_payload import obb_boxes
 
     n, nc = lg.shape
     if n == 0:
         return det, np.zeros((0, nc))
     h, w = int(orig_shape[0]), int(orig_shape[1])
-    hull = obb_boxes(det.clone(), shape, (h, w))[0] if rotated else ops.scale_boxes(shape, det[:, :4].clone(), (h, w))
+    hull = (task or get_task("detect")).hull(det, shape, (h, w))
     xyxy = hull.detach().cpu().double().numpy()
     k = det[:, 5].detach().cpu().numpy().astype(np.int64)
     logits = lg.detach().cpu().numpy().astype(np.float64)  # the float32 logits, as the capture keeps them

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import log_area
-from det_calib.capture.task_payload import result_boxes_attr
 from det_calib.errors import InputError
 from det_calib.numeric import logit
+from det_calib.tasks import result_boxes_attr
 from det_calib.validation import check_choice
 
 __all__ = ["apply_calibrator", "load_calibrators"]

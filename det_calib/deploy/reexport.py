@@ -31,18 +31,18 @@ def check_source(source: Path, info: ExportInfo) -> None:
     """Raise a one-line :class:`InputError` unless ``source`` loads as a model of the export's task, classes and
     keypoint shape (what the export made from it has); checked before anything is folded or exported."""
     from det_calib.capture.predictor import load_detector
-    from det_calib.capture.task_payload import CAPTURE_TASKS, task_kpt_shape
+    from det_calib.tasks import get_task
 
-    yolo = load_detector(source, tasks=CAPTURE_TASKS)
+    yolo = load_detector(source)
     what = f"not the .pt {info.path.name} was exported from"
     if yolo.task != info.task:
         raise InputError(f"`source` {source} is a `{yolo.task}` model and {info.path.name} a `{info.task}` export: "
                          + what)
     if [str(yolo.names[k]) for k in sorted(yolo.names)] != info.names:
         raise InputError(f"`source` {source} does not have the classes of {info.path.name}: {what}")
-    kpt = task_kpt_shape(yolo.model.model[-1], yolo.task)
-    if kpt != info.kpt_shape:
-        raise InputError(f"`source` {source} has keypoints of shape {kpt} and {info.path.name} {info.kpt_shape}: "
+    shape = get_task(yolo.task).head_shape(yolo.model.model[-1])
+    if shape != info.payload_shape:
+        raise InputError(f"`source` {source} has keypoints of shape {shape} and {info.path.name} {info.payload_shape}: "
                          + what)
 
 

@@ -35,6 +35,7 @@ import polars as pl
 
 from det_calib.data.box_table import HEADS
 from det_calib.errors import InputError
+from det_calib.tasks import get_task
 
 log = logging.getLogger(__name__)
 
@@ -264,12 +265,6 @@ def member_heads(spec: MemberSpec) -> list[str]:
     return available_heads(load_member_model(spec.path))
 
 
-UNFUSED_PAYLOAD = {"segment": ("a segment model", "masks"), "pose": ("a pose model", "keypoints"),
-                   "obb": ("an OBB model", "rotated boxes")}
-"""Model task -> (the model in words, what it carries that weighted boxes fusion cannot fuse): such a
-member is refused."""
-
-
 def load_member_model(path: Path) -> Any:
     """A member's detector (:func:`~det_calib.capture.predictor.load_detector`).
 
@@ -279,14 +274,12 @@ def load_member_model(path: Path) -> Any:
             ensemble refuses rather than drops the payload).
     """
     from det_calib.capture.predictor import load_detector
-    from det_calib.capture.task_payload import CAPTURE_TASKS
 
-    yolo = load_detector(path, tasks=CAPTURE_TASKS)
-    task = getattr(yolo, "task", None)
-    if task in UNFUSED_PAYLOAD:
-        model, payload = UNFUSED_PAYLOAD[task]
-        raise InputError(f"member {path} is {model}: det-calib ensemble fuses boxes and cannot fuse {payload}; "
-                         f"calibrate {model} on its own with `det-calib calibrate`")
+    yolo = load_detector(path)
+    task = get_task(getattr(yolo, "task", None))
+    if not task.fusable:  # a fused box has no payload of its own
+        raise InputError(f"member {path} is {task.words}: det-calib ensemble fuses boxes and cannot fuse "
+                         f"{task.payload_words}; calibrate {task.words} on its own with `det-calib calibrate`")
     return yolo
 
 

@@ -26,7 +26,7 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
-from det_calib.data.box_table import KPTS_COLUMN, SEGM_COLUMN
+from det_calib.data.box_table import SEGM_COLUMN
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.by_size import size_figures
@@ -36,6 +36,7 @@ from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
+from det_calib.tasks.pose_labels import KPTS_COLUMN
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
            "operating_points", "per_class", "pose_map_check", "scores_of", "segment_map_check", "task_map_check",
@@ -328,7 +329,7 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
 
     Args:
         boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
-        split: The eval split as :func:`det_calib.data.pose.load_pose_split` reads it.
+        split: The eval split as :func:`det_calib.tasks.pose_labels.load_pose_split` reads it.
         calibrator, s: As :func:`segment_map_check`.
         sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
             ``1 / K`` otherwise, as Ultralytics' pose validator).
@@ -336,8 +337,8 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
     Returns:
         The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
     """
-    from det_calib.data.pose import has_keypoints
     from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+    from det_calib.tasks.pose_labels import has_keypoints
 
     out = map_check(boxes, split, calibrator, s)
     if not has_keypoints(split):

@@ -43,6 +43,7 @@ import polars as pl
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
+from det_calib.tasks import get_task, task_names
 
 log = logging.getLogger(__name__)
 
@@ -428,14 +429,11 @@ def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, 
     return out
 
 
-VAL_TASKS = ("detect", "segment", "pose", "obb")
-"""The tasks whose own Ultralytics validator a det_calib val runs (:func:`_budget_validator_class`)."""
-
-
 def val_task(yolo: Any) -> str:
-    """The validator task of a loaded ``YOLO`` (``detect`` for a task det_calib does not validate)."""
+    """The validator task of a loaded ``YOLO``: its registered task (``detect`` for a task det_calib does not
+    know), whose own Ultralytics validator a det_calib val runs (:func:`_budget_validator_class`)."""
     task = getattr(yolo, "task", None)
-    return task if task in VAL_TASKS else "detect"
+    return task if task in task_names() else "detect"
 
 
 def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
@@ -459,6 +457,8 @@ def _budget_validator_class(task: str = "detect"):
 
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
 
+    hooks = get_task(task)
+
     class BudgetValidator(DetectionValidator):
         """The stock detection validator; its ``postprocess`` is the stock one (Ultralytics 8.4) with
         one more argument to ``non_max_suppression``: the time budget (none by default), so that on
@@ -475,17 +475,16 @@ def _budget_validator_class(task: str = "detect"):
                 preds,
                 self.args.conf,
                 self.args.iou,
-                nc=0 if self.args.task == "detect" else self.nc,
                 multi_label=True,
                 agnostic=self.args.single_cls or self.args.agnostic_nms,
                 max_det=self.args.max_det,
                 end2end=self.end2end,
-                rotated=self.args.task == "obb",
+                **hooks.nms_args(self.nc),
                 max_time_img=nms_max_time_img(self.nms_time_limit, first.shape[0]),
             )
             return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
 
-    if task == "detect":
+    if hooks.validator == ("detect", "DetectionValidator"):
         return BudgetValidator
     stock = _task_validator(task)
 
@@ -504,8 +503,7 @@ def _budget_validator_class(task: str = "detect"):
 def _task_validator(task: str):
     """Ultralytics' own validator class of a segment, pose or OBB model."""
     import importlib
-    module, name = {"segment": ("segment", "SegmentationValidator"), "pose": ("pose", "PoseValidator"),
-                    "obb": ("obb", "OBBValidator")}[task]
+    module, name = get_task(task).validator
     return getattr(importlib.import_module(f"ultralytics.models.yolo.{module}"), name)
 
 

@@ -19,9 +19,10 @@ from det_calib.data.ground_truth import (
     load_data_yaml,
 )
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.task_splits import load_task_split
 from det_calib.errors import InputError
 from det_calib.job.settings import Settings
+from det_calib.tasks import get_task
+from det_calib.tasks.task_splits import load_task_split
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Inputs:
     heads: list[str]
     imgsz: int
     matching: MatchingRule | None = None
-    """How boxes are matched to the ground truth (:func:`~det_calib.matching.rule.choose_matching`, set
+    """How boxes are matched to the ground truth (:func:`~det_calib.tasks.match_rule.choose_matching`, set
     once the splits are read); None: box IoU."""
 
     @property
@@ -76,15 +77,10 @@ class Inputs:
         return getattr(self.yolo, "task", None) or "detect"
 
     @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        """A pose model's ``kpt_shape`` ``(K, ndim)``; None for any other model."""
-        if self.task != "pose":
-            return None
-        shape = getattr(self.yolo, "kpt_shape", None)  # an export's, from its metadata
-        if shape is None:
-            model = getattr(self.yolo, "model", None)
-            shape = getattr(model, "kpt_shape", None) or model.yaml.get("kpt_shape")
-        return (int(shape[0]), int(shape[1])) if shape else None
+    def payload_shape(self) -> tuple[int, int] | None:
+        """The shape of each box's payload the model declares (a pose model's ``kpt_shape`` ``(K, ndim)``); None
+        for a task without one."""
+        return get_task(self.task).model_shape(self.yolo)
 
 
 def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
@@ -120,16 +116,16 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
 
 def load_splits(ds: Dataset, s: Settings, *, task: str = "detect",
-                kpt_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
+                payload_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
     """The fit and the eval split (see :func:`resolve_splits`), read for the model's task by
-    :func:`~det_calib.data.task_splits.load_task_split`: for a ``segment`` model each with its ground-truth
+    :func:`~det_calib.tasks.task_splits.load_task_split`: for a ``segment`` model each with its ground-truth
     masks (YOLO polygons or COCO ``segmentation``) unless ``--match box`` asks for none; for a ``pose`` model
     its keypoints (``kpt_shape`` of data.yaml, checked against the model's ``kpt_shape``); for an ``obb``
     model its rotated boxes."""
     fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
 
     def load(name: str) -> Split:
-        return load_task_split(ds, name, task=task, match=s.match, kpt_shape=kpt_shape, coco_gt=s.coco_gt,
+        return load_task_split(ds, name, task=task, match=s.match, payload_shape=payload_shape, coco_gt=s.coco_gt,
                                limit=s.limit)
 
     if halve:

@@ -208,7 +208,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
     """Split name -> its rows of ``det-calib capture`` parts (one folder, or one sub-folder per
     split), the heads every split's parts have, and the fingerprints the new run records."""
     from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
-    from det_calib.data.task_splits import captured_split
+    from det_calib.tasks.task_splits import captured_split
 
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None
@@ -221,7 +221,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
         # the whole split the parts were captured on: the run's own split unless it is a half or
         # --limit took part of it (then read again), and its fingerprint computed once
         same = sp.name == base and s.limit is None and not sp.corrupt
-        whole = sp if same else captured_split(inputs.ds, base, task=inputs.task, kpt_shape=inputs.kpt_shape,
+        whole = sp if same else captured_split(inputs.ds, base, task=inputs.task, payload_shape=inputs.payload_shape,
                                                coco_gt=s.coco_gt, limit=s.limit)
         expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
         df, meta = read_parts_with_meta(folder, expect_model=model_fp)

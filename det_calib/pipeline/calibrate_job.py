@@ -7,7 +7,7 @@ function of its own module, for notebooks and other tools:
 - :class:`det_calib.capture.predictor.Capturer` — boxes and raw logits, exactly as single-image ``predict``
 - :func:`det_calib.job.reuse.reuse_boxes` — the boxes of an earlier run or of capture parts
 - :func:`det_calib.matching.one_to_one.match_boxes` — correct/incorrect by one-to-one IoU matching (by each
-  task's own rule: mask IoU, OKS, rotated IoU, through :func:`det_calib.matching.rule.match_split`)
+  task's own rule: mask IoU, OKS, rotated IoU, through :func:`det_calib.tasks.match_rule.match_split`)
 - :func:`det_calib.calibrators.temperature.fit_temperature` — the NLL-optimal temperature (the default method);
   :mod:`det_calib.pipeline.fitting` / :mod:`det_calib.selection.cross_validation` — any other method, or ``auto`` by CV
 - :mod:`det_calib.metrics.operating_point` — ECE and LaECE_0 of the boxes kept at each conf (the headline)
@@ -40,7 +40,6 @@ from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.data.pose import pose_spec
 from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.io import check_output_dir
 from det_calib.job import clock
@@ -51,7 +50,6 @@ from det_calib.job.preflight import preflight
 from det_calib.job.settings import Settings, settings_of
 from det_calib.job.stages import stage
 from det_calib.job.threads import single_blas_thread
-from det_calib.matching.rule import choose_matching, match_split
 from det_calib.pipeline.fitting import (
     Choice,
     choice_words,
@@ -64,6 +62,8 @@ from det_calib.pipeline.head_figures import evaluate_head, operating_points
 from det_calib.pipeline.outputs import Verification, gt_per_class, start_verification, write_run_outputs
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.tasks import get_task
+from det_calib.tasks.match_rule import choose_matching, match_split
 from det_calib.thresholds.class_sets import keep_class_logits
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def calibrate_head(inputs: Inputs, fit: Split, ev: Split, head: str, s: Settings
         with stage("kept-set metrics and intervals"):
             op = operating_points(eb, ev, s)
         evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op,
-                                  sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
+                                  sigmas=dataset_sigmas(inputs.ds, inputs.task))
         with stage("why above the floor"):  # only where the calibrated kept set is above its floor's range
             gap = head_floor_gap(op, evaluated.eval, choice.calibrator, method=choice.method,
                                  fit_min_conf=choice.floor or 0.0, image_names=ev.image_names(), target=s.target)
@@ -151,10 +151,10 @@ def _calibrate_heads(inputs: Inputs, fit: Split, ev: Split, s: Settings,
         return results, validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
 
 
-def kpt_oks_sigmas(ds, task: str) -> tuple[float, ...] | None:
-    """A pose model's dataset's own OKS sigmas (data.yaml's ``kpt_oks_sigmas``); None where it gives none."""
-    spec = pose_spec(ds) if task == "pose" else None
-    return None if spec is None else spec.sigmas
+def dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:
+    """The dataset's own constants of the task's matching (a pose dataset's OKS sigmas, data.yaml's
+    ``kpt_oks_sigmas``); None where it gives none."""
+    return get_task(task).dataset_sigmas(ds)
 
 
 def fit_heads(inputs: Inputs, fit: Split, s: Settings, captured: dict[str, pl.DataFrame]
@@ -205,9 +205,9 @@ def _start(model: str | Path | None, data: str | Path | None, out: Path, s: Sett
         with clock.stage("model load"):
             inputs = detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
         with clock.stage("data check"):
-            fit, ev = load_splits(inputs.ds, s, task=inputs.task, kpt_shape=inputs.kpt_shape)
+            fit, ev = load_splits(inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape)
             inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit, ev),
-                                              kpt_sigmas=kpt_oks_sigmas(inputs.ds, inputs.task))
+                                              sigmas=dataset_sigmas(inputs.ds, inputs.task))
     with clock.stage("data check"):
         preflight(model=inputs.model, out=out, fit=fit, ev=ev, heads=list(inputs.heads),
                   n_classes=len(inputs.ds.names), settings=s)
@@ -276,7 +276,7 @@ def _calibrate(inputs: Inputs, fit: Split, ev: Split, out: Path, s: Settings, t_
         det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: gt_per_class(sp, len(inputs.ds.names)) for sp in (fit, ev)},
         bad_labels=list(dict.fromkeys(fit.bad_labels + ev.bad_labels)),
-        matching=inputs.matching if inputs.task != "detect" else None,  # a detector: box IoU, as ever
+        matching=inputs.matching if get_task(inputs.task).records_rule else None,  # a detector: box IoU, as ever
     )
     with clock.stage("outputs"), stage("write outputs"), single_blas_thread():
         files = write_run_outputs(out, result, boxes, inputs, (fit, ev), s, t_start, fingerprints, verification)

@@ -114,7 +114,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         lines += _left_lines(head, h, e)
         lines += size_lines(head, h)
         lines += _temperature_lines(head, h)
-        lines += _map_lines(head, h, e, st, obb=_is_obb(r))
+        lines += _map_lines(head, h, e, st, hulls=_hull_run(r))
         lines += _shift_lines(head, h)
     lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
                  "kept boxes)")
@@ -183,18 +183,18 @@ TASK_MAP_WORDS = (("mask", "mask", "pycocotools segm on the same boxes' masks"),
 """The task mAPs beside the box mAP in the summary: (field prefix, words, how it was scored)."""
 
 
-def _is_obb(r: RunResult) -> bool:
+def _hull_run(r: RunResult) -> bool:
     """Whether the run calibrated an OBB model (its matching rule says so: rotated IoU, or box IoU for one)."""
     return r.matching is not None and (r.matching.by == "rotated" or "OBB model" in r.matching.reason)
 
 
-def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, obb: bool = False) -> list[str]:
-    """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections (``obb``:
-    Ultralytics' val of an OBB model scores rotated boxes)."""
+def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, hulls: bool = False) -> list[str]:
+    """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections
+    (``hulls``: an OBB model's run, its boxes the hulls of rotated ones; Ultralytics' val scores the rotated boxes)."""
     lines = [
         f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
         f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}",
-        f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if obb else ''} {_f(e.map50_95_before, '.4f')} -> "
+        f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if hulls else ''} {_f(e.map50_95_before, '.4f')} -> "
         f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
         f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; the boxes det_calib "
@@ -214,7 +214,7 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
         eq = uv.calibrated_equivalent_floor
         changes = uv.changes()
         lines.append(
-            f"[{head}] Ultralytics val {'rotated-box ' if obb else ''}mAP50-95 original "
+            f"[{head}] Ultralytics val {'rotated-box ' if hulls else ''}mAP50-95 original "
             f"{_f(uv.original.map50_95, '.4f')}, calibrated model "
             + (f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}" if eq is not None
                else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "

@@ -3,9 +3,9 @@ map's detections."""
 
 from __future__ import annotations
 
-from det_calib.data.box_table import XYWHR_COLUMN
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
+from det_calib.tasks import holds_hulls
 
 from .common import (
     f4,
@@ -42,7 +42,7 @@ def map_section(page: Page, ctx: ReportContext) -> None:
         rows.append([h, f4(ev.map50_95_before), f4(ev.map50_95_after), f4(ev.map50_before),
                      f4(ev.map50_after), "yes" if ident is True else ("NO" if ident is False else "n/a")])
     hulls = (" (of the rotated boxes' axis-aligned hulls; their rotated-box mAP is Ultralytics' OBB val's, below)"
-             if XYWHR_COLUMN in run.boxes.columns else "")
+             if holds_hulls(run.boxes.columns) else "")
     b.add(Table(["Head", "mAP50-95 raw", "mAP50-95 calibrated", "mAP50 raw", "mAP50 calibrated", "Identical"], rows,
                 caption=f"COCO mAP scored by {engine_label(head_eval(run, run.heads[0]).map_engine)}, evaluation split"
                 + hulls, css="map-coco"))
@@ -117,7 +117,7 @@ def _ultralytics_val_table(b: Page, run: Run) -> None:
         if uv.note:
             notes.append(f"{h}: {uv.note}")
     first = run.head(run.heads[0]).ultralytics_val
-    box = "rotated-box " if XYWHR_COLUMN in run.boxes.columns else ""
+    box = "rotated-box " if holds_hulls(run.boxes.columns) else ""
     cols = [f"{w} {k}" for _, w in extras for k in ("mAP50-95", "mAP50")]
     b.add(Table(["Head", "Run", "Conf floor", f"{box}mAP50-95", f"{box}mAP50", *cols, "Same as original"], urows,
                 caption="Ultralytics val" + (f", split {first.split}" if first is not None and first.split else "")

@@ -62,7 +62,7 @@ def matching_words(rule: MatchingRule, iou: float) -> str:
                 "size; the ground-truth masks are the label polygons (or COCO segmentations) rasterised by "
                 f"pycocotools. Why mask IoU: {rule.reason} (--match {rule.option}). Every figure of this report "
                 "(ECE, reliability, thresholds) counts correct boxes this way.")
-    # the reason names the task (det_calib.matching.rule.choose_matching's words for --match box)
+    # the reason names the task (det_calib.tasks.match_rule.choose_matching's words for --match box)
     payload = _BOX_PAYLOAD["rotated" if "OBB model" in rule.reason else "oks" if "pose model" in rule.reason else "box"]
     return (f"A box counts as correct when its box overlaps a ground-truth box of the same class with IoU >= "
             f"{iou:g}, each ground truth taken at most once, boxes in descending conf (COCO's `bbox` protocol); "

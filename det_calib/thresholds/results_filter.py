@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from det_calib.capture.task_payload import result_boxes_attr
 from det_calib.data.box_view import kept_mask
+from det_calib.tasks import result_boxes_attr
 
 __all__ = ["filter_results"]
 

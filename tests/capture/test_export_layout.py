@@ -27,7 +27,7 @@ DETECT = ExportInfo(Path("m.onnx"), "onnx", "nms", False, (320, 320), [str(k) fo
     ("obb", None, True, ScoreLayout(-1, (4, 5), 6, 1)),
 ])
 def test_score_layout(task, kpt_shape, rows, want):
-    info = dataclasses.replace(DETECT, task=task, kpt_shape=kpt_shape, rows=rows, head="e2e" if rows else "nms")
+    info = dataclasses.replace(DETECT, task=task, payload_shape=kpt_shape, rows=rows, head="e2e" if rows else "nms")
     lay = score_layout(info)
     assert lay == want
     # the demo models: 8 classes, 5 keypoints x y v -> (1, 27, 2100) / (1, 300, 21); OBB (1, 13, 2100) / (1, 300, 7)
@@ -37,7 +37,7 @@ def test_score_layout(task, kpt_shape, rows, want):
 
 
 def test_check_output_layout_refuses_in_one_line():
-    pose = dataclasses.replace(DETECT, task="pose", kpt_shape=(5, 3))
+    pose = dataclasses.replace(DETECT, task="pose", payload_shape=(5, 3))
     check_output_layout(pose, 1, 27)
     check_output_layout(pose, 1, None)  # not static: nothing to check
     with pytest.raises(InputError, match=r"kpt_shape \[5, 3\] outputs 27 values per anchor, found 26"):

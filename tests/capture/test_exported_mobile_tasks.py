@@ -44,9 +44,8 @@ def test_mobile_export_capture_equals_predict(exports, fixture_images, task, fmt
     from ultralytics import YOLO
 
     from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
-    from det_calib.capture.task_payload import CAPTURE_TASKS
 
-    info = read_export(exports[task, fmt], tasks=CAPTURE_TASKS)
+    info = read_export(exports[task, fmt])
     assert (info.task, info.engine, info.head, info.rows) == (task, ENGINES[fmt], "nms", False)
     images = fixture_images[:4]
     table = ExportCapturer(exports[task, fmt], all_logits=True)(images, progress=False)

@@ -44,12 +44,11 @@ def _raw_output(export, image) -> np.ndarray:
 def test_export_metadata_and_layout(exports):
     from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import read_export
-    from det_calib.capture.task_payload import CAPTURE_TASKS
 
     for name, (task, _source, kw) in EXPORTS.items():
-        info = read_export(exports[name], tasks=CAPTURE_TASKS)
+        info = read_export(exports[name])
         assert info.task == task and info.names[7] == "cross"
-        assert info.kpt_shape == (KPT_SHAPE if task == "pose" else None)
+        assert info.payload_shape == (KPT_SHAPE if task == "pose" else None)
         assert (info.head, info.rows) == (("e2e", True) if kw.get("nms") is False else ("nms", False))
         extra = 15 if task == "pose" else 1
         lay = score_layout(info)
@@ -66,10 +65,9 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
 
     from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
-    from det_calib.capture.task_payload import CAPTURE_TASKS
 
     task = EXPORTS[name][0]
-    info = read_export(exports[name], tasks=CAPTURE_TASKS)
+    info = read_export(exports[name])
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
     cap = ExportCapturer(exports[name], all_logits=not info.rows)
     table = cap(images, progress=False)

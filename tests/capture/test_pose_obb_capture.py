@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 import torch
 
-from det_calib.capture.predictor import CAPTURE_TASKS, TASKS, capture, check_task, load_detector
+from det_calib.capture.predictor import capture, check_task, load_detector
 from det_calib.errors import InputError
+from det_calib.tasks import task_names
 
 pytest.importorskip("ultralytics")
 
@@ -170,11 +171,11 @@ def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, 
 
 @pytest.mark.fast
 def test_capture_and_run_accept_pose_and_obb():
-    assert CAPTURE_TASKS == ("detect", "segment", "pose", "obb") == TASKS
+    assert task_names() == ("detect", "segment", "pose", "obb")
     for task in ("pose", "obb"):
-        check_task(task, CAPTURE_TASKS)
+        check_task(task, task_names())
         check_task(task)  # the calibration run takes them (tests/system/test_pose_obb_run.py)
         assert load_detector(f"yolo26n-{task}.yaml").task == task
-        assert load_detector(f"yolo11n-{task}.yaml", tasks=CAPTURE_TASKS).task == task
+        assert load_detector(f"yolo11n-{task}.yaml", tasks=task_names()).task == task
     with pytest.raises(InputError, match="task is `classify`: det_calib calibrates detect, segment, pose and obb"):
-        load_detector("yolo26n-cls.yaml", tasks=CAPTURE_TASKS)
+        load_detector("yolo26n-cls.yaml")

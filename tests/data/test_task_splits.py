@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.obb import XYWHR_COLUMN, load_obb_split
-from det_calib.data.pose import KPTS_COLUMN, load_pose_split
 from det_calib.data.segments import SEGM_COLUMN
-from det_calib.data.task_splits import label_values, load_task_split
 from det_calib.demo import demo_data_yaml
 from det_calib.demo.shapes_obb import demo_obb_data_yaml
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.errors import InputError
+from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split
+from det_calib.tasks.obb_task import label_values
+from det_calib.tasks.pose_labels import KPTS_COLUMN, load_pose_split
+from det_calib.tasks.task_splits import load_task_split
 
 pytestmark = pytest.mark.fast
 
@@ -43,7 +44,7 @@ def test_each_task_reads_its_own_ground_truth(tmp_path):
     obb = _copy(tmp_path / "obb", demo_obb_data_yaml())
     boxes = _copy(tmp_path / "box", demo_data_yaml())
     seg = _copy(tmp_path / "seg", demo_segment_data_yaml())
-    sp = load_task_split(pose, "calib", task="pose", kpt_shape=(5, 3))
+    sp = load_task_split(pose, "calib", task="pose", payload_shape=(5, 3))
     assert KPTS_COLUMN in sp.gt.columns and sp.gt.equals(load_pose_split(pose, "calib").gt)
     sp = load_task_split(obb, "calib", task="obb")
     assert XYWHR_COLUMN in sp.gt.columns and sp.gt.equals(load_obb_split(obb, "calib").gt)
@@ -76,9 +77,9 @@ def test_data_that_does_not_fit_the_model(tmp_path):
             load_task_split(pose, "calib", task=task)
     for match in ("auto", "oks"):
         with pytest.raises(InputError, match="has no `kpt_shape`: box labels for a pose model"):
-            load_task_split(boxes, "calib", task="pose", match=match, kpt_shape=(5, 3))
+            load_task_split(boxes, "calib", task="pose", match=match, payload_shape=(5, 3))
     with pytest.raises(InputError, match=r"kpt_shape \[5, 3\] but the model's is \[17, 3\] \(17 keypoints\)"):
-        load_task_split(pose, "calib", task="pose", kpt_shape=(17, 3))
+        load_task_split(pose, "calib", task="pose", payload_shape=(17, 3))
     for match in ("auto", "rotated"):
         with pytest.raises(InputError, match=r"has box labels \(`cls cx cy w h`\) for an OBB model"):
             load_task_split(boxes, "calib", task="obb", match=match)

@@ -20,7 +20,6 @@ from pose_obb_exports import EXPORTS, IMGSZ, task_exports
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.export_layout import score_layout
 from det_calib.capture.exported import logit_of_prob, read_export
-from det_calib.capture.task_payload import CAPTURE_TASKS
 from det_calib.deploy.calibrated_export import write_calibrated_export
 from det_calib.errors import InputError
 
@@ -127,7 +126,7 @@ def test_calibrated_pose_obb_exports_through_plain_ultralytics(exports, fixture_
     cals = {"spline": _fit("spline"), "class-platt": _fit("class-platt")}
     models: dict[str, Path] = {}
     for name in names:
-        info = read_export(exports[name], tasks=CAPTURE_TASKS)
+        info = read_export(exports[name])
         models[f"{name}/raw"] = exports[name]
         for method, cal in cals.items():
             out = tmp_path / name / method / _calibrated_name(exports[name])
@@ -135,7 +134,7 @@ def test_calibrated_pose_obb_exports_through_plain_ultralytics(exports, fixture_
     o = _plain_ultralytics(task, models, images, tmp_path / "o.npz")
     compared = 0
     for name in names:
-        info = read_export(exports[name], tasks=CAPTURE_TASKS)
+        info = read_export(exports[name])
         raw = o[f"{name}/raw/output"]
         for method, cal in cals.items():
             p, cls, mine = _scores_and_classes(info, raw, o[f"{name}/{method}/output"])

@@ -10,7 +10,7 @@ from det_calib.capture.mask_rebuild import encode_masks
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import GT_SCHEMA, Split
 from det_calib.errors import InputError
-from det_calib.matching.rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
+from det_calib.tasks.match_rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
 
 pytestmark = pytest.mark.fast
 
@@ -148,7 +148,7 @@ def _capture_table(n: int, rng, payload: str, values) -> pl.DataFrame:
 def test_match_split_by_oks_is_match_keypoints():
     """The run's table-level OKS labels are match_keypoints' (COCO `keypoints`, parity tested there) on the
     same arrays, at --iou and at --loc-iou; the rule's sigmas are the ones used."""
-    from det_calib.matching.oks import match_keypoints
+    from det_calib.tasks.pose_matching import match_keypoints
 
     rng = np.random.default_rng(0)
     sp = _pose_split(rng)
@@ -179,7 +179,7 @@ def test_match_split_by_oks_is_match_keypoints():
 
 
 def test_match_split_by_rotated_iou_is_match_rotated():
-    from det_calib.matching.rotated import match_rotated
+    from det_calib.tasks.obb_matching import match_rotated
 
     rng = np.random.default_rng(1)
     m = 10
@@ -225,7 +225,7 @@ def test_choose_matching_for_pose_and_obb():
     assert rule.by == "oks" and rule.sigmas == (0.2,) * 5
     assert rule.words(0.5) == "OKS >= 0.5 (a pose model, 5 keypoints, sigmas 1/K = 0.2 each (Ultralytics' rule " \
                               "for other than 17 keypoints))"
-    own = choose_matching("oks", task="pose", splits=[pose], kpt_sigmas=(0.1, 0.2, 0.3, 0.2, 0.1))
+    own = choose_matching("oks", task="pose", splits=[pose], sigmas=(0.1, 0.2, 0.3, 0.2, 0.1))
     assert own.sigmas == (0.1, 0.2, 0.3, 0.2, 0.1) and "data.yaml's kpt_oks_sigmas" in own.reason
     assert choose_matching("box", task="pose", splits=[pose]).words(0.5) == \
         "box IoU >= 0.5 (a pose model, chosen by --match box)"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.matching.rule import choose_matching
 from det_calib.report.matching_section import matching_words
+from det_calib.tasks.match_rule import choose_matching
 
 pytestmark = pytest.mark.fast
 

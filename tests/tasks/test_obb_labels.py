@@ -1,4 +1,4 @@
-"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.data.obb)."""
+"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.tasks.obb_labels)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.obb import (
+from det_calib.demo.shapes import CLASS_NAMES
+from det_calib.demo.shapes_obb import render_rects, write_obb_split
+from det_calib.errors import InputError
+from det_calib.tasks.obb_labels import (
     XYWHR_COLUMN,
     check_obb_line,
     corners_to_xywhr,
@@ -19,9 +22,6 @@ from det_calib.data.obb import (
     read_obb_file,
     split_xywhr,
 )
-from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_obb import render_rects, write_obb_split
-from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast
 

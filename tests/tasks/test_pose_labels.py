@@ -1,4 +1,4 @@
-"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.data.pose)."""
+"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.tasks.pose_labels)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.pose import (
+from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
+from det_calib.demo.shapes_pose import FLIP_IDX, rendered_keypoints, write_pose_split
+from det_calib.errors import InputError
+from det_calib.tasks.pose_labels import (
     AREA_COLUMN,
     KPTS_COLUMN,
     NUM_KEYPOINTS_COLUMN,
@@ -24,9 +27,6 @@ from det_calib.data.pose import (
     read_pose_file,
     split_keypoints,
 )
-from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
-from det_calib.demo.shapes_pose import FLIP_IDX, rendered_keypoints, write_pose_split
-from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast
 

@@ -1,0 +1,65 @@
+"""Tasks as plug-ins: each Ultralytics task det_calib calibrates is one module holding what is its own (its
+payload column, its labels, its matching rule, its decoding from the predictor and from exports, its
+validator), behind one contract (:class:`~det_calib.tasks.contract.Task`), registered here by name.
+
+>>> get_task("obb").payload, get_task("detect").rule
+('xywhr', 'box')
+
+A new task is one module (a :class:`Task` subclass) and one line: ``register(MyTask())``. The stages
+look a model's task up once (:func:`get_task`) and call its hooks.
+"""
+
+from __future__ import annotations
+
+from det_calib.errors import InputError
+from det_calib.tasks.contract import Task
+from det_calib.tasks.detect_task import Detect
+from det_calib.tasks.obb_task import Obb
+from det_calib.tasks.pose_task import Pose
+from det_calib.tasks.segment_task import Segment
+
+__all__ = ["TASKS", "Task", "get_task", "holds_hulls", "register", "result_boxes_attr", "task_names"]
+
+TASKS: dict[str, Task] = {}
+"""Task name (a model's ``task``) -> the task."""
+
+
+def register(task: Task) -> Task:
+    """Add ``task`` to the registry under its name (replacing one of the same name); returns it."""
+    TASKS[task.name] = task
+    return task
+
+
+def task_names() -> tuple[str, ...]:
+    """The registered tasks' names, in registration order."""
+    return tuple(TASKS)
+
+
+def get_task(name: str | None) -> Task:
+    """The registered task ``name``.
+
+    Raises:
+        InputError: No task of that name is registered (one line naming those that are).
+    """
+    task = TASKS.get(name) if isinstance(name, str) else None
+    if task is None:
+        names = task_names()
+        raise InputError(f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
+                         "models")
+    return task
+
+
+def holds_hulls(columns) -> bool:
+    """Whether a box table with these ``columns`` holds a task's payload whose axis-aligned hulls are its box
+    columns (an OBB model's rotated boxes: its box mAP is the hulls', Ultralytics' val scores the rotated boxes)."""
+    return any(t.hull_boxes and t.payload in columns for t in TASKS.values())
+
+
+def result_boxes_attr(result) -> str:
+    """Where an Ultralytics ``Results`` keeps its scored boxes, whatever its task: ``obb`` for an OBB model's
+    (rotated boxes; ``Results.boxes`` is None), else ``boxes`` (a detector's, a segment or pose model's)."""
+    return "obb" if getattr(result, "obb", None) is not None else "boxes"
+
+
+for _task in (Detect(), Segment(), Pose(), Obb()):
+    register(_task)
