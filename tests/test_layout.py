@@ -302,7 +302,7 @@ def test_calibrators_are_typed():
 
 # --- a task is a plug-in (det_calib/tasks/) -----------------------------------------------------------------
 TASK_PKG = PKG / "tasks"
-TASK_NAMES = ("detect", "segment", "pose", "obb")
+TASK_NAMES = ("detect", "segment", "pose", "obb", "classify")
 #: Each built-in task's words; an identifier (a name, attribute, argument, function, class or import, split
 #: at ``_``, dots, digits and case changes) with a word that starts with one of them names the task.
 TASK_WORDS = {"obb": ("obb", "rotated", "xywhr"), "pose": ("keypoint", "kpt", "oks"),

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.tasks import CLASSIFY, answers_per_image
 
 __all__ = ["ClassifyCapture", "capture_classify", "softmax_rows"]
 
@@ -73,8 +74,8 @@ def capture_classify(model: str | Path | Any, images: Sequence[Path], *, imgsz: 
     """
     from ultralytics import YOLO
 
-    yolo = model if hasattr(model, "predict") else YOLO(str(model), task="classify")
-    if getattr(yolo, "task", None) != "classify":
+    yolo = model if hasattr(model, "predict") else YOLO(str(model), task=CLASSIFY)
+    if not answers_per_image(getattr(yolo, "task", None)):
         raise InputError(f"{model} is a {getattr(yolo, 'task', 'unknown')} model, not a classify model")
     names = tuple(str(n) for _, n in sorted(yolo.names.items()))
     size = {"imgsz": imgsz} if imgsz else {}

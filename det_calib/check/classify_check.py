@@ -29,6 +29,7 @@ from det_calib.data.class_folders import check_model_classes, read_class_split
 from det_calib.errors import InputError
 from det_calib.io import write_json, write_text
 from det_calib.metrics.drift_tests import calibration_in_the_large, hosmer_lemeshow, normal_sf
+from det_calib.tasks import CLASSIFY, answers_per_image
 
 __all__ = ["check_classify"]
 
@@ -71,7 +72,7 @@ def check_classify(run_dir: str | Path, record: dict, *, data: str | Path, split
     drifted, changed = (not too_few and p_cal <= alpha / 2), (not too_few and p_acc <= alpha / 2)
     code = 6 if too_few else 3 * drifted + 4 * changed - 2 * (drifted and changed)  # 0, 3, 4 or 5
     result = {
-        "task": "classify", "run": str(run_dir), "data": str(data), "split": new.name, "images": int(y.size),
+        "task": CLASSIFY, "run": str(run_dir), "data": str(data), "split": new.name, "images": int(y.size),
         "expected_right": citl.expected, "right": int(right.sum()), "citl_p": citl.p_value,
         "hl_p": hl.p_value if hl else None, "calibration_p": p_cal, "calibration": "drifted" if drifted else
         ("too few images" if too_few else "holds"), "top1": a1, "top1_run": a0, "accuracy_p": p_acc,
@@ -105,7 +106,7 @@ def is_classify_run(run_dir: str | Path) -> dict | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("task") == "classify" else None
+    return record if isinstance(record, dict) and answers_per_image(record.get("task")) else None
 
 
 def run_check_cli(args, record: dict) -> int:

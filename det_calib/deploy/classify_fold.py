@@ -18,6 +18,7 @@ from typing import Any
 from det_calib.calibrators.softmax_maps import MultiClassMap
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
+from det_calib.tasks import answers_per_image
 
 __all__ = ["fold_classifier", "write_classify_checkpoint"]
 
@@ -71,7 +72,7 @@ def write_classify_checkpoint(source: str | Path, out: str | Path, mapping: Mult
         raise InputError(f"{source} is not an Ultralytics checkpoint (no `model` entry)")
     model = copy.deepcopy(ckpt.get("ema") or ckpt["model"])
     task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
-    if task != "classify":
+    if not answers_per_image(task):
         raise InputError(f"{source} is a `{task}` model, not a classify model")
     fold_classifier(model, mapping)
     previous = ckpt.get("det_calib") or {}

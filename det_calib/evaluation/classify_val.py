@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from det_calib.errors import InputError
+from det_calib.tasks import CLASSIFY
 
 __all__ = ["classify_val"]
 
@@ -34,7 +35,7 @@ def classify_val(model: str | Path, data: str | Path, split: str, imgsz: int | N
         for name in ("train", "test"):
             os.symlink(source, view / name, target_is_directory=True)
         kw = {"imgsz": imgsz} if imgsz else {}
-        metrics = YOLO(str(model), task="classify").val(data=str(view), split="test", batch=16, plots=False,
+        metrics = YOLO(str(model), task=CLASSIFY).val(data=str(view), split="test", batch=16, plots=False,
                                                         verbose=False, device="cpu", **kw)
         return {"top1": float(metrics.top1), "top5": float(metrics.top5)}
     finally:

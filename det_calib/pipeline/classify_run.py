@@ -31,6 +31,7 @@ from det_calib.io import write_json, write_text
 from det_calib.report.classifier_report import write_classifier_report
 from det_calib.report.classifier_summary import summary_markdown
 from det_calib.selection.classifier_choice import choose_classifier_map
+from det_calib.tasks import CLASSIFY, answers_per_image
 from det_calib.thresholds.selective_accuracy import reject_threshold
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,8 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
     from ultralytics import YOLO
 
     out = Path(out)
-    yolo = YOLO(str(model), task="classify")
-    if yolo.task != "classify":
+    yolo = YOLO(str(model), task=CLASSIFY)
+    if not answers_per_image(yolo.task):
         raise InputError(f"{model} is a `{yolo.task}` model: a folder-per-class dataset needs a classify model")
     names = tuple(str(n) for _, n in sorted(yolo.names.items()))
     splits = {s: read_class_split(data, s) for s in (fit_split, eval_split)}
@@ -72,7 +73,7 @@ def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *
     ckpt, p_deployed = _deploy(model, out, mapping, caps[eval_split], imgsz)
     deployed = evaluate_classifier(p_deployed, y_eval, seed=seed)
     record = {
-        "task": "classify", "model": str(model), "data": str(data), "fit_split": fit_split,
+        "task": CLASSIFY, "model": str(model), "data": str(data), "fit_split": fit_split,
         "eval_split": eval_split, "images": {fit_split: int(y_fit.size), eval_split: int(y_eval.size)},
         "names": list(names), "method": chosen, "map": mapping.to_dict(), "keeps_top1": mapping.keeps_top1,
         "choice": None if choice is None else {"nll": choice.nll, "se": choice.se, "folds": choice.folds,

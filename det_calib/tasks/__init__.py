@@ -18,7 +18,12 @@ from det_calib.tasks.obb_task import Obb
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["TASKS", "Task", "get_task", "holds_hulls", "register", "result_boxes_attr", "task_names"]
+__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "register",
+           "result_boxes_attr", "task_names"]
+
+CLASSIFY = "classify"
+"""Ultralytics' classify task: one answer per image, calibrated by its own job
+(:mod:`det_calib.pipeline.classify_run`), not through the box stages the registered tasks plug into."""
 
 TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
@@ -42,11 +47,19 @@ def get_task(name: str | None) -> Task:
         InputError: No task of that name is registered (one line naming those that are).
     """
     task = TASKS.get(name) if isinstance(name, str) else None
+    if answers_per_image(name):
+        raise InputError("a classify model is calibrated on a folder of class folders: give --data that folder "
+                         "(docs/classify.md)")
     if task is None:
         names = task_names()
         raise InputError(f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
                          "models")
     return task
+
+
+def answers_per_image(name: str | None) -> bool:
+    """Whether a model of task ``name`` answers once per image (a classifier) rather than per box."""
+    return name == CLASSIFY
 
 
 def holds_hulls(columns) -> bool:
