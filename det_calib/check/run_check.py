@@ -233,23 +233,13 @@ def _image_names(boxes: pl.DataFrame) -> dict[int, str]:
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
-    from det_calib.job import clock
-    from det_calib.job.capturing import capture_splits
+    from det_calib.job.capturing import BoxSource
 
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
 
-        with clock.stage("capture"):
-            return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
-    if job.settings.boxes:
-        from det_calib.job.reuse import reuse_boxes
-
-        with clock.stage("capture"):
-            captured = reuse_boxes(job.settings.boxes, job.inputs, [split], job.settings)[0]
-    else:
-        with clock.stage("capture"):
-            captured = capture_splits(job.inputs, [split], job.settings)
-    return {h: frames[0] for h, frames in captured.items()}
+        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
+    return BoxSource(job.inputs, [split], job.settings).boxes(split)
 
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
@@ -407,7 +397,6 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
     with staged_output(out_dir) as stage:
-        result.write(stage / CHECK_FILE)
         write_boxes(new_boxes, stage / BOXES_FILE)
         if report:
             from det_calib.check.report_page import write_check_report
@@ -415,8 +404,7 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
             with clock.stage("report"):
                 write_check_report(stage, result, new_boxes, job.run)
         result.timings = clock.timings()  # the check's seconds, the report's included
-        if result.timings is not None:
-            result.write(stage / CHECK_FILE)
+        result.write(stage / CHECK_FILE)  # once, last
 
 
 def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset | None, str | None]:
