@@ -363,9 +363,9 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         ds, split = _labelled_data(data, split)
         out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
         check_output_dir(out_dir)
-    if not boxes:
-        startup_imports()
     with clock.stage("model load"):  # the run's record, calibrators and detector
+        if not boxes:
+            startup_imports()
         job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
                    progress=progress, n_boot=n_boot)
     result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
@@ -373,8 +373,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
                                n_perm=int(n_perm))
     result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
-    with clock.stage("outputs"):
-        _write_check(out_dir, result, tables, job, report=report)
+    _write_check(out_dir, result, tables, job, report=report)
     return result, out_dir
 
 
@@ -392,11 +391,10 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
                  ) -> None:
     """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
     from det_calib.data.box_table import write_boxes
-    from det_calib.io import staged_output
     from det_calib.job import clock
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
-    with staged_output(out_dir) as stage:
+    with clock.output_folder(out_dir) as stage:
         write_boxes(new_boxes, stage / BOXES_FILE)
         if report:
             from det_calib.check.report_page import write_check_report

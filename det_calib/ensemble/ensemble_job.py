@@ -48,7 +48,7 @@ from det_calib.ensemble.members import (
     member_specs,
 )
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.io import check_output_dir, staged_output
+from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
@@ -433,8 +433,7 @@ def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tup
         return reuse_members(s.boxes, specs, splits, s)
     startup_imports()
     workers = capture_workers(s.device)
-    with clock.stage("model load"):
-        members, plan = load_members(specs, ds.names, data, s, workers)
+    members, plan = load_members(specs, ds.names, data, s, workers)  # each member's detector: part of its capture
     captured, cost = capture_all(members, plan, splits, s, workers)
     member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
                                 scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
@@ -513,7 +512,6 @@ def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dic
     }
 
 
-@clock.stage("outputs")
 def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxes: pl.DataFrame,
                   splits: tuple[Split, Split], s: Settings, t_start: float) -> dict[str, Path]:
     """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
@@ -522,7 +520,7 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
     from det_calib.job.reuse import write_run_boxes
 
     fp = fingerprints(result, splits, s)
-    with staged_output(out) as stage:
+    with clock.output_folder(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         write_run_boxes(member_boxes, stage / MEMBERS_FILE, fp)
         extra = finish_run_folder(stage, out, result, s, t_start)

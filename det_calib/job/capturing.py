@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 __all__ = ["BoxSource", "capture_split", "open_capturer", "startup_imports"]
 
 
-@clock.stage("imports")
 def startup_imports() -> None:
-    """Import what the first image needs (torch, Ultralytics, the capture): the command line's process
-    has them already (:func:`det_calib.job.process_tuning.tune_process`)."""
+    """Import what the first image needs (torch, Ultralytics, the capture), as the model is loaded: the
+    command line's process has them already, charged to ``imports`` from its start
+    (:func:`det_calib.job.process_tuning.tune_process`)."""
     import ultralytics  # noqa: F401
 
     import det_calib.capture.predictor  # noqa: F401

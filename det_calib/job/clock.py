@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from det_calib.io import staged_output
 from det_calib.job.process_tuning import release
 from det_calib.record.timings import StageTime, Timings
 
-__all__ = ["add_cpu", "begin", "overall_peak", "peak_rss", "process_start", "reset", "since_process", "stage",
-           "start", "started", "timings"]
+__all__ = ["add_cpu", "begin", "output_folder", "overall_peak", "peak_rss", "process_start", "reset", "since_process",
+           "stage", "start", "started", "timings"]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
@@ -176,6 +177,15 @@ def stage(name: str) -> Iterator[None]:
     finally:
         _clock.charge(_now())
         _clock.stack.pop()
+
+
+@contextlib.contextmanager
+def output_folder(out: Path) -> Iterator[Path]:
+    """A command's ``outputs`` stage: its output folder staged and swapped in whole when the block ends
+    (:func:`det_calib.io.staged_output`), the staging folder yielded. ``calibrate``, ``ensemble`` and
+    ``check`` write through it."""
+    with stage("outputs"), staged_output(out) as folder:
+        yield folder
 
 
 def add_cpu(name: str, seconds: float) -> None:

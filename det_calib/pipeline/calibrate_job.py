@@ -100,7 +100,6 @@ def calibrate(model: str | Path | None = None, data: str | Path | None = None, *
 def load(model: str | Path | None, data: str | Path | None, out: Path, s: Settings) -> tuple[Inputs, Split, Split]:
     """The model and the data loaded and checked (every check that needs no forward pass, before the
     first one): the run's inputs, its fit and eval splits."""
-    startup_imports()
     with clock.stage("data check"):
         if data is None and not s.detections:  # the embedded demo: rendered on first use, checked after
             model, data = default_inputs(model, data)
@@ -116,6 +115,7 @@ def load(model: str | Path | None, data: str | Path | None, out: Path, s: Settin
 
 @clock.stage("model load")
 def _inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
+    startup_imports()
     return detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
 
 

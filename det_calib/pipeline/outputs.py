@@ -18,7 +18,7 @@ from det_calib.calibrators import registry
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.io import logged_as, read_manifest, staged_output
+from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
@@ -61,7 +61,6 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
 
-@clock.stage("outputs")
 def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                       s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
                       verification: Verification | None = None) -> dict[str, Path]:
@@ -74,7 +73,7 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
     """
     from det_calib.job.reuse import run_fingerprints, write_run_boxes
 
-    with staged_output(out) as stage:
+    with clock.output_folder(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             from det_calib.job.detections import detections_outputs

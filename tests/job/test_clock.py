@@ -172,7 +172,7 @@ print(*library, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()
     assert p.returncode == 0, p.stderr
     library_frozen, library_threshold, library_blas, frozen, walked, threshold, blas = p.stdout.split()
     assert (int(library_frozen), int(library_threshold)) == (0, 700) and library_blas in ("2", "None")
-    assert int(frozen) > 50_000 > int(walked)  # torch's and Ultralytics' objects frozen; the collector walks only new ones
+    assert int(frozen) > 50_000 > int(walked)  # the start-up's objects frozen: the collector walks new ones only
     assert int(threshold) == 50_000 and blas in ("1", "None")
 
 
