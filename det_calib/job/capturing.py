@@ -44,19 +44,26 @@ class BoxSource:
     def __init__(self, inputs: Inputs, splits: Sequence[Split], s: Settings) -> None:
         self.inputs, self.splits, self.s = inputs, list(splits), s
         self.fingerprints: dict[str, Any] | None = None
-        self._read: dict[str, list[pl.DataFrame]] | None = None
+        self._read: dict[str, list[pl.DataFrame | None]] | None = None
         self._cap = None if (s.boxes or s.detections) else open_capturer(inputs, s)
 
     @clock.stage("capture")
     def boxes(self, split: Split) -> dict[str, pl.DataFrame]:
-        """Head -> the boxes of ``split`` (one of the source's splits)."""
+        """Head -> the boxes of ``split`` (one of the source's splits, each asked for once: the source
+        lets go of them, and of the detector after the last split)."""
+        i = self.splits.index(split)
         if self._cap is not None:
-            return capture_split(self._cap, self.inputs, split, self.s)
+            out = capture_split(self._cap, self.inputs, split, self.s)
+            if i == len(self.splits) - 1:
+                self._cap = None  # the detector's copy leaves before the figures
+            return out
         if self._read is None:
             read = read_run_detections if self.s.detections else functools.partial(reuse_boxes, self.s.boxes)
             self._read, self.fingerprints = read(self.inputs, self.splits, self.s)
-        i = self.splits.index(split)
-        return {h: tables[i] for h, tables in self._read.items()}
+        out = {h: tables[i] for h, tables in self._read.items()}
+        for tables in self._read.values():
+            tables[i] = None
+        return out
 
 
 @clock.stage("model load")

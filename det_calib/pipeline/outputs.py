@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -133,7 +134,7 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
         write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
-            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(
                 ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
     elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
         why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
@@ -141,7 +142,7 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
                if unfolded else
                "an exported engine (the calibrated export scores every box by the same monotone map per class)")
         for h in inputs.heads:
-            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
     return engine_lines
 
 
@@ -236,12 +237,12 @@ class Verification:
 
     def _apply(self, checks: dict[str, Any], result: RunResult, boxes: pl.DataFrame) -> None:
         for h, check in checks.items():
-            result.results[h] = _replace(result.results[h], ultralytics_val=check)
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=check)
         for h, rec in self.records.items():
             if registry.is_per_class(rec.method):
                 eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
                 change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
-                result.results[h] = _replace(result.results[h], detection_change=change)
+                result.results[h] = dataclasses.replace(result.results[h], detection_change=change)
 
 
 @clock.stage("verification")
@@ -305,12 +306,6 @@ def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: d
     except Exception:  # an error that does not pickle: its words
         conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
     conn.close()
-
-
-def _replace(obj: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def output_files(out: Path) -> dict[str, Path]:
