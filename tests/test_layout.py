@@ -184,6 +184,23 @@ def test_one_timing_api_at_the_steps_boundaries_only():
     assert not _calls(r"(?<![.\w])stage\(\"|stage=stage", ("det_calib/job/clock.py",)), "a second timer's sites"
 
 
+#: ``calibrate``'s steps, in the order its one short module calls them (each once; the per-head steps in loops).
+CALIBRATE_STEPS = ("load", "BoxSource", "boxes", "fit", "start_verification", "boxes", "evaluate", "run_record",
+                   "write_run_outputs")
+
+
+def test_calibrate_reads_straight_through():
+    """One module of at most 150 lines whose ``calibrate`` calls the stages once each, in order: load,
+    capture (the fit split), per head fit, the verification started, capture (the eval split), per head
+    evaluate, the record, the outputs."""
+    path = PKG / "pipeline" / "calibrate_job.py"
+    assert len(path.read_text().splitlines()) <= 150
+    fn = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "calibrate")
+    steps = sorted((c.lineno, c.col_offset, c.func.id if isinstance(c.func, ast.Name) else c.func.attr)
+                    for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute)))
+    assert [name for *_, name in steps if name in CALIBRATE_STEPS] == list(CALIBRATE_STEPS)
+
+
 def test_no_import_circle():
     seen: dict[str, int] = {}  # 1 on the stack, 2 done
     cycles = []
