@@ -94,11 +94,13 @@ def finish_run_folder(stage: Path, out: Path, result: RunResult, s: Settings, t_
     ``verification`` is written into ``result``), and ``calibration.json``, written once, last, with
     the run's time and where it went. ``boxes``: the run's box table in memory (None: the report reads
     ``boxes.parquet``). Returns the summary's threshold lines."""
-    from det_calib.report.run_report import draft_report  # matplotlib: only where a report is written
-
     extra = tune_thresholds(stage, result, s) if s.target_precision is not None else []
+    draft = None
     with clock.stage("report" if s.report else "outputs"):  # the verification's wait: its own stage
-        draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes) if s.report else None
+        if s.report:
+            from det_calib.report.run_report import draft_report  # matplotlib: only where a report is written
+
+            draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes)
         if verification is not None:
             verification.finish(result, boxes)
         result.seconds = round(time.time() - t_start, 1)
