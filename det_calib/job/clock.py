@@ -166,13 +166,14 @@ def stage(name: str) -> Iterator[None]:
     """Charge the block's seconds and peak memory to ``name`` (the enclosing stage pauses meanwhile),
     the previous stage's freed memory handed back first; a decorator too. Nothing is charged when the
     clock is not running."""
-    release()  # the previous stage's freed temporaries leave the process before this one starts
     if _clock.origin is None:
+        release()
         yield
         return
     _clock.charge(_now())
     _clock.stack.append(name)
     try:
+        release()  # the previous stage's freed temporaries leave the process, on this stage's time
         yield
     finally:
         _clock.charge(_now())
