@@ -7,7 +7,7 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 
 - the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
   ``test``, default bootstrap, report written), in a fresh process: wall seconds, the seconds of
-  each stage (:mod:`det_calib.job.stages`), peak RSS, and the box table's in-memory size;
+  each stage (the run's ``timings``, :mod:`det_calib.job.clock`), peak RSS, and the box table's in-memory size;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratio printed is the job's seconds over
@@ -35,21 +35,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
 import json, sys, time
-from det_calib.job import stages
+from det_calib.job import clock
+from det_calib.job.process_tuning import set_blas_threads
 from det_calib.capture import load_detector
 from det_calib.pipeline import calibrate
 import det_calib.report, det_calib.evaluation.coco_engine, matplotlib.pyplot, polars as pl
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
+set_blas_threads(1)  # as the command line runs (det_calib.job.process_tuning)
 _model = load_detector(f"{root}/model.pt")
 # the fixed part: the interpreter, its imports and the model loaded, before any box is read
 fixed = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
 del _model
-stages.reset()
 t0 = time.perf_counter()
 run = calibrate(f"{root}/model.pt", f"{root}/data.yaml", out=out, boxes=f"{root}/parts", method=method,
                 head="both", run_val=False, progress=False)
 total = time.perf_counter() - t0
-peak = stages.overall_peak()
+peak = clock.overall_peak()
 print(json.dumps({
     "seconds": total,
     "peak_rss": peak,
@@ -57,8 +58,8 @@ print(json.dumps({
     "table_bytes": int(run.boxes.estimated_size()),
     "boxes": run.boxes.height,
     "engine": run.result.results["nms"].eval.map_engine,
-    "stages": [{"name": r.name, "seconds": r.seconds, "peak_rss": r.peak_rss, "calls": r.calls}
-               for r in stages.records()],
+    "stages": [{"name": n, "seconds": st.wall, "peak_rss": st.peak_rss or 0}
+               for n, st in run.result.timings.stages.items()],
 }))
 """
 
@@ -130,17 +131,16 @@ def _print_job(n: int, method: str, job: dict, ref: dict) -> None:
           f"(box table {_gib(job['table_bytes'])}, {job['boxes']:,} boxes; fixed part {_gib(job['fixed_rss'])}; "
           f"2 x table + fixed = {_gib(2 * job['table_bytes'] + job['fixed_rss'])}); mAP engine {job['engine']}")
     for st in job["stages"]:
-        print(f"  {st['name']:<48} {st['seconds']:8.1f} s  peak {_gib(st['peak_rss'])}  ({st['calls']} calls)")
+        print(f"  {st['name']:<48} {st['seconds']:8.1f} s  peak {_gib(st['peak_rss'])}")
     print(f"  pycocotools, nms head, test split ({ref['boxes']:,} boxes): loadRes {ref['loadRes']:.1f} s, "
           f"evaluate {ref['evaluate']:.1f} s, accumulate {ref['accumulate']:.1f} s, peak {_gib(ref['peak_rss'])}")
     print(f"  job / (evaluate + accumulate) = {job['seconds']:.1f} / {ea:.1f} = {job['seconds'] / ea:.2f}x", flush=True)
 
 
-ISSUE_COLUMNS = {"mAP check": ("mAP check",),
-                 "bootstrap intervals": ("all-box metrics and intervals", "kept-set metrics and intervals"),
-                 "per-class": ("per-class",), "CV (auto)": ("fit and CV",)}
-"""The columns of issue 26's table, from this module's stages (the all-box and kept-set stages hold
-the bootstrap intervals, with the figures they bound)."""
+ISSUE_COLUMNS = {"fit and choice (CV with auto)": ("fit and choice",),
+                 "figures (mAP check, intervals, per class)": ("figures",)}
+"""The columns of issue 26's table, from the run's stages (a step's own parts are not timed: the figures
+stage holds the mAP check, the bootstrap intervals and the per-class figures)."""
 
 
 def _issue_row(n: int, method: str, job: dict, ref: dict) -> str:

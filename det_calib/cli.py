@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from det_calib.errors import DetCalibError, first_line
+from det_calib.job.process_tuning import quick_exit, tune_process
 
 
 def _now(v: Any) -> Any:
@@ -490,6 +491,12 @@ TIMED = ("calibrate", "ensemble", "check")
 """The commands whose record and summary say where their time went (:mod:`det_calib.job.clock`)."""
 
 
+def _runs_detector(args: argparse.Namespace) -> bool:
+    """Whether the command imports torch and Ultralytics for its first image (``calibrate`` always;
+    ``ensemble`` and ``check`` unless they reuse boxes)."""
+    return args.command == "calibrate" or (args.command in ("ensemble", "check") and not getattr(args, "boxes", None))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-calib``."""
     args = _parser().parse_args(argv)
@@ -502,9 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
-    if argv is None:  # the command line: the process's allocator and collector are its own
-        _keep_freed_memory()
-        _collect_less_often()
+    if argv is None:  # the command line: the process's collector, allocator and BLAS threads are its own
+        tune_process(preload=_runs_detector(args))
     if args.command in TIMED:  # from the interpreter's start when this is the command line itself
         from det_calib import FIRST_IMPORT
         from det_calib.job import clock
@@ -543,52 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.command in TIMED:  # a command that failed before its job took the clock leaves none running
                 clock.reset()
             if argv is None:  # the command line: the process ends next
-                _quick_exit()
-
-
-def _keep_freed_memory() -> None:
-    """Let glibc's malloc keep the memory a forward pass frees for the next one, instead of handing it
-    back to the system and faulting it in afresh, zeroed, on the next image (a few seconds of system
-    CPU per run on the demo, across the capture's two threads and the verification's val pass).
-
-    Large blocks (up to 32 MiB, an activation of a 640 px image is a few) come from the heap rather
-    than their own ``mmap``; a heap's free top is returned to the system only above 256 MiB. The
-    numbers computed do not change, only where their buffers lie; the peak resident memory is that
-    of the largest moment as before. Nothing is done on other C libraries."""
-    import ctypes
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # glibc only: its mallopt parameters  # noqa: B018
-    except (OSError, AttributeError, TypeError):
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    mallopt(m_mmap_threshold, 32 << 20)
-    mallopt(m_trim_threshold, 256 << 20)
-
-
-def _collect_less_often() -> None:
-    """Run the cyclic garbage collector's young collection every 50,000 new container objects instead
-    of every 700. The report's figures (each tens of thousands of matplotlib objects in reference
-    cycles) then mostly die young instead of reaching the oldest generation, whose full collections
-    walk every object the run holds: on the demo, 3 full collections instead of 11 and about 0.9 s of
-    CPU fewer. Objects not in cycles are freed by reference counting as before; what a run computes
-    does not change."""
-    import gc
-
-    gc.set_threshold(50_000, *gc.get_threshold()[1:])
-
-
-def _quick_exit() -> None:
-    """Spare the interpreter's final garbage collections over every object torch and Ultralytics made
-    (seconds on a busy machine, after the work is done): they are frozen, so the exit skips them.
-    Every output was written and closed already; nothing else changes."""
-    import gc
-
-    gc.freeze()
+                quick_exit()
 
 
 if __name__ == "__main__":  # pragma: no cover

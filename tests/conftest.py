@@ -17,6 +17,14 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "det_calib" / "demo" / "assets" / "fixture"
 
 
+def pytest_configure(config):
+    """numpy's OpenBLAS on one thread, as the command line runs it (det_calib.job.process_tuning): the
+    suite's calibrations are library calls, which leave the process's threads as they find them."""
+    from det_calib.job.process_tuning import set_blas_threads
+
+    set_blas_threads(1)
+
+
 @pytest.fixture(scope="session")
 def demo_model_path() -> Path:
     from det_calib.demo import demo_model

@@ -249,7 +249,7 @@ def _boom(*args, **kwargs):
 @pytest.mark.parametrize(
     ("target", "options"),
     [
-        ("det_calib.report.write_report", {"report": True}),
+        ("det_calib.report.run_report.draft_report", {"report": True}),
         ("det_calib.pipeline.outputs.run_ultralytics_checks", {"report": False, "run_val": True}),
         ("det_calib.deploy.fold.write_calibrated_checkpoint", {"report": False}),
     ],

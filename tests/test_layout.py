@@ -116,6 +116,92 @@ def test_check_reads_runs_without_the_calibrate_pipeline():
                for d in deps), "check should run its capture through det_calib.job"
 
 
+#: The stages the job hands its results to: they compute and write, and never call back into the job.
+STAGES_AFTER_THE_JOB = ("det_calib.evaluation", "det_calib.record", "det_calib.thresholds", "det_calib.deploy",
+                        "det_calib.report")
+
+
+def _callbacks(module: str, path: Path) -> list[str]:
+    """Calls from ``module`` (the job or above) into a stage after the job that pass one of the job's own
+    functions: a lambda, a function the module defines (not a variable of that name), or a
+    ``functools.partial`` of one."""
+    tree = ast.parse(path.read_text())
+    stage_names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("det_calib"):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                dep = _resolve(full) if full in MODULES else _resolve(node.module)
+                if dep.startswith(STAGES_AFTER_THE_JOB):
+                    stage_names[a.asname or a.name] = dep
+    bound = {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For, ast.comprehension))
+             for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(n.targets))
+             if isinstance(t, ast.Name)}
+    bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+              for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
+    functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} - bound
+
+    def callback(arg: ast.expr) -> bool:
+        if isinstance(arg, ast.Call) and ast.unparse(arg.func) in ("partial", "functools.partial") and arg.args:
+            return callback(arg.args[0])
+        return isinstance(arg, ast.Lambda) or (isinstance(arg, ast.Name) and arg.id in functions)
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.value.id if (
+                isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)) else None
+            out += [f"{path.relative_to(ROOT)}:{node.lineno} passes {ast.unparse(a)[:40]} to {stage_names[name]}"
+                    for a in [*node.args, *(k.value for k in node.keywords)] if name in stage_names and callback(a)]
+    return out
+
+
+def test_no_stage_calls_back_into_the_job():
+    """The job calls each stage after it (the evaluation, the record, the thresholds, the deployed model,
+    the report) with data, never with one of its own functions to call back (the report once asked the
+    job, through a ``finished`` callback, for the verified record: it is handed the record instead)."""
+    job = LAYERS.index(("det_calib.job",))
+    found = [c for m, p in MODULES.items() if _layer(m) >= job for c in _callbacks(m, p)]
+    assert not found, "\n".join(found)
+    # the check can fail: a lambda, a module's own function, a partial of one
+    probe = ROOT / "tests" / "data" / "callback_probe.py"
+    assert probe.is_file()
+    assert len(_callbacks("det_calib.pipeline.probe", probe)) == 3
+
+
+#: Places that time a stage (``clock.stage`` as a context or a decorator, ``clock.output_folder``): the steps'
+#: boundaries only, a step's own parts untimed (a ratchet: 54 before issue 53, in two nested timers).
+MAX_TIMING_SITES = 20
+TIMING_SITE = re.compile(r"\bclock\.stage\(|\bclock\.output_folder\(")
+
+
+def test_one_timing_api_at_the_steps_boundaries_only():
+    """One timing API (det_calib.job.clock: wall, CPU and peak memory per stage), used at few places."""
+    sites = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(PKG.rglob("*.py")) if p.name != "clock.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if TIMING_SITE.search(line)]
+    assert len(sites) <= MAX_TIMING_SITES, "\n".join(sites)
+    assert not (PKG / "job" / "stages.py").exists(), "the second timer is gone: time with det_calib.job.clock"
+    assert not _calls(r"(?<![.\w])stage\(\"|stage=stage", ("det_calib/job/clock.py",)), "a second timer's sites"
+
+
+#: ``calibrate``'s steps, in the order its one short module calls them (each once; the per-head steps in loops).
+CALIBRATE_STEPS = ("load", "BoxSource", "boxes", "fit", "start_verification", "boxes", "evaluate", "run_record",
+                   "write_run_outputs")
+
+
+def test_calibrate_reads_straight_through():
+    """One module of at most 150 lines whose ``calibrate`` calls the stages once each, in order: load,
+    capture (the fit split), per head fit, the verification started, capture (the eval split), per head
+    evaluate, the record, the outputs."""
+    path = PKG / "pipeline" / "calibrate_job.py"
+    assert len(path.read_text().splitlines()) <= 150
+    fn = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "calibrate")
+    steps = sorted((c.lineno, c.col_offset, c.func.id if isinstance(c.func, ast.Name) else c.func.attr)
+                    for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute)))
+    assert [name for *_, name in steps if name in CALIBRATE_STEPS] == list(CALIBRATE_STEPS)
+
+
 def test_no_import_circle():
     seen: dict[str, int] = {}  # 1 on the stack, 2 done
     cycles = []

@@ -267,32 +267,20 @@ def _image_names(boxes: pl.DataFrame) -> dict[int, str]:
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
-    from det_calib.job import clock
-    from det_calib.job.capturing import capture_splits
+    from det_calib.job.capturing import BoxSource
 
     if job.detections is not None:
         from det_calib.job.detections import read_check_detections
 
-        head = job.inputs.heads[0]
-        with clock.stage("capture"):
-            table, job.read = read_check_detections(job.detections, split, job.inputs, job.run.class_names,
-                                                    job.calibrators[head], job.run.head(head).calibrator.method,
-                                                    job.conf)
+        head = job.inputs.heads[0]  # read inside the check's `figures` stage, as a capture is
+        table, job.read = read_check_detections(job.detections, split, job.inputs, job.run.class_names,
+                                                job.calibrators[head], job.run.head(head).calibrator.method, job.conf)
         return {head: table}
     if job.ensemble is not None:
         from det_calib.ensemble.ensemble_model import capture_fused
 
-        with clock.stage("capture"):
-            return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
-    if job.settings.boxes:
-        from det_calib.job.reuse import reuse_boxes
-
-        with clock.stage("capture"):
-            captured = reuse_boxes(job.settings.boxes, job.inputs, [split], job.settings)[0]
-    else:
-        with clock.stage("capture"):
-            captured = capture_splits(job.inputs, [split], job.settings)
-    return {h: frames[0] for h, frames in captured.items()}
+        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
+    return BoxSource(job.inputs, [split], job.settings).boxes(split)
 
 
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
@@ -416,9 +404,9 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         ds, split = _labelled_data(data, split)
         out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
         check_output_dir(out_dir)
-    if not boxes and not detections:
-        startup_imports()
     with clock.stage("model load"):  # the run's record, calibrators and detector
+        if not boxes and not detections:
+            startup_imports()
         job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
                    progress=progress, n_boot=n_boot, detections=detections)
     result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
@@ -426,8 +414,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
         tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
                                n_perm=int(n_perm))
     result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
-    with clock.stage("outputs"):
-        _write_check(out_dir, result, tables, job, report=report)
+    _write_check(out_dir, result, tables, job, report=report)
     return result, out_dir
 
 
@@ -448,12 +435,10 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
                  ) -> None:
     """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
     from det_calib.data.box_table import write_boxes
-    from det_calib.io import staged_output
     from det_calib.job import clock
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
-    with staged_output(out_dir) as stage:
-        result.write(stage / CHECK_FILE)
+    with clock.output_folder(out_dir) as stage:
         write_boxes(new_boxes, stage / BOXES_FILE)
         if report:
             from det_calib.check.report_page import write_check_report
@@ -461,8 +446,7 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
             with clock.stage("report"):
                 write_check_report(stage, result, new_boxes, job.run)
         result.timings = clock.timings()  # the check's seconds, the report's included
-        if result.timings is not None:
-            result.write(stage / CHECK_FILE)
+        result.write(stage / CHECK_FILE)  # once, last
 
 
 def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset | None, str | None]:

@@ -48,16 +48,16 @@ from det_calib.ensemble.members import (
     member_specs,
 )
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.io import check_output_dir, staged_output
+from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.pipeline.calibrate_job import calibrate_head
-from det_calib.pipeline.fitting import fit_head, fit_temperature
-from det_calib.pipeline.outputs import gt_per_class, output_files, write_timings
+from det_calib.pipeline.fitting import choice_words, fit_head, fit_temperature
+from det_calib.pipeline.head_steps import calibrate_head, evaluate
+from det_calib.pipeline.outputs import finish_run_folder, gt_per_class, output_files
 from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
     ORDERS,
@@ -364,7 +364,7 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     figures, member_tables, cals = [], [], []
     for i, tabs in enumerate(captured):
         log.info("%s head, member %d/%d (%s): fit and evaluate on its own boxes", head, i + 1, len(captured), names[i])
-        hr, t = calibrate_head(inputs, fit, ev, head, s, tabs)
+        hr, t = calibrate_head(inputs, (fit, ev), head, s, tabs)
         figures.append(member_figures(names[i], hr))
         cals.append(hr.calibrator)
         member_tables.append(t)
@@ -382,9 +382,9 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
     fusion_seconds = cell.seconds  # both splits fused now
     log.info("%s head: %d + %d fused boxes (%s, %s); fit and evaluate", head, cell.fit_boxes.height, eb.height,
              *chosen)
-    # the chosen cell is labelled and its calibrator chosen already: calibrate_head takes them as they are
-    hr, tables = calibrate_head(inputs, fit, ev, head, s, (None, None), matched=(cell.fit_boxes, eb),
-                                choice=cell.choice)
+    # the chosen cell is labelled and its calibrator chosen already: evaluated as it is
+    log.info("%s head: %s", head, choice_words(cell.choice))
+    hr, tables = evaluate(inputs, (fit, ev), cell.fit_boxes, eb, cell.choice, s, labelled=True)
     hr = HeadResult(**{**{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
                        "ultralytics_val": val_not_run(ev.name, "an ensemble is not one checkpoint, so Ultralytics "
                                                        "val cannot run it; mAP is COCO mAP (--map-engine) on "
@@ -396,8 +396,7 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
                 log.info("%s head: fusion table, %s with %s", head, order, score)
                 # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
                 c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
-                with clock.stage("figures"):
-                    rows.append(fusion_row(c, splits, s))
+                rows.append(fusion_row(c, splits, s))
     kept = (BoxView.from_boxes(tables[1], extra=("members",), geometry=False)
             .scored(cell.choice.calibrator, recorded=True).kept(min(s.conf)))
     agree = {int(k): int(v) for k, v in zip(*np.unique(kept.extra["members"], return_counts=True), strict=True)}
@@ -422,6 +421,7 @@ def _settings(settings: Settings | None, fusion: FusionSettings | None, options:
     return settings_of(settings, options), fs
 
 
+@clock.stage("capture")
 def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tuple[Split, Split], s: Settings
                    ) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord],
                               dict[str, float]]:
@@ -430,14 +430,11 @@ def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tup
     if s.boxes:
         from det_calib.ensemble.member_boxes import reuse_members
 
-        with clock.stage("capture"):
-            return reuse_members(s.boxes, specs, splits, s)
+        return reuse_members(s.boxes, specs, splits, s)
     startup_imports()
     workers = capture_workers(s.device)
-    with clock.stage("model load"):
-        members, plan = load_members(specs, ds.names, data, s, workers)
-    with clock.stage("capture"):
-        captured, cost = capture_all(members, plan, splits, s, workers)
+    members, plan = load_members(specs, ds.names, data, s, workers)  # each member's detector: part of its capture
+    captured, cost = capture_all(members, plan, splits, s, workers)
     member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
                                 scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
                                 heads={h: plan[h][i] for h in plan})
@@ -493,8 +490,7 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
         gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
-    with clock.stage("outputs"):
-        files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
+    files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
     return EnsembleRun(out_dir=Path(out), result=result, boxes=boxes, files=files, source=source)
 
 
@@ -522,21 +518,11 @@ def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxe
     checkpoint), plus ``members.parquet``; swapped in whole."""
     from det_calib.io import write_text
     from det_calib.job.reuse import write_run_boxes
-    from det_calib.pipeline.outputs import tune_thresholds
 
     fp = fingerprints(result, splits, s)
-    with staged_output(out) as stage:
+    with clock.output_folder(out) as stage:
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         write_run_boxes(member_boxes, stage / MEMBERS_FILE, fp)
-        result.seconds = round(time.time() - t_start, 1)
-        result.write(stage / "calibration.json")
-        extra = tune_thresholds(stage, result, s) if s.target_precision is not None else []
+        extra = finish_run_folder(stage, out, result, s, t_start)
         write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n")
-        if s.report:
-            from det_calib.report import write_report
-
-            with clock.stage("report"):
-                write_report(stage, shown_dir=out)
-        write_timings(stage, result, t_start,
-                      lambda: write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n"))
     return output_files(out)

@@ -27,6 +27,7 @@ import numpy as np
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
+from det_calib.job import clock
 from det_calib.validation import check_choice
 
 
@@ -196,6 +197,7 @@ def load_ensemble(run_dir: str | Path, *, device: str | None = None, workers: in
     return EnsembleModel(run_dir, result, members, cals, member_cals, workers)
 
 
+@clock.stage("capture")
 def capture_fused(ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] | None = None
                   ) -> dict[str, Any]:
     """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made

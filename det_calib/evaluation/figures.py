@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -233,8 +232,7 @@ def per_class(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: Log
 
 
 def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings,
-                  names: list[str], operating: OperatingPoints | None = None,
-                  stage: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext(), *,
+                  names: list[str], operating: OperatingPoints | None = None, *,
                   sigmas: Any = None) -> HeadResult:
     """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
 
@@ -242,22 +240,19 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
         boxes: The head's eval-split box table (every row: the mAP check scores crowd-matched boxes too).
         calibrator: A fitted calibrator (:mod:`det_calib.selection.cross_validation`).
         operating: The head's :class:`~det_calib.evaluation.operating.OperatingPoints` (built here when None).
-        stage: Context of each step (the run times its stages with it).
         sigmas: A pose dataset's OKS sigmas (:func:`task_map_check`).
 
     Returns:
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
-    with stage("mAP check"):  # first: its working arrays are freed before the evaluation's are built
-        map_result = task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
+    # the mAP check first: its working arrays are freed before the evaluation's are built
+    map_result = task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
     op = operating or operating_points(boxes, split, s)
     raw = op.view
     scored = raw.scored(calibrator)
     gt_cls = gt_classes(split)
-    with stage("all-box metrics and intervals"):
-        before, after = all_box_scores(raw, scored, calibrator, s)
-    with stage("kept-set metrics and intervals"):
-        operating_before, operating_after = op.operating(raw), op.operating(scored)
+    before, after = all_box_scores(raw, scored, calibrator, s)
+    operating_before, operating_after = op.operating(raw), op.operating(scored)
     ev = EvalResult(
         split=split.name, images=len(split.images), boxes=raw.n, correct=int(raw.correct.sum()), ignored=raw.ignored,
         n_gt=int(len(gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
@@ -267,10 +262,8 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
     )
     shifts = [threshold_shift(raw.conf, scored.conf, raw.correct, conf=c, n_gt=len(gt_cls),
                               equivalent_conf=calibrator.equivalent_conf(c)) for c in s.conf]
-    with stage("per-class"):
-        per_classes = per_class(raw, scored, gt_cls, calibrator, s, names)
-    with stage("by size"):
-        by_size = size_figures(op, scored)
+    per_classes = per_class(raw, scored, gt_cls, calibrator, s, names)
+    by_size = size_figures(op, scored)
     return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes, by_size=by_size)
 
 

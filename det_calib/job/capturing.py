@@ -1,9 +1,11 @@
-"""What every job does before its figures: import what the first image needs, and capture the splits
-(one forward pass per image serves every head; an export through its own capturer). Shared by
-``calibrate``, ``ensemble`` and ``check``."""
+"""What every job does before its figures: import what the first image needs, and take the boxes of its
+splits from their source (:class:`BoxSource`: the detector's capture, one forward pass per image for
+every head, an export through its own capturer; or boxes read from an earlier run or a detections
+file). Shared by ``calibrate`` and ``check``."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -13,56 +15,67 @@ import polars as pl
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.job import clock
+from det_calib.job.detections import read_run_detections
 from det_calib.job.inputs import Inputs
+from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
+from det_calib.thresholds.class_sets import keep_class_logits
 
 log = logging.getLogger(__name__)
 
-__all__ = ["capture_split", "capture_splits", "freeze_startup_objects", "open_capturer", "startup_imports"]
+__all__ = ["BoxSource", "capture_split", "open_capturer", "startup_imports"]
 
 
 def startup_imports() -> None:
-    """Import what the first image needs (torch, Ultralytics, the capture), charged to ``imports``."""
-    with clock.stage("imports"):
-        import ultralytics  # noqa: F401
+    """Import what the first image needs (torch, Ultralytics, the capture), as the model is loaded: the
+    command line's process has them already, charged to ``imports`` from its start
+    (:func:`det_calib.job.process_tuning.tune_process`)."""
+    import ultralytics  # noqa: F401
 
-        import det_calib.capture.predictor  # noqa: F401
-    if clock.since_process():
-        freeze_startup_objects()
-
-
-def freeze_startup_objects() -> None:
-    """In the command line's own process: move every object made so far (the modules, classes and
-    functions of torch, Ultralytics, polars and numpy, which live until the exit) out of the cyclic
-    garbage collector's reach. Each full collection of the run then walks only the objects the run
-    itself makes: about a second of CPU fewer on the demo. Objects are still freed by reference
-    counting; nothing else changes. A library call leaves its caller's collector as it is."""
-    import gc
-
-    gc.freeze()
+    import det_calib.capture.predictor  # noqa: F401
 
 
-def capture_splits(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, list[pl.DataFrame]]:
-    """Boxes and raw logits of every head on each split: one forward pass per image serves all heads.
+class BoxSource:
+    """Where a job's boxes come from, split by split (head -> table): the detector captured (one forward
+    pass per image serves every head; an export through its own capturer), or boxes read at once for
+    every split (``--boxes``: an earlier run's or capture parts, :func:`~det_calib.job.reuse.reuse_boxes`;
+    ``--detections``: a file of detections, :func:`~det_calib.job.detections.read_run_detections`),
+    whose fingerprints (:attr:`fingerprints`) the run's ``boxes.parquet`` records. ``class_logits``: the
+    capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets)."""
 
-    Returns:
-        Head -> one capture table per split (in the order of ``splits``).
-    """
-    cap = open_capturer(inputs, s)
-    out: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
-    for sp in splits:
-        for h, rows in capture_split(cap, inputs, sp, s).items():
-            out[h].append(rows)
-    return out
+    def __init__(self, inputs: Inputs, splits: Sequence[Split], s: Settings, *, class_logits: bool = False) -> None:
+        self.inputs, self.splits, self.s = inputs, list(splits), s
+        self.fingerprints: dict[str, Any] | None = None
+        self._read: dict[str, list[pl.DataFrame | None]] | None = None
+        self._cap = None if (s.boxes or s.detections) else open_capturer(inputs, s)
+        if class_logits and self._cap is not None:
+            keep_class_logits(self._cap)
+
+    @clock.stage("capture")
+    def boxes(self, split: Split) -> dict[str, pl.DataFrame]:
+        """Head -> the boxes of ``split`` (one of the source's splits, each asked for once: the source
+        lets go of them, and of the detector after the last split)."""
+        i = self.splits.index(split)
+        if self._cap is not None:
+            out = capture_split(self._cap, self.inputs, split, self.s)
+            if i == len(self.splits) - 1:
+                self._cap = None  # the detector's copy leaves before the figures
+            return out
+        if self._read is None:
+            read = read_run_detections if self.s.detections else functools.partial(reuse_boxes, self.s.boxes)
+            self._read, self.fingerprints = read(self.inputs, self.splits, self.s)
+        out = {h: tables[i] for h, tables in self._read.items()}
+        for tables in self._read.values():
+            tables[i] = None
+        return out
 
 
+@clock.stage("model load")
 def open_capturer(inputs: Inputs, s: Settings) -> Any:
-    """The capture's own copy of the detector (charged to ``model load``): a Capturer, or an
-    ExportCapturer for an export."""
+    """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export."""
     from det_calib.capture.exported import make_capturer
 
-    with clock.stage("model load"):
-        return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
+    return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
 
 
 def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:

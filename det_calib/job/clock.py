@@ -1,27 +1,41 @@
-"""The stage clock of a command: wall and CPU seconds per stage, exclusive, from the process's start.
+"""The one timing API of a command: wall seconds, CPU seconds and peak memory per stage, exclusive,
+from the process's start.
 
-``with clock.stage("capture"):`` charges the block's wall and CPU seconds to ``capture``; a stage
-entered inside another pauses the outer one, so every second goes to exactly one stage, and what
-no stage claims goes to ``other``. :func:`start` sets the origin: the command line passes the
-process's start (so the interpreter's start-up and the imports before ``main`` count, as a user's
-``time`` would); a library call that finds the clock idle starts it at the call. :func:`timings`
-reads the clock as a :class:`det_calib.record.timings.Timings` (the record of ``calibration.json``).
-CPU is the whole process's (every thread), read with :func:`time.process_time` (and, for the span
-before ``main``, the process's own CPU seconds so far); a stage that runs in a child process beside
-the others adds the child's CPU seconds to its own and to the total (:func:`add_cpu`).
+``with clock.stage("capture"):`` (or ``@clock.stage("capture")`` on a step function) charges the
+block's wall and CPU seconds to ``capture`` and takes its peak resident memory; a stage entered inside
+another pauses the outer one, so every second goes to exactly one stage, and what no stage claims
+goes to ``other``. Stages mark the steps of a command only (load, capture, fit, figures, outputs,
+report, verification): a step's own parts are not timed. At each boundary the heaps' free pages go
+back to the system (:func:`det_calib.job.process_tuning.release`), and on Linux the kernel's high-water mark
+of resident memory is reset (``/proc/self/clear_refs``), so a stage's peak is its own.
+
+:func:`start` sets the origin: the command line passes the process's start (so the interpreter's
+start-up and the imports before ``main`` count, as a user's ``time`` would); a library call that
+finds the clock idle starts it at the call. :func:`timings` reads the clock as a
+:class:`det_calib.record.timings.Timings` (the record of ``calibration.json``). CPU is the whole
+process's (every thread), read with :func:`time.process_time` (and, for the span before ``main``,
+the process's own CPU seconds so far); a stage that runs in a child process beside the others adds
+the child's CPU seconds to its own and to the total (:func:`add_cpu`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from det_calib.io import staged_output
+from det_calib.job.process_tuning import release
 from det_calib.record.timings import StageTime, Timings
 
-__all__ = ["add_cpu", "begin", "process_start", "reset", "since_process", "stage", "start", "started", "timings"]
+__all__ = ["add_cpu", "begin", "output_folder", "overall_peak", "peak_rss", "process_start", "reset", "since_process",
+           "stage", "start", "started", "timings"]
+
+_STATUS = Path("/proc/self/status")
+_CLEAR = Path("/proc/self/clear_refs")
 
 OTHER = "other"
 
@@ -36,12 +50,15 @@ class _Clock:
         self.mark = (0.0, 0.0)
         self.claimed = False
         self.extra_cpu = 0.0  # CPU seconds of child processes, charged with add_cpu
+        self.peaks: dict[str, int] = {}
 
     def charge(self, now: tuple[float, float]) -> None:
-        """Charge the time since the last mark to the current stage (``other`` outside every stage)."""
+        """Charge the time since the last mark, and the peak memory, to the current stage (``other``
+        outside every stage); the high-water mark starts afresh."""
         name = self.stack[-1] if self.stack else OTHER
         self.walls[name] = self.walls.get(name, 0.0) + now[0] - self.mark[0]
         self.cpus[name] = self.cpus.get(name, 0.0) + now[1] - self.mark[1]
+        self.peaks[name] = max(self.peaks.get(name, 0), _reset_peak())
         self.mark = now
 
 
@@ -50,6 +67,34 @@ _clock = _Clock()
 
 def _now() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
+
+
+def peak_rss() -> int:
+    """The process's peak resident memory in bytes (since the last boundary, on Linux)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+_overall = [0]
+
+
+def _reset_peak() -> int:
+    """The peak since the last reset, and the high-water mark reset (Linux; elsewhere the peak so far)."""
+    peak = peak_rss()
+    _overall[0] = max(_overall[0], peak)  # the reset also resets getrusage's ru_maxrss
+    with contextlib.suppress(OSError):
+        _CLEAR.write_text("5")
+    return peak
+
+
+def overall_peak() -> int:
+    """The process's peak resident memory in bytes over its whole life, across the resets."""
+    return max(_overall[0], peak_rss())
 
 
 def process_start(first_import: tuple[float, float] | None = None) -> tuple[float, float] | None:
@@ -118,18 +163,30 @@ def reset() -> None:
 
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Charge the block's seconds to ``name`` (the enclosing stage pauses meanwhile); nothing when the
+    """Charge the block's seconds and peak memory to ``name`` (the enclosing stage pauses meanwhile),
+    the previous stage's freed memory handed back first; a decorator too. Nothing is charged when the
     clock is not running."""
     if _clock.origin is None:
+        release()
         yield
         return
     _clock.charge(_now())
     _clock.stack.append(name)
     try:
+        release()  # the previous stage's freed temporaries leave the process, on this stage's time
         yield
     finally:
         _clock.charge(_now())
         _clock.stack.pop()
+
+
+@contextlib.contextmanager
+def output_folder(out: Path) -> Iterator[Path]:
+    """A command's ``outputs`` stage: its output folder staged and swapped in whole when the block ends
+    (:func:`det_calib.io.staged_output`), the staging folder yielded. ``calibrate``, ``ensemble`` and
+    ``check`` write through it."""
+    with stage("outputs"), staged_output(out) as folder:
+        yield folder
 
 
 def add_cpu(name: str, seconds: float) -> None:
@@ -150,4 +207,5 @@ def timings() -> Timings | None:
     _clock.charge(now)
     names = [n for n in _clock.walls if n != OTHER] + ([OTHER] if OTHER in _clock.walls else [])
     return Timings(wall=now[0] - _clock.origin[0], cpu=now[1] - _clock.origin[1] + _clock.extra_cpu,
-                   stages={n: StageTime(_clock.walls[n], _clock.cpus[n]) for n in names}, started=_clock.kind)
+                   stages={n: StageTime(_clock.walls[n], _clock.cpus[n], _clock.peaks.get(n)) for n in names},
+                   started=_clock.kind)

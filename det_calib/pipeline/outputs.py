@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,15 @@ from det_calib.calibrators import registry
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.io import logged_as, read_manifest, staged_output
+from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
+from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.summary import write_summary_text
 from det_calib.pipeline.ultralytics_checks import detection_change, run_ultralytics_checks, val_not_run
+from det_calib.record.calibrator_record import calibrator_record
+from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import (
     RunResult,
 )
@@ -38,13 +42,16 @@ def gt_per_class(split: Split, n_classes: int) -> list[int]:
 
 
 def tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
-    """Per-class conf thresholds of every head, written as ``thresholds.json``; the summary's lines."""
+    """Per-class conf thresholds of every head, written as ``thresholds.json`` into ``folder`` (its
+    ``boxes.parquet`` written; ``result``: its record, not yet written); the summary's lines."""
     from det_calib.thresholds.per_class import summary_lines, tune_run
 
     lines: list[str] = []
+    record = as_read(result)
     for head in result.heads:
         doc = tune_run(folder, head=head, target_precision=s.target_precision, delta=s.delta,
-                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed,
+                       result=record)
         lines += summary_lines(doc, head=head)
     return lines
 
@@ -56,20 +63,19 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 
 
 def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
-                   s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
-                   verification: Verification | None = None) -> dict[str, Path]:
+                      s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
+                      verification: Verification | None = None) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
-    run's folder as it was. ``result`` gets its Ultralytics val checks and its run time.
+    run's folder as it was. ``result`` gets its Ultralytics val checks, its run time and its timings.
     """
     from det_calib.job.reuse import run_fingerprints, write_run_boxes
     from det_calib.thresholds.class_sets import write_class_logits
 
-    ev = splits[1]
-    with staged_output(out) as stage:
+    with clock.output_folder(out) as stage:
         write_class_logits(stage, boxes)  # the per-class logits out of `boxes` (in place), for class sets
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
@@ -77,26 +83,35 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
 
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
-            engine_lines = _write_model(stage, result, inputs, ev, s, verification)
-        result.seconds = round(time.time() - t_start, 1)
-        result.write(stage / "calibration.json")
-        extra = (tune_thresholds(stage, result, s) if s.target_precision is not None else []) + engine_lines
-
-        def finished() -> RunResult:  # the verification in, the record written again and read back
-            if verification is not None and verification.finish(result, boxes):
-                result.seconds = round(time.time() - t_start, 1)
-                result.write(stage / "calibration.json")
-            return RunResult.read(stage / "calibration.json")
-
-        if s.report:
-            from det_calib.job import stages
-            from det_calib.report import write_report
-
-            with clock.stage("report"), stages.stage("report"):
-                write_report(stage, shown_dir=out, boxes=boxes, finished=finished)
-        finished()
-        write_timings(stage, result, t_start, lambda: write_summary_text(stage, result, extra=extra))
+            engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
+        extra = finish_run_folder(stage, out, result, s, t_start, boxes=boxes, verification=verification)
+        write_summary_text(stage, result, extra=extra + engine_lines)
     return output_files(out)
+
+
+def finish_run_folder(stage: Path, out: Path, result: RunResult, s: Settings, t_start: float, *,
+                      boxes: pl.DataFrame | None = None, verification: Verification | None = None) -> list[str]:
+    """What every run folder ends with, in ``stage`` (its ``boxes.parquet`` written): ``thresholds.json``
+    (``--target-precision``), the report (drafted while the verification runs beside it, completed once
+    ``verification`` is written into ``result``), and ``calibration.json``, written once, last, with
+    the run's time and where it went. ``boxes``: the run's box table in memory (None: the report reads
+    ``boxes.parquet``). Returns the summary's threshold lines."""
+    extra = tune_thresholds(stage, result, s) if s.target_precision is not None else []
+    draft = None
+    with clock.stage("report" if s.report else "outputs"):  # the verification's wait: its own stage
+        if s.report:
+            from det_calib.report.run_report import draft_report  # matplotlib: only where a report is written
+
+            draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes)
+        if verification is not None:
+            verification.finish(result, boxes)
+        result.seconds = round(time.time() - t_start, 1)
+        if draft is not None:
+            draft.write(as_read(result))
+    result.timings = clock.timings()  # where the time went, the report's included
+    result.seconds = round(time.time() - t_start, 1)
+    result.write(stage / "calibration.json")
+    return extra
 
 
 def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: Settings,
@@ -123,7 +138,7 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
         write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
-            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(
                 ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
     elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
         why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
@@ -131,17 +146,8 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
                if unfolded else
                "an exported engine (the calibrated export scores every box by the same monotone map per class)")
         for h in inputs.heads:
-            result.results[h] = _replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
     return engine_lines
-
-
-def write_timings(folder: Path, result: RunResult, t_start: float, write_summary: Callable[[], Any]) -> None:
-    """Record where the time went (the clock read now, after the report) in ``calibration.json`` and the
-    summary: both are written again, with every other figure as before."""
-    result.timings = clock.timings()
-    result.seconds = round(time.time() - t_start, 1)
-    result.write(folder / "calibration.json")
-    write_summary()
 
 
 class Verification:
@@ -170,25 +176,24 @@ class Verification:
         if runs_beside():
             import multiprocessing as mp
 
-            with clock.stage("verification"):
-                # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
-                # before the fork, the child finds it imported (the report needs it later anyway)
-                import matplotlib.font_manager  # noqa: F401
+            # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
+            # before the fork, the child finds it imported (the report needs it later anyway)
+            import matplotlib.font_manager  # noqa: F401
 
-                ctx = mp.get_context("fork")
-                self.conn, send = ctx.Pipe(duplex=False)
-                self.cpu0 = children_cpu()
-                child = ctx.Process(target=checks_in_child, name="det_calib-verification",
-                                    args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
-                try:
-                    child.start()
-                except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
-                    log.warning("cannot start the Ultralytics val process (%s): it runs after the report's figures", e)
-                    self.conn.close()
-                else:
-                    self.child = child
-                finally:
-                    send.close()
+            ctx = mp.get_context("fork")
+            self.conn, send = ctx.Pipe(duplex=False)
+            self.cpu0 = children_cpu()
+            child = ctx.Process(target=checks_in_child, name="det_calib-verification",
+                                args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+            try:
+                child.start()
+            except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
+                log.warning("cannot start the Ultralytics val process (%s): it runs after the report's figures", e)
+                self.conn.close()
+            else:
+                self.child = child
+            finally:
+                send.close()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -236,27 +241,31 @@ class Verification:
 
     def _apply(self, checks: dict[str, Any], result: RunResult, boxes: pl.DataFrame) -> None:
         for h, check in checks.items():
-            result.results[h] = _replace(result.results[h], ultralytics_val=check)
+            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=check)
         for h, rec in self.records.items():
             if registry.is_per_class(rec.method):
                 eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
                 change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
-                result.results[h] = _replace(result.results[h], detection_change=change)
+                result.results[h] = dataclasses.replace(result.results[h], detection_change=change)
 
 
-def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str, Any], s: Settings, out: Path
-                       ) -> Verification | None:
-    """The run's checkpoint written (in a temporary folder) as soon as its calibrators are known, and
-    its :class:`Verification`, to enter; None where the run does not verify (``run_val`` off, boxes
-    reused, an exported model, a size-conditioned map: none has a ``calibrated.pt`` to val)."""
+@clock.stage("verification")
+def start_verification(inputs: Inputs, splits: tuple[Split, Split], choices: dict[str, Choice], s: Settings,
+                       out: Path, stack: ExitStack) -> Verification | None:
+    """The run's checkpoint written (in a temporary folder) as soon as its calibrators (``choices``) are
+    known, and its :class:`Verification` entered in ``stack`` (the val pass starts beside what follows);
+    None where the run does not verify (``run_val`` off, boxes reused, an exported model, a
+    size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
     from det_calib.capture.exported import is_export
     from det_calib.deploy.fold import write_run_checkpoint
 
-    if (not s.run_val or s.boxes or not records or is_export(inputs.model)
+    records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
+    if (not s.run_val or s.boxes or s.detections or not records or is_export(inputs.model)
             or any(registry.uses_size(r.method) for r in records.values())):
         return None
+    fit, ev = splits
     ckpt = Path(tempfile.mkdtemp(prefix="det_calib_verify_")) / "calibrated.pt"
     meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
     try:
@@ -265,7 +274,7 @@ def start_verification(inputs: Inputs, fit: Split, ev: Split, records: dict[str,
     except BaseException:
         shutil.rmtree(ckpt.parent, ignore_errors=True)
         raise
-    return Verification(inputs, ckpt, ev, records, s)
+    return stack.enter_context(Verification(inputs, ckpt, ev, records, s))
 
 
 def runs_beside() -> bool:
@@ -301,12 +310,6 @@ def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: d
     except Exception:  # an error that does not pickle: its words
         conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
     conn.close()
-
-
-def _replace(obj: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def output_files(out: Path) -> dict[str, Path]:

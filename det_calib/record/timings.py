@@ -1,4 +1,4 @@
-"""Where a command's time went: wall and CPU seconds per stage, as ``calibration.json`` and
+"""Where a command's time went: wall and CPU seconds (and peak memory) per stage, as ``calibration.json`` and
 ``check.json`` record them (``"timings"``) and the summary's timing line shows them.
 
 The stages are exclusive (a stage inside another pauses the outer one) and cover the process from
@@ -25,19 +25,28 @@ ORDER = (*STARTUP_STAGES, "capture", "fit and choice", "figures", "verification"
 
 @dataclass(frozen=True)
 class StageTime:
-    """One stage: wall seconds, and CPU seconds of the whole process (every thread) while it ran."""
+    """One stage: wall seconds, CPU seconds of the whole process (every thread) while it ran, and the
+    process's peak resident memory in bytes while it ran (None: not measured, as in earlier records)."""
 
     wall: float
     cpu: float
+    peak_rss: int | None = None
 
-    def to_dict(self) -> dict[str, float]:
-        return {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3)}
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3)}
+        if self.peak_rss is not None:
+            d["peak_rss"] = int(self.peak_rss)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> StageTime:
         if not isinstance(d, dict):
             raise InputError(f"`{where}` must be an object, got {type(d).__name__}")
-        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"))
+        peak = d.get("peak_rss")
+        if peak is not None and (isinstance(peak, bool) or not isinstance(peak, int) or peak < 0):
+            raise InputError(f"`{where}.peak_rss` must be a number of bytes >= 0, got {peak!r}")
+        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
+                   peak_rss=peak)
 
 
 def _seconds(v: Any, where: str) -> float:

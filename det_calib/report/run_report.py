@@ -13,7 +13,7 @@ The page is :data:`det_calib.report.sections.SECTIONS` (the report's entries) wr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -23,9 +23,10 @@ from det_calib.record.run_result import RunResult
 
 from .common import consistency_warnings
 from .context import ReportContext
-from .sections import build_page, subject
+from .page import Page
+from .sections import PageDraft, build_page, draft_page, subject
 
-__all__ = ["report_context", "write_report"]
+__all__ = ["ReportDraft", "draft_report", "report_context", "write_report"]
 
 
 def report_context(run: Run, *, folder: Path | None = None, reference: str | Path | None = None) -> ReportContext:
@@ -43,7 +44,6 @@ def report_context(run: Run, *, folder: Path | None = None, reference: str | Pat
 def write_report(
     run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
     boxes: pl.DataFrame | None = None, reference: str | Path | None = None,
-    finished: Callable[[], RunResult] | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -59,13 +59,8 @@ def write_report(
         out_dir: Where to write; default ``run_dir``.
         shown_dir: The run folder named in the report's text, when ``run_dir`` is a staging
             folder that will be moved there; default ``run_dir``.
-        boxes: The run's box table, when the caller holds it (the pipeline, which has just
-            written it to ``boxes.parquet``): not read a second time into memory.
+        boxes: The run's box table, when the caller holds it: not read a second time into memory.
         reference: Another run (``RUN[:HEAD]``) of the detector, beside this one in the Engines section.
-        finished: While the run is still being verified (``calibrate`` runs its Ultralytics val beside
-            the report): returns its complete record once the verification is in; the sections that
-            read it are written then (:func:`~det_calib.report.sections.build_page`), the others
-            meanwhile. The page is the one the complete run's folder gives.
 
     Returns:
         Written paths: ``"html"`` (report.html), ``"md"`` (report.md) and, per figure, its path
@@ -84,13 +79,40 @@ def write_report(
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
     ctx = report_context(run, folder=Path(run_dir), reference=reference)
+    return _write(build_page(ctx), run, out)
 
-    def complete() -> ReportContext:  # the same subjects (boxes, bins), the complete record
-        assert finished is not None
-        done = dataclasses.replace(run, result=finished())
-        return dataclasses.replace(ctx, subjects=tuple(dataclasses.replace(s, run=done) for s in ctx.subjects))
 
-    page = build_page(ctx, finished=complete if finished is not None else None)
+@dataclass
+class ReportDraft:
+    """A run's report while the run is still being verified (``calibrate`` runs its Ultralytics val beside
+    it): every section but those that read the verification is written (:func:`draft_report`);
+    :meth:`write` writes those from the complete record, in their places, and the files. The page is
+    the one :func:`write_report` of the complete run's folder gives."""
+
+    run: Run
+    ctx: ReportContext
+    draft: PageDraft
+    out: Path
+
+    def write(self, complete: RunResult) -> dict[str, Path]:
+        """Write the report (as :func:`write_report` returns it), the checked sections from ``complete``."""
+        done = dataclasses.replace(self.run, result=complete)
+        ctx = dataclasses.replace(self.ctx, subjects=tuple(dataclasses.replace(s, run=done)
+                                                           for s in self.ctx.subjects))
+        return _write(self.draft.complete(ctx), self.run, self.out)
+
+
+def draft_report(run_dir: str | Path, result: RunResult, *, shown_dir: str | Path,
+                 boxes: pl.DataFrame | None = None) -> ReportDraft:
+    """The report of the run being written in ``run_dir`` (its ``boxes.parquet`` written, its record
+    ``result`` as a reader of its ``calibration.json`` will see it, not yet written), every section
+    but the checked ones (:class:`ReportDraft`); ``shown_dir``: the run folder the report names."""
+    run = dataclasses.replace(load_run(run_dir, boxes=boxes, result=result), run_dir=Path(shown_dir))
+    ctx = report_context(run, folder=Path(run_dir))
+    return ReportDraft(run, ctx, draft_page(ctx), Path(run_dir))
+
+
+def _write(page: Page, run: Run, out: Path) -> dict[str, Path]:
     r = run.result
     title = f"Confidence calibration report: {Path(r.model or 'model').name}"
     subtitle = (f"Run {run.run_dir} · data {r.data or 'n/a'} · heads {', '.join(run.heads)} · "

@@ -35,7 +35,8 @@ from .size_section import size_section
 from .summary_section import summary_section
 from .thresholds_section import conf_thresholds_section
 
-__all__ = ["SECTIONS", "Section", "SectionFn", "build_page", "section_of", "sections_of", "subject"]
+__all__ = ["SECTIONS", "PageDraft", "Section", "SectionFn", "build_page", "draft_page", "section_of", "sections_of",
+           "subject"]
 
 SectionFn = Callable[[Page, ReportContext], None]
 """The one signature of a section: add blocks to the page from the context."""
@@ -57,7 +58,7 @@ class Section:
             candidates, an export, a thresholds.json, an ensemble); the others are on every page.
         checked: It reads what a run records last (its Ultralytics val checks, the detection
             change, the run time): while ``calibrate`` still verifies the run, it is written after
-            the others (:func:`build_page`'s ``finished``).
+            the others (:class:`PageDraft`).
     """
 
     title: str
@@ -98,31 +99,35 @@ def section_of(heading: str) -> Section | None:
     return next((s for s in SECTIONS if s.heads(heading)), None)
 
 
-def build_page(ctx: ReportContext, *, finished: Callable[[], ReportContext] | None = None) -> Page:
+def build_page(ctx: ReportContext) -> Page:
     """Write every section of ``ctx.kind``'s page, in order.
-
-    ``finished``: while the run is still being verified (``calibrate`` runs its Ultralytics val beside
-    the report), the sections that read the verification (:attr:`Section.checked`) are written last,
-    from the context ``finished()`` returns once the run is complete, and take their place in the
-    page; the page is the one ``build_page`` of the complete run writes.
 
     Raises:
         ValueError: A section wrote a level-2 heading that is not its own, or none while it is not
             optional (a defect of the section, not of the run).
     """
     page = Page()
-    later: list[tuple[int, Section]] = []  # (where its blocks go, section)
     for s in sections_of(ctx.kind):
-        if s.checked and finished is not None:
-            later.append((len(page.blocks), s))
-        else:
-            _build_section(page, s, ctx)
-    if later:
-        done = finished() if finished is not None else ctx
-        parts = []
-        for at, s in later:  # in page order
+        _build_section(page, s, ctx)
+    return page
+
+
+@dataclass
+class PageDraft:
+    """A page without the sections that read what a run records last (:attr:`Section.checked`: its
+    Ultralytics val checks, the run time): :func:`draft_page` writes the others while ``calibrate``
+    still verifies the run, :meth:`complete` the checked ones from the complete record, in their
+    places; the page is the one :func:`build_page` of the complete run writes."""
+
+    page: Page
+    later: list[tuple[int, Section]]  # (where its blocks go, section), in page order
+
+    def complete(self, ctx: ReportContext) -> Page:
+        """The page with the checked sections written from ``ctx`` (the complete run's)."""
+        page, parts = self.page, []
+        for at, s in self.later:
             parts.append((at, Page()))
-            _build_section(parts[-1][1], s, done)
+            _build_section(parts[-1][1], s, ctx)
         for at, part in reversed(parts):  # from the last, so that the earlier places stay where they are
             page.blocks[at:at] = part.blocks
             for name, png in part.figures.items():
@@ -130,7 +135,23 @@ def build_page(ctx: ReportContext, *, finished: Callable[[], ReportContext] | No
                     raise ValueError(f"duplicate figure name {name}")
                 page.figures[name] = png
         page.figures = {b.name: page.figures[b.name] for b in page.blocks if isinstance(b, Fig)}  # page order
-    return page
+        return page
+
+
+def draft_page(ctx: ReportContext) -> PageDraft:
+    """Every section of ``ctx.kind``'s page but the checked ones (:class:`PageDraft`).
+
+    Raises:
+        ValueError: As :func:`build_page`.
+    """
+    page = Page()
+    later: list[tuple[int, Section]] = []
+    for s in sections_of(ctx.kind):
+        if s.checked:
+            later.append((len(page.blocks), s))
+        else:
+            _build_section(page, s, ctx)
+    return PageDraft(page, later)
 
 
 def _build_section(page: Page, s: Section, ctx: ReportContext) -> None:

@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 
 from det_calib.errors import DetCalibError, InputError
 from det_calib.record.run_folder import Run
+from det_calib.record.run_result import RunResult
 from det_calib.report.context import ReportContext, Subject
 from det_calib.report.document import Block, Fig, Heading, Para, Table
 from det_calib.report.page import Page
@@ -131,6 +132,7 @@ def thresholds_section(
     heads: Sequence[str] | None = None,
     score: Any = None,
     level: int = 2,
+    result: RunResult | None = None,
 ) -> tuple[list[Block], dict[str, bytes]]:
     """Build the "Conf thresholds" section of a run's report.
 
@@ -141,6 +143,8 @@ def thresholds_section(
         score: The score used when tuning, if it was not the run's temperature (see
             :func:`det_calib.thresholds.per_class.tune_run`).
         level: Heading level of the section title.
+        result: The run's record, when the caller holds it (the run being written, whose
+            ``calibration.json`` comes last); None reads it from ``run_dir``.
 
     Returns:
         ``(blocks, figures)``: report blocks (:mod:`det_calib.report.document`) and the PNGs
@@ -155,7 +159,7 @@ def thresholds_section(
         blocks += _head_notes(tf, hd)
         blocks.append(_head_table(head, hd))
         blocks += _risk_blocks(head, hd.risk_control)
-        blocks += _head_figure(run_dir, head, hd, tf, score, figures)
+        blocks += _head_figure(run_dir, head, hd, tf, score, figures, result)
     return blocks, figures
 
 
@@ -241,10 +245,10 @@ def _head_table(head: str, hd: HeadThresholds) -> Table:
 
 
 def _head_figure(run_dir: str | Path, head: str, hd: HeadThresholds, tf: ThresholdsFile, score: Any,
-                 figures: dict[str, bytes]) -> list[Block]:
+                 figures: dict[str, bytes], result: RunResult | None = None) -> list[Block]:
     """Precision-recall per class on eval (and fit), the thresholds marked (added to ``figures``)."""
     try:
-        rh = load_head(run_dir, head=head, score=score, count_gt=False)
+        rh = load_head(run_dir, head=head, score=score, count_gt=False, result=result)
     except DetCalibError as e:  # the table stands on its own; say why the figure is missing
         return [Para(f"No precision-recall figure: {e}", kind="note")]
     by_cls = {c: hd.criteria[c].by_class() for c in CRITERIA}
@@ -319,7 +323,7 @@ def _report_thresholds(b: Page, run: Run, folder: Path) -> None:
     try:
         doc = read_thresholds(folder / THRESHOLDS_FILE)
         heads = [h for h in run.heads if h in doc["heads"]]
-        blocks, figures = thresholds_section(folder, doc=doc, heads=heads)
+        blocks, figures = thresholds_section(folder, doc=doc, heads=heads, result=run.result)
     except (DetCalibError, KeyError, TypeError) as e:  # an optional file: the rest of the report stands
         b.add(Heading(2, "Conf thresholds", "thresholds"),
               Para(f"{THRESHOLDS_FILE} could not be shown: {e}", "warn"))

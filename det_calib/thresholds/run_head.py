@@ -19,6 +19,8 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, usable_rows
 from det_calib.errors import InputError
 from det_calib.numeric import logit_threshold
+from det_calib.record.run_folder import load_run
+from det_calib.record.run_result import RunResult
 from det_calib.thresholds.criteria import Fallback, Unit, validate_params
 from det_calib.thresholds.grid_counts import check_grid
 from det_calib.thresholds.thresholds_file import (
@@ -132,6 +134,7 @@ def load_head(
     score: ScoreFn | HeadTransforms | None = None,
     n_gt: Mapping[str, Mapping[int, int]] | None = None,
     count_gt: bool = True,
+    result: RunResult | None = None,
 ) -> RunHead:
     """Read one head of a run folder: boxes of the fit and eval splits and their calibrated scores.
 
@@ -147,15 +150,14 @@ def load_head(
         n_gt: ``{split: {class: count}}``; None reads them from ``gt_counts`` (else the run's
             dataset) when ``count_gt`` (else leaves them empty).
         count_gt: Read or count ground truth when ``n_gt`` is None.
+        result: The record in memory (the run being written, :func:`~det_calib.record.run_folder.as_read`).
 
     Raises:
         InputError: A file is missing or corrupt, the run lacks the head, no fit boxes.
     """
-    from det_calib.record.run_folder import load_run
-
     run_dir = Path(run_dir)
     cal_path = run_dir / "calibration.json"
-    folder = load_run(run_dir)  # the one reader of a run folder: one line on a missing or damaged file
+    folder = load_run(run_dir, result=result)  # the one reader of a run folder: one line on a bad file
     run, boxes = folder.result, folder.boxes
     check_choice(head, run.heads, "head", among="the run's heads ")
     temperature = run.temperatures
@@ -256,7 +258,7 @@ def tune_run(
     n_boot: int = 1000,
     seed: int = 0,
     grid: np.ndarray | None = None,
-    write: bool = True,
+    write: bool = True, result: RunResult | None = None,
 ) -> dict[str, Any]:
     """Tune thresholds on a calibration run folder and write ``thresholds.json`` into it.
 
@@ -275,7 +277,7 @@ def tune_run(
             (older runs: counted from the run's dataset).
         n_boot, seed: Image-bootstrap resamples of the eval split for the coverage.
         grid: Candidate thresholds.
-        write: Write ``thresholds.json`` (atomically).
+        write: Write ``thresholds.json`` (atomically). result: As :func:`load_head`.
 
     Returns:
         The thresholds document (what ``thresholds.json`` holds).
@@ -286,7 +288,7 @@ def tune_run(
     validate_params(target_precision, delta, unit, fallback)
     from det_calib.io import write_json
 
-    rh = load_head(run_dir, head=head, score=score, n_gt=n_gt)
+    rh = load_head(run_dir, head=head, score=score, n_gt=n_gt, result=result)
     crit = tune(
         rh.fit, rh.fit_score,
         n_gt_fit=rh.n_gt_fit, class_names=rh.class_names,

@@ -128,9 +128,9 @@ def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path):
     code = f"""
 import sys
 from pathlib import Path
-from det_calib.pipeline.calibrate_job import _start
+from det_calib.pipeline.calibrate_job import load
 from det_calib.job.settings import Settings
-_start(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
+load(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
 print(" ".join(sorted(sys.modules)))
 """
     repo = Path(__file__).resolve().parents[2]
@@ -145,10 +145,11 @@ print(" ".join(sorted(sys.modules)))
         assert name not in loaded, name
 
 
-def test_the_command_line_freezes_the_start_ups_objects_and_a_library_call_does_not():
-    """After the start-up imports, the command line's own process moves what they made out of the cyclic
-    collector's walk (``gc.freeze``); a job called from Python leaves its caller's collector alone (a fresh
-    interpreter: freezing is for the whole process)."""
+def test_the_command_line_tunes_its_process_and_a_library_call_does_not():
+    """The command line tunes its own process once (``tune_process``, det_calib.job.process_tuning): torch's
+    and Ultralytics' objects imported and moved out of the cyclic collector's walk (``gc.freeze``), the
+    young collection every 50,000 objects, numpy's OpenBLAS on one thread. A job called from Python leaves
+    its caller's process alone (a fresh interpreter: the tuning is for the whole process)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -157,20 +158,48 @@ def test_the_command_line_freezes_the_start_ups_objects_and_a_library_call_does_
 import gc
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
+from det_calib.job.process_tuning import blas_threads, tune_process
 clock.start()  # a library call's clock
 startup_imports()
-library = gc.get_freeze_count()
-clock.start(since_process=True)  # the command line's
-startup_imports()
-print(library, gc.get_freeze_count(), len(gc.get_objects()))
+library = (gc.get_freeze_count(), gc.get_threshold()[0], blas_threads())
+tune_process(preload=True)  # the command line's
+print(*library, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()[0], blas_threads())
 """
     repo = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
-                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1",
+                            "OPENBLAS_NUM_THREADS": "2"})
     assert p.returncode == 0, p.stderr
-    library, frozen, walked = map(int, p.stdout.split())
-    assert library == 0
-    assert frozen > 50_000 > walked  # torch's and Ultralytics' objects frozen; the collector walks only new ones
+    library_frozen, library_threshold, library_blas, frozen, walked, threshold, blas = p.stdout.split()
+    assert (int(library_frozen), int(library_threshold)) == (0, 700) and library_blas in ("2", "None")
+    assert int(frozen) > 50_000 > int(walked)  # the start-up's objects frozen: the collector walks new ones only
+    assert int(threshold) == 50_000 and blas in ("1", "None")
+
+
+def test_a_stage_is_a_decorator_and_takes_its_own_peak_memory():
+    """``@clock.stage`` on a step function charges each call; each stage's peak resident memory is its own
+    (the high-water mark starts afresh at every boundary, on Linux), recorded and read back."""
+    import numpy as np
+
+    @clock.stage("figures")
+    def big() -> float:
+        a = np.ones(40 * 2**20 // 8)  # 40 MiB, touched
+        return float(a.sum())
+
+    clock.start()
+    try:
+        with clock.stage("capture"):
+            _busy(0.01)
+        assert big() == 40 * 2**20 // 8 and big() == 40 * 2**20 // 8
+        t = clock.timings()
+    finally:
+        clock.reset()
+    assert list(t.stages) == ["capture", "figures", "other"]
+    assert t.stages["figures"].peak_rss >= t.stages["capture"].peak_rss + 30 * 2**20
+    assert Timings.from_dict(json.loads(json.dumps(t.to_dict()))) == Timings.from_dict(t.to_dict())
+    assert t.to_dict()["stages"]["figures"]["peak_rss"] == t.stages["figures"].peak_rss
+    with pytest.raises(InputError, match=r"`timings.stages.capture.peak_rss` must be a number of bytes >= 0"):
+        Timings.from_dict({"wall": 1, "cpu": 1, "stages": {"capture": {"wall": 1, "cpu": 1, "peak_rss": -1}}})
 
 
 def test_a_shell_that_execs_the_command_does_not_lend_it_its_start(tmp_path):

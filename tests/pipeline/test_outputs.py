@@ -65,3 +65,34 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
         unforked = _run(demo_model_path, tmp_path / "unforked")
     assert _checks(unforked) == _checks(beside)
     assert "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text
+
+
+def test_calibration_json_is_written_once_last(demo_model_path, tmp_path, monkeypatch):
+    """A run writes its record once, after everything that reads it (the thresholds, the report, the
+    verification's checks, the timings): every atomic write of the run, in order, counted."""
+    import contextlib
+    import json
+
+    from det_calib import io
+    from det_calib.demo import fixture_data_yaml
+    from det_calib.pipeline.calibrate_job import calibrate
+
+    written: list[str] = []
+    atomic_path = io.atomic_path
+
+    @contextlib.contextmanager
+    def counted(path):
+        with atomic_path(path) as tmp:
+            yield tmp
+        written.append(os.path.basename(path))
+
+    monkeypatch.setattr(io, "atomic_path", counted)
+    run = calibrate(demo_model_path, fixture_data_yaml(), out=tmp_path / "out",
+                    **{**OPTIONS, "report": True, "target_precision": 0.8})
+    assert written.count("calibration.json") == 1 and written.count("summary.txt") == 1
+    after = written[written.index("calibration.json") + 1:]
+    assert set(after) <= {"summary.txt", io.MANIFEST}, after  # only the summary (and the folder's manifest) follow it
+    assert {"thresholds.json", "report.html", "report.md"} <= set(written[:written.index("calibration.json")])
+    doc = json.loads((tmp_path / "out" / "calibration.json").read_text())
+    assert doc == run.summary and doc["ultralytics_val"]["nms"]["original"]["map50_95"] > 0.1
+    assert set(doc["timings"]["stages"]) >= {"capture", "fit and choice", "figures", "verification", "report"}

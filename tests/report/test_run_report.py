@@ -894,21 +894,23 @@ def test_a_section_writes_only_its_own_headings(tmp_path):
 
 
 def test_a_report_written_while_its_run_is_verified_is_the_complete_runs_page(tmp_path, monkeypatch):
-    """write_report(finished=...) (calibrate, while its Ultralytics val runs beside the report) writes every
-    other section first, asks for the complete record once, writes the sections that read it from it,
-    and gives the page the complete run's folder gives, byte for byte."""
+    """draft_report (calibrate, while its Ultralytics val runs beside the report) writes every section but
+    the checked ones from the record it is given; ReportDraft.write writes those from the complete record,
+    in their places, and gives the page the complete run's folder gives, byte for byte. The report calls
+    nothing back: the job hands it the complete record."""
     from det_calib.report import sections
+    from det_calib.report.run_report import draft_report
 
     run = make_run(tmp_path / "r", heads=("nms", "e2e"), n_images=10, per_image=20, n_boot=5)
     complete = RunResult.read(run / "calibration.json")
     assert all(complete.head(h).ultralytics_val is not None for h in complete.heads)
     pending = tmp_path / "pending"
     shutil.copytree(run, pending)
+    (pending / "calibration.json").unlink()  # the run being written: its record is not on disk yet
     early = RunResult.read(run / "calibration.json")
     for h in early.heads:  # what the record holds before the verification is in
         early.results[h] = dataclasses.replace(early.results[h], ultralytics_val=None)
     early.seconds = 1.0
-    early.write(pending / "calibration.json")
 
     calls: list[str] = []
 
@@ -918,19 +920,15 @@ def test_a_report_written_while_its_run_is_verified_is_the_complete_runs_page(tm
             return sec.build(page, ctx)
         return dataclasses.replace(sec, build=build)
 
-    def finished() -> RunResult:
-        calls.append("finished")
-        return complete
-
     monkeypatch.setattr(sections, "SECTIONS", tuple(spy(s) for s in sections.SECTIONS))
-    a = write_report(pending, out_dir=tmp_path / "a", shown_dir=run, finished=finished)
-    b = write_report(run, out_dir=tmp_path / "b")
+    draft = draft_report(pending, early, shown_dir=run)
     titles = [s.title for s in sections_of("report")]
     checked = [s.title for s in sections_of("report") if s.checked]
     assert {"mAP verification", "Settings"} <= set(checked)
-    cut = calls.index("finished")
-    assert calls.count("finished") == 1 and calls[:cut] == [t for t in titles if t not in checked]
-    assert calls[cut + 1:cut + 1 + len(checked)] == checked
+    assert calls == [t for t in titles if t not in checked] and not (pending / "report.md").exists()
+    a = draft.write(complete)
+    assert calls[len(titles) - len(checked):] == checked
+    b = write_report(run, out_dir=tmp_path / "b")
     assert a["html"].read_bytes() == b["html"].read_bytes() and a["md"].read_text() == b["md"].read_text()
     figs = sorted(k for k in a if k.startswith("figures/"))
     assert figs == sorted(k for k in b if k.startswith("figures/")) and list(a) == list(b)
