@@ -24,7 +24,7 @@ from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
 __all__ = ["BUILTIN", "TARGETS", "MethodSpec", "calibrator_from_dict", "excluded_methods", "formats",
-           "global_methods", "is_per_class", "make_calibrator", "method_spec", "methods", "register", "reranks",
+           "global_methods", "is_per_class", "make_calibrator", "method_spec", "method_reranks", "methods", "register",
            "size_methods", "target_methods", "unregister", "uses_size"]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
@@ -148,7 +148,7 @@ def size_methods() -> tuple[str, ...]:
     return tuple(m for m in methods() if _METHODS[m].uses_size)
 
 
-def reranks(method: str) -> bool:
+def method_reranks(method: str) -> bool:
     """``method``'s map can change the order of the boxes (a map per class, or one that reads the
     box's size): mAP is measured before and after, and the map may change what the detector keeps."""
     return method_spec(method).reranks

@@ -224,7 +224,7 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
 # the fit
 
 
-def check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: str, min_samples: int) -> None:
+def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: str, min_samples: int) -> None:
     """Raise DegenerateFitError when no finite positive temperature can be fitted."""
     n_used = int(z.shape[0] if w is None else np.count_nonzero(w))
     need = max(2, min_samples)
@@ -280,7 +280,7 @@ def _fit(
     min_samples: int,
 ) -> tuple[float, int]:
     """Fit on validated float64 arrays; return ``(T, number of objective evaluations)``."""
-    check_degenerate(z, y, w, kind, min_samples)
+    _check_degenerate(z, y, w, kind, min_samples)
     fgh = (_sigmoid_objective if kind == "sigmoid" else _softmax_objective)(z, y, w)
 
     # Bracket [lo, hi] on u = log T holds the minimum: dNLL/du changes sign from - to + exactly once

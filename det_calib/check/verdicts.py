@@ -6,7 +6,6 @@ command's exit code (:func:`exit_code`).
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,10 +27,11 @@ from det_calib.check.check_record import (
 )
 from det_calib.data.box_view import BoxView
 from det_calib.metrics import drift_tests as drift
+from det_calib.report.common import f3, num
 
 __all__ = ["QUESTIONS", "LabelledChecks", "calibration_tests", "calibration_verdict", "class_checks",
-           "classes_tested", "crowded_list", "detection_tests", "detection_verdict", "exit_code", "f2", "f3",
-           "labelled_checks", "num", "p_text", "per_image", "question_level", "rest_and_crowded", "shift_check",
+           "classes_tested", "crowded_list", "detection_tests", "detection_verdict", "exit_code", "f2",
+           "labelled_checks", "p_text", "per_image", "question_level", "rest_and_crowded", "shift_check",
            "worst"]
 
 QUESTIONS = 2
@@ -47,10 +47,6 @@ def question_level(alpha: float) -> float:
     0.025
     """
     return alpha / QUESTIONS
-
-
-def num(x: Any) -> float | None:
-    return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
 def p_text(p: float | None) -> str:
@@ -199,10 +195,6 @@ def crowded_text(t: CalibrationTests, crowded: list[CrowdedImage] | tuple[Crowde
             f"boxes, {t.rest_observed} correct vs {t.rest_expected:.1f} expected (z {f2(t.rest_z)}, "
             f"p {p_text(t.rest_p_value)}); ")
     return out
-
-
-def f3(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
 
 
 def f2(x: Any) -> str:

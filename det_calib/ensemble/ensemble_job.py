@@ -55,7 +55,7 @@ from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.pipeline.fitting import choice_words, fit_head, fit_temperature
+from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_boxes
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
 from det_calib.pipeline.outputs import finish_run_folder, gt_per_class, output_files
 from det_calib.pipeline.ultralytics_checks import val_not_run
@@ -323,7 +323,7 @@ def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRo
     m = fused_map(eb, splits[1], s)
     ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), k1.image_id, k1.conf,
                                      k1.correct, n_boot=s.n_boot, seed=s.seed)) if k1.n > 1 else None)
-    t = fit_temperature(BoxView.from_boxes(cell.fit_boxes, geometry=False))
+    t = temperature_of_boxes(BoxView.from_boxes(cell.fit_boxes, geometry=False))
     cd = cell.candidate
     cv = {} if cd is None else {
         "fit_map50_95": _finite(cd.fit_map50_95), "cv_kept_ece": _finite(cd.cv_mean),

@@ -38,8 +38,8 @@ from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
 from det_calib.tasks.pose_labels import KPTS_COLUMN
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
-           "operating_points", "per_class", "pose_map_check", "scores_of", "segment_map_check", "task_map_check",
-           "thresholded"]
+           "operating_points", "per_class_figures", "pose_map_check", "scores_of", "segment_map_check",
+           "task_map_check", "thresholded"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -189,7 +189,7 @@ def map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s:
                 map50_after=m1["map50"], map_identical=m0 == m1, map_engine=s.map_engine)
 
 
-def per_class(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: LogitCalibrator, s: EvalSettings,
+def per_class_figures(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: LogitCalibrator, s: EvalSettings,
               names: list[str]) -> list[ClassResult]:
     """One entry per class with boxes or ground truth (``gt_cls``: the classes of the split's non-crowd ground truth).
 
@@ -262,7 +262,7 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
     )
     shifts = [threshold_shift(raw.conf, scored.conf, raw.correct, conf=c, n_gt=len(gt_cls),
                               equivalent_conf=calibrator.equivalent_conf(c)) for c in s.conf]
-    per_classes = per_class(raw, scored, gt_cls, calibrator, s, names)
+    per_classes = per_class_figures(raw, scored, gt_cls, calibrator, s, names)
     by_size = size_figures(op, scored)
     return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes, by_size=by_size)
 

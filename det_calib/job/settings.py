@@ -41,7 +41,7 @@ def _words(names: tuple[str, ...] | list[str]) -> str:
 def method_help() -> str:
     """The help of ``--method`` (the registered methods)."""
     glob = registry.global_methods()
-    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.reranks(m)]
+    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.method_reranks(m)]
     return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
             f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
             f"name: {', '.join(named)}")
@@ -234,7 +234,7 @@ class Settings:
         that keep every box's ranking, with ``--per-class`` the per-class maps, with ``--size-maps``
         the size-conditioned ones."""
         return tuple(m for m in registry.target_methods(self.target)
-                     if not registry.reranks(m) or (self.per_class and registry.is_per_class(m))
+                     if not registry.method_reranks(m) or (self.per_class and registry.is_per_class(m))
                      or (self.size_maps and registry.uses_size(m)))
 
     def fit_floors(self) -> tuple[float, ...]:

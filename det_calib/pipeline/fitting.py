@@ -47,7 +47,7 @@ from det_calib.selection.cross_validation import Selection, fit_calibrator, sele
 log = logging.getLogger(__name__)
 
 __all__ = ["choice_words", "choose_calibrator", "fit_boxes", "fit_head", "fit_labels", "fit_range_words", "fit_result",
-           "fit_temperature", "in_words", "temperature_fit"]
+           "in_words", "temperature_fit", "temperature_of_boxes"]
 
 
 @dataclass
@@ -209,12 +209,12 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
                                  min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, n_repeats=s.cv_repeats,
                                  methods=s.auto_methods(), target=s.target)
     if s.method == "temperature":
-        return Choice("temperature", floors[0], fit_temperature(fit_boxes(boxes, s, gt=gt), s.target))
+        return Choice("temperature", floors[0], temperature_of_boxes(fit_boxes(boxes, s, gt=gt), s.target))
     return choose_calibrator(fit_boxes(boxes, s, gt=gt), method=s.method, floors=floors[:1], criterion=s.criterion,
                              min_conf=min(s.conf), n_folds=s.cv_folds, seed=s.seed, target=s.target)
 
 
-def fit_temperature(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
+def temperature_of_boxes(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
     whatever is deployed, and reported for comparison), against ``target``'s labels."""
     return TemperatureScaler(kind="sigmoid").fit(boxes.logit, fit_labels(boxes, target))
@@ -249,7 +249,7 @@ def temperature_fit(fit_boxes_: pl.DataFrame, choice: Choice, op: OperatingPoint
     head deploys, with its kept-set figures on the eval split (those of the deployed map when it is
     that temperature); ``gt``: the fit split's ground truth (``--target iou``)."""
     deployed = choice.method == "temperature" and choice.floor == 0.0
-    cal = choice.calibrator if deployed else fit_temperature(fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
+    cal = choice.calibrator if deployed else temperature_of_boxes(fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
     if deployed and ev is not None:
         return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)
     scored = op.view.scored(cal)

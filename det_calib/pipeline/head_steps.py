@@ -20,10 +20,10 @@ from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
-from det_calib.matching.rule import match_split
 from det_calib.pipeline.fitting import Choice, choice_words, fit_head, fit_result, scored_candidates, temperature_fit
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_result import HeadResult
+from det_calib.tasks.match_rule import match_split
 
 log = logging.getLogger(__name__)
 

@@ -41,13 +41,13 @@ AUTO = "auto"
 """The setting of the order or the score rule that leaves it to the choice on the fit split's folds."""
 
 
-def plain(obj: Any) -> Any:
+def _plain_record(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: _plain_record(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
-        return [plain(x) for x in obj]
+        return [_plain_record(x) for x in obj]
     if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
+        return {str(k): _plain_record(v) for k, v in obj.items()}
     return obj
 
 
@@ -119,7 +119,7 @@ class MemberFigures:
         return self.class_kept_ece[cls] if cls in self.class_kept_ece else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = plain(dataclasses.replace(self, calibrator=None))
+        d = _plain_record(dataclasses.replace(self, calibrator=None))
         d["calibrator"] = None if self.calibrator is None else self.calibrator.to_dict()
         return d
 
@@ -193,7 +193,7 @@ class EnsembleHead:
 
     def to_dict(self) -> dict[str, Any]:
         return {"members": [m.to_dict() for m in self.members], "ensemble": self.ensemble.to_dict(),
-                "agreement": {str(k): v for k, v in self.agreement.items()}, "table": plain(self.table),
+                "agreement": {str(k): v for k, v in self.agreement.items()}, "table": _plain_record(self.table),
                 "member_calibrators": [c.to_dict() for c in self.member_calibrators], "order": self.order,
                 "score": self.score}
 
@@ -233,7 +233,7 @@ class EnsembleRecord:
         return self.seconds_per_image[key] if key in self.seconds_per_image else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"members": plain(self.members), "fusion": plain(self.fusion), "source": self.source,
+        return {"members": _plain_record(self.members), "fusion": _plain_record(self.fusion), "source": self.source,
                 "seconds_per_image": dict(self.seconds_per_image),
                 "heads": {h: e.to_dict() for h, e in self.heads.items()}}
 

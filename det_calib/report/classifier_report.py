@@ -15,7 +15,7 @@ import numpy as np
 from det_calib.io import write_text
 from det_calib.metrics.binning import reliability_bins
 from det_calib.metrics.calibration import ece
-from det_calib.report.classifier_summary import classifier_verdict, deployed_words
+from det_calib.report.classifier_summary import classifier_deployed_words, classifier_verdict
 from det_calib.report.document import Bullets, Fig, Heading, Para, Table, to_html, to_markdown
 from det_calib.report.plots import reliability_figure, reliability_grid
 
@@ -32,7 +32,7 @@ def _first_screen(r: dict) -> list:
              f"{_f(dep['floor'])} [{_f(dep['floor_interval'][0])}, {_f(dep['floor_interval'][1])}]",
              f"top-1 {_f(raw['top1'])} → {_f(dep['top1'])}, top-5 {_f(raw['top5'])} → {_f(dep['top5'])}"
              + ("" if r["keeps_top1"] else f" ({r['top1_changed']} image(s) changed top-1 class)"),
-             f"deployed: {deployed_words(r)}"]
+             f"deployed: {classifier_deployed_words(r)}"]
     if r["val"]:
         v = r["val"]
         items.append(f"Ultralytics classify val: top-1 {_f(v['raw']['top1'])} → {_f(v['calibrated']['top1'])}, top-5 "

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["classifier_verdict", "deployed_words", "summary_markdown"]
+__all__ = ["classifier_verdict", "classifier_deployed_words", "summary_markdown"]
 
 
 def classifier_verdict(raw: dict, deployed: dict) -> str:
@@ -27,7 +27,7 @@ def classifier_verdict(raw: dict, deployed: dict) -> str:
     return "**Not improved: keep the raw scores**"
 
 
-def deployed_words(record: dict) -> str:
+def classifier_deployed_words(record: dict) -> str:
     if record["deployed_as"] == "calibrated.pt":
         return "plain Ultralytics predicting with `calibrated.pt`"
     return "the engine's scores with `classifier_map.json` applied after it"
@@ -49,7 +49,7 @@ def summary_markdown(record: dict) -> str:
         f"[{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
         "",
         f"On `{record['eval_split']}` ({record['images'][record['eval_split']]} images). Deployed: "
-        f"{deployed_words(record)}.",
+        f"{classifier_deployed_words(record)}.",
         "",
         "| figure | raw | calibrated | deployed |",
         "|---|---:|---:|---:|",

@@ -31,7 +31,7 @@ MATCH_IOU = 0.7
 """IoU at which a box of one engine is the same detection as a box of another (same image and class)."""
 
 
-def engine_label(run: Run) -> str:
+def run_engine_label(run: Run) -> str:
     """The engine a run calibrated: its ``engine.json``, else ``pytorch`` (a ``.pt``)."""
     rec = engine_record(run)
     return rec.engine if rec is not None else "pytorch"
@@ -90,7 +90,7 @@ def engine_figures(run: Run, head: str) -> list[EngineFigures]:
         kept = kept_mask(hb.conf, t)
         e = eq.get(t, {})
         out.append(EngineFigures(
-            engine=engine_label(run), head=head, conf=t, kept_raw=int(kept.sum()),
+            engine=run_engine_label(run), head=head, conf=t, kept_raw=int(kept.sum()),
             mean_raw_conf=float(hb.conf[kept].mean()) if kept.any() else None,
             ece_raw=None if o0 is None else o0.ece, ece_calibrated=None if o1 is None else o1.ece,
             kept_calibrated=int(kept_mask(after, t).sum()), raw_conf=e.get("raw_conf"),
@@ -223,7 +223,7 @@ def _engines(b: Page, runs: list[tuple[str, Run, str]], *, title: str = "Engines
     b.add(Table(["Run", "Conf", f"Boxes of {runs[0][0]} kept raw, matched", "Mean raw conf change",
                  "Mean absolute raw conf change", "Kept raw: both / only first / only this",
                  "Kept calibrated: both / only first / only this"], srows,
-                caption=f"How the scores and the kept set move against {runs[0][0]} ({engine_label(ref)}), box by "
+                caption=f"How the scores and the kept set move against {runs[0][0]} ({run_engine_label(ref)}), box by "
                         f"box (same image and class, IoU >= {MATCH_IOU:g})", css="engine-shift"))
 
 

@@ -37,7 +37,7 @@ from .page import Page
 log = logging.getLogger(__name__)
 
 
-__all__ = ["equivalents", "kept_bins", "kept_reliability_figure", "reliability_figure", "reliability_section"]
+__all__ = ["equivalents", "kept_bins", "all_box_reliability", "kept_reliability_figure", "reliability_section"]
 
 
 def reliability_section(page: Page, ctx: ReportContext) -> None:
@@ -81,7 +81,7 @@ def kept_reliability_figure(page: Page, s: Subject) -> bool:
     return True
 
 
-def reliability_figure(page: Page, s: Subject) -> None:
+def all_box_reliability(page: Page, s: Subject) -> None:
     """The reliability diagram of one head, raw and calibrated, over all its eval boxes (figure
     ``reliability_<head>``)."""
     run, h, hb = s.run, s.head, s.hb
@@ -165,7 +165,7 @@ def _report_reliability(b: Page, subjects: list[Subject]) -> None:
         ev = head_eval(run, h)
         b.add(Heading(3, f"Head {HEAD_LABEL.get(h, h)}: {all_boxes}" if len(run.heads) > 1
                       else all_boxes[0].upper() + all_boxes[1:]))
-        reliability_figure(b, subj)
+        all_box_reliability(b, subj)
         cal = _cal_tag(run, h)
         b.add(_metric_table(run, h))
         if any(outside_ci(sc.ece, sc.ece_ci) or outside_ci(sc.laece, sc.laece_ci) for sc in (ev.before, ev.after)):

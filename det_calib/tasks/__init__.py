@@ -5,7 +5,7 @@ validator), behind one contract (:class:`~det_calib.tasks.contract.Task`), regis
 >>> get_task("obb").payload, get_task("detect").rule
 ('xywhr', 'box')
 
-A new task is one module (a :class:`Task` subclass) and one line: ``register(MyTask())``. The stages
+A new task is one module (a :class:`Task` subclass) and one line: ``register_task(MyTask())``. The stages
 look a model's task up once (:func:`get_task`) and call its hooks.
 """
 
@@ -18,7 +18,7 @@ from det_calib.tasks.obb_task import Obb
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "register",
+__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "register_task",
            "result_boxes_attr", "task_names"]
 
 CLASSIFY = "classify"
@@ -29,7 +29,7 @@ TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
 
 
-def register(task: Task) -> Task:
+def register_task(task: Task) -> Task:
     """Add ``task`` to the registry under its name (replacing one of the same name); returns it."""
     TASKS[task.name] = task
     return task
@@ -75,4 +75,4 @@ def result_boxes_attr(result) -> str:
 
 
 for _task in (Detect(), Segment(), Pose(), Obb()):
-    register(_task)
+    register_task(_task)

@@ -84,7 +84,7 @@ def test_the_package_registers_its_methods_simplest_first():
                                    "ClassAffineScaler", "IsotonicCalibrator", "ClassIsotonicCalibrator",
                                    "SizePlattScaler")))
     assert registry.size_methods() == ("size-platt",)
-    assert [m for m in registry.methods() if registry.reranks(m)] == [
+    assert [m for m in registry.methods() if registry.method_reranks(m)] == [
         "class-temperature", "class-platt", "size-platt", "class-isotonic"]
     for m in registry.methods():  # every method builds an instance of the contract
         assert isinstance(registry.make_calibrator(m), LogitCalibrator)

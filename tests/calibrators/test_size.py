@@ -54,7 +54,7 @@ def test_the_map_reads_the_size_and_reranks():
     m = SizePlattScaler().fit(z, y, log_area=s)
     t = m.transform_logits(np.array([1.0, 1.0]), log_area=np.array([-8.0, -2.0]))
     assert t[1] - t[0] == pytest.approx(6 * m.c_)
-    assert reranks(m) and registry.reranks("size-platt") and "size-platt" not in registry.global_methods()
+    assert reranks(m) and registry.method_reranks("size-platt") and "size-platt" not in registry.global_methods()
     assert m.equivalent_conf(0.25) is None
     np.testing.assert_array_equal(calibrated_logits(m, z, np.zeros(z.size), s), m.transform_logits(z, log_area=s))
     with pytest.raises(InputError, match="log_area"):

@@ -1,6 +1,6 @@
 """A fifth task added through the registry alone: a made-up payload (each box's aspect ratio, a per-box scalar
 column), decoded from the demo detector's own rows, matched by box IoU, calibrated and written end to end by
-the real pipeline. Nothing outside the test names it: one class, one ``register`` line."""
+the real pipeline. Nothing outside the test names it: one class, one ``register_task`` line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from det_calib.errors import InputError
-from det_calib.tasks import TASKS, get_task, register, task_names
+from det_calib.tasks import TASKS, get_task, register_task, task_names
 from det_calib.tasks.detect_task import Detect
 
 OPTIONS = {"head": "nms", "n_boot": 10, "progress": False, "method": "temperature", "report": False}
@@ -42,7 +42,7 @@ class Toy(Detect):
 
 @pytest.fixture
 def toy():
-    task = register(Toy())  # the one line a new task adds to the registry (here undone after the test)
+    task = register_task(Toy())  # the one line a new task adds to the registry (here undone after the test)
     yield task
     TASKS.pop(task.name)
 
