@@ -136,6 +136,9 @@ def match_split(boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *,
         raise InputError(f"matching by {rule.measure} needs each box's `{column}`; the boxes of split `{split.name}` "
                          f"have no `{column}` column (boxes of another task's model, or captured before "
                          f"`{column}` was kept): use --match box")
+    if boxes[column].null_count():
+        raise InputError(f"matching by {rule.measure} needs each box's `{column}`; {boxes[column].null_count()} boxes "
+                         f"of split `{split.name}` were captured without it (on box labels): capture them again")
     if rule.by == "oks":
         return match_boxes_by_keypoints(boxes, split.gt, iou=iou, loc_iou=loc_iou, sigmas=rule.sigmas)
     if rule.by == "rotated":
