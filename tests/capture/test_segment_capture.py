@@ -131,25 +131,6 @@ def test_shapes_segment_model_equals_predict(shapes_seg_path, fixture_images):
         assert df.filter((pl.col("head") == head) & (pl.col("conf") > 0.25)).height >= 8  # confident boxes
 
 
-def _polygon_fixture(root, fixture_yaml):
-    """The fixture split with each box label written as a 4-point polygon (segment labels)."""
-    import shutil
-
-    src = fixture_yaml.parent
-    shutil.copytree(src / "images", root / "images")
-    (root / "labels" / "fixture").mkdir(parents=True)
-    for f in (src / "labels" / "fixture").glob("*.txt"):
-        lines = []
-        for line in f.read_text().splitlines():
-            c, cx, cy, w, h = line.split()
-            x1, y1 = float(cx) - float(w) / 2, float(cy) - float(h) / 2
-            x2, y2 = x1 + float(w), y1 + float(h)
-            lines.append(f"{c} {x1:.6f} {y1:.6f} {x2:.6f} {y1:.6f} {x2:.6f} {y2:.6f} {x1:.6f} {y2:.6f}")
-        (root / "labels" / "fixture" / f.name).write_text("\n".join(lines) + "\n")
-    shutil.copy(fixture_yaml, root / "data.yaml")
-    return root / "data.yaml"
-
-
 def test_capture_without_masks_keeps_the_boxes(fixture_images):
     """masks=False: the same boxes (predict's empty-mask filter decided without rasterising), segm null."""
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
@@ -175,12 +156,12 @@ def test_parts_on_box_labels_have_no_masks(tmp_path, shapes_seg_path, fixture_ya
     assert parts.drop("image", "segm").equals(direct.drop("image", "segm"))
 
 
-def test_parts_carry_masks(tmp_path, shapes_seg_path, fixture_yaml, fixture_images):
+def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixture_images):
     """Shards (some empty) and Ray parts read back as the single-process capture, masks included (polygon labels)."""
     from det_calib.capture.parts import capture_to_parts, read_parts
     from det_calib.data.box_table import read_boxes
 
-    fixture_yaml = _polygon_fixture(tmp_path / "poly", fixture_yaml)
+    fixture_yaml = polygon_fixture_yaml
     direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
                      image_names=[p.name for p in fixture_images], progress=False, workers=1)
     n = 16  # 12 images: at least 4 shards are empty
