@@ -129,14 +129,15 @@ def _box_rectangle_any(flags: np.ndarray, r0, r1, c0, c1) -> np.ndarray:
 
 def filled_boxes(protos, coefficients, boxes, image_shape: tuple[int, int]) -> np.ndarray:
     """Whether each box's mask (as :func:`rebuild_masks` builds it) has a pixel, without rasterising masks
-    at the image's size where the prototype masks decide it.
+    at the image's size.
 
     A mask pixel is a bilinear blend, with non-negative weights, of a few prototype-resolution values
     ``coefficients @ protos``. A box none of whose pixels can read a value above ``-MARGIN`` has an empty
     mask; a box with a pixel whose every value read is above ``MARGIN`` has a filled one. The values each
     pixel reads are taken as wide as the interpolation's rounding could make them (:func:`_reads`), so both
-    rules are sufficient; the boxes neither decides (a mask edge within a pixel or two of the box's pixels)
-    are rebuilt exactly. The result is :func:`kept_mask_rles`' ``keep``, bit for bit.
+    rules are sufficient. The boxes neither decides (a mask edge near the box's pixels) have each of their
+    pixels blended in float64 (:func:`_weights`); a box whose pixels all stay within ``MARGIN`` of zero or
+    below is rebuilt exactly. The result is :func:`kept_mask_rles`' ``keep``, bit for bit.
 
     Args:
         protos, coefficients, boxes, image_shape: As :func:`rebuild_masks`.
@@ -144,8 +145,6 @@ def filled_boxes(protos, coefficients, boxes, image_shape: tuple[int, int]) -> n
     Returns:
         (n,) bool.
     """
-    import math
-
     import torch
 
     protos = torch.as_tensor(protos)
@@ -153,53 +152,53 @@ def filled_boxes(protos, coefficients, boxes, image_shape: tuple[int, int]) -> n
     coefficients = torch.as_tensor(coefficients).reshape(-1, c).to(protos.device)
     n = len(coefficients)
     h, w = (int(v) for v in image_shape)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
+    out = np.zeros(n, dtype=bool)
     xyxy = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4).cpu().numpy()
     # the pixels crop_mask keeps: columns x1 <= j < x2, rows y1 <= i < y2
     c0 = np.clip(np.ceil(xyxy[:, 0]), 0, None).astype(np.int64)
     c1 = np.minimum(np.ceil(xyxy[:, 2]).astype(np.int64) - 1, w - 1)
     r0 = np.clip(np.ceil(xyxy[:, 1]), 0, None).astype(np.int64)
     r1 = np.minimum(np.ceil(xyxy[:, 3]).astype(np.int64) - 1, h - 1)
-    some = (c1 >= c0) & (r1 >= r0)
-    out = np.zeros(n, dtype=bool)
-    if not some.any():
+    sel = np.flatnonzero((c1 >= c0) & (r1 >= r0))
+    if not len(sel):
         return out
-    # process_mask_native's geometry: the upsampling factor and the letterbox crop of the upsampled masks
-    gain = min(4 * mh / h, 4 * mw / w)
-    pad = (4 * mh - max(round(h * gain), 1)) | (4 * mw - max(round(w * gain), 1))
-    f = 4 // math.gcd(4, pad | pad // 2)
-    fh, fw = f * mh, f * mw
-    g = min(fh / h, fw / w)
-    pad_w, pad_h = (fw - max(round(w * g), 1)) / 2, (fh - max(round(h * g), 1)) / 2
-    top, left = round(pad_h - 0.1), round(pad_w - 0.1)
-    rows0, rows1 = _reads(h, mh, f, top, max(round(h * g), 1))
-    cols0, cols1 = _reads(w, mw, f, left, max(round(w * g), 1))
-    logits = (coefficients @ protos.float().view(c, -1)).view(n, 1, mh, mw)
-    sel = np.flatnonzero(some)
+    row_axis, col_axis = (h, mh, *_axis(h, w, mh, mw)), (w, mw, *_axis(w, h, mw, mh))
+    rows0, rows1 = _reads(*row_axis)
+    cols0, cols1 = _reads(*col_axis)
+    logits = (coefficients[sel] @ protos.float().view(c, -1)).view(len(sel), mh, mw).cpu().numpy()
     # surely empty: nothing any kept pixel reads is above -MARGIN
-    maybe = _box_rectangle_any((logits[sel, 0] > -MARGIN).cpu().numpy(), rows0[r0[sel]], rows1[r1[sel]],
-                               cols0[c0[sel]], cols1[c1[sel]])
+    maybe = _box_rectangle_any(logits > -MARGIN, rows0[r0[sel]], rows1[r1[sel]], cols0[c0[sel]], cols1[c1[sel]])
     # surely filled: some kept pixel reads only values above MARGIN (windows of the widest read, from its first)
     kr, kc = int((rows1 - rows0).max()) + 1, int((cols1 - cols0).max()) + 1
-    lo = _window_min(logits[sel, 0].cpu().numpy(), kr, kc)
+    lo = _window_min(logits, kr, kc)
     start_r, start_c = np.minimum(rows0, mh - kr), np.minimum(cols0, mw - kc)
     realised = np.zeros(lo.shape[1:], dtype=bool)  # windows some output pixel reads
     realised[np.ix_(np.unique(start_r), np.unique(start_c))] = True
-    sure_full = _box_rectangle_any((lo > MARGIN) & realised, start_r[r0[sel]], start_r[r1[sel]],
-                                   start_c[c0[sel]], start_c[c1[sel]])
-    out[sel[sure_full]] = True
-    unsure = sel[maybe & ~sure_full]
-    if len(unsure):
-        ry = _weights(h, mh, f, top, max(round(h * g), 1))
-        rx = _weights(w, mw, f, left, max(round(w * g), 1))
-        grid = logits[unsure, 0].double().cpu().numpy()
-        for m, b in enumerate(unsure):  # each pixel's blend in float64, the box's pixels and what they read only
-            p0, p1, q0, q1 = rows0[r0[b]], rows1[r1[b]] + 1, cols0[c0[b]], cols1[c1[b]] + 1
-            v = ry[r0[b]:r1[b] + 1, p0:p1] @ grid[m, p0:p1, q0:q1] @ rx[c0[b]:c1[b] + 1, q0:q1].T
-            out[b] = (v > MARGIN).any() or ((v > -MARGIN).any() and _rebuilt_filled(protos, coefficients[b:b + 1],
-                                                                                    xyxy[b:b + 1], (h, w)))
+    sure = _box_rectangle_any((lo > MARGIN) & realised, start_r[r0[sel]], start_r[r1[sel]], start_c[c0[sel]],
+                              start_c[c1[sel]])
+    out[sel[sure]] = True
+    ry, rx = _weights(*row_axis), _weights(*col_axis)
+    for m in np.flatnonzero(maybe & ~sure):  # each pixel's blend in float64, the box's pixels and what they read
+        b = sel[m]
+        p0, p1, q0, q1 = rows0[r0[b]], rows1[r1[b]] + 1, cols0[c0[b]], cols1[c1[b]] + 1
+        v = ry[r0[b]:r1[b] + 1, p0:p1] @ logits[m, p0:p1, q0:q1].astype(np.float64) @ rx[c0[b]:c1[b] + 1, q0:q1].T
+        out[b] = (v > MARGIN).any() or ((v > -MARGIN).any() and bool(
+            rebuild_masks(protos, coefficients[b:b + 1], xyxy[b:b + 1], (h, w)).any()))
     return out
+
+
+def _axis(size: int, other: int, mask_size: int, mask_other: int) -> tuple[int, int, int]:
+    """``process_mask_native``'s geometry along one axis of an image ``size`` x ``other`` (prototypes
+    ``mask_size`` x ``mask_other``): the upsampling factor, then the offset and length of the letterbox crop of
+    the upsampled masks."""
+    import math
+
+    gain = min(4 * mask_size / size, 4 * mask_other / other)
+    pad = (4 * mask_size - max(round(size * gain), 1)) | (4 * mask_other - max(round(other * gain), 1))
+    f = 4 // math.gcd(4, pad | pad // 2)
+    g = min(f * mask_size / size, f * mask_other / other)
+    length = max(round(size * g), 1)
+    return f, round((f * mask_size - length) / 2 - 0.1), length
 
 
 def _window_min(x: np.ndarray, kr: int, kc: int) -> np.ndarray:
@@ -232,8 +231,3 @@ def _weights(out_size: int, mask_size: int, factor: int, offset: int, cropped: i
     out = (1 - lam) * up[offset + lo] + lam * up[offset + hi]
     out.flags.writeable = False  # cached: shared by every image of this size
     return out
-
-
-def _rebuilt_filled(protos, coefficients, boxes, image_shape) -> bool:
-    """Whether one box's exactly rebuilt mask has a pixel."""
-    return bool(rebuild_masks(protos, coefficients, boxes, image_shape).any())
