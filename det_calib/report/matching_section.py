@@ -6,7 +6,8 @@ Written for runs that record a matching rule (``calibration.json``'s ``matching`
 or OBB model's run); a detector's report has no such section. The picture reads the eval split's images
 and ground truth again from the run's data (only the images it shows), and the kept boxes' masks,
 keypoints or rotated boxes from ``boxes.parquet`` (the ``segm``, ``kpts`` or ``xywhr`` column the
-capture writes); the pose and OBB panels come from :mod:`det_calib.report.task_examples`.
+capture writes; a segment model's run on box labels captured no mask, so the picture's few images are
+captured again with their masks); the pose and OBB panels come from :mod:`det_calib.report.task_examples`.
 """
 
 from __future__ import annotations
