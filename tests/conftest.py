@@ -40,6 +40,26 @@ def fixture_yaml() -> Path:
 
 
 @pytest.fixture(scope="session")
+def polygon_fixture_yaml(tmp_path_factory) -> Path:
+    """The fixture split with each box label written as a 4-point polygon (segment labels: a mask each)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("polygon_fixture")
+    shutil.copytree(FIXTURE / "images", root / "images")
+    (root / "labels" / "fixture").mkdir(parents=True)
+    for f in (FIXTURE / "labels" / "fixture").glob("*.txt"):
+        lines = []
+        for line in f.read_text().splitlines():
+            c, cx, cy, w, h = line.split()
+            x1, y1 = float(cx) - float(w) / 2, float(cy) - float(h) / 2
+            x2, y2 = x1 + float(w), y1 + float(h)
+            lines.append(f"{c} {x1:.6f} {y1:.6f} {x2:.6f} {y1:.6f} {x2:.6f} {y2:.6f} {x1:.6f} {y2:.6f}")
+        (root / "labels" / "fixture" / f.name).write_text("\n".join(lines) + "\n")
+    shutil.copy(FIXTURE / "data.yaml", root / "data.yaml")
+    return root / "data.yaml"
+
+
+@pytest.fixture(scope="session")
 def fixture_images() -> list[Path]:
     images = sorted((FIXTURE / "images" / "fixture").glob("*.jpg"))
     assert len(images) == 12

@@ -24,6 +24,7 @@ other, that leave images out, or that belong to another model or data.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -187,9 +188,12 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
     """
     from det_calib.capture.exported import make_capturer
     from det_calib.data.ground_truth import check_class_names, load_data_yaml
+    from det_calib.tasks.obb_task import label_values
     from det_calib.tasks.task_splits import captured_split
 
     ds = load_data_yaml(data)
+    if split in ds.splits and coco_gt is None and label_values(ds, split) == 5:  # box labels: no figure reads masks
+        options = dataclasses.replace(options, masks=False)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",

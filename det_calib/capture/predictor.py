@@ -39,7 +39,7 @@ import torch
 
 from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
-from det_calib.capture.mask_rebuild import kept_mask_rles
+from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEADS, Head, capture_schema
 from det_calib.errors import InputError, first_line
@@ -63,7 +63,7 @@ class ImageBoxes(NamedTuple):
     cls: np.ndarray  # (n,) int32
     logit: np.ndarray  # (n,) logit of cls
     logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
-    segm: list[bytes] | None = None  # RLE counts of each box's mask (segment models), else None
+    segm: list[bytes | None] | None = None  # each box's mask as RLE counts (segment models; None without masks)
     extra: np.ndarray | None = None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
 
 
@@ -271,6 +271,7 @@ class Capturer:
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)
         self.all_logits = opts.all_logits
+        self.masks = opts.masks  # a segment model's masks rasterised (False: segm null, the same boxes)
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
@@ -456,7 +457,11 @@ class Capturer:
         segm = None  # an OBB model's xywh + angle: the axis-aligned hull in the box columns
         xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.payload_shape)  # in place, as the predictor
         if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
-            filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
+            if self.masks:
+                filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
+            else:  # the same boxes, decided without rasterising their masks
+                filled = filled_boxes(protos, det[:, 6:], xyxy, im_shape)
+                segm = [None] * int(filled.sum())
             kept = torch.from_numpy(filled).to(det.device)
             det, anchors, xyxy = det[kept], anchors[kept], xyxy[kept]
         cls = det[:, 5].cpu().numpy().astype(np.int32)

@@ -170,20 +170,48 @@ def capture_all(members: Sequence[Any], plan: dict[str, list[str]], splits: Sequ
 
 
 # ---------------------------------------------------------------------------------------- fusion
+@dataclass
+class Fusions:
+    """The fusions of one head's member tables, each made once: every score rule reads the same fusion
+    (the clusters and the sums do not depend on the rule, only how the fused score is read from them).
+
+    Attributes:
+        made: (the tables' ids, split, score column) -> (the tables, their rows, the fusion, its seconds).
+        seconds: What the last table :func:`fuse_tables` made costs on its own: its fusion's seconds (made
+            then or before) and its own.
+    """
+
+    made: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
 def fuse_tables(tables: Sequence[pl.DataFrame], split: Split, *, head: str, score: str, fs: FusionSettings,
-                max_det: int, column: str = "conf") -> pl.DataFrame:
+                max_det: int, column: str = "conf", cache: Fusions | None = None) -> pl.DataFrame:
     """The fused boxes of the members' tables on one split (capture columns plus ``members``, the
     number of members present in each fused box); ``column``: the member score fused (``conf``
-    raw, ``calibrated`` each member's calibrated conf)."""
-    n = len(tables)
-    cols = ["image_id", "x1", "y1", "x2", "y2", "img_w", "img_h", "cls", column]
-    both = pl.concat([t.select(cols).with_columns(pl.lit(i, dtype=pl.Int64).alias("member"))
-                      for i, t in enumerate(tables)])
-    xy = both.select("x1", "y1", "x2", "y2").to_numpy()
-    f = weighted_boxes_fusion(xy, both[column].to_numpy(), both["cls"].to_numpy(), groups=both["image_id"].to_numpy(),
-                              members=both["member"].to_numpy(), n_members=n, weights=fs.weights(n),
-                              iou_thr=fs.fusion_iou, skip_box_thr=fs.fusion_skip)
-    return fused_table(f, f.scores(score), split, head=head, sizes=both, max_det=max_det)
+    raw, ``calibrated`` each member's calibrated conf). ``cache``: where the fusion is kept for the
+    other score rules of the same tables."""
+    key = (tuple(id(t) for t in tables), split.name, column)
+    hit = None if cache is None else cache.made.get(key)
+    t0 = time.perf_counter()
+    if hit is None:
+        n = len(tables)
+        cols = ["image_id", "x1", "y1", "x2", "y2", "img_w", "img_h", "cls", column]
+        both = pl.concat([t.select(cols).with_columns(pl.lit(i, dtype=pl.Int64).alias("member"))
+                          for i, t in enumerate(tables)])
+        xy = both.select("x1", "y1", "x2", "y2").to_numpy()
+        f = weighted_boxes_fusion(xy, both[column].to_numpy(), both["cls"].to_numpy(),
+                                  groups=both["image_id"].to_numpy(), members=both["member"].to_numpy(), n_members=n,
+                                  weights=fs.weights(n), iou_thr=fs.fusion_iou, skip_box_thr=fs.fusion_skip)
+        hit = (tuple(tables), both, f, time.perf_counter() - t0)  # the tables held: the key's ids stay theirs
+        if cache is not None:
+            cache.made[key] = hit
+        t0 = time.perf_counter()
+    _, both, f, fusing = hit
+    table = fused_table(f, f.scores(score), split, head=head, sizes=both, max_det=max_det)
+    if cache is not None:
+        cache.seconds = fusing + time.perf_counter() - t0
+    return table
 
 
 def fused_table(f: Any, sc: np.ndarray, split: Split, *, head: str, sizes: pl.DataFrame, max_det: int
@@ -217,11 +245,11 @@ def member_figures(name: str, hr: HeadResult) -> MemberFigures:
 
 
 def _fuse_split(members: list[list[pl.DataFrame]], split: Split, k: int, head: str, order: str, score: str,
-                fs: FusionSettings, s: Settings) -> pl.DataFrame:
+                fs: FusionSettings, s: Settings, cache: Fusions | None = None) -> pl.DataFrame:
     """The members' tables of split ``k`` (0 fit, 1 eval) fused under (``order``, ``score``)."""
     column = "conf" if order == ORDERS[0] else "calibrated"
     return fuse_tables([m[k] for m in members], split, head=head, score=score, fs=fs, max_det=s.max_det,
-                       column=column)
+                       column=column, cache=cache)
 
 
 @dataclass
@@ -229,7 +257,8 @@ class Cell:
     """One fusion (order, score rule) of a head: its fit split fused and labelled, the fused
     score's calibrator chosen on it, and (when chosen among) its CV figures. The eval split is
     fused and labelled on first use (:meth:`eval_boxes`), so that a head holds one cell's eval
-    boxes at a time, not ten. ``seconds``: the wall time of its fusion (the splits fused so far)."""
+    boxes at a time, not ten. ``seconds``: the wall time of its fusion (the splits fused so far; a fusion
+    another cell made counted as if made for this one). ``fusions``: the head's fusions it reads."""
 
     order: str
     score: str
@@ -238,6 +267,7 @@ class Cell:
     seconds: float
     fuse_eval: Callable[[], pl.DataFrame] = field(repr=False)
     candidate: Candidate | None = None
+    fusions: Fusions | None = field(default=None, repr=False)
     _eval_boxes: pl.DataFrame | None = field(default=None, init=False, repr=False)
 
     @property
@@ -249,21 +279,22 @@ class Cell:
         if self._eval_boxes is None:
             t0 = time.perf_counter()
             fused = self.fuse_eval()
-            self.seconds += time.perf_counter() - t0
+            self.seconds += time.perf_counter() - t0 if self.fusions is None else self.fusions.seconds
             self._eval_boxes = match_boxes(fused, ev.gt, iou=s.iou, loc_iou=s.loc_iou)
         return self._eval_boxes
 
 
 def fusion_cell(members: list[list[pl.DataFrame]], splits: tuple[Split, Split], head: str, order: str, score: str,
-                fs: FusionSettings, s: Settings) -> Cell:
+                fs: FusionSettings, s: Settings, cache: Fusions | None = None) -> Cell:
     """Fuse the members' fit tables under (``order``, ``score``), label them, fit their calibrator;
-    the eval tables are fused when the cell's eval boxes are first asked for."""
+    the eval tables are fused when the cell's eval boxes are first asked for. ``cache``: the fusions
+    the cells of one head share (:func:`fuse_tables`)."""
     t0 = time.perf_counter()
-    fused = _fuse_split(members, splits[0], 0, head, order, score, fs, s)
-    seconds = time.perf_counter() - t0
+    fused = _fuse_split(members, splits[0], 0, head, order, score, fs, s, cache)
+    seconds = time.perf_counter() - t0 if cache is None else cache.seconds
     fb = match_boxes(fused, splits[0].gt, iou=s.iou, loc_iou=s.loc_iou)
-    fuse_eval = functools.partial(_fuse_split, members, splits[1], 1, head, order, score, fs, s)
-    return Cell(order, score, fb, fit_head(fb, s, splits[0].gt), seconds, fuse_eval)
+    fuse_eval = functools.partial(_fuse_split, members, splits[1], 1, head, order, score, fs, s, cache)
+    return Cell(order, score, fb, fit_head(fb, s, splits[0].gt), seconds, fuse_eval, fusions=cache)
 
 
 def _member_floor(cal: LogitCalibrator) -> float:
@@ -281,7 +312,7 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
         c.candidate = Candidate(c.order, c.score, c.choice.method, c.choice.floor, float(m["map50_95"]))
     for r in range(s.cv_repeats):
         folds = image_folds(n_img, s.cv_folds, s.seed + r)
-        oof_members = []
+        oof_members, fused = [], Fusions()  # this assignment's out-of-fold member scores, fused once for every rule
         if any(c.order == ORDERS[1] for c in cells):
             for t, cal in zip((m[0] for m in members), member_cals, strict=True):
                 try:
@@ -296,7 +327,7 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
             try:
                 fb = c.fit_boxes if c.order == ORDERS[0] else match_boxes(
                     fuse_tables(oof_members, fit, head=head, score=c.score, fs=fs, max_det=s.max_det,
-                                column="calibrated"), fit.gt, iou=s.iou, loc_iou=s.loc_iou)
+                                column="calibrated", cache=fused), fit.gt, iou=s.iou, loc_iou=s.loc_iou)
                 p = out_of_fold(fb, cd.method, cd.floor, folds, seed=s.seed)
             except (DegenerateFitError, InputError) as e:
                 cd.error = str(e).splitlines()[0]
@@ -321,7 +352,7 @@ def fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionRo
     thr = min(s.conf)
     k0, k1 = raw.kept(thr), raw.scored(choice.calibrator).kept(thr)
     m = fused_map(eb, splits[1], s)
-    ci = (tuple(metrics.bootstrap_ci(lambda p, yy: metrics.ece(p, yy, n_bins=s.ece_bins), k1.image_id, k1.conf,
+    ci = (tuple(metrics.bootstrap_ci(functools.partial(metrics.ece, n_bins=s.ece_bins), k1.image_id, k1.conf,
                                      k1.correct, n_boot=s.n_boot, seed=s.seed)) if k1.n > 1 else None)
     t = temperature_of_boxes(BoxView.from_boxes(cell.fit_boxes, geometry=False))
     cd = cell.candidate
@@ -370,13 +401,14 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
         member_tables.append(t)
     keys = fs.candidates()
     cells: dict[tuple[str, str], Cell] = {}
+    fused = Fusions()  # each split's fusion of raw and of calibrated member scores, read by every score rule
     if len(keys) > 1:
         for order, score in keys:
             log.info("%s head: fusion candidate %s with %s", head, order, score)
-            cells[(order, score)] = fusion_cell(member_tables, splits, head, order, score, fs, s)
+            cells[(order, score)] = fusion_cell(member_tables, splits, head, order, score, fs, s, fused)
         cell = choose_fusion(list(cells.values()), member_tables, cals, fit, head, fs, s)
     else:
-        cell = fusion_cell(member_tables, splits, head, *keys[0], fs, s)
+        cell = fusion_cell(member_tables, splits, head, *keys[0], fs, s, fused)
         cells[cell.key] = cell
     chosen, eb = cell.key, cell.eval_boxes(ev, s)
     fusion_seconds = cell.seconds  # both splits fused now
@@ -395,7 +427,8 @@ def ensemble_head(inputs: Inputs, splits: tuple[Split, Split], head: str, names:
             for score in SCORE_RULES:
                 log.info("%s head: fusion table, %s with %s", head, order, score)
                 # a cell is let go once its row is made (the chosen one's boxes are in `tables`)
-                c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s)
+                c = cells.pop((order, score), None) or fusion_cell(member_tables, splits, head, order, score, fs, s,
+                                                                   fused)
                 rows.append(fusion_row(c, splits, s))
     kept = (BoxView.from_boxes(tables[1], extra=("members",), geometry=False)
             .scored(cell.choice.calibrator, recorded=True).kept(min(s.conf)))

@@ -6,7 +6,8 @@ Written for runs that record a matching rule (``calibration.json``'s ``matching`
 or OBB model's run); a detector's report has no such section. The picture reads the eval split's images
 and ground truth again from the run's data (only the images it shows), and the kept boxes' masks,
 keypoints or rotated boxes from ``boxes.parquet`` (the ``segm``, ``kpts`` or ``xywhr`` column the
-capture writes); the pose and OBB panels come from :mod:`det_calib.report.task_examples`.
+capture writes; a segment model's run on box labels captured no mask, so the picture's few images are
+captured again with their masks); the pose and OBB panels come from :mod:`det_calib.report.task_examples`.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def _kept(run: Run, head: str, conf: float) -> pl.DataFrame:
     b = run.boxes
     if SEGM_COLUMN not in b.columns:
         return b.clear()
-    b = usable_rows(b, head=head, split=run.eval_split(head)).filter(pl.col(SEGM_COLUMN).is_not_null())
+    b = usable_rows(b, head=head, split=run.eval_split(head))
     return b.filter(kept_mask(b["calibrated" if "calibrated" in b.columns else "conf"].to_numpy(), conf))
 
 
@@ -161,7 +162,34 @@ def example_panels(run: Run, head: str, conf: float) -> list[MaskPanel]:
     sp, ids = reread_split(run, run.eval_split(head) or "", names,
                            lambda ds, split, limit: load_segment_split(ds, split, coco_gt=run.settings.coco_gt,
                                                                        limit=limit))
-    return [_panel(run, sp, ids[n], kept.filter(pl.col("image") == n), n) for n in names if n in ids]
+    names = [n for n in names if n in ids]
+    kept = kept.filter(pl.col("image").is_in(names))
+    if kept[SEGM_COLUMN].null_count():  # captured on box labels, without masks: rebuilt for these images
+        kept = _rebuilt_masks(run, head, kept, [sp.images[ids[n]] for n in names], names)
+    rows = {n: kept.filter(pl.col("image") == n) for n in names}
+    return [_panel(run, sp, ids[n], rows[n], n) for n in names if rows[n].height]
+
+
+def _rebuilt_masks(run: Run, head: str, kept: pl.DataFrame, images: list, names: list[str]) -> pl.DataFrame:
+    """``kept`` with the ``segm`` of each box: the run's model captures ``images`` again with the run's capture
+    settings (one image a pass, masks kept) and each kept box takes the mask of the captured box of its image
+    and class nearest it (the same box at batch 1; within half a pixel at any batch)."""
+    from det_calib.capture.predictor import Capturer
+
+    s = run.settings
+    cap = Capturer(run.result.model, heads=(head,), conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
+                   imgsz=s.imgsz, workers=1, masks=True)
+    again = cap(images, image_names=names, progress=False)
+    corners = ("x1", "y1", "x2", "y2")
+    segm: list[bytes | None] = []
+    for r in kept.select("image", "cls", *corners, SEGM_COLUMN).iter_rows():
+        if r[-1] is not None:
+            segm.append(r[-1])
+            continue
+        same = again.filter((pl.col("image") == r[0]) & (pl.col("cls") == r[1]))
+        gap = np.abs(same.select(corners).to_numpy() - np.array(r[2:6])).max(1)
+        segm.append(same[SEGM_COLUMN][int(gap.argmin())] if len(gap) and gap.min() < 0.5 else None)
+    return kept.with_columns(pl.Series(SEGM_COLUMN, segm, dtype=pl.Binary)).filter(pl.col(SEGM_COLUMN).is_not_null())
 
 
 def _decode(counts: bytes, w: int, h: int) -> np.ndarray:

@@ -82,4 +82,7 @@ def match_split(boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *,
         raise InputError(f"matching by {rule.measure} needs each box's `{column}`; the boxes of split `{split.name}` "
                          f"have no `{column}` column (boxes of another task's model, or captured before "
                          f"`{column}` was kept): use --match box")
+    if boxes[column].null_count():
+        raise InputError(f"matching by {rule.measure} needs each box's `{column}`; {boxes[column].null_count()} boxes "
+                         f"of split `{split.name}` were captured without it (on box labels): capture them again")
     return task.match(boxes, split, rule, iou=iou, loc_iou=loc_iou)

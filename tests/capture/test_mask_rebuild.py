@@ -7,7 +7,7 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
-from det_calib.capture.mask_rebuild import encode_masks, mask_rles, rebuild_masks
+from det_calib.capture.mask_rebuild import encode_masks, filled_boxes, mask_rles, rebuild_masks
 from det_calib.demo import fixture_data_yaml
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
@@ -71,6 +71,30 @@ def test_rebuilt_masks_equal_predict(end2end):
         fills += list(masks[keep].reshape(int(keep.sum()), -1).sum(1) / area)
     # not vacuous: letterboxed sizes, many boxes, masks that are not their boxes, empty masks dropped
     assert n_boxes >= 100 and len(shapes) >= 2 and n_dropped >= 5 and np.median(fills) < 0.5
+
+
+@pytest.mark.parametrize("end2end", [False, True], ids=["one-to-many", "one-to-one"])
+def test_filled_boxes_equal_the_rebuilt_masks(end2end):
+    """The empty-mask filter decided without rasterising is the rebuilt masks' own, box for box."""
+    _, seen = _predict(end2end)
+    n, empty = 0, 0
+    for pred, proto, shape in seen:
+        masks = rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
+        want = masks.reshape(len(masks), -1).max(1, initial=0) > 0
+        np.testing.assert_array_equal(filled_boxes(proto, pred[:, 6:], pred[:, :4], shape), want)
+        n, empty = n + len(want), empty + int((~want).sum())
+    assert n >= 100 and empty >= 5  # not vacuous: many boxes, some of them empty
+
+
+def test_filled_boxes_edge_cases():
+    """Boxes with no pixel (zero width, outside the image) are empty; a box on a positive plateau is filled."""
+    protos = torch.zeros(2, 8, 8)
+    protos[0] = 1.0  # every prototype value 1: a coefficient's sign is the mask
+    coef = torch.tensor([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]])
+    boxes = torch.tensor([[4.0, 4.0, 20.0, 20.0], [5.0, 5.0, 5.0, 9.0], [4.0, 4.0, 20.0, 20.0],
+                          [40.0, 40.0, 50.0, 50.0]])
+    np.testing.assert_array_equal(filled_boxes(protos, coef, boxes, (32, 32)), [True, False, False, False])
+    assert filled_boxes(protos, coef[:0], boxes[:0], (32, 32)).shape == (0,)
 
 
 def test_encode_masks_known_answer():

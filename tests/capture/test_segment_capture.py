@@ -131,11 +131,37 @@ def test_shapes_segment_model_equals_predict(shapes_seg_path, fixture_images):
         assert df.filter((pl.col("head") == head) & (pl.col("conf") > 0.25)).height >= 8  # confident boxes
 
 
-def test_parts_carry_masks(tmp_path, shapes_seg_path, fixture_yaml, fixture_images):
-    """Shards (some empty) and Ray parts read back as the single-process capture, masks included."""
+def test_capture_without_masks_keeps_the_boxes(fixture_images):
+    """masks=False: the same boxes (predict's empty-mask filter decided without rasterising), segm null."""
+    images = [fixture_images[k] for k in (0, 3, 6, 9)]
+    with_masks = capture(segment_model("yolo26n-seg.yaml"), images, heads="auto", imgsz=320, conf=1e-3,
+                         progress=False, workers=1)
+    from det_calib.capture.predictor import Capturer
+
+    without = Capturer(segment_model("yolo26n-seg.yaml"), heads="auto", imgsz=320, conf=1e-3, workers=1,
+                       masks=False)(images, progress=False)
+    assert without.schema["segm"] == pl.Binary and without["segm"].null_count() == without.height > 100
+    assert without.drop("segm").equals(with_masks.drop("segm"))
+
+
+def test_parts_on_box_labels_have_no_masks(tmp_path, shapes_seg_path, fixture_yaml, fixture_images):
+    """A capture to parts on box labels rasterises no mask: the boxes of the capture with masks, segm null."""
+    from det_calib.capture.parts import capture_to_parts, read_parts
+
+    direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
+                     image_names=[p.name for p in fixture_images], progress=False, workers=1)
+    capture_to_parts(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "parts", imgsz=320, progress=False)
+    parts = read_parts(tmp_path / "parts", expect_model=shapes_seg_path)
+    assert parts["segm"].null_count() == parts.height == direct.height > 0
+    assert parts.drop("image", "segm").equals(direct.drop("image", "segm"))
+
+
+def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixture_images):
+    """Shards (some empty) and Ray parts read back as the single-process capture, masks included (polygon labels)."""
     from det_calib.capture.parts import capture_to_parts, read_parts
     from det_calib.data.box_table import read_boxes
 
+    fixture_yaml = polygon_fixture_yaml
     direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
                      image_names=[p.name for p in fixture_images], progress=False, workers=1)
     n = 16  # 12 images: at least 4 shards are empty
@@ -144,6 +170,7 @@ def test_parts_carry_masks(tmp_path, shapes_seg_path, fixture_yaml, fixture_imag
                          progress=False)
     shards = read_parts(tmp_path / "shards", expect_model=shapes_seg_path)
     assert shards.schema["segm"] == pl.Binary and shards.height == direct.height > 0
+    assert shards["segm"].null_count() == 0
     assert shards.drop("image").equals(direct.drop("image"))
     # the box table's reader keeps the column (a run's --boxes reuse reads boxes.parquet through it)
     shards.write_parquet(tmp_path / "boxes.parquet")

@@ -100,21 +100,22 @@ def test_cli_boxes_error_is_one_line(first, demo_model_path, fixture_yaml, tmp_p
     assert "`--conf-floor` 0.001, not 0.01" in err
 
 
-def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, fixture_yaml, tmp_path):
-    """--boxes from capture parts of a segment model: each split's rows keep their `segm` RLEs."""
+def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixture_yaml, tmp_path):
+    """--boxes from capture parts of a segment model on polygon labels: each split's rows keep their `segm`
+    RLEs."""
     from det_calib.capture.predictor import capture
     from det_calib.job.inputs import load_splits, resolve_inputs
     from det_calib.job.reuse import reuse_boxes
     from det_calib.job.settings import Settings
 
     s = Settings(fit_split="fixture", eval_split="val", imgsz=320, head="nms", progress=False)
-    inputs = resolve_inputs(shapes_seg_path, fixture_yaml, s)
+    inputs = resolve_inputs(shapes_seg_path, polygon_fixture_yaml, s)
     splits = load_splits(inputs.ds, s)
     for sp in splits:
-        capture_to_parts(shapes_seg_path, fixture_yaml, sp.name, tmp_path / sp.name, shard="0/1", imgsz=320,
+        capture_to_parts(shapes_seg_path, polygon_fixture_yaml, sp.name, tmp_path / sp.name, shard="0/1", imgsz=320,
                          progress=False)
     captured, _ = reuse_boxes(tmp_path, inputs, splits, s)
     direct = capture(shapes_seg_path, splits[0].images, head="nms", imgsz=320, progress=False)
     got = captured["nms"][0]
     assert got["segm"].dtype == pl.Binary and got.height == direct.height > 0
-    assert got["segm"].to_list() == direct["segm"].to_list()
+    assert got["segm"].null_count() == 0 and got["segm"].to_list() == direct["segm"].to_list()

@@ -82,6 +82,10 @@ def test_mask_matching_needs_the_boxes_masks():
     split, boxes = _case()
     with pytest.raises(InputError, match="no `segm` column"):
         match_split(boxes.drop("segm"), split, MatchingRule("mask"), iou=0.5, loc_iou=0.1)
+    captured_on_box_labels = boxes.with_columns(pl.lit(None, dtype=pl.Binary).alias("segm"))
+    with pytest.raises(InputError, match="2 boxes of split .* were captured without it"):
+        match_split(captured_on_box_labels, split, MatchingRule("mask"), iou=0.5, loc_iou=0.1)
+    assert match_split(captured_on_box_labels, split, MatchingRule("box"), iou=0.5, loc_iou=0.1).height == 2
 
 
 def test_choose_matching():

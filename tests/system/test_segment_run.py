@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.capture.predictor import capture
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.data.segments import load_segment_split
@@ -116,10 +117,25 @@ def test_report_says_the_rule_and_shows_masks(seg_run):
 def test_box_only_labels_match_by_boxes(capsys, seg_home, tmp_path):
     data = make_dataset(tmp_path / "boxes", box_only=True)
     model = seg_home / "yolo26n_shapes_seg.pt"
-    _ok(capsys, "calibrate", "--model", model, "--data", data, "--head", "nms", "--no-report", *QUICK,
-        "--out", tmp_path / "run")
+    _ok(capsys, "calibrate", "--model", model, "--data", data, "--head", "nms", *QUICK, "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"] == {"by": "box", "option": "auto", "reason": "a segment model on box-only labels"}
+    # no mask rasterised: the boxes are those of a capture with masks, labelled by box IoU
+    boxes = pl.read_parquet(tmp_path / "run" / "boxes.parquet")
+    assert boxes["segm"].null_count() == boxes.height > 0
+    ds = load_data_yaml(data)
+    for split in ("calib", "test"):
+        sp = load_segment_split(ds, split)
+        got = boxes.filter(pl.col("split") == split)
+        full = capture(str(model), sp.images, head="nms", split=split, image_names=sp.image_names(), progress=False,
+                       workers=1)
+        assert full["segm"].null_count() == 0
+        assert got.select(full.drop("segm").columns).equals(full.drop("segm"))
+        by_box = match_boxes(full.drop("segm"), sp.gt, iou=0.5, loc_iou=0.1)
+        assert got["correct"].to_list() == by_box["correct"].to_list()
+    # the report's picture draws the kept boxes' masks, rebuilt for its few images
+    png = tmp_path / "run" / "figures" / "matching_nms.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert "matched by box IoU >= 0.5 (a segment model on box-only labels)" in \
         (tmp_path / "run" / "summary.txt").read_text()
     line = _error(capsys, "calibrate", "--model", model, "--data", data, "--match", "mask", *QUICK,
