@@ -472,3 +472,19 @@ def test_tasks_are_named_in_few_files_outside_the_tasks():
     found = task_word_files()
     for task, files in found.items():
         assert len(files) <= TASK_WORD_FILES[task], f"{task} is named in {len(files)} files outside tasks/: {files}"
+
+
+def _public_definitions() -> dict[str, list[str]]:
+    """Public top-level function and class name -> the modules that define it."""
+    out: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(module)
+    return out
+
+
+def test_one_name_one_meaning():
+    """No public function or class name is defined in two modules (13 were, with up to three meanings)."""
+    twice = {n: m for n, m in _public_definitions().items() if len(m) > 1}
+    assert not twice, twice

@@ -36,7 +36,7 @@ from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.ensemble_summary import ensemble_summary
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
-from det_calib.ensemble.fusion_choice import Candidate, choose, image_folds, out_of_fold
+from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
 from det_calib.ensemble.fusion_settings import FusionSettings
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
@@ -266,7 +266,7 @@ class Cell:
     choice: Any
     seconds: float
     fuse_eval: Callable[[], pl.DataFrame] = field(repr=False)
-    candidate: Candidate | None = None
+    candidate: FusionCandidate | None = None
     fusions: Fusions | None = field(default=None, repr=False)
     _eval_boxes: pl.DataFrame | None = field(default=None, init=False, repr=False)
 
@@ -309,7 +309,7 @@ def choose_fusion(cells: Sequence[Cell], members: list[list[pl.DataFrame]], memb
     thr, n_img = min(s.conf), len(fit.images)
     for c in cells:
         m = fused_map(c.fit_boxes, fit, s)
-        c.candidate = Candidate(c.order, c.score, c.choice.method, c.choice.floor, float(m["map50_95"]))
+        c.candidate = FusionCandidate(c.order, c.score, c.choice.method, c.choice.floor, float(m["map50_95"]))
     for r in range(s.cv_repeats):
         folds = image_folds(n_img, s.cv_folds, s.seed + r)
         oof_members, fused = [], Fusions()  # this assignment's out-of-fold member scores, fused once for every rule

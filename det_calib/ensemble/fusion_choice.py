@@ -68,7 +68,7 @@ N_BOOT = 200
 
 
 @dataclass
-class Candidate:
+class FusionCandidate:
     """One fusion candidate on the fit split.
 
     Attributes:
@@ -152,8 +152,8 @@ def paired_se(a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray,
     return bootstrap_sd(stat, img, p, y, which, n_boot=n_boot, seed=seed)
 
 
-def choose(cands: Sequence[Candidate], *, orders: Sequence[str], threshold: float, n_bins: int, seed: int,
-           z_simpler: float | None = None) -> Candidate:
+def choose(cands: Sequence[FusionCandidate], *, orders: Sequence[str], threshold: float, n_bins: int, seed: int,
+           z_simpler: float | None = None) -> FusionCandidate:
     """Apply the rule (module docstring) to scored candidates; sets every ``verdict``, ``diff``,
     ``diff_se``. ``orders``: the fusion orders, simplest first; ``z_simpler``: the margin (default
     :data:`Z_SIMPLER`, read when called)."""
@@ -163,7 +163,7 @@ def choose(cands: Sequence[Candidate], *, orders: Sequence[str], threshold: floa
         raise DegenerateFitError("no fusion candidate could be scored on the fit split's folds")
     top_map = max(c.fit_map50_95 for c in ok)
     eligible = [c for c in ok if c.fit_map50_95 >= top_map - MAP_TOLERANCE]
-    def simpler(c: Candidate) -> tuple[int, int]:  # the simpler order, then the preferred rule
+    def simpler(c: FusionCandidate) -> tuple[int, int]:  # the simpler order, then the preferred rule
         return orders.index(c.order), RULE_PREFERENCE.index(c.score) if c.score in RULE_PREFERENCE else 99
 
     best = min(eligible, key=lambda c: (c.cv_mean, simpler(c)))

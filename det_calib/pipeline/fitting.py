@@ -37,7 +37,7 @@ from det_calib.metrics import calibration as metrics
 from det_calib.numeric import sigmoid
 from det_calib.record.run_result import (
     Calibrator,
-    Candidate,
+    CandidateRecord,
     EvalResult,
     FitResult,
     TemperatureFit,
@@ -63,7 +63,7 @@ class Choice:
 
 def fit_range_words(method: str, fit_min_conf: float) -> str:
     """A candidate in words: ``temperature fitted on every box``, ``spline fitted on the boxes above raw conf
-    0.125``, ``none (the raw scores)`` (what :attr:`Candidate.name` writes ``temperature@0``, ``spline@0.125``).
+    0.125``, ``none (the raw scores)`` (what :attr:`CandidateRecord.name` writes ``temperature@0``, ``spline@0.125``).
 
     >>> fit_range_words("spline", 0.125)
     'spline fitted on the boxes above raw conf 0.125'
@@ -140,7 +140,7 @@ def choose_calibrator(fit_boxes: BoxView, *, method: str, floors: tuple[float, .
     return Choice(sel.chosen.method, sel.chosen.fit_min_conf, sel.calibrator, sel, refits)
 
 
-def candidates_of(choice: Choice) -> list[Candidate]:
+def candidates_of(choice: Choice) -> list[CandidateRecord]:
     """The CV table of an ``auto`` choice as records (every method x fit floor tried)."""
     sel = choice.selection
     if sel is None:
@@ -157,7 +157,7 @@ def candidates_of(choice: Choice) -> list[Candidate]:
             params["shrinkage"] = _num(c.shrinkage)
         if c.error:
             params["error"] = c.error
-        out.append(Candidate(Calibrator(c.method, params), _num(c.mean),
+        out.append(CandidateRecord(Calibrator(c.method, params), _num(c.mean),
                              selected=(c.method, c.fit_min_conf) == (sel.chosen.method, sel.chosen.fit_min_conf)))
     return out
 

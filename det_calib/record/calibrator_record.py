@@ -1,6 +1,6 @@
 """A head's calibrator as its run records it: :class:`Calibrator` (method and parameters), the
 record of a fitted calibrator and back (:func:`calibrator_record`, :func:`calibrator_of`), and the
-candidates ``auto`` compared (:class:`Candidate`).
+candidates ``auto`` compared (:class:`CandidateRecord`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from det_calib.errors import InputError
 from det_calib.record.checked_json import key_path, plain, read_flag, read_number, read_object, read_text
 from det_calib.record.eval_record import OperatingFigures
 
-__all__ = ["CVScores", "Calibrator", "Candidate", "CandidateEval", "calibrator_of", "calibrator_record"]
+__all__ = ["CVScores", "Calibrator", "CandidateEval", "CandidateRecord", "calibrator_of", "calibrator_record"]
 
 @dataclass(frozen=True)
 class Calibrator:
@@ -112,7 +112,7 @@ class CandidateEval:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class CandidateRecord:
     """A calibrator considered for a head, with its cross-validated score (lower is better)."""
 
     calibrator: Calibrator
@@ -131,7 +131,7 @@ class Candidate:
         return out
 
     @classmethod
-    def from_dict(cls, d: Any, where: str) -> Candidate:
+    def from_dict(cls, d: Any, where: str) -> CandidateRecord:
         d = read_object(d, where, optional=False)
         return cls(Calibrator.from_dict(d, where), read_number(d.get("cv_score"), key_path(where, "cv_score")),
                    bool(read_flag(d.get("selected"), key_path(where, "selected"))),

@@ -30,7 +30,7 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.record.calibrator_record import (
     Calibrator,
-    Candidate,
+    CandidateRecord,
 )
 from det_calib.record.checked_json import (
     READERS,
@@ -211,7 +211,7 @@ class HeadResult:
     threshold_shift: list[ThresholdShift] = field(default_factory=list)
     per_class: list[ClassResult] = field(default_factory=list)
     ultralytics_val: ValCheck | None = None
-    candidates: list[Candidate] | None = None
+    candidates: list[CandidateRecord] | None = None
     detection_change: DetectionChange | None = None
     temperature_fit: TemperatureFit | None = None
     by_size: list[SizeFigures] = field(default_factory=list)
@@ -476,7 +476,7 @@ class RunResult:
                 per_class=[ClassResult.from_dict(c, f"per_class.{h}[{i}]")
                            for i, c in enumerate(read_items(sections["per_class"].get(h), f"per_class.{h}"))],
                 ultralytics_val=ValCheck.from_dict(sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"),
-                candidates=[Candidate.from_dict(c, f"calibration_candidates.{h}[{i}]")
+                candidates=[CandidateRecord.from_dict(c, f"calibration_candidates.{h}[{i}]")
                             for i, c in enumerate(read_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
                 detection_change=None if changes.get(h) is None else DetectionChange(
                     **read_leaf_fields(DetectionChange,

@@ -14,7 +14,7 @@ import numpy as np
 from det_calib.calibrators import registry
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import HeadBoxes, Run
-from det_calib.record.run_result import Calibrator, Candidate, RecordedSettings
+from det_calib.record.run_result import Calibrator, CandidateRecord, RecordedSettings
 from det_calib.report.record_words import floor_gap_words, left_words, operating_point_worse, temperature_words
 from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
 
@@ -257,7 +257,7 @@ def _head_candidates(b: Page, run: Run, h: str, hb: HeadBoxes, *, label: str, ti
     b.add(_class_table(run, h, scored, min(thr)))
 
 
-def _cv_table(cands: list[Candidate], st: RecordedSettings, h: str) -> Table:
+def _cv_table(cands: list[CandidateRecord], st: RecordedSettings, h: str) -> Table:
     rows = []
     for c in cands:
         cv = c.cv
@@ -273,7 +273,7 @@ def _cv_table(cands: list[Candidate], st: RecordedSettings, h: str) -> Table:
                  css="cv-candidates", attrs={"data-head": h})
 
 
-def _eval_table(scored: list[Candidate], st: RecordedSettings, h: str) -> Table:
+def _eval_table(scored: list[CandidateRecord], st: RecordedSettings, h: str) -> Table:
     thr = list(st.conf_thresholds)
     cols = ["Calibrator"] + [x for t in thr for x in (f"ECE kept at {fthr(t)}", f"LaECE_0 kept at {fthr(t)}")]
     cols += [f"All-box ECE ({st.ece_bins} bins)", "NLL", "Brier"]
@@ -294,7 +294,7 @@ def _repeats(run: Run, heads: list[str]) -> int:
     return 1
 
 
-def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
+def _reason(cands: list[CandidateRecord], chosen: CandidateRecord, criterion: str) -> str:
     verdict = chosen.cv.verdict
     if verdict:
         return verdict[0].upper() + verdict[1:] + "."
@@ -306,7 +306,7 @@ def _reason(cands: list[Candidate], chosen: Candidate, criterion: str) -> str:
             f"({f4(best.cv_score)} ± {f4(best.cv.se)} vs {f4(chosen.cv_score)}).")
 
 
-def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
+def _candidate_conf(c: CandidateRecord, hb: HeadBoxes) -> np.ndarray | None:
     """The eval boxes' conf under candidate ``c`` (its map as the run recorded it; None: not recorded)."""
     if c.calibrator.method == "none":
         return hb.conf
@@ -318,7 +318,7 @@ def _candidate_conf(c: Candidate, hb: HeadBoxes) -> np.ndarray | None:
     return hb.raw.scored(calibrator_from_dict(rec)).conf
 
 
-def _class_table(run: Run, h: str, scored: list[Candidate], low: float) -> Table:
+def _class_table(run: Run, h: str, scored: list[CandidateRecord], low: float) -> Table:
     classes = sorted({int(k) for c in scored for k in c.eval_figures.class_kept_ece})
     rows = []
     for k in classes:

@@ -9,7 +9,7 @@ import pytest
 from det_calib.ensemble.fusion_choice import (
     MAP_TOLERANCE,
     Z_SIMPLER,
-    Candidate,
+    FusionCandidate,
     choose,
     image_folds,
     out_of_fold,
@@ -57,8 +57,8 @@ def test_out_of_fold_refits_without_the_held_out_images():
     np.testing.assert_array_equal(out_of_fold(b, "none", 0.0, folds, seed=0), b["conf"].to_numpy())
 
 
-def _cand(order, score, fit_map, p, y, img) -> Candidate:
-    c = Candidate(order, score, "platt", 0.0, fit_map)
+def _cand(order, score, fit_map, p, y, img) -> FusionCandidate:
+    c = FusionCandidate(order, score, "platt", 0.0, fit_map)
     c.cv_scores = [kept_ece(p, y, threshold=0.25)]
     c.oof = (p, y, img)
     return c
@@ -96,7 +96,7 @@ def test_rule_accuracy_first_then_kept_ece_then_simpler():
 
 
 def test_rule_refuses_when_nothing_could_be_scored():
-    c = Candidate(ORDERS[0], "agree", "platt", 0.0, 0.5, error="too few boxes")
+    c = FusionCandidate(ORDERS[0], "agree", "platt", 0.0, 0.5, error="too few boxes")
     with pytest.raises(DegenerateFitError):
         choose([c], orders=ORDERS, threshold=0.25, n_bins=15, seed=0)
 

@@ -17,7 +17,7 @@ from det_calib.metrics import calibration as metrics
 from det_calib.record.run_result import (
     SCHEMA_VERSION,
     Calibrator,
-    Candidate,
+    CandidateRecord,
     RunResult,
 )
 from det_calib.report.record_words import temperature_verdict
@@ -141,7 +141,8 @@ def test_other_calibrators_and_candidates(ref):
 
     r.results["e2e"] = dataclasses.replace(
         r.results["e2e"], calibrator=platt,
-        candidates=[Candidate(Calibrator.temperature_scaling(0.94), 0.31), Candidate(platt, 0.30, selected=True)])
+        candidates=[CandidateRecord(Calibrator.temperature_scaling(0.94), 0.31),
+                    CandidateRecord(platt, 0.30, selected=True)])
     d = json.loads(to_json(r.to_dict()))
     assert d["temperature"] == {"nms": ref["temperature"]["nms"]}
     assert d["calibrators"] == {"e2e": {"method": "platt", "params": {"a": 0.9, "b": -0.2}}}
