@@ -188,7 +188,7 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
     """
     from det_calib.capture.exported import make_capturer
     from det_calib.data.ground_truth import check_class_names, load_data_yaml
-    from det_calib.tasks.obb_task import label_values
+    from det_calib.tasks import label_values
     from det_calib.tasks.task_splits import captured_split
 
     ds = load_data_yaml(data)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
-from det_calib.tasks.obb_task import Obb
+from det_calib.tasks.obb_task import Obb, label_values
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "register_task",
+__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values", "register_task",
            "result_boxes_attr", "task_names"]
 
 CLASSIFY = "classify"
