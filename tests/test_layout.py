@@ -479,7 +479,8 @@ def _public_definitions() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for module, path in MODULES.items():
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            defines = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            if defines and not node.name.startswith("_"):
                 out.setdefault(node.name, []).append(module)
     return out
 

@@ -45,7 +45,7 @@ class CaptureOptions:
         device: Torch device string (``"cpu"``, ``"0"``...); None: Ultralytics' default.
         all_logits: Also keep all nc class logits of each box (a ``logits`` list column).
         workers: Images captured in parallel (threads); None: chosen for the device.
-        masks: A segment model's boxes keep their masks (``segm``, rasterised at the image's size); False
+        payload: A segment model's boxes keep their masks (``segm``, rasterised at the image's size); False
             when no figure needs them (box labels): the boxes are the same, ``segm`` is null, and no mask
             is rasterised (:func:`det_calib.capture.mask_rebuild.filled_boxes`). Not a setting that
             changes the boxes, so not among :meth:`settings`.
@@ -64,7 +64,7 @@ class CaptureOptions:
     device: str | None = None
     all_logits: bool = False
     workers: int | None = None
-    masks: bool = True
+    payload: bool = True
 
     def __post_init__(self) -> None:
         if self.heads is not None and not isinstance(self.heads, str):

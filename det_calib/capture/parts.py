@@ -193,7 +193,7 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
 
     ds = load_data_yaml(data)
     if split in ds.splits and coco_gt is None and label_values(ds, split) == 5:  # box labels: no figure reads masks
-        options = dataclasses.replace(options, masks=False)
+        options = dataclasses.replace(options, payload=False)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
     sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",

@@ -271,7 +271,7 @@ class Capturer:
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)
         self.all_logits = opts.all_logits
-        self.masks = opts.masks  # a segment model's masks rasterised (False: segm null, the same boxes)
+        self.payload = opts.payload  # a segment model's masks rasterised (False: segm null, the same boxes)
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
@@ -457,7 +457,7 @@ class Capturer:
         segm = None  # an OBB model's xywh + angle: the axis-aligned hull in the box columns
         xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.payload_shape)  # in place, as the predictor
         if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
-            if self.masks:
+            if self.payload:
                 filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
             else:  # the same boxes, decided without rasterising their masks
                 filled = filled_boxes(protos, det[:, 6:], xyxy, im_shape)

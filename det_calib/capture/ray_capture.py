@@ -97,7 +97,7 @@ def capture_ray(
     opts = split_options(options, **{**option_kw, "device": "cpu"})
     # the probe checks the model and the arguments here, before any actor starts
     sp, names, probe, common = prepare_split_capture(model, data, split, opts, coco_gt=coco_gt, limit=limit)
-    opts = dataclasses.replace(opts, masks=getattr(probe, "masks", opts.masks))  # none on box labels
+    opts = dataclasses.replace(opts, payload=getattr(probe, "payload", opts.payload))  # none on box labels
     meta = capture_meta(**common, image_ids=[], part="")
     del probe
     if not ray.is_initialized():

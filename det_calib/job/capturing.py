@@ -13,13 +13,13 @@ from typing import Any
 import polars as pl
 
 from det_calib.data.ground_truth import Split
-from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
 from det_calib.job import clock
 from det_calib.job.detections import read_run_detections
 from det_calib.job.inputs import Inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
+from det_calib.tasks import payload_labelled
 from det_calib.thresholds.class_sets import keep_class_logits
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ def open_capturer(inputs: Inputs, s: Settings) -> Any:
 def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
     """Head -> the capture table of one split (one forward pass per image for every head)."""
     log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
-    if hasattr(cap, "masks"):  # a segment model's masks only where a figure reads them: ground-truth masks
-        cap.masks = has_masks(sp)
+    if hasattr(cap, "payload"):  # a segment model's masks only where a figure reads them: ground-truth masks
+        cap.payload = payload_labelled(sp)
     raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
     return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
 

@@ -178,7 +178,7 @@ def _rebuilt_masks(run: Run, head: str, kept: pl.DataFrame, images: list, names:
 
     s = run.settings
     cap = Capturer(run.result.model, heads=(head,), conf=s.conf_floor, iou=s.nms_iou, max_det=s.max_det,
-                   imgsz=s.imgsz, workers=1, masks=True)
+                   imgsz=s.imgsz, workers=1, payload=True)
     again = cap(images, image_names=names, progress=False)
     corners = ("x1", "y1", "x2", "y2")
     segm: list[bytes | None] = []

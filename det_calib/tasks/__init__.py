@@ -11,6 +11,7 @@ look a model's task up once (:func:`get_task`) and call its hooks.
 
 from __future__ import annotations
 
+from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
@@ -18,8 +19,8 @@ from det_calib.tasks.obb_task import Obb, label_values
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values", "register_task",
-           "result_boxes_attr", "task_names"]
+__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values",
+           "payload_labelled", "register_task", "result_boxes_attr", "task_names"]
 
 CLASSIFY = "classify"
 """Ultralytics' classify task: one answer per image, calibrated by its own job
@@ -60,6 +61,12 @@ def get_task(name: str | None) -> Task:
 def answers_per_image(name: str | None) -> bool:
     """Whether a model of task ``name`` answers once per image (a classifier) rather than per box."""
     return name == CLASSIFY
+
+
+def payload_labelled(split) -> bool:
+    """Whether ``split``'s ground truth carries the payload a capture may skip when nothing reads it (a
+    segment model's masks: rebuilt only where the split has ground-truth masks to match them with)."""
+    return has_masks(split)
 
 
 def holds_hulls(columns) -> bool:
