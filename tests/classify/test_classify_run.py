@@ -188,14 +188,17 @@ def test_check_holds_on_like_images_and_calls_heavy_blur_drift(cls_run, cls_data
 
 def test_a_planted_over_confident_classifier_gets_its_temperature_back(cls_model, cls_data, cls_run, tmp_path):
     """The textbook case on the real demo classifier: its logits x3 (folded into its last layer) fit a
-    temperature 3 times the demo's own, within 5% of 3."""
+    temperature 3 times its own; the calibrated classifier's logits x3 (its own temperature folded in
+    first, a calibrated classifier made over-confident) fit one within 5% of 3."""
     k = len(CLASS_NAMES)
-    planted = write_classify_checkpoint(cls_model, tmp_path / "x3.pt", MultiClassMap("temperature", 3 * np.eye(k),
-                                                                                     np.zeros(k), temperature=1 / 3))
-    out = tmp_path / "run"
-    assert main(["calibrate", "--model", str(planted), "--data", str(cls_data), "--method", "temperature",
-                 "--no-val", "--out", str(out)]) == 0
-    t = json.loads((out / "calibration.json").read_text())["map"]["temperature"]
     t_base = json.loads((cls_run / "calibration.json").read_text())["map"]["temperature"]
-    assert t / t_base == pytest.approx(3.0, rel=1e-3)
-    assert abs(t - 3.0) / 3.0 < 0.05
+    fitted = {}
+    for name, scale in (("raw_x3", 3.0), ("calibrated_x3", 3.0 / t_base)):
+        planted = write_classify_checkpoint(cls_model, tmp_path / f"{name}.pt",
+                                            MultiClassMap("temperature", scale * np.eye(k), np.zeros(k), 1 / scale))
+        out = tmp_path / name
+        assert main(["calibrate", "--model", str(planted), "--data", str(cls_data), "--method", "temperature",
+                     "--no-val", "--out", str(out)]) == 0
+        fitted[name] = json.loads((out / "calibration.json").read_text())["map"]["temperature"]
+    assert fitted["raw_x3"] / t_base == pytest.approx(3.0, rel=1e-3)
+    assert abs(fitted["calibrated_x3"] - 3.0) / 3.0 < 0.05

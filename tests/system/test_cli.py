@@ -50,7 +50,7 @@ def test_bad_model_files(capsys, tmp_path, ds, demo_model_path):
     code, err = _run(capsys, "calibrate", "--model", bad, "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
     code, err = _run(capsys, "calibrate", "--model", "yolo26n-cls.yaml", "--data", data, *FAST)
-    _assert_one_line_error(code, err, "task is `classify`: det_calib calibrates detect, segment, pose and obb models")
+    _assert_one_line_error(code, err, "a classify model is calibrated on a folder of class folders: give --data")
     code, err = _run(capsys, "calibrate", "--model", ds / "data.yaml", "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
 
