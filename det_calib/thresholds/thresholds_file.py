@@ -283,4 +283,7 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
             f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction of {val['n_boot']} "
             "image-bootstrap resamples of the eval split at or above the target"
         )
+    if prm["unit"] == "image":
+        lines.append("(the guarantee, and 'reach the target', read the mean precision of the images that keep a box; "
+                     "fit P and eval P pool the boxes of all images)")
     return lines
