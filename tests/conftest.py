@@ -38,6 +38,33 @@ def fixture_images() -> list[Path]:
     return images
 
 
+# The first images of each split of the demo datasets, rendered once per test session (the demo
+# renders image i of a split alone, from the seed, the split and i: the first images of a small
+# rendering are the first images of the full one, file for file and label for label).
+SMALL_DEMO_SIZES = {"train": 0, "calib": 8, "test": 20}
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory) -> dict[str, Path]:
+    """Task (``detect``, ``segment``, ``pose``, ``obb``) -> the ``data.yaml`` of its demo data with
+    :data:`SMALL_DEMO_SIZES` images a split, rendered once per session into a cache folder of the
+    session's own, so that unit-level tests read demo images and labels without rendering the full
+    demo (hundreds of images a split) into the machine's cache."""
+    from det_calib.demo import demo_data_yaml
+    from det_calib.demo.shapes import SPLIT_SIZES
+    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+
+    cache = tmp_path_factory.getbasetemp() / "small_demo_cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DET_CALIB_CACHE", str(cache))
+        for split, n in SMALL_DEMO_SIZES.items():
+            mp.setitem(SPLIT_SIZES, split, n)
+        return {"detect": demo_data_yaml(), "segment": demo_segment_data_yaml(), "pose": demo_pose_data_yaml(),
+                "obb": demo_obb_data_yaml()}
+
+
 def untrained_detector(cfg: str, *, seed: int = 0, bias_mean: float = -2.0):
     """A detector built from a yaml, with random class-conv weights and biases so that its
     scores spread over (0, 1) like a trained model's (the default bias init makes every score
