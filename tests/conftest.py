@@ -143,6 +143,16 @@ def shapes_seg_path(tmp_path_factory, demo_model_path) -> Path:
     return shapes_segment_model(tmp_path_factory.mktemp("seg"), demo_model_path)
 
 
+@pytest.fixture(scope="session")
+def demo_seg_checkpoint(tmp_path_factory, demo_model_path) -> Path:
+    """``segment_checkpoint(demo_detector=the demo detector)`` (tests/segment_checkpoints.py): a
+    YOLO26n-seg with the demo detector's layers and perturbed mask branches, built once per session.
+    A test that writes beside it (an export, a calibrated copy) copies it into a folder of its own."""
+    from segment_checkpoints import segment_checkpoint
+
+    return segment_checkpoint(tmp_path_factory.mktemp("demo_seg") / "yolo26n-seg.pt", demo_detector=demo_model_path)
+
+
 # The start of a script run in a fresh interpreter where importing det_calib fails, so nothing of
 # det_calib can be involved in loading or running a checkpoint (plain Ultralytics only).
 NO_DET_CALIB = textwrap.dedent(

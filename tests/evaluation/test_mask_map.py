@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 from pycocotools import mask as mask_utils
-from segment_checkpoints import predict_table, segment_checkpoint
+from segment_checkpoints import predict_table
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.data.ground_truth import load_data_yaml, load_split
@@ -91,9 +91,8 @@ def test_mask_map_equals_pycocotools_on_planted_detections(seg_split):
 
 
 @pytest.fixture(scope="module")
-def predicted(tmp_path_factory, demo_model_path, seg_split):
-    ckpt = segment_checkpoint(tmp_path_factory.mktemp("seg") / "seg.pt", demo_detector=demo_model_path)
-    return predict_table(ckpt, seg_split.images)
+def predicted(demo_seg_checkpoint, seg_split):
+    return predict_table(demo_seg_checkpoint, seg_split.images)
 
 
 @pytest.mark.slow
