@@ -153,6 +153,21 @@ def demo_seg_checkpoint(tmp_path_factory, demo_model_path) -> Path:
     return segment_checkpoint(tmp_path_factory.mktemp("demo_seg") / "yolo26n-seg.pt", demo_detector=demo_model_path)
 
 
+@pytest.fixture(scope="session")
+def demo_task_runs(tmp_path_factory) -> dict:
+    """Task (``pose``, ``obb``) -> the Python API's run of its demo model, made once per session:
+    the first 16 images of each split of the task's demo data, both heads, the temperature, 20
+    bootstrap draws, Ultralytics val and the report (``det_calib.calibrate``'s return value; its
+    folder is ``.out_dir``). Tests read the folders; a test that writes into one copies it first."""
+    import det_calib
+    from det_calib.demo import demo_obb_model, demo_pose_model
+
+    root = tmp_path_factory.mktemp("demo_task_runs")
+    return {task: det_calib.calibrate(model, out=root / task, limit=16, head="both", method="temperature", n_boot=20,
+                                      progress=False)
+            for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model()))}
+
+
 # The start of a script run in a fresh interpreter where importing det_calib fails, so nothing of
 # det_calib can be involved in loading or running a checkpoint (plain Ultralytics only).
 NO_DET_CALIB = textwrap.dedent(
