@@ -66,6 +66,33 @@ def fixture_images() -> list[Path]:
     return images
 
 
+# The first images of each split of the demo datasets, rendered once per test session (the demo
+# renders image i of a split alone, from the seed, the split and i: the first images of a small
+# rendering are the first images of the full one, file for file and label for label).
+SMALL_DEMO_SIZES = {"train": 0, "calib": 8, "test": 20}
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory) -> dict[str, Path]:
+    """Task (``detect``, ``segment``, ``pose``, ``obb``) -> the ``data.yaml`` of its demo data with
+    :data:`SMALL_DEMO_SIZES` images a split, rendered once per session into a cache folder of the
+    session's own, so that unit-level tests read demo images and labels without rendering the full
+    demo (hundreds of images a split) into the machine's cache."""
+    from det_calib.demo import demo_data_yaml
+    from det_calib.demo.shapes import SPLIT_SIZES
+    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+
+    cache = tmp_path_factory.getbasetemp() / "small_demo_cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DET_CALIB_CACHE", str(cache))
+        for split, n in SMALL_DEMO_SIZES.items():
+            mp.setitem(SPLIT_SIZES, split, n)
+        return {"detect": demo_data_yaml(), "segment": demo_segment_data_yaml(), "pose": demo_pose_data_yaml(),
+                "obb": demo_obb_data_yaml()}
+
+
 def untrained_detector(cfg: str, *, seed: int = 0, bias_mean: float = -2.0):
     """A detector built from a yaml, with random class-conv weights and biases so that its
     scores spread over (0, 1) like a trained model's (the default bias init makes every score
@@ -142,6 +169,31 @@ def shapes_segment_model(folder: Path, demo_model: Path, *, seed: int = 0) -> Pa
 @pytest.fixture(scope="session")
 def shapes_seg_path(tmp_path_factory, demo_model_path) -> Path:
     return shapes_segment_model(tmp_path_factory.mktemp("seg"), demo_model_path)
+
+
+@pytest.fixture(scope="session")
+def demo_seg_checkpoint(tmp_path_factory, demo_model_path) -> Path:
+    """``segment_checkpoint(demo_detector=the demo detector)`` (tests/segment_checkpoints.py): a
+    YOLO26n-seg with the demo detector's layers and perturbed mask branches, built once per session.
+    A test that writes beside it (an export, a calibrated copy) copies it into a folder of its own."""
+    from segment_checkpoints import segment_checkpoint
+
+    return segment_checkpoint(tmp_path_factory.mktemp("demo_seg") / "yolo26n-seg.pt", demo_detector=demo_model_path)
+
+
+@pytest.fixture(scope="session")
+def demo_task_runs(tmp_path_factory) -> dict:
+    """Task (``pose``, ``obb``) -> the Python API's run of its demo model, made once per session:
+    the first 16 images of each split of the task's demo data, both heads, the temperature, 20
+    bootstrap draws, Ultralytics val and the report (``det_calib.calibrate``'s return value; its
+    folder is ``.out_dir``). Tests read the folders; a test that writes into one copies it first."""
+    import det_calib
+    from det_calib.demo import demo_obb_model, demo_pose_model
+
+    root = tmp_path_factory.mktemp("demo_task_runs")
+    return {task: det_calib.calibrate(model, out=root / task, limit=16, head="both", method="temperature", n_boot=20,
+                                      progress=False)
+            for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model()))}
 
 
 # The start of a script run in a fresh interpreter where importing det_calib fails, so nothing of

@@ -10,10 +10,6 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.data.segments import SEGM_COLUMN
-from det_calib.demo import demo_data_yaml
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.errors import InputError
 from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split
 from det_calib.tasks.obb_task import label_values
@@ -39,11 +35,11 @@ def _copy(root: Path, source: Path, *, n: int = 3, yaml_edit=None, first_empty: 
     return load_data_yaml(root / "data.yaml")
 
 
-def test_each_task_reads_its_own_ground_truth(tmp_path):
-    pose = _copy(tmp_path / "pose", demo_pose_data_yaml())
-    obb = _copy(tmp_path / "obb", demo_obb_data_yaml())
-    boxes = _copy(tmp_path / "box", demo_data_yaml())
-    seg = _copy(tmp_path / "seg", demo_segment_data_yaml())
+def test_each_task_reads_its_own_ground_truth(tmp_path, small_demo):
+    pose = _copy(tmp_path / "pose", small_demo["pose"])
+    obb = _copy(tmp_path / "obb", small_demo["obb"])
+    boxes = _copy(tmp_path / "box", small_demo["detect"])
+    seg = _copy(tmp_path / "seg", small_demo["segment"])
     sp = load_task_split(pose, "calib", task="pose", payload_shape=(5, 3))
     assert KPTS_COLUMN in sp.gt.columns and sp.gt.equals(load_pose_split(pose, "calib").gt)
     sp = load_task_split(obb, "calib", task="obb")
@@ -60,17 +56,17 @@ def test_each_task_reads_its_own_ground_truth(tmp_path):
     assert load_task_split(boxes, "calib", task="obb", match="box").gt.equals(load_split(boxes, "calib").gt)
 
 
-def test_label_values(tmp_path):
-    assert label_values(_copy(tmp_path / "obb", demo_obb_data_yaml(), first_empty=True), "calib") == 9
-    assert label_values(_copy(tmp_path / "pose", demo_pose_data_yaml()), "calib") == 20
-    assert label_values(_copy(tmp_path / "box", demo_data_yaml()), "calib") == 5
+def test_label_values(tmp_path, small_demo):
+    assert label_values(_copy(tmp_path / "obb", small_demo["obb"], first_empty=True), "calib") == 9
+    assert label_values(_copy(tmp_path / "pose", small_demo["pose"]), "calib") == 20
+    assert label_values(_copy(tmp_path / "box", small_demo["detect"]), "calib") == 5
     with pytest.raises(InputError, match="split `test` not in"):
-        label_values(_copy(tmp_path / "b2", demo_data_yaml()), "test")
+        label_values(_copy(tmp_path / "b2", small_demo["detect"]), "test")
 
 
-def test_data_that_does_not_fit_the_model(tmp_path):
-    pose = _copy(tmp_path / "pose", demo_pose_data_yaml())
-    boxes = _copy(tmp_path / "box", demo_data_yaml(), first_empty=True)  # the sniff skips an empty file
+def test_data_that_does_not_fit_the_model(tmp_path, small_demo):
+    pose = _copy(tmp_path / "pose", small_demo["pose"])
+    boxes = _copy(tmp_path / "box", small_demo["detect"], first_empty=True)  # the sniff skips an empty file
     for task in ("detect", "segment", "obb"):
         with pytest.raises(InputError, match=rf"declares kpt_shape \[5, 3\] \(pose labels\), but the model's task is "
                                              rf"`{task}`"):

@@ -11,7 +11,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from segment_checkpoints import segment_checkpoint
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.exported import logit_of_prob, read_export
@@ -32,11 +31,11 @@ def _fit(method: str):
 
 
 @pytest.fixture(scope="module")
-def seg_exports(tmp_path_factory, demo_model_path):
+def seg_exports(tmp_path_factory, demo_seg_checkpoint):
     from ultralytics import YOLO
 
     d = tmp_path_factory.mktemp("segexp")
-    src = segment_checkpoint(d / "seg.pt", demo_detector=demo_model_path)
+    src = demo_seg_checkpoint
     out = {}
     for name, kw in (("onnx", dict(format="onnx")), ("onnx_e2e", dict(format="onnx", nms=False)),
                      ("openvino", dict(format="openvino"))):

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import NO_DET_CALIB
-from segment_checkpoints import segment_checkpoint
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.deploy.fold import (
@@ -97,8 +98,8 @@ def _logit(p):
 
 
 @pytest.fixture(scope="module")
-def seg_model(tmp_path_factory, demo_model_path):
-    return segment_checkpoint(tmp_path_factory.mktemp("seg") / "yolo26n-seg.pt", demo_detector=demo_model_path)
+def seg_model(tmp_path_factory, demo_seg_checkpoint):
+    return Path(shutil.copy(demo_seg_checkpoint, tmp_path_factory.mktemp("seg") / "yolo26n-seg.pt"))
 
 
 def _compare(pred, name: str, head: str, cal, n_images: int, floor: float = 0.05) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
-from segment_checkpoints import segment_checkpoint
 
 from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.demo.shapes_segments import demo_segment_data_yaml
@@ -35,9 +35,9 @@ def seg_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def seg_pair(tmp_path_factory, demo_model_path):
+def seg_pair(tmp_path_factory, demo_seg_checkpoint):
     d = tmp_path_factory.mktemp("segval")
-    original = segment_checkpoint(d / "seg.pt", demo_detector=demo_model_path)
+    original = Path(shutil.copy(demo_seg_checkpoint, d / "seg.pt"))
     ts = {"nms": 0.7, "e2e": 1.4}
     return original, write_calibrated_checkpoint(original, d / "cal.pt", ts), ts
 

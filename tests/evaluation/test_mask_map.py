@@ -8,12 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 from pycocotools import mask as mask_utils
-from segment_checkpoints import predict_table, segment_checkpoint
+from segment_checkpoints import predict_table
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.data.segments import load_segment_split, segment_rles
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import segment_map_check
 from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps, segment_maps
@@ -28,8 +27,8 @@ class _Settings:
 
 
 @pytest.fixture(scope="module")
-def seg_split():
-    return load_segment_split(load_data_yaml(demo_segment_data_yaml()), "test", limit=N_IMAGES)
+def seg_split(small_demo):
+    return load_segment_split(load_data_yaml(small_demo["segment"]), "test", limit=N_IMAGES)
 
 
 def _gt_as_detections(split, *, box_masks: bool = False) -> pl.DataFrame:
@@ -92,9 +91,8 @@ def test_mask_map_equals_pycocotools_on_planted_detections(seg_split):
 
 
 @pytest.fixture(scope="module")
-def predicted(tmp_path_factory, demo_model_path, seg_split):
-    ckpt = segment_checkpoint(tmp_path_factory.mktemp("seg") / "seg.pt", demo_detector=demo_model_path)
-    return predict_table(ckpt, seg_split.images)
+def predicted(demo_seg_checkpoint, seg_split):
+    return predict_table(demo_seg_checkpoint, seg_split.images)
 
 
 @pytest.mark.slow
@@ -111,8 +109,8 @@ def test_segment_map_check_identical_for_a_ranking_preserving_map(predicted, seg
 
 
 @pytest.mark.slow
-def test_box_only_labels_give_no_mask_map(predicted):
-    box_only = load_split(load_data_yaml(demo_segment_data_yaml()), "test", limit=N_IMAGES)
+def test_box_only_labels_give_no_mask_map(predicted, small_demo):
+    box_only = load_split(load_data_yaml(small_demo["segment"]), "test", limit=N_IMAGES)
     out = segment_map_check(predicted, box_only, make_calibrator("none").fit(np.zeros(4), np.array([0, 1, 0, 1])),
                             _Settings())
     assert all(out[k] is None for k in MASK_MAP_KEYS) and out["map_identical"] is True

@@ -117,17 +117,22 @@ def test_a_job_takes_the_command_lines_clock_once():
         clock.reset()
 
 
-def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path):
+def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path, small_demo):
     """The start-up of calibrate (imports, model load, data check) loads no report, plot, export or
     evaluation library: they are imported when their stage comes (a fresh interpreter). The summary's
-    wording (``det_calib.report.record_words``) is plain text and may load; the report's pages and plots not."""
+    wording (``det_calib.report.record_words``) is plain text and may load; the report's pages and plots not.
+    The default demo data is the session's small rendering (its cache and split sizes), not a full one."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from conftest import SMALL_DEMO_SIZES
+
     code = f"""
 import sys
 from pathlib import Path
+from det_calib.demo.shapes import SPLIT_SIZES
+SPLIT_SIZES.update({SMALL_DEMO_SIZES!r})
 from det_calib.pipeline.calibrate_job import load
 from det_calib.job.settings import Settings
 load(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
@@ -135,7 +140,8 @@ print(" ".join(sorted(sys.modules)))
 """
     repo = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
-                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"})
+                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1",
+                            "DET_CALIB_CACHE": str(small_demo["detect"].parents[1])})
     assert p.returncode == 0, p.stderr
     loaded = set(p.stdout.split())
     assert {"torch", "ultralytics", "det_calib.capture.predictor"} <= loaded  # what the first image needs

@@ -12,8 +12,6 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
 from det_calib.tasks.obb_matching import probiou
 from det_calib.tasks.pose_labels import AREA_COLUMN, load_pose_split, split_keypoints
@@ -29,10 +27,10 @@ def bench(load_benchmark):
 
 
 @pytest.fixture(scope="module")
-def splits():
+def splits(small_demo):
     """The first 20 demo test images with their keypoints, and with their rotated boxes."""
-    return {"pose": load_pose_split(load_data_yaml(demo_pose_data_yaml()), "test", limit=20),
-            "obb": load_obb_split(load_data_yaml(demo_obb_data_yaml()), "test", limit=20)}
+    return {"pose": load_pose_split(load_data_yaml(small_demo["pose"]), "test", limit=20),
+            "obb": load_obb_split(load_data_yaml(small_demo["obb"]), "test", limit=20)}
 
 
 def _found(split, conf: float, payload: str, values) -> pl.DataFrame:

@@ -10,7 +10,6 @@ from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.data.segments import load_segment_split, segment_rles
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
 pytestmark = pytest.mark.fast
 
@@ -21,8 +20,8 @@ def bench(load_benchmark):
 
 
 @pytest.fixture(scope="module")
-def split():
-    return load_segment_split(load_data_yaml(demo_segment_data_yaml()), "test", limit=20)
+def split(small_demo):
+    return load_segment_split(load_data_yaml(small_demo["segment"]), "test", limit=20)
 
 
 def _box_rle(split, i, x1, y1, x2, y2) -> bytes:

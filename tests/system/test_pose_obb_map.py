@@ -1,8 +1,9 @@
-"""The mAP check of pose and OBB runs through the command line: ``calibrate --method temperature --limit 16`` on
-each demo model (both heads) reports the task's mAP before and after, identical for a temperature, in the summary,
-calibration.json (the ``pose_map_*`` keys only where measured) and the report; Ultralytics' own PoseValidator /
-OBBValidator agrees on the original and the calibrated.pt (one pass, both heads), and plain Ultralytics' val of the
-written calibrated.pt gives the original's figures at the equivalent floor."""
+"""The mAP check of pose and OBB runs: ``calibrate --method temperature --limit 16`` on each demo model (both
+heads; the session's runs, ``demo_task_runs`` in tests/conftest.py) reports the task's mAP before and after,
+identical for a temperature, in the summary, calibration.json (the ``pose_map_*`` keys only where measured) and
+the report; Ultralytics' own PoseValidator / OBBValidator agrees on the original and the calibrated.pt (one pass,
+both heads), and plain Ultralytics' val of the written calibrated.pt gives the original's figures at the
+equivalent floor."""
 
 from __future__ import annotations
 
@@ -12,33 +13,25 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import demo_obb_model, demo_pose_model
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.pipeline.summary import summary_text
 from det_calib.tasks.pose_labels import load_pose_split
 
-QUICK = ["--n-boot", "20", "-q"]
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path_factory, model: Path, name: str) -> Path:
-    out = tmp_path_factory.mktemp("runs") / name
-    assert main(["calibrate", "--model", str(model), "--limit", "16", "--method", "temperature", *QUICK,
-                 "--out", str(out)]) == 0
-    return out
+@pytest.fixture(scope="module")
+def pose_run(demo_task_runs) -> Path:
+    """The session's run of the demo pose model (tests/conftest.py: ``--limit 16 --method temperature
+    --n-boot 20``, both heads, val and report)."""
+    return demo_task_runs["pose"].out_dir
 
 
 @pytest.fixture(scope="module")
-def pose_run(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, demo_pose_model(), "pose")
-
-
-@pytest.fixture(scope="module")
-def obb_run(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, demo_obb_model(), "obb")
+def obb_run(demo_task_runs) -> Path:
+    return demo_task_runs["obb"].out_dir
 
 
 def _val_identical(c: dict, head: str, keys: tuple[str, ...]) -> dict:
@@ -90,7 +83,7 @@ def test_obb_run_reports_rotated_map_identical_for_a_temperature(obb_run):
     assert "| rotated-box mAP50-95 |" in md and "Ultralytics' OBBValidator" in md
 
 
-def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run):
+def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run, tmp_path):
     """Stock ``YOLO(calibrated.pt).val()`` at the equivalent floor: the original's figures, as the run recorded."""
     from ultralytics import YOLO
 
@@ -102,11 +95,11 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run):
                            (obb_run, load_obb_split, demo_obb_data_yaml())):
         c = json.loads((run / "calibration.json").read_text())
         ds = load_data_yaml(yml)
-        data = write_split_yaml(ds, load(ds, "test", limit=16), run)
+        data = write_split_yaml(ds, load(ds, "test", limit=16), tmp_path / run.name)
         uv = _val_identical(c, "nms", ("map50_95",))
         m = YOLO(str(run / "calibrated.pt")).val(data=str(data), split="val", imgsz=320, batch=16, plots=False,
                                                  verbose=False, conf=uv["calibrated_equivalent_floor"]["conf"],
-                                                 project=str(run), name="val")
+                                                 project=str(tmp_path / run.name), name="val")
         assert float(m.box.map) == uv["original"]["map50_95"]
         if hasattr(m, "pose"):
             assert float(m.pose.map) == uv["original"]["pose_map50_95"]

@@ -64,14 +64,13 @@ def _ok(capsys, *argv) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """One run per task through the Python API (both heads, the temperature, the task's demo data)."""
-    root = tmp_path_factory.mktemp("pose_obb_runs")
+def runs(demo_task_runs) -> dict[str, Path]:
+    """One run per task through the Python API (both heads, the temperature, the task's demo data, ``limit``
+    :data:`LIMIT`): the session's runs of tests/conftest.py (``demo_task_runs``)."""
     out = {}
     for task in TASKS:
-        run = det_calib.calibrate(_model(task), out=root / task, limit=LIMIT, head="both", method="temperature",
-                                  n_boot=20, run_val=False, progress=False)
-        assert run.result.matching.by == RULE[task] and run.out_dir == root / task
+        run = demo_task_runs[task]
+        assert run.result.matching.by == RULE[task] and run.out_dir.name == task and run.out_dir.is_dir()
         assert run.boxes[PAYLOAD[task]].null_count() == 0 and run.boxes["correct"].any()
         assert Path(run.result.data) == _yaml(task).resolve()
         out[task] = run.out_dir
