@@ -177,5 +177,5 @@ def test_capture_and_run_accept_pose_and_obb():
         check_task(task)  # the calibration run takes them (tests/system/test_pose_obb_run.py)
         assert load_detector(f"yolo26n-{task}.yaml").task == task
         assert load_detector(f"yolo11n-{task}.yaml", tasks=task_names()).task == task
-    with pytest.raises(InputError, match="task is `classify`: det_calib calibrates detect, segment, pose and obb"):
+    with pytest.raises(InputError, match="a classify model is calibrated on a folder of class folders"):
         load_detector("yolo26n-cls.yaml")

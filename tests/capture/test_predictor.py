@@ -97,7 +97,7 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(InputError, match="cannot load model"):
         load_detector(bad)
-    with pytest.raises(InputError, match="calibrates detect, segment, pose and obb models"):
+    with pytest.raises(InputError, match="a classify model is calibrated on a folder of class folders"):
         load_detector("yolo26n-cls.yaml")
     with pytest.raises(InputError, match="head"):
         capture(make_untrained("yolo26n.yaml"), fixture_images[:1], head="both", progress=False)

@@ -189,19 +189,19 @@ def test_a_stage_is_a_decorator_and_takes_its_own_peak_memory():
 
     @clock.stage("figures")
     def big() -> float:
-        a = np.ones(40 * 2**20 // 8)  # 40 MiB, touched
+        a = np.ones(160 * 2**20 // 8)  # 160 MiB, touched (more than an allocator keeps resident after a test)
         return float(a.sum())
 
     clock.start()
     try:
         with clock.stage("capture"):
             _busy(0.01)
-        assert big() == 40 * 2**20 // 8 and big() == 40 * 2**20 // 8
+        assert big() == 160 * 2**20 // 8 and big() == 160 * 2**20 // 8
         t = clock.timings()
     finally:
         clock.reset()
     assert list(t.stages) == ["capture", "figures", "other"]
-    assert t.stages["figures"].peak_rss >= t.stages["capture"].peak_rss + 30 * 2**20
+    assert t.stages["figures"].peak_rss >= t.stages["capture"].peak_rss + 64 * 2**20
     assert Timings.from_dict(json.loads(json.dumps(t.to_dict()))) == Timings.from_dict(t.to_dict())
     assert t.to_dict()["stages"]["figures"]["peak_rss"] == t.stages["figures"].peak_rss
     with pytest.raises(InputError, match=r"`timings.stages.capture.peak_rss` must be a number of bytes >= 0"):

@@ -971,7 +971,7 @@ def test_per_class_figures_on_small_arrays():
     p1 = scored.conf
     np.testing.assert_allclose(p1, 1 / (1 + np.exp(-t1)), rtol=1e-12, atol=1e-15)
     s = Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
-    out = pipeline.per_class(raw, scored, gt_cls, cal, s, ["a", "b", "c", "d", "e"])
+    out = pipeline.per_class_figures(raw, scored, gt_cls, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
         (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]
     assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
