@@ -181,8 +181,9 @@ class Settings:
         f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})", flag="--target-precision")
     delta: float = opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
                         "(default 0.1)", flag="--delta")
-    threshold_unit: Unit = opt("image", "independence unit of the precision test: image (default; boxes of one "
-                                "image are correlated) or box", flag="--threshold-unit", choices=("image", "box"))
+    threshold_unit: Unit = opt("image", "what the precision guarantee is over: image (default: the mean precision "
+                                "of the images that keep a box, valid over new images) or box (boxes as independent "
+                                "draws: no guarantee over images)", flag="--threshold-unit", choices=("image", "box"))
     threshold_fallback: Fallback = opt("global", "threshold of a class that cannot be certified: global (default: "
                                         "the global certified threshold) or drop (no box kept)",
                                         flag="--threshold-fallback", choices=("global", "drop"))

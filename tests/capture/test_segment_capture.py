@@ -132,14 +132,15 @@ def test_shapes_segment_model_equals_predict(shapes_seg_path, fixture_images):
 
 
 def test_capture_without_masks_keeps_the_boxes(fixture_images):
-    """masks=False: the same boxes (predict's empty-mask filter decided without rasterising), segm null."""
+    """payload=False (a segment model on box labels): the same boxes (predict's empty-mask filter decided
+    without rasterising), segm null."""
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
     with_masks = capture(segment_model("yolo26n-seg.yaml"), images, heads="auto", imgsz=320, conf=1e-3,
                          progress=False, workers=1)
     from det_calib.capture.predictor import Capturer
 
     without = Capturer(segment_model("yolo26n-seg.yaml"), heads="auto", imgsz=320, conf=1e-3, workers=1,
-                       masks=False)(images, progress=False)
+                       payload=False)(images, progress=False)
     assert without.schema["segm"] == pl.Binary and without["segm"].null_count() == without.height > 100
     assert without.drop("segm").equals(with_masks.drop("segm"))
 
