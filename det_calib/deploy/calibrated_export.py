@@ -228,7 +228,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
 def _write_onnx(info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None) -> Path:
     # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
     import onnx  # optional extra `onnx`: pip install 'det_calib[onnx]'
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper  # the same optional extra `onnx`
 
     model = onnx.load(str(info.model_file))
     graph = model.graph
