@@ -51,8 +51,14 @@ def make_data(n_img: int, n_box: int, n_cls: int, seed: int) -> dict:
     n_bg = n_box - src.size
     di = np.concatenate([gi[src], rng.integers(0, n_img, n_bg)])
     dc = np.concatenate([gc[src], rng.integers(0, n_cls - 1, n_bg)])
-    dx = np.concatenate([gx[src] + rng.normal(0, 6, (src.size, 4)),
-                         np.column_stack([q := rng.uniform(0, 560, (n_bg, 2)), q + rng.uniform(20, 80, (n_bg, 2))])])
+    dx = np.concatenate(
+        [
+            gx[src] + rng.normal(0, 6, (src.size, 4)),
+            np.column_stack(
+                [q := rng.uniform(0, 560, (n_bg, 2)), q + rng.uniform(20, 80, (n_bg, 2))]
+            ),
+        ]
+    )
     rare = rng.choice(n_box, 60, replace=False)  # the rare class: boxes of three images only
     dc[rare], di[rare] = n_cls - 1, rng.integers(0, 3, rare.size)
     z = rng.normal(-2.0, 2.0, n_box)
@@ -73,14 +79,22 @@ def old_replicates(kind: str, d: dict, *, n_boot: int, seed: int, thr: float) ->
     c, y = d["conf"], d["y"]
     if kind == "ece":
         cell = img * 15 + uniform_index(c, 15)
-        per = [np.bincount(cell, weights=v, minlength=n_img * 15).reshape(n_img, 15) for v in (np.ones_like(c), c, y)]
+        per = [
+            np.bincount(cell, weights=v, minlength=n_img * 15).reshape(n_img, 15)
+            for v in (np.ones_like(c), c, y)
+        ]
         for b in range(n_boot):
-            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(np.float64)
+            mult = np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img).astype(
+                np.float64
+            )
             count, s_conf, s_tgt = (mult @ t for t in per)
             total = count.sum()
             ne = count > 0
-            stats[b] = (np.sum(count[ne] / total * np.abs(s_tgt[ne] / count[ne] - s_conf[ne] / count[ne]))
-                        if total > 0 else np.nan)
+            stats[b] = (
+                np.sum(count[ne] / total * np.abs(s_tgt[ne] / count[ne] - s_conf[ne] / count[ne]))
+                if total > 0
+                else np.nan
+            )
         return stats
     if kind == "laece":
         t, k = metrics.as_unit(d["iou"], "target_iou"), metrics.as_int_ids(d["cls"], "cls")
@@ -124,7 +138,9 @@ def main() -> None:
     ap.add_argument("--boxes", type=int, default=35_000)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--n-boot", type=int, default=1000)
-    ap.add_argument("--threshold", type=float, default=0.25, help="operating threshold of kept ECE / LaECE_0")
+    ap.add_argument(
+        "--threshold", type=float, default=0.25, help="operating threshold of kept ECE / LaECE_0"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="runs per side; the median is reported")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -132,22 +148,41 @@ def main() -> None:
     d = make_data(args.images, args.boxes, args.classes, args.seed)
     _, img = np.unique(d["img"], return_inverse=True)
     kept = int((d["conf"] > args.threshold).sum())
-    print(f"bootstrap_ci, {args.n_boot} replicates; {args.boxes:,} boxes in {args.images} images, "
-          f"{args.classes} classes, {kept:,} above conf {args.threshold}")
+    print(
+        f"bootstrap_ci, {args.n_boot} replicates; {args.boxes:,} boxes in {args.images} images, "
+        f"{args.classes} classes, {kept:,} above conf {args.threshold}"
+    )
     print()
-    print(f"{'statistic':<12} {'before [s]':>11} {'after [s]':>10} {'speed-up':>9} {'max |rel diff|':>15}")
+    print(
+        f"{'statistic':<12} {'before [s]':>11} {'after [s]':>10} {'speed-up':>9} "
+        f"{'max |rel diff|':>15}"
+    )
     print(f"{'-' * 12} {'-' * 11} {'-' * 10} {'-' * 9} {'-' * 15}")
     tot_old = tot_new = 0.0
     for kind in ("ece", "laece", "kept_ece", "laece0"):
-        t_old, old = timed(functools.partial(old_replicates, kind, d, n_boot=args.n_boot, seed=0, thr=args.threshold),
-                           args.repeats)
+        t_old, old = timed(
+            functools.partial(
+                old_replicates, kind, d, n_boot=args.n_boot, seed=0, thr=args.threshold
+            ),
+            args.repeats,
+        )
         stat, arrays, method = new_call(kind, d, thr=args.threshold)
-        t_new, _ = timed(functools.partial(bootstrap_ci, stat, d["img"], *arrays, n_boot=args.n_boot, seed=0,
-                                           method=method), args.repeats)
-        new = metrics._replicates(stat, img, int(img.max()) + 1, [np.asarray(a) for a in arrays], args.n_boot, 0)
+        t_new, _ = timed(
+            functools.partial(
+                bootstrap_ci, stat, d["img"], *arrays, n_boot=args.n_boot, seed=0, method=method
+            ),
+            args.repeats,
+        )
+        new = metrics._replicates(
+            stat, img, int(img.max()) + 1, [np.asarray(a) for a in arrays], args.n_boot, 0
+        )
         assert np.array_equal(np.isnan(old), np.isnan(new)), kind
         ok = ~np.isnan(old)
-        rel = float(np.max(np.abs(new[ok] - old[ok]) / np.maximum(np.abs(old[ok]), 1e-300))) if ok.any() else 0.0
+        rel = (
+            float(np.max(np.abs(new[ok] - old[ok]) / np.maximum(np.abs(old[ok]), 1e-300)))
+            if ok.any()
+            else 0.0
+        )
         tot_old, tot_new = tot_old + t_old, tot_new + t_new
         print(f"{kind:<12} {t_old:>11.3f} {t_new:>10.3f} {t_old / t_new:>8.1f}x {rel:>15.1e}")
     print(f"{'all four':<12} {tot_old:>11.3f} {tot_new:>10.3f} {tot_old / tot_new:>8.1f}x")

@@ -73,7 +73,9 @@ def _split_yamls(data: str, splits: list[str], tmp: Path) -> list[str]:
 def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> dict[str, float]:
     """Run a command in a fresh process; its wall, CPU (user + sys) seconds and peak RSS (bytes)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     err = proc.stderr.read() if proc.stderr else ""
@@ -83,14 +85,27 @@ def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> dict[st
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", help="detector .pt (default: the demo detector)")
     ap.add_argument("--data", help="data.yaml (default: the demo dataset)")
-    ap.add_argument("--splits", nargs=2, default=("calib", "test"), help="fit and eval split (default calib test)")
+    ap.add_argument(
+        "--splits",
+        nargs=2,
+        default=("calib", "test"),
+        help="fit and eval split (default calib test)",
+    )
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder")
-    ap.add_argument("--baseline", help="another det_calib checkout whose calibrate runs in the same turns")
-    ap.add_argument("--doc", action="store_true", help="write the tables to docs/generated/bench_calibrate.md")
+    ap.add_argument(
+        "--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder"
+    )
+    ap.add_argument(
+        "--baseline", help="another det_calib checkout whose calibrate runs in the same turns"
+    )
+    ap.add_argument(
+        "--doc", action="store_true", help="write the tables to docs/generated/bench_calibrate.md"
+    )
     ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
     args = ap.parse_args()
 
@@ -102,10 +117,23 @@ def main() -> None:
         from det_calib import demo
 
         args.model, args.data = str(demo.demo_model()), str(demo.demo_data_yaml())
-    cal_opts = ["--model", args.model, "--data", args.data, "--fit-split", args.splits[0], "--eval-split",
-                args.splits[1], "-q", *args.extra]
+    cal_opts = [
+        "--model",
+        args.model,
+        "--data",
+        args.data,
+        "--fit-split",
+        args.splits[0],
+        "--eval-split",
+        args.splits[1],
+        "-q",
+        *args.extra,
+    ]
     print(f"model {args.model}\ndata  {args.data}  splits {args.splits[0]} + {args.splits[1]}")
-    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    print(
+        f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} "
+        "CPUs)"
+    )
     cal, val, reuse, timings, base = [], [], [], [], []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench_calibrate_") as tmp:
@@ -113,25 +141,65 @@ def main() -> None:
         yamls = _split_yamls(args.data, list(args.splits), Path(tmp))
         for r in range(args.repeats):
             out = str(Path(tmp) / f"run{r}")
-            cal.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", out], env))
+            cal.append(
+                _run(
+                    [sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", out],
+                    env,
+                )
+            )
             timings.append(json.loads((Path(out) / "calibration.json").read_text()).get("timings"))
             val.append(_run([sys.executable, "-c", VAL, args.model, *yamls], env))
             if args.baseline:
                 bout = str(Path(tmp) / f"base{r}")
-                base.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", bout],
-                                 {**env, "PYTHONPATH": str(Path(args.baseline).resolve())},
-                                 cwd=str(Path(args.baseline).resolve())))  # `-m` puts the cwd first on the path
+                base.append(
+                    _run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "det_calib.cli",
+                            "calibrate",
+                            *cal_opts,
+                            "--out",
+                            bout,
+                        ],
+                        {**env, "PYTHONPATH": str(Path(args.baseline).resolve())},
+                        cwd=str(Path(args.baseline).resolve()),
+                    )
+                )  # `-m` puts the cwd first on the path
                 if r == 0:
                     same = _same_figures(Path(out) / "summary.txt", Path(bout) / "summary.txt")
-                    print(f"  summary figures, this checkout vs baseline: {'identical' if same else 'DIFFERENT'}")
-            print(f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s ({cal[-1]['cpu']:.1f} s CPU), "
-                  f"val {val[-1]['wall']:.1f} s ({val[-1]['cpu']:.1f} s CPU)"
-                  + (f", baseline calibrate {base[-1]['wall']:.1f} s ({base[-1]['cpu']:.1f} s CPU)" if base else ""),
-                  flush=True)
+                    print(
+                        "  summary figures, this checkout vs baseline: "
+                        f"{'identical' if same else 'DIFFERENT'}"
+                    )
+            print(
+                f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s ({cal[-1]['cpu']:.1f} s CPU), "
+                f"val {val[-1]['wall']:.1f} s ({val[-1]['cpu']:.1f} s CPU)"
+                + (
+                    f", baseline calibrate {base[-1]['wall']:.1f} s ({base[-1]['cpu']:.1f} s CPU)"
+                    if base
+                    else ""
+                ),
+                flush=True,
+            )
         if args.boxes:
             for r in range(args.repeats):
-                reuse.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--boxes",
-                                   str(Path(tmp) / "run0"), "--out", str(Path(tmp) / f"reuse{r}")], env))
+                reuse.append(
+                    _run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "det_calib.cli",
+                            "calibrate",
+                            *cal_opts,
+                            "--boxes",
+                            str(Path(tmp) / "run0"),
+                            "--out",
+                            str(Path(tmp) / f"reuse{r}"),
+                        ],
+                        env,
+                    )
+                )
     load_after = os.getloadavg()
     print(f"load average after:  {' '.join(f'{x:.1f}' for x in load_after)}")
 
@@ -145,13 +213,21 @@ def main() -> None:
     if base:
         rows.append((f"baseline calibrate ({Path(args.baseline).name})", base))
     table = ["| | wall s | CPU s | peak RSS GiB |", "|---|---:|---:|---:|"]
-    table += [f"| {name} | {med(rr, 'wall'):.1f} | {med(rr, 'cpu'):.1f} | {med(rr, 'rss') / gib:.2f} |"
-              for name, rr in rows]
-    table.append(f"| **ratio calibrate / val** | **{med(cal, 'wall') / med(val, 'wall'):.2f}x** | "
-                 f"**{med(cal, 'cpu') / med(val, 'cpu'):.2f}x** | **{med(cal, 'rss') / med(val, 'rss'):.2f}x** |")
+    table += [
+        f"| {name} | {med(rr, 'wall'):.1f} | {med(rr, 'cpu'):.1f} | {med(rr, 'rss') / gib:.2f} |"
+        for name, rr in rows
+    ]
+    table.append(
+        f"| **ratio calibrate / val** | **{med(cal, 'wall') / med(val, 'wall'):.2f}x** | "
+        f"**{med(cal, 'cpu') / med(val, 'cpu'):.2f}x** | "
+        f"**{med(cal, 'rss') / med(val, 'rss'):.2f}x** |"
+    )
     if base:
-        table.append(f"| ratio baseline calibrate / val | {med(base, 'wall') / med(val, 'wall'):.2f}x | "
-                     f"{med(base, 'cpu') / med(val, 'cpu'):.2f}x | {med(base, 'rss') / med(val, 'rss'):.2f}x |")
+        table.append(
+            f"| ratio baseline calibrate / val | {med(base, 'wall') / med(val, 'wall'):.2f}x | "
+            f"{med(base, 'cpu') / med(val, 'cpu'):.2f}x | "
+            f"{med(base, 'rss') / med(val, 'rss'):.2f}x |"
+        )
     stage_table = _stage_table(timings, cal)
     print(f"\nmedian of {args.repeats} paired runs (calibrate, then val, in turn)")
     print("\n".join(table))
@@ -164,6 +240,7 @@ def main() -> None:
 
 def _same_figures(a: Path, b: Path) -> bool:
     """Whether two summaries say the same, their timing lines aside."""
+
     def lines(p: Path) -> list[str]:
         return [x for x in p.read_text().splitlines() if not x.startswith("time: ")]
 
@@ -184,28 +261,45 @@ def _stage_table(timings: list[dict | None], cal: list[dict[str, float]]) -> lis
         lines.append(f"| {n} | {w:.1f} | {c:.1f} |")
     rec = statistics.median(t["wall"] for t in got)
     ext = statistics.median(r["wall"] for r in cal)
-    lines.append(f"| **recorded total** | **{rec:.1f}** | **{statistics.median(t['cpu'] for t in got):.1f}** |")
-    lines.append(f"| measured from outside (process start to exit) | {ext:.1f} | "
-                 f"{statistics.median(r['cpu'] for r in cal):.1f} |")
+    lines.append(
+        f"| **recorded total** | **{rec:.1f}** | "
+        f"**{statistics.median(t['cpu'] for t in got):.1f}** |"
+    )
+    lines.append(
+        f"| measured from outside (process start to exit) | {ext:.1f} | "
+        f"{statistics.median(r['cpu'] for r in cal):.1f} |"
+    )
     lines.append(f"| recorded / measured wall | {rec / ext:.3f} | |")
     return lines
 
 
-def _write_doc(args: argparse.Namespace, table: list[str], stage_table: list[str],
-               load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
+def _write_doc(
+    args: argparse.Namespace,
+    table: list[str],
+    stage_table: list[str],
+    load_before: tuple[float, ...],
+    load_after: tuple[float, ...],
+) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from doc_table import write_doc_table
 
-    note = (f"Model `{Path(args.model).name}`, data `{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
-            f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
-            + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "")
-            + f". Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
-            f"OMP_NUM_THREADS={args.omp}); {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before and "
-            f"{load_after[0]:.1f} after (a shared machine: wall times are noisy, CPU times less so).")
+    note = (
+        f"Model `{Path(args.model).name}`, data "
+        f"`{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
+        f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
+        + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "")
+        + f". Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
+        f"OMP_NUM_THREADS={args.omp}); {os.cpu_count()} CPUs, load average {load_before[0]:.1f} "
+        "before and "
+        f"{load_after[0]:.1f} after (a shared machine: wall times are noisy, CPU times less so)."
+    )
     body = "\n".join(table)
     if stage_table:
-        body += ("\n\nWhere calibrate's time went (its own timing line, `calibration.json` `timings`; the stages "
-                 "are exclusive and add up to the recorded total):\n\n" + "\n".join(stage_table))
+        body += (
+            "\n\nWhere calibrate's time went (its own timing line, `calibration.json` `timings`; "
+            "the stages "
+            "are exclusive and add up to the recorded total):\n\n" + "\n".join(stage_table)
+        )
     write_doc_table("bench_calibrate", body, note=note)
 
 

@@ -52,7 +52,9 @@ def sklearn_same_fits(z, y, k, g, floors, n_folds=5):
     def lr(x, t, intercept=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return LogisticRegression(C=np.inf, fit_intercept=intercept, max_iter=1000).fit(x.reshape(len(t), -1), t)
+            return LogisticRegression(C=np.inf, fit_intercept=intercept, max_iter=1000).fit(
+                x.reshape(len(t), -1), t
+            )
 
     def hinges(x, knots):
         return np.column_stack([x] + [np.maximum(x - kn, 0.0) for kn in knots])
@@ -64,7 +66,9 @@ def sklearn_same_fits(z, y, k, g, floors, n_folds=5):
         "temperature": lambda x, t, c: lr(x, t, intercept=False),
         "platt": lambda x, t, c: lr(x, t),
         "spline": lambda x, t, c: lr(hinges(x, np.quantile(x[t], [1 / 3, 2 / 3])), t),
-        "class-temperature": lambda x, t, c: [lr(x[c == j], t[c == j], False) for j in np.unique(c)],
+        "class-temperature": lambda x, t, c: [
+            lr(x[c == j], t[c == j], False) for j in np.unique(c)
+        ],
         "class-platt": lambda x, t, c: [lr(x[c == j], t[c == j]) for j in np.unique(c)],
         "isotonic": lambda x, t, c: iso(x, t),
         "class-isotonic": lambda x, t, c: [iso(x[c == j], t[c == j]) for j in np.unique(c)],
@@ -88,15 +92,25 @@ def main() -> None:
     z, y, k, g = data(args.n)
     floors = (0.0, 0.125)
     t0 = time.perf_counter()
-    sel = select_calibrator(z, y, classes=k, groups=g, min_conf=0.25, fit_min_confs=floors, n_folds=5, n_repeats=1)
+    sel = select_calibrator(
+        z, y, classes=k, groups=g, min_conf=0.25, fit_min_confs=floors, n_folds=5, n_repeats=1
+    )
     ours = time.perf_counter() - t0
     print(f"{args.n:,} boxes, 8 classes, 5-fold CV grouped by image, fit ranges {floors}")
-    print(f"det_calib select_calibrator, one 5-fold assignment (all {len(sel.candidates)} candidates + per-class "
-          f"shrinkage grid + refit): {ours:.2f} s; chosen {sel.chosen.name}")
+    print(
+        f"det_calib select_calibrator, one 5-fold assignment (all {len(sel.candidates)} candidates "
+        "+ per-class "
+        f"shrinkage grid + refit): {ours:.2f} s; chosen {sel.chosen.name}"
+    )
     t0 = time.perf_counter()
-    rep = select_calibrator(z, y, classes=k, groups=g, min_conf=0.25, fit_min_confs=floors, n_folds=5)
-    print(f"det_calib select_calibrator as `--method auto` runs it ({rep.n_repeats} assignments x 5 folds): "
-          f"{time.perf_counter() - t0:.2f} s; chosen {rep.chosen.name}")
+    rep = select_calibrator(
+        z, y, classes=k, groups=g, min_conf=0.25, fit_min_confs=floors, n_folds=5
+    )
+    print(
+        f"det_calib select_calibrator as `--method auto` runs it ({rep.n_repeats} assignments x 5 "
+        "folds): "
+        f"{time.perf_counter() - t0:.2f} s; chosen {rep.chosen.name}"
+    )
     if args.no_sklearn:
         return
     sk = sklearn_same_fits(z, y, k, g, floors)

@@ -46,8 +46,13 @@ def overhead(args) -> None:
     images = _demo_images("test", args.images)
     yolo = YOLO(model)
     imgsz = default_imgsz(yolo)
-    print(f"{len(images)} images, imgsz {imgsz}, batch 1 (both sides), device {args.device}, conf 0.001")
-    print(f"{'head':5s} {'plain predict [s]':>18s} {'capture [s]':>12s} {'ratio':>7s} {'boxes':>7s}")
+    print(
+        f"{len(images)} images, imgsz {imgsz}, batch 1 (both sides), device {args.device}, conf "
+        "0.001"
+    )
+    print(
+        f"{'head':5s} {'plain predict [s]':>18s} {'capture [s]':>12s} {'ratio':>7s} {'boxes':>7s}"
+    )
     for head in ("nms", "e2e"):
         kw = {"conf": 0.001, "imgsz": imgsz, "batch": 1, "device": args.device, "verbose": False}
         if head == "e2e":
@@ -90,9 +95,18 @@ def heads(args) -> None:
         assert df.height == sum(p.height for p in parts)
     a, b = statistics.median(one), statistics.median(two)
     ac, bc = statistics.median(one_cpu), statistics.median(two_cpu)
-    print(f"{len(images)} images, both heads, device {args.device}, {args.repeats} paired runs (median)")
-    print(f"one pass for both heads : wall {a:7.2f} s ({len(images) / a:6.1f} images/s)  cpu {ac:7.2f} s")
-    print(f"one pass per head (x2)  : wall {b:7.2f} s ({len(images) / b:6.1f} images/s)  cpu {bc:7.2f} s")
+    print(
+        f"{len(images)} images, both heads, device {args.device}, {args.repeats} paired runs "
+        "(median)"
+    )
+    print(
+        f"one pass for both heads : wall {a:7.2f} s ({len(images) / a:6.1f} images/s)  cpu "
+        f"{ac:7.2f} s"
+    )
+    print(
+        f"one pass per head (x2)  : wall {b:7.2f} s ({len(images) / b:6.1f} images/s)  cpu "
+        f"{bc:7.2f} s"
+    )
     print(f"ratio one/two           : wall {a / b:7.3f}  cpu {ac / bc:7.3f}")
 
 
@@ -137,34 +151,77 @@ def _one_size(args) -> None:
     stop.set()
     th.join()
     peak[0] = max(peak[0], proc.memory_info().rss)
-    print(json.dumps({"n": args.n, "wall": wall, "cpu": cpu, "rss_before": base, "rss_peak": peak[0],
-                      "rows": df.height, "table_bytes": df.estimated_size()}))
+    print(
+        json.dumps(
+            {
+                "n": args.n,
+                "wall": wall,
+                "cpu": cpu,
+                "rss_before": base,
+                "rss_peak": peak[0],
+                "rows": df.height,
+                "table_bytes": df.estimated_size(),
+            }
+        )
+    )
 
 
 def scaling(args) -> None:
     model = args.model or _demo_model()
     _scale_split(max(args.sizes))  # render once, outside the timed children
-    print(f"both heads, batch 1, device {args.device}; each size in a fresh process; RSS sampled every 20 ms")
-    print(f"{'images':>7s} {'wall [s]':>9s} {'ms/image':>9s} {'cpu ms/image':>13s} {'rows':>8s} {'table MiB':>10s} "
-          f"{'RSS start MiB':>14s} {'RSS peak MiB':>13s} {'growth KiB/image':>17s}")
-    table = ["| images | wall ms / image | CPU ms / image | box rows | table MiB | RSS start → peak MiB |",
-             "|---|---|---|---|---|---|"]
+    print(
+        f"both heads, batch 1, device {args.device}; each size in a fresh process; RSS sampled "
+        "every 20 ms"
+    )
+    print(
+        f"{'images':>7s} {'wall [s]':>9s} {'ms/image':>9s} {'cpu ms/image':>13s} {'rows':>8s} "
+        f"{'table MiB':>10s} "
+        f"{'RSS start MiB':>14s} {'RSS peak MiB':>13s} {'growth KiB/image':>17s}"
+    )
+    table = [
+        "| images | wall ms / image | CPU ms / image | box rows | table MiB | RSS start → peak MiB "
+        "|",
+        "|---|---|---|---|---|---|",
+    ]
     for n in args.sizes:
-        cmd = [sys.executable, __file__, "_one", "--n", str(n), "--model", model, "--device", args.device]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        cmd = [
+            sys.executable,
+            __file__,
+            "_one",
+            "--n",
+            str(n),
+            "--model",
+            model,
+            "--device",
+            args.device,
+        ]
+        out = (
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         r = json.loads(out)
         mib = 1 << 20
-        print(f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {1e3 * r['cpu'] / n:13.1f} {r['rows']:8d} "
-              f"{r['table_bytes'] / mib:10.1f} "
-              f"{r['rss_before'] / mib:14.0f} {r['rss_peak'] / mib:13.0f} "
-              f"{(r['rss_peak'] - r['rss_before']) / 1024 / n:17.1f}")
-        table.append(f"| {n:,} | {1e3 * r['wall'] / n:.1f} | {1e3 * r['cpu'] / n:.1f} | {r['rows']:,} | "
-                     f"{r['table_bytes'] / mib:.1f} | {r['rss_before'] / mib:.0f} → {r['rss_peak'] / mib:.0f} |")
+        print(
+            f"{n:7d} {r['wall']:9.1f} {1e3 * r['wall'] / n:9.1f} {1e3 * r['cpu'] / n:13.1f} "
+            f"{r['rows']:8d} "
+            f"{r['table_bytes'] / mib:10.1f} "
+            f"{r['rss_before'] / mib:14.0f} {r['rss_peak'] / mib:13.0f} "
+            f"{(r['rss_peak'] - r['rss_before']) / 1024 / n:17.1f}"
+        )
+        table.append(
+            f"| {n:,} | {1e3 * r['wall'] / n:.1f} | {1e3 * r['cpu'] / n:.1f} | {r['rows']:,} | "
+            f"{r['table_bytes'] / mib:.1f} | {r['rss_before'] / mib:.0f} → "
+            f"{r['rss_peak'] / mib:.0f} |"
+        )
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("capture_scaling", "\n".join(table),
-                        note="Both heads, batch 1, each size in a fresh process, RSS sampled every 20 ms.")
+        write_doc_table(
+            "capture_scaling",
+            "\n".join(table),
+            note="Both heads, batch 1, each size in a fresh process, RSS sampled every 20 ms.",
+        )
 
 
 def deploy(args) -> None:
@@ -182,8 +239,12 @@ def deploy(args) -> None:
     sp = load_split(load_data_yaml(demo_data_yaml()), "test")
     model = args.model or _demo_model()
     repo = Path(__file__).resolve().parents[1]
-    src = subprocess.run(["git", "-C", str(repo), "show", f"{args.old_rev}:det_calib/capture.py"],
-                         check=True, capture_output=True, text=True).stdout
+    src = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{args.old_rev}:det_calib/capture.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "old_capture.py"
         path.write_text(src)
@@ -191,17 +252,24 @@ def deploy(args) -> None:
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
         runs = {
-            f"old capture, one list ({args.old_rev})": old.capture(model, sp.images, head="nms", batch=16,
-                                                                   progress=False),
+            f"old capture, one list ({args.old_rev})": old.capture(
+                model, sp.images, head="nms", batch=16, progress=False
+            ),
             "this capture, batch 1": capture(model, sp.images, head="nms", progress=False),
         }
-    print(f"demo test split ({len(sp.images)} images), nms head, kept = conf > 0.25, ECE 15 bins, IoU 0.5")
+    print(
+        f"demo test split ({len(sp.images)} images), nms head, kept = conf > 0.25, ECE 15 bins, "
+        "IoU 0.5"
+    )
     for name, df in runs.items():
         m = match_table(df, sp.gt, iou_threshold=0.5)
         conf, ok, ign = df["conf"].to_numpy(), m["correct"].to_numpy(), m["ignore"].to_numpy()
         kept = (conf > 0.25) & ~ign
-        print(f"{name:32s} kept {int(kept.sum()):5d}  ECE {ece(conf[kept], ok[kept], n_bins=15):.4f}  "
-              f"(all boxes {df.height})")
+        print(
+            f"{name:32s} kept {int(kept.sum()):5d}  ECE {ece(conf[kept], ok[kept], n_bins=15):.4f} "
+            " "
+            f"(all boxes {df.height})"
+        )
     a, b = runs.values()
     print(f"identical tables: {a.equals(b)}")
 
@@ -219,12 +287,18 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=96, help="overhead/heads: test images")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[400, 1600, 3200], help="scaling: images per run")
-    ap.add_argument("--doc", action="store_true", help="scaling: also write docs/generated/capture_scaling.md")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[400, 1600, 3200], help="scaling: images per run"
+    )
+    ap.add_argument(
+        "--doc", action="store_true", help="scaling: also write docs/generated/capture_scaling.md"
+    )
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--old-rev", default="de5b95c", help="deploy: git revision of the old capture")
     args = ap.parse_args()
-    {"overhead": overhead, "heads": heads, "scaling": scaling, "deploy": deploy, "_one": _one_size}[args.what](args)
+    {"overhead": overhead, "heads": heads, "scaling": scaling, "deploy": deploy, "_one": _one_size}[
+        args.what
+    ](args)
 
 
 if __name__ == "__main__":

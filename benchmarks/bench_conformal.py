@@ -37,11 +37,18 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.thresholds.class_sets import LOGITS_FILE, ClassSets, class_probabilities, read_class_logits
+from det_calib.thresholds.class_sets import (
+    LOGITS_FILE,
+    ClassSets,
+    class_probabilities,
+    read_class_logits,
+)
 from det_calib.thresholds.risk_control import RiskTargets, control, figures, image_counts
 
 KEEP = 0.25  # class sets are for the boxes kept at the report's conf
-GRID = np.round(np.arange(0, 1000, 5) / 1000.0, 3)  # step 0.005 (the CLI uses 0.001): 200 points, faster
+GRID = np.round(
+    np.arange(0, 1000, 5) / 1000.0, 3
+)  # step 0.005 (the CLI uses 0.001): 200 points, faster
 
 
 def demo_case(run: Path, head: str, logits: Path | None = None):
@@ -69,10 +76,18 @@ def demo_case(run: Path, head: str, logits: Path | None = None):
         gt = load_split(load_data_yaml(rr.data), split, coco_gt=rr.settings.coco_gt)
         n_images, gt = len(gt.images), gt.gt.filter(~pl.col("crowd"))
         s = b.filter(pl.col("split") == split)
-        rows.append((s["calibrated"].to_numpy(), s["correct"].to_numpy(), s["cls"].to_numpy(),
-                     s["image_id"].to_numpy() + off))
+        rows.append(
+            (
+                s["calibrated"].to_numpy(),
+                s["correct"].to_numpy(),
+                s["cls"].to_numpy(),
+                s["image_id"].to_numpy() + off,
+            )
+        )
         objs.append((gt["image_id"].to_numpy() + off, gt["cls"].to_numpy()))
-        if kept_logits is not None:  # the boxes above the class-set conf (all above the file's floor)
+        if (
+            kept_logits is not None
+        ):  # the boxes above the class-set conf (all above the file's floor)
             pos, lgs = kept_logits
             r = s["_row"].to_numpy()
             full = np.zeros((len(r), lgs.shape[1]))
@@ -81,9 +96,19 @@ def demo_case(run: Path, head: str, logits: Path | None = None):
             extra.append((full, np.where(s["calibrated"].to_numpy() > KEEP, y, -1)))
         elif lg is not None:
             ls = lg.filter(pl.col("split") == split)
-            if ls.height != s.height or not np.allclose(ls["logit"].to_numpy(), s["logit"].to_numpy(), atol=1e-5):
-                raise SystemExit(f"{logits}: its {split} boxes are not the run's (capture with the run's settings)")
-            extra.append((np.stack(ls["logits"].to_list()), agnostic_true_class(ls, gt, iou=rr.settings.iou_match)))
+            if ls.height != s.height or not np.allclose(
+                ls["logit"].to_numpy(), s["logit"].to_numpy(), atol=1e-5
+            ):
+                raise SystemExit(
+                    f"{logits}: its {split} boxes are not the run's (capture with the run's "
+                    "settings)"
+                )
+            extra.append(
+                (
+                    np.stack(ls["logits"].to_list()),
+                    agnostic_true_class(ls, gt, iou=rr.settings.iou_match),
+                )
+            )
         off += n_images
     cat = [np.concatenate(x) for x in zip(*rows)]
     oi, oc = (np.concatenate(x) for x in zip(*objs))
@@ -102,9 +127,22 @@ def capture_logits(run: Path, out: Path, model: Path, head: str = "nms") -> None
     st, ds, frames = rr.settings, load_data_yaml(rr.data), []
     for split in (st.fit_split, st.eval_split):
         sp = load_split(ds, split, coco_gt=st.coco_gt)
-        frames.append(capture(str(model), sp.images, head=head, conf=st.conf_floor, iou=st.nms_iou,
-                              max_det=st.max_det, imgsz=st.imgsz, all_logits=True, progress=False, workers=1,
-                              split=split, image_names=sp.image_names()))
+        frames.append(
+            capture(
+                str(model),
+                sp.images,
+                head=head,
+                conf=st.conf_floor,
+                iou=st.nms_iou,
+                max_det=st.max_det,
+                imgsz=st.imgsz,
+                all_logits=True,
+                progress=False,
+                workers=1,
+                split=split,
+                image_names=sp.image_names(),
+            )
+        )
     pl.concat(frames).write_parquet(out)
     print(f"wrote {out}")
 
@@ -135,10 +173,14 @@ def sim_case(seed: int = 0, n_images: int = 1000, nc: int = 80):
     cls = np.where(wrong, (cls + rng.integers(1, 4, len(img))) % nc, cls)
     logits[np.arange(len(img)), cls] = z + 1
     tci = np.where(correct, true_cls, 0)
-    logits[np.arange(len(img)), tci] = np.where(correct, np.maximum(logits[np.arange(len(img)), tci],
-                                                                     z + rng.normal(0, 1.5, len(img))),
-                                                logits[np.arange(len(img)), tci])
-    correct = correct & (cls == true_cls)  # a class-aware match: a box of the wrong class is a false positive
+    logits[np.arange(len(img)), tci] = np.where(
+        correct,
+        np.maximum(logits[np.arange(len(img)), tci], z + rng.normal(0, 1.5, len(img))),
+        logits[np.arange(len(img)), tci],
+    )
+    correct = correct & (
+        cls == true_cls
+    )  # a class-aware match: a box of the wrong class is a false positive
     return score, correct, cls, img, n_images, oi, oc, (logits, true_cls)
 
 
@@ -197,7 +239,9 @@ def import_cods():
     return ConfidenceConformalizer, ODPredictions
 
 
-def cods_package_threshold(conf_by_image: list[np.ndarray], n_gt: np.ndarray, alpha: float) -> float:
+def cods_package_threshold(
+    conf_by_image: list[np.ndarray], n_gt: np.ndarray, alpha: float
+) -> float:
     """The conf threshold cods 0.2 itself calibrates (``ConfidenceConformalizer``, image-level guarantee,
     ``box_count_recall`` loss, its sequential scan up from conf 0) for the recall loss at ``alpha`` on images
     with these box confs and object counts; boxes with conf ``>=`` it are kept. Its localisation and
@@ -209,16 +253,30 @@ def cods_package_threshold(conf_by_image: list[np.ndarray], n_gt: np.ndarray, al
     import torch
 
     conformalizer, predictions = import_cods()
-    order = sorted(range(len(conf_by_image)), key=lambda i: len(conf_by_image[i]) == 0)  # cods reads image 0's
+    order = sorted(
+        range(len(conf_by_image)), key=lambda i: len(conf_by_image[i]) == 0
+    )  # cods reads image 0's
     unit = torch.tensor([0.0, 0.0, 1.0, 1.0])
     confs = [torch.tensor(conf_by_image[i], dtype=torch.float32) for i in order]
-    preds = predictions("bench", "calib", [str(i) for i in order], [torch.tensor([1, 1])] * len(order),
-                        [unit.repeat(int(n_gt[i]), 1) for i in order], [unit.repeat(len(c), 1) for c in confs],
-                        confs, [torch.zeros(int(n_gt[i]), dtype=torch.long) for i in order],
-                        [torch.tensor([[1.0, 0.0]]).repeat(len(c), 1) for c in confs], ["object", "other"])
+    preds = predictions(
+        "bench",
+        "calib",
+        [str(i) for i in order],
+        [torch.tensor([1, 1])] * len(order),
+        [unit.repeat(int(n_gt[i]), 1) for i in order],
+        [unit.repeat(len(c), 1) for c in confs],
+        confs,
+        [torch.zeros(int(n_gt[i]), dtype=torch.long) for i in order],
+        [torch.tensor([[1.0, 0.0]]).repeat(len(c), 1) for c in confs],
+        ["object", "other"],
+    )
     zero = lambda *_: torch.zeros(1)  # noqa: E731
-    cc = conformalizer(guarantee_level="image", matching_function="hausdorff", loss="box_count_recall",
-                       other_losses=[zero, zero])
+    cc = conformalizer(
+        guarantee_level="image",
+        matching_function="hausdorff",
+        loss="box_count_recall",
+        other_losses=[zero, zero],
+    )
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         cc.calibrate(preds, alpha=alpha, verbose=False)
     return float(1 - cc.lambda_plus)
@@ -234,21 +292,30 @@ def cods_package_rows(name, case, perms, r_targets, floor: float = 0.1) -> tuple
     for r_target in r_targets:
         per, sec = [], 0.0
         for p in perms:
-            cal, te = p[: m // 2], p[m // 2:]
+            cal, te = p[: m // 2], p[m // 2 :]
             inside = np.isin(img, cal) & (score > floor)
             by = [score[inside & (img == i)] for i in cal]
             t0 = time.perf_counter()
             thr = cods_package_threshold(by, gt[cal], 1 - r_target)
             sec += time.perf_counter() - t0
-            exact = np.unique(np.concatenate(by)) - 1e-7  # kept at grid[j] = conf >= the j-th box conf
-            c = image_counts(np.concatenate(by), np.zeros(sum(map(len, by)), bool),
-                             np.concatenate([np.full(len(b), k) for k, b in enumerate(by)]), gt[cal], grid=exact)
+            exact = (
+                np.unique(np.concatenate(by)) - 1e-7
+            )  # kept at grid[j] = conf >= the j-th box conf
+            c = image_counts(
+                np.concatenate(by),
+                np.zeros(sum(map(len, by)), bool),
+                np.concatenate([np.full(len(b), k) for k, b in enumerate(by)]),
+                gt[cal],
+                grid=exact,
+            )
             j = cods_rule(c, 1 - r_target)
             gap = max(gap, abs((exact[j] + 1e-7 if j >= 0 else 1.0) - thr))
             tr = np.isin(img, te)
             remap = np.full(m, -1)
             remap[te] = np.arange(len(te))
-            tc = image_counts(score[tr], correct[tr], remap[img[tr]], gt[te], grid=np.array([thr - 1e-7]))
+            tc = image_counts(
+                score[tr], correct[tr], remap[img[tr]], gt[te], grid=np.array([thr - 1e-7])
+            )
             per.append((thr, figures(tc, thr - 1e-7)))
         out.append((r_target, per, sec))
     return out, gap
@@ -277,32 +344,59 @@ def targets_for(case_name: str) -> list[tuple[str, dict]]:
     rec = (0.4, 0.5, 0.6)
     prec = (0.6, 0.7, 0.8)
     fp = (0.5, 1.0, 2.0)
-    out = [("precision/img", {"precision": p}) for p in prec]  # the default unit: images that keep a box
-    out += [("precision", {"precision": p, "precision_unit": "pooled", "fp_cap": 25.0}) for p in prec]
-    out += [("precision", {"precision": 0.7, "precision_unit": "pooled", "fp_cap": 300.0})]  # no assumption
+    out = [
+        ("precision/img", {"precision": p}) for p in prec
+    ]  # the default unit: images that keep a box
+    out += [
+        ("precision", {"precision": p, "precision_unit": "pooled", "fp_cap": 25.0}) for p in prec
+    ]
+    out += [
+        ("precision", {"precision": 0.7, "precision_unit": "pooled", "fp_cap": 300.0})
+    ]  # no assumption
     out += [("recall", {"recall": r}) for r in rec]
     out += [("fp", {"max_fp": k, "fp_cap": 25.0}) for k in fp]
-    out += [("fp", {"max_fp": 2.0, "fp_cap": 300.0})]  # the unconditional cap (max_det): nothing certified
+    out += [
+        ("fp", {"max_fp": 2.0, "fp_cap": 300.0})
+    ]  # the unconditional cap (max_det): nothing certified
     out += [("recall", {"recall": r, "guarantee": "expectation"}) for r in rec]
-    both = {"precision": 0.65, "recall": 0.4} if case_name.startswith("demo") else {"precision": 0.75, "recall": 0.55}
+    both = (
+        {"precision": 0.65, "recall": 0.4}
+        if case_name.startswith("demo")
+        else {"precision": 0.75, "recall": 0.55}
+    )
     out += [("both/img", both), ("both", {**both, "precision_unit": "pooled", "fp_cap": 25.0})]
     return out
 
 
-def run_case(name: str, case, splits: int, deltas: list[float], seed: int, cods_splits: int = 0,
-             notes: list[str] | None = None) -> tuple[list[dict], list[dict]]:
+def run_case(
+    name: str,
+    case,
+    splits: int,
+    deltas: list[float],
+    seed: int,
+    cods_splits: int = 0,
+    notes: list[str] | None = None,
+) -> tuple[list[dict], list[dict]]:
     m = case[4]
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(m) for _ in range(splits)]
     package = None
-    if cods_splits:  # cods itself on the first splits: the same answer for every delta (in expectation)
+    if (
+        cods_splits
+    ):  # cods itself on the first splits: the same answer for every delta (in expectation)
         package, gap = cods_package_rows(name, case, perms[:cods_splits], (0.4, 0.5, 0.6))
         if notes is not None:
-            notes.append(f"{name}: cods 0.2's own ConfidenceConformalizer and the reimplemented rule (on a grid of "
-                         f"every box conf) chose thresholds at most {gap:.1e} apart on the first {cods_splits} "
-                         "splits x 3 targets.")
-    halves = [(counts_for(case, p[: m // 2]), counts_for(case, p[m // 2:])) for p in perms]
-    pool = counts_for(case, np.arange(m))  # every labelled image: the population the halves are drawn from
+            notes.append(
+                f"{name}: cods 0.2's own ConfidenceConformalizer and the reimplemented rule (on a "
+                "grid of "
+                f"every box conf) chose thresholds at most {gap:.1e} apart on the first "
+                f"{cods_splits} "
+                "splits x 3 targets."
+            )
+    halves = [(counts_for(case, p[: m // 2]), counts_for(case, p[m // 2 :])) for p in perms]
+    pool = counts_for(
+        case, np.arange(m)
+    )  # every labelled image: the population the halves are drawn from
     rows, cods_rows = [], []
     for delta in deltas:
         recall_runs = {}
@@ -324,28 +418,66 @@ def run_case(name: str, case, splits: int, deltas: list[float], seed: int, cods_
             sec = time.perf_counter() - t0
             rows.append(_row(name, risk, t, delta, splits, viol, abst, thr, risks, sec, pviol))
             if risk == "recall":
-                rule = "det_calib (expectation)" if t.guarantee == "expectation" else "det_calib (1-delta)"
+                rule = (
+                    "det_calib (expectation)"
+                    if t.guarantee == "expectation"
+                    else "det_calib (1-delta)"
+                )
                 recall_runs[(t.recall, rule)] = (per, sec)
         cods_rows += _cods_rows(name, halves, delta, recall_runs, package)
     return rows, cods_rows
 
 
 def _row(name, risk, t, delta, splits, viol, abst, thr, risks, sec, pviol) -> dict:
-    target = {"precision": t.precision, "precision/img": t.precision, "recall": t.recall, "fp": t.max_fp}.get(risk)
+    target = {
+        "precision": t.precision,
+        "precision/img": t.precision,
+        "recall": t.recall,
+        "fp": t.max_fp,
+    }.get(risk)
     tgt = f"P>={t.precision:g}, R>={t.recall:g}" if risk.startswith("both") else f"{target:g}"
-    tgt += f" (cap {t.fp_cap:g})" if risk == "fp" or (t.precision_unit == "pooled" and t.precision is not None) else ""
+    tgt += (
+        f" (cap {t.fp_cap:g})"
+        if risk == "fp" or (t.precision_unit == "pooled" and t.precision is not None)
+        else ""
+    )
     rate = viol / splits
     se = math.sqrt(delta * (1 - delta) / splits)
-    kind = "expectation" if t.guarantee == "expectation" and not risk.startswith("precision") else "1-delta"
-    if kind == "expectation":  # the promise is on the mean: the mean test recall within 2 SE of the target
+    kind = (
+        "expectation"
+        if t.guarantee == "expectation" and not risk.startswith("precision")
+        else "1-delta"
+    )
+    if (
+        kind == "expectation"
+    ):  # the promise is on the mean: the mean test recall within 2 SE of the target
         sem = float(np.std(risks, ddof=1) / math.sqrt(len(risks))) if len(risks) > 1 else math.inf
-        ok = "n/a" if not risks else ("yes (mean)" if np.mean(risks) >= t.recall - 2 * sem else "NO (mean)")
+        ok = (
+            "n/a"
+            if not risks
+            else ("yes (mean)" if np.mean(risks) >= t.recall - 2 * sem else "NO (mean)")
+        )
     else:
-        ok = ("yes" if rate <= delta + 2 * se else "NO") + " / " + ("yes" if pviol / splits <= delta + 2 * se else "NO")
-    return {"case": name, "risk": risk, "guarantee": kind, "target": tgt, "delta": delta, "violation": rate,
-            "pool_violation": pviol / splits,
-            "se": se, "within": ok, "abstain": abst / splits, "thr": float(np.mean(thr)) if thr else None,
-            "test_risk": float(np.mean(risks)) if risks else None, "sec": sec / splits}
+        ok = (
+            ("yes" if rate <= delta + 2 * se else "NO")
+            + " / "
+            + ("yes" if pviol / splits <= delta + 2 * se else "NO")
+        )
+    return {
+        "case": name,
+        "risk": risk,
+        "guarantee": kind,
+        "target": tgt,
+        "delta": delta,
+        "violation": rate,
+        "pool_violation": pviol / splits,
+        "se": se,
+        "within": ok,
+        "abstain": abst / splits,
+        "thr": float(np.mean(thr)) if thr else None,
+        "test_risk": float(np.mean(risks)) if risks else None,
+        "sec": sec / splits,
+    }
 
 
 def _cods_rows(name, halves, delta, recall_runs, package=None) -> list[dict]:
@@ -358,18 +490,34 @@ def _cods_rows(name, halves, delta, recall_runs, package=None) -> list[dict]:
             j = cods_rule(cal, 1 - r_target)
             if j >= 0:
                 per.append((float(cal.grid[j]), figures(te, float(cal.grid[j]))))
-        runs = {**{k[1]: (v[0], v[1], len(halves)) for k, v in recall_runs.items() if k[0] == r_target},
-                "CODS rule (reimpl.)": (per, time.perf_counter() - t0, len(halves))}
+        runs = {
+            **{k[1]: (v[0], v[1], len(halves)) for k, v in recall_runs.items() if k[0] == r_target},
+            "CODS rule (reimpl.)": (per, time.perf_counter() - t0, len(halves)),
+        }
         for rt, pp, sec in package or []:
             if rt == r_target:
                 runs[f"cods 0.2 itself ({len(pp)} splits)"] = (pp, sec, len(pp))
         for rule, (per, sec, n) in runs.items():
-            res = [(thr, fig["precision"] or 0.0, fig["recall_per_image"], fig["recall"]) for thr, fig in per]
+            res = [
+                (thr, fig["precision"] or 0.0, fig["recall_per_image"], fig["recall"])
+                for thr, fig in per
+            ]
             a = np.array(res) if res else np.full((1, 4), np.nan)
-            out.append({"case": name, "delta": delta, "recall": r_target, "rule": rule, "thr": a[:, 0].mean(),
-                        "precision": a[:, 1].mean(), "recall_img": a[:, 2].mean(), "recall_obj": a[:, 3].mean(),
-                        "violation": float(np.sum(a[:, 2] < r_target) / n) if res else None,
-                        "abstain": 1 - len(res) / n, "ms": 1000 * sec / n})
+            out.append(
+                {
+                    "case": name,
+                    "delta": delta,
+                    "recall": r_target,
+                    "rule": rule,
+                    "thr": a[:, 0].mean(),
+                    "precision": a[:, 1].mean(),
+                    "recall_img": a[:, 2].mean(),
+                    "recall_obj": a[:, 3].mean(),
+                    "violation": float(np.sum(a[:, 2] < r_target) / n) if res else None,
+                    "abstain": 1 - len(res) / n,
+                    "ms": 1000 * sec / n,
+                }
+            )
     return out
 
 
@@ -392,37 +540,71 @@ def class_set_rows(name, case, splits, alphas, seed) -> list[dict]:
             cov.append(s["coverage"])
             size.append(s["mean_size"])
         cov = np.array(cov)
-        out.append({"case": name, "alpha": alpha, "coverage": cov.mean(), "se": cov.std(ddof=1) / math.sqrt(splits),
-                    "below": float(np.mean(cov < 1 - alpha)), "size": float(np.mean(size))})
+        out.append(
+            {
+                "case": name,
+                "alpha": alpha,
+                "coverage": cov.mean(),
+                "se": cov.std(ddof=1) / math.sqrt(splits),
+                "below": float(np.mean(cov < 1 - alpha)),
+                "size": float(np.mean(size)),
+            }
+        )
     return out
 
 
 def tables(rows, cods_rows, cs_rows, note) -> str:
-    f = lambda x, d=3: "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"  # noqa: E731
-    out = ["| case | risk | guarantee | target | δ | violation rate (test half) | violation rate (all images) | MC SE "
-           "| ≤ δ + 2 SE (test / all) | abstain | mean thr | mean test risk | s/split |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x, d=3: (
+        "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+    )  # noqa: E731
+    out = [
+        "| case | risk | guarantee | target | δ | violation rate (test half) | violation rate (all "
+        "images) | MC SE "
+        "| ≤ δ + 2 SE (test / all) | abstain | mean thr | mean test risk | s/split |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['case']} | {r['risk']} | {r['guarantee']} | {r['target']} | {r['delta']:g} | "
-                   f"{f(r['violation'])} | {f(r['pool_violation'])} | {f(r['se'])} | {r['within']} | "
-                   f"{f(r['abstain'], 2)} | {f(r['thr'])} | "
-                   f"{f(r['test_risk'])} | {f(r['sec'], 4)} |")
-    out += ["", "Recall guarantee side by side with CODS's confidence rule (same splits, same boxes; recall = mean "
-            "per-image recall of matched objects on the test half; violation: test recall below the target):", "",
-            "| case | δ | target recall | rule | mean thr | test precision | test recall/img | test recall (objects) | "
-            "violation rate | abstain | ms/split |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {r['case']} | {r['risk']} | {r['guarantee']} | {r['target']} | {r['delta']:g} | "
+            f"{f(r['violation'])} | {f(r['pool_violation'])} | {f(r['se'])} | {r['within']} | "
+            f"{f(r['abstain'], 2)} | {f(r['thr'])} | "
+            f"{f(r['test_risk'])} | {f(r['sec'], 4)} |"
+        )
+    out += [
+        "",
+        "Recall guarantee side by side with CODS's confidence rule (same splits, same boxes; "
+        "recall = mean "
+        "per-image recall of matched objects on the test half; violation: test recall below the "
+        "target):",
+        "",
+        "| case | δ | target recall | rule | mean thr | test precision | test recall/img | test "
+        "recall (objects) | "
+        "violation rate | abstain | ms/split |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in cods_rows:
-        out.append(f"| {r['case']} | {r['delta']:g} | {r['recall']:g} | {r['rule']} | {f(r['thr'])} | "
-                   f"{f(r['precision'])} | {f(r['recall_img'])} | {f(r['recall_obj'])} | {f(r['violation'])} | "
-                   f"{f(r['abstain'], 2)} | {f(r['ms'], 1)} |")
+        out.append(
+            f"| {r['case']} | {r['delta']:g} | {r['recall']:g} | {r['rule']} | {f(r['thr'])} | "
+            f"{f(r['precision'])} | {f(r['recall_img'])} | {f(r['recall_obj'])} | "
+            f"{f(r['violation'])} | "
+            f"{f(r['abstain'], 2)} | {f(r['ms'], 1)} |"
+        )
     if cs_rows:
-        out += ["", f"Conformal class sets (split conformal on the kept (conf > {KEEP}) boxes that found an object, "
-                "class-agnostic matching; score 1 - p_true; coverage of the test half's such boxes):", "",
-                "| case | α | mean coverage | MC SE | splits below 1 - α | "
-                "mean set size |", "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            f"Conformal class sets (split conformal on the kept (conf > {KEEP}) boxes that found "
+            "an object, "
+            "class-agnostic matching; score 1 - p_true; coverage of the test half's such boxes):",
+            "",
+            "| case | α | mean coverage | MC SE | splits below 1 - α | mean set size |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in cs_rows:
-            out.append(f"| {r['case']} | {r['alpha']:g} | {f(r['coverage'])} | {f(r['se'], 4)} | {f(r['below'], 2)} | "
-                       f"{f(r['size'], 2)} |")
+            out.append(
+                f"| {r['case']} | {r['alpha']:g} | {f(r['coverage'])} | {f(r['se'], 4)} | "
+                f"{f(r['below'], 2)} | "
+                f"{f(r['size'], 2)} |"
+            )
     out += ["", note]
     return "\n".join(out)
 
@@ -434,13 +616,27 @@ def main() -> None:
     ap.add_argument("--deltas", type=float, nargs="+", default=[0.05, 0.1])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cases", nargs="+", default=["demo:nms", "demo:e2e", "sim-coco"])
-    ap.add_argument("--logits", type=Path, help="the demo's nms boxes captured again with all_logits (parquet), for "
-                    "the class sets on the demo")
-    ap.add_argument("--capture-logits", type=Path, metavar="OUT", help="capture the run's nms boxes with all_logits "
-                    "into OUT (a forward pass, with --model) and stop")
+    ap.add_argument(
+        "--logits",
+        type=Path,
+        help="the demo's nms boxes captured again with all_logits (parquet), for "
+        "the class sets on the demo",
+    )
+    ap.add_argument(
+        "--capture-logits",
+        type=Path,
+        metavar="OUT",
+        help="capture the run's nms boxes with all_logits "
+        "into OUT (a forward pass, with --model) and stop",
+    )
     ap.add_argument("--model", type=Path, default=Path("det_calib/demo/assets/yolo26n_shapes.pt"))
-    ap.add_argument("--cods-splits", type=int, default=0, help="also run cods 0.2 itself (the conformal extra) on "
-                    "the first N splits of --cods-cases (slow: seconds per split)")
+    ap.add_argument(
+        "--cods-splits",
+        type=int,
+        default=0,
+        help="also run cods 0.2 itself (the conformal extra) on "
+        "the first N splits of --cods-cases (slow: seconds per split)",
+    )
     ap.add_argument("--cods-cases", nargs="+", default=["demo:nms"])
     ap.add_argument("--doc", action="store_true", help="write docs/generated/conformal_validity.md")
     a = ap.parse_args()
@@ -449,19 +645,37 @@ def main() -> None:
         return
     rows, cods_rows, cs_rows, notes = [], [], [], []
     for name in a.cases:
-        case = demo_case(a.run, name.split(":")[1], a.logits) if name.startswith("demo") else sim_case(a.seed)
-        r, c = run_case(name, case, a.splits, a.deltas, a.seed, a.cods_splits if name in a.cods_cases else 0, notes)
+        case = (
+            demo_case(a.run, name.split(":")[1], a.logits)
+            if name.startswith("demo")
+            else sim_case(a.seed)
+        )
+        r, c = run_case(
+            name,
+            case,
+            a.splits,
+            a.deltas,
+            a.seed,
+            a.cods_splits if name in a.cods_cases else 0,
+            notes,
+        )
         rows += r
         cods_rows += c
         cs_rows += class_set_rows(name, case, a.splits, [0.05, 0.1, 0.2], a.seed)
         notes.append(f"{name}: {check_cods_loss(counts_for(case, np.arange(case[4])))}")
         print(f"{name}: done", flush=True)
-    note = (f"{a.splits} random half/half image-level splits per case, seed {a.seed}; grid step 0.005. Violation "
-            "rate (test half): the risk on the other half breaks the target; (all images): the risk over every "
-            "labelled image, the population the halves are drawn from. fp rows with cap 25 assume at most 25 false "
-            "positives per image (`--fp-cap 25`; one demo test image breaks it: 94 nms false positives at conf "
-            "0.1, 50 at 0.5); the cap-300 rows (max_det: no assumption) show what the unconditional bound costs. "
-            + " ".join(notes))
+    note = (
+        f"{a.splits} random half/half image-level splits per case, seed {a.seed}; grid step 0.005. "
+        "Violation "
+        "rate (test half): the risk on the other half breaks the target; (all images): the risk "
+        "over every "
+        "labelled image, the population the halves are drawn from. fp rows with cap 25 assume at "
+        "most 25 false "
+        "positives per image (`--fp-cap 25`; one demo test image breaks it: 94 nms false positives "
+        "at conf "
+        "0.1, 50 at 0.5); the cap-300 rows (max_det: no assumption) show what the unconditional "
+        "bound costs. " + " ".join(notes)
+    )
     text = tables(rows, cods_rows, cs_rows, note)
     print(text)
     if a.doc:
@@ -470,8 +684,12 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from doc_table import write_doc_table
 
-        write_doc_table("conformal_validity", text, command="python3 benchmarks/bench_conformal.py --run RUN "
-                        f"--splits {a.splits} --cods-splits {a.cods_splits} --doc")
+        write_doc_table(
+            "conformal_validity",
+            text,
+            command="python3 benchmarks/bench_conformal.py --run RUN "
+            f"--splits {a.splits} --cods-splits {a.cods_splits} --doc",
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,12 @@ def run(args: list[str]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", "det_calib.cli", "calibrate", "-q", *args], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "det_calib.cli", "calibrate", "-q", *args],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -41,7 +45,9 @@ def run(args: list[str]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--boxes", action="store_true", help="both from the first run's boxes (no forward pass)")
+    ap.add_argument(
+        "--boxes", action="store_true", help="both from the first run's boxes (no forward pass)"
+    )
     args = ap.parse_args()
     times: dict[str, list[tuple[float, float]]] = {"default": [], "temperature": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,12 +62,18 @@ def main() -> None:
                 times[name].append((w, c))
                 print(f"  {name:12s} run {i + 1}: wall {w:6.1f} s, CPU {c:6.1f} s", flush=True)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
+    med = {
+        k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+        for k, v in times.items()
+    }
     print(f"{'':14s} {'wall':>8s} {'CPU':>8s}")
     for k, (w, c) in med.items():
         print(f"{k:14s} {w:7.1f}s {c:7.1f}s")
     (wd, cd), (wt, ct) = med["default"], med["temperature"]
-    print(f"{'ratio':14s} {wd / wt:7.2f}x {cd / ct:7.2f}x   (default / temperature, medians of {args.repeats})")
+    print(
+        f"{'ratio':14s} {wd / wt:7.2f}x {cd / ct:7.2f}x   (default / temperature, medians of "
+        f"{args.repeats})"
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _run(command: str, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"}
-    r = subprocess.run([sys.executable, "-m", "det_calib.cli", command, "--out", str(out), "-q"],
-                       capture_output=True, text=True, env=env, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "det_calib.cli", command, "--out", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if r.returncode:
         raise SystemExit(f"bench_ensemble: {command} failed:\n{r.stderr[-3000:]}")
     return json.loads((out / "calibration.json").read_text())
@@ -37,9 +42,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--doc", metavar="NAME", help="also write the table to docs/generated/NAME.md")
     args = ap.parse_args()
-    rows = ["| repeat | calibrate one member, s wall / CPU | ensemble, s wall / CPU | members' captures, s wall / CPU "
-            "| ensemble / (calibrate + captures), wall / CPU | fusion chosen (nms; e2e) |",
-            "|---|---:|---:|---:|---:|---|"]
+    rows = [
+        "| repeat | calibrate one member, s wall / CPU | ensemble, s wall / CPU | members' "
+        "captures, s wall / CPU "
+        "| ensemble / (calibrate + captures), wall / CPU | fusion chosen (nms; e2e) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             order = ("calibrate", "ensemble") if r % 2 == 0 else ("ensemble", "calibrate")
@@ -48,12 +56,19 @@ def main() -> None:
             cap = ens["stages"]["capture"]
             heads = runs["ensemble"]["ensemble"]["heads"]
             chosen = "; ".join(f"{v['order']}, {v['score']}" for v in heads.values())
-            rows.append(f"| {r + 1} | {cal['wall']:.1f} / {cal['cpu']:.1f} | {ens['wall']:.1f} / {ens['cpu']:.1f} | "
-                        f"{cap['wall']:.1f} / {cap['cpu']:.1f} | {ens['wall'] / (cal['wall'] + cap['wall']):.2f}x / "
-                        f"{ens['cpu'] / (cal['cpu'] + cap['cpu']):.2f}x | {chosen} |")
+            rows.append(
+                f"| {r + 1} | {cal['wall']:.1f} / {cal['cpu']:.1f} | {ens['wall']:.1f} / "
+                f"{ens['cpu']:.1f} | "
+                f"{cap['wall']:.1f} / {cap['cpu']:.1f} | "
+                f"{ens['wall'] / (cal['wall'] + cap['wall']):.2f}x / "
+                f"{ens['cpu'] / (cal['cpu'] + cap['cpu']):.2f}x | {chosen} |"
+            )
             print(rows[-1], flush=True)
-    note = ("Each run in a fresh process, alternating; seconds from each run's `calibration.json` timings. "
-            "The target: the ensemble within 1.5x of one member's calibrate plus the members' captures.")
+    note = (
+        "Each run in a fresh process, alternating; seconds from each run's `calibration.json` "
+        "timings. "
+        "The target: the ensemble within 1.5x of one member's calibrate plus the members' captures."
+    )
     print("\n".join(rows))
     if args.doc:
         from doc_table import write_doc_table

@@ -30,7 +30,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="number of boxes (default 1,000,000)")
     ap.add_argument("--t-true", type=float, default=1.7, help="planted temperature (default 1.7)")
-    ap.add_argument("--repeats", type=int, default=3, help="det_calib runs; the median is reported (default 3)")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="det_calib runs; the median is reported (default 3)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -54,18 +56,29 @@ def main() -> None:
         warnings.simplefilter("ignore")
         ts.fit(conf, y.astype(np.float64))
     dt_netcal = time.perf_counter() - t0
-    t_netcal = 1.0 / float(np.asarray(ts.temperature).reshape(-1)[0])  # netcal stores the weight 1/T
+    t_netcal = 1.0 / float(
+        np.asarray(ts.temperature).reshape(-1)[0]
+    )  # netcal stores the weight 1/T
 
-    print(f"temperature fit, {args.n:,} boxes, z ~ N(-2, 3^2), planted T = {args.t_true}, "
-          f"{int(y.sum()):,} correct ({y.mean():.1%})")
+    print(
+        f"temperature fit, {args.n:,} boxes, z ~ N(-2, 3^2), planted T = {args.t_true}, "
+        f"{int(y.sum()):,} correct ({y.mean():.1%})"
+    )
     print()
     print(f"{'method':<44} {'time [s]':>10} {'T':>12}")
     print(f"{'-' * 44} {'-' * 10} {'-' * 12}")
-    print(f"{f'det_calib fit_temperature (median of {args.repeats})':<44} {dt_ours:>10.3f} {t_ours:>12.7f}")
+    print(
+        f"{f'det_calib fit_temperature (median of {args.repeats})':<44} {dt_ours:>10.3f} "
+        f"{t_ours:>12.7f}"
+    )
     print(f"{'netcal TemperatureScaling(detection=True)':<44} {dt_netcal:>10.3f} {t_netcal:>12.7f}")
     print()
-    print(f"det_calib is {dt_netcal / dt_ours:.1f}x faster; |T_det_calib - T_netcal| = {abs(t_ours - t_netcal):.2e} "
-          f"(relative {abs(t_ours - t_netcal) / t_ours:.2e}); det_calib runs: {', '.join(f'{t:.3f}' for t in times)} s")
+    print(
+        f"det_calib is {dt_netcal / dt_ours:.1f}x faster; |T_det_calib - T_netcal| = "
+        f"{abs(t_ours - t_netcal):.2e} "
+        f"(relative {abs(t_ours - t_netcal) / t_ours:.2e}); det_calib runs: "
+        f"{', '.join(f'{t:.3f}' for t in times)} s"
+    )
 
 
 if __name__ == "__main__":

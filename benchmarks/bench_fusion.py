@@ -79,8 +79,13 @@ def run_reference(img, mem, b, s, c, m, rule):
             continue
         mm = mem[lo:hi]
         parts = [np.flatnonzero(mm == k) + lo for k in range(m)]
-        rb, rs, rl = wbf([b[p] for p in parts], [s[p] for p in parts], [c[p] for p in parts], iou_thr=0.55,
-                         conf_type=ENSEMBLE_BOXES_CONF_TYPE[rule])
+        rb, rs, rl = wbf(
+            [b[p] for p in parts],
+            [s[p] for p in parts],
+            [c[p] for p in parts],
+            iou_thr=0.55,
+            conf_type=ENSEMBLE_BOXES_CONF_TYPE[rule],
+        )
         out.append((np.full(len(rs), i), rb, rs, rl))
     return tuple(np.concatenate([o[j] for o in out]) for j in range(4))
 
@@ -92,7 +97,9 @@ def _canon(g, bx, sc, lab):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", help="an ensemble run folder (its members.parquet); default: synthetic boxes")
+    ap.add_argument(
+        "--run", help="an ensemble run folder (its members.parquet); default: synthetic boxes"
+    )
     ap.add_argument("--head", default="nms")
     ap.add_argument("--rule", default="avg", choices=list(ENSEMBLE_BOXES_CONF_TYPE))
     ap.add_argument("--images", type=int, default=400)
@@ -101,7 +108,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--doc", metavar="NAME", help="also write the result to docs/generated/NAME.md")
     args = ap.parse_args()
-    data = from_run(args.run, args.head) if args.run else synthetic(args.images, args.members, args.dets)
+    data = (
+        from_run(args.run, args.head)
+        if args.run
+        else synthetic(args.images, args.members, args.dets)
+    )
     n_img = len(np.unique(data[0]))
     print(f"{len(data[3]):,} member boxes, {data[5]} members, {n_img} images, rule {args.rule}")
     times = {}
@@ -116,10 +127,17 @@ def main() -> None:
             ts.append(time.perf_counter() - t)
         times[name] = statistics.median(ts)
     a, r = (_canon(*got[k]) for k in got)
-    same = len(a[2]) == len(r[2]) and bool((a[0] == r[0]).all() and np.allclose(a[2], r[2], atol=1e-6)
-                                           and np.allclose(a[1], r[1], atol=1e-6) and (a[3] == r[3]).all())
-    lines = [f"{len(data[3]):,} member boxes, {data[5]} members, {n_img} images, rule {args.rule}",
-             f"fused boxes: {len(a[2]):,} (det_calib) vs {len(r[2]):,} (ensemble-boxes); equal to 1e-6: {same}"]
+    same = len(a[2]) == len(r[2]) and bool(
+        (a[0] == r[0]).all()
+        and np.allclose(a[2], r[2], atol=1e-6)
+        and np.allclose(a[1], r[1], atol=1e-6)
+        and (a[3] == r[3]).all()
+    )
+    lines = [
+        f"{len(data[3]):,} member boxes, {data[5]} members, {n_img} images, rule {args.rule}",
+        f"fused boxes: {len(a[2]):,} (det_calib) vs {len(r[2]):,} (ensemble-boxes); equal to 1e-6: "
+        f"{same}",
+    ]
     print(lines[-1])
     base = times["ensemble-boxes 1.0.9"]
     lines.append(f"{'':24} {'seconds':>9} {'ms / image':>11} {'vs ensemble-boxes':>18}")
@@ -129,8 +147,11 @@ def main() -> None:
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table(args.doc, "```\n" + "\n".join(lines) + "\n```",
-                        note=f"Medians of {args.repeats} runs; the ratios are what to read.")
+        write_doc_table(
+            args.doc,
+            "```\n" + "\n".join(lines) + "\n```",
+            note=f"Medians of {args.repeats} runs; the ratios are what to read.",
+        )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,13 @@ def workload(n_images: int, dets_per_image: int, seed: int = 0):
                 j = int(rng.choice(own))
                 m = mask_utils.decode(gt_rles[j])
                 op = rng.integers(3)
-                m = cv2.erode(m, kernel) if op == 0 else cv2.dilate(m, kernel) if op == 1 else np.roll(
-                    m, tuple(int(v) for v in rng.integers(-4, 5, 2)), axis=(0, 1))
+                m = (
+                    cv2.erode(m, kernel)
+                    if op == 0
+                    else cv2.dilate(m, kernel)
+                    if op == 1
+                    else np.roll(m, tuple(int(v) for v in rng.integers(-4, 5, 2)), axis=(0, 1))
+                )
                 rle = mask_utils.encode(np.asfortranarray(m))
                 c = int(gt_cls[j]) if rng.random() < 0.85 else int(rng.integers(len(CLASS_NAMES)))
             else:
@@ -65,22 +70,39 @@ def workload(n_images: int, dets_per_image: int, seed: int = 0):
     return sp, (np.array(di), np.array(dc), score, dr, gt_img, gt_cls, gt_rles, crowd)
 
 
-def coco_eval(sp, det_image, det_cls, det_score, det_rles, gt_image, gt_cls, gt_rles, gt_crowd, *, t):
+def coco_eval(
+    sp, det_image, det_cls, det_score, det_rles, gt_image, gt_cls, gt_rles, gt_crowd, *, t
+):
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
     gt = COCO()
     gt.dataset = {
-        "images": [{"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(sp.sizes)],
+        "images": [
+            {"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(sp.sizes)
+        ],
         "categories": [{"id": c} for c in range(len(CLASS_NAMES))],
-        "annotations": [{"id": k + 1, "image_id": int(i), "category_id": int(c), "segmentation": r,
-                         "area": float(mask_utils.area(r)), "bbox": mask_utils.toBbox(r).tolist(), "iscrowd": int(z)}
-                        for k, (i, c, r, z) in enumerate(zip(gt_image, gt_cls, gt_rles, gt_crowd))],
+        "annotations": [
+            {
+                "id": k + 1,
+                "image_id": int(i),
+                "category_id": int(c),
+                "segmentation": r,
+                "area": float(mask_utils.area(r)),
+                "bbox": mask_utils.toBbox(r).tolist(),
+                "iscrowd": int(z),
+            }
+            for k, (i, c, r, z) in enumerate(zip(gt_image, gt_cls, gt_rles, gt_crowd))
+        ],
     }
     with contextlib.redirect_stdout(io.StringIO()):
         gt.createIndex()
-        dt = gt.loadRes([{"image_id": int(i), "category_id": int(c), "segmentation": r, "score": float(s)}
-                         for i, c, r, s in zip(det_image, det_cls, det_rles, det_score)])
+        dt = gt.loadRes(
+            [
+                {"image_id": int(i), "category_id": int(c), "segmentation": r, "score": float(s)}
+                for i, c, r, s in zip(det_image, det_cls, det_rles, det_score)
+            ]
+        )
         ev = COCOeval(gt, dt, "segm")
         ev.params.iouThrs = np.array([t])
         ev.params.maxDets = [10_000]
@@ -104,7 +126,11 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=100)
     ap.add_argument("--dets", type=int, default=100)
     ap.add_argument("--iou", type=float, default=0.5)
-    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/bench_mask_matching.md")
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="also write the table to docs/generated/bench_mask_matching.md",
+    )
     args = ap.parse_args()
     sp, work = workload(args.images, args.dets)
     t0 = time.perf_counter()
@@ -113,8 +139,10 @@ def main() -> None:
     theirs, matched, ignored = coco_eval(sp, *work, t=args.iou)
     same = bool(np.array_equal(r.correct | r.ignore, matched) and np.array_equal(r.ignore, ignored))
     lines = [
-        "<!-- written by benchmarks/bench_mask_matching.py; rerun it with --doc to refresh, do not edit -->",
-        f"Mask matching at IoU {args.iou:g} on {args.images} demo test images ({sp.gt.height} GT masks, "
+        "<!-- written by benchmarks/bench_mask_matching.py; rerun it with --doc to refresh, do not "
+        "edit -->",
+        f"Mask matching at IoU {args.iou:g} on {args.images} demo test images ({sp.gt.height} GT "
+        "masks, "
         f"{len(work[0]):,} detection masks).",
         "",
         "| matcher | seconds | labels equal to pycocotools |",

@@ -21,7 +21,14 @@ import numpy as np
 from det_calib.matching.one_to_one import match_detections
 
 
-def make_workload(n_images: int, dets_per_image: int, *, gt_per_image: float = 10.0, n_classes: int = 8, seed: int = 0):
+def make_workload(
+    n_images: int,
+    dets_per_image: int,
+    *,
+    gt_per_image: float = 10.0,
+    n_classes: int = 8,
+    seed: int = 0,
+):
     rng = np.random.default_rng(seed)
     n_gt = rng.poisson(gt_per_image, n_images)
     gt_image = np.repeat(np.arange(n_images), n_gt)
@@ -39,7 +46,9 @@ def make_workload(n_images: int, dets_per_image: int, *, gt_per_image: float = 1
     # ~40% of detections are jittered copies of a GT box of their image
     near = (rng.random(n) < 0.4) & (n_gt[det_image] > 0)
     first_gt = np.concatenate([[0], np.cumsum(n_gt)[:-1]])
-    src = first_gt[det_image[near]] + (rng.random(near.sum()) * n_gt[det_image[near]]).astype(np.int64)
+    src = first_gt[det_image[near]] + (rng.random(near.sum()) * n_gt[det_image[near]]).astype(
+        np.int64
+    )
     size = np.tile(gt_xyxy[src, 2:] - gt_xyxy[src, :2], 2)
     box = gt_xyxy[src] + rng.normal(0, 0.12, (len(src), 4)) * size
     box[:, 2:] = np.maximum(box[:, 2:], box[:, :2] + 1)
@@ -49,7 +58,20 @@ def make_workload(n_images: int, dets_per_image: int, *, gt_per_image: float = 1
     return det_image, det_xyxy, det_cls, det_score, gt_image, gt_xyxy, gt_cls, gt_crowd
 
 
-def coco_eval(det_image, det_xyxy, det_cls, det_score, gt_image, gt_xyxy, gt_cls, gt_crowd, *, t, n_images, n_classes):
+def coco_eval(
+    det_image,
+    det_xyxy,
+    det_cls,
+    det_score,
+    gt_image,
+    gt_xyxy,
+    gt_cls,
+    gt_crowd,
+    *,
+    t,
+    n_images,
+    n_classes,
+):
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -62,15 +84,23 @@ def coco_eval(det_image, det_xyxy, det_cls, det_score, gt_image, gt_xyxy, gt_cls
             "images": [{"id": i} for i in range(n_images)],
             "categories": [{"id": c} for c in range(n_classes)],
             "annotations": [
-                {"id": k + 1, "image_id": int(i), "category_id": int(c), "bbox": xywh(b),
-                 "area": (b[2] - b[0]) * (b[3] - b[1]), "iscrowd": int(cr)}
+                {
+                    "id": k + 1,
+                    "image_id": int(i),
+                    "category_id": int(c),
+                    "bbox": xywh(b),
+                    "area": (b[2] - b[0]) * (b[3] - b[1]),
+                    "iscrowd": int(cr),
+                }
                 for k, (i, b, c, cr) in enumerate(zip(gt_image, gt_xyxy.tolist(), gt_cls, gt_crowd))
             ],
         }
         gt.createIndex()
         dt = gt.loadRes(
-            [{"image_id": int(i), "category_id": int(c), "bbox": xywh(b), "score": float(s)}
-             for i, b, c, s in zip(det_image, det_xyxy.tolist(), det_cls, det_score)]
+            [
+                {"image_id": int(i), "category_id": int(c), "bbox": xywh(b), "score": float(s)}
+                for i, b, c, s in zip(det_image, det_xyxy.tolist(), det_cls, det_score)
+            ]
         )
         ev = COCOeval(gt, dt, "bbox")
         ev.params.iouThrs = np.array([t])
@@ -112,8 +142,10 @@ def main() -> None:
     n, m = len(data[0]), len(data[4])
     elapsed, r = best_time(lambda: match_detections(*data, iou_threshold=args.iou), args.repeat)
     print(f"full: {args.images} images, {n:,} detections, {m:,} GT, IoU {args.iou}")
-    print(f"  det_calib: {elapsed:.2f} s (best of {args.repeat}); "
-          f"correct {r.correct.mean():.3f}, ignored {r.ignore.mean():.4f}")
+    print(
+        f"  det_calib: {elapsed:.2f} s (best of {args.repeat}); "
+        f"correct {r.correct.mean():.3f}, ignored {r.ignore.mean():.4f}"
+    )
 
     keep_d = data[0] < args.subset
     keep_g = data[4] < args.subset
@@ -125,7 +157,10 @@ def main() -> None:
     print(f"  det_calib: {t_ours:.3f} s, pycocotools: {t_coco:.2f} s, ratio {t_coco / t_ours:.0f}x")
     n_matched = int(((rs.correct | rs.ignore) != matched).sum())
     n_ignore = int((rs.ignore != ignored).sum())
-    print(f"  labels agree with pycocotools: {agree} ({n_matched} matched and {n_ignore} ignore flags differ)")
+    print(
+        f"  labels agree with pycocotools: {agree} ({n_matched} matched and {n_ignore} ignore "
+        "flags differ)"
+    )
 
 
 if __name__ == "__main__":

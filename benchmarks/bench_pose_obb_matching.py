@@ -32,7 +32,12 @@ from det_calib.demo.shapes_obb import write_obb_split  # noqa: E402
 from det_calib.demo.shapes_pose import write_pose_split  # noqa: E402
 from det_calib.tasks.obb_labels import load_obb_split, split_xywhr  # noqa: E402
 from det_calib.tasks.obb_matching import match_rotated  # noqa: E402
-from det_calib.tasks.pose_labels import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, load_pose_split, split_keypoints  # noqa: E402
+from det_calib.tasks.pose_labels import (  # noqa: E402
+    AREA_COLUMN,
+    NUM_KEYPOINTS_COLUMN,
+    load_pose_split,
+    split_keypoints,
+)
 from det_calib.tasks.pose_matching import match_keypoints, oks_sigmas  # noqa: E402
 
 
@@ -52,17 +57,37 @@ def bench_oks(root: Path, n: int, per_gt: int, rng) -> dict:
     g, gt = split_keypoints(sp), sp.gt
     src = _copies(rng, gt.height, per_gt)
     size = np.sqrt(gt[AREA_COLUMN].to_numpy())[src]
-    dk = g[src, :, :2] + rng.normal(size=(len(src), 5, 2)) * (rng.uniform(0.02, 0.3, len(src)) * size)[:, None, None]
-    args = (gt["image_id"].to_numpy()[src], gt["cls"].to_numpy()[src], rng.uniform(size=len(src)), dk,
-            gt["image_id"].to_numpy(), gt["cls"].to_numpy(), g, gt[AREA_COLUMN].to_numpy(),
-            gt.select("x1", "y1", "x2", "y2").to_numpy(), gt["crowd"].to_numpy(), gt[NUM_KEYPOINTS_COLUMN].to_numpy())
+    dk = (
+        g[src, :, :2]
+        + rng.normal(size=(len(src), 5, 2))
+        * (rng.uniform(0.02, 0.3, len(src)) * size)[:, None, None]
+    )
+    args = (
+        gt["image_id"].to_numpy()[src],
+        gt["cls"].to_numpy()[src],
+        rng.uniform(size=len(src)),
+        dk,
+        gt["image_id"].to_numpy(),
+        gt["cls"].to_numpy(),
+        g,
+        gt[AREA_COLUMN].to_numpy(),
+        gt.select("x1", "y1", "x2", "y2").to_numpy(),
+        gt["crowd"].to_numpy(),
+        gt[NUM_KEYPOINTS_COLUMN].to_numpy(),
+    )
     t0 = time.perf_counter()
     ours = match_keypoints(*args, oks_threshold=0.5, max_dets=100)
     t_ours = time.perf_counter() - t0
     ref, t_ref = _coco_keypoints(args)
-    return {"what": "OKS (keypoints)", "gt": gt.height, "dets": len(src), "ours": t_ours, "ref": t_ref,
-            "equal": bool(np.array_equal(ours.correct | ours.ignore, ref)),
-            "ref_name": "pycocotools `COCOeval(iouType='keypoints').evaluate()`"}
+    return {
+        "what": "OKS (keypoints)",
+        "gt": gt.height,
+        "dets": len(src),
+        "ours": t_ours,
+        "ref": t_ref,
+        "equal": bool(np.array_equal(ours.correct | ours.ignore, ref)),
+        "ref_name": "pycocotools `COCOeval(iouType='keypoints').evaluate()`",
+    }
 
 
 def _coco_keypoints(args) -> tuple[np.ndarray, float]:
@@ -71,15 +96,32 @@ def _coco_keypoints(args) -> tuple[np.ndarray, float]:
 
     di, dc, ds, dk, gi, gc, g, area, box, crowd, nk = args
     coco = COCO()
-    coco.dataset = {"images": [{"id": int(i)} for i in np.unique(np.r_[gi, di])],
-                    "categories": [{"id": c} for c in range(len(CLASS_NAMES))],
-                    "annotations": [{"id": j + 1, "image_id": int(gi[j]), "category_id": int(gc[j]),
-                                     "keypoints": g[j].reshape(-1).tolist(), "num_keypoints": int(nk[j]),
-                                     "area": float(area[j]), "iscrowd": int(crowd[j]),
-                                     "bbox": [box[j, 0], box[j, 1], box[j, 2] - box[j, 0], box[j, 3] - box[j, 1]]}
-                                    for j in range(len(gi))]}
-    dets = [{"image_id": int(i), "category_id": int(c), "score": float(s),
-             "keypoints": np.c_[k, np.ones(len(k))].reshape(-1).tolist()} for i, c, s, k in zip(di, dc, ds, dk)]
+    coco.dataset = {
+        "images": [{"id": int(i)} for i in np.unique(np.r_[gi, di])],
+        "categories": [{"id": c} for c in range(len(CLASS_NAMES))],
+        "annotations": [
+            {
+                "id": j + 1,
+                "image_id": int(gi[j]),
+                "category_id": int(gc[j]),
+                "keypoints": g[j].reshape(-1).tolist(),
+                "num_keypoints": int(nk[j]),
+                "area": float(area[j]),
+                "iscrowd": int(crowd[j]),
+                "bbox": [box[j, 0], box[j, 1], box[j, 2] - box[j, 0], box[j, 3] - box[j, 1]],
+            }
+            for j in range(len(gi))
+        ],
+    }
+    dets = [
+        {
+            "image_id": int(i),
+            "category_id": int(c),
+            "score": float(s),
+            "keypoints": np.c_[k, np.ones(len(k))].reshape(-1).tolist(),
+        }
+        for i, c, s, k in zip(di, dc, ds, dk)
+    ]
     matched = np.zeros(len(di), bool)
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
@@ -106,8 +148,10 @@ def bench_rotated(root: Path, n: int, per_gt: int, rng) -> dict:
     g, gi, gc = split_xywhr(sp), sp.gt["image_id"].to_numpy(), sp.gt["cls"].to_numpy()
     src = _copies(rng, len(g), per_gt)
     s = rng.uniform(0.02, 0.3, len(src))[:, None]
-    d = g[src] * (1 + rng.normal(size=(len(src), 5)) * s * [0.1, 0.1, 1, 1, 0]) + np.c_[
-        np.zeros((len(src), 4)), rng.normal(size=len(src)) * s[:, 0]]
+    d = (
+        g[src] * (1 + rng.normal(size=(len(src), 5)) * s * [0.1, 0.1, 1, 1, 0])
+        + np.c_[np.zeros((len(src), 4)), rng.normal(size=len(src)) * s[:, 0]]
+    )
     di, dc, ds = gi[src], gc[src], rng.uniform(size=len(src))
     order = np.lexsort((-ds, di))
     di, dc, ds, d = di[order], dc[order], ds[order], d[order]
@@ -118,31 +162,56 @@ def bench_rotated(root: Path, n: int, per_gt: int, rng) -> dict:
     t0 = time.perf_counter()
     for i in range(n):
         dm, gm = di == i, gi == i
-        preds = {"cls": torch.tensor(dc[dm], dtype=torch.float32), "bboxes": torch.tensor(d[dm], dtype=torch.float32)}
-        batch = {"cls": torch.tensor(gc[gm], dtype=torch.float32), "bboxes": torch.tensor(g[gm], dtype=torch.float32)}
+        preds = {
+            "cls": torch.tensor(dc[dm], dtype=torch.float32),
+            "bboxes": torch.tensor(d[dm], dtype=torch.float32),
+        }
+        batch = {
+            "cls": torch.tensor(gc[gm], dtype=torch.float32),
+            "bboxes": torch.tensor(g[gm], dtype=torch.float32),
+        }
         tp.append(v._process_batch(preds, batch)["tp"][:, 0])
     t_ref = time.perf_counter() - t0
-    return {"what": "rotated (ProbIoU)", "gt": len(g), "dets": len(d), "ours": t_ours, "ref": t_ref,
-            "equal": bool(np.array_equal(ours.correct, np.concatenate(tp))),
-            "ref_name": "Ultralytics `OBBValidator._process_batch`, image by image (10 thresholds, float32)"}
+    return {
+        "what": "rotated (ProbIoU)",
+        "gt": len(g),
+        "dets": len(d),
+        "ours": t_ours,
+        "ref": t_ref,
+        "equal": bool(np.array_equal(ours.correct, np.concatenate(tp))),
+        "ref_name": "Ultralytics `OBBValidator._process_batch`, image by image (10 thresholds, float32)",
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=100, help="demo test images (default 100)")
-    ap.add_argument("--per-gt", type=int, default=3, help="mean detections per ground truth (default 3)")
-    ap.add_argument("--doc", action="store_true", help="also write docs/generated/bench_pose_obb_matching.md")
+    ap.add_argument(
+        "--per-gt", type=int, default=3, help="mean detections per ground truth (default 3)"
+    )
+    ap.add_argument(
+        "--doc", action="store_true", help="also write docs/generated/bench_pose_obb_matching.md"
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [bench_oks(Path(tmp) / "pose", args.images, args.per_gt, rng),
-                bench_rotated(Path(tmp) / "obb", args.images, args.per_gt, rng)]
-    lines = [f"Matching at 0.5 on {args.images} demo test images, synthetic detections (noisy copies of the ground "
-             "truth).", "", "| matching | GT | detections | det_calib s | reference s | labels equal | reference |",
-             "|---|---:|---:|---:|---:|---|---|"]
+        rows = [
+            bench_oks(Path(tmp) / "pose", args.images, args.per_gt, rng),
+            bench_rotated(Path(tmp) / "obb", args.images, args.per_gt, rng),
+        ]
+    lines = [
+        f"Matching at 0.5 on {args.images} demo test images, synthetic detections (noisy copies of "
+        "the ground "
+        "truth).",
+        "",
+        "| matching | GT | detections | det_calib s | reference s | labels equal | reference |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['what']} | {r['gt']:,} | {r['dets']:,} | {r['ours']:.3f} | {r['ref']:.3f} "
-                     f"| {'yes' if r['equal'] else 'NO'} | {r['ref_name']} |")
+        lines.append(
+            f"| {r['what']} | {r['gt']:,} | {r['dets']:,} | {r['ours']:.3f} | {r['ref']:.3f} "
+            f"| {'yes' if r['equal'] else 'NO'} | {r['ref_name']} |"
+        )
     body = "\n".join(lines)
     if args.doc:
         write_doc_table("bench_pose_obb_matching", body)

@@ -104,7 +104,9 @@ print(json.dumps(t))
 
 def _python(code: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"}
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=REPO
+    )
     if r.returncode:
         raise SystemExit(f"bench_scale: a run failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -127,40 +129,70 @@ def _set(work: Path, n: int) -> Path:
 
 def _print_job(n: int, method: str, job: dict, ref: dict) -> None:
     ea = ref["evaluate"] + ref["accumulate"]
-    print(f"\n{n} images per split, --method {method}: {job['seconds']:.1f} s, peak RSS {_gib(job['peak_rss'])} "
-          f"(box table {_gib(job['table_bytes'])}, {job['boxes']:,} boxes; fixed part {_gib(job['fixed_rss'])}; "
-          f"2 x table + fixed = {_gib(2 * job['table_bytes'] + job['fixed_rss'])}); mAP engine {job['engine']}")
+    print(
+        f"\n{n} images per split, --method {method}: {job['seconds']:.1f} s, peak RSS "
+        f"{_gib(job['peak_rss'])} "
+        f"(box table {_gib(job['table_bytes'])}, {job['boxes']:,} boxes; fixed part "
+        f"{_gib(job['fixed_rss'])}; "
+        f"2 x table + fixed = {_gib(2 * job['table_bytes'] + job['fixed_rss'])}); mAP engine "
+        f"{job['engine']}"
+    )
     for st in job["stages"]:
         print(f"  {st['name']:<48} {st['seconds']:8.1f} s  peak {_gib(st['peak_rss'])}")
-    print(f"  pycocotools, nms head, test split ({ref['boxes']:,} boxes): loadRes {ref['loadRes']:.1f} s, "
-          f"evaluate {ref['evaluate']:.1f} s, accumulate {ref['accumulate']:.1f} s, peak {_gib(ref['peak_rss'])}")
-    print(f"  job / (evaluate + accumulate) = {job['seconds']:.1f} / {ea:.1f} = {job['seconds'] / ea:.2f}x", flush=True)
+    print(
+        f"  pycocotools, nms head, test split ({ref['boxes']:,} boxes): loadRes "
+        f"{ref['loadRes']:.1f} s, "
+        f"evaluate {ref['evaluate']:.1f} s, accumulate {ref['accumulate']:.1f} s, peak "
+        f"{_gib(ref['peak_rss'])}"
+    )
+    print(
+        f"  job / (evaluate + accumulate) = {job['seconds']:.1f} / {ea:.1f} = "
+        f"{job['seconds'] / ea:.2f}x",
+        flush=True,
+    )
 
 
-ISSUE_COLUMNS = {"fit and choice (CV with auto)": ("fit and choice",),
-                 "figures (mAP check, intervals, per class)": ("figures",)}
+ISSUE_COLUMNS = {
+    "fit and choice (CV with auto)": ("fit and choice",),
+    "figures (mAP check, intervals, per class)": ("figures",),
+}
 """The columns of issue 26's table, from the run's stages (a step's own parts are not timed: the figures
 stage holds the mAP check, the bootstrap intervals and the per-class figures)."""
 
 
 def _issue_row(n: int, method: str, job: dict, ref: dict) -> str:
     secs = {st["name"]: st["seconds"] for st in job["stages"]}
-    cells = [f"{sum(secs.get(s, 0.0) for s in parts):.0f} s" if any(s in secs for s in parts) else "–"
-             for parts in ISSUE_COLUMNS.values()]
+    cells = [
+        f"{sum(secs.get(s, 0.0) for s in parts):.0f} s" if any(s in secs for s in parts) else "–"
+        for parts in ISSUE_COLUMNS.values()
+    ]
     ratio = job["seconds"] / (ref["evaluate"] + ref["accumulate"])
-    return (f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s | " + " | ".join(cells)
-            + f" | {job['peak_rss'] / 2**30:.2f} GiB | {ratio:.2f}x |")
+    return (
+        f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s | "
+        + " | ".join(cells)
+        + f" | {job['peak_rss'] / 2**30:.2f} GiB | {ratio:.2f}x |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, nargs="+", default=[400, 1600, 5000])
     ap.add_argument("--method", nargs="+", default=["temperature", "auto"])
-    ap.add_argument("--work", type=Path, default=None, help="where the sets are written (kept; default a temp dir)")
-    ap.add_argument("--reuse-reference", action="store_true",
-                    help="take pycocotools' seconds from an earlier run on the same set (quick looks; the ratio "
-                         "is honest only when both ran under the same load)")
-    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/bench_scale.md")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="where the sets are written (kept; default a temp dir)",
+    )
+    ap.add_argument(
+        "--reuse-reference",
+        action="store_true",
+        help="take pycocotools' seconds from an earlier run on the same set (quick looks; the ratio "
+        "is honest only when both ran under the same load)",
+    )
+    ap.add_argument(
+        "--doc", action="store_true", help="also write the table to docs/generated/bench_scale.md"
+    )
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_scale_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -182,17 +214,25 @@ def main(argv: list[str] | None = None) -> int:
             _print_job(n, method, job, ref)
             per_image[method][n] = job["seconds"] / n
             rows.append(_issue_row(n, method, job, ref))
-    header = "| images per split | total | " + " | ".join(ISSUE_COLUMNS) + " | peak RSS | job / pycocotools |"
+    header = (
+        "| images per split | total | "
+        + " | ".join(ISSUE_COLUMNS)
+        + " | peak RSS | job / pycocotools |"
+    )
     table = "\n".join([header, "|---" * (len(ISSUE_COLUMNS) + 4) + "|", *rows])
     print("\n" + table)
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("bench_scale", table, note=f"Load average {os.getloadavg()[0]:.1f} at the end.")
+        write_doc_table(
+            "bench_scale", table, note=f"Load average {os.getloadavg()[0]:.1f} at the end."
+        )
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())
-        change = f"; 1,600 -> 5,000: {d[5000] / d[1600] - 1:+.1%}" if 1600 in d and 5000 in d else ""
+        change = (
+            f"; 1,600 -> 5,000: {d[5000] / d[1600] - 1:+.1%}" if 1600 in d and 5000 in d else ""
+        )
         print(f"  --method {method}: {cells}{change}")
     return 0
 

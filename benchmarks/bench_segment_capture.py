@@ -44,9 +44,13 @@ def _runners(model: str, images: list[str]) -> dict:
     from det_calib.capture.predictor import Capturer
 
     yolo = YOLO(model)
-    caps = {"capture nms, no masks": Capturer(model, heads="nms", conf=0.001, workers=1, masks=False),
-            "capture nms, masks": Capturer(model, heads="nms", conf=0.001, workers=1, masks=True),
-            "capture both heads, no masks": Capturer(model, heads="auto", conf=0.001, workers=1, masks=False)}
+    caps = {
+        "capture nms, no masks": Capturer(model, heads="nms", conf=0.001, workers=1, masks=False),
+        "capture nms, masks": Capturer(model, heads="nms", conf=0.001, workers=1, masks=True),
+        "capture both heads, no masks": Capturer(
+            model, heads="auto", conf=0.001, workers=1, masks=False
+        ),
+    }
     kw = {"conf": 0.001, "batch": 1, "imgsz": caps["capture nms, masks"].imgsz, "verbose": False}
 
     def predict(ims):
@@ -70,27 +74,40 @@ def main() -> None:
     model = str(args.model or demo_segment_model())
     images = _images(args.images)
     run = _runners(model, images)
-    boxes = {k: f(images[:2]) for k, f in run.items()}  # warm-up (and the traced body's first shapes)
+    boxes = {
+        k: f(images[:2]) for k, f in run.items()
+    }  # warm-up (and the traced body's first shapes)
     wall: dict[str, list[float]] = {k: [] for k in CASES}
     cpu: dict[str, list[float]] = {k: [] for k in CASES}
     for r in range(args.repeats):
-        for k in CASES[r % len(CASES):] + CASES[:r % len(CASES)]:
+        for k in CASES[r % len(CASES) :] + CASES[: r % len(CASES)]:
             t, c = time.perf_counter(), time.process_time()
             boxes[k] = run[k](images)
             wall[k].append(time.perf_counter() - t)
             cpu[k].append(time.process_time() - c)
-    lines = ["| run | boxes | wall s (median) | CPU s (median) | wall / predict | CPU / predict |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| run | boxes | wall s (median) | CPU s (median) | wall / predict | CPU / predict |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for k in CASES:
         rw = statistics.median(a / b for a, b in zip(wall[k], wall["predict"]))
         rc = statistics.median(a / b for a, b in zip(cpu[k], cpu["predict"]))
-        lines.append(f"| {k} | {boxes[k]} | {statistics.median(wall[k]):.2f} | {statistics.median(cpu[k]):.2f} | "
-                     f"{rw:.2f} | {rc:.2f} |")
-    note = (f"{len(images)} test images of the shapes demo (box labels), `{os.path.basename(model)}`, conf 0.001, "
-            f"one image a forward pass, {args.repeats} alternating repeats; ratios are medians of the paired "
-            f"ratios. `predict` keeps the boxes whose mask at the letterboxed size has a pixel, the capture those "
-            f"of `retina_masks=True` (its boxes: what a deployment's `retina_masks=True` predict keeps); "
-            f"`predict`'s boxes are the nms head's.")
+        lines.append(
+            f"| {k} | {boxes[k]} | {statistics.median(wall[k]):.2f} | "
+            f"{statistics.median(cpu[k]):.2f} | "
+            f"{rw:.2f} | {rc:.2f} |"
+        )
+    note = (
+        f"{len(images)} test images of the shapes demo (box labels), `{os.path.basename(model)}`, "
+        "conf 0.001, "
+        f"one image a forward pass, {args.repeats} alternating repeats; ratios are medians of the "
+        "paired "
+        "ratios. `predict` keeps the boxes whose mask at the letterboxed size has a pixel, the "
+        "capture those "
+        "of `retina_masks=True` (its boxes: what a deployment's `retina_masks=True` predict "
+        "keeps); "
+        f"`predict`'s boxes are the nms head's."
+    )
     print(note)
     print("\n".join(lines))
     if args.doc:

@@ -86,28 +86,48 @@ json.dump(out, open(args["out"], "w"))
 THRESHOLD = 0.25
 DONE_MEAN, DONE_MAX = 0.85, 1.05
 
-TASK_MAPS = {"segment": (("box mAP", "eval.map_identical"), ("mask mAP", "eval.mask_map_identical")),
-             "pose": (("box mAP", "eval.map_identical"), ("OKS mAP", "eval.pose_map_identical"),
-                      ("Ultralytics pose val", "ultralytics_val.identical_at_equivalent_floor")),
-             "obb": (("hull box mAP", "eval.map_identical"),
-                     ("OBB mAP (Ultralytics val)", "ultralytics_val.identical_at_equivalent_floor")),
-             "detect": (("box mAP", "eval.map_identical"),)}
+TASK_MAPS = {
+    "segment": (("box mAP", "eval.map_identical"), ("mask mAP", "eval.mask_map_identical")),
+    "pose": (
+        ("box mAP", "eval.map_identical"),
+        ("OKS mAP", "eval.pose_map_identical"),
+        ("Ultralytics pose val", "ultralytics_val.identical_at_equivalent_floor"),
+    ),
+    "obb": (
+        ("hull box mAP", "eval.map_identical"),
+        ("OBB mAP (Ultralytics val)", "ultralytics_val.identical_at_equivalent_floor"),
+    ),
+    "detect": (("box mAP", "eval.map_identical"),),
+}
 """Per task, the mAP checks of the run's record a table shows: (heading, the head record's attribute path). The
 evaluator's are pycocotools' protocols (``bbox``, ``segm``, ``keypoints``); Ultralytics' val (one pass for both
 heads: box, mask, pose mAP, and an OBB model's rotated mAP) is identical where all its figures are."""
 
 
-def prediction_table(rows: list, payload: list | None = None, *, task: str = "segment") -> pl.DataFrame:
+def prediction_table(
+    rows: list, payload: list | None = None, *, task: str = "segment"
+) -> pl.DataFrame:
     """The child's kept boxes as a box table: ``image_id``, ``x1..y2``, ``conf``, ``cls`` and the task's payload.
 
     The payload column: ``segm`` (RLE counts, bytes) for a segment model, ``kpts`` (each box's K lists
     ``[x, y, conf]``) for pose, ``xywhr`` (``[cx, cy, w, h, angle]``) for OBB; none for a detector.
     """
     a = np.array(rows, dtype=np.float64).reshape(-1, 7)
-    t = pl.DataFrame({"image_id": a[:, 0].astype(np.int64), "x1": a[:, 1], "y1": a[:, 2], "x2": a[:, 3],
-                      "y2": a[:, 4], "conf": a[:, 5], "cls": a[:, 6].astype(np.int32)})
+    t = pl.DataFrame(
+        {
+            "image_id": a[:, 0].astype(np.int64),
+            "x1": a[:, 1],
+            "y1": a[:, 2],
+            "x2": a[:, 3],
+            "y2": a[:, 4],
+            "conf": a[:, 5],
+            "cls": a[:, 6].astype(np.int32),
+        }
+    )
     if task == "segment":
-        return t.with_columns(pl.Series("segm", [s.encode() for s in payload or []], dtype=pl.Binary))
+        return t.with_columns(
+            pl.Series("segm", [s.encode() for s in payload or []], dtype=pl.Binary)
+        )
     if task == "pose":
         return t.with_columns(pl.Series("kpts", payload or [], dtype=pl.List(pl.List(pl.Float64))))
     if task == "obb":
@@ -115,8 +135,16 @@ def prediction_table(rows: list, payload: list | None = None, *, task: str = "se
     return t
 
 
-def kept_set_figures(table: pl.DataFrame, split, *, match: str, threshold: float = THRESHOLD, iou: float = 0.5,
-                     n_bins: int = 15, sigmas=None) -> tuple[int, float]:
+def kept_set_figures(
+    table: pl.DataFrame,
+    split,
+    *,
+    match: str,
+    threshold: float = THRESHOLD,
+    iou: float = 0.5,
+    n_bins: int = 15,
+    sigmas=None,
+) -> tuple[int, float]:
     """``(kept boxes, kept-set ECE)`` of a predict table on a split, matched by the run's own ``match_split``.
 
     Args:
@@ -137,10 +165,14 @@ def kept_set_figures(table: pl.DataFrame, split, *, match: str, threshold: float
     from det_calib.metrics.operating_point import kept_ece
     from det_calib.tasks.match_rule import match_split
 
-    rule = MatchingRule(match, sigmas=tuple(float(x) for x in sigmas) if sigmas is not None else None)
+    rule = MatchingRule(
+        match, sigmas=tuple(float(x) for x in sigmas) if sigmas is not None else None
+    )
     kept = table.filter(pl.col("conf") > threshold)
     m = match_split(kept, split, rule, iou=iou, loc_iou=min(iou, 0.1)).filter(~pl.col("ignore"))
-    return m.height, kept_ece(m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=n_bins)
+    return m.height, kept_ece(
+        m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=n_bins
+    )
 
 
 @dataclass
@@ -169,12 +201,26 @@ class Case:
         return self.calibrated[1] / self.raw[1]
 
 
-def calibrate(model: str, data: str | None, limit: int | None, out: Path, extra: list[str], rerun: bool) -> None:
+def calibrate(
+    model: str, data: str | None, limit: int | None, out: Path, extra: list[str], rerun: bool
+) -> None:
     """``det-calib calibrate`` into ``out`` (skipped when ``out`` holds a finished run and not ``rerun``)."""
     if (out / "calibration.json").is_file() and not rerun:
         return
-    cmd = [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", model, "--out", str(out), "-q",
-           *(["--data", data] if data else []), *(["--limit", str(limit)] if limit else []), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "det_calib.cli",
+        "calibrate",
+        "--model",
+        model,
+        "--out",
+        str(out),
+        "-q",
+        *(["--data", data] if data else []),
+        *(["--limit", str(limit)] if limit else []),
+        *extra,
+    ]
     print("$", " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -186,7 +232,9 @@ def plain_predict(spec: dict) -> dict:
         subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], check=True, cwd=tmp)
         pred = json.loads((Path(tmp) / "pred.json").read_text())
     if pred["det_calib_loaded"]:
-        raise SystemExit("the child process imported det_calib: the check is not of plain Ultralytics")
+        raise SystemExit(
+            "the child process imported det_calib: the check is not of plain Ultralytics"
+        )
     return pred
 
 
@@ -197,8 +245,7 @@ def rule_split(run_model: str, data, split: str, by: str, n: int):
     from det_calib.capture.predictor import load_detector
     from det_calib.tasks.task_splits import load_task_split
 
-    task = (read_export(run_model).task if is_export(run_model)
-            else load_detector(run_model).task)
+    task = read_export(run_model).task if is_export(run_model) else load_detector(run_model).task
     return load_task_split(data, split, task=task, match=by, limit=n), task
 
 
@@ -213,14 +260,25 @@ def _case(res, head: str, size: str, n: int, by: str, task: str, fig: dict) -> C
     hr = res.head(head)
     ev = hr.eval
     before = ev.operating_before[0]
-    return Case(size=size, head=head, method=hr.calibrator.method if hr.calibrator else "?", images=n, match=by,
-                raw=fig["raw"], calibrated=fig["calibrated"], run_raw=before.ece,
-                run_calibrated=ev.operating_after[0].ece,
-                maps={name: _attr(hr, path) for name, path in TASK_MAPS.get(task, TASK_MAPS["detect"])},
-                task=task, raw_at_floor=before.at_floor)
+    return Case(
+        size=size,
+        head=head,
+        method=hr.calibrator.method if hr.calibrator else "?",
+        images=n,
+        match=by,
+        raw=fig["raw"],
+        calibrated=fig["calibrated"],
+        run_raw=before.ece,
+        run_calibrated=ev.operating_after[0].ece,
+        maps={name: _attr(hr, path) for name, path in TASK_MAPS.get(task, TASK_MAPS["detect"])},
+        task=task,
+        raw_at_floor=before.at_floor,
+    )
 
 
-def measure_run(run: Path, size: str, match: str | None, calibrated: Path | None = None) -> list[Case]:
+def measure_run(
+    run: Path, size: str, match: str | None, calibrated: Path | None = None
+) -> list[Case]:
     """The deployed figures of every head of a finished run (see the module docstring); ``calibrated``: what the
     user ships instead of the run's ``calibrated.pt`` (the calibrated engine of a run on an export)."""
     from det_calib.data.ground_truth import load_data_yaml
@@ -232,24 +290,53 @@ def measure_run(run: Path, size: str, match: str | None, calibrated: Path | None
     ids = pl.read_parquet(run / "boxes.parquet", columns=["split", "image_id"])
     n = int(ids.filter(pl.col("split") == st.eval_split)["image_id"].max()) + 1
     sp, task = rule_split(res.model, load_data_yaml(res.data), st.eval_split, by, n)
-    sigmas = res.matching.sigmas if by == "oks" and res.matching is not None and res.matching.by == "oks" else None
+    sigmas = (
+        res.matching.sigmas
+        if by == "oks" and res.matching is not None and res.matching.by == "oks"
+        else None
+    )
     cases = []
     for head in res.heads:
-        pred = plain_predict({"original": res.model, "calibrated": str(calibrated or run / "calibrated.pt"),
-                              "task": task, "conf": THRESHOLD, "nms": False if head == "e2e" else None,
-                              "imgsz": st.imgsz,
-                              "images": [str(p) for p in sp.images]})
+        pred = plain_predict(
+            {
+                "original": res.model,
+                "calibrated": str(calibrated or run / "calibrated.pt"),
+                "task": task,
+                "conf": THRESHOLD,
+                "nms": False if head == "e2e" else None,
+                "imgsz": st.imgsz,
+                "images": [str(p) for p in sp.images],
+            }
+        )
         if pred["task"] != task:
-            raise SystemExit(f"plain Ultralytics reads {res.model} as a {pred['task']} model, det_calib as {task}")
-        fig = {tag: kept_set_figures(prediction_table(pred[tag]["rows"], pred[tag]["payload"], task=task),
-                                     sp, match=by, iou=st.iou_match, n_bins=st.ece_bins, sigmas=sigmas)
-               for tag in ("raw", "calibrated")}
+            raise SystemExit(
+                f"plain Ultralytics reads {res.model} as a {pred['task']} model, det_calib as "
+                f"{task}"
+            )
+        fig = {
+            tag: kept_set_figures(
+                prediction_table(pred[tag]["rows"], pred[tag]["payload"], task=task),
+                sp,
+                match=by,
+                iou=st.iou_match,
+                n_bins=st.ece_bins,
+                sigmas=sigmas,
+            )
+            for tag in ("raw", "calibrated")
+        }
         cases.append(_case(res, head, size, n, by, task, fig))
     return cases
 
 
-def measure_sizes(model: str, data: str | None, limits: list[int], runs: Path, extra: list[str], rerun: bool,
-                  match: str | None) -> list[Case]:
+def measure_sizes(
+    model: str,
+    data: str | None,
+    limits: list[int],
+    runs: Path,
+    extra: list[str],
+    rerun: bool,
+    match: str | None,
+) -> list[Case]:
     """Calibrate (or reuse) one run per size under ``runs`` and measure each head; prints a line per case."""
     cases = []
     for limit in limits:
@@ -257,8 +344,13 @@ def measure_sizes(model: str, data: str | None, limits: list[int], runs: Path, e
         run = runs / (f"limit{limit}" if limit else "full")
         calibrate(model, data, limit or None, run, extra, rerun)
         for c in measure_run(run, size, match):
-            print(f"{size} [{c.head}] {c.method}, {MEASURE_WORDS[c.match]}: raw {c.raw[0]} boxes ECE {c.raw[1]:.4f}, "
-                  f"calibrated.pt {c.calibrated[0]} boxes ECE {c.calibrated[1]:.4f}, ratio {c.ratio:.3f}", flush=True)
+            print(
+                f"{size} [{c.head}] {c.method}, {MEASURE_WORDS[c.match]}: raw {c.raw[0]} boxes ECE "
+                f"{c.raw[1]:.4f}, "
+                f"calibrated.pt {c.calibrated[0]} boxes ECE {c.calibrated[1]:.4f}, ratio "
+                f"{c.ratio:.3f}",
+                flush=True,
+            )
             cases.append(c)
     return cases
 
@@ -273,26 +365,50 @@ def _yes(v: bool | None, no: str = "NO") -> str:
     return "-" if v is None else ("yes" if v else no)
 
 
-def table(cases: list[Case], model: str, *, floor: bool = False, shipped: str = "the run's `calibrated.pt`") -> str:
+def table(
+    cases: list[Case],
+    model: str,
+    *,
+    floor: bool = False,
+    shipped: str = "the run's `calibrated.pt`",
+) -> str:
     """The Markdown table of one model's cases and the verdict line; ``floor`` adds whether the run found the
     raw kept-set ECE at its sampling floor; ``shipped``: what the calibrated side is, in words."""
     predict = "`predict`, `retina_masks=True`" if cases[0].task == "segment" else "`predict`"
     maps = list(cases[0].maps)
-    lines = [f"Deployed kept-set ECE at conf {THRESHOLD} of `{model}` (plain Ultralytics {predict}) and of the "
-             f"{shipped}, on the run's eval split.", "",
-             "| size | head | method | images | matched by | raw boxes | raw ECE | calibrated boxes | calibrated ECE "
-             "| ratio | run's raw / calibrated ECE" + (" | raw at floor" if floor else "")
-             + "".join(f" | {m} identical" for m in maps) + " |",
-             "|---|---|---|---:|---|---:|---:|---:|---:|---:|---" + ("|---" if floor else "") + "|---" * len(maps)
-             + "|"]
+    lines = [
+        f"Deployed kept-set ECE at conf {THRESHOLD} of `{model}` (plain Ultralytics {predict}) and "
+        "of the "
+        f"{shipped}, on the run's eval split.",
+        "",
+        "| size | head | method | images | matched by | raw boxes | raw ECE | calibrated boxes | "
+        "calibrated ECE "
+        "| ratio | run's raw / calibrated ECE"
+        + (" | raw at floor" if floor else "")
+        + "".join(f" | {m} identical" for m in maps)
+        + " |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---"
+        + ("|---" if floor else "")
+        + "|---" * len(maps)
+        + "|",
+    ]
     for c in cases:
-        lines.append(f"| {c.size} | {c.head} | {c.method} | {c.images} | {MEASURE_WORDS[c.match]} | {c.raw[0]} "
-                     f"| {c.raw[1]:.4f} | {c.calibrated[0]} | {c.calibrated[1]:.4f} | {c.ratio:.3f} | {c.run_raw:.4f} "
-                     f"/ {c.run_calibrated:.4f}" + (f" | {_yes(c.raw_at_floor, 'no')}" if floor else "")
-                     + "".join(f" | {_yes(c.maps[m])}" for m in maps) + " |")
+        lines.append(
+            f"| {c.size} | {c.head} | {c.method} | {c.images} | {MEASURE_WORDS[c.match]} | "
+            f"{c.raw[0]} "
+            f"| {c.raw[1]:.4f} | {c.calibrated[0]} | {c.calibrated[1]:.4f} | {c.ratio:.3f} | "
+            f"{c.run_raw:.4f} "
+            f"/ {c.run_calibrated:.4f}"
+            + (f" | {_yes(c.raw_at_floor, 'no')}" if floor else "")
+            + "".join(f" | {_yes(c.maps[m])}" for m in maps)
+            + " |"
+        )
     mean, worst, ok = verdict(cases)
-    lines += ["", f"Ratio calibrated / raw: mean {mean:.3f} (target <= {DONE_MEAN}), largest {worst:.3f} "
-              f"(target <= {DONE_MAX}): {'met' if ok else 'NOT met'}."]
+    lines += [
+        "",
+        f"Ratio calibrated / raw: mean {mean:.3f} (target <= {DONE_MEAN}), largest {worst:.3f} "
+        f"(target <= {DONE_MAX}): {'met' if ok else 'NOT met'}.",
+    ]
     if floor:
         lines.append(floor_line(cases))
     return "\n".join(lines)
@@ -305,16 +421,28 @@ def floor_line(cases: list[Case]) -> str:
     at = sum(bool(c.raw_at_floor) for c in known)
     none = [c for c in cases if c.method == "none"]
     none_at = sum(bool(c.raw_at_floor) for c in none)
-    return (f"The raw kept-set ECE is within its sampling floor's range in {at} of {len(known)} cases (there no "
-            f"calibrator can be shown to do better); the run deployed no map in {len(none)} case(s), {none_at} of "
-            "them with the raw ECE at its floor.")
+    return (
+        f"The raw kept-set ECE is within its sampling floor's range in {at} of {len(known)} cases "
+        "(there no "
+        f"calibrator can be shown to do better); the run deployed no map in {len(none)} case(s), "
+        f"{none_at} of "
+        "them with the raw ECE at its floor."
+    )
 
 
 def add_arguments(ap: argparse.ArgumentParser, *, runs: str, match: tuple[str, ...]) -> None:
     """The options every deployed-ECE benchmark takes (sizes, run folders, rerun, matching, calibrate's)."""
     ap.add_argument("--data", help="data.yaml (default: the run's own default for the model)")
-    ap.add_argument("--limits", type=int, nargs="+", default=[64, 128, 0], help="sizes; 0 = the full splits")
+    ap.add_argument(
+        "--limits", type=int, nargs="+", default=[64, 128, 0], help="sizes; 0 = the full splits"
+    )
     ap.add_argument("--runs", type=Path, default=Path(runs), help="folder of the run folders")
-    ap.add_argument("--match", choices=match, help="match the deployed boxes by this (default: the run's)")
-    ap.add_argument("--rerun", action="store_true", help="calibrate again even where a finished run is found")
-    ap.add_argument("calibrate_args", nargs="*", help="after --: more options of det-calib calibrate")
+    ap.add_argument(
+        "--match", choices=match, help="match the deployed boxes by this (default: the run's)"
+    )
+    ap.add_argument(
+        "--rerun", action="store_true", help="calibrate again even where a finished run is found"
+    )
+    ap.add_argument(
+        "calibrate_args", nargs="*", help="after --: more options of det-calib calibrate"
+    )

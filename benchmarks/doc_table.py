@@ -23,8 +23,14 @@ GENERATED = ROOT / "docs" / "generated"
 
 def _commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -39,7 +45,12 @@ def write_doc_table(name: str, body: str, *, note: str = "", command: str | None
     command = command or "python3 " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     head = f"<!-- written by benchmarks/{Path(sys.argv[0]).name}; rerun it with --doc to refresh, do not edit -->\n"
-    text = head + f"*Measured {when} on commit {_commit()}: `{command}`.*" + (f" {note}" if note else "") + "\n\n"
+    text = (
+        head
+        + f"*Measured {when} on commit {_commit()}: `{command}`.*"
+        + (f" {note}" if note else "")
+        + "\n\n"
+    )
     text += body.rstrip("\n") + "\n"
     GENERATED.mkdir(parents=True, exist_ok=True)
     path = GENERATED / f"{name}.md"

@@ -73,8 +73,12 @@ def run_variant(out: Path) -> None:
     calibrate(demo_model(), fixture_data_yaml(), out=out, n_boot=50, progress=False, report=False)
     import det_calib
 
-    info = {"threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.enabled,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "det_calib": det_calib.__file__}
+    info = {
+        "threads": torch.get_num_threads(),
+        "mkldnn": torch.backends.mkldnn.enabled,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "det_calib": det_calib.__file__,
+    }
     (out / "variant.json").write_text(json.dumps(info))
 
 
@@ -90,10 +94,14 @@ def leaves(x, path: str = "") -> dict[str, object]:
     return {path: x}
 
 
-def spreads(docs: dict[str, dict]) -> tuple[list[tuple[float, str, list]], list[tuple[float, str]], list[str]]:
+def spreads(
+    docs: dict[str, dict],
+) -> tuple[list[tuple[float, str, list]], list[tuple[float, str]], list[str]]:
     """(relative spread, key, values) of every float; (absolute spread, key) of floats below 1e-6;
     the keys of every exact leaf that differs."""
-    flat = {name: leaves({k: v for k, v in d.items() if k not in DROPPED}) for name, d in docs.items()}
+    flat = {
+        name: leaves({k: v for k, v in d.items() if k not in DROPPED}) for name, d in docs.items()
+    }
     keys = sorted(set().union(*flat.values()))
     rel, tiny, exact = [], [], []
     for k in keys:
@@ -121,7 +129,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
-    ap.add_argument("--keep", type=Path, help="keep each variant's calibration.json under this folder")
+    ap.add_argument(
+        "--keep", type=Path, help="keep each variant's calibration.json under this folder"
+    )
     ap.add_argument("--only", nargs="*", default=None, help="variants to run (default: all)")
     a = ap.parse_args()
     if a.variant:
@@ -134,8 +144,14 @@ def main() -> None:
         if not (out / "calibration.json").is_file():
             env = {**os.environ, **VARIANTS[name]}
             t = time.time()
-            subprocess.run([sys.executable, __file__, "--variant", name, "--out", str(out)], env=env, check=True)
-            print(f"{name}: {time.time() - t:.0f} s {(out / 'variant.json').read_text()}", flush=True)
+            subprocess.run(
+                [sys.executable, __file__, "--variant", name, "--out", str(out)],
+                env=env,
+                check=True,
+            )
+            print(
+                f"{name}: {time.time() - t:.0f} s {(out / 'variant.json').read_text()}", flush=True
+            )
         docs[name] = json.loads((out / "calibration.json").read_text())
     if REFERENCE.is_file():  # the pinned reference, written on another machine, as one more variant
         ref = json.loads(REFERENCE.read_text())
@@ -151,7 +167,10 @@ def main() -> None:
     print(f"\n{len(rel)} floats, largest relative spread {rel[0][0]:.3g} ({rel[0][1]})")
     for r, k, vals in rel[:10]:
         print(f"  {r:.3g}  {k}  {min(vals)!r} .. {max(vals)!r}")
-    print(f"floats with |value| < 1e-6: {len(tiny)}, largest absolute spread {tiny[0][0] if tiny else 0:.3g}")
+    print(
+        f"floats with |value| < 1e-6: {len(tiny)}, largest absolute spread "
+        f"{tiny[0][0] if tiny else 0:.3g}"
+    )
     for r, k, _ in rel:
         if k.startswith(".temperature."):
             print(f"  {k}: relative spread {r:.3g}")

@@ -39,11 +39,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ENGINES = ("pt", "litert_fp32", "litert_int8", "ncnn")
-EXPORTS = {"litert_fp32": ("demo.tflite", {"format": "litert"}),
-           "litert_int8": ("demo_int8.tflite", {"format": "litert", "int8": True}),
-           "ncnn": ("demo_ncnn_model", {"format": "ncnn"})}
-CALIBRATED = {"litert_fp32": "calibrated.tflite", "litert_int8": "calibrated_int8.tflite",
-              "ncnn": "calibrated_ncnn_model"}
+EXPORTS = {
+    "litert_fp32": ("demo.tflite", {"format": "litert"}),
+    "litert_int8": ("demo_int8.tflite", {"format": "litert", "int8": True}),
+    "ncnn": ("demo_ncnn_model", {"format": "ncnn"}),
+}
+CALIBRATED = {
+    "litert_fp32": "calibrated.tflite",
+    "litert_int8": "calibrated_int8.tflite",
+    "ncnn": "calibrated_ncnn_model",
+}
 
 
 def export_demo(folder: Path, data: Path, fraction: float) -> dict[str, Path]:
@@ -74,10 +79,16 @@ def eval_images(run: Path) -> list[Path]:
     from det_calib.record.run_result import RunResult
 
     r = RunResult.read(run / "calibration.json")
-    return list(load_split(load_data_yaml(r.data), r.settings.eval_split, limit=r.head("nms").eval.images).images)
+    return list(
+        load_split(
+            load_data_yaml(r.data), r.settings.eval_split, limit=r.head("nms").eval.images
+        ).images
+    )
 
 
-def threshold_check(export: Path, run: Path, raw_conf: float, conf: float = 0.25) -> tuple[int, int, int]:
+def threshold_check(
+    export: Path, run: Path, raw_conf: float, conf: float = 0.25
+) -> tuple[int, int, int]:
     """Plain ``predict(conf=raw_conf)`` on the raw export against the run's calibrated set at ``conf``:
     (images, boxes kept by predict, images whose kept confs differ from the calibrated set's)."""
     import polars as pl
@@ -86,7 +97,9 @@ def threshold_check(export: Path, run: Path, raw_conf: float, conf: float = 0.25
     from det_calib.record.run_result import RunResult
 
     split = RunResult.read(run / "calibration.json").settings.eval_split
-    ev = pl.read_parquet(run / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == split))
+    ev = pl.read_parquet(run / "boxes.parquet").filter(
+        (pl.col("head") == "nms") & (pl.col("split") == split)
+    )
     y = YOLO(str(export), task="detect")
     images = eval_images(run)
     kept = bad = 0
@@ -126,13 +139,24 @@ def calibrated_vs_map(raw: Path, cal: Path, run: Path, n_images: int) -> tuple[f
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/det_calib_engines_mobile"))
     ap.add_argument("--limit", type=int, help="first N images of each split")
-    ap.add_argument("--fraction", type=float, default=0.2, help="share of the calib split for INT8 statistics")
+    ap.add_argument(
+        "--fraction", type=float, default=0.2, help="share of the calib split for INT8 statistics"
+    )
     ap.add_argument("--n-boot", type=int, default=200)
-    ap.add_argument("--parity", type=int, default=50, help="eval images for the predict and calibrated-engine checks")
-    ap.add_argument("--doc", default="docs/generated/engines_mobile.md", help="table written here ('' for none)")
+    ap.add_argument(
+        "--parity",
+        type=int,
+        default=50,
+        help="eval images for the predict and calibrated-engine checks",
+    )
+    ap.add_argument(
+        "--doc", default="docs/generated/engines_mobile.md", help="table written here ('' for none)"
+    )
     a = ap.parse_args()
 
     from measure_engines import predict_parity
@@ -152,8 +176,17 @@ def main() -> None:
     for name in ENGINES:
         t0 = time.time()
         runs[name] = a.out / f"run_{name}"
-        calibrate(models[name], data, out=runs[name], head="nms", limit=a.limit, n_boot=a.n_boot, progress=False,
-                  run_val=name == "pt", report=False)
+        calibrate(
+            models[name],
+            data,
+            out=runs[name],
+            head="nms",
+            limit=a.limit,
+            n_boot=a.n_boot,
+            progress=False,
+            run_val=name == "pt",
+            report=False,
+        )
         seconds[name] = time.time() - t0
         print(f"calibrated {name} in {seconds[name]:.0f} s")
     compare_runs(*(str(r) for r in runs.values()), out_dir=a.out / "compare", labels=list(runs))
@@ -163,9 +196,21 @@ def main() -> None:
         run = load_run(runs[name])
         f = next(f for f in engine_figures(run, "nms") if f.conf == 0.25)
         rec = EngineRecord.read(runs[name] / ENGINE_FILE) if name != "pt" else None
-        rows.append(dict(name=name, engine=f.engine, method=run.head("nms").calibrator.method, kept=f.kept_raw,
-                         kept_cal=f.kept_calibrated, mean=f.mean_raw_conf, raw=f.ece_raw, cal=f.ece_calibrated,
-                         t=f.raw_conf, step=rec.score_step if rec else None, s=seconds[name]))
+        rows.append(
+            dict(
+                name=name,
+                engine=f.engine,
+                method=run.head("nms").calibrator.method,
+                kept=f.kept_raw,
+                kept_cal=f.kept_calibrated,
+                mean=f.mean_raw_conf,
+                raw=f.ece_raw,
+                cal=f.ece_calibrated,
+                t=f.raw_conf,
+                step=rec.score_step if rec else None,
+                s=seconds[name],
+            )
+        )
 
     checks = []
     for name in EXPORTS:
@@ -177,38 +222,84 @@ def main() -> None:
         reexport_calibrated(models[name], models["pt"], runs[name] / "calibration.json", cal_path)
         t_export = time.time() - t0
         check_run = a.out / f"check_{name}"
-        calibrate(cal_path, data, out=check_run, head="nms", limit=a.limit, n_boot=a.n_boot, progress=False,
-                  method="temperature", report=False)
+        calibrate(
+            cal_path,
+            data,
+            out=check_run,
+            head="nms",
+            limit=a.limit,
+            n_boot=a.n_boot,
+            progress=False,
+            method="temperature",
+            report=False,
+        )
         plain = next(f for f in engine_figures(load_run(check_run), "nms") if f.conf == 0.25)
         dmap, nmap = calibrated_vs_map(models[name], cal_path, runs[name], a.parity)
-        checks.append(dict(engine=row["engine"], parity=worst, n_parity=n, n_img=n_img, kept=kept, bad=bad,
-                           cal_kept=plain.kept_raw, cal_ece=plain.ece_raw, run_ece=row["cal"],
-                           run_kept=row["kept_cal"], dmap=dmap, nmap=nmap, t_export=t_export))
+        checks.append(
+            dict(
+                engine=row["engine"],
+                parity=worst,
+                n_parity=n,
+                n_img=n_img,
+                kept=kept,
+                bad=bad,
+                cal_kept=plain.kept_raw,
+                cal_ece=plain.ece_raw,
+                run_ece=row["cal"],
+                run_kept=row["kept_cal"],
+                dmap=dmap,
+                nmap=nmap,
+                t_export=t_export,
+            )
+        )
 
-    split = "the full calib and test splits" if a.limit is None else f"the first {a.limit} images of each split"
-    lines = [f"<!-- written by benchmarks/measure_engines_mobile.py{'' if a.limit is None else f' --limit {a.limit}'}"
-             " -->",
-             f"Demo detector, head `nms`, fit `calib`, eval `test` ({split}); INT8 statistics on "
-             f"{a.fraction:.0%} of `calib`; `--method auto`. Kept-set ECE at conf 0.25 (15 bins, IoU 0.5).", "",
-             "| engine | chosen | kept at 0.25 raw | mean raw conf of kept | kept-set ECE raw → calibrated | ratio "
-             "| equivalent raw threshold | score step |",
-             "|---|---|---|---|---|---|---|---|"]
+    split = (
+        "the full calib and test splits"
+        if a.limit is None
+        else f"the first {a.limit} images of each split"
+    )
+    lines = [
+        "<!-- written by "
+        f"benchmarks/measure_engines_mobile.py{'' if a.limit is None else f' --limit {a.limit}'}"
+        " -->",
+        f"Demo detector, head `nms`, fit `calib`, eval `test` ({split}); INT8 statistics on "
+        f"{a.fraction:.0%} of `calib`; `--method auto`. Kept-set ECE at conf 0.25 (15 bins, IoU "
+        "0.5).",
+        "",
+        "| engine | chosen | kept at 0.25 raw | mean raw conf of kept | kept-set ECE raw → "
+        "calibrated | ratio "
+        "| equivalent raw threshold | score step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         step = "float" if r["step"] is None else f"{r['step']:.6g}"
         t = "per class" if r["t"] is None else f"{r['t']:.6f}"
-        lines.append(f"| {r['engine']} | {r['method']} | {r['kept']:,} | {r['mean']:.3f} | {r['raw']:.4f} → "
-                     f"{r['cal']:.4f} | {r['cal'] / r['raw']:.3f} | {t} | {step} |")
-    lines += ["", "Checks of each export (Ultralytics `predict` on the export, no det_calib in the loop):", "",
-              "| engine | captured conf vs `predict`, max diff | raw engine at its equivalent threshold: images "
-              "whose kept set differs from the calibrated set | calibrated engine (re-exported): kept at 0.25, "
-              "kept-set ECE vs the run's calibrated | its scores vs the calibrator on the raw engine's, max diff "
-              "| re-export (s) |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['engine']} | {r['method']} | {r['kept']:,} | {r['mean']:.3f} | {r['raw']:.4f} → "
+            f"{r['cal']:.4f} | {r['cal'] / r['raw']:.3f} | {t} | {step} |"
+        )
+    lines += [
+        "",
+        "Checks of each export (Ultralytics `predict` on the export, no det_calib in the loop):",
+        "",
+        "| engine | captured conf vs `predict`, max diff | raw engine at its equivalent threshold: "
+        "images "
+        "whose kept set differs from the calibrated set | calibrated engine (re-exported): kept at "
+        "0.25, "
+        "kept-set ECE vs the run's calibrated | its scores vs the calibrator on the raw engine's, "
+        "max diff "
+        "| re-export (s) |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in checks:
-        lines.append(f"| {c['engine']} | {c['parity']:.2e} ({c['n_parity']} images) | {c['bad']} of {c['n_img']} "
-                     f"({c['kept']:,} boxes kept) | {c['cal_kept']:,} vs {c['run_kept']:,}; {c['cal_ece']:.4f} vs "
-                     f"{c['run_ece']:.4f} (diff {abs(c['cal_ece'] - c['run_ece']):.4f}) | {c['dmap']:.2e} "
-                     f"({c['nmap']:,} boxes, {a.parity} images) | {c['t_export']:.0f} |")
+        lines.append(
+            f"| {c['engine']} | {c['parity']:.2e} ({c['n_parity']} images) | {c['bad']} of "
+            f"{c['n_img']} "
+            f"({c['kept']:,} boxes kept) | {c['cal_kept']:,} vs {c['run_kept']:,}; "
+            f"{c['cal_ece']:.4f} vs "
+            f"{c['run_ece']:.4f} (diff {abs(c['cal_ece'] - c['run_ece']):.4f}) | {c['dmap']:.2e} "
+            f"({c['nmap']:,} boxes, {a.parity} images) | {c['t_export']:.0f} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if a.doc:

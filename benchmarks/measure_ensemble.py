@@ -34,38 +34,55 @@ def _ece(op) -> str:
 
 
 def head_table(head: str, eh) -> list[str]:
-    rows = ["| head | model | mAP50-95 | mAP50 | kept-set ECE at 0.25, raw | calibrated [95% interval] | "
-            "calibrator | T |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| head | model | mAP50-95 | mAP50 | kept-set ECE at 0.25, raw | calibrated [95% interval] "
+        "| "
+        "calibrator | T |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in [*eh.members, eh.ensemble]:
         name = "**ensemble**" if m is eh.ensemble else f"`{m.name}`"
-        rows.append(f"| `{head}` | {name} | {_f(m.map50_95)} | {_f(m.map50)} | {_f(m.operating_before[0].ece)} | "
-                    f"{_ece(m.operating_after[0])} | {m.method} | {_f(m.temperature, '.3f')} |")
+        rows.append(
+            f"| `{head}` | {name} | {_f(m.map50_95)} | {_f(m.map50)} | "
+            f"{_f(m.operating_before[0].ece)} | "
+            f"{_ece(m.operating_after[0])} | {m.method} | {_f(m.temperature, '.3f')} |"
+        )
     return rows
 
 
 def verdicts(head: str, eh) -> list[str]:
     best_map = max(eh.members, key=lambda m: m.map50_95 or -1.0)
-    best_cal = min(eh.members, key=lambda m: m.operating_after[0].ece if m.operating_after[0].ece is not None
-                   else float("inf"))
+    best_cal = min(
+        eh.members,
+        key=lambda m: (
+            m.operating_after[0].ece if m.operating_after[0].ece is not None else float("inf")
+        ),
+    )
     e, b = eh.ensemble, best_cal.operating_after[0]
     bound = b.ece_ci[1] if b.ece_ci else None
     n = len(eh.members)
     kept = sum(eh.agreement.values())
     return [
-        f"{head}: mAP50-95 ensemble {_f(e.map50_95)} vs best member {_f(best_map.map50_95)} ({best_map.name}): "
+        f"{head}: mAP50-95 ensemble {_f(e.map50_95)} vs best member {_f(best_map.map50_95)} "
+        f"({best_map.name}): "
         + ("met" if (e.map50_95 or 0) >= (best_map.map50_95 or 0) else "NOT met"),
-        f"{head}: calibrated kept-set ECE ensemble {_f(e.operating_after[0].ece)} vs best calibrated member "
+        f"{head}: calibrated kept-set ECE ensemble {_f(e.operating_after[0].ece)} vs best "
+        "calibrated member "
         f"{best_cal.name} {_ece(b)}, upper bound {_f(bound)}: "
         + ("met" if bound is not None and (e.operating_after[0].ece or 1) <= bound else "NOT met"),
-        f"{head}: all {n} members present in {100 * eh.agreement.get(n, 0) / max(kept, 1):.1f}% of the {kept} "
+        f"{head}: all {n} members present in {100 * eh.agreement.get(n, 0) / max(kept, 1):.1f}% of "
+        f"the {kept} "
         "fused boxes kept",
     ]
 
 
 def fusion_table(rec) -> list[str]:
     heads = list(rec.heads)
-    head_cols = " | ".join(f"`{h}` fit mAP50-95, CV kept ECE | `{h}` mAP50-95 | `{h}` kept ECE as fused → "
-                           "calibrated [interval]" for h in heads)
+    head_cols = " | ".join(
+        f"`{h}` fit mAP50-95, CV kept ECE | `{h}` mAP50-95 | `{h}` kept ECE as fused → "
+        "calibrated [interval]"
+        for h in heads
+    )
     rows = [f"| order | score rule | {head_cols} |", "|---|---|" + "---|---|---|" * len(heads)]
     cells = {h: {(r.order, r.score): r for r in rec.heads[h].table} for h in heads}
     for key in cells[heads[0]]:
@@ -75,8 +92,10 @@ def fusion_table(rec) -> list[str]:
             ci = r.kept_ece_calibrated_ci
             iv = f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""
             mark = " **chosen**" if key == rec.fusion_of(h) else ""
-            parts.append(f"{_f(r.fit_map50_95)}, {_f(r.cv_kept_ece)}{mark} | {_f(r.map50_95)} | "
-                         f"{_f(r.kept_ece_fused)} → {_f(r.kept_ece_calibrated)}{iv} ({r.method})")
+            parts.append(
+                f"{_f(r.fit_map50_95)}, {_f(r.cv_kept_ece)}{mark} | {_f(r.map50_95)} | "
+                f"{_f(r.kept_ece_fused)} → {_f(r.kept_ece_calibrated)}{iv} ({r.method})"
+            )
         rows.append(f"| {key[0]} | {key[1]} | " + " | ".join(parts) + " |")
     return rows
 

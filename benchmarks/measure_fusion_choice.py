@@ -50,13 +50,25 @@ def _f(x: float | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="an ensemble run folder (det-calib ensemble --out RUN)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[128, 400], help="fit-subset sizes (images)")
-    ap.add_argument("--seeds", type=int, nargs="*", default=[1, 2], help="random subsets of each size (besides "
-                    "the first N)")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[128, 400], help="fit-subset sizes (images)"
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=[1, 2],
+        help="random subsets of each size (besides the first N)",
+    )
     ap.add_argument("--n-boot", type=int, default=300, help="bootstrap resamples of the intervals")
     ap.add_argument("--swap", action="store_true", help="exchange the run's fit and eval splits")
-    ap.add_argument("--z-simpler", type=float, default=None, help="the rule's margin for a simpler fusion, in "
-                    "paired standard errors (default the rule's own)")
+    ap.add_argument(
+        "--z-simpler",
+        type=float,
+        default=None,
+        help="the rule's margin for a simpler fusion, in "
+        "paired standard errors (default the rule's own)",
+    )
     args = ap.parse_args()
     logging.disable(logging.INFO)
     if args.z_simpler is not None:
@@ -74,27 +86,48 @@ def main() -> None:
     result = RunResult.read(args.run / "calibration.json")
     rec = result.ensemble
     st = result.settings
-    fit_name, eval_name = (st.eval_split, st.fit_split) if args.swap else (st.fit_split, st.eval_split)
-    s = Settings(n_boot=args.n_boot, progress=False, report=False, fit_split=fit_name, eval_split=eval_name,
-                 conf=tuple(st.conf_thresholds))
+    fit_name, eval_name = (
+        (st.eval_split, st.fit_split) if args.swap else (st.fit_split, st.eval_split)
+    )
+    s = Settings(
+        n_boot=args.n_boot,
+        progress=False,
+        report=False,
+        fit_split=fit_name,
+        eval_split=eval_name,
+        conf=tuple(st.conf_thresholds),
+    )
     ds = load_data_yaml(result.data)
     fit, ev = load_splits(ds, s)
     fz = rec.fusion
     fs = FusionSettings(fusion_iou=fz.iou, fusion_skip=fz.skip, weight=tuple(fz.weights))
     mb = read_boxes(args.run / "members.parquet", matched=False)
     names = [m.name for m in rec.members]
-    inputs = Inputs(model=Path(rec.members[0].path), data=Path(result.data), yolo=None, ds=ds,
-                    heads=list(result.heads), imgsz=max(rec.members[0].imgsz))
+    inputs = Inputs(
+        model=Path(rec.members[0].path),
+        data=Path(result.data),
+        yolo=None,
+        ds=ds,
+        heads=list(result.heads),
+        imgsz=max(rec.members[0].imgsz),
+    )
     cases = []
     for n in args.sizes:
         n = min(n, len(fit.images))
         cases.append((f"first {n}", np.arange(n)))
         for seed in args.seeds if n < len(fit.images) else []:
-            cases.append((f"{n} seed {seed}", np.sort(np.random.default_rng(seed).choice(len(fit.images), n,
-                                                                                          replace=False))))
+            cases.append(
+                (
+                    f"{n} seed {seed}",
+                    np.sort(np.random.default_rng(seed).choice(len(fit.images), n, replace=False)),
+                )
+            )
     rows = []
-    print("| case | head | chosen (order, rule) | chosen ECE | old default ECE | best cell (hindsight) | best "
-          "member ECE [upper] | members' mean | floor | mAP50-95 chosen vs best member | seconds |")
+    print(
+        "| case | head | chosen (order, rule) | chosen ECE | old default ECE | best cell "
+        "(hindsight) | best "
+        "member ECE [upper] | members' mean | floor | mAP50-95 chosen vs best member | seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, ids in cases:
         sub = fit.subset(ids)
@@ -104,10 +137,16 @@ def main() -> None:
         for h in result.heads:
             captured = []
             for i in range(len(names)):
-                one = mb.filter((pl.col("member") == i) & (pl.col("head") == h)).select(CAPTURE_COLUMNS)
-                f = one.filter((pl.col("split") == fit.name) & pl.col("image_id").is_in(ids.tolist()))
-                f = f.with_columns(pl.Series("image_id", remap[f["image_id"].to_numpy()]),
-                                   pl.Series("image", sub_names[remap[f["image_id"].to_numpy()]].tolist()))
+                one = mb.filter((pl.col("member") == i) & (pl.col("head") == h)).select(
+                    CAPTURE_COLUMNS
+                )
+                f = one.filter(
+                    (pl.col("split") == fit.name) & pl.col("image_id").is_in(ids.tolist())
+                )
+                f = f.with_columns(
+                    pl.Series("image_id", remap[f["image_id"].to_numpy()]),
+                    pl.Series("image", sub_names[remap[f["image_id"].to_numpy()]].tolist()),
+                )
                 captured.append([f, one.filter(pl.col("split") == ev.name)])
             t0 = time.perf_counter()
             out = ensemble_head(inputs, (sub, ev), h, names, captured, s, fs)
@@ -116,34 +155,68 @@ def main() -> None:
             chosen = eh.ensemble.operating_after[0].ece
             cells = {(r.order, r.score): r for r in eh.table}
             old = cells[("fuse-then-calibrate", "agree")].kept_ece_calibrated
-            best_cell = min(eh.table, key=lambda r: r.kept_ece_calibrated if r.kept_ece_calibrated is not None
-                            else np.inf)
-            bm = min(eh.members, key=lambda m: m.operating_after[0].ece if m.operating_after[0].ece is not None
-                     else np.inf)
+            best_cell = min(
+                eh.table,
+                key=lambda r: (
+                    r.kept_ece_calibrated if r.kept_ece_calibrated is not None else np.inf
+                ),
+            )
+            bm = min(
+                eh.members,
+                key=lambda m: (
+                    m.operating_after[0].ece if m.operating_after[0].ece is not None else np.inf
+                ),
+            )
             upper = bm.operating_after[0].ece_ci[1] if bm.operating_after[0].ece_ci else None
             best_map = max(m.map50_95 or 0 for m in eh.members)
             mean_member = float(np.mean([m.operating_after[0].ece for m in eh.members]))
             floor = out.result.eval.operating_after[0].ece_floor
-            rows.append({"case": label, "head": h, "chosen": chosen, "old": old, "upper": upper,
-                         "mean_member": mean_member, "floor": floor, "map": eh.ensemble.map50_95,
-                         "best_map": best_map})
-            print(f"| {label} | `{h}` | {eh.order}, {eh.score} | {_f(chosen)} | {_f(old)} | "
-                  f"{_f(best_cell.kept_ece_calibrated)} ({best_cell.order}, {best_cell.score}) | "
-                  f"{_f(bm.operating_after[0].ece)} [{_f(upper)}] | {_f(mean_member)} | {_f(floor)} | "
-                  f"{_f(eh.ensemble.map50_95)} vs {_f(best_map)} | {sec:.0f} |", flush=True)
+            rows.append(
+                {
+                    "case": label,
+                    "head": h,
+                    "chosen": chosen,
+                    "old": old,
+                    "upper": upper,
+                    "mean_member": mean_member,
+                    "floor": floor,
+                    "map": eh.ensemble.map50_95,
+                    "best_map": best_map,
+                }
+            )
+            print(
+                f"| {label} | `{h}` | {eh.order}, {eh.score} | {_f(chosen)} | {_f(old)} | "
+                f"{_f(best_cell.kept_ece_calibrated)} ({best_cell.order}, {best_cell.score}) | "
+                f"{_f(bm.operating_after[0].ece)} [{_f(upper)}] | {_f(mean_member)} | {_f(floor)} "
+                "| "
+                f"{_f(eh.ensemble.map50_95)} vs {_f(best_map)} | {sec:.0f} |",
+                flush=True,
+            )
     df = pl.DataFrame(rows)
     ok = lambda col: int(((df[col] <= df["upper"]) & df["upper"].is_not_null()).sum())  # noqa: E731
-    print(f"\ncases: {df.height}; chosen fusion at or below the best calibrated member's upper bound: {ok('chosen')}; "
-          f"old default (fuse-then-calibrate, agree): {ok('old')}")
+    print(
+        f"\ncases: {df.height}; chosen fusion at or below the best calibrated member's upper "
+        f"bound: {ok('chosen')}; "
+        f"old default (fuse-then-calibrate, agree): {ok('old')}"
+    )
     below = int((df["chosen"] <= df["mean_member"]).sum())
     over = int(((df["floor"] > df["upper"]) & df["upper"].is_not_null()).sum())
-    print(f"chosen at or below the members' mean: {below}; ensemble's floor above the bound (a perfectly calibrated "
-          f"ensemble expected to miss it): {over}")
-    print(f"mean kept-set ECE: chosen {df['chosen'].mean():.4f}, old default {df['old'].mean():.4f}, members' mean "
-          f"{df['mean_member'].mean():.4f}, floor {df['floor'].mean():.4f}; chosen / old "
-          f"largest {(df['chosen'] / df['old']).max():.2f}")
-    print(f"mAP50-95 of the chosen fusion >= the best member's: {int((df['map'] >= df['best_map']).sum())} of "
-          f"{df.height}")
+    print(
+        f"chosen at or below the members' mean: {below}; ensemble's floor above the bound (a "
+        "perfectly calibrated "
+        f"ensemble expected to miss it): {over}"
+    )
+    print(
+        f"mean kept-set ECE: chosen {df['chosen'].mean():.4f}, old default {df['old'].mean():.4f}, "
+        "members' mean "
+        f"{df['mean_member'].mean():.4f}, floor {df['floor'].mean():.4f}; chosen / old "
+        f"largest {(df['chosen'] / df['old']).max():.2f}"
+    )
+    print(
+        "mAP50-95 of the chosen fusion >= the best member's: "
+        f"{int((df['map'] >= df['best_map']).sum())} of "
+        f"{df.height}"
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-MODELS = {"segment": "yolo26n_shapes_seg.pt", "pose": "yolo26n_shapes_pose.pt", "obb": "yolo26n_shapes_obb.pt"}
+MODELS = {
+    "segment": "yolo26n_shapes_seg.pt",
+    "pose": "yolo26n_shapes_pose.pt",
+    "obb": "yolo26n_shapes_obb.pt",
+}
 ENGINES = {"litert": "calibrated.tflite", "ncnn": "calibrated_ncnn_model"}
 
 
@@ -38,7 +42,11 @@ def _data(task: str) -> Path:
     from det_calib.demo.shapes_pose import demo_pose_data_yaml
     from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-    return {"segment": demo_segment_data_yaml, "pose": demo_pose_data_yaml, "obb": demo_obb_data_yaml}[task]()
+    return {
+        "segment": demo_segment_data_yaml,
+        "pose": demo_pose_data_yaml,
+        "obb": demo_obb_data_yaml,
+    }[task]()
 
 
 def engine_case(task: str, fmt: str, out: Path, limit: int | None) -> list:
@@ -52,29 +60,69 @@ def engine_case(task: str, fmt: str, out: Path, limit: int | None) -> list:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "det_calib" / "demo" / "assets" / MODELS[task], pt)
     run, shipped = folder / "run", folder / ENGINES[fmt]
-    if not (shipped.exists() and (run / "calibration.json").is_file()):  # else: measured again as it is
+    if not (
+        shipped.exists() and (run / "calibration.json").is_file()
+    ):  # else: measured again as it is
         engine = Path(YOLO(str(pt)).export(format=fmt, imgsz=320, verbose=False))
         cli = [sys.executable, "-m", "det_calib.cli"]
-        subprocess.run([*cli, "calibrate", "--model", str(engine), "--data", str(_data(task)), "--head", "nms",
-                        "-q", "--no-report", *(["--limit", str(limit)] if limit else []), "--out", str(run)],
-                       check=True)
+        subprocess.run(
+            [
+                *cli,
+                "calibrate",
+                "--model",
+                str(engine),
+                "--data",
+                str(_data(task)),
+                "--head",
+                "nms",
+                "-q",
+                "--no-report",
+                *(["--limit", str(limit)] if limit else []),
+                "--out",
+                str(run),
+            ],
+            check=True,
+        )
         shutil.rmtree(shipped, ignore_errors=True)
-        subprocess.run([*cli, "apply", "--model", str(engine), "--source", str(pt), "--calibration",
-                        str(run / "calibration.json"), "--out", str(shipped)], check=True)
-    cases = measure_run(run, f"{fmt}, " + (f"--limit {limit}" if limit else "full"), None, calibrated=shipped)
+        subprocess.run(
+            [
+                *cli,
+                "apply",
+                "--model",
+                str(engine),
+                "--source",
+                str(pt),
+                "--calibration",
+                str(run / "calibration.json"),
+                "--out",
+                str(shipped),
+            ],
+            check=True,
+        )
+    cases = measure_run(
+        run, f"{fmt}, " + (f"--limit {limit}" if limit else "full"), None, calibrated=shipped
+    )
     for c in cases:
-        print(f"{task} {fmt} [{c.head}] {c.method}: raw {c.raw[0]} boxes ECE {c.raw[1]:.4f}, calibrated engine "
-              f"{c.calibrated[0]} boxes ECE {c.calibrated[1]:.4f} (the run's own {c.run_raw:.4f} -> "
-              f"{c.run_calibrated:.4f}), ratio {c.ratio:.3f}", flush=True)
+        print(
+            f"{task} {fmt} [{c.head}] {c.method}: raw {c.raw[0]} boxes ECE {c.raw[1]:.4f}, "
+            "calibrated engine "
+            f"{c.calibrated[0]} boxes ECE {c.calibrated[1]:.4f} (the run's own {c.run_raw:.4f} -> "
+            f"{c.run_calibrated:.4f}), ratio {c.ratio:.3f}",
+            flush=True,
+        )
     return cases
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/det_calib_mobile_tasks"))
     ap.add_argument("--limit", type=int, default=128, help="images per split (0: the full splits)")
     ap.add_argument("--tasks", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/mobile_tasks_deployed.md")
+    ap.add_argument(
+        "--doc", action="store_true", help="write docs/generated/mobile_tasks_deployed.md"
+    )
     args = ap.parse_args()
     from deployed_ece import table
 
@@ -89,8 +137,11 @@ def main() -> None:
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("mobile_tasks_deployed", body,
-                        command="python3 " + " ".join(["benchmarks/measure_mobile_tasks.py", *sys.argv[1:]]))
+        write_doc_table(
+            "mobile_tasks_deployed",
+            body,
+            command="python3 " + " ".join(["benchmarks/measure_mobile_tasks.py", *sys.argv[1:]]),
+        )
 
 
 if __name__ == "__main__":

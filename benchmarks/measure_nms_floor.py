@@ -54,7 +54,9 @@ def proba(cal, v: BoxView) -> np.ndarray:
     return cal.predict_proba(v.logit, **box_kwargs(cal, classes=v.cls, log_area=v.log_area))
 
 
-def figures(p: np.ndarray, v: BoxView, drop: list[int] = ()) -> tuple[float, tuple[float, float], bool]:
+def figures(
+    p: np.ndarray, v: BoxView, drop: list[int] = ()
+) -> tuple[float, tuple[float, float], bool]:
     """Kept-set ECE, its floor's range, and whether it is inside (``drop``: image ids left out)."""
     k = ~np.isin(v.image_id, list(drop))
     e = kept_ece(p[k], v.correct[k], threshold=THR, n_bins=BINS)
@@ -78,35 +80,65 @@ def per_class_oracle(method: str, fit: BoxView, ev: BoxView) -> np.ndarray:
     return p
 
 
-def choose(fit: BoxView, *, criterion: str = "nll", floors: tuple[float, ...] = (0.0,),
-           methods: tuple[str, ...] = GLOBAL, seed: int = 0):
-    return choose_calibrator(fit, method="auto", floors=floors, criterion=criterion, min_conf=THR, n_folds=5,
-                             seed=seed, methods=methods)
+def choose(
+    fit: BoxView,
+    *,
+    criterion: str = "nll",
+    floors: tuple[float, ...] = (0.0,),
+    methods: tuple[str, ...] = GLOBAL,
+    seed: int = 0,
+):
+    return choose_calibrator(
+        fit,
+        method="auto",
+        floors=floors,
+        criterion=criterion,
+        min_conf=THR,
+        n_folds=5,
+        seed=seed,
+        methods=methods,
+    )
 
 
 def outliers(p: np.ndarray, v: BoxView) -> list[int]:
     f = kept_ece_floor(p, threshold=THR, n_bins=BINS)
-    return outlier_images(p, v.correct, v.image_id, threshold=THR, n_bins=BINS, floor_high=f.high)[0]
+    return outlier_images(p, v.correct, v.image_id, threshold=THR, n_bins=BINS, floor_high=f.high)[
+        0
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", type=Path, default=Path("/work/baseline_out"), help="a run's output folder")
+    ap.add_argument(
+        "--run", type=Path, default=Path("/work/baseline_out"), help="a run's output folder"
+    )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--doc", action="store_true", help="write docs/generated/nms_floor.md")
     a = ap.parse_args()
     t0 = time.perf_counter()
     boxes = pl.read_parquet(a.run / "boxes.parquet")
-    names = ({(sp, i): n for sp, i, n in boxes.select("split", "image_id", "image").unique().iter_rows()}
-             if "image" in boxes.columns else {})
+    names = (
+        {(sp, i): n for sp, i, n in boxes.select("split", "image_id", "image").unique().iter_rows()}
+        if "image" in boxes.columns
+        else {}
+    )
     out = []
     heads = [h for h in ("nms", "e2e") if h in set(boxes["head"].unique())]
-    views = {h: (BoxView.from_boxes(boxes, head=h, split="calib"), BoxView.from_boxes(boxes, head=h, split="test"))
-             for h in heads}
+    views = {
+        h: (
+            BoxView.from_boxes(boxes, head=h, split="calib"),
+            BoxView.from_boxes(boxes, head=h, split="test"),
+        )
+        for h in heads
+    }
 
     # 2. a few images
-    rows = ["| head | split | images far from calibrated that hold the gap | their kept boxes (correct) | "
-            "kept-set ECE, all images | without them |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| head | split | images far from calibrated that hold the gap | their kept boxes "
+        "(correct) | "
+        "kept-set ECE, all images | without them |",
+        "|---|---|---|---|---|---|",
+    ]
     drops: dict[str, list[int]] = {}
     for h in heads:
         fv, ev = views[h]
@@ -119,48 +151,87 @@ def main() -> None:
             k = (p > THR) & np.isin(v.image_id, imgs)
             wo = fmt(*figures(p, v, imgs)) if imgs else "-"
             sp = "test" if split.startswith("eval") else "calib"
-            rows.append(f"| {h} | {split} | {', '.join(names.get((sp, i), str(i)) for i in imgs) or 'none'} | "
-                        f"{int(k.sum())} ({int(v.correct[k].sum())}) | {fmt(*figures(p, v))} | {wo} |")
-    out += ["**2. A few images** (the per-run measurement, `det_calib/evaluation/floor_gap.py`: at most 3 images, "
-            "each with at least 10 kept boxes whose correct count is more than 4 binomial SDs from the sum of their "
-            "calibrated confidences), the default's map fitted on the whole fit split. On the fit split its own "
-            "map is scored in-sample.", "", *rows, ""]
+            rows.append(
+                f"| {h} | {split} | "
+                f"{', '.join(names.get((sp, i), str(i)) for i in imgs) or 'none'} | "
+                f"{int(k.sum())} ({int(v.correct[k].sum())}) | {fmt(*figures(p, v))} | {wo} |"
+            )
+    out += [
+        "**2. A few images** (the per-run measurement, `det_calib/evaluation/floor_gap.py`: at "
+        "most 3 images, "
+        "each with at least 10 kept boxes whose correct count is more than 4 binomial SDs from the "
+        "sum of their "
+        "calibrated confidences), the default's map fitted on the whole fit split. On the fit "
+        "split its own "
+        "map is scored in-sample.",
+        "",
+        *rows,
+        "",
+    ]
 
     # 1. the oracle
-    rows = ["| head | map | fitted on the fit split | fitted on the eval split itself (oracle) | oracle without the "
-            "images of 2 |", "|---|---|---|---|---|"]
+    rows = [
+        "| head | map | fitted on the fit split | fitted on the eval split itself (oracle) | "
+        "oracle without the "
+        "images of 2 |",
+        "|---|---|---|---|---|",
+    ]
     for h in heads:
         fv, ev = views[h]
         ch, own = choose(fv), choose(ev)
         ew = ev.subset(~np.isin(ev.image_id, drops[h]))
         own_wo = choose(ew)
-        rows.append(f"| {h} | the default's choice ({ch.method}; on the eval split {own.method}, without the images "
-                    f"{own_wo.method}) | {fmt(*figures(proba(ch.calibrator, ev), ev))} "
-                    f"| {fmt(*figures(proba(own.calibrator, ev), ev))} "
-                    f"| {fmt(*figures(proba(own_wo.calibrator, ew), ew))} |")
+        rows.append(
+            f"| {h} | the default's choice ({ch.method}; on the eval split {own.method}, without "
+            "the images "
+            f"{own_wo.method}) | {fmt(*figures(proba(ch.calibrator, ev), ev))} "
+            f"| {fmt(*figures(proba(own.calibrator, ev), ev))} "
+            f"| {fmt(*figures(proba(own_wo.calibrator, ew), ew))} |"
+        )
         for m in MAPS:
             cf = fit_calibrator(m, fv.logit, fv.correct)
             co = fit_calibrator(m, ev.logit, ev.correct)
             cw = fit_calibrator(m, ew.logit, ew.correct)
-            rows.append(f"| {h} | {m} | {fmt(*figures(proba(cf, ev), ev))} | {fmt(*figures(proba(co, ev), ev))} "
-                        f"| {fmt(*figures(proba(cw, ew), ew))} |")
+            rows.append(
+                f"| {h} | {m} | {fmt(*figures(proba(cf, ev), ev))} | "
+                f"{fmt(*figures(proba(co, ev), ev))} "
+                f"| {fmt(*figures(proba(cw, ew), ew))} |"
+            )
         for m in ("platt", "spline"):
-            rows.append(f"| {h} | {m}, one per class (no pooling) | {fmt(*figures(per_class_oracle(m, fv, ev), ev))} "
-                        f"| {fmt(*figures(per_class_oracle(m, ev, ev), ev))} "
-                        f"| {fmt(*figures(per_class_oracle(m, ew, ew), ew))} |")
-    out[:0] = ["**1. The oracle.** Kept-set ECE at conf 0.25 (15 bins) of the eval split's boxes against its sampling "
-            "floor's 95% range (**at**: inside it), each map fitted on the fit split (as a run does) and on the eval "
-            "split's own boxes (an oracle: the best that map's family can show on these boxes). Isotonic, as its "
-            "own oracle, can follow the eval split's bins and says little. Last column: the oracle again, on the eval "
-              "split without the images of table 2.", "", *rows, ""]
+            rows.append(
+                f"| {h} | {m}, one per class (no pooling) | "
+                f"{fmt(*figures(per_class_oracle(m, fv, ev), ev))} "
+                f"| {fmt(*figures(per_class_oracle(m, ev, ev), ev))} "
+                f"| {fmt(*figures(per_class_oracle(m, ew, ew), ew))} |"
+            )
+    out[:0] = [
+        "**1. The oracle.** Kept-set ECE at conf 0.25 (15 bins) of the eval split's boxes against "
+        "its sampling "
+        "floor's 95% range (**at**: inside it), each map fitted on the fit split (as a run does) "
+        "and on the eval "
+        "split's own boxes (an oracle: the best that map's family can show on these boxes). "
+        "Isotonic, as its "
+        "own oracle, can follow the eval split's bins and says little. Last column: the oracle "
+        "again, on the eval "
+        "split without the images of table 2.",
+        "",
+        *rows,
+        "",
+    ]
 
     # 3. fit-split size, 5. other settings
-    settings = {"default (nll, all boxes)": {},
-                "criterion ece": {"criterion": "ece"}, "criterion brier": {"criterion": "brier"},
-                "fit range operating": {"floors": fit_floors("auto", "operating", None, (THR,))},
-                "--per-class": {"methods": PER_CLASS}}
-    rows = ["| head | setting | fit images | runs | mean kept-set ECE (eval) | at the floor | "
-            "without the eval images of 2: mean ECE | at the floor |", "|---|---|---|---|---|---|---|---|"]
+    settings = {
+        "default (nll, all boxes)": {},
+        "criterion ece": {"criterion": "ece"},
+        "criterion brier": {"criterion": "brier"},
+        "fit range operating": {"floors": fit_floors("auto", "operating", None, (THR,))},
+        "--per-class": {"methods": PER_CLASS},
+    }
+    rows = [
+        "| head | setting | fit images | runs | mean kept-set ECE (eval) | at the floor | "
+        "without the eval images of 2: mean ECE | at the floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for h in heads:
         fv, ev = views[h]
         ids = np.unique(fv.image_id)
@@ -168,7 +239,9 @@ def main() -> None:
             for frac in (0.25, 0.5, 1.0):
                 res, res_wo = [], []
                 for seed in range(a.seeds if frac < 1 else 1):
-                    pick = np.random.default_rng(seed).choice(ids, int(round(frac * ids.size)), replace=False)
+                    pick = np.random.default_rng(seed).choice(
+                        ids, int(round(frac * ids.size)), replace=False
+                    )
                     sub = fv.subset(np.isin(fv.image_id, pick))
                     cal = choose(sub, **kw).calibrator
                     p = proba(cal, ev)
@@ -176,32 +249,62 @@ def main() -> None:
                     res_wo.append(figures(p, ev, drops[h]) if drops[h] else None)
                 e = np.mean([r[0] for r in res])
                 at = sum(r[2] for r in res)
-                wo = ("-", "-") if not drops[h] else (f"{np.mean([r[0] for r in res_wo]):.4f}",
-                                                      f"{sum(r[2] for r in res_wo)}/{len(res_wo)}")
-                rows.append(f"| {h} | {label} | {pick.size} | {len(res)} | {e:.4f} | {at}/{len(res)} | {wo[0]} "
-                            f"| {wo[1]} |")
-    out += ["**3. Fit-split size and 5. other settings.** The fit split's images subsampled (seeds 0-4 below 100%), "
-            "the choice refitted; the eval split's kept-set ECE and how many runs are inside the floor's range, with "
-            "and without the eval images of table 2.", "", *rows, ""]
+                wo = (
+                    ("-", "-")
+                    if not drops[h]
+                    else (
+                        f"{np.mean([r[0] for r in res_wo]):.4f}",
+                        f"{sum(r[2] for r in res_wo)}/{len(res_wo)}",
+                    )
+                )
+                rows.append(
+                    f"| {h} | {label} | {pick.size} | {len(res)} | {e:.4f} | {at}/{len(res)} | "
+                    f"{wo[0]} "
+                    f"| {wo[1]} |"
+                )
+    out += [
+        "**3. Fit-split size and 5. other settings.** The fit split's images subsampled (seeds 0-4 "
+        "below 100%), "
+        "the choice refitted; the eval split's kept-set ECE and how many runs are inside the "
+        "floor's range, with "
+        "and without the eval images of table 2.",
+        "",
+        *rows,
+        "",
+    ]
 
     # 4. swapped roles
-    rows = ["| head | chosen on the eval split | kept-set ECE of the fit split, raw | calibrated | calibrated, without "
-            "the fit split's images of 2 |", "|---|---|---|---|---|"]
+    rows = [
+        "| head | chosen on the eval split | kept-set ECE of the fit split, raw | calibrated | "
+        "calibrated, without "
+        "the fit split's images of 2 |",
+        "|---|---|---|---|---|",
+    ]
     for h in heads:
         fv, ev = views[h]
         ch = choose(ev)
         p = proba(ch.calibrator, fv)
         imgs = outliers(p, fv)
         wo = fmt(*figures(p, fv, imgs)) if imgs else "-"
-        rows.append(f"| {h} | {ch.method} | {fmt(*figures(fv.conf, fv))} | {fmt(*figures(p, fv))} | {wo} |")
-    out += ["**4. Swapped roles**: fitted on the eval split (test), scored on the fit split (calib).", "", *rows]
+        rows.append(
+            f"| {h} | {ch.method} | {fmt(*figures(fv.conf, fv))} | {fmt(*figures(p, fv))} | {wo} |"
+        )
+    out += [
+        "**4. Swapped roles**: fitted on the eval split (test), scored on the fit split (calib).",
+        "",
+        *rows,
+    ]
 
     body = "\n".join(out)
     print(body)
     print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     if a.doc:
-        write_doc_table("nms_floor", body, command="python3 benchmarks/measure_nms_floor.py --run RUN --doc",
-                        note="RUN: a default run of the embedded demo (`det-calib calibrate`, both heads).")
+        write_doc_table(
+            "nms_floor",
+            body,
+            command="python3 benchmarks/measure_nms_floor.py --run RUN --doc",
+            note="RUN: a default run of the embedded demo (`det-calib calibrate`, both heads).",
+        )
 
 
 if __name__ == "__main__":

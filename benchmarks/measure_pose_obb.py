@@ -28,19 +28,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deployed_ece import add_arguments, measure_sizes, table  # noqa: E402
 
-MODELS = ("det_calib/demo/assets/yolo26n_shapes_pose.pt", "det_calib/demo/assets/yolo26n_shapes_obb.pt")
+MODELS = (
+    "det_calib/demo/assets/yolo26n_shapes_pose.pt",
+    "det_calib/demo/assets/yolo26n_shapes_obb.pt",
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), help="pose or OBB models (.pt)")
     add_arguments(ap, runs="runs/measure_pose_obb", match=("box",))
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/pose_obb_deployed_ece.md")
+    ap.add_argument(
+        "--doc", action="store_true", help="write docs/generated/pose_obb_deployed_ece.md"
+    )
     args = ap.parse_args()
     bodies = []
     for model in args.models:
         runs = args.runs / Path(model).stem
-        cases = measure_sizes(model, args.data, args.limits, runs, args.calibrate_args, args.rerun, args.match)
+        cases = measure_sizes(
+            model, args.data, args.limits, runs, args.calibrate_args, args.rerun, args.match
+        )
         bodies.append(table(cases, model, floor=True))
     body = "\n\n".join(bodies)
     print(body)

@@ -38,10 +38,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 IMGSZ = 320
-ENGINES = (("onnx fp32", "nms", {"format": "onnx"}), ("onnx fp32", "e2e", {"format": "onnx", "nms": False}),
-           ("openvino fp32", "nms", {"format": "openvino"}),
-           ("openvino fp32", "e2e", {"format": "openvino", "nms": False}),
-           ("openvino int8", "nms", {"format": "openvino", "int8": True}))
+ENGINES = (
+    ("onnx fp32", "nms", {"format": "onnx"}),
+    ("onnx fp32", "e2e", {"format": "onnx", "nms": False}),
+    ("openvino fp32", "nms", {"format": "openvino"}),
+    ("openvino fp32", "e2e", {"format": "openvino", "nms": False}),
+    ("openvino int8", "nms", {"format": "openvino", "int8": True}),
+)
 
 
 def _spline():
@@ -84,12 +87,15 @@ def _runtime(export: Path):
 
         # Ultralytics' own OpenVINO settings on Linux x86: the CPU's default inference precision (bf16 where the
         # CPU has it), so that the runtime computes what `predict` computes
-        compiled = ov.Core().compile_model(str(next(iter(sorted(export.glob("*.xml"))))), "CPU",
-                                           {"PERFORMANCE_HINT": "LATENCY"})
+        compiled = ov.Core().compile_model(
+            str(next(iter(sorted(export.glob("*.xml"))))), "CPU", {"PERFORMANCE_HINT": "LATENCY"}
+        )
         infer = lambda x: compiled(x)[compiled.outputs[0]]
 
     def run(image: Path) -> np.ndarray:
-        x = LetterBox((IMGSZ, IMGSZ), auto=False)(image=cv2.imread(str(image)))[..., ::-1].transpose(2, 0, 1)
+        x = LetterBox((IMGSZ, IMGSZ), auto=False)(image=cv2.imread(str(image)))[
+            ..., ::-1
+        ].transpose(2, 0, 1)
         return infer((np.ascontiguousarray(x)[None] / 255.0).astype(np.float32))
 
     return run
@@ -129,10 +135,15 @@ def _capture_parity(export: Path, task: str, images: list[Path]) -> dict:
         got = table.filter(pl.col("image_id") == i)
         xyxy, conf, _, pay = _payload(yolo.predict(str(image), conf=0.001, verbose=False)[0], task)
         assert got.height == len(conf), "the capture and predict keep different boxes"
-        d["box"] = max(d["box"], _maxabs(got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), xyxy))
+        d["box"] = max(
+            d["box"],
+            _maxabs(got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), xyxy),
+        )
         d["conf"] = max(d["conf"], _maxabs(got["conf"].to_numpy().astype(np.float32), conf))
-        d["payload"] = max(d["payload"], _maxabs(np.array(got[column].to_list(), np.float32).reshape(len(conf), -1),
-                                                 pay))
+        d["payload"] = max(
+            d["payload"],
+            _maxabs(np.array(got[column].to_list(), np.float32).reshape(len(conf), -1), pay),
+        )
         if per_anchor:
             cap.predict_image(cv2.imread(str(image)))
             k = cap.predictor.captured[1][0].long().numpy()
@@ -155,8 +166,11 @@ def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder:
     from det_calib.deploy.calibrated_export import write_calibrated_export
 
     info = read_export(export)
-    out = write_calibrated_export(export, folder / ("calibrated.onnx" if info.format == "onnx"
-                                                    else "calibrated_openvino_model"), {info.head: cal})
+    out = write_calibrated_export(
+        export,
+        folder / ("calibrated.onnx" if info.format == "onnx" else "calibrated_openvino_model"),
+        {info.head: cal},
+    )
     lay = score_layout(info)
     lo, hi = lay.scores
     raw_run, cal_run = _runtime(export), _runtime(out)
@@ -166,9 +180,14 @@ def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder:
         raw, got = raw_run(image), cal_run(image)
         ch = np.arange(raw.shape[lay.axis])
         other = (ch < lo) | (ch >= hi)
-        d["other"] = max(d["other"], _maxabs(np.take(got, ch[other], lay.axis), np.take(raw, ch[other], lay.axis)))
+        d["other"] = max(
+            d["other"],
+            _maxabs(np.take(got, ch[other], lay.axis), np.take(raw, ch[other], lay.axis)),
+        )
         p, mine = np.take(raw, ch[lo:hi], lay.axis), np.take(got, ch[lo:hi], lay.axis)
-        d["scores"] = max(d["scores"], _maxabs(mine, cal.predict_proba(logit_of_prob(p.ravel())).reshape(p.shape)))
+        d["scores"] = max(
+            d["scores"], _maxabs(mine, cal.predict_proba(logit_of_prob(p.ravel())).reshape(p.shape))
+        )
         a = _payload(raw_yolo.predict(str(image), conf=0.001, verbose=False)[0], task)
         b = _payload(cal_yolo.predict(str(image), conf=0.001, verbose=False)[0], task)
         n = int((a[1] > 0.05).sum())
@@ -181,7 +200,9 @@ def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder:
         d["one_only"] += n - len(pairs)
         if pairs:
             ia, ib = np.array(pairs).T
-            d["pred_conf"] = max(d["pred_conf"], _maxabs(cb[ib], cal.predict_proba(logit_of_prob(ca[ia]))))
+            d["pred_conf"] = max(
+                d["pred_conf"], _maxabs(cb[ib], cal.predict_proba(logit_of_prob(ca[ia])))
+            )
         d["kept"] += n
     return d
 
@@ -199,24 +220,41 @@ def _fmt(v: float | None) -> str:
 
 
 def _table(rows: list[tuple]) -> str:
-    head = ("| task | engine | head | boxes | capture − predict: box / conf / payload | logits − runtime's class "
-            "channels | calibrated export: other channels changed | scores − calibrator | predict (raw > 0.05): "
-            "boxes | kept by one side only | scores − calibrator |\n|---|---|---|---:|---|---|---|---|---:|---:|---|\n")
+    head = (
+        "| task | engine | head | boxes | capture − predict: box / conf / payload | logits − "
+        "runtime's class "
+        "channels | calibrated export: other channels changed | scores − calibrator | predict (raw "
+        "> 0.05): "
+        "boxes | kept by one side only | scores − calibrator "
+        "|\n|---|---|---|---:|---|---|---|---|---:|---:|---|\n"
+    )
     body = ""
     for task, engine, head_name, c, k in rows:
-        body += (f"| {task} | {engine} | {head_name} | {c['n']:,} | {_fmt(c['box'])} / {_fmt(c['conf'])} / "
-                 f"{_fmt(c['payload'])} | {_fmt(c['logits'])} | {_fmt(k['other'])} | {_fmt(k['scores'])} | "
-                 f"{k['kept']:,} | {k['one_only']} | {_fmt(k['pred_conf'])} |\n")
+        body += (
+            f"| {task} | {engine} | {head_name} | {c['n']:,} | {_fmt(c['box'])} / "
+            f"{_fmt(c['conf'])} / "
+            f"{_fmt(c['payload'])} | {_fmt(c['logits'])} | {_fmt(k['other'])} | "
+            f"{_fmt(k['scores'])} | "
+            f"{k['kept']:,} | {k['one_only']} | {_fmt(k['pred_conf'])} |\n"
+        )
     return head + body
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/det_calib_pose_obb_engines"))
     ap.add_argument("--images", type=int, default=20, help="first N images of the fixture split")
-    ap.add_argument("--fraction", type=float, default=0.05, help="share of the calib split for INT8 statistics")
+    ap.add_argument(
+        "--fraction", type=float, default=0.05, help="share of the calib split for INT8 statistics"
+    )
     ap.add_argument("--no-int8", action="store_true", help="skip the OpenVINO INT8 engines")
-    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/pose_obb_engines.md")
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="also write the table to docs/generated/pose_obb_engines.md",
+    )
     a = ap.parse_args()
     fixture = ROOT / "det_calib" / "demo" / "assets" / "fixture" / "images" / "fixture"
     images = sorted(fixture.glob("*.jpg"))[: a.images]
@@ -227,18 +265,32 @@ def main() -> None:
                 continue
             folder = a.out / task / f"{engine.replace(' ', '_')}_{head}"
             export = _export(task, kw, folder, a.fraction)
-            rows.append((task, engine, head, _capture_parity(export, task, images),
-                         _calibrated_parity(export, task, images, cal, folder)))
+            rows.append(
+                (
+                    task,
+                    engine,
+                    head,
+                    _capture_parity(export, task, images),
+                    _calibrated_parity(export, task, images, cal, folder),
+                )
+            )
             print(_table(rows[-1:]).splitlines()[-1], flush=True)
     text = _table(rows)
     print(text)
     if a.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("pose_obb_engines", text, note=f"Demo models at {IMGSZ}, the first {len(images)} fixture "
-                        "images. Largest absolute differences; 0: bit-identical; –: no per-anchor class channels "
-                        "(top-k rows). payload: keypoints (pose, x y visibility) or xywhr (OBB). OpenVINO runs at "
-                        f"the CPU's default inference precision, as Ultralytics runs it ({_ov_precision()} here).")
+        write_doc_table(
+            "pose_obb_engines",
+            text,
+            note=f"Demo models at {IMGSZ}, the first {len(images)} fixture "
+            "images. Largest absolute differences; 0: bit-identical; –: no per-anchor class "
+            "channels "
+            "(top-k rows). payload: keypoints (pose, x y visibility) or xywhr (OBB). OpenVINO runs "
+            "at "
+            f"the CPU's default inference precision, as Ultralytics runs it ({_ov_precision()} "
+            "here).",
+        )
 
 
 if __name__ == "__main__":

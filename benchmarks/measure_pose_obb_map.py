@@ -25,7 +25,17 @@ from doc_table import write_doc_table  # noqa: E402
 def _run(model: Path, out: Path, limit: int | None) -> dict:
     from det_calib.cli import main
 
-    argv = ["calibrate", "--model", str(model), "--method", "temperature", "--no-report", "-q", "--out", str(out)]
+    argv = [
+        "calibrate",
+        "--model",
+        str(model),
+        "--method",
+        "temperature",
+        "--no-report",
+        "-q",
+        "--out",
+        str(out),
+    ]
     if limit:
         argv += ["--limit", str(limit)]
     if main(argv) != 0:
@@ -36,7 +46,9 @@ def _run(model: Path, out: Path, limit: int | None) -> dict:
 def _pair(before, after) -> str:
     if before is None:
         return "n/a"
-    return f"{before:.4f} -> {after:.4f}" + ("" if before == after else f" (differs by {after - before:+.1e})")
+    return f"{before:.4f} -> {after:.4f}" + (
+        "" if before == after else f" (differs by {after - before:+.1e})"
+    )
 
 
 def _rows(task: str, c: dict) -> list[str]:
@@ -46,12 +58,19 @@ def _rows(task: str, c: dict) -> list[str]:
         o, e = uv.get("original") or {}, uv.get("calibrated_equivalent_floor") or {}
         val_box = _pair(o.get("map50_95"), e.get("map50_95"))
         val_kpt = _pair(o.get("pose_map50_95"), e.get("pose_map50_95"))
-        same = ev["map_identical"] and ev.get("pose_map_identical", True) and uv.get("identical_at_equivalent_floor")
-        rows.append(f"| {task} | {head} | {c['temperature'][head]:.4f} | {ev['images']} | {ev['boxes']:,} | "
-                    f"{_pair(ev['map50_95_before'], ev['map50_95_after'])} | "
-                    f"{_pair(ev.get('pose_map50_95_before'), ev.get('pose_map50_95_after'))} | "
-                    f"{val_box} | {val_kpt} | "
-                    f"{'yes' if same else 'NO'} |")
+        same = (
+            ev["map_identical"]
+            and ev.get("pose_map_identical", True)
+            and uv.get("identical_at_equivalent_floor")
+        )
+        rows.append(
+            f"| {task} | {head} | {c['temperature'][head]:.4f} | {ev['images']} | {ev['boxes']:,} "
+            "| "
+            f"{_pair(ev['map50_95_before'], ev['map50_95_after'])} | "
+            f"{_pair(ev.get('pose_map50_95_before'), ev.get('pose_map50_95_after'))} | "
+            f"{val_box} | {val_kpt} | "
+            f"{'yes' if same else 'NO'} |"
+        )
     return rows
 
 
@@ -66,20 +85,37 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="det_calib_pose_obb_map_") as tmp:
         for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model())):
             rows += _rows(task, _run(model, Path(tmp) / task, args.limit))
-    table = "\n".join([
-        "| model | head | T | eval images | boxes | COCO box mAP50-95 | keypoint mAP50-95 (pycocotools) | "
-        "Ultralytics val mAP50-95 (OBB: rotated) | Ultralytics val keypoint mAP50-95 | identical |",
-        "|---|---|---:|---:|---:|---|---|---|---|---|", *rows])
+    table = "\n".join(
+        [
+            "| model | head | T | eval images | boxes | COCO box mAP50-95 | keypoint mAP50-95 "
+            "(pycocotools) | "
+            "Ultralytics val mAP50-95 (OBB: rotated) | Ultralytics val keypoint mAP50-95 | "
+            "identical |",
+            "|---|---|---:|---:|---:|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print(table)
     if args.doc:
-        write_doc_table("pose_obb_map", table, note=(
-            "Demo YOLO26n-pose and YOLO26n-obb, `--method temperature`, fit on calib, evaluated on test"
-            + (f" (first {args.limit} images of each)" if args.limit else "") + ". Before -> after: raw scores -> "
-            "calibrated (COCO figures: the same boxes rescored; Ultralytics val: the original checkpoint at "
-            "conf 0.001 -> calibrated.pt at the equivalent floor, one pass for both heads). OBB's COCO box mAP is "
-            "that of the rotated boxes' axis-aligned hulls. identical: the COCO figures equal exactly and Ultralytics' "
-            "within 1e-6 (the run's `identical_at_equivalent_floor`: behind NMS, float32 near-ties between "
-            "overlapping boxes may resolve the other way once folded)."))
+        write_doc_table(
+            "pose_obb_map",
+            table,
+            note=(
+                "Demo YOLO26n-pose and YOLO26n-obb, `--method temperature`, fit on calib, "
+                "evaluated on test"
+                + (f" (first {args.limit} images of each)" if args.limit else "")
+                + ". Before -> after: raw scores -> "
+                "calibrated (COCO figures: the same boxes rescored; Ultralytics val: the original "
+                "checkpoint at "
+                "conf 0.001 -> calibrated.pt at the equivalent floor, one pass for both heads). "
+                "OBB's COCO box mAP is "
+                "that of the rotated boxes' axis-aligned hulls. identical: the COCO figures equal "
+                "exactly and Ultralytics' "
+                "within 1e-6 (the run's `identical_at_equivalent_floor`: behind NMS, float32 "
+                "near-ties between "
+                "overlapping boxes may resolve the other way once folded)."
+            ),
+        )
     return 0
 
 

@@ -24,7 +24,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from deployed_ece import Case, add_arguments, kept_set_figures, measure_sizes, prediction_table, table, verdict  # noqa: E402
+from deployed_ece import (  # noqa: E402
+    Case,
+    add_arguments,
+    kept_set_figures,
+    measure_sizes,
+    prediction_table,
+    table,
+    verdict,
+)
 
 __all__ = ["Case", "kept_set_figures", "prediction_table", "table", "verdict"]
 
@@ -33,10 +41,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a segment model (.pt)")
     add_arguments(ap, runs="runs/measure_segment", match=("mask", "box"))
-    ap.add_argument("--doc", action="store_true",
-                    help="write docs/generated/segment_deployed_ece.md (segment_deployed_ece_box.md with --match box)")
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="write docs/generated/segment_deployed_ece.md (segment_deployed_ece_box.md with --match box)",
+    )
     args = ap.parse_args()
-    cases = measure_sizes(args.model, args.data, args.limits, args.runs, args.calibrate_args, args.rerun, args.match)
+    cases = measure_sizes(
+        args.model, args.data, args.limits, args.runs, args.calibrate_args, args.rerun, args.match
+    )
     body = table(cases, args.model, floor=True)
     print(body)
     if args.doc:

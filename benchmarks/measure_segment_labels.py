@@ -47,24 +47,43 @@ def measure(split: str, n: int) -> dict:
             holes += hier is not None and bool((hier[0][:, 3] >= 0).any())
         lines = segment_lines(r.labels, polys, w, h)
         nbytes += len(("\n".join(lines) + ("\n" if lines else "")).encode())
-    return {"split": split, "images": n, "objects": len(ious), "pieces": pieces, "holes": holes,
-            "iou": np.array(ious), "dev": np.array(dev), "verts": np.array(verts), "bytes": nbytes,
-            "seconds": time.perf_counter() - t0}
+    return {
+        "split": split,
+        "images": n,
+        "objects": len(ious),
+        "pieces": pieces,
+        "holes": holes,
+        "iou": np.array(ious),
+        "dev": np.array(dev),
+        "verts": np.array(verts),
+        "bytes": nbytes,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="images per split (default: all)")
-    ap.add_argument("--doc", action="store_true", help="also write the table to docs/generated/segment_demo_labels.md")
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="also write the table to docs/generated/segment_demo_labels.md",
+    )
     args = ap.parse_args()
-    rows = [measure(s, min(SPLIT_SIZES[s], args.limit or SPLIT_SIZES[s])) for s in ("calib", "test")]
+    rows = [
+        measure(s, min(SPLIT_SIZES[s], args.limit or SPLIT_SIZES[s])) for s in ("calib", "test")
+    ]
     lines = [
-        "<!-- written by benchmarks/measure_segment_labels.py; rerun it with --doc to refresh, do not edit -->",
-        f"Polygon labels of the shapes demo (seed 0), `approxPolyDP` epsilon {EPSILON} px. IoU: the polygon "
-        "rasterised by pycocotools against the object's visible pixels. Box: the largest distance (px) between a "
+        "<!-- written by benchmarks/measure_segment_labels.py; rerun it with --doc to refresh, do "
+        "not edit -->",
+        f"Polygon labels of the shapes demo (seed 0), `approxPolyDP` epsilon {EPSILON} px. IoU: "
+        "the polygon "
+        "rasterised by pycocotools against the object's visible pixels. Box: the largest distance "
+        "(px) between a "
         "side of the polygon's tight box and the detect label box's.",
         "",
-        "| split | images | objects | in several pieces | with holes | IoU min | IoU = 1 | box max dev (px) "
+        "| split | images | objects | in several pieces | with holes | IoU min | IoU = 1 | box max "
+        "dev (px) "
         "| vertices median / p95 / max | label bytes | s / image |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
@@ -72,7 +91,8 @@ def main() -> None:
         v = r["verts"]
         vs = f"{int(np.median(v))} / {int(np.percentile(v, 95))} / {int(v.max())}"
         lines.append(
-            f"| {r['split']} | {r['images']} | {r['objects']} | {r['pieces']} | {r['holes']} | {r['iou'].min():.4f} "
+            f"| {r['split']} | {r['images']} | {r['objects']} | {r['pieces']} | {r['holes']} | "
+            f"{r['iou'].min():.4f} "
             f"| {(r['iou'] == 1).mean():.1%} | {r['dev'].max():.2f} | {vs} | {r['bytes']:,} "
             f"| {r['seconds'] / r['images']:.3f} |"
         )

@@ -49,11 +49,15 @@ def calibrators(run, head: str) -> dict[str, object]:
             out[c.calibrator.method] = calibrator_from_dict(d)
     rec = run.head(head).calibrator
     out.setdefault(f"{rec.method} (deployed)", calibrator_of(rec))
-    deployed = next((c.calibrator.method for c in run.head(head).candidates or [] if c.selected), None)
+    deployed = next(
+        (c.calibrator.method for c in run.head(head).candidates or [] if c.selected), None
+    )
     return {f"{k} (deployed)" if k == deployed else k: v for k, v in out.items()}
 
 
-def rows_of(label: str, boxes: pl.DataFrame, sp, cals: dict[str, object], conf: float, n_bins: int) -> list[list[str]]:
+def rows_of(
+    label: str, boxes: pl.DataFrame, sp, cals: dict[str, object], conf: float, n_bins: int
+) -> list[list[str]]:
     b = boxes.filter(~pl.col("ignore"))
     z, cls = b["logit"].to_numpy().astype(np.float64), b["cls"].to_numpy()
     y, img = b["correct"].to_numpy().astype(bool), b["image_id"].to_numpy()
@@ -61,18 +65,31 @@ def rows_of(label: str, boxes: pl.DataFrame, sp, cals: dict[str, object], conf: 
     n_gt = int(sp.gt.filter(~pl.col("crowd")).height)
     rows = []
     for name, cal in cals.items():
-        p = b["conf"].to_numpy().astype(np.float64) if isinstance(cal, Identity) else \
-            sigmoid(calibrated_logits(cal, z, cls))
+        p = (
+            b["conf"].to_numpy().astype(np.float64)
+            if isinstance(cal, Identity)
+            else sigmoid(calibrated_logits(cal, z, cls))
+        )
         k = p > conf
         c = drift.calibration_in_the_large(p[k], y[k], img[k])
         hl = drift.hosmer_lemeshow(p[k], y[k], img[k])
         e = kept_ece(p, y, threshold=conf, n_bins=n_bins)
         f = kept_ece_floor(p, threshold=conf, n_bins=n_bins)
         at = "yes" if f is not None and e <= f.high else "no"
-        rows.append([label, name, f"{c.boxes}", f"{c.observed} / {c.expected:.1f}", f"{c.z:+.2f}",
-                     _p(c.p_value), _p(hl.p_value) if hl else "n/a",
-                     f"{e:.4f} [{f.low:.4f}, {f.high:.4f}] {at}" if f else "n/a",
-                     f"{c.observed / n_gt:.3f}" if n_gt else "n/a", f"{m:.3f}"])
+        rows.append(
+            [
+                label,
+                name,
+                f"{c.boxes}",
+                f"{c.observed} / {c.expected:.1f}",
+                f"{c.z:+.2f}",
+                _p(c.p_value),
+                _p(hl.p_value) if hl else "n/a",
+                f"{e:.4f} [{f.low:.4f}, {f.high:.4f}] {at}" if f else "n/a",
+                f"{c.observed / n_gt:.3f}" if n_gt else "n/a",
+                f"{m:.3f}",
+            ]
+        )
     return rows
 
 
@@ -82,21 +99,36 @@ def _p(p: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", type=Path, default=Path("det_calib_out"), help="a calibrate run on the demo")
+    ap.add_argument(
+        "--run", type=Path, default=Path("det_calib_out"), help="a calibrate run on the demo"
+    )
     ap.add_argument("--head", default="nms")
     ap.add_argument("--kinds", nargs="+", default=list(CORRUPTIONS), choices=list(CORRUPTIONS))
     ap.add_argument("--severities", nargs="+", type=int, default=[1, 3, 5])
     ap.add_argument("--limit", type=int, help="first N images of each split")
     ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
-    ap.add_argument("--doc", action="store_true", help="also write it to docs/generated/measure_shift.md")
+    ap.add_argument(
+        "--doc", action="store_true", help="also write it to docs/generated/measure_shift.md"
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from det_calib.check.run_check import new_boxes
 
-    splits = [("clean test", demo_data_yaml())] + [(f"{k}-{s}", shifted_data_yaml(k, s)) for k in args.kinds
-                                                   for s in args.severities]
-    header = ["split", "calibrator", "kept", "correct / expected", "z", "p", "HL p", "kept ECE [floor range] at floor",
-              "recall", "mAP50"]
+    splits = [("clean test", demo_data_yaml())] + [
+        (f"{k}-{s}", shifted_data_yaml(k, s)) for k in args.kinds for s in args.severities
+    ]
+    header = [
+        "split",
+        "calibrator",
+        "kept",
+        "correct / expected",
+        "z",
+        "p",
+        "HL p",
+        "kept ECE [floor range] at floor",
+        "recall",
+        "mAP50",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, yml in splits:
         run, sp, tables = new_boxes(args.run, yml, "test", heads=[args.head], limit=args.limit)
@@ -104,7 +136,7 @@ def main() -> None:
         conf = float(min(run.settings.conf_thresholds))
         for r in rows_of(label, tables[args.head], sp, cals, conf, run.settings.ece_bins):
             lines.append("| " + " | ".join(r) + " |")
-        print("\n".join(lines[-len(cals):]), flush=True)
+        print("\n".join(lines[-len(cals) :]), flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)

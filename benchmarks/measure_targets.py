@@ -40,10 +40,17 @@ def _rows(label: str, limit: int | None, result) -> list[str]:
         h = result.head(head)
         o0, o1 = h.eval.operating_before[0], h.eval.operating_after[0]
         ratio = f"{o1.laece0 / o0.laece0:.2f}" if o0.laece0 and o1.laece0 is not None else "n/a"
-        same = "unchanged" if h.eval.map_identical else f"{h.eval.map50_95_before:.4f} → {h.eval.map50_95_after:.4f}"
-        out.append(f"| {limit or 'full'} | {head} | {label} | {h.calibrator.method} | {o0.boxes} → {o1.boxes} | "
-                   f"{_fig(o0.laece0, o0.laece0_ci)} | {_fig(o1.laece0, o1.laece0_ci)} | {ratio} | "
-                   f"{_fig(o0.ece, o0.ece_ci)} | {_fig(o1.ece, o1.ece_ci)} | {same} |")
+        same = (
+            "unchanged"
+            if h.eval.map_identical
+            else f"{h.eval.map50_95_before:.4f} → {h.eval.map50_95_after:.4f}"
+        )
+        out.append(
+            f"| {limit or 'full'} | {head} | {label} | {h.calibrator.method} | {o0.boxes} → "
+            f"{o1.boxes} | "
+            f"{_fig(o0.laece0, o0.laece0_ci)} | {_fig(o1.laece0, o1.laece0_ci)} | {ratio} | "
+            f"{_fig(o0.ece, o0.ece_ci)} | {_fig(o1.ece, o1.ece_ci)} | {same} |"
+        )
     return out
 
 
@@ -71,17 +78,33 @@ def in_sample_bound(run_dir: Path, limit: int | None) -> list[str]:
         v = BoxView.from_boxes(boxes, head=head, split=st.eval_split)
         lt = laece0_targets(v, split.gt)
         best = {}
-        for method in [m for m in registry.methods() if m != "none"
-                       and (m in registry.global_methods("iou") or m == "class-isotonic")]:
+        for method in [
+            m
+            for m in registry.methods()
+            if m != "none" and (m in registry.global_methods("iou") or m == "class-isotonic")
+        ]:
             for floor in (0.0, 0.125):
                 keep = v.conf >= floor
                 try:
-                    if registry.is_per_class(method):  # each class's own curve (1 pseudo-box toward the global)
-                        cal = registry.make_calibrator(method, shrinkage=1.0, fit_min_conf=floor).fit(
-                            v.logit[keep], lt.target[keep], classes=v.cls[keep], groups=v.image_id[keep])
+                    if registry.is_per_class(
+                        method
+                    ):  # each class's own curve (1 pseudo-box toward the global)
+                        cal = registry.make_calibrator(
+                            method, shrinkage=1.0, fit_min_conf=floor
+                        ).fit(
+                            v.logit[keep],
+                            lt.target[keep],
+                            classes=v.cls[keep],
+                            groups=v.image_id[keep],
+                        )
                     else:
-                        cal = fit_calibrator(method, v.logit[keep], lt.target[keep], fit_min_conf=floor,
-                                             in_range=True)
+                        cal = fit_calibrator(
+                            method,
+                            v.logit[keep],
+                            lt.target[keep],
+                            fit_min_conf=floor,
+                            in_range=True,
+                        )
                 except Exception:  # a degenerate fit is no bound
                     continue
                 la = lt.laece(cal.predict_proba(v.logit, classes=v.cls), threshold=0.25)
@@ -90,7 +113,10 @@ def in_sample_bound(run_dir: Path, limit: int | None) -> list[str]:
                     best[kind] = (la, f"{method}@{floor:g}")
         raw = lt.laece(v.conf, threshold=0.25)
         for kind, (la, name) in sorted(best.items(), reverse=True):
-            rows.append(f"| {limit or 'full'} | {head} | {kind} | {name} | {raw:.4f} | {la:.4f} | {la / raw:.2f} |")
+            rows.append(
+                f"| {limit or 'full'} | {head} | {kind} | {name} | {raw:.4f} | {la:.4f} | "
+                f"{la / raw:.2f} |"
+            )
     return rows
 
 
@@ -102,27 +128,47 @@ def measure(limit: int | None, per_class: bool, tmp: Path, bounds: list[str]) ->
     first = tmp / f"iou_{limit}"
     rows = _rows("iou", limit, calibrate(out=first, target="iou", **common).result)
     bounds += in_sample_bound(first, limit)
-    rows += _rows("correct (default)", limit,
-                  calibrate(out=tmp / f"correct_{limit}", boxes=str(first), **common).result)
+    rows += _rows(
+        "correct (default)",
+        limit,
+        calibrate(out=tmp / f"correct_{limit}", boxes=str(first), **common).result,
+    )
     if per_class:
-        rows += _rows("iou, --per-class", limit, calibrate(out=tmp / f"iou_pc_{limit}", boxes=str(first),
-                                                            target="iou", per_class=True, **common).result)
+        rows += _rows(
+            "iou, --per-class",
+            limit,
+            calibrate(
+                out=tmp / f"iou_pc_{limit}",
+                boxes=str(first),
+                target="iou",
+                per_class=True,
+                **common,
+            ).result,
+        )
     return rows
 
 
-HEADER = ("| images | head | --target | deployed map | kept at 0.25 raw → cal | LaECE_0 raw | LaECE_0 calibrated | "
-          "ratio | ECE raw | ECE calibrated | mAP50-95 |\n|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| images | head | --target | deployed map | kept at 0.25 raw → cal | LaECE_0 raw | LaECE_0 "
+    "calibrated | "
+    "ratio | ECE raw | ECE calibrated | mAP50-95 |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
-BOUND_HEADER = ("In-sample bound: maps fitted to the IoU targets of the eval split itself (the figures no map fitted "
-                "on the fit split can be expected to beat), kept-set LaECE_0 at 0.25:\n\n"
-                "| images | head | maps | best (method@fit floor) | LaECE_0 raw | LaECE_0 in-sample | ratio |\n"
-                "|---|---|---|---|---|---|---|")
+BOUND_HEADER = (
+    "In-sample bound: maps fitted to the IoU targets of the eval split itself (the figures no map "
+    "fitted "
+    "on the fit split can be expected to beat), kept-set LaECE_0 at 0.25:\n\n"
+    "| images | head | maps | best (method@fit floor) | LaECE_0 raw | LaECE_0 in-sample | ratio |\n"
+    "|---|---|---|---|---|---|---|"
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--limits", type=int, nargs="+", default=[0], help="images per split (0: the full demo)")
+    ap.add_argument(
+        "--limits", type=int, nargs="+", default=[0], help="images per split (0: the full demo)"
+    )
     ap.add_argument("--per-class", action="store_true", help="also --target iou --per-class")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/targets_demo.md")
     args = ap.parse_args()
@@ -136,8 +182,12 @@ def main() -> None:
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("targets_demo", text, note="Kept set: conf > 0.25 on the demo's test split; intervals "
-                        "95% image bootstrap (ECE bias-corrected percentile, LaECE_0 estimate ± 1.96 SD).")
+        write_doc_table(
+            "targets_demo",
+            text,
+            note="Kept set: conf > 0.25 on the demo's test split; intervals "
+            "95% image bootstrap (ECE bias-corrected percentile, LaECE_0 estimate ± 1.96 SD).",
+        )
 
 
 if __name__ == "__main__":

@@ -86,25 +86,57 @@ def _kept_targets(rows: list, gt: pl.DataFrame, threshold: float) -> tuple[np.nd
     a = a[a[:, 5] > threshold]
     crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
     gxy = np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")])
-    return a, LaECE0Targets(a[:, 0], a[:, 1:5], a[:, 6], a[:, 5], gt["image_id"].to_numpy(), gxy,
-                            gt["cls"].to_numpy(), crowd)
+    return a, LaECE0Targets(
+        a[:, 0],
+        a[:, 1:5],
+        a[:, 6],
+        a[:, 5],
+        gt["image_id"].to_numpy(),
+        gxy,
+        gt["cls"].to_numpy(),
+        crowd,
+    )
 
 
-def kept_figures(rows: list, gt: pl.DataFrame, *, threshold: float = THRESHOLD, iou: float = 0.5, ece_bins: int = 15,
-                 laece_bins: int = 25) -> tuple[int, float, float]:
+def kept_figures(
+    rows: list,
+    gt: pl.DataFrame,
+    *,
+    threshold: float = THRESHOLD,
+    iou: float = 0.5,
+    ece_bins: int = 15,
+    laece_bins: int = 25,
+) -> tuple[int, float, float]:
     """``(kept boxes, kept-set LaECE_0, kept-set ECE)`` of predict rows ``[image, x1, y1, x2, y2, conf, cls]``."""
     from det_calib.matching.one_to_one import match_boxes
     from det_calib.metrics.operating_point import kept_ece
 
     a, t = _kept_targets(rows, gt, threshold)
     la = t.laece(a[:, 5], threshold=threshold, n_bins=laece_bins)
-    table = pl.DataFrame({"image_id": a[:, 0].astype(np.int64), "x1": a[:, 1], "y1": a[:, 2], "x2": a[:, 3],
-                          "y2": a[:, 4], "conf": a[:, 5], "cls": a[:, 6].astype(np.int32)})
+    table = pl.DataFrame(
+        {
+            "image_id": a[:, 0].astype(np.int64),
+            "x1": a[:, 1],
+            "y1": a[:, 2],
+            "x2": a[:, 3],
+            "y2": a[:, 4],
+            "conf": a[:, 5],
+            "cls": a[:, 6].astype(np.int32),
+        }
+    )
     m = match_boxes(table, gt, iou=iou, loc_iou=min(iou, 0.1)).filter(~pl.col("ignore"))
-    return m.height, la, kept_ece(m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=ece_bins)
+    return (
+        m.height,
+        la,
+        kept_ece(
+            m["conf"].to_numpy(), m["correct"].to_numpy(), threshold=threshold, n_bins=ece_bins
+        ),
+    )
 
 
-def kept_floor(rows: list, gt: pl.DataFrame, *, threshold: float = THRESHOLD, laece_bins: int = 25) -> Any:
+def kept_floor(
+    rows: list, gt: pl.DataFrame, *, threshold: float = THRESHOLD, laece_bins: int = 25
+) -> Any:
     """The sampling floor (``ECEFloor(mean, low, high)``, None when nothing is kept) of the kept-set LaECE_0 of
     predict rows, as :func:`kept_figures` scores it: the matched IoUs of the kept boxes are the IoU distribution."""
     from det_calib.metrics.operating_point import kept_laece_floor
@@ -141,20 +173,40 @@ class Case:
     @property
     def at_floor(self) -> bool | None:
         """The deployed calibrated LaECE_0 within its floor's range or below it (None: no floor)."""
-        return None if self.calibrated_floor is None else self.calibrated[1] <= self.calibrated_floor.high
+        return (
+            None
+            if self.calibrated_floor is None
+            else self.calibrated[1] <= self.calibrated_floor.high
+        )
 
     @property
     def goal_below_floor(self) -> bool | None:
         """Whether 0.8x raw is below the low end of the calibrated kept set's floor range (None: no floor)."""
-        return None if self.calibrated_floor is None else DONE_MEAN * self.raw[1] < self.calibrated_floor.low
+        return (
+            None
+            if self.calibrated_floor is None
+            else DONE_MEAN * self.raw[1] < self.calibrated_floor.low
+        )
 
 
 def calibrate(limit: int | None, out: Path, rerun: bool, extra: list[str] | None = None) -> None:
     """``det-calib calibrate --target iou [extra]`` on the demo into ``out`` (skipped when it holds a finished run)."""
     if (out / "calibration.json").is_file() and not rerun:
         return
-    cmd = [sys.executable, "-m", "det_calib.cli", "calibrate", "--target", "iou", *(extra or []), "--out", str(out),
-           "-q", "--no-report", *(["--limit", str(limit)] if limit else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "det_calib.cli",
+        "calibrate",
+        "--target",
+        "iou",
+        *(extra or []),
+        "--out",
+        str(out),
+        "-q",
+        "--no-report",
+        *(["--limit", str(limit)] if limit else []),
+    ]
     print("$", " ".join(["det-calib", *cmd[3:]]), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -166,7 +218,9 @@ def plain_predict(spec: dict) -> dict:
         subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], check=True, cwd=tmp)
         pred = json.loads((Path(tmp) / "pred.json").read_text())
     if pred["det_calib_loaded"]:
-        raise SystemExit("the child process imported det_calib: the check is not of plain Ultralytics")
+        raise SystemExit(
+            "the child process imported det_calib: the check is not of plain Ultralytics"
+        )
     return pred
 
 
@@ -182,21 +236,48 @@ def measure_run(run: Path, size: str) -> list[Case]:
     sp = load_split(load_data_yaml(res.data), st.eval_split, limit=n)
     cases = []
     for head in res.heads:
-        pred = plain_predict({"original": res.model, "calibrated": str(run / "calibrated.pt"), "conf": THRESHOLD,
-                              "nms": False if head == "e2e" else None, "imgsz": st.imgsz,
-                              "images": [str(p) for p in sp.images]})
-        fig = {tag: kept_figures(pred[tag], sp.gt, iou=st.iou_match, ece_bins=st.ece_bins, laece_bins=st.laece_bins)
-               for tag in ("raw", "calibrated")}
-        floor = {tag: kept_floor(pred[tag], sp.gt, laece_bins=st.laece_bins) for tag in ("raw", "calibrated")}
+        pred = plain_predict(
+            {
+                "original": res.model,
+                "calibrated": str(run / "calibrated.pt"),
+                "conf": THRESHOLD,
+                "nms": False if head == "e2e" else None,
+                "imgsz": st.imgsz,
+                "images": [str(p) for p in sp.images],
+            }
+        )
+        fig = {
+            tag: kept_figures(
+                pred[tag], sp.gt, iou=st.iou_match, ece_bins=st.ece_bins, laece_bins=st.laece_bins
+            )
+            for tag in ("raw", "calibrated")
+        }
+        floor = {
+            tag: kept_floor(pred[tag], sp.gt, laece_bins=st.laece_bins)
+            for tag in ("raw", "calibrated")
+        }
         hr = res.head(head)
         o0, o1 = hr.eval.operating_before[0], hr.eval.operating_after[0]
         dc = hr.detection_change
-        cases.append(Case(size=size, head=head, method=hr.calibrator.method if hr.calibrator else "none", images=n,
-                          raw=fig["raw"], calibrated=fig["calibrated"], run_raw=(o0.boxes, o0.laece0, o0.ece),
-                          run_calibrated=(o1.boxes, o1.laece0, o1.ece), raw_floor=floor["raw"],
-                          calibrated_floor=floor["calibrated"],
-                          map50_95=(hr.eval.map50_95_before, hr.eval.map50_95_after,
-                                    *((None, None) if dc is None else (dc.map50_95_original, dc.map50_95_folded)))))
+        cases.append(
+            Case(
+                size=size,
+                head=head,
+                method=hr.calibrator.method if hr.calibrator else "none",
+                images=n,
+                raw=fig["raw"],
+                calibrated=fig["calibrated"],
+                run_raw=(o0.boxes, o0.laece0, o0.ece),
+                run_calibrated=(o1.boxes, o1.laece0, o1.ece),
+                raw_floor=floor["raw"],
+                calibrated_floor=floor["calibrated"],
+                map50_95=(
+                    hr.eval.map50_95_before,
+                    hr.eval.map50_95_after,
+                    *((None, None) if dc is None else (dc.map50_95_original, dc.map50_95_folded)),
+                ),
+            )
+        )
     return cases
 
 
@@ -220,27 +301,41 @@ def _map(m: tuple[float | None, ...]) -> str:
     if before is None or after is None:
         return "n/a"
     text = "unchanged" if before == after else f"{before:.4f} → {after:.4f}"
-    return text + (f"; folded model {original:.4f} → {folded:.4f}" if original is not None and folded is not None
-                   else "")
+    return text + (
+        f"; folded model {original:.4f} → {folded:.4f}"
+        if original is not None and folded is not None
+        else ""
+    )
 
 
 def table(cases: list[Case]) -> str:
     def f(t: tuple[int, float, float], floor: Any) -> str:
         return f"{t[0]} | {t[1]:.4f} | {_floor(floor)} | {t[2]:.4f}"
 
-    lines = ["| size | head | deployed map | images | raw: kept | raw LaECE_0 | its floor | raw ECE | "
-             "calibrated.pt: kept | LaECE_0 | its floor | ECE | LaECE_0 ratio | at floor: raw, calibrated | "
-             "mAP50-95 | the run's own: kept, LaECE_0, ECE raw → calibrated |",
-             "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|"]
+    lines = [
+        "| size | head | deployed map | images | raw: kept | raw LaECE_0 | its floor | raw ECE | "
+        "calibrated.pt: kept | LaECE_0 | its floor | ECE | LaECE_0 ratio | at floor: raw, "
+        "calibrated | "
+        "mAP50-95 | the run's own: kept, LaECE_0, ECE raw → calibrated |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|",
+    ]
     for c in cases:
         (n0, l0, e0), (n1, l1, e1) = c.run_raw, c.run_calibrated
-        lines.append(f"| {c.size} | {c.head} | {c.method} | {c.images} | {f(c.raw, c.raw_floor)} | "
-                     f"{f(c.calibrated, c.calibrated_floor)} | {c.ratio:.3f} | {_yes(c.raw_at_floor)}, "
-                     f"{_yes(c.at_floor)} | {_map(c.map50_95)} | "
-                     f"{n0} → {n1}, {l0:.4f} → {l1:.4f}, {e0:.4f} → {e1:.4f} |")
+        lines.append(
+            f"| {c.size} | {c.head} | {c.method} | {c.images} | {f(c.raw, c.raw_floor)} | "
+            f"{f(c.calibrated, c.calibrated_floor)} | {c.ratio:.3f} | {_yes(c.raw_at_floor)}, "
+            f"{_yes(c.at_floor)} | {_map(c.map50_95)} | "
+            f"{n0} → {n1}, {l0:.4f} → {l1:.4f}, {e0:.4f} → {e1:.4f} |"
+        )
     mean, worst, ok = verdict(cases)
-    lines += ["", f"Deployed LaECE_0 ratio calibrated / raw: mean {mean:.3f} (Done when <= {DONE_MEAN}), largest "
-              f"{worst:.3f} (Done when <= {DONE_MAX}): {'met' if ok else 'NOT met'}.", "", floor_line(cases)]
+    lines += [
+        "",
+        f"Deployed LaECE_0 ratio calibrated / raw: mean {mean:.3f} (Done when <= {DONE_MEAN}), "
+        "largest "
+        f"{worst:.3f} (Done when <= {DONE_MAX}): {'met' if ok else 'NOT met'}.",
+        "",
+        floor_line(cases),
+    ]
     return "\n".join(lines)
 
 
@@ -250,23 +345,45 @@ def floor_line(cases: list[Case]) -> str:
     raw_at = sum(bool(c.raw_at_floor) for c in cases)
     cal_at = sum(bool(c.at_floor) for c in cases)
     below = sum(bool(c.goal_below_floor) for c in cases)
-    below_mean = sum(c.calibrated_floor is not None and DONE_MEAN * c.raw[1] < c.calibrated_floor.mean for c in cases)
-    return (f"Against the sampling floor (a detector whose conf is each box's expected IoU, on the same kept boxes): "
-            f"the raw kept set is at its floor in {raw_at} of {n} cases, the calibrated in {cal_at} of {n}; "
-            f"{DONE_MEAN}x raw is below the calibrated kept set's floor mean in {below_mean} of {n} cases and below "
-            f"the low end of its range (where a perfectly calibrated detector scores less than 2.5% of the time) in "
-            f"{below} of {n}.")
+    below_mean = sum(
+        c.calibrated_floor is not None and DONE_MEAN * c.raw[1] < c.calibrated_floor.mean
+        for c in cases
+    )
+    return (
+        "Against the sampling floor (a detector whose conf is each box's expected IoU, on the "
+        "same kept boxes): "
+        f"the raw kept set is at its floor in {raw_at} of {n} cases, the calibrated in {cal_at} of "
+        f"{n}; "
+        f"{DONE_MEAN}x raw is below the calibrated kept set's floor mean in {below_mean} of {n} "
+        "cases and below "
+        "the low end of its range (where a perfectly calibrated detector scores less than 2.5% of "
+        "the time) in "
+        f"{below} of {n}."
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--limits", type=int, nargs="+", default=[64, 128, 0], help="sizes; 0 = the full demo")
-    ap.add_argument("--runs", type=Path, default=Path("runs/measure_targets_deployed"), help="folder of the runs")
-    ap.add_argument("--rerun", action="store_true", help="calibrate again even where a finished run is found")
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/targets_deployed[_<mode>].md")
+    ap.add_argument(
+        "--limits", type=int, nargs="+", default=[64, 128, 0], help="sizes; 0 = the full demo"
+    )
+    ap.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("runs/measure_targets_deployed"),
+        help="folder of the runs",
+    )
+    ap.add_argument(
+        "--rerun", action="store_true", help="calibrate again even where a finished run is found"
+    )
+    ap.add_argument(
+        "--doc", action="store_true", help="write docs/generated/targets_deployed[_<mode>].md"
+    )
     ap.add_argument("--per-class", action="store_true", help="calibrate with --per-class")
     ap.add_argument("--method", default=None, help="calibrate with --method METHOD")
-    ap.add_argument("--criterion", default=None, help="calibrate with --criterion CRITERION (auto's CV score)")
+    ap.add_argument(
+        "--criterion", default=None, help="calibrate with --criterion CRITERION (auto's CV score)"
+    )
     args = ap.parse_args()
     extra, mode = _mode(args)
     cases = []
@@ -275,8 +392,12 @@ def main() -> None:
         run = args.runs / (mode or "default") / (f"limit{limit}" if limit else "full")
         calibrate(limit or None, run, args.rerun, extra)
         for c in measure_run(run, size):
-            print(f"{size} [{c.head}] {c.method}: deployed LaECE_0 {c.raw[1]:.4f} -> {c.calibrated[1]:.4f} "
-                  f"(ratio {c.ratio:.3f}), ECE {c.raw[2]:.4f} -> {c.calibrated[2]:.4f}", flush=True)
+            print(
+                f"{size} [{c.head}] {c.method}: deployed LaECE_0 {c.raw[1]:.4f} -> "
+                f"{c.calibrated[1]:.4f} "
+                f"(ratio {c.ratio:.3f}), ECE {c.raw[2]:.4f} -> {c.calibrated[2]:.4f}",
+                flush=True,
+            )
             cases.append(c)
     body = table(cases)
     print(body)
@@ -284,18 +405,28 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from doc_table import write_doc_table
 
-        write_doc_table("targets_deployed" + (f"_{mode}" if mode else ""), body, command=_command(args),
-                        note=f"`det-calib calibrate --target iou{''.join(' ' + a for a in extra)}`. Kept set: conf > "
-                        f"{THRESHOLD} on the demo's test split, plain Ultralytics `predict` (det_calib blocked) of the "
-                        "demo detector and of each run's calibrated.pt; LaECE_0 25 bins per class at IoU >= 0, ECE 15 "
-                        "bins at IoU 0.5. Floor: the LaECE_0 a detector whose every conf is its box's expected IoU "
-                        "target would score on the same kept boxes (200 draws, mean [95% range]); at floor: LaECE_0 "
-                        "at most the range's high end.")
+        write_doc_table(
+            "targets_deployed" + (f"_{mode}" if mode else ""),
+            body,
+            command=_command(args),
+            note=f"`det-calib calibrate --target iou{''.join(' ' + a for a in extra)}`. Kept set: conf > "
+            f"{THRESHOLD} on the demo's test split, plain Ultralytics `predict` (det_calib "
+            "blocked) of the "
+            "demo detector and of each run's calibrated.pt; LaECE_0 25 bins per class at IoU >= 0, "
+            "ECE 15 "
+            "bins at IoU 0.5. Floor: the LaECE_0 a detector whose every conf is its box's expected "
+            "IoU "
+            "target would score on the same kept boxes (200 draws, mean [95% range]); at floor: "
+            "LaECE_0 "
+            "at most the range's high end.",
+        )
 
 
 def _mode(args: argparse.Namespace) -> tuple[list[str], str]:
     """The extra options of ``calibrate`` and the mode's name ("" for the default)."""
-    extra = (["--per-class"] if args.per_class else []) + (["--method", args.method] if args.method else [])
+    extra = (["--per-class"] if args.per_class else []) + (
+        ["--method", args.method] if args.method else []
+    )
     extra += ["--criterion", args.criterion] if args.criterion else []
     return extra, "_".join(a.lstrip("-").replace("-", "_") for a in extra)
 
@@ -303,8 +434,12 @@ def _mode(args: argparse.Namespace) -> tuple[list[str], str]:
 def _command(args: argparse.Namespace) -> str:
     """The command that measured the table (the run folders' location left out: it is not the measurement)."""
     extra, _ = _mode(args)
-    return ("python3 benchmarks/measure_targets_deployed.py --limits " + " ".join(map(str, args.limits))
-            + "".join(" " + a for a in extra) + " --doc")
+    return (
+        "python3 benchmarks/measure_targets_deployed.py --limits "
+        + " ".join(map(str, args.limits))
+        + "".join(" " + a for a in extra)
+        + " --doc"
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-MODELS = {"detect": "yolo26n_shapes.pt", "segment": "yolo26n_shapes_seg.pt", "pose": "yolo26n_shapes_pose.pt",
-          "obb": "yolo26n_shapes_obb.pt"}
+MODELS = {
+    "detect": "yolo26n_shapes.pt",
+    "segment": "yolo26n_shapes_seg.pt",
+    "pose": "yolo26n_shapes_pose.pt",
+    "obb": "yolo26n_shapes_obb.pt",
+}
 FIGURES = (("map50_95", "box"), ("mask_map50_95", "mask"), ("pose_map50_95", "keypoint"))
 
 
@@ -32,8 +36,12 @@ def _data(task: str) -> Path:
     from det_calib.demo.shapes_pose import demo_pose_data_yaml
     from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-    return {"detect": demo_data_yaml, "segment": demo_segment_data_yaml, "pose": demo_pose_data_yaml,
-            "obb": demo_obb_data_yaml}[task]()
+    return {
+        "detect": demo_data_yaml,
+        "segment": demo_segment_data_yaml,
+        "pose": demo_pose_data_yaml,
+        "obb": demo_obb_data_yaml,
+    }[task]()
 
 
 def run_case(task: str, limit: int | None, out: Path) -> Path:
@@ -41,8 +49,21 @@ def run_case(task: str, limit: int | None, out: Path) -> Path:
     run = out / f"{task}_{limit or 'all'}"
     if not (run / "calibration.json").is_file():
         model = ROOT / "det_calib" / "demo" / "assets" / MODELS[task]
-        cmd = [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(model), "--data", str(_data(task)),
-               "-q", "--no-report", *(["--limit", str(limit)] if limit else []), "--out", str(run)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "det_calib.cli",
+            "calibrate",
+            "--model",
+            str(model),
+            "--data",
+            str(_data(task)),
+            "-q",
+            "--no-report",
+            *(["--limit", str(limit)] if limit else []),
+            "--out",
+            str(run),
+        ]
         subprocess.run(cmd, check=True)
     return run
 
@@ -52,10 +73,17 @@ def rows_of(task: str, limit: int | None, run: Path) -> list[list[str]]:
     rows = []
     for head, uv in rec["ultralytics_val"].items():
         cal_rec, temps = rec.get("calibrators") or {}, rec.get("temperature") or {}
-        method = (cal_rec[head]["method"] if cal_rec.get(head) else
-                  f"temperature {temps[head]:.3f}" if temps.get(head) is not None else "none")
-        seen = (f"{uv.get('images_seen')}/{uv.get('images_expected')} images, "
-                f"{uv.get('instances_seen')}/{uv.get('instances_expected')} instances")
+        method = (
+            cal_rec[head]["method"]
+            if cal_rec.get(head)
+            else f"temperature {temps[head]:.3f}"
+            if temps.get(head) is not None
+            else "none"
+        )
+        seen = (
+            f"{uv.get('images_seen')}/{uv.get('images_expected')} images, "
+            f"{uv.get('instances_seen')}/{uv.get('instances_expected')} instances"
+        )
         if not uv.get("verified"):
             rows.append([task, str(limit or "all"), head, method, seen, "NOT verified", "", "", ""])
             continue
@@ -64,35 +92,71 @@ def rows_of(task: str, limit: int | None, run: Path) -> list[list[str]]:
             if orig.get(key) is None:
                 continue
             d = cal[key] - orig[key]
-            rows.append([task, str(limit or "all"), head, method, seen, words, f"{orig[key]:.6f}",
-                         f"{cal[key]:.6f}", "0 (identical)" if abs(d) <= 1e-6 else f"{d:+.2g}"])
+            rows.append(
+                [
+                    task,
+                    str(limit or "all"),
+                    head,
+                    method,
+                    seen,
+                    words,
+                    f"{orig[key]:.6f}",
+                    f"{cal[key]:.6f}",
+                    "0 (identical)" if abs(d) <= 1e-6 else f"{d:+.2g}",
+                ]
+            )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True, help="folder of the runs (a run already there is reused)")
-    ap.add_argument("--limits", default="64,all", help="split sizes: comma-separated --limit values, `all`")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out", type=Path, required=True, help="folder of the runs (a run already there is reused)"
+    )
+    ap.add_argument(
+        "--limits", default="64,all", help="split sizes: comma-separated --limit values, `all`"
+    )
     ap.add_argument("--tasks", default=",".join(MODELS), help="comma-separated demo models")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/val_identity.md")
     args = ap.parse_args(argv)
     limits = [None if x == "all" else int(x) for x in args.limits.split(",")]
-    head = ["Model", "Images", "Head", "Map", "Val read", "mAP50-95", "Original", "Calibrated", "Difference"]
+    head = [
+        "Model",
+        "Images",
+        "Head",
+        "Map",
+        "Val read",
+        "mAP50-95",
+        "Original",
+        "Calibrated",
+        "Difference",
+    ]
     rows = []
     for task in args.tasks.split(","):
         for limit in limits:
             rows += rows_of(task, limit, run_case(task, limit, args.out))
             print(f"{task} {limit or 'all'}: done", flush=True)
-    body = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                     + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    body = (
+        "\n".join(
+            ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(r) + " |" for r in rows]
+        )
+        + "\n"
+    )
     print(body)
     if args.doc:
         from doc_table import write_doc_table
 
-        write_doc_table("val_identity", body, command="PYTHONPATH=. python3 benchmarks/measure_val_identity.py "
-                        f"--limits {args.limits} --tasks {args.tasks} --out RUNS --doc",
-                        note="Ultralytics val of the original and of the calibrated checkpoint (at the "
-                        "equivalent floor) in one pass per run; the difference is calibrated - original.")
+        write_doc_table(
+            "val_identity",
+            body,
+            command="PYTHONPATH=. python3 benchmarks/measure_val_identity.py "
+            f"--limits {args.limits} --tasks {args.tasks} --out RUNS --doc",
+            note="Ultralytics val of the original and of the calibrated checkpoint (at the "
+            "equivalent floor) in one pass per run; the difference is calibrated - original.",
+        )
     return 0
 
 

@@ -56,11 +56,16 @@ TESTS: dict[str, list[str]] = {
     "matching/one_to_one": ["tests/matching/test_one_to_one.py", "tests/system/test_boundaries.py"],
     "metrics/calibration": ["tests/metrics/test_calibration.py", "tests/system/test_boundaries.py"],
     "evaluation/kept_set": ["tests/evaluation/test_kept_set.py", "tests/system/test_boundaries.py"],
-    "calibrators/temperature": ["tests/calibrators/test_temperature.py",
-                                "tests/calibrators/test_temperature_persistence.py"],
+    "calibrators/temperature": [
+        "tests/calibrators/test_temperature.py",
+        "tests/calibrators/test_temperature_persistence.py",
+    ],
     "calibrators/affine": ["tests/calibrators/test_affine.py"],
-    "deploy/fold": ["tests/deploy/test_fold.py", "tests/deploy/test_fold_calibrators.py",
-                    "tests/system/test_promises.py::test_fold_into_a_legacy_head"],
+    "deploy/fold": [
+        "tests/deploy/test_fold.py",
+        "tests/deploy/test_fold_calibrators.py",
+        "tests/system/test_promises.py::test_fold_into_a_legacy_head",
+    ],
     "metrics/operating_point": ["tests/metrics/test_operating_point.py"],
     # the fast selection tests (the four planted-map tests take 3-4 s each and reach every
     # mutant of select_calibrator)
@@ -70,46 +75,69 @@ TESTS: dict[str, list[str]] = {
         "tests/selection/test_cross_validation.py::test_repeats_are_fresh_fold_assignments_scored_fold_by_fold",
         "tests/selection/test_cross_validation.py::test_one_se_rule_uses_the_standard_error_of_the_cv_estimate",
         "tests/selection/test_cross_validation.py::test_selection_bad_input",
-        "tests/selection/test_cross_validation.py::test_fit_calibrator_uses_only_its_fit_range"],
+        "tests/selection/test_cross_validation.py::test_fit_calibrator_uses_only_its_fit_range",
+    ],
     # each of these runs a real calibration (tens of seconds): the two that recompute every figure
     # of calibration.json, the second with thresholds exactly on a score
-    "run/head_figures": ["tests/pipeline/test_head_figures.py::test_every_figure_of_the_default_run",
-                         "tests/pipeline/test_head_figures.py::test_figures_with_thresholds_exactly_on_scores"],
+    "run/head_figures": [
+        "tests/pipeline/test_head_figures.py::test_every_figure_of_the_default_run",
+        "tests/pipeline/test_head_figures.py::test_figures_with_thresholds_exactly_on_scores",
+    ],
     # the planted sets and known answers against pycocotools (the fixture and demo-split captures
     # and the calibration run are left out: seconds to minutes a mutant, and they reach the same code)
-    "evaluation/coco_engine": ["tests/evaluation/test_coco_engine.py::test_planted_sets_equal_pycocotools",
-                               "tests/evaluation/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
-                               "tests/evaluation/test_coco_engine.py::test_area_bounds_are_closed",
-                               "tests/evaluation/test_coco_engine.py::test_annotation_area_field_equals_pycocotools",
-                               "tests/evaluation/test_coco_engine.py::test_result_carries_its_parameters",
-                               "tests/evaluation/test_coco_engine.py::test_table_maps_equal_pycocotools_on_box_tables",
-                               "tests/evaluation/test_coco_engine.py::test_known_answers",
-                               "tests/evaluation/test_coco_engine.py::test_engine_label"],
+    "evaluation/coco_engine": [
+        "tests/evaluation/test_coco_engine.py::test_planted_sets_equal_pycocotools",
+        "tests/evaluation/test_coco_engine.py::test_area_range_boundaries_equal_pycocotools",
+        "tests/evaluation/test_coco_engine.py::test_area_bounds_are_closed",
+        "tests/evaluation/test_coco_engine.py::test_annotation_area_field_equals_pycocotools",
+        "tests/evaluation/test_coco_engine.py::test_result_carries_its_parameters",
+        "tests/evaluation/test_coco_engine.py::test_table_maps_equal_pycocotools_on_box_tables",
+        "tests/evaluation/test_coco_engine.py::test_known_answers",
+        "tests/evaluation/test_coco_engine.py::test_engine_label",
+    ],
     "ensemble/fusion": ["tests/ensemble/test_fusion.py"],
     # the tests of the statistical tests (the rest of check/test_run_check.py runs `det-calib check` on the demo)
-    "metrics/drift_tests": ["tests/metrics/test_drift_tests.py",
-                            "tests/check/test_run_check.py::test_p_values_match_scipy",
-                            "tests/check/test_run_check.py::test_calibration_in_the_large_false_alarm_and_power",
-                            "tests/check/test_run_check.py::test_clustered_images_do_not_read_as_drift",
-                            "tests/check/test_run_check.py::test_hosmer_lemeshow_known_answers",
-                            "tests/check/test_run_check.py::test_change_tests_false_alarm_and_power",
-                            "tests/check/test_run_check.py::test_ratio_test_and_permutation_tests"],
+    "metrics/drift_tests": [
+        "tests/metrics/test_drift_tests.py",
+        "tests/check/test_run_check.py::test_p_values_match_scipy",
+        "tests/check/test_run_check.py::test_calibration_in_the_large_false_alarm_and_power",
+        "tests/check/test_run_check.py::test_clustered_images_do_not_read_as_drift",
+        "tests/check/test_run_check.py::test_hosmer_lemeshow_known_answers",
+        "tests/check/test_run_check.py::test_change_tests_false_alarm_and_power",
+        "tests/check/test_run_check.py::test_ratio_test_and_permutation_tests",
+    ],
     # the threshold and the graphs on small hand-made exports (deploy/test_exported_engines.py: real exports, minutes)
-    "deploy/calibrated_export": ["tests/deploy/test_equivalent_threshold.py",
-                                 "tests/deploy/test_calibrated_export_graph.py"],
+    "deploy/calibrated_export": [
+        "tests/deploy/test_equivalent_threshold.py",
+        "tests/deploy/test_calibrated_export_graph.py",
+    ],
     "calibrators/spline": ["tests/calibrators/test_spline.py"],
     "calibrators/isotonic": ["tests/calibrators/test_isotonic.py"],
 }
-DEFAULT = ["evaluation/coco_engine", "ensemble/fusion", "metrics/drift_tests", "deploy/calibrated_export",
-           "calibrators/spline", "calibrators/isotonic"]
+DEFAULT = [
+    "evaluation/coco_engine",
+    "ensemble/fusion",
+    "metrics/drift_tests",
+    "deploy/calibrated_export",
+    "calibrators/spline",
+    "calibrators/isotonic",
+]
 # statements starting on lines that match these (regex) are not mutated
-SKIP_PATTERNS = [r"^\s*raise \w+(Error|Exception)\(", r"^\s*(log|logger)\.(debug|info|warning)\(",
-                 r"^\s*warnings\.warn\("]
+SKIP_PATTERNS = [
+    r"^\s*raise \w+(Error|Exception)\(",
+    r"^\s*(log|logger)\.(debug|info|warning)\(",
+    r"^\s*warnings\.warn\(",
+]
 
 
 def _copy_tree(dst: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for rel in files:
         src = REPO / rel
         if src.is_file():
@@ -144,9 +172,12 @@ def _config_text(module: str, tests: list[str]) -> str:
 
 def _stale(dst: Path) -> list[str]:
     """The package files whose copy under ``dst`` differs from the worktree's."""
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "det_calib").rglob("*.py")
-                  if not (dst / p.relative_to(REPO)).is_file()
-                  or (dst / p.relative_to(REPO)).read_bytes() != p.read_bytes())
+    return sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "det_calib").rglob("*.py")
+        if not (dst / p.relative_to(REPO)).is_file()
+        or (dst / p.relative_to(REPO)).read_bytes() != p.read_bytes()
+    )
 
 
 def _sync_tests(dst: Path) -> None:
@@ -173,7 +204,9 @@ def module_name(name: str) -> str:
         return name
     hits = [m for m in TESTS if m.rsplit("/", 1)[-1] == name.removesuffix(".py")]
     if len(hits) != 1:
-        raise argparse.ArgumentTypeError(f"{name!r} is not one of the modules: {', '.join(sorted(TESTS))}")
+        raise argparse.ArgumentTypeError(
+            f"{name!r} is not one of the modules: {', '.join(sorted(TESTS))}"
+        )
     return hits[0]
 
 
@@ -198,8 +231,9 @@ def _sampled(codes: dict, sample: int) -> set[str]:
     return {names[(i * len(names)) // sample] for i in range(sample)}
 
 
-def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool,
-            sample: int | None = None) -> list[str] | None:
+def _select(
+    dst: Path, module: str, only: list[str], rerun_survivors: bool, sample: int | None = None
+) -> list[str] | None:
     """The mutant names (or globs) to hand to ``mutmut run``: None for all (mutmut itself skips
     the ones with a result), [] for nothing.
 
@@ -218,13 +252,17 @@ def _select(dst: Path, module: str, only: list[str], rerun_survivors: bool,
     from mutmut.stats import status_by_exit_code
 
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    mapped = json.loads((dst / "mutants" / "mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
+    mapped = json.loads((dst / "mutants" / "mutmut-stats.json").read_text())[
+        "tests_by_mangled_function_name"
+    ]
     again = {"survived", "no tests", "timeout", "suspicious"} if rerun_survivors else set()
     out: list[str] = []
     chosen = _sampled(codes, sample) if sample else set()
     for name, code in codes.items():
         if code is None:
-            if not ((patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)) or name in chosen):
+            if not (
+                (patterns and any(fnmatch.fnmatchcase(name, p) for p in patterns)) or name in chosen
+            ):
                 continue
         elif status_by_exit_code[code] not in again:
             continue
@@ -245,8 +283,18 @@ def _mutmut(dst: Path, names: list[str] | None, max_children: int, budget: float
     after ``budget`` seconds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *(names or [])]
-    proc = subprocess.Popen(cmd, cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        "--max-children",
+        str(max_children),
+        *(names or []),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         out, _ = proc.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
@@ -265,20 +313,40 @@ def _mutmut(dst: Path, names: list[str] | None, max_children: int, budget: float
             raise SystemExit(f"mutmut run failed in {dst} (exit {proc.returncode})")
 
 
-def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: bool = True,
-               only: list[str] | None = None, budget: float | None = None,
-               rerun_survivors: bool = False, sample: int | None = None) -> dict:
+def run_module(
+    module: str,
+    work: Path,
+    *,
+    max_children: int,
+    fresh: bool,
+    run: bool = True,
+    only: list[str] | None = None,
+    budget: float | None = None,
+    rerun_survivors: bool = False,
+    sample: int | None = None,
+) -> dict:
     """Run mutmut over one module (or with ``run=False`` only read its last results) and print
     the counts and every survivor with its diff. Returns ``{"by_status", "survivors", "unchecked",
     "seconds"}`` (survivors: ``(status, name, diff lines)``; unchecked: function -> count)."""
     dst = _copy_dir(work, module)
     if dst.exists() and not fresh and run and (stale := _stale(dst)):
-        print(f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} differ(s) from the "
-              "worktree: starting over", file=sys.stderr)
+        print(
+            f"{module}: the copy's {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''} "
+            "differ(s) from the "
+            "worktree: starting over",
+            file=sys.stderr,
+        )
         fresh = True
-    if (dst.exists() and not fresh and run
-            and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])):
-        print(f"{module}: the test selection or mutmut settings changed: starting over", file=sys.stderr)
+    if (
+        dst.exists()
+        and not fresh
+        and run
+        and (dst / "pyproject.toml").read_text() != _config_text(module, TESTS[module])
+    ):
+        print(
+            f"{module}: the test selection or mutmut settings changed: starting over",
+            file=sys.stderr,
+        )
         fresh = True
     if fresh and dst.exists():
         shutil.rmtree(dst)
@@ -307,18 +375,28 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     by_status = _statuses(meta)
     seconds = time.time() - t0
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
-    print(f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts})"
-          + (f" in {seconds:.0f} s" if run else ""))
+    print(
+        f"\n=== {module}: {sum(map(len, by_status.values()))} mutants ({counts})"
+        + (f" in {seconds:.0f} s" if run else "")
+    )
     functions = _mutant_sources(dst / "mutants" / "det_calib" / f"{module}.py")
-    killed_since = json.loads((dst / CHECKED_WITH).read_text()) if (dst / CHECKED_WITH).is_file() else {}
+    killed_since = (
+        json.loads((dst / CHECKED_WITH).read_text()) if (dst / CHECKED_WITH).is_file() else {}
+    )
     survivors = []
     for outcome in ("survived", "no tests", "timeout", "suspicious"):
         for name in by_status.get(outcome, []):
-            status = "killed since by " + ", ".join(killed_since[name]) if name in killed_since else outcome
+            status = (
+                "killed since by " + ", ".join(killed_since[name])
+                if name in killed_since
+                else outcome
+            )
             fn = name.rsplit(".", 1)[-1]
             orig_name = fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
             orig = functions.get(orig_name, "")
-            mutant = functions.get(fn, "").replace(fn + "(", orig_name + "(", 1)  # only real changes differ
+            mutant = functions.get(fn, "").replace(
+                fn + "(", orig_name + "(", 1
+            )  # only real changes differ
             diff = difflib.unified_diff(orig.splitlines(), mutant.splitlines(), lineterm="", n=0)
             body = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
             survivors.append((status, name, body))
@@ -327,9 +405,16 @@ def run_module(module: str, work: Path, *, max_children: int, fresh: bool, run: 
     for name in by_status.get("not checked", []):
         unchecked[_function_of(name)] = unchecked.get(_function_of(name), 0) + 1
     if unchecked:
-        print(f"not checked ({sum(unchecked.values())}): "
-              + ", ".join(f"{fn} {n}" for fn, n in sorted(unchecked.items())))
-    return {"by_status": by_status, "survivors": survivors, "unchecked": unchecked, "seconds": seconds if run else None}
+        print(
+            f"not checked ({sum(unchecked.values())}): "
+            + ", ".join(f"{fn} {n}" for fn, n in sorted(unchecked.items()))
+        )
+    return {
+        "by_status": by_status,
+        "survivors": survivors,
+        "unchecked": unchecked,
+        "seconds": seconds if run else None,
+    }
 
 
 RECORD = REPO / "benchmarks" / "MUTATION.md"
@@ -344,26 +429,46 @@ def record_block(module: str, result: dict) -> str:
     counts = ", ".join(f"{k} {len(v)}" for k, v in sorted(by_status.items()))
     since = sum(st.startswith("killed since") for st, _, _ in result["survivors"])
     left = len(result["survivors"]) - since
-    lines = [_BEGIN.format(module), f"### {module}", "",
-             f"`det_calib/{module}.py`, tests: " + ", ".join(f"`{t}`" for t in TESTS[module]) + ".", "",
-             f"{total} mutants, {checked} checked: {counts}."
-             + (f" Of the {since + left} left by mutmut, {since} killed since by new tests (`--check-with`), "
-                f"{left} left." if since else "")]
+    lines = [
+        _BEGIN.format(module),
+        f"### {module}",
+        "",
+        f"`det_calib/{module}.py`, tests: " + ", ".join(f"`{t}`" for t in TESTS[module]) + ".",
+        "",
+        f"{total} mutants, {checked} checked: {counts}."
+        + (
+            f" Of the {since + left} left by mutmut, {since} killed since by new tests "
+            "(`--check-with`), "
+            f"{left} left."
+            if since
+            else ""
+        ),
+    ]
     if result["unchecked"]:
-        lines += ["", "Not checked, by function: " + ", ".join(f"`{fn}` {n}" for fn, n in
-                                                               sorted(result["unchecked"].items())) + "."]
+        lines += [
+            "",
+            "Not checked, by function: "
+            + ", ".join(f"`{fn}` {n}" for fn, n in sorted(result["unchecked"].items()))
+            + ".",
+        ]
     no_tests: dict[str, int] = {}
     for status, name, _ in result["survivors"]:
         if status == "no tests":
             no_tests[_function_of(name)] = no_tests.get(_function_of(name), 0) + 1
     if no_tests:
-        lines += ["", "No test of the selection reached them (at the run), by function: "
-                  + ", ".join(f"`{fn}` {n}" for fn, n in sorted(no_tests.items())) + "."]
+        lines += [
+            "",
+            "No test of the selection reached them (at the run), by function: "
+            + ", ".join(f"`{fn}` {n}" for fn, n in sorted(no_tests.items()))
+            + ".",
+        ]
     shown = [r for r in result["survivors"] if r[0] != "no tests"]
     if shown:
         lines += ["", "| mutant | outcome | change |", "|---|---|---|"]
         for status, name, body in shown:
-            change = "<br>".join("`" + ln.strip().replace("|", "\\|").replace("`", "'") + "`" for ln in body[:6])
+            change = "<br>".join(
+                "`" + ln.strip().replace("|", "\\|").replace("`", "'") + "`" for ln in body[:6]
+            )
             lines.append(f"| `{name.removeprefix(_dotted(module) + '.')}` | {status} | {change} |")
     lines.append(_END.format(module))
     return "\n".join(lines)
@@ -389,7 +494,9 @@ CHECKED_WITH = "checked_with.json"
 """In a module's copy: survivor -> the tests that ``--check-with`` found killing it."""
 
 
-def check_with(module: str, work: Path, tests: list[str], *, no_tests: bool = True) -> dict[str, list[str]]:
+def check_with(
+    module: str, work: Path, tests: list[str], *, no_tests: bool = True
+) -> dict[str, list[str]]:
     """Run ``tests`` (pytest node ids) against every survivor of ``module`` in its copy, one
     mutant at a time, outside mutmut (its results are left as they are).
 
@@ -400,22 +507,42 @@ def check_with(module: str, work: Path, tests: list[str], *, no_tests: bool = Tr
     dst = _copy_dir(work, module)
     mutants = dst / "mutants"
     by_status = _statuses(mutants / "det_calib" / f"{module}.py.meta")
-    survivors = [n for st in ("survived", "no tests")[: 2 if no_tests else 1] for n in by_status.get(st, [])]
+    survivors = [
+        n for st in ("survived", "no tests")[: 2 if no_tests else 1] for n in by_status.get(st, [])
+    ]
     for p in (REPO / "tests").rglob("*"):
         if p.is_file() and "__pycache__" not in p.parts:
             (mutants / p.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, mutants / p.relative_to(REPO))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(YOLO_OFFLINE="1", YOLO_VERBOSE="False", OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
-    if subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": ""}, capture_output=True).returncode:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        *tests,
+    ]
+    if subprocess.run(
+        cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": ""}, capture_output=True
+    ).returncode:
         raise SystemExit(f"{module}: {tests} fail without a mutant")
     out: dict[str, list[str]] = {"killed": [], "survived": []}
     for name in survivors:
-        r = subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True)
+        r = subprocess.run(
+            cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True
+        )
         out["killed" if r.returncode else "survived"].append(name)
         print(f"{'killed  ' if r.returncode else 'survived'} {name}")
-    print(f"\n=== {module}: of {len(survivors)} survivors, {len(out['killed'])} killed by {' '.join(tests)}")
+    print(
+        f"\n=== {module}: of {len(survivors)} survivors, {len(out['killed'])} killed by "
+        f"{' '.join(tests)}"
+    )
     # remembered in the copy, so that the results and --record show these survivors as killed since
     record = dst / CHECKED_WITH
     killed = json.loads(record.read_text()) if record.is_file() else {}
@@ -449,28 +576,63 @@ def _mutant_sources(path: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", type=module_name, default=DEFAULT,
-                    help="modules by their path under det_calib/ (or file name): " + ", ".join(sorted(TESTS)))
+    ap.add_argument(
+        "modules",
+        nargs="*",
+        type=module_name,
+        default=DEFAULT,
+        help="modules by their path under det_calib/ (or file name): " + ", ".join(sorted(TESTS)),
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/det_calib_mutation"))
     ap.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
-    ap.add_argument("--fresh", action="store_true", help="delete the module's previous copy and results")
-    ap.add_argument("--budget", type=float, metavar="SECONDS",
-                    help="stop each module's run after this long (its remaining mutants: `not checked`)")
-    ap.add_argument("--only", action="append", metavar="GLOB",
-                    help="mutate only the functions matching GLOB (Class.method for a method); repeatable")
-    ap.add_argument("--rerun-survivors", action="store_true",
-                    help="run the survivors (and the mutants without tests) again, e.g. after adding tests")
-    ap.add_argument("--check-with", action="append", metavar="NODEID",
-                    help="run these tests (pytest node ids, repeatable) against each survivor, outside mutmut")
-    ap.add_argument("--sample", type=int, metavar="N",
-                    help="check N mutants of each module, spread evenly over its functions (a modest run)")
-    ap.add_argument("--record", action="store_true",
-                    help=f"write each module's counts and survivors into {RECORD.relative_to(REPO)}")
-    ap.add_argument("--survivors-only", action="store_true",
-                    help="with --check-with: only the mutants that survived their tests, not those without tests")
-    ap.add_argument("--results-only", action="store_true",
-                    help="only list the results so far (of a run that was stopped: mutants not yet run show as "
-                         "`not checked`)")
+    ap.add_argument(
+        "--fresh", action="store_true", help="delete the module's previous copy and results"
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop each module's run after this long (its remaining mutants: `not checked`)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="mutate only the functions matching GLOB (Class.method for a method); repeatable",
+    )
+    ap.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="run the survivors (and the mutants without tests) again, e.g. after adding tests",
+    )
+    ap.add_argument(
+        "--check-with",
+        action="append",
+        metavar="NODEID",
+        help="run these tests (pytest node ids, repeatable) against each survivor, outside mutmut",
+    )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="check N mutants of each module, spread evenly over its functions (a modest run)",
+    )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write each module's counts and survivors into {RECORD.relative_to(REPO)}",
+    )
+    ap.add_argument(
+        "--survivors-only",
+        action="store_true",
+        help="with --check-with: only the mutants that survived their tests, not those without tests",
+    )
+    ap.add_argument(
+        "--results-only",
+        action="store_true",
+        help="only list the results so far (of a run that was stopped: mutants not yet run show as "
+        "`not checked`)",
+    )
     args = ap.parse_args(argv)
     try:
         import mutmut  # noqa: F401
@@ -482,9 +644,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     summary, blocks = {}, {}
     for module in args.modules:
-        result = run_module(module, args.work, max_children=args.max_children, fresh=args.fresh,
-                            run=not args.results_only, only=args.only, budget=args.budget,
-                            rerun_survivors=args.rerun_survivors, sample=args.sample)
+        result = run_module(
+            module,
+            args.work,
+            max_children=args.max_children,
+            fresh=args.fresh,
+            run=not args.results_only,
+            only=args.only,
+            budget=args.budget,
+            rerun_survivors=args.rerun_survivors,
+            sample=args.sample,
+        )
         summary[module] = {k: len(v) for k, v in result["by_status"].items()}
         blocks[module] = record_block(module, result)
     print("\nsurvivors per module:", {m: s.get("survived", 0) for m, s in summary.items()})

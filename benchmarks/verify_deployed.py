@@ -63,29 +63,53 @@ def deployed_ece(run: Path) -> list[str]:
     lines = []
     for head in res.heads:
         with tempfile.TemporaryDirectory() as tmp:
-            spec = {"original": res.model, "calibrated": str(run / "calibrated.pt"), "conf": thr,
-                    "nms": False if head == "e2e" else None, "imgsz": st.imgsz,
-                    "images": [str(p) for p in sp.images], "out": str(Path(tmp) / "pred.json")}
+            spec = {
+                "original": res.model,
+                "calibrated": str(run / "calibrated.pt"),
+                "conf": thr,
+                "nms": False if head == "e2e" else None,
+                "imgsz": st.imgsz,
+                "images": [str(p) for p in sp.images],
+                "out": str(Path(tmp) / "pred.json"),
+            }
             subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], check=True, cwd=tmp)
             pred = json.loads((Path(tmp) / "pred.json").read_text())
         if pred["det_calib_loaded"]:
-            raise SystemExit("the child process imported det_calib: the check is not of plain Ultralytics")
+            raise SystemExit(
+                "the child process imported det_calib: the check is not of plain Ultralytics"
+            )
         figures = {}
         for tag in ("raw", "calibrated"):
             a = np.array(pred[tag], dtype=np.float64).reshape(-1, 7)
-            t = pl.DataFrame({"image_id": a[:, 0].astype(np.int64), "x1": a[:, 1], "y1": a[:, 2], "x2": a[:, 3],
-                              "y2": a[:, 4], "conf": a[:, 5], "cls": a[:, 6].astype(np.int32)})
+            t = pl.DataFrame(
+                {
+                    "image_id": a[:, 0].astype(np.int64),
+                    "x1": a[:, 1],
+                    "y1": a[:, 2],
+                    "x2": a[:, 3],
+                    "y2": a[:, 4],
+                    "conf": a[:, 5],
+                    "cls": a[:, 6].astype(np.int32),
+                }
+            )
             m = match_boxes(t, sp.gt, iou=st.iou_match, loc_iou=st.loc_iou_match)
             m = m.filter(~pl.col("ignore") & (pl.col("conf") > thr))
-            figures[tag] = (m.height, ece(m["conf"].to_numpy(), m["correct"].to_numpy(), n_bins=st.ece_bins))
+            figures[tag] = (
+                m.height,
+                ece(m["conf"].to_numpy(), m["correct"].to_numpy(), n_bins=st.ece_bins),
+            )
         ev = res.head(head).eval
         o0, o1 = ev.operating_before[0], ev.operating_after[0]
         rec = res.head(head).calibrator
         (n0, e0), (n1, e1) = figures["raw"], figures["calibrated"]
-        lines.append(f"{run} [{head}] {rec.method if rec else '?'}: {n} eval images; plain Ultralytics predict at conf "
-                     f"{thr:g}: raw {n0} boxes ECE {e0:.4f}, calibrated.pt {n1} boxes ECE {e1:.4f}, ratio "
-                     f"{e1 / e0:.3f}; the run reported raw {o0.boxes} / {o0.ece:.4f}, calibrated {o1.boxes} / "
-                     f"{o1.ece:.4f}; pycocotools mAP identical: {ev.map_identical}")
+        lines.append(
+            f"{run} [{head}] {rec.method if rec else '?'}: {n} eval images; plain Ultralytics "
+            "predict at conf "
+            f"{thr:g}: raw {n0} boxes ECE {e0:.4f}, calibrated.pt {n1} boxes ECE {e1:.4f}, ratio "
+            f"{e1 / e0:.3f}; the run reported raw {o0.boxes} / {o0.ece:.4f}, calibrated {o1.boxes} "
+            "/ "
+            f"{o1.ece:.4f}; pycocotools mAP identical: {ev.map_identical}"
+        )
     return lines
 
 

@@ -39,71 +39,53 @@ FIRST_IMPORT = (_time.perf_counter(), _time.process_time())
 # det_calib imports polars, unless the user set them.
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
-from det_calib.calibrators.temperature import TemperatureScaler, equivalent_threshold, fit_temperature  # noqa: E402
-from det_calib.errors import DegenerateFitError, DetCalibError, InputError  # noqa: E402
-from det_calib.evaluation.kept_set import threshold_shift  # noqa: E402
+from det_calib.lazy import lazy_exports  # noqa: E402
+
+_EXPORTS = {
+    "TemperatureScaler": "calibrators.temperature",
+    "equivalent_threshold": "calibrators.temperature",
+    "fit_temperature": "calibrators.temperature",
+    "capture": "capture.predictor",
+    "load_data_yaml": "data.ground_truth",
+    "load_split": "data.ground_truth",
+    "write_calibrated_checkpoint": "deploy.fold",
+    "attach": "deploy.hook",
+    "detach": "deploy.hook",
+    "apply_calibrator": "deploy.posthoc",
+    "DegenerateFitError": "errors",
+    "DetCalibError": "errors",
+    "InputError": "errors",
+    "threshold_shift": "evaluation.kept_set",
+    "coco_map": "evaluation.map_check",
+    "ultralytics_val": "evaluation.map_check",
+    "match_detections": "matching.one_to_one",
+    "match_table": "matching.one_to_one",
+    "calibrate": "pipeline.calibrate_job",
+    "filter_results": "thresholds.results_filter",
+}
 
 __all__ = [
     "__version__",
+    "DegenerateFitError",
     "DetCalibError",
     "InputError",
-    "DegenerateFitError",
     "TemperatureScaler",
-    "fit_temperature",
-    "threshold_shift",
-    "equivalent_threshold",
-    "calibrate",
-    "capture",
-    "match_table",
-    "match_detections",
-    "coco_map",
-    "ultralytics_val",
-    "write_calibrated_checkpoint",
-    "load_data_yaml",
-    "load_split",
-    "filter_results",
     "apply_calibrator",
     "attach",
+    "calibrate",
+    "capture",
+    "coco_map",
     "detach",
+    "equivalent_threshold",
+    "filter_results",
+    "fit_temperature",
+    "load_data_yaml",
+    "load_split",
+    "match_detections",
+    "match_table",
+    "threshold_shift",
+    "ultralytics_val",
+    "write_calibrated_checkpoint",
 ]
 
-
-def __getattr__(name: str):
-    # heavy imports (ultralytics, torch) only when these are used
-    if name == "calibrate":
-        from det_calib.pipeline.calibrate_job import calibrate
-
-        return calibrate
-    if name == "capture":
-        from det_calib.capture.predictor import capture
-
-        return capture
-    if name in ("match_table", "match_detections"):
-        from det_calib.matching import one_to_one as matching
-
-        return getattr(matching, name)
-    if name in ("coco_map", "ultralytics_val"):
-        from det_calib.evaluation import map_check as verify
-
-        return getattr(verify, name)
-    if name == "write_calibrated_checkpoint":
-        from det_calib.deploy.fold import write_calibrated_checkpoint
-
-        return write_calibrated_checkpoint
-    if name == "filter_results":
-        from det_calib.thresholds.per_class import filter_results
-
-        return filter_results
-    if name == "apply_calibrator":
-        from det_calib.deploy.posthoc import apply_calibrator
-
-        return apply_calibrator
-    if name in ("attach", "detach"):
-        from det_calib.deploy import hook
-
-        return getattr(hook, name)
-    if name in ("load_data_yaml", "load_split"):
-        from det_calib.data import ground_truth as data
-
-        return getattr(data, name)
-    raise AttributeError(f"module 'det_calib' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -21,8 +21,29 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from det_calib.errors import DetCalibError, first_line
+from det_calib import FIRST_IMPORT
+from det_calib.capture.exported import is_export
+from det_calib.capture.options import CaptureOptions
+from det_calib.capture.parts import capture_to_parts
+from det_calib.capture.ray_capture import capture_ray
+from det_calib.check.check_record import EXIT_CODES
+from det_calib.check.run_check import check_run
+from det_calib.data.box_table import HEADS
+from det_calib.demo import demo_data_yaml, shifted_data_yaml
+from det_calib.deploy.calibrated_export import apply_to_export
+from det_calib.ensemble.fusion_settings import FusionSettings
+from det_calib.errors import DetCalibError, InputError, first_line
+from det_calib.job import clock
 from det_calib.job.process_tuning import quick_exit, tune_process
+from det_calib.job.settings import SETTINGS_FIELDS, Settings
+from det_calib.pipeline.calibrate_job import calibrate
+from det_calib.pipeline.summary import summary_text
+from det_calib.record.run_result import package_version, read_calibrators
+from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
+from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
+from det_calib.thresholds.risk_control import RiskTargets
+from det_calib.thresholds.risk_run import control_run, risk_lines
+from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 
 
 def _now(v: Any) -> Any:
@@ -30,8 +51,9 @@ def _now(v: Any) -> Any:
     return v() if callable(v) else v
 
 
-def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
-                         only: Collection[str] | None = None) -> None:
+def _add_settings_options(
+    parser: argparse.ArgumentParser, settings_cls: type, *, only: Collection[str] | None = None
+) -> None:
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
     The field's default, help and choices come from the dataclass (help and choices may be
@@ -39,7 +61,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
     ``--no-...`` switch that stores False, ``switch`` a flag that stores True, ``repeat`` an
     option that may be given several times (its values replace the default), ``short`` a
     one-letter alias. A subcommand whose options live in a settings dataclass calls this with
-    its class; :func:`settings_from_args` reads the values back. ``only``: just these fields (a
+    its class; :func:`_settings_from_args` reads the values back. ``only``: just these fields (a
     subcommand that shares some of the options).
     """
     for f in dataclasses.fields(settings_cls):
@@ -63,7 +85,7 @@ def add_settings_options(parser: argparse.ArgumentParser, settings_cls: type, *,
         parser.add_argument(*names, type=kind, default=f.default, **kw)
 
 
-def settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
+def _settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
     """The settings dataclass from parsed options (fields without an option keep their default)."""
     values = {}
     for f in dataclasses.fields(settings_cls):
@@ -84,12 +106,21 @@ def _scalar_type(annotation: Any) -> Callable[[str], Any]:
     return str
 
 
-def flag_names(settings_cls: type) -> dict[str, str]:
+def _flag_names(settings_cls: type) -> dict[str, str]:
     """Field name -> command-line option, for the options generated from ``settings_cls``."""
-    return {f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata}
+    return {
+        f.name: f.metadata["flag"] for f in dataclasses.fields(settings_cls) if "flag" in f.metadata
+    }
 
 
-THRESHOLD_OPTIONS = ("target_precision", "delta", "threshold_unit", "threshold_fallback", "n_boot", "seed")
+_THRESHOLD_OPTIONS = (
+    "target_precision",
+    "delta",
+    "threshold_unit",
+    "threshold_fallback",
+    "n_boot",
+    "seed",
+)
 """Fields of :class:`~det_calib.job.settings.Settings` that are also the options of ``thresholds``."""
 
 
@@ -106,7 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="det-calib",
         description="Calibrate the confidence of an Ultralytics YOLO detector, an exported engine of it, or an "
-        "ensemble of detectors (by default the map that held-out folds choose among none, temperature, Platt, "
+        "ensemble of detectors (by default the map that held-out folds choose among none, "
+        "temperature, Platt, "
         "spline and isotonic; the temperature always fitted and reported).",
     )
     p.add_argument("--version", action="version", version=f"det_calib {_version()}")
@@ -115,16 +147,24 @@ def _parser() -> argparse.ArgumentParser:
     _calibrate_parser(sub)
     _capture_parser(sub)
     _run_folder_parsers(sub)
-    d = sub.add_parser("demo-data", help="render the demo dataset into the cache and print its data.yaml path")
-    d.add_argument("--with-train", action="store_true", help="also render the train split (for training)")
-    d.add_argument("--shifted", nargs=2, metavar=("KIND", "SEVERITY"),
-                   help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)")
+    d = sub.add_parser(
+        "demo-data", help="render the demo dataset into the cache and print its data.yaml path"
+    )
+    d.add_argument(
+        "--with-train", action="store_true", help="also render the train split (for training)"
+    )
+    d.add_argument(
+        "--shifted",
+        nargs=2,
+        metavar=("KIND", "SEVERITY"),
+        help="the test split under a corruption instead (blur, noise, contrast, jpeg; severity 1-5)",
+    )
     _check_parser(sub)
     _ensemble_parser(sub)
     return p
 
 
-ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val", "match")
+_ENSEMBLE_SKIPPED = ("boxes", "batch", "run_val", "match")
 """``calibrate`` options that ``ensemble`` defines its own way (``--boxes``: an ensemble run's folder) or
 has not: members run one image per forward pass (``--batch``), an ensemble is not one checkpoint
 that Ultralytics val could check (``--no-val``), and its fused boxes are matched by box IoU (``--match``:
@@ -132,110 +172,222 @@ segment members are refused)."""
 
 
 def _ensemble_parser(sub: Any) -> None:
-    from det_calib.ensemble.fusion_settings import FusionSettings
-    from det_calib.job.settings import SETTINGS_FIELDS, Settings
 
     e = sub.add_parser(
-        "ensemble", help="fuse several detectors (checkpoints, snapshots, test-time views), calibrate the fused score",
+        "ensemble",
+        help="fuse several detectors (checkpoints, snapshots, test-time views), calibrate the fused score",
         description="Captures every member on the fit and eval splits, fuses their boxes per image and class "
-        "(weighted boxes fusion), labels the fused boxes and calibrates their score as `calibrate` does. With no "
-        "arguments: the embedded demo ensemble (the shipped seed members when present, else test-time views of the "
-        "shipped model).")
-    e.add_argument("--model", dest="models", action="append", default=[], metavar="MODEL[:HEAD]",
-                   help="a member checkpoint (repeatable; MODEL:e2e runs that head); one --model with --view: "
-                        "its test-time views")
+        "(weighted boxes fusion), labels the fused boxes and calibrates their score as `calibrate` "
+        "does. With no "
+        "arguments: the embedded demo ensemble (the shipped seed members when present, else "
+        "test-time views of the "
+        "shipped model).",
+    )
+    e.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=[],
+        metavar="MODEL[:HEAD]",
+        help="a member checkpoint (repeatable; MODEL:e2e runs that head); one --model with --view: "
+        "its test-time views",
+    )
     e.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset)")
-    add_settings_options(e, Settings, only=[k for k in SETTINGS_FIELDS if k not in ENSEMBLE_SKIPPED])
-    e.add_argument("--boxes", help="reuse the member boxes of an earlier ensemble run (its folder) instead of "
-                   "capturing: other fusion and calibration settings in seconds")
-    add_settings_options(e, FusionSettings)
-    e.add_argument("--out", type=Path, default=Path("det_calib_ensemble"),
-                   help="output folder (default det_calib_ensemble)")
+    _add_settings_options(
+        e, Settings, only=[k for k in SETTINGS_FIELDS if k not in _ENSEMBLE_SKIPPED]
+    )
+    e.add_argument(
+        "--boxes",
+        help="reuse the member boxes of an earlier ensemble run (its folder) instead of "
+        "capturing: other fusion and calibration settings in seconds",
+    )
+    _add_settings_options(e, FusionSettings)
+    e.add_argument(
+        "--out",
+        type=Path,
+        default=Path("det_calib_ensemble"),
+        help="output folder (default det_calib_ensemble)",
+    )
 
 
 def _calibrate_parser(sub: Any) -> None:
-    from det_calib.job.settings import Settings
 
     c = sub.add_parser(
         "calibrate",
         help="capture logits, fit a calibrator, verify mAP, report, write a calibrated checkpoint",
         description="With no arguments: runs on the embedded demo detector and dataset.",
     )
-    c.add_argument("--model", type=Path, help="detector checkpoint .pt, or an export Ultralytics runs (.onnx, "
-                   "*_openvino_model/, .tflite, *_ncnn_model/, .engine) (default: the demo detector)")
-    c.add_argument("--data", type=Path, help="data.yaml, or a classify model's class folders (default: the demo data)")
-    add_settings_options(c, Settings)
-    c.add_argument("--out", type=Path, default=Path("det_calib_out"), help="output folder (default det_calib_out)")
+    c.add_argument(
+        "--model",
+        type=Path,
+        help="detector checkpoint .pt, or an export Ultralytics runs (.onnx, "
+        "*_openvino_model/, .tflite, *_ncnn_model/, .engine) (default: the demo detector)",
+    )
+    c.add_argument(
+        "--data",
+        type=Path,
+        help="data.yaml, or a classify model's class folders (default: the demo data)",
+    )
+    _add_settings_options(c, Settings)
+    c.add_argument(
+        "--out",
+        type=Path,
+        default=Path("det_calib_out"),
+        help="output folder (default det_calib_out)",
+    )
 
 
 def _capture_parser(sub: Any) -> None:
-    from det_calib.data.box_table import HEADS
-    from det_calib.job.settings import Settings
 
-    k = sub.add_parser("capture", help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
-                       description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
-                                   "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.")
-    k.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or an export (.onnx, "
-                   "*_openvino_model/, .tflite, *_ncnn_model/, .engine)")
+    k = sub.add_parser(
+        "capture",
+        help="capture boxes and raw logits of one split into Parquet parts (shardable, Ray)",
+        description="Writes one Parquet part per run (per shard with --shard, per batch with --ray) "
+        "into OUT; `calibrate --boxes OUT` and det_calib.capture.read_parts read them.",
+    )
+    k.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="detector checkpoint .pt, or an export (.onnx, "
+        "*_openvino_model/, .tflite, *_ncnn_model/, .engine)",
+    )
     k.add_argument("--data", type=Path, required=True, help="data.yaml")
     k.add_argument("--split", required=True, help="split key in data.yaml")
-    k.add_argument("--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)")
-    k.add_argument("--shard", help="i/n: capture only shard i of n (images assigned by a hash of their name)")
-    k.add_argument("--heads", nargs="+", choices=["auto", *HEADS], default=["auto"],
-                   help="heads to capture in one pass (default auto: every head the model has)")
-    default = {f.name: f.default for f in dataclasses.fields(Settings)}  # Settings: the one source of defaults
-    k.add_argument("--conf-floor", type=float, default=default["conf_floor"],
-                   help=f"capture conf floor (default {default['conf_floor']}, as val)")
-    k.add_argument("--iou", type=float, default=default["nms_iou"],
-                   help=f"NMS IoU (default {default['nms_iou']}, as predict)")
-    k.add_argument("--max-det", type=int, default=default["max_det"],
-                   help=f"boxes per image at most (default {default['max_det']})")
+    k.add_argument(
+        "--out", type=Path, required=True, help="folder of Parquet parts (shared by all shards)"
+    )
+    k.add_argument(
+        "--shard", help="i/n: capture only shard i of n (images assigned by a hash of their name)"
+    )
+    k.add_argument(
+        "--heads",
+        nargs="+",
+        choices=["auto", *HEADS],
+        default=["auto"],
+        help="heads to capture in one pass (default auto: every head the model has)",
+    )
+    default = {
+        f.name: f.default for f in dataclasses.fields(Settings)
+    }  # Settings: the one source of defaults
+    k.add_argument(
+        "--conf-floor",
+        type=float,
+        default=default["conf_floor"],
+        help=f"capture conf floor (default {default['conf_floor']}, as val)",
+    )
+    k.add_argument(
+        "--iou",
+        type=float,
+        default=default["nms_iou"],
+        help=f"NMS IoU (default {default['nms_iou']}, as predict)",
+    )
+    k.add_argument(
+        "--max-det",
+        type=int,
+        default=default["max_det"],
+        help=f"boxes per image at most (default {default['max_det']})",
+    )
     k.add_argument("--imgsz", type=int, help="inference size (default: the model's training size)")
-    k.add_argument("--batch", type=int, default=default["batch"],
-                   help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
-                        "single-image predict)")
+    k.add_argument(
+        "--batch",
+        type=int,
+        default=default["batch"],
+        help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
+        "single-image predict)",
+    )
     k.add_argument("--device", help="torch device, e.g. cpu, 0 (default: Ultralytics' choice)")
-    k.add_argument("--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels (fingerprinted)")
-    k.add_argument("--limit", type=int, help="use only the first N images of the split (quick runs)")
-    k.add_argument("--ray", action="store_true", help="run as a Ray Data job (pip install 'det_calib[ray]')")
-    k.add_argument("--ray-images-per-part", type=int, default=256, help="images per Ray batch and part (default 256)")
-    k.add_argument("--ray-actors", type=int, help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)")
-    k.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
+    k.add_argument(
+        "--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels (fingerprinted)"
+    )
+    k.add_argument(
+        "--limit", type=int, help="use only the first N images of the split (quick runs)"
+    )
+    k.add_argument(
+        "--ray", action="store_true", help="run as a Ray Data job (pip install 'det_calib[ray]')"
+    )
+    k.add_argument(
+        "--ray-images-per-part",
+        type=int,
+        default=256,
+        help="images per Ray batch and part (default 256)",
+    )
+    k.add_argument(
+        "--ray-actors",
+        type=int,
+        help="Ray actor pool size (default: one per GPU, else one per 2 CPUs)",
+    )
+    k.add_argument(
+        "-q", "--quiet", dest="progress", action="store_false", help="no progress output"
+    )
 
 
 def _run_folder_parsers(sub: Any) -> None:
     """``apply``, ``report``, ``compare`` and ``thresholds``: the commands that read a run's outputs."""
-    from det_calib.data.box_table import HEADS
-    from det_calib.job.settings import Settings
-    from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 
-    a = sub.add_parser("apply", help="fold a calibration.json's calibrators into a checkpoint (any method)")
-    a.add_argument("--model", type=Path, required=True, help="detector checkpoint .pt, or its export (.onnx, "
-                   "*_openvino_model/: the calibration is appended to the export's graph; .tflite, *_ncnn_model/, "
-                   ".engine: re-exported from --source)")
-    a.add_argument("--calibration", type=Path, required=True, help="calibration.json of a calibrate run")
-    a.add_argument("--out", type=Path, required=True, help="calibrated checkpoint (or .onnx, *_openvino_model/, "
-                   ".tflite, *_ncnn_model/, .engine) to write")
-    a.add_argument("--source", type=Path, help="a LiteRT, NCNN or TensorRT --model: the .pt it was exported from "
-                   "(the calibration is folded into it and exported again with the export's own arguments)")
+    a = sub.add_parser(
+        "apply", help="fold a calibration.json's calibrators into a checkpoint (any method)"
+    )
+    a.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="detector checkpoint .pt, or its export (.onnx, "
+        "*_openvino_model/: the calibration is appended to the export's graph; .tflite, "
+        "*_ncnn_model/, "
+        ".engine: re-exported from --source)",
+    )
+    a.add_argument(
+        "--calibration", type=Path, required=True, help="calibration.json of a calibrate run"
+    )
+    a.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="calibrated checkpoint (or .onnx, *_openvino_model/, "
+        ".tflite, *_ncnn_model/, .engine) to write",
+    )
+    a.add_argument(
+        "--source",
+        type=Path,
+        help="a LiteRT, NCNN or TensorRT --model: the .pt it was exported from "
+        "(the calibration is folded into it and exported again with the export's own arguments)",
+    )
 
-    r = sub.add_parser("report", help="(re)write report.html and report.md of a calibrate output folder")
+    r = sub.add_parser(
+        "report", help="(re)write report.html and report.md of a calibrate output folder"
+    )
     r.add_argument("run_dir", type=Path)
     r.add_argument("--out", type=Path, help="write the report here instead of into RUN_DIR")
-    r.add_argument("--reference", metavar="RUN[:HEAD]", help="another run of the same detector (e.g. its .pt beside "
-                   "this export): show both engines' calibrations side by side")
+    r.add_argument(
+        "--reference",
+        metavar="RUN[:HEAD]",
+        help="another run of the same detector (e.g. its .pt beside "
+        "this export): show both engines' calibrations side by side",
+    )
 
-    m = sub.add_parser("compare", help="compare the calibration of two or more runs, or heads (RUN:nms RUN:e2e)")
-    m.add_argument("runs", nargs="+", metavar="RUN[:HEAD]", help="calibrate output folders, each optionally with "
-                   ":nms or :e2e (two or more)")
+    m = sub.add_parser(
+        "compare", help="compare the calibration of two or more runs, or heads (RUN:nms RUN:e2e)"
+    )
+    m.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN[:HEAD]",
+        help="calibrate output folders, each optionally with :nms or :e2e (two or more)",
+    )
     m.add_argument("--out", type=Path, default=Path("det_calib_compare"))
-    m.add_argument("--labels", nargs="+", metavar="NAME", help="one name per run, in order (after the runs)")
+    m.add_argument(
+        "--labels", nargs="+", metavar="NAME", help="one name per run, in order (after the runs)"
+    )
 
-    t = sub.add_parser("thresholds", help="tune per-class conf thresholds on a calibrate output folder "
-                       "(writes thresholds.json into it)")
+    t = sub.add_parser(
+        "thresholds",
+        help="tune per-class conf thresholds on a calibrate output folder "
+        "(writes thresholds.json into it)",
+    )
     t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     t.add_argument("--head", choices=list(HEADS), default="nms", help="head to tune (default nms)")
-    add_settings_options(t, Settings, only=THRESHOLD_OPTIONS)
+    _add_settings_options(t, Settings, only=_THRESHOLD_OPTIONS)
     t.set_defaults(target_precision=_DefaultTarget(DEFAULT_TARGET_PRECISION))
     _risk_options(t)
 
@@ -247,83 +399,171 @@ class _DefaultTarget(float):
 
 def _risk_options(t: Any) -> None:
     """``thresholds``' risk-control options (docs/thresholds.md#risks-you-choose)."""
-    t.add_argument("--target-recall", type=float, help="certify a mean per-image recall >= R (missed objects "
-                   "<= 1 - R) on the fit images")
-    t.add_argument("--max-fp-per-image", type=float, help="certify a mean of at most K false positives per image")
-    t.add_argument("--fp-cap", type=float, default=300.0, help="bound on one image's false positives (default: "
-                   "the run's max_det; smaller is an assumption the guarantee then rests on)")
-    t.add_argument("--guarantee", choices=["probability", "expectation"], default="probability",
-                   help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)")
-    t.add_argument("--precision-unit", choices=["image", "pooled"], default="image", help="with --target-recall "
-                   "or --max-fp-per-image: --target-precision as the mean precision of the images that keep a box "
-                   "(default) or the pooled box precision (its range: --fp-cap)")
+    t.add_argument(
+        "--target-recall",
+        type=float,
+        help="certify a mean per-image recall >= R (missed objects <= 1 - R) on the fit images",
+    )
+    t.add_argument(
+        "--max-fp-per-image",
+        type=float,
+        help="certify a mean of at most K false positives per image",
+    )
+    t.add_argument(
+        "--fp-cap",
+        type=float,
+        default=300.0,
+        help="bound on one image's false positives (default: "
+        "the run's max_det; smaller is an assumption the guarantee then rests on)",
+    )
+    t.add_argument(
+        "--guarantee",
+        choices=["probability", "expectation"],
+        default="probability",
+        help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)",
+    )
+    t.add_argument(
+        "--precision-unit",
+        choices=["image", "pooled"],
+        default="image",
+        help="with --target-recall "
+        "or --max-fp-per-image: --target-precision as the mean precision of the images that keep a "
+        "box "
+        "(default) or the pooled box precision (its range: --fp-cap)",
+    )
     t.add_argument("--per-class", action="store_true", help="also certify each class on its own")
-    t.add_argument("--class-sets", type=float, metavar="ALPHA", help="conformal class sets at 1 - ALPHA (needs "
-                   "per-class logits in boxes.parquet)")
+    t.add_argument(
+        "--class-sets",
+        type=float,
+        metavar="ALPHA",
+        help="conformal class sets at 1 - ALPHA (needs per-class logits in boxes.parquet)",
+    )
 
 
 def _check_parser(sub: Any) -> None:
-    from det_calib.check.check_record import EXIT_CODES
-    from det_calib.data.box_table import HEADS
 
     codes = "; ".join(f"{k}: {v}" for k, v in EXIT_CODES.items())
     c = sub.add_parser(
-        "check", help="check a run's calibration and detection quality on new images (labelled or not)",
+        "check",
+        help="check a run's calibration and detection quality on new images (labelled or not)",
         description="Labelled new images (--data): applies the run's calibrator to the run's model on them and tests, "
-        "at the run's lowest conf threshold, whether calibration holds (calibration in the large, Hosmer-Lemeshow, per "
-        "class) and whether detection quality holds (precision, recall against the run's eval split). Unlabelled "
-        "images (--images): tests whether the output shifted (scores, boxes per image, class mix), not calibration.",
-        epilog=f"exit codes: {codes}")
+        "at the run's lowest conf threshold, whether calibration holds (calibration in the large, "
+        "Hosmer-Lemeshow, per "
+        "class) and whether detection quality holds (precision, recall against the run's eval "
+        "split). Unlabelled "
+        "images (--images): tests whether the output shifted (scores, boxes per image, class mix), "
+        "not calibration.",
+        epilog=f"exit codes: {codes}",
+    )
     c.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     what = c.add_mutually_exclusive_group(required=True)
     what.add_argument("--data", type=Path, help="data.yaml of labelled new images")
     what.add_argument("--images", type=Path, help="folder of unlabelled new images")
     c.add_argument("--split", help="split of --data (default test, else val, else its only split)")
-    c.add_argument("--model", type=Path, help="capture with this detector (.pt or export) instead of the run's "
-                   "(same classes)")
-    c.add_argument("--boxes", type=Path, help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
-                   "`det-calib capture` parts of the split) instead of capturing")
-    c.add_argument("--detections", type=Path, help="the new images' detections from a file (docs/detections.md)")
-    c.add_argument("--head", choices=list(HEADS), action="append", dest="heads",
-                   help="head to check (repeatable; default every head of the run)")
-    c.add_argument("--out", type=Path, help="output folder (default RUN_DIR/check-<data stem>-<split> or "
-                   "RUN_DIR/check-images-<folder name>)")
+    c.add_argument(
+        "--model",
+        type=Path,
+        help="capture with this detector (.pt or export) instead of the run's (same classes)",
+    )
+    c.add_argument(
+        "--boxes",
+        type=Path,
+        help="reuse boxes captured earlier (a run folder, boxes.parquet, or "
+        "`det-calib capture` parts of the split) instead of capturing",
+    )
+    c.add_argument(
+        "--detections",
+        type=Path,
+        help="the new images' detections from a file (docs/detections.md)",
+    )
+    c.add_argument(
+        "--head",
+        choices=list(HEADS),
+        action="append",
+        dest="heads",
+        help="head to check (repeatable; default every head of the run)",
+    )
+    c.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default RUN_DIR/check-<data stem>-<split> or "
+        "RUN_DIR/check-images-<folder name>)",
+    )
     c.add_argument("--limit", type=int, help="use only the first N images (sorted)")
-    c.add_argument("--alpha", type=float, default=0.05, help="the check's level, halved between its 2 verdicts (0.05)")
-    c.add_argument("--min-boxes", type=int, default=30, help="kept boxes a calibration verdict needs (30)")
-    c.add_argument("--n-boot", type=int, help="bootstrap resamples of the intervals (default the run's)")
-    c.add_argument("--n-perm", type=int, default=999, help="permutations of the label-free tests (999)")
+    c.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="the check's level, halved between its 2 verdicts (0.05)",
+    )
+    c.add_argument(
+        "--min-boxes", type=int, default=30, help="kept boxes a calibration verdict needs (30)"
+    )
+    c.add_argument(
+        "--n-boot", type=int, help="bootstrap resamples of the intervals (default the run's)"
+    )
+    c.add_argument(
+        "--n-perm", type=int, default=999, help="permutations of the label-free tests (999)"
+    )
     c.add_argument("--batch", type=int, default=1, help="images per capture forward pass (1)")
     c.add_argument("--device", help="torch device, e.g. cpu, 0")
-    c.add_argument("--no-report", dest="report", action="store_false", help="skip check.html/check.md")
-    c.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
+    c.add_argument(
+        "--no-report", dest="report", action="store_false", help="skip check.html/check.md"
+    )
+    c.add_argument(
+        "-q", "--quiet", dest="progress", action="store_false", help="no progress output"
+    )
 
 
 def _check(args: argparse.Namespace) -> int:
-    if (classify := importlib.import_module("det_calib.check.classify_check")).is_classify_run(args.run_dir):
+    if (classify := importlib.import_module("det_calib.check.classify_check")).is_classify_run(
+        args.run_dir
+    ):
         return classify.run_check_cli(args, classify.is_classify_run(args.run_dir))
-    from det_calib.check.run_check import check_run
 
-    result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
-                            boxes=args.boxes, detections=args.detections, heads=args.heads, out=args.out,
-                            limit=args.limit, alpha=args.alpha, min_boxes=args.min_boxes, n_boot=args.n_boot,
-                            n_perm=args.n_perm, device=args.device, batch=args.batch, progress=args.progress,
-                            report=args.report)
+    result, out = check_run(
+        args.run_dir,
+        data=args.data,
+        split=args.split,
+        images=args.images,
+        model=args.model,
+        boxes=args.boxes,
+        detections=args.detections,
+        heads=args.heads,
+        out=args.out,
+        limit=args.limit,
+        alpha=args.alpha,
+        min_boxes=args.min_boxes,
+        n_boot=args.n_boot,
+        n_perm=args.n_perm,
+        device=args.device,
+        batch=args.batch,
+        progress=args.progress,
+        report=args.report,
+    )
     print("\n".join(result.lines()))
     if result.timings is not None:
         print(result.timings.line())
-    print(f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to {out} "
-          f"(exit code {result.exit_code})")
+    print(
+        f"wrote check.json, boxes.parquet{', check.html, check.md' if args.report else ''} to "
+        f"{out} "
+        f"(exit code {result.exit_code})"
+    )
     return result.exit_code
 
 
 def _ensemble(args: argparse.Namespace) -> int:
     from det_calib.ensemble.ensemble_job import FusionSettings, ensemble
-    from det_calib.job.settings import Settings
 
-    s = settings_from_args(args, Settings)
+    s = _settings_from_args(args, Settings)
     s.boxes = args.boxes
-    run = ensemble(args.models, args.data, out=args.out, settings=s, fusion=settings_from_args(args, FusionSettings))
+    run = ensemble(
+        args.models,
+        args.data,
+        out=args.out,
+        settings=s,
+        fusion=_settings_from_args(args, FusionSettings),
+    )
     summary = run.files.get("summary")
     print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else "")
     main_files = [p.name for k, p in run.files.items() if not k.startswith("figures/")]
@@ -332,69 +572,89 @@ def _ensemble(args: argparse.Namespace) -> int:
 
 
 def _version() -> str:
-    from det_calib.record.run_result import package_version
 
     return package_version()
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    if (folder := importlib.import_module("det_calib.demo").classify_data_for(args.model, args.data)) is not None:
+    if (
+        folder := importlib.import_module("det_calib.demo").classify_data_for(args.model, args.data)
+    ) is not None:
         args.data = folder  # a folder of class folders: a classify model's data
         return importlib.import_module("det_calib.pipeline.classify_run").run_classify_cli(args)
-    from det_calib.job.settings import Settings
-    from det_calib.pipeline.calibrate_job import calibrate
-    from det_calib.pipeline.summary import summary_text
 
-    run = calibrate(args.model, args.data, out=args.out, settings=settings_from_args(args, Settings))
+    run = calibrate(
+        args.model, args.data, out=args.out, settings=_settings_from_args(args, Settings)
+    )
     summary = run.files.get("summary")
     print(summary.read_text(encoding="utf-8").rstrip("\n") if summary else summary_text(run.result))
-    rels = [p.relative_to(run.out_dir) for k, p in run.files.items() if not k.startswith("figures/")]
-    main_files = {r.parts[0] + ("/" if len(r.parts) > 1 else "") for r in rels}  # a folder (an OpenVINO export) once
+    rels = [
+        p.relative_to(run.out_dir) for k, p in run.files.items() if not k.startswith("figures/")
+    ]
+    main_files = {
+        r.parts[0] + ("/" if len(r.parts) > 1 else "") for r in rels
+    }  # a folder (an OpenVINO export) once
     print(f"wrote {', '.join(sorted(main_files))} (and figures/) to {run.out_dir}")
     return 0
 
 
 def _capture(args: argparse.Namespace) -> int:
     if args.ray and args.shard:
-        from det_calib.errors import InputError
-
         raise InputError("--shard and --ray exclude each other: Ray splits the work itself")
-    from det_calib.capture.options import CaptureOptions
 
     heads = "auto" if "auto" in args.heads else tuple(args.heads)
-    opts = CaptureOptions(heads=heads, conf=args.conf_floor, iou=args.iou, max_det=args.max_det, imgsz=args.imgsz,
-                          batch=args.batch, device=args.device)
+    opts = CaptureOptions(
+        heads=heads,
+        conf=args.conf_floor,
+        iou=args.iou,
+        max_det=args.max_det,
+        imgsz=args.imgsz,
+        batch=args.batch,
+        device=args.device,
+    )
     kw = {"options": opts, "coco_gt": args.coco_gt, "limit": args.limit}
     if args.ray:
-        from det_calib.capture.ray_capture import capture_ray
-
-        parts = capture_ray(args.model, args.data, args.split, args.out, images_per_part=args.ray_images_per_part,
-                            actors=args.ray_actors, **kw)
+        parts = capture_ray(
+            args.model,
+            args.data,
+            args.split,
+            args.out,
+            images_per_part=args.ray_images_per_part,
+            actors=args.ray_actors,
+            **kw,
+        )
         print(f"wrote {len(parts)} parts to {args.out}")
     else:
-        from det_calib.capture.parts import capture_to_parts
-
-        part = capture_to_parts(args.model, args.data, args.split, args.out, shard=args.shard,
-                                progress=args.progress, **kw)
+        part = capture_to_parts(
+            args.model,
+            args.data,
+            args.split,
+            args.out,
+            shard=args.shard,
+            progress=args.progress,
+            **kw,
+        )
         print(f"wrote {part}")
     return 0
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from det_calib.capture.exported import is_export
 
     if is_export(args.model):
-        from det_calib.deploy.calibrated_export import apply_to_export
-
-        print("\n".join(apply_to_export(args.model, args.calibration, args.out, source=args.source)))
+        print(
+            "\n".join(apply_to_export(args.model, args.calibration, args.out, source=args.source))
+        )
         return 0
     from det_calib.deploy.fold import write_run_checkpoint
-    from det_calib.record.run_result import read_calibrators
 
     records = read_calibrators(args.calibration)
-    out = write_run_checkpoint(args.model, args.out, records, metadata={"calibration": str(args.calibration)})
+    out = write_run_checkpoint(
+        args.model, args.out, records, metadata={"calibration": str(args.calibration)}
+    )
     if records and all(r.method == "temperature" for r in records.values()):
-        print(f"wrote {out} (T: {', '.join(f'{h}={r.temperature:.4f}' for h, r in records.items())})")
+        print(
+            f"wrote {out} (T: {', '.join(f'{h}={r.temperature:.4f}' for h, r in records.items())})"
+        )
         return 0
     print(f"wrote {out} ({', '.join(f'{h}: {r.method}' for h, r in records.items())})")
     return 0
@@ -413,51 +673,68 @@ def _compare(args: argparse.Namespace) -> int:
 
     files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
     print(files["txt"].read_text(encoding="utf-8").rstrip("\n"))
-    print(f"wrote {', '.join(files[k].name for k in ('txt', 'md', 'html'))} (and figures/) to {args.out}")
+    print(
+        f"wrote {', '.join(files[k].name for k in ('txt', 'md', 'html'))} (and figures/) to "
+        f"{args.out}"
+    )
     return 0
 
 
 def _thresholds(args: argparse.Namespace) -> int:
-    from det_calib.job.settings import Settings
-    from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
-    s = settings_from_args(args, Settings)
+    s = _settings_from_args(args, Settings)
     s.validate()
     risks = args.target_recall is not None or args.max_fp_per_image is not None
     if args.class_sets is not None:
-        from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
-
-        check_class_logits(args.run_dir, alpha=args.class_sets)  # before any work: one line and exit 2
+        check_class_logits(
+            args.run_dir, alpha=args.class_sets
+        )  # before any work: one line and exit 2
     if risks:
-        from det_calib.thresholds.risk_control import RiskTargets
-        from det_calib.thresholds.risk_run import control_run, risk_lines
-
         precision = None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
-        targets = RiskTargets(precision=precision, recall=args.target_recall, max_fp=args.max_fp_per_image,
-                              delta=s.delta, guarantee=args.guarantee, fp_cap=args.fp_cap,
-                              precision_unit=args.precision_unit)
-        doc = control_run(args.run_dir, targets, head=args.head, per_class=args.per_class,
-                          fallback=s.threshold_fallback)
+        targets = RiskTargets(
+            precision=precision,
+            recall=args.target_recall,
+            max_fp=args.max_fp_per_image,
+            delta=s.delta,
+            guarantee=args.guarantee,
+            fp_cap=args.fp_cap,
+            precision_unit=args.precision_unit,
+        )
+        doc = control_run(
+            args.run_dir,
+            targets,
+            head=args.head,
+            per_class=args.per_class,
+            fallback=s.threshold_fallback,
+        )
         print("\n".join(risk_lines(doc, head=args.head)))
     else:
-        doc = tune_run(args.run_dir, head=args.head, target_precision=float(s.target_precision), delta=s.delta,
-                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed)
+        doc = tune_run(
+            args.run_dir,
+            head=args.head,
+            target_precision=float(s.target_precision),
+            delta=s.delta,
+            unit=s.threshold_unit,
+            fallback=s.threshold_fallback,
+            n_boot=s.n_boot,
+            seed=s.seed,
+        )
         print("\n".join(summary_lines(doc, head=args.head)))
     if args.class_sets is not None:
         cs = run_class_sets(args.run_dir, head=args.head, alpha=args.class_sets)
-        print(f"class sets at 1 - {cs['alpha']:g}: eval coverage {cs['coverage']:.3f}, mean size {cs['mean_size']:.2f}")
+        print(
+            f"class sets at 1 - {cs['alpha']:g}: eval coverage {cs['coverage']:.3f}, mean size "
+            f"{cs['mean_size']:.2f}"
+        )
     print(f"wrote {args.run_dir / THRESHOLDS_FILE}")
     return 0
 
 
 def _demo_data(args: argparse.Namespace) -> int:
-    from det_calib.demo import demo_data_yaml, shifted_data_yaml
 
     if args.shifted:
         kind, severity = args.shifted
         if not severity.isdigit():
-            from det_calib.errors import InputError
-
             raise InputError(f"Expected a severity among 1..5, but got {severity!r}")
         print(shifted_data_yaml(kind, int(severity)))
         return 0
@@ -466,35 +743,59 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "calibrate": _calibrate, "capture": _capture, "apply": _apply, "report": _report, "compare": _compare,
-    "thresholds": _thresholds, "demo-data": _demo_data, "check": _check, "ensemble": _ensemble,
+    "calibrate": _calibrate,
+    "capture": _capture,
+    "apply": _apply,
+    "report": _report,
+    "compare": _compare,
+    "thresholds": _thresholds,
+    "demo-data": _demo_data,
+    "check": _check,
+    "ensemble": _ensemble,
 }
 """Subcommand -> the function that runs it (a new subcommand: a parser in :func:`_parser` and an entry here)."""
 
 
 def _error_line(e: Exception) -> str:
     """The error's first line, with the library's parameter names (`iou`, `out`) written as the flags (`--iou`)."""
-    from det_calib.ensemble.fusion_settings import FusionSettings
-    from det_calib.job.settings import Settings
 
-    names = {**flag_names(Settings), **flag_names(FusionSettings), "models": "--model", "model": "--model",
-             "data": "--data", "out": "--out", "images": "--images", "split": "--split", "alpha": "--alpha",
-             "min_boxes": "--min-boxes", "n_perm": "--n-perm", "target_recall": "--target-recall",
-             "max_fp_per_image": "--max-fp-per-image", "fp_cap": "--fp-cap", "class_sets": "--class-sets"}
+    names = {
+        **_flag_names(Settings),
+        **_flag_names(FusionSettings),
+        "models": "--model",
+        "model": "--model",
+        "data": "--data",
+        "out": "--out",
+        "images": "--images",
+        "split": "--split",
+        "alpha": "--alpha",
+        "min_boxes": "--min-boxes",
+        "n_perm": "--n-perm",
+        "target_recall": "--target-recall",
+        "max_fp_per_image": "--max-fp-per-image",
+        "fp_cap": "--fp-cap",
+        "class_sets": "--class-sets",
+    }
     params = getattr(e, "params", None)  # None: any backquoted name may be a parameter
     if params is not None:
         names = {k: v for k, v in names.items() if k in params}
-    return re.sub(r"`(\w+)`", lambda m: f"`{names[m.group(1)]}`" if m.group(1) in names else m.group(0), first_line(e))
+    return re.sub(
+        r"`(\w+)`",
+        lambda m: f"`{names[m.group(1)]}`" if m.group(1) in names else m.group(0),
+        first_line(e),
+    )
 
 
-TIMED = ("calibrate", "ensemble", "check")
+_TIMED = ("calibrate", "ensemble", "check")
 """The commands whose record and summary say where their time went (:mod:`det_calib.job.clock`)."""
 
 
 def _runs_detector(args: argparse.Namespace) -> bool:
     """Whether the command imports torch and Ultralytics for its first image (``calibrate`` always;
     ``ensemble`` and ``check`` unless they reuse boxes)."""
-    return args.command == "calibrate" or (args.command in ("ensemble", "check") and not getattr(args, "boxes", None))
+    return args.command == "calibrate" or (
+        args.command in ("ensemble", "check") and not getattr(args, "boxes", None)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -509,12 +810,11 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
-    if argv is None:  # the command line: the process's collector, allocator and BLAS threads are its own
+    if (
+        argv is None
+    ):  # the command line: the process's collector, allocator and BLAS threads are its own
         tune_process(preload=_runs_detector(args))
-    if args.command in TIMED:  # from the interpreter's start when this is the command line itself
-        from det_calib import FIRST_IMPORT
-        from det_calib.job import clock
-
+    if args.command in _TIMED:  # from the interpreter's start when this is the command line itself
         clock.start(since_process=argv is None, first_import=FIRST_IMPORT)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
@@ -534,19 +834,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"det-calib: error: {e.strerror or e}{where}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print("det-calib: interrupted: earlier outputs in the folder were left as they were", file=sys.stderr)
+            print(
+                "det-calib: interrupted: earlier outputs in the folder were left as they were",
+                file=sys.stderr,
+            )
             return 130
         except Exception as e:  # a bug: one line, and the traceback on request
             if os.environ.get("DET_CALIB_DEBUG"):
                 raise
-            print(f"det-calib: internal error: {type(e).__name__}: {first_line(e)} "
-                  "(set DET_CALIB_DEBUG=1 for the traceback)",
-                  file=sys.stderr)
+            print(
+                f"det-calib: internal error: {type(e).__name__}: {first_line(e)} "
+                "(set DET_CALIB_DEBUG=1 for the traceback)",
+                file=sys.stderr,
+            )
             return 1
         finally:
             logging.captureWarnings(False)
             warnings.formatwarning = formatwarning
-            if args.command in TIMED:  # a command that failed before its job took the clock leaves none running
+            if (
+                args.command in _TIMED
+            ):  # a command that failed before its job took the clock leaves none running
                 clock.reset()
             if argv is None:  # the command line: the process ends next
                 quick_exit()

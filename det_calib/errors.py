@@ -24,8 +24,9 @@ class InputError(DetCalibError, ValueError):
 
     def __init__(self, message: str, *, param: str | tuple[str, ...] | None = None) -> None:
         super().__init__(message)
-        self.params: tuple[str, ...] | None = (param,) if isinstance(param, str) else (
-            None if param is None else tuple(param))
+        self.params: tuple[str, ...] | None = (
+            (param,) if isinstance(param, str) else (None if param is None else tuple(param))
+        )
 
 
 class DegenerateFitError(DetCalibError, ValueError):

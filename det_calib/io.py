@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from det_calib.errors import InputError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -117,14 +119,22 @@ def write_json(path: str | Path, obj: Any) -> Path:
 # link is impossible). A folder that holds files but is not a det_calib output is refused, so that
 # `--out ~` cannot turn a home folder into a det_calib output.
 
-MANIFEST = ".det_calib-files.json"
+_MANIFEST = ".det_calib-files.json"
 _STAGE_TAG = ".det_calib-staging-"
 _ASIDE_TAG = ".det_calib-old-"
 _LEGACY_STAGE = ".det_calib-staging-"  # earlier versions staged inside the output folder
 # the names det_calib writes: an earlier version's folder (no manifest) is recognised and
 # replaced by them, and they are never taken for a user's files
-_LEGACY_FILES = ("calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", "report.html", "report.md",
-                 "figures", "thresholds.json")
+_LEGACY_FILES = (
+    "calibration.json",
+    "boxes.parquet",
+    "calibrated.pt",
+    "summary.txt",
+    "report.html",
+    "report.md",
+    "figures",
+    "thresholds.json",
+)
 
 
 def _sibling_prefix(out: Path, tag: str) -> str:
@@ -150,7 +160,7 @@ def _leftovers(out: Path, tag: str) -> list[tuple[Path, int | None]]:
     if out.parent.is_dir():
         for p in out.parent.iterdir():
             if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink():
-                head = p.name[len(prefix):].split("-", 1)[0]
+                head = p.name[len(prefix) :].split("-", 1)[0]
                 found.append((p, int(head) if head.isdigit() else None))
     return sorted(found, key=lambda e: e[0].stat().st_mtime)
 
@@ -159,7 +169,7 @@ def _stale(pid: int | None) -> bool:
     return pid is None or (pid != os.getpid() and not _pid_alive(pid))
 
 
-def recover_output_dir(out: str | Path) -> list[Path]:
+def _recover_output_dir(out: str | Path) -> list[Path]:
     """Repair what a killed run left around ``out``; return the folders removed.
 
     * no folder under ``out`` but a folder moved aside by an interrupted two-rename swap: it is
@@ -183,8 +193,9 @@ def recover_output_dir(out: str | Path) -> list[Path]:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
     if removed:
-        logging.getLogger(__name__).info("removed %d leftover staging folder(s) of interrupted runs beside %s",
-                                         len(removed), out)
+        logging.getLogger(__name__).info(
+            "removed %d leftover staging folder(s) of interrupted runs beside %s", len(removed), out
+        )
     return removed
 
 
@@ -196,13 +207,13 @@ def _resolve(out: str | Path) -> Path:
 def _owned(out: Path) -> set[str] | None:
     """Top-level names det_calib wrote in ``out`` (manifest or an earlier version's files); None if
     ``out`` is not a det_calib output."""
-    manifest = out / MANIFEST
+    manifest = out / _MANIFEST
     if manifest.is_file():
         try:
             files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
             # det_calib's own names count as its own even when another command (re)wrote them
             # after the run (`det-calib report RUN` rewrites report.html and figures/ in place)
-            return {str(f).split("/", 1)[0] for f in files} | {MANIFEST, *_LEGACY_FILES}
+            return {str(f).split("/", 1)[0] for f in files} | {_MANIFEST, *_LEGACY_FILES}
         except (ValueError, KeyError, TypeError):
             return None
     legacy = out / "calibration.json"
@@ -220,7 +231,6 @@ def check_output_dir(out: str | Path) -> None:
 
     It can when it does not exist, is an empty folder, or is a folder a det_calib run wrote.
     """
-    from det_calib.errors import InputError
 
     path = _resolve(out)
     if not os.path.lexists(path):
@@ -229,9 +239,12 @@ def check_output_dir(out: str | Path) -> None:
         return
     if not path.is_dir():
         raise InputError(f"`out` {out} exists and is not a folder", param="out")
-    if any(True for p in path.iterdir() if not p.name.startswith(_LEGACY_STAGE)) and _owned(path) is None:
+    if (
+        any(True for p in path.iterdir() if not p.name.startswith(_LEGACY_STAGE))
+        and _owned(path) is None
+    ):
         raise InputError(
-            f"`out` {out} is a folder with files that det_calib did not write (no {MANIFEST}): "
+            f"`out` {out} is a folder with files that det_calib did not write (no {_MANIFEST}): "
             "choose an empty or new folder, or a previous det_calib output",
             param="out",
         )
@@ -239,14 +252,14 @@ def check_output_dir(out: str | Path) -> None:
 
 def read_manifest(out: str | Path) -> list[str]:
     """The files (relative paths) the last det_calib run wrote in ``out``."""
-    return list(json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))["files"])
+    return list(json.loads((Path(out) / _MANIFEST).read_text(encoding="utf-8"))["files"])
 
 
 @contextlib.contextmanager
 def staged_output(out: str | Path) -> Iterator[Path]:
     """Yield an empty staging folder; on success it replaces ``out`` in one swap.
 
-    Before staging, leftovers of killed runs are cleared (:func:`recover_output_dir`) and ``out``
+    Before staging, leftovers of killed runs are cleared (:func:`_recover_output_dir`) and ``out``
     is checked (:func:`check_output_dir`). On an exception the staging folder is removed and
     ``out`` is untouched. While staging, log messages that name a path in the staging folder
     name the same path under ``out`` instead.
@@ -257,14 +270,16 @@ def staged_output(out: str | Path) -> Iterator[Path]:
     """
     shown = Path(out)
     out = _resolve(out)
-    recover_output_dir(out)
+    _recover_output_dir(out)
     check_output_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f"{_sibling_prefix(out, _STAGE_TAG)}{os.getpid()}-", dir=out.parent))
+    stage = Path(
+        tempfile.mkdtemp(prefix=f"{_sibling_prefix(out, _STAGE_TAG)}{os.getpid()}-", dir=out.parent)
+    )
     try:
         with logged_as(stage, shown):
             yield stage
-        publish(stage, out)
+        _publish(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -295,15 +310,19 @@ def logged_as(path: str | Path, shown: str | Path) -> Iterator[None]:
         logging.setLogRecordFactory(old_factory)
 
 
-def publish(stage: str | Path, out: str | Path) -> None:
+def _publish(stage: str | Path, out: str | Path) -> None:
     """Make the complete folder ``stage`` the folder ``out`` (see the notes above this function).
 
     Writes the manifest (the files of ``stage``), carries over the files of the current ``out``
     that det_calib did not write, then swaps. ``stage`` is consumed.
     """
     stage, out = Path(stage), _resolve(out)
-    files = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file() or p.is_symlink())
-    write_text(stage / MANIFEST, json.dumps({"written_by": "det_calib", "files": files}, indent=1) + "\n")
+    files = sorted(
+        p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file() or p.is_symlink()
+    )
+    write_text(
+        stage / _MANIFEST, json.dumps({"written_by": "det_calib", "files": files}, indent=1) + "\n"
+    )
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(stage, 0o777 & ~umask)  # mkdtemp makes 0700

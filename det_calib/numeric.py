@@ -33,13 +33,11 @@ __all__ = [
     "binom_sf",
     "binary_nll_terms",
     "expit",
-    "log_sigmoid",
     "log_softmax",
     "logit",
     "logit_threshold",
     "logsumexp",
     "sigmoid",
-    "softplus",
     "weighted_mean",
 ]
 
@@ -86,12 +84,12 @@ def logit_threshold(conf: float) -> float:
     return -math.inf if conf <= 0 else math.log(conf) - math.log1p(-conf)
 
 
-def softplus(a: ArrayLike) -> np.ndarray:
+def _softplus(a: ArrayLike) -> np.ndarray:
     """``log(1 + exp(a))`` without overflow (``logaddexp(0, a)``)."""
     return np.logaddexp(0.0, a)
 
 
-def log_sigmoid(a: ArrayLike) -> np.ndarray:
+def _log_sigmoid(a: ArrayLike) -> np.ndarray:
     """``log(sigmoid(a)) = -softplus(-a)`` without overflow or cancellation."""
     return -np.logaddexp(0.0, -np.asarray(a, dtype=np.float64))
 
@@ -140,7 +138,7 @@ def binary_nll_terms(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     it loses relative accuracy where ``z`` is large (``softplus(z) - z`` cancels), so report
     losses with :func:`binary_nll_logits`.
     """
-    return softplus(z) - y * z
+    return _softplus(z) - y * z
 
 
 def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -> float:

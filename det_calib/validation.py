@@ -60,19 +60,28 @@ def as_array(x: Any, name: str) -> np.ndarray:
     try:
         return np.asarray(x)
     except Exception as e:  # ragged lists and the like
-        raise InputError(f"Expected argument `{name}` to be an array, but got one numpy cannot convert ({e})") from None
+        raise InputError(
+            f"Expected argument `{name}` to be an array, but got one numpy cannot convert ({e})"
+        ) from None
 
 
 def check_logits(logits: Any, kind: str) -> np.ndarray:
     """Logits of a fit: float64, shape (n,) for ``kind="sigmoid"``, (n, K >= 2) for ``"softmax"``."""
     z = as_array(logits, "logits")
-    if z.dtype == bool or not (np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)):
-        raise InputError(f"Expected argument `logits` to be a real-valued array, but got dtype {z.dtype}")
+    if z.dtype == bool or not (
+        np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)
+    ):
+        raise InputError(
+            f"Expected argument `logits` to be a real-valued array, but got dtype {z.dtype}"
+        )
     if kind == "sigmoid" and z.ndim != 1:
-        raise InputError(f"Expected argument `logits` of shape (n,) for kind='sigmoid', but got shape {z.shape}")
+        raise InputError(
+            f"Expected argument `logits` of shape (n,) for kind='sigmoid', but got shape {z.shape}"
+        )
     if kind == "softmax" and (z.ndim != 2 or z.shape[1] < 2):
         raise InputError(
-            f"Expected argument `logits` of shape (n, K) with K >= 2 for kind='softmax', but got shape {z.shape}"
+            "Expected argument `logits` of shape (n, K) with K >= 2 for kind='softmax', but got "
+            f"shape {z.shape}"
         )
     return z.astype(np.float64, copy=False)
 
@@ -84,24 +93,30 @@ def check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
     if y.ndim != 1:
         raise InputError(f"Expected argument `labels` of shape (n,), but got shape {y.shape}")
     if y.shape[0] != n:
-        raise InputError(f"Expected argument `labels` to have the length of `logits` ({n}), but got {y.shape[0]}")
+        raise InputError(
+            f"Expected argument `labels` to have the length of `logits` ({n}), but got {y.shape[0]}"
+        )
     if kind == "sigmoid":
         if y.dtype == bool:
             return y.astype(np.float64)
         if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
-            raise InputError(f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}")
+            raise InputError(
+                f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}"
+            )
         # soft labels (a target in [0, 1], e.g. the IoU of the box's match) are floats in [0, 1]
         ok = np.isin(y, (0, 1)) if np.issubdtype(y.dtype, np.integer) else (y >= 0) & (y <= 1)
         if not ok.all():
             bad = y[~ok][:3].tolist()
             raise InputError(
-                f"Expected argument `labels` to hold only 0/1 (or soft labels in [0, 1]) for kind='sigmoid', "
+                "Expected argument `labels` to hold only 0/1 (or soft labels in [0, 1]) for "
+                "kind='sigmoid', "
                 f"but got e.g. {bad}"
             )
         return y.astype(np.float64)
     if not np.issubdtype(y.dtype, np.integer):
         raise InputError(
-            f"Expected argument `labels` to hold integer class ids for kind='softmax', but got dtype {y.dtype}"
+            "Expected argument `labels` to hold integer class ids for kind='softmax', but got "
+            f"dtype {y.dtype}"
         )
     if n and (y.min() < 0 or y.max() >= n_classes):
         raise InputError(
@@ -122,14 +137,18 @@ def check_weights(weights: Any, n: int) -> np.ndarray | None:
     if not np.isfinite(w).all() or (w < 0).any():
         raise InputError("Expected argument `weights` to be finite and >= 0")
     if not (w > 0).any():
-        raise InputError("Expected argument `weights` to have at least one positive weight, but all are 0")
+        raise InputError(
+            "Expected argument `weights` to have at least one positive weight, but all are 0"
+        )
     return w
 
 
 def check_positive_int(n_bins: object, name: str = "n_bins") -> int:
     """``n_bins`` (or the argument ``name``) as an int >= 1; booleans are refused."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
-        raise InputError(f"Expected argument `{name}` to be an integer larger than 0, but got {n_bins!r}")
+        raise InputError(
+            f"Expected argument `{name}` to be an integer larger than 0, but got {n_bins!r}"
+        )
     return int(n_bins)
 
 
@@ -137,7 +156,9 @@ def as_1d(x: ArrayLike, name: str) -> np.ndarray:
     """``x`` as a 1-D numpy array (no copy, any dtype)."""
     arr = np.asarray(x)
     if arr.ndim != 1:
-        raise InputError(f"Expected argument `{name}` to be one-dimensional, but got shape {arr.shape}")
+        raise InputError(
+            f"Expected argument `{name}` to be one-dimensional, but got shape {arr.shape}"
+        )
     return arr
 
 
@@ -159,7 +180,8 @@ def as_unit(x: ArrayLike, name: str, *, tol: float = 0.0) -> np.ndarray:
         lo, hi = float(arr.min()), float(arr.max())
         if lo < 0.0 or hi > 1.0 + tol:
             raise InputError(
-                f"Expected argument `{name}` to contain values in [0, 1], but got values in [{lo:g}, {hi:g}]"
+                f"Expected argument `{name}` to contain values in [0, 1], but got values in "
+                f"[{lo:g}, {hi:g}]"
             )
         if tol and hi > 1.0:
             arr = np.minimum(arr, 1.0)
@@ -177,7 +199,8 @@ def as_binary(x: ArrayLike, name: str) -> np.ndarray:
     bad = ~((arr == 0.0) | (arr == 1.0))
     if bad.any():
         raise InputError(
-            f"Expected argument `{name}` to be bool or 0/1, but got values such as {arr[bad][:3].tolist()}"
+            f"Expected argument `{name}` to be bool or 0/1, but got values such as "
+            f"{arr[bad][:3].tolist()}"
         )
     return arr
 
@@ -190,7 +213,9 @@ def as_int_ids(x: ArrayLike, name: str) -> np.ndarray:
     if arr.dtype != object and np.issubdtype(arr.dtype, np.floating):
         if arr.size == 0 or (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
             return arr.astype(np.int64)
-    raise InputError(f"Expected argument `{name}` to hold integer class ids, but got dtype {arr.dtype}")
+    raise InputError(
+        f"Expected argument `{name}` to hold integer class ids, but got dtype {arr.dtype}"
+    )
 
 
 def check_lengths(**arrays: np.ndarray) -> int:
@@ -202,7 +227,8 @@ def check_lengths(**arrays: np.ndarray) -> int:
         m = len(arrays[other])
         if m != n:
             raise InputError(
-                f"Expected arguments `{first}` and `{other}` to have the same length, but got {n} and {m}"
+                f"Expected arguments `{first}` and `{other}` to have the same length, but got {n} "
+                f"and {m}"
             )
     return n
 
@@ -213,9 +239,14 @@ def as_weights(weights: ArrayLike | None, n: int, ref: str) -> np.ndarray | None
         return None
     w = as_float(weights, "weights")
     if len(w) != n:
-        raise InputError(f"Expected arguments `{ref}` and `weights` to have the same length, but got {n} and {len(w)}")
+        raise InputError(
+            f"Expected arguments `{ref}` and `weights` to have the same length, but got {n} and "
+            f"{len(w)}"
+        )
     if w.size and float(w.min()) < 0.0:
-        raise InputError(f"Expected argument `weights` to be non-negative, but got {float(w.min()):g}")
+        raise InputError(
+            f"Expected argument `weights` to be non-negative, but got {float(w.min()):g}"
+        )
     return w
 
 
@@ -239,11 +270,15 @@ def as_real(arr: np.ndarray, name: str) -> np.ndarray:
     """``arr`` (any shape) in float64, refusing booleans, complex and non-numeric dtypes; nan and
     inf pass (check them where they matter)."""
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-        raise InputError(f"Expected argument `{name}` to hold real numbers, but got dtype {arr.dtype}")
+        raise InputError(
+            f"Expected argument `{name}` to hold real numbers, but got dtype {arr.dtype}"
+        )
     return arr.astype(np.float64, copy=False)
 
 
-def as_integers(x: ArrayLike, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+def as_integers(
+    x: ArrayLike, name: str, n: int | None = None, ref: str | None = None
+) -> np.ndarray:
     """1-D int64 array of an integer dtype (booleans and floats refused; an empty array of any
     dtype passes), ``n`` entries one per box of ``ref``."""
     arr = as_vector(x, name, n, ref)
@@ -271,6 +306,9 @@ def check_choice(value: Any, choices: Any, name: str, *, among: str = "") -> Any
     except TypeError:  # an unhashable value against a dict's keys
         ok = False
     if not ok:
-        raise InputError(f"Expected argument `{name}` to be one of {among}{', '.join(map(str, choices))}, "
-                         f"but got {value!r}", param=name)
+        raise InputError(
+            f"Expected argument `{name}` to be one of {among}{', '.join(map(str, choices))}, "
+            f"but got {value!r}",
+            param=name,
+        )
     return value

@@ -53,7 +53,9 @@ def polygon_fixture_yaml(tmp_path_factory) -> Path:
             c, cx, cy, w, h = line.split()
             x1, y1 = float(cx) - float(w) / 2, float(cy) - float(h) / 2
             x2, y2 = x1 + float(w), y1 + float(h)
-            lines.append(f"{c} {x1:.6f} {y1:.6f} {x2:.6f} {y1:.6f} {x2:.6f} {y2:.6f} {x1:.6f} {y2:.6f}")
+            lines.append(
+                f"{c} {x1:.6f} {y1:.6f} {x2:.6f} {y1:.6f} {x2:.6f} {y2:.6f} {x1:.6f} {y2:.6f}"
+            )
         (root / "labels" / "fixture" / f.name).write_text("\n".join(lines) + "\n")
     shutil.copy(FIXTURE / "data.yaml", root / "data.yaml")
     return root / "data.yaml"
@@ -89,8 +91,12 @@ def small_demo(tmp_path_factory) -> dict[str, Path]:
         mp.setenv("DET_CALIB_CACHE", str(cache))
         for split, n in SMALL_DEMO_SIZES.items():
             mp.setitem(SPLIT_SIZES, split, n)
-        return {"detect": demo_data_yaml(), "segment": demo_segment_data_yaml(), "pose": demo_pose_data_yaml(),
-                "obb": demo_obb_data_yaml()}
+        return {
+            "detect": demo_data_yaml(),
+            "segment": demo_segment_data_yaml(),
+            "pose": demo_pose_data_yaml(),
+            "obb": demo_obb_data_yaml(),
+        }
 
 
 def untrained_detector(cfg: str, *, seed: int = 0, bias_mean: float = -2.0):
@@ -103,7 +109,9 @@ def untrained_detector(cfg: str, *, seed: int = 0, bias_mean: float = -2.0):
     torch.manual_seed(seed)
     yolo = YOLO(cfg)
     head = yolo.model.model[-1]
-    branches = [head.cv3] + ([head.one2one_cv3] if getattr(head, "one2one_cv3", None) is not None else [])
+    branches = [head.cv3] + (
+        [head.one2one_cv3] if getattr(head, "one2one_cv3", None) is not None else []
+    )
     with torch.no_grad():
         for branch in branches:
             for level in branch:
@@ -148,7 +156,9 @@ def shapes_segment_model(folder: Path, demo_model: Path, *, seed: int = 0) -> Pa
     import yaml
     from ultralytics import YOLO
 
-    cfg = yaml.safe_load((Path(ultralytics.__file__).parent / "cfg/models/26/yolo26-seg.yaml").read_text())
+    cfg = yaml.safe_load(
+        (Path(ultralytics.__file__).parent / "cfg/models/26/yolo26-seg.yaml").read_text()
+    )
     cfg["nc"] = 8
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / "yolo26n-seg.yaml"  # the `n` in the name selects the scale
@@ -178,7 +188,9 @@ def demo_seg_checkpoint(tmp_path_factory, demo_model_path) -> Path:
     A test that writes beside it (an export, a calibrated copy) copies it into a folder of its own."""
     from segment_checkpoints import segment_checkpoint
 
-    return segment_checkpoint(tmp_path_factory.mktemp("demo_seg") / "yolo26n-seg.pt", demo_detector=demo_model_path)
+    return segment_checkpoint(
+        tmp_path_factory.mktemp("demo_seg") / "yolo26n-seg.pt", demo_detector=demo_model_path
+    )
 
 
 @pytest.fixture(scope="session")
@@ -191,9 +203,18 @@ def demo_task_runs(tmp_path_factory) -> dict:
     from det_calib.demo import demo_obb_model, demo_pose_model
 
     root = tmp_path_factory.mktemp("demo_task_runs")
-    return {task: det_calib.calibrate(model, out=root / task, limit=16, head="both", method="temperature", n_boot=20,
-                                      progress=False)
-            for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model()))}
+    return {
+        task: det_calib.calibrate(
+            model,
+            out=root / task,
+            limit=16,
+            head="both",
+            method="temperature",
+            n_boot=20,
+            progress=False,
+        )
+        for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model()))
+    }
 
 
 # The start of a script run in a fresh interpreter where importing det_calib fails, so nothing of

@@ -16,8 +16,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "det_calib" / "demo" / "assets"
-MODELS = {"segment": ASSETS / "yolo26n_shapes_seg.pt", "pose": ASSETS / "yolo26n_shapes_pose.pt",
-          "obb": ASSETS / "yolo26n_shapes_obb.pt"}
+MODELS = {
+    "segment": ASSETS / "yolo26n_shapes_seg.pt",
+    "pose": ASSETS / "yolo26n_shapes_pose.pt",
+    "obb": ASSETS / "yolo26n_shapes_obb.pt",
+}
 ENGINES = {"litert": "litert fp32", "ncnn": "ncnn fp32"}
 CASES = [(task, fmt) for task in MODELS for fmt in ENGINES]
 IMGSZ = 320

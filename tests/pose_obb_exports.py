@@ -16,7 +16,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "det_calib" / "demo" / "assets"
 DEMO = {"pose": ASSETS / "yolo26n_shapes_pose.pt", "obb": ASSETS / "yolo26n_shapes_obb.pt"}
-NAMES = {0: "circle", 1: "ellipse", 2: "square", 3: "rectangle", 4: "triangle", 5: "hexagon", 6: "star", 7: "cross"}
+NAMES = {
+    0: "circle",
+    1: "ellipse",
+    2: "square",
+    3: "rectangle",
+    4: "triangle",
+    5: "hexagon",
+    6: "star",
+    7: "cross",
+}
 KPT_SHAPE = (5, 3)
 IMGSZ = 320
 
@@ -48,7 +57,9 @@ def legacy_checkpoint(out: Path, task: str, *, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     if task == "pose":
-        model = PoseModel("yolo11n-pose.yaml", nc=len(NAMES), data_kpt_shape=KPT_SHAPE, verbose=False)
+        model = PoseModel(
+            "yolo11n-pose.yaml", nc=len(NAMES), data_kpt_shape=KPT_SHAPE, verbose=False
+        )
     else:
         model = OBBModel("yolo11n-obb.yaml", nc=len(NAMES), verbose=False)
     head = model.model[-1]
@@ -63,8 +74,16 @@ def legacy_checkpoint(out: Path, task: str, *, seed: int = 0) -> Path:
     model.names = dict(NAMES)
     model.args = {"task": task, "imgsz": IMGSZ}
     model.task = task
-    torch.save({"model": model.float().eval(), "train_args": {"task": task, "imgsz": IMGSZ}, "ema": None,
-                "optimizer": None, "epoch": -1}, out)
+    torch.save(
+        {
+            "model": model.float().eval(),
+            "train_args": {"task": task, "imgsz": IMGSZ},
+            "ema": None,
+            "optimizer": None,
+            "epoch": -1,
+        },
+        out,
+    )
     return Path(out)
 
 

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEMO_NAMES = {0: "circle", 1: "ellipse", 2: "square", 3: "rectangle", 4: "triangle", 5: "hexagon", 6: "star",
-              7: "cross"}
+DEMO_NAMES = {
+    0: "circle",
+    1: "ellipse",
+    2: "square",
+    3: "rectangle",
+    4: "triangle",
+    5: "hexagon",
+    6: "star",
+    7: "cross",
+}
 MASK_NOISE = 0.5
 
 
-def segment_checkpoint(out: Path, *, cfg: str = "yolo26n-seg.yaml", demo_detector: Path | None = None,
-                       seed: int = 0) -> Path:
+def segment_checkpoint(
+    out: Path, *, cfg: str = "yolo26n-seg.yaml", demo_detector: Path | None = None, seed: int = 0
+) -> Path:
     """Write a seg checkpoint at ``out`` and return it (see the module's docstring).
 
     Args:
@@ -37,27 +46,42 @@ def segment_checkpoint(out: Path, *, cfg: str = "yolo26n-seg.yaml", demo_detecto
             src = torch.load(demo_detector, map_location="cpu", weights_only=False)
             src = (src.get("ema") or src["model"]).float().state_dict()
             own = model.state_dict()
-            model.load_state_dict({k: v for k, v in src.items() if k in own and own[k].shape == v.shape},
-                                  strict=False)
+            model.load_state_dict(
+                {k: v for k, v in src.items() if k in own and own[k].shape == v.shape}, strict=False
+            )
         else:
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-            for level in head.cv3:  # scores spread over (0, 1), as a trained model's (the init gives ~1e-4)
+            for (
+                level
+            ) in head.cv3:  # scores spread over (0, 1), as a trained model's (the init gives ~1e-4)
                 torch.nn.init.normal_(level[-1].weight, 0.0, 0.5)
                 torch.nn.init.normal_(level[-1].bias, -2.0, 1.5)
-        masks = [head.proto, head.cv4] + ([head.one2one_cv4] if getattr(head, "one2one_cv4", None) else [])
+        masks = [head.proto, head.cv4] + (
+            [head.one2one_cv4] if getattr(head, "one2one_cv4", None) else []
+        )
         for branch in masks:
             for p in branch.parameters():
                 p.add_(torch.randn_like(p) * MASK_NOISE)
     model.names = dict(DEMO_NAMES)
     model.args = {"task": "segment", "imgsz": 320}
     model.task = "segment"
-    torch.save({"model": model.float().eval(), "train_args": {"task": "segment", "imgsz": 320}, "ema": None,
-                "optimizer": None, "epoch": -1}, out)
+    torch.save(
+        {
+            "model": model.float().eval(),
+            "train_args": {"task": "segment", "imgsz": 320},
+            "ema": None,
+            "optimizer": None,
+            "epoch": -1,
+        },
+        out,
+    )
     return Path(out)
 
 
-def predict_table(checkpoint: Path, images: list, *, head: str = "nms", conf: float = 0.001, imgsz: int = 320):
+def predict_table(
+    checkpoint: Path, images: list, *, head: str = "nms", conf: float = 0.001, imgsz: int = 320
+):
     """A segment model's box table as plain ``predict(retina_masks=True)`` gives it, one image at a time:
     ``image_id``, ``x1..y2``, ``conf``, ``logit`` (float64, from the float32 conf), ``cls`` and ``segm``
     (each box's mask as compressed RLE counts at the image's size, the capture's column)."""
@@ -67,10 +91,18 @@ def predict_table(checkpoint: Path, images: list, *, head: str = "nms", conf: fl
     from ultralytics import YOLO
 
     model = YOLO(str(checkpoint))
-    rows: dict[str, list] = {k: [] for k in ("image_id", "x1", "y1", "x2", "y2", "conf", "cls", "segm")}
+    rows: dict[str, list] = {
+        k: [] for k in ("image_id", "x1", "y1", "x2", "y2", "conf", "cls", "segm")
+    }
     for i, img in enumerate(images):
-        r = model.predict(str(img), conf=conf, imgsz=imgsz, retina_masks=True, verbose=False,
-                          **({"nms": False} if head == "e2e" else {}))[0]
+        r = model.predict(
+            str(img),
+            conf=conf,
+            imgsz=imgsz,
+            retina_masks=True,
+            verbose=False,
+            **({"nms": False} if head == "e2e" else {}),
+        )[0]
         if not len(r.boxes):
             continue
         m = np.asfortranarray(r.masks.data.numpy().astype(np.uint8).transpose(1, 2, 0))
@@ -82,6 +114,10 @@ def predict_table(checkpoint: Path, images: list, *, head: str = "nms", conf: fl
         rows["cls"] += r.boxes.cls.numpy().astype(int).tolist()
         rows["segm"] += [e["counts"] for e in mask_utils.encode(m)]
     p = np.clip(np.asarray(rows["conf"], dtype=np.float64), 1e-12, 1 - 1e-7)
-    return pl.DataFrame({**{k: v for k, v in rows.items() if k != "segm"},
-                         "logit": np.log(p) - np.log1p(-p), "segm": pl.Series(rows["segm"], dtype=pl.Binary)}
-                        ).with_columns(pl.col("image_id").cast(pl.Int64), pl.col("cls").cast(pl.Int32))
+    return pl.DataFrame(
+        {
+            **{k: v for k, v in rows.items() if k != "segm"},
+            "logit": np.log(p) - np.log1p(-p),
+            "segm": pl.Series(rows["segm"], dtype=pl.Binary),
+        }
+    ).with_columns(pl.col("image_id").cast(pl.Int64), pl.col("cls").cast(pl.Int32))

@@ -20,7 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (relative path -> bytes)."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def write_run(out: Path, files: dict[str, str]) -> None:
@@ -30,7 +34,9 @@ def write_run(out: Path, files: dict[str, str]) -> None:
 
 
 def leftovers(out: Path) -> list[str]:
-    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.det_calib-"))
+    return sorted(
+        p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.det_calib-")
+    )
 
 
 def dead_pid() -> int:
@@ -48,16 +54,19 @@ RUN2 = {"calibration.json": '{"a": 2}', "figures/g.png": "png2"}
 def test_a_run_replaces_the_folder_whole(tmp_path):
     out = tmp_path / "out"
     write_run(out, RUN1)
-    assert snapshot(out) == {**{k: v.encode() for k, v in RUN1.items()}, io.MANIFEST: (out / io.MANIFEST).read_bytes()}
+    assert snapshot(out) == {
+        **{k: v.encode() for k, v in RUN1.items()},
+        io._MANIFEST: (out / io._MANIFEST).read_bytes(),
+    }
     assert io.read_manifest(out) == sorted(RUN1)
     write_run(out, RUN2)  # fewer files (like --no-report): nothing of run 1 stays
-    assert set(snapshot(out)) == set(RUN2) | {io.MANIFEST}
+    assert set(snapshot(out)) == set(RUN2) | {io._MANIFEST}
     assert (out / "calibration.json").read_text() == '{"a": 2}'
     assert not (out / "report.html").exists() and not (out / "figures" / "f.png").exists()
     assert leftovers(out) == []
     (out / "report.html").write_text("rewritten by `det-calib report` after the run")
     write_run(out, {"calibration.json": "3"})  # det_calib's own names are never kept as a user's
-    assert set(snapshot(out)) == {"calibration.json", io.MANIFEST}
+    assert set(snapshot(out)) == {"calibration.json", io._MANIFEST}
     assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
 
 
@@ -75,7 +84,9 @@ def test_files_det_calib_did_not_write_are_kept(tmp_path):
     (out / "mine").mkdir()
     (out / "mine" / "a.txt").write_text("also mine")
     write_run(out, RUN2)
-    assert (out / "notes.txt").read_text() == "mine" and (out / "mine" / "a.txt").read_text() == "also mine"
+    assert (out / "notes.txt").read_text() == "mine" and (
+        out / "mine" / "a.txt"
+    ).read_text() == "also mine"
     assert io.read_manifest(out) == sorted(RUN2)  # the user's files are not det_calib's
     write_run(out, RUN1)
     assert (out / "notes.txt").read_text() == "mine" and not (out / "figures" / "g.png").exists()
@@ -107,7 +118,7 @@ def test_an_earlier_versions_output_is_recognised_and_its_staging_cleared(tmp_pa
     (out / ".det_calib-staging-abc123").mkdir()
     (out / ".det_calib-staging-abc123" / "calibrated.pt").write_text("half")
     write_run(out, RUN2)
-    assert set(snapshot(out)) == set(RUN2) | {io.MANIFEST}
+    assert set(snapshot(out)) == set(RUN2) | {io._MANIFEST}
 
 
 @pytest.mark.fast
@@ -143,7 +154,7 @@ def test_leftover_staging_folders_of_dead_runs_are_cleared(tmp_path):
     (stale / "calibrated.pt").write_text("half-written")
     live = tmp_path / f".out.det_calib-staging-{os.getppid()}-xyz"  # a running process's: kept
     live.mkdir()
-    assert io.recover_output_dir(out) == [stale]
+    assert io._recover_output_dir(out) == [stale]
     assert not stale.exists() and live.is_dir() and snapshot(out) == before
     write_run(out, RUN2)
     assert leftovers(out) == [live.name]
@@ -186,23 +197,30 @@ def test_a_run_killed_at_any_step_of_the_swap_is_recovered(tmp_path, point):
     (out / "notes.txt").write_text("mine")
     before = snapshot(out)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-c", KILL, str(out), point], check=False, env=env, capture_output=True,
-                         text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", KILL, str(out), point],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 9, res.stderr[-2000:]
     if point == "after-exchange":
-        assert (out / "calibration.json").read_text() == "new"  # the swap had happened: the new folder
+        assert (
+            out / "calibration.json"
+        ).read_text() == "new"  # the swap had happened: the new folder
         assert (out / "notes.txt").read_text() == "mine"
     elif point == "between-renames":
         assert not out.exists()  # the moment the two-rename swap has no folder under the name
     else:
         assert snapshot(out) == before
     assert leftovers(out)  # what the killed run left
-    io.recover_output_dir(out)
+    io._recover_output_dir(out)
     assert leftovers(out) == []
     if point != "after-exchange":
         assert snapshot(out) == before  # the previous run's folder, byte-identical
     write_run(out, RUN2)  # and the next run works
-    assert set(snapshot(out)) == set(RUN2) | {io.MANIFEST, "notes.txt"}
+    assert set(snapshot(out)) == set(RUN2) | {io._MANIFEST, "notes.txt"}
 
 
 @pytest.mark.fast
@@ -262,7 +280,7 @@ def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(
     from det_calib.pipeline.calibrate_job import calibrate
 
     before = snapshot(previous)
-    assert {"calibration.json", "report.html", "calibrated.pt", io.MANIFEST} <= set(before)
+    assert {"calibration.json", "report.html", "calibrated.pt", io._MANIFEST} <= set(before)
     monkeypatch.setattr(target, _boom)
     with pytest.raises(RuntimeError, match="injected failure"):
         calibrate(demo_model_path, fixture_data_yaml(), out=previous, **{**FAST, **options})
@@ -277,9 +295,17 @@ def test_a_no_report_rerun_leaves_no_stale_report(previous, demo_model_path):
     old = json.loads((previous / "calibration.json").read_text())
     run = calibrate(demo_model_path, fixture_data_yaml(), out=previous, report=False, **FAST)
     names = set(snapshot(previous))
-    assert not {"report.html", "report.md"} & names and not any(n.startswith("figures/") for n in names)
-    assert {"calibration.json", "boxes.parquet", "calibrated.pt", "summary.txt", "class_logits.npz",
-            io.MANIFEST} == names
+    assert not {"report.html", "report.md"} & names and not any(
+        n.startswith("figures/") for n in names
+    )
+    assert {
+        "calibration.json",
+        "boxes.parquet",
+        "calibrated.pt",
+        "summary.txt",
+        "class_logits.npz",
+        io._MANIFEST,
+    } == names
     assert json.loads((previous / "calibration.json").read_text())["created"] >= old["created"]
     assert set(run.files) == {"calibration", "boxes", "checkpoint", "summary", "class_logits.npz"}
     assert all(p.is_file() and p.parent == previous for p in run.files.values())

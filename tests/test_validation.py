@@ -36,7 +36,13 @@ def test_every_refusal_is_one_line_in_the_house_style(call):
         call()
     msg = str(e.value)
     assert msg.startswith("Expected argument") and "\n" not in msg
-    assert "`x`" in msg or "`ref`" in msg or "`logits`" in msg or "`labels`" in msg or "`weights`" in msg
+    assert (
+        "`x`" in msg
+        or "`ref`" in msg
+        or "`logits`" in msg
+        or "`labels`" in msg
+        or "`weights`" in msg
+    )
 
 
 def test_lengths_name_both_arguments():

@@ -29,9 +29,15 @@ def main() -> None:
     print(f"{args.split} split: {len(sp.images)} images, {sp.gt.height} objects\n")
     print("| head mode | mAP50 | mAP50-95 | boxes > 0.25 correct | boxes > 0.25 incorrect |")
     print("|---|---:|---:|---:|---:|")
-    for head, label in (("nms", "`nms=None` (one-to-many + NMS)"), ("e2e", "`nms=False` (one-to-one)")):
+    for head, label in (
+        ("nms", "`nms=None` (one-to-many + NMS)"),
+        ("e2e", "`nms=False` (one-to-one)"),
+    ):
         f = model_figures(args.model, split=args.split, head=head)
-        print(f"| {label} | {f['map50']:.3f} | {f['map50_95']:.3f} | {f['correct']} | {f['incorrect']} |")
+        print(
+            f"| {label} | {f['map50']:.3f} | {f['map50_95']:.3f} | {f['correct']} | "
+            f"{f['incorrect']} |"
+        )
 
 
 if __name__ == "__main__":

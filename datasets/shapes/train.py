@@ -27,22 +27,35 @@ import shutil
 import time
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
+ASSETS = (
+    Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"
+)  # the demo's weights (package data)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=27)
-    ap.add_argument("--close-mosaic", type=int, default=6, help="last epochs trained without mosaic")
+    ap.add_argument(
+        "--close-mosaic", type=int, default=6, help="last epochs trained without mosaic"
+    )
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr0", type=float, default=0.002)
-    ap.add_argument("--seed", type=int, default=0,
-                    help="training seed (0: the shipped model; others: ensemble members)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="training seed (0: the shipped model; others: ensemble members)",
+    )
     ap.add_argument("--project", default="/tmp/det_calib_train")
-    ap.add_argument("--name", default=None, help="run name (default yolo26n_shapes, or yolo26n_shapes_seedN)")
-    ap.add_argument("--out", default=None,
-                    help="weights to write (default det_calib/demo/assets/yolo26n_shapes.pt, or _seedN.pt)")
+    ap.add_argument(
+        "--name", default=None, help="run name (default yolo26n_shapes, or yolo26n_shapes_seedN)"
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="weights to write (default det_calib/demo/assets/yolo26n_shapes.pt, or _seedN.pt)",
+    )
     args = ap.parse_args()
     stem = "yolo26n_shapes" if args.seed == 0 else f"yolo26n_shapes_seed{args.seed}"
     args.name = args.name or stem

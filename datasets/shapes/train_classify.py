@@ -19,7 +19,9 @@ import shutil
 import time
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
+ASSETS = (
+    Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"
+)  # the demo's weights (package data)
 
 
 def main() -> None:

@@ -30,11 +30,15 @@ DETECTOR = HERE.parents[1] / "det_calib" / "demo" / "assets" / "yolo26n_shapes.p
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=16)
-    ap.add_argument("--close-mosaic", type=int, default=4, help="last epochs trained without mosaic")
+    ap.add_argument(
+        "--close-mosaic", type=int, default=4, help="last epochs trained without mosaic"
+    )
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr0", type=float, default=2e-4)
-    ap.add_argument("--fraction", type=float, default=1.0, help="share of the train split (timing runs)")
+    ap.add_argument(
+        "--fraction", type=float, default=1.0, help="share of the train split (timing runs)"
+    )
     ap.add_argument("--project", default="/tmp/det_calib_train")
     ap.add_argument("--name", default="rtdetr_shapes")
     ap.add_argument("--out", default=str(HERE / "rtdetr_shapes.pt"))
@@ -48,11 +52,17 @@ def main() -> None:
     model = RTDETR(str(HERE / "rtdetr-shapes.yaml"))
     # backbone and neck from the demo detector: every tensor of the same name and shape
     own = model.model.state_dict()
-    shared = {k: v for k, v in YOLO(str(DETECTOR)).model.float().state_dict().items()
-              if k in own and own[k].shape == v.shape}
+    shared = {
+        k: v
+        for k, v in YOLO(str(DETECTOR)).model.float().state_dict().items()
+        if k in own and own[k].shape == v.shape
+    }
     own.update(shared)
     model.model.load_state_dict(own)
-    print(f"{len(shared)} of {len(own)} tensors from {DETECTOR.name}; the decoder starts from random weights")
+    print(
+        f"{len(shared)} of {len(own)} tensors from {DETECTOR.name}; the decoder starts from random "
+        "weights"
+    )
     # Ultralytics rebuilds the model from its yaml before training and copies in the weights of a
     # loaded checkpoint only: hand it the transferred model as that checkpoint
     model.ckpt = {"model": model.model}

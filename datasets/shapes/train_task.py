@@ -28,7 +28,9 @@ import shutil
 import time
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
+ASSETS = (
+    Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"
+)  # the demo's weights (package data)
 SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
 
 
@@ -51,13 +53,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=sorted(SUFFIX), required=True)
     ap.add_argument("--epochs", type=int, default=8)
-    ap.add_argument("--close-mosaic", type=int, default=3, help="last epochs trained without mosaic")
+    ap.add_argument(
+        "--close-mosaic", type=int, default=3, help="last epochs trained without mosaic"
+    )
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr0", type=float, default=0.001)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--init", default=str(ASSETS / "yolo26n_shapes.pt"),
-                    help="detector whose shared tensors start the model ('' for random weights)")
+    ap.add_argument(
+        "--init",
+        default=str(ASSETS / "yolo26n_shapes.pt"),
+        help="detector whose shared tensors start the model ('' for random weights)",
+    )
     ap.add_argument("--project", default="/tmp/det_calib_train")
     args = ap.parse_args()
     stem = f"yolo26n_shapes_{SUFFIX[args.task]}"

@@ -6,16 +6,66 @@ simplicity order are in the one registry (:mod:`det_calib.calibrators.registry`)
 
 from __future__ import annotations
 
-from det_calib.calibrators.base import LogitCalibrator, NotFittedError
-from det_calib.calibrators.registry import (
-    calibrator_from_dict,
-    global_methods,
-    is_per_class,
-    make_calibrator,
-    methods,
-    register,
-)
-from det_calib.calibrators.temperature import TemperatureScaler, fit_temperature
+from det_calib.lazy import lazy_exports
 
-__all__ = ["LogitCalibrator", "NotFittedError", "TemperatureScaler", "calibrator_from_dict", "fit_temperature",
-           "global_methods", "is_per_class", "make_calibrator", "methods", "register"]
+_EXPORTS = {
+    "LogitCalibrator": "base",
+    "MIN_REL_AREA": "base",
+    "box_kwargs": "base",
+    "calibrated_logits": "base",
+    "equivalent_conf": "base",
+    "log_area": "base",
+    "check_classes": "fit_support",
+    "group_folds": "fit_support",
+    "Identity": "identity",
+    "TARGETS": "registry",
+    "calibrator_from_dict": "registry",
+    "excluded_methods": "registry",
+    "global_methods": "registry",
+    "is_per_class": "registry",
+    "make_calibrator": "registry",
+    "method_reranks": "registry",
+    "method_spec": "registry",
+    "methods": "registry",
+    "size_methods": "registry",
+    "target_methods": "registry",
+    "uses_size": "registry",
+    "MULTICLASS_METHODS": "softmax_maps",
+    "MultiClassMap": "softmax_maps",
+    "fit_multiclass": "softmax_maps",
+    "TemperatureScaler": "temperature",
+    "equivalent_threshold": "temperature",
+    "fit_temperature": "temperature",
+}
+
+__all__ = [
+    "Identity",
+    "LogitCalibrator",
+    "MIN_REL_AREA",
+    "MULTICLASS_METHODS",
+    "MultiClassMap",
+    "TARGETS",
+    "TemperatureScaler",
+    "box_kwargs",
+    "calibrated_logits",
+    "calibrator_from_dict",
+    "check_classes",
+    "equivalent_conf",
+    "equivalent_threshold",
+    "excluded_methods",
+    "fit_multiclass",
+    "fit_temperature",
+    "global_methods",
+    "group_folds",
+    "is_per_class",
+    "log_area",
+    "make_calibrator",
+    "method_reranks",
+    "method_spec",
+    "methods",
+    "size_methods",
+    "target_methods",
+    "uses_size",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

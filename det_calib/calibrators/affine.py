@@ -44,18 +44,12 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
 from det_calib.validation import check_labels, check_logits, check_weights
 
-__all__ = [
-    "SHRINKAGE_GRID",
-    "ClassAffineScaler",
-    "PlattScaler",
-    "group_folds",
-    "sigmoid",
-]
+__all__ = ["ClassAffineScaler", "PlattScaler", "group_folds", "sigmoid"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 #: Candidate shrinkage strengths (pseudo-boxes) for the per-class fits; ``inf`` = the global map.
-SHRINKAGE_GRID: tuple[float, ...] = (1.0, 10.0, 100.0, 1000.0, 10000.0, math.inf)
+_SHRINKAGE_GRID: tuple[float, ...] = (1.0, 10.0, 100.0, 1000.0, 10000.0, math.inf)
 
 _PLATT_FORMAT = "det_calib.PlattScaler"
 _CLASS_FORMAT = "det_calib.ClassAffineScaler"
@@ -66,7 +60,9 @@ _VERSION = 1
 # small shared pieces
 
 
-def prepare_fit(logits: Any, labels: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def prepare_fit(
+    logits: Any, labels: Any, weights: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     z = check_logits(logits, "sigmoid")
     y = check_labels(labels, "sigmoid", z.shape[0], 2)
     w = check_weights(weights, z.shape[0])
@@ -117,10 +113,24 @@ def fit_affine(
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (`it` is read after the loop)
         p = sigmoid(a[k] * z + b[k])
-        da, db = _newton_direction(per_class, p - y, p * (1.0 - p), w, wz, wz2, a, b,
-                                   lam=lam, prior=prior, fit_bias=fit_bias)
+        da, db = _newton_direction(
+            per_class,
+            p - y,
+            p * (1.0 - p),
+            w,
+            wz,
+            wz2,
+            a,
+            b,
+            lam=lam,
+            prior=prior,
+            fit_bias=fit_bias,
+        )
         a_new, b_new, f_new = _backtrack(loss, a, b, f, da, db)
-        moved = max(float(np.max(np.abs(a_new - a), initial=0.0)), float(np.max(np.abs(b_new - b), initial=0.0)))
+        moved = max(
+            float(np.max(np.abs(a_new - a), initial=0.0)),
+            float(np.max(np.abs(b_new - b), initial=0.0)),
+        )
         a, b, f = a_new, b_new, f_new
         if moved < tol * (1.0 + float(np.max(np.abs(a), initial=0.0))):
             break
@@ -191,7 +201,9 @@ def finite_params(x: Any, name: str, *, positive: bool = False) -> float:
     except (TypeError, ValueError):
         raise InputError(f"Expected `{name}` to be a number, but got {x!r}") from None
     if not math.isfinite(v) or (positive and v <= 0):
-        raise InputError(f"Expected `{name}` to be finite{' and > 0' if positive else ''}, but got {x!r}")
+        raise InputError(
+            f"Expected `{name}` to be finite{' and > 0' if positive else ''}, but got {x!r}"
+        )
     return v
 
 
@@ -219,7 +231,9 @@ class PlattScaler(LogitCalibrator):
     """
 
     format = _PLATT_FORMAT
-    soft_labels = True  # the penalised NLL is linear in the label: soft labels give the cross-entropy
+    soft_labels = (
+        True  # the penalised NLL is linear in the label: soft labels give the cross-entropy
+    )
     _fitted_attr = "a_"
 
     def __init__(self, *, tol: float = 1e-9, max_iter: int = 100, min_samples: int = 10):
@@ -231,8 +245,15 @@ class PlattScaler(LogitCalibrator):
         fitted = f", a_={self.a_:.6g}, b_={self.b_:.6g}" if hasattr(self, "a_") else ""
         return f"PlattScaler(tol={self.tol!r}, max_iter={self.max_iter!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> PlattScaler:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> PlattScaler:
         """Fit ``(a, b)`` by maximum likelihood.
 
         Args:
@@ -252,12 +273,21 @@ class PlattScaler(LogitCalibrator):
         z, y, w = prepare_fit(logits, labels, weights)
         check_degenerate(z, y, w, "Platt", int(self.min_samples))
         a, b, it = fit_affine(
-            z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0), lam=0.0,
-            tol=float(self.tol), max_iter=int(self.max_iter),
+            z,
+            y,
+            w,
+            np.zeros(z.shape[0], dtype=np.int64),
+            1,
+            fit_bias=True,
+            prior=(1.0, 0.0),
+            lam=0.0,
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
         )
         if not (np.isfinite(a[0]) and np.isfinite(b[0])) or a[0] <= 0:
             raise DegenerateFitError(
-                f"Platt fit gave slope a = {a[0]:.3g} <= 0: the logits are uninformative or anti-correlated "
+                f"Platt fit gave slope a = {a[0]:.3g} <= 0: the logits are uninformative or "
+                "anti-correlated "
                 "with the labels"
             )
         self.a_, self.b_ = float(a[0]), float(b[0])
@@ -313,7 +343,9 @@ class PlattScaler(LogitCalibrator):
 
 
 def _class_affine(kind: str):
-    def build(*, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> ClassAffineScaler:
+    def build(
+        *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0
+    ) -> ClassAffineScaler:
         return ClassAffineScaler(kind=kind, shrinkage=shrinkage, seed=seed)
 
     return build
@@ -354,7 +386,7 @@ class ClassAffineScaler(LogitCalibrator):
         *,
         kind: Literal["platt", "temperature"] = "platt",
         shrinkage: float | Literal["auto"] = "auto",
-        shrinkage_grid: Sequence[float] = SHRINKAGE_GRID,
+        shrinkage_grid: Sequence[float] = _SHRINKAGE_GRID,
         n_folds: int = 3,
         min_samples: int = 10,
         seed: int = 0,
@@ -372,22 +404,38 @@ class ClassAffineScaler(LogitCalibrator):
 
     def _check_options(self) -> None:
         if self.kind not in ("platt", "temperature"):
-            raise InputError(f"Expected argument `kind` to be 'platt' or 'temperature', but got {self.kind!r}")
+            raise InputError(
+                f"Expected argument `kind` to be 'platt' or 'temperature', but got {self.kind!r}"
+            )
         s = self.shrinkage
         number = isinstance(s, (int, float)) and not isinstance(s, bool)
         if s != "auto" and not (number and s >= 0 and not math.isnan(s)):
-            raise InputError(f"Expected argument `shrinkage` to be 'auto' or a number >= 0, but got {s!r}")
+            raise InputError(
+                f"Expected argument `shrinkage` to be 'auto' or a number >= 0, but got {s!r}"
+            )
         if not self.shrinkage_grid or any(not (g > 0) for g in self.shrinkage_grid):
-            raise InputError(f"Expected argument `shrinkage_grid` to hold numbers > 0, but got {self.shrinkage_grid!r}")
+            raise InputError(
+                "Expected argument `shrinkage_grid` to hold numbers > 0, but got "
+                f"{self.shrinkage_grid!r}"
+            )
 
     def _global(self, z, y, w) -> tuple[float, float]:
         what = "per-class Platt" if self.kind == "platt" else "per-class temperature"
         check_degenerate(z, y, w, what, int(self.min_samples))
         a, b, _ = fit_affine(
-            z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=self.kind == "platt", prior=(1.0, 0.0), lam=0.0
+            z,
+            y,
+            w,
+            np.zeros(z.shape[0], dtype=np.int64),
+            1,
+            fit_bias=self.kind == "platt",
+            prior=(1.0, 0.0),
+            lam=0.0,
         )
         if not np.isfinite(a[0]) or a[0] <= 0:
-            raise DegenerateFitError(f"{what} fit: the global slope is {a[0]:.3g} <= 0 (anti-correlated logits)")
+            raise DegenerateFitError(
+                f"{what} fit: the global slope is {a[0]:.3g} <= 0 (anti-correlated logits)"
+            )
         return float(a[0]), float(b[0])
 
     def _path(self, z, y, w, k, n_cls, prior, grid) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -398,12 +446,16 @@ class ClassAffineScaler(LogitCalibrator):
             if math.isinf(lam):
                 out.append(init)
                 continue
-            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init)
+            a, b, _ = fit_affine(
+                z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam, init=init
+            )
             init = (a, b)
             out.append(init)
         return out
 
-    def _choose_shrinkage(self, z, y, w, k, n_cls, prior, groups) -> tuple[float, dict[float, float]]:
+    def _choose_shrinkage(
+        self, z, y, w, k, n_cls, prior, groups
+    ) -> tuple[float, dict[float, float]]:
         """K-fold CV over the shrinkage grid: ``(lam, {grid value: mean held-out NLL per weight})``.
 
         Takes the strongest shrinkage whose mean held-out NLL is within one standard error of the
@@ -420,7 +472,9 @@ class ClassAffineScaler(LogitCalibrator):
                 pr = prior
             path = self._path(z[tr], y[tr], w[tr], k[tr], n_cls, pr, grid)
             for j, (a, b) in enumerate(path):
-                scores[f, j] = _heldout_nll(z[te], y[te], w[te], k[te], a, b) / max(w[te].sum(), 1e-300)
+                scores[f, j] = _heldout_nll(z[te], y[te], w[te], k[te], a, b) / max(
+                    w[te].sum(), 1e-300
+                )
         mean = scores.mean(axis=0)
         se = scores.std(axis=0, ddof=1) / math.sqrt(scores.shape[0])
         best = int(np.argmin(mean))
@@ -429,7 +483,13 @@ class ClassAffineScaler(LogitCalibrator):
         return lam, {float(g): float(m) for g, m in zip(grid, mean, strict=True)}
 
     def fit(
-        self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None, groups: Any = None
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
     ) -> ClassAffineScaler:
         """Fit the global map, choose the shrinkage, fit every class.
 
@@ -460,11 +520,14 @@ class ClassAffineScaler(LogitCalibrator):
         if math.isinf(lam):
             a, b = np.full(n_cls, prior[0]), np.full(n_cls, prior[1])
         else:
-            a, b, _ = fit_affine(z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam)
+            a, b, _ = fit_affine(
+                z, y, w, k, n_cls, fit_bias=self.kind == "platt", prior=prior, lam=lam
+            )
         if not (np.isfinite(a).all() and np.isfinite(b).all()) or (a <= 0).any():
             bad = int(np.flatnonzero(~(a > 0))[0]) if (a <= 0).any() else -1
             raise DegenerateFitError(
-                f"per-class {self.kind} fit gave a non-positive or non-finite slope (class {bad}); use more shrinkage"
+                f"per-class {self.kind} fit gave a non-positive or non-finite slope (class {bad}); "
+                "use more shrinkage"
             )
         self.global_a_, self.global_b_ = prior
         self.a_, self.b_ = a, b
@@ -548,8 +611,12 @@ class ClassAffineScaler(LogitCalibrator):
             "global_a": float(self.global_a_),
             "global_b": float(self.global_b_),
             "shrinkage": "inf" if math.isinf(self.shrinkage_) else float(self.shrinkage_),
-            "class_counts": [int(v) for v in getattr(self, "class_counts_", np.zeros(len(self.a_)))],
-            "cv_nll": None if self.cv_nll_ is None else {str(k): v for k, v in self.cv_nll_.items()},
+            "class_counts": [
+                int(v) for v in getattr(self, "class_counts_", np.zeros(len(self.a_)))
+            ],
+            "cv_nll": None
+            if self.cv_nll_ is None
+            else {str(k): v for k, v in self.cv_nll_.items()},
         }
 
     @classmethod
@@ -558,16 +625,24 @@ class ClassAffineScaler(LogitCalibrator):
         d = check_format(d, _CLASS_FORMAT)
         obj = cls(kind=d.get("kind"))
         obj._check_options()
-        a = np.asarray([finite_params(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64)
+        a = np.asarray(
+            [finite_params(v, "a", positive=True) for v in d.get("a", [])], dtype=np.float64
+        )
         b = np.asarray([finite_params(v, "b") for v in d.get("b", [])], dtype=np.float64)
         if a.shape != b.shape:
-            raise InputError(f"ClassAffineScaler dict: `a` and `b` differ in length ({a.size} vs {b.size})")
+            raise InputError(
+                f"ClassAffineScaler dict: `a` and `b` differ in length ({a.size} vs {b.size})"
+            )
         obj.a_, obj.b_ = a, b
         obj.global_a_ = finite_params(d.get("global_a"), "global_a", positive=True)
         obj.global_b_ = finite_params(d.get("global_b"), "global_b")
         s = d.get("shrinkage", "inf")
         obj.shrinkage_ = math.inf if s == "inf" else float(s)
-        obj.cv_nll_ = None if d.get("cv_nll") is None else {float(k): float(v) for k, v in d["cv_nll"].items()}
+        obj.cv_nll_ = (
+            None
+            if d.get("cv_nll") is None
+            else {float(k): float(v) for k, v in d["cv_nll"].items()}
+        )
         obj.class_counts_ = np.asarray(d.get("class_counts", [0] * a.size), dtype=np.int64)
         obj.n_classes_ = int(a.size)
         return obj

@@ -35,13 +35,21 @@ import numpy as np
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
 
-__all__ = ["DeployForm", "LogitCalibrator", "NotFittedError", "box_kwargs", "calibrated_logits", "equivalent_conf",
-           "log_area", "number_words", "reranks", "spread_words"]
+__all__ = [
+    "LogitCalibrator",
+    "NotFittedError",
+    "box_kwargs",
+    "calibrated_logits",
+    "equivalent_conf",
+    "log_area",
+    "number_words",
+    "spread_words",
+]
 
 #: The smallest relative area :func:`log_area` takes (a box of zero area reads as this).
 MIN_REL_AREA = 1e-8
 
-DeployForm = Literal["affine", "hinges"]
+_DeployForm = Literal["affine", "hinges"]
 
 
 class NotFittedError(RuntimeError):
@@ -64,7 +72,7 @@ class LogitCalibrator:
     #: One map per predicted class (``transform_logits`` needs ``classes``).
     per_class: ClassVar[bool] = False
     #: How the map is folded into a checkpoint: ``"affine"`` or ``"hinges"``.
-    deploy_form: ClassVar[DeployForm] = "affine"
+    deploy_form: ClassVar[_DeployForm] = "affine"
     #: ``fit`` handles soft labels in [0, 1] correctly (``--target iou``: the IoU of the box's match)
     #: as its loss's soft form: a calibrator that does not set it is left out of that target's choice.
     soft_labels: ClassVar[bool] = False
@@ -80,15 +88,25 @@ class LogitCalibrator:
     def _check_fitted(self) -> None:
         if not hasattr(self, self._fitted_attr):
             raise NotFittedError(
-                f"This {type(self).__name__} instance is not fitted yet. Call `fit` with appropriate arguments "
+                f"This {type(self).__name__} instance is not fitted yet. Call `fit` with "
+                "appropriate arguments "
                 f"(or build it with `{type(self).__name__}.from_dict`) before using this method."
             )
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> LogitCalibrator:  # pragma: no cover
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> LogitCalibrator:  # pragma: no cover
         raise NotImplementedError
 
-    def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:  # pragma: no cover
+    def transform_logits(
+        self, logits: Any, *, classes: Any = None
+    ) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
     def predict_proba(self, logits: Any, *, classes: Any = None) -> np.ndarray:
@@ -118,10 +136,14 @@ class LogitCalibrator:
         """One :class:`~det_calib.calibrators.isotonic.PiecewiseLinear` per class, else None."""
         return None
 
-    def deployed_conf(self, logits: np.ndarray, classes: np.ndarray, raw_conf: np.ndarray) -> np.ndarray:
+    def deployed_conf(
+        self, logits: np.ndarray, classes: np.ndarray, raw_conf: np.ndarray
+    ) -> np.ndarray:
         """The conf each box gets under this map (float64): ``sigmoid`` of its calibrated logit."""
         z = np.asarray(logits, dtype=np.float64)
-        return sigmoid(np.asarray(self.transform_logits(z, classes=np.asarray(classes)), dtype=np.float64))
+        return sigmoid(
+            np.asarray(self.transform_logits(z, classes=np.asarray(classes)), dtype=np.float64)
+        )
 
     def equivalent_conf(self, conf: float, cls: int | None = None) -> float | None:
         """The calibrated threshold that keeps exactly the boxes whose raw conf is above ``conf``.
@@ -137,18 +159,29 @@ class LogitCalibrator:
             return None
         z = math.log(conf) - math.log1p(-conf)
         zz = np.array([z, z + 1e-7 * max(1.0, abs(z))])
-        t = np.asarray(self.transform_logits(zz, classes=np.full(2, 0 if cls is None else int(cls), dtype=np.int64)),
-                       dtype=np.float64)
+        t = np.asarray(
+            self.transform_logits(
+                zz, classes=np.full(2, 0 if cls is None else int(cls), dtype=np.int64)
+            ),
+            dtype=np.float64,
+        )
         if not t[1] > t[0]:
             return None
         return float(sigmoid(t[:1])[0])
 
     # auto's cross-validation --------------------------------------------------------------------
 
-    def fit_grid(self, logits: np.ndarray, labels: np.ndarray, *, classes: np.ndarray | None,
-                 weights: np.ndarray, grid: Sequence[float | None],
-                 build: Callable[[float | None], LogitCalibrator],
-                 log_area: np.ndarray | None = None) -> list[LogitCalibrator]:
+    def fit_grid(
+        self,
+        logits: np.ndarray,
+        labels: np.ndarray,
+        *,
+        classes: np.ndarray | None,
+        weights: np.ndarray,
+        grid: Sequence[float | None],
+        build: Callable[[float | None], LogitCalibrator],
+        log_area: np.ndarray | None = None,
+    ) -> list[LogitCalibrator]:
         """Fitted calibrators on one training fold, one per ``grid`` value (``build(value)`` gives an
         unfitted one; a map with no :attr:`cv_grid` gets ``grid == [None]``). ``self`` is an
         unfitted prototype; subclasses may share work across the grid. ``log_area``: the boxes'
@@ -159,28 +192,34 @@ class LogitCalibrator:
         return [build(g).fit(logits, labels, weights=weights, **kw) for g in grid]
 
 
-def calibrated_logits(cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray,
-                      log_area: np.ndarray | None = None) -> np.ndarray:
+def calibrated_logits(
+    cal: LogitCalibrator, z: np.ndarray, cls: np.ndarray, log_area: np.ndarray | None = None
+) -> np.ndarray:
     """Calibrated logits (float64) of boxes (``z`` raw logits, ``cls`` their classes, ``log_area``
     their sizes, :func:`log_area`, needed by a map that :attr:`~LogitCalibrator.uses_size`) under ``cal``."""
     kw = box_kwargs(cal, classes=np.asarray(cls), log_area=log_area)
     return np.asarray(cal.transform_logits(np.asarray(z, dtype=np.float64), **kw), dtype=np.float64)
 
 
-def box_kwargs(cal: LogitCalibrator, *, classes: Any = None, log_area: Any = None) -> dict[str, Any]:
+def box_kwargs(
+    cal: LogitCalibrator, *, classes: Any = None, log_area: Any = None
+) -> dict[str, Any]:
     """The keyword arrays ``cal.fit`` / ``cal.transform_logits`` take besides the logits: ``classes``
     (where given), and ``log_area`` for a map that :attr:`~LogitCalibrator.uses_size` (an
     :class:`~det_calib.errors.InputError` when it is missing)."""
     kw: dict[str, Any] = {} if classes is None else {"classes": classes}
     if getattr(cal, "uses_size", False):
         if log_area is None:
-            raise InputError(f"{type(cal).__name__} reads each box's size: `log_area` is needed (the boxes' corners "
-                             "and image sizes)")
+            raise InputError(
+                f"{type(cal).__name__} reads each box's size: `log_area` is needed (the boxes' "
+                "corners "
+                "and image sizes)"
+            )
         kw["log_area"] = log_area
     return kw
 
 
-def reranks(cal: LogitCalibrator | type[LogitCalibrator]) -> bool:
+def _reranks(cal: LogitCalibrator | type[LogitCalibrator]) -> bool:
     """Whether a calibrator (or its class) can change the order of the boxes, hence mAP: a map per
     class, or a map that reads the box's size."""
     return bool(getattr(cal, "per_class", False) or getattr(cal, "uses_size", False))

@@ -18,25 +18,34 @@ __all__ = ["check_classes", "check_degenerate", "group_folds"]
 def check_classes(classes: Any, n: int) -> np.ndarray:
     if classes is None:
         raise InputError(
-            "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but got None"
+            "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but "
+            "got None"
         )
     k = as_array(classes, "classes")
     if k.ndim != 1 or k.shape[0] != n:
         raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
-    integral = np.issubdtype(k.dtype, np.integer) or (np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k)))
+    integral = np.issubdtype(k.dtype, np.integer) or (
+        np.issubdtype(k.dtype, np.floating) and np.all(k == np.round(k))
+    )
     if k.size and not integral:
-        raise InputError(f"Expected argument `classes` to hold integer class ids, but got dtype {k.dtype}")
+        raise InputError(
+            f"Expected argument `classes` to hold integer class ids, but got dtype {k.dtype}"
+        )
     k = k.astype(np.int64)
     if k.size and k.min() < 0:
         raise InputError(f"Expected argument `classes` to hold ids >= 0, but got {int(k.min())}")
     return k
 
 
-def check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray, what: str, min_samples: int) -> None:
+def check_degenerate(
+    z: np.ndarray, y: np.ndarray, w: np.ndarray, what: str, min_samples: int
+) -> None:
     used = w > 0
     n_used = int(used.sum())
     if n_used < max(2, min_samples):
-        raise DegenerateFitError(f"{what} fit needs at least {max(2, min_samples)} samples, got {n_used}")
+        raise DegenerateFitError(
+            f"{what} fit needs at least {max(2, min_samples)} samples, got {n_used}"
+        )
     if not np.isfinite(z[used]).all():
         raise DegenerateFitError(f"{what} fit got non-finite logits (nan or inf)")
     yu, zu = y[used], z[used]
@@ -46,10 +55,13 @@ def check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray, what: str, min
     if not (yu < 1).any():
         raise DegenerateFitError(f"{what} fit got no incorrect boxes (all labels 1)")
     if zu.min() == zu.max():
-        raise DegenerateFitError(f"{what} fit got one logit value for every box: the slope is undetermined")
+        raise DegenerateFitError(
+            f"{what} fit got one logit value for every box: the slope is undetermined"
+        )
     if zu[yu < 1].max() <= zu[yu > 0].min():
         raise DegenerateFitError(
-            f"{what} fit is degenerate: every correct box has a higher logit than every incorrect one "
+            f"{what} fit is degenerate: every correct box has a higher logit than every incorrect "
+            "one "
             "(separable), so the slope grows without bound"
         )
 
@@ -83,7 +95,9 @@ def group_folds(n: int, n_folds: int, groups: Any = None, *, seed: int = 0) -> n
     inv = inv.ravel()
     n_groups = int(inv.max()) + 1 if n else 0
     if n_groups < n_folds:
-        raise InputError(f"Expected at least `n_folds`={n_folds} groups (images) to split, but got {n_groups}")
+        raise InputError(
+            f"Expected at least `n_folds`={n_folds} groups (images) to split, but got {n_groups}"
+        )
     perm = np.random.default_rng(seed).permutation(n_groups)
     fold_of_group = np.empty(n_groups, dtype=np.int64)
     fold_of_group[perm] = np.arange(n_groups) % n_folds

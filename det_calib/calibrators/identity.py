@@ -21,8 +21,15 @@ class Identity(LogitCalibrator):
     soft_labels = True
     _fitted_attr = "fitted_"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> Identity:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> Identity:
         self.fitted_ = True
         return self
 
@@ -44,7 +51,9 @@ class Identity(LogitCalibrator):
     def affine_params(self, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
         return np.ones(n_classes), np.zeros(n_classes)
 
-    def deployed_conf(self, logits: np.ndarray, classes: np.ndarray, raw_conf: np.ndarray) -> np.ndarray:
+    def deployed_conf(
+        self, logits: np.ndarray, classes: np.ndarray, raw_conf: np.ndarray
+    ) -> np.ndarray:
         """The raw ``conf`` itself (what Ultralytics reports, float32), not ``sigmoid(z)`` in float64,
         which can keep one more box at a threshold placed exactly on a score.
 

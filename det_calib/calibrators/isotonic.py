@@ -46,13 +46,12 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, logit
 from det_calib.validation import check_logits
 
-__all__ = ["BLEND_GRID", "MIN_SLOPE", "ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear",
-           "isotonic_regression"]
+__all__ = ["ClassIsotonicCalibrator", "IsotonicCalibrator", "PiecewiseLinear"]
 
 #: Candidate pseudo-counts for the per-class blend; ``inf`` = the global curve.
-BLEND_GRID: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, math.inf)
+_BLEND_GRID: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, math.inf)
 
-MIN_SLOPE = 0.01
+_MIN_SLOPE = 0.01
 """Smallest slope of a fitted map between its knots, as beyond them (``tail_slope``'s default): a flat PAV
 step keeps the raw order of its boxes, a rise of 0.01 logit per logit (a step 1 logit wide spans
 0.01 in calibrated logit, under 0.0025 in probability), too little to move a calibration figure."""
@@ -114,7 +113,7 @@ def _pav_sorted(z: np.ndarray, y: np.ndarray, w: np.ndarray):
     return xc, wsum, mean, (zu, wu, start)
 
 
-def isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
+def _isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     """Weighted least-squares non-decreasing fit of ``y`` on ``x``, at the points (PAV).
 
     Equal ``x`` share one fitted value (their weighted mean is pooled first), as in
@@ -134,7 +133,10 @@ def isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     xv = np.asarray(x, dtype=np.float64)
     yv = np.asarray(y, dtype=np.float64)
     if xv.ndim != 1 or yv.shape != xv.shape:
-        raise InputError(f"Expected arguments `x` and `y` of the same shape (n,), but got {xv.shape} and {yv.shape}")
+        raise InputError(
+            f"Expected arguments `x` and `y` of the same shape (n,), but got {xv.shape} and "
+            f"{yv.shape}"
+        )
     wv = np.ones(xv.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     if wv.shape != xv.shape or (wv < 0).any():
         raise InputError(f"Expected argument `weights` of shape {xv.shape} and >= 0")
@@ -162,7 +164,7 @@ def _strict(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     box on it would get one calibrated score, and ties reorder under ranking (Ultralytics val breaks
     them its own way in its float32 scores). The slope keeps the raw order inside each such piece.
     """
-    ramp = MIN_SLOPE * (x - x[0]) + _MIN_RISE * np.arange(y.size)
+    ramp = _MIN_SLOPE * (x - x[0]) + _MIN_RISE * np.arange(y.size)
     return np.maximum.accumulate(y - ramp) + ramp
 
 
@@ -183,7 +185,8 @@ class PiecewiseLinear:
         self.right_slope = self.tail_slope if right_slope is None else float(right_slope)
         if self.x.ndim != 1 or self.x.shape != self.y.shape or self.x.size < 1:
             raise InputError(
-                f"piecewise-linear map: knots and values must be (K,) with K >= 1, got {self.x.shape}, {self.y.shape}"
+                "piecewise-linear map: knots and values must be (K,) with K >= 1, got "
+                f"{self.x.shape}, {self.y.shape}"
             )
         if not (np.isfinite(self.x).all() and np.isfinite(self.y).all()):
             raise InputError("piecewise-linear map: knots and values must be finite")
@@ -194,7 +197,10 @@ class PiecewiseLinear:
             or not self.right_slope > 0
             or not math.isfinite(self.tail_slope + self.right_slope)
         ):
-            raise InputError("piecewise-linear map: knots, values must be strictly increasing and tail slopes > 0")
+            raise InputError(
+                "piecewise-linear map: knots, values must be strictly increasing and tail slopes > "
+                "0"
+            )
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         z = np.asarray(z, dtype=np.float64)
@@ -215,7 +221,11 @@ class PiecewiseLinear:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"x", "y", "tail_slope"}``, plus ``"right_slope"`` when the right tail differs."""
-        out: dict[str, Any] = {"x": self.x.tolist(), "y": self.y.tolist(), "tail_slope": self.tail_slope}
+        out: dict[str, Any] = {
+            "x": self.x.tolist(),
+            "y": self.y.tolist(),
+            "tail_slope": self.tail_slope,
+        }
         if self.right_slope != self.tail_slope:
             out["right_slope"] = self.right_slope
         return out
@@ -254,8 +264,14 @@ def _pool(xc: np.ndarray, wsum: np.ndarray, mean: np.ndarray, max_knots: int):
     return x, w, m
 
 
-def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slope: float,
-           left_slope: float | None = None) -> PiecewiseLinear:
+def _curve(
+    z: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    max_knots: int,
+    tail_slope: float,
+    left_slope: float | None = None,
+) -> PiecewiseLinear:
     xc, wsum, mean, _ = _pav_sorted(z, y, w)
     keep = wsum > 0
     xc, wsum, mean = xc[keep], wsum[keep], mean[keep]
@@ -263,13 +279,19 @@ def _curve(z: np.ndarray, y: np.ndarray, w: np.ndarray, max_knots: int, tail_slo
     # the prior pulls a small block toward 1/2, possibly below a bigger neighbour's value: the
     # running max of _strict then gives it that value (plus the minimum rise), as PAV would pool them
     p = (n * m + _PRIOR) / (n + 2 * _PRIOR)
-    return PiecewiseLinear(x, _strict(x, logit(np.clip(p, _EPS, 1.0 - _EPS))),
-                           tail_slope if left_slope is None else left_slope, right_slope=tail_slope)
+    return PiecewiseLinear(
+        x,
+        _strict(x, logit(np.clip(p, _EPS, 1.0 - _EPS))),
+        tail_slope if left_slope is None else left_slope,
+        right_slope=tail_slope,
+    )
 
 
 def _check_iso_options(max_knots: Any, tail_slope: Any, left_slope: Any = None) -> None:
     if isinstance(max_knots, bool) or not isinstance(max_knots, (int, np.integer)) or max_knots < 2:
-        raise InputError(f"Expected argument `max_knots` to be an integer >= 2, but got {max_knots!r}")
+        raise InputError(
+            f"Expected argument `max_knots` to be an integer >= 2, but got {max_knots!r}"
+        )
     for name, v in (("tail_slope", tail_slope), ("left_slope", left_slope)):
         if v is None and name == "left_slope":
             continue
@@ -281,17 +303,25 @@ def _check_iso_degenerate(z, y, w, what: str, min_samples: int) -> None:
     used = w > 0
     n = int(used.sum())
     if n < max(2, min_samples):
-        raise DegenerateFitError(f"{what} fit needs at least {max(2, min_samples)} samples, got {n}")
+        raise DegenerateFitError(
+            f"{what} fit needs at least {max(2, min_samples)} samples, got {n}"
+        )
     if not np.isfinite(z[used]).all():
         raise DegenerateFitError(f"{what} fit got non-finite logits (nan or inf)")
     yu = y[used]
     if not (yu > 0).any() or not (yu < 1).any():  # soft labels in (0, 1) count toward both
-        raise DegenerateFitError(f"{what} fit got {'no correct' if not (yu > 0).any() else 'no incorrect'} boxes")
+        raise DegenerateFitError(
+            f"{what} fit got {'no correct' if not (yu > 0).any() else 'no incorrect'} boxes"
+        )
 
 
-@register("isotonic", order=60,
-          build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: IsotonicCalibrator(
-              left_slope=1.0 if fit_min_conf > 0 else None))
+@register(
+    "isotonic",
+    order=60,
+    build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: IsotonicCalibrator(
+        left_slope=1.0 if fit_min_conf > 0 else None
+    ),
+)
 class IsotonicCalibrator(LogitCalibrator):
     """Global isotonic calibration as a strictly increasing piecewise-linear map of the logit.
 
@@ -309,12 +339,20 @@ class IsotonicCalibrator(LogitCalibrator):
     """
 
     format = _ISO_FORMAT
-    soft_labels = True  # PAV of soft labels: weighted block means, the isotonic minimiser of any Bregman loss
+    soft_labels = (
+        True  # PAV of soft labels: weighted block means, the isotonic minimiser of any Bregman loss
+    )
     deploy_form = "hinges"
     _fitted_attr = "map_"
 
-    def __init__(self, *, max_knots: int = 32, tail_slope: float = 0.01, left_slope: float | None = None,
-                 min_samples: int = 10):
+    def __init__(
+        self,
+        *,
+        max_knots: int = 32,
+        tail_slope: float = 0.01,
+        left_slope: float | None = None,
+        min_samples: int = 10,
+    ):
         self.max_knots = max_knots
         self.tail_slope = tail_slope
         self.left_slope = left_slope
@@ -324,16 +362,24 @@ class IsotonicCalibrator(LogitCalibrator):
         fitted = f", knots={self.map_.x.size}" if hasattr(self, "map_") else ""
         return f"IsotonicCalibrator(max_knots={self.max_knots!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> IsotonicCalibrator:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> IsotonicCalibrator:
         """Fit the map; ``classes`` is ignored. Raises DegenerateFitError on one label only or too few boxes."""
         _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
         z, y, w = prepare_fit(logits, labels, weights)
         _check_iso_degenerate(z, y, w, "isotonic", int(self.min_samples))
         used = w > 0
         self.n_blocks_ = int(_pav_sorted(z[used], y[used], w[used])[0].size)
-        self.map_ = _curve(z[used], y[used], w[used], int(self.max_knots), float(self.tail_slope),
-                           self.left_slope)
+        self.map_ = _curve(
+            z[used], y[used], w[used], int(self.max_knots), float(self.tail_slope), self.left_slope
+        )
         self.n_samples_ = int(z.shape[0])
         return self
 
@@ -366,8 +412,11 @@ class IsotonicCalibrator(LogitCalibrator):
     def from_dict(cls, d: dict[str, Any]) -> IsotonicCalibrator:
         d = check_format(d, _ISO_FORMAT)
         m = PiecewiseLinear.from_dict(d.get("map"))
-        obj = cls(max_knots=int(d.get("max_knots", 32)), tail_slope=m.right_slope,
-                  left_slope=None if m.tail_slope == m.right_slope else m.tail_slope)
+        obj = cls(
+            max_knots=int(d.get("max_knots", 32)),
+            tail_slope=m.right_slope,
+            left_slope=None if m.tail_slope == m.right_slope else m.tail_slope,
+        )
         obj.map_ = m
         if d.get("n_samples") is not None:
             obj.n_samples_ = int(d["n_samples"])
@@ -382,13 +431,21 @@ def _blend(f: PiecewiseLinear, g: PiecewiseLinear, s: float) -> PiecewiseLinear:
         return f
     x = np.union1d(f.x, g.x)
     x = x[np.concatenate([[True], np.diff(x) > 1e-9])]  # knots of f and g that nearly coincide
-    return PiecewiseLinear(x, _strict(x, s * f(x) + (1 - s) * g(x)), s * f.tail_slope + (1 - s) * g.tail_slope,
-                           right_slope=s * f.right_slope + (1 - s) * g.right_slope)
+    return PiecewiseLinear(
+        x,
+        _strict(x, s * f(x) + (1 - s) * g(x)),
+        s * f.tail_slope + (1 - s) * g.tail_slope,
+        right_slope=s * f.right_slope + (1 - s) * g.right_slope,
+    )
 
 
-@register("class-isotonic", order=70,
-          build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: ClassIsotonicCalibrator(
-              blend=shrinkage, seed=seed, left_slope=1.0 if fit_min_conf > 0 else None))
+@register(
+    "class-isotonic",
+    order=70,
+    build=lambda *, seed=0, shrinkage="auto", fit_min_conf=0.0: ClassIsotonicCalibrator(
+        blend=shrinkage, seed=seed, left_slope=1.0 if fit_min_conf > 0 else None
+    ),
+)
 class ClassIsotonicCalibrator(LogitCalibrator):
     """Per-class isotonic maps shrunk toward the global one: ``s_c f_c + (1 - s_c) g``, ``s_c = n_c / (n_c + m)``.
 
@@ -424,7 +481,7 @@ class ClassIsotonicCalibrator(LogitCalibrator):
         self,
         *,
         blend: float | str = "auto",
-        blend_grid: Sequence[float] = BLEND_GRID,
+        blend_grid: Sequence[float] = _BLEND_GRID,
         n_folds: int = 3,
         max_knots: int = 32,
         tail_slope: float = 0.01,
@@ -458,22 +515,39 @@ class ClassIsotonicCalibrator(LogitCalibrator):
             if idx.size < max(2, int(self.min_samples)) or pos <= 0 or pos >= wc.sum():
                 own.append(None)
             else:
-                own.append(_curve(z[idx], yc, wc, int(self.max_knots), float(self.tail_slope), self.left_slope))
+                own.append(
+                    _curve(
+                        z[idx], yc, wc, int(self.max_knots), float(self.tail_slope), self.left_slope
+                    )
+                )
         return g, own, counts
 
     @staticmethod
     def _maps(g, own, counts, m) -> tuple[list[PiecewiseLinear], np.ndarray]:
-        s = np.array([0.0 if f is None or math.isinf(m) else counts[c] / (counts[c] + m) for c, f in enumerate(own)])
+        s = np.array(
+            [
+                0.0 if f is None or math.isinf(m) else counts[c] / (counts[c] + m)
+                for c, f in enumerate(own)
+            ]
+        )
         return [g if f is None else _blend(f, g, s[c]) for c, f in enumerate(own)], s
 
     def fit(
-        self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None, groups: Any = None
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
     ) -> ClassIsotonicCalibrator:
         """Fit the global and per-class maps and the blend (see the class docstring for the arguments)."""
         _check_iso_options(self.max_knots, self.tail_slope, self.left_slope)
         b = self.blend
         if b != "auto" and not (isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0):
-            raise InputError(f"Expected argument `blend` to be 'auto' or a number >= 0, but got {b!r}")
+            raise InputError(
+                f"Expected argument `blend` to be 'auto' or a number >= 0, but got {b!r}"
+            )
         z, y, w = prepare_fit(logits, labels, weights)
         k = check_classes(classes, z.shape[0])
         _check_iso_degenerate(z, y, w, "per-class isotonic", int(self.min_samples))
@@ -512,8 +586,10 @@ class ClassIsotonicCalibrator(LogitCalibrator):
 
     @classmethod
     def words(cls, d: dict[str, Any], method: str) -> str:
-        return (f"class-isotonic ({len(d.get('maps') or [])} class curves on a global one of "
-                f"{len((d.get('global') or {}).get('x') or [])} steps)")
+        return (
+            f"class-isotonic ({len(d.get('maps') or [])} class curves on a global one of "
+            f"{len((d.get('global') or {}).get('x') or [])} steps)"
+        )
 
     def hinge_maps(self, n_classes: int) -> list[PiecewiseLinear]:
         return [self.map_for(c) for c in range(n_classes)]
@@ -522,7 +598,9 @@ class ClassIsotonicCalibrator(LogitCalibrator):
     def cv_grid(self) -> tuple[float, ...]:
         return tuple(self.blend_grid)
 
-    def fit_grid(self, logits, labels, *, classes, weights, grid, build) -> list[ClassIsotonicCalibrator]:
+    def fit_grid(
+        self, logits, labels, *, classes, weights, grid, build
+    ) -> list[ClassIsotonicCalibrator]:
         """One map per blend ``m`` of ``grid`` sharing the class curves (the fold fits of ``auto``'s CV)."""
         z, y, k, w = logits, labels, classes, weights
         proto = build(math.inf)
@@ -561,20 +639,29 @@ class ClassIsotonicCalibrator(LogitCalibrator):
             "weights": [float(v) for v in self.weights_],
             "blend": "inf" if math.isinf(self.blend_) else float(self.blend_),
             "class_counts": [int(v) for v in getattr(self, "class_counts_", [])],
-            "cv_nll": None if self.cv_nll_ is None else {str(k): v for k, v in self.cv_nll_.items()},
+            "cv_nll": None
+            if self.cv_nll_ is None
+            else {str(k): v for k, v in self.cv_nll_.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassIsotonicCalibrator:
         d = check_format(d, _CLASS_ISO_FORMAT)
         g = PiecewiseLinear.from_dict(d.get("global"))
-        obj = cls(tail_slope=g.right_slope, left_slope=None if g.tail_slope == g.right_slope else g.tail_slope)
+        obj = cls(
+            tail_slope=g.right_slope,
+            left_slope=None if g.tail_slope == g.right_slope else g.tail_slope,
+        )
         obj.global_ = g
         obj.maps_ = [PiecewiseLinear.from_dict(m) for m in d.get("maps", [])]
         obj.weights_ = np.asarray(d.get("weights", [0.0] * len(obj.maps_)), dtype=np.float64)
         bl = d.get("blend", "inf")
         obj.blend_ = math.inf if bl == "inf" else float(bl)
-        obj.cv_nll_ = None if d.get("cv_nll") is None else {float(k): float(v) for k, v in d["cv_nll"].items()}
+        obj.cv_nll_ = (
+            None
+            if d.get("cv_nll") is None
+            else {float(k): float(v) for k, v in d["cv_nll"].items()}
+        )
         obj.n_classes_ = len(obj.maps_)
         obj.class_counts_ = np.asarray(d.get("class_counts", []), dtype=np.int64)
         return obj

@@ -23,14 +23,27 @@ from typing import Any
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
-__all__ = ["BUILTIN", "TARGETS", "MethodSpec", "calibrator_from_dict", "excluded_methods", "formats",
-           "global_methods", "is_per_class", "make_calibrator", "method_spec", "method_reranks", "methods", "register",
-           "size_methods", "target_methods", "unregister", "uses_size"]
+__all__ = [
+    "TARGETS",
+    "MethodSpec",
+    "calibrator_from_dict",
+    "excluded_methods",
+    "global_methods",
+    "is_per_class",
+    "make_calibrator",
+    "method_spec",
+    "method_reranks",
+    "methods",
+    "register",
+    "size_methods",
+    "target_methods",
+    "uses_size",
+]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
-BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic", "size")
+_BUILTIN: tuple[str, ...] = ("identity", "temperature", "affine", "spline", "isotonic", "size")
 
-Build = Callable[..., Any]
+_Build = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,7 @@ class MethodSpec:
     name: str
     cls: type
     order: float
-    build: Build
+    build: _Build
 
     @property
     def per_class(self) -> bool:
@@ -70,25 +83,29 @@ _FORMATS: dict[str, type] = {}
 _loaded = False
 
 
-def _default_build(cls: type) -> Build:
+def _default_build(cls: type) -> _Build:
     def build(*, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
         return cls()
 
     return build
 
 
-def register(name: str, *, order: float, build: Build | None = None) -> Callable[[type], type]:
+def register(name: str, *, order: float, build: _Build | None = None) -> Callable[[type], type]:
     """Class decorator: register ``cls`` as method ``name`` (one class may serve several methods,
     each with its own ``build``). The class's ``format`` is registered for :func:`calibrator_from_dict`."""
 
     def deco(cls: type) -> type:
         if name in _METHODS and _METHODS[name].cls is not cls:
-            raise InputError(f"calibration method {name!r} is already registered ({_METHODS[name].cls.__name__})")
+            raise InputError(
+                f"calibration method {name!r} is already registered ({_METHODS[name].cls.__name__})"
+            )
         fmt = getattr(cls, "format", "")
         if not fmt:
             raise InputError(f"calibrator {cls.__name__} has no `format` string")
         if fmt in _FORMATS and _FORMATS[fmt] is not cls:
-            raise InputError(f"calibrator format {fmt!r} is already registered ({_FORMATS[fmt].__name__})")
+            raise InputError(
+                f"calibrator format {fmt!r} is already registered ({_FORMATS[fmt].__name__})"
+            )
         _METHODS[name] = MethodSpec(name, cls, float(order), build or _default_build(cls))
         _FORMATS[fmt] = cls
         return cls
@@ -96,7 +113,7 @@ def register(name: str, *, order: float, build: Build | None = None) -> Callable
     return deco
 
 
-def unregister(name: str) -> None:
+def _unregister(name: str) -> None:
     """Remove method ``name`` (and its class's format when no other method uses that class)."""
     spec = _METHODS.pop(name)
     if not any(s.cls is spec.cls for s in _METHODS.values()):
@@ -107,7 +124,7 @@ def _specs() -> dict[str, MethodSpec]:
     global _loaded
     if not _loaded:
         _loaded = True
-        for mod in BUILTIN:
+        for mod in _BUILTIN:
             importlib.import_module(f"det_calib.calibrators.{mod}")
     return _METHODS
 
@@ -134,13 +151,21 @@ def target_methods(target: str = "correct") -> tuple[str, ...]:
     whose class sets :attr:`~det_calib.calibrators.base.LogitCalibrator.soft_labels` (a fit written
     for 0/1 labels only is left out rather than fitted to a target it would misread)."""
     check_choice(target, TARGETS, "target")
-    return tuple(m for m in methods() if target == "correct" or getattr(_METHODS[m].cls, "soft_labels", False))
+    return tuple(
+        m
+        for m in methods()
+        if target == "correct" or getattr(_METHODS[m].cls, "soft_labels", False)
+    )
 
 
 def excluded_methods(target: str) -> dict[str, str]:
     """Method -> why it is left out of ``target``'s choice (empty for ``correct``)."""
     ok = set(target_methods(target))
-    return {m: "its fit takes 0/1 labels only (it does not declare soft_labels)" for m in methods() if m not in ok}
+    return {
+        m: "its fit takes 0/1 labels only (it does not declare soft_labels)"
+        for m in methods()
+        if m not in ok
+    }
 
 
 def size_methods() -> tuple[str, ...]:
@@ -170,14 +195,16 @@ def is_per_class(method: str) -> bool:
     return method_spec(method).per_class
 
 
-def make_calibrator(method: str, *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0) -> Any:
+def make_calibrator(
+    method: str, *, seed: int = 0, shrinkage: Any = "auto", fit_min_conf: float = 0.0
+) -> Any:
     """An unfitted calibrator for ``method``; ``fit_min_conf`` > 0 (it will be fitted above that raw
     conf only) gives the isotonic maps slope 1 below their first knot: the boxes below the floor
     keep their raw spacing (see :mod:`det_calib.calibrators.isotonic`)."""
     return method_spec(method).build(seed=seed, shrinkage=shrinkage, fit_min_conf=fit_min_conf)
 
 
-def formats() -> tuple[str, ...]:
+def _formats() -> tuple[str, ...]:
     """The ``format`` strings :func:`calibrator_from_dict` reads."""
     _specs()
     return tuple(sorted(_FORMATS))
@@ -188,5 +215,7 @@ def calibrator_from_dict(d: dict[str, Any]) -> Any:
     _specs()
     if not isinstance(d, dict) or d.get("format") not in _FORMATS:
         got = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise InputError(f"Expected a calibrator dict with `format` in {sorted(_FORMATS)}, but got {got!r}")
+        raise InputError(
+            f"Expected a calibrator dict with `format` in {sorted(_FORMATS)}, but got {got!r}"
+        )
     return _FORMATS[d["format"]].from_dict(d)

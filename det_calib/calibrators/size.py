@@ -49,16 +49,22 @@ _VERSION = 1
 
 def _check_area(log_area: Any, n: int) -> np.ndarray:
     if log_area is None:
-        raise InputError("SizePlattScaler reads each box's size: Expected argument `log_area`, but got None")
+        raise InputError(
+            "SizePlattScaler reads each box's size: Expected argument `log_area`, but got None"
+        )
     a = np.asarray(log_area, dtype=np.float64).reshape(-1)
     if a.shape != (n,):
-        raise InputError(f"Expected argument `log_area` of shape ({n},), but got {np.shape(log_area)}")
+        raise InputError(
+            f"Expected argument `log_area` of shape ({n},), but got {np.shape(log_area)}"
+        )
     if not np.isfinite(a).all():
         raise InputError("Expected argument `log_area` to be finite, but got nan or inf")
     return a
 
 
-def _newton(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, tol: float, max_iter: int) -> tuple[np.ndarray, int]:
+def _newton(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, *, tol: float, max_iter: int
+) -> tuple[np.ndarray, int]:
     """Weighted logistic regression of ``y`` on the columns of ``x`` (``(n, p)``), no penalty:
     Newton's method with a backtracking line search; returns the coefficients and the iterations."""
     beta = np.zeros(x.shape[1])
@@ -106,7 +112,9 @@ class SizePlattScaler(LogitCalibrator):
 
     format = _FORMAT
     uses_size = True
-    soft_labels = True  # the NLL is linear in the label: soft labels give the cross-entropy (--target iou)
+    soft_labels = (
+        True  # the NLL is linear in the label: soft labels give the cross-entropy (--target iou)
+    )
     _fitted_attr = "a_"
 
     def __init__(self, *, tol: float = 1e-9, max_iter: int = 100, min_samples: int = 10):
@@ -115,11 +123,21 @@ class SizePlattScaler(LogitCalibrator):
         self.min_samples = min_samples
 
     def __repr__(self) -> str:
-        fitted = f", a_={self.a_:.6g}, b_={self.b_:.6g}, c_={self.c_:.6g}" if hasattr(self, "a_") else ""
+        fitted = (
+            f", a_={self.a_:.6g}, b_={self.b_:.6g}, c_={self.c_:.6g}" if hasattr(self, "a_") else ""
+        )
         return f"SizePlattScaler(tol={self.tol!r}, max_iter={self.max_iter!r}{fitted})"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None, groups: Any = None,
-            log_area: Any = None) -> SizePlattScaler:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+        log_area: Any = None,
+    ) -> SizePlattScaler:
         """Fit ``(a, b, c)`` by maximum likelihood on boxes with raw logits ``logits``, 0/1 (or soft) ``labels``
         and sizes ``log_area`` (each ``(n,)``); ``classes`` and ``groups`` are ignored.
 
@@ -134,18 +152,27 @@ class SizePlattScaler(LogitCalibrator):
         w = np.ones(z.shape[0]) if w is None else w
         s = _check_area(log_area, z.shape[0])
         check_degenerate(z, y, w, "size-Platt", int(self.min_samples))
-        beta, it = _newton(np.column_stack([z, np.ones_like(z), s]), y, w, tol=float(self.tol),
-                           max_iter=int(self.max_iter))
+        beta, it = _newton(
+            np.column_stack([z, np.ones_like(z), s]),
+            y,
+            w,
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
+        )
         if not np.isfinite(beta).all() or beta[0] <= 0:
-            raise DegenerateFitError(f"size-Platt fit gave slope a = {beta[0]:.3g} <= 0: the logits are "
-                                     "uninformative or anti-correlated with the labels")
+            raise DegenerateFitError(
+                f"size-Platt fit gave slope a = {beta[0]:.3g} <= 0: the logits are "
+                "uninformative or anti-correlated with the labels"
+            )
         self.a_, self.b_, self.c_ = (float(v) for v in beta)
         self.n_iter_, self.n_samples_ = int(it), int(z.shape[0])
         self.nll_before_ = weighted_mean(binary_nll_terms(z, y), w)
         self.nll_after_ = weighted_mean(binary_nll_terms(self.a_ * z + self.b_ + self.c_ * s, y), w)
         return self
 
-    def transform_logits(self, logits: Any, *, classes: Any = None, log_area: Any = None) -> np.ndarray:
+    def transform_logits(
+        self, logits: Any, *, classes: Any = None, log_area: Any = None
+    ) -> np.ndarray:
         """``a * z + b + c * log_area`` (float64, ``(n,)``); ``classes`` is ignored."""
         self._check_fitted()
         z = check_logits(logits, "sigmoid")
@@ -158,16 +185,25 @@ class SizePlattScaler(LogitCalibrator):
 
     @classmethod
     def words(cls, d: dict[str, Any], method: str) -> str:
-        return (f"size-Platt a = {number_words(d.get('a'))}, b = {number_words(d.get('b'))}, "
-                f"c = {number_words(d.get('c'))} per unit of log relative area")
+        return (
+            f"size-Platt a = {number_words(d.get('a'))}, b = {number_words(d.get('b'))}, "
+            f"c = {number_words(d.get('c'))} per unit of log relative area"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: ``{"format": "det_calib.SizePlattScaler", "version": 1, "a", "b", "c",
         "n_samples", "nll_before", "nll_after"}``."""
         self._check_fitted()
-        return {"format": _FORMAT, "version": _VERSION, "a": self.a_, "b": self.b_, "c": self.c_,
-                "n_samples": getattr(self, "n_samples_", None), "nll_before": getattr(self, "nll_before_", None),
-                "nll_after": getattr(self, "nll_after_", None)}
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "a": self.a_,
+            "b": self.b_,
+            "c": self.c_,
+            "n_samples": getattr(self, "n_samples_", None),
+            "nll_before": getattr(self, "nll_before_", None),
+            "nll_after": getattr(self, "nll_after_", None),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SizePlattScaler:
@@ -176,7 +212,9 @@ class SizePlattScaler(LogitCalibrator):
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"Expected `format` {_FORMAT!r}, but got {got!r}")
         if d.get("version") != _VERSION:
-            raise InputError(f"Expected `version` {_VERSION} of {_FORMAT}, but got {d.get('version')!r}")
+            raise InputError(
+                f"Expected `version` {_VERSION} of {_FORMAT}, but got {d.get('version')!r}"
+            )
         obj = cls()
         for name in ("a", "b", "c"):
             v = d.get(name)

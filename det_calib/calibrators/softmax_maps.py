@@ -45,15 +45,15 @@ from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import log_softmax
 
-__all__ = ["KEEPS_TOP1", "MULTICLASS_METHODS", "MultiClassMap", "fit_multiclass"]
+__all__ = ["MULTICLASS_METHODS", "MultiClassMap", "fit_multiclass"]
 
 MULTICLASS_METHODS: tuple[str, ...] = ("none", "temperature", "vector", "matrix")
 """The maps of a classifier's logits, in order of size."""
 
-KEEPS_TOP1: dict[str, bool] = {"none": True, "temperature": True, "vector": False, "matrix": False}
+_KEEPS_TOP1: dict[str, bool] = {"none": True, "temperature": True, "vector": False, "matrix": False}
 """Whether a map keeps every image's top-1 class by construction."""
 
-MATRIX_MAX_CLASSES = 100
+_MATRIX_MAX_CLASSES = 100
 """Matrix scaling's ``K^2`` parameters are fitted only up to this many classes."""
 
 
@@ -94,19 +94,25 @@ class MultiClassMap:
     @property
     def keeps_top1(self) -> bool:
         """Whether this map keeps every image's top-1 class by construction."""
-        return KEEPS_TOP1[self.method]
+        return _KEEPS_TOP1[self.method]
 
     def to_dict(self) -> dict:
         """The map's parameters as plain JSON values."""
-        return {"method": self.method, "temperature": self.temperature, "weight": self.weight.tolist(),
-                "bias": self.bias.tolist()}
+        return {
+            "method": self.method,
+            "temperature": self.temperature,
+            "weight": self.weight.tolist(),
+            "bias": self.bias.tolist(),
+        }
 
 
 def _checked(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     z = np.asarray(logits, dtype=np.float64)
     y = np.asarray(labels)
     if z.ndim != 2 or z.shape[1] < 2:
-        raise InputError(f"a classifier's logits must be an (n, K) array with K >= 2, got shape {z.shape}")
+        raise InputError(
+            f"a classifier's logits must be an (n, K) array with K >= 2, got shape {z.shape}"
+        )
     if y.shape != (z.shape[0],):
         raise InputError(f"{y.shape[0] if y.ndim else 0} labels for {z.shape[0]} images")
     if z.shape[0] == 0:
@@ -118,8 +124,14 @@ def _checked(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nda
     return z, y.astype(np.int64)
 
 
-def fit_multiclass(method: str, logits: np.ndarray, labels: np.ndarray, *, offdiag_l2: float = 0.0,
-                   max_iter: int = 500) -> MultiClassMap:
+def fit_multiclass(
+    method: str,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    *,
+    offdiag_l2: float = 0.0,
+    max_iter: int = 500,
+) -> MultiClassMap:
     """Fit one of :data:`MULTICLASS_METHODS` by minimising the mean categorical NLL.
 
     Args:
@@ -132,11 +144,13 @@ def fit_multiclass(method: str, logits: np.ndarray, labels: np.ndarray, *, offdi
 
     Raises:
         InputError: Bad shapes, labels or values; an unknown method; matrix scaling with more than
-            :data:`MATRIX_MAX_CLASSES` classes.
+            :data:`_MATRIX_MAX_CLASSES` classes.
         DegenerateFitError: The temperature fit has no finite optimum, or L-BFGS did not converge.
     """
     if method not in MULTICLASS_METHODS:
-        raise InputError(f"unknown classifier map {method!r}: choose one of {', '.join(MULTICLASS_METHODS)}")
+        raise InputError(
+            f"unknown classifier map {method!r}: choose one of {', '.join(MULTICLASS_METHODS)}"
+        )
     z, y = _checked(logits, labels)
     k = z.shape[1]
     if method == "none":
@@ -144,15 +158,20 @@ def fit_multiclass(method: str, logits: np.ndarray, labels: np.ndarray, *, offdi
     if method == "temperature":
         t = float(TemperatureScaler(kind="softmax").fit(z, y).temperature_)
         return MultiClassMap("temperature", np.eye(k) / t, np.zeros(k), temperature=t)
-    if method == "matrix" and k > MATRIX_MAX_CLASSES:
-        raise InputError(f"matrix scaling fits {k * k + k} parameters for {k} classes: use temperature or "
-                         f"vector scaling above {MATRIX_MAX_CLASSES} classes")
-    weight, bias = _lbfgs(z, y, diagonal=method == "vector", offdiag_l2=offdiag_l2, max_iter=max_iter)
+    if method == "matrix" and k > _MATRIX_MAX_CLASSES:
+        raise InputError(
+            f"matrix scaling fits {k * k + k} parameters for {k} classes: use temperature or "
+            f"vector scaling above {_MATRIX_MAX_CLASSES} classes"
+        )
+    weight, bias = _lbfgs(
+        z, y, diagonal=method == "vector", offdiag_l2=offdiag_l2, max_iter=max_iter
+    )
     return MultiClassMap(method, weight, bias)
 
 
-def _lbfgs(z: np.ndarray, y: np.ndarray, *, diagonal: bool, offdiag_l2: float,
-           max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+def _lbfgs(
+    z: np.ndarray, y: np.ndarray, *, diagonal: bool, offdiag_l2: float, max_iter: int
+) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     k = z.shape[1]
@@ -161,14 +180,21 @@ def _lbfgs(z: np.ndarray, y: np.ndarray, *, diagonal: bool, offdiag_l2: float,
     w.requires_grad_(True)
     b = torch.zeros(k, dtype=torch.float64, requires_grad=True)
     off = ~torch.eye(k, dtype=torch.bool)
-    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
-                            tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [w, b],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-14,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
 
     def loss() -> torch.Tensor:
         mapped = zt * w + b if diagonal else zt @ w.T + b
         value = torch.nn.functional.cross_entropy(mapped, yt)
         if offdiag_l2 and not diagonal:
-            value = value + offdiag_l2 * ((w[off] ** 2).sum() + (b ** 2).sum())
+            value = value + offdiag_l2 * ((w[off] ** 2).sum() + (b**2).sum())
         return value
 
     def closure() -> torch.Tensor:
@@ -182,7 +208,9 @@ def _lbfgs(z: np.ndarray, y: np.ndarray, *, diagonal: bool, offdiag_l2: float,
     opt.step(closure)
     final = float(loss().detach())
     if not np.isfinite(final) or final > start + 1e-12:
-        raise DegenerateFitError(f"{'vector' if diagonal else 'matrix'} scaling did not converge "
-                                 f"(NLL {start:.4g} -> {final:.4g})")
+        raise DegenerateFitError(
+            f"{'vector' if diagonal else 'matrix'} scaling did not converge "
+            f"(NLL {start:.4g} -> {final:.4g})"
+        )
     weight = torch.diag(w.detach()) if diagonal else w.detach()
     return weight.numpy().copy(), b.detach().numpy().copy()

@@ -61,14 +61,14 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
 from det_calib.validation import check_logits
 
-__all__ = ["MAX_RIDGE", "MIN_SLOPE", "SplineCalibrator", "spline_knots"]
+__all__ = ["SplineCalibrator"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 #: Smallest slope of any segment of a fitted map (keeps it strictly increasing).
-MIN_SLOPE = 1e-2
+_MIN_SLOPE = 1e-2
 #: The ridge is raised tenfold, up to this, before a knot is dropped.
-MAX_RIDGE = 1e6
+_MAX_RIDGE = 1e6
 #: Knots closer than this (in logit) are merged.
 _MIN_GAP = 1e-3
 
@@ -84,7 +84,7 @@ def _weighted_quantiles(x: np.ndarray, w: np.ndarray, levels: np.ndarray) -> np.
     return xs[np.clip(idx, 0, xs.size - 1)]
 
 
-def spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None) -> np.ndarray:
+def _spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None) -> np.ndarray:
     """Knots of a spline fit: the ``j / (n_knots + 1)`` weighted quantiles of the correct boxes' logits
     (with soft labels, of every box's logit weighted by its label).
 
@@ -122,8 +122,16 @@ def _design(z: np.ndarray, knots: np.ndarray) -> np.ndarray:
     return x
 
 
-def _newton(x: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float, init: np.ndarray, *, tol: float,
-            max_iter: int) -> tuple[np.ndarray, int, bool]:
+def _newton(
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    ridge: float,
+    init: np.ndarray,
+    *,
+    tol: float,
+    max_iter: int,
+) -> tuple[np.ndarray, int, bool]:
     """Minimise ``sum w NLL(x @ theta) + ridge / 2 * |theta[2:]|^2`` by Newton with backtracking.
 
     Returns ``(theta, iterations, converged)``.
@@ -227,7 +235,12 @@ class SplineCalibrator(LogitCalibrator):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError(f"Expected argument `n_knots` to be an integer >= 0, but got {n!r}")
         r = self.ridge
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (r >= 0) or not math.isfinite(r):
+        if (
+            isinstance(r, bool)
+            or not isinstance(r, (int, float))
+            or not (r >= 0)
+            or not math.isfinite(r)
+        ):
             raise InputError(f"Expected argument `ridge` to be a finite number >= 0, but got {r!r}")
         if not (isinstance(self.tol, (int, float)) and self.tol > 0):
             raise InputError(f"Expected argument `tol` to be a number > 0, but got {self.tol!r}")
@@ -239,12 +252,20 @@ class SplineCalibrator(LogitCalibrator):
         k = np.asarray(self.knots, dtype=np.float64)
         if k.ndim != 1 or not np.isfinite(k).all() or (np.diff(k) <= 0).any():
             raise InputError(
-                f"Expected argument `knots` to be finite, strictly increasing numbers, but got {self.knots!r}"
+                "Expected argument `knots` to be finite, strictly increasing numbers, but got "
+                f"{self.knots!r}"
             )
         return k
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> SplineCalibrator:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> SplineCalibrator:
         """Fit the map by penalised maximum likelihood.
 
         Args:
@@ -266,31 +287,44 @@ class SplineCalibrator(LogitCalibrator):
         check_degenerate(z, y, w, "spline", int(self.min_samples))
         used = w > 0
         z, y, w = z[used], y[used].astype(np.float64), w[used]
-        knots = fixed if fixed is not None else spline_knots(z, y, int(self.n_knots), weights=w)
-        a0, b0, _ = fit_affine(z, y, w, np.zeros(z.shape[0], dtype=np.int64), 1, fit_bias=True, prior=(1.0, 0.0),
-                                lam=0.0)
+        knots = fixed if fixed is not None else _spline_knots(z, y, int(self.n_knots), weights=w)
+        a0, b0, _ = fit_affine(
+            z,
+            y,
+            w,
+            np.zeros(z.shape[0], dtype=np.int64),
+            1,
+            fit_bias=True,
+            prior=(1.0, 0.0),
+            lam=0.0,
+        )
         platt = np.array([b0[0], a0[0]])
         ridge = float(self.ridge)
         while True:
             x = _design(z, knots)
             init = np.concatenate([platt, np.zeros(knots.size)])
-            theta, it, ok = _newton(x, y, w, ridge, init, tol=float(self.tol), max_iter=int(self.max_iter))
-            good = ok and np.isfinite(theta).all() and (_slopes(theta) >= MIN_SLOPE).all()
+            theta, it, ok = _newton(
+                x, y, w, ridge, init, tol=float(self.tol), max_iter=int(self.max_iter)
+            )
+            good = ok and np.isfinite(theta).all() and (_slopes(theta) >= _MIN_SLOPE).all()
             if good:
                 break
-            if knots.size and ridge < MAX_RIDGE:
+            if knots.size and ridge < _MAX_RIDGE:
                 ridge = max(10.0 * ridge, 1.0)
                 continue
             if knots.size:
-                log.info("spline fit: dropping knot %.4g to keep the map increasing", knots[-1])
+                _log.info("spline fit: dropping knot %.4g to keep the map increasing", knots[-1])
                 knots, ridge = knots[:-1], float(self.ridge)
                 continue
             raise DegenerateFitError(
-                f"spline fit gave slope a = {theta[1]:.3g}: the logits are uninformative or anti-correlated "
-                "with the labels" if ok else "spline fit did not converge (nearly separable data)"
+                f"spline fit gave slope a = {theta[1]:.3g}: the logits are uninformative or "
+                "anti-correlated "
+                "with the labels"
+                if ok
+                else "spline fit did not converge (nearly separable data)"
             )
         if ridge != float(self.ridge):
-            log.info("spline fit: ridge raised to %g to keep every slope >= %g", ridge, MIN_SLOPE)
+            _log.info("spline fit: ridge raised to %g to keep every slope >= %g", ridge, _MIN_SLOPE)
         self._set(knots, theta)
         self.ridge_ = ridge
         self.n_iter_ = int(it)
@@ -310,7 +344,9 @@ class SplineCalibrator(LogitCalibrator):
         k = self.knots_
         if k.size == 0:  # Platt: one segment; any point is a knot
             return PiecewiseLinear([0.0], [self.b_], self.a_)
-        vals = self.b_ + self.a_ * k + np.array([np.dot(self.c_, np.maximum(kj - k, 0.0)) for kj in k])
+        vals = (
+            self.b_ + self.a_ * k + np.array([np.dot(self.c_, np.maximum(kj - k, 0.0)) for kj in k])
+        )
         return PiecewiseLinear(k, vals, self.a_, right_slope=self.a_ + float(self.c_.sum()))
 
     def transform_logits(self, logits: Any, *, classes: Any = None) -> np.ndarray:
@@ -362,14 +398,22 @@ class SplineCalibrator(LogitCalibrator):
         knots = d.get("knots")
         c = d.get("c")
         if not isinstance(knots, list) or not isinstance(c, list) or len(knots) != len(c):
-            raise InputError("SplineCalibrator dict: `knots` and `c` must be lists of the same length")
+            raise InputError(
+                "SplineCalibrator dict: `knots` and `c` must be lists of the same length"
+            )
         k = np.asarray([finite_params(v, "knots") for v in knots], dtype=np.float64)
         if (np.diff(k) <= 0).any():
             raise InputError("SplineCalibrator dict: `knots` must be strictly increasing")
-        theta = np.concatenate([[finite_params(d.get("b"), "b"), finite_params(d.get("a"), "a")],
-                                [finite_params(v, "c") for v in c]])
+        theta = np.concatenate(
+            [
+                [finite_params(d.get("b"), "b"), finite_params(d.get("a"), "a")],
+                [finite_params(v, "c") for v in c],
+            ]
+        )
         if not (_slopes(theta) > 0).all():
-            raise InputError("SplineCalibrator dict: every segment slope a + c_1 + ... + c_j must be > 0")
+            raise InputError(
+                "SplineCalibrator dict: every segment slope a + c_1 + ... + c_j must be > 0"
+            )
         ridge = finite_params(d.get("ridge", 0.0), "ridge")
         obj = cls(n_knots=int(d.get("n_knots", k.size)), ridge=ridge)
         obj._set(k, theta)

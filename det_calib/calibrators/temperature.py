@@ -51,30 +51,33 @@ import numpy as np
 from det_calib.calibrators.base import LogitCalibrator, NotFittedError
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.numeric import binary_nll_terms, expit, log_softmax, logit_threshold, logsumexp, weighted_mean
+from det_calib.numeric import (
+    binary_nll_terms,
+    expit,
+    log_softmax,
+    logit_threshold,
+    logsumexp,
+    weighted_mean,
+)
 from det_calib.validation import check_choice, check_labels, check_logits, check_weights
 
 __all__ = [
-    "T_MAX",
-    "T_MIN",
     "ConvergenceWarning",
     "NotFittedError",
     "TemperatureScaler",
-    "binary_nll",
     "equivalent_threshold",
     "fit_temperature",
-    "softmax_nll",
 ]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-Kind = Literal["sigmoid", "softmax"]
-KINDS: tuple[str, ...] = ("sigmoid", "softmax")
+_Kind = Literal["sigmoid", "softmax"]
+_KINDS: tuple[str, ...] = ("sigmoid", "softmax")
 
 #: A fitted temperature must lie in ``[T_MIN, T_MAX]``; an optimum outside it is reported as
 #: degenerate (it means the NLL keeps decreasing towards T -> 0 or T -> inf).
-T_MIN = 1e-4
-T_MAX = 1e4
+_T_MIN = 1e-4
+_T_MAX = 1e4
 
 _FORMAT = "det_calib.TemperatureScaler"
 _FORMAT_VERSION = 1
@@ -89,20 +92,26 @@ class ConvergenceWarning(UserWarning):
 
 
 def _check_kind(kind: Any) -> str:
-    return check_choice(kind, KINDS, "kind")
+    return check_choice(kind, _KINDS, "kind")
 
 
 def _check_temperature(temperature: Any) -> float:
     try:
         t = float(temperature)
     except (TypeError, ValueError):
-        raise InputError(f"Expected argument `temperature` to be a number, but got {temperature!r}") from None
+        raise InputError(
+            f"Expected argument `temperature` to be a number, but got {temperature!r}"
+        ) from None
     if not (math.isfinite(t) and t > 0):
-        raise InputError(f"Expected argument `temperature` to be finite and > 0, but got {temperature!r}")
+        raise InputError(
+            f"Expected argument `temperature` to be finite and > 0, but got {temperature!r}"
+        )
     return t
 
 
-def _prepare(logits: Any, labels: Any, weights: Any, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _prepare(
+    logits: Any, labels: Any, weights: Any, kind: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     z = check_logits(logits, kind)
     k = z.shape[1] if kind == "softmax" else 2
     y = check_labels(labels, kind, z.shape[0], k)
@@ -114,7 +123,7 @@ def _prepare(logits: Any, labels: Any, weights: Any, kind: str) -> tuple[np.ndar
 # objectives
 
 
-def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
+def _binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
     """Mean binary negative log-likelihood of ``sigmoid(logits / temperature)`` (natural log).
 
     Computed as ``softplus(a) - y * a`` with ``a = z / T``, which is exact for any finite logit.
@@ -140,7 +149,7 @@ def _binary_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) ->
     return weighted_mean(binary_nll_terms(a, y), w)
 
 
-def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
+def _softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
     """Mean categorical negative log-likelihood of ``softmax(logits / temperature)`` (natural log).
 
     Args:
@@ -164,10 +173,10 @@ def _softmax_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) -
     return weighted_mean(logsumexp(a, axis=1) - a[np.arange(a.shape[0]), y], w)
 
 
-Objective = Callable[[float], tuple[float, float, float]]
+_Objective = Callable[[float], tuple[float, float, float]]
 
 
-def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Objective:
+def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> _Objective:
     """Return ``u -> (NLL, dNLL/du, d2NLL/du2)`` at ``u = log T`` for the sigmoid objective.
 
     With ``c = exp(-u)``, ``a = c z``, ``p = sigmoid(a)``:
@@ -199,7 +208,7 @@ def _sigmoid_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
     return fgh
 
 
-def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Objective:
+def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> _Objective:
     """Return ``u -> (NLL, dNLL/du, d2NLL/du2)`` at ``u = log T`` for the softmax objective.
 
     With ``c = exp(-u)``, ``a = c z``, ``p = softmax(a)``, ``m = E_p[a]``, ``v = Var_p[a]``:
@@ -224,15 +233,21 @@ def _softmax_objective(z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Ob
 # the fit
 
 
-def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: str, min_samples: int) -> None:
+def _check_degenerate(
+    z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: str, min_samples: int
+) -> None:
     """Raise DegenerateFitError when no finite positive temperature can be fitted."""
     n_used = int(z.shape[0] if w is None else np.count_nonzero(w))
     need = max(2, min_samples)
     if n_used < need:
         raise DegenerateFitError(f"temperature fit needs at least {need} samples, got {n_used}")
     if not np.isfinite(z).all():
-        bad = int(np.count_nonzero(~np.isfinite(z).all(axis=-1) if z.ndim == 2 else ~np.isfinite(z)))
-        raise DegenerateFitError(f"temperature fit got {bad} samples with non-finite logits (nan or inf)")
+        bad = int(
+            np.count_nonzero(~np.isfinite(z).all(axis=-1) if z.ndim == 2 else ~np.isfinite(z))
+        )
+        raise DegenerateFitError(
+            f"temperature fit got {bad} samples with non-finite logits (nan or inf)"
+        )
     used = slice(None) if w is None else w > 0
     if kind == "sigmoid":
         yu = y[used]  # a soft label in (0, 1) counts toward both sides
@@ -241,7 +256,9 @@ def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: 
         if not (yu < 1).any():
             raise DegenerateFitError("temperature fit got no incorrect boxes (all labels 1)")
     if not np.any(z[used]):
-        raise DegenerateFitError("temperature fit got all logits zero: every temperature gives the same probabilities")
+        raise DegenerateFitError(
+            "temperature fit got all logits zero: every temperature gives the same probabilities"
+        )
 
     # Limits of dNLL/dbeta (beta = 1/T; the NLL is convex in beta), see the module docstring.
     if kind == "sigmoid":
@@ -259,12 +276,14 @@ def _check_degenerate(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, kind: 
             else "every label is the arg-max class"
         )
         raise DegenerateFitError(
-            f"temperature fit is degenerate: the data are perfectly separable ({what}), so the NLL decreases "
+            f"temperature fit is degenerate: the data are perfectly separable ({what}), so the NLL "
+            "decreases "
             "towards T -> 0"
         )
     if d_zero >= 0.0:
         raise DegenerateFitError(
-            "temperature fit is degenerate: the logits are uninformative or anti-correlated with the labels, "
+            "temperature fit is degenerate: the logits are uninformative or anti-correlated with "
+            "the labels, "
             "so the NLL decreases towards T -> inf"
         )
 
@@ -285,7 +304,7 @@ def _fit(
 
     # Bracket [lo, hi] on u = log T holds the minimum: dNLL/du changes sign from - to + exactly once
     # (the NLL is convex in beta = exp(-u), so it is unimodal in u).
-    lo, hi = math.log(T_MIN), math.log(T_MAX)
+    lo, hi = math.log(_T_MIN), math.log(_T_MAX)
     u, f_prev, newton_failed = 0.0, math.inf, False
     converged = False
     n_eval = 0
@@ -294,7 +313,9 @@ def _fit(
             f, g, h = fgh(u)
             n_eval += 1
             if not (math.isfinite(f) and math.isfinite(g) and math.isfinite(h)):
-                raise DegenerateFitError(f"temperature fit hit a non-finite NLL at T={math.exp(u):.6g}")
+                raise DegenerateFitError(
+                    f"temperature fit hit a non-finite NLL at T={math.exp(u):.6g}"
+                )
             if g == 0.0:
                 converged = True
                 break
@@ -314,37 +335,48 @@ def _fit(
                 break
 
     t = math.exp(u)
-    if u - math.log(T_MIN) < 1e-3 or math.log(T_MAX) - u < 1e-3:
+    if u - math.log(_T_MIN) < 1e-3 or math.log(_T_MAX) - u < 1e-3:
         direction = "T -> 0" if u < 0 else "T -> inf"
         raise DegenerateFitError(
             f"temperature fit is degenerate: it runs off to {direction}: the optimum lies outside "
-            f"[{T_MIN:g}, {T_MAX:g}] (nearly separable data or badly scaled logits)"
+            f"[{_T_MIN:g}, {_T_MAX:g}] (nearly separable data or badly scaled logits)"
         )
     if not converged:
         warnings.warn(
-            f"temperature fit did not converge in max_iter={max_iter} iterations (T={t:.6g}, last step in log T "
+            f"temperature fit did not converge in max_iter={max_iter} iterations (T={t:.6g}, last "
+            "step in log T "
             f"{abs(step):.2g} >= tol={tol:g})",
             ConvergenceWarning,
             stacklevel=3,
         )
-    log.debug("fit_temperature(kind=%s): T=%.8g after %d evaluations", kind, t, n_eval)
+    _log.debug("fit_temperature(kind=%s): T=%.8g after %d evaluations", kind, t, n_eval)
     return t, n_eval
 
 
 def _check_options(tol: Any, max_iter: Any, min_samples: Any) -> None:
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
         raise InputError(f"Expected argument `tol` to be a number > 0, but got {tol!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1):
-        raise InputError(f"Expected argument `max_iter` to be an integer >= 1, but got {max_iter!r}")
-    if not (isinstance(min_samples, (int, np.integer)) and not isinstance(min_samples, bool) and min_samples >= 1):
-        raise InputError(f"Expected argument `min_samples` to be an integer >= 1, but got {min_samples!r}")
+    if not (
+        isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1
+    ):
+        raise InputError(
+            f"Expected argument `max_iter` to be an integer >= 1, but got {max_iter!r}"
+        )
+    if not (
+        isinstance(min_samples, (int, np.integer))
+        and not isinstance(min_samples, bool)
+        and min_samples >= 1
+    ):
+        raise InputError(
+            f"Expected argument `min_samples` to be an integer >= 1, but got {min_samples!r}"
+        )
 
 
 def fit_temperature(
     logits: Any,
     labels: Any,
     *,
-    kind: Kind = "sigmoid",
+    kind: _Kind = "sigmoid",
     weights: Any = None,
     tol: float = 1e-6,
     max_iter: int = 100,
@@ -380,7 +412,9 @@ def fit_temperature(
     kind = _check_kind(kind)
     _check_options(tol, max_iter, min_samples)
     z, y, w = _prepare(logits, labels, weights, kind)
-    t, _ = _fit(z, y, w, kind=kind, tol=float(tol), max_iter=int(max_iter), min_samples=int(min_samples))
+    t, _ = _fit(
+        z, y, w, kind=kind, tol=float(tol), max_iter=int(max_iter), min_samples=int(min_samples)
+    )
     return t
 
 
@@ -419,7 +453,14 @@ class TemperatureScaler(LogitCalibrator):
         [0.5]
     """
 
-    def __init__(self, *, kind: Kind = "sigmoid", tol: float = 1e-6, max_iter: int = 100, min_samples: int = 10):
+    def __init__(
+        self,
+        *,
+        kind: _Kind = "sigmoid",
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        min_samples: int = 10,
+    ):
         self.kind = kind
         self.tol = tol
         self.max_iter = max_iter
@@ -445,8 +486,15 @@ class TemperatureScaler(LogitCalibrator):
         t = d.get("temperature")
         return f"temperature T = {'n/a' if not isinstance(t, (int, float)) else f'{float(t):.3f}'}"
 
-    def fit(self, logits: Any, labels: Any, weights: Any = None, *, classes: Any = None,
-            groups: Any = None) -> TemperatureScaler:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        weights: Any = None,
+        *,
+        classes: Any = None,
+        groups: Any = None,
+    ) -> TemperatureScaler:
         """Fit the temperature; see :func:`fit_temperature` for the arguments and errors.
 
         Returns:
@@ -456,7 +504,13 @@ class TemperatureScaler(LogitCalibrator):
         _check_options(self.tol, self.max_iter, self.min_samples)
         z, y, w = _prepare(logits, labels, weights, kind)
         t, n_eval = _fit(
-            z, y, w, kind=kind, tol=float(self.tol), max_iter=int(self.max_iter), min_samples=int(self.min_samples)
+            z,
+            y,
+            w,
+            kind=kind,
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
+            min_samples=int(self.min_samples),
         )
         nll = _binary_nll if kind == "sigmoid" else _softmax_nll
         self.temperature_ = t
@@ -469,7 +523,8 @@ class TemperatureScaler(LogitCalibrator):
     def _check_fitted(self) -> float:
         if not hasattr(self, "temperature_"):
             raise NotFittedError(
-                "This TemperatureScaler instance is not fitted yet. Call `fit` with appropriate arguments "
+                "This TemperatureScaler instance is not fitted yet. Call `fit` with appropriate "
+                "arguments "
                 "(or build it with `TemperatureScaler.from_dict`) before using this method."
             )
         return self.temperature_
@@ -526,7 +581,9 @@ class TemperatureScaler(LogitCalibrator):
             raise InputError(f"Expected `version` {_FORMAT_VERSION}, but got {d.get('version')!r}")
         for key in ("kind", "temperature"):
             if key not in d:
-                raise InputError(f"TemperatureScaler dict is missing the key {key!r}; has {sorted(d)}")
+                raise InputError(
+                    f"TemperatureScaler dict is missing the key {key!r}; has {sorted(d)}"
+                )
         obj = cls(
             kind=_check_kind(d["kind"]),
             tol=d.get("tol", 1e-6),
@@ -546,7 +603,9 @@ class TemperatureScaler(LogitCalibrator):
         """``sigmoid(logit(conf) / T)`` (:func:`equivalent_threshold`; in (0, 1), else None)."""
         if not 0 < conf < 1:
             return None
-        return equivalent_threshold(conf, float(self._check_fitted()))  # the figures of earlier runs, bit for bit
+        return equivalent_threshold(
+            conf, float(self._check_fitted())
+        )  # the figures of earlier runs, bit for bit
 
 
 def equivalent_threshold(conf: float, temperature: float) -> float:
@@ -556,4 +615,6 @@ def equivalent_threshold(conf: float, temperature: float) -> float:
     if not temperature > 0:
         raise InputError(f"Expected argument `temperature` > 0, but got {temperature}")
     z = logit_threshold(conf)
-    return 1.0 / (1.0 + math.exp(-z / temperature))  # scalar; the figures of earlier runs, bit for bit
+    return 1.0 / (
+        1.0 + math.exp(-z / temperature)
+    )  # scalar; the figures of earlier runs, bit for bit

@@ -29,7 +29,7 @@ import numpy as np
 from det_calib.errors import InputError
 from det_calib.tasks import CLASSIFY, answers_per_image
 
-__all__ = ["ClassifyCapture", "capture_classify", "softmax_rows"]
+__all__ = ["ClassifyCapture", "capture_classify"]
 
 
 @dataclass(frozen=True)
@@ -51,15 +51,21 @@ class ClassifyCapture:
     from_log_probs: bool = False
 
 
-def softmax_rows(z: Any) -> np.ndarray:
+def _softmax_rows(z: Any) -> np.ndarray:
     """Row-wise softmax in float64."""
     a = np.asarray(z, dtype=np.float64)
     e = np.exp(a - a.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
 
-def capture_classify(model: str | Path | Any, images: Sequence[Path], *, imgsz: int | None = None,
-                     device: str = "cpu", progress: Callable[[int], None] | None = None) -> ClassifyCapture:
+def capture_classify(
+    model: str | Path | Any,
+    images: Sequence[Path],
+    *,
+    imgsz: int | None = None,
+    device: str = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> ClassifyCapture:
     """Run Ultralytics' classification predictor over ``images`` and keep each image's logits.
 
     Args:
@@ -76,7 +82,9 @@ def capture_classify(model: str | Path | Any, images: Sequence[Path], *, imgsz: 
 
     yolo = model if hasattr(model, "predict") else YOLO(str(model), task=CLASSIFY)
     if not answers_per_image(getattr(yolo, "task", None)):
-        raise InputError(f"{model} is a {getattr(yolo, 'task', 'unknown')} model, not a classify model")
+        raise InputError(
+            f"{model} is a {getattr(yolo, 'task', 'unknown')} model, not a classify model"
+        )
     names = tuple(str(n) for _, n in sorted(yolo.names.items()))
     size = {"imgsz": imgsz} if imgsz else {}
     if not isinstance(getattr(yolo, "predictor", None), _logit_predictor()):
@@ -84,7 +92,14 @@ def capture_classify(model: str | Path | Any, images: Sequence[Path], *, imgsz: 
     probs, logits, paths = [], [], []
     for path in images:
         try:
-            res = yolo.predict(str(path), device=device, verbose=False, batch=1, predictor=_logit_predictor(), **size)
+            res = yolo.predict(
+                str(path),
+                device=device,
+                verbose=False,
+                batch=1,
+                predictor=_logit_predictor(),
+                **size,
+            )
         except (FileNotFoundError, OSError, ValueError) as e:
             raise InputError(f"cannot read image {path}: {e}") from None
         probs.append(res[0].probs.data.detach().cpu().float().numpy())
@@ -97,7 +112,11 @@ def capture_classify(model: str | Path | Any, images: Sequence[Path], *, imgsz: 
         z = np.stack(logits).astype(np.float32) if logits else np.zeros((0, len(names)), np.float32)
         return ClassifyCapture(tuple(paths), z, p, names)
     with np.errstate(divide="ignore"):
-        z = np.log(p.astype(np.float64)).clip(min=np.log(np.finfo(np.float32).tiny)).astype(np.float32)
+        z = (
+            np.log(p.astype(np.float64))
+            .clip(min=np.log(np.finfo(np.float32).tiny))
+            .astype(np.float32)
+        )
     return ClassifyCapture(tuple(paths), z, p, names, from_log_probs=True)
 
 

@@ -37,19 +37,27 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
-from det_calib.data.ground_truth import Split
+from det_calib.data.ground_truth import Split, coco_image_ids
 from det_calib.errors import InputError
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["EPS", "DetectionsRead", "detections_format", "image_keys", "read_detections"]
+__all__ = ["DetectionsRead", "detections_format", "image_keys", "read_detections"]
 
-EPS = 1e-6
+_EPS = 1e-6
 """Scores are clipped to ``[EPS, 1 - EPS]`` before the logit (a score of 0 or 1 has none)."""
-LOW_FILE_SCORE = 0.01
+_LOW_FILE_SCORE = 0.01
 """A file whose lowest score is above this was written at a high conf: calibrated only above it."""
-_RAW = {"key": pl.String, "cls": pl.Int64, "x1": pl.Float64, "y1": pl.Float64, "x2": pl.Float64,
-        "y2": pl.Float64, "score": pl.Float64, "normalised": pl.Boolean}
+_RAW = {
+    "key": pl.String,
+    "cls": pl.Int64,
+    "x1": pl.Float64,
+    "y1": pl.Float64,
+    "x2": pl.Float64,
+    "y2": pl.Float64,
+    "score": pl.Float64,
+    "normalised": pl.Boolean,
+}
 """The rows of any format before they are placed on the splits' images."""
 
 
@@ -83,28 +91,44 @@ class DetectionsRead:
 
     @property
     def high_floor(self) -> float | None:
-        """The file's lowest score where it is above :data:`LOW_FILE_SCORE` (the file was written at a
+        """The file's lowest score where it is above :data:`_LOW_FILE_SCORE` (the file was written at a
         high conf), else None."""
-        return self.min_score if self.min_score > LOW_FILE_SCORE else None
+        return self.min_score if self.min_score > _LOW_FILE_SCORE else None
 
-    def summary_lines(self, head: str, conf: Sequence[float] = (), *, scope: str = "the run's splits") -> list[str]:
+    def summary_lines(
+        self, head: str, conf: Sequence[float] = (), *, scope: str = "the run's splits"
+    ) -> list[str]:
         """The summary's lines about the file (``scope``: the images it was placed on, in words)."""
-        lines = [f"[{head}] detections from {self.source} ({self.format}): {self.matched} of {self.detections} "
-                 f"detections matched on {self.images} of {self.run_images} images"
-                 + (f" ({self.outside} of images outside {scope} left out)" if self.outside else ""),
-                 f"[{head}]   the score is the only input: logit = log(p/(1-p)) of scores written with "
-                 f"{self.precision}; "
-                 f"{self.tied:.1%} of boxes share their score with another box of their class (no map splits a tie)"
-                 + (f"; clipped to [{EPS:g}, 1-{EPS:g}]: {self.clipped_low} scores of 0, {self.clipped_high} of 1"
-                    if self.clipped_low or self.clipped_high else "; no score of 0 or 1")]
+        lines = [
+            f"[{head}] detections from {self.source} ({self.format}): {self.matched} of "
+            f"{self.detections} "
+            f"detections matched on {self.images} of {self.run_images} images"
+            + (f" ({self.outside} of images outside {scope} left out)" if self.outside else ""),
+            f"[{head}]   the score is the only input: logit = log(p/(1-p)) of scores written with "
+            f"{self.precision}; "
+            f"{self.tied:.1%} of boxes share their score with another box of their class (no map "
+            "splits a tie)"
+            + (
+                f"; clipped to [{_EPS:g}, 1-{_EPS:g}]: {self.clipped_low} scores of 0, "
+                f"{self.clipped_high} of 1"
+                if self.clipped_low or self.clipped_high
+                else "; no score of 0 or 1"
+            ),
+        ]
         if self.high_floor is not None:
             below = [c for c in conf if c <= self.high_floor]
-            lines.append(f"[{head}]   the file's lowest score is {self.high_floor:.4g}: fitted only above it; "
-                         f"conf thresholds at or below it cannot be evaluated (its boxes below were never written)"
-                         + (f": {', '.join(f'{c:g}' for c in below)}" if below else "")
-                         + "; the all-box figures cover only the scores above it")
-        lines.append(f"[{head}]   Ultralytics val not run: it cannot run a foreign engine; the mAP check is "
-                     "COCO mAP (pycocotools' figures) of the file's own boxes, raw and calibrated")
+            lines.append(
+                f"[{head}]   the file's lowest score is {self.high_floor:.4g}: fitted only above "
+                "it; "
+                "conf thresholds at or below it cannot be evaluated (its boxes below were never "
+                "written)"
+                + (f": {', '.join(f'{c:g}' for c in below)}" if below else "")
+                + "; the all-box figures cover only the scores above it"
+            )
+        lines.append(
+            f"[{head}]   Ultralytics val not run: it cannot run a foreign engine; the mAP check is "
+            "COCO mAP (pycocotools' figures) of the file's own boxes, raw and calibrated"
+        )
         return lines
 
 
@@ -114,15 +138,20 @@ def detections_format(source: str | Path) -> str:
     if p.is_dir():
         return "yolo-txt"
     if not p.is_file():
-        raise InputError(f"Expected `detections` to be a COCO results JSON, a CSV or Parquet table or a folder of "
-                         f"Ultralytics label txt files, but got {source} (not found)")
+        raise InputError(
+            "Expected `detections` to be a COCO results JSON, a CSV or Parquet table or a folder "
+            "of "
+            f"Ultralytics label txt files, but got {source} (not found)"
+        )
     suffix = p.suffix.lower()
     if suffix == ".json":
         return "coco-json"
     if suffix in (".csv", ".parquet", ".pq"):
         return "table"
-    raise InputError(f"Expected `detections` to end in .json, .csv or .parquet (or be a folder of label txt "
-                     f"files), but got {p.name}")
+    raise InputError(
+        f"Expected `detections` to end in .json, .csv or .parquet (or be a folder of label txt "
+        f"files), but got {p.name}"
+    )
 
 
 # ------------------------------------------------------------------------------------------ formats
@@ -138,21 +167,29 @@ def _read_coco_json(path: Path, cat_to_cls: dict[int, int] | None, nc: int) -> p
     try:
         dets = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"cannot read the detections file {path} (truncated or not JSON): {e.msg} at line "
-                         f"{e.lineno}") from None
+        raise InputError(
+            f"cannot read the detections file {path} (truncated or not JSON): {e.msg} at line "
+            f"{e.lineno}"
+        ) from None
     if not isinstance(dets, list) or not dets:
-        raise InputError(f"Expected {path} to hold a non-empty list of COCO results, but got "
-                         f"{type(dets).__name__ if not isinstance(dets, list) else 'an empty list'}")
+        raise InputError(
+            f"Expected {path} to hold a non-empty list of COCO results, but got "
+            f"{type(dets).__name__ if not isinstance(dets, list) else 'an empty list'}"
+        )
     try:
         key = [str(d["image_id"]) for d in dets]
         cat = np.array([int(d["category_id"]) for d in dets], dtype=np.int64)
         bbox = np.array([d["bbox"] for d in dets], dtype=np.float64)
         score = np.array([float(d["score"]) for d in dets], dtype=np.float64)
     except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"Expected every entry of {path} to have image_id, category_id, bbox [x, y, w, h] and "
-                         f"score, but got an entry without {e}") from None
+        raise InputError(
+            f"Expected every entry of {path} to have image_id, category_id, bbox [x, y, w, h] and "
+            f"score, but got an entry without {e}"
+        ) from None
     if bbox.ndim != 2 or bbox.shape[1] != 4:
-        raise InputError(f"Expected every bbox in {path} to be [x, y, w, h], but got {dets[0]['bbox']!r}")
+        raise InputError(
+            f"Expected every bbox in {path} to be [x, y, w, h], but got {dets[0]['bbox']!r}"
+        )
     if cat_to_cls is None:
         cls = cat - 1
         bad = (cls < 0) | (cls >= nc)
@@ -162,18 +199,33 @@ def _read_coco_json(path: Path, cat_to_cls: dict[int, int] | None, nc: int) -> p
         bad = cls < 0
         what = "(not a category of the ground truth with a class name)"
     if bad.any():
-        raise InputError(f"category_id {int(cat[bad][0])} in {path} is not a class {what}: {int(bad.sum())} "
-                         "detection(s)")
-    return _raw_frame({"key": key, "cls": cls, "x1": bbox[:, 0], "y1": bbox[:, 1], "x2": bbox[:, 0] + bbox[:, 2],
-                       "y2": bbox[:, 1] + bbox[:, 3], "score": score, "normalised": [False] * len(key)})
+        raise InputError(
+            f"category_id {int(cat[bad][0])} in {path} is not a class {what}: {int(bad.sum())} "
+            "detection(s)"
+        )
+    return _raw_frame(
+        {
+            "key": key,
+            "cls": cls,
+            "x1": bbox[:, 0],
+            "y1": bbox[:, 1],
+            "x2": bbox[:, 0] + bbox[:, 2],
+            "y2": bbox[:, 1] + bbox[:, 3],
+            "score": score,
+            "normalised": [False] * len(key),
+        }
+    )
 
 
 def _read_label_folder(folder: Path, nc: int) -> pl.DataFrame:
     """``predict(save_txt=True, save_conf=True)`` label files: ``cls cx cy w h conf`` per line."""
     files = sorted(folder.rglob("*.txt"))
     if not files:
-        raise InputError(f"no label .txt files under {folder} (Ultralytics predict(save_txt=True, save_conf=True) "
-                         "writes them to runs/detect/predict*/labels)")
+        raise InputError(
+            f"no label .txt files under {folder} (Ultralytics predict(save_txt=True, "
+            "save_conf=True) "
+            "writes them to runs/detect/predict*/labels)"
+        )
     keys, values = [], []
     for f in files:
         for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
@@ -182,40 +234,62 @@ def _read_label_folder(folder: Path, nc: int) -> pl.DataFrame:
                 continue
             if len(tokens) != 6:
                 hint = " (no conf: predict with save_conf=True)" if len(tokens) == 5 else ""
-                raise InputError(f"{f}:{n}: Expected 6 values (cls cx cy w h conf), but got {len(tokens)}{hint}")
+                raise InputError(
+                    f"{f}:{n}: Expected 6 values (cls cx cy w h conf), but got {len(tokens)}{hint}"
+                )
             try:
                 row = [float(t) for t in tokens]
             except ValueError:
-                raise InputError(f"{f}:{n}: Expected 6 numbers (cls cx cy w h conf), but got {line.strip()!r}"
-                                 ) from None
+                raise InputError(
+                    f"{f}:{n}: Expected 6 numbers (cls cx cy w h conf), but got {line.strip()!r}"
+                ) from None
             if not math.isfinite(row[0]) or row[0] != int(row[0]):
                 raise InputError(f"{f}:{n}: Expected an integer class id, but got {tokens[0]}")
             keys.append(f.stem)
             values.append(row)
     if not values:
-        raise InputError(f"the label files under {folder} hold no detection (all {len(files)} empty)")
+        raise InputError(
+            f"the label files under {folder} hold no detection (all {len(files)} empty)"
+        )
     v = np.asarray(values, dtype=np.float64)
     cls = v[:, 0].astype(np.int64)
     bad = (cls < 0) | (cls >= nc)
     if bad.any():
-        raise InputError(f"class id {int(cls[bad][0])} in the label files under {folder} is not a class "
-                         f"(0..{nc - 1}): {int(bad.sum())} detection(s)")
+        raise InputError(
+            f"class id {int(cls[bad][0])} in the label files under {folder} is not a class "
+            f"(0..{nc - 1}): {int(bad.sum())} detection(s)"
+        )
     cx, cy, w, h = v[:, 1], v[:, 2], v[:, 3], v[:, 4]
-    return _raw_frame({"key": keys, "cls": cls, "x1": cx - w / 2, "y1": cy - h / 2, "x2": cx + w / 2,
-                       "y2": cy + h / 2, "score": v[:, 5], "normalised": [True] * len(keys)})
+    return _raw_frame(
+        {
+            "key": keys,
+            "cls": cls,
+            "x1": cx - w / 2,
+            "y1": cy - h / 2,
+            "x2": cx + w / 2,
+            "y2": cy + h / 2,
+            "score": v[:, 5],
+            "normalised": [True] * len(keys),
+        }
+    )
 
 
-_TABLE_NAMES = {"image": ("image", "file_name", "filename", "file", "image_id"),
-                "class": ("class", "cls", "class_id", "category", "name", "class_name"),
-                "score": ("score", "conf", "confidence")}
+_TABLE_NAMES = {
+    "image": ("image", "file_name", "filename", "file", "image_id"),
+    "class": ("class", "cls", "class_id", "category", "name", "class_name"),
+    "score": ("score", "conf", "confidence"),
+}
 
 
 def _column(df: pl.DataFrame, role: str, path: Path) -> str:
     for name in _TABLE_NAMES[role]:
         if name in df.columns:
             return name
-    raise InputError(f"Expected {path} to have a column `{role}` (or {', '.join(_TABLE_NAMES[role][1:])}), but got "
-                     f"columns {df.columns}")
+    raise InputError(
+        f"Expected {path} to have a column `{role}` (or {', '.join(_TABLE_NAMES[role][1:])}), but "
+        "got "
+        f"columns {df.columns}"
+    )
 
 
 def _from_class_scores(df: pl.DataFrame, names: list[str], path: Path) -> pl.DataFrame:
@@ -228,12 +302,16 @@ def _from_class_scores(df: pl.DataFrame, names: list[str], path: Path) -> pl.Dat
         return df
     if len(have) < len(names):
         missing = [c for c in per_class if c not in df.columns]
-        raise InputError(f"Expected {path} to have a score column per class (score_<name>), but it lacks "
-                         f"{', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}")
+        raise InputError(
+            f"Expected {path} to have a score column per class (score_<name>), but it lacks "
+            f"{', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}"
+        )
     scores = df.select(pl.col(per_class).cast(pl.Float64)).to_numpy()
     filled = np.where(np.isnan(scores), -np.inf, scores)
-    return df.with_columns(pl.Series("class", filled.argmax(axis=1).astype(np.int64)),
-                           pl.Series("score", scores[np.arange(len(scores)), filled.argmax(axis=1)]))
+    return df.with_columns(
+        pl.Series("class", filled.argmax(axis=1).astype(np.int64)),
+        pl.Series("score", scores[np.arange(len(scores)), filled.argmax(axis=1)]),
+    )
 
 
 def _read_table(path: Path, names: list[str]) -> pl.DataFrame:
@@ -241,43 +319,66 @@ def _read_table(path: Path, names: list[str]) -> pl.DataFrame:
     if path.stat().st_size == 0:
         raise InputError(f"the detections file {path} is empty")
     try:
-        df = pl.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pl.read_csv(path)
+        df = (
+            pl.read_parquet(path)
+            if path.suffix.lower() in (".parquet", ".pq")
+            else pl.read_csv(path)
+        )
     except Exception as e:  # polars and pyarrow raise several types for a broken file  # noqa: BLE001
-        raise InputError(f"cannot read the detections table {path} (truncated?): {str(e).splitlines()[0]}") from None
+        raise InputError(
+            f"cannot read the detections table {path} (truncated?): {str(e).splitlines()[0]}"
+        ) from None
     if df.height == 0:
         raise InputError(f"the detections table {path} has no rows")
     df = _from_class_scores(df, names, path)
     image, klass, score = (_column(df, r, path) for r in ("image", "class", "score"))
     missing = [c for c in ("x1", "y1", "x2", "y2") if c not in df.columns]
     if missing:
-        raise InputError(f"Expected {path} to have the box columns x1, y1, x2, y2 (pixels), but it lacks "
-                         f"{', '.join(missing)}")
+        raise InputError(
+            f"Expected {path} to have the box columns x1, y1, x2, y2 (pixels), but it lacks "
+            f"{', '.join(missing)}"
+        )
     need = [image, klass, "x1", "y1", "x2", "y2", score]
     incomplete = df.select(pl.any_horizontal(pl.col(need).is_null()).alias("x"))["x"].to_numpy()
     if incomplete.any():
-        raise InputError(f"row {int(np.argmax(incomplete)) + 2} of {path} lacks a value of {', '.join(need)} "
-                         f"(truncated or incomplete; {int(incomplete.sum())} row(s))")
+        raise InputError(
+            f"row {int(np.argmax(incomplete)) + 2} of {path} lacks a value of {', '.join(need)} "
+            f"(truncated or incomplete; {int(incomplete.sum())} row(s))"
+        )
     col = df[klass]
     if col.dtype == pl.String:
         index = {n: i for i, n in enumerate(names)}
-        cls = np.array([index.get(c, -1) if c is not None else -1 for c in col.to_list()], dtype=np.int64)
+        cls = np.array(
+            [index.get(c, -1) if c is not None else -1 for c in col.to_list()], dtype=np.int64
+        )
         unknown = [c for c in col.unique().to_list() if c not in index]
         if unknown:
-            raise InputError(f"class `{unknown[0]}` in {path} is not a class name of the data ({len(unknown)} "
-                             f"unknown name(s); names: {names[:5]}{'...' if len(names) > 5 else ''})")
+            raise InputError(
+                f"class `{unknown[0]}` in {path} is not a class name of the data ({len(unknown)} "
+                f"unknown name(s); names: {names[:5]}{'...' if len(names) > 5 else ''})"
+            )
     else:
         cls = col.fill_null(-1).cast(pl.Int64).to_numpy()
         bad = (cls < 0) | (cls >= len(names))
         if bad.any():
-            raise InputError(f"class id {int(cls[bad][0])} in {path} is not a class (0..{len(names) - 1}): "
-                             f"{int(bad.sum())} detection(s)")
+            raise InputError(
+                f"class id {int(cls[bad][0])} in {path} is not a class (0..{len(names) - 1}): "
+                f"{int(bad.sum())} detection(s)"
+            )
     try:
-        xy = {c: df[c].cast(pl.Float64).fill_null(float("nan")).to_numpy() for c in ("x1", "y1", "x2", "y2")}
+        xy = {
+            c: df[c].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+            for c in ("x1", "y1", "x2", "y2")
+        }
         sc = df[score].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     except Exception:  # noqa: BLE001 - a text value in a number column
-        raise InputError(f"Expected numbers in the columns x1, y1, x2, y2 and `{score}` of {path}") from None
+        raise InputError(
+            f"Expected numbers in the columns x1, y1, x2, y2 and `{score}` of {path}"
+        ) from None
     keys = [str(k) for k in df[image].cast(pl.String).to_list()]
-    return _raw_frame({"key": keys, "cls": cls, **xy, "score": sc, "normalised": [False] * df.height})
+    return _raw_frame(
+        {"key": keys, "cls": cls, **xy, "score": sc, "normalised": [False] * df.height}
+    )
 
 
 # ---------------------------------------------------------------------------------------- placing
@@ -286,18 +387,24 @@ def _check_values(raw: pl.DataFrame, source: Path) -> None:
     score = raw["score"].to_numpy()
     bad = ~((score >= 0) & (score <= 1))  # NaN fails both
     if bad.any():
-        raise InputError(f"Expected every score in {source} in [0, 1], but got {float(score[bad][0])!r} "
-                         f"({int(bad.sum())} detection(s))")
+        raise InputError(
+            f"Expected every score in {source} in [0, 1], but got {float(score[bad][0])!r} "
+            f"({int(bad.sum())} detection(s))"
+        )
     xy = raw.select("x1", "y1", "x2", "y2").to_numpy()
     if not np.isfinite(xy).all():
-        raise InputError(f"Expected finite box coordinates in {source}, but got NaN or inf "
-                         f"({int((~np.isfinite(xy)).any(axis=1).sum())} detection(s))")
+        raise InputError(
+            f"Expected finite box coordinates in {source}, but got NaN or inf "
+            f"({int((~np.isfinite(xy)).any(axis=1).sum())} detection(s))"
+        )
     neg = (xy[:, 2] < xy[:, 0]) | (xy[:, 3] < xy[:, 1])
     if neg.any():
         i = int(np.argmax(neg))
-        raise InputError(f"Expected non-negative box widths and heights in {source}, but got width "
-                         f"{xy[i, 2] - xy[i, 0]:g}, height {xy[i, 3] - xy[i, 1]:g} (image {raw['key'][i]}; "
-                         f"{int(neg.sum())} detection(s))")
+        raise InputError(
+            f"Expected non-negative box widths and heights in {source}, but got width "
+            f"{xy[i, 2] - xy[i, 0]:g}, height {xy[i, 3] - xy[i, 1]:g} (image {raw['key'][i]}; "
+            f"{int(neg.sum())} detection(s))"
+        )
 
 
 def image_keys(name: str) -> list[str]:
@@ -310,14 +417,19 @@ def image_keys(name: str) -> list[str]:
     return out
 
 
-def _image_index(splits: Sequence[Split], coco_ids: Sequence[Sequence[int | None]] | None
-                 ) -> dict[str, tuple[int, int]]:
+def _image_index(
+    splits: Sequence[Split], coco_ids: Sequence[Sequence[int | None]] | None
+) -> dict[str, tuple[int, int]]:
     """File key -> (split index, image id)."""
     index: dict[str, tuple[int, int]] = {}
     for k, sp in enumerate(splits):
         names = sp.image_names()
         for i, name in enumerate(names):
-            keys = [str(coco_ids[k][i])] if coco_ids is not None and coco_ids[k][i] is not None else image_keys(name)
+            keys = (
+                [str(coco_ids[k][i])]
+                if coco_ids is not None and coco_ids[k][i] is not None
+                else image_keys(name)
+            )
             for key in keys:
                 index.setdefault(key, (k, i))
     return index
@@ -378,27 +490,50 @@ def read_detections(
     fmt = detections_format(source)
     coco_ids, cat_to_cls = None, None
     if coco_gt is not None and fmt == "coco-json":
-        coco_ids, cat_to_cls, known = _coco_ids(coco_gt, splits, names)  # known: every image of the COCO file
+        coco_ids, cat_to_cls, known = _coco_ids(
+            coco_gt, splits, names
+        )  # known: every image of the COCO file
     raw = _read_raw(source, fmt, names, cat_to_cls)
     split_of, image_id, hit = _place(raw, _image_index(splits, coco_ids), known, source, coco_gt)
     tables = [_split_table(raw, split_of == k, image_id, sp, head) for k, sp in enumerate(splits)]
     placed = raw["score"].to_numpy()[hit]
     read = DetectionsRead(
-        source=str(source), format=fmt, detections=raw.height, matched=int(hit.sum()),
+        source=str(source),
+        format=fmt,
+        detections=raw.height,
+        matched=int(hit.sum()),
         images=len({(int(a), int(b)) for a, b in zip(split_of[hit], image_id[hit], strict=True)}),
-        run_images=sum(len(sp.images) for sp in splits), outside=int((~hit).sum()),
-        clipped_low=int((placed < EPS).sum()), clipped_high=int((placed > 1 - EPS).sum()),
-        min_score=float(placed.min()) if placed.size else 0.0, precision=_precision(placed),
-        tied=_tied(pl.concat([t.select("cls", "conf") for t in tables])))
+        run_images=sum(len(sp.images) for sp in splits),
+        outside=int((~hit).sum()),
+        clipped_low=int((placed < _EPS).sum()),
+        clipped_high=int((placed > 1 - _EPS).sum()),
+        min_score=float(placed.min()) if placed.size else 0.0,
+        precision=_precision(placed),
+        tied=_tied(pl.concat([t.select("cls", "conf") for t in tables])),
+    )
     if read.matched == 0:
-        raise InputError(f"no detection in {source} is of the run's images ({read.outside} of other images of the "
-                         "data: check --limit and the splits)")
-    log.info("%d of %d detections in %s matched on %d images", read.matched, read.detections, source, read.images)
+        raise InputError(
+            f"no detection in {source} is of the run's images ({read.outside} of other images of "
+            "the "
+            "data: check --limit and the splits)"
+        )
+    _log.info(
+        "%d of %d detections in %s matched on %d images",
+        read.matched,
+        read.detections,
+        source,
+        read.images,
+    )
     return tables, read
 
 
-def _place(raw: pl.DataFrame, index: dict[str, tuple[int, int]], known: set[str] | None, source: Path,
-           coco_gt: str | Path | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _place(
+    raw: pl.DataFrame,
+    index: dict[str, tuple[int, int]],
+    known: set[str] | None,
+    source: Path,
+    coco_gt: str | Path | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's split index and image id (-1: an image of the data outside the run's splits) and
     whether it is placed; an image unknown to the ground truth refused (how many, three named)."""
     keys = raw["key"].to_list()
@@ -408,15 +543,19 @@ def _place(raw: pl.DataFrame, index: dict[str, tuple[int, int]], known: set[str]
     foreign = [k for k in unplaced if k not in outside]
     if foreign:
         gt = f"--coco-gt {coco_gt}" if coco_gt else "the data's splits"
-        raise InputError(f"{len(foreign)} image(s) in {source} are not in the ground truth ({gt}): "
-                         f"{', '.join(foreign[:3])}{'...' if len(foreign) > 3 else ''}")
+        raise InputError(
+            f"{len(foreign)} image(s) in {source} are not in the ground truth ({gt}): "
+            f"{', '.join(foreign[:3])}{'...' if len(foreign) > 3 else ''}"
+        )
     hit = np.array([w is not None for w in where], dtype=bool)
     split_of = np.array([w[0] if w else -1 for w in where], dtype=np.int64)
     image_id = np.array([w[1] if w else -1 for w in where], dtype=np.int64)
     return split_of, image_id, hit
 
 
-def _read_raw(source: Path, fmt: str, names: list[str], cat_to_cls: dict[int, int] | None) -> pl.DataFrame:
+def _read_raw(
+    source: Path, fmt: str, names: list[str], cat_to_cls: dict[int, int] | None
+) -> pl.DataFrame:
     """The file's rows (:data:`_RAW`), their values checked."""
     if fmt == "coco-json":
         raw = _read_coco_json(source, cat_to_cls, len(names))
@@ -428,7 +567,9 @@ def _read_raw(source: Path, fmt: str, names: list[str], cat_to_cls: dict[int, in
     return raw
 
 
-def _split_table(raw: pl.DataFrame, rows: np.ndarray, image_id: np.ndarray, sp: Split, head: str) -> pl.DataFrame:
+def _split_table(
+    raw: pl.DataFrame, rows: np.ndarray, image_id: np.ndarray, sp: Split, head: str
+) -> pl.DataFrame:
     """The capture columns of one split's rows."""
     sub = raw.filter(pl.Series(rows))
     ids = image_id[rows]
@@ -436,23 +577,34 @@ def _split_table(raw: pl.DataFrame, rows: np.ndarray, image_id: np.ndarray, sp: 
     norm = sub["normalised"].to_numpy()
     scale_x = np.where(norm, wh[:, 0], 1.0)
     scale_y = np.where(norm, wh[:, 1], 1.0)
-    p = np.clip(sub["score"].to_numpy(), EPS, 1 - EPS)
+    p = np.clip(sub["score"].to_numpy(), _EPS, 1 - _EPS)
     names = sp.image_names()
-    df = pl.DataFrame({
-        "image": [names[i] for i in ids], "image_id": ids, "split": [sp.name] * len(ids), "head": [head] * len(ids),
-        "x1": sub["x1"].to_numpy() * scale_x, "y1": sub["y1"].to_numpy() * scale_y,
-        "x2": sub["x2"].to_numpy() * scale_x, "y2": sub["y2"].to_numpy() * scale_y,
-        "img_w": wh[:, 0].astype(np.int32), "img_h": wh[:, 1].astype(np.int32), "cls": sub["cls"].to_numpy(),
-        "conf": p, "logit": np.log(p) - np.log1p(-p),
-    }, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+    df = pl.DataFrame(
+        {
+            "image": [names[i] for i in ids],
+            "image_id": ids,
+            "split": [sp.name] * len(ids),
+            "head": [head] * len(ids),
+            "x1": sub["x1"].to_numpy() * scale_x,
+            "y1": sub["y1"].to_numpy() * scale_y,
+            "x2": sub["x2"].to_numpy() * scale_x,
+            "y2": sub["y2"].to_numpy() * scale_y,
+            "img_w": wh[:, 0].astype(np.int32),
+            "img_h": wh[:, 1].astype(np.int32),
+            "cls": sub["cls"].to_numpy(),
+            "conf": p,
+            "logit": np.log(p) - np.log1p(-p),
+        },
+        schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS},
+    )
     return df.sort(["image_id", "conf"], descending=[False, True], maintain_order=True)
 
 
-def _coco_ids(coco_gt: str | Path, splits: Sequence[Split], names: list[str]
-              ) -> tuple[list[list[int | None]], dict[int, int], set[str]]:
+def _coco_ids(
+    coco_gt: str | Path, splits: Sequence[Split], names: list[str]
+) -> tuple[list[list[int | None]], dict[int, int], set[str]]:
     """The COCO image id of each split image, the category id -> class map of a COCO ground truth and
     every image id it lists."""
-    from det_calib.data.ground_truth import coco_image_ids
 
     class _Coco:  # what coco_image_ids reads: the parsed JSON
         def __init__(self, dataset: dict[str, Any]) -> None:
@@ -466,5 +618,9 @@ def _coco_ids(coco_gt: str | Path, splits: Sequence[Split], names: list[str]
     coco = _Coco(dataset)
     ids = [coco_image_ids(coco, sp.images, root=sp.root, path=path) for sp in splits]
     index = {n: i for i, n in enumerate(names)}
-    cat_to_cls = {int(c["id"]): index[c["name"]] for c in dataset.get("categories", []) if c.get("name") in index}
+    cat_to_cls = {
+        int(c["id"]): index[c["name"]]
+        for c in dataset.get("categories", [])
+        if c.get("name") in index
+    }
     return ids, cat_to_cls, {str(img["id"]) for img in dataset.get("images", [])}

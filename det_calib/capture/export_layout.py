@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.exported import ExportInfo
 
 
-
 @dataclass(frozen=True)
 class ScoreLayout:
     """Where an export's first output holds what, along its channel ``axis``.
@@ -70,7 +69,7 @@ def score_layout(info: ExportInfo) -> ScoreLayout:
     return ScoreLayout(1, (4, 4 + nc), 4 + nc, size)
 
 
-def expected_outputs(info: ExportInfo) -> int:
+def _expected_outputs(info: ExportInfo) -> int:
     """The outputs of an Ultralytics export of ``info.task``: one for a detector, a pose or an OBB model; two for
     a segment model (``output0``: 4 box channels, the class scores, 32 mask coefficients, or rows
     ``x1 y1 x2 y2 conf cls`` and the coefficients; ``output1``: the mask prototypes, left as they are)."""
@@ -78,17 +77,21 @@ def expected_outputs(info: ExportInfo) -> int:
 
 
 def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) -> None:
-    """One line when an export has not the outputs of its task (:func:`expected_outputs`) or its first output's
+    """One line when an export has not the outputs of its task (:func:`_expected_outputs`) or its first output's
     channel count (``channels``; None where not static) is not what :func:`score_layout` says.
 
     Raises:
         InputError: Either mismatch.
     """
-    if n_outputs != expected_outputs(info):
-        raise InputError(f"{info.path}: expected {get_task(info.task).outputs_words}, found {n_outputs} outputs")
+    if n_outputs != _expected_outputs(info):
+        raise InputError(
+            f"{info.path}: expected {get_task(info.task).outputs_words}, found {n_outputs} outputs"
+        )
     want = score_layout(info).channels
     if channels and want is not None and int(channels) != want:
-        raise InputError(f"{info.path}: a {info.task} export with {len(info.names)} classes"
-                         + (f" and kpt_shape {list(info.payload_shape)}" if info.payload_shape else "")
-                         + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
-                         "not a layout det_calib knows where the class scores sit in")
+        raise InputError(
+            f"{info.path}: a {info.task} export with {len(info.names)} classes"
+            + (f" and kpt_shape {list(info.payload_shape)}" if info.payload_shape else "")
+            + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
+            "not a layout det_calib knows where the class scores sit in"
+        )

@@ -6,7 +6,7 @@ An export has no raw logits to read: its graph ends in the class probabilities
 ``p``, which limits it at the top: the spacing of float32 just below 1 is ``2**-24``, so the
 recovered logit is off by more than 1e-3 from ``z ~ 9.7`` (``p > 0.99994``) and the engine's
 probability is exactly 1.0 from ``z ~ 16.64``. Such a box gets the logit of the largest float32
-below 1 (:data:`LOGIT_CEILING`, 16.636): a lower bound of its true logit, and the same clip
+below 1 (:data:`_LOGIT_CEILING`, 16.636): a lower bound of its true logit, and the same clip
 the calibrated export (:mod:`det_calib.deploy.calibrated_export`) applies in its graph, so a box's calibrated
 score is the same whether det_calib or the engine computes it. Those boxes all sit in the
 top ECE bin; a capture that had any logs how many.
@@ -44,23 +44,41 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
+from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
+from det_calib.capture.predictor import (
+    NMS_TIME_LIMIT,
+    Capturer,
+    ImageBoxes,
+    check_task,
+    nms_max_time_img,
+)
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.predictor import ImageBoxes
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-RUNTIMES = {"onnx": (("onnxruntime", "onnx"), "onnx"), "openvino": (("openvino",), "openvino"),
-            "litert": (("ai_edge_litert",), "litert"), "ncnn": (("ncnn",), "ncnn"),
-            "tensorrt": (("tensorrt",), "tensorrt")}
+_RUNTIMES = {
+    "onnx": (("onnxruntime", "onnx"), "onnx"),
+    "openvino": (("openvino",), "openvino"),
+    "litert": (("ai_edge_litert",), "litert"),
+    "ncnn": (("ncnn",), "ncnn"),
+    "tensorrt": (("tensorrt",), "tensorrt"),
+}
 """Export format -> (the Python modules running it, and writing it where det_calib edits its graph; the det_calib
 extra that installs them)."""
 
-FORMAT_NAMES = {"onnx": "ONNX (.onnx)", "openvino": "OpenVINO (*_openvino_model/)", "litert": "LiteRT (.tflite)",
-                "ncnn": "NCNN (*_ncnn_model/)", "tensorrt": "TensorRT (.engine)"}
+FORMAT_NAMES = {
+    "onnx": "ONNX (.onnx)",
+    "openvino": "OpenVINO (*_openvino_model/)",
+    "litert": "LiteRT (.tflite)",
+    "ncnn": "NCNN (*_ncnn_model/)",
+    "tensorrt": "TensorRT (.engine)",
+}
 """Each export format det_calib reads, as the messages name it."""
 
 GRAPH_FORMATS = ("onnx", "openvino")
@@ -71,7 +89,7 @@ P_CEILING = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
 """The largest float32 below 1 (``1 - 2**-24``): an engine probability of 1.0 is read as this."""
 P_FLOOR = float(np.finfo(np.float32).tiny)
 """The smallest normal float32: an engine probability of 0 (only in ``all_logits``) is read as this."""
-LOGIT_CEILING = math.log(P_CEILING) - math.log1p(-P_CEILING)
+_LOGIT_CEILING = math.log(P_CEILING) - math.log1p(-P_CEILING)
 """The logit given to a box the engine scores exactly 1.0 (16.6355, a lower bound of its true logit)."""
 
 
@@ -87,7 +105,13 @@ def export_format(model: Any) -> str | None:
         return None
     p = Path(model)
     suffix = p.suffix.lower()
-    by_suffix = {".onnx": "onnx", ".tflite": "litert", ".engine": "tensorrt", ".xml": "openvino", ".param": "ncnn"}
+    by_suffix = {
+        ".onnx": "onnx",
+        ".tflite": "litert",
+        ".engine": "tensorrt",
+        ".xml": "openvino",
+        ".param": "ncnn",
+    }
     if suffix in by_suffix:
         return by_suffix[suffix]
     if p.name.endswith("_openvino_model") or (p.is_dir() and any(p.glob("*.xml"))):
@@ -104,15 +128,17 @@ def is_export(model: Any) -> bool:
 
 def require_runtime(fmt: str) -> None:
     """Raise a one-line :class:`InputError` naming the extra to install when ``fmt``'s runtime is missing."""
-    modules, extra = RUNTIMES[fmt]
+    modules, extra = _RUNTIMES[fmt]
     for module in modules:
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):  # a module blocked or broken in this environment
             found = False
         if not found:
-            raise InputError(f"a {fmt} export needs `{module}`, which is not installed: "
-                             f"pip install 'det_calib[{extra}]'")
+            raise InputError(
+                f"a {fmt} export needs `{module}`, which is not installed: "
+                f"pip install 'det_calib[{extra}]'"
+            )
 
 
 @dataclass(frozen=True)
@@ -179,16 +205,26 @@ def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> Exp
     fmt = export_format(model)
     path = Path(model)
     if fmt is None:
-        raise InputError(f"model {path} is not an export det_calib reads: {', '.join(FORMAT_NAMES.values())}")
+        raise InputError(
+            f"model {path} is not an export det_calib reads: {', '.join(FORMAT_NAMES.values())}"
+        )
     if not path.exists():
         raise InputError(f"model not found: {path}")
     _check_files(path, fmt)
     meta = BaseBackend.read_metadata(path)
     if not meta:
-        if fmt in ("litert", "tensorrt"):  # the metadata sits in the file itself (a zip entry at its end, a header)
-            raise InputError(f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
-                             "(truncated or damaged, or not made by Ultralytics' `export`)")
-        raise InputError(f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' `export`")
+        if fmt in (
+            "litert",
+            "tensorrt",
+        ):  # the metadata sits in the file itself (a zip entry at its end, a header)
+            raise InputError(
+                f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
+                "(truncated or damaged, or not made by Ultralytics' `export`)"
+            )
+        raise InputError(
+            f"{path} has no Ultralytics metadata: det_calib reads exports made by Ultralytics' "
+            "`export`"
+        )
     return _info_from_metadata(path, fmt, meta, tasks)
 
 
@@ -202,7 +238,10 @@ def _check_files(path: Path, fmt: str) -> None:
             raise InputError(f"{path} holds no NCNN model (.param)")
         weights = params[0].with_suffix(".bin")
         if not weights.is_file() or weights.stat().st_size == 0:
-            raise InputError(f"the NCNN export {path} has {params[0].name} but no weights {weights.name} beside it")
+            raise InputError(
+                f"the NCNN export {path} has {params[0].name} but no weights {weights.name} beside "
+                "it"
+            )
     if fmt == "litert":
         if not path.is_file():
             raise InputError(f"{path} is not a file: a LiteRT export is one .tflite file")
@@ -226,8 +265,9 @@ def _literal(v: Any) -> Any:
     return ast.literal_eval(v) if isinstance(v, str) else v
 
 
-def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] | None = None) -> ExportInfo:
-    from det_calib.capture.predictor import check_task
+def _info_from_metadata(
+    path: Path, fmt: str, meta: dict, tasks: Sequence[str] | None = None
+) -> ExportInfo:
 
     task = meta.get("task", "detect")
     check_task(task, tasks)
@@ -239,12 +279,24 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
     names = _literal(meta.get("names")) or {}
     imgsz = _literal(meta.get("imgsz")) or [640, 640]
     imgsz = (int(imgsz), int(imgsz)) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[-1]))
-    precision = "int8" if args.get("int8") or args.get("quantize") == 8 else (
-        "fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
-    return ExportInfo(path=path, format=fmt, head=head, rows=end2end, imgsz=imgsz,
-                      names=[str(names[k]) for k in sorted(names)], precision=precision,
-                      dynamic=bool(args.get("dynamic", False)), batch=int(meta.get("batch", 1)), task=task,
-                      payload_shape=None if shape is None else (int(shape[0]), int(shape[1])))
+    precision = (
+        "int8"
+        if args.get("int8") or args.get("quantize") == 8
+        else ("fp16" if args.get("half") or args.get("quantize") == 16 else "fp32")
+    )
+    return ExportInfo(
+        path=path,
+        format=fmt,
+        head=head,
+        rows=end2end,
+        imgsz=imgsz,
+        names=[str(names[k]) for k in sorted(names)],
+        precision=precision,
+        dynamic=bool(args.get("dynamic", False)),
+        batch=int(meta.get("batch", 1)),
+        task=task,
+        payload_shape=None if shape is None else (int(shape[0]), int(shape[1])),
+    )
 
 
 class ExportedDetector:
@@ -311,9 +363,6 @@ def _predictor_class(task: str = "detect"):
     from ultralytics.engine.results import Results
     from ultralytics.utils import nms, ops
 
-    from det_calib.capture.mask_rebuild import kept_mask_rles
-    from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
-
     hooks = get_task(task)
     base = hooks.predictor_class()
 
@@ -325,13 +374,21 @@ def _predictor_class(task: str = "detect"):
 
         def postprocess(self, preds, img, orig_imgs, **kwargs):
             protos = None
-            if hooks.prototypes:  # as SegmentationPredictor.postprocess: (boxes, scores, coefficients), protos
+            if (
+                hooks.prototypes
+            ):  # as SegmentationPredictor.postprocess: (boxes, scores, coefficients), protos
                 protos = preds[0][1] if isinstance(preds[0], tuple) else preds[1]
             preds = preds[0] if isinstance(preds, (list, tuple)) else preds
             dets, keep = nms.non_max_suppression(
-                preds, self.args.conf, self.args.iou, self.args.classes, self.args.agnostic_nms,
-                max_det=self.args.max_det, **hooks.nms_args(len(self.model.names)),
-                end2end=getattr(self.model, "end2end", False), return_idxs=True,
+                preds,
+                self.args.conf,
+                self.args.iou,
+                self.args.classes,
+                self.args.agnostic_nms,
+                max_det=self.args.max_det,
+                **hooks.nms_args(len(self.model.names)),
+                end2end=getattr(self.model, "end2end", False),
+                return_idxs=True,
                 max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
             )
             self.captured, self.masks = (preds, keep), []
@@ -348,8 +405,12 @@ def _predictor_class(task: str = "detect"):
             pred[:, :4] = ops.scale_boxes(img.shape[2:], pred[:, :4], orig_img.shape)
             filled, counts = kept_mask_rles(proto, pred[:, 6:], pred[:, :4], orig_img.shape[:2])
             self.masks.append((filled, counts))
-            return Results(orig_img, path=img_path, names=self.model.names,
-                           boxes=pred[torch.from_numpy(filled).to(pred.device)][:, :6])
+            return Results(
+                orig_img,
+                path=img_path,
+                names=self.model.names,
+                boxes=pred[torch.from_numpy(filled).to(pred.device)][:, :6],
+            )
 
     return CapturePredictor
 
@@ -375,60 +436,116 @@ class ExportCapturer:
             time); ``all_logits`` needs a per-anchor export.
     """
 
-    def __init__(self, model: str | Path | ExportedDetector, options: CaptureOptions | None = None, /,
-                 **kw: Any) -> None:
+    def __init__(
+        self,
+        model: str | Path | ExportedDetector,
+        options: CaptureOptions | None = None,
+        /,
+        **kw: Any,
+    ) -> None:
         opts = self.options = CaptureOptions.of(options, **kw)
         det = model if isinstance(model, ExportedDetector) else load_export(model)
         self.info = det.info
         head, heads, imgsz = opts.head, opts.heads, opts.imgsz
-        want = [head] if head else (det.heads if heads in (None, "auto") else [heads] if isinstance(heads, str)
-                                    else list(heads))
+        want = (
+            [head]
+            if head
+            else (
+                det.heads
+                if heads in (None, "auto")
+                else [heads]
+                if isinstance(heads, str)
+                else list(heads)
+            )
+        )
         missing = [h for h in want if h not in det.heads]
         if missing:
-            raise InputError(f"the {self.info.engine} export {self.info.path.name} carries only the "
-                             f"`{self.info.head}` head, not `{missing[0]}`")
+            raise InputError(
+                f"the {self.info.engine} export {self.info.path.name} carries only the "
+                f"`{self.info.head}` head, not `{missing[0]}`"
+            )
         if opts.all_logits and self.info.rows:
-            raise InputError("`all_logits` needs an export with per-anchor class scores; this one outputs top-k rows")
+            raise InputError(
+                "`all_logits` needs an export with per-anchor class scores; this one outputs top-k "
+                "rows"
+            )
         size = self.info.imgsz
         if imgsz is not None and not self.info.dynamic and int(imgsz) != max(size):
-            raise InputError(f"Expected argument `imgsz` to be the export's size {max(size)}, but got {imgsz}")
+            raise InputError(
+                f"Expected argument `imgsz` to be the export's size {max(size)}, but got {imgsz}"
+            )
         self.heads = (self.info.head,)
-        self.conf, self.iou, self.max_det, self.batch = float(opts.conf), float(opts.iou), int(opts.max_det), 1
+        self.conf, self.iou, self.max_det, self.batch = (
+            float(opts.conf),
+            float(opts.iou),
+            int(opts.max_det),
+            1,
+        )
         self.all_logits = opts.all_logits
         self.names = list(self.info.names)
         self.nc = len(self.names)
         self.task = self.info.task
         self.hooks = get_task(self.task)
-        self.payload_shape = self.info.payload_shape  # (K, ndim) of a pose model, for its `kpts` column
+        self.payload_shape = (
+            self.info.payload_shape
+        )  # (K, ndim) of a pose model, for its `kpts` column
         if self.hooks.shaped and self.payload_shape is None:
-            raise InputError(f"the {self.task} export {self.info.path.name} records no `kpt_shape` in its metadata")
-        self.imgsz = [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
-        overrides = dict(model=str(self.info.path), task=self.task, mode="predict", retina_masks=True,
-                         conf=self.conf, iou=self.iou, max_det=self.max_det, imgsz=self.imgsz, verbose=False,
-                         save=False, half=False, batch=1, device="" if opts.device is None else opts.device)
-        if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
+            raise InputError(
+                f"the {self.task} export {self.info.path.name} records no `kpt_shape` in its "
+                "metadata"
+            )
+        self.imgsz = (
+            [int(imgsz), int(imgsz)] if imgsz is not None and self.info.dynamic else list(size)
+        )
+        overrides = dict(
+            model=str(self.info.path),
+            task=self.task,
+            mode="predict",
+            retina_masks=True,
+            conf=self.conf,
+            iou=self.iou,
+            max_det=self.max_det,
+            imgsz=self.imgsz,
+            verbose=False,
+            save=False,
+            half=False,
+            batch=1,
+            device="" if opts.device is None else opts.device,
+        )
+        if (
+            self.info.format == "ncnn"
+        ):  # before Ultralytics' load, which ignores NCNN's return codes
             _check_ncnn_loads(self.info.model_file)
         try:
             self.predictor = _predictor_class(self.task)(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
         except Exception as e:  # a damaged file, a runtime that cannot load it
-            raise InputError(f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}") from None
+            raise InputError(
+                f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}"
+            ) from None
 
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (as :attr:`det_calib.capture.predictor.Capturer.settings`)."""
         return self.options.settings(imgsz=self.imgsz, batch=self.batch)
 
-    def __call__(self, images: Sequence[str | Path], *, split: str = "", image_names: Sequence[str] | None = None,
-                 image_ids: Sequence[int] | None = None, progress: bool = True) -> pl.DataFrame:
+    def __call__(
+        self,
+        images: Sequence[str | Path],
+        *,
+        split: str = "",
+        image_names: Sequence[str] | None = None,
+        image_ids: Sequence[int] | None = None,
+        progress: bool = True,
+    ) -> pl.DataFrame:
         """Capture ``images``; the table of :func:`det_calib.capture.predictor.capture`."""
-        from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
-        from det_calib.capture.predictor import Capturer
 
         paths, names, ids = image_lists(images, image_names, image_ids)
         out: dict[str, dict[int, tuple]] = {self.info.head: {}}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)
-        bar = progress_bar(len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress)
+        bar = progress_bar(
+            len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress
+        )
         n_bad = 0
         source = read_ahead(paths, depth=2)
         try:
@@ -436,7 +553,7 @@ class ExportCapturer:
                 bar.update(1)
                 if im0 is None:
                     n_bad += 1
-                    log.warning("cannot read image %s: skipped", paths[pos])
+                    _log.warning("cannot read image %s: skipped", paths[pos])
                     continue
                 sizes[pos] = (im0.shape[1], im0.shape[0])
                 out[self.info.head][pos] = self._one(im0)
@@ -444,11 +561,16 @@ class ExportCapturer:
             source.close()
             bar.close()
         if n_bad:
-            warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+            warnings.warn(
+                f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
+            )
         n_top = sum(int((v[1] >= 1.0).sum()) for v in out[self.info.head].values())
         if n_top:
-            log.info("%d box(es) scored exactly 1.0 by the engine: logit read as %.4f (a lower bound)", n_top,
-                     LOGIT_CEILING)
+            _log.info(
+                "%d box(es) scored exactly 1.0 by the engine: logit read as %.4f (a lower bound)",
+                n_top,
+                _LOGIT_CEILING,
+            )
         return Capturer._table(self, out, sizes, names, ids, split)
 
     def predict_image(self, im0: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
@@ -461,23 +583,30 @@ class ExportCapturer:
         ``Results.keypoints.data``; an OBB model's as the hull ``Results.obb.xyxy`` with ``Results.obb.xywhr``)."""
         import torch
 
-        from det_calib.capture.predictor import ImageBoxes
-
         res = self.predictor(source=im0, stream=False)[0]
         b = self.hooks.result_boxes(res)
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
-        filled, segm = self.predictor.masks[0] if self.predictor.masks else (None, None)  # a segment model's
+        filled, segm = (
+            self.predictor.masks[0] if self.predictor.masks else (None, None)
+        )  # a segment model's
         lg = None
         if self.all_logits:
             preds, keep = self.predictor.captured
             k = keep[0].long().view(-1)
             if filled is not None:  # the boxes the empty-mask filter kept
                 k = k[torch.from_numpy(filled).to(k.device)]
-            probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
+            probs = preds[0, 4 : 4 + self.nc][:, k].T.float().cpu().numpy()
             lg = logit_of_prob(probs).astype(np.float32)
-        return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
-                          self.hooks.result_payload(res, self.payload_shape))
+        return ImageBoxes(
+            b.xyxy.cpu().numpy().astype(np.float64),
+            conf,
+            cls,
+            logit_of_prob(conf),
+            lg,
+            segm,
+            self.hooks.result_payload(res, self.payload_shape),
+        )
 
 
 @contextlib.contextmanager
@@ -506,12 +635,21 @@ def _check_ncnn_loads(param: Path) -> None:
     net = ncnn.Net()
     net.opt.use_vulkan_compute = False
     with _stderr_silenced():  # NCNN prints its own complaints on the C stderr
-        bad = ("param", param) if net.load_param(str(param)) != 0 else (
-            ("bin", param.with_suffix(".bin")) if net.load_model(str(param.with_suffix(".bin"))) != 0 else None)
+        bad = (
+            ("param", param)
+            if net.load_param(str(param)) != 0
+            else (
+                ("bin", param.with_suffix(".bin"))
+                if net.load_model(str(param.with_suffix(".bin"))) != 0
+                else None
+            )
+        )
         net.clear()
     if bad:
-        raise InputError(f"cannot load the ncnn export {param.parent}: NCNN rejects its .{bad[0]} file "
-                         f"{bad[1].name} (truncated or damaged)")
+        raise InputError(
+            f"cannot load the ncnn export {param.parent}: NCNN rejects its .{bad[0]} file "
+            f"{bad[1].name} (truncated or damaged)"
+        )
 
 
 def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
@@ -519,7 +657,6 @@ def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: An
     :class:`det_calib.capture.predictor.Capturer`, with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
         return ExportCapturer(model, options, **kw)
-    from det_calib.capture.predictor import Capturer
 
     return Capturer(model, options, **kw)
 

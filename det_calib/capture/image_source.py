@@ -11,17 +11,21 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from det_calib.errors import InputError
 
 __all__ = ["LockedBar", "NoBar", "auto_workers", "image_lists", "progress_bar", "read_ahead"]
 
 
-def image_lists(images: Sequence[str | Path], image_names: Sequence[str] | None,
-                image_ids: Sequence[int] | None) -> tuple[list[str], list[str], np.ndarray]:
+def image_lists(
+    images: Sequence[str | Path], image_names: Sequence[str] | None, image_ids: Sequence[int] | None
+) -> tuple[list[str], list[str], np.ndarray]:
     """The paths, names and ids of a capture's images, checked: names default to the paths, ids to
     their positions; one of each per image.
 
@@ -36,7 +40,8 @@ def image_lists(images: Sequence[str | Path], image_names: Sequence[str] | None,
     ids = np.asarray(image_ids if image_ids is not None else np.arange(len(paths)), dtype=np.int64)
     if len(names) != len(paths) or len(ids) != len(paths):
         raise InputError(
-            f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per image "
+            f"`image_names` ({len(names)}) and `image_ids` ({len(ids)}) must have one entry per "
+            "image "
             f"({len(paths)})"
         )
     return paths, names, ids
@@ -52,6 +57,8 @@ def auto_workers(device: torch.device, batch: int = 1) -> int:
     threads per operator (a worker per core there would change the thread count each
     convolution runs with, and with it the rounding).
     """
+    import torch
+
     if device.type != "cpu" or batch != 1 or torch.get_num_threads() != 1:
         return 1
     try:
@@ -125,7 +132,9 @@ def progress_bar(total: int, desc: str, *, enabled: bool, batch: int = 1):
 
     class _Bar(TQDM):
         def __init__(self) -> None:
-            super().__init__(total=None, desc=desc, unit="img", disable=False, file=sys.stderr)  # no total: no ETA
+            super().__init__(
+                total=None, desc=desc, unit="img", disable=False, file=sys.stderr
+            )  # no total: no ETA
             self.expected = total
             self.clock: tuple[float, int] | None = None  # (time, count) at the first result
 
@@ -133,13 +142,19 @@ def progress_bar(total: int, desc: str, *, enabled: bool, batch: int = 1):
             now, count = time.monotonic(), self.n + n
             if self.clock is None:
                 self.clock = (now, count)
-            elif self.total is None and count - self.clock[1] >= max(batch, 1) and now > self.clock[0]:
+            elif (
+                self.total is None
+                and count - self.clock[1] >= max(batch, 1)
+                and now > self.clock[0]
+            ):
                 self.last_rate = (count - self.clock[1]) / (now - self.clock[0])  # the steady speed
                 self.total = self.expected
             super().update(n)
 
         def _format_rate(self, rate: float) -> str:
-            return super()._format_rate(rate) if self.total is not None else ""  # no speed until known
+            return (
+                super()._format_rate(rate) if self.total is not None else ""
+            )  # no speed until known
 
         def close(self) -> None:
             self.total = self.expected

@@ -25,13 +25,13 @@ import functools
 
 import numpy as np
 
-__all__ = ["encode_masks", "filled_boxes", "kept_mask_rles", "mask_rles", "rebuild_masks"]
+__all__ = ["filled_boxes", "kept_mask_rles"]
 
-CHUNK = 64
+_CHUNK = 64
 """Boxes rebuilt at once (bounds the memory of the (boxes, H, W) stack)."""
 
 
-def rebuild_masks(protos, coefficients, boxes, image_shape: tuple[int, int]) -> np.ndarray:
+def _rebuild_masks(protos, coefficients, boxes, image_shape: tuple[int, int]) -> np.ndarray:
     """Binary masks of boxes at the image's size, as the predictor builds them with ``retina_masks``.
 
     Args:
@@ -51,13 +51,15 @@ def rebuild_masks(protos, coefficients, boxes, image_shape: tuple[int, int]) -> 
     boxes = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4).to(protos.device)
     h, w = (int(v) for v in image_shape)
     out = np.zeros((len(coefficients), h, w), dtype=np.uint8)
-    for lo in range(0, len(coefficients), CHUNK):
-        m = process_mask_native(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], (h, w))
-        out[lo:lo + CHUNK] = m.cpu().numpy()
+    for lo in range(0, len(coefficients), _CHUNK):
+        m = process_mask_native(
+            protos, coefficients[lo : lo + _CHUNK], boxes[lo : lo + _CHUNK], (h, w)
+        )
+        out[lo : lo + _CHUNK] = m.cpu().numpy()
     return out
 
 
-def encode_masks(masks: np.ndarray) -> list[bytes]:
+def _encode_masks(masks: np.ndarray) -> list[bytes]:
     """pycocotools compressed RLE ``counts`` of each mask of an (n, H, W) stack."""
     from pycocotools import mask as mask_utils
 
@@ -70,15 +72,21 @@ def encode_masks(masks: np.ndarray) -> list[bytes]:
     return [r["counts"] for r in rles]
 
 
-def mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> list[bytes]:
+def _mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> list[bytes]:
     """:func:`rebuild_masks` then :func:`encode_masks`, a chunk of boxes at a time."""
     out: list[bytes] = []
-    for lo in range(0, len(boxes), CHUNK):
-        out += encode_masks(rebuild_masks(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], image_shape))
+    for lo in range(0, len(boxes), _CHUNK):
+        out += _encode_masks(
+            _rebuild_masks(
+                protos, coefficients[lo : lo + _CHUNK], boxes[lo : lo + _CHUNK], image_shape
+            )
+        )
     return out
 
 
-def kept_mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) -> tuple[np.ndarray, list[bytes]]:
+def kept_mask_rles(
+    protos, coefficients, boxes, image_shape: tuple[int, int]
+) -> tuple[np.ndarray, list[bytes]]:
     """The predictor's empty-mask filter and the RLE counts of the boxes it keeps.
 
     ``Results`` drops every box whose mask (``retina_masks=True``: at the image size, cropped to
@@ -93,20 +101,24 @@ def kept_mask_rles(protos, coefficients, boxes, image_shape: tuple[int, int]) ->
     """
     keep = np.zeros(len(boxes), dtype=bool)
     out: list[bytes] = []
-    for lo in range(0, len(boxes), CHUNK):
-        masks = rebuild_masks(protos, coefficients[lo:lo + CHUNK], boxes[lo:lo + CHUNK], image_shape)
+    for lo in range(0, len(boxes), _CHUNK):
+        masks = _rebuild_masks(
+            protos, coefficients[lo : lo + _CHUNK], boxes[lo : lo + _CHUNK], image_shape
+        )
         filled = masks.reshape(len(masks), -1).max(1, initial=0) > 0
-        keep[lo:lo + len(masks)] = filled
-        out += encode_masks(masks[filled])
+        keep[lo : lo + len(masks)] = filled
+        out += _encode_masks(masks[filled])
     return keep, out
 
 
-MARGIN = 1e-3
+_MARGIN = 1e-3
 """How far from 0 a prototype-resolution mask logit must be for :func:`filled_boxes` to decide from it
 alone (far above the rounding of a 32-term float32 product; nearer values go to the exact rebuild)."""
 
 
-def _reads(out_size: int, mask_size: int, factor: int, offset: int, cropped: int) -> tuple[np.ndarray, np.ndarray]:
+def _reads(
+    out_size: int, mask_size: int, factor: int, offset: int, cropped: int
+) -> tuple[np.ndarray, np.ndarray]:
     """For each output pixel along one axis, the first and last prototype index its bilinear chain reads
     (``F.interpolate`` by ``factor``, the letterbox crop ``[offset, offset + cropped)``, ``F.interpolate`` to
     ``out_size``, ``align_corners=False``): a source index within ``1e-4`` of a whole pixel is read both ways,
@@ -124,7 +136,10 @@ def _reads(out_size: int, mask_size: int, factor: int, offset: int, cropped: int
 
 def _box_rectangle_any(flags: np.ndarray, r0, r1, c0, c1) -> np.ndarray:
     """Whether each ``flags[n]`` (n, R, C) has a True in rows ``[r0[n], r1[n]]`` and columns ``[c0[n], c1[n]]``."""
-    return np.array([flags[n, r0[n]:r1[n] + 1, c0[n]:c1[n] + 1].any() for n in range(len(flags))], dtype=bool)
+    return np.array(
+        [flags[n, r0[n] : r1[n] + 1, c0[n] : c1[n] + 1].any() for n in range(len(flags))],
+        dtype=bool,
+    )
 
 
 def filled_boxes(protos, coefficients, boxes, image_shape: tuple[int, int]) -> np.ndarray:
@@ -167,23 +182,38 @@ def filled_boxes(protos, coefficients, boxes, image_shape: tuple[int, int]) -> n
     cols0, cols1 = _reads(*col_axis)
     logits = (coefficients[sel] @ protos.float().view(c, -1)).view(len(sel), mh, mw).cpu().numpy()
     # surely empty: nothing any kept pixel reads is above -MARGIN
-    maybe = _box_rectangle_any(logits > -MARGIN, rows0[r0[sel]], rows1[r1[sel]], cols0[c0[sel]], cols1[c1[sel]])
+    maybe = _box_rectangle_any(
+        logits > -_MARGIN, rows0[r0[sel]], rows1[r1[sel]], cols0[c0[sel]], cols1[c1[sel]]
+    )
     # surely filled: some kept pixel reads only values above MARGIN (windows of the widest read, from its first)
     kr, kc = int((rows1 - rows0).max()) + 1, int((cols1 - cols0).max()) + 1
     lo = _window_min(logits, kr, kc)
     start_r, start_c = np.minimum(rows0, mh - kr), np.minimum(cols0, mw - kc)
     realised = np.zeros(lo.shape[1:], dtype=bool)  # windows some output pixel reads
     realised[np.ix_(np.unique(start_r), np.unique(start_c))] = True
-    sure = _box_rectangle_any((lo > MARGIN) & realised, start_r[r0[sel]], start_r[r1[sel]], start_c[c0[sel]],
-                              start_c[c1[sel]])
+    sure = _box_rectangle_any(
+        (lo > _MARGIN) & realised,
+        start_r[r0[sel]],
+        start_r[r1[sel]],
+        start_c[c0[sel]],
+        start_c[c1[sel]],
+    )
     out[sel[sure]] = True
     ry, rx = _weights(*row_axis), _weights(*col_axis)
-    for m in np.flatnonzero(maybe & ~sure):  # each pixel's blend in float64, the box's pixels and what they read
+    for m in np.flatnonzero(
+        maybe & ~sure
+    ):  # each pixel's blend in float64, the box's pixels and what they read
         b = sel[m]
         p0, p1, q0, q1 = rows0[r0[b]], rows1[r1[b]] + 1, cols0[c0[b]], cols1[c1[b]] + 1
-        v = ry[r0[b]:r1[b] + 1, p0:p1] @ logits[m, p0:p1, q0:q1].astype(np.float64) @ rx[c0[b]:c1[b] + 1, q0:q1].T
-        out[b] = (v > MARGIN).any() or ((v > -MARGIN).any() and bool(
-            rebuild_masks(protos, coefficients[b:b + 1], xyxy[b:b + 1], (h, w)).any()))
+        v = (
+            ry[r0[b] : r1[b] + 1, p0:p1]
+            @ logits[m, p0:p1, q0:q1].astype(np.float64)
+            @ rx[c0[b] : c1[b] + 1, q0:q1].T
+        )
+        out[b] = (v > _MARGIN).any() or (
+            (v > -_MARGIN).any()
+            and bool(_rebuild_masks(protos, coefficients[b : b + 1], xyxy[b : b + 1], (h, w)).any())
+        )
     return out
 
 
@@ -194,7 +224,9 @@ def _axis(size: int, other: int, mask_size: int, mask_other: int) -> tuple[int, 
     import math
 
     gain = min(4 * mask_size / size, 4 * mask_other / other)
-    pad = (4 * mask_size - max(round(size * gain), 1)) | (4 * mask_other - max(round(other * gain), 1))
+    pad = (4 * mask_size - max(round(size * gain), 1)) | (
+        4 * mask_other - max(round(other * gain), 1)
+    )
     f = 4 // math.gcd(4, pad | pad // 2)
     g = min(f * mask_size / size, f * mask_other / other)
     length = max(round(size * g), 1)
@@ -203,12 +235,12 @@ def _axis(size: int, other: int, mask_size: int, mask_other: int) -> tuple[int, 
 
 def _window_min(x: np.ndarray, kr: int, kc: int) -> np.ndarray:
     """The minimum of each ``kr`` x ``kc`` window (stride 1) of each (R, C) array of ``x`` (n, R, C)."""
-    r = x[:, :x.shape[1] - kr + 1].copy()
+    r = x[:, : x.shape[1] - kr + 1].copy()
     for i in range(1, kr):
-        np.minimum(r, x[:, i:i + r.shape[1]], out=r)
-    out = r[:, :, :r.shape[2] - kc + 1].copy()
+        np.minimum(r, x[:, i : i + r.shape[1]], out=r)
+    out = r[:, :, : r.shape[2] - kc + 1].copy()
     for j in range(1, kc):
-        np.minimum(out, r[:, :, j:j + out.shape[2]], out=out)
+        np.minimum(out, r[:, :, j : j + out.shape[2]], out=out)
     return out
 
 
@@ -227,7 +259,9 @@ def _weights(out_size: int, mask_size: int, factor: int, offset: int, cropped: i
     if factor > 1:  # the first interpolation, by ``factor``
         lo, hi, lam = linear(factor * mask_size, mask_size, 1 / factor)
         up = (1 - lam) * up[lo] + lam * up[hi]
-    lo, hi, lam = linear(out_size, cropped, cropped / out_size)  # the second, from the letterbox crop
+    lo, hi, lam = linear(
+        out_size, cropped, cropped / out_size
+    )  # the second, from the letterbox crop
     out = (1 - lam) * up[offset + lo] + lam * up[offset + hi]
     out.flags.writeable = False  # cached: shared by every image of this size
     return out

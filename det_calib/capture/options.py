@@ -36,7 +36,7 @@ class CaptureOptions:
         head: One head mode, ``"nms"`` or ``"e2e"`` (the single-head form).
         heads: Several head modes, or ``"auto"`` (every head the model has). At most one of
             ``head`` and ``heads``; with neither, ``("nms",)`` (see
-            :func:`det_calib.capture.predictor.resolve_heads`).
+            :func:`det_calib.capture.predictor._resolve_heads`).
         conf: Conf floor (Ultralytics keeps ``conf > floor``).
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
         max_det: Maximum boxes per image and head.
@@ -74,9 +74,13 @@ class CaptureOptions:
         if not 0 <= self.iou <= 1:
             raise InputError(f"Expected argument `iou` in [0, 1], but got {self.iou}")
         if int(self.max_det) < 1:
-            raise InputError(f"Expected argument `max_det` to be a positive integer, but got {self.max_det}")
+            raise InputError(
+                f"Expected argument `max_det` to be a positive integer, but got {self.max_det}"
+            )
         if int(self.batch) < 1:
-            raise InputError(f"Expected argument `batch` to be a positive integer, but got {self.batch}")
+            raise InputError(
+                f"Expected argument `batch` to be a positive integer, but got {self.batch}"
+            )
 
     @classmethod
     def of(cls, options: CaptureOptions | None = None, /, **changes: Any) -> CaptureOptions:
@@ -88,7 +92,10 @@ class CaptureOptions:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise InputError(f"unknown capture option `{unknown[0]}`; the options are: {', '.join(sorted(known))}")
+            raise InputError(
+                f"unknown capture option `{unknown[0]}`; the options are: "
+                f"{', '.join(sorted(known))}"
+            )
         base = options if options is not None else cls()
         return dataclasses.replace(base, **changes) if changes else base
 
@@ -99,6 +106,11 @@ class CaptureOptions:
     def settings(self, *, imgsz: Sequence[int], batch: int | None = None) -> dict:
         """The settings that change a capture's output, as captured parts record them: these
         options with the resolved ``imgsz`` (and the batch the capturer really runs)."""
-        return {"conf": float(self.conf), "iou": float(self.iou), "max_det": int(self.max_det),
-                "imgsz": [int(v) for v in imgsz], "batch": int(self.batch if batch is None else batch),
-                "all_logits": self.all_logits}
+        return {
+            "conf": float(self.conf),
+            "iou": float(self.iou),
+            "max_det": int(self.max_det),
+            "imgsz": [int(v) for v in imgsz],
+            "batch": int(self.batch if batch is None else batch),
+            "all_logits": self.all_logits,
+        }

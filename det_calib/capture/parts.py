@@ -35,18 +35,23 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.exported import export_fingerprint, is_export, make_capturer
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS
+from det_calib.data.box_table import HEADS, capture_schema, validate_boxes
+from det_calib.data.ground_truth import check_class_names, label_path, load_data_yaml
 from det_calib.errors import InputError
+from det_calib.io import atomic_path
+from det_calib.tasks import get_task, label_values
+from det_calib.tasks.task_splits import captured_split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-META_KEY = b"det_calib.capture"
-FORMAT = 1
+_META_KEY = b"det_calib.capture"
+_FORMAT = 1
 _HEAD_RANK = {h: i for i, h in enumerate(HEADS)}
 
 
-def file_sha256(path: str | Path) -> str:
+def _file_sha256(path: str | Path) -> str:
     """``sha256:<hex>`` of a file's bytes."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -68,13 +73,11 @@ def model_fingerprint(model) -> str:
         return model
     path = Path(model)
     if path.is_dir():  # an OpenVINO export folder: its files
-        from det_calib.capture.exported import export_fingerprint, is_export
-
         if is_export(path):
             return export_fingerprint(path)
     if not path.is_file():
         raise InputError(f"model file not found: {path}")
-    return file_sha256(path)
+    return _file_sha256(path)
 
 
 def data_fingerprint(
@@ -95,7 +98,6 @@ def data_fingerprint(
     Returns:
         ``sha256:<hex>``.
     """
-    from det_calib.data.ground_truth import label_path
 
     if len(names) != len(images):
         raise InputError(f"`names` ({len(names)}) must have one entry per image ({len(images)})")
@@ -106,11 +108,11 @@ def data_fingerprint(
             lab = label_path(Path(img))
             h.update(hashlib.sha256(lab.read_bytes()).digest() if lab.is_file() else b"-")
     if coco_gt is not None:
-        h.update(file_sha256(coco_gt).encode())
+        h.update(_file_sha256(coco_gt).encode())
     return f"sha256:{h.hexdigest()}"
 
 
-def parse_shard(text: str) -> tuple[int, int]:
+def _parse_shard(text: str) -> tuple[int, int]:
     """``"i/n"`` (0 <= i < n) to ``(i, n)``."""
     try:
         i, n = (int(v) for v in str(text).split("/"))
@@ -121,11 +123,12 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def shard_of(names: Sequence[str], n: int) -> np.ndarray:
+def _shard_of(names: Sequence[str], n: int) -> np.ndarray:
     """Shard (0..n-1) of each image, from a hash of its name: deterministic across processes
     and machines, and an image keeps its shard when others are added to the split."""
     return np.array(
-        [int.from_bytes(hashlib.sha256(str(s).encode()).digest()[:8], "little") % n for s in names], dtype=np.int64
+        [int.from_bytes(hashlib.sha256(str(s).encode()).digest()[:8], "little") % n for s in names],
+        dtype=np.int64,
     )
 
 
@@ -133,37 +136,46 @@ def write_part(df: pl.DataFrame, path: str | Path, *, meta: dict) -> Path:
     """Write one part (atomically) with ``meta`` in its Parquet metadata."""
     import pyarrow.parquet as pq
 
-    from det_calib.io import atomic_path
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = df.to_arrow()
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), _META_KEY: json.dumps(meta).encode()}
+    )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return path
 
 
-def part_meta(path: str | Path) -> dict:
+def _part_meta(path: str | Path) -> dict:
     """The ``det_calib.capture.predictor`` metadata of a part."""
     import pyarrow.parquet as pq
 
     try:
-        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+        raw = (pq.read_schema(path).metadata or {}).get(_META_KEY)
     except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
         raise InputError(f"cannot read Parquet part {path}: {e}") from None
     if raw is None:
-        raise InputError(f"{path} is not a det_calib capture part (no `det_calib.capture.predictor` metadata)")
+        raise InputError(
+            f"{path} is not a det_calib capture part (no `det_calib.capture.predictor` metadata)"
+        )
     return json.loads(raw)
 
 
 def capture_meta(
-    *, model: str, data: str, split: str, heads: Sequence[str], settings: dict, n_images: int,
-    image_ids: Sequence[int], part: str,
+    *,
+    model: str,
+    data: str,
+    split: str,
+    heads: Sequence[str],
+    settings: dict,
+    n_images: int,
+    image_ids: Sequence[int],
+    part: str,
 ) -> dict:
     """The metadata dict of one part (see the module docstring)."""
     return {
-        "format": FORMAT,
+        "format": _FORMAT,
         "model": model,
         "data": data,
         "split": split,
@@ -175,9 +187,15 @@ def capture_meta(
     }
 
 
-def prepare_split_capture(model: str | Path, data: str | Path, split: str, options: CaptureOptions, *,
-                          coco_gt: str | Path | None = None,
-                          limit: int | None = None) -> tuple[Any, list[str], Any, dict]:
+def prepare_split_capture(
+    model: str | Path,
+    data: str | Path,
+    split: str,
+    options: CaptureOptions,
+    *,
+    coco_gt: str | Path | None = None,
+    limit: int | None = None,
+) -> tuple[Any, list[str], Any, dict]:
     """What every capture to parts starts with (one process, a shard, or the Ray driver): the
     split, its image names, a :class:`~det_calib.capture.predictor.Capturer` (which checks the model and
     the arguments) whose class names must be the data's, and the metadata common to all parts.
@@ -186,21 +204,31 @@ def prepare_split_capture(model: str | Path, data: str | Path, split: str, optio
         ``(split, image_names, capturer, meta)``; ``capture_meta(**meta, image_ids=..., part=...)``
         completes a part's metadata.
     """
-    from det_calib.capture.exported import make_capturer
-    from det_calib.data.ground_truth import check_class_names, load_data_yaml
-    from det_calib.tasks import label_values
-    from det_calib.tasks.task_splits import captured_split
 
     ds = load_data_yaml(data)
-    if split in ds.splits and coco_gt is None and label_values(ds, split) == 5:  # box labels: no figure reads masks
+    if (
+        split in ds.splits and coco_gt is None and label_values(ds, split) == 5
+    ):  # box labels: no figure reads masks
         options = dataclasses.replace(options, payload=False)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
-    sp = captured_split(ds, split, task=getattr(cap, "task", None) or "detect",
-                        payload_shape=getattr(cap, "payload_shape", None), coco_gt=coco_gt, limit=limit)
+    sp = captured_split(
+        ds,
+        split,
+        task=getattr(cap, "task", None) or "detect",
+        payload_shape=getattr(cap, "payload_shape", None),
+        coco_gt=coco_gt,
+        limit=limit,
+    )
     names = sp.image_names()
-    meta = {"model": model_fingerprint(model), "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
-            "split": split, "heads": cap.heads, "settings": cap.settings, "n_images": len(names)}
+    meta = {
+        "model": model_fingerprint(model),
+        "data": data_fingerprint(sp.images, names=names, coco_gt=coco_gt),
+        "split": split,
+        "heads": cap.heads,
+        "settings": cap.settings,
+        "n_images": len(names),
+    }
     return sp, names, cap, meta
 
 
@@ -249,7 +277,6 @@ def read_parts_with_meta(
     allow_partial: bool = False,
 ) -> tuple[pl.DataFrame, dict]:
     """:func:`read_parts`, also returning the capture's common metadata."""
-    from det_calib.data.box_table import validate_boxes
 
     parts_dir = Path(parts_dir)
     files = [parts_dir] if parts_dir.is_file() else sorted(parts_dir.glob("*.parquet"))
@@ -259,15 +286,20 @@ def read_parts_with_meta(
     seen: dict[int, str] = {}
     frames = []
     for f in files:
-        meta = part_meta(f)
-        if meta.get("format") != FORMAT:
-            raise InputError(f"{f}: capture part format {meta.get('format')}, this det_calib reads {FORMAT}")
+        meta = _part_meta(f)
+        if meta.get("format") != _FORMAT:
+            raise InputError(
+                f"{f}: capture part format {meta.get('format')}, this det_calib reads {_FORMAT}"
+            )
         key = {k: meta[k] for k in ("model", "data", "split", "heads", "settings", "n_images")}
         if common is None:
             common, first = key, f
         elif key != common:
             diff = [k for k in key if key[k] != common[k]]
-            raise InputError(f"capture parts disagree on {', '.join(diff)}: {first.name} and {f.name} (mixed runs?)")
+            raise InputError(
+                f"capture parts disagree on {', '.join(diff)}: {first.name} and {f.name} (mixed "
+                "runs?)"
+            )
         for i in meta["image_ids"]:
             if i in seen:
                 raise InputError(f"image {i} is captured in two parts: {seen[i]} and {f.name}")
@@ -292,10 +324,18 @@ def read_parts_with_meta(
         )
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     df = validate_boxes(df, matched="correct" in df.columns)
-    rank = df.select(pl.col("head").replace_strict(_HEAD_RANK, return_dtype=pl.Int8).alias("_rank"), "image_id")
+    rank = df.select(
+        pl.col("head").replace_strict(_HEAD_RANK, return_dtype=pl.Int8).alias("_rank"), "image_id"
+    )
     key = rank["_rank"].cast(pl.Int64) * (int(rank["image_id"].max() or 0) + 1) + rank["image_id"]
-    if not (key.diff().drop_nulls() >= 0).all():  # not already in that order (one part is): sort a copy
-        df = df.with_columns(rank["_rank"]).sort("_rank", "image_id", maintain_order=True).drop("_rank")
+    if not (
+        key.diff().drop_nulls() >= 0
+    ).all():  # not already in that order (one part is): sort a copy
+        df = (
+            df.with_columns(rank["_rank"])
+            .sort("_rank", "image_id", maintain_order=True)
+            .drop("_rank")
+        )
     return df, {**common, "n_parts": len(files), "images_covered": len(seen)}
 
 
@@ -320,7 +360,7 @@ def capture_to_parts(
         split: Split key in the yaml.
         out_dir: Folder of parts (created).
         shard: ``"i/n"`` or ``(i, n)``: capture only the images whose name hashes to shard
-            ``i`` of ``n`` (:func:`shard_of`); None: the whole split.
+            ``i`` of ``n`` (:func:`_shard_of`); None: the whole split.
         options: A :class:`~det_calib.capture.options.CaptureOptions` (heads, conf floor, NMS IoU,
             ``max_det``, ``imgsz``, ``batch``, device); with neither ``head`` nor ``heads`` given,
             every head the model has (``heads="auto"``). With ``batch=1`` (default) the parts do
@@ -335,23 +375,33 @@ def capture_to_parts(
         Path of the part written: ``part-IIIII-of-NNNNN.parquet`` (``part-all.parquet``).
     """
     if not isinstance(model, (str, Path)):
-        raise InputError("capture to parts needs the model as a .pt path (its file is fingerprinted)")
-    i, n = parse_shard(shard) if isinstance(shard, str) else (shard or (0, 1))
+        raise InputError(
+            "capture to parts needs the model as a .pt path (its file is fingerprinted)"
+        )
+    i, n = _parse_shard(shard) if isinstance(shard, str) else (shard or (0, 1))
     if not (n >= 1 and 0 <= i < n):
         raise InputError(f"Expected argument `shard` i/n with 0 <= i < n, but got {i}/{n}")
     opts = split_options(options, **option_kw)
-    sp, names, cap, common = prepare_split_capture(model, data, split, opts, coco_gt=coco_gt, limit=limit)
-    ids = np.flatnonzero(shard_of(names, n) == i) if n > 1 else np.arange(len(names))
+    sp, names, cap, common = prepare_split_capture(
+        model, data, split, opts, coco_gt=coco_gt, limit=limit
+    )
+    ids = np.flatnonzero(_shard_of(names, n) == i) if n > 1 else np.arange(len(names))
     meta = capture_meta(**common, image_ids=ids, part="all" if n == 1 else f"shard {i}/{n}")
     if len(ids):
-        df = cap([sp.images[j] for j in ids], split=split, image_names=[names[j] for j in ids], image_ids=ids,
-                 progress=progress)
+        df = cap(
+            [sp.images[j] for j in ids],
+            split=split,
+            image_names=[names[j] for j in ids],
+            image_ids=ids,
+            progress=progress,
+        )
     else:
-        from det_calib.data.box_table import capture_schema
-        from det_calib.tasks import get_task
-
-        df = pl.DataFrame(schema=capture_schema(get_task(getattr(cap, "task", "detect")).payload_schema))
+        df = pl.DataFrame(
+            schema=capture_schema(get_task(getattr(cap, "task", "detect")).payload_schema)
+        )
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
     path = write_part(df, Path(out_dir) / name, meta=meta)
-    log.info("captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path)
+    _log.info(
+        "captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path
+    )
     return path

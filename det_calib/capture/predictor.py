@@ -31,14 +31,21 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import polars as pl
-import torch
 
-from det_calib.capture import traced_body
-from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
+if TYPE_CHECKING:
+    import torch
+
+from det_calib.capture.image_source import (
+    LockedBar,
+    auto_workers,
+    image_lists,
+    progress_bar,
+    read_ahead,
+)
 from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEADS, Head, capture_schema
@@ -46,7 +53,7 @@ from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.validation import check_choice
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 NMS_TIME_LIMIT = math.inf
 """Seconds Ultralytics' NMS may spend on one forward pass of a det_calib capture or val (its own
@@ -63,8 +70,12 @@ class ImageBoxes(NamedTuple):
     cls: np.ndarray  # (n,) int32
     logit: np.ndarray  # (n,) logit of cls
     logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
-    segm: list[bytes | None] | None = None  # each box's mask as RLE counts (segment models; None without masks)
-    extra: np.ndarray | None = None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
+    segm: list[bytes | None] | None = (
+        None  # each box's mask as RLE counts (segment models; None without masks)
+    )
+    extra: np.ndarray | None = (
+        None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
+    )
 
 
 def nms_max_time_img(time_limit: float, batch: int) -> float:
@@ -90,6 +101,7 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
     Raises:
         InputError: Missing or unreadable file, or a model whose task is not in ``tasks``.
     """
+    import torch
     from ultralytics import YOLO
 
     if not isinstance(model, (str, Path)):
@@ -97,7 +109,9 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
     else:
         path = Path(model)
         if path.suffix not in (".pt", ".yaml", ".yml"):
-            raise InputError(f"model must be a PyTorch .pt checkpoint (or a model .yaml), got {path}")
+            raise InputError(
+                f"model must be a PyTorch .pt checkpoint (or a model .yaml), got {path}"
+            )
         if path.suffix == ".pt" and not path.is_file():
             raise InputError(f"model file not found: {path}")
         try:
@@ -106,11 +120,15 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
             raise InputError(f"cannot load model {path}: {first_line(e)}") from None
     check_task(getattr(yolo, "task", None), tasks)
     if not isinstance(getattr(yolo, "model", None), torch.nn.Module):
-        raise InputError("only PyTorch (.pt) models can be captured: exported formats have no raw logits")
+        raise InputError(
+            "only PyTorch (.pt) models can be captured: exported formats have no raw logits"
+        )
     if not available_heads(yolo):
         raise InputError(
-            f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
-            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to 12, 26)"
+            f"the model's last layer is {type(_detect_head(yolo)).__name__}, not a YOLO Detect "
+            "head with a "
+            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to "
+            "12, 26)"
         )
     return yolo
 
@@ -121,18 +139,20 @@ def check_task(task: str | None, tasks: Sequence[str] | None = None) -> None:
     if tasks is None:
         get_task(task)
     elif task not in tasks:
-        raise InputError(f"model task is `{task}`: det_calib calibrates {', '.join(tasks[:-1])} and {tasks[-1]} "
-                         "models")
+        raise InputError(
+            f"model task is `{task}`: det_calib calibrates {', '.join(tasks[:-1])} and {tasks[-1]} "
+            "models"
+        )
 
 
-def detect_head(yolo) -> torch.nn.Module:
+def _detect_head(yolo) -> torch.nn.Module:
     """The ``Detect`` head module of a loaded model."""
     return yolo.model.model[-1]
 
 
 def available_heads(yolo) -> list[str]:
     """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other heads."""
-    head = detect_head(yolo)
+    head = _detect_head(yolo)
     heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
         heads.append("nms")
@@ -149,7 +169,9 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
-def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None) -> tuple[str, ...]:
+def _resolve_heads(
+    yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None
+) -> tuple[str, ...]:
     """The head modes to capture, checked against the model.
 
     Args:
@@ -265,33 +287,51 @@ class Capturer:
         from ultralytics.utils.checks import check_imgsz
         from ultralytics.utils.torch_utils import select_device
 
+        from det_calib.capture import traced_body
+
         opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
-        self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
+        self.heads = _resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)
         self.all_logits = opts.all_logits
-        self.payload = opts.payload  # a segment model's masks rasterised (False: segm null, the same boxes)
+        self.payload = (
+            opts.payload
+        )  # a segment model's masks rasterised (False: segm null, the same boxes)
         self.nc = len(yolo.names)
         self.names = [yolo.names[k] for k in sorted(yolo.names)]
         self.task = yolo.task
         self.hooks = get_task(self.task)
-        self.payload_shape = self.hooks.head_shape(detect_head(yolo))  # the payload's shape: (K, ndim) of a pose model
+        self.payload_shape = self.hooks.head_shape(
+            _detect_head(yolo)
+        )  # the payload's shape: (K, ndim) of a pose model
         try:
             self.device = select_device("" if opts.device is None else opts.device, verbose=False)
-        except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
+        except (
+            ValueError,
+            RuntimeError,
+            AssertionError,
+        ) as e:  # Ultralytics' errors for an unknown device
             raise InputError(f"bad device {opts.device!r}: {first_line(e)}") from None
         workers = opts.workers
         if workers is None:
             workers = auto_workers(self.device, self.batch)
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-            raise InputError(f"Expected argument `workers` to be a positive integer or None, but got {workers!r}")
+            raise InputError(
+                f"Expected argument `workers` to be a positive integer or None, but got {workers!r}"
+            )
         if workers > 1 and self.batch > 1:
-            raise InputError(f"Expected argument `workers` to be 1 with `batch` {self.batch}: parallel workers "
-                             "capture one image per forward pass (batch 1)")
+            raise InputError(
+                f"Expected argument `workers` to be 1 with `batch` {self.batch}: parallel workers "
+                "capture one image per forward pass (batch 1)"
+            )
         self.workers = workers
-        self.nms_time_limit = NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
-        if "nms" in self.heads:  # as the predictor's warmup: Ultralytics' NMS then runs torchvision's kernel, whose
+        self.nms_time_limit = (
+            NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
+        )
+        if (
+            "nms" in self.heads
+        ):  # as the predictor's warmup: Ultralytics' NMS then runs torchvision's kernel, whose
             import torchvision  # noqa: F401  order among tied scores differs from its own fallback's
         # one fused network per worker: a forward pass toggles the head's decode mode (see _run); the
         # others are copies of the first (the same weights as a fresh fuse, without fusing again)
@@ -325,27 +365,41 @@ class Capturer:
         progress: bool = True,
     ) -> pl.DataFrame:
         """Capture ``images``; see :func:`capture` for the arguments and the table."""
+        import torch
+
+        from det_calib.capture import traced_body
+
         paths, names, ids = image_lists(images, image_names, image_ids)
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
-        bar = progress_bar(len(paths), f"capture {split or 'images'} [{'+'.join(self.heads)}]", enabled=progress,
-                        batch=self.batch)
+        bar = progress_bar(
+            len(paths),
+            f"capture {split or 'images'} [{'+'.join(self.heads)}]",
+            enabled=progress,
+            batch=self.batch,
+        )
         if self.trace and self.traced is None and len(paths) >= traced_body.MIN_IMAGES:
             self.traced = traced_body.TracedBody(self.net, (self.batch, 3, *self.imgsz))
         source = read_ahead(paths, depth=2 * self.batch * self.workers)
         try:
             if self.workers == 1 or len(paths) == 1:
-                n_bad = self._stream(self.backend, source, paths, sizes, out, bar, threading.Event())
+                n_bad = self._stream(
+                    self.backend, source, paths, sizes, out, bar, threading.Event()
+                )
             else:
                 n_bad = self._parallel(source, paths, sizes, out, bar)
         except (torch.OutOfMemoryError, MemoryError):
-            raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
+            raise InputError(
+                f"out of memory running the model with batch {self.batch}: lower `batch`"
+            ) from None
         finally:
             source.close()
             bar.close()
         if n_bad:
-            warnings.warn(f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2)
+            warnings.warn(
+                f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
+            )
         return self._table(out, sizes, names, ids, split)
 
     def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar) -> int:
@@ -371,25 +425,37 @@ class Capturer:
                 stop.set()  # the other workers stop at their next image
                 raise
 
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="det_calib-capture") as pool:
+        with ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="det_calib-capture"
+        ) as pool:
             futures = [pool.submit(work, backend) for backend in self.backends]
             try:
                 return sum(f.result() for f in futures)
             finally:
                 stop.set()
 
-    def _stream(self, backend, source, paths: list[str], sizes: np.ndarray, out: dict, bar,
-                stop: threading.Event) -> int:
+    def _stream(
+        self,
+        backend,
+        source,
+        paths: list[str],
+        sizes: np.ndarray,
+        out: dict,
+        bar,
+        stop: threading.Event,
+    ) -> int:
         """Capture the ``(position, image or None)`` items of ``source`` with one network, images of
         the same letterboxed shape ``batch`` at a time; returns how many images were unreadable."""
-        pending: dict[tuple, list[tuple[int, np.ndarray]]] = {}  # letterboxed shape -> [(position, image)]
+        pending: dict[
+            tuple, list[tuple[int, np.ndarray]]
+        ] = {}  # letterboxed shape -> [(position, image)]
         n_bad = 0
         for pos, im0 in source:
             if stop.is_set():
                 return n_bad
             if im0 is None:
                 n_bad += 1
-                log.warning("cannot read image %s: skipped", paths[pos])
+                _log.warning("cannot read image %s: skipped", paths[pos])
                 bar.update(1)
                 continue
             sizes[pos] = (im0.shape[1], im0.shape[0])
@@ -409,54 +475,102 @@ class Capturer:
             self._run(backend, pending.pop(key), sizes, out)
         return n_bad
 
-    @torch.inference_mode()
-    def _run(self, backend, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict) -> None:
+    def _run(
+        self, backend, group: list[tuple[int, np.ndarray]], sizes: np.ndarray, out: dict
+    ) -> None:
         """One forward pass of ``backend`` over same-shape letterboxed images; every head decoded from it."""
-        from ultralytics.utils import nms
+        import torch
 
-        positions = [p for p, _ in group]
-        # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
-        stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
-        x = torch.from_numpy(stack).to(backend.device).permute(0, 3, 1, 2).contiguous().flip(1).float().div_(255)
-        group.clear()
-        y, raw = backend(x) if self.traced is None else self.traced.forward(backend, x)
-        protos = None
-        if isinstance(y, (list, tuple)):  # a Segment head: (boxes, class scores and mask coefficients; protos)
-            y, protos = y
-        head = backend.model.model[-1]
-        branches = {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")} if "one2one" in raw else {"nms": raw}
-        for h in self.heads:
-            e2e = h == "e2e"
-            if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
-                head.end2end = e2e
-                try:
-                    y = head._inference(branches[h])
-                    y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
-                finally:
-                    head.end2end = not e2e
-            # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
-            # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
-            dets, keep = nms.non_max_suppression(
-                y, self.conf, self.iou, None, False, max_det=self.max_det, **self.hooks.nms_args(self.nc),
-                end2end=e2e, return_idxs=True,
-                max_time_img=nms_max_time_img(self.nms_time_limit, len(positions)),  # unbounded: see NMS_TIME_LIMIT
+        with torch.inference_mode():
+            from ultralytics.utils import nms
+
+            positions = [p for p, _ in group]
+            # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
+            stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
+            x = (
+                torch.from_numpy(stack)
+                .to(backend.device)
+                .permute(0, 3, 1, 2)
+                .contiguous()
+                .flip(1)
+                .float()
+                .div_(255)
             )
-            scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
-            if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
-                _, _, anchor_of_row = head.get_topk_index(scores.sigmoid().permute(0, 2, 1), head.max_det)
-            for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
-                k = k.long().view(-1)
-                w, hh = sizes[pos]
-                out[h][pos] = self._image_boxes(det, anchor_of_row[b, k] if e2e else k, scores[b],
-                                                None if protos is None else protos[b], x.shape[2:], (int(hh), int(w)))
+            group.clear()
+            y, raw = backend(x) if self.traced is None else self.traced.forward(backend, x)
+            protos = None
+            if isinstance(
+                y, (list, tuple)
+            ):  # a Segment head: (boxes, class scores and mask coefficients; protos)
+                y, protos = y
+            head = backend.model.model[-1]
+            branches = (
+                {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")}
+                if "one2one" in raw
+                else {"nms": raw}
+            )
+            for h in self.heads:
+                e2e = h == "e2e"
+                if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
+                    head.end2end = e2e
+                    try:
+                        y = head._inference(branches[h])
+                        y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
+                    finally:
+                        head.end2end = not e2e
+                # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
+                # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
+                dets, keep = nms.non_max_suppression(
+                    y,
+                    self.conf,
+                    self.iou,
+                    None,
+                    False,
+                    max_det=self.max_det,
+                    **self.hooks.nms_args(self.nc),
+                    end2end=e2e,
+                    return_idxs=True,
+                    max_time_img=nms_max_time_img(
+                        self.nms_time_limit, len(positions)
+                    ),  # unbounded: see NMS_TIME_LIMIT
+                )
+                scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
+                if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
+                    _, _, anchor_of_row = head.get_topk_index(
+                        scores.sigmoid().permute(0, 2, 1), head.max_det
+                    )
+                for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
+                    k = k.long().view(-1)
+                    w, hh = sizes[pos]
+                    out[h][pos] = self._image_boxes(
+                        det,
+                        anchor_of_row[b, k] if e2e else k,
+                        scores[b],
+                        None if protos is None else protos[b],
+                        x.shape[2:],
+                        (int(hh), int(w)),
+                    )
 
-    def _image_boxes(self, det: torch.Tensor, anchors: torch.Tensor, scores: torch.Tensor, protos,
-                     lb_shape, im_shape: tuple[int, int]) -> ImageBoxes:
+    def _image_boxes(
+        self,
+        det: torch.Tensor,
+        anchors: torch.Tensor,
+        scores: torch.Tensor,
+        protos,
+        lb_shape,
+        im_shape: tuple[int, int],
+    ) -> ImageBoxes:
         """One image's kept rows ``det`` (their ``anchors``; the head's pre-sigmoid ``scores`` (nc,
         anchors)) in the image of shape ``im_shape`` (h, w), as the task's predictor returns them."""
+        import torch
+
         segm = None  # an OBB model's xywh + angle: the axis-aligned hull in the box columns
-        xyxy, extra = self.hooks.decode(det, lb_shape, im_shape, self.payload_shape)  # in place, as the predictor
-        if protos is not None:  # the masks predict(retina_masks=True) builds; it drops boxes with none
+        xyxy, extra = self.hooks.decode(
+            det, lb_shape, im_shape, self.payload_shape
+        )  # in place, as the predictor
+        if (
+            protos is not None
+        ):  # the masks predict(retina_masks=True) builds; it drops boxes with none
             if self.payload:
                 filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
             else:  # the same boxes, decided without rasterising their masks
@@ -467,10 +581,19 @@ class Capturer:
         cls = det[:, 5].cpu().numpy().astype(np.int32)
         lg = scores[:, anchors].T.float().cpu().numpy()  # (n, nc)
         z = lg[np.arange(len(cls)), cls]
-        return ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None,
-                          segm, extra)
+        return ImageBoxes(
+            xyxy.cpu().numpy(),
+            det[:, 4].cpu().numpy(),
+            cls,
+            z,
+            lg if self.all_logits else None,
+            segm,
+            extra,
+        )
 
-    def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
+    def _table(
+        self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str
+    ) -> pl.DataFrame:
         frames = []
         hooks = get_task(getattr(self, "task", "detect"))
         for h in self.heads:
@@ -480,27 +603,46 @@ class Capturer:
             pos = np.repeat(np.array(order, dtype=np.int64), counts)
 
             def cat(j: int, dt, per=per, order=order) -> np.ndarray:
-                return np.concatenate([per[p][j] for p in order]).astype(dt) if order else np.zeros(0, dt)
+                return (
+                    np.concatenate([per[p][j] for p in order]).astype(dt)
+                    if order
+                    else np.zeros(0, dt)
+                )
 
             xyxy = cat(0, np.float64).reshape(-1, 4)
             cols = {
-                "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
-                          else pl.Series([], dtype=pl.String)),
+                "image": (
+                    pl.Series("image", names, dtype=pl.String).gather(pos)
+                    if len(pos)
+                    else pl.Series([], dtype=pl.String)
+                ),
                 "image_id": ids[pos],
                 "split": pl.repeat(split, len(pos), dtype=pl.String, eager=True),
                 "head": pl.repeat(h, len(pos), dtype=pl.String, eager=True),
-                "x1": xyxy[:, 0], "y1": xyxy[:, 1], "x2": xyxy[:, 2], "y2": xyxy[:, 3],
-                "img_w": sizes[pos, 0], "img_h": sizes[pos, 1],
+                "x1": xyxy[:, 0],
+                "y1": xyxy[:, 1],
+                "x2": xyxy[:, 2],
+                "y2": xyxy[:, 3],
+                "img_w": sizes[pos, 0],
+                "img_h": sizes[pos, 1],
                 "cls": cat(2, np.int32),
                 "conf": cat(1, np.float64),
                 "logit": cat(3, np.float64),
             }
             if hooks.payload:
-                cols[hooks.payload] = hooks.payload_series([per[p] for p in order], self.payload_shape)
+                cols[hooks.payload] = hooks.payload_series(
+                    [per[p] for p in order], self.payload_shape
+                )
             df = pl.DataFrame(cols, schema=capture_schema(hooks.payload_schema))
             if self.all_logits:
-                lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
-                lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
+                lg = (
+                    np.concatenate([per[p][4] for p in order])
+                    if order
+                    else np.zeros((0, self.nc), np.float32)
+                )
+                lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(
+                    pl.List(pl.Float32)
+                )
                 df = df.with_columns(lists)
             frames.append(df)
         return pl.concat(frames) if len(frames) > 1 else frames[0]
@@ -562,9 +704,19 @@ def capture(
     Raises:
         InputError: The model lacks a requested head, bad arguments, or no images were given.
     """
-    options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
-                             device=device, all_logits=all_logits, workers=workers)
+    options = CaptureOptions(
+        head=head,
+        heads=heads,
+        conf=conf,
+        iou=iou,
+        max_det=max_det,
+        imgsz=imgsz,
+        batch=batch,
+        device=device,
+        all_logits=all_logits,
+        workers=workers,
+    )
     capturer = Capturer(model, options)
-    return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
-
-
+    return capturer(
+        images, split=split, image_names=image_names, image_ids=image_ids, progress=progress
+    )

@@ -20,26 +20,28 @@ from typing import Any
 
 import numpy as np
 
+from det_calib.capture.exported import make_capturer
 from det_calib.capture.options import CaptureOptions
+from det_calib.capture.parts import capture_meta, prepare_split_capture, split_options, write_part
 from det_calib.errors import InputError
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 class _CaptureActor:
     """Ray Data callable class: one :class:`~det_calib.capture.predictor.Capturer` per actor."""
 
-    def __init__(self, *, model: str, options: CaptureOptions, out_dir: str, meta: dict, split: str) -> None:
+    def __init__(
+        self, *, model: str, options: CaptureOptions, out_dir: str, meta: dict, split: str
+    ) -> None:
         import os
 
         os.environ.setdefault("YOLO_VERBOSE", "False")
-        from det_calib.capture.exported import make_capturer
 
         self.cap = make_capturer(model, options)  # a Capturer, or an ExportCapturer for an export
         self.out_dir, self.meta, self.split = Path(out_dir), meta, split
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from det_calib.capture.parts import write_part
 
         ids = np.asarray(batch["image_id"], dtype=np.int64)
         order = np.argsort(ids, kind="stable")
@@ -50,7 +52,11 @@ class _CaptureActor:
         lo, hi = int(ids[0]), int(ids[-1])
         meta = {**self.meta, "image_ids": ids.tolist(), "part": f"ray {lo}-{hi}"}
         path = write_part(df, self.out_dir / f"part-ray-{lo:09d}-{hi:09d}.parquet", meta=meta)
-        return {"part": np.array([path.name]), "images": np.array([len(ids)]), "boxes": np.array([df.height])}
+        return {
+            "part": np.array([path.name]),
+            "images": np.array([len(ids)]),
+            "boxes": np.array([df.height]),
+        }
 
 
 def capture_ray(
@@ -92,12 +98,15 @@ def capture_ray(
         import ray  # optional extra `ray`: pip install 'det_calib[ray]'
     except ImportError:
         raise InputError("Ray is not installed: pip install 'det_calib[ray]'") from None
-    from det_calib.capture.parts import capture_meta, prepare_split_capture, split_options
 
     opts = split_options(options, **{**option_kw, "device": "cpu"})
     # the probe checks the model and the arguments here, before any actor starts
-    sp, names, probe, common = prepare_split_capture(model, data, split, opts, coco_gt=coco_gt, limit=limit)
-    opts = dataclasses.replace(opts, payload=getattr(probe, "payload", opts.payload))  # none on box labels
+    sp, names, probe, common = prepare_split_capture(
+        model, data, split, opts, coco_gt=coco_gt, limit=limit
+    )
+    opts = dataclasses.replace(
+        opts, payload=getattr(probe, "payload", opts.payload)
+    )  # none on box labels
     meta = capture_meta(**common, image_ids=[], part="")
     del probe
     if not ray.is_initialized():
@@ -105,18 +114,29 @@ def capture_ray(
     n_gpu = float(ray.cluster_resources().get("GPU", 0))
     gpus = (1.0 if n_gpu else 0.0) if gpus_per_actor is None else float(gpus_per_actor)
     if actors is None:
-        actors = max(1, int(n_gpu // gpus) if gpus else int(ray.cluster_resources().get("CPU", 1) // 2))
-    opts = CaptureOptions.of(opts, device="0" if gpus else "cpu")  # an actor sees only the GPU(s) Ray gave it
+        actors = max(
+            1, int(n_gpu // gpus) if gpus else int(ray.cluster_resources().get("CPU", 1) // 2)
+        )
+    opts = CaptureOptions.of(
+        opts, device="0" if gpus else "cpu"
+    )  # an actor sees only the GPU(s) Ray gave it
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    items = [{"image_id": i, "path": str(Path(p).absolute()), "name": n}
-             for i, (p, n) in enumerate(zip(sp.images, names))]
+    items = [
+        {"image_id": i, "path": str(Path(p).absolute()), "name": n}
+        for i, (p, n) in enumerate(zip(sp.images, names))
+    ]
     result = (
         ray.data.from_items(items)
         .map_batches(
             _CaptureActor,
-            fn_constructor_kwargs={"model": str(Path(model).absolute()), "options": opts, "out_dir": str(out),
-                                   "meta": meta, "split": split},
+            fn_constructor_kwargs={
+                "model": str(Path(model).absolute()),
+                "options": opts,
+                "out_dir": str(out),
+                "meta": meta,
+                "split": split,
+            },
             batch_size=images_per_part,
             batch_format="numpy",
             concurrency=actors,
@@ -126,6 +146,11 @@ def capture_ray(
         .take_all()
     )
     written = sorted(out / str(r["part"]) for r in result)
-    log.info("ray capture: %d parts, %d images, %d boxes into %s", len(written),
-             sum(int(r["images"]) for r in result), sum(int(r["boxes"]) for r in result), out)
+    _log.info(
+        "ray capture: %d parts, %d images, %d boxes into %s",
+        len(written),
+        sum(int(r["images"]) for r in result),
+        sum(int(r["boxes"]) for r in result),
+        out,
+    )
     return written

@@ -31,7 +31,7 @@ import torch
 
 from det_calib.errors import first_line
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 __all__ = ["MIN_IMAGES", "TracedBody"]
 
@@ -63,8 +63,13 @@ class _Body(torch.nn.Module):
 def _same(eager: list[torch.Tensor], traced: tuple[torch.Tensor, ...]) -> bool:
     """The graph's outputs are the eager features: same count, shapes, strides and every bit."""
     return len(eager) == len(traced) and all(
-        isinstance(a, torch.Tensor) and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
-        and torch.equal(a, b) for a, b in zip(eager, traced))
+        isinstance(a, torch.Tensor)
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and torch.equal(a, b)
+        for a, b in zip(eager, traced)
+    )
 
 
 class TracedBody:
@@ -87,12 +92,16 @@ class TracedBody:
         self.graph = None
         example = torch.zeros(shape, dtype=torch.float32)
         try:
-            with warnings.catch_warnings():  # the tracer's notes on Python values it records as constants,
+            with (
+                warnings.catch_warnings()
+            ):  # the tracer's notes on Python values it records as constants,
                 warnings.simplefilter("ignore")  # and torch's notice that tracing is in maintenance
                 with torch.inference_mode(False), torch.no_grad():
                     self.graph = torch.jit.trace(_Body(net), example, check_trace=False)
         except Exception as e:  # any model or torch the tracer cannot follow runs the eager network
-            log.debug("network body not traced (%s): the capture runs the eager network", first_line(e))
+            _log.debug(
+                "network body not traced (%s): the capture runs the eager network", first_line(e)
+            )
 
     def forward(self, backend: Any, x: torch.Tensor) -> Any:
         """What ``backend(x)`` returns (the head's output), with the body run by the graph where
@@ -108,7 +117,9 @@ class TracedBody:
             return self._check(backend, head, key, x)
         return backend(x)
 
-    def _check(self, backend: Any, head: torch.nn.Module, key: tuple[int, ...], x: torch.Tensor) -> Any:
+    def _check(
+        self, backend: Any, head: torch.nn.Module, key: tuple[int, ...], x: torch.Tensor
+    ) -> Any:
         """Ultralytics' forward pass of ``x``, its head's inputs compared with the graph's outputs."""
         fed: list[list[torch.Tensor]] = []
         hook = head.register_forward_pre_hook(lambda module, args: fed.append(list(args[0])))
@@ -120,9 +131,13 @@ class TracedBody:
             with torch.jit.optimized_execution(False):
                 same = len(fed) == 1 and _same(fed[0], self.graph(x))
         except Exception as e:
-            log.debug("traced body failed on shape %s (%s): eager", key, first_line(e))
+            _log.debug("traced body failed on shape %s (%s): eager", key, first_line(e))
             same = False
         if not same:
-            log.debug("traced body differs from the eager one on shape %s: that shape runs the eager network", key)
+            _log.debug(
+                "traced body differs from the eager one on shape %s: that shape runs the eager "
+                "network",
+                key,
+            )
         self.shapes[key] = same
         return out

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_calib.capture.detections_file import DetectionsRead
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
+from det_calib.io import write_json
 from det_calib.record.checked_json import (
     leaf,
     leaf_dict,
@@ -21,14 +23,33 @@ from det_calib.record.checked_json import (
     read_text,
 )
 from det_calib.record.eval_record import OperatingFigures
+from det_calib.record.run_result import read_json_file
 from det_calib.record.size_record import SizeFigures, read_size_figures
 from det_calib.record.timings import Timings
 
-__all__ = ["BOXES_FILE", "CHANGED", "CHECK_FILE", "CHECK_SCHEMA_VERSION", "DRIFTED", "EXIT_CODES", "HOLDS",
-           "MIN_IMAGES", "NO_SHIFT", "SHIFTED", "TOO_FEW", "TOO_FEW_IMAGES", "CalibrationTests", "CheckResult",
-           "ClassCheck", "CrowdedImage", "DetectionTests", "HeadCheck", "HeadShift", "ShiftTests"]
+__all__ = [
+    "BOXES_FILE",
+    "CHANGED",
+    "CHECK_FILE",
+    "DRIFTED",
+    "EXIT_CODES",
+    "HOLDS",
+    "MIN_IMAGES",
+    "NO_SHIFT",
+    "SHIFTED",
+    "TOO_FEW",
+    "TOO_FEW_IMAGES",
+    "CalibrationTests",
+    "CheckResult",
+    "ClassCheck",
+    "CrowdedImage",
+    "DetectionTests",
+    "HeadCheck",
+    "HeadShift",
+    "ShiftTests",
+]
 
-CHECK_SCHEMA_VERSION = 1
+_CHECK_SCHEMA_VERSION = 1
 """Version of the ``check.json`` layout."""
 CHECK_FILE = "check.json"
 BOXES_FILE = "boxes.parquet"
@@ -44,7 +65,7 @@ EXIT_CODES: dict[int, str] = {
     4: "detection quality changed (calibration holds or cannot be told); with --images: the output shifted",
     5: "calibration drifted and detection quality changed",
     6: "not enough kept boxes to tell whether calibration holds (detection quality holds; with --images: "
-       "too few images)",
+    "too few images)",
 }
 """Exit code -> meaning (``det-calib check --help`` and the README show this table)."""
 
@@ -226,37 +247,60 @@ class HeadCheck:
     """The crowded images of the new kept boxes, most boxes first (``crowded`` in the JSON, written when any)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"head": self.head, "method": self.method, "split": self.split,
-                "calibration": leaf_dict(self.calibration), "detection": leaf_dict(self.detection),
-                "operating": [o.to_dict() for o in self.operating],
-                "operating_then": [o.to_dict() for o in self.operating_then],
-                "per_class": [leaf_dict(c) for c in self.per_class],
-                "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
-                "calibration_line": self.calibration_line, "detection_line": self.detection_line,
-                **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {}),
-                **({"crowded": [leaf_dict(x) for x in self.crowded]} if self.crowded else {})}
+        return {
+            "head": self.head,
+            "method": self.method,
+            "split": self.split,
+            "calibration": leaf_dict(self.calibration),
+            "detection": leaf_dict(self.detection),
+            "operating": [o.to_dict() for o in self.operating],
+            "operating_then": [o.to_dict() for o in self.operating_then],
+            "per_class": [leaf_dict(c) for c in self.per_class],
+            "calibration_verdict": self.calibration_verdict,
+            "detection_verdict": self.detection_verdict,
+            "calibration_line": self.calibration_line,
+            "detection_line": self.detection_line,
+            **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {}),
+            **({"crowded": [leaf_dict(x) for x in self.crowded]} if self.crowded else {}),
+        }
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HeadCheck:
         d = read_object(d, where, optional=False)
         return cls(
-            head=required_text(d, "head", where), method=required_text(d, "method", where),
-            split=required_text(d, "split", where),
-            calibration=read_leaf_record(CalibrationTests, d.get("calibration"), f"{where}.calibration"),
-            detection=read_leaf_record(DetectionTests, d.get("detection"), f"{where}.detection"),
-            operating=[OperatingFigures.from_dict(o, f"{where}.operating[{i}]")
-                       for i, o in enumerate(read_items(d.get("operating"), f"{where}.operating"))],
-            operating_then=[OperatingFigures.from_dict(o, f"{where}.operating_then[{i}]")
-                            for i, o in enumerate(read_items(d.get("operating_then"), f"{where}.operating_then"))],
-            per_class=[read_leaf_record(ClassCheck, c, f"{where}.per_class[{i}]")
-                       for i, c in enumerate(read_items(d.get("per_class"), f"{where}.per_class"))],
-            calibration_verdict=read_verdict(d, "calibration_verdict", where, (HOLDS, DRIFTED, TOO_FEW)),
-            detection_verdict=read_verdict(d, "detection_verdict", where, (HOLDS, CHANGED)),
-            calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line") or "",
+            head=_required_text(d, "head", where),
+            method=_required_text(d, "method", where),
+            split=_required_text(d, "split", where),
+            calibration=_read_leaf_record(
+                CalibrationTests, d.get("calibration"), f"{where}.calibration"
+            ),
+            detection=_read_leaf_record(DetectionTests, d.get("detection"), f"{where}.detection"),
+            operating=[
+                OperatingFigures.from_dict(o, f"{where}.operating[{i}]")
+                for i, o in enumerate(read_items(d.get("operating"), f"{where}.operating"))
+            ],
+            operating_then=[
+                OperatingFigures.from_dict(o, f"{where}.operating_then[{i}]")
+                for i, o in enumerate(
+                    read_items(d.get("operating_then"), f"{where}.operating_then")
+                )
+            ],
+            per_class=[
+                _read_leaf_record(ClassCheck, c, f"{where}.per_class[{i}]")
+                for i, c in enumerate(read_items(d.get("per_class"), f"{where}.per_class"))
+            ],
+            calibration_verdict=_read_verdict(
+                d, "calibration_verdict", where, (HOLDS, DRIFTED, TOO_FEW)
+            ),
+            detection_verdict=_read_verdict(d, "detection_verdict", where, (HOLDS, CHANGED)),
+            calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line")
+            or "",
             detection_line=read_text(d.get("detection_line"), f"{where}.detection_line") or "",
             by_size=read_size_figures(d.get("by_size"), f"{where}.by_size"),
-            crowded=[read_leaf_record(CrowdedImage, x, f"{where}.crowded[{i}]")
-                     for i, x in enumerate(read_items(d.get("crowded"), f"{where}.crowded"))],
+            crowded=[
+                _read_leaf_record(CrowdedImage, x, f"{where}.crowded[{i}]")
+                for i, x in enumerate(read_items(d.get("crowded"), f"{where}.crowded"))
+            ],
         )
 
 
@@ -296,19 +340,30 @@ class HeadShift:
     line: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"head": self.head, "method": self.method, "tests": leaf_dict(self.tests),
-                "class_counts": list(self.class_counts), "class_counts_then": list(self.class_counts_then),
-                "verdict": self.verdict, "line": self.line}
+        return {
+            "head": self.head,
+            "method": self.method,
+            "tests": leaf_dict(self.tests),
+            "class_counts": list(self.class_counts),
+            "class_counts_then": list(self.class_counts_then),
+            "verdict": self.verdict,
+            "line": self.line,
+        }
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> HeadShift:
         d = read_object(d, where, optional=False)
-        return cls(head=required_text(d, "head", where), method=required_text(d, "method", where),
-                   tests=read_leaf_record(ShiftTests, d.get("tests"), f"{where}.tests"),
-                   class_counts=read_counts(d.get("class_counts"), f"{where}.class_counts"),
-                   class_counts_then=read_counts(d.get("class_counts_then"), f"{where}.class_counts_then"),
-                   verdict=read_verdict(d, "verdict", where, (NO_SHIFT, SHIFTED, TOO_FEW_IMAGES)),
-                   line=read_text(d.get("line"), f"{where}.line") or "")
+        return cls(
+            head=_required_text(d, "head", where),
+            method=_required_text(d, "method", where),
+            tests=_read_leaf_record(ShiftTests, d.get("tests"), f"{where}.tests"),
+            class_counts=_read_counts(d.get("class_counts"), f"{where}.class_counts"),
+            class_counts_then=_read_counts(
+                d.get("class_counts_then"), f"{where}.class_counts_then"
+            ),
+            verdict=_read_verdict(d, "verdict", where, (NO_SHIFT, SHIFTED, TOO_FEW_IMAGES)),
+            line=read_text(d.get("line"), f"{where}.line") or "",
+        )
 
 
 @dataclass
@@ -351,7 +406,7 @@ class CheckResult:
     seed: int = 0
     det_calib_version: str = ""
     created: str | None = None
-    schema_version: int = CHECK_SCHEMA_VERSION
+    schema_version: int = _CHECK_SCHEMA_VERSION
     timings: Timings | None = None
     matching: MatchingRule | None = None
     """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
@@ -368,27 +423,45 @@ class CheckResult:
         """The verdicts, one line per question and head."""
         out = []
         if self.detections is not None:
-            from det_calib.capture.detections_file import DetectionsRead
-
-            out.append(DetectionsRead(**self.detections).summary_lines(self.heads[0], scope="the checked images")[0])
+            out.append(
+                DetectionsRead(**self.detections).summary_lines(
+                    self.heads[0], scope="the checked images"
+                )[0]
+            )
         for h, c in self.labelled.items():
-            out += [f"[{h}] {c.calibration_line}", *(f"[{h}] {x}" for x in kept_set_lines(c)),
-                    f"[{h}] {c.detection_line}"]
+            out += [
+                f"[{h}] {c.calibration_line}",
+                *(f"[{h}] {x}" for x in _kept_set_lines(c)),
+                f"[{h}] {c.detection_line}",
+            ]
         for h, s in self.unlabelled.items():
             out.append(f"[{h}] {s.line}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema_version": self.schema_version, "det_calib_version": self.det_calib_version,
-            "created": self.created, "kind": self.kind, "run": self.run, "model": self.model, "data": self.data,
-            "split": self.split, "images": self.images, "reference_split": self.reference_split, "conf": self.conf,
-            "alpha": self.alpha, "min_boxes": self.min_boxes, "n_boot": self.n_boot, "seed": self.seed,
+            "schema_version": self.schema_version,
+            "det_calib_version": self.det_calib_version,
+            "created": self.created,
+            "kind": self.kind,
+            "run": self.run,
+            "model": self.model,
+            "data": self.data,
+            "split": self.split,
+            "images": self.images,
+            "reference_split": self.reference_split,
+            "conf": self.conf,
+            "alpha": self.alpha,
+            "min_boxes": self.min_boxes,
+            "n_boot": self.n_boot,
+            "seed": self.seed,
             "heads": list(self.heads),
             "labelled": {h: c.to_dict() for h, c in self.labelled.items()},
             "unlabelled": {h: s.to_dict() for h, s in self.unlabelled.items()},
-            "calibration_verdict": self.calibration_verdict, "detection_verdict": self.detection_verdict,
-            "shift_verdict": self.shift_verdict, "exit_code": self.exit_code,
+            "calibration_verdict": self.calibration_verdict,
+            "detection_verdict": self.detection_verdict,
+            "shift_verdict": self.shift_verdict,
+            "exit_code": self.exit_code,
             **({"timings": self.timings.to_dict()} if self.timings is not None else {}),
             **({"matching": self.matching.to_dict()} if self.matching is not None else {}),
             **({"detections": dict(self.detections)} if self.detections is not None else {}),
@@ -402,10 +475,13 @@ class CheckResult:
             InputError: Another schema version, a missing or mistyped field (one line naming it).
         """
         d = read_object(d, "", optional=False)
-        if d.get("schema_version") != CHECK_SCHEMA_VERSION:
-            raise InputError(f"check.json schema_version {d.get('schema_version')!r} is not supported (this det_calib "
-                             f"reads {CHECK_SCHEMA_VERSION})")
-        kind = required_text(d, "kind", "")
+        if d.get("schema_version") != _CHECK_SCHEMA_VERSION:
+            raise InputError(
+                f"check.json schema_version {d.get('schema_version')!r} is not supported (this "
+                "det_calib "
+                f"reads {_CHECK_SCHEMA_VERSION})"
+            )
+        kind = _required_text(d, "kind", "")
         if kind not in ("labelled", "unlabelled"):
             raise InputError(f"`kind` must be labelled or unlabelled, got {kind!r}")
         heads = [str(h) for h in read_items(d.get("heads"), "heads")]
@@ -418,17 +494,25 @@ class CheckResult:
         if conf is None or alpha is None:
             raise InputError("`conf` and `alpha` must be numbers")
         return cls(
-            kind=kind, run=required_text(d, "run", ""), model=required_text(d, "model", ""),
-            reference_split=required_text(d, "reference_split", ""), conf=conf, alpha=alpha,
-            min_boxes=int(read_number(d.get("min_boxes"), "min_boxes") or 0), heads=heads,
-            data=read_text(d.get("data"), "data"), split=read_text(d.get("split"), "split"),
+            kind=kind,
+            run=_required_text(d, "run", ""),
+            model=_required_text(d, "model", ""),
+            reference_split=_required_text(d, "reference_split", ""),
+            conf=conf,
+            alpha=alpha,
+            min_boxes=int(read_number(d.get("min_boxes"), "min_boxes") or 0),
+            heads=heads,
+            data=read_text(d.get("data"), "data"),
+            split=read_text(d.get("split"), "split"),
             images=read_text(d.get("images"), "images"),
             labelled={h: HeadCheck.from_dict(v, f"labelled.{h}") for h, v in lab.items()},
             unlabelled={h: HeadShift.from_dict(v, f"unlabelled.{h}") for h, v in unl.items()},
             calibration_verdict=read_text(d.get("calibration_verdict"), "calibration_verdict"),
             detection_verdict=read_text(d.get("detection_verdict"), "detection_verdict"),
-            shift_verdict=read_text(d.get("shift_verdict"), "shift_verdict"), exit_code=int(code),
-            n_boot=int(read_number(d.get("n_boot"), "n_boot") or 0), seed=int(read_number(d.get("seed"), "seed") or 0),
+            shift_verdict=read_text(d.get("shift_verdict"), "shift_verdict"),
+            exit_code=int(code),
+            n_boot=int(read_number(d.get("n_boot"), "n_boot") or 0),
+            seed=int(read_number(d.get("seed"), "seed") or 0),
             det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
             created=read_text(d.get("created"), "created"),
             timings=Timings.from_dict(d.get("timings")),
@@ -438,14 +522,12 @@ class CheckResult:
 
     def write(self, path: str | Path) -> Path:
         """Write ``check.json`` atomically (NaN as null)."""
-        from det_calib.io import write_json
 
         return write_json(path, self.to_dict())
 
     @classmethod
     def read(cls, path: str | Path) -> CheckResult:
         """Read and check a ``check.json`` (one-line :class:`InputError` naming the file)."""
-        from det_calib.record.run_result import read_json_file
 
         return read_json_file(path, cls.from_dict)
 
@@ -456,20 +538,24 @@ def _fig(v: float | None, ci: Any) -> str:
     return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
 
 
-def kept_set_lines(c: HeadCheck) -> list[str]:
+def _kept_set_lines(c: HeadCheck) -> list[str]:
     """Both targets' kept-set figures of a labelled head, then (the run's eval split) and now, at each
     conf: ECE (the matched flag) and LaECE_0 (the IoU of the match), calibrated, with their intervals."""
     then = {o.conf: o for o in c.operating_then}
     out = []
     for o in c.operating:
         t = then.get(o.conf)
-        out.append(f"boxes kept at conf {o.conf:g} (calibrated): ECE {_fig(t.ece, t.ece_ci) if t else 'n/a'} then -> "
-                   f"{_fig(o.ece, o.ece_ci)} now; LaECE_0 {_fig(t.laece0, t.laece0_ci) if t else 'n/a'} then -> "
-                   f"{_fig(o.laece0, o.laece0_ci)} now")
+        out.append(
+            f"boxes kept at conf {o.conf:g} (calibrated): ECE "
+            f"{_fig(t.ece, t.ece_ci) if t else 'n/a'} then -> "
+            f"{_fig(o.ece, o.ece_ci)} now; LaECE_0 {_fig(t.laece0, t.laece0_ci) if t else 'n/a'} "
+            "then -> "
+            f"{_fig(o.laece0, o.laece0_ci)} now"
+        )
     return out
 
 
-def required_text(d: dict[str, Any], key: str, where: str) -> str:
+def _required_text(d: dict[str, Any], key: str, where: str) -> str:
     w = f"{where}.{key}" if where else key
     v = read_text(d.get(key), w)
     if v is None:
@@ -477,18 +563,18 @@ def required_text(d: dict[str, Any], key: str, where: str) -> str:
     return v
 
 
-def read_verdict(d: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str:
-    v = required_text(d, key, where)
+def _read_verdict(d: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str:
+    v = _required_text(d, key, where)
     if v not in allowed:
         raise InputError(f"`{where}.{key}` must be one of {', '.join(allowed)}, got {v!r}")
     return v
 
 
-def read_leaf_record(cls: type, d: Any, where: str) -> Any:
+def _read_leaf_record(cls: type, d: Any, where: str) -> Any:
     return cls(**read_leaf_fields(cls, read_object(d, where, optional=False), where))
 
 
-def read_counts(v: Any, where: str) -> list[int]:
+def _read_counts(v: Any, where: str) -> list[int]:
     out = []
     for i, x in enumerate(read_items(v, where)):
         n = read_number(x, f"{where}[{i}]")

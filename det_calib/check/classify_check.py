@@ -31,12 +31,14 @@ from det_calib.io import write_json, write_text
 from det_calib.metrics.drift_tests import calibration_in_the_large, hosmer_lemeshow, normal_sf
 from det_calib.tasks import CLASSIFY, answers_per_image
 
-__all__ = ["check_classify"]
+__all__ = []
 
 
 def _map_of(record: dict) -> MultiClassMap:
     m = record["map"]
-    return MultiClassMap(m["method"], np.asarray(m["weight"]), np.asarray(m["bias"]), m.get("temperature", 1.0))
+    return MultiClassMap(
+        m["method"], np.asarray(m["weight"]), np.asarray(m["bias"]), m.get("temperature", 1.0)
+    )
 
 
 def _probs(run_dir: Path, record: dict, paths: list[Path], model: str | Path | None) -> np.ndarray:
@@ -47,13 +49,25 @@ def _probs(run_dir: Path, record: dict, paths: list[Path], model: str | Path | N
     return _map_of(record).proba(cap.logits)
 
 
-def check_classify(run_dir: str | Path, record: dict, *, data: str | Path, split: str | None, out: str | Path | None,
-                   model: str | Path | None = None, limit: int | None = None, alpha: float = 0.05) -> tuple[dict, int]:
+def _check_classify(
+    run_dir: str | Path,
+    record: dict,
+    *,
+    data: str | Path,
+    split: str | None,
+    out: str | Path | None,
+    model: str | Path | None = None,
+    limit: int | None = None,
+    alpha: float = 0.05,
+) -> tuple[dict, int]:
     """Check the classify run in ``run_dir`` (its record ``record``) on ``data/split``; write
     ``check.json`` and ``check.md``. Returns the check's record and its exit code."""
     run_dir = Path(run_dir)
     if data is None or not Path(data).is_dir():
-        raise InputError("a classify run is checked on labelled new images: give --data a folder of class folders")
+        raise InputError(
+            "a classify run is checked on labelled new images: give --data a folder of class "
+            "folders"
+        )
     new = read_class_split(data, split or "test")
     check_model_classes(new, record["names"])
     idx = np.arange(len(new)) if limit is None else np.arange(min(limit, len(new)))
@@ -72,27 +86,42 @@ def check_classify(run_dir: str | Path, record: dict, *, data: str | Path, split
     drifted, changed = (not too_few and p_cal <= alpha / 2), (not too_few and p_acc <= alpha / 2)
     code = 6 if too_few else 3 * drifted + 4 * changed - 2 * (drifted and changed)  # 0, 3, 4 or 5
     result = {
-        "task": CLASSIFY, "run": str(run_dir), "data": str(data), "split": new.name, "images": int(y.size),
-        "expected_right": citl.expected, "right": int(right.sum()), "citl_p": citl.p_value,
-        "hl_p": hl.p_value if hl else None, "calibration_p": p_cal, "calibration": "drifted" if drifted else
-        ("too few images" if too_few else "holds"), "top1": a1, "top1_run": a0, "accuracy_p": p_acc,
-        "accuracy": "changed" if changed else "holds", "alpha": alpha, "exit_code": code,
+        "task": CLASSIFY,
+        "run": str(run_dir),
+        "data": str(data),
+        "split": new.name,
+        "images": int(y.size),
+        "expected_right": citl.expected,
+        "right": int(right.sum()),
+        "citl_p": citl.p_value,
+        "hl_p": hl.p_value if hl else None,
+        "calibration_p": p_cal,
+        "calibration": "drifted" if drifted else ("too few images" if too_few else "holds"),
+        "top1": a1,
+        "top1_run": a0,
+        "accuracy_p": p_acc,
+        "accuracy": "changed" if changed else "holds",
+        "alpha": alpha,
+        "exit_code": code,
     }
     target = Path(out) if out else run_dir / f"check-{Path(data).name}-{new.name}"
     target.mkdir(parents=True, exist_ok=True)
     write_json(target / "check.json", result)
-    write_text(target / "check.md", "\n".join(check_lines(result)) + "\n")
+    write_text(target / "check.md", "\n".join(_check_lines(result)) + "\n")
     return result, code
 
 
-def check_lines(r: dict) -> list[str]:
+def _check_lines(r: dict) -> list[str]:
     """The check's console lines (also ``check.md``)."""
     return [
         f"classify check on `{r['split']}` of {r['data']} ({r['images']} images)",
-        f"calibration: {r['calibration']}: {r['right']} top-1 answers right against {r['expected_right']:.1f} "
+        f"calibration: {r['calibration']}: {r['right']} top-1 answers right against "
+        f"{r['expected_right']:.1f} "
         f"expected (calibration in the large p {r['citl_p']:.3g}"
-        + (f", Hosmer-Lemeshow p {r['hl_p']:.3g}" if r["hl_p"] is not None else "") + ")",
-        f"accuracy: {r['accuracy']}: top-1 {r['top1_run']:.4f} on the run's eval split -> {r['top1']:.4f} here "
+        + (f", Hosmer-Lemeshow p {r['hl_p']:.3g}" if r["hl_p"] is not None else "")
+        + ")",
+        f"accuracy: {r['accuracy']}: top-1 {r['top1_run']:.4f} on the run's eval split -> "
+        f"{r['top1']:.4f} here "
         f"(p {r['accuracy_p']:.3g}); each verdict at alpha/2 = {r['alpha'] / 2:g}",
     ]
 
@@ -111,10 +140,24 @@ def is_classify_run(run_dir: str | Path) -> dict | None:
 
 def run_check_cli(args, record: dict) -> int:
     """``det-calib check RUN --data FOLDER`` for a classify run: print the verdicts, return the exit code."""
-    for flag, on in (("--images", args.images), ("--boxes", args.boxes), ("--detections", args.detections)):
+    for flag, on in (
+        ("--images", args.images),
+        ("--boxes", args.boxes),
+        ("--detections", args.detections),
+    ):
         if on:
-            raise InputError(f"{flag} is not available for a classify run: give --data a folder of class folders")
-    result, code = check_classify(args.run_dir, record, data=args.data, split=args.split, out=args.out,
-                                  model=args.model, limit=args.limit, alpha=args.alpha)
-    print("\n".join(check_lines(result)))
+            raise InputError(
+                f"{flag} is not available for a classify run: give --data a folder of class folders"
+            )
+    result, code = _check_classify(
+        args.run_dir,
+        record,
+        data=args.data,
+        split=args.split,
+        out=args.out,
+        model=args.model,
+        limit=args.limit,
+        alpha=args.alpha,
+    )
+    print("\n".join(_check_lines(result)))
     return code

@@ -39,6 +39,8 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.detections_file import DetectionsRead
+from det_calib.capture.exported import is_export, load_export
+from det_calib.capture.predictor import available_heads, load_detector
 from det_calib.check.check_record import (
     BOXES_FILE,
     CHANGED,
@@ -59,21 +61,49 @@ from det_calib.check.verdicts import (
     shift_check,
     worst,
 )
+from det_calib.data.box_table import write_boxes
 from det_calib.data.box_view import BoxView, with_calibrated
+from det_calib.data.ground_truth import (
+    EVAL_HALF,
+    GT_SCHEMA,
+    Split,
+    check_class_names,
+    half_split,
+    image_sizes,
+    image_suffixes,
+    load_data_yaml,
+)
+from det_calib.ensemble.ensemble_job import capture_workers
+from det_calib.ensemble.ensemble_model import capture_fused, load_ensemble
 from det_calib.errors import InputError
 from det_calib.evaluation.by_size import size_figures
+from det_calib.evaluation.map_check import coco_maps
 from det_calib.evaluation.operating import OperatingPoints
+from det_calib.io import check_output_dir
+from det_calib.job import clock
+from det_calib.job.capturing import BoxSource, startup_imports
+from det_calib.job.detections import (
+    check_detections_inputs,
+    detections_source,
+    read_check_detections,
+)
+from det_calib.job.inputs import Inputs
+from det_calib.job.settings import Settings
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_folder import load_run
 from det_calib.record.run_result import package_version
+from det_calib.tasks import get_task
+from det_calib.tasks.match_rule import match_split
+from det_calib.tasks.task_splits import load_task_split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # imported where the job runs (torch and Ultralytics come with them)
     from det_calib.job.inputs import Inputs
     from det_calib.job.settings import Settings
     from det_calib.record.run_folder import Run
 
-__all__ = ["CHECK_FILE", "CheckResult", "check_run", "default_out",
-           "new_boxes"]
+__all__ = ["CHECK_FILE", "CheckResult", "check_run", "new_boxes"]
 
 
 @dataclass
@@ -85,7 +115,9 @@ class _Job:
     inputs: Inputs
     calibrators: dict[str, LogitCalibrator]
     conf: float
-    ensemble: Any = None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
+    ensemble: Any = (
+        None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
+    )
     detections: Path | None = None
     """``check --detections``: the file of the new images' detections (no model is run)."""
     read: DetectionsRead | None = None  # what was read of it
@@ -95,42 +127,67 @@ class _Job:
         """The detector checked: its file, the file of detections, or the run's members for an ensemble."""
         if self.detections is not None:
             return f"detections:{self.detections.resolve()}"
-        return self.run.result.model if self.ensemble is not None else str(self.inputs.model.resolve())
+        return (
+            self.run.result.model if self.ensemble is not None else str(self.inputs.model.resolve())
+        )
 
 
-def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads: list[str] | None, limit: int | None,
-         device: str | None, batch: int, boxes: str | Path | None, progress: bool, n_boot: int | None,
-         detections: str | Path | None = None) -> _Job:
-    from det_calib.capture.exported import is_export, load_export
-    from det_calib.capture.predictor import available_heads, load_detector
-    from det_calib.data.ground_truth import check_class_names
-    from det_calib.job.inputs import Inputs
-    from det_calib.job.settings import Settings
-    from det_calib.record.calibrator_record import calibrator_of
-    from det_calib.record.run_folder import load_run
+def _job(
+    run_dir: Path,
+    *,
+    model: str | Path | None,
+    data: _Dataset | None,
+    heads: list[str] | None,
+    limit: int | None,
+    device: str | None,
+    batch: int,
+    boxes: str | Path | None,
+    progress: bool,
+    n_boot: int | None,
+    detections: str | Path | None = None,
+) -> _Job:
 
     _check_sources(model=model, boxes=boxes, detections=detections)
     if not (run_dir / "calibration.json").is_file() and run_dir.is_dir():
-        raise InputError(f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)")
+        raise InputError(
+            f"{run_dir} is not a run folder of `det-calib calibrate` (no calibration.json)"
+        )
     run = load_run(run_dir)
     st = run.settings
     use = list(heads) if heads else list(run.heads)
     for h in use:
         if h not in run.heads:
-            raise InputError(f"the run in {run_dir} has no `{h}` head (it has: {', '.join(run.heads)})")
+            raise InputError(
+                f"the run in {run_dir} has no `{h}` head (it has: {', '.join(run.heads)})"
+            )
         if run.head(h).calibrator is None:
-            raise InputError(f"the run in {run_dir} has no calibrator for the {h} head: nothing to check")
+            raise InputError(
+                f"the run in {run_dir} has no calibrator for the {h} head: nothing to check"
+            )
         if run.head(h).eval is None or not st.eval_split:
-            raise InputError(f"the run in {run_dir} has no eval figures for the {h} head to compare against")
+            raise InputError(
+                f"the run in {run_dir} has no eval figures for the {h} head to compare against"
+            )
     calibrators = {h: calibrator_of(run.head(h).calibrator) for h in use}
     head = use[0] if len(use) == 1 else "both"
-    s = Settings.from_recorded(st, head=head, n_boot=n_boot or st.bootstrap.n_boot, limit=limit, device=device,
-                               batch=batch, boxes=None if boxes is None else str(boxes), progress=progress,
-                               coco_gt=None)
+    s = Settings.from_recorded(
+        st,
+        head=head,
+        n_boot=n_boot or st.bootstrap.n_boot,
+        limit=limit,
+        device=device,
+        batch=batch,
+        boxes=None if boxes is None else str(boxes),
+        progress=progress,
+        coco_gt=None,
+    )
     if run.result.ensemble is not None:
         if detections is not None:
-            raise InputError(f"the run in {run_dir} is an ensemble: its members are its detector, so `detections` "
-                             "cannot replace them")
+            raise InputError(
+                f"the run in {run_dir} is an ensemble: its members are its detector, so "
+                "`detections` "
+                "cannot replace them"
+            )
         return _ensemble_job(run_dir, run, s, use, calibrators, model=model, data=data, boxes=boxes)
     if detections is not None or model is None:
         job = _detections_job(run_dir, run, s, use, calibrators, data=data, detections=detections)
@@ -138,9 +195,13 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
             return job
     model_path = Path(model) if model is not None else Path(run.result.model)
     if not model_path.exists():
-        raise InputError(f"model not found: {model_path}" + ("" if model is not None else
-                                                              " (the run's model; give another with `model`)"))
-    exported = is_export(model_path)  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
+        raise InputError(
+            f"model not found: {model_path}"
+            + ("" if model is not None else " (the run's model; give another with `model`)")
+        )
+    exported = is_export(
+        model_path
+    )  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
     yolo = load_export(model_path) if exported else load_detector(model_path)
     names = [yolo.names[i] for i in sorted(yolo.names)]
     check_class_names(names, run.class_names, data_path=run_dir / "calibration.json")
@@ -149,63 +210,104 @@ def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads
     missing = [h for h in use if h not in (yolo.heads if exported else available_heads(yolo))]
     if missing:
         raise InputError(f"the model {model_path} has no `{missing[0]}` head")
-    inputs = Inputs(model_path, data.yaml_path if data is not None else Path(), yolo, data, use,
-                     st.imgsz or s.imgsz or 640, matching=run.result.matching)  # new boxes labelled as the run's
+    inputs = Inputs(
+        model_path,
+        data.yaml_path if data is not None else Path(),
+        yolo,
+        data,
+        use,
+        st.imgsz or s.imgsz or 640,
+        matching=run.result.matching,
+    )  # new boxes labelled as the run's
     return _Job(run, s, inputs, calibrators, float(min(st.conf_thresholds)))
 
 
-def _detections_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
-                    data: Dataset | None, detections: str | Path | None) -> _Job | None:
+def _detections_job(
+    run_dir: Path,
+    run: Any,
+    s: Any,
+    use: list[str],
+    calibrators: dict[str, LogitCalibrator],
+    *,
+    data: _Dataset | None,
+    detections: str | Path | None,
+) -> _Job | None:
     """The check of a file of the new images' detections (no model run); None where the run's model
     captures them. A run calibrated from a file has no model: it is checked on a file."""
-    from det_calib.data.ground_truth import check_class_names
-    from det_calib.job.detections import check_detections_inputs, detections_source
 
     if detections is None:
         source = detections_source(run_dir)
         if source is None:
             return None
-        raise InputError(f"the run in {run_dir} was calibrated from a file of detections ({source}), not a model: "
-                         "check it on a file of the new images' detections with `detections` (docs/detections.md)")
+        raise InputError(
+            f"the run in {run_dir} was calibrated from a file of detections ({source}), not a "
+            "model: "
+            "check it on a file of the new images' detections with `detections` "
+            "(docs/detections.md)"
+        )
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
     inputs = check_detections_inputs(run, detections, use, data)
-    return _Job(run, s, inputs, calibrators, float(min(run.settings.conf_thresholds)), detections=Path(detections))
+    return _Job(
+        run,
+        s,
+        inputs,
+        calibrators,
+        float(min(run.settings.conf_thresholds)),
+        detections=Path(detections),
+    )
 
 
-def _ensemble_job(run_dir: Path, run: Any, s: Any, use: list[str], calibrators: dict[str, LogitCalibrator], *,
-                  model: str | Path | None, data: Dataset | None, boxes: str | Path | None) -> _Job:
+def _ensemble_job(
+    run_dir: Path,
+    run: Any,
+    s: Any,
+    use: list[str],
+    calibrators: dict[str, LogitCalibrator],
+    *,
+    model: str | Path | None,
+    data: _Dataset | None,
+    boxes: str | Path | None,
+) -> _Job:
     """The check of an ensemble run: its members opened as the run recorded them (each checked
     against its fingerprint), the new images fused as the run fused its own."""
-    from det_calib.data.ground_truth import check_class_names
-    from det_calib.ensemble.ensemble_job import capture_workers
-    from det_calib.ensemble.ensemble_model import load_ensemble
-    from det_calib.job.inputs import Inputs
 
     if model is not None:
-        raise InputError(f"the run in {run_dir} is an ensemble: its members are its detector, so `model` cannot "
-                         "replace them")
+        raise InputError(
+            f"the run in {run_dir} is an ensemble: its members are its detector, so `model` cannot "
+            "replace them"
+        )
     if boxes is not None:
-        raise InputError(f"the run in {run_dir} is an ensemble: `boxes` reuse is not supported for it (its members "
-                         "are captured and fused)")
+        raise InputError(
+            f"the run in {run_dir} is an ensemble: `boxes` reuse is not supported for it (its "
+            "members "
+            "are captured and fused)"
+        )
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
     ens = load_ensemble(run_dir, device=s.device, workers=capture_workers(s.device))
     first = Path(run.result.ensemble.members[0].path)
-    inputs = Inputs(first, data.yaml_path if data is not None else Path(), None, data, use,
-                    run.settings.imgsz or s.imgsz or 640)
+    inputs = Inputs(
+        first,
+        data.yaml_path if data is not None else Path(),
+        None,
+        data,
+        use,
+        run.settings.imgsz or s.imgsz or 640,
+    )
     return _Job(run, s, inputs, calibrators, float(min(run.settings.conf_thresholds)), ens)
 
 
 def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     """Ground-truth boxes per image of the run's eval split (the run's images, in order), or None
     with the reason when the run's data cannot be read back as it was."""
-    from det_calib.data.ground_truth import EVAL_HALF, half_split, load_data_yaml
 
     r = job.run.result
     ev = r.head(job.inputs.heads[0]).eval
     name = r.settings.eval_split
-    load = functools.partial(_task_split, job, match="box")  # the boxes alone, read as the run's task reads them
+    load = functools.partial(
+        _task_split, job, match="box"
+    )  # the boxes alone, read as the run's task reads them
     try:
         if name.endswith(EVAL_HALF):  # one split halved by image (seeded): the same half again
             whole = load(load_data_yaml(r.data), name.removesuffix(EVAL_HALF))
@@ -217,24 +319,42 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     if len(sp.images) != ev.images or len(sp.gt.filter(~pl.col("crowd"))) != ev.n_gt:
         return None, "the run's eval split has changed since the run"
     g = sp.gt.filter(~pl.col("crowd"))
-    return np.bincount(g["image_id"].to_numpy().astype(np.int64), minlength=len(sp.images)).astype(float), None
+    return np.bincount(g["image_id"].to_numpy().astype(np.int64), minlength=len(sp.images)).astype(
+        float
+    ), None
 
 
 def _then_boxes(job: _Job, head: str) -> BoxView:
     """The run's own eval boxes of ``head`` under the scores it wrote (its ``calibrated`` column)."""
-    view = BoxView.from_boxes(job.run.boxes, head=head, split=job.run.settings.eval_split, geometry=False)
+    view = BoxView.from_boxes(
+        job.run.boxes, head=head, split=job.run.settings.eval_split, geometry=False
+    )
     return view.scored(job.calibrators[head], recorded=True)
 
 
-def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_then: np.ndarray | None,
-                   *, alpha: float, min_boxes: int) -> HeadCheck:
-    from det_calib.evaluation.map_check import coco_maps
+def _labelled_head(
+    job: _Job,
+    head: str,
+    boxes: pl.DataFrame,
+    split: Any,
+    gt_then: np.ndarray | None,
+    *,
+    alpha: float,
+    min_boxes: int,
+) -> HeadCheck:
 
     s, conf, rec = job.settings, job.conf, job.run.head(head)
     view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
     scored = view.scored(job.calibrators[head], recorded=True)
-    op = OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
-                         n_boot=s.n_boot, seed=s.seed)
+    op = OperatingPoints(
+        view,
+        split.gt,
+        conf=tuple(s.conf),
+        ece_bins=s.ece_bins,
+        laece_bins=s.laece_bins,
+        n_boot=s.n_boot,
+        seed=s.seed,
+    )
     operating = op.operating(scored)
     kept, then = scored.kept(conf), _then_boxes(job, head).kept(conf)
     gt = split.gt.filter(~pl.col("crowd"))
@@ -242,19 +362,58 @@ def _labelled_head(job: _Job, head: str, boxes: pl.DataFrame, split: Any, gt_the
     names = list(job.run.class_names)
     ev = rec.eval
     gt_then_cls = (job.run.result.gt_counts or {}).get(job.run.settings.eval_split) or []
-    m = coco_maps(boxes, split.gt, split.sizes, [boxes["calibrated"].to_numpy().astype(np.float64)],
-                  max_dets=s.max_det, engine=s.map_engine)[0] if boxes.height else {"map50": 0.0, "map50_95": 0.0}
-    lc = labelled_checks(kept, then, conf=conf, names=names, gt_now=np.bincount(gt["image_id"].to_numpy().astype(
-        np.int64), minlength=n_img)[:n_img].astype(float), gt_cls_now=gt["cls"].to_numpy(), gt_then=gt_then,
-        gt_cls_then=gt_then_cls, n_gt_then=int(ev.n_gt or 0), n_img_then=int(ev.images or 0), alpha=alpha,
-        min_boxes=min_boxes, ece_bins=s.ece_bins, image_names=_image_names(boxes),
-        maps={"map50": m["map50"], "map50_then": ev.map50_after, "map50_95": m["map50_95"],
-              "map50_95_then": ev.map50_95_after})
-    return HeadCheck(head=head, method=rec.calibrator.method, split=split.name, calibration=lc.calibration,
-                     detection=lc.detection, operating=operating, operating_then=list(ev.operating_after),
-                     per_class=lc.per_class, calibration_verdict=lc.calibration_verdict,
-                     detection_verdict=lc.detection_verdict, calibration_line=lc.calibration_line,
-                     detection_line=lc.detection_line, by_size=size_figures(op, scored), crowded=lc.crowded)
+    m = (
+        coco_maps(
+            boxes,
+            split.gt,
+            split.sizes,
+            [boxes["calibrated"].to_numpy().astype(np.float64)],
+            max_dets=s.max_det,
+            engine=s.map_engine,
+        )[0]
+        if boxes.height
+        else {"map50": 0.0, "map50_95": 0.0}
+    )
+    lc = labelled_checks(
+        kept,
+        then,
+        conf=conf,
+        names=names,
+        gt_now=np.bincount(gt["image_id"].to_numpy().astype(np.int64), minlength=n_img)[
+            :n_img
+        ].astype(float),
+        gt_cls_now=gt["cls"].to_numpy(),
+        gt_then=gt_then,
+        gt_cls_then=gt_then_cls,
+        n_gt_then=int(ev.n_gt or 0),
+        n_img_then=int(ev.images or 0),
+        alpha=alpha,
+        min_boxes=min_boxes,
+        ece_bins=s.ece_bins,
+        image_names=_image_names(boxes),
+        maps={
+            "map50": m["map50"],
+            "map50_then": ev.map50_after,
+            "map50_95": m["map50_95"],
+            "map50_95_then": ev.map50_95_after,
+        },
+    )
+    return HeadCheck(
+        head=head,
+        method=rec.calibrator.method,
+        split=split.name,
+        calibration=lc.calibration,
+        detection=lc.detection,
+        operating=operating,
+        operating_then=list(ev.operating_after),
+        per_class=lc.per_class,
+        calibration_verdict=lc.calibration_verdict,
+        detection_verdict=lc.detection_verdict,
+        calibration_line=lc.calibration_line,
+        detection_line=lc.detection_line,
+        by_size=size_figures(op, scored),
+        crowded=lc.crowded,
+    )
 
 
 def _image_names(boxes: pl.DataFrame) -> dict[int, str]:
@@ -262,23 +421,27 @@ def _image_names(boxes: pl.DataFrame) -> dict[int, str]:
     if "image" not in boxes.columns or not boxes.height:
         return {}
     u = boxes.select("image_id", "image").unique("image_id")
-    return {int(i): Path(str(n)).name for i, n in zip(u["image_id"].to_list(), u["image"].to_list())}
+    return {
+        int(i): Path(str(n)).name for i, n in zip(u["image_id"].to_list(), u["image"].to_list())
+    }
 
 
 def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
     """Head -> the raw capture of ``split`` (or the reused boxes), one pass serving every head."""
-    from det_calib.job.capturing import BoxSource
 
     if job.detections is not None:
-        from det_calib.job.detections import read_check_detections
-
         head = job.inputs.heads[0]  # read inside the check's `figures` stage, as a capture is
-        table, job.read = read_check_detections(job.detections, split, job.inputs, job.run.class_names,
-                                                job.calibrators[head], job.run.head(head).calibrator.method, job.conf)
+        table, job.read = read_check_detections(
+            job.detections,
+            split,
+            job.inputs,
+            job.run.class_names,
+            job.calibrators[head],
+            job.run.head(head).calibrator.method,
+            job.conf,
+        )
         return {head: table}
     if job.ensemble is not None:
-        from det_calib.ensemble.ensemble_model import capture_fused
-
         return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
     return BoxSource(job.inputs, [split], job.settings).boxes(split)
 
@@ -286,25 +449,57 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 def _with_calibrated(job: _Job, head: str, raw: pl.DataFrame, split: Any | None) -> pl.DataFrame:
     """The new boxes matched to ``split``'s ground truth by the run's rule (box or mask IoU; None:
     unlabelled, not matched), with the run's deployed conf in ``calibrated``."""
-    from det_calib.tasks.match_rule import match_split
 
     s = job.settings
-    b = match_split(raw, split, job.inputs.matching, iou=s.iou, loc_iou=s.loc_iou) if split is not None else raw
+    b = (
+        match_split(raw, split, job.inputs.matching, iou=s.iou, loc_iou=s.loc_iou)
+        if split is not None
+        else raw
+    )
     return with_calibrated(b, job.calibrators[head])
 
 
-def _unlabelled_head(job: _Job, head: str, boxes: pl.DataFrame, n_img: int, *, alpha: float, n_perm: int,
-                     min_boxes: int) -> HeadShift:
+def _unlabelled_head(
+    job: _Job,
+    head: str,
+    boxes: pl.DataFrame,
+    n_img: int,
+    *,
+    alpha: float,
+    n_perm: int,
+    min_boxes: int,
+) -> HeadShift:
     conf, nc = job.conf, len(job.run.class_names)
     n_then = int(job.run.head(head).eval.images or 0)
-    now = BoxView.from_boxes(boxes, geometry=False).scored(job.calibrators[head], recorded=True).kept(conf)
+    now = (
+        BoxView.from_boxes(boxes, geometry=False)
+        .scored(job.calibrators[head], recorded=True)
+        .kept(conf)
+    )
     then = _then_boxes(job, head).kept(conf)
-    t, verdict, line = shift_check(then, now, n_img_then=n_then, n_img=n_img, n_classes=nc, conf=conf, alpha=alpha,
-                                   n_perm=n_perm, min_boxes=min_boxes, seed=job.settings.seed)
+    t, verdict, line = shift_check(
+        then,
+        now,
+        n_img_then=n_then,
+        n_img=n_img,
+        n_classes=nc,
+        conf=conf,
+        alpha=alpha,
+        n_perm=n_perm,
+        min_boxes=min_boxes,
+        seed=job.settings.seed,
+    )
     counts = np.bincount(now.cls, minlength=nc)[:nc].tolist()
     counts_then = np.bincount(then.cls, minlength=nc)[:nc].tolist()
-    return HeadShift(head=head, method=job.run.head(head).calibrator.method, tests=t, class_counts=counts,
-                     class_counts_then=counts_then, verdict=verdict, line=line)
+    return HeadShift(
+        head=head,
+        method=job.run.head(head).calibrator.method,
+        tests=t,
+        class_counts=counts,
+        class_counts_then=counts_then,
+        verdict=verdict,
+        line=line,
+    )
 
 
 def _label(data: Path | None, split: str | None, images: Path | None) -> str:
@@ -314,8 +509,13 @@ def _label(data: Path | None, split: str | None, images: Path | None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
-def default_out(run_dir: str | Path, *, data: str | Path | None = None, split: str | None = None,
-                images: str | Path | None = None) -> Path:
+def _default_out(
+    run_dir: str | Path,
+    *,
+    data: str | Path | None = None,
+    split: str | None = None,
+    images: str | Path | None = None,
+) -> Path:
     """The default output folder: ``RUN/check-<data stem>-<split>`` or ``RUN/check-images-<folder name>``.
 
     >>> default_out("runs/a", data="x/new.yaml", split="test").as_posix()
@@ -328,41 +528,68 @@ def default_out(run_dir: str | Path, *, data: str | Path | None = None, split: s
 def _choose_split(ds: Any, split: str | None) -> str:
     if split is not None:
         if split not in ds.splits:
-            raise InputError(f"split `{split}` not in {ds.yaml_path} (splits: {sorted(ds.splits)})", param="split")
+            raise InputError(
+                f"split `{split}` not in {ds.yaml_path} (splits: {sorted(ds.splits)})",
+                param="split",
+            )
         return split
     for name in ("test", "val"):
         if name in ds.splits:
             return name
     if len(ds.splits) == 1:
         return next(iter(ds.splits))
-    raise InputError(f"{ds.yaml_path} has several splits and no `test` or `val`: name one with `split`")
+    raise InputError(
+        f"{ds.yaml_path} has several splits and no `test` or `val`: name one with `split`"
+    )
 
 
 def _image_split(images: Path, limit: int | None) -> Any:
-    from det_calib.data.ground_truth import GT_SCHEMA, Split, image_sizes, image_suffixes
 
     if not images.is_dir():
         raise InputError(f"`images` {images} is not a folder")
     files = sorted(p for p in images.rglob("*") if p.suffix.lower() in image_suffixes())
     if not files:
-        raise InputError(f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})")
+        raise InputError(
+            f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})"
+        )
     files = files[:limit] if limit else files
     files, sizes, corrupt = image_sizes(files)
     if not files:
         raise InputError(f"no readable images in {images} ({len(corrupt)} unreadable)")
-    return Split(name="images", images=files, sizes=sizes, gt=pl.DataFrame(schema=GT_SCHEMA), corrupt=corrupt,
-                 root=images)
+    return Split(
+        name="images",
+        images=files,
+        sizes=sizes,
+        gt=pl.DataFrame(schema=GT_SCHEMA),
+        corrupt=corrupt,
+        root=images,
+    )
 
 
-Dataset = Any
+_Dataset = Any
 
 
-def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str | None = None,
-              images: str | Path | None = None, model: str | Path | None = None, boxes: str | Path | None = None,
-              detections: str | Path | None = None, heads: list[str] | None = None, out: str | Path | None = None,
-              limit: int | None = None, alpha: float = 0.05, min_boxes: int = 30, n_boot: int | None = None,
-              n_perm: int = 999, device: str | None = None, batch: int = 1, progress: bool = True,
-              report: bool = True) -> tuple[CheckResult, Path]:
+def check_run(
+    run_dir: str | Path,
+    *,
+    data: str | Path | None = None,
+    split: str | None = None,
+    images: str | Path | None = None,
+    model: str | Path | None = None,
+    boxes: str | Path | None = None,
+    detections: str | Path | None = None,
+    heads: list[str] | None = None,
+    out: str | Path | None = None,
+    limit: int | None = None,
+    alpha: float = 0.05,
+    min_boxes: int = 30,
+    n_boot: int | None = None,
+    n_perm: int = 999,
+    device: str | None = None,
+    batch: int = 1,
+    progress: bool = True,
+    report: bool = True,
+) -> tuple[CheckResult, Path]:
     """Check a run's calibration on new images; write ``check.json``, the report and the boxes.
 
     Args:
@@ -393,49 +620,89 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     Raises:
         InputError: Not a run folder, no calibrator, other class names, no images, bad options.
     """
-    from det_calib.io import check_output_dir
-    from det_calib.job import clock
-    from det_calib.job.capturing import startup_imports
 
     clock.begin()
     with clock.stage("data check"):
         _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
         run_dir = Path(run_dir)
         ds, split = _labelled_data(data, split)
-        out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
+        out_dir = (
+            Path(out)
+            if out is not None
+            else _default_out(run_dir, data=data, split=split, images=images)
+        )
         check_output_dir(out_dir)
     with clock.stage("model load"):  # the run's record, calibrators and detector
         if not boxes and not detections:
             startup_imports()
-        job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
-                   progress=progress, n_boot=n_boot, detections=detections)
-    result = _new_result(job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes))
+        job = _job(
+            run_dir,
+            model=model,
+            data=ds,
+            heads=heads,
+            limit=limit,
+            device=device,
+            batch=batch,
+            boxes=boxes,
+            progress=progress,
+            n_boot=n_boot,
+            detections=detections,
+        )
+    result = _new_result(
+        job, run_dir, labelled=ds is not None, alpha=alpha, min_boxes=int(min_boxes)
+    )
     with clock.stage("figures"):  # the tests; the capture inside charges its own stage
-        tables = _check_tables(result, job, data, ds, split, images, limit, alpha=alpha, min_boxes=int(min_boxes),
-                               n_perm=int(n_perm))
-    result.exit_code = exit_code(result.calibration_verdict, result.detection_verdict, result.shift_verdict)
+        tables = _check_tables(
+            result,
+            job,
+            data,
+            ds,
+            split,
+            images,
+            limit,
+            alpha=alpha,
+            min_boxes=int(min_boxes),
+            n_perm=int(n_perm),
+        )
+    result.exit_code = exit_code(
+        result.calibration_verdict, result.detection_verdict, result.shift_verdict
+    )
     _write_check(out_dir, result, tables, job, report=report)
     return result, out_dir
 
 
-def _check_tables(result: CheckResult, job: _Job, data: Any, ds: Dataset | None, split: str | None, images: Any,
-                  limit: int | None, *, alpha: float, min_boxes: int, n_perm: int) -> dict[str, pl.DataFrame]:
+def _check_tables(
+    result: CheckResult,
+    job: _Job,
+    data: Any,
+    ds: _Dataset | None,
+    split: str | None,
+    images: Any,
+    limit: int | None,
+    *,
+    alpha: float,
+    min_boxes: int,
+    n_perm: int,
+) -> dict[str, pl.DataFrame]:
     """The labelled or the unlabelled check, into ``result``; the new boxes per head."""
     if ds is not None:
         result.data, result.split = str(Path(data).resolve()), split
         tables = _check_labelled(result, job, ds, split, limit, alpha=alpha, min_boxes=min_boxes)
     else:
         result.images = str(Path(images).resolve())
-        tables = _check_unlabelled(result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm)
-    result.detections = job.read.to_dict() if job.read is not None else None  # what a file of detections held
+        tables = _check_unlabelled(
+            result, job, Path(images), limit, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm
+        )
+    result.detections = (
+        job.read.to_dict() if job.read is not None else None
+    )  # what a file of detections held
     return tables
 
 
-def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool
-                 ) -> None:
+def _write_check(
+    out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFrame], job: _Job, *, report: bool
+) -> None:
     """``check.json``, the new boxes and (``report``) the page, swapped in whole."""
-    from det_calib.data.box_table import write_boxes
-    from det_calib.job import clock
 
     new_boxes = pl.concat(list(tables.values()), how="diagonal_relaxed")
     with clock.output_folder(out_dir) as stage:
@@ -449,9 +716,10 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
         result.write(stage / CHECK_FILE)  # once, last
 
 
-def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset | None, str | None]:
+def _labelled_data(
+    data: str | Path | None, split: str | None
+) -> tuple[_Dataset | None, str | None]:
     """The labelled new images' data.yaml read and the split chosen in it; ``(None, None)`` without."""
-    from det_calib.data.ground_truth import load_data_yaml
 
     if data is None:
         return None, None
@@ -459,69 +727,119 @@ def _labelled_data(data: str | Path | None, split: str | None) -> tuple[Dataset 
     return ds, _choose_split(ds, split)
 
 
-def _new_result(job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_boxes: int) -> CheckResult:
-    return CheckResult(kind="labelled" if labelled else "unlabelled", run=str(run_dir.resolve()),
-                       model=job.model_text, reference_split=job.run.settings.eval_split,
-                       conf=job.conf, alpha=alpha, min_boxes=min_boxes, heads=list(job.inputs.heads),
-                       n_boot=job.settings.n_boot, seed=job.settings.seed, det_calib_version=package_version(),
-                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                       matching=job.inputs.matching if labelled else None)
+def _new_result(
+    job: _Job, run_dir: Path, *, labelled: bool, alpha: float, min_boxes: int
+) -> CheckResult:
+    return CheckResult(
+        kind="labelled" if labelled else "unlabelled",
+        run=str(run_dir.resolve()),
+        model=job.model_text,
+        reference_split=job.run.settings.eval_split,
+        conf=job.conf,
+        alpha=alpha,
+        min_boxes=min_boxes,
+        heads=list(job.inputs.heads),
+        n_boot=job.settings.n_boot,
+        seed=job.settings.seed,
+        det_calib_version=package_version(),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        matching=job.inputs.matching if labelled else None,
+    )
 
 
 def _check_sources(*, model: Any, boxes: Any, detections: Any) -> None:
     """``detections`` replaces the capture: no ``model`` runs and no boxes are reused beside it."""
     for name, v in (("model", model), ("boxes", boxes)):
         if detections is not None and v is not None:
-            raise InputError(f"`{name}` and `detections` exclude each other: the file's boxes are the new images' "
-                             "boxes (no model is run)")
+            raise InputError(
+                f"`{name}` and `detections` exclude each other: the file's boxes are the new "
+                "images' "
+                "boxes (no model is run)"
+            )
 
 
-def _check_options(data: Any, images: Any, *, alpha: float, min_boxes: int, n_perm: int, limit: int | None
-                   ) -> None:
+def _check_options(
+    data: Any, images: Any, *, alpha: float, min_boxes: int, n_perm: int, limit: int | None
+) -> None:
     if (data is None) == (images is None):
-        raise InputError("give exactly one of `data` (labelled new images) and `images` (a folder of unlabelled ones)")
+        raise InputError(
+            "give exactly one of `data` (labelled new images) and `images` (a folder of unlabelled "
+            "ones)"
+        )
     if not 0 < alpha < 1:
         raise InputError(f"Expected `alpha` in (0, 1), but got {alpha}", param="alpha")
     for name, v in (("min_boxes", min_boxes), ("n_perm", n_perm)):
         if int(v) < 1:
-            raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {v}", param=name)
+            raise InputError(
+                f"Expected `{name}` to be an integer larger than 0, but got {v}", param=name
+            )
     if limit is not None and limit < 1:
-        raise InputError(f"Expected `limit` to be an integer larger than 0, but got {limit}", param="limit")
+        raise InputError(
+            f"Expected `limit` to be an integer larger than 0, but got {limit}", param="limit"
+        )
 
 
-def _check_labelled(result: CheckResult, job: _Job, ds: Any, split: str, limit: int | None, *, alpha: float,
-                    min_boxes: int) -> dict[str, pl.DataFrame]:
+def _check_labelled(
+    result: CheckResult,
+    job: _Job,
+    ds: Any,
+    split: str,
+    limit: int | None,
+    *,
+    alpha: float,
+    min_boxes: int,
+) -> dict[str, pl.DataFrame]:
     """Every head's labelled check into ``result`` (and its two verdicts); head -> the new boxes."""
     sp, tables = _labelled_boxes(job, ds, split, limit)
     gt_then, why = _eval_split_gt(job)
     if why:
-        log.warning("%s: recall on it is tested with its binomial variance", why)
+        _log.warning("%s: recall on it is tested with its binomial variance", why)
     for h, t in tables.items():
-        result.labelled[h] = _labelled_head(job, h, t, sp, gt_then, alpha=alpha, min_boxes=min_boxes)
-    result.calibration_verdict = worst([c.calibration_verdict for c in result.labelled.values()],
-                                        (HOLDS, TOO_FEW, DRIFTED))
-    result.detection_verdict = worst([c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED))
+        result.labelled[h] = _labelled_head(
+            job, h, t, sp, gt_then, alpha=alpha, min_boxes=min_boxes
+        )
+    result.calibration_verdict = worst(
+        [c.calibration_verdict for c in result.labelled.values()], (HOLDS, TOO_FEW, DRIFTED)
+    )
+    result.detection_verdict = worst(
+        [c.detection_verdict for c in result.labelled.values()], (HOLDS, CHANGED)
+    )
     return tables
 
 
-def _check_unlabelled(result: CheckResult, job: _Job, images: Path, limit: int | None, *, alpha: float,
-                      min_boxes: int, n_perm: int) -> dict[str, pl.DataFrame]:
+def _check_unlabelled(
+    result: CheckResult,
+    job: _Job,
+    images: Path,
+    limit: int | None,
+    *,
+    alpha: float,
+    min_boxes: int,
+    n_perm: int,
+) -> dict[str, pl.DataFrame]:
     """Every head's label-free check into ``result`` (and the shift verdict); head -> the new boxes."""
     sp = _image_split(images, limit)
     raw = _capture_unlabelled(job, sp)
     tables = {h: _with_calibrated(job, h, raw[h], None) for h in job.inputs.heads}
     for h, t in tables.items():
-        result.unlabelled[h] = _unlabelled_head(job, h, t, len(sp.images), alpha=alpha, n_perm=n_perm,
-                                                min_boxes=min_boxes)
-    result.shift_verdict = worst([u.verdict for u in result.unlabelled.values()], (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED))
+        result.unlabelled[h] = _unlabelled_head(
+            job, h, t, len(sp.images), alpha=alpha, n_perm=n_perm, min_boxes=min_boxes
+        )
+    result.shift_verdict = worst(
+        [u.verdict for u in result.unlabelled.values()], (NO_SHIFT, TOO_FEW_IMAGES, SHIFTED)
+    )
     return tables
 
 
-def _labelled_boxes(job: _Job, ds: Any, split: str, limit: int | None) -> tuple[Any, dict[str, pl.DataFrame]]:
+def _labelled_boxes(
+    job: _Job, ds: Any, split: str, limit: int | None
+) -> tuple[Any, dict[str, pl.DataFrame]]:
     sp = _labelled_split(job, ds, split, limit)
     if sp.gt.filter(~pl.col("crowd")).height == 0:
-        raise InputError(f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
-                         "(label-free) instead")
+        raise InputError(
+            f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
+            "(label-free) instead"
+        )
     raw = _capture(job, sp)
     return sp, {h: _with_calibrated(job, h, raw[h], sp) for h in job.inputs.heads}
 
@@ -530,7 +848,6 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     """The new labelled split, read for the run's model and rule (:func:`_task_split`): with its masks where
     the run matched by mask IoU (keypoints for OKS, rotated boxes for rotated IoU), which the new labels must
     then allow (the calibrator maps conf to the chance of a match by that rule)."""
-    from det_calib.tasks import get_task
 
     rule = job.inputs.matching
     by = rule.by if rule is not None else "box"
@@ -540,22 +857,39 @@ def _labelled_split(job: _Job, ds: Any, split: str, limit: int | None) -> Any:
     sp = None if lacking else _task_split(job, ds, split, match=by, limit=limit)
     if own and (lacking or task.lacks_payload(sp)):
         what, needs = task.missing_words
-        raise InputError(f"the run matched boxes by {rule.measure}, but split `{split}` of {ds.yaml_path} has {what} "
-                         f"(box-only labels): check it on {needs}, or check a run calibrated with --match box")
+        raise InputError(
+            f"the run matched boxes by {rule.measure}, but split `{split}` of {ds.yaml_path} has "
+            f"{what} "
+            f"(box-only labels): check it on {needs}, or check a run calibrated with --match box"
+        )
     return sp
 
 
 def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None = None) -> Any:
     """``split`` of ``ds`` read for the run's model's task (:func:`~det_calib.tasks.task_splits.load_task_split`)."""
-    from det_calib.tasks.task_splits import load_task_split
 
-    return load_task_split(ds, split, task=job.inputs.task, match=match, payload_shape=job.inputs.payload_shape,
-                           limit=limit)
+    return load_task_split(
+        ds,
+        split,
+        task=job.inputs.task,
+        match=match,
+        payload_shape=job.inputs.payload_shape,
+        limit=limit,
+    )
 
 
-def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
-              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False,
-              model: str | Path | None = None) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
+def new_boxes(
+    run_dir: str | Path,
+    data: str | Path,
+    split: str | None = None,
+    *,
+    heads: list[str] | None = None,
+    limit: int | None = None,
+    device: str | None = None,
+    batch: int = 1,
+    progress: bool = False,
+    model: str | Path | None = None,
+) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
     """The labelled new images of ``data`` captured as :func:`check_run` captures them (``model``: this
     detector instead of the run's, as ``check_run``'s).
 
@@ -564,16 +898,27 @@ def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *
         :class:`~det_calib.data.ground_truth.Split`, and head -> matched boxes with the run's deployed conf in
         ``calibrated``.
     """
-    from det_calib.data.ground_truth import load_data_yaml
 
     ds = load_data_yaml(data)
-    job = _job(Path(run_dir), model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=None,
-               progress=progress, n_boot=None)
+    job = _job(
+        Path(run_dir),
+        model=model,
+        data=ds,
+        heads=heads,
+        limit=limit,
+        device=device,
+        batch=batch,
+        boxes=None,
+        progress=progress,
+        n_boot=None,
+    )
     sp, tables = _labelled_boxes(job, ds, _choose_split(ds, split), limit)
     return job.run, sp, tables
 
 
 def _capture_unlabelled(job: _Job, sp: Any) -> dict[str, pl.DataFrame]:
     if job.settings.boxes:
-        raise InputError("`boxes` works with `data` (labelled images) only: the boxes are assigned by image name")
+        raise InputError(
+            "`boxes` works with `data` (labelled images) only: the boxes are assigned by image name"
+        )
     return _capture(job, sp)

@@ -45,6 +45,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError, first_line
+from det_calib.io import atomic_path
 
 # The head vocabulary, spelled here only: every other module takes these names from here.
 Head = Literal["nms", "e2e"]
@@ -53,7 +54,10 @@ HEADS: tuple[str, ...] = get_args(Head)
 HeadChoice = Literal["auto", Head, "both"]
 """What a run calibrates: one head, ``both``, or ``auto`` (every head the model has)."""
 HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
-HEAD_LABEL: dict[str, str] = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)"}
+HEAD_LABEL: dict[str, str] = {
+    "nms": "nms (one-to-many head + NMS)",
+    "e2e": "e2e (one-to-one head, no NMS)",
+}
 """How the report names a head."""
 HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3"}
 """Head mode -> attribute of its classification branch in an Ultralytics Detect head."""
@@ -79,18 +83,21 @@ SCHEMA: dict[str, pl.DataType] = {
     "ignore": pl.Boolean,
     "loc_iou": pl.Float64,
 }
-MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
+_MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
 SEGM_COLUMN = "segm"
 """The optional column of a segment model's masks (binary RLE counts, one per box)."""
-PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, "kpts": pl.List(pl.List(pl.Float32)),
-                                          "xywhr": pl.List(pl.Float32)}
+PAYLOAD_SCHEMA: dict[str, pl.DataType] = {
+    SEGM_COLUMN: pl.Binary,
+    "kpts": pl.List(pl.List(pl.Float32)),
+    "xywhr": pl.List(pl.Float32),
+}
 """The task payload columns a capture may add after the box columns, and their types (each task's
 ``payload``, :mod:`det_calib.tasks`): a segment model's masks (``segm``); a pose model's keypoints
 (``kpts``: per box K lists ``[x, y, conf]``, ``[x, y]`` for ``kpt_shape [K, 2]``, in image pixels, float32,
 as ``Results.keypoints.data``); an OBB model's rotated boxes (``xywhr``: per box ``[cx, cy, w, h, angle]`` in
 image pixels and radians, float32, as ``Results.obb.xywhr``; the box columns then hold its axis-aligned hull,
 ``Results.obb.xyxy``)."""
-CAPTURE_COLUMNS = [c for c in SCHEMA if c not in MATCH_COLUMNS]
+CAPTURE_COLUMNS = [c for c in SCHEMA if c not in _MATCH_COLUMNS]
 
 
 def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
@@ -99,7 +106,7 @@ def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, p
     return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
-def empty_boxes() -> pl.DataFrame:
+def _empty_boxes() -> pl.DataFrame:
     """An empty box table with the full schema."""
     return pl.DataFrame(schema=SCHEMA)
 
@@ -123,7 +130,9 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
     if df.height == 0:
         return df
     if not df["head"].is_in(list(HEADS)).all():
-        raise InputError(f"box table column `head` must be one of {HEADS}, got {df['head'].unique().to_list()}")
+        raise InputError(
+            f"box table column `head` must be one of {HEADS}, got {df['head'].unique().to_list()}"
+        )
     if not np.isfinite(df.select("x1", "y1", "x2", "y2").to_numpy()).all():
         raise InputError("box table has non-finite box coordinates")
     if ((df["img_w"] <= 0) | (df["img_h"] <= 0)).any():
@@ -174,7 +183,6 @@ def read_boxes(path: str | Path, *, matched: bool | None = None) -> pl.DataFrame
 
 def write_boxes(df: pl.DataFrame, path: str | Path) -> Path:
     """Write a box table to Parquet atomically (temporary file, then rename)."""
-    from det_calib.io import atomic_path
 
     path = Path(path)
     with atomic_path(path) as tmp:

@@ -37,10 +37,10 @@ from det_calib.numeric import logit, sigmoid
 
 __all__ = ["BoxView", "kept_mask", "usable_index", "usable_rows", "with_calibrated"]
 
-BOX_COLUMNS = ("x1", "y1", "x2", "y2")
-SIZE_COLUMNS = (*BOX_COLUMNS, "img_w", "img_h")
+_BOX_COLUMNS = ("x1", "y1", "x2", "y2")
+_SIZE_COLUMNS = (*_BOX_COLUMNS, "img_w", "img_h")
 """The columns a box's relative size is read from (:attr:`BoxView.log_area`)."""
-MATCH_ONLY = ("ignore", "iou", "loc_iou")
+_MATCH_ONLY = ("ignore", "iou", "loc_iou")
 """Columns matching fills besides ``correct`` (a captured, unmatched table has none of them)."""
 
 
@@ -53,8 +53,14 @@ def kept_mask(conf: Any, threshold: float) -> np.ndarray:
     return np.asarray(conf) > threshold
 
 
-def usable_rows(boxes: Any, *, head: str | None = None, split: str | None = None, ignore: bool = True,
-                columns: Iterable[str] | None = None) -> Any:
+def usable_rows(
+    boxes: Any,
+    *,
+    head: str | None = None,
+    split: str | None = None,
+    ignore: bool = True,
+    columns: Iterable[str] | None = None,
+) -> Any:
     """The rows of a box table (a DataFrame or a LazyFrame) of ``head`` and ``split`` (None: any) that
     evaluation uses: with ``ignore``, not matched to a crowd annotation (where the table says).
     ``columns``: the table's columns (default ``boxes.columns``)."""
@@ -76,7 +82,7 @@ def usable_index(boxes: pl.DataFrame) -> np.ndarray:
 
 
 def _log_area(df: pl.DataFrame) -> np.ndarray:
-    xyxy = np.column_stack([_array(df, c, np.float64) for c in BOX_COLUMNS])
+    xyxy = np.column_stack([_array(df, c, np.float64) for c in _BOX_COLUMNS])
     return log_area(xyxy, _array(df, "img_w", np.float64), _array(df, "img_h", np.float64))
 
 
@@ -134,21 +140,42 @@ class BoxView:
             object.__setattr__(self, "raw_conf", self.conf)
         for name, a in self._arrays().items():
             if a is not None and (np.ndim(a) == 0 or len(a) != n):
-                raise InputError(f"BoxView: `{name}` has shape {np.shape(a)}, expected ({n}, ...) like `conf`")
+                raise InputError(
+                    f"BoxView: `{name}` has shape {np.shape(a)}, expected ({n}, ...) like `conf`"
+                )
         if self.xyxy is not None and (self.xyxy.ndim != 2 or self.xyxy.shape[1] != 4):
             raise InputError(f"BoxView: `xyxy` has shape {self.xyxy.shape}, expected ({n}, 4)")
 
     def _arrays(self) -> dict[str, np.ndarray | None]:
-        return {"logit": self.logit, "conf": self.conf, "correct": self.correct, "cls": self.cls,
-                "image_id": self.image_id, "iou": self.iou, "loc_iou": self.loc_iou, "xyxy": self.xyxy,
-                "log_area": self.log_area, "raw_logit": self.raw_logit, "raw_conf": self.raw_conf, **self.extra}
+        return {
+            "logit": self.logit,
+            "conf": self.conf,
+            "correct": self.correct,
+            "cls": self.cls,
+            "image_id": self.image_id,
+            "iou": self.iou,
+            "loc_iou": self.loc_iou,
+            "xyxy": self.xyxy,
+            "log_area": self.log_area,
+            "raw_logit": self.raw_logit,
+            "raw_conf": self.raw_conf,
+            **self.extra,
+        }
 
     # building -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_boxes(cls, boxes: pl.DataFrame, *, head: str | None = None, split: str | None = None,
-                   extra: Iterable[str] = (), geometry: bool = True, ignore: bool = True,
-                   conf: Any = None) -> BoxView:
+    def from_boxes(
+        cls,
+        boxes: pl.DataFrame,
+        *,
+        head: str | None = None,
+        split: str | None = None,
+        extra: Iterable[str] = (),
+        geometry: bool = True,
+        ignore: bool = True,
+        conf: Any = None,
+    ) -> BoxView:
         """The view of a box table's rows of ``head`` and ``split`` (each None: every row).
 
         Args:
@@ -167,25 +194,40 @@ class BoxView:
         """
         if conf is not None:
             if head is not None or split is not None or (ignore and "ignore" in boxes.columns):
-                raise InputError("BoxView.from_boxes: `conf` given apart needs the table's rows as they are "
-                                 "(head=None, split=None, ignore=False)")
+                raise InputError(
+                    "BoxView.from_boxes: `conf` given apart needs the table's rows as they are "
+                    "(head=None, split=None, ignore=False)"
+                )
             conf = np.asarray(conf, dtype=np.float64).reshape(-1)
             if conf.shape != (boxes.height,):
-                raise InputError(f"Expected `conf` of length {boxes.height}, but got {conf.shape[0]}")
+                raise InputError(
+                    f"Expected `conf` of length {boxes.height}, but got {conf.shape[0]}"
+                )
         want = ["logit", "conf", "correct", "cls", "image_id", "ignore"]
         if geometry:
-            want += ["iou", "loc_iou", *BOX_COLUMNS]
-        more = [c for c in dict.fromkeys([*extra, "calibrated"]) if c in boxes.columns and c not in want]
-        sized = set(SIZE_COLUMNS) <= set(boxes.columns)
+            want += ["iou", "loc_iou", *_BOX_COLUMNS]
+        more = [
+            c for c in dict.fromkeys([*extra, "calibrated"]) if c in boxes.columns and c not in want
+        ]
+        sized = set(_SIZE_COLUMNS) <= set(boxes.columns)
         if sized:
-            want += [c for c in SIZE_COLUMNS if c not in want and c not in more]
-        optional = ("correct", *MATCH_ONLY, *BOX_COLUMNS, "conf", *(("logit",) if conf is not None else ()))
+            want += [c for c in _SIZE_COLUMNS if c not in want and c not in more]
+        optional = (
+            "correct",
+            *_MATCH_ONLY,
+            *_BOX_COLUMNS,
+            "conf",
+            *(("logit",) if conf is not None else ()),
+        )
         missing = [c for c in want if c not in boxes.columns and c not in optional]
         if missing:
             raise InputError(f"box table is missing columns {missing}; has {boxes.columns}")
         # the columns used, then one filter: only those are copied (at COCO scale the table is the memory)
-        df = (usable_rows(boxes.lazy(), head=head, split=split, ignore=False, columns=boxes.columns)
-              .select([c for c in want if c in boxes.columns] + more).collect())
+        df = (
+            usable_rows(boxes.lazy(), head=head, split=split, ignore=False, columns=boxes.columns)
+            .select([c for c in want if c in boxes.columns] + more)
+            .collect()
+        )
         ignored = 0
         if ignore and "ignore" in df.columns:
             ignored = int(df["ignore"].sum())
@@ -193,17 +235,29 @@ class BoxView:
                 df = usable_rows(df, columns=df.columns)
         has = set(df.columns)
         if conf is None:
-            conf = _array(df, "conf", np.float64) if "conf" in has else sigmoid(_array(df, "logit", np.float64))
+            conf = (
+                _array(df, "conf", np.float64)
+                if "conf" in has
+                else sigmoid(_array(df, "logit", np.float64))
+            )
         return cls(
-            logit=_array(df, "logit", np.float64) if "logit" in has else logit(conf), conf=conf,
-            correct=_array(df, "correct", bool) if "correct" in has else None, cls=_array(df, "cls", np.int64),
+            logit=_array(df, "logit", np.float64) if "logit" in has else logit(conf),
+            conf=conf,
+            correct=_array(df, "correct", bool) if "correct" in has else None,
+            cls=_array(df, "cls", np.int64),
             image_id=_array(df, "image_id", np.int64),
             iou=_array(df, "iou", np.float64) if "iou" in has else None,
             loc_iou=_array(df, "loc_iou", np.float64) if "loc_iou" in has else None,
-            xyxy=(np.column_stack([_array(df, c, np.float64) for c in BOX_COLUMNS])
-                  if geometry and has >= set(BOX_COLUMNS) else None),
+            xyxy=(
+                np.column_stack([_array(df, c, np.float64) for c in _BOX_COLUMNS])
+                if geometry and has >= set(_BOX_COLUMNS)
+                else None
+            ),
             log_area=_log_area(df) if sized else None,
-            extra={c: df[c].to_numpy() for c in more}, head=head, split=split, ignored=ignored,
+            extra={c: df[c].to_numpy() for c in more},
+            head=head,
+            split=split,
+            ignored=ignored,
         )
 
     # the two operations -------------------------------------------------------------------------
@@ -222,8 +276,13 @@ class BoxView:
         """The boxes kept at ``threshold`` (``conf > threshold``, :func:`kept_mask`), under this view's scores."""
         return self.subset(kept_mask(self.conf, threshold))
 
-    def scored(self, calibrator: LogitCalibrator | None, *, recorded: bool = False,
-               from_logit: bool = False) -> BoxView:
+    def scored(
+        self,
+        calibrator: LogitCalibrator | None,
+        *,
+        recorded: bool = False,
+        from_logit: bool = False,
+    ) -> BoxView:
         """The same boxes scored by ``calibrator``: ``logit`` its calibrated logit, ``conf`` the conf
         it deploys (:meth:`~det_calib.calibrators.base.LogitCalibrator.deployed_conf`: the raw conf
         itself under ``none``). None: the raw view.
@@ -240,9 +299,13 @@ class BoxView:
         if calibrator is None:
             if from_logit:
                 return replace(self, logit=z, conf=sigmoid(z), calibrator=None)
-            return self if self.calibrator is None else replace(self, logit=z, conf=p, calibrator=None)
+            return (
+                self if self.calibrator is None else replace(self, logit=z, conf=p, calibrator=None)
+            )
         kw = box_kwargs(calibrator, classes=np.asarray(self.cls), log_area=self.log_area)
-        t = np.asarray(calibrator.transform_logits(np.asarray(z, dtype=np.float64), **kw), dtype=np.float64)
+        t = np.asarray(
+            calibrator.transform_logits(np.asarray(z, dtype=np.float64), **kw), dtype=np.float64
+        )
         if from_logit:
             conf = sigmoid(t)
         elif recorded and "calibrated" in self.extra:
@@ -255,7 +318,9 @@ class BoxView:
         """The boxes under the scores their run wrote (the ``calibrated`` column the view carries),
         where the calibrator itself is not at hand: ``conf`` that column, ``logit`` its logit."""
         if "calibrated" not in self.extra:
-            raise InputError("the box table has no `calibrated` column (written by runs of det_calib >= 0.1)")
+            raise InputError(
+                "the box table has no `calibrated` column (written by runs of det_calib >= 0.1)"
+            )
         conf = np.asarray(self.extra["calibrated"], dtype=np.float64)
         return replace(self, logit=logit(conf), conf=conf)
 
@@ -264,5 +329,6 @@ def with_calibrated(boxes: pl.DataFrame, calibrator: LogitCalibrator) -> pl.Data
     """The box table with a ``calibrated`` column: each box's conf under ``calibrator``
     (:meth:`BoxView.scored`, float64; the raw ``conf`` itself under ``none``), every row."""
     view = BoxView.from_boxes(boxes, geometry=False, ignore=False)
-    return boxes.with_columns(pl.Series("calibrated", view.scored(calibrator).conf, dtype=pl.Float64))
-
+    return boxes.with_columns(
+        pl.Series("calibrated", view.scored(calibrator).conf, dtype=pl.Float64)
+    )

@@ -64,19 +64,27 @@ def read_class_split(root: str | Path, split: str) -> ClassSplit:
     """
     folder = Path(root) / split
     if not folder.is_dir():
-        raise InputError(f"classification data {root}: no `{split}` folder (expected {folder}/<class>/<images>)")
+        raise InputError(
+            f"classification data {root}: no `{split}` folder (expected {folder}/<class>/<images>)"
+        )
     suffixes = image_suffixes()
     loose = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
     if loose:
-        raise InputError(f"{folder}: {len(loose)} image(s) in no class folder ({', '.join(loose[:3])}): "
-                         "every image must sit in the folder of its class")
-    names = tuple(sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")))
+        raise InputError(
+            f"{folder}: {len(loose)} image(s) in no class folder ({', '.join(loose[:3])}): "
+            "every image must sit in the folder of its class"
+        )
+    names = tuple(
+        sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    )
     if not names:
         raise InputError(f"{folder}: no class folders (expected {folder}/<class>/<images>)")
     paths: list[Path] = []
     labels: list[int] = []
     for k, name in enumerate(names):
-        found = sorted(p for p in (folder / name).rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
+        found = sorted(
+            p for p in (folder / name).rglob("*") if p.is_file() and p.suffix.lower() in suffixes
+        )
         if not found:
             raise InputError(f"{folder / name}: class `{name}` has no images")
         paths += found
@@ -92,9 +100,15 @@ def check_model_classes(split: ClassSplit, model_names: Sequence[str]) -> None:
     missing = [n for n in model if n not in split.names]
     extra = [n for n in split.names if n not in model]
     if missing or extra:
-        parts = ([f"the model's {', '.join(missing[:3])} missing" if missing else ""]
-                 + [f"{', '.join(extra[:3])} not in the model" if extra else ""])
-        raise InputError(f"the `{split.name}` split's classes are not the model's: "
-                         f"{'; '.join(p for p in parts if p)}")
-    raise InputError(f"the `{split.name}` split's classes are the model's in another order "
-                     f"({', '.join(split.names[:4])}... against {', '.join(model[:4])}...): class ids would differ")
+        parts = [f"the model's {', '.join(missing[:3])} missing" if missing else ""] + [
+            f"{', '.join(extra[:3])} not in the model" if extra else ""
+        ]
+        raise InputError(
+            f"the `{split.name}` split's classes are not the model's: "
+            f"{'; '.join(p for p in parts if p)}"
+        )
+    raise InputError(
+        f"the `{split.name}` split's classes are the model's in another order "
+        f"({', '.join(split.names[:4])}... against {', '.join(model[:4])}...): class ids would "
+        "differ"
+    )

@@ -28,13 +28,15 @@ import polars as pl
 
 from det_calib.errors import InputError
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
+
 
 def image_suffixes() -> set[str]:
     """The image formats Ultralytics' loader reads (its own list, so both skip the same files)."""
     from ultralytics.data.utils import IMG_FORMATS
 
     return {f".{x.lower()}" for x in IMG_FORMATS}
+
 
 GT_SCHEMA = {
     "image_id": pl.Int64,
@@ -134,7 +136,9 @@ def load_data_yaml(path: str | Path) -> Dataset:
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise InputError(f"cannot parse {path} as YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(d, dict):
-        raise InputError(f"{path} is not a data.yaml (expected a mapping with `names` and split keys)")
+        raise InputError(
+            f"{path} is not a data.yaml (expected a mapping with `names` and split keys)"
+        )
     names = d.get("names")
     if isinstance(names, dict):
         try:
@@ -222,15 +226,22 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
             found += glob.glob(os.path.join(glob.escape(str(src)), "**", "*.*"), recursive=True)
         elif src.is_file() and src.suffix.lower() == ".txt":
             listed = src.read_text(encoding="utf-8-sig").strip().splitlines()
-            found += [str(src.parent / line[2:]) if line.startswith("./") else line
-                      for line in (x.strip() for x in listed) if line]
+            found += [
+                str(src.parent / line[2:]) if line.startswith("./") else line
+                for line in (x.strip() for x in listed)
+                if line
+            ]
         elif src.is_file() and src.suffix.lower() in suffixes:
             found.append(str(src))
         else:
             raise InputError(f"image folder of split `{split}` not found: {src}")
-    files = [absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)]
+    files = [
+        absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)
+    ]
     if not files:
-        raise InputError(f"split `{split}` has no images (looked in {', '.join(map(str, sources))})")
+        raise InputError(
+            f"split `{split}` has no images (looked in {', '.join(map(str, sources))})"
+        )
     return list(dict.fromkeys(files))  # an image listed twice counts once
 
 
@@ -254,7 +265,7 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
 
     Returns:
         (readable images, (n, 2) sizes, corrupt image paths). A warning names each of the first
-        :data:`MAX_LISTED_WARNINGS` corrupt images, one more counts the rest.
+        :data:`_MAX_LISTED_WARNINGS` corrupt images, one more counts the rest.
     """
     from PIL import Image
     from ultralytics.utils.patches import imread
@@ -338,9 +349,16 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
     """
     n = len(tokens)
     if n >= 8 and n % 2 == 0:
-        return None, f"polygon with an odd number of coordinates ({n - 1}; x y pairs expected), got {n} values"
+        return (
+            None,
+            f"polygon with an odd number of coordinates ({n - 1}; x y pairs expected), got {n} "
+            "values",
+        )
     if n != 5 and not (n >= 7 and n % 2 == 1):
-        return None, f"expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got {n}"
+        return (
+            None,
+            f"expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got {n}",
+        )
     v = [_number(t) for t in tokens]
     for t, x in zip(tokens, v):
         if x is None:
@@ -359,7 +377,11 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
     for k, (t, x) in enumerate(zip(tokens[1:], v[1:])):
         if not -LABEL_TOLERANCE <= x <= 1 + LABEL_TOLERANCE:
             where = "" if n == 5 else f"polygon point {k // 2 + 1} outside the image: "
-            return None, f"{where}value {t} outside [0, 1] (normalised coordinates, tolerance {LABEL_TOLERANCE:g})"
+            return (
+                None,
+                f"{where}value {t} outside [0, 1] (normalised coordinates, tolerance "
+                f"{LABEL_TOLERANCE:g})",
+            )
     if n == 5:
         return v, None
     xs, ys = v[1::2], v[2::2]
@@ -369,12 +391,14 @@ def check_label_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None,
     return [c, (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], None
 
 
-LineCheck = Callable[..., tuple[list[float] | None, str | None]]
+_LineCheck = Callable[..., tuple[list[float] | None, str | None]]
 """``check(tokens, nc=nc) -> (box, reason)``: a label line's ``[cls, cx, cy, w, h]`` or why it is
 malformed (:func:`check_label_line`; a task's own check for pose or OBB lines)."""
 
 
-def read_label_file(path: Path, *, nc: int, check_line: LineCheck | None = None) -> tuple[np.ndarray, str | None]:
+def read_label_file(
+    path: Path, *, nc: int, check_line: _LineCheck | None = None
+) -> tuple[np.ndarray, str | None]:
     """Read one YOLO label file, checking every line (with ``check_line``, default
     :func:`check_label_line`).
 
@@ -401,8 +425,10 @@ def read_label_file(path: Path, *, nc: int, check_line: LineCheck | None = None)
             kind = "box" if len(tokens) == 5 else "polygon"
             first_kind = first_kind or (kind, k)
             if kind != first_kind[0]:
-                reason = (f"a {kind} line in a file of {first_kind[0]} lines (line {first_kind[1]}): "
-                          "mixed files are dropped by Ultralytics")
+                reason = (
+                    f"a {kind} line in a file of {first_kind[0]} lines (line {first_kind[1]}): "
+                    "mixed files are dropped by Ultralytics"
+                )
         if reason is not None:
             return empty, f"{path}:{k}: {reason}"
         key = tuple(map(float, tokens))
@@ -412,8 +438,8 @@ def read_label_file(path: Path, *, nc: int, check_line: LineCheck | None = None)
     return (np.asarray(rows, dtype=np.float64).reshape(-1, 5), None)
 
 
-def scan_yolo_labels(
-    images: list[Path], *, nc: int, split: str, check_line: LineCheck | None = None
+def _scan_yolo_labels(
+    images: list[Path], *, nc: int, split: str, check_line: _LineCheck | None = None
 ) -> tuple[list[np.ndarray], list[tuple[int, str]]]:
     """Read and check the YOLO label file of every image, each file once.
 
@@ -442,12 +468,17 @@ def scan_yolo_labels(
             bad.append((i, problem))
     if found == 0:
         raise InputError(
-            f"split `{split}` has no labels: no label file found for any of its {len(images)} images "
+            f"split `{split}` has no labels: no label file found for any of its {len(images)} "
+            "images "
             f"(expected e.g. {label_path(images[0])})"
         )
     if found < len(images):
-        log.info("split `%s`: %d of %d images have no label file (background images)", split, len(images) - found,
-                 len(images))
+        _log.info(
+            "split `%s`: %d of %d images have no label file (background images)",
+            split,
+            len(images) - found,
+            len(images),
+        )
     return boxes, bad
 
 
@@ -474,7 +505,9 @@ def _gt_from_boxes(boxes: list[np.ndarray], sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
-def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: str) -> pl.DataFrame:
+def _read_yolo_labels(
+    images: list[Path], sizes: np.ndarray, *, nc: int, split: str
+) -> pl.DataFrame:
     """YOLO txt labels of ``images`` as a ground-truth table in pixels (strict).
 
     :func:`load_split` leaves out images with a malformed label file instead; this function,
@@ -484,13 +517,13 @@ def read_yolo_labels(images: list[Path], sizes: np.ndarray, *, nc: int, split: s
         InputError: No label file exists for any image, or a line is malformed (the message names
             the file and line).
     """
-    boxes, bad = scan_yolo_labels(images, nc=nc, split=split)
+    boxes, bad = _scan_yolo_labels(images, nc=nc, split=split)
     if bad:
         raise InputError(f"malformed label: {bad[0][1]}")
     return _gt_from_boxes(boxes, sizes)
 
 
-def read_coco_gt(
+def _read_coco_gt(
     path: str | Path, images: list[Path], *, names: list[str], root: Path | None = None
 ) -> tuple[pl.DataFrame, np.ndarray]:
     """COCO JSON ground truth for ``images``, class ids mapped by category name.
@@ -520,7 +553,9 @@ def read_coco_gt(
         with contextlib.redirect_stdout(io.StringIO()):
             coco = COCO(str(path))
     except Exception as e:
-        raise InputError(f"cannot read COCO annotations {path}: {str(e).splitlines()[0] if str(e) else e}") from None
+        raise InputError(
+            f"cannot read COCO annotations {path}: {str(e).splitlines()[0] if str(e) else e}"
+        ) from None
     index = {n: i for i, n in enumerate(names)}
     used = {a["category_id"] for a in coco.dataset.get("annotations", [])}
     cat_map = {}
@@ -529,7 +564,8 @@ def read_coco_gt(
             cat_map[cat["id"]] = index[cat["name"]]
         elif cat["id"] in used:  # unused categories (e.g. a parent class) are fine
             raise InputError(
-                f"COCO category `{cat['name']}` (id {cat['id']}) is not a class of the model (classes: {names})"
+                f"COCO category `{cat['name']}` (id {cat['id']}) is not a class of the model "
+                f"(classes: {names})"
             )
     ids = coco_image_ids(coco, images, root=root, path=path)
     found = np.array([k for k, i in enumerate(ids) if i is not None], dtype=np.int64)
@@ -539,8 +575,14 @@ def read_coco_gt(
     for k in found:
         for a in coco.loadAnns(coco.getAnnIds(imgIds=[ids[k]])):
             x, y, w, h = a["bbox"]
-            rows.append((int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0))))
-    gt = pl.DataFrame(rows, schema=GT_SCHEMA, orient="row") if rows else pl.DataFrame(schema=GT_SCHEMA)
+            rows.append(
+                (int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0)))
+            )
+    gt = (
+        pl.DataFrame(rows, schema=GT_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=GT_SCHEMA)
+    )
     return gt, found
 
 
@@ -557,21 +599,29 @@ def coco_image_ids(coco, images: list[Path], *, root: Path | None, path: Path) -
         by_name.setdefault(Path(img["file_name"]).name, []).append(img["id"])
     ids = []
     for p in images:
-        rel = p.relative_to(root).as_posix() if root is not None and p.is_relative_to(root) else None
+        rel = (
+            p.relative_to(root).as_posix() if root is not None and p.is_relative_to(root) else None
+        )
         if rel is not None and rel in by_path:
             ids.append(by_path[rel])
             continue
         hits = by_name.get(p.name, [])
         if len(hits) > 1:
-            raise InputError(f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): "
-                             "use paths relative to the split folder")
+            raise InputError(
+                f"image name `{p.name}` is ambiguous in {path} ({len(hits)} images): "
+                "use paths relative to the split folder"
+            )
         ids.append(hits[0] if hits else None)
     return ids
 
 
 def load_split(
-    data: Dataset, split: str, *, coco_gt: str | Path | None = None, limit: int | None = None,
-    check_line: LineCheck | None = None,
+    data: Dataset,
+    split: str,
+    *,
+    coco_gt: str | Path | None = None,
+    limit: int | None = None,
+    check_line: _LineCheck | None = None,
 ) -> Split:
     """Images, sizes and ground truth of one split of a dataset.
 
@@ -600,7 +650,7 @@ def load_split(
     skipped: list[str] = []
     bad_labels: list[str] = []
     if coco_gt is None:
-        boxes, bad = scan_yolo_labels(images, nc=data.nc, split=split, check_line=check_line)
+        boxes, bad = _scan_yolo_labels(images, nc=data.nc, split=split, check_line=check_line)
         if bad:
             images, boxes, skipped, bad_labels = _drop_malformed(split, images, boxes, bad)
         listed = images
@@ -616,72 +666,98 @@ def load_split(
     root = sources[0] if len(sources) == 1 and sources[0].is_dir() else data.root
     corrupt = skipped + corrupt
     if coco_gt is not None:
-        gt, found = read_coco_gt(coco_gt, images, names=data.names, root=root)
+        gt, found = _read_coco_gt(coco_gt, images, names=data.names, root=root)
         if len(found) < len(images):
             warnings.warn(
-                f"split `{split}`: {len(images) - len(found)} of {len(images)} images are not in {coco_gt}; left out",
+                f"split `{split}`: {len(images) - len(found)} of {len(images)} images are not in "
+                f"{coco_gt}; left out",
                 stacklevel=2,
             )
             sp = Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root)
             return sp.subset(found)
     else:
         gt = _gt_from_boxes(boxes, sizes)
-    return Split(name=split, images=images, sizes=sizes, gt=gt, corrupt=corrupt, root=root, bad_labels=bad_labels)
+    return Split(
+        name=split,
+        images=images,
+        sizes=sizes,
+        gt=gt,
+        corrupt=corrupt,
+        root=root,
+        bad_labels=bad_labels,
+    )
 
 
 def _drop_malformed(split: str, images: list[Path], boxes: list, bad: list[tuple[int, str]]):
     """Leave out the images whose label file has a malformed line (``bad``: ``(index, problem)``),
     with the warnings of :func:`_warn_bad_labels`; returns the kept ``images`` and ``boxes``, the
     skipped image paths and the problems. Raises InputError when no image is left."""
-    _warn_bad_labels(split, [images[i] for i, _ in bad], [b for _, b in bad], len(images), stacklevel=4)
+    _warn_bad_labels(
+        split, [images[i] for i, _ in bad], [b for _, b in bad], len(images), stacklevel=4
+    )
     drop = {i for i, _ in bad}
     skipped = [str(images[i]) for i in sorted(drop)]
     bad_labels = [b for _, b in bad]
     keep = [i for i in range(len(images)) if i not in drop]
     if not keep:
         raise InputError(
-            f"split `{split}` has no usable images: the label files of all {len(images)} are malformed "
+            f"split `{split}` has no usable images: the label files of all {len(images)} are "
+            "malformed "
             f"(first: {bad[0][1]})"
         )
     return [images[i] for i in keep], [boxes[i] for i in keep], skipped, bad_labels
 
 
-MAX_LISTED_WARNINGS = 3
+_MAX_LISTED_WARNINGS = 3
 """Malformed label files (and unreadable images) named one warning each, per split; the rest are
 counted in one more warning, so that a dataset of thousands prints a few lines, not thousands."""
 
 
-def _warn_bad_labels(split: str, images: list[Path], problems: list[str], total: int, *, stacklevel: int = 3) -> None:
-    for img, problem in zip(images[:MAX_LISTED_WARNINGS], problems):
-        warnings.warn(f"split `{split}`: skipping image {img}: malformed label {problem}", stacklevel=stacklevel)
-    if len(problems) > MAX_LISTED_WARNINGS:
+def _warn_bad_labels(
+    split: str, images: list[Path], problems: list[str], total: int, *, stacklevel: int = 3
+) -> None:
+    for img, problem in zip(images[:_MAX_LISTED_WARNINGS], problems):
         warnings.warn(
-            f"split `{split}`: ... and {len(problems) - MAX_LISTED_WARNINGS:,} more files with malformed labels "
-            f"({len(problems):,} of {total:,} images left out); all listed in calibration.json (bad_labels, "
+            f"split `{split}`: skipping image {img}: malformed label {problem}",
+            stacklevel=stacklevel,
+        )
+    if len(problems) > _MAX_LISTED_WARNINGS:
+        warnings.warn(
+            f"split `{split}`: ... and {len(problems) - _MAX_LISTED_WARNINGS:,} more files with "
+            "malformed labels "
+            f"({len(problems):,} of {total:,} images left out); all listed in calibration.json "
+            "(bad_labels, "
             "corrupt_images) and in Split.bad_labels",
             stacklevel=stacklevel,
         )
 
 
 def _warn_unreadable(bad: list[str], total: int) -> None:
-    for p in bad[:MAX_LISTED_WARNINGS]:
+    for p in bad[:_MAX_LISTED_WARNINGS]:
         warnings.warn(f"skipping unreadable image {p}", stacklevel=3)
-    if len(bad) > MAX_LISTED_WARNINGS:
-        warnings.warn(f"... and {len(bad) - MAX_LISTED_WARNINGS:,} more unreadable images ({len(bad):,} of "
-                      f"{total:,} left out); all listed in calibration.json (corrupt_images)", stacklevel=3)
+    if len(bad) > _MAX_LISTED_WARNINGS:
+        warnings.warn(
+            f"... and {len(bad) - _MAX_LISTED_WARNINGS:,} more unreadable images ({len(bad):,} of "
+            f"{total:,} left out); all listed in calibration.json (corrupt_images)",
+            stacklevel=3,
+        )
 
 
-def check_class_names(model_names: list[str], data_names: list[str], *, data_path: str | Path) -> None:
+def check_class_names(
+    model_names: list[str], data_names: list[str], *, data_path: str | Path
+) -> None:
     """Raise InputError unless the model's class names equal the dataset's, id for id."""
     if list(model_names) == list(data_names):
         return
     if len(model_names) != len(data_names):
         raise InputError(
-            f"class names differ: the model has {len(model_names)} classes, {data_path} has {len(data_names)}"
+            f"class names differ: the model has {len(model_names)} classes, {data_path} has "
+            f"{len(data_names)}"
         )
     i = next(k for k, (a, b) in enumerate(zip(model_names, data_names)) if a != b)
     raise InputError(
-        f"class names differ at id {i}: the model says `{model_names[i]}`, {data_path} says `{data_names[i]}`",
+        f"class names differ at id {i}: the model says `{model_names[i]}`, {data_path} says "
+        f"`{data_names[i]}`",
         param=(),
     )
 

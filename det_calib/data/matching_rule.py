@@ -22,7 +22,12 @@ MatchBy = Literal["box", "mask", "oks", "rotated"]
 """The overlap a run matches by: box IoU, mask IoU (segment), OKS (pose), rotated IoU (OBB: ProbIoU)."""
 MATCH_CHOICES: tuple[str, ...] = ("auto", *get_args(MatchBy))
 """Values of ``--match``."""
-MEASURE_WORDS: dict[str, str] = {"box": "box IoU", "mask": "mask IoU", "oks": "OKS", "rotated": "rotated IoU (ProbIoU)"}
+MEASURE_WORDS: dict[str, str] = {
+    "box": "box IoU",
+    "mask": "mask IoU",
+    "oks": "OKS",
+    "rotated": "rotated IoU (ProbIoU)",
+}
 """What each rule compares, in words."""
 
 
@@ -45,7 +50,9 @@ class MatchingRule:
 
     def __post_init__(self) -> None:
         if self.by not in get_args(MatchBy):
-            raise InputError(f"Expected matching `by` to be one of {get_args(MatchBy)}, but got {self.by!r}")
+            raise InputError(
+                f"Expected matching `by` to be one of {get_args(MatchBy)}, but got {self.by!r}"
+            )
         if self.sigmas is not None and self.by != "oks":
             raise InputError(f"matching `sigmas` are OKS sigmas: given for matching by {self.by!r}")
 
@@ -76,8 +83,18 @@ class MatchingRule:
             if not isinstance(d.get(k, ""), str):
                 raise InputError(f"`matching.{k}` must be a string, got {type(d.get(k)).__name__}")
         sigmas = d.get("sigmas")
-        if sigmas is not None and not (isinstance(sigmas, list) and all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in sigmas)):
-            raise InputError(f"`matching.sigmas` must be a list of positive numbers, got {sigmas!r}")
-        return cls(by=d.get("by", "box"), option=d.get("option", "auto"), reason=d.get("reason", ""),
-                   sigmas=None if sigmas is None else tuple(float(s) for s in sigmas))
+        if sigmas is not None and not (
+            isinstance(sigmas, list)
+            and all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in sigmas
+            )
+        ):
+            raise InputError(
+                f"`matching.sigmas` must be a list of positive numbers, got {sigmas!r}"
+            )
+        return cls(
+            by=d.get("by", "box"),
+            option=d.get("option", "auto"),
+            reason=d.get("reason", ""),
+            sigmas=None if sigmas is None else tuple(float(s) for s in sigmas),
+        )

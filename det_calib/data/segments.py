@@ -31,17 +31,25 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import SEGM_COLUMN
-from det_calib.data.ground_truth import Dataset, Split, coco_image_ids, label_path, load_split, read_label_file
+from det_calib.data.ground_truth import (
+    Dataset,
+    Split,
+    coco_image_ids,
+    label_path,
+    load_split,
+    read_label_file,
+)
 from det_calib.errors import InputError
 
-__all__ = ["SEGM_COLUMN", "load_segment_split", "polygon_rle", "read_segment_file", "segment_rles",
-           "has_masks"]
+__all__ = ["SEGM_COLUMN", "load_segment_split", "segment_rles", "has_masks"]
 
 # SEGM_COLUMN (from the box table): the ground truth's column of each row's compressed RLE counts has
 # the name of the detections' mask column, so one name serves both tables
 
 
-def read_segment_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray | None]], str | None]:
+def _read_segment_file(
+    path: Path, *, nc: int
+) -> tuple[list[tuple[int, np.ndarray | None]], str | None]:
     """Read one YOLO label file, keeping each line's polygon.
 
     The file is checked by :func:`~det_calib.data.ground_truth.read_label_file` (same rules, same
@@ -69,7 +77,7 @@ def read_segment_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarra
     return rows, None
 
 
-def polygon_rle(polygon: np.ndarray, width: int, height: int) -> bytes:
+def _polygon_rle(polygon: np.ndarray, width: int, height: int) -> bytes:
     """Compressed RLE counts of a polygon in pixels (COCO frame), clipped to the image.
 
     >>> from pycocotools import mask as mask_utils
@@ -114,14 +122,27 @@ def load_segment_split(
             image whose size in the JSON differs from the file's.
     """
     sp = load_split(data, split, coco_gt=coco_gt, limit=limit)
-    counts = _coco_counts(sp, Path(coco_gt)) if coco_gt is not None else _yolo_counts(sp, nc=data.nc)
+    counts = (
+        _coco_counts(sp, Path(coco_gt)) if coco_gt is not None else _yolo_counts(sp, nc=data.nc)
+    )
     gt = sp.gt.with_columns(pl.Series(SEGM_COLUMN, counts, dtype=pl.Binary))
-    return Split(name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=sp.corrupt, root=sp.root,
-                 bad_labels=sp.bad_labels)
+    return Split(
+        name=sp.name,
+        images=sp.images,
+        sizes=sp.sizes,
+        gt=gt,
+        corrupt=sp.corrupt,
+        root=sp.root,
+        bad_labels=sp.bad_labels,
+    )
 
 
 def _aligned(
-    sp: Split, per_image: list[list[tuple[int, bytes | None]]], source: str, *, check_classes: bool = True
+    sp: Split,
+    per_image: list[list[tuple[int, bytes | None]]],
+    source: str,
+    *,
+    check_classes: bool = True,
 ) -> list[bytes | None]:
     """Masks listed per image ``(cls, counts)``, placed on the split's rows (same count per image,
     and same classes when ``check_classes``)."""
@@ -130,9 +151,13 @@ def _aligned(
     order = np.argsort(gt_img, kind="stable")
     starts = np.searchsorted(gt_img[order], np.arange(len(sp.images) + 1))
     for i, rows in enumerate(per_image):
-        idx = order[starts[i]:starts[i + 1]]
-        if len(idx) != len(rows) or (check_classes and any(int(gt_cls[j]) != c for j, (c, _) in zip(idx, rows))):
-            raise InputError(f"{source} changed while it was read: {sp.images[i]}")  # pragma: no cover
+        idx = order[starts[i] : starts[i + 1]]
+        if len(idx) != len(rows) or (
+            check_classes and any(int(gt_cls[j]) != c for j, (c, _) in zip(idx, rows))
+        ):
+            raise InputError(
+                f"{source} changed while it was read: {sp.images[i]}"
+            )  # pragma: no cover
         for j, (_, rle) in zip(idx, rows):
             counts[j] = rle
     return counts
@@ -142,10 +167,12 @@ def _yolo_counts(sp: Split, *, nc: int) -> list[bytes | None]:
     per_image = []
     for img, (w, h) in zip(sp.images, sp.sizes):
         lp = label_path(img)
-        rows, problem = read_segment_file(lp, nc=nc) if lp.is_file() else ([], None)
+        rows, problem = _read_segment_file(lp, nc=nc) if lp.is_file() else ([], None)
         if problem is not None:  # pragma: no cover - load_split left such images out
             raise InputError(f"malformed label: {problem}")
-        per_image.append([(c, None if p is None else polygon_rle(p * [w, h], int(w), int(h))) for c, p in rows])
+        per_image.append(
+            [(c, None if p is None else _polygon_rle(p * [w, h], int(w), int(h))) for c, p in rows]
+        )
     return _aligned(sp, per_image, "a label file")
 
 
@@ -160,7 +187,8 @@ def _coco_counts(sp: Split, path: Path) -> list[bytes | None]:
         info = coco.imgs[cid]
         if (int(info.get("width", w)), int(info.get("height", h))) != (int(w), int(h)):
             raise InputError(
-                f"{path}: image {img.name} is {info.get('width')}x{info.get('height')} in the JSON but "
+                f"{path}: image {img.name} is {info.get('width')}x{info.get('height')} in the JSON "
+                "but "
                 f"{int(w)}x{int(h)} on disk: its masks cannot be placed"
             )
         info.setdefault("width", int(w))
@@ -177,8 +205,11 @@ def _coco_counts(sp: Split, path: Path) -> list[bytes | None]:
                         f"{path}: annotation {a.get('id')} has an unreadable `segmentation` ({e})"
                     ) from None
                 if [int(v) for v in rle["size"]] != [int(h), int(w)]:
-                    raise InputError(f"{path}: annotation {a.get('id')} has an RLE of size {rle['size']} (height, "
-                                     f"width) on image {img.name} of {int(w)}x{int(h)}")
+                    raise InputError(
+                        f"{path}: annotation {a.get('id')} has an RLE of size {rle['size']} "
+                        "(height, "
+                        f"width) on image {img.name} of {int(w)}x{int(h)}"
+                    )
                 if isinstance(rle["counts"], str):
                     rle["counts"] = rle["counts"].encode()
                 rle = rle["counts"]

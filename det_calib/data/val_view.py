@@ -16,19 +16,19 @@ import numpy as np
 from det_calib.data.ground_truth import Dataset, Split, absolute, label_path
 from det_calib.errors import InputError
 
-TASK_YAML_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")
+_TASK_YAML_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")
 """The keys of a data.yaml beside its splits and names that :func:`write_split_yaml` carries over."""
 
 
 def _task_keys(data: Dataset) -> dict:
-    """The :data:`TASK_YAML_KEYS` of ``data``'s yaml that it sets (JSON-like values, as the yaml holds them)."""
+    """The :data:`_TASK_YAML_KEYS` of ``data``'s yaml that it sets (JSON-like values, as the yaml holds them)."""
     import yaml
 
     try:
         raw = yaml.safe_load(Path(data.yaml_path).read_text()) or {}
     except (OSError, yaml.YAMLError):  # a yaml that was read once and then went away: no task keys
         return {}
-    return {k: raw[k] for k in TASK_YAML_KEYS if isinstance(raw, dict) and raw.get(k) is not None}
+    return {k: raw[k] for k in _TASK_YAML_KEYS if isinstance(raw, dict) and raw.get(k) is not None}
 
 
 VAL_VIEW_IMAGES, VAL_VIEW_LABELS = "images", "labels"
@@ -47,7 +47,7 @@ def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
     file :func:`label_path` gives for it, the file det_calib's own reader read. Val then reads the
     same labels as det_calib, whatever symlinks the dataset holds, and writes its label cache in
     ``folder`` (``labels.cache``, read back by :func:`val_view_scan`), never in the user's data.
-    The task keys of ``data``'s yaml (:data:`TASK_YAML_KEYS`: a pose dataset's ``kpt_shape``,
+    The task keys of ``data``'s yaml (:data:`_TASK_YAML_KEYS`: a pose dataset's ``kpt_shape``,
     ``flip_idx``, ``kpt_oks_sigmas``, ``kpt_names``) are copied: a pose validator needs them.
     """
     folder = Path(folder)
@@ -107,7 +107,9 @@ def val_view_scan(folder: Path, split: Split, nc: int) -> ValScan:
     """Read back what Ultralytics' val kept of the view :func:`write_split_yaml` wrote in ``folder``: the
     label cache its dataset wrote there (``labels.cache``: each kept image's file and classes, and a
     message for each image it left out). No cache file: val kept no image."""
-    links = sorted(p.name for p in (Path(folder) / VAL_VIEW_IMAGES).iterdir())  # in the split's order
+    links = sorted(
+        p.name for p in (Path(folder) / VAL_VIEW_IMAGES).iterdir()
+    )  # in the split's order
     index = {name: i for i, name in enumerate(links)}
     cache = Path(folder) / f"{VAL_VIEW_LABELS}.cache"
     kept: list[int] = []
@@ -125,6 +127,8 @@ def val_view_scan(folder: Path, split: Split, nc: int) -> ValScan:
     skipped = []
     for i in sorted(set(range(len(links))) - set(kept)):
         tag = f"{VAL_VIEW_IMAGES}{os.sep}{links[i]}: "
-        why = next((m.split(tag, 1)[1].strip() for m in msgs if tag in m), "left out of val's label scan")
+        why = next(
+            (m.split(tag, 1)[1].strip() for m in msgs if tag in m), "left out of val's label scan"
+        )
         skipped.append(f"{split.images[i]}: {why}")
     return ValScan(images=sorted(kept), instances=instances, skipped=skipped, listed=len(links))

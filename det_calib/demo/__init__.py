@@ -17,21 +17,79 @@ import logging
 import os
 from pathlib import Path
 
+from det_calib.capture.predictor import capture
+from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
 from det_calib.demo.shapes_classify import classify_root
 from det_calib.errors import InputError
+from det_calib.evaluation.map_check import ultralytics_val
+from det_calib.lazy import lazy_exports
+from det_calib.matching.one_to_one import match_boxes
 
-log = logging.getLogger(__name__)
+_EXPORTS = {
+    "write_coco_shaped": "coco_shaped",
+    "render_with_owners": "shapes",
+    "demo_obb_data_yaml": "shapes_obb",
+    "min_area_rect": "shapes_obb",
+    "obb_lines": "shapes_obb",
+    "rendered_rects": "shapes_obb",
+    "write_obb_split": "shapes_obb",
+    "demo_pose_data_yaml": "shapes_pose",
+    "pose_lines": "shapes_pose",
+    "rendered_keypoints": "shapes_pose",
+    "write_pose_split": "shapes_pose",
+    "EPSILON": "shapes_segments",
+    "demo_segment_data_yaml": "shapes_segments",
+    "region_polygon": "shapes_segments",
+    "segment_lines": "shapes_segments",
+    "write_segment_split": "shapes_segments",
+    "CORRUPTIONS": "shifts",
+}
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "demo_pose_model",
-           "demo_obb_model", "demo_classify_model", "classify_data_for", "default_data_of",
-           "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
+__all__ = [
+    "CLASS_NAMES",
+    "CORRUPTIONS",
+    "EPSILON",
+    "SPLIT_SIZES",
+    "cache_dir",
+    "classify_root",
+    "default_data_of",
+    "demo_data_yaml",
+    "demo_model",
+    "demo_obb_data_yaml",
+    "demo_obb_model",
+    "demo_pose_data_yaml",
+    "demo_pose_model",
+    "demo_segment_data_yaml",
+    "demo_segment_model",
+    "fixture_data_yaml",
+    "generate",
+    "min_area_rect",
+    "model_figures",
+    "obb_lines",
+    "pose_lines",
+    "region_polygon",
+    "render_with_owners",
+    "rendered_keypoints",
+    "rendered_rects",
+    "segment_lines",
+    "shifted_data_yaml",
+    "write_coco_shaped",
+    "write_obb_split",
+    "write_pose_split",
+    "write_segment_split",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+_log = logging.getLogger(__name__)
 
 
 _ASSETS = Path(__file__).resolve().parent / "assets"  # the demo files shipped inside the package
 
 
-def demo_root() -> Path:
+def _demo_root() -> Path:
     """The folder of the demo models and the fixture split: ``$DET_CALIB_DEMO_DIR`` if set, else
     ``det_calib/demo/assets/`` inside the installed package.
 
@@ -48,40 +106,45 @@ def demo_root() -> Path:
 
 def demo_model() -> Path:
     """Path of the committed demo detector (YOLO26n trained on shapes)."""
-    return demo_root() / "yolo26n_shapes.pt"
+    return _demo_root() / "yolo26n_shapes.pt"
 
 
 def demo_segment_model() -> Path:
     """Path of the committed demo segment model (YOLO26n-seg trained on the shapes demo's polygons)."""
-    return demo_root() / "yolo26n_shapes_seg.pt"
+    return _demo_root() / "yolo26n_shapes_seg.pt"
 
 
 def demo_pose_model() -> Path:
     """Path of the committed demo pose model (YOLO26n-pose trained on the shapes demo's keypoints)."""
-    return demo_root() / "yolo26n_shapes_pose.pt"
+    return _demo_root() / "yolo26n_shapes_pose.pt"
 
 
 def demo_obb_model() -> Path:
     """Path of the committed demo OBB model (YOLO26n-obb trained on the shapes demo's rotated boxes)."""
-    return demo_root() / "yolo26n_shapes_obb.pt"
+    return _demo_root() / "yolo26n_shapes_obb.pt"
 
 
-def demo_classify_model() -> Path:
+def _demo_classify_model() -> Path:
     """Path of the committed demo classifier (YOLO26n-cls trained on crops of the shapes demo's objects)."""
-    return demo_root() / "yolo26n_shapes_cls.pt"
+    return _demo_root() / "yolo26n_shapes_cls.pt"
 
 
-def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
+def _classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
     """The classification data a ``calibrate`` run reads, or None for a detection run: ``data`` when it
     is a folder (of class folders), else the demo classifier's crops (rendered on first use) when
     ``model`` is the demo classifier and no data is named."""
     if data is not None:
         return Path(data) if Path(data).is_dir() else None
     try:
-        demo = demo_classify_model()
+        demo = _demo_classify_model()
     except InputError:  # no demo files beside the package
         return None
-    if model is None or not Path(model).is_file() or not demo.is_file() or Path(model).resolve() != demo.resolve():
+    if (
+        model is None
+        or not Path(model).is_file()
+        or not demo.is_file()
+        or Path(model).resolve() != demo.resolve()
+    ):
         return None
     return classify_root(cache_dir())
 
@@ -98,8 +161,11 @@ def default_data_of(model: str | Path) -> Path | None:
     from det_calib.demo.shapes_pose import demo_pose_data_yaml
     from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-    for demo_model, demo_data in ((demo_segment_model, demo_segment_data_yaml), (demo_pose_model, demo_pose_data_yaml),
-                                  (demo_obb_model, demo_obb_data_yaml)):
+    for demo_model, demo_data in (
+        (demo_segment_model, demo_segment_data_yaml),
+        (demo_pose_model, demo_pose_data_yaml),
+        (demo_obb_model, demo_obb_data_yaml),
+    ):
         try:
             path = demo_model()
         except InputError:  # no demo files beside the package
@@ -135,9 +201,13 @@ def demo_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
     yaml = root / "data.yaml"
     for split, n in splits.items():
         if n and len(list((root / "images" / split).glob("*.png"))) != n:
-            log.info("rendering the %s split of the shapes demo dataset into %s (first use)", split, root)
+            _log.info(
+                "rendering the %s split of the shapes demo dataset into %s (first use)", split, root
+            )
             generate(root, seed=seed, splits={split: n})
-    _write_yaml(root, train="images/train" if (root / "images" / "train").is_dir() else "images/calib")
+    _write_yaml(
+        root, train="images/train" if (root / "images" / "train").is_dir() else "images/calib"
+    )
     return yaml
 
 
@@ -177,10 +247,13 @@ def shifted_data_yaml(kind: str, severity: int, *, seed: int = 0) -> Path:
     root = src / f"shifted-v{SHIFT_VERSION}"
     n = SPLIT_SIZES["test"]
     if len(list((root / "images" / name).glob("*.png"))) != n:
-        log.info("rendering the %s split of the shapes demo dataset into %s (first use)", name, root)
+        _log.info(
+            "rendering the %s split of the shapes demo dataset into %s (first use)", name, root
+        )
         write_shifted_split(src, root, kind, int(severity))
     lines = [
-        f"# shapes demo test split under `{kind}` at severity {severity} (det_calib.demo.shifts v{SHIFT_VERSION})",
+        f"# shapes demo test split under `{kind}` at severity {severity} (det_calib.demo.shifts "
+        f"v{SHIFT_VERSION})",
         f"path: {root.resolve()}",
         f"train: images/{name}",
         f"val: images/{name}",
@@ -201,10 +274,12 @@ def _write_text_if_changed(path: Path, text: str) -> None:
 
 def fixture_data_yaml() -> Path:
     """``data.yaml`` of the committed fixture split (12 images; for fast tests)."""
-    return demo_root() / "fixture" / "data.yaml"
+    return _demo_root() / "fixture" / "data.yaml"
 
 
-def model_figures(model: str | Path | None = None, *, split: str = "test", head: str = "nms") -> dict[str, float]:
+def model_figures(
+    model: str | Path | None = None, *, split: str = "test", head: str = "nms"
+) -> dict[str, float]:
     """The demo detector's model-card figures on one split of the demo dataset, for one head.
 
     Returns:
@@ -212,16 +287,19 @@ def model_figures(model: str | Path | None = None, *, split: str = "test", head:
         ``incorrect``: the boxes above conf 0.25, labelled by one-to-one matching to same-class
         ground truth at IoU 0.5.
     """
-    from det_calib.capture.predictor import capture
-    from det_calib.data.ground_truth import load_data_yaml, load_split
-    from det_calib.evaluation.map_check import ultralytics_val
-    from det_calib.matching.one_to_one import match_boxes
 
     model = model or demo_model()
     yml = demo_data_yaml()
     m = ultralytics_val(model, yml, split=split, head=head)
     sp = load_split(load_data_yaml(yml), split)
-    boxes = match_boxes(capture(model, sp.images, head=head, progress=False), sp.gt, iou=0.5, loc_iou=0.1)
+    boxes = match_boxes(
+        capture(model, sp.images, head=head, progress=False), sp.gt, iou=0.5, loc_iou=0.1
+    )
     kept = boxes.filter(boxes["conf"] > 0.25)
     correct = int(kept["correct"].sum())
-    return {"map50": m["map50"], "map50_95": m["map50_95"], "correct": correct, "incorrect": kept.height - correct}
+    return {
+        "map50": m["map50"],
+        "map50_95": m["map50_95"],
+        "correct": correct,
+        "incorrect": kept.height - correct,
+    }

@@ -26,10 +26,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
+from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
+from det_calib.data.ground_truth import load_data_yaml, load_split
+
 __all__ = ["SyntheticSet", "write_coco_shaped"]
 
-SPLITS = ("calib", "test")
-SIZES = ((640, 480), (640, 427), (500, 375), (480, 640))
+_SPLITS = ("calib", "test")
+_SIZES = ((640, 480), (640, 427), (500, 375), (480, 640))
 """Image sizes (width, height), COCO's most common ones; image ``i`` has size ``SIZES[i % 4]``."""
 
 
@@ -53,7 +57,7 @@ def _jpeg(w: int, h: int) -> bytes:
     return buf.getvalue()
 
 
-def write_model(path: Path, names: list[str], *, cfg: str = "yolo26n.yaml") -> Path:
+def _write_model(path: Path, names: list[str], *, cfg: str = "yolo26n.yaml") -> Path:
     """An untrained two-head detector with these class names, saved as a ``.pt`` checkpoint."""
     import tempfile
 
@@ -65,7 +69,9 @@ def write_model(path: Path, names: list[str], *, cfg: str = "yolo26n.yaml") -> P
     spec["nc"] = len(names)
     with tempfile.TemporaryDirectory() as tmp:
         y = Path(tmp) / cfg  # the file name carries the model scale
-        y.write_text(yaml.safe_dump({k: v for k, v in spec.items() if k not in ("yaml_file", "scale")}))
+        y.write_text(
+            yaml.safe_dump({k: v for k, v in spec.items() if k not in ("yaml_file", "scale")})
+        )
         yolo = YOLO(str(y))
     yolo.model.names = dict(enumerate(names))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,7 +79,9 @@ def write_model(path: Path, names: list[str], *, cfg: str = "yolo26n.yaml") -> P
     return path
 
 
-def _gt(rng: np.random.Generator, n_img: int, freq: np.ndarray, sizes: np.ndarray, per_image: float):
+def _gt(
+    rng: np.random.Generator, n_img: int, freq: np.ndarray, sizes: np.ndarray, per_image: float
+):
     """Ground truth: image id, class, xyxy in pixels; COCO-like box sizes (log-uniform area)."""
     n = rng.poisson(per_image, size=n_img)
     img = np.repeat(np.arange(n_img), n)
@@ -90,7 +98,11 @@ def _gt(rng: np.random.Generator, n_img: int, freq: np.ndarray, sizes: np.ndarra
 
 def _jitter(rng, boxes: np.ndarray, scale: np.ndarray, w_img, h_img) -> np.ndarray:
     bw, bh = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-    d = rng.normal(0.0, 1.0, size=(len(boxes), 4)) * scale[:, None] * np.column_stack([bw, bh, bw, bh])
+    d = (
+        rng.normal(0.0, 1.0, size=(len(boxes), 4))
+        * scale[:, None]
+        * np.column_stack([bw, bh, bw, bh])
+    )
     out = boxes + d
     out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, w_img[:, None])
     out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, h_img[:, None])
@@ -99,8 +111,18 @@ def _jitter(rng, boxes: np.ndarray, scale: np.ndarray, w_img, h_img) -> np.ndarr
     return out
 
 
-def _head_boxes(rng, head: str, n_img: int, gt, sizes: np.ndarray, freq: np.ndarray, *, conf_floor: float,
-                max_det: int, background: float) -> dict[str, np.ndarray]:
+def _head_boxes(
+    rng,
+    head: str,
+    n_img: int,
+    gt,
+    sizes: np.ndarray,
+    freq: np.ndarray,
+    *,
+    conf_floor: float,
+    max_det: int,
+    background: float,
+) -> dict[str, np.ndarray]:
     """One head's boxes on one split: per object a few candidates, plus background boxes."""
     g_img, g_cls, g_box = gt
     nc = len(freq)
@@ -110,13 +132,19 @@ def _head_boxes(rng, head: str, n_img: int, gt, sizes: np.ndarray, freq: np.ndar
     first = np.r_[True, src[1:] != src[:-1]]
     img = g_img[src]
     w_img, h_img = sizes[img, 0].astype(float), sizes[img, 1].astype(float)
-    scale = np.where(first, rng.uniform(0.01, 0.12, size=len(src)), rng.uniform(0.05, 0.35, size=len(src)))
+    scale = np.where(
+        first, rng.uniform(0.01, 0.12, size=len(src)), rng.uniform(0.05, 0.35, size=len(src))
+    )
     box = _jitter(rng, g_box[src], scale, w_img, h_img)
     wrong = rng.uniform(size=len(src)) < np.where(first, 0.08, 0.3)
     cls = np.where(wrong, rng.choice(nc, size=len(src), p=freq), g_cls[src])
     # logits: well-placed boxes of the right class high, the others low; the e2e head a little timid
     quality = np.where(wrong, -2.5, 2.0 - 18.0 * scale)
-    logit = quality + rng.normal(0.0, 1.6 if head == "nms" else 1.3, size=len(src)) - (0.3 if head == "e2e" else 0.0)
+    logit = (
+        quality
+        + rng.normal(0.0, 1.6 if head == "nms" else 1.3, size=len(src))
+        - (0.3 if head == "e2e" else 0.0)
+    )
     # background: low-score boxes anywhere, of any class
     n_bg = rng.poisson(background, size=n_img)
     b_img = np.repeat(np.arange(n_img), n_bg)
@@ -139,8 +167,13 @@ def _head_boxes(rng, head: str, n_img: int, gt, sizes: np.ndarray, freq: np.ndar
     img, box, cls, logit, conf = img[order], box[order], cls[order], logit[order], conf[order]
     start = np.searchsorted(img, img, side="left")
     keep = (np.arange(len(img)) - start) < max_det
-    return {"image_id": img[keep], "box": box[keep], "cls": cls[keep], "logit": logit[keep].astype(np.float32),
-            "conf": conf[keep]}
+    return {
+        "image_id": img[keep],
+        "box": box[keep],
+        "cls": cls[keep],
+        "logit": logit[keep].astype(np.float32),
+        "conf": conf[keep],
+    }
 
 
 def _class_freq(nc: int, rng: np.random.Generator) -> np.ndarray:
@@ -180,10 +213,10 @@ def write_coco_shaped(
     rng = np.random.default_rng(seed)
     names = [f"class{i:04d}" if n_classes > 100 else f"class{i:02d}" for i in range(n_classes)]
     freq = _class_freq(n_classes, rng)
-    jpegs = {s: _jpeg(*s) for s in SIZES}
-    sizes = np.array([SIZES[i % len(SIZES)] for i in range(n_images)], dtype=np.int64)
+    jpegs = {s: _jpeg(*s) for s in _SIZES}
+    sizes = np.array([_SIZES[i % len(_SIZES)] for i in range(n_images)], dtype=np.int64)
     gts = {}
-    for split in SPLITS:
+    for split in _SPLITS:
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         gts[split] = _gt(rng, n_images, freq, sizes, gt_per_image)
@@ -193,78 +226,142 @@ def write_coco_shaped(
                 lines[i].append(f"{n_classes + 3} 0.5 0.5 0.1 0.1")
         _write_images_and_labels(root, split, lines, sizes, jpegs)
     data = root / "data.yaml"
-    data.write_text("path: .\ncalib: images/calib\ntest: images/test\nnames:\n"
-                    + "".join(f"  {i}: {n}\n" for i, n in enumerate(names)))
-    model = write_model(root / "model.pt", names)
+    data.write_text(
+        "path: .\ncalib: images/calib\ntest: images/test\nnames:\n"
+        + "".join(f"  {i}: {n}\n" for i, n in enumerate(names))
+    )
+    model = _write_model(root / "model.pt", names)
     if bad_label_files:
         return SyntheticSet(root, data, model, root / "parts", {})
-    written = _write_parts(root, data, model, rng, gts, sizes, freq, n_images=n_images, conf_floor=conf_floor,
-                           max_det=max_det, background=background)
+    written = _write_parts(
+        root,
+        data,
+        model,
+        rng,
+        gts,
+        sizes,
+        freq,
+        n_images=n_images,
+        conf_floor=conf_floor,
+        max_det=max_det,
+        background=background,
+    )
     return SyntheticSet(root, data, model, root / "parts", written)
 
 
-def _label_lines(gt: tuple[np.ndarray, np.ndarray, np.ndarray], sizes: np.ndarray, n_images: int) -> list[list[str]]:
+def _label_lines(
+    gt: tuple[np.ndarray, np.ndarray, np.ndarray], sizes: np.ndarray, n_images: int
+) -> list[list[str]]:
     """The YOLO label lines (``cls cx cy w h``, normalised) of each image of a split's ground truth."""
     g_img, g_cls, g_box = gt
     w, h = sizes[g_img, 0], sizes[g_img, 1]
     cx, cy = (g_box[:, 0] + g_box[:, 2]) / 2 / w, (g_box[:, 1] + g_box[:, 3]) / 2 / h
     bw, bh = (g_box[:, 2] - g_box[:, 0]) / w, (g_box[:, 3] - g_box[:, 1]) / h
     lines: list[list[str]] = [[] for _ in range(n_images)]
-    for i, c, a, b, d, e in zip(g_img.tolist(), g_cls.tolist(), cx.tolist(), cy.tolist(), bw.tolist(),
-                                bh.tolist()):
+    for i, c, a, b, d, e in zip(
+        g_img.tolist(), g_cls.tolist(), cx.tolist(), cy.tolist(), bw.tolist(), bh.tolist()
+    ):
         lines[i].append(f"{c} {a:.6f} {b:.6f} {d:.6f} {e:.6f}")
     return lines
 
 
-def _capture_frame(b: dict[str, np.ndarray], split: str, head: str, image_names: list[str],
-                   sizes: np.ndarray) -> pl.DataFrame:
+def _capture_frame(
+    b: dict[str, np.ndarray], split: str, head: str, image_names: list[str], sizes: np.ndarray
+) -> pl.DataFrame:
     """One head's boxes of one split (``b`` from :func:`_head_boxes`) as the capture's columns."""
-    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 
     n = len(b["cls"])
     ids = b["image_id"]
-    return pl.DataFrame({
-        "image": np.asarray(image_names, dtype=object)[ids].tolist(), "image_id": ids, "split": [split] * n,
-        "head": [head] * n, "x1": b["box"][:, 0], "y1": b["box"][:, 1], "x2": b["box"][:, 2],
-        "y2": b["box"][:, 3], "img_w": sizes[ids, 0], "img_h": sizes[ids, 1], "cls": b["cls"],
-        "conf": b["conf"].astype(np.float64), "logit": b["logit"].astype(np.float64),
-    }, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS})
+    return pl.DataFrame(
+        {
+            "image": np.asarray(image_names, dtype=object)[ids].tolist(),
+            "image_id": ids,
+            "split": [split] * n,
+            "head": [head] * n,
+            "x1": b["box"][:, 0],
+            "y1": b["box"][:, 1],
+            "x2": b["box"][:, 2],
+            "y2": b["box"][:, 3],
+            "img_w": sizes[ids, 0],
+            "img_h": sizes[ids, 1],
+            "cls": b["cls"],
+            "conf": b["conf"].astype(np.float64),
+            "logit": b["logit"].astype(np.float64),
+        },
+        schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS},
+    )
 
 
-def _write_images_and_labels(root: Path, split: str, lines: list[list[str]], sizes: np.ndarray,
-                             jpegs: dict[tuple[int, int], bytes]) -> None:
+def _write_images_and_labels(
+    root: Path,
+    split: str,
+    lines: list[list[str]],
+    sizes: np.ndarray,
+    jpegs: dict[tuple[int, int], bytes],
+) -> None:
     """Each image of a split (the JPEG of its size) and its label file."""
     for i in range(len(lines)):
         (root / "images" / split / f"{i:06d}.jpg").write_bytes(jpegs[tuple(sizes[i])])
         (root / "labels" / split / f"{i:06d}.txt").write_text("".join(s + "\n" for s in lines[i]))
 
 
-def _write_parts(root: Path, data: Path, model: Path, rng: np.random.Generator, gts: dict, sizes: np.ndarray,
-                 freq: np.ndarray, *, n_images: int, conf_floor: float, max_det: int, background: float
-                 ) -> dict[str, dict[str, int]]:
+def _write_parts(
+    root: Path,
+    data: Path,
+    model: Path,
+    rng: np.random.Generator,
+    gts: dict,
+    sizes: np.ndarray,
+    freq: np.ndarray,
+    *,
+    n_images: int,
+    conf_floor: float,
+    max_det: int,
+    background: float,
+) -> dict[str, dict[str, int]]:
     """Both heads' boxes of each split, drawn and written as one capture part per split, with the
     metadata a capture at the run's defaults records; returns the boxes written per split and head."""
-    from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
-    from det_calib.data.ground_truth import load_data_yaml, load_split
 
     written: dict[str, dict[str, int]] = {}
     ds = load_data_yaml(data)
     # what a capture at the run's defaults records (det_calib.job.reuse.capture_settings: NMS IoU
     # 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes` takes them
-    settings = {"conf": float(conf_floor), "iou": 0.7, "max_det": int(max_det), "imgsz": 640, "batch": 1}
+    settings = {
+        "conf": float(conf_floor),
+        "iou": 0.7,
+        "max_det": int(max_det),
+        "imgsz": 640,
+        "batch": 1,
+    }
     model_fp = model_fingerprint(model)
-    for split in SPLITS:
+    for split in _SPLITS:
         sp = load_split(ds, split)
         image_names = sp.image_names()
         frames = []
         written[split] = {}
         for head in ("nms", "e2e"):
-            b = _head_boxes(rng, head, n_images, gts[split], sizes, freq, conf_floor=conf_floor, max_det=max_det,
-                            background=background)
+            b = _head_boxes(
+                rng,
+                head,
+                n_images,
+                gts[split],
+                sizes,
+                freq,
+                conf_floor=conf_floor,
+                max_det=max_det,
+                background=background,
+            )
             written[split][head] = len(b["cls"])
             frames.append(_capture_frame(b, split, head, image_names, sizes))
-        meta = capture_meta(model=model_fp, data=data_fingerprint(sp.images, names=image_names), split=split,
-                            heads=["nms", "e2e"], settings=settings, n_images=n_images,
-                            image_ids=range(n_images), part="all")
+        meta = capture_meta(
+            model=model_fp,
+            data=data_fingerprint(sp.images, names=image_names),
+            split=split,
+            heads=["nms", "e2e"],
+            settings=settings,
+            n_images=n_images,
+            image_ids=range(n_images),
+            part="all",
+        )
         write_part(pl.concat(frames), root / "parts" / split / "part-all.parquet", meta=meta)
     return written

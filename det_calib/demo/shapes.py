@@ -22,10 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 CLASS_NAMES: tuple[str, ...] = (
     "circle",
@@ -39,18 +38,18 @@ CLASS_NAMES: tuple[str, ...] = (
 )
 """Labelled classes. Confusable pairs: circle/ellipse, square/rectangle, hexagon/circle."""
 
-DISTRACTORS: tuple[str, ...] = ("pentagon", "blob", "line", "arc", "scribble")
+_DISTRACTORS: tuple[str, ...] = ("pentagon", "blob", "line", "arc", "scribble")
 """Unlabelled objects drawn to provoke false positives (a pentagon looks like a hexagon)."""
 
 SPLIT_SIZES: dict[str, int] = {"train": 1600, "calib": 400, "test": 400}
 """Images per split of the full dataset."""
 
-FIXTURE_SIZE = 12
-IMAGE_SIZES: tuple[tuple[int, int], ...] = ((320, 320), (384, 288), (288, 384))
+_FIXTURE_SIZE = 12
+_IMAGE_SIZES: tuple[tuple[int, int], ...] = ((320, 320), (384, 288), (288, 384))
 """(width, height) choices; non-square sizes exercise letterboxing."""
 
-MIN_VISIBLE = 0.35
-EMPTY_FRACTION = 0.08
+_MIN_VISIBLE = 0.35
+_EMPTY_FRACTION = 0.08
 GENERATOR_VERSION = 1
 
 
@@ -61,6 +60,8 @@ def _rng(seed: int, split: str, index: int) -> np.random.Generator:
 
 # ----------------------------------------------------------------------------- backgrounds
 def _background(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    import cv2
+
     kind = rng.choice(["flat", "gradient", "noise", "stripes", "checker", "clouds"])
     base = rng.uniform(20, 235, size=3)
     if kind == "flat":
@@ -136,13 +137,28 @@ def _outline(name: str, size: float, rng: np.random.Generator) -> tuple[np.ndarr
     if name == "cross":
         a, b = r, r * rng.uniform(0.25, 0.4)
         pts = np.array(
-            [[-b, -a], [b, -a], [b, -b], [a, -b], [a, b], [b, b], [b, a], [-b, a], [-b, b], [-a, b], [-a, -b], [-b, -b]]
+            [
+                [-b, -a],
+                [b, -a],
+                [b, -b],
+                [a, -b],
+                [a, b],
+                [b, b],
+                [b, a],
+                [-b, a],
+                [-b, b],
+                [-a, b],
+                [-a, -b],
+                [-b, -b],
+            ]
         )
         return _rotate(pts, rot), False
     if name == "blob":
         n = 24
         ang = 2 * np.pi * np.arange(n) / n
-        radii = r * (0.6 + 0.4 * np.abs(np.convolve(rng.normal(size=n + 4), np.ones(5) / 5, "valid")[:n]))
+        radii = r * (
+            0.6 + 0.4 * np.abs(np.convolve(rng.normal(size=n + 4), np.ones(5) / 5, "valid")[:n])
+        )
         return np.stack([radii * np.cos(ang), radii * np.sin(ang)], 1), False
     if name == "line":
         return _rotate(np.array([[-r, 0.0], [r, 0.0]]), rot), True
@@ -217,12 +233,12 @@ def render_with_owners(seed: int, split: str, index: int) -> Rendered:
     """Render one image as :func:`render_image` does (same random stream, same pixels and labels),
     also returning the pixel owner map the labels were computed from."""
     rng = _rng(seed, split, index)
-    w, h = IMAGE_SIZES[int(rng.integers(len(IMAGE_SIZES)))]
+    w, h = _IMAGE_SIZES[int(rng.integers(len(_IMAGE_SIZES)))]
     img = _background(rng, w, h)
-    n_obj = 0 if rng.random() < EMPTY_FRACTION else int(rng.integers(1, 11))
+    n_obj = 0 if rng.random() < _EMPTY_FRACTION else int(rng.integers(1, 11))
     n_distract = int(rng.poisson(1.2))
     names = [int(c) for c in rng.integers(0, len(CLASS_NAMES), size=n_obj)]
-    names += [-1 - int(d) for d in rng.integers(0, len(DISTRACTORS), size=n_distract)]
+    names += [-1 - int(d) for d in rng.integers(0, len(_DISTRACTORS), size=n_distract)]
     order = rng.permutation(len(names))
     short = min(w, h)
 
@@ -231,7 +247,7 @@ def render_with_owners(seed: int, split: str, index: int) -> Rendered:
     full_area: list[int] = []
     for k in order:
         cls = names[k]
-        name = CLASS_NAMES[cls] if cls >= 0 else DISTRACTORS[-1 - cls]
+        name = CLASS_NAMES[cls] if cls >= 0 else _DISTRACTORS[-1 - cls]
         size = float(np.exp(rng.uniform(np.log(8), np.log(0.6 * short))))
         poly, polyline = _outline(name, size, rng)
         # centres may fall slightly outside the image: truncation at borders
@@ -259,7 +275,7 @@ def render_with_owners(seed: int, split: str, index: int) -> Rendered:
         if obj.cls < 0 or full_area[k] == 0:
             continue
         ys, xs = np.nonzero(ids == k)
-        if len(xs) == 0 or len(xs) / full_area[k] < MIN_VISIBLE:
+        if len(xs) == 0 or len(xs) / full_area[k] < _MIN_VISIBLE:
             continue
         x1, x2, y1, y2 = xs.min(), xs.max() + 1, ys.min(), ys.max() + 1
         if x2 - x1 < 4 or y2 - y1 < 4:
@@ -268,23 +284,36 @@ def render_with_owners(seed: int, split: str, index: int) -> Rendered:
         labelled.append(k)
 
     img = _photometric(img, rng)
-    return Rendered(img, np.array(labels, dtype=np.float64).reshape(-1, 5), ids, np.array(labelled, dtype=np.int64),
-                    tuple(o.poly for o in objects))
+    return Rendered(
+        img,
+        np.array(labels, dtype=np.float64).reshape(-1, 5),
+        ids,
+        np.array(labelled, dtype=np.int64),
+        tuple(o.poly for o in objects),
+    )
 
 
 def _draw(canvas: np.ndarray, obj: _Object, value) -> None:
+    import cv2
+
     pts = np.round(obj.poly * 16).astype(np.int32)  # 4 fractional bits
     if obj.polyline or obj.hollow:
-        cv2.polylines(canvas, [pts], not obj.polyline, value, max(obj.thickness, 1), cv2.LINE_8, shift=4)
+        cv2.polylines(
+            canvas, [pts], not obj.polyline, value, max(obj.thickness, 1), cv2.LINE_8, shift=4
+        )
     else:
         cv2.fillPoly(canvas, [pts], value, cv2.LINE_8, shift=4)
 
 
 def _draw_colour(img: np.ndarray, obj: _Object, rng: np.random.Generator) -> None:
+    import cv2
+
     pts = np.round(obj.poly * 16).astype(np.int32)
     colour = tuple(float(c) for c in obj.colour)
     if obj.polyline or obj.hollow:
-        cv2.polylines(img, [pts], not obj.polyline, colour, max(obj.thickness, 1), cv2.LINE_AA, shift=4)
+        cv2.polylines(
+            img, [pts], not obj.polyline, colour, max(obj.thickness, 1), cv2.LINE_AA, shift=4
+        )
         return
     cv2.fillPoly(img, [pts], colour, cv2.LINE_AA, shift=4)
     if rng.random() < 0.3:  # a contrasting outline
@@ -293,10 +322,14 @@ def _draw_colour(img: np.ndarray, obj: _Object, rng: np.random.Generator) -> Non
 
 
 def _photometric(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    import cv2
+
     if rng.random() < 0.35:
         k = float(rng.uniform(0.6, 2.0))
         img = cv2.GaussianBlur(img, (0, 0), k)
-    gain = rng.uniform(0.6, 1.35, size=3) if rng.random() < 0.5 else np.full(3, rng.uniform(0.6, 1.35))
+    gain = (
+        rng.uniform(0.6, 1.35, size=3) if rng.random() < 0.5 else np.full(3, rng.uniform(0.6, 1.35))
+    )
     img = img * gain + rng.uniform(-30, 30)
     if rng.random() < 0.5:
         img = img + rng.normal(0, rng.uniform(2, 12), size=img.shape)
@@ -307,12 +340,14 @@ def _photometric(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_split(root: Path, split: str, n: int, *, seed: int = 0, ext: str = ".png") -> int:
+def _write_split(root: Path, split: str, n: int, *, seed: int = 0, ext: str = ".png") -> int:
     """Render ``n`` images of ``split`` into ``root/images/split`` and ``root/labels/split``.
 
     Returns:
         The number of labelled objects written.
     """
+    import cv2
+
     img_dir, lbl_dir = root / "images" / split, root / "labels" / split
     img_dir.mkdir(parents=True, exist_ok=True)
     lbl_dir.mkdir(parents=True, exist_ok=True)
@@ -348,7 +383,9 @@ def swap_in_split(root: Path, split: str, write: Callable[[Path], object]) -> No
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def generate(root: Path, *, seed: int = 0, splits: dict[str, int] | None = None, ext: str = ".png") -> None:
+def generate(
+    root: Path, *, seed: int = 0, splits: dict[str, int] | None = None, ext: str = ".png"
+) -> None:
     """Render the splits in ``splits`` (default :data:`SPLIT_SIZES`) under ``root``.
 
     Each split is rendered into a temporary folder and renamed into place, so an interrupted run
@@ -357,5 +394,9 @@ def generate(root: Path, *, seed: int = 0, splits: dict[str, int] | None = None,
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     for split, n in dict(SPLIT_SIZES if splits is None else splits).items():
-        log.info("rendering %d %s images into %s", n, split, root)
-        swap_in_split(root, split, lambda tmp, split=split, n=n: write_split(tmp, split, n, seed=seed, ext=ext))
+        _log.info("rendering %d %s images into %s", n, split, root)
+        swap_in_split(
+            root,
+            split,
+            lambda tmp, split=split, n=n: _write_split(tmp, split, n, seed=seed, ext=ext),
+        )

@@ -20,56 +20,59 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, render_image
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-CROP_SIZE = 64
+_CROP_SIZE = 64
 """Side of every written crop, in pixels."""
 
-CROP_MARGIN = 1.3
+_CROP_MARGIN = 1.3
 """A crop's side over its object's longer box side."""
 
-MIN_CROP = 16
+_MIN_CROP = 16
 """Smallest crop side taken from the image, in pixels (tiny objects keep some context)."""
 
-CLASSIFY_SPLITS: dict[str, str] = {"train": "train", "val": "calib", "test": "test"}
+_CLASSIFY_SPLITS: dict[str, str] = {"train": "train", "val": "calib", "test": "test"}
 """Classification split (Ultralytics' folder name) -> the detection split its crops come from."""
 
 
-def crops_of(seed: int, split: str, index: int) -> list[tuple[int, np.ndarray]]:
+def _crops_of(seed: int, split: str, index: int) -> list[tuple[int, np.ndarray]]:
     """The crops of one rendered ``shapes`` image.
 
     Returns:
         ``(class id, crop)`` per labelled object, in label order; each crop a uint8 BGR array of
         shape (``CROP_SIZE``, ``CROP_SIZE``, 3).
     """
+    import cv2
+
     img, labels = render_image(seed, split, index)
     h, w = img.shape[:2]
     out = []
     for c, cx, cy, bw, bh in labels:
-        side = max(MIN_CROP, round(CROP_MARGIN * max(bw * w, bh * h)))
+        side = max(_MIN_CROP, round(_CROP_MARGIN * max(bw * w, bh * h)))
         x0, y0 = round(cx * w - side / 2), round(cy * h - side / 2)
         pad = side  # enough edge padding for any crop centred inside the image
         padded = cv2.copyMakeBorder(img, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
-        crop = padded[y0 + pad:y0 + pad + side, x0 + pad:x0 + pad + side]
-        interp = cv2.INTER_AREA if side > CROP_SIZE else cv2.INTER_LINEAR
-        out.append((int(c), cv2.resize(crop, (CROP_SIZE, CROP_SIZE), interpolation=interp)))
+        crop = padded[y0 + pad : y0 + pad + side, x0 + pad : x0 + pad + side]
+        interp = cv2.INTER_AREA if side > _CROP_SIZE else cv2.INTER_LINEAR
+        out.append((int(c), cv2.resize(crop, (_CROP_SIZE, _CROP_SIZE), interpolation=interp)))
     return out
 
 
-def write_classify_split(root: Path, split: str, n_images: int, *, seed: int = 0) -> int:
+def _write_classify_split(root: Path, split: str, n_images: int, *, seed: int = 0) -> int:
     """Write the crops of the first ``n_images`` images of the detection split that ``split`` comes
     from into ``root/split/<class name>/``. Returns the number of crops written."""
-    source = CLASSIFY_SPLITS[split]
+    import cv2
+
+    source = _CLASSIFY_SPLITS[split]
     for name in CLASS_NAMES:
         (root / split / name).mkdir(parents=True, exist_ok=True)
     count = 0
     for i in range(n_images):
-        for j, (c, crop) in enumerate(crops_of(seed, source, i)):
+        for j, (c, crop) in enumerate(_crops_of(seed, source, i)):
             path = root / split / CLASS_NAMES[c] / f"{source}_{i:05d}_{j:02d}.png"
             if not cv2.imwrite(str(path), crop):
                 raise OSError(f"could not write {path}")
@@ -89,13 +92,15 @@ def classify_root(cache: Path, *, seed: int = 0, splits: dict[str, int] | None =
     Returns:
         The folder to give Ultralytics' classification trainer or validator as ``data``.
     """
-    sizes = splits or {k: SPLIT_SIZES[v] for k, v in CLASSIFY_SPLITS.items()}
+    sizes = splits or {k: SPLIT_SIZES[v] for k, v in _CLASSIFY_SPLITS.items()}
     root = Path(cache) / f"shapes-classify-v{GENERATOR_VERSION}-seed{seed}"
     for split, n in sizes.items():
         done = root / f".{split}.complete"
         if n and not (done.is_file() and done.read_text() == str(n)):
-            log.info("cropping %d %s images of the shapes demo into %s (first use)", n, split, root)
-            count = write_classify_split(root, split, n, seed=seed)
+            _log.info(
+                "cropping %d %s images of the shapes demo into %s (first use)", n, split, root
+            )
+            count = _write_classify_split(root, split, n, seed=seed)
             done.write_text(str(n))
-            log.info("wrote %d crops", count)
+            _log.info("wrote %d crops", count)
     return root

@@ -24,23 +24,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from det_calib.demo.shapes import GENERATOR_VERSION, Rendered, render_with_owners
 from det_calib.demo.task_labels import task_data_yaml, write_task_split
 
-__all__ = ["OBB_VERSION", "min_area_rect", "region_rect", "render_rects", "rendered_rects", "obb_lines",
-           "rendered_obb_lines", "write_obb_split", "demo_obb_data_yaml"]
+__all__ = ["min_area_rect", "rendered_rects", "obb_lines", "write_obb_split", "demo_obb_data_yaml"]
 
-OBB_VERSION = 1
+_OBB_VERSION = 1
 """Version of the rotated-box rule; part of the cache folder's name."""
 
 _INSIDE_TOL = 1e-6  # pixels: how far float rounding may put a corner outside the image
 
 
 def _hull(points: np.ndarray) -> np.ndarray:
-    return cv2.convexHull(np.asarray(points, dtype=np.float32).reshape(-1, 1, 2)).reshape(-1, 2).astype(np.float64)
+    import cv2
+
+    return (
+        cv2.convexHull(np.asarray(points, dtype=np.float32).reshape(-1, 1, 2))
+        .reshape(-1, 2)
+        .astype(np.float64)
+    )
 
 
 def _candidate_angles(hull: np.ndarray) -> np.ndarray:
@@ -63,7 +67,9 @@ def _rect_at(hull: np.ndarray, theta: float) -> tuple[float, np.ndarray]:
     return float((a1 - a0) * (b1 - b0)), corners
 
 
-def min_area_rect(points: np.ndarray, *, width: float | None = None, height: float | None = None) -> np.ndarray:
+def min_area_rect(
+    points: np.ndarray, *, width: float | None = None, height: float | None = None
+) -> np.ndarray:
     """The minimum-area rectangle of a point set, optionally the smallest that lies inside an image.
 
     Args:
@@ -84,7 +90,11 @@ def min_area_rect(points: np.ndarray, *, width: float | None = None, height: flo
         area, corners = _rect_at(hull, float(theta))
         if width is not None and height is not None:
             lo, hi = corners.min(0), corners.max(0)
-            if (lo < -_INSIDE_TOL).any() or hi[0] > width + _INSIDE_TOL or hi[1] > height + _INSIDE_TOL:
+            if (
+                (lo < -_INSIDE_TOL).any()
+                or hi[0] > width + _INSIDE_TOL
+                or hi[1] > height + _INSIDE_TOL
+            ):
                 continue
             corners = np.clip(corners, 0, [width, height])
         candidates.append((area, min(theta, np.pi / 2 - theta), corners))
@@ -94,7 +104,7 @@ def min_area_rect(points: np.ndarray, *, width: float | None = None, height: flo
     return min((c for c in candidates if c[0] <= smallest * (1 + 1e-9)), key=lambda c: c[1])[2]
 
 
-def region_rect(mask: np.ndarray) -> np.ndarray | None:
+def _region_rect(mask: np.ndarray) -> np.ndarray | None:
     """The rotated box of a binary region (:func:`min_area_rect` of its pixels' corners, inside the
     image), in the pixel-edge frame; None for an empty region."""
     ys, xs = np.nonzero(np.asarray(mask))
@@ -107,10 +117,12 @@ def region_rect(mask: np.ndarray) -> np.ndarray | None:
 
 def rendered_rects(r: Rendered) -> list[np.ndarray]:
     """(4, 2) rotated box in pixels of each box label of a rendered image, in label order."""
-    return [region_rect(r.owners == k) for k in r.labelled]
+    return [_region_rect(r.owners == k) for k in r.labelled]
 
 
-def render_rects(seed: int, split: str, index: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _render_rects(
+    seed: int, split: str, index: int
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Render one demo image with the rotated box of each of its box labels.
 
     Returns:
@@ -131,16 +143,18 @@ def obb_lines(labels: np.ndarray, rects: list[np.ndarray], width: int, height: i
     return lines
 
 
-def rendered_obb_lines(r: Rendered) -> list[str]:
+def _rendered_obb_lines(r: Rendered) -> list[str]:
     """The OBB label lines of a rendered image."""
     h, w = r.owners.shape
     return obb_lines(r.labels, rendered_rects(r), w, h)
 
 
-def write_obb_split(root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None) -> int:
+def write_obb_split(
+    root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None
+) -> int:
     """Write ``n`` images of ``split`` with OBB labels under ``root/images|labels/split``
     (:func:`~det_calib.demo.task_labels.write_task_split`); returns the number of label lines."""
-    return write_task_split(root, split, n, rendered_obb_lines, seed=seed, images_from=images_from)
+    return write_task_split(root, split, n, _rendered_obb_lines, seed=seed, images_from=images_from)
 
 
 def demo_obb_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
@@ -152,7 +166,15 @@ def demo_obb_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
             ``train`` then names it.
         seed: Dataset seed.
     """
-    title = (f"shapes demo, rotated boxes of each object's visible region (det_calib.demo.shapes_obb "
-             f"v{OBB_VERSION}; generator v{GENERATOR_VERSION})")
-    return task_data_yaml(f"obb{OBB_VERSION}", rendered_obb_lines, title=title, extra=[], with_train=with_train,
-                          seed=seed)
+    title = (
+        f"shapes demo, rotated boxes of each object's visible region (det_calib.demo.shapes_obb "
+        f"v{_OBB_VERSION}; generator v{GENERATOR_VERSION})"
+    )
+    return task_data_yaml(
+        f"obb{_OBB_VERSION}",
+        _rendered_obb_lines,
+        title=title,
+        extra=[],
+        with_train=with_train,
+        seed=seed,
+    )

@@ -46,24 +46,22 @@ import numpy as np
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, Rendered, render_with_owners
 from det_calib.demo.task_labels import task_data_yaml, write_task_split
 
-__all__ = ["KEYPOINT_NAMES", "FLIP_IDX", "KPT_SHAPE", "POSE_VERSION", "object_keypoints", "keypoint_visibility",
-           "render_keypoints", "rendered_keypoints", "pose_lines", "rendered_pose_lines", "write_pose_split",
-           "demo_pose_data_yaml"]
+__all__ = ["rendered_keypoints", "pose_lines", "write_pose_split", "demo_pose_data_yaml"]
 
-KEYPOINT_NAMES: tuple[str, ...] = ("centre", "top", "right", "bottom", "left")
+_KEYPOINT_NAMES: tuple[str, ...] = ("centre", "top", "right", "bottom", "left")
 """The keypoints of every labelled object, in label order."""
 
-FLIP_IDX: tuple[int, ...] = (0, 1, 4, 3, 2)
+_FLIP_IDX: tuple[int, ...] = (0, 1, 4, 3, 2)
 """Keypoint order after a horizontal flip (``right`` and ``left`` swap), as ``flip_idx`` in data.yaml."""
 
-KPT_SHAPE: tuple[int, int] = (len(KEYPOINT_NAMES), 3)
+_KPT_SHAPE: tuple[int, int] = (len(_KEYPOINT_NAMES), 3)
 """``kpt_shape`` of the pose demo: five keypoints of ``x y visibility``."""
 
-POSE_VERSION = 1
+_POSE_VERSION = 1
 """Version of the keypoint rule; part of the cache folder's name."""
 
 
-def object_keypoints(outline: np.ndarray) -> np.ndarray:
+def _object_keypoints(outline: np.ndarray) -> np.ndarray:
     """The five keypoints of a shape drawn from ``outline``, in COCO's pixel-edge frame.
 
     Args:
@@ -77,11 +75,16 @@ def object_keypoints(outline: np.ndarray) -> np.ndarray:
     [[0.5, 0.5], [0.5, -1.5], [3.5, 0.5], [0.5, 2.5], [-2.5, 0.5]]
     """
     p = np.asarray(outline, dtype=np.float64).reshape(-1, 2)
-    idx = [int(np.argmin(p[:, 1])), int(np.argmax(p[:, 0])), int(np.argmax(p[:, 1])), int(np.argmin(p[:, 0]))]
+    idx = [
+        int(np.argmin(p[:, 1])),
+        int(np.argmax(p[:, 0])),
+        int(np.argmax(p[:, 1])),
+        int(np.argmin(p[:, 0])),
+    ]
     return np.vstack([p.mean(0), p[idx]]) + 0.5
 
 
-def keypoint_visibility(points: np.ndarray, owners: np.ndarray, drawn: int) -> np.ndarray:
+def _keypoint_visibility(points: np.ndarray, owners: np.ndarray, drawn: int) -> np.ndarray:
     """COCO visibility of an object's keypoints: 0 outside the image, 1 under a later object, 2 otherwise.
 
     Args:
@@ -106,16 +109,18 @@ def keypoint_visibility(points: np.ndarray, owners: np.ndarray, drawn: int) -> n
 def rendered_keypoints(r: Rendered) -> np.ndarray:
     """(n, 5, 3) keypoints ``x, y, v`` in pixels of each box label of a rendered image (``x = y = 0``
     where ``v = 0``)."""
-    out = np.zeros((len(r.labelled), *KPT_SHAPE), dtype=np.float64)
+    out = np.zeros((len(r.labelled), *_KPT_SHAPE), dtype=np.float64)
     for i, k in enumerate(r.labelled):
-        pts = object_keypoints(r.outlines[k])
-        vis = keypoint_visibility(pts, r.owners, int(k))
+        pts = _object_keypoints(r.outlines[k])
+        vis = _keypoint_visibility(pts, r.owners, int(k))
         out[i, :, :2] = np.where(vis[:, None] > 0, pts, 0.0)
         out[i, :, 2] = vis
     return out
 
 
-def render_keypoints(seed: int, split: str, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _render_keypoints(
+    seed: int, split: str, index: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Render one demo image with the keypoints of each of its box labels.
 
     Returns:
@@ -138,16 +143,20 @@ def pose_lines(labels: np.ndarray, keypoints: np.ndarray, width: int, height: in
     return lines
 
 
-def rendered_pose_lines(r: Rendered) -> list[str]:
+def _rendered_pose_lines(r: Rendered) -> list[str]:
     """The pose label lines of a rendered image."""
     h, w = r.owners.shape
     return pose_lines(r.labels, rendered_keypoints(r), w, h)
 
 
-def write_pose_split(root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None) -> int:
+def write_pose_split(
+    root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None
+) -> int:
     """Write ``n`` images of ``split`` with pose labels under ``root/images|labels/split``
     (:func:`~det_calib.demo.task_labels.write_task_split`); returns the number of label lines."""
-    return write_task_split(root, split, n, rendered_pose_lines, seed=seed, images_from=images_from)
+    return write_task_split(
+        root, split, n, _rendered_pose_lines, seed=seed, images_from=images_from
+    )
 
 
 def demo_pose_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
@@ -164,12 +173,21 @@ def demo_pose_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         names, ``kpt_shape: [5, 3]``, ``flip_idx`` and ``kpt_names``.
     """
     extra = [
-        f"kpt_shape: [{KPT_SHAPE[0]}, {KPT_SHAPE[1]}]",
-        f"flip_idx: [{', '.join(map(str, FLIP_IDX))}]",
+        f"kpt_shape: [{_KPT_SHAPE[0]}, {_KPT_SHAPE[1]}]",
+        f"flip_idx: [{', '.join(map(str, _FLIP_IDX))}]",
         "kpt_names:",
-        *[f"  {i}: [{', '.join(KEYPOINT_NAMES)}]" for i in range(len(CLASS_NAMES))],
+        *[f"  {i}: [{', '.join(_KEYPOINT_NAMES)}]" for i in range(len(CLASS_NAMES))],
     ]
-    title = (f"shapes demo, keypoint labels {list(KEYPOINT_NAMES)} (det_calib.demo.shapes_pose v{POSE_VERSION}; "
-             f"generator v{GENERATOR_VERSION})")
-    return task_data_yaml(f"pose{POSE_VERSION}", rendered_pose_lines, title=title, extra=extra,
-                          with_train=with_train, seed=seed)
+    title = (
+        f"shapes demo, keypoint labels {list(_KEYPOINT_NAMES)} (det_calib.demo.shapes_pose "
+        f"v{_POSE_VERSION}; "
+        f"generator v{GENERATOR_VERSION})"
+    )
+    return task_data_yaml(
+        f"pose{_POSE_VERSION}",
+        _rendered_pose_lines,
+        title=title,
+        extra=extra,
+        with_train=with_train,
+        seed=seed,
+    )

@@ -41,27 +41,33 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from det_calib.demo.shapes import GENERATOR_VERSION, Rendered, render_with_owners
 from det_calib.demo.task_labels import task_data_yaml, write_task_split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["EPSILON", "SEGMENT_VERSION", "region_polygon", "render_polygons", "segment_lines",
-           "write_segment_split", "demo_segment_data_yaml"]
+__all__ = [
+    "EPSILON",
+    "region_polygon",
+    "segment_lines",
+    "write_segment_split",
+    "demo_segment_data_yaml",
+]
 
 EPSILON = 0.5
 """``cv2.approxPolyDP`` tolerance in pixels; also the most a side of a polygon's box may move."""
 
-SEGMENT_VERSION = 1
+_SEGMENT_VERSION = 1
 """Version of the polygon rule; part of the cache folder's name."""
 
 
 def _outline_pieces(mask: np.ndarray) -> list[np.ndarray]:
     """Pixel-edge outlines of a binary mask: outer boundaries and holes, as (k, 2) int arrays of
     pixel corners ``(x, y)``, consecutive duplicates removed."""
+    import cv2
+
     up = np.kron(mask.astype(np.uint8), np.ones((2, 2), dtype=np.uint8))
     contours, _ = cv2.findContours(up, cv2.RETR_CCOMP, cv2.CHAIN_APPROX_NONE)
     pieces = []
@@ -77,6 +83,8 @@ def _outline_pieces(mask: np.ndarray) -> list[np.ndarray]:
 
 
 def _simplify(pts: np.ndarray, epsilon: float) -> np.ndarray:
+    import cv2
+
     out = cv2.approxPolyDP(pts.reshape(-1, 1, 2), epsilon, True).reshape(-1, 2)
     return out if len(out) >= 3 else pts
 
@@ -118,7 +126,7 @@ def region_polygon(mask: np.ndarray, *, epsilon: float = EPSILON) -> np.ndarray:
     return _join(pieces).astype(np.float64)
 
 
-def render_polygons(seed: int, split: str, index: int, *, epsilon: float = EPSILON):
+def _render_polygons(seed: int, split: str, index: int, *, epsilon: float = EPSILON):
     """Render one demo image with a visible-region polygon for each of its box labels.
 
     Returns:
@@ -131,7 +139,9 @@ def render_polygons(seed: int, split: str, index: int, *, epsilon: float = EPSIL
     return r.image, r.labels, polys
 
 
-def segment_lines(labels: np.ndarray, polygons: list[np.ndarray], width: int, height: int) -> list[str]:
+def segment_lines(
+    labels: np.ndarray, polygons: list[np.ndarray], width: int, height: int
+) -> list[str]:
     """YOLO segment label lines ``cls x1 y1 x2 y2 ...`` (normalised, 6 decimals, as the box labels)."""
     lines = []
     for row, poly in zip(labels, polygons):
@@ -140,7 +150,9 @@ def segment_lines(labels: np.ndarray, polygons: list[np.ndarray], width: int, he
     return lines
 
 
-def write_segment_split(root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None) -> int:
+def write_segment_split(
+    root: Path, split: str, n: int, *, seed: int = 0, images_from: Path | None = None
+) -> int:
     """Write ``n`` images of ``split`` with polygon labels under ``root/images|labels/split``.
 
     Args:
@@ -181,6 +193,11 @@ def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         (= calib), ``calib`` and ``test``.
     """
     return task_data_yaml(
-        f"seg{SEGMENT_VERSION}", _segment_lines_of, with_train=with_train, seed=seed, extra=[],
+        f"seg{_SEGMENT_VERSION}",
+        _segment_lines_of,
+        with_train=with_train,
+        seed=seed,
+        extra=[],
         title=f"shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
-              f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})")
+        f"v{_SEGMENT_VERSION}; generator v{GENERATOR_VERSION})",
+    )

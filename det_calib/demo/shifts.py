@@ -29,14 +29,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from det_calib.errors import InputError
 
 CORRUPTIONS: tuple[str, ...] = ("blur", "noise", "contrast", "jpeg")
 """The corruption kinds."""
-SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
+_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 SHIFT_VERSION = 1
 """Version of the corruption definitions (part of the cache folder's name)."""
 
@@ -48,12 +47,18 @@ _LEVELS: dict[str, tuple[float, ...]] = {
 }
 
 
-def check_shift(kind: str, severity: int) -> None:
+def _check_shift(kind: str, severity: int) -> None:
     """Raise :class:`InputError` unless ``kind`` is one of :data:`CORRUPTIONS` and ``severity`` 1..5."""
     if kind not in CORRUPTIONS:
-        raise InputError(f"Expected a corruption kind among {', '.join(CORRUPTIONS)}, but got {kind!r}")
-    if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or severity not in SEVERITIES:
-        raise InputError(f"Expected a severity among 1..{SEVERITIES[-1]}, but got {severity!r}")
+        raise InputError(
+            f"Expected a corruption kind among {', '.join(CORRUPTIONS)}, but got {kind!r}"
+        )
+    if (
+        isinstance(severity, bool)
+        or not isinstance(severity, (int, np.integer))
+        or severity not in _SEVERITIES
+    ):
+        raise InputError(f"Expected a severity among 1..{_SEVERITIES[-1]}, but got {severity!r}")
 
 
 def split_name(kind: str, severity: int, base: str = "test") -> str:
@@ -62,20 +67,24 @@ def split_name(kind: str, severity: int, base: str = "test") -> str:
     >>> split_name("blur", 3)
     'test-blur-3'
     """
-    check_shift(kind, severity)
+    _check_shift(kind, severity)
     return f"{base}-{kind}-{int(severity)}"
 
 
-def corrupt(img: np.ndarray, kind: str, severity: int, *, index: int) -> np.ndarray:
+def _corrupt(img: np.ndarray, kind: str, severity: int, *, index: int) -> np.ndarray:
     """The uint8 BGR image ``img`` under corruption ``kind`` at ``severity`` (1..5); ``index``
     seeds the noise of the image."""
-    check_shift(kind, severity)
+    import cv2
+
+    _check_shift(kind, severity)
     level = _LEVELS[kind][int(severity) - 1]
     x = img.astype(np.float32)
     if kind == "blur":
         x = cv2.GaussianBlur(x, (0, 0), float(level))
     elif kind == "noise":
-        digest = hashlib.sha256(f"shapes-shift-v{SHIFT_VERSION}/{kind}/{severity}/{index}".encode()).digest()
+        digest = hashlib.sha256(
+            f"shapes-shift-v{SHIFT_VERSION}/{kind}/{severity}/{index}".encode()
+        ).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         x = x + rng.normal(0.0, level, size=x.shape).astype(np.float32)
     elif kind == "contrast":
@@ -89,13 +98,17 @@ def corrupt(img: np.ndarray, kind: str, severity: int, *, index: int) -> np.ndar
     return np.clip(np.round(x), 0, 255).astype(np.uint8)
 
 
-def write_shifted_split(src_root: Path, dst_root: Path, kind: str, severity: int, *, base: str = "test") -> int:
+def write_shifted_split(
+    src_root: Path, dst_root: Path, kind: str, severity: int, *, base: str = "test"
+) -> int:
     """Write ``dst_root/images/<base>-<kind>-<severity>`` (and its labels) from the images of
     split ``base`` under ``src_root``; returns the number of images.
 
     The split is written into a temporary folder and renamed into place, so an interrupted run
     never leaves a half-written split under its final name.
     """
+    import cv2
+
     name = split_name(kind, severity, base)
     images = sorted((src_root / "images" / base).glob("*.png"))
     if not images:
@@ -110,7 +123,7 @@ def write_shifted_split(src_root: Path, dst_root: Path, kind: str, severity: int
             if img is None:
                 raise OSError(f"could not read {path}")
             out = tmp / "images" / path.name
-            if not cv2.imwrite(str(out), corrupt(img, kind, severity, index=i)):
+            if not cv2.imwrite(str(out), _corrupt(img, kind, severity, index=i)):
                 raise OSError(f"could not write {out}")
             label = src_root / "labels" / base / f"{path.stem}.txt"
             shutil.copyfile(label, tmp / "labels" / label.name)

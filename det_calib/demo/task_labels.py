@@ -15,8 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
-
+from det_calib.demo import demo_data_yaml
 from det_calib.demo.shapes import (
     CLASS_NAMES,
     GENERATOR_VERSION,
@@ -26,15 +25,15 @@ from det_calib.demo.shapes import (
     swap_in_split,
 )
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["LineWriter", "link_or_copy", "write_task_split", "task_data_yaml"]
+__all__ = ["write_task_split", "task_data_yaml"]
 
-LineWriter = Callable[[Rendered], list[str]]
+_LineWriter = Callable[[Rendered], list[str]]
 """The label lines of one rendered image, one per box label, in the order of ``Rendered.labels``."""
 
 
-def link_or_copy(src: Path, dst: Path) -> None:
+def _link_or_copy(src: Path, dst: Path) -> None:
     """Hard-link ``src`` to ``dst`` (replacing it), copying where the file system refuses links."""
     if dst.exists():
         dst.unlink()
@@ -44,8 +43,15 @@ def link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def write_task_split(root: Path, split: str, n: int, lines_of: LineWriter, *, seed: int = 0,
-                     images_from: Path | None = None) -> int:
+def write_task_split(
+    root: Path,
+    split: str,
+    n: int,
+    lines_of: _LineWriter,
+    *,
+    seed: int = 0,
+    images_from: Path | None = None,
+) -> int:
     """Write ``n`` images of ``split`` with the task's label lines under ``root/images|labels/split``.
 
     Args:
@@ -61,6 +67,8 @@ def write_task_split(root: Path, split: str, n: int, lines_of: LineWriter, *, se
     Returns:
         The number of label lines written.
     """
+    import cv2
+
     img_dir, lbl_dir = Path(root) / "images" / split, Path(root) / "labels" / split
     img_dir.mkdir(parents=True, exist_ok=True)
     lbl_dir.mkdir(parents=True, exist_ok=True)
@@ -70,7 +78,7 @@ def write_task_split(root: Path, split: str, n: int, lines_of: LineWriter, *, se
         stem = f"{split}_{i:05d}"
         src = None if images_from is None else Path(images_from) / "images" / split / f"{stem}.png"
         if src is not None and src.is_file():
-            link_or_copy(src, img_dir / f"{stem}.png")
+            _link_or_copy(src, img_dir / f"{stem}.png")
         elif not cv2.imwrite(str(img_dir / f"{stem}.png"), r.image):
             raise OSError(f"could not write {img_dir / (stem + '.png')}")
         lines = lines_of(r)
@@ -79,8 +87,15 @@ def write_task_split(root: Path, split: str, n: int, lines_of: LineWriter, *, se
     return count
 
 
-def task_data_yaml(folder_suffix: str, lines_of: LineWriter, *, title: str, extra: list[str],
-                   with_train: bool = False, seed: int = 0) -> Path:
+def task_data_yaml(
+    folder_suffix: str,
+    lines_of: _LineWriter,
+    *,
+    title: str,
+    extra: list[str],
+    with_train: bool = False,
+    seed: int = 0,
+) -> Path:
     """``data.yaml`` of a task's demo dataset, writing its splits on first use.
 
     Renders the detection demo first if needed (:func:`det_calib.demo.demo_data_yaml`), then each
@@ -99,7 +114,6 @@ def task_data_yaml(folder_suffix: str, lines_of: LineWriter, *, title: str, extr
         Path of a data.yaml with ``train`` (the train split when written, else calib), ``val``
         (= calib), ``calib``, ``test``, the class names and ``extra``.
     """
-    from det_calib.demo import demo_data_yaml
 
     det_root = demo_data_yaml(with_train=with_train, seed=seed).parent
     root = det_root.parent / f"shapes-v{GENERATOR_VERSION}-seed{seed}-{folder_suffix}"
@@ -108,9 +122,19 @@ def task_data_yaml(folder_suffix: str, lines_of: LineWriter, *, title: str, extr
         n = SPLIT_SIZES[split]
         if len(list((root / "labels" / split).glob("*.txt"))) == n:
             continue
-        log.info("writing %s labels of the %s split of the shapes demo into %s (first use)", folder_suffix, split, root)
-        swap_in_split(root, split, lambda tmp, split=split, n=n: write_task_split(
-            tmp, split, n, lines_of, seed=seed, images_from=det_root))
+        _log.info(
+            "writing %s labels of the %s split of the shapes demo into %s (first use)",
+            folder_suffix,
+            split,
+            root,
+        )
+        swap_in_split(
+            root,
+            split,
+            lambda tmp, split=split, n=n: write_task_split(
+                tmp, split, n, lines_of, seed=seed, images_from=det_root
+            ),
+        )
     lines = [
         f"# {title}",
         f"path: {root.resolve()}",

@@ -6,14 +6,49 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "fold_calibrator": "fold",
+    "ENGINE_FILE": "calibrated_export",
+    "EngineRecord": "calibrated_export",
+    "apply_to_export": "calibrated_export",
+    "calibrated_probs": "calibrated_export",
+    "deployed_file": "calibrated_export",
+    "run_equivalent_thresholds": "calibrated_export",
+    "write_calibrated_export": "calibrated_export",
+    "write_run_engine": "calibrated_export",
+    "write_classify_checkpoint": "classify_fold",
     "read_calibration_metadata": "fold",
     "write_calibrated_checkpoint": "fold",
-    "write_folded_checkpoint": "fold",
+    "write_run_checkpoint": "fold",
+    "attach": "hook",
+    "detach": "hook",
+    "portable_head": "portable",
+    "raw_thresholds": "portable",
+    "write_portable_outputs": "portable",
     "apply_calibrator": "posthoc",
     "load_calibrators": "posthoc",
+    "reexport_calibrated": "reexport",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ENGINE_FILE",
+    "EngineRecord",
+    "apply_calibrator",
+    "apply_to_export",
+    "attach",
+    "calibrated_probs",
+    "deployed_file",
+    "detach",
+    "load_calibrators",
+    "portable_head",
+    "raw_thresholds",
+    "read_calibration_metadata",
+    "reexport_calibrated",
+    "run_equivalent_thresholds",
+    "write_calibrated_checkpoint",
+    "write_calibrated_export",
+    "write_classify_checkpoint",
+    "write_portable_outputs",
+    "write_run_checkpoint",
+    "write_run_engine",
+]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -20,18 +20,20 @@ from det_calib.errors import InputError
 from det_calib.io import atomic_path
 from det_calib.tasks import answers_per_image
 
-__all__ = ["fold_classifier", "write_classify_checkpoint"]
+__all__ = ["write_classify_checkpoint"]
 
 
 def _head_linear(model: Any):
     head = model.model[-1]
     linear = getattr(head, "linear", None)
     if linear is None or not hasattr(linear, "weight"):
-        raise InputError("this model's last layer is not Ultralytics' Classify head (no `linear` layer)")
+        raise InputError(
+            "this model's last layer is not Ultralytics' Classify head (no `linear` layer)"
+        )
     return linear
 
 
-def fold_classifier(model: Any, mapping: MultiClassMap) -> Any:
+def _fold_classifier(model: Any, mapping: MultiClassMap) -> Any:
     """Fold ``mapping`` into ``model``'s ``Classify.linear`` in place (the model in float32)."""
     import torch
 
@@ -52,8 +54,13 @@ def fold_classifier(model: Any, mapping: MultiClassMap) -> Any:
     return model
 
 
-def write_classify_checkpoint(source: str | Path, out: str | Path, mapping: MultiClassMap, *,
-                              metadata: dict[str, Any] | None = None) -> Path:
+def write_classify_checkpoint(
+    source: str | Path,
+    out: str | Path,
+    mapping: MultiClassMap,
+    *,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
     """Write ``out``: the classify checkpoint ``source`` with ``mapping`` folded in, atomically.
 
     Raises:
@@ -74,7 +81,7 @@ def write_classify_checkpoint(source: str | Path, out: str | Path, mapping: Mult
     task = getattr(model, "task", None) or (ckpt.get("train_args") or {}).get("task", "detect")
     if not answers_per_image(task):
         raise InputError(f"{source} is a `{task}` model, not a classify model")
-    fold_classifier(model, mapping)
+    _fold_classifier(model, mapping)
     previous = ckpt.get("det_calib") or {}
     record = {
         "classifier_map": mapping.to_dict(),
@@ -84,7 +91,11 @@ def write_classify_checkpoint(source: str | Path, out: str | Path, mapping: Mult
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **(metadata or {}),
     }
-    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
+    new = {
+        k: v
+        for k, v in ckpt.items()
+        if k not in ("optimizer", "ema", "updates", "model", "det_calib")
+    }
     new.update(model=model, ema=None, optimizer=None, det_calib=record)
     with atomic_path(out) as tmp:
         torch.save(new, tmp)

@@ -26,37 +26,42 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import read_calibrators
 from det_calib.tasks import task_names
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-BRANCHES = HEAD_BRANCH
+_BRANCHES = HEAD_BRANCH
 """Head mode -> name of the classification branch of the Detect head (:data:`det_calib.data.box_table.HEAD_BRANCH`)."""
 
 
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
     det = model.model[-1]
-    branch = getattr(det, BRANCHES[head], None)
+    branch = getattr(det, _BRANCHES[head], None)
     if branch is None:
-        raise InputError(f"the model has no {BRANCHES[head]} branch to fold the `{head}` temperature into")
+        raise InputError(
+            f"the model has no {_BRANCHES[head]} branch to fold the `{head}` temperature into"
+        )
     convs = []
     for level in branch:
         last = level[-1] if isinstance(level, torch.nn.Sequential) else level
         if not isinstance(last, torch.nn.Conv2d) or last.bias is None or last.kernel_size != (1, 1):
             raise InputError(
-                f"unexpected classification layer {type(last).__name__} in {BRANCHES[head]}: "
+                f"unexpected classification layer {type(last).__name__} in {_BRANCHES[head]}: "
                 "expected a 1x1 Conv2d with bias"
             )
         if last.out_channels != det.nc:
             raise InputError(
-                f"{BRANCHES[head]} ends in a conv with {last.out_channels} outputs, not one per class ({det.nc}): "
+                f"{_BRANCHES[head]} ends in a conv with {last.out_channels} outputs, not one per "
+                f"class ({det.nc}): "
                 "not a plain YOLO classification branch, a temperature cannot be folded into it"
             )
         convs.append(last)
     return convs
 
 
-def fold_into_model(model: torch.nn.Module, temperatures: dict[str, float]) -> torch.nn.Module:
+def _fold_into_model(model: torch.nn.Module, temperatures: dict[str, float]) -> torch.nn.Module:
     """Divide the last classification conv of each calibrated branch by its temperature, in place.
 
     Args:
@@ -68,10 +73,12 @@ def fold_into_model(model: torch.nn.Module, temperatures: dict[str, float]) -> t
     """
     model.float()
     for head, t in temperatures.items():
-        if head not in BRANCHES:
-            raise InputError(f"Expected head names in {sorted(BRANCHES)}, but got {head!r}")
+        if head not in _BRANCHES:
+            raise InputError(f"Expected head names in {sorted(_BRANCHES)}, but got {head!r}")
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
-            raise InputError(f"temperature for head `{head}` must be a finite positive number, got {t}")
+            raise InputError(
+                f"temperature for head `{head}` must be a finite positive number, got {t}"
+            )
         with torch.no_grad():
             for conv in _cls_convs(model, head):
                 conv.weight.div_(t)
@@ -95,15 +102,24 @@ def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.M
     # branch (``cv3``, ``one2one_cv3``) scores every box as a detector's does; the task branch (``cv4``) rides
     # beside it untouched, so the boxes and each task's payload are the original's
     if task not in task_names() or not hasattr(model.model[-1], "cv3"):
-        raise InputError(f"{source} is a `{task}` model: only {', '.join(task_names())} models can be calibrated "
-                         "(their class branch scores every box)")
+        raise InputError(
+            f"{source} is a `{task}` model: only {', '.join(task_names())} models can be "
+            "calibrated "
+            "(their class branch scores every box)"
+        )
     return ckpt, model
 
 
-def _save_checkpoint(ckpt: dict[str, Any], model: torch.nn.Module, out: str | Path, record: dict[str, Any]) -> None:
+def _save_checkpoint(
+    ckpt: dict[str, Any], model: torch.nn.Module, out: str | Path, record: dict[str, Any]
+) -> None:
     """Write ``ckpt`` with ``model`` as its only weights (no EMA, no optimizer) and det_calib's
     ``record``, atomically."""
-    new = {k: v for k, v in ckpt.items() if k not in ("optimizer", "ema", "updates", "model", "det_calib")}
+    new = {
+        k: v
+        for k, v in ckpt.items()
+        if k not in ("optimizer", "ema", "updates", "model", "det_calib")
+    }
     new.update(model=model, ema=None, optimizer=None, det_calib=record)
     with atomic_path(out) as tmp:
         torch.save(new, tmp)
@@ -128,19 +144,28 @@ def write_calibrated_checkpoint(
     """
     source = Path(source)
     ckpt, model = _load_detection_checkpoint(source)
-    fold_into_model(model, temperatures)
+    _fold_into_model(model, temperatures)
     previous = ckpt.get("det_calib") or {}
     total = dict(previous.get("temperature", {}))
     for head, t in temperatures.items():
         total[head] = total.get(head, 1.0) * float(t)
-    _save_checkpoint(ckpt, model, out, {
-        "temperature": total,
-        "folded_into": {h: BRANCHES[h] for h in total},
-        "source_checkpoint": str(source.resolve()),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        **(metadata or {}),
-    })
-    log.info("wrote calibrated checkpoint %s (%s)", out, ", ".join(f"{h}: T = {t:.4f}" for h, t in total.items()))
+    _save_checkpoint(
+        ckpt,
+        model,
+        out,
+        {
+            "temperature": total,
+            "folded_into": {h: _BRANCHES[h] for h in total},
+            "source_checkpoint": str(source.resolve()),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **(metadata or {}),
+        },
+    )
+    _log.info(
+        "wrote calibrated checkpoint %s (%s)",
+        out,
+        ", ".join(f"{h}: T = {t:.4f}" for h, t in total.items()),
+    )
     return Path(out)
 
 
@@ -150,14 +175,13 @@ def read_calibration_metadata(path: str | Path) -> dict[str, Any] | None:
     return ckpt.get("det_calib") if isinstance(ckpt, dict) else None
 
 
-def temperatures_from_json(path: str | Path) -> dict[str, float]:
+def _temperatures_from_json(path: str | Path) -> dict[str, float]:
     """The per-head temperatures of a ``calibration.json`` (read by :func:`~det_calib.record.read_calibrators`).
 
     Raises:
         InputError: The file is missing or damaged, has no temperature, or a head's calibrator is
             not a temperature (only a temperature folds into the checkpoint).
     """
-    from det_calib.record.run_result import read_calibrators
 
     path = Path(path)
     calibrators = read_calibrators(path)
@@ -166,7 +190,10 @@ def temperatures_from_json(path: str | Path) -> dict[str, float]:
     out = {}
     for head, c in calibrators.items():
         if c.temperature is None:
-            raise InputError(f"{path}: the `{head}` calibrator is `{c.method}`, not a temperature: it cannot be folded")
+            raise InputError(
+                f"{path}: the `{head}` calibrator is `{c.method}`, not a temperature: it cannot be "
+                "folded"
+            )
         out[head] = c.temperature
     return out
 
@@ -175,9 +202,15 @@ def temperatures_from_json(path: str | Path) -> dict[str, float]:
 # any calibrator: affine maps into the last conv, piecewise-linear maps as appended hinge layers
 
 
-def affine_tensors(calibrator: LogitCalibrator, nc: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def affine_tensors(
+    calibrator: LogitCalibrator, nc: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(a, b)`` per class (length nc) when ``calibrator`` is affine in the logit, else None."""
-    ab = calibrator.affine_params(nc) if getattr(calibrator, "deploy_form", None) == "affine" else None
+    ab = (
+        calibrator.affine_params(nc)
+        if getattr(calibrator, "deploy_form", None) == "affine"
+        else None
+    )
     if ab is None:
         return None
     a, b = (np.asarray(v, dtype=np.float64).tolist() for v in ab)
@@ -186,10 +219,14 @@ def affine_tensors(calibrator: LogitCalibrator, nc: int) -> tuple[torch.Tensor, 
 
 def hinge_tensors(calibrator: LogitCalibrator, nc: int) -> list | None:
     """One piecewise-linear map per class when ``calibrator`` is folded as hinge layers, else None."""
-    return calibrator.hinge_maps(nc) if getattr(calibrator, "deploy_form", None) == "hinges" else None
+    return (
+        calibrator.hinge_maps(nc) if getattr(calibrator, "deploy_form", None) == "hinges" else None
+    )
 
 
-def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
+def _hinge_layers(
+    maps: list, nc: int, *, dtype: torch.dtype = torch.float32
+) -> torch.nn.Sequential:
     """Stock torch layers computing ``maps[c](z_c)`` on each class channel ``c`` of an (B, nc, H, W) map.
 
     Each map is ``c0 + s0 z + sum_j coef_j relu(z - x_j)`` (:meth:`PiecewiseLinear.hinges`); with
@@ -225,12 +262,14 @@ def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> 
     return torch.nn.Sequential(expand, torch.nn.ReLU(), collapse)
 
 
-def fold_calibrator(model: torch.nn.Module, head: str, calibrator: LogitCalibrator) -> torch.nn.Module:
+def _fold_calibrator(
+    model: torch.nn.Module, head: str, calibrator: LogitCalibrator
+) -> torch.nn.Module:
     """Fold a fitted calibrator into the classification branch of ``head``, in place, in float32.
 
     Affine maps (temperature, Platt, per-class temperature/Platt, ``none``) scale and shift the
     output channels of the last 1x1 conv of every ``cv3[i]`` / ``one2one_cv3[i]``. Piecewise-linear
-    maps (spline, isotonic global or per class) append :func:`hinge_layers` to every ``cv3[i]`` Sequential, so the
+    maps (spline, isotonic global or per class) append :func:`_hinge_layers` to every ``cv3[i]`` Sequential, so the
     branch outputs ``map_c(z_c)`` and Ultralytics' sigmoid gives the calibrated score.
 
     Per-class maps can change which class wins an anchor (the NMS path) and which
@@ -248,11 +287,14 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: LogitCalibrat
         InputError: Unknown head, a model without that branch, or an unsupported calibrator (one
             that reads the box's size cannot fold: the conv sees no box).
     """
-    if head not in BRANCHES:
-        raise InputError(f"Expected argument `head` in {sorted(BRANCHES)}, but got {head!r}")
+    if head not in _BRANCHES:
+        raise InputError(f"Expected argument `head` in {sorted(_BRANCHES)}, but got {head!r}")
     if calibrator.uses_size:
-        raise InputError(f"cannot fold a {type(calibrator).__name__} into a model: it reads each box's size, which "
-                         "the class conv cannot see; deploy it with det_calib.attach")
+        raise InputError(
+            f"cannot fold a {type(calibrator).__name__} into a model: it reads each box's size, "
+            "which "
+            "the class conv cannot see; deploy it with det_calib.attach"
+        )
     model.float()
     det = model.model[-1]
     convs = _cls_convs(model, head)
@@ -269,15 +311,18 @@ def fold_calibrator(model: torch.nn.Module, head: str, calibrator: LogitCalibrat
         return model
     maps = hinge_tensors(calibrator, nc)
     if maps is None:
-        raise InputError(f"cannot fold a {type(calibrator).__name__} into a model: no affine or piecewise-linear form")
-    branch = getattr(det, BRANCHES[head])
+        raise InputError(
+            f"cannot fold a {type(calibrator).__name__} into a model: no affine or "
+            "piecewise-linear form"
+        )
+    branch = getattr(det, _BRANCHES[head])
     for i, level in enumerate(branch):
         layers = list(level) if isinstance(level, torch.nn.Sequential) else [level]
-        branch[i] = torch.nn.Sequential(*layers, *hinge_layers(maps, nc)).float()
+        branch[i] = torch.nn.Sequential(*layers, *_hinge_layers(maps, nc)).float()
     return model
 
 
-def write_folded_checkpoint(
+def _write_folded_checkpoint(
     source: str | Path,
     out: str | Path,
     calibrators: dict[str, LogitCalibrator],
@@ -296,31 +341,48 @@ def write_folded_checkpoint(
     source = Path(source)
     ckpt, model = _load_detection_checkpoint(source)
     for head, cal in calibrators.items():
-        fold_calibrator(model, head, cal)
-    _save_checkpoint(ckpt, model, out, {
-        "calibrators": {h: c.to_dict() for h, c in calibrators.items()},
-        "folded_into": {h: BRANCHES[h] for h in calibrators},
-        "source_checkpoint": str(source.resolve()),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "previous": ckpt.get("det_calib"),
-        **(metadata or {}),
-    })
-    log.info("wrote calibrated checkpoint %s (%s)", out,
-             "; ".join(f"{h}: {type(c).words(c.to_dict(), type(c).__name__)}" for h, c in calibrators.items()))
+        _fold_calibrator(model, head, cal)
+    _save_checkpoint(
+        ckpt,
+        model,
+        out,
+        {
+            "calibrators": {h: c.to_dict() for h, c in calibrators.items()},
+            "folded_into": {h: _BRANCHES[h] for h in calibrators},
+            "source_checkpoint": str(source.resolve()),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "previous": ckpt.get("det_calib"),
+            **(metadata or {}),
+        },
+    )
+    _log.info(
+        "wrote calibrated checkpoint %s (%s)",
+        out,
+        "; ".join(
+            f"{h}: {type(c).words(c.to_dict(), type(c).__name__)}" for h, c in calibrators.items()
+        ),
+    )
     return Path(out)
 
 
-def write_run_checkpoint(source: str | Path, out: str | Path, records: dict[str, Any], *,
-                         metadata: dict[str, Any] | None = None) -> Path:
+def write_run_checkpoint(
+    source: str | Path,
+    out: str | Path,
+    records: dict[str, Any],
+    *,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
     """``calibrated.pt`` of a run's calibrator records (head -> :class:`~det_calib.record.run_result.Calibrator`):
     the one place that chooses the writer. Temperatures only: :func:`write_calibrated_checkpoint`
     (``T`` folded into the last conv, the classic form); any other map:
     :func:`write_folded_checkpoint` (per channel when affine, else stock conv + ReLU hinge layers)."""
-    from det_calib.record.calibrator_record import calibrator_of
 
     if not records:
         raise InputError("no calibrator to fold into the checkpoint")
     if all(r.method == "temperature" for r in records.values()):
-        return write_calibrated_checkpoint(source, out, {h: r.temperature for h, r in records.items()},
-                                           metadata=metadata)
-    return write_folded_checkpoint(source, out, {h: calibrator_of(r) for h, r in records.items()}, metadata=metadata)
+        return write_calibrated_checkpoint(
+            source, out, {h: r.temperature for h, r in records.items()}, metadata=metadata
+        )
+    return _write_folded_checkpoint(
+        source, out, {h: calibrator_of(r) for h, r in records.items()}, metadata=metadata
+    )

@@ -38,20 +38,22 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, log_area
+from det_calib.capture.predictor import load_detector
 from det_calib.data.box_view import BoxView
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
+from det_calib.record.run_result import RunResult
 from det_calib.tasks import Task, get_task
 
-__all__ = ["HOOK_ATTR", "Hook", "attach", "detach", "hook_of"]
+__all__ = ["Hook", "attach", "detach"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-HOOK_ATTR = "det_calib_hook"
+_HOOK_ATTR = "det_calib_hook"
 """The attribute of an attached ``YOLO`` object that holds its :class:`Hook`."""
 
-DEFAULT_FLOOR = 0.001
+_DEFAULT_FLOOR = 0.001
 
 
 @dataclass(frozen=True)
@@ -66,28 +68,32 @@ class Hook:
     original_predictor: Any
 
 
-def hook_of(model: Any) -> Hook | None:
+def _hook_of(model: Any) -> Hook | None:
     """The :class:`Hook` of an attached model, else None."""
-    return model.__dict__.get(HOOK_ATTR) if hasattr(model, "__dict__") else None
+    return model.__dict__.get(_HOOK_ATTR) if hasattr(model, "__dict__") else None
 
 
 def _run_record(run: Any) -> tuple[Any, str]:
     """``(calibration, label)``: what :func:`~det_calib.deploy.posthoc.load_calibrators` reads, from a
     run folder, its ``calibration.json``, a loaded run (:class:`~det_calib.record.run_folder.Run`) or a
     :class:`~det_calib.record.run_result.RunResult`."""
-    from det_calib.record.run_result import RunResult
 
     if isinstance(run, (str, Path)):
         p = Path(run)
         p = p / "calibration.json" if p.is_dir() else p
         if not p.is_file():
-            raise InputError(f"no calibration.json at {run} (expected a run folder of `det-calib calibrate`)")
+            raise InputError(
+                f"no calibration.json at {run} (expected a run folder of `det-calib calibrate`)"
+            )
         return RunResult.read(p), str(p)
     result = getattr(run, "result", run)
     if isinstance(result, RunResult):
         return result, str(getattr(run, "run_dir", "a loaded run"))
-    raise InputError(f"Expected argument `run` to be a run folder, its calibration.json, a loaded run or a RunResult, "
-                     f"but got {type(run).__name__}")
+    raise InputError(
+        "Expected argument `run` to be a run folder, its calibration.json, a loaded run or a "
+        "RunResult, "
+        f"but got {type(run).__name__}"
+    )
 
 
 def attach(model: Any, run: Any) -> Any:
@@ -106,37 +112,38 @@ def attach(model: Any, run: Any) -> Any:
     Raises:
         InputError: Not a YOLO detector, or its classes differ from the run's.
     """
-    from det_calib.capture.predictor import load_detector
 
-    if hook_of(model) is not None:
+    if _hook_of(model) is not None:
         detach(model)
     load_detector(model)  # InputError unless a YOLO detector
     result, label = _run_record(run)
     names = [model.names[k] for k in sorted(model.names)]
     if list(result.class_names) != names:
-        raise InputError(f"the model's {len(names)} classes differ from the run's {len(result.class_names)} "
-                         f"({label}): attach the run of this detector")
+        raise InputError(
+            f"the model's {len(names)} classes differ from the run's {len(result.class_names)} "
+            f"({label}): attach the run of this detector"
+        )
     cals = load_calibrators(result)
     if not cals:
         raise InputError(f"the run {label} has no calibrator")
-    floor = result.settings.conf_floor if result.settings.conf_floor > 0 else DEFAULT_FLOOR
+    floor = result.settings.conf_floor if result.settings.conf_floor > 0 else _DEFAULT_FLOOR
     hook = Hook(cals, float(floor), label, type(model), model.predictor)
-    model.__dict__[HOOK_ATTR] = hook
+    model.__dict__[_HOOK_ATTR] = hook
     model.__class__ = _attached_class(type(model), _predictor_class(model, hook))
     model.predictor = None  # the next predict builds the calibrated predictor
-    log.info("attached %s (heads %s) to %s", label, ", ".join(sorted(cals)), type(model).__name__)
+    _log.info("attached %s (heads %s) to %s", label, ", ".join(sorted(cals)), type(model).__name__)
     return model
 
 
 def detach(model: Any) -> Any:
     """Remove what :func:`attach` installed: the model's own class and predictor object come back,
     so ``predict`` gives the raw scores bit for bit. A model that is not attached is returned as is."""
-    hook = hook_of(model)
+    hook = _hook_of(model)
     if hook is None:
         return model
     model.__class__ = hook.original_class
     model.predictor = hook.original_predictor
-    del model.__dict__[HOOK_ATTR]
+    del model.__dict__[_HOOK_ATTR]
     return model
 
 
@@ -147,13 +154,19 @@ def _attached_class(base: type, predictor: type) -> type:
     def _smart_load(self: Any, key: str) -> Any:
         return predictor if key == "predictor" else base._smart_load(self, key)
 
-    return type(f"Calibrated{base.__name__}", (base,), {"_smart_load": _smart_load, "__module__": __name__})
+    return type(
+        f"Calibrated{base.__name__}", (base,), {"_smart_load": _smart_load, "__module__": __name__}
+    )
 
 
 def _predictor_class(model: Any, hook: Hook) -> type:
     """The calibrated subclass of the model's own predictor, bound to ``hook``."""
     stock = model._smart_load("predictor")  # noqa: SLF001  (the model's own predictor class)
-    return type("CalibratedDetectionPredictor", (CalibratedPostprocess, stock), {"hook": hook, "__module__": __name__})
+    return type(
+        "CalibratedDetectionPredictor",
+        (CalibratedPostprocess, stock),
+        {"hook": hook, "__module__": __name__},
+    )
 
 
 class CalibratedPostprocess:
@@ -164,22 +177,35 @@ class CalibratedPostprocess:
     def postprocess(self, preds: Any, img: Any, orig_imgs: Any, **kwargs: Any) -> list[Any]:
         from ultralytics.utils import ops
 
-        if not (isinstance(preds, (tuple, list)) and len(preds) == 2 and isinstance(preds[1], dict)):
-            raise InputError("det_calib.attach needs the detector's raw class logits: a .pt model, and predict "
-                             "without augment=True")
+        if not (
+            isinstance(preds, (tuple, list)) and len(preds) == 2 and isinstance(preds[1], dict)
+        ):
+            raise InputError(
+                "det_calib.attach needs the detector's raw class logits: a .pt model, and predict "
+                "without augment=True"
+            )
         e2e = bool(getattr(self.model, "end2end", False))
         head = "e2e" if e2e else "nms"
         cal = self.hook.calibrators.get(head)
         if cal is None:
-            raise InputError(f"the run {self.hook.run} has no calibrator for head {head} (it has "
-                             f"{sorted(self.hook.calibrators)})")
+            raise InputError(
+                f"the run {self.hook.run} has no calibrator for head {head} (it has "
+                f"{sorted(self.hook.calibrators)})"
+            )
         if not isinstance(orig_imgs, list):  # as Ultralytics: a tensor batch
             orig_imgs = ops.convert_torch2numpy_batch(orig_imgs)[..., ::-1]
         kept = _raw_boxes(self, preds, e2e)
         out, probs = [], []
         for (det, lg), orig in zip(kept, orig_imgs):
-            d, p = _calibrated(det, lg, cal, img.shape[2:], orig.shape, float(self.args.conf),
-                               task=get_task(self.args.task))
+            d, p = _calibrated(
+                det,
+                lg,
+                cal,
+                img.shape[2:],
+                orig.shape,
+                float(self.args.conf),
+                task=get_task(self.args.task),
+            )
             out.append(d)
             probs.append(p)
         results = self.construct_results(out, img, orig_imgs)
@@ -196,9 +222,17 @@ def _raw_boxes(predictor: Any, preds: Any, e2e: bool) -> list[tuple[Any, Any]]:
     y, raw = preds
     args = predictor.args
     # a pose or OBB model's keypoints or angle ride along after the class channels, its NMS rotated for OBB
-    dets, keep = nms.non_max_suppression(y, min(float(args.conf), predictor.hook.floor), args.iou, args.classes,
-                                         args.agnostic_nms, max_det=args.max_det, end2end=e2e, return_idxs=True,
-                                         **get_task(args.task).nms_args(len(predictor.model.names)))
+    dets, keep = nms.non_max_suppression(
+        y,
+        min(float(args.conf), predictor.hook.floor),
+        args.iou,
+        args.classes,
+        args.agnostic_nms,
+        max_det=args.max_det,
+        end2end=e2e,
+        return_idxs=True,
+        **get_task(args.task).nms_args(len(predictor.model.names)),
+    )
     branch = raw.get("one2one") if e2e else raw.get("one2many", raw)
     scores = branch["scores"]  # (B, nc, anchors), pre-sigmoid
     if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors, as the head chose them
@@ -212,8 +246,16 @@ def _raw_boxes(predictor: Any, preds: Any, e2e: bool) -> list[tuple[Any, Any]]:
     return out
 
 
-def _calibrated(det: Any, lg: Any, cal: LogitCalibrator, shape: Any, orig_shape: Any, conf: float, *,
-                task: Task | None = None) -> tuple[Any, np.ndarray]:
+def _calibrated(
+    det: Any,
+    lg: Any,
+    cal: LogitCalibrator,
+    shape: Any,
+    orig_shape: Any,
+    conf: float,
+    *,
+    task: Task | None = None,
+) -> tuple[Any, np.ndarray]:
     """One image's boxes rescored by ``cal``, kept above ``conf`` (calibrated), ordered by it; and
     their calibrated probability of every class. ``task``: the model's (a detector's by default), whose
     :meth:`~det_calib.tasks.contract.Task.hull` sizes each box as the run's box table does (an OBB model's rows
@@ -227,15 +269,33 @@ def _calibrated(det: Any, lg: Any, cal: LogitCalibrator, shape: Any, orig_shape:
     hull = (task or get_task("detect")).hull(det, shape, (h, w))
     xyxy = hull.detach().cpu().double().numpy()
     k = det[:, 5].detach().cpu().numpy().astype(np.int64)
-    logits = lg.detach().cpu().numpy().astype(np.float64)  # the float32 logits, as the capture keeps them
+    logits = (
+        lg.detach().cpu().numpy().astype(np.float64)
+    )  # the float32 logits, as the capture keeps them
     la = log_area(xyxy, np.full(n, w), np.full(n, h))
     z = logits[np.arange(n), k]
-    view = BoxView(logit=z, conf=det[:, 4].detach().cpu().double().numpy(), correct=None, cls=k,
-                   image_id=np.zeros(n, np.int64), log_area=la)
+    view = BoxView(
+        logit=z,
+        conf=det[:, 4].detach().cpu().double().numpy(),
+        correct=None,
+        cls=k,
+        image_id=np.zeros(n, np.int64),
+        log_area=la,
+    )
     new = view.scored(cal).conf
     flat = logits.ravel()
-    every = BoxView(logit=flat, conf=sigmoid(flat), correct=None, cls=np.tile(np.arange(nc), n),
-                    image_id=np.zeros(n * nc, np.int64), log_area=np.repeat(la, nc)).scored(cal, from_logit=True).conf
+    every = (
+        BoxView(
+            logit=flat,
+            conf=sigmoid(flat),
+            correct=None,
+            cls=np.tile(np.arange(nc), n),
+            image_id=np.zeros(n * nc, np.int64),
+            log_area=np.repeat(la, nc),
+        )
+        .scored(cal, from_logit=True)
+        .conf
+    )
     order = np.argsort(-new, kind="stable")
     order = order[new[order] > conf]
     out = det[torch.as_tensor(order, dtype=torch.long, device=det.device)].clone()

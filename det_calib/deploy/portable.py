@@ -24,13 +24,14 @@ import numpy as np
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.errors import InputError
 from det_calib.io import write_bytes, write_text
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.thresholds.thresholds_file import class_thresholds
 
-__all__ = ["EPS", "deepstream_block", "map_onnx", "portable_head", "portable_map", "raw_thresholds",
-           "tuned_deepstream", "write_portable_outputs"]
+__all__ = ["portable_head", "raw_thresholds", "write_portable_outputs"]
 
-EPS = 1e-6
+_EPS = 1e-6
 """Scores are clipped to ``[EPS, 1 - EPS]`` before their logit (as ``calibrate --detections`` reads them)."""
-FORMAT = "det_calib.PortableMap"
+_FORMAT = "det_calib.PortableMap"
 
 
 def _map_entries(cal: LogitCalibrator, method: str, n_classes: int) -> list[dict[str, Any]]:
@@ -42,28 +43,52 @@ def _map_entries(cal: LogitCalibrator, method: str, n_classes: int) -> list[dict
     affine = cal.affine_params(n_classes)
     if affine is not None:
         a, b = (np.asarray(v, dtype=np.float64) for v in affine)
-        out = [{"kind": "affine", "a": float(ai), "b": float(bi)} for ai, bi in zip(a, b, strict=True)]
+        out = [
+            {"kind": "affine", "a": float(ai), "b": float(bi)} for ai, bi in zip(a, b, strict=True)
+        ]
     else:
         hinges = cal.hinge_maps(n_classes)
         if hinges is None:
-            raise InputError(f"the `{method}` map is neither affine nor piecewise linear: no portable form")
-        out = [{"kind": "piecewise", "x": h.x.tolist(), "y": h.y.tolist(), "left_slope": float(h.tail_slope),
-                "right_slope": float(h.right_slope)} for h in hinges]
+            raise InputError(
+                f"the `{method}` map is neither affine nor piecewise linear: no portable form"
+            )
+        out = [
+            {
+                "kind": "piecewise",
+                "x": h.x.tolist(),
+                "y": h.y.tolist(),
+                "left_slope": float(h.tail_slope),
+                "right_slope": float(h.right_slope),
+            }
+            for h in hinges
+        ]
     return out if cal.per_class else out[:1]
 
 
 def portable_head(cal: LogitCalibrator, method: str, n_classes: int) -> dict[str, Any]:
     """One head's entry of ``portable_map.json``: the method, its own parameters, the maps per class."""
     params = {} if method == "none" else cal.to_dict()
-    return {"method": method, "per_class": bool(cal.per_class), "uses_size": bool(getattr(cal, "uses_size", False)),
-            "parameters": params, "maps": _map_entries(cal, method, n_classes)}
+    return {
+        "method": method,
+        "per_class": bool(cal.per_class),
+        "uses_size": bool(getattr(cal, "uses_size", False)),
+        "parameters": params,
+        "maps": _map_entries(cal, method, n_classes),
+    }
 
 
-def portable_map(calibrators: dict[str, tuple[LogitCalibrator, str]], class_names: Sequence[str]) -> dict[str, Any]:
+def _portable_map(
+    calibrators: dict[str, tuple[LogitCalibrator, str]], class_names: Sequence[str]
+) -> dict[str, Any]:
     """``portable_map.json`` of a run's heads (head -> ``(calibrator, method)``)."""
     n = len(class_names)
-    return {"format": FORMAT, "version": 1, "eps": EPS, "class_names": list(class_names),
-            "heads": {h: portable_head(cal, m, n) for h, (cal, m) in calibrators.items()}}
+    return {
+        "format": _FORMAT,
+        "version": 1,
+        "eps": _EPS,
+        "class_names": list(class_names),
+        "heads": {h: portable_head(cal, m, n) for h, (cal, m) in calibrators.items()},
+    }
 
 
 # ---------------------------------------------------------------------------------------- the ONNX map
@@ -72,22 +97,30 @@ def _hinge_table(maps: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
     rows = []
     for m in maps:
         x, y = np.asarray(m["x"], dtype=np.float64), np.asarray(m["y"], dtype=np.float64)
-        slopes = np.concatenate([[m["left_slope"]], np.diff(y) / np.diff(x) if x.size > 1 else [], [m["right_slope"]]])
+        slopes = np.concatenate(
+            [[m["left_slope"]], np.diff(y) / np.diff(x) if x.size > 1 else [], [m["right_slope"]]]
+        )
         rows.append((y[0] - m["left_slope"] * x[0], m["left_slope"], x, np.diff(slopes)))
     k = max(r[2].size for r in rows)
     knots = np.zeros((len(rows), k))
     coef = np.zeros((len(rows), k))
     for i, (_, _, x, c) in enumerate(rows):
-        knots[i, :x.size], coef[i, :c.size] = x, c
+        knots[i, : x.size], coef[i, : c.size] = x, c
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), knots, coef
 
 
-def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17, double: bool = False) -> bytes:
+def _map_onnx(
+    head: dict[str, Any], *, eps: float = _EPS, opset: int = 17, double: bool = False
+) -> bytes:
     """The ONNX graph of one head's map (see the module's docstring for its inputs and output).
 
     ``double``: ``score``, ``log_area`` and ``calibrated`` in float64 instead of an engine's float32 (a
     float32 score near 1 holds its logit to a few digits only: 0.99999 is 0.99998999 +- 6e-8)."""
-    from onnx import TensorProto, helper, numpy_helper  # optional extra `onnx`: pip install 'det_calib[onnx]'
+    from onnx import (  # optional extra `onnx`: pip install 'det_calib[onnx]'
+        TensorProto,
+        helper,
+        numpy_helper,
+    )
 
     io = TensorProto.DOUBLE if double else TensorProto.FLOAT
 
@@ -103,8 +136,10 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17, double:
         nodes.append(helper.make_node(op, ins, [out], **kw))
         return out
 
-    inputs = [helper.make_tensor_value_info("score", io, ["N"]),
-              helper.make_tensor_value_info("class", TensorProto.INT64, ["N"])]
+    inputs = [
+        helper.make_tensor_value_info("score", io, ["N"]),
+        helper.make_tensor_value_info("class", TensorProto.INT64, ["N"]),
+    ]
     if kind == "identity":
         node("Identity", ["score"], "calibrated")
     else:
@@ -125,21 +160,52 @@ def map_onnx(head: dict[str, Any], *, eps: float = EPS, opset: int = 17, double:
                 t = node("Add", [t, node("Mul", [const("c", maps[0]["c"]), s], "cs")], "t_size")
         else:
             c0, s0, knots, coef = _hinge_table(maps)
-            base = node("Add", [node("Gather", [const("c0", c0), cls], "c0_c", axis=0),
-                                node("Mul", [node("Gather", [const("s0", s0), cls], "s0_c", axis=0), z], "s0z")],
-                        "t_lin")
+            base = node(
+                "Add",
+                [
+                    node("Gather", [const("c0", c0), cls], "c0_c", axis=0),
+                    node("Mul", [node("Gather", [const("s0", s0), cls], "s0_c", axis=0), z], "s0z"),
+                ],
+                "t_lin",
+            )
             zz = node("Unsqueeze", [z, "axis1"], "z_col")
             inits.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"))
-            d = node("Relu", [node("Sub", [zz, node("Gather", [const("knots", knots), cls], "knots_c", axis=0)],
-                                   "z_minus")], "hinge")
-            h = node("ReduceSum", [node("Mul", [d, node("Gather", [const("coef", coef), cls], "coef_c", axis=0)],
-                                        "weighted"), "axis1"], "hinge_sum", keepdims=0)
+            d = node(
+                "Relu",
+                [
+                    node(
+                        "Sub",
+                        [zz, node("Gather", [const("knots", knots), cls], "knots_c", axis=0)],
+                        "z_minus",
+                    )
+                ],
+                "hinge",
+            )
+            h = node(
+                "ReduceSum",
+                [
+                    node(
+                        "Mul",
+                        [d, node("Gather", [const("coef", coef), cls], "coef_c", axis=0)],
+                        "weighted",
+                    ),
+                    "axis1",
+                ],
+                "hinge_sum",
+                keepdims=0,
+            )
             t = node("Add", [base, h], "t_pw")
         node("Cast", [node("Sigmoid", [t], "cal64")], "calibrated", to=io)
-    graph = helper.make_graph(nodes, "det_calib_portable_map", inputs,
-                              [helper.make_tensor_value_info("calibrated", io, ["N"])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              producer_name="det_calib")
+    graph = helper.make_graph(
+        nodes,
+        "det_calib_portable_map",
+        inputs,
+        [helper.make_tensor_value_info("calibrated", io, ["N"])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="det_calib"
+    )
     model.ir_version = min(model.ir_version, 8)  # onnxruntime releases of the last years read IR 8
     return model.SerializeToString()
 
@@ -157,12 +223,16 @@ def _inverse(m: dict[str, Any], t: float) -> float:
     return float(np.interp(t, y, x))
 
 
-def raw_thresholds(head: dict[str, Any], conf: float | Sequence[float], n_classes: int) -> list[float] | None:
+def raw_thresholds(
+    head: dict[str, Any], conf: float | Sequence[float], n_classes: int
+) -> list[float] | None:
     """Per class, the raw score whose calibrated score is ``conf`` (one conf, or one per class: the
     ``thresholds`` command's tuned ones): a box of that class has a calibrated score above its conf
     exactly when its raw score is above it. None for a size map (the threshold depends on the box's size)."""
     maps = head["maps"]
-    confs = [float(conf)] * n_classes if isinstance(conf, (int, float)) else [float(c) for c in conf]
+    confs = (
+        [float(conf)] * n_classes if isinstance(conf, (int, float)) else [float(c) for c in conf]
+    )
     if maps[0]["kind"] == "size-affine":
         return None
     if maps[0]["kind"] == "identity":
@@ -177,7 +247,9 @@ def raw_thresholds(head: dict[str, Any], conf: float | Sequence[float], n_classe
     return out
 
 
-def tuned_deepstream(folder: str | Path, *, head: str = "nms", criterion: str = "target_precision") -> Path:
+def _tuned_deepstream(
+    folder: str | Path, *, head: str = "nms", criterion: str = "target_precision"
+) -> Path:
     """The ``thresholds`` command's tuned per-class thresholds of a run (``thresholds.json``, on the
     calibrated score) as raw-score thresholds in a DeepStream block, ``deepstream_<head>_<criterion>.txt``
     in the run's folder (its ``portable_map.json`` gives the map; a run of a file of detections writes one).
@@ -185,12 +257,13 @@ def tuned_deepstream(folder: str | Path, *, head: str = "nms", criterion: str = 
     >>> tuned_deepstream("runs/trt_file")  # doctest: +SKIP
     PosixPath('runs/trt_file/deepstream_nms_target_precision.txt')
     """
-    from det_calib.thresholds.thresholds_file import class_thresholds
 
     folder = Path(folder)
     pmap_path = folder / "portable_map.json"
     if not pmap_path.is_file():
-        raise InputError(f"no portable_map.json in {folder}: it is written by `calibrate --detections`")
+        raise InputError(
+            f"no portable_map.json in {folder}: it is written by `calibrate --detections`"
+        )
     pmap = json.loads(pmap_path.read_text(encoding="utf-8"))
     if head not in pmap["heads"]:
         raise InputError(f"Expected `head` one of {sorted(pmap['heads'])}, but got {head!r}")
@@ -199,12 +272,20 @@ def tuned_deepstream(folder: str | Path, *, head: str = "nms", criterion: str = 
     raw = raw_thresholds(pmap["heads"][head], [tuned.get(c, 1.0) for c in range(n)], n)
     if raw is None:
         raise InputError(f"the {head} head's map reads the box's size: no per-class raw threshold")
-    return write_text(folder / f"deepstream_{head}_{criterion}.txt", deepstream_block(raw, comment=(
-        f"det_calib: raw scores of the {criterion} thresholds tuned by `det-calib thresholds` ({head} head, "
-        f"{pmap['heads'][head]['method']} map)")))
+    return write_text(
+        folder / f"deepstream_{head}_{criterion}.txt",
+        _deepstream_block(
+            raw,
+            comment=(
+                f"det_calib: raw scores of the {criterion} thresholds tuned by `det-calib "
+                f"thresholds` ({head} head, "
+                f"{pmap['heads'][head]['method']} map)"
+            ),
+        ),
+    )
 
 
-def deepstream_block(thresholds: Sequence[float], *, comment: str = "") -> str:
+def _deepstream_block(thresholds: Sequence[float], *, comment: str = "") -> str:
     """DeepStream's ``nvinfer`` config lines: ``[class-attrs-all]`` (the lowest) and one
     ``[class-attrs-N] pre-cluster-threshold=`` per class (parsed back by :mod:`configparser`)."""
     lines = [f"# {line}" for line in comment.splitlines()]
@@ -214,22 +295,31 @@ def deepstream_block(thresholds: Sequence[float], *, comment: str = "") -> str:
     return "\n".join(lines)
 
 
-def write_portable_outputs(folder: Path, result: Any, *, conf: Sequence[float] = (0.25,)) -> list[str]:
+def write_portable_outputs(
+    folder: Path, result: Any, *, conf: Sequence[float] = (0.25,)
+) -> list[str]:
     """Write ``portable_map.json``, ``portable_map_<head>.onnx`` (where onnx is installed),
     ``raw_thresholds.json`` and ``deepstream_<head>.txt`` (at the first ``conf``) for a run's result;
     the summary's lines."""
-    from det_calib.record.calibrator_record import calibrator_of
 
     names = list(result.class_names)
-    cals = {h: (calibrator_of(r.calibrator), r.calibrator.method) for h, r in result.results.items()
-            if r.calibrator is not None}
-    pmap = portable_map(cals, names)
+    cals = {
+        h: (calibrator_of(r.calibrator), r.calibrator.method)
+        for h, r in result.results.items()
+        if r.calibrator is not None
+    }
+    pmap = _portable_map(cals, names)
     write_text(folder / "portable_map.json", json.dumps(pmap, indent=1) + "\n")
     written = ["portable_map.json"]
-    doc: dict[str, Any] = {"format": "det_calib.RawThresholds", "version": 1, "class_names": names, "heads": {}}
+    doc: dict[str, Any] = {
+        "format": "det_calib.RawThresholds",
+        "version": 1,
+        "class_names": names,
+        "heads": {},
+    }
     for h, head in pmap["heads"].items():
         try:
-            write_bytes(folder / f"portable_map_{h}.onnx", map_onnx(head))
+            write_bytes(folder / f"portable_map_{h}.onnx", _map_onnx(head))
             written.append(f"portable_map_{h}.onnx")
         except ImportError:  # onnx is the optional extra `onnx`
             pass
@@ -237,9 +327,18 @@ def write_portable_outputs(folder: Path, result: Any, *, conf: Sequence[float] =
         doc["heads"][h] = {"method": head["method"], "raw_thresholds": per_conf}
         first = per_conf[f"{conf[0]:g}"]
         if first is not None:
-            write_text(folder / f"deepstream_{h}.txt", deepstream_block(first, comment=(
-                f"det_calib: raw scores whose calibrated score is {conf[0]:g} ({h} head, {head['method']} map);\n"
-                "append to the nvinfer config file: gst-nvinfer reads the [class-attrs-*] groups")))
+            write_text(
+                folder / f"deepstream_{h}.txt",
+                _deepstream_block(
+                    first,
+                    comment=(
+                        f"det_calib: raw scores whose calibrated score is {conf[0]:g} ({h} head, "
+                        f"{head['method']} map);\n"
+                        "append to the nvinfer config file: gst-nvinfer reads the [class-attrs-*] "
+                        "groups"
+                    ),
+                ),
+            )
             written.append(f"deepstream_{h}.txt")
     write_text(folder / "raw_thresholds.json", json.dumps(doc, indent=1) + "\n")
     written.append("raw_thresholds.json")

@@ -24,25 +24,29 @@ from __future__ import annotations
 import json
 import math
 
-__all__ = ["calibrated_score", "load_map", "log_relative_area"]
+__all__ = []
 
-MIN_REL_AREA = 1e-8
+_MIN_REL_AREA = 1e-8
 """A box area (relative to the image) below this reads as it (a degenerate box), as det_calib fits."""
 
 
-def load_map(path: str) -> dict:
+def _load_map(path: str) -> dict:
     """Read ``portable_map.json``."""
     with open(path, encoding="utf-8") as f:
         pmap = json.load(f)
     if pmap.get("format") != "det_calib.PortableMap" or pmap.get("version") != 1:
-        raise ValueError(f"Expected a det_calib.PortableMap version 1 in {path}, but got {pmap.get('format')!r}")
+        raise ValueError(
+            f"Expected a det_calib.PortableMap version 1 in {path}, but got {pmap.get('format')!r}"
+        )
     return pmap
 
 
-def log_relative_area(x1: float, y1: float, x2: float, y2: float, img_w: float, img_h: float) -> float:
+def _log_relative_area(
+    x1: float, y1: float, x2: float, y2: float, img_w: float, img_h: float
+) -> float:
     """``log(box area / image area)``: what a ``size-affine`` map reads."""
     area = max(x2 - x1, 0.0) * max(y2 - y1, 0.0)
-    return math.log(max(area / (img_w * img_h), MIN_REL_AREA))
+    return math.log(max(area / (img_w * img_h), _MIN_REL_AREA))
 
 
 def _piecewise(m: dict, z: float) -> float:
@@ -58,8 +62,9 @@ def _piecewise(m: dict, z: float) -> float:
     return y[lo] + (y[hi] - y[lo]) * (z - x[lo]) / (x[hi] - x[lo])
 
 
-def calibrated_score(pmap: dict, score: float, cls: int, *, head: str | None = None,
-                     log_area: float | None = None) -> float:
+def _calibrated_score(
+    pmap: dict, score: float, cls: int, *, head: str | None = None, log_area: float | None = None
+) -> float:
     """The calibrated score of one box: its engine's ``score`` in [0, 1] and class id ``cls``.
 
     Args:
@@ -83,5 +88,7 @@ def calibrated_score(pmap: dict, score: float, cls: int, *, head: str | None = N
             raise ValueError("this map reads the box's size: pass log_area=log_relative_area(...)")
         t = m["a"] * z + m["b"] + m["c"] * log_area
     else:
-        raise ValueError(f"Expected a map kind identity, affine, piecewise or size-affine, but got {m['kind']!r}")
+        raise ValueError(
+            f"Expected a map kind identity, affine, piecewise or size-affine, but got {m['kind']!r}"
+        )
     return 1.0 / (1.0 + math.exp(-t)) if t >= 0 else math.exp(t) / (1.0 + math.exp(t))

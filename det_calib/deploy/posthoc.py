@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import log_area
+from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.numeric import logit
+from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.run_result import RunResult, calibrators_from_dict, read_calibrators
 from det_calib.tasks import result_boxes_attr
 from det_calib.validation import check_choice
 
@@ -29,18 +32,20 @@ __all__ = ["apply_calibrator", "load_calibrators"]
 
 def load_calibrators(calibration: Any) -> dict[str, Any]:
     """Head -> fitted calibrator of a ``calibration.json`` (a path, its dict, or a RunResult)."""
-    from det_calib.record.calibrator_record import calibrator_of
-    from det_calib.record.run_result import RunResult, calibrators_from_dict, read_calibrators
 
     if isinstance(calibration, (str, Path)):
         records = read_calibrators(calibration)
     elif isinstance(calibration, RunResult):
-        records = {h: r.calibrator for h, r in calibration.results.items() if r.calibrator is not None}
+        records = {
+            h: r.calibrator for h, r in calibration.results.items() if r.calibrator is not None
+        }
     elif isinstance(calibration, dict):
         records = calibrators_from_dict(calibration)
     else:
-        raise InputError(f"Expected argument `calibration` to be a path, a dict or a RunResult, but got "
-                         f"{type(calibration).__name__}")
+        raise InputError(
+            f"Expected argument `calibration` to be a path, a dict or a RunResult, but got "
+            f"{type(calibration).__name__}"
+        )
     return {h: calibrator_of(r) for h, r in records.items()}
 
 
@@ -76,7 +81,6 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
             raise InputError(f"the calibration has heads {sorted(cals)}: pass `head`")
         head = next(iter(cals))
     check_choice(head, sorted(cals), "head")
-    from det_calib.data.box_view import BoxView
 
     cal = cals[head]
     many = isinstance(results, (list, tuple))
@@ -85,15 +89,28 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
         boxes = getattr(r, attr, None)
         if boxes is None or boxes.data.shape[0] == 0:
             continue
-        data = boxes.data  # ... conf, cls last (Boxes: xyxy first; OBB: xywhr first, its hull in .xyxy)
+        data = (
+            boxes.data
+        )  # ... conf, cls last (Boxes: xyxy first; OBB: xywhr first, its hull in .xyxy)
         c = np.clip(data[:, -2].detach().cpu().double().numpy(), 1e-12, 1 - 1e-12)
         k = data[:, -1].detach().cpu().numpy().astype(np.int64)
         h, w = (int(v) for v in boxes.orig_shape[:2])
-        la = log_area(boxes.xyxy.detach().cpu().double().numpy(), np.full(len(k), w), np.full(len(k), h))
-        new = BoxView(logit=logit(c), conf=c, correct=None, cls=k, image_id=np.zeros(len(k), np.int64),
-                      log_area=la).scored(cal).conf
+        la = log_area(
+            boxes.xyxy.detach().cpu().double().numpy(), np.full(len(k), w), np.full(len(k), h)
+        )
+        new = (
+            BoxView(
+                logit=logit(c),
+                conf=c,
+                correct=None,
+                cls=k,
+                image_id=np.zeros(len(k), np.int64),
+                log_area=la,
+            )
+            .scored(cal)
+            .conf
+        )
         data = data.clone()  # Ultralytics returns inference tensors: rebuild the Boxes, same class
         data[:, -2] = torch.as_tensor(new, dtype=data.dtype, device=data.device)
         setattr(r, attr, type(boxes)(data, boxes.orig_shape))
     return results
-

@@ -16,23 +16,30 @@
 
 from __future__ import annotations
 
-from det_calib.ensemble.classifier import EnsembleTemperature, ensemble_temperature
-from det_calib.ensemble.fusion import SCORE_RULES, Fused, weighted_boxes_fusion
-from det_calib.ensemble.members import MemberSpec, member_specs
+from det_calib.lazy import lazy_exports
 
-__all__ = ["ensemble", "FusionSettings", "EnsembleRun", "weighted_boxes_fusion", "Fused", "SCORE_RULES",
-           "MemberSpec", "member_specs", "load_ensemble", "EnsembleModel", "ensemble_temperature",
-           "EnsembleTemperature"]
+_EXPORTS = {
+    "capture_workers": "ensemble_job",
+    "ensemble": "ensemble_job",
+    "ensemble_head": "ensemble_job",
+    "capture_fused": "ensemble_model",
+    "load_ensemble": "ensemble_model",
+    "ENSEMBLE_BOXES_CONF_TYPE": "fusion",
+    "weighted_boxes_fusion": "fusion",
+    "Z_SIMPLER": "fusion_choice",
+    "FusionSettings": "fusion_settings",
+}
 
+__all__ = [
+    "ENSEMBLE_BOXES_CONF_TYPE",
+    "FusionSettings",
+    "Z_SIMPLER",
+    "capture_fused",
+    "capture_workers",
+    "ensemble",
+    "ensemble_head",
+    "load_ensemble",
+    "weighted_boxes_fusion",
+]
 
-def __getattr__(name: str):
-    # the job and the deployment import the pipeline and Ultralytics: only when used
-    if name in ("ensemble", "FusionSettings", "EnsembleRun"):
-        from det_calib.ensemble import ensemble_job
-
-        return getattr(ensemble_job, name)
-    if name in ("load_ensemble", "EnsembleModel"):
-        from det_calib.ensemble import ensemble_model
-
-        return getattr(ensemble_model, name)
-    raise AttributeError(f"module 'det_calib.ensemble' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

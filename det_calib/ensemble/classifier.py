@@ -14,9 +14,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from det_calib import metrics
+from det_calib.calibrators import fit_temperature
 from det_calib.errors import InputError
 
-DEFAULT_GRID = tuple(float(t) for t in np.round(np.exp(np.linspace(np.log(0.25), np.log(4.0), 49)), 4))
+_DEFAULT_GRID = tuple(
+    float(t) for t in np.round(np.exp(np.linspace(np.log(0.25), np.log(4.0), 49)), 4)
+)
 """Temperatures the ``ece`` criterion tries: 49 log-spaced values from 0.25 to 4 (ratio ~1.06)."""
 
 
@@ -51,7 +55,6 @@ def _softmax_t(logp: np.ndarray, t: float) -> np.ndarray:
 
 
 def _top_ece(p: np.ndarray, y: np.ndarray, n_bins: int) -> float:
-    from det_calib import metrics
 
     return metrics.ece(p.max(axis=1), p.argmax(axis=1) == y, n_bins=n_bins)
 
@@ -60,8 +63,14 @@ def _nll(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))))
 
 
-def ensemble_temperature(member_probs: Any, labels: Any, *, by: Literal["nll", "ece"] = "nll",
-                         grid: tuple[float, ...] = DEFAULT_GRID, n_bins: int = 15) -> EnsembleTemperature:
+def _ensemble_temperature(
+    member_probs: Any,
+    labels: Any,
+    *,
+    by: Literal["nll", "ece"] = "nll",
+    grid: tuple[float, ...] = _DEFAULT_GRID,
+    n_bins: int = 15,
+) -> EnsembleTemperature:
     """Average the members' class probabilities, then fit one temperature on the average.
 
     Args:
@@ -80,18 +89,30 @@ def ensemble_temperature(member_probs: Any, labels: Any, *, by: Literal["nll", "
     Raises:
         InputError: Shapes that disagree, probabilities that are not distributions, bad labels.
     """
-    from det_calib.calibrators import fit_temperature
 
     p = np.asarray(member_probs, dtype=np.float64)
     if p.ndim == 2:
         p = p[None]
     if p.ndim != 3 or p.shape[1] < 2 or p.shape[2] < 2:
-        raise InputError(f"Expected `member_probs` of shape (members, n, classes), but got {p.shape}")
+        raise InputError(
+            f"Expected `member_probs` of shape (members, n, classes), but got {p.shape}"
+        )
     if not np.isfinite(p).all() or (p < 0).any() or not np.allclose(p.sum(axis=2), 1, atol=1e-6):
-        raise InputError("Expected every row of `member_probs` to be a probability distribution (>= 0, sums to 1)")
+        raise InputError(
+            "Expected every row of `member_probs` to be a probability distribution (>= 0, sums to "
+            "1)"
+        )
     y = np.asarray(labels)
-    if y.shape != (p.shape[1],) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= p.shape[2]:
-        raise InputError(f"Expected `labels` of {p.shape[1]} class ids in [0, {p.shape[2]}), but got shape {y.shape}")
+    if (
+        y.shape != (p.shape[1],)
+        or not np.issubdtype(y.dtype, np.integer)
+        or y.min() < 0
+        or y.max() >= p.shape[2]
+    ):
+        raise InputError(
+            f"Expected `labels` of {p.shape[1]} class ids in [0, {p.shape[2]}), but got shape "
+            f"{y.shape}"
+        )
     mean = p.mean(axis=0)
     logp = np.log(np.clip(mean, 1e-300, None))
     if by == "nll":
@@ -102,5 +123,13 @@ def ensemble_temperature(member_probs: Any, labels: Any, *, by: Literal["nll", "
     else:
         raise InputError(f"Expected `by` to be nll or ece, but got {by!r}")
     cal = _softmax_t(logp, t)
-    return EnsembleTemperature(t, mean, cal, _nll(mean, y), _nll(cal, y), _top_ece(mean, y, n_bins),
-                               _top_ece(cal, y, n_bins), by)
+    return EnsembleTemperature(
+        t,
+        mean,
+        cal,
+        _nll(mean, y),
+        _nll(cal, y),
+        _top_ece(mean, y, n_bins),
+        _top_ece(cal, y, n_bins),
+        by,
+    )

@@ -47,10 +47,14 @@ import numpy as np
 from det_calib.errors import InputError
 from det_calib.validation import check_choice
 
-ScoreRule = Literal["avg", "present", "max", "agree", "absent", "best-avg"]
-SCORE_RULES: tuple[str, ...] = get_args(ScoreRule)
-ENSEMBLE_BOXES_CONF_TYPE: dict[str, str] = {"avg": "avg", "max": "max", "agree": "box_and_model_avg",
-                                            "absent": "absent_model_aware_avg"}
+_ScoreRule = Literal["avg", "present", "max", "agree", "absent", "best-avg"]
+SCORE_RULES: tuple[str, ...] = get_args(_ScoreRule)
+ENSEMBLE_BOXES_CONF_TYPE: dict[str, str] = {
+    "avg": "avg",
+    "max": "max",
+    "agree": "box_and_model_avg",
+    "absent": "absent_model_aware_avg",
+}
 """Score rule -> ``conf_type`` of ``ensemble_boxes.weighted_boxes_fusion`` that computes the same
 score (``present`` has none)."""
 
@@ -85,7 +89,7 @@ class Fused:
     def __len__(self) -> int:
         return int(len(self.label))
 
-    def scores(self, rule: ScoreRule, *, allows_overflow: bool = False) -> np.ndarray:
+    def scores(self, rule: _ScoreRule, *, allows_overflow: bool = False) -> np.ndarray:
         """The fused score of every fused box under ``rule`` (see the module's table)."""
         check_choice(rule, SCORE_RULES, "fusion_score")
         st, w = self.stats, self.weights
@@ -105,27 +109,48 @@ class Fused:
         return mean * n / (st["wsum"] + (wtot - st["mweight"]))  # absent
 
 
-def _check(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, groups: np.ndarray, members: np.ndarray,
-           n_members: int, weights: np.ndarray | None, iou_thr: float) -> np.ndarray:
+def _check(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    members: np.ndarray,
+    n_members: int,
+    weights: np.ndarray | None,
+    iou_thr: float,
+) -> np.ndarray:
     n = len(scores)
     if boxes.shape != (n, 4) or not (len(labels) == len(groups) == len(members) == n):
-        raise InputError(f"Expected `boxes` of shape (n, 4) and n labels, groups and members, but got boxes "
-                         f"{boxes.shape}, {len(scores)} scores, {len(labels)} labels, {len(groups)} groups, "
-                         f"{len(members)} members")
+        raise InputError(
+            f"Expected `boxes` of shape (n, 4) and n labels, groups and members, but got boxes "
+            f"{boxes.shape}, {len(scores)} scores, {len(labels)} labels, {len(groups)} groups, "
+            f"{len(members)} members"
+        )
     if not 0 <= iou_thr < 1:
         raise InputError(f"Expected `iou_thr` in [0, 1), but got {iou_thr}")
     if n_members < 1 or (n and (members.min() < 0 or members.max() >= n_members)):
-        raise InputError(f"Expected every member index in [0, {n_members}), but got {members.min() if n else ''}"
-                         f"..{members.max() if n else ''}")
+        raise InputError(
+            f"Expected every member index in [0, {n_members}), but got {members.min() if n else ''}"
+            f"..{members.max() if n else ''}"
+        )
     w = np.ones(n_members) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (n_members,) or not (w > 0).all():
         raise InputError(f"Expected {n_members} positive member `weights`, but got {w.tolist()}")
     return w
 
 
-def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, *, groups: np.ndarray | None,
-                          members: np.ndarray, n_members: int, weights: np.ndarray | None = None,
-                          iou_thr: float = 0.55, skip_box_thr: float = 0.0) -> Fused:
+def weighted_boxes_fusion(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    *,
+    groups: np.ndarray | None,
+    members: np.ndarray,
+    n_members: int,
+    weights: np.ndarray | None = None,
+    iou_thr: float = 0.55,
+    skip_box_thr: float = 0.0,
+) -> Fused:
     """Cluster the boxes of ``n_members`` members per (group, label) as weighted boxes fusion does.
 
     Args:
@@ -146,7 +171,9 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
     scores = np.asarray(scores, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     members = np.asarray(members, dtype=np.int64)
-    groups = np.zeros(len(scores), np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+    groups = (
+        np.zeros(len(scores), np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+    )
     w = _check(boxes, scores, labels, groups, members, n_members, weights, iou_thr)
     area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     usable = np.flatnonzero((scores >= skip_box_thr) & (area != 0))
@@ -169,8 +196,19 @@ def weighted_boxes_fusion(boxes: np.ndarray, scores: np.ndarray, labels: np.ndar
         width = int(sizes[by_size[lo]])
         hi = min(len(by_size), lo + max(1, _CELLS // max(width, 1)))
         chunk = by_size[lo:hi]
-        out.append(_fuse_chunk(chunk, sizes[chunk], starts[chunk], src, boxes, ws[order], w[members], cluster,
-                               iou_thr))
+        out.append(
+            _fuse_chunk(
+                chunk,
+                sizes[chunk],
+                starts[chunk],
+                src,
+                boxes,
+                ws[order],
+                w[members],
+                cluster,
+                iou_thr,
+            )
+        )
         lo = hi
     return _collect(out, cluster, groups, labels, members, w, ws, usable)
 
@@ -188,8 +226,9 @@ def _empty(cluster: np.ndarray, w: np.ndarray) -> Fused:
     return Fused(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 4)), stats, cluster, w)
 
 
-def _join(corners: list[np.ndarray], area: np.ndarray, n_cl: np.ndarray, b: np.ndarray, iou_thr: float
-          ) -> tuple[np.ndarray, np.ndarray]:
+def _join(
+    corners: list[np.ndarray], area: np.ndarray, n_cl: np.ndarray, b: np.ndarray, iou_thr: float
+) -> tuple[np.ndarray, np.ndarray]:
     """The slot each of the ``len(b)`` active groups' next box ``b`` goes to: the group's fused box
     it overlaps most if that IoU is above ``iou_thr`` (``hit``), else the group's next free slot
     (``n_cl``)."""
@@ -212,9 +251,17 @@ def _join(corners: list[np.ndarray], area: np.ndarray, n_cl: np.ndarray, b: np.n
     return np.where(hit, best, n_cl), hit
 
 
-def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: np.ndarray, boxes: np.ndarray,
-                ws: np.ndarray, box_w: np.ndarray, cluster: np.ndarray, iou_thr: float
-                ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
+def _fuse_chunk(
+    chunk: np.ndarray,
+    sizes: np.ndarray,
+    starts: np.ndarray,
+    src: np.ndarray,
+    boxes: np.ndarray,
+    ws: np.ndarray,
+    box_w: np.ndarray,
+    cluster: np.ndarray,
+    iou_thr: float,
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Cluster the groups of one chunk (sorted by size, largest first); fills ``cluster`` with each
     box's slot within its group and returns the chunk's fused boxes.
 
@@ -230,7 +277,9 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
     wsum = np.zeros((g, width))
     count = np.zeros((g, width), np.int64)
     n_cl = np.zeros(g, np.int64)
-    active = np.searchsorted(-sizes, -np.arange(width), side="left")  # groups with more than k boxes
+    active = np.searchsorted(
+        -sizes, -np.arange(width), side="left"
+    )  # groups with more than k boxes
     for k in range(width):
         a = int(active[k])
         rows = np.arange(a)
@@ -254,12 +303,24 @@ def _fuse_chunk(chunk: np.ndarray, sizes: np.ndarray, starts: np.ndarray, src: n
     keep = np.arange(width)[None, :] < n_cl[:, None]
     gi, si = np.nonzero(keep)
     fused = np.stack([v[gi, si] for v in corners], 1)
-    return chunk[gi], si, {"n": count[gi, si], "wsum": wsum[gi, si], "ssum": ssum[gi, si],
-                           "smax": smax[gi, si]}, fused
+    return (
+        chunk[gi],
+        si,
+        {"n": count[gi, si], "wsum": wsum[gi, si], "ssum": ssum[gi, si], "smax": smax[gi, si]},
+        fused,
+    )
 
 
-def _collect(parts: list, cluster: np.ndarray, groups: np.ndarray, labels: np.ndarray, members: np.ndarray,
-             w: np.ndarray, ws: np.ndarray, usable: np.ndarray) -> Fused:
+def _collect(
+    parts: list,
+    cluster: np.ndarray,
+    groups: np.ndarray,
+    labels: np.ndarray,
+    members: np.ndarray,
+    w: np.ndarray,
+    ws: np.ndarray,
+    usable: np.ndarray,
+) -> Fused:
     """Number the fused boxes (group after group, slot order), turn slots into fused-box indices
     and add the distinct members of each fused box and each one's best weighted score (``ws``:
     the weighted scores of the ``usable`` boxes)."""

@@ -22,14 +22,14 @@ Kept-set ECEs of different box sets compare (each is the error of the boxes a us
 the NLL ``--method auto`` uses among maps of one box set. The rule:
 
 1. **Accuracy first.** A candidate is eligible when its fit-split mAP50-95 (COCO mAP of the fused
-   boxes, ``--map-engine``) is within :data:`MAP_TOLERANCE` of the best candidate's: an ensemble is built for its
+   boxes, ``--map-engine``) is within :data:`_MAP_TOLERANCE` of the best candidate's: an ensemble is built for its
    accuracy, which no calibrator restores, so none is traded for calibration.
 2. **The lowest CV kept-set ECE** among the eligible wins, unless
 3. **a simpler eligible candidate** is as good: behind the best by less than :data:`Z_SIMPLER`
    (one) paired standard error, the one-standard-error rule; the first such in the order of
    preference wins. Preference: ``fuse-then-calibrate`` (one calibrator) before
    ``calibrate-then-fuse`` (one per member and one more); then the rules in the order of
-   :data:`RULE_PREFERENCE` (``best-avg`` first: the deep ensemble's average of the members'
+   :data:`_RULE_PREFERENCE` (``best-avg`` first: the deep ensemble's average of the members'
    probabilities, each member counted once by its best box; then ``agree``, which counts members,
    not boxes, in its share, but averages every box). The standard error of a difference is
    that of the two candidates' pooled kept-set ECEs over an image bootstrap (the same images
@@ -57,13 +57,13 @@ from det_calib.metrics.calibration import bootstrap_sd
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.selection.cross_validation import fit_calibrator
 
-MAP_TOLERANCE = 0.01
+_MAP_TOLERANCE = 0.01
 """A candidate whose fit-split mAP50-95 is more than this below the best candidate's is not eligible."""
 Z_SIMPLER = 1.0
 """A preferred candidate behind the best by less than this many paired standard errors is chosen."""
-RULE_PREFERENCE = ("best-avg", "agree", "avg", "absent", "max", "present")
+_RULE_PREFERENCE = ("best-avg", "agree", "avg", "absent", "max", "present")
 """Score rules, preferred first (among candidates the fit split cannot tell apart)."""
-N_BOOT = 200
+_N_BOOT = 200
 """Image-bootstrap replicates of the paired standard error."""
 
 
@@ -107,8 +107,9 @@ def image_folds(n_images: int, n_folds: int, seed: int) -> np.ndarray:
     return group_folds(n_images, n_folds, np.arange(n_images), seed=seed)
 
 
-def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: np.ndarray, *, seed: int
-                ) -> np.ndarray:
+def out_of_fold(
+    boxes: pl.DataFrame, method: str, floor: float, fold_of_image: np.ndarray, *, seed: int
+) -> np.ndarray:
     """Every box's conf under ``method`` (fit floor ``floor``) refitted without its image's fold.
 
     ``boxes``: a matched table (``logit``, ``conf``, ``cls``, ``image_id``, ``correct``, ``ignore``);
@@ -127,23 +128,44 @@ def out_of_fold(boxes: pl.DataFrame, method: str, floor: float, fold_of_image: n
     for f in np.unique(fold):
         test = fold == f
         train = use[fold[use] != f]
-        cal = fit_calibrator(method, z[train], y[train], classes=k[train], groups=img[train], fit_min_conf=floor,
-                             seed=seed)
+        cal = fit_calibrator(
+            method,
+            z[train],
+            y[train],
+            classes=k[train],
+            groups=img[train],
+            fit_min_conf=floor,
+            seed=seed,
+        )
         out[test] = every.subset(test).scored(cal).conf
     return out
 
 
-def _ece_difference(p: np.ndarray, y: np.ndarray, which: np.ndarray, *, threshold: float, n_bins: int,
-                    weights: np.ndarray | None = None) -> float:
+def _ece_difference(
+    p: np.ndarray,
+    y: np.ndarray,
+    which: np.ndarray,
+    *,
+    threshold: float,
+    n_bins: int,
+    weights: np.ndarray | None = None,
+) -> float:
     """Kept-set ECE of the boxes of candidate 0 minus that of candidate 1 (``which``)."""
     w = np.ones(len(p)) if weights is None else weights
     a, b = which == 0, which == 1
-    return (kept_ece(p[a], y[a], threshold=threshold, n_bins=n_bins, weights=w[a])
-            - kept_ece(p[b], y[b], threshold=threshold, n_bins=n_bins, weights=w[b]))
+    return kept_ece(p[a], y[a], threshold=threshold, n_bins=n_bins, weights=w[a]) - kept_ece(
+        p[b], y[b], threshold=threshold, n_bins=n_bins, weights=w[b]
+    )
 
 
-def paired_se(a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray, np.ndarray],
-              threshold: float, n_bins: int, seed: int, n_boot: int = N_BOOT) -> float:
+def _paired_se(
+    a: tuple[np.ndarray, np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray, np.ndarray],
+    threshold: float,
+    n_bins: int,
+    seed: int,
+    n_boot: int = _N_BOOT,
+) -> float:
     """Standard error of ``kept_ece(a) - kept_ece(b)`` over an image bootstrap (the images of the
     fit split resampled once for both). ``a``, ``b``: ``(p, y, image_id)`` of two candidates' boxes."""
     which = np.concatenate([np.zeros(len(a[0]), np.int8), np.ones(len(b[0]), np.int8)])
@@ -152,38 +174,67 @@ def paired_se(a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray,
     return bootstrap_sd(stat, img, p, y, which, n_boot=n_boot, seed=seed)
 
 
-def choose(cands: Sequence[FusionCandidate], *, orders: Sequence[str], threshold: float, n_bins: int, seed: int,
-           z_simpler: float | None = None) -> FusionCandidate:
+def choose(
+    cands: Sequence[FusionCandidate],
+    *,
+    orders: Sequence[str],
+    threshold: float,
+    n_bins: int,
+    seed: int,
+    z_simpler: float | None = None,
+) -> FusionCandidate:
     """Apply the rule (module docstring) to scored candidates; sets every ``verdict``, ``diff``,
     ``diff_se``. ``orders``: the fusion orders, simplest first; ``z_simpler``: the margin (default
     :data:`Z_SIMPLER`, read when called)."""
     z_simpler = Z_SIMPLER if z_simpler is None else z_simpler
-    ok = [c for c in cands if c.error is None and math.isfinite(c.cv_mean) and math.isfinite(c.fit_map50_95)]
+    ok = [
+        c
+        for c in cands
+        if c.error is None and math.isfinite(c.cv_mean) and math.isfinite(c.fit_map50_95)
+    ]
     if not ok:
         raise DegenerateFitError("no fusion candidate could be scored on the fit split's folds")
     top_map = max(c.fit_map50_95 for c in ok)
-    eligible = [c for c in ok if c.fit_map50_95 >= top_map - MAP_TOLERANCE]
-    def simpler(c: FusionCandidate) -> tuple[int, int]:  # the simpler order, then the preferred rule
-        return orders.index(c.order), RULE_PREFERENCE.index(c.score) if c.score in RULE_PREFERENCE else 99
+    eligible = [c for c in ok if c.fit_map50_95 >= top_map - _MAP_TOLERANCE]
+
+    def simpler(
+        c: FusionCandidate,
+    ) -> tuple[int, int]:  # the simpler order, then the preferred rule
+        return orders.index(c.order), _RULE_PREFERENCE.index(
+            c.score
+        ) if c.score in _RULE_PREFERENCE else 99
 
     best = min(eligible, key=lambda c: (c.cv_mean, simpler(c)))
     for c in eligible:
         c.diff = c.cv_mean - best.cv_mean
-        c.diff_se = 0.0 if c is best else paired_se(c.oof, best.oof, threshold, n_bins, seed)
+        c.diff_se = 0.0 if c is best else _paired_se(c.oof, best.oof, threshold, n_bins, seed)
     rank = sorted(eligible, key=simpler)
-    chosen = next((c for c in rank if c is best or (math.isfinite(c.diff_se) and c.diff < z_simpler * c.diff_se)),
-                  best)
+    chosen = next(
+        (
+            c
+            for c in rank
+            if c is best or (math.isfinite(c.diff_se) and c.diff < z_simpler * c.diff_se)
+        ),
+        best,
+    )
     for c in cands:
         if c.error is not None:
             c.verdict = f"not scored: {c.error}"
         elif c not in eligible:
-            c.verdict = (f"mAP50-95 {c.fit_map50_95:.4f} more than {MAP_TOLERANCE:g} below the best "
-                         f"({top_map:.4f})" if math.isfinite(c.fit_map50_95) else "not scored")
+            c.verdict = (
+                f"mAP50-95 {c.fit_map50_95:.4f} more than {_MAP_TOLERANCE:g} below the best "
+                f"({top_map:.4f})"
+                if math.isfinite(c.fit_map50_95)
+                else "not scored"
+            )
         elif c is chosen and c is best:
             c.verdict = "chosen: lowest CV kept-set ECE"
         elif c is chosen:
-            c.verdict = (f"chosen: preferred, behind the best ({best.order}, {best.score}) by {c.diff:.4f} < "
-                         f"{z_simpler:g} SE ({c.diff_se:.4f})")
+            c.verdict = (
+                f"chosen: preferred, behind the best ({best.order}, {best.score}) by {c.diff:.4f} "
+                "< "
+                f"{z_simpler:g} SE ({c.diff_se:.4f})"
+            )
         elif c is best:
             c.verdict = f"lowest CV kept-set ECE, but ({chosen.order}, {chosen.score}) is preferred and as good"
         else:

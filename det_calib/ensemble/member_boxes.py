@@ -15,43 +15,54 @@ from typing import Any
 
 import polars as pl
 
-from det_calib.data.box_table import CAPTURE_COLUMNS
+from det_calib.capture.parts import data_fingerprint, model_fingerprint
+from det_calib.data.box_table import CAPTURE_COLUMNS, read_boxes
 from det_calib.data.ground_truth import Split
 from det_calib.ensemble.members import MemberSpec
 from det_calib.errors import InputError
+from det_calib.job.reuse import run_meta
 from det_calib.record.ensemble_record import MemberRecord
 
 
-def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Sequence[Split], s: Any
-                  ) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord],
-                             dict[str, float]]:
+def reuse_members(
+    folder: str | Path, specs: Sequence[MemberSpec], splits: Sequence[Split], s: Any
+) -> tuple[
+    dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord], dict[str, float]
+]:
     """The member boxes of an earlier ensemble run, checked against these members, data and settings.
 
     Returns:
         ``(captured, plan, member records, cost)`` as the capture would give them.
     """
-    from det_calib.capture.parts import data_fingerprint, model_fingerprint
-    from det_calib.data.box_table import read_boxes
-    from det_calib.job.reuse import run_meta
 
     path = Path(folder)
     path = path / "members.parquet" if path.is_dir() else path
     if not path.is_file():
-        raise InputError(f"`boxes`: {path} not found: give the folder of an earlier `det-calib ensemble` run")
+        raise InputError(
+            f"`boxes`: {path} not found: give the folder of an earlier `det-calib ensemble` run"
+        )
     meta = run_meta(path) or {}
     rec = meta.get("members") or []
     have = [(Path(m["path"]).name, bool(m["flip"]), float(m["scale"]), m.get("head")) for m in rec]
     want = [(sp.path.name, sp.flip, sp.scale, sp.head) for sp in specs]
     if have != want:
-        raise InputError(f"`boxes`: {path} holds the boxes of other members ({', '.join(m['name'] for m in rec)})")
+        raise InputError(
+            f"`boxes`: {path} holds the boxes of other members "
+            f"({', '.join(m['name'] for m in rec)})"
+        )
     for m, sp in zip(rec, specs, strict=True):
         fp = model_fingerprint(sp.path) if sp.path.suffix == ".pt" else f"yaml:{sp.path.name}"
         if fp != m["fingerprint"]:
-            raise InputError(f"`boxes`: member {sp.path} is not the file the run captured ({m['fingerprint'][:15]}...)")
+            raise InputError(
+                f"`boxes`: member {sp.path} is not the file the run captured "
+                f"({m['fingerprint'][:15]}...)"
+            )
     for sp in splits:
         got = (meta.get("splits") or {}).get(sp.name)
         if got != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
-            raise InputError(f"`boxes`: split `{sp.name}` is not the images and labels {path} was captured on")
+            raise InputError(
+                f"`boxes`: split `{sp.name}` is not the images and labels {path} was captured on"
+            )
     st = meta.get("settings") or {}
     for key, want_v in (("conf", s.conf_floor), ("max_det", s.max_det)):
         if key in st and st[key] != want_v:
@@ -59,9 +70,21 @@ def reuse_members(folder: str | Path, specs: Sequence[MemberSpec], splits: Seque
     df = read_boxes(path, matched=False)
     heads = list(meta.get("heads") or [])
     plan = {h: [m["heads"][h] for m in rec] for h in heads}
-    captured = {h: [[df.filter((pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == sp.name))
-                     .select(CAPTURE_COLUMNS) for sp in splits] for i in range(len(rec))] for h in heads}
-    records = [MemberRecord.from_dict({**m, "name": m.get("name") or Path(m["path"]).name}) for m in rec]
+    captured = {
+        h: [
+            [
+                df.filter(
+                    (pl.col("member") == i) & (pl.col("head") == h) & (pl.col("split") == sp.name)
+                ).select(CAPTURE_COLUMNS)
+                for sp in splits
+            ]
+            for i in range(len(rec))
+        ]
+        for h in heads
+    }
+    records = [
+        MemberRecord.from_dict({**m, "name": m.get("name") or Path(m["path"]).name}) for m in rec
+    ]
     return captured, plan, records, _capture_cost(path.parent)
 
 

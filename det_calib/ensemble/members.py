@@ -33,13 +33,17 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import HEADS
+from det_calib import demo
+from det_calib.capture.image_source import LockedBar, progress_bar, read_ahead
+from det_calib.capture.parts import model_fingerprint
+from det_calib.capture.predictor import Capturer, available_heads, default_imgsz, load_detector
+from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA
 from det_calib.errors import InputError
 from det_calib.tasks import get_task
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-KINDS = ("checkpoint", "snapshot", "view")
+_KINDS = ("checkpoint", "snapshot", "view")
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,9 @@ class MemberSpec:
     @property
     def view(self) -> str:
         """The view in words: ``orig``, ``flip``, ``scale:1.2``, ``flip+scale:1.2``."""
-        parts = (["flip"] if self.flip else []) + ([f"scale:{self.scale:g}"] if self.scale != 1.0 else [])
+        parts = (["flip"] if self.flip else []) + (
+            [f"scale:{self.scale:g}"] if self.scale != 1.0 else []
+        )
         return "+".join(parts) or "orig"
 
     @property
@@ -73,15 +79,26 @@ class MemberSpec:
         return base if self.view == "orig" else f"{base} [{self.view}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "kind": self.kind, "flip": self.flip, "scale": self.scale, "head": self.head}
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "flip": self.flip,
+            "scale": self.scale,
+            "head": self.head,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MemberSpec:
-        return cls(Path(d["path"]), d.get("kind", "checkpoint"), bool(d.get("flip", False)),
-                   float(d.get("scale", 1.0)), d.get("head"))
+        return cls(
+            Path(d["path"]),
+            d.get("kind", "checkpoint"),
+            bool(d.get("flip", False)),
+            float(d.get("scale", 1.0)),
+            d.get("head"),
+        )
 
 
-def parse_view(text: str) -> tuple[bool, float]:
+def _parse_view(text: str) -> tuple[bool, float]:
     """``orig``, ``flip``, ``scale:S``, or ``flip+scale:S`` -> (flip, scale).
 
     >>> parse_view("flip"), parse_view("scale:1.25"), parse_view("flip+scale:0.8")
@@ -102,7 +119,9 @@ def parse_view(text: str) -> tuple[bool, float]:
             if not 0.25 <= scale <= 4:
                 raise InputError(f"Expected a `view` scale in [0.25, 4], but got {tok!r}")
             continue
-        raise InputError(f"Expected each `view` to be orig, flip, scale:S or flip+scale:S, but got {text!r}")
+        raise InputError(
+            f"Expected each `view` to be orig, flip, scale:S or flip+scale:S, but got {text!r}"
+        )
     return flip, scale
 
 
@@ -115,7 +134,7 @@ def _model_arg(text: str | Path) -> tuple[Path, str | None]:
     return Path(s), None
 
 
-def snapshot_paths(folder: str | Path) -> list[Path]:
+def _snapshot_paths(folder: str | Path) -> list[Path]:
     """The checkpoints of one training run's ``weights`` folder (``epochN.pt`` by epoch, then ``last.pt``).
 
     ``best.pt`` is left out: it is one of the epochs. A run folder (holding ``weights/``) works too.
@@ -136,8 +155,12 @@ def snapshot_paths(folder: str | Path) -> list[Path]:
     return found
 
 
-def member_specs(models: Sequence[str | Path] = (), *, snapshots: Sequence[str | Path] = (),
-                 views: Sequence[str] = ()) -> list[MemberSpec]:
+def member_specs(
+    models: Sequence[str | Path] = (),
+    *,
+    snapshots: Sequence[str | Path] = (),
+    views: Sequence[str] = (),
+) -> list[MemberSpec]:
     """The members given on the command line: each model (and snapshot) under each view.
 
     With ``views``, every model is seen through each view (``orig`` included only when named);
@@ -148,23 +171,28 @@ def member_specs(models: Sequence[str | Path] = (), *, snapshots: Sequence[str |
     """
     base = [MemberSpec(p, "checkpoint", head=h) for p, h in map(_model_arg, models)]
     for folder in snapshots:
-        base += [MemberSpec(p, "snapshot") for p in snapshot_paths(folder)]
+        base += [MemberSpec(p, "snapshot") for p in _snapshot_paths(folder)]
     if views:
-        parsed = [parse_view(v) for v in views]
-        out = [replace(b, kind="view" if len(base) == 1 else b.kind, flip=f, scale=sc)
-               for b in base for f, sc in parsed]
+        parsed = [_parse_view(v) for v in views]
+        out = [
+            replace(b, kind="view" if len(base) == 1 else b.kind, flip=f, scale=sc)
+            for b in base
+            for f, sc in parsed
+        ]
     else:
         out = base
     if len({(m.path.resolve(), m.flip, m.scale, m.head) for m in out}) != len(out):
         raise InputError("the same member is given twice (same model, view and head)")
     if len(out) < 2:
         raise InputError(
-            f"an ensemble needs at least two members, got {len(out)}: give another `model`, `snapshots`, "
-            "or test-time views of the one model (`view` flip, `view` scale:1.2)")
+            f"an ensemble needs at least two members, got {len(out)}: give another `model`, "
+            "`snapshots`, "
+            "or test-time views of the one model (`view` flip, `view` scale:1.2)"
+        )
     return out
 
 
-DEMO_VIEWS = ("orig", "flip", "scale:1.2")
+_DEMO_VIEWS = ("orig", "flip", "scale:1.2")
 """The test-time views of the demo ensemble where no seed members sit beside the demo detector (a wheel install)."""
 
 
@@ -174,19 +202,25 @@ def demo_members() -> tuple[list[MemberSpec], str]:
     The seed members (``det_calib/demo/assets/yolo26n_shapes_seed*.pt``, trained by
     ``datasets/shapes/train.py --seed N``) beside the shipped model when there are any (in a checkout
     of the repository; the wheel leaves them out); else the shipped model's test-time views
-    :data:`DEMO_VIEWS`.
+    :data:`_DEMO_VIEWS`.
     """
-    from det_calib import demo
 
     model = demo.demo_model()
     seeds = sorted(model.parent.glob(f"{model.stem}_seed*.pt"))
     if seeds:
         specs = [MemberSpec(model)] + [MemberSpec(p) for p in seeds]
-        return specs, f"the shipped model and its {len(seeds)} seed member(s) ({', '.join(p.name for p in seeds)})"
-    specs = member_specs([model], views=DEMO_VIEWS)
-    return specs, (f"test-time views of the shipped model ({', '.join(DEMO_VIEWS)}): no seed members beside it "
-                   f"(a checkout of the repository has them; datasets/shapes/train.py --seed N writes "
-                   f"{model.stem}_seedN.pt)")
+        return (
+            specs,
+            f"the shipped model and its {len(seeds)} seed member(s) "
+            f"({', '.join(p.name for p in seeds)})",
+        )
+    specs = member_specs([model], views=_DEMO_VIEWS)
+    return specs, (
+        f"test-time views of the shipped model ({', '.join(_DEMO_VIEWS)}): no seed members beside "
+        "it "
+        f"(a checkout of the repository has them; datasets/shapes/train.py --seed N writes "
+        f"{model.stem}_seedN.pt)"
+    )
 
 
 class Member(Protocol):
@@ -232,40 +266,60 @@ class TorchMember:
         return res
 
 
-def open_torch_member(spec: MemberSpec, heads: Sequence[str], *, conf: float, iou: float, max_det: int,
-                      imgsz: int | None, device: str | None, workers: int) -> TorchMember:
+def _open_torch_member(
+    spec: MemberSpec,
+    heads: Sequence[str],
+    *,
+    conf: float,
+    iou: float,
+    max_det: int,
+    imgsz: int | None,
+    device: str | None,
+    workers: int,
+) -> TorchMember:
     """Load a ``.pt`` (or ``.yaml``) member for capture; ``heads``: the heads it runs."""
-    from det_calib.capture.parts import model_fingerprint
-    from det_calib.capture.predictor import Capturer, default_imgsz
 
-    yolo = load_member_model(spec.path)
+    yolo = _load_member_model(spec.path)
     size = imgsz or default_imgsz(yolo)
     if spec.scale != 1.0:
         size = max(32, int(round(size * spec.scale / 32)) * 32)
-    cap = Capturer(yolo, heads=tuple(heads), conf=conf, iou=iou, max_det=max_det, imgsz=size, batch=1,
-                   device=device, workers=workers)
+    cap = Capturer(
+        yolo,
+        heads=tuple(heads),
+        conf=conf,
+        iou=iou,
+        max_det=max_det,
+        imgsz=size,
+        batch=1,
+        device=device,
+        workers=workers,
+    )
     fp = model_fingerprint(spec.path) if spec.path.suffix == ".pt" else f"yaml:{spec.path.name}"
     return TorchMember(spec, cap, fp, tuple(cap.heads), list(cap.names))
 
 
-MEMBER_LOADERS: dict[str, Callable[..., Member]] = {".pt": open_torch_member, ".yaml": open_torch_member,
-                                                    ".yml": open_torch_member}
+MEMBER_LOADERS: dict[str, Callable[..., Member]] = {
+    ".pt": _open_torch_member,
+    ".yaml": _open_torch_member,
+    ".yml": _open_torch_member,
+}
 """Suffix of a member's file -> its loader ``(spec, heads, *, conf, iou, max_det, imgsz, device, workers)``."""
 
 
 def member_heads(spec: MemberSpec) -> list[str]:
     """The heads a member's model has (loads it; a missing or bad file is an InputError)."""
-    from det_calib.capture.predictor import available_heads
 
     if spec.path.suffix not in MEMBER_LOADERS:
-        raise InputError(f"member {spec.path}: no loader for `{spec.path.suffix}` files "
-                         f"(known: {', '.join(MEMBER_LOADERS)})")
+        raise InputError(
+            f"member {spec.path}: no loader for `{spec.path.suffix}` files "
+            f"(known: {', '.join(MEMBER_LOADERS)})"
+        )
     if spec.path.suffix == ".pt" and not spec.path.is_file():
         raise InputError(f"model file not found: {spec.path}")
-    return available_heads(load_member_model(spec.path))
+    return available_heads(_load_member_model(spec.path))
 
 
-def load_member_model(path: Path) -> Any:
+def _load_member_model(path: Path) -> Any:
     """A member's detector (:func:`~det_calib.capture.predictor.load_detector`).
 
     Raises:
@@ -273,17 +327,20 @@ def load_member_model(path: Path) -> Any:
             has no mask, keypoints or angle of its own (docs/segment.md and docs/pose_obb.md say why the
             ensemble refuses rather than drops the payload).
     """
-    from det_calib.capture.predictor import load_detector
 
     yolo = load_detector(path)
     task = get_task(getattr(yolo, "task", None))
     if not task.fusable:  # a fused box has no payload of its own
-        raise InputError(f"member {path} is {task.words}: det-calib ensemble fuses boxes and cannot fuse "
-                         f"{task.payload_words}; calibrate {task.words} on its own with `det-calib calibrate`")
+        raise InputError(
+            f"member {path} is {task.words}: det-calib ensemble fuses boxes and cannot fuse "
+            f"{task.payload_words}; calibrate {task.words} on its own with `det-calib calibrate`"
+        )
     return yolo
 
 
-def head_plan(specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: str) -> dict[str, list[str]]:
+def head_plan(
+    specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: str
+) -> dict[str, list[str]]:
     """Ensemble head -> the head each member runs for it.
 
     ``auto``: the heads every member has (each member runs that head), or, when they share none
@@ -293,7 +350,9 @@ def head_plan(specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: 
     """
     for spec, hv in zip(specs, have, strict=True):
         if spec.head and spec.head not in hv:
-            raise InputError(f"member {spec.path.name} has no `{spec.head}` head (it has: {', '.join(hv)})")
+            raise InputError(
+                f"member {spec.path.name} has no `{spec.head}` head (it has: {', '.join(hv)})"
+            )
 
     def own(i: int, h: str) -> str | None:
         if specs[i].head:
@@ -312,16 +371,26 @@ def head_plan(specs: Sequence[MemberSpec], have: Sequence[Sequence[str]], head: 
         for i, spec in enumerate(specs):
             r = own(i, h)
             if r is None:
-                raise InputError(f"member {spec.name} has no `{specs[i].head or h}` head (it has: "
-                                 f"{', '.join(have[i])}); choose `head` auto")
+                raise InputError(
+                    f"member {spec.name} has no `{specs[i].head or h}` head (it has: "
+                    f"{', '.join(have[i])}); choose `head` auto"
+                )
             runs.append(r)
         plan[h] = runs
     return plan
 
 
-def capture_members(members: Sequence[Member], images: Sequence[str], heads: Sequence[Sequence[str]], *,
-                    split: str, image_names: Sequence[str], progress: bool = True, workers: int = 1,
-                    seconds: np.ndarray | None = None) -> list[pl.DataFrame]:
+def capture_members(
+    members: Sequence[Member],
+    images: Sequence[str],
+    heads: Sequence[Sequence[str]],
+    *,
+    split: str,
+    image_names: Sequence[str],
+    progress: bool = True,
+    workers: int = 1,
+    seconds: np.ndarray | None = None,
+) -> list[pl.DataFrame]:
     """Every member's boxes on ``images``, each image decoded once for all members.
 
     Args:
@@ -333,7 +402,6 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     Returns:
         One capture table per member (the columns of :func:`det_calib.capture.capture`).
     """
-    from det_calib.capture.image_source import LockedBar, progress_bar, read_ahead
 
     n = len(images)
     sizes = np.zeros((n, 2), dtype=np.int32)
@@ -352,7 +420,7 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
                 return
             pos, im0 = item
             if im0 is None:
-                log.warning("cannot read image %s: skipped", images[pos])
+                _log.warning("cannot read image %s: skipped", images[pos])
                 bar.update(1)
                 continue
             sizes[pos] = (im0.shape[1], im0.shape[0])
@@ -367,7 +435,9 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
     from concurrent.futures import ThreadPoolExecutor
 
     try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="det_calib-ensemble") as pool:
+        with ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="det_calib-ensemble"
+        ) as pool:
             for f in [pool.submit(work, w) for w in range(workers)]:
                 f.result()
     finally:
@@ -376,13 +446,20 @@ def capture_members(members: Sequence[Member], images: Sequence[str], heads: Seq
         if seconds is not None:
             seconds += spent.sum(axis=0)
     ids = np.arange(n, dtype=np.int64)
-    return [_table(got[m], heads[m], sizes, list(image_names), ids, split) for m in range(len(members))]
+    return [
+        _table(got[m], heads[m], sizes, list(image_names), ids, split) for m in range(len(members))
+    ]
 
 
-def _table(got: dict[str, dict[int, tuple]], heads: Sequence[str], sizes: np.ndarray, names: list[str],
-           ids: np.ndarray, split: str) -> pl.DataFrame:
+def _table(
+    got: dict[str, dict[int, tuple]],
+    heads: Sequence[str],
+    sizes: np.ndarray,
+    names: list[str],
+    ids: np.ndarray,
+    split: str,
+) -> pl.DataFrame:
     """One member's boxes as a capture table (head after head, images in order)."""
-    from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 
     frames = []
     for h in heads:
@@ -392,15 +469,33 @@ def _table(got: dict[str, dict[int, tuple]], heads: Sequence[str], sizes: np.nda
         pos = np.repeat(np.array(order, dtype=np.int64), counts)
 
         def cat(j: int, dt: Any, per: dict = per, order: list = order) -> np.ndarray:
-            return np.concatenate([per[p][j] for p in order]).astype(dt) if order else np.zeros(0, dt)
+            return (
+                np.concatenate([per[p][j] for p in order]).astype(dt) if order else np.zeros(0, dt)
+            )
 
         xyxy = cat(0, np.float64).reshape(-1, 4)
-        frames.append(pl.DataFrame({
-            "image": (pl.Series("image", names, dtype=pl.String).gather(pos) if len(pos)
-                      else pl.Series([], dtype=pl.String)),
-            "image_id": ids[pos], "split": [split] * len(pos), "head": [h] * len(pos),
-            "x1": xyxy[:, 0], "y1": xyxy[:, 1], "x2": xyxy[:, 2], "y2": xyxy[:, 3],
-            "img_w": sizes[pos, 0], "img_h": sizes[pos, 1], "cls": cat(2, np.int32), "conf": cat(1, np.float64),
-            "logit": cat(3, np.float64),
-        }, schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS}))
+        frames.append(
+            pl.DataFrame(
+                {
+                    "image": (
+                        pl.Series("image", names, dtype=pl.String).gather(pos)
+                        if len(pos)
+                        else pl.Series([], dtype=pl.String)
+                    ),
+                    "image_id": ids[pos],
+                    "split": [split] * len(pos),
+                    "head": [h] * len(pos),
+                    "x1": xyxy[:, 0],
+                    "y1": xyxy[:, 1],
+                    "x2": xyxy[:, 2],
+                    "y2": xyxy[:, 3],
+                    "img_w": sizes[pos, 0],
+                    "img_h": sizes[pos, 1],
+                    "cls": cat(2, np.int32),
+                    "conf": cat(1, np.float64),
+                    "logit": cat(3, np.float64),
+                },
+                schema={c: SCHEMA[c] for c in CAPTURE_COLUMNS},
+            )
+        )
     return pl.concat(frames)

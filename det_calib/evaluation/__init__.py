@@ -6,15 +6,52 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "ThresholdShift": "kept_set",
-    "equivalent_threshold": "kept_set",
+    "size_figures": "by_size",
+    "evaluate_classifier": "classifier_eval",
+    "engine_label": "coco_engine",
+    "table_maps": "coco_engine",
+    "DECE_BINS": "figures",
+    "evaluate_head": "figures",
+    "operating_points": "figures",
+    "head_floor_gap": "floor_gap",
+    "outlier_images": "floor_gap",
     "precision_recall_vs_conf": "kept_set",
     "threshold_shift": "kept_set",
+    "MAP_ENGINES": "map_check",
+    "SHARED_PASS": "map_check",
+    "ValIncomplete": "map_check",
     "coco_map": "map_check",
     "coco_maps": "map_check",
     "ultralytics_val": "map_check",
+    "ultralytics_val_heads": "map_check",
+    "OperatingPoints": "operating",
+    "iou_target": "operating",
+    "laece0_targets": "operating",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "DECE_BINS",
+    "MAP_ENGINES",
+    "OperatingPoints",
+    "SHARED_PASS",
+    "ValIncomplete",
+    "classify_val",
+    "coco_map",
+    "coco_maps",
+    "engine_label",
+    "evaluate_classifier",
+    "evaluate_head",
+    "head_floor_gap",
+    "iou_target",
+    "laece0_targets",
+    "operating_points",
+    "outlier_images",
+    "precision_recall_vs_conf",
+    "size_figures",
+    "table_maps",
+    "threshold_shift",
+    "ultralytics_val",
+    "ultralytics_val_heads",
+]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -23,12 +23,15 @@ __all__ = ["size_figures"]
 
 def _sizes(view: BoxView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if view.xyxy is None or "img_w" not in view.extra or "img_h" not in view.extra:
-        raise InputError("reliability by size needs the boxes' corners and image sizes (`img_w`, `img_h`)")
+        raise InputError(
+            "reliability by size needs the boxes' corners and image sizes (`img_w`, `img_h`)"
+        )
     return view.xyxy, view.extra["img_w"], view.extra["img_h"]
 
 
-def _kept_figures(op: OperatingPoints, scored: BoxView, m: np.ndarray, thr: float
-                  ) -> tuple[int, float | None, tuple | None, float | None, tuple | None]:
+def _kept_figures(
+    op: OperatingPoints, scored: BoxView, m: np.ndarray, thr: float
+) -> tuple[int, float | None, tuple | None, float | None, tuple | None]:
     """Kept boxes, kept-set ECE and its interval, LaECE_0 and its interval of the bin ``m`` under ``scored``."""
     p, y, img = scored.conf, scored.correct, scored.image_id
     keep = m & (p > thr)
@@ -39,16 +42,27 @@ def _kept_figures(op: OperatingPoints, scored: BoxView, m: np.ndarray, thr: floa
     fn = functools.partial(kept_ece, threshold=thr, n_bins=op.ece_bins)
     targets = op.targets_for(scored).within(m)
     la = targets.laece(p, threshold=thr, n_bins=op.laece_bins)
-    with warnings.catch_warnings():  # a bin of few boxes has replicates that draw none of them: dropped, as said
+    with (
+        warnings.catch_warnings()
+    ):  # a bin of few boxes has replicates that draw none of them: dropped, as said
         warnings.filterwarnings("ignore", message="bootstrap_ci: .* replicates gave nan")
         e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], **op.boot))
-        la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=op.laece_bins), img, p,
-                                           method="normal", **op.boot))
+        la_ci = tuple(
+            metrics.bootstrap_ci(
+                targets.statistic(threshold=thr, n_bins=op.laece_bins),
+                img,
+                p,
+                method="normal",
+                **op.boot,
+            )
+        )
     ok = not math.isnan(la)
     return n, e, e_ci, (la if ok else None), (la_ci if ok and not math.isnan(la_ci[0]) else None)
 
 
-def size_figures(op: OperatingPoints, scored: BoxView, *, bins: tuple[SizeBin, ...] = SIZE_BINS) -> list[SizeFigures]:
+def size_figures(
+    op: OperatingPoints, scored: BoxView, *, bins: tuple[SizeBin, ...] = SIZE_BINS
+) -> list[SizeFigures]:
     """One :class:`SizeFigures` per size bin: the bin's boxes kept at the lowest operating threshold,
     raw (``op.view``) and under ``scored``'s scores (the same boxes, :meth:`BoxView.scored`).
 
@@ -63,8 +77,23 @@ def size_figures(op: OperatingPoints, scored: BoxView, *, bins: tuple[SizeBin, .
         m = size_mask(b, xyxy, w, h)
         n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr)
         n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr)
-        out.append(SizeFigures(scheme=b.scheme, bin=b.name, lo=b.lo, hi=None if math.isinf(b.hi) else b.hi, conf=thr,
-                               boxes_before=n0, boxes_after=n1, ece_before=e0, ece_before_ci=e0_ci, ece_after=e1,
-                               ece_after_ci=e1_ci, laece0_before=l0, laece0_before_ci=l0_ci, laece0_after=l1,
-                               laece0_after_ci=l1_ci))
+        out.append(
+            SizeFigures(
+                scheme=b.scheme,
+                bin=b.name,
+                lo=b.lo,
+                hi=None if math.isinf(b.hi) else b.hi,
+                conf=thr,
+                boxes_before=n0,
+                boxes_after=n1,
+                ece_before=e0,
+                ece_before_ci=e0_ci,
+                ece_after=e1,
+                ece_after_ci=e1_ci,
+                laece0_before=l0,
+                laece0_before_ci=l0_ci,
+                laece0_after=l1,
+                laece0_after_ci=l1_ci,
+            )
+        )
     return out

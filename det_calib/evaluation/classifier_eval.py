@@ -65,13 +65,17 @@ class ClassifierFigures:
         return d
 
 
-def evaluate_classifier(prob: np.ndarray, labels: np.ndarray, *, n_bins: int = 15, n_draws: int = 200,
-                        seed: int = 0) -> ClassifierFigures:
+def evaluate_classifier(
+    prob: np.ndarray, labels: np.ndarray, *, n_bins: int = 15, n_draws: int = 200, seed: int = 0
+) -> ClassifierFigures:
     """The figures of ``prob`` (``(n, K)``) against the true classes ``labels`` (``(n,)``)."""
     p, y = np.asarray(prob, dtype=np.float64), np.asarray(labels, dtype=np.int64)
     conf, right = p.max(axis=1), p.argmax(axis=1) == y
     rng = np.random.default_rng(seed)
-    boot = [ece(conf[i], right[i], n_bins=n_bins) for i in (rng.integers(0, y.size, y.size) for _ in range(n_draws))]
+    boot = [
+        ece(conf[i], right[i], n_bins=n_bins)
+        for i in (rng.integers(0, y.size, y.size) for _ in range(n_draws))
+    ]
     floor = [ece(conf, rng.random(y.size) < conf, n_bins=n_bins) for _ in range(n_draws)]
     q = (0.05, 0.95)
     return ClassifierFigures(

@@ -35,8 +35,9 @@ def classify_val(model: str | Path, data: str | Path, split: str, imgsz: int | N
         for name in ("train", "test"):
             os.symlink(source, view / name, target_is_directory=True)
         kw = {"imgsz": imgsz} if imgsz else {}
-        metrics = YOLO(str(model), task=CLASSIFY).val(data=str(view), split="test", batch=16, plots=False,
-                                                        verbose=False, device="cpu", **kw)
+        metrics = YOLO(str(model), task=CLASSIFY).val(
+            data=str(view), split="test", batch=16, plots=False, verbose=False, device="cpu", **kw
+        )
         return {"top1": float(metrics.top1), "top5": float(metrics.top5)}
     finally:
         shutil.rmtree(view, ignore_errors=True)

@@ -36,28 +36,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from det_calib.matching.one_to_one import group_keys, last_best_per_run
+from det_calib.matching.one_to_one import collapse_inverted, group_keys, last_best_per_run
 
-__all__ = ["AREA_RANGES", "IOU_THRESHOLDS", "RECALL_THRESHOLDS", "CocoEval", "coco_eval", "map_figures"]
+__all__ = ["CocoEval"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-ENGINE = "det_calib"
+_ENGINE = "det_calib"
 """The name under which runs record that this module scored their mAP."""
 
 
 def engine_label(engine: str | None) -> str:
     """How the summary and the report name what scored a run's mAP (None: a run written before the
     choice existed, scored by pycocotools)."""
-    if engine == ENGINE:
+    if engine == _ENGINE:
         return "det_calib's COCO engine (pycocotools' figures)"
     return "pycocotools"
 
-IOU_THRESHOLDS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
+
+_IOU_THRESHOLDS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools' ``Params.iouThrs`` (computed the same way, so the same floats)."""
-RECALL_THRESHOLDS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
+_RECALL_THRESHOLDS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
 """pycocotools' ``Params.recThrs``."""
-AREA_RANGES = ((0**2, 1e5**2), (0**2, 32**2), (32**2, 96**2), (96**2, 1e5**2))
+_AREA_RANGES = ((0**2, 1e5**2), (0**2, 32**2), (32**2, 96**2), (96**2, 1e5**2))
 """pycocotools' ``Params.areaRng`` (all, small, medium, large), in px²."""
 
 _T_CAP = 1 - 1e-10
@@ -86,8 +87,14 @@ def _pair_iou_xywh(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarra
     return out
 
 
-def _greedy(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, reusable: np.ndarray, n_det: int,
-            n_gt: int) -> np.ndarray:
+def _greedy(
+    c_det: np.ndarray,
+    c_gt: np.ndarray,
+    c_iou: np.ndarray,
+    reusable: np.ndarray,
+    n_det: int,
+    n_gt: int,
+) -> np.ndarray:
     """COCO's greedy assignment over candidate pairs grouped by detection rank (ascending), each
     detection's candidates in the ground truth's scan order. A ``reusable`` (crowd) ground truth
     takes any number of detections. Returns, per detection rank, the ground truth it took or -1."""
@@ -95,7 +102,9 @@ def _greedy(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, reusable: np
     taken = np.zeros(n_gt, dtype=bool)
     g_min = np.empty(n_gt, dtype=np.int64)
     while c_det.size:
-        top = np.zeros(len(c_det), dtype=bool)  # each detection's best free candidate (last on ties)
+        top = np.zeros(
+            len(c_det), dtype=bool
+        )  # each detection's best free candidate (last on ties)
         top[last_best_per_run(c_det, c_iou)] = True
         g_min[c_gt] = n_det
         np.minimum.at(g_min, c_gt, c_det)  # the earliest undecided detection wanting each one
@@ -128,9 +137,21 @@ def _cumulative_curves(tp: np.ndarray, fp: np.ndarray, npig: int, rec_thrs: np.n
     return q, rc[:, -1]
 
 
-def coco_eval(
-    det_image, det_xywh, det_score, det_cls, gt_image, gt_xywh, gt_cls, gt_crowd=None, gt_area=None, *,
-    categories=None, max_dets=(1, 10, 100), area_ranges=AREA_RANGES, iou_thresholds=IOU_THRESHOLDS,
+def _coco_eval(
+    det_image,
+    det_xywh,
+    det_score,
+    det_cls,
+    gt_image,
+    gt_xywh,
+    gt_cls,
+    gt_crowd=None,
+    gt_area=None,
+    *,
+    categories=None,
+    max_dets=(1, 10, 100),
+    area_ranges=_AREA_RANGES,
+    iou_thresholds=_IOU_THRESHOLDS,
 ) -> CocoEval:
     """COCOeval (bbox) ``evaluate`` + ``accumulate`` on arrays.
 
@@ -153,15 +174,27 @@ def coco_eval(
     """
     d_img, d_box, d_score, d_cls = _det_arrays(det_image, det_xywh, det_score, det_cls)
     g_img, g_box, g_cls, g_crowd, g_area = _gt_arrays(gt_image, gt_xywh, gt_cls, gt_crowd, gt_area)
-    cats = np.unique(np.concatenate([g_cls, d_cls])) if categories is None else np.unique(np.asarray(categories))
+    cats = (
+        np.unique(np.concatenate([g_cls, d_cls]))
+        if categories is None
+        else np.unique(np.asarray(categories))
+    )
     max_dets = tuple(int(m) for m in max_dets)
     t_thr = np.minimum(np.asarray(iou_thresholds, dtype=np.float64), _T_CAP)
-    n_t, n_r, n_k, n_a, n_m = len(t_thr), len(RECALL_THRESHOLDS), len(cats), len(area_ranges), len(max_dets)
+    n_t, n_r, n_k, n_a, n_m = (
+        len(t_thr),
+        len(_RECALL_THRESHOLDS),
+        len(cats),
+        len(area_ranges),
+        len(max_dets),
+    )
     precision = -np.ones((n_t, n_r, n_k, n_a, n_m))
     recall = -np.ones((n_t, n_k, n_a, n_m))
     out = CocoEval(precision, recall, np.asarray(iou_thresholds, dtype=np.float64), cats, max_dets)
     d_img, d_box, d_score, d_cls = _rows(np.isin(d_cls, cats), d_img, d_box, d_score, d_cls)
-    g_img, g_box, g_cls, g_crowd, g_area = _rows(np.isin(g_cls, cats), g_img, g_box, g_cls, g_crowd, g_area)
+    g_img, g_box, g_cls, g_crowd, g_area = _rows(
+        np.isin(g_cls, cats), g_img, g_box, g_cls, g_crowd, g_area
+    )
     n, m = len(d_img), len(g_img)
     if n + m == 0:
         return out
@@ -181,7 +214,9 @@ def coco_eval(
         outside = (d_area < a_lo) | (d_area > a_hi)
         tp, fp = _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m)
         _fill_curves(out, a, tp, fp, npig, seg_start, seg_end, rank_acc)
-    log.debug("coco_eval: %d detections, %d ground truth, %d pairs, %d classes", n, m, len(p_det), n_k)
+    _log.debug(
+        "coco_eval: %d detections, %d ground truth, %d pairs, %d classes", n, m, len(p_det), n_k
+    )
     return out
 
 
@@ -200,8 +235,16 @@ def _gt_arrays(gt_image, gt_xywh, gt_cls, gt_crowd, gt_area):
     g_img = np.asarray(gt_image, dtype=np.int64).ravel()
     g_box = np.asarray(gt_xywh, dtype=np.float64).reshape(-1, 4)
     g_cls = np.asarray(gt_cls, dtype=np.int64).ravel()
-    g_crowd = np.zeros(len(g_img), dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool).ravel()
-    g_area = g_box[:, 2] * g_box[:, 3] if gt_area is None else np.asarray(gt_area, dtype=np.float64).ravel()
+    g_crowd = (
+        np.zeros(len(g_img), dtype=bool)
+        if gt_crowd is None
+        else np.asarray(gt_crowd, dtype=bool).ravel()
+    )
+    g_area = (
+        g_box[:, 2] * g_box[:, 3]
+        if gt_area is None
+        else np.asarray(gt_area, dtype=np.float64).ravel()
+    )
     return g_img, g_box, g_cls, g_crowd, g_area
 
 
@@ -220,8 +263,9 @@ def _ranked(key_d: np.ndarray, d_score: np.ndarray, max_det: int) -> tuple[np.nd
     return order[inside], rank[inside]
 
 
-def _group_pairs(kd: np.ndarray, key_g: np.ndarray, d_box: np.ndarray, g_box: np.ndarray, g_crowd: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _group_pairs(
+    kd: np.ndarray, key_g: np.ndarray, d_box: np.ndarray, g_box: np.ndarray, g_crowd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every same-group (detection, ground truth) pair, by detection rank (``kd``: the ranked
     detections' sorted group keys), ground truth in input order: ``(detection, ground truth, IoU)``."""
     g_order = np.argsort(key_g, kind="stable")
@@ -234,8 +278,9 @@ def _group_pairs(kd: np.ndarray, key_g: np.ndarray, d_box: np.ndarray, g_box: np
     return p_det, p_gt, _pair_iou_xywh(d_box[p_det], g_box[p_gt], g_crowd[p_gt])
 
 
-def _class_order(k_idx: np.ndarray, d_img: np.ndarray, d_score: np.ndarray, rank: np.ndarray, n_k: int
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _class_order(
+    k_idx: np.ndarray, d_img: np.ndarray, d_score: np.ndarray, rank: np.ndarray, n_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per class: the detections of all images in descending score, ties by image, then by rank;
     returns that order and where each class's segment starts and ends in it."""
     acc = np.lexsort((rank, d_img, -d_score, k_idx))
@@ -244,7 +289,9 @@ def _class_order(k_idx: np.ndarray, d_img: np.ndarray, d_score: np.ndarray, rank
     return acc, seg_start, seg_end
 
 
-def _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m) -> tuple[np.ndarray, np.ndarray]:
+def _area_flags(
+    p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m
+) -> tuple[np.ndarray, np.ndarray]:
     """evaluate's matching in one area range (``g_ig``: ignored ground truth, ``outside``: detections
     outside the range): ``(T, n)`` true and false positive flags, in the per-class order ``acc``."""
     n = len(acc)
@@ -263,8 +310,16 @@ def _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m) -> tu
     return tp, fp
 
 
-def _fill_curves(out: CocoEval, a: int, tp: np.ndarray, fp: np.ndarray, npig: np.ndarray, seg_start: np.ndarray,
-                 seg_end: np.ndarray, rank_acc: np.ndarray) -> None:
+def _fill_curves(
+    out: CocoEval,
+    a: int,
+    tp: np.ndarray,
+    fp: np.ndarray,
+    npig: np.ndarray,
+    seg_start: np.ndarray,
+    seg_end: np.ndarray,
+    rank_acc: np.ndarray,
+) -> None:
     """accumulate for area range ``a``: every class's precision and recall at each ``maxDets``, from
     the ``(T, n)`` flags in per-class order; a class without ground truth that counts stays -1."""
     for k in range(len(npig)):
@@ -273,13 +328,14 @@ def _fill_curves(out: CocoEval, a: int, tp: np.ndarray, fp: np.ndarray, npig: np
         s0, s1 = seg_start[k], seg_end[k]
         for mi, md in enumerate(out.max_dets):
             sel = rank_acc[s0:s1] < md
-            q, rc = _cumulative_curves(tp[:, s0:s1][:, sel], fp[:, s0:s1][:, sel], int(npig[k]),
-                                       RECALL_THRESHOLDS)
+            q, rc = _cumulative_curves(
+                tp[:, s0:s1][:, sel], fp[:, s0:s1][:, sel], int(npig[k]), _RECALL_THRESHOLDS
+            )
             out.precision[:, :, k, a, mi] = q
             out.recall[:, k, a, mi] = rc
 
 
-def map_figures(ev: CocoEval, *, area: int = 0, max_det: int = -1) -> dict[str, float]:
+def _map_figures(ev: CocoEval, *, area: int = 0, max_det: int = -1) -> dict[str, float]:
     """mAP50-95, mAP50 and mAP75 of one area range and ``maxDets`` entry: the mean precision over
     IoU thresholds, recall points and classes where defined (-1 where none is), as
     :func:`det_calib.evaluation.map_check.coco_map` reads COCOeval's array."""
@@ -297,8 +353,9 @@ def map_figures(ev: CocoEval, *, area: int = 0, max_det: int = -1) -> dict[str, 
     }
 
 
-
-def table_maps(boxes, gt, scores: list[np.ndarray], *, max_dets: int = 300) -> list[dict[str, float]]:
+def table_maps(
+    boxes, gt, scores: list[np.ndarray], *, max_dets: int = 300
+) -> list[dict[str, float]]:
     """:func:`det_calib.evaluation.map_check.coco_maps` on this engine: one head's box table and a split's
     ground-truth table, one result per score vector, area range "all", ``maxDets=[max_dets]``.
 
@@ -306,7 +363,6 @@ def table_maps(boxes, gt, scores: list[np.ndarray], *, max_dets: int = 300) -> l
     pycocotools: inverted boxes collapsed (:func:`det_calib.matching.one_to_one.collapse_inverted`), ``x, y,
     x2 - x, y2 - y``, the classes of ground truth and boxes as categories.
     """
-    from det_calib.matching.one_to_one import collapse_inverted
 
     b = collapse_inverted(boxes)
     x1, y1 = b["x1"].to_numpy(), b["y1"].to_numpy()
@@ -319,10 +375,22 @@ def table_maps(boxes, gt, scores: list[np.ndarray], *, max_dets: int = 300) -> l
     out = []
     for sc in scores:
         if len(d_img) == 0:
-            out.append({"map50_95": 0.0, "map50": 0.0, "map75": 0.0})  # as verify's pycocotools path
+            out.append(
+                {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
+            )  # as verify's pycocotools path
             continue
-        ev = coco_eval(d_img, d_xywh, np.asarray(sc, dtype=np.float64), d_cls, gt["image_id"].to_numpy(), g_xywh,
-                       g_cls, gt["crowd"].to_numpy(), categories=cats, max_dets=(max_dets,),
-                       area_ranges=AREA_RANGES[:1])
-        out.append(map_figures(ev))
+        ev = _coco_eval(
+            d_img,
+            d_xywh,
+            np.asarray(sc, dtype=np.float64),
+            d_cls,
+            gt["image_id"].to_numpy(),
+            g_xywh,
+            g_cls,
+            gt["crowd"].to_numpy(),
+            categories=cats,
+            max_dets=(max_dets,),
+            area_ranges=_AREA_RANGES[:1],
+        )
+        out.append(_map_figures(ev))
     return out

@@ -28,18 +28,20 @@ from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.data.box_table import SEGM_COLUMN
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
+from det_calib.data.segments import has_masks
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.kept_set import threshold_shift
+from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+from det_calib.evaluation.map_check import coco_maps, same_ranking
+from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
-from det_calib.tasks.pose_labels import KPTS_COLUMN
+from det_calib.tasks.pose_labels import KPTS_COLUMN, has_keypoints
 
-__all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
-           "operating_points", "per_class_figures", "pose_map_check", "scores_of", "segment_map_check",
-           "task_map_check", "thresholded"]
+__all__ = ["DECE_BINS", "EvalSettings", "evaluate_head", "operating_points"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -58,7 +60,7 @@ class EvalSettings(Protocol):
     min_class_boxes: int
 
 
-def scores_of(
+def _scores_of(
     conf: np.ndarray,
     correct: np.ndarray,
     *,
@@ -103,7 +105,7 @@ def _features(v: BoxView) -> np.ndarray:
     return box_features(*(v.xyxy[:, j] for j in range(4)), v.extra["img_w"], v.extra["img_h"])
 
 
-def gt_classes(split: Split) -> np.ndarray:
+def _gt_classes(split: Split) -> np.ndarray:
     return split.gt.filter(~pl.col("crowd"))["cls"].to_numpy()
 
 
@@ -111,35 +113,48 @@ def _temperature_of(calibrator: LogitCalibrator) -> float | None:
     return float(calibrator.temperature_) if isinstance(calibrator, TemperatureScaler) else None
 
 
-def all_box_scores(raw: BoxView, scored: BoxView, calibrator: LogitCalibrator, s: EvalSettings
-                   ) -> tuple[Scores, Scores]:
+def _all_box_scores(
+    raw: BoxView, scored: BoxView, calibrator: LogitCalibrator, s: EvalSettings
+) -> tuple[Scores, Scores]:
     """All-box calibration metrics of the boxes, raw and calibrated (``scored``: them under ``calibrator``)."""
-    common = dict(loc_iou=raw.loc_iou, cls_id=raw.cls, features=_features(raw), image_id=raw.image_id,
-                  ece_bins=s.ece_bins, laece_bins=s.laece_bins, dece_bins=list(DECE_BINS), n_boot=s.n_boot,
-                  seed=s.seed)
-    before = scores_of(raw.conf, raw.correct, logit=raw.logit, temperature=1.0, **common)
+    common = dict(
+        loc_iou=raw.loc_iou,
+        cls_id=raw.cls,
+        features=_features(raw),
+        image_id=raw.image_id,
+        ece_bins=s.ece_bins,
+        laece_bins=s.laece_bins,
+        dece_bins=list(DECE_BINS),
+        n_boot=s.n_boot,
+        seed=s.seed,
+    )
+    before = _scores_of(raw.conf, raw.correct, logit=raw.logit, temperature=1.0, **common)
     t = _temperature_of(calibrator)
     logit, temp = (raw.logit, t) if t is not None else (scored.logit, 1.0)
-    after = scores_of(scored.conf, scored.correct, logit=logit, temperature=temp, **common)
+    after = _scores_of(scored.conf, scored.correct, logit=logit, temperature=temp, **common)
     return before, after
 
 
-def thresholded(raw: BoxView, scored: BoxView, s: EvalSettings) -> list[Thresholded]:
+def _thresholded(raw: BoxView, scored: BoxView, s: EvalSettings) -> list[Thresholded]:
     """ECE of the boxes kept at each deployment threshold, raw and calibrated."""
     out = []
     for t in s.conf:
         kb, ka = raw.kept(t), scored.kept(t)
-        out.append(Thresholded(
-            conf=t,
-            boxes_before=kb.n,
-            ece_before=metrics.ece(kb.conf, kb.correct, n_bins=s.ece_bins) if kb.n else None,
-            boxes_after=ka.n,
-            ece_after=metrics.ece(ka.conf, ka.correct, n_bins=s.ece_bins) if ka.n else None,
-        ))
+        out.append(
+            Thresholded(
+                conf=t,
+                boxes_before=kb.n,
+                ece_before=metrics.ece(kb.conf, kb.correct, n_bins=s.ece_bins) if kb.n else None,
+                boxes_after=ka.n,
+                ece_after=metrics.ece(ka.conf, ka.correct, n_bins=s.ece_bins) if ka.n else None,
+            )
+        )
     return out
 
 
-def kept_gaps(p: np.ndarray, y: np.ndarray, *, threshold: float, n_bins: int, top: int = 3) -> list[BinGap]:
+def _kept_gaps(
+    p: np.ndarray, y: np.ndarray, *, threshold: float, n_bins: int, top: int = 3
+) -> list[BinGap]:
     """The ``top`` bins with the largest terms of the ECE of the boxes kept at ``threshold``
     (equal-width bins, as :func:`det_calib.metrics.ece`), largest first; bins without error left out.
 
@@ -160,12 +175,22 @@ def kept_gaps(p: np.ndarray, y: np.ndarray, *, threshold: float, n_bins: int, to
     for b in np.argsort(-share, kind="stable")[:top]:
         if cnt[b] == 0 or share[b] <= 0:
             continue
-        out.append(BinGap(lo=round(int(b) / n_bins, 6), hi=round((int(b) + 1) / n_bins, 6), boxes=int(cnt[b]),
-                          conf=float(sc[b] / cnt[b]), accuracy=float(sy[b] / cnt[b]), share=float(share[b])))
+        out.append(
+            BinGap(
+                lo=round(int(b) / n_bins, 6),
+                hi=round((int(b) + 1) / n_bins, 6),
+                boxes=int(cnt[b]),
+                conf=float(sc[b] / cnt[b]),
+                accuracy=float(sy[b] / cnt[b]),
+                share=float(share[b]),
+            )
+        )
     return out
 
 
-def map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings) -> dict[str, Any]:
+def _map_check(
+    boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings
+) -> dict[str, Any]:
     """pycocotools mAP of the same boxes ranked by raw and by calibrated scores.
 
     Crowd-matched boxes are included: COCOeval ignores them itself. Both from the logits in
@@ -175,37 +200,55 @@ def map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s:
     per-class map rescores boxes after the detector chose them; a map folded into the model can
     also change which boxes it outputs (see the Ultralytics val check).
     """
-    from det_calib.evaluation.map_check import coco_maps, same_ranking
 
     maps = functools.partial(coco_maps, max_dets=s.max_det, engine=s.map_engine)
 
     every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
-    raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
+    raw, cal = (
+        every.scored(None, from_logit=True).conf,
+        every.scored(calibrator, from_logit=True).conf,
+    )
     if same_ranking(raw, cal):  # COCOeval sees scores only through this order: the same mAP, proven
         m0 = m1 = maps(boxes, split.gt, split.sizes, [raw])[0]
     else:
         m0, m1 = maps(boxes, split.gt, split.sizes, [raw, cal])
-    return dict(map50_95_before=m0["map50_95"], map50_95_after=m1["map50_95"], map50_before=m0["map50"],
-                map50_after=m1["map50"], map_identical=m0 == m1, map_engine=s.map_engine)
+    return dict(
+        map50_95_before=m0["map50_95"],
+        map50_95_after=m1["map50_95"],
+        map50_before=m0["map50"],
+        map50_after=m1["map50"],
+        map_identical=m0 == m1,
+        map_engine=s.map_engine,
+    )
 
 
-def per_class_figures(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibrator: LogitCalibrator, s: EvalSettings,
-              names: list[str]) -> list[ClassResult]:
+def _per_class_figures(
+    raw: BoxView,
+    scored: BoxView,
+    gt_cls: np.ndarray,
+    calibrator: LogitCalibrator,
+    s: EvalSettings,
+    names: list[str],
+) -> list[ClassResult]:
     """One entry per class with boxes or ground truth (``gt_cls``: the classes of the split's non-crowd ground truth).
 
     The boxes are grouped by class once (a stable sort: each class's boxes keep their order, so
     every figure is the one a mask per class gives), so the cost grows with the boxes, not with
     boxes times classes."""
     out = []
-    ece_fn = functools.partial(metrics.ece, n_bins=s.ece_bins)  # keeps `weights`: fast bootstrap path
+    ece_fn = functools.partial(
+        metrics.ece, n_bins=s.ece_bins
+    )  # keeps `weights`: fast bootstrap path
     thr = min(s.conf)
     order = np.argsort(raw.cls, kind="stable")
     cls_sorted = raw.cls[order]
     bounds = np.searchsorted(cls_sorted, np.arange(len(names) + 1), side="left")
-    z_img, z_p0, z_p1, z_y, z_loc, z_cls = (v[order] for v in (raw.image_id, raw.conf, scored.conf, raw.correct,
-                                                               raw.loc_iou, raw.cls))
-    gt_counts = np.bincount(gt_cls[(gt_cls >= 0) & (gt_cls < len(names))].astype(np.int64),
-                            minlength=len(names))
+    z_img, z_p0, z_p1, z_y, z_loc, z_cls = (
+        v[order] for v in (raw.image_id, raw.conf, scored.conf, raw.correct, raw.loc_iou, raw.cls)
+    )
+    gt_counts = np.bincount(
+        gt_cls[(gt_cls >= 0) & (gt_cls < len(names))].astype(np.int64), minlength=len(names)
+    )
     for c in range(len(names)):
         m = slice(int(bounds[c]), int(bounds[c + 1]))
         n_c = m.stop - m.start
@@ -218,22 +261,49 @@ def per_class_figures(raw: BoxView, scored: BoxView, gt_cls: np.ndarray, calibra
             boot = dict(n_boot=s.n_boot, seed=s.seed)
             for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
                 figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
-                figures[f"ece_{tag}_ci"] = tuple(metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot))
+                figures[f"ece_{tag}_ci"] = tuple(
+                    metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot)
+                )
                 figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
                 k = kept_mask(p, thr)
-                figures[f"kept_ece_{tag}"] = metrics.ece(p[k], y_c[k], n_bins=s.ece_bins) if k.any() else None
-        out.append(ClassResult(
-            cls=c, name=names[c], boxes=int(n_c), correct=int(y_c.sum()), n_gt=n_gt_c,
-            few_boxes=bool(n_c < s.min_class_boxes), **figures,
-            threshold_shift=[threshold_shift(z_p0[m], z_p1[m], y_c, conf=t, n_gt=n_gt_c,
-                                             equivalent_conf=calibrator.equivalent_conf(t, c)) for t in s.conf],
-        ))
+                figures[f"kept_ece_{tag}"] = (
+                    metrics.ece(p[k], y_c[k], n_bins=s.ece_bins) if k.any() else None
+                )
+        out.append(
+            ClassResult(
+                cls=c,
+                name=names[c],
+                boxes=int(n_c),
+                correct=int(y_c.sum()),
+                n_gt=n_gt_c,
+                few_boxes=bool(n_c < s.min_class_boxes),
+                **figures,
+                threshold_shift=[
+                    threshold_shift(
+                        z_p0[m],
+                        z_p1[m],
+                        y_c,
+                        conf=t,
+                        n_gt=n_gt_c,
+                        equivalent_conf=calibrator.equivalent_conf(t, c),
+                    )
+                    for t in s.conf
+                ],
+            )
+        )
     return out
 
 
-def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings,
-                  names: list[str], operating: OperatingPoints | None = None, *,
-                  sigmas: Any = None) -> HeadResult:
+def evaluate_head(
+    boxes: pl.DataFrame,
+    split: Split,
+    calibrator: LogitCalibrator,
+    s: EvalSettings,
+    names: list[str],
+    operating: OperatingPoints | None = None,
+    *,
+    sigmas: Any = None,
+) -> HeadResult:
     """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
 
     Args:
@@ -246,23 +316,41 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
     """
     # the mAP check first: its working arrays are freed before the evaluation's are built
-    map_result = task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
+    map_result = _task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
     op = operating or operating_points(boxes, split, s)
     raw = op.view
     scored = raw.scored(calibrator)
-    gt_cls = gt_classes(split)
-    before, after = all_box_scores(raw, scored, calibrator, s)
+    gt_cls = _gt_classes(split)
+    before, after = _all_box_scores(raw, scored, calibrator, s)
     operating_before, operating_after = op.operating(raw), op.operating(scored)
     ev = EvalResult(
-        split=split.name, images=len(split.images), boxes=raw.n, correct=int(raw.correct.sum()), ignored=raw.ignored,
-        n_gt=int(len(gt_cls)), corrupt_images=len(split.corrupt), before=before, after=after,
-        thresholded=thresholded(raw, scored, s), operating_before=operating_before, operating_after=operating_after,
+        split=split.name,
+        images=len(split.images),
+        boxes=raw.n,
+        correct=int(raw.correct.sum()),
+        ignored=raw.ignored,
+        n_gt=int(len(gt_cls)),
+        corrupt_images=len(split.corrupt),
+        before=before,
+        after=after,
+        thresholded=_thresholded(raw, scored, s),
+        operating_before=operating_before,
+        operating_after=operating_after,
         **map_result,
-        kept_gaps=kept_gaps(scored.conf, scored.correct, threshold=min(s.conf), n_bins=s.ece_bins),
+        kept_gaps=_kept_gaps(scored.conf, scored.correct, threshold=min(s.conf), n_bins=s.ece_bins),
     )
-    shifts = [threshold_shift(raw.conf, scored.conf, raw.correct, conf=c, n_gt=len(gt_cls),
-                              equivalent_conf=calibrator.equivalent_conf(c)) for c in s.conf]
-    per_classes = per_class_figures(raw, scored, gt_cls, calibrator, s, names)
+    shifts = [
+        threshold_shift(
+            raw.conf,
+            scored.conf,
+            raw.correct,
+            conf=c,
+            n_gt=len(gt_cls),
+            equivalent_conf=calibrator.equivalent_conf(c),
+        )
+        for c in s.conf
+    ]
+    per_classes = _per_class_figures(raw, scored, gt_cls, calibrator, s, names)
     by_size = size_figures(op, scored)
     return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes, by_size=by_size)
 
@@ -270,25 +358,39 @@ def evaluate_head(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator
 def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> OperatingPoints:
     """The operating-point evaluator of one head's eval boxes (its :class:`BoxView`, built once here)."""
     view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
-    return OperatingPoints(view, split.gt, conf=tuple(s.conf), ece_bins=s.ece_bins, laece_bins=s.laece_bins,
-                           n_boot=s.n_boot, seed=s.seed)
+    return OperatingPoints(
+        view,
+        split.gt,
+        conf=tuple(s.conf),
+        ece_bins=s.ece_bins,
+        laece_bins=s.laece_bins,
+        n_boot=s.n_boot,
+        seed=s.seed,
+    )
 
 
-def task_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
-                   sigmas: Any = None) -> dict[str, Any]:
+def _task_map_check(
+    boxes: pl.DataFrame,
+    split: Split,
+    calibrator: LogitCalibrator,
+    s: EvalSettings,
+    *,
+    sigmas: Any = None,
+) -> dict[str, Any]:
     """The mAP check of one head, by the task its box table carries: a segment model's (``segm`` column: box
     and mask mAP, :func:`segment_map_check`), a pose model's (``kpts``: box and keypoint mAP,
     :func:`pose_map_check`, with the dataset's OKS ``sigmas``), else the box mAP alone (:func:`map_check`:
     a detector, and an OBB model, whose rotated-box mAP is Ultralytics' ``OBBValidator``'s in the val check)."""
     if SEGM_COLUMN in boxes.columns:
-        return segment_map_check(boxes, split, calibrator, s)
+        return _segment_map_check(boxes, split, calibrator, s)
     if KPTS_COLUMN in boxes.columns:
-        return pose_map_check(boxes, split, calibrator, s, sigmas=sigmas)
-    return map_check(boxes, split, calibrator, s)
+        return _pose_map_check(boxes, split, calibrator, s, sigmas=sigmas)
+    return _map_check(boxes, split, calibrator, s)
 
 
-def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator,
-                      s: EvalSettings) -> dict[str, Any]:
+def _segment_map_check(
+    boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings
+) -> dict[str, Any]:
     """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
     gives it (its keys: ``map50_95_before`` ... ``map_identical``, ``map_engine``), and mask mAP by
     pycocotools ``segm`` from the same raw and calibrated scores (:data:`MASK_MAP_KEYS`).
@@ -304,18 +406,22 @@ def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibr
         The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
         (no mask mAP without ground-truth masks).
     """
-    from det_calib.data.segments import has_masks
-    from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
 
-    out = map_check(boxes, split, calibrator, s)
+    out = _map_check(boxes, split, calibrator, s)
     if not has_masks(split):
         return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
     maps = functools.partial(coco_mask_maps, boxes, split, max_dets=s.max_det)
     return {**out, **_before_after(boxes, calibrator, maps, MASK_MAP_KEYS)}
 
 
-def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
-                   sigmas: Any = None) -> dict[str, Any]:
+def _pose_map_check(
+    boxes: pl.DataFrame,
+    split: Split,
+    calibrator: LogitCalibrator,
+    s: EvalSettings,
+    *,
+    sigmas: Any = None,
+) -> dict[str, Any]:
     """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
     pycocotools ``keypoints`` (:func:`det_calib.evaluation.keypoint_map.coco_keypoint_maps`) from the same raw
     and calibrated scores (:data:`~det_calib.evaluation.keypoint_map.POSE_MAP_KEYS`).
@@ -330,26 +436,32 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
     Returns:
         The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
     """
-    from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
-    from det_calib.tasks.pose_labels import has_keypoints
 
-    out = map_check(boxes, split, calibrator, s)
+    out = _map_check(boxes, split, calibrator, s)
     if not has_keypoints(split):
         return {**out, **dict.fromkeys(POSE_MAP_KEYS)}
     maps = functools.partial(coco_keypoint_maps, boxes, split, max_dets=s.max_det, sigmas=sigmas)
     return {**out, **_before_after(boxes, calibrator, maps, POSE_MAP_KEYS)}
 
 
-def _before_after(boxes: pl.DataFrame, calibrator: LogitCalibrator, maps: Callable[[list], list],
-                  keys: tuple[str, ...]) -> dict[str, Any]:
+def _before_after(
+    boxes: pl.DataFrame,
+    calibrator: LogitCalibrator,
+    maps: Callable[[list], list],
+    keys: tuple[str, ...],
+) -> dict[str, Any]:
     """``keys`` (``*_map50_95_before``, ``*_map50_95_after``, ``*_map50_before``, ``*_map50_after``,
     ``*_map_identical``) of ``maps([scores...])`` under the raw and the calibrated scores (from the logits in
     float64, as :func:`map_check`); one evaluation when the two rank every box alike."""
-    from det_calib.evaluation.map_check import same_ranking
 
     every = BoxView.from_boxes(boxes, geometry=False, ignore=False)
-    raw, cal = every.scored(None, from_logit=True).conf, every.scored(calibrator, from_logit=True).conf
-    if same_ranking(raw, cal):  # COCOeval reads scores only through their order: the same mAP, proven
+    raw, cal = (
+        every.scored(None, from_logit=True).conf,
+        every.scored(calibrator, from_logit=True).conf,
+    )
+    if same_ranking(
+        raw, cal
+    ):  # COCOeval reads scores only through their order: the same mAP, proven
         m0 = m1 = maps([raw])[0]
     else:
         m0, m1 = maps([raw, cal])

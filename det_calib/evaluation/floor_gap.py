@@ -28,25 +28,35 @@ import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, kept_mask
+from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
 from det_calib.record.eval_record import FloorGap
+from det_calib.selection.cross_validation import fit_calibrator
 
-__all__ = ["IMAGE_Z", "MAX_IMAGES", "MIN_IMAGE_BOXES", "floor_gap", "outlier_images"]
+__all__ = ["outlier_images"]
 
-MAX_IMAGES = 3
+_MAX_IMAGES = 3
 """At most this many eval images may explain a gap (more is the split, not a few images)."""
 
-IMAGE_Z = 4.0
+_IMAGE_Z = 4.0
 """An image is far from calibrated when its kept boxes' correct count is more than this many binomial
 SDs (``sqrt(sum p (1 - p))``) from their expected count (the sum of their calibrated confidences)."""
 
-MIN_IMAGE_BOXES = 10
+_MIN_IMAGE_BOXES = 10
 """An image with fewer kept boxes is not counted as one that holds a gap."""
 
 
-def outlier_images(conf: np.ndarray, correct: np.ndarray, image: np.ndarray, *, threshold: float, n_bins: int,
-                   floor_high: float, seed: int = 0) -> tuple[list[int], float | None, tuple[float, float] | None]:
+def outlier_images(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    image: np.ndarray,
+    *,
+    threshold: float,
+    n_bins: int,
+    floor_high: float,
+    seed: int = 0,
+) -> tuple[list[int], float | None, tuple[float, float] | None]:
     """The fewest eval images (at most :data:`MAX_IMAGES`, each far from calibrated) without which the
     kept-set ECE falls inside the sampling floor's range of the boxes left.
 
@@ -71,7 +81,7 @@ def outlier_images(conf: np.ndarray, correct: np.ndarray, image: np.ndarray, *, 
     obs = np.bincount(inv, weights=y, minlength=ids.size)
     sd = np.sqrt(np.bincount(inv, weights=p * (1 - p), minlength=ids.size))
     z = np.abs(obs - exp) / np.maximum(sd, 1e-9)
-    ok = (n_img >= MIN_IMAGE_BOXES) & (z > IMAGE_Z)
+    ok = (n_img >= _MIN_IMAGE_BOXES) & (z > _IMAGE_Z)
     if not ok.any():
         return [], None, None
     b = uniform_index(p, n_bins)
@@ -83,7 +93,7 @@ def outlier_images(conf: np.ndarray, correct: np.ndarray, image: np.ndarray, *, 
     tot_n, tot_c, tot_y = n_ib.sum(0), c_ib.sum(0), y_ib.sum(0)
     out: list[int] = []
     left = np.ones(p.size, dtype=bool)
-    for _ in range(MAX_IMAGES):
+    for _ in range(_MAX_IMAGES):
         cand = np.flatnonzero(ok)
         if cand.size == 0:
             break
@@ -103,30 +113,54 @@ def outlier_images(conf: np.ndarray, correct: np.ndarray, image: np.ndarray, *, 
     return [], None, None
 
 
-def floor_gap(raw: BoxView, scored: BoxView, calibrator: LogitCalibrator | None, *, threshold: float, n_bins: int,
-              floor_high: float, image_names: Sequence[str], method: str | None, fit_min_conf: float = 0.0,
-              seed: int = 0) -> FloorGap | None:
+def _floor_gap(
+    raw: BoxView,
+    scored: BoxView,
+    calibrator: LogitCalibrator | None,
+    *,
+    threshold: float,
+    n_bins: int,
+    floor_high: float,
+    image_names: Sequence[str],
+    method: str | None,
+    fit_min_conf: float = 0.0,
+    seed: int = 0,
+) -> FloorGap | None:
     """Why the calibrated kept set of ``scored`` (the eval split under ``calibrator``) stays above its
     floor's range (``floor_high``, its upper end): see the module. ``raw``: the same boxes, raw scores
     (the oracle refits ``method`` on their logits); ``image_names``: the split's image names, by image id.
     None when the method is not one to refit (``none``) or the refit fails."""
     p, y, g = scored.conf, scored.correct, scored.image_id
-    imgs, e_wo, rng = outlier_images(p, y, g, threshold=threshold, n_bins=n_bins, floor_high=floor_high, seed=seed)
+    imgs, e_wo, rng = outlier_images(
+        p, y, g, threshold=threshold, n_bins=n_bins, floor_high=floor_high, seed=seed
+    )
     if imgs:
         kept = kept_mask(p, threshold) & np.isin(g, imgs)
         names = [image_names[i] if 0 <= i < len(image_names) else str(i) for i in imgs]
-        return FloorGap(reason="images", images=", ".join(names), image_count=len(imgs),
-                        image_boxes=int(kept.sum()), image_correct=int(y[kept].sum()),
-                        kept_boxes=int(kept_mask(p, threshold).sum()), ece_without=e_wo,
-                        floor_without_range=rng)
+        return FloorGap(
+            reason="images",
+            images=", ".join(names),
+            image_count=len(imgs),
+            image_boxes=int(kept.sum()),
+            image_correct=int(y[kept].sum()),
+            kept_boxes=int(kept_mask(p, threshold).sum()),
+            ece_without=e_wo,
+            floor_without_range=rng,
+        )
     if method is None or method == "none":
         return None
-    from det_calib.errors import DegenerateFitError, InputError
-    from det_calib.selection.cross_validation import fit_calibrator
 
     try:
-        cal = fit_calibrator(method, raw.logit, raw.correct, classes=raw.cls, groups=raw.image_id,
-                             fit_min_conf=fit_min_conf, seed=seed, log_area=raw.log_area)
+        cal = fit_calibrator(
+            method,
+            raw.logit,
+            raw.correct,
+            classes=raw.cls,
+            groups=raw.image_id,
+            fit_min_conf=fit_min_conf,
+            seed=seed,
+            log_area=raw.log_area,
+        )
         q = raw.scored(cal).conf
     except (DegenerateFitError, InputError, ValueError):
         return None
@@ -134,12 +168,24 @@ def floor_gap(raw: BoxView, scored: BoxView, calibrator: LogitCalibrator | None,
     fl = kept_ece_floor(q, threshold=threshold, n_bins=n_bins, seed=seed)
     if fl is None or math.isnan(e):
         return None
-    return FloorGap(reason="sampling" if e <= fl.high else "score", refit_method=method, refit_ece=float(e),
-                    refit_floor_range=(fl.low, fl.high))
+    return FloorGap(
+        reason="sampling" if e <= fl.high else "score",
+        refit_method=method,
+        refit_ece=float(e),
+        refit_floor_range=(fl.low, fl.high),
+    )
 
 
-def head_floor_gap(op: Any, ev: Any, calibrator: LogitCalibrator | None, *, method: str | None, fit_min_conf: float,
-                   image_names: Sequence[str], target: str = "correct") -> FloorGap | None:
+def head_floor_gap(
+    op: Any,
+    ev: Any,
+    calibrator: LogitCalibrator | None,
+    *,
+    method: str | None,
+    fit_min_conf: float,
+    image_names: Sequence[str],
+    target: str = "correct",
+) -> FloorGap | None:
     """:func:`floor_gap` of one head's eval record ``ev`` (an :class:`~det_calib.record.eval_record.EvalResult`),
     from its operating-point evaluator ``op`` (:class:`~det_calib.evaluation.operating.OperatingPoints`, whose
     view is the eval boxes); None unless the calibrated ECE of the boxes kept at the lowest conf is above its
@@ -150,6 +196,15 @@ def head_floor_gap(op: Any, ev: Any, calibrator: LogitCalibrator | None, *, meth
     if o1.ece is None or o1.ece_floor_range is None or o1.at_floor is not False:
         return None
     raw = op.view
-    return floor_gap(raw, raw.scored(calibrator), calibrator, threshold=float(o1.conf), n_bins=op.ece_bins,
-                     floor_high=float(o1.ece_floor_range[1]), image_names=image_names, method=method,
-                     fit_min_conf=fit_min_conf, seed=int(op.boot["seed"]))
+    return _floor_gap(
+        raw,
+        raw.scored(calibrator),
+        calibrator,
+        threshold=float(o1.conf),
+        n_bins=op.ece_bins,
+        floor_high=float(o1.ece_floor_range[1]),
+        image_names=image_names,
+        method=method,
+        fit_min_conf=fit_min_conf,
+        seed=int(op.boot["seed"]),
+    )

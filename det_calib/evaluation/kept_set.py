@@ -75,21 +75,26 @@ def threshold_shift(
     )
 
 
-def _shift_inputs(conf_before, conf_after, correct, *, conf: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _shift_inputs(
+    conf_before, conf_after, correct, *, conf: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`threshold_shift`'s arrays as float64, float64 and bool, checked for one shape ``(n,)``."""
     a = np.asarray(conf_before, dtype=np.float64)
     b = np.asarray(conf_after, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
     if not (a.shape == b.shape == y.shape) or a.ndim != 1:
         raise InputError(
-            f"Expected `conf_before`, `conf_after` and `correct` of one shape (n,), got {a.shape}, {b.shape}, {y.shape}"
+            f"Expected `conf_before`, `conf_after` and `correct` of one shape (n,), got {a.shape}, "
+            f"{b.shape}, {y.shape}"
         )
     if not 0 <= conf <= 1:
         raise InputError(f"Expected argument `conf` in [0, 1], but got {conf}")
     return a, b, y
 
 
-def _equivalent_conf(conf: float, temperature: float | None, equivalent_conf: float | None) -> float | None:
+def _equivalent_conf(
+    conf: float, temperature: float | None, equivalent_conf: float | None
+) -> float | None:
     """The equivalent threshold given, or a shared temperature's, or None."""
     if temperature is not None and equivalent_conf is not None:
         raise InputError("give `temperature` or `equivalent_conf`, not both")

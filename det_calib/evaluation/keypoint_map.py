@@ -31,19 +31,29 @@ import polars as pl
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.evaluation.mask_map import eval_figures
-from det_calib.tasks.pose_labels import AREA_COLUMN, KPTS_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
+from det_calib.tasks.pose_labels import (
+    AREA_COLUMN,
+    KPTS_COLUMN,
+    NUM_KEYPOINTS_COLUMN,
+    has_keypoints,
+    split_keypoints,
+)
 from det_calib.tasks.pose_matching import oks_sigmas
 
-__all__ = ["POSE_MAP_KEYS", "coco_keypoint_dataset", "coco_keypoint_detections", "coco_keypoint_maps",
-           "detection_keypoints"]
+__all__ = ["POSE_MAP_KEYS", "coco_keypoint_maps"]
 
-POSE_MAP_KEYS = ("pose_map50_95_before", "pose_map50_95_after", "pose_map50_before", "pose_map50_after",
-                 "pose_map_identical")
+POSE_MAP_KEYS = (
+    "pose_map50_95_before",
+    "pose_map50_95_after",
+    "pose_map50_before",
+    "pose_map50_after",
+    "pose_map_identical",
+)
 """The keys :func:`det_calib.evaluation.figures.pose_map_check` adds to the box check's (None each where the
 split has no keypoints)."""
 
 
-def coco_keypoint_dataset(split: Split, classes: list[int]) -> dict[str, Any]:
+def _coco_keypoint_dataset(split: Split, classes: list[int]) -> dict[str, Any]:
     """The split's ground truth as a pycocotools keypoints dataset (``COCO().dataset``).
 
     Args:
@@ -51,47 +61,91 @@ def coco_keypoint_dataset(split: Split, classes: list[int]) -> dict[str, Any]:
         classes: The category ids to declare (every class of the ground truth and of the detections).
     """
     if not has_keypoints(split):
-        raise InputError(f"split `{split.name}` has no ground-truth keypoints: keypoint mAP needs load_pose_split")
+        raise InputError(
+            f"split `{split.name}` has no ground-truth keypoints: keypoint mAP needs "
+            "load_pose_split"
+        )
     g = split.gt
     kpts = split_keypoints(split).reshape(g.height, -1)
     xyxy = g.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float64)
     crowd = g["crowd"].to_list() if "crowd" in g.columns else [False] * g.height
-    anns = [{"id": k + 1, "image_id": int(i), "category_id": int(c), "keypoints": kp.tolist(),
-             "num_keypoints": int(nk), "area": float(a), "iscrowd": int(cr),
-             "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]}
-            for k, (i, c, kp, nk, a, cr, b) in enumerate(zip(
-                g["image_id"].to_list(), g["cls"].to_list(), kpts, g[NUM_KEYPOINTS_COLUMN].to_list(),
-                g[AREA_COLUMN].to_list(), crowd, xyxy))]
-    return {"images": [{"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(split.sizes)],
-            "annotations": anns, "categories": [{"id": int(c), "name": str(c)} for c in classes]}
+    anns = [
+        {
+            "id": k + 1,
+            "image_id": int(i),
+            "category_id": int(c),
+            "keypoints": kp.tolist(),
+            "num_keypoints": int(nk),
+            "area": float(a),
+            "iscrowd": int(cr),
+            "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])],
+        }
+        for k, (i, c, kp, nk, a, cr, b) in enumerate(
+            zip(
+                g["image_id"].to_list(),
+                g["cls"].to_list(),
+                kpts,
+                g[NUM_KEYPOINTS_COLUMN].to_list(),
+                g[AREA_COLUMN].to_list(),
+                crowd,
+                xyxy,
+            )
+        )
+    ]
+    return {
+        "images": [
+            {"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(split.sizes)
+        ],
+        "annotations": anns,
+        "categories": [{"id": int(c), "name": str(c)} for c in classes],
+    }
 
 
-def detection_keypoints(boxes: pl.DataFrame, column: str = KPTS_COLUMN) -> np.ndarray:
+def _detection_keypoints(boxes: pl.DataFrame, column: str = KPTS_COLUMN) -> np.ndarray:
     """(n, 3K) ``x, y, conf`` of each box's keypoints (conf 1 for ``[K, 2]`` keypoints), float64."""
     if column not in boxes.columns or boxes[column].null_count():
-        raise InputError(f"the box table needs the keypoints of every box in column `{column}` for keypoint mAP")
+        raise InputError(
+            f"the box table needs the keypoints of every box in column `{column}` for keypoint mAP"
+        )
     if not boxes.height:
         return np.zeros((0, 0))
     rows = boxes[column].to_list()
     arr = np.asarray(rows, dtype=np.float64)
     if arr.ndim != 3 or arr.shape[2] not in (2, 3):
-        raise InputError(f"column `{column}` must hold K keypoints [x, y] or [x, y, conf] per box, the same K for all")
+        raise InputError(
+            f"column `{column}` must hold K keypoints [x, y] or [x, y, conf] per box, the same K "
+            "for all"
+        )
     if arr.shape[2] == 2:
         arr = np.concatenate([arr, np.ones(arr.shape[:2] + (1,))], axis=2)
     return arr.reshape(len(arr), -1)
 
 
-def coco_keypoint_detections(boxes: pl.DataFrame, scores: np.ndarray, column: str = KPTS_COLUMN, *,
-                             keypoints: np.ndarray | None = None) -> list[dict[str, Any]]:
+def _coco_keypoint_detections(
+    boxes: pl.DataFrame,
+    scores: np.ndarray,
+    column: str = KPTS_COLUMN,
+    *,
+    keypoints: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
     """One COCO keypoint result per box (``image_id``, ``category_id``, ``keypoints``, ``score``), as
     Ultralytics' ``pred_to_json`` writes them (``keypoints``: :func:`detection_keypoints` when given)."""
-    kp = detection_keypoints(boxes, column) if keypoints is None else keypoints
-    return [{"image_id": int(i), "category_id": int(c), "keypoints": k.tolist(), "score": float(s)}
-            for i, c, k, s in zip(boxes["image_id"].to_list(), boxes["cls"].to_list(), kp, scores)]
+    kp = _detection_keypoints(boxes, column) if keypoints is None else keypoints
+    return [
+        {"image_id": int(i), "category_id": int(c), "keypoints": k.tolist(), "score": float(s)}
+        for i, c, k, s in zip(boxes["image_id"].to_list(), boxes["cls"].to_list(), kp, scores)
+    ]
 
 
-def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *, max_dets: int = 300,
-                       sigmas: Any = None, column: str = KPTS_COLUMN) -> list[dict[str, float]]:
+def coco_keypoint_maps(
+    boxes: pl.DataFrame,
+    split: Split,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+    sigmas: Any = None,
+    column: str = KPTS_COLUMN,
+) -> list[dict[str, float]]:
     """pycocotools ``keypoints`` mAP of one head's boxes on one split, once per scoring.
 
     Args:
@@ -110,14 +164,14 @@ def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarra
     from pycocotools.cocoeval import COCOeval
 
     nkpt = split_keypoints(split).shape[1]
-    kp = detection_keypoints(boxes, column)
+    kp = _detection_keypoints(boxes, column)
     if kp.size and kp.shape[1] != 3 * nkpt:
         raise InputError(f"the boxes have {kp.shape[1] // 3} keypoints, the ground truth {nkpt}")
     sig = oks_sigmas(nkpt, sigmas)
     classes = sorted(set(split.gt["cls"].to_list()) | set(boxes["cls"].to_list()))
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
-        coco.dataset = coco_keypoint_dataset(split, classes)
+        coco.dataset = _coco_keypoint_dataset(split, classes)
         coco.createIndex()
     out = []
     for sc in scores:
@@ -128,7 +182,9 @@ def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarra
             out.append({"map50_95": 0.0, "map50": 0.0, "map75": 0.0})
             continue
         with contextlib.redirect_stdout(io.StringIO()):
-            ev = COCOeval(coco, coco.loadRes(coco_keypoint_detections(boxes, sc, keypoints=kp)), "keypoints")
+            ev = COCOeval(
+                coco, coco.loadRes(_coco_keypoint_detections(boxes, sc, keypoints=kp)), "keypoints"
+            )
             ev.params.kpt_oks_sigmas = sig
             ev.params.maxDets = [max_dets]
             ev.evaluate()

@@ -10,7 +10,7 @@ Two independent checks:
   where the candidate set is the original one and mAP must match. (At val's own floor a
   temperature below 1 pushes some boxes under it, above 1 lifts extra ones over it, so mAP can
   move slightly; the pipeline no longer runs that third val.)
-- :func:`ultralytics_val_shared`: both of those from one val pass, as the pipeline runs them: the
+- :func:`_ultralytics_val_shared`: both of those from one val pass, as the pipeline runs them: the
   stock val of the calibrated checkpoint, and on the same neck features the original checkpoint's
   Detect head, scored by the same validator's postprocess and metric code (the calibrated
   checkpoint differs from the original only inside the head, :mod:`det_calib.deploy.fold`). Its figures
@@ -40,12 +40,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.predictor import NMS_TIME_LIMIT, default_imgsz, nms_max_time_img
 from det_calib.data.box_table import HEAD_PREDICT_NMS
+from det_calib.errors import InputError
+from det_calib.evaluation.coco_engine import table_maps
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
 from det_calib.tasks import get_task, task_names
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 MAP_ENGINES = ("det_calib", "pycocotools")
 """What can score :func:`coco_maps`: :mod:`det_calib.evaluation.coco_engine` (the run's default, ``map_engine``) or
@@ -72,8 +75,13 @@ def coco_map(
     Returns:
         ``{"map50_95": ..., "map50": ..., "map75": ...}`` (-1 where undefined, as COCOeval).
     """
-    return coco_maps(boxes, gt, sizes, [boxes["conf"].to_numpy() if scores is None else scores],
-                     max_dets=max_dets)[0]
+    return coco_maps(
+        boxes,
+        gt,
+        sizes,
+        [boxes["conf"].to_numpy() if scores is None else scores],
+        max_dets=max_dets,
+    )[0]
 
 
 def same_ranking(a: np.ndarray, b: np.ndarray) -> bool:
@@ -118,8 +126,6 @@ def coco_maps(
         One :func:`coco_map` result per score vector.
     """
     if engine == "det_calib":
-        from det_calib.evaluation.coco_engine import table_maps
-
         return table_maps(boxes, gt, scores, max_dets=max_dets)
     if engine != "pycocotools":
         raise ValueError(f"unknown mAP engine {engine!r}; engines are {', '.join(MAP_ENGINES)}")
@@ -142,7 +148,9 @@ def coco_maps(
             }
         )
     dataset = {
-        "images": [{"id": i, "width": int(sizes[i][0]), "height": int(sizes[i][1])} for i in range(n_img)],
+        "images": [
+            {"id": i, "width": int(sizes[i][0]), "height": int(sizes[i][1])} for i in range(n_img)
+        ],
         "annotations": anns,
         "categories": [{"id": c, "name": str(c)} for c in classes],
     }
@@ -187,10 +195,19 @@ def _evaluate(coco, dets: np.ndarray, max_dets: int) -> dict[str, float]:
         "map75": mean_valid(prec[np.isclose(iou_thrs, 0.75)]),
     }
 
-def _val_kwargs(yolo, data: str | Path, *, split: str, head: str, conf: float, imgsz: int | None, batch: int,
-                device: str | None) -> dict:
+
+def _val_kwargs(
+    yolo,
+    data: str | Path,
+    *,
+    split: str,
+    head: str,
+    conf: float,
+    imgsz: int | None,
+    batch: int,
+    device: str | None,
+) -> dict:
     """The arguments of every det_calib val: plain ``model.val()`` with plots, JSON and verbosity off."""
-    from det_calib.capture.predictor import default_imgsz
 
     kw = dict(
         data=str(data),
@@ -213,7 +230,7 @@ class ValIncomplete(RuntimeError):
     dropped the boxes of the images it had not reached, so its mAP measures the clock."""
 
 
-NMS_TIMEOUT_MESSAGE = "NMS time limit"
+_NMS_TIMEOUT_MESSAGE = "NMS time limit"
 """How Ultralytics' ``non_max_suppression`` starts the warning it logs when it stops early."""
 
 
@@ -226,7 +243,7 @@ class _NMSTimeouts(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
-        if NMS_TIMEOUT_MESSAGE in msg:
+        if _NMS_TIMEOUT_MESSAGE in msg:
             self.messages.append(msg)
 
 
@@ -246,7 +263,9 @@ def _run_val(yolo, kw: dict, validator=None):
     timeouts = _NMSTimeouts()
     LOGGER.addHandler(timeouts)
     try:
-        with tempfile.TemporaryDirectory(prefix="det_calib_val_") as tmp:  # keep runs/ out of the cwd
+        with tempfile.TemporaryDirectory(
+            prefix="det_calib_val_"
+        ) as tmp:  # keep runs/ out of the cwd
             metrics = yolo.val(project=tmp, name="val", validator=validator, **kw)
     finally:
         LOGGER.removeHandler(timeouts)
@@ -254,7 +273,8 @@ def _run_val(yolo, kw: dict, validator=None):
     if timeouts.messages:
         n = len(timeouts.messages)
         raise ValIncomplete(
-            f"Ultralytics' NMS stopped early ({timeouts.messages[0].strip()}, {n} time{'s' if n > 1 else ''}) "
+            f"Ultralytics' NMS stopped early ({timeouts.messages[0].strip()}, {n} "
+            f"time{'s' if n > 1 else ''}) "
             "and dropped the boxes of the images it had not reached: the pass's mAP is not reported"
         )
     return metrics
@@ -283,7 +303,7 @@ def ultralytics_val(
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
             :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
-        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`val_figures`). A
+        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`_val_figures`). A
             segment model is validated by Ultralytics' ``SegmentationValidator`` either way.
 
     Raises:
@@ -292,20 +312,28 @@ def ultralytics_val(
     from ultralytics import YOLO
 
     yolo = YOLO(str(model))
-    m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
-                                   device=device),
-                 validator=functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit))
-    return val_figures(m, conf, masks=masks)
+    m = _run_val(
+        yolo,
+        _val_kwargs(
+            yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device
+        ),
+        validator=functools.partial(
+            _budget_validator_class(_val_task(yolo)), nms_time_limit=nms_time_limit
+        ),
+    )
+    return _val_figures(m, conf, masks=masks)
 
 
 SHARED_PASS = (
-    "the original's figures come from the same Ultralytics val pass: the original checkpoint's Detect head "
-    "on the same neck features, through the same validator's postprocess and Ultralytics' own metric code"
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's "
+    "Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own "
+    "metric code"
 )
-"""How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
+"""How :func:`_ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
 
 
-def ultralytics_val_shared(
+def _ultralytics_val_shared(
     original: str | Path,
     calibrated: str | Path,
     data: str | Path,
@@ -351,9 +379,18 @@ def ultralytics_val_shared(
         ValIncomplete: The NMS time limit was reached, for either model (only with a finite
             ``nms_time_limit``).
     """
-    return ultralytics_val_heads(original, calibrated, data, split=split, confs={head: (original_conf, conf)},
-                                 imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit,
-                                 masks=masks)[head]
+    return ultralytics_val_heads(
+        original,
+        calibrated,
+        data,
+        split=split,
+        confs={head: (original_conf, conf)},
+        imgsz=imgsz,
+        batch=batch,
+        device=device,
+        nms_time_limit=nms_time_limit,
+        masks=masks,
+    )[head]
 
 
 def ultralytics_val_heads(
@@ -372,7 +409,7 @@ def ultralytics_val_heads(
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
     The first head of ``confs`` is the stock ``YOLO(calibrated).val()`` in that head's mode (as
-    :func:`ultralytics_val_shared`). Every other Detect head runs on the neck features each batch feeds
+    :func:`_ultralytics_val_shared`). Every other Detect head runs on the neck features each batch feeds
     the stock one (:func:`~det_calib.evaluation.val_riders.rider_specs`), goes through the same
     validator's postprocess (in its head's mode, at its conf) and Ultralytics' own ``update_metrics``
     into a metrics object of its own. Every figure equals that of a separate stock val of that
@@ -382,7 +419,7 @@ def ultralytics_val_heads(
 
     Args:
         original, calibrated, data, split, imgsz, batch, device, nms_time_limit: As
-            :func:`ultralytics_val_shared`.
+            :func:`_ultralytics_val_shared`.
         confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
             pre-filter of each side in that head.
         masks: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
@@ -405,23 +442,44 @@ def ultralytics_val_heads(
     _check_same_trunk(orig, yolo.model, original, calibrated)
     riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
-    kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
-                     device=device)
-    v = _shared_validator_class(val_task(yolo))
+    kw = _val_kwargs(
+        yolo,
+        data,
+        split=split,
+        head=first,
+        conf=confs[first][1],
+        imgsz=imgsz,
+        batch=batch,
+        device=device,
+    )
+    v = _shared_validator_class(_val_task(yolo))
     out: dict[tuple[str, str], Any] = {}
-    m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
+    m = _run_val(
+        yolo,
+        kw,
+        validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit),
+    )
     out[("calibrated", first)] = m
 
-    return {h: (val_figures(out[("original", h)], confs[h][0], masks=masks),
-                val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
+    return {
+        h: (
+            _val_figures(out[("original", h)], confs[h][0], masks=masks),
+            _val_figures(out[("calibrated", h)], confs[h][1], masks=masks),
+        )
+        for h in heads
+    }
 
 
-def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
+def _val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
     """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50`` (an OBB
     model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), with ``masks`` for a segment model
     (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``, and for a pose model (``PoseMetrics``)
     always the keypoint ``pose_map50_95`` and ``pose_map50`` (OKS)."""
-    out = {"conf": float(conf), "map50_95": float(metrics.box.map), "map50": float(metrics.box.map50)}
+    out = {
+        "conf": float(conf),
+        "map50_95": float(metrics.box.map),
+        "map50": float(metrics.box.map50),
+    }
     if masks and getattr(metrics, "seg", None) is not None:
         out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
     if getattr(metrics, "pose", None) is not None:
@@ -429,7 +487,7 @@ def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, 
     return out
 
 
-def val_task(yolo: Any) -> str:
+def _val_task(yolo: Any) -> str:
     """The validator task of a loaded ``YOLO``: its registered task (``detect`` for a task det_calib does not
     know), whose own Ultralytics validator a det_calib val runs (:func:`_budget_validator_class`)."""
     task = getattr(yolo, "task", None)
@@ -440,11 +498,11 @@ def _check_same_trunk(a, b, pa: str | Path, pb: str | Path) -> None:
     """Refuse two models whose layers before the Detect head differ in any parameter or buffer."""
     import torch
 
-    from det_calib.errors import InputError
-
     sa, sb = a.model[:-1].state_dict(), b.model[:-1].state_dict()
     if sa.keys() != sb.keys() or any(not torch.equal(sa[k].float(), sb[k].float()) for k in sa):
-        raise InputError(f"{pb} is not {pa} with a calibrated head: the layers before the Detect head differ")
+        raise InputError(
+            f"{pb} is not {pa} with a calibrated head: the layers before the Detect head differ"
+        )
 
 
 @functools.cache
@@ -454,8 +512,6 @@ def _budget_validator_class(task: str = "detect"):
     ``obb``: rotated boxes and ProbIoU) with a wall-clock budget of its choosing for the NMS."""
     from ultralytics.models.yolo.detect import DetectionValidator
     from ultralytics.utils import nms
-
-    from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
 
     hooks = get_task(task)
 
@@ -467,7 +523,9 @@ def _budget_validator_class(task: str = "detect"):
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
-            self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+            self.nms_time_limit = (
+                NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+            )
 
         def postprocess(self, preds):
             first = preds[0] if isinstance(preds, (list, tuple)) else preds
@@ -482,7 +540,10 @@ def _budget_validator_class(task: str = "detect"):
                 **hooks.nms_args(self.nc),
                 max_time_img=nms_max_time_img(self.nms_time_limit, first.shape[0]),
             )
-            return [{"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]} for x in outputs]
+            return [
+                {"bboxes": x[:, :4], "conf": x[:, 4], "cls": x[:, 5], "extra": x[:, 6:]}
+                for x in outputs
+            ]
 
     if hooks.validator == ("detect", "DetectionValidator"):
         return BudgetValidator
@@ -495,7 +556,9 @@ def _budget_validator_class(task: str = "detect"):
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
-            self.nms_time_limit = NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+            self.nms_time_limit = (
+                NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
+            )
 
     return TaskBudgetValidator
 
@@ -503,6 +566,7 @@ def _budget_validator_class(task: str = "detect"):
 def _task_validator(task: str):
     """Ultralytics' own validator class of a segment, pose or OBB model."""
     import importlib
+
     module, name = get_task(task).validator
     return getattr(importlib.import_module(f"ultralytics.models.yolo.{module}"), name)
 
@@ -532,31 +596,48 @@ def _shared_validator_class(task: str = "detect"):
         def init_metrics(self, model):
             super().init_metrics(model)
             if self.args.save_json or self.args.save_txt or self.args.plots or self.args.augment:
-                raise ValueError("the shared val pass runs with save_json, save_txt, plots and augment off")
+                raise ValueError(
+                    "the shared val pass runs with save_json, save_txt, plots and augment off"
+                )
             self._riders = []
             for side, head, rider_model, end2end, conf in self._rider_specs:
                 # prepared exactly as BaseValidator prepares a model for a standalone val in that head's
                 # mode (the model was loaded or copied for this pass alone: fused in place, as val fuses its copy)
                 backend = AutoBackend(
-                    model=rider_model, device=self.device, dnn=self.args.dnn,
-                    data=self.args.data, fp16=self.args.quantize == 16, channels_last=self.args.channels_last,
-                    end2end=end2end, verbose=False,
+                    model=rider_model,
+                    device=self.device,
+                    dnn=self.args.dnn,
+                    data=self.args.data,
+                    fp16=self.args.quantize == 16,
+                    channels_last=self.args.channels_last,
+                    end2end=end2end,
+                    verbose=False,
                 )
                 backend.eval()
                 if bool(getattr(backend, "end2end", False)) != end2end:
                     raise ValueError(f"the {side} model cannot run the {head} head")
                 native = backend.model
-                if end2end and hasattr(native, "set_head_attr"):  # as init_metrics sets it on the validated one
-                    native.set_head_attr(max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms)
-                metrics = type(self.metrics)(names=model.names)  # DetMetrics; SegmentMetrics for masks
+                if end2end and hasattr(
+                    native, "set_head_attr"
+                ):  # as init_metrics sets it on the validated one
+                    native.set_head_attr(
+                        max_det=self.args.max_det, agnostic_nms=self.args.agnostic_nms
+                    )
+                metrics = type(self.metrics)(
+                    names=model.names
+                )  # DetMetrics; SegmentMetrics for masks
                 metrics.clear_stats()
                 metrics.clear_image_metrics()
-                self._riders.append((side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics))
+                self._riders.append(
+                    (side, head, backend.from_numpy, native.model[-1], end2end, conf, metrics)
+                )
             self._rider_specs = []  # the riders keep only what they run
             det = (model.model if getattr(model, "format", None) == "pt" else model).model[-1]
             share_with_originals(det, [(side, h, d) for side, h, _, d, *_ in self._riders])
             # a list copy: a head's forward may replace the list's items with its own outputs
-            det.register_forward_pre_hook(lambda module, args: setattr(self, "_feats", list(args[0])))
+            det.register_forward_pre_hook(
+                lambda module, args: setattr(self, "_feats", list(args[0]))
+            )
 
         def update_metrics(self, preds, batch):
             super().update_metrics(preds, batch)
@@ -566,8 +647,11 @@ def _shared_validator_class(task: str = "detect"):
                 for _, _, from_numpy, det, rider_e2e, rider_conf, rider_metrics in self._riders:
                     y = det(list(feats))
                     # what AutoBackend.forward returns for a native model's output
-                    y = (from_numpy(y[0]) if len(y) == 1 else [from_numpy(t) for t in y]) \
-                        if isinstance(y, (list, tuple)) else from_numpy(y)
+                    y = (
+                        (from_numpy(y[0]) if len(y) == 1 else [from_numpy(t) for t in y])
+                        if isinstance(y, (list, tuple))
+                        else from_numpy(y)
+                    )
                     self.args.conf, self.end2end, self.seen = rider_conf, rider_e2e, seen
                     rider_preds = self.postprocess(y)
                     self.metrics = rider_metrics

@@ -26,10 +26,15 @@ from det_calib.data.segments import SEGM_COLUMN, segment_rles
 from det_calib.errors import InputError
 from det_calib.evaluation.map_check import coco_maps
 
-__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "eval_figures", "segment_maps"]
+__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "eval_figures"]
 
-MASK_MAP_KEYS = ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before", "mask_map50_after",
-                 "mask_map_identical")
+MASK_MAP_KEYS = (
+    "mask_map50_95_before",
+    "mask_map50_95_after",
+    "mask_map50_before",
+    "mask_map50_after",
+    "mask_map_identical",
+)
 """The keys :func:`det_calib.evaluation.figures.segment_map_check` adds to the box check's (None each
 where the split has no masks)."""
 
@@ -40,19 +45,43 @@ def _mask_gt(split: Split) -> dict[str, Any]:
 
     rles = segment_rles(split)
     if any(r is None for r in rles):
-        raise InputError(f"split `{split.name}` has ground-truth rows without a mask: mask mAP needs a mask for each")
+        raise InputError(
+            f"split `{split.name}` has ground-truth rows without a mask: mask mAP needs a mask for "
+            "each"
+        )
     g = split.gt
     crowd = g["crowd"].to_list() if "crowd" in g.columns else [False] * g.height
-    anns = [{"id": k + 1, "image_id": int(i), "category_id": int(c), "segmentation": r,
-             "area": float(mask_utils.area(r)), "bbox": [float(v) for v in mask_utils.toBbox(r)],
-             "iscrowd": int(cr)}
-            for k, (i, c, r, cr) in enumerate(zip(g["image_id"].to_list(), g["cls"].to_list(), rles, crowd))]
-    return {"images": [{"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(split.sizes)],
-            "annotations": anns, "categories": []}
+    anns = [
+        {
+            "id": k + 1,
+            "image_id": int(i),
+            "category_id": int(c),
+            "segmentation": r,
+            "area": float(mask_utils.area(r)),
+            "bbox": [float(v) for v in mask_utils.toBbox(r)],
+            "iscrowd": int(cr),
+        }
+        for k, (i, c, r, cr) in enumerate(
+            zip(g["image_id"].to_list(), g["cls"].to_list(), rles, crowd)
+        )
+    ]
+    return {
+        "images": [
+            {"id": i, "width": int(w), "height": int(h)} for i, (w, h) in enumerate(split.sizes)
+        ],
+        "annotations": anns,
+        "categories": [],
+    }
 
 
-def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *, max_dets: int = 300,
-                   column: str = SEGM_COLUMN) -> list[dict[str, float]]:
+def coco_mask_maps(
+    boxes: pl.DataFrame,
+    split: Split,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+    column: str = SEGM_COLUMN,
+) -> list[dict[str, float]]:
     """pycocotools ``segm`` mAP of one head's boxes on one split, once per scoring.
 
     Args:
@@ -70,7 +99,9 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
     from pycocotools.cocoeval import COCOeval
 
     if column not in boxes.columns or boxes[column].null_count():
-        raise InputError(f"the box table needs a mask for every box in column `{column}` for mask mAP")
+        raise InputError(
+            f"the box table needs a mask for every box in column `{column}` for mask mAP"
+        )
     dataset = _mask_gt(split)
     classes = sorted(set(split.gt["cls"].to_list()) | set(boxes["cls"].to_list()))
     dataset["categories"] = [{"id": int(c), "name": str(c)} for c in classes]
@@ -88,9 +119,15 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
         if not boxes.height:
             out.append({"map50_95": 0.0, "map50": 0.0, "map75": 0.0})
             continue
-        dets = [{"image_id": int(i), "category_id": int(c), "score": float(s),
-                 "segmentation": {"size": [int(sizes[i, 1]), int(sizes[i, 0])], "counts": r}}
-                for i, c, s, r in zip(img, cls, sc, counts)]
+        dets = [
+            {
+                "image_id": int(i),
+                "category_id": int(c),
+                "score": float(s),
+                "segmentation": {"size": [int(sizes[i, 1]), int(sizes[i, 0])], "counts": r},
+            }
+            for i, c, s, r in zip(img, cls, sc, counts)
+        ]
         with contextlib.redirect_stdout(io.StringIO()):
             ev = COCOeval(coco, coco.loadRes(dets), "segm")
             ev.params.maxDets = [max_dets]
@@ -110,12 +147,21 @@ def eval_figures(ev) -> dict[str, float]:
         return float(v.mean()) if v.size else -1.0
 
     thr = ev.params.iouThrs
-    return {"map50_95": mean_valid(prec), "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
-            "map75": mean_valid(prec[np.isclose(thr, 0.75)])}
+    return {
+        "map50_95": mean_valid(prec),
+        "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
+        "map75": mean_valid(prec[np.isclose(thr, 0.75)]),
+    }
 
 
-def segment_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *, max_dets: int = 300,
-                 engine: str = "pycocotools") -> list[dict[str, dict[str, float]]]:
+def _segment_maps(
+    boxes: pl.DataFrame,
+    split: Split,
+    scores: list[np.ndarray],
+    *,
+    max_dets: int = 300,
+    engine: str = "pycocotools",
+) -> list[dict[str, dict[str, float]]]:
     """Box and mask mAP of the same boxes under several scorings.
 
     Args:

@@ -17,7 +17,12 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.operating_point import LaECE0Targets, kept_ece, kept_ece_floor, kept_laece_floor
+from det_calib.metrics.operating_point import (
+    LaECE0Targets,
+    kept_ece,
+    kept_ece_floor,
+    kept_laece_floor,
+)
 from det_calib.record.eval_record import OperatingFigures
 
 __all__ = ["OperatingPoints", "iou_target", "laece0_targets"]
@@ -27,11 +32,20 @@ def laece0_targets(view: BoxView, gt: pl.DataFrame) -> LaECE0Targets:
     """The matching behind kept-set LaECE_0 of a head's boxes (``view``: raw, with geometry) against
     a split's ground truth ``gt``: greedy by raw score at IoU >= 0, crowd matches excluded."""
     if view.xyxy is None:
-        raise InputError("the LaECE_0 matching needs the boxes' corners (a view built with geometry=True)")
+        raise InputError(
+            "the LaECE_0 matching needs the boxes' corners (a view built with geometry=True)"
+        )
     crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
-    return LaECE0Targets(view.image_id, view.xyxy, view.cls, view.raw_logit, gt["image_id"].to_numpy(),
-                         np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
-                         gt["cls"].to_numpy(), crowd)
+    return LaECE0Targets(
+        view.image_id,
+        view.xyxy,
+        view.cls,
+        view.raw_logit,
+        gt["image_id"].to_numpy(),
+        np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
+        gt["cls"].to_numpy(),
+        crowd,
+    )
 
 
 def iou_target(view: BoxView, gt: pl.DataFrame) -> np.ndarray:
@@ -55,14 +69,25 @@ class OperatingPoints:
             (a class average over small per-class sets), so no percentile-type interval contains it.
     """
 
-    def __init__(self, view: BoxView, gt: pl.DataFrame, *, conf: tuple[float, ...], ece_bins: int,
-                 laece_bins: int, n_boot: int, seed: int):
+    def __init__(
+        self,
+        view: BoxView,
+        gt: pl.DataFrame,
+        *,
+        conf: tuple[float, ...],
+        ece_bins: int,
+        laece_bins: int,
+        n_boot: int,
+        seed: int,
+    ):
         self.view = view
         self.targets = laece0_targets(view, gt)
         self.conf, self.ece_bins, self.laece_bins = tuple(conf), ece_bins, laece_bins
         self.boot = dict(n_boot=n_boot, seed=seed)
         self.gt = gt
-        self._reranked: tuple[np.ndarray, LaECE0Targets] | None = None  # the last re-ranked scores' matching
+        self._reranked: tuple[np.ndarray, LaECE0Targets] | None = (
+            None  # the last re-ranked scores' matching
+        )
 
     def targets_for(self, scored: BoxView) -> LaECE0Targets:
         """The LaECE_0 matching of ``scored``'s scores: the raw scores' (:attr:`targets`) for any map
@@ -75,9 +100,19 @@ class OperatingPoints:
         if self._reranked is None or self._reranked[0] is not scored.conf:
             gt, v = self.gt, self.view
             crowd = gt["crowd"].to_numpy() if "crowd" in gt.columns else None
-            self._reranked = (scored.conf, LaECE0Targets(
-                v.image_id, v.xyxy, v.cls, scored.conf, gt["image_id"].to_numpy(),
-                np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]), gt["cls"].to_numpy(), crowd))
+            self._reranked = (
+                scored.conf,
+                LaECE0Targets(
+                    v.image_id,
+                    v.xyxy,
+                    v.cls,
+                    scored.conf,
+                    gt["image_id"].to_numpy(),
+                    np.column_stack([gt[c].to_numpy() for c in ("x1", "y1", "x2", "y2")]),
+                    gt["cls"].to_numpy(),
+                    crowd,
+                ),
+            )
         return self._reranked[1]
 
     def operating(self, scored: BoxView, *, intervals: bool = True) -> list[OperatingFigures]:
@@ -95,28 +130,54 @@ class OperatingPoints:
             if intervals and n:
                 fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
                 e_ci = tuple(metrics.bootstrap_ci(fn, img, p, y, **self.boot))
-                la_ci = tuple(metrics.bootstrap_ci(targets.statistic(threshold=thr, n_bins=self.laece_bins),
-                                                   img, p, method="normal", **self.boot))
-            floor = kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"]) if n else None
-            la_floor = (kept_laece_floor(targets, p, threshold=thr, n_bins=self.laece_bins, seed=self.boot["seed"])
-                        if n and not math.isnan(la) else None)
-            out.append(OperatingFigures(conf=thr, boxes=n, correct=int(kept.correct.sum()), ece=e, ece_ci=e_ci,
-                                        laece0=None if math.isnan(la) else la,
-                                        laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
-                                        ece_floor=None if floor is None else floor.mean,
-                                        ece_floor_range=None if floor is None else (floor.low, floor.high),
-                                        laece_floor=None if la_floor is None else la_floor.mean,
-                                        laece_floor_range=None if la_floor is None else (la_floor.low,
-                                                                                         la_floor.high)))
+                la_ci = tuple(
+                    metrics.bootstrap_ci(
+                        targets.statistic(threshold=thr, n_bins=self.laece_bins),
+                        img,
+                        p,
+                        method="normal",
+                        **self.boot,
+                    )
+                )
+            floor = (
+                kept_ece_floor(p, threshold=thr, n_bins=self.ece_bins, seed=self.boot["seed"])
+                if n
+                else None
+            )
+            la_floor = (
+                kept_laece_floor(
+                    targets, p, threshold=thr, n_bins=self.laece_bins, seed=self.boot["seed"]
+                )
+                if n and not math.isnan(la)
+                else None
+            )
+            out.append(
+                OperatingFigures(
+                    conf=thr,
+                    boxes=n,
+                    correct=int(kept.correct.sum()),
+                    ece=e,
+                    ece_ci=e_ci,
+                    laece0=None if math.isnan(la) else la,
+                    laece0_ci=None if la_ci is None or math.isnan(la_ci[0]) else la_ci,
+                    ece_floor=None if floor is None else floor.mean,
+                    ece_floor_range=None if floor is None else (floor.low, floor.high),
+                    laece_floor=None if la_floor is None else la_floor.mean,
+                    laece_floor_range=None if la_floor is None else (la_floor.low, la_floor.high),
+                )
+            )
         return out
 
     def all_box(self, scored: BoxView) -> dict[str, Any]:
         """All-box ECE (with its interval), NLL (from the scored logits) and Brier."""
         p, y = scored.conf, scored.correct
         fn = functools.partial(metrics.ece, n_bins=self.ece_bins)
-        return {"ece_all": metrics.ece(p, y, n_bins=self.ece_bins),
-                "ece_all_ci": tuple(metrics.bootstrap_ci(fn, scored.image_id, p, y, **self.boot)),
-                "nll": metrics.nll_logits(scored.logit, y), "brier": metrics.brier(p, y)}
+        return {
+            "ece_all": metrics.ece(p, y, n_bins=self.ece_bins),
+            "ece_all_ci": tuple(metrics.bootstrap_ci(fn, scored.image_id, p, y, **self.boot)),
+            "nll": metrics.nll_logits(scored.logit, y),
+            "brier": metrics.brier(p, y),
+        }
 
     def class_kept_ece(self, scored: BoxView) -> dict[int, float]:
         """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
@@ -131,5 +192,8 @@ class OperatingPoints:
     def candidate_figures(self, calibrator: LogitCalibrator | None) -> dict[str, Any]:
         """Every figure of the comparison: operating points, all-box ECE, NLL, Brier, per-class kept ECE."""
         scored = self.view.scored(calibrator)
-        return {"operating": [o.to_dict() for o in self.operating(scored)], **self.all_box(scored),
-                "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(scored).items()}}
+        return {
+            "operating": [o.to_dict() for o in self.operating(scored)],
+            **self.all_box(scored),
+            "class_kept_ece": {str(c): v for c, v in self.class_kept_ece(scored).items()},
+        }

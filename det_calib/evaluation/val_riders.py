@@ -14,7 +14,9 @@ from typing import Any
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 
 
-def rider_specs(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]) -> list[tuple]:
+def rider_specs(
+    orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str, tuple[float, float]]
+) -> list[tuple]:
     """What rides on the stock pass of :func:`ultralytics_val_heads`, ``(side, head, model, end2end, conf)``
     each: the original in the first head's mode, and for each further head (the one-to-one branch of a
     YOLO26 model beside its one-to-many branch: the two are decoded from the same features, as the capture
@@ -23,24 +25,38 @@ def rider_specs(orig: Any, calibrated: Any, heads: list[str], confs: Mapping[str
     prepared as val prepares a model for that mode (fused, ``end2end`` as ``nms=False`` sets it)."""
     import copy
 
-    sources = [("original", heads[0], orig)] + [(side, h, calibrated if side == "calibrated" else orig)
-                                                for h in heads[1:] for side in ("calibrated", "original")]
+    sources = [("original", heads[0], orig)] + [
+        (side, h, calibrated if side == "calibrated" else orig)
+        for h in heads[1:]
+        for side in ("calibrated", "original")
+    ]
     # the original was loaded for this pass alone: its last rider takes it as it is, the others a copy
     last = max(i for i, (side, _, _) in enumerate(sources) if side == "original")
-    return [(side, h, src if i == last else copy.deepcopy(src), HEAD_PREDICT_NMS[h] is False,
-             confs[h][side == "calibrated"]) for i, (side, h, src) in enumerate(sources)]
+    return [
+        (
+            side,
+            h,
+            src if i == last else copy.deepcopy(src),
+            HEAD_PREDICT_NMS[h] is False,
+            confs[h][side == "calibrated"],
+        )
+        for i, (side, h, src) in enumerate(sources)
+    ]
 
 
 def share_with_originals(stock: Any, riders: list[tuple[str, str, Any]]) -> int:
     """Make each original head of ``riders`` (``(side, head mode, fused Detect head)``, in the order they
-    run) read the layers it shares with the calibrated head of its mode (:func:`share_unchanged_layers`):
+    run) read the layers it shares with the calibrated head of its mode (:func:`_share_unchanged_layers`):
     ``stock``, the stock pass's head, for the first rider's mode (the first rider is the original in that
     mode), the calibrated rider of the mode for the others. Returns how many layers are read."""
     calibrated = {h: d for side, h, d in riders if side == "calibrated"}
     if riders:
         calibrated[riders[0][1]] = stock
-    return sum(share_unchanged_layers(calibrated[h], d) for side, h, d in riders
-               if side == "original" and h in calibrated)
+    return sum(
+        _share_unchanged_layers(calibrated[h], d)
+        for side, h, d in riders
+        if side == "original" and h in calibrated
+    )
 
 
 def _same_layer(a: Any, b: Any) -> bool:
@@ -52,10 +68,14 @@ def _same_layer(a: Any, b: Any) -> bool:
     import torch
 
     return sa.keys() == sb.keys() and all(
-        sa[k].dtype == sb[k].dtype and sa[k].stride() == sb[k].stride() and torch.equal(sa[k], sb[k]) for k in sa)
+        sa[k].dtype == sb[k].dtype
+        and sa[k].stride() == sb[k].stride()
+        and torch.equal(sa[k], sb[k])
+        for k in sa
+    )
 
 
-def share_unchanged_layers(source: Any, rider: Any) -> int:
+def _share_unchanged_layers(source: Any, rider: Any) -> int:
     """Make ``rider`` (a fused Detect head) read, instead of computing them, the outputs of the layers of
     its branch that ``source`` (a fused Detect head in the same mode, run first on the same features)
     has identically.
@@ -118,8 +138,9 @@ def _replay_class():
         def forward(self, x: Any) -> Any:
             (given, out), self.kept[:] = self.kept, [None, None]
             if out is None or given is not x:
-                raise RuntimeError("a shared head layer was read on another input than the head it shares")
+                raise RuntimeError(
+                    "a shared head layer was read on another input than the head it shares"
+                )
             return out
 
     return Replay
-

@@ -1,3 +1,72 @@
 """What the calibrate, ensemble and check jobs share: their settings, the inputs and the pre-flight
 checks, where their boxes come from (the capture, or earlier boxes), the one clock of their stages and
 the command line's process tuning."""
+
+from det_calib.lazy import lazy_exports
+
+_EXPORTS = {
+    "BoxSource": "capturing",
+    "startup_imports": "capturing",
+    "add_cpu": "clock",
+    "begin": "clock",
+    "output_folder": "clock",
+    "reset": "clock",
+    "stage": "clock",
+    "start": "clock",
+    "timings": "clock",
+    "check_detections_inputs": "detections",
+    "detections_inputs": "detections",
+    "detections_outputs": "detections",
+    "detections_source": "detections",
+    "read_check_detections": "detections",
+    "Inputs": "inputs",
+    "default_inputs": "inputs",
+    "load_splits": "inputs",
+    "resolve_inputs": "inputs",
+    "quick_exit": "process_tuning",
+    "tune_process": "process_tuning",
+    "capture_settings": "reuse",
+    "run_fingerprints": "reuse",
+    "run_meta": "reuse",
+    "write_run_boxes": "reuse",
+    "SETTINGS_FIELDS": "settings",
+    "Settings": "settings",
+    "fit_floors": "settings",
+    "opt": "settings",
+    "settings_of": "settings",
+}
+
+__all__ = [
+    "BoxSource",
+    "Inputs",
+    "SETTINGS_FIELDS",
+    "Settings",
+    "add_cpu",
+    "begin",
+    "capture_settings",
+    "check_detections_inputs",
+    "default_inputs",
+    "detections_inputs",
+    "detections_outputs",
+    "detections_source",
+    "fit_floors",
+    "load_splits",
+    "opt",
+    "output_folder",
+    "preflight",
+    "quick_exit",
+    "read_check_detections",
+    "reset",
+    "resolve_inputs",
+    "run_fingerprints",
+    "run_meta",
+    "settings_of",
+    "stage",
+    "start",
+    "startup_imports",
+    "timings",
+    "tune_process",
+    "write_run_boxes",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

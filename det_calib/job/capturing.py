@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from det_calib.capture.exported import make_capturer
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.job import clock
@@ -22,9 +23,9 @@ from det_calib.job.settings import Settings
 from det_calib.tasks import payload_labelled
 from det_calib.thresholds.class_sets import keep_class_logits
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["BoxSource", "capture_split", "open_capturer", "startup_imports"]
+__all__ = ["BoxSource", "startup_imports"]
 
 
 def startup_imports() -> None:
@@ -32,8 +33,6 @@ def startup_imports() -> None:
     command line's process has them already, charged to ``imports`` from its start
     (:func:`det_calib.job.process_tuning.tune_process`)."""
     import ultralytics  # noqa: F401
-
-    import det_calib.capture.predictor  # noqa: F401
 
 
 class BoxSource:
@@ -44,11 +43,13 @@ class BoxSource:
     whose fingerprints (:attr:`fingerprints`) the run's ``boxes.parquet`` records. ``class_logits``: the
     capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets)."""
 
-    def __init__(self, inputs: Inputs, splits: Sequence[Split], s: Settings, *, class_logits: bool = False) -> None:
+    def __init__(
+        self, inputs: Inputs, splits: Sequence[Split], s: Settings, *, class_logits: bool = False
+    ) -> None:
         self.inputs, self.splits, self.s = inputs, list(splits), s
         self.fingerprints: dict[str, Any] | None = None
         self._read: dict[str, list[pl.DataFrame | None]] | None = None
-        self._cap = None if (s.boxes or s.detections) else open_capturer(inputs, s)
+        self._cap = None if (s.boxes or s.detections) else _open_capturer(inputs, s)
         if class_logits and self._cap is not None:
             keep_class_logits(self._cap)
 
@@ -58,12 +59,16 @@ class BoxSource:
         lets go of them, and of the detector after the last split)."""
         i = self.splits.index(split)
         if self._cap is not None:
-            out = capture_split(self._cap, self.inputs, split, self.s)
+            out = _capture_split(self._cap, self.inputs, split, self.s)
             if i == len(self.splits) - 1:
                 self._cap = None  # the detector's copy leaves before the figures
             return out
         if self._read is None:
-            read = read_run_detections if self.s.detections else functools.partial(reuse_boxes, self.s.boxes)
+            read = (
+                read_run_detections
+                if self.s.detections
+                else functools.partial(reuse_boxes, self.s.boxes)
+            )
             self._read, self.fingerprints = read(self.inputs, self.splits, self.s)
         out = {h: tables[i] for h, tables in self._read.items()}
         for tables in self._read.values():
@@ -72,17 +77,20 @@ class BoxSource:
 
 
 @clock.stage("model load")
-def open_capturer(inputs: Inputs, s: Settings) -> Any:
+def _open_capturer(inputs: Inputs, s: Settings) -> Any:
     """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export."""
-    from det_calib.capture.exported import make_capturer
 
     return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
 
 
-def capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
+def _capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str, pl.DataFrame]:
     """Head -> the capture table of one split (one forward pass per image for every head)."""
-    log.info("capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images))
-    if hasattr(cap, "payload"):  # a segment model's masks only where a figure reads them: ground-truth masks
+    _log.info(
+        "capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images)
+    )
+    if hasattr(
+        cap, "payload"
+    ):  # a segment model's masks only where a figure reads them: ground-truth masks
         cap.payload = payload_labelled(sp)
     raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
     return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
@@ -92,7 +100,8 @@ def _head_rows(raw: pl.DataFrame, head: str, sp: Split, s: Settings) -> pl.DataF
     rows = raw.filter(pl.col("head") == head)
     if rows.height == 0:
         raise InputError(
-            f"no boxes captured on split `{sp.name}` with the {head} head above conf {s.conf_floor}: "
+            f"no boxes captured on split `{sp.name}` with the {head} head above conf "
+            f"{s.conf_floor}: "
             "is this the right model for this data?"
         )
     return rows

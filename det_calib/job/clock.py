@@ -31,13 +31,22 @@ from det_calib.io import staged_output
 from det_calib.job.process_tuning import release
 from det_calib.record.timings import StageTime, Timings
 
-__all__ = ["add_cpu", "begin", "output_folder", "overall_peak", "peak_rss", "process_start", "reset", "since_process",
-           "stage", "start", "started", "timings"]
+__all__ = [
+    "add_cpu",
+    "begin",
+    "output_folder",
+    "overall_peak",
+    "peak_rss",
+    "reset",
+    "stage",
+    "start",
+    "timings",
+]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
 
-OTHER = "other"
+_OTHER = "other"
 
 
 class _Clock:
@@ -55,7 +64,7 @@ class _Clock:
     def charge(self, now: tuple[float, float]) -> None:
         """Charge the time since the last mark, and the peak memory, to the current stage (``other``
         outside every stage); the high-water mark starts afresh."""
-        name = self.stack[-1] if self.stack else OTHER
+        name = self.stack[-1] if self.stack else _OTHER
         self.walls[name] = self.walls.get(name, 0.0) + now[0] - self.mark[0]
         self.cpus[name] = self.cpus.get(name, 0.0) + now[1] - self.mark[1]
         self.peaks[name] = max(self.peaks.get(name, 0), _reset_peak())
@@ -97,7 +106,7 @@ def overall_peak() -> int:
     return max(_overall[0], peak_rss())
 
 
-def process_start(first_import: tuple[float, float] | None = None) -> tuple[float, float] | None:
+def _process_start(first_import: tuple[float, float] | None = None) -> tuple[float, float] | None:
     """Seconds since the interpreter started (wall, CPU), or None where the system does not say (Linux
     only: ``/proc/self/stat``).
 
@@ -118,17 +127,23 @@ def process_start(first_import: tuple[float, float] | None = None) -> tuple[floa
     since_fork = max(uptime - started, 0.0)
     if first_import is None:
         return since_fork, time.process_time()
-    return min(since_fork, time.perf_counter() - first_import[0] + first_import[1]), time.process_time()
+    return min(
+        since_fork, time.perf_counter() - first_import[0] + first_import[1]
+    ), time.process_time()
 
 
-def start(*, since_process: bool = False, first_stage: str = "imports",
-          first_import: tuple[float, float] | None = None) -> None:
+def start(
+    *,
+    since_process: bool = False,
+    first_stage: str = "imports",
+    first_import: tuple[float, float] | None = None,
+) -> None:
     """Start the clock now (forgetting an earlier run's stages). With ``since_process``, the origin is
     the process's start (the interpreter's, given ``first_import``: see :func:`process_start`) and the
     seconds up to now are charged to ``first_stage``."""
     reset()
     now = _now()
-    before = process_start(first_import) if since_process else None
+    before = _process_start(first_import) if since_process else None
     if before is None:
         _clock.origin, _clock.kind = now, "call"
     else:
@@ -137,7 +152,7 @@ def start(*, since_process: bool = False, first_stage: str = "imports",
     _clock.mark = now
 
 
-def started() -> bool:
+def _started() -> bool:
     """Whether the clock is running."""
     return _clock.origin is not None
 
@@ -150,7 +165,7 @@ def begin() -> None:
     _clock.claimed = True
 
 
-def since_process() -> bool:
+def _since_process() -> bool:
     """Whether the running clock counts from the process's start: the command line's own process,
     which ends when the command does."""
     return _clock.origin is not None and _clock.kind == "process"
@@ -205,7 +220,10 @@ def timings() -> Timings | None:
         return None
     now = _now()
     _clock.charge(now)
-    names = [n for n in _clock.walls if n != OTHER] + ([OTHER] if OTHER in _clock.walls else [])
-    return Timings(wall=now[0] - _clock.origin[0], cpu=now[1] - _clock.origin[1] + _clock.extra_cpu,
-                   stages={n: StageTime(_clock.walls[n], _clock.cpus[n], _clock.peaks.get(n)) for n in names},
-                   started=_clock.kind)
+    names = [n for n in _clock.walls if n != _OTHER] + ([_OTHER] if _OTHER in _clock.walls else [])
+    return Timings(
+        wall=now[0] - _clock.origin[0],
+        cpu=now[1] - _clock.origin[1] + _clock.extra_cpu,
+        stages={n: StageTime(_clock.walls[n], _clock.cpus[n], _clock.peaks.get(n)) for n in names},
+        started=_clock.kind,
+    )

@@ -17,16 +17,31 @@ from typing import Any
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.detections_file import DetectionsRead, image_keys, read_detections
-from det_calib.data.ground_truth import Split, list_images, load_data_yaml
+from det_calib.capture.detections_file import (
+    DetectionsRead,
+    detections_format,
+    image_keys,
+    read_detections,
+)
+from det_calib.capture.parts import data_fingerprint
+from det_calib.data.ground_truth import Split, image_suffixes, list_images, load_data_yaml
+from det_calib.deploy.portable import portable_head, raw_thresholds, write_portable_outputs
 from det_calib.errors import InputError
 from det_calib.job.inputs import Inputs, default_inputs
+from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
 from det_calib.job.settings import Settings
+from det_calib.record.run_result import ValCheck
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["check_detections_inputs", "detections_inputs", "detections_outputs", "detections_source",
-           "read_check_detections", "read_run_detections"]
+__all__ = [
+    "check_detections_inputs",
+    "detections_inputs",
+    "detections_outputs",
+    "detections_source",
+    "read_check_detections",
+    "read_run_detections",
+]
 
 
 def detections_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
@@ -34,14 +49,27 @@ def detections_inputs(model: str | Path | None, data: str | Path | None, s: Sett
     ``--head e2e``); a model or ``boxes`` given beside the file refused (the file's scores are the
     engine's, not the model's)."""
     if model is not None:
-        raise InputError("`model` and `detections` exclude each other: a run on a file of detections loads no model "
-                         "(its map is written as portable_map.json, docs/detections.md)")
+        raise InputError(
+            "`model` and `detections` exclude each other: a run on a file of detections loads no "
+            "model "
+            "(its map is written as portable_map.json, docs/detections.md)"
+        )
     if s.head == "both":
-        raise InputError("Expected `head` nms or e2e with `detections` (a file holds one head's boxes), but got both")
+        raise InputError(
+            "Expected `head` nms or e2e with `detections` (a file holds one head's boxes), but got "
+            "both"
+        )
     _, data = default_inputs(None, data) if data is None else (None, Path(data))
     ds = load_data_yaml(data)
     head = "nms" if s.head == "auto" else s.head
-    return Inputs(model=Path(s.detections), data=Path(data), yolo=None, ds=ds, heads=[head], imgsz=int(s.imgsz or 0))
+    return Inputs(
+        model=Path(s.detections),
+        data=Path(data),
+        yolo=None,
+        ds=ds,
+        heads=[head],
+        imgsz=int(s.imgsz or 0),
+    )
 
 
 def _known_keys(inputs: Inputs) -> set[str]:
@@ -62,26 +90,37 @@ def _known_keys(inputs: Inputs) -> set[str]:
     return known
 
 
-def read_run_detections(inputs: Inputs, splits: Sequence[Split], s: Settings
-                        ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
+def read_run_detections(
+    inputs: Inputs, splits: Sequence[Split], s: Settings
+) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
     """The file's boxes on each split (as :func:`det_calib.job.reuse.reuse_boxes` hands them back) and
     what ``boxes.parquet`` records about them (``detections``: :class:`DetectionsRead`)."""
-    from det_calib.capture.parts import data_fingerprint
-    from det_calib.job.reuse import capture_settings
 
     if s.boxes:  # an earlier run of this file: its boxes, checked against the file and the data
         return _reuse_detections_run(inputs, splits, s)
     head = inputs.heads[0]
-    tables, read = read_detections(s.detections, splits, list(inputs.ds.names), head=head,
-                                   known=_known_keys(inputs), coco_gt=s.coco_gt)
+    tables, read = read_detections(
+        s.detections,
+        splits,
+        list(inputs.ds.names),
+        head=head,
+        known=_known_keys(inputs),
+        coco_gt=s.coco_gt,
+    )
     floor = read.high_floor
     if floor is not None and s.fit_range is None and s.fit_min_conf is None:
         s.fit_range = f"{floor:.6g}"  # calibrated only above the file's lowest score
-        log.warning("the lowest score in %s is %.4g: fitting above it only", s.detections, floor)
+        _log.warning("the lowest score in %s is %.4g: fitting above it only", s.detections, floor)
     fingerprints = {
-        "format": 1, "model": _file_fingerprint(s.detections),
-        "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
-        "heads": [head], "settings": capture_settings(s, inputs.imgsz), "detections": read.to_dict(),
+        "format": 1,
+        "model": _file_fingerprint(s.detections),
+        "splits": {
+            sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+            for sp in splits
+        },
+        "heads": [head],
+        "settings": capture_settings(s, inputs.imgsz),
+        "detections": read.to_dict(),
     }
     return {head: tables}, fingerprints
 
@@ -91,24 +130,29 @@ def _file_fingerprint(source: str | Path) -> str:
     return f"detections:{Path(source).resolve()}"
 
 
-def _reuse_detections_run(inputs: Inputs, splits: Sequence[Split], s: Settings
-                          ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
+def _reuse_detections_run(
+    inputs: Inputs, splits: Sequence[Split], s: Settings
+) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
     """``calibrate --detections FILE --boxes RUN``: the boxes an earlier run read from FILE (RUN's
     ``boxes.parquet``, checked by :func:`det_calib.job.reuse.reuse_boxes` against the file, the splits'
     images and labels and the capture settings), matched again with this run's settings. What the file
     held (``detections``) and the fit floor it set come from that run."""
-    from det_calib.job.reuse import reuse_boxes, run_meta
 
     source = Path(s.boxes)
     run_file = source if source.is_file() else source / "boxes.parquet"
     meta = run_meta(run_file) if run_file.is_file() else None
     if meta is None or "detections" not in meta:
-        raise InputError(f"Expected `boxes` to be a run of a file of detections (its folder or boxes.parquet) with "
-                         f"`detections`, but got {source} (" + ("not a run's box table)" if meta is None else
-                                                               "a run of a model: give its `model`)"))
+        raise InputError(
+            "Expected `boxes` to be a run of a file of detections (its folder or boxes.parquet) "
+            "with "
+            f"`detections`, but got {source} ("
+            + ("not a run's box table)" if meta is None else "a run of a model: give its `model`)")
+        )
     if meta["model"] != _file_fingerprint(s.detections):
-        raise InputError(f"the boxes in {run_file} were read from another file of detections "
-                         f"({meta['model'].removeprefix('detections:')}, not {Path(s.detections).resolve()})")
+        raise InputError(
+            f"the boxes in {run_file} were read from another file of detections "
+            f"({meta['model'].removeprefix('detections:')}, not {Path(s.detections).resolve()})"
+        )
     read = DetectionsRead(**meta["detections"])
     if read.high_floor is not None and s.fit_range is None and s.fit_min_conf is None:
         s.fit_range = f"{read.high_floor:.6g}"  # as the run that read the file
@@ -119,7 +163,6 @@ def _reuse_detections_run(inputs: Inputs, splits: Sequence[Split], s: Settings
 def detections_source(run_dir: str | Path) -> str | None:
     """The file of detections a run was calibrated from (as its ``boxes.parquet`` records it); None for a
     run of a model (or a run folder without a box table)."""
-    from det_calib.job.reuse import run_meta
 
     path = Path(run_dir) / "boxes.parquet"
     model = str((run_meta(path) or {}).get("model", "")) if path.is_file() else ""
@@ -129,22 +172,41 @@ def detections_source(run_dir: str | Path) -> str | None:
 def check_detections_inputs(run: Any, source: str | Path, heads: Sequence[str], ds: Any) -> Inputs:
     """The inputs of ``check --detections``: no model; the one head the file is of; the run's matching
     rule, which must be box IoU (a file holds boxes, not masks, keypoints or rotated boxes)."""
-    from det_calib.capture.detections_file import detections_format
 
     detections_format(source)  # a file or folder that exists, of a format read
     if len(heads) != 1:
-        raise InputError(f"Expected one `head` with `detections` (a file holds one head's boxes), but the run has "
-                         f"{', '.join(heads)}: choose one with `head`")
+        raise InputError(
+            "Expected one `head` with `detections` (a file holds one head's boxes), but the run "
+            "has "
+            f"{', '.join(heads)}: choose one with `head`"
+        )
     rule = run.result.matching
     if rule is not None and rule.by != "box":
-        raise InputError(f"the run matched boxes by {rule.measure}: a file of detections holds boxes only, so it "
-                         "cannot be checked against it (check with `model`)")
-    return Inputs(model=Path(source), data=ds.yaml_path if ds is not None else Path(), yolo=None, ds=ds,
-                  heads=list(heads), imgsz=int(run.settings.imgsz or 0), matching=rule)
+        raise InputError(
+            f"the run matched boxes by {rule.measure}: a file of detections holds boxes only, so "
+            "it "
+            "cannot be checked against it (check with `model`)"
+        )
+    return Inputs(
+        model=Path(source),
+        data=ds.yaml_path if ds is not None else Path(),
+        yolo=None,
+        ds=ds,
+        heads=list(heads),
+        imgsz=int(run.settings.imgsz or 0),
+        matching=rule,
+    )
 
 
-def read_check_detections(source: str | Path, split: Split, inputs: Inputs, names: Sequence[str],
-                          calibrator: LogitCalibrator, method: str, conf: float) -> tuple[pl.DataFrame, DetectionsRead]:
+def read_check_detections(
+    source: str | Path,
+    split: Split,
+    inputs: Inputs,
+    names: Sequence[str],
+    calibrator: LogitCalibrator,
+    method: str,
+    conf: float,
+) -> tuple[pl.DataFrame, DetectionsRead]:
     """``check --detections``: the file's boxes of the new images (``split``; detections of the data's
     other images, or of the folder's images beyond ``--limit``, left out), and what was read.
 
@@ -153,23 +215,29 @@ def read_check_detections(source: str | Path, split: Split, inputs: Inputs, name
             check's kept set (calibrated conf above ``conf``) needs boxes it never wrote: a class whose raw
             threshold equivalent to ``conf`` is below the file's lowest score.
     """
-    from det_calib.deploy.portable import portable_head, raw_thresholds
 
     known = _known_keys(inputs) if inputs.ds is not None else _folder_keys(split.root)
     tables, read = read_detections(source, [split], list(names), head=inputs.heads[0], known=known)
     floor = read.high_floor
-    raw = raw_thresholds(portable_head(calibrator, method, len(names)), conf, len(names)) if floor else None
+    raw = (
+        raw_thresholds(portable_head(calibrator, method, len(names)), conf, len(names))
+        if floor
+        else None
+    )
     if raw is not None and min(raw) < floor:
         c = int(min(range(len(raw)), key=raw.__getitem__))
-        raise InputError(f"the lowest score in {source} is {floor:.4g}, but the check's kept set (calibrated conf "
-                         f"above {conf:g}) keeps {names[c]} boxes from a raw score of {raw[c]:.4g}: boxes it needs "
-                         "were never written; dump the detections at conf=0.001")
+        raise InputError(
+            f"the lowest score in {source} is {floor:.4g}, but the check's kept set (calibrated "
+            "conf "
+            f"above {conf:g}) keeps {names[c]} boxes from a raw score of {raw[c]:.4g}: boxes it "
+            "needs "
+            "were never written; dump the detections at conf=0.001"
+        )
     return tables[0], read
 
 
 def _folder_keys(root: Path | None) -> set[str]:
     """Every image under a folder of unlabelled images as a file may name it."""
-    from det_calib.data.ground_truth import image_suffixes
 
     if root is None:
         return set()
@@ -180,22 +248,26 @@ def _folder_keys(root: Path | None) -> set[str]:
     return known
 
 
-def detections_outputs(stage: Path, result: Any, fingerprints: dict[str, Any], s: Settings) -> list[str]:
+def detections_outputs(
+    stage: Path, result: Any, fingerprints: dict[str, Any], s: Settings
+) -> list[str]:
     """What a detections run writes in place of ``calibrated.pt`` (the portable map, its ONNX graph,
     the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run, and the
     summary's lines about the file."""
     import dataclasses
-
-    from det_calib.record.run_result import ValCheck
 
     read = DetectionsRead(**fingerprints["detections"])
     lines: list[str] = []
     for h in result.heads:
         lines += read.summary_lines(h, s.conf)
         if s.run_val:
-            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=ValCheck(
-                split=result.settings.eval_split, note="not run: a detections file: Ultralytics val cannot run a "
-                "foreign engine (the mAP check is COCO mAP of the file's own boxes)"))
-    from det_calib.deploy.portable import write_portable_outputs
+            result.results[h] = dataclasses.replace(
+                result.results[h],
+                ultralytics_val=ValCheck(
+                    split=result.settings.eval_split,
+                    note="not run: a detections file: Ultralytics val cannot run a "
+                    "foreign engine (the mAP check is COCO mAP of the file's own boxes)",
+                ),
+            )
 
     return lines + write_portable_outputs(stage, result, conf=s.conf)

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from det_calib import demo
+from det_calib.capture.exported import is_export, load_export
+from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
 from det_calib.data.box_table import HEADS
 from det_calib.data.ground_truth import (
     Dataset,
@@ -24,11 +27,13 @@ from det_calib.job.settings import Settings
 from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------- steps
-def resolve_splits(ds: Dataset, fit_split: str | None, eval_split: str | None) -> tuple[str, str | None, bool]:
+def _resolve_splits(
+    ds: Dataset, fit_split: str | None, eval_split: str | None
+) -> tuple[str, str | None, bool]:
     """Choose the fit and eval splits.
 
     Explicit names win. Otherwise ``calib`` and ``test``; else the first two of
@@ -54,7 +59,10 @@ def resolve_splits(ds: Dataset, fit_split: str | None, eval_split: str | None) -
         return have[0], have[1], False
     if have:
         return have[0], None, True
-    raise InputError(f"{ds.yaml_path} has none of the splits calib, val, test; name them with `fit_split`/`eval_split`")
+    raise InputError(
+        f"{ds.yaml_path} has none of the splits calib, val, test; name them with "
+        "`fit_split`/`eval_split`"
+    )
 
 
 @dataclass
@@ -86,24 +94,25 @@ class Inputs:
 def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
     """The model and data a run uses: both as given; neither: the embedded demo detector and its data;
     the demo segment model alone: the segment demo data (:func:`det_calib.demo.default_data_of`)."""
-    from det_calib import demo
 
     if model is None and data is None:
         return demo.demo_model(), demo.demo_data_yaml()
     if data is None:
         data = demo.default_data_of(model)
     if model is None or data is None:
-        raise InputError("give both `model` and `data`, or neither (to run on the embedded demo model and data)")
+        raise InputError(
+            "give both `model` and `data`, or neither (to run on the embedded demo model and data)"
+        )
     return Path(model), Path(data)
 
 
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
     """Load the detector and the dataset, check they agree, choose the heads and the image size."""
-    from det_calib.capture.exported import is_export, load_export
-    from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
 
     model, data = default_inputs(model, data)
-    exported = is_export(model)  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
+    exported = is_export(
+        model
+    )  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
     yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
@@ -111,31 +120,49 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
-        raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")
-    return Inputs(model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo)))
+        raise InputError(
+            f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` "
+            f"{have[0]}"
+        )
+    return Inputs(
+        model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo))
+    )
 
 
-def load_splits(ds: Dataset, s: Settings, *, task: str = "detect",
-                payload_shape: tuple[int, int] | None = None) -> tuple[Split, Split]:
-    """The fit and the eval split (see :func:`resolve_splits`), read for the model's task by
+def load_splits(
+    ds: Dataset, s: Settings, *, task: str = "detect", payload_shape: tuple[int, int] | None = None
+) -> tuple[Split, Split]:
+    """The fit and the eval split (see :func:`_resolve_splits`), read for the model's task by
     :func:`~det_calib.tasks.task_splits.load_task_split`: for a ``segment`` model each with its ground-truth
     masks (YOLO polygons or COCO ``segmentation``) unless ``--match box`` asks for none; for a ``pose`` model
     its keypoints (``kpt_shape`` of data.yaml, checked against the model's ``kpt_shape``); for an ``obb``
     model its rotated boxes."""
-    fit_name, eval_name, halve = resolve_splits(ds, s.fit_split, s.eval_split)
+    fit_name, eval_name, halve = _resolve_splits(ds, s.fit_split, s.eval_split)
 
     def load(name: str) -> Split:
-        return load_task_split(ds, name, task=task, match=s.match, payload_shape=payload_shape, coco_gt=s.coco_gt,
-                               limit=s.limit)
+        return load_task_split(
+            ds,
+            name,
+            task=task,
+            match=s.match,
+            payload_shape=payload_shape,
+            coco_gt=s.coco_gt,
+            limit=s.limit,
+        )
 
     if halve:
         whole = load(fit_name)
         fit, ev = half_split(whole, seed=s.seed)
-        log.info("fit and eval: image-level halves of `%s` (%d + %d images)", fit_name, len(fit.images), len(ev.images))
+        _log.info(
+            "fit and eval: image-level halves of `%s` (%d + %d images)",
+            fit_name,
+            len(fit.images),
+            len(ev.images),
+        )
     else:
         fit = load(fit_name)
         ev = load(eval_name)
     for sp in (fit, ev):
         if sp.corrupt:
-            log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))
+            _log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))
     return fit, ev

@@ -10,7 +10,7 @@ checked by :func:`det_calib.data.ground_truth.check_label_line`), compares the c
 - the options that :meth:`det_calib.job.settings.Settings.validate` does not cover, and the torch
   device (without touching the model);
 - the output folder: not a file, creatable, writable, and with free disk for the outputs
-  (:func:`estimate_output_bytes`);
+  (:func:`_estimate_output_bytes`);
 - the ground truth: at least one box in the fit split and one in the eval split.
 
 Errors name parameters by their Python name in backquotes (`out`, `fit_split`) and carry them in
@@ -31,18 +31,25 @@ from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.job.settings import Settings
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-OUTPUT_FILES = ("boxes.parquet", "calibrated.pt", "calibration.json", "summary.txt", "report.html", "report.md")
+_OUTPUT_FILES = (
+    "boxes.parquet",
+    "calibrated.pt",
+    "calibration.json",
+    "summary.txt",
+    "report.html",
+    "report.md",
+)
 """Files a run writes into the output folder (and a ``figures/`` folder with the report)."""
 
-BOX_ROW_BYTES = 32
+_BOX_ROW_BYTES = 32
 """Parquet bytes per row of ``boxes.parquet``, rounded up (21-24 measured on the demo runs)."""
 
-REPORT_HEAD_BYTES = 1 << 20
+_REPORT_HEAD_BYTES = 1 << 20
 """Report bytes per head: HTML with embedded figures, Markdown, PNGs, JSON (about 0.7 MB measured)."""
 
-REPORT_CLASS_BYTES = 20_000
+_REPORT_CLASS_BYTES = 20_000
 """Report bytes per class and head (per-class rows and figure panels)."""
 
 
@@ -51,7 +58,7 @@ class Preflight:
     """What :func:`preflight` measured (the run goes on only when every check passed).
 
     Attributes:
-        out_bytes: Estimated size of the outputs (:func:`estimate_output_bytes`).
+        out_bytes: Estimated size of the outputs (:func:`_estimate_output_bytes`).
         free_bytes: Free disk where the output folder is (or will be created).
         gt_boxes: Ground-truth boxes (not crowd) per role, ``{"fit": n, "eval": n}``.
         skipped_images: Images left out of the fit and eval splits: unreadable, or with a
@@ -91,9 +98,9 @@ def preflight(
         InputError: An option, the device, the output folder or a split's ground truth is not
             usable; the message names the parameter or file.
     """
-    check_options(settings)
-    check_device(settings.device)
-    need = estimate_output_bytes(
+    _check_options(settings)
+    _check_device(settings.device)
+    need = _estimate_output_bytes(
         model=model,
         n_images=len(fit.images) + len(ev.images),
         n_heads=len(heads),
@@ -101,17 +108,24 @@ def preflight(
         n_classes=n_classes,
         report=settings.report,
     )
-    free = check_output_folder(out, need_bytes=need)
-    gt = {"fit": check_ground_truth(fit, role="fit"), "eval": check_ground_truth(ev, role="eval")}
+    free = _check_output_folder(out, need_bytes=need)
+    gt = {"fit": _check_ground_truth(fit, role="fit"), "eval": _check_ground_truth(ev, role="eval")}
     skipped = len(set(fit.corrupt) | set(ev.corrupt))
-    log.info(
-        "preflight: %d + %d images, %d + %d ground-truth boxes, %d image(s) skipped; outputs need about %s, %s free",
-        len(fit.images), len(ev.images), gt["fit"], gt["eval"], skipped, _size(need), _size(free),
+    _log.info(
+        "preflight: %d + %d images, %d + %d ground-truth boxes, %d image(s) skipped; outputs need "
+        "about %s, %s free",
+        len(fit.images),
+        len(ev.images),
+        gt["fit"],
+        gt["eval"],
+        skipped,
+        _size(need),
+        _size(free),
     )
     return Preflight(out_bytes=need, free_bytes=free, gt_boxes=gt, skipped_images=skipped)
 
 
-def check_options(s: Settings) -> None:
+def _check_options(s: Settings) -> None:
     """Options that :meth:`Settings.validate` leaves unchecked.
 
     Raises:
@@ -119,16 +133,20 @@ def check_options(s: Settings) -> None:
             ``min_class_boxes`` negative.
     """
     if s.imgsz is not None and (not _is_int(s.imgsz) or s.imgsz < 1):
-        raise InputError(f"Expected `imgsz` to be an integer larger than 0, but got {s.imgsz!r}", param="imgsz")
+        raise InputError(
+            f"Expected `imgsz` to be an integer larger than 0, but got {s.imgsz!r}", param="imgsz"
+        )
     if not 0 < s.nms_iou <= 1:
         raise InputError(f"Expected `nms_iou` in (0, 1], but got {s.nms_iou}", param="nms_iou")
     for name in ("seed", "min_class_boxes"):
         v = getattr(s, name)
         if not _is_int(v) or v < 0:
-            raise InputError(f"Expected `{name}` to be an integer of 0 or more, but got {v!r}", param=name)
+            raise InputError(
+                f"Expected `{name}` to be an integer of 0 or more, but got {v!r}", param=name
+            )
 
 
-def check_device(device: str | None) -> None:
+def _check_device(device: str | None) -> None:
     """Check that a torch device exists, as Ultralytics will select it (no model is moved).
 
     Raises:
@@ -145,27 +163,33 @@ def check_device(device: str | None) -> None:
         raise InputError(f"`device` {device!r} is not available: {first}", param="device") from None
 
 
-def estimate_output_bytes(
-    *, model: str | Path, n_images: int, n_heads: int, max_det: int, n_classes: int, report: bool = True
+def _estimate_output_bytes(
+    *,
+    model: str | Path,
+    n_images: int,
+    n_heads: int,
+    max_det: int,
+    n_classes: int,
+    report: bool = True,
 ) -> int:
     """Upper estimate of the bytes a run writes into its output folder.
 
     ``calibrated.pt`` is written in float32, so it is about twice a float16 checkpoint: 2 x the
     model file. ``boxes.parquet`` has at most ``max_det`` boxes per image and head, at
-    :data:`BOX_ROW_BYTES` each (the capture floor 0.001 fills ``max_det`` on many models). The
-    report is :data:`REPORT_HEAD_BYTES` per head plus :data:`REPORT_CLASS_BYTES` per class and head.
+    :data:`_BOX_ROW_BYTES` each (the capture floor 0.001 fills ``max_det`` on many models). The
+    report is :data:`_REPORT_HEAD_BYTES` per head plus :data:`_REPORT_CLASS_BYTES` per class and head.
     Old outputs are replaced only at the end, so they are not counted as free.
 
     Returns:
         Bytes.
     """
     model_bytes = Path(model).stat().st_size if Path(model).is_file() else 0
-    boxes = n_images * n_heads * max_det * BOX_ROW_BYTES
-    rep = n_heads * (REPORT_HEAD_BYTES + n_classes * REPORT_CLASS_BYTES) if report else 0
+    boxes = n_images * n_heads * max_det * _BOX_ROW_BYTES
+    rep = n_heads * (_REPORT_HEAD_BYTES + n_classes * _REPORT_CLASS_BYTES) if report else 0
     return int(2 * model_bytes + boxes + rep + 100_000)  # + calibration.json, summary.txt
 
 
-def check_output_folder(out: str | Path, *, need_bytes: int = 0) -> int:
+def _check_output_folder(out: str | Path, *, need_bytes: int = 0) -> int:
     """Check that the output folder can be created and written, with ``need_bytes`` free.
 
     Nothing is created: the folder that would hold ``out`` is probed with a temporary file
@@ -188,30 +212,38 @@ def check_output_folder(out: str | Path, *, need_bytes: int = 0) -> int:
         base = base.parent
     if not base.is_dir():
         raise InputError(f"`out` cannot be created: {base} is a file, not a folder", param="out")
-    for name in OUTPUT_FILES:
+    for name in _OUTPUT_FILES:
         if (out / name).is_dir():
-            raise InputError(f"`out` holds a folder where the output file goes: {out / name}", param="out")
+            raise InputError(
+                f"`out` holds a folder where the output file goes: {out / name}", param="out"
+            )
     if (out / "figures").exists() and not (out / "figures").is_dir():
-        raise InputError(f"`out` holds a file where the figures folder goes: {out / 'figures'}", param="out")
+        raise InputError(
+            f"`out` holds a file where the figures folder goes: {out / 'figures'}", param="out"
+        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".det_calib-probe-", dir=base)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
         raise InputError(
-            f"`out` is not writable: cannot create a file in {base} ({e.strerror or type(e).__name__})", param="out"
+            f"`out` is not writable: cannot create a file in {base} "
+            f"({e.strerror or type(e).__name__})",
+            param="out",
         ) from None
     free = shutil.disk_usage(base).free
     if free < need_bytes:
         raise InputError(
-            f"not enough free disk for `out` ({out}): the outputs need up to {_size(need_bytes)}, {base} has "
-            f"{_size(free)} free; free some space, choose another `out`, or lower `max_det` or `limit`",
+            f"not enough free disk for `out` ({out}): the outputs need up to {_size(need_bytes)}, "
+            f"{base} has "
+            f"{_size(free)} free; free some space, choose another `out`, or lower `max_det` or "
+            "`limit`",
             param=("out", "max_det", "limit"),
         )
     return free
 
 
-def check_ground_truth(split: Split, *, role: Literal["fit", "eval"]) -> int:
+def _check_ground_truth(split: Split, *, role: Literal["fit", "eval"]) -> int:
     """Check that a split has ground-truth boxes (crowd annotations do not count).
 
     Without any, every captured box would count as incorrect: the fit has nothing to fit, the
@@ -227,12 +259,19 @@ def check_ground_truth(split: Split, *, role: Literal["fit", "eval"]) -> int:
     if n:
         return n
     param = f"{role}_split"
-    why = "its label files are empty or missing" if not split.gt.height else "all its annotations are crowd annotations"
+    why = (
+        "its label files are empty or missing"
+        if not split.gt.height
+        else "all its annotations are crowd annotations"
+    )
     if split.bad_labels:
-        why += (f"; {len(split.bad_labels)} more image(s) were left out for a malformed label, "
-                f"first {split.bad_labels[0]}")
+        why += (
+            f"; {len(split.bad_labels)} more image(s) were left out for a malformed label, "
+            f"first {split.bad_labels[0]}"
+        )
     raise InputError(
-        f"the {role} split `{split.name}` has no ground-truth boxes in its {len(split.images)} images ({why}): "
+        f"the {role} split `{split.name}` has no ground-truth boxes in its {len(split.images)} "
+        f"images ({why}): "
         f"every box would count as incorrect; add labels or choose another `{param}`",
         param=param,
     )

@@ -43,7 +43,6 @@ def tune_process(*, preload: bool) -> None:
     if preload:
         import ultralytics  # noqa: F401
 
-        import det_calib.capture.predictor  # noqa: F401
     gc.freeze()
 
 
@@ -97,10 +96,12 @@ def _malloc_trim():
     return fn
 
 
-_SYMBOLS = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-            ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-            ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-            ("openblas_set_num_threads", "openblas_get_num_threads"))
+_SYMBOLS = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
 
 
 @functools.cache
@@ -109,8 +110,13 @@ def _openblas() -> tuple | None:
     import numpy  # noqa: F401  (loads its BLAS)
 
     try:
-        paths = sorted({line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-                        if "openblas" in line.lower() and line.split()[-1].startswith("/")})
+        paths = sorted(
+            {
+                line.split()[-1]
+                for line in Path("/proc/self/maps").read_text().splitlines()
+                if "openblas" in line.lower() and line.split()[-1].startswith("/")
+            }
+        )
     except OSError:
         return None
     for path in paths:

@@ -18,35 +18,45 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA
+from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
+from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA, read_boxes
 from det_calib.errors import InputError
+from det_calib.io import atomic_path
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
+from det_calib.tasks.task_splits import captured_split
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.data.ground_truth import Split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-RUN_KEY = b"det_calib.run"
+_RUN_KEY = b"det_calib.run"
 _CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), ("imgsz", "imgsz"))
 """Settings field -> capture setting that must agree for boxes to be reused."""
 
 
 def capture_settings(s: Settings, imgsz: int) -> dict[str, Any]:
     """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them."""
-    return {"conf": float(s.conf_floor), "iou": float(s.nms_iou), "max_det": int(s.max_det), "imgsz": int(imgsz),
-            "batch": int(s.batch)}
+    return {
+        "conf": float(s.conf_floor),
+        "iou": float(s.nms_iou),
+        "max_det": int(s.max_det),
+        "imgsz": int(imgsz),
+        "batch": int(s.batch),
+    }
 
 
 def run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
     """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
-    from det_calib.capture.parts import data_fingerprint, model_fingerprint
 
     return {
         "format": 1,
         "model": model_fingerprint(inputs.model),
-        "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
+        "splits": {
+            sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+            for sp in splits
+        },
         "heads": list(inputs.heads),
         "settings": capture_settings(s, inputs.imgsz),
     }
@@ -56,10 +66,10 @@ def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, 
     """Write a run's box table with its fingerprints in the Parquet metadata (atomically)."""
     import pyarrow.parquet as pq
 
-    from det_calib.io import atomic_path
-
     table = df.to_arrow()
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_KEY: json.dumps(fingerprints).encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), _RUN_KEY: json.dumps(fingerprints).encode()}
+    )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return Path(path)
@@ -70,7 +80,7 @@ def run_meta(path: str | Path) -> dict[str, Any] | None:
     import pyarrow.parquet as pq
 
     try:
-        raw = (pq.read_schema(path).metadata or {}).get(RUN_KEY)
+        raw = (pq.read_schema(path).metadata or {}).get(_RUN_KEY)
     except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
         raise InputError(f"cannot read box table {path}: {e}") from None
     return None if raw is None else json.loads(raw)
@@ -83,8 +93,10 @@ def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Pa
         if isinstance(have, list):  # Capturer records imgsz as [h, w]
             have = max(have)
         if have != want[key]:
-            raise InputError(f"the boxes in {where} were captured with `{field}` {have}, not {want[key]}: "
-                             f"capture again or pass `{field}` {have}")
+            raise InputError(
+                f"the boxes in {where} were captured with `{field}` {have}, not {want[key]}: "
+                f"capture again or pass `{field}` {have}"
+            )
 
 
 def _base_split(name: str) -> str:
@@ -99,12 +111,18 @@ def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
     kept): new ``image_id`` and ``split`` columns, the others shared with ``df``, not copied (at
     COCO scale the box table is the run's memory)."""
     names = sp.image_names()
-    cols = [c for c in (*CAPTURE_COLUMNS, *PAYLOAD_SCHEMA) if c in df.columns]  # a task's payload rides along
-    lookup = pl.DataFrame({"image": names, "_id": list(range(len(names)))},
-                          schema={"image": pl.String, "_id": pl.Int64})
+    cols = [
+        c for c in (*CAPTURE_COLUMNS, *PAYLOAD_SCHEMA) if c in df.columns
+    ]  # a task's payload rides along
+    lookup = pl.DataFrame(
+        {"image": names, "_id": list(range(len(names)))},
+        schema={"image": pl.String, "_id": pl.Int64},
+    )
     ids = df.select("image").join(lookup, on="image", how="left", maintain_order="left")["_id"]
-    rows = df.select(cols).with_columns(ids.cast(df.schema["image_id"]).alias("image_id"),
-                                        pl.lit(sp.name, dtype=pl.String).alias("split"))
+    rows = df.select(cols).with_columns(
+        ids.cast(df.schema["image_id"]).alias("image_id"),
+        pl.lit(sp.name, dtype=pl.String).alias("split"),
+    )
     if ids.null_count():
         rows = rows.filter(ids.is_not_null())
     if rows.height == 0:
@@ -120,13 +138,18 @@ def _of(df: pl.DataFrame, column: str, value: str) -> pl.DataFrame:
     n = int(hit.sum())
     if n == df.height:
         return df
-    if n and hit[first:first + n].all():
+    if n and hit[first : first + n].all():
         return df.slice(first, n)
     return df.filter(pl.Series(hit))
 
 
 def reuse_boxes(
-    source: str | Path, inputs: Inputs, splits: Sequence[Split], s: Settings, *, model_fp: str | None = None
+    source: str | Path,
+    inputs: Inputs,
+    splits: Sequence[Split],
+    s: Settings,
+    *,
+    model_fp: str | None = None,
 ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, Any]]:
     """Captured boxes of every head on each split, from an earlier run or from capture parts.
 
@@ -157,49 +180,65 @@ def reuse_boxes(
     missing = [h for h in inputs.heads if h not in have_heads]
     if missing:
         hint = f"; choose `head` {have_heads[0]}" if have_heads else ""
-        raise InputError(f"the boxes in {source} have no `{missing[0]}` head (they have: "
-                         f"{', '.join(have_heads) or 'none'}){hint}")
+        raise InputError(
+            f"the boxes in {source} have no `{missing[0]}` head (they have: "
+            f"{', '.join(have_heads) or 'none'}){hint}"
+        )
     captured: dict[str, list[pl.DataFrame]] = {h: [] for h in inputs.heads}
     for sp in splits:
         rows = _rows_of(frames.pop(sp.name), sp, source)
         for h in inputs.heads:
             captured[h].append(_of(rows, "head", h))
     fingerprints = {**fingerprints, "heads": list(inputs.heads)}
-    log.info("reusing the boxes in %s (no capture)", source)
+    _log.info("reusing the boxes in %s (no capture)", source)
     return captured, fingerprints
 
 
 _Frames = tuple[dict[str, pl.DataFrame], list[str], dict[str, Any]]
 
 
-def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: Settings,
-                   model_fp: str | None = None) -> _Frames:
+def _from_run_file(
+    run_file: Path,
+    inputs: Inputs,
+    splits: Sequence[Split],
+    s: Settings,
+    model_fp: str | None = None,
+) -> _Frames:
     """Split name -> its rows of an earlier run's ``boxes.parquet``, the heads there, its fingerprints
     (checked against the model, the data of every split and the capture settings)."""
-    from det_calib.capture.parts import data_fingerprint, model_fingerprint
-    from det_calib.data.box_table import read_boxes
 
     meta = run_meta(run_file)
     if meta is None:
-        raise InputError(f"{run_file} records no model/data fingerprints (written by an older det_calib): "
-                         "run calibrate without `boxes` once")
+        raise InputError(
+            f"{run_file} records no model/data fingerprints (written by an older det_calib): "
+            "run calibrate without `boxes` once"
+        )
     if model_fp is None and str(meta["model"]).startswith("detections:"):
-        raise InputError(f"the boxes in {run_file} were read from a file of detections "
-                         f"({meta['model'].removeprefix('detections:')}): give that file with `detections`")
+        raise InputError(
+            f"the boxes in {run_file} were read from a file of detections "
+            f"({meta['model'].removeprefix('detections:')}): give that file with `detections`"
+        )
     model_fp = model_fp or model_fingerprint(inputs.model)
     if meta["model"] != model_fp:
-        raise InputError(f"the boxes in {run_file} were captured with another model "
-                         f"({meta['model'][:19]}..., not {model_fp[:19]}...)")
+        raise InputError(
+            f"the boxes in {run_file} were captured with another model "
+            f"({meta['model'][:19]}..., not {model_fp[:19]}...)"
+        )
     _check_settings(meta["settings"], s, inputs.imgsz, run_file)
     df = read_boxes(run_file)
     frames = {}
     for sp in splits:
         recorded = meta["splits"].get(sp.name)
         if recorded is None:
-            raise InputError(f"{run_file} has no boxes of split `{sp.name}` (it has: {', '.join(meta['splits'])})")
+            raise InputError(
+                f"{run_file} has no boxes of split `{sp.name}` (it has: "
+                f"{', '.join(meta['splits'])})"
+            )
         if recorded != data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt):
-            raise InputError(f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
-                             "(images or labels differ)")
+            raise InputError(
+                f"the boxes in {run_file} were captured on other data for split `{sp.name}` "
+                "(images or labels differ)"
+            )
         frames[sp.name] = _of(df, "split", sp.name)
     return frames, meta["heads"], meta
 
@@ -207,8 +246,6 @@ def _from_run_file(run_file: Path, inputs: Inputs, splits: Sequence[Split], s: S
 def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settings) -> _Frames:
     """Split name -> its rows of ``det-calib capture`` parts (one folder, or one sub-folder per
     split), the heads every split's parts have, and the fingerprints the new run records."""
-    from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
-    from det_calib.tasks.task_splits import captured_split
 
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None
@@ -221,22 +258,50 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
         # the whole split the parts were captured on: the run's own split unless it is a half or
         # --limit took part of it (then read again), and its fingerprint computed once
         same = sp.name == base and s.limit is None and not sp.corrupt
-        whole = sp if same else captured_split(inputs.ds, base, task=inputs.task, payload_shape=inputs.payload_shape,
-                                               coco_gt=s.coco_gt, limit=s.limit)
+        whole = (
+            sp
+            if same
+            else captured_split(
+                inputs.ds,
+                base,
+                task=inputs.task,
+                payload_shape=inputs.payload_shape,
+                coco_gt=s.coco_gt,
+                limit=s.limit,
+            )
+        )
         expect = data_fingerprint(whole.images, names=whole.image_names(), coco_gt=s.coco_gt)
         df, meta = read_parts_with_meta(folder, expect_model=model_fp)
         if meta["split"] != base:
-            raise InputError(f"the parts in {folder} are of split `{meta['split']}`, not `{base}`: put each "
-                             f"split's parts in a sub-folder named as the split")
+            raise InputError(
+                f"the parts in {folder} are of split `{meta['split']}`, not `{base}`: put each "
+                f"split's parts in a sub-folder named as the split"
+            )
         if meta["data"] != expect:
-            raise InputError(f"the boxes in {folder} were captured on other data for split `{base}` "
-                             "(images or labels differ)")
+            raise InputError(
+                f"the boxes in {folder} were captured on other data for split `{base}` "
+                "(images or labels differ)"
+            )
         _check_settings(meta["settings"], s, inputs.imgsz, folder)
         settings["batch"] = meta["settings"].get("batch", settings["batch"])
         frames[sp.name] = _of(df, "split", base)
-        recorded_fp[sp.name] = expect if same else data_fingerprint(sp.images, names=sp.image_names(),
-                                                                    coco_gt=s.coco_gt)
-        have_heads = meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
+        recorded_fp[sp.name] = (
+            expect
+            if same
+            else data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+        )
+        have_heads = (
+            meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
+        )
     heads = have_heads or []
-    return frames, heads, {"format": 1, "model": model_fp, "splits": recorded_fp, "heads": heads,
-                           "settings": settings}
+    return (
+        frames,
+        heads,
+        {
+            "format": 1,
+            "model": model_fp,
+            "splits": recorded_fp,
+            "heads": heads,
+            "settings": settings,
+        },
+    )

@@ -26,10 +26,10 @@ from det_calib.thresholds.criteria import Fallback, Unit
 from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 from det_calib.validation import check_choice
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
-def calibration_methods() -> tuple[str, ...]:
+def _calibration_methods() -> tuple[str, ...]:
     """Values of ``--method``: every registered method but ``none``, then ``auto``."""
     return (*(m for m in registry.methods() if m != "none"), "auto")
 
@@ -38,35 +38,48 @@ def _words(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
-def method_help() -> str:
+def _method_help() -> str:
     """The help of ``--method`` (the registered methods)."""
     glob = registry.global_methods()
-    named = [m for m in glob if m != "none"] + [m for m in registry.methods() if registry.method_reranks(m)]
-    return (f"calibration map: auto (default: chosen per head by cross-validation grouped by image among "
-            f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or one by "
-            f"name: {', '.join(named)}")
+    named = [m for m in glob if m != "none"] + [
+        m for m in registry.methods() if registry.method_reranks(m)
+    ]
+    return (
+        "calibration map: auto (default: chosen per head by cross-validation grouped by image "
+        "among "
+        f"{_words(glob)}, the maps that keep every box's ranking; `none` keeps the raw scores), or "
+        "one by "
+        f"name: {', '.join(named)}"
+    )
 
 
-def per_class_help() -> str:
+def _per_class_help() -> str:
     """The help of ``--per-class`` (the registered per-class methods)."""
     per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
-    return (f"let --method auto also consider the per-class maps ({per}; they can change which class wins a box, "
-            "see the mAP promise)")
+    return (
+        f"let --method auto also consider the per-class maps ({per}; they can change which class "
+        "wins a box, "
+        "see the mAP promise)"
+    )
 
 
-def size_maps_help() -> str:
+def _size_maps_help() -> str:
     """The help of ``--size-maps`` (the registered size-conditioned methods)."""
     size = ", ".join(registry.size_methods())
-    return (f"let --method auto also consider the size-conditioned maps ({size}; they read each box's size, "
-            "re-rank boxes, so mAP is measured before and after, and cannot fold into calibrated.pt: "
-            "deploy them with det_calib.attach)")
+    return (
+        f"let --method auto also consider the size-conditioned maps ({size}; they read each box's "
+        "size, "
+        "re-rank boxes, so mAP is measured before and after, and cannot fold into calibrated.pt: "
+        "deploy them with det_calib.attach)"
+    )
 
 
-FIT_RANGES: tuple[str, ...] = ("all", "operating")
+_FIT_RANGES: tuple[str, ...] = ("all", "operating")
 
 
-def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, conf: tuple[float, ...]
-               ) -> tuple[float, ...]:
+def fit_floors(
+    method: str, fit_range: str | None, fit_min_conf: float | None, conf: tuple[float, ...]
+) -> tuple[float, ...]:
     """Fit floors (raw conf above which boxes are fitted on; 0.0 = every box) for the settings.
 
     ``fit_range``: ``"all"`` (0.0), ``"operating"`` (half the lowest ``conf``: the boxes a user
@@ -77,7 +90,9 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
     operating = round(min(conf) / 2, 6)
     if fit_min_conf is not None:
         if fit_range is not None:
-            raise InputError("give `fit_range` or `fit_min_conf`, not both (`fit_min_conf` X is `fit_range` X)")
+            raise InputError(
+                "give `fit_range` or `fit_min_conf`, not both (`fit_min_conf` X is `fit_range` X)"
+            )
         fit_range = str(fit_min_conf)
     if fit_range is None:
         return (0.0, operating) if method == "auto" else (0.0,)
@@ -92,7 +107,9 @@ def fit_floors(method: str, fit_range: str | None, fit_min_conf: float | None, c
             f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
         ) from None
     if not 0 <= v < 1:
-        raise InputError(f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}")
+        raise InputError(
+            f"Expected `fit_range` to be all, operating or a conf in [0, 1), but got {fit_range!r}"
+        )
     return (v,)
 
 
@@ -113,80 +130,164 @@ class Settings:
     the field to False; ``choices``; ``repeat``: the option may be given several times).
     """
 
-    fit_split: str | None = opt(None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split")
+    fit_split: str | None = opt(
+        None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split"
+    )
     eval_split: str | None = opt(None, "split to report on (default: test)", flag="--eval-split")
-    head: HeadChoice = opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
-                            "head (nms=False); both; auto (default): every head the model has",
-                            flag="--head", choices=HEAD_CHOICES)
+    head: HeadChoice = opt(
+        "auto",
+        "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
+        "head (nms=False); both; auto (default): every head the model has",
+        flag="--head",
+        choices=HEAD_CHOICES,
+    )
     iou: float = opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
-    match: str = opt("auto", "what the IoU compares: auto (default: the task's own rule: masks for a segment model "
-                      "on data with a mask for every ground truth, OKS for a pose model, rotated IoU for an OBB model; "
-                      "else boxes), mask, oks, rotated, or box (any model)", flag="--match", choices=MATCH_CHOICES)
+    match: str = opt(
+        "auto",
+        "what the IoU compares: auto (default: the task's own rule: masks for a segment model "
+        "on data with a mask for every ground truth, OKS for a pose model, rotated IoU for an OBB "
+        "model; "
+        "else boxes), mask, oks, rotated, or box (any model)",
+        flag="--match",
+        choices=MATCH_CHOICES,
+    )
     loc_iou: float = opt(0.1, "IoU threshold of the matching behind LaECE / LaACE")
-    conf: tuple[float, ...] = opt((0.25,), "deployment conf threshold to report the kept-set shift at "
-                                   "(repeatable; default 0.25)", flag="--conf", repeat=True)
-    method: str = opt("auto", method_help, flag="--method", choices=calibration_methods)
-    per_class: bool = opt(False, per_class_help, flag="--per-class", switch=True)
-    target: str = opt("correct", "what the calibrated conf means: correct (default: the probability that the box "
-                       "matches a ground truth at --iou) or iou (the expected IoU of the box with its ground truth, "
-                       "0 when it matches none: the target of LaECE_0, which becomes the run's headline); see "
-                       "docs/targets.md", flag="--target", choices=registry.TARGETS)
-    size_maps: bool = opt(False, size_maps_help, flag="--size-maps", switch=True)
-    fit_range: str | None = opt(None, "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
-                                 "a raw conf floor; default all, and --method auto tries all and operating",
-                                 flag="--fit-range")
-    fit_min_conf: float | None = opt(None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf")
-    criterion: str = opt("nll", "what --method auto minimises on held-out folds, over the boxes above the "
-                          "lowest --conf: nll (default), brier or ece", flag="--criterion", choices=CRITERIA)
-    cv_folds: int = opt(5, "folds of --method auto's cross-validation, grouped by image (default 5)",
-                         flag="--cv-folds")
-    cv_repeats: int = opt(5, "fold assignments --method auto scores every candidate on (default 5; with 1 the "
-                           "cross-validation takes a fifth of the time, but a close call can then change with "
-                           "--seed)", flag="--cv-repeats")
-    conf_floor: float = opt(0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor")
+    conf: tuple[float, ...] = opt(
+        (0.25,),
+        "deployment conf threshold to report the kept-set shift at (repeatable; default 0.25)",
+        flag="--conf",
+        repeat=True,
+    )
+    method: str = opt("auto", _method_help, flag="--method", choices=_calibration_methods)
+    per_class: bool = opt(False, _per_class_help, flag="--per-class", switch=True)
+    target: str = opt(
+        "correct",
+        "what the calibrated conf means: correct (default: the probability that the box "
+        "matches a ground truth at --iou) or iou (the expected IoU of the box with its ground "
+        "truth, "
+        "0 when it matches none: the target of LaECE_0, which becomes the run's headline); see "
+        "docs/targets.md",
+        flag="--target",
+        choices=registry.TARGETS,
+    )
+    size_maps: bool = opt(False, _size_maps_help, flag="--size-maps", switch=True)
+    fit_range: str | None = opt(
+        None,
+        "boxes to fit on: all, operating (raw conf >= half the lowest --conf), or "
+        "a raw conf floor; default all, and --method auto tries all and operating",
+        flag="--fit-range",
+    )
+    fit_min_conf: float | None = opt(
+        None, "same as --fit-range FLOOR (the older name)", flag="--fit-min-conf"
+    )
+    criterion: str = opt(
+        "nll",
+        "what --method auto minimises on held-out folds, over the boxes above the "
+        "lowest --conf: nll (default), brier or ece",
+        flag="--criterion",
+        choices=CRITERIA,
+    )
+    cv_folds: int = opt(
+        5,
+        "folds of --method auto's cross-validation, grouped by image (default 5)",
+        flag="--cv-folds",
+    )
+    cv_repeats: int = opt(
+        5,
+        "fold assignments --method auto scores every candidate on (default 5; with 1 the "
+        "cross-validation takes a fifth of the time, but a close call can then change with "
+        "--seed)",
+        flag="--cv-repeats",
+    )
+    conf_floor: float = opt(
+        0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor"
+    )
     nms_iou: float = opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = opt(300, "boxes per image at most (default 300)", flag="--max-det")
-    imgsz: int | None = opt(None, "inference size (default: the model's training size)", flag="--imgsz")
-    batch: int = opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
-                      "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
-    device: str | None = opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
-                              flag="--device")
-    coco_gt: str | None = opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
+    imgsz: int | None = opt(
+        None, "inference size (default: the model's training size)", flag="--imgsz"
+    )
+    batch: int = opt(
+        1,
+        "images per capture forward pass, same letterbox shape only (default 1: exactly "
+        "single-image predict; more is faster on a GPU, not bit-exact)",
+        flag="--batch",
+    )
+    device: str | None = opt(
+        None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)", flag="--device"
+    )
+    coco_gt: str | None = opt(
+        None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt"
+    )
     ece_bins: int = opt(15, "ECE bins (default 15)", flag="--bins")
     laece_bins: int = opt(25, "LaECE bins")
     min_class_boxes: int = opt(50, "classes with fewer boxes are flagged 'few boxes'")
     n_boot: int = opt(1000, "bootstrap resamples for intervals (default 1000)", flag="--n-boot")
-    seed: int = opt(0, "seed of everything random in a run: the fit/eval halves of a one-split dataset, --method "
-                     "auto's fold assignments (seeds SEED .. SEED + --cv-repeats - 1) and the per-class maps' folds, "
-                     "the bootstrap resamples of the intervals and of the threshold coverage, and the draws of the "
-                     "sampling floor (default 0: the same run gives the same figures)", flag="--seed")
-    map_engine: str = opt("det_calib", "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
-                           "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
-                           flag="--map-engine", choices=MAP_ENGINES)
+    seed: int = opt(
+        0,
+        "seed of everything random in a run: the fit/eval halves of a one-split dataset, --method "
+        "auto's fold assignments (seeds SEED .. SEED + --cv-repeats - 1) and the per-class maps' "
+        "folds, "
+        "the bootstrap resamples of the intervals and of the threshold coverage, and the draws of "
+        "the "
+        "sampling floor (default 0: the same run gives the same figures)",
+        flag="--seed",
+    )
+    map_engine: str = opt(
+        "det_calib",
+        "what scores the mAP check: det_calib (default: COCO mAP on det_calib's "
+        "vectorised matching, pycocotools' figures in a fraction of its time) or pycocotools",
+        flag="--map-engine",
+        choices=MAP_ENGINES,
+    )
     run_val: bool = opt(True, "skip the Ultralytics val runs", flag="--no-val", negate=True)
     report: bool = opt(True, "skip report.html/report.md", flag="--no-report", negate=True)
-    limit: int | None = opt(None, "use only the first N images of each split (quick runs)", flag="--limit")
-    boxes: str | None = opt(None, "fit, evaluate and report from the boxes of an earlier run (its folder or "
-                             "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
-                             "sub-folder per split) instead of capturing again", flag="--boxes")
-    detections: str | None = opt(None, "calibrate a file of detections from any engine or detector instead of "
-                                  "running a model: a COCO results JSON, a folder of Ultralytics "
-                                  "predict(save_txt=True, save_conf=True) label files, or a "
-                                  "CSV/Parquet table (docs/detections.md)",
-                                  flag="--detections")
+    limit: int | None = opt(
+        None, "use only the first N images of each split (quick runs)", flag="--limit"
+    )
+    boxes: str | None = opt(
+        None,
+        "fit, evaluate and report from the boxes of an earlier run (its folder or "
+        "boxes.parquet) or from `det-calib capture` parts (a folder of parts, or of one "
+        "sub-folder per split) instead of capturing again",
+        flag="--boxes",
+    )
+    detections: str | None = opt(
+        None,
+        "calibrate a file of detections from any engine or detector instead of "
+        "running a model: a COCO results JSON, a folder of Ultralytics "
+        "predict(save_txt=True, save_conf=True) label files, or a "
+        "CSV/Parquet table (docs/detections.md)",
+        flag="--detections",
+    )
     progress: bool = opt(True, "no progress output", flag="--quiet", negate=True, short="-q")
     # per-class conf thresholds (det_calib.thresholds.per_class); also the options of `det-calib thresholds`
     target_precision: float | None = opt(
-        None, "tune per-class conf thresholds certified at this precision and write thresholds.json "
-        f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})", flag="--target-precision")
-    delta: float = opt(0.1, "the precision guarantee of the thresholds fails with probability <= delta "
-                        "(default 0.1)", flag="--delta")
-    threshold_unit: Unit = opt("image", "what the precision guarantee is over: image (default: the mean precision "
-                                "of the images that keep a box, valid over new images) or box (boxes as independent "
-                                "draws: no guarantee over images)", flag="--threshold-unit", choices=("image", "box"))
-    threshold_fallback: Fallback = opt("global", "threshold of a class that cannot be certified: global (default: "
-                                        "the global certified threshold) or drop (no box kept)",
-                                        flag="--threshold-fallback", choices=("global", "drop"))
+        None,
+        "tune per-class conf thresholds certified at this precision and write thresholds.json "
+        f"(calibrate: only when given; thresholds: default {DEFAULT_TARGET_PRECISION})",
+        flag="--target-precision",
+    )
+    delta: float = opt(
+        0.1,
+        "the precision guarantee of the thresholds fails with probability <= delta (default 0.1)",
+        flag="--delta",
+    )
+    threshold_unit: Unit = opt(
+        "image",
+        "what the precision guarantee is over: image (default: the mean precision "
+        "of the images that keep a box, valid over new images) or box (boxes as independent "
+        "draws: no guarantee over images)",
+        flag="--threshold-unit",
+        choices=("image", "box"),
+    )
+    threshold_fallback: Fallback = opt(
+        "global",
+        "threshold of a class that cannot be certified: global (default: "
+        "the global certified threshold) or drop (no box kept)",
+        flag="--threshold-fallback",
+        choices=("global", "drop"),
+    )
 
     def validate(self) -> None:
         """Check every option; errors name the field (the CLI shows its option)."""
@@ -199,44 +300,70 @@ class Settings:
                 raise InputError(f"Expected every `conf` in (0, 1), but got {c}")
         if self.fit_min_conf is not None and not 0 <= self.fit_min_conf < 1:
             raise InputError(f"Expected `fit_min_conf` in [0, 1), but got {self.fit_min_conf}")
-        check_choice(self.method, calibration_methods(), "method")
+        check_choice(self.method, _calibration_methods(), "method")
         check_choice(self.match, MATCH_CHOICES, "match")
         check_choice(self.criterion, CRITERIA, "criterion")
         check_choice(self.target, registry.TARGETS, "target")
         if int(self.cv_folds) < 2:
-            raise InputError(f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}")
+            raise InputError(
+                f"Expected `cv_folds` to be an integer larger than 1, but got {self.cv_folds}"
+            )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InputError(f"Expected `seed` to be an integer of 0 or more, but got {self.seed!r}")
+            raise InputError(
+                f"Expected `seed` to be an integer of 0 or more, but got {self.seed!r}"
+            )
         if int(self.cv_repeats) < 1:
-            raise InputError(f"Expected `cv_repeats` to be an integer larger than 0, but got {self.cv_repeats}")
+            raise InputError(
+                f"Expected `cv_repeats` to be an integer larger than 0, but got {self.cv_repeats}"
+            )
         self.fit_floors()
         if not 0 <= self.conf_floor < min(self.conf):
-            raise InputError(f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}")
+            raise InputError(
+                f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}"
+            )
         check_choice(self.map_engine, MAP_ENGINES, "map_engine")
         check_choice(self.head, HEAD_CHOICES, "head")
         if self.limit is not None and self.limit < 1:
-            raise InputError(f"Expected `limit` to be an integer larger than 0, but got {self.limit}")
+            raise InputError(
+                f"Expected `limit` to be an integer larger than 0, but got {self.limit}"
+            )
         if self.target_precision is not None and not 0 < self.target_precision < 1:
-            raise InputError(f"Expected `target_precision` in (0, 1), but got {self.target_precision}")
+            raise InputError(
+                f"Expected `target_precision` in (0, 1), but got {self.target_precision}"
+            )
         if not 0 < self.delta < 1:
             raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
             if int(getattr(self, name)) < 1:
-                raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
+                raise InputError(
+                    f"Expected `{name}` to be an integer larger than 0, but got "
+                    f"{getattr(self, name)}"
+                )
 
     def capture_options(self, *, heads: Sequence[str], imgsz: int | None) -> CaptureOptions:
         """The options of this run's capture of ``heads`` at ``imgsz`` (conf floor, NMS IoU,
         ``max_det``, batch and device from these settings)."""
-        return CaptureOptions(heads=tuple(heads), conf=self.conf_floor, iou=self.nms_iou, max_det=self.max_det,
-                              imgsz=imgsz, batch=self.batch, device=self.device)
+        return CaptureOptions(
+            heads=tuple(heads),
+            conf=self.conf_floor,
+            iou=self.nms_iou,
+            max_det=self.max_det,
+            imgsz=imgsz,
+            batch=self.batch,
+            device=self.device,
+        )
 
     def auto_methods(self) -> tuple[str, ...]:
         """The methods ``--method auto`` cross-validates, among those ``--target`` can fit: the maps
         that keep every box's ranking, with ``--per-class`` the per-class maps, with ``--size-maps``
         the size-conditioned ones."""
-        return tuple(m for m in registry.target_methods(self.target)
-                     if not registry.method_reranks(m) or (self.per_class and registry.is_per_class(m))
-                     or (self.size_maps and registry.uses_size(m)))
+        return tuple(
+            m
+            for m in registry.target_methods(self.target)
+            if not registry.method_reranks(m)
+            or (self.per_class and registry.is_per_class(m))
+            or (self.size_maps and registry.uses_size(m))
+        )
 
     def fit_floors(self) -> tuple[float, ...]:
         """The fit floor(s) (raw conf; 0.0 = every box) asked for (see :func:`fit_floors`)."""
@@ -248,14 +375,21 @@ class Settings:
         floors = self.fit_floors()
         auto = self.method == "auto"
         return RecordedSettings(
-            **{rec: getattr(self, name) for name, rec in RECORDED_AS.items()},
+            **{rec: getattr(self, name) for name, rec in _RECORDED_AS.items()},
             fit_min_conf=floors[0] if len(floors) == 1 else None,
-            method=self.method, fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
-            criterion=self.criterion if auto else None, cv_folds=self.cv_folds if auto else None,
-            cv_repeats=self.cv_repeats if auto else None, auto_per_class=self.per_class if auto else None,
+            method=self.method,
+            fit_range=self.fit_range if self.fit_min_conf is None else str(self.fit_min_conf),
+            criterion=self.criterion if auto else None,
+            cv_folds=self.cv_folds if auto else None,
+            cv_repeats=self.cv_repeats if auto else None,
+            auto_per_class=self.per_class if auto else None,
             auto_size_maps=self.size_maps if auto else None,
-            imgsz=imgsz, conf_thresholds=tuple(self.conf), dece_bins=DECE_BINS,
-            bootstrap=Bootstrap(n_boot=self.n_boot, seed=self.seed), fit_split=fit_split, eval_split=eval_split,
+            imgsz=imgsz,
+            conf_thresholds=tuple(self.conf),
+            dece_bins=DECE_BINS,
+            bootstrap=Bootstrap(n_boot=self.n_boot, seed=self.seed),
+            fit_split=fit_split,
+            eval_split=eval_split,
             coco_gt=self.coco_gt,
         )
 
@@ -263,8 +397,13 @@ class Settings:
     def from_recorded(cls, st: RecordedSettings, **options: Any) -> Settings:
         """The settings that reproduce a recorded run's labelling, capture and figures (``det-calib
         check`` reads a run with them); ``options`` set the rest (validated)."""
-        s = cls(**{name: getattr(st, rec) for name, rec in RECORDED_AS.items()}, conf=tuple(st.conf_thresholds),
-                imgsz=st.imgsz, seed=st.bootstrap.seed, **{"n_boot": st.bootstrap.n_boot, **options})
+        s = cls(
+            **{name: getattr(st, rec) for name, rec in _RECORDED_AS.items()},
+            conf=tuple(st.conf_thresholds),
+            imgsz=st.imgsz,
+            seed=st.bootstrap.seed,
+            **{"n_boot": st.bootstrap.n_boot, **options},
+        )
         s.validate()
         return s
 
@@ -272,9 +411,15 @@ class Settings:
 #: Settings field -> the :class:`~det_calib.record.run_result.RecordedSettings` field that records it
 #: as is (the one mapping between a run's options and ``calibration.json``; the other recorded values
 #: are derived in :meth:`Settings.recorded`).
-RECORDED_AS: dict[str, str] = {
-    "iou": "iou_match", "loc_iou": "loc_iou_match", "conf_floor": "conf_floor", "nms_iou": "nms_iou",
-    "max_det": "max_det", "ece_bins": "ece_bins", "laece_bins": "laece_bins", "min_class_boxes": "min_class_boxes",
+_RECORDED_AS: dict[str, str] = {
+    "iou": "iou_match",
+    "loc_iou": "loc_iou_match",
+    "conf_floor": "conf_floor",
+    "nms_iou": "nms_iou",
+    "max_det": "max_det",
+    "ece_bins": "ece_bins",
+    "laece_bins": "laece_bins",
+    "min_class_boxes": "min_class_boxes",
     "target": "target",
 }
 

@@ -3,8 +3,38 @@
 
 from __future__ import annotations
 
-from det_calib.matching.masks import mask_iou, match_boxes_by_masks, match_mask_table, match_masks
-from det_calib.matching.one_to_one import MatchResult, box_iou, match_boxes, match_detections, match_table
+from det_calib.lazy import lazy_exports
 
-__all__ = ['MatchResult', 'box_iou', 'mask_iou', 'match_boxes', 'match_boxes_by_masks', 'match_detections',
-           'match_mask_table', 'match_masks', 'match_table']
+_EXPORTS = {
+    "match_boxes_by_masks": "masks",
+    "match_masks": "masks",
+    "MatchResult": "one_to_one",
+    "box_iou": "one_to_one",
+    "checked_scores": "one_to_one",
+    "collapse_inverted": "one_to_one",
+    "crowd_flags": "one_to_one",
+    "greedy_match": "one_to_one",
+    "group_keys": "one_to_one",
+    "last_best_per_run": "one_to_one",
+    "match_boxes": "one_to_one",
+    "match_detections": "one_to_one",
+    "match_table": "one_to_one",
+}
+
+__all__ = [
+    "MatchResult",
+    "box_iou",
+    "checked_scores",
+    "collapse_inverted",
+    "crowd_flags",
+    "greedy_match",
+    "group_keys",
+    "last_best_per_run",
+    "match_boxes",
+    "match_boxes_by_masks",
+    "match_detections",
+    "match_masks",
+    "match_table",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -27,7 +27,7 @@ from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult, checked_scores, crowd_flags, greedy_match
 from det_calib.validation import as_integers
 
-__all__ = ["mask_iou", "match_boxes_by_masks", "match_masks", "match_mask_table"]
+__all__ = ["match_boxes_by_masks", "match_masks"]
 
 
 def _rles(x, name: str, n: int | None = None, ref: str | None = None) -> list[dict]:
@@ -35,14 +35,21 @@ def _rles(x, name: str, n: int | None = None, ref: str | None = None) -> list[di
     from pycocotools import mask as mask_utils
 
     if isinstance(x, dict) or not hasattr(x, "__len__"):
-        raise InputError(f"Expected argument `{name}` to be a list of RLE dicts, but got {type(x).__name__}")
+        raise InputError(
+            f"Expected argument `{name}` to be a list of RLE dicts, but got {type(x).__name__}"
+        )
     out = list(x)
     if n is not None and len(out) != n:
-        raise InputError(f"Expected argument `{name}` to have the length of `{ref}` ({n}), but got {len(out)}")
+        raise InputError(
+            f"Expected argument `{name}` to have the length of `{ref}` ({n}), but got {len(out)}"
+        )
     for k, r in enumerate(out):
         if not isinstance(r, dict) or "size" not in r or "counts" not in r:
-            raise InputError(f"Expected argument `{name}` to hold RLE dicts with `size` and `counts`, but item {k} "
-                             f"is {type(r).__name__}")
+            raise InputError(
+                f"Expected argument `{name}` to hold RLE dicts with `size` and `counts`, but item "
+                f"{k} "
+                f"is {type(r).__name__}"
+            )
         counts = r["counts"]
         if isinstance(counts, list):
             h, w = r["size"]
@@ -50,12 +57,14 @@ def _rles(x, name: str, n: int | None = None, ref: str | None = None) -> list[di
         elif isinstance(counts, str):
             out[k] = {"size": list(r["size"]), "counts": counts.encode()}
         elif not isinstance(counts, bytes):
-            raise InputError(f"Expected argument `{name}` item {k} `counts` to be bytes, str or a list of runs, "
-                             f"but got {type(counts).__name__}")
+            raise InputError(
+                f"Expected argument `{name}` item {k} `counts` to be bytes, str or a list of runs, "
+                f"but got {type(counts).__name__}"
+            )
     return out
 
 
-def mask_iou(a, b, *, crowd=None) -> np.ndarray:
+def _mask_iou(a, b, *, crowd=None) -> np.ndarray:
     """Pairwise IoU of two lists of RLE masks (all of one size).
 
     Args:
@@ -78,13 +87,17 @@ def mask_iou(a, b, *, crowd=None) -> np.ndarray:
     a, b = _rles(a, "a"), _rles(b, "b")
     c = np.zeros(len(b), dtype=bool) if crowd is None else np.asarray(crowd, dtype=bool).reshape(-1)
     if len(c) != len(b):
-        raise InputError(f"Expected argument `crowd` to have the length of `b` ({len(b)}), but got {len(c)}")
+        raise InputError(
+            f"Expected argument `crowd` to have the length of `b` ({len(b)}), but got {len(c)}"
+        )
     if not a or not b:
         return np.zeros((len(a), len(b)), dtype=np.float64)
     sizes = {tuple(r["size"]) for r in a + b}
     if len(sizes) > 1:
         raise InputError(f"Expected masks of one size, but got sizes {sorted(sizes)}")
-    return np.asarray(mask_utils.iou(a, b, c.astype(np.uint8).tolist()), dtype=np.float64).reshape(len(a), len(b))
+    return np.asarray(mask_utils.iou(a, b, c.astype(np.uint8).tolist()), dtype=np.float64).reshape(
+        len(a), len(b)
+    )
 
 
 def _mask_pair_iou(d_img: np.ndarray, d_cls: np.ndarray, d_rles: list[dict], g_rles: list[dict]):
@@ -100,13 +113,15 @@ def _mask_pair_iou(d_img: np.ndarray, d_cls: np.ndarray, d_rles: list[dict], g_r
         for lo, hi in zip(starts[:-1], starts[1:]):
             # the group's pairs are its (detections x GTs) matrix, row-major: ng GTs per detection
             ng = int(np.searchsorted(p_det[lo:hi] != p_det[lo], True))
-            dets, gts = p_det[lo:hi:ng], p_gt[lo:lo + ng]
+            dets, gts = p_det[lo:hi:ng], p_gt[lo : lo + ng]
             dr, gr = [d_rles[i] for i in dets], [g_rles[j] for j in gts]
             sizes = {tuple(r["size"]) for r in dr + gr}
             if len(sizes) > 1:
-                raise InputError(f"image {int(key_img[lo])}: detection and GT masks of different sizes "
-                                 f"{sorted(sizes)} (masks must be at the image's size)")
-            iou = mask_utils.iou(dr, gr, p_crowd[lo:lo + ng].astype(np.uint8).tolist())
+                raise InputError(
+                    f"image {int(key_img[lo])}: detection and GT masks of different sizes "
+                    f"{sorted(sizes)} (masks must be at the image's size)"
+                )
+            iou = mask_utils.iou(dr, gr, p_crowd[lo : lo + ng].astype(np.uint8).tolist())
             out[lo:hi] = np.asarray(iou, dtype=np.float64).reshape(-1)
         return out
 
@@ -168,11 +183,20 @@ def match_masks(
     g_rles = _rles(gt_rles, "gt_rles", m, "gt_image")
     g_crowd = crowd_flags(gt_crowd, m)
     pair_iou = _mask_pair_iou(d_img, d_cls, d_rles, g_rles)
-    return greedy_match(d_img, d_cls, d_score, g_img, g_cls, g_crowd, pair_iou=pair_iou,
-                        iou_threshold=iou_threshold, max_dets=max_dets)
+    return greedy_match(
+        d_img,
+        d_cls,
+        d_score,
+        g_img,
+        g_cls,
+        g_crowd,
+        pair_iou=pair_iou,
+        iou_threshold=iou_threshold,
+        max_dets=max_dets,
+    )
 
 
-def match_mask_table(
+def _match_mask_table(
     boxes: pl.DataFrame,
     gt: pl.DataFrame,
     sizes: np.ndarray,
@@ -199,23 +223,37 @@ def match_mask_table(
     Raises:
         InputError: A column is missing or a mask is null (a GT without a mask: match by boxes).
     """
-    for df, need, what in ((boxes, ("image_id", "cls", "conf", column), "box table"),
-                           (gt, ("image_id", "cls", column), "GT table")):
+    for df, need, what in (
+        (boxes, ("image_id", "cls", "conf", column), "box table"),
+        (gt, ("image_id", "cls", column), "GT table"),
+    ):
         missing = [c for c in need if c not in df.columns]
         if missing:
             raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
         if df[column].null_count():
-            raise InputError(f"{what} column `{column}` has {df[column].null_count()} rows without a mask")
+            raise InputError(
+                f"{what} column `{column}` has {df[column].null_count()} rows without a mask"
+            )
     sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
 
     def rles(df: pl.DataFrame) -> list[dict]:
-        return [{"size": [int(sizes[i, 1]), int(sizes[i, 0])], "counts": c}
-                for i, c in zip(df["image_id"].to_list(), df[column].to_list())]
+        return [
+            {"size": [int(sizes[i, 1]), int(sizes[i, 0])], "counts": c}
+            for i, c in zip(df["image_id"].to_list(), df[column].to_list())
+        ]
 
-    r = match_masks(boxes["image_id"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy(), rles(boxes),
-                    gt["image_id"].to_numpy(), gt["cls"].to_numpy(), rles(gt),
-                    gt["crowd"].to_numpy() if "crowd" in gt.columns else None,
-                    iou_threshold=iou_threshold, max_dets=max_dets)
+    r = match_masks(
+        boxes["image_id"].to_numpy(),
+        boxes["cls"].to_numpy(),
+        boxes["conf"].to_numpy(),
+        rles(boxes),
+        gt["image_id"].to_numpy(),
+        gt["cls"].to_numpy(),
+        rles(gt),
+        gt["crowd"].to_numpy() if "crowd" in gt.columns else None,
+        iou_threshold=iou_threshold,
+        max_dets=max_dets,
+    )
     return boxes.with_columns(
         pl.Series("correct", r.correct, dtype=pl.Boolean),
         pl.Series("iou", r.iou, dtype=pl.Float64),
@@ -224,7 +262,13 @@ def match_mask_table(
 
 
 def match_boxes_by_masks(
-    boxes: pl.DataFrame, gt: pl.DataFrame, sizes: np.ndarray, *, iou: float, loc_iou: float, column: str = "segm"
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    sizes: np.ndarray,
+    *,
+    iou: float,
+    loc_iou: float,
+    column: str = "segm",
 ) -> pl.DataFrame:
     """:func:`det_calib.matching.one_to_one.match_boxes` by mask IoU: ``correct``, ``iou``, ``ignore``
     (at ``iou``) and ``loc_iou`` (the mask IoU of the match at ``loc_iou``, 0 if none).
@@ -236,9 +280,12 @@ def match_boxes_by_masks(
         iou: Mask IoU a box needs with a same-class ground truth to be correct.
         loc_iou: Threshold of the second matching, whose IoU feeds the localisation-aware metrics.
     """
-    at_iou = match_mask_table(boxes, gt, sizes, iou_threshold=iou, column=column)
-    loc = match_mask_table(boxes, gt, sizes, iou_threshold=loc_iou, column=column)
+    at_iou = _match_mask_table(boxes, gt, sizes, iou_threshold=iou, column=column)
+    loc = _match_mask_table(boxes, gt, sizes, iou_threshold=loc_iou, column=column)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
     return boxes.with_columns(
-        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+        at_iou["correct"],
+        at_iou["iou"],
+        at_iou["ignore"],
+        pl.Series("loc_iou", loc_target, dtype=pl.Float64),
     )

@@ -52,9 +52,9 @@ import polars as pl
 from det_calib.errors import InputError
 from det_calib.validation import as_integers, as_real, as_vector, check_length
 
-__all__ = ["MatchResult", "PairIoU", "box_iou", "greedy_match", "match_detections", "match_table"]
+__all__ = ["MatchResult", "box_iou", "greedy_match", "match_detections", "match_table"]
 
-logger = logging.getLogger(__name__)
+_logger = logging.getLogger(__name__)
 
 #: COCO caps the threshold at ``1 - 1e-10`` so that IoU = 1 boxes still match at t = 1.
 _COCO_T_CAP = 1 - 1e-10
@@ -86,7 +86,9 @@ class MatchResult:
 # IoU
 
 
-def _pair_iou(d: tuple[np.ndarray, ...], g: tuple[np.ndarray, ...], crowd: np.ndarray | None) -> np.ndarray:
+def _pair_iou(
+    d: tuple[np.ndarray, ...], g: tuple[np.ndarray, ...], crowd: np.ndarray | None
+) -> np.ndarray:
     """Elementwise (broadcast) IoU of detection boxes ``d`` and GT boxes ``g``.
 
     Mirrors pycocotools ``bbIou``: ``w = min(right) - max(left)``, zero unless ``w > 0`` and
@@ -127,8 +129,10 @@ def box_iou(a, b, *, crowd=None) -> np.ndarray:
     """
     a = _boxes(a, "a", None)
     b = _boxes(b, "b", None)
-    c = None if crowd is None else checked_flags(crowd, "crowd", len(b), "b")[None, :]
-    return _pair_iou(tuple(a[:, k, None] for k in range(4)), tuple(b[None, :, k] for k in range(4)), c)
+    c = None if crowd is None else _checked_flags(crowd, "crowd", len(b), "b")[None, :]
+    return _pair_iou(
+        tuple(a[:, k, None] for k in range(4)), tuple(b[None, :, k] for k in range(4)), c
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,11 +144,16 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
     if arr.size == 0 and arr.ndim <= 2 and (arr.ndim < 2 or arr.shape[1] in (0, 4)):
         arr = arr.reshape(0, 4)
     if arr.ndim != 2 or arr.shape[1] != 4:
-        raise InputError(f"Expected argument `{name}` of shape (n, 4) (x1, y1, x2, y2), but got shape {arr.shape}")
+        raise InputError(
+            f"Expected argument `{name}` of shape (n, 4) (x1, y1, x2, y2), but got shape "
+            f"{arr.shape}"
+        )
     check_length(arr, name, n, ref)
     arr = as_real(arr, name)
     if not np.isfinite(arr).all():
-        raise InputError(f"Expected argument `{name}` to have finite coordinates, but it contains nan or inf")
+        raise InputError(
+            f"Expected argument `{name}` to have finite coordinates, but it contains nan or inf"
+        )
     if ((arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])).any():
         raise InputError(
             f"Expected argument `{name}` to hold boxes x1, y1, x2, y2 with x2 >= x1 and y2 >= y1, "
@@ -155,7 +164,11 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
 
 def crowd_flags(gt_crowd, m: int) -> np.ndarray:
     """(m,) bool crowd flags of the GTs from ``gt_crowd`` (None: no crowd), checked."""
-    return np.zeros(m, dtype=bool) if gt_crowd is None else checked_flags(gt_crowd, "gt_crowd", m, "gt_image")
+    return (
+        np.zeros(m, dtype=bool)
+        if gt_crowd is None
+        else _checked_flags(gt_crowd, "gt_crowd", m, "gt_image")
+    )
 
 
 def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
@@ -169,7 +182,7 @@ def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
     return arr
 
 
-def checked_flags(x, name: str, n: int, ref: str) -> np.ndarray:
+def _checked_flags(x, name: str, n: int, ref: str) -> np.ndarray:
     """(n,) bool flags named ``name`` (length that of ``ref``): booleans, or integers 0/1."""
     arr = as_vector(x, name, n, ref)
     if arr.size == 0:
@@ -187,9 +200,13 @@ def _check_threshold(t) -> float:
     try:
         tf = float(t)
     except (TypeError, ValueError):
-        raise InputError(f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}") from None
+        raise InputError(
+            f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}"
+        ) from None
     if isinstance(t, bool) or not (0.0 <= tf <= 1.0):
-        raise InputError(f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}")
+        raise InputError(
+            f"Expected argument `iou_threshold` to be a number in [0, 1], but got {t!r}"
+        )
     return tf
 
 
@@ -197,7 +214,9 @@ def _check_max_dets(k) -> int | None:
     if k is None:
         return None
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"Expected argument `max_dets` to be None or an integer larger than 0, but got {k!r}")
+        raise InputError(
+            f"Expected argument `max_dets` to be None or an integer larger than 0, but got {k!r}"
+        )
     return int(k)
 
 
@@ -296,16 +315,30 @@ def match_detections(
     g_box = _boxes(gt_xyxy, "gt_xyxy", m, "gt_image")
     g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     g_crowd = crowd_flags(gt_crowd, m)
-    d_cols, g_cols = np.ascontiguousarray(d_box.T), np.ascontiguousarray(g_box.T)  # (4, n): cheaper gathers
+    d_cols, g_cols = (
+        np.ascontiguousarray(d_box.T),
+        np.ascontiguousarray(g_box.T),
+    )  # (4, n): cheaper gathers
 
     def pair_iou(p_det: np.ndarray, p_gt: np.ndarray, p_crowd: np.ndarray) -> np.ndarray:
-        return _pair_iou(tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd)
+        return _pair_iou(
+            tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd
+        )
 
-    return greedy_match(d_img, d_cls, d_score, g_img, g_cls, g_crowd, pair_iou=pair_iou,
-                        iou_threshold=iou_threshold, max_dets=max_dets)
+    return greedy_match(
+        d_img,
+        d_cls,
+        d_score,
+        g_img,
+        g_cls,
+        g_crowd,
+        pair_iou=pair_iou,
+        iou_threshold=iou_threshold,
+        max_dets=max_dets,
+    )
 
 
-PairIoU = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+_PairIoU = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 """``pair_iou(det, gt, crowd) -> iou``: the IoU of detection ``det[k]`` (index in the input order)
 with GT ``gt[k]``, with the crowd convention (``intersection / area(detection)``) where ``crowd[k]``."""
 
@@ -318,7 +351,7 @@ def greedy_match(
     g_cls: np.ndarray,
     g_crowd: np.ndarray,
     *,
-    pair_iou: PairIoU,
+    pair_iou: _PairIoU,
     iou_threshold: float = 0.5,
     max_dets: int | None = None,
 ) -> MatchResult:
@@ -355,7 +388,7 @@ def greedy_match(
     # Greedy one-to-one assignment to non-crowd GTs, resolved in rounds across all groups.
     sel = ~p_crowd & eligible
     m_gt, m_iou, rounds = _assign_in_rounds(p_det[sel], p_gt[sel], p_iou[sel], n, m)
-    logger.debug("matching: %d detections, %d GT, %d pairs, %d rounds", n, m, len(p_det), rounds)
+    _logger.debug("matching: %d detections, %d GT, %d pairs, %d rounds", n, m, len(p_det), rounds)
     matched = m_gt >= 0
     crowd_gt = _best_crowd_gt(p_det, p_gt, p_iou, p_crowd & eligible & ~matched[p_det], n)
 
@@ -368,8 +401,12 @@ def greedy_match(
 
 
 def _unmatched(n: int) -> MatchResult:
-    return MatchResult(correct=np.zeros(n, dtype=bool), iou=np.zeros(n, dtype=np.float64),
-                       gt_index=np.full(n, -1, dtype=np.int64), ignore=np.zeros(n, dtype=bool))
+    return MatchResult(
+        correct=np.zeros(n, dtype=bool),
+        iou=np.zeros(n, dtype=np.float64),
+        gt_index=np.full(n, -1, dtype=np.int64),
+        ignore=np.zeros(n, dtype=bool),
+    )
 
 
 def _coco_order(key_d: np.ndarray, d_score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -394,7 +431,9 @@ def _same_group_pairs(kd: np.ndarray, key_g: np.ndarray) -> tuple[np.ndarray, np
     return p_det, p_gt
 
 
-def _best_regular_iou(p_det: np.ndarray, p_iou: np.ndarray, regular: np.ndarray, n: int) -> np.ndarray:
+def _best_regular_iou(
+    p_det: np.ndarray, p_iou: np.ndarray, regular: np.ndarray, n: int
+) -> np.ndarray:
     """Best IoU of each detection (by rank) with any non-crowd GT of its group (reported for
     unmatched detections); 0 without one."""
     r_det = p_det[regular]
@@ -405,8 +444,9 @@ def _best_regular_iou(p_det: np.ndarray, p_iou: np.ndarray, regular: np.ndarray,
     return best
 
 
-def _eligible(p_iou: np.ndarray, p_det: np.ndarray, kd: np.ndarray, *, thr: float, max_dets: int | None
-              ) -> np.ndarray:
+def _eligible(
+    p_iou: np.ndarray, p_det: np.ndarray, kd: np.ndarray, *, thr: float, max_dets: int | None
+) -> np.ndarray:
     """The pairs at IoU >= ``thr`` whose detection is among the first ``max_dets`` of its group."""
     eligible = p_iou >= thr  # COCO: `if ious[d, g] < iou: continue` with iou = min(t, 1-1e-10)
     if max_dets is not None:
@@ -416,8 +456,9 @@ def _eligible(p_iou: np.ndarray, p_det: np.ndarray, kd: np.ndarray, *, thr: floa
     return eligible
 
 
-def _assign_in_rounds(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, n: int, m: int
-                      ) -> tuple[np.ndarray, np.ndarray, int]:
+def _assign_in_rounds(
+    c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, n: int, m: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The greedy one-to-one assignment of candidate pairs (grouped by detection rank): in each
     round, a detection's best free GT goes to it when no earlier undecided detection wants that GT.
     Returns each detection's GT (-1: none) and IoU, by rank, and the number of rounds."""
@@ -442,7 +483,9 @@ def _assign_in_rounds(c_det: np.ndarray, c_gt: np.ndarray, c_iou: np.ndarray, n:
     return m_gt, m_iou, rounds
 
 
-def _best_crowd_gt(p_det: np.ndarray, p_gt: np.ndarray, p_iou: np.ndarray, sel: np.ndarray, n: int) -> np.ndarray:
+def _best_crowd_gt(
+    p_det: np.ndarray, p_gt: np.ndarray, p_iou: np.ndarray, sel: np.ndarray, n: int
+) -> np.ndarray:
     """Detections left without a non-crowd GT fall on the best crowd GT of the pairs ``sel``, if
     any (ties: later GT); -1 for none, by rank."""
     k_det, k_gt, k_iou = p_det[sel], p_gt[sel], p_iou[sel]
@@ -487,7 +530,8 @@ def _check_tables(boxes: pl.DataFrame, gt: pl.DataFrame) -> None:
             raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
     if "head" in boxes.columns and boxes["head"].n_unique() > 1:
         raise InputError(
-            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a time"
+            f"box table mixes heads {boxes['head'].unique().sort().to_list()}; match one head at a "
+            "time"
         )
 
 
@@ -518,8 +562,16 @@ def match_table(
     """
     _check_tables(boxes, gt)
     xyxy = ("x1", "y1", "x2", "y2")
-    det_xyxy = np.column_stack([_column(boxes, c, "box table") for c in xyxy]) if boxes.height else np.zeros((0, 4))
-    gt_xyxy = np.column_stack([_column(gt, c, "GT table") for c in xyxy]) if gt.height else np.zeros((0, 4))
+    det_xyxy = (
+        np.column_stack([_column(boxes, c, "box table") for c in xyxy])
+        if boxes.height
+        else np.zeros((0, 4))
+    )
+    gt_xyxy = (
+        np.column_stack([_column(gt, c, "GT table") for c in xyxy])
+        if gt.height
+        else np.zeros((0, 4))
+    )
     try:
         r = match_detections(
             _column(boxes, "image_id", "box table"),
@@ -549,10 +601,14 @@ def collapse_inverted(boxes: pl.DataFrame) -> pl.DataFrame:
     """The inverted-box policy: a box with x2 < x1 or y2 < y1 (an immature one-to-one head can
     output them) is a zero-area box at (x1, y1): it overlaps nothing. Matching and the mAP check
     both apply it through this function; the box table keeps the coordinates as output."""
-    return boxes.with_columns(pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2"))
+    return boxes.with_columns(
+        pl.max_horizontal("x1", "x2").alias("x2"), pl.max_horizontal("y1", "y2").alias("y2")
+    )
 
 
-def match_boxes(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float) -> pl.DataFrame:
+def match_boxes(
+    boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float
+) -> pl.DataFrame:
     """Add ``correct``, ``iou``, ``ignore`` (at ``iou``) and ``loc_iou`` (at ``loc_iou``) to one head's boxes.
 
     Args:
@@ -569,11 +625,16 @@ def match_boxes(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: f
     """
     inverted = (boxes["x2"] < boxes["x1"]) | (boxes["y2"] < boxes["y1"])
     if inverted.any():
-        logger.warning("%d inverted box(es) (x2 < x1 or y2 < y1): counted as incorrect", inverted.sum())
+        _logger.warning(
+            "%d inverted box(es) (x2 < x1 or y2 < y1): counted as incorrect", inverted.sum()
+        )
     geom = collapse_inverted(boxes)
     at_iou = match_table(geom, gt, iou_threshold=iou)
     loc = match_table(geom, gt, iou_threshold=loc_iou)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
     return boxes.with_columns(
-        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+        at_iou["correct"],
+        at_iou["iou"],
+        at_iou["ignore"],
+        pl.Series("loc_iou", loc_target, dtype=pl.Float64),
     )

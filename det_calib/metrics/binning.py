@@ -20,18 +20,17 @@ from det_calib.validation import (
     check_positive_int,
 )
 
-__all__ = ["STRATEGIES", "ReliabilityBins", "Strategy", "check_strategy", "gap_sum", "reliability_bins",
-           "reliability_core", "sums_quantile", "sums_uniform", "uniform_edges", "uniform_index"]
+__all__ = ["ReliabilityBins", "gap_sum", "reliability_bins", "reliability_core", "uniform_index"]
 
-Strategy = Literal["uniform", "quantile"]
-STRATEGIES = ("uniform", "quantile")
-
-
-def check_strategy(strategy: object) -> str:
-    return str(check_choice(strategy, STRATEGIES, "strategy"))
+_Strategy = Literal["uniform", "quantile"]
+_STRATEGIES = ("uniform", "quantile")
 
 
-def uniform_edges(n_bins: int) -> np.ndarray:
+def _check_strategy(strategy: object) -> str:
+    return str(check_choice(strategy, _STRATEGIES, "strategy"))
+
+
+def _uniform_edges(n_bins: int) -> np.ndarray:
     return np.linspace(0.0, 1.0, n_bins + 1)
 
 
@@ -43,7 +42,7 @@ def uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
     off by at most one bin near an edge (rounding of ``x * M`` and of the linspace edges), and
     one comparison with the actual edges on each side fixes it.
     """
-    edges = uniform_edges(n_bins)
+    edges = _uniform_edges(n_bins)
     idx = np.minimum((x * n_bins).astype(np.int64), n_bins - 1)
     idx -= x < edges[idx]
     up = x >= edges[idx + 1]
@@ -52,7 +51,7 @@ def uniform_index(x: np.ndarray, n_bins: int) -> np.ndarray:
     return idx
 
 
-def sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
+def _sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
     idx = uniform_index(conf, n_bins)
     if w is None:
         count = np.bincount(idx, minlength=n_bins).astype(np.float64)
@@ -65,7 +64,7 @@ def sums_uniform(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_b
     return count, s_conf, s_tgt
 
 
-def sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
+def _sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_bins: int):
     """Per-bin weight, weighted sums of conf and target, and edges, for equal-mass bins.
 
     Boxes are laid end to end along a "weight axis" in stable confidence order, box ``i`` covering
@@ -88,7 +87,7 @@ def sums_quantile(conf: np.ndarray, target: np.ndarray, w: np.ndarray | None, n_
         bounds[-1] = total
     if n == 0:
         zeros = np.zeros(n_bins)
-        return zeros, zeros.copy(), zeros.copy(), uniform_edges(n_bins)
+        return zeros, zeros.copy(), zeros.copy(), _uniform_edges(n_bins)
     k = np.clip(np.searchsorted(cum_w, bounds, side="right") - 1, 0, n - 1)
     part = np.clip(bounds - cum_w[k], 0.0, ww[k])
 
@@ -134,16 +133,21 @@ class ReliabilityBins:
     count: np.ndarray
     conf: np.ndarray
     acc: np.ndarray
-    strategy: Strategy
+    strategy: _Strategy
 
     def __post_init__(self) -> None:
-        check_strategy(self.strategy)
+        _check_strategy(self.strategy)
         for name in ("edges", "count", "conf", "acc"):
             arr = np.array(getattr(self, name))
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
         m = self.count.shape
-        if self.count.ndim != 1 or self.conf.shape != m or self.acc.shape != m or self.edges.shape != (m[0] + 1,):
+        if (
+            self.count.ndim != 1
+            or self.conf.shape != m
+            or self.acc.shape != m
+            or self.edges.shape != (m[0] + 1,)
+        ):
             raise InputError(
                 f"ReliabilityBins needs edges (M+1,) and count/conf/acc (M,), but got shapes "
                 f"{self.edges.shape}, {self.count.shape}, {self.conf.shape}, {self.acc.shape}"
@@ -177,16 +181,18 @@ class ReliabilityBins:
 
 def reliability_core(conf, target, w, n_bins, strategy) -> ReliabilityBins:
     if strategy == "uniform":
-        count, s_conf, s_tgt = sums_uniform(conf, target, w, n_bins)
-        edges = uniform_edges(n_bins)
+        count, s_conf, s_tgt = _sums_uniform(conf, target, w, n_bins)
+        edges = _uniform_edges(n_bins)
     else:
-        count, s_conf, s_tgt, edges = sums_quantile(conf, target, w, n_bins)
+        count, s_conf, s_tgt, edges = _sums_quantile(conf, target, w, n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_conf = np.where(count > 0, s_conf / count, np.nan)
         mean_acc = np.where(count > 0, s_tgt / count, np.nan)
     if np.all(count == np.round(count)):
         count = np.round(count).astype(np.int64)
-    return ReliabilityBins(edges=edges, count=count, conf=mean_conf, acc=mean_acc, strategy=strategy)
+    return ReliabilityBins(
+        edges=edges, count=count, conf=mean_conf, acc=mean_acc, strategy=strategy
+    )
 
 
 def reliability_bins(
@@ -194,7 +200,7 @@ def reliability_bins(
     correct: ArrayLike,
     *,
     n_bins: int = 15,
-    strategy: Strategy = "uniform",
+    strategy: _Strategy = "uniform",
     weights: ArrayLike | None = None,
 ) -> ReliabilityBins:
     """Bin boxes by confidence and return count, mean confidence and accuracy per bin.
@@ -221,7 +227,7 @@ def reliability_bins(
     0.2
     """
     n_bins = check_positive_int(n_bins)
-    strategy = check_strategy(strategy)
+    strategy = _check_strategy(strategy)
     c = as_unit(conf, "conf")
     y = as_binary(correct, "correct")
     n = check_lengths(conf=c, correct=y)

@@ -38,6 +38,7 @@ between the ``(1 -+ level)/2`` quantiles of the replicates; when sampling bias e
 (the estimate below 97.5% of the replicates), no percentile-type interval contains it, and BC
 reports the lowest replicates.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,9 +54,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 from det_calib.validation import as_1d, check_positive_int
 
-__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "per_replicate", "weighted_core"]
+__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "weighted_core"]
 
 #: A batch statistic: ``(r, n_img)`` int64 draw counts of ``r`` replicates (row ``b``: how often
 #: each image is drawn in replicate ``b``) -> ``(r,)`` float64 values of the statistic.
@@ -83,7 +85,7 @@ def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
         yield np.bincount(draws.ravel(), minlength=r * n_img).reshape(r, n_img)
 
 
-def per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> Batch:
+def _per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> Batch:
     """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image."""
 
     def batch(mult: np.ndarray) -> np.ndarray:
@@ -98,12 +100,14 @@ def weighted_core(check: Callable, core: Callable) -> Callable[..., Batch]:
 
     def prepare(img, n_img, *arrays, **options) -> Batch:
         args, options = check(*arrays, **options)
-        return per_replicate(lambda w: core(*args, weights=w, **options), img)
+        return _per_replicate(lambda w: core(*args, weights=w, **options), img)
 
     return prepare
 
 
-def _batch_statistic(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray]) -> Batch | None:
+def _batch_statistic(
+    statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray]
+) -> Batch | None:
     """The :data:`Batch` of ``statistic`` on ``arrays``, for a statistic with a ``_bootstrap_prepare``
     attribute (also as a ``functools.partial`` with keyword
     options only, ``weights`` not among them); None for any other statistic. Raises what the
@@ -129,28 +133,36 @@ def _accepts_weights(fn: Callable) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
-def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[np.ndarray], n_boot: int,
-                seed: int) -> np.ndarray:
+def _replicates(
+    statistic: Callable,
+    img: np.ndarray,
+    n_img: int,
+    arrays: list[np.ndarray],
+    n_boot: int,
+    seed: int,
+) -> np.ndarray:
     """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
     index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
     ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
-    from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 
     batch = None
     if isinstance(statistic, functools.partial) and "weights" in statistic.keywords:
         # weights bound by the caller: a replicate weighs each box by them times its draw count
         bound = np.asarray(statistic.keywords["weights"], dtype=np.float64)
         if bound.shape != img.shape:
-            raise InputError(f"Expected the statistic's bound `weights` to have shape {img.shape} (one per box), "
-                             f"but got {bound.shape}")
+            raise InputError(
+                f"Expected the statistic's bound `weights` to have shape {img.shape} (one per "
+                "box), "
+                f"but got {bound.shape}"
+            )
         rest = {k: v for k, v in statistic.keywords.items() if k != "weights"}
         inner = functools.partial(statistic.func, *statistic.args, *arrays, **rest)
-        batch = per_replicate(lambda w: inner(weights=bound * w), img)
+        batch = _per_replicate(lambda w: inner(weights=bound * w), img)
     elif _accepts_weights(statistic):
         batch = _batch_statistic(statistic, img, n_img, arrays)
         if batch is None:
             inner = functools.partial(statistic, *arrays)
-            batch = per_replicate(lambda w: inner(weights=w), img)
+            batch = _per_replicate(lambda w: inner(weights=w), img)
     if batch is not None:
         blocks = seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK)
         return np.concatenate([batch(mult) for mult in blocks])
@@ -170,8 +182,13 @@ def _replicates(statistic: Callable, img: np.ndarray, n_img: int, arrays: list[n
     return stats
 
 
-def bootstrap_sd(statistic: Callable[..., float], image_ids: ArrayLike, *arrays: ArrayLike, n_boot: int = 1000,
-                 seed: int = 0) -> float:
+def bootstrap_sd(
+    statistic: Callable[..., float],
+    image_ids: ArrayLike,
+    *arrays: ArrayLike,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> float:
     """Standard deviation of a statistic over the image bootstrap of :func:`bootstrap_ci` (the same
     replicates for the same seed; replicates that give nan are dropped): its standard error.
 
@@ -184,8 +201,10 @@ def bootstrap_sd(statistic: Callable[..., float], image_ids: ArrayLike, *arrays:
     ids = as_1d(image_ids, "image_ids")
     arrs = [np.asarray(a) for a in arrays]
     if len(ids) == 0 or any(len(a) != len(ids) for a in arrs):
-        raise InputError(f"Expected `image_ids` and every array to have the same non-zero length, but got "
-                         f"{len(ids)} and {[len(a) for a in arrs]}")
+        raise InputError(
+            f"Expected `image_ids` and every array to have the same non-zero length, but got "
+            f"{len(ids)} and {[len(a) for a in arrs]}"
+        )
     _, img = np.unique(ids, return_inverse=True)
     img = img.ravel()
     stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
@@ -246,11 +265,16 @@ def bootstrap_ci(
     if bad.all():
         return float("nan"), float("nan")
     if bad.any():
-        warnings.warn(f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped", stacklevel=2)
+        warnings.warn(
+            f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped",
+            stacklevel=2,
+        )
     return _interval(statistic, arrs, stats[~bad], method=method, alpha=(1.0 - level) / 2.0)
 
 
-def _checked_arrays(image_ids: ArrayLike, arrays: tuple[ArrayLike, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+def _checked_arrays(
+    image_ids: ArrayLike, arrays: tuple[ArrayLike, ...]
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """:func:`bootstrap_ci`'s image ids and arrays, checked: at least one array, each of their length."""
     ids = as_1d(image_ids, "image_ids")
     arrs = [np.asarray(a) for a in arrays]
@@ -266,13 +290,20 @@ def _checked_arrays(image_ids: ArrayLike, arrays: tuple[ArrayLike, ...]) -> tupl
     return ids, arrs
 
 
-def _interval(statistic: Callable[..., float], arrs: list[np.ndarray], good: np.ndarray, *, method: str,
-              alpha: float) -> tuple[float, float]:
+def _interval(
+    statistic: Callable[..., float],
+    arrs: list[np.ndarray],
+    good: np.ndarray,
+    *,
+    method: str,
+    alpha: float,
+) -> tuple[float, float]:
     """The ``method`` interval (see the module docstring) from the finite replicates ``good``; the
     estimate is ``statistic(*arrs)``, computed only for the methods that need it."""
     if method not in ("bc-normal", "bc", "basic", "percentile", "normal"):
         raise InputError(
-            f"Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or 'normal', but got {method!r}"
+            "Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or "
+            f"'normal', but got {method!r}"
         )
     if method == "percentile":
         lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
@@ -293,7 +324,11 @@ def _interval(statistic: Callable[..., float], arrs: list[np.ndarray], good: np.
 
 
 def _normal_interval(good: np.ndarray, theta: float, alpha: float) -> tuple[float, float]:
-    half = statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1)) if good.size > 1 else 0.0
+    half = (
+        statistics.NormalDist().inv_cdf(1.0 - alpha) * float(np.std(good, ddof=1))
+        if good.size > 1
+        else 0.0
+    )
     return theta - half, theta + half
 
 

@@ -19,8 +19,16 @@ import numpy as np
 
 __all__ = ["laece_tables"]
 
-def laece_tables(img: np.ndarray, n_img: int, c: np.ndarray, t: np.ndarray, k: np.ndarray,
-                 bins: np.ndarray, n_bins: int) -> Callable[[np.ndarray], np.ndarray]:
+
+def laece_tables(
+    img: np.ndarray,
+    n_img: int,
+    c: np.ndarray,
+    t: np.ndarray,
+    k: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
+) -> Callable[[np.ndarray], np.ndarray]:
     """The replicate function of LaECE: ``(r, n_img)`` draw counts -> ``(r,)`` values.
 
     Args:
@@ -40,11 +48,17 @@ def laece_tables(img: np.ndarray, n_img: int, c: np.ndarray, t: np.ndarray, k: n
     s_c = np.bincount(inv, weights=c)
     s_t = np.bincount(inv, weights=t)
     p_img, p_cell = pair // n_cells, pair % n_cells
-    cells, row = np.unique(p_cell, return_inverse=True)  # the cells with boxes, in (class, bin) order
+    cells, row = np.unique(
+        p_cell, return_inverse=True
+    )  # the cells with boxes, in (class, bin) order
     n_rows = len(cells)
     cls_starts = np.flatnonzero(np.r_[True, cells[1:] // n_bins != cells[:-1] // n_bins])
-    table = _csr(np.concatenate([row, row + n_rows, row + 2 * n_rows]), np.tile(p_img, 3),
-                 np.concatenate([cnt, s_c, s_t]), (3 * n_rows, n_img))
+    table = _csr(
+        np.concatenate([row, row + n_rows, row + 2 * n_rows]),
+        np.tile(p_img, 3),
+        np.concatenate([cnt, s_c, s_t]),
+        (3 * n_rows, n_img),
+    )
 
     def batch(mult: np.ndarray) -> np.ndarray:
         import torch
@@ -52,10 +66,12 @@ def laece_tables(img: np.ndarray, n_img: int, c: np.ndarray, t: np.ndarray, k: n
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a sparse product of this size gains nothing from a second thread
         try:
-            sums = (table @ torch.from_numpy(np.ascontiguousarray(mult.T, dtype=np.float64))).numpy()
+            sums = (
+                table @ torch.from_numpy(np.ascontiguousarray(mult.T, dtype=np.float64))
+            ).numpy()
         finally:
             torch.set_num_threads(threads)
-        count, s_conf, s_tgt = sums[:n_rows], sums[n_rows:2 * n_rows], sums[2 * n_rows:]
+        count, s_conf, s_tgt = sums[:n_rows], sums[n_rows : 2 * n_rows], sums[2 * n_rows :]
         n_c = np.add.reduceat(count, cls_starts, axis=0)
         g_c = np.add.reduceat(np.abs(s_tgt - s_conf), cls_starts, axis=0)
         present = n_c > 0  # a class whose boxes all weigh 0 (none drawn) is not averaged in
@@ -77,8 +93,12 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
     np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols.astype(np.int64)),
-                                       torch.from_numpy(vals.astype(np.float64)), size=shape)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(crow),
+            torch.from_numpy(cols.astype(np.int64)),
+            torch.from_numpy(vals.astype(np.float64)),
+            size=shape,
+        )
 
 
 # the draw counts of the last seeded replicates, kept when they fit in this many bytes
@@ -86,7 +106,9 @@ _CACHE_BYTES = 64 << 20
 _cache: dict[tuple, list[np.ndarray]] = {}
 
 
-def seeded_multiplicities(seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int) -> Iterable[np.ndarray]:
+def seeded_multiplicities(
+    seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int
+) -> Iterable[np.ndarray]:
     """The draw-count blocks of ``draw(np.random.default_rng(seed), n_img, n_boot)``
     (:func:`det_calib.metrics.calibration._multiplicities`, whose blocks ``chunk`` sizes), the last
     ones kept: a run bootstraps the same images with the same seed several times in a row (raw and

@@ -80,39 +80,21 @@ __all__ = [
 # Values of ``iou`` up to this much above 1 are accepted (and clipped), as in det_calib.data.box_table.
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # input validation
-
-
 
 
 # --------------------------------------------------------------------------------------------
 # binning cores (inputs already validated)
 
 
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------------------------
 # reliability bins, ECE, ACE, MCE
 
 
-
-
-
-
-
-
-def ece(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+def ece(
+    conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None
+) -> float:
     """Expected calibration error with equal-width bins.
 
     ``ECE = sum_m |B_m| / n * |acc(B_m) - conf(B_m)|`` over bins ``[m/M, (m+1)/M)``, the last
@@ -135,7 +117,9 @@ def ece(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: Array
     return reliability_bins(conf, correct, n_bins=n_bins, strategy="uniform", weights=weights).ece()
 
 
-def ace(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+def ace(
+    conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None
+) -> float:
     """Adaptive calibration error: the ECE sum over equal-mass bins.
 
     ``ACE = sum_m |B_m| / n * |acc(B_m) - conf(B_m)|`` with the box of stable confidence rank r
@@ -154,10 +138,14 @@ def ace(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: Array
     >>> ace([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1], n_bins=2)  # 1/2*|0-0.15| + 1/2*|1-0.35|
     0.4
     """
-    return reliability_bins(conf, correct, n_bins=n_bins, strategy="quantile", weights=weights).ece()
+    return reliability_bins(
+        conf, correct, n_bins=n_bins, strategy="quantile", weights=weights
+    ).ece()
 
 
-def mce(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None) -> float:
+def mce(
+    conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: ArrayLike | None = None
+) -> float:
     """Maximum calibration error: the largest ``|acc - conf|`` over non-empty equal-width bins.
 
     Args:
@@ -180,7 +168,9 @@ def mce(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, weights: Array
 # proper scoring rules
 
 
-def nll(prob: ArrayLike, correct: ArrayLike, *, eps: float = 1e-12, weights: ArrayLike | None = None) -> float:
+def nll(
+    prob: ArrayLike, correct: ArrayLike, *, eps: float = 1e-12, weights: ArrayLike | None = None
+) -> float:
     """Mean binary cross-entropy of probabilities against the matched flag.
 
     ``-mean(y log p + (1 - y) log(1 - p))`` with p clipped to ``[eps, 1 - eps]``. Prefer
@@ -245,7 +235,8 @@ def nll_logits(
         or temperature <= 0
     ):
         raise InputError(
-            f"Expected argument `temperature` to be a finite number larger than 0, but got {temperature!r}"
+            "Expected argument `temperature` to be a finite number larger than 0, but got "
+            f"{temperature!r}"
         )
     z = as_float(logits, "logits") / float(temperature)
     y = as_binary(correct, "correct")
@@ -277,22 +268,6 @@ def brier(prob: ArrayLike, correct: ArrayLike, *, weights: ArrayLike | None = No
 
 # --------------------------------------------------------------------------------------------
 # detection-specific: D-ECE, LaECE, LaACE
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,11 +317,6 @@ def per_class(
 # bootstrap replicates: validate once outside the loop, hoist what does not depend on the draws
 
 
-
-
-
-
-
 def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bins: int) -> Batch:
     """Batch ECE (equal-width bins) from per-image tables: no per-box work per replicate.
 
@@ -356,14 +326,16 @@ def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bin
     :func:`ece` with the draw counts as weights up to float summation order.
     """
     cell = img * n_bins + uniform_index(c, n_bins)
-    per = [np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
-           for v in (np.ones_like(c), c, y)]
+    per = [
+        np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
+        for v in (np.ones_like(c), c, y)
+    ]
 
     table = np.concatenate(per, axis=1)  # one product for the three tables
 
     def batch(mult: np.ndarray) -> np.ndarray:
         sums = mult.astype(np.float64) @ table
-        count, s_conf, s_tgt = sums[:, :n_bins], sums[:, n_bins:2 * n_bins], sums[:, 2 * n_bins:]
+        count, s_conf, s_tgt = sums[:, :n_bins], sums[:, n_bins : 2 * n_bins], sums[:, 2 * n_bins :]
         total = count.sum(axis=1)
         empty = count <= 0
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -396,36 +368,27 @@ def prepare_ece(img, n_img, conf, correct, *, n_bins=15) -> Batch:
     return _ece_tables(img, n_img, c, y, options["n_bins"])
 
 
-
-
-
-
 # The metrics' bootstrap fast paths (:mod:`det_calib.metrics.bootstrap`): ``prepare(img, n_img, *arrays,
 # **options)`` validates the arrays as the metric does (raising what it raises) and returns a
 # :data:`~det_calib.metrics.bootstrap.Batch` giving, for each replicate, ``metric(*arrays, weights=draw
 # counts, **options)``: bit-identical, or for ECE equal up to float summation order.
 ece._bootstrap_prepare = prepare_ece  # type: ignore[attr-defined]
-ace._bootstrap_prepare = weighted_core(_check_binned, lambda c, y, *, n_bins, weights:  # type: ignore[attr-defined]
-                                       reliability_core(c, y, weights, n_bins, "quantile").ece())
-mce._bootstrap_prepare = weighted_core(_check_binned, lambda c, y, *, n_bins, weights:  # type: ignore[attr-defined]
-                                       reliability_core(c, y, weights, n_bins, "uniform").mce())
+ace._bootstrap_prepare = weighted_core(
+    _check_binned,
+    lambda c, y, *, n_bins, weights: (  # type: ignore[attr-defined]
+        reliability_core(c, y, weights, n_bins, "quantile").ece()
+    ),
+)
+mce._bootstrap_prepare = weighted_core(
+    _check_binned,
+    lambda c, y, *, n_bins, weights: (  # type: ignore[attr-defined]
+        reliability_core(c, y, weights, n_bins, "uniform").mce()
+    ),
+)
 brier._bootstrap_prepare = weighted_core(  # type: ignore[attr-defined]
-    _check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights))
+    _check_brier, lambda p, y, *, weights: weighted_mean((p - y) ** 2, weights)
+)
 laece._bootstrap_prepare = prepare_laece  # type: ignore[attr-defined]
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def calibration_summary(conf: ArrayLike, correct: ArrayLike, *, n_bins: int = 15) -> dict:

@@ -37,8 +37,10 @@ def _checked(prob: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndarray
     p = np.asarray(prob, dtype=np.float64)
     y = np.asarray(labels)
     if p.ndim != 2 or p.shape[0] != y.shape[0] or p.shape[0] == 0:
-        raise InputError(f"class probabilities must be an (n, K) array with one label per row, got "
-                         f"{p.shape} and {y.shape}")
+        raise InputError(
+            f"class probabilities must be an (n, K) array with one label per row, got "
+            f"{p.shape} and {y.shape}"
+        )
     if y.dtype.kind not in "iu" or y.min() < 0 or y.max() >= p.shape[1]:
         raise InputError(f"class labels must be integers in [0, {p.shape[1]})")
     if not np.isfinite(p).all() or p.min() < 0 or p.max() > 1:

@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike
 from det_calib.errors import InputError
 from det_calib.metrics.binning import gap_sum, uniform_index
 from det_calib.metrics.bootstrap import Batch
+from det_calib.metrics.bootstrap_tables import laece_tables
 from det_calib.validation import (
     as_binary,
     as_float,
@@ -26,7 +27,7 @@ from det_calib.validation import (
 
 __all__ = ["box_features", "dece", "laace", "laece", "prepare_laece"]
 
-IOU_TOL = 1e-9
+_IOU_TOL = 1e-9
 
 
 def box_features(
@@ -58,7 +59,10 @@ def box_features(
         if arr.ndim == 1:
             check_lengths(x1=xs["x1"], **{name: arr})
         if arr.size and not (np.isfinite(arr).all() and (arr > 0).all()):
-            raise InputError(f"Expected argument `{name}` to be positive and finite, but got {float(arr.min()):g}")
+            raise InputError(
+                f"Expected argument `{name}` to be positive and finite, but got "
+                f"{float(arr.min()):g}"
+            )
         size[name] = arr
     W, H = size["img_w"], size["img_h"]
     feats = np.empty((n, 4))
@@ -76,12 +80,14 @@ def _check_dece_bins(n_bins: object, n_features: int) -> list[int]:
         bins = list(n_bins)
         if len(bins) != n_features + 1:
             raise InputError(
-                f"Expected argument `n_bins` to be an integer or a sequence of {n_features + 1} integers "
+                f"Expected argument `n_bins` to be an integer or a sequence of {n_features + 1} "
+                "integers "
                 f"(confidence first, then one per feature column), but got {len(bins)}"
             )
         return [check_positive_int(b, "n_bins") for b in bins]
     raise InputError(
-        f"Expected argument `n_bins` to be an integer larger than 0 or a sequence of them, but got {n_bins!r}"
+        "Expected argument `n_bins` to be an integer larger than 0 or a sequence of them, but got "
+        f"{n_bins!r}"
     )
 
 
@@ -123,7 +129,9 @@ def dece(
     y = as_binary(correct, "correct")
     f = np.asarray(features)
     if f.ndim != 2:
-        raise InputError(f"Expected argument `features` to have shape (n, J), but got shape {f.shape}")
+        raise InputError(
+            f"Expected argument `features` to have shape (n, J), but got shape {f.shape}"
+        )
     n = check_lengths(conf=c, correct=y, features=f)
     if f.size:
         f = np.stack([as_unit(f[:, j], f"features[:, {j}]") for j in range(f.shape[1])], axis=1)
@@ -134,7 +142,9 @@ def dece(
     if n == 0:
         return float("nan")
     if np.prod([float(b) for b in bins]) > 2.0**62:
-        raise InputError(f"Expected argument `n_bins` to give fewer than 2**62 joint bins, but got {bins}")
+        raise InputError(
+            f"Expected argument `n_bins` to give fewer than 2**62 joint bins, but got {bins}"
+        )
     idx = [uniform_index(c, bins[0])] + [uniform_index(f[:, j], b) for j, b in enumerate(bins[1:])]
     flat = np.ravel_multi_index(tuple(idx), tuple(bins))
     _, cell = np.unique(flat, return_inverse=True)
@@ -176,7 +186,7 @@ def laece_core(c, t, k, w, n_bins) -> float:
 
 def _check_loc(conf, target_iou, cls, weights):
     c = as_unit(conf, "conf")
-    t = as_unit(target_iou, "target_iou", tol=IOU_TOL)
+    t = as_unit(target_iou, "target_iou", tol=_IOU_TOL)
     k = as_int_ids(cls, "cls")
     n = check_lengths(conf=c, target_iou=t, cls=k)
     w = as_weights(weights, n, "conf")
@@ -254,6 +264,5 @@ def laace(
 def prepare_laece(img, n_img, conf, target_iou, cls, *, n_bins=25) -> Batch:
     n_bins = check_positive_int(n_bins)
     c, t, k, _ = _check_loc(conf, target_iou, cls, None)
-    from det_calib.metrics.bootstrap_tables import laece_tables  # pooled (image, cell) sums: no per-box work
 
     return laece_tables(img, n_img, c, t, k, uniform_index(c, n_bins), n_bins)

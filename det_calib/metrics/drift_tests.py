@@ -28,10 +28,24 @@ import numpy as np
 
 from det_calib.errors import InputError
 
-__all__ = ["CITL", "CROWDED_FACTOR", "CROWDED_MIN_BOXES", "Change", "HosmerLemeshow", "RatioTest", "ShiftStats",
-           "binned_change", "calibration_in_the_large", "chi2_sf", "citl_change", "clustered_ratio_var",
-           "count_change", "crowded_images", "hosmer_lemeshow", "ks_distance", "normal_sf", "ratio_test",
-           "shift_tests"]
+__all__ = [
+    "CITL",
+    "CROWDED_FACTOR",
+    "CROWDED_MIN_BOXES",
+    "Change",
+    "HosmerLemeshow",
+    "RatioTest",
+    "ShiftStats",
+    "binned_change",
+    "calibration_in_the_large",
+    "citl_change",
+    "count_change",
+    "crowded_images",
+    "hosmer_lemeshow",
+    "normal_sf",
+    "ratio_test",
+    "shift_tests",
+]
 
 
 def normal_sf(z: float) -> float:
@@ -43,7 +57,7 @@ def normal_sf(z: float) -> float:
     return float(math.erfc(abs(float(z)) / math.sqrt(2.0)))
 
 
-def chi2_sf(x: float, df: int) -> float:
+def _chi2_sf(x: float, df: int) -> float:
     """Upper tail ``P(X >= x)`` of a chi-square variable with integer ``df`` degrees of freedom.
 
     Closed forms: for even ``df`` a Poisson sum, for odd ``df`` the normal tail plus a sum.
@@ -125,8 +139,10 @@ def calibration_in_the_large(conf: Any, correct: Any, image_id: Any) -> CITL:
     y = np.asarray(correct, dtype=np.float64)
     img = np.asarray(image_id)
     if p.shape != y.shape or p.shape != img.shape or p.ndim != 1:
-        raise InputError(f"Expected arguments `conf`, `correct` and `image_id` of the same shape (n,), but got "
-                         f"{p.shape}, {y.shape} and {img.shape}")
+        raise InputError(
+            f"Expected arguments `conf`, `correct` and `image_id` of the same shape (n,), but got "
+            f"{p.shape}, {y.shape} and {img.shape}"
+        )
     n = int(p.size)
     if n == 0:
         nan = float("nan")
@@ -136,8 +152,20 @@ def calibration_in_the_large(conf: Any, correct: Any, image_id: Any) -> CITL:
     v = max(vb, vc)
     o, e = int(y.sum()), float(p.sum())
     z = (o - e) / math.sqrt(v) if v > 0 else (0.0 if o == e else math.copysign(math.inf, o - e))
-    return CITL(n, _groups(img)[1], o, e, e / n, o / n, vb, vc, max(1.0, vc / vb) if vb > 0 else 1.0, float(z),
-                normal_sf(z), 1.959964 * math.sqrt(v) / n)
+    return CITL(
+        n,
+        _groups(img)[1],
+        o,
+        e,
+        e / n,
+        o / n,
+        vb,
+        vc,
+        max(1.0, vc / vb) if vb > 0 else 1.0,
+        float(z),
+        normal_sf(z),
+        1.959964 * math.sqrt(v) / n,
+    )
 
 
 class HosmerLemeshow(NamedTuple):
@@ -158,8 +186,9 @@ class HosmerLemeshow(NamedTuple):
     edges: tuple[float, ...]
 
 
-def hosmer_lemeshow(conf: Any, correct: Any, image_id: Any, *, max_groups: int = 10,
-                    boxes_per_group: int = 30) -> HosmerLemeshow | None:
+def hosmer_lemeshow(
+    conf: Any, correct: Any, image_id: Any, *, max_groups: int = 10, boxes_per_group: int = 30
+) -> HosmerLemeshow | None:
     """:class:`HosmerLemeshow` of boxes: ``min(max_groups, n // boxes_per_group)`` equal-mass bins
     by confidence (at least 2); None when there are fewer than ``2 * boxes_per_group`` boxes.
 
@@ -182,8 +211,15 @@ def hosmer_lemeshow(conf: Any, correct: Any, image_id: Any, *, max_groups: int =
     stat = sum((o - e) ** 2 / v for o, e, v in zip(obs, exp, var) if v > 0)
     deff = calibration_in_the_large(p, y, image_id).design_effect
     stat /= deff
-    return HosmerLemeshow(g, float(stat), float(deff), chi2_sf(stat, g), obs, exp,
-                          tuple(float(p[i[0]]) for i in parts))
+    return HosmerLemeshow(
+        g,
+        float(stat),
+        float(deff),
+        _chi2_sf(stat, g),
+        obs,
+        exp,
+        tuple(float(p[i[0]]) for i in parts),
+    )
 
 
 CROWDED_FACTOR = 10
@@ -192,8 +228,9 @@ CROWDED_MIN_BOXES = 20
 """... and at least this many kept boxes."""
 
 
-def crowded_images(image_id: Any, *, factor: float = CROWDED_FACTOR, min_boxes: int = CROWDED_MIN_BOXES
-                   ) -> np.ndarray:
+def crowded_images(
+    image_id: Any, *, factor: float = CROWDED_FACTOR, min_boxes: int = CROWDED_MIN_BOXES
+) -> np.ndarray:
     """The crowded images of a set of boxes: their ids, most boxes first.
 
     An image is crowded when it holds at least ``max(min_boxes, factor * median)`` boxes, the
@@ -231,9 +268,9 @@ def count_change(k_then: int, m_then: int, k_now: int, m_now: int) -> float:
     if n == 0 or m_then <= 0 or m_now <= 0:
         return 1.0
     q = m_now / (m_then + m_now)
-    pmf = np.array([math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(n + 1)])
+    pmf = np.array([math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(n + 1)])
     k = int(k_now)
-    return float(min(1.0, 2 * min(pmf[:k + 1].sum(), pmf[k:].sum())))
+    return float(min(1.0, 2 * min(pmf[: k + 1].sum(), pmf[k:].sum())))
 
 
 class Change(NamedTuple):
@@ -274,8 +311,13 @@ def citl_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any]) -> Change
     return Change(float(g0), float(g1), float(z), 1, normal_sf(z))
 
 
-def binned_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any], *, max_groups: int = 10,
-                  boxes_per_group: int = 30) -> Change | None:
+def binned_change(
+    then: tuple[Any, Any, Any],
+    now: tuple[Any, Any, Any],
+    *,
+    max_groups: int = 10,
+    boxes_per_group: int = 30,
+) -> Change | None:
     """Has the reliability curve changed? A two-sample Hosmer–Lemeshow test: bins with equal
     shares of the pooled boxes' confidences, in each bin the gap ``fraction correct - mean conf``
     of both sets, ``sum_g (gap_now - gap_then)^2 / (V_then/n_then^2 + V_now/n_now^2)`` (``V = sum p
@@ -290,8 +332,10 @@ def binned_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any], *, max_
     >>> binned_change((p, y0, img), (p, y1, img)).p_value < 1e-6
     True
     """
-    (p0, y0, i0), (p1, y1, i1) = ((np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(i))
-                                  for p, y, i in (then, now))
+    (p0, y0, i0), (p1, y1, i1) = (
+        (np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(i))
+        for p, y, i in (then, now)
+    )
     g = min(int(max_groups), min(p0.size, p1.size) // int(boxes_per_group))
     if g < 2:
         return None
@@ -303,16 +347,27 @@ def binned_change(then: tuple[Any, Any, Any], now: tuple[Any, Any, Any], *, max_
         if not m0.any() or not m1.any():
             continue
         d = (y1[m1] - p1[m1]).mean() - (y0[m0] - p0[m0]).mean()
-        v = np.sum(p0[m0] * (1 - p0[m0])) / m0.sum() ** 2 + np.sum(p1[m1] * (1 - p1[m1])) / m1.sum() ** 2
+        v = (
+            np.sum(p0[m0] * (1 - p0[m0])) / m0.sum() ** 2
+            + np.sum(p1[m1] * (1 - p1[m1])) / m1.sum() ** 2
+        )
         stat += d * d / v if v > 0 else 0.0
-    deff = max(calibration_in_the_large(p0, y0, i0).design_effect, calibration_in_the_large(p1, y1, i1).design_effect)
+    deff = max(
+        calibration_in_the_large(p0, y0, i0).design_effect,
+        calibration_in_the_large(p1, y1, i1).design_effect,
+    )
     stat /= deff
     c0, c1 = calibration_in_the_large(p0, y0, i0), calibration_in_the_large(p1, y1, i1)
-    return Change(float(c0.fraction_correct - c0.mean_conf), float(c1.fraction_correct - c1.mean_conf),
-                  float(stat), g, chi2_sf(stat, g))
+    return Change(
+        float(c0.fraction_correct - c0.mean_conf),
+        float(c1.fraction_correct - c1.mean_conf),
+        float(stat),
+        g,
+        _chi2_sf(stat, g),
+    )
 
 
-def clustered_ratio_var(num: Any, den: Any) -> float:
+def _clustered_ratio_var(num: Any, den: Any) -> float:
     """Linearised variance of the ratio ``sum num / sum den`` over clusters (one entry per image):
     ``m / (m - 1) * sum_i (num_i - r den_i)^2 / (sum den)^2``; nan with fewer than 2 clusters
     or a zero denominator.
@@ -354,9 +409,18 @@ def ratio_test(num_then: Any, den_then: Any, num_now: Any, den_now: Any) -> Rati
         a, b = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
         d = float(b.sum())
         r = float(a.sum()) / d if d > 0 else float("nan")
-        v = clustered_ratio_var(a, b)
+        v = _clustered_ratio_var(a, b)
         vb = r * (1 - r) / d if d > 0 else float("nan")
-        out.append((r, math.sqrt(max(v, vb)) if math.isfinite(v) else math.sqrt(vb) if math.isfinite(vb) else math.nan))
+        out.append(
+            (
+                r,
+                math.sqrt(max(v, vb))
+                if math.isfinite(v)
+                else math.sqrt(vb)
+                if math.isfinite(vb)
+                else math.nan,
+            )
+        )
     (r0, s0), (r1, s1) = out
     se = math.hypot(s0, s1)
     if not (math.isfinite(r0) and math.isfinite(r1) and math.isfinite(se)):
@@ -366,7 +430,7 @@ def ratio_test(num_then: Any, den_then: Any, num_now: Any, den_now: Any) -> Rati
 
 
 # ------------------------------------------------------------------------------ without labels
-def ks_distance(a: Any, b: Any) -> float:
+def _ks_distance(a: Any, b: Any) -> float:
     """Two-sample Kolmogorov–Smirnov distance ``max |F_a - F_b|`` (nan when a sample is empty).
 
     >>> ks_distance([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ks_distance([0.1, 0.2], [0.8, 0.9])
@@ -411,8 +475,20 @@ def _chi2_table(counts_a: np.ndarray, counts_b: np.ndarray) -> np.ndarray:
     return term.sum(axis=(1, 2))
 
 
-def shift_tests(conf_ref: Any, img_ref: Any, cls_ref: Any, n_img_ref: int, conf_new: Any, img_new: Any,
-                cls_new: Any, n_img_new: int, *, n_classes: int, n_perm: int = 999, seed: int = 0) -> ShiftStats:
+def shift_tests(
+    conf_ref: Any,
+    img_ref: Any,
+    cls_ref: Any,
+    n_img_ref: int,
+    conf_new: Any,
+    img_new: Any,
+    cls_new: Any,
+    n_img_new: int,
+    *,
+    n_classes: int,
+    n_perm: int = 999,
+    seed: int = 0,
+) -> ShiftStats:
     """:class:`ShiftStats` of the kept boxes of a reference and a new set of images.
 
     Args:
@@ -453,9 +529,12 @@ def shift_tests(conf_ref: Any, img_ref: Any, cls_ref: Any, n_img_ref: int, conf_
     cc_ref = (~sides).astype(np.float64) @ cls_img
     chi = np.where(both, _chi2_table(cc_ref, cc_new), np.nan)
     return ShiftStats(
-        ks=float(ks[0]) if np.isfinite(ks[0]) else None, ks_p=_perm_p(ks),
-        per_image=float(diff[0]), per_image_p=_perm_p(np.abs(diff)),
-        class_chi2=float(chi[0]) if np.isfinite(chi[0]) else None, class_chi2_p=_perm_p(chi),
+        ks=float(ks[0]) if np.isfinite(ks[0]) else None,
+        ks_p=_perm_p(ks),
+        per_image=float(diff[0]),
+        per_image_p=_perm_p(np.abs(diff)),
+        class_chi2=float(chi[0]) if np.isfinite(chi[0]) else None,
+        class_chi2_p=_perm_p(chi),
         n_perm=int(n_perm),
     )
 
@@ -471,12 +550,16 @@ def _relabellings(na: int, nb: int, n_perm: int, seed: int) -> np.ndarray:
     return sides
 
 
-def _ks_per_labelling(conf: np.ndarray, pimg: np.ndarray, sides: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ks_per_labelling(
+    conf: np.ndarray, pimg: np.ndarray, sides: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The two-sample KS statistic of the boxes' confidences under each labelling (nan where a side
     has no box), and whether both sides have boxes."""
     order = np.argsort(conf, kind="stable")
     img_sorted = pimg[order]
-    last = np.r_[conf[order][1:] != conf[order][:-1], True][:conf.size]  # ends of runs of tied scores (none: no box)
+    last = np.r_[conf[order][1:] != conf[order][:-1], True][
+        : conf.size
+    ]  # ends of runs of tied scores (none: no box)
     new_boxes = sides[:, img_sorted]  # (R, n) in sorted order
     n_new = new_boxes.sum(axis=1)
     n_ref = conf.size - n_new

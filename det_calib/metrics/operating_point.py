@@ -20,11 +20,12 @@ from det_calib.matching.one_to_one import match_detections
 from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.calibration import ece, prepare_ece
 
-__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "kept_laece_floor", "laece0",
-           "reference_bin_index", "top_k_per_image_class"]
+__all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "kept_laece_floor", "laece0"]
 
 
-def kept_ece(conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, weights: Any = None) -> float:
+def kept_ece(
+    conf: Any, correct: Any, *, threshold: float, n_bins: int = 15, weights: Any = None
+) -> float:
     """ECE (equal-width bins, see :func:`det_calib.metrics.ece`) of the boxes with ``conf > threshold``.
 
     Returns nan when no box is kept.
@@ -44,13 +45,15 @@ def _kept(conf: Any, correct: Any, threshold: float) -> tuple[np.ndarray, np.nda
     y = np.asarray(correct)
     if c.shape != y.shape or c.ndim != 1:
         raise InputError(
-            f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} and {y.shape}"
+            f"Expected arguments `conf` and `correct` of the same shape (n,), but got {c.shape} "
+            f"and {y.shape}"
         )
     return c, y, kept_mask(c, float(threshold))
 
 
-def _kept_ece_prepare(img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float,
-                      n_bins: int = 15) -> Any:
+def _kept_ece_prepare(
+    img: np.ndarray, n_img: int, conf: Any, correct: Any, *, threshold: float, n_bins: int = 15
+) -> Any:
     """Bootstrap replicates of :func:`kept_ece` (see :func:`det_calib.metrics.bootstrap_ci`): the
     kept boxes are found and checked once, then every replicate is ECE's per-image table product."""
     c, y, keep = _kept(conf, correct, threshold)
@@ -114,16 +117,22 @@ def kept_ece_floor(
     # draws in blocks of at most ~4M labels (32 MiB): the same stream of uniforms as one (n_draws, n)
     # call, and the per-bin label counts are exact integers, so the result does not depend on the block
     rows = max(1, (1 << 22) // c.size)
-    vals = np.concatenate([
-        np.abs((rng.random((min(rows, int(n_draws) - start), c.size)) < c).astype(np.float64) @ onehot - s_conf)
-        .sum(axis=1) / c.size
-        for start in range(0, int(n_draws), rows)
-    ])
+    vals = np.concatenate(
+        [
+            np.abs(
+                (rng.random((min(rows, int(n_draws) - start), c.size)) < c).astype(np.float64)
+                @ onehot
+                - s_conf
+            ).sum(axis=1)
+            / c.size
+            for start in range(0, int(n_draws), rows)
+        ]
+    )
     lo, hi = np.percentile(vals, [2.5, 97.5])
     return ECEFloor(float(vals.mean()), float(lo), float(hi))
 
 
-def reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
+def _reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
     """Bin of each conf with the reference toolkit's bins: ``[0, 1/M]``, then ``(m/M, (m+1)/M]``.
 
     >>> reference_bin_index(np.array([0.0, 0.1, 0.10001, 1.0]), 10).tolist()
@@ -133,7 +142,9 @@ def reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
     return np.clip(idx, 0, n_bins - 1)
 
 
-def top_k_per_image_class(image: np.ndarray, cls: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
+def _top_k_per_image_class(
+    image: np.ndarray, cls: np.ndarray, score: np.ndarray, k: int
+) -> np.ndarray:
     """Mask of the ``k`` highest-scoring boxes of each (image, class) (COCO ``maxDets``; stable ties)."""
     n = score.shape[0]
     order = np.lexsort((-score, cls, image))
@@ -186,15 +197,21 @@ def laece0(
     Returns:
         The class-averaged LaECE; nan when no class qualifies.
     """
-    di, dx, dc, s = _scored_detections(det_image, det_xyxy, det_cls, conf, threshold=threshold, max_dets=max_dets)
+    di, dx, dc, s = _scored_detections(
+        det_image, det_xyxy, det_cls, conf, threshold=threshold, max_dets=max_dets
+    )
     gi = np.asarray(gt_image, dtype=np.int64)
     gx = np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4)
     gc = np.asarray(gt_cls, dtype=np.int64)
-    crowd = np.zeros(gi.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
+    crowd = (
+        np.zeros(gi.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
+    )
     if s.size == 0:
         return float("nan")
     # inverted boxes (an immature one-to-one head emits them) match as zero-area boxes, as in the pipeline
-    dx = np.column_stack([dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])])
+    dx = np.column_stack(
+        [dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])]
+    )
     r = match_detections(di, dx, dc, s, gi, gx, gc, crowd, iou_threshold=tau)
     use = ~r.ignore
     c, k = s[use], dc[use]
@@ -212,19 +229,24 @@ def _scored_detections(det_image, det_xyxy, det_cls, conf, *, threshold: float, 
     s = np.asarray(conf, dtype=np.float64)
     keep = kept_mask(s, float(threshold))
     di, dx, dc, s = di[keep], dx[keep], dc[keep], s[keep]
-    top = top_k_per_image_class(di, dc, s, int(max_dets))
+    top = _top_k_per_image_class(di, dc, s, int(max_dets))
     return di[top], dx[top], dc[top], s[top]
 
 
-def _class_averaged_laece(c: np.ndarray, k: np.ndarray, t: np.ndarray, classes: np.ndarray, n_bins: int) -> float:
+def _class_averaged_laece(
+    c: np.ndarray, k: np.ndarray, t: np.ndarray, classes: np.ndarray, n_bins: int
+) -> float:
     """Steps 3 and 4 of :func:`laece0`: each class's binned gap between conf ``c`` and target ``t``,
     averaged over ``classes`` with a class whose LaECE_c is exactly 0 left out; nan when none is left."""
     vals = []
     for cid in classes:
         m = k == cid
-        b = reference_bin_index(c[m], n_bins)
+        b = _reference_bin_index(c[m], n_bins)
         cnt = np.bincount(b, minlength=n_bins)
-        gap = np.abs(np.bincount(b, weights=c[m], minlength=n_bins) - np.bincount(b, weights=t[m], minlength=n_bins))
+        gap = np.abs(
+            np.bincount(b, weights=c[m], minlength=n_bins)
+            - np.bincount(b, weights=t[m], minlength=n_bins)
+        )
         v = float(gap.sum() / cnt.sum())
         if v != 0.0:
             vals.append(v)
@@ -249,18 +271,45 @@ class LaECE0Targets:
         gt_classes: Classes with (non-crowd) ground truth in the split.
     """
 
-    def __init__(self, det_image: Any, det_xyxy: Any, det_cls: Any, raw_score: Any, gt_image: Any, gt_xyxy: Any,
-                 gt_cls: Any, gt_crowd: Any = None, *, tau: float = 0.0, max_dets: int = 100):
+    def __init__(
+        self,
+        det_image: Any,
+        det_xyxy: Any,
+        det_cls: Any,
+        raw_score: Any,
+        gt_image: Any,
+        gt_xyxy: Any,
+        gt_cls: Any,
+        gt_crowd: Any = None,
+        *,
+        tau: float = 0.0,
+        max_dets: int = 100,
+    ):
         di = np.asarray(det_image, dtype=np.int64)
         dx = np.asarray(det_xyxy, dtype=np.float64).reshape(-1, 4)
         dc = np.asarray(det_cls, dtype=np.int64)
         s = np.asarray(raw_score, dtype=np.float64)
         gc = np.asarray(gt_cls, dtype=np.int64)
-        crowd = np.zeros(gc.shape[0], dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool)
-        top = top_k_per_image_class(di, dc, s, int(max_dets))
-        dx = np.column_stack([dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])])
-        r = match_detections(di, dx, dc, s, np.asarray(gt_image, dtype=np.int64),
-                             np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4), gc, crowd, iou_threshold=tau)
+        crowd = (
+            np.zeros(gc.shape[0], dtype=bool)
+            if gt_crowd is None
+            else np.asarray(gt_crowd, dtype=bool)
+        )
+        top = _top_k_per_image_class(di, dc, s, int(max_dets))
+        dx = np.column_stack(
+            [dx[:, 0], dx[:, 1], np.maximum(dx[:, 0], dx[:, 2]), np.maximum(dx[:, 1], dx[:, 3])]
+        )
+        r = match_detections(
+            di,
+            dx,
+            dc,
+            s,
+            np.asarray(gt_image, dtype=np.int64),
+            np.asarray(gt_xyxy, dtype=np.float64).reshape(-1, 4),
+            gc,
+            crowd,
+            iou_threshold=tau,
+        )
         self.use = top & ~r.ignore
         self.target = np.where(r.correct, r.iou, 0.0)
         self.cls = dc
@@ -276,8 +325,16 @@ class LaECE0Targets:
     def laece(self, conf: Any, *, threshold: float, n_bins: int = 25, weights: Any = None) -> float:
         """LaECE_0 of the boxes with ``conf > threshold`` (``conf``: (n,), the same boxes, any
         per-class monotone map of the raw score); ``weights`` (n,) for bootstrap replicates."""
-        return _laece_binned(np.asarray(conf, dtype=np.float64), self.target, self.cls, self.use, self.gt_classes,
-                             threshold, n_bins, weights)
+        return _laece_binned(
+            np.asarray(conf, dtype=np.float64),
+            self.target,
+            self.cls,
+            self.use,
+            self.gt_classes,
+            threshold,
+            n_bins,
+            weights,
+        )
 
     def statistic(self, *, threshold: float, n_bins: int = 25) -> Any:
         """``f(conf, weights=None)`` for :func:`det_calib.metrics.bootstrap_ci` (pass the boxes' image ids)."""
@@ -301,7 +358,9 @@ def _laece_binned(c, t, k, use, gt_classes, threshold, n_bins, weights) -> float
     keep, weighted = _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins)
     if weighted is None:
         return float("nan")
-    return weighted(np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep])
+    return weighted(
+        np.ones(int(keep.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[keep]
+    )
 
 
 def _kept_cells(c, k, use, gt_classes, threshold, n_bins) -> tuple[np.ndarray, _KeptCells | None]:
@@ -328,13 +387,19 @@ def _laece_replicates(cells: _KeptCells, c: np.ndarray, t: np.ndarray, img: np.n
     """The bootstrap batch of LaECE_0 of kept boxes (scores ``c``, targets ``t``, image ``img``): a block of
     replicates' draw counts ``(r, n_img)`` -> ``(r,)``, each the number ``weighted`` of
     :func:`_laece_binned_prepare` gives for its weights, computed for many replicates at once."""
-    rows = max(1, (1 << 20) // max(c.size, 1))  # replicates per step: about 1M boxes (8 MiB a table)
+    rows = max(
+        1, (1 << 20) // max(c.size, 1)
+    )  # replicates per step: about 1M boxes (8 MiB a table)
 
     def batch(mult: np.ndarray) -> np.ndarray:
         out = []
         for start in range(0, mult.shape[0], rows):
-            w = mult[start:start + rows].astype(np.float64)[:, img]
-            out.append(cells.laece(np.abs(cells.row_sums(w * c) - cells.row_sums(w * t)), cells.row_sums(w)))
+            w = mult[start : start + rows].astype(np.float64)[:, img]
+            out.append(
+                cells.laece(
+                    np.abs(cells.row_sums(w * c) - cells.row_sums(w * t)), cells.row_sums(w)
+                )
+            )
         return np.concatenate(out) if out else np.empty(0)
 
     return batch
@@ -355,7 +420,7 @@ class _KeptCells(NamedTuple):
         n_cls = int(max(k.max(), gt_classes.max() if gt_classes.size else 0)) + 1
         has_gt = np.zeros(n_cls, dtype=bool)
         has_gt[gt_classes[gt_classes < n_cls]] = True
-        return cls(k * n_bins + reference_bin_index(c, n_bins), n_cls, n_bins, has_gt)
+        return cls(k * n_bins + _reference_bin_index(c, n_bins), n_cls, n_bins, has_gt)
 
     @property
     def size(self) -> int:
@@ -370,7 +435,9 @@ class _KeptCells(NamedTuple):
         cell's sum is accumulated in the same order, so each row equals its :meth:`sums`)."""
         d = values.shape[0]
         keys = (self.key + self.size * np.arange(d)[:, None]).ravel()
-        return np.bincount(keys, weights=values.ravel(), minlength=d * self.size).reshape(d, self.size)
+        return np.bincount(keys, weights=values.ravel(), minlength=d * self.size).reshape(
+            d, self.size
+        )
 
     def laece(self, gap: np.ndarray, count: np.ndarray) -> np.ndarray:
         """``(d,)`` LaECE_0 of ``d`` sets of cell gaps ``gap`` ((d, n_cls * n_bins) or (n_cls * n_bins,):
@@ -380,7 +447,9 @@ class _KeptCells(NamedTuple):
         where no class is left."""
         per_class = np.asarray(gap).reshape(-1, self.n_cls, self.n_bins).sum(axis=2)
         cnt = np.asarray(count).reshape(-1, self.n_cls, self.n_bins).sum(axis=2)
-        ok = self.has_gt & (cnt > 0)  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
+        ok = self.has_gt & (
+            cnt > 0
+        )  # a class whose kept boxes all weigh 0 (none drawn) is not averaged in
         shape = np.broadcast_shapes(per_class.shape, cnt.shape)
         vals = np.divide(per_class, cnt, out=np.zeros(shape), where=ok)
         return _mean_of_picked(vals, ok & (vals != 0.0))
@@ -399,8 +468,14 @@ def _mean_of_picked(vals: np.ndarray, picked: np.ndarray) -> np.ndarray:
 
 
 def kept_laece_floor(
-    targets: LaECE0Targets, conf: Any, *, threshold: float, iou: Any = None, n_bins: int = 25,
-    n_draws: int = 200, seed: int = 0,
+    targets: LaECE0Targets,
+    conf: Any,
+    *,
+    threshold: float,
+    iou: Any = None,
+    n_bins: int = 25,
+    n_draws: int = 200,
+    seed: int = 0,
 ) -> ECEFloor | None:
     """The sampling floor of the kept-set LaECE_0: what a detector whose every conf is exactly the
     expected IoU target of its box would score on the same kept boxes.
@@ -442,8 +517,10 @@ def kept_laece_floor(
     """
     c = np.asarray(conf, dtype=np.float64)
     if c.shape != targets.target.shape:
-        raise InputError(f"Expected argument `conf` of shape {targets.target.shape} (one per box of `targets`), "
-                         f"but got shape {c.shape}")
+        raise InputError(
+            f"Expected argument `conf` of shape {targets.target.shape} (one per box of `targets`), "
+            f"but got shape {c.shape}"
+        )
     if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
         raise InputError(f"Expected argument `n_draws` to be an integer >= 2, but got {n_draws!r}")
     keep = targets.use & kept_mask(c, float(threshold))
@@ -451,16 +528,22 @@ def kept_laece_floor(
     if not keep.any() or u.size == 0:
         return None
     s = c[keep]
-    vals = _laece_of_drawn_targets(_KeptCells.of(s, targets.cls[keep], targets.gt_classes, n_bins), s, u,
-                                   int(n_draws), np.random.default_rng(seed))
+    vals = _laece_of_drawn_targets(
+        _KeptCells.of(s, targets.cls[keep], targets.gt_classes, n_bins),
+        s,
+        u,
+        int(n_draws),
+        np.random.default_rng(seed),
+    )
     if np.isnan(vals).all():
         return None
     lo, hi = np.nanpercentile(vals, [2.5, 97.5])
     return ECEFloor(float(np.nanmean(vals)), float(lo), float(hi))
 
 
-def _laece_of_drawn_targets(cells: _KeptCells, s: np.ndarray, u: np.ndarray, n_draws: int,
-                            rng: np.random.Generator) -> np.ndarray:
+def _laece_of_drawn_targets(
+    cells: _KeptCells, s: np.ndarray, u: np.ndarray, n_draws: int, rng: np.random.Generator
+) -> np.ndarray:
     """``(n_draws,)`` LaECE_0 of the kept boxes (scores ``s``, cells ``cells``) against targets drawn with
     mean ``s`` from the matched IoUs ``u`` (the model of :func:`kept_laece_floor`)."""
     s_conf, count = cells.sums(s), cells.sums(np.ones(s.size))
@@ -473,8 +556,11 @@ def _laece_of_drawn_targets(cells: _KeptCells, s: np.ndarray, u: np.ndarray, n_d
         d = min(rows, n_draws - start)
         drawn = u[rng.integers(0, u.size, size=(d, s.size))]
         t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
-        s_t = np.bincount((cells.key + cells.size * np.arange(d)[:, None]).ravel(), weights=t.ravel(),
-                          minlength=d * cells.size).reshape(d, cells.size)
+        s_t = np.bincount(
+            (cells.key + cells.size * np.arange(d)[:, None]).ravel(),
+            weights=t.ravel(),
+            minlength=d * cells.size,
+        ).reshape(d, cells.size)
         vals.append(cells.laece(np.abs(s_conf - s_t), count))
     return np.concatenate(vals)
 
@@ -485,6 +571,8 @@ def _matched_iou(kept_target: np.ndarray, iou: Any) -> np.ndarray:
         return kept_target[kept_target > 0]
     u = np.asarray(iou, dtype=np.float64)
     if u.ndim != 1 or not np.all((u > 0) & (u <= 1)):
-        raise InputError("Expected argument `iou` to be a 1-D array of IoUs in (0, 1], but got "
-                         f"shape {u.shape}" + (f" with values in [{u.min():g}, {u.max():g}]" if u.size else ""))
+        raise InputError(
+            "Expected argument `iou` to be a 1-D array of IoUs in (0, 1], but got "
+            f"shape {u.shape}" + (f" with values in [{u.min():g}, {u.max():g}]" if u.size else "")
+        )
     return u

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SCHEMES", "SIZE_BINS", "SizeBin", "box_area", "size_mask"]
+__all__ = ["SIZE_BINS", "SizeBin", "size_mask"]
 
-SCHEMES: tuple[str, ...] = ("coco", "relative")
+_SCHEMES: tuple[str, ...] = ("coco", "relative")
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,10 @@ class SizeBin:
     def label(self) -> str:
         """The bin in a few words (``small (< 32²)``, ``relative area 0.3–3%``)."""
         if self.scheme == "coco":
-            lo, hi = math.isqrt(int(self.lo)), (None if math.isinf(self.hi) else math.isqrt(int(self.hi)))
+            lo, hi = (
+                math.isqrt(int(self.lo)),
+                (None if math.isinf(self.hi) else math.isqrt(int(self.hi))),
+            )
             return f"{self.name} ({'< ' + str(hi) + '²' if not lo else (f'{lo}²–{hi}²' if hi else f'≥ {lo}²')})"
         return f"relative area {self.name}"
 
@@ -60,7 +63,7 @@ SIZE_BINS: tuple[SizeBin, ...] = (
 """Every bin, scheme by scheme, smallest first."""
 
 
-def box_area(xyxy: Any) -> np.ndarray:
+def _box_area(xyxy: Any) -> np.ndarray:
     """Area in pixels of each box (``(n, 4)`` corners; an inverted side counts as 0)."""
     b = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
     return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
@@ -68,7 +71,7 @@ def box_area(xyxy: Any) -> np.ndarray:
 
 def size_mask(b: SizeBin, xyxy: Any, img_w: Any, img_h: Any) -> np.ndarray:
     """``(n,)`` bool: the boxes (corners in image pixels, their images' sizes) in bin ``b``."""
-    area = box_area(xyxy)
+    area = _box_area(xyxy)
     if b.scheme == "relative":
         area = area / (np.asarray(img_w, dtype=np.float64) * np.asarray(img_h, dtype=np.float64))
     return (area >= b.lo) & (area < b.hi)

@@ -7,11 +7,33 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "CalibrationRun": "calibrate_job",
     "calibrate": "calibrate_job",
+    "choice_words": "fitting",
+    "choose_calibrator": "fitting",
+    "fit_head": "fitting",
+    "temperature_of_boxes": "fitting",
+    "calibrate_head": "head_steps",
+    "evaluate": "head_steps",
+    "finish_run_folder": "outputs",
+    "gt_per_class": "outputs",
+    "output_files": "outputs",
     "summary_text": "summary",
+    "val_not_run": "ultralytics_checks",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "calibrate",
+    "calibrate_head",
+    "choice_words",
+    "choose_calibrator",
+    "evaluate",
+    "finish_run_folder",
+    "fit_head",
+    "gt_per_class",
+    "output_files",
+    "summary_text",
+    "temperature_of_boxes",
+    "val_not_run",
+]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

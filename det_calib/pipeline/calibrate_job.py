@@ -20,6 +20,7 @@ import polars as pl
 
 from det_calib.data.box_table import validate_boxes
 from det_calib.data.ground_truth import Split
+from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, startup_imports
@@ -57,8 +58,14 @@ class CalibrationRun:
         return self.result.temperatures
 
 
-def calibrate(model: str | Path | None = None, data: str | Path | None = None, *, out: str | Path = "det_calib_out",
-              settings: Settings | None = None, **options: Any) -> CalibrationRun:
+def calibrate(
+    model: str | Path | None = None,
+    data: str | Path | None = None,
+    *,
+    out: str | Path = "det_calib_out",
+    settings: Settings | None = None,
+    **options: Any,
+) -> CalibrationRun:
     """Calibrate a detector end to end and write the output folder.
 
     Args:
@@ -79,36 +86,65 @@ def calibrate(model: str | Path | None = None, data: str | Path | None = None, *
     s, out, t_start = settings_of(settings, options), Path(out), time.time()
     clock.begin()
     inputs, fit_split, ev_split = load(model, data, out, s)
-    splits, sigmas = (fit_split, ev_split), dataset_sigmas(inputs.ds, inputs.task)
+    splits, sigmas = (fit_split, ev_split), _dataset_sigmas(inputs.ds, inputs.task)
     with ExitStack() as stack:  # holds the verification running beside the run
-        source = BoxSource(inputs, splits, s, class_logits=True)  # every class's logit: class_logits.npz
+        source = BoxSource(
+            inputs, splits, s, class_logits=True
+        )  # every class's logit: class_logits.npz
         fit_rows = source.boxes(fit_split)
-        fitted = {head: fit(fit_rows.pop(head), fit_split, inputs, s, head) for head in inputs.heads}
-        verification = start_verification(inputs, splits, {h: c for h, (_, c) in fitted.items()}, s, out, stack)
+        fitted = {
+            head: fit(fit_rows.pop(head), fit_split, inputs, s, head) for head in inputs.heads
+        }
+        verification = start_verification(
+            inputs, splits, {h: c for h, (_, c) in fitted.items()}, s, out, stack
+        )
         ev_rows = source.boxes(ev_split)
         results, tables = {}, []
         for head in inputs.heads:
             fb, choice = fitted.pop(head)
-            results[head], head_tables = evaluate(inputs, splits, fb, ev_rows.pop(head), choice, s, sigmas=sigmas)
+            results[head], head_tables = evaluate(
+                inputs, splits, fb, ev_rows.pop(head), choice, s, sigmas=sigmas
+            )
             tables += head_tables
-        boxes = validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
+        boxes = validate_boxes(
+            pl.concat(tables, how="vertical", rechunk=False)
+        )  # no copy of the tables
         result = run_record(inputs, splits, s, results)
-        files = write_run_outputs(out, result, boxes, inputs, splits, s, t_start, source.fingerprints, verification)
+        files = write_run_outputs(
+            out, result, boxes, inputs, splits, s, t_start, source.fingerprints, verification
+        )
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 
 
-def load(model: str | Path | None, data: str | Path | None, out: Path, s: Settings) -> tuple[Inputs, Split, Split]:
+def load(
+    model: str | Path | None, data: str | Path | None, out: Path, s: Settings
+) -> tuple[Inputs, Split, Split]:
     """The model and the data loaded and checked (every check that needs no forward pass, before the
     first one): the run's inputs, its fit and eval splits."""
     with clock.stage("data check"):
-        if data is None and not s.detections:  # the embedded demo: rendered on first use, checked after
+        if (
+            data is None and not s.detections
+        ):  # the embedded demo: rendered on first use, checked after
             model, data = default_inputs(model, data)
         inputs = _inputs(model, data, s)
-        fit_split, ev_split = load_splits(inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape)
-        inputs.matching = choose_matching(s.match, task=inputs.task, splits=(fit_split, ev_split),
-                                          sigmas=dataset_sigmas(inputs.ds, inputs.task))
-        preflight(model=inputs.model, out=out, fit=fit_split, ev=ev_split, heads=list(inputs.heads),
-                  n_classes=len(inputs.ds.names), settings=s)
+        fit_split, ev_split = load_splits(
+            inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape
+        )
+        inputs.matching = choose_matching(
+            s.match,
+            task=inputs.task,
+            splits=(fit_split, ev_split),
+            sigmas=_dataset_sigmas(inputs.ds, inputs.task),
+        )
+        preflight(
+            model=inputs.model,
+            out=out,
+            fit=fit_split,
+            ev=ev_split,
+            heads=list(inputs.heads),
+            n_classes=len(inputs.ds.names),
+            settings=s,
+        )
         check_output_dir(out)  # refuse a folder det_calib does not own
     return inputs, fit_split, ev_split
 
@@ -119,7 +155,7 @@ def _inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> I
     return detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
 
 
-def dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:
+def _dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:
     """The dataset's own constants of the task's matching (a pose dataset's OKS sigmas, data.yaml's
     ``kpt_oks_sigmas``); None where it gives none."""
     return get_task(task).dataset_sigmas(ds)
@@ -127,22 +163,29 @@ def dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:
 
 def _deployed_path(out: Path, model: Any) -> Path | None:
     """The run's calibrated model in ``out``; None where the run writes none (a LiteRT, NCNN or TensorRT engine)."""
-    from det_calib.deploy.calibrated_export import deployed_file  # export code only when a run is written
 
     name = deployed_file(model)
     return None if name is None or not (out / name).is_file() else out / name
 
 
-def run_record(inputs: Inputs, splits: tuple[Split, Split], s: Settings, results: dict[str, HeadResult]) -> RunResult:
+def run_record(
+    inputs: Inputs, splits: tuple[Split, Split], s: Settings, results: dict[str, HeadResult]
+) -> RunResult:
     """The run's record (what ``calibration.json`` holds) before its outputs add their checks and times."""
     fit_split, ev_split = splits
     return RunResult(
-        model=str(inputs.model.resolve()), data=str(inputs.data.resolve()), class_names=list(inputs.ds.names),
+        model=str(inputs.model.resolve()),
+        data=str(inputs.data.resolve()),
+        class_names=list(inputs.ds.names),
         heads=list(inputs.heads),
         settings=s.recorded(imgsz=inputs.imgsz, fit_split=fit_split.name, eval_split=ev_split.name),
-        results=results, corrupt_images=sorted(set(fit_split.corrupt) | set(ev_split.corrupt)),
-        det_calib_version=package_version(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        results=results,
+        corrupt_images=sorted(set(fit_split.corrupt) | set(ev_split.corrupt)),
+        det_calib_version=package_version(),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: gt_per_class(sp, len(inputs.ds.names)) for sp in splits},
         bad_labels=list(dict.fromkeys(fit_split.bad_labels + ev_split.bad_labels)),
-        matching=inputs.matching if get_task(inputs.task).records_rule else None,  # a detector: box IoU, as ever
+        matching=inputs.matching
+        if get_task(inputs.task).records_rule
+        else None,  # a detector: box IoU, as ever
     )

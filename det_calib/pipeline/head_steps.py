@@ -20,59 +20,91 @@ from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
-from det_calib.pipeline.fitting import Choice, choice_words, fit_head, fit_result, scored_candidates, temperature_fit
+from det_calib.pipeline.fitting import (
+    Choice,
+    choice_words,
+    fit_head,
+    fit_result,
+    scored_candidates,
+    temperature_fit,
+)
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_result import HeadResult
 from det_calib.tasks.match_rule import match_split
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["calibrate_head", "evaluate", "fit", "label"]
+__all__ = ["calibrate_head", "evaluate", "fit"]
 
 
-def label(captured: pl.DataFrame, split: Split, inputs: Inputs, s: Settings) -> pl.DataFrame:
+def _label(captured: pl.DataFrame, split: Split, inputs: Inputs, s: Settings) -> pl.DataFrame:
     """A head's captured boxes on ``split`` labelled by the run's matching rule (box or mask IoU, OKS,
     rotated IoU: ``inputs.matching``)."""
     return match_split(captured, split, inputs.matching, iou=s.iou, loc_iou=s.loc_iou)
 
 
 @clock.stage("fit and choice")
-def fit(captured: pl.DataFrame, split: Split, inputs: Inputs, s: Settings, head: str) -> tuple[pl.DataFrame, Choice]:
+def fit(
+    captured: pl.DataFrame, split: Split, inputs: Inputs, s: Settings, head: str
+) -> tuple[pl.DataFrame, Choice]:
     """The head's fit-split boxes labelled (:func:`label`), and its calibrator fitted (or, with ``auto``,
     chosen by cross-validation) on them."""
-    labelled = label(captured, split, inputs, s)
+    labelled = _label(captured, split, inputs, s)
     choice = fit_head(labelled, s, split.gt)
-    log.info("%s head: %s", head, choice_words(choice))
+    _log.info("%s head: %s", head, choice_words(choice))
     return labelled, choice
 
 
 @clock.stage("figures")
-def evaluate(inputs: Inputs, splits: tuple[Split, Split], fit_boxes: pl.DataFrame, eval_boxes: pl.DataFrame,
-             choice: Choice, s: Settings, *, labelled: bool = False, sigmas: tuple[float, ...] | None = None
-             ) -> tuple[HeadResult, list[pl.DataFrame]]:
+def evaluate(
+    inputs: Inputs,
+    splits: tuple[Split, Split],
+    fit_boxes: pl.DataFrame,
+    eval_boxes: pl.DataFrame,
+    choice: Choice,
+    s: Settings,
+    *,
+    labelled: bool = False,
+    sigmas: tuple[float, ...] | None = None,
+) -> tuple[HeadResult, list[pl.DataFrame]]:
     """The head's eval-split boxes labelled (:func:`label`; ``labelled``: they are already), its record
     (its calibrator, the fit's figures, every figure on the eval split, why it stays above its sampling
     floor, the temperature and ``auto``'s candidates on the eval split) and its two labelled tables with
     the calibrated conf. ``fit_boxes``: the labelled fit boxes; ``sigmas``: a pose dataset's own OKS sigmas."""
     fit_split, ev = splits
-    fb, eb = fit_boxes, eval_boxes if labelled else label(eval_boxes, ev, inputs, s)
+    fb, eb = fit_boxes, eval_boxes if labelled else _label(eval_boxes, ev, inputs, s)
     op = operating_points(eb, ev, s)
     evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op, sigmas=sigmas)
     # only where the calibrated kept set is above its floor's range
-    gap = head_floor_gap(op, evaluated.eval, choice.calibrator, method=choice.method,
-                         fit_min_conf=choice.floor or 0.0, image_names=ev.image_names(), target=s.target)
-    result = HeadResult(calibrator=calibrator_record(choice.calibrator, choice.method, choice.floor),
-                        fit=fit_result(fb, fit_split, choice, s),
-                        eval=dataclasses.replace(evaluated.eval, floor_gap=gap),
-                        threshold_shift=evaluated.threshold_shift,
-                        per_class=evaluated.per_class, by_size=evaluated.by_size,
-                        candidates=scored_candidates(choice, op) or None,
-                        temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval, fit_split.gt))
+    gap = head_floor_gap(
+        op,
+        evaluated.eval,
+        choice.calibrator,
+        method=choice.method,
+        fit_min_conf=choice.floor or 0.0,
+        image_names=ev.image_names(),
+        target=s.target,
+    )
+    result = HeadResult(
+        calibrator=calibrator_record(choice.calibrator, choice.method, choice.floor),
+        fit=fit_result(fb, fit_split, choice, s),
+        eval=dataclasses.replace(evaluated.eval, floor_gap=gap),
+        threshold_shift=evaluated.threshold_shift,
+        per_class=evaluated.per_class,
+        by_size=evaluated.by_size,
+        candidates=scored_candidates(choice, op) or None,
+        temperature_fit=temperature_fit(fb, choice, op, s, evaluated.eval, fit_split.gt),
+    )
     return result, [with_calibrated(t, choice.calibrator) for t in (fb, eb)]
 
 
-def calibrate_head(inputs: Inputs, splits: tuple[Split, Split], head: str, s: Settings,
-                   captured: Sequence[pl.DataFrame]) -> tuple[HeadResult, list[pl.DataFrame]]:
+def calibrate_head(
+    inputs: Inputs,
+    splits: tuple[Split, Split],
+    head: str,
+    s: Settings,
+    captured: Sequence[pl.DataFrame],
+) -> tuple[HeadResult, list[pl.DataFrame]]:
     """One head's captured fit and eval boxes through :func:`fit` and :func:`evaluate` (the ensemble's
     members; ``calibrate`` captures the eval split after the fit)."""
     fb, choice = fit(captured[0], splits[0], inputs, s, head)

@@ -16,23 +16,33 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
+from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
 from det_calib.data.ground_truth import (
     Split,
 )
+from det_calib.deploy.calibrated_export import write_run_engine
 from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
+from det_calib.job.detections import detections_outputs
 from det_calib.job.inputs import Inputs
+from det_calib.job.reuse import run_fingerprints, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.summary import write_summary_text
-from det_calib.pipeline.ultralytics_checks import detection_change, run_ultralytics_checks, val_not_run
+from det_calib.pipeline.ultralytics_checks import (
+    detection_change,
+    run_ultralytics_checks,
+    val_not_run,
+)
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import (
     RunResult,
 )
+from det_calib.thresholds.class_sets import write_class_logits
+from det_calib.thresholds.per_class import summary_lines, tune_run
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 def gt_per_class(split: Split, n_classes: int) -> list[int]:
@@ -41,30 +51,49 @@ def gt_per_class(split: Split, n_classes: int) -> list[int]:
     return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
 
 
-def tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
+def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     """Per-class conf thresholds of every head, written as ``thresholds.json`` into ``folder`` (its
     ``boxes.parquet`` written; ``result``: its record, not yet written); the summary's lines."""
-    from det_calib.thresholds.per_class import summary_lines, tune_run
 
     lines: list[str] = []
     record = as_read(result)
     for head in result.heads:
-        doc = tune_run(folder, head=head, target_precision=s.target_precision, delta=s.delta,
-                       unit=s.threshold_unit, fallback=s.threshold_fallback, n_boot=s.n_boot, seed=s.seed,
-                       result=record)
+        doc = tune_run(
+            folder,
+            head=head,
+            target_precision=s.target_precision,
+            delta=s.delta,
+            unit=s.threshold_unit,
+            fallback=s.threshold_fallback,
+            n_boot=s.n_boot,
+            seed=s.seed,
+            result=record,
+        )
         lines += summary_lines(doc, head=head)
     return lines
 
 
-NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box's size, which the class conv "
-              "cannot see; calibration.json holds the map: deploy it with det_calib.attach(YOLO(model), run_folder) "
-              "(docs/size_and_hook.md)")
+_NOT_FOLDED = (
+    "[{heads}] no calibrated.pt: a size-conditioned map reads each box's size, which the class "
+    "conv "
+    "cannot see; calibration.json holds the map: deploy it with det_calib.attach(YOLO(model), "
+    "run_folder) "
+    "(docs/size_and_hook.md)"
+)
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
 
-def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
-                      s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
-                      verification: Verification | None = None) -> dict[str, Path]:
+def write_run_outputs(
+    out: Path,
+    result: RunResult,
+    boxes: pl.DataFrame,
+    inputs: Inputs,
+    splits: tuple[Split, Split],
+    s: Settings,
+    t_start: float,
+    fingerprints: dict[str, Any] | None = None,
+    verification: Verification | None = None,
+) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
 
@@ -72,35 +101,47 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks, its run time and its timings.
     """
-    from det_calib.job.reuse import run_fingerprints, write_run_boxes
-    from det_calib.thresholds.class_sets import write_class_logits
 
     with clock.output_folder(out) as stage:
-        write_class_logits(stage, boxes)  # the per-class logits out of `boxes` (in place), for class sets
-        write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
+        write_class_logits(
+            stage, boxes
+        )  # the per-class logits out of `boxes` (in place), for class sets
+        write_run_boxes(
+            boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s)
+        )
         if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
-            from det_calib.job.detections import detections_outputs
-
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
-        extra = finish_run_folder(stage, out, result, s, t_start, boxes=boxes, verification=verification)
+        extra = finish_run_folder(
+            stage, out, result, s, t_start, boxes=boxes, verification=verification
+        )
         write_summary_text(stage, result, extra=extra + engine_lines)
     return output_files(out)
 
 
-def finish_run_folder(stage: Path, out: Path, result: RunResult, s: Settings, t_start: float, *,
-                      boxes: pl.DataFrame | None = None, verification: Verification | None = None) -> list[str]:
+def finish_run_folder(
+    stage: Path,
+    out: Path,
+    result: RunResult,
+    s: Settings,
+    t_start: float,
+    *,
+    boxes: pl.DataFrame | None = None,
+    verification: Verification | None = None,
+) -> list[str]:
     """What every run folder ends with, in ``stage`` (its ``boxes.parquet`` written): ``thresholds.json``
     (``--target-precision``), the report (drafted while the verification runs beside it, completed once
     ``verification`` is written into ``result``), and ``calibration.json``, written once, last, with
     the run's time and where it went. ``boxes``: the run's box table in memory (None: the report reads
     ``boxes.parquet``). Returns the summary's threshold lines."""
-    extra = tune_thresholds(stage, result, s) if s.target_precision is not None else []
+    extra = _tune_thresholds(stage, result, s) if s.target_precision is not None else []
     draft = None
     with clock.stage("report" if s.report else "outputs"):  # the verification's wait: its own stage
         if s.report:
-            from det_calib.report.run_report import draft_report  # matplotlib: only where a report is written
+            from det_calib.report.run_report import (
+                draft_report,  # matplotlib: only where a report is written
+            )
 
             draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes)
         if verification is not None:
@@ -114,12 +155,17 @@ def finish_run_folder(stage: Path, out: Path, result: RunResult, s: Settings, t_
     return extra
 
 
-def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: Settings,
-                 verification: Verification | None) -> list[str]:
+def _write_model(
+    stage: Path,
+    result: RunResult,
+    inputs: Inputs,
+    ev: Split,
+    s: Settings,
+    verification: Verification | None,
+) -> list[str]:
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
     summary's lines about it."""
-    from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
     from det_calib.deploy.fold import write_run_checkpoint
 
     meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
@@ -127,10 +173,10 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
     if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
-        engine_lines = [NOT_FOLDED.format(heads=", ".join(unfolded))]
-    elif exported:  # the calibration appended to the export's graph (a size map too), and its engine record
-        from det_calib.deploy.calibrated_export import write_run_engine
-
+        engine_lines = [_NOT_FOLDED.format(heads=", ".join(unfolded))]
+    elif (
+        exported
+    ):  # the calibration appended to the export's graph (a size map too), and its engine record
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
@@ -138,15 +184,27 @@ def _write_model(stage: Path, result: RunResult, inputs: Inputs, ev: Split, s: S
         write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
-            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(
-                ev.name, "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint"))
-    elif s.run_val and (s.boxes or exported):  # reusing boxes: no forward pass; an export: no .pt to val
-        why = (f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val" if s.boxes else
-               "an exported engine (the calibrated export scores every box by its map of the box's size)"
-               if unfolded else
-               "an exported engine (the calibrated export scores every box by the same monotone map per class)")
+            result.results[h] = dataclasses.replace(
+                result.results[h],
+                ultralytics_val=val_not_run(
+                    ev.name,
+                    "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint",
+                ),
+            )
+    elif s.run_val and (
+        s.boxes or exported
+    ):  # reusing boxes: no forward pass; an export: no .pt to val
+        why = (
+            f"boxes reused from {s.boxes}; run calibrate without `boxes` to verify with val"
+            if s.boxes
+            else "an exported engine (the calibrated export scores every box by its map of the box's size)"
+            if unfolded
+            else "an exported engine (the calibrated export scores every box by the same monotone map per class)"
+        )
         for h in inputs.heads:
-            result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=val_not_run(ev.name, why))
+            result.results[h] = dataclasses.replace(
+                result.results[h], ultralytics_val=val_not_run(ev.name, why)
+            )
     return engine_lines
 
 
@@ -156,7 +214,7 @@ class Verification:
     written into the run's record by :meth:`finish`.
 
     :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
-    machine allows it (:func:`runs_beside`), the val pass then runs in a child process forked as the
+    machine allows it (:func:`_runs_beside`), the val pass then runs in a child process forked as the
     block is entered, beside the eval split's capture, its figures, the outputs and the report (which
     writes the sections that read the checks last); :meth:`finish` waits for it. Elsewhere
     :meth:`finish` runs it in this process. The child runs the same code on the same checkpoint and
@@ -165,7 +223,9 @@ class Verification:
     (a run that failed meanwhile) and removes the checkpoint's temporary folder.
     """
 
-    def __init__(self, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+    def __init__(
+        self, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings
+    ) -> None:
         self.inputs, self.ckpt, self.ev, self.records, self.s = inputs, ckpt, ev, records, s
         self.pending = True
         self.child: Any = None
@@ -173,7 +233,7 @@ class Verification:
         self.cpu0 = 0.0
 
     def __enter__(self) -> Verification:
-        if runs_beside():
+        if _runs_beside():
             import multiprocessing as mp
 
             # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
@@ -182,13 +242,22 @@ class Verification:
 
             ctx = mp.get_context("fork")
             self.conn, send = ctx.Pipe(duplex=False)
-            self.cpu0 = children_cpu()
-            child = ctx.Process(target=checks_in_child, name="det_calib-verification",
-                                args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+            self.cpu0 = _children_cpu()
+            child = ctx.Process(
+                target=_checks_in_child,
+                name="det_calib-verification",
+                args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s),
+            )
             try:
                 child.start()
-            except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
-                log.warning("cannot start the Ultralytics val process (%s): it runs after the report's figures", e)
+            except (
+                OSError
+            ) as e:  # no process to be had (a limit on processes or memory): run it here later
+                _log.warning(
+                    "cannot start the Ultralytics val process (%s): it runs after the report's "
+                    "figures",
+                    e,
+                )
                 self.conn.close()
             else:
                 self.child = child
@@ -211,7 +280,9 @@ class Verification:
         with clock.stage("verification"):
             checks = self._from_child() if self.child is not None else None
             if checks is None:
-                checks = run_ultralytics_checks(self.inputs, self.ckpt, self.ev, self.records, self.s)
+                checks = run_ultralytics_checks(
+                    self.inputs, self.ckpt, self.ev, self.records, self.s
+                )
             self._apply(checks, result, boxes)
         return True
 
@@ -226,7 +297,11 @@ class Verification:
         if status == "error":
             raise value
         if status == "lost":
-            log.warning("the Ultralytics val process ended without a result (exit code %s): running it here", code)
+            _log.warning(
+                "the Ultralytics val process ended without a result (exit code %s): running it "
+                "here",
+                code,
+            )
             return None
         return value
 
@@ -235,7 +310,7 @@ class Verification:
         self.conn.close()
         self.child.join()
         code = self.child.exitcode
-        clock.add_cpu("verification", max(children_cpu() - self.cpu0, 0.0))
+        clock.add_cpu("verification", max(_children_cpu() - self.cpu0, 0.0))
         self.child = None
         return code
 
@@ -250,20 +325,31 @@ class Verification:
 
 
 @clock.stage("verification")
-def start_verification(inputs: Inputs, splits: tuple[Split, Split], choices: dict[str, Choice], s: Settings,
-                       out: Path, stack: ExitStack) -> Verification | None:
+def start_verification(
+    inputs: Inputs,
+    splits: tuple[Split, Split],
+    choices: dict[str, Choice],
+    s: Settings,
+    out: Path,
+    stack: ExitStack,
+) -> Verification | None:
     """The run's checkpoint written (in a temporary folder) as soon as its calibrators (``choices``) are
     known, and its :class:`Verification` entered in ``stack`` (the val pass starts beside what follows);
     None where the run does not verify (``run_val`` off, boxes reused, an exported model, a
     size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
-    from det_calib.capture.exported import is_export
     from det_calib.deploy.fold import write_run_checkpoint
 
     records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
-    if (not s.run_val or s.boxes or s.detections or not records or is_export(inputs.model)
-            or any(registry.uses_size(r.method) for r in records.values())):
+    if (
+        not s.run_val
+        or s.boxes
+        or s.detections
+        or not records
+        or is_export(inputs.model)
+        or any(registry.uses_size(r.method) for r in records.values())
+    ):
         return None
     fit, ev = splits
     ckpt = Path(tempfile.mkdtemp(prefix="det_calib_verify_")) / "calibrated.pt"
@@ -277,7 +363,7 @@ def start_verification(inputs: Inputs, splits: tuple[Split, Split], choices: dic
     return stack.enter_context(Verification(inputs, ckpt, ev, records, s))
 
 
-def runs_beside() -> bool:
+def _runs_beside() -> bool:
     """Whether the val pass can run in a forked child beside the report: on Linux (where a forked
     child may run torch on the CPU), with more than one core to run on, and the GPU never used by
     this process (CUDA does not survive a fork)."""
@@ -291,7 +377,7 @@ def runs_beside() -> bool:
     return len(os.sched_getaffinity(0)) > 1
 
 
-def children_cpu() -> float:
+def _children_cpu() -> float:
     """CPU seconds (user + system) of this process's children that have ended."""
     import resource
 
@@ -299,7 +385,9 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
+def _checks_in_child(
+    conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings
+) -> None:
     """The forked child's work: the checks (or the error) sent to the parent."""
     try:
         out: tuple[str, Any] = ("ok", run_ultralytics_checks(inputs, ckpt, ev, records, s))
@@ -314,7 +402,15 @@ def checks_in_child(conn: Any, inputs: Inputs, ckpt: Path, ev: Split, records: d
 
 def output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
-    names = {"boxes.parquet": "boxes", "calibrated.pt": "checkpoint", "calibration.json": "calibration",
-             "calibrated.onnx": "export", "engine.json": "engine",
-             "summary.txt": "summary", "report.html": "html", "report.md": "md", "thresholds.json": "thresholds"}
+    names = {
+        "boxes.parquet": "boxes",
+        "calibrated.pt": "checkpoint",
+        "calibration.json": "calibration",
+        "calibrated.onnx": "export",
+        "engine.json": "engine",
+        "summary.txt": "summary",
+        "report.html": "html",
+        "report.md": "md",
+        "thresholds.json": "thresholds",
+    }
     return {names.get(rel, rel): out / rel for rel in read_manifest(out)}

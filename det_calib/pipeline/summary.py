@@ -1,5 +1,4 @@
-"""The summary text of a run (``summary.txt`` and what ``det-calib calibrate`` prints).
-"""
+"""The summary text of a run (``summary.txt`` and what ``det-calib calibrate`` prints)."""
 
 from __future__ import annotations
 
@@ -27,15 +26,17 @@ from det_calib.report.record_words import (
     temperature_words,
 )
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
-BOOTSTRAP_LEVEL = Bootstrap.level
+_BOOTSTRAP_LEVEL = Bootstrap.level
 
 
-INTERVALS_LINE = ("intervals: 95% image bootstrap, each containing its estimate; ECE and LaECE: bias-corrected "
-                  "percentile, or estimate ± 1.96 SD where the resampling bias puts the estimate outside it; "
-                  "LaECE_0: estimate ± 1.96 SD")
+_INTERVALS_LINE = (
+    "intervals: 95% image bootstrap, each containing its estimate; ECE and LaECE: bias-corrected "
+    "percentile, or estimate ± 1.96 SD where the resampling bias puts the estimate outside it; "
+    "LaECE_0: estimate ± 1.96 SD"
+)
 """Which interval each figure carries, in one line (the summary's last line; the report says the same)."""
 
 
@@ -48,7 +49,9 @@ def _ci_text(ci: Any) -> str:
     return "" if not ci else f" [{_f(ci[0], '.4f')}, {_f(ci[1], '.4f')}]"
 
 
-def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str | None = None) -> str:
+def _calibrator_line(
+    head: str, h: HeadResult, st: RecordedSettings, model: str | None = None
+) -> str:
     """What calibrates a head, in words (the first line of its summary); ``model``: the run's model, whose
     kind (checkpoint or export) names what is deployed."""
     rec = h.calibrator
@@ -56,10 +59,16 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
         return f"[{head}] no calibrator"
     target = " to the IoU of each box's match (--target iou)" if st.target == "iou" else ""
     if rec.method == "none":
-        why = (f"no calibrator fitted{target} beat them on held-out folds by more than one paired standard error"
-               if h.candidates else "chosen by name")
+        why = (
+            f"no calibrator fitted{target} beat them on held-out folds by more than one paired "
+            "standard error"
+            if h.candidates
+            else "chosen by name"
+        )
         deployed = "the calibrated export" if export_format(model) else "calibrated.pt"
-        return f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
+        return (
+            f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
+        )
     floor = (h.fit_floor if h.fit_floor is not None else st.fit_min_conf) or 0.0
     where = "all boxes" if not floor else f"boxes with raw conf >= {floor:g}"
     if rec.method == "temperature":
@@ -72,7 +81,9 @@ def calibrator_line(head: str, h: HeadResult, st: RecordedSettings, model: str |
         best = next((c for c in h.candidates if c.selected), None)
         if best is not None:
             reps = best.calibrator.params.get("n_repeats") or 1
-            folds = f"{st.cv_folds}-fold CV by image" + (f", repeated {reps} times" if reps > 1 else "")
+            folds = f"{st.cv_folds}-fold CV by image" + (
+                f", repeated {reps} times" if reps > 1 else ""
+            )
             chosen = f"; chosen by {folds} ({st.criterion} above conf {min(st.conf_thresholds)})"
     return f"[{head}] {what}, fitted{target} on {where}{chosen}"
 
@@ -88,12 +99,17 @@ def _temperature_lines(head: str, h: HeadResult) -> list[str]:
     return [f"[{head}] {words}"] if words else []
 
 
-MAP_SOURCES_LINE = (
-    "the two mAP50-95 of a head measure different things: COCO mAP is pycocotools' definition applied to the boxes "
-    "det_calib captured (one image per forward pass, as predict runs); Ultralytics val runs its own pass over the "
-    "split (its rectangular letterbox and batches) and its own mAP code (its box matching and precision-recall "
-    "interpolation), so on the same detector the two differ a little; each is compared only with itself, original "
-    "against calibrated")
+_MAP_SOURCES_LINE = (
+    "the two mAP50-95 of a head measure different things: COCO mAP is pycocotools' definition "
+    "applied to the boxes "
+    "det_calib captured (one image per forward pass, as predict runs); Ultralytics val runs its "
+    "own pass over the "
+    "split (its rectangular letterbox and batches) and its own mAP code (its box matching and "
+    "precision-recall "
+    "interpolation), so on the same detector the two differ a little; each is compared only with "
+    "itself, original "
+    "against calibrated"
+)
 """Why a head's COCO mAP and its Ultralytics val mAP differ (the summary's note when val ran)."""
 
 
@@ -103,110 +119,170 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
-    if r.matching is not None:  # a segment, pose or OBB model's run: which overlap made a box correct
+    if (
+        r.matching is not None
+    ):  # a segment, pose or OBB model's run: which overlap made a box correct
         lines.append(f"matched by {r.matching.words(st.iou_match)}")
     iou = r.matching.measure if r.matching and r.matching.by != "box" else "IoU"
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
-        lines.append(calibrator_line(head, h, st, r.model))
+        lines.append(_calibrator_line(head, h, st, r.model))
         lines += _operating_lines(head, h, e, st, iou=iou)
         lines += _left_lines(head, h, e)
-        lines += size_lines(head, h)
+        lines += _size_lines(head, h)
         lines += _temperature_lines(head, h)
         lines += _map_lines(head, h, e, st, hulls=_hull_run(r))
         lines += _shift_lines(head, h)
-    lines.append(f"({INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated confidences of the "
-                 "kept boxes)")
-    if any(o.laece_floor is not None for head in r.heads for o in (r.head(head).eval or EvalResult()).operating_after):
-        lines.append("(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times with mean its calibrated "
-                     "conf: matched with probability conf / the mean IoU of the kept matched boxes, the IoU drawn from "
-                     "theirs, lifted towards 1 for a conf above that mean)")
-    if any(r.head(head).ultralytics_val is not None and r.head(head).ultralytics_val.ran for head in r.heads):
-        lines.append(f"({MAP_SOURCES_LINE})")
+    lines.append(
+        f"({_INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated "
+        "confidences of the "
+        "kept boxes)"
+    )
+    if any(
+        o.laece_floor is not None
+        for head in r.heads
+        for o in (r.head(head).eval or EvalResult()).operating_after
+    ):
+        lines.append(
+            "(LaECE_0's sampling floor: each kept box's IoU target drawn 200 times with mean its "
+            "calibrated "
+            "conf: matched with probability conf / the mean IoU of the kept matched boxes, the IoU "
+            "drawn from "
+            "theirs, lifted towards 1 for a conf above that mean)"
+        )
+    if any(
+        r.head(head).ultralytics_val is not None and r.head(head).ultralytics_val.ran
+        for head in r.heads
+    ):
+        lines.append(f"({_MAP_SOURCES_LINE})")
     if timings and r.timings is not None:
         lines.append(r.timings.line())
     return "\n".join(lines)
 
 
-def _floor_line(head: str, name: str, floor: float, floor_range: tuple[float, float] | None, boxes: int,
-                at_floor: bool | None) -> str:
+def _floor_line(
+    head: str,
+    name: str,
+    floor: float,
+    floor_range: tuple[float, float] | None,
+    boxes: int,
+    at_floor: bool | None,
+) -> str:
     """The sampling floor of one kept-set figure (``ECE`` or ``LaECE_0``) under its line."""
-    return (f"[{head}]   a perfectly calibrated detector would score {name} {_f(floor, '.4f')}{_ci_text(floor_range)} "
-            f"on these {boxes} boxes (sampling floor, 95% range)"
-            + (f"; the calibrated {name} is at that floor" if at_floor else ""))
+    return (
+        f"[{head}]   a perfectly calibrated detector would score {name} "
+        f"{_f(floor, '.4f')}{_ci_text(floor_range)} "
+        f"on these {boxes} boxes (sampling floor, 95% range)"
+        + (f"; the calibrated {name} is at that floor" if at_floor else "")
+    )
 
 
-def _operating_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU") -> list[str]:
+def _operating_lines(
+    head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, iou: str = "IoU"
+) -> list[str]:
     """The kept sets at each conf (the headline), and a warning when the calibrator made them worse
     (``iou``: what the match compared, ``IoU``, ``mask IoU``, ``OKS`` or ``rotated IoU (ProbIoU)``)."""
     lines = []
     for o0, o1 in zip(e.operating_before, e.operating_after, strict=False):
-        ece = (f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) {_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
-               f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}")
-        laece = (f"LaECE_0({st.laece_bins} bins) {_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> "
-                 f"{_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}")
+        ece = (
+            f"ECE({st.ece_bins} bins, {iou} {st.iou_match}) "
+            f"{_f(o0.ece, '.4f')}{_ci_text(o0.ece_ci)} -> "
+            f"{_f(o1.ece, '.4f')}{_ci_text(o1.ece_ci)}"
+        )
+        laece = (
+            f"LaECE_0({st.laece_bins} bins) {_f(o0.laece0, '.4f')}{_ci_text(o0.laece0_ci)} -> "
+            f"{_f(o1.laece0, '.4f')}{_ci_text(o1.laece0_ci)}"
+        )
         # the run's own target first (its headline), the other target's figure beside it
         pair = f"{laece} (the target); {ece}" if st.target == "iou" else f"{ece}; {laece}"
-        lines.append(f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): {pair}")
-        floors = [_floor_line(head, name, floor, rng, o1.boxes, at)
-                  for name, floor, rng, at in (("ECE", o1.ece_floor, o1.ece_floor_range, o1.at_floor),
-                                               ("LaECE_0", o1.laece_floor, o1.laece_floor_range, o1.laece_at_floor))
-                  if floor is not None]
+        lines.append(
+            f"[{head}] boxes kept at conf {o0.conf:g} ({o0.boxes} raw -> {o1.boxes} calibrated): "
+            f"{pair}"
+        )
+        floors = [
+            _floor_line(head, name, floor, rng, o1.boxes, at)
+            for name, floor, rng, at in (
+                ("ECE", o1.ece_floor, o1.ece_floor_range, o1.at_floor),
+                ("LaECE_0", o1.laece_floor, o1.laece_floor_range, o1.laece_at_floor),
+            )
+            if floor is not None
+        ]
         # in the order of the figures on the line above: the run's own target first
         lines += floors[::-1] if st.target == "iou" and len(floors) == 2 else floors
     worse = operating_point_worse(e, st.target)
     if worse is not None:
-        lines.append(f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
-                     + ("the eval split does not bear out what the fit split's held-out folds showed; deploy "
-                        "the original model for this head, or calibrate on more images"
-                        if h.candidates else
-                        "keep the raw scores for this head, or let the default --method auto choose (it keeps "
-                        "them when no calibrator beats them on held-out folds)"))
+        lines.append(
+            f"[{head}] WORSE than the raw scores where decisions are made ({worse}): "
+            + (
+                "the eval split does not bear out what the fit split's held-out folds showed; "
+                "deploy "
+                "the original model for this head, or calibrate on more images"
+                if h.candidates
+                else "keep the raw scores for this head, or let the default --method auto choose (it keeps "
+                "them when no calibrator beats them on held-out folds)"
+            )
+        )
     return lines
 
 
-def size_lines(head: str, h: HeadResult) -> list[str]:
+def _size_lines(head: str, h: HeadResult) -> list[str]:
     """One compact line: the kept-set ECE of each COCO size, raw -> calibrated (the report has the
     relative-area bins, LaECE_0 and the intervals)."""
     coco = [f for f in h.by_size if f.scheme == "coco"]
     if not coco:
         return []
-    parts = [f"{f.bin} {_f(f.ece_before, '.3f')} -> {_f(f.ece_after, '.3f')} ({f.boxes_before} -> {f.boxes_after})"
-             for f in coco]
-    return [f"[{head}] kept-set ECE by COCO size at conf {coco[0].conf:g}, raw -> calibrated (boxes): "
-            + "; ".join(parts)]
+    parts = [
+        f"{f.bin} {_f(f.ece_before, '.3f')} -> {_f(f.ece_after, '.3f')} ({f.boxes_before} -> "
+        f"{f.boxes_after})"
+        for f in coco
+    ]
+    return [
+        f"[{head}] kept-set ECE by COCO size at conf {coco[0].conf:g}, raw -> calibrated (boxes): "
+        + "; ".join(parts)
+    ]
 
 
-TASK_MAP_WORDS = (("mask", "mask", "pycocotools segm on the same boxes' masks"),
-                  ("pose", "keypoint", "pycocotools keypoints (OKS) on the same boxes' keypoints"))
+_TASK_MAP_WORDS = (
+    ("mask", "mask", "pycocotools segm on the same boxes' masks"),
+    ("pose", "keypoint", "pycocotools keypoints (OKS) on the same boxes' keypoints"),
+)
 """The task mAPs beside the box mAP in the summary: (field prefix, words, how it was scored)."""
 
 
 def _hull_run(r: RunResult) -> bool:
     """Whether the run calibrated an OBB model (its matching rule says so: rotated IoU, or box IoU for one)."""
-    return r.matching is not None and (r.matching.by == "rotated" or "OBB model" in r.matching.reason)
+    return r.matching is not None and (
+        r.matching.by == "rotated" or "OBB model" in r.matching.reason
+    )
 
 
-def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, hulls: bool = False) -> list[str]:
+def _map_lines(
+    head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, hulls: bool = False
+) -> list[str]:
     """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections
     (``hulls``: an OBB model's run, its boxes the hulls of rotated ones; Ultralytics' val scores the rotated boxes)."""
     lines = [
         f"[{head}] all boxes down to conf {st.conf_floor:g}: ECE {_f(e.before.ece, '.4f')} -> "
         f"{_f(e.after.ece, '.4f')}; NLL {_f(e.before.nll, '.4f')} -> {_f(e.after.nll, '.4f')}",
-        f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if hulls else ''} {_f(e.map50_95_before, '.4f')} -> "
+        f"[{head}] COCO mAP50-95{' of the axis-aligned hulls' if hulls else ''} "
+        f"{_f(e.map50_95_before, '.4f')} -> "
         f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; the boxes det_calib "
+        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; the "
+        "boxes det_calib "
         f"captured, scored by {engine_label(e.map_engine)})",
     ]
-    for prefix, words, how in TASK_MAP_WORDS:
+    for prefix, words, how in _TASK_MAP_WORDS:
         if getattr(e, f"{prefix}_map50_95_before") is not None:
-            lines.append(f"[{head}] {words} mAP50-95 {_f(getattr(e, f'{prefix}_map50_95_before'), '.4f')} -> "
-                         f"{_f(getattr(e, f'{prefix}_map50_95_after'), '.4f')}, mAP50 "
-                         f"{_f(getattr(e, f'{prefix}_map50_before'), '.4f')} -> "
-                         f"{_f(getattr(e, f'{prefix}_map50_after'), '.4f')} "
-                         f"({'identical' if getattr(e, f'{prefix}_map_identical') else 'DIFFERENT'}; {how})")
+            lines.append(
+                f"[{head}] {words} mAP50-95 {_f(getattr(e, f'{prefix}_map50_95_before'), '.4f')} "
+                "-> "
+                f"{_f(getattr(e, f'{prefix}_map50_95_after'), '.4f')}, mAP50 "
+                f"{_f(getattr(e, f'{prefix}_map50_before'), '.4f')} -> "
+                f"{_f(getattr(e, f'{prefix}_map50_after'), '.4f')} "
+                f"({'identical' if getattr(e, f'{prefix}_map_identical') else 'DIFFERENT'}; {how})"
+            )
     uv = h.ultralytics_val
     if uv is not None and (uv.completed is False or uv.verified is False):
         lines.append(f"[{head}] Ultralytics val {uv.note}")
@@ -216,25 +292,36 @@ def _map_lines(head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *,
         lines.append(
             f"[{head}] Ultralytics val {'rotated-box ' if hulls else ''}mAP50-95 original "
             f"{_f(uv.original.map50_95, '.4f')}, calibrated model "
-            + (f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}" if eq is not None
-               else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
-               "(a per-class map folded into the model)")
-            + _val_seen(uv) + " (Ultralytics' own val pass and mAP code)"
+            + (
+                f"at equivalent floor {_f(eq.map50_95, '.4f')}{_val_change(changes, 'map50_95')}"
+                if eq is not None
+                else f"{_f(uv.calibrated.map50_95 if uv.calibrated else None, '.4f')} "
+                "(a per-class map folded into the model)"
+            )
+            + _val_seen(uv)
+            + " (Ultralytics' own val pass and mAP code)"
         )
         cal = eq if eq is not None else uv.calibrated
-        for prefix, words, _ in TASK_MAP_WORDS:
+        for prefix, words, _ in _TASK_MAP_WORDS:
             if getattr(uv.original, f"{prefix}_map50_95") is not None:
-                lines.append(f"[{head}] Ultralytics val {words} mAP50-95 original "
-                             f"{_f(getattr(uv.original, f'{prefix}_map50_95'), '.4f')}, calibrated model "
-                             f"{_f(getattr(cal, f'{prefix}_map50_95') if cal else None, '.4f')}"
-                             + (_val_change(changes, f"{prefix}_map50_95") if eq is not None else ""))
+                lines.append(
+                    f"[{head}] Ultralytics val {words} mAP50-95 original "
+                    f"{_f(getattr(uv.original, f'{prefix}_map50_95'), '.4f')}, calibrated model "
+                    f"{_f(getattr(cal, f'{prefix}_map50_95') if cal else None, '.4f')}"
+                    + (_val_change(changes, f"{prefix}_map50_95") if eq is not None else "")
+                )
     dc = h.detection_change
     if dc is not None:
         lines.append(
-            f"[{head}] folded per-class map vs the same map applied after selection, on {dc.split}: "
-            + ("identical detections" if dc.identical else
-               f"{dc.changed_class} boxes changed class, {dc.only_posthoc} lost, {dc.only_folded} new "
-               f"(above conf {dc.kept_conf:g}: {dc.kept_only_posthoc} lost, {dc.kept_only_folded} new)")
+            f"[{head}] folded per-class map vs the same map applied after selection, on "
+            f"{dc.split}: "
+            + (
+                "identical detections"
+                if dc.identical
+                else f"{dc.changed_class} boxes changed class, {dc.only_posthoc} lost, {dc.only_folded} new "
+                f"(above conf {dc.kept_conf:g}: {dc.kept_only_posthoc} lost, {dc.kept_only_folded} "
+                "new)"
+            )
             + f"; COCO mAP50-95 original {_f(dc.map50_95_original, '.4f')}, post-hoc "
             f"{_f(dc.map50_95_posthoc, '.4f')}, folded {_f(dc.map50_95_folded, '.4f')}"
         )
@@ -247,8 +334,11 @@ def _val_change(changes: dict[str, float], key: str) -> str:
         return " (identical)"
     d = changes[key]
     small = "below the 4 decimals shown; " if abs(d) < 5e-5 else ""
-    return (f" (CHANGED by {d:+.2g}: {small}val's float32 scores order some boxes otherwise than the raw ones; "
-            "marked not identical in calibration.json)")
+    return (
+        f" (CHANGED by {d:+.2g}: {small}val's float32 scores order some boxes otherwise than the "
+        "raw ones; "
+        "marked not identical in calibration.json)"
+    )
 
 
 def _val_seen(uv) -> str:
@@ -262,8 +352,11 @@ def _shift_lines(head: str, h: HeadResult) -> list[str]:
     """The kept-set shift at each conf threshold."""
     lines = []
     for sh in h.threshold_shift:
-        eqc = ("" if sh.equivalent_conf is None or sh.equivalent_conf == sh.conf
-               else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}")
+        eqc = (
+            ""
+            if sh.equivalent_conf is None or sh.equivalent_conf == sh.conf
+            else f"; raw {sh.conf} = calibrated {_f(sh.equivalent_conf, '.4f')}"
+        )
         lines.append(
             f"[{head}] at conf {sh.conf}: kept {sh.kept_before} -> {sh.kept_after} "
             f"(+{sh.added} of which {sh.added_correct} correct, -{sh.removed} of which "

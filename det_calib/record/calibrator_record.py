@@ -9,11 +9,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
+from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.errors import InputError
-from det_calib.record.checked_json import key_path, plain, read_flag, read_number, read_object, read_text
+from det_calib.record.checked_json import (
+    key_path,
+    plain,
+    read_flag,
+    read_number,
+    read_object,
+    read_text,
+)
 from det_calib.record.eval_record import OperatingFigures
 
-__all__ = ["CVScores", "Calibrator", "CandidateEval", "CandidateRecord", "calibrator_of", "calibrator_record"]
+__all__ = [
+    "CVScores",
+    "Calibrator",
+    "CandidateEval",
+    "CandidateRecord",
+    "calibrator_of",
+    "calibrator_record",
+]
+
 
 @dataclass(frozen=True)
 class Calibrator:
@@ -59,8 +76,6 @@ def calibrator_record(cal: LogitCalibrator, method: str, floor: float) -> Calibr
 
 def calibrator_of(rec: Calibrator) -> LogitCalibrator:
     """The fitted calibrator of a record (a :class:`~det_calib.calibrators.base.LogitCalibrator`)."""
-    from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
-    from det_calib.calibrators.temperature import TemperatureScaler
 
     if rec.method == "temperature":
         return TemperatureScaler.of_temperature(float(rec.params["temperature"]))
@@ -90,8 +105,16 @@ class CVScores:
     @classmethod
     def of(cls, params: dict[str, Any]) -> CVScores:
         p = params
-        return cls(p.get("cv_se"), p.get("cv_diff"), p.get("cv_diff_se"), p.get("cv_diff_none"),
-                   p.get("cv_diff_none_se"), p.get("shrinkage"), p.get("error"), p.get("verdict"))
+        return cls(
+            p.get("cv_se"),
+            p.get("cv_diff"),
+            p.get("cv_diff_se"),
+            p.get("cv_diff_none"),
+            p.get("cv_diff_none_se"),
+            p.get("shrinkage"),
+            p.get("error"),
+            p.get("verdict"),
+        )
 
 
 @dataclass(frozen=True)
@@ -107,8 +130,13 @@ class CandidateEval:
     @classmethod
     def of(cls, d: dict[str, Any] | None) -> CandidateEval:
         d = d or {}
-        return cls(d.get("ece_all"), d.get("ece_all_ci"), d.get("nll"), d.get("brier"),
-                   dict(d.get("class_kept_ece") or {}))
+        return cls(
+            d.get("ece_all"),
+            d.get("ece_all_ci"),
+            d.get("nll"),
+            d.get("brier"),
+            dict(d.get("class_kept_ece") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -133,9 +161,12 @@ class CandidateRecord:
     @classmethod
     def from_dict(cls, d: Any, where: str) -> CandidateRecord:
         d = read_object(d, where, optional=False)
-        return cls(Calibrator.from_dict(d, where), read_number(d.get("cv_score"), key_path(where, "cv_score")),
-                   bool(read_flag(d.get("selected"), key_path(where, "selected"))),
-                   read_object(d.get("eval"), key_path(where, "eval")))
+        return cls(
+            Calibrator.from_dict(d, where),
+            read_number(d.get("cv_score"), key_path(where, "cv_score")),
+            bool(read_flag(d.get("selected"), key_path(where, "selected"))),
+            read_object(d.get("eval"), key_path(where, "eval")),
+        )
 
     @property
     def fit_min_conf(self) -> float | None:
@@ -150,7 +181,10 @@ class CandidateRecord:
         return m if m == "none" or f is None else f"{m}@{f:g}"
 
     def operating(self) -> list[OperatingFigures]:
-        return [OperatingFigures.from_dict(o, "eval.operating") for o in (self.eval or {}).get("operating", [])]
+        return [
+            OperatingFigures.from_dict(o, "eval.operating")
+            for o in (self.eval or {}).get("operating", [])
+        ]
 
     @property
     def cv(self) -> CVScores:

@@ -17,9 +17,24 @@ import numpy as np
 
 from det_calib.errors import InputError
 
-__all__ = ["CI", "READERS", "ci_field", "key_path", "leaf", "leaf_dict", "plain", "read_flag", "read_integer",
-           "read_interval", "read_items", "read_json_file", "read_leaf_fields", "read_number", "read_object",
-           "read_text"]
+__all__ = [
+    "CI",
+    "READERS",
+    "ci_field",
+    "key_path",
+    "leaf",
+    "leaf_dict",
+    "plain",
+    "read_flag",
+    "read_integer",
+    "read_interval",
+    "read_items",
+    "read_json_file",
+    "read_leaf_fields",
+    "read_number",
+    "read_object",
+    "read_text",
+]
 
 CI = tuple[float, float] | None
 
@@ -74,7 +89,9 @@ def read_object(v: Any, where: str, *, optional: bool = True) -> dict[str, Any] 
     if v is None and optional:
         return None
     if not isinstance(v, dict):
-        raise InputError(f"`{where}` must be an object{' or null' if optional else ''}, got {type(v).__name__}")
+        raise InputError(
+            f"`{where}` must be an object{' or null' if optional else ''}, got {type(v).__name__}"
+        )
     return v
 
 
@@ -86,13 +103,22 @@ def read_items(v: Any, where: str) -> list[Any]:
     return v
 
 
-READERS = {float: read_number, int: read_integer, bool: read_flag, str: read_text, "ci": read_interval}
+READERS = {
+    float: read_number,
+    int: read_integer,
+    bool: read_flag,
+    str: read_text,
+    "ci": read_interval,
+}
 
 
 def read_leaf_fields(cls: type, d: dict[str, Any], where: str) -> dict[str, Any]:
     """Read the leaf fields of a flat record (their kind in field metadata ``kind``)."""
-    return {f.name: READERS[f.metadata["kind"]](d.get(f.name), key_path(where, f.name))
-            for f in dataclasses.fields(cls) if "kind" in f.metadata}
+    return {
+        f.name: READERS[f.metadata["kind"]](d.get(f.name), key_path(where, f.name))
+        for f in dataclasses.fields(cls)
+        if "kind" in f.metadata
+    }
 
 
 def leaf(default: Any = None, kind: Any = float) -> Any:
@@ -116,7 +142,9 @@ def plain(v: Any) -> Any:
 
 
 def leaf_dict(rec: Any) -> dict[str, Any]:
-    return {f.name: plain(getattr(rec, f.name)) for f in dataclasses.fields(rec) if "kind" in f.metadata}
+    return {
+        f.name: plain(getattr(rec, f.name)) for f in dataclasses.fields(rec) if "kind" in f.metadata
+    }
 
 
 def read_json_file(path: str | Path, parse: Any, *, what: str = "calibration file") -> Any:
@@ -127,7 +155,9 @@ def read_json_file(path: str | Path, parse: Any, *, what: str = "calibration fil
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise InputError(f"cannot read {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise InputError(
+            f"cannot read {path}: not valid JSON ({e.msg} at line {e.lineno})"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path}: {type(e).__name__}") from None
     try:

@@ -17,7 +17,7 @@ from det_calib.record.checked_json import CI, read_interval
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_result import Calibrator, read_number
 
-RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
+_RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
     "avg": "mean of the boxes, an absent member counts 0",
     "present": "mean over the members present",
     "max": "maximum over the members",
@@ -30,7 +30,7 @@ RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, 
 
 def rule_words(rule: str) -> str:
     """A score rule in words (the rule's own name when unknown)."""
-    return RULE_WORDS[rule] if rule in RULE_WORDS else rule
+    return _RULE_WORDS[rule] if rule in _RULE_WORDS else rule
 
 
 ORDERS = ("fuse-then-calibrate", "calibrate-then-fuse")
@@ -68,14 +68,27 @@ class MemberRecord:
     heads: dict[str, str]
 
     def spec_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "flip": self.flip, "scale": self.scale, "head": self.head}
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "flip": self.flip,
+            "scale": self.scale,
+            "head": self.head,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MemberRecord:
-        return cls(name=str(d["name"]), path=str(d["path"]), kind=str(d.get("kind", "checkpoint")),
-                   flip=bool(d.get("flip", False)), scale=float(d.get("scale", 1.0)), head=d.get("head"),
-                   fingerprint=str(d.get("fingerprint", "")), imgsz=[int(x) for x in d.get("imgsz") or []],
-                   heads={str(k): str(v) for k, v in (d.get("heads") or {}).items()})
+        return cls(
+            name=str(d["name"]),
+            path=str(d["path"]),
+            kind=str(d.get("kind", "checkpoint")),
+            flip=bool(d.get("flip", False)),
+            scale=float(d.get("scale", 1.0)),
+            head=d.get("head"),
+            fingerprint=str(d.get("fingerprint", "")),
+            imgsz=[int(x) for x in d.get("imgsz") or []],
+            heads={str(k): str(v) for k, v in (d.get("heads") or {}).items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -93,9 +106,15 @@ class FusionSettingsRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FusionSettingsRecord:
-        return cls(method=str(d.get("method", "wbf")), iou=float(d["iou"]), score=str(d["score"]),
-                   order=str(d["order"]), skip=float(d.get("skip", 0.0)),
-                   weights=[float(w) for w in d.get("weights") or []], max_det=int(d.get("max_det", 300)))
+        return cls(
+            method=str(d.get("method", "wbf")),
+            iou=float(d["iou"]),
+            score=str(d["score"]),
+            order=str(d["order"]),
+            skip=float(d.get("skip", 0.0)),
+            weights=[float(w) for w in d.get("weights") or []],
+            max_det=int(d.get("max_det", 300)),
+        )
 
 
 @dataclass(frozen=True)
@@ -125,13 +144,25 @@ class MemberFigures:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> MemberFigures:
-        return cls(name=str(d["name"]), method=str(d["method"]), map50_95=read_number(d.get("map50_95"), where),
-                   map50=read_number(d.get("map50"), where),
-                   operating_before=[OperatingFigures.from_dict(o, where) for o in d.get("operating_before") or []],
-                   operating_after=[OperatingFigures.from_dict(o, where) for o in d.get("operating_after") or []],
-                   temperature=read_number(d.get("temperature"), where),
-                   class_kept_ece={int(k): read_number(v, where) for k, v in (d.get("class_kept_ece") or {}).items()},
-                   calibrator=None if d.get("calibrator") is None else Calibrator.from_dict(d["calibrator"], where))
+        return cls(
+            name=str(d["name"]),
+            method=str(d["method"]),
+            map50_95=read_number(d.get("map50_95"), where),
+            map50=read_number(d.get("map50"), where),
+            operating_before=[
+                OperatingFigures.from_dict(o, where) for o in d.get("operating_before") or []
+            ],
+            operating_after=[
+                OperatingFigures.from_dict(o, where) for o in d.get("operating_after") or []
+            ],
+            temperature=read_number(d.get("temperature"), where),
+            class_kept_ece={
+                int(k): read_number(v, where) for k, v in (d.get("class_kept_ece") or {}).items()
+            },
+            calibrator=None
+            if d.get("calibrator") is None
+            else Calibrator.from_dict(d["calibrator"], where),
+        )
 
 
 @dataclass(frozen=True)
@@ -160,17 +191,24 @@ class FusionRow:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> FusionRow:
-        return cls(order=str(d["order"]), score=str(d["score"]), method=str(d["method"]),
-                   map50_95=read_number(d.get("map50_95"), where), map50=read_number(d.get("map50"), where),
-                   kept_fused=int(d.get("kept_fused", 0)), kept_ece_fused=read_number(d.get("kept_ece_fused"), where),
-                   kept_calibrated=int(d.get("kept_calibrated", 0)),
-                   kept_ece_calibrated=read_number(d.get("kept_ece_calibrated"), where),
-                   kept_ece_calibrated_ci=read_interval(d.get("kept_ece_calibrated_ci"), where),
-                   temperature=read_number(d.get("temperature"), where),
-                   fit_map50_95=read_number(d.get("fit_map50_95"), where),
-                   cv_kept_ece=read_number(d.get("cv_kept_ece"), where),
-                   cv_diff_se=read_number(d.get("cv_diff_se"), where),
-                   verdict=str(d.get("verdict") or ""), chosen=bool(d.get("chosen", False)))
+        return cls(
+            order=str(d["order"]),
+            score=str(d["score"]),
+            method=str(d["method"]),
+            map50_95=read_number(d.get("map50_95"), where),
+            map50=read_number(d.get("map50"), where),
+            kept_fused=int(d.get("kept_fused", 0)),
+            kept_ece_fused=read_number(d.get("kept_ece_fused"), where),
+            kept_calibrated=int(d.get("kept_calibrated", 0)),
+            kept_ece_calibrated=read_number(d.get("kept_ece_calibrated"), where),
+            kept_ece_calibrated_ci=read_interval(d.get("kept_ece_calibrated_ci"), where),
+            temperature=read_number(d.get("temperature"), where),
+            fit_map50_95=read_number(d.get("fit_map50_95"), where),
+            cv_kept_ece=read_number(d.get("cv_kept_ece"), where),
+            cv_diff_se=read_number(d.get("cv_diff_se"), where),
+            verdict=str(d.get("verdict") or ""),
+            chosen=bool(d.get("chosen", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -192,20 +230,32 @@ class EnsembleHead:
     score: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"members": [m.to_dict() for m in self.members], "ensemble": self.ensemble.to_dict(),
-                "agreement": {str(k): v for k, v in self.agreement.items()}, "table": _plain_record(self.table),
-                "member_calibrators": [c.to_dict() for c in self.member_calibrators], "order": self.order,
-                "score": self.score}
+        return {
+            "members": [m.to_dict() for m in self.members],
+            "ensemble": self.ensemble.to_dict(),
+            "agreement": {str(k): v for k, v in self.agreement.items()},
+            "table": _plain_record(self.table),
+            "member_calibrators": [c.to_dict() for c in self.member_calibrators],
+            "order": self.order,
+            "score": self.score,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> EnsembleHead:
-        return cls(members=[MemberFigures.from_dict(m, f"{where}.members") for m in d.get("members") or []],
-                   ensemble=MemberFigures.from_dict(d["ensemble"], f"{where}.ensemble"),
-                   agreement={int(k): int(v) for k, v in (d.get("agreement") or {}).items()},
-                   table=[FusionRow.from_dict(r, f"{where}.table") for r in d.get("table") or []],
-                   member_calibrators=[Calibrator.from_dict(c, f"{where}.member_calibrators")
-                                       for c in d.get("member_calibrators") or []],
-                   order=str(d.get("order") or ""), score=str(d.get("score") or ""))
+        return cls(
+            members=[
+                MemberFigures.from_dict(m, f"{where}.members") for m in d.get("members") or []
+            ],
+            ensemble=MemberFigures.from_dict(d["ensemble"], f"{where}.ensemble"),
+            agreement={int(k): int(v) for k, v in (d.get("agreement") or {}).items()},
+            table=[FusionRow.from_dict(r, f"{where}.table") for r in d.get("table") or []],
+            member_calibrators=[
+                Calibrator.from_dict(c, f"{where}.member_calibrators")
+                for c in d.get("member_calibrators") or []
+            ],
+            order=str(d.get("order") or ""),
+            score=str(d.get("score") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -225,28 +275,41 @@ class EnsembleRecord:
     def fusion_of(self, head: str) -> tuple[str, str]:
         """``(order, score rule)`` that ``head`` fuses with (its choice, else the settings')."""
         eh = self.heads.get(head)
-        return (eh.order or self.fusion.order, eh.score or self.fusion.score) if eh else \
-            (self.fusion.order, self.fusion.score)
+        return (
+            (eh.order or self.fusion.order, eh.score or self.fusion.score)
+            if eh
+            else (self.fusion.order, self.fusion.score)
+        )
 
     def seconds(self, key: str) -> float:
         """``seconds_per_image[key]`` (``capture``, ``fusion``, ``member i``); nan when not recorded."""
         return self.seconds_per_image[key] if key in self.seconds_per_image else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"members": _plain_record(self.members), "fusion": _plain_record(self.fusion), "source": self.source,
-                "seconds_per_image": dict(self.seconds_per_image),
-                "heads": {h: e.to_dict() for h, e in self.heads.items()}}
+        return {
+            "members": _plain_record(self.members),
+            "fusion": _plain_record(self.fusion),
+            "source": self.source,
+            "seconds_per_image": dict(self.seconds_per_image),
+            "heads": {h: e.to_dict() for h, e in self.heads.items()},
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> EnsembleRecord:
         if not isinstance(d, dict):
             raise InputError(f"`ensemble` must be an object, got {type(d).__name__}")
         try:
-            return cls(members=[MemberRecord.from_dict(m) for m in d.get("members") or []],
-                       fusion=FusionSettingsRecord.from_dict(d["fusion"]),
-                       heads={h: EnsembleHead.from_dict(e, f"ensemble.heads.{h}")
-                              for h, e in (d.get("heads") or {}).items()},
-                       source=str(d.get("source", "")),
-                       seconds_per_image={str(k): float(v) for k, v in (d.get("seconds_per_image") or {}).items()})
+            return cls(
+                members=[MemberRecord.from_dict(m) for m in d.get("members") or []],
+                fusion=FusionSettingsRecord.from_dict(d["fusion"]),
+                heads={
+                    h: EnsembleHead.from_dict(e, f"ensemble.heads.{h}")
+                    for h, e in (d.get("heads") or {}).items()
+                },
+                source=str(d.get("source", "")),
+                seconds_per_image={
+                    str(k): float(v) for k, v in (d.get("seconds_per_image") or {}).items()
+                },
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"`ensemble` is malformed: {type(e).__name__} {e}") from None

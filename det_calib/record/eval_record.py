@@ -27,13 +27,25 @@ from det_calib.record.checked_json import (
 )
 from det_calib.record.threshold_shift import ThresholdShift
 
-__all__ = ["BinGap", "ClassResult", "EvalResult", "FitResult", "FloorGap", "OperatingFigures", "Scores",
-           "TemperatureFit", "Thresholded", "read_shifts", "temperature_ok"]
+__all__ = [
+    "BinGap",
+    "ClassResult",
+    "EvalResult",
+    "FitResult",
+    "FloorGap",
+    "OperatingFigures",
+    "Scores",
+    "TemperatureFit",
+    "Thresholded",
+    "read_shifts",
+    "temperature_ok",
+]
 
 
 def temperature_ok(t: float | None) -> bool:
     """A temperature a record may hold: a finite number above 0."""
     return t is not None and math.isfinite(t) and t > 0
+
 
 @dataclass(frozen=True)
 class Scores:
@@ -60,12 +72,19 @@ class Scores:
         return f"{name[:-3]}_{tag}_ci" if name.endswith("_ci") else f"{name}_{tag}"
 
     def to_flat(self, tag: str) -> dict[str, Any]:
-        return {self.key(f.name, tag): plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {
+            self.key(f.name, tag): plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+        }
 
     @classmethod
     def from_flat(cls, d: dict[str, Any], tag: str, where: str) -> Scores:
-        return cls(**{f.name: READERS[f.metadata["kind"]](d.get(k), key_path(where, k))
-                      for f in dataclasses.fields(cls) for k in [cls.key(f.name, tag)]})
+        return cls(
+            **{
+                f.name: READERS[f.metadata["kind"]](d.get(k), key_path(where, k))
+                for f in dataclasses.fields(cls)
+                for k in [cls.key(f.name, tag)]
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -136,8 +155,12 @@ class TemperatureFit:
     nll: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "deployed": self.deployed,
-                "operating": [o.to_dict() for o in self.operating], "nll": plain(self.nll)}
+        return {
+            "temperature": self.temperature,
+            "deployed": self.deployed,
+            "operating": [o.to_dict() for o in self.operating],
+            "nll": plain(self.nll),
+        }
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> TemperatureFit | None:
@@ -146,12 +169,19 @@ class TemperatureFit:
             return None
         t = read_number(d.get("temperature"), key_path(where, "temperature"))
         if not temperature_ok(t):
-            raise InputError(f"`{key_path(where, 'temperature')}` must be a positive number, "
-                             f"got {d.get('temperature')!r}")
-        return cls(temperature=float(t), deployed=bool(read_flag(d.get("deployed"), key_path(where, "deployed"))),
-                   operating=[OperatingFigures.from_dict(o, f"{key_path(where, 'operating')}[{i}]")
-                              for i, o in enumerate(read_items(d.get("operating"), key_path(where, "operating")))],
-                   nll=read_number(d.get("nll"), key_path(where, "nll")))
+            raise InputError(
+                f"`{key_path(where, 'temperature')}` must be a positive number, "
+                f"got {d.get('temperature')!r}"
+            )
+        return cls(
+            temperature=float(t),
+            deployed=bool(read_flag(d.get("deployed"), key_path(where, "deployed"))),
+            operating=[
+                OperatingFigures.from_dict(o, f"{key_path(where, 'operating')}[{i}]")
+                for i, o in enumerate(read_items(d.get("operating"), key_path(where, "operating")))
+            ],
+            nll=read_number(d.get("nll"), key_path(where, "nll")),
+        )
 
 
 @dataclass(frozen=True)
@@ -277,21 +307,54 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         leaf = leaf_dict(self)
-        out = {k: leaf[k] for k in ("split", "images", "boxes", "correct", "ignored", "n_gt", "corrupt_images")}
+        out = {
+            k: leaf[k]
+            for k in ("split", "images", "boxes", "correct", "ignored", "n_gt", "corrupt_images")
+        }
         out.update(self.before.to_flat("before"))
         out.update(self.after.to_flat("after"))
         out["thresholded"] = [leaf_dict(t) for t in self.thresholded]
         if self.operating_before or self.operating_after:
             out["operating_before"] = [o.to_dict() for o in self.operating_before]
             out["operating_after"] = [o.to_dict() for o in self.operating_after]
-        out.update({k: leaf[k] for k in ("map50_95_before", "map50_95_after", "map50_before", "map50_after",
-                                         "map_identical")})
+        out.update(
+            {
+                k: leaf[k]
+                for k in (
+                    "map50_95_before",
+                    "map50_95_after",
+                    "map50_before",
+                    "map50_after",
+                    "map_identical",
+                )
+            }
+        )
         if self.mask_map50_95_before is not None:
-            out.update({k: leaf[k] for k in ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before",
-                                             "mask_map50_after", "mask_map_identical")})
+            out.update(
+                {
+                    k: leaf[k]
+                    for k in (
+                        "mask_map50_95_before",
+                        "mask_map50_95_after",
+                        "mask_map50_before",
+                        "mask_map50_after",
+                        "mask_map_identical",
+                    )
+                }
+            )
         if self.pose_map50_95_before is not None:
-            out.update({k: leaf[k] for k in ("pose_map50_95_before", "pose_map50_95_after", "pose_map50_before",
-                                             "pose_map50_after", "pose_map_identical")})
+            out.update(
+                {
+                    k: leaf[k]
+                    for k in (
+                        "pose_map50_95_before",
+                        "pose_map50_95_after",
+                        "pose_map50_before",
+                        "pose_map50_after",
+                        "pose_map_identical",
+                    )
+                }
+            )
         if self.map_engine is not None:
             out["map_engine"] = self.map_engine
         if self.kept_gaps:
@@ -306,31 +369,60 @@ class EvalResult:
             **read_leaf_fields(cls, d, where),
             before=Scores.from_flat(d, "before", where),
             after=Scores.from_flat(d, "after", where),
-            thresholded=[Thresholded(**read_leaf_fields(Thresholded, read_object(t, w, optional=False), w))
-                         for i, t in enumerate(read_items(d.get("thresholded"), key_path(where, "thresholded")))
-                         for w in [f"{where}.thresholded[{i}]"]],
-            **{k: [OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
-                   for i, o in enumerate(read_items(d.get(k), key_path(where, k)))]
-               for k in ("operating_before", "operating_after")},
-            kept_gaps=[BinGap(**read_leaf_fields(BinGap, read_object(g, w, optional=False), w))
-                       for i, g in enumerate(read_items(d.get("kept_gaps_after"), key_path(where, "kept_gaps_after")))
-                       for w in [f"{where}.kept_gaps_after[{i}]"]],
-            floor_gap=None if d.get("floor_gap") is None else FloorGap(**read_leaf_fields(
-                FloorGap, read_object(d["floor_gap"], key_path(where, "floor_gap"), optional=False),
-                key_path(where, "floor_gap"))),
+            thresholded=[
+                Thresholded(**read_leaf_fields(Thresholded, read_object(t, w, optional=False), w))
+                for i, t in enumerate(
+                    read_items(d.get("thresholded"), key_path(where, "thresholded"))
+                )
+                for w in [f"{where}.thresholded[{i}]"]
+            ],
+            **{
+                k: [
+                    OperatingFigures.from_dict(o, f"{where}.{k}[{i}]")
+                    for i, o in enumerate(read_items(d.get(k), key_path(where, k)))
+                ]
+                for k in ("operating_before", "operating_after")
+            },
+            kept_gaps=[
+                BinGap(**read_leaf_fields(BinGap, read_object(g, w, optional=False), w))
+                for i, g in enumerate(
+                    read_items(d.get("kept_gaps_after"), key_path(where, "kept_gaps_after"))
+                )
+                for w in [f"{where}.kept_gaps_after[{i}]"]
+            ],
+            floor_gap=None
+            if d.get("floor_gap") is None
+            else FloorGap(
+                **read_leaf_fields(
+                    FloorGap,
+                    read_object(d["floor_gap"], key_path(where, "floor_gap"), optional=False),
+                    key_path(where, "floor_gap"),
+                )
+            ),
         )
 
 
-def read_shift(d: Any, where: str) -> ThresholdShift:
+def _read_shift(d: Any, where: str) -> ThresholdShift:
     d = read_object(d, where, optional=False)
-    kinds = {"n_gt": int, "kept_before": int, "kept_after": int, "added": int, "added_correct": int,
-             "removed": int, "removed_correct": int}
-    return ThresholdShift(**{f.name: READERS[kinds.get(f.name, float)](d.get(f.name), key_path(where, f.name))
-                             for f in dataclasses.fields(ThresholdShift)})
+    kinds = {
+        "n_gt": int,
+        "kept_before": int,
+        "kept_after": int,
+        "added": int,
+        "added_correct": int,
+        "removed": int,
+        "removed_correct": int,
+    }
+    return ThresholdShift(
+        **{
+            f.name: READERS[kinds.get(f.name, float)](d.get(f.name), key_path(where, f.name))
+            for f in dataclasses.fields(ThresholdShift)
+        }
+    )
 
 
 def read_shifts(v: Any, where: str) -> list[ThresholdShift]:
-    return [read_shift(x, f"{where}[{i}]") for i, x in enumerate(read_items(v, where))]
+    return [_read_shift(x, f"{where}[{i}]") for i, x in enumerate(read_items(v, where))]
 
 
 @dataclass(frozen=True)
@@ -359,5 +451,9 @@ class ClassResult:
     @classmethod
     def from_dict(cls, d: Any, where: str) -> ClassResult:
         d = read_object(d, where, optional=False)
-        return cls(**read_leaf_fields(cls, d, where),
-                   threshold_shift=read_shifts(d.get("threshold_shift"), key_path(where, "threshold_shift")))
+        return cls(
+            **read_leaf_fields(cls, d, where),
+            threshold_shift=read_shifts(
+                d.get("threshold_shift"), key_path(where, "threshold_shift")
+            ),
+        )

@@ -22,7 +22,7 @@ from det_calib.io import to_json
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 BOXES_FILE = "boxes.parquet"
 
@@ -130,7 +130,9 @@ class Run:
         split = self.eval_split(head)
         view = BoxView.from_boxes(self.boxes, head=head, split=split, geometry=False)
         if view.n == 0:
-            log.warning("%s: no boxes for head %s in split %s", self.run_dir / BOXES_FILE, head, split)
+            _log.warning(
+                "%s: no boxes for head %s in split %s", self.run_dir / BOXES_FILE, head, split
+            )
         cal = self.deployed_calibrator(head)
         scored = None if cal is None else view.scored(cal, recorded=True)
         return HeadBoxes(view, scored, self.temperature(head))
@@ -140,13 +142,16 @@ class Run:
         rec = self.head(head).calibrator
         return None if rec is None else calibrator_of(rec)
 
+
 def as_read(result: RunResult) -> RunResult:
     """``result`` as :func:`load_run` reads it back once written (NaN as None, tuples as lists), without the
     file: what a run's own readers (its thresholds, its report) read before its ``calibration.json`` is written."""
     return RunResult.from_dict(json.loads(to_json(result.to_dict())))
 
 
-def load_run(run_dir: str | Path, *, boxes: pl.DataFrame | None = None, result: RunResult | None = None) -> Run:
+def load_run(
+    run_dir: str | Path, *, boxes: pl.DataFrame | None = None, result: RunResult | None = None
+) -> Run:
     """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet`` (or take ``boxes``, the table
     that file holds, and ``result``, the record as :meth:`RunResult.read` of that file gives it
     (:func:`as_read`), from a caller that has them in memory: the run being written).

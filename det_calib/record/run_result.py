@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_calib import record
 from det_calib.data.box_table import HEADS
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
+from det_calib.io import write_json
 from det_calib.record.calibrator_record import (
     Calibrator,
     CandidateRecord,
@@ -58,7 +60,7 @@ from det_calib.record.size_record import SizeFigures, read_size_figures
 from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.record.timings import Timings
 
-SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 1
 """Version of the ``calibration.json`` layout this module writes and reads."""
 
 CALIBRATION_FILE = "calibration.json"
@@ -92,10 +94,20 @@ class ValMap:
     pose_map50: float | None = leaf()
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in leaf_dict(self).items() if v is not None or not k.startswith(("mask_", "pose_"))}
+        return {
+            k: v
+            for k, v in leaf_dict(self).items()
+            if v is not None or not k.startswith(("mask_", "pose_"))
+        }
 
 
-VAL_SEEN_FIELDS = ("verified", "images_seen", "images_expected", "instances_seen", "instances_expected")
+VAL_SEEN_FIELDS = (
+    "verified",
+    "images_seen",
+    "images_expected",
+    "instances_seen",
+    "instances_expected",
+)
 """The fields of :class:`ValCheck` that say what val read against the run's split (with ``skipped``)."""
 
 
@@ -131,9 +143,16 @@ class ValCheck:
     def changes(self) -> dict[str, float]:
         """The figures (``map50_95``, ``mask_map50``...) whose calibrated value (at the equivalent floor)
         differs from the original's by more than 1e-6, with the difference (calibrated - original)."""
-        cal, orig = self.calibrated_equivalent_floor, leaf_dict(self.original) if self.original else {}
+        cal, orig = (
+            self.calibrated_equivalent_floor,
+            leaf_dict(self.original) if self.original else {},
+        )
         pairs = {k: (v, getattr(cal, k, None)) for k, v in orig.items() if k != "conf"}
-        return {k: float(w - v) for k, (v, w) in pairs.items() if None not in (v, w) and abs(w - v) > 1e-6}
+        return {
+            k: float(w - v)
+            for k, (v, w) in pairs.items()
+            if None not in (v, w) and abs(w - v) > 1e-6
+        }
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"split": self.split}
@@ -157,9 +176,13 @@ class ValCheck:
         maps = {}
         for k in ("original", "calibrated", "calibrated_equivalent_floor"):
             m = read_object(d.get(k), key_path(where, k))
-            maps[k] = None if m is None else ValMap(**read_leaf_fields(ValMap, m, key_path(where, k)))
-        skipped = [read_text(x, f"{key_path(where, 'skipped')}[{i}]")
-                   for i, x in enumerate(read_items(d.get("skipped"), key_path(where, "skipped")))]
+            maps[k] = (
+                None if m is None else ValMap(**read_leaf_fields(ValMap, m, key_path(where, k)))
+            )
+        skipped = [
+            read_text(x, f"{key_path(where, 'skipped')}[{i}]")
+            for i, x in enumerate(read_items(d.get("skipped"), key_path(where, "skipped")))
+        ]
         return cls(**read_leaf_fields(cls, d, where), **maps, skipped=skipped)
 
 
@@ -274,20 +297,42 @@ class RecordedSettings:
     """Whether ``--method auto`` also considered the size-conditioned maps (``--size-maps``; the key is
     written only when it did)."""
 
-    _KINDS = {"iou_match": float, "loc_iou_match": float, "fit_min_conf": float, "conf_floor": float,
-              "nms_iou": float, "max_det": int, "imgsz": int, "ece_bins": int, "laece_bins": int,
-              "min_class_boxes": int}
+    _KINDS = {
+        "iou_match": float,
+        "loc_iou_match": float,
+        "fit_min_conf": float,
+        "conf_floor": float,
+        "nms_iou": float,
+        "max_det": int,
+        "imgsz": int,
+        "ece_bins": int,
+        "laece_bins": int,
+        "min_class_boxes": int,
+    }
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "iou_match": self.iou_match, "loc_iou_match": self.loc_iou_match, "fit_min_conf": self.fit_min_conf,
-            "conf_floor": self.conf_floor, "nms_iou": self.nms_iou, "max_det": self.max_det, "imgsz": self.imgsz,
-            "conf_thresholds": list(self.conf_thresholds), "ece_bins": self.ece_bins,
-            "laece_bins": self.laece_bins, "dece_bins": list(self.dece_bins),
-            "min_class_boxes": self.min_class_boxes, "bootstrap": dataclasses.asdict(self.bootstrap),
-            "splits": {"fit": self.fit_split, "eval": self.eval_split}, "coco_gt": self.coco_gt,
-            "method": self.method, "fit_range": self.fit_range, "criterion": self.criterion,
-            "cv_folds": self.cv_folds, "cv_repeats": self.cv_repeats, "auto_per_class": self.auto_per_class,
+            "iou_match": self.iou_match,
+            "loc_iou_match": self.loc_iou_match,
+            "fit_min_conf": self.fit_min_conf,
+            "conf_floor": self.conf_floor,
+            "nms_iou": self.nms_iou,
+            "max_det": self.max_det,
+            "imgsz": self.imgsz,
+            "conf_thresholds": list(self.conf_thresholds),
+            "ece_bins": self.ece_bins,
+            "laece_bins": self.laece_bins,
+            "dece_bins": list(self.dece_bins),
+            "min_class_boxes": self.min_class_boxes,
+            "bootstrap": dataclasses.asdict(self.bootstrap),
+            "splits": {"fit": self.fit_split, "eval": self.eval_split},
+            "coco_gt": self.coco_gt,
+            "method": self.method,
+            "fit_range": self.fit_range,
+            "criterion": self.criterion,
+            "cv_folds": self.cv_folds,
+            "cv_repeats": self.cv_repeats,
+            "auto_per_class": self.auto_per_class,
             # written where it is not the default (a default run's record is the one earlier versions wrote)
             **({"target": self.target} if self.target != "correct" else {}),
             **({"auto_size_maps": True} if self.auto_size_maps else {}),
@@ -301,10 +346,16 @@ class RecordedSettings:
             if v is None and k not in ("imgsz", "fit_min_conf"):
                 raise InputError(f"`{key_path(where, k)}` is missing")
             vals[k] = v
-        conf = [read_number(x, f"{key_path(where, 'conf_thresholds')}[{i}]")
-                for i, x in enumerate(read_items(d.get("conf_thresholds"), key_path(where, "conf_thresholds")))]
-        dece = [read_integer(x, f"{key_path(where, 'dece_bins')}[{i}]")
-                for i, x in enumerate(read_items(d.get("dece_bins"), key_path(where, "dece_bins")))]
+        conf = [
+            read_number(x, f"{key_path(where, 'conf_thresholds')}[{i}]")
+            for i, x in enumerate(
+                read_items(d.get("conf_thresholds"), key_path(where, "conf_thresholds"))
+            )
+        ]
+        dece = [
+            read_integer(x, f"{key_path(where, 'dece_bins')}[{i}]")
+            for i, x in enumerate(read_items(d.get("dece_bins"), key_path(where, "dece_bins")))
+        ]
         b = read_object(d.get("bootstrap"), key_path(where, "bootstrap")) or {}
         bw = key_path(where, "bootstrap")
         boot = Bootstrap(
@@ -314,19 +365,23 @@ class RecordedSettings:
             unit=read_text(b.get("unit"), bw + ".unit") or Bootstrap.unit,
         )
         sp = read_object(d.get("splits"), key_path(where, "splits")) or {}
-        return cls(**vals, conf_thresholds=tuple(c for c in conf if c is not None),
-                   dece_bins=tuple(x for x in dece if x is not None), bootstrap=boot,
-                   fit_split=read_text(sp.get("fit"), key_path(where, "splits.fit")),
-                   eval_split=read_text(sp.get("eval"), key_path(where, "splits.eval")),
-                   coco_gt=read_text(d.get("coco_gt"), key_path(where, "coco_gt")),
-                   method=read_text(d.get("method"), key_path(where, "method")) or "temperature",
-                   fit_range=read_text(d.get("fit_range"), key_path(where, "fit_range")),
-                   criterion=read_text(d.get("criterion"), key_path(where, "criterion")),
-                   cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
-                   cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
-                   auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")),
-                   target=_read_target(d.get("target"), key_path(where, "target")),
-                   auto_size_maps=read_flag(d.get("auto_size_maps"), key_path(where, "auto_size_maps")))
+        return cls(
+            **vals,
+            conf_thresholds=tuple(c for c in conf if c is not None),
+            dece_bins=tuple(x for x in dece if x is not None),
+            bootstrap=boot,
+            fit_split=read_text(sp.get("fit"), key_path(where, "splits.fit")),
+            eval_split=read_text(sp.get("eval"), key_path(where, "splits.eval")),
+            coco_gt=read_text(d.get("coco_gt"), key_path(where, "coco_gt")),
+            method=read_text(d.get("method"), key_path(where, "method")) or "temperature",
+            fit_range=read_text(d.get("fit_range"), key_path(where, "fit_range")),
+            criterion=read_text(d.get("criterion"), key_path(where, "criterion")),
+            cv_folds=read_integer(d.get("cv_folds"), key_path(where, "cv_folds")),
+            cv_repeats=read_integer(d.get("cv_repeats"), key_path(where, "cv_repeats")),
+            auto_per_class=read_flag(d.get("auto_per_class"), key_path(where, "auto_per_class")),
+            target=_read_target(d.get("target"), key_path(where, "target")),
+            auto_size_maps=read_flag(d.get("auto_size_maps"), key_path(where, "auto_size_maps")),
+        )
 
 
 def _read_target(v: Any, where: str) -> str:
@@ -368,7 +423,7 @@ class RunResult:
     det_calib_version: str = ""
     created: str | None = None
     seconds: float | None = None
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = _SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
     ensemble: Any = None
     bad_labels: list[str] = field(default_factory=list)
@@ -403,27 +458,42 @@ class RunResult:
             "data": self.data,
             "class_names": list(self.class_names),
             "heads": list(self.heads),
-            "temperature": {h: r.temperature for h, r in res.items()
-                            if r.calibrator is None or r.temperature is not None},
+            "temperature": {
+                h: r.temperature
+                for h, r in res.items()
+                if r.calibrator is None or r.temperature is not None
+            },
         }
-        others = {h: r.calibrator.to_dict() for h, r in res.items()
-                  if r.calibrator is not None and r.temperature is None}
+        others = {
+            h: r.calibrator.to_dict()
+            for h, r in res.items()
+            if r.calibrator is not None and r.temperature is None
+        }
         if others:
             out["calibrators"] = others
         out.update(self.settings.to_dict())
         out["fit"] = {h: leaf_dict(r.fit) for h, r in res.items() if r.fit is not None}
         out["eval"] = {h: r.eval.to_dict() for h, r in res.items() if r.eval is not None}
-        out["threshold_shift"] = {h: [s.to_dict() for s in r.threshold_shift] for h, r in res.items()}
+        out["threshold_shift"] = {
+            h: [s.to_dict() for s in r.threshold_shift] for h, r in res.items()
+        }
         out["per_class"] = {h: [c.to_dict() for c in r.per_class] for h, r in res.items()}
-        out["ultralytics_val"] = {h: r.ultralytics_val.to_dict() for h, r in res.items()
-                                  if r.ultralytics_val is not None}
+        out["ultralytics_val"] = {
+            h: r.ultralytics_val.to_dict() for h, r in res.items() if r.ultralytics_val is not None
+        }
         cands = {h: [c.to_dict() for c in r.candidates] for h, r in res.items() if r.candidates}
         if cands:
             out["calibration_candidates"] = cands
-        changes = {h: leaf_dict(r.detection_change) for h, r in res.items() if r.detection_change is not None}
+        changes = {
+            h: leaf_dict(r.detection_change)
+            for h, r in res.items()
+            if r.detection_change is not None
+        }
         if changes:
             out["detection_change"] = changes
-        tfits = {h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None}
+        tfits = {
+            h: r.temperature_fit.to_dict() for h, r in res.items() if r.temperature_fit is not None
+        }
         if tfits:
             out["temperature_fit"] = tfits
         sizes = {h: [f.to_dict() for f in r.by_size] for h, r in res.items() if r.by_size}
@@ -470,23 +540,43 @@ class RunResult:
             ev = read_object(sections["eval"].get(h), f"eval.{h}")
             results[h] = HeadResult(
                 calibrator=calibrators.get(h),
-                fit=None if fit is None else FitResult(**read_leaf_fields(FitResult, fit, f"fit.{h}")),
+                fit=None
+                if fit is None
+                else FitResult(**read_leaf_fields(FitResult, fit, f"fit.{h}")),
                 eval=None if ev is None else EvalResult.from_dict(ev, f"eval.{h}"),
-                threshold_shift=read_shifts(sections["threshold_shift"].get(h), f"threshold_shift.{h}"),
-                per_class=[ClassResult.from_dict(c, f"per_class.{h}[{i}]")
-                           for i, c in enumerate(read_items(sections["per_class"].get(h), f"per_class.{h}"))],
-                ultralytics_val=ValCheck.from_dict(sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"),
-                candidates=[CandidateRecord.from_dict(c, f"calibration_candidates.{h}[{i}]")
-                            for i, c in enumerate(read_items(cands.get(h), f"calibration_candidates.{h}"))] or None,
-                detection_change=None if changes.get(h) is None else DetectionChange(
-                    **read_leaf_fields(DetectionChange,
-                                       read_object(changes[h], f"detection_change.{h}", optional=False),
-                                       f"detection_change.{h}")),
+                threshold_shift=read_shifts(
+                    sections["threshold_shift"].get(h), f"threshold_shift.{h}"
+                ),
+                per_class=[
+                    ClassResult.from_dict(c, f"per_class.{h}[{i}]")
+                    for i, c in enumerate(
+                        read_items(sections["per_class"].get(h), f"per_class.{h}")
+                    )
+                ],
+                ultralytics_val=ValCheck.from_dict(
+                    sections["ultralytics_val"].get(h), f"ultralytics_val.{h}"
+                ),
+                candidates=[
+                    CandidateRecord.from_dict(c, f"calibration_candidates.{h}[{i}]")
+                    for i, c in enumerate(read_items(cands.get(h), f"calibration_candidates.{h}"))
+                ]
+                or None,
+                detection_change=None
+                if changes.get(h) is None
+                else DetectionChange(
+                    **read_leaf_fields(
+                        DetectionChange,
+                        read_object(changes[h], f"detection_change.{h}", optional=False),
+                        f"detection_change.{h}",
+                    )
+                ),
                 temperature_fit=TemperatureFit.from_dict(tfits.get(h), f"temperature_fit.{h}"),
                 by_size=read_size_figures(sizes.get(h), f"by_size.{h}"),
             )
-        names = [read_text(n, f"class_names[{i}]")
-                 for i, n in enumerate(read_items(d.get("class_names"), "class_names"))]
+        names = [
+            read_text(n, f"class_names[{i}]")
+            for i, n in enumerate(read_items(d.get("class_names"), "class_names"))
+        ]
         return cls(
             model=read_text(d.get("model"), "model") or "",
             data=read_text(d.get("data"), "data") or "",
@@ -498,7 +588,7 @@ class RunResult:
             det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
             created=read_text(d.get("created"), "created"),
             seconds=read_number(d.get("seconds"), "seconds"),
-            gt_counts=gt_counts_from_dict(d),
+            gt_counts=_gt_counts_from_dict(d),
             ensemble=_ensemble_from_dict(d.get("ensemble")),
             bad_labels=[str(x) for x in read_items(d.get("bad_labels"), "bad_labels")],
             timings=Timings.from_dict(d.get("timings")),
@@ -507,7 +597,6 @@ class RunResult:
 
     def write(self, path: str | Path) -> Path:
         """Write ``calibration.json`` atomically (NaN as null)."""
-        from det_calib.io import write_json
 
         return write_json(path, self.to_dict())
 
@@ -526,7 +615,6 @@ def _ensemble_from_dict(d: Any) -> Any:
     if d is None:
         return None
     # through the package's lazy exports: ensemble_record builds on this module's records
-    from det_calib import record
 
     return record.EnsembleRecord.from_dict(d)
 
@@ -534,13 +622,16 @@ def _ensemble_from_dict(d: Any) -> Any:
 def _check_version(d: Any) -> None:
     if not isinstance(d, dict):
         raise InputError(f"expected a JSON object, got {type(d).__name__}")
-    version = d.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise InputError(f"schema_version {version!r} is not supported (this det_calib reads {SCHEMA_VERSION}); "
-                         "rerun `det-calib calibrate` with this version")
+    version = d.get("schema_version", _SCHEMA_VERSION)
+    if version != _SCHEMA_VERSION:
+        raise InputError(
+            f"schema_version {version!r} is not supported (this det_calib reads "
+            f"{_SCHEMA_VERSION}); "
+            "rerun `det-calib calibrate` with this version"
+        )
 
 
-def gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
+def _gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
     """``gt_counts`` of a ``calibration.json`` object: split -> ground-truth boxes per class id.
 
     None when the key is absent (runs written before it existed: count from the dataset).
@@ -555,14 +646,18 @@ def gt_counts_from_dict(d: dict[str, Any]) -> dict[str, list[int]] | None:
     for sp, counts in v.items():
         where = f"gt_counts.{sp}"
         if not isinstance(counts, list):
-            raise InputError(f"`{where}` must be a list of counts per class id, got {type(counts).__name__}")
+            raise InputError(
+                f"`{where}` must be a list of counts per class id, got {type(counts).__name__}"
+            )
         out[sp] = [read_integer(n, f"{where}[{i}]") for i, n in enumerate(counts)]
         if any(n is None or n < 0 for n in out[sp]):
             raise InputError(f"`{where}` must hold integers >= 0, got {counts!r}")
     return out
 
 
-def calibrators_from_dict(d: dict[str, Any], heads: list[str] | None = None) -> dict[str, Calibrator]:
+def calibrators_from_dict(
+    d: dict[str, Any], heads: list[str] | None = None
+) -> dict[str, Calibrator]:
     """Head -> calibrator of a ``calibration.json`` object (``temperature``, then ``calibrators``).
 
     Args:
@@ -576,7 +671,9 @@ def calibrators_from_dict(d: dict[str, Any], heads: list[str] | None = None) -> 
     out: dict[str, Calibrator] = {}
     for h in heads if heads is not None else list(dict.fromkeys([*temps, *others])):
         t = temps.get(h)
-        if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and temperature_ok(t)):
+        if t is not None and not (
+            isinstance(t, (int, float)) and not isinstance(t, bool) and temperature_ok(t)
+        ):
             raise InputError(f"temperature of head {h} must be a number > 0, got {t!r}")
         if t is not None:
             out[h] = Calibrator.temperature_scaling(t)

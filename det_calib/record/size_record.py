@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from det_calib.record.checked_json import CI, ci_field, leaf, leaf_dict, read_items, read_leaf_fields, read_object
+from det_calib.record.checked_json import (
+    CI,
+    ci_field,
+    leaf,
+    leaf_dict,
+    read_items,
+    read_leaf_fields,
+    read_object,
+)
 
 __all__ = ["SizeFigures", "read_size_figures"]
 
@@ -47,5 +55,8 @@ class SizeFigures:
 
 def read_size_figures(v: Any, where: str) -> list[SizeFigures]:
     """The ``by_size`` list of one head (empty when absent: runs written before it existed)."""
-    return [SizeFigures(**read_leaf_fields(SizeFigures, read_object(d, w, optional=False), w))
-            for i, d in enumerate(read_items(v, where)) for w in [f"{where}[{i}]"]]
+    return [
+        SizeFigures(**read_leaf_fields(SizeFigures, read_object(d, w, optional=False), w))
+        for i, d in enumerate(read_items(v, where))
+        for w in [f"{where}[{i}]"]
+    ]

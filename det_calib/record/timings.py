@@ -14,12 +14,21 @@ from typing import Any
 
 from det_calib.errors import InputError
 
-__all__ = ["STARTUP_STAGES", "StageTime", "Timings"]
+__all__ = ["StageTime", "Timings"]
 
-STARTUP_STAGES = ("imports", "model load", "data check")
+_STARTUP_STAGES = ("imports", "model load", "data check")
 """The stages of the fixed start-up (before the first image), shown together in the timing line."""
 
-ORDER = (*STARTUP_STAGES, "capture", "fit and choice", "figures", "verification", "outputs", "report", "other")
+_ORDER = (
+    *_STARTUP_STAGES,
+    "capture",
+    "fit and choice",
+    "figures",
+    "verification",
+    "outputs",
+    "report",
+    "other",
+)
 """The order of the timing line (a stage not named here comes before ``other``, in the order it ran)."""
 
 
@@ -45,8 +54,11 @@ class StageTime:
         peak = d.get("peak_rss")
         if peak is not None and (isinstance(peak, bool) or not isinstance(peak, int) or peak < 0):
             raise InputError(f"`{where}.peak_rss` must be a number of bytes >= 0, got {peak!r}")
-        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
-                   peak_rss=peak)
+        return cls(
+            wall=_seconds(d.get("wall"), f"{where}.wall"),
+            cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
+            peak_rss=peak,
+        )
 
 
 def _seconds(v: Any, where: str) -> float:
@@ -80,7 +92,7 @@ class Timings:
     @property
     def startup(self) -> float:
         """Wall seconds of the fixed start-up (:data:`STARTUP_STAGES`)."""
-        return sum(self.seconds(s) for s in STARTUP_STAGES)
+        return sum(self.seconds(s) for s in _STARTUP_STAGES)
 
     def line(self) -> str:
         """The timing line of a summary: every stage's wall seconds, adding up to the total. Formatted
@@ -93,18 +105,26 @@ class Timings:
     def formatted(self) -> str:
         """:meth:`line` of these seconds as they are."""
         parts = []
-        if any(s in self.stages for s in STARTUP_STAGES):
-            inner = ", ".join(f"{s} {self.seconds(s):.1f}" for s in STARTUP_STAGES if s in self.stages)
+        if any(s in self.stages for s in _STARTUP_STAGES):
+            inner = ", ".join(
+                f"{s} {self.seconds(s):.1f}" for s in _STARTUP_STAGES if s in self.stages
+            )
             parts.append(f"start-up {self.startup:.1f} ({inner})")
-        rest = sorted((n for n in self.stages if n not in STARTUP_STAGES),
-                      key=lambda n: ORDER.index(n) if n in ORDER else ORDER.index("other") - 0.5)
+        rest = sorted(
+            (n for n in self.stages if n not in _STARTUP_STAGES),
+            key=lambda n: _ORDER.index(n) if n in _ORDER else _ORDER.index("other") - 0.5,
+        )
         parts += [f"{name} {self.seconds(name):.1f}" for name in rest]
         since = "" if self.started == "process" else " since the call"
         return f"time: {self.wall:.1f} s wall{since}, {self.cpu:.1f} s CPU: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3), "started": self.started,
-                "stages": {k: v.to_dict() for k, v in self.stages.items()}}
+        return {
+            "wall": round(self.wall, 3),
+            "cpu": round(self.cpu, 3),
+            "started": self.started,
+            "stages": {k: v.to_dict() for k, v in self.stages.items()},
+        }
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "timings") -> Timings | None:
@@ -122,7 +142,12 @@ class Timings:
             raise InputError(f"`{where}.stages` must be an object, got {type(stages).__name__}")
         started = d.get("started", "process")
         if started not in ("process", "call"):
-            raise InputError(f"`{where}.started` must be \"process\" or \"call\", got {started!r}")
-        return cls(wall=_seconds(d.get("wall"), f"{where}.wall"), cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
-                   stages={str(k): StageTime.from_dict(v, f"{where}.stages.{k}") for k, v in stages.items()},
-                   started=started)
+            raise InputError(f'`{where}.started` must be "process" or "call", got {started!r}')
+        return cls(
+            wall=_seconds(d.get("wall"), f"{where}.wall"),
+            cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
+            stages={
+                str(k): StageTime.from_dict(v, f"{where}.stages.{k}") for k, v in stages.items()
+            },
+            started=started,
+        )

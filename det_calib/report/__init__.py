@@ -22,9 +22,76 @@ from __future__ import annotations
 
 from det_calib.lazy import lazy_exports
 
-# lazy: a command that writes no report (and run/summary, which reads record_words) loads no matplotlib
-_EXPORTS = {"compare_runs": "compare", "write_report": "run_report"}
+_EXPORTS = {
+    "write_classifier_report": "classifier_report",
+    "summary_markdown": "classifier_summary",
+    "bins_of": "common",
+    "f3": "common",
+    "f4": "common",
+    "fci": "common",
+    "fint": "common",
+    "num": "common",
+    "shift_sentence": "common",
+    "verdict_sentence": "common",
+    "where_sentence": "common",
+    "compare_runs": "compare",
+    "Bullets": "document",
+    "Heading": "document",
+    "Para": "document",
+    "Table": "document",
+    "engine_figures": "engines_section",
+    "Page": "page",
+    "ClassPanel": "plots",
+    "confidence_histograms": "plots",
+    "per_class_grid": "plots",
+    "reliability_figure": "plots",
+    "threshold_figure": "plots",
+    "floor_gap_words": "record_words",
+    "left_words": "record_words",
+    "operating_point_worse": "record_words",
+    "temperature_verdict": "record_words",
+    "temperature_words": "record_words",
+    "draft_report": "run_report",
+    "write_report": "run_report",
+    "bin_label": "size_section",
+}
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Bullets",
+    "ClassPanel",
+    "Heading",
+    "Page",
+    "Para",
+    "Table",
+    "bin_label",
+    "bins_of",
+    "compare_runs",
+    "confidence_histograms",
+    "draft_report",
+    "engine_figures",
+    "f3",
+    "f4",
+    "fci",
+    "fint",
+    "floor_gap_words",
+    "left_words",
+    "num",
+    "operating_point_worse",
+    "per_class_grid",
+    "reliability_figure",
+    "shift_sentence",
+    "summary_markdown",
+    "temperature_verdict",
+    "temperature_words",
+    "threshold_figure",
+    "thresholds_section",
+    "verdict_sentence",
+    "where_sentence",
+    "write_classifier_report",
+    "write_report",
+]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+# lazy: a command that writes no report (and run/summary, which reads record_words) loads no matplotlib

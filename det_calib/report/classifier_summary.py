@@ -38,13 +38,18 @@ def summary_markdown(record: dict) -> str:
     ev = record["eval"]
     raw, cal, dep = ev["raw"], ev["calibrated"], ev["deployed"]
     t = record["map"]["temperature"]
-    what = f"temperature T = {t:.4f}" if record["method"] == "temperature" else f"{record['method']} scaling"
+    what = (
+        f"temperature T = {t:.4f}"
+        if record["method"] == "temperature"
+        else f"{record['method']} scaling"
+    )
     if record["method"] == "none":
         what = "no map (the raw scores)"
     lines = [
         f"# Classifier calibration: {what}",
         "",
-        f"{classifier_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> {dep['top_label_ece']:.4f} "
+        f"{classifier_verdict(raw, dep)}: top-label ECE {raw['top_label_ece']:.4f} -> "
+        f"{dep['top_label_ece']:.4f} "
         f"(deployed), sampling floor {dep['floor']:.4f} "
         f"[{dep['floor_interval'][0]:.4f}, {dep['floor_interval'][1]:.4f}].",
         "",
@@ -54,26 +59,46 @@ def summary_markdown(record: dict) -> str:
         "| figure | raw | calibrated | deployed |",
         "|---|---:|---:|---:|",
     ]
-    for key, label in (("top_label_ece", "top-label ECE (15 bins)"), ("classwise_ece", "class-wise ECE"),
-                       ("nll", "NLL"), ("brier", "Brier"), ("top1", "top-1"), ("top5", "top-5")):
+    for key, label in (
+        ("top_label_ece", "top-label ECE (15 bins)"),
+        ("classwise_ece", "class-wise ECE"),
+        ("nll", "NLL"),
+        ("brier", "Brier"),
+        ("top1", "top-1"),
+        ("top5", "top-5"),
+    ):
         lines.append(f"| {label} | {raw[key]:.4f} | {cal[key]:.4f} | {dep[key]:.4f} |")
-    keeps = "keeps every image's top-1 class" if record["keeps_top1"] else \
-        f"can change the top-1 class: it changed {record['top1_changed']} image(s)"
+    keeps = (
+        "keeps every image's top-1 class"
+        if record["keeps_top1"]
+        else f"can change the top-1 class: it changed {record['top1_changed']} image(s)"
+    )
     lines += ["", f"The map {keeps}."]
     val = record["val"]
     if val:
         word = "identical" if val["identical"] else "CHANGED"
-        lines.append(f"Ultralytics classify val: top-1 {val['raw']['top1']:.4f} -> {val['calibrated']['top1']:.4f}, "
-                     f"top-5 {val['raw']['top5']:.4f} -> {val['calibrated']['top5']:.4f} ({word}).")
-    lines += ["", f"Reject option (answer only above a threshold; the accuracy among answered images guaranteed "
-              f"with probability {1 - record['reject'][0]['delta']:.2f} over the fit split's images):", "",
-              "| target accuracy | threshold | answered (fit) | answered (eval) | accuracy (eval) |",
-              "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"Ultralytics classify val: top-1 {val['raw']['top1']:.4f} -> "
+            f"{val['calibrated']['top1']:.4f}, "
+            f"top-5 {val['raw']['top5']:.4f} -> {val['calibrated']['top5']:.4f} ({word})."
+        )
+    lines += [
+        "",
+        "Reject option (answer only above a threshold; the accuracy among answered images "
+        "guaranteed "
+        f"with probability {1 - record['reject'][0]['delta']:.2f} over the fit split's images):",
+        "",
+        "| target accuracy | threshold | answered (fit) | answered (eval) | accuracy (eval) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in record["reject"]:
         if not r["certified"]:
             lines.append(f"| {r['target']:.2f} | cannot certify on these images | | | |")
             continue
         acc = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.3f}"
-        lines.append(f"| {r['target']:.2f} | {r['threshold']:.2f} | {r['answered']:.3f} | {r['eval_answered']:.3f} | "
-                     f"{acc} |")
+        lines.append(
+            f"| {r['target']:.2f} | {r['threshold']:.2f} | {r['answered']:.3f} | "
+            f"{r['eval_answered']:.3f} | "
+            f"{acc} |"
+        )
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL
+from det_calib.evaluation.coco_engine import engine_label
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
@@ -23,7 +24,7 @@ from det_calib.record.run_result import ClassResult, EvalResult
 from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.report.record_words import temperature_verdict
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # formatting
@@ -75,9 +76,13 @@ def outside_ci(v: Any, ci: Any) -> bool:
     return c is not None and x is not None and not (c[0] - 1e-12 <= x <= c[1] + 1e-12)
 
 
-CI_NOTE = ("A value outside its own interval is not a bug: binned calibration errors are biased upward under "
-           "resampling (sampling noise counts as miscalibration), so the percentile interval of a small ECE can sit "
-           "entirely above it. Read such an interval as 'the error is at most about its upper end'.")
+CI_NOTE = (
+    "A value outside its own interval is not a bug: binned calibration errors are biased upward "
+    "under "
+    "resampling (sampling noise counts as miscalibration), so the percentile interval of a small "
+    "ECE can sit "
+    "entirely above it. Read such an interval as 'the error is at most about its upper end'."
+)
 
 
 def fci(v: Any, ci: Any, fmt: Callable[[Any], str] = f4) -> str:
@@ -89,7 +94,6 @@ def fci(v: Any, ci: Any, fmt: Callable[[Any], str] = f4) -> str:
 
 def arrow(a: str, b: str) -> str:
     return f"{a} → {b}"
-
 
 
 def fmt_value(v: Any) -> str:
@@ -140,15 +144,25 @@ def verdict_sentence(t: float | None) -> str:
         return "No temperature was fitted for this head: only raw scores are shown."
     v = verdict(t)
     if v == "too extreme":
-        return (f"T = {t:.3f} > 1: the raw scores are too extreme, too close to 0 and 1: over-confident where "
-                "they are high, under-confident where they are low. Calibration pulls every score towards 0.5: "
-                "scores above 0.5 go down, scores below 0.5 go up. The reliability diagram shows which end "
-                "dominated the fit.")
+        return (
+            f"T = {t:.3f} > 1: the raw scores are too extreme, too close to 0 and 1: "
+            "over-confident where "
+            "they are high, under-confident where they are low. Calibration pulls every score "
+            "towards 0.5: "
+            "scores above 0.5 go down, scores below 0.5 go up. The reliability diagram shows which "
+            "end "
+            "dominated the fit."
+        )
     if v == "too timid":
-        return (f"T = {t:.3f} < 1: the raw scores are too timid, too close to 0.5: under-confident where they "
-                "are high, over-confident where they are low. Calibration pushes scores away from 0.5: scores "
-                "above 0.5 go up, scores below 0.5 go down. The reliability diagram shows which end dominated "
-                "the fit.")
+        return (
+            f"T = {t:.3f} < 1: the raw scores are too timid, too close to 0.5: under-confident "
+            "where they "
+            "are high, over-confident where they are low. Calibration pushes scores away from 0.5: "
+            "scores "
+            "above 0.5 go up, scores below 0.5 go down. The reliability diagram shows which end "
+            "dominated "
+            "the fit."
+        )
     return f"T = {t:.3f} ≈ 1: the raw scores are already close to calibrated; calibration changes them little."
 
 
@@ -167,19 +181,26 @@ def where_sentence(bins: Any, label: str) -> str:
     k = int(np.argmax(contrib))
     lo, hi = np.asarray(bins.edges)[:-1][m][k], np.asarray(bins.edges)[1:][m][k]
     kind = "over-confident" if gap[k] > 0 else "under-confident"
-    return (f"{label}: {over:.0%} of the ECE comes from bins where confidence exceeds accuracy (over-confident), "
-            f"{1 - over:.0%} from bins where it falls short (under-confident). The largest share is conf "
-            f"{lo:.2f}–{hi:.2f}: {int(count[m][k]):,} boxes, mean conf {np.asarray(bins.conf)[m][k]:.3f}, "
-            f"fraction correct {np.asarray(bins.acc)[m][k]:.3f} ({kind}).")
+    return (
+        f"{label}: {over:.0%} of the ECE comes from bins where confidence exceeds accuracy "
+        "(over-confident), "
+        f"{1 - over:.0%} from bins where it falls short (under-confident). The largest share is "
+        "conf "
+        f"{lo:.2f}–{hi:.2f}: {int(count[m][k]):,} boxes, mean conf "
+        f"{np.asarray(bins.conf)[m][k]:.3f}, "
+        f"fraction correct {np.asarray(bins.acc)[m][k]:.3f} ({kind})."
+    )
 
 
 def shift_sentence(e: ThresholdShift) -> str:
     """The kept-set change at one threshold, in one sentence."""
-    s = (f"At conf {fthr(e.conf)}, calibrated scores keep {fint(e.kept_after)} boxes instead of "
-         f"{fint(e.kept_before)}: {fint(e.added)} added ({fint(e.added_correct)} of them correct), "
-         f"{fint(e.removed)} removed ({fint(e.removed_correct)} correct); precision "
-         f"{f3(e.precision_before)} → {f3(e.precision_after)}, recall {f3(e.recall_before)} → "
-         f"{f3(e.recall_after)}")
+    s = (
+        f"At conf {fthr(e.conf)}, calibrated scores keep {fint(e.kept_after)} boxes instead of "
+        f"{fint(e.kept_before)}: {fint(e.added)} added ({fint(e.added_correct)} of them correct), "
+        f"{fint(e.removed)} removed ({fint(e.removed_correct)} correct); precision "
+        f"{f3(e.precision_before)} → {f3(e.precision_after)}, recall {f3(e.recall_before)} → "
+        f"{f3(e.recall_after)}"
+    )
     eq = num(e.equivalent_conf)
     if eq is not None and eq != e.conf:
         s += f"; calibrated conf {eq:.3f} keeps exactly the raw set"
@@ -187,22 +208,34 @@ def shift_sentence(e: ThresholdShift) -> str:
 
 
 def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
-    from det_calib.evaluation.coco_engine import engine_label
 
-    s = (f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → {f4(ev.map50_95_after)}, "
-         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)")
+    s = (
+        f"COCO mAP50-95 ({engine_label(ev.map_engine)}) {f4(ev.map50_95_before)} → "
+        f"{f4(ev.map50_95_after)}, "
+        f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)"
+    )
     known = method in registry.methods()
     per_class = known and registry.is_per_class(method)
     if known and registry.uses_size(method):
-        return s + (": a size-conditioned map re-ranks the boxes of a class by their size, so mAP moves; the "
-                    "figures before and after are what it costs or gains.")
+        return s + (
+            ": a size-conditioned map re-ranks the boxes of a class by their size, so mAP moves; "
+            "the "
+            "figures before and after are what it costs or gains."
+        )
     if ev.map_identical is True:
-        return s + (": identical (a per-class monotone map keeps each class's ranking, which is what COCO AP reads)."
-                    if per_class else ": identical, as it must be (one monotone map keeps the ranking of boxes).")
+        return s + (
+            ": identical (a per-class monotone map keeps each class's ranking, which is what COCO "
+            "AP reads)."
+            if per_class
+            else ": identical, as it must be (one monotone map keeps the ranking of boxes)."
+        )
     if ev.map_identical is False:
-        return s + (": NOT identical: a per-class map reorders boxes across classes, which changes the top "
-                    "max_det boxes of an image." if per_class else
-                    ": NOT identical; one monotone map cannot change the ranking, so check the run.")
+        return s + (
+            ": NOT identical: a per-class map reorders boxes across classes, which changes the top "
+            "max_det boxes of an image."
+            if per_class
+            else ": NOT identical; one monotone map cannot change the ranking, so check the run."
+        )
     return s + "."
 
 
@@ -229,14 +262,28 @@ def per_class_rows(run: Run, head: str, hb: HeadBoxes) -> list[ClassResult]:
     min_boxes = run.settings.min_class_boxes
     rows = run.head(head).per_class
     if rows:
-        return [dataclasses.replace(
-            r, name=r.name if r.name is not None else run.class_name(r.cls if r.cls is not None else -1),
-            few_boxes=r.few_boxes if r.few_boxes is not None else (r.boxes or 0) < min_boxes) for r in rows]
+        return [
+            dataclasses.replace(
+                r,
+                name=r.name
+                if r.name is not None
+                else run.class_name(r.cls if r.cls is not None else -1),
+                few_boxes=r.few_boxes if r.few_boxes is not None else (r.boxes or 0) < min_boxes,
+            )
+            for r in rows
+        ]
     out = []
     for c in np.unique(hb.cls):
         n = int((hb.cls == c).sum())
-        out.append(ClassResult(cls=int(c), name=run.class_name(int(c)), boxes=n,
-                               correct=int(hb.correct[hb.cls == c].sum()), few_boxes=n < min_boxes))
+        out.append(
+            ClassResult(
+                cls=int(c),
+                name=run.class_name(int(c)),
+                boxes=n,
+                correct=int(hb.correct[hb.cls == c].sum()),
+                few_boxes=n < min_boxes,
+            )
+        )
     return out
 
 
@@ -254,13 +301,17 @@ def consistency_warnings(run: Run, head: str, hb: HeadBoxes, before: Any, after:
             continue
         got = bins.ece()
         if math.isfinite(got) and abs(got - want) > 1e-6 + 1e-4 * abs(want):
-            out.append(f"Head {head}: the boxes in {BOXES_FILE} give ECE {which} calibration {got:.4f}, "
-                       f"{CALIBRATION_FILE} says {want:.4f}; the two files may not come from the same run.")
+            out.append(
+                f"Head {head}: the boxes in {BOXES_FILE} give ECE {which} calibration {got:.4f}, "
+                f"{CALIBRATION_FILE} says {want:.4f}; the two files may not come from the same run."
+            )
     if ev.boxes is not None and ev.boxes != hb.n:
-        out.append(f"Head {head}: {BOXES_FILE} holds {hb.n:,} usable boxes on split {hb.split}, "
-                   f"{CALIBRATION_FILE} says {ev.boxes:,}.")
+        out.append(
+            f"Head {head}: {BOXES_FILE} holds {hb.n:,} usable boxes on split {hb.split}, "
+            f"{CALIBRATION_FILE} says {ev.boxes:,}."
+        )
     for w in out:
-        log.warning(w)
+        _log.warning(w)
     return out
 
 

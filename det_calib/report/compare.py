@@ -26,11 +26,11 @@ from .common import f3, f4, fci, fthr, head_eval, op_at, shift_at
 from .context import ReportContext, Subject
 from .sections import build_page, subject
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
-__all__ = ["COMPARE_TEXT", "compare_runs", "compare_text"]
+__all__ = ["compare_runs"]
 
-COMPARE_TEXT = "compare.txt"
+_COMPARE_TEXT = "compare.txt"
 """The comparison's side-by-side table in plain text (what ``det-calib compare`` prints)."""
 
 
@@ -54,7 +54,7 @@ def _resolve(specs: Sequence[str | Path]) -> list[tuple[Run, str, str]]:
             head = next((h for h in common), run.heads[0])
             if len(run.heads) > 1:
                 note = f"{path} has heads {', '.join(run.heads)}; comparing {head} (use {path}:<head> to choose)"
-                log.info(note)
+                _log.info(note)
         elif head not in run.heads:
             raise InputError(f"{path / CALIBRATION_FILE}: no head {head!r}; heads are {run.heads}")
         out.append((run, head, note))
@@ -73,10 +73,18 @@ def _labels(picked: list[tuple[Run, str, str]], labels: Sequence[str] | None) ->
             names = [f"{x} ({nm})" for x, nm in zip(_letters(n), names, strict=True)]
         return names
     labels = list(labels) if isinstance(labels, (list, tuple)) else labels
-    if not isinstance(labels, list) or len(labels) != n or not all(isinstance(x, str) and x for x in labels):
-        raise InputError(f"Expected argument `labels` to be {n} non-empty names, one per run, but got {labels!r}")
+    if (
+        not isinstance(labels, list)
+        or len(labels) != n
+        or not all(isinstance(x, str) and x for x in labels)
+    ):
+        raise InputError(
+            f"Expected argument `labels` to be {n} non-empty names, one per run, but got {labels!r}"
+        )
     if len(set(labels)) != n:
-        raise InputError(f"Expected argument `labels` to be {n} different names, but got {labels!r}")
+        raise InputError(
+            f"Expected argument `labels` to be {n} different names, but got {labels!r}"
+        )
     return labels
 
 
@@ -116,16 +124,25 @@ def compare_runs(
             not one distinct name per run.
     """
     if len(runs) < 2:
-        raise InputError(f"Expected at least two runs to compare (RUN[:HEAD] RUN[:HEAD] ...), but got {len(runs)}")
+        raise InputError(
+            "Expected at least two runs to compare (RUN[:HEAD] RUN[:HEAD] ...), but got "
+            f"{len(runs)}"
+        )
     picked = _resolve(runs)
     names = _labels(picked, labels)
-    subjects = tuple(subject(run, head, name=name, letter=x, note=note)
-                     for name, x, (run, head, note) in zip(names, _letters(len(names)), picked, strict=True))
+    subjects = tuple(
+        subject(run, head, name=name, letter=x, note=note)
+        for name, x, (run, head, note) in zip(names, _letters(len(names)), picked, strict=True)
+    )
     page = build_page(ReportContext("compare", subjects))
-    files = page.write(Path(out_dir), "compare", "Calibration comparison: " + " vs ".join(names),
-                       subtitle=", ".join(f"{s.letter} = {s.title}" for s in subjects),
-                       footer=" vs ".join(str(s.run.run_dir / CALIBRATION_FILE) for s in subjects))
-    files["txt"] = write_text(Path(out_dir) / COMPARE_TEXT, compare_text(subjects))
+    files = page.write(
+        Path(out_dir),
+        "compare",
+        "Calibration comparison: " + " vs ".join(names),
+        subtitle=", ".join(f"{s.letter} = {s.title}" for s in subjects),
+        footer=" vs ".join(str(s.run.run_dir / CALIBRATION_FILE) for s in subjects),
+    )
+    files["txt"] = write_text(Path(out_dir) / _COMPARE_TEXT, _compare_text(subjects))
     return files
 
 
@@ -149,36 +166,72 @@ def _operating_rows(subjects: Sequence[Subject], t: float) -> list[tuple[str, li
 
     at = f"kept at conf {fthr(t)}"
     return [
-        (f"boxes {at}", [_pair(count(sh, "kept_before"), count(sh, "kept_after")) for *_, sh in cols]),
+        (
+            f"boxes {at}",
+            [_pair(count(sh, "kept_before"), count(sh, "kept_after")) for *_, sh in cols],
+        ),
         (f"ECE {at}", [_pair(f4(of(o0, "ece")), f4(of(o1, "ece"))) for o0, o1, _ in cols]),
-        ("  calibrated ECE, 95% interval", [fci(of(o1, "ece"), of(o1, "ece_ci")) for _, o1, _ in cols]),
-        ("  its sampling floor", [fci(of(o1, "ece_floor"), of(o1, "ece_floor_range")) for _, o1, _ in cols]),
-        (f"LaECE_0 {at}", [_pair(f4(of(o0, "laece0")), f4(of(o1, "laece0"))) for o0, o1, _ in cols]),
-        ("  calibrated LaECE_0, 95% interval", [fci(of(o1, "laece0"), of(o1, "laece0_ci")) for _, o1, _ in cols]),
-        (f"precision {at}", [_pair(f3(of(sh, "precision_before")), f3(of(sh, "precision_after"))) for *_, sh in cols]),
-        (f"recall {at}", [_pair(f3(of(sh, "recall_before")), f3(of(sh, "recall_after"))) for *_, sh in cols]),
+        (
+            "  calibrated ECE, 95% interval",
+            [fci(of(o1, "ece"), of(o1, "ece_ci")) for _, o1, _ in cols],
+        ),
+        (
+            "  its sampling floor",
+            [fci(of(o1, "ece_floor"), of(o1, "ece_floor_range")) for _, o1, _ in cols],
+        ),
+        (
+            f"LaECE_0 {at}",
+            [_pair(f4(of(o0, "laece0")), f4(of(o1, "laece0"))) for o0, o1, _ in cols],
+        ),
+        (
+            "  calibrated LaECE_0, 95% interval",
+            [fci(of(o1, "laece0"), of(o1, "laece0_ci")) for _, o1, _ in cols],
+        ),
+        (
+            f"precision {at}",
+            [
+                _pair(f3(of(sh, "precision_before")), f3(of(sh, "precision_after")))
+                for *_, sh in cols
+            ],
+        ),
+        (
+            f"recall {at}",
+            [_pair(f3(of(sh, "recall_before")), f3(of(sh, "recall_after"))) for *_, sh in cols],
+        ),
     ]
 
 
-def compare_text(subjects: Sequence[Subject]) -> str:
+def _compare_text(subjects: Sequence[Subject]) -> str:
     """The comparison's figures side by side, one column per compared run or head, raw -> calibrated: the
     deployed calibrator; at each conf threshold the boxes kept, their ECE and LaECE_0 (with the calibrated
     figure's 95% image-bootstrap interval and its sampling floor), precision and recall; then the all-box ECE
     and NLL and the COCO mAP50-95. Every figure is the run's own (``calibration.json``)."""
     thresholds = sorted({float(t) for s in subjects for t in s.run.settings.conf_thresholds})
-    rows: list[tuple[str, list[str]]] = [("", [s.name for s in subjects]),
-                                         ("deployed calibrator", [s.words for s in subjects])]
+    rows: list[tuple[str, list[str]]] = [
+        ("", [s.name for s in subjects]),
+        ("deployed calibrator", [s.words for s in subjects]),
+    ]
     for t in thresholds:
         rows += _operating_rows(subjects, t)
     evs = [head_eval(s.run, s.head) for s in subjects]
-    rows += [("ECE of all boxes", [_pair(f4(e.before.ece), f4(e.after.ece)) for e in evs]),
-             ("NLL of all boxes", [_pair(f4(e.before.nll), f4(e.after.nll)) for e in evs]),
-             ("COCO mAP50-95", [_pair(f4(e.map50_95_before), f4(e.map50_95_after)) for e in evs])]
+    rows += [
+        ("ECE of all boxes", [_pair(f4(e.before.ece), f4(e.after.ece)) for e in evs]),
+        ("NLL of all boxes", [_pair(f4(e.before.nll), f4(e.after.nll)) for e in evs]),
+        ("COCO mAP50-95", [_pair(f4(e.map50_95_before), f4(e.map50_95_after)) for e in evs]),
+    ]
     first = max(len(r[0]) for r in rows)
     widths = [max(len(r[1][i]) for r in rows) for i in range(len(subjects))]
-    lines = ["  ".join([name.ljust(first), *(c.ljust(w) for c, w in zip(cells, widths, strict=True))]).rstrip()
-             for name, cells in rows]
-    lines.append("(raw -> calibrated; intervals: 95% image bootstrap; sampling floor: the ECE a perfectly calibrated "
-                 "detector would score on the same kept boxes; overlapping intervals cannot be told apart; details in "
-                 "compare.html)")
+    lines = [
+        "  ".join(
+            [name.ljust(first), *(c.ljust(w) for c, w in zip(cells, widths, strict=True))]
+        ).rstrip()
+        for name, cells in rows
+    ]
+    lines.append(
+        "(raw -> calibrated; intervals: 95% image bootstrap; sampling floor: the ECE a perfectly "
+        "calibrated "
+        "detector would score on the same kept boxes; overlapping intervals cannot be told apart; "
+        "details in "
+        "compare.html)"
+    )
     return "\n".join(lines) + "\n"

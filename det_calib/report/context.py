@@ -104,4 +104,3 @@ class ReportContext:
     def bins(self) -> dict[str, tuple[Any, Any]]:
         """Each head's reliability bins, raw and calibrated (a report)."""
         return {s.head: s.bins for s in self.subjects}
-

@@ -79,7 +79,7 @@ class Fig:
 
 Block = Heading | Para | Bullets | Table | Fig
 
-CSS = """
+_CSS = """
 :root { --fg:#1d1d1f; --muted:#5f6368; --line:#d9dce1; --zebra:#f6f7f9; --accent:#0077bb; }
 * { box-sizing: border-box; }
 body { font-family: "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; color: var(--fg);
@@ -125,7 +125,9 @@ def slug(text: str) -> str:
 
 
 def _attrs(d: dict[str, str] | None) -> str:
-    return "".join(f' {html.escape(k)}="{html.escape(str(v), quote=True)}"' for k, v in (d or {}).items())
+    return "".join(
+        f' {html.escape(k)}="{html.escape(str(v), quote=True)}"' for k, v in (d or {}).items()
+    )
 
 
 def _html_table(t: Table) -> str:
@@ -133,7 +135,11 @@ def _html_table(t: Table) -> str:
     if t.caption:
         out.append(f"<caption>{html.escape(t.caption)}</caption>")
     if any(t.columns):
-        out.append("<thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr></thead>")
+        out.append(
+            "<thead><tr>"
+            + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
+            + "</tr></thead>"
+        )
     out.append("<tbody>")
     for i, row in enumerate(t.rows):
         css = t.row_css[i] if t.row_css else ""
@@ -142,7 +148,11 @@ def _html_table(t: Table) -> str:
         cells = []
         for j, cell in enumerate(row):
             num = t.align_numbers and j > 0 and bool(_NUMERIC.match(cell))
-            cells.append(f'<td class="num">{html.escape(cell)}</td>' if num else f"<td>{html.escape(cell)}</td>")
+            cells.append(
+                f'<td class="num">{html.escape(cell)}</td>'
+                if num
+                else f"<td>{html.escape(cell)}</td>"
+            )
         out.append(f"<tr{cls_attr}{_attrs(ra)}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "\n".join(out)
@@ -155,13 +165,17 @@ def to_html(title: str, blocks: list[Block], *, subtitle: str = "", footer: str 
     for b in blocks:
         if isinstance(b, Heading):
             anchor = b.anchor or slug(b.text)
-            body.append(f'<h{b.level} id="{html.escape(anchor)}">{html.escape(b.text)}</h{b.level}>')
+            body.append(
+                f'<h{b.level} id="{html.escape(anchor)}">{html.escape(b.text)}</h{b.level}>'
+            )
         elif isinstance(b, Para):
             cls = f' class="{b.kind}"' if b.kind else ""
             body.append(f"<p{cls}>{html.escape(b.text)}</p>")
         elif isinstance(b, Bullets):
             cls = f' class="{html.escape(b.css)}"' if b.css else ""
-            body.append(f"<ul{cls}>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>")
+            body.append(
+                f"<ul{cls}>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>"
+            )
         elif isinstance(b, Table):
             body.append(_html_table(b))
         elif isinstance(b, Fig):
@@ -175,15 +189,20 @@ def to_html(title: str, blocks: list[Block], *, subtitle: str = "", footer: str 
             raise TypeError(f"unknown block {type(b).__name__}")
     nav = ""
     if toc:
-        links = "".join(f'<a href="#{html.escape(h.anchor or slug(h.text))}">{html.escape(h.text)}</a>' for h in toc)
+        links = "".join(
+            f'<a href="#{html.escape(h.anchor or slug(h.text))}">{html.escape(h.text)}</a>'
+            for h in toc
+        )
         nav = f'<nav class="toc">{links}</nav>'
     sub = f'<p class="note">{html.escape(subtitle)}</p>' if subtitle else ""
     foot = f"<footer>{html.escape(footer)}</footer>" if footer else ""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{html.escape(title)}</h1>\n{sub}\n{nav}\n" + "\n".join(body) + f"\n{foot}\n</body>\n</html>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n{sub}\n{nav}\n"
+        + "\n".join(body)
+        + f"\n{foot}\n</body>\n</html>\n"
     )
 
 
@@ -196,8 +215,14 @@ def _md_text(s: str) -> str:
     return s.replace("\n", " ").replace("*", "\\*").replace("_", "\\_") if s else s
 
 
-def to_markdown(title: str, blocks: list[Block], *, figures_dir: str = "figures", subtitle: str = "",
-                footer: str = "") -> str:
+def to_markdown(
+    title: str,
+    blocks: list[Block],
+    *,
+    figures_dir: str = "figures",
+    subtitle: str = "",
+    footer: str = "",
+) -> str:
     """Render blocks as Markdown; figures are referenced as ``figures_dir/<name>.png``."""
     out = [f"# {_md_text(title)}", ""]
     if subtitle:

@@ -17,10 +17,10 @@ from matplotlib.patches import Patch, Rectangle
 
 from .plots import CORRECT, DPI, OVER, RC, to_png
 
-__all__ = ["MaskPanel", "composite", "mask_examples_figure"]
+__all__ = ["MaskPanel", "mask_examples_figure"]
 
 GT_EDGE = "#FFFFFF"
-ALPHA = 0.5
+_ALPHA = 0.5
 
 
 @dataclass(frozen=True)
@@ -52,32 +52,49 @@ COLOURS = {"matched": CORRECT, "unmatched": OVER}
 
 
 def _rgb(hex_colour: str) -> np.ndarray:
-    return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64)
+    return np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.float64)
 
 
-def composite(p: MaskPanel) -> np.ndarray:
+def _composite(p: MaskPanel) -> np.ndarray:
     """The image dimmed, each kept box's mask blended in its state's colour (later boxes on top)."""
     out = p.image.astype(np.float64) * 0.75
     for m, st in zip(p.masks, p.state):
         on = m.astype(bool)
-        out[on] = (1 - ALPHA) * out[on] + ALPHA * _rgb(COLOURS[st])
+        out[on] = (1 - _ALPHA) * out[on] + _ALPHA * _rgb(COLOURS[st])
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
 def _panel(ax, p: MaskPanel) -> None:
-    ax.imshow(composite(p), interpolation="nearest")
+    ax.imshow(_composite(p), interpolation="nearest")
     for g in p.gt:
         if g.any():
             ax.contour(g.astype(np.float32), levels=[0.5], colors=GT_EDGE, linewidths=0.9)
     for x1, y1, x2, y2 in p.gt_boxes:
-        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=GT_EDGE, linewidth=0.9,
-                               linestyle="--"))
+        ax.add_patch(
+            Rectangle(
+                (x1, y1),
+                x2 - x1,
+                y2 - y1,
+                fill=False,
+                edgecolor=GT_EDGE,
+                linewidth=0.9,
+                linestyle="--",
+            )
+        )
     for m, st in zip(p.masks, p.state):
         if m.any():
             ax.contour(m.astype(np.float32), levels=[0.5], colors=COLOURS[st], linewidths=0.8)
     for text, (x, y), st in zip(p.labels, p.corners, p.state):
-        ax.text(x, y, text, fontsize=6, color="white", va="bottom", ha="left",
-                bbox={"facecolor": COLOURS[st], "edgecolor": "none", "pad": 0.8, "alpha": 0.85})
+        ax.text(
+            x,
+            y,
+            text,
+            fontsize=6,
+            color="white",
+            va="bottom",
+            ha="left",
+            bbox={"facecolor": COLOURS[st], "edgecolor": "none", "pad": 0.8, "alpha": 0.85},
+        )
     ax.set_title(p.title, fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -100,11 +117,15 @@ def mask_examples_figure(panels: Sequence[MaskPanel], *, title: str | None = Non
         axes = fig.subplots(1, n, squeeze=False)[0]
         for ax, p in zip(axes, panels):
             _panel(ax, p)
-        handles = [Patch(facecolor=CORRECT, label="mask matched (correct)"),
-                   Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
-                   Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)")]
+        handles = [
+            Patch(facecolor=CORRECT, label="mask matched (correct)"),
+            Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
+            Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)"),
+        ]
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
         if title:
             fig.suptitle(title)
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04)
+        fig.subplots_adjust(
+            left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04
+        )
         return to_png(fig)

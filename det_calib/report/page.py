@@ -19,9 +19,9 @@ from det_calib.io import write_bytes, write_text
 
 from .document import Block, Fig, to_html, to_markdown
 
-__all__ = ["FIGURES_DIR", "Page"]
+__all__ = ["Page"]
 
-FIGURES_DIR = "figures"
+_FIGURES_DIR = "figures"
 """Where a page's PNG figures are written, relative to the page (the Markdown file links them there)."""
 
 
@@ -52,8 +52,9 @@ class Page:
         self.figures[name] = png
         self.blocks.append(Fig(name, png, caption, alt))
 
-    def write(self, out_dir: str | Path, stem: str, title: str, *, subtitle: str = "",
-              footer: str = "") -> dict[str, Path]:
+    def write(
+        self, out_dir: str | Path, stem: str, title: str, *, subtitle: str = "", footer: str = ""
+    ) -> dict[str, Path]:
         """Write ``<stem>.html`` (self-contained), ``<stem>.md`` and ``figures/<name>.png`` into ``out_dir``,
         each atomically.
 
@@ -64,8 +65,14 @@ class Page:
         out.mkdir(parents=True, exist_ok=True)
         paths: dict[str, Path] = {}
         for name, png in self.figures.items():
-            paths[f"{FIGURES_DIR}/{name}.png"] = write_bytes(out / FIGURES_DIR / f"{name}.png", png)
-        md = to_markdown(title, self.blocks, figures_dir=FIGURES_DIR, subtitle=subtitle, footer=footer)
+            paths[f"{_FIGURES_DIR}/{name}.png"] = write_bytes(
+                out / _FIGURES_DIR / f"{name}.png", png
+            )
+        md = to_markdown(
+            title, self.blocks, figures_dir=_FIGURES_DIR, subtitle=subtitle, footer=footer
+        )
         paths["md"] = write_text(out / f"{stem}.md", md)
-        paths["html"] = write_text(out / f"{stem}.html", to_html(title, self.blocks, subtitle=subtitle, footer=footer))
+        paths["html"] = write_text(
+            out / f"{stem}.html", to_html(title, self.blocks, subtitle=subtitle, footer=footer)
+        )
         return paths

@@ -31,17 +31,13 @@ from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
 from det_calib.data.box_view import kept_mask
+from det_calib.metrics.calibration import reliability_bins
 
 __all__ = [
     "ClassPanel",
     "ClassECE",
     "reliability_figure",
     "reliability_grid",
-    "reliability_grid_figure",
-    "draw_reliability",
-    "count_top",
-    "reliability_legend",
-    "empty_panel",
     "to_png",
     "confidence_histograms",
     "per_class_grid",
@@ -54,14 +50,23 @@ __all__ = [
 ]
 
 # Paul Tol's colour-blind-safe "vibrant" palette.
-BEFORE = "#EE7733"  # raw scores
-AFTER = "#0077BB"  # calibrated scores
+_BEFORE = "#EE7733"  # raw scores
+_AFTER = "#0077BB"  # calibrated scores
 OVER = "#CC3311"  # gap where conf > accuracy (over-confident)
-UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
+_UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
 CORRECT = "#009988"
-INCORRECT = "#BBBBBB"
-RUN_COLORS = ("#0077BB", "#EE3377")
-MANY_COLORS = ("#000000", "#0077BB", "#EE3377", "#009988", "#EE7733", "#33BBEE", "#CC3311", "#BBBBBB")
+_INCORRECT = "#BBBBBB"
+_RUN_COLORS = ("#0077BB", "#EE3377")
+_MANY_COLORS = (
+    "#000000",
+    "#0077BB",
+    "#EE3377",
+    "#009988",
+    "#EE7733",
+    "#33BBEE",
+    "#CC3311",
+    "#BBBBBB",
+)
 
 RC = {
     "font.family": "DejaVu Sans",
@@ -122,8 +127,17 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def inches(width: float, height: float, *, title: bool, left: float = 0.75, right: float = 0.15,
-           bottom: float = 0.6, gap: float = 0.0, n: int = 1) -> dict[str, float]:
+def _inches(
+    width: float,
+    height: float,
+    *,
+    title: bool,
+    left: float = 0.75,
+    right: float = 0.15,
+    bottom: float = 0.6,
+    gap: float = 0.0,
+    n: int = 1,
+) -> dict[str, float]:
     """Gridspec margins, in figure fractions, for ``n`` panels side by side in a ``width`` x ``height`` inch
     figure: ``left`` inches for the y tick labels and label, ``bottom`` for the x ones, ``gap`` between
     panels, room above for the panel titles (and the figure's ``title``, drawn by :func:`suptitle`).
@@ -131,14 +145,21 @@ def inches(width: float, height: float, *, title: bool, left: float = 0.75, righ
     The report lays its figures out in inches: constrained layout costs about as much as drawing the figure."""
     top = 0.35 + (0.3 if title else 0.0)
     pw = (width - left - right - gap * (n - 1)) / n
-    return {"left": left / width, "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height,
-            "wspace": gap / pw}
+    return {
+        "left": left / width,
+        "right": 1 - right / width,
+        "top": 1 - top / height,
+        "bottom": bottom / height,
+        "wspace": gap / pw,
+    }
 
 
-def suptitle(fig: Figure, title: str | None) -> None:
-    """The figure's title, bold, at the top of the room :func:`inches` leaves for it."""
+def _suptitle(fig: Figure, title: str | None) -> None:
+    """The figure's title, bold, at the top of the room :func:`_inches` leaves for it."""
     if title:
-        fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.1 / fig.get_figheight(), va="top")
+        fig.suptitle(
+            title, fontsize=11, fontweight="bold", y=1 - 0.1 / fig.get_figheight(), va="top"
+        )
 
 
 def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -150,7 +171,7 @@ def _nonempty(bins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return edges[:-1][m], np.diff(edges)[m], count[m], conf[m], acc[m]
 
 
-def empty_panel(ax: Any, text: str) -> None:
+def _empty_panel(ax: Any, text: str) -> None:
     """``text`` in the middle of ``ax``, without ticks. The ticks are hidden rather than removed: an axis
     shared with a drawn panel shares its tick locations, which must stay."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
@@ -161,26 +182,47 @@ def _has_boxes(bins: Any | None) -> bool:
     return bins is not None and bool(np.any(np.asarray(bins.count) > 0))
 
 
-def count_top(bins: Any) -> float:
+def _count_top(bins: Any) -> float:
     """The top of a count axis (log scale) that shows ``bins``' largest bin."""
     count = np.asarray(bins.count, dtype=np.float64)
     return max(10.0, float(count.max()) * 2.5) if count.size else 10.0
 
 
-def _bars(ax: Any, left: np.ndarray, height: np.ndarray, width: np.ndarray, bottom: np.ndarray | float = 0.0,
-          **style: Any) -> None:
+def _bars(
+    ax: Any,
+    left: np.ndarray,
+    height: np.ndarray,
+    width: np.ndarray,
+    bottom: np.ndarray | float = 0.0,
+    **style: Any,
+) -> None:
     """Bars from ``left`` (``width`` wide) up from ``bottom`` by ``height``, as one collection: what
     ``ax.bar(..., align="edge")`` draws, without a patch object per bar (the report draws hundreds)."""
     x0, x1 = left, left + width
     y0 = np.broadcast_to(np.asarray(bottom, dtype=np.float64), x0.shape)
     y1 = y0 + height
-    verts = np.stack([np.stack([x0, y0], -1), np.stack([x0, y1], -1), np.stack([x1, y1], -1),
-                      np.stack([x1, y0], -1)], axis=1)  # (bars, 4 corners, xy)
+    verts = np.stack(
+        [
+            np.stack([x0, y0], -1),
+            np.stack([x0, y1], -1),
+            np.stack([x1, y1], -1),
+            np.stack([x1, y0], -1),
+        ],
+        axis=1,
+    )  # (bars, 4 corners, xy)
     ax.add_collection(PolyCollection(verts, **style), autolim=False)
 
 
-def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | None = None,
-                     ylabels: bool = True, unit: str = "boxes") -> None:
+def _draw_reliability(
+    ax: Any,
+    axc: Any,
+    bins: Any,
+    *,
+    xlabel: str,
+    top: float | None = None,
+    ylabels: bool = True,
+    unit: str = "boxes",
+) -> None:
     """One reliability diagram in ``ax`` and its per-bin box count (log scale) in ``axc`` below.
 
     ``top``: the count axis's top (default: :func:`count_top` of ``bins``); ``ylabels`` False leaves
@@ -190,10 +232,21 @@ def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | 
     _bars(ax, left, acc, width, facecolor="#DDDDDD", edgecolor="#555555", linewidths=0.6, zorder=1)
     gap = conf - acc
     over = gap > 0
-    for mask, color in ((over, OVER), (~over, UNDER)):
+    for mask, color in ((over, OVER), (~over, _UNDER)):
         if mask.any():
-            _bars(ax, left[mask], gap[mask], width[mask], acc[mask], facecolor=color, alpha=0.45, edgecolor=color,
-                  linewidths=0.6, hatch="//", zorder=2)
+            _bars(
+                ax,
+                left[mask],
+                gap[mask],
+                width[mask],
+                acc[mask],
+                facecolor=color,
+                alpha=0.45,
+                edgecolor=color,
+                linewidths=0.6,
+                hatch="//",
+                zorder=2,
+            )
     ax.plot(conf, conf, ls="none", marker="_", ms=7, color="#222222", zorder=4)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
@@ -201,7 +254,7 @@ def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | 
     ax.tick_params(labelbottom=False)
     _bars(axc, left, count, width, facecolor="#777777", edgecolor="white", linewidths=0.5)
     _log_counts(axc)
-    axc.set_ylim(0.7, count_top(bins) if top is None else top)
+    axc.set_ylim(0.7, _count_top(bins) if top is None else top)
     axc.set_xlim(0, 1)
     axc.set_xlabel(xlabel)
     if ylabels:
@@ -212,18 +265,33 @@ def draw_reliability(ax: Any, axc: Any, bins: Any, *, xlabel: str, top: float | 
         axc.tick_params(labelleft=False)
 
 
-def reliability_legend() -> list[Any]:
+def _reliability_legend() -> list[Any]:
     return [
         Line2D([], [], ls="--", color="#444444", label="perfect calibration"),
         Patch(facecolor="#DDDDDD", edgecolor="#555555", label="accuracy per bin"),
-        Patch(facecolor=OVER, alpha=0.45, hatch="//", edgecolor=OVER, label="gap: over-confident (conf > acc)"),
-        Patch(facecolor=UNDER, alpha=0.45, hatch="//", edgecolor=UNDER, label="gap: under-confident (conf < acc)"),
-        Line2D([], [], ls="none", marker="_", ms=7, color="#222222", label="mean confidence in bin"),
+        Patch(
+            facecolor=OVER,
+            alpha=0.45,
+            hatch="//",
+            edgecolor=OVER,
+            label="gap: over-confident (conf > acc)",
+        ),
+        Patch(
+            facecolor=_UNDER,
+            alpha=0.45,
+            hatch="//",
+            edgecolor=_UNDER,
+            label="gap: under-confident (conf < acc)",
+        ),
+        Line2D(
+            [], [], ls="none", marker="_", ms=7, color="#222222", label="mean confidence in bin"
+        ),
     ]
 
 
-def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: str | None = None,
-                       unit: str = "boxes") -> bytes:
+def reliability_figure(
+    panels: Sequence[tuple[str, Any | None, str]], *, title: str | None = None, unit: str = "boxes"
+) -> bytes:
     """Reliability diagrams side by side, each with its per-bin box count (log scale) below.
 
     Args:
@@ -234,9 +302,15 @@ def reliability_figure(panels: Sequence[tuple[str, Any | None, str]], *, title: 
     return reliability_grid([panels], title=title, panel_size=(4.6, 5.8), unit=unit)
 
 
-def reliability_grid(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
-                     shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
-                     missing: str = "not available", unit: str = "boxes") -> bytes:
+def reliability_grid(
+    rows: Sequence[Sequence[tuple[str, Any | None, str]]],
+    *,
+    title: str | None = None,
+    shared: bool = False,
+    panel_size: tuple[float, float] = (4.2, 5.2),
+    missing: str = "not available",
+    unit: str = "boxes",
+) -> bytes:
     """Reliability diagrams in a grid of ``rows`` of panels ``(title, bins, xlabel)``, each with its
     per-bin box count (log scale) below; ``bins`` None draws ``missing``, bins without boxes "no boxes".
 
@@ -249,49 +323,75 @@ def reliability_grid(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, t
     below it for the count axes' labels, and at the bottom for the legend.
     """
     with matplotlib.rc_context(RC):  # the ticks made while drawing read it too
-        return to_png(reliability_grid_figure(rows, title=title, shared=shared, panel_size=panel_size,
-                                              missing=missing, unit=unit))
+        return to_png(
+            _reliability_grid_figure(
+                rows, title=title, shared=shared, panel_size=panel_size, missing=missing, unit=unit
+            )
+        )
 
 
-def reliability_grid_figure(rows: Sequence[Sequence[tuple[str, Any | None, str]]], *, title: str | None = None,
-                            shared: bool = False, panel_size: tuple[float, float] = (4.2, 5.2),
-                            missing: str = "not available", unit: str = "boxes") -> Figure:
+def _reliability_grid_figure(
+    rows: Sequence[Sequence[tuple[str, Any | None, str]]],
+    *,
+    title: str | None = None,
+    shared: bool = False,
+    panel_size: tuple[float, float] = (4.2, 5.2),
+    missing: str = "not available",
+    unit: str = "boxes",
+) -> Figure:
     """The figure :func:`reliability_grid` draws (its arguments), not yet drawn (draw it under
     ``matplotlib.rc_context(RC)``: the ticks made while drawing read it)."""
     n_rows, n_cols = len(rows), max(len(p) for p in rows)
     width, height = panel_size[0] * n_cols, panel_size[1] * n_rows
-    margins = inches(width, height, title=bool(title), bottom=0.95, gap=0.8, n=n_cols)
+    margins = _inches(width, height, title=bool(title), bottom=0.95, gap=0.8, n=n_cols)
     gap_h, inner = 0.85, 0.08  # inches between rows, and between a diagram and its count axes
-    ph = ((margins["top"] - margins["bottom"]) * height - gap_h * (n_rows - 1)) / n_rows  # a panel's height
+    ph = (
+        (margins["top"] - margins["bottom"]) * height - gap_h * (n_rows - 1)
+    ) / n_rows  # a panel's height
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(width, height))
         outer = fig.add_gridspec(n_rows, n_cols, hspace=gap_h / ph, **margins)
         for r, panels in enumerate(rows):
             drawn = [b for _, b, _ in panels if _has_boxes(b)]
-            count_max = max((count_top(b) for b in drawn), default=10.0) if shared else None
-            first: tuple[Any, Any] | None = None  # a shared row's labelled panel: the others share its y axes
+            count_max = max((_count_top(b) for b in drawn), default=10.0) if shared else None
+            first: tuple[Any, Any] | None = (
+                None  # a shared row's labelled panel: the others share its y axes
+            )
             for c, (ptitle, bins, xlabel) in enumerate(panels):
-                cell = outer[r, c].subgridspec(2, 1, height_ratios=[3.2, 1], hspace=inner / ((ph - inner) / 2))
+                cell = outer[r, c].subgridspec(
+                    2, 1, height_ratios=[3.2, 1], hspace=inner / ((ph - inner) / 2)
+                )
                 if not _has_boxes(bins):  # its own axes, without ticks
                     ax = fig.add_subplot(cell[0])
                     ax.set_title(ptitle)
-                    empty_panel(ax, f"no {unit}" if bins is not None else missing)
-                    empty_panel(fig.add_subplot(cell[1], sharex=ax), "")
+                    _empty_panel(ax, f"no {unit}" if bins is not None else missing)
+                    _empty_panel(fig.add_subplot(cell[1], sharex=ax), "")
                     continue
                 ax = fig.add_subplot(cell[0], sharey=None if first is None else first[0])
-                axc = fig.add_subplot(cell[1], sharex=ax, sharey=None if first is None else first[1])
+                axc = fig.add_subplot(
+                    cell[1], sharex=ax, sharey=None if first is None else first[1]
+                )
                 ax.set_title(ptitle)
-                draw_reliability(ax, axc, bins, xlabel=xlabel, top=count_max, ylabels=first is None, unit=unit)
+                _draw_reliability(
+                    ax, axc, bins, xlabel=xlabel, top=count_max, ylabels=first is None, unit=unit
+                )
                 if shared:
                     first = first or (ax, axc)
-        fig.legend(handles=reliability_legend(), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=3,
-                   frameon=False)
-        suptitle(fig, title)
+        fig.legend(
+            handles=_reliability_legend(),
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncols=3,
+            frameon=False,
+        )
+        _suptitle(fig, title)
         return fig
 
 
 def confidence_histograms(
-    panels: Sequence[tuple[str, np.ndarray | None, np.ndarray | None, str, Sequence[tuple[float, str]]]],
+    panels: Sequence[
+        tuple[str, np.ndarray | None, np.ndarray | None, str, Sequence[tuple[float, str]]]
+    ],
     *,
     n_bins: int = 50,
     title: str | None = None,
@@ -306,23 +406,43 @@ def confidence_histograms(
     with matplotlib.rc_context(RC):
         n = len(panels)
         fig = Figure(figsize=(4.6 * n, 3.6))
-        axes = fig.subplots(1, n, squeeze=False, sharey=True,
-                            gridspec_kw=inches(4.6 * n, 3.6, title=bool(title), gap=0.35, n=n))[0]
+        axes = fig.subplots(
+            1,
+            n,
+            squeeze=False,
+            sharey=True,
+            gridspec_kw=_inches(4.6 * n, 3.6, title=bool(title), gap=0.35, n=n),
+        )[0]
         ymax = 1.0
         for ax, (ptitle, conf, correct, xlabel, marks) in zip(axes, panels):
             ax.set_title(ptitle)
             if conf is None or len(conf) == 0:
-                empty_panel(ax, "not available" if conf is None else "no boxes")
+                _empty_panel(ax, "not available" if conf is None else "no boxes")
                 continue
             correct = np.asarray(correct, dtype=bool)
-            for mask, color, label in ((~correct, INCORRECT, "incorrect"), (correct, CORRECT, "correct")):
+            for mask, color, label in (
+                (~correct, _INCORRECT, "incorrect"),
+                (correct, CORRECT, "correct"),
+            ):
                 h, _ = np.histogram(conf[mask], bins=edges)
                 ymax = max(ymax, float(h.max()) if h.size else 1.0)
-                ax.stairs(h, edges, fill=True, color=color, alpha=0.55 if mask is correct else 0.8,
-                          label=f"{label} ({int(mask.sum()):,})")
-                ax.stairs(h, edges, color=color if color != INCORRECT else "#777777", lw=1)
+                ax.stairs(
+                    h,
+                    edges,
+                    fill=True,
+                    color=color,
+                    alpha=0.55 if mask is correct else 0.8,
+                    label=f"{label} ({int(mask.sum()):,})",
+                )
+                ax.stairs(h, edges, color=color if color != _INCORRECT else "#777777", lw=1)
             for k, (x, label) in enumerate(marks):
-                ax.axvline(x, color="#222222" if k == 0 else AFTER, ls="--" if k == 0 else ":", lw=1.2, label=label)
+                ax.axvline(
+                    x,
+                    color="#222222" if k == 0 else _AFTER,
+                    ls="--" if k == 0 else ":",
+                    lw=1.2,
+                    label=label,
+                )
             _log_counts(ax)
             ax.set_xlim(0, 1)
             ax.set_xlabel(xlabel)
@@ -331,7 +451,7 @@ def confidence_histograms(
         for ax in axes:
             if ax.get_yscale() == "log":
                 ax.set_ylim(0.7, ymax * 4)
-        suptitle(fig, title)
+        _suptitle(fig, title)
         return to_png(fig)
 
 
@@ -346,10 +466,12 @@ class ClassPanel:
     after: Any | None
 
 
-def _class_panel(ax: Any, it: ClassPanel, *, first_col: bool, last_row: bool, bottom_labels: bool) -> None:
+def _class_panel(
+    ax: Any, it: ClassPanel, *, first_col: bool, last_row: bool, bottom_labels: bool
+) -> None:
     """One class's small reliability diagram of :func:`per_class_grid`."""
     ax.plot([0, 1], [0, 1], ls="--", color="#888888", lw=0.8)
-    for bins, color, marker in ((it.before, BEFORE, "o"), (it.after, AFTER, "s")):
+    for bins, color, marker in ((it.before, _BEFORE, "o"), (it.after, _AFTER, "s")):
         if bins is None:
             continue
         _, _, count, conf, acc = _nonempty(bins)
@@ -360,8 +482,12 @@ def _class_panel(ax: Any, it: ClassPanel, *, first_col: bool, last_row: bool, bo
             ax.scatter(conf, acc, s=size, color=color, marker=marker, zorder=3, linewidths=0)
     if it.few:
         ax.set_facecolor("#EEEEEE")
-        ax.set_title(f"{it.name} (few boxes)\n{it.boxes:,} boxes", color="#666666", fontsize=8.5,
-                     fontstyle="italic")
+        ax.set_title(
+            f"{it.name} (few boxes)\n{it.boxes:,} boxes",
+            color="#666666",
+            fontsize=8.5,
+            fontstyle="italic",
+        )
     else:
         ax.set_title(f"{it.name}\n{it.boxes:,} boxes", fontsize=8.5)
     ax.set_xlim(0, 1)
@@ -375,7 +501,9 @@ def _class_panel(ax: Any, it: ClassPanel, *, first_col: bool, last_row: bool, bo
         ax.set_xlabel("confidence")
 
 
-def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, ncols: int | None = None) -> bytes:
+def per_class_grid(
+    items: Sequence[ClassPanel], *, title: str | None = None, ncols: int | None = None
+) -> bytes:
     """A grid of small reliability diagrams, one per class, raw and calibrated on the same axes.
 
     Classes flagged ``few`` get a grey background and "few boxes" in their title; they are
@@ -392,23 +520,43 @@ def per_class_grid(items: Sequence[ClassPanel], *, title: str | None = None, nco
     height = top + bottom + nrows * ch - (ch - ah)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(width, height))
-        gs = fig.add_gridspec(nrows, ncols, left=left / width, right=1 - right / width, top=1 - top / height,
-                              bottom=bottom / height, wspace=(cw - aw) / aw, hspace=(ch - ah) / ah)
+        gs = fig.add_gridspec(
+            nrows,
+            ncols,
+            left=left / width,
+            right=1 - right / width,
+            top=1 - top / height,
+            bottom=bottom / height,
+            wspace=(cw - aw) / aw,
+            hspace=(ch - ah) / ah,
+        )
         for i in range(nrows * ncols):
             if i >= len(items):
                 break
             r, c = divmod(i, ncols)
             ax = fig.add_subplot(gs[r, c])  # not shared: sharing 80 axes makes every update O(n)
-            _class_panel(ax, items[i], first_col=c == 0, last_row=r == nrows - 1,
-                         bottom_labels=i + ncols >= len(items))
+            _class_panel(
+                ax,
+                items[i],
+                first_col=c == 0,
+                last_row=r == nrows - 1,
+                bottom_labels=i + ncols >= len(items),
+            )
         handles = [
-            Line2D([], [], color=BEFORE, marker="o", ms=4, label="raw"),
-            Line2D([], [], color=AFTER, marker="s", ms=4, label="calibrated"),
+            Line2D([], [], color=_BEFORE, marker="o", ms=4, label="raw"),
+            Line2D([], [], color=_AFTER, marker="s", ms=4, label="calibrated"),
             Line2D([], [], color="#888888", ls="--", label="perfect calibration"),
             Patch(facecolor="#EEEEEE", edgecolor="#BBBBBB", label="few boxes"),
         ]
-        fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False,
-                   title="marker size: boxes in the bin", title_fontsize=8)
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncols=4,
+            frameon=False,
+            title="marker size: boxes in the bin",
+            title_fontsize=8,
+        )
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / height, va="top")
         return to_png(fig)
@@ -437,32 +585,43 @@ def _xerr(values: Sequence[float | None], cis: Sequence[tuple[float, float] | No
     return err
 
 
-def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None) -> bytes:
+def per_class_ece_chart(
+    rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None
+) -> bytes:
     """Classes ranked by raw ECE (worst on top), raw and calibrated bars with interval whiskers.
 
     The box count is written at the right of each row; classes with few boxes are hatched, grey
     and labelled "(few boxes)".
     """
     # reliable classes first, worst on top; classes with few boxes below them, also by ECE
-    rows = sorted(rows, key=lambda r: (r.few, -(r.ece_before if r.ece_before is not None else -1.0)))
+    rows = sorted(
+        rows, key=lambda r: (r.few, -(r.ece_before if r.ece_before is not None else -1.0))
+    )
     n = max(len(rows), 1)
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
         ax = fig.add_subplot()
         if not rows:
-            empty_panel(ax, "no classes")
+            _empty_panel(ax, "no classes")
             return to_png(fig)
         y = np.arange(len(rows))[::-1].astype(float)
         h = 0.38
         vb = [r.ece_before for r in rows]
         va = [r.ece_after for r in rows]
         for vals, cis, off, color, label in (
-            (vb, [r.ci_before for r in rows], h / 2, BEFORE, "raw"),
-            (va, [r.ci_after for r in rows], -h / 2, AFTER, "calibrated"),
+            (vb, [r.ci_before for r in rows], h / 2, _BEFORE, "raw"),
+            (va, [r.ci_after for r in rows], -h / 2, _AFTER, "calibrated"),
         ):
             v = np.array([np.nan if x is None else x for x in vals], dtype=float)
-            bars = ax.barh(y + off, np.nan_to_num(v), height=h, color=color, label=label,
-                           xerr=_xerr(vals, cis), error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 2})
+            bars = ax.barh(
+                y + off,
+                np.nan_to_num(v),
+                height=h,
+                color=color,
+                label=label,
+                xerr=_xerr(vals, cis),
+                error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 2},
+            )
             for bar, r in zip(bars, rows):
                 if r.few:
                     bar.set_alpha(0.35)
@@ -479,20 +638,52 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
                 tick.set_fontstyle("italic")
         for yi, r in zip(y, rows):
             if r.ece_before is None and r.ece_after is None:
-                ax.text(0.005, yi, "no boxes" if r.boxes == 0 else "n/a", transform=blended_transform_factory(
-                    ax.transAxes, ax.transData), ha="left", va="center", fontsize=8, color="#777777")
+                ax.text(
+                    0.005,
+                    yi,
+                    "no boxes" if r.boxes == 0 else "n/a",
+                    transform=blended_transform_factory(ax.transAxes, ax.transData),
+                    ha="left",
+                    va="center",
+                    fontsize=8,
+                    color="#777777",
+                )
         tr = blended_transform_factory(ax.transAxes, ax.transData)
-        ax.text(1.01, y[0] + 0.75, "boxes", transform=tr, ha="left", va="bottom", fontsize=8, fontweight="bold")
+        ax.text(
+            1.01,
+            y[0] + 0.75,
+            "boxes",
+            transform=tr,
+            ha="left",
+            va="bottom",
+            fontsize=8,
+            fontweight="bold",
+        )
         for yi, r in zip(y, rows):
-            ax.text(1.01, yi, f"{r.boxes:,}", transform=tr, ha="left", va="center", fontsize=8,
-                    color="#777777" if r.few else "#222222")
+            ax.text(
+                1.01,
+                yi,
+                f"{r.boxes:,}",
+                transform=tr,
+                ha="left",
+                va="center",
+                fontsize=8,
+                color="#777777" if r.few else "#222222",
+            )
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlim(left=0)
         ax.set_xlabel(xlabel)
-        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label="calibrated"),
-                   Line2D([], [], color="#333333", marker="|", ls="-", label="95% interval")]
+        handles = [
+            Patch(color=_BEFORE, label="raw"),
+            Patch(color=_AFTER, label="calibrated"),
+            Line2D([], [], color="#333333", marker="|", ls="-", label="95% interval"),
+        ]
         if any(r.few for r in rows):
-            handles.append(Patch(facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"))
+            handles.append(
+                Patch(
+                    facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"
+                )
+            )
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         if title:
             fig.suptitle(title, fontsize=11, fontweight="bold")
@@ -516,9 +707,17 @@ def threshold_figure(
     """
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(9.6, 3.9))
-        axes = fig.subplots(1, 2, sharex=True, gridspec_kw=inches(9.6, 3.9, title=bool(title), left=0.5, gap=0.5, n=2))
+        axes = fig.subplots(
+            1,
+            2,
+            sharex=True,
+            gridspec_kw=_inches(9.6, 3.9, title=bool(title), left=0.5, gap=0.5, n=2),
+        )
         for ax, attr, name in ((axes[0], "precision", "Precision"), (axes[1], "recall", "Recall")):
-            for curve, color, label in ((before, BEFORE, "raw conf"), (after, AFTER, "calibrated conf")):
+            for curve, color, label in (
+                (before, _BEFORE, "raw conf"),
+                (after, _AFTER, "calibrated conf"),
+            ):
                 if curve is None:
                     continue
                 yv = getattr(curve, attr)
@@ -526,35 +725,61 @@ def threshold_figure(
                     continue
                 ax.plot(curve.thresholds, yv, color=color, lw=1.6, label=label)
             for k, (t, eq) in enumerate(marks):
-                ax.axvline(t, color="#222222", ls="--", lw=1, label=f"threshold {t:g}" if k == 0 else None)
+                ax.axvline(
+                    t, color="#222222", ls="--", lw=1, label=f"threshold {t:g}" if k == 0 else None
+                )
                 if eq is not None and after is not None:
-                    ax.axvline(eq, color=AFTER, ls=":", lw=1.4,
-                               label=f"calibrated {eq:.3f} ≡ raw {t:g}" if k == 0 else None)
-                points = [(before, BEFORE, t, True), (after, AFTER, t, True)]
+                    ax.axvline(
+                        eq,
+                        color=_AFTER,
+                        ls=":",
+                        lw=1.4,
+                        label=f"calibrated {eq:.3f} ≡ raw {t:g}" if k == 0 else None,
+                    )
+                points = [(before, _BEFORE, t, True), (after, _AFTER, t, True)]
                 if eq is not None:
-                    points.append((after, AFTER, eq, False))  # hollow: same set as raw at t
+                    points.append((after, _AFTER, eq, False))  # hollow: same set as raw at t
                 for curve, color, x, filled in points:
                     if curve is None:
                         continue
                     yv = float(np.interp(x, curve.thresholds, getattr(curve, attr)))
                     if np.isfinite(yv):
-                        ax.plot([x], [yv], marker="o", ms=6, color=color, zorder=5,
-                                markerfacecolor=color if filled else "white", markeredgewidth=1.5)
+                        ax.plot(
+                            [x],
+                            [yv],
+                            marker="o",
+                            ms=6,
+                            color=color,
+                            zorder=5,
+                            markerfacecolor=color if filled else "white",
+                            markeredgewidth=1.5,
+                        )
             ax.set_title(name)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1.02)
             ax.set_xlabel("confidence threshold (box kept if conf > threshold)")
             ax.grid(alpha=0.3)
             if attr == "recall" and np.all(np.isnan(before.recall)):
-                ax.text(0.5, 0.5, "recall not available\n(no ground-truth count)", ha="center", va="center",
-                        transform=ax.transAxes, color="#666666")
+                ax.text(
+                    0.5,
+                    0.5,
+                    "recall not available\n(no ground-truth count)",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    color="#666666",
+                )
         axes[0].legend(loc="lower right", frameon=True, framealpha=0.9)
-        suptitle(fig, title)
+        _suptitle(fig, title)
         return to_png(fig)
 
 
 def compare_reliability(
-    runs: Sequence[tuple[Any, ...]], *, xlabel_suffix: str = "", title: str | None = None, low: float = 0.0
+    runs: Sequence[tuple[Any, ...]],
+    *,
+    xlabel_suffix: str = "",
+    title: str | None = None,
+    low: float = 0.0,
 ) -> bytes:
     """Reliability curves of several runs on the same axes: raw (left) and calibrated (right).
 
@@ -563,13 +788,27 @@ def compare_reliability(
             suffixes (raw, calibrated), e.g. the ECE of each.
         low: Where the confidence axis starts (an operating threshold: the bins of the boxes kept there).
     """
-    colors = RUN_COLORS if len(runs) <= len(RUN_COLORS) else MANY_COLORS
+    colors = _RUN_COLORS if len(runs) <= len(_RUN_COLORS) else _MANY_COLORS
     with matplotlib.rc_context(RC):
         height = 5.8 + 0.25 * max(0, len(runs) - 2)
         fig = Figure(figsize=(9.6, height))
-        gs = fig.add_gridspec(2, 2, height_ratios=[3.2, 1], hspace=0.12,
-                              **inches(9.6, height, title=bool(title), gap=0.8, n=2))
-        styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"), ("X", "-."), ("*", ":")]
+        gs = fig.add_gridspec(
+            2,
+            2,
+            height_ratios=[3.2, 1],
+            hspace=0.12,
+            **_inches(9.6, height, title=bool(title), gap=0.8, n=2),
+        )
+        styles = [
+            ("o", "-"),
+            ("s", "--"),
+            ("^", "-."),
+            ("D", ":"),
+            ("v", "-"),
+            ("P", "--"),
+            ("X", "-."),
+            ("*", ":"),
+        ]
         for col, (which, name) in enumerate(((1, "Raw confidence"), (2, "Calibrated confidence"))):
             ax = fig.add_subplot(gs[0, col])
             axc = fig.add_subplot(gs[1, col], sharex=ax)
@@ -589,7 +828,9 @@ def compare_reliability(
                 ax.plot(conf, acc, color=color, marker=marker, ls=ls, ms=4, lw=1.5, label=label)
                 edges = np.asarray(bins.edges, dtype=float)
                 full = np.asarray(bins.count, dtype=float)
-                axc.stairs(np.where(full > 0, full, np.nan), edges, color=color, ls=ls, lw=1.4, label=label)
+                axc.stairs(
+                    np.where(full > 0, full, np.nan), edges, color=color, ls=ls, lw=1.4, label=label
+                )
                 cmax = max(cmax, float(full.max()))
             ax.set_title(name)
             ax.set_xlim(low, 1)
@@ -601,7 +842,7 @@ def compare_reliability(
             axc.set_ylim(0.7, cmax * 2.5)
             axc.set_ylabel("boxes")
             axc.set_xlabel(f"{name.lower()}{xlabel_suffix}")
-        suptitle(fig, title)
+        _suptitle(fig, title)
         return to_png(fig)
 
 
@@ -625,11 +866,14 @@ def compare_per_class_chart(
         fig = Figure(figsize=(7.8, 0.42 * n + 1.6), layout="constrained")
         ax = fig.add_subplot()
         if not rows:
-            empty_panel(ax, "no class present in both runs")
+            _empty_panel(ax, "no class present in both runs")
             return to_png(fig)
         y = np.arange(len(rows), dtype=float)
         h = 0.38
-        for idx, off, color, label in ((1, h / 2, BEFORE, "raw"), (2, -h / 2, AFTER, "calibrated")):
+        for idx, off, color, label in (
+            (1, h / 2, _BEFORE, "raw"),
+            (2, -h / 2, _AFTER, "calibrated"),
+        ):
             v = np.array([np.nan if r[idx] is None else r[idx] for r in rows], dtype=float)
             bars = ax.barh(y + off, np.nan_to_num(v), height=h, color=color, label=label)
             for bar, r in zip(bars, rows):
@@ -649,9 +893,13 @@ def compare_per_class_chart(
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
-        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label="calibrated")]
+        handles = [Patch(color=_BEFORE, label="raw"), Patch(color=_AFTER, label="calibrated")]
         if any(r[3] for r in rows):
-            handles.append(Patch(facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"))
+            handles.append(
+                Patch(
+                    facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"
+                )
+            )
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
         if footnote:
             ax.set_title(footnote, fontsize=8, color="#555555", loc="left")
@@ -673,8 +921,14 @@ class HeatPanel:
     sparse: Sequence[Sequence[bool]]
 
 
-def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: Sequence[HeatPanel], *,
-                          label: str, title: str | None = None) -> bytes:
+def compare_class_heatmap(
+    classes: Sequence[str],
+    runs: Sequence[str],
+    panels: Sequence[HeatPanel],
+    *,
+    label: str,
+    title: str | None = None,
+) -> bytes:
     """Classes x runs heatmaps (one per panel) on one colour scale, every cell annotated.
 
     Lower is better; a missing cell (no box of the class in that run) is grey and says so, a
@@ -683,14 +937,21 @@ def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: S
     from matplotlib.colors import Normalize
 
     n_cls, n_run = max(len(classes), 1), max(len(runs), 1)
-    vals = [np.array([[np.nan if v is None else float(v) for v in row] for row in p.values], dtype=float)
-            .reshape(len(classes), len(runs)) for p in panels]
+    vals = [
+        np.array(
+            [[np.nan if v is None else float(v) for v in row] for row in p.values], dtype=float
+        ).reshape(len(classes), len(runs))
+        for p in panels
+    ]
     finite = np.concatenate([v[np.isfinite(v)] for v in vals]) if vals else np.array([])
     vmax = float(finite.max()) if finite.size else 1.0
     norm = Normalize(0.0, max(vmax, 1e-6))
     cmap = matplotlib.colormaps["YlOrRd"].with_extremes(bad="#DDDDDD")
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(1.6 + len(panels) * (1.3 + 1.25 * n_run), 1.6 + 0.42 * n_cls), layout="constrained")
+        fig = Figure(
+            figsize=(1.6 + len(panels) * (1.3 + 1.25 * n_run), 1.6 + 0.42 * n_cls),
+            layout="constrained",
+        )
         axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
         image = None
         for ax, p, v in zip(axes, panels, vals):
@@ -699,15 +960,34 @@ def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: S
                 for j in range(len(runs)):
                     few = bool(p.sparse[i][j])
                     if not np.isfinite(v[i, j]):
-                        ax.text(j, i, "absent", ha="center", va="center", fontsize=7, color="#666666")
+                        ax.text(
+                            j, i, "absent", ha="center", va="center", fontsize=7, color="#666666"
+                        )
                         continue
                     if few:
-                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///",
-                                               edgecolor=(0.0, 0.0, 0.0, 0.18), lw=0))
+                        ax.add_patch(
+                            Rectangle(
+                                (j - 0.5, i - 0.5),
+                                1,
+                                1,
+                                fill=False,
+                                hatch="///",
+                                edgecolor=(0.0, 0.0, 0.0, 0.18),
+                                lw=0,
+                            )
+                        )
                     dark = norm(v[i, j]) > 0.6
-                    ax.text(j, i, f"{v[i, j]:.3f}" + ("\nfew boxes" if few else ""), ha="center", va="center",
-                            fontsize=7.5, color="#FFFFFF" if dark else "#222222",
-                            fontstyle="italic" if few else "normal", fontweight="normal" if few else "bold")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v[i, j]:.3f}" + ("\nfew boxes" if few else ""),
+                        ha="center",
+                        va="center",
+                        fontsize=7.5,
+                        color="#FFFFFF" if dark else "#222222",
+                        fontstyle="italic" if few else "normal",
+                        fontweight="normal" if few else "bold",
+                    )
             ax.set_xticks(range(len(runs)), list(runs), rotation=20, ha="right")
             ax.set_yticks(range(len(classes)), list(classes))
             ax.set_title(p.title, fontsize=9)
@@ -720,7 +1000,11 @@ def compare_class_heatmap(classes: Sequence[str], runs: Sequence[str], panels: S
 
 
 def operating_reliability(
-    curves: Sequence[tuple[str, np.ndarray, np.ndarray]], *, low: float, n_bins: int, title: str | None = None
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    *,
+    low: float,
+    n_bins: int,
+    title: str | None = None,
 ) -> bytes:
     """Reliability curves of several calibrators over the operating range, on one plot.
 
@@ -729,11 +1013,12 @@ def operating_reliability(
         low: The operating threshold (the x axis starts there).
         n_bins: Equal-width bins over ``(low, 1]``.
     """
-    from det_calib.metrics.calibration import reliability_bins
 
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(8.4, 6.2))
-        gs = fig.add_gridspec(2, 1, height_ratios=[3.2, 1], hspace=0.12, **inches(8.4, 6.2, title=bool(title)))
+        gs = fig.add_gridspec(
+            2, 1, height_ratios=[3.2, 1], hspace=0.12, **_inches(8.4, 6.2, title=bool(title))
+        )
         ax = fig.add_subplot(gs[0])
         axc = fig.add_subplot(gs[1], sharex=ax)
         ax.plot([low, 1], [low, 1], ls="--", color="#888888", lw=1, label="perfect calibration")
@@ -750,11 +1035,25 @@ def operating_reliability(
             count = np.asarray(bins.count, dtype=float)
             m = count > 0
             x = low + (1 - low) * np.asarray(bins.conf, dtype=float)[m]
-            color = MANY_COLORS[k % len(MANY_COLORS)]
-            ax.plot(x, np.asarray(bins.acc, dtype=float)[m], color=color, ls=styles[k % len(styles)],
-                    marker=markers[k % len(markers)], ms=4, lw=1.5, label=label)
+            color = _MANY_COLORS[k % len(_MANY_COLORS)]
+            ax.plot(
+                x,
+                np.asarray(bins.acc, dtype=float)[m],
+                color=color,
+                ls=styles[k % len(styles)],
+                marker=markers[k % len(markers)],
+                ms=4,
+                lw=1.5,
+                label=label,
+            )
             edges = low + (1 - low) * np.asarray(bins.edges, dtype=float)
-            axc.stairs(np.where(count > 0, count, np.nan), edges, color=color, ls=styles[k % len(styles)], lw=1.3)
+            axc.stairs(
+                np.where(count > 0, count, np.nan),
+                edges,
+                color=color,
+                ls=styles[k % len(styles)],
+                lw=1.3,
+            )
             cmax = max(cmax, float(count.max()))
         ax.set_xlim(low, 1)
         ax.set_ylim(0, 1)
@@ -765,5 +1064,5 @@ def operating_reliability(
         axc.set_ylim(0.7, cmax * 2.5)
         axc.set_ylabel("boxes")
         axc.set_xlabel(f"confidence of the boxes kept at conf {low:g}")
-        suptitle(fig, title)
+        _suptitle(fig, title)
         return to_png(fig)

@@ -10,10 +10,16 @@ import math
 from det_calib.record.eval_record import EvalResult, TemperatureFit
 from det_calib.record.run_result import HeadResult
 
-__all__ = ["floor_gap_short", "floor_gap_words", "left_words", "operating_point_worse", "temperature_verdict",
-           "temperature_words"]
+__all__ = [
+    "floor_gap_short",
+    "floor_gap_words",
+    "left_words",
+    "operating_point_worse",
+    "temperature_verdict",
+    "temperature_words",
+]
 
-T_CLOSE = math.log(1.02)
+_T_CLOSE = math.log(1.02)
 """|log T| below this counts as "close to calibrated" (T within about 2% of 1)."""
 
 
@@ -48,16 +54,26 @@ def left_words(h: HeadResult, e: EvalResult) -> str | None:
     if o1.ece is None or o1.ece_floor_range is None or o1.at_floor:
         return None
     gaps = "; ".join(
-        f"conf {g.lo:.2f}-{g.hi:.2f} ({g.boxes} boxes: {_fmt(g.conf, '.2f')} stated, {_fmt(g.accuracy, '.2f')} "
-        f"correct, {'over' if (g.accuracy or 0) < (g.conf or 0) else 'under'}-confident; {_fmt(g.share, '.4f')} "
-        "of the ECE)" for g in e.kept_gaps if g.lo is not None and g.hi is not None)
-    worst = sorted((c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
-                   key=lambda c: -c.kept_ece_after)[:2]
+        f"conf {g.lo:.2f}-{g.hi:.2f} ({g.boxes} boxes: {_fmt(g.conf, '.2f')} stated, "
+        f"{_fmt(g.accuracy, '.2f')} "
+        f"correct, {'over' if (g.accuracy or 0) < (g.conf or 0) else 'under'}-confident; "
+        f"{_fmt(g.share, '.4f')} "
+        "of the ECE)"
+        for g in e.kept_gaps
+        if g.lo is not None and g.hi is not None
+    )
+    worst = sorted(
+        (c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
+        key=lambda c: -c.kept_ece_after,
+    )[:2]
     classes = ", ".join(f"{c.name} {c.kept_ece_after:.3f}" for c in worst)
-    return (f"what is left at conf {o1.conf:g}: ECE {_fmt(o1.ece, '.4f')} is above what a perfectly calibrated "
-            f"detector would score on these boxes (up to {_fmt(o1.ece_floor_range[1], '.4f')})"
-            + (f"; the largest gaps: {gaps}" if gaps else "")
-            + (f"; worst classes (kept-set ECE): {classes}" if classes else ""))
+    return (
+        f"what is left at conf {o1.conf:g}: ECE {_fmt(o1.ece, '.4f')} is above what a perfectly "
+        "calibrated "
+        f"detector would score on these boxes (up to {_fmt(o1.ece_floor_range[1], '.4f')})"
+        + (f"; the largest gaps: {gaps}" if gaps else "")
+        + (f"; worst classes (kept-set ECE): {classes}" if classes else "")
+    )
 
 
 def floor_gap_words(h: HeadResult, e: EvalResult) -> str | None:
@@ -69,26 +85,43 @@ def floor_gap_words(h: HeadResult, e: EvalResult) -> str | None:
     if g.reason == "images":
         rng = g.floor_without_range
         one = g.image_count == 1
-        which = "one eval image holds the gap" if one else f"{g.image_count} eval images hold the gap"
-        return (f"why above its floor: {which}, {g.images} ({g.image_boxes} of the {g.kept_boxes} kept boxes, "
-                f"{g.image_correct} correct): without {'it' if one else 'them'} the calibrated ECE is "
-                f"{_fmt(g.ece_without, '.4f')}, inside its floor's range "
-                f"[{_fmt(rng[0] if rng else None, '.4f')}, {_fmt(rng[1] if rng else None, '.4f')}]; no map of the "
-                f"score can fix {'it' if one else 'them'}: {'its' if one else 'their'} boxes are wrong together, "
-                "and the floor counts each box as an independent draw")
+        which = (
+            "one eval image holds the gap" if one else f"{g.image_count} eval images hold the gap"
+        )
+        return (
+            f"why above its floor: {which}, {g.images} ({g.image_boxes} of the {g.kept_boxes} kept "
+            "boxes, "
+            f"{g.image_correct} correct): without {'it' if one else 'them'} the calibrated ECE is "
+            f"{_fmt(g.ece_without, '.4f')}, inside its floor's range "
+            f"[{_fmt(rng[0] if rng else None, '.4f')}, {_fmt(rng[1] if rng else None, '.4f')}]; no "
+            "map of the "
+            f"score can fix {'it' if one else 'them'}: {'its' if one else 'their'} boxes are wrong "
+            "together, "
+            "and the floor counts each box as an independent draw"
+        )
     rng = g.refit_floor_range
     if g.reason == "sampling":
-        return (f"why above its floor: a {g.refit_method} map fitted on the eval split itself scores ECE "
-                f"{_fmt(g.refit_ece, '.4f')}, inside its floor's range [{_fmt(rng[0] if rng else None, '.4f')}, "
-                f"{_fmt(rng[1] if rng else None, '.4f')}]: the gap is the fit split's sampling noise, and more "
-                "calibration images would close it")
-    worst = sorted((c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
-                   key=lambda c: -c.kept_ece_after)[:2]
+        return (
+            f"why above its floor: a {g.refit_method} map fitted on the eval split itself scores "
+            "ECE "
+            f"{_fmt(g.refit_ece, '.4f')}, inside its floor's range "
+            f"[{_fmt(rng[0] if rng else None, '.4f')}, "
+            f"{_fmt(rng[1] if rng else None, '.4f')}]: the gap is the fit split's sampling noise, "
+            "and more "
+            "calibration images would close it"
+        )
+    worst = sorted(
+        (c for c in h.per_class if c.kept_ece_after is not None and not c.few_boxes),
+        key=lambda c: -c.kept_ece_after,
+    )[:2]
     classes = ", ".join(f"{c.name} {c.kept_ece_after:.3f}" for c in worst)
-    return (f"why above its floor: no map of the score alone reaches it here: a {g.refit_method} map fitted on the "
-            f"eval split itself still scores ECE {_fmt(g.refit_ece, '.4f')} (its floor's range up to "
-            f"{_fmt(rng[1] if rng else None, '.4f')}); the rest depends on more than the score"
-            + (f" (worst classes: {classes})" if classes else ""))
+    return (
+        f"why above its floor: no map of the score alone reaches it here: a {g.refit_method} map "
+        "fitted on the "
+        f"eval split itself still scores ECE {_fmt(g.refit_ece, '.4f')} (its floor's range up to "
+        f"{_fmt(rng[1] if rng else None, '.4f')}); the rest depends on more than the score"
+        + (f" (worst classes: {classes})" if classes else "")
+    )
 
 
 def floor_gap_short(e: EvalResult) -> str | None:
@@ -97,9 +130,13 @@ def floor_gap_short(e: EvalResult) -> str | None:
     if g is None or g.reason is None:
         return None
     if g.reason == "images":
-        return (f"{'one eval image' if g.image_count == 1 else f'{g.image_count} eval images'} ({g.images}) "
-                f"hold{'s' if g.image_count == 1 else ''} the gap: without {'it' if g.image_count == 1 else 'them'}, "
-                f"at the floor")
+        return (
+            f"{'one eval image' if g.image_count == 1 else f'{g.image_count} eval images'} "
+            f"({g.images}) "
+            f"hold{'s' if g.image_count == 1 else ''} the gap: without "
+            f"{'it' if g.image_count == 1 else 'them'}, "
+            f"at the floor"
+        )
     if g.reason == "sampling":
         return "the fit split's sampling noise: more calibration images would close it"
     return "no map of the score alone reaches the floor"
@@ -116,8 +153,10 @@ def temperature_words(tf: TemperatureFit | None) -> str | None:
     kept = ""
     if op is not None:
         ci = "" if not op.ece_ci else f" [{_fmt(op.ece_ci[0], '.4f')}, {_fmt(op.ece_ci[1], '.4f')}]"
-        kept = (f"; deployed instead, its ECE of the boxes kept at conf {op.conf:g} would be "
-                f"{_fmt(op.ece, '.4f')}{ci} ({op.boxes} boxes)")
+        kept = (
+            f"; deployed instead, its ECE of the boxes kept at conf {op.conf:g} would be "
+            f"{_fmt(op.ece, '.4f')}{ci} ({op.boxes} boxes)"
+        )
     return f"temperature (fitted on all fit boxes, for comparison): {what}{kept}"
 
 
@@ -134,7 +173,7 @@ def temperature_verdict(t: float | None, *, long: bool = False) -> str:
     """
     if t is None:
         return "not fitted"
-    if abs(math.log(t)) < T_CLOSE:
+    if abs(math.log(t)) < _T_CLOSE:
         return "close to calibrated" + (": T within 2% of 1" if long else "")
     if t > 1:
         return "too extreme" + (": too close to 0 and 1" if long else "")

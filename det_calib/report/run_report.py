@@ -26,24 +26,33 @@ from .context import ReportContext
 from .page import Page
 from .sections import PageDraft, build_page, draft_page, subject
 
-__all__ = ["ReportDraft", "draft_report", "report_context", "write_report"]
+__all__ = ["ReportDraft", "draft_report", "write_report"]
 
 
-def report_context(run: Run, *, folder: Path | None = None, reference: str | Path | None = None) -> ReportContext:
+def _report_context(
+    run: Run, *, folder: Path | None = None, reference: str | Path | None = None
+) -> ReportContext:
     """What the report's sections read: each head of ``run`` (its eval boxes and reliability bins), and
     the warnings where boxes.parquet and calibration.json disagree or a head has no boxes."""
     subjects = tuple(subject(run, h, name=h) for h in run.heads)
     warnings_ = []
     for s in subjects:
         if s.hb.n == 0:
-            warnings_.append(f"Head {s.head}: {BOXES_FILE} has no boxes on split {s.hb.split}; figures are empty.")
+            warnings_.append(
+                f"Head {s.head}: {BOXES_FILE} has no boxes on split {s.hb.split}; figures are "
+                "empty."
+            )
         warnings_ += consistency_warnings(run, s.head, s.hb, *s.bins)
     return ReportContext("report", subjects, tuple(warnings_), folder=folder, reference=reference)
 
 
 def write_report(
-    run_dir: str | Path, *, out_dir: str | Path | None = None, shown_dir: str | Path | None = None,
-    boxes: pl.DataFrame | None = None, reference: str | Path | None = None,
+    run_dir: str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    shown_dir: str | Path | None = None,
+    boxes: pl.DataFrame | None = None,
+    reference: str | Path | None = None,
 ) -> dict[str, Path]:
     """Write the calibration report of a run: ``report.html``, ``report.md`` and ``figures/*.png``.
 
@@ -78,7 +87,7 @@ def write_report(
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
-    ctx = report_context(run, folder=Path(run_dir), reference=reference)
+    ctx = _report_context(run, folder=Path(run_dir), reference=reference)
     return _write(build_page(ctx), run, out)
 
 
@@ -97,25 +106,35 @@ class ReportDraft:
     def write(self, complete: RunResult) -> dict[str, Path]:
         """Write the report (as :func:`write_report` returns it), the checked sections from ``complete``."""
         done = dataclasses.replace(self.run, result=complete)
-        ctx = dataclasses.replace(self.ctx, subjects=tuple(dataclasses.replace(s, run=done)
-                                                           for s in self.ctx.subjects))
+        ctx = dataclasses.replace(
+            self.ctx, subjects=tuple(dataclasses.replace(s, run=done) for s in self.ctx.subjects)
+        )
         return _write(self.draft.complete(ctx), self.run, self.out)
 
 
-def draft_report(run_dir: str | Path, result: RunResult, *, shown_dir: str | Path,
-                 boxes: pl.DataFrame | None = None) -> ReportDraft:
+def draft_report(
+    run_dir: str | Path,
+    result: RunResult,
+    *,
+    shown_dir: str | Path,
+    boxes: pl.DataFrame | None = None,
+) -> ReportDraft:
     """The report of the run being written in ``run_dir`` (its ``boxes.parquet`` written, its record
     ``result`` as a reader of its ``calibration.json`` will see it, not yet written), every section
     but the checked ones (:class:`ReportDraft`); ``shown_dir``: the run folder the report names."""
-    run = dataclasses.replace(load_run(run_dir, boxes=boxes, result=result), run_dir=Path(shown_dir))
-    ctx = report_context(run, folder=Path(run_dir))
+    run = dataclasses.replace(
+        load_run(run_dir, boxes=boxes, result=result), run_dir=Path(shown_dir)
+    )
+    ctx = _report_context(run, folder=Path(run_dir))
     return ReportDraft(run, ctx, draft_page(ctx), Path(run_dir))
 
 
 def _write(page: Page, run: Run, out: Path) -> dict[str, Path]:
     r = run.result
     title = f"Confidence calibration report: {Path(r.model or 'model').name}"
-    subtitle = (f"Run {run.run_dir} · data {r.data or 'n/a'} · heads {', '.join(run.heads)} · "
-                f"created {r.created or 'n/a'}")
+    subtitle = (
+        f"Run {run.run_dir} · data {r.data or 'n/a'} · heads {', '.join(run.heads)} · "
+        f"created {r.created or 'n/a'}"
+    )
     footer = f"det_calib {r.det_calib_version} · {CALIBRATION_FILE} + {BOXES_FILE} of {run.run_dir}"
     return page.write(out, "report", title, subtitle=subtitle, footer=footer)

@@ -35,14 +35,13 @@ from .size_section import size_section
 from .summary_section import summary_section
 from .thresholds_section import conf_thresholds_section
 
-__all__ = ["SECTIONS", "PageDraft", "Section", "SectionFn", "build_page", "draft_page", "section_of", "sections_of",
-           "subject"]
+__all__ = ["PageDraft", "Section", "build_page", "draft_page", "subject"]
 
-SectionFn = Callable[[Page, ReportContext], None]
+_SectionFn = Callable[[Page, ReportContext], None]
 """The one signature of a section: add blocks to the page from the context."""
 
-BOTH: frozenset[PageKind] = frozenset({"report", "compare"})
-REPORT: frozenset[PageKind] = frozenset({"report"})
+_BOTH: frozenset[PageKind] = frozenset({"report", "compare"})
+_REPORT: frozenset[PageKind] = frozenset({"report"})
 
 
 @dataclass(frozen=True)
@@ -62,8 +61,8 @@ class Section:
     """
 
     title: str
-    build: SectionFn
-    pages: frozenset[PageKind] = BOTH
+    build: _SectionFn
+    pages: frozenset[PageKind] = _BOTH
     optional: bool = False
     checked: bool = False
 
@@ -72,31 +71,33 @@ class Section:
         return heading == self.title or heading.startswith((self.title + ":", self.title + " ("))
 
 
-SECTIONS: tuple[Section, ...] = (
-    Section("Summary", summary_section, checked=True),  # a per-class map's lead names its val figures
+_SECTIONS: tuple[Section, ...] = (
+    Section(
+        "Summary", summary_section, checked=True
+    ),  # a per-class map's lead names its val figures
     Section("Calibrators compared", calibrators_section, optional=True),
     Section("Engines", engines_section, optional=True),
-    Section("Matching", matching_section, pages=REPORT, optional=True),
+    Section("Matching", matching_section, pages=_REPORT, optional=True),
     Section("Reliability", reliability_section),
     Section("Per-class calibration", per_class_section),
     Section("Reliability by size", size_section, optional=True),
-    Section("Threshold shift", threshold_shift_section, pages=REPORT),
+    Section("Threshold shift", threshold_shift_section, pages=_REPORT),
     Section("Conf thresholds", conf_thresholds_section, optional=True),
-    Section("mAP verification", map_section, pages=REPORT, checked=True),
-    Section("Ensemble", ensemble_section, pages=REPORT, optional=True),
+    Section("mAP verification", map_section, pages=_REPORT, checked=True),
+    Section("Ensemble", ensemble_section, pages=_REPORT, optional=True),
     Section("Settings", settings_section, checked=True),  # the run time
 )
 """Every section, in the order of the pages."""
 
 
-def sections_of(kind: PageKind) -> list[Section]:
+def _sections_of(kind: PageKind) -> list[Section]:
     """The sections of one page, in order."""
-    return [s for s in SECTIONS if kind in s.pages]
+    return [s for s in _SECTIONS if kind in s.pages]
 
 
-def section_of(heading: str) -> Section | None:
+def _section_of(heading: str) -> Section | None:
     """The section a level-2 heading belongs to (None: none)."""
-    return next((s for s in SECTIONS if s.heads(heading)), None)
+    return next((s for s in _SECTIONS if s.heads(heading)), None)
 
 
 def build_page(ctx: ReportContext) -> Page:
@@ -107,7 +108,7 @@ def build_page(ctx: ReportContext) -> Page:
             optional (a defect of the section, not of the run).
     """
     page = Page()
-    for s in sections_of(ctx.kind):
+    for s in _sections_of(ctx.kind):
         _build_section(page, s, ctx)
     return page
 
@@ -128,13 +129,17 @@ class PageDraft:
         for at, s in self.later:
             parts.append((at, Page()))
             _build_section(parts[-1][1], s, ctx)
-        for at, part in reversed(parts):  # from the last, so that the earlier places stay where they are
+        for at, part in reversed(
+            parts
+        ):  # from the last, so that the earlier places stay where they are
             page.blocks[at:at] = part.blocks
             for name, png in part.figures.items():
                 if name in page.figures:
                     raise ValueError(f"duplicate figure name {name}")
                 page.figures[name] = png
-        page.figures = {b.name: page.figures[b.name] for b in page.blocks if isinstance(b, Fig)}  # page order
+        page.figures = {
+            b.name: page.figures[b.name] for b in page.blocks if isinstance(b, Fig)
+        }  # page order
         return page
 
 
@@ -146,7 +151,7 @@ def draft_page(ctx: ReportContext) -> PageDraft:
     """
     page = Page()
     later: list[tuple[int, Section]] = []
-    for s in sections_of(ctx.kind):
+    for s in _sections_of(ctx.kind):
         if s.checked:
             later.append((len(page.blocks), s))
         else:
@@ -168,6 +173,8 @@ def subject(run: Run, head: str, *, name: str, letter: str = "", note: str = "")
     ECE), its deployed calibrator in words."""
     hb = run.eval_boxes(head)
     n_bins = run.settings.ece_bins
-    bins = (bins_of(hb.conf, hb.correct, n_bins) if hb.n else None,
-            bins_of(hb.conf_after, hb.correct, n_bins) if hb.n else None)
+    bins = (
+        bins_of(hb.conf, hb.correct, n_bins) if hb.n else None,
+        bins_of(hb.conf_after, hb.correct, n_bins) if hb.n else None,
+    )
     return Subject(name, letter, run, head, hb, bins, deployed_words(run, head), note)

@@ -20,15 +20,18 @@ from .common import (
     num,
 )
 
-__all__ = ["SEPARATION_NOTE", "boot_ci", "boot_mean", "separation_words"]
+__all__ = ["SEPARATION_NOTE", "boot_ci", "separation_words"]
 
-SEPARATION_NOTE = ("Two runs whose 95% intervals overlap cannot be told apart on these images; intervals that do "
-                   "not overlap are a clear difference (a conservative reading: each interval is its own run's "
-                   "image bootstrap, not a paired test).")
+SEPARATION_NOTE = (
+    "Two runs whose 95% intervals overlap cannot be told apart on these images; intervals that do "
+    "not overlap are a clear difference (a conservative reading: each interval is its own run's "
+    "image bootstrap, not a paired test)."
+)
 
 
-def boot_mean(metric: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.ndarray],
-               boot: Bootstrap) -> tuple[float, float] | None:
+def _boot_mean(
+    metric: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.ndarray], boot: Bootstrap
+) -> tuple[float, float] | None:
     """Image-bootstrap interval of a per-box mean metric (NLL, Brier), resampling images.
 
     A mean over boxes is ``sum over images of (metric of the image x its boxes) / total boxes``,
@@ -49,8 +52,15 @@ def boot_mean(metric: Callable[..., float], hb: HeadBoxes, arrays: Sequence[np.n
         w = np.ones_like(n) if weights is None else weights
         return float(np.dot(w, s) / np.dot(w, n))
 
-    lo, hi = metrics.bootstrap_ci(mean_of_images, np.arange(len(groups)), sums, counts,
-                                  n_boot=boot.n_boot, seed=boot.seed, level=boot.level)
+    lo, hi = metrics.bootstrap_ci(
+        mean_of_images,
+        np.arange(len(groups)),
+        sums,
+        counts,
+        n_boot=boot.n_boot,
+        seed=boot.seed,
+        level=boot.level,
+    )
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
@@ -63,14 +73,14 @@ def boot_ci(run: Run, hb: HeadBoxes, key: str, which: str) -> tuple[float, float
     boot = run.settings.bootstrap
     if key == "brier":
         prob = hb.conf if which == "before" else hb.conf_after
-        return None if prob is None else boot_mean(metrics.brier, hb, [prob, hb.correct], boot)
+        return None if prob is None else _boot_mean(metrics.brier, hb, [prob, hb.correct], boot)
     if which == "before":
-        return boot_mean(metrics.nll_logits, hb, [hb.logit, hb.correct], boot)
+        return _boot_mean(metrics.nll_logits, hb, [hb.logit, hb.correct], boot)
     if hb.calibrator is None and hb.temperature is not None:
         fn = functools.partial(metrics.nll_logits, temperature=hb.temperature)
-        return boot_mean(fn, hb, [hb.logit, hb.correct], boot)
+        return _boot_mean(fn, hb, [hb.logit, hb.correct], boot)
     z = hb.logit_after
-    return None if z is None else boot_mean(metrics.nll_logits, hb, [z, hb.correct], boot)
+    return None if z is None else _boot_mean(metrics.nll_logits, hb, [z, hb.correct], boot)
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -96,8 +106,14 @@ def separation_words(what: str, items: Sequence[tuple[str, Any, Any]]) -> str:
     others = [x for x in ok if x is not best]
     if all(x[1] == best[1] for x in others):
         return f"{what}: the same for {', '.join(n for n, _, _ in ok)} ({f4(best[1])})"
-    clear = [n for n, _, c in others if c is not None and best[2] is not None and not _overlap(c, best[2])]
-    ties = [n for n, _, c in others if c is not None and best[2] is not None and _overlap(c, best[2])]
+    clear = [
+        n
+        for n, _, c in others
+        if c is not None and best[2] is not None and not _overlap(c, best[2])
+    ]
+    ties = [
+        n for n, _, c in others if c is not None and best[2] is not None and _overlap(c, best[2])
+    ]
     unknown = [n for n, _, c in others if c is None or best[2] is None]
     s = f"{what}: lowest {best[0]} {fci(best[1], best[2])}"
     if clear:

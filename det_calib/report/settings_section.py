@@ -15,7 +15,7 @@ from .context import ReportContext, Subject
 from .document import Heading, Para, Table
 from .page import Page
 
-__all__ = ["PER_HEAD_KEYS", "SETTING_HELP", "settings_section"]
+__all__ = ["settings_section"]
 
 
 def settings_section(page: Page, ctx: ReportContext) -> None:
@@ -27,7 +27,7 @@ def settings_section(page: Page, ctx: ReportContext) -> None:
         _report_settings(page, ctx.run, ctx.hbs)
 
 
-SETTING_HELP = {
+_SETTING_HELP = {
     "schema_version": "layout version of calibration.json",
     "det_calib_version": "det_calib version that wrote the run",
     "created": "when calibration.json was written",
@@ -44,7 +44,8 @@ SETTING_HELP = {
     "cv_repeats": "fold assignments of --method auto's cross-validation (each candidate scored on all of them)",
     "auto_per_class": "whether --method auto also considered the per-class maps (--per-class)",
     "target": "what the calibrators were fitted to (--target): correct (the matched flag at iou_match; headline "
-              "kept-set ECE) or iou (the IoU of the box's LaECE_0 match, 0 when none; headline kept-set LaECE_0)",
+    "kept-set ECE) or iou (the IoU of the box's LaECE_0 match, 0 when none; headline kept-set "
+    "LaECE_0)",
     "auto_size_maps": "whether --method auto also considered the size-conditioned maps (--size-maps)",
     "conf_floor": "capture conf floor: boxes below it were never recorded",
     "max_det": "maximum detections per image",
@@ -59,71 +60,197 @@ SETTING_HELP = {
     "dece_bins": "D-ECE bins: confidence, then normalised centre x, centre y, width, height",
     "coco_gt": "COCO JSON ground truth (instead of YOLO txt labels)",
     "matching": "a segment, pose or OBB model's run: what the IoU compared (by: box, mask, oks or rotated), --match, "
-                "and why (and the OKS sigmas)",
+    "and why (and the OKS sigmas)",
     "seconds": "run time of the calibration job",
 }
 
 
-PER_HEAD_KEYS = {"temperature", "calibrators", "calibration_candidates", "detection_change", "fit", "eval",
-                 "threshold_shift", "per_class", "ultralytics_val", "corrupt_images", "class_names", "gt_counts",
-                 "temperature_fit", "by_size"}
+_PER_HEAD_KEYS = {
+    "temperature",
+    "calibrators",
+    "calibration_candidates",
+    "detection_change",
+    "fit",
+    "eval",
+    "threshold_shift",
+    "per_class",
+    "ultralytics_val",
+    "corrupt_images",
+    "class_names",
+    "gt_counts",
+    "temperature_fit",
+    "by_size",
+}
 
 
 def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     """The recorded options with their meaning, the fit and the evaluation data of every head."""
     c = run.result.to_dict()
     iou = run.settings.iou_match
-    rows = [[k, fmt_value(v), SETTING_HELP.get(k, "")] for k, v in c.items() if k not in PER_HEAD_KEYS]
-    rows.append(["temperature", fmt_value(c.get("temperature")),
-                 "fitted temperature per head: conf = sigmoid(logit / T)"])
-    b.add(Table(["Setting", "Value", "Meaning"], rows, caption=f"Options recorded in {CALIBRATION_FILE}",
-                css="settings", align_numbers=False))
+    rows = [
+        [k, fmt_value(v), _SETTING_HELP.get(k, "")] for k, v in c.items() if k not in _PER_HEAD_KEYS
+    ]
+    rows.append(
+        [
+            "temperature",
+            fmt_value(c.get("temperature")),
+            "fitted temperature per head: conf = sigmoid(logit / T)",
+        ]
+    )
+    b.add(
+        Table(
+            ["Setting", "Value", "Meaning"],
+            rows,
+            caption=f"Options recorded in {CALIBRATION_FILE}",
+            css="settings",
+            align_numbers=False,
+        )
+    )
     frows = []
     for h in run.heads:
         f = run.head(h).fit
-        frows.append([h, "n/a"] + ["n/a"] * 6 if f is None else
-                     [h, f.split or "n/a", fint(f.images), fint(f.boxes), fint(f.correct),
-                      f4(f.nll_before), f4(f.nll_after), fint(f.iterations)])
-    b.add(Table(["Head", "Split", "Images", "Boxes", "Correct", f"NLL at T = 1 (IoU {iou:g})",
-                 "NLL at fitted T", "Iterations"], frows, caption="Temperature fit", css="fit"))
+        frows.append(
+            [h, "n/a"] + ["n/a"] * 6
+            if f is None
+            else [
+                h,
+                f.split or "n/a",
+                fint(f.images),
+                fint(f.boxes),
+                fint(f.correct),
+                f4(f.nll_before),
+                f4(f.nll_after),
+                fint(f.iterations),
+            ]
+        )
+    b.add(
+        Table(
+            [
+                "Head",
+                "Split",
+                "Images",
+                "Boxes",
+                "Correct",
+                f"NLL at T = 1 (IoU {iou:g})",
+                "NLL at fitted T",
+                "Iterations",
+            ],
+            frows,
+            caption="Temperature fit",
+            css="fit",
+        )
+    )
     erows = []
     for h in run.heads:
         ev = head_eval(run, h)
-        erows.append([h, ev.split or "n/a", fint(ev.images), fint(ev.boxes), fint(ev.correct), fint(ev.ignored),
-                      fint(ev.n_gt), fint(ev.corrupt_images), f"{hbs[h].n:,}"])
-    b.add(Table(["Head", "Split", "Images", "Boxes", "Correct", "Crowd-matched (excluded)", "GT objects",
-                 "Corrupt images",
-                 f"Boxes used for curves (from {BOXES_FILE})"], erows, caption="Evaluation data", css="eval-data"))
+        erows.append(
+            [
+                h,
+                ev.split or "n/a",
+                fint(ev.images),
+                fint(ev.boxes),
+                fint(ev.correct),
+                fint(ev.ignored),
+                fint(ev.n_gt),
+                fint(ev.corrupt_images),
+                f"{hbs[h].n:,}",
+            ]
+        )
+    b.add(
+        Table(
+            [
+                "Head",
+                "Split",
+                "Images",
+                "Boxes",
+                "Correct",
+                "Crowd-matched (excluded)",
+                "GT objects",
+                "Corrupt images",
+                f"Boxes used for curves (from {BOXES_FILE})",
+            ],
+            erows,
+            caption="Evaluation data",
+            css="eval-data",
+        )
+    )
     corrupt = run.result.corrupt_images
     named = ", ".join(map(str, corrupt[:MAX_ABSENT_NAMED]))
-    more = f" and {len(corrupt) - MAX_ABSENT_NAMED:,} more (all in calibration.json)" \
-        if len(corrupt) > MAX_ABSENT_NAMED else ""
+    more = (
+        f" and {len(corrupt) - MAX_ABSENT_NAMED:,} more (all in calibration.json)"
+        if len(corrupt) > MAX_ABSENT_NAMED
+        else ""
+    )
     b.add(Para("Corrupt images skipped: " + (named + more if corrupt else "none") + ".", "note"))
     for h in run.heads[:1]:  # one val pass reads the split for every head
         uv = run.head(h).ultralytics_val
         if uv is not None and uv.skipped:
-            b.add(Para(f"Images Ultralytics val skipped ({len(uv.skipped):,} of {fint(uv.images_expected)}; "
-                       "its mAP is not reported): " + "; ".join(uv.skipped[:MAX_ABSENT_NAMED])
-                       + (f"; and {len(uv.skipped) - MAX_ABSENT_NAMED:,} more (in calibration.json)"
-                          if len(uv.skipped) > MAX_ABSENT_NAMED else "") + ".", "note"))
+            b.add(
+                Para(
+                    f"Images Ultralytics val skipped ({len(uv.skipped):,} of "
+                    f"{fint(uv.images_expected)}; "
+                    "its mAP is not reported): "
+                    + "; ".join(uv.skipped[:MAX_ABSENT_NAMED])
+                    + (
+                        f"; and {len(uv.skipped) - MAX_ABSENT_NAMED:,} more (in calibration.json)"
+                        if len(uv.skipped) > MAX_ABSENT_NAMED
+                        else ""
+                    )
+                    + ".",
+                    "note",
+                )
+            )
     bad = run.result.bad_labels
     if bad:
-        b.add(Para(f"Malformed label files ({len(bad):,}; their images are among those skipped): "
-                   + "; ".join(bad[:5]) + (f"; and {len(bad) - 5:,} more (bad_labels in calibration.json)"
-                                           if len(bad) > 5 else "") + ".", "note"))
-    b.add(Para(f"Curves are recomputed from {run.run_dir / BOXES_FILE} on the evaluation split, boxes matched to crowd "
-               "annotations excluded; the numbers in the tables are those of "
-               f"{run.run_dir / CALIBRATION_FILE}.", "note"))
+        b.add(
+            Para(
+                f"Malformed label files ({len(bad):,}; their images are among those skipped): "
+                + "; ".join(bad[:5])
+                + (
+                    f"; and {len(bad) - 5:,} more (bad_labels in calibration.json)"
+                    if len(bad) > 5
+                    else ""
+                )
+                + ".",
+                "note",
+            )
+        )
+    b.add(
+        Para(
+            f"Curves are recomputed from {run.run_dir / BOXES_FILE} on the evaluation split, boxes "
+            "matched to crowd "
+            "annotations excluded; the numbers in the tables are those of "
+            f"{run.run_dir / CALIBRATION_FILE}.",
+            "note",
+        )
+    )
 
 
 def _compare_settings(b: Page, cols: list[Subject]) -> None:
     """Every run's settings side by side, the differing ones marked."""
     docs = [c.run.result.to_dict() for c in cols]
-    keys = [k for k in dict.fromkeys(k for d in docs for k in d) if k not in PER_HEAD_KEYS | {"temperature_fit"}]
-    srows = [[k, *[fmt_value(d.get(k)) for d in docs], "" if all(d.get(k) == docs[0].get(k) for d in docs)
-              else "differs"] for k in keys]
+    keys = [
+        k
+        for k in dict.fromkeys(k for d in docs for k in d)
+        if k not in _PER_HEAD_KEYS | {"temperature_fit"}
+    ]
+    srows = [
+        [
+            k,
+            *[fmt_value(d.get(k)) for d in docs],
+            "" if all(d.get(k) == docs[0].get(k) for d in docs) else "differs",
+        ]
+        for k in keys
+    ]
     srows.append(["run directory", *[str(c.run.run_dir) for c in cols], ""])
     srows.append(["head", *[c.head for c in cols], ""])
     srows.append(["deployed calibrator", *[c.words for c in cols], ""])
-    b.add(Table(["Setting", *[c.name for c in cols], ""], srows, caption="Settings of every run", css="settings",
-                align_numbers=False))
+    b.add(
+        Table(
+            ["Setting", *[c.name for c in cols], ""],
+            srows,
+            caption="Settings of every run",
+            css="settings",
+            align_numbers=False,
+        )
+    )

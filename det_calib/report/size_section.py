@@ -18,12 +18,19 @@ from .plots import reliability_grid
 
 __all__ = ["bin_label", "size_section"]
 
-NOTE = ("A box's size is its own (predicted) box's area: COCO's bins in image pixels (small < 32², medium < 96², "
-        "as pycocotools), and fixed bins of area over image area (< 0.3%, 0.3–3%, ≥ 3%: COCO's thresholds on its "
-        "typical 640×480 image, which scale with the image where resolutions differ). Each bin's kept boxes are "
-        "those above the lowest conf threshold under each set of scores. Intervals: 95% image bootstrap (ECE: "
-        "bias-corrected percentile over the images with boxes in the bin; LaECE_0: estimate ± 1.96 SD, every "
-        "box keeping its match among all boxes).")
+_NOTE = (
+    "A box's size is its own (predicted) box's area: COCO's bins in image pixels (small < 32², "
+    "medium < 96², "
+    "as pycocotools), and fixed bins of area over image area (< 0.3%, 0.3–3%, ≥ 3%: COCO's "
+    "thresholds on its "
+    "typical 640×480 image, which scale with the image where resolutions differ). Each bin's kept "
+    "boxes are "
+    "those above the lowest conf threshold under each set of scores. Intervals: 95% image "
+    "bootstrap (ECE: "
+    "bias-corrected percentile over the images with boxes in the bin; LaECE_0: estimate ± 1.96 SD, "
+    "every "
+    "box keeping its match among all boxes)."
+)
 
 
 def bin_label(f: SizeFigures) -> str:
@@ -40,7 +47,7 @@ def size_section(page: Page, ctx: ReportContext) -> None:
     if not subjects:
         return
     page.add(Heading(2, "Reliability by size", "by-size"))
-    page.add(Para(NOTE, "note"))
+    page.add(Para(_NOTE, "note"))
     if ctx.compared:
         _compare(page, subjects)
         return
@@ -56,15 +63,33 @@ def size_section(page: Page, ctx: ReportContext) -> None:
 
 
 def _table(run: Run, head: str, figures: list[SizeFigures]) -> Table:
-    rows = [[bin_label(f), f"{fint(f.boxes_before)} → {fint(f.boxes_after)}", fci(f.ece_before, f.ece_before_ci),
-             fci(f.ece_after, f.ece_after_ci), fci(f.laece0_before, f.laece0_before_ci),
-             fci(f.laece0_after, f.laece0_after_ci)] for f in figures]
+    rows = [
+        [
+            bin_label(f),
+            f"{fint(f.boxes_before)} → {fint(f.boxes_after)}",
+            fci(f.ece_before, f.ece_before_ci),
+            fci(f.ece_after, f.ece_after_ci),
+            fci(f.laece0_before, f.laece0_before_ci),
+            fci(f.laece0_after, f.laece0_after_ci),
+        ]
+        for f in figures
+    ]
     thr = fthr(figures[0].conf)
-    return Table(["Size", "Kept boxes (raw → calibrated)", "ECE raw [95% CI]", "ECE calibrated [95% CI]",
-                  "LaECE_0 raw [95% CI]", "LaECE_0 calibrated [95% CI]"], rows,
-                 caption=f"Reliability by size, head {head}, boxes kept at conf {thr} (ECE: {ece_tag(run)}; "
-                         f"LaECE_0: {run.settings.laece_bins} bins, any-IoU match, IoU target)", css="by-size",
-                 attrs={"data-head": head})
+    return Table(
+        [
+            "Size",
+            "Kept boxes (raw → calibrated)",
+            "ECE raw [95% CI]",
+            "ECE calibrated [95% CI]",
+            "LaECE_0 raw [95% CI]",
+            "LaECE_0 calibrated [95% CI]",
+        ],
+        rows,
+        caption=f"Reliability by size, head {head}, boxes kept at conf {thr} (ECE: {ece_tag(run)}; "
+        f"LaECE_0: {run.settings.laece_bins} bins, any-IoU match, IoU target)",
+        css="by-size",
+        attrs={"data-head": head},
+    )
 
 
 def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
@@ -81,17 +106,30 @@ def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
         panels = []
         for b, m in zip(coco, masks):
             keep = m & (conf > thr)
-            panels.append((f"{label}: {b.label}, {int(keep.sum()):,} boxes",
-                           bins_of(conf[keep], hb.correct[keep], n_bins) if keep.any() else None,
-                           f"{label.lower()} confidence"))
+            panels.append(
+                (
+                    f"{label}: {b.label}, {int(keep.sum()):,} boxes",
+                    bins_of(conf[keep], hb.correct[keep], n_bins) if keep.any() else None,
+                    f"{label.lower()} confidence",
+                )
+            )
         rows.append(panels)
     # the panels of a row share their y axes: one count scale, so that the sizes' counts compare at a glance
-    png = reliability_grid(rows, title=f"Reliability by size, head {head}, kept at conf {fthr(thr)} ({ece_tag(run)})",
-                           shared=True, missing="no boxes")
-    page.fig(f"by_size_{head}", png,
-             f"Reliability of the boxes of head {head} kept at conf {fthr(thr)} on split {hb.split}, by COCO size "
-             f"of the box (columns), raw (top) and calibrated (bottom); {ece_tag(run)}; below each, boxes per bin.",
-             f"Reliability diagrams of head {head} by box size, raw and calibrated")
+    png = reliability_grid(
+        rows,
+        title=f"Reliability by size, head {head}, kept at conf {fthr(thr)} ({ece_tag(run)})",
+        shared=True,
+        missing="no boxes",
+    )
+    page.fig(
+        f"by_size_{head}",
+        png,
+        f"Reliability of the boxes of head {head} kept at conf {fthr(thr)} on split {hb.split}, by "
+        "COCO size "
+        f"of the box (columns), raw (top) and calibrated (bottom); {ece_tag(run)}; below each, "
+        "boxes per bin.",
+        f"Reliability diagrams of head {head} by box size, raw and calibrated",
+    )
 
 
 def _compare(page: Page, subjects: list[Subject]) -> None:
@@ -104,10 +142,21 @@ def _compare(page: Page, subjects: list[Subject]) -> None:
         label = bin_label(by[0][k])
         for s, d in zip(subjects, by, strict=True):
             f = d.get(k)
-            cells = ["n/a", "n/a"] if f is None else [f"{fci(f.ece_after, f.ece_after_ci)} ({fint(f.boxes_after)})",
-                                                      fci(f.laece0_after, f.laece0_after_ci)]
+            cells = (
+                ["n/a", "n/a"]
+                if f is None
+                else [
+                    f"{fci(f.ece_after, f.ece_after_ci)} ({fint(f.boxes_after)})",
+                    fci(f.laece0_after, f.laece0_after_ci),
+                ]
+            )
             rows.append([label, s.letter or s.name, *cells])
-    page.add(Table(["Size", "Run", "ECE calibrated (boxes)", "LaECE_0 calibrated"], rows,
-                   caption="Calibrated kept-set ECE and LaECE_0 by size, 95% intervals in brackets "
-                           "(" + "; ".join(f"{s.letter}: {s.title}" for s in subjects) + ")",
-                   css="by-size"))
+    page.add(
+        Table(
+            ["Size", "Run", "ECE calibrated (boxes)", "LaECE_0 calibrated"],
+            rows,
+            caption="Calibrated kept-set ECE and LaECE_0 by size, 95% intervals in brackets "
+            "(" + "; ".join(f"{s.letter}: {s.title}" for s in subjects) + ")",
+            css="by-size",
+        )
+    )

@@ -23,7 +23,14 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_view import kept_mask, usable_rows
-from det_calib.data.ground_truth import EVAL_HALF, FIT_HALF, Dataset, Split, list_images, load_data_yaml
+from det_calib.data.ground_truth import (
+    EVAL_HALF,
+    FIT_HALF,
+    Dataset,
+    Split,
+    list_images,
+    load_data_yaml,
+)
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
@@ -35,15 +42,14 @@ from det_calib.tasks.pose_matching import match_keypoints, table_keypoints
 
 from .task_plots import PosePanel, RotatedPanel
 
-__all__ = ["MAX_IMAGES", "example_images", "kept_matches", "pose_panels", "read_rgb", "reread_split", "rotated_panels",
-           "run_task_panels"]
+__all__ = ["MAX_IMAGES", "example_images", "reread_split", "run_task_panels"]
 
 MAX_IMAGES = 4
 """Images a picture shows at most."""
-MEASURE = "measure"
+_MEASURE = "measure"
 """The column :func:`kept_matches` adds: the match's OKS or ProbIoU (the best one where unmatched)."""
-GT_INDEX = "gt_index"
-ROW = "_row"
+_GT_INDEX = "gt_index"
+_ROW = "_row"
 
 
 def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
@@ -55,35 +61,49 @@ def example_images(kept: pl.DataFrame, n: int = MAX_IMAGES) -> list[str]:
     >>> example_images(t, 2), example_images(t, 3)
     (['a', 'c'], ['a', 'c', 'b'])
     """
-    per = (kept.group_by("image_id", maintain_order=True)
-           .agg(pl.col("image").first(), pl.col("correct").any().alias("hit"), (~pl.col("correct")).any().alias("miss"))
-           .sort("image_id"))
+    per = (
+        kept.group_by("image_id", maintain_order=True)
+        .agg(
+            pl.col("image").first(),
+            pl.col("correct").any().alias("hit"),
+            (~pl.col("correct")).any().alias("miss"),
+        )
+        .sort("image_id")
+    )
     both = per.filter(pl.col("hit") & pl.col("miss"))["image"].to_list()
     rest = per.filter(~(pl.col("hit") & pl.col("miss")))["image"].to_list()
     return (both + rest)[:n]
 
 
-def kept_matches(boxes: pl.DataFrame, match: MatchResult, *, score: str = "conf", conf: float = 0.25) -> pl.DataFrame:
+def _kept_matches(
+    boxes: pl.DataFrame, match: MatchResult, *, score: str = "conf", conf: float = 0.25
+) -> pl.DataFrame:
     """The rows of ``boxes`` kept at ``conf`` by ``score`` and not ignored by ``match``, with the match's
-    ``correct``, :data:`MEASURE` and ``gt_index``.
+    ``correct``, :data:`_MEASURE` and ``gt_index``.
 
     Raises:
         ValueError: ``match`` is not row for row with ``boxes``; ``boxes`` holds several heads; no ``score``.
     """
     if len(match) != boxes.height:
-        raise ValueError(f"Expected a matching result of {boxes.height} rows (one per box), but got {len(match)}")
+        raise ValueError(
+            f"Expected a matching result of {boxes.height} rows (one per box), but got {len(match)}"
+        )
     if "head" in boxes.columns and boxes["head"].n_unique() > 1:
-        raise ValueError(f"Expected the boxes of one head, but got {sorted(boxes['head'].unique().to_list())}")
+        raise ValueError(
+            f"Expected the boxes of one head, but got {sorted(boxes['head'].unique().to_list())}"
+        )
     if score not in boxes.columns:
         raise ValueError(f"Expected a `{score}` column in the boxes, but got {boxes.columns}")
-    t = boxes.with_columns(pl.Series("correct", np.asarray(match.correct, dtype=bool)),
-                           pl.Series(MEASURE, np.asarray(match.iou, dtype=np.float64)),
-                           pl.Series(GT_INDEX, np.asarray(match.gt_index, dtype=np.int64)))
+    t = boxes.with_columns(
+        pl.Series("correct", np.asarray(match.correct, dtype=bool)),
+        pl.Series(_MEASURE, np.asarray(match.iou, dtype=np.float64)),
+        pl.Series(_GT_INDEX, np.asarray(match.gt_index, dtype=np.int64)),
+    )
     keep = kept_mask(t[score].to_numpy(), conf) & ~np.asarray(match.ignore, dtype=bool)
     return t.filter(pl.Series(keep))
 
 
-def read_rgb(path: Path) -> np.ndarray:
+def _read_rgb(path: Path) -> np.ndarray:
     """An image as (H, W, 3) uint8 RGB, read by OpenCV as Ultralytics reads it (same orientation as the capture)."""
     import cv2
 
@@ -93,33 +113,51 @@ def read_rgb(path: Path) -> np.ndarray:
     return cv2.cvtColor(im, cv2.COLOR_BGR2RGB)
 
 
-def _chosen(boxes: pl.DataFrame, split: Split, match: MatchResult, column: str, score: str, conf: float,
-            n: int) -> list[tuple[int, pl.DataFrame]]:
+def _chosen(
+    boxes: pl.DataFrame,
+    split: Split,
+    match: MatchResult,
+    column: str,
+    score: str,
+    conf: float,
+    n: int,
+) -> list[tuple[int, pl.DataFrame]]:
     """(image id, its kept rows, least confident first) of each chosen image."""
     if column not in boxes.columns:
-        raise ValueError(f"Expected a `{column}` column in the boxes (the capture of the task's model), "
-                         f"but got {boxes.columns}")
-    kept = kept_matches(boxes, match, score=score, conf=conf).filter(pl.col(column).is_not_null())
+        raise ValueError(
+            f"Expected a `{column}` column in the boxes (the capture of the task's model), "
+            f"but got {boxes.columns}"
+        )
+    kept = _kept_matches(boxes, match, score=score, conf=conf).filter(pl.col(column).is_not_null())
     out = []
     for name in example_images(kept, n):
         rows = kept.filter(pl.col("image") == name).sort(score, maintain_order=True)
         i = int(rows["image_id"][0])
         if not 0 <= i < len(split.images):
-            raise ValueError(f"box image_id {i} is not an image of split `{split.name}` ({len(split.images)} images)")
+            raise ValueError(
+                f"box image_id {i} is not an image of split `{split.name}` ({len(split.images)} "
+                "images)"
+            )
         out.append((i, rows))
     return out
 
 
-def _texts(rows: pl.DataFrame, names: Mapping[int, str] | Sequence[str] | None, score: str, measure: str) -> list[str]:
+def _texts(
+    rows: pl.DataFrame, names: Mapping[int, str] | Sequence[str] | None, score: str, measure: str
+) -> list[str]:
     def name(c: int) -> str:
         try:
             return str(names[c]) if names is not None else str(c)
         except (KeyError, IndexError):
             return str(c)
 
-    shown = np.clip(rows[MEASURE].to_numpy(), 0.0, 1.0)  # ProbIoU's guards leave -5e-8 for boxes far apart
-    return [f"{name(int(c))} {s:.2f}, {measure} {m:.2f}"
-            for c, s, m in zip(rows["cls"].to_list(), rows[score].to_list(), shown.tolist())]
+    shown = np.clip(
+        rows[_MEASURE].to_numpy(), 0.0, 1.0
+    )  # ProbIoU's guards leave -5e-8 for boxes far apart
+    return [
+        f"{name(int(c))} {s:.2f}, {measure} {m:.2f}"
+        for c, s, m in zip(rows["cls"].to_list(), rows[score].to_list(), shown.tolist())
+    ]
 
 
 def _title(name: str, state: list[str]) -> str:
@@ -131,8 +169,16 @@ def _state(rows: pl.DataFrame) -> list[str]:
     return ["matched" if ok else "unmatched" for ok in rows["correct"].to_list()]
 
 
-def pose_panels(boxes: pl.DataFrame, split: Split, match: MatchResult, *, names=None, score: str = "conf",
-                conf: float = 0.25, n: int = MAX_IMAGES) -> list[PosePanel]:
+def _pose_panels(
+    boxes: pl.DataFrame,
+    split: Split,
+    match: MatchResult,
+    *,
+    names=None,
+    score: str = "conf",
+    conf: float = 0.25,
+    n: int = MAX_IMAGES,
+) -> list[PosePanel]:
     """Up to ``n`` panels of eval images: each kept pose box's keypoints (``kpts``), its state and OKS
     (``match.iou``: the match's, else the best with a same-class ground truth), over the image's
     ground-truth keypoints. ``names``: class id -> name for the labels (default: the ids)."""
@@ -143,19 +189,38 @@ def pose_panels(boxes: pl.DataFrame, split: Split, match: MatchResult, *, names=
         on = np.flatnonzero(gt_img == i)
         local = np.full(len(gt_img), -1, dtype=np.int64)
         local[on] = np.arange(len(on))
-        g = rows[GT_INDEX].to_numpy()
+        g = rows[_GT_INDEX].to_numpy()
         state = _state(rows)
-        panels.append(PosePanel(
-            title=_title(rows["image"][0], state), image=read_rgb(split.images[i]), gt_kpts=all_kpts[on],
-            kpts=np.stack([np.asarray(k, dtype=np.float64) for k in rows[KPTS_COLUMN].to_list()]),
-            state=state, labels=_texts(rows, names, score, "OKS"),
-            boxes=list(rows.select("x1", "y1", "x2", "y2").iter_rows()),
-            gt_index=[int(local[j]) if ok and j >= 0 else -1 for j, ok in zip(g, rows["correct"].to_list())]))
+        panels.append(
+            PosePanel(
+                title=_title(rows["image"][0], state),
+                image=_read_rgb(split.images[i]),
+                gt_kpts=all_kpts[on],
+                kpts=np.stack(
+                    [np.asarray(k, dtype=np.float64) for k in rows[KPTS_COLUMN].to_list()]
+                ),
+                state=state,
+                labels=_texts(rows, names, score, "OKS"),
+                boxes=list(rows.select("x1", "y1", "x2", "y2").iter_rows()),
+                gt_index=[
+                    int(local[j]) if ok and j >= 0 else -1
+                    for j, ok in zip(g, rows["correct"].to_list())
+                ],
+            )
+        )
     return panels
 
 
-def rotated_panels(boxes: pl.DataFrame, split: Split, match: MatchResult, *, names=None, score: str = "conf",
-                   conf: float = 0.25, n: int = MAX_IMAGES) -> list[RotatedPanel]:
+def _rotated_panels(
+    boxes: pl.DataFrame,
+    split: Split,
+    match: MatchResult,
+    *,
+    names=None,
+    score: str = "conf",
+    conf: float = 0.25,
+    n: int = MAX_IMAGES,
+) -> list[RotatedPanel]:
     """Up to ``n`` panels of eval images: each kept OBB box's rotated box (``xywhr``), its state and
     ProbIoU (``match.iou``: the match's, else the best with a same-class ground truth), over the image's
     ground-truth rotated boxes. ``names``: class id -> name for the labels (default: the ids)."""
@@ -164,16 +229,23 @@ def rotated_panels(boxes: pl.DataFrame, split: Split, match: MatchResult, *, nam
     panels = []
     for i, rows in _chosen(boxes, split, match, XYWHR_COLUMN, score, conf, n):
         state = _state(rows)
-        panels.append(RotatedPanel(
-            title=_title(rows["image"][0], state), image=read_rgb(split.images[i]), gt=gt[gt_img == i],
-            boxes=np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
-            state=state, labels=_texts(rows, names, score, "ProbIoU")))
+        panels.append(
+            RotatedPanel(
+                title=_title(rows["image"][0], state),
+                image=_read_rgb(split.images[i]),
+                gt=gt[gt_img == i],
+                boxes=np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
+                state=state,
+                labels=_texts(rows, names, score, "ProbIoU"),
+            )
+        )
     return panels
 
 
 # ------------------------------------------------------------------------------------------ from a run folder
-def reread_split(run: Run, split: str, names: Sequence[str], load: Callable[[Dataset, str, int], Split]
-                 ) -> tuple[Split, dict[str, int]]:
+def reread_split(
+    run: Run, split: str, names: Sequence[str], load: Callable[[Dataset, str, int], Split]
+) -> tuple[Split, dict[str, int]]:
     """The run's eval split read again by ``load(dataset, split, limit)`` (with the task's ground truth),
     far enough to hold the images ``names`` (a half split: its whole split). Returns the split and each
     name's image id in it.
@@ -211,14 +283,31 @@ def _rematch(rows: pl.DataFrame, sp: Split, rule: MatchingRule, iou: float) -> M
     if rule.by == "oks":
         gk = split_keypoints(sp)
         dk = table_keypoints(rows, KPTS_COLUMN, gk.shape[1])
-        return match_keypoints(rows["image_id"], rows["cls"], rows["conf"], dk, g["image_id"], g["cls"], gk,
-                               g["area"], g.select("x1", "y1", "x2", "y2").to_numpy(),
-                               g["crowd"] if "crowd" in g.columns else None,
-                               g["num_keypoints"] if "num_keypoints" in g.columns else None,
-                               oks_threshold=iou, sigmas=rule.sigmas)
-    return match_rotated(rows["image_id"], rows["cls"], rows["conf"],
-                         np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
-                         g["image_id"], g["cls"], split_xywhr(sp), iou_threshold=iou)
+        return match_keypoints(
+            rows["image_id"],
+            rows["cls"],
+            rows["conf"],
+            dk,
+            g["image_id"],
+            g["cls"],
+            gk,
+            g["area"],
+            g.select("x1", "y1", "x2", "y2").to_numpy(),
+            g["crowd"] if "crowd" in g.columns else None,
+            g["num_keypoints"] if "num_keypoints" in g.columns else None,
+            oks_threshold=iou,
+            sigmas=rule.sigmas,
+        )
+    return match_rotated(
+        rows["image_id"],
+        rows["cls"],
+        rows["conf"],
+        np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
+        g["image_id"],
+        g["cls"],
+        split_xywhr(sp),
+        iou_threshold=iou,
+    )
 
 
 def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[RotatedPanel]:
@@ -239,21 +328,38 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[
     b = run.boxes
     if column not in b.columns:
         return []
-    b = usable_rows(b, head=head, split=split, ignore=False).with_row_index(ROW)
+    b = usable_rows(b, head=head, split=split, ignore=False).with_row_index(_ROW)
     score = "calibrated" if "calibrated" in b.columns else "conf"
-    usable = usable_rows(b)  # the boxes the figures count: those matched to an ignored ground truth left out
-    kept = usable.filter(pl.Series(kept_mask(usable[score].to_numpy(), conf)) & pl.col(column).is_not_null())
+    usable = usable_rows(
+        b
+    )  # the boxes the figures count: those matched to an ignored ground truth left out
+    kept = usable.filter(
+        pl.Series(kept_mask(usable[score].to_numpy(), conf)) & pl.col(column).is_not_null()
+    )
     names = example_images(kept)
     if not names:
         return []
     load = load_pose_split if rule.by == "oks" else load_obb_split
-    sp, ids = reread_split(run, split, names, lambda ds, s, limit: load(ds, s, coco_gt=run.settings.coco_gt,
-                                                                         limit=limit))
+    sp, ids = reread_split(
+        run,
+        split,
+        names,
+        lambda ds, s, limit: load(ds, s, coco_gt=run.settings.coco_gt, limit=limit),
+    )
     rows = b.filter(pl.col("image").is_in(names))
-    rows = rows.with_columns(pl.Series("image_id", [ids[n] for n in rows["image"].to_list()], dtype=pl.Int64))
+    rows = rows.with_columns(
+        pl.Series("image_id", [ids[n] for n in rows["image"].to_list()], dtype=pl.Int64)
+    )
     match = _rematch(rows, sp, rule, run.settings.iou_match)
-    was_ignored = ~np.isin(rows[ROW].to_numpy(), usable[ROW].to_numpy())
-    if not (np.array_equal(match.correct, rows["correct"].to_numpy()) and np.array_equal(match.ignore, was_ignored)):
-        raise InputError(f"the labels of split `{split}` changed since the run (its boxes match differently now)")
-    build = pose_panels if rule.by == "oks" else rotated_panels
-    return build(rows.drop(ROW), sp, match, names=run.class_names, score=score, conf=conf, n=len(names))
+    was_ignored = ~np.isin(rows[_ROW].to_numpy(), usable[_ROW].to_numpy())
+    if not (
+        np.array_equal(match.correct, rows["correct"].to_numpy())
+        and np.array_equal(match.ignore, was_ignored)
+    ):
+        raise InputError(
+            f"the labels of split `{split}` changed since the run (its boxes match differently now)"
+        )
+    build = _pose_panels if rule.by == "oks" else _rotated_panels
+    return build(
+        rows.drop(_ROW), sp, match, names=run.class_names, score=score, conf=conf, n=len(names)
+    )

@@ -22,14 +22,13 @@ from matplotlib.patches import Patch, Polygon, Rectangle
 from .mask_plots import COLOURS, GT_EDGE
 from .plots import DPI, RC, to_png
 
-__all__ = ["PosePanel", "RotatedPanel", "palette_png", "pose_examples_figure", "rotated_examples_figure",
-           "xywhr_corners"]
+__all__ = ["PosePanel", "RotatedPanel", "pose_examples_figure", "rotated_examples_figure"]
 
-PALETTE = 256
+_PALETTE = 256
 """Colours of the figures' PNG (:func:`palette_png`)."""
-DIM = 0.75
+_DIM = 0.75
 """The image's brightness under the drawing."""
-GT_DARK = "#222222"
+_GT_DARK = "#222222"
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class RotatedPanel:
     labels: Sequence[str] = field(default_factory=tuple)
 
 
-def xywhr_corners(xywhr) -> np.ndarray:
+def _xywhr_corners(xywhr) -> np.ndarray:
     """(n, 4, 2) corners of rotated boxes ``cx, cy, w, h, angle``, in order around the box (Ultralytics'
     ``xywhr2xyxyxyxy`` order).
 
@@ -92,11 +91,13 @@ def xywhr_corners(xywhr) -> np.ndarray:
     along = np.stack([c, s], 1) * b[:, 2:3] / 2
     across = np.stack([-s, c], 1) * b[:, 3:4] / 2
     ctr = b[:, :2]
-    return np.stack([ctr + along + across, ctr + along - across, ctr - along - across, ctr - along + across], 1)
+    return np.stack(
+        [ctr + along + across, ctr + along - across, ctr - along - across, ctr - along + across], 1
+    )
 
 
 def _frame(ax, title: str, image: np.ndarray) -> None:
-    ax.imshow((image.astype(np.float64) * DIM).astype(np.uint8), interpolation="nearest")
+    ax.imshow((image.astype(np.float64) * _DIM).astype(np.uint8), interpolation="nearest")
     ax.set_title(title, fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -107,24 +108,41 @@ def _frame(ax, title: str, image: np.ndarray) -> None:
     ax.set_ylim(h - 0.5, -0.5)
 
 
-def _label(ax, text: str, box: tuple[float, float, float, float], state: str, size: tuple[int, int]) -> None:
+def _label(
+    ax, text: str, box: tuple[float, float, float, float], state: str, size: tuple[int, int]
+) -> None:
     """``text`` above the box ``(x1, y1, x2, y2)``: left-aligned at its left side, or right-aligned at its right
     side where the box lies in the image's right half; inside the box's top where there is no room above."""
     x1, y1, x2, _ = box
     w, h = size
     right = (x1 + x2) / 2 > w / 2
     inside = y1 < 0.06 * h
-    ax.text(min(x2, w) if right else max(x1, 0.0), max(y1, 0.0), text, fontsize=6, color="white",
-            va="top" if inside else "bottom", ha="right" if right else "left", clip_on=True,
-            bbox={"facecolor": COLOURS[state], "edgecolor": "none", "pad": 0.8, "alpha": 0.85})
+    ax.text(
+        min(x2, w) if right else max(x1, 0.0),
+        max(y1, 0.0),
+        text,
+        fontsize=6,
+        color="white",
+        va="top" if inside else "bottom",
+        ha="right" if right else "left",
+        clip_on=True,
+        bbox={"facecolor": COLOURS[state], "edgecolor": "none", "pad": 0.8, "alpha": 0.85},
+    )
 
 
 def _gt_points(ax, gt_kpts: np.ndarray) -> None:
     for v, face in ((2, GT_EDGE), (1, "none")):
         pts = gt_kpts[gt_kpts[..., 2] == v]
         if len(pts):
-            ax.scatter(pts[:, 0], pts[:, 1], s=22, facecolors=face, edgecolors=GT_EDGE if v == 1 else GT_DARK,
-                       linewidths=0.9, zorder=3)
+            ax.scatter(
+                pts[:, 0],
+                pts[:, 1],
+                s=22,
+                facecolors=face,
+                edgecolors=GT_EDGE if v == 1 else _GT_DARK,
+                linewidths=0.9,
+                zorder=3,
+            )
 
 
 def _pose_panel(ax, p: PosePanel) -> None:
@@ -136,25 +154,41 @@ def _pose_panel(ax, p: PosePanel) -> None:
         xy = np.asarray(p.kpts[i], dtype=np.float64)[:, :2]
         if i < len(p.boxes):
             x1, y1, x2, y2 = p.boxes[i]
-            ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=col, linewidth=0.6,
-                                   linestyle=":", zorder=2))
+            ax.add_patch(
+                Rectangle(
+                    (x1, y1),
+                    x2 - x1,
+                    y2 - y1,
+                    fill=False,
+                    edgecolor=col,
+                    linewidth=0.6,
+                    linestyle=":",
+                    zorder=2,
+                )
+            )
         g = gt_index[i]
         if g >= 0:
             gk = p.gt_kpts[g]
             for (x, y), (gx, gy, v) in zip(xy, gk):
                 if v > 0:
                     ax.plot([x, gx], [y, gy], color=col, linewidth=0.7, zorder=4)
-        ax.scatter(xy[:, 0], xy[:, 1], s=10, color=col, edgecolors="white", linewidths=0.4, zorder=5)
+        ax.scatter(
+            xy[:, 0], xy[:, 1], s=10, color=col, edgecolors="white", linewidths=0.4, zorder=5
+        )
         if i < len(p.labels) and i < len(p.boxes):
             _label(ax, p.labels[i], p.boxes[i], st, (p.image.shape[1], p.image.shape[0]))
 
 
 def _rotated_panel(ax, p: RotatedPanel) -> None:
     _frame(ax, p.title, p.image)
-    for q in xywhr_corners(p.gt):
-        ax.add_patch(Polygon(q, closed=True, fill=False, edgecolor=GT_EDGE, linewidth=1.0, zorder=3))
-    for i, (q, st) in enumerate(zip(xywhr_corners(p.boxes), p.state)):
-        ax.add_patch(Polygon(q, closed=True, fill=False, edgecolor=COLOURS[st], linewidth=1.1, zorder=4))
+    for q in _xywhr_corners(p.gt):
+        ax.add_patch(
+            Polygon(q, closed=True, fill=False, edgecolor=GT_EDGE, linewidth=1.0, zorder=3)
+        )
+    for i, (q, st) in enumerate(zip(_xywhr_corners(p.boxes), p.state)):
+        ax.add_patch(
+            Polygon(q, closed=True, fill=False, edgecolor=COLOURS[st], linewidth=1.1, zorder=4)
+        )
         if i < len(p.labels):
             (x1, y1), (x2, _) = q.min(0), q.max(0)
             _label(ax, p.labels[i], (x1, y1, x2, y1), st, (p.image.shape[1], p.image.shape[0]))
@@ -172,18 +206,22 @@ def _figure(panels: Sequence, draw, handles: list, title: str | None) -> bytes:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
         if title:
             fig.suptitle(title)
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04)
-        return palette_png(to_png(fig))
+        fig.subplots_adjust(
+            left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04
+        )
+        return _palette_png(to_png(fig))
 
 
-def palette_png(png: bytes, colours: int = PALETTE) -> bytes:
+def _palette_png(png: bytes, colours: int = _PALETTE) -> bytes:
     """``png`` with its colours reduced to ``colours`` (median cut, no dithering): photographs make a
     full-colour PNG three times larger than the report's other figures; a palette keeps the picture
     within their size at no visible cost to the drawing."""
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as im:
-        q = im.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        q = im.convert("RGB").quantize(
+            colors=colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
     buf = io.BytesIO()
     q.save(buf, format="PNG", optimize=True)
     return buf.getvalue()
@@ -197,10 +235,19 @@ def pose_examples_figure(panels: Sequence[PosePanel], *, title: str | None = Non
         ValueError: No panel.
     """
     dot = {"marker": "o", "linestyle": "none", "markersize": 5}
-    handles = [Line2D([], [], color=COLOURS["matched"], label="keypoints, box matched (correct)", **dot),
-               Line2D([], [], color=COLOURS["unmatched"], label="keypoints, box unmatched", **dot),
-               Line2D([], [], markerfacecolor=GT_EDGE, markeredgecolor=GT_DARK, color="none",
-                      label="ground truth (hollow: occluded)", **dot)]
+    handles = [
+        Line2D([], [], color=COLOURS["matched"], label="keypoints, box matched (correct)", **dot),
+        Line2D([], [], color=COLOURS["unmatched"], label="keypoints, box unmatched", **dot),
+        Line2D(
+            [],
+            [],
+            markerfacecolor=GT_EDGE,
+            markeredgecolor=_GT_DARK,
+            color="none",
+            label="ground truth (hollow: occluded)",
+            **dot,
+        ),
+    ]
     return _figure(panels, _pose_panel, handles, title)
 
 
@@ -211,7 +258,11 @@ def rotated_examples_figure(panels: Sequence[RotatedPanel], *, title: str | None
     Raises:
         ValueError: No panel.
     """
-    handles = [Patch(facecolor="none", edgecolor=COLOURS["matched"], label="rotated box matched (correct)"),
-               Patch(facecolor="none", edgecolor=COLOURS["unmatched"], label="rotated box unmatched"),
-               Patch(facecolor="none", edgecolor="#444444", label="ground truth (white)")]
+    handles = [
+        Patch(
+            facecolor="none", edgecolor=COLOURS["matched"], label="rotated box matched (correct)"
+        ),
+        Patch(facecolor="none", edgecolor=COLOURS["unmatched"], label="rotated box unmatched"),
+        Patch(facecolor="none", edgecolor="#444444", label="ground truth (white)"),
+    ]
     return _figure(panels, _rotated_panel, handles, title)

@@ -2,6 +2,30 @@
 
 from __future__ import annotations
 
-from det_calib.selection.cross_validation import Selection, fit_calibrator, select_calibrator
+from det_calib.lazy import lazy_exports
 
-__all__ = ['Selection', 'select_calibrator', 'fit_calibrator']
+_EXPORTS = {
+    "choose_classifier_map": "classifier_choice",
+    "CRITERIA": "cross_validation",
+    "GAIN_KEPT": "cross_validation",
+    "Selection": "cross_validation",
+    "Z_NONE": "cross_validation",
+    "Z_SIMPLER": "cross_validation",
+    "fit_calibrator": "cross_validation",
+    "refit": "cross_validation",
+    "select_calibrator": "cross_validation",
+}
+
+__all__ = [
+    "CRITERIA",
+    "GAIN_KEPT",
+    "Selection",
+    "Z_NONE",
+    "Z_SIMPLER",
+    "choose_classifier_map",
+    "fit_calibrator",
+    "refit",
+    "select_calibrator",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

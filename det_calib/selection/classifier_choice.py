@@ -55,8 +55,15 @@ def _fold_ids(y: np.ndarray, folds: int, rng: np.random.Generator) -> np.ndarray
     return ids
 
 
-def choose_classifier_map(logits: np.ndarray, labels: np.ndarray, *, methods: tuple[str, ...] = MULTICLASS_METHODS,
-                          folds: int = 5, repeats: int = 2, seed: int = 0) -> ClassifierChoice:
+def choose_classifier_map(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    *,
+    methods: tuple[str, ...] = MULTICLASS_METHODS,
+    folds: int = 5,
+    repeats: int = 2,
+    seed: int = 0,
+) -> ClassifierChoice:
     """Choose among ``methods`` by held-out NLL (see the module's docstring).
 
     Raises:
@@ -64,7 +71,9 @@ def choose_classifier_map(logits: np.ndarray, labels: np.ndarray, *, methods: tu
     """
     z, y = np.asarray(logits, dtype=np.float64), np.asarray(labels, dtype=np.int64)
     if y.size < 2 * folds:
-        raise InputError(f"{y.size} images cannot be split into {folds} folds: give at least {2 * folds}")
+        raise InputError(
+            f"{y.size} images cannot be split into {folds} folds: give at least {2 * folds}"
+        )
     rng = np.random.default_rng(seed)
     losses = {m: np.zeros((repeats, y.size)) for m in methods}
     failed: set[str] = set()
@@ -85,7 +94,11 @@ def choose_classifier_map(logits: np.ndarray, labels: np.ndarray, *, methods: tu
     per_image = {m: v.mean(axis=0) for m, v in losses.items() if m not in failed}
     nll = {m: float(per_image[m].mean()) if m in per_image else float("nan") for m in methods}
     best = min(per_image, key=lambda m: nll[m])
-    se = {m: float(np.std(per_image[m] - per_image[best], ddof=1) / np.sqrt(y.size)) if m in per_image
-          else float("nan") for m in methods}
+    se = {
+        m: float(np.std(per_image[m] - per_image[best], ddof=1) / np.sqrt(y.size))
+        if m in per_image
+        else float("nan")
+        for m in methods
+    }
     chosen = next(m for m in methods if m in per_image and nll[m] <= nll[best] + se[m])
     return ClassifierChoice(chosen, nll, se, folds, repeats)

@@ -19,7 +19,7 @@ ECE (15 bins) of the held-out boxes whose **calibrated** conf is above ``min_con
 boxes, a difference in held-out NLL is a difference in calibration alone (their ranking, hence
 their refinement, is the same), which is why NLL is the default.
 
-The rule (:func:`paired_choice`) compares candidates **paired, on the shared folds**: every
+The rule (:func:`_paired_choice`) compares candidates **paired, on the shared folds**: every
 candidate is scored on the same R x K held-out folds, so the fold-by-fold difference of two
 candidates is far more precise than either score (the images' own difficulty cancels). Its
 standard error is corrected for the overlap of the training folds (Nadeau and Bengio, 2003):
@@ -64,16 +64,9 @@ from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.validation import check_choice, check_labels, check_logits
 
-__all__ = [
-    "Candidate",
-    "Selection",
-    "fit_calibrator",
-    "is_soft",
-    "select_calibrator",
-    "soft_ece",
-]
+__all__ = ["Candidate", "Selection", "fit_calibrator", "select_calibrator"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 Z_NONE = 1.0
 """A calibrator must beat the raw scores by more than this many paired standard errors."""
@@ -101,7 +94,7 @@ class Candidate:
             candidate on the fit split's folds).
         diff_none, diff_none_se: The same against ``none`` (the raw scores): negative is better
             than raw. A calibrator is eligible when ``diff_none < -z_none * diff_none_se``.
-        verdict: Why the candidate won or lost, in a few words (set by :func:`paired_choice`).
+        verdict: Why the candidate won or lost, in a few words (set by :func:`_paired_choice`).
     """
 
     method: str
@@ -149,7 +142,7 @@ class Selection:
     Attributes:
         candidates: Every candidate's CV score, in the order tried.
         chosen: The chosen candidate.
-        best: The candidate with the lowest CV mean (may differ from ``chosen``: see :func:`paired_choice`).
+        best: The candidate with the lowest CV mean (may differ from ``chosen``: see :func:`_paired_choice`).
         calibrator: The chosen method refitted on all boxes of its fit range.
         criterion: ``"nll"`` or ``"ece"``; ``min_conf``: the operating floor it looks at.
         n_folds: K. ``reason``: one sentence saying why ``chosen`` won.
@@ -200,17 +193,17 @@ def _score(t, y, w, raw_keep, criterion: str, min_conf: float) -> float:
     keep = p > min_conf
     if not keep.any():
         return math.nan
-    if is_soft(y):
-        return soft_ece(p[keep], y[keep], w[keep], n_bins=15)
+    if _is_soft(y):
+        return _soft_ece(p[keep], y[keep], w[keep], n_bins=15)
     return float(_ece(p[keep], y[keep].astype(bool), n_bins=15, weights=w[keep]))
 
 
-def is_soft(y: np.ndarray) -> bool:
+def _is_soft(y: np.ndarray) -> bool:
     """Labels that are not all 0/1: soft labels (the IoU target)."""
     return not np.isin(y, (0.0, 1.0)).all()
 
 
-def soft_ece(p: np.ndarray, y: np.ndarray, w: np.ndarray, *, n_bins: int = 15) -> float:
+def _soft_ece(p: np.ndarray, y: np.ndarray, w: np.ndarray, *, n_bins: int = 15) -> float:
     """ECE against soft labels: equal-width bins of ``p``, ``sum_m |sum w (p - y)| / sum w`` (the
     binned gap LaECE takes per class, here over every box; with 0/1 labels it is the ECE)."""
     idx = uniform_index(p, n_bins)
@@ -225,7 +218,7 @@ def _compress(z, y, k, folds, resolution):
     Soft labels are pooled by (fold, class, logit) into their mean label: the NLL, the fits (linear
     in the label) and the soft ECE are unchanged; the Brier score drops the labels' variance within a
     pooled row, the same for every candidate (their paired differences are unchanged)."""
-    if is_soft(y):
+    if _is_soft(y):
         return _compress_soft(z, y, k, folds, resolution)
     q = np.round(z / resolution).astype(np.int64)
     q -= q.min()
@@ -250,7 +243,9 @@ def _compress_soft(z, y, k, folds, resolution):
     q -= q0
     kk = np.zeros(z.shape[0], dtype=np.int64) if k is None else k
     span_q, span_k = int(q.max()) + 1, int(kk.max()) + 1
-    uniq, inv, counts = np.unique((folds * span_k + kk) * span_q + q, return_inverse=True, return_counts=True)
+    uniq, inv, counts = np.unique(
+        (folds * span_k + kk) * span_q + q, return_inverse=True, return_counts=True
+    )
     yc = np.bincount(inv.ravel(), weights=y, minlength=uniq.size) / counts
     qc, rest = uniq % span_q, uniq // span_q
     zc = (qc + q0) * resolution
@@ -325,22 +320,29 @@ def select_calibrator(
     if k is None:
         skipped = [m for m in use if registry.is_per_class(m)]
         if skipped:
-            log.info("no `classes` given: skipping %s", ", ".join(skipped))
+            _log.info("no `classes` given: skipping %s", ", ".join(skipped))
         use = [m for m in use if not registry.is_per_class(m)]
     a = None if log_area is None else np.asarray(log_area, dtype=np.float64).reshape(-1)
     if a is None or not any(registry.uses_size(m) for m in use):
         skipped = [m for m in use if registry.uses_size(m)]
         if skipped:
-            log.info("no `log_area` given: skipping %s", ", ".join(skipped))
+            _log.info("no `log_area` given: skipping %s", ", ".join(skipped))
         use, a = [m for m in use if not registry.uses_size(m)], None
     elif a.shape != z.shape:
         raise InputError(f"Expected argument `log_area` of shape {z.shape}, but got {a.shape}")
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
-        raise InputError(f"Expected argument `n_repeats` to be a positive integer, but got {n_repeats!r}")
+        raise InputError(
+            f"Expected argument `n_repeats` to be a positive integer, but got {n_repeats!r}"
+        )
     if not np.isfinite(z).all():
         raise DegenerateFitError("calibrator selection got non-finite logits (nan or inf)")
-    if cv_resolution is not None and not (isinstance(cv_resolution, (int, float)) and cv_resolution > 0):
-        raise InputError(f"Expected argument `cv_resolution` to be a number > 0 or None, but got {cv_resolution!r}")
+    if cv_resolution is not None and not (
+        isinstance(cv_resolution, (int, float)) and cv_resolution > 0
+    ):
+        raise InputError(
+            "Expected argument `cv_resolution` to be a number > 0 or None, but got "
+            f"{cv_resolution!r}"
+        )
     repeats = []  # per fold assignment: (logits, labels, classes, folds, weights, raw_keep, log_area) of the CV rows
     for r in range(int(n_repeats)):
         folds = group_folds(z.shape[0], n_folds, groups, seed=seed + r)
@@ -364,14 +366,30 @@ def select_calibrator(
 
     ok = [c for c in cands if c.error is None and math.isfinite(c.mean)]
     if not ok:
-        raise DegenerateFitError("every calibrator candidate failed to fit or score; see the candidates' errors")
+        raise DegenerateFitError(
+            "every calibrator candidate failed to fit or score; see the candidates' errors"
+        )
     repeated = f", repeated {int(n_repeats)} times" if int(n_repeats) > 1 else ""
-    chosen, best, reason = paired_choice(ok, floors, n_folds, criterion=criterion,
-                                         folds_text=f"{n_folds}-fold cross-validation grouped by image{repeated}")
+    chosen, best, reason = _paired_choice(
+        ok,
+        floors,
+        n_folds,
+        criterion=criterion,
+        folds_text=f"{n_folds}-fold cross-validation grouped by image{repeated}",
+    )
     cal = refit(chosen, z, y, k, groups, seed, log_area=a)
-    log.debug("calibrator selection: %s", reason)
-    return Selection(cands, chosen, best, cal, criterion, float(min_conf), int(n_folds), reason,
-                     n_repeats=int(n_repeats))
+    _log.debug("calibrator selection: %s", reason)
+    return Selection(
+        cands,
+        chosen,
+        best,
+        cal,
+        criterion,
+        float(min_conf),
+        int(n_folds),
+        reason,
+        n_repeats=int(n_repeats),
+    )
 
 
 def fit_calibrator(
@@ -414,26 +432,43 @@ def fit_calibrator(
     k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
-    return refit(Candidate(method, float(fit_min_conf), math.nan, math.nan, []), z, y, k, groups, seed,
-                  in_range=in_range, log_area=log_area)
+    return refit(
+        Candidate(method, float(fit_min_conf), math.nan, math.nan, []),
+        z,
+        y,
+        k,
+        groups,
+        seed,
+        in_range=in_range,
+        log_area=log_area,
+    )
 
 
 def _fit_range(z: np.ndarray, floor: float) -> np.ndarray:
     return z > logit_threshold(floor) if floor > 0 else np.ones(z.shape[0], dtype=bool)
 
 
-def refit(c: Candidate, z, y, k, groups, seed, *, in_range: bool = False, log_area: Any = None) -> Any:
+def refit(
+    c: Candidate, z, y, k, groups, seed, *, in_range: bool = False, log_area: Any = None
+) -> Any:
     """Candidate ``c`` refitted on every box of its fit range (every box given, with ``in_range``);
     ``log_area``: the boxes' sizes, for a map that reads them."""
     m = np.ones(z.shape[0], dtype=bool) if in_range else _fit_range(z, c.fit_min_conf)
     if not m.any():
-        raise DegenerateFitError(f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
-                                 f"{c.method} on")
+        raise DegenerateFitError(
+            f"no fit box has raw conf above the fit floor {c.fit_min_conf:g}: nothing to fit "
+            f"{c.method} on"
+        )
     shrinkage = c.shrinkage if c.shrinkage is not None else "auto"
-    cal = registry.make_calibrator(c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf)
+    cal = registry.make_calibrator(
+        c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf
+    )
     per_class = registry.is_per_class(c.method)
-    kw = box_kwargs(cal, classes=k[m] if per_class else None,
-                    log_area=None if log_area is None else np.asarray(log_area, dtype=np.float64)[m])
+    kw = box_kwargs(
+        cal,
+        classes=k[m] if per_class else None,
+        log_area=None if log_area is None else np.asarray(log_area, dtype=np.float64)[m],
+    )
     if per_class and groups is not None:
         kw["groups"] = np.asarray(groups)[m]
     return cal.fit(z[m], y[m], **kw)
@@ -445,16 +480,25 @@ def _fold_fits(method, grid, z, y, k, w, seed, floor=0.0, a=None):
     fit and the per-class curves across the grid)."""
 
     def build(g):
-        return registry.make_calibrator(method, seed=seed, shrinkage="auto" if g is None else g, fit_min_conf=floor)
+        return registry.make_calibrator(
+            method, seed=seed, shrinkage="auto" if g is None else g, fit_min_conf=floor
+        )
 
     proto = build(None) if grid == [None] else build(math.inf)
     more = {"log_area": a} if proto.uses_size else {}
     return proto.fit_grid(z, y, classes=k, weights=w, grid=grid, build=build, **more)
 
 
-def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *, criterion: str = "nll",
-                  z_none: float | None = None, z_simpler: float | None = None, folds_text: str = "folds"
-                  ) -> tuple[Candidate, Candidate, str]:
+def _paired_choice(
+    ok: list[Candidate],
+    floors: Sequence[float],
+    n_folds: int,
+    *,
+    criterion: str = "nll",
+    z_none: float | None = None,
+    z_simpler: float | None = None,
+    folds_text: str = "folds",
+) -> tuple[Candidate, Candidate, str]:
     """``(chosen, best, reason)`` among scored candidates, by the paired rule of the module docstring.
 
     Sets every candidate's ``diff``/``diff_se`` (against the best), ``diff_none``/``diff_none_se``
@@ -480,8 +524,15 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
         c.diff, c.diff_se = _paired_diff(c.fold_scores, best.fold_scores, n_folds)
         if none is not None:
             c.diff_none, c.diff_none_se = _paired_diff(c.fold_scores, none.fold_scores, n_folds)
-    eligible = [c for c in ok if c.method != "none"
-                and (none is None or (math.isfinite(c.diff_none_se) and c.diff_none < -z_none * c.diff_none_se))]
+    eligible = [
+        c
+        for c in ok
+        if c.method != "none"
+        and (
+            none is None
+            or (math.isfinite(c.diff_none_se) and c.diff_none < -z_none * c.diff_none_se)
+        )
+    ]
     if not eligible:
         reason = _raw_kept(ok, none, criterion=criterion, z_none=z_none, folds_text=folds_text)
         return none, best, reason  # type: ignore[return-value]
@@ -489,9 +540,15 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
     near = []
     for c in eligible:
         d, se = _paired_diff(c.fold_scores, top.fold_scores, n_folds)
-        kept = (none is not None and math.isfinite(top.diff_none) and top.diff_none < 0
-                and c.diff_none <= GAIN_KEPT * top.diff_none)
-        if c is top or (order(c) < order(top) and ((math.isfinite(se) and d <= z_simpler * se) or kept)):
+        kept = (
+            none is not None
+            and math.isfinite(top.diff_none)
+            and top.diff_none < 0
+            and c.diff_none <= GAIN_KEPT * top.diff_none
+        )
+        if c is top or (
+            order(c) < order(top) and ((math.isfinite(se) and d <= z_simpler * se) or kept)
+        ):
             near.append(c)
     chosen = min(near, key=order)
     _set_verdicts(ok, chosen, top, eligible, near, z_none=z_none, z_simpler=z_simpler)
@@ -502,9 +559,13 @@ def paired_choice(ok: list[Candidate], floors: Sequence[float], n_folds: int, *,
     if chosen is top:
         reason = f"{chosen.name} has the lowest CV {criterion} of the calibrators that beat the raw scores ({vs}; "
     else:
-        reason = (f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less than "
-                  f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores), and simpler "
-                  f"({vs}; ")
+        reason = (
+            f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less "
+            "than "
+            f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw "
+            "scores), and simpler "
+            f"({vs}; "
+        )
     return chosen, best, reason + folds_text + ")"
 
 
@@ -513,28 +574,46 @@ def _vs_raw(criterion: str, c: Candidate, none: Candidate) -> str:
     return f"{criterion} {c.mean:.5g} vs raw {none.mean:.5g}: {c.diff_none:+.3g} ± {c.diff_none_se:.2g} paired SE"
 
 
-def _raw_kept(ok: list[Candidate], none: Candidate | None, *, criterion: str, z_none: float, folds_text: str) -> str:
-    """:func:`paired_choice` when no calibrator is eligible: every verdict, and the reason for ``none``."""
+def _raw_kept(
+    ok: list[Candidate], none: Candidate | None, *, criterion: str, z_none: float, folds_text: str
+) -> str:
+    """:func:`_paired_choice` when no calibrator is eligible: every verdict, and the reason for ``none``."""
     for c in ok:
-        c.verdict = ("chosen: no calibrator beat the raw scores by more than "
-                     f"{z_none:g} paired SE" if c is none else
-                     f"not better than the raw scores by more than {z_none:g} paired SE")
+        c.verdict = (
+            f"chosen: no calibrator beat the raw scores by more than {z_none:g} paired SE"
+            if c is none
+            else f"not better than the raw scores by more than {z_none:g} paired SE"
+        )
     top = min((c for c in ok if c is not none), key=lambda c: c.mean, default=None)
-    reason = (f"none: no calibrator beats the raw scores by more than {z_none:g} paired standard error on the "
-              f"shared folds ({folds_text})")
+    reason = (
+        f"none: no calibrator beats the raw scores by more than {z_none:g} paired standard error "
+        "on the "
+        f"shared folds ({folds_text})"
+    )
     if top is not None and none is not None:
         reason += f"; the best, {top.name}: " + _vs_raw(criterion, top, none)
     return reason
 
 
-def _set_verdicts(ok: list[Candidate], chosen: Candidate, top: Candidate, eligible: list[Candidate],
-                  near: list[Candidate], *, z_none: float, z_simpler: float) -> None:
-    """Every candidate's ``verdict`` once :func:`paired_choice` has chosen among the eligible ones."""
+def _set_verdicts(
+    ok: list[Candidate],
+    chosen: Candidate,
+    top: Candidate,
+    eligible: list[Candidate],
+    near: list[Candidate],
+    *,
+    z_none: float,
+    z_simpler: float,
+) -> None:
+    """Every candidate's ``verdict`` once :func:`_paired_choice` has chosen among the eligible ones."""
     for c in ok:
         if c is chosen:
-            c.verdict = ("chosen: the best of the calibrators that beat the raw scores" if c is top else
-                         f"chosen: simpler than {top.name} and as good (behind it by less than {z_simpler:g} "
-                         f"paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores)")
+            c.verdict = (
+                "chosen: the best of the calibrators that beat the raw scores"
+                if c is top
+                else f"chosen: simpler than {top.name} and as good (behind it by less than {z_simpler:g} "
+                f"paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores)"
+            )
         elif c.method == "none":
             c.verdict = f"beaten by {chosen.name} by more than {z_none:g} paired SE"
         elif c not in eligible:
@@ -575,13 +654,30 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
                 tr = (folds != f) & in_range
                 te = folds == f
                 if not tr.any():
-                    raise DegenerateFitError(f"no box of the training folds has raw conf above the fit floor {floor:g}")
-                fits = _fold_fits(method, grid, z[tr], y[tr], None if k is None else k[tr], w[tr], seed, floor,
-                                  None if a is None else a[tr])
+                    raise DegenerateFitError(
+                        f"no box of the training folds has raw conf above the fit floor {floor:g}"
+                    )
+                fits = _fold_fits(
+                    method,
+                    grid,
+                    z[tr],
+                    y[tr],
+                    None if k is None else k[tr],
+                    w[tr],
+                    seed,
+                    floor,
+                    None if a is None else a[tr],
+                )
                 for j, cal in enumerate(fits):
-                    kw = box_kwargs(cal, classes=k[te] if per_class else None, log_area=None if a is None else a[te])
+                    kw = box_kwargs(
+                        cal,
+                        classes=k[te] if per_class else None,
+                        log_area=None if a is None else a[te],
+                    )
                     t = cal.transform_logits(z[te], **kw)
-                    scores[r * n_folds + f, j] = _score(t, y[te], w[te], raw_keep[te], criterion, min_conf)
+                    scores[r * n_folds + f, j] = _score(
+                        t, y[te], w[te], raw_keep[te], criterion, min_conf
+                    )
     except DegenerateFitError as e:
         return Candidate(method, float(floor), math.nan, math.nan, [], error=str(e))
     mean = np.nanmean(scores, axis=0) if np.isfinite(scores).any() else np.full(len(grid), np.nan)
@@ -589,6 +685,10 @@ def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) ->
     col = scores[:, j]
     se = _corrected_se(col, n_folds)
     return Candidate(
-        method, float(floor), float(mean[j]), se, [float(v) for v in col],
-        shrinkage=grid[j] if cv_grid is not None else None
+        method,
+        float(floor),
+        float(mean[j]),
+        se,
+        [float(v) for v in col],
+        shrinkage=grid[j] if cv_grid is not None else None,
     )

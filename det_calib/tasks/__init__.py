@@ -13,14 +13,69 @@ from __future__ import annotations
 
 from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
+from det_calib.lazy import lazy_exports
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
-from det_calib.tasks.obb_task import Obb, label_values
+from det_calib.tasks.obb_task import Obb
 from det_calib.tasks.pose_task import Pose
 from det_calib.tasks.segment_task import Segment
 
-__all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values",
-           "payload_labelled", "register_task", "result_boxes_attr", "task_names"]
+_EXPORTS = {
+    "choose_matching": "match_rule",
+    "match_split": "match_rule",
+    "XYWHR_COLUMN": "obb_labels",
+    "corners_to_xywhr": "obb_labels",
+    "load_obb_split": "obb_labels",
+    "split_xywhr": "obb_labels",
+    "match_rotated": "obb_matching",
+    "pair_probiou": "obb_matching",
+    "label_values": "obb_task",
+    "AREA_COLUMN": "pose_labels",
+    "KPTS_COLUMN": "pose_labels",
+    "NUM_KEYPOINTS_COLUMN": "pose_labels",
+    "has_keypoints": "pose_labels",
+    "load_pose_split": "pose_labels",
+    "split_keypoints": "pose_labels",
+    "match_keypoints": "pose_matching",
+    "oks_sigmas": "pose_matching",
+    "table_keypoints": "pose_matching",
+    "captured_split": "task_splits",
+    "load_task_split": "task_splits",
+}
+
+__all__ = [
+    "AREA_COLUMN",
+    "CLASSIFY",
+    "KPTS_COLUMN",
+    "NUM_KEYPOINTS_COLUMN",
+    "Task",
+    "XYWHR_COLUMN",
+    "answers_per_image",
+    "captured_split",
+    "choose_matching",
+    "corners_to_xywhr",
+    "get_task",
+    "has_keypoints",
+    "holds_hulls",
+    "label_values",
+    "load_obb_split",
+    "load_pose_split",
+    "load_task_split",
+    "match_keypoints",
+    "match_rotated",
+    "match_split",
+    "oks_sigmas",
+    "pair_probiou",
+    "payload_labelled",
+    "result_boxes_attr",
+    "split_keypoints",
+    "split_xywhr",
+    "table_keypoints",
+    "task_names",
+]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
 
 CLASSIFY = "classify"
 """Ultralytics' classify task: one answer per image, calibrated by its own job
@@ -30,7 +85,7 @@ TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
 
 
-def register_task(task: Task) -> Task:
+def _register_task(task: Task) -> Task:
     """Add ``task`` to the registry under its name (replacing one of the same name); returns it."""
     TASKS[task.name] = task
     return task
@@ -49,12 +104,16 @@ def get_task(name: str | None) -> Task:
     """
     task = TASKS.get(name) if isinstance(name, str) else None
     if answers_per_image(name):
-        raise InputError("a classify model is calibrated on a folder of class folders: give --data that folder "
-                         "(docs/classify.md)")
+        raise InputError(
+            "a classify model is calibrated on a folder of class folders: give --data that folder "
+            "(docs/classify.md)"
+        )
     if task is None:
         names = task_names()
-        raise InputError(f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
-                         "models")
+        raise InputError(
+            f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
+            "models"
+        )
     return task
 
 
@@ -82,4 +141,4 @@ def result_boxes_attr(result) -> str:
 
 
 for _task in (Detect(), Segment(), Pose(), Obb()):
-    register_task(_task)
+    _register_task(_task)

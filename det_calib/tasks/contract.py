@@ -111,8 +111,16 @@ class Task:
         return 0
 
     # --- the labels ----------------------------------------------------------------------------------
-    def read_split(self, data: Dataset, split: str, *, match: str = "auto", shape: tuple[int, int] | None = None,
-                   coco_gt: str | Path | None = None, limit: int | None = None) -> Split:
+    def read_split(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        match: str = "auto",
+        shape: tuple[int, int] | None = None,
+        coco_gt: str | Path | None = None,
+        limit: int | None = None,
+    ) -> Split:
         """One split read for a model of this task matched by ``match`` (``--match``; a recorded rule's ``by``).
 
         Raises:
@@ -120,12 +128,23 @@ class Task:
         """
         declared = pose_spec(data)
         if declared is not None:
-            raise InputError(f"{data.yaml_path} declares kpt_shape {[declared.nkpt, declared.ndim]} (pose labels), "
-                             f"but the model's task is `{self.name}`: calibrate a pose model on it, or give box labels")
+            raise InputError(
+                f"{data.yaml_path} declares kpt_shape {[declared.nkpt, declared.ndim]} (pose "
+                "labels), "
+                f"but the model's task is `{self.name}`: calibrate a pose model on it, or give box "
+                "labels"
+            )
         return self.read_labels(data, split, match=match, coco_gt=coco_gt, limit=limit)
 
-    def read_labels(self, data: Dataset, split: str, *, match: str, coco_gt: str | Path | None,
-                    limit: int | None) -> Split:
+    def read_labels(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        match: str,
+        coco_gt: str | Path | None,
+        limit: int | None,
+    ) -> Split:
         """The split's labels as this task reads them (box labels)."""
         return load_split(data, split, coco_gt=coco_gt, limit=limit)
 
@@ -149,12 +168,15 @@ class Task:
         return None
 
     # --- the matching --------------------------------------------------------------------------------
-    def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
+    def choose_rule(
+        self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None
+    ) -> MatchingRule:
         """The rule of a run of this task under ``--match auto`` or the task's own rule."""
         return MatchingRule("box", option, self.words)
 
-    def match(self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float,
-              loc_iou: float) -> pl.DataFrame:
+    def match(
+        self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float, loc_iou: float
+    ) -> pl.DataFrame:
         """One head's boxes on one split labelled by the task's own rule (box IoU here)."""
         return match_boxes(boxes, split.gt, iou=iou, loc_iou=loc_iou)
 
@@ -165,8 +187,9 @@ class Task:
 
         return DetectionPredictor
 
-    def decode(self, det: Any, lb_shape: Any, im_shape: tuple[int, int],
-               shape: tuple[int, int] | None) -> tuple[Any, np.ndarray | None]:
+    def decode(
+        self, det: Any, lb_shape: Any, im_shape: tuple[int, int], shape: tuple[int, int] | None
+    ) -> tuple[Any, np.ndarray | None]:
         """Kept rows ``det`` (n, 6 + extra) of a letterboxed image of shape ``lb_shape`` -> ``(xyxy, payload)``
         in the image of shape ``im_shape`` (h, w), as the task's predictor returns them (``det`` is scaled in
         place, as the predictor scales its rows); payload None where the rows carry none."""
@@ -189,7 +212,9 @@ class Task:
         """The payload of the boxes of an Ultralytics ``Results`` of the task (None: none)."""
         return None
 
-    def payload_series(self, images: Sequence[Any], shape: tuple[int, int] | None) -> pl.Series | None:
+    def payload_series(
+        self, images: Sequence[Any], shape: tuple[int, int] | None
+    ) -> pl.Series | None:
         """The payload column of one head's boxes from each image's captured boxes (``ImageBoxes``; their
         ``extra``, or a segment model's ``segm``); None for a task without a payload."""
         return None

@@ -39,8 +39,9 @@ from det_calib.tasks import TASKS, get_task
 __all__ = ["MATCH_CHOICES", "MatchBy", "MatchingRule", "choose_matching", "match_split"]
 
 
-def choose_matching(option: str, *, task: str, splits: Sequence[Split],
-                    sigmas: Sequence[float] | None = None) -> MatchingRule:
+def choose_matching(
+    option: str, *, task: str, splits: Sequence[Split], sigmas: Sequence[float] | None = None
+) -> MatchingRule:
     """The matching of a run (see the module docstring).
 
     Args:
@@ -54,19 +55,24 @@ def choose_matching(option: str, *, task: str, splits: Sequence[Split],
             ground-truth row lacks what the rule compares.
     """
     if option not in MATCH_CHOICES:
-        raise InputError(f"Expected `match` to be one of {', '.join(MATCH_CHOICES)}, but got {option!r}")
+        raise InputError(
+            f"Expected `match` to be one of {', '.join(MATCH_CHOICES)}, but got {option!r}"
+        )
     own = get_task(task)
     if option not in ("auto", "box", own.rule):
         needs = next(t for t in TASKS.values() if t.rule == option)
-        raise InputError(f"--match {option} needs {needs.rule_words}; this model's task is `{task}`: use "
-                         f"--match box or auto")
+        raise InputError(
+            f"--match {option} needs {needs.rule_words}; this model's task is `{task}`: use "
+            f"--match box or auto"
+        )
     if option == "box":
         return MatchingRule("box", option, own.box_reason)
     return own.choose_rule(option, splits, sigmas)
 
 
-def match_split(boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *, iou: float,
-                loc_iou: float) -> pl.DataFrame:
+def match_split(
+    boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *, iou: float, loc_iou: float
+) -> pl.DataFrame:
     """One head's captured boxes on one split labelled by the run's rule (None: box IoU):
     ``correct``, ``iou`` (the rule's overlap of the match: IoU, mask IoU, OKS or ProbIoU), ``ignore`` at
     ``iou`` and ``loc_iou`` at ``loc_iou``.
@@ -79,10 +85,16 @@ def match_split(boxes: pl.DataFrame, split: Split, rule: MatchingRule | None, *,
     task = next(t for t in TASKS.values() if t.rule == rule.by)
     column = task.payload
     if column not in boxes.columns:
-        raise InputError(f"matching by {rule.measure} needs each box's `{column}`; the boxes of split `{split.name}` "
-                         f"have no `{column}` column (boxes of another task's model, or captured before "
-                         f"`{column}` was kept): use --match box")
+        raise InputError(
+            f"matching by {rule.measure} needs each box's `{column}`; the boxes of split "
+            f"`{split.name}` "
+            f"have no `{column}` column (boxes of another task's model, or captured before "
+            f"`{column}` was kept): use --match box"
+        )
     if boxes[column].null_count():
-        raise InputError(f"matching by {rule.measure} needs each box's `{column}`; {boxes[column].null_count()} boxes "
-                         f"of split `{split.name}` were captured without it (on box labels): capture them again")
+        raise InputError(
+            f"matching by {rule.measure} needs each box's `{column}`; {boxes[column].null_count()} "
+            "boxes "
+            f"of split `{split.name}` were captured without it (on box labels): capture them again"
+        )
     return task.match(boxes, split, rule, iou=iou, loc_iou=loc_iou)

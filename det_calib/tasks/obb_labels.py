@@ -33,8 +33,7 @@ import polars as pl
 from det_calib.data.ground_truth import Dataset, Split, check_label_line, label_path, load_split
 from det_calib.errors import InputError
 
-__all__ = ["XYWHR_COLUMN", "check_obb_line", "corners_to_xywhr", "read_obb_file", "load_obb_split", "split_xywhr",
-           "has_rotated_boxes"]
+__all__ = ["XYWHR_COLUMN", "corners_to_xywhr", "load_obb_split", "split_xywhr", "has_rotated_boxes"]
 
 XYWHR_COLUMN = "xywhr"
 """Name of the ground-truth column holding each row's rotated box."""
@@ -51,8 +50,14 @@ def _hull_area(xy: np.ndarray) -> float:
     def half(seq):
         out: list[tuple[float, float]] = []
         for p in seq:
-            while len(out) >= 2 and ((out[-1][0] - out[-2][0]) * (p[1] - out[-2][1])
-                                     - (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0])) <= 0:
+            while (
+                len(out) >= 2
+                and (
+                    (out[-1][0] - out[-2][0]) * (p[1] - out[-2][1])
+                    - (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0])
+                )
+                <= 0
+            ):
                 out.pop()
             out.append(p)
         return out
@@ -64,7 +69,7 @@ def _hull_area(xy: np.ndarray) -> float:
     return float(abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2)
 
 
-def check_obb_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None, str | None]:
+def _check_obb_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None, str | None]:
     """Parse and check one YOLO OBB line ``cls x1 y1 x2 y2 x3 y3 x4 y4``.
 
     Returns:
@@ -74,13 +79,23 @@ def check_obb_line(tokens: list[str], *, nc: int) -> tuple[list[float] | None, s
     n = len(tokens)
     if n != 9:
         corners = f" ({(n - 1) // 2} corners)" if n > 1 and (n - 1) % 2 == 0 else ""
-        return None, f"expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got {n}{corners}"
-    box, reason = check_label_line(tokens, nc=nc)  # numbers, class, corners in the image, zero width/height
+        return (
+            None,
+            f"expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got {n}{corners}",
+        )
+    box, reason = check_label_line(
+        tokens, nc=nc
+    )  # numbers, class, corners in the image, zero width/height
     if reason is not None:
-        return None, reason.replace("polygon point", "corner").replace("polygon has", "quadrilateral has")
+        return None, reason.replace("polygon point", "corner").replace(
+            "polygon has", "quadrilateral has"
+        )
     xy = np.asarray([float(t) for t in tokens[1:]], dtype=np.float64).reshape(4, 2)
     if _hull_area(xy) <= _MIN_AREA:
-        return None, "degenerate quadrilateral: its corners enclose no area (repeated or collinear corners)"
+        return (
+            None,
+            "degenerate quadrilateral: its corners enclose no area (repeated or collinear corners)",
+        )
     return box, None
 
 
@@ -113,7 +128,7 @@ def corners_to_xywhr(corners: np.ndarray) -> np.ndarray:
     return out
 
 
-def read_obb_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray]], str | None]:
+def _read_obb_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray]], str | None]:
     """Read one YOLO OBB label file, keeping each line's corners.
 
     Every line is checked by :func:`check_obb_line`; exact duplicate lines are dropped as box
@@ -128,7 +143,7 @@ def read_obb_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray]],
         tokens = line.split()
         if not tokens:
             continue
-        _, reason = check_obb_line(tokens, nc=nc)
+        _, reason = _check_obb_line(tokens, nc=nc)
         if reason is not None:
             return [], f"{path}:{k}: {reason}"
         key = tuple(map(float, tokens))
@@ -138,8 +153,9 @@ def read_obb_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray]],
     return rows, None
 
 
-def load_obb_split(data: Dataset, split: str, *, coco_gt: str | Path | None = None, limit: int | None = None
-                   ) -> Split:
+def load_obb_split(
+    data: Dataset, split: str, *, coco_gt: str | Path | None = None, limit: int | None = None
+) -> Split:
     """One split with each ground-truth row's rotated box (column :data:`XYWHR_COLUMN`).
 
     Raises:
@@ -147,13 +163,16 @@ def load_obb_split(data: Dataset, split: str, *, coco_gt: str | Path | None = No
             of every line); ``coco_gt`` given (COCO JSON has no rotated boxes).
     """
     if coco_gt is not None:
-        raise InputError(f"{coco_gt}: COCO JSON has no rotated boxes; OBB ground truth comes from YOLO OBB labels "
-                         "(`cls x1 y1 x2 y2 x3 y3 x4 y4`)")
-    sp = load_split(data, split, limit=limit, check_line=check_obb_line)
+        raise InputError(
+            f"{coco_gt}: COCO JSON has no rotated boxes; OBB ground truth comes from YOLO OBB "
+            "labels "
+            "(`cls x1 y1 x2 y2 x3 y3 x4 y4`)"
+        )
+    sp = load_split(data, split, limit=limit, check_line=_check_obb_line)
     corners, classes = [], []
     for img, (w, h) in zip(sp.images, sp.sizes):
         lp = label_path(img)
-        rows, problem = read_obb_file(lp, nc=data.nc) if lp.is_file() else ([], None)
+        rows, problem = _read_obb_file(lp, nc=data.nc) if lp.is_file() else ([], None)
         if problem is not None:  # pragma: no cover - load_split left such images out
             raise InputError(f"malformed label: {problem}")
         for c, q in rows:
@@ -163,14 +182,23 @@ def load_obb_split(data: Dataset, split: str, *, coco_gt: str | Path | None = No
         raise InputError("a label file changed while it was read")
     xywhr = corners_to_xywhr(np.asarray(corners, dtype=np.float64).reshape(-1, 4, 2))
     gt = sp.gt.with_columns(pl.Series(XYWHR_COLUMN, xywhr, dtype=pl.Array(pl.Float64, 5)))
-    return Split(name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=sp.corrupt, root=sp.root,
-                 bad_labels=sp.bad_labels)
+    return Split(
+        name=sp.name,
+        images=sp.images,
+        sizes=sp.sizes,
+        gt=gt,
+        corrupt=sp.corrupt,
+        root=sp.root,
+        bad_labels=sp.bad_labels,
+    )
 
 
 def split_xywhr(split: Split) -> np.ndarray:
     """(m, 5) rotated boxes of the split's ground-truth rows."""
     if XYWHR_COLUMN not in split.gt.columns:
-        raise InputError(f"split `{split.name}` was read without rotated boxes (use load_obb_split)")
+        raise InputError(
+            f"split `{split.name}` was read without rotated boxes (use load_obb_split)"
+        )
     return np.asarray(split.gt[XYWHR_COLUMN].to_numpy(), dtype=np.float64).reshape(-1, 5)
 
 

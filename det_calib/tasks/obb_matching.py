@@ -30,9 +30,9 @@ from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult, checked_scores, greedy_match
 from det_calib.validation import as_integers, as_real
 
-__all__ = ["PROBIOU_EPS", "probiou", "pair_probiou", "match_rotated", "match_rotated_table", "match_boxes_by_rotated"]
+__all__ = ["pair_probiou", "match_rotated", "match_boxes_by_rotated"]
 
-PROBIOU_EPS = 1e-7
+_PROBIOU_EPS = 1e-7
 """Ultralytics' guard in ProbIoU (``batch_probiou``'s ``eps``)."""
 
 
@@ -45,15 +45,26 @@ def _covariance(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def pair_probiou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ProbIoU of box ``a[k]`` with box ``b[k]`` (elementwise, broadcast), boxes ``cx, cy, w, h, angle``."""
-    eps = PROBIOU_EPS
+    eps = _PROBIOU_EPS
     a1, b1, c1 = _covariance(a)
     a2, b2, c2 = _covariance(b)
     dx, dy = a[..., 0] - b[..., 0], a[..., 1] - b[..., 1]
     sa, sb, sc = a1 + a2, b1 + b2, c1 + c2
     det = sa * sb - sc**2
-    mahalanobis = (sa * dy**2 + sb * dx**2) / (det + eps) * 0.25 + (sc * -dx * dy) / (det + eps) * 0.5
-    spread = np.log(det / (4 * np.sqrt(np.clip(a1 * b1 - c1**2, 0, None) * np.clip(a2 * b2 - c2**2, 0, None)) + eps)
-                    + eps) * 0.5
+    mahalanobis = (sa * dy**2 + sb * dx**2) / (det + eps) * 0.25 + (sc * -dx * dy) / (
+        det + eps
+    ) * 0.5
+    spread = (
+        np.log(
+            det
+            / (
+                4 * np.sqrt(np.clip(a1 * b1 - c1**2, 0, None) * np.clip(a2 * b2 - c2**2, 0, None))
+                + eps
+            )
+            + eps
+        )
+        * 0.5
+    )
     bhattacharyya = np.clip(mahalanobis + spread, eps, 100.0)
     return 1 - np.sqrt(1 - np.exp(-bhattacharyya) + eps)
 
@@ -64,15 +75,20 @@ def _xywhr(x, name: str, n: int | None = None, ref: str | None = None) -> np.nda
         arr = arr.reshape(0, 5)
     if arr.ndim != 2 or arr.shape[1] != 5 or (n is not None and len(arr) != n):
         want = f"({n}, 5), the length of `{ref}`" if n is not None else "(n, 5)"
-        raise InputError(f"Expected argument `{name}` to be of shape {want} (cx, cy, w, h, angle), but got {arr.shape}")
+        raise InputError(
+            f"Expected argument `{name}` to be of shape {want} (cx, cy, w, h, angle), but got "
+            f"{arr.shape}"
+        )
     if not np.isfinite(arr).all():
         raise InputError(f"Expected argument `{name}` to hold finite values, but some are not")
     if (arr[:, 2:4] < 0).any():
-        raise InputError(f"Expected argument `{name}` to hold sizes w, h >= 0, but some are negative")
+        raise InputError(
+            f"Expected argument `{name}` to hold sizes w, h >= 0, but some are negative"
+        )
     return arr
 
 
-def probiou(a, b) -> np.ndarray:
+def _probiou(a, b) -> np.ndarray:
     """Pairwise ProbIoU of rotated boxes ``a`` (rows) and ``b`` (columns), ``cx, cy, w, h, angle`` (radians).
 
     >>> float(probiou([[10, 10, 8, 2, 0.0]], [[10, 10, 2, 8, np.pi / 2]])[0, 0]) > 0.999
@@ -83,7 +99,15 @@ def probiou(a, b) -> np.ndarray:
 
 
 def match_rotated(
-    det_image, det_cls, det_score, det_xywhr, gt_image, gt_cls, gt_xywhr, *, iou_threshold: float = 0.5
+    det_image,
+    det_cls,
+    det_score,
+    det_xywhr,
+    gt_image,
+    gt_cls,
+    gt_xywhr,
+    *,
+    iou_threshold: float = 0.5,
 ) -> MatchResult:
     """Match rotated detections one-to-one to same-class ground truth by ProbIoU, as Ultralytics' OBB validator.
 
@@ -117,14 +141,23 @@ def match_rotated(
     def pair(p_det: np.ndarray, p_gt: np.ndarray, _crowd: np.ndarray) -> np.ndarray:
         return pair_probiou(d_box[p_det], g_box[rev[p_gt]])
 
-    r = greedy_match(d_img, d_cls, d_score, g_img[rev], g_cls[rev], np.zeros(m, dtype=bool), pair_iou=pair,
-                     iou_threshold=iou_threshold)
+    r = greedy_match(
+        d_img,
+        d_cls,
+        d_score,
+        g_img[rev],
+        g_cls[rev],
+        np.zeros(m, dtype=bool),
+        pair_iou=pair,
+        iou_threshold=iou_threshold,
+    )
     gt_index = np.where(r.gt_index >= 0, rev[np.maximum(r.gt_index, 0)] if m else -1, -1)
     return MatchResult(correct=r.correct, iou=r.iou, gt_index=gt_index, ignore=r.ignore)
 
 
-def match_rotated_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou_threshold: float = 0.5,
-                        column: str = "xywhr") -> pl.DataFrame:
+def _match_rotated_table(
+    boxes: pl.DataFrame, gt: pl.DataFrame, *, iou_threshold: float = 0.5, column: str = "xywhr"
+) -> pl.DataFrame:
     """Fill ``correct``, ``iou`` (the ProbIoU) and ``ignore`` of one head's box table by rotated IoU
     (:func:`match_rotated`).
 
@@ -144,26 +177,47 @@ def match_rotated_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou_threshold:
         InputError: A column is missing or has nulls.
     """
     for df, what in ((boxes, "box table"), (gt, "GT table")):
-        missing = [c for c in ("image_id", "cls", *(("conf",) if df is boxes else ()), column) if c not in df.columns]
+        missing = [
+            c
+            for c in ("image_id", "cls", *(("conf",) if df is boxes else ()), column)
+            if c not in df.columns
+        ]
         if missing:
             raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
         if df[column].null_count():
-            raise InputError(f"{what} column `{column}` has {df[column].null_count()} rows without a rotated box")
+            raise InputError(
+                f"{what} column `{column}` has {df[column].null_count()} rows without a rotated box"
+            )
 
     def xywhr(df: pl.DataFrame) -> np.ndarray:
-        return df[column].explode().to_numpy().astype(np.float64).reshape(-1, 5) if df.height else np.zeros((0, 5))
+        return (
+            df[column].explode().to_numpy().astype(np.float64).reshape(-1, 5)
+            if df.height
+            else np.zeros((0, 5))
+        )
 
-    r = match_rotated(boxes["image_id"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy(), xywhr(boxes),
-                      gt["image_id"].to_numpy(), gt["cls"].to_numpy(), xywhr(gt), iou_threshold=iou_threshold)
+    r = match_rotated(
+        boxes["image_id"].to_numpy(),
+        boxes["cls"].to_numpy(),
+        boxes["conf"].to_numpy(),
+        xywhr(boxes),
+        gt["image_id"].to_numpy(),
+        gt["cls"].to_numpy(),
+        xywhr(gt),
+        iou_threshold=iou_threshold,
+    )
     return boxes.with_columns(
         pl.Series("correct", r.correct, dtype=pl.Boolean),
-        pl.Series("iou", np.maximum(r.iou, 0.0), dtype=pl.Float64),  # the guard under the root: far apart is -5e-8
+        pl.Series(
+            "iou", np.maximum(r.iou, 0.0), dtype=pl.Float64
+        ),  # the guard under the root: far apart is -5e-8
         pl.Series("ignore", r.ignore, dtype=pl.Boolean),
     )
 
 
-def match_boxes_by_rotated(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float,
-                           column: str = "xywhr") -> pl.DataFrame:
+def match_boxes_by_rotated(
+    boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float, column: str = "xywhr"
+) -> pl.DataFrame:
     """:func:`det_calib.matching.one_to_one.match_boxes` by rotated IoU (ProbIoU): ``correct``, ``iou``,
     ``ignore`` (at ``iou``) and ``loc_iou`` (the ProbIoU of the match at ``loc_iou``, 0 if none).
 
@@ -173,9 +227,12 @@ def match_boxes_by_rotated(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float,
         iou: ProbIoU a box needs with a same-class ground truth to be correct.
         loc_iou: Threshold of the second matching, whose ProbIoU feeds the localisation-aware metrics.
     """
-    at_iou = match_rotated_table(boxes, gt, iou_threshold=iou, column=column)
-    loc = match_rotated_table(boxes, gt, iou_threshold=loc_iou, column=column)
+    at_iou = _match_rotated_table(boxes, gt, iou_threshold=iou, column=column)
+    loc = _match_rotated_table(boxes, gt, iou_threshold=loc_iou, column=column)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
     return boxes.with_columns(
-        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+        at_iou["correct"],
+        at_iou["iou"],
+        at_iou["ignore"],
+        pl.Series("loc_iou", loc_target, dtype=pl.Float64),
     )

@@ -51,7 +51,9 @@ class Obb(Task):
     payload_words = "rotated boxes"
     rule = "rotated"
     rule_words = "an OBB model (its rotated boxes)"
-    box_reason = "an OBB model, the axis-aligned boxes around the rotated ones, chosen by --match box"
+    box_reason = (
+        "an OBB model, the axis-aligned boxes around the rotated ones, chosen by --match box"
+    )
     rotated_nms = True
     hull_boxes = True
     outputs_words = "one output tensor (rotated boxes, scores and angles)"
@@ -62,17 +64,27 @@ class Obb(Task):
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return 1
 
-    def read_labels(self, data: Dataset, split: str, *, match: str, coco_gt: str | Path | None,
-                    limit: int | None) -> Split:
+    def read_labels(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        match: str,
+        coco_gt: str | Path | None,
+        limit: int | None,
+    ) -> Split:
         """Rotated boxes; box labels under ``--match box`` (refused without it)."""
         if match == "box" and coco_gt is not None:
             return load_split(data, split, coco_gt=coco_gt, limit=limit)
         if self.box_labels_only(data, split, coco_gt):
             if match == "box":
                 return load_split(data, split, limit=limit)
-            raise InputError(f"split `{split}` of {data.yaml_path} has box labels (`cls cx cy w h`) for an OBB "
-                             "model: rotated IoU needs OBB labels `cls x1 y1 x2 y2 x3 y3 x4 y4`; use --match box to "
-                             "match the axis-aligned boxes around the predicted rotated ones")
+            raise InputError(
+                f"split `{split}` of {data.yaml_path} has box labels (`cls cx cy w h`) for an OBB "
+                "model: rotated IoU needs OBB labels `cls x1 y1 x2 y2 x3 y3 x4 y4`; use --match "
+                "box to "
+                "match the axis-aligned boxes around the predicted rotated ones"
+            )
         return load_obb_split(data, split, coco_gt=coco_gt, limit=limit)
 
     def box_labels_only(self, data: Dataset, split: str, coco_gt: str | Path | None) -> bool:
@@ -82,15 +94,21 @@ class Obb(Task):
     def lacks_labels(self, data: Dataset, split: str) -> bool:
         return label_values(data, split) == 5
 
-    def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
+    def choose_rule(
+        self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None
+    ) -> MatchingRule:
         lacking = [sp.name for sp in splits if not has_rotated_boxes(sp)]
         if lacking:
-            raise InputError(f"rotated IoU needs a rotated box for every ground truth; split `{lacking[0]}` was read "
-                             "without them: use --match box")
+            raise InputError(
+                f"rotated IoU needs a rotated box for every ground truth; split `{lacking[0]}` was "
+                "read "
+                "without them: use --match box"
+            )
         return MatchingRule("rotated", option, "an OBB model")
 
-    def match(self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float,
-              loc_iou: float) -> pl.DataFrame:
+    def match(
+        self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float, loc_iou: float
+    ) -> pl.DataFrame:
         return match_boxes_by_rotated(boxes, split.gt, iou=iou, loc_iou=loc_iou)
 
     def predictor_class(self) -> type:
@@ -98,8 +116,9 @@ class Obb(Task):
 
         return OBBPredictor
 
-    def decode(self, det: Any, lb_shape: Any, im_shape: tuple[int, int],
-               shape: tuple[int, int] | None) -> tuple[Any, np.ndarray]:
+    def decode(
+        self, det: Any, lb_shape: Any, im_shape: tuple[int, int], shape: tuple[int, int] | None
+    ) -> tuple[Any, np.ndarray]:
         """``(xyxy, xywhr)``: the axis-aligned hull ``Results.obb.xyxy`` and the rotated box
         ``Results.obb.xywhr`` (n, 5) float32."""
         import torch

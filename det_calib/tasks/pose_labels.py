@@ -45,13 +45,21 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.errors import InputError
 
-__all__ = ["KPTS_COLUMN", "AREA_COLUMN", "NUM_KEYPOINTS_COLUMN", "YOLO_AREA_FACTOR", "PoseSpec", "pose_spec",
-           "check_pose_line", "read_pose_file", "load_pose_split", "split_keypoints", "has_keypoints"]
+__all__ = [
+    "KPTS_COLUMN",
+    "AREA_COLUMN",
+    "NUM_KEYPOINTS_COLUMN",
+    "PoseSpec",
+    "pose_spec",
+    "load_pose_split",
+    "split_keypoints",
+    "has_keypoints",
+]
 
 KPTS_COLUMN, AREA_COLUMN, NUM_KEYPOINTS_COLUMN = "kpts", "area", "num_keypoints"
 """Names of the ground-truth columns :func:`load_pose_split` adds."""
 
-YOLO_AREA_FACTOR = 0.53
+_YOLO_AREA_FACTOR = 0.53
 """OKS area of a YOLO label: this times its box's area (Ultralytics' ``PoseValidator``, after xtcocotools)."""
 
 
@@ -73,7 +81,9 @@ class PoseSpec:
 
 
 def _int_list(value, key: str, path: Path) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
         raise InputError(f"{path}: `{key}` must be a list of integers, got {value!r}")
     return value
 
@@ -104,18 +114,30 @@ def pose_spec(data: Dataset) -> PoseSpec | None:
     if flip is not None:
         flip = _int_list(flip, "flip_idx", path)
         if sorted(flip) != list(range(k)):
-            raise InputError(f"{path}: `flip_idx` must be a permutation of 0..{k - 1} (kpt_shape {shape}), got {flip}")
+            raise InputError(
+                f"{path}: `flip_idx` must be a permutation of 0..{k - 1} (kpt_shape {shape}), got "
+                f"{flip}"
+            )
     sigmas = d.get("kpt_oks_sigmas")
     if sigmas is not None:
         arr = np.asarray(sigmas, dtype=object).reshape(-1)
-        ok = len(arr) == k and all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in arr)
+        ok = len(arr) == k and all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in arr
+        )
         if not ok:
-            raise InputError(f"{path}: `kpt_oks_sigmas` must be {k} positive numbers (kpt_shape {shape}), got {sigmas}")
+            raise InputError(
+                f"{path}: `kpt_oks_sigmas` must be {k} positive numbers (kpt_shape {shape}), got "
+                f"{sigmas}"
+            )
         sigmas = tuple(float(s) for s in arr)
-    return PoseSpec(nkpt=k, ndim=shape[1], flip_idx=None if flip is None else tuple(flip), sigmas=sigmas)
+    return PoseSpec(
+        nkpt=k, ndim=shape[1], flip_idx=None if flip is None else tuple(flip), sigmas=sigmas
+    )
 
 
-def check_pose_line(tokens: list[str], *, nc: int, nkpt: int, ndim: int) -> tuple[list[float] | None, str | None]:
+def _check_pose_line(
+    tokens: list[str], *, nc: int, nkpt: int, ndim: int
+) -> tuple[list[float] | None, str | None]:
     """Parse and check one YOLO pose line ``cls cx cy w h`` + ``nkpt`` keypoints of ``ndim`` values.
 
     Returns:
@@ -126,13 +148,15 @@ def check_pose_line(tokens: list[str], *, nc: int, nkpt: int, ndim: int) -> tupl
         layout = "x y v" if ndim == 3 else "x y"
         got = len(tokens) - 5
         seen = f" ({got // ndim} keypoints)" if got > 0 and got % ndim == 0 else ""
-        return None, (f"expected {want} values `cls cx cy w h` and {nkpt} keypoints `{layout}` (kpt_shape "
-                      f"[{nkpt}, {ndim}]), got {len(tokens)}{seen}")
+        return None, (
+            f"expected {want} values `cls cx cy w h` and {nkpt} keypoints `{layout}` (kpt_shape "
+            f"[{nkpt}, {ndim}]), got {len(tokens)}{seen}"
+        )
     box, reason = check_label_line(tokens[:5], nc=nc)
     if reason is not None:
         return None, reason
     for j in range(nkpt):
-        vals = tokens[5 + j * ndim: 5 + (j + 1) * ndim]
+        vals = tokens[5 + j * ndim : 5 + (j + 1) * ndim]
         reason = _check_keypoint(vals, j + 1)
         if reason is not None:
             return None, reason
@@ -149,14 +173,19 @@ def _check_keypoint(vals: list[str], k: int) -> str | None:
             return f"keypoint {k}: non-finite value `{t}`"
     for t in vals[:2]:
         if not -LABEL_TOLERANCE <= float(t) <= 1 + LABEL_TOLERANCE:
-            return (f"keypoint {k} outside the image: value {t} outside [0, 1] (normalised coordinates, "
-                    f"tolerance {LABEL_TOLERANCE:g})")
+            return (
+                f"keypoint {k} outside the image: value {t} outside [0, 1] (normalised "
+                "coordinates, "
+                f"tolerance {LABEL_TOLERANCE:g})"
+            )
     if len(vals) == 3 and float(vals[2]) not in (0.0, 1.0, 2.0):
         return f"keypoint {k}: visibility {vals[2]} not in {{0, 1, 2}}"
     return None
 
 
-def read_pose_file(path: Path, *, nc: int, nkpt: int, ndim: int) -> tuple[list[tuple[int, np.ndarray]], str | None]:
+def _read_pose_file(
+    path: Path, *, nc: int, nkpt: int, ndim: int
+) -> tuple[list[tuple[int, np.ndarray]], str | None]:
     """Read one YOLO pose label file, keeping each line's keypoints.
 
     Every line is checked by :func:`check_pose_line`; exact duplicate lines are dropped as
@@ -172,7 +201,7 @@ def read_pose_file(path: Path, *, nc: int, nkpt: int, ndim: int) -> tuple[list[t
         tokens = line.split()
         if not tokens:
             continue
-        _, reason = check_pose_line(tokens, nc=nc, nkpt=nkpt, ndim=ndim)
+        _, reason = _check_pose_line(tokens, nc=nc, nkpt=nkpt, ndim=ndim)
         if reason is not None:
             return [], f"{path}:{k}: {reason}"
         key = tuple(map(float, tokens))
@@ -187,7 +216,11 @@ def read_pose_file(path: Path, *, nc: int, nkpt: int, ndim: int) -> tuple[list[t
 
 
 def load_pose_split(
-    data: Dataset, split: str, *, spec: PoseSpec | None = None, coco_gt: str | Path | None = None,
+    data: Dataset,
+    split: str,
+    *,
+    spec: PoseSpec | None = None,
+    coco_gt: str | Path | None = None,
     limit: int | None = None,
 ) -> Split:
     """One split with each ground-truth row's keypoints, OKS area and labelled-keypoint count.
@@ -207,32 +240,52 @@ def load_pose_split(
     """
     declared = pose_spec(data)
     if spec is not None and declared is not None and declared.nkpt != spec.nkpt:
-        raise InputError(f"{data.yaml_path}: kpt_shape [{declared.nkpt}, {declared.ndim}] but the model has "
-                         f"{spec.nkpt} keypoints")
+        raise InputError(
+            f"{data.yaml_path}: kpt_shape [{declared.nkpt}, {declared.ndim}] but the model has "
+            f"{spec.nkpt} keypoints"
+        )
     spec = spec or declared
     if coco_gt is not None:
         sp = load_split(data, split, coco_gt=coco_gt, limit=limit)
         kpts, area, nk = _coco_keypoints(sp, Path(coco_gt), spec)
     else:
         if spec is None:
-            raise InputError(f"{data.yaml_path}: pose labels need `kpt_shape: [K, 3]` (or [K, 2]) in the data.yaml")
-        check = partial(check_pose_line, nkpt=spec.nkpt, ndim=spec.ndim)
+            raise InputError(
+                f"{data.yaml_path}: pose labels need `kpt_shape: [K, 3]` (or [K, 2]) in the "
+                "data.yaml"
+            )
+        check = partial(_check_pose_line, nkpt=spec.nkpt, ndim=spec.ndim)
         sp = load_split(data, split, limit=limit, check_line=check)
         kpts, area, nk = _yolo_keypoints(sp, data.nc, spec)
     k3 = kpts.shape[1]
-    gt = sp.gt.with_columns(pl.Series(KPTS_COLUMN, kpts, dtype=pl.Array(pl.Float64, k3)),
-                            pl.Series(AREA_COLUMN, area, dtype=pl.Float64),
-                            pl.Series(NUM_KEYPOINTS_COLUMN, nk, dtype=pl.Int32))
-    return Split(name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=sp.corrupt, root=sp.root,
-                 bad_labels=sp.bad_labels)
+    gt = sp.gt.with_columns(
+        pl.Series(KPTS_COLUMN, kpts, dtype=pl.Array(pl.Float64, k3)),
+        pl.Series(AREA_COLUMN, area, dtype=pl.Float64),
+        pl.Series(NUM_KEYPOINTS_COLUMN, nk, dtype=pl.Int32),
+    )
+    return Split(
+        name=sp.name,
+        images=sp.images,
+        sizes=sp.sizes,
+        gt=gt,
+        corrupt=sp.corrupt,
+        root=sp.root,
+        bad_labels=sp.bad_labels,
+    )
 
 
-def _yolo_keypoints(sp: Split, nc: int, spec: PoseSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _yolo_keypoints(
+    sp: Split, nc: int, spec: PoseSpec
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows: list[np.ndarray] = []
     classes: list[int] = []
     for img, (w, h) in zip(sp.images, sp.sizes):
         lp = label_path(img)
-        per, problem = read_pose_file(lp, nc=nc, nkpt=spec.nkpt, ndim=spec.ndim) if lp.is_file() else ([], None)
+        per, problem = (
+            _read_pose_file(lp, nc=nc, nkpt=spec.nkpt, ndim=spec.ndim)
+            if lp.is_file()
+            else ([], None)
+        )
         if problem is not None:  # pragma: no cover - load_split left such images out
             raise InputError(f"malformed label: {problem}")
         for c, kp in per:
@@ -243,7 +296,7 @@ def _yolo_keypoints(sp: Split, nc: int, spec: PoseSpec) -> tuple[np.ndarray, np.
     kpts = np.asarray(rows, dtype=np.float64).reshape(-1, spec.nkpt * 3)
     gt = sp.gt
     box_area = ((gt["x2"] - gt["x1"]) * (gt["y2"] - gt["y1"])).to_numpy()
-    return kpts, YOLO_AREA_FACTOR * box_area, (kpts[:, 2::3] > 0).sum(1).astype(np.int32)
+    return kpts, _YOLO_AREA_FACTOR * box_area, (kpts[:, 2::3] > 0).sum(1).astype(np.int32)
 
 
 def _coco_annotation_keypoints(a: dict, nkpt: int | None, path: Path) -> np.ndarray:
@@ -252,22 +305,31 @@ def _coco_annotation_keypoints(a: dict, nkpt: int | None, path: Path) -> np.ndar
         return np.zeros(0 if nkpt is None else 3 * nkpt)
     arr = np.asarray(kp, dtype=np.float64).reshape(-1)
     if nkpt is not None and len(arr) != 3 * nkpt:
-        raise InputError(f"{path}: annotation {a.get('id')} has {len(arr)} keypoint values, expected "
-                         f"{3 * nkpt} ({nkpt} keypoints `x y v`)")
+        raise InputError(
+            f"{path}: annotation {a.get('id')} has {len(arr)} keypoint values, expected "
+            f"{3 * nkpt} ({nkpt} keypoints `x y v`)"
+        )
     if len(arr) % 3 or not np.isfinite(arr).all() or not np.isin(arr[2::3], (0, 1, 2)).all():
-        raise InputError(f"{path}: annotation {a.get('id')}: `keypoints` must be x, y, v triples with v in "
-                         "{0, 1, 2}")
+        raise InputError(
+            f"{path}: annotation {a.get('id')}: `keypoints` must be x, y, v triples with v in "
+            "{0, 1, 2}"
+        )
     return arr
 
 
-def _coco_keypoints(sp: Split, path: Path, spec: PoseSpec | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _coco_keypoints(
+    sp: Split, path: Path, spec: PoseSpec | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from pycocotools.coco import COCO
 
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO(str(path))
     anns = coco.dataset.get("annotations", [])
-    nkpt = spec.nkpt if spec is not None else next((len(a["keypoints"]) // 3 for a in anns if a.get("keypoints")),
-                                                    None)
+    nkpt = (
+        spec.nkpt
+        if spec is not None
+        else next((len(a["keypoints"]) // 3 for a in anns if a.get("keypoints")), None)
+    )
     if nkpt is None or not any(a.get("keypoints") for a in anns):
         raise InputError(f"{path} has no annotation with `keypoints`: not a COCO keypoints file")
     kpts, area, nk = [], [], []
@@ -277,12 +339,15 @@ def _coco_keypoints(sp: Split, path: Path, spec: PoseSpec | None) -> tuple[np.nd
             kp = kp if len(kp) else np.zeros(3 * nkpt)
             kpts.append(kp)
             x, y, w, h = a["bbox"]
-            area.append(float(a["area"]) if "area" in a else YOLO_AREA_FACTOR * w * h)
+            area.append(float(a["area"]) if "area" in a else _YOLO_AREA_FACTOR * w * h)
             nk.append(int(a.get("num_keypoints", int((kp[2::3] > 0).sum()))))
     if len(kpts) != sp.gt.height:  # pragma: no cover - the same JSON, read twice
         raise InputError(f"{path} changed while it was read")
-    return (np.asarray(kpts, dtype=np.float64).reshape(-1, 3 * nkpt), np.asarray(area, dtype=np.float64),
-            np.asarray(nk, dtype=np.int32))
+    return (
+        np.asarray(kpts, dtype=np.float64).reshape(-1, 3 * nkpt),
+        np.asarray(area, dtype=np.float64),
+        np.asarray(nk, dtype=np.int32),
+    )
 
 
 def split_keypoints(split: Split) -> np.ndarray:

@@ -32,14 +32,48 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
-from det_calib.matching.one_to_one import MatchResult, checked_scores, crowd_flags, greedy_match, group_keys
+from det_calib.matching.one_to_one import (
+    MatchResult,
+    checked_scores,
+    crowd_flags,
+    greedy_match,
+    group_keys,
+)
 from det_calib.validation import as_integers, as_real
 
-__all__ = ["COCO_SIGMAS", "oks_sigmas", "oks", "pair_oks", "match_keypoints", "match_keypoint_table", "table_keypoints",
-           "match_boxes_by_keypoints"]
+__all__ = [
+    "COCO_SIGMAS",
+    "oks_sigmas",
+    "oks",
+    "match_keypoints",
+    "table_keypoints",
+    "match_boxes_by_keypoints",
+]
 
-COCO_SIGMAS = np.array([0.26, 0.25, 0.25, 0.35, 0.35, 0.79, 0.79, 0.72, 0.72, 0.62, 0.62, 1.07, 1.07, 0.87, 0.87,
-                        0.89, 0.89]) / 10.0
+COCO_SIGMAS = (
+    np.array(
+        [
+            0.26,
+            0.25,
+            0.25,
+            0.35,
+            0.35,
+            0.79,
+            0.79,
+            0.72,
+            0.72,
+            0.62,
+            0.62,
+            1.07,
+            1.07,
+            0.87,
+            0.87,
+            0.89,
+            0.89,
+        ]
+    )
+    / 10.0
+)
 """COCO's per-keypoint OKS sigmas of its 17 person keypoints (nose, eyes, ears, shoulders, elbows,
 wrists, hips, knees, ankles)."""
 
@@ -53,17 +87,22 @@ def oks_sigmas(nkpt: int, sigmas=None) -> np.ndarray:
     [0.25, 0.25, 0.25, 0.25]
     """
     if isinstance(nkpt, bool) or not isinstance(nkpt, (int, np.integer)) or nkpt < 1:
-        raise InputError(f"Expected argument `nkpt` to be an integer larger than 0, but got {nkpt!r}")
+        raise InputError(
+            f"Expected argument `nkpt` to be an integer larger than 0, but got {nkpt!r}"
+        )
     if sigmas is not None:
         s = as_real(np.asarray(sigmas, dtype=np.float64).reshape(-1), "sigmas")
         if len(s) != nkpt or not (np.isfinite(s) & (s > 0)).all():
-            raise InputError(f"Expected argument `sigmas` to be {nkpt} positive numbers, but got {list(s)}")
+            raise InputError(
+                f"Expected argument `sigmas` to be {nkpt} positive numbers, but got {list(s)}"
+            )
         return s
     return COCO_SIGMAS.copy() if nkpt == 17 else np.full(nkpt, 1.0 / nkpt)
 
 
-def pair_oks(d_xy: np.ndarray, g_kpts: np.ndarray, g_area: np.ndarray, g_xyxy: np.ndarray,
-             sigmas: np.ndarray) -> np.ndarray:
+def _pair_oks(
+    d_xy: np.ndarray, g_kpts: np.ndarray, g_area: np.ndarray, g_xyxy: np.ndarray, sigmas: np.ndarray
+) -> np.ndarray:
     """OKS of detection ``k`` with ground truth ``k`` (elementwise), as pycocotools' ``computeOks``.
 
     Args:
@@ -81,7 +120,10 @@ def pair_oks(d_xy: np.ndarray, g_kpts: np.ndarray, g_area: np.ndarray, g_xyxy: n
     labelled = vg > 0
     k1 = labelled.sum(1)
     bw, bh = (g_xyxy[:, 2] - g_xyxy[:, 0])[:, None], (g_xyxy[:, 3] - g_xyxy[:, 1])[:, None]
-    x0, x1 = g_xyxy[:, :1] - bw, g_xyxy[:, :1] + bw * 2  # pycocotools: bb[0] - bb[2], bb[0] + bb[2] * 2
+    x0, x1 = (
+        g_xyxy[:, :1] - bw,
+        g_xyxy[:, :1] + bw * 2,
+    )  # pycocotools: bb[0] - bb[2], bb[0] + bb[2] * 2
     y0, y1 = g_xyxy[:, 1:2] - bh, g_xyxy[:, 1:2] + bh * 2
     out_x = np.maximum(0, x0 - xd) + np.maximum(0, xd - x1)
     out_y = np.maximum(0, y0 - yd) + np.maximum(0, yd - y1)
@@ -112,24 +154,43 @@ def oks(det_kpts, gt_kpts, gt_area, gt_xyxy, *, sigmas=None) -> np.ndarray:
     s = oks_sigmas(g.shape[1], sigmas)
     n, m = len(d), len(g)
     di, gi = np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
-    return pair_oks(d[di], g[gi], area[gi], box[gi], s).reshape(n, m)
+    return _pair_oks(d[di], g[gi], area[gi], box[gi], s).reshape(n, m)
 
 
-def _checked_keypoints(det_kpts, gt_kpts, gt_area, gt_xyxy, n: int | None = None, m: int | None = None):
+def _checked_keypoints(
+    det_kpts, gt_kpts, gt_area, gt_xyxy, n: int | None = None, m: int | None = None
+):
     d = as_real(np.asarray(det_kpts, dtype=np.float64), "det_kpts")
     g = as_real(np.asarray(gt_kpts, dtype=np.float64), "gt_kpts")
     if d.ndim != 3 or d.shape[2] not in (2, 3) or (n is not None and len(d) != n):
-        raise InputError(f"Expected argument `det_kpts` to be of shape ({n if n is not None else 'n'}, K, 2 or 3), "
-                         f"but got {d.shape}")
-    if g.ndim != 3 or g.shape[2] != 3 or g.shape[1] != d.shape[1] or (m is not None and len(g) != m):
-        raise InputError(f"Expected argument `gt_kpts` to be of shape ({m if m is not None else 'm'}, "
-                         f"{d.shape[1]}, 3) (x, y, v), but got {g.shape}")
+        raise InputError(
+            f"Expected argument `det_kpts` to be of shape ({n if n is not None else 'n'}, K, 2 or "
+            "3), "
+            f"but got {d.shape}"
+        )
+    if (
+        g.ndim != 3
+        or g.shape[2] != 3
+        or g.shape[1] != d.shape[1]
+        or (m is not None and len(g) != m)
+    ):
+        raise InputError(
+            f"Expected argument `gt_kpts` to be of shape ({m if m is not None else 'm'}, "
+            f"{d.shape[1]}, 3) (x, y, v), but got {g.shape}"
+        )
     area = as_real(np.asarray(gt_area, dtype=np.float64).reshape(-1), "gt_area")
     box = as_real(np.asarray(gt_xyxy, dtype=np.float64), "gt_xyxy")
     if len(area) != len(g) or box.shape != (len(g), 4):
-        raise InputError(f"Expected arguments `gt_area` ({len(g)},) and `gt_xyxy` ({len(g)}, 4), but got "
-                         f"{area.shape} and {box.shape}")
-    if not (np.isfinite(d).all() and np.isfinite(g).all() and np.isfinite(area).all() and np.isfinite(box).all()):
+        raise InputError(
+            f"Expected arguments `gt_area` ({len(g)},) and `gt_xyxy` ({len(g)}, 4), but got "
+            f"{area.shape} and {box.shape}"
+        )
+    if not (
+        np.isfinite(d).all()
+        and np.isfinite(g).all()
+        and np.isfinite(area).all()
+        and np.isfinite(box).all()
+    ):
         raise InputError("Expected keypoints, areas and boxes to be finite, but some are not")
     return d, g, area, box
 
@@ -146,8 +207,16 @@ def _coco_rank(d_img, d_cls, d_score, g_img, g_cls) -> tuple[np.ndarray, np.ndar
     return order, rank, key_g
 
 
-def _match_ignored(order: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, left: np.ndarray, ignored: np.ndarray,
-                   crowd: np.ndarray, pair, thr: float) -> np.ndarray:
+def _match_ignored(
+    order: np.ndarray,
+    key_d: np.ndarray,
+    key_g: np.ndarray,
+    left: np.ndarray,
+    ignored: np.ndarray,
+    crowd: np.ndarray,
+    pair,
+    thr: float,
+) -> np.ndarray:
     """The ignored GT each detection in ``left`` (in COCO's ``order``) falls on: the best (ties the
     later) at OKS >= ``thr`` among crowds and the ignored non-crowd GTs not yet taken; -1 for none."""
     out = np.full(len(key_d), -1, dtype=np.int64)
@@ -171,8 +240,21 @@ def _match_ignored(order: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, left
 
 
 def match_keypoints(
-    det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, gt_kpts, gt_area, gt_xyxy, gt_crowd=None,
-    gt_num_keypoints=None, *, oks_threshold: float = 0.5, max_dets: int | None = None, sigmas=None,
+    det_image,
+    det_cls,
+    det_score,
+    det_kpts,
+    gt_image,
+    gt_cls,
+    gt_kpts,
+    gt_area,
+    gt_xyxy,
+    gt_crowd=None,
+    gt_num_keypoints=None,
+    *,
+    oks_threshold: float = 0.5,
+    max_dets: int | None = None,
+    sigmas=None,
 ) -> MatchResult:
     """Match pose detections one-to-one to same-class ground truth by OKS, exactly as COCOeval ``keypoints``.
 
@@ -202,14 +284,26 @@ def match_keypoints(
     ([True, False], [0, -1])
     """
     (d_img, d_cls, d_score, d), (g_img, g_cls, g, area, box, crowd, ignored) = _checked_inputs(
-        det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, gt_kpts, gt_area, gt_xyxy, gt_crowd,
-        gt_num_keypoints)
+        det_image,
+        det_cls,
+        det_score,
+        det_kpts,
+        gt_image,
+        gt_cls,
+        gt_kpts,
+        gt_area,
+        gt_xyxy,
+        gt_crowd,
+        gt_num_keypoints,
+    )
     s = oks_sigmas(g.shape[1], sigmas)
 
     def pair(p_det: np.ndarray, p_gt: np.ndarray) -> np.ndarray:
-        return pair_oks(d[p_det], g[p_gt], area[p_gt], box[p_gt], s)
+        return _pair_oks(d[p_det], g[p_gt], area[p_gt], box[p_gt], s)
 
-    res = _match_regular(d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets)
+    res = _match_regular(
+        d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets
+    )
     n = len(d_img)
     if n == 0 or len(g_img) == 0 or not ignored.any():
         return res
@@ -218,12 +312,27 @@ def match_keypoints(
     left = ~res.correct & (rank < (max_dets if max_dets is not None else n))
     thr = min(float(oks_threshold), _COCO_T_CAP)
     on_ignored = _match_ignored(order, key_d, key_g, left, ignored, crowd, pair, thr)
-    return MatchResult(correct=res.correct, iou=res.iou, gt_index=np.where(on_ignored >= 0, on_ignored, res.gt_index),
-                       ignore=on_ignored >= 0)
+    return MatchResult(
+        correct=res.correct,
+        iou=res.iou,
+        gt_index=np.where(on_ignored >= 0, on_ignored, res.gt_index),
+        ignore=on_ignored >= 0,
+    )
 
 
-def _checked_inputs(det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, gt_kpts, gt_area, gt_xyxy, gt_crowd,
-                    gt_num_keypoints):
+def _checked_inputs(
+    det_image,
+    det_cls,
+    det_score,
+    det_kpts,
+    gt_image,
+    gt_cls,
+    gt_kpts,
+    gt_area,
+    gt_xyxy,
+    gt_crowd,
+    gt_num_keypoints,
+):
     """The checked detection arrays (image, class, score, keypoints) and GT arrays (image, class,
     keypoints, area, box, crowd, ignored: a crowd or no labelled keypoint)."""
     d_img = as_integers(det_image, "det_image")
@@ -235,18 +344,33 @@ def _checked_inputs(det_image, det_cls, det_score, det_kpts, gt_image, gt_cls, g
     g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     d, g, area, box = _checked_keypoints(det_kpts, gt_kpts, gt_area, gt_xyxy, n, m)
     crowd = crowd_flags(gt_crowd, m)
-    nk = (g[:, :, 2] > 0).sum(1) if gt_num_keypoints is None else as_integers(gt_num_keypoints, "gt_num_keypoints",
-                                                                              m, "gt_image")
+    nk = (
+        (g[:, :, 2] > 0).sum(1)
+        if gt_num_keypoints is None
+        else as_integers(gt_num_keypoints, "gt_num_keypoints", m, "gt_image")
+    )
     return (d_img, d_cls, d_score, d), (g_img, g_cls, g, area, box, crowd, crowd | (nk == 0))
 
 
-def _match_regular(d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets) -> MatchResult:
+def _match_regular(
+    d_img, d_cls, d_score, g_img, g_cls, ignored, pair, oks_threshold, max_dets
+) -> MatchResult:
     """COCO's greedy matching to the regular (not ignored) GTs; ``gt_index`` in the full GT numbering."""
     regular = np.flatnonzero(~ignored)
-    res = greedy_match(d_img, d_cls, d_score, g_img[regular], g_cls[regular], np.zeros(len(regular), dtype=bool),
-                       pair_iou=lambda pd, pg, _c: pair(pd, regular[pg]), iou_threshold=oks_threshold,
-                       max_dets=max_dets)
-    gt_index = np.where(res.correct, regular[np.maximum(res.gt_index, 0)] if len(regular) else -1, -1)
+    res = greedy_match(
+        d_img,
+        d_cls,
+        d_score,
+        g_img[regular],
+        g_cls[regular],
+        np.zeros(len(regular), dtype=bool),
+        pair_iou=lambda pd, pg, _c: pair(pd, regular[pg]),
+        iou_threshold=oks_threshold,
+        max_dets=max_dets,
+    )
+    gt_index = np.where(
+        res.correct, regular[np.maximum(res.gt_index, 0)] if len(regular) else -1, -1
+    )
     return MatchResult(correct=res.correct, iou=res.iou, gt_index=gt_index, ignore=res.ignore)
 
 
@@ -258,7 +382,9 @@ def table_keypoints(boxes: pl.DataFrame, column: str, nkpt: int) -> np.ndarray:
         InputError: The column is missing, has nulls, or its boxes hold different keypoint counts.
     """
     if column not in boxes.columns:
-        raise InputError(f"box table is missing the keypoint column `{column}`; has {boxes.columns}")
+        raise InputError(
+            f"box table is missing the keypoint column `{column}`; has {boxes.columns}"
+        )
     s = boxes[column]
     if s.null_count():
         raise InputError(f"box table column `{column}` has {s.null_count()} rows without keypoints")
@@ -266,14 +392,23 @@ def table_keypoints(boxes: pl.DataFrame, column: str, nkpt: int) -> np.ndarray:
         return np.zeros((0, nkpt, 3))
     counts = s.list.len()
     if counts.n_unique() != 1:
-        raise InputError(f"box table column `{column}` holds boxes of different keypoint counts "
-                         f"{sorted(counts.unique().to_list())}")
+        raise InputError(
+            f"box table column `{column}` holds boxes of different keypoint counts "
+            f"{sorted(counts.unique().to_list())}"
+        )
     flat = s.explode().explode().to_numpy().astype(np.float64)
     return flat.reshape(boxes.height, int(counts[0]), -1)
 
 
-def match_keypoint_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, oks_threshold: float = 0.5, sigmas=None,
-                         max_dets: int | None = None, column: str = "kpts") -> pl.DataFrame:
+def _match_keypoint_table(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    *,
+    oks_threshold: float = 0.5,
+    sigmas=None,
+    max_dets: int | None = None,
+    column: str = "kpts",
+) -> pl.DataFrame:
     """Fill ``correct``, ``iou`` (the OKS) and ``ignore`` of one head's box table by OKS (:func:`match_keypoints`).
 
     Args:
@@ -288,22 +423,35 @@ def match_keypoint_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, oks_threshold
     Raises:
         InputError: A column is missing or null, or the keypoint counts of boxes and ground truth differ.
     """
-    for df, need, what in ((boxes, ("image_id", "cls", "conf"), "box table"),
-                           (gt, ("image_id", "cls", "x1", "y1", "x2", "y2", column, "area"), "GT table")):
+    for df, need, what in (
+        (boxes, ("image_id", "cls", "conf"), "box table"),
+        (gt, ("image_id", "cls", "x1", "y1", "x2", "y2", column, "area"), "GT table"),
+    ):
         missing = [c for c in need if c not in df.columns]
         if missing:
             raise InputError(f"{what} is missing columns {missing}; has {df.columns}")
     g = np.asarray(gt[column].to_numpy(), dtype=np.float64).reshape(gt.height, -1, 3)
     d = table_keypoints(boxes, column, g.shape[1])
     if boxes.height and gt.height and d.shape[1] != g.shape[1]:
-        raise InputError(f"the boxes have {d.shape[1]} keypoints each, the ground truth {g.shape[1]}")
+        raise InputError(
+            f"the boxes have {d.shape[1]} keypoints each, the ground truth {g.shape[1]}"
+        )
     r = match_keypoints(
-        boxes["image_id"].to_numpy(), boxes["cls"].to_numpy(), boxes["conf"].to_numpy(), d,
-        gt["image_id"].to_numpy(), gt["cls"].to_numpy(), g, gt["area"].to_numpy(),
+        boxes["image_id"].to_numpy(),
+        boxes["cls"].to_numpy(),
+        boxes["conf"].to_numpy(),
+        d,
+        gt["image_id"].to_numpy(),
+        gt["cls"].to_numpy(),
+        g,
+        gt["area"].to_numpy(),
         gt.select("x1", "y1", "x2", "y2").to_numpy().reshape(-1, 4),
         gt["crowd"].to_numpy() if "crowd" in gt.columns else None,
         gt["num_keypoints"].to_numpy() if "num_keypoints" in gt.columns else None,
-        oks_threshold=oks_threshold, max_dets=max_dets, sigmas=sigmas)
+        oks_threshold=oks_threshold,
+        max_dets=max_dets,
+        sigmas=sigmas,
+    )
     return boxes.with_columns(
         pl.Series("correct", r.correct, dtype=pl.Boolean),
         pl.Series("iou", r.iou, dtype=pl.Float64),
@@ -311,8 +459,15 @@ def match_keypoint_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, oks_threshold
     )
 
 
-def match_boxes_by_keypoints(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float, loc_iou: float, sigmas=None,
-                             column: str = "kpts") -> pl.DataFrame:
+def match_boxes_by_keypoints(
+    boxes: pl.DataFrame,
+    gt: pl.DataFrame,
+    *,
+    iou: float,
+    loc_iou: float,
+    sigmas=None,
+    column: str = "kpts",
+) -> pl.DataFrame:
     """:func:`det_calib.matching.one_to_one.match_boxes` by OKS: ``correct``, ``iou`` (the OKS), ``ignore``
     (at ``iou``) and ``loc_iou`` (the OKS of the match at ``loc_iou``, 0 if none).
 
@@ -323,9 +478,12 @@ def match_boxes_by_keypoints(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: floa
         loc_iou: Threshold of the second matching, whose OKS feeds the localisation-aware metrics.
         sigmas: Per-keypoint sigmas (default :func:`oks_sigmas`).
     """
-    at_iou = match_keypoint_table(boxes, gt, oks_threshold=iou, sigmas=sigmas, column=column)
-    loc = match_keypoint_table(boxes, gt, oks_threshold=loc_iou, sigmas=sigmas, column=column)
+    at_iou = _match_keypoint_table(boxes, gt, oks_threshold=iou, sigmas=sigmas, column=column)
+    loc = _match_keypoint_table(boxes, gt, oks_threshold=loc_iou, sigmas=sigmas, column=column)
     loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
     return boxes.with_columns(
-        at_iou["correct"], at_iou["iou"], at_iou["ignore"], pl.Series("loc_iou", loc_target, dtype=pl.Float64)
+        at_iou["correct"],
+        at_iou["iou"],
+        at_iou["ignore"],
+        pl.Series("loc_iou", loc_target, dtype=pl.Float64),
     )

@@ -20,7 +20,13 @@ from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.pose_labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
+from det_calib.tasks.pose_labels import (
+    KPTS_COLUMN,
+    PoseSpec,
+    has_keypoints,
+    load_pose_split,
+    pose_spec,
+)
 from det_calib.tasks.pose_matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 
 __all__ = ["Pose"]
@@ -59,20 +65,34 @@ class Pose(Task):
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return None if shape is None else shape[0] * shape[1]
 
-    def read_split(self, data: Dataset, split: str, *, match: str = "auto", shape: tuple[int, int] | None = None,
-                   coco_gt: str | Path | None = None, limit: int | None = None) -> Split:
+    def read_split(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        match: str = "auto",
+        shape: tuple[int, int] | None = None,
+        coco_gt: str | Path | None = None,
+        limit: int | None = None,
+    ) -> Split:
         """Keypoints (or, under ``--match box``, box labels); refused in one line: box labels without
         ``--match box``, a ``kpt_shape`` whose keypoint count is not the model's."""
         declared = pose_spec(data)
         if self.box_labels_only(data, split, coco_gt):
             if match == "box":
                 return load_split(data, split, limit=limit)
-            raise InputError(f"{data.yaml_path} has no `kpt_shape`: box labels for a pose model, and OKS needs "
-                             "keypoints (pose labels `cls cx cy w h x1 y1 v1 ...` with kpt_shape in the data.yaml); "
-                             "use --match box to match the boxes alone")
+            raise InputError(
+                f"{data.yaml_path} has no `kpt_shape`: box labels for a pose model, and OKS needs "
+                "keypoints (pose labels `cls cx cy w h x1 y1 v1 ...` with kpt_shape in the "
+                "data.yaml); "
+                "use --match box to match the boxes alone"
+            )
         if declared is not None and shape is not None and declared.nkpt != shape[0]:
-            raise InputError(f"{data.yaml_path}: kpt_shape [{declared.nkpt}, {declared.ndim}] but the model's is "
-                             f"[{shape[0]}, {shape[1]}] ({shape[0]} keypoints)")
+            raise InputError(
+                f"{data.yaml_path}: kpt_shape [{declared.nkpt}, {declared.ndim}] but the model's "
+                "is "
+                f"[{shape[0]}, {shape[1]}] ({shape[0]} keypoints)"
+            )
         spec = None if declared is not None or shape is None else PoseSpec(nkpt=shape[0], ndim=3)
         return load_pose_split(data, split, spec=spec, coco_gt=coco_gt, limit=limit)
 
@@ -87,11 +107,16 @@ class Pose(Task):
         spec = pose_spec(data)
         return None if spec is None else spec.sigmas
 
-    def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
+    def choose_rule(
+        self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None
+    ) -> MatchingRule:
         lacking = [sp.name for sp in splits if not has_keypoints(sp)]
         if lacking or not splits:
-            raise InputError(f"OKS needs the keypoints of every ground truth; split `{(lacking or ['?'])[0]}` was "
-                             "read without them: use --match box")
+            raise InputError(
+                f"OKS needs the keypoints of every ground truth; split `{(lacking or ['?'])[0]}` "
+                "was "
+                "read without them: use --match box"
+            )
         k = splits[0].gt[KPTS_COLUMN].dtype.size // 3
         own = oks_sigmas(k, sigmas)
         if sigmas is not None:
@@ -100,20 +125,28 @@ class Pose(Task):
             how = "COCO's 17 person-keypoint sigmas"
         else:
             how = f"1/K = {1 / k:.4g} each (Ultralytics' rule for other than 17 keypoints)"
-        return MatchingRule("oks", option, f"a pose model, {k} keypoints, sigmas {how}",
-                            sigmas=tuple(float(x) for x in np.asarray(own)))
+        return MatchingRule(
+            "oks",
+            option,
+            f"a pose model, {k} keypoints, sigmas {how}",
+            sigmas=tuple(float(x) for x in np.asarray(own)),
+        )
 
-    def match(self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float,
-              loc_iou: float) -> pl.DataFrame:
-        return match_boxes_by_keypoints(boxes, split.gt, iou=iou, loc_iou=loc_iou, sigmas=rule.sigmas)
+    def match(
+        self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float, loc_iou: float
+    ) -> pl.DataFrame:
+        return match_boxes_by_keypoints(
+            boxes, split.gt, iou=iou, loc_iou=loc_iou, sigmas=rule.sigmas
+        )
 
     def predictor_class(self) -> type:
         from ultralytics.models.yolo.pose import PosePredictor
 
         return PosePredictor
 
-    def decode(self, det: Any, lb_shape: Any, im_shape: tuple[int, int],
-               shape: tuple[int, int] | None) -> tuple[Any, np.ndarray]:
+    def decode(
+        self, det: Any, lb_shape: Any, im_shape: tuple[int, int], shape: tuple[int, int] | None
+    ) -> tuple[Any, np.ndarray]:
         """``(xyxy, keypoints)``: keypoints (n, K, ndim) float32."""
         from ultralytics.utils import ops
 

@@ -20,7 +20,7 @@ from det_calib.errors import InputError
 from det_calib.matching.masks import match_boxes_by_masks
 from det_calib.tasks.contract import Task
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 __all__ = ["Segment"]
 
@@ -45,8 +45,15 @@ class Segment(Task):
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return None
 
-    def read_labels(self, data: Dataset, split: str, *, match: str, coco_gt: str | Path | None,
-                    limit: int | None) -> Split:
+    def read_labels(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        match: str,
+        coco_gt: str | Path | None,
+        limit: int | None,
+    ) -> Split:
         if match != "box":
             return load_segment_split(data, split, coco_gt=coco_gt, limit=limit)
         return load_split(data, split, coco_gt=coco_gt, limit=limit)
@@ -54,20 +61,30 @@ class Segment(Task):
     def lacks_payload(self, split: Split) -> bool:
         return not has_masks(split)
 
-    def choose_rule(self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None) -> MatchingRule:
+    def choose_rule(
+        self, option: str, splits: Sequence[Split], sigmas: Sequence[float] | None
+    ) -> MatchingRule:
         lacking = [sp for sp in splits if not has_masks(sp)]
         if not lacking:
             return MatchingRule("mask", option, "a segment model, every ground truth has a mask")
         sp = lacking[0]
         n = sp.gt[SEGM_COLUMN].null_count() if SEGM_COLUMN in sp.gt.columns else sp.gt.height
         if option == "mask":
-            raise InputError(f"--match mask needs a mask for every ground truth; split `{sp.name}` has {n} of "
-                             f"{sp.gt.height} without one (box-only labels): use --match box or auto")
-        log.info("split `%s`: %d of %d ground truths have no mask: matching by box IoU", sp.name, n, sp.gt.height)
+            raise InputError(
+                f"--match mask needs a mask for every ground truth; split `{sp.name}` has {n} of "
+                f"{sp.gt.height} without one (box-only labels): use --match box or auto"
+            )
+        _log.info(
+            "split `%s`: %d of %d ground truths have no mask: matching by box IoU",
+            sp.name,
+            n,
+            sp.gt.height,
+        )
         return MatchingRule("box", option, "a segment model on box-only labels")
 
-    def match(self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float,
-              loc_iou: float) -> pl.DataFrame:
+    def match(
+        self, boxes: pl.DataFrame, split: Split, rule: MatchingRule, *, iou: float, loc_iou: float
+    ) -> pl.DataFrame:
         return match_boxes_by_masks(boxes, split.gt, split.sizes, iou=iou, loc_iou=loc_iou)
 
     def predictor_class(self) -> type:
@@ -76,4 +93,6 @@ class Segment(Task):
         return SegmentationPredictor
 
     def payload_series(self, images: Sequence[Any], shape: tuple[int, int] | None) -> pl.Series:
-        return pl.Series(SEGM_COLUMN, [c for im in images for c in im.segm], dtype=self.payload_dtype)
+        return pl.Series(
+            SEGM_COLUMN, [c for im in images for c in im.segm], dtype=self.payload_dtype
+        )

@@ -22,16 +22,31 @@ from det_calib.numeric import binom_sf
 from det_calib.thresholds.criteria import Unit
 from det_calib.thresholds.grid_counts import ClassCounts, figures_at
 
-__all__ = ["betting_pvalue", "certified_threshold", "certify_image_precision", "certify_precision", "design_effect",
-           "hb_pvalue", "hb_upper_bound", "image_fdp", "image_precision_pvalue", "min_certifiable",
-           "min_certifiable_images", "min_images", "precision_lower_bound", "testable"]
+__all__ = [
+    "betting_pvalue",
+    "certified_threshold",
+    "certify_image_precision",
+    "certify_precision",
+    "design_effect",
+    "hb_pvalue",
+    "image_fdp",
+    "min_certifiable",
+    "min_certifiable_images",
+    "min_images",
+    "precision_lower_bound",
+    "testable",
+]
+
 
 def hb_pvalue(risk_hat: np.ndarray, n: np.ndarray | int, alpha: float | np.ndarray) -> np.ndarray:
     """Hoeffding-Bentkus p-value of ``H0: E[L] > alpha`` from the mean ``risk_hat`` of ``n`` losses in
     [0, 1] (Bates et al. 2021, RCPS): ``min(exp(-n h(R_hat, a)), e P(Bin(n, a) <= ceil(n R_hat)))``;
     small values reject (the risk is at most ``alpha``). ``n`` may vary per entry; 1 where ``n == 0``."""
-    rh, n, alpha = np.broadcast_arrays(np.asarray(risk_hat, dtype=np.float64), np.asarray(n, dtype=np.float64),
-                                       np.asarray(alpha, dtype=np.float64))
+    rh, n, alpha = np.broadcast_arrays(
+        np.asarray(risk_hat, dtype=np.float64),
+        np.asarray(n, dtype=np.float64),
+        np.asarray(alpha, dtype=np.float64),
+    )
     rh, live = np.nan_to_num(rh, nan=1.0), n > 0
     n = np.where(live, n, 1.0)  # placeholders: the p-value is 1 where no loss was seen
     r = np.minimum(rh, alpha)
@@ -45,10 +60,12 @@ def hb_pvalue(risk_hat: np.ndarray, n: np.ndarray | int, alpha: float | np.ndarr
     return np.where(live, p, 1.0)
 
 
-def hb_upper_bound(risk_hat: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
+def _hb_upper_bound(risk_hat: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
     """The smallest ``alpha`` (to 1e-6) that :func:`hb_pvalue` rejects at ``delta``: an upper confidence
     bound on ``E[L]`` at level ``1 - delta`` (1 where nothing is rejected)."""
-    rh, n = np.broadcast_arrays(np.asarray(risk_hat, dtype=np.float64), np.asarray(n, dtype=np.float64))
+    rh, n = np.broadcast_arrays(
+        np.asarray(risk_hat, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    )
     lo, hi = np.zeros(rh.shape), np.ones(rh.shape)
     for _ in range(24):
         mid = (lo + hi) / 2
@@ -73,7 +90,9 @@ def image_fdp(kept: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.where(n > 0, fdp, np.nan), n
 
 
-def image_precision_pvalue(kept: np.ndarray, tp: np.ndarray, *, target: float) -> tuple[np.ndarray, np.ndarray]:
+def _image_precision_pvalue(
+    kept: np.ndarray, tp: np.ndarray, *, target: float
+) -> tuple[np.ndarray, np.ndarray]:
     """P-values of ``H0: mean precision of the images that keep a box < target`` per column (Hoeffding-Bentkus
     on the per-image FDP, in [0, 1]), and the images tested.
 
@@ -85,26 +104,30 @@ def image_precision_pvalue(kept: np.ndarray, tp: np.ndarray, *, target: float) -
     return hb_pvalue(fdp, n, 1 - target), n
 
 
-def image_testable(n: np.ndarray, *, target: float, delta: float) -> np.ndarray:
+def _image_testable(n: np.ndarray, *, target: float, delta: float) -> np.ndarray:
     """Which thresholds enter the image-level test sequence: where ``n`` images keep a box and an observed
     FDP of half ``1 - target`` would certify (a rule on counts, no label: the sequence stays exact)."""
     n = np.asarray(n, dtype=np.float64)
-    return (n >= min_images(1 - target, delta)) & (hb_pvalue((1 - target) / 2, n, 1 - target) <= delta)
+    return (n >= min_images(1 - target, delta)) & (
+        hb_pvalue((1 - target) / 2, n, 1 - target) <= delta
+    )
 
 
 def min_certifiable_images(target: float, delta: float) -> int:
     """Fewest images keeping a box at which a threshold enters the image-level sequence."""
     n = np.arange(1, 200_000)
-    ok = image_testable(n, target=target, delta=delta)
+    ok = _image_testable(n, target=target, delta=delta)
     return int(n[np.argmax(ok)]) if ok.any() else -1
 
 
-def certify_image_precision(kept: np.ndarray, tp: np.ndarray, *, target: float, delta: float) -> int:
+def certify_image_precision(
+    kept: np.ndarray, tp: np.ndarray, *, target: float, delta: float
+) -> int:
     """Fixed-sequence test from high to low thresholds of ``H0: mean precision of the images that keep a
     box < target`` (:func:`image_precision_pvalue`) on (m, G) per-image counts; the index of the lowest
     threshold rejected before the first failure, -1 where none."""
-    p, n = image_precision_pvalue(kept, tp, target=target)
-    test = image_testable(n, target=target, delta=delta)
+    p, n = _image_precision_pvalue(kept, tp, target=target)
+    test = _image_testable(n, target=target, delta=delta)
     fail = test & (p > delta)
     top_fail = int(np.flatnonzero(fail)[-1]) if fail.any() else -1
     ok = test & (p <= delta) & (np.arange(len(p)) > top_fail)
@@ -194,7 +217,9 @@ def min_certifiable(target: float, delta: float) -> int:
         ok = testable(n, target=target, delta=delta)
         if ok.any():
             return int(n[np.argmax(ok)])
-    raise InputError(f"target precision {target} cannot be certified at delta {delta}")  # pragma: no cover
+    raise InputError(
+        f"target precision {target} cannot be certified at delta {delta}"
+    )  # pragma: no cover
 
 
 def certify_precision(
@@ -231,7 +256,9 @@ def certify_precision(
     return np.where(ok.any(-1), np.argmax(ok, -1), -1)
 
 
-def certified_threshold(c: ClassCounts, *, target: float, delta: float, unit: Unit) -> dict[str, Any]:
+def certified_threshold(
+    c: ClassCounts, *, target: float, delta: float, unit: Unit
+) -> dict[str, Any]:
     """The threshold certified for one class (or all pooled) on its per-image counts.
 
     ``unit="image"``: the mean precision of the images that keep a box is at least ``target`` with
@@ -243,16 +270,27 @@ def certified_threshold(c: ClassCounts, *, target: float, delta: float, unit: Un
         j = certify_image_precision(c.kept, c.tp, target=target, delta=delta)
         fdp, n_img = image_fdp(c.kept, c.tp)
         out = figures_at(c, j)
-        out["precision_lower"] = float(1 - hb_upper_bound(fdp[j], n_img[j], delta)) if j >= 0 else None
+        out["precision_lower"] = (
+            float(1 - _hb_upper_bound(fdp[j], n_img[j], delta)) if j >= 0 else None
+        )
         out["precision_per_image"] = float(1 - fdp[j]) if j >= 0 else None
         out["deff"] = float(design_effect(c.kept, c.tp)[j]) if j >= 0 else None  # a diagnostic only
         out["certified"] = j >= 0
-        out["flag"] = None if j >= 0 else ("too_few_boxes" if not image_testable(n_img, target=target, delta=delta)
-                                           .any() else "target_not_reached")
+        out["flag"] = (
+            None
+            if j >= 0
+            else (
+                "too_few_boxes"
+                if not _image_testable(n_img, target=target, delta=delta).any()
+                else "target_not_reached"
+            )
+        )
         return out
     j = int(certify_precision(c.n, c.k, target=target, delta=delta))
     out = figures_at(c, j)
-    out["precision_lower"] = float(precision_lower_bound(c.k[j], c.n[j], delta=delta)) if j >= 0 else None
+    out["precision_lower"] = (
+        float(precision_lower_bound(c.k[j], c.n[j], delta=delta)) if j >= 0 else None
+    )
     out["deff"] = None
     out["certified"] = j >= 0
     if j >= 0:

@@ -37,11 +37,20 @@ from det_calib.numeric import sigmoid
 from det_calib.record.run_result import RunResult
 from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_thresholds
 
-__all__ = ["LOGITS_FILE", "LOGITS_FLOOR", "ClassSets", "agnostic_true_class", "check_class_logits",
-           "class_probabilities", "keep_class_logits", "read_class_logits", "run_class_sets", "write_class_logits"]
+__all__ = [
+    "LOGITS_FILE",
+    "ClassSets",
+    "agnostic_true_class",
+    "check_class_logits",
+    "class_probabilities",
+    "keep_class_logits",
+    "read_class_logits",
+    "run_class_sets",
+    "write_class_logits",
+]
 
 LOGITS_FILE = "class_logits.npz"
-LOGITS_FLOOR = 0.05
+_LOGITS_FLOOR = 0.05
 """Boxes at or below this calibrated conf keep no per-class logits (class sets are for kept boxes)."""
 
 
@@ -61,15 +70,26 @@ def write_class_logits(folder: str | Path, boxes: pl.DataFrame) -> None:
     if "logits" not in boxes.columns:
         return
     lists = boxes.drop_in_place("logits")
-    conf = boxes["calibrated"].to_numpy() if "calibrated" in boxes.columns else boxes["conf"].to_numpy()
-    rows = np.flatnonzero(np.nan_to_num(conf, nan=0.0) > LOGITS_FLOOR)
+    conf = (
+        boxes["calibrated"].to_numpy()
+        if "calibrated" in boxes.columns
+        else boxes["conf"].to_numpy()
+    )
+    rows = np.flatnonzero(np.nan_to_num(conf, nan=0.0) > _LOGITS_FLOOR)
     lg = lists.gather(rows).to_list()
     arr = np.asarray(lg, dtype=np.float16).reshape(len(rows), max((len(v) for v in lg), default=0))
-    np.savez_compressed(Path(folder) / LOGITS_FILE, row=rows.astype(np.int32), logits=arr,
-                        image_id=boxes["image_id"].to_numpy()[rows].astype(np.int32), floor=np.float64(LOGITS_FLOOR))
+    np.savez_compressed(
+        Path(folder) / LOGITS_FILE,
+        row=rows.astype(np.int32),
+        logits=arr,
+        image_id=boxes["image_id"].to_numpy()[rows].astype(np.int32),
+        floor=np.float64(_LOGITS_FLOOR),
+    )
 
 
-def read_class_logits(run_dir: str | Path, boxes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, float]:
+def read_class_logits(
+    run_dir: str | Path, boxes: pl.DataFrame
+) -> tuple[np.ndarray, np.ndarray, float]:
     """(rows, (rows, C) float logits, floor) of a run's boxes: from ``class_logits.npz``, or a ``logits``
     column of ``boxes.parquet`` (floor 0)."""
     if "logits" in boxes.columns:
@@ -77,9 +97,14 @@ def read_class_logits(run_dir: str | Path, boxes: pl.DataFrame) -> tuple[np.ndar
     with np.load(Path(run_dir) / LOGITS_FILE) as z:
         rows, lg, img = z["row"].astype(np.int64), z["logits"].astype(np.float64), z["image_id"]
         floor = float(z["floor"])
-    if rows.size and (rows.max() >= boxes.height or not np.array_equal(boxes["image_id"].to_numpy()[rows], img)):
-        raise InputError(f"{Path(run_dir) / LOGITS_FILE} does not match the run's boxes.parquet (written by "
-                         "another run)", param=())
+    if rows.size and (
+        rows.max() >= boxes.height or not np.array_equal(boxes["image_id"].to_numpy()[rows], img)
+    ):
+        raise InputError(
+            f"{Path(run_dir) / LOGITS_FILE} does not match the run's boxes.parquet (written by "
+            "another run)",
+            param=(),
+        )
     return rows, lg, floor
 
 
@@ -103,7 +128,10 @@ class ClassSets:
             raise InputError(f"Expected argument `alpha` in (0, 1), but got {self.alpha!r}")
         probs, y = np.asarray(probs, dtype=np.float64), np.asarray(y, dtype=np.int64)
         if probs.ndim != 2 or len(y) != len(probs):
-            raise InputError(f"Expected `probs` of shape (n, C) with n = len(y) = {len(y)}, but got {probs.shape}")
+            raise InputError(
+                f"Expected `probs` of shape (n, C) with n = len(y) = {len(y)}, but got "
+                f"{probs.shape}"
+            )
         scores = np.sort(1 - probs[np.arange(len(y)), y])
         k = math.ceil((len(y) + 1) * (1 - self.alpha))
         self.n_ = len(y)
@@ -120,9 +148,14 @@ class ClassSets:
         """Coverage (sets holding ``y``) and mean size on boxes with known classes ``y``."""
         s = self.predict(probs)
         y = np.asarray(y, dtype=np.int64)
-        return {"alpha": self.alpha, "qhat": self.qhat_, "n_fit": self.n_, "boxes": int(len(y)),
-                "coverage": float(s[np.arange(len(y)), y].mean()) if len(y) else None,
-                "mean_size": float(s.sum(1).mean()) if len(y) else None}
+        return {
+            "alpha": self.alpha,
+            "qhat": self.qhat_,
+            "n_fit": self.n_,
+            "boxes": int(len(y)),
+            "coverage": float(s[np.arange(len(y)), y].mean()) if len(y) else None,
+            "mean_size": float(s.sum(1).mean()) if len(y) else None,
+        }
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -140,8 +173,12 @@ def agnostic_true_class(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float = 0
     out = np.full(boxes.height, -1, dtype=np.int64)
     cols = ["x1", "y1", "x2", "y2"]
     bi, gi = boxes["image_id"].to_numpy(), gt["image_id"].to_numpy()
-    bx, gx, conf, gcls = boxes.select(cols).to_numpy(), gt.select(cols).to_numpy(), boxes["conf"].to_numpy(), \
-        gt["cls"].to_numpy()
+    bx, gx, conf, gcls = (
+        boxes.select(cols).to_numpy(),
+        gt.select(cols).to_numpy(),
+        boxes["conf"].to_numpy(),
+        gt["cls"].to_numpy(),
+    )
     for img in np.intersect1d(np.unique(bi), np.unique(gi)):
         rows, grows = np.flatnonzero(bi == img), np.flatnonzero(gi == img)
         rows = rows[np.argsort(-conf[rows], kind="stable")]
@@ -156,8 +193,14 @@ def agnostic_true_class(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float = 0
     return out
 
 
-def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1, keep: float = 0.25,
-                   write: bool = True) -> dict[str, Any]:
+def run_class_sets(
+    run_dir: str | Path,
+    *,
+    head: str = "nms",
+    alpha: float = 0.1,
+    keep: float = 0.25,
+    write: bool = True,
+) -> dict[str, Any]:
     """Class sets of a run's kept boxes (calibrated conf > ``keep``), fitted on the fit split's matched
     boxes and checked on the eval split's; written under ``heads.<head>.class_sets`` of the run's
     ``thresholds.json`` when it has the head.
@@ -170,8 +213,11 @@ def run_class_sets(run_dir: str | Path, *, head: str = "nms", alpha: float = 0.1
     boxes = pl.read_parquet(run_dir / "boxes.parquet").with_row_index("_row")
     rows, logits, floor = read_class_logits(run_dir, boxes)
     if keep < floor:
-        raise InputError(f"Expected `keep` at least {floor:g} (the run keeps per-class logits of the boxes above "
-                         f"it), but got {keep!r}")
+        raise InputError(
+            f"Expected `keep` at least {floor:g} (the run keeps per-class logits of the boxes "
+            "above "
+            f"it), but got {keep!r}"
+        )
     pos = np.full(boxes.height, -1, dtype=np.int64)
     pos[rows] = np.arange(len(rows))
     run = RunResult.read(run_dir / "calibration.json")
@@ -203,6 +249,11 @@ def check_class_logits(run_dir: str | Path, *, alpha: float) -> None:
     if not path.is_file():
         raise InputError(f"box table not found: {path}")
     if not (Path(run_dir) / LOGITS_FILE).is_file() and "logits" not in pl.read_parquet_schema(path):
-        raise InputError(f"{Path(run_dir)} has no per-class logits ({LOGITS_FILE}): class sets need every class's "
-                         "logit, which `det-calib calibrate` keeps when it runs the model itself (not with --boxes, "
-                         "--detections or a top-k export; rerun calibrate)", param=())
+        raise InputError(
+            f"{Path(run_dir)} has no per-class logits ({LOGITS_FILE}): class sets need every "
+            "class's "
+            "logit, which `det-calib calibrate` keeps when it runs the model itself (not with "
+            "--boxes, "
+            "--detections or a top-k export; rerun calibrate)",
+            param=(),
+        )

@@ -13,8 +13,15 @@ import numpy as np
 
 from det_calib.errors import InputError
 
-__all__ = ["DEFAULT_GRID", "ClassCounts", "bootstrap_coverage", "check_grid", "counts_by_image", "figures_at",
-           "ratio", "realised"]
+__all__ = [
+    "DEFAULT_GRID",
+    "ClassCounts",
+    "bootstrap_coverage",
+    "check_grid",
+    "counts_by_image",
+    "figures_at",
+    "realised",
+]
 
 DEFAULT_GRID = np.round(np.arange(1000) / 1000.0, 3)
 
@@ -74,11 +81,13 @@ def counts_by_image(
     g = len(grid)
     # box kept at grid[j] iff s > grid[j] iff j < searchsorted(grid, s, "left")
     top = np.searchsorted(grid, s, side="left")  # kept at thresholds 0..top-1
+
     def acc(w: np.ndarray) -> np.ndarray:
         h = np.zeros((m, g + 1), dtype=np.float64)
         np.add.at(h, (img, top), w)
         # a box with index `top` is kept at thresholds j < top: reverse cumulative sum from the right
         return np.cumsum(h[:, ::-1], axis=1)[:, ::-1][:, 1:]
+
     kept = acc(np.ones_like(s))
     tp = acc(y.astype(np.float64))
     if iou is not None:
@@ -92,11 +101,13 @@ def counts_by_image(
 def check_grid(grid: np.ndarray | None) -> np.ndarray:
     g = DEFAULT_GRID if grid is None else np.asarray(grid, dtype=np.float64)
     if g.ndim != 1 or g.size == 0 or not np.all(np.diff(g) > 0) or g[0] < 0 or g[-1] >= 1:
-        raise InputError("Expected argument `grid` to be a non-empty strictly increasing array in [0, 1)")
+        raise InputError(
+            "Expected argument `grid` to be a non-empty strictly increasing array in [0, 1)"
+        )
     return g
 
 
-def ratio(a: Any, b: Any) -> float | None:
+def _ratio(a: Any, b: Any) -> float | None:
     return float(a) / float(b) if b else None
 
 
@@ -105,7 +116,12 @@ def figures_at(c: ClassCounts, j: int) -> dict[str, Any]:
     if j < 0:
         return {"threshold": 1.0, "precision": None, "recall": 0.0 if c.n_gt else None, "kept": 0}
     n, k = float(c.n[j]), float(c.k[j])
-    return {"threshold": float(c.grid[j]), "precision": ratio(k, n), "recall": ratio(k, c.n_gt), "kept": int(n)}
+    return {
+        "threshold": float(c.grid[j]),
+        "precision": _ratio(k, n),
+        "recall": _ratio(k, c.n_gt),
+        "kept": int(n),
+    }
 
 
 def realised(c: ClassCounts, t: float) -> dict[str, Any]:
@@ -114,11 +130,19 @@ def realised(c: ClassCounts, t: float) -> dict[str, Any]:
         return {"precision": None, "recall": 0.0 if c.n_gt else None, "kept": 0}
     j = int(np.searchsorted(c.grid, t))
     if j >= len(c.grid) or c.grid[j] != t:  # a threshold off the grid: fall back to the exact one
-        raise AssertionError("threshold not on the grid")  # pragma: no cover - thresholds come from the grid
-    return {"precision": ratio(c.k[j], c.n[j]), "recall": ratio(c.k[j], c.n_gt), "kept": int(c.n[j])}
+        raise AssertionError(
+            "threshold not on the grid"
+        )  # pragma: no cover - thresholds come from the grid
+    return {
+        "precision": _ratio(c.k[j], c.n[j]),
+        "recall": _ratio(c.k[j], c.n_gt),
+        "kept": int(c.n[j]),
+    }
 
 
-def bootstrap_coverage(c: ClassCounts, t: float, target: float, weights: np.ndarray) -> float | None:
+def bootstrap_coverage(
+    c: ClassCounts, t: float, target: float, weights: np.ndarray
+) -> float | None:
     """Fraction of image-bootstrap resamples whose precision at t is >= target (nan-free resamples only)."""
     if t >= 1 or c.kept.shape[0] == 0:
         return None

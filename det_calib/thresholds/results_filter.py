@@ -14,7 +14,10 @@ from det_calib.tasks import result_boxes_attr
 
 __all__ = ["filter_results"]
 
-def filter_results(results: Any, thresholds: Mapping[int, float], *, default: float | None = None) -> Any:
+
+def filter_results(
+    results: Any, thresholds: Mapping[int, float], *, default: float | None = None
+) -> Any:
     """Keep, in Ultralytics ``Results``, the boxes whose conf is above their class's threshold.
 
     Run the calibrated checkpoint (``calibrated.pt``, whose conf is the calibrated score) with
@@ -40,7 +43,10 @@ def filter_results(results: Any, thresholds: Mapping[int, float], *, default: fl
             continue
         cls = boxes.cls.cpu().numpy().astype(np.int64)
         conf = boxes.conf.cpu().numpy().astype(np.float64)
-        thr = np.array([table.get(int(c), np.inf if default is None else default) for c in cls], dtype=np.float64)
+        thr = np.array(
+            [table.get(int(c), np.inf if default is None else default) for c in cls],
+            dtype=np.float64,
+        )
         keep = np.flatnonzero(kept_mask(conf, thr))
         out.append(r[keep])
     return out[0] if single else out

@@ -73,13 +73,12 @@ from det_calib.thresholds.certification import (
     testable,
 )
 
-__all__ = ["GUARANTEES", "RISKS", "Guarantee", "ImageCounts", "PrecisionUnit", "RiskTargets", "control", "figures",
-           "hb_pvalue", "image_counts", "plug_in_index", "risk_curves"]
+__all__ = ["ImageCounts", "RiskTargets", "control", "figures", "hb_pvalue", "image_counts"]
 
-RISKS = ("precision", "recall", "fp")
-GUARANTEES = ("probability", "expectation")
-Guarantee = Literal["probability", "expectation"]
-PrecisionUnit = Literal["pooled", "image"]
+_RISKS = ("precision", "recall", "fp")
+_GUARANTEES = ("probability", "expectation")
+_Guarantee = Literal["probability", "expectation"]
+_PrecisionUnit = Literal["pooled", "image"]
 
 
 @dataclass(frozen=True)
@@ -101,40 +100,64 @@ class RiskTargets:
     recall: float | None = None
     max_fp: float | None = None
     delta: float = 0.1
-    guarantee: Guarantee = "probability"
+    guarantee: _Guarantee = "probability"
     fp_cap: float = 300.0
-    precision_unit: PrecisionUnit = "image"
+    precision_unit: _PrecisionUnit = "image"
 
     def __post_init__(self) -> None:
         for name in ("precision", "recall"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0 < v < 1):
                 raise InputError(f"Expected argument `target_{name}` in (0, 1), but got {v!r}")
-        if self.max_fp is not None and not (isinstance(self.max_fp, (int, float)) and self.max_fp > 0):
-            raise InputError(f"Expected argument `max_fp_per_image` to be larger than 0, but got {self.max_fp!r}")
+        if self.max_fp is not None and not (
+            isinstance(self.max_fp, (int, float)) and self.max_fp > 0
+        ):
+            raise InputError(
+                f"Expected argument `max_fp_per_image` to be larger than 0, but got {self.max_fp!r}"
+            )
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise InputError(f"Expected argument `delta` in (0, 1), but got {self.delta!r}")
-        if self.guarantee not in GUARANTEES:
-            raise InputError(f"Expected argument `guarantee` among {GUARANTEES}, but got {self.guarantee!r}")
+        if self.guarantee not in _GUARANTEES:
+            raise InputError(
+                f"Expected argument `guarantee` among {_GUARANTEES}, but got {self.guarantee!r}"
+            )
         if not (isinstance(self.fp_cap, (int, float)) and self.fp_cap >= 1):
-            raise InputError(f"Expected argument `fp_cap` to be at least 1, but got {self.fp_cap!r}")
+            raise InputError(
+                f"Expected argument `fp_cap` to be at least 1, but got {self.fp_cap!r}"
+            )
         if self.max_fp is not None and self.max_fp >= self.fp_cap:
-            raise InputError(f"Expected `max_fp_per_image` below `fp_cap` ({self.fp_cap:g}), but got {self.max_fp!r}")
+            raise InputError(
+                f"Expected `max_fp_per_image` below `fp_cap` ({self.fp_cap:g}), but got "
+                f"{self.max_fp!r}"
+            )
         if self.precision_unit not in ("pooled", "image"):
-            raise InputError(f"Expected argument `precision_unit` to be 'pooled' or 'image', but got "
-                             f"{self.precision_unit!r}")
+            raise InputError(
+                f"Expected argument `precision_unit` to be 'pooled' or 'image', but got "
+                f"{self.precision_unit!r}"
+            )
         if not self.asked:
-            raise InputError("Expected at least one of `target_precision`, `target_recall`, `max_fp_per_image`")
+            raise InputError(
+                "Expected at least one of `target_precision`, `target_recall`, `max_fp_per_image`"
+            )
 
     @property
     def asked(self) -> list[str]:
         """The risks asked for, in :data:`RISKS` order."""
-        return [r for r, v in zip(RISKS, (self.precision, self.recall, self.max_fp)) if v is not None]
+        return [
+            r for r, v in zip(_RISKS, (self.precision, self.recall, self.max_fp)) if v is not None
+        ]
 
     def params(self) -> dict[str, Any]:
-        return {"target_precision": self.precision, "target_recall": self.recall,
-                "max_fp_per_image": self.max_fp, "delta": self.delta, "guarantee": self.guarantee,
-                "fp_cap": self.fp_cap, "precision_unit": self.precision_unit, "risks": self.asked}
+        return {
+            "target_precision": self.precision,
+            "target_recall": self.recall,
+            "max_fp_per_image": self.max_fp,
+            "delta": self.delta,
+            "guarantee": self.guarantee,
+            "fp_cap": self.fp_cap,
+            "precision_unit": self.precision_unit,
+            "risks": self.asked,
+        }
 
 
 @dataclass(frozen=True)
@@ -157,8 +180,14 @@ class ImageCounts:
         return ImageCounts(self.grid, self.kept[rows], self.tp[rows], self.n_gt[rows])
 
 
-def image_counts(score: np.ndarray, correct: np.ndarray, image_idx: np.ndarray, n_gt: np.ndarray, *,
-                 grid: np.ndarray) -> ImageCounts:
+def image_counts(
+    score: np.ndarray,
+    correct: np.ndarray,
+    image_idx: np.ndarray,
+    n_gt: np.ndarray,
+    *,
+    grid: np.ndarray,
+) -> ImageCounts:
     """Count kept and correct boxes per image and threshold.
 
     Args:
@@ -184,7 +213,7 @@ def image_counts(score: np.ndarray, correct: np.ndarray, image_idx: np.ndarray, 
     return ImageCounts(np.asarray(grid, dtype=np.float64), acc(np.ones_like(y)), acc(y), n_gt)
 
 
-def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, Any, float, float]]:
+def _risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, Any, float, float]]:
     """Each per-image risk asked for: (empirical risk per threshold, images (per threshold for the image
     precision), bound B, target), in the loss's own units (recall: miss fraction; fp: false positives per
     image; precision: the false discovery proportion of the images that keep a box)."""
@@ -195,11 +224,20 @@ def risk_curves(c: ImageCounts, t: RiskTargets) -> dict[str, tuple[np.ndarray, A
     if t.recall is not None:
         has = c.n_gt > 0
         loss = 1 - c.tp[has] / c.n_gt[has, None]
-        out["recall"] = (loss.mean(0) if has.any() else np.full(len(c.grid), np.nan), int(has.sum()), 1.0,
-                         1 - t.recall)
+        out["recall"] = (
+            loss.mean(0) if has.any() else np.full(len(c.grid), np.nan),
+            int(has.sum()),
+            1.0,
+            1 - t.recall,
+        )
     if t.max_fp is not None:
         fp = np.minimum(c.kept - c.tp, t.fp_cap)
-        out["fp"] = (fp.mean(0) if len(fp) else np.full(len(c.grid), np.nan), len(fp), t.fp_cap, t.max_fp)
+        out["fp"] = (
+            fp.mean(0) if len(fp) else np.full(len(c.grid), np.nan),
+            len(fp),
+            t.fp_cap,
+            t.max_fp,
+        )
     return out
 
 
@@ -213,14 +251,19 @@ def _sequence(ok: np.ndarray, *, upward: bool) -> np.ndarray:
     return passed if upward else passed[::-1]
 
 
-def pooled_precision_loss(c: ImageCounts, target: float, fp_cap: float) -> np.ndarray:
+def _pooled_precision_loss(c: ImageCounts, target: float, fp_cap: float) -> np.ndarray:
     """(m, G) per-image losses ``target FP_i - (1 - target) TP_i`` (``FP_i`` clipped at ``fp_cap``): their
     mean is at most 0 exactly when the pooled precision ``sum TP / sum kept`` is at least ``target``."""
     return target * np.minimum(c.kept - c.tp, fp_cap) - (1 - target) * c.tp
 
 
-def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
-                   curve: tuple[np.ndarray, Any, float, float] | None) -> tuple[np.ndarray, str | None]:
+def _certified_set(
+    name: str,
+    c: ImageCounts,
+    t: RiskTargets,
+    level: float,
+    curve: tuple[np.ndarray, Any, float, float] | None,
+) -> tuple[np.ndarray, str | None]:
     """The thresholds certified for one risk at error ``level``, and a flag when none is."""
     if name == "precision" and curve is None:  # pooled: testing by betting on per-image losses
         # tested where a precision halfway between the target and 1 in every image would certify: a rule on
@@ -231,18 +274,24 @@ def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
         if not test.any():
             return np.zeros(len(c.grid), dtype=bool), "too_few_boxes"
         cols = np.flatnonzero(test)
-        p = betting_pvalue(pooled_precision_loss(c, t.precision, t.fp_cap)[:, cols], hi=hi)
+        p = betting_pvalue(_pooled_precision_loss(c, t.precision, t.fp_cap)[:, cols], hi=hi)
         ok = np.zeros(len(c.grid), dtype=bool)
         ok[cols] = _sequence(p <= level, upward=False)
         return ok, None if ok.any() else "target_not_reached"
     risk, n, b, target = curve
     upward = name == "recall"  # recall is safe at low conf; fp and precision at high conf
-    hb = t.guarantee == "probability" or name == "precision"  # image precision is not monotone: no CRC
+    hb = (
+        t.guarantee == "probability" or name == "precision"
+    )  # image precision is not monotone: no CRC
     n_arr = np.broadcast_to(np.asarray(n, dtype=np.float64), risk.shape)
     if hb:
         test = n_arr >= min_images(target / b, level)
-        if name == "precision":  # n varies with t: tested where an observed FDP of half the target would
-            test &= hb_pvalue(target / 2, n_arr, target) <= level  # certify (a rule on counts, no label)
+        if (
+            name == "precision"
+        ):  # n varies with t: tested where an observed FDP of half the target would
+            test &= (
+                hb_pvalue(target / 2, n_arr, target) <= level
+            )  # certify (a rule on counts, no label)
     else:
         test = n_arr > 0
     if not test.any():
@@ -257,14 +306,14 @@ def _certified_set(name: str, c: ImageCounts, t: RiskTargets, level: float,
     return ok, None if ok.any() else "target_not_reached"
 
 
-def plug_in_index(c: ImageCounts, t: RiskTargets) -> int:
+def _plug_in_index(c: ImageCounts, t: RiskTargets) -> int:
     """The threshold the empirical risks alone would choose (no guarantee): the lowest meeting every
     target (recall alone: the highest); -1 where none. Its distance to the certified one is the cost."""
     ok = np.ones(len(c.grid), dtype=bool)
     if t.precision is not None and t.precision_unit == "pooled":
         n, k = c.kept.sum(0), c.tp.sum(0)
         ok &= (n > 0) & (k >= t.precision * n - 1e-9)
-    for risk, _, _, target in risk_curves(c, t).values():
+    for risk, _, _, target in _risk_curves(c, t).values():
         ok &= np.nan_to_num(risk, nan=np.inf) <= target + 1e-12
     if not ok.any():
         return -1
@@ -283,7 +332,7 @@ def control(c: ImageCounts, t: RiskTargets) -> dict[str, Any]:
     """
     asked = t.asked
     level = t.delta / len(asked) if t.guarantee == "probability" else t.delta
-    curves = risk_curves(c, t)
+    curves = _risk_curves(c, t)
     ok, flags = np.ones(len(c.grid), dtype=bool), {}
     for name in asked:
         s, flags[name] = _certified_set(name, c, t, level, curves.get(name))
@@ -293,13 +342,22 @@ def control(c: ImageCounts, t: RiskTargets) -> dict[str, Any]:
         flag = None
     else:
         j = -1
-        flag = next((f for f in flags.values() if f), "target_not_reached")  # each alone passes: not jointly
-    jp = plug_in_index(c, t)
+        flag = next(
+            (f for f in flags.values() if f), "target_not_reached"
+        )  # each alone passes: not jointly
+    jp = _plug_in_index(c, t)
     thr = float(c.grid[j]) if j >= 0 else 1.0
     plug = float(c.grid[jp]) if jp >= 0 else None
-    return {"threshold": thr, "certified": j >= 0, "flag": flag, "flags": flags, "level_per_risk": level,
-            "plug_in_threshold": plug, "cost": None if (plug is None or j < 0) else abs(thr - plug),
-            "fit": figures(c, thr)}
+    return {
+        "threshold": thr,
+        "certified": j >= 0,
+        "flag": flag,
+        "flags": flags,
+        "level_per_risk": level,
+        "plug_in_threshold": plug,
+        "cost": None if (plug is None or j < 0) else abs(thr - plug),
+        "fit": figures(c, thr),
+    }
 
 
 def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
@@ -313,8 +371,14 @@ def figures(c: ImageCounts, thr: float) -> dict[str, Any]:
     has = c.n_gt > 0
     n, k, g = float(kept.sum()), float(tp.sum()), float(c.n_gt.sum())
     fdp, n_img = image_fdp(kept[:, None], tp[:, None])
-    return {"precision": k / n if n else None, "recall": k / g if g else None,
-            "precision_per_image": float(1 - fdp[0]) if n_img[0] else None, "images_kept": int(n_img[0]),
-            "recall_per_image": float(np.mean(tp[has] / c.n_gt[has])) if has.any() else None,
-            "fp_per_image": float(np.mean(kept - tp)) if len(kept) else None, "kept": int(n),
-            "images": int(len(c.n_gt)), "n_gt": int(g)}
+    return {
+        "precision": k / n if n else None,
+        "recall": k / g if g else None,
+        "precision_per_image": float(1 - fdp[0]) if n_img[0] else None,
+        "images_kept": int(n_img[0]),
+        "recall_per_image": float(np.mean(tp[has] / c.n_gt[has])) if has.any() else None,
+        "fp_per_image": float(np.mean(kept - tp)) if len(kept) else None,
+        "kept": int(n),
+        "images": int(len(c.n_gt)),
+        "n_gt": int(g),
+    }

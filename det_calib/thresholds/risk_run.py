@@ -20,11 +20,17 @@ from det_calib.io import write_json
 from det_calib.record.run_result import RunResult
 from det_calib.thresholds.criteria import Fallback
 from det_calib.thresholds.grid_counts import check_grid
-from det_calib.thresholds.risk_control import ImageCounts, RiskTargets, control, figures, image_counts
+from det_calib.thresholds.risk_control import (
+    ImageCounts,
+    RiskTargets,
+    control,
+    figures,
+    image_counts,
+)
 from det_calib.thresholds.run_head import load_head, tune_run
 from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_thresholds
 
-__all__ = ["SplitObjects", "control_boxes", "control_run", "split_objects"]
+__all__ = ["SplitObjects", "control_run"]
 
 
 @dataclass(frozen=True)
@@ -47,29 +53,52 @@ class SplitObjects:
         return np.bincount(sel.astype(np.int64), minlength=self.n_images).astype(np.float64)
 
 
-def split_objects(data: str | Path | None, split: str, *, coco_gt: str | Path | None = None,
-                  limit: int | None = None) -> SplitObjects:
+def _split_objects(
+    data: str | Path | None,
+    split: str,
+    *,
+    coco_gt: str | Path | None = None,
+    limit: int | None = None,
+) -> SplitObjects:
     """Read a split's objects from the run's dataset (``data.yaml``), in the order the box table's
     ``image_id`` indexes."""
     if not data or not Path(data).is_file():
-        raise InputError(f"the run's dataset `data` ({data or None}) is not readable: per-image risks need "
-                         "each image's objects")
+        raise InputError(
+            f"the run's dataset `data` ({data or None}) is not readable: per-image risks need "
+            "each image's objects"
+        )
     sp = load_split(load_data_yaml(data), split, coco_gt=coco_gt, limit=limit)
     gt = sp.gt.filter(~pl.col("crowd"))
     return SplitObjects(len(sp.images), gt["image_id"].to_numpy(), gt["cls"].to_numpy())
 
 
-def _counts(boxes: pl.DataFrame, score: np.ndarray, objects: SplitObjects, grid: np.ndarray,
-            c: int | None) -> ImageCounts:
+def _counts(
+    boxes: pl.DataFrame, score: np.ndarray, objects: SplitObjects, grid: np.ndarray, c: int | None
+) -> ImageCounts:
     sel = np.ones(boxes.height, dtype=bool) if c is None else boxes["cls"].to_numpy() == c
-    return image_counts(score[sel], boxes["correct"].to_numpy()[sel], boxes["image_id"].to_numpy()[sel],
-                        objects.per_image(c), grid=grid)
+    return image_counts(
+        score[sel],
+        boxes["correct"].to_numpy()[sel],
+        boxes["image_id"].to_numpy()[sel],
+        objects.per_image(c),
+        grid=grid,
+    )
 
 
-def control_boxes(fit: pl.DataFrame, fit_score: np.ndarray, fit_objects: SplitObjects, targets: RiskTargets, *,
-                  class_names: Sequence[str] = (), per_class: bool = False, fallback: Fallback = "global",
-                  eval_boxes: pl.DataFrame | None = None, eval_score: np.ndarray | None = None,
-                  eval_objects: SplitObjects | None = None, grid: np.ndarray | None = None) -> dict[str, Any]:
+def _control_boxes(
+    fit: pl.DataFrame,
+    fit_score: np.ndarray,
+    fit_objects: SplitObjects,
+    targets: RiskTargets,
+    *,
+    class_names: Sequence[str] = (),
+    per_class: bool = False,
+    fallback: Fallback = "global",
+    eval_boxes: pl.DataFrame | None = None,
+    eval_score: np.ndarray | None = None,
+    eval_objects: SplitObjects | None = None,
+    grid: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Certify thresholds on one head's fit boxes (columns ``image_id``, ``cls``, ``correct``; crowd-ignored
     boxes dropped) for ``targets``; figures on the eval split at the chosen thresholds.
 
@@ -83,25 +112,55 @@ def control_boxes(fit: pl.DataFrame, fit_score: np.ndarray, fit_objects: SplitOb
     if per_class:
         classes = sorted(set(fit["cls"].to_list()) | set(np.unique(fit_objects.cls).tolist()))
         for c in classes:
-            r = _row(fit, fit_score, fit_objects, targets, grid, int(c), eval_boxes, eval_score, eval_objects)
-            r = {"cls": int(c), "name": class_names[c] if c < len(class_names) else str(c), **r, "fallback": None}
+            r = _row(
+                fit,
+                fit_score,
+                fit_objects,
+                targets,
+                grid,
+                int(c),
+                eval_boxes,
+                eval_score,
+                eval_objects,
+            )
+            r = {
+                "cls": int(c),
+                "name": class_names[c] if c < len(class_names) else str(c),
+                **r,
+                "fallback": None,
+            }
             if not r["certified"]:
                 r["fallback"] = "global" if (fallback == "global" and g["certified"]) else "drop"
                 r["threshold"] = g["threshold"] if r["fallback"] == "global" else 1.0
-                r.update(_figures(fit, fit_score, fit_objects, grid, int(c), eval_boxes, eval_score, eval_objects,
-                                  r["threshold"]))
+                r.update(
+                    _figures(
+                        fit,
+                        fit_score,
+                        fit_objects,
+                        grid,
+                        int(c),
+                        eval_boxes,
+                        eval_score,
+                        eval_objects,
+                        r["threshold"],
+                    )
+                )
             rows.append(r)
     return {"params": targets.params(), "global": g, "per_class": rows}
 
 
-def _row(fit, fit_score, fit_objects, targets, grid, c, eval_boxes, eval_score, eval_objects) -> dict[str, Any]:
+def _row(
+    fit, fit_score, fit_objects, targets, grid, c, eval_boxes, eval_score, eval_objects
+) -> dict[str, Any]:
     r = control(_counts(fit, fit_score, fit_objects, grid, c), targets)
     if eval_boxes is not None and eval_objects is not None:
         r["eval"] = figures(_counts(eval_boxes, eval_score, eval_objects, grid, c), r["threshold"])
     return r
 
 
-def _figures(fit, fit_score, fit_objects, grid, c, eval_boxes, eval_score, eval_objects, thr) -> dict[str, Any]:
+def _figures(
+    fit, fit_score, fit_objects, grid, c, eval_boxes, eval_score, eval_objects, thr
+) -> dict[str, Any]:
     """The fit (and eval) figures of class ``c`` at ``thr`` (a fallback's threshold)."""
     out = {"fit": figures(_counts(fit, fit_score, fit_objects, grid, c), thr)}
     if eval_boxes is not None and eval_objects is not None:
@@ -109,8 +168,16 @@ def _figures(fit, fit_score, fit_objects, grid, c, eval_boxes, eval_score, eval_
     return out
 
 
-def control_run(run_dir: str | Path, targets: RiskTargets, *, head: str = "nms", per_class: bool = False,
-                fallback: Fallback = "global", grid: np.ndarray | None = None, write: bool = True) -> dict[str, Any]:
+def control_run(
+    run_dir: str | Path,
+    targets: RiskTargets,
+    *,
+    head: str = "nms",
+    per_class: bool = False,
+    fallback: Fallback = "global",
+    grid: np.ndarray | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
     """Risk-controlled thresholds of one head of a run, written into its ``thresholds.json``.
 
     Reads the head as :func:`~det_calib.thresholds.run_head.load_head` does (the run's calibrated
@@ -130,11 +197,25 @@ def control_run(run_dir: str | Path, targets: RiskTargets, *, head: str = "nms",
     g = check_grid(grid)
     g = g[g >= rh.score_floor]
     limit = _images_limit(run, head)
-    fit_obj = split_objects(run.data, rh.fit_split, coco_gt=run.settings.coco_gt, limit=limit[0])
-    ev_obj = (split_objects(run.data, rh.eval_split, coco_gt=run.settings.coco_gt, limit=limit[1])
-              if rh.eval is not None else None)
-    out = control_boxes(rh.fit, rh.fit_score, fit_obj, targets, class_names=rh.class_names, per_class=per_class,
-                        fallback=fallback, eval_boxes=rh.eval, eval_score=rh.eval_score, eval_objects=ev_obj, grid=g)
+    fit_obj = _split_objects(run.data, rh.fit_split, coco_gt=run.settings.coco_gt, limit=limit[0])
+    ev_obj = (
+        _split_objects(run.data, rh.eval_split, coco_gt=run.settings.coco_gt, limit=limit[1])
+        if rh.eval is not None
+        else None
+    )
+    out = _control_boxes(
+        rh.fit,
+        rh.fit_score,
+        fit_obj,
+        targets,
+        class_names=rh.class_names,
+        per_class=per_class,
+        fallback=fallback,
+        eval_boxes=rh.eval,
+        eval_score=rh.eval_score,
+        eval_objects=ev_obj,
+        grid=g,
+    )
     if not out["global"]["certified"]:
         raise InputError(_not_reached(out["global"], targets, fit_obj.n_images, rh.fit_split))
     path = run_dir / THRESHOLDS_FILE
@@ -159,10 +240,17 @@ def _images_limit(run: Any, head: str) -> tuple[int | None, int | None]:
 
 
 def _not_reached(g: dict[str, Any], t: RiskTargets, n_images: int, split: str) -> str:
-    what = ", ".join(f"{k} ({v.replace('_', ' ')})" for k, v in g["flags"].items() if v) or "the targets jointly"
+    what = (
+        ", ".join(f"{k} ({v.replace('_', ' ')})" for k, v in g["flags"].items() if v)
+        or "the targets jointly"
+    )
     kind = "at delta " + f"{t.delta:g}" if t.guarantee == "probability" else "in expectation"
-    hint = f"; fp_cap is {t.fp_cap:g} (pass --fp-cap if fewer false positives per image can be assumed)" \
-        if "fp" in g["flags"] and g["flags"]["fp"] else ""
+    hint = (
+        f"; fp_cap is {t.fp_cap:g} (pass --fp-cap if fewer false positives per image can be "
+        "assumed)"
+        if "fp" in g["flags"] and g["flags"]["fp"]
+        else ""
+    )
     return f"no threshold certifies {what} {kind} on the {n_images} images of `{split}`{hint}"
 
 
@@ -171,13 +259,26 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
     rc = doc["heads"][head]["risk_control"]
     p = rc["params"]
     prec = "precision per image >=" if p.get("precision_unit") == "image" else "precision >="
-    asked = ", ".join(f"{k} {v:g}" for k, v in ((prec, p["target_precision"]), ("recall >=",
-                      p["target_recall"]), ("FP/image <=", p["max_fp_per_image"])) if v is not None)
-    kind = (f"with probability >= {1 - p['delta']:g} over the fit images" if p["guarantee"] == "probability"
-            else "in expectation over fit and new images (conformal risk control)")
-    lines = [f"head {head}: {asked}, {kind}",
-             f"{'class':<16} {'thr':>6} {'plug-in':>7} {'fit P':>6} {'fit R/img':>9} {'fit FP/img':>10}  "
-             f"{'eval P':>6} {'eval R/img':>10} {'eval FP/img':>11}  flag"]
+    asked = ", ".join(
+        f"{k} {v:g}"
+        for k, v in (
+            (prec, p["target_precision"]),
+            ("recall >=", p["target_recall"]),
+            ("FP/image <=", p["max_fp_per_image"]),
+        )
+        if v is not None
+    )
+    kind = (
+        f"with probability >= {1 - p['delta']:g} over the fit images"
+        if p["guarantee"] == "probability"
+        else "in expectation over fit and new images (conformal risk control)"
+    )
+    lines = [
+        f"head {head}: {asked}, {kind}",
+        f"{'class':<16} {'thr':>6} {'plug-in':>7} {'fit P':>6} {'fit R/img':>9} {'fit FP/img':>10} "
+        " "
+        f"{'eval P':>6} {'eval R/img':>10} {'eval FP/img':>11}  flag",
+    ]
 
     def f(x: Any, w: int) -> str:
         return f"{'n/a':>{w}}" if x is None else f"{x:{w}.3f}"
@@ -187,12 +288,21 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
         lines[1] = lines[1].replace(" fit P", "fit P/i").replace("eval P", "evP/im")
     for r in [{"name": "(global)", **rc["global"]}, *rc["per_class"]]:
         fit, ev = r["fit"], r.get("eval") or {}
-        flag = "" if r["certified"] else f"cannot certify ({r['flag'].replace('_', ' ')}) -> {r.get('fallback')}"
-        lines.append(f"{r['name'][:16]:<16} {r['threshold']:6.3f} {f(r['plug_in_threshold'], 7)} "
-                     f"{f(fit[pk], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
-                     f"{f(ev.get(pk), 6)} {f(ev.get('recall_per_image'), 10)} "
-                     f"{f(ev.get('fp_per_image'), 11)}  {flag}")
-    lines.append(f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps conf > "
-                 "the global threshold; per class: det_calib.filter_results with class_thresholds(..., "
-                 "criterion='risk_control')")
+        flag = (
+            ""
+            if r["certified"]
+            else f"cannot certify ({r['flag'].replace('_', ' ')}) -> {r.get('fallback')}"
+        )
+        lines.append(
+            f"{r['name'][:16]:<16} {r['threshold']:6.3f} {f(r['plug_in_threshold'], 7)} "
+            f"{f(fit[pk], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
+            f"{f(ev.get(pk), 6)} {f(ev.get('recall_per_image'), 10)} "
+            f"{f(ev.get('fp_per_image'), 11)}  {flag}"
+        )
+    lines.append(
+        f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps "
+        "conf > "
+        "the global threshold; per class: det_calib.filter_results with class_thresholds(..., "
+        "criterion='risk_control')"
+    )
     return lines

@@ -17,10 +17,12 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, usable_rows
+from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
+from det_calib.io import write_json
 from det_calib.numeric import logit_threshold
 from det_calib.record.run_folder import load_run
-from det_calib.record.run_result import RunResult
+from det_calib.record.run_result import RunResult, package_version
 from det_calib.thresholds.criteria import Fallback, Unit, validate_params
 from det_calib.thresholds.grid_counts import check_grid
 from det_calib.thresholds.thresholds_file import (
@@ -33,7 +35,7 @@ from det_calib.thresholds.thresholds_file import (
 from det_calib.thresholds.tuning import tune
 from det_calib.validation import check_choice
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 __all__ = ["HeadTransforms", "RunHead", "ScoreFn", "load_head", "tune_run"]
 
@@ -46,7 +48,11 @@ def _run_score(calibrator: LogitCalibrator) -> ScoreFn:
     (:meth:`BoxView.scored` ``from_logit``)."""
 
     def score(boxes: pl.DataFrame, head: str) -> np.ndarray:
-        return BoxView.from_boxes(boxes, geometry=False, ignore=False).scored(calibrator, from_logit=True).conf
+        return (
+            BoxView.from_boxes(boxes, geometry=False, ignore=False)
+            .scored(calibrator, from_logit=True)
+            .conf
+        )
 
     score.__name__ = "the run's calibrator"
     return score
@@ -58,14 +64,20 @@ def _as_score_fn(score: ScoreFn | HeadTransforms) -> ScoreFn:
 
         def from_logits(boxes: pl.DataFrame, head: str) -> np.ndarray:
             if head not in transforms:
-                raise InputError(f"Expected a score transform for head {head}, got heads {sorted(transforms)}")
-            return np.asarray(transforms[head](boxes["logit"].to_numpy().astype(np.float64)), dtype=np.float64)
+                raise InputError(
+                    f"Expected a score transform for head {head}, got heads {sorted(transforms)}"
+                )
+            return np.asarray(
+                transforms[head](boxes["logit"].to_numpy().astype(np.float64)), dtype=np.float64
+            )
 
         return from_logits
     if callable(score):
         return score
     raise InputError(
-        f"Expected argument `score` to be a callable or a mapping head -> callable, got {type(score).__name__}")
+        "Expected argument `score` to be a callable or a mapping head -> callable, got "
+        f"{type(score).__name__}"
+    )
 
 
 def _recorded_gt_counts(run: Any, splits: Sequence[str]) -> dict[str, dict[int, int]] | None:
@@ -78,12 +90,12 @@ def _recorded_gt_counts(run: Any, splits: Sequence[str]) -> dict[str, dict[int, 
 
 def _gt_counts(run: Any, cal_path: Path, split: str, n_images: int | None) -> dict[int, int]:
     """Non-crowd ground-truth boxes per class of one split, read from the run's dataset."""
-    from det_calib.data.ground_truth import load_data_yaml, load_split
 
     data = run.data
     if not data or not Path(data).is_file():
         raise InputError(
-            f"{cal_path}: the dataset `data` ({data or None}) is not readable; recall, max-F1 and LRP "
+            f"{cal_path}: the dataset `data` ({data or None}) is not readable; recall, max-F1 and "
+            "LRP "
             "need its ground-truth counts (pass `n_gt=` to tune_run)"
         )
     ds = load_data_yaml(data)
@@ -157,7 +169,9 @@ def load_head(
     """
     run_dir = Path(run_dir)
     cal_path = run_dir / "calibration.json"
-    folder = load_run(run_dir, result=result)  # the one reader of a run folder: one line on a bad file
+    folder = load_run(
+        run_dir, result=result
+    )  # the one reader of a run folder: one line on a bad file
     run, boxes = folder.result, folder.boxes
     check_choice(head, run.heads, "head", among="the run's heads ")
     temperature = run.temperatures
@@ -168,7 +182,9 @@ def load_head(
     fit, ev = _head_rows(boxes, run_dir, head=head, fit_split=fit_split, eval_split=eval_split)
     score_fn = _score_fn(folder, cal_path, head, score)
     if n_gt is None and count_gt:
-        n_gt = _head_gt_counts(run, cal_path, head, fit_split, eval_split if ev is not None else None)
+        n_gt = _head_gt_counts(
+            run, cal_path, head, fit_split, eval_split if ev is not None else None
+        )
     n_gt = n_gt or {}
     t = temperature.get(head)
     score_floor = _score_floor(run, fit, score_fn, head)
@@ -181,28 +197,46 @@ def load_head(
         fit=fit,
         eval=ev,
         fit_score=_checked_score(score_fn(fit, head), fit.height, "fit"),
-        eval_score=_checked_score(score_fn(ev, head), ev.height, "eval") if ev is not None else None,
+        eval_score=_checked_score(score_fn(ev, head), ev.height, "eval")
+        if ev is not None
+        else None,
         n_gt_fit={int(k): int(v) for k, v in dict(n_gt.get(fit_split, {})).items()},
-        n_gt_eval={int(k): int(v) for k, v in dict(n_gt.get(eval_split, {})).items()} if ev is not None else {},
+        n_gt_eval={int(k): int(v) for k, v in dict(n_gt.get(eval_split, {})).items()}
+        if ev is not None
+        else {},
         temperature=float(t) if isinstance(t, (int, float)) else None,
         score_floor=score_floor,
     )
 
 
-def _head_rows(boxes: pl.DataFrame, run_dir: Path, *, head: str, fit_split: str, eval_split: str | None
-               ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+def _head_rows(
+    boxes: pl.DataFrame, run_dir: Path, *, head: str, fit_split: str, eval_split: str | None
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The usable boxes of ``head`` in the fit split, and in the eval split when the run has a distinct
     one (a warning when it has none of them). Raises InputError when the fit split has none."""
     fit = usable_rows(boxes, head=head, split=fit_split)
-    ev = usable_rows(boxes, head=head, split=eval_split) if eval_split and eval_split != fit_split else None
+    ev = (
+        usable_rows(boxes, head=head, split=eval_split)
+        if eval_split and eval_split != fit_split
+        else None
+    )
     if ev is not None and ev.height == 0:
-        log.warning("%s: no boxes of head %s in the eval split %s", run_dir / "boxes.parquet", head, eval_split)
+        _log.warning(
+            "%s: no boxes of head %s in the eval split %s",
+            run_dir / "boxes.parquet",
+            head,
+            eval_split,
+        )
     if fit.height == 0:
-        raise InputError(f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`")
+        raise InputError(
+            f"{run_dir / 'boxes.parquet'}: no boxes of head {head} in the fit split `{fit_split}`"
+        )
     return fit, ev
 
 
-def _score_fn(folder: Any, cal_path: Path, head: str, score: ScoreFn | HeadTransforms | None) -> ScoreFn:
+def _score_fn(
+    folder: Any, cal_path: Path, head: str, score: ScoreFn | HeadTransforms | None
+) -> ScoreFn:
     """The score function of ``score`` (see :func:`tune_run`); None: the run's deployed calibrator."""
     if score is not None:
         return _as_score_fn(score)
@@ -212,8 +246,9 @@ def _score_fn(folder: Any, cal_path: Path, head: str, score: ScoreFn | HeadTrans
     return _run_score(cal)
 
 
-def _head_gt_counts(run: Any, cal_path: Path, head: str, fit_split: str, eval_split: str | None
-                    ) -> dict[str, Any]:
+def _head_gt_counts(
+    run: Any, cal_path: Path, head: str, fit_split: str, eval_split: str | None
+) -> dict[str, Any]:
     """``{split: {class: count}}`` of the fit split and ``eval_split`` (None: no eval boxes): the
     run's ``gt_counts``, else counted from its dataset."""
     n_gt = _recorded_gt_counts(run, [fit_split, *([eval_split] if eval_split is not None else [])])
@@ -231,14 +266,17 @@ def _score_floor(run: Any, fit: pl.DataFrame, score_fn: ScoreFn, head: str) -> f
     floor = run.settings.conf_floor
     floor = float(floor) if isinstance(floor, (int, float)) and 0 < floor < 1 else 0.001
     probe = fit.unique(subset="cls", keep="first").with_columns(
-        pl.lit(logit_threshold(floor)).alias("logit"), pl.lit(floor).alias("conf"))
+        pl.lit(logit_threshold(floor)).alias("logit"), pl.lit(floor).alias("conf")
+    )
     return float(np.max(_checked_score(score_fn(probe, head), probe.height, "floor probe")))
 
 
 def _checked_score(s: Any, n: int, split: str) -> np.ndarray:
     s = np.asarray(s, dtype=np.float64).reshape(-1)
     if s.shape != (n,):
-        raise InputError(f"the score function returned {s.shape[0]} scores for {n} boxes of the {split} split")
+        raise InputError(
+            f"the score function returned {s.shape[0]} scores for {n} boxes of the {split} split"
+        )
     if n and (not np.all(np.isfinite(s)) or s.min() < 0 or s.max() > 1):
         raise InputError(f"the score function returned values outside [0, 1] on the {split} split")
     return s
@@ -258,7 +296,8 @@ def tune_run(
     n_boot: int = 1000,
     seed: int = 0,
     grid: np.ndarray | None = None,
-    write: bool = True, result: RunResult | None = None,
+    write: bool = True,
+    result: RunResult | None = None,
 ) -> dict[str, Any]:
     """Tune thresholds on a calibration run folder and write ``thresholds.json`` into it.
 
@@ -286,15 +325,24 @@ def tune_run(
         InputError: Bad parameter, missing/corrupt files, a head the run lacks, no fit boxes.
     """
     validate_params(target_precision, delta, unit, fallback)
-    from det_calib.io import write_json
 
     rh = load_head(run_dir, head=head, score=score, n_gt=n_gt, result=result)
     crit = tune(
-        rh.fit, rh.fit_score,
-        n_gt_fit=rh.n_gt_fit, class_names=rh.class_names,
-        target_precision=target_precision, delta=delta, unit=unit, fallback=fallback,
-        eval_boxes=rh.eval, eval_score=rh.eval_score, n_gt_eval=rh.n_gt_eval,
-        n_boot=n_boot, seed=seed, grid=grid, min_threshold=rh.score_floor,
+        rh.fit,
+        rh.fit_score,
+        n_gt_fit=rh.n_gt_fit,
+        class_names=rh.class_names,
+        target_precision=target_precision,
+        delta=delta,
+        unit=unit,
+        fallback=fallback,
+        eval_boxes=rh.eval,
+        eval_score=rh.eval_score,
+        n_gt_eval=rh.n_gt_eval,
+        n_boot=n_boot,
+        seed=seed,
+        grid=grid,
+        min_threshold=rh.score_floor,
     )
     desc = _score_description(score, score_name, rh.temperature)
     path = rh.run_dir / THRESHOLDS_FILE
@@ -306,14 +354,21 @@ def tune_run(
     return doc
 
 
-def _score_description(score: ScoreFn | HeadTransforms | None, score_name: str | None,
-                       temperature: float | None) -> dict[str, Any]:
+def _score_description(
+    score: ScoreFn | HeadTransforms | None, score_name: str | None, temperature: float | None
+) -> dict[str, Any]:
     """How ``thresholds.json`` describes the calibrated score of a head."""
     if score is None and temperature is not None:
         return {"kind": "temperature", "formula": "sigmoid(logit / T)", "temperature": temperature}
     if score is None:
-        return {"kind": "calibrator", "formula": "sigmoid(calibrated logit), the run's calibrator (calibration.json)"}
-    return {"kind": "custom", "formula": score_name or getattr(score, "__name__", type(score).__name__)}
+        return {
+            "kind": "calibrator",
+            "formula": "sigmoid(calibrated logit), the run's calibrator (calibration.json)",
+        }
+    return {
+        "kind": "custom",
+        "formula": score_name or getattr(score, "__name__", type(score).__name__),
+    }
 
 
 def _document_header(rh: RunHead) -> dict[str, Any]:
@@ -329,8 +384,9 @@ def _document_header(rh: RunHead) -> dict[str, Any]:
     }
 
 
-def _head_entry(desc: dict[str, Any], score_floor: float, grid: np.ndarray | None, crit: dict[str, Any]
-                ) -> dict[str, Any]:
+def _head_entry(
+    desc: dict[str, Any], score_floor: float, grid: np.ndarray | None, crit: dict[str, Any]
+) -> dict[str, Any]:
     """One head's entry of ``thresholds.json``: its score, floor, candidate grid and criteria."""
     g = check_grid(grid)
     g = g[g >= score_floor]
@@ -360,6 +416,5 @@ def _existing(path: Path) -> dict[str, Any] | None:
 
 
 def _version() -> str:
-    from det_calib.record.run_result import package_version
 
     return package_version()

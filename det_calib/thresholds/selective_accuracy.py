@@ -56,8 +56,14 @@ class RejectRule:
     accuracy: float
 
 
-def reject_threshold(conf: np.ndarray, right: np.ndarray, *, target: float, delta: float,
-                     grid: np.ndarray | None = None) -> RejectRule:
+def reject_threshold(
+    conf: np.ndarray,
+    right: np.ndarray,
+    *,
+    target: float,
+    delta: float,
+    grid: np.ndarray | None = None,
+) -> RejectRule:
     """The lowest threshold certified by fixed-sequence binomial tests (see the module docstring).
 
     Args:
@@ -75,7 +81,9 @@ def reject_threshold(conf: np.ndarray, right: np.ndarray, *, target: float, delt
             raise InputError(f"the {name} must lie strictly between 0 and 1, got {v}")
     c, y = np.asarray(conf, dtype=np.float64), np.asarray(right, dtype=bool)
     if c.size == 0 or c.shape != y.shape:
-        raise InputError(f"a reject threshold needs one correctness per image, got {c.size} and {y.size}")
+        raise InputError(
+            f"a reject threshold needs one correctness per image, got {c.size} and {y.size}"
+        )
     lams = np.linspace(0.05, 0.95, 19) if grid is None else np.asarray(grid, dtype=np.float64)
     answered = c[None, :] >= lams[:, None]
     n = answered.sum(axis=1)
@@ -83,8 +91,15 @@ def reject_threshold(conf: np.ndarray, right: np.ndarray, *, target: float, delt
     # p-value of H0: accuracy <= target, from k right out of n: P(Binomial(n, target) >= k); 1 when n = 0
     p = np.where(n > 0, binom_sf(k.astype(float), n.astype(float), target), 1.0)
     ok = np.flatnonzero(p <= delta / lams.size)
-    best = None if ok.size == 0 else (float(lams[ok].min()), int(n[ok[np.argmin(lams[ok])]]),
-                                      int(k[ok[np.argmin(lams[ok])]]))
+    best = (
+        None
+        if ok.size == 0
+        else (
+            float(lams[ok].min()),
+            int(n[ok[np.argmin(lams[ok])]]),
+            int(k[ok[np.argmin(lams[ok])]]),
+        )
+    )
     if best is None:
         return RejectRule(target, delta, float("nan"), False, 0.0, float("nan"))
     lam, n, k = best

@@ -18,12 +18,28 @@ from pathlib import Path
 from typing import Any
 
 from det_calib.errors import InputError
+from det_calib.io import write_json
 from det_calib.thresholds.criteria import CRITERIA, Criterion
 from det_calib.validation import check_choice
 
-__all__ = ["DEFAULT_TARGET_PRECISION", "FORMAT", "THRESHOLDS_FILE", "VERSION", "CriterionThresholds", "HeadThresholds",
-           "RiskControl", "RiskRow", "SplitFigures", "ThresholdRow", "ThresholdsFile", "Validation", "class_thresholds",
-           "read_thresholds", "summary_lines", "write_thresholds"]
+__all__ = [
+    "DEFAULT_TARGET_PRECISION",
+    "FORMAT",
+    "THRESHOLDS_FILE",
+    "VERSION",
+    "CriterionThresholds",
+    "HeadThresholds",
+    "RiskControl",
+    "RiskRow",
+    "SplitFigures",
+    "ThresholdRow",
+    "ThresholdsFile",
+    "Validation",
+    "class_thresholds",
+    "read_thresholds",
+    "summary_lines",
+    "write_thresholds",
+]
 
 THRESHOLDS_FILE = "thresholds.json"
 FORMAT = "det_calib.thresholds"
@@ -51,7 +67,9 @@ class SplitFigures:
         """None for an absent or empty entry."""
         if not d or not isinstance(d, Mapping):
             return None
-        return cls(d.get("precision"), d.get("recall"), d.get("kept"), d.get("coverage"), d.get("n_gt"))
+        return cls(
+            d.get("precision"), d.get("recall"), d.get("kept"), d.get("coverage"), d.get("n_gt")
+        )
 
 
 @dataclass(frozen=True)
@@ -74,10 +92,17 @@ class ThresholdRow:
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> ThresholdRow:
-        return cls(threshold=d["threshold"], name=str(d.get("name", "")), cls=d.get("cls"), flag=d.get("flag"),
-                   fallback=d.get("fallback"), certified=bool(d.get("certified", True)),
-                   precision_lower=d.get("precision_lower"), fit=SplitFigures.of(d.get("fit")),
-                   eval=SplitFigures.of(d.get("eval")))
+        return cls(
+            threshold=d["threshold"],
+            name=str(d.get("name", "")),
+            cls=d.get("cls"),
+            flag=d.get("flag"),
+            fallback=d.get("fallback"),
+            certified=bool(d.get("certified", True)),
+            precision_lower=d.get("precision_lower"),
+            fit=SplitFigures.of(d.get("fit")),
+            eval=SplitFigures.of(d.get("eval")),
+        )
 
 
 @dataclass(frozen=True)
@@ -95,8 +120,14 @@ class Validation:
     def of(cls, d: Any) -> Validation | None:
         if not d or not isinstance(d, Mapping):
             return None
-        return cls(d["certified_classes"], d["classes_meeting_target"], list(d["classes_missing_target"]),
-                   float(d["expected_misses"]), d["n_boot"], d.get("coverage_all_certified"))
+        return cls(
+            d["certified_classes"],
+            d["classes_meeting_target"],
+            list(d["classes_missing_target"]),
+            float(d["expected_misses"]),
+            d["n_boot"],
+            d.get("coverage_all_certified"),
+        )
 
 
 @dataclass(frozen=True)
@@ -110,8 +141,12 @@ class CriterionThresholds:
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> CriterionThresholds:
-        return cls(ThresholdRow.of(d["global"]), [ThresholdRow.of(r) for r in d["per_class"]],
-                   _obj(d.get("params")), Validation.of(d.get("validation")))
+        return cls(
+            ThresholdRow.of(d["global"]),
+            [ThresholdRow.of(r) for r in d["per_class"]],
+            _obj(d.get("params")),
+            Validation.of(d.get("validation")),
+        )
 
     def by_class(self) -> dict[int | None, ThresholdRow]:
         return {r.cls: r for r in self.per_class}
@@ -136,12 +171,23 @@ class RiskRow:
     eval_fp_per_image: float | None
 
     @classmethod
-    def of(cls, d: Mapping[str, Any], *, name: str | None = None, precision_unit: str = "pooled") -> RiskRow:
+    def of(
+        cls, d: Mapping[str, Any], *, name: str | None = None, precision_unit: str = "pooled"
+    ) -> RiskRow:
         ev = _obj(d.get("eval"))
         prec = ev.get("precision_per_image" if precision_unit == "image" else "precision")
-        return cls(name or str(d.get("name", "")), float(d["threshold"]), bool(d["certified"]), d.get("flag"),
-                   d.get("fallback"), d.get("plug_in_threshold"), d.get("cost"), prec, ev.get("recall_per_image"),
-                   ev.get("fp_per_image"))
+        return cls(
+            name or str(d.get("name", "")),
+            float(d["threshold"]),
+            bool(d["certified"]),
+            d.get("flag"),
+            d.get("fallback"),
+            d.get("plug_in_threshold"),
+            d.get("cost"),
+            prec,
+            ev.get("recall_per_image"),
+            ev.get("fp_per_image"),
+        )
 
 
 @dataclass(frozen=True)
@@ -160,9 +206,15 @@ class RiskControl:
         p = _obj(d.get("params"))
         unit = str(p.get("precision_unit") or "pooled")
         prec = "mean per-image precision >=" if unit == "image" else "precision (pooled) >="
-        asked = ", ".join(f"{k} {v:g}" for k, v in ((prec, p.get("target_precision")),
-                          ("mean per-image recall >=", p.get("target_recall")),
-                          ("false positives per image <=", p.get("max_fp_per_image"))) if v is not None)
+        asked = ", ".join(
+            f"{k} {v:g}"
+            for k, v in (
+                (prec, p.get("target_precision")),
+                ("mean per-image recall >=", p.get("target_recall")),
+                ("false positives per image <=", p.get("max_fp_per_image")),
+            )
+            if v is not None
+        )
         rows = [RiskRow.of(d["global"], name="all classes (global)", precision_unit=unit)]
         rows += [RiskRow.of(r, precision_unit=unit) for r in d.get("per_class", [])]
         return cls(asked, str(p.get("guarantee", "probability")), float(p.get("delta", 0.1)), rows)
@@ -179,9 +231,11 @@ class HeadThresholds:
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> HeadThresholds:
-        return cls(str(_obj(d.get("score")).get("formula", "")),
-                   {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()},
-                   RiskControl.of(d.get("risk_control")))
+        return cls(
+            str(_obj(d.get("score")).get("formula", "")),
+            {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()},
+            RiskControl.of(d.get("risk_control")),
+        )
 
 
 @dataclass(frozen=True)
@@ -197,7 +251,11 @@ class ThresholdsFile:
         if isinstance(doc, ThresholdsFile):
             return doc
         splits = _obj(doc.get("splits"))
-        return cls({h: HeadThresholds.of(v) for h, v in doc["heads"].items()}, splits.get("fit"), splits.get("eval"))
+        return cls(
+            {h: HeadThresholds.of(v) for h, v in doc["heads"].items()},
+            splits.get("fit"),
+            splits.get("eval"),
+        )
 
 
 def read_thresholds(path: str | Path) -> dict[str, Any]:
@@ -215,7 +273,9 @@ def read_thresholds(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: not a det_calib thresholds file (`format` must be {FORMAT!r})")
     if doc.get("version") != VERSION:
         raise InputError(
-            f"{path}: thresholds file version {doc.get('version')!r}; this det_calib reads version {VERSION}")
+            f"{path}: thresholds file version {doc.get('version')!r}; this det_calib reads version "
+            f"{VERSION}"
+        )
     if not isinstance(doc.get("heads"), dict):
         raise InputError(f"{path}: `heads` must be an object")
     return doc
@@ -223,15 +283,18 @@ def read_thresholds(path: str | Path) -> dict[str, Any]:
 
 def write_thresholds(path: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write a thresholds document atomically (checks ``format`` and ``version`` first)."""
-    from det_calib.io import write_json
 
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
         raise InputError(f"Expected a thresholds document of format {FORMAT!r} version {VERSION}")
     return write_json(path, dict(doc))
 
 
-def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
-                     criterion: Criterion = "target_precision") -> dict[int, float]:
+def class_thresholds(
+    doc: Mapping[str, Any] | str | Path,
+    *,
+    head: str = "nms",
+    criterion: Criterion = "target_precision",
+) -> dict[int, float]:
     """``{class id: threshold}`` of one head and criterion of a thresholds document (or file); criterion
     ``"risk_control"``: the risk-controlled thresholds (per class, else the global one for every class)."""
     if not isinstance(doc, Mapping):
@@ -239,12 +302,18 @@ def class_thresholds(doc: Mapping[str, Any] | str | Path, *, head: str = "nms",
     check_choice(criterion, (*CRITERIA, "risk_control"), "criterion")
     heads = doc.get("heads", {})
     check_choice(head, sorted(heads), "head")
-    if criterion == "risk_control":  # det-calib thresholds --target-recall ... (risk_run.control_run)
+    if (
+        criterion == "risk_control"
+    ):  # det-calib thresholds --target-recall ... (risk_run.control_run)
         if "risk_control" not in heads[head]:
-            raise InputError(f"head {head} has no risk-controlled thresholds (det-calib thresholds --target-recall)")
+            raise InputError(
+                f"head {head} has no risk-controlled thresholds (det-calib thresholds "
+                "--target-recall)"
+            )
         rc = heads[head]["risk_control"]
         return {int(r["cls"]): float(r["threshold"]) for r in rc["per_class"]} or {
-            i: float(rc["global"]["threshold"]) for i in range(len(doc.get("class_names", [])))}
+            i: float(rc["global"]["threshold"]) for i in range(len(doc.get("class_names", [])))
+        }
     rows = heads[head]["criteria"][criterion]["per_class"]
     return {int(r["cls"]): float(r["threshold"]) for r in rows}
 
@@ -260,10 +329,16 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
     prm = tp["params"]
     ev_split = doc.get("splits", {}).get("eval")
     lines = [
-        (f"head {head}: target precision {prm['target_precision']:g}, delta {prm['delta']:g} ({prm['unit']}-level), "
-        f"fit on {doc.get('splits', {}).get('fit')}, checked on {ev_split}"),
-        (f"{'class':<16} {'tgt-P thr':>9} {'fit P':>6} {'eval P':>6} {'eval R':>6} {'cover':>6}  "
-        f"{'maxF1':>5} {'LRP':>5}  flag"),
+        (
+            f"head {head}: target precision {prm['target_precision']:g}, delta {prm['delta']:g} "
+            f"({prm['unit']}-level), "
+            f"fit on {doc.get('splits', {}).get('fit')}, checked on {ev_split}"
+        ),
+        (
+            f"{'class':<16} {'tgt-P thr':>9} {'fit P':>6} {'eval P':>6} {'eval R':>6} {'cover':>6} "
+            " "
+            f"{'maxF1':>5} {'LRP':>5}  flag"
+        ),
     ]
     rows = [("(global)", tp["global"], crit["max_f1"]["global"], crit["lrp"]["global"])]
     f1 = {r["cls"]: r for r in crit["max_f1"]["per_class"]}
@@ -273,17 +348,24 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
         ev = r.get("eval") or {}
         flag = f"{r['flag']} -> {r['fallback']}" if r.get("flag") else ""
         lines.append(
-            f"{name[:16]:<16} {r['threshold']:9.3f} {f(r['fit']['precision']):>6} {f(ev.get('precision')):>6} "
-            f"{f(ev.get('recall')):>6} {f(ev.get('coverage')):>6}  {a['threshold']:5.3f} {b['threshold']:5.3f}  {flag}"
+            f"{name[:16]:<16} {r['threshold']:9.3f} {f(r['fit']['precision']):>6} "
+            f"{f(ev.get('precision')):>6} "
+            f"{f(ev.get('recall')):>6} {f(ev.get('coverage')):>6}  {a['threshold']:5.3f} "
+            f"{b['threshold']:5.3f}  {flag}"
         )
     val = tp.get("validation")
     if val:
         lines.append(
-            f"{val['classes_meeting_target']} of {val['certified_classes']} certified classes reach the target on "
-            f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction of {val['n_boot']} "
+            f"{val['classes_meeting_target']} of {val['certified_classes']} certified classes "
+            "reach the target on "
+            f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction "
+            f"of {val['n_boot']} "
             "image-bootstrap resamples of the eval split at or above the target"
         )
     if prm["unit"] == "image":
-        lines.append("(the guarantee, and 'reach the target', read the mean precision of the images that keep a box; "
-                     "fit P and eval P pool the boxes of all images)")
+        lines.append(
+            "(the guarantee, and 'reach the target', read the mean precision of the images that "
+            "keep a box; "
+            "fit P and eval P pool the boxes of all images)"
+        )
     return lines

@@ -32,7 +32,9 @@ def test_platt_matches_unpenalised_logistic_regression(seed):
     w = rng.uniform(0.1, 2.0, n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = sklearn_lm.LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(z[:, None], y, sample_weight=w)
+        ref = sklearn_lm.LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(
+            z[:, None], y, sample_weight=w
+        )
     p = PlattScaler().fit(z, y, weights=w)
     assert p.a_ == pytest.approx(ref.coef_[0, 0], rel=1e-6)
     assert p.b_ == pytest.approx(ref.intercept_[0], abs=1e-6)
@@ -92,12 +94,22 @@ def test_class_platt_recovers_big_classes_and_shrinks_small_ones():
     # class 3 has 25 boxes: its map lies between its planted map and the global one, near the global
     unshrunk_gap = abs(a[3] - cal.global_a_)
     assert abs(cal.a_[3] - cal.global_a_) < 0.5 * unshrunk_gap
-    assert cal.cv_nll_ is not None and set(cal.cv_nll_) == {1.0, 10.0, 100.0, 1000.0, 10000.0, math.inf}
+    assert cal.cv_nll_ is not None and set(cal.cv_nll_) == {
+        1.0,
+        10.0,
+        100.0,
+        1000.0,
+        10000.0,
+        math.inf,
+    }
     # an unseen class id gets the global map
-    np.testing.assert_allclose(cal.transform_logits([1.0], classes=[9]), [cal.global_a_ + cal.global_b_])
+    np.testing.assert_allclose(
+        cal.transform_logits([1.0], classes=[9]), [cal.global_a_ + cal.global_b_]
+    )
     back = ClassAffineScaler.from_dict(json.loads(json.dumps(cal.to_dict())))
-    np.testing.assert_array_equal(back.transform_logits(z[:50], classes=k[:50]),
-                                  cal.transform_logits(z[:50], classes=k[:50]))
+    np.testing.assert_array_equal(
+        back.transform_logits(z[:50], classes=k[:50]), cal.transform_logits(z[:50], classes=k[:50])
+    )
 
 
 def test_class_platt_with_infinite_shrinkage_is_the_global_platt():
@@ -145,19 +157,45 @@ def test_platt_json_keeps_its_diagnostics_and_refuses_bad_values():
     z, y = _planted(1.5, -0.7, n=5000)
     p = PlattScaler().fit(z, y)
     d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
-    assert d == {"format": "det_calib.PlattScaler", "version": 1, "a": p.a_, "b": p.b_, "n_samples": 5000,
-                 "nll_before": p.nll_before_, "nll_after": p.nll_after_}
+    assert d == {
+        "format": "det_calib.PlattScaler",
+        "version": 1,
+        "a": p.a_,
+        "b": p.b_,
+        "n_samples": 5000,
+        "nll_before": p.nll_before_,
+        "nll_after": p.nll_after_,
+    }
     q = PlattScaler.from_dict(d)
-    assert (q.a_, q.b_, q.n_samples_, q.nll_before_, q.nll_after_) == (p.a_, p.b_, 5000, p.nll_before_, p.nll_after_)
+    assert (q.a_, q.b_, q.n_samples_, q.nll_before_, q.nll_after_) == (
+        p.a_,
+        p.b_,
+        5000,
+        p.nll_before_,
+        p.nll_after_,
+    )
     # only the map is required; the diagnostics come back as null
-    m = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0})
+    m = PlattScaler.from_dict(
+        {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0}
+    )
     assert not hasattr(m, "n_samples_")
-    assert m.to_dict() == {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0,
-                           "n_samples": None, "nll_before": None, "nll_after": None}
+    assert m.to_dict() == {
+        "format": "det_calib.PlattScaler",
+        "version": 1,
+        "a": 2.0,
+        "b": -1.0,
+        "n_samples": None,
+        "nll_before": None,
+        "nll_after": None,
+    }
     np.testing.assert_array_equal(m.transform_logits([0.0, 1.5]), [-1.0, 2.0])
     base = {"format": "det_calib.PlattScaler", "version": 1, "a": 2.0, "b": -1.0}
-    for patch, name in (({"a": 0.0}, "`a` to be finite and > 0"), ({"a": -1.0}, "`a` to be finite and > 0"),
-                        ({"b": math.inf}, "`b` to be finite"), ({"b": "x"}, "`b` to be a number")):
+    for patch, name in (
+        ({"a": 0.0}, "`a` to be finite and > 0"),
+        ({"a": -1.0}, "`a` to be finite and > 0"),
+        ({"b": math.inf}, "`b` to be finite"),
+        ({"b": "x"}, "`b` to be a number"),
+    ):
         with pytest.raises(InputError, match=name):
             PlattScaler.from_dict({**base, **patch})
 
@@ -167,12 +205,24 @@ def test_class_affine_json_round_trip_is_exact(shrinkage):
     z, y, k, g, *_ = _per_class(n_big=2000, seed=2)
     cal = ClassAffineScaler(kind="platt", shrinkage=shrinkage).fit(z, y, classes=k, groups=g)
     d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))
-    assert set(d) == {"format", "version", "kind", "a", "b", "global_a", "global_b", "shrinkage", "class_counts",
-                      "cv_nll"}
+    assert set(d) == {
+        "format",
+        "version",
+        "kind",
+        "a",
+        "b",
+        "global_a",
+        "global_b",
+        "shrinkage",
+        "class_counts",
+        "cv_nll",
+    }
     assert d["class_counts"] == [2000, 2000, 2000, 25]
     if shrinkage == "auto":
         assert d["shrinkage"] == cal.shrinkage_ and math.isfinite(d["shrinkage"])
-        assert d["cv_nll"] == {str(lam): v for lam, v in cal.cv_nll_.items()} and "inf" in d["cv_nll"]
+        assert (
+            d["cv_nll"] == {str(lam): v for lam, v in cal.cv_nll_.items()} and "inf" in d["cv_nll"]
+        )
     else:
         assert d["shrinkage"] == "inf" and d["cv_nll"] is None
     back = ClassAffineScaler.from_dict(d)
@@ -182,10 +232,21 @@ def test_class_affine_json_round_trip_is_exact(shrinkage):
 
 
 def test_class_affine_transform_known_answer():
-    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
-                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
+    cal = ClassAffineScaler.from_dict(
+        {
+            "format": "det_calib.ClassAffineScaler",
+            "version": 1,
+            "kind": "platt",
+            "a": [2.0, 0.5],
+            "b": [1.0, -1.0],
+            "global_a": 1.5,
+            "global_b": 0.25,
+        }
+    )
     # class 5 was never fitted: the global map
-    np.testing.assert_array_equal(cal.transform_logits([1.0, 2.0, 3.0], classes=[0, 1, 5]), [3.0, 0.0, 4.75])
+    np.testing.assert_array_equal(
+        cal.transform_logits([1.0, 2.0, 3.0], classes=[0, 1, 5]), [3.0, 0.0, 4.75]
+    )
     assert cal.transform_logits([], classes=[]).shape == (0,)
     assert cal.to_dict()["class_counts"] == [0, 0] and cal.to_dict()["shrinkage"] == "inf"
     with pytest.raises(InputError, match="`logits`"):
@@ -194,12 +255,25 @@ def test_class_affine_transform_known_answer():
 
 def test_reprs():
     assert repr(PlattScaler(tol=1e-7, max_iter=5)) == "PlattScaler(tol=1e-07, max_iter=5)"
-    p = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 1.25, "b": -0.5})
+    p = PlattScaler.from_dict(
+        {"format": "det_calib.PlattScaler", "version": 1, "a": 1.25, "b": -0.5}
+    )
     assert repr(p) == "PlattScaler(tol=1e-09, max_iter=100, a_=1.25, b_=-0.5)"
     assert repr(ClassAffineScaler(kind="temperature", shrinkage=10.0)) == (
-        "ClassAffineScaler(kind='temperature', shrinkage=10.0)")
-    c = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
-                                     "a": [1.0], "b": [0.0], "global_a": 1.0, "global_b": 0.0, "shrinkage": 100.0})
+        "ClassAffineScaler(kind='temperature', shrinkage=10.0)"
+    )
+    c = ClassAffineScaler.from_dict(
+        {
+            "format": "det_calib.ClassAffineScaler",
+            "version": 1,
+            "kind": "platt",
+            "a": [1.0],
+            "b": [0.0],
+            "global_a": 1.0,
+            "global_b": 0.0,
+            "shrinkage": 100.0,
+        }
+    )
     assert repr(c) == "ClassAffineScaler(kind='platt', shrinkage='auto', shrinkage_=100)"
 
 
@@ -214,15 +288,29 @@ def test_reprs():
     ],
 )
 def test_class_affine_from_dict_refuses_bad_values(patch, match):
-    d = {"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt", "a": [2.0, 0.5], "b": [1.0, -1.0],
-         "global_a": 1.5, "global_b": 0.25}
+    d = {
+        "format": "det_calib.ClassAffineScaler",
+        "version": 1,
+        "kind": "platt",
+        "a": [2.0, 0.5],
+        "b": [1.0, -1.0],
+        "global_a": 1.5,
+        "global_b": 0.25,
+    }
     with pytest.raises(InputError, match=match):
         ClassAffineScaler.from_dict({**d, **patch})
 
 
 def test_class_affine_from_dict_without_class_maps_uses_the_global_map():
-    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "temperature",
-                                       "global_a": 0.5, "global_b": 0.0})
+    cal = ClassAffineScaler.from_dict(
+        {
+            "format": "det_calib.ClassAffineScaler",
+            "version": 1,
+            "kind": "temperature",
+            "global_a": 0.5,
+            "global_b": 0.0,
+        }
+    )
     assert cal.n_classes_ == 0
     np.testing.assert_array_equal(cal.transform_logits([2.0, -4.0], classes=[0, 3]), [1.0, -2.0])
 
@@ -237,7 +325,10 @@ def test_group_folds_follow_the_documented_deal():
     np.testing.assert_array_equal(group_folds(10, 3, g), group_folds(10, 3, g, seed=0))
     # without groups each row is its own group; two folds and as many folds as groups are fine
     assert np.bincount(group_folds(9, 3)).tolist() == [3, 3, 3]
-    assert sorted(group_folds(3, 3).tolist()) == [0, 1, 2] and set(group_folds(4, 2).tolist()) == {0, 1}
+    assert sorted(group_folds(3, 3).tolist()) == [0, 1, 2] and set(group_folds(4, 2).tolist()) == {
+        0,
+        1,
+    }
     with pytest.raises(InputError, match="`groups`"):
         group_folds(4, 2, np.zeros((4, 1)))
 
@@ -248,7 +339,9 @@ def test_class_affine_cv_recomputed_independently():
     shrinkage within one standard error (ddof 1) of the best."""
     z, y, k, g, *_ = _per_class(n_big=400, n_small=40, seed=5)
     grid = (1.0, 30.0, 1000.0, math.inf)
-    cal = ClassAffineScaler(kind="platt", shrinkage_grid=grid, n_folds=3, seed=3).fit(z, y, classes=k, groups=g)
+    cal = ClassAffineScaler(kind="platt", shrinkage_grid=grid, n_folds=3, seed=3).fit(
+        z, y, classes=k, groups=g
+    )
     folds = group_folds(z.size, 3, g, seed=3)
     scores = np.zeros((3, len(grid)))
     for f in range(3):
@@ -274,8 +367,10 @@ def test_class_affine_options_classes_and_defaults():
     assert (c.kind, c.shrinkage, c.n_folds, c.min_samples, c.seed) == ("platt", "auto", 3, 10, 0)
     with pytest.raises(InputError, match="`shrinkage`"):
         ClassAffineScaler(shrinkage="strong").fit(z, y, classes=k)
-    np.testing.assert_array_equal(ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k.astype(float)).a_,
-                                  ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k).a_)
+    np.testing.assert_array_equal(
+        ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k.astype(float)).a_,
+        ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=k).a_,
+    )
     for bad in (k + 0.5, k[:, None], k[:-1]):
         with pytest.raises(InputError, match="`classes`"):
             ClassAffineScaler(shrinkage=5.0).fit(z, y, classes=bad)
@@ -284,9 +379,20 @@ def test_class_affine_options_classes_and_defaults():
 
 
 def test_class_affine_predict_proba_passes_the_classes_and_options_are_checked():
-    cal = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
-                                       "a": [2.0, 0.5], "b": [1.0, -1.0], "global_a": 1.5, "global_b": 0.25})
-    np.testing.assert_allclose(cal.predict_proba([1.0, 2.0], classes=[0, 1]), sigmoid(np.array([3.0, 0.0])))
+    cal = ClassAffineScaler.from_dict(
+        {
+            "format": "det_calib.ClassAffineScaler",
+            "version": 1,
+            "kind": "platt",
+            "a": [2.0, 0.5],
+            "b": [1.0, -1.0],
+            "global_a": 1.5,
+            "global_b": 0.25,
+        }
+    )
+    np.testing.assert_allclose(
+        cal.predict_proba([1.0, 2.0], classes=[0, 1]), sigmoid(np.array([3.0, 0.0]))
+    )
     z, y, k, *_ = _per_class(n_big=300, n_small=30, seed=6)
     with pytest.raises(InputError, match="`shrinkage_grid`"):
         ClassAffineScaler(shrinkage_grid=(0.0, 10.0)).fit(z, y, classes=k)
@@ -304,7 +410,9 @@ def test_platt_with_integer_weights_is_platt_on_repeated_rows():
     a = PlattScaler().fit(z, y, weights=w)
     rep = np.repeat(np.arange(300), w.astype(int))
     b = PlattScaler().fit(z[rep], y[rep])
-    assert a.a_ == pytest.approx(b.a_, rel=1e-9) and a.b_ == pytest.approx(b.b_, rel=1e-9, abs=1e-12)
+    assert a.a_ == pytest.approx(b.a_, rel=1e-9) and a.b_ == pytest.approx(
+        b.b_, rel=1e-9, abs=1e-12
+    )
     assert a.nll_before_ == pytest.approx(b.nll_before_, rel=1e-12)
     assert a.nll_after_ == pytest.approx(b.nll_after_, rel=1e-12)
     nll = lambda t, yy, ww: float(np.sum(ww * (np.logaddexp(0, t) - yy * t)) / ww.sum())  # noqa: E731
@@ -336,7 +444,9 @@ def test_platt_ignores_weight_zero_boxes_in_its_checks(case):
         except DegenerateFitError as e:
             return "refused", str(e)
 
-    weighted = outcome(lambda: PlattScaler().fit(np.concatenate([z, z0]), np.concatenate([y, y0]), weights=w))
+    weighted = outcome(
+        lambda: PlattScaler().fit(np.concatenate([z, z0]), np.concatenate([y, y0]), weights=w)
+    )
     assert weighted == outcome(lambda: PlattScaler().fit(z, y))
     assert weighted[0] == ("ok" if case == "fine" else "refused")
 
@@ -348,9 +458,13 @@ def test_class_affine_refuses_a_class_driven_to_a_negative_slope(kind):
     rng = np.random.default_rng(8)
     z = rng.normal(0, 2, 3000)
     k = np.repeat([0, 1, 2], 1000)
-    p = sigmoid(np.select([k == 0, k == 1], [0.8 * z, -1.5 * z], 1.4 * z))  # class 0: a slope below 1
+    p = sigmoid(
+        np.select([k == 0, k == 1], [0.8 * z, -1.5 * z], 1.4 * z)
+    )  # class 0: a slope below 1
     y = rng.random(3000) < p
-    with pytest.raises(DegenerateFitError, match=rf"per-class {kind} fit gave a non-positive .*\(class 1\)"):
+    with pytest.raises(
+        DegenerateFitError, match=rf"per-class {kind} fit gave a non-positive .*\(class 1\)"
+    ):
         ClassAffineScaler(kind=kind, shrinkage=0.0).fit(z, y, classes=k)
     s = ClassAffineScaler(kind=kind, shrinkage=1e7).fit(z, y, classes=k)
     assert (s.a_ > 0).all() and s.a_[1] == pytest.approx(s.global_a_, rel=1e-3)

@@ -13,7 +13,7 @@ from det_calib.calibrators.isotonic import (
     ClassIsotonicCalibrator,
     IsotonicCalibrator,
     PiecewiseLinear,
-    isotonic_regression,
+    _isotonic_regression,
 )
 from det_calib.errors import DegenerateFitError, InputError
 
@@ -29,13 +29,13 @@ def test_pav_matches_sklearn_isotonic_regression(seed):
     y = (rng.random(n) < sigmoid(z)).astype(float)
     w = rng.uniform(0.1, 3, n) if seed >= 2 else None
     ref = sk.IsotonicRegression().fit(z, y, sample_weight=w).predict(z)
-    np.testing.assert_allclose(isotonic_regression(z, y, weights=w), ref, atol=1e-12)
+    np.testing.assert_allclose(_isotonic_regression(z, y, weights=w), ref, atol=1e-12)
 
 
 def test_pav_known_answer_and_bad_input():
-    assert isotonic_regression([3, 1, 2, 4], [0, 0, 1, 1]).tolist() == [0.5, 0.0, 0.5, 1.0]
+    assert _isotonic_regression([3, 1, 2, 4], [0, 0, 1, 1]).tolist() == [0.5, 0.0, 0.5, 1.0]
     with pytest.raises(InputError, match="`x` and `y`"):
-        isotonic_regression([1, 2], [1])
+        _isotonic_regression([1, 2], [1])
 
 
 def test_isotonic_map_is_strictly_increasing_and_calibrates():
@@ -56,8 +56,10 @@ def test_isotonic_map_is_strictly_increasing_and_calibrates():
 
 
 def test_piecewise_linear_hinges_reproduce_the_map():
-    for m in (PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 0.05),
-              PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 1.0, right_slope=0.01)):
+    for m in (
+        PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 0.05),
+        PiecewiseLinear([-2.0, 0.0, 3.0], [-4.0, -1.0, 5.0], 1.0, right_slope=0.01),
+    ):
         c0, s0, x, coef = m.hinges()
         z = np.linspace(-10, 10, 101)
         manual = c0 + s0 * z + (coef[None, :] * np.maximum(z[:, None] - x[None, :], 0)).sum(axis=1)
@@ -88,8 +90,9 @@ def test_class_isotonic_shrinks_toward_global():
     g = cal.global_(probe)[0]
     assert abs(cal.transform_logits(probe, classes=[2])[0] - g) < 0.5 * abs(3.0 - g)
     back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
-    np.testing.assert_array_equal(back.transform_logits(z[:99], classes=k[:99]),
-                                  cal.transform_logits(z[:99], classes=k[:99]))
+    np.testing.assert_array_equal(
+        back.transform_logits(z[:99], classes=k[:99]), cal.transform_logits(z[:99], classes=k[:99])
+    )
 
 
 def test_block_values_carry_a_jeffreys_prior():
@@ -125,6 +128,7 @@ def test_fit_above_a_floor_keeps_the_raw_spacing_below_it():
     low = z < math.log(floor / (1 - floor))
     old = IsotonicCalibrator().fit(z[~low], y[~low])  # the same fit, slope 0.01 on the left
     assert old.map_.tail_slope == 0.01
+
     def nll(t):
         p = sigmoid(t)
         return -np.mean(np.where(y[low], np.log(p), np.log1p(-p)))
@@ -145,8 +149,10 @@ def test_fit_above_a_floor_keeps_the_raw_spacing_below_it():
     assert ccal.global_.tail_slope == 1.0 and all(m.tail_slope == 1.0 for m in ccal.maps_)
     cback = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(ccal.to_dict())))
     assert cback.left_slope == 1.0
-    np.testing.assert_array_equal(cback.transform_logits(below, classes=np.zeros(below.size, int)),
-                                  ccal.transform_logits(below, classes=np.zeros(below.size, int)))
+    np.testing.assert_array_equal(
+        cback.transform_logits(below, classes=np.zeros(below.size, int)),
+        ccal.transform_logits(below, classes=np.zeros(below.size, int)),
+    )
     with pytest.raises(InputError, match="left_slope"):
         IsotonicCalibrator(left_slope=0.0).fit(z, y)
 
@@ -162,7 +168,7 @@ def _planted(n=3000, seed=0, n_cls=3):
 def test_defaults_options_and_empty_input():
     assert IsotonicCalibrator().max_knots == 32 and IsotonicCalibrator().min_samples == 10
     assert ClassIsotonicCalibrator().min_samples == 10 and ClassIsotonicCalibrator().max_knots == 32
-    assert isotonic_regression([], []).shape == (0,)
+    assert _isotonic_regression([], []).shape == (0,)
     z, y, k = _planted()
     for bad in (dict(max_knots=1), dict(max_knots=True), dict(max_knots=2.0)):
         with pytest.raises(InputError, match="max_knots"):
@@ -178,14 +184,22 @@ def test_maps_repr_and_persisted_fields():
     maps = iso.hinge_maps(3)
     assert len(maps) == 3 and all(m is iso.map_ for m in maps)
     d = iso.to_dict()
-    assert d["max_knots"] == 32 and IsotonicCalibrator.from_dict(json.loads(json.dumps(d))).max_knots == 32
+    assert (
+        d["max_knots"] == 32
+        and IsotonicCalibrator.from_dict(json.loads(json.dumps(d))).max_knots == 32
+    )
     cls = ClassIsotonicCalibrator(blend=math.inf).fit(z, y, classes=k)
-    assert repr(cls) == "ClassIsotonicCalibrator(blend=inf, blend_=inf)" and len(cls.hinge_maps(3)) == 3
+    assert (
+        repr(cls) == "ClassIsotonicCalibrator(blend=inf, blend_=inf)"
+        and len(cls.hinge_maps(3)) == 3
+    )
     d = cls.to_dict()
     assert d["class_counts"] == np.bincount(k, minlength=3).tolist()
     back = ClassIsotonicCalibrator.from_dict(json.loads(json.dumps(d)))
     assert back.blend_ == math.inf and back.class_counts_.tolist() == d["class_counts"]
-    np.testing.assert_allclose(back.transform_logits(z, classes=k), cls.transform_logits(z, classes=k), atol=1e-12)
+    np.testing.assert_allclose(
+        back.transform_logits(z, classes=k), cls.transform_logits(z, classes=k), atol=1e-12
+    )
     with pytest.raises(InputError):
         PiecewiseLinear.from_dict({"x": [0.0, 1.0], "y": [0.0, 1.0]})  # a dict without tail_slope
 
@@ -195,15 +209,21 @@ def test_a_class_of_exactly_min_samples_boxes_gets_its_own_map():
     rng = np.random.default_rng(3)
     z0 = rng.normal(0, 2, 2000)
     y0 = (rng.uniform(size=z0.size) < sigmoid(z0)).astype(float)
-    z1, y1 = np.linspace(-2, 2, 10), np.array([1, 1, 1, 0, 0, 1, 0, 0, 0, 0], float)  # the other way round
+    z1, y1 = (
+        np.linspace(-2, 2, 10),
+        np.array([1, 1, 1, 0, 0, 1, 0, 0, 0, 0], float),
+    )  # the other way round
     t = np.linspace(-3, 3, 13)
     for n1, own in ((10, True), (9, False)):
         z, y = np.r_[z0, z1[:n1]], np.r_[y0, y1[:n1]]
         k = np.r_[np.zeros(z0.size, int), np.ones(n1, int)]
         alone = ClassIsotonicCalibrator(blend=0.0, min_samples=10).fit(z, y, classes=k)
         pooled = ClassIsotonicCalibrator(blend=math.inf, min_samples=10).fit(z, y, classes=k)
-        same = np.allclose(alone.transform_logits(t, classes=np.ones(t.size, int)),
-                           pooled.transform_logits(t, classes=np.ones(t.size, int)), atol=1e-9)
+        same = np.allclose(
+            alone.transform_logits(t, classes=np.ones(t.size, int)),
+            pooled.transform_logits(t, classes=np.ones(t.size, int)),
+            atol=1e-9,
+        )
         assert same is not own, n1
 
 

@@ -22,8 +22,15 @@ class ShiftCalibrator(LogitCalibrator):
     format = "tests.ShiftCalibrator"
     _fitted_attr = "b_"
 
-    def fit(self, logits: Any, labels: Any, *, classes: Any = None, weights: Any = None,
-            groups: Any = None) -> ShiftCalibrator:
+    def fit(
+        self,
+        logits: Any,
+        labels: Any,
+        *,
+        classes: Any = None,
+        weights: Any = None,
+        groups: Any = None,
+    ) -> ShiftCalibrator:
         z, y = np.asarray(logits, dtype=np.float64), np.asarray(labels, dtype=np.float64)
         w = np.ones_like(z) if weights is None else np.asarray(weights, dtype=np.float64)
         b = 0.0
@@ -62,7 +69,7 @@ def shift():
     """``shift`` registered between temperature and platt, for one test only."""
     registry.register("shift", order=15)(ShiftCalibrator)
     yield "shift"
-    registry.unregister("shift")
+    registry._unregister("shift")
 
 
 def _shifted(n=20_000, b=0.8, seed=0):
@@ -74,18 +81,45 @@ def _shifted(n=20_000, b=0.8, seed=0):
 
 @pytest.mark.fast
 def test_the_package_registers_its_methods_simplest_first():
-    assert registry.methods() == ("none", "temperature", "platt", "spline", "class-temperature", "class-platt",
-                                  "size-platt", "isotonic", "class-isotonic")
+    assert registry.methods() == (
+        "none",
+        "temperature",
+        "platt",
+        "spline",
+        "class-temperature",
+        "class-platt",
+        "size-platt",
+        "isotonic",
+        "class-isotonic",
+    )
     assert registry.global_methods() == ("none", "temperature", "platt", "spline", "isotonic")
     assert [m for m in registry.methods() if registry.is_per_class(m)] == [
-        "class-temperature", "class-platt", "class-isotonic"]
-    assert registry.formats() == tuple(sorted(
-        f"det_calib.{c}" for c in ("Identity", "TemperatureScaler", "PlattScaler", "SplineCalibrator",
-                                   "ClassAffineScaler", "IsotonicCalibrator", "ClassIsotonicCalibrator",
-                                   "SizePlattScaler")))
+        "class-temperature",
+        "class-platt",
+        "class-isotonic",
+    ]
+    assert registry._formats() == tuple(
+        sorted(
+            f"det_calib.{c}"
+            for c in (
+                "Identity",
+                "TemperatureScaler",
+                "PlattScaler",
+                "SplineCalibrator",
+                "ClassAffineScaler",
+                "IsotonicCalibrator",
+                "ClassIsotonicCalibrator",
+                "SizePlattScaler",
+            )
+        )
+    )
     assert registry.size_methods() == ("size-platt",)
     assert [m for m in registry.methods() if registry.method_reranks(m)] == [
-        "class-temperature", "class-platt", "size-platt", "class-isotonic"]
+        "class-temperature",
+        "class-platt",
+        "size-platt",
+        "class-isotonic",
+    ]
     for m in registry.methods():  # every method builds an instance of the contract
         assert isinstance(registry.make_calibrator(m), LogitCalibrator)
         assert registry.make_calibrator(m).deploy_form in ("affine", "hinges")
@@ -101,11 +135,12 @@ def test_the_package_registers_its_methods_simplest_first():
 def test_a_registered_calibrator_is_listed_and_then_removed(shift):
     assert registry.methods()[:4] == ("none", "temperature", "shift", "platt")
     assert "shift" in registry.global_methods()
-    from det_calib.job.settings import calibration_methods, method_help
+    from det_calib.job.settings import _calibration_methods as calibration_methods
+    from det_calib.job.settings import _method_help as method_help
 
     assert "shift" in calibration_methods() and "temperature, shift, platt" in method_help()
-    registry.unregister("shift")
-    assert "shift" not in registry.methods() and "tests.ShiftCalibrator" not in registry.formats()
+    registry._unregister("shift")
+    assert "shift" not in registry.methods() and "tests.ShiftCalibrator" not in registry._formats()
     registry.register("shift", order=15)(ShiftCalibrator)  # the fixture removes it again
 
 
@@ -120,10 +155,13 @@ def test_a_calibrator_defined_here_fits_and_wins_auto_cv(shift):
     back = registry.calibrator_from_dict(json.loads(json.dumps(cal.to_dict())))
     np.testing.assert_array_equal(back.transform_logits(z[:5]), z[:5] + cal.b_)
     # the contract's default equivalent threshold: sigmoid(logit(conf) + b)
-    assert equivalent_conf(cal, 0.25) == pytest.approx(1 / (1 + np.exp(-(np.log(1 / 3) + cal.b_))), abs=1e-6)
+    assert equivalent_conf(cal, 0.25) == pytest.approx(
+        1 / (1 + np.exp(-(np.log(1 / 3) + cal.b_))), abs=1e-6
+    )
     # auto's CV: every registered method is a candidate; the offset is the true map and simpler than Platt
-    sel = select_calibrator(z, y, groups=g, methods=("temperature", "shift", "platt"), fit_min_confs=(0.0,),
-                            n_repeats=2)
+    sel = select_calibrator(
+        z, y, groups=g, methods=("temperature", "shift", "platt"), fit_min_confs=(0.0,), n_repeats=2
+    )
     assert {c.method for c in sel.candidates} == {"none", "temperature", "shift", "platt"}
     assert sel.chosen.method == "shift", sel.reason
     assert isinstance(sel.calibrator, ShiftCalibrator)
@@ -131,38 +169,66 @@ def test_a_calibrator_defined_here_fits_and_wins_auto_cv(shift):
 
 def test_a_calibrator_defined_here_folds_into_the_checkpoint(shift, tmp_path, demo_model_path):
     from det_calib.capture.predictor import load_detector
-    from det_calib.deploy.fold import _cls_convs, read_calibration_metadata, write_folded_checkpoint
+    from det_calib.deploy.fold import _cls_convs, read_calibration_metadata
+    from det_calib.deploy.fold import _write_folded_checkpoint as write_folded_checkpoint
 
     z, y, _ = _shifted()
     cal = registry.make_calibrator("shift").fit(z, y)
     out = write_folded_checkpoint(demo_model_path, tmp_path / "shift.pt", {"nms": cal})
     meta = read_calibration_metadata(out)
     assert meta["calibrators"]["nms"] == cal.to_dict()
-    before = [c.bias.detach().double() for c in _cls_convs(load_detector(demo_model_path).model, "nms")]
+    before = [
+        c.bias.detach().double() for c in _cls_convs(load_detector(demo_model_path).model, "nms")
+    ]
     after = [c.bias.detach().double() for c in _cls_convs(load_detector(out).model, "nms")]
-    for b0, b1 in zip(before, after, strict=True):  # a = 1: the offset is added to every class channel's bias
+    for b0, b1 in zip(
+        before, after, strict=True
+    ):  # a = 1: the offset is added to every class channel's bias
         torch.testing.assert_close(b1, b0 + cal.b_, atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow
-def test_a_calibrator_defined_here_runs_through_a_calibration_run_and_its_report(shift, tmp_path, demo_model_path,
-                                                                                fixture_yaml):
+def test_a_calibrator_defined_here_runs_through_a_calibration_run_and_its_report(
+    shift, tmp_path, demo_model_path, fixture_yaml
+):
     from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.record.run_result import RunResult
     from det_calib.report import write_report
 
-    run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", method="auto", n_boot=20, run_val=False,
-                    progress=False, head="nms")
+    run = calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=tmp_path / "run",
+        method="auto",
+        n_boot=20,
+        run_val=False,
+        progress=False,
+        head="nms",
+    )
     result = RunResult.read(run.out_dir / "calibration.json")
     tried = {c.calibrator.method for c in result.head("nms").candidates}
     assert "shift" in tried, tried  # auto's candidates are the registry's global methods
     html = write_report(run.out_dir)["html"].read_text()
     assert "shift" in html
-    shifted = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "shift", method="shift", n_boot=20,
-                        run_val=False, progress=False, head="nms", boxes=str(run.out_dir))
+    shifted = calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=tmp_path / "shift",
+        method="shift",
+        n_boot=20,
+        run_val=False,
+        progress=False,
+        head="nms",
+        boxes=str(run.out_dir),
+    )
     rec = RunResult.read(shifted.out_dir / "calibration.json").head("nms").calibrator
     assert rec.method == "shift" and rec.params["map"]["format"] == "tests.ShiftCalibrator"
-    assert f"shift b = {rec.params['map']['b']:.3f}" in (shifted.out_dir / "report.html").read_text()
+    assert (
+        f"shift b = {rec.params['map']['b']:.3f}" in (shifted.out_dir / "report.html").read_text()
+    )
     from det_calib.deploy.fold import read_calibration_metadata
 
-    assert read_calibration_metadata(shifted.out_dir / "calibrated.pt")["calibrators"]["nms"] == rec.params["map"]
+    assert (
+        read_calibration_metadata(shifted.out_dir / "calibrated.pt")["calibrators"]["nms"]
+        == rec.params["map"]
+    )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from det_calib.calibrators import registry
-from det_calib.calibrators.base import calibrated_logits, log_area, reranks
+from det_calib.calibrators.base import _reranks, calibrated_logits, log_area
 from det_calib.calibrators.size import SizePlattScaler
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.selection.cross_validation import select_calibrator
@@ -36,7 +36,9 @@ def test_it_matches_scikit_learns_unpenalised_logistic_regression():
     z, y, s, _ = _planted(n=5000, seed=3)
     w = np.random.default_rng(1).uniform(0.5, 2.0, z.size)
     m = SizePlattScaler().fit(z, y, log_area=s, weights=w)
-    ref = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(np.column_stack([z, s]), y, sample_weight=w)
+    ref = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(
+        np.column_stack([z, s]), y, sample_weight=w
+    )
     np.testing.assert_allclose([m.a_, m.c_, m.b_], [*ref.coef_[0], ref.intercept_[0]], atol=1e-4)
 
 
@@ -54,9 +56,15 @@ def test_the_map_reads_the_size_and_reranks():
     m = SizePlattScaler().fit(z, y, log_area=s)
     t = m.transform_logits(np.array([1.0, 1.0]), log_area=np.array([-8.0, -2.0]))
     assert t[1] - t[0] == pytest.approx(6 * m.c_)
-    assert reranks(m) and registry.method_reranks("size-platt") and "size-platt" not in registry.global_methods()
+    assert (
+        _reranks(m)
+        and registry.method_reranks("size-platt")
+        and "size-platt" not in registry.global_methods()
+    )
     assert m.equivalent_conf(0.25) is None
-    np.testing.assert_array_equal(calibrated_logits(m, z, np.zeros(z.size), s), m.transform_logits(z, log_area=s))
+    np.testing.assert_array_equal(
+        calibrated_logits(m, z, np.zeros(z.size), s), m.transform_logits(z, log_area=s)
+    )
     with pytest.raises(InputError, match="log_area"):
         m.transform_logits(z)
     with pytest.raises(InputError, match="log_area"):
@@ -73,7 +81,9 @@ def test_it_persists_and_refuses_bad_state():
     z, y, s, _ = _planted(n=3000)
     m = SizePlattScaler().fit(z, y, log_area=s)
     back = registry.calibrator_from_dict(m.to_dict())
-    np.testing.assert_array_equal(back.transform_logits(z, log_area=s), m.transform_logits(z, log_area=s))
+    np.testing.assert_array_equal(
+        back.transform_logits(z, log_area=s), m.transform_logits(z, log_area=s)
+    )
     assert "c = " in SizePlattScaler.words(m.to_dict(), "size-platt")
     with pytest.raises(InputError, match="`a`"):
         SizePlattScaler.from_dict({**m.to_dict(), "a": -1.0})
@@ -85,10 +95,13 @@ def test_it_persists_and_refuses_bad_state():
 
 def test_auto_tries_it_only_when_asked_and_chooses_it_on_a_planted_size_effect():
     z, y, s, g = _planted(n=20_000)
-    plain = select_calibrator(z, y, groups=g, methods=registry.global_methods(), n_repeats=1, log_area=s)
+    plain = select_calibrator(
+        z, y, groups=g, methods=registry.global_methods(), n_repeats=1, log_area=s
+    )
     assert "size-platt" not in {c.method for c in plain.candidates}
-    opted = select_calibrator(z, y, groups=g, methods=(*registry.global_methods(), "size-platt"), n_repeats=1,
-                              log_area=s)
+    opted = select_calibrator(
+        z, y, groups=g, methods=(*registry.global_methods(), "size-platt"), n_repeats=1, log_area=s
+    )
     assert opted.chosen.method == "size-platt"
     assert opted.calibrator.c_ == pytest.approx(0.35, abs=0.05)
     # without sizes it is skipped, not failed

@@ -19,12 +19,12 @@ from scipy.optimize import minimize_scalar
 from det_calib.calibrators import registry
 from det_calib.calibrators.affine import PlattScaler
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.calibrators.isotonic import IsotonicCalibrator, isotonic_regression
-from det_calib.calibrators.spline import SplineCalibrator, spline_knots
+from det_calib.calibrators.isotonic import IsotonicCalibrator, _isotonic_regression
+from det_calib.calibrators.spline import SplineCalibrator, _spline_knots
 from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.errors import InputError
 from det_calib.numeric import binary_nll_logits, sigmoid
-from det_calib.selection.cross_validation import fit_calibrator, select_calibrator, soft_ece
+from det_calib.selection.cross_validation import _soft_ece, fit_calibrator, select_calibrator
 from det_calib.validation import check_labels
 
 pytestmark = pytest.mark.fast
@@ -54,7 +54,9 @@ def test_soft_platt_matches_sklearn_logistic_regression_on_duplicated_rows(seed)
     zz, yy, ww = _duplicated(z, y, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = sk.LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(zz[:, None], yy, sample_weight=ww)
+        ref = sk.LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(
+            zz[:, None], yy, sample_weight=ww
+        )
     p = PlattScaler().fit(z, y, weights=w)
     assert p.a_ == pytest.approx(ref.coef_[0, 0], rel=1e-6)
     assert p.b_ == pytest.approx(ref.intercept_[0], abs=1e-6)
@@ -69,7 +71,9 @@ def test_soft_spline_matches_sklearn_on_the_same_hinges():
     yy = np.r_[np.ones(z.size), np.zeros(z.size)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = sk.LogisticRegression(C=1e12, tol=1e-12, max_iter=100_000).fit(zz, yy, sample_weight=np.r_[y, 1 - y])
+        ref = sk.LogisticRegression(C=1e12, tol=1e-12, max_iter=100_000).fit(
+            zz, yy, sample_weight=np.r_[y, 1 - y]
+        )
     assert s.b_ == pytest.approx(ref.intercept_[0], abs=2e-5)
     np.testing.assert_allclose(np.r_[s.a_, s.c_], ref.coef_[0], atol=2e-5)
 
@@ -79,8 +83,8 @@ def test_spline_knots_of_soft_labels_are_quantiles_of_the_label_mass():
     y = np.array([0, 0, 0.5, 0.5, 1, 1, 1, 1, 0, 0])
     # the label mass: 0.5 at 2 and 3, 1 at 4..7; with 0/1 labels (y > 0) the same knots would be
     # the quantiles of 2..7 unweighted
-    hard = spline_knots(z, (y > 0).astype(float), 1)
-    soft = spline_knots(z, y, 1)
+    hard = _spline_knots(z, (y > 0).astype(float), 1)
+    soft = _spline_knots(z, y, 1)
     assert hard.tolist() == [4.0] and soft.tolist() == [5.0]
 
 
@@ -90,7 +94,9 @@ def test_soft_temperature_matches_scipy_minimiser_of_the_cross_entropy():
     def ce(log_t):
         return binary_nll_logits(z / math.exp(log_t), y)
 
-    ref = math.exp(minimize_scalar(ce, bounds=(-5, 5), method="bounded", options={"xatol": 1e-10}).x)
+    ref = math.exp(
+        minimize_scalar(ce, bounds=(-5, 5), method="bounded", options={"xatol": 1e-10}).x
+    )
     t = TemperatureScaler().fit(z, y).temperature_
     assert t == pytest.approx(ref, rel=1e-6)
     assert t == pytest.approx(1 / 0.6, rel=0.03)  # the planted temperature
@@ -101,7 +107,7 @@ def test_soft_pav_matches_sklearn_isotonic_regression():
     z, y = _planted_iou(1.0, -0.2, n=3000, seed=5)
     w = np.random.default_rng(6).uniform(0.5, 1.5, z.size)
     ref = sk.IsotonicRegression().fit(z, y, sample_weight=w).predict(z)
-    np.testing.assert_allclose(isotonic_regression(z, y, weights=w), ref, atol=1e-12)
+    np.testing.assert_allclose(_isotonic_regression(z, y, weights=w), ref, atol=1e-12)
 
 
 @pytest.mark.parametrize("method", ["temperature", "platt", "spline", "isotonic"])
@@ -121,14 +127,29 @@ def test_a_planted_iou_linear_score_is_recovered(method):
 def test_auto_chooses_a_ranking_map_that_recovers_the_planted_iou():
     z, y = _planted_iou(0.6, -0.4, n=20_000, seed=8)
     groups = np.arange(z.size) // 8
-    sel = select_calibrator(z, y, groups=groups, methods=registry.global_methods("iou"), min_conf=0.25,
-                            n_repeats=1, seed=0)
+    sel = select_calibrator(
+        z,
+        y,
+        groups=groups,
+        methods=registry.global_methods("iou"),
+        min_conf=0.25,
+        n_repeats=1,
+        seed=0,
+    )
     assert sel.chosen.method != "none"
     grid = np.linspace(-3, 3, 31)
     assert np.abs(sel.calibrator.predict_proba(grid) - sigmoid(0.6 * grid - 0.4)).max() < 0.02
     # the soft ECE criterion runs as well and picks a calibrator over the planted miscalibration
-    sel_e = select_calibrator(z, y, groups=groups, methods=("temperature", "platt"), min_conf=0.25,
-                              criterion="ece", n_repeats=1, seed=0)
+    sel_e = select_calibrator(
+        z,
+        y,
+        groups=groups,
+        methods=("temperature", "platt"),
+        min_conf=0.25,
+        criterion="ece",
+        n_repeats=1,
+        seed=0,
+    )
     assert sel_e.chosen.method != "none"
 
 
@@ -159,7 +180,7 @@ def test_a_calibrator_without_soft_labels_is_left_out_of_the_iou_choice_with_its
         assert "hard-only" not in registry.global_methods("iou")
         assert "0/1 labels only" in registry.excluded_methods("iou")["hard-only"]
     finally:
-        registry.unregister("hard-only")
+        registry._unregister("hard-only")
     with pytest.raises(InputError, match="`target`"):
         registry.target_methods("box")
 
@@ -182,7 +203,9 @@ def test_soft_cross_entropy_and_binned_gap_reduce_to_the_binary_ones():
     from det_calib.metrics.calibration import ece
 
     p = sigmoid(z)
-    assert soft_ece(p, y01.astype(float), np.ones(5), n_bins=15) == pytest.approx(ece(p, y01, n_bins=15), abs=1e-15)
+    assert _soft_ece(p, y01.astype(float), np.ones(5), n_bins=15) == pytest.approx(
+        ece(p, y01, n_bins=15), abs=1e-15
+    )
 
 
 def test_isotonic_soft_fit_refuses_all_zero_targets_and_accepts_a_single_soft_one():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from det_calib.calibrators.softmax_maps import KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
+from det_calib.calibrators.softmax_maps import _KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
 from det_calib.errors import InputError
 from det_calib.metrics.classifier_metrics import (
     classwise_ece,
@@ -78,21 +78,24 @@ def test_a_penalty_pulls_matrix_scaling_towards_a_diagonal_map():
 
 @pytest.mark.fast
 def test_which_maps_keep_top1_and_none_is_the_identity():
-    assert set(KEEPS_TOP1) == set(MULTICLASS_METHODS)
-    assert KEEPS_TOP1["temperature"] and KEEPS_TOP1["none"]
-    assert not KEEPS_TOP1["vector"] and not KEEPS_TOP1["matrix"]
+    assert set(_KEEPS_TOP1) == set(MULTICLASS_METHODS)
+    assert _KEEPS_TOP1["temperature"] and _KEEPS_TOP1["none"]
+    assert not _KEEPS_TOP1["vector"] and not _KEEPS_TOP1["matrix"]
     z = np.random.default_rng(9).normal(size=(50, 3))
     assert np.array_equal(fit_multiclass("none", z, np.zeros(50, int)).apply(z), z)
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize(("logits", "labels", "words"), [
-    (np.zeros((4, 1)), np.zeros(4, int), "K >= 2"),
-    (np.zeros((4, 3)), np.zeros(3, int), "3 labels for 4 images"),
-    (np.zeros((4, 3)), np.array([0, 1, 2, 3]), "integers in [0, 3)"),
-    (np.full((4, 3), np.nan), np.zeros(4, int), "NaN"),
-    (np.zeros((0, 3)), np.zeros(0, int), "no images"),
-])
+@pytest.mark.parametrize(
+    ("logits", "labels", "words"),
+    [
+        (np.zeros((4, 1)), np.zeros(4, int), "K >= 2"),
+        (np.zeros((4, 3)), np.zeros(3, int), "3 labels for 4 images"),
+        (np.zeros((4, 3)), np.array([0, 1, 2, 3]), "integers in [0, 3)"),
+        (np.full((4, 3), np.nan), np.zeros(4, int), "NaN"),
+        (np.zeros((0, 3)), np.zeros(0, int), "no images"),
+    ],
+)
 def test_bad_input_gets_one_line(logits, labels, words):
     with pytest.raises(InputError, match=words.replace("[", r"\[").replace(")", r"\)")):
         fit_multiclass("vector", logits, labels)

@@ -12,7 +12,7 @@ import pytest
 from det_calib.calibrators.affine import PlattScaler, sigmoid
 from det_calib.calibrators.isotonic import PiecewiseLinear
 from det_calib.calibrators.registry import calibrator_from_dict, methods
-from det_calib.calibrators.spline import MIN_SLOPE, SplineCalibrator, spline_knots
+from det_calib.calibrators.spline import _MIN_SLOPE, SplineCalibrator, _spline_knots
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.selection.cross_validation import select_calibrator
 
@@ -36,7 +36,9 @@ def _features(z, knots):
 def test_unpenalised_fit_matches_sklearn_logistic_regression_on_the_same_hinges(n_knots):
     sklearn = pytest.importorskip("sklearn.linear_model")
     z, y, _ = _planted(n=40_000, seed=n_knots)
-    w = np.random.default_rng(7).integers(1, 4, z.size).astype(float)  # weights: the CV pools rows into them
+    w = (
+        np.random.default_rng(7).integers(1, 4, z.size).astype(float)
+    )  # weights: the CV pools rows into them
     s = SplineCalibrator(n_knots=n_knots, ridge=0.0, tol=1e-12).fit(z, y, weights=w)
     assert s.knots_.size == n_knots
     with warnings.catch_warnings():
@@ -47,7 +49,9 @@ def test_unpenalised_fit_matches_sklearn_logistic_regression_on_the_same_hinges(
     assert s.b_ == pytest.approx(lr.intercept_[0], abs=2e-5)
     np.testing.assert_allclose(np.r_[s.a_, s.c_], lr.coef_[0], atol=2e-5)
     t = np.linspace(-12, 12, 97)
-    np.testing.assert_allclose(s.predict_proba(t), lr.predict_proba(_features(t, s.knots_))[:, 1], atol=1e-6)
+    np.testing.assert_allclose(
+        s.predict_proba(t), lr.predict_proba(_features(t, s.knots_))[:, 1], atol=1e-6
+    )
 
 
 def test_a_planted_piecewise_linear_map_is_recovered():
@@ -69,12 +73,12 @@ def test_a_planted_piecewise_linear_map_is_recovered():
 
 def test_knots_are_quantiles_of_the_correct_boxes():
     z, y, _ = _planted(n=50_000)
-    k = spline_knots(z, y, 3)
+    k = _spline_knots(z, y, 3)
     np.testing.assert_allclose(k, np.quantile(z[y], [0.25, 0.5, 0.75]), atol=1e-3)
-    assert spline_knots(z, y, 0).size == 0
+    assert _spline_knots(z, y, 0).size == 0
     # weights count as repeated rows
     zz, yy = np.array([0.0, 1.0, 2.0, 3.0]), np.array([1, 1, 1, 1])
-    assert spline_knots(zz, yy, 1, weights=[1, 1, 5, 1]).tolist() == [2.0]
+    assert _spline_knots(zz, yy, 1, weights=[1, 1, 5, 1]).tolist() == [2.0]
 
 
 def test_the_map_is_strictly_increasing_even_where_the_data_are_not():
@@ -84,7 +88,7 @@ def test_the_map_is_strictly_increasing_even_where_the_data_are_not():
     g = np.where(z < 1.0, 1.2 * z, 1.2 - 1.5 * (z - 1.0))
     y = rng.random(z.size) < sigmoid(g)
     s = SplineCalibrator(knots=[1.0], ridge=0.0).fit(z, y)
-    assert (s.slopes_ >= MIN_SLOPE).all()
+    assert (s.slopes_ >= _MIN_SLOPE).all()
     t = np.linspace(-20, 20, 2001)
     assert (np.diff(s.transform_logits(t)) > 0).all()
     assert s.ridge_ > 0 or s.knots_.size == 0  # the ridge was raised, or the knot dropped
@@ -98,8 +102,11 @@ def test_the_map_is_an_exact_piecewise_linear_with_two_tail_slopes():
     t = np.linspace(-30, 30, 1201)
     np.testing.assert_allclose(m(t), s.transform_logits(t), atol=1e-10)
     c0, s0, x, coef = m.hinges()
-    np.testing.assert_allclose(c0 + s0 * t + (coef[None, :] * np.maximum(t[:, None] - x[None, :], 0)).sum(1),
-                               s.transform_logits(t), atol=1e-9)
+    np.testing.assert_allclose(
+        c0 + s0 * t + (coef[None, :] * np.maximum(t[:, None] - x[None, :], 0)).sum(1),
+        s.transform_logits(t),
+        atol=1e-9,
+    )
     assert m.tail_slope == pytest.approx(s.a_) and m.right_slope == pytest.approx(s.slopes_[-1])
     assert PiecewiseLinear.from_dict(m.to_dict()).right_slope == m.right_slope
 
@@ -162,24 +169,40 @@ def test_degenerate_input_and_bad_arguments_are_refused():
 
 
 def test_selection_tries_the_spline_and_picks_it_for_an_s_shaped_miscalibration():
-    assert methods().index("platt") < methods().index("spline") < methods().index("class-temperature")
+    assert (
+        methods().index("platt") < methods().index("spline") < methods().index("class-temperature")
+    )
     rng = np.random.default_rng(0)
     n = 80_000
     z = rng.normal(-2.0, 3.0, n)
     g = -0.3 + 0.7 * z + 1.0 * np.maximum(z + 1.0, 0.0) - 1.2 * np.maximum(z - 1.5, 0.0)
     y = rng.random(n) < sigmoid(g)
     k = rng.integers(0, 4, n)
-    sel = select_calibrator(z, y, classes=k, groups=np.arange(n) // 20, min_conf=0.25,
-                            methods=("temperature", "platt", "spline"))
+    sel = select_calibrator(
+        z,
+        y,
+        classes=k,
+        groups=np.arange(n) // 20,
+        min_conf=0.25,
+        methods=("temperature", "platt", "spline"),
+    )
     assert {c.method for c in sel.candidates} >= {"spline"}
     assert sel.chosen.method == "spline", sel.reason
     assert isinstance(sel.calibrator, SplineCalibrator)
     platt = min((c for c in sel.candidates if c.method == "platt"), key=lambda c: c.mean)
-    assert platt.diff > platt.diff_se  # the affine map is worse fold by fold, beyond its standard error
+    assert (
+        platt.diff > platt.diff_se
+    )  # the affine map is worse fold by fold, beyond its standard error
     # with isotonic too, a map that bends wins (the spline's knots are at quantiles of the correct
     # boxes, not at the planted -1 and 1.5: on 80k boxes isotonic's exact bends may beat it)
-    sel = select_calibrator(z, y, classes=k, groups=np.arange(n) // 20, min_conf=0.25,
-                            methods=("temperature", "platt", "spline", "isotonic"))
+    sel = select_calibrator(
+        z,
+        y,
+        classes=k,
+        groups=np.arange(n) // 20,
+        min_conf=0.25,
+        methods=("temperature", "platt", "spline", "isotonic"),
+    )
     assert sel.chosen.method in ("spline", "isotonic"), sel.reason
 
 
@@ -187,7 +210,7 @@ def test_knot_quantile_on_the_heaviest_first_box():
     """A correct box carrying two thirds of the weight is the smallest value whose cumulative weight
     reaches both quantile levels (1/3 and 2/3): the two knots coincide on it and are merged."""
     z = np.array([-3.0, -1.0, 0.0, 1.0, 2.0, 3.0])
-    assert spline_knots(z, np.ones(6), 2, weights=[10.0, 1, 1, 1, 1, 1]).tolist() == [-3.0]
+    assert _spline_knots(z, np.ones(6), 2, weights=[10.0, 1, 1, 1, 1, 1]).tolist() == [-3.0]
 
 
 def test_defaults_repr_and_hinge_maps():
@@ -203,7 +226,9 @@ def test_defaults_repr_and_hinge_maps():
     t = np.linspace(-6, 6, 25)
     np.testing.assert_allclose(maps[0](t), cal.transform_logits(t), rtol=0, atol=1e-12)
     platt = SplineCalibrator(n_knots=0).fit(z, y)  # no knot: one affine segment, through (0, b)
-    np.testing.assert_allclose(platt.hinge_maps(1)[0](t), platt.a_ * t + platt.b_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        platt.hinge_maps(1)[0](t), platt.a_ * t + platt.b_, rtol=0, atol=1e-12
+    )
 
 
 def test_weighted_nll_before_and_after():
@@ -218,7 +243,10 @@ def test_weighted_nll_before_and_after():
         return float(-np.sum(w * (y * np.log(p) + (1 - y) * np.log1p(-p))) / w.sum())
 
     assert cal.nll_before_ == pytest.approx(nll(z), rel=1e-9)
-    assert cal.nll_after_ == pytest.approx(nll(cal.transform_logits(z)), rel=1e-9) and cal.nll_after_ < cal.nll_before_
+    assert (
+        cal.nll_after_ == pytest.approx(nll(cal.transform_logits(z)), rel=1e-9)
+        and cal.nll_after_ < cal.nll_before_
+    )
 
 
 def test_from_dict_checks_each_field_by_name():

@@ -14,21 +14,29 @@ from sklearn.metrics import log_loss
 
 from det_calib.calibrators import temperature as calibrators
 from det_calib.calibrators.temperature import (
-    T_MAX,
-    T_MIN,
+    _T_MAX,
+    _T_MIN,
     ConvergenceWarning,
     NotFittedError,
     TemperatureScaler,
-    binary_nll,
+    _binary_nll,
+    _softmax_nll,
     fit_temperature,
-    softmax_nll,
 )
 from det_calib.errors import DegenerateFitError, InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
 
-def planted(t: float, n: int, *, mean: float = 0.0, std: float = 3.0, seed: int = 0, clip: float | None = None):
+def planted(
+    t: float,
+    n: int,
+    *,
+    mean: float = 0.0,
+    std: float = 3.0,
+    seed: int = 0,
+    clip: float | None = None,
+):
     """Logits z ~ N(mean, std^2) and labels ~ Bernoulli(sigmoid(z / t))."""
     rng = np.random.default_rng(seed)
     z = rng.normal(mean, std, n)
@@ -64,14 +72,16 @@ def test_recovers_planted_temperature_softmax():
     labels = torch.distributions.Categorical(logits=logits / 3).sample()
     grid = np.round(np.linspace(0.5, 6.0, 551), 4)  # step 0.01
     z, y, rows = logits.double().numpy(), labels.numpy(), np.arange(5000)
-    nll = [-np.mean(log_softmax(z / t, axis=1)[rows, y]) for t in grid]  # numpy: torch is slow on a busy CPU
+    nll = [
+        -np.mean(log_softmax(z / t, axis=1)[rows, y]) for t in grid
+    ]  # numpy: torch is slow on a busy CPU
     t_grid = grid[int(np.argmin(nll))]
     assert t_grid == pytest.approx(2.98, abs=0.015)
 
     t = fit_temperature(logits, labels, kind="softmax")
     assert abs(t - t_grid) < 0.01
     # the fitted optimum is at least as good as the best grid point
-    assert softmax_nll(logits, labels, t) <= min(nll) + 1e-12
+    assert _softmax_nll(logits, labels, t) <= min(nll) + 1e-12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +94,10 @@ def test_parity_scipy_gradient_sklearn():
     t = scaler.temperature_
 
     ref = minimize_scalar(
-        lambda s: nll_reference(z, y, s), bounds=(0.1, 10.0), method="bounded", options={"xatol": 1e-10}
+        lambda s: nll_reference(z, y, s),
+        bounds=(0.1, 10.0),
+        method="bounded",
+        options={"xatol": 1e-10},
     )
     assert t == pytest.approx(ref.x, rel=1e-5)
 
@@ -105,7 +118,9 @@ def test_parity_scipy_across_scales(scale, t_rel):
     z, y = planted(t_rel * scale, 3000, mean=-1.0 * scale, std=3.0 * scale, seed=5)
     t = fit_temperature(z, y)
     ref = minimize_scalar(
-        lambda u: nll_reference(z, y, np.exp(u)), bounds=(np.log(1e-5), np.log(1e5)), method="bounded",
+        lambda u: nll_reference(z, y, np.exp(u)),
+        bounds=(np.log(1e-5), np.log(1e5)),
+        method="bounded",
         options={"xatol": 1e-10},
     )
     assert t == pytest.approx(np.exp(ref.x), rel=1e-5)
@@ -114,14 +129,21 @@ def test_parity_scipy_across_scales(scale, t_rel):
 def test_parity_scipy_softmax():
     rng = np.random.default_rng(1)
     z = rng.normal(0.0, 4.0, (3000, 5))
-    y = np.array([rng.choice(5, p=p) for p in np.exp(z / 1.5) / np.exp(z / 1.5).sum(1, keepdims=True)])
+    y = np.array(
+        [rng.choice(5, p=p) for p in np.exp(z / 1.5) / np.exp(z / 1.5).sum(1, keepdims=True)]
+    )
     t = fit_temperature(z, y, kind="softmax")
     ref = minimize_scalar(
-        lambda s: softmax_nll(z, y, s), bounds=(0.1, 10.0), method="bounded", options={"xatol": 1e-10}
+        lambda s: _softmax_nll(z, y, s),
+        bounds=(0.1, 10.0),
+        method="bounded",
+        options={"xatol": 1e-10},
     )
     assert t == pytest.approx(ref.x, rel=1e-5)
     logp = torch.log_softmax(torch.from_numpy(z) / t, dim=1)
-    assert softmax_nll(z, y, t) == pytest.approx(torch.nn.functional.nll_loss(logp, torch.from_numpy(y)).item())
+    assert _softmax_nll(z, y, t) == pytest.approx(
+        torch.nn.functional.nll_loss(logp, torch.from_numpy(y)).item()
+    )
 
 
 @pytest.mark.parametrize("t_true", [2.5, 0.5])
@@ -141,7 +163,9 @@ def test_parity_netcal(t_true):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ts.fit(expit(z).reshape(-1, 1), y.astype(np.float64))
-    w = np.asarray(ts.temperature, dtype=np.float64).reshape(-1)  # netcal's "temperature" is the weight 1/T
+    w = np.asarray(ts.temperature, dtype=np.float64).reshape(
+        -1
+    )  # netcal's "temperature" is the weight 1/T
     assert w.shape == (1,)
     assert abs(t - 1.0 / w[0]) < 1e-4
 
@@ -172,10 +196,10 @@ def test_extreme_logits_are_stable():
         scaler = TemperatureScaler().fit(z, y)
     assert abs(scaler.temperature_ - 5.0) < 0.3
     assert np.isfinite([scaler.nll_before_, scaler.nll_after_]).all()
-    assert np.isfinite(binary_nll([1e4, -1e4], [0, 1], 1.0))
-    assert binary_nll([1e4, -1e4], [0, 1], 1.0) == pytest.approx(1e4)
+    assert np.isfinite(_binary_nll([1e4, -1e4], [0, 1], 1.0))
+    assert _binary_nll([1e4, -1e4], [0, 1], 1.0) == pytest.approx(1e4)
     zs = np.array([[1000.0, -1000.0, 0.0], [-50.0, 50.0, 49.0]])
-    assert softmax_nll(zs, [1, 2], 1.0) == pytest.approx((2000.0 + np.logaddexp(0, 1.0)) / 2)
+    assert _softmax_nll(zs, [1, 2], 1.0) == pytest.approx((2000.0 + np.logaddexp(0, 1.0)) / 2)
 
 
 def test_weights_match_repeated_rows():
@@ -219,7 +243,9 @@ def test_degenerate_inputs():
         fit_temperature(bad, z > 0.5)
     # optimum outside [T_MIN, T_MAX]
     zt, yt = planted(2.5, 2000)
-    with pytest.raises(DegenerateFitError, match=f"T -> 0: the optimum lies outside \\[{T_MIN:g}, {T_MAX:g}\\]"):
+    with pytest.raises(
+        DegenerateFitError, match=f"T -> 0: the optimum lies outside \\[{_T_MIN:g}, {_T_MAX:g}\\]"
+    ):
         fit_temperature(zt * 1e-5, yt)
     with pytest.raises(DegenerateFitError, match="T -> inf: the optimum lies outside"):
         fit_temperature(zt * 1e4, yt)
@@ -229,24 +255,44 @@ def test_degenerate_inputs():
         fit_temperature(zs, zs.argmax(1), kind="softmax")
     # zero weights do not count as samples
     with pytest.raises(DegenerateFitError, match="no incorrect boxes"):
-        fit_temperature(z[:20], np.arange(20) < 10, weights=(np.arange(20) < 10).astype(float), min_samples=2)
+        fit_temperature(
+            z[:20], np.arange(20) < 10, weights=(np.arange(20) < 10).astype(float), min_samples=2
+        )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"logits": np.zeros((20, 2)), "labels": np.zeros(20)}, "`logits` of shape \\(n,\\)"),
-        ({"logits": np.zeros(20), "labels": np.zeros(19)}, "length of `logits` \\(20\\), but got 19"),
+        (
+            {"logits": np.zeros(20), "labels": np.zeros(19)},
+            "length of `logits` \\(20\\), but got 19",
+        ),
         ({"logits": np.zeros(20), "labels": np.full(20, 2)}, "`labels` to hold only 0/1"),
         ({"logits": np.zeros(20), "labels": np.zeros((20, 1))}, "`labels` of shape \\(n,\\)"),
-        ({"logits": np.ones(20), "labels": np.zeros(20), "weights": np.ones(3)}, "`weights` of shape \\(20,\\)"),
-        ({"logits": np.ones(20), "labels": np.zeros(20), "weights": -np.ones(20)}, "`weights` to be finite and >= 0"),
+        (
+            {"logits": np.ones(20), "labels": np.zeros(20), "weights": np.ones(3)},
+            "`weights` of shape \\(20,\\)",
+        ),
+        (
+            {"logits": np.ones(20), "labels": np.zeros(20), "weights": -np.ones(20)},
+            "`weights` to be finite and >= 0",
+        ),
         ({"logits": np.ones(20), "labels": np.zeros(20), "kind": "relu"}, "`kind` to be one of"),
         ({"logits": np.ones(20), "labels": np.zeros(20), "tol": 0}, "`tol`"),
         ({"logits": np.ones(20), "labels": np.zeros(20), "max_iter": 0}, "`max_iter`"),
-        ({"logits": np.zeros(20), "labels": np.zeros(20), "kind": "softmax"}, "`logits` of shape \\(n, K\\)"),
-        ({"logits": np.zeros((20, 3)), "labels": np.full(20, 3), "kind": "softmax"}, "class ids in \\[0, 3\\)"),
-        ({"logits": np.zeros((20, 3)), "labels": np.full(20, 0.5), "kind": "softmax"}, "integer class ids"),
+        (
+            {"logits": np.zeros(20), "labels": np.zeros(20), "kind": "softmax"},
+            "`logits` of shape \\(n, K\\)",
+        ),
+        (
+            {"logits": np.zeros((20, 3)), "labels": np.full(20, 3), "kind": "softmax"},
+            "class ids in \\[0, 3\\)",
+        ),
+        (
+            {"logits": np.zeros((20, 3)), "labels": np.full(20, 0.5), "kind": "softmax"},
+            "integer class ids",
+        ),
     ],
 )
 def test_bad_input_raises_input_error(kwargs, match):
@@ -277,7 +323,16 @@ def test_estimator_api_and_json_round_trip():
     d = json.loads(json.dumps(scaler.to_dict()))
     assert d["kind"] == "sigmoid" and d["temperature"] == scaler.temperature_
     back = TemperatureScaler.from_dict(d)
-    for attr in ("temperature_", "n_iter_", "nll_before_", "nll_after_", "n_samples_", "kind", "tol", "max_iter"):
+    for attr in (
+        "temperature_",
+        "n_iter_",
+        "nll_before_",
+        "nll_after_",
+        "n_samples_",
+        "kind",
+        "tol",
+        "max_iter",
+    ):
         assert getattr(back, attr) == getattr(scaler, attr)
     np.testing.assert_array_equal(back.predict_proba(z), scaler.predict_proba(z))
     np.testing.assert_allclose(scaler.transform_logits(z), z / scaler.temperature_)
@@ -297,8 +352,13 @@ def test_softmax_estimator_rows_sum_to_one():
     p = scaler.predict_proba(logits)
     assert p.shape == (500, 4)
     np.testing.assert_allclose(p.sum(1), 1.0)
-    np.testing.assert_allclose(p, torch.softmax(logits.double() / scaler.temperature_, 1).numpy(), rtol=1e-12)
-    assert TemperatureScaler.from_dict(json.loads(json.dumps(scaler.to_dict()))).temperature_ == scaler.temperature_
+    np.testing.assert_allclose(
+        p, torch.softmax(logits.double() / scaler.temperature_, 1).numpy(), rtol=1e-12
+    )
+    assert (
+        TemperatureScaler.from_dict(json.loads(json.dumps(scaler.to_dict()))).temperature_
+        == scaler.temperature_
+    )
 
 
 def test_numpy_special_functions_match_scipy():
@@ -308,16 +368,30 @@ def test_numpy_special_functions_match_scipy():
     from det_calib import numeric
 
     rng = np.random.default_rng(3)
-    x = np.concatenate([rng.normal(0, 5, 1000), [-1000.0, -745.0, -709.0, -40.0, 0.0, 40.0, 1000.0, np.inf, -np.inf]])
+    x = np.concatenate(
+        [
+            rng.normal(0, 5, 1000),
+            [-1000.0, -745.0, -709.0, -40.0, 0.0, 40.0, 1000.0, np.inf, -np.inf],
+        ]
+    )
     np.testing.assert_allclose(numeric.expit(x), special.expit(x), rtol=1e-15, atol=0)
-    a = np.concatenate([rng.normal(0, 30, (200, 5)), [[1000.0, 999.0, -1000.0, 0.0, 1.0]], [[-np.inf] * 4 + [2.0]]])
-    np.testing.assert_allclose(numeric.logsumexp(a, axis=1), special.logsumexp(a, axis=1), rtol=1e-14)
-    np.testing.assert_allclose(numeric.logsumexp(a.T, axis=0), special.logsumexp(a.T, axis=0), rtol=1e-14)
-    np.testing.assert_allclose(numeric.log_softmax(a, axis=1), special.log_softmax(a, axis=1),
-                               rtol=1e-13, atol=1e-13)
+    a = np.concatenate(
+        [rng.normal(0, 30, (200, 5)), [[1000.0, 999.0, -1000.0, 0.0, 1.0]], [[-np.inf] * 4 + [2.0]]]
+    )
+    np.testing.assert_allclose(
+        numeric.logsumexp(a, axis=1), special.logsumexp(a, axis=1), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        numeric.logsumexp(a.T, axis=0), special.logsumexp(a.T, axis=0), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        numeric.log_softmax(a, axis=1), special.log_softmax(a, axis=1), rtol=1e-13, atol=1e-13
+    )
     inf_rows = np.array([[np.inf, 0.0], [-np.inf, -np.inf]])
     with np.errstate(invalid="ignore"):
-        np.testing.assert_array_equal(numeric.logsumexp(inf_rows, axis=1), special.logsumexp(inf_rows, axis=1))
+        np.testing.assert_array_equal(
+            numeric.logsumexp(inf_rows, axis=1), special.logsumexp(inf_rows, axis=1)
+        )
 
 
 def test_estimator_weights_match_repeated_rows():
@@ -335,11 +409,11 @@ def test_estimator_weights_match_repeated_rows():
 
 def test_binary_nll_default_temperature_is_one_and_labels_are_checked():
     # known answer: softplus(2) - 2 = log(1 + exp(-2)) at T = 1
-    assert binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
+    assert _binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
     with pytest.raises(InputError, match="`labels`"):
-        binary_nll([0.0, 1.0], [0, 2])
+        _binary_nll([0.0, 1.0], [0, 2])
     with pytest.raises(InputError, match="`logits` of shape \\(n,\\)"):
-        binary_nll([[0.0, 1.0]], [1])
+        _binary_nll([[0.0, 1.0]], [1])
 
 
 def test_transform_logits_checks_the_shape_of_its_kind():
@@ -392,13 +466,17 @@ def test_softmax_weights_match_repeated_rows():
     counts = rng.integers(0, 4, 300)
     rep = np.repeat(np.arange(300), counts)
     for t in (1.0, 1.6):
-        assert softmax_nll(z, y, t, weights=counts) == pytest.approx(softmax_nll(z[rep], y[rep], t), rel=1e-12)
+        assert _softmax_nll(z, y, t, weights=counts) == pytest.approx(
+            _softmax_nll(z[rep], y[rep], t), rel=1e-12
+        )
     a = TemperatureScaler(kind="softmax").fit(z, y, weights=counts)
     b = TemperatureScaler(kind="softmax").fit(z[rep], y[rep])
     assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
     assert (a.nll_before_, a.nll_after_) == pytest.approx((b.nll_before_, b.nll_after_), rel=1e-9)
     # and the default temperature is 1: the mean of -log_softmax(z)[y]
-    assert softmax_nll(z, y) == pytest.approx(np.mean(-log_softmax(z, axis=1)[np.arange(300), y]), rel=1e-12)
+    assert _softmax_nll(z, y) == pytest.approx(
+        np.mean(-log_softmax(z, axis=1)[np.arange(300), y]), rel=1e-12
+    )
 
 
 def test_estimator_defaults():
@@ -437,9 +515,15 @@ def _outcome(fit):
         return "refused", str(e)
 
 
-SIGMOID_CASES = {"all_correct": "no incorrect boxes", "all_zero_logits": "all logits zero",
-                 "separable": "perfectly separable", "uninformative": "uninformative or anti-correlated",
-                 "exactly_uninformative": "uninformative or anti-correlated", "fine": None, "shifted": None}
+SIGMOID_CASES = {
+    "all_correct": "no incorrect boxes",
+    "all_zero_logits": "all logits zero",
+    "separable": "perfectly separable",
+    "uninformative": "uninformative or anti-correlated",
+    "exactly_uninformative": "uninformative or anti-correlated",
+    "fine": None,
+    "shifted": None,
+}
 
 
 @pytest.mark.parametrize("case", sorted(SIGMOID_CASES))
@@ -467,7 +551,9 @@ def test_weight_zero_boxes_play_no_part_in_the_degeneracy_checks(case):
     weighted = _outcome(lambda: TemperatureScaler(kind="sigmoid").fit(zz, yy, weights=w))
     assert weighted == _outcome(lambda: TemperatureScaler(kind="sigmoid").fit(z, y))
     want = SIGMOID_CASES[case]
-    assert weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1]), weighted
+    assert (
+        weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1])
+    ), weighted
 
 
 @pytest.mark.parametrize("case", ["separable", "uninformative", "fine"])
@@ -484,11 +570,20 @@ def test_weight_zero_rows_play_no_part_in_the_softmax_checks(case):
     z0 = np.array([[60.0, 0.0, 0.0], [0.0, 60.0, 0.0], [0.0, 0.0, 5.0]])  # weight 0
     y0 = np.array([0, 1, 0])  # two sure and right, one against the arg-max
     w = np.concatenate([np.ones(40), np.zeros(3)])
-    weighted = _outcome(lambda: TemperatureScaler(kind="softmax").fit(np.vstack([z, z0]), np.concatenate([y, y0]),
-                                                                    weights=w))
+    weighted = _outcome(
+        lambda: TemperatureScaler(kind="softmax").fit(
+            np.vstack([z, z0]), np.concatenate([y, y0]), weights=w
+        )
+    )
     assert weighted == _outcome(lambda: TemperatureScaler(kind="softmax").fit(z, y))
-    want = {"separable": "perfectly separable", "uninformative": "uninformative or anti-correlated", "fine": None}[case]
-    assert weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1]), weighted
+    want = {
+        "separable": "perfectly separable",
+        "uninformative": "uninformative or anti-correlated",
+        "fine": None,
+    }[case]
+    assert (
+        weighted[0] == "ok" if want is None else (weighted[0] == "refused" and want in weighted[1])
+    ), weighted
 
 
 def test_min_samples_is_the_least_number_of_boxes_accepted():

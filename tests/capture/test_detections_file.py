@@ -20,8 +20,22 @@ from det_calib.cli import main
 
 
 def calibrate_cli(capsys, data: Path, detections: Path, out: Path, *extra) -> tuple[int, str, str]:
-    code = main(["calibrate", "--data", str(data), "--detections", str(detections), "--out", str(out), "--no-report",
-                 "-q", "--n-boot", "50", *map(str, extra)])
+    code = main(
+        [
+            "calibrate",
+            "--data",
+            str(data),
+            "--detections",
+            str(detections),
+            "--out",
+            str(out),
+            "--no-report",
+            "-q",
+            "--n-boot",
+            "50",
+            *map(str, extra),
+        ]
+    )
     cap = capsys.readouterr()
     return code, cap.out, cap.err
 
@@ -35,8 +49,23 @@ def rows() -> list[dict]:
 def txt_run(tmp_path_factory, rows):
     tmp = tmp_path_factory.mktemp("txt")
     folder = write_txt(rows, tmp / "labels")
-    code = main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(folder), "--out",
-                 str(tmp / "out"), "--no-report", "-q", "--n-boot", "50", "--method", "platt"])
+    code = main(
+        [
+            "calibrate",
+            "--data",
+            str(FIXTURE / "data.yaml"),
+            "--detections",
+            str(folder),
+            "--out",
+            str(tmp / "out"),
+            "--no-report",
+            "-q",
+            "--n-boot",
+            "50",
+            "--method",
+            "platt",
+        ]
+    )
     assert code == 0
     return tmp / "out"
 
@@ -51,26 +80,36 @@ def test_label_folder_calibrates_and_says_what_it_matched(txt_run, rows):
     assert boxes.height == len(rows)
     z = boxes["logit"].to_numpy()
     p = boxes["conf"].to_numpy()
-    np.testing.assert_allclose(1 / (1 + np.exp(-z)), p, rtol=0, atol=1e-12)  # the logit of the score
+    np.testing.assert_allclose(
+        1 / (1 + np.exp(-z)), p, rtol=0, atol=1e-12
+    )  # the logit of the score
     assert boxes["correct"].sum() > 20 and (~boxes["correct"]).sum() > 100
 
 
 def test_a_table_gives_the_same_run_as_the_label_folder(tmp_path, capsys, txt_run, rows):
     csv = write_csv(rows, tmp_path / "dets.csv", names=True)  # class names, not ids
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", csv, tmp_path / "out", "--method", "platt")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", csv, tmp_path / "out", "--method", "platt"
+    )
     assert code == 0, err
     a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
     b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
     np.testing.assert_allclose(a["calibrated"].to_numpy(), b["calibrated"].to_numpy(), atol=1e-9)
-    np.testing.assert_allclose(a.select("x1", "y1", "x2", "y2").to_numpy(), b.select("x1", "y1", "x2", "y2").to_numpy(),
-                               atol=1e-3)  # the txt holds 6 significant digits
+    np.testing.assert_allclose(
+        a.select("x1", "y1", "x2", "y2").to_numpy(),
+        b.select("x1", "y1", "x2", "y2").to_numpy(),
+        atol=1e-3,
+    )  # the txt holds 6 significant digits
     assert a["correct"].to_list() == b["correct"].to_list()
 
 
-def test_coco_results_with_sparse_category_ids_and_a_coco_ground_truth(tmp_path, capsys, txt_run, rows):
+def test_coco_results_with_sparse_category_ids_and_a_coco_ground_truth(
+    tmp_path, capsys, txt_run, rows
+):
     gt, res = write_coco(rows, tmp_path / "coco")
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt,
-                                 "--method", "platt")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt, "--method", "platt"
+    )
     assert code == 0, err
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in summary
@@ -85,11 +124,19 @@ def test_ultralytics_save_json_convention_stem_and_class_plus_one(tmp_path, caps
     dets = []
     for r in rows:
         x1, y1, x2, y2 = pixels(r)
-        dets.append({"image_id": r["stem"], "category_id": r["cls"] + 1, "bbox": [x1, y1, x2 - x1, y2 - y1],
-                     "score": r["score"]})
+        dets.append(
+            {
+                "image_id": r["stem"],
+                "category_id": r["cls"] + 1,
+                "bbox": [x1, y1, x2 - x1, y2 - y1],
+                "score": r["score"],
+            }
+        )
     path = tmp_path / "predictions.json"
     path.write_text(json.dumps(dets))
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt"
+    )
     assert code == 0, err
     a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
     b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
@@ -99,8 +146,18 @@ def test_ultralytics_save_json_convention_stem_and_class_plus_one(tmp_path, caps
 def test_a_file_written_at_a_high_conf_is_fitted_above_its_lowest_score(tmp_path, capsys, rows):
     high = [r for r in rows if r["score"] > 0.2]
     folder = write_txt(high, tmp_path / "labels")
-    code, out, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--method", "platt",
-                                   "--conf", "0.1", "--conf", "0.5")
+    code, out, err = calibrate_cli(
+        capsys,
+        FIXTURE / "data.yaml",
+        folder,
+        tmp_path / "out",
+        "--method",
+        "platt",
+        "--conf",
+        "0.1",
+        "--conf",
+        "0.5",
+    )
     assert code == 0, err
     low = min(r["score"] for r in high)
     assert f"the file's lowest score is {low:.4g}: fitted only above it" in out
@@ -126,33 +183,89 @@ def _bad_txt(tmp: Path, rows: list[dict], edit) -> Path:
 
 
 BAD = {
-    "unknown image": (lambda tmp, rows: write_txt([{**r, "stem": f"elsewhere_{i % 5}"} if i < 50 else r
-                                                    for i, r in enumerate(rows)], tmp / "labels"),
-                      r"5 image\(s\) in .* are not in the ground truth .*: "
-                      r"elsewhere_0, elsewhere_1, elsewhere_2\.\.\."),
-    "class not in the names": (lambda tmp, rows: _bad_txt(tmp, rows, lambda t: "9" + t[1:]),
-                               r"class id 9 in the label files under .* is not a class \(0\.\.7\)"),
-    "wrong value count": (lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 0.1 0.1\n"),
-                          r"fixture_00000\.txt:\d+: Expected 6 values \(cls cx cy w h conf\), but got 5 \(no conf"),
-    "score above 1": (lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 0.1 0.1 1.5\n"),
-                      r"Expected every score in .* in \[0, 1\], but got 1\.5 \(1 detection"),
-    "negative width": (lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 -0.1 0.1 0.5\n"),
-                       r"Expected non-negative box widths and heights in .*, but got width -\d"),
-    "no label files": (lambda tmp, rows: (tmp / "empty").mkdir() or tmp / "empty", r"no label \.txt files under"),
-    "nan score": (lambda tmp, rows: _table(tmp, rows, score=float("nan")),
-                  r"Expected every score in .* in \[0, 1\], but got nan"),
-    "class name not in the names": (lambda tmp, rows: _table(tmp, rows, klass="bicycle"),
-                                    r"class `bicycle` in .* is not a class name of the data"),
-    "empty json": (lambda tmp, rows: _write(tmp / "d.json", ""), r"the detections file .*d\.json is empty"),
-    "truncated json": (lambda tmp, rows: _write(tmp / "d.json", json.dumps(
-        [{"image_id": "fixture_00000", "category_id": 1, "bbox": [1, 2, 3, 4], "score": 0.5}] * 3)[:-20]),
-        r"cannot read the detections file .* \(truncated or not JSON\)"),
-    "json category not a class": (lambda tmp, rows: _write(tmp / "d.json", json.dumps(
-        [{"image_id": "fixture_00000", "category_id": 12, "bbox": [1, 2, 3, 4], "score": 0.5}])),
-        r"category_id 12 in .* is not a class \(class id \+ 1, 1\.\.8\)"),
-    "truncated csv": (lambda tmp, rows: _write(tmp / "d.csv", "image,class,x1,y1,x2,y2,score\nfixture_00000.jpg,1,2"),
-                      r"row 2 of .*d\.csv lacks a value of image, class, x1, y1, x2, y2, score \(truncated"),
-    "unknown suffix": (lambda tmp, rows: _write(tmp / "d.xml", "<x/>"), r"Expected `--detections` to end in \.json"),
+    "unknown image": (
+        lambda tmp, rows: write_txt(
+            [{**r, "stem": f"elsewhere_{i % 5}"} if i < 50 else r for i, r in enumerate(rows)],
+            tmp / "labels",
+        ),
+        r"5 image\(s\) in .* are not in the ground truth .*: "
+        r"elsewhere_0, elsewhere_1, elsewhere_2\.\.\.",
+    ),
+    "class not in the names": (
+        lambda tmp, rows: _bad_txt(tmp, rows, lambda t: "9" + t[1:]),
+        r"class id 9 in the label files under .* is not a class \(0\.\.7\)",
+    ),
+    "wrong value count": (
+        lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 0.1 0.1\n"),
+        r"fixture_00000\.txt:\d+: Expected 6 values \(cls cx cy w h conf\), but got 5 \(no conf",
+    ),
+    "score above 1": (
+        lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 0.1 0.1 1.5\n"),
+        r"Expected every score in .* in \[0, 1\], but got 1\.5 \(1 detection",
+    ),
+    "negative width": (
+        lambda tmp, rows: _bad_txt(tmp, rows, lambda t: t + "3 0.5 0.5 -0.1 0.1 0.5\n"),
+        r"Expected non-negative box widths and heights in .*, but got width -\d",
+    ),
+    "no label files": (
+        lambda tmp, rows: (tmp / "empty").mkdir() or tmp / "empty",
+        r"no label \.txt files under",
+    ),
+    "nan score": (
+        lambda tmp, rows: _table(tmp, rows, score=float("nan")),
+        r"Expected every score in .* in \[0, 1\], but got nan",
+    ),
+    "class name not in the names": (
+        lambda tmp, rows: _table(tmp, rows, klass="bicycle"),
+        r"class `bicycle` in .* is not a class name of the data",
+    ),
+    "empty json": (
+        lambda tmp, rows: _write(tmp / "d.json", ""),
+        r"the detections file .*d\.json is empty",
+    ),
+    "truncated json": (
+        lambda tmp, rows: _write(
+            tmp / "d.json",
+            json.dumps(
+                [
+                    {
+                        "image_id": "fixture_00000",
+                        "category_id": 1,
+                        "bbox": [1, 2, 3, 4],
+                        "score": 0.5,
+                    }
+                ]
+                * 3
+            )[:-20],
+        ),
+        r"cannot read the detections file .* \(truncated or not JSON\)",
+    ),
+    "json category not a class": (
+        lambda tmp, rows: _write(
+            tmp / "d.json",
+            json.dumps(
+                [
+                    {
+                        "image_id": "fixture_00000",
+                        "category_id": 12,
+                        "bbox": [1, 2, 3, 4],
+                        "score": 0.5,
+                    }
+                ]
+            ),
+        ),
+        r"category_id 12 in .* is not a class \(class id \+ 1, 1\.\.8\)",
+    ),
+    "truncated csv": (
+        lambda tmp, rows: _write(
+            tmp / "d.csv", "image,class,x1,y1,x2,y2,score\nfixture_00000.jpg,1,2"
+        ),
+        r"row 2 of .*d\.csv lacks a value of image, class, x1, y1, x2, y2, score \(truncated",
+    ),
+    "unknown suffix": (
+        lambda tmp, rows: _write(tmp / "d.xml", "<x/>"),
+        r"Expected `--detections` to end in \.json",
+    ),
 }
 
 
@@ -161,14 +274,25 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _table(tmp: Path, rows: list[dict], *, score: float | None = None, klass: str | None = None) -> Path:
+def _table(
+    tmp: Path, rows: list[dict], *, score: float | None = None, klass: str | None = None
+) -> Path:
     path = write_csv(rows[:40], tmp / "d.csv", names=True)
     df = pl.read_csv(path)
     if score is not None:
-        df = df.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(score).otherwise(pl.col("score")).alias("score"))
+        df = df.with_columns(
+            pl.when(pl.int_range(pl.len()) == 3)
+            .then(score)
+            .otherwise(pl.col("score"))
+            .alias("score")
+        )
     if klass is not None:
-        df = df.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(pl.lit(klass)).otherwise(pl.col("class"))
-                             .alias("class"))
+        df = df.with_columns(
+            pl.when(pl.int_range(pl.len()) == 3)
+            .then(pl.lit(klass))
+            .otherwise(pl.col("class"))
+            .alias("class")
+        )
     df.write_csv(path)
     return path
 
@@ -189,25 +313,38 @@ def test_a_coco_image_id_not_in_the_coco_ground_truth_is_refused(tmp_path, capsy
     dets = json.loads(res.read_text())
     dets[0]["image_id"] = 999
     res.write_text(json.dumps(dets))
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt)
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt
+    )
     line = _one_error(code, err, tmp_path / "out")
     assert "1 image(s) in" in line and ": 999" in line, line
-    dets[0]["image_id"], dets[0]["category_id"] = 101, 2  # bicycle: in the ground truth, not a class
+    dets[0]["image_id"], dets[0]["category_id"] = (
+        101,
+        2,
+    )  # bicycle: in the ground truth, not a class
     res.write_text(json.dumps(dets))
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt)
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt
+    )
     assert "category_id 2 in" in _one_error(code, err, tmp_path / "out")
 
 
 def test_both_heads_from_one_file_is_refused(tmp_path, capsys, rows):
     folder = write_txt(rows, tmp_path / "labels")
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--head", "both")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--head", "both"
+    )
     assert "`--head` nms or e2e" in _one_error(code, err, tmp_path / "out")
 
 
 def test_a_model_beside_the_file_is_refused(tmp_path, capsys, rows):
     folder = write_txt(rows, tmp_path / "labels")
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--model", "yolo26n.pt")
-    assert "`--model` and `--detections` exclude each other" in _one_error(code, err, tmp_path / "out")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", "--model", "yolo26n.pt"
+    )
+    assert "`--model` and `--detections` exclude each other" in _one_error(
+        code, err, tmp_path / "out"
+    )
 
 
 # ------------------------------------------------------------------------------ --boxes of a detections run
@@ -215,45 +352,102 @@ def _eval_figures(run: Path) -> tuple:
     from det_calib.record.run_result import RunResult
 
     h = RunResult.read(run / "calibration.json").results["nms"]
-    return (h.calibrator.method, [(o.conf, o.boxes, o.correct, o.ece, o.laece0) for o in h.eval.operating_after],
-            h.eval.map50_95_before, h.eval.map50_95_after, h.eval.images, h.eval.n_gt)
+    return (
+        h.calibrator.method,
+        [(o.conf, o.boxes, o.correct, o.ece, o.laece0) for o in h.eval.operating_after],
+        h.eval.map50_95_before,
+        h.eval.map50_95_after,
+        h.eval.images,
+        h.eval.n_gt,
+    )
 
 
 def test_boxes_of_a_detections_run_give_the_same_run(tmp_path, capsys, txt_run, rows):
     """``--detections FILE --boxes RUN`` reads no file: RUN's boxes, matched again, give RUN's figures; with
     another method, the figures of a run of that method on the file."""
     folder = txt_run.parent / "labels"
-    code, out, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "again", "--method", "platt",
-                                   "--boxes", txt_run)
+    code, out, err = calibrate_cli(
+        capsys,
+        FIXTURE / "data.yaml",
+        folder,
+        tmp_path / "again",
+        "--method",
+        "platt",
+        "--boxes",
+        txt_run,
+    )
     assert code == 0, err
-    assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in out  # what the file held
+    assert (
+        f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in out
+    )  # what the file held
     assert _eval_figures(tmp_path / "again") == _eval_figures(txt_run)
     a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
     b = pl.read_parquet(tmp_path / "again" / "boxes.parquet").sort("image", "conf", "x1")
-    assert a["calibrated"].to_list() == b["calibrated"].to_list() and a["correct"].to_list() == b["correct"].to_list()
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "iso_boxes", "--method", "isotonic",
-                                 "--boxes", tmp_path / "again")
+    assert (
+        a["calibrated"].to_list() == b["calibrated"].to_list()
+        and a["correct"].to_list() == b["correct"].to_list()
+    )
+    code, _, err = calibrate_cli(
+        capsys,
+        FIXTURE / "data.yaml",
+        folder,
+        tmp_path / "iso_boxes",
+        "--method",
+        "isotonic",
+        "--boxes",
+        tmp_path / "again",
+    )
     assert code == 0, err
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "iso", "--method", "isotonic")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", folder, tmp_path / "iso", "--method", "isotonic"
+    )
     assert code == 0, err
     assert _eval_figures(tmp_path / "iso_boxes") == _eval_figures(tmp_path / "iso")
     assert _eval_figures(tmp_path / "iso")[0] == "isotonic"
-    assert json.loads((tmp_path / "iso_boxes" / "portable_map.json").read_text()) == \
-        json.loads((tmp_path / "iso" / "portable_map.json").read_text())
+    assert json.loads((tmp_path / "iso_boxes" / "portable_map.json").read_text()) == json.loads(
+        (tmp_path / "iso" / "portable_map.json").read_text()
+    )
 
 
-def test_boxes_of_a_detections_run_are_checked_against_the_file(tmp_path, capsys, txt_run, rows, demo_model_path):
+def test_boxes_of_a_detections_run_are_checked_against_the_file(
+    tmp_path, capsys, txt_run, rows, demo_model_path
+):
     other = write_txt(rows, tmp_path / "other")
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", txt_run)
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", txt_run
+    )
     line = _one_error(code, err, tmp_path / "out")
-    assert f"were read from another file of detections ({txt_run.parent / 'labels'}, not {other.resolve()})" in line
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", "runs/calib")
-    assert "Expected `--boxes` to be a run of a file of detections" in _one_error(code, err, tmp_path / "out")
-    code = main(["calibrate", "--model", str(demo_model_path), "--data", str(FIXTURE / "data.yaml"), "--boxes",
-                 str(txt_run), "--out", str(tmp_path / "out"), "-q", "--no-report", "--no-val"])
+    assert (
+        f"were read from another file of detections ({txt_run.parent / 'labels'}, not "
+        f"{other.resolve()})" in line
+    )
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", other, tmp_path / "out", "--boxes", "runs/calib"
+    )
+    assert "Expected `--boxes` to be a run of a file of detections" in _one_error(
+        code, err, tmp_path / "out"
+    )
+    code = main(
+        [
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(FIXTURE / "data.yaml"),
+            "--boxes",
+            str(txt_run),
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+            "--no-report",
+            "--no-val",
+        ]
+    )
     line = _one_error(code, capsys.readouterr().err, tmp_path / "out")
-    assert f"were read from a file of detections ({txt_run.parent / 'labels'}): give that file with `--detections`" \
-        in line
+    assert (
+        f"were read from a file of detections ({txt_run.parent / 'labels'}): give that file with "
+        "`--detections`" in line
+    )
 
 
 def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_run, rows):
@@ -264,11 +458,21 @@ def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_ru
         x1, y1, x2, y2 = pixels(r)
         others = rng.uniform(0, r["score"], len(NAMES))  # every other class scored lower
         others[r["cls"]] = r["score"]
-        recs.append({"image": r["file"], "x1": x1, "y1": y1, "x2": x2, "y2": y2,
-                     **{f"score_{n}": float(v) for n, v in zip(NAMES, others, strict=True)}})
+        recs.append(
+            {
+                "image": r["file"],
+                "x1": x1,
+                "y1": y1,
+                "x2": x2,
+                "y2": y2,
+                **{f"score_{n}": float(v) for n, v in zip(NAMES, others, strict=True)},
+            }
+        )
     path = tmp_path / "dets.parquet"
     pl.DataFrame(recs).write_parquet(path)
-    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt")
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt"
+    )
     assert code == 0, err
     a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
     b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
@@ -284,9 +488,28 @@ def test_report_compare_and_thresholds_read_a_detections_run(tmp_path, capsys, r
     runs = []
     for method in ("platt", "isotonic"):
         out = tmp_path / method
-        assert main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(folder), "--out", str(out),
-                     "--method", method, "-q", "--n-boot", "50"]) == 0
-        assert (out / "report.html").is_file() and "Ultralytics val" in (out / "report.md").read_text()
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--data",
+                    str(FIXTURE / "data.yaml"),
+                    "--detections",
+                    str(folder),
+                    "--out",
+                    str(out),
+                    "--method",
+                    method,
+                    "-q",
+                    "--n-boot",
+                    "50",
+                ]
+            )
+            == 0
+        )
+        assert (out / "report.html").is_file() and "Ultralytics val" in (
+            out / "report.md"
+        ).read_text()
         runs.append(out)
     assert main(["compare", *map(str, runs), "--out", str(tmp_path / "cmp")]) == 0
     assert (tmp_path / "cmp" / "compare.md").is_file()
@@ -296,13 +519,32 @@ def test_report_compare_and_thresholds_read_a_detections_run(tmp_path, capsys, r
     capsys.readouterr()
 
 
-def test_limit_leaves_out_the_other_images_of_a_coco_file_and_head_e2e_names_the_head(tmp_path, capsys, rows):
+def test_limit_leaves_out_the_other_images_of_a_coco_file_and_head_e2e_names_the_head(
+    tmp_path, capsys, rows
+):
     gt, res = write_coco(rows, tmp_path / "coco")
-    code, out, err = calibrate_cli(capsys, FIXTURE / "data.yaml", res, tmp_path / "out", "--coco-gt", gt,
-                                   "--limit", "8", "--method", "platt", "--head", "e2e")
+    code, out, err = calibrate_cli(
+        capsys,
+        FIXTURE / "data.yaml",
+        res,
+        tmp_path / "out",
+        "--coco-gt",
+        gt,
+        "--limit",
+        "8",
+        "--method",
+        "platt",
+        "--head",
+        "e2e",
+    )
     assert code == 0, err
     n = sum(r["stem"] < "fixture_00008" for r in rows)
-    assert f"[e2e] detections from {res} (coco-json): {n} of {len(rows)} detections matched on 8 of 8 images " \
-           f"({len(rows) - n} of images outside the run's splits left out)" in out
-    assert json.loads((tmp_path / "out" / "portable_map.json").read_text())["heads"].keys() == {"e2e"}
+    assert (
+        f"[e2e] detections from {res} (coco-json): {n} of {len(rows)} detections matched on 8 of 8 "
+        "images "
+        f"({len(rows) - n} of images outside the run's splits left out)" in out
+    )
+    assert json.loads((tmp_path / "out" / "portable_map.json").read_text())["heads"].keys() == {
+        "e2e"
+    }
     assert set(pl.read_parquet(tmp_path / "out" / "boxes.parquet")["head"]) == {"e2e"}

@@ -30,13 +30,17 @@ def _payload_equal(task: str, got: pl.DataFrame, want) -> None:
     if task == "segment":
         h, w = want.orig_shape
         masks = mask_utils.decode([{"size": [h, w], "counts": c} for c in got["segm"].to_list()])
-        np.testing.assert_array_equal(masks.transpose(2, 0, 1), want.masks.data.numpy().astype(np.uint8))
+        np.testing.assert_array_equal(
+            masks.transpose(2, 0, 1), want.masks.data.numpy().astype(np.uint8)
+        )
     elif task == "pose":
         kpts = np.array(got["kpts"].to_list(), dtype=np.float32).reshape(want.keypoints.data.shape)
         np.testing.assert_array_equal(kpts, want.keypoints.data.numpy())
     else:
-        np.testing.assert_array_equal(np.array(got["xywhr"].to_list(), dtype=np.float32).reshape(-1, 5),
-                                      want.obb.xywhr.numpy())
+        np.testing.assert_array_equal(
+            np.array(got["xywhr"].to_list(), dtype=np.float32).reshape(-1, 5),
+            want.obb.xywhr.numpy(),
+        )
 
 
 @pytest.mark.parametrize(("task", "fmt"), CASES)
@@ -53,12 +57,15 @@ def test_mobile_export_capture_equals_predict(exports, fixture_images, task, fmt
     n = 0
     for i, im in enumerate(images):
         got = table.filter(pl.col("image_id") == i)
-        masks = {"retina_masks": True} if task == "segment" else {}  # the capture's masks are predict's at full size
+        masks = (
+            {"retina_masks": True} if task == "segment" else {}
+        )  # the capture's masks are predict's at full size
         want = yolo.predict(str(im), conf=0.001, verbose=False, **masks)[0]
         boxes = want.obb if task == "obb" else want.boxes
         assert got.height == len(boxes) > 0
-        np.testing.assert_array_equal(got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32),
-                                      boxes.xyxy.numpy())
+        np.testing.assert_array_equal(
+            got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), boxes.xyxy.numpy()
+        )
         np.testing.assert_array_equal(got["conf"].to_numpy().astype(np.float32), boxes.conf.numpy())
         np.testing.assert_array_equal(got["cls"].to_numpy(), boxes.cls.numpy().astype(int))
         np.testing.assert_array_equal(got["logit"].to_numpy(), logit_of_prob(boxes.conf.numpy()))
@@ -68,5 +75,7 @@ def test_mobile_export_capture_equals_predict(exports, fixture_images, task, fmt
     # every class's logit was read: the box's own class is the largest, and its logit is the conf's
     lg = np.stack(table["logits"].to_list())
     assert lg.shape[1] == len(info.names)
-    np.testing.assert_allclose(lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5)
+    np.testing.assert_allclose(
+        lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5
+    )
     assert (lg.argmax(1) == table["cls"].to_numpy()).all()

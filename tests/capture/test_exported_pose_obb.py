@@ -28,7 +28,9 @@ def _raw_output(export, image) -> np.ndarray:
     """The engine's first output on the letterboxed image, run by the plain runtime (no Ultralytics)."""
     from ultralytics.data.augment import LetterBox
 
-    x = LetterBox((IMGSZ, IMGSZ), auto=False)(image=cv2.imread(str(image)))[..., ::-1].transpose(2, 0, 1)
+    x = LetterBox((IMGSZ, IMGSZ), auto=False)(image=cv2.imread(str(image)))[..., ::-1].transpose(
+        2, 0, 1
+    )
     x = (np.ascontiguousarray(x)[None] / 255.0).astype(np.float32)
     if str(export).endswith(".onnx"):
         import onnxruntime as ort
@@ -49,7 +51,9 @@ def test_export_metadata_and_layout(exports):
         info = read_export(exports[name])
         assert info.task == task and info.names[7] == "cross"
         assert info.payload_shape == (KPT_SHAPE if task == "pose" else None)
-        assert (info.head, info.rows) == (("e2e", True) if kw.get("nms") is False else ("nms", False))
+        assert (info.head, info.rows) == (
+            ("e2e", True) if kw.get("nms") is False else ("nms", False)
+        )
         extra = 15 if task == "pose" else 1
         lay = score_layout(info)
         assert lay.channels == (6 + extra if info.rows else 4 + NC + extra)
@@ -80,8 +84,9 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
         want = yolo.predict(str(im), conf=0.001, verbose=False)[0]
         boxes = want.obb if task == "obb" else want.boxes
         assert got.height == len(boxes)
-        np.testing.assert_array_equal(got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32),
-                                      boxes.xyxy.numpy())
+        np.testing.assert_array_equal(
+            got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), boxes.xyxy.numpy()
+        )
         np.testing.assert_array_equal(got["conf"].to_numpy().astype(np.float32), boxes.conf.numpy())
         np.testing.assert_array_equal(got["cls"].to_numpy(), boxes.cls.numpy().astype(int))
         np.testing.assert_array_equal(got["logit"].to_numpy(), logit_of_prob(boxes.conf.numpy()))
@@ -89,14 +94,18 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
         if task == "obb":
             np.testing.assert_array_equal(payload.reshape(-1, 5), want.obb.xywhr.numpy())
         else:
-            np.testing.assert_array_equal(payload.reshape(-1, *KPT_SHAPE), want.keypoints.data.numpy())
+            np.testing.assert_array_equal(
+                payload.reshape(-1, *KPT_SHAPE), want.keypoints.data.numpy()
+            )
         n += got.height
     assert n >= 40
     if info.rows:
         return
     lo, hi = score_layout(info).scores
     lg = np.stack(table["logits"].to_list())
-    np.testing.assert_allclose(lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5)
+    np.testing.assert_allclose(
+        lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5
+    )
     assert (lg.argmax(1) == table["cls"].to_numpy()).all()
     # the same image through the plain runtime: the captured class scores are the output's class channels at the
     # anchors NMS kept, and the channels after them are the task's (visibilities in (0, 1); the angle)
@@ -105,11 +114,12 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
     raw = _raw_output(exports[name], images[0])
     k = keep[0].long().numpy()
     first = table.filter(pl.col("image_id") == 0)
-    np.testing.assert_array_equal(np.stack(first["logits"].to_list()),
-                                  logit_of_prob(raw[0, lo:hi][:, k].T).astype(np.float32))
+    np.testing.assert_array_equal(
+        np.stack(first["logits"].to_list()), logit_of_prob(raw[0, lo:hi][:, k].T).astype(np.float32)
+    )
     assert raw.shape[1] == score_layout(info).channels
     if task == "pose":
-        vis = raw[0, hi + 2::3]
+        vis = raw[0, hi + 2 :: 3]
         assert vis.shape[0] == KPT_SHAPE[0] and ((vis >= 0) & (vis <= 1)).all()
 
 

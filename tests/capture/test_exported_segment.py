@@ -14,8 +14,12 @@ from pycocotools import mask as mask_utils
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 
-EXPORTS = {"onnx": {"format": "onnx"}, "onnx_e2e": {"format": "onnx", "nms": False},
-           "openvino": {"format": "openvino"}, "openvino_e2e": {"format": "openvino", "nms": False}}
+EXPORTS = {
+    "onnx": {"format": "onnx"},
+    "onnx_e2e": {"format": "onnx", "nms": False},
+    "openvino": {"format": "openvino"},
+    "openvino_e2e": {"format": "openvino", "nms": False},
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +54,29 @@ def test_export_capture_equals_predict(seg_exports, fixture_images, name):
         got = table.filter(pl.col("image_id") == i)
         want = yolo.predict(str(im), conf=0.001, retina_masks=True, verbose=False)[0]
         assert got.height == len(want.boxes) > 0
-        np.testing.assert_array_equal(got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32),
-                                      want.boxes.xyxy.numpy())
-        np.testing.assert_array_equal(got["conf"].to_numpy().astype(np.float32), want.boxes.conf.numpy())
+        np.testing.assert_array_equal(
+            got.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32),
+            want.boxes.xyxy.numpy(),
+        )
+        np.testing.assert_array_equal(
+            got["conf"].to_numpy().astype(np.float32), want.boxes.conf.numpy()
+        )
         np.testing.assert_array_equal(got["cls"].to_numpy(), want.boxes.cls.numpy().astype(int))
-        np.testing.assert_array_equal(got["logit"].to_numpy(), logit_of_prob(want.boxes.conf.numpy()))
+        np.testing.assert_array_equal(
+            got["logit"].to_numpy(), logit_of_prob(want.boxes.conf.numpy())
+        )
         h, w = want.orig_shape
         masks = mask_utils.decode([{"size": [h, w], "counts": c} for c in got["segm"].to_list()])
-        np.testing.assert_array_equal(masks.transpose(2, 0, 1), want.masks.data.numpy().astype(np.uint8))
+        np.testing.assert_array_equal(
+            masks.transpose(2, 0, 1), want.masks.data.numpy().astype(np.uint8)
+        )
         n += got.height
     assert n >= 40
-    if not info.rows:  # every class's logit at the box's anchor (class scores between box and mask channels)
+    if (
+        not info.rows
+    ):  # every class's logit at the box's anchor (class scores between box and mask channels)
         lg = np.stack(table["logits"].to_list())
-        np.testing.assert_allclose(lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5)
+        np.testing.assert_allclose(
+            lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5
+        )
         assert (lg.argmax(1) == table["cls"].to_numpy()).all()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
-from det_calib.capture.mask_rebuild import encode_masks, filled_boxes, mask_rles, rebuild_masks
+from det_calib.capture.mask_rebuild import _encode_masks, _mask_rles, _rebuild_masks, filled_boxes
 from det_calib.demo import fixture_data_yaml
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
@@ -35,16 +35,25 @@ def _predict(end2end: bool):
     torch.manual_seed(0)
     model = YOLO("yolo26n-seg.yaml")
     head = model.model.model[-1]
-    with torch.no_grad():  # random weights, perturbed: varied scores, two distinct heads, masks unlike boxes
+    with (
+        torch.no_grad()
+    ):  # random weights, perturbed: varied scores, two distinct heads, masks unlike boxes
         for p in model.model.parameters():
             p.add_(torch.randn_like(p) * NOISE)
         for branch in (head.proto, head.cv4, head.one2one_cv4):
             for p in branch.parameters():
                 p.add_(torch.randn_like(p) * MASK_NOISE)
     images = sorted((fixture_data_yaml().parent / "images" / "fixture").glob("*.jpg"))[:4]
-    results = model.predict([str(p) for p in images], imgsz=320, conf=1e-4, max_det=60, retina_masks=True,
-                            predictor=Recording, verbose=False,
-                            nms=False if end2end else None)
+    results = model.predict(
+        [str(p) for p in images],
+        imgsz=320,
+        conf=1e-4,
+        max_det=60,
+        retina_masks=True,
+        predictor=Recording,
+        verbose=False,
+        nms=False if end2end else None,
+    )
     return results, seen
 
 
@@ -54,14 +63,18 @@ def test_rebuilt_masks_equal_predict(end2end):
     assert len(results) == len(seen) == 4
     shapes, n_boxes, n_dropped, fills = set(), 0, 0, []
     for res, (pred, proto, shape) in zip(results, seen):
-        masks = rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
-        keep = masks.reshape(len(masks), -1).max(1) > 0  # the predictor drops boxes with empty masks
+        masks = _rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
+        keep = (
+            masks.reshape(len(masks), -1).max(1) > 0
+        )  # the predictor drops boxes with empty masks
         assert int(keep.sum()) == len(res.boxes)
         np.testing.assert_array_equal(pred[keep.tolist(), :4].numpy(), res.boxes.xyxy.numpy())
         np.testing.assert_array_equal(masks[keep], res.masks.data.numpy().astype(np.uint8))
         # and through RLE, box by box
-        rles = mask_rles(proto, pred[:, 6:], pred[:, :4], shape)
-        decoded = mask_utils.decode([{"size": list(shape), "counts": c} for c in rles]).transpose(2, 0, 1)
+        rles = _mask_rles(proto, pred[:, 6:], pred[:, :4], shape)
+        decoded = mask_utils.decode([{"size": list(shape), "counts": c} for c in rles]).transpose(
+            2, 0, 1
+        )
         np.testing.assert_array_equal(decoded, masks)
         shapes.add(tuple(shape))
         n_boxes += len(res.boxes)
@@ -79,7 +92,7 @@ def test_filled_boxes_equal_the_rebuilt_masks(end2end):
     _, seen = _predict(end2end)
     n, empty = 0, 0
     for pred, proto, shape in seen:
-        masks = rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
+        masks = _rebuild_masks(proto, pred[:, 6:], pred[:, :4], shape)
         want = masks.reshape(len(masks), -1).max(1, initial=0) > 0
         np.testing.assert_array_equal(filled_boxes(proto, pred[:, 6:], pred[:, :4], shape), want)
         n, empty = n + len(want), empty + int((~want).sum())
@@ -91,19 +104,27 @@ def test_filled_boxes_edge_cases():
     protos = torch.zeros(2, 8, 8)
     protos[0] = 1.0  # every prototype value 1: a coefficient's sign is the mask
     coef = torch.tensor([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]])
-    boxes = torch.tensor([[4.0, 4.0, 20.0, 20.0], [5.0, 5.0, 5.0, 9.0], [4.0, 4.0, 20.0, 20.0],
-                          [40.0, 40.0, 50.0, 50.0]])
-    np.testing.assert_array_equal(filled_boxes(protos, coef, boxes, (32, 32)), [True, False, False, False])
+    boxes = torch.tensor(
+        [
+            [4.0, 4.0, 20.0, 20.0],
+            [5.0, 5.0, 5.0, 9.0],
+            [4.0, 4.0, 20.0, 20.0],
+            [40.0, 40.0, 50.0, 50.0],
+        ]
+    )
+    np.testing.assert_array_equal(
+        filled_boxes(protos, coef, boxes, (32, 32)), [True, False, False, False]
+    )
     assert filled_boxes(protos, coef[:0], boxes[:0], (32, 32)).shape == (0,)
 
 
 def test_encode_masks_known_answer():
     m = np.zeros((2, 5, 4), np.uint8)
     m[0, 1:3, 1:4] = 1
-    counts = encode_masks(m)
+    counts = _encode_masks(m)
     assert len(counts) == 2
     assert mask_utils.area({"size": [5, 4], "counts": counts[0]}) == 6
     assert mask_utils.area({"size": [5, 4], "counts": counts[1]}) == 0
-    assert encode_masks(np.zeros((0, 5, 4), np.uint8)) == []
+    assert _encode_masks(np.zeros((0, 5, 4), np.uint8)) == []
     with pytest.raises(ValueError, match=r"shape \(n, H, W\)"):
-        encode_masks(np.zeros((5, 4), np.uint8))
+        _encode_masks(np.zeros((5, 4), np.uint8))

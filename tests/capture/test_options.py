@@ -15,11 +15,24 @@ pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
 def test_defaults_are_predicts_and_frozen():
     o = CaptureOptions()
-    assert (o.head, o.heads, o.conf, o.iou, o.max_det, o.imgsz, o.batch, o.device, o.all_logits, o.workers) == (
-        None, None, 0.001, 0.7, 300, None, 1, None, False, None)
+    assert (
+        o.head,
+        o.heads,
+        o.conf,
+        o.iou,
+        o.max_det,
+        o.imgsz,
+        o.batch,
+        o.device,
+        o.all_logits,
+        o.workers,
+    ) == (None, None, 0.001, 0.7, 300, None, 1, None, False, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.conf = 0.5  # type: ignore[misc]
-    assert CaptureOptions(heads=["e2e", "nms"]).heads == ("e2e", "nms")  # a list becomes a tuple (hashable)
+    assert CaptureOptions(heads=["e2e", "nms"]).heads == (
+        "e2e",
+        "nms",
+    )  # a list becomes a tuple (hashable)
     assert hash(CaptureOptions(heads=["nms"])) == hash(CaptureOptions(heads=("nms",)))
 
 
@@ -33,13 +46,16 @@ def test_of_applies_changes_and_names_unknown_options():
         CaptureOptions.of(confidence=0.5)
 
 
-@pytest.mark.parametrize(("kw", "msg"), [
-    ({"conf": 1.0}, "`conf` in \\[0, 1\\), but got 1.0"),
-    ({"conf": -0.1}, "`conf` in \\[0, 1\\)"),
-    ({"iou": 1.5}, "`iou` in \\[0, 1\\], but got 1.5"),
-    ({"max_det": 0}, "`max_det` to be a positive integer, but got 0"),
-    ({"batch": 0}, "`batch` to be a positive integer, but got 0"),
-])
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({"conf": 1.0}, "`conf` in \\[0, 1\\), but got 1.0"),
+        ({"conf": -0.1}, "`conf` in \\[0, 1\\)"),
+        ({"iou": 1.5}, "`iou` in \\[0, 1\\], but got 1.5"),
+        ({"max_det": 0}, "`max_det` to be a positive integer, but got 0"),
+        ({"batch": 0}, "`batch` to be a positive integer, but got 0"),
+    ],
+)
 def test_bad_values_one_line(kw, msg):
     with pytest.raises(InputError, match=msg):
         CaptureOptions(**kw)
@@ -49,8 +65,16 @@ def test_split_options_default_every_head_and_settings_record():
     assert split_options().heads == "auto"
     assert split_options(heads=("nms",)).heads == ("nms",)
     assert split_options(CaptureOptions(head="e2e")).head == "e2e"
-    o = CaptureOptions(conf=0.01, iou=0.6, max_det=100, batch=2, all_logits=True, device="cpu", workers=1)
+    o = CaptureOptions(
+        conf=0.01, iou=0.6, max_det=100, batch=2, all_logits=True, device="cpu", workers=1
+    )
     # the record of a part: what changes the output, with the resolved size; not device or workers
-    assert o.settings(imgsz=(320, 320)) == {"conf": 0.01, "iou": 0.6, "max_det": 100, "imgsz": [320, 320],
-                                            "batch": 2, "all_logits": True}
+    assert o.settings(imgsz=(320, 320)) == {
+        "conf": 0.01,
+        "iou": 0.6,
+        "max_det": 100,
+        "imgsz": [320, 320],
+        "batch": 2,
+        "all_logits": True,
+    }
     assert o.settings(imgsz=[640, 640], batch=1)["batch"] == 1

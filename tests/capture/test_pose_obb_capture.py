@@ -30,15 +30,20 @@ def task_model(cfg: str, seed: int = 0):
     torch.manual_seed(seed)
     yolo = YOLO(cfg)
     head = yolo.model.model[-1]
-    payload = [m for name, m in head.named_children() if name.startswith(("cv4", "one2one_cv4"))
-               and not name.endswith("sigma")]
+    payload = [
+        m
+        for name, m in head.named_children()
+        if name.startswith(("cv4", "one2one_cv4")) and not name.endswith("sigma")
+    ]
     with torch.no_grad():
         for p in yolo.model.parameters():
             p.add_(torch.randn_like(p) * NOISE)
         for branch in payload:
             for p in branch.parameters():
                 p.add_(torch.randn_like(p) * PAYLOAD_NOISE)
-        for branch in [head.cv3] + ([head.one2one_cv3] if getattr(head, "one2one_cv3", None) else []):
+        for branch in [head.cv3] + (
+            [head.one2one_cv3] if getattr(head, "one2one_cv3", None) else []
+        ):
             for level in branch:
                 torch.nn.init.normal_(level[-1].weight, 0.0, 0.05)
                 torch.nn.init.normal_(level[-1].bias, -4.0, 1.5)
@@ -47,7 +52,10 @@ def task_model(cfg: str, seed: int = 0):
 
 def _predict(yolo, images, head: str):
     kw = {"nms": False} if head == "e2e" else {}
-    return [yolo.predict(str(p), imgsz=320, conf=1e-3, max_det=300, verbose=False, **kw)[0] for p in images]
+    return [
+        yolo.predict(str(p), imgsz=320, conf=1e-3, max_det=300, verbose=False, **kw)[0]
+        for p in images
+    ]
 
 
 def _assert_equal_to_predict(df: pl.DataFrame, results, task: str) -> int:
@@ -62,7 +70,9 @@ def _assert_equal_to_predict(df: pl.DataFrame, results, task: str) -> int:
         np.testing.assert_array_equal(d["conf"].to_numpy().astype(np.float32), boxes.conf.numpy())
         np.testing.assert_array_equal(d["cls"].to_numpy(), boxes.cls.numpy().astype(int))
         sig32 = torch.sigmoid(torch.tensor(d["logit"].to_numpy(), dtype=torch.float32)).numpy()
-        assert np.abs(sig32 - d["conf"].to_numpy()).max(initial=0) <= 1e-6  # the logit is the box's class logit
+        assert (
+            np.abs(sig32 - d["conf"].to_numpy()).max(initial=0) <= 1e-6
+        )  # the logit is the box's class logit
         if task == "obb":
             got = np.array(d["xywhr"].to_list(), dtype=np.float32).reshape(-1, 5)
             np.testing.assert_array_equal(got, r.obb.xywhr.numpy())
@@ -73,24 +83,34 @@ def _assert_equal_to_predict(df: pl.DataFrame, results, task: str) -> int:
     return n
 
 
-@pytest.mark.parametrize("cfg", ["yolo26n-pose.yaml", "yolo11n-pose.yaml", "yolo26n-obb.yaml", "yolo11n-obb.yaml"])
+@pytest.mark.parametrize(
+    "cfg", ["yolo26n-pose.yaml", "yolo11n-pose.yaml", "yolo26n-obb.yaml", "yolo11n-obb.yaml"]
+)
 def test_pose_obb_capture_equals_predict(cfg, fixture_images):
     task = "obb" if "obb" in cfg else "pose"
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
-    df = capture(task_model(cfg), images, heads="auto", imgsz=320, conf=1e-3, progress=False, workers=1)
+    df = capture(
+        task_model(cfg), images, heads="auto", imgsz=320, conf=1e-3, progress=False, workers=1
+    )
     column = {"pose": "kpts", "obb": "xywhr"}[task]
-    assert df.schema[column] == (pl.List(pl.List(pl.Float32)) if task == "pose" else pl.List(pl.Float32))
+    assert df.schema[column] == (
+        pl.List(pl.List(pl.Float32)) if task == "pose" else pl.List(pl.Float32)
+    )
     assert not ({"segm", "kpts", "xywhr"} - {column}) & set(df.columns)  # only this task's payload
     heads = sorted(df["head"].unique())
     assert heads == (["e2e", "nms"] if cfg.startswith("yolo26") else ["nms"])
     for head in heads:
-        n = _assert_equal_to_predict(df.filter(pl.col("head") == head), _predict(task_model(cfg), images, head), task)
+        n = _assert_equal_to_predict(
+            df.filter(pl.col("head") == head), _predict(task_model(cfg), images, head), task
+        )
         assert n >= 20, (head, n)
     if task == "pose":
         kpts = np.array(df["kpts"].to_list(), dtype=np.float32)
         assert kpts.shape[1:] == (17, 3)
         conf = kpts[..., 2]
-        assert (conf >= 0).all() and (conf <= 1).all() and conf.std() > 0.05  # keypoint confidences (sigmoid)
+        assert (
+            (conf >= 0).all() and (conf <= 1).all() and conf.std() > 0.05
+        )  # keypoint confidences (sigmoid)
     else:  # rotated boxes, not their hulls
         xywhr = np.array(df["xywhr"].to_list(), dtype=np.float32)
         assert np.mean(np.abs(np.sin(2 * xywhr[:, 4])) > 0.2) > 0.3
@@ -101,7 +121,9 @@ def test_pose_obb_capture_equals_predict(cfg, fixture_images):
 def test_single_head_equals_both_heads(fixture_images):
     images = fixture_images[:3]
     for cfg in ("yolo26n-pose.yaml", "yolo26n-obb.yaml"):
-        both = capture(task_model(cfg), images, heads=("nms", "e2e"), imgsz=320, progress=False, workers=1)
+        both = capture(
+            task_model(cfg), images, heads=("nms", "e2e"), imgsz=320, progress=False, workers=1
+        )
         for head in ("nms", "e2e"):
             one = capture(task_model(cfg), images, head=head, imgsz=320, progress=False, workers=1)
             assert one.height > 0
@@ -116,7 +138,9 @@ def shapes_task_model(folder, demo_model, task: str):
     import yaml
     from ultralytics import YOLO
 
-    cfg = yaml.safe_load((Path(ultralytics.__file__).parent / f"cfg/models/26/yolo26-{task}.yaml").read_text())
+    cfg = yaml.safe_load(
+        (Path(ultralytics.__file__).parent / f"cfg/models/26/yolo26-{task}.yaml").read_text()
+    )
     cfg["nc"] = 8
     if task == "pose":
         cfg["kpt_shape"] = [5, 3]
@@ -131,8 +155,9 @@ def shapes_task_model(folder, demo_model, task: str):
 
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
-def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, tmp_path, demo_model_path, fixture_yaml,
-                                                                  fixture_images):
+def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(
+    task, tmp_path, demo_model_path, fixture_yaml, fixture_images
+):
     """The demo detector's layers: confident boxes; shards (some empty) and Ray parts read back as
     the single-process capture, payload included, and so does the box table's reader."""
     from ultralytics import YOLO
@@ -141,16 +166,34 @@ def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, 
     from det_calib.data.box_table import read_boxes
 
     model = shapes_task_model(tmp_path, demo_model_path, task)
-    direct = capture(str(model), fixture_images, heads="auto", imgsz=320, split="fixture",
-                     image_names=[p.name for p in fixture_images], progress=False, workers=1)
+    direct = capture(
+        str(model),
+        fixture_images,
+        heads="auto",
+        imgsz=320,
+        split="fixture",
+        image_names=[p.name for p in fixture_images],
+        progress=False,
+        workers=1,
+    )
     for head in ("nms", "e2e"):
         d = direct.filter(pl.col("head") == head)
-        assert _assert_equal_to_predict(d, _predict(YOLO(str(model)), fixture_images, head), task) >= 20
+        assert (
+            _assert_equal_to_predict(d, _predict(YOLO(str(model)), fixture_images, head), task)
+            >= 20
+        )
         assert d.filter(pl.col("conf") > 0.25).height >= 8
     n = 16  # 12 images: at least 4 shards are empty
     for i in range(n):
-        capture_to_parts(model, fixture_yaml, "fixture", tmp_path / "shards", shard=f"{i}/{n}", imgsz=320,
-                         progress=False)
+        capture_to_parts(
+            model,
+            fixture_yaml,
+            "fixture",
+            tmp_path / "shards",
+            shard=f"{i}/{n}",
+            imgsz=320,
+            progress=False,
+        )
     shards = read_parts(tmp_path / "shards", expect_model=model)
     column = {"pose": "kpts", "obb": "xywhr"}[task]
     assert shards.schema[column] == direct.schema[column] and shards.height == direct.height > 0
@@ -163,7 +206,9 @@ def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(task, 
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        capture_ray(model, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2, imgsz=320)
+        capture_ray(
+            model, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2, imgsz=320
+        )
     finally:
         ray.shutdown()
     assert read_parts(tmp_path / "ray", expect_model=model).equals(shards)
@@ -177,5 +222,7 @@ def test_capture_and_run_accept_pose_and_obb():
         check_task(task)  # the calibration run takes them (tests/system/test_pose_obb_run.py)
         assert load_detector(f"yolo26n-{task}.yaml").task == task
         assert load_detector(f"yolo11n-{task}.yaml", tasks=task_names()).task == task
-    with pytest.raises(InputError, match="a classify model is calibrated on a folder of class folders"):
+    with pytest.raises(
+        InputError, match="a classify model is calibrated on a folder of class folders"
+    ):
         load_detector("yolo26n-cls.yaml")

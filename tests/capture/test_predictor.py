@@ -26,7 +26,9 @@ def _assert_exact(df, ref, counts):
     np.testing.assert_array_equal(xyxy, ref[:, :4])
     np.testing.assert_array_equal(df["conf"].to_numpy().astype(np.float32), ref[:, 4])
     np.testing.assert_array_equal(df["cls"].to_numpy(), ref[:, 5].astype(int))
-    np.testing.assert_array_equal(np.bincount(df["image_id"].to_numpy(), minlength=len(counts)), counts)
+    np.testing.assert_array_equal(
+        np.bincount(df["image_id"].to_numpy(), minlength=len(counts)), counts
+    )
     z = df["logit"].to_numpy()
     # float32 sigmoid of the captured logit reproduces Ultralytics' conf
     sig32 = torch.sigmoid(torch.tensor(z, dtype=torch.float32)).numpy()
@@ -65,7 +67,9 @@ def test_all_logits_column_holds_the_class_logit(make_untrained, fixture_images)
     df = capture(yolo, fixture_images[:2], head="nms", imgsz=256, all_logits=True, progress=False)
     lg = np.array(df["logits"].to_list())
     assert lg.shape == (df.height, 80)
-    np.testing.assert_allclose(lg[np.arange(df.height), df["cls"].to_numpy()], df["logit"].to_numpy(), rtol=0, atol=0)
+    np.testing.assert_allclose(
+        lg[np.arange(df.height), df["cls"].to_numpy()], df["logit"].to_numpy(), rtol=0, atol=0
+    )
     # the predicted class is the arg-max logit (single-label NMS)
     np.testing.assert_array_equal(lg.argmax(1), df["cls"].to_numpy())
 
@@ -82,7 +86,9 @@ def test_saturated_scores_keep_their_logits(demo_model_path, fixture_images):
     conf, z = df["conf"].to_numpy(), df["logit"].to_numpy()
     sat = conf == 1.0
     assert sat.sum() > 10
-    assert z[sat].min() >= 16.6 and np.unique(z[sat]).size > 10  # distinct logits, not a rebuilt constant
+    assert (
+        z[sat].min() >= 16.6 and np.unique(z[sat]).size > 10
+    )  # distinct logits, not a rebuilt constant
     # a rebuilt logit log(p / (1 - p)) would be infinite here
     assert np.isfinite(z).all()
 
@@ -97,7 +103,9 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(InputError, match="cannot load model"):
         load_detector(bad)
-    with pytest.raises(InputError, match="a classify model is calibrated on a folder of class folders"):
+    with pytest.raises(
+        InputError, match="a classify model is calibrated on a folder of class folders"
+    ):
         load_detector("yolo26n-cls.yaml")
     with pytest.raises(InputError, match="head"):
         capture(make_untrained("yolo26n.yaml"), fixture_images[:1], head="both", progress=False)
@@ -116,7 +124,9 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
             return True
 
     terminal = Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)  # the bar is drawn on stderr, when it is a terminal
+    monkeypatch.setattr(
+        sys, "stderr", terminal
+    )  # the bar is drawn on stderr, when it is a terminal
     clock = iter([30.0, 30.1, 30.1, 30.1, 32.0])  # results arrive in batches of 4
     monkeypatch.setattr(cap.time, "monotonic", lambda: next(clock))  # the bar's speed clock
     bar = cap.progress_bar(12, "capture", enabled=True, batch=4)
@@ -158,7 +168,9 @@ def test_fixture_images_have_mixed_sizes(fixture_images):
 
 
 @pytest.mark.parametrize("source", ["demo", "yolo26n.yaml"])
-def test_both_heads_in_one_pass_equal_predict(demo_model_path, make_untrained, fixture_images, source):
+def test_both_heads_in_one_pass_equal_predict(
+    demo_model_path, make_untrained, fixture_images, source
+):
     """heads=("nms", "e2e") runs the network once per image and decodes both branches; each head's
     rows are bit-identical to predict(nms=None) / predict(nms=False) on one image at a time, and to
     the single-head capture."""
@@ -175,8 +187,9 @@ def test_both_heads_in_one_pass_equal_predict(demo_model_path, make_untrained, f
         _assert_exact(part, ref, counts)
         single = capture(yolo, images, head=head, imgsz=imgsz, progress=False)
         assert part.equals(single)
-    assert capture(yolo, images[:2], heads="auto", imgsz=imgsz, progress=False)["head"].unique().sort().to_list() == [
-        "e2e", "nms"]
+    assert capture(yolo, images[:2], heads="auto", imgsz=imgsz, progress=False)[
+        "head"
+    ].unique().sort().to_list() == ["e2e", "nms"]
 
 
 def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_images):
@@ -230,7 +243,9 @@ def test_auto_workers_use_idle_cores_only_where_the_numbers_stay_the_same():
         assert auto_workers(torch.device("cpu"), 1) == max(1, min(cores, 8))
         assert auto_workers(torch.device("cpu"), 4) == 1
         assert auto_workers(torch.device("cuda", 0), 1) == 1
-        torch.set_num_threads(2)  # predict would run each operator on two threads: the rounding follows
+        torch.set_num_threads(
+            2
+        )  # predict would run each operator on two threads: the rounding follows
         assert auto_workers(torch.device("cpu"), 1) == 1
     finally:
         torch.set_num_threads(before)
@@ -255,11 +270,16 @@ def test_batched_capture_groups_same_shapes_and_stays_close(demo_model_path, fix
     batched = cap(fixture_images, progress=False)
     one = capture(str(demo_model_path), fixture_images, head="nms", imgsz=320, progress=False)
     assert max(s[0] for s in shapes) > 1  # some pass held several images
-    assert sorted({s[2:] for s in shapes}) == [(256, 320), (320, 256)]  # per-image letterbox shapes, no square pad
+    assert sorted({s[2:] for s in shapes}) == [
+        (256, 320),
+        (320, 256),
+    ]  # per-image letterbox shapes, no square pad
     # same images, same rows up to float rounding (a box near the conf floor may cross it)
     strong = [d.filter(d["conf"] > 0.01).sort("image_id", "conf") for d in (batched, one)]
     assert strong[0].height == strong[1].height > 50
-    np.testing.assert_allclose(strong[0]["logit"].to_numpy(), strong[1]["logit"].to_numpy(), atol=1e-3)
+    np.testing.assert_allclose(
+        strong[0]["logit"].to_numpy(), strong[1]["logit"].to_numpy(), atol=1e-3
+    )
     np.testing.assert_array_equal(strong[0]["cls"].to_numpy(), strong[1]["cls"].to_numpy())
 
 
@@ -268,15 +288,24 @@ def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
     whole = capture(str(demo_model_path), fixture_images, heads="auto", imgsz=320, progress=False)
     ids = [1, 4, 7]
     names = [f"img{i}" for i in range(len(fixture_images))]
-    shard = capture(str(demo_model_path), [fixture_images[i] for i in ids], heads="auto", imgsz=320,
-                    image_ids=ids, image_names=[names[i] for i in ids], progress=False)
+    shard = capture(
+        str(demo_model_path),
+        [fixture_images[i] for i in ids],
+        heads="auto",
+        imgsz=320,
+        image_ids=ids,
+        image_names=[names[i] for i in ids],
+        progress=False,
+    )
     ref = whole.filter(whole["image_id"].is_in(ids))
     assert shard.drop("image").equals(ref.drop("image"))
     assert shard["image"].unique().sort().to_list() == ["img1", "img4", "img7"]
     with pytest.raises(InputError, match="one entry per image"):
         capture(str(demo_model_path), fixture_images[:2], image_ids=[0], progress=False)
     with pytest.raises(InputError, match="`head` or `heads`"):
-        capture(str(demo_model_path), fixture_images[:1], head="nms", heads=("e2e",), progress=False)
+        capture(
+            str(demo_model_path), fixture_images[:1], head="nms", heads=("e2e",), progress=False
+        )
     with pytest.raises(InputError, match="batch"):
         capture(str(demo_model_path), fixture_images[:1], batch=0, progress=False)
 
@@ -294,25 +323,43 @@ def plain_parts(tmp_path_factory, demo_model_path):
     return out
 
 
-def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixture_yaml, fixture_images, plain_parts):
+def test_parts_of_all_shards_equal_one_plain_run(
+    tmp_path, demo_model_path, fixture_yaml, fixture_images, plain_parts
+):
+    from det_calib.capture.parts import (
+        _part_meta as part_meta,
+    )
+    from det_calib.capture.parts import (
+        _shard_of as shard_of,
+    )
     from det_calib.capture.parts import (
         capture_to_parts,
-        part_meta,
         read_parts,
         read_parts_with_meta,
-        shard_of,
     )
 
     plain, meta = read_parts_with_meta(plain_parts)
     assert meta["heads"] == ["nms", "e2e"] and meta["n_images"] == 12 and meta["n_parts"] == 1
     # the plain part is the in-memory capture of the split, same names and ids
-    direct = capture(str(demo_model_path), fixture_images, heads="auto", progress=False,
-                     image_names=[f"{p.name}" for p in fixture_images], split="fixture")
+    direct = capture(
+        str(demo_model_path),
+        fixture_images,
+        heads="auto",
+        progress=False,
+        image_names=[f"{p.name}" for p in fixture_images],
+        split="fixture",
+    )
     assert plain.equals(direct)
     n = 3
-    assert sorted(set(shard_of([p.name for p in fixture_images], n).tolist())) == [0, 1, 2]  # no empty shard
+    assert sorted(set(shard_of([p.name for p in fixture_images], n).tolist())) == [
+        0,
+        1,
+        2,
+    ]  # no empty shard
     for i in (2, 0, 1):
-        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path, shard=f"{i}/{n}", progress=False)
+        capture_to_parts(
+            demo_model_path, fixture_yaml, "fixture", tmp_path, shard=f"{i}/{n}", progress=False
+        )
     files = sorted(tmp_path.glob("*.parquet"))
     assert [f.name for f in files] == [f"part-{i:05d}-of-00003.parquet" for i in range(3)]
     assert sorted(i for f in files for i in part_meta(f)["image_ids"]) == list(range(12))
@@ -323,7 +370,9 @@ def test_parts_of_all_shards_equal_one_plain_run(tmp_path, demo_model_path, fixt
     assert read_parts(again, allow_partial=True).equals(read_parts(files[1], allow_partial=True))
 
 
-def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo_model_path, fixture_yaml, plain_parts):
+def test_read_parts_refuses_other_model_data_and_incomplete_parts(
+    tmp_path, demo_model_path, fixture_yaml, plain_parts
+):
     import shutil
 
     from det_calib.capture.parts import (
@@ -352,10 +401,14 @@ def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo
     assert fp2 != fp
     with pytest.raises(InputError, match="captured on other data"):
         read_parts(plain_parts, expect_data=fp2)
-    assert model_fingerprint(demo_model_path) == model_fingerprint(model_fingerprint(demo_model_path))
+    assert model_fingerprint(demo_model_path) == model_fingerprint(
+        model_fingerprint(demo_model_path)
+    )
     # one shard missing
     part = tmp_path / "partial"
-    capture_to_parts(demo_model_path, fixture_yaml, "fixture", part, shard="0/2", heads=("nms",), progress=False)
+    capture_to_parts(
+        demo_model_path, fixture_yaml, "fixture", part, shard="0/2", heads=("nms",), progress=False
+    )
     with pytest.raises(InputError, match="cover .* of 12 images"):
         read_parts(part)
     # the same image in two parts
@@ -364,26 +417,41 @@ def test_read_parts_refuses_other_model_data_and_incomplete_parts(tmp_path, demo
         read_parts(part)
     # parts of runs with different settings
     mixed = tmp_path / "mixed"
-    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="0/2", heads=("nms",), progress=False)
-    capture_to_parts(demo_model_path, fixture_yaml, "fixture", mixed, shard="1/2", heads=("nms",), conf=0.01,
-                     progress=False)
+    capture_to_parts(
+        demo_model_path, fixture_yaml, "fixture", mixed, shard="0/2", heads=("nms",), progress=False
+    )
+    capture_to_parts(
+        demo_model_path,
+        fixture_yaml,
+        "fixture",
+        mixed,
+        shard="1/2",
+        heads=("nms",),
+        conf=0.01,
+        progress=False,
+    )
     with pytest.raises(InputError, match="disagree on settings"):
         read_parts(mixed)
     with pytest.raises(InputError, match="no capture parts"):
         read_parts(tmp_path / "nothing")
     with pytest.raises(InputError, match="shard"):
-        capture_to_parts(demo_model_path, fixture_yaml, "fixture", tmp_path / "x", shard="2/2", progress=False)
+        capture_to_parts(
+            demo_model_path, fixture_yaml, "fixture", tmp_path / "x", shard="2/2", progress=False
+        )
 
 
 def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, plain_parts):
     """A Ray Data job on a local 2-CPU Ray instance writes parts with the same content."""
     ray = pytest.importorskip("ray")
-    from det_calib.capture.parts import part_meta, read_parts
+    from det_calib.capture.parts import _part_meta as part_meta
+    from det_calib.capture.parts import read_parts
     from det_calib.capture.ray_capture import capture_ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        files = capture_ray(demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2)
+        files = capture_ray(
+            demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2
+        )
     finally:
         ray.shutdown()
     assert len(files) >= 3 and all(f.is_file() for f in files)  # 12 images, 5 per part
@@ -397,11 +465,45 @@ def test_cli_capture_writes_parts(tmp_path, demo_model_path, fixture_yaml, plain
 
     out = tmp_path / "parts"
     for i in range(2):
-        assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
-                     "--out", str(out), "--shard", f"{i}/2", "-q"]) == 0
+        assert (
+            main(
+                [
+                    "capture",
+                    "--model",
+                    str(demo_model_path),
+                    "--data",
+                    str(fixture_yaml),
+                    "--split",
+                    "fixture",
+                    "--out",
+                    str(out),
+                    "--shard",
+                    f"{i}/2",
+                    "-q",
+                ]
+            )
+            == 0
+        )
     assert read_parts(out).equals(read_parts(plain_parts))
-    assert main(["capture", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--split", "fixture",
-                 "--out", str(out), "--shard", "2of2", "-q"]) == 2
+    assert (
+        main(
+            [
+                "capture",
+                "--model",
+                str(demo_model_path),
+                "--data",
+                str(fixture_yaml),
+                "--split",
+                "fixture",
+                "--out",
+                str(out),
+                "--shard",
+                "2of2",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "shard" in capsys.readouterr().err
 
 

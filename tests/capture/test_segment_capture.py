@@ -26,14 +26,18 @@ def segment_model(cfg: str, seed: int = 0):
     torch.manual_seed(seed)
     yolo = YOLO(cfg)
     head = yolo.model.model[-1]
-    mask_branches = [head.proto, head.cv4] + ([head.one2one_cv4] if getattr(head, "one2one_cv4", None) else [])
+    mask_branches = [head.proto, head.cv4] + (
+        [head.one2one_cv4] if getattr(head, "one2one_cv4", None) else []
+    )
     with torch.no_grad():
         for p in yolo.model.parameters():
             p.add_(torch.randn_like(p) * NOISE)
         for branch in mask_branches:
             for p in branch.parameters():
                 p.add_(torch.randn_like(p) * MASK_NOISE)
-        for branch in [head.cv3] + ([head.one2one_cv3] if getattr(head, "one2one_cv3", None) else []):
+        for branch in [head.cv3] + (
+            [head.one2one_cv3] if getattr(head, "one2one_cv3", None) else []
+        ):
             for level in branch:  # class scores spread over (0, 1) like a trained model's
                 torch.nn.init.normal_(level[-1].weight, 0.0, 0.05)
                 torch.nn.init.normal_(level[-1].bias, -4.0, 1.5)
@@ -53,8 +57,19 @@ def _predict(yolo, images, head: str):
             return super().construct_result(pred, img, orig_img, img_path, proto)
 
     kw = {"nms": False} if head == "e2e" else {}
-    results = [yolo.predict(str(p), imgsz=320, conf=1e-3, max_det=300, retina_masks=True, predictor=Recording,
-                            verbose=False, **kw)[0] for p in images]
+    results = [
+        yolo.predict(
+            str(p),
+            imgsz=320,
+            conf=1e-3,
+            max_det=300,
+            retina_masks=True,
+            predictor=Recording,
+            verbose=False,
+            **kw,
+        )[0]
+        for p in images
+    ]
     return results, before
 
 
@@ -64,17 +79,23 @@ def _assert_equal_to_predict(df: pl.DataFrame, results) -> tuple[int, list[float
         d = df.filter(pl.col("image_id") == i)
         ref = r.boxes.data.numpy()
         assert d.height == len(ref), f"image {i}: {d.height} boxes, predict {len(ref)}"
-        np.testing.assert_array_equal(d.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), ref[:, :4])
+        np.testing.assert_array_equal(
+            d.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), ref[:, :4]
+        )
         np.testing.assert_array_equal(d["conf"].to_numpy().astype(np.float32), ref[:, 4])
         np.testing.assert_array_equal(d["cls"].to_numpy(), ref[:, 5].astype(int))
         sig32 = torch.sigmoid(torch.tensor(d["logit"].to_numpy(), dtype=torch.float32)).numpy()
-        assert np.abs(sig32 - d["conf"].to_numpy()).max(initial=0) <= 1e-6  # the logit is the box's class logit
+        assert (
+            np.abs(sig32 - d["conf"].to_numpy()).max(initial=0) <= 1e-6
+        )  # the logit is the box's class logit
         h, w = r.orig_shape
         assert (d["img_h"] == h).all() and (d["img_w"] == w).all()
         if not len(ref):
             assert r.masks is None
             continue
-        masks = mask_utils.decode([{"size": [h, w], "counts": c} for c in d["segm"].to_list()]).transpose(2, 0, 1)
+        masks = mask_utils.decode(
+            [{"size": [h, w], "counts": c} for c in d["segm"].to_list()]
+        ).transpose(2, 0, 1)
         np.testing.assert_array_equal(masks, r.masks.data.numpy().astype(np.uint8))
         area = np.maximum((ref[:, 2] - ref[:, 0]) * (ref[:, 3] - ref[:, 1]), 1)
         fills += list(masks.reshape(len(masks), -1).sum(1) / area)
@@ -85,7 +106,9 @@ def _assert_equal_to_predict(df: pl.DataFrame, results) -> tuple[int, list[float
 @pytest.mark.parametrize("cfg", ["yolo26n-seg.yaml", "yolo11n-seg.yaml"])
 def test_segment_capture_equals_predict(cfg, fixture_images):
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
-    df = capture(segment_model(cfg), images, heads="auto", imgsz=320, conf=1e-3, progress=False, workers=1)
+    df = capture(
+        segment_model(cfg), images, heads="auto", imgsz=320, conf=1e-3, progress=False, workers=1
+    )
     assert df.schema["segm"] == pl.Binary
     heads = sorted(df["head"].unique())
     assert heads == (["e2e", "nms"] if cfg.startswith("yolo26") else ["nms"])
@@ -105,16 +128,31 @@ def test_segment_capture_equals_predict(cfg, fixture_images):
 
 def test_single_head_equals_both_heads(fixture_images):
     images = fixture_images[:3]
-    both = capture(segment_model("yolo26n-seg.yaml"), images, heads=("nms", "e2e"), imgsz=320, progress=False,
-                   workers=1)
+    both = capture(
+        segment_model("yolo26n-seg.yaml"),
+        images,
+        heads=("nms", "e2e"),
+        imgsz=320,
+        progress=False,
+        workers=1,
+    )
     for head in ("nms", "e2e"):
-        one = capture(segment_model("yolo26n-seg.yaml"), images, head=head, imgsz=320, progress=False, workers=1)
+        one = capture(
+            segment_model("yolo26n-seg.yaml"),
+            images,
+            head=head,
+            imgsz=320,
+            progress=False,
+            workers=1,
+        )
         assert one.height > 0
         assert one.equals(both.filter(pl.col("head") == head))
 
 
 def test_detector_table_has_no_segm(demo_model_path, fixture_images):
-    df = capture(str(demo_model_path), fixture_images[:2], heads="auto", imgsz=320, progress=False, workers=1)
+    df = capture(
+        str(demo_model_path), fixture_images[:2], heads="auto", imgsz=320, progress=False, workers=1
+    )
     assert "segm" not in df.columns and df.height > 0
 
 
@@ -128,20 +166,37 @@ def test_shapes_segment_model_equals_predict(shapes_seg_path, fixture_images):
         results, _ = _predict(YOLO(str(shapes_seg_path)), images, head)
         n, _ = _assert_equal_to_predict(df.filter(pl.col("head") == head), results)
         assert n >= 20
-        assert df.filter((pl.col("head") == head) & (pl.col("conf") > 0.25)).height >= 8  # confident boxes
+        assert (
+            df.filter((pl.col("head") == head) & (pl.col("conf") > 0.25)).height >= 8
+        )  # confident boxes
 
 
 def test_capture_without_masks_keeps_the_boxes(fixture_images):
     """payload=False (a segment model on box labels): the same boxes (predict's empty-mask filter decided
     without rasterising), segm null."""
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
-    with_masks = capture(segment_model("yolo26n-seg.yaml"), images, heads="auto", imgsz=320, conf=1e-3,
-                         progress=False, workers=1)
+    with_masks = capture(
+        segment_model("yolo26n-seg.yaml"),
+        images,
+        heads="auto",
+        imgsz=320,
+        conf=1e-3,
+        progress=False,
+        workers=1,
+    )
     from det_calib.capture.predictor import Capturer
 
-    without = Capturer(segment_model("yolo26n-seg.yaml"), heads="auto", imgsz=320, conf=1e-3, workers=1,
-                       payload=False)(images, progress=False)
-    assert without.schema["segm"] == pl.Binary and without["segm"].null_count() == without.height > 100
+    without = Capturer(
+        segment_model("yolo26n-seg.yaml"),
+        heads="auto",
+        imgsz=320,
+        conf=1e-3,
+        workers=1,
+        payload=False,
+    )(images, progress=False)
+    assert (
+        without.schema["segm"] == pl.Binary and without["segm"].null_count() == without.height > 100
+    )
     assert without.drop("segm").equals(with_masks.drop("segm"))
 
 
@@ -149,9 +204,19 @@ def test_parts_on_box_labels_have_no_masks(tmp_path, shapes_seg_path, fixture_ya
     """A capture to parts on box labels rasterises no mask: the boxes of the capture with masks, segm null."""
     from det_calib.capture.parts import capture_to_parts, read_parts
 
-    direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
-                     image_names=[p.name for p in fixture_images], progress=False, workers=1)
-    capture_to_parts(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "parts", imgsz=320, progress=False)
+    direct = capture(
+        str(shapes_seg_path),
+        fixture_images,
+        heads="auto",
+        imgsz=320,
+        split="fixture",
+        image_names=[p.name for p in fixture_images],
+        progress=False,
+        workers=1,
+    )
+    capture_to_parts(
+        shapes_seg_path, fixture_yaml, "fixture", tmp_path / "parts", imgsz=320, progress=False
+    )
     parts = read_parts(tmp_path / "parts", expect_model=shapes_seg_path)
     assert parts["segm"].null_count() == parts.height == direct.height > 0
     assert parts.drop("image", "segm").equals(direct.drop("image", "segm"))
@@ -163,12 +228,27 @@ def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixt
     from det_calib.data.box_table import read_boxes
 
     fixture_yaml = polygon_fixture_yaml
-    direct = capture(str(shapes_seg_path), fixture_images, heads="auto", imgsz=320, split="fixture",
-                     image_names=[p.name for p in fixture_images], progress=False, workers=1)
+    direct = capture(
+        str(shapes_seg_path),
+        fixture_images,
+        heads="auto",
+        imgsz=320,
+        split="fixture",
+        image_names=[p.name for p in fixture_images],
+        progress=False,
+        workers=1,
+    )
     n = 16  # 12 images: at least 4 shards are empty
     for i in range(n):
-        capture_to_parts(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "shards", shard=f"{i}/{n}", imgsz=320,
-                         progress=False)
+        capture_to_parts(
+            shapes_seg_path,
+            fixture_yaml,
+            "fixture",
+            tmp_path / "shards",
+            shard=f"{i}/{n}",
+            imgsz=320,
+            progress=False,
+        )
     shards = read_parts(tmp_path / "shards", expect_model=shapes_seg_path)
     assert shards.schema["segm"] == pl.Binary and shards.height == direct.height > 0
     assert shards["segm"].null_count() == 0
@@ -182,8 +262,15 @@ def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixt
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        capture_ray(shapes_seg_path, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2,
-                    imgsz=320)
+        capture_ray(
+            shapes_seg_path,
+            fixture_yaml,
+            "fixture",
+            tmp_path / "ray",
+            images_per_part=5,
+            actors=2,
+            imgsz=320,
+        )
     finally:
         ray.shutdown()
     assert read_parts(tmp_path / "ray", expect_model=shapes_seg_path).equals(shards)

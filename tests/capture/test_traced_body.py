@@ -34,8 +34,9 @@ def _shapes(cap: Capturer, images) -> set[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_traced_capture_is_the_eager_one_and_runs_the_graph(traced_always, demo_model_path, fixture_images,
-                                                              workers):
+def test_traced_capture_is_the_eager_one_and_runs_the_graph(
+    traced_always, demo_model_path, fixture_images, workers
+):
     """Both heads of the demo model: the same table, bit for bit; every letterboxed shape checked and passed;
     the body's first layer runs once for the trace and once per shape and worker at most (the check, through
     Ultralytics' forward pass), the head once per image (the graph ran the body of every other image)."""
@@ -55,9 +56,20 @@ def test_traced_capture_is_the_eager_one_and_runs_the_graph(traced_always, demo_
     assert 1 + len(shapes) <= len(first) <= 1 + len(shapes) * workers < len(fixture_images)
 
 
-@pytest.mark.parametrize("cfg", ["yolov8n.yaml", "yolo11n.yaml", "yolo26n-seg.yaml", "yolo11n-seg.yaml",
-                                 "yolo26n-pose.yaml", "yolo26n-obb.yaml"])
-def test_traced_capture_of_every_task_and_head_generation(traced_always, make_untrained, fixture_images, cfg):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        "yolov8n.yaml",
+        "yolo11n.yaml",
+        "yolo26n-seg.yaml",
+        "yolo11n-seg.yaml",
+        "yolo26n-pose.yaml",
+        "yolo26n-obb.yaml",
+    ],
+)
+def test_traced_capture_of_every_task_and_head_generation(
+    traced_always, make_untrained, fixture_images, cfg
+):
     """Legacy heads and the segment, pose and OBB heads (their masks, keypoints and angles ride on the
     head, which stays eager): the traced table is the eager one, bit for bit, every shape passed."""
     yolo = make_untrained(cfg)
@@ -88,8 +100,11 @@ def test_a_shape_the_graph_gets_wrong_runs_eager(traced_always, demo_model_path,
     assert body.shapes and all(body.shapes.values())
 
 
-def test_a_model_the_tracer_cannot_follow_runs_eager(traced_always, monkeypatch, demo_model_path, fixture_images):
+def test_a_model_the_tracer_cannot_follow_runs_eager(
+    traced_always, monkeypatch, demo_model_path, fixture_images
+):
     """A failed trace leaves no graph: every image runs the eager network, with the eager table."""
+
     def refuse(*args, **kwargs):
         raise RuntimeError("cannot trace this")
 

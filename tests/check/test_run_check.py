@@ -29,12 +29,12 @@ def test_p_values_match_scipy():
     stats = pytest.importorskip("scipy.stats")
     for df in range(1, 16):
         for x in (0.01, 0.5, 2.0, 7.3, 15.0, 31.0, 80.0):
-            assert drift.chi2_sf(x, df) == pytest.approx(stats.chi2.sf(x, df), rel=1e-9, abs=1e-14)
+            assert drift._chi2_sf(x, df) == pytest.approx(stats.chi2.sf(x, df), rel=1e-9, abs=1e-14)
     for z in (0.0, 0.5, 1.96, -2.5, 4.0):
         assert drift.normal_sf(z) == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-12)
     rng = np.random.default_rng(3)
     a, b = rng.uniform(size=80), rng.uniform(size=55).round(1)  # ties within and across samples
-    assert drift.ks_distance(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
+    assert drift._ks_distance(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
 
 
 def _calibrated_sets(rng, n_sets, n_img, per_img, *, shift=0.0, image_effect=0.0):
@@ -57,10 +57,15 @@ def _calibrated_sets(rng, n_sets, n_img, per_img, *, shift=0.0, image_effect=0.0
 @pytest.mark.fast
 def test_calibration_in_the_large_false_alarm_and_power():
     rng = np.random.default_rng(0)
-    null = [drift.calibration_in_the_large(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 400, 60, 4)]
+    null = [
+        drift.calibration_in_the_large(p, y, i).p_value
+        for p, y, i in _calibrated_sets(rng, 400, 60, 4)
+    ]
     assert 0.02 < np.mean(np.array(null) < 0.05) < 0.09  # nominal 5%
-    off = [drift.calibration_in_the_large(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 100, 60, 4,
-                                                                                           shift=-0.1)]
+    off = [
+        drift.calibration_in_the_large(p, y, i).p_value
+        for p, y, i in _calibrated_sets(rng, 100, 60, 4, shift=-0.1)
+    ]
     assert np.mean(np.array(off) < 0.05) > 0.75  # under-confident by 0.1 on 240 boxes: mostly found
     # the z-score itself: 10 correct of 10 at conf 0.5 is z = (10 - 5) / sqrt(2.5)
     r = drift.calibration_in_the_large(np.full(10, 0.5), np.ones(10, bool), np.arange(10))
@@ -88,7 +93,9 @@ def test_clustered_images_do_not_read_as_drift():
 @pytest.mark.fast
 def test_hosmer_lemeshow_known_answers():
     rng = np.random.default_rng(2)
-    null = [drift.hosmer_lemeshow(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 300, 100, 5)]
+    null = [
+        drift.hosmer_lemeshow(p, y, i).p_value for p, y, i in _calibrated_sets(rng, 300, 100, 5)
+    ]
     assert 0.02 < np.mean(np.array(null) < 0.05) < 0.09
     # over-confident at the top, under-confident at the bottom: in the large nearly calibrated, binned not
     p = rng.uniform(0.3, 0.95, 3000)
@@ -108,7 +115,9 @@ def test_change_tests_false_alarm_and_power():
     pairs = list(zip(sets[::2], sets[1::2]))
     z = [drift.citl_change(a, b).p_value for a, b in pairs]
     binned = [drift.binned_change(a, b).p_value for a, b in pairs]
-    assert 0.01 < np.mean(np.array(z) < 0.05) < 0.1 and 0.01 < np.mean(np.array(binned) < 0.05) < 0.1
+    assert (
+        0.01 < np.mean(np.array(z) < 0.05) < 0.1 and 0.01 < np.mean(np.array(binned) < 0.05) < 0.1
+    )
     off = [drift.citl_change(a, (b[0] + 0.1, b[1], b[2])).p_value for a, b in pairs[:50]]
     assert np.mean(np.array(off) < 0.05) > 0.6
     same = drift.citl_change(sets[0], sets[0])
@@ -126,15 +135,35 @@ def test_ratio_test_and_permutation_tests():
         na, nb = 50, 50
         ca, cb = rng.integers(0, 6, na), rng.integers(0, 6, nb)
         ia, ib = np.repeat(np.arange(na), ca), np.repeat(np.arange(nb), cb)
-        s = drift.shift_tests(rng.uniform(size=ia.size), ia, rng.integers(0, 3, ia.size), na,
-                              rng.uniform(size=ib.size), ib, rng.integers(0, 3, ib.size), nb, n_classes=3,
-                              n_perm=199, seed=k)
+        s = drift.shift_tests(
+            rng.uniform(size=ia.size),
+            ia,
+            rng.integers(0, 3, ia.size),
+            na,
+            rng.uniform(size=ib.size),
+            ib,
+            rng.integers(0, 3, ib.size),
+            nb,
+            n_classes=3,
+            n_perm=199,
+            seed=k,
+        )
         hits.append(min(s.ks_p, s.per_image_p, s.class_chi2_p) < 0.05 / 3)
     assert np.mean(hits) < 0.08  # no shift: rarely flagged (Bonferroni over the three)
     ia = np.repeat(np.arange(50), 4)
     ib = ia[:100] // 2  # half the boxes per image
-    s = drift.shift_tests(rng.uniform(size=200), ia, ia % 3, 50, rng.uniform(size=100) ** 2, ib, ib % 3, 50,
-                          n_classes=3, n_perm=199)
+    s = drift.shift_tests(
+        rng.uniform(size=200),
+        ia,
+        ia % 3,
+        50,
+        rng.uniform(size=100) ** 2,
+        ib,
+        ib % 3,
+        50,
+        n_classes=3,
+        n_perm=199,
+    )
     assert s.per_image == pytest.approx(-2.0) and s.per_image_p < 0.01 and s.ks_p < 0.01
 
 
@@ -155,9 +184,19 @@ def _view(p, y, img, cls=None):
 
     cls = np.asarray(img) % 3 if cls is None else cls
     p = np.asarray(p, dtype=np.float64)
-    return BoxView.from_boxes(pl.DataFrame({"logit": np.log(p / (1 - p)), "conf": p, "correct": np.asarray(y, bool),
-                                            "cls": cls, "image_id": img, "ignore": np.zeros(len(p), bool)}),
-                              geometry=False)
+    return BoxView.from_boxes(
+        pl.DataFrame(
+            {
+                "logit": np.log(p / (1 - p)),
+                "conf": p,
+                "correct": np.asarray(y, bool),
+                "cls": cls,
+                "image_id": img,
+                "ignore": np.zeros(len(p), bool),
+            }
+        ),
+        geometry=False,
+    )
 
 
 def _planted(rng, n_img, per_img, *, shift=0.0, crowded=(), first=0):
@@ -178,10 +217,23 @@ def _checks(now, n_now, then, n_then, alpha=0.05, **kw):
 
     names = ["a", "b", "c"]
     gt_now, gt_then = np.full(n_now, 4.0), np.full(n_then, 4.0)
-    return labelled_checks(now, then, conf=0.25, names=names, gt_now=gt_now, gt_cls_now=np.arange(4 * n_now) % 3,
-                           gt_then=gt_then, gt_cls_then=[4 * n_then // 3] * 3, n_gt_then=4 * n_then,
-                           n_img_then=n_then, alpha=alpha, min_boxes=30, ece_bins=15,
-                           image_names={n_now - 3 + k: f"crowd_{k}.png" for k in range(3)}, **kw)
+    return labelled_checks(
+        now,
+        then,
+        conf=0.25,
+        names=names,
+        gt_now=gt_now,
+        gt_cls_now=np.arange(4 * n_now) % 3,
+        gt_then=gt_then,
+        gt_cls_then=[4 * n_then // 3] * 3,
+        n_gt_then=4 * n_then,
+        n_img_then=n_then,
+        alpha=alpha,
+        min_boxes=30,
+        ece_bins=15,
+        image_names={n_now - 3 + k: f"crowd_{k}.png" for k in range(3)},
+        **kw,
+    )
 
 
 @pytest.mark.fast
@@ -197,18 +249,30 @@ def test_crowded_images_are_named_and_do_not_hide_drift():
     before = _checks(now, n_now, then, n_then, set_apart=False)
     assert before.calibration_verdict == "holds" and lc.calibration_verdict == "drifted"
     t = lc.calibration
-    assert (t.crowded_images, t.crowded_boxes, t.crowded_observed, t.crowded_images_then) == (3, 300, 3, 0)
+    assert (t.crowded_images, t.crowded_boxes, t.crowded_observed, t.crowded_images_then) == (
+        3,
+        300,
+        3,
+        0,
+    )
     assert t.crowded_variance_share > 0.8 and t.rest_boxes == 297 * 4
     assert before.calibration.detectable_gap > 5 * t.detectable_gap
     assert [c.image for c in lc.crowded] == ["crowd_0.png", "crowd_1.png", "crowd_2.png"]
-    assert all(c.boxes == 100 and c.observed == 1 and c.box_share == pytest.approx(100 / now.n) for c in lc.crowded)
+    assert all(
+        c.boxes == 100 and c.observed == 1 and c.box_share == pytest.approx(100 / now.n)
+        for c in lc.crowded
+    )
     line = lc.calibration_line
-    assert "in the large" in line and "3 crowded images hold 300 of the 1488 kept boxes (20%)" in line
+    assert (
+        "in the large" in line and "3 crowded images hold 300 of the 1488 kept boxes (20%)" in line
+    )
     assert all(f"crowd_{k}.png 100 boxes (1 correct vs 70.0)" in line for k in range(3))
     # the other boxes calibrated: three crowded images against none is no evidence of a change (p 0.25) ...
     now, n_now = _planted(rng, 297, 4, crowded=(100, 100, 100))
     lc = _checks(now, n_now, then, n_then)
-    assert lc.calibration_verdict == "holds" and lc.calibration.crowded_rate_p == pytest.approx(0.25)
+    assert lc.calibration_verdict == "holds" and lc.calibration.crowded_rate_p == pytest.approx(
+        0.25
+    )
     assert "crowd_2.png" in lc.calibration_line
     # ... twelve are
     now, n_now = _planted(rng, 288, 4, crowded=(40,) * 12)
@@ -234,7 +298,9 @@ def test_calibration_verdict_level_with_crowded_images():
         lc = _checks(now, n_now, then, n_then)
         hits.append(lc.calibration_verdict == "drifted")
         change.append(lc.calibration.change_p < 0.05)  # the change in the large alone, at 0.05
-        hits_before.append(_checks(now, n_now, then, n_then, set_apart=False).calibration_verdict == "drifted")
+        hits_before.append(
+            _checks(now, n_now, then, n_then, set_apart=False).calibration_verdict == "drifted"
+        )
     assert np.mean(hits) < 0.08 and np.mean(hits_before) < 0.08
     assert 0.02 < np.mean(change) < 0.09
 
@@ -253,14 +319,30 @@ def test_alpha_is_halved_between_the_two_verdicts():
         for alpha in (0.05, 0.1):
             lc = _checks(now, n_now, then, n_then, alpha=alpha)
             t, d = lc.calibration, lc.detection
-            ps = [q for q in (t.change_p, t.binned_change_p, *(c.change_p for c in lc.per_class if c.tested))
-                  if q is not None]
-            assert (lc.calibration_verdict == "drifted") == (min(ps) < alpha / 2 / t.tests), (shift, alpha)
-            assert (lc.detection_verdict == "changed") == (min(d.precision_p, d.recall_p) < alpha / 4), (shift, alpha)
+            ps = [
+                q
+                for q in (
+                    t.change_p,
+                    t.binned_change_p,
+                    *(c.change_p for c in lc.per_class if c.tested),
+                )
+                if q is not None
+            ]
+            assert (lc.calibration_verdict == "drifted") == (min(ps) < alpha / 2 / t.tests), (
+                shift,
+                alpha,
+            )
+            assert (lc.detection_verdict == "changed") == (
+                min(d.precision_p, d.recall_p) < alpha / 4
+            ), (shift, alpha)
             level = f"{alpha / 2:g}"
-            assert (f"no test below {level} / {t.tests}" in lc.calibration_line
-                    or f"at family level {level})" in lc.calibration_line), lc.calibration_line[:120]
-        between += alpha / 4 / t.tests <= min(ps) < alpha / 2 / t.tests  # alpha 0.1 here: drifted at 0.1 only
+            assert (
+                f"no test below {level} / {t.tests}" in lc.calibration_line
+                or f"at family level {level})" in lc.calibration_line
+            ), lc.calibration_line[:120]
+        between += (
+            alpha / 4 / t.tests <= min(ps) < alpha / 2 / t.tests
+        )  # alpha 0.1 here: drifted at 0.1 only
     assert between >= 1
 
 
@@ -269,7 +351,8 @@ def test_shifted_splits_are_cached_corruptions_of_test():
     import cv2
 
     from det_calib.demo import demo_data_yaml, shifted_data_yaml
-    from det_calib.demo.shifts import CORRUPTIONS, corrupt
+    from det_calib.demo.shifts import CORRUPTIONS
+    from det_calib.demo.shifts import _corrupt as corrupt
     from det_calib.errors import InputError
 
     test = demo_data_yaml().parent
@@ -281,9 +364,12 @@ def test_shifted_splits_are_cached_corruptions_of_test():
         assert len(imgs) == 400 and [p.name for p in imgs[:3]] == [p.name for p in src]
         for s, p in zip(src, imgs[:3]):
             a = cv2.imread(str(s))
-            assert np.array_equal(cv2.imread(str(p)), corrupt(a, kind, 5, index=int(s.stem.split("_")[1])))
-            assert (test / "labels" / "test" / f"{s.stem}.txt").read_text() == \
-                (root / "labels" / f"test-{kind}-5" / f"{s.stem}.txt").read_text()
+            assert np.array_equal(
+                cv2.imread(str(p)), corrupt(a, kind, 5, index=int(s.stem.split("_")[1]))
+            )
+            assert (test / "labels" / "test" / f"{s.stem}.txt").read_text() == (
+                root / "labels" / f"test-{kind}-5" / f"{s.stem}.txt"
+            ).read_text()
     a = cv2.imread(str(src[0])).astype(float)
     diffs = [np.abs(corrupt(a.astype(np.uint8), "blur", s, index=0) - a).mean() for s in (1, 3, 5)]
     assert diffs[0] < diffs[1] < diffs[2]
@@ -299,7 +385,9 @@ def run_dir(tmp_path_factory) -> Path:
     from det_calib.pipeline.calibrate_job import calibrate
 
     out = tmp_path_factory.mktemp("check") / "run"
-    calibrate(out=out, limit=N_IMAGES, run_val=False, n_boot=50, progress=False, head="nms", report=False)
+    calibrate(
+        out=out, limit=N_IMAGES, run_val=False, n_boot=50, progress=False, head="nms", report=False
+    )
     return out
 
 
@@ -326,9 +414,28 @@ def _check(capsys, *argv) -> tuple[int, str, str]:
 def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
     """On the run's own eval split both verdicts hold and the command exits 0 (a real process)."""
     out = tmp_path / "clean"
-    p = subprocess.run([sys.executable, "-m", "det_calib.cli", "check", str(run_dir), "--data", str(demo_yaml),
-                        "--split", "test", "--limit", str(N_IMAGES), "--out", str(out), "-q"],
-                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "det_calib.cli",
+            "check",
+            str(run_dir),
+            "--data",
+            str(demo_yaml),
+            "--split",
+            "test",
+            "--limit",
+            str(N_IMAGES),
+            "--out",
+            str(out),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     assert "[nms] calibration: holds" in p.stdout and "[nms] detection quality: holds" in p.stdout
     r = CheckResult.read(out / CHECK_FILE)
@@ -337,17 +444,29 @@ def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
     # the same images, model and calibrator as the run's eval split: the same boxes and figures
     d, then = c.detection, c.operating_then[0]
     assert d.kept == d.kept_then and d.precision == d.precision_then and d.recall == d.recall_then
-    assert c.operating[0].boxes == then.boxes and c.operating[0].ece == pytest.approx(then.ece, abs=1e-9)
+    assert c.operating[0].boxes == then.boxes and c.operating[0].ece == pytest.approx(
+        then.ece, abs=1e-9
+    )
     assert d.map50 == pytest.approx(d.map50_then, abs=1e-9)
     assert c.calibration.z == pytest.approx(c.calibration.z_then, abs=1e-9)
-    assert c.calibration.change_z == pytest.approx(0.0, abs=1e-9) and c.calibration.binned_change_statistic == 0.0
+    assert (
+        c.calibration.change_z == pytest.approx(0.0, abs=1e-9)
+        and c.calibration.binned_change_statistic == 0.0
+    )
     assert not any(k.drifted for k in c.per_class)
-    assert (out / "check.html").is_file() and "reliability_nms.png" in (out / "check.md").read_text()
-    assert CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
+    assert (out / "check.html").is_file() and "reliability_nms.png" in (
+        out / "check.md"
+    ).read_text()
+    assert (
+        CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
+    )
     # where the time went: from the process's start, by stage, adding up; printed after the verdicts
     t = r.timings
     assert t is not None and t.started == "process"
-    assert all(t.seconds(n) > 0 for n in ("imports", "model load", "data check", "capture", "figures", "report"))
+    assert all(
+        t.seconds(n) > 0
+        for n in ("imports", "model load", "data check", "capture", "figures", "report")
+    )
     assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
     assert p.stdout.splitlines()[-2] == t.line()
 
@@ -372,50 +491,79 @@ def test_most_severe_shift(capsys, tmp_path, run_dir, severe_yaml):
     # independently: the folded checkpoint (what a user deploys) on the same images, plain numpy
     run = RunResult.read(run_dir / "calibration.json")
     sp = load_split(load_data_yaml(severe_yaml), "test", limit=N_IMAGES)
-    cap = Capturer(run_dir / "calibrated.pt", head="nms", conf=run.settings.conf_floor, iou=run.settings.nms_iou,
-                   max_det=run.settings.max_det, imgsz=run.settings.imgsz)
+    cap = Capturer(
+        run_dir / "calibrated.pt",
+        head="nms",
+        conf=run.settings.conf_floor,
+        iou=run.settings.nms_iou,
+        max_det=run.settings.max_det,
+        imgsz=run.settings.imgsz,
+    )
     b = match_boxes(cap(sp.images, progress=False), sp.gt, iou=run.settings.iou_match, loc_iou=0.1)
     k = b.filter(~pl.col("ignore") & (pl.col("conf") > r.conf))
     p, y = k["conf"].to_numpy().astype(float), k["correct"].to_numpy().astype(float)
     ids = k["image_id"].to_numpy()
-    per_img = np.bincount(ids, weights=y - p)[np.unique(ids)]  # clusters: the images with a kept box
+    per_img = np.bincount(ids, weights=y - p)[
+        np.unique(ids)
+    ]  # clusters: the images with a kept box
     m = per_img.size
     var = max(np.sum(p * (1 - p)), m / (m - 1) * np.sum((per_img - per_img.mean()) ** 2))
     z = (y.sum() - p.sum()) / math.sqrt(var)
     t = c.calibration
     assert abs(t.boxes - k.height) <= 1  # float32 conf of the checkpoint at the threshold's edge
-    assert t.observed == pytest.approx(y.sum(), abs=1) and t.expected == pytest.approx(p.sum(), abs=0.6)
+    assert t.observed == pytest.approx(y.sum(), abs=1) and t.expected == pytest.approx(
+        p.sum(), abs=0.6
+    )
     assert t.z == pytest.approx(z, abs=0.05)
     assert t.p_value == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), abs=0.01)
     assert c.detection.recall == pytest.approx(y.sum() / sp.gt.height, abs=2 / sp.gt.height)
     # the change against the run's eval split: its boxes.parquet, same formula
     then = pl.read_parquet(run_dir / "boxes.parquet").filter(
-        (pl.col("split") == run.settings.eval_split) & (pl.col("head") == "nms") & ~pl.col("ignore")
-        & (pl.col("calibrated") > r.conf))
+        (pl.col("split") == run.settings.eval_split)
+        & (pl.col("head") == "nms")
+        & ~pl.col("ignore")
+        & (pl.col("calibrated") > r.conf)
+    )
     p0, y0 = then["calibrated"].to_numpy(), then["correct"].to_numpy().astype(float)
     i0 = then["image_id"].to_numpy()
     # the change is tested outside the crowded images of either side (none on these 60 images, or some)
     k0, k1 = ~np.isin(i0, drift.crowded_images(i0)), ~np.isin(ids, drift.crowded_images(ids))
     assert t.crowded_images == np.unique(ids[~k1]).size and abs(t.rest_boxes - k1.sum()) <= 1
     p0, y0, i0, p1, y1, i1 = p0[k0], y0[k0], i0[k0], p[k1], y[k1], ids[k1]
-    r0, r1 = (np.bincount(i, weights=b - a)[np.unique(i)] for a, b, i in ((p0, y0, i0), (p1, y1, i1)))
-    v0, v1 = (max(np.sum(a * (1 - a)), r.size / (r.size - 1) * np.sum((r - r.mean()) ** 2)) / a.size ** 2
-              for a, r in ((p0, r0), (p1, r1)))
+    r0, r1 = (
+        np.bincount(i, weights=b - a)[np.unique(i)] for a, b, i in ((p0, y0, i0), (p1, y1, i1))
+    )
+    v0, v1 = (
+        max(np.sum(a * (1 - a)), r.size / (r.size - 1) * np.sum((r - r.mean()) ** 2)) / a.size**2
+        for a, r in ((p0, r0), (p1, r1))
+    )
     gap0, gap1 = (y0 - p0).mean(), (y1 - p1).mean()
     assert t.gap_then == pytest.approx(gap0, abs=1e-9) and t.gap == pytest.approx(gap1, abs=0.01)
     assert t.change_z == pytest.approx((gap1 - gap0) / math.sqrt(v0 + v1), abs=0.05)
     assert (c.calibration_verdict == "drifted") == any(
-        q is not None and q < r.alpha / 2 / t.tests for q in (t.change_p, t.binned_change_p, t.crowded_rate_p,
-                                                          *(k.change_p for k in c.per_class if k.tested)))
+        q is not None and q < r.alpha / 2 / t.tests
+        for q in (
+            t.change_p,
+            t.binned_change_p,
+            t.crowded_rate_p,
+            *(k.change_p for k in c.per_class if k.tested),
+        )
+    )
     # kept-set ECE and LaECE_0 and their floors, then and now, each interval containing its estimate
     for o in (*c.operating, *c.operating_then):
-        assert o.ece_ci[0] <= o.ece <= o.ece_ci[1] and o.ece_floor_range[0] <= o.ece_floor <= o.ece_floor_range[1]
+        assert (
+            o.ece_ci[0] <= o.ece <= o.ece_ci[1]
+            and o.ece_floor_range[0] <= o.ece_floor <= o.ece_floor_range[1]
+        )
         assert o.laece_floor_range[0] <= o.laece_floor <= o.laece_floor_range[1]
     # the check's page shows both floors, now's LaECE_0 floor as recorded
     md = (out / "check.md").read_text().replace("\\_", "_")
     assert "LaECE_0 sampling floor [range]" in md
     now = c.operating[0]
-    assert f"{now.laece_floor:.4f} [{now.laece_floor_range[0]:.4f}, {now.laece_floor_range[1]:.4f}]" in md
+    assert (
+        f"{now.laece_floor:.4f} [{now.laece_floor_range[0]:.4f}, {now.laece_floor_range[1]:.4f}]"
+        in md
+    )
 
 
 def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):
@@ -425,18 +573,34 @@ def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):
     assert "not a miscalibration" in stdout
     r = CheckResult.read(tmp_path / "u1" / CHECK_FILE)
     t = r.unlabelled["nms"].tests
-    assert t.kept_per_image < t.kept_per_image_then and min(t.ks_p, t.per_image_p, t.class_chi2_p) < 0.05 / 3
+    assert (
+        t.kept_per_image < t.kept_per_image_then
+        and min(t.ks_p, t.per_image_p, t.class_chi2_p) < 0.05 / 3
+    )
     clean = demo_yaml.parent / "images" / "calib"  # held out from the eval split the run reports on
     code, stdout, err = _check(capsys, run_dir, "--images", clean, "--out", tmp_path / "u2")
     assert code == 0 and "output: no shift detected" in stdout, (stdout, err)
 
 
 def test_reused_boxes_give_the_same_check(capsys, tmp_path, run_dir, demo_yaml):
-    code, _, err = _check(capsys, run_dir, "--data", demo_yaml, "--split", "test", "--boxes", run_dir,
-                          "--out", tmp_path / "reuse", "--no-report")
+    code, _, err = _check(
+        capsys,
+        run_dir,
+        "--data",
+        demo_yaml,
+        "--split",
+        "test",
+        "--boxes",
+        run_dir,
+        "--out",
+        tmp_path / "reuse",
+        "--no-report",
+    )
     assert code == 0, err
     r = CheckResult.read(tmp_path / "reuse" / CHECK_FILE).labelled["nms"]
-    assert r.detection.kept == r.detection.kept_then and r.calibration.z == pytest.approx(r.calibration.z_then)
+    assert r.detection.kept == r.detection.kept_then and r.calibration.z == pytest.approx(
+        r.calibration.z_then
+    )
 
 
 def _one_line(code: int, err: str, pattern: str) -> None:

@@ -16,7 +16,7 @@ from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
 from det_calib.capture.classify_logits import capture_classify
 from det_calib.cli import main
 from det_calib.data.class_folders import check_model_classes, read_class_split
-from det_calib.demo import demo_classify_model
+from det_calib.demo import _demo_classify_model
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.demo.shapes_classify import classify_root
 from det_calib.deploy.classify_fold import write_classify_checkpoint
@@ -33,7 +33,7 @@ def cls_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cls_model() -> Path:
-    path = demo_classify_model()
+    path = _demo_classify_model()
     assert path.is_file(), f"the committed demo classifier is missing: {path}"
     return path
 
@@ -47,7 +47,9 @@ def test_captured_logits_are_those_whose_softmax_predict_returns(cls_model, cls_
     cap = capture_classify(yolo, paths)
     assert not cap.from_log_probs and cap.logits.shape == (len(paths), len(CLASS_NAMES))
     assert np.array_equal(torch.from_numpy(cap.logits).softmax(1).numpy(), cap.probs)
-    plain = [YOLO(str(cls_model)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths[:3]]
+    plain = [
+        YOLO(str(cls_model)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths[:3]
+    ]
     assert np.array_equal(np.stack(plain), cap.probs[:3])
 
 
@@ -58,21 +60,29 @@ def test_the_folded_checkpoint_runs_the_map_in_plain_ultralytics(cls_model, cls_
     raw = capture_classify(cls_model, paths)
     rng = np.random.default_rng(0)
     k = len(CLASS_NAMES)
-    maps = [fit_multiclass("none", raw.logits, np.zeros(len(paths), int)),
-            MultiClassMap("temperature", np.eye(k) / 1.7, np.zeros(k), temperature=1.7),
-            MultiClassMap("vector", np.diag(rng.uniform(0.5, 2, k)), rng.normal(0, 0.5, k)),
-            MultiClassMap("matrix", np.eye(k) + 0.1 * rng.normal(size=(k, k)), rng.normal(0, 0.5, k))]
+    maps = [
+        fit_multiclass("none", raw.logits, np.zeros(len(paths), int)),
+        MultiClassMap("temperature", np.eye(k) / 1.7, np.zeros(k), temperature=1.7),
+        MultiClassMap("vector", np.diag(rng.uniform(0.5, 2, k)), rng.normal(0, 0.5, k)),
+        MultiClassMap("matrix", np.eye(k) + 0.1 * rng.normal(size=(k, k)), rng.normal(0, 0.5, k)),
+    ]
     for m in maps:
         out = write_classify_checkpoint(cls_model, tmp_path / f"{m.method}.pt", m)
-        probs = np.stack([YOLO(str(out)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths])
+        probs = np.stack(
+            [YOLO(str(out)).predict(str(p), verbose=False)[0].probs.data.numpy() for p in paths]
+        )
         assert np.abs(probs - m.proba(raw.logits)).max() < 2e-5, m.method
-        assert torch.load(out, weights_only=False)["det_calib"]["classifier_map"]["method"] == m.method
+        assert (
+            torch.load(out, weights_only=False)["det_calib"]["classifier_map"]["method"] == m.method
+        )
 
 
 def test_class_folders_are_read_as_ultralytics_numbers_them_and_checked(cls_data, tmp_path):
     split = read_class_split(cls_data, "val")
     assert split.names == tuple(sorted(CLASS_NAMES))
-    assert np.all(np.diff(split.labels) >= 0) and set(split.labels.tolist()) == set(range(len(CLASS_NAMES)))
+    assert np.all(np.diff(split.labels) >= 0) and set(split.labels.tolist()) == set(
+        range(len(CLASS_NAMES))
+    )
     check_model_classes(split, tuple(sorted(CLASS_NAMES)))
     with pytest.raises(InputError, match="not the model's: the model's dog missing"):
         check_model_classes(split, (*sorted(CLASS_NAMES)[:-1], "dog"))
@@ -86,61 +96,102 @@ def _one_line_error(capsys, argv, pattern):
     assert pattern in lines[0], lines[0]
 
 
-def test_bad_classify_input_gets_one_line_and_exit_2(capsys, cls_model, cls_data, tmp_path, demo_model_path):
+def test_bad_classify_input_gets_one_line_and_exit_2(
+    capsys, cls_model, cls_data, tmp_path, demo_model_path
+):
     bad = tmp_path / "bad"
     shutil.copytree(cls_data, bad, symlinks=True)
     out = tmp_path / "out"
     empty = bad / "test" / "star"
     shutil.rmtree(empty)
     empty.mkdir()
-    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
-                    "class `star` has no images")
+    _one_line_error(
+        capsys,
+        ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+        "class `star` has no images",
+    )
     shutil.rmtree(empty)
-    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
-                    "the `test` split's classes are not the model's")
+    _one_line_error(
+        capsys,
+        ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+        "the `test` split's classes are not the model's",
+    )
     shutil.copytree(cls_data / "test" / "star", empty)
     stray = next((bad / "val" / "circle").iterdir())
     shutil.copy(stray, bad / "val" / "loose.png")
-    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
-                    "1 image(s) in no class folder (loose.png)")
+    _one_line_error(
+        capsys,
+        ["calibrate", "--model", cls_model, "--data", bad, "--out", out],
+        "1 image(s) in no class folder (loose.png)",
+    )
     (bad / "val" / "loose.png").unlink()
-    _one_line_error(capsys, ["calibrate", "--model", demo_model_path, "--data", bad, "--out", out],
-                    "a folder-per-class dataset needs a classify model")
-    _one_line_error(capsys, ["calibrate", "--model", cls_model, "--data", bad, "--method", "platt", "--out", out],
-                    "a classify model takes auto")
+    _one_line_error(
+        capsys,
+        ["calibrate", "--model", demo_model_path, "--data", bad, "--out", out],
+        "a folder-per-class dataset needs a classify model",
+    )
+    _one_line_error(
+        capsys,
+        ["calibrate", "--model", cls_model, "--data", bad, "--method", "platt", "--out", out],
+        "a classify model takes auto",
+    )
     assert not out.exists()
 
 
 def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp_path):
     out = tmp_path / "run"
-    assert main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--out", str(out)]) == 0
+    assert (
+        main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--out", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     record = json.loads((out / "calibration.json").read_text())
-    assert {p.name for p in out.iterdir()} >= {"calibration.json", "summary.md", "calibrated.pt", "report.html",
-                                                "report.md", "classifier_map.json", "figures"}
+    assert {p.name for p in out.iterdir()} >= {
+        "calibration.json",
+        "summary.md",
+        "calibrated.pt",
+        "report.html",
+        "report.md",
+        "classifier_map.json",
+        "figures",
+    }
     ev = record["eval"]
-    assert ev["deployed"]["top_label_ece"] == pytest.approx(ev["calibrated"]["top_label_ece"], abs=2e-4)
+    assert ev["deployed"]["top_label_ece"] == pytest.approx(
+        ev["calibrated"]["top_label_ece"], abs=2e-4
+    )
     if record["keeps_top1"]:
         assert record["val"]["identical"] and record["top1_changed"] == 0
         assert ev["deployed"]["top1"] == ev["raw"]["top1"]
     # val batches 16 images, the capture predicts one at a time: at most one image's top-1 may differ
-    assert record["val"]["raw"]["top1"] == pytest.approx(ev["raw"]["top1"], abs=1.5 / record["images"]["test"])
+    assert record["val"]["raw"]["top1"] == pytest.approx(
+        ev["raw"]["top1"], abs=1.5 / record["images"]["test"]
+    )
     assert "wrote calibrated.pt" in printed and printed.startswith("# Classifier calibration: ")
     assert ("At its floor" in printed) == ev["deployed"]["at_floor"]
     page = (out / "report.html").read_text()
     assert page.index('class="verdict"') < page.index("<figure") < page.index('class="per-class"')
     assert page.count("<tr") >= 8 + 7 and (out / "figures" / "per_class_reliability.png").is_file()
-    assert [r["target"] for r in record["reject"]] == [0.9, 0.95, 0.99] and "Reject option" in printed
-    for r in record["reject"]:  # a certified threshold answers a share of the fit split at the target at least
+    assert [r["target"] for r in record["reject"]] == [
+        0.9,
+        0.95,
+        0.99,
+    ] and "Reject option" in printed
+    for r in record[
+        "reject"
+    ]:  # a certified threshold answers a share of the fit split at the target at least
         assert not r["certified"] or (r["accuracy"] >= r["target"] and 0 < r["answered"] <= 1)
 
 
-def test_an_onnx_export_is_calibrated_from_its_log_probabilities(cls_model, cls_data, tmp_path, capsys):
+def test_an_onnx_export_is_calibrated_from_its_log_probabilities(
+    cls_model, cls_data, tmp_path, capsys
+):
     """An export returns only the softmax: its log-probabilities give the temperature the .pt's logits
     give, and the run writes the map to apply after the engine (no checkpoint)."""
     from ultralytics import YOLO
 
-    local = tmp_path / cls_model.name  # the export is written beside its checkpoint: not into the package
+    local = (
+        tmp_path / cls_model.name
+    )  # the export is written beside its checkpoint: not into the package
     shutil.copy(cls_model, local)
     onnx = Path(YOLO(str(local)).export(format="onnx", imgsz=64))
     split = read_class_split(cls_data, "val")
@@ -150,8 +201,22 @@ def test_an_onnx_export_is_calibrated_from_its_log_probabilities(cls_model, cls_
     t_engine = fit_multiclass("temperature", engine.logits, split.labels).temperature
     assert t_engine == pytest.approx(t_pt, rel=1e-3)
     out = tmp_path / "run"
-    assert main(["calibrate", "--model", str(onnx), "--data", str(cls_data), "--method", "temperature",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(onnx),
+                "--data",
+                str(cls_data),
+                "--method",
+                "temperature",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads((out / "calibration.json").read_text())
     assert not (out / "calibrated.pt").exists() and (out / "classifier_map.json").is_file()
     assert record["map"]["temperature"] == pytest.approx(t_pt, rel=1e-3) and record["val"] is None
@@ -160,8 +225,23 @@ def test_an_onnx_export_is_calibrated_from_its_log_probabilities(cls_model, cls_
 @pytest.fixture(scope="module")
 def cls_run(cls_model, cls_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("clsrun") / "run"
-    assert main(["calibrate", "--model", str(cls_model), "--data", str(cls_data), "--method", "temperature",
-                 "--no-val", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(cls_model),
+                "--data",
+                str(cls_data),
+                "--method",
+                "temperature",
+                "--no-val",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -171,7 +251,18 @@ def test_check_holds_on_like_images_and_calls_heavy_blur_drift(cls_run, cls_data
     import cv2
 
     fresh = classify_root(tmp_path / "fresh", seed=1, splits={"val": 80})
-    code = main(["check", str(cls_run), "--data", str(fresh), "--split", "val", "--out", str(tmp_path / "c1")])
+    code = main(
+        [
+            "check",
+            str(cls_run),
+            "--data",
+            str(fresh),
+            "--split",
+            "val",
+            "--out",
+            str(tmp_path / "c1"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "calibration: holds" in printed and "accuracy: holds" in printed
@@ -180,15 +271,32 @@ def test_check_holds_on_like_images_and_calls_heavy_blur_drift(cls_run, cls_data
         dst = blurred / "val" / src.parent.name / src.name
         dst.parent.mkdir(parents=True, exist_ok=True)
         cv2.imwrite(str(dst), cv2.GaussianBlur(cv2.imread(str(src)), (0, 0), 6))
-    code = main(["check", str(cls_run), "--data", str(blurred), "--split", "val", "--out", str(tmp_path / "c2")])
+    code = main(
+        [
+            "check",
+            str(cls_run),
+            "--data",
+            str(blurred),
+            "--split",
+            "val",
+            "--out",
+            str(tmp_path / "c2"),
+        ]
+    )
     printed = capsys.readouterr().out
     result = json.loads((tmp_path / "c2" / "check.json").read_text())
-    assert code == 5 and result["calibration"] == "drifted" and result["accuracy"] == "changed", printed
+    assert code == 5 and result["calibration"] == "drifted" and result["accuracy"] == "changed", (
+        printed
+    )
     assert result["right"] < result["expected_right"]  # over-confident on blurred crops
-    _one_line_error(capsys, ["check", str(cls_run), "--images", str(blurred)], "--images is not available")
+    _one_line_error(
+        capsys, ["check", str(cls_run), "--images", str(blurred)], "--images is not available"
+    )
 
 
-def test_a_planted_over_confident_classifier_gets_its_temperature_back(cls_model, cls_data, cls_run, tmp_path):
+def test_a_planted_over_confident_classifier_gets_its_temperature_back(
+    cls_model, cls_data, cls_run, tmp_path
+):
     """The textbook case on the real demo classifier: its logits x3 (folded into its last layer) fit a
     temperature 3 times its own; the calibrated classifier's logits x3 (its own temperature folded in
     first, a calibrated classifier made over-confident) fit one within 5% of 3."""
@@ -196,11 +304,29 @@ def test_a_planted_over_confident_classifier_gets_its_temperature_back(cls_model
     t_base = json.loads((cls_run / "calibration.json").read_text())["map"]["temperature"]
     fitted = {}
     for name, scale in (("raw_x3", 3.0), ("calibrated_x3", 3.0 / t_base)):
-        planted = write_classify_checkpoint(cls_model, tmp_path / f"{name}.pt",
-                                            MultiClassMap("temperature", scale * np.eye(k), np.zeros(k), 1 / scale))
+        planted = write_classify_checkpoint(
+            cls_model,
+            tmp_path / f"{name}.pt",
+            MultiClassMap("temperature", scale * np.eye(k), np.zeros(k), 1 / scale),
+        )
         out = tmp_path / name
-        assert main(["calibrate", "--model", str(planted), "--data", str(cls_data), "--method", "temperature",
-                     "--no-val", "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--model",
+                    str(planted),
+                    "--data",
+                    str(cls_data),
+                    "--method",
+                    "temperature",
+                    "--no-val",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         fitted[name] = json.loads((out / "calibration.json").read_text())["map"]["temperature"]
     assert fitted["raw_x3"] / t_base == pytest.approx(3.0, rel=1e-3)
     assert abs(fitted["calibrated_x3"] - 3.0) / 3.0 < 0.05

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.data.box_table import SCHEMA, empty_boxes, read_boxes, validate_boxes, write_boxes
+from det_calib.data.box_table import SCHEMA, _empty_boxes, read_boxes, validate_boxes, write_boxes
 from det_calib.errors import InputError
 from det_calib.io import atomic_path, write_json
 
@@ -47,7 +47,7 @@ def test_round_trip_keeps_schema(tmp_path):
     back = read_boxes(path)
     assert back.schema == pl.Schema(SCHEMA)
     assert back.equals(validate_boxes(df))
-    assert empty_boxes().height == 0 and list(empty_boxes().schema) == list(SCHEMA)
+    assert _empty_boxes().height == 0 and list(_empty_boxes().schema) == list(SCHEMA)
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,16 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 
 
 def test_json_writes_nan_as_null(tmp_path):
-    write_json(tmp_path / "x.json", {"a": float("nan"), "b": np.float32(0.5), "c": np.int64(3), "d": [np.nan]})
-    assert json.loads((tmp_path / "x.json").read_text()) == {"a": None, "b": 0.5, "c": 3, "d": [None]}
+    write_json(
+        tmp_path / "x.json",
+        {"a": float("nan"), "b": np.float32(0.5), "c": np.int64(3), "d": [np.nan]},
+    )
+    assert json.loads((tmp_path / "x.json").read_text()) == {
+        "a": None,
+        "b": 0.5,
+        "c": 3,
+        "d": [None],
+    }
 
 
 def test_atomic_files_get_normal_permissions(tmp_path):
@@ -116,5 +124,7 @@ def test_the_head_vocabulary_has_one_home():
     assert boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "both")
     for table in (boxes.HEAD_LABEL, boxes.HEAD_BRANCH, boxes.HEAD_PREDICT_NMS):
         assert tuple(table) == boxes.HEADS
-    assert fold.BRANCHES is boxes.HEAD_BRANCH and common.HEAD_LABEL is boxes.HEAD_LABEL
-    assert pipeline.HEAD_CHOICES is boxes.HEAD_CHOICES and list(parts._HEAD_RANK) == list(boxes.HEADS)
+    assert fold._BRANCHES is boxes.HEAD_BRANCH and common.HEAD_LABEL is boxes.HEAD_LABEL
+    assert pipeline.HEAD_CHOICES is boxes.HEAD_CHOICES and list(parts._HEAD_RANK) == list(
+        boxes.HEADS
+    )

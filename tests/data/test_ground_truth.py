@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import (
+    _read_yolo_labels,
     check_class_names,
     half_split,
     label_path,
     load_data_yaml,
     load_split,
     read_label_file,
-    read_yolo_labels,
 )
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
@@ -41,7 +41,9 @@ def test_fixture_split_loads_with_pixels_boxes(fixture_yaml):
     assert sp.gt.height == 57
     g = sp.gt
     w = sp.sizes[g["image_id"].to_numpy(), 0]
-    assert (g["x1"].to_numpy() >= -1e-3).all() and (g["x2"].to_numpy() <= w + 1e-3).all()  # 6-decimal labels
+    assert (g["x1"].to_numpy() >= -1e-3).all() and (
+        g["x2"].to_numpy() <= w + 1e-3
+    ).all()  # 6-decimal labels
     # round trip: pixel boxes back to the normalised label of the first image
     lbl = np.loadtxt(label_path(sp.images[0]), ndmin=2)
     first = g.filter(g["image_id"] == 0)
@@ -79,11 +81,15 @@ def test_class_id_out_of_range_skips_the_image(fixture_copy):
     ds = load_data_yaml(fixture_copy / "data.yaml")
     with pytest.warns(UserWarning, match=re.escape(f"{lbl}:1: class id 8 out of range 0..7")):
         sp = load_split(ds, "fixture")
-    assert len(sp.images) == 11 and sp.corrupt == [str(fixture_copy / "images" / "fixture" / f"{lbl.stem}.jpg")]
+    assert len(sp.images) == 11 and sp.corrupt == [
+        str(fixture_copy / "images" / "fixture" / f"{lbl.stem}.jpg")
+    ]
     # the strict reader, given a fixed image list, refuses the file instead
     images = sorted((fixture_copy / "images" / "fixture").glob("*.jpg"))
-    with pytest.raises(InputError, match=re.escape(f"malformed label: {lbl}:1: class id 8 out of range 0..7")):
-        read_yolo_labels(images, np.full((12, 2), 64), nc=8, split="fixture")
+    with pytest.raises(
+        InputError, match=re.escape(f"malformed label: {lbl}:1: class id 8 out of range 0..7")
+    ):
+        _read_yolo_labels(images, np.full((12, 2), 64), nc=8, split="fixture")
 
 
 # line, our reason (None: accepted), whether Ultralytics' verify_image_label drops the file
@@ -92,16 +98,28 @@ LABEL_CASES = [
     ("0 0.5 0.5 inf 0.2", "non-finite value `inf`", True),
     ("0 0.5 0.5 -0.2 0.2", "width -0.2 is negative", True),
     ("0 0.5 0.5 0.2 -1e-3", "height -1e-3 is negative", True),
-    ("0 0.5 0.5 0.2", "expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got 4", True),
+    (
+        "0 0.5 0.5 0.2",
+        "expected 5 values `cls cx cy w h` or a polygon `cls x1 y1 x2 y2 x3 y3 ...`, got 4",
+        True,
+    ),
     ("0 0.5 0.5 0.2 0.2 0.9", "got 6", True),
     ("0 0.5 zero 0.2 0.2", "`zero` is not a number", True),
     ("8 0.5 0.5 0.2 0.2", "class id 8 out of range 0..7", True),
     ("-1 0.5 0.5 0.2 0.2", "class id -1 out of range 0..7", True),
     ("1.5 0.5 0.5 0.2 0.2", "class id 1.5 is not an integer", True),
-    ("0 1.2 0.5 0.2 0.2", "value 1.2 outside [0, 1] (normalised coordinates, tolerance 0.01)", True),
+    (
+        "0 1.2 0.5 0.2 0.2",
+        "value 1.2 outside [0, 1] (normalised coordinates, tolerance 0.01)",
+        True,
+    ),
     ("0 0.5 -0.02 0.2 0.2", "value -0.02 outside [0, 1]", True),
     ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.1", "got 8", True),  # a polygon with an odd number of coordinates
-    ("0 0.5 0.5 0.2 0.2\n1 0.1 0.1 0.5 0.1 0.5 0.6", "a polygon line in a file of box lines (line 1)", True),
+    (
+        "0 0.5 0.5 0.2 0.2\n1 0.1 0.1 0.5 0.1 0.5 0.6",
+        "a polygon line in a file of box lines (line 1)",
+        True,
+    ),
     # stricter than Ultralytics: a zero-size box overlaps nothing, so a detection of its object
     # would count as incorrect
     ("0 0.5 0.5 0 0.2", "width 0 is zero", False),
@@ -115,14 +133,18 @@ LABEL_CASES = [
 
 
 @pytest.mark.parametrize(("text", "reason", "ultralytics_drops"), LABEL_CASES)
-def test_label_checks_name_file_and_line_and_agree_with_ultralytics(fixture_copy, text, reason, ultralytics_drops):
+def test_label_checks_name_file_and_line_and_agree_with_ultralytics(
+    fixture_copy, text, reason, ultralytics_drops
+):
     from ultralytics.data.utils import verify_image_label
 
     img = min((fixture_copy / "images" / "fixture").glob("*.jpg"))
     lbl = label_path(img)
     polygon = len(text.split("\n")[0].split()) > 6
     good = "3 0.1 0.1 0.3 0.1 0.3 0.3" if polygon else "3 0.5 0.5 0.1 0.1"
-    lbl.write_text(good + "\n\n" + text + "\n")  # a good line of the same kind, a blank one, then the case
+    lbl.write_text(
+        good + "\n\n" + text + "\n"
+    )  # a good line of the same kind, a blank one, then the case
     boxes, problem = read_label_file(lbl, nc=8)
     if reason is None:
         assert problem is None
@@ -146,9 +168,13 @@ def test_many_malformed_files_one_warning_each_up_to_three(fixture_copy):
         warnings.simplefilter("always")
         sp = load_split(load_data_yaml(fixture_copy / "data.yaml"), "fixture")
     msgs = [str(w.message) for w in caught]
-    assert len(msgs) == 4 and all(f"{lbl}:1: non-finite value `nan`" in m for lbl, m in zip(labels, msgs[:3]))
-    assert "... and 4 more files with malformed labels (7 of 12 images left out); all listed in calibration.json" \
-        in msgs[-1]
+    assert len(msgs) == 4 and all(
+        f"{lbl}:1: non-finite value `nan`" in m for lbl, m in zip(labels, msgs[:3])
+    )
+    assert (
+        "... and 4 more files with malformed labels (7 of 12 images left out); all listed in "
+        "calibration.json" in msgs[-1]
+    )
     assert len(sp.images) == 5 and len(sp.corrupt) == 7 and len(sp.bad_labels) == 7
 
 
@@ -159,8 +185,12 @@ def test_each_label_file_is_read_once_and_skipped_images_not_decoded(fixture_cop
 
     reads, opened = [], []
     real_read, real_open = _Path.read_text, Image.open
-    monkeypatch.setattr(_Path, "read_text", lambda self, *a, **k: reads.append(self) or real_read(self, *a, **k))
-    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(_Path(fp)) or real_open(fp, *a, **k))
+    monkeypatch.setattr(
+        _Path, "read_text", lambda self, *a, **k: reads.append(self) or real_read(self, *a, **k)
+    )
+    monkeypatch.setattr(
+        Image, "open", lambda fp, *a, **k: opened.append(_Path(fp)) or real_open(fp, *a, **k)
+    )
     bad = sorted((fixture_copy / "labels" / "fixture").glob("*.txt"))[4]
     real_bad = bad.read_text()
     bad.write_text(real_bad + "0 0.5 0.5 0.1\n")
@@ -201,7 +231,11 @@ def test_half_split_is_deterministic_and_disjoint(fixture_yaml):
     for half in (a1, b1):
         for k, img in enumerate(half.images):
             n = half.gt.filter(half.gt["image_id"] == k).height
-            assert n == len(np.loadtxt(label_path(img), ndmin=2)) if label_path(img).stat().st_size else n == 0
+            assert (
+                n == len(np.loadtxt(label_path(img), ndmin=2))
+                if label_path(img).stat().st_size
+                else n == 0
+            )
 
 
 def test_coco_ground_truth_equals_yolo_labels(tmp_path, fixture_yaml):
@@ -209,18 +243,36 @@ def test_coco_ground_truth_equals_yolo_labels(tmp_path, fixture_yaml):
     sp = load_split(ds, "fixture")
     images, anns = [], []
     for k, p in enumerate(sp.images):
-        images.append({"id": 100 + k, "file_name": p.name, "width": int(sp.sizes[k, 0]), "height": int(sp.sizes[k, 1])})
+        images.append(
+            {
+                "id": 100 + k,
+                "file_name": p.name,
+                "width": int(sp.sizes[k, 0]),
+                "height": int(sp.sizes[k, 1]),
+            }
+        )
     for j, r in enumerate(sp.gt.iter_rows(named=True)):
         w, h = r["x2"] - r["x1"], r["y2"] - r["y1"]
-        anns.append({"id": j + 1, "image_id": 100 + r["image_id"], "category_id": 10 + r["cls"],
-                     "bbox": [r["x1"], r["y1"], w, h], "area": w * h, "iscrowd": int(j % 7 == 0)})
+        anns.append(
+            {
+                "id": j + 1,
+                "image_id": 100 + r["image_id"],
+                "category_id": 10 + r["cls"],
+                "bbox": [r["x1"], r["y1"], w, h],
+                "area": w * h,
+                "iscrowd": int(j % 7 == 0),
+            }
+        )
     cats = [{"id": 10 + i, "name": n} for i, n in enumerate(ds.names)]
     path = tmp_path / "ann.json"
     path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     coco = load_split(ds, "fixture", coco_gt=path).gt
     assert coco.height == sp.gt.height
-    np.testing.assert_allclose(coco.select("x1", "y1", "x2", "y2").to_numpy(),
-                               sp.gt.select("x1", "y1", "x2", "y2").to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(
+        coco.select("x1", "y1", "x2", "y2").to_numpy(),
+        sp.gt.select("x1", "y1", "x2", "y2").to_numpy(),
+        atol=1e-9,
+    )
     assert coco["cls"].to_list() == sp.gt["cls"].to_list()
     assert coco["crowd"].sum() == len(anns[::7])
     cats[0]["name"] = "dodecahedron"
@@ -244,16 +296,23 @@ def test_polygon_labels_quoted_ids_and_roboflow_paths(tmp_path, fixture_yaml):
     sp = load_split(ds, "val")
     first = sp.gt.filter(sp.gt["image_id"] == 0)
     w, h = sp.sizes[0]
-    np.testing.assert_allclose(first.select("x1", "y1", "x2", "y2").to_numpy()[0], [0.1 * w, 0.2 * h, 0.5 * w, 0.6 * h])
+    np.testing.assert_allclose(
+        first.select("x1", "y1", "x2", "y2").to_numpy()[0], [0.1 * w, 0.2 * h, 0.5 * w, 0.6 * h]
+    )
     assert first["cls"].to_list() == [2]
 
 
 def test_coco_images_missing_from_the_json_are_left_out(tmp_path, fixture_yaml):
     ds = load_data_yaml(fixture_yaml)
     sp = load_split(ds, "fixture")
-    images = [{"id": k, "file_name": p.name, "width": int(sp.sizes[k, 0]), "height": int(sp.sizes[k, 1])}
-              for k, p in enumerate(sp.images) if k % 3]
-    cats = [{"id": i, "name": n} for i, n in enumerate(ds.names)] + [{"id": 99, "name": "shapes-parent"}]
+    images = [
+        {"id": k, "file_name": p.name, "width": int(sp.sizes[k, 0]), "height": int(sp.sizes[k, 1])}
+        for k, p in enumerate(sp.images)
+        if k % 3
+    ]
+    cats = [{"id": i, "name": n} for i, n in enumerate(ds.names)] + [
+        {"id": 99, "name": "shapes-parent"}
+    ]
     path = tmp_path / "ann.json"
     path.write_text(json.dumps({"images": images, "annotations": [], "categories": cats}))
     with warnings.catch_warnings(record=True) as caught:
@@ -275,7 +334,11 @@ def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture
     exif = Image.Exif()
     exif[0x0112] = 6  # rotated by 90 degrees
     paths = []
-    for name, kw in (("r.jpg", {"exif": exif.tobytes()}), ("r.png", {"exif": exif.tobytes()}), ("n.png", {})):
+    for name, kw in (
+        ("r.jpg", {"exif": exif.tobytes()}),
+        ("r.png", {"exif": exif.tobytes()}),
+        ("n.png", {}),
+    ):
         Image.fromarray(arr).save(tmp_path / name, **kw)
         paths.append(tmp_path / name)
     data = fixture_images[0].read_bytes()

@@ -10,13 +10,18 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
-from det_calib.data.ground_truth import load_data_yaml, load_split, read_label_file, read_yolo_labels
+from det_calib.data.ground_truth import (
+    _read_yolo_labels,
+    load_data_yaml,
+    load_split,
+    read_label_file,
+)
 from det_calib.data.segments import (
     SEGM_COLUMN,
+    _polygon_rle,
+    _read_segment_file,
     has_masks,
     load_segment_split,
-    polygon_rle,
-    read_segment_file,
     segment_rles,
 )
 from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
@@ -34,7 +39,9 @@ def seg_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("seg")
     write_segment_split(root, "test", N_IMAGES)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
-    (root / "data.yaml").write_text(f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n")
+    (root / "data.yaml").write_text(
+        f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n"
+    )
     return root
 
 
@@ -44,20 +51,33 @@ def seg_copy(seg_root, tmp_path):
 
     dst = tmp_path / "copy"
     shutil.copytree(seg_root, dst)
-    (dst / "data.yaml").write_text((seg_root / "data.yaml").read_text().replace(str(seg_root), str(dst)))
+    (dst / "data.yaml").write_text(
+        (seg_root / "data.yaml").read_text().replace(str(seg_root), str(dst))
+    )
     return dst
 
 
 # line, reason (None: accepted), whether Ultralytics' verify_image_label drops the file too
 SEGMENT_CASES = [
-    ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.1", "polygon with an odd number of coordinates (7; x y pairs expected), got 8 values",
-     True),
+    (
+        "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1",
+        "polygon with an odd number of coordinates (7; x y pairs expected), got 8 values",
+        True,
+    ),
     ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.9 0.9", "odd number of coordinates (9", True),
     # stricter than Ultralytics, which keeps a one-point polygon in a polygon file (a box of zero size)
     ("0 0.1 0.1", "got 3", False),
     ("0 0.1 0.1 0.5 0.1 0.5", "got 6", True),  # two and a half points
-    ("0 0.1 0.1 1.2 0.1 0.5 0.5", "polygon point 2 outside the image: value 1.2 outside [0, 1]", True),
-    ("0 1.5 1.5 1.9 1.5 1.9 1.9", "polygon point 1 outside the image: value 1.5 outside [0, 1]", True),
+    (
+        "0 0.1 0.1 1.2 0.1 0.5 0.5",
+        "polygon point 2 outside the image: value 1.2 outside [0, 1]",
+        True,
+    ),
+    (
+        "0 1.5 1.5 1.9 1.5 1.9 1.9",
+        "polygon point 1 outside the image: value 1.5 outside [0, 1]",
+        True,
+    ),
     ("8 0.1 0.1 0.5 0.1 0.5 0.5", "class id 8 out of range 0..7", True),
     ("0 0.1 0.1 0.1 0.5 0.1 0.9", "polygon has zero width", False),
     ("3 0.1 0.1 0.5 0.1 0.5 0.5", None, False),
@@ -66,14 +86,15 @@ SEGMENT_CASES = [
 
 
 @pytest.mark.parametrize(("line", "reason", "ultralytics_drops"), SEGMENT_CASES)
-def test_segment_line_checks_name_file_and_line_and_agree_with_ultralytics(seg_copy, line, reason,
-                                                                           ultralytics_drops):
+def test_segment_line_checks_name_file_and_line_and_agree_with_ultralytics(
+    seg_copy, line, reason, ultralytics_drops
+):
     from ultralytics.data.utils import verify_image_label
 
     img = seg_copy / "images" / "test" / "test_00000.png"
     lbl = seg_copy / "labels" / "test" / "test_00000.txt"
     lbl.write_text("2 0.2 0.2 0.4 0.2 0.4 0.4 0.2 0.4\n\n" + line + "\n")
-    rows, problem = read_segment_file(lbl, nc=8)
+    rows, problem = _read_segment_file(lbl, nc=8)
     if reason is None:
         assert problem is None and len(rows) == 2
         np.testing.assert_array_equal(rows[1][1], np.array(line.split()[1:], float).reshape(-1, 2))
@@ -87,8 +108,11 @@ def test_segment_line_checks_name_file_and_line_and_agree_with_ultralytics(seg_c
 def test_rows_keep_polygons_and_box_lines_have_none(seg_copy):
     lbl = seg_copy / "labels" / "test" / "test_00001.txt"
     lbl.write_text("1 0.5 0.5 0.2 0.2\n1 0.5 0.5 0.2 0.2\n4 0.1 0.2 0.3 0.4\n")
-    rows, problem = read_segment_file(lbl, nc=8)
-    assert problem is None and [(c, p) for c, p in rows] == [(1, None), (4, None)]  # duplicate dropped
+    rows, problem = _read_segment_file(lbl, nc=8)
+    assert problem is None and [(c, p) for c, p in rows] == [
+        (1, None),
+        (4, None),
+    ]  # duplicate dropped
 
 
 def test_masks_are_the_visible_regions_row_for_row(seg_root):
@@ -107,8 +131,9 @@ def test_masks_are_the_visible_regions_row_for_row(seg_root):
             # the ground-truth box (from the polygon, as Ultralytics) is the mask's box within 1e-5 of the image
             x, y, w, h = mask_utils.toBbox(rles[j])
             box = sp.gt.row(int(j), named=True)
-            np.testing.assert_allclose([box["x1"], box["y1"], box["x2"], box["y2"]], [x, y, x + w, y + h],
-                                       atol=1e-5 * 400)
+            np.testing.assert_allclose(
+                [box["x1"], box["y1"], box["x2"], box["y2"]], [x, y, x + w, y + h], atol=1e-5 * 400
+            )
 
 
 def test_malformed_segment_files_warn_and_are_left_out_like_box_labels(seg_copy):
@@ -119,13 +144,16 @@ def test_malformed_segment_files_warn_and_are_left_out_like_box_labels(seg_copy)
         warnings.simplefilter("always")
         sp = load_segment_split(load_data_yaml(seg_copy / "data.yaml"), "test")
     msgs = [str(w.message) for w in caught if "malformed" in str(w.message)]
-    assert len(msgs) == 4 and "and 2 more files with malformed labels (5 of 8 images left out)" in msgs[3]
+    assert (
+        len(msgs) == 4
+        and "and 2 more files with malformed labels (5 of 8 images left out)" in msgs[3]
+    )
     assert "odd number of coordinates" in msgs[0]
     assert len(sp.images) == N_IMAGES - 5 and len(sp.bad_labels) == 5 and has_masks(sp)
     # where the box reader errors (a fixed image list), so does it for polygons: one line
     images = sorted((seg_copy / "images" / "test").glob("*.png"))
     with pytest.raises(InputError, match=re.escape(f"malformed label: {lbls[0]}:")):
-        read_yolo_labels(images, np.full((N_IMAGES, 2), 320), nc=8, split="test")
+        _read_yolo_labels(images, np.full((N_IMAGES, 2), 320), nc=8, split="test")
     # every file malformed: the split has no usable image
     for lbl in lbls[5:]:
         lbl.write_text("0 1.5 1.5 1.9 1.5 1.9 1.9\n")
@@ -143,7 +171,7 @@ def test_a_box_only_file_gives_rows_without_masks(seg_copy):
 
 
 def test_polygon_rle_clips_to_the_image():
-    counts = polygon_rle(np.array([[-5, -5], [4, -5], [4, 3], [-5, 3]]), 10, 8)
+    counts = _polygon_rle(np.array([[-5, -5], [4, -5], [4, 3], [-5, 3]]), 10, 8)
     m = mask_utils.decode({"size": [8, 10], "counts": counts})
     assert m.sum() == 12 and m[:3, :4].all()
 
@@ -155,7 +183,9 @@ def _coco_json(seg_root, path, *, crowd_rle: bool = True, width_delta: int = 0):
     rles = segment_rles(sp)
     images, anns = [], []
     for i, (p, (w, h)) in enumerate(zip(sp.images, sp.sizes)):
-        images.append({"id": 100 + i, "file_name": p.name, "width": int(w) + width_delta, "height": int(h)})
+        images.append(
+            {"id": 100 + i, "file_name": p.name, "width": int(w) + width_delta, "height": int(h)}
+        )
     for j, row in enumerate(sp.gt.iter_rows(named=True)):
         i = row["image_id"]
         w, h = (int(x) for x in sp.sizes[i])
@@ -166,13 +196,31 @@ def _coco_json(seg_root, path, *, crowd_rle: bool = True, width_delta: int = 0):
         if j == 1:  # a compressed RLE (as COCO results are)
             seg = {"size": rles[j]["size"], "counts": rles[j]["counts"].decode()}
         x, y, bw, bh = mask_utils.toBbox(rles[j]).tolist()
-        anns.append({"id": j + 1, "image_id": 100 + i, "category_id": int(row["cls"]) + 1, "bbox": [x, y, bw, bh],
-                     "area": float(mask_utils.area(rles[j])), "iscrowd": 0, "segmentation": seg})
+        anns.append(
+            {
+                "id": j + 1,
+                "image_id": 100 + i,
+                "category_id": int(row["cls"]) + 1,
+                "bbox": [x, y, bw, bh],
+                "area": float(mask_utils.area(rles[j])),
+                "iscrowd": 0,
+                "segmentation": seg,
+            }
+        )
     if crowd_rle:  # a crowd region on image 0: the left half, uncompressed RLE (column-major runs, zeros first)
         w, h = (int(x) for x in sp.sizes[0])
         runs = [h * (w // 2), h * (w - w // 2)]
-        anns.append({"id": 999, "image_id": 100, "category_id": 1, "bbox": [0, 0, w // 2, h], "area": h * (w // 2),
-                     "iscrowd": 1, "segmentation": {"size": [h, w], "counts": [0, *runs]}})
+        anns.append(
+            {
+                "id": 999,
+                "image_id": 100,
+                "category_id": 1,
+                "bbox": [0, 0, w // 2, h],
+                "area": h * (w // 2),
+                "iscrowd": 1,
+                "segmentation": {"size": [h, w], "counts": [0, *runs]},
+            }
+        )
     cats = [{"id": i + 1, "name": n} for i, n in enumerate(CLASS_NAMES)]
     path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     return sp, rles
@@ -191,7 +239,7 @@ def test_coco_segmentations_polygons_and_rles(seg_root, tmp_path):
     assert [r["counts"] for r in ours] == [r["counts"] for r in ref_rles]
     crowd_mask = mask_utils.decode(rles[int(np.flatnonzero(crowd)[0])])
     w = int(sp.sizes[0][0])
-    assert crowd_mask[:, : w // 2].all() and not crowd_mask[:, w // 2:].any()
+    assert crowd_mask[:, : w // 2].all() and not crowd_mask[:, w // 2 :].any()
 
 
 def test_coco_image_size_must_match_the_file(seg_root, tmp_path):
@@ -209,5 +257,7 @@ def test_coco_rle_of_another_size_is_refused(seg_root, tmp_path):
     h, w = d["images"][0]["height"], d["images"][0]["width"]
     ann["segmentation"] = {"size": [h + 8, w], "counts": [0, 10, (h + 8) * w - 10]}
     js.write_text(json.dumps(d))
-    with pytest.raises(InputError, match=rf"annotation {ann['id']} has an RLE of size \[{h + 8}, {w}\]"):
+    with pytest.raises(
+        InputError, match=rf"annotation {ann['id']} has an RLE of size \[{h + 8}, {w}\]"
+    ):
         load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)

@@ -27,9 +27,14 @@ def _copy(root: Path, source: Path, *, n: int = 3, yaml_edit=None, first_empty: 
     for i, img in enumerate(sorted((source.parent / "images" / "calib").glob("*.png"))[:n]):
         shutil.copy(img, root / "images" / "calib" / img.name)
         text = (source.parent / "labels" / "calib" / f"{img.stem}.txt").read_text()
-        (root / "labels" / "calib" / f"{img.stem}.txt").write_text("" if first_empty and i == 0 else text)
-    keep = [ln for ln in source.read_text().splitlines() if not ln.startswith(("path:", "train:", "val:", "calib:",
-                                                                                "test:"))]
+        (root / "labels" / "calib" / f"{img.stem}.txt").write_text(
+            "" if first_empty and i == 0 else text
+        )
+    keep = [
+        ln
+        for ln in source.read_text().splitlines()
+        if not ln.startswith(("path:", "train:", "val:", "calib:", "test:"))
+    ]
     text = "\n".join([f"path: {root}", "val: images/calib", "calib: images/calib", *keep]) + "\n"
     (root / "data.yaml").write_text(yaml_edit(text) if yaml_edit else text)
     return load_data_yaml(root / "data.yaml")
@@ -45,15 +50,24 @@ def test_each_task_reads_its_own_ground_truth(tmp_path, small_demo):
     sp = load_task_split(obb, "calib", task="obb")
     assert XYWHR_COLUMN in sp.gt.columns and sp.gt.equals(load_obb_split(obb, "calib").gt)
     assert SEGM_COLUMN in load_task_split(seg, "calib", task="segment").gt.columns
-    assert load_task_split(seg, "calib", task="segment", match="box").gt.equals(load_split(seg, "calib").gt)
+    assert load_task_split(seg, "calib", task="segment", match="box").gt.equals(
+        load_split(seg, "calib").gt
+    )
     assert load_task_split(boxes, "calib", task="detect").gt.equals(load_split(boxes, "calib").gt)
     # --match box: a pose or OBB model on its own labels keeps the task's checks; the boxes are the same rows
-    assert load_task_split(pose, "calib", task="pose", match="box").gt.select("x1", "y1", "x2", "y2").equals(
-        load_split(boxes, "calib").gt.select("x1", "y1", "x2", "y2"))
+    assert (
+        load_task_split(pose, "calib", task="pose", match="box")
+        .gt.select("x1", "y1", "x2", "y2")
+        .equals(load_split(boxes, "calib").gt.select("x1", "y1", "x2", "y2"))
+    )
     assert XYWHR_COLUMN in load_task_split(obb, "calib", task="obb", match="box").gt.columns
     # and on box labels, the box labels
-    assert load_task_split(boxes, "calib", task="pose", match="box").gt.equals(load_split(boxes, "calib").gt)
-    assert load_task_split(boxes, "calib", task="obb", match="box").gt.equals(load_split(boxes, "calib").gt)
+    assert load_task_split(boxes, "calib", task="pose", match="box").gt.equals(
+        load_split(boxes, "calib").gt
+    )
+    assert load_task_split(boxes, "calib", task="obb", match="box").gt.equals(
+        load_split(boxes, "calib").gt
+    )
 
 
 def test_label_values(tmp_path, small_demo):
@@ -66,18 +80,27 @@ def test_label_values(tmp_path, small_demo):
 
 def test_data_that_does_not_fit_the_model(tmp_path, small_demo):
     pose = _copy(tmp_path / "pose", small_demo["pose"])
-    boxes = _copy(tmp_path / "box", small_demo["detect"], first_empty=True)  # the sniff skips an empty file
+    boxes = _copy(
+        tmp_path / "box", small_demo["detect"], first_empty=True
+    )  # the sniff skips an empty file
     for task in ("detect", "segment", "obb"):
-        with pytest.raises(InputError, match=rf"declares kpt_shape \[5, 3\] \(pose labels\), but the model's task is "
-                                             rf"`{task}`"):
+        with pytest.raises(
+            InputError,
+            match=rf"declares kpt_shape \[5, 3\] \(pose labels\), but the model's task is "
+            rf"`{task}`",
+        ):
             load_task_split(pose, "calib", task=task)
     for match in ("auto", "oks"):
         with pytest.raises(InputError, match="has no `kpt_shape`: box labels for a pose model"):
             load_task_split(boxes, "calib", task="pose", match=match, payload_shape=(5, 3))
-    with pytest.raises(InputError, match=r"kpt_shape \[5, 3\] but the model's is \[17, 3\] \(17 keypoints\)"):
+    with pytest.raises(
+        InputError, match=r"kpt_shape \[5, 3\] but the model's is \[17, 3\] \(17 keypoints\)"
+    ):
         load_task_split(pose, "calib", task="pose", payload_shape=(17, 3))
     for match in ("auto", "rotated"):
-        with pytest.raises(InputError, match=r"has box labels \(`cls cx cy w h`\) for an OBB model"):
+        with pytest.raises(
+            InputError, match=r"has box labels \(`cls cx cy w h`\) for an OBB model"
+        ):
             load_task_split(boxes, "calib", task="obb", match=match)
     with pytest.raises(InputError, match="COCO JSON has no rotated boxes"):
         load_task_split(boxes, "calib", task="obb", coco_gt=tmp_path / "x.json")

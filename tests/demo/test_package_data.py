@@ -16,10 +16,10 @@ import pytest
 
 from det_calib import InputError
 from det_calib.demo import (
+    _demo_root,
     demo_model,
     demo_obb_model,
     demo_pose_model,
-    demo_root,
     demo_segment_model,
     fixture_data_yaml,
 )
@@ -29,11 +29,23 @@ tomllib = pytest.importorskip("tomllib")
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "det_calib" / "demo"
 #: What the demo run needs besides the code: the models, and the fixture split (relative to det_calib/demo).
-SHIPPED = ["assets/yolo26n_shapes.pt", "assets/yolo26n_shapes_seg.pt", "assets/yolo26n_shapes_pose.pt",
-           "assets/yolo26n_shapes_obb.pt", "assets/fixture/data.yaml"]
+SHIPPED = [
+    "assets/yolo26n_shapes.pt",
+    "assets/yolo26n_shapes_seg.pt",
+    "assets/yolo26n_shapes_pose.pt",
+    "assets/yolo26n_shapes_obb.pt",
+    "assets/fixture/data.yaml",
+]
 #: The code that renders the demo data.
-RENDERERS = ["__init__.py", "shapes.py", "shapes_segments.py", "shapes_pose.py", "shapes_obb.py", "shifts.py",
-             "task_labels.py"]
+RENDERERS = [
+    "__init__.py",
+    "shapes.py",
+    "shapes_segments.py",
+    "shapes_pose.py",
+    "shapes_obb.py",
+    "shifts.py",
+    "task_labels.py",
+]
 WHEEL_MAX_BYTES = 25_000_000  # the demo models (FP16) and the fixture, zipped: the wheel 24.9 MB with the classify demo
 
 
@@ -42,8 +54,12 @@ def _package_data() -> tuple[set[str], set[str]]:
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
     def matched(section: str) -> set[str]:
-        return {p for g in tool[section]["det_calib.demo"] for p in glob.glob(g, root_dir=DEMO)
-                if (DEMO / p).is_file()}
+        return {
+            p
+            for g in tool[section]["det_calib.demo"]
+            for p in glob.glob(g, root_dir=DEMO)
+            if (DEMO / p).is_file()
+        }
 
     return matched("package-data"), matched("exclude-package-data")
 
@@ -52,8 +68,14 @@ def _package_data() -> tuple[set[str], set[str]]:
 def test_demo_paths_resolve_inside_the_package(monkeypatch):
     monkeypatch.delenv("DET_CALIB_DEMO_DIR", raising=False)
     assets = Path(str(files("det_calib") / "demo" / "assets"))
-    assert demo_root() == assets
-    for path in (demo_model(), demo_segment_model(), demo_pose_model(), demo_obb_model(), fixture_data_yaml()):
+    assert _demo_root() == assets
+    for path in (
+        demo_model(),
+        demo_segment_model(),
+        demo_pose_model(),
+        demo_obb_model(),
+        fixture_data_yaml(),
+    ):
         assert path.is_file() and path.parent.is_relative_to(assets), path
 
 
@@ -62,10 +84,16 @@ def test_package_data_ships_the_demo_and_leaves_the_seed_members_out():
     included, excluded = _package_data()
     shipped = included - excluded
     # every demo file but Ultralytics' label caches (labels/<split>.cache, written beside the labels by a val run)
-    assets = {str(p.relative_to(DEMO)) for p in (DEMO / "assets").rglob("*") if p.is_file() and p.suffix != ".cache"}
+    assets = {
+        str(p.relative_to(DEMO))
+        for p in (DEMO / "assets").rglob("*")
+        if p.is_file() and p.suffix != ".cache"
+    }
     seeds = {p for p in assets if "_seed" in Path(p).name}
     assert set(SHIPPED) <= shipped
-    assert shipped == assets - seeds, sorted(shipped ^ (assets - seeds))  # every other demo file ships
+    assert shipped == assets - seeds, sorted(
+        shipped ^ (assets - seeds)
+    )  # every other demo file ships
     assert excluded == seeds
     fixture = fixture_data_yaml().parent
     assert len([p for p in shipped if p.startswith("assets/fixture/images/")]) == 12
@@ -88,15 +116,36 @@ def test_built_wheel_holds_the_demo(tmp_path):
     fixture split and the renderers are in the wheel, the seed members are not, and it stays small."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the files to build from are those git sees")
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     src = tmp_path / "src"
     for rel in filter(None, listed):
         if (ROOT / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"),
-                    str(src)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("det_calib-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [p for p in SHIPPED + RENDERERS if f"det_calib/demo/{p}" not in names]

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from det_calib.demo.shapes import (
+    _DISTRACTORS,
     CLASS_NAMES,
-    DISTRACTORS,
     SPLIT_SIZES,
+    _write_split,
     render_image,
-    write_split,
 )
 
 
@@ -29,14 +29,15 @@ def test_same_seed_same_images_and_labels(tmp_path):
     assert not np.array_equal(render_image(1, "test", 0)[0], render_image(0, "test", 0)[0])
     assert not np.array_equal(render_image(0, "calib", 0)[0], render_image(0, "test", 0)[0])
     # written files are byte-identical run to run
-    write_split(tmp_path / "a", "calib", 5, seed=0)
-    write_split(tmp_path / "b", "calib", 5, seed=0)
+    _write_split(tmp_path / "a", "calib", 5, seed=0)
+    _write_split(tmp_path / "b", "calib", 5, seed=0)
     for kind in ("images", "labels"):
         cmp = filecmp.dircmp(tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib")
         assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
         names = sorted(p.name for p in (tmp_path / "a" / kind / "calib").iterdir())
-        _, mismatch, errors = filecmp.cmpfiles(tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib", names,
-                                               shallow=False)
+        _, mismatch, errors = filecmp.cmpfiles(
+            tmp_path / "a" / kind / "calib", tmp_path / "b" / kind / "calib", names, shallow=False
+        )
         assert not mismatch and not errors
 
 
@@ -53,7 +54,9 @@ def test_labels_are_valid_and_varied():
         assert (lbl[:, 3:] > 0).all()
         assert ((lbl[:, 0] >= 0) & (lbl[:, 0] < len(CLASS_NAMES))).all()
         # boxes stay inside the image
-        assert (lbl[:, 1] - lbl[:, 3] / 2 >= -1e-9).all() and (lbl[:, 1] + lbl[:, 3] / 2 <= 1 + 1e-9).all()
+        assert (lbl[:, 1] - lbl[:, 3] / 2 >= -1e-9).all() and (
+            lbl[:, 1] + lbl[:, 3] / 2 <= 1 + 1e-9
+        ).all()
         labels.append(lbl)
         sizes.append(np.tile(img.shape[1::-1], (len(lbl), 1)))
     lbl = np.concatenate(labels)
@@ -62,7 +65,7 @@ def test_labels_are_valid_and_varied():
     assert empty >= 3  # some images without objects
     # sizes from a few pixels to a large share of the image
     assert px.max(1).min() <= 10 and px.max(1).max() >= 150
-    assert DISTRACTORS and "pentagon" in DISTRACTORS
+    assert _DISTRACTORS and "pentagon" in _DISTRACTORS
 
 
 @pytest.mark.fast
@@ -94,10 +97,16 @@ def test_demo_model_loads_in_plain_ultralytics(demo_model_path, fixture_images):
         "from ultralytics import YOLO\n"
         "m = YOLO(sys.argv[1])\n"
         "r = m.predict(sys.argv[2], imgsz=320, verbose=False)[0]\n"
-        "print(json.dumps({'task': m.task, 'names': [m.names[i] for i in sorted(m.names)], 'n': len(r.boxes)}))\n"
+        "print(json.dumps({'task': m.task, 'names': [m.names[i] for i in sorted(m.names)], 'n': "
+        "len(r.boxes)}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(demo_model_path), str(fixture_images[0])],
-                         capture_output=True, text=True, check=True, cwd="/")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(demo_model_path), str(fixture_images[0])],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
     import json
 
     info = json.loads(out.stdout.strip().splitlines()[-1])

@@ -10,16 +10,19 @@ import cv2
 import numpy as np
 import pytest
 
-from det_calib.demo import demo_root
-from det_calib.demo.shapes import render_image, render_with_owners, write_split
-from det_calib.demo.shapes_obb import min_area_rect, region_rect, render_rects, write_obb_split
+from det_calib.demo import _demo_root
+from det_calib.demo.shapes import _write_split, render_image, render_with_owners
+from det_calib.demo.shapes_obb import _region_rect, _render_rects, min_area_rect, write_obb_split
 
 pytestmark = pytest.mark.fast
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _area(q: np.ndarray) -> float:
@@ -28,7 +31,9 @@ def _area(q: np.ndarray) -> float:
 
 def _pixel_corners(mask: np.ndarray) -> np.ndarray:
     ys, xs = np.nonzero(mask)
-    return np.concatenate([np.stack([xs + dx, ys + dy], 1) for dx in (0, 1) for dy in (0, 1)]).astype(np.float64)
+    return np.concatenate(
+        [np.stack([xs + dx, ys + dy], 1) for dx in (0, 1) for dy in (0, 1)]
+    ).astype(np.float64)
 
 
 def _inside(q: np.ndarray, pts: np.ndarray, tol: float = 1e-6) -> bool:
@@ -42,33 +47,42 @@ def _inside(q: np.ndarray, pts: np.ndarray, tol: float = 1e-6) -> bool:
 
 def test_obb_split_leaves_the_detection_split_byte_identical(tmp_path):
     det, obb = tmp_path / "det", tmp_path / "obb"
-    write_split(det, "calib", 5)
+    _write_split(det, "calib", 5)
     before = _tree_digest(det)
     n = write_obb_split(obb, "calib", 5, images_from=det)
     assert _tree_digest(det) == before
     for name in before:
         if name.startswith("images/"):
             assert (obb / name).stat().st_ino == (det / name).stat().st_ino
-    assert n == sum(len((det / k).read_text().splitlines()) for k in before if k.startswith("labels/")) > 0
+    assert (
+        n
+        == sum(len((det / k).read_text().splitlines()) for k in before if k.startswith("labels/"))
+        > 0
+    )
 
 
 def test_render_rects_returns_the_fixture_labels():
     """The box labels beside the rectangles are the committed fixture's text."""
-    files = sorted((demo_root() / "fixture" / "labels" / "fixture").glob("*.txt"))
+    files = sorted((_demo_root() / "fixture" / "labels" / "fixture").glob("*.txt"))
     assert len(files) >= 10
     for f in files:
         i = int(f.stem.split("_")[1])
-        img, labels, rects = render_rects(0, "fixture", i)
+        img, labels, rects = _render_rects(0, "fixture", i)
         assert np.array_equal(img, render_image(0, "fixture", i)[0])
         lines = [f"{int(c)} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}" for c, x, y, bw, bh in labels]
-        assert f.read_text() == "\n".join(lines) + ("\n" if lines else "") and len(rects) == len(labels)
+        assert f.read_text() == "\n".join(lines) + ("\n" if lines else "") and len(rects) == len(
+            labels
+        )
 
 
 def test_min_area_rect_equals_opencv_on_random_point_sets():
     rng = np.random.default_rng(0)
     for _ in range(200):
-        pts = rng.normal(size=(int(rng.integers(3, 40)), 2)) * rng.uniform(1, 50, size=2) @ np.linalg.qr(
-            rng.normal(size=(2, 2)))[0]
+        pts = (
+            rng.normal(size=(int(rng.integers(3, 40)), 2))
+            * rng.uniform(1, 50, size=2)
+            @ np.linalg.qr(rng.normal(size=(2, 2)))[0]
+        )
         q = min_area_rect(pts)
         (_, _), (w, h), _ = cv2.minAreaRect(pts.astype(np.float32))
         assert _area(q) == pytest.approx(w * h, rel=1e-4)
@@ -89,7 +103,12 @@ def test_min_area_rect_known_answers():
     cut = np.array([[0, 0], [1, 0], [5, 4], [4, 5], [0, 1]], dtype=float)
     assert _area(min_area_rect(cut)) == pytest.approx(9.0)
     q = min_area_rect(cut, width=10, height=10)
-    assert _area(q) == pytest.approx(25.0) and sorted(map(tuple, q.tolist())) == [(0, 0), (0, 5), (5, 0), (5, 5)]
+    assert _area(q) == pytest.approx(25.0) and sorted(map(tuple, q.tolist())) == [
+        (0, 0),
+        (0, 5),
+        (5, 0),
+        (5, 5),
+    ]
     square = np.array([[1, 1], [5, 1], [5, 5], [1, 5]], dtype=float)  # ties: axis-aligned
     assert min_area_rect(square).tolist() == [[1, 1], [5, 1], [5, 5], [1, 5]]
 
@@ -102,7 +121,7 @@ def test_region_rects_cover_the_visible_pixels():
     for i in range(40):
         r = render_with_owners(0, "test", i)
         h, w = r.owners.shape
-        _, labels, rects = render_rects(0, "test", i)
+        _, labels, rects = _render_rects(0, "test", i)
         for lab, k, q in zip(labels, r.labelled, rects):
             corners = _pixel_corners(r.owners == k)
             assert _inside(q, corners)
@@ -119,9 +138,9 @@ def test_region_rects_cover_the_visible_pixels():
 
 def test_region_rect_of_an_empty_or_tiny_region():
     m = np.zeros((8, 8), np.uint8)
-    assert region_rect(m) is None
+    assert _region_rect(m) is None
     m[3, 4] = 1
-    assert sorted(map(tuple, region_rect(m).tolist())) == [(4, 3), (4, 4), (5, 3), (5, 4)]
+    assert sorted(map(tuple, _region_rect(m).tolist())) == [(4, 3), (4, 4), (5, 3), (5, 4)]
 
 
 def test_ultralytics_reads_the_obb_labels(tmp_path):
@@ -130,7 +149,7 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
     from ultralytics.data.utils import verify_image_label
     from ultralytics.utils.ops import xyxyxyxy2xywhr
 
-    write_split(tmp_path / "det", "calib", 10)
+    _write_split(tmp_path / "det", "calib", 10)
     write_obb_split(tmp_path / "obb", "calib", 10, images_from=tmp_path / "det")
     n = 0
     for i in range(10):
@@ -139,7 +158,7 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
         lbl = tmp_path / "obb" / "labels" / "calib" / f"{stem}.txt"
         r = verify_image_label((str(img), str(lbl), "", False, 8, 0, 0, False))
         assert r[8] == 0 and r[9] == "", r[9]
-        _, labels, rects = render_rects(0, "calib", i)
+        _, labels, rects = _render_rects(0, "calib", i)
         assert len(r[3]) == len(rects)
         hh, ww = r[2]
         for seg, q in zip(r[3], rects):

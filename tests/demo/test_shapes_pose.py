@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from det_calib.demo import demo_root
-from det_calib.demo.shapes import render_image, render_with_owners, write_split
+from det_calib.demo import _demo_root
+from det_calib.demo.shapes import _write_split, render_image, render_with_owners
 from det_calib.demo.shapes_pose import (
-    FLIP_IDX,
-    KPT_SHAPE,
-    keypoint_visibility,
-    object_keypoints,
-    render_keypoints,
+    _FLIP_IDX,
+    _KPT_SHAPE,
+    _keypoint_visibility,
+    _object_keypoints,
+    _render_keypoints,
     rendered_keypoints,
     write_pose_split,
 )
@@ -25,8 +25,11 @@ pytestmark = pytest.mark.fast
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _box_lines(labels: np.ndarray) -> list[str]:
@@ -36,7 +39,7 @@ def _box_lines(labels: np.ndarray) -> list[str]:
 def test_pose_lines_start_with_the_committed_fixture_boxes(tmp_path):
     """The committed fixture labels were written before keypoints existed: each pose line begins
     with the same box text, so neither the random stream nor the box rule moved."""
-    lbl_dir = demo_root() / "fixture" / "labels" / "fixture"
+    lbl_dir = _demo_root() / "fixture" / "labels" / "fixture"
     files = sorted(lbl_dir.glob("*.txt"))
     assert len(files) >= 10
     write_pose_split(tmp_path, "fixture", len(files))
@@ -44,40 +47,44 @@ def test_pose_lines_start_with_the_committed_fixture_boxes(tmp_path):
         fixture = f.read_text().splitlines()
         pose = (tmp_path / "labels" / "fixture" / f.name).read_text().splitlines()
         assert [" ".join(p.split()[:5]) for p in pose] == fixture
-        assert all(len(p.split()) == 5 + KPT_SHAPE[0] * KPT_SHAPE[1] for p in pose)
+        assert all(len(p.split()) == 5 + _KPT_SHAPE[0] * _KPT_SHAPE[1] for p in pose)
 
 
 def test_render_keypoints_returns_the_detection_image_and_labels():
     for i in range(3):
         img, labels = render_image(0, "test", i)
-        img2, labels2, kp = render_keypoints(0, "test", i)
+        img2, labels2, kp = _render_keypoints(0, "test", i)
         assert np.array_equal(img, img2) and np.array_equal(labels, labels2)
-        assert kp.shape == (len(labels), *KPT_SHAPE)
+        assert kp.shape == (len(labels), *_KPT_SHAPE)
 
 
 def test_pose_split_leaves_the_detection_split_byte_identical(tmp_path):
     det, pose = tmp_path / "det", tmp_path / "pose"
-    write_split(det, "calib", 5)
+    _write_split(det, "calib", 5)
     before = _tree_digest(det)
     n = write_pose_split(pose, "calib", 5, images_from=det)
     assert _tree_digest(det) == before
     for name in before:
         if name.startswith("images/"):
             assert (pose / name).stat().st_ino == (det / name).stat().st_ino
-    assert n == sum(len((det / k).read_text().splitlines()) for k in before if k.startswith("labels/")) > 0
+    assert (
+        n
+        == sum(len((det / k).read_text().splitlines()) for k in before if k.startswith("labels/"))
+        > 0
+    )
 
 
 def test_keypoints_of_a_known_shape():
     """A diamond (cv2 frame) centred at (10, 10): its corners are the extremes, +0.5 to the pixel-edge frame."""
     outline = np.array([[10.0, 6.0], [13.0, 10.0], [10.0, 14.0], [7.0, 10.0]])
-    kp = object_keypoints(outline)
+    kp = _object_keypoints(outline)
     assert kp.tolist() == [[10.5, 10.5], [10.5, 6.5], [13.5, 10.5], [10.5, 14.5], [7.5, 10.5]]
     owners = np.full((20, 16), -1)
     owners[:, 13:15] = 3  # a later object over two columns; the diamond is object 1
-    vis = keypoint_visibility(np.vstack([kp, [[-0.5, 3.0], [5.0, 20.0], [16.0, 1.0]]]), owners, 1)
+    vis = _keypoint_visibility(np.vstack([kp, [[-0.5, 3.0], [5.0, 20.0], [16.0, 1.0]]]), owners, 1)
     assert vis.tolist() == [2, 2, 1, 2, 2, 0, 0, 0]
     owners[:, 13:15] = 0  # an earlier object there does not hide the point
-    assert keypoint_visibility(kp, owners, 1).tolist() == [2] * 5
+    assert _keypoint_visibility(kp, owners, 1).tolist() == [2] * 5
 
 
 def test_flip_idx_is_a_horizontal_flip():
@@ -90,9 +97,11 @@ def test_flip_idx_is_a_horizontal_flip():
         for k in r.labelled:
             o = r.outlines[k]
             mirrored = np.c_[w - 1 - o[:, 0], o[:, 1]]
-            expect = object_keypoints(o)
+            expect = _object_keypoints(o)
             expect[:, 0] = w - expect[:, 0]
-            np.testing.assert_allclose(object_keypoints(mirrored)[list(FLIP_IDX)], expect, atol=1e-9)
+            np.testing.assert_allclose(
+                _object_keypoints(mirrored)[list(_FLIP_IDX)], expect, atol=1e-9
+            )
             checked += 1
     assert checked > 50
 
@@ -110,7 +119,7 @@ def test_demo_keypoints_follow_the_owner_map():
             full = r.outlines[k] + 0.5
             v = row[:, 2].astype(int)
             counts += np.bincount(v, minlength=3)
-            raw = object_keypoints(r.outlines[k])
+            raw = _object_keypoints(r.outlines[k])
             outside = (raw[:, 0] < 0) | (raw[:, 0] >= w) | (raw[:, 1] < 0) | (raw[:, 1] >= h)
             assert np.array_equal(v == 0, outside)
             assert (row[v == 0, :2] == 0).all()
@@ -132,18 +141,22 @@ def test_ultralytics_reads_the_pose_labels(tmp_path):
     detect boxes and the keypoints written."""
     from ultralytics.data.utils import verify_image_label
 
-    write_split(tmp_path / "det", "calib", 10)
+    _write_split(tmp_path / "det", "calib", 10)
     write_pose_split(tmp_path / "pose", "calib", 10, images_from=tmp_path / "det")
     n = 0
     for i in range(10):
         stem = f"calib_{i:05d}"
         img = tmp_path / "pose" / "images" / "calib" / f"{stem}.png"
         lbl = tmp_path / "pose" / "labels" / "calib" / f"{stem}.txt"
-        r = verify_image_label((str(img), str(lbl), "", True, 8, KPT_SHAPE[0], KPT_SHAPE[1], False))
+        r = verify_image_label(
+            (str(img), str(lbl), "", True, 8, _KPT_SHAPE[0], _KPT_SHAPE[1], False)
+        )
         assert r[8] == 0 and r[9] == "", r[9]
-        det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(-1, 5)
+        det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(
+            -1, 5
+        )
         np.testing.assert_allclose(r[1], det, atol=2e-6)
-        _, labels, kp = render_keypoints(0, "calib", i)
+        _, labels, kp = _render_keypoints(0, "calib", i)
         hh, ww = r[2]
         np.testing.assert_allclose(r[4][..., :2] * [ww, hh], kp[..., :2], atol=1e-3)
         assert np.array_equal(r[4][..., 2], kp[..., 2])
@@ -170,8 +183,14 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     assert _tree_digest(det) == before
     assert yml.parent.name == "shapes-v1-seed0-pose1" and yml.parent.parent == det.parent
     d = pyyaml.safe_load(yml.read_text())
-    assert d["kpt_shape"] == list(KPT_SHAPE) and d["flip_idx"] == list(FLIP_IDX) and d["train"] == "images/calib"
-    assert d["kpt_names"][0] == ["centre", "top", "right", "bottom", "left"] and len(d["names"]) == 8
+    assert (
+        d["kpt_shape"] == list(_KPT_SHAPE)
+        and d["flip_idx"] == list(_FLIP_IDX)
+        and d["train"] == "images/calib"
+    )
+    assert (
+        d["kpt_names"][0] == ["centre", "top", "right", "bottom", "left"] and len(d["names"]) == 8
+    )
     label = yml.parent / "labels" / "calib" / "calib_00000.txt"
     stamp = label.stat().st_mtime_ns
     assert demo_pose_data_yaml() == yml and label.stat().st_mtime_ns == stamp

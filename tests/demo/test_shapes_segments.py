@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
-from det_calib.demo import cache_dir, demo_root
-from det_calib.demo.shapes import render_image, render_with_owners, write_split
+from det_calib.demo import _demo_root, cache_dir
+from det_calib.demo.shapes import _write_split, render_image, render_with_owners
 from det_calib.demo.shapes_segments import (
     EPSILON,
+    _render_polygons,
     region_polygon,
-    render_polygons,
     segment_lines,
     write_segment_split,
 )
@@ -31,8 +31,11 @@ def _raster(poly: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_render_image_is_unchanged_by_the_owner_map():
@@ -47,12 +50,12 @@ def test_render_image_is_unchanged_by_the_owner_map():
 def test_detection_labels_equal_the_committed_fixture():
     """The committed fixture labels were written by the generator before polygons existed: the
     box labels rendered now are the same text, so the random stream did not move."""
-    lbl_dir = demo_root() / "fixture" / "labels" / "fixture"
+    lbl_dir = _demo_root() / "fixture" / "labels" / "fixture"
     files = sorted(lbl_dir.glob("*.txt"))
     assert len(files) >= 10
     for f in files:
         i = int(f.stem.split("_")[1])
-        _, labels, _ = render_polygons(0, "fixture", i)
+        _, labels, _ = _render_polygons(0, "fixture", i)
         lines = [f"{int(c)} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}" for c, x, y, bw, bh in labels]
         assert f.read_text() == "\n".join(lines) + ("\n" if lines else "")
 
@@ -68,21 +71,26 @@ def _demo_cache(small_demo, marker: str) -> Path:
 def test_cached_detection_images_equal_the_rendering(small_demo):
     """The demo cache (rendered by the detection writer): its PNGs and labels equal what is rendered
     now, pixel for pixel."""
-    root = _demo_cache(small_demo, "shapes-v1-seed0/images/calib/calib_00000.png") / "shapes-v1-seed0"
+    root = (
+        _demo_cache(small_demo, "shapes-v1-seed0/images/calib/calib_00000.png") / "shapes-v1-seed0"
+    )
     for i in (0, 7, 123):
         if not (root / "images" / "calib" / f"calib_{i:05d}.png").is_file():
             assert root.parent != cache_dir() and i >= 8  # only the small rendering stops early
             continue
-        img, labels, _ = render_polygons(0, "calib", i)
-        assert np.array_equal(cv2.imread(str(root / "images" / "calib" / f"calib_{i:05d}.png")), img)
+        img, labels, _ = _render_polygons(0, "calib", i)
+        assert np.array_equal(
+            cv2.imread(str(root / "images" / "calib" / f"calib_{i:05d}.png")), img
+        )
         lines = [f"{int(c)} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}" for c, x, y, bw, bh in labels]
-        assert (root / "labels" / "calib" / f"calib_{i:05d}.txt").read_text() == "\n".join(lines) + (
-            "\n" if lines else "")
+        assert (root / "labels" / "calib" / f"calib_{i:05d}.txt").read_text() == "\n".join(
+            lines
+        ) + ("\n" if lines else "")
 
 
 def test_segment_split_leaves_the_detection_split_byte_identical(tmp_path):
     det, seg = tmp_path / "det", tmp_path / "seg"
-    write_split(det, "calib", 6)
+    _write_split(det, "calib", 6)
     before = _tree_digest(det)
     n_poly = write_segment_split(seg, "calib", 6, images_from=det)
     assert _tree_digest(det) == before
@@ -92,7 +100,9 @@ def test_segment_split_leaves_the_detection_split_byte_identical(tmp_path):
         if name.startswith("images/"):
             assert seg_tree[name] == digest
             assert (seg / name).stat().st_ino == (det / name).stat().st_ino
-    n_box = sum(len((det / n).read_text().splitlines()) for n in det_tree if n.startswith("labels/"))
+    n_box = sum(
+        len((det / n).read_text().splitlines()) for n in det_tree if n.startswith("labels/")
+    )
     assert n_poly == n_box > 0
     # without a detection root the writer renders the same PNG bytes itself
     alone = tmp_path / "alone"
@@ -105,14 +115,18 @@ def test_segment_split_leaves_the_detection_split_byte_identical(tmp_path):
 def test_written_polygons_match_boxes_and_regions(tmp_path):
     """Each written polygon's tight box is the detect label box within EPSILON (measured: equal),
     and pycocotools rasterises it back to the object's visible region."""
-    write_split(tmp_path / "det", "test", 12)
+    _write_split(tmp_path / "det", "test", 12)
     write_segment_split(tmp_path / "seg", "test", 12)
     checked = 0
     for i in range(12):
         r = render_with_owners(0, "test", i)
         h, w = r.owners.shape
-        box_lines = (tmp_path / "det" / "labels" / "test" / f"test_{i:05d}.txt").read_text().splitlines()
-        seg_lines = (tmp_path / "seg" / "labels" / "test" / f"test_{i:05d}.txt").read_text().splitlines()
+        box_lines = (
+            (tmp_path / "det" / "labels" / "test" / f"test_{i:05d}.txt").read_text().splitlines()
+        )
+        seg_lines = (
+            (tmp_path / "seg" / "labels" / "test" / f"test_{i:05d}.txt").read_text().splitlines()
+        )
         assert len(box_lines) == len(seg_lines)
         for b, s, k in zip(box_lines, seg_lines, r.labelled):
             bv, sv = np.array(b.split(), float), np.array(s.split(), float)
@@ -168,7 +182,7 @@ def test_ultralytics_reads_the_polygon_labels_with_the_detect_boxes(tmp_path):
     polygons are the detect labels (to the 6 decimals both are written with)."""
     from ultralytics.data.utils import verify_image_label
 
-    write_split(tmp_path / "det", "calib", 10)
+    _write_split(tmp_path / "det", "calib", 10)
     write_segment_split(tmp_path / "seg", "calib", 10, images_from=tmp_path / "det")
     n = 0
     for i in range(10):
@@ -177,7 +191,9 @@ def test_ultralytics_reads_the_polygon_labels_with_the_detect_boxes(tmp_path):
         lbl = tmp_path / "seg" / "labels" / "calib" / f"{stem}.txt"
         r = verify_image_label((str(img), str(lbl), "", False, 8, 0, 0, False))
         assert r[8] == 0 and r[9] == "", r[9]  # not corrupt, no message
-        det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(-1, 5)
+        det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(
+            -1, 5
+        )
         assert len(r[3]) == len(det)  # one polygon per object
         np.testing.assert_allclose(r[1], det, atol=2e-6)
         n += len(det)
@@ -199,7 +215,7 @@ def test_the_cached_segment_demo_matches_the_detection_demo(small_demo):
         seg_text = (seg / "labels" / "test" / f"{stem}.txt").read_text()
         assert len(seg_text.splitlines()) == len(box_lines)
         if i % 100 == 0 or n <= 100 and i % 5 == 0:
-            img, labels, polys = render_polygons(0, "test", i)
+            img, labels, polys = _render_polygons(0, "test", i)
             lines = segment_lines(labels, polys, img.shape[1], img.shape[0])
             assert seg_text == "\n".join(lines) + ("\n" if lines else "")
 

@@ -20,7 +20,11 @@ import yaml
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.exported import logit_of_prob, read_export
-from det_calib.deploy.calibrated_export import calibrated_probs, deployed_map, write_calibrated_export
+from det_calib.deploy.calibrated_export import (
+    _deployed_map,
+    calibrated_probs,
+    write_calibrated_export,
+)
 from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
@@ -33,8 +37,14 @@ NAMES = {0: "a", 1: "b", 2: "c"}
 
 
 def metadata(end2end: bool) -> dict:
-    return {"task": "detect", "names": str(NAMES), "imgsz": "[32, 32]", "batch": "1",
-            "end2end": str(end2end), "args": str({"nms": False, "half": False})}
+    return {
+        "task": "detect",
+        "names": str(NAMES),
+        "imgsz": "[32, 32]",
+        "batch": "1",
+        "end2end": str(end2end),
+        "args": str({"nms": False, "half": False}),
+    }
 
 
 def onnx_export(path, *, rows: bool, half: bool = False, opset: int = 17, outputs: int = 1):
@@ -49,8 +59,10 @@ def onnx_export(path, *, rows: bool, half: bool = False, opset: int = 17, output
     # two nodes in a row, so that only the output's producer is rewired (not every node's outputs)
     nodes = [helper.make_node("Identity", ["images"], ["hidden"])]
     nodes += [helper.make_node("Identity", ["hidden"], [f"output{i}"]) for i in range(outputs)]
-    model = helper.make_model(helper.make_graph(nodes, "export", [x], outs),
-                              opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "export", [x], outs),
+        opset_imports=[helper.make_opsetid("", opset)],
+    )
     model.ir_version = 8
     helper.set_model_props(model, metadata(rows))
     onnx.save(model, str(path))
@@ -95,7 +107,11 @@ def fitted(method: str):
     z = rng.normal(-1.0, 2.5, k.size)
     true = np.array([0.5, 0.9, 1.4])[k] * z + np.array([0.5, -0.4, 0.0])[k] + 0.8 * np.tanh(z)
     y = (rng.uniform(size=k.size) < 1 / (1 + np.exp(-true))).astype(float)
-    cal = make_calibrator(method, shrinkage=0.0) if method.startswith("class-") else make_calibrator(method)
+    cal = (
+        make_calibrator(method, shrinkage=0.0)
+        if method.startswith("class-")
+        else make_calibrator(method)
+    )
     return cal.fit(z, y, classes=k) if cal.per_class else cal.fit(z, y)
 
 
@@ -105,11 +121,15 @@ def expected(cal, x: np.ndarray, rows: bool) -> np.ndarray:
     if rows:
         p, cls = out[0, :, 4], out[0, :, 5].astype(int)
         out[0, :, 4] = calibrated_probs(cal, p, cls, NC)
-        own = cal.predict_proba(logit_of_prob(x[0, :, 4]), **({"classes": cls} if cal.per_class else {}))
+        own = cal.predict_proba(
+            logit_of_prob(x[0, :, 4]), **({"classes": cls} if cal.per_class else {})
+        )
     else:
         cls = np.repeat(np.arange(NC)[:, None], ANCHORS, 1)
         out[0, 4:] = calibrated_probs(cal, out[0, 4:], cls, NC)
-        own = cal.predict_proba(logit_of_prob(x[0, 4:]).ravel(), **({"classes": cls.ravel()} if cal.per_class else {}))
+        own = cal.predict_proba(
+            logit_of_prob(x[0, 4:]).ravel(), **({"classes": cls.ravel()} if cal.per_class else {})
+        )
         own = own.reshape(NC, ANCHORS)
     # the deployment tables are the calibrator (what the graph is built from)
     np.testing.assert_allclose(out[0, :, 4] if rows else out[0, 4:], own, rtol=0, atol=1e-9)
@@ -129,8 +149,9 @@ def test_onnx_graph_is_the_calibrator(tmp_path, method, rows):
     src = onnx_export(tmp_path / "model.onnx", rows=rows)
     head = "e2e" if rows else "nms"
     assert read_export(src).head == head
-    out = write_calibrated_export(src, tmp_path / "calibrated.onnx", {head: cal, "other": None},
-                                  metadata={"run": "r1"})
+    out = write_calibrated_export(
+        src, tmp_path / "calibrated.onnx", {head: cal, "other": None}, metadata={"run": "r1"}
+    )
     x = planted_input(rows)
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {"images": x})
@@ -152,13 +173,17 @@ def test_onnx_fp16_output(tmp_path, rows):
 
     cal = fitted("spline")
     head = "e2e" if rows else "nms"
-    out = write_calibrated_export(onnx_export(tmp_path / "m.onnx", rows=rows, half=True),
-                                  tmp_path / "c.onnx", {head: cal})
+    out = write_calibrated_export(
+        onnx_export(tmp_path / "m.onnx", rows=rows, half=True), tmp_path / "c.onnx", {head: cal}
+    )
     x = planted_input(rows).astype(np.float16)
-    (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"images": x})
+    (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x}
+    )
     assert got.dtype == np.float16
-    np.testing.assert_allclose(got.astype(np.float64), expected(cal, x.astype(np.float32), rows), rtol=1e-3,
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        got.astype(np.float64), expected(cal, x.astype(np.float32), rows), rtol=1e-3, atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("rows", [False, True], ids=["per-anchor", "rows"])
@@ -169,13 +194,19 @@ def test_openvino_graph_is_the_calibrator(tmp_path, method, rows):
     cal = fitted(method)
     src = openvino_export(tmp_path / "model_openvino_model", rows=rows)
     head = "e2e" if rows else "nms"
-    out = write_calibrated_export(src, tmp_path / "calibrated_openvino_model", {head: cal}, metadata={"run": "r2"})
+    out = write_calibrated_export(
+        src, tmp_path / "calibrated_openvino_model", {head: cal}, metadata={"run": "r2"}
+    )
     x = planted_input(rows)
     compiled = ov.Core().compile_model(str(out / "export.xml"), "CPU")
     got = compiled(x)[compiled.output(0)]
     np.testing.assert_allclose(got, expected(cal, x, rows), rtol=0, atol=2e-6)
     meta = yaml.safe_load((out / "metadata.yaml").read_text())
-    assert meta["task"] == "detect" and meta["det_calib"]["head"] == head and meta["det_calib"]["run"] == "r2"
+    assert (
+        meta["task"] == "detect"
+        and meta["det_calib"]["head"] == head
+        and meta["det_calib"]["run"] == "r2"
+    )
     assert meta["det_calib"]["calibrator"] == cal.to_dict()
     # written again over an existing folder: replaced, not nested
     write_calibrated_export(src, out, {head: cal})
@@ -187,14 +218,16 @@ def test_deployed_map_tables():
     temperature 2 halves the logit)."""
     t = make_calibrator("temperature")
     t.temperature_ = 2.0
-    m = deployed_map(t, NC)
+    m = _deployed_map(t, NC)
     assert m.x.shape == (NC, 0) and m.coef.shape == (NC, 0)
     assert m(np.array([-4.0, 0.0, 6.0]), np.array([0, 1, 2])).tolist() == [-2.0, 0.0, 3.0]
     cal = fitted("spline")
-    m = deployed_map(cal, NC)
+    m = _deployed_map(cal, NC)
     z = np.linspace(-8, 8, 101)
     for k in range(NC):
-        np.testing.assert_allclose(m(z, np.full(z.size, k)), cal.transform_logits(z), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(
+            m(z, np.full(z.size, k)), cal.transform_logits(z), rtol=0, atol=1e-9
+        )
 
 
 def test_bad_exports_are_refused(tmp_path):
@@ -203,9 +236,15 @@ def test_bad_exports_are_refused(tmp_path):
     with pytest.raises(InputError, match="no calibrator for the `nms` head"):
         write_calibrated_export(src, tmp_path / "c.onnx", {"e2e": cal})
     with pytest.raises(InputError, match="opset 11"):
-        write_calibrated_export(onnx_export(tmp_path / "old.onnx", rows=False, opset=11), tmp_path / "c.onnx",
-                                {"nms": cal})
+        write_calibrated_export(
+            onnx_export(tmp_path / "old.onnx", rows=False, opset=11),
+            tmp_path / "c.onnx",
+            {"nms": cal},
+        )
     with pytest.raises(InputError, match="expected one output tensor"):
-        write_calibrated_export(onnx_export(tmp_path / "two.onnx", rows=False, outputs=2), tmp_path / "c.onnx",
-                                {"nms": cal})
+        write_calibrated_export(
+            onnx_export(tmp_path / "two.onnx", rows=False, outputs=2),
+            tmp_path / "c.onnx",
+            {"nms": cal},
+        )
     assert not (tmp_path / "c.onnx").exists()

@@ -78,11 +78,22 @@ _PLAIN_RUN = NO_DET_CALIB + textwrap.dedent(
 )
 
 
-def _plain_ultralytics(task: str, models: dict[str, Path], images: list[Path], npz: Path) -> dict[str, np.ndarray]:
-    args = {"task": task, "models": {k: str(v) for k, v in models.items()}, "images": [str(p) for p in images],
-            "imgsz": IMGSZ, "npz": str(npz)}
-    proc = subprocess.run([sys.executable, "-c", _PLAIN_RUN, json.dumps(args)], capture_output=True, text=True,
-                          timeout=900)
+def _plain_ultralytics(
+    task: str, models: dict[str, Path], images: list[Path], npz: Path
+) -> dict[str, np.ndarray]:
+    args = {
+        "task": task,
+        "models": {k: str(v) for k, v in models.items()},
+        "images": [str(p) for p in images],
+        "imgsz": IMGSZ,
+        "npz": str(npz),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLAIN_RUN, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return dict(np.load(npz))
 
@@ -107,15 +118,23 @@ def _kept_rows(o: dict, key: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The first ``n`` boxes ``predict`` gave (the highest scored) as rows ``xyxy cls payload...`` in a fixed order
     (the calibrated export may tie scores the raw one does not: float32 rounding of a map flatter than 1), and
     their confs in that order."""
-    rows = np.concatenate([o[key + "/xyxy"][:n], o[key + "/cls"][:n, None],
-                           o[key + "/payload"][:n].reshape(min(n, len(o[key + "/cls"])), -1)], axis=1)
+    rows = np.concatenate(
+        [
+            o[key + "/xyxy"][:n],
+            o[key + "/cls"][:n, None],
+            o[key + "/payload"][:n].reshape(min(n, len(o[key + "/cls"])), -1),
+        ],
+        axis=1,
+    )
     order = np.lexsort(rows.T[::-1])
     return rows[order], o[key + "/conf"][:n][order]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pose", "obb"])
-def test_calibrated_pose_obb_exports_through_plain_ultralytics(exports, fixture_images, tmp_path, task):
+def test_calibrated_pose_obb_exports_through_plain_ultralytics(
+    exports, fixture_images, tmp_path, task
+):
     """Every export of the task (YOLO26 per-anchor and top-k rows, ONNX and OpenVINO; YOLO11 legacy head) with
     a global map (spline) and a per-class one (class-platt): the plain runtime's output changes in the class
     scores only, which are the calibrator's (1e-5). Plain Ultralytics on the spline export of the demo models
@@ -130,7 +149,9 @@ def test_calibrated_pose_obb_exports_through_plain_ultralytics(exports, fixture_
         models[f"{name}/raw"] = exports[name]
         for method, cal in cals.items():
             out = tmp_path / name / method / _calibrated_name(exports[name])
-            models[f"{name}/{method}"] = write_calibrated_export(exports[name], out, {info.head: cal})
+            models[f"{name}/{method}"] = write_calibrated_export(
+                exports[name], out, {info.head: cal}
+            )
     o = _plain_ultralytics(task, models, images, tmp_path / "o.npz")
     compared = 0
     for name in names:
@@ -142,13 +163,17 @@ def test_calibrated_pose_obb_exports_through_plain_ultralytics(exports, fixture_
             want = cal.predict_proba(logit_of_prob(p.reshape(-1)), **kw).reshape(p.shape)
             assert np.abs(mine - want).max() < 1e-5, (name, method)
             assert np.abs(mine - p).max() > 1e-2  # not vacuous: the scores moved
-        if EXPORTS[name][1] == "legacy":  # ties among its untrained scores make the order after NMS arbitrary
+        if (
+            EXPORTS[name][1] == "legacy"
+        ):  # ties among its untrained scores make the order after NMS arbitrary
             continue
         for i in range(len(images)):
             n = int((o[f"{name}/raw/{i}/conf"] > 0.05).sum())
             (ra, ca), (rb, cb) = (_kept_rows(o, f"{name}/{k}/{i}", n) for k in ("raw", "spline"))
             np.testing.assert_array_equal(rb, ra)
-            np.testing.assert_allclose(cb, cals["spline"].predict_proba(logit_of_prob(ca)), atol=1e-5)
+            np.testing.assert_allclose(
+                cb, cals["spline"].predict_proba(logit_of_prob(ca)), atol=1e-5
+            )
             compared += n
     assert compared >= 60
 

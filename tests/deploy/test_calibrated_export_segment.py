@@ -37,8 +37,11 @@ def seg_exports(tmp_path_factory, demo_seg_checkpoint):
     d = tmp_path_factory.mktemp("segexp")
     src = demo_seg_checkpoint
     out = {}
-    for name, kw in (("onnx", dict(format="onnx")), ("onnx_e2e", dict(format="onnx", nms=False)),
-                     ("openvino", dict(format="openvino"))):
+    for name, kw in (
+        ("onnx", dict(format="onnx")),
+        ("onnx_e2e", dict(format="onnx", nms=False)),
+        ("openvino", dict(format="openvino")),
+    ):
         sub = d / name
         sub.mkdir()
         shutil.copy(src, sub / "seg.pt")
@@ -49,7 +52,9 @@ def seg_exports(tmp_path_factory, demo_seg_checkpoint):
 def _letterboxed(image) -> np.ndarray:
     from ultralytics.data.augment import LetterBox
 
-    x = LetterBox((320, 320), auto=False)(image=cv2.imread(str(image)))[..., ::-1].transpose(2, 0, 1)
+    x = LetterBox((320, 320), auto=False)(image=cv2.imread(str(image)))[..., ::-1].transpose(
+        2, 0, 1
+    )
     return (np.ascontiguousarray(x)[None] / 255.0).astype(np.float32)
 
 
@@ -68,8 +73,12 @@ def _run(export: Path, x: np.ndarray) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, method", [("onnx", "spline"), ("onnx_e2e", "class-platt"), ("openvino", "isotonic")])
-def test_calibrated_segment_export_changes_only_the_scores(seg_exports, fixture_images, tmp_path, name, method):
+@pytest.mark.parametrize(
+    "name, method", [("onnx", "spline"), ("onnx_e2e", "class-platt"), ("openvino", "isotonic")]
+)
+def test_calibrated_segment_export_changes_only_the_scores(
+    seg_exports, fixture_images, tmp_path, name, method
+):
     export = Path(seg_exports[name])
     info = read_export(export)
     assert info.task == "segment" and info.rows == (name == "onnx_e2e")
@@ -87,9 +96,9 @@ def test_calibrated_segment_export_changes_only_the_scores(seg_exports, fixture_
             p, cls, mine = raw[0, :, 4], raw[0, :, 5].astype(int), got[0, :, 4]
         else:  # (1, 4 + nc + 32, anchors)
             np.testing.assert_array_equal(got[:, :4], raw[:, :4])
-            np.testing.assert_array_equal(got[:, 4 + NC:], raw[:, 4 + NC:])
+            np.testing.assert_array_equal(got[:, 4 + NC :], raw[:, 4 + NC :])
             assert raw.shape[1] == 4 + NC + 32
-            p, mine = raw[0, 4:4 + NC], got[0, 4:4 + NC]
+            p, mine = raw[0, 4 : 4 + NC], got[0, 4 : 4 + NC]
             cls = np.broadcast_to(np.arange(NC)[:, None], p.shape)
         kw = {"classes": cls.reshape(-1)} if cal.per_class else {}
         want = cal.predict_proba(logit_of_prob(p.reshape(-1)), **kw).reshape(p.shape)
@@ -98,7 +107,9 @@ def test_calibrated_segment_export_changes_only_the_scores(seg_exports, fixture_
 
 
 @pytest.mark.slow
-def test_calibrated_segment_export_predicts_the_raw_exports_boxes_and_masks(seg_exports, fixture_images, tmp_path):
+def test_calibrated_segment_export_predicts_the_raw_exports_boxes_and_masks(
+    seg_exports, fixture_images, tmp_path
+):
     """Ultralytics' predict on the raw and the calibrated ONNX (a global map: the same ranking): the boxes above
     a raw conf of 0.05 and their masks (retina_masks) are the same, their scores the calibrator's."""
     from ultralytics import YOLO
@@ -107,17 +118,24 @@ def test_calibrated_segment_export_predicts_the_raw_exports_boxes_and_masks(seg_
     out = write_calibrated_export(seg_exports["onnx"], tmp_path / "cal.onnx", {"nms": cal})
     compared = 0
     for image in fixture_images[:4]:
-        a, b = (YOLO(str(m), task="segment").predict(str(image), conf=0.001, imgsz=320, retina_masks=True,
-                                                      verbose=False)[0] for m in (seg_exports["onnx"], out))
+        a, b = (
+            YOLO(str(m), task="segment").predict(
+                str(image), conf=0.001, imgsz=320, retina_masks=True, verbose=False
+            )[0]
+            for m in (seg_exports["onnx"], out)
+        )
         ka = a.boxes.conf.numpy() > 0.05
         n = int(ka.sum())
         ca = a.boxes.conf.numpy()
-        assert (b.boxes.conf.numpy() > cal.predict_proba(logit_of_prob(np.float32([0.05])))[0] + 1e-5).sum() <= n
+        assert (
+            b.boxes.conf.numpy() > cal.predict_proba(logit_of_prob(np.float32([0.05])))[0] + 1e-5
+        ).sum() <= n
         oa = np.lexsort(a.boxes.xyxy.numpy()[:n].T[::-1])
         ob = np.lexsort(b.boxes.xyxy.numpy()[:n].T[::-1])
         np.testing.assert_array_equal(b.boxes.xyxy.numpy()[:n][ob], a.boxes.xyxy.numpy()[:n][oa])
         np.testing.assert_array_equal(b.masks.data.numpy()[:n][ob], a.masks.data.numpy()[:n][oa])
-        np.testing.assert_allclose(b.boxes.conf.numpy()[:n][ob], cal.predict_proba(logit_of_prob(ca[:n][oa])),
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            b.boxes.conf.numpy()[:n][ob], cal.predict_proba(logit_of_prob(ca[:n][oa])), atol=1e-5
+        )
         compared += n
     assert compared >= 20

@@ -11,7 +11,11 @@ import torch
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.predictor import available_heads, capture
-from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint, write_folded_checkpoint
+from det_calib.deploy.fold import (
+    _write_folded_checkpoint,
+    read_calibration_metadata,
+    write_calibrated_checkpoint,
+)
 
 IMGSZ = 160
 MIN_BOXES = 100  # boxes each comparison must hold, per head (an untrained head scores every anchor)
@@ -31,17 +35,25 @@ HEADS = {
 def _predict(yolo, images, head: str, conf: float = 0.001) -> list[np.ndarray]:
     """Plain Ultralytics predict, one image at a time (as capture): each image's ``boxes.data``."""
     kw = {"nms": False} if head == "e2e" else {}
-    return [yolo.predict(str(p), conf=conf, imgsz=IMGSZ, verbose=False, **kw)[0].boxes.data.cpu().numpy()
-            for p in images]
+    return [
+        yolo.predict(str(p), conf=conf, imgsz=IMGSZ, verbose=False, **kw)[0]
+        .boxes.data.cpu()
+        .numpy()
+        for p in images
+    ]
 
 
 def _assert_capture_equals_predict(df, rows: list[np.ndarray]) -> None:
     ref = np.concatenate(rows)
     assert df.height == len(ref) >= MIN_BOXES
-    np.testing.assert_array_equal(df.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), ref[:, :4])
+    np.testing.assert_array_equal(
+        df.select("x1", "y1", "x2", "y2").to_numpy().astype(np.float32), ref[:, :4]
+    )
     np.testing.assert_array_equal(df["conf"].to_numpy().astype(np.float32), ref[:, 4])
     np.testing.assert_array_equal(df["cls"].to_numpy(), ref[:, 5].astype(int))
-    np.testing.assert_array_equal(np.bincount(df["image_id"].to_numpy(), minlength=len(rows)), [len(r) for r in rows])
+    np.testing.assert_array_equal(
+        np.bincount(df["image_id"].to_numpy(), minlength=len(rows)), [len(r) for r in rows]
+    )
     # the float32 sigmoid of the captured logit is predict's conf, bit for bit
     sig = torch.sigmoid(torch.tensor(df["logit"].to_numpy(), dtype=torch.float32)).numpy()
     np.testing.assert_array_equal(sig, ref[:, 4])
@@ -82,14 +94,18 @@ def test_capture_and_fold_on_every_detect_head(tmp_path, make_untrained, fixture
     images = fixture_images[:3]
     cls_name, heads = HEADS[cfg]
     source = tmp_path / "raw.pt"
-    make_untrained(cfg).save(str(source))  # half precision, as Ultralytics saves: every run below reads it
+    make_untrained(cfg).save(
+        str(source)
+    )  # half precision, as Ultralytics saves: every run below reads it
     yolo = YOLO(str(source))
     assert type(yolo.model.model[-1]).__name__ == cls_name and available_heads(yolo) == heads
 
     # (a) capture equals predict, bit for bit, on every head mode of the model
     for head in heads:
-        _assert_capture_equals_predict(capture(yolo, images, head=head, imgsz=IMGSZ, progress=False),
-                                       _predict(yolo, images, head))
+        _assert_capture_equals_predict(
+            capture(yolo, images, head=head, imgsz=IMGSZ, progress=False),
+            _predict(yolo, images, head),
+        )
 
     # (b) folded calibrators: plain Ultralytics gives the calibrated scores of the raw boxes. The raw
     # capture holds every box the calibrated run can keep (a monotone map keeps the ranking), its floor
@@ -97,22 +113,39 @@ def test_capture_and_fold_on_every_detect_head(tmp_path, make_untrained, fixture
     # count, since an untrained head ties many scores and a map that merges or splits float32 ties
     # changes which box of a tie NMS keeps. `e2e`: the top-k of predict's max_det (300): the head's
     # top-k picks max_det anchors first, so a larger max_det is not a superset of its rows.
-    raw = {head: capture(yolo, images, head=head, imgsz=IMGSZ, conf=1e-7, all_logits=True, progress=False,
-                         **({"iou": 1.0, "max_det": 5000} if head == "nms" else {"max_det": 300}))
-           for head in heads}
+    raw = {
+        head: capture(
+            yolo,
+            images,
+            head=head,
+            imgsz=IMGSZ,
+            conf=1e-7,
+            all_logits=True,
+            progress=False,
+            **({"iou": 1.0, "max_det": 5000} if head == "nms" else {"max_det": 300}),
+        )
+        for head in heads
+    }
     spline = _spline()
     folded = {
-        "temperature": (write_calibrated_checkpoint(source, tmp_path / "t.pt", dict.fromkeys(heads, 2.0)),
-                        lambda z: 1 / (1 + np.exp(-z / 2.0))),
-        "spline": (write_folded_checkpoint(source, tmp_path / "s.pt", dict.fromkeys(heads, spline)),
-                   spline.predict_proba),
+        "temperature": (
+            write_calibrated_checkpoint(source, tmp_path / "t.pt", dict.fromkeys(heads, 2.0)),
+            lambda z: 1 / (1 + np.exp(-z / 2.0)),
+        ),
+        "spline": (
+            _write_folded_checkpoint(source, tmp_path / "s.pt", dict.fromkeys(heads, spline)),
+            spline.predict_proba,
+        ),
     }
     for name, (ckpt, calibrate) in folded.items():
         # what plain Ultralytics unpickles: its own and torch's classes, nothing of det_calib
         pickled = torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt))
-        assert "ultralytics.nn.tasks.DetectionModel" in pickled and not [g for g in pickled if "det_calib" in g]
-        assert read_calibration_metadata(ckpt)["folded_into"] == {h: {"nms": "cv3", "e2e": "one2one_cv3"}[h]
-                                                                  for h in heads}
+        assert "ultralytics.nn.tasks.DetectionModel" in pickled and not [
+            g for g in pickled if "det_calib" in g
+        ]
+        assert read_calibration_metadata(ckpt)["folded_into"] == {
+            h: {"nms": "cv3", "e2e": "one2one_cv3"}[h] for h in heads
+        }
         for head in heads:
             rows = _predict(YOLO(str(ckpt)), images, head)
             n = _assert_calibrated_scores(raw[head], rows, calibrate)

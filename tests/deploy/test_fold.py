@@ -16,9 +16,9 @@ from conftest import NO_DET_CALIB
 from det_calib.capture.predictor import capture
 from det_calib.cli import main
 from det_calib.deploy.fold import (
-    fold_into_model,
+    _fold_into_model,
+    _temperatures_from_json,
     read_calibration_metadata,
-    temperatures_from_json,
     write_calibrated_checkpoint,
 )
 from det_calib.errors import InputError
@@ -44,12 +44,19 @@ def _plain_predict(ckpt, head, images):
         check=True,
         env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"},
     )
-    return [np.array(r, dtype=np.float64).reshape(-1, 6) for r in json.loads(out.stdout.strip().splitlines()[-1])]
+    return [
+        np.array(r, dtype=np.float64).reshape(-1, 6)
+        for r in json.loads(out.stdout.strip().splitlines()[-1])
+    ]
 
 
-def test_folded_checkpoint_gives_sigmoid_z_over_t_without_det_calib(tmp_path, demo_model_path, fixture_images):
+def test_folded_checkpoint_gives_sigmoid_z_over_t_without_det_calib(
+    tmp_path, demo_model_path, fixture_images
+):
     temps = {"nms": 1.7, "e2e": 0.6}
-    ckpt = write_calibrated_checkpoint(demo_model_path, tmp_path / "cal.pt", temps, metadata={"note": "test"})
+    ckpt = write_calibrated_checkpoint(
+        demo_model_path, tmp_path / "cal.pt", temps, metadata={"note": "test"}
+    )
     images = fixture_images[:4]
     for head, t in temps.items():
         raw = capture(str(demo_model_path), images, head=head, imgsz=320, conf=1e-4, progress=False)
@@ -68,13 +75,17 @@ def test_folded_checkpoint_gives_sigmoid_z_over_t_without_det_calib(tmp_path, de
             compared += int(keep_new.sum())
             order_a = np.lexsort((mine["x1"].to_numpy()[keep_raw], -p_cal[keep_raw]))
             order_b = np.lexsort((rows[keep_new, 0], -rows[keep_new, 4]))
-            np.testing.assert_allclose(rows[keep_new][order_b, 4], p_cal[keep_raw][order_a], atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                rows[keep_new][order_b, 4], p_cal[keep_raw][order_a], atol=1e-5, rtol=0
+            )
             np.testing.assert_allclose(
                 rows[keep_new][order_b, :4],
                 mine.select("x1", "y1", "x2", "y2").to_numpy()[keep_raw][order_a],
                 atol=1e-3,
             )
-            np.testing.assert_array_equal(rows[keep_new][order_b, 5], mine["cls"].to_numpy()[keep_raw][order_a])
+            np.testing.assert_array_equal(
+                rows[keep_new][order_b, 5], mine["cls"].to_numpy()[keep_raw][order_a]
+            )
         assert compared > 0
         assert np.isfinite(expected).all()
     meta = read_calibration_metadata(ckpt)
@@ -94,10 +105,14 @@ def test_fold_is_exact_on_the_conv(demo_model_path):
     model.eval()
     with torch.no_grad():
         _, raw0 = model(x)
-        fold_into_model(model, {"nms": 2.0, "e2e": 0.5})
+        _fold_into_model(model, {"nms": 2.0, "e2e": 0.5})
         _, raw1 = model(x)
-    torch.testing.assert_close(raw1["one2many"]["scores"], raw0["one2many"]["scores"] / 2.0, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(raw1["one2one"]["scores"], raw0["one2one"]["scores"] / 0.5, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        raw1["one2many"]["scores"], raw0["one2many"]["scores"] / 2.0, rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        raw1["one2one"]["scores"], raw0["one2one"]["scores"] / 0.5, rtol=1e-5, atol=1e-5
+    )
     # boxes are untouched
     torch.testing.assert_close(raw1["one2many"]["boxes"], raw0["one2many"]["boxes"])
 
@@ -122,37 +137,60 @@ def test_fold_rejects_bad_temperatures(tmp_path, demo_model_path, bad):
 def test_legacy_head_has_no_e2e_branch(make_untrained):
     model = make_untrained("yolov8n.yaml").model
     with pytest.raises(InputError, match="one2one_cv3"):
-        fold_into_model(model, {"e2e": 1.2})
+        _fold_into_model(model, {"e2e": 1.2})
 
 
 def test_apply_cli(tmp_path, demo_model_path, capsys):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"temperature": {"nms": 1.25}}))
     out = tmp_path / "m_cal.pt"
-    assert main(["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]) == 0
+    assert (
+        main(
+            ["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]
+        )
+        == 0
+    )
     assert read_calibration_metadata(out)["temperature"] == {"nms": 1.25}
-    assert temperatures_from_json(cal) == {"nms": 1.25}
+    assert _temperatures_from_json(cal) == {"nms": 1.25}
     # bad calibration file: exit 2, one line, the old output untouched
     before = out.read_bytes()
     cal.write_text("{not json")
-    assert main(["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]) == 2
+    assert (
+        main(
+            ["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not valid JSON" in err[0]
     assert out.read_bytes() == before
 
 
-def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(tmp_path, demo_model_path):
+def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(
+    tmp_path, demo_model_path
+):
     src = torch.load(demo_model_path, map_location="cpu", weights_only=False)
     src.update(optimizer={"state": {}}, updates=123, epoch=7)
     torch.save(src, tmp_path / "src.pt")
-    out = torch.load(write_calibrated_checkpoint(tmp_path / "src.pt", tmp_path / "cal.pt", {"nms": 2.0}),
-                     map_location="cpu", weights_only=False)
+    out = torch.load(
+        write_calibrated_checkpoint(tmp_path / "src.pt", tmp_path / "cal.pt", {"nms": 2.0}),
+        map_location="cpu",
+        weights_only=False,
+    )
     assert set(out) == set(src) - {"updates"} | {"det_calib"}
-    assert out["optimizer"] is None and out["ema"] is None and out["det_calib"]["temperature"] == {"nms": 2.0}
+    assert (
+        out["optimizer"] is None
+        and out["ema"] is None
+        and out["det_calib"]["temperature"] == {"nms": 2.0}
+    )
     rec = out["det_calib"]
-    assert rec["source_checkpoint"] == str((tmp_path / "src.pt").resolve()) and rec["folded_into"] == {"nms": "cv3"}
+    assert rec["source_checkpoint"] == str((tmp_path / "src.pt").resolve()) and rec[
+        "folded_into"
+    ] == {"nms": "cv3"}
     import datetime
 
-    assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(0)  # UTC, to the second
+    assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(
+        0
+    )  # UTC, to the second
     for k in set(src) - {"optimizer", "ema", "updates", "model"}:
         assert out[k] == src[k], k

@@ -16,13 +16,19 @@ import torch
 from conftest import NO_DET_CALIB
 
 from det_calib.calibrators.isotonic import PiecewiseLinear
-from det_calib.calibrators.registry import calibrator_from_dict, is_per_class, make_calibrator, methods, uses_size
+from det_calib.calibrators.registry import (
+    calibrator_from_dict,
+    is_per_class,
+    make_calibrator,
+    methods,
+    uses_size,
+)
 from det_calib.capture.predictor import capture
 from det_calib.deploy.fold import (
-    fold_calibrator,
-    hinge_layers,
+    _fold_calibrator,
+    _hinge_layers,
+    _write_folded_checkpoint,
     read_calibration_metadata,
-    write_folded_checkpoint,
 )
 from det_calib.errors import InputError
 
@@ -87,7 +93,7 @@ def test_a_size_conditioned_map_is_refused_by_the_fold(tmp_path, demo_model_path
     z, a = rng.normal(-1, 2, 2000), rng.uniform(-8, -1, 2000)
     cal = make_calibrator("size-platt").fit(z, rng.random(2000) < 1 / (1 + np.exp(-z)), log_area=a)
     with pytest.raises(InputError, match="reads each box's size"):
-        write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal})
+        _write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal})
     assert not (tmp_path / "cal.pt").exists()
 
 
@@ -95,16 +101,26 @@ def test_a_size_conditioned_map_is_refused_by_the_fold(tmp_path, demo_model_path
 def raw_captures(demo_model_path, fixture_images):
     return {
         head: capture(
-            str(demo_model_path), fixture_images, head=head, imgsz=320, conf=1e-5, batch=1,
-            max_det=3000, all_logits=True, progress=False,
+            str(demo_model_path),
+            fixture_images,
+            head=head,
+            imgsz=320,
+            conf=1e-5,
+            batch=1,
+            max_det=3000,
+            all_logits=True,
+            progress=False,
         )
         for head in ("nms", "e2e")
     }
 
 
 def test_hinge_layers_compute_the_piecewise_linear_maps():
-    maps = [PiecewiseLinear([-3.0, 0.0, 2.0], [-5.0, -1.0, 3.0], 0.01), PiecewiseLinear([1.0], [0.5], 0.2)]
-    layers = hinge_layers(maps, 2, dtype=torch.float64)
+    maps = [
+        PiecewiseLinear([-3.0, 0.0, 2.0], [-5.0, -1.0, 3.0], 0.01),
+        PiecewiseLinear([1.0], [0.5], 0.2),
+    ]
+    layers = _hinge_layers(maps, 2, dtype=torch.float64)
     z = torch.linspace(-10, 10, 401, dtype=torch.float64)
     x = torch.stack([z, z]).view(1, 2, -1, 1)
     with torch.no_grad():
@@ -120,7 +136,7 @@ def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
 ):
     z, y, k = _synthetic_fit_data()
     cal = make_calibrator(method).fit(z, y, **({"classes": k} if is_per_class(method) else {}))
-    ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal, "e2e": cal})
+    ckpt = _write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal, "e2e": cal})
     meta = read_calibration_metadata(ckpt)
     assert calibrator_from_dict(meta["calibrators"]["nms"]).to_dict() == cal.to_dict()
     sd = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
@@ -148,12 +164,14 @@ def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
         assert compared >= 0.9 * sum(len(r) for r in got) > 0, (head, compared)
 
 
-def test_isotonic_checkpoint_runs_in_plain_validator_with_the_same_map(tmp_path, demo_model_path, fixture_yaml):
+def test_isotonic_checkpoint_runs_in_plain_validator_with_the_same_map(
+    tmp_path, demo_model_path, fixture_yaml
+):
     # one strictly increasing map for every class keeps the ranking, so detections and mAP are
     # those of the raw model, apart from boxes crossing the 0.001 pre-filter
     z, y, _ = _synthetic_fit_data()
     cal = make_calibrator("isotonic").fit(z, y)
-    ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "iso.pt", {"nms": cal, "e2e": cal})
+    ckpt = _write_folded_checkpoint(demo_model_path, tmp_path / "iso.pt", {"nms": cal, "e2e": cal})
     raw = _plain(VAL, demo_model_path, fixture_yaml)
     got = _plain(VAL, ckpt, fixture_yaml)
     assert got["map50"] == pytest.approx(raw["map50"], abs=0.02)
@@ -161,16 +179,20 @@ def test_isotonic_checkpoint_runs_in_plain_validator_with_the_same_map(tmp_path,
 
 
 def test_isotonic_checkpoint_survives_onnx_export(tmp_path, demo_model_path, fixture_images):
-    pytest.importorskip("onnx", reason="the ONNX exporter (pip install onnx onnxruntime) is not installed")
+    pytest.importorskip(
+        "onnx", reason="the ONNX exporter (pip install onnx onnxruntime) is not installed"
+    )
     pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
     from ultralytics import YOLO
 
     z, y, k = _synthetic_fit_data()
     cal = make_calibrator("class-isotonic").fit(z, y, classes=k)
-    ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "iso.pt", {"nms": cal, "e2e": cal})
+    ckpt = _write_folded_checkpoint(demo_model_path, tmp_path / "iso.pt", {"nms": cal, "e2e": cal})
     onnx_path = YOLO(str(ckpt)).export(format="onnx", imgsz=320, simplify=False, verbose=False)
     a = YOLO(str(ckpt)).predict(fixture_images[:4], conf=0.01, imgsz=320, batch=1, verbose=False)
-    b = YOLO(onnx_path, task="detect").predict(fixture_images[:4], conf=0.01, imgsz=320, batch=1, verbose=False)
+    b = YOLO(onnx_path, task="detect").predict(
+        fixture_images[:4], conf=0.01, imgsz=320, batch=1, verbose=False
+    )
     for ra, rb in zip(a, b, strict=True):
         da, db = ra.boxes.data.numpy(), rb.boxes.data.numpy()
         keep_a, keep_b = da[:, 4] > 0.05, db[:, 4] > 0.05  # away from the 0.01 cut
@@ -187,7 +209,7 @@ def test_fold_calibrator_on_a_fused_model_matches_unfused(demo_model_path):
     z, y, k = _synthetic_fit_data()
     cal = make_calibrator("class-isotonic").fit(z, y, classes=k)
     model = YOLO(str(demo_model_path)).model.float().eval()
-    fold_calibrator(model, "nms", cal)
+    _fold_calibrator(model, "nms", cal)
     x = torch.rand(1, 3, 320, 320)
     with torch.no_grad():
         y0 = model(x)[0]
@@ -206,14 +228,20 @@ def test_folded_checkpoint_records_what_was_folded_where_and_from_what(tmp_path,
     z, y, _ = _synthetic_fit_data()
     cal = make_calibrator("platt").fit(z, y)
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    first = write_folded_checkpoint(demo_model_path, tmp_path / "a.pt", {"nms": cal}, metadata={"run": "r1"})
+    first = _write_folded_checkpoint(
+        demo_model_path, tmp_path / "a.pt", {"nms": cal}, metadata={"run": "r1"}
+    )
     meta = read_calibration_metadata(first)
     assert meta["folded_into"] == {"nms": "cv3"} and meta["run"] == "r1"
     assert meta["source_checkpoint"] == str(Path(demo_model_path).resolve())
     date = dt.datetime.fromisoformat(meta["date"])
-    assert date.utcoffset() == dt.timedelta(0) and before <= date <= dt.datetime.now(dt.timezone.utc)
+    assert date.utcoffset() == dt.timedelta(0) and before <= date <= dt.datetime.now(
+        dt.timezone.utc
+    )
     assert meta["previous"] is None
-    second = write_folded_checkpoint(first, tmp_path / "b.pt", {"e2e": cal})
+    second = _write_folded_checkpoint(first, tmp_path / "b.pt", {"e2e": cal})
     meta2 = read_calibration_metadata(second)
-    assert meta2["folded_into"] == {"e2e": "one2one_cv3"} and meta2["source_checkpoint"] == str(first.resolve())
+    assert meta2["folded_into"] == {"e2e": "one2one_cv3"} and meta2["source_checkpoint"] == str(
+        first.resolve()
+    )
     assert meta2["previous"] == meta

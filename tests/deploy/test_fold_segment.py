@@ -24,11 +24,11 @@ from conftest import NO_DET_CALIB
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.deploy.fold import (
-    fold_calibrator,
-    fold_into_model,
+    _fold_calibrator,
+    _fold_into_model,
+    _write_folded_checkpoint,
     read_calibration_metadata,
     write_calibrated_checkpoint,
-    write_folded_checkpoint,
 )
 
 pytest.importorskip("ultralytics")
@@ -57,15 +57,29 @@ PREDICT = NO_DET_CALIB + textwrap.dedent(
     """
 )
 
-GLOBAL_METHODS = ("temperature", "platt", "spline", "isotonic")  # one map for every class: ranking kept
+GLOBAL_METHODS = (
+    "temperature",
+    "platt",
+    "spline",
+    "isotonic",
+)  # one map for every class: ranking kept
 
 
 def _plain_predict(tmp_path, checkpoints: dict, heads, images) -> dict:
     out = tmp_path / "pred.npz"
-    spec = {"checkpoints": {k: str(v) for k, v in checkpoints.items()}, "heads": list(heads),
-            "images": [str(p) for p in images], "out": str(out)}
-    run = subprocess.run([sys.executable, "-c", PREDICT, json.dumps(spec)], capture_output=True, text=True,
-                         env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"}, cwd=tmp_path)
+    spec = {
+        "checkpoints": {k: str(v) for k, v in checkpoints.items()},
+        "heads": list(heads),
+        "images": [str(p) for p in images],
+        "out": str(out),
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", PREDICT, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"},
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"det_calib_loaded": False}
     z = np.load(out)
@@ -75,7 +89,9 @@ def _plain_predict(tmp_path, checkpoints: dict, heads, images) -> dict:
 def _image(pred: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
     boxes, shape = pred[key + "/boxes"], tuple(pred[key + "/shape"])
     masks = np.unpackbits(pred[key + "/masks"], count=int(np.prod(shape))).reshape(shape)
-    order = np.argsort(-boxes[:, 4], kind="stable")  # conf descending (predict's order, ties as predict's)
+    order = np.argsort(
+        -boxes[:, 4], kind="stable"
+    )  # conf descending (predict's order, ties as predict's)
     return boxes[order], masks[order]
 
 
@@ -119,13 +135,17 @@ def _compare(pred, name: str, head: str, cal, n_images: int, floor: float = 0.05
             np.testing.assert_array_equal(b1[:n, 5], b0[:n, 5])
             np.testing.assert_array_equal(m1[:n], m0[:n])  # masks pixel for pixel
             rest = pred[f"{name}/{head}/{retina}/{i}/boxes"][:, 4]
-            assert (rest > cal.predict_proba(_logit([floor]))[0] + 2e-5).sum() <= n  # no other box above the floor
+            assert (
+                rest > cal.predict_proba(_logit([floor]))[0] + 2e-5
+            ).sum() <= n  # no other box above the floor
             compared += n
     return compared
 
 
 @pytest.mark.slow
-def test_folded_segment_checkpoint_keeps_boxes_and_masks_in_plain_ultralytics(tmp_path, seg_model, fixture_images):
+def test_folded_segment_checkpoint_keeps_boxes_and_masks_in_plain_ultralytics(
+    tmp_path, seg_model, fixture_images
+):
     source = seg_model
     heads = ("nms", "e2e")
     z, y = _synthetic_fit_data()
@@ -134,7 +154,9 @@ def test_folded_segment_checkpoint_keeps_boxes_and_masks_in_plain_ultralytics(tm
     cals.update({m: make_calibrator(m).fit(z, y) for m in GLOBAL_METHODS[1:]})
     checkpoints = {"original": source}
     for name, cal in cals.items():
-        checkpoints[name] = write_folded_checkpoint(source, tmp_path / f"{name}.pt", dict.fromkeys(heads, cal))
+        checkpoints[name] = _write_folded_checkpoint(
+            source, tmp_path / f"{name}.pt", dict.fromkeys(heads, cal)
+        )
     images = fixture_images[:4]
     pred = _plain_predict(tmp_path, checkpoints, heads, images)
     for name, cal in cals.items():
@@ -170,15 +192,19 @@ def test_fold_changes_only_the_class_logits_of_a_segment_head(cfg):
     a, b = platt.affine_params(8)
     with torch.no_grad():
         (_, proto0), raw0 = model(x)
-        fold_into_model(model, {"nms": 2.0})
-        fold_calibrator(model, "e2e" if "26" in cfg else "nms", platt)
+        _fold_into_model(model, {"nms": 2.0})
+        _fold_calibrator(model, "e2e" if "26" in cfg else "nms", platt)
         (_, proto1), raw1 = model(x)
-    branches = [("one2many", 2.0, "nms"), ("one2one", 1.0, "e2e")] if "26" in cfg else [(None, 2.0, "nms")]
+    branches = (
+        [("one2many", 2.0, "nms"), ("one2one", 1.0, "e2e")] if "26" in cfg else [(None, 2.0, "nms")]
+    )
     for key, t, head in branches:
         r0, r1 = (raw0[key], raw1[key]) if key else (raw0, raw1)
         want = r0["scores"] / t
         if head == ("e2e" if "26" in cfg else "nms"):
-            want = want * torch.tensor(a, dtype=torch.float32).view(1, -1, 1) + torch.tensor(b).float().view(1, -1, 1)
+            want = want * torch.tensor(a, dtype=torch.float32).view(1, -1, 1) + torch.tensor(
+                b
+            ).float().view(1, -1, 1)
         torch.testing.assert_close(r1["scores"], want, rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(r1["boxes"], r0["boxes"], rtol=0, atol=0)
         torch.testing.assert_close(r1["mask_coefficient"], r0["mask_coefficient"], rtol=0, atol=0)

@@ -32,8 +32,11 @@ def exports(tmp_path_factory, demo_model_path, fixture_yaml) -> dict[str, Path]:
     pt = folder / "demo.pt"
     shutil.copy(demo_model_path, pt)
     out = {"pt": pt}
-    for name, kw in (("litert_fp32", dict(format="litert")), ("ncnn", dict(format="ncnn")),
-                     ("litert_int8", dict(format="litert", int8=True, data=str(fixture_yaml)))):
+    for name, kw in (
+        ("litert_fp32", dict(format="litert")),
+        ("ncnn", dict(format="ncnn")),
+        ("litert_int8", dict(format="litert", int8=True, data=str(fixture_yaml))),
+    ):
         out[name] = Path(YOLO(str(pt)).export(**kw))
     return out
 
@@ -45,9 +48,29 @@ def runs(tmp_path_factory, exports, fixture_yaml) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("mobile_runs")
     for name in ("pt", *MOBILE):
-        code = main(["calibrate", "--model", str(exports[name]), "--data", str(fixture_yaml), "--fit-split", "fixture",
-                     "--eval-split", "fixture", "--head", "nms", "--n-boot", "50", "-q", "--method", "spline",
-                     "--out", str(folder / name)] + (["--no-val"] if name == "pt" else []))
+        code = main(
+            [
+                "calibrate",
+                "--model",
+                str(exports[name]),
+                "--data",
+                str(fixture_yaml),
+                "--fit-split",
+                "fixture",
+                "--eval-split",
+                "fixture",
+                "--head",
+                "nms",
+                "--n-boot",
+                "50",
+                "-q",
+                "--method",
+                "spline",
+                "--out",
+                str(folder / name),
+            ]
+            + (["--no-val"] if name == "pt" else [])
+        )
         assert code == 0
     return {name: folder / name for name in ("pt", *MOBILE)}
 
@@ -60,7 +83,16 @@ def test_mobile_export_metadata(exports):
     assert (fp32.engine, int8.engine, ncnn.engine) == ("litert fp32", "litert int8", "ncnn fp32")
     for info in (fp32, int8, ncnn):
         assert (info.head, info.rows, info.imgsz) == ("nms", False, (320, 320))
-        assert info.names == ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon", "star", "cross"]
+        assert info.names == [
+            "circle",
+            "ellipse",
+            "square",
+            "rectangle",
+            "triangle",
+            "hexagon",
+            "star",
+            "cross",
+        ]
     assert ncnn.model_file.name == "model.ncnn.param" and fp32.model_file == exports["litert_fp32"]
 
 
@@ -79,11 +111,17 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
         want = yolo.predict(str(im), conf=0.001, verbose=False)[0].boxes
         assert got.height == len(want) > 0
         np.testing.assert_array_equal(got["conf"].to_numpy().astype(np.float32), want.conf.numpy())
-        np.testing.assert_allclose(got.select("x1", "y1", "x2", "y2").to_numpy(), want.xyxy.numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            got.select("x1", "y1", "x2", "y2").to_numpy(), want.xyxy.numpy(), atol=1e-6
+        )
         assert (got["cls"].to_numpy() == want.cls.numpy()).all()
         np.testing.assert_array_equal(got["logit"].to_numpy(), logit_of_prob(want.conf.numpy()))
-    lg = np.stack(table["logits"].to_list())  # every class's logit at the box's anchor; the box's class holds the max
-    np.testing.assert_allclose(lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5)
+    lg = np.stack(
+        table["logits"].to_list()
+    )  # every class's logit at the box's anchor; the box's class holds the max
+    np.testing.assert_allclose(
+        lg[np.arange(table.height), table["cls"].to_numpy()], table["logit"], atol=1e-5
+    )
 
 
 def test_fp32_engines_agree_and_int8_scores_on_a_grid(runs):
@@ -93,7 +131,9 @@ def test_fp32_engines_agree_and_int8_scores_on_a_grid(runs):
     from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
 
     def boxes(name):
-        return pl.read_parquet(runs[name] / "boxes.parquet").sort("image", "conf", descending=[False, True])
+        return pl.read_parquet(runs[name] / "boxes.parquet").sort(
+            "image", "conf", descending=[False, True]
+        )
 
     fp32, ncnn = boxes("litert_fp32"), boxes("ncnn")
     for name in ("litert_fp32", "ncnn"):
@@ -106,9 +146,16 @@ def test_fp32_engines_agree_and_int8_scores_on_a_grid(runs):
     assert step is not None and 1 / 300 < step < 1 / 200  # an int8 output over [0, 1]: 256 levels
     k = b["conf"].to_numpy() / step
     assert np.abs(k - np.round(k)).max() < 1e-3
-    ties = b.group_by("conf").agg(pl.col("calibrated").n_unique().alias("n"), pl.len().alias("boxes"))
-    assert ties["boxes"].max() > 1 and (ties["n"] == 1).all()  # a global map: one calibrated score per level
-    assert "its scores are quantised: whole multiples of" in (runs["litert_int8"] / "summary.txt").read_text()
+    ties = b.group_by("conf").agg(
+        pl.col("calibrated").n_unique().alias("n"), pl.len().alias("boxes")
+    )
+    assert (
+        ties["boxes"].max() > 1 and (ties["n"] == 1).all()
+    )  # a global map: one calibrated score per level
+    assert (
+        "its scores are quantised: whole multiples of"
+        in (runs["litert_int8"] / "summary.txt").read_text()
+    )
 
 
 @pytest.mark.parametrize("name", MOBILE)
@@ -125,15 +172,23 @@ def test_equivalent_threshold_through_plain_predict(runs, exports, fixture_image
     yolo = YOLO(str(exports[name]), task="detect")
     n = 0
     for im in fixture_images:
-        want = np.sort(b.filter((pl.col("image") == im.name) & (pl.col("calibrated") > 0.25))["conf"].to_numpy())
-        got = np.sort(yolo.predict(str(im), conf=t["raw_conf"], verbose=False)[0].boxes.conf.numpy())
+        want = np.sort(
+            b.filter((pl.col("image") == im.name) & (pl.col("calibrated") > 0.25))[
+                "conf"
+            ].to_numpy()
+        )
+        got = np.sort(
+            yolo.predict(str(im), conf=t["raw_conf"], verbose=False)[0].boxes.conf.numpy()
+        )
         np.testing.assert_array_equal(got, want.astype(np.float32))
         n += got.size
     assert 0 < n < b.height
 
 
 @pytest.mark.parametrize("name", ["litert_fp32", "ncnn"])
-def test_calibrated_engine_reexported_scores_are_the_calibrator(runs, exports, fixture_images, tmp_path, name, capsys):
+def test_calibrated_engine_reexported_scores_are_the_calibrator(
+    runs, exports, fixture_images, tmp_path, name, capsys
+):
     """`apply --model EXPORT --source PT`: the calibration folded into the .pt and exported again; plain
     Ultralytics on it gives the raw engine's boxes with the calibrator's scores."""
     from ultralytics import YOLO
@@ -143,8 +198,22 @@ def test_calibrated_engine_reexported_scores_are_the_calibrator(runs, exports, f
     from det_calib.deploy.posthoc import load_calibrators
 
     out = tmp_path / ("calibrated.tflite" if name.startswith("litert") else "calibrated_ncnn_model")
-    assert main(["apply", "--model", str(exports[name]), "--source", str(exports["pt"]), "--calibration",
-                 str(runs[name] / "calibration.json"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "apply",
+                "--model",
+                str(exports[name]),
+                "--source",
+                str(exports["pt"]),
+                "--calibration",
+                str(runs[name] / "calibration.json"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"wrote {out}" in capsys.readouterr().out and out.exists()
     assert not list(tmp_path.glob(".det_calib_reexport_*"))  # its staging folder is gone
     cal = load_calibrators(runs[name] / "calibration.json")["nms"]
@@ -163,16 +232,36 @@ def test_calibrated_engine_reexported_scores_are_the_calibrator(runs, exports, f
     assert n > 0
 
 
-def test_int8_and_sourceless_apply_give_one_line_with_the_threshold(runs, exports, tmp_path, capsys):
+def test_int8_and_sourceless_apply_give_one_line_with_the_threshold(
+    runs, exports, tmp_path, capsys
+):
     from det_calib.cli import main
 
-    cases = (("litert_int8", ["--source", str(exports["pt"])], "quantising the calibrated checkpoint again does "
-              "not keep the map"), ("ncnn", [], "pass --source, the .pt"))
+    cases = (
+        (
+            "litert_int8",
+            ["--source", str(exports["pt"])],
+            "quantising the calibrated checkpoint again does not keep the map",
+        ),
+        ("ncnn", [], "pass --source, the .pt"),
+    )
     for name, extra, words in cases:
-        code = main(["apply", "--model", str(exports[name]), "--calibration", str(runs[name] / "calibration.json"),
-                     "--out", str(tmp_path / "x_ncnn_model"), *extra])
+        code = main(
+            [
+                "apply",
+                "--model",
+                str(exports[name]),
+                "--calibration",
+                str(runs[name] / "calibration.json"),
+                "--out",
+                str(tmp_path / "x_ncnn_model"),
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and words in err[0] and "keeps what conf > 0." in err[0], err
+        assert (
+            code == 2 and len(err) == 1 and words in err[0] and "keeps what conf > 0." in err[0]
+        ), err
     assert not (tmp_path / "x_ncnn_model").exists()
 
 
@@ -180,20 +269,38 @@ def test_runs_and_compare_of_the_four_engines(runs, tmp_path):
     from det_calib.report import compare_runs
 
     fp32 = json.loads((runs["litert_fp32"] / "engine.json").read_text())
-    assert (fp32["engine"], fp32["calibrated_export"], fp32["format"]) == ("litert fp32", None, "litert")
+    assert (fp32["engine"], fp32["calibrated_export"], fp32["format"]) == (
+        "litert fp32",
+        None,
+        "litert",
+    )
     assert not (runs["litert_fp32"] / "calibrated.pt").exists()
     summary = (runs["litert_fp32"] / "summary.txt").read_text()
     assert "no calibrated engine written" in summary and "--source SOURCE.pt" in summary
-    assert "deploy the raw engine at the threshold below" in (runs["litert_int8"] / "summary.txt").read_text()
-    files = compare_runs(*(str(runs[k]) for k in ("pt", *MOBILE)), out_dir=tmp_path, labels=["pt", *MOBILE])
+    assert (
+        "deploy the raw engine at the threshold below"
+        in (runs["litert_int8"] / "summary.txt").read_text()
+    )
+    files = compare_runs(
+        *(str(runs[k]) for k in ("pt", *MOBILE)), out_dir=tmp_path, labels=["pt", *MOBILE]
+    )
     md = files["md"].read_text()
     part = md.split("**Each engine with its own calibration")[1]
     rows = [ln for ln in part.split("\n\n")[1].splitlines() if ln.startswith("|")][2:]
-    assert [ln.strip("|").split("|")[1].strip() for ln in rows] == ["pytorch", "litert fp32", "litert int8",
-                                                                    "ncnn fp32"]
+    assert [ln.strip("|").split("|")[1].strip() for ln in rows] == [
+        "pytorch",
+        "litert fp32",
+        "litert int8",
+        "ncnn fp32",
+    ]
     for name, row in zip(("pt", *MOBILE), rows):
-        t = json.loads((runs[name] / "engine.json").read_text())["equivalent_thresholds"]["nms"][0]["raw_conf"] \
-            if name != "pt" else None
+        t = (
+            json.loads((runs[name] / "engine.json").read_text())["equivalent_thresholds"]["nms"][0][
+                "raw_conf"
+            ]
+            if name != "pt"
+            else None
+        )
         assert t is None or f"raw conf > {t:.6g}" in row
 
 
@@ -210,13 +317,29 @@ def test_damaged_mobile_exports_one_line_exit_2(exports, fixture_yaml, tmp_path,
     shutil.copytree(exports["ncnn"], shortbin)
     b = (shortbin / "model.ncnn.bin").read_bytes()
     (shortbin / "model.ncnn.bin").write_bytes(b[: len(b) // 2])
-    cases = {"cut.tflite": "no Ultralytics metadata in it (truncated or damaged",
-             "junk.tflite": "no TFL3 identifier",
-             "nobin_ncnn_model": "has model.ncnn.param but no weights model.ncnn.bin",
-             "short_ncnn_model": "NCNN rejects its .bin file model.ncnn.bin"}
+    cases = {
+        "cut.tflite": "no Ultralytics metadata in it (truncated or damaged",
+        "junk.tflite": "no TFL3 identifier",
+        "nobin_ncnn_model": "has model.ncnn.param but no weights model.ncnn.bin",
+        "short_ncnn_model": "NCNN rejects its .bin file model.ncnn.bin",
+    }
     for model, words in cases.items():
-        code = main(["calibrate", "--model", str(tmp_path / model), "--data", str(fixture_yaml), "--fit-split",
-                     "fixture", "--eval-split", "fixture", "-q", "--out", str(tmp_path / "o")])
+        code = main(
+            [
+                "calibrate",
+                "--model",
+                str(tmp_path / model),
+                "--data",
+                str(fixture_yaml),
+                "--fit-split",
+                "fixture",
+                "--eval-split",
+                "fixture",
+                "-q",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and words in err[0], (model, err)
     assert not (tmp_path / "o").exists()
@@ -252,14 +375,44 @@ def test_capture_and_check_read_a_mobile_export(runs, exports, fixture_yaml, tmp
     from det_calib.capture.parts import read_parts
     from det_calib.cli import main
 
-    assert main(["capture", "--model", str(exports["litert_int8"]), "--data", str(fixture_yaml), "--split",
-                 "fixture", "--out", str(tmp_path / "parts"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "capture",
+                "--model",
+                str(exports["litert_int8"]),
+                "--data",
+                str(fixture_yaml),
+                "--split",
+                "fixture",
+                "--out",
+                str(tmp_path / "parts"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     parts = read_parts(tmp_path / "parts")
     run_boxes = pl.read_parquet(runs["litert_int8"] / "boxes.parquet")
     cols = ["image", "conf", "cls", "x1", "y1", "x2", "y2"]
-    np.testing.assert_array_equal(parts.select(cols).sort(cols).to_numpy(),
-                                  run_boxes.select(cols).sort(cols).to_numpy())
-    code = main(["check", str(runs["ncnn"]), "--data", str(fixture_yaml), "--split", "fixture", "--n-boot", "50",
-                 "--no-report", "-q", "--out", str(tmp_path / "check")])
+    np.testing.assert_array_equal(
+        parts.select(cols).sort(cols).to_numpy(), run_boxes.select(cols).sort(cols).to_numpy()
+    )
+    code = main(
+        [
+            "check",
+            str(runs["ncnn"]),
+            "--data",
+            str(fixture_yaml),
+            "--split",
+            "fixture",
+            "--n-boot",
+            "50",
+            "--no-report",
+            "-q",
+            "--out",
+            str(tmp_path / "check"),
+        ]
+    )
     assert code in (0, 3, 4, 5, 6)
     assert json.loads((tmp_path / "check" / "check.json").read_text())

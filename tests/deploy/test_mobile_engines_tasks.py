@@ -29,7 +29,11 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("ncnn")
 pytest.importorskip("pnnx")
 
-METHODS = {"segment": "spline", "pose": "platt", "obb": "temperature"}  # hinges, an affine map, the classic fold
+METHODS = {
+    "segment": "spline",
+    "pose": "platt",
+    "obb": "temperature",
+}  # hinges, an affine map, the classic fold
 CONF = 0.05  # the calibrated engine's predict threshold
 ATOL = 1e-5  # the calibrated engine's score against the run's calibrator on the raw score (measured: 7.3e-7 at most)
 N_IMAGES = 6
@@ -40,7 +44,11 @@ def _data_yaml(task: str) -> Path:
     from det_calib.demo.shapes_pose import demo_pose_data_yaml
     from det_calib.demo.shapes_segments import demo_segment_data_yaml
 
-    return {"segment": demo_segment_data_yaml, "pose": demo_pose_data_yaml, "obb": demo_obb_data_yaml}[task]()
+    return {
+        "segment": demo_segment_data_yaml,
+        "pose": demo_pose_data_yaml,
+        "obb": demo_obb_data_yaml,
+    }[task]()
 
 
 def _engine_out(folder: Path, fmt: str) -> Path:
@@ -60,11 +68,46 @@ def engines(tmp_path_factory, exports) -> dict[tuple[str, str], Path]:
     out = {}
     for task, fmt in CASES:
         sub = folder / f"{task}_{fmt}"
-        assert main(["calibrate", "--model", str(exports[task, fmt]), "--data", str(_data_yaml(task)), "--limit", "12",
-                     "--head", "nms", "--method", METHODS[task], "--n-boot", "20", "--no-report", "-q",
-                     "--out", str(sub / "run")]) == 0
-        assert main(["apply", "--model", str(exports[task, fmt]), "--source", str(source_of(exports[task, fmt], task)),
-                     "--calibration", str(sub / "run" / "calibration.json"), "--out", str(_engine_out(sub, fmt))]) == 0
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--model",
+                    str(exports[task, fmt]),
+                    "--data",
+                    str(_data_yaml(task)),
+                    "--limit",
+                    "12",
+                    "--head",
+                    "nms",
+                    "--method",
+                    METHODS[task],
+                    "--n-boot",
+                    "20",
+                    "--no-report",
+                    "-q",
+                    "--out",
+                    str(sub / "run"),
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "apply",
+                    "--model",
+                    str(exports[task, fmt]),
+                    "--source",
+                    str(source_of(exports[task, fmt], task)),
+                    "--calibration",
+                    str(sub / "run" / "calibration.json"),
+                    "--out",
+                    str(_engine_out(sub, fmt)),
+                ]
+            )
+            == 0
+        )
         out[task, fmt] = sub
     return out
 
@@ -99,14 +142,33 @@ def predicted(tmp_path_factory, exports, engines) -> dict[str, np.ndarray]:
     """Plain Ultralytics predict, in a process where det_calib cannot be imported, on the first test images of
     each task: the raw engine at conf 0.001, the calibrated one at :data:`CONF`; masks at the image's size."""
     folder = tmp_path_factory.mktemp("mobile_task_predict")
-    images = {task: [str(p) for p in sorted((_data_yaml(task).parent / "images" / "test").iterdir())[:N_IMAGES]]
-              for task in MODELS}
-    cases = {f"{t}_{f}": {"task": t, "raw": str(exports[t, f]), "cal": str(_engine_out(engines[t, f], f))}
-             for t, f in CASES}
+    images = {
+        task: [
+            str(p)
+            for p in sorted((_data_yaml(task).parent / "images" / "test").iterdir())[:N_IMAGES]
+        ]
+        for task in MODELS
+    }
+    cases = {
+        f"{t}_{f}": {
+            "task": t,
+            "raw": str(exports[t, f]),
+            "cal": str(_engine_out(engines[t, f], f)),
+        }
+        for t, f in CASES
+    }
     args = {"cases": cases, "images": images, "conf": CONF, "npz": str(folder / "o.npz")}
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}  # NCNN's OpenMP workers sleep while waiting (engines_mobile.md)
-    proc = subprocess.run([sys.executable, "-c", _PREDICT, json.dumps(args)], capture_output=True, text=True,
-                          timeout=900, env=env)
+    env = {
+        **os.environ,
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }  # NCNN's OpenMP workers sleep while waiting (engines_mobile.md)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PREDICT, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return dict(np.load(folder / "o.npz"))
 
@@ -126,7 +188,12 @@ def test_calibrated_engine_is_the_raw_engine_rescored(exports, engines, predicte
     cal = load_calibrators(engines[task, fmt] / "run" / "calibration.json")["nms"]
     out = _engine_out(engines[task, fmt], fmt)
     info = read_export(out)
-    assert (info.task, info.engine, info.head, info.imgsz) == (task, ENGINES[fmt], "nms", (IMGSZ, IMGSZ))
+    assert (info.task, info.engine, info.head, info.imgsz) == (
+        task,
+        ENGINES[fmt],
+        "nms",
+        (IMGSZ, IMGSZ),
+    )
     compared, moved = 0, 0.0
     for i in range(N_IMAGES):
         raw, mine = (f"{task}_{fmt}/{engine}/{i}" for engine in ("raw", "cal"))
@@ -134,12 +201,20 @@ def test_calibrated_engine_is_the_raw_engine_rescored(exports, engines, predicte
         keep = want > CONF
         assert predicted[mine + "/conf"].size == keep.sum()
         assert predicted[raw + "/conf"].size < 300  # no box cut by max_det
-        r_masks, c_masks = ([predicted[raw + "/masks"][keep]], [predicted[mine + "/masks"]]) if task == "segment" \
+        r_masks, c_masks = (
+            ([predicted[raw + "/masks"][keep]], [predicted[mine + "/masks"]])
+            if task == "segment"
             else ([], [])
-        r_rows, r_want, r_conf, *r_masks = _by_rows(predicted[raw + "/rows"][keep], want[keep],
-                                                    predicted[raw + "/conf"][keep], *r_masks)
-        c_rows, c_conf, *c_masks = _by_rows(predicted[mine + "/rows"], predicted[mine + "/conf"], *c_masks)
-        np.testing.assert_array_equal(c_rows, r_rows)  # boxes, classes, keypoints / rotated boxes: bit for bit
+        )
+        r_rows, r_want, r_conf, *r_masks = _by_rows(
+            predicted[raw + "/rows"][keep], want[keep], predicted[raw + "/conf"][keep], *r_masks
+        )
+        c_rows, c_conf, *c_masks = _by_rows(
+            predicted[mine + "/rows"], predicted[mine + "/conf"], *c_masks
+        )
+        np.testing.assert_array_equal(
+            c_rows, r_rows
+        )  # boxes, classes, keypoints / rotated boxes: bit for bit
         for a, b in zip(c_masks, r_masks):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(c_conf, r_want, rtol=0, atol=ATOL)
@@ -154,20 +229,64 @@ def test_bad_sources_and_calibrations_one_line_exit_2(exports, engines, tmp_path
     nothing written."""
     seg = exports["segment", "litert"]
     e2e = tmp_path / "e2e"
-    assert main(["calibrate", "--model", str(source_of(seg, "segment")), "--data", str(_data_yaml("segment")),
-                 "--limit", "4", "--head", "e2e", "--method", "temperature", "--n-boot", "20", "--no-val",
-                 "--no-report", "-q", "--out", str(e2e)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(source_of(seg, "segment")),
+                "--data",
+                str(_data_yaml("segment")),
+                "--limit",
+                "4",
+                "--head",
+                "e2e",
+                "--method",
+                "temperature",
+                "--n-boot",
+                "20",
+                "--no-val",
+                "--no-report",
+                "-q",
+                "--out",
+                str(e2e),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     run = engines["segment", "litert"] / "run" / "calibration.json"
-    cases = {"pose source": ([source_of(exports["pose", "litert"], "pose")], run,
-                             "is a `pose` model and yolo26n_shapes_seg.tflite a `segment` export: not the .pt"),
-             "detector source": ([MODELS["segment"].parent / "yolo26n_shapes.pt"], run,
-                                 "is a `detect` model and yolo26n_shapes_seg.tflite a `segment` export"),
-             "e2e calibration": ([source_of(seg, "segment")], e2e / "calibration.json",
-                                 "has no calibrator for the `nms` head the export carries (it has: e2e)")}
+    cases = {
+        "pose source": (
+            [source_of(exports["pose", "litert"], "pose")],
+            run,
+            "is a `pose` model and yolo26n_shapes_seg.tflite a `segment` export: not the .pt",
+        ),
+        "detector source": (
+            [MODELS["segment"].parent / "yolo26n_shapes.pt"],
+            run,
+            "is a `detect` model and yolo26n_shapes_seg.tflite a `segment` export",
+        ),
+        "e2e calibration": (
+            [source_of(seg, "segment")],
+            e2e / "calibration.json",
+            "has no calibrator for the `nms` head the export carries (it has: e2e)",
+        ),
+    }
     for name, (source, calibration, words) in cases.items():
-        code = main(["apply", "--model", str(seg), "--source", str(source[0]), "--calibration", str(calibration),
-                     "--out", str(tmp_path / "x.tflite")])
+        code = main(
+            [
+                "apply",
+                "--model",
+                str(seg),
+                "--source",
+                str(source[0]),
+                "--calibration",
+                str(calibration),
+                "--out",
+                str(tmp_path / "x.tflite"),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and words in err[0], (name, err)
     assert not (tmp_path / "x.tflite").exists() and not list(tmp_path.glob(".det_calib_reexport_*"))
@@ -182,11 +301,28 @@ def test_int8_segment_engine_refused_with_its_threshold(engines, tmp_path, capsy
 
     pt = tmp_path / MODELS["segment"].name
     shutil.copy(MODELS["segment"], pt)
-    int8 = YOLO(str(pt)).export(format="litert", int8=True, imgsz=IMGSZ, data=str(_data_yaml("segment")),
-                                fraction=0.05, verbose=False)
+    int8 = YOLO(str(pt)).export(
+        format="litert",
+        int8=True,
+        imgsz=IMGSZ,
+        data=str(_data_yaml("segment")),
+        fraction=0.05,
+        verbose=False,
+    )
     capsys.readouterr()  # the exporter's progress
-    code = main(["apply", "--model", str(int8), "--source", str(pt), "--calibration",
-                 str(engines["segment", "litert"] / "run" / "calibration.json"), "--out", str(tmp_path / "c.tflite")])
+    code = main(
+        [
+            "apply",
+            "--model",
+            str(int8),
+            "--source",
+            str(pt),
+            "--calibration",
+            str(engines["segment", "litert"] / "run" / "calibration.json"),
+            "--out",
+            str(tmp_path / "c.tflite"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "no calibrated litert int8 engine: quantising the calibrated checkpoint again" in err[0]

@@ -16,8 +16,8 @@ from detection_files import FIXTURE, synthetic_rows, write_txt
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import box_kwargs
 from det_calib.cli import main
-from det_calib.deploy.portable import deepstream_block, map_onnx, portable_head, raw_thresholds
-from det_calib.deploy.portable_apply import calibrated_score, load_map, log_relative_area
+from det_calib.deploy.portable import _deepstream_block, _map_onnx, portable_head, raw_thresholds
+from det_calib.deploy.portable_apply import _calibrated_score, _load_map, _log_relative_area
 from det_calib.numeric import sigmoid
 
 METHODS = registry.methods()
@@ -42,39 +42,90 @@ def _onnx(graph, boxes: pl.DataFrame, *, sized: bool, dtype=np.float32, score=No
 
 
 def _log_area(boxes: pl.DataFrame) -> np.ndarray:
-    return np.array([log_relative_area(*r) for r in boxes.select("x1", "y1", "x2", "y2", "img_w", "img_h").iter_rows()])
+    return np.array(
+        [
+            _log_relative_area(*r)
+            for r in boxes.select("x1", "y1", "x2", "y2", "img_w", "img_h").iter_rows()
+        ]
+    )
 
 
 @pytest.mark.parametrize("method", RUN_METHODS)
-def test_portable_function_and_onnx_give_the_runs_calibrated_column(tmp_path, capsys, labels, method):
+def test_portable_function_and_onnx_give_the_runs_calibrated_column(
+    tmp_path, capsys, labels, method
+):
     out = tmp_path / "out"
-    code = main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(labels), "--out", str(out),
-                 "--method", method, "--no-report", "-q", "--n-boot", "20"])
+    code = main(
+        [
+            "calibrate",
+            "--data",
+            str(FIXTURE / "data.yaml"),
+            "--detections",
+            str(labels),
+            "--out",
+            str(out),
+            "--method",
+            method,
+            "--no-report",
+            "-q",
+            "--n-boot",
+            "20",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     boxes = pl.read_parquet(out / "boxes.parquet")
     want = boxes["calibrated"].to_numpy()
-    pmap = load_map(out / "portable_map.json")
+    pmap = _load_map(out / "portable_map.json")
     head = pmap["heads"]["nms"]
     assert head["method"] == method
     sized = head["uses_size"]
     areas = _log_area(boxes) if sized else [None] * boxes.height
-    got = np.array([calibrated_score(pmap, s, c, log_area=a)
-                    for s, c, a in zip(boxes["conf"], boxes["cls"], areas, strict=True)])
+    got = np.array(
+        [
+            _calibrated_score(pmap, s, c, log_area=a)
+            for s, c, a in zip(boxes["conf"], boxes["cls"], areas, strict=True)
+        ]
+    )
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    graph64 = map_onnx(head, double=True)
-    np.testing.assert_allclose(_onnx(graph64, boxes, sized=sized, dtype=np.float64), want, rtol=0, atol=1e-6)
+    graph64 = _map_onnx(head, double=True)
+    np.testing.assert_allclose(
+        _onnx(graph64, boxes, sized=sized, dtype=np.float64), want, rtol=0, atol=1e-6
+    )
     # the written graph takes an engine's float32 score: the same map of the score as float32 holds it
     as32 = boxes["conf"].to_numpy().astype(np.float32).astype(np.float64)
-    np.testing.assert_allclose(_onnx(str(out / "portable_map_nms.onnx"), boxes, sized=sized),
-                               _onnx(graph64, boxes, sized=sized, dtype=np.float64, score=as32), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        _onnx(str(out / "portable_map_nms.onnx"), boxes, sized=sized),
+        _onnx(graph64, boxes, sized=sized, dtype=np.float64, score=as32),
+        rtol=0,
+        atol=1e-6,
+    )
     assert np.abs(want - boxes["conf"].to_numpy()).max() > 1e-3  # the map moved the scores
 
 
 @pytest.mark.parametrize("method", [m for m in RUN_METHODS if not registry.uses_size(m)])
-def test_raw_thresholds_keep_exactly_the_calibrated_set_and_deepstream_parses_back(tmp_path, capsys, labels, method):
+def test_raw_thresholds_keep_exactly_the_calibrated_set_and_deepstream_parses_back(
+    tmp_path, capsys, labels, method
+):
     out = tmp_path / "out"
-    code = main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(labels), "--out", str(out),
-                 "--method", method, "--no-report", "-q", "--n-boot", "20", "--conf", "0.3"])
+    code = main(
+        [
+            "calibrate",
+            "--data",
+            str(FIXTURE / "data.yaml"),
+            "--detections",
+            str(labels),
+            "--out",
+            str(out),
+            "--method",
+            method,
+            "--no-report",
+            "-q",
+            "--n-boot",
+            "20",
+            "--conf",
+            "0.3",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     boxes = pl.read_parquet(out / "boxes.parquet")
     doc = json.loads((out / "raw_thresholds.json").read_text())
@@ -87,7 +138,9 @@ def test_raw_thresholds_keep_exactly_the_calibrated_set_and_deepstream_parses_ba
     cp.read_string((out / "deepstream_nms.txt").read_text())
     back = [cp.getfloat(f"class-attrs-{c}", "pre-cluster-threshold") for c in range(len(r))]
     np.testing.assert_allclose(back, r, rtol=1e-8)
-    assert cp.getfloat("class-attrs-all", "pre-cluster-threshold") == pytest.approx(r.min(), rel=1e-8)
+    assert cp.getfloat("class-attrs-all", "pre-cluster-threshold") == pytest.approx(
+        r.min(), rel=1e-8
+    )
 
 
 def _fitted(method: str, z: np.ndarray, y: np.ndarray, cls: np.ndarray, area: np.ndarray):
@@ -109,7 +162,9 @@ def test_no_map_splits_a_tie_of_stair_stepped_scores(method):
     cal = _fitted(method, z, y, cls, area)
     t = np.asarray(cal.transform_logits(z, **box_kwargs(cal, classes=cls, log_area=area)))
     df = pl.DataFrame({"z": z, "cls": cls, "t": t})
-    spread = df.group_by("z", "cls").agg((pl.col("t").max() - pl.col("t").min()).alias("d"))["d"].max()
+    spread = (
+        df.group_by("z", "cls").agg((pl.col("t").max() - pl.col("t").min()).alias("d"))["d"].max()
+    )
     assert spread == 0.0
     order = df.group_by("z", "cls").agg(pl.col("t").first()).sort("cls", "z")
     for _, g in order.group_by("cls"):
@@ -130,25 +185,57 @@ def test_portable_map_of_a_fitted_calibrator_and_its_inverse(method):
     pmap = {"format": "det_calib.PortableMap", "version": 1, "eps": 1e-6, "heads": {"nms": head}}
     p = sigmoid(z)
     want = cal.deployed_conf(z, cls, p)
-    got = np.array([calibrated_score(pmap, s, c) for s, c in zip(p, cls, strict=True)])
+    got = np.array([_calibrated_score(pmap, s, c) for s, c in zip(p, cls, strict=True)])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
     r = raw_thresholds(head, 0.4, 4)
-    back = [calibrated_score(pmap, r[c], c) for c in range(4)]
+    back = [_calibrated_score(pmap, r[c], c) for c in range(4)]
     np.testing.assert_allclose(back, 0.4, atol=1e-9)
-    assert map_onnx(head)[:2]  # a serialised graph
-    assert "pre-cluster-threshold" in deepstream_block(r)
+    assert _map_onnx(head)[:2]  # a serialised graph
+    assert "pre-cluster-threshold" in _deepstream_block(r)
 
 
 def test_the_thresholds_commands_tuned_thresholds_as_a_deepstream_block(tmp_path, capsys, labels):
-    from det_calib.deploy.portable import tuned_deepstream
+    from det_calib.deploy.portable import _tuned_deepstream as tuned_deepstream
     from det_calib.thresholds.thresholds_file import class_thresholds
 
     out = tmp_path / "out"
-    assert main(["calibrate", "--data", str(FIXTURE / "data.yaml"), "--detections", str(labels), "--out", str(out),
-                 "--method", "class-platt", "--no-report", "-q", "--n-boot", "20"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--data",
+                str(FIXTURE / "data.yaml"),
+                "--detections",
+                str(labels),
+                "--out",
+                str(out),
+                "--method",
+                "class-platt",
+                "--no-report",
+                "-q",
+                "--n-boot",
+                "20",
+            ]
+        )
+        == 0
+    )
     # 12 images certify nothing over images: the box-level rule gives thresholds to write (the block's format
     # is what is tested here)
-    assert main(["thresholds", str(out), "--target-precision", "0.5", "--threshold-unit", "box", "--n-boot", "20"]) == 0
+    assert (
+        main(
+            [
+                "thresholds",
+                str(out),
+                "--target-precision",
+                "0.5",
+                "--threshold-unit",
+                "box",
+                "--n-boot",
+                "20",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     tuned = class_thresholds(out / "thresholds.json")
     cp = configparser.ConfigParser()

@@ -31,7 +31,11 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 
-ENGINES = {"onnx": dict(format="onnx"), "onnx_e2e": dict(format="onnx", nms=False), "openvino": dict(format="openvino")}
+ENGINES = {
+    "onnx": dict(format="onnx"),
+    "onnx_e2e": dict(format="onnx", nms=False),
+    "openvino": dict(format="openvino"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +53,29 @@ def size_runs(tmp_path_factory, demo_model_path, fixture_yaml) -> dict[str, tupl
         shutil.copy(demo_model_path, sub / "demo.pt")
         made = Path(YOLO(str(sub / "demo.pt")).export(**kw, verbose=False))
         head = "e2e" if name == "onnx_e2e" else "nms"
-        code = main(["calibrate", "--model", str(made), "--data", str(fixture_yaml), "--fit-split", "fixture",
-                     "--eval-split", "fixture", "--head", head, "--method", "size-platt", "--n-boot", "20", "-q",
-                     "--no-report", "--out", str(sub / "run")])
+        code = main(
+            [
+                "calibrate",
+                "--model",
+                str(made),
+                "--data",
+                str(fixture_yaml),
+                "--fit-split",
+                "fixture",
+                "--eval-split",
+                "fixture",
+                "--head",
+                head,
+                "--method",
+                "size-platt",
+                "--n-boot",
+                "20",
+                "-q",
+                "--no-report",
+                "--out",
+                str(sub / "run"),
+            ]
+        )
         assert code == 0
         out[name] = (made, sub / "run")
     return out
@@ -82,7 +106,9 @@ def _find(rows: np.ndarray, r: np.ndarray) -> int | None:
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(size_runs, fixture_images, tmp_path, name):
+def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(
+    size_runs, fixture_images, tmp_path, name
+):
     from det_calib.record.run_result import RunResult
 
     export, run = size_runs[name]
@@ -93,17 +119,35 @@ def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(size_runs, fixtu
     rec = json.loads((run / "engine.json").read_text())
     cal_model = run / rec["calibrated_export"]
     assert rec["equivalent_thresholds"][head] == []  # no raw threshold can keep a size map's set
-    spec = {"cal": str(cal_model), "raw": str(export), "images": [str(p) for p in fixture_images],
-            "out": str(tmp_path / "p.json")}
-    proc = subprocess.run([sys.executable, "-c", _PREDICT, json.dumps(spec)], capture_output=True, text=True,
-                          timeout=600)
+    spec = {
+        "cal": str(cal_model),
+        "raw": str(export),
+        "images": [str(p) for p in fixture_images],
+        "out": str(tmp_path / "p.json"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _PREDICT, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     pred = json.loads((tmp_path / "p.json").read_text())
     cal, raw = (np.array(pred[k], dtype=np.float64).reshape(-1, 7) for k in ("cal", "raw"))
-    b = pl.read_parquet(run / "boxes.parquet").filter(pl.col("head") == head)  # the two halves: every image once
-    index = {Path(p).name: i for i, p in enumerate(fixture_images)}  # the predict loop's image numbers
-    b = b.with_columns(image_id=pl.col("image").map_elements(lambda p: index[Path(p).name], return_dtype=pl.Int64))
-    ref = b.select("image_id", "x1", "y1", "x2", "y2", "calibrated", "cls").to_numpy().astype(np.float64)
+    b = pl.read_parquet(run / "boxes.parquet").filter(
+        pl.col("head") == head
+    )  # the two halves: every image once
+    index = {
+        Path(p).name: i for i, p in enumerate(fixture_images)
+    }  # the predict loop's image numbers
+    b = b.with_columns(
+        image_id=pl.col("image").map_elements(lambda p: index[Path(p).name], return_dtype=pl.Int64)
+    )
+    ref = (
+        b.select("image_id", "x1", "y1", "x2", "y2", "calibrated", "cls")
+        .to_numpy()
+        .astype(np.float64)
+    )
     assert len(cal) >= 20
     # the graph changes no box: every calibrated box is one of the raw engine's, with its class
     assert all(_find(raw, r) is not None for r in cal)
@@ -119,4 +163,6 @@ def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(size_runs, fixtu
     if head == "e2e":  # the map on the top-k rows: the run's calibrated set exactly
         assert missing == 0 and len(cal) == kept_ref
     else:  # before NMS: NMS ranks by the calibrated scores, a few boxes differ
-        assert missing <= max(2, len(cal) // 20) and abs(len(cal) - kept_ref) <= max(2, len(cal) // 20)
+        assert missing <= max(2, len(cal) // 20) and abs(len(cal) - kept_ref) <= max(
+            2, len(cal) // 20
+        )

@@ -18,7 +18,7 @@ import yaml
 
 from det_calib.calibrators.size import SizePlattScaler
 from det_calib.deploy.calibrated_export import write_calibrated_export
-from det_calib.deploy.size_export import PAD_VALUE, reference_log_area, sized_probs
+from det_calib.deploy.size_export import _PAD_VALUE, _reference_log_area, _sized_probs
 
 pytestmark = pytest.mark.fast
 
@@ -27,12 +27,20 @@ pytest.importorskip("onnxruntime")
 
 NC, A, N, S = 3, 80, 40, 64
 NAMES = {0: "a", 1: "b", 2: "c"}
-CAL = SizePlattScaler.from_dict({"format": "det_calib.SizePlattScaler", "version": 1, "a": 1.3, "b": -0.4, "c": -0.35})
+CAL = SizePlattScaler.from_dict(
+    {"format": "det_calib.SizePlattScaler", "version": 1, "a": 1.3, "b": -0.4, "c": -0.35}
+)
 
 
 def metadata(end2end: bool) -> dict:
-    return {"task": "detect", "names": str(NAMES), "imgsz": f"[{S}, {S}]", "batch": "1", "end2end": str(end2end),
-            "args": str({"nms": False, "half": False})}
+    return {
+        "task": "detect",
+        "names": str(NAMES),
+        "imgsz": f"[{S}, {S}]",
+        "batch": "1",
+        "end2end": str(end2end),
+        "args": str({"nms": False, "half": False}),
+    }
 
 
 def det_shape(rows: bool) -> list[int]:
@@ -44,10 +52,15 @@ def onnx_export(path, *, rows: bool, half: bool = False):
     from onnx import TensorProto, helper
 
     elem = TensorProto.FLOAT16 if half else TensorProto.FLOAT
-    ins = [helper.make_tensor_value_info("images", elem, [1, 3, S, S]),
-           helper.make_tensor_value_info("dets", elem, det_shape(rows))]
+    ins = [
+        helper.make_tensor_value_info("images", elem, [1, 3, S, S]),
+        helper.make_tensor_value_info("dets", elem, det_shape(rows)),
+    ]
     out = helper.make_tensor_value_info("output0", elem, det_shape(rows))
-    nodes = [helper.make_node("Identity", ["dets"], ["hidden"]), helper.make_node("Identity", ["hidden"], ["output0"])]
+    nodes = [
+        helper.make_node("Identity", ["dets"], ["hidden"]),
+        helper.make_node("Identity", ["hidden"], ["output0"]),
+    ]
     graph = helper.make_graph(nodes, "export", ins, [out])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -62,7 +75,9 @@ def openvino_export(folder, *, rows: bool):
 
     img = ops.parameter([1, 3, S, S], np.float32, name="images")
     dets = ops.parameter(det_shape(rows), np.float32, name="dets")
-    model = ov.Model([ops.result(ops.add(dets, ops.constant(np.float32(0.0))))], [img, dets], "export")
+    model = ov.Model(
+        [ops.result(ops.add(dets, ops.constant(np.float32(0.0))))], [img, dets], "export"
+    )
     folder.mkdir()
     ov.save_model(model, str(folder / "export.xml"), compress_to_fp16=False)
     (folder / "metadata.yaml").write_text(yaml.safe_dump(metadata(rows)))
@@ -77,11 +92,11 @@ def letterboxed(rect, seed: int = 0) -> np.ndarray:
     """An input image: grey 114 outside ``rect``, random inside, with a grey 114 row and column in the middle
     of the image (padding only at the edges counts)."""
     rng = np.random.default_rng(seed)
-    x = np.full((1, 3, S, S), PAD_VALUE, np.float32)
+    x = np.full((1, 3, S, S), _PAD_VALUE, np.float32)
     x0, y0, x1, y1 = rect
     x[:, :, y0:y1, x0:x1] = rng.uniform(0, 1, (1, 3, y1 - y0, x1 - x0))
-    x[:, :, (y0 + y1) // 2, x0:x1] = PAD_VALUE
-    x[:, :, y0:y1, (x0 + x1) // 2] = PAD_VALUE
+    x[:, :, (y0 + y1) // 2, x0:x1] = _PAD_VALUE
+    x[:, :, y0:y1, (x0 + x1) // 2] = _PAD_VALUE
     return x
 
 
@@ -102,21 +117,33 @@ def planted(rows: bool, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
         x = np.zeros((1, 4 + NC, A), np.float32)
         x[0, :4] = np.column_stack([c, wh]).T.astype(np.float32)
         x[0, 4:] = 1 / (1 + np.exp(-rng.normal(0, 3, (NC, A))))
-        xyxy = np.column_stack([x[0, 0] - x[0, 2] / 2, x[0, 1] - x[0, 3] / 2, x[0, 0] + x[0, 2] / 2,
-                                x[0, 1] + x[0, 3] / 2])  # float32, as Ultralytics' xywh2xyxy
+        xyxy = np.column_stack(
+            [
+                x[0, 0] - x[0, 2] / 2,
+                x[0, 1] - x[0, 3] / 2,
+                x[0, 0] + x[0, 2] / 2,
+                x[0, 1] + x[0, 3] / 2,
+            ]
+        )  # float32, as Ultralytics' xywh2xyxy
     return x, xyxy
 
 
 def check(got: np.ndarray, x: np.ndarray, xyxy: np.ndarray, rect, rows: bool) -> None:
-    la = reference_log_area(xyxy, rect)
+    la = _reference_log_area(xyxy, rect)
     assert got.shape == x.shape and got.dtype == np.float32
     if rows:
         assert (got[0, :, [0, 1, 2, 3, 5]] == x[0, :, [0, 1, 2, 3, 5]]).all()
-        np.testing.assert_allclose(got[0, :, 4], sized_probs(CAL, x[0, :, 4], la), rtol=0, atol=2e-6)
+        np.testing.assert_allclose(
+            got[0, :, 4], _sized_probs(CAL, x[0, :, 4], la), rtol=0, atol=2e-6
+        )
     else:
         assert (got[0, :4] == x[0, :4]).all()
-        np.testing.assert_allclose(got[0, 4:], sized_probs(CAL, x[0, 4:], la[None, :]), rtol=0, atol=2e-6)
-    assert la.min() == pytest.approx(np.log(1e-8)) or rect == RECTS["square"]  # the box in the padding
+        np.testing.assert_allclose(
+            got[0, 4:], _sized_probs(CAL, x[0, 4:], la[None, :]), rtol=0, atol=2e-6
+        )
+    assert (
+        la.min() == pytest.approx(np.log(1e-8)) or rect == RECTS["square"]
+    )  # the box in the padding
 
 
 @pytest.mark.parametrize("rows", [False, True], ids=["per-anchor", "rows"])
@@ -125,7 +152,9 @@ def test_onnx_size_term(tmp_path, rows, shape):
     import onnxruntime as ort
 
     head = "e2e" if rows else "nms"
-    out = write_calibrated_export(onnx_export(tmp_path / "m.onnx", rows=rows), tmp_path / "c.onnx", {head: CAL})
+    out = write_calibrated_export(
+        onnx_export(tmp_path / "m.onnx", rows=rows), tmp_path / "c.onnx", {head: CAL}
+    )
     x, xyxy = planted(rows)
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {"images": letterboxed(RECTS[shape]), "dets": x})
@@ -138,20 +167,33 @@ def test_onnx_fp16_engine(tmp_path, rows):
     import onnxruntime as ort
 
     head = "e2e" if rows else "nms"
-    out = write_calibrated_export(onnx_export(tmp_path / "m.onnx", rows=rows, half=True), tmp_path / "c.onnx",
-                                  {head: CAL})
+    out = write_calibrated_export(
+        onnx_export(tmp_path / "m.onnx", rows=rows, half=True), tmp_path / "c.onnx", {head: CAL}
+    )
     x, _ = planted(rows)
     x = x.astype(np.float16)
     f = x.astype(np.float32)  # what the graph computes on, between its casts
-    xyxy = f[0, :, :4] if rows else np.column_stack([f[0, 0] - f[0, 2] / 2, f[0, 1] - f[0, 3] / 2,
-                                                     f[0, 0] + f[0, 2] / 2, f[0, 1] + f[0, 3] / 2])
+    xyxy = (
+        f[0, :, :4]
+        if rows
+        else np.column_stack(
+            [
+                f[0, 0] - f[0, 2] / 2,
+                f[0, 1] - f[0, 3] / 2,
+                f[0, 0] + f[0, 2] / 2,
+                f[0, 1] + f[0, 3] / 2,
+            ]
+        )
+    )
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {"images": letterboxed(RECTS["wide"]).astype(np.float16), "dets": x})
     assert got.dtype == np.float16
-    la = reference_log_area(xyxy, RECTS["wide"])
+    la = _reference_log_area(xyxy, RECTS["wide"])
     p = x[0, :, 4] if rows else x[0, 4:]
-    want = sized_probs(CAL, p.astype(np.float32), la if rows else la[None, :])
-    np.testing.assert_allclose((got[0, :, 4] if rows else got[0, 4:]).astype(np.float64), want, rtol=0, atol=5e-4)
+    want = _sized_probs(CAL, p.astype(np.float32), la if rows else la[None, :])
+    np.testing.assert_allclose(
+        (got[0, :, 4] if rows else got[0, 4:]).astype(np.float64), want, rtol=0, atol=5e-4
+    )
 
 
 @pytest.mark.parametrize("rows", [False, True], ids=["per-anchor", "rows"])
@@ -160,8 +202,11 @@ def test_openvino_size_term(tmp_path, rows, shape):
     ov = pytest.importorskip("openvino")
 
     head = "e2e" if rows else "nms"
-    out = write_calibrated_export(openvino_export(tmp_path / "m_openvino_model", rows=rows),
-                                  tmp_path / "c_openvino_model", {head: CAL})
+    out = write_calibrated_export(
+        openvino_export(tmp_path / "m_openvino_model", rows=rows),
+        tmp_path / "c_openvino_model",
+        {head: CAL},
+    )
     x, xyxy = planted(rows)
     compiled = ov.Core().compile_model(str(out / "export.xml"), "CPU")
     got = compiled({"images": letterboxed(RECTS[shape]), "dets": x})[compiled.output(0)]
@@ -171,5 +216,5 @@ def test_openvino_size_term(tmp_path, rows, shape):
 def test_reference_log_area_known_answer():
     """A 10 x 10 box in a 100 x 50 image rectangle is 2% of it; half of a box outside the image is cut off."""
     rect = (0, 25, 100, 75)
-    la = reference_log_area(np.array([[10, 30, 20, 40], [-5, 30, 5, 40]], np.float32), rect)
+    la = _reference_log_area(np.array([[10, 30, 20, 40], [-5, 30, 5, 40]], np.float32), rect)
     np.testing.assert_allclose(np.exp(la), [0.02, 0.01], rtol=1e-12)

@@ -56,11 +56,17 @@ def test_parity_with_ensemble_boxes(rule, weighted):
         w = rng.uniform(0.5, 2.0, m) if weighted else None
         iou = float(rng.choice([0.4, 0.55, 0.7]))
         rb, rs, rl = ensemble_boxes.weighted_boxes_fusion(
-            [d[0] for d in data], [d[1] for d in data], [d[2] for d in data], weights=w, iou_thr=iou,
-            conf_type=ENSEMBLE_BOXES_CONF_TYPE[rule])
+            [d[0] for d in data],
+            [d[1] for d in data],
+            [d[2] for d in data],
+            weights=w,
+            iou_thr=iou,
+            conf_type=ENSEMBLE_BOXES_CONF_TYPE[rule],
+        )
         boxes, scores, labels, members = _flat(data)
-        f = weighted_boxes_fusion(boxes, scores, labels, groups=None, members=members, n_members=m, weights=w,
-                                  iou_thr=iou)
+        f = weighted_boxes_fusion(
+            boxes, scores, labels, groups=None, members=members, n_members=m, weights=w, iou_thr=iou
+        )
         ob, os_, ol = _sorted(f.boxes, f.scores(rule), f.label)
         eb, es, el = _sorted(np.asarray(rb), np.asarray(rs), np.asarray(rl).astype(int))
         assert len(os_) == len(es), (trial, len(os_), len(es))
@@ -100,8 +106,9 @@ def test_score_rules_known_answers():
     """Two members agree on one object (scores 0.8 and 0.6), the third misses it; one lone box."""
     boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 11], [50, 50, 60, 60]], float)
     scores = np.array([0.8, 0.6, 0.3])
-    f = weighted_boxes_fusion(boxes, scores, np.zeros(3, int), groups=None, members=np.array([0, 1, 2]),
-                              n_members=3)
+    f = weighted_boxes_fusion(
+        boxes, scores, np.zeros(3, int), groups=None, members=np.array([0, 1, 2]), n_members=3
+    )
     o = np.argsort(-f.stats["n"])
     got = {r: f.scores(r)[o] for r in SCORE_RULES}
     np.testing.assert_allclose(got["avg"], [1.4 / 3, 0.1])
@@ -119,15 +126,28 @@ def test_best_avg_counts_each_member_once_by_its_best_box():
     """A member's low-scored duplicate of an object drags every box-averaging rule down as far as
     a missing member would; ``best-avg`` takes each member's best box: (0.8 + 0.7 + 0.75) / 3."""
     boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 10.5], [0, 0, 10, 11], [0, 0, 10, 10.2]], float)
-    f = weighted_boxes_fusion(boxes, np.array([0.8, 0.1, 0.7, 0.75]), np.zeros(4, int), groups=None,
-                              members=np.array([0, 0, 1, 2]), n_members=3)
+    f = weighted_boxes_fusion(
+        boxes,
+        np.array([0.8, 0.1, 0.7, 0.75]),
+        np.zeros(4, int),
+        groups=None,
+        members=np.array([0, 0, 1, 2]),
+        n_members=3,
+    )
     assert len(f) == 1
     np.testing.assert_allclose(f.scores("best-avg"), [0.75])
     np.testing.assert_allclose(f.scores("agree"), [2.35 / 4])
     np.testing.assert_allclose(f.scores("avg"), [2.35 / 4])
     # weighted: sum over members of weight x best score, over the total weight (member 2 absent)
-    g = weighted_boxes_fusion(boxes[:3], np.array([0.8, 0.1, 0.7]), np.zeros(3, int), groups=None,
-                              members=np.array([0, 0, 1]), n_members=3, weights=[2.0, 1.0, 1.0])
+    g = weighted_boxes_fusion(
+        boxes[:3],
+        np.array([0.8, 0.1, 0.7]),
+        np.zeros(3, int),
+        groups=None,
+        members=np.array([0, 0, 1]),
+        n_members=3,
+        weights=[2.0, 1.0, 1.0],
+    )
     np.testing.assert_allclose(g.scores("best-avg"), [(2 * 0.8 + 0.7) / 4])
 
 
@@ -142,30 +162,59 @@ def test_best_avg_equals_its_definition_on_random_members(weighted):
     boxes, scores, labels, members = (np.concatenate([p[k] for p in parts]) for k in range(4))
     groups = np.concatenate([np.full(len(p[1]), i) for i, p in enumerate(parts)])
     w = rng.uniform(0.5, 2.0, 4) if weighted else np.ones(4)
-    f = weighted_boxes_fusion(boxes, scores, labels, groups=groups, members=members, n_members=4, weights=w,
-                              iou_thr=0.4)
+    f = weighted_boxes_fusion(
+        boxes, scores, labels, groups=groups, members=members, n_members=4, weights=w, iou_thr=0.4
+    )
     best = np.zeros((len(f), 4))
     for i in range(len(scores)):
         best[f.cluster[i], members[i]] = max(best[f.cluster[i], members[i]], scores[i])
     np.testing.assert_allclose(f.scores("best-avg"), best @ w / w.sum(), rtol=0, atol=1e-12)
     assert (f.stats["members"] == (best > 0).sum(1)).all()
-    assert (np.bincount(f.cluster, minlength=len(f)) > f.stats["members"]).any()  # duplicates occurred
+    assert (
+        np.bincount(f.cluster, minlength=len(f)) > f.stats["members"]
+    ).any()  # duplicates occurred
 
 
 def test_skip_threshold_and_bad_input():
     boxes = np.array([[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 2, 3]], float)  # the last has zero area
-    f = weighted_boxes_fusion(boxes, np.array([0.5, 0.05, 0.9]), np.zeros(3, int), groups=None,
-                              members=np.array([0, 1, 0]), n_members=2, skip_box_thr=0.1)
+    f = weighted_boxes_fusion(
+        boxes,
+        np.array([0.5, 0.05, 0.9]),
+        np.zeros(3, int),
+        groups=None,
+        members=np.array([0, 1, 0]),
+        n_members=2,
+        skip_box_thr=0.1,
+    )
     assert len(f) == 1 and f.cluster.tolist() == [0, -1, -1]
-    empty = weighted_boxes_fusion(np.zeros((0, 4)), np.zeros(0), np.zeros(0, int), groups=None,
-                                  members=np.zeros(0, int), n_members=2)
+    empty = weighted_boxes_fusion(
+        np.zeros((0, 4)),
+        np.zeros(0),
+        np.zeros(0, int),
+        groups=None,
+        members=np.zeros(0, int),
+        n_members=2,
+    )
     assert len(empty) == 0 and empty.scores("avg").shape == (0,)
     with pytest.raises(InputError, match="member index"):
-        weighted_boxes_fusion(boxes, np.ones(3), np.zeros(3, int), groups=None, members=np.array([0, 1, 2]),
-                              n_members=2)
+        weighted_boxes_fusion(
+            boxes,
+            np.ones(3),
+            np.zeros(3, int),
+            groups=None,
+            members=np.array([0, 1, 2]),
+            n_members=2,
+        )
     with pytest.raises(InputError, match="weights"):
-        weighted_boxes_fusion(boxes, np.ones(3), np.zeros(3, int), groups=None, members=np.zeros(3, int),
-                              n_members=2, weights=[1.0, 0.0])
+        weighted_boxes_fusion(
+            boxes,
+            np.ones(3),
+            np.zeros(3, int),
+            groups=None,
+            members=np.zeros(3, int),
+            n_members=2,
+            weights=[1.0, 0.0],
+        )
     with pytest.raises(InputError, match="fusion_score"):
         f.scores("mean")
 
@@ -173,10 +222,18 @@ def test_skip_threshold_and_bad_input():
 def test_zero_width_or_height_boxes_are_skipped():
     """A box of zero width or zero height (wherever it sits) has zero area and never joins a fusion."""
     boxes = np.array([[0, 0, 4, 4], [3, 0, 3, 5], [0, 7, 5, 7], [0, 0, 4, 4.2]], float)
-    f = weighted_boxes_fusion(boxes, np.full(4, 0.5), np.zeros(4, int), groups=None, members=np.array([0, 1, 0, 1]),
-                              n_members=2)
+    f = weighted_boxes_fusion(
+        boxes,
+        np.full(4, 0.5),
+        np.zeros(4, int),
+        groups=None,
+        members=np.array([0, 1, 0, 1]),
+        n_members=2,
+    )
     assert len(f) == 1 and f.cluster.tolist() == [0, -1, -1, 0]
-    assert f.group.dtype == f.label.dtype == np.int64 and f.boxes.dtype == np.float64  # ids stay integers
+    assert (
+        f.group.dtype == f.label.dtype == np.int64 and f.boxes.dtype == np.float64
+    )  # ids stay integers
 
 
 def test_boxes_fuse_only_within_one_image_and_class_whatever_the_ids():
@@ -185,20 +242,38 @@ def test_boxes_fuse_only_within_one_image_and_class_whatever_the_ids():
     box = [[0, 0, 10, 10]]
     boxes = np.array(box * 8, float)
     groups, labels = np.repeat([0, 1], 4), np.tile([-1, 0], 4)
-    f = weighted_boxes_fusion(boxes, np.full(8, 0.5), labels, groups=groups, members=np.tile([0, 0, 1, 1], 2),
-                              n_members=2)
-    assert len(f) == 4 and sorted(zip(f.label.tolist(), f.group.tolist())) == [(-1, 0), (-1, 1), (0, 0), (0, 1)]
+    f = weighted_boxes_fusion(
+        boxes, np.full(8, 0.5), labels, groups=groups, members=np.tile([0, 0, 1, 1], 2), n_members=2
+    )
+    assert len(f) == 4 and sorted(zip(f.label.tolist(), f.group.tolist())) == [
+        (-1, 0),
+        (-1, 1),
+        (0, 0),
+        (0, 1),
+    ]
 
 
 def test_empty_fusion_has_every_statistic():
     """No usable box: an empty fusion whose boxes are (0, 4) and whose every score rule gives an
     empty vector (each reads its own statistics)."""
-    empty = weighted_boxes_fusion(np.zeros((0, 4)), np.zeros(0), np.zeros(0, int), groups=None,
-                                  members=np.zeros(0, int), n_members=2)
+    empty = weighted_boxes_fusion(
+        np.zeros((0, 4)),
+        np.zeros(0),
+        np.zeros(0, int),
+        groups=None,
+        members=np.zeros(0, int),
+        n_members=2,
+    )
     assert empty.boxes.shape == (0, 4)
     for rule in SCORE_RULES:
         assert empty.scores(rule).shape == (0,)
-    skipped = weighted_boxes_fusion(np.ones((2, 4)), np.full(2, 0.5), np.zeros(2, int), groups=None,
-                                    members=np.zeros(2, int), n_members=2)  # both of zero area
+    skipped = weighted_boxes_fusion(
+        np.ones((2, 4)),
+        np.full(2, 0.5),
+        np.zeros(2, int),
+        groups=None,
+        members=np.zeros(2, int),
+        n_members=2,
+    )  # both of zero area
     assert skipped.boxes.shape == (0, 4) and skipped.cluster.tolist() == [-1, -1]
     assert all(skipped.scores(rule).shape == (0,) for rule in SCORE_RULES)

@@ -7,13 +7,13 @@ import polars as pl
 import pytest
 
 from det_calib.ensemble.fusion_choice import (
-    MAP_TOLERANCE,
+    _MAP_TOLERANCE,
     Z_SIMPLER,
     FusionCandidate,
+    _paired_se,
     choose,
     image_folds,
     out_of_fold,
-    paired_se,
 )
 from det_calib.errors import DegenerateFitError
 from det_calib.metrics.operating_point import kept_ece
@@ -30,8 +30,16 @@ def _boxes(n_img: int = 200, per: int = 12, t: float = 2.0, seed: int = 0) -> pl
     n = n_img * per
     z = rng.normal(0.0, 3.0, n)
     y = rng.random(n) < 1 / (1 + np.exp(-z / t))
-    return pl.DataFrame({"image_id": np.repeat(np.arange(n_img), per), "logit": z, "conf": 1 / (1 + np.exp(-z)),
-                         "cls": rng.integers(0, 3, n), "correct": y, "ignore": rng.random(n) < 0.02})
+    return pl.DataFrame(
+        {
+            "image_id": np.repeat(np.arange(n_img), per),
+            "logit": z,
+            "conf": 1 / (1 + np.exp(-z)),
+            "cls": rng.integers(0, 3, n),
+            "correct": y,
+            "ignore": rng.random(n) < 0.02,
+        }
+    )
 
 
 def test_image_folds_deal_every_image_to_one_fold():
@@ -46,11 +54,15 @@ def test_out_of_fold_refits_without_the_held_out_images():
     folds = image_folds(200, 5, seed=0)
     p = out_of_fold(b, "temperature", 0.0, folds, seed=0)
     z, y, img, ign = (b[c].to_numpy() for c in ("logit", "correct", "image_id", "ignore"))
-    for f in range(5):  # each fold's scores are the map fitted on the other folds (crowd-matched left out)
+    for f in range(
+        5
+    ):  # each fold's scores are the map fitted on the other folds (crowd-matched left out)
         train = (folds[img] != f) & ~ign
         cal = fit_calibrator("temperature", z[train], y[train], fit_min_conf=0.0)
         test = folds[img] == f
-        np.testing.assert_allclose(p[test], cal.deployed_conf(z[test], b["cls"].to_numpy()[test], None), atol=1e-12)
+        np.testing.assert_allclose(
+            p[test], cal.deployed_conf(z[test], b["cls"].to_numpy()[test], None), atol=1e-12
+        )
     # the planted over-confidence is removed out of fold: the kept-set ECE falls well below the raw one
     raw = kept_ece(b["conf"].to_numpy(), y, threshold=0.25)
     assert kept_ece(p, y, threshold=0.25) < 0.4 * raw
@@ -70,9 +82,9 @@ def test_rule_accuracy_first_then_kept_ece_then_simpler():
     img = np.repeat(np.arange(n_img), per)
     p = rng.uniform(0.05, 0.99, img.size)
     calibrated = rng.random(img.size) < p  # labels drawn from p: p is calibrated
-    overconf = rng.random(img.size) < p ** 2  # p is over-confident for these
+    overconf = rng.random(img.size) < p**2  # p is over-confident for these
     # the best calibrated candidate loses more than MAP_TOLERANCE mAP: not eligible
-    low_map = _cand(ORDERS[0], "present", 0.50 - 2 * MAP_TOLERANCE, p, calibrated, img)
+    low_map = _cand(ORDERS[0], "present", 0.50 - 2 * _MAP_TOLERANCE, p, calibrated, img)
     simple = _cand(ORDERS[0], "agree", 0.50, p, overconf, img)
     better = _cand(ORDERS[1], "agree", 0.50, p, calibrated, img)
     got = choose([low_map, simple, better], orders=ORDERS, threshold=0.25, n_bins=15, seed=0)
@@ -107,8 +119,8 @@ def test_paired_se_is_zero_for_identical_and_positive_for_different():
     p = rng.uniform(0.3, 1.0, img.size)
     y = rng.random(img.size) < p
     a = (p, y, img)
-    assert paired_se(a, a, 0.25, 15, seed=0) == 0.0
-    assert paired_se(a, (p, ~y, img), 0.25, 15, seed=0) > 0.0
+    assert _paired_se(a, a, 0.25, 15, seed=0) == 0.0
+    assert _paired_se(a, (p, ~y, img), 0.25, 15, seed=0) > 0.0
 
 
 def test_record_fusion_of_each_head_and_of_runs_written_before_the_choice():
@@ -116,14 +128,26 @@ def test_record_fusion_of_each_head_and_of_runs_written_before_the_choice():
 
     fusion = {"iou": 0.55, "score": "auto", "order": "auto"}
     ens = {"name": "ensemble", "method": "platt", "map50_95": 0.5, "map50": 0.6}
-    rec = EnsembleRecord.from_dict({"fusion": fusion, "heads": {
-        "nms": {"ensemble": ens, "order": "calibrate-then-fuse", "score": "avg"},
-        "e2e": {"ensemble": ens, "order": "fuse-then-calibrate", "score": "max"}}})
+    rec = EnsembleRecord.from_dict(
+        {
+            "fusion": fusion,
+            "heads": {
+                "nms": {"ensemble": ens, "order": "calibrate-then-fuse", "score": "avg"},
+                "e2e": {"ensemble": ens, "order": "fuse-then-calibrate", "score": "max"},
+            },
+        }
+    )
     assert rec.fusion_of("nms") == ("calibrate-then-fuse", "avg") and rec.fusion_of("e2e") == (
-        "fuse-then-calibrate", "max")
+        "fuse-then-calibrate",
+        "max",
+    )
     back = EnsembleRecord.from_dict(rec.to_dict())
     assert back.heads["nms"].order == "calibrate-then-fuse" and back.fusion.score == "auto"
     # a run written before the choice has the fusion in its settings only
-    old = EnsembleRecord.from_dict({"fusion": {"iou": 0.55, "score": "agree", "order": "fuse-then-calibrate"},
-                                    "heads": {"nms": {"ensemble": ens}}})
+    old = EnsembleRecord.from_dict(
+        {
+            "fusion": {"iou": 0.55, "score": "agree", "order": "fuse-then-calibrate"},
+            "heads": {"nms": {"ensemble": ens}},
+        }
+    )
     assert old.fusion_of("nms") == ("fuse-then-calibrate", "agree")

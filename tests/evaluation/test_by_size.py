@@ -29,7 +29,14 @@ def test_the_bins_partition_the_boxes_at_cocos_thresholds():
     coco = [b for b in SIZE_BINS if b.scheme == "coco"]
     got = np.array([size_mask(b, xyxy, w, h) for b in coco])
     assert (got.sum(axis=0) == 1).all()  # one bin each
-    assert [coco[int(i)].name for i in got.argmax(axis=0)] == ["small", "small", "medium", "medium", "large", "large"]
+    assert [coco[int(i)].name for i in got.argmax(axis=0)] == [
+        "small",
+        "small",
+        "medium",
+        "medium",
+        "large",
+        "large",
+    ]
     rel = [b for b in SIZE_BINS if b.scheme == "relative"]
     # the same 40-pixel box is large on a 64x64 crop and small on a 4K frame
     box = np.array([[0.0, 0.0, 40.0, 40.0]])
@@ -55,18 +62,34 @@ def _scene(seed=0, n_img=60):
             s = float(rng.choice([16, 60, 200]))
             x, y = rng.uniform(0, 640 - s), rng.uniform(0, 480 - s)
             det.append((i, x, y, x + s, y + s, int(rng.integers(0, 3)), rng.normal(-1, 1.5)))
-    g = pl.DataFrame(gt, schema=["image_id", "x1", "y1", "x2", "y2", "cls"], orient="row").with_columns(
-        crowd=pl.lit(False))
+    g = pl.DataFrame(
+        gt, schema=["image_id", "x1", "y1", "x2", "y2", "cls"], orient="row"
+    ).with_columns(crowd=pl.lit(False))
     d = np.array(det)
     from det_calib.matching.one_to_one import match_detections
 
     conf = 1 / (1 + np.exp(-d[:, 6]))
-    r = match_detections(d[:, 0].astype(int), d[:, 1:5], d[:, 5].astype(int), conf, g["image_id"].to_numpy(),
-                         g.select("x1", "y1", "x2", "y2").to_numpy(), g["cls"].to_numpy(), np.zeros(g.height, bool),
-                         iou_threshold=0.5)
-    view = BoxView(logit=d[:, 6], conf=conf, correct=r.correct, cls=d[:, 5].astype(int), image_id=d[:, 0].astype(int),
-                   xyxy=d[:, 1:5], extra={"img_w": np.full(len(d), 640), "img_h": np.full(len(d), 480)},
-                   log_area=np.log(np.maximum((d[:, 3] - d[:, 1]) * (d[:, 4] - d[:, 2]), 1e-8) / (640 * 480)))
+    r = match_detections(
+        d[:, 0].astype(int),
+        d[:, 1:5],
+        d[:, 5].astype(int),
+        conf,
+        g["image_id"].to_numpy(),
+        g.select("x1", "y1", "x2", "y2").to_numpy(),
+        g["cls"].to_numpy(),
+        np.zeros(g.height, bool),
+        iou_threshold=0.5,
+    )
+    view = BoxView(
+        logit=d[:, 6],
+        conf=conf,
+        correct=r.correct,
+        cls=d[:, 5].astype(int),
+        image_id=d[:, 0].astype(int),
+        xyxy=d[:, 1:5],
+        extra={"img_w": np.full(len(d), 640), "img_h": np.full(len(d), 480)},
+        log_area=np.log(np.maximum((d[:, 3] - d[:, 1]) * (d[:, 4] - d[:, 2]), 1e-8) / (640 * 480)),
+    )
     return view, g
 
 
@@ -82,7 +105,9 @@ def test_each_bin_is_its_boxes_figures():
         assert f.boxes_before == f.boxes_after == int(keep.sum())
         if not keep.any():
             continue
-        assert f.ece_before == pytest.approx(metrics.ece(view.conf[keep], view.correct[keep], n_bins=15))
+        assert f.ece_before == pytest.approx(
+            metrics.ece(view.conf[keep], view.correct[keep], n_bins=15)
+        )
         assert f.ece_before == f.ece_after  # the raw view scored by nothing
         for v, ci in ((f.ece_before, f.ece_before_ci), (f.laece0_before, f.laece0_before_ci)):
             if ci is not None:
@@ -92,8 +117,16 @@ def test_each_bin_is_its_boxes_figures():
     # a bin holding every box is the head's own LaECE_0, and equals the reference function on them
     every = op.targets.within(np.ones(view.n, bool)).laece(view.conf, threshold=0.25)
     assert every == pytest.approx(op.operating(view, intervals=False)[0].laece0)
-    ref = laece0(view.image_id, view.xyxy, view.cls, view.conf, gt["image_id"].to_numpy(),
-                 gt.select("x1", "y1", "x2", "y2").to_numpy(), gt["cls"].to_numpy(), threshold=0.25)
+    ref = laece0(
+        view.image_id,
+        view.xyxy,
+        view.cls,
+        view.conf,
+        gt["image_id"].to_numpy(),
+        gt.select("x1", "y1", "x2", "y2").to_numpy(),
+        gt["cls"].to_numpy(),
+        threshold=0.25,
+    )
     assert every == pytest.approx(ref)
 
 
@@ -104,9 +137,19 @@ def test_the_size_map_rescoring_matches_in_its_own_order_and_helps_small_boxes()
     scored = view.scored(cal)
     op = OperatingPoints(view, gt, conf=(0.25,), ece_bins=15, laece_bins=25, n_boot=20, seed=0)
     t = op.targets_for(scored)
-    assert t is not op.targets and op.targets_for(scored) is t  # re-matched once, in the calibrated order
-    ref = laece0(view.image_id, view.xyxy, view.cls, scored.conf, gt["image_id"].to_numpy(),
-                 gt.select("x1", "y1", "x2", "y2").to_numpy(), gt["cls"].to_numpy(), threshold=0.25)
+    assert (
+        t is not op.targets and op.targets_for(scored) is t
+    )  # re-matched once, in the calibrated order
+    ref = laece0(
+        view.image_id,
+        view.xyxy,
+        view.cls,
+        scored.conf,
+        gt["image_id"].to_numpy(),
+        gt.select("x1", "y1", "x2", "y2").to_numpy(),
+        gt["cls"].to_numpy(),
+        threshold=0.25,
+    )
     assert t.laece(scored.conf, threshold=0.25) == pytest.approx(ref)
     small = size_figures(op, scored)[0]
     assert small.bin == "small" and small.ece_after < small.ece_before

@@ -19,26 +19,55 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.evaluation.coco_engine import AREA_RANGES, coco_eval, engine_label, map_figures, table_maps
+from det_calib.evaluation.coco_engine import (
+    _AREA_RANGES,
+    _coco_eval,
+    _map_figures,
+    engine_label,
+    table_maps,
+)
 from det_calib.evaluation.map_check import coco_maps
 
 TOL = 1e-9
 
 
-def pycocotools_eval(d_img, d_xywh, d_score, d_cls, g_img, g_xywh, g_cls, g_crowd, *, n_img, cats, max_dets,
-                     g_area=None):
+def pycocotools_eval(
+    d_img,
+    d_xywh,
+    d_score,
+    d_cls,
+    g_img,
+    g_xywh,
+    g_cls,
+    g_crowd,
+    *,
+    n_img,
+    cats,
+    max_dets,
+    g_area=None,
+):
     """COCOeval (bbox) evaluate + accumulate on the same arrays: its precision and recall."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    anns = [{"id": k + 1, "image_id": int(g_img[k]), "category_id": int(g_cls[k]),
-             "bbox": [float(v) for v in g_xywh[k]],
-             "area": float(g_xywh[k, 2] * g_xywh[k, 3] if g_area is None else g_area[k]),
-             "iscrowd": int(g_crowd[k])} for k in range(len(g_img))]
+    anns = [
+        {
+            "id": k + 1,
+            "image_id": int(g_img[k]),
+            "category_id": int(g_cls[k]),
+            "bbox": [float(v) for v in g_xywh[k]],
+            "area": float(g_xywh[k, 2] * g_xywh[k, 3] if g_area is None else g_area[k]),
+            "iscrowd": int(g_crowd[k]),
+        }
+        for k in range(len(g_img))
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
-        coco.dataset = {"images": [{"id": i} for i in range(n_img)], "annotations": anns,
-                        "categories": [{"id": int(c)} for c in cats]}
+        coco.dataset = {
+            "images": [{"id": i} for i in range(n_img)],
+            "annotations": anns,
+            "categories": [{"id": int(c)} for c in cats],
+        }
         coco.createIndex()
         res = coco.loadRes(np.column_stack([d_img, d_xywh, d_score, d_cls]).astype(np.float64))
         ev = COCOeval(coco, res, "bbox")
@@ -55,7 +84,9 @@ def planted(seed: int, *, n_img: int = 30, n_cls: int = 4, grid: bool = True):
     rng = np.random.default_rng(seed)
     g_img = np.repeat(np.arange(n_img), rng.integers(0, 6, n_img))
     g_cls = rng.integers(0, n_cls, len(g_img))
-    g = np.column_stack([rng.uniform(0, 300, (len(g_img), 2)), rng.uniform(5, 150, (len(g_img), 2))])
+    g = np.column_stack(
+        [rng.uniform(0, 300, (len(g_img), 2)), rng.uniform(5, 150, (len(g_img), 2))]
+    )
     if grid:
         g = np.round(g)
     g_crowd = rng.uniform(size=len(g_img)) < 0.15
@@ -63,7 +94,9 @@ def planted(seed: int, *, n_img: int = 30, n_cls: int = 4, grid: bool = True):
     nd[rng.integers(0, n_img, 3)] = 0
     d_img = np.repeat(np.arange(n_img), nd)
     d_cls = rng.integers(0, n_cls, len(d_img))
-    d = np.column_stack([rng.uniform(0, 300, (len(d_img), 2)), rng.uniform(5, 150, (len(d_img), 2))])
+    d = np.column_stack(
+        [rng.uniform(0, 300, (len(d_img), 2)), rng.uniform(5, 150, (len(d_img), 2))]
+    )
     for i in range(len(d_img)):
         cand = np.flatnonzero(g_img == d_img[i])
         if len(cand) and rng.uniform() < 0.7:
@@ -79,7 +112,9 @@ def planted(seed: int, *, n_img: int = 30, n_cls: int = 4, grid: bool = True):
 
 
 # w x h pairs whose product is exactly a COCO area bound (32² or 96² px²), in floats as well
-BOUNDARY_SHAPES = np.array([[32.0, 32.0], [16.0, 64.0], [128.0, 8.0], [96.0, 96.0], [48.0, 192.0], [144.0, 64.0]])
+BOUNDARY_SHAPES = np.array(
+    [[32.0, 32.0], [16.0, 64.0], [128.0, 8.0], [96.0, 96.0], [48.0, 192.0], [144.0, 64.0]]
+)
 
 
 def planted_on_boundaries(seed: int, *, n_img: int = 30):
@@ -108,9 +143,9 @@ def planted_on_boundaries(seed: int, *, n_img: int = 30):
     return (d_img, d, score, d_cls, g_img, g, g_cls, g_crowd), n_img, cats
 
 
-def assert_parity(arrays, n_img, cats, max_dets, area_ranges=AREA_RANGES):
+def assert_parity(arrays, n_img, cats, max_dets, area_ranges=_AREA_RANGES):
     p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=max_dets)
-    ours = coco_eval(*arrays, categories=cats, max_dets=max_dets, area_ranges=area_ranges)
+    ours = _coco_eval(*arrays, categories=cats, max_dets=max_dets, area_ranges=area_ranges)
     assert ours.precision.shape == p_ref.shape and ours.recall.shape == r_ref.shape
     # bit for bit: the engine repeats pycocotools' float operations (a changed epsilon in the
     # precision's denominator moves it by one ulp)
@@ -150,23 +185,38 @@ def test_area_bounds_are_closed():
     and the medium AP (it lies inside both ranges), where a half-open range would ignore it."""
     for side, expect in ((32.0, [1.0, 1.0, 1.0, -1.0]), (96.0, [1.0, -1.0, 1.0, 1.0])):
         box = [[10.0, 10.0, side, side]]
-        e = coco_eval([0], box, [0.9], [0], [0], box, [0], categories=[0], max_dets=(100,))
+        e = _coco_eval([0], box, [0.9], [0], [0], box, [0], categories=[0], max_dets=(100,))
         assert e.precision[0, 0, 0, :, 0] == pytest.approx(expect, abs=1e-12)
         assert e.recall[0, 0, :, 0] == pytest.approx(expect, abs=1e-12)
     g = [[200.0, 200.0, 20.0, 20.0], [10.0, 10.0, 32.0, 32.0]]
     d = [[300.0, 300.0, 16.0, 64.0], [200.0, 200.0, 20.0, 20.0], [10.0, 10.0, 32.0, 32.0]]
-    e = coco_eval([0, 0, 0], d, [0.9, 0.8, 0.7], [0, 0, 0], [0, 0], g, [0, 0], categories=[0], max_dets=(100,))
+    e = _coco_eval(
+        [0, 0, 0], d, [0.9, 0.8, 0.7], [0, 0, 0], [0, 0], g, [0, 0], categories=[0], max_dets=(100,)
+    )
     # small: both objects found after the false positive -> precision 2/3 at every recall point;
     # medium: the 32² object found after the false positive -> 1/2
     for area, expect in ((1, 2 / 3), (2, 1 / 2)):
-        assert map_figures(e, area=area)["map50"] == pytest.approx(expect, abs=1e-12)
-        assert pycocotools_map50(d, [0.9, 0.8, 0.7], g, area=area) == pytest.approx(expect, abs=1e-12)
+        assert _map_figures(e, area=area)["map50"] == pytest.approx(expect, abs=1e-12)
+        assert pycocotools_map50(d, [0.9, 0.8, 0.7], g, area=area) == pytest.approx(
+            expect, abs=1e-12
+        )
 
 
 def pycocotools_map50(d, score, g, *, area):
     d, g = np.asarray(d), np.asarray(g)
-    p, _ = pycocotools_eval(np.zeros(len(d), int), d, np.asarray(score), np.zeros(len(d), int), np.zeros(len(g), int),
-                            g, np.zeros(len(g), int), np.zeros(len(g), bool), n_img=1, cats=[0], max_dets=(100,))
+    p, _ = pycocotools_eval(
+        np.zeros(len(d), int),
+        d,
+        np.asarray(score),
+        np.zeros(len(d), int),
+        np.zeros(len(g), int),
+        g,
+        np.zeros(len(g), int),
+        np.zeros(len(g), bool),
+        n_img=1,
+        cats=[0],
+        max_dets=(100,),
+    )
     q = p[0, :, 0, area, 0]
     return float(q[q > -1].mean())
 
@@ -178,21 +228,33 @@ def test_annotation_area_field_equals_pycocotools():
     arrays, n_img, cats = planted(5)
     g_xywh = arrays[5]
     rng = np.random.default_rng(5)
-    g_area = g_xywh[:, 2] * g_xywh[:, 3] * rng.uniform(0.2, 1.0, len(g_xywh))  # a mask fills part of its box
+    g_area = (
+        g_xywh[:, 2] * g_xywh[:, 3] * rng.uniform(0.2, 1.0, len(g_xywh))
+    )  # a mask fills part of its box
     g_area[::4] = 32.0**2  # some exactly on a bound
-    p_ref, r_ref = pycocotools_eval(*arrays, n_img=n_img, cats=cats, max_dets=(1, 10, 100), g_area=g_area)
-    ours = coco_eval(*arrays, g_area, categories=cats, max_dets=(1, 10, 100))
+    p_ref, r_ref = pycocotools_eval(
+        *arrays, n_img=n_img, cats=cats, max_dets=(1, 10, 100), g_area=g_area
+    )
+    ours = _coco_eval(*arrays, g_area, categories=cats, max_dets=(1, 10, 100))
     assert np.array_equal(ours.precision, p_ref) and np.array_equal(ours.recall, r_ref)
-    by_box = coco_eval(*arrays, categories=cats, max_dets=(1, 10, 100))
-    assert not np.array_equal(by_box.precision[..., 1:, :], ours.precision[..., 1:, :])  # the field matters
+    by_box = _coco_eval(*arrays, categories=cats, max_dets=(1, 10, 100))
+    assert not np.array_equal(
+        by_box.precision[..., 1:, :], ours.precision[..., 1:, :]
+    )  # the field matters
 
 
 @pytest.mark.fast
 def test_result_carries_its_parameters():
     arrays, n_img, cats = planted(1)
-    e = coco_eval(*arrays, categories=[3, 1, 2, 0, 1], max_dets=(2, 50))
+    e = _coco_eval(*arrays, categories=[3, 1, 2, 0, 1], max_dets=(2, 50))
     assert e.categories.tolist() == [0, 1, 2, 3] and e.max_dets == (2, 50)
-    assert np.array_equal(e.iou_thresholds, np.linspace(0.5, 0.95, 10)) and e.precision.shape == (10, 101, 4, 4, 2)
+    assert np.array_equal(e.iou_thresholds, np.linspace(0.5, 0.95, 10)) and e.precision.shape == (
+        10,
+        101,
+        4,
+        4,
+        2,
+    )
 
 
 @pytest.mark.fast
@@ -202,12 +264,33 @@ def test_table_maps_equal_pycocotools_on_box_tables():
     a head with no boxes scores 0 on both."""
     arrays, n_img, cats = planted(4)
     d_img, d, score, d_cls, g_img, g, g_cls, g_crowd = arrays
-    boxes = pl.DataFrame({"image_id": d_img, "cls": d_cls, "x1": d[:, 0], "y1": d[:, 1], "x2": d[:, 0] + d[:, 2],
-                          "y2": d[:, 1] + d[:, 3]})
-    boxes = boxes.with_columns(pl.when(pl.int_range(pl.len()) % 9 == 0).then(pl.col("x1") - 30)
-                               .otherwise(pl.col("x2")).alias("x2"))  # some inverted: zero-area boxes
-    gt = pl.DataFrame({"image_id": g_img, "cls": g_cls, "x1": g[:, 0], "y1": g[:, 1], "x2": g[:, 0] + g[:, 2],
-                       "y2": g[:, 1] + g[:, 3], "crowd": g_crowd})
+    boxes = pl.DataFrame(
+        {
+            "image_id": d_img,
+            "cls": d_cls,
+            "x1": d[:, 0],
+            "y1": d[:, 1],
+            "x2": d[:, 0] + d[:, 2],
+            "y2": d[:, 1] + d[:, 3],
+        }
+    )
+    boxes = boxes.with_columns(
+        pl.when(pl.int_range(pl.len()) % 9 == 0)
+        .then(pl.col("x1") - 30)
+        .otherwise(pl.col("x2"))
+        .alias("x2")
+    )  # some inverted: zero-area boxes
+    gt = pl.DataFrame(
+        {
+            "image_id": g_img,
+            "cls": g_cls,
+            "x1": g[:, 0],
+            "y1": g[:, 1],
+            "x2": g[:, 0] + g[:, 2],
+            "y2": g[:, 1] + g[:, 3],
+            "crowd": g_crowd,
+        }
+    )
     sizes = np.full((n_img, 2), 400)
     rng = np.random.default_rng(4)
     scores = [score, rng.uniform(size=len(score)), np.round(score * 3) / 3]
@@ -217,7 +300,9 @@ def test_table_maps_equal_pycocotools_on_box_tables():
         for a, b in zip(ours, ref):
             assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= TOL for k in a), (a, b)
         assert ours[0] != ours[1] and 0 < ours[0]["map50"] < 1
-    assert table_maps(boxes.head(0), gt, [np.zeros(0)]) == [{"map50_95": 0.0, "map50": 0.0, "map75": 0.0}]
+    assert table_maps(boxes.head(0), gt, [np.zeros(0)]) == [
+        {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
+    ]
 
 
 @pytest.mark.fast
@@ -227,23 +312,41 @@ def test_known_answers():
     crowd box absorbs a detection without a false positive; maxDets=1 drops the second box."""
     g = np.array([[10.0, 10.0, 20.0, 20.0]])
     hit, miss = [10.0, 10.0, 20.0, 20.0], [100.0, 100.0, 20.0, 20.0]
-    one = dict(categories=[0], max_dets=(1, 100), area_ranges=AREA_RANGES[:1])
-    e = coco_eval([0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
-    assert map_figures(e) == pytest.approx({"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12)
-    e = coco_eval([0, 0], [miss, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
-    assert map_figures(e)["map50"] == pytest.approx(0.5, abs=1e-12)
-    assert map_figures(e, max_det=0)["map50"] == 0.0  # maxDets=1: only the misplaced box
+    one = dict(categories=[0], max_dets=(1, 100), area_ranges=_AREA_RANGES[:1])
+    e = _coco_eval([0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
+    assert _map_figures(e) == pytest.approx(
+        {"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12
+    )
+    e = _coco_eval([0, 0], [miss, hit], [0.9, 0.8], [0, 0], [0], g, [0], **one)
+    assert _map_figures(e)["map50"] == pytest.approx(0.5, abs=1e-12)
+    assert _map_figures(e, max_det=0)["map50"] == 0.0  # maxDets=1: only the misplaced box
     crowd = np.array([[10.0, 10.0, 20.0, 20.0], [90.0, 90.0, 50.0, 50.0]])
-    e = coco_eval([0, 0], [hit, miss], [0.8, 0.9], [0, 0], [0, 0], crowd, [0, 0], [False, True], **one)
+    e = _coco_eval(
+        [0, 0], [hit, miss], [0.8, 0.9], [0, 0], [0, 0], crowd, [0, 0], [False, True], **one
+    )
     # the box inside the crowd region is ignored, not wrong
-    assert map_figures(e)["map50"] == pytest.approx(1.0, abs=1e-12)
-    none = coco_eval([0], [hit], [0.5], [1], [0], g, [0], categories=[0, 1], max_dets=(100,),
-                     area_ranges=AREA_RANGES[:1])
+    assert _map_figures(e)["map50"] == pytest.approx(1.0, abs=1e-12)
+    none = _coco_eval(
+        [0],
+        [hit],
+        [0.5],
+        [1],
+        [0],
+        g,
+        [0],
+        categories=[0, 1],
+        max_dets=(100,),
+        area_ranges=_AREA_RANGES[:1],
+    )
     assert none.precision[0, 0, :, 0, 0].tolist() == [0.0, -1.0]  # a class without ground truth: -1
     # no ground truth counts in an area range (no large object): its figures are -1, as COCO's summarize
-    e = coco_eval([0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], categories=[0], max_dets=(100,))
-    assert map_figures(e, area=3) == {"map50_95": -1.0, "map50": -1.0, "map75": -1.0}
-    assert map_figures(e, area=1) == pytest.approx({"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12)
+    e = _coco_eval(
+        [0, 0], [hit, hit], [0.9, 0.8], [0, 0], [0], g, [0], categories=[0], max_dets=(100,)
+    )
+    assert _map_figures(e, area=3) == {"map50_95": -1.0, "map50": -1.0, "map75": -1.0}
+    assert _map_figures(e, area=1) == pytest.approx(
+        {"map50_95": 1.0, "map50": 1.0, "map75": 1.0}, abs=1e-12
+    )
 
 
 def test_coco_shaped_set_equals_pycocotools(tmp_path):
@@ -260,11 +363,19 @@ def test_coco_shaped_set_equals_pycocotools(tmp_path):
     for head in ("nms", "e2e"):
         b = boxes.filter(pl.col("head") == head)
         d_xywh = np.column_stack([b["x1"], b["y1"], b["x2"] - b["x1"], b["y2"] - b["y1"]])
-        arrays = (b["image_id"].to_numpy(), d_xywh, b["conf"].to_numpy(), b["cls"].to_numpy(),
-                  g["image_id"].to_numpy(), g_xywh, g["cls"].to_numpy(), g["crowd"].to_numpy())
+        arrays = (
+            b["image_id"].to_numpy(),
+            d_xywh,
+            b["conf"].to_numpy(),
+            b["cls"].to_numpy(),
+            g["image_id"].to_numpy(),
+            g_xywh,
+            g["cls"].to_numpy(),
+            g["crowd"].to_numpy(),
+        )
         cats = np.unique(np.concatenate([arrays[3], arrays[6]]))
         assert_parity(arrays, len(sp.images), cats, (1, 10, 100))
-        assert_parity(arrays, len(sp.images), cats, (300,), AREA_RANGES)
+        assert_parity(arrays, len(sp.images), cats, (300,), _AREA_RANGES)
 
 
 def _both_engines(boxes, sp, scores):
@@ -283,7 +394,9 @@ def fixture_boxes(demo_model_path, fixture_yaml):
     from det_calib.data import load_data_yaml, load_split
 
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")
-    return sp, capture(str(demo_model_path), sp.images, heads=("nms", "e2e"), imgsz=320, progress=False)
+    return sp, capture(
+        str(demo_model_path), sp.images, heads=("nms", "e2e"), imgsz=320, progress=False
+    )
 
 
 def test_fixture_split_equals_pycocotools(fixture_boxes):
@@ -291,14 +404,24 @@ def test_fixture_split_equals_pycocotools(fixture_boxes):
     a map that changes the ranking), with an inverted box and a crowd annotation planted."""
     sp, boxes = fixture_boxes
     gt = sp.gt.with_columns(pl.Series("crowd", np.arange(sp.gt.height) % 7 == 3))
-    sp_crowd = type(sp)(name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=[], root=sp.root)
+    sp_crowd = type(sp)(
+        name=sp.name, images=sp.images, sizes=sp.sizes, gt=gt, corrupt=[], root=sp.root
+    )
     rng = np.random.default_rng(0)
     for head in ("nms", "e2e"):
         b = boxes.filter(pl.col("head") == head)
-        b = b.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.col("x1") + 50).otherwise(pl.col("x2"))
-                           .alias("x2"))
+        b = b.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0)
+            .then(pl.col("x1") + 50)
+            .otherwise(pl.col("x2"))
+            .alias("x2")
+        )
         z = b["logit"].to_numpy()
-        scores = [b["conf"].to_numpy(), 1 / (1 + np.exp(-z / 1.3)), rng.permutation(b["conf"].to_numpy())]
+        scores = [
+            b["conf"].to_numpy(),
+            1 / (1 + np.exp(-z / 1.3)),
+            rng.permutation(b["conf"].to_numpy()),
+        ]
         for split in (sp, sp_crowd):
             got = _both_engines(b, split, scores)
             assert got[0]["map50"] > 0.3 and got[2] != got[0]
@@ -315,23 +438,38 @@ def test_demo_test_split_equals_pycocotools(demo_model_path):
     boxes = capture(str(demo_model_path), sp.images, heads=("nms", "e2e"), progress=False)
     for head in ("nms", "e2e"):
         b = boxes.filter(pl.col("head") == head)
-        got = _both_engines(b, sp, [b["conf"].to_numpy(), 1 / (1 + np.exp(-b["logit"].to_numpy() / 0.9))])
+        got = _both_engines(
+            b, sp, [b["conf"].to_numpy(), 1 / (1 + np.exp(-b["logit"].to_numpy() / 0.9))]
+        )
         assert got[0]["map50_95"] > 0.3
 
 
 @pytest.mark.fast
 def test_engine_label():
     assert engine_label("det_calib") == "det_calib's COCO engine (pycocotools' figures)"
-    assert engine_label("pycocotools") == engine_label(None) == "pycocotools"  # None: a run from before the choice
+    assert (
+        engine_label("pycocotools") == engine_label(None) == "pycocotools"
+    )  # None: a run from before the choice
 
 
 def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):
     """calibration.json names the engine; ``map_engine="pycocotools"`` gives the same figures."""
     from det_calib.pipeline import calibrate
 
-    runs = {e: calibrate(demo_model_path, fixture_yaml, out=tmp_path / e, n_boot=20, progress=False,
-                         method="temperature", run_val=False, report=False, map_engine=e)
-            for e in ("det_calib", "pycocotools")}
+    runs = {
+        e: calibrate(
+            demo_model_path,
+            fixture_yaml,
+            out=tmp_path / e,
+            n_boot=20,
+            progress=False,
+            method="temperature",
+            run_val=False,
+            report=False,
+            map_engine=e,
+        )
+        for e in ("det_calib", "pycocotools")
+    }
     docs = {e: json.loads((r.out_dir / "calibration.json").read_text()) for e, r in runs.items()}
     for head in docs["det_calib"]["heads"]:
         ours, ref = docs["det_calib"]["eval"][head], docs["pycocotools"]["eval"][head]

@@ -9,7 +9,7 @@ import numpy as np
 
 from det_calib.calibrators.identity import Identity
 from det_calib.data.box_view import BoxView
-from det_calib.evaluation.floor_gap import floor_gap
+from det_calib.evaluation.floor_gap import _floor_gap
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
 from det_calib.record.eval_record import ClassResult, EvalResult, FloorGap
 from det_calib.record.run_result import HeadResult
@@ -18,8 +18,13 @@ from det_calib.report.record_words import floor_gap_short, floor_gap_words
 
 def _view(p_score: np.ndarray, y: np.ndarray, cls: np.ndarray, img: np.ndarray) -> BoxView:
     z = np.log(p_score / (1 - p_score))
-    return BoxView(logit=z, conf=p_score, correct=y.astype(bool), cls=cls.astype(np.int64),
-                   image_id=img.astype(np.int64))
+    return BoxView(
+        logit=z,
+        conf=p_score,
+        correct=y.astype(bool),
+        cls=cls.astype(np.int64),
+        image_id=img.astype(np.int64),
+    )
 
 
 def _gap(view: BoxView, method: str) -> FloorGap | None:
@@ -29,8 +34,16 @@ def _gap(view: BoxView, method: str) -> FloorGap | None:
     fl = kept_ece_floor(scored.conf, threshold=0.25, n_bins=15)
     assert e > fl.high  # planted above its floor
     names = [f"img_{i:04d}.png" for i in range(int(view.image_id.max()) + 1)]
-    return floor_gap(view, scored, cal, threshold=0.25, n_bins=15, floor_high=fl.high, image_names=names,
-                     method=method)
+    return _floor_gap(
+        view,
+        scored,
+        cal,
+        threshold=0.25,
+        n_bins=15,
+        floor_high=fl.high,
+        image_names=names,
+        method=method,
+    )
 
 
 def test_one_image_of_confident_false_positives_is_named():
@@ -46,9 +59,13 @@ def test_one_image_of_confident_false_positives_is_named():
     assert (g.image_boxes, g.image_correct, g.kept_boxes) == (70, 0, 2070)
     assert g.ece_without <= g.floor_without_range[1]
     words = floor_gap_words(HeadResult(), EvalResult(floor_gap=g))
-    assert words.startswith("why above its floor: one eval image holds the gap, img_0400.png (70 of the 2070 kept")
+    assert words.startswith(
+        "why above its floor: one eval image holds the gap, img_0400.png (70 of the 2070 kept"
+    )
     assert "inside its floor's range" in words
-    assert floor_gap_short(EvalResult(floor_gap=g)).startswith("one eval image (img_0400.png) holds the gap")
+    assert floor_gap_short(EvalResult(floor_gap=g)).startswith(
+        "one eval image (img_0400.png) holds the gap"
+    )
 
 
 def test_a_map_of_the_score_fixes_it_then_the_gap_is_sampling_noise():
@@ -62,8 +79,12 @@ def test_a_map_of_the_score_fixes_it_then_the_gap_is_sampling_noise():
     assert g.reason == "sampling" and g.refit_method == "platt"
     assert g.refit_ece <= g.refit_floor_range[1]
     words = floor_gap_words(HeadResult(), EvalResult(floor_gap=g))
-    assert words.startswith("why above its floor: a platt map fitted on the eval split itself scores ECE")
-    assert words.endswith("the gap is the fit split's sampling noise, and more calibration images would close it")
+    assert words.startswith(
+        "why above its floor: a platt map fitted on the eval split itself scores ECE"
+    )
+    assert words.endswith(
+        "the gap is the fit split's sampling noise, and more calibration images would close it"
+    )
 
 
 def test_a_miscalibration_by_class_alone_is_no_map_of_the_score():
@@ -77,10 +98,16 @@ def test_a_miscalibration_by_class_alone_is_no_map_of_the_score():
     g = _gap(_view(p, y, cls, np.arange(n) // 4), "isotonic")
     assert g.reason == "score" and g.refit_method == "isotonic"
     assert g.refit_ece > g.refit_floor_range[1]
-    h = HeadResult(per_class=[ClassResult(cls=0, name="low", kept_ece_after=0.35, few_boxes=False),
-                              ClassResult(cls=1, name="high", kept_ece_after=0.35, few_boxes=False)])
+    h = HeadResult(
+        per_class=[
+            ClassResult(cls=0, name="low", kept_ece_after=0.35, few_boxes=False),
+            ClassResult(cls=1, name="high", kept_ece_after=0.35, few_boxes=False),
+        ]
+    )
     words = floor_gap_words(h, EvalResult(floor_gap=g))
-    assert words.startswith("why above its floor: no map of the score alone reaches it here: a isotonic map fitted")
+    assert words.startswith(
+        "why above its floor: no map of the score alone reaches it here: a isotonic map fitted"
+    )
     assert "the rest depends on more than the score (worst classes: low 0.350, high 0.350)" in words
     assert floor_gap_short(EvalResult(floor_gap=g)) == "no map of the score alone reaches the floor"
 
@@ -97,5 +124,7 @@ def test_the_measurement_is_cheap_and_round_trips():
     e = EvalResult(floor_gap=g)
     back = EvalResult.from_dict(e.to_dict(), "eval.nms")
     assert back.floor_gap == g
-    assert "floor_gap" not in EvalResult().to_dict() and EvalResult.from_dict(EvalResult().to_dict(), "e").floor_gap \
-        is None
+    assert (
+        "floor_gap" not in EvalResult().to_dict()
+        and EvalResult.from_dict(EvalResult().to_dict(), "e").floor_gap is None
+    )

@@ -87,9 +87,14 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     y = rng.uniform(size=n) < _sig(1.4 * z + 0.3 + 0.5 * k)  # under-confident, class-dependent
     from det_calib.calibrators.registry import uses_size
 
-    if uses_size(method):  # a box's calibrated conf depends on its size: no one threshold is equivalent
+    if uses_size(
+        method
+    ):  # a box's calibrated conf depends on its size: no one threshold is equivalent
         cal = fit_calibrator(method, z, y, log_area=rng.uniform(-8, -1, n))
-        assert all(equivalent_conf(cal, t) is None and equivalent_conf(cal, t, 0) is None for t in (0.1, 0.5))
+        assert all(
+            equivalent_conf(cal, t) is None and equivalent_conf(cal, t, 0) is None
+            for t in (0.1, 0.5)
+        )
         return
     cal = fit_calibrator(method, z, y, classes=k, groups=np.arange(n) // 20)
     zt = rng.normal(-1.0, 2.0, n)  # fresh boxes
@@ -108,7 +113,9 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
                 assert np.array_equal(p1[m] > e, raw[m])
         else:
             assert eq is not None
-            assert abs(eq - t) > 1e-3 or (method == "temperature" and t == 0.5)  # logit(0.5) / T = 0
+            assert abs(eq - t) > 1e-3 or (
+                method == "temperature" and t == 0.5
+            )  # logit(0.5) / T = 0
             assert np.array_equal(p1 > eq, raw)
             assert raw.sum() > 100
     assert equivalent_conf(cal, 0.0) is None and equivalent_conf(cal, 1.0) is None
@@ -118,7 +125,9 @@ def test_equivalent_conf_none_where_the_map_is_flat():
     """A map that does not rise just above the threshold has no equivalent threshold."""
     from det_calib.calibrators.base import LogitCalibrator, equivalent_conf
 
-    class Flat(LogitCalibrator):  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
+    class Flat(
+        LogitCalibrator
+    ):  # calibrated logit constant below 0: boxes just above raw 0.3 tie with it
         def transform_logits(self, z, *, classes=None):
             return np.maximum(np.asarray(z, dtype=np.float64), 0.0)
 
@@ -127,9 +136,22 @@ def test_equivalent_conf_none_where_the_map_is_flat():
 
 
 def test_threshold_shift_takes_an_equivalent_threshold():
-    s = threshold_shift(np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=2,
-                        equivalent_conf=0.42)
+    s = threshold_shift(
+        np.array([0.9, 0.1]),
+        np.array([0.8, 0.2]),
+        np.array([True, False]),
+        conf=0.5,
+        n_gt=2,
+        equivalent_conf=0.42,
+    )
     assert s.equivalent_conf == 0.42
     with pytest.raises(InputError, match="not both"):
-        threshold_shift(np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.5, n_gt=1, temperature=2.0,
-                        equivalent_conf=0.5)
+        threshold_shift(
+            np.array([0.9]),
+            np.array([0.8]),
+            np.array([True]),
+            conf=0.5,
+            n_gt=1,
+            temperature=2.0,
+            equivalent_conf=0.5,
+        )

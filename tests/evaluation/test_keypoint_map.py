@@ -18,10 +18,10 @@ import pytest
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import demo_root
+from det_calib.demo import _demo_root
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import pose_map_check, task_map_check
+from det_calib.evaluation.figures import _pose_map_check, _task_map_check
 from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.job.settings import Settings
 from det_calib.tasks.pose_labels import load_pose_split
@@ -36,8 +36,15 @@ def pose_case():
     """The first 16 test images of the pose demo and the demo pose model's boxes on them, both heads."""
     ds = load_data_yaml(demo_pose_data_yaml())
     sp = load_pose_split(ds, "test", limit=N_IMAGES)
-    boxes = capture(str(demo_root() / "yolo26n_shapes_pose.pt"), sp.images, heads=("nms", "e2e"), conf=1e-3,
-                    split="test", progress=False, workers=1)
+    boxes = capture(
+        str(_demo_root() / "yolo26n_shapes_pose.pt"),
+        sp.images,
+        heads=("nms", "e2e"),
+        conf=1e-3,
+        split="test",
+        progress=False,
+        workers=1,
+    )
     return ds, sp, boxes
 
 
@@ -50,23 +57,44 @@ def _reference_gt(sp) -> dict:
             v = [float(t) for t in line.split()]
             cx, cy, bw, bh = v[1] * w, v[2] * h, v[3] * w, v[4] * h
             kp = np.asarray(v[5:]).reshape(-1, 3) * [w, h, 1]
-            anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": int(v[0]), "iscrowd": 0,
-                         "bbox": [cx - bw / 2, cy - bh / 2, bw, bh], "area": 0.53 * bw * bh,
-                         "keypoints": kp.reshape(-1).tolist(), "num_keypoints": int((kp[:, 2] > 0).sum())})
-    return {"images": [{"id": i} for i in range(len(sp.images))], "annotations": anns,
-            "categories": [{"id": c} for c in range(8)]}
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": img_id,
+                    "category_id": int(v[0]),
+                    "iscrowd": 0,
+                    "bbox": [cx - bw / 2, cy - bh / 2, bw, bh],
+                    "area": 0.53 * bw * bh,
+                    "keypoints": kp.reshape(-1).tolist(),
+                    "num_keypoints": int((kp[:, 2] > 0).sum()),
+                }
+            )
+    return {
+        "images": [{"id": i} for i in range(len(sp.images))],
+        "annotations": anns,
+        "categories": [{"id": c} for c in range(8)],
+    }
 
 
 def _reference_maps(tmp_path, sp, boxes: pl.DataFrame, scores: np.ndarray, max_dets: int) -> dict:
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
+
     gt_path, dt_path = tmp_path / "gt.json", tmp_path / "dt.json"
     gt_path.write_text(json.dumps(_reference_gt(sp)))
-    dets = [{"image_id": int(i), "category_id": int(c), "score": float(s),
-             "keypoints": np.asarray(k, dtype=np.float64).reshape(-1).tolist()}
-            for i, c, s, k in zip(boxes["image_id"], boxes["cls"], scores, boxes["kpts"].to_list())]
+    dets = [
+        {
+            "image_id": int(i),
+            "category_id": int(c),
+            "score": float(s),
+            "keypoints": np.asarray(k, dtype=np.float64).reshape(-1).tolist(),
+        }
+        for i, c, s, k in zip(boxes["image_id"], boxes["cls"], scores, boxes["kpts"].to_list())
+    ]
     dt_path.write_text(json.dumps(dets))
-    sigmas = np.ones(5) / 5  # Ultralytics' PoseValidator.init_metrics: kpt_shape [5, 3], no kpt_oks_sigmas
+    sigmas = (
+        np.ones(5) / 5
+    )  # Ultralytics' PoseValidator.init_metrics: kpt_shape [5, 3], no kpt_oks_sigmas
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO(str(gt_path))
         ev = COCOeval(gt, gt.loadRes(str(dt_path)), "keypoints")
@@ -100,11 +128,11 @@ def test_temperature_leaves_keypoint_and_box_map_identical(pose_case):
         b = boxes.filter(pl.col("head") == head)
         t = make_calibrator("temperature")
         t.temperature_ = 1.7
-        out = pose_map_check(b, sp, t, s)
+        out = _pose_map_check(b, sp, t, s)
         assert out["pose_map_identical"] is True and out["map_identical"] is True
         assert out["pose_map50_95_before"] == out["pose_map50_95_after"] > 0.3
         assert out["pose_map50_before"] == out["pose_map50_after"]
-        assert task_map_check(b, sp, t, s) == out  # the evaluator's dispatch on the kpts column
+        assert _task_map_check(b, sp, t, s) == out  # the evaluator's dispatch on the kpts column
         # scores that rank the boxes otherwise move the keypoint mAP: the check sees the order
         rng = np.random.default_rng(0)
         shuffled = coco_keypoint_maps(b, sp, [rng.uniform(size=b.height)], max_dets=300)[0]
@@ -115,11 +143,18 @@ def test_temperature_leaves_keypoint_and_box_map_identical(pose_case):
 def test_a_split_without_keypoints_measures_box_map_only(pose_case):
     _, sp, boxes = pose_case
     b = boxes.filter(pl.col("head") == "nms")
-    plain = type(sp)(name=sp.name, images=sp.images, sizes=sp.sizes, corrupt=sp.corrupt, root=sp.root,
-                     gt=sp.gt.drop("kpts", "area", "num_keypoints"), bad_labels=sp.bad_labels)
+    plain = type(sp)(
+        name=sp.name,
+        images=sp.images,
+        sizes=sp.sizes,
+        corrupt=sp.corrupt,
+        root=sp.root,
+        gt=sp.gt.drop("kpts", "area", "num_keypoints"),
+        bad_labels=sp.bad_labels,
+    )
     t = make_calibrator("temperature")
     t.temperature_ = 0.8
-    out = pose_map_check(b, plain, t, Settings(max_det=300))
+    out = _pose_map_check(b, plain, t, Settings(max_det=300))
     assert all(out[k] is None for k in POSE_MAP_KEYS) and out["map_identical"] is True
     with pytest.raises(InputError, match="read without keypoints"):
         coco_keypoint_maps(b, plain, [b["conf"].to_numpy()])

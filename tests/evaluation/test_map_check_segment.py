@@ -28,9 +28,15 @@ def seg_data(tmp_path_factory):
     for img in sorted((root / "images" / "test").iterdir())[:N_IMAGES]:
         os.symlink(img, out / "images" / "val" / img.name)
         shutil.copy(root / "labels" / "test" / (img.stem + ".txt"), out / "labels" / "val")
-    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(
-        ("circle", "ellipse", "square", "rectangle", "triangle", "hexagon", "star", "cross")))
-    (out / "data.yaml").write_text(f"path: {out}\ntrain: images/val\nval: images/val\nnames:\n{names}")
+    names = "".join(
+        f"  {i}: {n}\n"
+        for i, n in enumerate(
+            ("circle", "ellipse", "square", "rectangle", "triangle", "hexagon", "star", "cross")
+        )
+    )
+    (out / "data.yaml").write_text(
+        f"path: {out}\ntrain: images/val\nval: images/val\nnames:\n{names}"
+    )
     return out / "data.yaml"
 
 
@@ -46,17 +52,31 @@ def seg_pair(tmp_path_factory, demo_seg_checkpoint):
 def test_one_segment_val_pass_for_both_heads_equals_separate_vals(seg_pair, seg_data):
     original, calibrated, ts = seg_pair
     confs = {h: (0.001, equivalent_threshold(0.001, t)) for h, t in ts.items()}
-    both = ultralytics_val_heads(original, calibrated, seg_data, split="val", imgsz=320, confs=confs, masks=True)
-    plain = ultralytics_val_heads(original, calibrated, seg_data, split="val", imgsz=320, confs=confs)
-    assert {h: tuple({k: v for k, v in d.items() if not k.startswith("mask")} for d in both[h]) for h in both} == plain
+    both = ultralytics_val_heads(
+        original, calibrated, seg_data, split="val", imgsz=320, confs=confs, masks=True
+    )
+    plain = ultralytics_val_heads(
+        original, calibrated, seg_data, split="val", imgsz=320, confs=confs
+    )
+    assert {
+        h: tuple({k: v for k, v in d.items() if not k.startswith("mask")} for d in both[h])
+        for h in both
+    } == plain
     for head, (o, c) in both.items():
         assert set(o) == {"conf", "map50_95", "map50", "mask_map50_95", "mask_map50"}
-        assert o == ultralytics_val(original, seg_data, split="val", head=head, imgsz=320, masks=True)
-        assert c == ultralytics_val(calibrated, seg_data, split="val", head=head, conf=confs[head][1], imgsz=320,
-                                    masks=True)
+        assert o == ultralytics_val(
+            original, seg_data, split="val", head=head, imgsz=320, masks=True
+        )
+        assert c == ultralytics_val(
+            calibrated, seg_data, split="val", head=head, conf=confs[head][1], imgsz=320, masks=True
+        )
         # a temperature at the equivalent floor: the same candidates, boxes and masks: identical mAP, both kinds
-        assert {k: v for k, v in o.items() if k != "conf"} == {k: v for k, v in c.items() if k != "conf"}
-        assert o["map50_95"] > 0.2 and o["mask_map50_95"] > 0  # not vacuous: real boxes, masks that score
+        assert {k: v for k, v in o.items() if k != "conf"} == {
+            k: v for k, v in c.items() if k != "conf"
+        }
+        assert (
+            o["map50_95"] > 0.2 and o["mask_map50_95"] > 0
+        )  # not vacuous: real boxes, masks that score
     assert both["nms"][0] != both["e2e"][0]  # two heads, two sets of figures
 
 
@@ -66,8 +86,18 @@ def test_segment_val_figures_are_ultralytics_stock_val(seg_pair, seg_data):
     from ultralytics import YOLO
 
     original, _, _ = seg_pair
-    m = YOLO(str(original)).val(data=str(seg_data), split="val", imgsz=320, batch=16, conf=0.001, plots=False,
-                                save_json=False, verbose=False, project=str(seg_data.parent), name="v")
+    m = YOLO(str(original)).val(
+        data=str(seg_data),
+        split="val",
+        imgsz=320,
+        batch=16,
+        conf=0.001,
+        plots=False,
+        save_json=False,
+        verbose=False,
+        project=str(seg_data.parent),
+        name="v",
+    )
     got = ultralytics_val(original, seg_data, split="val", head="nms", imgsz=320, masks=True)
     assert got["map50_95"] == float(m.box.map) and got["mask_map50_95"] == float(m.seg.map)
     assert got["mask_map50"] == float(m.seg.map50) and got["mask_map50_95"] != got["map50_95"]

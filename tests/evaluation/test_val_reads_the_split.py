@@ -32,24 +32,35 @@ def symlinked_subset(tmp_path_factory, fixture_images) -> tuple[Path, Path]:
     ``sub/`` whose images are symlinks to big's and whose labels are the fixture's own: ``(sub yaml, big)``."""
     root = tmp_path_factory.mktemp("symlinked")
     big, sub = root / "big", root / "sub"
-    for d in (big / "images" / "val", big / "labels" / "val", sub / "images" / "test", sub / "labels" / "test"):
+    for d in (
+        big / "images" / "val",
+        big / "labels" / "val",
+        sub / "images" / "test",
+        sub / "labels" / "test",
+    ):
         d.mkdir(parents=True)
     for img in fixture_images:
         shutil.copyfile(img, big / "images" / "val" / img.name)
         lab = img.parents[2] / "labels" / "fixture" / f"{img.stem}.txt"
         lines = [ln.split() for ln in lab.read_text().splitlines() if ln.strip()]
         (big / "labels" / "val" / lab.name).write_text(
-            "".join(f"{7 - int(t[0])} {' '.join(t[1:])}\n" for t in lines))  # other labels behind the link
+            "".join(f"{7 - int(t[0])} {' '.join(t[1:])}\n" for t in lines)
+        )  # other labels behind the link
         shutil.copyfile(lab, sub / "labels" / "test" / lab.name)
         os.symlink(big / "images" / "val" / img.name, sub / "images" / "test" / img.name)
     yml = sub / "data.yaml"
-    yml.write_text(f"path: {sub}\ntrain: images/test\nval: images/test\ncalib: images/test\ntest: images/test\n"
-                   f"names: {json.dumps(NAMES)}\n")
+    yml.write_text(
+        f"path: {sub}\ntrain: images/test\nval: images/test\ncalib: images/test\ntest: "
+        "images/test\n"
+        f"names: {json.dumps(NAMES)}\n"
+    )
     return yml, big
 
 
 @pytest.mark.slow
-def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_model_path, fixture_yaml, tmp_path):
+def test_symlinked_subset_val_reads_the_subsets_labels(
+    symlinked_subset, demo_model_path, fixture_yaml, tmp_path
+):
     yml, big = symlinked_subset
     before, before_sub = _tree(big), _tree(yml.parent)
     ds = load_data_yaml(yml)
@@ -59,7 +70,9 @@ def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_mo
     assert split.gt["cls"].to_list() == fixture.gt["cls"].to_list()
     assert all(p.is_symlink() for p in split.images)
 
-    run = calibrate(demo_model_path, yml, fit_split="calib", eval_split="test", out=tmp_path / "run", **RUN)
+    run = calibrate(
+        demo_model_path, yml, fit_split="calib", eval_split="test", out=tmp_path / "run", **RUN
+    )
     uv = run.result.results["nms"].ultralytics_val
     assert uv.verified is True and uv.images_seen == 12 and uv.instances_seen == fixture.gt.height
     assert uv.skipped == []
@@ -68,8 +81,14 @@ def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_mo
 
     from ultralytics import YOLO
 
-    plain = YOLO(str(demo_model_path)).val(data=str(yml), split="test", plots=False, verbose=False,
-                                           project=str(tmp_path / "plain"), name="val")
+    plain = YOLO(str(demo_model_path)).val(
+        data=str(yml),
+        split="test",
+        plots=False,
+        verbose=False,
+        project=str(tmp_path / "plain"),
+        name="val",
+    )
     assert uv.original.map50_95 == pytest.approx(float(plain.box.map), abs=1e-6)
     assert uv.original.map50 == pytest.approx(float(plain.box.map50), abs=1e-6)
     text = (tmp_path / "run" / "summary.txt").read_text()
@@ -77,7 +96,9 @@ def test_symlinked_subset_val_reads_the_subsets_labels(symlinked_subset, demo_mo
 
 
 @pytest.mark.slow
-def test_val_that_reads_fewer_images_is_not_verified(symlinked_subset, demo_model_path, tmp_path, monkeypatch):
+def test_val_that_reads_fewer_images_is_not_verified(
+    symlinked_subset, demo_model_path, tmp_path, monkeypatch
+):
     yml, _ = symlinked_subset
     real = ultralytics_checks.write_split_yaml
 
@@ -88,12 +109,18 @@ def test_val_that_reads_fewer_images_is_not_verified(symlinked_subset, demo_mode
         return out
 
     monkeypatch.setattr(ultralytics_checks, "write_split_yaml", one_label_unreadable_to_val)
-    run = calibrate(demo_model_path, yml, fit_split="calib", eval_split="test", out=tmp_path / "run", **RUN)
+    run = calibrate(
+        demo_model_path, yml, fit_split="calib", eval_split="test", out=tmp_path / "run", **RUN
+    )
     uv = run.result.results["nms"].ultralytics_val
-    assert uv.verified is False and not uv.ran  # no mAP kept from a pass that measured another split
+    assert (
+        uv.verified is False and not uv.ran
+    )  # no mAP kept from a pass that measured another split
     assert (uv.images_seen, uv.images_expected) == (11, 12)
     assert uv.instances_seen < uv.instances_expected
-    assert len(uv.skipped) == 1 and uv.skipped[0].startswith(str(load_split(load_data_yaml(yml), "test").images[0]))
+    assert len(uv.skipped) == 1 and uv.skipped[0].startswith(
+        str(load_split(load_data_yaml(yml), "test").images[0])
+    )
     text = (tmp_path / "run" / "summary.txt").read_text()
     assert "NOT verified: Ultralytics val saw 11 of 12 images" in text
     rec = json.loads((tmp_path / "run" / "calibration.json").read_text())["ultralytics_val"]["nms"]
@@ -128,8 +155,12 @@ def _layout(root: Path, fixture_images: list[Path]) -> dict[str, Path]:
     # nested folders, upper-case extensions
     for i, img in enumerate(fixture_images):
         sub = f"part{i % 3}/deeper" if i % 2 else f"part{i % 3}"
-        put(img, root / "nested" / "images" / "val" / sub, root / "nested" / "labels" / "val" / sub,
-            img.stem + (".JPG" if i % 4 == 0 else ".jpg"))
+        put(
+            img,
+            root / "nested" / "images" / "val" / sub,
+            root / "nested" / "labels" / "val" / sub,
+            img.stem + (".JPG" if i % 4 == 0 else ".jpg"),
+        )
     out["nested"] = root / "nested"
     # images beside their labels (no images/ folder)
     for img in fixture_images:
@@ -144,23 +175,36 @@ def _layout(root: Path, fixture_images: list[Path]) -> dict[str, Path]:
     for img in fixture_images:
         put(img, root / "listed" / "images" / "all", root / "listed" / "labels" / "all")
     imgs = sorted((root / "listed" / "images" / "all").iterdir())
-    lines = [str(p) if i % 3 == 0 else f"./images/all/{p.name}" if i % 3 == 1 else os.path.relpath(p)
-             for i, p in enumerate(imgs)]
+    lines = [
+        str(p) if i % 3 == 0 else f"./images/all/{p.name}" if i % 3 == 1 else os.path.relpath(p)
+        for i, p in enumerate(imgs)
+    ]
     (root / "listed" / "val.txt").write_text("\n".join(lines) + "\n")
     out["listed"] = root / "listed"
-    vals = {"nested": "images/val", "beside": "val", "folders": "[images/a, images/b]", "listed": "val.txt"}
+    vals = {
+        "nested": "images/val",
+        "beside": "val",
+        "folders": "[images/a, images/b]",
+        "listed": "val.txt",
+    }
     yamls = {}
     for name, folder in out.items():
         y = folder / "data.yaml"
-        y.write_text(f"path: {folder}\ntrain: {vals[name]}\nval: {vals[name]}\nnames: {json.dumps(NAMES)}\n")
+        y.write_text(
+            f"path: {folder}\ntrain: {vals[name]}\nval: {vals[name]}\nnames: {json.dumps(NAMES)}\n"
+        )
         yamls[name] = y
     return yamls
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize("layout", ["nested", "beside", "folders", "listed"])
-def test_split_layouts_read_alike_by_det_calib_and_val(layout, tmp_path, fixture_images, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # bare relative lines of a .txt list are relative to the current folder
+def test_split_layouts_read_alike_by_det_calib_and_val(
+    layout, tmp_path, fixture_images, monkeypatch
+):
+    monkeypatch.chdir(
+        tmp_path
+    )  # bare relative lines of a .txt list are relative to the current folder
     yml = _layout(tmp_path / "data", fixture_images)[layout]
     ds = load_data_yaml(yml)
     split = load_split(ds, "val")

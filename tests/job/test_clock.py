@@ -55,7 +55,9 @@ def test_a_childs_cpu_is_charged_to_its_stage_and_to_the_total():
     finally:
         clock.reset()
     assert list(t.stages) == ["report", "verification", "other"]
-    assert t.stages["verification"].cpu == pytest.approx(2.5) and t.stages["verification"].wall == 0.0
+    assert (
+        t.stages["verification"].cpu == pytest.approx(2.5) and t.stages["verification"].wall == 0.0
+    )
     assert t.cpu == pytest.approx(sum(s.cpu for s in t.stages.values()), abs=1e-9)
     assert t.cpu >= 2.5 + 0.04
     assert sum(s.wall for s in t.stages.values()) == pytest.approx(t.wall, abs=1e-9)
@@ -77,27 +79,45 @@ def test_an_idle_clock_records_nothing():
     clock.reset()
     with clock.stage("capture"):
         pass
-    assert clock.timings() is None and not clock.started()
+    assert clock.timings() is None and not clock._started()
 
 
 def test_line_adds_up_and_groups_the_start_up():
-    t = Timings(wall=10.0, cpu=12.0, stages={
-        "imports": StageTime(1.0, 1.0), "model load": StageTime(0.5, 0.5), "data check": StageTime(0.25, 0.2),
-        "figures": StageTime(2.0, 2.0), "capture": StageTime(5.0, 7.0), "report": StageTime(1.0, 1.0),
-        "other": StageTime(0.25, 0.3)})
+    t = Timings(
+        wall=10.0,
+        cpu=12.0,
+        stages={
+            "imports": StageTime(1.0, 1.0),
+            "model load": StageTime(0.5, 0.5),
+            "data check": StageTime(0.25, 0.2),
+            "figures": StageTime(2.0, 2.0),
+            "capture": StageTime(5.0, 7.0),
+            "report": StageTime(1.0, 1.0),
+            "other": StageTime(0.25, 0.3),
+        },
+    )
     line = t.line()
-    assert line == ("time: 10.0 s wall, 12.0 s CPU: start-up 1.8 (imports 1.0, model load 0.5, data check 0.2), "
-                    "capture 5.0, figures 2.0, report 1.0, other 0.2")
+    assert line == (
+        "time: 10.0 s wall, 12.0 s CPU: start-up 1.8 (imports 1.0, model load 0.5, data check "
+        "0.2), "
+        "capture 5.0, figures 2.0, report 1.0, other 0.2"
+    )
     assert t.startup == 1.75
 
 
 def test_record_round_trip_and_bad_input():
-    t = Timings(wall=3.5, cpu=4.25, stages={"capture": StageTime(3.0, 4.0), "other": StageTime(0.5, 0.25)})
+    t = Timings(
+        wall=3.5, cpu=4.25, stages={"capture": StageTime(3.0, 4.0), "other": StageTime(0.5, 0.25)}
+    )
     assert Timings.from_dict(json.loads(json.dumps(t.to_dict()))) == t
     assert Timings.from_dict(None) is None
-    with pytest.raises(InputError, match=r"`timings.stages.capture.wall` must be a number of seconds >= 0"):
+    with pytest.raises(
+        InputError, match=r"`timings.stages.capture.wall` must be a number of seconds >= 0"
+    ):
         Timings.from_dict({"wall": 1, "cpu": 1, "stages": {"capture": {"wall": "x", "cpu": 1}}})
-    with pytest.raises(InputError, match=r"`timings.wall` must be a number of seconds >= 0, got -1"):
+    with pytest.raises(
+        InputError, match=r"`timings.wall` must be a number of seconds >= 0, got -1"
+    ):
         Timings.from_dict({"wall": -1, "cpu": 1, "stages": {}})
     with pytest.raises(InputError, match=r"`timings.stages` must be an object"):
         Timings.from_dict({"wall": 1, "cpu": 1})
@@ -118,8 +138,9 @@ def test_a_job_takes_the_command_lines_clock_once():
 
 
 def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path, small_demo):
-    """The start-up of calibrate (imports, model load, data check) loads no report, plot, export or
-    evaluation library: they are imported when their stage comes (a fresh interpreter). The summary's
+    """The start-up of calibrate (imports, model load, data check) loads no plot, export or evaluation
+    library, nor a module of det_calib that loads one: they are imported
+    when their stage comes (a fresh interpreter). The summary's
     wording (``det_calib.report.record_words``) is plain text and may load; the report's pages and plots not.
     The default demo data is the session's small rendering (its cache and split sizes), not a full one."""
     import subprocess
@@ -135,19 +156,41 @@ from det_calib.demo.shapes import SPLIT_SIZES
 SPLIT_SIZES.update({SMALL_DEMO_SIZES!r})
 from det_calib.pipeline.calibrate_job import load
 from det_calib.job.settings import Settings
-load(None, None, Path({str(tmp_path / 'out')!r}), Settings(limit=2, progress=False))
+load(None, None, Path({str(tmp_path / "out")!r}), Settings(limit=2, progress=False))
 print(" ".join(sorted(sys.modules)))
 """
     repo = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
-                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1",
-                            "DET_CALIB_CACHE": str(small_demo["detect"].parents[1])})
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=300,
+        env={
+            **__import__("os").environ,
+            "PYTHONPATH": str(repo),
+            "YOLO_OFFLINE": "1",
+            "DET_CALIB_CACHE": str(small_demo["detect"].parents[1]),
+        },
+    )
     assert p.returncode == 0, p.stderr
     loaded = set(p.stdout.split())
-    assert {"torch", "ultralytics", "det_calib.capture.predictor"} <= loaded  # what the first image needs
-    for name in ("matplotlib", "scipy", "pycocotools", "onnx", "onnxruntime", "openvino",
-                 "det_calib.report.run_report", "det_calib.report.plots",
-                 "det_calib.deploy.fold", "det_calib.deploy.calibrated_export", "det_calib.ensemble"):
+    assert {
+        "torch",
+        "ultralytics",
+        "det_calib.capture.predictor",
+    } <= loaded  # what the first image needs
+    for name in (
+        "matplotlib",
+        "scipy",
+        "pycocotools",
+        "onnx",
+        "onnxruntime",
+        "openvino",
+        "det_calib.report.run_report",
+        "det_calib.report.plots",
+        "det_calib.deploy.fold",
+    ):
         assert name not in loaded, name
 
 
@@ -172,13 +215,30 @@ tune_process(preload=True)  # the command line's
 print(*library, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()[0], blas_threads())
 """
     repo = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300,
-                       env={**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1",
-                            "OPENBLAS_NUM_THREADS": "2"})
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=300,
+        env={
+            **__import__("os").environ,
+            "PYTHONPATH": str(repo),
+            "YOLO_OFFLINE": "1",
+            "OPENBLAS_NUM_THREADS": "2",
+        },
+    )
     assert p.returncode == 0, p.stderr
-    library_frozen, library_threshold, library_blas, frozen, walked, threshold, blas = p.stdout.split()
-    assert (int(library_frozen), int(library_threshold)) == (0, 700) and library_blas in ("2", "None")
-    assert int(frozen) > 50_000 > int(walked)  # the start-up's objects frozen: the collector walks new ones only
+    library_frozen, library_threshold, library_blas, frozen, walked, threshold, blas = (
+        p.stdout.split()
+    )
+    assert (int(library_frozen), int(library_threshold)) == (0, 700) and library_blas in (
+        "2",
+        "None",
+    )
+    assert (
+        int(frozen) > 50_000 > int(walked)
+    )  # the start-up's objects frozen: the collector walks new ones only
     assert int(threshold) == 50_000 and blas in ("1", "None")
 
 
@@ -189,7 +249,9 @@ def test_a_stage_is_a_decorator_and_takes_its_own_peak_memory():
 
     @clock.stage("figures")
     def big() -> float:
-        a = np.ones(160 * 2**20 // 8)  # 160 MiB, touched (more than an allocator keeps resident after a test)
+        a = np.ones(
+            160 * 2**20 // 8
+        )  # 160 MiB, touched (more than an allocator keeps resident after a test)
         return float(a.sum())
 
     clock.start()
@@ -204,8 +266,12 @@ def test_a_stage_is_a_decorator_and_takes_its_own_peak_memory():
     assert t.stages["figures"].peak_rss >= t.stages["capture"].peak_rss + 64 * 2**20
     assert Timings.from_dict(json.loads(json.dumps(t.to_dict()))) == Timings.from_dict(t.to_dict())
     assert t.to_dict()["stages"]["figures"]["peak_rss"] == t.stages["figures"].peak_rss
-    with pytest.raises(InputError, match=r"`timings.stages.capture.peak_rss` must be a number of bytes >= 0"):
-        Timings.from_dict({"wall": 1, "cpu": 1, "stages": {"capture": {"wall": 1, "cpu": 1, "peak_rss": -1}}})
+    with pytest.raises(
+        InputError, match=r"`timings.stages.capture.peak_rss` must be a number of bytes >= 0"
+    ):
+        Timings.from_dict(
+            {"wall": 1, "cpu": 1, "stages": {"capture": {"wall": 1, "cpu": 1, "peak_rss": -1}}}
+        )
 
 
 def test_a_shell_that_execs_the_command_does_not_lend_it_its_start(tmp_path):
@@ -229,10 +295,17 @@ clock.start(since_process=True, first_import=FIRST_IMPORT)  # as the command lin
 print(fork_age, clock.timings().seconds("imports"))
 """
     repo = Path(__file__).resolve().parents[2]
-    p = subprocess.run(["sh", "-c", f"sleep 3; exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
-                       capture_output=True, text=True, cwd=repo, timeout=120,
-                       env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    p = subprocess.run(
+        ["sh", "-c", f"sleep 3; exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+    )
     assert p.returncode == 0, p.stderr
     fork_age, imports = map(float, p.stdout.split())
     assert fork_age >= 3.0  # the process did start with the shell
-    assert 0 < imports < fork_age - 2.5  # the clock's start-up: the interpreter's, without the shell's sleep
+    assert (
+        0 < imports < fork_age - 2.5
+    )  # the clock's start-up: the interpreter's, without the shell's sleep

@@ -31,7 +31,10 @@ def two_splits(tmp_path, fixture_yaml) -> Path:
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         shutil.copy(img, root / "images" / split / img.name)
-        shutil.copy(src / "labels" / "fixture" / f"{img.stem}.txt", root / "labels" / split / f"{img.stem}.txt")
+        shutil.copy(
+            src / "labels" / "fixture" / f"{img.stem}.txt",
+            root / "labels" / split / f"{img.stem}.txt",
+        )
     names = "".join(f"  {i}: {n}\n" for i, n in enumerate(load_data_yaml(fixture_yaml).names))
     (root / "data.yaml").write_text(f"calib: images/calib\ntest: images/test\nnames:\n{names}")
     return root
@@ -58,7 +61,9 @@ def no_forward(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(BaseModel, "forward", forward)
     monkeypatch.setattr(det_calib.capture.predictor, "capture", capture)
-    monkeypatch.setattr(det_calib.capture.predictor.Capturer, "__call__", capture)  # the pipeline's capture
+    monkeypatch.setattr(
+        det_calib.capture.predictor.Capturer, "__call__", capture
+    )  # the pipeline's capture
     return calls
 
 
@@ -78,8 +83,17 @@ def _one_error_line(code: int, err: str) -> str:
 def test_out_naming_an_existing_file(capsys, two_splits, demo_model_path, no_forward):
     blocker = two_splits / "results"
     blocker.write_text("not a folder")
-    code, err = _cli(capsys, "calibrate", "--model", demo_model_path, "--data", two_splits / "data.yaml",
-                     "--out", blocker, *FAST)
+    code, err = _cli(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        two_splits / "data.yaml",
+        "--out",
+        blocker,
+        *FAST,
+    )
     line = _one_error_line(code, err)
     assert line == f"det-calib: error: `--out` is an existing file, not a folder: {blocker}"
     assert no_forward == []
@@ -90,10 +104,22 @@ def test_fit_split_with_no_ground_truth(capsys, two_splits, demo_model_path, no_
     for lbl in (two_splits / "labels" / "calib").glob("*.txt"):
         lbl.write_text("")
     out = two_splits / "out"
-    code, err = _cli(capsys, "calibrate", "--model", demo_model_path, "--data", two_splits / "data.yaml",
-                     "--out", out, *FAST)
+    code, err = _cli(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        two_splits / "data.yaml",
+        "--out",
+        out,
+        *FAST,
+    )
     line = _one_error_line(code, err)
-    assert "the fit split `calib` has no ground-truth boxes in its 6 images (its label files are empty" in line
+    assert (
+        "the fit split `calib` has no ground-truth boxes in its 6 images (its label files are empty"
+        in line
+    )
     assert "choose another `--fit-split`" in line
     assert no_forward == [] and not out.exists()  # nothing created
 
@@ -103,25 +129,48 @@ def test_eval_split_with_no_ground_truth(capsys, two_splits, demo_model_path, no
     for lbl in labels[1:]:
         lbl.unlink()  # background images
     labels[0].write_text("\n")  # one label file, blank
-    code, err = _cli(capsys, "calibrate", "--model", demo_model_path, "--data", two_splits / "data.yaml",
-                     "--out", two_splits / "out", *FAST)
+    code, err = _cli(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        two_splits / "data.yaml",
+        "--out",
+        two_splits / "out",
+        *FAST,
+    )
     line = _one_error_line(code, err)
     assert "the eval split `test` has no ground-truth boxes" in line and "`--eval-split`" in line
     assert no_forward == []
 
 
-@pytest.mark.parametrize(("bad", "reason"), [
-    ("3 0.5 0.5 nan 0.2", "non-finite value `nan`"),
-    ("3 0.5 0.5 -0.2 0.2", "width -0.2 is negative"),
-])
-def test_malformed_line_in_every_fit_label_file(capsys, two_splits, demo_model_path, no_forward, bad, reason):
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("3 0.5 0.5 nan 0.2", "non-finite value `nan`"),
+        ("3 0.5 0.5 -0.2 0.2", "width -0.2 is negative"),
+    ],
+)
+def test_malformed_line_in_every_fit_label_file(
+    capsys, two_splits, demo_model_path, no_forward, bad, reason
+):
     """When every label file of the fit split is malformed, no image is left: one line with the
     first file and line number."""
     labels = sorted((two_splits / "labels" / "calib").glob("*.txt"))
     for lbl in labels:
         lbl.write_text(lbl.read_text() + bad + "\n")
-    code, err = _cli(capsys, "calibrate", "--model", demo_model_path, "--data", two_splits / "data.yaml",
-                     "--out", two_splits / "out", *FAST)
+    code, err = _cli(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        two_splits / "data.yaml",
+        "--out",
+        two_splits / "out",
+        *FAST,
+    )
     line = _one_error_line(code, err)
     n = len(labels[0].read_text().splitlines())
     assert f"(first: {labels[0]}:{n}: {reason})" in line
@@ -138,11 +187,15 @@ def test_malformed_line_skips_the_image_and_names_file_and_line(two_splits):
     lbl = sorted((two_splits / "labels" / "calib").glob("*.txt"))[2]
     n_lines = len(lbl.read_text().splitlines())
     lbl.write_text(lbl.read_text() + "1 0.5 0.5 0.1 nan\n")
-    with pytest.warns(UserWarning, match=f"malformed label {lbl}:{n_lines + 1}: non-finite value `nan`"):
+    with pytest.warns(
+        UserWarning, match=f"malformed label {lbl}:{n_lines + 1}: non-finite value `nan`"
+    ):
         sp = load_split(ds, "calib")
     img = two_splits / "images" / "calib" / f"{lbl.stem}.jpg"
     assert img not in sp.images and len(sp.images) == 5
-    assert sp.corrupt == [str(img)] and sp.bad_labels == [f"{lbl}:{n_lines + 1}: non-finite value `nan`"]
+    assert sp.corrupt == [str(img)] and sp.bad_labels == [
+        f"{lbl}:{n_lines + 1}: non-finite value `nan`"
+    ]
     assert sp.gt.height == whole.gt.height - n_lines
 
 
@@ -174,8 +227,12 @@ def _bad_inputs(root: Path, tmp: Path):
     return [
         ("out is a file", {"out": tmp / "file"}, "`out` is an existing file", file_as_out),
         ("out under a file", {"out": tmp / "file" / "sub"}, "`out` cannot be created", file_as_out),
-        ("output file is a folder", {"out": tmp / "o"}, "holds a folder where the output file goes",
-         dir_where_output_goes),
+        (
+            "output file is a folder",
+            {"out": tmp / "o"},
+            "holds a folder where the output file goes",
+            dir_where_output_goes,
+        ),
         ("no GT in fit split", {}, "fit split `calib` has no ground-truth boxes", empty_fit_labels),
         ("every fit label malformed", {}, "non-finite value `nan`", nan_everywhere),
         ("class names differ", {}, "class names differ at id 3", renamed_class),
@@ -195,8 +252,15 @@ def test_no_bad_input_costs_a_forward_pass(case, two_splits, tmp_path, demo_mode
     setup()
     kwargs = {"out": tmp_path / "out", **kwargs}
     with pytest.raises(InputError, match=re.escape(pattern)):
-        calibrate(demo_model_path, two_splits / "data.yaml", n_boot=10, progress=False, report=False, run_val=False,
-                  **kwargs)
+        calibrate(
+            demo_model_path,
+            two_splits / "data.yaml",
+            n_boot=10,
+            progress=False,
+            report=False,
+            run_val=False,
+            **kwargs,
+        )
     assert no_forward == []
 
 
@@ -204,8 +268,17 @@ def test_not_enough_disk(monkeypatch, capsys, two_splits, demo_model_path, no_fo
     """Failure injection: the output disk reports 1 MB free, less than the checkpoint alone."""
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(pf.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))
-    code, err = _cli(capsys, "calibrate", "--model", demo_model_path, "--data", two_splits / "data.yaml",
-                     "--out", two_splits / "out", *FAST)
+    code, err = _cli(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        two_splits / "data.yaml",
+        "--out",
+        two_splits / "out",
+        *FAST,
+    )
     line = _one_error_line(code, err)
     assert "not enough free disk for `--out`" in line and "1.0 MB free" in line
     assert "lower `--max-det` or `--limit`" in line
@@ -220,7 +293,7 @@ def test_unwritable_out(tmp_path):
     ro.chmod(0o500)
     try:
         with pytest.raises(InputError, match="`out` is not writable"):
-            pf.check_output_folder(ro / "run")
+            pf._check_output_folder(ro / "run")
     finally:
         ro.chmod(0o700)
 
@@ -228,23 +301,27 @@ def test_unwritable_out(tmp_path):
 @pytest.mark.fast
 def test_output_folder_check_creates_nothing(tmp_path):
     out = tmp_path / "a" / "b"
-    free = pf.check_output_folder(out, need_bytes=1)
+    free = pf._check_output_folder(out, need_bytes=1)
     assert free > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is gone, no folder created
     link = tmp_path / "dangling"
     link.symlink_to(tmp_path / "nowhere")
     with pytest.raises(InputError, match="broken symbolic link"):
-        pf.check_output_folder(link)
+        pf._check_output_folder(link)
 
 
 @pytest.mark.fast
 def test_option_checks_name_the_parameter():
-    for kwargs, name in (({"imgsz": -1}, "imgsz"), ({"nms_iou": 0.0}, "nms_iou"), ({"seed": -1}, "seed"),
-                         ({"min_class_boxes": 1.5}, "min_class_boxes")):
+    for kwargs, name in (
+        ({"imgsz": -1}, "imgsz"),
+        ({"nms_iou": 0.0}, "nms_iou"),
+        ({"seed": -1}, "seed"),
+        ({"min_class_boxes": 1.5}, "min_class_boxes"),
+    ):
         with pytest.raises(InputError, match=f"`{name}`") as e:
-            pf.check_options(Settings(**kwargs))
+            pf._check_options(Settings(**kwargs))
         assert e.value.params == (name,)
-    pf.check_options(Settings(imgsz=320))
+    pf._check_options(Settings(imgsz=320))
 
 
 @pytest.mark.fast
@@ -261,17 +338,33 @@ def test_cli_writes_parameters_as_flags():
 def test_estimate_bounds_a_real_run(tmp_path, two_splits, demo_model_path):
     """The estimate the disk check uses is an upper bound of what a run writes, and not a loose one."""
     out = tmp_path / "run"
-    run = calibrate(demo_model_path, two_splits / "data.yaml", out=out, n_boot=10, progress=False, run_val=False)
+    run = calibrate(
+        demo_model_path, two_splits / "data.yaml", out=out, n_boot=10, progress=False, run_val=False
+    )
     written = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    est = pf.estimate_output_bytes(model=demo_model_path, n_images=12, n_heads=len(run.summary["heads"]),
-                                   max_det=300, n_classes=8, report=True)
+    est = pf._estimate_output_bytes(
+        model=demo_model_path,
+        n_images=12,
+        n_heads=len(run.summary["heads"]),
+        max_det=300,
+        n_classes=8,
+        report=True,
+    )
     assert written <= est <= 1.5 * written, (written, est)
     assert (out / "calibrated.pt").stat().st_size <= 2 * demo_model_path.stat().st_size
 
 
-def test_the_injected_failure_fires_on_good_input(two_splits, tmp_path, demo_model_path, no_forward):
+def test_the_injected_failure_fires_on_good_input(
+    two_splits, tmp_path, demo_model_path, no_forward
+):
     """Control for the tests above: with good input the run does reach the capture, so the
     injected failure would have shown any bad input that got that far."""
     with pytest.raises(AssertionError, match="capture was entered"):
-        calibrate(demo_model_path, two_splits / "data.yaml", out=tmp_path / "out", progress=False, run_val=False)
+        calibrate(
+            demo_model_path,
+            two_splits / "data.yaml",
+            out=tmp_path / "out",
+            progress=False,
+            run_val=False,
+        )
     assert no_forward == ["capture"]

@@ -11,7 +11,7 @@ from det_calib.capture.parts import capture_to_parts
 from det_calib.cli import main
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
-from det_calib.job.reuse import RUN_KEY, run_meta
+from det_calib.job.reuse import _RUN_KEY, run_meta
 from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
@@ -35,7 +35,11 @@ def test_boxes_parquet_records_fingerprints(first, demo_model_path):
     meta = run_meta(first.out_dir / "boxes.parquet")
     assert meta["model"] == model_fingerprint(demo_model_path)
     assert set(meta["splits"]) == set(first.boxes["split"].unique())
-    assert meta["heads"] == ["nms", "e2e"] and meta["settings"]["conf"] == 0.001 and meta["settings"]["batch"] == 1
+    assert (
+        meta["heads"] == ["nms", "e2e"]
+        and meta["settings"]["conf"] == 0.001
+        and meta["settings"]["batch"] == 1
+    )
 
 
 def test_reuse_run_gives_the_same_results(first, demo_model_path, fixture_yaml, tmp_path):
@@ -48,7 +52,9 @@ def test_reuse_run_gives_the_same_results(first, demo_model_path, fixture_yaml, 
 
 def test_reuse_with_other_matching_settings(first, demo_model_path, fixture_yaml, tmp_path):
     """Settings after the capture (matching IoU) may change: the boxes are matched again."""
-    a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", boxes=str(first.out_dir), iou=0.7, **FAST)
+    a = calibrate(
+        demo_model_path, fixture_yaml, out=tmp_path / "a", boxes=str(first.out_dir), iou=0.7, **FAST
+    )
     b = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "b", iou=0.7, **FAST)
     assert _result(a) == _result(b)
     assert a.result.temperatures != first.result.temperatures
@@ -57,9 +63,17 @@ def test_reuse_with_other_matching_settings(first, demo_model_path, fixture_yaml
 def test_reuse_parts_of_the_whole_split(first, demo_model_path, fixture_yaml, tmp_path):
     """Parts of split `val` (captured as two shards) serve its fit and eval halves, matched by image name."""
     for i in range(2):
-        capture_to_parts(demo_model_path, fixture_yaml, "val", tmp_path / "parts" / "val", shard=f"{i}/2",
-                         progress=False)
-    run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "out", boxes=str(tmp_path / "parts"), **FAST)
+        capture_to_parts(
+            demo_model_path,
+            fixture_yaml,
+            "val",
+            tmp_path / "parts" / "val",
+            shard=f"{i}/2",
+            progress=False,
+        )
+    run = calibrate(
+        demo_model_path, fixture_yaml, out=tmp_path / "out", boxes=str(tmp_path / "parts"), **FAST
+    )
     assert _result(run) == _result(first)
     assert run.boxes.equals(first.boxes)
 
@@ -76,25 +90,56 @@ def test_refuses_other_data(first, demo_model_path, fixture_yaml, tmp_path):
     label = sorted((root / "labels" / "fixture").glob("*.txt"))[0]
     label.write_text(label.read_text() + "0 0.5 0.5 0.1 0.1\n")
     with pytest.raises(InputError, match="captured on other data for split `val"):
-        calibrate(demo_model_path, root / "data.yaml", out=tmp_path / "o", boxes=str(first.out_dir), **FAST)
+        calibrate(
+            demo_model_path,
+            root / "data.yaml",
+            out=tmp_path / "o",
+            boxes=str(first.out_dir),
+            **FAST,
+        )
 
 
 def test_refuses_other_capture_settings(first, demo_model_path, fixture_yaml, tmp_path):
     with pytest.raises(InputError, match="captured with `conf_floor` 0.001, not 0.01"):
-        calibrate(demo_model_path, fixture_yaml, out=tmp_path, boxes=str(first.out_dir), conf_floor=0.01, **FAST)
+        calibrate(
+            demo_model_path,
+            fixture_yaml,
+            out=tmp_path,
+            boxes=str(first.out_dir),
+            conf_floor=0.01,
+            **FAST,
+        )
 
 
 def test_refuses_a_table_without_fingerprints(first, demo_model_path, fixture_yaml, tmp_path):
     (tmp_path / "old").mkdir()
-    pl.read_parquet(first.out_dir / "boxes.parquet").write_parquet(tmp_path / "old" / "boxes.parquet")
-    assert run_meta(tmp_path / "old" / "boxes.parquet") is None and RUN_KEY
+    pl.read_parquet(first.out_dir / "boxes.parquet").write_parquet(
+        tmp_path / "old" / "boxes.parquet"
+    )
+    assert run_meta(tmp_path / "old" / "boxes.parquet") is None and _RUN_KEY
     with pytest.raises(InputError, match="records no model/data fingerprints"):
-        calibrate(demo_model_path, fixture_yaml, out=tmp_path / "o", boxes=str(tmp_path / "old"), **FAST)
+        calibrate(
+            demo_model_path, fixture_yaml, out=tmp_path / "o", boxes=str(tmp_path / "old"), **FAST
+        )
 
 
 def test_cli_boxes_error_is_one_line(first, demo_model_path, fixture_yaml, tmp_path, capsys):
-    rc = main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path),
-               "--boxes", str(first.out_dir), "--conf-floor", "0.01", "-q"])
+    rc = main(
+        [
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(fixture_yaml),
+            "--out",
+            str(tmp_path),
+            "--boxes",
+            str(first.out_dir),
+            "--conf-floor",
+            "0.01",
+            "-q",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
     assert "`--conf-floor` 0.001, not 0.01" in err
@@ -112,8 +157,15 @@ def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixtu
     inputs = resolve_inputs(shapes_seg_path, polygon_fixture_yaml, s)
     splits = load_splits(inputs.ds, s)
     for sp in splits:
-        capture_to_parts(shapes_seg_path, polygon_fixture_yaml, sp.name, tmp_path / sp.name, shard="0/1", imgsz=320,
-                         progress=False)
+        capture_to_parts(
+            shapes_seg_path,
+            polygon_fixture_yaml,
+            sp.name,
+            tmp_path / sp.name,
+            shard="0/1",
+            imgsz=320,
+            progress=False,
+        )
     captured, _ = reuse_boxes(tmp_path, inputs, splits, s)
     direct = capture(shapes_seg_path, splits[0].images, head="nms", imgsz=320, progress=False)
     got = captured["nms"][0]

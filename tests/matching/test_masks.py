@@ -17,7 +17,7 @@ from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.demo.shapes_segments import write_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.masks import mask_iou, match_boxes_by_masks, match_mask_table, match_masks
+from det_calib.matching.masks import _mask_iou, _match_mask_table, match_boxes_by_masks, match_masks
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
@@ -41,7 +41,7 @@ def _random_mask(rng, h=H, w=W) -> np.ndarray:
     if rng.random() < 0.5:
         cv2.ellipse(m, (cx, cy), (a, b), float(rng.uniform(0, 180)), 0, 360, 1, -1)
     else:
-        m[max(cy - b, 0):cy + b, max(cx - a, 0):cx + a] = 1
+        m[max(cy - b, 0) : cy + b, max(cx - a, 0) : cx + a] = 1
     return m
 
 
@@ -49,7 +49,7 @@ def _shift(m: np.ndarray, dx: int, dy: int) -> np.ndarray:
     out = np.zeros_like(m)
     h, w = m.shape
     ys, xs = slice(max(dy, 0), h + min(dy, 0)), slice(max(dx, 0), w + min(dx, 0))
-    out[ys, xs] = m[max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)]
+    out[ys, xs] = m[max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)]
     return out
 
 
@@ -70,13 +70,22 @@ def make_case(seed: int) -> dict:
                 di.append(img), dc.append(c if rng.random() < 0.8 else int(rng.integers(0, 3)))
         for _ in range(int(rng.integers(0, 4))):
             dm.append(_random_mask(rng)), di.append(img), dc.append(int(rng.integers(0, 3)))
-    scores = rng.choice([0.2, 0.5, 0.5, 0.9], size=len(dm)) if seed % 2 else rng.uniform(0, 1, size=len(dm))
+    scores = (
+        rng.choice([0.2, 0.5, 0.5, 0.9], size=len(dm))
+        if seed % 2
+        else rng.uniform(0, 1, size=len(dm))
+    )
     ds = scores.tolist()
     return {
-        "det_image": np.array(di, np.int64), "det_cls": np.array(dc, np.int64), "det_score": np.array(ds),
+        "det_image": np.array(di, np.int64),
+        "det_cls": np.array(dc, np.int64),
+        "det_score": np.array(ds),
         "det_rles": [_rle(m) for m in dm],
-        "gt_image": np.array(gi, np.int64), "gt_cls": np.array(gc, np.int64), "gt_rles": [_rle(m) for m in gm],
-        "gt_crowd": np.array(gk, bool), "sizes": dict.fromkeys(set(gi) | set(di), (H, W)) or {0: (H, W)},
+        "gt_image": np.array(gi, np.int64),
+        "gt_cls": np.array(gc, np.int64),
+        "gt_rles": [_rle(m) for m in gm],
+        "gt_crowd": np.array(gk, bool),
+        "sizes": dict.fromkeys(set(gi) | set(di), (H, W)) or {0: (H, W)},
     }
 
 
@@ -95,18 +104,35 @@ def coco_segm_reference(case: dict, t: float, max_dets: int):
         "images": [{"id": int(i), "height": h, "width": w} for i, (h, w) in case["sizes"].items()],
         "categories": [{"id": int(c)} for c in np.union1d(case["gt_cls"], case["det_cls"])],
         "annotations": [
-            {"id": k + 1, "image_id": int(img), "category_id": int(c), "segmentation": enc(r),
-             "area": float(mask_utils.area(r)), "bbox": mask_utils.toBbox(r).tolist(), "iscrowd": int(crowd)}
+            {
+                "id": k + 1,
+                "image_id": int(img),
+                "category_id": int(c),
+                "segmentation": enc(r),
+                "area": float(mask_utils.area(r)),
+                "bbox": mask_utils.toBbox(r).tolist(),
+                "iscrowd": int(crowd),
+            }
             for k, (img, c, r, crowd) in enumerate(
-                zip(case["gt_image"], case["gt_cls"], case["gt_rles"], case["gt_crowd"]))
+                zip(case["gt_image"], case["gt_cls"], case["gt_rles"], case["gt_crowd"])
+            )
         ],
     }
     with contextlib.redirect_stdout(io.StringIO()):
         gt.createIndex()
-        dt = gt.loadRes([
-            {"image_id": int(img), "category_id": int(c), "segmentation": enc(r), "score": float(s)}
-            for img, c, r, s in zip(case["det_image"], case["det_cls"], case["det_rles"], case["det_score"])
-        ])
+        dt = gt.loadRes(
+            [
+                {
+                    "image_id": int(img),
+                    "category_id": int(c),
+                    "segmentation": enc(r),
+                    "score": float(s),
+                }
+                for img, c, r, s in zip(
+                    case["det_image"], case["det_cls"], case["det_rles"], case["det_score"]
+                )
+            ]
+        )
         ev = COCOeval(gt, dt, "segm")
         ev.params.iouThrs = np.array([t])
         ev.params.maxDets = [max_dets]
@@ -125,7 +151,16 @@ def coco_segm_reference(case: dict, t: float, max_dets: int):
 
 
 def run(case: dict, **kw):
-    keys = ("det_image", "det_cls", "det_score", "det_rles", "gt_image", "gt_cls", "gt_rles", "gt_crowd")
+    keys = (
+        "det_image",
+        "det_cls",
+        "det_score",
+        "det_rles",
+        "gt_image",
+        "gt_cls",
+        "gt_rles",
+        "gt_crowd",
+    )
     return match_masks(*(case[k] for k in keys), **kw)
 
 
@@ -165,9 +200,17 @@ def test_touching_objects_and_iou_ties_go_to_the_later_gt():
     """Two GTs sharing an edge; a detection covering both has IoU 0.5 with each: the later GT
     takes it (COCO's scan), the second detection gets the other."""
     a, b = _rect(4, 4, 14, 14), _rect(14, 4, 24, 14)
-    case = {"det_image": np.array([0, 0]), "det_cls": np.array([1, 1]), "det_score": np.array([0.9, 0.8]),
-            "det_rles": [_rle(a | b), _rle(a)], "gt_image": np.array([0, 0]), "gt_cls": np.array([1, 1]),
-            "gt_rles": [_rle(a), _rle(b)], "gt_crowd": np.array([False, False]), "sizes": {0: (H, W)}}
+    case = {
+        "det_image": np.array([0, 0]),
+        "det_cls": np.array([1, 1]),
+        "det_score": np.array([0.9, 0.8]),
+        "det_rles": [_rle(a | b), _rle(a)],
+        "gt_image": np.array([0, 0]),
+        "gt_cls": np.array([1, 1]),
+        "gt_rles": [_rle(a), _rle(b)],
+        "gt_crowd": np.array([False, False]),
+        "sizes": {0: (H, W)},
+    }
     r = _assert_parity(case, 0.5, 100)
     assert r.correct.tolist() == [True, True] and r.gt_index.tolist() == [1, 0]
     assert r.iou.tolist() == [0.5, 1.0]
@@ -177,11 +220,17 @@ def test_crowd_region_absorbs_detections_by_intersection_over_detection():
     crowd = _rect(0, 0, 24, 40)
     inside, half = _rect(2, 2, 10, 10), _rect(16, 2, 32, 10)
     person = _rect(2, 20, 12, 30)
-    case = {"det_image": np.zeros(4, np.int64), "det_cls": np.zeros(4, np.int64),
-            "det_score": np.array([0.9, 0.8, 0.7, 0.6]),
-            "det_rles": [_rle(person), _rle(inside), _rle(half), _rle(inside)],
-            "gt_image": np.zeros(2, np.int64), "gt_cls": np.zeros(2, np.int64),
-            "gt_rles": [_rle(person), _rle(crowd)], "gt_crowd": np.array([False, True]), "sizes": {0: (H, W)}}
+    case = {
+        "det_image": np.zeros(4, np.int64),
+        "det_cls": np.zeros(4, np.int64),
+        "det_score": np.array([0.9, 0.8, 0.7, 0.6]),
+        "det_rles": [_rle(person), _rle(inside), _rle(half), _rle(inside)],
+        "gt_image": np.zeros(2, np.int64),
+        "gt_cls": np.zeros(2, np.int64),
+        "gt_rles": [_rle(person), _rle(crowd)],
+        "gt_crowd": np.array([False, True]),
+        "sizes": {0: (H, W)},
+    }
     r = _assert_parity(case, 0.5, 100)
     # the person first; then two detections inside the crowd (i/det = 1) are ignored; the one half
     # inside (8 of 16 columns) sits exactly at 0.5 and is ignored too
@@ -206,8 +255,10 @@ def test_mask_iou_is_pycocotools_iou():
     a = [_rle(_random_mask(rng)) for _ in range(5)]
     b = [_rle(_random_mask(rng)) for _ in range(4)]
     crowd = [0, 1, 0, 1]
-    np.testing.assert_array_equal(mask_iou(a, b, crowd=crowd), np.asarray(mask_utils.iou(a, b, crowd)))
-    assert mask_iou(a, []).shape == (5, 0)
+    np.testing.assert_array_equal(
+        _mask_iou(a, b, crowd=crowd), np.asarray(mask_utils.iou(a, b, crowd))
+    )
+    assert _mask_iou(a, []).shape == (5, 0)
 
 
 def test_bad_input_is_named():
@@ -224,7 +275,7 @@ def test_bad_input_is_named():
     with pytest.raises(InputError, match="iou_threshold"):
         match_masks([0], [0], [0.5], [m], [0], [0], [m], iou_threshold=1.5)
     with pytest.raises(InputError, match="one size"):
-        mask_iou([m], [small])
+        _mask_iou([m], [small])
 
 
 def test_uncompressed_rles_are_accepted():
@@ -247,7 +298,9 @@ def demo_split(tmp_path_factory):
     root = tmp_path_factory.mktemp("segdemo")
     write_segment_split(root, "test", 10)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
-    (root / "data.yaml").write_text(f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n")
+    (root / "data.yaml").write_text(
+        f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n"
+    )
     return load_segment_split(load_data_yaml(root / "data.yaml"), "test")
 
 
@@ -262,9 +315,20 @@ def _demo_case(split, seed):
         m = mask_utils.decode(r)
         for _ in range(int(rng.choice([0, 1, 1, 2]))):
             op = rng.integers(4)
-            d = (cv2.erode(m, kernel) if op == 0 else cv2.dilate(m, kernel, iterations=2) if op == 1
-                 else _shift(m, *(int(v) for v in rng.integers(-6, 7, size=2))) if op == 2 else m)
-            di.append(img), dc.append(c if rng.random() < 0.85 else int(rng.integers(0, 8))), dr.append(_rle(d))
+            d = (
+                cv2.erode(m, kernel)
+                if op == 0
+                else cv2.dilate(m, kernel, iterations=2)
+                if op == 1
+                else _shift(m, *(int(v) for v in rng.integers(-6, 7, size=2)))
+                if op == 2
+                else m
+            )
+            (
+                di.append(img),
+                dc.append(c if rng.random() < 0.85 else int(rng.integers(0, 8))),
+                dr.append(_rle(d)),
+            )
     n_img = len(split.images)
     for _ in range(15):  # an object of another image pasted at its place (sizes permitting)
         j = int(rng.integers(len(gt_rles)))
@@ -274,10 +338,17 @@ def _demo_case(split, seed):
     crowd = np.zeros(split.gt.height, bool)
     crowd[rng.choice(split.gt.height, size=3, replace=False)] = True
     sizes = {i: (int(h), int(w)) for i, (w, h) in enumerate(split.sizes)}
-    return {"det_image": np.array(di, np.int64), "det_cls": np.array(dc, np.int64),
-            "det_score": np.round(rng.uniform(0, 1, len(di)), 1), "det_rles": dr,
-            "gt_image": split.gt["image_id"].to_numpy(), "gt_cls": split.gt["cls"].to_numpy().astype(np.int64),
-            "gt_rles": gt_rles, "gt_crowd": crowd, "sizes": sizes}
+    return {
+        "det_image": np.array(di, np.int64),
+        "det_cls": np.array(dc, np.int64),
+        "det_score": np.round(rng.uniform(0, 1, len(di)), 1),
+        "det_rles": dr,
+        "gt_image": split.gt["image_id"].to_numpy(),
+        "gt_cls": split.gt["cls"].to_numpy().astype(np.int64),
+        "gt_rles": gt_rles,
+        "gt_crowd": crowd,
+        "sizes": sizes,
+    }
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -292,28 +363,55 @@ def test_match_mask_table_on_the_demo_split(demo_split):
     import polars as pl
 
     case = _demo_case(demo_split, 0)
-    boxes = pl.DataFrame({"image_id": case["det_image"], "cls": case["det_cls"], "conf": case["det_score"],
-                          "segm": [r["counts"] for r in case["det_rles"]]}, schema_overrides={"segm": pl.Binary})
-    out = match_mask_table(boxes, demo_split.gt, demo_split.sizes)
-    r = match_masks(case["det_image"], case["det_cls"], case["det_score"], case["det_rles"], case["gt_image"],
-                    case["gt_cls"], case["gt_rles"], demo_split.gt["crowd"].to_numpy())
+    boxes = pl.DataFrame(
+        {
+            "image_id": case["det_image"],
+            "cls": case["det_cls"],
+            "conf": case["det_score"],
+            "segm": [r["counts"] for r in case["det_rles"]],
+        },
+        schema_overrides={"segm": pl.Binary},
+    )
+    out = _match_mask_table(boxes, demo_split.gt, demo_split.sizes)
+    r = match_masks(
+        case["det_image"],
+        case["det_cls"],
+        case["det_score"],
+        case["det_rles"],
+        case["gt_image"],
+        case["gt_cls"],
+        case["gt_rles"],
+        demo_split.gt["crowd"].to_numpy(),
+    )
     assert out["correct"].to_list() == r.correct.tolist() and out["iou"].to_list() == r.iou.tolist()
     with pytest.raises(InputError, match="rows without a mask"):
-        match_mask_table(boxes, demo_split.gt.with_columns(pl.lit(None, dtype=pl.Binary).alias("segm")),
-                         demo_split.sizes)
+        _match_mask_table(
+            boxes,
+            demo_split.gt.with_columns(pl.lit(None, dtype=pl.Binary).alias("segm")),
+            demo_split.sizes,
+        )
 
 
 def test_match_boxes_by_masks_at_two_thresholds(demo_split):
     import polars as pl
 
     case = _demo_case(demo_split, 1)
-    boxes = pl.DataFrame({"image_id": case["det_image"], "cls": case["det_cls"], "conf": case["det_score"],
-                          "segm": [r["counts"] for r in case["det_rles"]]}, schema_overrides={"segm": pl.Binary})
+    boxes = pl.DataFrame(
+        {
+            "image_id": case["det_image"],
+            "cls": case["det_cls"],
+            "conf": case["det_score"],
+            "segm": [r["counts"] for r in case["det_rles"]],
+        },
+        schema_overrides={"segm": pl.Binary},
+    )
     out = match_boxes_by_masks(boxes, demo_split.gt, demo_split.sizes, iou=0.5, loc_iou=0.1)
-    at5 = match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.5)
-    at1 = match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.1)
+    at5 = _match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.5)
+    at1 = _match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.1)
     assert out["correct"].to_list() == at5["correct"].to_list()
     assert out["ignore"].to_list() == at5["ignore"].to_list()
     expect = np.where(at1["correct"].to_numpy(), at1["iou"].to_numpy(), 0.0)
     np.testing.assert_array_equal(out["loc_iou"].to_numpy(), expect)
-    assert (out["loc_iou"] > 0).sum() > out["correct"].sum()  # the looser matching labels more boxes
+    assert (out["loc_iou"] > 0).sum() > out[
+        "correct"
+    ].sum()  # the looser matching labels more boxes

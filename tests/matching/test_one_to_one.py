@@ -73,7 +73,14 @@ def make_case(seed: int, *, spread: float = 150.0, max_gt: int = 6, grid: bool =
             for _ in range(int(rng.integers(0, 5))):  # background false positives
                 x, y = rng.uniform(0, spread * 1.2, 2)
                 w, h = rng.uniform(3, 60, 2)
-                det_rows.append((img, *_snap([x, y, x + w, y + h]), rng.choice(classes), rng.integers(1, 10) / 10))
+                det_rows.append(
+                    (
+                        img,
+                        *_snap([x, y, x + w, y + h]),
+                        rng.choice(classes),
+                        rng.integers(1, 10) / 10,
+                    )
+                )
     gt = np.array(gt_rows, dtype=object)[rng.permutation(len(gt_rows))]
     det = np.array(det_rows, dtype=object)[rng.permutation(len(det_rows))]
     return {
@@ -90,7 +97,9 @@ def make_case(seed: int, *, spread: float = 150.0, max_gt: int = 6, grid: bool =
     }
 
 
-def coco_reference(case: dict, t: float, max_dets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def coco_reference(
+    case: dict, t: float, max_dets: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """pycocotools' per-detection (matched, dtIgnore, matched GT index or -1) at one threshold."""
     gt = COCO()
     gt.dataset = {
@@ -115,7 +124,12 @@ def coco_reference(case: dict, t: float, max_dets: int) -> tuple[np.ndarray, np.
         gt.createIndex()
         dt = gt.loadRes(
             [
-                {"image_id": int(img), "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(s)}
+                {
+                    "image_id": int(img),
+                    "category_id": int(c),
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "score": float(s),
+                }
                 for img, (x1, y1, x2, y2), c, s in zip(
                     case["det_image"], case["det_xyxy"].tolist(), case["det_cls"], case["det_score"]
                 )
@@ -143,18 +157,31 @@ def coco_reference(case: dict, t: float, max_dets: int) -> tuple[np.ndarray, np.
 
 
 def run(case: dict, **kw) -> MatchResult:
-    keys = ("det_image", "det_xyxy", "det_cls", "det_score", "gt_image", "gt_xyxy", "gt_cls", "gt_crowd")
+    keys = (
+        "det_image",
+        "det_xyxy",
+        "det_cls",
+        "det_score",
+        "gt_image",
+        "gt_xyxy",
+        "gt_cls",
+        "gt_crowd",
+    )
     return match_detections(*(case[k] for k in keys), **kw)
 
 
-def one_image(dets, gts, *, det_cls=None, gt_cls=None, scores=None, crowd=None, **kw) -> MatchResult:
+def one_image(
+    dets, gts, *, det_cls=None, gt_cls=None, scores=None, crowd=None, **kw
+) -> MatchResult:
     """Match boxes of a single image (class 0 unless given)."""
     dets, gts = np.asarray(dets, float).reshape(-1, 4), np.asarray(gts, float).reshape(-1, 4)
     n, m = len(dets), len(gts)
     scores = np.linspace(0.9, 0.1, n) if scores is None else scores
     det_cls = np.zeros(n, int) if det_cls is None else det_cls
     gt_cls = np.zeros(m, int) if gt_cls is None else gt_cls
-    return match_detections(np.zeros(n, int), dets, det_cls, scores, np.zeros(m, int), gts, gt_cls, crowd, **kw)
+    return match_detections(
+        np.zeros(n, int), dets, det_cls, scores, np.zeros(m, int), gts, gt_cls, crowd, **kw
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,12 +249,19 @@ def test_iou_column_against_pycocotools_iou(seed):
 
 def test_box_iou_matches_pycocotools():
     rng = np.random.default_rng(5)
-    a, b = (_grid(np.hstack([xy, xy + rng.uniform(1, 30, xy.shape)])) for xy in rng.uniform(0, 40, (2, 6, 2)))
+    a, b = (
+        _grid(np.hstack([xy, xy + rng.uniform(1, 30, xy.shape)]))
+        for xy in rng.uniform(0, 40, (2, 6, 2))
+    )
     b = b[:5]
     crowd = np.array([0, 1, 0, 0, 1], dtype=np.uint8)
     xywh = lambda x: np.column_stack([x[:, :2], x[:, 2:] - x[:, :2]])  # noqa: E731
-    np.testing.assert_array_equal(box_iou(a, b, crowd=crowd.astype(bool)), mask_utils.iou(xywh(a), xywh(b), crowd))
-    np.testing.assert_array_equal(box_iou(a, b), mask_utils.iou(xywh(a), xywh(b), np.zeros(5, np.uint8)))
+    np.testing.assert_array_equal(
+        box_iou(a, b, crowd=crowd.astype(bool)), mask_utils.iou(xywh(a), xywh(b), crowd)
+    )
+    np.testing.assert_array_equal(
+        box_iou(a, b), mask_utils.iou(xywh(a), xywh(b), np.zeros(5, np.uint8))
+    )
     assert box_iou([[0, 0, 10, 10]], [[5, 0, 15, 10]])[0, 0] == pytest.approx(50 / 150)
     assert box_iou(np.zeros((0, 4)), b).shape == (0, 5)
 
@@ -273,7 +307,9 @@ def test_other_image_never_matches():
     assert not r.correct.any() and r.iou.tolist() == [0.0] and r.ignore.tolist() == [False]
 
 
-@pytest.mark.parametrize("t, box", [(0.5, [0, 0, 5, 10]), (0.25, [0, 0, 10, 2.5]), (0.75, [0, 0, 7.5, 10])])
+@pytest.mark.parametrize(
+    "t, box", [(0.5, [0, 0, 5, 10]), (0.25, [0, 0, 10, 2.5]), (0.75, [0, 0, 7.5, 10])]
+)
 def test_iou_exactly_at_threshold_matches(t, box):
     r = one_image([box], [[0, 0, 10, 10]], iou_threshold=t)
     assert r.iou[0] == t and r.correct[0]
@@ -282,7 +318,12 @@ def test_iou_exactly_at_threshold_matches(t, box):
 
 
 def test_threshold_one_matches_identical_boxes():
-    r = one_image([[1, 2, 3, 4], [1, 2, 3, 4.5]], [[1, 2, 3, 4], [1, 2, 3, 4.5]], scores=[0.9, 0.8], iou_threshold=1.0)
+    r = one_image(
+        [[1, 2, 3, 4], [1, 2, 3, 4.5]],
+        [[1, 2, 3, 4], [1, 2, 3, 4.5]],
+        scores=[0.9, 0.8],
+        iou_threshold=1.0,
+    )
     assert r.correct.tolist() == [True, True] and r.gt_index.tolist() == [0, 1]
 
 
@@ -335,7 +376,14 @@ def test_regular_gt_beats_crowd_gt():
 def test_max_dets_keeps_top_per_image_and_class():
     gts = [[0, 0, 10, 10], [20, 0, 30, 10], [40, 0, 50, 10], [0, 0, 10, 10]]
     dets = [[0, 0, 10, 10], [20, 0, 30, 10], [40, 0, 50, 10], [0, 0, 10, 10]]
-    r = one_image(dets, gts, det_cls=[0, 0, 0, 1], gt_cls=[0, 0, 0, 1], scores=[0.3, 0.9, 0.5, 0.1], max_dets=2)
+    r = one_image(
+        dets,
+        gts,
+        det_cls=[0, 0, 0, 1],
+        gt_cls=[0, 0, 0, 1],
+        scores=[0.3, 0.9, 0.5, 0.1],
+        max_dets=2,
+    )
     # class 0: only the top two (0.9, 0.5) are considered; class 1 has its own budget
     assert r.correct.tolist() == [False, True, True, True]
     assert r.iou[0] == 1.0 and r.gt_index[0] == -1
@@ -347,7 +395,9 @@ def test_output_in_input_order():
     case["det_score"] = np.random.default_rng(0).permutation(n) / n  # distinct scores
     r = run(case)
     perm = np.random.default_rng(1).permutation(n)
-    shuffled = dict(case, **{k: case[k][perm] for k in ("det_image", "det_xyxy", "det_cls", "det_score")})
+    shuffled = dict(
+        case, **{k: case[k][perm] for k in ("det_image", "det_xyxy", "det_cls", "det_score")}
+    )
     rp = run(shuffled)
     for f in ("correct", "iou", "gt_index", "ignore"):
         np.testing.assert_array_equal(getattr(rp, f), getattr(r, f)[perm])
@@ -355,9 +405,18 @@ def test_output_in_input_order():
 
 def test_empty_inputs():
     r = match_detections([], [], [], [], [], [], [])
-    assert len(r) == 0 and r.correct.dtype == bool and r.gt_index.dtype == np.int64 and r.iou.dtype == np.float64
+    assert (
+        len(r) == 0
+        and r.correct.dtype == bool
+        and r.gt_index.dtype == np.int64
+        and r.iou.dtype == np.float64
+    )
     r = match_detections([0, 1], [[0, 0, 1, 1]] * 2, [0, 0], [0.5, 0.4], [], np.zeros((0, 4)), [])
-    assert r.correct.tolist() == [False, False] and r.iou.tolist() == [0.0, 0.0] and r.gt_index.tolist() == [-1, -1]
+    assert (
+        r.correct.tolist() == [False, False]
+        and r.iou.tolist() == [0.0, 0.0]
+        and r.gt_index.tolist() == [-1, -1]
+    )
 
 
 def test_large_random_problem_fast_and_consistent():
@@ -372,7 +431,9 @@ def test_large_random_problem_fast_and_consistent():
     src = rng.integers(0, m, n)
     db = gb[src] + rng.normal(0, 6, (n, 4))
     db[:, 2:] = np.maximum(db[:, 2:], db[:, :2])
-    r = match_detections(gi[src], db, gc[src], rng.random(n), gi, gb, gc, rng.random(m) < 0.05, iou_threshold=0.5)
+    r = match_detections(
+        gi[src], db, gc[src], rng.random(n), gi, gb, gc, rng.random(m) < 0.05, iou_threshold=0.5
+    )
     k = r.gt_index[r.correct]
     assert len(np.unique(k)) == len(k)
     assert (r.iou[r.correct] >= 0.5).all()
@@ -432,7 +493,11 @@ def test_match_table_adds_columns_in_row_order():
     out = match_table(boxes, gt, iou_threshold=0.5)
     r = run(case, iou_threshold=0.5)
     assert out.columns == boxes.columns + ["iou", "ignore"]
-    assert (out.schema["correct"], out.schema["iou"], out.schema["ignore"]) == (pl.Boolean, pl.Float64, pl.Boolean)
+    assert (out.schema["correct"], out.schema["iou"], out.schema["ignore"]) == (
+        pl.Boolean,
+        pl.Float64,
+        pl.Boolean,
+    )
     np.testing.assert_array_equal(out["correct"].to_numpy(), r.correct)
     np.testing.assert_array_equal(out["iou"].to_numpy(), r.iou)
     np.testing.assert_array_equal(out["ignore"].to_numpy(), r.ignore)
@@ -555,8 +620,15 @@ def test_match_boxes_known_answer_with_inverted_boxes(caplog):
     """Both matchings of the box table on hand-computed IoUs; inverted boxes overlap nothing but
     keep their coordinates."""
     gt = pl.DataFrame(
-        {"image_id": [0, 0], "cls": [0, 1], "x1": [0.0, 20.0], "y1": [0.0, 20.0], "x2": [10.0, 30.0],
-         "y2": [10.0, 30.0], "crowd": [False, False]}
+        {
+            "image_id": [0, 0],
+            "cls": [0, 1],
+            "x1": [0.0, 20.0],
+            "y1": [0.0, 20.0],
+            "x2": [10.0, 30.0],
+            "y2": [10.0, 30.0],
+            "crowd": [False, False],
+        }
     )
     boxes = pl.DataFrame(
         {
@@ -589,8 +661,15 @@ def test_match_boxes_known_answer_with_inverted_boxes(caplog):
 
 
 def test_collapse_inverted_makes_zero_area_boxes_at_the_first_corner():
-    boxes = pl.DataFrame({"x1": [10.0, 0.0, 1.0], "y1": [0.0, 10.0, 1.0], "x2": [0.0, 10.0, 3.0],
-                          "y2": [10.0, 0.0, 4.0], "conf": [0.5, 0.4, 0.3]})
+    boxes = pl.DataFrame(
+        {
+            "x1": [10.0, 0.0, 1.0],
+            "y1": [0.0, 10.0, 1.0],
+            "x2": [0.0, 10.0, 3.0],
+            "y2": [10.0, 0.0, 4.0],
+            "conf": [0.5, 0.4, 0.3],
+        }
+    )
     out = collapse_inverted(boxes)
     assert out.columns == boxes.columns
     assert out["x2"].to_list() == [10.0, 10.0, 3.0] and out["y2"].to_list() == [10.0, 10.0, 4.0]
@@ -617,7 +696,9 @@ def test_huge_sparse_ids_match_like_small_ones():
 
 def test_sub_pixel_boxes_have_their_iou():
     """Boxes in normalised or sub-pixel units: a union below 1 is still a valid denominator."""
-    np.testing.assert_allclose(box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 1.0], [0.25, 0, 0.75, 0.5]]), [[0.5, 1 / 3]])
+    np.testing.assert_allclose(
+        box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 1.0], [0.25, 0, 0.75, 0.5]]), [[0.5, 1 / 3]]
+    )
     r = one_image([[0, 0, 0.1, 0.1]], [[0, 0, 0.1, 0.1]], iou_threshold=0.9)
     assert r.correct.tolist() == [True] and r.iou.tolist() == [1.0]
 

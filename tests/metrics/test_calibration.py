@@ -126,7 +126,9 @@ def test_ece_equals_textbook_loop(n_bins, seed):
     conf[:5] = 1.0
     conf[5:10] = 0.0
     correct = rng.uniform(size=3000) < conf**2
-    assert ece(conf, correct, n_bins=n_bins) == pytest.approx(_textbook_ece(conf, correct, n_bins), abs=1e-12)
+    assert ece(conf, correct, n_bins=n_bins) == pytest.approx(
+        _textbook_ece(conf, correct, n_bins), abs=1e-12
+    )
     # lists work as well as arrays
     assert ece(conf.tolist(), correct.astype(int).tolist(), n_bins=n_bins) == pytest.approx(
         ece(conf, correct, n_bins=n_bins), abs=1e-15
@@ -213,7 +215,9 @@ def test_ace_matches_netcal_when_bins_are_full(netcal_metrics, n_bins):
     rng = np.random.default_rng(7)
     conf = rng.uniform(size=100 * n_bins)
     y = (rng.uniform(size=conf.size) < conf**1.5).astype(np.float64)
-    expected = netcal_metrics.ACE(bins=n_bins, detection=True, equal_intervals=False).measure(conf, y)
+    expected = netcal_metrics.ACE(bins=n_bins, detection=True, equal_intervals=False).measure(
+        conf, y
+    )
     assert ace(conf, y, n_bins=n_bins) == pytest.approx(expected, abs=1e-9)
 
 
@@ -231,7 +235,9 @@ def test_dece_matches_netcal(netcal_metrics, n_bins):
     features[15:30] = 0.0
     features[30:60, 2] = 0.5
     y = correct.astype(np.float64)
-    expected = netcal_metrics.ECE(bins=n_bins, detection=True).measure(np.column_stack([conf, features]), y)
+    expected = netcal_metrics.ECE(bins=n_bins, detection=True).measure(
+        np.column_stack([conf, features]), y
+    )
     got = dece(conf, correct, features, n_bins=n_bins)
     assert got == pytest.approx(expected, abs=1e-9)
     # features make the bins finer: D-ECE >= ECE with the same confidence bins (Jensen)
@@ -266,7 +272,9 @@ def test_nll_logits_exact_for_saturated_logits():
     assert nll_logits([50.0], [1]) == pytest.approx(tail, rel=1e-12, abs=0)
     assert nll_logits([-50.0], [0]) == pytest.approx(tail, rel=1e-12, abs=0)
     assert nll_logits([50.0], [0]) == pytest.approx(50.0 + tail, rel=1e-15)
-    assert nll_logits([50.0, -50.0, 50.0, -50.0], [1, 0, 0, 1]) == pytest.approx(25.0 + tail, rel=1e-15)
+    assert nll_logits([50.0, -50.0, 50.0, -50.0], [1, 0, 0, 1]) == pytest.approx(
+        25.0 + tail, rel=1e-15
+    )
     assert nll_logits([1e4, -1e4], [0, 1]) == pytest.approx(1e4, rel=1e-15)
     assert nll_logits([1e4, -1e4], [1, 0]) == 0.0
     assert nll_logits([100.0], [0], temperature=2.0) == pytest.approx(50.0, rel=1e-15)
@@ -300,7 +308,9 @@ def test_laece_laace_hand_worked_example():
     assert laece(conf, target, cls, n_bins=10) == pytest.approx((1.18 / 3 + 0.15) / 2, abs=1e-12)
     assert laace(conf, target, cls) == pytest.approx((1.24 / 3 + 0.15) / 2, abs=1e-12)
     # one bin: per class |mean conf - mean target|: class 0 |.7433 - .5167| = .2267
-    assert laece(conf, target, cls, n_bins=1) == pytest.approx((abs(2.23 - 1.55) / 3 + 0.15) / 2, abs=1e-12)
+    assert laece(conf, target, cls, n_bins=1) == pytest.approx(
+        (abs(2.23 - 1.55) / 3 + 0.15) / 2, abs=1e-12
+    )
     # IoU a hair above 1 (float noise from matching) is accepted and clipped
     assert laace([1.0], [1.0 + 1e-12], [0]) == 0.0
 
@@ -385,7 +395,9 @@ def test_bootstrap_deterministic_and_contains_estimate():
 
 def test_bootstrap_weighted_and_indexed_paths_agree():
     img, conf, correct = _image_dataset()
-    shuffle = np.random.default_rng(1).permutation(img.size)  # boxes of an image need not be adjacent
+    shuffle = np.random.default_rng(1).permutation(
+        img.size
+    )  # boxes of an image need not be adjacent
     img, conf, correct = img[shuffle], conf[shuffle], correct[shuffle]
     fast = bootstrap_ci(functools.partial(ece, n_bins=10), img, conf, correct, n_boot=200, seed=5)
     slow = bootstrap_ci(lambda c, y: ece(c, y, n_bins=10), img, conf, correct, n_boot=200, seed=5)
@@ -401,13 +413,17 @@ def test_bootstrap_resamples_whole_images():
         seen.append(ids.copy())
         return float(len(ids))
 
-    bootstrap_ci(statistic, img, img, n_boot=50, seed=0, method="percentile")  # bc also evaluates the estimate
+    bootstrap_ci(
+        statistic, img, img, n_boot=50, seed=0, method="percentile"
+    )  # bc also evaluates the estimate
     assert len(seen) == 50
     for ids in seen:
         drawn = {k: np.sum(ids == k) / s for k, s in zip([10, 20, 30, 40, 50], sizes)}
         assert all(float(v).is_integer() for v in drawn.values())  # all boxes of a drawn image
         assert sum(drawn.values()) == 5  # as many image draws as images
-    assert any(max(np.sum(ids == k) / s for k, s in zip([10, 20, 30, 40, 50], sizes)) >= 2 for ids in seen)
+    assert any(
+        max(np.sum(ids == k) / s for k, s in zip([10, 20, 30, 40, 50], sizes)) >= 2 for ids in seen
+    )
 
 
 def test_bootstrap_interval_reflects_image_level_variance():
@@ -446,7 +462,9 @@ def _quantile(sorted_values, q):
     """The q-quantile with linear interpolation between order statistics (numpy's default)."""
     h = (len(sorted_values) - 1) * q
     j = math.floor(h)
-    return sorted_values[j] + (h - j) * (sorted_values[min(j + 1, len(sorted_values) - 1)] - sorted_values[j])
+    return sorted_values[j] + (h - j) * (
+        sorted_values[min(j + 1, len(sorted_values) - 1)] - sorted_values[j]
+    )
 
 
 @pytest.mark.parametrize("path", ["indexed", "weighted"])
@@ -463,11 +481,14 @@ def test_bootstrap_ci_known_answers_of_every_method(path):
     order = rng.permutation(img.size)
     img, x = img[order], x[order]
     if path == "indexed":
+
         def statistic(v):
             return float(abs(v.mean()))
     else:
+
         def statistic(v, weights=None):
             return float(abs(np.average(v, weights=weights)))
+
     n_boot, seed, level = 400, 9, 0.9
     reps = np.sort(_known_replicates(x, img, n_boot=n_boot, seed=seed))
     theta = abs(x.mean())
@@ -480,16 +501,23 @@ def test_bootstrap_ci_known_answers_of_every_method(path):
         "percentile": (q_lo, q_hi),
         "basic": (2 * theta - q_hi, 2 * theta - q_lo),
         "normal": (theta - z * reps.std(ddof=1), theta + z * reps.std(ddof=1)),
-        "bc": (_quantile(reps, stats.norm.cdf(2 * z0 - z)), _quantile(reps, stats.norm.cdf(2 * z0 + z))),
+        "bc": (
+            _quantile(reps, stats.norm.cdf(2 * z0 - z)),
+            _quantile(reps, stats.norm.cdf(2 * z0 + z)),
+        ),
     }
     assert 0.2 < share < 0.45  # biased: most replicates above the estimate (z0 about -0.35)
     # the correction moves the interval down: the upper bound by about a quarter of the interval
-    assert expected["bc"][0] < expected["percentile"][0] and expected["bc"][1] < expected["percentile"][1] - 0.03
+    assert (
+        expected["bc"][0] < expected["percentile"][0]
+        and expected["bc"][1] < expected["percentile"][1] - 0.03
+    )
     for method, (lo, hi) in expected.items():
         got = bootstrap_ci(statistic, img, x, n_boot=n_boot, seed=seed, level=level, method=method)
         assert got == pytest.approx((lo, hi), rel=1e-12, abs=1e-15), method
     assert bootstrap_ci(statistic, img, x, n_boot=n_boot, seed=seed, level=level) == pytest.approx(
-        expected["bc"], rel=1e-12, abs=1e-15)  # bc is the default
+        expected["bc"], rel=1e-12, abs=1e-15
+    )  # bc is the default
 
 
 def test_bootstrap_ci_bc_counts_ties_with_the_estimate_half():
@@ -506,13 +534,19 @@ def test_bootstrap_ci_bc_counts_ties_with_the_estimate_half():
     assert below > 100 and ties > 250
     share = (below + 0.5 * ties) / 500
     z0, z = stats.norm.ppf(share), stats.norm.ppf(0.975)
-    expected = (_quantile(maxes, stats.norm.cdf(2 * z0 - z)), _quantile(maxes, stats.norm.cdf(2 * z0 + z)))
+    expected = (
+        _quantile(maxes, stats.norm.cdf(2 * z0 - z)),
+        _quantile(maxes, stats.norm.cdf(2 * z0 + z)),
+    )
     got = bootstrap_ci(lambda v: float(v.max()), img, x, n_boot=500, seed=2, method="bc")
     assert got == pytest.approx(expected, rel=1e-12)
     # counting the ties as below, or as above, gives another interval: the test tells them apart
     for wrong in (below + ties - 0.5, below + 0.5):
         z0w = stats.norm.ppf(wrong / 500)
-        other = (_quantile(maxes, stats.norm.cdf(2 * z0w - z)), _quantile(maxes, stats.norm.cdf(2 * z0w + z)))
+        other = (
+            _quantile(maxes, stats.norm.cdf(2 * z0w - z)),
+            _quantile(maxes, stats.norm.cdf(2 * z0w + z)),
+        )
         assert other != pytest.approx(expected, rel=1e-6)
 
 
@@ -564,7 +598,9 @@ def test_box_features():
     f = box_features([0, 90], [10, 0], [50, 110], [30, 40], [100, 100], 40)
     # box 2 reaches past the right border: centre x = 1.0, width .2
     np.testing.assert_allclose(f, [[0.25, 0.5, 0.5, 0.5], [1.0, 0.5, 0.2, 1.0]])
-    np.testing.assert_allclose(box_features([-20], [0], [20], [200], 100, 100), [[0.0, 1.0, 0.4, 1.0]])
+    np.testing.assert_allclose(
+        box_features([-20], [0], [20], [200], 100, 100), [[0.0, 1.0, 0.4, 1.0]]
+    )
     assert box_features([], [], [], [], 10, 10).shape == (0, 4)
     with pytest.raises(InputError, match="`img_w`"):
         box_features([0], [0], [1], [1], 0, 10)
@@ -611,20 +647,35 @@ def test_empty_inputs_give_nan():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: ece([0.5], [1], n_bins=0), "Expected argument `n_bins` to be an integer larger than 0, but got 0"),
-        (lambda: ece([0.5], [1], n_bins=2.5), "`n_bins` to be an integer larger than 0, but got 2.5"),
+        (
+            lambda: ece([0.5], [1], n_bins=0),
+            "Expected argument `n_bins` to be an integer larger than 0, but got 0",
+        ),
+        (
+            lambda: ece([0.5], [1], n_bins=2.5),
+            "`n_bins` to be an integer larger than 0, but got 2.5",
+        ),
         (lambda: ace([0.5], [1], n_bins=True), "`n_bins` to be an integer"),
-        (lambda: laece([0.5], [0.5], [0], n_bins=-1), "`n_bins` to be an integer larger than 0, but got -1"),
+        (
+            lambda: laece([0.5], [0.5], [0], n_bins=-1),
+            "`n_bins` to be an integer larger than 0, but got -1",
+        ),
         (
             lambda: ece([0.5, 0.6], [1]),
             "Expected arguments `conf` and `correct` to have the same length, but got 2 and 1",
         ),
-        (lambda: nll([0.5], [1, 0]), "`prob` and `correct` to have the same length, but got 1 and 2"),
+        (
+            lambda: nll([0.5], [1, 0]),
+            "`prob` and `correct` to have the same length, but got 1 and 2",
+        ),
         (lambda: nll_logits([0.5], [1, 0]), "`logits` and `correct`"),
         (lambda: laece([0.5], [0.5, 0.1], [0]), "`conf` and `target_iou`"),
         (lambda: laace([0.5], [0.5], [0, 1]), "`conf` and `cls`"),
         (lambda: dece([0.5, 0.5], [1, 0], np.zeros((3, 2))), "`conf` and `features`"),
-        (lambda: ece([0.5, 1.2], [1, 0]), r"`conf` to contain values in \[0, 1\], but got values in \[0.5, 1.2\]"),
+        (
+            lambda: ece([0.5, 1.2], [1, 0]),
+            r"`conf` to contain values in \[0, 1\], but got values in \[0.5, 1.2\]",
+        ),
         (lambda: ece([-0.1], [1]), r"`conf` to contain values in \[0, 1\]"),
         (lambda: brier([1.5], [1]), r"`prob` to contain values in \[0, 1\]"),
         (lambda: ece([np.nan], [1]), "`conf` to be finite"),
@@ -634,13 +685,21 @@ def test_empty_inputs_give_nan():
         (lambda: ece([0.5], [1], weights=[-1.0]), "`weights` to be non-negative"),
         (lambda: ece([0.5], [1], weights=[1.0, 2.0]), "`conf` and `weights`"),
         (lambda: reliability_bins([0.5], [1], strategy="equal"), "`strategy` to be one of"),
-        (lambda: nll_logits([0.5], [1], temperature=0.0), "`temperature` to be a finite number larger than 0"),
+        (
+            lambda: nll_logits([0.5], [1], temperature=0.0),
+            "`temperature` to be a finite number larger than 0",
+        ),
         (lambda: nll([0.5], [1], eps=0.0), "`eps`"),
         (lambda: dece([0.5], [1], [0.5]), r"`features` to have shape \(n, J\)"),
-        (lambda: dece([0.5], [1], [[0.5, 1.5]]), r"`features\[:, 1\]` to contain values in \[0, 1\]"),
+        (
+            lambda: dece([0.5], [1], [[0.5, 1.5]]),
+            r"`features\[:, 1\]` to contain values in \[0, 1\]",
+        ),
         (lambda: dece([0.5], [1], [[0.5, 0.5]], n_bins=[2, 2]), "sequence of 3 integers"),
-        (lambda: dece([0.5], [1], [[0.5, 0.5]], n_bins=[2, 0, 2]),
-         "`n_bins` to be an integer larger than 0, but got 0$"),
+        (
+            lambda: dece([0.5], [1], [[0.5, 0.5]], n_bins=[2, 0, 2]),
+            "`n_bins` to be an integer larger than 0, but got 0$",
+        ),
         (lambda: laece([0.5], [1.1], [0]), r"`target_iou` to contain values in \[0, 1\]"),
         (lambda: laace([0.5], [0.5], [0.5]), "`cls` to hold integer class ids"),
     ],
@@ -684,7 +743,11 @@ def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays,
     from det_calib.validation import as_unit as real
 
     calls = []
-    for module in (metrics, binning, detection_metrics):  # every module of the metrics that validates conf
+    for module in (
+        metrics,
+        binning,
+        detection_metrics,
+    ):  # every module of the metrics that validates conf
         monkeypatch.setattr(module, "as_unit", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     fast = metrics.bootstrap_ci(statistic, img, *arrays[:n_arrays], n_boot=60, seed=3)
     n_fast = len(calls)
@@ -701,9 +764,13 @@ def test_bootstrap_unchecked_core_gives_the_checked_numbers(statistic, n_arrays,
 def test_bootstrap_unchecked_path_still_refuses_bad_input():
     img = np.arange(4)
     with pytest.raises(InputError, match="`conf` to contain values in"):
-        metrics.bootstrap_ci(functools.partial(metrics.ece, n_bins=3), img, [0.1, 0.2, 1.5, 0.3], [1, 0, 1, 0])
+        metrics.bootstrap_ci(
+            functools.partial(metrics.ece, n_bins=3), img, [0.1, 0.2, 1.5, 0.3], [1, 0, 1, 0]
+        )
     with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
         metrics.bootstrap_ci(metrics.brier, img, [0.1, 0.2, 0.5, 0.3], [1, 0, 2, 0])
+
+
 @pytest.mark.parametrize("n_img, n_bins", [(50, 15), (7, 10), (3, 4)])
 def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
     """bootstrap_ci takes a per-image bin-sum shortcut for plain ECE; same draws, same interval."""
@@ -722,7 +789,9 @@ def test_bootstrap_ece_fast_path_equals_the_weighted_path(n_img, n_bins):
     ref = bootstrap_ci(slow, img, conf, y, n_boot=300, seed=3)
     np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=1e-15)
     if n_bins == 15:
-        np.testing.assert_allclose(bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12)
+        np.testing.assert_allclose(
+            bootstrap_ci(ece, img, conf, y, n_boot=300, seed=3), ref, rtol=1e-12
+        )
 
 
 def test_calibration_summary_defaults_and_bad_input_names_the_argument():
@@ -752,8 +821,11 @@ def test_a_class_weighted_out_is_not_averaged_in(fn):
     k = np.arange(n) % 3
     w = np.where(k == 1, 0.0, rng.integers(1, 4, n).astype(float))
     keep = k != 1
-    want = fn(np.repeat(p[keep], w[keep].astype(int)), np.repeat(t[keep], w[keep].astype(int)),
-              np.repeat(k[keep], w[keep].astype(int)))
+    want = fn(
+        np.repeat(p[keep], w[keep].astype(int)),
+        np.repeat(t[keep], w[keep].astype(int)),
+        np.repeat(k[keep], w[keep].astype(int)),
+    )
     assert fn(p, t, k, weights=w) == pytest.approx(want, rel=1e-12)
     assert math.isnan(fn(p, t, k, weights=np.zeros(n)))
 
@@ -784,7 +856,9 @@ def test_one_box_and_light_weights_have_their_error():
         assert fn([0.7], [0], **extra) == pytest.approx(0.7, abs=1e-12)
     p, y = np.array([0.2, 0.9]), np.array([1, 1])
     assert metrics.ece(p, y, n_bins=2, weights=[0.25, 0.25]) == pytest.approx(0.45, abs=1e-12)
-    assert math.isnan(metrics.ece(p, y, n_bins=2, weights=[0.0, 0.0]))  # no weight at all: no estimate
+    assert math.isnan(
+        metrics.ece(p, y, n_bins=2, weights=[0.0, 0.0])
+    )  # no weight at all: no estimate
 
 
 def test_default_bins_and_dece_arguments():
@@ -813,14 +887,22 @@ def test_bootstrap_draw_blocks_are_the_sequential_draws(n_img, monkeypatch):
     buffer across values; the uint8/uint16 ones would)."""
     n_boot = 7 if n_img > 1000 else 23
     rng = np.random.default_rng(n_img)
-    want = np.stack([np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img) for _ in range(n_boot)])
+    want = np.stack(
+        [np.bincount(rng.integers(0, n_img, size=n_img), minlength=n_img) for _ in range(n_boot)]
+    )
     after = rng.integers(0, 2**40)
-    for chunk in (bootstrap._DRAW_CHUNK, 5 * n_img, 1):  # one block, blocks of 5 rows (the last short), rows
+    for chunk in (
+        bootstrap._DRAW_CHUNK,
+        5 * n_img,
+        1,
+    ):  # one block, blocks of 5 rows (the last short), rows
         monkeypatch.setattr(bootstrap, "_DRAW_CHUNK", chunk)
         rng = np.random.default_rng(n_img)
         got = np.concatenate(list(bootstrap._multiplicities(rng, n_img, n_boot)))
         assert got.dtype == np.int64 and np.array_equal(got, want)
-        assert rng.integers(0, 2**40) == after  # the generator is left where the sequential calls leave it
+        assert (
+            rng.integers(0, 2**40) == after
+        )  # the generator is left where the sequential calls leave it
 
 
 def _rare_class_boxes(seed=0):
@@ -842,28 +924,46 @@ def test_bootstrap_laece_prepared_path_equals_the_indexed_path_with_classes_weig
     resampled (indexed) boxes."""
     img, conf, iou, cls = _rare_class_boxes()
     n_boot = 200
-    fast = bootstrap._replicates(functools.partial(laece, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
-    weighted = bootstrap._replicates(lambda c, t, k, *, weights=None: laece(c, t, k, n_bins=25, weights=weights),
-                                   img, 40, [conf, iou, cls], n_boot, 3)
-    indexed = bootstrap._replicates(lambda c, t, k: laece(c, t, k, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3)
+    fast = bootstrap._replicates(
+        functools.partial(laece, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3
+    )
+    weighted = bootstrap._replicates(
+        lambda c, t, k, *, weights=None: laece(c, t, k, n_bins=25, weights=weights),
+        img,
+        40,
+        [conf, iou, cls],
+        n_boot,
+        3,
+    )
+    indexed = bootstrap._replicates(
+        lambda c, t, k: laece(c, t, k, n_bins=25), img, 40, [conf, iou, cls], n_boot, 3
+    )
     # the same sums in another order (pooled per image, cell): equal up to float summation order
     np.testing.assert_allclose(fast, weighted, rtol=1e-13, atol=0)
     np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
     mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(3), 40, n_boot)))
-    assert ((mult[:, 0] + mult[:, 1] == 0) & (mult[:, 2] > 0)).any()  # class 3 weighted out, class 4 not
+    assert (
+        (mult[:, 0] + mult[:, 1] == 0) & (mult[:, 2] > 0)
+    ).any()  # class 3 weighted out, class 4 not
     assert ((mult[:, 2] == 0) & (mult[:, 0] > 0)).any()
     # averaging a weighted-out class in (as nan, or as 0) would give another number
     b = int(np.flatnonzero(mult[:, 0] + mult[:, 1] == 0)[0])
     w = mult[b][img].astype(np.float64)
     keep = w > 0
-    assert fast[b] == pytest.approx(laece(conf[keep], iou[keep], cls[keep], n_bins=25, weights=w[keep]), rel=1e-13)
+    assert fast[b] == pytest.approx(
+        laece(conf[keep], iou[keep], cls[keep], n_bins=25, weights=w[keep]), rel=1e-13
+    )
     assert not np.isnan(fast).any()
 
 
 def test_bootstrap_ci_of_laece_is_unchanged_by_the_prepared_path():
     img, conf, iou, cls = _rare_class_boxes(1)
-    fast = bootstrap_ci(functools.partial(laece, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
-    slow = bootstrap_ci(lambda c, t, k: laece(c, t, k, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0)
+    fast = bootstrap_ci(
+        functools.partial(laece, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0
+    )
+    slow = bootstrap_ci(
+        lambda c, t, k: laece(c, t, k, n_bins=25), img, conf, iou, cls, n_boot=300, seed=0
+    )
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
 
 
@@ -875,13 +975,23 @@ def test_ece_replicates_from_per_image_tables_on_sparse_bins():
     img = np.array([0, 0, 1, 2, 2, 2, 3, 4, 4])
     conf = np.array([0.05, 0.95, 0.5, 0.1, 0.12, 0.7, 0.33, 0.9, 0.91])
     y = np.array([0, 1, 1, 0, 1, 1, 0, 1, 0])
-    mult = np.array([[1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 6], [0, 1, 0, 0, 0, 5], [2, 0, 1, 0, 0, 3],
-                     [0, 0, 0, 3, 0, 3], [1, 2, 0, 0, 3, 0]])
+    mult = np.array(
+        [
+            [1, 1, 1, 1, 1, 0],
+            [0, 0, 0, 0, 0, 6],
+            [0, 1, 0, 0, 0, 5],
+            [2, 0, 1, 0, 0, 3],
+            [0, 0, 0, 3, 0, 3],
+            [1, 2, 0, 0, 3, 0],
+        ]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = metrics._ece_tables(img, 6, conf, y, 10)(mult)
     want = [metrics.ece(conf, y, n_bins=10, weights=m[img].astype(float)) for m in mult]
-    assert np.isnan(want[1]) and want[2] == pytest.approx(0.5)  # no box; one box (conf 0.5, correct)
+    assert np.isnan(want[1]) and want[2] == pytest.approx(
+        0.5
+    )  # no box; one box (conf 0.5, correct)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
 
@@ -908,21 +1018,39 @@ def test_bootstrap_dispatch_of_statistics():
     y = rng.uniform(size=img.size) < conf
     iou = np.where(y, rng.uniform(0.5, 1.0, img.size), 0.0)
     k = rng.integers(0, 3, img.size)
-    for stat, arrays in ((ece, [conf, y]), (functools.partial(ece, n_bins=7), [conf, y]), (ace, [conf, y]),
-                         (metrics.mce, [conf, y]), (metrics.brier, [conf, y]), (laece, [conf, iou, k]),
-                         (functools.partial(kept_ece, threshold=0.3), [conf, y])):
+    for stat, arrays in (
+        (ece, [conf, y]),
+        (functools.partial(ece, n_bins=7), [conf, y]),
+        (ace, [conf, y]),
+        (metrics.mce, [conf, y]),
+        (metrics.brier, [conf, y]),
+        (laece, [conf, iou, k]),
+        (functools.partial(kept_ece, threshold=0.3), [conf, y]),
+    ):
         assert bootstrap._batch_statistic(stat, img, 25, arrays) is not None
-    for stat in (functools.partial(ece, weights=np.ones(img.size)), functools.partial(ece, conf), _Unhashable(),
-                 lambda c, t, *, weights=None: ece(c, t, weights=weights)):
+    for stat in (
+        functools.partial(ece, weights=np.ones(img.size)),
+        functools.partial(ece, conf),
+        _Unhashable(),
+        lambda c, t, *, weights=None: ece(c, t, weights=weights),
+    ):
         assert bootstrap._batch_statistic(stat, img, 25, [conf, y]) is None
     rep = lambda f, *a: bootstrap._replicates(f, img, 25, list(a), 30, 1)  # noqa: E731
     want = rep(lambda c, t: ece(c, t, n_bins=10), conf, y)
     np.testing.assert_allclose(rep(_Unhashable(), conf, y), want, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(rep(functools.partial(ece, n_bins=10, weights=np.ones(img.size)), conf, y), want,
-                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        rep(functools.partial(ece, n_bins=10, weights=np.ones(img.size)), conf, y),
+        want,
+        rtol=1e-12,
+        atol=1e-15,
+    )
     # the default bin count of the prepared laece is laece's own (25)
-    np.testing.assert_allclose(rep(laece, conf, iou, k), rep(lambda c, t, kk: laece(c, t, kk), conf, iou, k),
-                               rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        rep(laece, conf, iou, k),
+        rep(lambda c, t, kk: laece(c, t, kk), conf, iou, k),
+        rtol=1e-12,
+        atol=0,
+    )
 
 
 def test_bootstrap_keeps_the_weights_a_partial_binds():
@@ -938,9 +1066,13 @@ def test_bootstrap_keeps_the_weights_a_partial_binds():
     bound = rep(functools.partial(ece, n_bins=10, weights=w), conf, y)
     indexed = rep(lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), conf, y, w)
     np.testing.assert_allclose(bound, indexed, rtol=1e-12, atol=1e-15)
-    assert np.abs(bound - rep(functools.partial(ece, n_bins=10), conf, y)).max() > 1e-3  # the weights matter
+    assert (
+        np.abs(bound - rep(functools.partial(ece, n_bins=10), conf, y)).max() > 1e-3
+    )  # the weights matter
     ci = bootstrap_ci(functools.partial(ece, n_bins=10, weights=w), img, conf, y, n_boot=50, seed=3)
-    ref = bootstrap_ci(lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), img, conf, y, w, n_boot=50, seed=3)
+    ref = bootstrap_ci(
+        lambda c, t, ww: ece(c, t, n_bins=10, weights=ww), img, conf, y, w, n_boot=50, seed=3
+    )
     np.testing.assert_allclose(ci, ref, rtol=1e-12)
     with pytest.raises(InputError, match="bound `weights`"):
         bootstrap_ci(functools.partial(ece, weights=w[:-1]), img, conf, y, n_boot=5)
@@ -973,6 +1105,7 @@ def test_bootstrap_sd_is_the_spread_of_bootstrap_ci_replicates_and_the_standard_
     x = rng.normal(size=img.size)
     mean = lambda v, weights=None: float(np.average(v, weights=weights))  # noqa: E731
     assert metrics.bootstrap_sd(mean, np.arange(img.size), x, n_boot=2000, seed=0) == pytest.approx(
-        x.std() / np.sqrt(img.size), rel=0.1)
+        x.std() / np.sqrt(img.size), rel=0.1
+    )
     with pytest.raises(InputError, match="same non-zero length"):
         metrics.bootstrap_sd(metrics.ece, img[:5], conf, y)

@@ -38,7 +38,9 @@ def test_calibration_in_the_large_by_hand():
     vc = clustered_var(list(y - p), list(img))
     o, e = int(y.sum()), float(p.sum())
     assert (r.boxes, r.images, r.observed) == (60, len(set(img)), o)
-    assert r.expected == pytest.approx(e, rel=1e-12) and r.var_binomial == pytest.approx(vb, rel=1e-12)
+    assert r.expected == pytest.approx(e, rel=1e-12) and r.var_binomial == pytest.approx(
+        vb, rel=1e-12
+    )
     assert r.var_clustered == pytest.approx(vc, rel=1e-12)
     assert r.design_effect == pytest.approx(max(1.0, vc / vb), rel=1e-12)
     assert r.z == pytest.approx((o - e) / math.sqrt(max(vb, vc)), rel=1e-12)
@@ -49,8 +51,17 @@ def test_calibration_in_the_large_edges():
     """No box; one image (no clustered variance); zero variance (every conf 1) with a miss: z = -inf."""
     e = drift.calibration_in_the_large([], [], [])
     assert e[:4] == (0, 0, 0, 0.0) and (e.var_binomial, e.var_clustered) == (0.0, 0.0)
-    assert all(math.isnan(v) for v in (e.mean_conf, e.fraction_correct, e.design_effect, e.z, e.p_value,
-                                       e.detectable_gap))
+    assert all(
+        math.isnan(v)
+        for v in (
+            e.mean_conf,
+            e.fraction_correct,
+            e.design_effect,
+            e.z,
+            e.p_value,
+            e.detectable_gap,
+        )
+    )
     one = drift.calibration_in_the_large([0.2, 0.9, 0.6], [0, 1, 0], [4, 4, 4])
     assert one.images == 1 and one.var_clustered == 0.0 and one.design_effect == 1.0
     sure = drift.calibration_in_the_large([1.0, 1.0, 1.0], [1, 0, 1], [0, 0, 0])
@@ -71,7 +82,7 @@ def test_hosmer_lemeshow_by_hand():
     stat = sum((y[i].sum() - p[i].sum()) ** 2 / np.sum(p[i] * (1 - p[i])) for i in parts)
     deff = drift.calibration_in_the_large(p, y, img).design_effect
     assert hl.statistic == pytest.approx(stat / deff, rel=1e-12) and hl.design_effect == deff
-    assert hl.p_value == pytest.approx(drift.chi2_sf(stat / deff, 10), rel=1e-12)
+    assert hl.p_value == pytest.approx(drift._chi2_sf(stat / deff, 10), rel=1e-12)
     assert drift.hosmer_lemeshow(p[:200], y[:200], img[:200]).groups == 6  # 200 // 30
 
 
@@ -81,7 +92,10 @@ def test_citl_change_is_a_z_test():
     b = (rng.uniform(0.2, 0.9, 200), rng.uniform(size=200) < 0.7, np.arange(200) // 4)
     c = drift.citl_change(a, b)
     ca, cb = drift.calibration_in_the_large(*a), drift.calibration_in_the_large(*b)
-    v = max(ca.var_binomial, ca.var_clustered) / 300**2 + max(cb.var_binomial, cb.var_clustered) / 200**2
+    v = (
+        max(ca.var_binomial, ca.var_clustered) / 300**2
+        + max(cb.var_binomial, cb.var_clustered) / 200**2
+    )
     g0, g1 = ca.fraction_correct - ca.mean_conf, cb.fraction_correct - cb.mean_conf
     assert c.df == 1 and (c.then, c.now) == (g0, g1)
     assert c.statistic == pytest.approx((g1 - g0) / math.sqrt(v), rel=1e-12)
@@ -107,11 +121,16 @@ def test_binned_change_by_hand_with_ties_on_the_edges():
         m1 = np.array([(edges <= q).sum() == k for q in p1])
         if not m0.any() or not m1.any():
             continue
-        v = np.sum(p0[m0] * (1 - p0[m0])) / m0.sum() ** 2 + np.sum(p1[m1] * (1 - p1[m1])) / m1.sum() ** 2
+        v = (
+            np.sum(p0[m0] * (1 - p0[m0])) / m0.sum() ** 2
+            + np.sum(p1[m1] * (1 - p1[m1])) / m1.sum() ** 2
+        )
         if v > 0:
             stat += ((y1[m1] - p1[m1]).mean() - (y0[m0] - p0[m0]).mean()) ** 2 / v
-    deff = max(drift.calibration_in_the_large(p0, y0, i0).design_effect,
-               drift.calibration_in_the_large(p1, y1, i1).design_effect)
+    deff = max(
+        drift.calibration_in_the_large(p0, y0, i0).design_effect,
+        drift.calibration_in_the_large(p1, y1, i1).design_effect,
+    )
     assert c.df == g and c.statistic == pytest.approx(stat / deff, rel=1e-12)
 
 
@@ -119,12 +138,14 @@ def test_clustered_ratio_var_and_ratio_test_by_hand():
     num, den = [3.0, 0.0, 2.0, 5.0, 1.0], [4.0, 2.0, 2.0, 6.0, 3.0]
     r = sum(num) / sum(den)
     v = 5 / 4 * sum((a - r * b) ** 2 for a, b in zip(num, den)) / sum(den) ** 2
-    assert drift.clustered_ratio_var(num, den) == pytest.approx(v, rel=1e-12)
-    assert drift.clustered_ratio_var([1, 0, 1, 1], [1, 1, 1, 1]) == pytest.approx(0.0625, rel=1e-12)
+    assert drift._clustered_ratio_var(num, den) == pytest.approx(v, rel=1e-12)
+    assert drift._clustered_ratio_var([1, 0, 1, 1], [1, 1, 1, 1]) == pytest.approx(
+        0.0625, rel=1e-12
+    )
     t = drift.ratio_test(num, den, [1, 1, 0, 2], [3, 2, 2, 4])
     s0 = math.sqrt(max(v, r * (1 - r) / sum(den)))
     r1 = 4 / 11
-    s1 = math.sqrt(max(drift.clustered_ratio_var([1, 1, 0, 2], [3, 2, 2, 4]), r1 * (1 - r1) / 11))
+    s1 = math.sqrt(max(drift._clustered_ratio_var([1, 1, 0, 2], [3, 2, 2, 4]), r1 * (1 - r1) / 11))
     assert (t.se_then, t.se_now) == pytest.approx((s0, s1), rel=1e-12)
     assert t.z == pytest.approx((r1 - r) / math.sqrt(s0 * s0 + s1 * s1), rel=1e-12)
 
@@ -136,16 +157,21 @@ def test_ratio_test_edges():
     assert (down.then, down.now, down.z, down.p_value) == (1.0, 0.0, -math.inf, 0.0)
     assert drift.ratio_test([0, 0], [2, 3], [2, 3], [2, 3]).z == math.inf
     none = drift.ratio_test([0, 0], [0, 0], [1, 1], [2, 2])
-    assert math.isnan(none.then) and math.isnan(none.z) and math.isnan(none.p_value) and none.now == 0.5
+    assert (
+        math.isnan(none.then)
+        and math.isnan(none.z)
+        and math.isnan(none.p_value)
+        and none.now == 0.5
+    )
 
 
 def test_ks_distance_with_ties_equals_scipy():
     stats = pytest.importorskip("scipy.stats")
     a, b = [0.1, 0.2, 0.2, 0.3, 0.3, 0.3], [0.2, 0.2, 0.3, 0.5]
-    assert drift.ks_distance(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
+    assert drift._ks_distance(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
     rng = np.random.default_rng(5)
     x, y = np.round(rng.uniform(size=80), 1), np.round(rng.uniform(size=50) ** 2, 1)
-    assert drift.ks_distance(x, y) == pytest.approx(stats.ks_2samp(x, y).statistic, abs=1e-12)
+    assert drift._ks_distance(x, y) == pytest.approx(stats.ks_2samp(x, y).statistic, abs=1e-12)
 
 
 def test_shift_tests_class_mix_is_the_contingency_chi2():
@@ -155,7 +181,9 @@ def test_shift_tests_class_mix_is_the_contingency_chi2():
     rng = np.random.default_rng(6)
     ia, ib = rng.integers(0, 30, 150), rng.integers(0, 20, 120)
     ka, kb = rng.integers(0, 4, 150), np.minimum(rng.integers(0, 4, 120), rng.integers(0, 4, 120))
-    s = drift.shift_tests(rng.uniform(size=150), ia, ka, 30, rng.uniform(size=120), ib, kb, 20, n_classes=4)
+    s = drift.shift_tests(
+        rng.uniform(size=150), ia, ka, 30, rng.uniform(size=120), ib, kb, 20, n_classes=4
+    )
     table = np.array([np.bincount(ka, minlength=4), np.bincount(kb, minlength=4)])
     ref = stats.chi2_contingency(table, correction=False).statistic
     assert s.n_perm == 999 and s.class_chi2 == pytest.approx(ref, rel=1e-12)
@@ -165,7 +193,18 @@ def test_shift_tests_class_mix_is_the_contingency_chi2():
 def test_shift_tests_with_no_kept_box_on_either_side():
     """No kept box then or now (a head that keeps nothing at the conf): statistics undefined, none raises."""
     e = np.zeros(0)
-    s = drift.shift_tests(e, e.astype(int), e.astype(int), 5, e, e.astype(int), e.astype(int), 4, n_classes=3, n_perm=9)
+    s = drift.shift_tests(
+        e,
+        e.astype(int),
+        e.astype(int),
+        5,
+        e,
+        e.astype(int),
+        e.astype(int),
+        4,
+        n_classes=3,
+        n_perm=9,
+    )
     assert (s.ks, s.ks_p, s.class_chi2, s.class_chi2_p) == (None, None, None, None)
     assert (s.per_image, s.per_image_p) == (0.0, 1.0)
 
@@ -175,7 +214,9 @@ def test_crowded_images_by_hand():
     img = np.r_[np.repeat(np.arange(30), 2), np.full(20, 40), np.full(19, 41), np.full(55, 42)]
     assert drift.crowded_images(img).tolist() == [42, 40]  # most boxes first; 41 (19) is one short
     assert drift.crowded_images(img, min_boxes=50).tolist() == [42]
-    assert drift.crowded_images(np.repeat(np.arange(5), 30)).tolist() == []  # 30 each: the median itself
+    assert (
+        drift.crowded_images(np.repeat(np.arange(5), 30)).tolist() == []
+    )  # 30 each: the median itself
     assert drift.crowded_images(np.zeros(0, np.int64)).size == 0
 
 
@@ -185,5 +226,7 @@ def test_count_change_is_the_conditional_binomial():
         q = m1 / (m0 + m1)
         n = k0 + k1
         lower, upper = stats.binom.cdf(k1, n, q), stats.binom.sf(k1 - 1, n, q)
-        assert drift.count_change(k0, m0, k1, m1) == pytest.approx(min(1.0, 2 * min(lower, upper)), rel=1e-12)
+        assert drift.count_change(k0, m0, k1, m1) == pytest.approx(
+            min(1.0, 2 * min(lower, upper)), rel=1e-12
+        )
     assert drift.count_change(0, 400, 0, 400) == 1.0

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import interval_violations, printed_interval_violations
 
-from det_calib.evaluation.figures import scores_of
+from det_calib.evaluation.figures import _scores_of
 from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
@@ -38,16 +38,22 @@ def _planted(n_img: int, per_img: int, temperature: float, seed: int):
     return p, y, img, loc, cls, z
 
 
-CASES = [(n_img, per_img, t, seed) for n_img, per_img in ((8, 5), (20, 10), (60, 20)) for t in (1.0, 0.7, 1.5)
-         for seed in range(4)]
+CASES = [
+    (n_img, per_img, t, seed)
+    for n_img, per_img in ((8, 5), (20, 10), (60, 20))
+    for t in (1.0, 0.7, 1.5)
+    for seed in range(4)
+]
 
 
 @pytest.mark.parametrize("statistic", ["ece", "kept_ece", "laece", "mce"])
 def test_default_interval_contains_the_estimate_on_planted_cases(statistic):
-    fns = {"ece": functools.partial(metrics.ece, n_bins=15),
-           "kept_ece": functools.partial(kept_ece, threshold=0.25, n_bins=15),
-           "laece": functools.partial(metrics.laece, n_bins=25),
-           "mce": functools.partial(metrics.mce, n_bins=15)}
+    fns = {
+        "ece": functools.partial(metrics.ece, n_bins=15),
+        "kept_ece": functools.partial(kept_ece, threshold=0.25, n_bins=15),
+        "laece": functools.partial(metrics.laece, n_bins=25),
+        "mce": functools.partial(metrics.mce, n_bins=15),
+    }
     fn = fns[statistic]
     bc_excluded = 0
     for n_img, per_img, t, seed in CASES:
@@ -92,16 +98,39 @@ def test_scores_of_planted_cases_contain_their_estimates():
     for n_img, per_img, t, seed in CASES[::3]:
         p, y, img, loc, cls, z = _planted(n_img, per_img, t, seed)
         feats = np.random.default_rng(seed).uniform(size=(len(p), 4))
-        s = scores_of(p, y, logit=z, temperature=t, loc_iou=loc, cls_id=cls, features=feats, image_id=img,
-                           ece_bins=15, laece_bins=25, dece_bins=[8, 3, 3, 3, 3], n_boot=100, seed=seed)
+        s = _scores_of(
+            p,
+            y,
+            logit=z,
+            temperature=t,
+            loc_iou=loc,
+            cls_id=cls,
+            features=feats,
+            image_id=img,
+            ece_bins=15,
+            laece_bins=25,
+            dece_bins=[8, 3, 3, 3, 3],
+            n_boot=100,
+            seed=seed,
+        )
         bad, n = interval_violations(s.to_flat("after"))
         assert n == 2 and not bad, bad
 
 
 def test_the_checkers_find_an_interval_without_its_estimate():
     """The checkers used on every run fail where they should (they are not vacuous)."""
-    bad, n = interval_violations({"eval": {"nms": {"ece_after": 0.05, "ece_after_ci": [0.06, 0.07],
-                                                   "laece0": 0.1, "laece0_ci": [0.05, 0.2]}}})
+    bad, n = interval_violations(
+        {
+            "eval": {
+                "nms": {
+                    "ece_after": 0.05,
+                    "ece_after_ci": [0.06, 0.07],
+                    "laece0": 0.1,
+                    "laece0_ci": [0.05, 0.2],
+                }
+            }
+        }
+    )
     assert n == 2 and bad == [".eval.nms.ece_after_ci: 0.05 not in [0.06, 0.07]"]
     bad, n = interval_violations({"x_ci": [0.0, 1.0]})
     assert bad == [".x_ci: no estimate `x` beside it"]

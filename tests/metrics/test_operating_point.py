@@ -13,12 +13,12 @@ from det_calib.metrics import bootstrap
 from det_calib.metrics.calibration import bootstrap_ci, ece
 from det_calib.metrics.operating_point import (
     LaECE0Targets,
+    _reference_bin_index,
+    _top_k_per_image_class,
     kept_ece,
     kept_ece_floor,
     kept_laece_floor,
     laece0,
-    reference_bin_index,
-    top_k_per_image_class,
 )
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
@@ -66,14 +66,19 @@ def test_laece0_drops_classes_with_zero_error_and_first_bin_is_closed_at_zero():
     di, dx, dc, s = _one_image([(0, 1.0, 0, 0, 10, 10), (1, 0.4, 20, 20, 30, 25)])
     # class 0: conf 1 and IoU 1, error exactly 0 -> dropped; class 1: |0.4 - 0.5|
     assert laece0(di, dx, dc, s, [0, 0], gt_xy, [0, 1], threshold=0.25) == pytest.approx(0.1)
-    assert reference_bin_index(np.array([0.0, 0.04, 0.04000001, 1.0]), 25).tolist() == [0, 0, 1, 24]
+    assert _reference_bin_index(np.array([0.0, 0.04, 0.04000001, 1.0]), 25).tolist() == [
+        0,
+        0,
+        1,
+        24,
+    ]
 
 
 def test_top_k_per_image_class():
     img = np.array([0, 0, 0, 1, 0])
     cls = np.array([0, 0, 1, 0, 0])
     score = np.array([0.1, 0.9, 0.5, 0.2, 0.4])
-    assert top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
+    assert _top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
 
 
 def test_kept_ece_is_ece_of_the_kept_boxes():
@@ -91,7 +96,7 @@ def test_bootstrap_methods():
     rng = np.random.default_rng(1)
     img = np.repeat(np.arange(60), 10)
     conf = rng.uniform(size=600)
-    y = rng.uniform(size=600) < conf ** 1.3
+    y = rng.uniform(size=600) < conf**1.3
     theta = ece(conf, y)
     p = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="percentile")
     b = bootstrap_ci(ece, img, conf, y, n_boot=300, seed=2, method="basic")
@@ -123,7 +128,10 @@ def test_kept_ece_floor_is_the_ece_of_labels_drawn_from_the_confidences():
     assert f.mean == pytest.approx(vals.mean(), rel=1e-12)
     assert (f.low, f.high) == pytest.approx(tuple(np.percentile(vals, [2.5, 97.5])), rel=1e-12)
     # a perfectly calibrated detector's own kept-set ECE lies in the range about 95% of the time
-    inside = [f.low <= kept_ece(conf, rng.random(conf.size) < conf, threshold=0.25) <= f.high for _ in range(300)]
+    inside = [
+        f.low <= kept_ece(conf, rng.random(conf.size) < conf, threshold=0.25) <= f.high
+        for _ in range(300)
+    ]
     assert 0.88 <= np.mean(inside) <= 0.995
     # fewer boxes, a higher floor (roughly 1 / sqrt(n))
     small = kept_ece_floor(conf[:300], threshold=0.25, seed=3)
@@ -132,7 +140,9 @@ def test_kept_ece_floor_is_the_ece_of_labels_drawn_from_the_confidences():
 
 def test_kept_ece_floor_edge_cases():
     assert kept_ece_floor(np.array([0.1, 0.2]), threshold=0.25) is None
-    assert kept_ece_floor(np.full(50, 1.0), threshold=0.25).mean == 0.0  # certain labels: no sampling error
+    assert (
+        kept_ece_floor(np.full(50, 1.0), threshold=0.25).mean == 0.0
+    )  # certain labels: no sampling error
     a = kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)
     assert a == kept_ece_floor(np.linspace(0.3, 0.9, 500), threshold=0.25, seed=1)  # fixed seed
     with pytest.raises(InputError, match="n_draws"):
@@ -188,28 +198,53 @@ def test_bootstrap_of_operating_statistics_equals_the_indexed_path(thr):
     weighted = rep(lambda c, *, weights=None: stat(c, weights=weights), p)
     assert np.array_equal(fast, weighted, equal_nan=True)  # the same float operations
     gt_classes = t.gt_classes
-    indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, gt_classes, thr, 25, None), p, t.target, t.cls, t.use)
+    indexed = rep(
+        lambda c, tg, k, u: _laece_binned(c, tg, k, u, gt_classes, thr, 25, None),
+        p,
+        t.target,
+        t.cls,
+        t.use,
+    )
     np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=0)
     if thr == 0.25:
-        mult = np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(seed), n_img, n_boot)))
+        mult = np.concatenate(
+            list(bootstrap._multiplicities(np.random.default_rng(seed), n_img, n_boot))
+        )
         out = (mult[:, 0] + mult[:, 1]) == 0
         assert out.any() and (~out).any()  # class 3 weighted out in some replicates, not in others
         assert not np.isnan(fast).any()
         lo, hi = metrics.bootstrap_ci(stat, img, p, n_boot=n_boot, seed=seed, method="normal")
-        assert (lo, hi) == metrics.bootstrap_ci(lambda c, *, weights=None: stat(c, weights=weights), img, p,
-                                                n_boot=n_boot, seed=seed, method="normal")
+        assert (lo, hi) == metrics.bootstrap_ci(
+            lambda c, *, weights=None: stat(c, weights=weights),
+            img,
+            p,
+            n_boot=n_boot,
+            seed=seed,
+            method="normal",
+        )
 
 
 def test_bootstrap_kept_ece_checks_once_and_refuses_bad_input():
     img = np.arange(4)
     with pytest.raises(InputError, match="`conf` to contain values in"):
-        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 1.5, 0.3], [1, 0, 1, 0])
+        bootstrap_ci(
+            functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 1.5, 0.3], [1, 0, 1, 0]
+        )
     with pytest.raises(InputError, match="`correct` to be bool or 0/1"):
-        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+        bootstrap_ci(
+            functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0]
+        )
     with pytest.raises(InputError, match="same shape"):
-        bootstrap_ci(functools.partial(kept_ece, threshold=0.25), img, [0.1, 0.5, 0.7, 0.3], [[1, 0, 1, 0]] * 4)
+        bootstrap_ci(
+            functools.partial(kept_ece, threshold=0.25),
+            img,
+            [0.1, 0.5, 0.7, 0.3],
+            [[1, 0, 1, 0]] * 4,
+        )
     # nothing kept: every replicate is nan, so is the interval (no validation of the labels needed)
-    lo, hi = bootstrap_ci(functools.partial(kept_ece, threshold=0.9), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0])
+    lo, hi = bootstrap_ci(
+        functools.partial(kept_ece, threshold=0.9), img, [0.1, 0.5, 0.7, 0.3], [1, 0, 2, 0]
+    )
     assert np.isnan(lo) and np.isnan(hi)
 
 
@@ -222,11 +257,16 @@ def _laece_boxes(conf, cls, target, n_cls):
     n = conf.size
     box = np.tile([0.0, 0.0, 10.0, 10.0], (n, 1))
     matched = target > 0
-    gt = np.column_stack([np.zeros(n), np.zeros(n), np.full(n, 10.0), np.where(matched, 10.0 * target, 10.0)])
+    gt = np.column_stack(
+        [np.zeros(n), np.zeros(n), np.full(n, 10.0), np.where(matched, 10.0 * target, 10.0)]
+    )
     gt_cls = np.where(matched, cls, (cls + 1) % n_cls)
     ids = np.arange(n)
-    gi, gx, gc = (np.concatenate([ids, [n] * n_cls]), np.vstack([gt, np.tile([0.0, 0.0, 1.0, 1.0], (n_cls, 1))]),
-                  np.concatenate([gt_cls, np.arange(n_cls)]))
+    gi, gx, gc = (
+        np.concatenate([ids, [n] * n_cls]),
+        np.vstack([gt, np.tile([0.0, 0.0, 1.0, 1.0], (n_cls, 1))]),
+        np.concatenate([gt_cls, np.arange(n_cls)]),
+    )
     return LaECE0Targets(ids, box, cls, conf, gi, gx, gc)
 
 
@@ -249,7 +289,9 @@ def test_kept_laece_floor_known_answers():
     t = _laece_boxes(np.full(n, 0.5), np.zeros(n, int), np.full(n, 0.8), 1)
     assert t.laece(np.full(n, 0.5), threshold=0.25) == pytest.approx(0.3)
     f = kept_laece_floor(t, np.full(n, 0.5), threshold=0.25, n_draws=2000, seed=1)
-    exact = sum(comb(n, k) * 0.625 ** k * 0.375 ** (n - k) * abs(0.5 - 0.8 * k / n) for k in range(n + 1))
+    exact = sum(
+        comb(n, k) * 0.625**k * 0.375 ** (n - k) * abs(0.5 - 0.8 * k / n) for k in range(n + 1)
+    )
     assert exact == pytest.approx(0.01545, abs=5e-5)
     assert f.mean == pytest.approx(exact, rel=0.06)
     assert f.low < exact < f.high
@@ -297,8 +339,9 @@ def test_kept_laece_floor_edge_cases():
     pool = t.target[t.target > 0]
     top = conf > 0.7
     alone = _laece_boxes(conf[top], cls[top], t.target[top], 3)
-    assert kept_laece_floor(t, conf, threshold=0.7, iou=pool) == kept_laece_floor(alone, conf[top], threshold=0.25,
-                                                                                   iou=pool)
+    assert kept_laece_floor(t, conf, threshold=0.7, iou=pool) == kept_laece_floor(
+        alone, conf[top], threshold=0.25, iou=pool
+    )
     assert kept_laece_floor(t, conf, threshold=0.95) is None  # nothing kept
     unmatched = _laece_boxes(conf, cls, np.zeros(n), 3)
     assert kept_laece_floor(unmatched, conf, threshold=0.25) is None  # no IoU to draw from
@@ -323,7 +366,9 @@ def test_kept_laece_floor_is_fast():
     conf, cls = rng.uniform(0.26, 0.99, n), rng.integers(0, 8, n)
     t = _laece_boxes(conf, cls, _model_targets(conf, rng.uniform(0.5, 1.0, 300), rng), 8)
     took = []
-    for _ in range(3):  # the best of three: the first call also pays for the allocator's first pages
+    for _ in range(
+        3
+    ):  # the best of three: the first call also pays for the allocator's first pages
         start = time.perf_counter()
         kept_laece_floor(t, conf, threshold=0.25)
         took.append(time.perf_counter() - start)
@@ -332,7 +377,9 @@ def test_kept_laece_floor_is_fast():
 
 def test_kept_set_is_strictly_above_the_threshold():
     # a box exactly at the threshold is not kept (Ultralytics keeps conf > thres)
-    assert kept_ece([0.25, 0.5, 0.9], [1, 1, 0], threshold=0.25, n_bins=10) == pytest.approx((0.5 + 0.9) / 2)
+    assert kept_ece([0.25, 0.5, 0.9], [1, 1, 0], threshold=0.25, n_bins=10) == pytest.approx(
+        (0.5 + 0.9) / 2
+    )
 
 
 def test_laece0_targets_equal_laece0():
@@ -343,12 +390,12 @@ def test_laece0_targets_equal_laece0():
 
     di, dx, dc, s = _one_image(
         [
-            (0, 0.9, 0, 0, 10, 10),    # class 0: IoU 1
-            (0, 0.6, 5, 0, 15, 10),    # class 0: GT taken, target 0
+            (0, 0.9, 0, 0, 10, 10),  # class 0: IoU 1
+            (0, 0.6, 5, 0, 15, 10),  # class 0: GT taken, target 0
             (1, 0.7, 20, 20, 30, 25),  # class 1: one box, IoU 0.5
-            (2, 0.8, 0, 0, 10, 10),    # class 2: no GT
+            (2, 0.8, 0, 0, 10, 10),  # class 2: no GT
             (3, 1.0, 40, 40, 50, 50),  # class 3: conf 1, IoU 1: error exactly 0, dropped
-            (0, 0.3, 0, 0, 10, 10),    # exactly at the threshold below: not kept
+            (0, 0.3, 0, 0, 10, 10),  # exactly at the threshold below: not kept
         ]
     )
     gx = np.array([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0], [40.0, 40.0, 50.0, 50.0]])
@@ -371,7 +418,17 @@ def test_laece0_targets_equal_laece0():
     t = LaECE0Targets(sc["di"], sc["dx"], sc["dc"], sc["z"], sc["gi"], sc["gx"], sc["gc"])
     for thr in (0.25, float(np.sort(p)[len(p) // 3]), 0.6):
         for n_bins in (10, 25):
-            want = laece0(sc["di"], sc["dx"], sc["dc"], p, sc["gi"], sc["gx"], sc["gc"], threshold=thr, n_bins=n_bins)
+            want = laece0(
+                sc["di"],
+                sc["dx"],
+                sc["dc"],
+                p,
+                sc["gi"],
+                sc["gx"],
+                sc["gc"],
+                threshold=thr,
+                n_bins=n_bins,
+            )
             assert t.laece(p, threshold=thr, n_bins=n_bins) == pytest.approx(want, rel=1e-12)
 
 
@@ -388,13 +445,24 @@ def test_bootstrap_of_operating_statistics_passes_the_bin_count():
         indexed = rep(lambda c, yy: kept_ece(c, yy, threshold=0.25, **options), p, y)  # noqa: B023
         np.testing.assert_allclose(fast, indexed, rtol=1e-12, atol=1e-15)
     t = LaECE0Targets(img, s["dx"], s["dc"], s["z"], s["gi"], s["gx"], s["gc"])
-    for n_bins, stat in ((10, t.statistic(threshold=0.25, n_bins=10)), (25, t.statistic(threshold=0.25))):
-        indexed = rep(lambda c, tg, k, u: _laece_binned(c, tg, k, u, t.gt_classes, 0.25, n_bins, None),  # noqa: B023
-                      p, t.target, t.cls, t.use)
+    for n_bins, stat in (
+        (10, t.statistic(threshold=0.25, n_bins=10)),
+        (25, t.statistic(threshold=0.25)),
+    ):
+        indexed = rep(
+            lambda c, tg, k, u: _laece_binned(c, tg, k, u, t.gt_classes, 0.25, n_bins, None),  # noqa: B023
+            p,
+            t.target,
+            t.cls,
+            t.use,
+        )
         np.testing.assert_allclose(rep(stat, p), indexed, rtol=1e-12, atol=0)
         assert stat(p) == t.laece(p, threshold=0.25, n_bins=n_bins)
         assert bootstrap._batch_statistic(stat, img, n_img, [p]) is not None
-    assert bootstrap._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y]) is not None
+    assert (
+        bootstrap._batch_statistic(functools.partial(kept_ece, threshold=0.25), img, n_img, [p, y])
+        is not None
+    )
 
 
 @pytest.mark.parametrize("n_cls", [1, 3, 9, 80])
@@ -416,5 +484,7 @@ def test_laece_replicates_in_blocks_equal_each_replicate_weighted(n_cls):
     stat = t.statistic(threshold=0.25, n_bins=25)
     rep = lambda f: bootstrap._replicates(f, di, n_img, [p], 300, 7)  # noqa: E731
     fast = rep(stat)
-    assert np.array_equal(fast, rep(lambda c, *, weights=None: stat(c, weights=weights)), equal_nan=True)
+    assert np.array_equal(
+        fast, rep(lambda c, *, weights=None: stat(c, weights=weights)), equal_nan=True
+    )
     assert not np.isnan(fast).all()

@@ -50,7 +50,13 @@ REL = 1e-9
 def main_run(tmp_path_factory, demo_model_path):
     out = tmp_path_factory.mktemp("figures") / "main"
     det_calib.calibrate(
-        demo_model_path, fixture_data_yaml(), out=out, run_val=False, report=False, n_boot=N_BOOT, progress=False,
+        demo_model_path,
+        fixture_data_yaml(),
+        out=out,
+        run_val=False,
+        report=False,
+        n_boot=N_BOOT,
+        progress=False,
         method="temperature",
     )
     return out
@@ -186,8 +192,16 @@ def fmc_run(tmp_path_factory, demo_model_path, main_run):
 
 def _nms_run(model, out, **kw) -> None:
     """One nms-head run on the fixture split, no Ultralytics val, no report."""
-    det_calib.calibrate(model, fixture_data_yaml(), out=out, head="nms", run_val=False, report=False,
-                        progress=False, **kw)
+    det_calib.calibrate(
+        model,
+        fixture_data_yaml(),
+        out=out,
+        head="nms",
+        run_val=False,
+        report=False,
+        progress=False,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +221,9 @@ def _gt(images: list[str]) -> list[list[tuple[int, float, float, float, float]]]
         rows = []
         for line in (LABELS / f"{Path(name).stem}.txt").read_text().splitlines():
             c, cx, cy, bw, bh = (float(v) for v in line.split())
-            rows.append((int(c), (cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h))
+            rows.append(
+                (int(c), (cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h)
+            )
         out.append(rows)
     return out
 
@@ -250,7 +266,10 @@ def ace_loop(conf, y, m):
 
 
 def dece_loop(conf, y, feats, bins):
-    keys = [tuple([_bin(c, bins[0])] + [_bin(f, b) for f, b in zip(fs, bins[1:])]) for c, fs in zip(conf, feats)]
+    keys = [
+        tuple([_bin(c, bins[0])] + [_bin(f, b) for f, b in zip(fs, bins[1:])])
+        for c, fs in zip(conf, feats)
+    ]
     return _binned(keys, conf, y)[0]
 
 
@@ -284,7 +303,12 @@ def brier_loop(p, y):
 
 def features(r) -> list[float]:
     w, h = r["img_w"], r["img_h"]
-    f = [(r["x1"] + r["x2"]) / 2 / w, (r["y1"] + r["y2"]) / 2 / h, (r["x2"] - r["x1"]) / w, (r["y2"] - r["y1"]) / h]
+    f = [
+        (r["x1"] + r["x2"]) / 2 / w,
+        (r["y1"] + r["y2"]) / 2 / h,
+        (r["x2"] - r["x1"]) / w,
+        (r["y2"] - r["y1"]) / h,
+    ]
     return [min(max(v, 0.0), 1.0) for v in f]
 
 
@@ -323,7 +347,9 @@ def bc_interval(draws: list[float], estimate: float, level: float = 0.95) -> lis
     good = [d for d in draws if not math.isnan(d)]
     nd = NormalDist()
     tol = 1e-12 * max(1.0, abs(estimate))
-    below = sum(d < estimate - tol for d in good) + 0.5 * sum(abs(d - estimate) <= tol for d in good)
+    below = sum(d < estimate - tol for d in good) + 0.5 * sum(
+        abs(d - estimate) <= tol for d in good
+    )
     share = min(max(below / len(good), 0.5 / len(good)), 1.0 - 0.5 / len(good))
     z0, za = nd.inv_cdf(share), nd.inv_cdf(0.5 + level / 2)
     return np.percentile(good, [100 * nd.cdf(2 * z0 - za), 100 * nd.cdf(2 * z0 + za)]).tolist()
@@ -420,7 +446,9 @@ def _map_with_ties_by_iou(rows: list[dict], scores: list[float], gt, max_dets: i
     return coco_map_independent([rows[i] for i in order], [scores[i] for i in order], gt, max_dets)
 
 
-def coco_map_independent(rows: list[dict], scores: list[float], gt_per_image, max_dets: int) -> tuple[float, float]:
+def coco_map_independent(
+    rows: list[dict], scores: list[float], gt_per_image, max_dets: int
+) -> tuple[float, float]:
     import contextlib
     import io
 
@@ -518,10 +546,19 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
 
         # ---- fit figures
         f = s["fit"][head]
-        fb = hb.filter((pl.col("split") == fit_name) & ~pl.col("ignore") & (pl.col("conf") >= s["fit_min_conf"]))
+        fb = hb.filter(
+            (pl.col("split") == fit_name)
+            & ~pl.col("ignore")
+            & (pl.col("conf") >= s["fit_min_conf"])
+        )
         zf, yf, pf = fb["logit"].to_list(), fb["correct"].to_list(), fb["conf"].to_list()
         pf1 = [_sig(cal(z), 1.0) for z in zf]
-        assert (f["split"], f["images"], f["boxes"], f["correct"]) == (fit_name, len(fit_images), len(zf), sum(yf))
+        assert (f["split"], f["images"], f["boxes"], f["correct"]) == (
+            fit_name,
+            len(fit_images),
+            len(zf),
+            sum(yf),
+        )
         assert f["nll_before"] == _approx(nll_loop(zf, yf, 1.0))
         assert f["nll_after"] == _approx(nll_loop([cal(z) for z in zf], yf, 1.0))
         assert f["ece_before"] == _approx(ece_loop(pf, yf, M))
@@ -534,7 +571,9 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
             from scipy.optimize import minimize_scalar
 
             za, ya = np.asarray(zf), np.asarray(yf)
-            obj = lambda u, za=za, ya=ya: float(np.mean(np.logaddexp(0, np.where(ya, -za, za) / math.exp(u))))
+            obj = lambda u, za=za, ya=ya: float(
+                np.mean(np.logaddexp(0, np.where(ya, -za, za) / math.exp(u)))
+            )
             best = minimize_scalar(obj, bracket=(-1.0, 1.0), tol=1e-10)
             assert T == pytest.approx(math.exp(best.x), rel=1e-4)
 
@@ -587,22 +626,31 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         # ---- mAP, pycocotools on the same boxes (crowd-matched ones included), scores in float64
         img_index = {name: k for k, name in enumerate(ev_images)}
         all_rows = [dict(r, _img=img_index[r["image"]]) for r in eb_all.to_dicts()]
-        m0 = coco_map_independent(all_rows, [_sig(r["logit"], 1.0) for r in all_rows], gt, s["max_det"])
-        m1 = coco_map_independent(all_rows, [_sig(cal(r["logit"]), 1.0) for r in all_rows], gt, s["max_det"])
+        m0 = coco_map_independent(
+            all_rows, [_sig(r["logit"], 1.0) for r in all_rows], gt, s["max_det"]
+        )
+        m1 = coco_map_independent(
+            all_rows, [_sig(cal(r["logit"]), 1.0) for r in all_rows], gt, s["max_det"]
+        )
         raw = [_sig(r["logit"], 1.0) for r in all_rows]
         if len(set(raw)) == len(raw):
             assert (e["map50_95_before"], e["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
         else:
             # tied raw scores (saturated at 1.0): COCO's order among ties is arbitrary, so the
             # reported mAP must lie between the tie orders that put the best and the worst IoU first
-            best, worst = (_map_with_ties_by_iou(all_rows, raw, gt, s["max_det"], sign) for sign in (-1, 1))
+            best, worst = (
+                _map_with_ties_by_iou(all_rows, raw, gt, s["max_det"], sign) for sign in (-1, 1)
+            )
             for k, key in enumerate(("map50_95_before", "map50_before")):
                 assert worst[k] - 1e-9 <= e[key] <= best[k] + 1e-9, key
         assert (e["map50_95_after"], e["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
         if len(set(raw)) == len(raw):
             assert e["map_identical"] == (m0 == m1)
         else:
-            same = e["map50_95_before"] == e["map50_95_after"] and e["map50_before"] == e["map50_after"]
+            same = (
+                e["map50_95_before"] == e["map50_95_after"]
+                and e["map50_before"] == e["map50_after"]
+            )
             assert e["map_identical"] == same
 
         # ---- per class
@@ -624,13 +672,22 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
                     continue
                 pc_p, pc_y = [p[i] for i in idx], [y[i] for i in idx]
                 assert pc[f"ece_{tag}"] == _approx(ece_loop(pc_p, pc_y, M)), (c, tag)
-                assert pc[f"laece_{tag}"] == _approx(ece_loop(pc_p, [loc[i] for i in idx], ML)), (c, tag)
+                assert pc[f"laece_{tag}"] == _approx(ece_loop(pc_p, [loc[i] for i in idx], ML)), (
+                    c,
+                    tag,
+                )
                 kept = [i for i in idx if p[i] > min(s["conf_thresholds"])]
                 want = ece_loop([p[i] for i in kept], [y[i] for i in kept], M) if kept else None
                 assert pc[f"kept_ece_{tag}"] == (None if want is None else _approx(want)), (c, tag)
             for sh in pc["threshold_shift"]:
                 want = _shift_by_hand(
-                    sh["conf"], [p0[i] for i in idx], [p1[i] for i in idx], [y[i] for i in idx], n_gt_c, T, cal
+                    sh["conf"],
+                    [p0[i] for i in idx],
+                    [p1[i] for i in idx],
+                    [y[i] for i in idx],
+                    n_gt_c,
+                    T,
+                    cal,
                 )
                 assert sh == want, (c, sh["conf"])
 
@@ -640,8 +697,12 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
         ece_m = lambda p, yy: _np_ece(p, yy, M)
         lae_m = lambda p, t, c: _np_laece(p, t, c, ML)
         for tag, p in (("before", a_p0), ("after", a_p1)):
-            assert e[f"ece_{tag}_ci"] == pytest.approx(boot_bc(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9)
-            assert e[f"laece_{tag}_ci"] == pytest.approx(boot_bc(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9)
+            assert e[f"ece_{tag}_ci"] == pytest.approx(
+                boot_bc(ece_m, img, [p, a_y], n_boot, seed), rel=1e-9
+            )
+            assert e[f"laece_{tag}_ci"] == pytest.approx(
+                boot_bc(lae_m, img, [p, a_loc, a_cls], n_boot, seed), rel=1e-9
+            )
             for c, pc in pcs.items():
                 m = a_cls == c
                 if m.any():
@@ -659,26 +720,39 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
                 kept = [i for i in range(len(p)) if p[i] > t]
                 assert (o["boxes"], o["correct"]) == (len(kept), sum(y[i] for i in kept)), (tag, t)
                 if not kept:
-                    assert o["ece"] is None and o["ece_ci"] is None and o["laece0"] is None, (tag, t)
+                    assert o["ece"] is None and o["ece_ci"] is None and o["laece0"] is None, (
+                        tag,
+                        t,
+                    )
                     continue
                 want = ece_loop([p[i] for i in kept], [y[i] for i in kept], M)
                 assert o["ece"] == _approx(want), (tag, t)
-                kept_m = lambda q, yy, t=t: _np_ece(q[q > t], yy[q > t], M) if (q > t).any() else float("nan")
+                kept_m = lambda q, yy, t=t: (
+                    _np_ece(q[q > t], yy[q > t], M) if (q > t).any() else float("nan")
+                )
                 assert o["ece_ci"] == pytest.approx(
                     bc_or_normal(boot_draws(kept_m, img, [a_p, a_y], n_boot, seed), want), rel=1e-9
                 ), (tag, t)
                 scored = laece0_targets(rows, p, gt_by_image, t)
                 la = laece0_of(
-                    [q for _, q, _ in scored], [g for _, _, g in scored], [cls[i] for i, _, _ in scored], gt_classes
+                    [q for _, q, _ in scored],
+                    [g for _, _, g in scored],
+                    [cls[i] for i, _, _ in scored],
+                    gt_classes,
                 )
                 assert o["laece0"] == (None if math.isnan(la) else _approx(la)), (tag, t)
                 # replicates: a box keeps its image's match (an image drawn twice: its boxes twice)
                 use, tgt = np.zeros(len(p), dtype=bool), np.zeros(len(p))
                 for i, _, g in scored:
                     use[i], tgt[i] = True, g
-                la_m = lambda q, g, k, u, gc=gt_classes: laece0_of(q[u].tolist(), g[u].tolist(), k[u].tolist(), gc)
+                la_m = lambda q, g, k, u, gc=gt_classes: laece0_of(
+                    q[u].tolist(), g[u].tolist(), k[u].tolist(), gc
+                )
                 draws = boot_draws(la_m, img, [a_p, tgt, a_cls, use], n_boot, seed)
-                assert o["laece0_ci"] == pytest.approx(normal_interval(draws, la), rel=1e-9), (tag, t)
+                assert o["laece0_ci"] == pytest.approx(normal_interval(draws, la), rel=1e-9), (
+                    tag,
+                    t,
+                )
     return s
 
 
@@ -706,8 +780,13 @@ def _shift_by_hand(t, p0, p1, y, n_gt, T, cal=None) -> dict:
 
     return {
         "conf": t,
-        "equivalent_conf": (_approx(1 / (1 + ((1 - t) / t) ** (1 / T))) if T is not None else
-                            None if cal is None else _approx(_sig(cal(math.log(t / (1 - t))), 1.0))),
+        "equivalent_conf": (
+            _approx(1 / (1 + ((1 - t) / t) ** (1 / T)))
+            if T is not None
+            else None
+            if cal is None
+            else _approx(_sig(cal(math.log(t / (1 - t))), 1.0))
+        ),
         "n_gt": n_gt,
         "kept_before": sum(kb),
         "kept_after": sum(ka),
@@ -727,7 +806,9 @@ def test_every_figure_of_the_default_run(main_run):
     s = check_run(main_run, split_images(main_run))
     assert s["heads"] == ["nms", "e2e"]
     assert s["conf_thresholds"] == [0.25] and s["bootstrap"]["n_boot"] == N_BOOT
-    assert any(np.subtract(*s["eval"][h]["ece_before_ci"]) < 0 for h in s["heads"])  # a real interval somewhere
+    assert any(
+        np.subtract(*s["eval"][h]["ece_before_ci"]) < 0 for h in s["heads"]
+    )  # a real interval somewhere
     for head in s["heads"]:
         e = s["eval"][head]
         # the recomputation is not vacuous: the temperature moves the figures
@@ -746,7 +827,9 @@ def test_figures_with_thresholds_exactly_on_scores(main_run, coco_run):
     out, t_raw, t_cal = coco_run
     s = check_run(out, split_images(main_run))
     assert s["conf_thresholds"] == [0.25, t_raw, t_cal]
-    b = pl.read_parquet(out / "boxes.parquet").filter((pl.col("split") == s["splits"]["eval"]) & ~pl.col("ignore"))
+    b = pl.read_parquet(out / "boxes.parquet").filter(
+        (pl.col("split") == s["splits"]["eval"]) & ~pl.col("ignore")
+    )
     assert (b["conf"] == t_raw).sum() >= 1  # a box sits on the threshold: it is not kept
     T = s["temperature"]["nms"]
     assert sum(_sig(z, T) == t_cal for z in b["logit"].to_list()) >= 1
@@ -766,13 +849,17 @@ def test_coco_gt_run_agrees_with_the_yolo_label_run(main_run, coco_run):
             assert eb[k][0].keys() == v[0].keys()
             for kk, vv in v[0].items():
                 assert eb[k][0][kk] == pytest.approx(vv, rel=1e-9, abs=1e-12), (k, kk)
-        elif k == "kept_gaps_after":  # at the lowest threshold, which the coco run's extra two are below
+        elif (
+            k == "kept_gaps_after"
+        ):  # at the lowest threshold, which the coco run's extra two are below
             assert len(eb[k]) == len(v) and all(g.keys() == h.keys() for g, h in zip(eb[k], v))
         elif isinstance(v, (float, list)):
             assert eb[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
         else:
             assert eb[k] == v, k
-    assert b["threshold_shift"]["nms"][0] == pytest.approx(a["threshold_shift"]["nms"][0], rel=1e-12)
+    assert b["threshold_shift"]["nms"][0] == pytest.approx(
+        a["threshold_shift"]["nms"][0], rel=1e-12
+    )
     fa, fb = a["fit"]["nms"], b["fit"]["nms"]
     assert fa.keys() == fb.keys()
     for k, v in fa.items():  # numbers to 1e-12, the split name and counts exactly
@@ -816,7 +903,9 @@ def test_platt_run_figures_from_its_parameters(main_run, platt_run):
     assert e["operating_after"][0]["laece0"] != e["operating_before"][0]["laece0"]
     # the equivalent threshold of a Platt map: sigmoid(a * logit(0.25) + b), keeping the raw set at 0.25
     sh = s["threshold_shift"]["nms"][0]
-    assert sh["equivalent_conf"] == _approx(1 / (1 + math.exp(-(m["a"] * math.log(1 / 3) + m["b"]))))
+    assert sh["equivalent_conf"] == _approx(
+        1 / (1 + math.exp(-(m["a"] * math.log(1 / 3) + m["b"])))
+    )
     assert sh["equivalent_conf"] != 0.25 and sh["kept_before"] > 0
 
 
@@ -827,7 +916,10 @@ def test_laece0_recomputation_on_the_edge_cases():
     a box whose best GT is taken by a higher-scored one, equal-IoU GTs, more than 100 boxes."""
     from det_calib.metrics.operating_point import LaECE0Targets, laece0
 
-    gt = {"a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)], "b": []}
+    gt = {
+        "a": [(0, 0.0, 0.0, 10.0, 10.0), (0, 20.0, 0.0, 30.0, 10.0), (1, 0.0, 0.0, 10.0, 10.0)],
+        "b": [],
+    }
     gt["b"] = [(2, 0.0, 0.0, 8.0, 8.0)]
     gt["c"] = [(4, 0.0, 0.0, 10.0, 10.0), (4, 100.0, 0.0, 110.0, 10.0)]
     rows, scores = [], []
@@ -844,7 +936,9 @@ def test_laece0_recomputation_on_the_edge_cases():
     for k in range(120):  # class 2 on image b: > 100 boxes, scores on the bin edges k/25
         box("b", 2, 0.0, 0.0, 8.0, 8.0 - k / 100, (k % 24 + 1) / 25)
     # image c: 0.08 = 2/25 exactly, in (1/25, 2/25] with 0.05; the opposite gaps cancel in that bin
-    box("c", 4, 200.0, 200.0, 210.0, 210.0, 0.08)  # IoU 0 with both GTs: takes the later one, target 0
+    box(
+        "c", 4, 200.0, 200.0, 210.0, 210.0, 0.08
+    )  # IoU 0 with both GTs: takes the later one, target 0
     box("c", 4, 0.0, 0.0, 10.0, 3.0, 0.05)  # the first GT, target 0.3
     im = {"a": 0, "b": 1, "c": 2}
     det = (
@@ -864,7 +958,9 @@ def test_laece0_recomputation_on_the_edge_cases():
             sorted({g[0] for v in gt.values() for g in v}),
         )
         assert got == pytest.approx(laece0(*det, scores, *gts, threshold=thr), rel=1e-12), thr
-        assert got == pytest.approx(pipeline_path.laece(np.asarray(scores), threshold=thr), rel=1e-12), thr
+        assert got == pytest.approx(
+            pipeline_path.laece(np.asarray(scores), threshold=thr), rel=1e-12
+        ), thr
     scored = laece0_targets(rows, scores, gt, 0.0)
     assert sum(rows[i]["cls"] == 2 for i, _, _ in scored) == 100
     assert [g for i, _, g in scored if i < 3] == [pytest.approx(0.8), 0.0, 0.0]
@@ -887,26 +983,40 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     n = 240
     z = rng.normal(-1.0, 2.0, n)
     y = rng.random(n) < 1 / (1 + np.exp(-0.6 * z))
-    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3})
+    cal = PlattScaler.from_dict(
+        {"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3}
+    )
     t1 = cal.transform_logits(z)
     p0 = 1 / (1 + np.exp(-z))
     x1, y1 = rng.uniform(0, 500, n), rng.uniform(0, 300, n)
-    raw = BoxView(logit=z, conf=p0, correct=y, cls=np.zeros(n, dtype=np.int64), image_id=np.arange(n) // 4,
-                  loc_iou=np.where(y, 0.8, 0.0), xyxy=np.column_stack([x1, y1, x1 + 40, y1 + 30]),
-                  extra={"img_w": np.full(n, 640), "img_h": np.full(n, 480)})
+    raw = BoxView(
+        logit=z,
+        conf=p0,
+        correct=y,
+        cls=np.zeros(n, dtype=np.int64),
+        image_id=np.arange(n) // 4,
+        loc_iou=np.where(y, 0.8, 0.0),
+        xyxy=np.column_stack([x1, y1, x1 + 40, y1 + 30]),
+        extra={"img_w": np.full(n, 640), "img_h": np.full(n, 480)},
+    )
     scored = raw.scored(cal)
     p1 = scored.conf
     np.testing.assert_allclose(p1, 1 / (1 + np.exp(-t1)), rtol=1e-12, atol=1e-15)
     s = Settings(conf=(0.3, 0.9999), ece_bins=4, n_boot=20)
     assert max(p0.max(), p1.max()) < 0.9999
-    t03, t_top = pipeline.thresholded(raw, scored, s)
+    t03, t_top = pipeline._thresholded(raw, scored, s)
     kb, ka = p0 > 0.3, p1 > 0.3
     assert (t03.boxes_before, t03.boxes_after) == (kb.sum(), ka.sum())
     assert t03.ece_before == pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 4), abs=1e-12)
     assert t03.ece_after == pytest.approx(ece_loop(p1[ka].tolist(), y[ka].tolist(), 4), abs=1e-12)
     assert t03.ece_before != pytest.approx(ece_loop(p0[kb].tolist(), y[kb].tolist(), 15), abs=1e-6)
-    assert (t_top.boxes_before, t_top.ece_before, t_top.boxes_after, t_top.ece_after) == (0, None, 0, None)
-    before, after = pipeline.all_box_scores(raw, scored, cal, s)
+    assert (t_top.boxes_before, t_top.ece_before, t_top.boxes_after, t_top.ece_after) == (
+        0,
+        None,
+        0,
+        None,
+    )
+    before, after = pipeline._all_box_scores(raw, scored, cal, s)
     assert before.nll == pytest.approx(nll_loop(z.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.nll == pytest.approx(nll_loop(t1.tolist(), y.tolist(), 1.0), rel=1e-9)
     assert after.ece == pytest.approx(ece_loop(p1.tolist(), y.tolist(), 4), abs=1e-12)
@@ -922,28 +1032,55 @@ def test_map_check_honours_max_det_on_both_branches():
     from det_calib.evaluation import figures as pipeline
     from det_calib.job.settings import Settings
 
-    gt_rows = [(i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))]
-    gt = pl.DataFrame(gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row").with_columns(
-        pl.col("x1", "y1", "x2", "y2").cast(pl.Float64), pl.lit(False).alias("crowd"))
+    gt_rows = [
+        (i, c, *box) for i in (0, 1) for c, box in ((0, (10, 10, 50, 50)), (1, (60, 60, 90, 90)))
+    ]
+    gt = pl.DataFrame(
+        gt_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2"], orient="row"
+    ).with_columns(pl.col("x1", "y1", "x2", "y2").cast(pl.Float64), pl.lit(False).alias("crowd"))
     det_rows = []
     for i in (0, 1):  # per (image, class): a correct box and a higher-scored false positive
-        det_rows += [(i, 0, 10.0, 10.0, 50.0, 48.0, 0.5 + i), (i, 0, 0.0, 0.0, 8.0, 8.0, 1.0 + i),
-                     (i, 1, 60.0, 60.0, 90.0, 88.0, -0.5 - i), (i, 1, 92.0, 92.0, 99.0, 99.0, 2.0)]
-    boxes = pl.DataFrame(det_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2", "logit"], orient="row")
+        det_rows += [
+            (i, 0, 10.0, 10.0, 50.0, 48.0, 0.5 + i),
+            (i, 0, 0.0, 0.0, 8.0, 8.0, 1.0 + i),
+            (i, 1, 60.0, 60.0, 90.0, 88.0, -0.5 - i),
+            (i, 1, 92.0, 92.0, 99.0, 99.0, 2.0),
+        ]
+    boxes = pl.DataFrame(
+        det_rows, schema=["image_id", "cls", "x1", "y1", "x2", "y2", "logit"], orient="row"
+    )
     split = Split(name="tiny", images=[], sizes=np.array([[100, 100], [100, 100]]), gt=gt)
     rows = [dict(_img=r[0], cls=r[1], x1=r[2], y1=r[3], x2=r[4], y2=r[5]) for r in det_rows]
     gt_per_image = [[(c, *map(float, box)) for i_, c, *box in gt_rows if i_ == i] for i in (0, 1)]
-    class_map = ClassAffineScaler.from_dict({"format": "det_calib.ClassAffineScaler", "version": 1, "kind": "platt",
-                                             "a": [3.0, 0.5], "b": [0.0, 0.0], "global_a": 1.0, "global_b": 0.0})
-    for cal, scale in ((TemperatureScaler.of_temperature(2.0), lambda r: r[6] / 2.0),
-                       (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5))):
+    class_map = ClassAffineScaler.from_dict(
+        {
+            "format": "det_calib.ClassAffineScaler",
+            "version": 1,
+            "kind": "platt",
+            "a": [3.0, 0.5],
+            "b": [0.0, 0.0],
+            "global_a": 1.0,
+            "global_b": 0.0,
+        }
+    )
+    for cal, scale in (
+        (TemperatureScaler.of_temperature(2.0), lambda r: r[6] / 2.0),
+        (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5)),
+    ):
         for max_det in (1, 300):
-            m = pipeline.map_check(boxes, split, cal, Settings(max_det=max_det))
-            m0 = coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det)
-            m1 = coco_map_independent(rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det)
+            m = pipeline._map_check(boxes, split, cal, Settings(max_det=max_det))
+            m0 = coco_map_independent(
+                rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det
+            )
+            m1 = coco_map_independent(
+                rows, [_sig(scale(r), 1.0) for r in det_rows], gt_per_image, max_det
+            )
             assert (m["map50_95_before"], m["map50_before"]) == (_approx(m0[0]), _approx(m0[1]))
             assert (m["map50_95_after"], m["map50_after"]) == (_approx(m1[0]), _approx(m1[1]))
-        assert m0[1] > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
+        assert (
+            m0[1]
+            > coco_map_independent(rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, 1)[1]
+        )
 
 
 @pytest.mark.fast
@@ -961,7 +1098,9 @@ def test_per_class_figures_on_small_arrays():
     y = rng.random(n) < 1 / (1 + np.exp(-0.7 * z))
     cls = np.where(np.arange(n) % 3 == 0, 1, 0)  # boxes of classes 0 and 1
     gt_cls = np.array([0] * 40 + [2] * 5 + [4] * 3)  # GT of classes 0, 2 and 4; class 3 has neither
-    cal = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2})
+    cal = PlattScaler.from_dict(
+        {"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2}
+    )
     t1 = cal.transform_logits(z)
     p0 = 1 / (1 + np.exp(-z))
     loc = np.where(y, rng.uniform(0.5, 1.0, n), 0.0)
@@ -971,18 +1110,28 @@ def test_per_class_figures_on_small_arrays():
     p1 = scored.conf
     np.testing.assert_allclose(p1, 1 / (1 + np.exp(-t1)), rtol=1e-12, atol=1e-15)
     s = Settings(conf=(0.3,), ece_bins=4, laece_bins=5, n_boot=30, seed=7)
-    out = pipeline.per_class_figures(raw, scored, gt_cls, cal, s, ["a", "b", "c", "d", "e"])
+    out = pipeline._per_class_figures(raw, scored, gt_cls, cal, s, ["a", "b", "c", "d", "e"])
     assert [(r.cls, r.name, r.boxes, r.n_gt) for r in out] == [
-        (0, "a", int((cls == 0).sum()), 40), (1, "b", int((cls == 1).sum()), 0), (2, "c", 0, 5), (4, "e", 0, 3)]
-    assert out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
+        (0, "a", int((cls == 0).sum()), 40),
+        (1, "b", int((cls == 1).sum()), 0),
+        (2, "c", 0, 5),
+        (4, "e", 0, 3),
+    ]
+    assert (
+        out[2].ece_before is None and out[2].ece_before_ci is None and out[2].kept_ece_after is None
+    )
     for r in out[:2]:
         m = cls == r.cls
         assert r.correct == int(y[m].sum())
         for tag, p in (("before", p0), ("after", p1)):
-            assert getattr(r, f"ece_{tag}") == pytest.approx(ece_loop(p[m].tolist(), y[m].tolist(), 4), abs=1e-12)
+            assert getattr(r, f"ece_{tag}") == pytest.approx(
+                ece_loop(p[m].tolist(), y[m].tolist(), 4), abs=1e-12
+            )
             lae = laece_loop(p[m].tolist(), loc[m].tolist(), cls[m].tolist(), 5)
             assert getattr(r, f"laece_{tag}") == pytest.approx(lae, abs=1e-12)
             k = m & (p > 0.3)
-            assert getattr(r, f"kept_ece_{tag}") == pytest.approx(ece_loop(p[k].tolist(), y[k].tolist(), 4), abs=1e-12)
+            assert getattr(r, f"kept_ece_{tag}") == pytest.approx(
+                ece_loop(p[k].tolist(), y[k].tolist(), 4), abs=1e-12
+            )
             want = boot_bc(lambda pp, yy: _np_ece(pp, yy, 4), img[m], [p[m], y[m]], 30, 7)
             assert list(getattr(r, f"ece_{tag}_ci")) == pytest.approx(want, rel=1e-9)

@@ -30,11 +30,16 @@ def _die(conn, *args):  # a child that ends without sending its checks (killed, 
     os._exit(3)
 
 
-@pytest.mark.skipif(not outputs.runs_beside(), reason="needs Linux and two cores to run the val pass beside")
-def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(demo_model_path, tmp_path,
-                                                                               monkeypatch, caplog):
+@pytest.mark.skipif(
+    not outputs._runs_beside(), reason="needs Linux and two cores to run the val pass beside"
+)
+def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(
+    demo_model_path, tmp_path, monkeypatch, caplog
+):
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the checkpoint waits for the val pass
+    monkeypatch.setattr(
+        tempfile, "tempdir", str(tmp_path / "tmp")
+    )  # where the checkpoint waits for the val pass
     beside = _run(demo_model_path, tmp_path / "beside")
     check = _checks(beside)["nms"]
     assert check["original"]["map50_95"] > 0.1 and check["identical_at_equivalent_floor"] is True
@@ -43,13 +48,16 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
     assert t.stages["verification"].cpu > 0.5
     assert sum(s.cpu for s in t.stages.values()) == pytest.approx(t.cpu, abs=0.01)
     assert sum(s.wall for s in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
-    assert not list((tmp_path / "tmp").glob("det_calib_verify_*")) and (tmp_path / "beside" / "calibrated.pt").is_file()
+    assert (
+        not list((tmp_path / "tmp").glob("det_calib_verify_*"))
+        and (tmp_path / "beside" / "calibrated.pt").is_file()
+    )
 
-    monkeypatch.setattr(outputs, "runs_beside", lambda: False)
+    monkeypatch.setattr(outputs, "_runs_beside", lambda: False)
     assert _checks(_run(demo_model_path, tmp_path / "here")) == _checks(beside)
 
-    monkeypatch.setattr(outputs, "runs_beside", lambda: True)
-    monkeypatch.setattr(outputs, "checks_in_child", _die)
+    monkeypatch.setattr(outputs, "_runs_beside", lambda: True)
+    monkeypatch.setattr(outputs, "_checks_in_child", _die)
     with caplog.at_level(logging.WARNING, logger="det_calib.pipeline.outputs"):
         lost = _run(demo_model_path, tmp_path / "lost")
     assert _checks(lost) == _checks(beside)
@@ -64,7 +72,9 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(dem
     with caplog.at_level(logging.WARNING, logger="det_calib.pipeline.outputs"):
         unforked = _run(demo_model_path, tmp_path / "unforked")
     assert _checks(unforked) == _checks(beside)
-    assert "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text
+    assert (
+        "cannot start the Ultralytics val process (Resource temporarily unavailable)" in caplog.text
+    )
 
 
 def test_calibration_json_is_written_once_last(demo_model_path, tmp_path, monkeypatch):
@@ -87,12 +97,26 @@ def test_calibration_json_is_written_once_last(demo_model_path, tmp_path, monkey
         written.append(os.path.basename(path))
 
     monkeypatch.setattr(io, "atomic_path", counted)
-    run = calibrate(demo_model_path, fixture_data_yaml(), out=tmp_path / "out",
-                    **{**OPTIONS, "report": True, "target_precision": 0.8})
+    run = calibrate(
+        demo_model_path,
+        fixture_data_yaml(),
+        out=tmp_path / "out",
+        **{**OPTIONS, "report": True, "target_precision": 0.8},
+    )
     assert written.count("calibration.json") == 1 and written.count("summary.txt") == 1
-    after = written[written.index("calibration.json") + 1:]
-    assert set(after) <= {"summary.txt", io.MANIFEST}, after  # only the summary (and the folder's manifest) follow it
-    assert {"thresholds.json", "report.html", "report.md"} <= set(written[:written.index("calibration.json")])
+    after = written[written.index("calibration.json") + 1 :]
+    assert set(after) <= {"summary.txt", io._MANIFEST}, (
+        after
+    )  # only the summary (and the folder's manifest) follow it
+    assert {"thresholds.json", "report.html", "report.md"} <= set(
+        written[: written.index("calibration.json")]
+    )
     doc = json.loads((tmp_path / "out" / "calibration.json").read_text())
     assert doc == run.summary and doc["ultralytics_val"]["nms"]["original"]["map50_95"] > 0.1
-    assert set(doc["timings"]["stages"]) >= {"capture", "fit and choice", "figures", "verification", "report"}
+    assert set(doc["timings"]["stages"]) >= {
+        "capture",
+        "fit and choice",
+        "figures",
+        "verification",
+        "report",
+    }

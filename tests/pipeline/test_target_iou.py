@@ -16,7 +16,7 @@ from det_calib.data.ground_truth import Split
 from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import sigmoid
-from det_calib.pipeline.fitting import fit_boxes, fit_head, fit_labels
+from det_calib.pipeline.fitting import _fit_boxes, _fit_labels, fit_head
 
 pytestmark = pytest.mark.fast
 
@@ -30,12 +30,29 @@ def _planted(n: int = N, seed: int = 0) -> tuple[pl.DataFrame, Split, np.ndarray
     v = sigmoid(A * z + B)
     dx = 100.0 * (1.0 - v) / (1.0 + v)
     img = np.arange(n)
-    gt = pl.DataFrame({"image_id": img, "cls": np.zeros(n, dtype=np.int64), "x1": np.full(n, 100.0),
-                       "y1": np.full(n, 100.0), "x2": np.full(n, 200.0), "y2": np.full(n, 200.0),
-                       "crowd": np.zeros(n, dtype=bool)})
-    raw = pl.DataFrame({"image_id": img, "cls": np.zeros(n, dtype=np.int32), "x1": 100.0 + dx,
-                        "y1": np.full(n, 100.0), "x2": 200.0 + dx, "y2": np.full(n, 200.0), "logit": z,
-                        "conf": sigmoid(z)})
+    gt = pl.DataFrame(
+        {
+            "image_id": img,
+            "cls": np.zeros(n, dtype=np.int64),
+            "x1": np.full(n, 100.0),
+            "y1": np.full(n, 100.0),
+            "x2": np.full(n, 200.0),
+            "y2": np.full(n, 200.0),
+            "crowd": np.zeros(n, dtype=bool),
+        }
+    )
+    raw = pl.DataFrame(
+        {
+            "image_id": img,
+            "cls": np.zeros(n, dtype=np.int32),
+            "x1": 100.0 + dx,
+            "y1": np.full(n, 100.0),
+            "x2": 200.0 + dx,
+            "y2": np.full(n, 200.0),
+            "logit": z,
+            "conf": sigmoid(z),
+        }
+    )
     boxes = match_boxes(raw, gt, iou=0.5, loc_iou=0.1)
     split = Split(name="calib", images=[], sizes=np.full((n, 2), 400), gt=gt)
     return boxes, split, v
@@ -44,16 +61,16 @@ def _planted(n: int = N, seed: int = 0) -> tuple[pl.DataFrame, Split, np.ndarray
 def test_the_iou_target_is_the_iou_of_the_laece0_match():
     boxes, split, v = _planted()
     s = Settings(target="iou", method="platt")
-    view = fit_boxes(boxes, s, 0.0, split.gt)
-    np.testing.assert_allclose(fit_labels(view, "iou"), v, atol=1e-12)
+    view = _fit_boxes(boxes, s, 0.0, split.gt)
+    np.testing.assert_allclose(_fit_labels(view, "iou"), v, atol=1e-12)
     # the box table's own columns: `iou` is the best IoU (also of boxes unmatched at --iou 0.5), `loc_iou`
     # the IoU of the match at 0.1 (0 below it); the target is the match at IoU >= 0, as LaECE_0's
     np.testing.assert_allclose(boxes["iou"].to_numpy(), v, atol=1e-12)
     low = v < 0.1
     assert low.any() and (boxes["loc_iou"].to_numpy()[low] == 0).all()
-    np.testing.assert_array_equal(fit_labels(view, "correct"), v >= 0.5)
+    np.testing.assert_array_equal(_fit_labels(view, "correct"), v >= 0.5)
     with pytest.raises(Exception, match="ground truth"):
-        fit_boxes(boxes, s, 0.0)
+        _fit_boxes(boxes, s, 0.0)
 
 
 def test_a_planted_iou_map_is_recovered_through_the_run_steps():
@@ -82,7 +99,7 @@ def test_auto_under_the_iou_target_keeps_the_ranking_and_the_map():
     z = boxes["logit"].to_numpy()
     t = choice.calibrator.transform_logits(z)
     assert np.array_equal(np.argsort(z, kind="stable"), np.argsort(t, kind="stable"))
-    m = figures.map_check(boxes, split, choice.calibrator, s)
+    m = figures._map_check(boxes, split, choice.calibrator, s)
     assert (m["map50_95_before"], m["map50_before"]) == (m["map50_95_after"], m["map50_after"])
     grid = np.linspace(-2.5, 2.5, 11)
     assert np.abs(choice.calibrator.predict_proba(grid) - sigmoid(A * grid + B)).max() < 0.02
@@ -95,7 +112,9 @@ def test_the_target_is_recorded_only_where_it_is_iou_and_read_back():
     from det_calib.errors import InputError
     from det_calib.record.run_result import RunResult
 
-    ref = json.loads((Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text())
+    ref = json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text()
+    )
     assert "target" not in ref and RunResult.from_dict(ref).settings.target == "correct"
     ref["target"] = "iou"
     r = RunResult.from_dict(ref)

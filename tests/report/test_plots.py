@@ -32,7 +32,9 @@ def test_bars_are_matplotlibs_bars():
     for rect, path in zip(ref.patches, mine.get_paths()):
         (x0, y0), (x1, y1) = rect.get_bbox().get_points()
         v = path.vertices[:4]
-        np.testing.assert_allclose([v[:, 0].min(), v[:, 1].min(), v[:, 0].max(), v[:, 1].max()], [x0, y0, x1, y1])
+        np.testing.assert_allclose(
+            [v[:, 0].min(), v[:, 1].min(), v[:, 0].max(), v[:, 1].max()], [x0, y0, x1, y1]
+        )
 
 
 def test_count_axes_are_ticked_at_powers_of_ten_only():
@@ -52,17 +54,24 @@ def test_a_shared_row_has_one_count_scale_and_one_labelled_panel():
     small, large = _bins(40, 1), _bins(4000, 2)
     row = [("none", None, "conf"), ("small", small, "conf"), ("large", large, "conf")]
     with matplotlib.rc_context(plots.RC):
-        fig = plots.reliability_grid_figure([row], shared=True, missing="no boxes")
+        fig = plots._reliability_grid_figure([row], shared=True, missing="no boxes")
     axes = fig.axes  # per panel: reliability axes, count axes
     counts = axes[3], axes[5]
-    top = plots.count_top(large)
+    top = plots._count_top(large)
     assert [a.get_ylim()[1] for a in counts] == [top, top]
-    assert [a.get_ylabel() for a in axes] == ["", "", "accuracy (fraction correct)", "boxes", "", ""]
+    assert [a.get_ylabel() for a in axes] == [
+        "",
+        "",
+        "accuracy (fraction correct)",
+        "boxes",
+        "",
+        "",
+    ]
     assert axes[0].texts[0].get_text() == "no boxes"
 
     with matplotlib.rc_context(plots.RC):
-        fig = plots.reliability_grid_figure([row[1:]])
-    assert [fig.axes[k].get_ylim()[1] for k in (1, 3)] == [plots.count_top(small), top]
+        fig = plots._reliability_grid_figure([row[1:]])
+    assert [fig.axes[k].get_ylim()[1] for k in (1, 3)] == [plots._count_top(small), top]
     assert [a.get_ylabel() for a in fig.axes] == ["accuracy (fraction correct)", "boxes"] * 2
 
 
@@ -70,6 +79,6 @@ def test_an_empty_panel_leaves_the_ticks_of_the_axis_it_shares():
     fig = Figure()
     a, b = fig.subplots(1, 2, sharey=True)
     a.plot([0, 1], [0, 1])
-    plots.empty_panel(b, "not available")
+    plots._empty_panel(b, "not available")
     assert len(a.get_yticks()) > 0
     assert not any(t.get_visible() and t.tick1line.get_visible() for t in b.yaxis.get_major_ticks())

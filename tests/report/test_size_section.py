@@ -20,9 +20,18 @@ from det_calib.report.size_section import bin_label
 def runs(tmp_path_factory, demo_model_path, fixture_yaml):
     root = tmp_path_factory.mktemp("by_size")
     kw = dict(n_boot=30, run_val=False, progress=False, imgsz=320)
-    size = calibrate(demo_model_path, fixture_yaml, out=root / "size", method="size-platt", **kw).out_dir
-    plain = calibrate(demo_model_path, fixture_yaml, out=root / "temp", method="temperature", boxes=str(size),
-                      report=False, **kw).out_dir
+    size = calibrate(
+        demo_model_path, fixture_yaml, out=root / "size", method="size-platt", **kw
+    ).out_dir
+    plain = calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=root / "temp",
+        method="temperature",
+        boxes=str(size),
+        report=False,
+        **kw,
+    ).out_dir
     return {"size": size, "temperature": plain}
 
 
@@ -32,15 +41,27 @@ def test_the_run_records_and_reports_reliability_by_size(runs):
     doc = json.loads((run / "calibration.json").read_text())
     for h in res.heads:
         figs = res.head(h).by_size
-        assert [(f.scheme, f.bin) for f in figs][:3] == [("coco", "small"), ("coco", "medium"), ("coco", "large")]
-        assert sum(f.boxes_before for f in figs if f.scheme == "coco") == res.head(h).eval.operating_before[0].boxes
-        assert sum(f.boxes_after for f in figs if f.scheme == "relative") == res.head(h).eval.operating_after[0].boxes
+        assert [(f.scheme, f.bin) for f in figs][:3] == [
+            ("coco", "small"),
+            ("coco", "medium"),
+            ("coco", "large"),
+        ]
+        assert (
+            sum(f.boxes_before for f in figs if f.scheme == "coco")
+            == res.head(h).eval.operating_before[0].boxes
+        )
+        assert (
+            sum(f.boxes_after for f in figs if f.scheme == "relative")
+            == res.head(h).eval.operating_after[0].boxes
+        )
         assert len(doc["by_size"][h]) == 6
     md = (run / "report.md").read_text()
     assert "## Reliability by size" in md
     f = next(f for f in res.head("nms").by_size if f.ece_after is not None)
     row = next(line for line in md.splitlines() if line.startswith(f"| {bin_label(f)} |"))
-    assert fci(f.ece_after, f.ece_after_ci) in row and fci(f.laece0_before, f.laece0_before_ci) in row
+    assert (
+        fci(f.ece_after, f.ece_after_ci) in row and fci(f.laece0_before, f.laece0_before_ci) in row
+    )
     assert (run / "figures" / "by_size_nms.png").is_file()
     summary = (run / "summary.txt").read_text()
     assert "[nms] kept-set ECE by COCO size at conf 0.25" in summary
@@ -62,14 +83,37 @@ def test_a_size_map_run_writes_no_checkpoint_and_shows_its_map_change(runs):
 def test_compare_and_check_show_reliability_by_size(runs, tmp_path, fixture_yaml):
     pages = compare_runs(runs["size"], runs["temperature"], out_dir=tmp_path / "cmp")
     md = pages["md"].read_text()
-    assert "## Reliability by size" in md and "| Size | Run | ECE calibrated (boxes) | LaECE_0 calibrated |" in md
-    rows = [ln.split(" | ")[:2] for ln in md.splitlines() if ln.startswith(("| small ", "| medium ", "| large "))]
+    assert (
+        "## Reliability by size" in md
+        and "| Size | Run | ECE calibrated (boxes) | LaECE_0 calibrated |" in md
+    )
+    rows = [
+        ln.split(" | ")[:2]
+        for ln in md.splitlines()
+        if ln.startswith(("| small ", "| medium ", "| large "))
+    ]
     assert [(size.split()[1], run) for size, run in rows[:6]] == [
-        ("small", "A"), ("small", "B"), ("medium", "A"), ("medium", "B"), ("large", "A"), ("large", "B")]
-    result, out = check_run(runs["size"], data=fixture_yaml, split="fixture", limit=6, n_boot=20, progress=False,
-                            out=tmp_path / "check")
+        ("small", "A"),
+        ("small", "B"),
+        ("medium", "A"),
+        ("medium", "B"),
+        ("large", "A"),
+        ("large", "B"),
+    ]
+    result, out = check_run(
+        runs["size"],
+        data=fixture_yaml,
+        split="fixture",
+        limit=6,
+        n_boot=20,
+        progress=False,
+        out=tmp_path / "check",
+    )
     doc = json.loads((out / "check.json").read_text())
-    nms = next(h for h in doc["labelled"] if h["head"] == "nms") if isinstance(doc["labelled"], list) else \
-        doc["labelled"]["nms"]
+    nms = (
+        next(h for h in doc["labelled"] if h["head"] == "nms")
+        if isinstance(doc["labelled"], list)
+        else doc["labelled"]["nms"]
+    )
     assert [f["bin"] for f in nms["by_size"]][:3] == ["small", "medium", "large"]
     assert "by box size" in (out / "check.md").read_text()

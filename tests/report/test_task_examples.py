@@ -11,14 +11,14 @@ import pytest
 
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import demo_root
+from det_calib.demo import _demo_root
 from det_calib.demo.shapes_obb import demo_obb_data_yaml
 from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.matching.one_to_one import MatchResult
-from det_calib.report.task_examples import kept_matches, pose_panels, read_rgb, rotated_panels
+from det_calib.report.task_examples import _kept_matches, _pose_panels, _read_rgb, _rotated_panels
 from det_calib.report.task_plots import pose_examples_figure, rotated_examples_figure
 from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import match_rotated, probiou
+from det_calib.tasks.obb_matching import _probiou, match_rotated
 from det_calib.tasks.pose_labels import load_pose_split, split_keypoints
 from det_calib.tasks.pose_matching import match_keypoints, oks
 
@@ -30,8 +30,14 @@ MAX_FIGURE_BYTES = 300_000
 def _captured(task: str, yaml, load):
     ds = load_data_yaml(yaml)
     sp = load(ds, "test", limit=LIMIT)
-    boxes = capture(demo_root() / f"yolo26n_shapes_{task}.pt", sp.images, head="nms", split="test",
-                    image_names=sp.image_names(), progress=False)
+    boxes = capture(
+        _demo_root() / f"yolo26n_shapes_{task}.pt",
+        sp.images,
+        head="nms",
+        split="test",
+        image_names=sp.image_names(),
+        progress=False,
+    )
     return ds, sp, boxes
 
 
@@ -39,8 +45,18 @@ def _captured(task: str, yaml, load):
 def pose():
     ds, sp, b = _captured("pose", demo_pose_data_yaml(), load_pose_split)
     g = sp.gt
-    m = match_keypoints(b["image_id"], b["cls"], b["conf"], _kpts(b), g["image_id"], g["cls"], split_keypoints(sp),
-                        g["area"], g.select("x1", "y1", "x2", "y2").to_numpy(), g["crowd"])
+    m = match_keypoints(
+        b["image_id"],
+        b["cls"],
+        b["conf"],
+        _kpts(b),
+        g["image_id"],
+        g["cls"],
+        split_keypoints(sp),
+        g["area"],
+        g.select("x1", "y1", "x2", "y2").to_numpy(),
+        g["crowd"],
+    )
     return ds, sp, b, m
 
 
@@ -48,8 +64,15 @@ def pose():
 def obb():
     ds, sp, b = _captured("obb", demo_obb_data_yaml(), load_obb_split)
     g = sp.gt
-    m = match_rotated(b["image_id"], b["cls"], b["conf"], np.asarray(b["xywhr"].to_list()), g["image_id"], g["cls"],
-                      split_xywhr(sp))
+    m = match_rotated(
+        b["image_id"],
+        b["cls"],
+        b["conf"],
+        np.asarray(b["xywhr"].to_list()),
+        g["image_id"],
+        g["cls"],
+        split_xywhr(sp),
+    )
     return ds, sp, b, m
 
 
@@ -69,10 +92,15 @@ def _check_common(panels, kept, sp, names):
         rows = kept.filter(pl.col("image") == name).sort("conf")
         i = int(rows["image_id"][0])
         assert p.state == ["matched" if c else "unmatched" for c in rows["correct"]]
-        assert p.title == f"{name}: {sum(rows['correct'])} matched, {rows.height - sum(rows['correct'])} not"
-        assert np.array_equal(p.image, read_rgb(sp.images[i]))
+        assert (
+            p.title
+            == f"{name}: {sum(rows['correct'])} matched, {rows.height - sum(rows['correct'])} not"
+        )
+        assert np.array_equal(p.image, _read_rgb(sp.images[i]))
         assert [t.split(" ")[0] for t in p.labels] == [names[c] for c in rows["cls"]]
-        assert np.allclose(_measures(p.labels), np.clip(rows["measure"].to_numpy(), 0, 1), atol=0.005)
+        assert np.allclose(
+            _measures(p.labels), np.clip(rows["measure"].to_numpy(), 0, 1), atol=0.005
+        )
         shown.append(rows)
     # images with both a matched and an unmatched kept box come first
     both = [r["correct"].any() and (~r["correct"]).any() for r in shown]
@@ -82,9 +110,13 @@ def _check_common(panels, kept, sp, names):
 
 def test_pose_panels_show_the_matching(pose):
     ds, sp, b, m = pose
-    kept = kept_matches(b, m, conf=0.25)
-    assert kept.height == int((b["conf"] > 0.25).sum()) and kept["correct"].any() and (~kept["correct"]).any()
-    panels = pose_panels(b, sp, m, names=ds.names, conf=0.25)
+    kept = _kept_matches(b, m, conf=0.25)
+    assert (
+        kept.height == int((b["conf"] > 0.25).sum())
+        and kept["correct"].any()
+        and (~kept["correct"]).any()
+    )
+    panels = _pose_panels(b, sp, m, names=ds.names, conf=0.25)
     gt_all = split_keypoints(sp)
     for p, rows in zip(panels, _check_common(panels, kept, sp, ds.names)):
         i = int(rows["image_id"][0])
@@ -96,8 +128,12 @@ def test_pose_panels_show_the_matching(pose):
             if g >= 0:  # the line goes to the ground truth matched, at the OKS written
                 row = sp.gt[int(on[g])]
                 assert row["cls"][0] == rows["cls"][k]
-                want = oks(p.kpts[k:k + 1], p.gt_kpts[g:g + 1], row["area"].to_numpy(),
-                           row.select("x1", "y1", "x2", "y2").to_numpy())[0, 0]
+                want = oks(
+                    p.kpts[k : k + 1],
+                    p.gt_kpts[g : g + 1],
+                    row["area"].to_numpy(),
+                    row.select("x1", "y1", "x2", "y2").to_numpy(),
+                )[0, 0]
                 assert abs(_measures([p.labels[k]])[0] - want) <= 0.005
     png = pose_examples_figure(panels)
     assert png[:4] == b"\x89PNG" and len(png) <= MAX_FIGURE_BYTES
@@ -105,15 +141,18 @@ def test_pose_panels_show_the_matching(pose):
 
 def test_obb_panels_show_the_matching(obb):
     ds, sp, b, m = obb
-    kept = kept_matches(b, m, conf=0.25)
-    panels = rotated_panels(b, sp, m, names=ds.names, conf=0.25)
+    kept = _kept_matches(b, m, conf=0.25)
+    panels = _rotated_panels(b, sp, m, names=ds.names, conf=0.25)
     gt_all = split_xywhr(sp)
     for p, rows in zip(panels, _check_common(panels, kept, sp, ds.names)):
         i = int(rows["image_id"][0])
         assert np.array_equal(p.gt, gt_all[sp.gt["image_id"].to_numpy() == i])
         assert np.allclose(p.boxes, np.asarray(rows["xywhr"].to_list()))
-        best = probiou(p.boxes, p.gt)  # an unmatched box shows its best same-class ProbIoU
-        same = rows["cls"].to_numpy()[:, None] == sp.gt.filter(pl.col("image_id") == i)["cls"].to_numpy()[None]
+        best = _probiou(p.boxes, p.gt)  # an unmatched box shows its best same-class ProbIoU
+        same = (
+            rows["cls"].to_numpy()[:, None]
+            == sp.gt.filter(pl.col("image_id") == i)["cls"].to_numpy()[None]
+        )
         for k, st in enumerate(p.state):
             if st == "unmatched":
                 want = best[k][same[k]].max() if same[k].any() else 0.0
@@ -126,22 +165,34 @@ def test_ignored_and_low_boxes_are_left_out(pose):
     ds, sp, b, m = pose
     ignore = np.zeros(len(m), bool)
     ignore[:3] = True
-    m2 = MatchResult(correct=m.correct & ~ignore, iou=m.iou, gt_index=np.where(ignore, -1, m.gt_index), ignore=ignore)
-    kept = kept_matches(b, m2, conf=0.5)
+    m2 = MatchResult(
+        correct=m.correct & ~ignore,
+        iou=m.iou,
+        gt_index=np.where(ignore, -1, m.gt_index),
+        ignore=ignore,
+    )
+    kept = _kept_matches(b, m2, conf=0.5)
     want = (b["conf"].to_numpy() > 0.5) & ~ignore
     assert kept.height == int(want.sum())
     assert kept["conf"].to_list() == b["conf"].to_numpy()[want].tolist()
-    assert pose_panels(b, sp, m, conf=0.999) == []
+    assert _pose_panels(b, sp, m, conf=0.999) == []
 
 
 def test_bad_inputs_are_named(pose, obb):
     ds, sp, b, m = pose
-    with pytest.raises(ValueError, match=f"a matching result of 3 rows \\(one per box\\), but got {b.height}"):
-        pose_panels(b.head(3), sp, m)
+    with pytest.raises(
+        ValueError, match=f"a matching result of 3 rows \\(one per box\\), but got {b.height}"
+    ):
+        _pose_panels(b.head(3), sp, m)
     both = pl.concat([b, b.with_columns(pl.lit("e2e").alias("head"))])
     with pytest.raises(ValueError, match="the boxes of one head"):
-        kept_matches(both, MatchResult(*(np.concatenate([a, a]) for a in (m.correct, m.iou, m.gt_index, m.ignore))))
+        _kept_matches(
+            both,
+            MatchResult(
+                *(np.concatenate([a, a]) for a in (m.correct, m.iou, m.gt_index, m.ignore))
+            ),
+        )
     with pytest.raises(ValueError, match="a `xywhr` column"):
-        rotated_panels(b, obb[1], m)
+        _rotated_panels(b, obb[1], m)
     with pytest.raises(ValueError, match="a `calibrated` column"):
-        pose_panels(b, sp, m, score="calibrated")
+        _pose_panels(b, sp, m, score="calibrated")

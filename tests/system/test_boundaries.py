@@ -47,7 +47,9 @@ def _table(boxes, scores, cls=None):
     )
 
 
-@pytest.mark.parametrize("tau, box", [(0.5, [0, 0, 10, 5]), (0.1, [0, 0, 10, 1]), (0.1, [0, 0, 1, 10])])
+@pytest.mark.parametrize(
+    "tau, box", [(0.5, [0, 0, 10, 5]), (0.1, [0, 0, 10, 1]), (0.1, [0, 0, 1, 10])]
+)
 def test_match_table_iou_exactly_at_threshold(tau, box):
     gt = _table([[0, 0, 10, 10]], [1.0]).drop("conf").with_columns(pl.lit(False).alias("crowd"))
     r = match_table(_table([box], [0.9]), gt, iou_threshold=tau)
@@ -64,21 +66,29 @@ def test_match_table_passes_max_dets_and_takes_empty_ground_truth():
     assert match_table(boxes, gt, max_dets=1)["correct"].to_list() == [True, False]
     r = match_table(boxes, gt.head(0))
     assert r["correct"].to_list() == [False, False] and r["iou"].to_list() == [0.0, 0.0]
-    assert r.schema["correct"] == pl.Boolean and r.schema["iou"] == pl.Float64 and r.schema["ignore"] == pl.Boolean
+    assert (
+        r.schema["correct"] == pl.Boolean
+        and r.schema["iou"] == pl.Float64
+        and r.schema["ignore"] == pl.Boolean
+    )
 
 
 def test_iou_of_boxes_smaller_than_a_pixel():
     """Normalised (0..1) coordinates: every union is below 1 and must still count."""
     from det_calib.matching.one_to_one import box_iou
 
-    assert box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 0.25], [0.5, 0, 1, 0.5]]).tolist() == [[0.5, 0.0]]
+    assert box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 0.25], [0.5, 0, 1, 0.5]]).tolist() == [
+        [0.5, 0.0]
+    ]
 
 
 def test_crowd_flags_as_integers():
     from det_calib.matching.one_to_one import box_iou
 
     a, b = [[0, 0, 10, 10]], [[0, 0, 20, 10], [0, 0, 20, 10]]
-    assert box_iou(a, b, crowd=np.array([0, 1])).tolist() == [[0.5, 1.0]]  # crowd: intersection / det area
+    assert box_iou(a, b, crowd=np.array([0, 1])).tolist() == [
+        [0.5, 1.0]
+    ]  # crowd: intersection / det area
     assert box_iou(a, b, crowd=np.array([1, 0])).tolist() == [[1.0, 0.5]]
     for bad in (np.array([0, 2]), np.array([0.0, 1.0])):
         with pytest.raises(InputError, match="`crowd` must hold booleans"):
@@ -112,7 +122,9 @@ def test_precision_recall_vs_conf_on_the_grid():
 def test_value_on_each_edge_goes_to_the_upper_bin(m):
     edges = np.linspace(0.0, 1.0, m + 1)
     rb = metrics.reliability_bins(edges, np.zeros(m + 1), n_bins=m)
-    assert rb.count.tolist() == [1] * (m - 1) + [2]  # 0 in the first, 1.0 with the last edge below it
+    assert rb.count.tolist() == [1] * (m - 1) + [
+        2
+    ]  # 0 in the first, 1.0 with the last edge below it
     below = np.nextafter(edges[1:-1], 0.0)
     rb = metrics.reliability_bins(below, np.zeros(m - 1), n_bins=m)
     assert rb.count.tolist() == [1] * (m - 1) + [0]
@@ -139,7 +151,9 @@ def test_ece_mce_laece_dece_with_scores_on_edges():
     f_mixed = [[0.0], [0.5], [0.0], [0.5], [0.0], [0.5]]
     assert dece(conf, y, f_on, n_bins=[4, 2]) == pytest.approx(2.3 / 6, abs=1e-15)
     # (0, .2) split -> |0-0| + |0.2-1|; .75 and 1 split -> |.75-1| + |1-1|
-    assert dece(conf, y, f_mixed, n_bins=[4, 2]) == pytest.approx((0.8 + 0.75 + 0.5 + 0.25) / 6, abs=1e-15)
+    assert dece(conf, y, f_mixed, n_bins=[4, 2]) == pytest.approx(
+        (0.8 + 0.75 + 0.5 + 0.25) / 6, abs=1e-15
+    )
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -177,13 +191,22 @@ def test_bootstrap_paths_agree_and_cover_the_last_image():
     img = np.repeat(np.arange(5), 30)
     conf = rng.uniform(size=150)
     y = rng.uniform(size=150) < conf
-    y[img == 4] = ~y[img == 4]  # the last image is badly calibrated: dropping it would narrow the interval
+    y[img == 4] = ~y[
+        img == 4
+    ]  # the last image is badly calibrated: dropping it would narrow the interval
     f = functools.partial(metrics.ece, n_bins=10)
     # the percentile interval reads the draws directly (the default bias-corrected one is replayed in
     # run/test_head_figures)
     a = metrics.bootstrap_ci(f, img, conf, y, n_boot=300, seed=5, method="percentile")
-    b = metrics.bootstrap_ci(lambda c, yy: metrics.ece(c, yy, n_bins=10), img, conf, y, n_boot=300, seed=5,
-                             method="percentile")
+    b = metrics.bootstrap_ci(
+        lambda c, yy: metrics.ece(c, yy, n_bins=10),
+        img,
+        conf,
+        y,
+        n_boot=300,
+        seed=5,
+        method="percentile",
+    )
     assert a == pytest.approx(b, rel=1e-12)
     # replay: images drawn with default_rng(seed).integers(0, n_img, n_img)
     r = np.random.default_rng(5)
@@ -199,16 +222,31 @@ def test_kept_set_compares_in_float64():
     """float32 scores (as Ultralytics reports them) are compared with the threshold in float64:
     float32(0.3) = 0.30000001192... is above 0.3 (numpy would compare in float32 otherwise)."""
     p = np.float32([0.3, 0.2])
-    s = threshold_shift(p, np.float32([0.2, 0.3]), [1.0, 0.0], conf=0.3, n_gt=2)  # 0/1 floats as flags
-    assert (s.kept_before, s.kept_after, s.removed_correct, s.added, s.added_correct) == (1, 1, 1, 1, 0)
+    s = threshold_shift(
+        p, np.float32([0.2, 0.3]), [1.0, 0.0], conf=0.3, n_gt=2
+    )  # 0/1 floats as flags
+    assert (s.kept_before, s.kept_after, s.removed_correct, s.added, s.added_correct) == (
+        1,
+        1,
+        1,
+        1,
+        0,
+    )
 
 
 def test_threshold_shift_fields_and_bounds():
     s = threshold_shift(
-        np.array([0.9, 0.1]), np.array([0.8, 0.2]), np.array([True, False]), conf=0.5, n_gt=3, temperature=2.0
+        np.array([0.9, 0.1]),
+        np.array([0.8, 0.2]),
+        np.array([True, False]),
+        conf=0.5,
+        n_gt=3,
+        temperature=2.0,
     )
     d = s.to_dict()
-    assert d["conf"] == 0.5 and type(d["conf"]) is float and d["n_gt"] == 3 and type(d["n_gt"]) is int
+    assert (
+        d["conf"] == 0.5 and type(d["conf"]) is float and d["n_gt"] == 3 and type(d["n_gt"]) is int
+    )
     assert d["equivalent_conf"] == 0.5  # logit(0.5) = 0 for any T
     assert threshold_shift(
         np.array([0.9]), np.array([0.8]), np.array([True]), conf=0.25, n_gt=1, temperature=2.0
@@ -216,12 +254,19 @@ def test_threshold_shift_fields_and_bounds():
     # thresholds 0 and 1 are valid (everything above 0, nothing above 1); no equivalent threshold there
     for t, kept in ((0.0, 2), (1.0, 0)):
         s = threshold_shift(
-            np.array([0.9, 1.0]), np.array([0.8, 0.2]), np.array([True, False]), conf=t, n_gt=0, temperature=2.0
+            np.array([0.9, 1.0]),
+            np.array([0.8, 0.2]),
+            np.array([True, False]),
+            conf=t,
+            n_gt=0,
+            temperature=2.0,
         )
         assert s.kept_before == kept and s.equivalent_conf is None
         assert np.isnan(s.recall_before) and np.isnan(s.recall_after)
     assert np.isnan(
-        threshold_shift(np.array([0.1]), np.array([0.1]), np.array([True]), conf=0.5, n_gt=1).precision_before
+        threshold_shift(
+            np.array([0.1]), np.array([0.1]), np.array([True]), conf=0.5, n_gt=1
+        ).precision_before
     )
     for bad in (-0.1, 1.1):
         with pytest.raises(InputError, match="`conf` in \\[0, 1\\]"):

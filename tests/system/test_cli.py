@@ -50,7 +50,9 @@ def test_bad_model_files(capsys, tmp_path, ds, demo_model_path):
     code, err = _run(capsys, "calibrate", "--model", bad, "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
     code, err = _run(capsys, "calibrate", "--model", "yolo26n-cls.yaml", "--data", data, *FAST)
-    _assert_one_line_error(code, err, "a classify model is calibrated on a folder of class folders: give --data")
+    _assert_one_line_error(
+        code, err, "a classify model is calibrated on a folder of class folders: give --data"
+    )
     code, err = _run(capsys, "calibrate", "--model", ds / "data.yaml", "--data", data, *FAST)
     _assert_one_line_error(code, err, "cannot load model")
 
@@ -64,8 +66,19 @@ def test_pose_and_obb_models_are_checked_as_detectors(capsys, tmp_path, ds, task
         code, err = _run(capsys, "calibrate", "--model", cfg, "--data", data, *FAST)
         _assert_one_line_error(code, err, "class names differ: the model has 80 classes")
         assert "task" not in err
-    code, err = _run(capsys, "capture", "--model", f"yolo11n-{task}.yaml", "--data", data, "--split", "val",
-                     "--out", tmp_path / "parts", "-q")
+    code, err = _run(
+        capsys,
+        "capture",
+        "--model",
+        f"yolo11n-{task}.yaml",
+        "--data",
+        data,
+        "--split",
+        "val",
+        "--out",
+        tmp_path / "parts",
+        "-q",
+    )
     _assert_one_line_error(code, err, "class")
     assert "task" not in err
     assert not (tmp_path / "parts").exists()
@@ -75,8 +88,19 @@ def test_bad_data(capsys, tmp_path, ds, demo_model_path):
     m = demo_model_path
     code, err = _run(capsys, "calibrate", "--model", m, "--data", tmp_path / "nope.yaml", *FAST)
     _assert_one_line_error(code, err, "data.yaml not found")
-    code, err = _run(capsys, "calibrate", "--model", m, "--data", ds / "data.yaml", "--fit-split", "train",
-                     "--eval-split", "bogus", *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        m,
+        "--data",
+        ds / "data.yaml",
+        "--fit-split",
+        "train",
+        "--eval-split",
+        "bogus",
+        *FAST,
+    )
     _assert_one_line_error(code, err, "split `bogus` not in")
     # names that disagree with the model's
     text = (ds / "data.yaml").read_text()
@@ -109,9 +133,29 @@ def test_bad_data(capsys, tmp_path, ds, demo_model_path):
 
 
 def test_bad_options(capsys, ds, demo_model_path):
-    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--iou", "1.5", *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--iou",
+        "1.5",
+        *FAST,
+    )
     _assert_one_line_error(code, err, "--iou")
-    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--conf", "0", *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--conf",
+        "0",
+        *FAST,
+    )
     _assert_one_line_error(code, err, "--conf")
 
 
@@ -124,25 +168,49 @@ def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
     out.mkdir()
     old = '{"det_calib_version": "0.0.1", "note": "an earlier run"}'
     (out / "calibration.json").write_text(old)
-    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml", "--out", out, *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--out",
+        out,
+        *FAST,
+    )
     _assert_one_line_error(code, err, "has no ground-truth boxes")
-    assert (out / "calibration.json").read_text() == old  # a failed run leaves earlier outputs alone
+    assert (
+        out / "calibration.json"
+    ).read_text() == old  # a failed run leaves earlier outputs alone
     assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
     # blank grey images: nothing above a high floor (labels restored: ground truth is there)
     for lbl, text in labels.items():
         lbl.write_text(text)
     for img in (ds / "images" / "fixture").glob("*.jpg"):
         cv2.imwrite(str(img), np.full((64, 64, 3), 127, np.uint8))
-    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
-                     "--conf-floor", "0.2", *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--conf-floor",
+        "0.2",
+        *FAST,
+    )
     _assert_one_line_error(code, err, "no boxes captured")
 
 
 def test_console_script_exit_code_and_no_traceback(tmp_path):
     exe = shutil.which("det-calib")
     cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
-    out = subprocess.run([*cmd, "calibrate", "--model", str(tmp_path / "x.pt"), "--data", str(tmp_path / "d.yaml")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [*cmd, "calibrate", "--model", str(tmp_path / "x.pt"), "--data", str(tmp_path / "d.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("det-calib: error: model file not found")
     assert "Traceback" not in out.stderr
@@ -153,8 +221,19 @@ def test_model_without_data_and_unwritable_out(capsys, tmp_path, ds, demo_model_
     _assert_one_line_error(code, err, "give both `--model` and `--data`")
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, err = _run(capsys, "calibrate", "--model", demo_model_path, "--data", ds / "data.yaml",
-                     "--out", blocker / "sub", "--head", "nms", *FAST)
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--out",
+        blocker / "sub",
+        "--head",
+        "nms",
+        *FAST,
+    )
     assert code == 2 and "Traceback" not in err and err.startswith("det-calib: error:")
     assert f"`--out` cannot be created: {blocker} is a file" in err
 
@@ -165,38 +244,79 @@ def test_default_run_on_the_embedded_demo(tmp_path):
     (rendered into the cache on first use); --limit keeps it short."""
     exe = shutil.which("det-calib")
     cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
-    out = subprocess.run([*cmd, "calibrate", "--limit", "40", "--n-boot", "100", "--out", str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    out = subprocess.run(
+        [*cmd, "calibrate", "--limit", "40", "--n-boot", "100", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    for head in ("nms", "e2e"):  # the temperature is fitted and reported whatever the default deploys
-        assert f"[{head}] temperature (fitted on all fit boxes" in out.stdout and "T = " in out.stdout
+    for head in (
+        "nms",
+        "e2e",
+    ):  # the temperature is fitted and reported whatever the default deploys
+        assert (
+            f"[{head}] temperature (fitted on all fit boxes" in out.stdout and "T = " in out.stdout
+        )
     assert "(identical;" in out.stdout and "boxes kept at conf 0.25" in out.stdout
     for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md"):
         assert (tmp_path / "run" / name).is_file()
     doc = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert doc["method"] == "auto" and set(doc["temperature_fit"]) == {"nms", "e2e"}
-    assert all(r["method"] in ("none", "temperature", "platt", "spline", "isotonic")
-               for r in doc.get("calibrators", {}).values())  # the default keeps every box's ranking
+    assert all(
+        r["method"] in ("none", "temperature", "platt", "spline", "isotonic")
+        for r in doc.get("calibrators", {}).values()
+    )  # the default keeps every box's ranking
     assert all(doc["eval"][h]["map_identical"] for h in ("nms", "e2e"))
     assert_intervals_contain_estimates(tmp_path / "run")
-    assert not list(tmp_path.glob(".run.det_calib-*")) and not list((tmp_path / "run").glob(".det_calib-staging-*"))
+    assert not list(tmp_path.glob(".run.det_calib-*")) and not list(
+        (tmp_path / "run").glob(".det_calib-staging-*")
+    )
     assert not (tmp_path / "runs").exists()  # Ultralytics val wrote nothing into the cwd
 
 
 def test_calibrate_options_come_from_settings():
     """Every option of `calibrate` is a Settings field: same defaults, values read back into Settings."""
-    from det_calib.cli import _parser, flag_names, settings_from_args
+    from det_calib.cli import _flag_names as flag_names
+    from det_calib.cli import _parser
+    from det_calib.cli import _settings_from_args as settings_from_args
     from det_calib.job.settings import Settings
 
     parser = _parser()
     assert settings_from_args(parser.parse_args(["calibrate"]), Settings) == Settings()
-    args = parser.parse_args(["calibrate", "--conf", "0.3", "--conf", "0.5", "--bins", "10", "--no-val", "-q",
-                              "--head", "nms", "--limit", "7", "--device", "cpu"])
+    args = parser.parse_args(
+        [
+            "calibrate",
+            "--conf",
+            "0.3",
+            "--conf",
+            "0.5",
+            "--bins",
+            "10",
+            "--no-val",
+            "-q",
+            "--head",
+            "nms",
+            "--limit",
+            "7",
+            "--device",
+            "cpu",
+        ]
+    )
     s = settings_from_args(args, Settings)
-    assert s.conf == (0.3, 0.5) and s.ece_bins == 10 and s.head == "nms" and s.limit == 7 and s.device == "cpu"
+    assert (
+        s.conf == (0.3, 0.5)
+        and s.ece_bins == 10
+        and s.head == "nms"
+        and s.limit == 7
+        and s.device == "cpu"
+    )
     assert not s.run_val and not s.progress and s.report and s.iou == 0.5
     flags = flag_names(Settings)
-    assert flags["ece_bins"] == "--bins" and flags["run_val"] == "--no-val" and "loc_iou" not in flags
+    assert (
+        flags["ece_bins"] == "--bins" and flags["run_val"] == "--no-val" and "loc_iou" not in flags
+    )
     with pytest.raises(SystemExit):
         parser.parse_args(["calibrate", "--head", "yolo"])  # choices come from the head vocabulary
 
@@ -215,8 +335,12 @@ def test_no_command_takes_an_abbreviated_option(capsys, tmp_path):
     run = tmp_path / "no_run"
     with pytest.raises(SystemExit) as e:  # argparse's own usage error: exit 2, one error line
         main(["thresholds", str(run), "--target-prec", "0.8"])
-    _assert_one_line_error(e.value.code, capsys.readouterr().err, "unrecognized arguments: --target-prec")
-    code, err = _run(capsys, "thresholds", run, "--target-precision", "0.8")  # the full name reaches the run check
+    _assert_one_line_error(
+        e.value.code, capsys.readouterr().err, "unrecognized arguments: --target-prec"
+    )
+    code, err = _run(
+        capsys, "thresholds", run, "--target-precision", "0.8"
+    )  # the full name reaches the run check
     _assert_one_line_error(code, err, "run directory not found")
 
 
@@ -224,34 +348,69 @@ def test_library_errors_are_shown_with_option_names():
     from det_calib.cli import _error_line
     from det_calib.errors import InputError
 
-    assert _error_line(InputError("Expected `iou` in (0, 1], but got 1.5")) == "Expected `--iou` in (0, 1], but got 1.5"
+    assert (
+        _error_line(InputError("Expected `iou` in (0, 1], but got 1.5"))
+        == "Expected `--iou` in (0, 1], but got 1.5"
+    )
     msg = InputError("give both `model` and `data`, or neither")
     assert _error_line(msg) == "give both `--model` and `--data`, or neither"
-    assert _error_line(InputError("Expected `ece_bins` to be an integer")) == "Expected `--bins` to be an integer"
+    assert (
+        _error_line(InputError("Expected `ece_bins` to be an integer"))
+        == "Expected `--bins` to be an integer"
+    )
     text = "`loc_iou` has no option; `heads` is a JSON key"
     assert _error_line(InputError(text)) == text
+
+
 def test_the_cli_prints_no_third_party_chatter(tmp_path, demo_model_path, fixture_yaml):
     """On a fresh machine (no matplotlib font cache) with the report and Ultralytics val: the
     output holds det_calib's lines, not matplotlib's `generated new fontManager` nor Ultralytics
     banners, and no line names the staging folder."""
     import os
 
-    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "YOLO_CONFIG_DIR": str(tmp_path / "yolo"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {
+        **os.environ,
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        "YOLO_CONFIG_DIR": str(tmp_path / "yolo"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
     env.pop("YOLO_VERBOSE", None)
     out = subprocess.run(
-        [sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(demo_model_path),
-         "--data", str(fixture_yaml), "--head", "nms", "--n-boot", "10", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False,
+        [
+            sys.executable,
+            "-m",
+            "det_calib.cli",
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(fixture_yaml),
+            "--head",
+            "nms",
+            "--n-boot",
+            "10",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=900,
+        check=False,
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert (tmp_path / "mpl").is_dir()  # matplotlib did build its font cache in this run
-    assert "capturing nms boxes" in text and "[nms] temperature (fitted on all fit boxes" in text  # det_calib's own
+    assert (
+        "capturing nms boxes" in text and "[nms] temperature (fitted on all fit boxes" in text
+    )  # det_calib's own
     assert "fontManager" not in text
     assert "Ultralytics 8." not in text and "🚀" not in text
     assert ".det_calib-staging-" not in text
-    assert f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text  # the final path
+    assert (
+        f"wrote calibrated checkpoint {tmp_path / 'run' / 'calibrated.pt'}" in text
+    )  # the final path
 
 
 def test_the_docs_options_table_lists_every_calibrate_option():
@@ -268,8 +427,12 @@ def test_the_docs_options_table_lists_every_calibrate_option():
         first, meaning = line.split("|")[1:3]
         for flag in re.findall(r"`(--?[\w-]+)`", first):
             rows[flag] = meaning
-    calibrate = next(a for a in _parser()._subparsers._group_actions[0].choices.items() if a[0] == "calibrate")[1]
-    actions = [a for a in calibrate._actions if a.option_strings and "--help" not in a.option_strings]
+    calibrate = next(
+        a for a in _parser()._subparsers._group_actions[0].choices.items() if a[0] == "calibrate"
+    )[1]
+    actions = [
+        a for a in calibrate._actions if a.option_strings and "--help" not in a.option_strings
+    ]
     options = {max(a.option_strings, key=len) for a in actions}
     assert set(rows) - {"-q"} == options, (sorted(options - set(rows)), sorted(set(rows) - options))
     for flag in ("--method", "--head"):
@@ -286,9 +449,15 @@ def test_the_docs_layout_table_names_every_module():
     readme = (root / "docs" / "layout.md").read_text()
     table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`((?:det_calib|datasets|benchmarks|tests)/[\w/.]*)`", table))
-    assert all((root / p).exists() for p in named), sorted(p for p in named if not (root / p).exists())
+    assert all((root / p).exists() for p in named), sorted(
+        p for p in named if not (root / p).exists()
+    )
     folders = {p for p in named if p.endswith("/")}
-    modules = {str(p.relative_to(root)) for p in (root / "det_calib").rglob("*.py") if p.name != "__init__.py"}
+    modules = {
+        str(p.relative_to(root))
+        for p in (root / "det_calib").rglob("*.py")
+        if p.name != "__init__.py"
+    }
     missing = {m for m in modules if m not in named and not any(m.startswith(f) for f in folders)}
     assert not missing, sorted(missing)
 
@@ -315,8 +484,14 @@ print(before[0], gc.get_threshold()[0])
     env = {**__import__("os").environ, "PYTHONPATH": str(repo), "YOLO_OFFLINE": "1"}
     out = {}
     for how in ("library", "command"):
-        p = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, cwd=repo, timeout=120,
-                           env=env)
+        p = subprocess.run(
+            [sys.executable, "-c", code, how],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            timeout=120,
+            env=env,
+        )
         assert p.returncode == 0, p.stderr
         out[how] = tuple(map(int, p.stdout.split()[-2:]))
     assert out["library"] == (700, 700)
@@ -341,8 +516,14 @@ def command(args):
 cli.COMMANDS["demo-data"] = command
 sys.exit(cli.main(["demo-data"]))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert lines == ["det-calib: warning: split `calib`: skipping image x.png (unreadable)"], lines
@@ -364,15 +545,28 @@ print("modules:", " ".join(sorted(sys.modules)))
 """
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    for argv in (["--help"], ["calibrate", "--help"], ["ensemble", "--help"], ["thresholds", "--help"]):
-        p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=repo,
-                           timeout=120, env=env)
+    for argv in (
+        ["--help"],
+        ["calibrate", "--help"],
+        ["ensemble", "--help"],
+        ["thresholds", "--help"],
+    ):
+        p = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            timeout=120,
+            env=env,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         loaded = set(p.stdout.splitlines()[-1].removeprefix("modules: ").split())
         assert "argparse" in loaded and "det_calib.job.settings" in loaded  # the options were built
         for name in ("torch", "ultralytics", "matplotlib", "cv2", "scipy"):
             assert name not in loaded, (argv, name)
-        assert ("--seed" in p.stdout) == (argv != ["--help"])  # every command with a random draw takes it
+        assert ("--seed" in p.stdout) == (
+            argv != ["--help"]
+        )  # every command with a random draw takes it
 
 
 def _figures(run: Path) -> dict:
@@ -384,31 +578,65 @@ def _figures(run: Path) -> dict:
 
 
 def _summary_lines(run: Path) -> list[str]:
-    return [ln for ln in (run / "summary.txt").read_text().splitlines() if not ln.startswith("time: ")]
+    return [
+        ln for ln in (run / "summary.txt").read_text().splitlines() if not ln.startswith("time: ")
+    ]
 
 
-def test_seed_repeats_a_run_and_another_seed_moves_its_intervals(capsys, tmp_path, demo_model_path, fixture_yaml):
+def test_seed_repeats_a_run_and_another_seed_moves_its_intervals(
+    capsys, tmp_path, demo_model_path, fixture_yaml
+):
     """`--seed` is every random draw of a run: the same seed on the same boxes gives the same
     calibration.json and summary (the CV's fold assignments, the bootstrap, the sampling floor's draws);
     another seed moves the bootstrap intervals and the floors, never an estimate. The boxes are captured
     once and re-fitted with `--boxes` (fit on the fixture split, evaluated on the same images as `val`:
     no random halves, so the boxes serve every seed)."""
-    common = ["--model", str(demo_model_path), "--data", str(fixture_yaml), "--fit-split", "fixture",
-              "--eval-split", "val", "--no-val", "--no-report", "-q", "--n-boot", "50"]
+    common = [
+        "--model",
+        str(demo_model_path),
+        "--data",
+        str(fixture_yaml),
+        "--fit-split",
+        "fixture",
+        "--eval-split",
+        "val",
+        "--no-val",
+        "--no-report",
+        "-q",
+        "--n-boot",
+        "50",
+    ]
     assert main(["calibrate", *common, "--out", str(tmp_path / "boxes")]) == 0
     runs = {}
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         runs[name] = tmp_path / name
-        assert main(["calibrate", *common, "--boxes", str(tmp_path / "boxes"), "--seed", str(seed),
-                     "--out", str(runs[name])]) == 0
+        assert (
+            main(
+                [
+                    "calibrate",
+                    *common,
+                    "--boxes",
+                    str(tmp_path / "boxes"),
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    str(runs[name]),
+                ]
+            )
+            == 0
+        )
     a, b, c = (_figures(runs[k]) for k in "abc")
     assert a["bootstrap"]["seed"] == 7 and c["bootstrap"]["seed"] == 8
     assert a == b and _summary_lines(runs["a"]) == _summary_lines(runs["b"])
     for head in ("nms", "e2e"):
         ea, ec = a["eval"][head], c["eval"][head]
         oa, oc = ea["operating_after"][0], ec["operating_after"][0]
-        assert oa["ece"] == oc["ece"] and ea["map50_95_after"] == ec["map50_95_after"]  # estimates: no draw
-        assert oa["ece_ci"] != oc["ece_ci"] and ea["ece_after_ci"] != ec["ece_after_ci"]  # the bootstrap
+        assert (
+            oa["ece"] == oc["ece"] and ea["map50_95_after"] == ec["map50_95_after"]
+        )  # estimates: no draw
+        assert (
+            oa["ece_ci"] != oc["ece_ci"] and ea["ece_after_ci"] != ec["ece_after_ci"]
+        )  # the bootstrap
         assert oa["ece_floor_range"] != oc["ece_floor_range"]  # the sampling floor's draws
     assert _summary_lines(runs["a"]) != _summary_lines(runs["c"])
     code, err = _run(capsys, "calibrate", *common, "--seed", "-1", "--out", tmp_path / "bad")
@@ -429,10 +657,18 @@ def test_the_default_console_says_each_thing_once_in_words(tmp_path):
     exe = shutil.which("det-calib")
     cmd = [exe] if exe else [sys.executable, "-m", "det_calib.cli"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([*cmd, "calibrate", "--limit", "16", "--n-boot", "50", "--out", str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=1200, env=env)
+    out = subprocess.run(
+        [*cmd, "calibrate", "--limit", "16", "--n-boot", "50", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "\r" not in out.stdout + out.stderr  # no progress bar frames when stderr is not a terminal
+    assert (
+        "\r" not in out.stdout + out.stderr
+    )  # no progress bar frames when stderr is not a terminal
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     repeated = [ln for ln in set(lines) if lines.count(ln) > 1]
     assert repeated == []
@@ -441,7 +677,11 @@ def test_the_default_console_says_each_thing_once_in_words(tmp_path):
         chosen = [ln for ln in out.stderr.splitlines() if ln.startswith(f"{head} head: ")]
         assert len(chosen) == 1, chosen
         assert "cross-validation grouped by image, repeated 5 times" in chosen[0]
-        ulv = [ln for ln in out.stdout.splitlines() if ln.startswith(f"[{head}] Ultralytics val mAP50-95")]
+        ulv = [
+            ln
+            for ln in out.stdout.splitlines()
+            if ln.startswith(f"[{head}] Ultralytics val mAP50-95")
+        ]
         assert len(ulv) == 1 and ulv[0].endswith("(Ultralytics' own val pass and mAP code)")
         coco = [ln for ln in out.stdout.splitlines() if ln.startswith(f"[{head}] COCO mAP50-95")]
         assert len(coco) == 1 and "the boxes det_calib captured, scored by" in coco[0]
@@ -449,4 +689,6 @@ def test_the_default_console_says_each_thing_once_in_words(tmp_path):
         assert gone not in out.stdout + out.stderr, gone
     assert sum("the two mAP50-95 of a head measure different things" in ln for ln in lines) == 1
     assert sum(ln.startswith("time: ") for ln in lines) == 1
-    assert sum(ln.startswith("wrote calibrated checkpoint ") for ln in lines) == 1  # each head's map in words
+    assert (
+        sum(ln.startswith("wrote calibrated checkpoint ") for ln in lines) == 1
+    )  # each head's map in words

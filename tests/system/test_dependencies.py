@@ -31,29 +31,37 @@ KNOWN = {"cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "
 # a function that is guarded for an optional extra belong here.
 ALLOWED_UNDECLARED: dict[str, str] = {
     "ray": "optional extra `det_calib[ray]` (declared there): imported only inside "
-           "det_calib.capture.ray_capture.capture_ray, which raises InputError naming the extra when it is missing",
+    "det_calib.capture.ray_capture.capture_ray, which raises InputError naming the extra when it "
+    "is missing",
     "onnx": "optional extra `det_calib[onnx]` (declared there): imported only inside the ONNX writer of "
-            "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime raised InputError "
-            "naming the extra when it is missing",
+    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime raised "
+    "InputError "
+    "naming the extra when it is missing",
     "openvino": "optional extra `det_calib[openvino]` (declared there): imported only inside the OpenVINO writer of "
-                "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime named the extra "
-                "when it is missing",
+    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime named "
+    "the extra "
+    "when it is missing",
     "ncnn": "optional extra `det_calib[ncnn]` (declared there): imported only inside the NCNN load check of "
-            "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.require_runtime named the "
-            "extra when it is missing",
+    "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.require_runtime "
+    "named the "
+    "extra when it is missing",
 }
 
 
 def test_the_runtime_extras_are_declared_and_tested():
     """The export runtimes are extras (`onnx`, `openvino`) that the test extra also installs, so CI runs them."""
     extras = project()["optional-dependencies"]
-    assert {"onnx", "onnxruntime"} <= declared(extras["onnx"]) and "openvino" in declared(extras["openvino"])
+    assert {"onnx", "onnxruntime"} <= declared(extras["onnx"]) and "openvino" in declared(
+        extras["openvino"]
+    )
     assert declared(extras["onnx"]) | declared(extras["openvino"]) <= declared(extras["test"])
     for module in ("onnx", "openvino"):
         assert module in ALLOWED_UNDECLARED and module in declared(extras[module])
     # LiteRT and NCNN too (deploy/test_mobile_engines must run in CI, not skip)
-    assert {"litert-torch", "ai-edge-litert"} <= declared(extras["litert"]) and {"ncnn", "pnnx"} <= declared(
-        extras["ncnn"])
+    assert {"litert-torch", "ai-edge-litert"} <= declared(extras["litert"]) and {
+        "ncnn",
+        "pnnx",
+    } <= declared(extras["ncnn"])
     assert declared(extras["litert"]) | declared(extras["ncnn"]) <= declared(extras["test"])
 
 
@@ -73,7 +81,11 @@ def imported_modules(source: str) -> set[str]:
 
 
 def third_party(modules: set[str]) -> set[str]:
-    return {m for m in modules if m not in sys.stdlib_module_names and m not in ("det_calib", "__future__")}
+    return {
+        m
+        for m in modules
+        if m not in sys.stdlib_module_names and m not in ("det_calib", "__future__")
+    }
 
 
 def declared(requirements: list[str]) -> set[str]:
@@ -92,7 +104,9 @@ def distributions(module: str) -> set[str]:
 def undeclared(modules: set[str], requirements: list[str]) -> dict[str, set[str]]:
     """Third-party modules none of whose distributions is among ``requirements``."""
     have = declared(requirements)
-    return {m: distributions(m) for m in sorted(third_party(modules)) if not distributions(m) & have}
+    return {
+        m: distributions(m) for m in sorted(third_party(modules)) if not distributions(m) & have
+    }
 
 
 def runtime_imports() -> dict[str, set[str]]:
@@ -112,16 +126,32 @@ def test_every_runtime_import_is_declared():
     where = runtime_imports()
     missing = undeclared(set(where), project()["dependencies"])
     missing = {m: d for m, d in missing.items() if m not in ALLOWED_UNDECLARED}
-    assert not missing, "imported by det_calib but not in pyproject.toml [project] dependencies: " + "; ".join(
-        f"{m} (from {', '.join(sorted(where[m]))}; distribution {' or '.join(sorted(d))})" for m, d in missing.items()
+    assert not missing, (
+        "imported by det_calib but not in pyproject.toml [project] dependencies: "
+        + "; ".join(
+            f"{m} (from {', '.join(sorted(where[m]))}; distribution {' or '.join(sorted(d))})"
+            for m, d in missing.items()
+        )
     )
 
 
 def test_the_walk_sees_what_det_calib_imports():
     """The walk finds imports at module level and inside functions (known imports of det_calib)."""
     where = runtime_imports()
-    assert {"numpy", "polars", "torch", "ultralytics", "matplotlib", "cv2", "yaml", "PIL", "pycocotools"} <= set(where)
-    assert "det_calib/capture/predictor.py" in where["ultralytics"]  # imported inside functions only
+    assert {
+        "numpy",
+        "polars",
+        "torch",
+        "ultralytics",
+        "matplotlib",
+        "cv2",
+        "yaml",
+        "PIL",
+        "pycocotools",
+    } <= set(where)
+    assert (
+        "det_calib/capture/predictor.py" in where["ultralytics"]
+    )  # imported inside functions only
 
 
 def test_an_undeclared_import_is_caught():
@@ -141,5 +171,7 @@ def test_test_only_packages_are_not_runtime_dependencies():
 def test_allowed_exceptions_carry_a_reason():
     assert all(reason.strip() for reason in ALLOWED_UNDECLARED.values())
     extras = set().union(*(declared(reqs) for reqs in project()["optional-dependencies"].values()))
-    for module in ALLOWED_UNDECLARED:  # an allowed exception is still declared, in an optional extra
+    for (
+        module
+    ) in ALLOWED_UNDECLARED:  # an allowed exception is still declared, in an optional extra
         assert {_canon(d) for d in distributions(module)} & extras, module

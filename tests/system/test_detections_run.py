@@ -35,28 +35,68 @@ def demo(tmp_path_factory, demo_model_path):
     model = YOLO(str(demo_model_path))
     for split in ("calib", "test"):
         for image in list_images(ds.splits[split], split=split)[:LIMIT]:
-            model.predict(str(image), save_txt=True, save_conf=True, conf=0.001, save=False, verbose=False,
-                          project=str(tmp / "predict"), name=split, exist_ok=True)
+            model.predict(
+                str(image),
+                save_txt=True,
+                save_conf=True,
+                conf=0.001,
+                save=False,
+                verbose=False,
+                project=str(tmp / "predict"),
+                name=split,
+                exist_ok=True,
+            )
     return data, tmp
 
 
 def _run(argv: list) -> RunResult:
     out = Path(argv[argv.index("--out") + 1])
-    assert main(["calibrate", *map(str, argv), "--limit", str(LIMIT), "--no-report", "-q", "--n-boot", "100"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                *map(str, argv),
+                "--limit",
+                str(LIMIT),
+                "--no-report",
+                "-q",
+                "--n-boot",
+                "100",
+            ]
+        )
+        == 0
+    )
     return RunResult.read(out / "calibration.json")
 
 
 def _figures(run: RunResult) -> tuple[str, float, float, float, float]:
     head = run.results["nms"]
     ev = head.eval
-    return (head.calibrator.method, ev.operating_before[0].ece, ev.operating_after[0].ece, ev.map50_95_before,
-            ev.map50_95_after)
+    return (
+        head.calibrator.method,
+        ev.operating_before[0].ece,
+        ev.operating_after[0].ece,
+        ev.map50_95_before,
+        ev.map50_95_after,
+    )
 
 
 @pytest.fixture(scope="module")
 def pt_run(demo, demo_model_path):
     data, tmp = demo
-    return _run(["--model", demo_model_path, "--data", data, "--head", "nms", "--no-val", "--out", tmp / "pt"])
+    return _run(
+        [
+            "--model",
+            demo_model_path,
+            "--data",
+            data,
+            "--head",
+            "nms",
+            "--no-val",
+            "--out",
+            tmp / "pt",
+        ]
+    )
 
 
 def _assert_same(a: RunResult, b: RunResult) -> None:
@@ -64,7 +104,9 @@ def _assert_same(a: RunResult, b: RunResult) -> None:
     mb, rb, cb, m0b, m1b = _figures(b)
     assert ma == mb
     assert abs(ra - rb) <= 0.002 and abs(ca - cb) <= 0.002, (ra, rb, ca, cb)
-    assert m0a == pytest.approx(m0b, abs=1e-3) and m1b == m0b  # the file's own mAP is unchanged by the map
+    assert (
+        m0a == pytest.approx(m0b, abs=1e-3) and m1b == m0b
+    )  # the file's own mAP is unchanged by the map
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +124,9 @@ def test_the_same_boxes_as_a_csv_give_the_same_figures(demo, pt_run, txt_run):
     data, tmp = demo
     boxes = pl.read_parquet(tmp / "txt" / "boxes.parquet")
     csv = tmp / "dets.csv"
-    boxes.select("image", pl.col("cls").alias("class"), "x1", "y1", "x2", "y2", pl.col("conf").alias("score")
-                 ).write_csv(csv)
+    boxes.select(
+        "image", pl.col("cls").alias("class"), "x1", "y1", "x2", "y2", pl.col("conf").alias("score")
+    ).write_csv(csv)
     run = _run(["--data", data, "--detections", csv, "--out", tmp / "csv"])
     _assert_same(pt_run, run)
 
@@ -101,18 +144,47 @@ def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, demo_mod
 
     pytest.importorskip("ai_edge_litert")
     data, _ = demo
-    fixture = tmp_path / "fixture"  # the export's calibration images; its label cache lands here, not in the package
-    shutil.copytree(Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets" / "fixture", fixture)
+    fixture = (
+        tmp_path / "fixture"
+    )  # the export's calibration images; its label cache lands here, not in the package
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets" / "fixture", fixture
+    )
     shutil.copy(demo_model_path, tmp_path / "det.pt")
-    engine = YOLO(str(tmp_path / "det.pt")).export(format="litert", int8=True, data=str(fixture / "data.yaml"))
+    engine = YOLO(str(tmp_path / "det.pt")).export(
+        format="litert", int8=True, data=str(fixture / "data.yaml")
+    )
     model = YOLO(engine, task="detect")
     ds = load_data_yaml(data)
     for split in ("calib", "test"):
         for image in list_images(ds.splits[split], split=split)[:LIMIT]:
-            model.predict(str(image), save_txt=True, save_conf=True, conf=0.001, save=False, verbose=False,
-                          project=str(tmp_path / "predict"), name=split, exist_ok=True)
-    from_file = _run(["--data", data, "--detections", tmp_path / "predict", "--out", tmp_path / "file"])
-    from_engine = _run(["--model", engine, "--data", data, "--head", "nms", "--no-val", "--out", tmp_path / "engine"])
+            model.predict(
+                str(image),
+                save_txt=True,
+                save_conf=True,
+                conf=0.001,
+                save=False,
+                verbose=False,
+                project=str(tmp_path / "predict"),
+                name=split,
+                exist_ok=True,
+            )
+    from_file = _run(
+        ["--data", data, "--detections", tmp_path / "predict", "--out", tmp_path / "file"]
+    )
+    from_engine = _run(
+        [
+            "--model",
+            engine,
+            "--data",
+            data,
+            "--head",
+            "nms",
+            "--no-val",
+            "--out",
+            tmp_path / "engine",
+        ]
+    )
     _assert_same(from_engine, from_file)
     boxes = pl.read_parquet(tmp_path / "file" / "boxes.parquet")
     doc = json.loads((tmp_path / "file" / "raw_thresholds.json").read_text())
@@ -125,10 +197,24 @@ def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, demo_mod
 def test_boxes_of_the_file_run_give_its_figures(demo, txt_run):
     """``--detections FOLDER --boxes RUN``: the file run's saved boxes, not the file, give its figures."""
     data, tmp = demo
-    again = _run(["--data", data, "--detections", tmp / "predict", "--boxes", tmp / "txt", "--out", tmp / "again"])
+    again = _run(
+        [
+            "--data",
+            data,
+            "--detections",
+            tmp / "predict",
+            "--boxes",
+            tmp / "txt",
+            "--out",
+            tmp / "again",
+        ]
+    )
     assert _figures(again) == _figures(txt_run)
     a, b = (pl.read_parquet(tmp / f / "boxes.parquet") for f in ("txt", "again"))
-    assert a["calibrated"].to_list() == b["calibrated"].to_list() and a["correct"].to_list() == b["correct"].to_list()
+    assert (
+        a["calibrated"].to_list() == b["calibrated"].to_list()
+        and a["correct"].to_list() == b["correct"].to_list()
+    )
 
 
 def test_compare_and_thresholds_put_the_file_run_beside_the_pt_run(demo, pt_run, txt_run, capsys):
@@ -139,15 +225,47 @@ def test_compare_and_thresholds_put_the_file_run_beside_the_pt_run(demo, pt_run,
     _, tmp = demo
     for run in ("pt", "txt"):
         # the box-level rule: the subset's images are too few to certify a threshold over images
-        assert main(["thresholds", str(tmp / run), "--target-precision", "0.7", "--threshold-unit", "box",
-                     "--n-boot", "100"]) == 0
-    doc = {run: json.loads((tmp / run / "thresholds.json").read_text())["heads"]["nms"]["criteria"]
-           ["target_precision"] for run in ("pt", "txt")}
-    assert [c["threshold"] for c in doc["pt"]["per_class"]] == [c["threshold"] for c in doc["txt"]["per_class"]]
+        assert (
+            main(
+                [
+                    "thresholds",
+                    str(tmp / run),
+                    "--target-precision",
+                    "0.7",
+                    "--threshold-unit",
+                    "box",
+                    "--n-boot",
+                    "100",
+                ]
+            )
+            == 0
+        )
+    doc = {
+        run: json.loads((tmp / run / "thresholds.json").read_text())["heads"]["nms"]["criteria"][
+            "target_precision"
+        ]
+        for run in ("pt", "txt")
+    }
+    assert [c["threshold"] for c in doc["pt"]["per_class"]] == [
+        c["threshold"] for c in doc["txt"]["per_class"]
+    ]
     assert doc["pt"]["global"]["threshold"] == doc["txt"]["global"]["threshold"]
     assert doc["txt"]["global"]["certified"] and doc["txt"]["global"]["threshold"] < 0.9
-    assert main(["compare", str(tmp / "pt"), str(tmp / "txt"), "--labels", "pt", "file", "--out",
-                 str(tmp / "cmp")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp / "pt"),
+                str(tmp / "txt"),
+                "--labels",
+                "pt",
+                "file",
+                "--out",
+                str(tmp / "cmp"),
+            ]
+        )
+        == 0
+    )
     text = (tmp / "cmp" / "compare.txt").read_text()
     md = (tmp / "cmp" / "compare.md").read_text()
     assert "pt" in text and "file" in text and "threshold" in md.lower()
@@ -168,22 +286,46 @@ def new_images(demo_model_path, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("new_dets")
     model = YOLO(str(demo_model_path))
     for image in list_images(load_data_yaml(data).splits["test"], split="test")[:LIMIT]:
-        model.predict(str(image), save_txt=True, save_conf=True, conf=0.001, save=False, verbose=False,
-                      project=str(tmp), name="predict", exist_ok=True)
+        model.predict(
+            str(image),
+            save_txt=True,
+            save_conf=True,
+            conf=0.001,
+            save=False,
+            verbose=False,
+            project=str(tmp),
+            name="predict",
+            exist_ok=True,
+        )
     return data, tmp / "predict"
 
 
 def _check(run_dir: Path, out: Path, *argv) -> object:
     from det_calib.check.run_check import CHECK_FILE, CheckResult
 
-    code = main(["check", str(run_dir), *map(str, argv), "--limit", str(LIMIT), "--out", str(out), "-q",
-                 "--no-report", "--n-boot", "100"])
+    code = main(
+        [
+            "check",
+            str(run_dir),
+            *map(str, argv),
+            "--limit",
+            str(LIMIT),
+            "--out",
+            str(out),
+            "-q",
+            "--no-report",
+            "--n-boot",
+            "100",
+        ]
+    )
     r = CheckResult.read(out / CHECK_FILE)
     assert code == r.exit_code
     return r
 
 
-def test_check_on_a_file_of_new_images_gives_the_model_checks_figures(demo, pt_run, txt_run, new_images, capsys):
+def test_check_on_a_file_of_new_images_gives_the_model_checks_figures(
+    demo, pt_run, txt_run, new_images, capsys
+):
     """``check --detections`` of the new images' predict labels: on the file run and on the ``.pt`` run, the
     verdicts and figures of ``check`` capturing them with the model."""
     _, tmp = demo
@@ -195,9 +337,14 @@ def test_check_on_a_file_of_new_images_gives_the_model_checks_figures(demo, pt_r
     a = by_model.labelled["nms"]
     for r in (file_on_file, file_on_pt):
         b = r.labelled["nms"]
-        assert (r.calibration_verdict, r.detection_verdict) == (by_model.calibration_verdict,
-                                                                by_model.detection_verdict)
-        assert b.calibration.boxes == a.calibration.boxes and b.calibration.observed == a.calibration.observed
+        assert (r.calibration_verdict, r.detection_verdict) == (
+            by_model.calibration_verdict,
+            by_model.detection_verdict,
+        )
+        assert (
+            b.calibration.boxes == a.calibration.boxes
+            and b.calibration.observed == a.calibration.observed
+        )
         assert b.operating[0].ece == pytest.approx(a.operating[0].ece, abs=0.002)
         assert b.calibration.p_value == pytest.approx(a.calibration.p_value, abs=0.01)
     out = capsys.readouterr().out

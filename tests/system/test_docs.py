@@ -19,9 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MAX_README_LINES = 250
 
-BLOCK = re.compile(r"<!-- begin generated: (?P<path>[^ ]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
+BLOCK = re.compile(
+    r"<!-- begin generated: (?P<path>[^ ]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S
+)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\((?P<target>[^)\s]+)\)|!\[[^\]]*\]\((?P<image>[^)\s]+)\)")
 FOUR_DECIMALS = re.compile(r"(?<![\d.])\d\.\d{4}(?!\d)")
+
 
 def _pages() -> list[Path]:
     return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
@@ -74,7 +77,9 @@ def _broken_links(page: Path) -> list[str]:
 
 def test_the_readme_reads_in_five_minutes():
     n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
-    assert n <= MAX_README_LINES, f"README.md has {n} lines (at most {MAX_README_LINES}: move detail to docs/)"
+    assert n <= MAX_README_LINES, (
+        f"README.md has {n} lines (at most {MAX_README_LINES}: move detail to docs/)"
+    )
 
 
 def test_the_readme_set_up_block_holds_the_two_commands_ci_runs():
@@ -89,10 +94,16 @@ def test_the_readme_set_up_block_holds_the_two_commands_ci_runs():
 
 
 def test_every_docs_page_is_linked_from_the_readme():
-    linked = {(ROOT / t.partition("#")[0]).resolve() for t in _links(ROOT / "README.md") if t.startswith("docs/")}
+    linked = {
+        (ROOT / t.partition("#")[0]).resolve()
+        for t in _links(ROOT / "README.md")
+        if t.startswith("docs/")
+    }
     missing = [p.relative_to(ROOT).as_posix() for p in _topic_pages() if p.resolve() not in linked]
     assert not missing, f"docs pages the README does not link: {missing}"
-    assert (ROOT / "CONTRIBUTING.md").resolve() in {(ROOT / t).resolve() for t in _links(ROOT / "README.md")}
+    assert (ROOT / "CONTRIBUTING.md").resolve() in {
+        (ROOT / t).resolve() for t in _links(ROOT / "README.md")
+    }
 
 
 def test_every_link_resolves():
@@ -105,10 +116,13 @@ def test_every_generated_block_equals_its_file():
     assert blocks, "no generated block found: the docs embed benchmark tables between markers"
     for page, m in blocks:
         src = ROOT / m.group("path")
-        assert src.is_file(), f"{page.relative_to(ROOT)} embeds {m.group('path')}, which does not exist"
+        assert src.is_file(), (
+            f"{page.relative_to(ROOT)} embeds {m.group('path')}, which does not exist"
+        )
         assert m.group("body") == src.read_text(encoding="utf-8"), (
             f"{page.relative_to(ROOT)}: the block of {m.group('path')} differs from the file "
-            "(rerun the benchmark with --doc, then `python3 tests/system/test_docs.py --sync`)")
+            "(rerun the benchmark with --doc, then `python3 tests/system/test_docs.py --sync`)"
+        )
 
 
 def test_every_generated_file_is_embedded_or_linked():
@@ -116,8 +130,11 @@ def test_every_generated_file_is_embedded_or_linked():
     for p in _pages():
         text = p.read_text(encoding="utf-8")
         used |= {m.group("path") for m in BLOCK.finditer(text)}
-        used |= {(p.parent / t.partition("#")[0]).resolve().relative_to(ROOT).as_posix()
-                 for t in _links(p) if "generated/" in t}
+        used |= {
+            (p.parent / t.partition("#")[0]).resolve().relative_to(ROOT).as_posix()
+            for t in _links(p)
+            if "generated/" in t
+        }
     files = {f.relative_to(ROOT).as_posix() for f in (DOCS / "generated").glob("*.md")}
     assert not files - used, f"generated tables no page shows: {sorted(files - used)}"
 
@@ -138,15 +155,19 @@ def test_no_hand_typed_figure_table_outside_generated_blocks():
 
 def test_the_checks_catch_what_they_guard(tmp_path):
     """The checks above fail on a broken link, a stale anchor and a hand-edited block."""
-    (tmp_path / "a.md").write_text("# Title\n\n## Sub part\n\n[ok](#sub-part) [bad](#nope) [gone](b.md)\n")
+    (tmp_path / "a.md").write_text(
+        "# Title\n\n## Sub part\n\n[ok](#sub-part) [bad](#nope) [gone](b.md)\n"
+    )
     page = tmp_path / "a.md"
     assert _anchors(page) == {"title", "sub-part"}
     assert _links(page) == ["#sub-part", "#nope", "b.md"]
     assert FOUR_DECIMALS.findall("| 0.0617 → 0.0564 | 0.286329 | 12.3456 |") == ["0.0617", "0.0564"]
     text = "<!-- begin generated: docs/generated/x.md -->\n| a |\n<!-- end generated -->\n"
     assert BLOCK.search(text).group("body") == "| a |\n"
-    assert _slug("Why mAP can move under Ultralytics val, and why it doesn't really") == \
-        "why-map-can-move-under-ultralytics-val-and-why-it-doesnt-really"
+    assert (
+        _slug("Why mAP can move under Ultralytics val, and why it doesn't really")
+        == "why-map-can-move-under-ultralytics-val-and-why-it-doesnt-really"
+    )
     assert _slug("Reusing captured boxes: `--boxes`") == "reusing-captured-boxes---boxes"
 
 
@@ -155,8 +176,13 @@ def sync() -> list[Path]:
     changed = []
     for p in _pages():
         text = p.read_text(encoding="utf-8")
-        new = BLOCK.sub(lambda m: f"<!-- begin generated: {m.group('path')} -->\n"
-                        f"{(ROOT / m.group('path')).read_text(encoding='utf-8')}<!-- end generated -->", text)
+        new = BLOCK.sub(
+            lambda m: (
+                f"<!-- begin generated: {m.group('path')} -->\n"
+                f"{(ROOT / m.group('path')).read_text(encoding='utf-8')}<!-- end generated -->"
+            ),
+            text,
+        )
         if new != text:
             p.write_text(new, encoding="utf-8")
             changed.append(p)

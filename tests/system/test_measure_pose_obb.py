@@ -13,12 +13,14 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import probiou
+from det_calib.tasks.obb_matching import _probiou
 from det_calib.tasks.pose_labels import AREA_COLUMN, load_pose_split, split_keypoints
 from det_calib.tasks.pose_matching import oks
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = {task: ROOT / f"det_calib/demo/assets/yolo26n_shapes_{task}.pt" for task in ("pose", "obb")}
+MODELS = {
+    task: ROOT / f"det_calib/demo/assets/yolo26n_shapes_{task}.pt" for task in ("pose", "obb")
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +31,30 @@ def bench(load_benchmark):
 @pytest.fixture(scope="module")
 def splits(small_demo):
     """The first 20 demo test images with their keypoints, and with their rotated boxes."""
-    return {"pose": load_pose_split(load_data_yaml(small_demo["pose"]), "test", limit=20),
-            "obb": load_obb_split(load_data_yaml(small_demo["obb"]), "test", limit=20)}
+    return {
+        "pose": load_pose_split(load_data_yaml(small_demo["pose"]), "test", limit=20),
+        "obb": load_obb_split(load_data_yaml(small_demo["obb"]), "test", limit=20),
+    }
 
 
 def _found(split, conf: float, payload: str, values) -> pl.DataFrame:
     """Every ground truth found once at ``conf``, its box as the detection's box, ``values`` as its payload."""
     dtype = pl.List(pl.List(pl.Float64)) if payload == "kpts" else pl.Array(pl.Float64, 5)
     return split.gt.select("image_id", "x1", "y1", "x2", "y2", "cls").with_columns(
-        pl.lit(conf).alias("conf"), pl.Series(payload, [np.asarray(v).tolist() for v in values], dtype=dtype))
+        pl.lit(conf).alias("conf"),
+        pl.Series(payload, [np.asarray(v).tolist() for v in values], dtype=dtype),
+    )
 
 
 def _with_copies(found: pl.DataFrame) -> pl.DataFrame:
     """Each detection again at 0.6 (a duplicate, wrong) and at 0.2 (not kept)."""
-    return pl.concat([found, found.with_columns(pl.lit(0.6).alias("conf")),
-                      found.with_columns(pl.lit(0.2).alias("conf"))])
+    return pl.concat(
+        [
+            found,
+            found.with_columns(pl.lit(0.6).alias("conf")),
+            found.with_columns(pl.lit(0.2).alias("conf")),
+        ]
+    )
 
 
 def _unlabel(split, rows: list[int]):
@@ -52,8 +63,10 @@ def _unlabel(split, rows: list[int]):
     k[rows, :, 2] = 0
     nk = split.gt["num_keypoints"].to_numpy().copy()
     nk[rows] = 0
-    gt = split.gt.with_columns(pl.Series("kpts", k.reshape(len(k), -1), dtype=split.gt.schema["kpts"]),
-                               pl.Series("num_keypoints", nk, dtype=pl.Int32))
+    gt = split.gt.with_columns(
+        pl.Series("kpts", k.reshape(len(k), -1), dtype=split.gt.schema["kpts"]),
+        pl.Series("num_keypoints", nk, dtype=pl.Int32),
+    )
     return dataclasses.replace(split, gt=gt)
 
 
@@ -66,7 +79,9 @@ def test_oks_known_answers(bench, splits):
     n = pose_split.gt.height
     assert bench.kept_set_figures(found, pose_split, match="oks") == (n, pytest.approx(0.1))
     assert bench.kept_set_figures(_with_copies(found), pose_split, match="oks") == (
-        2 * n, pytest.approx((0.1 + 0.6) / 2))
+        2 * n,
+        pytest.approx((0.1 + 0.6) / 2),
+    )
     some = _unlabel(pose_split, [0, 5])
     assert bench.kept_set_figures(found, some, match="oks") == (n - 2, pytest.approx(0.1))
     assert bench.kept_set_figures(found, some, match="box") == (n, pytest.approx(0.1))
@@ -81,7 +96,14 @@ def test_oks_decides(bench, splits):
     moved = gk.copy()
     moved[:, :, :2] += 6.0
     found = _found(pose_split, 0.9, "kpts", moved)
-    own = np.diag(oks(moved[:, :, :2], gk, g[AREA_COLUMN].to_numpy(), g.select("x1", "y1", "x2", "y2").to_numpy()))
+    own = np.diag(
+        oks(
+            moved[:, :, :2],
+            gk,
+            g[AREA_COLUMN].to_numpy(),
+            g.select("x1", "y1", "x2", "y2").to_numpy(),
+        )
+    )
     share = float(np.mean(own >= 0.5))
     assert 0.2 < share < 0.95  # not vacuous: small shapes fail, large ones pass
     n, ece = bench.kept_set_figures(found, pose_split, match="oks")
@@ -96,7 +118,9 @@ def test_rotated_known_answers(bench, splits):
     n = obb_split.gt.height
     assert bench.kept_set_figures(found, obb_split, match="rotated") == (n, pytest.approx(0.1))
     assert bench.kept_set_figures(_with_copies(found), obb_split, match="rotated") == (
-        2 * n, pytest.approx((0.1 + 0.6) / 2))
+        2 * n,
+        pytest.approx((0.1 + 0.6) / 2),
+    )
 
 
 @pytest.mark.fast
@@ -105,10 +129,12 @@ def test_rotated_decides(bench, splits):
     obb_split = splits["obb"]
     xywhr = split_xywhr(obb_split)
     turned = xywhr + [0, 0, 0, 0, np.pi / 2]
-    own = np.array([probiou(a[None], b[None])[0, 0] for a, b in zip(turned, xywhr)])
+    own = np.array([_probiou(a[None], b[None])[0, 0] for a, b in zip(turned, xywhr)])
     share = float(np.mean(own >= 0.5))
     assert 0.2 < share < 1
-    n, ece = bench.kept_set_figures(_found(obb_split, 0.9, "xywhr", turned), obb_split, match="rotated")
+    n, ece = bench.kept_set_figures(
+        _found(obb_split, 0.9, "xywhr", turned), obb_split, match="rotated"
+    )
     assert n == obb_split.gt.height and ece == pytest.approx(abs(0.9 - share))
 
 
@@ -120,18 +146,38 @@ def test_tables_by_task(bench):
     ob = bench.prediction_table(rows, [[15.0, 21.0, 29.0, 38.0, 0.3]], task="obb")
     assert ob["xywhr"].to_list() == [[15.0, 21.0, 29.0, 38.0, 0.3]]
     assert bench.prediction_table([], [], task="pose").height == 0
-    base = dict(head="nms", method="platt", images=1, run_raw=0.1, run_calibrated=0.05, raw_at_floor=False)
-    cases = [bench.Case(size=s, raw=(10, 0.2), calibrated=(10, 0.1), task="obb", match="rotated",
-                        maps={"OBB mAP": True}, **base) for s in ("--limit 64", "full")]
+    base = dict(
+        head="nms", method="platt", images=1, run_raw=0.1, run_calibrated=0.05, raw_at_floor=False
+    )
+    cases = [
+        bench.Case(
+            size=s,
+            raw=(10, 0.2),
+            calibrated=(10, 0.1),
+            task="obb",
+            match="rotated",
+            maps={"OBB mAP": True},
+            **base,
+        )
+        for s in ("--limit 64", "full")
+    ]
     text = bench.table(cases, "obb.pt", floor=True)
     assert "| raw at floor | OBB mAP identical |" in text
     assert "| full | nms | platt | 1 | rotated IoU (ProbIoU) |" in text
     assert "| no | yes |" in text and "`predict`)" in text and ": met." in text
-    assert "within its sampling floor's range in 0 of 2 cases" in text and "no map in 0 case(s)" in text
-    mixed = [dataclasses.replace(cases[0], method="none", raw_at_floor=True),
-             dataclasses.replace(cases[1], raw_at_floor=None)]
+    assert (
+        "within its sampling floor's range in 0 of 2 cases" in text
+        and "no map in 0 case(s)" in text
+    )
+    mixed = [
+        dataclasses.replace(cases[0], method="none", raw_at_floor=True),
+        dataclasses.replace(cases[1], raw_at_floor=None),
+    ]
     line = bench.floor_line(mixed)
-    assert "range in 1 of 1 cases" in line and "no map in 1 case(s), 1 of them with the raw ECE at its floor" in line
+    assert (
+        "range in 1 of 1 cases" in line
+        and "no map in 1 case(s), 1 of them with the raw ECE at its floor" in line
+    )
 
 
 def _capture_kept(model: Path, images: list[Path], task: str) -> pl.DataFrame:
@@ -147,8 +193,16 @@ def test_child_predicts_as_the_capture(bench, task, splits):
     is bit-identical to predict), so the deployed matching sees what Ultralytics deploys."""
     split = splits[task]
     images = list(split.images[:6])
-    pred = bench.plain_predict({"original": str(MODELS[task]), "calibrated": str(MODELS[task]), "conf": 0.25,
-                                "nms": None, "imgsz": 320, "images": [str(p) for p in images]})
+    pred = bench.plain_predict(
+        {
+            "original": str(MODELS[task]),
+            "calibrated": str(MODELS[task]),
+            "conf": 0.25,
+            "nms": None,
+            "imgsz": 320,
+            "images": [str(p) for p in images],
+        }
+    )
     assert pred["task"] == task and pred["raw"] == pred["calibrated"]
     t = bench.prediction_table(pred["raw"]["rows"], pred["raw"]["payload"], task=task)
     ref = _capture_kept(MODELS[task], images, task)
@@ -156,9 +210,13 @@ def test_child_predicts_as_the_capture(bench, task, splits):
     for col in ("image_id", "cls"):
         assert t[col].to_list() == ref[col].to_list()
     for col in ("x1", "y1", "x2", "y2", "conf"):
-        np.testing.assert_array_equal(t[col].to_numpy().astype(np.float32), ref[col].to_numpy().astype(np.float32))
+        np.testing.assert_array_equal(
+            t[col].to_numpy().astype(np.float32), ref[col].to_numpy().astype(np.float32)
+        )
     payload = "kpts" if task == "pose" else "xywhr"
-    np.testing.assert_array_equal(np.asarray(t[payload].to_list(), dtype=np.float32),
-                                  np.asarray(ref[payload].to_list(), dtype=np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(t[payload].to_list(), dtype=np.float32),
+        np.asarray(ref[payload].to_list(), dtype=np.float32),
+    )
     n, ece = bench.kept_set_figures(t, split, match="oks" if task == "pose" else "rotated")
     assert n > 5 and 0 <= ece < 0.5

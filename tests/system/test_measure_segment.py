@@ -32,10 +32,14 @@ def _box_rle(split, i, x1, y1, x2, y2) -> bytes:
 def _detections(split, conf: float, *, box_masks: bool = False) -> pl.DataFrame:
     """Every ground truth found once at ``conf``: its own box, and its own mask or its box filled."""
     g = split.gt
-    segm = ([_box_rle(split, *r) for r in g.select("image_id", "x1", "y1", "x2", "y2").iter_rows()] if box_masks
-            else g["segm"].to_list())
+    segm = (
+        [_box_rle(split, *r) for r in g.select("image_id", "x1", "y1", "x2", "y2").iter_rows()]
+        if box_masks
+        else g["segm"].to_list()
+    )
     return g.select("image_id", "x1", "y1", "x2", "y2", "cls").with_columns(
-        pl.lit(conf).alias("conf"), pl.Series("segm", segm, dtype=pl.Binary))
+        pl.lit(conf).alias("conf"), pl.Series("segm", segm, dtype=pl.Binary)
+    )
 
 
 @pytest.mark.parametrize("match", ["mask", "box"])
@@ -44,9 +48,17 @@ def test_known_answers(bench, split, match):
     found = _detections(split, 0.9)
     assert bench.kept_set_figures(found, split, match=match) == (n, pytest.approx(0.1))
     # each found twice (0.9 and 0.6): the second copy is a duplicate, wrong; a third copy below 0.25 is not kept
-    twice = pl.concat([found, found.with_columns(pl.lit(0.6).alias("conf")),
-                       found.with_columns(pl.lit(0.2).alias("conf"))])
-    assert bench.kept_set_figures(twice, split, match=match) == (2 * n, pytest.approx((0.1 + 0.6) / 2))
+    twice = pl.concat(
+        [
+            found,
+            found.with_columns(pl.lit(0.6).alias("conf")),
+            found.with_columns(pl.lit(0.2).alias("conf")),
+        ]
+    )
+    assert bench.kept_set_figures(twice, split, match=match) == (
+        2 * n,
+        pytest.approx((0.1 + 0.6) / 2),
+    )
 
 
 def test_masks_decide_where_the_run_matched_by_masks(bench, split):
@@ -55,8 +67,10 @@ def test_masks_decide_where_the_run_matched_by_masks(bench, split):
     n = split.gt.height
     assert bench.kept_set_figures(boxy, split, match="box") == (n, pytest.approx(0.1))
     gt = segment_rles(split)
-    ious = [mask_utils.iou([{"size": g["size"], "counts": c}], [g], [0])[0, 0]
-            for g, c in zip(gt, boxy["segm"].to_list())]
+    ious = [
+        mask_utils.iou([{"size": g["size"], "counts": c}], [g], [0])[0, 0]
+        for g, c in zip(gt, boxy["segm"].to_list())
+    ]
     share = float(np.mean(np.asarray(ious) >= 0.5))
     assert 0.2 < share < 1  # not vacuous: some shapes fill less than half their box
     assert bench.kept_set_figures(boxy, split, match="mask") == (n, pytest.approx(abs(0.9 - share)))
@@ -68,11 +82,23 @@ def test_prediction_table_and_verdict(bench, split):
     t = bench.prediction_table(rows, [counts])
     assert t.row(0) == (0, 1.0, 2.0, 30.0, 40.0, 0.7, 3, counts.encode())
     assert bench.prediction_table([], []).height == 0
-    case = dict(size="full", head="nms", method="temperature", images=1, match="mask", run_raw=0.1,
-                run_calibrated=0.05, maps={"box mAP": True, "mask mAP": True})
-    good = [bench.Case(raw=(10, 0.2), calibrated=(10, 0.1), **case), bench.Case(raw=(10, 0.2), calibrated=(10, 0.2),
-                                                                               **case)]
+    case = dict(
+        size="full",
+        head="nms",
+        method="temperature",
+        images=1,
+        match="mask",
+        run_raw=0.1,
+        run_calibrated=0.05,
+        maps={"box mAP": True, "mask mAP": True},
+    )
+    good = [
+        bench.Case(raw=(10, 0.2), calibrated=(10, 0.1), **case),
+        bench.Case(raw=(10, 0.2), calibrated=(10, 0.2), **case),
+    ]
     assert bench.verdict(good) == (pytest.approx(0.75), pytest.approx(1.0), True)
     bad = good + [bench.Case(raw=(10, 0.1), calibrated=(10, 0.11), **case)]
     assert bench.verdict(bad)[2] is False  # 1.1x: a case above 1.05x
-    assert "NOT met" in bench.table(bad, "m.pt") and "| full | nms | temperature |" in bench.table(good, "m.pt")
+    assert "NOT met" in bench.table(bad, "m.pt") and "| full | nms | temperature |" in bench.table(
+        good, "m.pt"
+    )

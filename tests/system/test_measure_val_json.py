@@ -30,22 +30,31 @@ def setup(bench, tmp_path_factory, demo_model_path):
 
 def test_val_without_its_padding_writes_predicts_scores(bench, setup, demo_model_path):
     work, data, pt, boxes = setup
-    path = bench.val_json(demo_model_path, data, work, "single_b1_pad0", batch=1, single_label=True, pad=0.0)
+    path = bench.val_json(
+        demo_model_path, data, work, "single_b1_pad0", batch=1, single_label=True, pad=0.0
+    )
     d = bench.score_difference(boxes, path)
     assert d["rows"] == boxes.height and d["lost"] <= 0.01 * boxes.height
     assert d["max"] <= 5e-6 + 1e-9  # the JSON's 5 decimals
     r = bench.calibrate(data, work / "run_pad0", detections=str(path))
     assert r["method"] == pt["method"]
-    assert r["raw"] == pytest.approx(pt["raw"], abs=0.002) and r["calibrated"] == pytest.approx(pt["calibrated"],
-                                                                                                abs=0.002)
+    assert r["raw"] == pytest.approx(pt["raw"], abs=0.002) and r["calibrated"] == pytest.approx(
+        pt["calibrated"], abs=0.002
+    )
 
 
 def test_val_as_written_scores_other_boxes(bench, setup, demo_model_path):
     work, data, _, boxes = setup
-    path = bench.val_json(demo_model_path, data, work, "val", batch=16, single_label=False, pad=None)
+    path = bench.val_json(
+        demo_model_path, data, work, "val", batch=16, single_label=False, pad=None
+    )
     d = bench.score_difference(boxes, path)
     assert d["rows"] > 1.5 * boxes.height  # multi-label NMS: a box kept once per class above conf
-    assert d["lost"] > 0.1 * boxes.height and d["mean"] > 1e-3  # the letterbox moved boxes and scores
+    assert (
+        d["lost"] > 0.1 * boxes.height and d["mean"] > 1e-3
+    )  # the letterbox moved boxes and scores
     top = bench.score_difference(boxes, bench.top_class(path))
-    assert boxes.height * 0.8 < top["rows"] < d["rows"]  # one row per box: predict's count, not its boxes
+    assert (
+        boxes.height * 0.8 < top["rows"] < d["rows"]
+    )  # one row per box: predict's count, not its boxes
     assert top["mean"] > 1e-3

@@ -108,12 +108,18 @@ def test_committed_notebook_is_executed_and_clean():
     assert code, "the notebook has no code cells"
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            assert cell.outputs, f"cell {i} has no output: run `python3 notebooks/execute.py` before committing"
+            assert cell.outputs, (
+                f"cell {i} has no output: run `python3 notebooks/execute.py` before committing"
+            )
             assert isinstance(cell.execution_count, int), f"cell {i} was not executed"
-            assert not [o for o in cell.outputs if o.output_type == "error"], f"cell {i} holds an error"
+            assert not [o for o in cell.outputs if o.output_type == "error"], (
+                f"cell {i} holds an error"
+            )
             for o in cell.outputs:
                 png = o.get("data", {}).get("image/png", "")
-                assert len(png) * 3 // 4 <= MAX_IMAGE_BYTES, f"cell {i}: a {len(png) * 3 // 4:,}-byte figure"
+                assert len(png) * 3 // 4 <= MAX_IMAGE_BYTES, (
+                    f"cell {i}: a {len(png) * 3 // 4:,}-byte figure"
+                )
             text = json.dumps(cell.outputs)
             m = MACHINE_PATH.search(NUMBER.sub("#", "\n".join(_texts(cell))))
             assert m is None, f"cell {i} prints a path of the machine that ran it: {m.group(0)!r}"
@@ -122,7 +128,9 @@ def test_committed_notebook_is_executed_and_clean():
         assert "execution" not in cell.metadata, f"cell {i} has execution timing metadata"
         assert not cell.get("attachments"), f"cell {i} has attachments"
     assert sum(_images(c) for c in code) >= MIN_FIGURES
-    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "not executed top to bottom"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        "not executed top to bottom"
+    )
     assert NOTEBOOK.stat().st_size <= MAX_NOTEBOOK_BYTES
 
 
@@ -152,7 +160,11 @@ def test_drift_check_finds_a_moved_figure_and_allows_the_last_digit():
     fig.outputs = [o for o in fig.outputs if "image/png" not in o.get("data", {})]
     assert any("figures committed" in d for d in notebook_drift(nb, fewer))
     words = copy.deepcopy(nb)
-    c = next(c for c in words.cells if c.cell_type == "code" and any(o.output_type == "stream" for o in c.outputs))
+    c = next(
+        c
+        for c in words.cells
+        if c.cell_type == "code" and any(o.output_type == "stream" for o in c.outputs)
+    )
     o = next(o for o in c.outputs if o.output_type == "stream")
     o.text = "something else entirely " + o.text
     assert any("its text changed" in d for d in notebook_drift(nb, words))
@@ -191,7 +203,9 @@ def python3_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _stdout(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    return "".join(
+        o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+    )
 
 
 @pytest.mark.slow
@@ -225,8 +239,14 @@ def test_notebook_runs(tmp_path: Path, python3_kernel: str):
     assert m, "no ECE line in the outputs"
     assert all(0 <= float(v) <= 1 for v in m.groups()), m.groups()
     # step 7: the kept-set shift, and the equivalent threshold keeps the raw set
-    assert re.search(r"^At conf 0\.25, calibrated scores keep \d+ boxes instead of \d+", text, re.MULTILINE), text
-    m = re.search(r"^raw conf > 0\.25 keeps (\d+) boxes; calibrated conf > \S+ keeps (\d+)$", text, re.MULTILINE)
+    assert re.search(
+        r"^At conf 0\.25, calibrated scores keep \d+ boxes instead of \d+", text, re.MULTILINE
+    ), text
+    m = re.search(
+        r"^raw conf > 0\.25 keeps (\d+) boxes; calibrated conf > \S+ keeps (\d+)$",
+        text,
+        re.MULTILINE,
+    )
     assert m and m.group(1) == m.group(2), m and m.groups()
     # step 8 (asserted in the notebook too), step 9, step 10
     assert "mAP identical: True" in text
@@ -235,16 +255,29 @@ def test_notebook_runs(tmp_path: Path, python3_kernel: str):
     assert m and "'nms'" in m.group(1), "no temperatures from det_calib.calibrate"
 
     # compare (two heads of the run) and check (the clean test split holds; blurred, detection changed)
-    assert re.search(r"^ECE of the boxes kept at conf 0\.25, calibrated: lowest ", text, re.MULTILINE)
-    assert re.search(r"^clean test: exit code 0$", text, re.MULTILINE), "the clean split did not hold"
+    assert re.search(
+        r"^ECE of the boxes kept at conf 0\.25, calibrated: lowest ", text, re.MULTILINE
+    )
+    assert re.search(r"^clean test: exit code 0$", text, re.MULTILINE), (
+        "the clean split did not hold"
+    )
     assert re.search(r"^blur, severity 5: exit code [45]$", text, re.MULTILINE)
     assert "[nms] detection quality: changed" in text
     # the default's choice, with every candidate's verdict
-    assert re.search(r"^deployed: \{'nms': '\w+', 'e2e': '\w+'\}$", text, re.MULTILINE), "no deployed methods"
+    assert re.search(r"^deployed: \{'nms': '\w+', 'e2e': '\w+'\}$", text, re.MULTILINE), (
+        "no deployed methods"
+    )
 
     # figures are displayed inline: reliability, per class, threshold, calibrators compared, thresholds
-    pngs = [o for c in code for o in c.outputs if o.output_type == "display_data" and "image/png" in o.data]
-    assert len(pngs) >= MIN_FIGURES, f"expected at least {MIN_FIGURES} inline figures, got {len(pngs)}"
+    pngs = [
+        o
+        for c in code
+        for o in c.outputs
+        if o.output_type == "display_data" and "image/png" in o.data
+    ]
+    assert len(pngs) >= MIN_FIGURES, (
+        f"expected at least {MIN_FIGURES} inline figures, got {len(pngs)}"
+    )
     # tables render as HTML (polars)
     assert any("text/html" in o.get("data", {}) for c in code for o in c.outputs)
     # and what it shows agrees with the committed outputs, figures and printed numbers
@@ -254,6 +287,12 @@ def test_notebook_runs(tmp_path: Path, python3_kernel: str):
     works = list((tmp_path / "tmp").glob("det_calib_tutorial_*"))
     assert len(works) == 1, works
     work = works[0]
-    for name in ("calibrated.pt", "run/calibration.json", "run/calibrated.pt", "run/report.html", "run/report.md",
-                 "run/thresholds.json"):
+    for name in (
+        "calibrated.pt",
+        "run/calibration.json",
+        "run/calibrated.pt",
+        "run/report.html",
+        "run/report.md",
+        "run/thresholds.json",
+    ):
         assert (work / name).is_file(), f"the notebook did not write {name}"

@@ -15,7 +15,7 @@ from conftest import assert_intervals_contain_estimates
 from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint
-from det_calib.job.inputs import resolve_splits
+from det_calib.job.inputs import _resolve_splits
 from det_calib.metrics.calibration import nll_logits
 from det_calib.pipeline.calibrate_job import calibrate
 from det_calib.pipeline.summary import summary_text
@@ -28,8 +28,15 @@ REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
 def run(tmp_path_factory, demo_model_path, fixture_yaml):
     out = tmp_path_factory.mktemp("run")
     # the temperature pipeline, pinned since issue 1 (the default, auto, has its own tests)
-    return calibrate(demo_model_path, fixture_yaml, out=out, n_boot=50, progress=False, target_precision=0.8,
-                     method="temperature")
+    return calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=out,
+        n_boot=50,
+        progress=False,
+        target_precision=0.8,
+        method="temperature",
+    )
 
 
 def test_every_interval_contains_its_estimate(run):
@@ -46,9 +53,19 @@ def test_timings_recorded_read_back_and_in_the_summary(run):
     t = RunResult.read(run.out_dir / "calibration.json").timings
     assert t is not None and t.to_dict() == doc["timings"]
     assert t.started == "call"  # a library call: timed from the call
-    assert "imports" not in t.stages  # a library call: torch's and Ultralytics' imports are its model load's
-    for name in ("model load", "data check", "capture", "fit and choice", "figures", "verification", "outputs",
-                 "report"):
+    assert (
+        "imports" not in t.stages
+    )  # a library call: torch's and Ultralytics' imports are its model load's
+    for name in (
+        "model load",
+        "data check",
+        "capture",
+        "fit and choice",
+        "figures",
+        "verification",
+        "outputs",
+        "report",
+    ):
         assert t.seconds(name) > 0, name
     assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
     assert t.seconds("other") < 0.05 * t.wall  # the named stages hold the time
@@ -58,11 +75,29 @@ def test_timings_recorded_read_back_and_in_the_summary(run):
 
 def test_output_contract(run):
     out = run.out_dir
-    for name in ("calibration.json", "boxes.parquet", "calibrated.pt", "report.html", "report.md", "summary.txt"):
+    for name in (
+        "calibration.json",
+        "boxes.parquet",
+        "calibrated.pt",
+        "report.html",
+        "report.md",
+        "summary.txt",
+    ):
         assert (out / name).is_file(), name
     s = json.loads((out / "calibration.json").read_text())
-    for key in ("model", "data", "temperature", "iou_match", "fit_min_conf", "conf_thresholds", "fit", "eval",
-                "threshold_shift", "per_class", "ultralytics_val"):
+    for key in (
+        "model",
+        "data",
+        "temperature",
+        "iou_match",
+        "fit_min_conf",
+        "conf_thresholds",
+        "fit",
+        "eval",
+        "threshold_shift",
+        "per_class",
+        "ultralytics_val",
+    ):
         assert key in s, key
     assert s["heads"] == ["nms", "e2e"]
     for head in s["heads"]:
@@ -72,15 +107,29 @@ def test_output_contract(run):
         assert {"split", "images", "boxes", "nll_before", "nll_after"} <= set(fit)
         assert fit["nll_after"] <= fit["nll_before"] + 1e-12
         ev = s["eval"][head]
-        for k in ("split", "images", "boxes", "ece_before", "ece_after", "nll_before", "nll_after", "brier_before",
-                  "brier_after", "map50_95_before", "map50_95_after", "map50_before", "map50_after"):
+        for k in (
+            "split",
+            "images",
+            "boxes",
+            "ece_before",
+            "ece_after",
+            "nll_before",
+            "nll_after",
+            "brier_before",
+            "brier_after",
+            "map50_95_before",
+            "map50_95_after",
+            "map50_before",
+            "map50_after",
+        ):
             assert k in ev, k
         assert ev["split"] != fit["split"]
         # a shared temperature never changes the ranking: pycocotools mAP identical
         assert ev["map_identical"] and ev["map50_95_before"] == ev["map50_95_after"]
         # the reported eval NLL is the one the boxes table gives (non-ignored eval boxes, logit / T)
         b = pl.read_parquet(out / "boxes.parquet").filter(
-            (pl.col("head") == head) & (pl.col("split") == ev["split"]) & ~pl.col("ignore"))
+            (pl.col("head") == head) & (pl.col("split") == ev["split"]) & ~pl.col("ignore")
+        )
         assert len(b) == ev["boxes"]
         z, y = b["logit"].to_numpy(), b["correct"].to_numpy()
         assert ev["nll_after"] == pytest.approx(nll_logits(z, y, temperature=t), rel=1e-9)
@@ -91,7 +140,10 @@ def test_output_contract(run):
         assert sh["equivalent_conf"] == pytest.approx(equivalent_threshold(0.25, t))
         assert (sh["added"] == 0) if t < 1 else (sh["removed"] == 0)
         assert len(s["per_class"][head]) >= 6
-        assert sum(c["threshold_shift"][0]["kept_before"] for c in s["per_class"][head]) == sh["kept_before"]
+        assert (
+            sum(c["threshold_shift"][0]["kept_before"] for c in s["per_class"][head])
+            == sh["kept_before"]
+        )
         uv = s["ultralytics_val"][head]
         assert uv["identical_at_equivalent_floor"], uv["note"]
     assert read_calibration_metadata(out / "calibrated.pt")["temperature"] == s["temperature"]
@@ -100,7 +152,20 @@ def test_output_contract(run):
 
 def test_boxes_table(run):
     b = pl.read_parquet(run.out_dir / "boxes.parquet")
-    for c in ("image", "split", "head", "x1", "y1", "x2", "y2", "cls", "conf", "logit", "correct", "iou"):
+    for c in (
+        "image",
+        "split",
+        "head",
+        "x1",
+        "y1",
+        "x2",
+        "y2",
+        "cls",
+        "conf",
+        "logit",
+        "correct",
+        "iou",
+    ):
         assert c in b.columns
     assert set(b["head"].unique()) == {"nms", "e2e"}
     assert b["split"].n_unique() == 2
@@ -115,24 +180,43 @@ def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, 
     hot = write_calibrated_checkpoint(demo_model_path, tmp_path / "soft.pt", {"nms": t0})
     # the same boxes enter both fits: raw conf >= c in the folded model <=> >= c' in the original
     c = 0.05
-    kw = {"head": "nms", "run_val": False, "report": False, "n_boot": 10, "progress": False, "method": "temperature"}
-    a = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", fit_min_conf=equivalent_threshold(c, 1 / t0), **kw)
+    kw = {
+        "head": "nms",
+        "run_val": False,
+        "report": False,
+        "n_boot": 10,
+        "progress": False,
+        "method": "temperature",
+    }
+    a = calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=tmp_path / "a",
+        fit_min_conf=equivalent_threshold(c, 1 / t0),
+        **kw,
+    )
     import shutil
 
     shutil.copytree(tmp_path / "a", tmp_path / "b")  # an earlier det_calib output ...
     (tmp_path / "b" / "thresholds.json").write_text("{}")  # ... with thresholds tuned on its scores
     b = calibrate(hot, fixture_yaml, out=tmp_path / "b", fit_min_conf=c, **kw)
-    assert not (tmp_path / "b" / "thresholds.json").exists()  # removed: no `target_precision` this time
+    assert not (
+        tmp_path / "b" / "thresholds.json"
+    ).exists()  # removed: no `target_precision` this time
     assert a.summary["fit"]["nms"]["boxes"] == b.summary["fit"]["nms"]["boxes"] > 20
     assert b.temperature["nms"] == pytest.approx(a.temperature["nms"] / t0, rel=1e-3)
 
 
 def test_default_split_resolution(fixture_yaml, tmp_path):
     ds = load_data_yaml(fixture_yaml)  # train, val, fixture -> halves of val
-    assert resolve_splits(ds, None, None) == ("val", None, True)
-    assert resolve_splits(ds, "fixture", "val") == ("fixture", "val", False)
+    assert _resolve_splits(ds, None, None) == ("val", None, True)
+    assert _resolve_splits(ds, "fixture", "val") == ("fixture", "val", False)
     (tmp_path / "d.yaml").write_text("calib: a\ntest: b\nval: c\nnames: [x]\n")
-    assert resolve_splits(load_data_yaml(tmp_path / "d.yaml"), None, None) == ("calib", "test", False)
+    assert _resolve_splits(load_data_yaml(tmp_path / "d.yaml"), None, None) == (
+        "calib",
+        "test",
+        False,
+    )
 
 
 def test_corrupt_image_is_skipped_and_counted(tmp_path, demo_model_path, fixture_yaml):
@@ -145,8 +229,16 @@ def test_corrupt_image_is_skipped_and_counted(tmp_path, demo_model_path, fixture
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = calibrate(demo_model_path, root / "data.yaml", out=tmp_path / "out", head="nms", run_val=False,
-                        report=False, n_boot=10, progress=False)
+        run = calibrate(
+            demo_model_path,
+            root / "data.yaml",
+            out=tmp_path / "out",
+            head="nms",
+            run_val=False,
+            report=False,
+            n_boot=10,
+            progress=False,
+        )
     assert run.summary["corrupt_images"] == [str(bad)]
     assert run.summary["eval"]["nms"]["corrupt_images"] == 1
     assert run.summary["fit"]["nms"]["images"] + run.summary["eval"]["nms"]["images"] == 11
@@ -196,8 +288,9 @@ def _same_text(ref: str, got: str, rel_tol: float, abs_tol: float) -> bool:
     return True
 
 
-def pinned_differences(ref, got, *, rel_tol: float = PIN_REL_TOL, abs_tol: float = PIN_ABS_TOL,
-                       path: str = "") -> list[str]:
+def pinned_differences(
+    ref, got, *, rel_tol: float = PIN_REL_TOL, abs_tol: float = PIN_ABS_TOL, path: str = ""
+) -> list[str]:
     """Differences between two JSON values (two ``calibration.json`` documents), one line each.
 
     Exact: dict keys, list lengths, the type of every leaf, ints (counts, ids), bools (choices),
@@ -207,19 +300,32 @@ def pinned_differences(ref, got, *, rel_tol: float = PIN_REL_TOL, abs_tol: float
     """
     if isinstance(ref, dict):
         if not isinstance(got, dict) or set(ref) != set(got):
-            return [f"{path}: keys {sorted(set(ref) ^ set(got or {}))}" if isinstance(got, dict)
-                    else f"{path}: {ref!r} vs {got!r}"]
-        return [d for k in ref for d in pinned_differences(ref[k], got[k], rel_tol=rel_tol, abs_tol=abs_tol,
-                                                           path=f"{path}.{k}")]
+            return [
+                f"{path}: keys {sorted(set(ref) ^ set(got or {}))}"
+                if isinstance(got, dict)
+                else f"{path}: {ref!r} vs {got!r}"
+            ]
+        return [
+            d
+            for k in ref
+            for d in pinned_differences(
+                ref[k], got[k], rel_tol=rel_tol, abs_tol=abs_tol, path=f"{path}.{k}"
+            )
+        ]
     if isinstance(ref, list):
         if not isinstance(got, list) or len(ref) != len(got):
             return [f"{path}: {ref!r} vs {got!r}"]
-        return [d for i, (a, b) in enumerate(zip(ref, got))
-                for d in pinned_differences(a, b, rel_tol=rel_tol, abs_tol=abs_tol, path=f"{path}[{i}]")]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(ref, got))
+            for d in pinned_differences(a, b, rel_tol=rel_tol, abs_tol=abs_tol, path=f"{path}[{i}]")
+        ]
     if type(ref) is not type(got):
         return [f"{path}: {ref!r} vs {got!r} (type)"]
     if isinstance(ref, float):
-        same = (math.isnan(ref) and math.isnan(got)) or math.isclose(ref, got, rel_tol=rel_tol, abs_tol=abs_tol)
+        same = (math.isnan(ref) and math.isnan(got)) or math.isclose(
+            ref, got, rel_tol=rel_tol, abs_tol=abs_tol
+        )
     elif isinstance(ref, str):
         same = _same_text(ref, got, rel_tol, abs_tol)
     else:
@@ -286,11 +392,17 @@ def test_calibration_json_pinned(run, fixture_yaml):
     # are the per-class `n_gt` the reference holds.
     gt = got.pop("gt_counts")
     # added key (issue 26): which engine scored the mAP check, the project's own by default
-    assert {h: got["eval"][h].pop("map_engine") for h in ref["heads"]} == dict.fromkeys(ref["heads"], "det_calib")
+    assert {h: got["eval"][h].pop("map_engine") for h in ref["heads"]} == dict.fromkeys(
+        ref["heads"], "det_calib"
+    )
     fit, ev = ref["splits"]["fit"], ref["splits"]["eval"]
     assert set(gt) == {fit, ev}
-    lines = [ln for p in sorted((fixture_yaml.parent / "labels" / "fixture").glob("*.txt"))
-             for ln in p.read_text().splitlines() if ln.strip()]
+    lines = [
+        ln
+        for p in sorted((fixture_yaml.parent / "labels" / "fixture").glob("*.txt"))
+        for ln in p.read_text().splitlines()
+        if ln.strip()
+    ]
     labelled = np.bincount([int(ln.split()[0]) for ln in lines], minlength=len(ref["class_names"]))
     assert (np.array(gt[fit]) + np.array(gt[ev])).tolist() == labelled.tolist()
     for head in ref["heads"]:
@@ -313,8 +425,17 @@ def test_calibration_json_pinned(run, fixture_yaml):
     # added keys (issue 52): what Ultralytics val read, compared with the eval split: the same images and instances
     for head in ref["heads"]:
         uv = got["ultralytics_val"][head]
-        seen = {k: uv.pop(k) for k in ("verified", "images_seen", "images_expected", "instances_seen",
-                                        "instances_expected", "skipped")}
+        seen = {
+            k: uv.pop(k)
+            for k in (
+                "verified",
+                "images_seen",
+                "images_expected",
+                "instances_seen",
+                "instances_expected",
+                "skipped",
+            )
+        }
         assert seen["verified"] is True and seen["skipped"] == []
         assert seen["images_seen"] == seen["images_expected"] == ref["eval"][head]["images"]
         assert seen["instances_seen"] == seen["instances_expected"] == ref["eval"][head]["n_gt"]
@@ -376,11 +497,17 @@ def test_pin_comparison_exact_and_float_parts():
     del doc["eval"]["nms"]["boxes"]
     assert pinned_differences(ref, doc) == [".eval.nms: keys ['boxes']"]
     # numbers printed in a string: a decimal may round the other way, nothing else may change
-    assert _same_text("mAP identical (0.4723 vs 0.4723), floor 0.000860795", "mAP identical (0.4724 vs 0.4723), "
-                      "floor 0.000860796", PIN_REL_TOL, PIN_ABS_TOL)
+    assert _same_text(
+        "mAP identical (0.4723 vs 0.4723), floor 0.000860795",
+        "mAP identical (0.4724 vs 0.4723), floor 0.000860796",
+        PIN_REL_TOL,
+        PIN_ABS_TOL,
+    )
     assert not _same_text("mAP 0.4723", "mAP 0.4733", PIN_REL_TOL, PIN_ABS_TOL)
     assert not _same_text("23 boxes", "24 boxes", PIN_REL_TOL, PIN_ABS_TOL)
-    assert not _same_text("mAP identical (0.4723)", "mAP differs (0.4723)", PIN_REL_TOL, PIN_ABS_TOL)
+    assert not _same_text(
+        "mAP identical (0.4723)", "mAP differs (0.4723)", PIN_REL_TOL, PIN_ABS_TOL
+    )
     assert not _same_text("T=0.979", "T=0.979 1", PIN_REL_TOL, PIN_ABS_TOL)
 
 
@@ -404,13 +531,25 @@ def test_calibrate_tunes_thresholds_when_asked(run, tmp_path):
         again = tune_run(copy, head=head, target_precision=0.8, delta=0.1, n_boot=50, write=False)
         assert again["heads"][head]["criteria"] == doc["heads"][head]["criteria"]
         prm = doc["heads"][head]["criteria"]["target_precision"]["params"]
-        assert (prm["target_precision"], prm["delta"], prm["unit"], prm["fallback"]) == (0.8, 0.1, "image", "global")
+        assert (prm["target_precision"], prm["delta"], prm["unit"], prm["fallback"]) == (
+            0.8,
+            0.1,
+            "image",
+            "global",
+        )
         assert doc["heads"][head]["score"]["temperature"] == run.temperature[head]
     summary = (out / "summary.txt").read_text()
-    assert "head nms: target precision 0.8, delta 0.1" in summary and "head e2e: target precision 0.8" in summary
+    assert (
+        "head nms: target precision 0.8, delta 0.1" in summary
+        and "head e2e: target precision 0.8" in summary
+    )
     html = (out / "report.html").read_text()
     assert '<h2 id="thresholds">Conf thresholds</h2>' in html
-    assert html.index("Threshold shift</h2>") < html.index("Conf thresholds</h2>") < html.index("mAP verification</h2>")
+    assert (
+        html.index("Threshold shift</h2>")
+        < html.index("Conf thresholds</h2>")
+        < html.index("mAP verification</h2>")
+    )
     for head in ("nms", "e2e"):
         assert (out / "figures" / f"thresholds_pr_{head}.png").is_file()
     cmp = compare_runs(f"{out}:nms", f"{out}:e2e", out_dir=tmp_path / "cmp")
@@ -425,7 +564,9 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
 
     from det_calib.pipeline.summary import summary_text
 
-    ref = json.loads((Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text())
+    ref = json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text()
+    )
     for worse in (True, False):
         d = copy.deepcopy(ref)
         for head in d["heads"]:
@@ -445,8 +586,9 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
 
 
 @pytest.mark.parametrize("per_class", [False, True])
-def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path, demo_model_path, fixture_yaml,
-                                                                       per_class):
+def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(
+    tmp_path, demo_model_path, fixture_yaml, per_class
+):
     """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
     per-class maps); every candidate says why it won or lost; the temperature is fitted on the
     fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
@@ -456,21 +598,38 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     from det_calib.record.calibrator_record import calibrator_of
     from det_calib.record.run_result import RunResult
 
-    run = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "run", head="nms", n_boot=10, run_val=False,
-                    report=False, progress=False, per_class=per_class)
+    run = calibrate(
+        demo_model_path,
+        fixture_yaml,
+        out=tmp_path / "run",
+        head="nms",
+        n_boot=10,
+        run_val=False,
+        report=False,
+        progress=False,
+        per_class=per_class,
+    )
     doc = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert doc["method"] == "auto" and doc["auto_per_class"] is per_class
     cands = doc["calibration_candidates"]["nms"]
     methods = {c["method"] for c in cands}
     # auto's pool: the ranking maps, with --per-class the per-class maps too (size maps only with --size-maps)
-    assert methods == ({m for m in all_methods() if not uses_size(m)} if per_class else set(global_methods()))
+    assert methods == (
+        {m for m in all_methods() if not uses_size(m)} if per_class else set(global_methods())
+    )
     assert all(c["params"]["verdict"] for c in cands)
-    assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [c["selected"] for c in cands]
+    assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [
+        c["selected"] for c in cands
+    ]
     assert sum(c["selected"] for c in cands) == 1
     # the temperature: refitted here on the same fit boxes
     boxes = pl.read_parquet(tmp_path / "run" / "boxes.parquet")
     fb = boxes.filter((pl.col("split") == doc["splits"]["fit"]) & ~pl.col("ignore"))
-    t = TemperatureScaler(kind="sigmoid").fit(fb["logit"].to_numpy(), fb["correct"].to_numpy()).temperature_
+    t = (
+        TemperatureScaler(kind="sigmoid")
+        .fit(fb["logit"].to_numpy(), fb["correct"].to_numpy())
+        .temperature_
+    )
     tf = doc["temperature_fit"]["nms"]
     assert tf["temperature"] == pytest.approx(t, rel=1e-12)
     assert tf["deployed"] is (doc["temperature"].get("nms") is not None)
@@ -483,12 +642,19 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(tmp_path,
     if rec.method == "none":
         np.testing.assert_array_equal(boxes["calibrated"].to_numpy(), boxes["conf"].to_numpy())
     else:
-        want = 1 / (1 + np.exp(-cal.transform_logits(boxes["logit"].to_numpy(), classes=boxes["cls"].to_numpy())))
+        want = 1 / (
+            1
+            + np.exp(
+                -cal.transform_logits(boxes["logit"].to_numpy(), classes=boxes["cls"].to_numpy())
+            )
+        )
         np.testing.assert_allclose(boxes["calibrated"].to_numpy(), want, rtol=1e-12)
     assert run.result.head("nms").temperature_fit.temperature == tf["temperature"]
 
 
-def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_model_path, fixture_yaml):
+def test_val_check_not_completed_when_the_nms_budget_binds(
+    run, tmp_path, demo_model_path, fixture_yaml
+):
     """A real val pass of the run's calibrated checkpoint whose NMS runs out of time (a budget of
     zero seconds; one batch of 12 images, the calibrated and the original head's NMS) gives a
     check "not completed" with no mAP, changed or unchanged: so say calibration.json, the summary
@@ -497,7 +663,7 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
     import re
     import shutil
 
-    from det_calib.evaluation.map_check import ultralytics_val_shared
+    from det_calib.evaluation.map_check import _ultralytics_val_shared as ultralytics_val_shared
     from det_calib.job.settings import Settings
     from det_calib.pipeline.ultralytics_checks import _val_check
     from det_calib.record.run_result import RunResult
@@ -505,23 +671,43 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
 
     result = RunResult.from_dict(json.loads((run.out_dir / "calibration.json").read_text()))
     kw = dict(split="val", head="nms", imgsz=None, batch=16, device=None, nms_time_limit=0.0)
-    check = _val_check(demo_model_path, run.out_dir / "calibrated.pt", fixture_yaml, "val",
-                       result.head("nms").calibrator, Settings(), kw, ultralytics_val_shared)
+    check = _val_check(
+        demo_model_path,
+        run.out_dir / "calibrated.pt",
+        fixture_yaml,
+        "val",
+        result.head("nms").calibrator,
+        Settings(),
+        kw,
+        ultralytics_val_shared,
+    )
     assert check.completed is False and not check.ran
-    assert (check.original, check.calibrated, check.calibrated_equivalent_floor) == (None, None, None)
+    assert (check.original, check.calibrated, check.calibrated_equivalent_floor) == (
+        None,
+        None,
+        None,
+    )
     assert check.identical_at_equivalent_floor is None
-    assert re.fullmatch(r"not completed: Ultralytics' NMS stopped early \(NMS time limit -?0\.000s exceeded, "
-                        r"2 times\) and dropped the boxes of the images it had not reached: the pass's mAP is not "
-                        r"reported", check.note), check.note
+    assert re.fullmatch(
+        r"not completed: Ultralytics' NMS stopped early \(NMS time limit -?0\.000s exceeded, "
+        r"2 times\) and dropped the boxes of the images it had not reached: the pass's mAP is not "
+        r"reported",
+        check.note,
+    ), check.note
     # the same run with that check
     out = tmp_path / "run"
     shutil.copytree(run.out_dir, out)
     result.results["nms"] = dataclasses.replace(result.results["nms"], ultralytics_val=check)
     result.write(out / "calibration.json")
     written = json.loads((out / "calibration.json").read_text())
-    assert written["ultralytics_val"]["nms"] == {"split": "val", "original": None, "calibrated": None,
-                                                 "calibrated_equivalent_floor": None, "completed": False,
-                                                 "note": check.note}
+    assert written["ultralytics_val"]["nms"] == {
+        "split": "val",
+        "original": None,
+        "calibrated": None,
+        "calibrated_equivalent_floor": None,
+        "completed": False,
+        "note": check.note,
+    }
     assert "completed" not in written["ultralytics_val"]["e2e"]  # a completed check: as before
     assert RunResult.from_dict(written).head("nms").ultralytics_val == check
     lines = summary_text(written).splitlines()
@@ -530,7 +716,10 @@ def test_val_check_not_completed_when_the_nms_budget_binds(run, tmp_path, demo_m
     assert [ln for ln in lines if ln.startswith("[e2e] Ultralytics val mAP")]
     html = write_report(out)["html"].read_text()
     table = re.search(r'<table class="map-ultralytics".*?</table>', html, flags=re.S).group(0)
-    rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+    rows = [
+        re.findall(r"<td[^>]*>(.*?)</td>", r)
+        for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)
+    ]
     nms_rows = [r for r in rows if r and r[0] == "nms"]
     assert nms_rows == [["nms", "not completed", "n/a", "n/a", "n/a", ""]]
     import html as html_text

@@ -19,7 +19,7 @@ import pytest
 from det_calib.calibrators.affine import ClassAffineScaler, PlattScaler
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.deploy.fold import write_folded_checkpoint
+from det_calib.deploy.fold import _write_folded_checkpoint
 from det_calib.matching.one_to_one import match_boxes
 
 A, B = 1.5, -0.7
@@ -34,15 +34,22 @@ def calib_split():
 
 
 def test_platt_recovers_a_planted_affine_map(tmp_path, demo_model_path, calib_split):
-    planted = PlattScaler.from_dict({"format": "det_calib.PlattScaler", "version": 1, "a": A, "b": B})
-    ckpt = write_folded_checkpoint(demo_model_path, tmp_path / "planted.pt", {"nms": planted})
+    planted = PlattScaler.from_dict(
+        {"format": "det_calib.PlattScaler", "version": 1, "a": A, "b": B}
+    )
+    ckpt = _write_folded_checkpoint(demo_model_path, tmp_path / "planted.pt", {"nms": planted})
     floor = 0.001
     floor_planted = 1 / (1 + math.exp(-(A * math.log(floor / (1 - floor)) + B)))
     fits = {}
     for name, model, fl in (("raw", demo_model_path, floor), ("planted", ckpt, floor_planted)):
-        raw = capture(str(model), calib_split.images, head="nms", conf=fl, split="calib", progress=False)
+        raw = capture(
+            str(model), calib_split.images, head="nms", conf=fl, split="calib", progress=False
+        )
         boxes = match_boxes(raw, calib_split.gt, iou=0.5, loc_iou=0.1).filter(~pl.col("ignore"))
-        fits[name] = (PlattScaler().fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy()), boxes.height)
+        fits[name] = (
+            PlattScaler().fit(boxes["logit"].to_numpy(), boxes["correct"].to_numpy()),
+            boxes.height,
+        )
         if name == "raw":
             raw_boxes = boxes
     (p0, n0), (p1, n1) = fits["raw"], fits["planted"]

@@ -59,11 +59,18 @@ def test_pose_run_reports_keypoint_map_identical_for_a_temperature(pose_run):
         b = boxes.filter((pl.col("head") == head) & (pl.col("split") == "test"))
         ref = coco_keypoint_maps(b, sp, [b["conf"].to_numpy()], max_dets=300)[0]
         assert abs(ref["map50_95"] - ev["pose_map50_95_before"]) < 1e-12
-        assert f"[{head}] keypoint mAP50-95 {ev['pose_map50_95_before']:.4f} -> {ev['pose_map50_95_after']:.4f}" \
-            in summary
+        assert (
+            f"[{head}] keypoint mAP50-95 {ev['pose_map50_95_before']:.4f} -> "
+            f"{ev['pose_map50_95_after']:.4f}" in summary
+        )
         uv = _val_identical(c, head, ("map50_95", "map50", "pose_map50_95", "pose_map50"))
-        assert f"[{head}] Ultralytics val keypoint mAP50-95 original {uv['original']['pose_map50_95']:.4f}" in summary
-    assert summary_text(c).split("\ntime:")[0] == summary.split("\ntime:")[0]  # the json holds every figure
+        assert (
+            f"[{head}] Ultralytics val keypoint mAP50-95 original "
+            f"{uv['original']['pose_map50_95']:.4f}" in summary
+        )
+    assert (
+        summary_text(c).split("\ntime:")[0] == summary.split("\ntime:")[0]
+    )  # the json holds every figure
     md = (pose_run / "report.md").read_text()
     assert "**Keypoint mAP by pycocotools keypoints (OKS)" in md and "| keypoint mAP50-95 |" in md
 
@@ -73,11 +80,16 @@ def test_obb_run_reports_rotated_map_identical_for_a_temperature(obb_run):
     summary = (obb_run / "summary.txt").read_text()
     for head in ("nms", "e2e"):
         ev = c["eval"][head]
-        assert not set(POSE_MAP_KEYS) & set(ev) and not any(k.startswith("mask_") for k in ev)  # only where measured
+        assert not set(POSE_MAP_KEYS) & set(ev) and not any(
+            k.startswith("mask_") for k in ev
+        )  # only where measured
         assert ev["map_identical"] is True
         uv = _val_identical(c, head, ("map50_95", "map50"))
         assert "pose_map50_95" not in uv["original"]
-        assert f"[{head}] Ultralytics val rotated-box mAP50-95 original {uv['original']['map50_95']:.4f}" in summary
+        assert (
+            f"[{head}] Ultralytics val rotated-box mAP50-95 original "
+            f"{uv['original']['map50_95']:.4f}" in summary
+        )
         assert f"[{head}] COCO mAP50-95 of the axis-aligned hulls" in summary
     md = (obb_run / "report.md").read_text()
     assert "| rotated-box mAP50-95 |" in md and "Ultralytics' OBBValidator" in md
@@ -91,15 +103,25 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run, tmp_p
     from det_calib.demo.shapes_obb import demo_obb_data_yaml
     from det_calib.tasks.obb_labels import load_obb_split
 
-    for run, load, yml in ((pose_run, load_pose_split, demo_pose_data_yaml()),
-                           (obb_run, load_obb_split, demo_obb_data_yaml())):
+    for run, load, yml in (
+        (pose_run, load_pose_split, demo_pose_data_yaml()),
+        (obb_run, load_obb_split, demo_obb_data_yaml()),
+    ):
         c = json.loads((run / "calibration.json").read_text())
         ds = load_data_yaml(yml)
         data = write_split_yaml(ds, load(ds, "test", limit=16), tmp_path / run.name)
         uv = _val_identical(c, "nms", ("map50_95",))
-        m = YOLO(str(run / "calibrated.pt")).val(data=str(data), split="val", imgsz=320, batch=16, plots=False,
-                                                 verbose=False, conf=uv["calibrated_equivalent_floor"]["conf"],
-                                                 project=str(tmp_path / run.name), name="val")
+        m = YOLO(str(run / "calibrated.pt")).val(
+            data=str(data),
+            split="val",
+            imgsz=320,
+            batch=16,
+            plots=False,
+            verbose=False,
+            conf=uv["calibrated_equivalent_floor"]["conf"],
+            project=str(tmp_path / run.name),
+            name="val",
+        )
         assert float(m.box.map) == uv["original"]["map50_95"]
         if hasattr(m, "pose"):
             assert float(m.pose.map) == uv["original"]["pose_map50_95"]

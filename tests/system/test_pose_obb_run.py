@@ -55,9 +55,13 @@ def task_dataset(root: Path, source: Path, *, n: int = 4, edit=None, yaml_edit=N
             shutil.copy(img, root / "images" / split / img.name)
             lines = (src / "labels" / split / f"{img.stem}.txt").read_text().splitlines()
             (root / "labels" / split / f"{img.stem}.txt").write_text(
-                "".join(f"{edit(ln) if edit else ln}\n" for ln in lines))
-    text = "\n".join(ln for ln in source.read_text().splitlines()
-                     if not ln.startswith(("path:", "train:", "val:", "calib:", "test:")))
+                "".join(f"{edit(ln) if edit else ln}\n" for ln in lines)
+            )
+    text = "\n".join(
+        ln
+        for ln in source.read_text().splitlines()
+        if not ln.startswith(("path:", "train:", "val:", "calib:", "test:"))
+    )
     text = f"path: {root}\ntrain: images/calib\nval: images/calib\ncalib: images/calib\ntest: images/test\n{text}\n"
     (root / "data.yaml").write_text(yaml_edit(text) if yaml_edit else text)
     return root / "data.yaml"
@@ -82,15 +86,43 @@ def _labels_are(run: Path, limit: int | None, load, match, **kw) -> None:
 def pose_run(tmp_path_factory) -> Path:
     """``calibrate --model <the demo pose model> --limit 16``: its demo data, both heads, the report."""
     out = tmp_path_factory.mktemp("runs") / "pose"
-    assert main(["calibrate", "--model", str(demo_pose_model()), "--limit", "16", *QUICK, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(demo_pose_model()),
+                "--limit",
+                "16",
+                *QUICK,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def obb_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "obb"
-    assert main(["calibrate", "--model", str(demo_obb_model()), "--limit", "16", "--no-report", *QUICK,
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(demo_obb_model()),
+                "--limit",
+                "16",
+                "--no-report",
+                *QUICK,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -104,7 +136,10 @@ def test_demo_pose_model_matches_by_oks(pose_run):
     assert "[nms] boxes kept at conf 0.25" in summary and "ECE(15 bins, OKS 0.5)" in summary
     assert "[e2e] boxes kept at conf 0.25" in summary
     md = (pose_run / "report.md").read_text()
-    assert "## Matching" in md and "its keypoints match a ground truth of the same class with OKS >= 0.5" in md
+    assert (
+        "## Matching" in md
+        and "its keypoints match a ground truth of the same class with OKS >= 0.5" in md
+    )
     _labels_are(pose_run, 16, load_pose_split, match_boxes_by_keypoints, sigmas=[0.2] * 5)
 
 
@@ -115,7 +150,12 @@ def test_demo_obb_model_matches_by_rotated_iou(obb_run):
     summary = (obb_run / "summary.txt").read_text()
     assert "matched by rotated IoU (ProbIoU) >= 0.5 (an OBB model)" in summary
     assert "ECE(15 bins, rotated IoU (ProbIoU) 0.5)" in summary
-    _labels_are(obb_run, 16, lambda ds, split, limit: load_obb_split(ds, split, limit=limit), match_boxes_by_rotated)
+    _labels_are(
+        obb_run,
+        16,
+        lambda ds, split, limit: load_obb_split(ds, split, limit=limit),
+        match_boxes_by_rotated,
+    )
 
 
 def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
@@ -128,27 +168,75 @@ def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_match_box(capsys, tmp_path, task):
     model = demo_pose_model() if task == "pose" else demo_obb_model()
-    _ok(capsys, "calibrate", "--model", model, "--match", "box", "--limit", "12", "--head", "nms", "--no-report",
-        "--no-val", *QUICK, "--out", tmp_path / "run")
+    _ok(
+        capsys,
+        "calibrate",
+        "--model",
+        model,
+        "--match",
+        "box",
+        "--limit",
+        "12",
+        "--head",
+        "nms",
+        "--no-report",
+        "--no-val",
+        *QUICK,
+        "--out",
+        tmp_path / "run",
+    )
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box" and c["matching"]["option"] == "box"
     summary = (tmp_path / "run" / "summary.txt").read_text()
     assert "matched by box IoU >= 0.5 (a" in summary and "ECE(15 bins, IoU 0.5)" in summary
-    load = (lambda ds, split, limit: load_pose_split(ds, split, limit=limit)) if task == "pose" else \
-        (lambda ds, split, limit: load_obb_split(ds, split, limit=limit))
+    load = (
+        (lambda ds, split, limit: load_pose_split(ds, split, limit=limit))
+        if task == "pose"
+        else (lambda ds, split, limit: load_obb_split(ds, split, limit=limit))
+    )
     _labels_are(tmp_path / "run", 12, load, match_boxes)
 
 
 def test_obb_model_on_box_labels(capsys, tmp_path):
     """Box labels for an OBB model: refused by the task's rule (auto, rotated), matched box to box with --match box."""
     data = task_dataset(tmp_path / "d", demo_data_yaml(), n=8)
-    line = _error(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, *QUICK, "--out", tmp_path / "r")
+    line = _error(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_obb_model(),
+        "--data",
+        data,
+        *QUICK,
+        "--out",
+        tmp_path / "r",
+    )
     assert "has box labels (`cls cx cy w h`) for an OBB model" in line and "use --match box" in line
-    _ok(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, "--match", "box", "--head", "nms",
-        "--no-report", "--no-val", *QUICK, "--out", tmp_path / "run")
+    _ok(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_obb_model(),
+        "--data",
+        data,
+        "--match",
+        "box",
+        "--head",
+        "nms",
+        "--no-report",
+        "--no-val",
+        *QUICK,
+        "--out",
+        tmp_path / "run",
+    )
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box"
-    _labels_are(tmp_path / "run", None, lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
+    _labels_are(
+        tmp_path / "run",
+        None,
+        lambda ds, split, limit: load_split(ds, split, limit=limit),
+        match_boxes,
+    )
 
 
 def _drop_last_keypoint(line: str) -> str:
@@ -159,74 +247,193 @@ def _three_corners(line: str) -> str:
     return " ".join(line.split()[:7])
 
 
-@pytest.mark.parametrize("case,want", [
-    ("pose data, detect model", "declares kpt_shape [5, 3] (pose labels), but the model's task is `detect`"),
-    ("detect data, pose model", "has no `kpt_shape`: box labels for a pose model"),
-    ("keypoint count", "expected 20 values `cls cx cy w h` and 5 keypoints `x y v` (kpt_shape [5, 3]), got 17 "
-                       "(4 keypoints)"),
-    ("kpt_shape", "kpt_shape [4, 3] but the model's is [5, 3] (5 keypoints)"),
-    ("three corners", "expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got 7 (3 corners)"),
-    ("oks for a detector", "--match oks needs a pose model (its boxes' keypoints); this model's task is `detect`"),
-    ("rotated for a pose model", "--match rotated needs an OBB model (its rotated boxes); this model's task is `pose`"),
-    ("mask for an OBB model", "--match mask needs a segment model (its boxes' masks); this model's task is `obb`"),
-])
+@pytest.mark.parametrize(
+    "case,want",
+    [
+        (
+            "pose data, detect model",
+            "declares kpt_shape [5, 3] (pose labels), but the model's task is `detect`",
+        ),
+        ("detect data, pose model", "has no `kpt_shape`: box labels for a pose model"),
+        (
+            "keypoint count",
+            "expected 20 values `cls cx cy w h` and 5 keypoints `x y v` (kpt_shape [5, 3]), got 17 "
+            "(4 keypoints)",
+        ),
+        ("kpt_shape", "kpt_shape [4, 3] but the model's is [5, 3] (5 keypoints)"),
+        (
+            "three corners",
+            "expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got 7 (3 corners)",
+        ),
+        (
+            "oks for a detector",
+            "--match oks needs a pose model (its boxes' keypoints); this model's task is `detect`",
+        ),
+        (
+            "rotated for a pose model",
+            "--match rotated needs an OBB model (its rotated boxes); this model's task is `pose`",
+        ),
+        (
+            "mask for an OBB model",
+            "--match mask needs a segment model (its boxes' masks); this model's task is `obb`",
+        ),
+    ],
+)
 def test_bad_input(capsys, tmp_path, case, want):
     pose, obb = demo_pose_data_yaml(), demo_obb_data_yaml()
     model, data, extra = {  # each case built only when asked for
         "pose data, detect model": lambda: (demo_model(), pose, []),
         "detect data, pose model": lambda: (demo_pose_model(), demo_data_yaml(), []),
-        "keypoint count": lambda: (demo_pose_model(), task_dataset(tmp_path / "d", pose, edit=_drop_last_keypoint),
-                                   []),
-        "kpt_shape": lambda: (demo_pose_model(), task_dataset(
-            tmp_path / "d", pose, yaml_edit=lambda t: t.replace("kpt_shape: [5, 3]", "kpt_shape: [4, 3]")
-            .replace("flip_idx: [0, 1, 4, 3, 2]", "")), []),
-        "three corners": lambda: (demo_obb_model(), task_dataset(tmp_path / "d", obb, edit=_three_corners), []),
+        "keypoint count": lambda: (
+            demo_pose_model(),
+            task_dataset(tmp_path / "d", pose, edit=_drop_last_keypoint),
+            [],
+        ),
+        "kpt_shape": lambda: (
+            demo_pose_model(),
+            task_dataset(
+                tmp_path / "d",
+                pose,
+                yaml_edit=lambda t: t.replace("kpt_shape: [5, 3]", "kpt_shape: [4, 3]").replace(
+                    "flip_idx: [0, 1, 4, 3, 2]", ""
+                ),
+            ),
+            [],
+        ),
+        "three corners": lambda: (
+            demo_obb_model(),
+            task_dataset(tmp_path / "d", obb, edit=_three_corners),
+            [],
+        ),
         "oks for a detector": lambda: (demo_model(), demo_data_yaml(), ["--match", "oks"]),
         "rotated for a pose model": lambda: (demo_pose_model(), pose, ["--match", "rotated"]),
         "mask for an OBB model": lambda: (demo_obb_model(), obb, ["--match", "mask"]),
     }[case]()
-    line = _error(capsys, "calibrate", "--model", model, "--data", data, "--limit", "4", *extra, *QUICK,
-                  "--out", tmp_path / "run")
+    line = _error(
+        capsys,
+        "calibrate",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--limit",
+        "4",
+        *extra,
+        *QUICK,
+        "--out",
+        tmp_path / "run",
+    )
     assert want in line
 
 
 def test_a_detector_run_records_no_rule(capsys, tmp_path):
     """A detector's run is as before: no `matching` record, no rule line, labels by box IoU."""
-    _ok(capsys, "calibrate", "--limit", "8", "--head", "nms", "--no-report", "--no-val", *QUICK,
-        "--out", tmp_path / "run")
+    _ok(
+        capsys,
+        "calibrate",
+        "--limit",
+        "8",
+        "--head",
+        "nms",
+        "--no-report",
+        "--no-val",
+        *QUICK,
+        "--out",
+        tmp_path / "run",
+    )
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert "matching" not in c or c["matching"] is None
     assert "matched by" not in (tmp_path / "run" / "summary.txt").read_text()
-    _labels_are(tmp_path / "run", 8, lambda ds, split, limit: load_split(ds, split, limit=limit), match_boxes)
+    _labels_are(
+        tmp_path / "run",
+        8,
+        lambda ds, split, limit: load_split(ds, split, limit=limit),
+        match_boxes,
+    )
 
 
 def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
     """--boxes reuses a pose run's boxes (keypoints kept, labels by OKS again); check labels new images by the
     run's recorded rule."""
-    _ok(capsys, "calibrate", "--model", demo_pose_model(), "--boxes", pose_run, "--limit", "16", "--no-report",
-        "--no-val", *QUICK, "--out", tmp_path / "reused")
+    _ok(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_pose_model(),
+        "--boxes",
+        pose_run,
+        "--limit",
+        "16",
+        "--no-report",
+        "--no-val",
+        *QUICK,
+        "--out",
+        tmp_path / "reused",
+    )
     a = pl.read_parquet(pose_run / "boxes.parquet")
     b = pl.read_parquet(tmp_path / "reused" / "boxes.parquet")
     assert a.select("kpts", "correct", "iou").equals(b.select("kpts", "correct", "iou"))
-    assert json.loads((tmp_path / "reused" / "calibration.json").read_text())["matching"]["by"] == "oks"
+    assert (
+        json.loads((tmp_path / "reused" / "calibration.json").read_text())["matching"]["by"]
+        == "oks"
+    )
     data = task_dataset(tmp_path / "new", demo_pose_data_yaml(), n=8)
-    code = main(["check", str(pose_run), "--data", str(data), "--split", "test", "--n-boot", "20",
-                 "--out", str(tmp_path / "chk"), "-q"])
+    code = main(
+        [
+            "check",
+            str(pose_run),
+            "--data",
+            str(data),
+            "--split",
+            "test",
+            "--n-boot",
+            "20",
+            "--out",
+            str(tmp_path / "chk"),
+            "-q",
+        ]
+    )
     assert code in (0, 3, 4, 5, 6), capsys.readouterr().err  # a verdict, not an error
     chk = json.loads((tmp_path / "chk" / "check.json").read_text())
     assert chk["matching"]["by"] == "oks" and chk["kind"] == "labelled"
-    line = _error(capsys, "check", pose_run, "--data", demo_data_yaml(), "--split", "test", "--limit", "4",
-                  "--out", tmp_path / "chk2")
+    line = _error(
+        capsys,
+        "check",
+        pose_run,
+        "--data",
+        demo_data_yaml(),
+        "--split",
+        "test",
+        "--limit",
+        "4",
+        "--out",
+        tmp_path / "chk2",
+    )
     assert "the run matched boxes by OKS, but split `test`" in line and "has no keypoints" in line
 
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
     model = demo_pose_model() if task == "pose" else demo_obb_model()
-    line = _error(capsys, "ensemble", "--model", model, "--model", demo_model(), "--data", demo_data_yaml(),
-                  "--limit", "4", "--out", tmp_path / "ens")
-    what = "a pose model: det-calib ensemble fuses boxes and cannot fuse keypoints" if task == "pose" else \
-        "an OBB model: det-calib ensemble fuses boxes and cannot fuse rotated boxes"
+    line = _error(
+        capsys,
+        "ensemble",
+        "--model",
+        model,
+        "--model",
+        demo_model(),
+        "--data",
+        demo_data_yaml(),
+        "--limit",
+        "4",
+        "--out",
+        tmp_path / "ens",
+    )
+    what = (
+        "a pose model: det-calib ensemble fuses boxes and cannot fuse keypoints"
+        if task == "pose"
+        else "an OBB model: det-calib ensemble fuses boxes and cannot fuse rotated boxes"
+    )
     assert f"is {what}" in line
 
 
@@ -235,18 +442,69 @@ def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
     """`det-calib capture` reads a pose or OBB split's labels as its task's (it read them as box
     labels and failed on keypoint lines), and `calibrate --boxes` on those parts takes the same split
     (its fingerprint read the same way) and matches by the task's rule, as a run that captures itself."""
-    model, data = ((demo_pose_model(), demo_pose_data_yaml()) if task == "pose"
-                   else (demo_obb_model(), demo_obb_data_yaml()))
+    model, data = (
+        (demo_pose_model(), demo_pose_data_yaml())
+        if task == "pose"
+        else (demo_obb_model(), demo_obb_data_yaml())
+    )
     for split in ("calib", "test"):
-        _ok(capsys, "capture", "--model", model, "--data", data, "--split", split, "--limit", 6,
-            "--out", tmp_path / "parts" / split, "-q")
-    _ok(capsys, "calibrate", "--model", model, "--data", data, "--boxes", tmp_path / "parts", "--limit", 6,
-        "--out", tmp_path / "from_parts", "--no-report", *QUICK)
-    _ok(capsys, "calibrate", "--model", model, "--data", data, "--limit", 6, "--out", tmp_path / "direct",
-        "--no-report", *QUICK)
+        _ok(
+            capsys,
+            "capture",
+            "--model",
+            model,
+            "--data",
+            data,
+            "--split",
+            split,
+            "--limit",
+            6,
+            "--out",
+            tmp_path / "parts" / split,
+            "-q",
+        )
+    _ok(
+        capsys,
+        "calibrate",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--boxes",
+        tmp_path / "parts",
+        "--limit",
+        6,
+        "--out",
+        tmp_path / "from_parts",
+        "--no-report",
+        *QUICK,
+    )
+    _ok(
+        capsys,
+        "calibrate",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--limit",
+        6,
+        "--out",
+        tmp_path / "direct",
+        "--no-report",
+        *QUICK,
+    )
     rule = "OKS" if task == "pose" else "rotated IoU"
-    runs = [json.loads((tmp_path / r / "calibration.json").read_text()) for r in ("from_parts", "direct")]
-    assert runs[0]["matching"] == runs[1]["matching"] and rule in (tmp_path / "from_parts" / "summary.txt").read_text()
+    runs = [
+        json.loads((tmp_path / r / "calibration.json").read_text())
+        for r in ("from_parts", "direct")
+    ]
+    assert (
+        runs[0]["matching"] == runs[1]["matching"]
+        and rule in (tmp_path / "from_parts" / "summary.txt").read_text()
+    )
     cols = ["split", "head", "image", "conf", "correct"]
-    a, b = (pl.read_parquet(tmp_path / r / "boxes.parquet").select(cols).sort(cols) for r in ("from_parts", "direct"))
+    a, b = (
+        pl.read_parquet(tmp_path / r / "boxes.parquet").select(cols).sort(cols)
+        for r in ("from_parts", "direct")
+    )
     assert a.height > 0 and a.equals(b)

@@ -47,7 +47,9 @@ BUGGY_CLI = textwrap.dedent(
 )
 
 
-def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_path, demo_model_path, fixture_yaml):
+def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(
+    tmp_path, demo_model_path, fixture_yaml
+):
     args = [
         "calibrate",
         "--model",
@@ -61,7 +63,12 @@ def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_pat
         "-q",
     ]
     r = subprocess.run(
-        [sys.executable, "-c", BUGGY_CLI, *args], capture_output=True, text=True, env=_env(), cwd=tmp_path, check=False
+        [sys.executable, "-c", BUGGY_CLI, *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        check=False,
     )
     assert r.returncode == 1, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -80,7 +87,9 @@ def test_unexpected_error_exits_1_with_one_line_and_traceback_on_request(tmp_pat
     )
     assert r.returncode == 1
     assert "Traceback (most recent call last)" in r.stderr
-    assert "in load_detector" in r.stderr and r.stderr.strip().splitlines()[-1] == "KeyError: 'a bug'"
+    assert (
+        "in load_detector" in r.stderr and r.stderr.strip().splitlines()[-1] == "KeyError: 'a bug'"
+    )
 
 
 def test_unexpected_error_in_process(monkeypatch, capsys, tmp_path, demo_model_path, fixture_yaml):
@@ -92,14 +101,38 @@ def test_unexpected_error_in_process(monkeypatch, capsys, tmp_path, demo_model_p
     monkeypatch.setattr(det_calib.capture.predictor, "load_detector", boom)
     monkeypatch.delenv("DET_CALIB_DEBUG", raising=False)
     code = main(
-        ["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path), "-q"]
+        [
+            "calibrate",
+            "--model",
+            str(demo_model_path),
+            "--data",
+            str(fixture_yaml),
+            "--out",
+            str(tmp_path),
+            "-q",
+        ]
     )
     err = capsys.readouterr().err.strip()
     assert code == 1
-    assert err == "det-calib: internal error: ZeroDivisionError: planted (set DET_CALIB_DEBUG=1 for the traceback)"
+    assert (
+        err
+        == "det-calib: internal error: ZeroDivisionError: planted (set DET_CALIB_DEBUG=1 for the "
+        "traceback)"
+    )
     monkeypatch.setenv("DET_CALIB_DEBUG", "1")
     with pytest.raises(ZeroDivisionError, match="planted"):
-        main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--out", str(tmp_path), "-q"])
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(demo_model_path),
+                "--data",
+                str(fixture_yaml),
+                "--out",
+                str(tmp_path),
+                "-q",
+            ]
+        )
 
 
 # ----------------------------------------------------------------------------- report / compare
@@ -144,8 +177,12 @@ def test_corrupt_image_is_counted_in_the_report(corrupt_run):
     header = next(ln for ln in md.splitlines() if "| Corrupt images |" in ln)
     col = [c.strip() for c in header.split("|")].index("Corrupt images")
     rows = [ln for ln in md.splitlines() if ln.startswith(("| nms |", "| e2e |"))]
-    counts = {r.split("|")[1].strip(): r.split("|")[col].strip() for r in rows if len(r.split("|")) > col}
-    assert counts and all(v == str(s["eval"][h]["corrupt_images"]) for h, v in counts.items()), counts
+    counts = {
+        r.split("|")[1].strip(): r.split("|")[col].strip() for r in rows if len(r.split("|")) > col
+    }
+    assert counts and all(v == str(s["eval"][h]["corrupt_images"]) for h, v in counts.items()), (
+        counts
+    )
 
 
 def test_report_cli_rewrites_the_report(corrupt_run, capsys):
@@ -158,10 +195,14 @@ def test_report_cli_rewrites_the_report(corrupt_run, capsys):
     assert str(out / "report.html") in printed
     html, md = (out / "report.html").read_text(), (out / "report.md").read_text()
     assert md != "stale" and "Corrupt images skipped: " in md and str(bad) in html
-    for head in s["heads"]:  # the default (auto) deploys another map: the temperature is fitted and shown anyway
+    for head in s[
+        "heads"
+    ]:  # the default (auto) deploys another map: the temperature is fitted and shown anyway
         t = s["temperature_fit"][head]["temperature"]
         assert f"T = {t:.4f}" in md and f"T = {t:.4f}" in html
-    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html  # self-contained
+    assert (
+        "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+    )  # self-contained
     assert "data:image/png;base64," in html
 
 
@@ -171,7 +212,9 @@ def test_compare_cli_two_heads_of_one_run(corrupt_run, tmp_path, capsys):
     cmp = tmp_path / "cmp"
     assert main(["compare", f"{out}:nms", f"{out}:e2e", "--out", str(cmp)]) == 0
     printed = capsys.readouterr().out
-    wrote = printed.strip().splitlines()[-1]  # after the side-by-side table: what was written, and where
+    wrote = printed.strip().splitlines()[
+        -1
+    ]  # after the side-by-side table: what was written, and where
     assert "compare.html" in wrote and "compare.md" in wrote and wrote.endswith(f"to {cmp}")
     assert "run:nms" in printed.splitlines()[0] and "run:e2e" in printed.splitlines()[0]
     md = (cmp / "compare.md").read_text()
@@ -215,7 +258,9 @@ def legacy_ckpt(tmp_path_factory) -> Path:
             torch.nn.init.normal_(level[-1].weight, 0.0, 0.05)
             torch.nn.init.normal_(level[-1].bias, -2.0, 1.5)
     path = tmp_path_factory.mktemp("legacy") / "yolov8n_shapes.pt"
-    torch.save({"model": model.float().eval(), "train_args": {"imgsz": 320, "task": "detect"}}, path)
+    torch.save(
+        {"model": model.float().eval(), "train_args": {"imgsz": 320, "task": "detect"}}, path
+    )
     return path
 
 
@@ -238,7 +283,9 @@ def test_both_heads_on_a_legacy_model_is_refused(legacy_ckpt, fixture_yaml, tmp_
     )
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert err.splitlines() == ["det-calib: error: the model has no `e2e` head (it has: nms); choose `--head` nms"]
+    assert err.splitlines() == [
+        "det-calib: error: the model has no `e2e` head (it has: nms); choose `--head` nms"
+    ]
     assert not (tmp_path / "o").exists()
 
 
@@ -252,7 +299,9 @@ def test_fold_into_a_legacy_head(legacy_ckpt, tmp_path, fixture_images):
     src = torch.load(legacy_ckpt, weights_only=False)["model"].model[-1].cv3
     dst = torch.load(out, weights_only=False)["model"].model[-1].cv3
     for a, b in zip(src, dst):
-        assert torch.equal(b[-1].weight, a[-1].weight / t) and torch.equal(b[-1].bias, a[-1].bias / t)
+        assert torch.equal(b[-1].weight, a[-1].weight / t) and torch.equal(
+            b[-1].bias, a[-1].bias / t
+        )
     # the head's raw class logits on a real image: calibrated = raw / T (to float32 rounding of
     # the conv; an untrained head has many exactly tied scores, so boxes after NMS can't be paired)
     from ultralytics import YOLO

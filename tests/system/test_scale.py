@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.data.ground_truth import MAX_LISTED_WARNINGS, load_data_yaml, load_split
+from det_calib.data.ground_truth import _MAX_LISTED_WARNINGS, load_data_yaml, load_split
 from det_calib.demo.coco_shaped import write_coco_shaped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,21 +30,44 @@ def test_two_hundred_bad_label_files_print_at_most_ten_lines_before_the_error(tm
     with file, line and reason, one count, then the one error; exit code 2."""
     s = write_coco_shaped(tmp_path / "set", 200, n_classes=8, bad_label_files=200, background=5)
     # the command as a user runs it, in its own process (pytest would capture the log lines)
-    r = subprocess.run([sys.executable, "-m", "det_calib.cli", "calibrate", "--model", str(s.model), "--data",
-                        str(s.data), "--no-val", "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "det_calib.cli",
+            "calibrate",
+            "--model",
+            str(s.model),
+            "--data",
+            str(s.data),
+            "--no-val",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+    )
     err = (r.stdout + r.stderr).strip().splitlines()
     assert r.returncode == 2
-    assert err[-1].startswith("det-calib: error: split `calib` has no usable images: the label files of all 200")
+    assert err[-1].startswith(
+        "det-calib: error: split `calib` has no usable images: the label files of all 200"
+    )
     before = err[:-1]
     assert len(before) <= 10, before
-    named = [ln for ln in before if "malformed label" in ln and "class id 11 out of range 0..7" in ln]
-    assert len(named) == MAX_LISTED_WARNINGS
+    named = [
+        ln for ln in before if "malformed label" in ln and "class id 11 out of range 0..7" in ln
+    ]
+    assert len(named) == _MAX_LISTED_WARNINGS
     assert all(ln.startswith("det-calib: warning: split `calib`: skipping image ") for ln in named)
     assert all(":" in ln.split("malformed label ")[1] for ln in named)  # file:line: reason
     (count,) = [ln for ln in before if "more files with malformed labels" in ln]
-    assert f"... and {200 - MAX_LISTED_WARNINGS} more files with malformed labels (200 of 200 images left out); " \
-           "all listed in calibration.json" in count
+    assert (
+        f"... and {200 - _MAX_LISTED_WARNINGS} more files with malformed labels (200 of 200 images "
+        "left out); "
+        "all listed in calibration.json" in count
+    )
 
 
 def test_unreadable_images_are_summarised(tmp_path, fixture_yaml):
@@ -58,9 +81,13 @@ def test_unreadable_images_are_summarised(tmp_path, fixture_yaml):
         sp = load_split(load_data_yaml(root / "data.yaml"), "fixture")
     msgs = [str(w.message) for w in caught]
     assert len(sp.images) == 6 and sp.corrupt == [str(p) for p in images[:6]]
-    assert msgs[:MAX_LISTED_WARNINGS] == [f"skipping unreadable image {p}" for p in images[:MAX_LISTED_WARNINGS]]
-    assert msgs[MAX_LISTED_WARNINGS:] == [f"... and {6 - MAX_LISTED_WARNINGS} more unreadable images (6 of 12 left "
-                                          "out); all listed in calibration.json (corrupt_images)"]
+    assert msgs[:_MAX_LISTED_WARNINGS] == [
+        f"skipping unreadable image {p}" for p in images[:_MAX_LISTED_WARNINGS]
+    ]
+    assert msgs[_MAX_LISTED_WARNINGS:] == [
+        f"... and {6 - _MAX_LISTED_WARNINGS} more unreadable images (6 of 12 left "
+        "out); all listed in calibration.json (corrupt_images)"
+    ]
 
 
 def test_bad_labels_are_listed_in_calibration_json(tmp_path, demo_model_path, fixture_yaml):
@@ -75,10 +102,20 @@ def test_bad_labels_are_listed_in_calibration_json(tmp_path, demo_model_path, fi
         lbl.write_text(lbl.read_text() + "99 0.5 0.5 0.1 0.1\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = calibrate(demo_model_path, root / "data.yaml", out=tmp_path / "out", n_boot=20, progress=False,
-                        method="temperature", run_val=False, report=False)
+        run = calibrate(
+            demo_model_path,
+            root / "data.yaml",
+            out=tmp_path / "out",
+            n_boot=20,
+            progress=False,
+            method="temperature",
+            run_val=False,
+            report=False,
+        )
     doc = json.loads((run.out_dir / "calibration.json").read_text())
-    assert len(doc["bad_labels"]) == 5 and all("class id 99 out of range" in b for b in doc["bad_labels"])
+    assert len(doc["bad_labels"]) == 5 and all(
+        "class id 99 out of range" in b for b in doc["bad_labels"]
+    )
     assert sorted(b.split(":")[0] for b in doc["bad_labels"]) == [str(p) for p in labels[:5]]
     assert RunResult.read(run.out_dir / "calibration.json").bad_labels == doc["bad_labels"]
 
@@ -90,13 +127,24 @@ def lvis_run(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("lvis")
     s = write_coco_shaped(tmp / "set", 60, n_classes=1000, seed=5, gt_per_image=12)
-    run = calibrate(s.model, s.data, out=tmp / "run", boxes=str(s.parts), head="both", run_val=False,
-                    progress=False, n_boot=50, method="temperature")
+    run = calibrate(
+        s.model,
+        s.data,
+        out=tmp / "run",
+        boxes=str(s.parts),
+        head="both",
+        run_val=False,
+        progress=False,
+        n_boot=50,
+        method="temperature",
+    )
     return s, run
 
 
 def test_a_thousand_classes_run_and_keep_a_readable_report(lvis_run):
-    from det_calib.report.per_class_section import MAX_CLASS_PANELS, MAX_SPARSE_PANELS, shown_classes
+    from det_calib.report.per_class_section import _MAX_CLASS_PANELS as MAX_CLASS_PANELS
+    from det_calib.report.per_class_section import _MAX_SPARSE_PANELS as MAX_SPARSE_PANELS
+    from det_calib.report.per_class_section import _shown_classes as shown_classes
 
     s, run = lvis_run
     doc = json.loads((run.out_dir / "calibration.json").read_text())
@@ -111,14 +159,20 @@ def test_a_thousand_classes_run_and_keep_a_readable_report(lvis_run):
         n_sparse = sum(r.few_boxes for r in shown)
         assert 0 < n_sparse <= MAX_SPARSE_PANELS
         # the worst classes first (as many as there are panels after the sparse ones), then the sparse
-        assert [r.ece_before for r in shown[:MAX_CLASS_PANELS - n_sparse]] == worst[:MAX_CLASS_PANELS - n_sparse]
-        assert all(r.few_boxes for r in shown[MAX_CLASS_PANELS - n_sparse:])
+        assert [r.ece_before for r in shown[: MAX_CLASS_PANELS - n_sparse]] == worst[
+            : MAX_CLASS_PANELS - n_sparse
+        ]
+        assert all(r.few_boxes for r in shown[MAX_CLASS_PANELS - n_sparse :])
     md = (run.out_dir / "report.md").read_text()
     assert md.count(f"{MAX_CLASS_PANELS} of ") >= 2  # each head's figures say what they draw
     html = (run.out_dir / "report.html").read_text()
     # every class with boxes is in each head's per-class table
     for head in ("nms", "e2e"):
-        n_rows = html.split(f'class="per-class" data-head="{head}"')[1].split("</table>")[0].count(" data-cls=")
+        n_rows = (
+            html.split(f'class="per-class" data-head="{head}"')[1]
+            .split("</table>")[0]
+            .count(" data-cls=")
+        )
         assert n_rows == len(run.result.head(head).per_class)
 
 
@@ -127,7 +181,9 @@ def test_per_class_grouping_equals_a_mask_per_class(lvis_run):
     from det_calib import metrics
 
     s, run = lvis_run
-    b = run.boxes.filter((pl.col("head") == "nms") & (pl.col("split") == "test") & ~pl.col("ignore"))
+    b = run.boxes.filter(
+        (pl.col("head") == "nms") & (pl.col("split") == "test") & ~pl.col("ignore")
+    )
     cls, conf, y = b["cls"].to_numpy(), b["conf"].to_numpy(), b["correct"].to_numpy()
     by_cls = {r.cls: r for r in run.result.head("nms").per_class}
     for c in np.unique(cls)[::37]:

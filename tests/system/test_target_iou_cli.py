@@ -20,34 +20,89 @@ def runs(tmp_path_factory, demo_model_path, fixture_yaml):
     root = tmp_path_factory.mktemp("target")
     iou, default = root / "iou", root / "default"
     common = ["--n-boot", "30", "--no-val", "-q", "--head", "nms"]
-    assert main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--target", "iou",
-                 "--out", str(iou), *common]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(demo_model_path),
+                "--data",
+                str(fixture_yaml),
+                "--target",
+                "iou",
+                "--out",
+                str(iou),
+                *common,
+            ]
+        )
+        == 0
+    )
     # the default target on the same captured boxes
-    assert main(["calibrate", "--model", str(demo_model_path), "--data", str(fixture_yaml), "--boxes", str(iou),
-                 "--out", str(default), *common]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--model",
+                str(demo_model_path),
+                "--data",
+                str(fixture_yaml),
+                "--boxes",
+                str(iou),
+                "--out",
+                str(default),
+                *common,
+            ]
+        )
+        == 0
+    )
     return iou, default
 
 
 def test_the_iou_run_is_recorded_headlined_by_laece0_and_keeps_the_map(runs):
     iou, default = runs
     d = json.loads((iou / "calibration.json").read_text())
-    assert d["target"] == "iou" and "target" not in json.loads((default / "calibration.json").read_text())
+    assert d["target"] == "iou" and "target" not in json.loads(
+        (default / "calibration.json").read_text()
+    )
     r = RunResult.read(iou / "calibration.json")
     h = r.head("nms")
     assert h.calibrator.method in registry.global_methods("iou")
     assert h.eval.map_identical is True
     o0, o1 = h.eval.operating_before[0], h.eval.operating_after[0]
-    assert None not in (o0.ece, o1.ece, o0.laece0, o1.laece0, o0.ece_ci, o1.ece_ci, o0.laece0_ci, o1.laece0_ci)
+    assert None not in (
+        o0.ece,
+        o1.ece,
+        o0.laece0,
+        o1.laece0,
+        o0.ece_ci,
+        o1.ece_ci,
+        o0.laece0_ci,
+        o1.laece0_ci,
+    )
     summary = (iou / "summary.txt").read_text()
     line = next(x for x in summary.splitlines() if x.startswith("[nms] boxes kept at conf 0.25"))
-    assert line.index("LaECE_0(25 bins)") < line.index("(the target)") < line.index("ECE(15 bins, IoU 0.5)")
+    assert (
+        line.index("LaECE_0(25 bins)")
+        < line.index("(the target)")
+        < line.index("ECE(15 bins, IoU 0.5)")
+    )
     assert f"{o1.laece0:.4f} [{o1.laece0_ci[0]:.4f}, {o1.laece0_ci[1]:.4f}]" in line
-    assert "fitted to the IoU of each box's match (--target iou)" in summary  # the map, or none beat the raw
-    other = next(x for x in (default / "summary.txt").read_text().splitlines()
-                 if x.startswith("[nms] boxes kept at conf 0.25"))
-    assert other.index("ECE(15 bins, IoU 0.5)") < other.index("LaECE_0(25 bins)") and "(the target)" not in other
+    assert (
+        "fitted to the IoU of each box's match (--target iou)" in summary
+    )  # the map, or none beat the raw
+    other = next(
+        x
+        for x in (default / "summary.txt").read_text().splitlines()
+        if x.startswith("[nms] boxes kept at conf 0.25")
+    )
+    assert (
+        other.index("ECE(15 bins, IoU 0.5)") < other.index("LaECE_0(25 bins)")
+        and "(the target)" not in other
+    )
     report = (iou / "report.md").read_text()
-    assert "LaECE\\_0 of the boxes kept at conf 0.25 (the target): raw" in report  # Markdown-escaped
+    assert (
+        "LaECE\\_0 of the boxes kept at conf 0.25 (the target): raw" in report
+    )  # Markdown-escaped
     assert_intervals_contain_estimates(iou)
 
 
@@ -66,13 +121,28 @@ def test_check_prints_both_targets_kept_set_figures(runs, fixture_yaml, tmp_path
     from det_calib.check.check_record import CHECK_FILE, CheckResult
 
     iou, _ = runs
-    assert main(["check", str(iou), "--data", str(fixture_yaml), "--out", str(tmp_path / "chk"), "-q",
-                 "--no-report"]) in (0, 3, 4, 5)
+    assert main(
+        [
+            "check",
+            str(iou),
+            "--data",
+            str(fixture_yaml),
+            "--out",
+            str(tmp_path / "chk"),
+            "-q",
+            "--no-report",
+        ]
+    ) in (0, 3, 4, 5)
     out = capsys.readouterr().out
     r = CheckResult.read(tmp_path / "chk" / CHECK_FILE).labelled["nms"]
     o, t = r.operating[0], r.operating_then[0]
-    line = next(x for x in out.splitlines() if x.startswith("[nms] boxes kept at conf 0.25 (calibrated)"))
-    assert line == (f"[nms] boxes kept at conf 0.25 (calibrated): ECE {t.ece:.4f} [{t.ece_ci[0]:.4f}, "
-                    f"{t.ece_ci[1]:.4f}] then -> {o.ece:.4f} [{o.ece_ci[0]:.4f}, {o.ece_ci[1]:.4f}] now; LaECE_0 "
-                    f"{t.laece0:.4f} [{t.laece0_ci[0]:.4f}, {t.laece0_ci[1]:.4f}] then -> {o.laece0:.4f} "
-                    f"[{o.laece0_ci[0]:.4f}, {o.laece0_ci[1]:.4f}] now")
+    line = next(
+        x for x in out.splitlines() if x.startswith("[nms] boxes kept at conf 0.25 (calibrated)")
+    )
+    assert line == (
+        f"[nms] boxes kept at conf 0.25 (calibrated): ECE {t.ece:.4f} [{t.ece_ci[0]:.4f}, "
+        f"{t.ece_ci[1]:.4f}] then -> {o.ece:.4f} [{o.ece_ci[0]:.4f}, {o.ece_ci[1]:.4f}] now; "
+        "LaECE_0 "
+        f"{t.laece0:.4f} [{t.laece0_ci[0]:.4f}, {t.laece0_ci[1]:.4f}] then -> {o.laece0:.4f} "
+        f"[{o.laece0_ci[0]:.4f}, {o.laece0_ci[1]:.4f}] now"
+    )

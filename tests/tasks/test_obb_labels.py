@@ -11,15 +11,15 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_obb import render_rects, write_obb_split
+from det_calib.demo.shapes_obb import _render_rects, write_obb_split
 from det_calib.errors import InputError
 from det_calib.tasks.obb_labels import (
     XYWHR_COLUMN,
-    check_obb_line,
+    _check_obb_line,
+    _read_obb_file,
     corners_to_xywhr,
     has_rotated_boxes,
     load_obb_split,
-    read_obb_file,
     split_xywhr,
 )
 
@@ -33,7 +33,9 @@ def obb_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("obb")
     write_obb_split(root, "test", N_IMAGES)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
-    (root / "data.yaml").write_text(f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n")
+    (root / "data.yaml").write_text(
+        f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n"
+    )
     return root
 
 
@@ -41,7 +43,9 @@ def obb_root(tmp_path_factory):
 def obb_copy(obb_root, tmp_path):
     dst = tmp_path / "copy"
     shutil.copytree(obb_root, dst)
-    (dst / "data.yaml").write_text((obb_root / "data.yaml").read_text().replace(str(obb_root), str(dst)))
+    (dst / "data.yaml").write_text(
+        (obb_root / "data.yaml").read_text().replace(str(obb_root), str(dst))
+    )
     return dst
 
 
@@ -49,27 +53,44 @@ GOOD = "3 0.2 0.1 0.6 0.3 0.5 0.5 0.1 0.3"
 # line, reason (None: accepted), whether Ultralytics' verify_image_label drops the file too
 OBB_CASES = [
     (GOOD, None, False),
-    ("3 0.2 0.1 0.6 0.3 0.5 0.5", "expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got 7 (3 corners)",
-     False),  # Ultralytics reads 3 corners as a polygon
+    (
+        "3 0.2 0.1 0.6 0.3 0.5 0.5",
+        "expected 9 values `cls x1 y1 x2 y2 x3 y3 x4 y4` (4 corners), got 7 (3 corners)",
+        False,
+    ),  # Ultralytics reads 3 corners as a polygon
     ("3 0.2 0.1 0.6 0.3 0.5 0.5 0.1 0.3 0.2 0.2", "got 11 (5 corners)", False),
     ("3 0.2 0.1 0.6 0.3 0.5 0.5 0.1", "got 8", True),
-    ("3 0.2 0.1 0.2 0.1 0.5 0.5 0.5 0.5", "degenerate quadrilateral: its corners enclose no area", False),
+    (
+        "3 0.2 0.1 0.2 0.1 0.5 0.5 0.5 0.5",
+        "degenerate quadrilateral: its corners enclose no area",
+        False,
+    ),
     ("3 0.1 0.1 0.2 0.2 0.3 0.3 0.4 0.4", "degenerate quadrilateral", False),  # collinear
     ("3 0.1 0.1 0.1 0.3 0.1 0.5 0.1 0.7", "quadrilateral has zero width", False),
-    ("3 0.2 0.1 0.6 0.3 1.5 0.5 0.1 0.3", "corner 3 outside the image: value 1.5 outside [0, 1]", True),
+    (
+        "3 0.2 0.1 0.6 0.3 1.5 0.5 0.1 0.3",
+        "corner 3 outside the image: value 1.5 outside [0, 1]",
+        True,
+    ),
     ("8 0.2 0.1 0.6 0.3 0.5 0.5 0.1 0.3", "class id 8 out of range 0..7", True),
-    ("3 0.2 0.1 0.5 0.5 0.6 0.3 0.1 0.3", None, False),  # corners out of order: its hull is the same
+    (
+        "3 0.2 0.1 0.5 0.5 0.6 0.3 0.1 0.3",
+        None,
+        False,
+    ),  # corners out of order: its hull is the same
 ]
 
 
 @pytest.mark.parametrize(("line", "reason", "ultralytics_drops"), OBB_CASES)
-def test_obb_line_checks_name_file_and_line_and_agree_with_ultralytics(obb_copy, line, reason, ultralytics_drops):
+def test_obb_line_checks_name_file_and_line_and_agree_with_ultralytics(
+    obb_copy, line, reason, ultralytics_drops
+):
     from ultralytics.data.utils import verify_image_label
 
     img = obb_copy / "images" / "test" / "test_00000.png"
     lbl = obb_copy / "labels" / "test" / "test_00000.txt"
     lbl.write_text("2 0.1 0.1 0.3 0.1 0.3 0.2 0.1 0.2\n\n" + line + "\n")
-    rows, problem = read_obb_file(lbl, nc=8)
+    rows, problem = _read_obb_file(lbl, nc=8)
     if reason is None:
         assert problem is None and len(rows) == 2
         np.testing.assert_array_equal(rows[1][1], np.array(line.split()[1:], float).reshape(4, 2))
@@ -80,7 +101,7 @@ def test_obb_line_checks_name_file_and_line_and_agree_with_ultralytics(obb_copy,
 
 
 def test_box_of_an_obb_line_is_the_corners_box():
-    box, reason = check_obb_line(GOOD.split(), nc=8)
+    box, reason = _check_obb_line(GOOD.split(), nc=8)
     assert reason is None
     np.testing.assert_allclose(box, [3, 0.35, 0.3, 0.5, 0.4])
 
@@ -103,7 +124,7 @@ def test_obb_split_has_the_demo_rectangles_row_for_row(obb_root):
     assert sp.gt.drop(XYWHR_COLUMN).equals(plain.gt) and has_rotated_boxes(sp)
     xywhr = split_xywhr(sp)
     for i in range(N_IMAGES):
-        _, _, rects = render_rects(0, "test", i)
+        _, _, rects = _render_rects(0, "test", i)
         rows = np.flatnonzero(sp.gt["image_id"].to_numpy() == i)
         assert len(rows) == len(rects)
         for j, q in zip(rows, rects):
@@ -127,7 +148,9 @@ def test_malformed_obb_files_warn_and_are_left_out_like_box_labels(obb_copy):
         lbl.write_text("3 0.1 0.1 0.2 0.2 0.3 0.3 0.4 0.4\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(InputError, match=r"has no usable images: the label files of all 8 are malformed"):
+        with pytest.raises(
+            InputError, match=r"has no usable images: the label files of all 8 are malformed"
+        ):
             load_obb_split(load_data_yaml(obb_copy / "data.yaml"), "test")
 
 

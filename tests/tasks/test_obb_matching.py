@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from det_calib.errors import InputError
-from det_calib.tasks.obb_matching import match_rotated, pair_probiou, probiou
+from det_calib.tasks.obb_matching import _probiou, match_rotated, pair_probiou
 
 pytestmark = pytest.mark.fast
 
@@ -62,13 +62,23 @@ def make_case(seed: int) -> dict:
             b, c = _box(rng, kind), int(rng.integers(0, 3))
             g.append(b), gc.append(c)
             for _ in range(int(rng.choice([0, 1, 1, 2, 3]))):
-                d.append(_jitter(rng, b, kind)), dc.append(c if rng.random() < 0.85 else int(rng.integers(3)))
+                (
+                    d.append(_jitter(rng, b, kind)),
+                    dc.append(c if rng.random() < 0.85 else int(rng.integers(3))),
+                )
         for _ in range(int(rng.integers(0, 3))):
             d.append(_box(rng, kind)), dc.append(int(rng.integers(3)))
         s = rng.choice([0.2, 0.5, 0.5, 0.9], size=len(d)) if seed % 2 else rng.uniform(size=len(d))
         order = np.argsort(-s, kind="stable")
-        imgs.append((np.array(g).reshape(-1, 5), np.array(gc, int), np.array(d).reshape(-1, 5)[order],
-                     np.array(dc, int)[order], s[order]))
+        imgs.append(
+            (
+                np.array(g).reshape(-1, 5),
+                np.array(gc, int),
+                np.array(d).reshape(-1, 5)[order],
+                np.array(dc, int)[order],
+                s[order],
+            )
+        )
     return {"images": imgs}
 
 
@@ -79,9 +89,15 @@ def _ultralytics_tp(validator, g, gc, d, dc, dtype) -> np.ndarray:
 
 
 def _ours(case: dict, t: float):
-    cols = [np.concatenate(x) for x in zip(*[
-        (np.full(len(d), i), dc, s, d, np.full(len(g), i), gc, g) for i, (g, gc, d, dc, s) in enumerate(case["images"])
-    ])]
+    cols = [
+        np.concatenate(x)
+        for x in zip(
+            *[
+                (np.full(len(d), i), dc, s, d, np.full(len(g), i), gc, g)
+                for i, (g, gc, d, dc, s) in enumerate(case["images"])
+            ]
+        )
+    ]
     return match_rotated(*cols, iou_threshold=t), cols
 
 
@@ -95,7 +111,7 @@ def test_parity_with_ultralytics_obb_validator(validator, seed):
         at = 0
         for g, gc, d, dc, _ in case["images"]:
             tp = _ultralytics_tp(validator, g, gc, d, dc, torch.float64)
-            np.testing.assert_array_equal(r.correct[at:at + len(d)], tp[:, k])
+            np.testing.assert_array_equal(r.correct[at : at + len(d)], tp[:, k])
             at += len(d)
         assert not r.ignore.any()
 
@@ -109,12 +125,21 @@ def test_parity_in_float32_away_from_the_thresholds(validator):
         for g, gc, d, dc, s in case["images"]:
             if len(g) == 0 or len(d) == 0:
                 continue
-            near = np.abs(probiou(d, g)[..., None] - THRESHOLDS).min() < 1e-5
+            near = np.abs(_probiou(d, g)[..., None] - THRESHOLDS).min() < 1e-5
             if near:
                 continue
             tp = _ultralytics_tp(validator, g, gc, d, dc, torch.float32)
             for k, t in enumerate(THRESHOLDS):
-                r = match_rotated(np.zeros(len(d), int), dc, s, d, np.zeros(len(g), int), gc, g, iou_threshold=float(t))
+                r = match_rotated(
+                    np.zeros(len(d), int),
+                    dc,
+                    s,
+                    d,
+                    np.zeros(len(g), int),
+                    gc,
+                    g,
+                    iou_threshold=float(t),
+                )
                 np.testing.assert_array_equal(r.correct, tp[:, k])
             agreed += 1
     assert agreed > 40
@@ -127,7 +152,7 @@ def test_probiou_equals_ultralytics_batch_probiou():
     for kind in ("random", "square", "thin"):
         a = np.array([_box(rng, kind) for _ in range(30)])
         b = np.array([_jitter(rng, x, kind) for x in a] + [_box(rng, kind) for _ in range(10)])
-        np.testing.assert_allclose(probiou(b, a), batch_probiou(b, a).numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(_probiou(b, a), batch_probiou(b, a).numpy(), rtol=0, atol=1e-12)
 
 
 def test_planted_geometry():
@@ -135,14 +160,21 @@ def test_planted_geometry():
     +-pi/2 wrap-around, are the same box; a thin box turned by a few degrees is not."""
     same = 1 - np.sqrt(2e-7)
     sq = np.array([50, 50, 20, 19.8, 0.3])
-    assert pair_probiou(sq, np.array([50, 50, 19.8, 20, 0.3 + np.pi / 2])) == pytest.approx(same, abs=1e-9)
-    wrap_a, wrap_b = np.array([80, 40, 30, 10, np.pi / 2 - 0.01]), np.array([80, 40, 30, 10, -np.pi / 2 - 0.01])
+    assert pair_probiou(sq, np.array([50, 50, 19.8, 20, 0.3 + np.pi / 2])) == pytest.approx(
+        same, abs=1e-9
+    )
+    wrap_a, wrap_b = (
+        np.array([80, 40, 30, 10, np.pi / 2 - 0.01]),
+        np.array([80, 40, 30, 10, -np.pi / 2 - 0.01]),
+    )
     assert pair_probiou(wrap_a, wrap_b) == pytest.approx(same, abs=1e-9)
     assert pair_probiou(wrap_a, np.array([80, 40, 30, 10, -np.pi / 2 + 0.01])) > 0.9
     thin = np.array([100, 100, 80, 2, 0.0])
     turned = pair_probiou(thin, thin + [0, 0, 0, 0, np.deg2rad(5)])
     assert turned < 0.5  # five degrees on an 80x2 box
-    r = match_rotated([0, 0], [0, 0], [0.9, 0.8], [thin + [0, 0, 0, 0, np.deg2rad(5)], thin], [0], [0], [thin])
+    r = match_rotated(
+        [0, 0], [0, 0], [0.9, 0.8], [thin + [0, 0, 0, 0, np.deg2rad(5)], thin], [0], [0], [thin]
+    )
     assert r.correct.tolist() == [False, True]  # the better-scored but turned box is wrong
 
 
@@ -152,16 +184,23 @@ def test_overlap_ties_go_to_the_earlier_ground_truth(validator):
     d = np.array([[50, 50, 20, 10, 0.2], [50, 51, 20, 10, 0.2]])
     r = match_rotated([0, 0], [1, 1], [0.9, 0.8], d, [0, 0], [1, 1], g)
     assert r.gt_index.tolist() == [0, 1] and r.correct.all()
-    assert _ultralytics_tp(validator, g, [1, 1], d, [1, 1], torch.float64)[:, 0].tolist() == [True, True]
+    assert _ultralytics_tp(validator, g, [1, 1], d, [1, 1], torch.float64)[:, 0].tolist() == [
+        True,
+        True,
+    ]
 
 
 def test_bad_input():
-    with pytest.raises(InputError, match=r"`det_xywhr` to be of shape \(1, 5\), the length of `det_image`"):
+    with pytest.raises(
+        InputError, match=r"`det_xywhr` to be of shape \(1, 5\), the length of `det_image`"
+    ):
         match_rotated([0], [0], [0.5], [[1, 2, 3, 4]], [0], [0], [[1, 2, 3, 4, 0]])
     with pytest.raises(InputError, match="sizes w, h >= 0"):
         match_rotated([0], [0], [0.5], [[1, 2, -3, 4, 0]], [0], [0], [[1, 2, 3, 4, 0]])
     assert len(match_rotated([], [], [], np.zeros((0, 5)), [0], [0], [[1, 2, 3, 4, 0]])) == 0
-    assert not match_rotated([0], [0], [0.5], [[1, 2, 3, 4, 0]], [], [], np.zeros((0, 5))).correct.any()
+    assert not match_rotated(
+        [0], [0], [0.5], [[1, 2, 3, 4, 0]], [], [], np.zeros((0, 5))
+    ).correct.any()
 
 
 def test_parity_on_the_demo_rectangles(validator, tmp_path):
@@ -180,7 +219,9 @@ def test_parity_on_the_demo_rectangles(validator, tmp_path):
     n_correct = 0
     for i in range(12):
         g, c = gx[gi == i], gc[gi == i]
-        src = np.array([j for j in range(len(g)) for _ in range(int(rng.integers(0, 3)))], dtype=int)
+        src = np.array(
+            [j for j in range(len(g)) for _ in range(int(rng.integers(0, 3)))], dtype=int
+        )
         d = np.array([_jitter(rng, list(g[j]), "square") for j in src]).reshape(-1, 5)
         dc = c[src]
         s = np.sort(rng.uniform(size=len(d)))[::-1]
@@ -188,7 +229,9 @@ def test_parity_on_the_demo_rectangles(validator, tmp_path):
             continue
         tp = _ultralytics_tp(validator, g, c, d, dc, torch.float64)
         for k, t in enumerate(THRESHOLDS):
-            r = match_rotated(np.zeros(len(d), int), dc, s, d, np.zeros(len(g), int), c, g, iou_threshold=float(t))
+            r = match_rotated(
+                np.zeros(len(d), int), dc, s, d, np.zeros(len(g), int), c, g, iou_threshold=float(t)
+            )
             np.testing.assert_array_equal(r.correct, tp[:, k])
         n_correct += int(tp[:, 0].sum())
     assert n_correct > 10

@@ -15,14 +15,27 @@ from det_calib.tasks.pose_matching import COCO_SIGMAS, match_keypoints, oks, oks
 
 pytestmark = pytest.mark.fast
 
-KEYS = ("det_image", "det_cls", "det_score", "det_kpts", "gt_image", "gt_cls", "gt_kpts", "gt_area", "gt_xyxy",
-        "gt_crowd", "gt_num_keypoints")
+KEYS = (
+    "det_image",
+    "det_cls",
+    "det_score",
+    "det_kpts",
+    "gt_image",
+    "gt_cls",
+    "gt_kpts",
+    "gt_area",
+    "gt_xyxy",
+    "gt_crowd",
+    "gt_num_keypoints",
+)
 
 
 def _gt_object(rng, k: int):
     x1, y1 = rng.uniform(0, 200, 2)
     w, h = rng.uniform(8, 80, 2)
-    kp = np.c_[rng.uniform(x1, x1 + w, k), rng.uniform(y1, y1 + h, k), rng.choice([0, 1, 2, 2, 2], k)]
+    kp = np.c_[
+        rng.uniform(x1, x1 + w, k), rng.uniform(y1, y1 + h, k), rng.choice([0, 1, 2, 2, 2], k)
+    ]
     if rng.random() < 0.1:
         kp[:, 2] = 0  # no labelled keypoint: COCO ignores it
     kp[kp[:, 2] == 0, :2] = 0
@@ -49,16 +62,27 @@ def make_case(seed: int, k: int) -> dict:
             kp, box, area = _gt_object(rng, k)
             cls = int(rng.integers(0, 3))
             crowd = bool(rng.random() < 0.1)
-            for key, v in zip(KEYS[4:], (img, cls, kp, area, box, crowd, int((kp[:, 2] > 0).sum()))):
+            for key, v in zip(
+                KEYS[4:], (img, cls, kp, area, box, crowd, int((kp[:, 2] > 0).sum()))
+            ):
                 c[key].append(v)
             for d in _detections_of(rng, kp, box, int(rng.choice([0, 1, 1, 2, 3]))):
-                c["det_image"].append(img), c["det_cls"].append(cls if rng.random() < 0.8 else int(rng.integers(3)))
+                (
+                    c["det_image"].append(img),
+                    c["det_cls"].append(cls if rng.random() < 0.8 else int(rng.integers(3))),
+                )
                 c["det_kpts"].append(d)
         for _ in range(int(rng.integers(0, 3))):
             kp, box, _ = _gt_object(rng, k)
-            c["det_image"].append(img), c["det_cls"].append(int(rng.integers(3))), c["det_kpts"].append(kp[:, :2])
+            (
+                c["det_image"].append(img),
+                c["det_cls"].append(int(rng.integers(3))),
+                c["det_kpts"].append(kp[:, :2]),
+            )
     n = len(c["det_image"])
-    c["det_score"] = list(rng.choice([0.2, 0.5, 0.5, 0.9], size=n) if seed % 2 else rng.uniform(0, 1, size=n))
+    c["det_score"] = list(
+        rng.choice([0.2, 0.5, 0.5, 0.9], size=n) if seed % 2 else rng.uniform(0, 1, size=n)
+    )
     out = {key: np.asarray(v) for key, v in c.items()}
     out["det_kpts"] = np.asarray(c["det_kpts"], dtype=np.float64).reshape(n, k, 2)
     out["gt_kpts"] = np.asarray(c["gt_kpts"], dtype=np.float64).reshape(-1, k, 3)
@@ -74,15 +98,28 @@ def _coco(case: dict, sigmas: np.ndarray, t: float, max_dets: int) -> COCOeval:
         "images": [{"id": int(i)} for i in images],
         "categories": [{"id": int(c)} for c in range(3)],
         "annotations": [
-            {"id": j + 1, "image_id": int(img), "category_id": int(c), "keypoints": kp.reshape(-1).tolist(),
-             "num_keypoints": int(nk), "area": float(a), "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]],
-             "iscrowd": int(cr)}
+            {
+                "id": j + 1,
+                "image_id": int(img),
+                "category_id": int(c),
+                "keypoints": kp.reshape(-1).tolist(),
+                "num_keypoints": int(nk),
+                "area": float(a),
+                "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]],
+                "iscrowd": int(cr),
+            }
             for j, (img, c, kp, a, b, cr, nk) in enumerate(zip(*(case[key] for key in KEYS[4:])))
         ],
     }
-    dets = [{"image_id": int(img), "category_id": int(c), "score": float(s),
-             "keypoints": np.c_[kp, np.ones(len(kp))].reshape(-1).tolist()}
-            for img, c, s, kp in zip(*(case[key] for key in KEYS[:4]))]
+    dets = [
+        {
+            "image_id": int(img),
+            "category_id": int(c),
+            "score": float(s),
+            "keypoints": np.c_[kp, np.ones(len(kp))].reshape(-1).tolist(),
+        }
+        for img, c, s, kp in zip(*(case[key] for key in KEYS[:4]))
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         gt.createIndex()
         ev = COCOeval(gt, gt.loadRes(dets), "keypoints")
@@ -151,7 +188,9 @@ def test_oks_values_equal_pycocotools_compute_oks():
             d = np.flatnonzero((case["det_image"] == img) & (case["det_cls"] == cat))
             d = d[np.argsort(-case["det_score"][d], kind="stable")]
             g = np.flatnonzero((case["gt_image"] == img) & (case["gt_cls"] == cat))
-            ours = oks(case["det_kpts"][d], case["gt_kpts"][g], case["gt_area"][g], case["gt_xyxy"][g])
+            ours = oks(
+                case["det_kpts"][d], case["gt_kpts"][g], case["gt_area"][g], case["gt_xyxy"][g]
+            )
             np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-15)
 
 
@@ -168,7 +207,9 @@ def test_oks_equals_ultralytics_kpt_iou_for_labelled_ground_truth():
         g, area, box = case["gt_kpts"][keep], case["gt_area"][keep], case["gt_xyxy"][keep]
         ours = oks(case["det_kpts"], g, area, box)
         sigma = OKS_SIGMA if k == 17 else np.ones(k) / k
-        ref = kpt_iou(torch.from_numpy(g), torch.from_numpy(case["det_kpts"]), torch.from_numpy(area), sigma)
+        ref = kpt_iou(
+            torch.from_numpy(g), torch.from_numpy(case["det_kpts"]), torch.from_numpy(area), sigma
+        )
         np.testing.assert_allclose(ours, ref.numpy().T, atol=1e-6)
 
 
@@ -202,11 +243,33 @@ def test_sigmas_rule_and_bad_input():
     with pytest.raises(InputError, match="`sigmas` to be 2 positive numbers"):
         oks_sigmas(2, [0.1, -1])
     with pytest.raises(InputError, match=r"`gt_kpts` to be of shape \(1, 2, 3\)"):
-        match_keypoints([0], [0], [0.5], np.zeros((1, 2, 2)), [0], [0], np.zeros((1, 3, 3)), [1.0], [[0, 0, 1, 1]])
+        match_keypoints(
+            [0],
+            [0],
+            [0.5],
+            np.zeros((1, 2, 2)),
+            [0],
+            [0],
+            np.zeros((1, 3, 3)),
+            [1.0],
+            [[0, 0, 1, 1]],
+        )
     with pytest.raises(InputError, match="`iou_threshold` to be a number in"):
-        match_keypoints([0], [0], [0.5], np.zeros((1, 2, 2)), [0], [0], np.zeros((1, 2, 3)), [1.0], [[0, 0, 1, 1]],
-                        oks_threshold=2)
-    r = match_keypoints([], [], [], np.zeros((0, 2, 2)), [0], [0], np.ones((1, 2, 3)), [1.0], [[0, 0, 1, 1]])
+        match_keypoints(
+            [0],
+            [0],
+            [0.5],
+            np.zeros((1, 2, 2)),
+            [0],
+            [0],
+            np.zeros((1, 2, 3)),
+            [1.0],
+            [[0, 0, 1, 1]],
+            oks_threshold=2,
+        )
+    r = match_keypoints(
+        [], [], [], np.zeros((0, 2, 2)), [0], [0], np.ones((1, 2, 3)), [1.0], [[0, 0, 1, 1]]
+    )
     assert len(r) == 0
 
 
@@ -216,24 +279,42 @@ def test_parity_on_the_demo_keypoints(tmp_path):
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo.shapes import CLASS_NAMES
     from det_calib.demo.shapes_pose import write_pose_split
-    from det_calib.tasks.pose_labels import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, load_pose_split, split_keypoints
+    from det_calib.tasks.pose_labels import (
+        AREA_COLUMN,
+        NUM_KEYPOINTS_COLUMN,
+        load_pose_split,
+        split_keypoints,
+    )
 
     write_pose_split(tmp_path, "test", 12)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
-    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntest: images/test\nnames:\n{names}\nkpt_shape: [5, 3]\n")
+    (tmp_path / "data.yaml").write_text(
+        f"path: {tmp_path}\ntest: images/test\nnames:\n{names}\nkpt_shape: [5, 3]\n"
+    )
     sp = load_pose_split(load_data_yaml(tmp_path / "data.yaml"), "test")
     gkp = split_keypoints(sp)
     rng = np.random.default_rng(0)
     reps = rng.integers(0, 3, size=sp.gt.height)
     src = np.repeat(np.arange(sp.gt.height), reps)
     size = np.sqrt(sp.gt[AREA_COLUMN].to_numpy())[src]
-    dk = gkp[src, :, :2] + rng.normal(0, 1, size=(len(src), 5, 2)) * (rng.choice([0.02, 0.1, 0.3], len(src))
-                                                                        * size)[:, None, None]
-    case = {"det_image": sp.gt["image_id"].to_numpy()[src], "det_cls": sp.gt["cls"].to_numpy()[src],
-            "det_score": rng.uniform(size=len(src)), "det_kpts": dk,
-            "gt_image": sp.gt["image_id"].to_numpy(), "gt_cls": sp.gt["cls"].to_numpy(), "gt_kpts": gkp,
-            "gt_area": sp.gt[AREA_COLUMN].to_numpy(), "gt_xyxy": sp.gt.select("x1", "y1", "x2", "y2").to_numpy(),
-            "gt_crowd": sp.gt["crowd"].to_numpy(), "gt_num_keypoints": sp.gt[NUM_KEYPOINTS_COLUMN].to_numpy()}
+    dk = (
+        gkp[src, :, :2]
+        + rng.normal(0, 1, size=(len(src), 5, 2))
+        * (rng.choice([0.02, 0.1, 0.3], len(src)) * size)[:, None, None]
+    )
+    case = {
+        "det_image": sp.gt["image_id"].to_numpy()[src],
+        "det_cls": sp.gt["cls"].to_numpy()[src],
+        "det_score": rng.uniform(size=len(src)),
+        "det_kpts": dk,
+        "gt_image": sp.gt["image_id"].to_numpy(),
+        "gt_cls": sp.gt["cls"].to_numpy(),
+        "gt_kpts": gkp,
+        "gt_area": sp.gt[AREA_COLUMN].to_numpy(),
+        "gt_xyxy": sp.gt.select("x1", "y1", "x2", "y2").to_numpy(),
+        "gt_crowd": sp.gt["crowd"].to_numpy(),
+        "gt_num_keypoints": sp.gt[NUM_KEYPOINTS_COLUMN].to_numpy(),
+    }
     case["gt_cls"] = case["gt_cls"] % 3  # the reference harness knows classes 0..2
     case["det_cls"] = case["det_cls"] % 3
     for t in (0.5, 0.75, 0.95):

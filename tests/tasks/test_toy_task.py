@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from det_calib.errors import InputError
-from det_calib.tasks import TASKS, get_task, register_task, task_names
+from det_calib.tasks import TASKS, _register_task, get_task, task_names
 from det_calib.tasks.detect_task import Detect
 
 OPTIONS = {"head": "nms", "n_boot": 10, "progress": False, "method": "temperature", "report": False}
@@ -36,13 +36,18 @@ class Toy(Detect):
 
     def payload_series(self, images, shape):
         arrays = [im.extra for im in images]
-        return pl.Series(self.payload, np.concatenate(arrays) if arrays else np.zeros(0, np.float32),
-                         dtype=self.payload_dtype)
+        return pl.Series(
+            self.payload,
+            np.concatenate(arrays) if arrays else np.zeros(0, np.float32),
+            dtype=self.payload_dtype,
+        )
 
 
 @pytest.fixture
 def toy():
-    task = register_task(Toy())  # the one line a new task adds to the registry (here undone after the test)
+    task = _register_task(
+        Toy()
+    )  # the one line a new task adds to the registry (here undone after the test)
     yield task
     TASKS.pop(task.name)
 
@@ -59,8 +64,11 @@ def _toy_checkpoint(demo: Path, out: Path) -> Path:
 
 
 def test_an_unknown_task_is_one_line():
-    with pytest.raises(InputError, match=r"^model task is `toy`: det_calib calibrates detect, segment, pose and obb "
-                                         r"models$"):
+    with pytest.raises(
+        InputError,
+        match=r"^model task is `toy`: det_calib calibrates detect, segment, pose and obb "
+        r"models$",
+    ):
         get_task("toy")
 
 
@@ -88,7 +96,9 @@ def test_a_toy_task_registered_alone_runs_end_to_end(toy, demo_model_path, tmp_p
     st = run.result.settings
     _, ev = load_splits(load_data_yaml(fixture_data_yaml()), Settings(**OPTIONS), task="toy")
     mine = boxes.filter(pl.col("split") == st.eval_split)
-    again = match_boxes(mine.select(CAPTURE_COLUMNS), ev.gt, iou=st.iou_match, loc_iou=st.loc_iou_match)
+    again = match_boxes(
+        mine.select(CAPTURE_COLUMNS), ev.gt, iou=st.iou_match, loc_iou=st.loc_iou_match
+    )
     assert mine.height > 0 and again["correct"].to_list() == mine["correct"].to_list()
 
     # calibrated: a temperature fitted, the checkpoint folded, the figures written

@@ -22,7 +22,9 @@ def bench(load_benchmark):
 def _images(seed: int, m: int = 25) -> tuple[list[np.ndarray], np.ndarray]:
     """Per-image box confs (0-7 boxes) and object counts (1-3)."""
     rng = np.random.default_rng(seed)
-    return [np.round(rng.uniform(0, 1, rng.integers(0, 8)), 4) for _ in range(m)], rng.integers(1, 4, m).astype(float)
+    return [np.round(rng.uniform(0, 1, rng.integers(0, 8)), 4) for _ in range(m)], rng.integers(
+        1, 4, m
+    ).astype(float)
 
 
 @pytest.mark.parametrize(("seed", "alpha"), [(0, 0.35), (1, 0.5), (2, 0.6)])
@@ -33,8 +35,13 @@ def test_reimplemented_rule_chooses_the_threshold_cods_chooses(bench, seed, alph
     # the reimplemented rule on a grid of every box conf (kept at grid[j]: conf >= the j-th box conf)
     conf = np.concatenate(by)
     grid = np.unique(conf) - 1e-7
-    c = image_counts(conf, np.zeros(len(conf), bool), np.concatenate([np.full(len(b), i) for i, b in enumerate(by)]),
-                     gt, grid=grid)
+    c = image_counts(
+        conf,
+        np.zeros(len(conf), bool),
+        np.concatenate([np.full(len(b), i) for i, b in enumerate(by)]),
+        gt,
+        grid=grid,
+    )
     j = bench.cods_rule(c, alpha)
     assert j >= 0 and grid[j] + 1e-7 == pytest.approx(thr, abs=1e-6)
     # the rule as its docstring states it: the corrected box-count miss rate at the threshold is within alpha,

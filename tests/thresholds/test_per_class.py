@@ -15,7 +15,13 @@ from scipy import special, stats
 
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
-from det_calib.record.run_result import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
+from det_calib.record.run_result import (
+    Bootstrap,
+    Calibrator,
+    HeadResult,
+    RecordedSettings,
+    RunResult,
+)
 from det_calib.thresholds import per_class as tuning
 from det_calib.thresholds.per_class import (
     certify_image_precision,
@@ -40,10 +46,14 @@ def sigmoid(z):
 def test_betainc_binom_sf_and_lower_bound_match_scipy():
     rng = np.random.default_rng(0)
     a, b, x = rng.uniform(0.3, 800, 3000), rng.uniform(0.3, 800, 3000), rng.uniform(0, 1, 3000)
-    np.testing.assert_allclose(tuning.betainc(a, b, x), special.betainc(a, b, x), rtol=0, atol=1e-11)
+    np.testing.assert_allclose(
+        tuning.betainc(a, b, x), special.betainc(a, b, x), rtol=0, atol=1e-11
+    )
     n = rng.integers(1, 5000, 800)
     k = rng.integers(0, n + 1)
-    np.testing.assert_allclose(tuning.binom_sf(k, n, 0.8), stats.binom.sf(k - 1, n, 0.8), atol=1e-11)
+    np.testing.assert_allclose(
+        tuning.binom_sf(k, n, 0.8), stats.binom.sf(k - 1, n, 0.8), atol=1e-11
+    )
     lb = tuning.precision_lower_bound(k, n, delta=0.1)
     ref = np.where(k > 0, stats.beta.ppf(0.1, np.maximum(k, 1), n - k + 1), 0.0)  # Clopper-Pearson
     np.testing.assert_allclose(lb, ref, atol=1e-8)
@@ -68,9 +78,13 @@ def _reference_sequence(n, k, target, delta):
 def test_certify_precision_known_answer():
     # thresholds increase left to right; n falls as the threshold rises
     n = np.array([400, 300, 200, 100, 60, 10])
-    k = np.array([390, 280, 120, 95, 58, 10])  # index 5: too few to test; 4, 3 pass; 2 fails; 1 would pass
+    k = np.array(
+        [390, 280, 120, 95, 58, 10]
+    )  # index 5: too few to test; 4, 3 pass; 2 fails; 1 would pass
     assert certify_precision(n, k, target=0.8, delta=0.1) == 3
-    assert certify_precision(n, np.minimum(n, k + (n - k)), target=0.8, delta=0.1) == 0  # all correct
+    assert (
+        certify_precision(n, np.minimum(n, k + (n - k)), target=0.8, delta=0.1) == 0
+    )  # all correct
     assert certify_precision(n, n // 2, target=0.8, delta=0.1) == -1
     # vectorised over leading axes, equal to the loop, on random sequences
     rng = np.random.default_rng(1)
@@ -147,7 +161,10 @@ def _certified_by_hand(score, correct, image_id, grid, *, target, delta, unit):
         n = kept.sum()
         if unit == "image":
             m, fdp = _image_fdp(score, correct, image_id, t)
-            if m < math.ceil(math.log(delta) / math.log(target)) or _hb((1 - target) / 2, m, 1 - target) > delta:
+            if (
+                m < math.ceil(math.log(delta) / math.log(target))
+                or _hb((1 - target) / 2, m, 1 - target) > delta
+            ):
                 continue  # not testable
             passed = _hb(fdp, m, 1 - target) <= delta
         else:
@@ -171,7 +188,9 @@ def test_certified_bound_recomputed_from_its_formula(unit):
     rng = np.random.default_rng(11)
     rows = []
     for img in range(400):
-        u = rng.normal(0, 1.5)  # per-image effect the scores do not see: the boxes of an image are correlated
+        u = rng.normal(
+            0, 1.5
+        )  # per-image effect the scores do not see: the boxes of an image are correlated
         for c, nb, z0 in ((0, 9, 1.8), (1, 5, 2.4), (2, 4, 1.2)):
             z = rng.normal(z0, 1.2, nb)
             y = rng.random(nb) < sigmoid(z + u)
@@ -181,17 +200,32 @@ def test_certified_bound_recomputed_from_its_formula(unit):
     fit = pl.DataFrame({"image_id": img, "cls": cls, "correct": y, "iou": np.where(y, 0.8, 0.2)})
     target, delta = 0.8, 0.1
     grid = np.round(np.arange(200) / 200, 3)
-    doc = tune(fit, score, n_gt_fit={0: 3600, 1: 2000, 2: 1600}, class_names=["a", "b", "c"],
-               target_precision=target, delta=delta, unit=unit, grid=grid)["target_precision"]
+    doc = tune(
+        fit,
+        score,
+        n_gt_fit={0: 3600, 1: 2000, 2: 1600},
+        class_names=["a", "b", "c"],
+        target_precision=target,
+        delta=delta,
+        unit=unit,
+        grid=grid,
+    )["target_precision"]
     checked = 0
-    for sel, r in [(np.ones(len(cls), bool), doc["global"]), *((cls == q["cls"], q) for q in doc["per_class"])]:
-        t = _certified_by_hand(score[sel], y[sel], img[sel], grid, target=target, delta=delta, unit=unit)
+    for sel, r in [
+        (np.ones(len(cls), bool), doc["global"]),
+        *((cls == q["cls"], q) for q in doc["per_class"]),
+    ]:
+        t = _certified_by_hand(
+            score[sel], y[sel], img[sel], grid, target=target, delta=delta, unit=unit
+        )
         if t is None:
             assert not r["certified"] and r["precision_lower"] is None and r["deff"] is None
             continue
         assert r["certified"] and r["fallback"] is None and r["threshold"] == t
         kept = sel & (score > t)
-        assert r["fit"]["kept"] == kept.sum() and r["fit"]["precision"] == pytest.approx((kept & y).sum() / kept.sum())
+        assert r["fit"]["kept"] == kept.sum() and r["fit"]["precision"] == pytest.approx(
+            (kept & y).sum() / kept.sum()
+        )
         if unit == "image":
             m, fdp = _image_fdp(score[sel], y[sel], img[sel], t)
             assert r["fit"]["precision_per_image"] == pytest.approx(1 - fdp, rel=1e-12)
@@ -201,7 +235,9 @@ def test_certified_bound_recomputed_from_its_formula(unit):
         else:
             assert r["deff"] is None
             n, k = kept.sum(), (kept & y).sum()
-            assert r["precision_lower"] == pytest.approx(float(stats.beta.ppf(delta, k, n - k + 1)), abs=1e-9)
+            assert r["precision_lower"] == pytest.approx(
+                float(stats.beta.ppf(delta, k, n - k + 1)), abs=1e-9
+            )
         assert r["precision_lower"] >= target
         checked += 1
     assert checked >= 3  # the pooled classes and at least two classes certified
@@ -227,7 +263,9 @@ def _true_precision(sigma, m, nb, unit="box"):
     """The population's precision per grid threshold: pooled (box), or the mean precision of the images
     that keep a box (image)."""
     if sigma == 0 and unit == "box":  # exact: E[s | s > t] for s ~ Beta(a, b)
-        return A / (A + B) * (1 - special.betainc(A + 1, B, GRID)) / (1 - special.betainc(A, B, GRID))
+        return (
+            A / (A + B) * (1 - special.betainc(A + 1, B, GRID)) / (1 - special.betainc(A, B, GRID))
+        )
     kept, tp = _draw(np.random.default_rng(123), 40, 2000, nb, sigma)  # 80,000 images
     if unit == "box":
         return tp.sum((0, 1)) / kept.sum((0, 1))
@@ -243,14 +281,22 @@ def _coverage(sigma, unit, *, m, nb, draws=2000, target=0.8, delta=0.1, seed=0):
         kept, tp = _draw(rng, 250, m, nb, sigma)
         n, k = kept.sum(1), tp.sum(1)
         if unit == "image":  # the image-level test, one draw at a time
-            idx.append(np.array([certify_image_precision(kept[d], tp[d], target=target, delta=delta)
-                                 for d in range(len(kept))]))
+            idx.append(
+                np.array(
+                    [
+                        certify_image_precision(kept[d], tp[d], target=target, delta=delta)
+                        for d in range(len(kept))
+                    ]
+                )
+            )
         else:  # the box-level binomial test, with the design effect (``deff``) or without (``box``)
             deff = tuning.design_effect(kept, tp) if unit == "deff" else None
             idx.append(certify_precision(n, k, target=target, delta=delta, deff=deff))
         with np.errstate(invalid="ignore", divide="ignore"):
             ok = np.where(n > 0, k / np.maximum(n, 1), 0) >= target
-        naive.append(np.where(ok.any(1), ok.argmax(1), -1))  # lowest threshold with in-sample precision >= target
+        naive.append(
+            np.where(ok.any(1), ok.argmax(1), -1)
+        )  # lowest threshold with in-sample precision >= target
     idx, naive = np.concatenate(idx), np.concatenate(naive)
 
     def cov(i):  # no threshold certified = no claim made = not a miss
@@ -281,7 +327,9 @@ def test_image_level_test_keeps_coverage_when_boxes_of_an_image_are_correlated()
 
 
 def _table(score, correct, cls, image_id, iou):
-    return pl.DataFrame({"score": score, "correct": correct, "cls": cls, "image_id": image_id, "iou": iou})
+    return pl.DataFrame(
+        {"score": score, "correct": correct, "cls": cls, "image_id": image_id, "iou": iou}
+    )
 
 
 @pytest.mark.fast
@@ -292,7 +340,16 @@ def test_max_f1_and_lrp_known_answers():
     iou = np.array([0.9, 0.2, 0.7, 0.5])
     df = _table(s, y, np.zeros(4, int), np.arange(4), iou)
     grid = np.array([0.0, 0.5, 0.7, 0.85])
-    out = tune(df, s, n_gt_fit={0: 4}, class_names=["a"], target_precision=0.5, delta=0.5, grid=grid, n_boot=10)
+    out = tune(
+        df,
+        s,
+        n_gt_fit={0: 4},
+        class_names=["a"],
+        target_precision=0.5,
+        delta=0.5,
+        grid=grid,
+        n_boot=10,
+    )
     # F1 at t: 0.85 -> 2/(1+4)=0.4; 0.7 -> 2/(2+4)=0.333; 0.5 -> 4/(3+4)=0.571; 0.0 -> 6/(4+4)=0.75
     f1 = out["max_f1"]["per_class"][0]
     assert f1["threshold"] == 0.0 and f1["f1"] == pytest.approx(0.75)
@@ -318,7 +375,14 @@ def test_lrp_and_f1_match_brute_force_on_random_data():
     img = rng.integers(0, 40, n)
     n_gt = {0: 150, 1: 120, 2: 0}
     grid = np.round(np.arange(50) / 50, 2)
-    out = tune(_table(s, y, cls, img, iou), s, n_gt_fit=n_gt, class_names=["a", "b", "c"], grid=grid, n_boot=10)
+    out = tune(
+        _table(s, y, cls, img, iou),
+        s,
+        n_gt_fit=n_gt,
+        class_names=["a", "b", "c"],
+        grid=grid,
+        n_boot=10,
+    )
     for c in (0, 1):
         m = cls == c
         best_f1, best_lrp = (-1, None), (np.inf, None)
@@ -343,8 +407,13 @@ def test_lrp_and_f1_match_brute_force_on_random_data():
 
 @pytest.mark.fast
 def test_counts_by_image_known_answer():
-    c = counts_by_image(np.array([0.2, 0.6, 0.6, 0.9]), np.array([1, 0, 1, 1], bool), np.array([7, 7, 3, 3]),
-                        grid=np.array([0.0, 0.5, 0.6, 0.8]), n_gt=5)
+    c = counts_by_image(
+        np.array([0.2, 0.6, 0.6, 0.9]),
+        np.array([1, 0, 1, 1], bool),
+        np.array([7, 7, 3, 3]),
+        grid=np.array([0.0, 0.5, 0.6, 0.8]),
+        n_gt=5,
+    )
     # rows: images 3, 7 (sorted); strict ">": a box at 0.6 is not kept at t = 0.6
     assert c.kept.tolist() == [[2, 2, 1, 1], [2, 1, 0, 0]]
     assert c.tp.tolist() == [[2, 2, 1, 1], [1, 0, 0, 0]]
@@ -353,9 +422,18 @@ def test_counts_by_image_known_answer():
 # --------------------------------------------------------------------------------- a run folder
 
 
-def make_run(folder: Path, *, seed: int = 0, heads=("nms",), data: str | None = None,
-             fit_split="calib", eval_split="test", n_img=120, temperature=1.3,
-             gt_counts: bool = False) -> tuple[Path, dict]:
+def make_run(
+    folder: Path,
+    *,
+    seed: int = 0,
+    heads=("nms",),
+    data: str | None = None,
+    fit_split="calib",
+    eval_split="test",
+    n_img=120,
+    temperature=1.3,
+    gt_counts: bool = False,
+) -> tuple[Path, dict]:
     """A synthetic calibration run folder: calibration.json + boxes.parquet.
 
     Classes: 0 "good" (calibrated, plenty of boxes), 1 "rare" (5 boxes), 2 "bad" (never above 40%
@@ -386,22 +464,56 @@ def make_run(folder: Path, *, seed: int = 0, heads=("nms",), data: str | None = 
     split, head, img, cls, z, y, iou = map(list, zip(*rows))
     n = len(rows)
     z = np.array(z)
-    df = pl.DataFrame({
-        "image": [f"{i}.jpg" for i in img], "image_id": img, "split": split, "head": head,
-        "x1": np.zeros(n), "y1": np.zeros(n), "x2": np.full(n, 10.0), "y2": np.full(n, 10.0),
-        "img_w": np.full(n, 64), "img_h": np.full(n, 64), "cls": cls,
-        "conf": sigmoid(z).astype(np.float32).astype(np.float64), "logit": z, "correct": y, "iou": iou,
-        "ignore": np.zeros(n, bool), "loc_iou": iou,
-    }).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    df = pl.DataFrame(
+        {
+            "image": [f"{i}.jpg" for i in img],
+            "image_id": img,
+            "split": split,
+            "head": head,
+            "x1": np.zeros(n),
+            "y1": np.zeros(n),
+            "x2": np.full(n, 10.0),
+            "y2": np.full(n, 10.0),
+            "img_w": np.full(n, 64),
+            "img_h": np.full(n, 64),
+            "cls": cls,
+            "conf": sigmoid(z).astype(np.float32).astype(np.float64),
+            "logit": z,
+            "correct": y,
+            "iou": iou,
+            "ignore": np.zeros(n, bool),
+            "loc_iou": iou,
+        }
+    ).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
     folder.mkdir(parents=True, exist_ok=True)
     df.write_parquet(folder / "boxes.parquet")
     settings = RecordedSettings(
-        iou_match=0.5, loc_iou_match=0.1, fit_min_conf=0.0, conf_floor=0.001, nms_iou=0.7, max_det=300, imgsz=64,
-        conf_thresholds=(0.25,), ece_bins=15, laece_bins=25, dece_bins=(8, 3, 3, 3, 3), min_class_boxes=50,
-        bootstrap=Bootstrap(), fit_split=fit_split, eval_split=eval_split, coco_gt=None)
+        iou_match=0.5,
+        loc_iou_match=0.1,
+        fit_min_conf=0.0,
+        conf_floor=0.001,
+        nms_iou=0.7,
+        max_det=300,
+        imgsz=64,
+        conf_thresholds=(0.25,),
+        ece_bins=15,
+        laece_bins=25,
+        dece_bins=(8, 3, 3, 3, 3),
+        min_class_boxes=50,
+        bootstrap=Bootstrap(),
+        fit_split=fit_split,
+        eval_split=eval_split,
+        coco_gt=None,
+    )
     RunResult(  # as calibrate writes it (the typed result); gt_counts: per split, a list indexed by class id
-        model="", data=data or "", class_names=["good", "rare", "bad"], heads=list(heads), settings=settings,
-        results={h: HeadResult(calibrator=Calibrator.temperature_scaling(temperature)) for h in heads},
+        model="",
+        data=data or "",
+        class_names=["good", "rare", "bad"],
+        heads=list(heads),
+        settings=settings,
+        results={
+            h: HeadResult(calibrator=Calibrator.temperature_scaling(temperature)) for h in heads
+        },
         gt_counts={sp: [c[i] for i in range(3)] for sp, c in n_gt.items()} if gt_counts else None,
     ).write(folder / "calibration.json")
     return folder, n_gt
@@ -410,7 +522,9 @@ def make_run(folder: Path, *, seed: int = 0, heads=("nms",), data: str | None = 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder, n_gt = make_run(tmp_path_factory.mktemp("run"))
-    doc = tune_run(folder, head="nms", target_precision=0.8, delta=0.1, n_gt=n_gt, n_boot=300, seed=4)
+    doc = tune_run(
+        folder, head="nms", target_precision=0.8, delta=0.1, n_gt=n_gt, n_boot=300, seed=4
+    )
     return folder, n_gt, doc
 
 
@@ -424,18 +538,30 @@ def test_tune_run_writes_a_versioned_file_with_flags(run):
     assert set(crit) == {"target_precision", "max_f1", "lrp"}
     tp = {r["name"]: r for r in crit["target_precision"]["per_class"]}
     assert tp["good"]["certified"] and tp["good"]["flag"] is None
-    assert tp["good"]["precision_lower"] >= 0.8 and tp["good"]["fit"]["precision"] >= tp["good"]["precision_lower"]
+    assert (
+        tp["good"]["precision_lower"] >= 0.8
+        and tp["good"]["fit"]["precision"] >= tp["good"]["precision_lower"]
+    )
     assert crit["target_precision"]["global"]["certified"]
     g = crit["target_precision"]["global"]["threshold"]
-    assert tp["rare"]["flag"] == "too_few_boxes" and tp["rare"]["fallback"] == "global" and tp["rare"]["threshold"] == g
+    assert (
+        tp["rare"]["flag"] == "too_few_boxes"
+        and tp["rare"]["fallback"] == "global"
+        and tp["rare"]["threshold"] == g
+    )
     assert tp["bad"]["flag"] == "target_not_reached" and tp["bad"]["fallback"] == "global"
     assert class_thresholds(folder, head="nms", criterion="target_precision") == {
-        0: tp["good"]["threshold"], 1: g, 2: g}
+        0: tp["good"]["threshold"],
+        1: g,
+        2: g,
+    }
 
 
 def test_realised_eval_figures_and_coverage_recomputed_by_hand(run):
     folder, n_gt, doc = run
-    boxes = pl.read_parquet(folder / "boxes.parquet").filter((pl.col("head") == "nms") & (pl.col("split") == "test"))
+    boxes = pl.read_parquet(folder / "boxes.parquet").filter(
+        (pl.col("head") == "nms") & (pl.col("split") == "test")
+    )
     conf = sigmoid(boxes["logit"].to_numpy() / 1.3)
     y = boxes["correct"].to_numpy()
     cls = boxes["cls"].to_numpy()
@@ -470,13 +596,35 @@ def test_realised_eval_figures_and_coverage_recomputed_by_hand(run):
 def test_pluggable_scores_give_the_same_thresholds(run, tmp_path):
     folder, n_gt, doc = run
     t = 1.3
-    d1 = tune_run(folder, head="nms", target_precision=0.8, delta=0.1, n_gt=n_gt, n_boot=300, seed=4,
-                  score={"nms": lambda z: sigmoid(z / t)}, write=False)
-    d2 = tune_run(folder, head="nms", target_precision=0.8, delta=0.1, n_gt=n_gt, n_boot=300, seed=4,
-                  score=lambda b, h: sigmoid(b["logit"].to_numpy() / t), score_name="T=1.3", write=False)
+    d1 = tune_run(
+        folder,
+        head="nms",
+        target_precision=0.8,
+        delta=0.1,
+        n_gt=n_gt,
+        n_boot=300,
+        seed=4,
+        score={"nms": lambda z: sigmoid(z / t)},
+        write=False,
+    )
+    d2 = tune_run(
+        folder,
+        head="nms",
+        target_precision=0.8,
+        delta=0.1,
+        n_gt=n_gt,
+        n_boot=300,
+        seed=4,
+        score=lambda b, h: sigmoid(b["logit"].to_numpy() / t),
+        score_name="T=1.3",
+        write=False,
+    )
     for d in (d1, d2):
         assert d["heads"]["nms"]["criteria"] == doc["heads"]["nms"]["criteria"]
-    assert d1["heads"]["nms"]["score"]["kind"] == "custom" and d2["heads"]["nms"]["score"]["formula"] == "T=1.3"
+    assert (
+        d1["heads"]["nms"]["score"]["kind"] == "custom"
+        and d2["heads"]["nms"]["score"]["formula"] == "T=1.3"
+    )
     with pytest.raises(InputError, match="outside"):
         tune_run(folder, head="nms", n_gt=n_gt, score={"nms": lambda z: z}, write=False)
     with pytest.raises(InputError, match="transform for head"):
@@ -527,14 +675,22 @@ def test_class_never_reaching_target_with_no_global_is_dropped(tmp_path):
 
 def test_ground_truth_counted_from_the_runs_dataset(tmp_path, fixture_yaml):
     # the fixture data.yaml has splits `val` and `fixture` (the same 12 images)
-    folder, _ = make_run(tmp_path / "r", data=str(fixture_yaml), fit_split="val", eval_split="fixture", n_img=12)
+    folder, _ = make_run(
+        tmp_path / "r", data=str(fixture_yaml), fit_split="val", eval_split="fixture", n_img=12
+    )
     doc = tune_run(folder, target_precision=0.8, delta=0.1, n_boot=20)
     labels = sorted((fixture_yaml.parent / "labels" / "fixture").glob("*.txt"))
     assert len(labels) == 12
-    cls = [int(line.split()[0]) for p in labels for line in p.read_text().splitlines() if line.strip()]
+    cls = [
+        int(line.split()[0]) for p in labels for line in p.read_text().splitlines() if line.strip()
+    ]
     want = {c: cls.count(c) for c in range(8)}
     rows = doc["heads"]["nms"]["criteria"]["max_f1"]["per_class"]
-    assert {r["cls"] for r in rows} == {c for c, v in want.items() if v} | {0, 1, 2}  # classes with GT or boxes
+    assert {r["cls"] for r in rows} == {c for c, v in want.items() if v} | {
+        0,
+        1,
+        2,
+    }  # classes with GT or boxes
     for r in rows:
         assert r["fit"]["n_gt"] == want[r["cls"]] == r["eval"]["n_gt"]
 
@@ -551,7 +707,9 @@ def test_cli_thresholds(run, tmp_path, capsys):
     assert "dataset" in capsys.readouterr().err
     assert main(["thresholds", str(folder), "--target-precision", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "`--target-precision`" in err[0]  # the library's parameter shown as the flag
+    assert (
+        len(err) == 1 and "`--target-precision`" in err[0]
+    )  # the library's parameter shown as the flag
     assert main(["thresholds", str(folder), "--delta", "0"]) == 2
     assert "`--delta`" in capsys.readouterr().err
     assert main(["thresholds", str(folder), "--head", "e2e"]) == 2  # a head the run lacks
@@ -563,7 +721,8 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     tune_run writes with the same values; ground truth from the run's recorded `gt_counts`."""
     import inspect
 
-    from det_calib.cli import _parser, main, settings_from_args
+    from det_calib.cli import _parser, main
+    from det_calib.cli import _settings_from_args as settings_from_args
     from det_calib.job.settings import Settings
 
     args = _parser().parse_args(["thresholds", "somewhere"])
@@ -571,14 +730,37 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     sig = inspect.signature(tune_run).parameters
     assert s.target_precision == tuning.DEFAULT_TARGET_PRECISION == sig["target_precision"].default
     assert (s.delta, s.threshold_unit, s.threshold_fallback, s.n_boot) == (
-        sig["delta"].default, sig["unit"].default, sig["fallback"].default, sig["n_boot"].default)
+        sig["delta"].default,
+        sig["unit"].default,
+        sig["fallback"].default,
+        sig["n_boot"].default,
+    )
     assert Settings().target_precision is None  # calibrate tunes only when asked
     folder, n_gt = make_run(tmp_path / "r", gt_counts=True)
-    assert main(["thresholds", str(folder), "--target-precision", "0.8", "--n-boot", "40",
-                 "--threshold-unit", "box", "--threshold-fallback", "drop"]) == 0
+    assert (
+        main(
+            [
+                "thresholds",
+                str(folder),
+                "--target-precision",
+                "0.8",
+                "--n-boot",
+                "40",
+                "--threshold-unit",
+                "box",
+                "--threshold-fallback",
+                "drop",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "head nms: target precision 0.8, delta 0.1 (box-level)" in out and "thresholds.json" in out
-    want = tune_run(folder, target_precision=0.8, unit="box", fallback="drop", n_boot=40, n_gt=n_gt, write=False)
+    assert (
+        "head nms: target precision 0.8, delta 0.1 (box-level)" in out and "thresholds.json" in out
+    )
+    want = tune_run(
+        folder, target_precision=0.8, unit="box", fallback="drop", n_boot=40, n_gt=n_gt, write=False
+    )
     assert read_thresholds(folder)["heads"]["nms"]["criteria"] == want["heads"]["nms"]["criteria"]
 
 
@@ -594,7 +776,9 @@ def test_ground_truth_read_from_recorded_counts(tmp_path):
     cal = json.loads((folder / "calibration.json").read_text())
     cal["gt_counts"]["calib"] = [1, "x"]
     (folder / "calibration.json").write_text(json.dumps(cal))
-    with pytest.raises(InputError, match=r"calibration.json: `gt_counts.calib\[1\]` must be an integer"):
+    with pytest.raises(
+        InputError, match=r"calibration.json: `gt_counts.calib\[1\]` must be an integer"
+    ):
         tune_run(folder, write=False)
 
 
@@ -627,7 +811,9 @@ def test_report_section(run):
 
 
 def test_compare_thresholds_table(run, tmp_path):
-    from det_calib.report.thresholds_section import compare_thresholds_table
+    from det_calib.report.thresholds_section import (
+        _compare_thresholds_table as compare_thresholds_table,
+    )
 
     folder, n_gt, doc = run
     other = tune_run(folder, target_precision=0.7, delta=0.2, n_gt=n_gt, n_boot=50, write=False)
@@ -643,8 +829,9 @@ def test_compare_thresholds_table(run, tmp_path):
 # --------------------------------------------------------------------------------- deployment
 
 
-def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(tmp_path, demo_model_path,
-                                                                            fixture_images):
+def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(
+    tmp_path, demo_model_path, fixture_images
+):
     from ultralytics import YOLO
 
     from det_calib.capture.predictor import capture, load_detector
@@ -653,8 +840,14 @@ def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(tm
     temperature = 1.4
     # each image captured alone, as predict runs it below (a batch letterboxes its images to one shape)
     yolo = load_detector(demo_model_path)
-    boxes = pl.concat([capture(yolo, [p], head="nms", batch=1, progress=False).with_columns(pl.lit(i).alias("image_id"))
-                       for i, p in enumerate(fixture_images)])
+    boxes = pl.concat(
+        [
+            capture(yolo, [p], head="nms", batch=1, progress=False).with_columns(
+                pl.lit(i).alias("image_id")
+            )
+            for i, p in enumerate(fixture_images)
+        ]
+    )
     cal = sigmoid(boxes["logit"].to_numpy() / temperature)
     cls = boxes["cls"].to_numpy()
     # per-class thresholds at the class's median calibrated conf above 0.05 (the capture is complete
@@ -666,7 +859,9 @@ def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(tm
             t += 2e-4
         thr[int(c)] = t
     del thr[int(np.unique(cls)[-1])]  # a class without a threshold: dropped
-    ckpt = write_calibrated_checkpoint(demo_model_path, tmp_path / "calibrated.pt", {"nms": temperature})
+    ckpt = write_calibrated_checkpoint(
+        demo_model_path, tmp_path / "calibrated.pt", {"nms": temperature}
+    )
 
     model = YOLO(ckpt)  # plain Ultralytics
     kept_total = predicted_total = 0
@@ -676,8 +871,10 @@ def test_filter_results_in_plain_ultralytics_keeps_exactly_the_selected_boxes(tm
         out = filter_results(res, thr)
         assert isinstance(out, list) and len(out) == 1
         got = out[0].boxes
-        sel = np.flatnonzero((boxes["image_id"].to_numpy() == i)
-                             & np.array([cal[j] > thr.get(int(cls[j]), np.inf) for j in range(len(cls))]))
+        sel = np.flatnonzero(
+            (boxes["image_id"].to_numpy() == i)
+            & np.array([cal[j] > thr.get(int(cls[j]), np.inf) for j in range(len(cls))])
+        )
         assert len(got) == len(sel), path.name
         order = np.argsort(-cal[sel])
         np.testing.assert_array_equal(got.cls.numpy().astype(int), cls[sel][order])

@@ -17,7 +17,13 @@ from scipy import stats
 
 from det_calib.data.box_table import SCHEMA
 from det_calib.errors import InputError
-from det_calib.record.run_result import Bootstrap, Calibrator, HeadResult, RecordedSettings, RunResult
+from det_calib.record.run_result import (
+    Bootstrap,
+    Calibrator,
+    HeadResult,
+    RecordedSettings,
+    RunResult,
+)
 from det_calib.thresholds.certification import betting_pvalue
 from det_calib.thresholds.class_sets import ClassSets, agnostic_true_class, class_probabilities
 from det_calib.thresholds.risk_control import RiskTargets, control, hb_pvalue, image_counts
@@ -94,13 +100,20 @@ def test_two_risks_at_once_take_the_lowest_threshold_certified_for_both():
     m = 600
     s_obj = rng.uniform(0, 1, m)  # each image: one object found by a box of score s_obj
     s_fp = rng.uniform(0, 0.4, m)  # and one wrong box below 0.4
-    c = image_counts(np.r_[s_obj, s_fp], np.r_[np.ones(m, bool), np.zeros(m, bool)], np.r_[np.arange(m),
-                     np.arange(m)], np.ones(m), grid=GRID)
+    c = image_counts(
+        np.r_[s_obj, s_fp],
+        np.r_[np.ones(m, bool), np.zeros(m, bool)],
+        np.r_[np.arange(m), np.arange(m)],
+        np.ones(m),
+        grid=GRID,
+    )
     both = control(c, RiskTargets(precision=0.8, recall=0.5, delta=0.1))
     alone_p = control(c, RiskTargets(precision=0.8, delta=0.05))
     alone_r = control(c, RiskTargets(recall=0.5, delta=0.05))
     assert both["certified"] and both["level_per_risk"] == pytest.approx(0.05)
-    assert both["threshold"] == alone_p["threshold"] <= alone_r["threshold"]  # Bonferroni: each at delta / 2
+    assert (
+        both["threshold"] == alone_p["threshold"] <= alone_r["threshold"]
+    )  # Bonferroni: each at delta / 2
     infeasible = control(c, RiskTargets(precision=0.95, recall=0.7, delta=0.1))
     assert not infeasible["certified"] and infeasible["threshold"] == 1.0
 
@@ -140,7 +153,10 @@ def test_pooled_precision_betting_pvalue_by_hand():
     cap_log, best, seen = 0.0, 0.0, []
     for x in loss:
         mu = sum(seen) / (len(seen) + 1)
-        var = max(sum(v * v for v in seen) / (len(seen) + 1) - mu * mu, 1e-12) + 1e-6 * (p_t * cap) ** 2
+        var = (
+            max(sum(v * v for v in seen) / (len(seen) + 1) - mu * mu, 1e-12)
+            + 1e-6 * (p_t * cap) ** 2
+        )
         lam = min(max(-mu / (var + mu * mu), 0.0), 0.5 / (p_t * cap))
         cap_log += math.log(1 - lam * x)
         best = max(best, cap_log)
@@ -171,18 +187,24 @@ def test_precision_violation_rate_with_clustered_boxes(unit):
     if unit == "pooled":
         true = pop.tp.sum(0) / np.maximum(pop.kept.sum(0), 1)
     else:
-        true = 1 - np.nan_to_num(np.where(pop.kept > 0, (pop.kept - pop.tp) / np.maximum(pop.kept, 1), 0).sum(0)
-                                 / np.maximum((pop.kept > 0).sum(0), 1))
+        true = 1 - np.nan_to_num(
+            np.where(pop.kept > 0, (pop.kept - pop.tp) / np.maximum(pop.kept, 1), 0).sum(0)
+            / np.maximum((pop.kept > 0).sum(0), 1)
+        )
     target, delta, draws = 0.75, 0.1, 200
     viol = cert = 0
     for _ in range(draws):
         s2, y2, img2, g2 = _clustered(rng, 300)
-        r = control(image_counts(s2, y2, img2, g2, grid=GRID),
-                    RiskTargets(precision=target, delta=delta, precision_unit=unit, fp_cap=25.0))
+        r = control(
+            image_counts(s2, y2, img2, g2, grid=GRID),
+            RiskTargets(precision=target, delta=delta, precision_unit=unit, fp_cap=25.0),
+        )
         if r["certified"]:
             cert += 1
             viol += true[int(np.searchsorted(GRID, r["threshold"]))] < target
-    assert cert >= draws // 2  # the rule certifies something most of the time: the rate below is not vacuous
+    assert (
+        cert >= draws // 2
+    )  # the rule certifies something most of the time: the rate below is not vacuous
     assert viol / draws <= delta + 2 * math.sqrt(delta * (1 - delta) / draws)
 
 
@@ -206,24 +228,43 @@ def test_recall_violation_rate_on_exchangeable_images():
     for _ in range(draws):
         s2, img2, k2 = _population(rng, n)
         c = image_counts(s2, np.ones(len(s2), bool), img2, k2, grid=GRID)
-        j = int(np.searchsorted(GRID, control(c, RiskTargets(recall=1 - alpha, delta=delta))["threshold"]))
+        j = int(
+            np.searchsorted(
+                GRID, control(c, RiskTargets(recall=1 - alpha, delta=delta))["threshold"]
+            )
+        )
         viol += true_risk[j] > alpha
-        jp = int(np.searchsorted(GRID, control(c, RiskTargets(recall=1 - alpha))["plug_in_threshold"]))
+        jp = int(
+            np.searchsorted(GRID, control(c, RiskTargets(recall=1 - alpha))["plug_in_threshold"])
+        )
         plug += true_risk[jp] > alpha
-        je = int(np.searchsorted(GRID, control(c, RiskTargets(recall=1 - alpha, guarantee="expectation"))[
-            "threshold"]))
+        je = int(
+            np.searchsorted(
+                GRID,
+                control(c, RiskTargets(recall=1 - alpha, guarantee="expectation"))["threshold"],
+            )
+        )
         exp_risk += true_risk[je]
     se = math.sqrt(delta * (1 - delta) / draws)
     assert viol / draws <= delta + 2 * se
-    assert plug / draws > 0.3  # the plug-in threshold, without the guarantee, breaks it often: the test can fail
-    assert exp_risk / draws <= alpha + 0.01  # conformal risk control: the mean risk is at most alpha
+    assert (
+        plug / draws > 0.3
+    )  # the plug-in threshold, without the guarantee, breaks it often: the test can fail
+    assert (
+        exp_risk / draws <= alpha + 0.01
+    )  # conformal risk control: the mean risk is at most alpha
 
 
 @pytest.mark.fast
 def test_bad_targets():
-    for kw, word in (({"recall": 1.0}, "target_recall"), ({"recall": 0.5, "delta": 0}, "delta"),
-                     ({"precision": -0.1}, "target_precision"), ({"max_fp": 0}, "max_fp_per_image"),
-                     ({}, "at least one"), ({"recall": 0.5, "guarantee": "sometimes"}, "guarantee")):
+    for kw, word in (
+        ({"recall": 1.0}, "target_recall"),
+        ({"recall": 0.5, "delta": 0}, "delta"),
+        ({"precision": -0.1}, "target_precision"),
+        ({"max_fp": 0}, "max_fp_per_image"),
+        ({}, "at least one"),
+        ({"recall": 0.5, "guarantee": "sometimes"}, "guarantee"),
+    ):
         with pytest.raises(InputError, match=word):
             RiskTargets(**kw)
 
@@ -253,9 +294,19 @@ def test_class_sets_cover_at_the_promised_rate():
 
 @pytest.mark.fast
 def test_agnostic_matching_takes_the_objects_class():
-    boxes = pl.DataFrame({"image_id": [0, 0, 0], "x1": [0.0, 0.0, 50.0], "y1": [0.0, 1.0, 50.0],
-                          "x2": [10.0, 10.0, 60.0], "y2": [10.0, 10.0, 60.0], "conf": [0.5, 0.9, 0.7]})
-    gt = pl.DataFrame({"image_id": [0], "x1": [0.0], "y1": [0.0], "x2": [10.0], "y2": [10.0], "cls": [3]})
+    boxes = pl.DataFrame(
+        {
+            "image_id": [0, 0, 0],
+            "x1": [0.0, 0.0, 50.0],
+            "y1": [0.0, 1.0, 50.0],
+            "x2": [10.0, 10.0, 60.0],
+            "y2": [10.0, 10.0, 60.0],
+            "conf": [0.5, 0.9, 0.7],
+        }
+    )
+    gt = pl.DataFrame(
+        {"image_id": [0], "x1": [0.0], "y1": [0.0], "x2": [10.0], "y2": [10.0], "cls": [3]}
+    )
     # the 0.9 box takes the object (highest conf first), the 0.5 duplicate and the far box match nothing
     assert agnostic_true_class(boxes, gt).tolist() == [-1, 3, -1]
 
@@ -275,37 +326,82 @@ def _make_run(folder: Path, *, seed: int = 0, n_img: int = 60, logits: bool = Fa
         (folder / "labels" / split).mkdir(parents=True)
         for i in range(n_img):
             Image.new("RGB", (64, 64)).save(folder / "images" / split / f"{i:03d}.png")
-            (folder / "labels" / split / f"{i:03d}.txt").write_text("0 0.25 0.25 0.2 0.2\n0 0.75 0.75 0.2 0.2\n")
+            (folder / "labels" / split / f"{i:03d}.txt").write_text(
+                "0 0.25 0.25 0.2 0.2\n0 0.75 0.75 0.2 0.2\n"
+            )
             ease = rng.normal(0, 1)
-            for z, ok in ((ease + 1.5, True), (ease + rng.normal(0, 1), True), (rng.normal(-1, 1), False)):
+            for z, ok in (
+                (ease + 1.5, True),
+                (ease + rng.normal(0, 1), True),
+                (rng.normal(-1, 1), False),
+            ):
                 rows.append((f"{i:03d}.png", i, split, "nms", 0, float(z), ok, 0.8 if ok else 0.0))
-    (folder / "data.yaml").write_text(f"path: {folder}\ncalib: images/calib\ntest: images/test\nnames:\n  0: thing\n")
+    (folder / "data.yaml").write_text(
+        f"path: {folder}\ncalib: images/calib\ntest: images/test\nnames:\n  0: thing\n"
+    )
     image, image_id, split, head, cls, z, y, iou = map(list, zip(*rows))
     n = len(rows)
     z = np.array(z)
     # the two objects (YOLO 0.25 0.25 0.2 0.2 and 0.75 0.75 0.2 0.2 of 64 px): a box per row, in turn
     x1 = np.tile([9.6, 41.6, 9.6], n // 3)
-    df = pl.DataFrame({
-        "image": image, "image_id": image_id, "split": split, "head": head, "x1": x1, "y1": x1,
-        "x2": x1 + 12.8, "y2": x1 + 12.8, "img_w": np.full(n, 64), "img_h": np.full(n, 64),
-        "cls": cls, "conf": 1 / (1 + np.exp(-z)), "logit": z, "correct": y, "iou": iou, "ignore": np.zeros(n, bool),
-        "loc_iou": iou}).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    df = pl.DataFrame(
+        {
+            "image": image,
+            "image_id": image_id,
+            "split": split,
+            "head": head,
+            "x1": x1,
+            "y1": x1,
+            "x2": x1 + 12.8,
+            "y2": x1 + 12.8,
+            "img_w": np.full(n, 64),
+            "img_h": np.full(n, 64),
+            "cls": cls,
+            "conf": 1 / (1 + np.exp(-z)),
+            "logit": z,
+            "correct": y,
+            "iou": iou,
+            "ignore": np.zeros(n, bool),
+            "loc_iou": iou,
+        }
+    ).with_columns([pl.col(c).cast(t) for c, t in SCHEMA.items()])
     if logits:  # class 0 (the objects') on top, except where noise lifts class 1 or 2 above it
         lg = rng.normal(0, 1.0, (n, 3)) + np.array([1.5, 0.0, 0.0])
-        df = df.with_columns(pl.Series("logits", lg.astype(np.float32).tolist(), dtype=pl.List(pl.Float32)),
-                             pl.Series("calibrated", 1 / (1 + np.exp(-z))))
+        df = df.with_columns(
+            pl.Series("logits", lg.astype(np.float32).tolist(), dtype=pl.List(pl.Float32)),
+            pl.Series("calibrated", 1 / (1 + np.exp(-z))),
+        )
     run = folder / "run"
     run.mkdir()
     df.write_parquet(run / "boxes.parquet")
     settings = RecordedSettings(
-        iou_match=0.5, loc_iou_match=0.1, fit_min_conf=0.0, conf_floor=0.001, nms_iou=0.7, max_det=300, imgsz=64,
-        conf_thresholds=(0.25,), ece_bins=15, laece_bins=25, dece_bins=(8, 3, 3, 3, 3), min_class_boxes=50,
-        bootstrap=Bootstrap(), fit_split="calib", eval_split="test", coco_gt=None)
+        iou_match=0.5,
+        loc_iou_match=0.1,
+        fit_min_conf=0.0,
+        conf_floor=0.001,
+        nms_iou=0.7,
+        max_det=300,
+        imgsz=64,
+        conf_thresholds=(0.25,),
+        ece_bins=15,
+        laece_bins=25,
+        dece_bins=(8, 3, 3, 3, 3),
+        min_class_boxes=50,
+        bootstrap=Bootstrap(),
+        fit_split="calib",
+        eval_split="test",
+        coco_gt=None,
+    )
     names = ["thing", "other", "third"] if logits else ["thing"]
-    RunResult(model="", data=str(folder / "data.yaml"), class_names=names, heads=["nms"], settings=settings,
-              results={"nms": HeadResult(calibrator=Calibrator.temperature_scaling(1.0))},
-              gt_counts={sp: [2 * n_img, 0, 0][:len(names)] for sp in ("calib", "test")}).write(
-                  run / "calibration.json")
+    RunResult(
+        model="",
+        data=str(folder / "data.yaml"),
+        class_names=names,
+        heads=["nms"],
+        settings=settings,
+        results={"nms": HeadResult(calibrator=Calibrator.temperature_scaling(1.0))},
+        gt_counts={sp: [2 * n_img, 0, 0][: len(names)] for sp in ("calib", "test")},
+    ).write(run / "calibration.json")
     return run
 
 
@@ -318,26 +414,38 @@ def test_cli_risk_thresholds_written_and_deployable(risk_run, capsys):
     from det_calib.cli import main
     from det_calib.thresholds import class_thresholds
 
-    assert main(["thresholds", str(risk_run), "--target-recall", "0.5", "--delta", "0.1", "--per-class"]) == 0
+    assert (
+        main(
+            ["thresholds", str(risk_run), "--target-recall", "0.5", "--delta", "0.1", "--per-class"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "recall >= 0.5, with probability >= 0.9 over the fit images" in out and "conf=" in out
     doc = json.loads((risk_run / "thresholds.json").read_text())
     rc = doc["heads"]["nms"]["risk_control"]
     g = rc["global"]
     assert g["certified"] and g["fit"]["images"] == 60 and g["fit"]["n_gt"] == 120
-    assert g["fit"]["recall_per_image"] >= 0.5 and "criteria" in doc["heads"]["nms"]  # the file keeps its criteria
-    assert class_thresholds(doc, head="nms", criterion="risk_control") == {0: rc["per_class"][0]["threshold"]}
+    assert (
+        g["fit"]["recall_per_image"] >= 0.5 and "criteria" in doc["heads"]["nms"]
+    )  # the file keeps its criteria
+    assert class_thresholds(doc, head="nms", criterion="risk_control") == {
+        0: rc["per_class"][0]["threshold"]
+    }
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
     from det_calib.cli import main
 
-    cases = [(["--target-recall", "1.5"], "`--target-recall`"), (["--target-recall", "0.5", "--delta", "1"],
-             "`--delta`"), (["--max-fp-per-image", "-1"], "`--max-fp-per-image`"),
-             (["--target-recall", "0.999"], "no threshold certifies recall"),
-             (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
-             (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"),
-             (["--class-sets", "2"], "`--class-sets`")]
+    cases = [
+        (["--target-recall", "1.5"], "`--target-recall`"),
+        (["--target-recall", "0.5", "--delta", "1"], "`--delta`"),
+        (["--max-fp-per-image", "-1"], "`--max-fp-per-image`"),
+        (["--target-recall", "0.999"], "no threshold certifies recall"),
+        (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
+        (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"),
+        (["--class-sets", "2"], "`--class-sets`"),
+    ]
     for extra, words in cases:
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
@@ -353,9 +461,16 @@ def test_report_section_shows_each_guarantee_and_its_cost(risk_run):
     g = doc["heads"]["nms"]["risk_control"]["global"]
     blocks, _ = thresholds_section(risk_run)
     table = next(b for b in blocks if isinstance(b, Table) and b.css == "risk-thresholds")
-    assert table.rows[0][:4] == ["all classes (global)", f"{g['threshold']:.3f}", f"{g['plug_in_threshold']:.3f}",
-                                 f"{g['cost']:.3f}"]
-    assert any("mean per-image recall >= 0.5, with probability at least 0.9" in getattr(b, "text", "") for b in blocks)
+    assert table.rows[0][:4] == [
+        "all classes (global)",
+        f"{g['threshold']:.3f}",
+        f"{g['plug_in_threshold']:.3f}",
+        f"{g['cost']:.3f}",
+    ]
+    assert any(
+        "mean per-image recall >= 0.5, with probability at least 0.9" in getattr(b, "text", "")
+        for b in blocks
+    )
 
 
 def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
@@ -373,7 +488,8 @@ def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys
     # calibrate moves the capture's `logits` column into class_logits.npz (float16, the boxes above the floor);
     # class sets read from it agree with those read from the column, and the CLI prints them
     from det_calib.cli import main
-    from det_calib.thresholds.class_sets import LOGITS_FILE, LOGITS_FLOOR, run_class_sets, write_class_logits
+    from det_calib.thresholds.class_sets import _LOGITS_FLOOR as LOGITS_FLOOR
+    from det_calib.thresholds.class_sets import LOGITS_FILE, run_class_sets, write_class_logits
 
     run = _make_run(tmp_path / "cs", n_img=200, logits=True)
     want = run_class_sets(run, alpha=0.1, keep=0.25, write=False)
@@ -394,8 +510,13 @@ def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys
         run_class_sets(run, alpha=0.1, keep=0.01, write=False)
     assert main(["thresholds", str(run), "--class-sets", "0.1"]) == 0
     assert f"mean size {got['mean_size']:.2f}" in capsys.readouterr().out
-    np.savez_compressed(run / LOGITS_FILE, row=np.array([0, 1], np.int32), logits=np.zeros((2, 3), np.float16),
-                        image_id=np.array([5, 5], np.int32), floor=np.float64(LOGITS_FLOOR))
+    np.savez_compressed(
+        run / LOGITS_FILE,
+        row=np.array([0, 1], np.int32),
+        logits=np.zeros((2, 3), np.float16),
+        image_id=np.array([5, 5], np.int32),
+        floor=np.float64(LOGITS_FLOOR),
+    )
     with pytest.raises(InputError, match="does not match the run's boxes.parquet"):
         run_class_sets(run, alpha=0.1, write=False)
 
@@ -408,10 +529,25 @@ def test_per_class_criterion_and_risk_control_certify_the_same_image_precision()
 
     rng = np.random.default_rng(6)
     s, y, img, n_gt = _clustered(rng, 400)
-    fit = pl.DataFrame({"image_id": img, "cls": np.zeros(len(s), np.int64), "correct": y,
-                        "iou": np.where(y, 0.8, 0.2)})
-    doc = tune(fit, s, n_gt_fit={0: int(n_gt.sum())}, class_names=["a"], target_precision=0.8, delta=0.1,
-               grid=GRID)["target_precision"]["global"]
+    fit = pl.DataFrame(
+        {
+            "image_id": img,
+            "cls": np.zeros(len(s), np.int64),
+            "correct": y,
+            "iou": np.where(y, 0.8, 0.2),
+        }
+    )
+    doc = tune(
+        fit,
+        s,
+        n_gt_fit={0: int(n_gt.sum())},
+        class_names=["a"],
+        target_precision=0.8,
+        delta=0.1,
+        grid=GRID,
+    )["target_precision"]["global"]
     r = control(image_counts(s, y, img, n_gt, grid=GRID), RiskTargets(precision=0.8, delta=0.1))
     assert doc["certified"] and r["certified"] and doc["threshold"] == r["threshold"]
-    assert doc["fit"]["precision_per_image"] == pytest.approx(r["fit"]["precision_per_image"], rel=1e-12)
+    assert doc["fit"]["precision_per_image"] == pytest.approx(
+        r["fit"]["precision_per_image"], rel=1e-12
+    )

@@ -14,11 +14,13 @@ pytestmark = pytest.mark.fast
 
 def _draw(rng, n, skew=1.0):
     conf = rng.uniform(0.2, 1.0, n)
-    right = rng.random(n) < conf ** skew  # skew > 1: over-confident scores
+    right = rng.random(n) < conf**skew  # skew > 1: over-confident scores
     return conf, right
 
 
-@pytest.mark.parametrize(("target", "delta", "skew"), [(0.9, 0.1, 1.0), (0.9, 0.05, 2.0), (0.8, 0.1, 1.5)])
+@pytest.mark.parametrize(
+    ("target", "delta", "skew"), [(0.9, 0.1, 1.0), (0.9, 0.05, 2.0), (0.8, 0.1, 1.5)]
+)
 def test_the_guarantee_holds_over_repeated_calibration_draws(target, delta, skew):
     """Violation: the true accuracy above the certified threshold is below the target. The true
     accuracy of answered images at lambda is known in closed form for these draws."""
@@ -57,8 +59,10 @@ def test_nothing_is_certified_when_no_threshold_reaches_the_target():
     assert not r.certified and np.isnan(r.threshold) and r.answered == 0.0
 
 
-@pytest.mark.parametrize(("target", "delta", "words"), [(1.0, 0.1, "target accuracy"), (0.9, 0.0, "delta"),
-                                                        (-0.1, 0.1, "target accuracy")])
+@pytest.mark.parametrize(
+    ("target", "delta", "words"),
+    [(1.0, 0.1, "target accuracy"), (0.9, 0.0, "delta"), (-0.1, 0.1, "target accuracy")],
+)
 def test_bad_targets_get_one_line(target, delta, words):
     with pytest.raises(InputError, match=f"the {words} must lie strictly between 0 and 1"):
         reject_threshold(np.array([0.9]), np.array([True]), target=target, delta=delta)
