@@ -65,8 +65,10 @@ __all__ = [
     "ConvergenceWarning",
     "NotFittedError",
     "TemperatureScaler",
+    "binary_nll",
     "equivalent_threshold",
     "fit_temperature",
+    "softmax_nll",
 ]
 
 _log = logging.getLogger(__name__)
@@ -123,7 +125,7 @@ def _prepare(
 # objectives
 
 
-def _binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
+def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
     """Mean binary negative log-likelihood of ``sigmoid(logits / temperature)`` (natural log).
 
     Computed as ``softplus(a) - y * a`` with ``a = z / T``, which is exact for any finite logit.
@@ -149,7 +151,7 @@ def _binary_nll(z: np.ndarray, y: np.ndarray, w: np.ndarray | None, t: float) ->
     return weighted_mean(binary_nll_terms(a, y), w)
 
 
-def _softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
+def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any = None) -> float:
     """Mean categorical negative log-likelihood of ``softmax(logits / temperature)`` (natural log).
 
     Args:

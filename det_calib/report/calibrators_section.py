@@ -136,7 +136,7 @@ def lead(run: Run, head: str) -> str:
     parts = [method_words(run, head)]
     iou = run.settings.target == "iou"
     for o0, o1 in zip(ev.operating_before, ev.operating_after, strict=False):
-        ece = f"ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}" + _floor_words(o1)
+        ece = f"ECE {fci(o0.ece, o0.ece_ci)} → {fci(o1.ece, o1.ece_ci)}" + floor_words(o1)
         la = (
             f"LaECE_0 {fci(o0.laece0, o0.laece0_ci)} → {fci(o1.laece0, o1.laece0_ci)}"
             + _laece_floor_words(o1)
@@ -171,13 +171,13 @@ def lead(run: Run, head: str) -> str:
     return "; ".join(parts) + "."
 
 
-def _floor_words(o: OperatingFigures) -> str:
+def floor_words(o: OperatingFigures) -> str:
     """`` (a perfectly calibrated detector: 0.0330 [0.0210, 0.0460] on these boxes)``, or "" when not computed."""
     return _floor_words(o.ece_floor, o.ece_floor_range, o.at_floor)
 
 
 def _laece_floor_words(o: OperatingFigures) -> str:
-    """:func:`_floor_words` of the kept-set LaECE_0 (its sampling floor), or "" when not computed."""
+    """:func:`floor_words` of the kept-set LaECE_0 (its sampling floor), or "" when not computed."""
     return _floor_words(o.laece_floor, o.laece_floor_range, o.laece_at_floor)
 
 

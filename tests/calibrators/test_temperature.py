@@ -19,9 +19,9 @@ from det_calib.calibrators.temperature import (
     ConvergenceWarning,
     NotFittedError,
     TemperatureScaler,
-    _binary_nll,
-    _softmax_nll,
+    binary_nll,
     fit_temperature,
+    softmax_nll,
 )
 from det_calib.errors import DegenerateFitError, InputError
 
@@ -81,7 +81,7 @@ def test_recovers_planted_temperature_softmax():
     t = fit_temperature(logits, labels, kind="softmax")
     assert abs(t - t_grid) < 0.01
     # the fitted optimum is at least as good as the best grid point
-    assert _softmax_nll(logits, labels, t) <= min(nll) + 1e-12
+    assert softmax_nll(logits, labels, t) <= min(nll) + 1e-12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,14 +134,14 @@ def test_parity_scipy_softmax():
     )
     t = fit_temperature(z, y, kind="softmax")
     ref = minimize_scalar(
-        lambda s: _softmax_nll(z, y, s),
+        lambda s: softmax_nll(z, y, s),
         bounds=(0.1, 10.0),
         method="bounded",
         options={"xatol": 1e-10},
     )
     assert t == pytest.approx(ref.x, rel=1e-5)
     logp = torch.log_softmax(torch.from_numpy(z) / t, dim=1)
-    assert _softmax_nll(z, y, t) == pytest.approx(
+    assert softmax_nll(z, y, t) == pytest.approx(
         torch.nn.functional.nll_loss(logp, torch.from_numpy(y)).item()
     )
 
@@ -196,10 +196,10 @@ def test_extreme_logits_are_stable():
         scaler = TemperatureScaler().fit(z, y)
     assert abs(scaler.temperature_ - 5.0) < 0.3
     assert np.isfinite([scaler.nll_before_, scaler.nll_after_]).all()
-    assert np.isfinite(_binary_nll([1e4, -1e4], [0, 1], 1.0))
-    assert _binary_nll([1e4, -1e4], [0, 1], 1.0) == pytest.approx(1e4)
+    assert np.isfinite(binary_nll([1e4, -1e4], [0, 1], 1.0))
+    assert binary_nll([1e4, -1e4], [0, 1], 1.0) == pytest.approx(1e4)
     zs = np.array([[1000.0, -1000.0, 0.0], [-50.0, 50.0, 49.0]])
-    assert _softmax_nll(zs, [1, 2], 1.0) == pytest.approx((2000.0 + np.logaddexp(0, 1.0)) / 2)
+    assert softmax_nll(zs, [1, 2], 1.0) == pytest.approx((2000.0 + np.logaddexp(0, 1.0)) / 2)
 
 
 def test_weights_match_repeated_rows():
@@ -409,11 +409,11 @@ def test_estimator_weights_match_repeated_rows():
 
 def test_binary_nll_default_temperature_is_one_and_labels_are_checked():
     # known answer: softplus(2) - 2 = log(1 + exp(-2)) at T = 1
-    assert _binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
+    assert binary_nll([2.0], [1]) == pytest.approx(np.log1p(np.exp(-2.0)), rel=1e-12)
     with pytest.raises(InputError, match="`labels`"):
-        _binary_nll([0.0, 1.0], [0, 2])
+        binary_nll([0.0, 1.0], [0, 2])
     with pytest.raises(InputError, match="`logits` of shape \\(n,\\)"):
-        _binary_nll([[0.0, 1.0]], [1])
+        binary_nll([[0.0, 1.0]], [1])
 
 
 def test_transform_logits_checks_the_shape_of_its_kind():
@@ -466,15 +466,15 @@ def test_softmax_weights_match_repeated_rows():
     counts = rng.integers(0, 4, 300)
     rep = np.repeat(np.arange(300), counts)
     for t in (1.0, 1.6):
-        assert _softmax_nll(z, y, t, weights=counts) == pytest.approx(
-            _softmax_nll(z[rep], y[rep], t), rel=1e-12
+        assert softmax_nll(z, y, t, weights=counts) == pytest.approx(
+            softmax_nll(z[rep], y[rep], t), rel=1e-12
         )
     a = TemperatureScaler(kind="softmax").fit(z, y, weights=counts)
     b = TemperatureScaler(kind="softmax").fit(z[rep], y[rep])
     assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-7)
     assert (a.nll_before_, a.nll_after_) == pytest.approx((b.nll_before_, b.nll_after_), rel=1e-9)
     # and the default temperature is 1: the mean of -log_softmax(z)[y]
-    assert _softmax_nll(z, y) == pytest.approx(
+    assert softmax_nll(z, y) == pytest.approx(
         np.mean(-log_softmax(z, axis=1)[np.arange(300), y]), rel=1e-12
     )
 

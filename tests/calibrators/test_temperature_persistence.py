@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from det_calib.calibrators.temperature import TemperatureScaler, _binary_nll
+from det_calib.calibrators.temperature import TemperatureScaler, binary_nll
 from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
@@ -21,13 +21,13 @@ def test_binary_nll_integer_weights_equal_repeated_boxes():
     w = np.array([3, 0, 1, 2])
     rep = np.repeat(np.arange(4), w)
     for t in (1.0, 1.7):
-        assert _binary_nll(z, y, t, weights=w) == pytest.approx(
-            _binary_nll(z[rep], y[rep], t), rel=1e-12
+        assert binary_nll(z, y, t, weights=w) == pytest.approx(
+            binary_nll(z[rep], y[rep], t), rel=1e-12
         )
-        assert _binary_nll(z, y, t, weights=w) != pytest.approx(_binary_nll(z, y, t), rel=1e-6)
+        assert binary_nll(z, y, t, weights=w) != pytest.approx(binary_nll(z, y, t), rel=1e-6)
     # the known answer: softplus(z / T) - y z / T, averaged
     want = np.mean(np.logaddexp(0, z / 2) - y * z / 2)
-    assert _binary_nll(z, y, 2.0) == pytest.approx(want, rel=1e-12)
+    assert binary_nll(z, y, 2.0) == pytest.approx(want, rel=1e-12)
 
 
 def test_json_round_trip_keeps_every_setting_and_diagnostic():
