@@ -52,6 +52,7 @@ __all__ = [
     "EPSILON",
     "SPLIT_SIZES",
     "cache_dir",
+    "classify_data_for",
     "classify_root",
     "default_data_of",
     "demo_data_yaml",
@@ -129,7 +130,7 @@ def _demo_classify_model() -> Path:
     return _demo_root() / "yolo26n_shapes_cls.pt"
 
 
-def _classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
+def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
     """The classification data a ``calibrate`` run reads, or None for a detection run: ``data`` when it
     is a folder (of class folders), else the demo classifier's crops (rendered on first use) when
     ``model`` is the demo classifier and no data is named."""

@@ -8,6 +8,7 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "calibrate": "calibrate_job",
+    "run_classify_cli": "classify_run",
     "choice_words": "fitting",
     "choose_calibrator": "fitting",
     "fit_head": "fitting",
@@ -31,6 +32,7 @@ __all__ = [
     "fit_head",
     "gt_per_class",
     "output_files",
+    "run_classify_cli",
     "summary_text",
     "temperature_of_boxes",
     "val_not_run",

@@ -186,7 +186,7 @@ def _val_pair(
     }
 
 
-def _run_classify_cli(args) -> int:
+def run_classify_cli(args) -> int:
     """``det-calib calibrate --data FOLDER``: a classify run from the command line's settings."""
     unsupported = [
         flag

@@ -37,7 +37,7 @@ from .page import Page
 _log = logging.getLogger(__name__)
 
 
-__all__ = ["equivalents", "kept_bins", "kept_reliability_figure", "reliability_section"]
+__all__ = ["equivalents", "kept_reliability_figure", "reliability_section"]
 
 
 def reliability_section(page: Page, ctx: ReportContext) -> None:
@@ -63,8 +63,8 @@ def kept_reliability_figure(page: Page, s: Subject) -> bool:
     o0, o1 = ev.operating_before[0], ev.operating_after[0]
     t, nb = num(o0.conf), run.settings.ece_bins
     bins0, bins1 = (
-        kept_bins(hb.conf, hb.correct, t, nb),
-        kept_bins(hb.conf_after, hb.correct, t, nb),
+        _kept_bins(hb.conf, hb.correct, t, nb),
+        _kept_bins(hb.conf_after, hb.correct, t, nb),
     )
     _check_kept(s, o0, bins0, "raw")
     _check_kept(s, o1, bins1, "calibrated")
@@ -259,7 +259,7 @@ def _report_reliability(b: Page, subjects: list[Subject]) -> None:
         )
 
 
-def kept_bins(
+def _kept_bins(
     conf: np.ndarray | None, correct: np.ndarray, t: float | None, n_bins: int
 ) -> Any | None:
     """Reliability bins of the boxes kept at ``t`` (``conf > t``), binned as the kept-set ECE is."""
@@ -283,8 +283,8 @@ def _compare_reliability(b: Page, cols: list[Subject]) -> None:
                 if c.low
                 else (None,) * 2
             )
-            bins0 = kept_bins(c.hb.conf, c.hb.correct, c.low, nb)
-            bins1 = kept_bins(c.hb.conf_after, c.hb.correct, c.low, nb)
+            bins0 = _kept_bins(c.hb.conf, c.hb.correct, c.low, nb)
+            bins1 = _kept_bins(c.hb.conf_after, c.hb.correct, c.low, nb)
             _check_kept(c, o0, bins0, "raw")
             _check_kept(c, o1, bins1, "calibrated")
             kept.append(

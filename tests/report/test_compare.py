@@ -325,7 +325,7 @@ def test_per_class_heatmap_over_all_runs_is_written_and_embedded(runs, three):
 def test_kept_set_reliability_is_binned_as_calibrate_bins_its_ece(runs):
     """The operating-point reliability figure's bins give each run's kept-set ECE of calibration.json."""
     from det_calib.record.run_folder import load_run
-    from det_calib.report.reliability_section import kept_bins as _kept_bins
+    from det_calib.report.reliability_section import _kept_bins as _kept_bins
 
     for m in METHODS:
         run = load_run(runs[m])
