@@ -437,12 +437,12 @@ def _xerr(values: Sequence[float | None], cis: Sequence[tuple[float, float] | No
     return err
 
 
-def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None) -> bytes:
+def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None, unit: str = "boxes",
+                        after_label: str = "calibrated") -> bytes:
     """Classes ranked by raw ECE (worst on top), raw and calibrated bars with interval whiskers.
 
-    The box count is written at the right of each row; classes with few boxes are hatched, grey
-    and labelled "(few boxes)".
-    """
+    The box count (``unit``: what each row counts) is written at the right of each row; classes
+    with few boxes are hatched, grey and labelled "(few boxes)". ``after_label``: the second bar."""
     # reliable classes first, worst on top; classes with few boxes below them, also by ECE
     rows = sorted(rows, key=lambda r: (r.few, -(r.ece_before if r.ece_before is not None else -1.0)))
     n = max(len(rows), 1)
@@ -458,7 +458,7 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
         va = [r.ece_after for r in rows]
         for vals, cis, off, color, label in (
             (vb, [r.ci_before for r in rows], h / 2, BEFORE, "raw"),
-            (va, [r.ci_after for r in rows], -h / 2, AFTER, "calibrated"),
+            (va, [r.ci_after for r in rows], -h / 2, AFTER, after_label),
         ):
             v = np.array([np.nan if x is None else x for x in vals], dtype=float)
             bars = ax.barh(y + off, np.nan_to_num(v), height=h, color=color, label=label,
@@ -482,14 +482,14 @@ def per_class_ece_chart(rows: Sequence[ClassECE], *, xlabel: str, title: str | N
                 ax.text(0.005, yi, "no boxes" if r.boxes == 0 else "n/a", transform=blended_transform_factory(
                     ax.transAxes, ax.transData), ha="left", va="center", fontsize=8, color="#777777")
         tr = blended_transform_factory(ax.transAxes, ax.transData)
-        ax.text(1.01, y[0] + 0.75, "boxes", transform=tr, ha="left", va="bottom", fontsize=8, fontweight="bold")
+        ax.text(1.01, y[0] + 0.75, unit, transform=tr, ha="left", va="bottom", fontsize=8, fontweight="bold")
         for yi, r in zip(y, rows):
             ax.text(1.01, yi, f"{r.boxes:,}", transform=tr, ha="left", va="center", fontsize=8,
                     color="#777777" if r.few else "#222222")
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlim(left=0)
         ax.set_xlabel(xlabel)
-        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label="calibrated"),
+        handles = [Patch(color=BEFORE, label="raw"), Patch(color=AFTER, label=after_label),
                    Line2D([], [], color="#333333", marker="|", ls="-", label="95% interval")]
         if any(r.few for r in rows):
             handles.append(Patch(facecolor="#BBBBBB", edgecolor="#555555", hatch="///", label="few boxes (noisy)"))
