@@ -56,8 +56,8 @@ def spec(default: Any = MISSING, *, default_factory: Any = MISSING, key: str | N
         digits: Round the number to these decimals on writing.
         missing: What an absent or ``null`` key reads as (default: the field's default).
     """
-    meta = {k: v for k, v in dict(key=key, omit=omit, flat=flat, required=required, check=check,
-                                     digits=digits, missing=missing).items() if v not in (None, False, MISSING)}
+    meta = {k: v for k, v in dict(key=key, omit=omit, flat=flat, check=check, digits=digits).items() if v is not None}
+    meta.update({"required": True} if required else {}, **({} if missing is MISSING else {"missing": missing}))
     return dataclasses.field(default=default, default_factory=default_factory, metadata={_META: meta})
 
 
