@@ -11,7 +11,7 @@ A key absent or ``null`` reads as the field's default; without one, as None wher
 as an empty list, dict or record for a container, else it is missing (an error). A fixed pair with a
 ``null`` inside (an interval undefined at either end) reads as None where the field is optional.
 
-Writing: fields in their declared order; numpy scalars as Python numbers, tuples as lists, paths as
+Writing: fields in their declared order; numpy scalars and arrays as Python numbers, tuples as lists, paths as
 strings; floats as they are (``det_calib.io.to_json`` writes NaN as ``null``). What differs from that,
 per field, is said by :func:`spec` in the field's metadata: another key, a key left out, a nested
 record written flat into its parent, rounding, a value check, a reading default.
@@ -98,8 +98,8 @@ def encode(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, Path):
         return str(obj)
-    item = getattr(obj, "item", None)  # a numpy scalar
-    return item() if item is not None and type(obj).__module__ == "numpy" else obj
+    tolist = getattr(obj, "tolist", None)  # a numpy scalar or array: Python numbers
+    return tolist() if tolist is not None and type(obj).__module__ == "numpy" else obj
 
 
 def _encode_field(rec: Any, f: dataclasses.Field, out: dict[str, Any]) -> None:

@@ -135,6 +135,7 @@ def test_known_answers_of_writing():
                  "flat_a": None, "flat_b": 5, "seconds": 1.235, "path": "/a/b", "anything": {"k": [1, 2]},
                  "fallback": 7}
     assert type(d["inner"]["a"]) is float and type(d["inner"]["b"]) is int  # numpy scalars as Python numbers
+    assert encode({"a": np.arange(3), "b": np.bool_(True)}) == {"a": [0, 1, 2], "b": True}
     assert "maybe" not in d and "shown" not in d
     assert list(d)[:3] == ["name", "kind", "ci"]  # the declared order
     assert encode(Outer(name="n", maybe=Inner(), shown=True, fallback=7))["shown"] is True
