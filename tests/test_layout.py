@@ -15,7 +15,8 @@ PKG = ROOT / "det_calib"
 
 #: Bottom to top: a module may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.numeric", "det_calib.validation"),
+    ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.numeric", "det_calib.validation",
+     "det_calib.codec"),
     ("det_calib.calibrators",),
     ("det_calib.data",),
     ("det_calib.matching",),
@@ -228,7 +229,7 @@ def test_the_docs_document_the_layer_order():
     line = next((x for x in page.splitlines() if x.startswith("Layer order")), "")
     named = re.findall(r"`(\w+)/`", line)
     want = [names[0].removeprefix("det_calib.") for names in LAYERS[1:-1]]
-    assert named == want and "errors, io, lazy, numeric, validation <" in line and "< `cli.py`" in line, (
+    assert named == want and "errors, io, lazy, numeric, validation, codec <" in line and "< `cli.py`" in line, (
         "docs/layout.md's `Layer order` line should name: " + " < ".join(f"`{w}/`" for w in want))
 
 
@@ -310,8 +311,8 @@ def test_one_module_scores_boxes_and_one_leaves_out_crowd_matched_ones():
 
 def test_the_record_is_schema_only():
     """``record/`` holds typed records and their readers: it computes no figure (no metrics, no evaluation)."""
-    allowed = ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.validation", "det_calib.data",
-               "det_calib.calibrators", "det_calib.record", "det_calib")
+    allowed = ("det_calib.errors", "det_calib.io", "det_calib.lazy", "det_calib.validation", "det_calib.codec",
+               "det_calib.data", "det_calib.calibrators", "det_calib.record", "det_calib")
     bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("det_calib.record")
                  for d in deps if not (d == "det_calib" or any(d == a or d.startswith(a + ".") for a in allowed[:-1])))
     assert not bad, "\n".join(bad)

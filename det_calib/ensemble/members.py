@@ -72,14 +72,6 @@ class MemberSpec:
         base = self.path.name + (f":{self.head}" if self.head else "")
         return base if self.view == "orig" else f"{base} [{self.view}]"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "kind": self.kind, "flip": self.flip, "scale": self.scale, "head": self.head}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemberSpec:
-        return cls(Path(d["path"]), d.get("kind", "checkpoint"), bool(d.get("flip", False)),
-                   float(d.get("scale", 1.0)), d.get("head"))
-
 
 def parse_view(text: str) -> tuple[bool, float]:
     """``orig``, ``flip``, ``scale:S``, or ``flip+scale:S`` -> (flip, scale).

@@ -20,10 +20,11 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from det_calib.codec import encode
 from det_calib.metrics.calibration import ece
 from det_calib.metrics.classifier_metrics import (
     classwise_ece,
@@ -59,10 +60,7 @@ class ClassifierFigures:
 
     def to_dict(self) -> dict:
         """Plain JSON values (the intervals as lists)."""
-        d = asdict(self)
-        d["ece_interval"], d["floor_interval"] = list(self.ece_interval), list(self.floor_interval)
-        d["at_floor"] = self.at_floor
-        return d
+        return {**encode(self), "at_floor": self.at_floor}
 
 
 def evaluate_classifier(prob: np.ndarray, labels: np.ndarray, *, n_bins: int = 15, n_draws: int = 200,

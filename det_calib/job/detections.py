@@ -109,7 +109,7 @@ def _reuse_detections_run(inputs: Inputs, splits: Sequence[Split], s: Settings
     if meta["model"] != _file_fingerprint(s.detections):
         raise InputError(f"the boxes in {run_file} were read from another file of detections "
                          f"({meta['model'].removeprefix('detections:')}, not {Path(s.detections).resolve()})")
-    read = DetectionsRead(**meta["detections"])
+    read = DetectionsRead.from_dict(meta["detections"], "detections")
     if read.high_floor is not None and s.fit_range is None and s.fit_min_conf is None:
         s.fit_range = f"{read.high_floor:.6g}"  # as the run that read the file
     captured, fingerprints = reuse_boxes(source, inputs, splits, s, model_fp=meta["model"])
@@ -188,7 +188,7 @@ def detections_outputs(stage: Path, result: Any, fingerprints: dict[str, Any], s
 
     from det_calib.record.run_result import ValCheck
 
-    read = DetectionsRead(**fingerprints["detections"])
+    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
     lines: list[str] = []
     for h in result.heads:
         lines += read.summary_lines(h, s.conf)

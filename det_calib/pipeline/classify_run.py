@@ -15,13 +15,13 @@ written for use after the engine (no weights to fold into). Outputs: ``calibrati
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 from det_calib.capture.classify_logits import capture_classify
+from det_calib.codec import encode
 from det_calib.data.class_folders import check_model_classes, read_class_split
 from det_calib.deploy.classify_fold import write_classify_checkpoint
 from det_calib.errors import InputError
@@ -115,7 +115,7 @@ def _reject_rules(p_fit: np.ndarray, y_fit: np.ndarray, p_eval: np.ndarray, y_ev
     for target in REJECT_TARGETS:
         r = reject_threshold(p_fit.max(1), p_fit.argmax(1) == y_fit, target=target, delta=REJECT_DELTA)
         on = p_eval.max(1) >= r.threshold if r.certified else np.zeros(y_eval.size, bool)
-        rules.append({**asdict(r), "eval_answered": float(on.mean()),
+        rules.append({**encode(r), "eval_answered": float(on.mean()),
                       "eval_accuracy": float((p_eval.argmax(1) == y_eval)[on].mean()) if on.any() else None})
     return rules
 

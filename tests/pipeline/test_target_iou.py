@@ -101,7 +101,7 @@ def test_the_target_is_recorded_only_where_it_is_iou_and_read_back():
     r = RunResult.from_dict(ref)
     assert r.settings.target == "iou" and r.to_dict()["target"] == "iou"
     ref["target"] = "box"
-    with pytest.raises(InputError, match="`target` to be correct or iou"):
+    with pytest.raises(InputError, match="`target` must be one of correct, iou"):
         RunResult.from_dict(ref)
     with pytest.raises(InputError, match="target"):
         Settings(target="box").validate()
