@@ -80,9 +80,9 @@ def small_demo(tmp_path_factory) -> dict[str, Path]:
     demo (hundreds of images a split) into the machine's cache."""
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
     cache = tmp_path_factory.getbasetemp() / "small_demo_cache"
     with pytest.MonkeyPatch.context() as mp:

@@ -90,7 +90,28 @@ def _imports(module: str, path: Path) -> set[str]:
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 
+#: A task's folder (``det_calib/tasks/<task>/``) holds what is the task's own in every layer: its labels and
+#: matching (the tasks layer), and the parts the layers above call through the task (its demo labels, its mAP
+#: checks, its report panel, a per-image task's own run). Such a part names its layer by the first word of its
+#: module name (``demo_labels`` in the demo layer, ``report_panel`` in the report layer, ``pipeline_run`` in the
+#: pipeline layer); any other module of the folder is in the tasks layer. The layer rule holds for each part as
+#: for any module: it imports its own layer and those below, and the tasks layer reaches a part above it only
+#: through the name the task declares (:meth:`det_calib.tasks.contract.Task.part`), loaded by the layer that
+#: calls it (``test_task_parts_are_called_from_their_layer``).
+TASK_PART_LAYERS = {n.rsplit(".", 1)[1]: n for names in LAYERS[LAYERS.index(("det_calib.tasks",)) + 1:]
+                    for n in names if n.count(".") == 1}
+
+
+def _task_part_layer(module: str) -> str | None:
+    """The layer a module of a task's folder names by its first word (None: the tasks layer)."""
+    parts = module.split(".")
+    if len(parts) < 4 or parts[1] != "tasks":
+        return None
+    return TASK_PART_LAYERS.get(parts[3].split("_", 1)[0])
+
+
 def _layer(module: str) -> int:
+    module = _task_part_layer(module) or module
     best = None
     for i, names in enumerate(LAYERS):
         for n in names:
@@ -259,11 +280,15 @@ SUBPACKAGES = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name
 
 
 def test_no_two_modules_share_a_name():
-    """A module's name says what is inside: no two modules (or a module and a subpackage) share one."""
+    """A module's name says what is inside: no two modules (or a module and a subpackage) share one. A task's
+    folder names its modules by their role (``labels``, ``matching``, ``demo_labels``: the same roles in each
+    task's folder), so there the name is the folder's and the module's together (``pose.labels``)."""
     names: dict[str, list[str]] = {}
     for m in MODULES:
         if m.count(".") >= 1:
-            names.setdefault(m.rsplit(".", 1)[1], []).append(m)
+            parts = m.split(".")
+            in_folder = len(parts) >= 4 and parts[1] == "tasks"
+            names.setdefault(".".join(parts[2:4]) if in_folder else parts[-1], []).append(m)
     assert not {n: ms for n, ms in names.items() if len(ms) > 1}
 
 
@@ -303,7 +328,8 @@ def test_one_module_scores_boxes_and_one_leaves_out_crowd_matched_ones():
     extractors are gone."""
     view = ("det_calib/data/box_view.py",)
     assert not _calls(r"\.deployed_conf\(|calibrated_logits\(|predict_proba\(", ("det_calib/calibrators/", *view))
-    matchers = ("det_calib/matching/", "det_calib/tasks/obb_matching.py", "det_calib/tasks/pose_matching.py")
+    matchers = ("det_calib/matching/", "det_calib/tasks/obb/matching.py", "det_calib/tasks/pose/matching.py",
+                "det_calib/tasks/segment/matching.py")
     assert not _calls(r'~\s*pl\.col\("ignore"\)|\["ignore"\]', (*view, *matchers))
     assert not _calls(r"\b_EvalArrays\b|\bOperatingEval\b|def _arrays\(|def with_calibrated\(", view)
 
@@ -475,6 +501,18 @@ def task_branches() -> list[str]:
             elif isinstance(n, ast.Dict) and sum(_names_tasks(k) for k in n.keys if k is not None) >= 2:
                 out.append(f"{p.relative_to(ROOT)}:{n.lineno} (a dictionary keyed by task)")
     return out
+
+
+def test_task_parts_are_called_from_their_layer():
+    """A task's part above the tasks layer (``task.part("report_panel")``) is asked for only by a module of
+    its own layer or one above it: the import the layer rule would see, were it written as one."""
+    rx = re.compile(r"\.part\(\s*[\"'](\w+)[\"']")
+    calls = [(m, name) for m, p in MODULES.items() for name in rx.findall(p.read_text())]
+    assert calls, "the stages reach the tasks' parts through Task.part"
+    up = [f"{m} (layer {_layer(m)}) asks for {name} (layer {_layer(TASK_PART_LAYERS[name.split('_')[0]])})"
+          for m, name in calls if name.split("_")[0] not in TASK_PART_LAYERS
+          or _layer(TASK_PART_LAYERS[name.split("_")[0]]) > _layer(m)]
+    assert not up, "\n".join(up)
 
 
 def test_no_task_branch_outside_the_tasks():

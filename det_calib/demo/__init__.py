@@ -20,6 +20,7 @@ from pathlib import Path
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
 from det_calib.demo.shapes_classify import classify_root
 from det_calib.errors import InputError
+from det_calib.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -87,25 +88,21 @@ def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path
 
 
 def default_data_of(model: str | Path) -> Path | None:
-    """The demo data a demo model runs on when no data is given (rendered on first use): the segment
-    demo data (:func:`~det_calib.demo.shapes_segments.demo_segment_data_yaml`) for the demo segment
-    model, the pose demo data (:func:`~det_calib.demo.shapes_pose.demo_pose_data_yaml`) for the demo
-    pose model, the OBB demo data (:func:`~det_calib.demo.shapes_obb.demo_obb_data_yaml`) for the demo
-    OBB model; None for any other model (its data must be named)."""
+    """The demo data a demo model runs on when no data is given (rendered on first use): for the demo model
+    of a task with demo labels of its own (its folder's ``demo_labels``: the segment, pose and OBB demo
+    models), that task's demo data; None for any other model (its data must be named)."""
     if not Path(model).is_file():
         return None
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
-
-    for demo_model, demo_data in ((demo_segment_model, demo_segment_data_yaml), (demo_pose_model, demo_pose_data_yaml),
-                                  (demo_obb_model, demo_obb_data_yaml)):
+    for task in TASKS.values():
+        labels = task.part("demo_labels")
+        if labels is None:
+            continue
         try:
-            path = demo_model()
+            path = demo_root() / labels.DEMO_MODEL
         except InputError:  # no demo files beside the package
             return None
         if path.is_file() and Path(model).resolve() == path.resolve():
-            return demo_data()
+            return labels.DEMO_DATA()
     return None
 
 

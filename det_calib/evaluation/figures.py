@@ -35,7 +35,7 @@ from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
-from det_calib.tasks.pose_labels import KPTS_COLUMN
+from det_calib.tasks.pose.labels import KPTS_COLUMN
 
 __all__ = ["DECE_BINS", "EvalSettings", "all_box_scores", "evaluate_head", "gt_classes", "kept_gaps", "map_check",
            "operating_points", "per_class_figures", "pose_map_check", "scores_of", "segment_map_check",
@@ -296,7 +296,7 @@ def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibr
     Args:
         boxes: One head's box table on ``split``, every row (crowd-matched ones too: COCOeval ignores them
             itself), with the ``segm`` column of the capture.
-        split: The eval split as :func:`det_calib.data.segments.load_segment_split` reads it.
+        split: The eval split as :func:`det_calib.tasks.segment.labels.load_segment_split` reads it.
         calibrator: The head's fitted calibrator.
         s: The run's settings (``max_det``, ``map_engine``).
 
@@ -304,8 +304,8 @@ def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibr
         The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
         (no mask mAP without ground-truth masks).
     """
-    from det_calib.data.segments import has_masks
-    from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
+    from det_calib.tasks.segment.evaluation_map import MASK_MAP_KEYS, coco_mask_maps
+    from det_calib.tasks.segment.labels import has_masks
 
     out = map_check(boxes, split, calibrator, s)
     if not has_masks(split):
@@ -317,12 +317,12 @@ def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibr
 def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
                    sigmas: Any = None) -> dict[str, Any]:
     """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
-    pycocotools ``keypoints`` (:func:`det_calib.evaluation.keypoint_map.coco_keypoint_maps`) from the same raw
-    and calibrated scores (:data:`~det_calib.evaluation.keypoint_map.POSE_MAP_KEYS`).
+    pycocotools ``keypoints`` (:func:`det_calib.tasks.pose.evaluation_map.coco_keypoint_maps`) from the same raw
+    and calibrated scores (:data:`~det_calib.tasks.pose.evaluation_map.POSE_MAP_KEYS`).
 
     Args:
         boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
-        split: The eval split as :func:`det_calib.tasks.pose_labels.load_pose_split` reads it.
+        split: The eval split as :func:`det_calib.tasks.pose.labels.load_pose_split` reads it.
         calibrator, s: As :func:`segment_map_check`.
         sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
             ``1 / K`` otherwise, as Ultralytics' pose validator).
@@ -330,8 +330,8 @@ def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrato
     Returns:
         The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
     """
-    from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
-    from det_calib.tasks.pose_labels import has_keypoints
+    from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps
+    from det_calib.tasks.pose.labels import has_keypoints
 
     out = map_check(boxes, split, calibrator, s)
     if not has_keypoints(split):

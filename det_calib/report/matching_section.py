@@ -21,13 +21,13 @@ import polars as pl
 
 from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.segments import SEGM_COLUMN, load_segment_split
 from det_calib.errors import InputError
 from det_calib.record.run_folder import Run
+from det_calib.tasks.segment.labels import SEGM_COLUMN, load_segment_split
+from det_calib.tasks.segment.report_plots import MaskPanel, mask_examples_figure
 
 from .context import ReportContext
 from .document import Heading, Para
-from .mask_plots import MaskPanel, mask_examples_figure
 from .page import Page
 from .task_examples import MAX_IMAGES, example_images, reread_split, run_task_panels
 from .task_plots import pose_examples_figure, rotated_examples_figure

@@ -3,11 +3,11 @@ and the matching result (drawn by :mod:`det_calib.report.task_plots`).
 
 Each builder takes one head's box table with the task's payload column (``kpts`` for pose, ``xywhr`` for
 OBB, as the capture writes them), the :class:`~det_calib.data.ground_truth.Split` the boxes were matched
-against (read by :func:`~det_calib.tasks.pose_labels.load_pose_split` /
-:func:`~det_calib.tasks.obb_labels.load_obb_split`; a box's ``image_id`` is the split's image index, as the
+against (read by :func:`~det_calib.tasks.pose.labels.load_pose_split` /
+:func:`~det_calib.tasks.obb.labels.load_obb_split`; a box's ``image_id`` is the split's image index, as the
 matching took it) and the
 :class:`~det_calib.matching.one_to_one.MatchResult` of
-:func:`~det_calib.tasks.pose_matching.match_keypoints` / :func:`~det_calib.tasks.obb_matching.match_rotated`,
+:func:`~det_calib.tasks.pose.matching.match_keypoints` / :func:`~det_calib.tasks.obb.matching.match_rotated`,
 row for row. It keeps the boxes whose ``score`` is above ``conf`` (and leaves out those the matching
 ignored), chooses up to ``n`` images (:func:`example_images`: first those with both a matched and an
 unmatched kept box) and reads them.
@@ -28,10 +28,10 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.record.run_folder import Run
-from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import match_rotated
-from det_calib.tasks.pose_labels import KPTS_COLUMN, load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import match_keypoints, table_keypoints
+from det_calib.tasks.obb.labels import XYWHR_COLUMN, load_obb_split, split_xywhr
+from det_calib.tasks.obb.matching import match_rotated
+from det_calib.tasks.pose.labels import KPTS_COLUMN, load_pose_split, split_keypoints
+from det_calib.tasks.pose.matching import match_keypoints, table_keypoints
 
 from .task_plots import PosePanel, RotatedPanel
 

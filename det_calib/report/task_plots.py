@@ -3,7 +3,7 @@ boxes over the ground truth's, coloured by whether the box matched, the matching
 (OKS for keypoints, ProbIoU for rotated boxes). The panels are built from a box table, the split's
 ground truth and the matching result by :mod:`det_calib.report.task_examples`.
 
-Drawn as the segment model's figure (:mod:`det_calib.report.mask_plots`): an Agg canvas, the DejaVu
+Drawn as the segment model's figure (:mod:`det_calib.tasks.segment.report_plots`): an Agg canvas, the DejaVu
 fonts matplotlib ships, Paul Tol's colour-blind-safe palette, the image dimmed under the drawing.
 """
 
@@ -19,8 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Polygon, Rectangle
 
-from .mask_plots import COLOURS, GT_EDGE
-from .plots import DPI, RC, to_png
+from .plots import COLOURS, DPI, GT_EDGE, RC, to_png
 
 __all__ = ["PosePanel", "RotatedPanel", "palette_png", "pose_examples_figure", "rotated_examples_figure",
            "xywhr_corners"]

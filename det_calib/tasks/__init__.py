@@ -11,13 +11,13 @@ look a model's task up once (:func:`get_task`) and call its hooks.
 
 from __future__ import annotations
 
-from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
-from det_calib.tasks.obb_task import Obb, label_values
-from det_calib.tasks.pose_task import Pose
-from det_calib.tasks.segment_task import Segment
+from det_calib.tasks.obb.task import Obb, label_values
+from det_calib.tasks.pose.task import Pose
+from det_calib.tasks.segment.labels import has_masks
+from det_calib.tasks.segment.task import Segment
 
 __all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values",
            "payload_labelled", "register_task", "result_boxes_attr", "task_names"]

@@ -10,8 +10,11 @@ deploy) look the task up once (:func:`det_calib.tasks.get_task`) and call its ho
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,7 +24,7 @@ from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchBy, MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.pose_labels import pose_spec
+from det_calib.tasks.pose.labels import pose_spec
 
 __all__ = ["Task"]
 
@@ -76,6 +79,17 @@ class Task:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+    def part(self, name: str) -> ModuleType | None:
+        """The task's own part ``name`` in a layer above the tasks layer: the module ``name`` beside the task's
+        module in its folder (``demo_labels``, ``evaluation_map``, ``report_panel``, ...; its first word names
+        its layer), imported when first asked for; None where the task has no such part. Only the layer the
+        part belongs to (or one above it) asks for it, so that the tasks layer never imports upward."""
+        package = type(self).__module__.rpartition(".")[0]
+        if package == __name__.rpartition(".")[0]:  # a task module of its own, not a folder
+            return None
+        module = f"{package}.{name}"
+        return importlib.import_module(module) if importlib.util.find_spec(module) is not None else None
 
     @property
     def words(self) -> str:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
+from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
 pytest.importorskip("ultralytics")
 N_IMAGES = 12

@@ -16,13 +16,13 @@ import pytest
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo import demo_data_yaml, demo_model, demo_obb_model, demo_pose_model
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.obb_labels import load_obb_split
-from det_calib.tasks.obb_matching import match_boxes_by_rotated
-from det_calib.tasks.pose_labels import load_pose_split
-from det_calib.tasks.pose_matching import match_boxes_by_keypoints
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split
+from det_calib.tasks.obb.matching import match_boxes_by_rotated
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split
+from det_calib.tasks.pose.matching import match_boxes_by_keypoints
 
 QUICK = ["--n-boot", "20", "-q"]
 MATCH_COLUMNS = ["correct", "iou", "ignore", "loc_iou", "calibrated"]

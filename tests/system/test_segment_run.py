@@ -20,11 +20,11 @@ import pytest
 from det_calib.capture.predictor import capture
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.segments import load_segment_split
 from det_calib.demo import CLASS_NAMES, demo_model
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
-from det_calib.matching.masks import match_boxes_by_masks
 from det_calib.matching.one_to_one import match_boxes
+from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+from det_calib.tasks.segment.labels import load_segment_split
+from det_calib.tasks.segment.matching import match_boxes_by_masks
 
 LIMIT = ["--limit", "12"]
 QUICK = ["--no-val", "--n-boot", "20", "-q"]

@@ -1,8 +1,8 @@
 """Box and mask mAP of a segment model's boxes, before and after calibration (pycocotools ``bbox`` and ``segm``).
 
 A segment model's box table carries each box's mask as compressed RLE counts at its image's size
-(column ``segm``, :mod:`det_calib.capture.mask_rebuild`); the split's ground-truth masks come from
-:func:`det_calib.data.segments.load_segment_split`. :func:`segment_maps` scores the same boxes under
+(column ``segm``, :mod:`det_calib.tasks.segment.capture_masks`); the split's ground-truth masks come from
+:func:`det_calib.tasks.segment.labels.load_segment_split`. :func:`segment_maps` scores the same boxes under
 several scorings by COCO's two protocols; :func:`det_calib.evaluation.figures.segment_map_check`
 is the run's check: the box mAP as a detector's (:func:`det_calib.evaluation.figures.map_check`,
 the run's engine) plus the mask mAP by pycocotools ``COCOeval(iouType="segm")``, both from the raw and
@@ -22,9 +22,9 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.ground_truth import Split
-from det_calib.data.segments import SEGM_COLUMN, segment_rles
 from det_calib.errors import InputError
 from det_calib.evaluation.map_check import coco_maps
+from det_calib.tasks.segment.labels import SEGM_COLUMN, segment_rles
 
 __all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "eval_figures", "segment_maps"]
 
@@ -58,7 +58,7 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
     Args:
         boxes: One head's box table on ``split`` (``image_id``, ``cls``, ``column``: each box's mask as
             compressed RLE counts at its image's size).
-        split: The split, read with masks (:func:`det_calib.data.segments.load_segment_split`).
+        split: The split, read with masks (:func:`det_calib.tasks.segment.labels.load_segment_split`).
         scores: One (n_boxes,) score vector per scoring.
         max_dets: COCOeval's maxDets (the capture's ``max_det``, so that no box is dropped).
         column: The box table's mask column.

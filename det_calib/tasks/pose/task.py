@@ -20,8 +20,8 @@ from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.pose_labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
-from det_calib.tasks.pose_matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
+from det_calib.tasks.pose.labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
+from det_calib.tasks.pose.matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 
 __all__ = ["Pose"]
 

@@ -1,7 +1,7 @@
 """The segment task: each box's mask (an RLE in the box table's ``segm`` column), read from YOLO polygons or
 COCO segmentation, matched by mask IoU (COCO ``segm``) where every ground truth has a mask, else by box IoU
 (box-only labels are common for segment models). The masks themselves are rebuilt by the capture from the
-model's prototypes (:mod:`det_calib.capture.mask_rebuild`), as ``predict(retina_masks=True)`` builds them."""
+model's prototypes (:mod:`det_calib.tasks.segment.capture_masks`), as ``predict(retina_masks=True)`` builds them."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import polars as pl
 from det_calib.data.box_table import PAYLOAD_SCHEMA, SEGM_COLUMN
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.segments import has_masks, load_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.masks import match_boxes_by_masks
 from det_calib.tasks.contract import Task
+from det_calib.tasks.segment.labels import has_masks, load_segment_split
+from det_calib.tasks.segment.matching import match_boxes_by_masks
 
 log = logging.getLogger(__name__)
 
