@@ -18,14 +18,13 @@ import os
 from pathlib import Path
 
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
-from det_calib.demo.shapes_classify import classify_root
 from det_calib.errors import InputError
 from det_calib.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "demo_pose_model",
-           "demo_obb_model", "demo_classify_model", "classify_data_for", "default_data_of",
+           "demo_obb_model", "demo_classify_model", "default_data_of",
            "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
@@ -70,21 +69,6 @@ def demo_obb_model() -> Path:
 def demo_classify_model() -> Path:
     """Path of the committed demo classifier (YOLO26n-cls trained on crops of the shapes demo's objects)."""
     return demo_root() / "yolo26n_shapes_cls.pt"
-
-
-def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
-    """The classification data a ``calibrate`` run reads, or None for a detection run: ``data`` when it
-    is a folder (of class folders), else the demo classifier's crops (rendered on first use) when
-    ``model`` is the demo classifier and no data is named."""
-    if data is not None:
-        return Path(data) if Path(data).is_dir() else None
-    try:
-        demo = demo_classify_model()
-    except InputError:  # no demo files beside the package
-        return None
-    if model is None or not Path(model).is_file() or not demo.is_file() or Path(model).resolve() != demo.resolve():
-        return None
-    return classify_root(cache_dir())
 
 
 def default_data_of(model: str | Path) -> Path | None:

@@ -583,3 +583,17 @@ def _shared_validator_class(task: str = "detect"):
             return super().get_stats()
 
     return SharedPassValidator
+
+
+def eval_figures(ev) -> dict[str, float]:
+    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval (``segm`` or ``keypoints``) at area ``all`` and its one
+    maxDets (as the box check)."""
+    prec = ev.eval["precision"][:, :, :, 0, 0]
+
+    def mean_valid(x: np.ndarray) -> float:
+        v = x[x > -1]
+        return float(v.mean()) if v.size else -1.0
+
+    thr = ev.params.iouThrs
+    return {"map50_95": mean_valid(prec), "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
+            "map75": mean_valid(prec[np.isclose(thr, 0.75)])}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -26,7 +27,27 @@ from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks.pose.labels import pose_spec
 
-__all__ = ["Task"]
+__all__ = ["RUN_PARTS", "Task", "TaskRun"]
+
+RUN_PARTS = {"calibrate": "pipeline_run", "check": "check_run", "thresholds": "thresholds_run"}
+"""Where a task keeps its own run of a command (the part of its folder, named for its layer), in place of the
+shared box pipeline's; the command line asks each registered task for it (:class:`TaskRun`)."""
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A task's own run of one whole command (``calibrate``, ``check``, ``thresholds``): what a per-image task
+    (a classifier: no box to match) supplies instead of the shared box pipeline, as a part's ``RUN``.
+
+    Attributes:
+        claims: ``claims(args)``: whether the command line's arguments are a run of this task, as what the run
+            needs from them (the data folder, the run's record), or None (then the next task is asked, and the
+            shared box pipeline runs the command where no task claims it).
+        run: ``run(args, claim)``: the command, run; returns its exit code.
+    """
+
+    claims: Callable[[Any], Any]
+    run: Callable[[Any, Any], int]
 
 
 class Task:
@@ -56,6 +77,9 @@ class Task:
             which its export's metadata must then record.
         prototypes: Whether the model's output carries prototypes its boxes' payload is rebuilt from (a
             segment model's; the capture rebuilds each box's mask from them).
+        per_image: Whether the model answers once per image (a classifier) rather than per box: its runs are its
+            own (:data:`RUN_PARTS`), and the box stages refuse it (:func:`det_calib.tasks.get_task`).
+        per_image_words: How a per-image task's model is run instead, in words (the box stages' refusal).
     """
 
     name: ClassVar[str] = "detect"
@@ -76,6 +100,8 @@ class Task:
     records_rule: ClassVar[bool] = True
     missing_words: ClassVar[tuple[str, str]] = ("", "")
     hull_boxes: ClassVar[bool] = False
+    per_image: ClassVar[bool] = False
+    per_image_words: ClassVar[str] = ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -22,20 +22,23 @@ calibrator that keeps every box's rank leaves the keypoint mAP identical; the ch
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
+from det_calib.evaluation.figures import EvalSettings, before_after, map_check
+from det_calib.evaluation.map_check import eval_figures
 from det_calib.tasks.pose.labels import AREA_COLUMN, KPTS_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
 from det_calib.tasks.pose.matching import oks_sigmas
-from det_calib.tasks.segment.evaluation_map import eval_figures
 
-__all__ = ["POSE_MAP_KEYS", "coco_keypoint_dataset", "coco_keypoint_detections", "coco_keypoint_maps",
-           "detection_keypoints"]
+__all__ = ["MAP_CHECK", "POSE_MAP_KEYS", "pose_map_check", "coco_keypoint_dataset", "coco_keypoint_detections",
+           "coco_keypoint_maps", "detection_keypoints"]
 
 POSE_MAP_KEYS = ("pose_map50_95_before", "pose_map50_95_after", "pose_map50_before", "pose_map50_after",
                  "pose_map_identical")
@@ -135,3 +138,30 @@ def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarra
             ev.accumulate()
         out.append(eval_figures(ev))
     return out
+
+
+def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
+                   sigmas: Any = None) -> dict[str, Any]:
+    """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
+    pycocotools ``keypoints`` (:func:`det_calib.tasks.pose.evaluation_map.coco_keypoint_maps`) from the same raw
+    and calibrated scores (:data:`~det_calib.tasks.pose.evaluation_map.POSE_MAP_KEYS`).
+
+    Args:
+        boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
+        split: The eval split as :func:`det_calib.tasks.pose.labels.load_pose_split` reads it.
+        calibrator, s: As :func:`det_calib.tasks.segment.evaluation_map.segment_map_check`.
+        sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
+            ``1 / K`` otherwise, as Ultralytics' pose validator).
+
+    Returns:
+        The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
+    """
+    out = map_check(boxes, split, calibrator, s)
+    if not has_keypoints(split):
+        return {**out, **dict.fromkeys(POSE_MAP_KEYS)}
+    maps = functools.partial(coco_keypoint_maps, boxes, split, max_dets=s.max_det, sigmas=sigmas)
+    return {**out, **before_after(boxes, calibrator, maps, POSE_MAP_KEYS)}
+
+
+MAP_CHECK = pose_map_check
+"""The task's mAP check (:func:`det_calib.evaluation.figures.task_map_check` calls it)."""

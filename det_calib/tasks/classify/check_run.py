@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from det_calib.calibrators.softmax_maps import MultiClassMap
-from det_calib.capture.classify_logits import capture_classify
 from det_calib.check.check_record import MIN_IMAGES
-from det_calib.data.class_folders import check_model_classes, read_class_split
 from det_calib.errors import InputError
 from det_calib.io import write_json, write_text
 from det_calib.metrics.drift_tests import calibration_in_the_large, hosmer_lemeshow, normal_sf
 from det_calib.tasks import CLASSIFY, answers_per_image
+from det_calib.tasks.classify.capture_logits import capture_classify
+from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.contract import TaskRun
 
 __all__ = ["check_classify"]
 
@@ -118,3 +119,7 @@ def run_check_cli(args, record: dict) -> int:
                                   model=args.model, limit=args.limit, alpha=args.alpha)
     print("\n".join(check_lines(result)))
     return code
+
+
+RUN = TaskRun(claims=lambda args: is_classify_run(args.run_dir), run=run_check_cli)
+"""``check``'s run of a classify run's folder: claimed where the run's record is a classify run's."""
