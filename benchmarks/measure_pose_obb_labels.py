@@ -1,4 +1,5 @@
-"""Measure the shapes demo's keypoint and rotated-box labels (det_calib.tasks.pose.demo_labels / shapes_obb).
+"""Measure the shapes demo's keypoint and rotated-box labels (det_calib.tasks.pose.demo_labels /
+det_calib.tasks.obb.demo_labels).
 
 For each image of the demo's calib and test splits (seed 0), rendered once: the keypoints of every
 labelled object (visibility counts, the box text against the detection labels) and its rotated box

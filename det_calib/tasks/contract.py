@@ -112,7 +112,7 @@ class Task:
         its layer), imported when first asked for; None where the task has no such part. Only the layer the
         part belongs to (or one above it) asks for it, so that the tasks layer never imports upward."""
         package = type(self).__module__.rpartition(".")[0]
-        if package == __name__.rpartition(".")[0]:  # a task module of its own, not a folder
+        if package in ("", __name__.rpartition(".")[0]):  # a task module of its own (or a script's), not a folder
             return None
         module = f"{package}.{name}"
         return importlib.import_module(module) if importlib.util.find_spec(module) is not None else None
