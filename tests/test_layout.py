@@ -440,12 +440,10 @@ TASK_WORDS: dict[str, dict[str, tuple[str, ...]]] = {
 #: How many files outside det_calib/tasks/ may name each task in their identifiers (a ratchet: only down).
 #: The goal is at most 4 for every task (issue "A task is a plug-in"); measured before det_calib/tasks/:
 #: obb 17, pose 21, segment 38 (then counting any ``*_mask``), 20 with segment's words as above. With each task
-#: a folder (its demo labels, mAP check, mask capture and report picture in it): obb 1 (the demo's paths),
-#: pose 0, segment 9: the capture's prototypes and masks (capture/predictor.py, capture/exported.py), the
-#: recorded mask mAP fields calibration.json keeps (record/eval_record.py, record/run_result.py), Ultralytics
-#: val's mask mAP (evaluation/map_check.py, pipeline/ultralytics_checks.py, data/matching_rule.py's ``masks``),
-#: the payload column's name and type (data/box_table.py) and the demo's paths (demo/__init__.py).
-TASK_WORD_FILES = {"obb": 1, "pose": 0, "segment": 9}
+#: a folder (its demo labels, mAP checks, mask capture, report picture and val figures in it): obb 0, pose 0,
+#: segment 4: the capture's prototypes and masks (capture/predictor.py, capture/exported.py) and the recorded
+#: mask mAP fields calibration.json keeps (record/eval_record.py, record/run_result.py).
+TASK_WORD_FILES = {"obb": 0, "pose": 0, "segment": 4}
 
 
 def _names_task(words: list[str], spec: dict[str, tuple[str, ...]]) -> bool:

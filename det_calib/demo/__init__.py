@@ -23,8 +23,8 @@ from det_calib.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_segment_model", "demo_pose_model",
-           "demo_obb_model", "demo_classify_model", "default_data_of",
+__all__ = ["CLASS_NAMES", "demo_root", "demo_model", "demo_data_yaml", "demo_task_model",
+           "demo_classify_model", "default_data_of",
            "fixture_data_yaml", "cache_dir", "model_figures", "shifted_data_yaml"]
 
 
@@ -51,19 +51,18 @@ def demo_model() -> Path:
     return demo_root() / "yolo26n_shapes.pt"
 
 
-def demo_segment_model() -> Path:
-    """Path of the committed demo segment model (YOLO26n-seg trained on the shapes demo's polygons)."""
-    return demo_root() / "yolo26n_shapes_seg.pt"
+def demo_task_model(task: str) -> Path:
+    """Path of the committed demo model of ``task`` (``segment``, ``pose``, ``obb``: YOLO26n of the task trained on
+    the shapes demo's polygons, keypoints or rotated boxes), named by its task's demo labels (``DEMO_MODEL``).
 
-
-def demo_pose_model() -> Path:
-    """Path of the committed demo pose model (YOLO26n-pose trained on the shapes demo's keypoints)."""
-    return demo_root() / "yolo26n_shapes_pose.pt"
-
-
-def demo_obb_model() -> Path:
-    """Path of the committed demo OBB model (YOLO26n-obb trained on the shapes demo's rotated boxes)."""
-    return demo_root() / "yolo26n_shapes_obb.pt"
+    Raises:
+        InputError: No registered task of that name has a demo model.
+    """
+    labels = TASKS[task].part("demo_labels") if task in TASKS else None
+    if labels is None:
+        raise InputError(f"no demo model of task `{task}`: the demo models are of the tasks "
+                         f"{', '.join(n for n, t in TASKS.items() if t.part('demo_labels') is not None)}")
+    return demo_root() / labels.DEMO_MODEL
 
 
 def demo_classify_model() -> Path:

@@ -150,6 +150,11 @@ class Task:
         """How many channels follow the class scores in an export's output (None: unknown)."""
         return 0
 
+    def val_figures(self, metrics: Any, *, own_rule: bool) -> dict[str, float]:
+        """What Ultralytics' val ``metrics`` (its ``DetMetrics`` subclass) say of the task's payload beside the
+        box mAP, under the record's keys; ``own_rule``: the run matched by the task's own rule. Empty here."""
+        return {}
+
     # --- the labels ----------------------------------------------------------------------------------
     def read_split(self, data: Dataset, split: str, *, match: str = "auto", shape: tuple[int, int] | None = None,
                    coco_gt: str | Path | None = None, limit: int | None = None) -> Split:

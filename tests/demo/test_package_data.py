@@ -15,14 +15,7 @@ from pathlib import Path
 import pytest
 
 from det_calib import InputError
-from det_calib.demo import (
-    demo_model,
-    demo_obb_model,
-    demo_pose_model,
-    demo_root,
-    demo_segment_model,
-    fixture_data_yaml,
-)
+from det_calib.demo import demo_model, demo_root, demo_task_model, fixture_data_yaml
 
 tomllib = pytest.importorskip("tomllib")
 
@@ -54,7 +47,7 @@ def test_demo_paths_resolve_inside_the_package(monkeypatch):
     monkeypatch.delenv("DET_CALIB_DEMO_DIR", raising=False)
     assets = Path(str(files("det_calib") / "demo" / "assets"))
     assert demo_root() == assets
-    for path in (demo_model(), demo_segment_model(), demo_pose_model(), demo_obb_model(), fixture_data_yaml()):
+    for path in (demo_model(), *(demo_task_model(t) for t in ("segment", "pose", "obb")), fixture_data_yaml()):
         assert path.is_file() and path.parent.is_relative_to(assets), path
 
 

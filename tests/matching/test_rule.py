@@ -96,7 +96,7 @@ def test_choose_matching():
     assert (rule.by, rule.reason) == ("box", "a segment model on box-only labels")
     assert choose_matching("box", task="segment", splits=[with_masks]).words(0.5) == \
         "box IoU >= 0.5 (chosen by --match box)"
-    assert choose_matching("mask", task="segment", splits=[with_masks]).masks
+    assert choose_matching("mask", task="segment", splits=[with_masks]).by == "mask"
     assert choose_matching("auto", task="detect", splits=[with_masks]).by == "box"
     with pytest.raises(InputError, match=r"split `test` has 1 of 1 without one"):
         choose_matching("mask", task="segment", splits=[with_masks, box_only])

@@ -18,7 +18,7 @@ from PIL import Image
 import det_calib
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import demo_data_yaml, demo_model, demo_obb_model, demo_pose_model, demo_root
+from det_calib.demo import demo_data_yaml, demo_model, demo_root, demo_task_model
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import logit, sigmoid
@@ -40,7 +40,7 @@ MAX_FIGURE_BYTES = 300_000
 
 
 def _model(task: str) -> Path:
-    return demo_pose_model() if task == "pose" else demo_obb_model()
+    return demo_task_model(task)
 
 
 def _yaml(task: str) -> Path:

@@ -43,6 +43,12 @@ class Pose(Task):
     shaped = True
     missing_words = ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)")
 
+    def val_figures(self, metrics: Any, *, own_rule: bool) -> dict[str, float]:
+        """The keypoint mAP of ``PoseMetrics`` (``pose_map50_95``, ``pose_map50``: OKS), whatever the run's rule."""
+        if getattr(metrics, "pose", None) is None:
+            return {}
+        return {"pose_map50_95": float(metrics.pose.map), "pose_map50": float(metrics.pose.map50)}
+
     def head_shape(self, head: Any) -> tuple[int, int] | None:
         return int(head.kpt_shape[0]), int(head.kpt_shape[1])
 

@@ -52,7 +52,7 @@ def mask_picture(page: Page, ctx: ReportContext, rule: MatchingRule, head: str, 
     if not panels:
         page.add(Para(f"(No picture: no box of the {head} head with a mask is kept at conf {conf:g}.)"))
         return
-    how = "mask" if rule.masks else "box"
+    how = "mask" if rule.by == "mask" else "box"
     page.fig(f"matching_{head}", mask_examples_figure(panels),
              f"{len(panels)} eval images, {head} head: the masks of the boxes kept at conf {conf:g} (deployed "
              f"scores), green where the box is correct by {how} IoU >= {ctx.run.settings.iou_match:g}, red where "
