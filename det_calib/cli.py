@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import logging
 import os
 import re
@@ -299,9 +298,23 @@ def _check_parser(sub: Any) -> None:
     c.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")
 
 
+def _own_run(command: str, args: argparse.Namespace) -> int | None:
+    """The exit code of a task's own run of ``command`` where a registered task claims these arguments (a
+    per-image task's: ``TaskRun``, its folder's part ``RUN_PARTS[command]``); None: the box pipeline runs it."""
+    from det_calib.tasks import TASKS
+    from det_calib.tasks.contract import RUN_PARTS
+
+    for task in TASKS.values():
+        own = task.part(RUN_PARTS[command])
+        claim = own.RUN.claims(args) if own is not None else None
+        if claim is not None:
+            return own.RUN.run(args, claim)
+    return None
+
+
 def _check(args: argparse.Namespace) -> int:
-    if (classify := importlib.import_module("det_calib.check.classify_check")).is_classify_run(args.run_dir):
-        return classify.run_check_cli(args, classify.is_classify_run(args.run_dir))
+    if (code := _own_run("check", args)) is not None:
+        return code
     from det_calib.check.run_check import check_run
 
     result, out = check_run(args.run_dir, data=args.data, split=args.split, images=args.images, model=args.model,
@@ -338,9 +351,8 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    if (folder := importlib.import_module("det_calib.demo").classify_data_for(args.model, args.data)) is not None:
-        args.data = folder  # a folder of class folders: a classify model's data
-        return importlib.import_module("det_calib.pipeline.classify_run").run_classify_cli(args)
+    if (code := _own_run("calibrate", args)) is not None:
+        return code
     from det_calib.job.settings import Settings
     from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.pipeline.summary import summary_text
@@ -409,6 +421,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    if (code := _own_run("compare", args)) is not None:
+        return code
     from det_calib.report import compare_runs
 
     files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
@@ -421,6 +435,8 @@ def _thresholds(args: argparse.Namespace) -> int:
     from det_calib.job.settings import Settings
     from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 
+    if (code := _own_run("thresholds", args)) is not None:
+        return code
     s = settings_from_args(args, Settings)
     s.validate()
     risks = args.target_recall is not None or args.max_fp_per_image is not None

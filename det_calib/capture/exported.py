@@ -311,8 +311,8 @@ def _predictor_class(task: str = "detect"):
     from ultralytics.engine.results import Results
     from ultralytics.utils import nms, ops
 
-    from det_calib.capture.mask_rebuild import kept_mask_rles
     from det_calib.capture.predictor import NMS_TIME_LIMIT, nms_max_time_img
+    from det_calib.tasks.segment.capture_masks import kept_mask_rles
 
     hooks = get_task(task)
     base = hooks.predictor_class()

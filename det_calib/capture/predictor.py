@@ -39,11 +39,11 @@ import torch
 
 from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
-from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.data.box_table import HEADS, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
+from det_calib.tasks.segment.capture_masks import filled_boxes, kept_mask_rles
 from det_calib.validation import check_choice
 
 log = logging.getLogger(__name__)

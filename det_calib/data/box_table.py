@@ -80,9 +80,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "loc_iou": pl.Float64,
 }
 MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
-SEGM_COLUMN = "segm"
-"""The optional column of a segment model's masks (binary RLE counts, one per box)."""
-PAYLOAD_SCHEMA: dict[str, pl.DataType] = {SEGM_COLUMN: pl.Binary, "kpts": pl.List(pl.List(pl.Float32)),
+PAYLOAD_SCHEMA: dict[str, pl.DataType] = {"segm": pl.Binary, "kpts": pl.List(pl.List(pl.Float32)),
                                           "xywhr": pl.List(pl.Float32)}
 """The task payload columns a capture may add after the box columns, and their types (each task's
 ``payload``, :mod:`det_calib.tasks`): a segment model's masks (``segm``); a pose model's keypoints

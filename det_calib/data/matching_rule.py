@@ -54,10 +54,6 @@ class MatchingRule(Record):
             raise InputError(f"matching `sigmas` are OKS sigmas: given for matching by {self.by!r}")
 
     @property
-    def masks(self) -> bool:
-        return self.by == "mask"
-
-    @property
     def measure(self) -> str:
         """What the rule compares, in words (``box IoU``, ``mask IoU``, ``OKS``, ``rotated IoU (ProbIoU)``)."""
         return MEASURE_WORDS[self.by]

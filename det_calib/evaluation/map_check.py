@@ -43,7 +43,7 @@ import polars as pl
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
-from det_calib.tasks import get_task, task_names
+from det_calib.tasks import TASKS, get_task, task_names
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ def ultralytics_val(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> dict[str, float]:
     """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
 
@@ -283,8 +283,9 @@ def ultralytics_val(
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
             :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
-        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`val_figures`). A
-            segment model is validated by Ultralytics' ``SegmentationValidator`` either way.
+        own_rule: The run matched by its task's own rule: also return what its task's val adds under it (a
+            segment model's mask mAP, ``mask_map50_95`` and ``mask_map50``; :func:`val_figures`). A segment model
+            is validated by Ultralytics' ``SegmentationValidator`` either way.
 
     Raises:
         ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
@@ -295,7 +296,7 @@ def ultralytics_val(
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
                                    device=device),
                  validator=functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit))
-    return val_figures(m, conf, masks=masks)
+    return val_figures(m, conf, own_rule=own_rule)
 
 
 SHARED_PASS = (
@@ -318,7 +319,7 @@ def ultralytics_val_shared(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One Ultralytics val pass that measures a calibrated checkpoint and its original.
 
@@ -353,7 +354,7 @@ def ultralytics_val_shared(
     """
     return ultralytics_val_heads(original, calibrated, data, split=split, confs={head: (original_conf, conf)},
                                  imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit,
-                                 masks=masks)[head]
+                                 own_rule=own_rule)[head]
 
 
 def ultralytics_val_heads(
@@ -367,7 +368,7 @@ def ultralytics_val_heads(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
@@ -385,7 +386,7 @@ def ultralytics_val_heads(
             :func:`ultralytics_val_shared`.
         confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
             pre-filter of each side in that head.
-        masks: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
+        own_rule: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
 
     Returns:
         Head -> ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
@@ -412,20 +413,19 @@ def ultralytics_val_heads(
     m = _run_val(yolo, kw, validator=functools.partial(v, riders=riders, out=out, nms_time_limit=nms_time_limit))
     out[("calibrated", first)] = m
 
-    return {h: (val_figures(out[("original", h)], confs[h][0], masks=masks),
-                val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
+    return {h: (val_figures(out[("original", h)], confs[h][0], own_rule=own_rule),
+                val_figures(out[("calibrated", h)], confs[h][1], own_rule=own_rule)) for h in heads}
 
 
-def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
+def val_figures(metrics: Any, conf: float, *, own_rule: bool = False) -> dict[str, float]:
     """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50`` (an OBB
-    model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), with ``masks`` for a segment model
-    (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``, and for a pose model (``PoseMetrics``)
-    always the keypoint ``pose_map50_95`` and ``pose_map50`` (OKS)."""
+    model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), and what each task's own metrics add
+    (:meth:`~det_calib.tasks.contract.Task.val_figures`: with ``own_rule``, a run matched by its task's own rule,
+    a segment model's mask ``mask_map50_95`` and ``mask_map50``; a pose model's keypoint ``pose_map50_95`` and
+    ``pose_map50`` always)."""
     out = {"conf": float(conf), "map50_95": float(metrics.box.map), "map50": float(metrics.box.map50)}
-    if masks and getattr(metrics, "seg", None) is not None:
-        out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
-    if getattr(metrics, "pose", None) is not None:
-        out.update(pose_map50_95=float(metrics.pose.map), pose_map50=float(metrics.pose.map50))
+    for task in TASKS.values():
+        out.update(task.val_figures(metrics, own_rule=own_rule))
     return out
 
 
@@ -583,3 +583,17 @@ def _shared_validator_class(task: str = "detect"):
             return super().get_stats()
 
     return SharedPassValidator
+
+
+def eval_figures(ev) -> dict[str, float]:
+    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval (``segm`` or ``keypoints``) at area ``all`` and its one
+    maxDets (as the box check)."""
+    prec = ev.eval["precision"][:, :, :, 0, 0]
+
+    def mean_valid(x: np.ndarray) -> float:
+        v = x[x > -1]
+        return float(v.mean()) if v.size else -1.0
+
+    thr = ev.params.iouThrs
+    return {"map50_95": mean_valid(prec), "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
+            "map75": mean_valid(prec[np.isclose(thr, 0.75)])}

@@ -111,7 +111,7 @@ def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[
         try:
             figures = ultralytics_val_heads(inputs.model, ckpt, yml, split="val", confs=confs, imgsz=inputs.imgsz,
                                             batch=VAL_BATCH, device=s.device,
-                                            masks=inputs.matching is not None and inputs.matching.masks)
+                                            own_rule=inputs.matching is not None and inputs.matching.by != "box")
         except ValIncomplete as e:
             log.warning("Ultralytics val not completed: %s", e)
             return {h: ValCheck(split=ev.name, completed=False, note=f"not completed: {e}") for h in inputs.heads}

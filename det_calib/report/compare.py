@@ -22,7 +22,6 @@ from det_calib.errors import InputError
 from det_calib.io import write_text
 from det_calib.record.run_folder import CALIBRATION_FILE, Run, load_run, parse_run_spec
 
-from .classifier_compare import classifier_run, compare_classifier_runs
 from .common import f3, f4, fci, fthr, head_eval, op_at, shift_at
 from .context import ReportContext, Subject
 from .sections import build_page, subject
@@ -112,17 +111,14 @@ def compare_runs(
     Returns:
         Written paths: ``"html"`` (compare.html), ``"md"`` (compare.md) and ``"figures/<name>.png"``.
 
-    Classify runs are compared by :func:`~det_calib.report.classifier_compare.compare_classifier_runs`
-    (the same files, a classifier's figures).
+    Classify runs are compared by their task's own run (``det_calib.tasks.classify.report_compare``).
 
     Raises:
-        InputError: Fewer than two runs, a run missing or corrupt, an unknown head, a classify run
-            beside a box run, or ``labels`` not one distinct name per run.
+        InputError: Fewer than two runs, a run missing or corrupt, an unknown head, or ``labels``
+            not one distinct name per run.
     """
     if len(runs) < 2:
         raise InputError(f"Expected at least two runs to compare (RUN[:HEAD] RUN[:HEAD] ...), but got {len(runs)}")
-    if any(classifier_run(parse_run_spec(r)[0]) for r in runs):
-        return compare_classifier_runs(runs, out_dir=out_dir, labels=labels)
     picked = _resolve(runs)
     names = _labels(picked, labels)
     subjects = tuple(subject(run, head, name=name, letter=x, note=note)

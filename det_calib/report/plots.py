@@ -60,6 +60,8 @@ OVER = "#CC3311"  # gap where conf > accuracy (over-confident)
 UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
 CORRECT = "#009988"
 INCORRECT = "#BBBBBB"
+COLOURS = {"matched": CORRECT, "unmatched": OVER}  # a kept box of the examples figures, by its state
+GT_EDGE = "#FFFFFF"  # a ground truth's outline in the examples figures
 RUN_COLORS = ("#0077BB", "#EE3377")
 MANY_COLORS = ("#000000", "#0077BB", "#EE3377", "#009988", "#EE7733", "#33BBEE", "#CC3311", "#BBBBBB")
 

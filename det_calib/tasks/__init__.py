@@ -11,20 +11,21 @@ look a model's task up once (:func:`get_task`) and call its hooks.
 
 from __future__ import annotations
 
-from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
+from det_calib.tasks.classify.task import Classify
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
-from det_calib.tasks.obb_task import Obb, label_values
-from det_calib.tasks.pose_task import Pose
-from det_calib.tasks.segment_task import Segment
+from det_calib.tasks.obb.task import Obb, label_values
+from det_calib.tasks.pose.task import Pose
+from det_calib.tasks.segment.labels import has_masks
+from det_calib.tasks.segment.task import Segment
 
 __all__ = ["CLASSIFY", "TASKS", "Task", "answers_per_image", "get_task", "holds_hulls", "label_values",
            "payload_labelled", "register_task", "result_boxes_attr", "task_names"]
 
 CLASSIFY = "classify"
-"""Ultralytics' classify task: one answer per image, calibrated by its own job
-(:mod:`det_calib.pipeline.classify_run`), not through the box stages the registered tasks plug into."""
+"""Ultralytics' classify task's name (:class:`~det_calib.tasks.classify.task.Classify`): one answer per image,
+calibrated by its own runs, not through the box stages."""
 
 TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
@@ -37,20 +38,20 @@ def register_task(task: Task) -> Task:
 
 
 def task_names() -> tuple[str, ...]:
-    """The registered tasks' names, in registration order."""
-    return tuple(TASKS)
+    """The registered box tasks' names (those the box stages run), in registration order."""
+    return tuple(n for n, t in TASKS.items() if not t.per_image)
 
 
 def get_task(name: str | None) -> Task:
-    """The registered task ``name``.
+    """The registered box task ``name``.
 
     Raises:
-        InputError: No task of that name is registered (one line naming those that are).
+        InputError: No task of that name is registered (one line naming those that are), or the task answers
+            once per image (its runs are its own: one line saying how it is run).
     """
     task = TASKS.get(name) if isinstance(name, str) else None
-    if answers_per_image(name):
-        raise InputError("a classify model is calibrated on a folder of class folders: give --data that folder "
-                         "(docs/classify.md)")
+    if task is not None and task.per_image:
+        raise InputError(task.per_image_words)
     if task is None:
         names = task_names()
         raise InputError(f"model task is `{name}`: det_calib calibrates {', '.join(names[:-1])} and {names[-1]} "
@@ -60,7 +61,8 @@ def get_task(name: str | None) -> Task:
 
 def answers_per_image(name: str | None) -> bool:
     """Whether a model of task ``name`` answers once per image (a classifier) rather than per box."""
-    return name == CLASSIFY
+    task = TASKS.get(name) if isinstance(name, str) else None
+    return task is not None and task.per_image
 
 
 def payload_labelled(split) -> bool:
@@ -81,5 +83,5 @@ def result_boxes_attr(result) -> str:
     return "obb" if getattr(result, "obb", None) is not None else "boxes"
 
 
-for _task in (Detect(), Segment(), Pose(), Obb()):
+for _task in (Detect(), Segment(), Pose(), Obb(), Classify()):
     register_task(_task)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
-from det_calib.capture.mask_rebuild import encode_masks, filled_boxes, mask_rles, rebuild_masks
 from det_calib.demo import fixture_data_yaml
+from det_calib.tasks.segment.capture_masks import encode_masks, filled_boxes, mask_rles, rebuild_masks
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
-from det_calib.capture.classify_logits import capture_classify
 from det_calib.cli import main
-from det_calib.data.class_folders import check_model_classes, read_class_split
 from det_calib.demo import demo_classify_model
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_classify import classify_root
-from det_calib.deploy.classify_fold import write_classify_checkpoint
 from det_calib.errors import InputError
-from det_calib.pipeline.classify_run import calibrate_classifier
+from det_calib.tasks.classify.capture_logits import capture_classify
+from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.classify.demo_crops import classify_root
+from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
+from det_calib.tasks.classify.pipeline_run import calibrate_classifier
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""YOLO segment labels and COCO segmentations read as ground-truth masks (det_calib.data.segments)."""
+"""YOLO segment labels and COCO segmentations read as ground-truth masks (det_calib.tasks.segment.labels)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml, load_split, read_label_file, read_yolo_labels
-from det_calib.data.segments import (
+from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
+from det_calib.errors import InputError
+from det_calib.tasks.segment.demo_labels import write_segment_split
+from det_calib.tasks.segment.labels import (
     SEGM_COLUMN,
     has_masks,
     load_segment_split,
@@ -19,9 +22,6 @@ from det_calib.data.segments import (
     read_segment_file,
     segment_rles,
 )
-from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
-from det_calib.demo.shapes_segments import write_segment_split
-from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

@@ -12,7 +12,7 @@ import pytest
 
 from det_calib.demo import demo_root
 from det_calib.demo.shapes import render_image, render_with_owners, write_split
-from det_calib.demo.shapes_obb import min_area_rect, region_rect, render_rects, write_obb_split
+from det_calib.tasks.obb.demo_labels import min_area_rect, region_rect, render_rects, write_obb_split
 
 pytestmark = pytest.mark.fast
 
@@ -152,7 +152,7 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
 def test_demo_obb_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 2), ("calib", 3), ("test", 2)):

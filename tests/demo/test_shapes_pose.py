@@ -11,7 +11,7 @@ import pytest
 
 from det_calib.demo import demo_root
 from det_calib.demo.shapes import render_image, render_with_owners, write_split
-from det_calib.demo.shapes_pose import (
+from det_calib.tasks.pose.demo_labels import (
     FLIP_IDX,
     KPT_SHAPE,
     keypoint_visibility,
@@ -159,7 +159,7 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
 
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 2)):

@@ -13,7 +13,7 @@ from pycocotools import mask as mask_utils
 
 from det_calib.demo import cache_dir, demo_root
 from det_calib.demo.shapes import render_image, render_with_owners, write_split
-from det_calib.demo.shapes_segments import (
+from det_calib.tasks.segment.demo_labels import (
     EPSILON,
     region_polygon,
     render_polygons,
@@ -209,10 +209,10 @@ def test_demo_segment_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     segment root beside it, hard-linked; the detection root is not touched by the second step;
     a second call rewrites nothing; with_train adds the train split."""
     from det_calib.data.ground_truth import load_data_yaml
-    from det_calib.data.segments import has_masks, load_segment_split
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+    from det_calib.tasks.segment.labels import has_masks, load_segment_split
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 3)):

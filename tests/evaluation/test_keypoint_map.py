@@ -19,12 +19,12 @@ from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import demo_root
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import pose_map_check, task_map_check
-from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+from det_calib.evaluation.figures import task_map_check
 from det_calib.job.settings import Settings
-from det_calib.tasks.pose_labels import load_pose_split
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps, pose_map_check
+from det_calib.tasks.pose.labels import load_pose_split
 
 pytest.importorskip("ultralytics")
 pytest.importorskip("pycocotools")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
+from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
 pytest.importorskip("ultralytics")
 N_IMAGES = 12
@@ -46,14 +46,14 @@ def seg_pair(tmp_path_factory, demo_seg_checkpoint):
 def test_one_segment_val_pass_for_both_heads_equals_separate_vals(seg_pair, seg_data):
     original, calibrated, ts = seg_pair
     confs = {h: (0.001, equivalent_threshold(0.001, t)) for h, t in ts.items()}
-    both = ultralytics_val_heads(original, calibrated, seg_data, split="val", imgsz=320, confs=confs, masks=True)
+    both = ultralytics_val_heads(original, calibrated, seg_data, split="val", imgsz=320, confs=confs, own_rule=True)
     plain = ultralytics_val_heads(original, calibrated, seg_data, split="val", imgsz=320, confs=confs)
     assert {h: tuple({k: v for k, v in d.items() if not k.startswith("mask")} for d in both[h]) for h in both} == plain
     for head, (o, c) in both.items():
         assert set(o) == {"conf", "map50_95", "map50", "mask_map50_95", "mask_map50"}
-        assert o == ultralytics_val(original, seg_data, split="val", head=head, imgsz=320, masks=True)
+        assert o == ultralytics_val(original, seg_data, split="val", head=head, imgsz=320, own_rule=True)
         assert c == ultralytics_val(calibrated, seg_data, split="val", head=head, conf=confs[head][1], imgsz=320,
-                                    masks=True)
+                                    own_rule=True)
         # a temperature at the equivalent floor: the same candidates, boxes and masks: identical mAP, both kinds
         assert {k: v for k, v in o.items() if k != "conf"} == {k: v for k, v in c.items() if k != "conf"}
         assert o["map50_95"] > 0.2 and o["mask_map50_95"] > 0  # not vacuous: real boxes, masks that score
@@ -68,6 +68,6 @@ def test_segment_val_figures_are_ultralytics_stock_val(seg_pair, seg_data):
     original, _, _ = seg_pair
     m = YOLO(str(original)).val(data=str(seg_data), split="val", imgsz=320, batch=16, conf=0.001, plots=False,
                                 save_json=False, verbose=False, project=str(seg_data.parent), name="v")
-    got = ultralytics_val(original, seg_data, split="val", head="nms", imgsz=320, masks=True)
+    got = ultralytics_val(original, seg_data, split="val", head="nms", imgsz=320, own_rule=True)
     assert got["map50_95"] == float(m.box.map) and got["mask_map50_95"] == float(m.seg.map)
     assert got["mask_map50"] == float(m.seg.map50) and got["mask_map50_95"] != got["map50_95"]

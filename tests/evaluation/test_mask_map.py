@@ -12,10 +12,9 @@ from segment_checkpoints import predict_table
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import segment_map_check
-from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps, segment_maps
+from det_calib.tasks.segment.evaluation_map import MASK_MAP_KEYS, coco_mask_maps, segment_map_check, segment_maps
+from det_calib.tasks.segment.labels import load_segment_split, segment_rles
 
 N_IMAGES = 12
 

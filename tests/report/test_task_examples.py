@@ -12,15 +12,16 @@ import pytest
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import demo_root
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.matching.one_to_one import MatchResult
-from det_calib.report.task_examples import kept_matches, pose_panels, read_rgb, rotated_panels
-from det_calib.report.task_plots import pose_examples_figure, rotated_examples_figure
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import match_rotated, probiou
-from det_calib.tasks.pose_labels import load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import match_keypoints, oks
+from det_calib.report.task_examples import kept_matches, read_rgb
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks.obb.matching import match_rotated, probiou
+from det_calib.tasks.obb.report_panel import rotated_examples_figure, rotated_panels
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose.matching import match_keypoints, oks
+from det_calib.tasks.pose.report_panel import pose_examples_figure, pose_panels
 
 LIMIT = 8
 MAX_FIGURE_BYTES = 300_000

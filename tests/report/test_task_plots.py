@@ -9,15 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from det_calib.report.task_plots import (
-    PALETTE,
-    PosePanel,
-    RotatedPanel,
-    palette_png,
-    pose_examples_figure,
-    rotated_examples_figure,
-    xywhr_corners,
-)
+from det_calib.report.task_plots import PALETTE, palette_png
+from det_calib.tasks.obb.report_panel import RotatedPanel, rotated_examples_figure, xywhr_corners
+from det_calib.tasks.pose.report_panel import PosePanel, pose_examples_figure
 
 pytestmark = pytest.mark.fast
 

@@ -15,14 +15,14 @@ import pytest
 
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.demo import demo_data_yaml, demo_model, demo_obb_model, demo_pose_model
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
+from det_calib.demo import demo_data_yaml, demo_model, demo_task_model
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.obb_labels import load_obb_split
-from det_calib.tasks.obb_matching import match_boxes_by_rotated
-from det_calib.tasks.pose_labels import load_pose_split
-from det_calib.tasks.pose_matching import match_boxes_by_keypoints
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split
+from det_calib.tasks.obb.matching import match_boxes_by_rotated
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split
+from det_calib.tasks.pose.matching import match_boxes_by_keypoints
 
 QUICK = ["--n-boot", "20", "-q"]
 MATCH_COLUMNS = ["correct", "iou", "ignore", "loc_iou", "calibrated"]
@@ -82,14 +82,14 @@ def _labels_are(run: Path, limit: int | None, load, match, **kw) -> None:
 def pose_run(tmp_path_factory) -> Path:
     """``calibrate --model <the demo pose model> --limit 16``: its demo data, both heads, the report."""
     out = tmp_path_factory.mktemp("runs") / "pose"
-    assert main(["calibrate", "--model", str(demo_pose_model()), "--limit", "16", *QUICK, "--out", str(out)]) == 0
+    assert main(["calibrate", "--model", str(demo_task_model("pose")), "--limit", "16", *QUICK, "--out", str(out)]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def obb_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "obb"
-    assert main(["calibrate", "--model", str(demo_obb_model()), "--limit", "16", "--no-report", *QUICK,
+    assert main(["calibrate", "--model", str(demo_task_model("obb")), "--limit", "16", "--no-report", *QUICK,
                  "--out", str(out)]) == 0
     return out
 
@@ -127,7 +127,7 @@ def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_match_box(capsys, tmp_path, task):
-    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    model = demo_task_model(task)
     _ok(capsys, "calibrate", "--model", model, "--match", "box", "--limit", "12", "--head", "nms", "--no-report",
         "--no-val", *QUICK, "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
@@ -142,9 +142,10 @@ def test_match_box(capsys, tmp_path, task):
 def test_obb_model_on_box_labels(capsys, tmp_path):
     """Box labels for an OBB model: refused by the task's rule (auto, rotated), matched box to box with --match box."""
     data = task_dataset(tmp_path / "d", demo_data_yaml(), n=8)
-    line = _error(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, *QUICK, "--out", tmp_path / "r")
+    line = _error(capsys, "calibrate", "--model", demo_task_model("obb"), "--data", data, *QUICK, "--out",
+                  tmp_path / "r")
     assert "has box labels (`cls cx cy w h`) for an OBB model" in line and "use --match box" in line
-    _ok(capsys, "calibrate", "--model", demo_obb_model(), "--data", data, "--match", "box", "--head", "nms",
+    _ok(capsys, "calibrate", "--model", demo_task_model("obb"), "--data", data, "--match", "box", "--head", "nms",
         "--no-report", "--no-val", *QUICK, "--out", tmp_path / "run")
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box"
@@ -174,16 +175,17 @@ def test_bad_input(capsys, tmp_path, case, want):
     pose, obb = demo_pose_data_yaml(), demo_obb_data_yaml()
     model, data, extra = {  # each case built only when asked for
         "pose data, detect model": lambda: (demo_model(), pose, []),
-        "detect data, pose model": lambda: (demo_pose_model(), demo_data_yaml(), []),
-        "keypoint count": lambda: (demo_pose_model(), task_dataset(tmp_path / "d", pose, edit=_drop_last_keypoint),
+        "detect data, pose model": lambda: (demo_task_model("pose"), demo_data_yaml(), []),
+        "keypoint count": lambda: (demo_task_model("pose"),
+                                   task_dataset(tmp_path / "d", pose, edit=_drop_last_keypoint),
                                    []),
-        "kpt_shape": lambda: (demo_pose_model(), task_dataset(
+        "kpt_shape": lambda: (demo_task_model("pose"), task_dataset(
             tmp_path / "d", pose, yaml_edit=lambda t: t.replace("kpt_shape: [5, 3]", "kpt_shape: [4, 3]")
             .replace("flip_idx: [0, 1, 4, 3, 2]", "")), []),
-        "three corners": lambda: (demo_obb_model(), task_dataset(tmp_path / "d", obb, edit=_three_corners), []),
+        "three corners": lambda: (demo_task_model("obb"), task_dataset(tmp_path / "d", obb, edit=_three_corners), []),
         "oks for a detector": lambda: (demo_model(), demo_data_yaml(), ["--match", "oks"]),
-        "rotated for a pose model": lambda: (demo_pose_model(), pose, ["--match", "rotated"]),
-        "mask for an OBB model": lambda: (demo_obb_model(), obb, ["--match", "mask"]),
+        "rotated for a pose model": lambda: (demo_task_model("pose"), pose, ["--match", "rotated"]),
+        "mask for an OBB model": lambda: (demo_task_model("obb"), obb, ["--match", "mask"]),
     }[case]()
     line = _error(capsys, "calibrate", "--model", model, "--data", data, "--limit", "4", *extra, *QUICK,
                   "--out", tmp_path / "run")
@@ -203,7 +205,7 @@ def test_a_detector_run_records_no_rule(capsys, tmp_path):
 def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
     """--boxes reuses a pose run's boxes (keypoints kept, labels by OKS again); check labels new images by the
     run's recorded rule."""
-    _ok(capsys, "calibrate", "--model", demo_pose_model(), "--boxes", pose_run, "--limit", "16", "--no-report",
+    _ok(capsys, "calibrate", "--model", demo_task_model("pose"), "--boxes", pose_run, "--limit", "16", "--no-report",
         "--no-val", *QUICK, "--out", tmp_path / "reused")
     a = pl.read_parquet(pose_run / "boxes.parquet")
     b = pl.read_parquet(tmp_path / "reused" / "boxes.parquet")
@@ -222,7 +224,7 @@ def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
-    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    model = demo_task_model(task)
     line = _error(capsys, "ensemble", "--model", model, "--model", demo_model(), "--data", demo_data_yaml(),
                   "--limit", "4", "--out", tmp_path / "ens")
     what = "a pose model: det-calib ensemble fuses boxes and cannot fuse keypoints" if task == "pose" else \
@@ -235,8 +237,8 @@ def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
     """`det-calib capture` reads a pose or OBB split's labels as its task's (it read them as box
     labels and failed on keypoint lines), and `calibrate --boxes` on those parts takes the same split
     (its fingerprint read the same way) and matches by the task's rule, as a run that captures itself."""
-    model, data = ((demo_pose_model(), demo_pose_data_yaml()) if task == "pose"
-                   else (demo_obb_model(), demo_obb_data_yaml()))
+    model, data = ((demo_task_model("pose"), demo_pose_data_yaml()) if task == "pose"
+                   else (demo_task_model("obb"), demo_obb_data_yaml()))
     for split in ("calib", "test"):
         _ok(capsys, "capture", "--model", model, "--data", data, "--split", split, "--limit", 6,
             "--out", tmp_path / "parts" / split, "-q")

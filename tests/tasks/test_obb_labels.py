@@ -1,4 +1,4 @@
-"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.tasks.obb_labels)."""
+"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.tasks.obb.labels)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_obb import render_rects, write_obb_split
 from det_calib.errors import InputError
-from det_calib.tasks.obb_labels import (
+from det_calib.tasks.obb.demo_labels import render_rects, write_obb_split
+from det_calib.tasks.obb.labels import (
     XYWHR_COLUMN,
     check_obb_line,
     corners_to_xywhr,

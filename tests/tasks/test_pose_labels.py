@@ -1,4 +1,4 @@
-"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.tasks.pose_labels)."""
+"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.tasks.pose.labels)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
-from det_calib.demo.shapes_pose import FLIP_IDX, rendered_keypoints, write_pose_split
 from det_calib.errors import InputError
-from det_calib.tasks.pose_labels import (
+from det_calib.tasks.pose.demo_labels import FLIP_IDX, rendered_keypoints, write_pose_split
+from det_calib.tasks.pose.labels import (
     AREA_COLUMN,
     KPTS_COLUMN,
     NUM_KEYPOINTS_COLUMN,

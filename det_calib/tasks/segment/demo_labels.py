@@ -182,5 +182,11 @@ def demo_segment_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
     """
     return task_data_yaml(
         f"seg{SEGMENT_VERSION}", _segment_lines_of, with_train=with_train, seed=seed, extra=[],
-        title=f"shapes demo, polygon labels of each object's visible region (det_calib.demo.shapes_segments "
+        title=f"shapes demo, polygon labels of each object's visible region (det_calib.tasks.segment.demo_labels "
               f"v{SEGMENT_VERSION}; generator v{GENERATOR_VERSION})")
+
+
+DEMO_MODEL = "yolo26n_shapes_seg.pt"
+"""The demo segment model's file name among the demo files (:func:`det_calib.demo.demo_root`), which runs on
+:data:`DEMO_DATA` when no data is named."""
+DEMO_DATA = demo_segment_data_yaml

@@ -20,8 +20,8 @@ from det_calib.data.ground_truth import Dataset, Split, label_path, list_images,
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.obb_labels import XYWHR_COLUMN, has_rotated_boxes, load_obb_split
-from det_calib.tasks.obb_matching import match_boxes_by_rotated
+from det_calib.tasks.obb.labels import XYWHR_COLUMN, has_rotated_boxes, load_obb_split
+from det_calib.tasks.obb.matching import match_boxes_by_rotated
 
 __all__ = ["Obb", "label_values"]
 

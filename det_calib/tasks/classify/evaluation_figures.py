@@ -1,6 +1,6 @@
 """A classifier's calibration on one split, with its intervals and its sampling floor.
 
-The figures of :mod:`det_calib.metrics.classifier_metrics` for a set of images' class
+The figures of :mod:`det_calib.tasks.classify.metrics` for a set of images' class
 probabilities, plus, for the top-label ECE:
 
 * a 90% interval from the image bootstrap (images drawn with replacement);
@@ -26,7 +26,7 @@ import numpy as np
 
 from det_calib.codec import encode
 from det_calib.metrics.calibration import ece
-from det_calib.metrics.classifier_metrics import (
+from det_calib.tasks.classify.metrics import (
     classwise_ece,
     multiclass_brier,
     multiclass_nll,

@@ -34,7 +34,7 @@ def classifier_deployed_words(record: dict) -> str:
 
 
 def summary_markdown(record: dict) -> str:
-    """Markdown of a classify run's record (see :func:`det_calib.pipeline.classify_run.calibrate_classifier`)."""
+    """Markdown of a classify run's record (see :func:`det_calib.tasks.classify.pipeline_run.calibrate_classifier`)."""
     ev = record["eval"]
     raw, cal, dep = ev["raw"], ev["calibrated"], ev["deployed"]
     t = record["map"]["temperature"]

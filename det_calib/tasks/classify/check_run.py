@@ -16,20 +16,21 @@ calibration drifted, 4 accuracy changed, 5 both, 6 too few images to tell.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from det_calib.calibrators.softmax_maps import MultiClassMap
-from det_calib.capture.classify_logits import capture_classify
 from det_calib.check.check_record import MIN_IMAGES
-from det_calib.data.class_folders import check_model_classes, read_class_split
 from det_calib.errors import InputError
 from det_calib.io import write_json, write_text
 from det_calib.metrics.drift_tests import calibration_in_the_large, hosmer_lemeshow, normal_sf
-from det_calib.tasks import CLASSIFY, answers_per_image
+from det_calib.tasks import CLASSIFY
+from det_calib.tasks.classify.capture_logits import capture_classify
+from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.classify.task import is_classify_run
+from det_calib.tasks.contract import TaskRun
 
 __all__ = ["check_classify"]
 
@@ -97,18 +98,6 @@ def check_lines(r: dict) -> list[str]:
     ]
 
 
-def is_classify_run(run_dir: str | Path) -> dict | None:
-    """The record of a classify run in ``run_dir``, else None."""
-    path = Path(run_dir) / "calibration.json"
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and answers_per_image(record.get("task")) else None
-
-
 def run_check_cli(args, record: dict) -> int:
     """``det-calib check RUN --data FOLDER`` for a classify run: print the verdicts, return the exit code."""
     for flag, on in (("--images", args.images), ("--boxes", args.boxes), ("--detections", args.detections)):
@@ -118,3 +107,7 @@ def run_check_cli(args, record: dict) -> int:
                                   model=args.model, limit=args.limit, alpha=args.alpha)
     print("\n".join(check_lines(result)))
     return code
+
+
+RUN = TaskRun(claims=lambda args: is_classify_run(args.run_dir), run=run_check_cli)
+"""``check``'s run of a classify run's folder: claimed where the run's record is a classify run's."""

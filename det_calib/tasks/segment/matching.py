@@ -187,7 +187,7 @@ def match_mask_table(
         boxes: Box table with ``image_id``, ``cls``, ``conf`` and ``column`` (compressed RLE counts
             of each box's mask at its image's size).
         gt: Ground truth with ``image_id``, ``cls``, ``column`` (as
-            :func:`det_calib.data.segments.load_segment_split` gives it) and optionally ``crowd``.
+            :func:`det_calib.tasks.segment.labels.load_segment_split` gives it) and optionally ``crowd``.
         sizes: (n_images, 2) ``width, height`` per ``image_id``.
         iou_threshold: See :func:`match_masks`.
         max_dets: See :func:`match_masks`.
@@ -231,7 +231,7 @@ def match_boxes_by_masks(
 
     Args:
         boxes: One head's boxes with a ``column`` of RLE counts (see :func:`match_mask_table`).
-        gt: Ground truth with masks (:func:`det_calib.data.segments.load_segment_split`).
+        gt: Ground truth with masks (:func:`det_calib.tasks.segment.labels.load_segment_split`).
         sizes: (n_images, 2) ``width, height``.
         iou: Mask IoU a box needs with a same-class ground truth to be correct.
         loc_iou: Threshold of the second matching, whose IoU feeds the localisation-aware metrics.

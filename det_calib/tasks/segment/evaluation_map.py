@@ -1,8 +1,8 @@
 """Box and mask mAP of a segment model's boxes, before and after calibration (pycocotools ``bbox`` and ``segm``).
 
 A segment model's box table carries each box's mask as compressed RLE counts at its image's size
-(column ``segm``, :mod:`det_calib.capture.mask_rebuild`); the split's ground-truth masks come from
-:func:`det_calib.data.segments.load_segment_split`. :func:`segment_maps` scores the same boxes under
+(column ``segm``, :mod:`det_calib.tasks.segment.capture_masks`); the split's ground-truth masks come from
+:func:`det_calib.tasks.segment.labels.load_segment_split`. :func:`segment_maps` scores the same boxes under
 several scorings by COCO's two protocols; :func:`det_calib.evaluation.figures.segment_map_check`
 is the run's check: the box mAP as a detector's (:func:`det_calib.evaluation.figures.map_check`,
 the run's engine) plus the mask mAP by pycocotools ``COCOeval(iouType="segm")``, both from the raw and
@@ -15,18 +15,21 @@ increasing map) leaves both mAPs identical; the check states which it was.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.ground_truth import Split
-from det_calib.data.segments import SEGM_COLUMN, segment_rles
 from det_calib.errors import InputError
-from det_calib.evaluation.map_check import coco_maps
+from det_calib.evaluation.figures import EvalSettings, before_after, map_check
+from det_calib.evaluation.map_check import coco_maps, eval_figures
+from det_calib.tasks.segment.labels import SEGM_COLUMN, has_masks, segment_rles
 
-__all__ = ["MASK_MAP_KEYS", "coco_mask_maps", "eval_figures", "segment_maps"]
+__all__ = ["MAP_CHECK", "MASK_MAP_KEYS", "coco_mask_maps", "segment_map_check", "segment_maps"]
 
 MASK_MAP_KEYS = ("mask_map50_95_before", "mask_map50_95_after", "mask_map50_before", "mask_map50_after",
                  "mask_map_identical")
@@ -58,7 +61,7 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
     Args:
         boxes: One head's box table on ``split`` (``image_id``, ``cls``, ``column``: each box's mask as
             compressed RLE counts at its image's size).
-        split: The split, read with masks (:func:`det_calib.data.segments.load_segment_split`).
+        split: The split, read with masks (:func:`det_calib.tasks.segment.labels.load_segment_split`).
         scores: One (n_boxes,) score vector per scoring.
         max_dets: COCOeval's maxDets (the capture's ``max_det``, so that no box is dropped).
         column: The box table's mask column.
@@ -100,20 +103,6 @@ def coco_mask_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], 
     return out
 
 
-def eval_figures(ev) -> dict[str, float]:
-    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval (``segm`` or ``keypoints``) at area ``all`` and its one
-    maxDets (as the box check)."""
-    prec = ev.eval["precision"][:, :, :, 0, 0]
-
-    def mean_valid(x: np.ndarray) -> float:
-        v = x[x > -1]
-        return float(v.mean()) if v.size else -1.0
-
-    thr = ev.params.iouThrs
-    return {"map50_95": mean_valid(prec), "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
-            "map75": mean_valid(prec[np.isclose(thr, 0.75)])}
-
-
 def segment_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *, max_dets: int = 300,
                  engine: str = "pycocotools") -> list[dict[str, dict[str, float]]]:
     """Box and mask mAP of the same boxes under several scorings.
@@ -129,3 +118,32 @@ def segment_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarray], *,
     bbox = coco_maps(boxes, split.gt, split.sizes, scores, max_dets=max_dets, engine=engine)
     segm = coco_mask_maps(boxes, split, scores, max_dets=max_dets)
     return [{"bbox": b, "segm": m} for b, m in zip(bbox, segm)]
+
+
+def segment_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator,
+                      s: EvalSettings, *, sigmas: Any = None) -> dict[str, Any]:
+    """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
+    gives it (its keys: ``map50_95_before`` ... ``map_identical``, ``map_engine``), and mask mAP by
+    pycocotools ``segm`` from the same raw and calibrated scores (:data:`MASK_MAP_KEYS`).
+
+    Args:
+        boxes: One head's box table on ``split``, every row (crowd-matched ones too: COCOeval ignores them
+            itself), with the ``segm`` column of the capture.
+        split: The eval split as :func:`det_calib.tasks.segment.labels.load_segment_split` reads it.
+        calibrator: The head's fitted calibrator.
+        s: The run's settings (``max_det``, ``map_engine``).
+        sigmas: Unused (a mask has no per-part constants); the mAP checks' one signature.
+
+    Returns:
+        The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
+        (no mask mAP without ground-truth masks).
+    """
+    out = map_check(boxes, split, calibrator, s)
+    if not has_masks(split):
+        return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
+    maps = functools.partial(coco_mask_maps, boxes, split, max_dets=s.max_det)
+    return {**out, **before_after(boxes, calibrator, maps, MASK_MAP_KEYS)}
+
+
+MAP_CHECK = segment_map_check
+"""The task's mAP check (:func:`det_calib.evaluation.figures.task_map_check` calls it)."""

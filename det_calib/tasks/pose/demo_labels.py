@@ -169,7 +169,13 @@ def demo_pose_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
         "kpt_names:",
         *[f"  {i}: [{', '.join(KEYPOINT_NAMES)}]" for i in range(len(CLASS_NAMES))],
     ]
-    title = (f"shapes demo, keypoint labels {list(KEYPOINT_NAMES)} (det_calib.demo.shapes_pose v{POSE_VERSION}; "
+    title = (f"shapes demo, keypoint labels {list(KEYPOINT_NAMES)} (det_calib.tasks.pose.demo_labels v{POSE_VERSION}; "
              f"generator v{GENERATOR_VERSION})")
     return task_data_yaml(f"pose{POSE_VERSION}", rendered_pose_lines, title=title, extra=extra,
                           with_train=with_train, seed=seed)
+
+
+DEMO_MODEL = "yolo26n_shapes_pose.pt"
+"""The demo pose model's file name among the demo files (:func:`det_calib.demo.demo_root`), which runs on
+:data:`DEMO_DATA` when no data is named."""
+DEMO_DATA = demo_pose_data_yaml

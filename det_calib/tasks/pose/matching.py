@@ -281,7 +281,7 @@ def match_keypoint_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, oks_threshold
             ``[x, y, conf]`` in image pixels).
         gt: Ground truth with ``image_id``, ``cls``, ``x1``..``y2``, ``column`` (``3K`` values
             ``x, y, v``), ``area``, ``num_keypoints`` and optionally ``crowd``, as
-            :func:`det_calib.tasks.pose_labels.load_pose_split` gives it.
+            :func:`det_calib.tasks.pose.labels.load_pose_split` gives it.
         oks_threshold, sigmas, max_dets: See :func:`match_keypoints`.
         column: Name of the keypoint column in both tables.
 
@@ -318,7 +318,7 @@ def match_boxes_by_keypoints(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: floa
 
     Args:
         boxes: One head's boxes with their keypoints (see :func:`match_keypoint_table`).
-        gt: Ground truth with keypoints (:func:`det_calib.tasks.pose_labels.load_pose_split`).
+        gt: Ground truth with keypoints (:func:`det_calib.tasks.pose.labels.load_pose_split`).
         iou: OKS a box needs with a same-class ground truth to be correct.
         loc_iou: Threshold of the second matching, whose OKS feeds the localisation-aware metrics.
         sigmas: Per-keypoint sigmas (default :func:`oks_sigmas`).

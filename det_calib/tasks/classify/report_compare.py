@@ -1,7 +1,7 @@
-"""The comparison of two or more classify runs (``det-calib compare`` on classify run folders).
+"""``compare``'s run for classify run folders: two or more classify runs side by side.
 
 Every figure is the run's own, read from its ``calibration.json`` as ``calibrate`` wrote it (the
-classify record of :mod:`det_calib.pipeline.classify_run`): the deployed map, the top-label ECE raw
+classify record of :mod:`det_calib.tasks.classify.pipeline_run`): the deployed map, the top-label ECE raw
 -> deployed with its 90% image-bootstrap interval and sampling floor, class-wise ECE, NLL, Brier,
 top-1 and top-5 (and Ultralytics' val of ``calibrated.pt``), and the reject option's certified
 thresholds. Writes ``compare.txt`` (what the command prints), ``compare.md``, ``compare.html`` and
@@ -10,31 +10,18 @@ one figure: each run's top-label ECE raw and deployed with their intervals.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from det_calib.errors import InputError
 from det_calib.io import write_bytes, write_text
-from det_calib.record.run_folder import CALIBRATION_FILE
-from det_calib.report.classifier_summary import classifier_verdict
 from det_calib.report.document import Fig, Heading, Para, Table, to_html, to_markdown
 from det_calib.report.plots import ClassECE, per_class_ece_chart
-from det_calib.tasks import answers_per_image
+from det_calib.tasks.classify.report_summary import classifier_verdict
+from det_calib.tasks.classify.task import is_classify_run
+from det_calib.tasks.contract import TaskRun
 
-__all__ = ["classifier_run", "compare_classifier_runs"]
-
-
-def classifier_run(run_dir: str | Path) -> dict | None:
-    """The classify record of ``run_dir`` (its ``calibration.json``), or None for a box run."""
-    path = Path(str(run_dir)) / CALIBRATION_FILE
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable calibration.json ({e})") from None
-    return record if isinstance(record, dict) and answers_per_image(record.get("task")) else None
+__all__ = ["RUN", "compare_classifier_runs"]
 
 
 def _f(v: float | None, digits: int = 4) -> str:
@@ -117,7 +104,7 @@ def _records(runs: Sequence[str | Path]) -> list[dict]:
         raise InputError(f"Expected at least two runs to compare (RUN RUN ...), but got {len(runs)}")
     records = []
     for run in runs:
-        record = classifier_run(run)
+        record = is_classify_run(run)
         if record is None:
             raise InputError(f"{run} is not a classify run folder (no classify calibration.json): a classify run "
                              "is compared with classify runs only")
@@ -167,3 +154,14 @@ def compare_classifier_runs(runs: Sequence[str | Path], *, out_dir: str | Path,
     files["md"] = write_text(out / "compare.md", to_markdown(title, blocks))
     files["txt"] = write_text(out / "compare.txt", _text(rows, note))
     return files
+
+
+def _compare_cli(args, _claim: bool) -> int:
+    files = compare_classifier_runs(args.runs, out_dir=args.out, labels=args.labels)
+    print(files["txt"].read_text(encoding="utf-8").rstrip("\n"))
+    print(f"wrote compare.txt, compare.md, compare.html (and figures/) to {args.out}")
+    return 0
+
+
+RUN = TaskRun(claims=lambda args: any(is_classify_run(r) for r in args.runs) or None, run=_compare_cli)
+"""``compare``'s run where any compared folder is a classify run's (the others must be too)."""

@@ -15,9 +15,9 @@ import numpy as np
 from det_calib.io import write_text
 from det_calib.metrics.binning import reliability_bins
 from det_calib.metrics.calibration import ece
-from det_calib.report.classifier_summary import classifier_deployed_words, classifier_verdict
 from det_calib.report.document import Bullets, Fig, Heading, Para, Table, to_html, to_markdown
 from det_calib.report.plots import reliability_figure, reliability_grid
+from det_calib.tasks.classify.report_summary import classifier_deployed_words, classifier_verdict
 
 __all__ = ["write_classifier_report"]
 

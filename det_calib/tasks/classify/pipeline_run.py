@@ -1,9 +1,9 @@
 """``calibrate`` for a classify model: load -> capture -> choose and fit -> evaluate -> fold -> verify -> write.
 
-The data are a folder-per-class dataset (:mod:`det_calib.data.class_folders`); the map is fitted
+The data are a folder-per-class dataset (:mod:`det_calib.tasks.classify.class_folders`); the map is fitted
 on the fit split (``val`` by default, the split Ultralytics validates on) and reported on the eval
 split (``test``). The chosen map is folded into the model's last linear layer
-(:mod:`det_calib.deploy.classify_fold`); plain Ultralytics then predicts the eval split with the
+(:mod:`det_calib.tasks.classify.deploy_fold`); plain Ultralytics then predicts the eval split with the
 written checkpoint (the deployed figures) and validates both checkpoints (top-1 and top-5 must be
 unchanged for a map that keeps the ranking, and are reported before and after for one that can
 change it). An export (ONNX, OpenVINO, ...) is captured as its log-probabilities and its map is
@@ -20,19 +20,22 @@ from pathlib import Path
 import numpy as np
 
 from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
-from det_calib.capture.classify_logits import capture_classify
 from det_calib.codec import encode
-from det_calib.data.class_folders import check_model_classes, read_class_split
-from det_calib.deploy.classify_fold import write_classify_checkpoint
+from det_calib.demo import cache_dir, demo_classify_model
 from det_calib.errors import InputError
-from det_calib.evaluation.classifier_eval import evaluate_classifier
-from det_calib.evaluation.classify_val import classify_val
 from det_calib.io import write_json, write_text
-from det_calib.report.classifier_report import write_classifier_report
-from det_calib.report.classifier_summary import summary_markdown
-from det_calib.selection.classifier_choice import choose_classifier_map
 from det_calib.tasks import CLASSIFY, answers_per_image
-from det_calib.thresholds.selective_accuracy import reject_threshold
+from det_calib.tasks.classify.capture_logits import capture_classify
+from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.classify.demo_crops import classify_root
+from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
+from det_calib.tasks.classify.evaluation_figures import evaluate_classifier
+from det_calib.tasks.classify.evaluation_val import classify_val
+from det_calib.tasks.classify.report_page import write_classifier_report
+from det_calib.tasks.classify.report_summary import summary_markdown
+from det_calib.tasks.classify.selection_choice import choose_classifier_map
+from det_calib.tasks.classify.thresholds_reject import reject_threshold
+from det_calib.tasks.contract import TaskRun
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ REJECT_TARGETS = (0.9, 0.95, 0.99)
 REJECT_DELTA = 0.1
 """Each reject threshold's guarantee holds with probability at least ``1 - REJECT_DELTA``."""
 
-__all__ = ["calibrate_classifier"]
+__all__ = ["RUN", "calibrate_classifier", "classify_data_for", "run_classify_cli"]
 
 
 def calibrate_classifier(model: str | Path, data: str | Path, out: str | Path, *, fit_split: str = "val",
@@ -151,3 +154,28 @@ def run_classify_cli(args) -> int:
         "calibration.json, classifier_map.json, report.html, report.md, summary.md (and figures/)"
     print(f"wrote {written} to {args.out}")
     return 0
+
+
+def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
+    """The classification data a ``calibrate`` run reads, or None for a detection run: ``data`` when it
+    is a folder (of class folders), else the demo classifier's crops (rendered on first use) when
+    ``model`` is the demo classifier and no data is named."""
+    if data is not None:
+        return Path(data) if Path(data).is_dir() else None
+    try:
+        demo = demo_classify_model()
+    except InputError:  # no demo files beside the package
+        return None
+    if model is None or not Path(model).is_file() or not demo.is_file() or Path(model).resolve() != demo.resolve():
+        return None
+    return classify_root(cache_dir())
+
+
+def _calibrate(args, folder: Path) -> int:
+    args.data = folder  # a folder of class folders: a classify model's data
+    return run_classify_cli(args)
+
+
+RUN = TaskRun(claims=lambda args: classify_data_for(args.model, args.data), run=_calibrate)
+"""``calibrate``'s run of a classify model: claimed where ``--data`` is a folder (of class folders), or where the
+model is the demo classifier and no data is named (its crops)."""

@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.data.box_table import SEGM_COLUMN
 from det_calib.data.ground_truth import Dataset, Split, coco_image_ids, label_path, load_split, read_label_file
 from det_calib.errors import InputError
 
 __all__ = ["SEGM_COLUMN", "load_segment_split", "polygon_rle", "read_segment_file", "segment_rles",
            "has_masks"]
 
-# SEGM_COLUMN (from the box table): the ground truth's column of each row's compressed RLE counts has
-# the name of the detections' mask column, so one name serves both tables
+SEGM_COLUMN = "segm"
+"""The column of each row's mask as binary RLE counts: the ground truth's, and the box table's payload column
+of a segment model (:data:`det_calib.data.box_table.PAYLOAD_SCHEMA`): one name serves both tables."""
 
 
 def read_segment_file(path: Path, *, nc: int) -> tuple[list[tuple[int, np.ndarray | None]], str | None]:

@@ -20,8 +20,8 @@ from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.tasks.contract import Task
-from det_calib.tasks.pose_labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
-from det_calib.tasks.pose_matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
+from det_calib.tasks.pose.labels import KPTS_COLUMN, PoseSpec, has_keypoints, load_pose_split, pose_spec
+from det_calib.tasks.pose.matching import COCO_SIGMAS, match_boxes_by_keypoints, oks_sigmas
 
 __all__ = ["Pose"]
 
@@ -42,6 +42,12 @@ class Pose(Task):
     fusable = False
     shaped = True
     missing_words = ("no keypoints", "pose labels (`kpt_shape` in the data.yaml)")
+
+    def val_figures(self, metrics: Any, *, own_rule: bool) -> dict[str, float]:
+        """The keypoint mAP of ``PoseMetrics`` (``pose_map50_95``, ``pose_map50``: OKS), whatever the run's rule."""
+        if getattr(metrics, "pose", None) is None:
+            return {}
+        return {"pose_map50_95": float(metrics.pose.map), "pose_map50": float(metrics.pose.map50)}
 
     def head_shape(self, head: Any) -> tuple[int, int] | None:
         return int(head.kpt_shape[0]), int(head.kpt_shape[1])

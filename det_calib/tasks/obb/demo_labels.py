@@ -152,7 +152,13 @@ def demo_obb_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
             ``train`` then names it.
         seed: Dataset seed.
     """
-    title = (f"shapes demo, rotated boxes of each object's visible region (det_calib.demo.shapes_obb "
+    title = (f"shapes demo, rotated boxes of each object's visible region (det_calib.tasks.obb.demo_labels "
              f"v{OBB_VERSION}; generator v{GENERATOR_VERSION})")
     return task_data_yaml(f"obb{OBB_VERSION}", rendered_obb_lines, title=title, extra=[], with_train=with_train,
                           seed=seed)
+
+
+DEMO_MODEL = "yolo26n_shapes_obb.pt"
+"""The demo obb model's file name among the demo files (:func:`det_calib.demo.demo_root`), which runs on
+:data:`DEMO_DATA` when no data is named."""
+DEMO_DATA = demo_obb_data_yaml

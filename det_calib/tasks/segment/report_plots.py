@@ -15,11 +15,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .plots import CORRECT, DPI, OVER, RC, to_png
+from det_calib.report.plots import COLOURS, CORRECT, DPI, GT_EDGE, OVER, RC, to_png
 
 __all__ = ["MaskPanel", "composite", "mask_examples_figure"]
 
-GT_EDGE = "#FFFFFF"
 ALPHA = 0.5
 
 
@@ -47,8 +46,6 @@ class MaskPanel:
     corners: Sequence[tuple[float, float]] = field(default_factory=tuple)
     gt_boxes: Sequence[tuple[float, float, float, float]] = field(default_factory=tuple)
 
-
-COLOURS = {"matched": CORRECT, "unmatched": OVER}
 
 
 def _rgb(hex_colour: str) -> np.ndarray:

@@ -16,7 +16,7 @@ Two facts of the predictor a capture must follow to keep its boxes those of ``pr
   are not among ``predict``'s boxes.
 
 Masks leave as pycocotools compressed RLE ``counts`` (bytes), one per box, at the image's size:
-what :mod:`det_calib.matching.masks` and the ground truth's ``segm`` column hold.
+what :mod:`det_calib.tasks.segment.matching` and the ground truth's ``segm`` column hold.
 """
 
 from __future__ import annotations

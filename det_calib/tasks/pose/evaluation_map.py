@@ -1,8 +1,8 @@
 """Keypoint mAP of a pose model's boxes, before and after calibration (pycocotools ``keypoints``).
 
 A pose model's box table carries each box's keypoints (column ``kpts``: K lists ``[x, y, conf]`` in
-image pixels, :meth:`det_calib.tasks.pose_task.Pose.decode`); the split's ground-truth keypoints, OKS areas
-and labelled-keypoint counts come from :func:`det_calib.tasks.pose_labels.load_pose_split`. :func:`coco_keypoint_maps`
+image pixels, :meth:`det_calib.tasks.pose.Pose.decode`); the split's ground-truth keypoints, OKS areas
+and labelled-keypoint counts come from :func:`det_calib.tasks.pose.labels.load_pose_split`. :func:`coco_keypoint_maps`
 scores the same boxes under several scorings by ``COCOeval(iouType="keypoints")``:
 
 * ground truth as COCO stores it: ``keypoints`` ``x, y, v`` triples, ``num_keypoints`` (COCO ignores a ground
@@ -10,7 +10,7 @@ scores the same boxes under several scorings by ``COCOeval(iouType="keypoints")`
   ``bbox`` and ``iscrowd``;
 * detections as Ultralytics' own ``pred_to_json`` writes them: ``x, y, conf`` per keypoint (COCOeval reads
   only ``x, y`` of a detection; ``[K, 2]`` keypoints get 1), the score, the class;
-* OKS sigmas (:func:`det_calib.tasks.pose_matching.oks_sigmas`): the dataset's ``kpt_oks_sigmas`` when given,
+* OKS sigmas (:func:`det_calib.tasks.pose.matching.oks_sigmas`): the dataset's ``kpt_oks_sigmas`` when given,
   COCO's 17 for 17 keypoints, ``1 / K`` otherwise, as Ultralytics' ``PoseValidator``;
 * ``maxDets`` the capture's ``max_det`` (COCO's keypoint default, 20, would drop boxes), area range ``all``.
 
@@ -22,20 +22,23 @@ calibrator that keeps every box's rank leaves the keypoint mAP identical; the ch
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
-from det_calib.evaluation.mask_map import eval_figures
-from det_calib.tasks.pose_labels import AREA_COLUMN, KPTS_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
-from det_calib.tasks.pose_matching import oks_sigmas
+from det_calib.evaluation.figures import EvalSettings, before_after, map_check
+from det_calib.evaluation.map_check import eval_figures
+from det_calib.tasks.pose.labels import AREA_COLUMN, KPTS_COLUMN, NUM_KEYPOINTS_COLUMN, has_keypoints, split_keypoints
+from det_calib.tasks.pose.matching import oks_sigmas
 
-__all__ = ["POSE_MAP_KEYS", "coco_keypoint_dataset", "coco_keypoint_detections", "coco_keypoint_maps",
-           "detection_keypoints"]
+__all__ = ["MAP_CHECK", "POSE_MAP_KEYS", "pose_map_check", "coco_keypoint_dataset", "coco_keypoint_detections",
+           "coco_keypoint_maps", "detection_keypoints"]
 
 POSE_MAP_KEYS = ("pose_map50_95_before", "pose_map50_95_after", "pose_map50_before", "pose_map50_after",
                  "pose_map_identical")
@@ -47,7 +50,7 @@ def coco_keypoint_dataset(split: Split, classes: list[int]) -> dict[str, Any]:
     """The split's ground truth as a pycocotools keypoints dataset (``COCO().dataset``).
 
     Args:
-        split: Read by :func:`~det_calib.tasks.pose_labels.load_pose_split`.
+        split: Read by :func:`~det_calib.tasks.pose.labels.load_pose_split`.
         classes: The category ids to declare (every class of the ground truth and of the detections).
     """
     if not has_keypoints(split):
@@ -96,11 +99,11 @@ def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarra
 
     Args:
         boxes: One head's box table on ``split`` (``image_id``, ``cls``, ``column``: each box's keypoints).
-        split: The split, read with keypoints (:func:`det_calib.tasks.pose_labels.load_pose_split`).
+        split: The split, read with keypoints (:func:`det_calib.tasks.pose.labels.load_pose_split`).
         scores: One (n_boxes,) score vector per scoring.
         max_dets: COCOeval's maxDets (the capture's ``max_det``, so that no box is dropped).
         sigmas: The dataset's per-keypoint OKS sigmas (data.yaml ``kpt_oks_sigmas``); None: COCO's for 17
-            keypoints, ``1 / K`` otherwise (:func:`det_calib.tasks.pose_matching.oks_sigmas`).
+            keypoints, ``1 / K`` otherwise (:func:`det_calib.tasks.pose.matching.oks_sigmas`).
         column: The box table's keypoint column.
 
     Returns:
@@ -135,3 +138,30 @@ def coco_keypoint_maps(boxes: pl.DataFrame, split: Split, scores: list[np.ndarra
             ev.accumulate()
         out.append(eval_figures(ev))
     return out
+
+
+def pose_map_check(boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings, *,
+                   sigmas: Any = None) -> dict[str, Any]:
+    """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
+    pycocotools ``keypoints`` (:func:`det_calib.tasks.pose.evaluation_map.coco_keypoint_maps`) from the same raw
+    and calibrated scores (:data:`~det_calib.tasks.pose.evaluation_map.POSE_MAP_KEYS`).
+
+    Args:
+        boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
+        split: The eval split as :func:`det_calib.tasks.pose.labels.load_pose_split` reads it.
+        calibrator, s: As :func:`det_calib.tasks.segment.evaluation_map.segment_map_check`.
+        sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
+            ``1 / K`` otherwise, as Ultralytics' pose validator).
+
+    Returns:
+        The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
+    """
+    out = map_check(boxes, split, calibrator, s)
+    if not has_keypoints(split):
+        return {**out, **dict.fromkeys(POSE_MAP_KEYS)}
+    maps = functools.partial(coco_keypoint_maps, boxes, split, max_dets=s.max_det, sigmas=sigmas)
+    return {**out, **before_after(boxes, calibrator, maps, POSE_MAP_KEYS)}
+
+
+MAP_CHECK = pose_map_check
+"""The task's mAP check (:func:`det_calib.evaluation.figures.task_map_check` calls it)."""

@@ -132,7 +132,7 @@ def match_rotated_table(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou_threshold:
         boxes: Box table with ``image_id``, ``cls``, ``conf`` and ``column`` (each box's ``cx, cy, w, h,
             angle``, as the capture of an OBB model writes it).
         gt: Ground truth with ``image_id``, ``cls`` and ``column``, as
-            :func:`det_calib.tasks.obb_labels.load_obb_split` gives it.
+            :func:`det_calib.tasks.obb.labels.load_obb_split` gives it.
         iou_threshold: See :func:`match_rotated`.
         column: Name of the rotated-box column in both tables.
 
@@ -169,7 +169,7 @@ def match_boxes_by_rotated(boxes: pl.DataFrame, gt: pl.DataFrame, *, iou: float,
 
     Args:
         boxes: One head's boxes with their rotated boxes (see :func:`match_rotated_table`).
-        gt: Ground truth with rotated boxes (:func:`det_calib.tasks.obb_labels.load_obb_split`).
+        gt: Ground truth with rotated boxes (:func:`det_calib.tasks.obb.labels.load_obb_split`).
         iou: ProbIoU a box needs with a same-class ground truth to be correct.
         loc_iou: Threshold of the second matching, whose ProbIoU feeds the localisation-aware metrics.
     """

@@ -1,7 +1,7 @@
 """The segment task: each box's mask (an RLE in the box table's ``segm`` column), read from YOLO polygons or
 COCO segmentation, matched by mask IoU (COCO ``segm``) where every ground truth has a mask, else by box IoU
 (box-only labels are common for segment models). The masks themselves are rebuilt by the capture from the
-model's prototypes (:mod:`det_calib.capture.mask_rebuild`), as ``predict(retina_masks=True)`` builds them."""
+model's prototypes (:mod:`det_calib.tasks.segment.capture_masks`), as ``predict(retina_masks=True)`` builds them."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 
 import polars as pl
 
-from det_calib.data.box_table import PAYLOAD_SCHEMA, SEGM_COLUMN
+from det_calib.data.box_table import PAYLOAD_SCHEMA
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.data.segments import has_masks, load_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.masks import match_boxes_by_masks
 from det_calib.tasks.contract import Task
+from det_calib.tasks.segment.labels import SEGM_COLUMN, has_masks, load_segment_split
+from det_calib.tasks.segment.matching import match_boxes_by_masks
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,12 @@ class Segment(Task):
 
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         return None
+
+    def val_figures(self, metrics: Any, *, own_rule: bool) -> dict[str, float]:
+        """The mask mAP of ``SegmentMetrics`` (``mask_map50_95``, ``mask_map50``) where the run matched by masks."""
+        if not own_rule or getattr(metrics, "seg", None) is None:
+            return {}
+        return {"mask_map50_95": float(metrics.seg.map), "mask_map50": float(metrics.seg.map50)}
 
     def read_labels(self, data: Dataset, split: str, *, match: str, coco_gt: str | Path | None,
                     limit: int | None) -> Split:
