@@ -37,8 +37,8 @@ shared box pipeline's; the command line asks each registered task for it (:class
 
 @dataclass(frozen=True)
 class TaskRun:
-    """A task's own run of one whole command (``calibrate``, ``check``, ``thresholds``, ``compare``): what a per-image task
-    (a classifier: no box to match) supplies instead of the shared box pipeline, as a part's ``RUN``.
+    """A task's own run of one whole command (``calibrate``, ``check``, ``thresholds``, ``compare``): what a
+    per-image task (a classifier: no box to match) supplies instead of the shared box pipeline, as a part's ``RUN``.
 
     Attributes:
         claims: ``claims(args)``: whether the command line's arguments are a run of this task, as what the run
