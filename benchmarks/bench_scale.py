@@ -240,13 +240,26 @@ def main(argv: list[str] | None = None) -> int:
                 "with other work: the CPU ratio is the one a quiet machine shows; the wall ratio moves with the "
                 "load, as the job and pycocotools ran at different times).")
         write_doc_table("bench_scale", table + ("\n\n" + "\n".join(f"- {x.strip()}" for x in lines) if lines else ""),
-                        note=note, command="python3 benchmarks/bench_scale.py " + " ".join(
-                            a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--work")))
+                        note=note, command="python3 benchmarks/bench_scale.py " + " ".join(_without_work(
+                            argv if argv is not None else sys.argv[1:])))
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())
         print(f"  --method {method}: {cells}")
     return 0
+
+
+def _without_work(args: list[str]) -> list[str]:
+    """The command's arguments less ``--work DIR`` (a scratch folder), so the recorded line reruns anywhere."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--work":
+            skip = True
+        elif not a.startswith("--work="):
+            out.append(a)
+    return out
 
 
 def _memory_lines(peaks: dict[str, dict[int, dict]]) -> list[str]:
