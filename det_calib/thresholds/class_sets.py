@@ -12,9 +12,13 @@ exchangeable. Boxes of one image are not independent, so over images the guarant
 the benchmark measures it with image-level splits.
 
 ``det-calib calibrate`` keeps them: its capture runs with ``all_logits`` (:func:`keep_class_logits`, the
-other columns are unchanged) and the run folder gets ``class_logits.npz`` (:func:`write_class_logits`):
-float16 logits of the boxes whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by their row in
-``boxes.parquet`` (about 0.3 MB on the demo; ``boxes.parquet`` itself is unchanged). A run without them
+other columns are unchanged) into a :class:`LogitStore` (float16, in a temporary file: the run's memory
+holds each box's row there, 8 bytes, not its ``nc`` logits), and the run folder gets ``class_logits.npz``
+(:func:`write_class_logits`): float16 logits of the boxes whose calibrated conf is above
+:data:`LOGITS_FLOOR`, keyed by their row in ``boxes.parquet`` (about 0.3 MB on the demo;
+``boxes.parquet`` itself is unchanged). The floor is on the calibrated conf, known only once the
+calibrator is fitted on the boxes the capture has already read, so the capture cannot drop the boxes
+below it; the store keeps them on disk instead (``2 nc`` bytes a box). A run without them
 (``--boxes``, ``--detections``, a top-k export, a run written before) gets one line from
 :func:`run_class_sets`.
 """
