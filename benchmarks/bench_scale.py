@@ -14,7 +14,7 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratios printed are the job's seconds over
   ``evaluate + accumulate``, wall and CPU, side by side (on a shared machine the wall ratio moves
-  with the load; the CPU ratio is the one a quiet machine shows).
+  with the load; the CPU ratio much less).
 
 Then per size: seconds per image of the job, and per method the change of the peak from the
 smallest to the largest set, with and without the box table (``--reference-max`` leaves
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         from doc_table import write_doc_table
 
         note = (f"Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 CPU cores shared "
-                "with other work: the CPU ratio is the one a quiet machine shows; the wall ratio moves with the "
-                "load, as the job and pycocotools ran at different times).")
+                "with other work: the wall ratio moves with the load, as the job and pycocotools ran at different "
+                "times; the CPU ratio much less).")
         write_doc_table("bench_scale", table + ("\n\n" + "\n".join(f"- {x.strip()}" for x in lines) if lines else ""),
                         note=note, command="python3 benchmarks/bench_scale.py " + " ".join(_without_work(
                             argv if argv is not None else sys.argv[1:])))
