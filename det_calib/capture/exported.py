@@ -461,7 +461,7 @@ class ExportCapturer:
         ``Results.keypoints.data``; an OBB model's as the hull ``Results.obb.xyxy`` with ``Results.obb.xywhr``)."""
         import torch
 
-        from det_calib.capture.predictor import ImageBoxes
+        from det_calib.capture.predictor import ImageBoxes, kept_logits
 
         res = self.predictor(source=im0, stream=False)[0]
         b = self.hooks.result_boxes(res)
@@ -475,7 +475,7 @@ class ExportCapturer:
             if filled is not None:  # the boxes the empty-mask filter kept
                 k = k[torch.from_numpy(filled).to(k.device)]
             probs = preds[0, 4:4 + self.nc][:, k].T.float().cpu().numpy()
-            lg = logit_of_prob(probs).astype(np.float32)
+            lg = kept_logits(self, logit_of_prob(probs).astype(np.float32))
         return ImageBoxes(b.xyxy.cpu().numpy().astype(np.float64), conf, cls, logit_of_prob(conf), lg, segm,
                           self.hooks.result_payload(res, self.payload_shape))
 

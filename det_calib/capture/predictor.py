@@ -40,7 +40,7 @@ import torch
 from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, Head, capture_schema
+from det_calib.data.box_table import HEADS, LOGITS_ROW, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.tasks.segment.capture_masks import filled_boxes, kept_mask_rles
@@ -62,9 +62,18 @@ class ImageBoxes(NamedTuple):
     conf: np.ndarray  # (n,) float32
     cls: np.ndarray  # (n,) int32
     logit: np.ndarray  # (n,) logit of cls
-    logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
+    logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``; (n,) their rows in a store), else None
     segm: list[bytes | None] | None = None  # each box's mask as RLE counts (segment models; None without masks)
     extra: np.ndarray | None = None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
+
+
+def kept_logits(cap: Any, lg: np.ndarray) -> np.ndarray | None:
+    """An image's ``(n, nc)`` class logits as a capturer ``cap`` keeps them: None without ``all_logits``; with
+    a :class:`~det_calib.thresholds.class_sets.LogitStore` (``cap.logit_store``) their ``(n,)`` rows there."""
+    if not cap.all_logits:
+        return None
+    store = getattr(cap, "logit_store", None)
+    return lg if store is None else store.append(lg)
 
 
 def nms_max_time_img(time_limit: float, batch: int) -> float:
@@ -467,8 +476,7 @@ class Capturer:
         cls = det[:, 5].cpu().numpy().astype(np.int32)
         lg = scores[:, anchors].T.float().cpu().numpy()  # (n, nc)
         z = lg[np.arange(len(cls)), cls]
-        return ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, lg if self.all_logits else None,
-                          segm, extra)
+        return ImageBoxes(xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, kept_logits(self, lg), segm, extra)
 
     def _table(self, out: dict, sizes: np.ndarray, names: list[str], ids: np.ndarray, split: str) -> pl.DataFrame:
         frames = []
@@ -498,7 +506,9 @@ class Capturer:
             if hooks.payload:
                 cols[hooks.payload] = hooks.payload_series([per[p] for p in order], self.payload_shape)
             df = pl.DataFrame(cols, schema=capture_schema(hooks.payload_schema))
-            if self.all_logits:
+            if self.all_logits and getattr(self, "logit_store", None) is not None:  # each box's row in the store
+                df = df.with_columns(pl.Series(LOGITS_ROW, cat(4, np.int64), dtype=pl.Int64))
+            elif self.all_logits:
                 lg = np.concatenate([per[p][4] for p in order]) if order else np.zeros((0, self.nc), np.float32)
                 lists = pl.Series("logits", lg, dtype=pl.Array(pl.Float32, self.nc)).cast(pl.List(pl.Float32))
                 df = df.with_columns(lists)

@@ -80,6 +80,9 @@ SCHEMA: dict[str, pl.DataType] = {
     "loc_iou": pl.Float64,
 }
 MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
+LOGITS_ROW = "logits_row"
+"""The optional column of a capture that writes every class's logit to a store: each box's row there
+(:class:`det_calib.thresholds.class_sets.LogitStore`); it never reaches ``boxes.parquet``."""
 PAYLOAD_SCHEMA: dict[str, pl.DataType] = {"segm": pl.Binary, "kpts": pl.List(pl.List(pl.Float32)),
                                           "xywhr": pl.List(pl.Float32)}
 """The task payload columns a capture may add after the box columns, and their types (each task's

@@ -20,7 +20,7 @@ from det_calib.job.inputs import Inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
 from det_calib.tasks import payload_labelled
-from det_calib.thresholds.class_sets import keep_class_logits
+from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,19 @@ class BoxSource:
     every split (``--boxes``: an earlier run's or capture parts, :func:`~det_calib.job.reuse.reuse_boxes`;
     ``--detections``: a file of detections, :func:`~det_calib.job.detections.read_run_detections`),
     whose fingerprints (:attr:`fingerprints`) the run's ``boxes.parquet`` records. ``class_logits``: the
-    capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets)."""
+    capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets),
+    in :attr:`logit_store` (a temporary file; the tables carry each box's row there), None where the
+    capture cannot give them."""
 
     def __init__(self, inputs: Inputs, splits: Sequence[Split], s: Settings, *, class_logits: bool = False) -> None:
         self.inputs, self.splits, self.s = inputs, list(splits), s
         self.fingerprints: dict[str, Any] | None = None
+        self.logit_store: LogitStore | None = None
         self._read: dict[str, list[pl.DataFrame | None]] | None = None
         self._cap = None if (s.boxes or s.detections) else open_capturer(inputs, s)
         if class_logits and self._cap is not None:
-            keep_class_logits(self._cap)
+            keep_class_logits(self._cap, LogitStore(self._cap.nc))
+            self.logit_store = getattr(self._cap, "logit_store", None)
 
     @clock.stage("capture")
     def boxes(self, split: Split) -> dict[str, pl.DataFrame]:

@@ -10,7 +10,7 @@ import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import (
     RunResult,
 )
+
+if TYPE_CHECKING:
+    from det_calib.thresholds.class_sets import LogitStore
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +67,11 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 
 def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                       s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
-                      verification: Verification | None = None) -> dict[str, Path]:
+                      verification: Verification | None = None,
+                      logit_store: LogitStore | None = None) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
-    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
+    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's;
+    ``logit_store``: where the capture put every class's logit (``class_logits.npz`` reads the kept ones).
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
@@ -76,7 +81,7 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
     from det_calib.thresholds.class_sets import write_class_logits
 
     with clock.output_folder(out) as stage:
-        write_class_logits(stage, boxes)  # the per-class logits out of `boxes` (in place), for class sets
+        write_class_logits(stage, boxes, logit_store)  # the per-class logits out of `boxes` (in place), for class sets
         write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
         if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             from det_calib.job.detections import detections_outputs

@@ -40,7 +40,8 @@ from det_calib.tasks.contract import TaskRun
 
 
 def _claims(args):
-    path = Path(getattr(args, "run_dir", None) or getattr(args, "data", None) or "")
+    runs = getattr(args, "runs", None) or [""]
+    path = Path(getattr(args, "run_dir", None) or getattr(args, "data", None) or runs[0])
     return path if path.suffix == ".tally" else None
 
 
@@ -87,6 +88,7 @@ def test_the_command_line_runs_the_tasks_own_runs(tally, tmp_path):
     assert main(["calibrate", "--data", str(data), "-q"]) == 7
     assert main(["check", str(data), "--data", str(tmp_path), "-q"]) == 7
     assert main(["thresholds", str(data)]) == 7
+    assert main(["compare", str(data), str(data)]) == 7
     for command in RUN_PARTS:
         assert json.loads((tmp_path / f"{command}.json").read_text()) == {"command": command,
                                                                            "claim": "images.tally"}
@@ -104,5 +106,6 @@ def test_classify_is_registered_with_its_own_runs():
     assert classify.per_image
     assert classify.part("pipeline_run").__name__ == "det_calib.tasks.classify.pipeline_run"
     assert classify.part("check_run").__name__ == "det_calib.tasks.classify.check_run"
+    assert classify.part("report_compare").__name__ == "det_calib.tasks.classify.report_compare"
     assert classify.part("thresholds_run") is None  # thresholds on a classify run: not built
     assert Path(classify.part("pipeline_run").__file__).parent.name == "classify"
