@@ -398,13 +398,14 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
     from det_calib.job.capturing import startup_imports
 
     clock.begin()
-    with clock.stage("data check"):
+    # check's stages (coarser than calibrate's): model load (the options, the data, the run's record,
+    # its calibrators and detector), capture, figures (the tests) and outputs (the report's included)
+    with clock.stage("model load"):
         _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
         run_dir = Path(run_dir)
         ds, split = _labelled_data(data, split)
         out_dir = Path(out) if out is not None else default_out(run_dir, data=data, split=split, images=images)
         check_output_dir(out_dir)
-    with clock.stage("model load"):  # the run's record, calibrators and detector
         if not boxes and not detections:
             startup_imports()
         job = _job(run_dir, model=model, data=ds, heads=heads, limit=limit, device=device, batch=batch, boxes=boxes,
@@ -443,8 +444,7 @@ def _write_check(out_dir: Path, result: CheckResult, tables: dict[str, pl.DataFr
         if report:
             from det_calib.check.report_page import write_check_report
 
-            with clock.stage("report"):
-                write_check_report(stage, result, new_boxes, job.run)
+            write_check_report(stage, result, new_boxes, job.run)  # on the outputs' time
         result.timings = clock.timings()  # the check's seconds, the report's included
         result.write(stage / CHECK_FILE)  # once, last
 

@@ -34,10 +34,11 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
-from det_calib.ensemble.ensemble_summary import ensemble_summary
+from det_calib.ensemble.ensemble_summary import ensemble_lines
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
 from det_calib.ensemble.fusion_settings import FusionSettings
+from det_calib.ensemble.member_boxes import reuse_members
 from det_calib.ensemble.members import (
     MEMBER_LOADERS,
     MemberSpec,
@@ -57,7 +58,7 @@ from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_boxes
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
-from det_calib.pipeline.outputs import finish_run_folder, gt_per_class, output_files
+from det_calib.pipeline.outputs import gt_per_class, write_run_outputs
 from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
     ORDERS,
@@ -148,6 +149,7 @@ def capture_workers(device: str | None) -> int:
         raise InputError(f"bad device {device!r}: {e}") from None
 
 
+@clock.stage("capture")
 def capture_all(members: Sequence[Any], plan: dict[str, list[str]], splits: Sequence[Split], s: Settings,
                 workers: int) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, float]]:
     """Ensemble head -> per member ``[fit table, eval table]`` (``head`` set to the ensemble head),
@@ -454,19 +456,23 @@ def _settings(settings: Settings | None, fusion: FusionSettings | None, options:
     return settings_of(settings, options), fs
 
 
-@clock.stage("capture")
-def _members_boxes(specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tuple[Split, Split], s: Settings
-                   ) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord],
-                              dict[str, float]]:
-    """Every member's boxes on both splits (captured, or reused from ``s.boxes``): head -> per member
-    its two tables; the plan (head -> each member's head); the member records; the capture's cost."""
-    if s.boxes:
-        from det_calib.ensemble.member_boxes import reuse_members
-
-        return reuse_members(s.boxes, specs, splits, s)
+def _open_members(specs: Sequence[MemberSpec], ds: Any, data: Path, s: Settings
+                  ) -> tuple[list[Any], dict[str, list[str]], int]:
+    """Every member's detector opened for the capture: the members, the plan (head -> each member's
+    head), the capture threads."""
     startup_imports()
     workers = capture_workers(s.device)
-    members, plan = load_members(specs, ds.names, data, s, workers)  # each member's detector: part of its capture
+    members, plan = load_members(specs, ds.names, data, s, workers)
+    return members, plan, workers
+
+
+def _members_boxes(specs: Sequence[MemberSpec], opened: tuple[list[Any], dict[str, list[str]], int],
+                   splits: tuple[Split, Split], s: Settings
+                   ) -> tuple[dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord],
+                              dict[str, float]]:
+    """Every member's boxes on both splits (:func:`capture_all`): head -> per member its two tables; the
+    plan (head -> each member's head); the member records; the capture's cost."""
+    members, plan, workers = opened
     captured, cost = capture_all(members, plan, splits, s, workers)
     member_recs = [MemberRecord(name=sp.name, path=str(sp.path.resolve()), kind=sp.kind, flip=sp.flip,
                                 scale=sp.scale, head=sp.head, fingerprint=m.fingerprint, imgsz=list(m.imgsz),
@@ -496,13 +502,18 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
     s, fs = _settings(settings, fusion, dict(options))
     t_start = time.time()
     clock.begin()
-    with clock.stage("data check"):
+    # the ensemble's stages (coarser than calibrate's): model load (the members resolved and opened, or
+    # their boxes of an earlier run read, and the data read and checked), capture, fusion (each head's
+    # members' fits and figures charge their own stages), outputs (the report's own stage)
+    with clock.stage("model load"):
         specs, source, data = resolve_members(list(models), data, fs)
         fs.validate(len(specs))
         ds = load_data_yaml(data)
         fit, ev = load_splits(ds, s)
         check_output_dir(Path(out))
-    captured, plan, member_recs, cost = _members_boxes(specs, ds, Path(data), (fit, ev), s)
+        reused = reuse_members(s.boxes, specs, (fit, ev), s) if s.boxes else None
+        opened = None if reused else _open_members(specs, ds, Path(data), s)
+    captured, plan, member_recs, cost = reused or _members_boxes(specs, opened, (fit, ev), s)
     inputs = Inputs(model=specs[0].path, data=Path(data), yolo=None, ds=ds, heads=list(plan),
                      imgsz=max(member_recs[0].imgsz))
     with clock.stage("fusion"):  # the members' own fits and figures, and the fused boxes', charge their stages
@@ -523,7 +534,10 @@ def ensemble(models: Sequence[str | Path] = (), data: str | Path | None = None, 
         gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)}, ensemble=record)
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
-    files = write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
+    # calibrate's output folder (no calibrated.pt: an ensemble is not one checkpoint), plus members.parquet
+    files = write_run_outputs(Path(out), result, boxes, inputs, (fit, ev), s, t_start,
+                              fingerprints(result, (fit, ev), s), beside={MEMBERS_FILE: member_boxes},
+                              more=ensemble_lines(result))
     return EnsembleRun(out_dir=Path(out), result=result, boxes=boxes, files=files, source=source)
 
 
@@ -543,19 +557,3 @@ def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dic
         "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
         "heads": list(result.heads), "settings": capture_settings(s, result.settings.imgsz),
     }
-
-
-def write_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, member_boxes: pl.DataFrame,
-                  splits: tuple[Split, Split], s: Settings, t_start: float) -> dict[str, Path]:
-    """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
-    checkpoint), plus ``members.parquet``; swapped in whole."""
-    from det_calib.io import write_text
-    from det_calib.job.reuse import write_run_boxes
-
-    fp = fingerprints(result, splits, s)
-    with clock.output_folder(out) as stage:
-        write_run_boxes(boxes, stage / "boxes.parquet", fp)
-        write_run_boxes(member_boxes, stage / MEMBERS_FILE, fp)
-        extra = finish_run_folder(stage, out, result, s, t_start)
-        write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n")
-    return output_files(out)

@@ -27,7 +27,6 @@ import numpy as np
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
-from det_calib.job import clock
 from det_calib.validation import check_choice
 
 
@@ -197,13 +196,13 @@ def load_ensemble(run_dir: str | Path, *, device: str | None = None, workers: in
     return EnsembleModel(run_dir, result, members, cals, member_cals, workers)
 
 
-@clock.stage("capture")
 def capture_fused(ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] | None = None
                   ) -> dict[str, Any]:
     """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made
     its own: every member captured (each image decoded once for all), each member's calibrator
     applied first under ``calibrate-then-fuse``, fused with the run's settings; ``calibrated``
-    is left to the caller (the fused score's calibrator, ``ens.calibrators``).
+    is left to the caller (the fused score's calibrator, ``ens.calibrators``). The members' capture
+    charges the clock's ``capture`` stage (:func:`~det_calib.ensemble.ensemble_job.capture_all`).
 
     Args:
         ens: :func:`load_ensemble`'s model.

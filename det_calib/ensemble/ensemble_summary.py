@@ -61,5 +61,4 @@ def ensemble_lines(result: RunResult) -> list[str]:
 
 def ensemble_summary(result: RunResult) -> str:
     """``summary.txt`` of an ensemble run: ``calibrate``'s summary of the fused boxes, then the ensemble's lines."""
-    timing = [result.timings.line()] if result.timings is not None else []
-    return "\n".join([summary_text(result, timings=False), *ensemble_lines(result), *timing])
+    return summary_text(result, more=ensemble_lines(result))

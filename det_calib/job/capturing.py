@@ -51,17 +51,22 @@ class BoxSource:
         self.fingerprints: dict[str, Any] | None = None
         self.logit_store: LogitStore | None = None
         self._read: dict[str, list[pl.DataFrame | None]] | None = None
-        self._cap = None if (s.boxes or s.detections) else open_capturer(inputs, s)
-        if class_logits and self._cap is not None:
-            keep_class_logits(self._cap, LogitStore(self._cap.nc))
-            self.logit_store = getattr(self._cap, "logit_store", None)
+        self._captures = not (s.boxes or s.detections)  # the detector's copy is opened by the first split's capture
+        self._class_logits = class_logits
+        self._cap: Any = None
 
     @clock.stage("capture")
     def boxes(self, split: Split) -> dict[str, pl.DataFrame]:
         """Head -> the boxes of ``split`` (one of the source's splits, each asked for once: the source
-        lets go of them, and of the detector after the last split)."""
+        opens the capture's copy of the detector for the first, and lets go of the boxes, and of the
+        detector after the last split)."""
         i = self.splits.index(split)
-        if self._cap is not None:
+        if self._captures:
+            if self._cap is None:
+                self._cap = open_capturer(self.inputs, self.s)
+                if self._class_logits:
+                    keep_class_logits(self._cap, LogitStore(self._cap.nc))
+                    self.logit_store = getattr(self._cap, "logit_store", None)
             out = capture_split(self._cap, self.inputs, split, self.s)
             if i == len(self.splits) - 1:
                 self._cap = None  # the detector's copy leaves before the figures
@@ -75,9 +80,9 @@ class BoxSource:
         return out
 
 
-@clock.stage("model load")
 def open_capturer(inputs: Inputs, s: Settings) -> Any:
-    """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export."""
+    """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export (opened on
+    the ``capture`` stage's time, by :meth:`BoxSource.boxes`)."""
     from det_calib.capture.exported import make_capturer
 
     return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))

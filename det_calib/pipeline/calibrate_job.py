@@ -94,7 +94,7 @@ def calibrate(model: str | Path | None = None, data: str | Path | None = None, *
         boxes = validate_boxes(pl.concat(tables, how="vertical", rechunk=False))  # no copy of the tables
         result = run_record(inputs, splits, s, results)
         files = write_run_outputs(out, result, boxes, inputs, splits, s, t_start, source.fingerprints, verification,
-                                  source.logit_store)
+                                  logit_store=source.logit_store)
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 
 

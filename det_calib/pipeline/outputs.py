@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,11 +68,14 @@ NOT_FOLDED = ("[{heads}] no calibrated.pt: a size-conditioned map reads each box
 
 def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs: Inputs, splits: tuple[Split, Split],
                       s: Settings, t_start: float, fingerprints: dict[str, Any] | None = None,
-                      verification: Verification | None = None,
-                      logit_store: LogitStore | None = None) -> dict[str, Path]:
+                      verification: Verification | None = None, *, beside: dict[str, pl.DataFrame] | None = None,
+                      more: Sequence[str] = (), logit_store: LogitStore | None = None) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
-    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's;
-    ``logit_store``: where the capture put every class's logit (``class_logits.npz`` reads the kept ones).
+    checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
+    An ensemble's run (``result.ensemble``) writes no model (an ensemble is not one checkpoint), its
+    members' boxes (``beside``: file name -> table, with ``boxes.parquet``'s fingerprints) and its
+    summary lines (``more``, before the timing line). ``logit_store``: where the capture put every class's
+    logit (``class_logits.npz`` reads the kept ones).
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
@@ -82,15 +86,20 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
 
     with clock.output_folder(out) as stage:
         write_class_logits(stage, boxes, logit_store)  # the per-class logits out of `boxes` (in place), for class sets
-        write_run_boxes(boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s))
-        if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
+        fp = fingerprints or run_fingerprints(inputs, splits, s)
+        write_run_boxes(boxes, stage / "boxes.parquet", fp)
+        for name, table in (beside or {}).items():
+            write_run_boxes(table, stage / name, fp)
+        if result.ensemble is not None:
+            engine_lines = []
+        elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             from det_calib.job.detections import detections_outputs
 
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
         extra = finish_run_folder(stage, out, result, s, t_start, boxes=boxes, verification=verification)
-        write_summary_text(stage, result, extra=extra + engine_lines)
+        write_summary_text(stage, result, extra=extra + engine_lines, more=more)
     return output_files(out)
 
 
