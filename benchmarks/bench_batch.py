@@ -250,7 +250,11 @@ def verdict(rows: list[dict]) -> str:
     """One sentence: which figures changed, and the largest change in interval units."""
     moved = [r for r in rows if r["changed"] and r["kind"] != "count"]
     if not moved:
-        return "Every summary figure is unchanged to four decimals, and the chosen maps are the same."
+        num = [r for r in rows if r["kind"] == "num" and "diff" in r]
+        big = max(num, key=lambda r: abs(r["diff"])) if num else None
+        return ("Every summary figure is unchanged to four decimals, and the chosen maps are the same"
+                + (f" (the largest change: {big['diff']:+.1e}, the {big['head']} head's {big['name']})."
+                   if big is not None else "."))
     scaled = [r for r in moved if "in_units" in r]
     worst = max(scaled, key=lambda r: r["in_units"]) if scaled else None
     text = (f"{len(moved)} of {sum(r['kind'] != 'count' for r in rows)} figures changed in the fourth decimal or "
@@ -304,7 +308,8 @@ def main() -> None:
     ap.add_argument("--data", help="data.yaml (default: the demo dataset)")
     ap.add_argument("--device", help="torch device of both runs (default: Ultralytics' choice)")
     ap.add_argument("--batch", type=int, default=16, help="the batched run's batch (default 16)")
-    ap.add_argument("--val", action="store_true", help="keep the Ultralytics val checks (off: no figure here reads them)")
+    ap.add_argument("--val", action="store_true",
+                    help="keep the Ultralytics val checks (off: no figure here reads them)")
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
     ap.add_argument("--from-json", type=Path, help="print (and with --doc write) the tables of an earlier run's file")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/batch_capture.md")
