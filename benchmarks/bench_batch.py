@@ -26,7 +26,8 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_batch.py [--device 0] [--batch 16] [--json out.json] [--doc]
     PYTHONPATH=. python benchmarks/bench_batch.py --from-json out.json --doc   # the doc from a GPU run's file
 
-``--doc`` writes ``docs/generated/batch_capture.md``, which docs/speed.md embeds.
+``--doc`` writes ``docs/generated/batch_capture.md`` (``batch_capture_gpu.md`` for a run on a GPU),
+which docs/speed.md links.
 """
 
 from __future__ import annotations
@@ -312,7 +313,8 @@ def main() -> None:
                     help="keep the Ultralytics val checks (off: no figure here reads them)")
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
     ap.add_argument("--from-json", type=Path, help="print (and with --doc write) the tables of an earlier run's file")
-    ap.add_argument("--doc", action="store_true", help="write docs/generated/batch_capture.md")
+    ap.add_argument("--doc", action="store_true",
+                    help="write docs/generated/batch_capture.md (batch_capture_gpu.md for a GPU run)")
     ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
     args = ap.parse_args()
     if (args.model is None) != (args.data is None):
@@ -327,7 +329,8 @@ def main() -> None:
         sys.path.insert(0, str(REPO / "benchmarks"))
         from doc_table import write_doc_table
 
-        write_doc_table("batch_capture", text, command=res["command"],
+        gpu = not res["device"].startswith("the CPU")  # a GPU run's table beside the CPU's, not over it
+        write_doc_table("batch_capture_gpu" if gpu else "batch_capture", text, command=res["command"],
                         note="The embedded demo (both heads, calib + test), `calibrate --batch 1` and "
                              f"`--batch {res['batch']}` on the same device, fresh processes, the val checks and the "
                              "report off.")

@@ -26,7 +26,8 @@ Run from the repository root::
 
 ``--large N`` also runs the pair (``--large-repeats`` times, default once) on a larger demo: the shapes
 generator's calib and test splits rendered with N images each (into the cache, once), the same demo
-detector; ``--only-large`` skips the default pair (its doc is then ``bench_calibrate_large.md``).
+detector; ``--only-large`` skips the default pair (its doc is then ``bench_calibrate_large.md``; a run
+on a GPU writes ``bench_calibrate_gpu.md``).
 ``--device`` runs both sides there (calibrate's ``--device``, val's ``device=``): on a GPU, calibrate
 captures 16 images per forward pass by default and val runs its batch of 16. ``--json`` writes
 the measurements, which ``--from-json`` turns into the tables on any machine.
@@ -201,7 +202,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the measurements to this JSON file")
     ap.add_argument("--from-json", type=Path, help="the tables of an earlier run's --json file (no run)")
     ap.add_argument("--doc", action="store_true", help="write the tables to docs/generated/bench_calibrate.md "
-                    "(bench_calibrate_large.md with --only-large)")
+                    "(bench_calibrate_large.md with --only-large; _gpu.md for a run on a GPU)")
     ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
     args = ap.parse_args()
     if args.from_json:
@@ -218,13 +219,12 @@ def main() -> None:
         if not args.only_large:
             res["runs"].append(measure(args, args.model, args.data, repeats=args.repeats, label="default",
                                        baseline=args.baseline, boxes=args.boxes))
+            _dump(args.json, res)  # each pair kept as soon as it is measured (a run stopped later keeps it)
         if args.large:
             res["runs"].append(measure(args, args.model, str(large_demo(args.large)), repeats=args.large_repeats,
                                        label=f"{args.large} images a split"))
         print(f"load average after:  {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(res, indent=1))
+    _dump(args.json, res)
     blocks = [_tables(run) for run in res["runs"]]
     for run, (table, stages) in zip(res["runs"], blocks, strict=True):
         print(f"\n[{run['label']}] median of {run['repeats']} paired runs (calibrate, then val, in turn) on "
@@ -235,6 +235,12 @@ def main() -> None:
             print("\n".join(stages))
     if args.doc:
         _write_doc(res, blocks)
+
+
+def _dump(path: Path | None, res: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res, indent=1))
 
 
 def _device_words(device: str | None) -> str:
@@ -312,8 +318,9 @@ def _write_doc(res: dict, blocks: list[tuple[list[str], list[str]]]) -> None:
     note = (f"On {res['device']}; {res['cpus']} CPUs (a shared machine: wall times are noisy, CPU times less so)."
             if "CPU" in res["device"] else f"On {res['device']}; {res['cpus']} CPUs.")
     only_large = all(run["label"] != "default" for run in res["runs"])
-    write_doc_table("bench_calibrate_large" if only_large else "bench_calibrate", "\n\n".join(parts), note=note,
-                    command=res["command"])
+    gpu = "CPU" not in res["device"]  # a GPU run's tables beside the CPU's, not over them
+    name = "bench_calibrate" + ("_large" if only_large else "") + ("_gpu" if gpu else "")
+    write_doc_table(name, "\n\n".join(parts), note=note, command=res["command"])
 
 
 if __name__ == "__main__":
