@@ -547,9 +547,8 @@ def capture(
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
         max_det: Maximum boxes per image and head.
         imgsz: Inference size; default the model's training size.
-        batch: Maximum images per forward pass; only images with the same letterboxed shape
-            share one. 1 is exact; larger is faster on a GPU. None (default): 16 on a CUDA
-            device, 1 elsewhere (:func:`~det_calib.capture.options.resolve_batch`).
+        batch: Maximum images per forward pass (same letterboxed shape only); 1 is exact. None
+            (default): 16 on a CUDA device, 1 elsewhere (:func:`~det_calib.capture.options.resolve_batch`).
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).
