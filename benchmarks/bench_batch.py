@@ -288,7 +288,7 @@ def _device_words(device: str | None) -> str:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "YOLO_OFFLINE": "1"}
     with tempfile.TemporaryDirectory(prefix="bench_batch_") as tmp:
         dirs = [Path(tmp) / "batch1", Path(tmp) / f"batch{args.batch}"]

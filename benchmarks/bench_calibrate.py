@@ -97,7 +97,9 @@ def measure(args: argparse.Namespace, model: str, data: str, *, repeats: int, la
             baseline: str | None = None, boxes: bool = False) -> dict:
     """Paired runs (calibrate, then val, ``repeats`` times) on ``model`` and ``data``: the medians, the
     ratios and calibrate's stages, as a dict (what ``--json`` writes and the tables are drawn from)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1"}
+    # this checkout first, then whatever else the path holds (packages installed beside, as on a GPU machine)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *rest]), "YOLO_OFFLINE": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
     device = [] if args.device is None else ["--device", args.device]
     cal_opts = ["--model", model, "--data", data, "--fit-split", args.splits[0], "--eval-split", args.splits[1],
@@ -117,7 +119,7 @@ def measure(args: argparse.Namespace, model: str, data: str, *, repeats: int, la
             if baseline:
                 bout = str(Path(tmp) / f"base{r}")
                 base.append(_run([sys.executable, "-m", "det_calib.cli", "calibrate", *cal_opts, "--out", bout],
-                                 {**env, "PYTHONPATH": str(Path(baseline).resolve())},
+                                 {**env, "PYTHONPATH": os.pathsep.join([str(Path(baseline).resolve()), *rest])},
                                  cwd=str(Path(baseline).resolve())))  # `-m` puts the cwd first on the path
                 if r == 0:
                     same = _same_figures(Path(out) / "summary.txt", Path(bout) / "summary.txt")
