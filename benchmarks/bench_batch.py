@@ -288,8 +288,8 @@ def _device_words(device: str | None) -> str:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "YOLO_OFFLINE": "1"}
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)  # packages beside too
+    env = {**os.environ, "PYTHONPATH": path, "YOLO_OFFLINE": "1"}
     with tempfile.TemporaryDirectory(prefix="bench_batch_") as tmp:
         dirs = [Path(tmp) / "batch1", Path(tmp) / f"batch{args.batch}"]
         wall = [run_calibrate(d, b, args, env) for d, b in zip(dirs, (1, args.batch), strict=True)]
