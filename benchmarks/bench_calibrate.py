@@ -217,7 +217,7 @@ def main() -> None:
             args.model, args.data = str(demo.demo_model()), str(demo.demo_data_yaml())
         print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
         res = {"device": _device_words(args.device), "cpus": os.cpu_count(), "extra": args.extra,
-               "command": "python3 " + " ".join([os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]), "runs": []}
+               "command": _command(), "runs": []}
         if not args.only_large:
             res["runs"].append(measure(args, args.model, args.data, repeats=args.repeats, label="default",
                                        baseline=args.baseline, boxes=args.boxes))
@@ -237,6 +237,18 @@ def main() -> None:
             print("\n".join(stages))
     if args.doc:
         _write_doc(res, blocks)
+
+
+def _command() -> str:
+    """This command line without its scratch files (``--json PATH``), to be rerun anywhere."""
+    argv, keep = sys.argv[1:], []
+    while argv:
+        a = argv.pop(0)
+        if a == "--json":
+            argv = argv[1:]
+        elif not a.startswith("--json="):
+            keep.append(a)
+    return "python3 " + " ".join([os.path.relpath(sys.argv[0], REPO), *keep])
 
 
 def _dump(path: Path | None, res: dict) -> None:
@@ -317,7 +329,7 @@ def _write_doc(res: dict, blocks: list[tuple[list[str], list[str]]]) -> None:
         if stage_table:
             parts.append("Where calibrate's time went (its own timing line, `calibration.json` `timings`; the "
                          "stages are exclusive and add up to the recorded total):\n\n" + "\n".join(stage_table))
-    note = (f"On {res['device']}; {res['cpus']} CPUs (a shared machine: wall times are noisy, CPU times less so)."
+    note = (f"On {res['device']} (a shared machine: wall times are noisy, CPU times less so)."
             if "CPU" in res["device"] else f"On {res['device']}; {res['cpus']} CPUs.")
     only_large = all(run["label"] != "default" for run in res["runs"])
     gpu = "CPU" not in res["device"]  # a GPU run's tables beside the CPU's, not over them
