@@ -68,14 +68,18 @@ run() {
         python3 -c "import torch, ultralytics, polars, pycocotools; print('torch', torch.__version__, 'cuda', \
 torch.cuda.is_available(), '| ultralytics', ultralytics.__version__, '| polars', polars.__version__)"
     } 2>&1 | tee "$OUT/device.txt"
-    local t0=$SECONDS device=${DEVICE:-0}
+    # DEVICE, BUDGET (seconds for both benchmarks) and EXTRA (calibrate options, e.g. "--limit 40") are for
+    # a dry run of this script on a CPU: DEVICE=cpu LARGE=16 EXTRA="--limit 40" bash benchmarks/gpu_check.sh run
+    local t0=$SECONDS device=${DEVICE:-0} budget=${BUDGET:-450} extra=()
+    if [ -n "${EXTRA:-}" ]; then read -r -a extra <<< "-- $EXTRA"; fi
     # 450 s for both (the demo data is rendered by the first calibrate, 800 images; the larger demo by
     # bench_calibrate, whose JSON holds each pair as soon as it is measured)
-    timeout 150 python3 benchmarks/bench_batch.py --device "$device" --batch 16 --json "$OUT/batch_capture.json" \
-        > "$OUT/batch_capture.log" 2>&1 || echo "bench_batch failed (exit $?): see batch_capture.log"
+    timeout $((budget / 3)) python3 benchmarks/bench_batch.py --device "$device" --batch 16 \
+        --json "$OUT/batch_capture.json" "${extra[@]}" > "$OUT/batch_capture.log" 2>&1 \
+        || echo "bench_batch failed (exit $?): see batch_capture.log"
     echo "bench_batch: $((SECONDS - t0)) s"
-    timeout $((450 - (SECONDS - t0))) python3 benchmarks/bench_calibrate.py --device "$device" --repeats 1 \
-        --large "$LARGE" --json "$OUT/bench_calibrate.json" > "$OUT/bench_calibrate.log" 2>&1 \
+    timeout $((budget - (SECONDS - t0))) python3 benchmarks/bench_calibrate.py --device "$device" --repeats 1 \
+        --large "$LARGE" --json "$OUT/bench_calibrate.json" "${extra[@]}" > "$OUT/bench_calibrate.log" 2>&1 \
         || echo "bench_calibrate failed (exit $?): see bench_calibrate.log"
     echo "both: $((SECONDS - t0)) s"
     tail -n 40 "$OUT/batch_capture.log" "$OUT/bench_calibrate.log"
