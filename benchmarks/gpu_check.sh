@@ -45,7 +45,7 @@ prepare() {
     done
     du -sh .whl
     echo "set aside in $ASIDE (put back with: bash benchmarks/gpu_check.sh restore)"
-    echo "what travels: $(git ls-files -z | du -ch --files0-from=- 2>/dev/null | tail -1) of tracked files + .whl"
+    echo "tracked files left: $(git ls-files -z | du -ch --files0-from=- 2>/dev/null | tail -1 | cut -f1), .whl: $(du -sh .whl | cut -f1) (64 MiB may travel)"
 }
 
 restore() {
