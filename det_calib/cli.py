@@ -191,8 +191,8 @@ def _capture_parser(sub: Any) -> None:
                    help=f"boxes per image at most (default {default['max_det']})")
     k.add_argument("--imgsz", type=int, help="inference size (default: the model's training size)")
     k.add_argument("--batch", type=int, default=default["batch"],
-                   help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
-                        "single-image predict)")
+                   help="images per forward pass, same letterbox shape only (default: 16 on a CUDA device, not "
+                        "bit-exact; 1 elsewhere: exactly single-image predict)")
     k.add_argument("--device", help="torch device, e.g. cpu, 0 (default: Ultralytics' choice)")
     k.add_argument("--coco-gt", help="COCO JSON ground truth instead of YOLO txt labels (fingerprinted)")
     k.add_argument("--limit", type=int, help="use only the first N images of the split (quick runs)")
@@ -292,7 +292,8 @@ def _check_parser(sub: Any) -> None:
     c.add_argument("--min-boxes", type=int, default=30, help="kept boxes a calibration verdict needs (30)")
     c.add_argument("--n-boot", type=int, help="bootstrap resamples of the intervals (default the run's)")
     c.add_argument("--n-perm", type=int, default=999, help="permutations of the label-free tests (999)")
-    c.add_argument("--batch", type=int, default=1, help="images per capture forward pass (1)")
+    c.add_argument("--batch", type=int, help="images per capture forward pass (default: 16 on a CUDA device, "
+                   "1 elsewhere)")
     c.add_argument("--device", help="torch device, e.g. cpu, 0")
     c.add_argument("--no-report", dest="report", action="store_false", help="skip check.html/check.md")
     c.add_argument("-q", "--quiet", dest="progress", action="store_false", help="no progress output")

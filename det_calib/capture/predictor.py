@@ -39,7 +39,7 @@ import torch
 
 from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
-from det_calib.capture.options import CaptureOptions
+from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.data.box_table import HEADS, LOGITS_ROW, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
@@ -233,11 +233,13 @@ class Capturer:
     letterbox: the long side to ``imgsz``, the short side padded to the stride), the network
     runs once per batch, and each requested head is decoded from the same neck features: the
     one-to-many branch through Ultralytics' NMS (``predict(nms=None)``) and the one-to-one branch
-    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default) the boxes, confs
-    and logits are bit-identical to ``model.predict`` run on one image at a time. With
+    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default on a CPU) the boxes,
+    confs and logits are bit-identical to ``model.predict`` run on one image at a time. With
     ``batch > 1`` only images with the same letterboxed shape share a forward pass: no image is
     padded for its neighbours, but batched convolution rounds differently from a batch of one
-    (class logits differ by ~1e-5 on CPU), so use it where throughput matters (GPU).
+    (class logits differ by ~1e-5 on CPU), so use it where throughput matters: on a CUDA device
+    the default batch is :data:`~det_calib.capture.options.CUDA_BATCH` (what it changes:
+    ``benchmarks/bench_batch.py``, docs/speed.md).
 
     On a CPU where Ultralytics runs torch on one thread (it uses ``cpu_count - 1`` threads, at
     most 8: one thread on a machine with two cores), a prediction leaves the other cores idle.
@@ -278,7 +280,7 @@ class Capturer:
         yolo = load_detector(model)
         self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
-        self.max_det, self.batch = int(opts.max_det), int(opts.batch)
+        self.max_det = int(opts.max_det)
         self.all_logits = opts.all_logits
         self.payload = opts.payload  # a segment model's masks rasterised (False: segm null, the same boxes)
         self.nc = len(yolo.names)
@@ -290,6 +292,7 @@ class Capturer:
             self.device = select_device("" if opts.device is None else opts.device, verbose=False)
         except (ValueError, RuntimeError, AssertionError) as e:  # Ultralytics' errors for an unknown device
             raise InputError(f"bad device {opts.device!r}: {first_line(e)}") from None
+        self.batch = resolve_batch(opts.batch, self.device)  # None: 16 on CUDA, 1 elsewhere
         workers = opts.workers
         if workers is None:
             workers = auto_workers(self.device, self.batch)
@@ -322,7 +325,7 @@ class Capturer:
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (recorded with captured parts)."""
-        return self.options.settings(imgsz=self.imgsz)
+        return self.options.settings(imgsz=self.imgsz, batch=self.batch)
 
     def __call__(
         self,
@@ -526,7 +529,7 @@ def capture(
     iou: float = 0.7,
     max_det: int = 300,
     imgsz: int | None = None,
-    batch: int = 1,
+    batch: int | None = None,
     device: str | None = None,
     split: str = "",
     image_names: Sequence[str] | None = None,
@@ -539,7 +542,7 @@ def capture(
 
     One forward pass per image serves every head in ``heads``: the table holds the boxes of
     each, head after head (``nms`` first), images in input order within a head. With the
-    default ``batch=1`` each head's boxes, confs and logits are bit-identical to
+    default batch on a CPU (1) each head's boxes, confs and logits are bit-identical to
     ``model.predict(image, conf=conf, nms=None)`` / ``(..., nms=False)`` run on one image at a
     time, which is what a deployment sees; see :class:`Capturer` for ``batch > 1``.
 
@@ -554,8 +557,8 @@ def capture(
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
         max_det: Maximum boxes per image and head.
         imgsz: Inference size; default the model's training size.
-        batch: Maximum images per forward pass; only images with the same letterboxed shape
-            share one. 1 (default) is exact; larger is faster on a GPU.
+        batch: Maximum images per forward pass (same letterboxed shape only); 1 is exact. None
+            (default): 16 on a CUDA device, 1 elsewhere (:func:`~det_calib.capture.options.resolve_batch`).
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).

@@ -99,7 +99,7 @@ class _Job:
 
 
 def _job(run_dir: Path, *, model: str | Path | None, data: Dataset | None, heads: list[str] | None, limit: int | None,
-         device: str | None, batch: int, boxes: str | Path | None, progress: bool, n_boot: int | None,
+         device: str | None, batch: int | None, boxes: str | Path | None, progress: bool, n_boot: int | None,
          detections: str | Path | None = None) -> _Job:
     from det_calib.capture.exported import is_export, load_export
     from det_calib.capture.predictor import available_heads, load_detector
@@ -361,7 +361,7 @@ def check_run(run_dir: str | Path, *, data: str | Path | None = None, split: str
               images: str | Path | None = None, model: str | Path | None = None, boxes: str | Path | None = None,
               detections: str | Path | None = None, heads: list[str] | None = None, out: str | Path | None = None,
               limit: int | None = None, alpha: float = 0.05, min_boxes: int = 30, n_boot: int | None = None,
-              n_perm: int = 999, device: str | None = None, batch: int = 1, progress: bool = True,
+              n_perm: int = 999, device: str | None = None, batch: int | None = None, progress: bool = True,
               report: bool = True) -> tuple[CheckResult, Path]:
     """Check a run's calibration on new images; write ``check.json``, the report and the boxes.
 
@@ -554,7 +554,7 @@ def _task_split(job: _Job, ds: Any, split: str, *, match: str, limit: int | None
 
 
 def new_boxes(run_dir: str | Path, data: str | Path, split: str | None = None, *, heads: list[str] | None = None,
-              limit: int | None = None, device: str | None = None, batch: int = 1, progress: bool = False,
+              limit: int | None = None, device: str | None = None, batch: int | None = None, progress: bool = False,
               model: str | Path | None = None) -> tuple[Any, Any, dict[str, pl.DataFrame]]:
     """The labelled new images of ``data`` captured as :func:`check_run` captures them (``model``: this
     detector instead of the run's, as ``check_run``'s).

@@ -555,5 +555,5 @@ def fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> dic
         "members": [{**m.spec_dict(), "fingerprint": m.fingerprint, "imgsz": m.imgsz, "heads": m.heads,
                      "name": m.name} for m in rec.members],
         "splits": {sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt) for sp in splits},
-        "heads": list(result.heads), "settings": capture_settings(s, result.settings.imgsz),
+        "heads": list(result.heads), "settings": capture_settings(s, result.settings.imgsz, batch=1),
     }

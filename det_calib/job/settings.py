@@ -147,8 +147,9 @@ class Settings:
     nms_iou: float = opt(0.7, "IoU of non-maximum suppression (nms head)")
     max_det: int = opt(300, "boxes per image at most (default 300)", flag="--max-det")
     imgsz: int | None = opt(None, "inference size (default: the model's training size)", flag="--imgsz")
-    batch: int = opt(1, "images per capture forward pass, same letterbox shape only (default 1: exactly "
-                      "single-image predict; more is faster on a GPU, not bit-exact)", flag="--batch")
+    batch: int | None = opt(None, "images per capture forward pass, same letterbox shape only (default: 16 on a "
+                             "CUDA device, about 3x faster there and not bit-exact, see docs/speed.md; 1 elsewhere: "
+                             "exactly single-image predict)", flag="--batch")
     device: str | None = opt(None, "torch device, e.g. cpu, 0, cuda:0 (default: Ultralytics' choice)",
                               flag="--device")
     coco_gt: str | None = opt(None, "COCO JSON ground truth instead of YOLO txt labels", flag="--coco-gt")
@@ -221,7 +222,7 @@ class Settings:
         if not 0 < self.delta < 1:
             raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
-            if int(getattr(self, name)) < 1:
+            if (name != "batch" or self.batch is not None) and int(getattr(self, name)) < 1:
                 raise InputError(f"Expected `{name}` to be an integer larger than 0, but got {getattr(self, name)}")
 
     def capture_options(self, *, heads: Sequence[str], imgsz: int | None) -> CaptureOptions:

@@ -170,13 +170,14 @@ class Verification:
     written into the run's record by :meth:`finish`.
 
     :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
-    machine allows it (:func:`runs_beside`), the val pass then runs in a child process forked as the
-    block is entered, beside the eval split's capture, its figures, the outputs and the report (which
-    writes the sections that read the checks last); :meth:`finish` waits for it. Elsewhere
-    :meth:`finish` runs it in this process. The child runs the same code on the same checkpoint and
-    data, so the checks are the same either way. On the clock, ``verification`` holds the wait for
-    the child (its wall) and the child's CPU seconds. Leaving the block stops a child still running
-    (a run that failed meanwhile) and removes the checkpoint's temporary folder.
+    machine allows it (:func:`runs_beside`), the val pass then runs in a child process started as the
+    block is entered (forked; on a GPU run, a fresh interpreter), beside the eval split's capture, its
+    figures, the outputs and the report (which writes the sections that read the checks last);
+    :meth:`finish` waits for it. Elsewhere :meth:`finish` runs it in this process. The child runs the
+    same code on the same checkpoint and data, so the checks are the same either way. On the clock,
+    ``verification`` holds the wait for the child (its wall) and the child's CPU seconds. Leaving the
+    block stops a child still running (a run that failed meanwhile) and removes the checkpoint's
+    temporary folder.
     """
 
     def __init__(self, inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Any], s: Settings) -> None:
@@ -187,18 +188,22 @@ class Verification:
         self.cpu0 = 0.0
 
     def __enter__(self) -> Verification:
-        if runs_beside():
+        method = runs_beside()
+        if method:
             import multiprocessing as mp
 
-            # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
-            # before the fork, the child finds it imported (the report needs it later anyway)
-            import matplotlib.font_manager  # noqa: F401
-
-            ctx = mp.get_context("fork")
+            inputs = self.inputs
+            if method == "fork":
+                # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
+                # before the fork, the child finds it imported (the report needs it later anyway)
+                import matplotlib.font_manager  # noqa: F401
+            else:  # a fresh interpreter: the inputs travel pickled, without the loaded model (val reads the file)
+                inputs = dataclasses.replace(inputs, yolo=None)
+            ctx = mp.get_context(method)
             self.conn, send = ctx.Pipe(duplex=False)
             self.cpu0 = children_cpu()
             child = ctx.Process(target=checks_in_child, name="det_calib-verification",
-                                args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s))
+                                args=(send, inputs, self.ckpt, self.ev, self.records, self.s))
             try:
                 child.start()
             except OSError as e:  # no process to be had (a limit on processes or memory): run it here later
@@ -291,18 +296,20 @@ def start_verification(inputs: Inputs, splits: tuple[Split, Split], choices: dic
     return stack.enter_context(Verification(inputs, ckpt, ev, records, s))
 
 
-def runs_beside() -> bool:
-    """Whether the val pass can run in a forked child beside the report: on Linux (where a forked
-    child may run torch on the CPU), with more than one core to run on, and the GPU never used by
-    this process (CUDA does not survive a fork)."""
+def runs_beside() -> str | None:
+    """How the val pass runs beside the rest of the run: the start method of its child process, or None
+    (in this process, after the report's figures). On Linux with more than one core to run on: ``"fork"``
+    while this process has not used a GPU (the child starts at once, with everything imported), and
+    ``"spawn"`` once it has (CUDA does not survive a fork: a fresh interpreter imports torch and
+    Ultralytics and opens its own CUDA context, seconds that run beside the eval split's capture)."""
     import os
     import sys
 
     import torch
 
-    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
-        return False
-    return len(os.sched_getaffinity(0)) > 1
+    if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    return "spawn" if torch.cuda.is_initialized() else "fork"
 
 
 def children_cpu() -> float:

@@ -43,7 +43,7 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
     from det_calib.evaluation.map_check import coco_maps
 
     log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
-    # the same capture as the original's (one image per forward pass at the default batch 1)
+    # the same capture as the original's (its batch: 1 on a CPU, exactly single-image predict)
     cap = Capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
