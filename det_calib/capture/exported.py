@@ -516,12 +516,16 @@ def _check_ncnn_loads(param: Path) -> None:
 
 def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
     """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
-    :class:`det_calib.capture.predictor.Capturer`, with the same options."""
+    :class:`det_calib.capture.predictor.Capturer` (a registered model family's capturer for its models:
+    :mod:`det_calib.capture.families`), with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
         return ExportCapturer(model, options, **kw)
-    from det_calib.capture.predictor import Capturer
+    from det_calib.capture.families import family_of
+    from det_calib.capture.predictor import Capturer, load_detector
 
-    return Capturer(model, options, **kw)
+    yolo = load_detector(model)
+    family = family_of(yolo)  # a registered model family (RT-DETR) captures through its own predictor
+    return Capturer(yolo, options, **kw) if family is None else family.capturer(yolo, options, **kw)
 
 
 def score_step(conf: Any) -> float | None:

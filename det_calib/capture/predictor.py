@@ -41,7 +41,8 @@ from det_calib.capture import traced_body
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, Head, capture_schema
+from det_calib.capture.families import family_of
+from det_calib.data.box_table import HEAD_LABEL, HEADS, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.validation import check_choice
@@ -110,7 +111,8 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
     if not available_heads(yolo):
         raise InputError(
             f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
-            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to 12, 26)"
+            "classification branch (cv3) nor a registered model family's head: det_calib supports the YOLO detect "
+            "heads (YOLOv5u, v8 to 12, 26) and RT-DETR"
         )
     return yolo
 
@@ -131,7 +133,11 @@ def detect_head(yolo) -> torch.nn.Module:
 
 
 def available_heads(yolo) -> list[str]:
-    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other heads."""
+    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other YOLO heads, a
+    registered family's heads for its models (``["detr"]`` for an RT-DETR: :mod:`det_calib.capture.families`)."""
+    family = family_of(yolo)
+    if family is not None:
+        return list(family.heads)
     head = detect_head(yolo)
     heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
@@ -156,7 +162,8 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
         yolo: Loaded detector.
         head: One head mode (the single-head form).
         heads: Several head modes, or ``"auto"`` for every head the model has. At most one of
-            ``head`` and ``heads`` may be given; with neither, ``("nms",)``.
+            ``head`` and ``heads`` may be given; with neither, the model's first head (``nms`` for a YOLO
+            detect head).
 
     Returns:
         Head modes in the order ``nms``, ``e2e``.
@@ -172,13 +179,13 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
     elif heads is not None:
         want = [heads] if isinstance(heads, str) else list(heads)
     else:
-        want = [head or "nms"]
+        want = [head or (have[0] if have else "nms")]
     name = "heads" if heads is not None else "head"
     for h in want:
         check_choice(h, HEADS, name)
         if h not in have:
             raise InputError(
-                f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
+                f"the model has no {HEAD_LABEL[h]} head "
                 f"for `head` {h}; it has: {', '.join(have)}"
             )
     if not want:
@@ -564,7 +571,9 @@ def capture(
     """
     options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
                              device=device, all_logits=all_logits, workers=workers)
-    capturer = Capturer(model, options)
+    yolo = load_detector(model)
+    family = family_of(yolo)  # a registered model family (RT-DETR) captures through its own predictor
+    capturer = Capturer(yolo, options) if family is None else family.capturer(yolo, options)
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 
