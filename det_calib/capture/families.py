@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar
 
-__all__ = ["BUILTIN", "FAMILIES", "Family", "family_of", "head_class", "register_family"]
+__all__ = ["BUILTIN", "FAMILIES", "Family", "family_of", "family_with_head", "head_class", "register_family"]
 
 BUILTIN: tuple[str, ...] = ("det_calib.families.rtdetr",)
 """The modules of the families det_calib ships, imported on the first lookup (each registers its family)."""
@@ -57,6 +57,10 @@ class Family:
         """Ultralytics' validator class of the family (its val of a checkpoint)."""
         raise NotImplementedError
 
+    def predictor_class(self) -> type:
+        """Ultralytics' predictor class of the family (what runs its exports: their rows are its boxes)."""
+        raise NotImplementedError
+
 
 def register_family(family: Family) -> Family:
     """Add ``family`` under each of its head class names (replacing one of the same name); returns it."""
@@ -79,12 +83,20 @@ def head_class(model: Any) -> str:
 
 
 def family_of(model: Any) -> Family | None:
-    """The registered family of ``model``'s head, or None (a YOLO detect head, the built-in path)."""
+    """The registered family of ``model``'s head, or None (a YOLO detect head, the built-in path). ``model``
+    may be the head's class name (an export's metadata records it as ``head``)."""
     global _loaded
-    if model is None:
-        return None
     if not _loaded:
         for mod in BUILTIN:
             importlib.import_module(mod)
         _loaded = True
-    return FAMILIES.get(head_class(model))
+    if model is None:
+        return None
+    return FAMILIES.get(model if isinstance(model, str) else head_class(model))
+
+
+def family_with_head(head: str) -> Family | None:
+    """The registered family whose head modes include ``head`` (``detr``: RT-DETR), or None (``nms``, ``e2e``:
+    the YOLO detect heads)."""
+    family_of("")  # the built-in families registered
+    return next((f for f in FAMILIES.values() if head in f.heads), None)

@@ -38,10 +38,10 @@ import polars as pl
 import torch
 
 from det_calib.capture import traced_body
+from det_calib.capture.families import family_of
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
-from det_calib.capture.families import family_of
 from det_calib.data.box_table import HEAD_LABEL, HEADS, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task

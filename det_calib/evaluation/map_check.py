@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.families import family_of
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
@@ -292,9 +293,11 @@ def ultralytics_val(
     from ultralytics import YOLO
 
     yolo = YOLO(str(model))
+    family = family_of(yolo)  # a registered model family (RT-DETR) is validated by its own validator: no NMS
+    validator = (functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit)
+                 if family is None else family.validator())
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
-                                   device=device),
-                 validator=functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit))
+                                   device=device), validator=validator)
     return val_figures(m, conf, masks=masks)
 
 
@@ -403,6 +406,11 @@ def ultralytics_val_heads(
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
+    if family_of(yolo) is not None:  # a model family's head rides on no shared pass: one stock val of each
+        del orig
+        kw = dict(split=split, imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit, masks=masks)
+        return {h: (ultralytics_val(original, data, head=h, conf=confs[h][0], **kw),
+                    ultralytics_val(calibrated, data, head=h, conf=confs[h][1], **kw)) for h in heads}
     riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,

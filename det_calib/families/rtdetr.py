@@ -227,5 +227,10 @@ class RTDETRFamily(Family):
 
         return RTDETRValidator
 
+    def predictor_class(self) -> type:
+        from ultralytics.models.rtdetr.predict import RTDETRPredictor
+
+        return RTDETRPredictor
+
 
 register_family(RTDETRFamily())
