@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from det_calib.capture.families import family_of, family_with_head
+from det_calib.capture.family_registry import family_of, family_with_head
 from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
@@ -524,14 +524,12 @@ def _check_ncnn_loads(param: Path) -> None:
 def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
     """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
     :class:`det_calib.capture.predictor.Capturer` (a registered model family's capturer for its models:
-    :mod:`det_calib.capture.families`), with the same options."""
+    :mod:`det_calib.capture.family_registry`), with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
         return ExportCapturer(model, options, **kw)
-    from det_calib.capture.predictor import Capturer, load_detector
+    from det_calib.capture.predictor import model_capturer
 
-    yolo = load_detector(model)
-    family = family_of(yolo)  # a registered model family (RT-DETR) captures through its own predictor
-    return Capturer(yolo, options, **kw) if family is None else family.capturer(yolo, options, **kw)
+    return model_capturer(model, options, **kw)
 
 
 def score_step(conf: Any) -> float | None:

@@ -38,7 +38,7 @@ import polars as pl
 import torch
 
 from det_calib.capture import traced_body
-from det_calib.capture.families import family_of
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.capture.options import CaptureOptions
@@ -134,7 +134,7 @@ def detect_head(yolo) -> torch.nn.Module:
 
 def available_heads(yolo) -> list[str]:
     """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other YOLO heads, a
-    registered family's heads for its models (``["detr"]`` for an RT-DETR: :mod:`det_calib.capture.families`)."""
+    registered family's heads for its models (``["detr"]`` for an RT-DETR: :mod:`det_calib.capture.family_registry`)."""
     family = family_of(yolo)
     if family is not None:
         return list(family.heads)
@@ -513,6 +513,14 @@ class Capturer:
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
+def model_capturer(model, options: CaptureOptions | None = None, /, **kw: Any):
+    """The capturer of a ``.pt`` detector: a :class:`Capturer`, or a registered model family's capturer for its
+    models (RT-DETR captures through its own predictor: :mod:`det_calib.capture.family_registry`)."""
+    yolo = load_detector(model)
+    family = family_of(yolo)
+    return Capturer(yolo, options, **kw) if family is None else family.capturer(yolo, options, **kw)
+
+
 def capture(
     model,
     images: Sequence[str | Path],
@@ -571,9 +579,7 @@ def capture(
     """
     options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
                              device=device, all_logits=all_logits, workers=workers)
-    yolo = load_detector(model)
-    family = family_of(yolo)  # a registered model family (RT-DETR) captures through its own predictor
-    capturer = Capturer(yolo, options) if family is None else family.capturer(yolo, options)
+    capturer = model_capturer(model, options)
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 

@@ -50,7 +50,7 @@ from det_calib.errors import InputError, first_line
 Head = Literal["nms", "e2e", "detr"]
 """A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS) of a
 YOLO detect head; ``detr`` (the last decoder layer's query scores, no NMS) of an RT-DETR, a model family of its
-own (:mod:`det_calib.capture.families`)."""
+own (:mod:`det_calib.capture.family_registry`)."""
 HEADS: tuple[str, ...] = get_args(Head)
 DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
 """What ``--heads both`` names: the two heads of a dual YOLO detect head (YOLOv10, YOLO26)."""

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.families import family_of
+from det_calib.capture.family_registry import family_of
 from det_calib.data.box_table import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
@@ -38,7 +38,7 @@ BRANCHES = HEAD_BRANCH
 def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Module]:
     """The layers whose output channels are ``head``'s class logits: the last conv of each level of a YOLO
     detect head's class branch, or what a registered model family names (RT-DETR: the last decoder layer's
-    ``Linear`` class head; :mod:`det_calib.capture.families`)."""
+    ``Linear`` class head; :mod:`det_calib.capture.family_registry`)."""
     family = family_of(model)
     if family is not None:
         return family.score_layers(model, head)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from det_calib.capture.families import family_of
+from det_calib.capture.family_registry import family_of
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
@@ -407,10 +407,7 @@ def ultralytics_val_heads(
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
     if family_of(yolo) is not None:  # a model family's head rides on no shared pass: one stock val of each
-        del orig
-        kw = dict(split=split, imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit, masks=masks)
-        return {h: (ultralytics_val(original, data, head=h, conf=confs[h][0], **kw),
-                    ultralytics_val(calibrated, data, head=h, conf=confs[h][1], **kw)) for h in heads}
+        return _separate_vals(original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, masks)
     riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
@@ -422,6 +419,16 @@ def ultralytics_val_heads(
 
     return {h: (val_figures(out[("original", h)], confs[h][0], masks=masks),
                 val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
+
+
+def _separate_vals(original: str | Path, calibrated: str | Path, data: str | Path,
+                   confs: Mapping[str, tuple[float, float]], split: str, imgsz: int | None, batch: int,
+                   device: str | None, nms_time_limit: float | None, masks: bool) -> dict:
+    """:func:`ultralytics_val_heads`' figures from one stock val of each checkpoint per head (a model family's:
+    its validator, no rider)."""
+    kw = dict(split=split, imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit, masks=masks)
+    return {h: (ultralytics_val(original, data, head=h, conf=c0, **kw),
+                ultralytics_val(calibrated, data, head=h, conf=c1, **kw)) for h, (c0, c1) in confs.items()}
 
 
 def val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from det_calib.capture.families import Family, register_family
+from det_calib.capture.family_registry import Family, register_family
 from det_calib.capture.image_source import image_lists, progress_bar
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.predictor import Capturer, ImageBoxes, default_imgsz, resolve_heads

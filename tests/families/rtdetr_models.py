@@ -24,7 +24,8 @@ def untrained_rtdetr(out: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = RTDETR(str(RTDETR_YAML))
     own = model.model.state_dict()
-    own.update({k: v for k, v in YOLO(str(DETECTOR)).model.float().state_dict().items()
+    detector = YOLO(str(DETECTOR))
+    own.update({k: v for k, v in detector.model.float().state_dict().items()
                 if k in own and own[k].shape == v.shape})
     model.model.load_state_dict(own)
     det = model.model.model[-1]
@@ -32,6 +33,8 @@ def untrained_rtdetr(out: Path, *, seed: int = 0) -> Path:
         for layer in [det.enc_score_head, *det.dec_score_head]:
             torch.nn.init.normal_(layer.weight, 0.0, 0.1)
             torch.nn.init.normal_(layer.bias, -2.0, 1.5)
+    model.model.names = dict(detector.names)  # the shapes' classes, as the demo RT-DETR has
     model.model.eval()
     model.save(str(out))
     return out
+

@@ -17,7 +17,7 @@ from conftest import NO_DET_CALIB
 from families.rtdetr_models import untrained_rtdetr
 
 from det_calib.calibrators.registry import make_calibrator
-from det_calib.capture.families import family_of
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.predictor import available_heads, capture, load_detector
 from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_checkpoint, write_folded_checkpoint
 from det_calib.errors import InputError
@@ -116,3 +116,20 @@ def test_fold_into_the_last_decoder_class_head_runs_in_plain_ultralytics(rtdetr_
     new = torch.load(folded["temperature"][0], weights_only=False)["model"].state_dict()
     changed = sorted(k for k in orig if not torch.equal(orig[k].float(), new[k].float()))
     assert changed == ["model.23.dec_score_head.2.bias", "model.23.dec_score_head.2.weight"]
+
+
+def test_an_rtdetr_given_pose_labels_is_refused_in_one_line(rtdetr_pt, tmp_path, capsys):
+    from conftest import FIXTURE
+
+    from det_calib.cli import main
+
+    names = "\n".join(f"  {i}: {n}" for i, n in load_detector(rtdetr_pt).names.items())
+    pose = tmp_path / "pose.yaml"
+    pose.write_text(f"path: {FIXTURE}\ntrain: images/fixture\nval: images/fixture\nfixture: images/fixture\n"
+                    f"kpt_shape: [5, 3]\nnames:\n{names}\n")
+    code = main(["calibrate", "--model", str(rtdetr_pt), "--data", str(pose), "--fit-split", "fixture",
+                 "--eval-split", "fixture", "--out", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "kpt_shape" in err and "`detect`" in err
+    assert not (tmp_path / "out").exists()
