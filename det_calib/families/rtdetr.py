@@ -65,10 +65,10 @@ def _logit_predictor_class():
             if not torch.equal(top, y[..., 4]):
                 raise RuntimeError("the decoder's top-k differs from the capture's: Ultralytics' RTDETRDecoder "
                                    "postprocess changed")
-            for b, r in enumerate(results):
+            if self.args.classes is not None:
+                raise InputError("the capture keeps every class: `classes` must be None")
+            for b, r in enumerate(results):  # the predictor's kept rows: score above conf, the first max_det
                 keep = (y[b, :, 4] > self.args.conf).nonzero().squeeze(1)[: self.args.max_det]
-                if self.args.classes is not None:
-                    raise InputError("the capture keeps every class: `classes` must be None")
                 query = torch.div(index[b, keep], nc, rounding_mode="floor")
                 cls = index[b, keep] - query * nc
                 if not torch.equal(cls.float(), r.boxes.cls):
@@ -155,7 +155,7 @@ class RTDETRCapturer(Capturer):
             raise InputError(f"out of memory running the model with batch {self.batch}: lower `batch`") from None
         finally:
             bar.close()
-        missing = len(paths) - sum(len(v) for v in [out[self.heads[0]]])
+        missing = len(paths) - len(out[self.heads[0]])
         if missing:
             warnings.warn(f"skipped {missing} of {len(paths)} images (unreadable)", stacklevel=2)
         return self._table(out, sizes, names, ids, split)

@@ -87,6 +87,7 @@ def _by_box(rows: np.ndarray) -> np.ndarray:
     return rows[np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], rows[:, 5]))]
 
 
+@pytest.mark.slow  # about 40 s: two folds, each read by a fresh Ultralytics process
 def test_fold_into_the_last_decoder_class_head_runs_in_plain_ultralytics(rtdetr_pt, fixture_images, tmp_path):
     """A temperature (folded into the Linear) and a spline (appended Linear + ReLU layers): plain Ultralytics
     returns the raw capture's queries and boxes, bit for bit, each with the calibrated score of its logit."""
