@@ -155,6 +155,10 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
+HEAD_WORDS = {"nms": "one-to-many", "e2e": "one-to-one (NMS-free)"}
+"""How a missing YOLO head mode is named in :func:`resolve_heads`' message (another head: its report label)."""
+
+
 def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None) -> tuple[str, ...]:
     """The head modes to capture, checked against the model.
 
@@ -185,7 +189,7 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
         check_choice(h, HEADS, name)
         if h not in have:
             raise InputError(
-                f"the model has no {HEAD_LABEL[h]} head "
+                f"the model has no {HEAD_WORDS.get(h, HEAD_LABEL[h])} head "
                 f"for `head` {h}; it has: {', '.join(have)}"
             )
     if not want:

@@ -50,7 +50,7 @@ def test_an_rtdetr_is_its_own_family_with_one_head(rtdetr_pt, demo_model_path):
     assert type(yolo).__name__ == "RTDETR" and family_of(yolo).name == "rtdetr"
     assert available_heads(yolo) == ["detr"]
     assert family_of(load_detector(demo_model_path)) is None  # a YOLO detect head: the built-in path
-    with pytest.raises(InputError, match="has no nms"):
+    with pytest.raises(InputError, match="no one-to-many head for `head` nms; it has: detr"):
         capture(yolo, [], head="nms")
 
 
