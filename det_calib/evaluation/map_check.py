@@ -307,6 +307,19 @@ SHARED_PASS = (
 )
 """How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
 
+SEPARATE_PASSES = (
+    "the original's figures come from a stock Ultralytics val of the original checkpoint, with the model "
+    "family's own validator (an RT-DETR's RTDETRValidator), the calibrated checkpoint's from another"
+)
+"""How :func:`ultralytics_val_heads` obtains the original's figures for a registered model family (no shared
+pass: one stock val of each checkpoint)."""
+
+
+def val_pass_words(model) -> str:
+    """How the original's val figures of ``model`` (a loaded detector) are obtained: :data:`SHARED_PASS` for a
+    YOLO detect head, :data:`SEPARATE_PASSES` for a registered model family's."""
+    return SHARED_PASS if family_of(model) is None else SEPARATE_PASSES
+
 
 def ultralytics_val_shared(
     original: str | Path,
