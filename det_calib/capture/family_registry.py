@@ -38,6 +38,9 @@ class Family:
     """The class names of the heads it captures (the last layer of the model)."""
     heads: ClassVar[tuple[str, ...]] = ()
     """Its head modes, words of the box table's ``head`` column (:data:`det_calib.data.box_table.HEADS`)."""
+    val_words: ClassVar[str] = ("the original's figures come from a stock Ultralytics val of the original "
+                                "checkpoint with the family's own validator, the calibrated checkpoint's from another")
+    """How the run's notes say the original's val figures were obtained (one stock val of each checkpoint)."""
 
     def capturer(self, yolo: Any, options: Any, /, **kw: Any) -> Any:
         """A capturer of the loaded model ``yolo``: called as ``cap(images, split=..., image_names=...,

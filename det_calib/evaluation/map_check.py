@@ -307,19 +307,6 @@ SHARED_PASS = (
 )
 """How :func:`ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
 
-SEPARATE_PASSES = (
-    "the original's figures come from a stock Ultralytics val of the original checkpoint, with the model "
-    "family's own validator (an RT-DETR's RTDETRValidator), the calibrated checkpoint's from another"
-)
-"""How :func:`ultralytics_val_heads` obtains the original's figures for a registered model family (no shared
-pass: one stock val of each checkpoint)."""
-
-
-def val_pass_words(model) -> str:
-    """How the original's val figures of ``model`` (a loaded detector) are obtained: :data:`SHARED_PASS` for a
-    YOLO detect head, :data:`SEPARATE_PASSES` for a registered model family's."""
-    return SHARED_PASS if family_of(model) is None else SEPARATE_PASSES
-
 
 def ultralytics_val_shared(
     original: str | Path,
@@ -434,11 +421,8 @@ def ultralytics_val_heads(
                 val_figures(out[("calibrated", h)], confs[h][1], masks=masks)) for h in heads}
 
 
-def _separate_vals(original: str | Path, calibrated: str | Path, data: str | Path,
-                   confs: Mapping[str, tuple[float, float]], split: str, imgsz: int | None, batch: int,
-                   device: str | None, nms_time_limit: float | None, masks: bool) -> dict:
-    """:func:`ultralytics_val_heads`' figures from one stock val of each checkpoint per head (a model family's:
-    its validator, no rider)."""
+def _separate_vals(original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, masks) -> dict:
+    """:func:`ultralytics_val_heads`' figures from one stock val of each checkpoint per head (a model family's)."""
     kw = dict(split=split, imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit, masks=masks)
     return {h: (ultralytics_val(original, data, head=h, conf=c0, **kw),
                 ultralytics_val(calibrated, data, head=h, conf=c1, **kw)) for h, (c0, c1) in confs.items()}

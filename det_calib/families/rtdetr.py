@@ -195,6 +195,8 @@ class RTDETRFamily(Family):
     name = "rtdetr"
     head_classes = ("RTDETRDecoder",)
     heads = (RTDETR_HEAD,)
+    val_words = ("the original's figures come from a stock Ultralytics val of the original checkpoint with "
+                 "RTDETRValidator, the calibrated checkpoint's from another")
 
     def capturer(self, yolo: Any, options: Any, /, **kw: Any) -> RTDETRCapturer:
         return RTDETRCapturer(yolo, options, **kw)

@@ -99,14 +99,16 @@ def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[
     if s.coco_gt:
         return {h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
-    from det_calib.evaluation.map_check import SHARED_PASS, ValIncomplete, ultralytics_val_heads, val_pass_words
+    from det_calib.capture.family_registry import family_of
+    from det_calib.evaluation.map_check import SHARED_PASS, ValIncomplete, ultralytics_val_heads
 
     floors = {h: _calibrated_floor(records[h], s) for h in inputs.heads}
     confs = {h: (s.conf_floor, s.conf_floor if f is None else f) for h, f in floors.items()}
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
         # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
-        how = val_pass_words(inputs.yolo)
+        family = family_of(inputs.yolo)  # a model family's original is validated on a pass of its own
+        how = SHARED_PASS if family is None else family.val_words
         log.info("Ultralytics val (%s): calibrated checkpoint, the original %s",
                  " + ".join(f"{h} head" for h in inputs.heads),
                  "on the same pass" if how == SHARED_PASS else "on a pass of its own")
