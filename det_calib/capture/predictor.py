@@ -279,7 +279,8 @@ class Capturer:
         opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
         if (family := family_of(yolo)) is not None:
-            raise InputError(f"a {family.name} model is captured by its family's capturer: call model_capturer")
+            raise InputError(f"this step captures YOLO detect heads, not a model of family `{family.name}` "
+                             "(det_calib.capture.predictor.model_capturer captures those)")
         self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det, self.batch = int(opts.max_det), int(opts.batch)

@@ -134,3 +134,20 @@ def test_an_rtdetr_given_pose_labels_is_refused_in_one_line(rtdetr_pt, tmp_path,
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "kpt_shape" in err and "`detect`" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_steps_of_yolo_heads_refuse_an_rtdetr_in_one_line(rtdetr_pt, demo_model_path, fixture_yaml, tmp_path,
+                                                               capsys):
+    """The ensemble's members and ``attach`` run the YOLO detect heads' own decode: an RT-DETR is refused."""
+    import det_calib
+    from det_calib.capture.predictor import Capturer
+    from det_calib.cli import main
+
+    code = main(["ensemble", "--model", str(rtdetr_pt), "--model", str(demo_model_path), "--data", str(fixture_yaml),
+                 "--fit-split", "fixture", "--eval-split", "fixture", "--out", str(tmp_path / "ens"), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "family `rtdetr`" in err[0], err
+    with pytest.raises(InputError, match="family `rtdetr`"):
+        Capturer(str(rtdetr_pt))
+    with pytest.raises(InputError, match="family `rtdetr`"):
+        det_calib.attach(load_detector(rtdetr_pt), tmp_path / "no_run")
