@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("det_calib.demo",),
     ("det_calib.thresholds",),
     ("det_calib.deploy",),
+    ("det_calib.families",),
     ("det_calib.report",),
     ("det_calib.job",),
     ("det_calib.pipeline",),

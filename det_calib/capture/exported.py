@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.family_registry import family_of, family_with_head
 from det_calib.capture.options import CaptureOptions
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
@@ -236,6 +237,9 @@ def _info_from_metadata(path: Path, fmt: str, meta: dict, tasks: Sequence[str] |
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
     head = "e2e" if end2end and nms_arg is not True else "nms"
+    family = family_of(str(meta.get("head", "")))
+    if family is not None:  # a model family's export (RT-DETR): its head, rows of (box, score, class) already
+        head, end2end = family.heads[0], True
     names = _literal(meta.get("names")) or {}
     imgsz = _literal(meta.get("imgsz")) or [640, 640]
     imgsz = (int(imgsz), int(imgsz)) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[-1]))
@@ -409,7 +413,9 @@ class ExportCapturer:
         if self.info.format == "ncnn":  # before Ultralytics' load, which ignores NCNN's return codes
             _check_ncnn_loads(self.info.model_file)
         try:
-            self.predictor = _predictor_class(self.task)(overrides=overrides)
+            family = family_with_head(self.info.head)  # a model family's export runs its own stock predictor
+            predictor = _predictor_class(self.task) if family is None else family.predictor_class()
+            self.predictor = predictor(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
         except Exception as e:  # a damaged file, a runtime that cannot load it
             raise InputError(f"cannot load the {self.info.format} export {self.info.path}: {first_line(e)}") from None
@@ -467,7 +473,8 @@ class ExportCapturer:
         b = self.hooks.result_boxes(res)
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
-        filled, segm = self.predictor.masks[0] if self.predictor.masks else (None, None)  # a segment model's
+        masks = getattr(self.predictor, "masks", None)
+        filled, segm = masks[0] if masks else (None, None)  # a segment model's
         lg = None
         if self.all_logits:
             preds, keep = self.predictor.captured
@@ -516,12 +523,13 @@ def _check_ncnn_loads(param: Path) -> None:
 
 def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
     """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
-    :class:`det_calib.capture.predictor.Capturer`, with the same options."""
+    :class:`det_calib.capture.predictor.Capturer` (a registered model family's capturer for its models:
+    :mod:`det_calib.capture.family_registry`), with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
         return ExportCapturer(model, options, **kw)
-    from det_calib.capture.predictor import Capturer
+    from det_calib.capture.predictor import model_capturer
 
-    return Capturer(model, options, **kw)
+    return model_capturer(model, options, **kw)
 
 
 def score_step(conf: Any) -> float | None:

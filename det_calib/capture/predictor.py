@@ -38,9 +38,10 @@ import polars as pl
 import torch
 
 from det_calib.capture import traced_body
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.image_source import LockedBar, auto_workers, image_lists, progress_bar, read_ahead
 from det_calib.capture.options import CaptureOptions, resolve_batch
-from det_calib.data.box_table import HEADS, LOGITS_ROW, Head, capture_schema
+from det_calib.data.box_table import HEAD_LABEL, HEADS, LOGITS_ROW, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.tasks.segment.capture_masks import filled_boxes, kept_mask_rles
@@ -119,7 +120,8 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
     if not available_heads(yolo):
         raise InputError(
             f"the model's last layer is {type(detect_head(yolo)).__name__}, not a YOLO Detect head with a "
-            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to 12, 26)"
+            "classification branch (cv3) nor a registered model family's head: det_calib supports the YOLO detect "
+            "heads (YOLOv5u, v8 to 12, 26) and RT-DETR"
         )
     return yolo
 
@@ -140,7 +142,11 @@ def detect_head(yolo) -> torch.nn.Module:
 
 
 def available_heads(yolo) -> list[str]:
-    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other heads."""
+    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other YOLO heads, a
+    registered family's heads for its models (``["detr"]`` for an RT-DETR: :mod:`det_calib.capture.family_registry`)."""
+    family = family_of(yolo)
+    if family is not None:
+        return list(family.heads)
     head = detect_head(yolo)
     heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
@@ -158,6 +164,10 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
+HEAD_WORDS = {"nms": "one-to-many", "e2e": "one-to-one (NMS-free)"}
+"""How a missing YOLO head mode is named in :func:`resolve_heads`' message (another head: its report label)."""
+
+
 def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None) -> tuple[str, ...]:
     """The head modes to capture, checked against the model.
 
@@ -165,7 +175,8 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
         yolo: Loaded detector.
         head: One head mode (the single-head form).
         heads: Several head modes, or ``"auto"`` for every head the model has. At most one of
-            ``head`` and ``heads`` may be given; with neither, ``("nms",)``.
+            ``head`` and ``heads`` may be given; with neither, the model's first head (``nms`` for a YOLO
+            detect head).
 
     Returns:
         Head modes in the order ``nms``, ``e2e``.
@@ -181,13 +192,13 @@ def resolve_heads(yolo, *, head: str | None = None, heads: Sequence[str] | str |
     elif heads is not None:
         want = [heads] if isinstance(heads, str) else list(heads)
     else:
-        want = [head or "nms"]
+        want = [head or (have[0] if have else "nms")]
     name = "heads" if heads is not None else "head"
     for h in want:
         check_choice(h, HEADS, name)
         if h not in have:
             raise InputError(
-                f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
+                f"the model has no {HEAD_WORDS.get(h, HEAD_LABEL[h])} head "
                 f"for `head` {h}; it has: {', '.join(have)}"
             )
     if not want:
@@ -278,6 +289,9 @@ class Capturer:
 
         opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
+        if (family := family_of(yolo)) is not None:
+            raise InputError(f"this step captures YOLO detect heads, not a model of family `{family.name}` "
+                             "(det_calib.capture.predictor.model_capturer captures those)")
         self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
         self.max_det = int(opts.max_det)
@@ -519,6 +533,14 @@ class Capturer:
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
+def model_capturer(model, options: CaptureOptions | None = None, /, **kw: Any):
+    """The capturer of a ``.pt`` detector: a :class:`Capturer`, or a registered model family's capturer for its
+    models (RT-DETR captures through its own predictor: :mod:`det_calib.capture.family_registry`)."""
+    yolo = load_detector(model)
+    family = family_of(yolo)
+    return Capturer(yolo, options, **kw) if family is None else family.capturer(yolo, options, **kw)
+
+
 def capture(
     model,
     images: Sequence[str | Path],
@@ -577,7 +599,7 @@ def capture(
     """
     options = CaptureOptions(head=head, heads=heads, conf=conf, iou=iou, max_det=max_det, imgsz=imgsz, batch=batch,
                              device=device, all_logits=all_logits, workers=workers)
-    capturer = Capturer(model, options)
+    capturer = model_capturer(model, options)
     return capturer(images, split=split, image_names=image_names, image_ids=image_ids, progress=progress)
 
 

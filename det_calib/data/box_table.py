@@ -47,17 +47,22 @@ import polars as pl
 from det_calib.errors import InputError, first_line
 
 # The head vocabulary, spelled here only: every other module takes these names from here.
-Head = Literal["nms", "e2e"]
-"""A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS)."""
+Head = Literal["nms", "e2e", "detr"]
+"""A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS) of a
+YOLO detect head; ``detr`` (the last decoder layer's query scores, no NMS) of an RT-DETR, a model family of its
+own (:mod:`det_calib.capture.family_registry`)."""
 HEADS: tuple[str, ...] = get_args(Head)
+DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
+"""What ``--heads both`` names: the two heads of a dual YOLO detect head (YOLOv10, YOLO26)."""
 HeadChoice = Literal["auto", Head, "both"]
 """What a run calibrates: one head, ``both``, or ``auto`` (every head the model has)."""
 HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
-HEAD_LABEL: dict[str, str] = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)"}
+HEAD_LABEL: dict[str, str] = {"nms": "nms (one-to-many head + NMS)", "e2e": "e2e (one-to-one head, no NMS)",
+                              "detr": "detr (RT-DETR decoder queries, no NMS)"}
 """How the report names a head."""
-HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3"}
-"""Head mode -> attribute of its classification branch in an Ultralytics Detect head."""
-HEAD_PREDICT_NMS: dict[str, bool | None] = {"nms": None, "e2e": False}
+HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3", "detr": "dec_score_head"}
+"""Head mode -> attribute of its classification branch in an Ultralytics Detect head (RTDETRDecoder's score heads)."""
+HEAD_PREDICT_NMS: dict[str, bool | None] = {"nms": None, "e2e": False, "detr": None}
 """Head mode -> Ultralytics' ``nms=`` argument of predict/val that runs it."""
 
 SCHEMA: dict[str, pl.DataType] = {

@@ -106,11 +106,14 @@ def attach(model: Any, run: Any) -> Any:
     Raises:
         InputError: Not a YOLO detector, or its classes differ from the run's.
     """
+    from det_calib.capture.family_registry import family_of
     from det_calib.capture.predictor import load_detector
 
     if hook_of(model) is not None:
         detach(model)
-    load_detector(model)  # InputError unless a YOLO detector
+    if (family := family_of(load_detector(model))) is not None:  # InputError unless a YOLO detector
+        raise InputError(f"attach installs a YOLO detect head's predictor, not one of a model of family "
+                         f"`{family.name}`: deploy its run's calibrated.pt")
     result, label = _run_record(run)
     names = [model.names[k] for k in sorted(model.names)]
     if list(result.class_names) != names:

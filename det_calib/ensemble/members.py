@@ -265,9 +265,13 @@ def load_member_model(path: Path) -> Any:
             has no mask, keypoints or angle of its own (docs/segment.md and docs/pose_obb.md say why the
             ensemble refuses rather than drops the payload).
     """
+    from det_calib.capture.family_registry import family_of
     from det_calib.capture.predictor import load_detector
 
     yolo = load_detector(path)
+    if (family := family_of(yolo)) is not None:  # the members' one decode per image is the YOLO heads'
+        raise InputError(f"member {path} is a model of family `{family.name}`: det-calib ensemble fuses YOLO "
+                         "detect heads; calibrate it on its own with `det-calib calibrate`")
     task = get_task(getattr(yolo, "task", None))
     if not task.fusable:  # a fused box has no payload of its own
         raise InputError(f"member {path} is {task.words}: det-calib ensemble fuses boxes and cannot fuse "

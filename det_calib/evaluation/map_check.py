@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.family_registry import family_of
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
@@ -293,9 +294,11 @@ def ultralytics_val(
     from ultralytics import YOLO
 
     yolo = YOLO(str(model))
+    family = family_of(yolo)  # a registered model family (RT-DETR) is validated by its own validator: no NMS
+    validator = (functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit)
+                 if family is None else family.validator())
     m = _run_val(yolo, _val_kwargs(yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch,
-                                   device=device),
-                 validator=functools.partial(_budget_validator_class(val_task(yolo)), nms_time_limit=nms_time_limit))
+                                   device=device), validator=validator)
     return val_figures(m, conf, own_rule=own_rule)
 
 
@@ -404,6 +407,8 @@ def ultralytics_val_heads(
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
+    if family_of(yolo) is not None:  # a model family's head rides on no shared pass: one stock val of each
+        return _separate_vals(original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, own_rule)
     riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(yolo, data, split=split, head=first, conf=confs[first][1], imgsz=imgsz, batch=batch,
@@ -415,6 +420,13 @@ def ultralytics_val_heads(
 
     return {h: (val_figures(out[("original", h)], confs[h][0], own_rule=own_rule),
                 val_figures(out[("calibrated", h)], confs[h][1], own_rule=own_rule)) for h in heads}
+
+
+def _separate_vals(original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, own_rule) -> dict:
+    """:func:`ultralytics_val_heads`' figures from one stock val of each checkpoint per head (a model family's)."""
+    kw = dict(split=split, imgsz=imgsz, batch=batch, device=device, nms_time_limit=nms_time_limit, own_rule=own_rule)
+    return {h: (ultralytics_val(original, data, head=h, conf=c0, **kw),
+                ultralytics_val(calibrated, data, head=h, conf=c1, **kw)) for h, (c0, c1) in confs.items()}
 
 
 def val_figures(metrics: Any, conf: float, *, own_rule: bool = False) -> dict[str, float]:

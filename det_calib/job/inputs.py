@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from det_calib.data.box_table import HEADS
+from det_calib.data.box_table import DUAL_HEADS, HEADS
 from det_calib.data.ground_truth import (
     Dataset,
     Split,
@@ -108,7 +108,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
     have = yolo.heads if exported else available_heads(yolo)
-    heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
+    heads = {"auto": have, "both": list(DUAL_HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` {have[0]}")

@@ -116,7 +116,8 @@ class Settings:
     fit_split: str | None = opt(None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split")
     eval_split: str | None = opt(None, "split to report on (default: test)", flag="--eval-split")
     head: HeadChoice = opt("auto", "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
-                            "head (nms=False); both; auto (default): every head the model has",
+                            "head (nms=False); both: those two; detr: an RT-DETR's decoder queries; auto "
+                            "(default): every head the model has",
                             flag="--head", choices=HEAD_CHOICES)
     iou: float = opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
     match: str = opt("auto", "what the IoU compares: auto (default: the task's own rule: masks for a segment model "

@@ -39,12 +39,12 @@ def detection_change(inputs: Inputs, ckpt: Path, ev: Split, head: str, eval_boxe
                      record: Calibrator, s: Settings) -> DetectionChange:
     """Measure what folding a per-class map into the model changes: capture the eval split through
     the calibrated checkpoint and compare with the original boxes rescored by the same map."""
-    from det_calib.capture.predictor import Capturer
+    from det_calib.capture.predictor import model_capturer
     from det_calib.evaluation.map_check import coco_maps
 
     log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
     # the same capture as the original's (its batch: 1 on a CPU, exactly single-image predict)
-    cap = Capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
+    cap = model_capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
     cal = calibrator_of(record)
@@ -99,15 +99,19 @@ def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[
     if s.coco_gt:
         return {h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
                 for h in inputs.heads}
-    from det_calib.evaluation.map_check import ValIncomplete, ultralytics_val_heads
+    from det_calib.capture.family_registry import family_of
+    from det_calib.evaluation.map_check import SHARED_PASS, ValIncomplete, ultralytics_val_heads
 
     floors = {h: _calibrated_floor(records[h], s) for h in inputs.heads}
     confs = {h: (s.conf_floor, s.conf_floor if f is None else f) for h, f in floors.items()}
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
         # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
-        log.info("Ultralytics val (%s): calibrated checkpoint, the original on the same pass",
-                 " + ".join(f"{h} head" for h in inputs.heads))
+        family = family_of(inputs.yolo)  # a model family's original is validated on a pass of its own
+        how = SHARED_PASS if family is None else family.val_words
+        log.info("Ultralytics val (%s): calibrated checkpoint, the original %s",
+                 " + ".join(f"{h} head" for h in inputs.heads),
+                 "on the same pass" if how == SHARED_PASS else "on a pass of its own")
         try:
             figures = ultralytics_val_heads(inputs.model, ckpt, yml, split="val", confs=confs, imgsz=inputs.imgsz,
                                             batch=VAL_BATCH, device=s.device,
@@ -122,7 +126,7 @@ def run_ultralytics_checks(inputs: Inputs, ckpt: Path, ev: Split, records: dict[
     if seen.verified is False:
         log.warning("Ultralytics val %s", seen.note)
         return dict.fromkeys(inputs.heads, seen)
-    return {h: _replace(_check_of(ev.name, records[h], s, *figures[h], floors[h]), **_counts(seen))
+    return {h: _replace(_check_of(ev.name, records[h], s, *figures[h], floors[h], how=how), **_counts(seen))
             for h in inputs.heads}
 
 
@@ -187,12 +191,13 @@ def _val_check(model: Path, ckpt: Path, yml: Path, split: str, record: Calibrato
 
 
 def _check_of(split: str, record: Calibrator, s: Settings, r0: dict[str, float], r1: dict[str, float],
-              floor: float | None) -> ValCheck:
+              floor: float | None, *, how: str | None = None) -> ValCheck:
     """A head's :class:`ValCheck` from the figures of the shared pass: ``r0`` the original at val's floor,
-    ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor)."""
+    ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor);
+    ``how`` the pass's words (default :data:`~det_calib.evaluation.map_check.SHARED_PASS`)."""
     from det_calib.evaluation.map_check import SHARED_PASS
 
-    how = f" How: {SHARED_PASS}."
+    how = f" How: {how or SHARED_PASS}."
     if floor is None:  # per-class maps: no single floor keeps the candidate set; report what val measures
         diff = r1["map50_95"] - r0["map50_95"]
         note = (
