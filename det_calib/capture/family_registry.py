@@ -19,13 +19,14 @@ from typing import Any, ClassVar
 
 __all__ = ["BUILTIN", "FAMILIES", "Family", "family_of", "family_with_head", "head_class", "register_family"]
 
-BUILTIN: tuple[str, ...] = ("det_calib.families.rtdetr",)
-"""The modules of the families det_calib ships, imported on the first lookup (each registers its family)."""
+BUILTIN: dict[str, str] = {"RTDETRDecoder": "det_calib.families.rtdetr"}
+"""The families det_calib ships: head class name -> the module that registers its family, imported on the first
+lookup of a model with that head (a YOLO model's capture imports no family module)."""
 
 FAMILIES: dict[str, Family] = {}
 """Head class name (the loaded model's last layer, ``type(model.model[-1]).__name__``) -> the family."""
 
-_loaded = False
+_loaded: set[str] = set()
 
 
 class Family:
@@ -88,18 +89,23 @@ def head_class(model: Any) -> str:
 def family_of(model: Any) -> Family | None:
     """The registered family of ``model``'s head, or None (a YOLO detect head, the built-in path). ``model``
     may be the head's class name (an export's metadata records it as ``head``)."""
-    global _loaded
-    if not _loaded:
-        for mod in BUILTIN:
-            importlib.import_module(mod)
-        _loaded = True
     if model is None:
         return None
-    return FAMILIES.get(model if isinstance(model, str) else head_class(model))
+    name = model if isinstance(model, str) else head_class(model)
+    _load(BUILTIN.get(name))
+    return FAMILIES.get(name)
+
+
+def _load(module: str | None) -> None:
+    """Import a built-in family's module once (it registers its family)."""
+    if module is not None and module not in _loaded:
+        importlib.import_module(module)
+        _loaded.add(module)
 
 
 def family_with_head(head: str) -> Family | None:
     """The registered family whose head modes include ``head`` (``detr``: RT-DETR), or None (``nms``, ``e2e``:
     the YOLO detect heads)."""
-    family_of("")  # the built-in families registered
+    for module in BUILTIN.values():  # every built-in family registered
+        _load(module)
     return next((f for f in FAMILIES.values() if head in f.heads), None)

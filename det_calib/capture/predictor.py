@@ -1,3 +1,5 @@
+# Long file: the one bit-exact capture of every YOLO detect head through Ultralytics' own steps (letterbox,
+# forward, NMS, both heads, payloads, the logit store); splitting it would spread one exact path over modules.
 """Capture raw per-box class logits exactly as Ultralytics' ``predict`` sees the boxes.
 
 The only module (with :mod:`det_calib.deploy.fold` and :mod:`det_calib.evaluation.map_check`) that imports

@@ -1,3 +1,5 @@
+# Long file: both mAP checks (pycocotools, and Ultralytics' val in one shared pass or one stock val per
+# checkpoint for a model family) with the validator subclasses they need.
 """Check that calibration leaves mAP unchanged.
 
 Two independent checks:

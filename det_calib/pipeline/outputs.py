@@ -86,6 +86,8 @@ def write_run_outputs(out: Path, result: RunResult, boxes: pl.DataFrame, inputs:
 
     with clock.output_folder(out) as stage:
         write_class_logits(stage, boxes, logit_store)  # the per-class logits out of `boxes` (in place), for class sets
+        if logit_store is not None:
+            logit_store.close()  # every kept logit is written: its temporary file goes now
         fp = fingerprints or run_fingerprints(inputs, splits, s)
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         for name, table in (beside or {}).items():

@@ -62,10 +62,14 @@ class LogitStore:
     def __init__(self, nc: int, directory: str | Path | None = None) -> None:
         import tempfile
         import threading
+        import weakref
 
         self.nc, self.n = int(nc), 0
         self._f = tempfile.TemporaryFile(dir=directory)
         self._lock = threading.Lock()  # the capture's worker threads append
+        # closed when the store goes (or the process ends), on every path: an open file left to the collector
+        # would print a ResourceWarning on the run's console
+        self._closer = weakref.finalize(self, self._f.close)
 
     def append(self, logits: np.ndarray) -> np.ndarray:
         """Store ``(n, nc)`` logits (float16, as the file keeps them: float32 to float16 is the rounding of the
@@ -95,7 +99,7 @@ class LogitStore:
         return out
 
     def close(self) -> None:
-        self._f.close()
+        self._closer()
 
 
 def keep_class_logits(cap: Any, store: LogitStore | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""An RT-DETR run end to end (the demo RT-DETR; skipped while the repository lacks it):
+"""An RT-DETR run end to end (the demo RT-DETR, ``datasets/shapes/rtdetr_shapes.pt``):
 ``calibrate`` with both mAP checks (pycocotools, Ultralytics' RTDETRValidator), then ``report``, ``compare``,
 ``thresholds``, ``check``, ``calibrate --boxes`` and the capture to parts on it; and its ONNX and OpenVINO
 exports captured as Ultralytics predicts them and calibrated in their graph."""
@@ -21,13 +21,13 @@ def _run(args: list[str]) -> int:
 
 
 @pytest.mark.slow  # about 2 minutes on a shared 2-core CPU
-@pytest.mark.skipif(not RTDETR_DEMO.is_file(), reason="needs the demo RT-DETR (an untrained one finds no object)")
 def test_rtdetr_run_and_its_subcommands(tmp_path, fixture_yaml, fixture_images):
     from ultralytics import YOLO
 
     from det_calib.capture.parts import read_parts
 
     model = RTDETR_DEMO
+    assert model.is_file(), f"the committed demo RT-DETR is missing: {model}"
     out = tmp_path / "run"
     common = ["--model", str(model), "--data", str(fixture_yaml), "--fit-split", "fixture", "--eval-split", "fixture",
               "--method", "temperature"]  # six fit images: the one map a weak model's few kept boxes fit
