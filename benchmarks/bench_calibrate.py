@@ -21,6 +21,16 @@ here (the line must add up to it). With ``--doc`` the tables are written to
 Run from the repository root::
 
     PYTHONPATH=. python benchmarks/bench_calibrate.py [--repeats 2] [--boxes] [--baseline ../main] [--doc]
+    PYTHONPATH=. python benchmarks/bench_calibrate.py --large 2000 [--device 0] [--json out.json] [--doc]
+    PYTHONPATH=. python benchmarks/bench_calibrate.py --from-json out.json --doc   # a GPU run's file, here
+
+``--large N`` also runs the pair (``--large-repeats`` times, default once) on a larger demo: the shapes
+generator's calib and test splits rendered with N images each (into the cache, once), the same demo
+detector; ``--only-large`` skips the default pair (its doc is then ``bench_calibrate_large.md``; a run
+on a GPU writes ``bench_calibrate_gpu.md``).
+``--device`` runs both sides there (calibrate's ``--device``, val's ``device=``): on a GPU, calibrate
+captures 16 images per forward pass by default and val runs its batch of 16. ``--json`` writes
+the measurements, which ``--from-json`` turns into the tables on any machine.
 
 ``--boxes`` also times ``calibrate --boxes`` on the first run's output folder (no forward pass).
 ``--baseline DIR`` also runs ``calibrate`` from another checkout of det_calib (e.g. the main
@@ -47,8 +57,9 @@ import os, sys
 os.environ.setdefault("YOLO_VERBOSE", "False")
 from ultralytics import YOLO
 m = YOLO(sys.argv[1])
-for i, data in enumerate(sys.argv[2:]):
-    m.val(data=data, split="val", plots=False, verbose=False, project=os.environ["BENCH_TMP"], name=str(i))
+device = {"device": sys.argv[2]} if sys.argv[2] else {}
+for i, data in enumerate(sys.argv[3:]):
+    m.val(data=data, split="val", plots=False, verbose=False, project=os.environ["BENCH_TMP"], name=str(i), **device)
 """
 
 
@@ -84,62 +95,51 @@ def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> dict[st
     return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss * 1024}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--model", help="detector .pt (default: the demo detector)")
-    ap.add_argument("--data", help="data.yaml (default: the demo dataset)")
-    ap.add_argument(
-        "--splits",
-        nargs=2,
-        default=("calib", "test"),
-        help="fit and eval split (default calib test)",
-    )
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument(
-        "--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder"
-    )
-    ap.add_argument(
-        "--baseline", help="another det_calib checkout whose calibrate runs in the same turns"
-    )
-    ap.add_argument(
-        "--doc", action="store_true", help="write the tables to docs/generated/bench_calibrate.md"
-    )
-    ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
-    args = ap.parse_args()
-
-    env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1"}
+def measure(
+    args: argparse.Namespace,
+    model: str,
+    data: str,
+    *,
+    repeats: int,
+    label: str,
+    baseline: str | None = None,
+    boxes: bool = False,
+) -> dict:
+    """Paired runs (calibrate, then val, ``repeats`` times) on ``model`` and ``data``: the medians, the
+    ratios and calibrate's stages, as a dict (what ``--json`` writes and the tables are drawn from)."""
+    # this checkout first, then whatever else the path holds (packages installed beside, as on a GPU machine)
+    rest = [
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p and Path(p).resolve() != REPO
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *rest]), "YOLO_OFFLINE": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
-    args.omp = env["OMP_NUM_THREADS"]
-    if args.model is None:
-        sys.path.insert(0, str(REPO))
-        from det_calib import demo
-
-        args.model, args.data = str(demo.demo_model()), str(demo.demo_data_yaml())
+    device = [] if args.device is None else ["--device", args.device]
     cal_opts = [
         "--model",
-        args.model,
+        model,
         "--data",
-        args.data,
+        data,
         "--fit-split",
         args.splits[0],
         "--eval-split",
         args.splits[1],
         "-q",
+        *device,
         *args.extra,
     ]
-    print(f"model {args.model}\ndata  {args.data}  splits {args.splits[0]} + {args.splits[1]}")
     print(
-        f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} "
-        "CPUs)"
+        f"[{label}] model {model}\n[{label}] data  {data}  splits {args.splits[0]} + "
+        f"{args.splits[1]}"
     )
     cal, val, reuse, timings, base = [], [], [], [], []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench_calibrate_") as tmp:
         env["BENCH_TMP"] = tmp
-        yamls = _split_yamls(args.data, list(args.splits), Path(tmp))
-        for r in range(args.repeats):
+        yamls = _split_yamls(data, list(args.splits), Path(tmp))
+        val_cmd = [sys.executable, "-c", VAL, model, args.device or "", *yamls]
+        for r in range(repeats):
             out = str(Path(tmp) / f"run{r}")
             cal.append(
                 _run(
@@ -148,8 +148,8 @@ def main() -> None:
                 )
             )
             timings.append(json.loads((Path(out) / "calibration.json").read_text()).get("timings"))
-            val.append(_run([sys.executable, "-c", VAL, args.model, *yamls], env))
-            if args.baseline:
+            val.append(_run(val_cmd, env))
+            if baseline:
                 bout = str(Path(tmp) / f"base{r}")
                 base.append(
                     _run(
@@ -162,8 +162,11 @@ def main() -> None:
                             "--out",
                             bout,
                         ],
-                        {**env, "PYTHONPATH": str(Path(args.baseline).resolve())},
-                        cwd=str(Path(args.baseline).resolve()),
+                        {
+                            **env,
+                            "PYTHONPATH": os.pathsep.join([str(Path(baseline).resolve()), *rest]),
+                        },
+                        cwd=str(Path(baseline).resolve()),
                     )
                 )  # `-m` puts the cwd first on the path
                 if r == 0:
@@ -173,7 +176,8 @@ def main() -> None:
                         f"{'identical' if same else 'DIFFERENT'}"
                     )
             print(
-                f"  repeat {r}: calibrate {cal[-1]['wall']:.1f} s ({cal[-1]['cpu']:.1f} s CPU), "
+                f"  [{label}] repeat {r}: calibrate {cal[-1]['wall']:.1f} s ({cal[-1]['cpu']:.1f} "
+                "s CPU), "
                 f"val {val[-1]['wall']:.1f} s ({val[-1]['cpu']:.1f} s CPU)"
                 + (
                     f", baseline calibrate {base[-1]['wall']:.1f} s ({base[-1]['cpu']:.1f} s CPU)"
@@ -182,8 +186,8 @@ def main() -> None:
                 ),
                 flush=True,
             )
-        if args.boxes:
-            for r in range(args.repeats):
+        if boxes:
+            for r in range(repeats):
                 reuse.append(
                     _run(
                         [
@@ -200,42 +204,230 @@ def main() -> None:
                         env,
                     )
                 )
-    load_after = os.getloadavg()
-    print(f"load average after:  {' '.join(f'{x:.1f}' for x in load_after)}")
-
-    def med(rows: list[dict], k: str) -> float:
-        return statistics.median(x[k] for x in rows)
-
-    gib = 1 << 30
+        images = [_count_images(y) for y in yamls]
     rows = [("det-calib calibrate", cal), ("Ultralytics val, same 2 splits", val)]
     if reuse:
         rows.append(("det-calib calibrate --boxes", reuse))
     if base:
-        rows.append((f"baseline calibrate ({Path(args.baseline).name})", base))
+        rows.append((f"baseline calibrate ({Path(baseline).name})", base))
+    return {
+        "label": label,
+        "model": model,
+        "data": data,
+        "splits": list(args.splits),
+        "images": images,
+        "repeats": repeats,
+        "omp": env["OMP_NUM_THREADS"],
+        "load": [load_before[0], os.getloadavg()[0]],
+        "rows": {name: _medians(rr) for name, rr in rows},
+        "timings": [t for t in timings if t],
+        "cal_wall": [x["wall"] for x in cal],
+        "cal_cpu": [x["cpu"] for x in cal],
+        "baseline": bool(base),
+    }
+
+
+def _count_images(yaml_path: str) -> int:
+    """Images of the split a per-split yaml names as ``val``."""
+    import yaml
+
+    d = yaml.safe_load(Path(yaml_path).read_text())
+    folder = Path(d["path"]) / d["val"]
+    return sum(1 for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp"))
+
+
+def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(x[k] for x in rows) for k in ("wall", "cpu", "rss")}
+
+
+def large_demo(n: int) -> Path:
+    """``data.yaml`` of a larger demo dataset: the shapes generator's calib and test splits with ``n``
+    images each (rendered into the cache on first use, both splits at once, the same renderer and
+    seed as the embedded demo's 400)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    sys.path.insert(0, str(REPO))
+    from det_calib.demo import cache_dir
+    from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION
+
+    root = cache_dir() / f"shapes-v{GENERATOR_VERSION}-seed0-{n}"
+    todo = [sp for sp in ("calib", "test") if len(list((root / "images" / sp).glob("*.png"))) != n]
+    if todo:
+        print(f"rendering {n} images a split ({', '.join(todo)}) into {root}", flush=True)
+        with ProcessPoolExecutor(max_workers=len(todo)) as pool:
+            list(pool.map(_render, [root] * len(todo), todo, [n] * len(todo)))
+    names = "".join(f"  {i}: {c}\n" for i, c in enumerate(CLASS_NAMES))
+    yaml = root / "data.yaml"
+    yaml.write_text(
+        f"path: {root.resolve()}\ntrain: images/calib\nval: images/calib\ncalib: images/calib\n"
+        f"test: images/test\nnames:\n{names}"
+    )
+    return yaml
+
+
+def _render(root: Path, split: str, n: int) -> None:
+    sys.path.insert(0, str(REPO))
+    from det_calib.demo.shapes import generate
+
+    generate(root, seed=0, splits={split: n})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model", help="detector .pt (default: the demo detector)")
+    ap.add_argument("--data", help="data.yaml (default: the demo dataset)")
+    ap.add_argument(
+        "--splits",
+        nargs=2,
+        default=("calib", "test"),
+        help="fit and eval split (default calib test)",
+    )
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--device", help="torch device of both sides, e.g. 0 (default: Ultralytics' choice)"
+    )
+    ap.add_argument(
+        "--large",
+        type=int,
+        metavar="N",
+        help="also run the pair on a larger demo: N images in each of the calib and test splits "
+        "(rendered once into the cache; the demo detector)",
+    )
+    ap.add_argument(
+        "--large-repeats", type=int, default=1, help="paired runs on the larger demo (default 1)"
+    )
+    ap.add_argument(
+        "--only-large", action="store_true", help="skip the default pair (with --large)"
+    )
+    ap.add_argument(
+        "--boxes", action="store_true", help="also time calibrate --boxes on the first run's folder"
+    )
+    ap.add_argument(
+        "--baseline", help="another det_calib checkout whose calibrate runs in the same turns"
+    )
+    ap.add_argument("--json", type=Path, help="also write the measurements to this JSON file")
+    ap.add_argument(
+        "--from-json", type=Path, help="the tables of an earlier run's --json file (no run)"
+    )
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="write the tables to docs/generated/bench_calibrate.md "
+        "(bench_calibrate_large.md with --only-large; _gpu.md for a run on a GPU)",
+    )
+    ap.add_argument("extra", nargs="*", help="extra calibrate options (after --)")
+    args = ap.parse_args()
+    if args.from_json:
+        res = json.loads(args.from_json.read_text())
+    else:
+        if args.model is None:
+            sys.path.insert(0, str(REPO))
+            from det_calib import demo
+
+            args.model, args.data = str(demo.demo_model()), str(demo.demo_data_yaml())
+        print(
+            f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+            f"({os.cpu_count()} CPUs)"
+        )
+        res = {
+            "device": _device_words(args.device),
+            "cpus": os.cpu_count(),
+            "extra": args.extra,
+            "command": _command(),
+            "runs": [],
+        }
+        if not args.only_large:
+            res["runs"].append(
+                measure(
+                    args,
+                    args.model,
+                    args.data,
+                    repeats=args.repeats,
+                    label="default",
+                    baseline=args.baseline,
+                    boxes=args.boxes,
+                )
+            )
+            _dump(
+                args.json, res
+            )  # each pair kept as soon as it is measured (a run stopped later keeps it)
+        if args.large:
+            res["runs"].append(
+                measure(
+                    args,
+                    args.model,
+                    str(large_demo(args.large)),
+                    repeats=args.large_repeats,
+                    label=f"{args.large} images a split",
+                )
+            )
+        print(f"load average after:  {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    _dump(args.json, res)
+    blocks = [_tables(run) for run in res["runs"]]
+    for run, (table, stages) in zip(res["runs"], blocks, strict=True):
+        print(
+            f"\n[{run['label']}] median of {run['repeats']} paired runs (calibrate, then val, in "
+            "turn) on "
+            f"{res['device']}"
+        )
+        print("\n".join(table))
+        if stages:
+            print("\ncalibrate's own timing line (calibration.json `timings`), median per stage")
+            print("\n".join(stages))
+    if args.doc:
+        _write_doc(res, blocks)
+
+
+def _command() -> str:
+    """This command line without its scratch files (``--json PATH``), to be rerun anywhere."""
+    argv, keep = sys.argv[1:], []
+    while argv:
+        a = argv.pop(0)
+        if a == "--json":
+            argv = argv[1:]
+        elif not a.startswith("--json="):
+            keep.append(a)
+    return "python3 " + " ".join([os.path.relpath(sys.argv[0], REPO), *keep])
+
+
+def _dump(path: Path | None, res: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res, indent=1))
+
+
+def _device_words(device: str | None) -> str:
+    import torch
+
+    if device not in (None, "cpu") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return f"the CPU ({os.cpu_count()} cores), torch {torch.__version__}"
+
+
+def _tables(run: dict) -> tuple[list[str], list[str]]:
+    """The side-by-side table and the stage table of one measured pair."""
+    gib = 1 << 30
+    rows = run["rows"]
+    cal, val = rows["det-calib calibrate"], rows["Ultralytics val, same 2 splits"]
     table = ["| | wall s | CPU s | peak RSS GiB |", "|---|---:|---:|---:|"]
     table += [
-        f"| {name} | {med(rr, 'wall'):.1f} | {med(rr, 'cpu'):.1f} | {med(rr, 'rss') / gib:.2f} |"
-        for name, rr in rows
+        f"| {name} | {m['wall']:.1f} | {m['cpu']:.1f} | {m['rss'] / gib:.2f} |"
+        for name, m in rows.items()
     ]
     table.append(
-        f"| **ratio calibrate / val** | **{med(cal, 'wall') / med(val, 'wall'):.2f}x** | "
-        f"**{med(cal, 'cpu') / med(val, 'cpu'):.2f}x** | "
-        f"**{med(cal, 'rss') / med(val, 'rss'):.2f}x** |"
+        f"| **ratio calibrate / val** | **{cal['wall'] / val['wall']:.2f}x** | "
+        f"**{cal['cpu'] / val['cpu']:.2f}x** | **{cal['rss'] / val['rss']:.2f}x** |"
     )
-    if base:
+    base = next((m for name, m in rows.items() if name.startswith("baseline")), None)
+    if base is not None:
         table.append(
-            f"| ratio baseline calibrate / val | {med(base, 'wall') / med(val, 'wall'):.2f}x | "
-            f"{med(base, 'cpu') / med(val, 'cpu'):.2f}x | "
-            f"{med(base, 'rss') / med(val, 'rss'):.2f}x |"
+            f"| ratio baseline calibrate / val | {base['wall'] / val['wall']:.2f}x | "
+            f"{base['cpu'] / val['cpu']:.2f}x | {base['rss'] / val['rss']:.2f}x |"
         )
-    stage_table = _stage_table(timings, cal)
-    print(f"\nmedian of {args.repeats} paired runs (calibrate, then val, in turn)")
-    print("\n".join(table))
-    if stage_table:
-        print("\ncalibrate's own timing line (calibration.json `timings`), median per stage")
-        print("\n".join(stage_table))
-    if args.doc:
-        _write_doc(args, table, stage_table, load_before, load_after)
+    cal_runs = [{"wall": w, "cpu": c} for w, c in zip(run["cal_wall"], run["cal_cpu"], strict=True)]
+    return table, _stage_table(run["timings"], cal_runs)
 
 
 def _same_figures(a: Path, b: Path) -> bool:
@@ -273,34 +465,45 @@ def _stage_table(timings: list[dict | None], cal: list[dict[str, float]]) -> lis
     return lines
 
 
-def _write_doc(
-    args: argparse.Namespace,
-    table: list[str],
-    stage_table: list[str],
-    load_before: tuple[float, ...],
-    load_after: tuple[float, ...],
-) -> None:
+def _write_doc(res: dict, blocks: list[tuple[list[str], list[str]]]) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from doc_table import write_doc_table
 
-    note = (
-        f"Model `{Path(args.model).name}`, data "
-        f"`{Path(args.data).parent.name}/{Path(args.data).name}`, splits "
-        f"{args.splits[0]} + {args.splits[1]}; extra options: {' '.join(args.extra) or 'none'}"
-        + (f"; baseline: calibrate from {args.baseline} in the same turns" if args.baseline else "")
-        + f". Median of {args.repeats} paired runs (calibrate, then val, in turn; fresh processes, "
-        f"OMP_NUM_THREADS={args.omp}); {os.cpu_count()} CPUs, load average {load_before[0]:.1f} "
-        "before and "
-        f"{load_after[0]:.1f} after (a shared machine: wall times are noisy, CPU times less so)."
-    )
-    body = "\n".join(table)
-    if stage_table:
-        body += (
-            "\n\nWhere calibrate's time went (its own timing line, `calibration.json` `timings`; "
-            "the stages "
-            "are exclusive and add up to the recorded total):\n\n" + "\n".join(stage_table)
+    parts = []
+    for run, (table, stage_table) in zip(res["runs"], blocks, strict=True):
+        parts.append(
+            f"**{run['label'].capitalize()}**: model `{Path(run['model']).name}`, data "
+            f"`{Path(run['data']).parent.name}/{Path(run['data']).name}`, splits "
+            f"{' + '.join(run['splits'])} "
+            f"({' + '.join(f'{n:,}' for n in run['images'])} images); extra options: "
+            f"{' '.join(res['extra']) or 'none'}"
+            + (
+                "; baseline: calibrate from another checkout in the same turns"
+                if run["baseline"]
+                else ""
+            )
+            + f". Median of {run['repeats']} paired run{'s' if run['repeats'] > 1 else ''} "
+            "(calibrate, then val, in "
+            f"turn; fresh processes, OMP_NUM_THREADS={run['omp']}); load average "
+            f"{run['load'][0]:.1f} before and "
+            f"{run['load'][1]:.1f} after.\n\n" + "\n".join(table)
         )
-    write_doc_table("bench_calibrate", body, note=note)
+        if stage_table:
+            parts.append(
+                "Where calibrate's time went (its own timing line, `calibration.json` `timings`; "
+                "the "
+                "stages are exclusive and add up to the recorded total):\n\n"
+                + "\n".join(stage_table)
+            )
+    note = (
+        f"On {res['device']} (a shared machine: wall times are noisy, CPU times less so)."
+        if "CPU" in res["device"]
+        else f"On {res['device']}; {res['cpus']} CPUs."
+    )
+    only_large = all(run["label"] != "default" for run in res["runs"])
+    gpu = "CPU" not in res["device"]  # a GPU run's tables beside the CPU's, not over them
+    name = "bench_calibrate" + ("_large" if only_large else "") + ("_gpu" if gpu else "")
+    write_doc_table(name, "\n\n".join(parts), note=note, command=res["command"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Time det_calib.matching.masks.match_masks against pycocotools COCOeval(iouType="segm").evaluate().
+"""Time det_calib.tasks.segment.matching.match_masks against pycocotools COCOeval(iouType="segm").evaluate().
 
-Workload: the shapes demo's test split with its polygon labels (det_calib.demo.shapes_segments),
+Workload: the shapes demo's test split with its polygon labels (det_calib.tasks.segment.demo_labels),
 and per image ``--dets`` synthetic detection masks shaped like a segment model's output at conf
 0.001: about a third are eroded, dilated or shifted copies of the image's ground-truth masks (mostly
 the right class), the rest copies of other objects' masks pasted into the image, with random classes
@@ -25,10 +25,10 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_segments import write_segment_split
-from det_calib.matching.masks import match_masks
+from det_calib.tasks.segment.demo_labels import write_segment_split
+from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks.segment.matching import match_masks
 
 
 def workload(n_images: int, dets_per_image: int, seed: int = 0):

@@ -1,7 +1,7 @@
 """Time OKS and rotated matching on the demo against their references, and check they agree.
 
-On the first N demo test images (seed 0), with the demo's keypoints (det_calib.demo.shapes_pose) and
-rotated boxes (det_calib.demo.shapes_obb) as ground truth, synthetic detections: ``--per-gt`` noisy
+On the first N demo test images (seed 0), with the demo's keypoints (det_calib.tasks.pose.demo_labels) and
+rotated boxes (det_calib.tasks.obb.demo_labels) as ground truth, synthetic detections: ``--per-gt`` noisy
 copies of each ground truth (noise from 2% to 30% of its size) and random false ones. OKS matching
 at 0.5 against ``COCOeval(iouType="keypoints").evaluate()`` (maxDets 100); rotated matching at 0.5
 against Ultralytics' ``OBBValidator._process_batch`` called image by image (its ten thresholds at
@@ -28,17 +28,17 @@ from doc_table import write_doc_table  # noqa: E402
 
 from det_calib.data.ground_truth import load_data_yaml  # noqa: E402
 from det_calib.demo.shapes import CLASS_NAMES  # noqa: E402
-from det_calib.demo.shapes_obb import write_obb_split  # noqa: E402
-from det_calib.demo.shapes_pose import write_pose_split  # noqa: E402
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr  # noqa: E402
-from det_calib.tasks.obb_matching import match_rotated  # noqa: E402
-from det_calib.tasks.pose_labels import (  # noqa: E402
+from det_calib.tasks.obb.demo_labels import write_obb_split  # noqa: E402
+from det_calib.tasks.obb.labels import load_obb_split, split_xywhr  # noqa: E402
+from det_calib.tasks.obb.matching import match_rotated  # noqa: E402
+from det_calib.tasks.pose.demo_labels import write_pose_split  # noqa: E402
+from det_calib.tasks.pose.labels import (  # noqa: E402
     AREA_COLUMN,
     NUM_KEYPOINTS_COLUMN,
     load_pose_split,
     split_keypoints,
 )
-from det_calib.tasks.pose_matching import match_keypoints, oks_sigmas  # noqa: E402
+from det_calib.tasks.pose.matching import match_keypoints, oks_sigmas  # noqa: E402
 
 
 def _yaml(root: Path, extra: str = "") -> Path:

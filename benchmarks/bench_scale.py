@@ -6,14 +6,19 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 (``temperature`` and the default ``auto``):
 
 - the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
-  ``test``, default bootstrap, report written), in a fresh process: wall seconds, the seconds of
-  each stage (the run's ``timings``, :mod:`det_calib.job.clock`), peak RSS, and the box table's in-memory size;
+  ``test``, default bootstrap, report written), in a fresh process: wall and CPU seconds, the
+  seconds of each stage (the run's ``timings``, :mod:`det_calib.job.clock`), peak RSS, split into
+  the fixed part (the interpreter, its imports and the model, measured before any box is read),
+  the box table's in-memory size (and its bytes a box) and the rest;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
-  ``accumulate``, in a fresh process; the ratio printed is the job's seconds over
-  ``evaluate + accumulate``.
+  ``accumulate``, in a fresh process; the ratios printed are the job's seconds over
+  ``evaluate + accumulate``, wall and CPU, side by side (on a shared machine the wall ratio moves
+  with the load; the CPU ratio much less).
 
-Then per size: seconds per image of the job, and the change from 1,600 to 5,000 images.
+Then per size: seconds per image of the job, and per method the change of the peak from the
+smallest to the largest set, with and without the box table (``--reference-max`` leaves
+pycocotools out of the large sets: the job's memory is what those measure).
 
 Run from the repository root (the 5,000-image set takes about 200 MB of disk under ``--work``)::
 
@@ -46,19 +51,20 @@ _model = load_detector(f"{root}/model.pt")
 # the fixed part: the interpreter, its imports and the model loaded, before any box is read
 fixed = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
 del _model
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 run = calibrate(f"{root}/model.pt", f"{root}/data.yaml", out=out, boxes=f"{root}/parts", method=method,
                 head="both", run_val=False, progress=False)
-total = time.perf_counter() - t0
+total, cpu = time.perf_counter() - t0, time.process_time() - c0
 peak = clock.overall_peak()
 print(json.dumps({
     "seconds": total,
+    "cpu": cpu,
     "peak_rss": peak,
     "fixed_rss": fixed,
     "table_bytes": int(run.boxes.estimated_size()),
     "boxes": run.boxes.height,
     "engine": run.result.results["nms"].eval.map_engine,
-    "stages": [{"name": n, "seconds": st.wall, "peak_rss": st.peak_rss or 0}
+    "stages": [{"name": n, "seconds": st.wall, "cpu": st.cpu, "peak_rss": st.peak_rss or 0}
                for n, st in run.result.timings.stages.items()],
 }))
 """
@@ -92,8 +98,10 @@ with contextlib.redirect_stdout(io.StringIO()):
     coco.createIndex()
     t0 = time.perf_counter(); res = coco.loadRes(dets); t["loadRes"] = time.perf_counter() - t0
     ev = COCOeval(coco, res, "bbox"); ev.params.maxDets = [300]
-    t0 = time.perf_counter(); ev.evaluate(); t["evaluate"] = time.perf_counter() - t0
-    t0 = time.perf_counter(); ev.accumulate(); t["accumulate"] = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time(); ev.evaluate()
+    t["evaluate"], t["evaluate_cpu"] = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time(); ev.accumulate()
+    t["accumulate"], t["accumulate_cpu"] = time.perf_counter() - t0, time.process_time() - c0
 p = ev.eval["precision"][:, :, :, 0, 0]
 t["map50_95"] = float(p[p > -1].mean())
 t["boxes"] = len(dets)
@@ -127,51 +135,91 @@ def _set(work: Path, n: int) -> Path:
     return root
 
 
-def _print_job(n: int, method: str, job: dict, ref: dict) -> None:
-    ea = ref["evaluate"] + ref["accumulate"]
+def _ref_seconds(ref: dict | None) -> tuple[float, float] | None:
+    """pycocotools' ``evaluate + accumulate``: (wall, CPU) seconds; None where it was not run."""
+    if ref is None:
+        return None
+    return (
+        ref["evaluate"] + ref["accumulate"],
+        ref.get("evaluate_cpu", ref["evaluate"]) + ref.get("accumulate_cpu", ref["accumulate"]),
+    )
+
+
+def _print_job(n: int, method: str, job: dict, ref: dict | None) -> None:
+    per_box = job["table_bytes"] / max(job["boxes"], 1)
+    rest = job["peak_rss"] - job["fixed_rss"] - job["table_bytes"]
     print(
-        f"\n{n} images per split, --method {method}: {job['seconds']:.1f} s, peak RSS "
-        f"{_gib(job['peak_rss'])} "
-        f"(box table {_gib(job['table_bytes'])}, {job['boxes']:,} boxes; fixed part "
-        f"{_gib(job['fixed_rss'])}; "
-        f"2 x table + fixed = {_gib(2 * job['table_bytes'] + job['fixed_rss'])}); mAP engine "
-        f"{job['engine']}"
+        f"\n{n:,} images per split, --method {method}: {job['seconds']:.1f} s wall, "
+        f"{job['cpu']:.1f} s CPU; "
+        f"mAP engine {job['engine']}"
+    )
+    print(
+        f"  peak RSS {_gib(job['peak_rss'])} = fixed part {_gib(job['fixed_rss'])} (interpreter, "
+        "imports, model) "
+        f"+ box table {_gib(job['table_bytes'])} ({job['boxes']:,} boxes, {per_box:.0f} bytes a "
+        "box) "
+        f"+ the rest {_gib(rest)} (the stages' working arrays, the allocators' free pages)"
     )
     for st in job["stages"]:
-        print(f"  {st['name']:<48} {st['seconds']:8.1f} s  peak {_gib(st['peak_rss'])}")
+        print(
+            f"  {st['name']:<48} {st['seconds']:8.1f} s  CPU {st.get('cpu', 0.0):8.1f} s  "
+            f"peak {_gib(st['peak_rss'])}"
+        )
+    sec = _ref_seconds(ref)
+    if sec is None:
+        print("  pycocotools: not run at this size (--reference-max)", flush=True)
+        return
     print(
         f"  pycocotools, nms head, test split ({ref['boxes']:,} boxes): loadRes "
         f"{ref['loadRes']:.1f} s, "
-        f"evaluate {ref['evaluate']:.1f} s, accumulate {ref['accumulate']:.1f} s, peak "
-        f"{_gib(ref['peak_rss'])}"
+        f"evaluate {ref['evaluate']:.1f} s, accumulate {ref['accumulate']:.1f} s "
+        f"(CPU {sec[1]:.1f} s), peak {_gib(ref['peak_rss'])}"
     )
     print(
-        f"  job / (evaluate + accumulate) = {job['seconds']:.1f} / {ea:.1f} = "
-        f"{job['seconds'] / ea:.2f}x",
+        f"  job / (evaluate + accumulate): wall {job['seconds']:.1f} / {sec[0]:.1f} = "
+        f"{job['seconds'] / sec[0]:.2f}x, "
+        f"CPU {job['cpu']:.1f} / {sec[1]:.1f} = {job['cpu'] / sec[1]:.2f}x",
         flush=True,
     )
 
 
 ISSUE_COLUMNS = {
     "fit and choice (CV with auto)": ("fit and choice",),
-    "figures (mAP check, intervals, per class)": ("figures",),
+    "figures (mAP check, intervals, per class, by size)": ("figures",),
+    "outputs and report": ("outputs", "report"),
 }
-"""The columns of issue 26's table, from the run's stages (a step's own parts are not timed: the figures
-stage holds the mAP check, the bootstrap intervals and the per-class figures)."""
+"""Columns from the run's stages (a step's own parts are not timed: the figures stage holds the mAP
+check, the bootstrap intervals, the per-class and by-size figures)."""
 
 
-def _issue_row(n: int, method: str, job: dict, ref: dict) -> str:
+def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
     secs = {st["name"]: st["seconds"] for st in job["stages"]}
     cells = [
         f"{sum(secs.get(s, 0.0) for s in parts):.0f} s" if any(s in secs for s in parts) else "–"
         for parts in ISSUE_COLUMNS.values()
     ]
-    ratio = job["seconds"] / (ref["evaluate"] + ref["accumulate"])
-    return (
-        f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s | "
-        + " | ".join(cells)
-        + f" | {job['peak_rss'] / 2**30:.2f} GiB | {ratio:.2f}x |"
+    sec = _ref_seconds(ref)
+    ratios = (
+        "– | –"
+        if sec is None
+        else f"{sec[0]:.0f} s / {sec[1]:.0f} s | {job['seconds'] / sec[0]:.2f}x / {job['cpu'] / sec[1]:.2f}x"
     )
+    return (
+        f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
+        + " | ".join(cells)
+        + f" | {job['peak_rss'] / 2**30:.2f} GiB | {job['fixed_rss'] / 2**30:.2f} GiB | "
+        + f"{job['table_bytes'] / 2**30:.2f} GiB "
+        f"({job['table_bytes'] / max(job['boxes'], 1):.0f} B a box) | " + ratios + " |"
+    )
+
+
+HEADER = (
+    "| images per split | job, wall / CPU | "
+    + " | ".join(ISSUE_COLUMNS)
+    + " | peak RSS | of it fixed (imports, model) | box table | pycocotools, wall / CPU | job / "
+    "pycocotools, "
+    "wall / CPU |"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,18 +239,30 @@ def main(argv: list[str] | None = None) -> int:
         "is honest only when both ran under the same load)",
     )
     ap.add_argument(
+        "--reference-max",
+        type=int,
+        default=None,
+        help="run pycocotools only on sets of at most this many images per split (a 50,000-image "
+        "evaluation takes the better part of an hour); the job's memory is measured at every size",
+    )
+    ap.add_argument(
         "--doc", action="store_true", help="also write the table to docs/generated/bench_scale.md"
     )
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_scale_"))
     work.mkdir(parents=True, exist_ok=True)
-    print(f"bench_scale: sets under {work}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    load0 = os.getloadavg()[0]
+    print(f"bench_scale: sets under {work}; load average {load0:.1f}", flush=True)
     per_image: dict[str, dict[int, float]] = {m: {} for m in args.method}
+    peaks: dict[str, dict[int, dict]] = {m: {} for m in args.method}
     rows: list[str] = []
     for n in args.images:
         root = _set(work, n)
         cached = root / "pycocotools_reference.json"
-        if args.reuse_reference and cached.is_file():
+        ref = None
+        if args.reference_max is not None and n > args.reference_max:
+            pass
+        elif args.reuse_reference and cached.is_file():
             ref = json.loads(cached.read_text())
             print(f"  pycocotools' seconds from {cached} (an earlier run)", flush=True)
         else:
@@ -213,28 +273,68 @@ def main(argv: list[str] | None = None) -> int:
                 job = _python(JOB, str(root), method, str(Path(out) / "run"))
             _print_job(n, method, job, ref)
             per_image[method][n] = job["seconds"] / n
+            peaks[method][n] = job
             rows.append(_issue_row(n, method, job, ref))
-    header = (
-        "| images per split | total | "
-        + " | ".join(ISSUE_COLUMNS)
-        + " | peak RSS | job / pycocotools |"
-    )
-    table = "\n".join([header, "|---" * (len(ISSUE_COLUMNS) + 4) + "|", *rows])
+    table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 7) + "|", *rows])
     print("\n" + table)
+    lines = _memory_lines(peaks)
+    for line in lines:
+        print(line)
     if args.doc:
         from doc_table import write_doc_table
 
+        note = (
+            f"Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 CPU "
+            "cores shared "
+            "with other work: the wall ratio moves with the load, as the job and pycocotools ran "
+            "at different "
+            "times; the CPU ratio much less)."
+        )
         write_doc_table(
-            "bench_scale", table, note=f"Load average {os.getloadavg()[0]:.1f} at the end."
+            "bench_scale",
+            table + ("\n\n" + "\n".join(f"- {x.strip()}" for x in lines) if lines else ""),
+            note=note,
+            command="python3 benchmarks/bench_scale.py "
+            + " ".join(_without_work(argv if argv is not None else sys.argv[1:])),
         )
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())
-        change = (
-            f"; 1,600 -> 5,000: {d[5000] / d[1600] - 1:+.1%}" if 1600 in d and 5000 in d else ""
-        )
-        print(f"  --method {method}: {cells}{change}")
+        print(f"  --method {method}: {cells}")
     return 0
+
+
+def _without_work(args: list[str]) -> list[str]:
+    """The command's arguments less ``--work DIR`` (a scratch folder), so the recorded line reruns anywhere."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--work":
+            skip = True
+        elif not a.startswith("--work="):
+            out.append(a)
+    return out
+
+
+def _memory_lines(peaks: dict[str, dict[int, dict]]) -> list[str]:
+    """Per method, the change of the peak between the smallest and the largest set, and of the peak
+    less the box table (what does not have to grow with the images)."""
+    out = []
+    for method, d in peaks.items():
+        if len(d) < 2:
+            continue
+        lo, hi = d[min(d)], d[max(d)]
+        grow = hi["peak_rss"] / lo["peak_rss"] - 1
+        beside = [j["peak_rss"] - j["table_bytes"] for j in (lo, hi)]
+        out.append(
+            f"  --method {method}, {min(d):,} -> {max(d):,} images: peak {_gib(lo['peak_rss'])} -> "
+            f"{_gib(hi['peak_rss'])} ({grow:+.0%}); box table {_gib(lo['table_bytes'])} -> "
+            f"{_gib(hi['table_bytes'])}; peak less the table {_gib(beside[0])} -> "
+            f"{_gib(beside[1])} "
+            f"({beside[1] / beside[0] - 1:+.0%})"
+        )
+    return out
 
 
 if __name__ == "__main__":

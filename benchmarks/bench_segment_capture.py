@@ -4,7 +4,7 @@
 
 On box labels no figure reads a box's mask, so the capture rasterises none (``CaptureOptions.masks`` False:
 ``segm`` null, the boxes decided by predict's own empty-mask filter at prototype resolution,
-:func:`det_calib.capture.mask_rebuild.filled_boxes`). This benchmark times, on the first ``--images`` test
+:func:`det_calib.tasks.segment.capture_masks.filled_boxes`). This benchmark times, on the first ``--images`` test
 images of the shapes demo (box labels) and the demo segment model:
 
 - ``predict``: ``YOLO.predict`` one image at a time (``batch=1``, conf 0.001, ``retina_masks=False``, its
@@ -63,7 +63,7 @@ def _runners(model: str, images: list[str]) -> dict:
 
 
 def main() -> None:
-    from det_calib.demo import demo_segment_model
+    from det_calib.demo import demo_task_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="segment model (default: the demo segment model)")
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--doc", metavar="NAME", help="also write the table to docs/generated/NAME.md")
     args = ap.parse_args()
-    model = str(args.model or demo_segment_model())
+    model = str(args.model or demo_task_model("segment"))
     images = _images(args.images)
     run = _runners(model, images)
     boxes = {

@@ -9,8 +9,9 @@ paths (see docs/gpu.md for the last run's figures). On the embedded demo detecto
    confs and classes compared exactly, and the largest differences printed; the same for the demo segment
    model on 40 images (masks of ``predict(retina_masks=True)`` too); and how far ``--batch 16`` moves the
    logits from the exact batch-1 capture on the device.
-2. **The default run on the GPU**: ``det-calib calibrate --device D`` (both heads, the verification in the
-   run's own process, as on every GPU run), its summary beside the CPU run's figures.
+2. **The default run on the GPU**: ``det-calib calibrate --device D`` (both heads, 16 images per capture
+   forward pass, the default on CUDA; the verification in a spawned child beside the run), its summary
+   beside the CPU run's figures.
 3. **The calibrated checkpoint on the GPU**: the run's ``calibrated.pt`` through plain Ultralytics
    ``predict`` on the device (det_calib not involved), its kept set at 0.25 against the run's own
    ``calibrated`` column, box by box.
@@ -84,7 +85,13 @@ def capture_equals_predict(images, device) -> dict:
     from det_calib.capture.predictor import capture
 
     df = capture(
-        YOLO(str(MODEL)), images, heads=("nms", "e2e"), imgsz=320, device=device, progress=False
+        YOLO(str(MODEL)),
+        images,
+        heads=("nms", "e2e"),
+        imgsz=320,
+        batch=1,
+        device=device,
+        progress=False,
     )
     out = {"images": len(images), "device_name": _device_name(device)}
     for head in ("nms", "e2e"):
@@ -125,7 +132,13 @@ def segment_capture_equals_predict(images, device) -> dict:
     from det_calib.capture.predictor import capture
 
     df = capture(
-        YOLO(str(SEG_MODEL)), images, heads=("nms", "e2e"), imgsz=320, device=device, progress=False
+        YOLO(str(SEG_MODEL)),
+        images,
+        heads=("nms", "e2e"),
+        imgsz=320,
+        batch=1,
+        device=device,
+        progress=False,
     )
     out = {"images": len(images)}
     for head in ("nms", "e2e"):
@@ -177,7 +190,13 @@ def task_capture_equals_predict(images, device) -> dict:
     out = {"images": len(images)}
     for task, model in TASK_MODELS.items():
         df = capture(
-            YOLO(str(model)), images, heads=("nms", "e2e"), imgsz=320, device=device, progress=False
+            YOLO(str(model)),
+            images,
+            heads=("nms", "e2e"),
+            imgsz=320,
+            batch=1,
+            device=device,
+            progress=False,
         )
         for head in ("nms", "e2e"):
             yolo = YOLO(str(model))
@@ -224,7 +243,7 @@ def batched_capture(images, device) -> dict:
 
     from det_calib.capture.predictor import Capturer
 
-    one = Capturer(str(MODEL), heads=("nms",), imgsz=320, device=str(device))(
+    one = Capturer(str(MODEL), heads=("nms",), imgsz=320, batch=1, device=str(device))(
         images, progress=False
     )
     many = Capturer(str(MODEL), heads=("nms",), imgsz=320, batch=16, device=str(device))(

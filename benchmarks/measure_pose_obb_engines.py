@@ -59,8 +59,8 @@ def _spline():
 def _export(task: str, kw: dict, folder: Path, fraction: float) -> Path:
     from ultralytics import YOLO
 
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
     folder.mkdir(parents=True, exist_ok=True)
     pt = folder / f"{task}.pt"

@@ -1,4 +1,5 @@
-"""Measure the shapes demo's keypoint and rotated-box labels (det_calib.demo.shapes_pose / shapes_obb).
+"""Measure the shapes demo's keypoint and rotated-box labels (det_calib.tasks.pose.demo_labels /
+det_calib.tasks.obb.demo_labels).
 
 For each image of the demo's calib and test splits (seed 0), rendered once: the keypoints of every
 labelled object (visibility counts, the box text against the detection labels) and its rotated box
@@ -23,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_table import write_doc_table  # noqa: E402
 
 from det_calib.demo.shapes import SPLIT_SIZES, render_with_owners  # noqa: E402
-from det_calib.demo.shapes_obb import min_area_rect, obb_lines, rendered_rects  # noqa: E402
-from det_calib.demo.shapes_pose import pose_lines, rendered_keypoints  # noqa: E402
-from det_calib.tasks.obb_labels import corners_to_xywhr  # noqa: E402
-from det_calib.tasks.obb_matching import pair_probiou  # noqa: E402
+from det_calib.tasks.obb.demo_labels import min_area_rect, obb_lines, rendered_rects  # noqa: E402
+from det_calib.tasks.obb.labels import corners_to_xywhr  # noqa: E402
+from det_calib.tasks.obb.matching import pair_probiou  # noqa: E402
+from det_calib.tasks.pose.demo_labels import pose_lines, rendered_keypoints  # noqa: E402
 
 
 def _area(q: np.ndarray) -> float:

@@ -79,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="images per split (default: all)")
     ap.add_argument("--doc", action="store_true", help="write docs/generated/pose_obb_map.md")
     args = ap.parse_args(argv)
-    from det_calib.demo import demo_obb_model, demo_pose_model
+    from det_calib.demo import demo_task_model
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="det_calib_pose_obb_map_") as tmp:
-        for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model())):
+        for task, model in (("pose", demo_task_model("pose")), ("obb", demo_task_model("obb"))):
             rows += _rows(task, _run(model, Path(tmp) / task, args.limit))
     table = "\n".join(
         [

@@ -1,7 +1,7 @@
 """Measure the shapes demo's polygon labels against the visible regions they describe.
 
 For each image of the demo's calib and test splits (seed 0): every labelled object's visible region
-(its pixels in the generator's owner map) and its polygon (det_calib.demo.shapes_segments); the
+(its pixels in the generator's owner map) and its polygon (det_calib.tasks.segment.demo_labels); the
 polygon rasterised by pycocotools (as COCO's ``segm`` evaluation rasterises ground truth) is
 compared with the region, and the polygon's tight box with the detect label box. With ``--doc``
 writes docs/generated/segment_demo_labels.md.
@@ -21,7 +21,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from det_calib.demo.shapes import SPLIT_SIZES, render_with_owners
-from det_calib.demo.shapes_segments import EPSILON, region_polygon, segment_lines
+from det_calib.tasks.segment.demo_labels import EPSILON, region_polygon, segment_lines
 
 
 def measure(split: str, n: int) -> dict:

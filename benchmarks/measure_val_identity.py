@@ -32,9 +32,9 @@ FIGURES = (("map50_95", "box"), ("mask_map50_95", "mask"), ("pose_map50_95", "ke
 
 def _data(task: str) -> Path:
     from det_calib.demo import demo_data_yaml
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
     return {
         "detect": demo_data_yaml,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import logging
 import os
 import re
@@ -39,6 +38,8 @@ from det_calib.job.settings import SETTINGS_FIELDS, Settings
 from det_calib.pipeline.calibrate_job import calibrate
 from det_calib.pipeline.summary import summary_text
 from det_calib.record.run_result import package_version, read_calibrators
+from det_calib.tasks import TASKS
+from det_calib.tasks.contract import RUN_PARTS
 from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
 from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
 from det_calib.thresholds.risk_control import RiskTargets
@@ -293,8 +294,8 @@ def _capture_parser(sub: Any) -> None:
         "--batch",
         type=int,
         default=default["batch"],
-        help=f"images per forward pass, same letterbox shape only (default {default['batch']}: exactly "
-        "single-image predict)",
+        help="images per forward pass, same letterbox shape only (default: 16 on a CUDA device, not "
+        "bit-exact; 1 elsewhere: exactly single-image predict)",
     )
     k.add_argument("--device", help="torch device, e.g. cpu, 0 (default: Ultralytics' choice)")
     k.add_argument(
@@ -505,7 +506,11 @@ def _check_parser(sub: Any) -> None:
     c.add_argument(
         "--n-perm", type=int, default=999, help="permutations of the label-free tests (999)"
     )
-    c.add_argument("--batch", type=int, default=1, help="images per capture forward pass (1)")
+    c.add_argument(
+        "--batch",
+        type=int,
+        help="images per capture forward pass (default: 16 on a CUDA device, 1 elsewhere)",
+    )
     c.add_argument("--device", help="torch device, e.g. cpu, 0")
     c.add_argument(
         "--no-report", dest="report", action="store_false", help="skip check.html/check.md"
@@ -515,11 +520,21 @@ def _check_parser(sub: Any) -> None:
     )
 
 
+def _own_run(command: str, args: argparse.Namespace) -> int | None:
+    """The exit code of a task's own run of ``command`` where a registered task claims these arguments (a
+    per-image task's: ``TaskRun``, its folder's part ``RUN_PARTS[command]``); None: the box pipeline runs it."""
+
+    for task in TASKS.values():
+        own = task.part(RUN_PARTS[command])
+        claim = own.RUN.claims(args) if own is not None else None
+        if claim is not None:
+            return own.RUN.run(args, claim)
+    return None
+
+
 def _check(args: argparse.Namespace) -> int:
-    if (classify := importlib.import_module("det_calib.check.classify_check")).is_classify_run(
-        args.run_dir
-    ):
-        return classify.run_check_cli(args, classify.is_classify_run(args.run_dir))
+    if (code := _own_run("check", args)) is not None:
+        return code
 
     result, out = check_run(
         args.run_dir,
@@ -577,11 +592,8 @@ def _version() -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    if (
-        folder := importlib.import_module("det_calib.demo").classify_data_for(args.model, args.data)
-    ) is not None:
-        args.data = folder  # a folder of class folders: a classify model's data
-        return importlib.import_module("det_calib.pipeline.classify_run").run_classify_cli(args)
+    if (code := _own_run("calibrate", args)) is not None:
+        return code
 
     run = calibrate(
         args.model, args.data, out=args.out, settings=_settings_from_args(args, Settings)
@@ -669,6 +681,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    if (code := _own_run("compare", args)) is not None:
+        return code
     from det_calib.report import compare_runs
 
     files = compare_runs(*args.runs, out_dir=args.out, labels=args.labels)
@@ -682,6 +696,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _thresholds(args: argparse.Namespace) -> int:
 
+    if (code := _own_run("thresholds", args)) is not None:
+        return code
     s = _settings_from_args(args, Settings)
     s.validate()
     risks = args.target_recall is not None or args.max_fp_per_image is not None

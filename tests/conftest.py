@@ -82,9 +82,9 @@ def small_demo(tmp_path_factory) -> dict[str, Path]:
     demo (hundreds of images a split) into the machine's cache."""
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
     cache = tmp_path_factory.getbasetemp() / "small_demo_cache"
     with pytest.MonkeyPatch.context() as mp:
@@ -200,7 +200,7 @@ def demo_task_runs(tmp_path_factory) -> dict:
     bootstrap draws, Ultralytics val and the report (``det_calib.calibrate``'s return value; its
     folder is ``.out_dir``). Tests read the folders; a test that writes into one copies it first."""
     import det_calib
-    from det_calib.demo import demo_obb_model, demo_pose_model
+    from det_calib.demo import demo_task_model
 
     root = tmp_path_factory.mktemp("demo_task_runs")
     return {
@@ -213,7 +213,7 @@ def demo_task_runs(tmp_path_factory) -> dict:
             n_boot=20,
             progress=False,
         )
-        for task, model in (("pose", demo_pose_model()), ("obb", demo_obb_model()))
+        for task, model in (("pose", demo_task_model("pose")), ("obb", demo_task_model("obb")))
     }
 
 

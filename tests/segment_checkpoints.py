@@ -121,3 +121,32 @@ def predict_table(
             "segm": pl.Series(rows["segm"], dtype=pl.Binary),
         }
     ).with_columns(pl.col("image_id").cast(pl.Int64), pl.col("cls").cast(pl.Int32))
+
+
+SEG_EXPORTS = {
+    "onnx": {"format": "onnx"},
+    "onnx_e2e": {"format": "onnx", "nms": False},
+    "openvino": {"format": "openvino"},
+    "openvino_e2e": {"format": "openvino", "nms": False},
+}
+"""Exports of the session's demo segment checkpoint (conftest's ``demo_seg_checkpoint``), at 320."""
+
+
+def seg_export(tmp_path_factory, checkpoint: Path, name: str) -> Path:
+    """``checkpoint`` (the session's ``demo_seg_checkpoint``) exported by Ultralytics as ``name`` (a key of
+    :data:`SEG_EXPORTS`), made once per test session beside its own copy of the checkpoint and shared by
+    the modules that ask for it. A test that writes beside an export copies it first."""
+    import shutil
+
+    from ultralytics import YOLO
+
+    sub = tmp_path_factory.getbasetemp() / "seg_exports" / name
+    done = sub / "export.txt"
+    if done.is_file():
+        return Path(done.read_text())
+    shutil.rmtree(sub, ignore_errors=True)
+    sub.mkdir(parents=True)
+    shutil.copy(checkpoint, sub / "seg.pt")
+    made = Path(YOLO(str(sub / "seg.pt")).export(imgsz=320, verbose=False, **SEG_EXPORTS[name]))
+    done.write_text(str(made))
+    return made

@@ -7,14 +7,14 @@ Usage (from the repository root; about 70 minutes per model on one CPU core):
     python3 datasets/shapes/train_task.py --task obb       # writes det_calib/demo/assets/yolo26n_shapes_obb.pt
 
 The data are the detection demo's images with the task's labels of each object's visible region
-(``det_calib.demo.shapes_segments``, ``shapes_pose``, ``shapes_obb``: dataset seed 0, the train
-split written on first use). The model is YOLO26n of the task built from its yaml
-(``yolo26n-seg.yaml``, ``yolo26n-pose.yaml``, ``yolo26n-obb.yaml``); every tensor it shares with
-the demo detector (backbone, neck, box and class branches of both heads) starts from
-``yolo26n_shapes.pt``, which was trained on the same train split, so only the task's own branch
-(mask coefficients and prototypes, keypoints, angle) starts from random weights. That is how task
-models are usually made (from a detector's weights), and it takes under a third of the
-detector's epochs here.
+(``det_calib.tasks.segment.demo_labels``, ``det_calib.tasks.pose.demo_labels``,
+``det_calib.tasks.obb.demo_labels``: dataset seed 0, the train split written on first use). The model is
+YOLO26n of the task built from its yaml (``yolo26n-seg.yaml``, ``yolo26n-pose.yaml``,
+``yolo26n-obb.yaml``); every tensor it shares with the demo detector (backbone, neck, box and class
+branches of both heads) starts from ``yolo26n_shapes.pt``, which was trained on the same train split, so
+only the task's own branch (mask coefficients and prototypes, keypoints, angle) starts from random
+weights. That is how task models are usually made (from a detector's weights), and it takes under a
+third of the detector's epochs here.
 
 The weights kept are Ultralytics' ``best.pt`` (best fitness on the yaml's ``val`` split, which is
 ``calib``); ``test`` is never looked at. Training is not part of CI; the weights are committed
@@ -37,14 +37,14 @@ SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
 def task_data_yaml(task: str) -> Path:
     """The demo's data.yaml with the task's labels, train split included."""
     if task == "segment":
-        from det_calib.demo.shapes_segments import demo_segment_data_yaml
+        from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
         return demo_segment_data_yaml(with_train=True)
     if task == "pose":
-        from det_calib.demo.shapes_pose import demo_pose_data_yaml
+        from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
         return demo_pose_data_yaml(with_train=True)
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 
     return demo_obb_data_yaml(with_train=True)
 

@@ -29,13 +29,14 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from det_calib.codec import Record
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import Split, coco_image_ids
 from det_calib.errors import InputError
@@ -62,7 +63,7 @@ _RAW = {
 
 
 @dataclass
-class DetectionsRead:
+class DetectionsRead(Record):
     """What :func:`read_detections` read and placed (recorded in ``boxes.parquet``'s metadata; the
     summary's lines)."""
 
@@ -85,9 +86,6 @@ class DetectionsRead:
     """What the scores are written with (``5 decimals``, ``6 significant digits``, ``full precision``)."""
     tied: float
     """Share of the placed boxes whose score another box of the same class shares."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @property
     def high_floor(self) -> float | None:

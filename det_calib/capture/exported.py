@@ -44,18 +44,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.family_registry import family_of, family_with_head
 from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
-from det_calib.capture.mask_rebuild import kept_mask_rles
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.predictor import (
     NMS_TIME_LIMIT,
     Capturer,
     ImageBoxes,
     check_task,
+    kept_logits,
+    model_capturer,
     nms_max_time_img,
 )
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
+from det_calib.tasks.segment.capture_masks import kept_mask_rles
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.predictor import ImageBoxes
@@ -276,6 +279,11 @@ def _info_from_metadata(
     nms_arg = args.get("nms")
     end2end = bool(_literal(meta.get("end2end", False))) or bool(nms_arg)
     head = "e2e" if end2end and nms_arg is not True else "nms"
+    family = family_of(str(meta.get("head", "")))
+    if (
+        family is not None
+    ):  # a model family's export (RT-DETR): its head, rows of (box, score, class) already
+        head, end2end = family.heads[0], True
     names = _literal(meta.get("names")) or {}
     imgsz = _literal(meta.get("imgsz")) or [640, 640]
     imgsz = (int(imgsz), int(imgsz)) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[-1]))
@@ -517,7 +525,11 @@ class ExportCapturer:
         ):  # before Ultralytics' load, which ignores NCNN's return codes
             _check_ncnn_loads(self.info.model_file)
         try:
-            self.predictor = _predictor_class(self.task)(overrides=overrides)
+            family = family_with_head(
+                self.info.head
+            )  # a model family's export runs its own stock predictor
+            predictor = _predictor_class(self.task) if family is None else family.predictor_class()
+            self.predictor = predictor(overrides=overrides)
             self.predictor.setup_model(str(self.info.path))
         except Exception as e:  # a damaged file, a runtime that cannot load it
             raise InputError(
@@ -587,9 +599,8 @@ class ExportCapturer:
         b = self.hooks.result_boxes(res)
         conf = b.conf.cpu().numpy().astype(np.float32)
         cls = b.cls.cpu().numpy().astype(np.int32)
-        filled, segm = (
-            self.predictor.masks[0] if self.predictor.masks else (None, None)
-        )  # a segment model's
+        masks = getattr(self.predictor, "masks", None)
+        filled, segm = masks[0] if masks else (None, None)  # a segment model's
         lg = None
         if self.all_logits:
             preds, keep = self.predictor.captured
@@ -597,7 +608,7 @@ class ExportCapturer:
             if filled is not None:  # the boxes the empty-mask filter kept
                 k = k[torch.from_numpy(filled).to(k.device)]
             probs = preds[0, 4 : 4 + self.nc][:, k].T.float().cpu().numpy()
-            lg = logit_of_prob(probs).astype(np.float32)
+            lg = kept_logits(self, logit_of_prob(probs).astype(np.float32))
         return ImageBoxes(
             b.xyxy.cpu().numpy().astype(np.float64),
             conf,
@@ -654,11 +665,12 @@ def _check_ncnn_loads(param: Path) -> None:
 
 def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: Any):
     """:class:`ExportCapturer` for an export (path or :class:`ExportedDetector`), else
-    :class:`det_calib.capture.predictor.Capturer`, with the same options."""
+    :class:`det_calib.capture.predictor.Capturer` (a registered model family's capturer for its models:
+    :mod:`det_calib.capture.family_registry`), with the same options."""
     if isinstance(model, ExportedDetector) or is_export(model):
         return ExportCapturer(model, options, **kw)
 
-    return Capturer(model, options, **kw)
+    return model_capturer(model, options, **kw)
 
 
 def score_step(conf: Any) -> float | None:

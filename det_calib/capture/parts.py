@@ -363,7 +363,7 @@ def capture_to_parts(
             ``i`` of ``n`` (:func:`_shard_of`); None: the whole split.
         options: A :class:`~det_calib.capture.options.CaptureOptions` (heads, conf floor, NMS IoU,
             ``max_det``, ``imgsz``, ``batch``, device); with neither ``head`` nor ``heads`` given,
-            every head the model has (``heads="auto"``). With ``batch=1`` (default) the parts do
+            every head the model has (``heads="auto"``). With batch 1 (the default on a CPU) the parts do
             not depend on how the split was sharded.
         **option_kw: Options by name instead (or on top of ``options``): ``heads``, ``conf``, ``iou``,
             ``max_det``, ``imgsz``, ``batch``, ``device``, as :func:`det_calib.capture.predictor.capture`.

@@ -1,3 +1,5 @@
+# Long file: the one bit-exact capture of every YOLO detect head through Ultralytics' own steps (letterbox,
+# forward, NMS, both heads, payloads, the logit store); splitting it would spread one exact path over modules.
 """Capture raw per-box class logits exactly as Ultralytics' ``predict`` sees the boxes.
 
 The only module (with :mod:`det_calib.deploy.fold` and :mod:`det_calib.evaluation.map_check`) that imports
@@ -39,6 +41,7 @@ import polars as pl
 if TYPE_CHECKING:
     import torch
 
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.image_source import (
     LockedBar,
     auto_workers,
@@ -46,11 +49,11 @@ from det_calib.capture.image_source import (
     progress_bar,
     read_ahead,
 )
-from det_calib.capture.mask_rebuild import filled_boxes, kept_mask_rles
-from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, Head, capture_schema
+from det_calib.capture.options import CaptureOptions, resolve_batch
+from det_calib.data.box_table import HEAD_LABEL, HEADS, LOGITS_ROW, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
+from det_calib.tasks.segment.capture_masks import filled_boxes, kept_mask_rles
 from det_calib.validation import check_choice
 
 _log = logging.getLogger(__name__)
@@ -69,13 +72,24 @@ class ImageBoxes(NamedTuple):
     conf: np.ndarray  # (n,) float32
     cls: np.ndarray  # (n,) int32
     logit: np.ndarray  # (n,) logit of cls
-    logits: np.ndarray | None  # (n, nc) every class's logit (``all_logits``), else None
+    logits: (
+        np.ndarray | None
+    )  # (n, nc) every class's logit (``all_logits``; (n,) their rows in a store), else None
     segm: list[bytes | None] | None = (
         None  # each box's mask as RLE counts (segment models; None without masks)
     )
     extra: np.ndarray | None = (
         None  # (n, K, ndim) keypoints (pose) or (n, 5) xywhr (OBB), else None
     )
+
+
+def kept_logits(cap: Any, lg: np.ndarray) -> np.ndarray | None:
+    """An image's ``(n, nc)`` class logits as a capturer ``cap`` keeps them: None without ``all_logits``; with
+    a :class:`~det_calib.thresholds.class_sets.LogitStore` (``cap.logit_store``) their ``(n,)`` rows there."""
+    if not cap.all_logits:
+        return None
+    store = getattr(cap, "logit_store", None)
+    return lg if store is None else store.append(lg)
 
 
 def nms_max_time_img(time_limit: float, batch: int) -> float:
@@ -127,8 +141,9 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
         raise InputError(
             f"the model's last layer is {type(_detect_head(yolo)).__name__}, not a YOLO Detect "
             "head with a "
-            "classification branch (cv3): det_calib supports the YOLO detect heads (YOLOv5u, v8 to "
-            "12, 26)"
+            "classification branch (cv3) nor a registered model family's head: det_calib supports "
+            "the YOLO detect "
+            "heads (YOLOv5u, v8 to 12, 26) and RT-DETR"
         )
     return yolo
 
@@ -151,7 +166,11 @@ def _detect_head(yolo) -> torch.nn.Module:
 
 
 def available_heads(yolo) -> list[str]:
-    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other heads."""
+    """Head modes the model has: ``["nms", "e2e"]`` for YOLO26/YOLOv10, ``["nms"]`` for the other YOLO heads, a
+    registered family's heads for its models (``["detr"]`` for an RT-DETR: :mod:`det_calib.capture.family_registry`)."""
+    family = family_of(yolo)
+    if family is not None:
+        return list(family.heads)
     head = _detect_head(yolo)
     heads: list[str] = []
     if getattr(head, "cv3", None) is not None:
@@ -169,7 +188,11 @@ def default_imgsz(yolo) -> int:
     return int(v if isinstance(v, (int, float)) else max(v))
 
 
-def _resolve_heads(
+_HEAD_WORDS = {"nms": "one-to-many", "e2e": "one-to-one (NMS-free)"}
+"""How a missing YOLO head mode is named in :func:`resolve_heads`' message (another head: its report label)."""
+
+
+def resolve_heads(
     yolo, *, head: str | None = None, heads: Sequence[str] | str | None = None
 ) -> tuple[str, ...]:
     """The head modes to capture, checked against the model.
@@ -178,7 +201,8 @@ def _resolve_heads(
         yolo: Loaded detector.
         head: One head mode (the single-head form).
         heads: Several head modes, or ``"auto"`` for every head the model has. At most one of
-            ``head`` and ``heads`` may be given; with neither, ``("nms",)``.
+            ``head`` and ``heads`` may be given; with neither, the model's first head (``nms`` for a YOLO
+            detect head).
 
     Returns:
         Head modes in the order ``nms``, ``e2e``.
@@ -194,13 +218,13 @@ def _resolve_heads(
     elif heads is not None:
         want = [heads] if isinstance(heads, str) else list(heads)
     else:
-        want = [head or "nms"]
+        want = [head or (have[0] if have else "nms")]
     name = "heads" if heads is not None else "head"
     for h in want:
         check_choice(h, HEADS, name)
         if h not in have:
             raise InputError(
-                f"the model has no {'one-to-one (NMS-free)' if h == 'e2e' else 'one-to-many'} head "
+                f"the model has no {_HEAD_WORDS.get(h, HEAD_LABEL[h])} head "
                 f"for `head` {h}; it has: {', '.join(have)}"
             )
     if not want:
@@ -246,11 +270,13 @@ class Capturer:
     letterbox: the long side to ``imgsz``, the short side padded to the stride), the network
     runs once per batch, and each requested head is decoded from the same neck features: the
     one-to-many branch through Ultralytics' NMS (``predict(nms=None)``) and the one-to-one branch
-    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default) the boxes, confs
-    and logits are bit-identical to ``model.predict`` run on one image at a time. With
+    through its top-k (``predict(nms=False)``). With ``batch=1`` (the default on a CPU) the boxes,
+    confs and logits are bit-identical to ``model.predict`` run on one image at a time. With
     ``batch > 1`` only images with the same letterboxed shape share a forward pass: no image is
     padded for its neighbours, but batched convolution rounds differently from a batch of one
-    (class logits differ by ~1e-5 on CPU), so use it where throughput matters (GPU).
+    (class logits differ by ~1e-5 on CPU), so use it where throughput matters: on a CUDA device
+    the default batch is :data:`~det_calib.capture.options.CUDA_BATCH` (what it changes:
+    ``benchmarks/bench_batch.py``, docs/speed.md).
 
     On a CPU where Ultralytics runs torch on one thread (it uses ``cpu_count - 1`` threads, at
     most 8: one thread on a machine with two cores), a prediction leaves the other cores idle.
@@ -291,9 +317,14 @@ class Capturer:
 
         opts = self.options = CaptureOptions.of(options, **kw)
         yolo = load_detector(model)
-        self.heads = _resolve_heads(yolo, head=opts.head, heads=opts.heads)
+        if (family := family_of(yolo)) is not None:
+            raise InputError(
+                f"this step captures YOLO detect heads, not a model of family `{family.name}` "
+                "(det_calib.capture.predictor.model_capturer captures those)"
+            )
+        self.heads = resolve_heads(yolo, head=opts.head, heads=opts.heads)
         self.conf, self.iou = float(opts.conf), float(opts.iou)
-        self.max_det, self.batch = int(opts.max_det), int(opts.batch)
+        self.max_det = int(opts.max_det)
         self.all_logits = opts.all_logits
         self.payload = (
             opts.payload
@@ -313,6 +344,7 @@ class Capturer:
             AssertionError,
         ) as e:  # Ultralytics' errors for an unknown device
             raise InputError(f"bad device {opts.device!r}: {first_line(e)}") from None
+        self.batch = resolve_batch(opts.batch, self.device)  # None: 16 on CUDA, 1 elsewhere
         workers = opts.workers
         if workers is None:
             workers = auto_workers(self.device, self.batch)
@@ -353,7 +385,7 @@ class Capturer:
     @property
     def settings(self) -> dict:
         """The capture settings that change its output (recorded with captured parts)."""
-        return self.options.settings(imgsz=self.imgsz)
+        return self.options.settings(imgsz=self.imgsz, batch=self.batch)
 
     def __call__(
         self,
@@ -582,13 +614,7 @@ class Capturer:
         lg = scores[:, anchors].T.float().cpu().numpy()  # (n, nc)
         z = lg[np.arange(len(cls)), cls]
         return ImageBoxes(
-            xyxy.cpu().numpy(),
-            det[:, 4].cpu().numpy(),
-            cls,
-            z,
-            lg if self.all_logits else None,
-            segm,
-            extra,
+            xyxy.cpu().numpy(), det[:, 4].cpu().numpy(), cls, z, kept_logits(self, lg), segm, extra
         )
 
     def _table(
@@ -634,7 +660,11 @@ class Capturer:
                     [per[p] for p in order], self.payload_shape
                 )
             df = pl.DataFrame(cols, schema=capture_schema(hooks.payload_schema))
-            if self.all_logits:
+            if (
+                self.all_logits and getattr(self, "logit_store", None) is not None
+            ):  # each box's row in the store
+                df = df.with_columns(pl.Series(LOGITS_ROW, cat(4, np.int64), dtype=pl.Int64))
+            elif self.all_logits:
                 lg = (
                     np.concatenate([per[p][4] for p in order])
                     if order
@@ -648,6 +678,14 @@ class Capturer:
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
+def model_capturer(model, options: CaptureOptions | None = None, /, **kw: Any):
+    """The capturer of a ``.pt`` detector: a :class:`Capturer`, or a registered model family's capturer for its
+    models (RT-DETR captures through its own predictor: :mod:`det_calib.capture.family_registry`)."""
+    yolo = load_detector(model)
+    family = family_of(yolo)
+    return Capturer(yolo, options, **kw) if family is None else family.capturer(yolo, options, **kw)
+
+
 def capture(
     model,
     images: Sequence[str | Path],
@@ -658,7 +696,7 @@ def capture(
     iou: float = 0.7,
     max_det: int = 300,
     imgsz: int | None = None,
-    batch: int = 1,
+    batch: int | None = None,
     device: str | None = None,
     split: str = "",
     image_names: Sequence[str] | None = None,
@@ -671,7 +709,7 @@ def capture(
 
     One forward pass per image serves every head in ``heads``: the table holds the boxes of
     each, head after head (``nms`` first), images in input order within a head. With the
-    default ``batch=1`` each head's boxes, confs and logits are bit-identical to
+    default batch on a CPU (1) each head's boxes, confs and logits are bit-identical to
     ``model.predict(image, conf=conf, nms=None)`` / ``(..., nms=False)`` run on one image at a
     time, which is what a deployment sees; see :class:`Capturer` for ``batch > 1``.
 
@@ -686,8 +724,8 @@ def capture(
         iou: NMS IoU threshold (Ultralytics' predict default 0.7; unused by ``e2e``).
         max_det: Maximum boxes per image and head.
         imgsz: Inference size; default the model's training size.
-        batch: Maximum images per forward pass; only images with the same letterboxed shape
-            share one. 1 (default) is exact; larger is faster on a GPU.
+        batch: Maximum images per forward pass (same letterboxed shape only); 1 is exact. None
+            (default): 16 on a CUDA device, 1 elsewhere (:func:`~det_calib.capture.options.resolve_batch`).
         device: Torch device string (``"cpu"``, ``"0"``...); Ultralytics' default when None.
         split: Value of the ``split`` column.
         image_names: Values of the ``image`` column (default: the paths).
@@ -716,7 +754,7 @@ def capture(
         all_logits=all_logits,
         workers=workers,
     )
-    capturer = Capturer(model, options)
+    capturer = model_capturer(model, options)
     return capturer(
         images, split=split, image_names=image_names, image_ids=image_ids, progress=progress
     )

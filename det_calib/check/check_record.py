@@ -7,24 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from det_calib.capture.detections_file import DetectionsRead
+from det_calib.codec import Record, spec
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.errors import InputError
 from det_calib.io import write_json
-from det_calib.record.checked_json import (
-    leaf,
-    leaf_dict,
-    read_items,
-    read_leaf_fields,
-    read_number,
-    read_object,
-    read_text,
-)
+from det_calib.record.checked_json import read_json_file
 from det_calib.record.eval_record import OperatingFigures
-from det_calib.record.run_result import read_json_file
-from det_calib.record.size_record import SizeFigures, read_size_figures
+from det_calib.record.size_record import SizeFigures
 from det_calib.record.timings import Timings
 
 __all__ = [
@@ -74,7 +65,7 @@ MIN_IMAGES = 10
 
 
 @dataclass(frozen=True)
-class CalibrationTests:
+class CalibrationTests(Record):
     """The calibration tests of one head's boxes kept at ``conf`` (calibrated conf > ``conf``).
 
     ``observed`` correct against ``expected`` (the sum of calibrated confidences); ``z`` and
@@ -92,77 +83,77 @@ class CalibrationTests:
     their share of the images changed.
     """
 
-    conf: float | None = leaf()
-    boxes: int | None = leaf(kind=int)
-    images: int | None = leaf(kind=int)
-    observed: int | None = leaf(kind=int)
-    expected: float | None = leaf()
-    mean_conf: float | None = leaf()
-    fraction_correct: float | None = leaf()
-    z: float | None = leaf()
-    p_value: float | None = leaf()
-    design_effect: float | None = leaf()
-    detectable_gap: float | None = leaf()
-    hl_groups: int | None = leaf(kind=int)
-    hl_statistic: float | None = leaf()
-    hl_p_value: float | None = leaf()
-    boxes_then: int | None = leaf(kind=int)
-    mean_conf_then: float | None = leaf()
-    fraction_correct_then: float | None = leaf()
-    z_then: float | None = leaf()
-    p_value_then: float | None = leaf()
-    gap_then: float | None = leaf()
-    gap: float | None = leaf()
-    change_z: float | None = leaf()
-    change_p: float | None = leaf()
-    binned_change_statistic: float | None = leaf()
-    binned_change_bins: int | None = leaf(kind=int)
-    binned_change_p: float | None = leaf()
-    tests: int | None = leaf(kind=int)
+    conf: float | None = None
+    boxes: int | None = None
+    images: int | None = None
+    observed: int | None = None
+    expected: float | None = None
+    mean_conf: float | None = None
+    fraction_correct: float | None = None
+    z: float | None = None
+    p_value: float | None = None
+    design_effect: float | None = None
+    detectable_gap: float | None = None
+    hl_groups: int | None = None
+    hl_statistic: float | None = None
+    hl_p_value: float | None = None
+    boxes_then: int | None = None
+    mean_conf_then: float | None = None
+    fraction_correct_then: float | None = None
+    z_then: float | None = None
+    p_value_then: float | None = None
+    gap_then: float | None = None
+    gap: float | None = None
+    change_z: float | None = None
+    change_p: float | None = None
+    binned_change_statistic: float | None = None
+    binned_change_bins: int | None = None
+    binned_change_p: float | None = None
+    tests: int | None = None
     """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
     the change of each class tested, the change in the rate of crowded images)."""
-    crowded_images: int | None = leaf(kind=int)
+    crowded_images: int | None = None
     """Crowded images of the new kept boxes (:func:`~det_calib.metrics.drift_tests.crowded_images`); the
     change tests (``gap``, ``change_*``, ``binned_change_*``, per class) run without them on both sides."""
-    crowded_boxes: int | None = leaf(kind=int)
-    crowded_observed: int | None = leaf(kind=int)
-    crowded_expected: float | None = leaf()
-    crowded_variance_share: float | None = leaf()
+    crowded_boxes: int | None = None
+    crowded_observed: int | None = None
+    crowded_expected: float | None = None
+    crowded_variance_share: float | None = None
     """Their share of the image-clustered variance of the new kept boxes' observed - expected."""
-    crowded_images_then: int | None = leaf(kind=int)
-    crowded_boxes_then: int | None = leaf(kind=int)
-    crowded_observed_then: int | None = leaf(kind=int)
-    crowded_expected_then: float | None = leaf()
-    crowded_rate_p: float | None = leaf()
+    crowded_images_then: int | None = None
+    crowded_boxes_then: int | None = None
+    crowded_observed_then: int | None = None
+    crowded_expected_then: float | None = None
+    crowded_rate_p: float | None = None
     """Two-sided p-value of the change in the share of crowded images (exact conditional test,
     :func:`~det_calib.metrics.drift_tests.count_change`); in the verdict's family when either side has one."""
-    images_then: int | None = leaf(kind=int)
-    images_new: int | None = leaf(kind=int)
+    images_then: int | None = None
+    images_new: int | None = None
     """Images of the run's eval split and of the new split (with or without a kept box)."""
-    rest_boxes: int | None = leaf(kind=int)
-    rest_observed: int | None = leaf(kind=int)
-    rest_expected: float | None = leaf()
-    rest_z: float | None = leaf()
-    rest_p_value: float | None = leaf()
+    rest_boxes: int | None = None
+    rest_observed: int | None = None
+    rest_expected: float | None = None
+    rest_z: float | None = None
+    rest_p_value: float | None = None
     """Calibration in the large of the new kept boxes outside the crowded images."""
 
 
 @dataclass(frozen=True)
-class CrowdedImage:
+class CrowdedImage(Record):
     """A crowded image of the new kept boxes, named in the verdict line and on the page: its kept
     boxes (and their share of all kept boxes), correct against expected, and its share of the
     image-clustered variance of the kept boxes' observed - expected."""
 
-    image: str | None = leaf(kind=str)
-    boxes: int | None = leaf(kind=int)
-    box_share: float | None = leaf()
-    observed: int | None = leaf(kind=int)
-    expected: float | None = leaf()
-    variance_share: float | None = leaf()
+    image: str | None = None
+    boxes: int | None = None
+    box_share: float | None = None
+    observed: int | None = None
+    expected: float | None = None
+    variance_share: float | None = None
 
 
 @dataclass(frozen=True)
-class DetectionTests:
+class DetectionTests(Record):
     """Detection quality of one head at ``conf``, now against the run's eval split (``*_then``).
 
     Precision = correct kept boxes / kept boxes, recall = correct kept boxes / ground-truth boxes;
@@ -171,203 +162,123 @@ class DetectionTests:
     by det_calib's COCO engine (pycocotools' figures; the run's: its eval ``map50_after``/``map50_95_after``).
     """
 
-    conf: float | None = leaf()
-    images: int | None = leaf(kind=int)
-    images_then: int | None = leaf(kind=int)
-    kept: int | None = leaf(kind=int)
-    kept_then: int | None = leaf(kind=int)
-    n_gt: int | None = leaf(kind=int)
-    n_gt_then: int | None = leaf(kind=int)
-    precision: float | None = leaf()
-    precision_then: float | None = leaf()
-    precision_z: float | None = leaf()
-    precision_p: float | None = leaf()
-    recall: float | None = leaf()
-    recall_then: float | None = leaf()
-    recall_z: float | None = leaf()
-    recall_p: float | None = leaf()
-    kept_per_image: float | None = leaf()
-    kept_per_image_then: float | None = leaf()
-    map50: float | None = leaf()
-    map50_then: float | None = leaf()
-    map50_95: float | None = leaf()
-    map50_95_then: float | None = leaf()
-    precision_rest: float | None = leaf()
-    precision_rest_then: float | None = leaf()
+    conf: float | None = None
+    images: int | None = None
+    images_then: int | None = None
+    kept: int | None = None
+    kept_then: int | None = None
+    n_gt: int | None = None
+    n_gt_then: int | None = None
+    precision: float | None = None
+    precision_then: float | None = None
+    precision_z: float | None = None
+    precision_p: float | None = None
+    recall: float | None = None
+    recall_then: float | None = None
+    recall_z: float | None = None
+    recall_p: float | None = None
+    kept_per_image: float | None = None
+    kept_per_image_then: float | None = None
+    map50: float | None = None
+    map50_then: float | None = None
+    map50_95: float | None = None
+    map50_95_then: float | None = None
+    precision_rest: float | None = None
+    precision_rest_then: float | None = None
     """Precision of the kept boxes outside the crowded images, now and then (null where neither side
     has one); where given, ``precision_z``/``precision_p`` test these."""
 
 
 @dataclass(frozen=True)
-class ClassCheck:
+class ClassCheck(Record):
     """One class at the lowest conf threshold: kept boxes, calibration in the large now (``z``,
     ``p_value``) and its change against the run's eval split (``change_z``, ``change_p``; ``tested``
     when the class has at least ``min_boxes`` kept boxes on both; ``drifted`` when the change is
     below the Bonferroni level), kept-set ECE, precision and recall now and then."""
 
-    cls: int | None = leaf(kind=int)
-    name: str | None = leaf(kind=str)
-    kept: int | None = leaf(kind=int)
-    observed: int | None = leaf(kind=int)
-    expected: float | None = leaf()
-    z: float | None = leaf()
-    p_value: float | None = leaf()
-    change_z: float | None = leaf()
-    change_p: float | None = leaf()
-    tested: bool | None = leaf(kind=bool)
-    drifted: bool | None = leaf(kind=bool)
-    kept_ece: float | None = leaf()
-    n_gt: int | None = leaf(kind=int)
-    precision: float | None = leaf()
-    recall: float | None = leaf()
-    kept_then: int | None = leaf(kind=int)
-    precision_then: float | None = leaf()
-    recall_then: float | None = leaf()
+    cls: int | None = None
+    name: str | None = None
+    kept: int | None = None
+    observed: int | None = None
+    expected: float | None = None
+    z: float | None = None
+    p_value: float | None = None
+    change_z: float | None = None
+    change_p: float | None = None
+    tested: bool | None = None
+    drifted: bool | None = None
+    kept_ece: float | None = None
+    n_gt: int | None = None
+    precision: float | None = None
+    recall: float | None = None
+    kept_then: int | None = None
+    precision_then: float | None = None
+    recall_then: float | None = None
 
 
 @dataclass(frozen=True)
-class HeadCheck:
+class HeadCheck(Record):
     """One head on labelled new images: the tests, the kept-set figures now and then, verdicts."""
 
     head: str
     method: str
     split: str
-    calibration: CalibrationTests
-    detection: DetectionTests
+    calibration: CalibrationTests = spec(required=True)
+    detection: DetectionTests = spec(required=True)
     operating: list[OperatingFigures] = field(default_factory=list)
     operating_then: list[OperatingFigures] = field(default_factory=list)
     per_class: list[ClassCheck] = field(default_factory=list)
-    calibration_verdict: str = HOLDS
-    detection_verdict: str = HOLDS
+    calibration_verdict: Literal[HOLDS, DRIFTED, TOO_FEW] = spec(HOLDS, required=True)
+    detection_verdict: Literal[HOLDS, CHANGED] = spec(HOLDS, required=True)
     calibration_line: str = ""
     detection_line: str = ""
-    by_size: list[SizeFigures] = field(default_factory=list)
+    by_size: list[SizeFigures] = spec(default_factory=list, omit="empty")
     """Reliability by box size on the new images (``by_size`` in the JSON, written when computed)."""
-    crowded: list[CrowdedImage] = field(default_factory=list)
+    crowded: list[CrowdedImage] = spec(default_factory=list, omit="empty")
     """The crowded images of the new kept boxes, most boxes first (``crowded`` in the JSON, written when any)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "head": self.head,
-            "method": self.method,
-            "split": self.split,
-            "calibration": leaf_dict(self.calibration),
-            "detection": leaf_dict(self.detection),
-            "operating": [o.to_dict() for o in self.operating],
-            "operating_then": [o.to_dict() for o in self.operating_then],
-            "per_class": [leaf_dict(c) for c in self.per_class],
-            "calibration_verdict": self.calibration_verdict,
-            "detection_verdict": self.detection_verdict,
-            "calibration_line": self.calibration_line,
-            "detection_line": self.detection_line,
-            **({"by_size": [f.to_dict() for f in self.by_size]} if self.by_size else {}),
-            **({"crowded": [leaf_dict(x) for x in self.crowded]} if self.crowded else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> HeadCheck:
-        d = read_object(d, where, optional=False)
-        return cls(
-            head=_required_text(d, "head", where),
-            method=_required_text(d, "method", where),
-            split=_required_text(d, "split", where),
-            calibration=_read_leaf_record(
-                CalibrationTests, d.get("calibration"), f"{where}.calibration"
-            ),
-            detection=_read_leaf_record(DetectionTests, d.get("detection"), f"{where}.detection"),
-            operating=[
-                OperatingFigures.from_dict(o, f"{where}.operating[{i}]")
-                for i, o in enumerate(read_items(d.get("operating"), f"{where}.operating"))
-            ],
-            operating_then=[
-                OperatingFigures.from_dict(o, f"{where}.operating_then[{i}]")
-                for i, o in enumerate(
-                    read_items(d.get("operating_then"), f"{where}.operating_then")
-                )
-            ],
-            per_class=[
-                _read_leaf_record(ClassCheck, c, f"{where}.per_class[{i}]")
-                for i, c in enumerate(read_items(d.get("per_class"), f"{where}.per_class"))
-            ],
-            calibration_verdict=_read_verdict(
-                d, "calibration_verdict", where, (HOLDS, DRIFTED, TOO_FEW)
-            ),
-            detection_verdict=_read_verdict(d, "detection_verdict", where, (HOLDS, CHANGED)),
-            calibration_line=read_text(d.get("calibration_line"), f"{where}.calibration_line")
-            or "",
-            detection_line=read_text(d.get("detection_line"), f"{where}.detection_line") or "",
-            by_size=read_size_figures(d.get("by_size"), f"{where}.by_size"),
-            crowded=[
-                _read_leaf_record(CrowdedImage, x, f"{where}.crowded[{i}]")
-                for i, x in enumerate(read_items(d.get("crowded"), f"{where}.crowded"))
-            ],
-        )
 
 
 @dataclass(frozen=True)
-class ShiftTests:
+class ShiftTests(Record):
     """One head on unlabelled new images against the run's eval split (``*_then``), boxes kept at
     ``conf``: the KS distance of their calibrated confidences, boxes kept per image, class mix
     (chi-square), each with its image-level permutation p-value (``n_perm`` permutations)."""
 
-    conf: float | None = leaf()
-    images: int | None = leaf(kind=int)
-    images_then: int | None = leaf(kind=int)
-    kept: int | None = leaf(kind=int)
-    kept_then: int | None = leaf(kind=int)
-    mean_conf: float | None = leaf()
-    mean_conf_then: float | None = leaf()
-    kept_per_image: float | None = leaf()
-    kept_per_image_then: float | None = leaf()
-    ks: float | None = leaf()
-    ks_p: float | None = leaf()
-    per_image_p: float | None = leaf()
-    class_chi2: float | None = leaf()
-    class_chi2_p: float | None = leaf()
-    n_perm: int | None = leaf(kind=int)
+    conf: float | None = None
+    images: int | None = None
+    images_then: int | None = None
+    kept: int | None = None
+    kept_then: int | None = None
+    mean_conf: float | None = None
+    mean_conf_then: float | None = None
+    kept_per_image: float | None = None
+    kept_per_image_then: float | None = None
+    ks: float | None = None
+    ks_p: float | None = None
+    per_image_p: float | None = None
+    class_chi2: float | None = None
+    class_chi2_p: float | None = None
+    n_perm: int | None = None
+
+
+_COUNTS = (lambda v: all(n >= 0 for n in v), "a list of counts")
 
 
 @dataclass(frozen=True)
-class HeadShift:
+class HeadShift(Record):
     """One head on unlabelled new images: the label-free tests, the class counts, a verdict."""
 
     head: str
     method: str
-    tests: ShiftTests
-    class_counts: list[int] = field(default_factory=list)
-    class_counts_then: list[int] = field(default_factory=list)
-    verdict: str = NO_SHIFT
+    tests: ShiftTests = spec(required=True)
+    class_counts: list[int] = spec(default_factory=list, check=_COUNTS)
+    class_counts_then: list[int] = spec(default_factory=list, check=_COUNTS)
+    verdict: Literal[NO_SHIFT, SHIFTED, TOO_FEW_IMAGES] = spec(NO_SHIFT, required=True)
     line: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "head": self.head,
-            "method": self.method,
-            "tests": leaf_dict(self.tests),
-            "class_counts": list(self.class_counts),
-            "class_counts_then": list(self.class_counts_then),
-            "verdict": self.verdict,
-            "line": self.line,
-        }
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> HeadShift:
-        d = read_object(d, where, optional=False)
-        return cls(
-            head=_required_text(d, "head", where),
-            method=_required_text(d, "method", where),
-            tests=_read_leaf_record(ShiftTests, d.get("tests"), f"{where}.tests"),
-            class_counts=_read_counts(d.get("class_counts"), f"{where}.class_counts"),
-            class_counts_then=_read_counts(
-                d.get("class_counts_then"), f"{where}.class_counts_then"
-            ),
-            verdict=_read_verdict(d, "verdict", where, (NO_SHIFT, SHIFTED, TOO_FEW_IMAGES)),
-            line=read_text(d.get("line"), f"{where}.line") or "",
-        )
-
-
-@dataclass
-class CheckResult:
+@dataclass(kw_only=True)
+class CheckResult(Record):
     """What ``det-calib check`` found (``check.json``).
 
     Attributes:
@@ -385,32 +296,41 @@ class CheckResult:
         timings: Wall and CPU seconds per stage of the check (None in files written before).
     """
 
-    kind: str
+    schema_version: int = spec(
+        _CHECK_SCHEMA_VERSION,
+        required=True,
+        check=(
+            lambda v: v == _CHECK_SCHEMA_VERSION,
+            f"{_CHECK_SCHEMA_VERSION} (the check.json layout this det_calib reads)",
+        ),
+    )
+    det_calib_version: str = ""
+    created: str | None = None
+    kind: Literal["labelled", "unlabelled"]
     run: str
     model: str
-    reference_split: str
-    conf: float
-    alpha: float
-    min_boxes: int
-    heads: list[str]
     data: str | None = None
     split: str | None = None
     images: str | None = None
+    reference_split: str
+    conf: float
+    alpha: float
+    min_boxes: int = spec(missing=0)
+    n_boot: int = 1000
+    seed: int = 0
+    heads: list[str]
     labelled: dict[str, HeadCheck] = field(default_factory=dict)
     unlabelled: dict[str, HeadShift] = field(default_factory=dict)
     calibration_verdict: str | None = None
     detection_verdict: str | None = None
     shift_verdict: str | None = None
-    exit_code: int = 0
-    n_boot: int = 1000
-    seed: int = 0
-    det_calib_version: str = ""
-    created: str | None = None
-    schema_version: int = _CHECK_SCHEMA_VERSION
-    timings: Timings | None = None
-    matching: MatchingRule | None = None
+    exit_code: int = spec(
+        0, required=True, check=(lambda c: c in EXIT_CODES, f"one of {sorted(EXIT_CODES)}")
+    )
+    timings: Timings | None = spec(None, omit="none")
+    matching: MatchingRule | None = spec(None, omit="none")
     """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
-    detections: dict[str, Any] | None = None
+    detections: dict[str, Any] | None = spec(None, omit="none")
     """``check --detections``: what was read of the file (:class:`~det_calib.capture.detections_file.DetectionsRead`'s
     fields); None where a model captured the new images."""
 
@@ -423,11 +343,8 @@ class CheckResult:
         """The verdicts, one line per question and head."""
         out = []
         if self.detections is not None:
-            out.append(
-                DetectionsRead(**self.detections).summary_lines(
-                    self.heads[0], scope="the checked images"
-                )[0]
-            )
+            read = DetectionsRead.from_dict(self.detections, "detections")
+            out.append(read.summary_lines(self.heads[0], scope="the checked images")[0])
         for h, c in self.labelled.items():
             out += [
                 f"[{h}] {c.calibration_line}",
@@ -438,88 +355,6 @@ class CheckResult:
             out.append(f"[{h}] {s.line}")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "det_calib_version": self.det_calib_version,
-            "created": self.created,
-            "kind": self.kind,
-            "run": self.run,
-            "model": self.model,
-            "data": self.data,
-            "split": self.split,
-            "images": self.images,
-            "reference_split": self.reference_split,
-            "conf": self.conf,
-            "alpha": self.alpha,
-            "min_boxes": self.min_boxes,
-            "n_boot": self.n_boot,
-            "seed": self.seed,
-            "heads": list(self.heads),
-            "labelled": {h: c.to_dict() for h, c in self.labelled.items()},
-            "unlabelled": {h: s.to_dict() for h, s in self.unlabelled.items()},
-            "calibration_verdict": self.calibration_verdict,
-            "detection_verdict": self.detection_verdict,
-            "shift_verdict": self.shift_verdict,
-            "exit_code": self.exit_code,
-            **({"timings": self.timings.to_dict()} if self.timings is not None else {}),
-            **({"matching": self.matching.to_dict()} if self.matching is not None else {}),
-            **({"detections": dict(self.detections)} if self.detections is not None else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any) -> CheckResult:
-        """Check and read a ``check.json`` object.
-
-        Raises:
-            InputError: Another schema version, a missing or mistyped field (one line naming it).
-        """
-        d = read_object(d, "", optional=False)
-        if d.get("schema_version") != _CHECK_SCHEMA_VERSION:
-            raise InputError(
-                f"check.json schema_version {d.get('schema_version')!r} is not supported (this "
-                "det_calib "
-                f"reads {_CHECK_SCHEMA_VERSION})"
-            )
-        kind = _required_text(d, "kind", "")
-        if kind not in ("labelled", "unlabelled"):
-            raise InputError(f"`kind` must be labelled or unlabelled, got {kind!r}")
-        heads = [str(h) for h in read_items(d.get("heads"), "heads")]
-        lab = read_object(d.get("labelled"), "labelled") or {}
-        unl = read_object(d.get("unlabelled"), "unlabelled") or {}
-        code = d.get("exit_code")
-        if code not in EXIT_CODES:
-            raise InputError(f"`exit_code` must be one of {sorted(EXIT_CODES)}, got {code!r}")
-        conf, alpha = read_number(d.get("conf"), "conf"), read_number(d.get("alpha"), "alpha")
-        if conf is None or alpha is None:
-            raise InputError("`conf` and `alpha` must be numbers")
-        return cls(
-            kind=kind,
-            run=_required_text(d, "run", ""),
-            model=_required_text(d, "model", ""),
-            reference_split=_required_text(d, "reference_split", ""),
-            conf=conf,
-            alpha=alpha,
-            min_boxes=int(read_number(d.get("min_boxes"), "min_boxes") or 0),
-            heads=heads,
-            data=read_text(d.get("data"), "data"),
-            split=read_text(d.get("split"), "split"),
-            images=read_text(d.get("images"), "images"),
-            labelled={h: HeadCheck.from_dict(v, f"labelled.{h}") for h, v in lab.items()},
-            unlabelled={h: HeadShift.from_dict(v, f"unlabelled.{h}") for h, v in unl.items()},
-            calibration_verdict=read_text(d.get("calibration_verdict"), "calibration_verdict"),
-            detection_verdict=read_text(d.get("detection_verdict"), "detection_verdict"),
-            shift_verdict=read_text(d.get("shift_verdict"), "shift_verdict"),
-            exit_code=int(code),
-            n_boot=int(read_number(d.get("n_boot"), "n_boot") or 0),
-            seed=int(read_number(d.get("seed"), "seed") or 0),
-            det_calib_version=read_text(d.get("det_calib_version"), "det_calib_version") or "",
-            created=read_text(d.get("created"), "created"),
-            timings=Timings.from_dict(d.get("timings")),
-            matching=MatchingRule.from_dict(read_object(d.get("matching"), "matching")),
-            detections=read_object(d.get("detections"), "detections"),
-        )
-
     def write(self, path: str | Path) -> Path:
         """Write ``check.json`` atomically (NaN as null)."""
 
@@ -528,7 +363,6 @@ class CheckResult:
     @classmethod
     def read(cls, path: str | Path) -> CheckResult:
         """Read and check a ``check.json`` (one-line :class:`InputError` naming the file)."""
-
         return read_json_file(path, cls.from_dict)
 
 
@@ -552,33 +386,4 @@ def _kept_set_lines(c: HeadCheck) -> list[str]:
             "then -> "
             f"{_fig(o.laece0, o.laece0_ci)} now"
         )
-    return out
-
-
-def _required_text(d: dict[str, Any], key: str, where: str) -> str:
-    w = f"{where}.{key}" if where else key
-    v = read_text(d.get(key), w)
-    if v is None:
-        raise InputError(f"`{w}` is missing")
-    return v
-
-
-def _read_verdict(d: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str:
-    v = _required_text(d, key, where)
-    if v not in allowed:
-        raise InputError(f"`{where}.{key}` must be one of {', '.join(allowed)}, got {v!r}")
-    return v
-
-
-def _read_leaf_record(cls: type, d: Any, where: str) -> Any:
-    return cls(**read_leaf_fields(cls, read_object(d, where, optional=False), where))
-
-
-def _read_counts(v: Any, where: str) -> list[int]:
-    out = []
-    for i, x in enumerate(read_items(v, where)):
-        n = read_number(x, f"{where}[{i}]")
-        if n is None or n < 0 or n != int(n):
-            raise InputError(f"`{where}[{i}]` must be a count, got {x!r}")
-        out.append(int(n))
     return out

@@ -140,7 +140,7 @@ def _job(
     heads: list[str] | None,
     limit: int | None,
     device: str | None,
-    batch: int,
+    batch: int | None,
     boxes: str | Path | None,
     progress: bool,
     n_boot: int | None,
@@ -586,7 +586,7 @@ def check_run(
     n_boot: int | None = None,
     n_perm: int = 999,
     device: str | None = None,
-    batch: int = 1,
+    batch: int | None = None,
     progress: bool = True,
     report: bool = True,
 ) -> tuple[CheckResult, Path]:
@@ -622,7 +622,9 @@ def check_run(
     """
 
     clock.begin()
-    with clock.stage("data check"):
+    # check's stages (coarser than calibrate's): model load (the options, the data, the run's record,
+    # its calibrators and detector), capture, figures (the tests) and outputs (the report's included)
+    with clock.stage("model load"):
         _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
         run_dir = Path(run_dir)
         ds, split = _labelled_data(data, split)
@@ -632,7 +634,6 @@ def check_run(
             else _default_out(run_dir, data=data, split=split, images=images)
         )
         check_output_dir(out_dir)
-    with clock.stage("model load"):  # the run's record, calibrators and detector
         if not boxes and not detections:
             startup_imports()
         job = _job(
@@ -710,8 +711,7 @@ def _write_check(
         if report:
             from det_calib.check.report_page import write_check_report
 
-            with clock.stage("report"):
-                write_check_report(stage, result, new_boxes, job.run)
+            write_check_report(stage, result, new_boxes, job.run)  # on the outputs' time
         result.timings = clock.timings()  # the check's seconds, the report's included
         result.write(stage / CHECK_FILE)  # once, last
 
@@ -886,7 +886,7 @@ def new_boxes(
     heads: list[str] | None = None,
     limit: int | None = None,
     device: str | None = None,
-    batch: int = 1,
+    batch: int | None = None,
     progress: bool = False,
     model: str | Path | None = None,
 ) -> tuple[Any, Any, dict[str, pl.DataFrame]]:

@@ -48,20 +48,25 @@ from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
 
 # The head vocabulary, spelled here only: every other module takes these names from here.
-Head = Literal["nms", "e2e"]
-"""A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS)."""
+Head = Literal["nms", "e2e", "detr"]
+"""A head mode: ``nms`` (one-to-many head + NMS, Ultralytics' default), ``e2e`` (one-to-one head, no NMS) of a
+YOLO detect head; ``detr`` (the last decoder layer's query scores, no NMS) of an RT-DETR, a model family of its
+own (:mod:`det_calib.capture.family_registry`)."""
 HEADS: tuple[str, ...] = get_args(Head)
+DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
+"""What ``--heads both`` names: the two heads of a dual YOLO detect head (YOLOv10, YOLO26)."""
 HeadChoice = Literal["auto", Head, "both"]
 """What a run calibrates: one head, ``both``, or ``auto`` (every head the model has)."""
 HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 HEAD_LABEL: dict[str, str] = {
     "nms": "nms (one-to-many head + NMS)",
     "e2e": "e2e (one-to-one head, no NMS)",
+    "detr": "detr (RT-DETR decoder queries, no NMS)",
 }
 """How the report names a head."""
-HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3"}
-"""Head mode -> attribute of its classification branch in an Ultralytics Detect head."""
-HEAD_PREDICT_NMS: dict[str, bool | None] = {"nms": None, "e2e": False}
+HEAD_BRANCH: dict[str, str] = {"nms": "cv3", "e2e": "one2one_cv3", "detr": "dec_score_head"}
+"""Head mode -> attribute of its classification branch in an Ultralytics Detect head (RTDETRDecoder's score heads)."""
+HEAD_PREDICT_NMS: dict[str, bool | None] = {"nms": None, "e2e": False, "detr": None}
 """Head mode -> Ultralytics' ``nms=`` argument of predict/val that runs it."""
 
 SCHEMA: dict[str, pl.DataType] = {
@@ -84,10 +89,11 @@ SCHEMA: dict[str, pl.DataType] = {
     "loc_iou": pl.Float64,
 }
 _MATCH_COLUMNS = ("correct", "iou", "ignore", "loc_iou")
-SEGM_COLUMN = "segm"
-"""The optional column of a segment model's masks (binary RLE counts, one per box)."""
+LOGITS_ROW = "logits_row"
+"""The optional column of a capture that writes every class's logit to a store: each box's row there
+(:class:`det_calib.thresholds.class_sets.LogitStore`); it never reaches ``boxes.parquet``."""
 PAYLOAD_SCHEMA: dict[str, pl.DataType] = {
-    SEGM_COLUMN: pl.Binary,
+    "segm": pl.Binary,
     "kpts": pl.List(pl.List(pl.Float32)),
     "xywhr": pl.List(pl.Float32),
 }

@@ -12,8 +12,9 @@ spelled here, below both the matching and the run's record (``calibration.json``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
+from det_calib.codec import Record, spec
 from det_calib.errors import InputError
 
 __all__ = ["MATCH_CHOICES", "MEASURE_WORDS", "MatchBy", "MatchingRule"]
@@ -32,7 +33,7 @@ MEASURE_WORDS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class MatchingRule:
+class MatchingRule(Record):
     """The matching a run used, and why (``calibration.json``'s ``matching``).
 
     Attributes:
@@ -43,10 +44,14 @@ class MatchingRule:
         sigmas: The per-keypoint OKS sigmas (``by="oks"`` only; None otherwise).
     """
 
+    WHERE = "matching"
+
     by: MatchBy = "box"
     option: str = "auto"
     reason: str = ""
-    sigmas: tuple[float, ...] | None = None
+    sigmas: tuple[float, ...] | None = spec(
+        None, omit="none", check=(lambda v: all(s > 0 for s in v), "a list of positive numbers")
+    )
 
     def __post_init__(self) -> None:
         if self.by not in get_args(MatchBy):
@@ -57,10 +62,6 @@ class MatchingRule:
             raise InputError(f"matching `sigmas` are OKS sigmas: given for matching by {self.by!r}")
 
     @property
-    def masks(self) -> bool:
-        return self.by == "mask"
-
-    @property
     def measure(self) -> str:
         """What the rule compares, in words (``box IoU``, ``mask IoU``, ``OKS``, ``rotated IoU (ProbIoU)``)."""
         return MEASURE_WORDS[self.by]
@@ -68,33 +69,3 @@ class MatchingRule:
     def words(self, iou: float) -> str:
         """The rule in words: ``mask IoU >= 0.5 (a segment model, every ground truth has a mask)``."""
         return f"{self.measure} >= {iou:g}" + (f" ({self.reason})" if self.reason else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"by": self.by, "option": self.option, "reason": self.reason}
-        return d if self.sigmas is None else {**d, "sigmas": list(self.sigmas)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> MatchingRule | None:
-        """The rule of a ``calibration.json`` object's ``matching`` (None where the run recorded none:
-        a detector's run, matched by box IoU). Records written before pose and OBB runs read as they were."""
-        if d is None:
-            return None
-        for k in ("by", "option", "reason"):
-            if not isinstance(d.get(k, ""), str):
-                raise InputError(f"`matching.{k}` must be a string, got {type(d.get(k)).__name__}")
-        sigmas = d.get("sigmas")
-        if sigmas is not None and not (
-            isinstance(sigmas, list)
-            and all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in sigmas
-            )
-        ):
-            raise InputError(
-                f"`matching.sigmas` must be a list of positive numbers, got {sigmas!r}"
-            )
-        return cls(
-            by=d.get("by", "box"),
-            option=d.get("option", "auto"),
-            reason=d.get("reason", ""),
-            sigmas=None if sigmas is None else tuple(float(s) for s in sigmas),
-        )

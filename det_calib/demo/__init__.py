@@ -20,65 +20,43 @@ from pathlib import Path
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, generate
-from det_calib.demo.shapes_classify import classify_root
 from det_calib.errors import InputError
 from det_calib.evaluation.map_check import ultralytics_val
 from det_calib.lazy import lazy_exports
 from det_calib.matching.one_to_one import match_boxes
+from det_calib.tasks import TASKS
 
 _EXPORTS = {
     "write_coco_shaped": "coco_shaped",
+    "Rendered": "shapes",
+    "render_image": "shapes",
     "render_with_owners": "shapes",
-    "demo_obb_data_yaml": "shapes_obb",
-    "min_area_rect": "shapes_obb",
-    "obb_lines": "shapes_obb",
-    "rendered_rects": "shapes_obb",
-    "write_obb_split": "shapes_obb",
-    "demo_pose_data_yaml": "shapes_pose",
-    "pose_lines": "shapes_pose",
-    "rendered_keypoints": "shapes_pose",
-    "write_pose_split": "shapes_pose",
-    "EPSILON": "shapes_segments",
-    "demo_segment_data_yaml": "shapes_segments",
-    "region_polygon": "shapes_segments",
-    "segment_lines": "shapes_segments",
-    "write_segment_split": "shapes_segments",
     "CORRUPTIONS": "shifts",
+    "task_data_yaml": "task_labels",
+    "write_task_split": "task_labels",
 }
 
 __all__ = [
     "CLASS_NAMES",
     "CORRUPTIONS",
-    "EPSILON",
+    "GENERATOR_VERSION",
+    "Rendered",
     "SPLIT_SIZES",
     "cache_dir",
-    "classify_data_for",
-    "classify_root",
     "default_data_of",
+    "demo_classify_model",
     "demo_data_yaml",
     "demo_model",
-    "demo_obb_data_yaml",
-    "demo_obb_model",
-    "demo_pose_data_yaml",
-    "demo_pose_model",
-    "demo_segment_data_yaml",
-    "demo_segment_model",
+    "demo_task_model",
     "fixture_data_yaml",
     "generate",
-    "min_area_rect",
     "model_figures",
-    "obb_lines",
-    "pose_lines",
-    "region_polygon",
+    "render_image",
     "render_with_owners",
-    "rendered_keypoints",
-    "rendered_rects",
-    "segment_lines",
     "shifted_data_yaml",
+    "task_data_yaml",
     "write_coco_shaped",
-    "write_obb_split",
-    "write_pose_split",
-    "write_segment_split",
+    "write_task_split",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
@@ -110,69 +88,43 @@ def demo_model() -> Path:
     return _demo_root() / "yolo26n_shapes.pt"
 
 
-def demo_segment_model() -> Path:
-    """Path of the committed demo segment model (YOLO26n-seg trained on the shapes demo's polygons)."""
-    return _demo_root() / "yolo26n_shapes_seg.pt"
+def demo_task_model(task: str) -> Path:
+    """Path of the committed demo model of ``task`` (``segment``, ``pose``, ``obb``: YOLO26n of the task trained on
+    the shapes demo's polygons, keypoints or rotated boxes), named by its task's demo labels (``DEMO_MODEL``).
+
+    Raises:
+        InputError: No registered task of that name has a demo model.
+    """
+    labels = TASKS[task].part("demo_labels") if task in TASKS else None
+    if labels is None:
+        raise InputError(
+            f"no demo model of task `{task}`: the demo models are of the tasks "
+            f"{', '.join(n for n, t in TASKS.items() if t.part('demo_labels') is not None)}"
+        )
+    return _demo_root() / labels.DEMO_MODEL
 
 
-def demo_pose_model() -> Path:
-    """Path of the committed demo pose model (YOLO26n-pose trained on the shapes demo's keypoints)."""
-    return _demo_root() / "yolo26n_shapes_pose.pt"
-
-
-def demo_obb_model() -> Path:
-    """Path of the committed demo OBB model (YOLO26n-obb trained on the shapes demo's rotated boxes)."""
-    return _demo_root() / "yolo26n_shapes_obb.pt"
-
-
-def _demo_classify_model() -> Path:
+def demo_classify_model() -> Path:
     """Path of the committed demo classifier (YOLO26n-cls trained on crops of the shapes demo's objects)."""
     return _demo_root() / "yolo26n_shapes_cls.pt"
 
 
-def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path | None:
-    """The classification data a ``calibrate`` run reads, or None for a detection run: ``data`` when it
-    is a folder (of class folders), else the demo classifier's crops (rendered on first use) when
-    ``model`` is the demo classifier and no data is named."""
-    if data is not None:
-        return Path(data) if Path(data).is_dir() else None
-    try:
-        demo = _demo_classify_model()
-    except InputError:  # no demo files beside the package
-        return None
-    if (
-        model is None
-        or not Path(model).is_file()
-        or not demo.is_file()
-        or Path(model).resolve() != demo.resolve()
-    ):
-        return None
-    return classify_root(cache_dir())
-
-
 def default_data_of(model: str | Path) -> Path | None:
-    """The demo data a demo model runs on when no data is given (rendered on first use): the segment
-    demo data (:func:`~det_calib.demo.shapes_segments.demo_segment_data_yaml`) for the demo segment
-    model, the pose demo data (:func:`~det_calib.demo.shapes_pose.demo_pose_data_yaml`) for the demo
-    pose model, the OBB demo data (:func:`~det_calib.demo.shapes_obb.demo_obb_data_yaml`) for the demo
-    OBB model; None for any other model (its data must be named)."""
+    """The demo data a demo model runs on when no data is given (rendered on first use): for the demo model
+    of a task with demo labels of its own (its folder's ``demo_labels``: the segment, pose and OBB demo
+    models), that task's demo data; None for any other model (its data must be named)."""
     if not Path(model).is_file():
         return None
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
-
-    for demo_model, demo_data in (
-        (demo_segment_model, demo_segment_data_yaml),
-        (demo_pose_model, demo_pose_data_yaml),
-        (demo_obb_model, demo_obb_data_yaml),
-    ):
+    for task in TASKS.values():
+        labels = task.part("demo_labels")
+        if labels is None:
+            continue
         try:
-            path = demo_model()
+            path = _demo_root() / labels.DEMO_MODEL
         except InputError:  # no demo files beside the package
             return None
         if path.is_file() and Path(model).resolve() == path.resolve():
-            return demo_data()
+            return labels.DEMO_DATA()
     return None
 
 

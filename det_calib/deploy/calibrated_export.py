@@ -58,6 +58,7 @@ from det_calib.capture.exported import (
     require_runtime,
     score_step,
 )
+from det_calib.codec import Record, decode
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms
@@ -65,6 +66,7 @@ from det_calib.errors import InputError
 from det_calib.io import atomic_path, write_json
 from det_calib.numeric import sigmoid
 from det_calib.record.calibrator_record import calibrator_of
+from det_calib.record.checked_json import read_json_file
 from det_calib.record.run_result import RunResult, read_calibrators
 
 _log = logging.getLogger(__name__)
@@ -561,7 +563,7 @@ ENGINE_FILE = "engine.json"
 
 
 @dataclass(frozen=True)
-class EngineRecord:
+class EngineRecord(Record):
     """What ``engine.json`` holds: the engine a run calibrated and its three deployments.
 
     Attributes:
@@ -584,11 +586,6 @@ class EngineRecord:
     calibrated_export: str | None
     equivalent_thresholds: dict[str, list[dict]]
     score_step: float | None = None
-
-    def to_dict(self) -> dict:
-        import dataclasses
-
-        return dataclasses.asdict(self)
 
     def summary_lines(self) -> list[str]:
         """What ``calibrate`` prints about the engine: its calibrated export and equivalent thresholds."""
@@ -641,22 +638,13 @@ class EngineRecord:
 
     @classmethod
     def read(cls, path: str | Path) -> EngineRecord:
-        import dataclasses
+        def parse(d: Any) -> EngineRecord:
+            try:
+                return decode(cls, d)
+            except InputError as e:
+                raise InputError(f"not a det_calib engine record ({e})") from None
 
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(
-                **{
-                    f.name: d[f.name]
-                    if f.default is dataclasses.MISSING
-                    else d.get(f.name, f.default)
-                    for f in dataclasses.fields(cls)
-                }
-            )
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise InputError(
-                f"{path}: not a det_calib engine record ({type(e).__name__}: {e})"
-            ) from None
+        return read_json_file(path, parse, what="engine record")
 
 
 def run_equivalent_thresholds(

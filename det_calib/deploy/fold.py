@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.capture.family_registry import family_of
 from det_calib.data.box_table import HEAD_BRANCH
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
@@ -36,7 +37,13 @@ _BRANCHES = HEAD_BRANCH
 """Head mode -> name of the classification branch of the Detect head (:data:`det_calib.data.box_table.HEAD_BRANCH`)."""
 
 
-def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Conv2d]:
+def _cls_convs(model: torch.nn.Module, head: str) -> list[torch.nn.Module]:
+    """The layers whose output channels are ``head``'s class logits: the last conv of each level of a YOLO
+    detect head's class branch, or what a registered model family names (RT-DETR: the last decoder layer's
+    ``Linear`` class head; :mod:`det_calib.capture.family_registry`)."""
+    family = family_of(model)
+    if family is not None:
+        return family.score_layers(model, head)
     det = model.model[-1]
     branch = getattr(det, _BRANCHES[head], None)
     if branch is None:
@@ -101,7 +108,7 @@ def _load_detection_checkpoint(source: Path) -> tuple[dict[str, Any], torch.nn.M
     # every registered task's checkpoint takes a fold: a segment, pose or OBB head is a ``Detect`` head whose class
     # branch (``cv3``, ``one2one_cv3``) scores every box as a detector's does; the task branch (``cv4``) rides
     # beside it untouched, so the boxes and each task's payload are the original's
-    if task not in task_names() or not hasattr(model.model[-1], "cv3"):
+    if task not in task_names() or not hasattr(model.model[-1], "cv3") and family_of(model) is None:
         raise InputError(
             f"{source} is a `{task}` model: only {', '.join(task_names())} models can be "
             "calibrated "
@@ -224,9 +231,7 @@ def hinge_tensors(calibrator: LogitCalibrator, nc: int) -> list | None:
     )
 
 
-def _hinge_layers(
-    maps: list, nc: int, *, dtype: torch.dtype = torch.float32
-) -> torch.nn.Sequential:
+def hinge_layers(maps: list, nc: int, *, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
     """Stock torch layers computing ``maps[c](z_c)`` on each class channel ``c`` of an (B, nc, H, W) map.
 
     Each map is ``c0 + s0 z + sum_j coef_j relu(z - x_j)`` (:meth:`PiecewiseLinear.hinges`); with
@@ -269,7 +274,7 @@ def _fold_calibrator(
 
     Affine maps (temperature, Platt, per-class temperature/Platt, ``none``) scale and shift the
     output channels of the last 1x1 conv of every ``cv3[i]`` / ``one2one_cv3[i]``. Piecewise-linear
-    maps (spline, isotonic global or per class) append :func:`_hinge_layers` to every ``cv3[i]`` Sequential, so the
+    maps (spline, isotonic global or per class) append :func:`hinge_layers` to every ``cv3[i]`` Sequential, so the
     branch outputs ``map_c(z_c)`` and Ultralytics' sigmoid gives the calibrated score.
 
     Per-class maps can change which class wins an anchor (the NMS path) and which
@@ -303,8 +308,8 @@ def _fold_calibrator(
     if ab is not None:
         a, b = ab
         with torch.no_grad():
-            for conv in convs:
-                w = conv.weight.double() * a.view(-1, 1, 1, 1)
+            for conv in convs:  # a Conv2d's weight is (nc, c, 1, 1), a Linear's (nc, c)
+                w = conv.weight.double() * a.view(-1, *[1] * (conv.weight.dim() - 1))
                 bias = conv.bias.double() * a + b
                 conv.weight.copy_(w.float())
                 conv.bias.copy_(bias.float())
@@ -315,10 +320,14 @@ def _fold_calibrator(
             f"cannot fold a {type(calibrator).__name__} into a model: no affine or "
             "piecewise-linear form"
         )
+    family = family_of(model)
+    if family is not None:  # the family appends the map after its class layer
+        family.append_map(model, head, maps, nc)
+        return model
     branch = getattr(det, _BRANCHES[head])
     for i, level in enumerate(branch):
         layers = list(level) if isinstance(level, torch.nn.Sequential) else [level]
-        branch[i] = torch.nn.Sequential(*layers, *_hinge_layers(maps, nc)).float()
+        branch[i] = torch.nn.Sequential(*layers, *hinge_layers(maps, nc)).float()
     return model
 
 

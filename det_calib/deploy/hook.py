@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, log_area
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.predictor import load_detector
 from det_calib.data.box_view import BoxView
 from det_calib.deploy.posthoc import load_calibrators
@@ -115,7 +116,11 @@ def attach(model: Any, run: Any) -> Any:
 
     if _hook_of(model) is not None:
         detach(model)
-    load_detector(model)  # InputError unless a YOLO detector
+    if (family := family_of(load_detector(model))) is not None:  # InputError unless a YOLO detector
+        raise InputError(
+            f"attach installs a YOLO detect head's predictor, not one of a model of family "
+            f"`{family.name}`: deploy its run's calibrated.pt"
+        )
     result, label = _run_record(run)
     names = [model.names[k] for k in sorted(model.names)]
     if list(result.class_names) != names:

@@ -36,7 +36,7 @@ from det_calib.capture.predictor import auto_workers
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
-from det_calib.ensemble.ensemble_summary import ensemble_summary
+from det_calib.ensemble.ensemble_summary import ensemble_lines
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
 from det_calib.ensemble.fusion_settings import FusionSettings
@@ -52,17 +52,17 @@ from det_calib.ensemble.members import (
 )
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.evaluation.map_check import coco_maps
-from det_calib.io import check_output_dir, write_text
+from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.reuse import capture_settings, write_run_boxes
+from det_calib.job.reuse import capture_settings
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_boxes
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
-from det_calib.pipeline.outputs import finish_run_folder, gt_per_class, output_files
+from det_calib.pipeline.outputs import gt_per_class, write_run_outputs
 from det_calib.pipeline.ultralytics_checks import val_not_run
 from det_calib.record.ensemble_record import (
     ORDERS,
@@ -167,6 +167,7 @@ def capture_workers(device: str | None) -> int:
         raise InputError(f"bad device {device!r}: {e}") from None
 
 
+@clock.stage("capture")
 def capture_all(
     members: Sequence[Any],
     plan: dict[str, list[str]],
@@ -698,21 +699,28 @@ def _settings(
     return settings_of(settings, options), fs
 
 
-@clock.stage("capture")
+def _open_members(
+    specs: Sequence[MemberSpec], ds: Any, data: Path, s: Settings
+) -> tuple[list[Any], dict[str, list[str]], int]:
+    """Every member's detector opened for the capture: the members, the plan (head -> each member's
+    head), the capture threads."""
+    startup_imports()
+    workers = capture_workers(s.device)
+    members, plan = _load_members(specs, ds.names, data, s, workers)
+    return members, plan, workers
+
+
 def _members_boxes(
-    specs: Sequence[MemberSpec], ds: Any, data: Path, splits: tuple[Split, Split], s: Settings
+    specs: Sequence[MemberSpec],
+    opened: tuple[list[Any], dict[str, list[str]], int],
+    splits: tuple[Split, Split],
+    s: Settings,
 ) -> tuple[
     dict[str, list[list[pl.DataFrame]]], dict[str, list[str]], list[MemberRecord], dict[str, float]
 ]:
-    """Every member's boxes on both splits (captured, or reused from ``s.boxes``): head -> per member
-    its two tables; the plan (head -> each member's head); the member records; the capture's cost."""
-    if s.boxes:
-        return reuse_members(s.boxes, specs, splits, s)
-    startup_imports()
-    workers = capture_workers(s.device)
-    members, plan = _load_members(
-        specs, ds.names, data, s, workers
-    )  # each member's detector: part of its capture
+    """Every member's boxes on both splits (:func:`capture_all`): head -> per member its two tables; the
+    plan (head -> each member's head); the member records; the capture's cost."""
+    members, plan, workers = opened
     captured, cost = capture_all(members, plan, splits, s, workers)
     member_recs = [
         MemberRecord(
@@ -758,13 +766,18 @@ def ensemble(
     s, fs = _settings(settings, fusion, dict(options))
     t_start = time.time()
     clock.begin()
-    with clock.stage("data check"):
+    # the ensemble's stages (coarser than calibrate's): model load (the members resolved and opened, or
+    # their boxes of an earlier run read, and the data read and checked), capture, fusion (each head's
+    # members' fits and figures charge their own stages), outputs (the report's own stage)
+    with clock.stage("model load"):
         specs, source, data = _resolve_members(list(models), data, fs)
         fs.validate(len(specs))
         ds = load_data_yaml(data)
         fit, ev = load_splits(ds, s)
         check_output_dir(Path(out))
-    captured, plan, member_recs, cost = _members_boxes(specs, ds, Path(data), (fit, ev), s)
+        reused = reuse_members(s.boxes, specs, (fit, ev), s) if s.boxes else None
+        opened = None if reused else _open_members(specs, ds, Path(data), s)
+    captured, plan, member_recs, cost = reused or _members_boxes(specs, opened, (fit, ev), s)
     inputs = Inputs(
         model=specs[0].path,
         data=Path(data),
@@ -814,7 +827,19 @@ def ensemble(
     )
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
-    files = _write_outputs(Path(out), result, boxes, member_boxes, (fit, ev), s, t_start)
+    # calibrate's output folder (no calibrated.pt: an ensemble is not one checkpoint), plus members.parquet
+    files = write_run_outputs(
+        Path(out),
+        result,
+        boxes,
+        inputs,
+        (fit, ev),
+        s,
+        t_start,
+        _fingerprints(result, (fit, ev), s),
+        beside={_MEMBERS_FILE: member_boxes},
+        more=ensemble_lines(result),
+    )
     return EnsembleRun(out_dir=Path(out), result=result, boxes=boxes, files=files, source=source)
 
 
@@ -842,26 +867,5 @@ def _fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> di
             for sp in splits
         },
         "heads": list(result.heads),
-        "settings": capture_settings(s, result.settings.imgsz),
+        "settings": capture_settings(s, result.settings.imgsz, batch=1),
     }
-
-
-def _write_outputs(
-    out: Path,
-    result: RunResult,
-    boxes: pl.DataFrame,
-    member_boxes: pl.DataFrame,
-    splits: tuple[Split, Split],
-    s: Settings,
-    t_start: float,
-) -> dict[str, Path]:
-    """``calibrate``'s output folder for an ensemble (no ``calibrated.pt``: an ensemble is not one
-    checkpoint), plus ``members.parquet``; swapped in whole."""
-
-    fp = _fingerprints(result, splits, s)
-    with clock.output_folder(out) as stage:
-        write_run_boxes(boxes, stage / "boxes.parquet", fp)
-        write_run_boxes(member_boxes, stage / _MEMBERS_FILE, fp)
-        extra = finish_run_folder(stage, out, result, s, t_start)
-        write_text(stage / "summary.txt", "\n".join([ensemble_summary(result), *extra]) + "\n")
-    return output_files(out)

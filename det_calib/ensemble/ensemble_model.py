@@ -30,7 +30,6 @@ from det_calib.ensemble.ensemble_job import EPS, ORDERS, FusionSettings, capture
 from det_calib.ensemble.fusion import weighted_boxes_fusion
 from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
 from det_calib.errors import InputError
-from det_calib.job import clock
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import RunResult
 from det_calib.validation import check_choice
@@ -275,14 +274,14 @@ def load_ensemble(
     return EnsembleModel(run_dir, result, members, cals, member_cals, workers)
 
 
-@clock.stage("capture")
 def capture_fused(
     ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] | None = None
 ) -> dict[str, Any]:
     """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made
     its own: every member captured (each image decoded once for all), each member's calibrator
     applied first under ``calibrate-then-fuse``, fused with the run's settings; ``calibrated``
-    is left to the caller (the fused score's calibrator, ``ens.calibrators``).
+    is left to the caller (the fused score's calibrator, ``ens.calibrators``). The members' capture
+    charges the clock's ``capture`` stage (:func:`~det_calib.ensemble.ensemble_job.capture_all`).
 
     Args:
         ens: :func:`load_ensemble`'s model.

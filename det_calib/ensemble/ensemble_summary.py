@@ -10,14 +10,14 @@ from det_calib.pipeline.summary import summary_text
 from det_calib.record.ensemble_record import AUTO, EnsembleRecord, rule_words
 from det_calib.record.run_result import RunResult
 
-__all__ = ["ensemble_summary"]
+__all__ = ["ensemble_lines"]
 
 
 def _f(x: float | None, spec: str = ".4f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
 
-def _ensemble_lines(result: RunResult) -> list[str]:
+def ensemble_lines(result: RunResult) -> list[str]:
     """The ensemble's own lines of the summary: members, fusion, side by side, the fusion table."""
     rec: EnsembleRecord = result.ensemble
     fz = rec.fusion
@@ -90,7 +90,6 @@ def _ensemble_lines(result: RunResult) -> list[str]:
     return lines
 
 
-def ensemble_summary(result: RunResult) -> str:
+def _ensemble_summary(result: RunResult) -> str:
     """``summary.txt`` of an ensemble run: ``calibrate``'s summary of the fused boxes, then the ensemble's lines."""
-    timing = [result.timings.line()] if result.timings is not None else []
-    return "\n".join([summary_text(result, timings=False), *_ensemble_lines(result), *timing])
+    return summary_text(result, more=ensemble_lines(result))

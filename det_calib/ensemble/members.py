@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from det_calib import demo
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.image_source import LockedBar, progress_bar, read_ahead
 from det_calib.capture.parts import model_fingerprint
 from det_calib.capture.predictor import Capturer, available_heads, default_imgsz, load_detector
@@ -77,25 +78,6 @@ class MemberSpec:
     def name(self) -> str:
         base = self.path.name + (f":{self.head}" if self.head else "")
         return base if self.view == "orig" else f"{base} [{self.view}]"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "kind": self.kind,
-            "flip": self.flip,
-            "scale": self.scale,
-            "head": self.head,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemberSpec:
-        return cls(
-            Path(d["path"]),
-            d.get("kind", "checkpoint"),
-            bool(d.get("flip", False)),
-            float(d.get("scale", 1.0)),
-            d.get("head"),
-        )
 
 
 def _parse_view(text: str) -> tuple[bool, float]:
@@ -329,6 +311,13 @@ def _load_member_model(path: Path) -> Any:
     """
 
     yolo = load_detector(path)
+    if (
+        family := family_of(yolo)
+    ) is not None:  # the members' one decode per image is the YOLO heads'
+        raise InputError(
+            f"member {path} is a model of family `{family.name}`: det-calib ensemble fuses YOLO "
+            "detect heads; calibrate it on its own with `det-calib calibrate`"
+        )
     task = get_task(getattr(yolo, "task", None))
     if not task.fusable:  # a fused box has no payload of its own
         raise InputError(

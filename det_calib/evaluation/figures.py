@@ -25,23 +25,19 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.temperature import TemperatureScaler
-from det_calib.data.box_table import SEGM_COLUMN
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
-from det_calib.data.segments import has_masks
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.kept_set import threshold_shift
-from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.evaluation.map_check import coco_maps, same_ranking
-from det_calib.evaluation.mask_map import MASK_MAP_KEYS, coco_mask_maps
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
-from det_calib.tasks.pose_labels import KPTS_COLUMN, has_keypoints
+from det_calib.tasks import TASKS
 
-__all__ = ["DECE_BINS", "EvalSettings", "evaluate_head", "operating_points"]
+__all__ = ["DECE_BINS", "EvalSettings", "evaluate_head", "map_check", "operating_points"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -188,7 +184,7 @@ def _kept_gaps(
     return out
 
 
-def _map_check(
+def map_check(
     boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings
 ) -> dict[str, Any]:
     """pycocotools mAP of the same boxes ranked by raw and by calibrated scores.
@@ -377,74 +373,19 @@ def _task_map_check(
     *,
     sigmas: Any = None,
 ) -> dict[str, Any]:
-    """The mAP check of one head, by the task its box table carries: a segment model's (``segm`` column: box
-    and mask mAP, :func:`segment_map_check`), a pose model's (``kpts``: box and keypoint mAP,
-    :func:`pose_map_check`, with the dataset's OKS ``sigmas``), else the box mAP alone (:func:`map_check`:
-    a detector, and an OBB model, whose rotated-box mAP is Ultralytics' ``OBBValidator``'s in the val check)."""
-    if SEGM_COLUMN in boxes.columns:
-        return _segment_map_check(boxes, split, calibrator, s)
-    if KPTS_COLUMN in boxes.columns:
-        return _pose_map_check(boxes, split, calibrator, s, sigmas=sigmas)
-    return _map_check(boxes, split, calibrator, s)
+    """The mAP check of one head, by the task its box table carries: where the table holds a task's payload
+    column and the task has a mAP check of its own (its folder's ``evaluation_map`` part: a segment model's
+    box and mask mAP, a pose model's box and keypoint mAP with the dataset's OKS ``sigmas``), that check;
+    else the box mAP alone (:func:`map_check`: a detector, and an OBB model, whose rotated-box mAP is
+    Ultralytics' ``OBBValidator``'s in the val check)."""
+    for task in TASKS.values():
+        own = task.part("evaluation_map") if task.payload in boxes.columns else None
+        if own is not None:
+            return own.MAP_CHECK(boxes, split, calibrator, s, sigmas=sigmas)
+    return map_check(boxes, split, calibrator, s)
 
 
-def _segment_map_check(
-    boxes: pl.DataFrame, split: Split, calibrator: LogitCalibrator, s: EvalSettings
-) -> dict[str, Any]:
-    """The mAP check of a segment model's head: box mAP as :func:`det_calib.evaluation.figures.map_check`
-    gives it (its keys: ``map50_95_before`` ... ``map_identical``, ``map_engine``), and mask mAP by
-    pycocotools ``segm`` from the same raw and calibrated scores (:data:`MASK_MAP_KEYS`).
-
-    Args:
-        boxes: One head's box table on ``split``, every row (crowd-matched ones too: COCOeval ignores them
-            itself), with the ``segm`` column of the capture.
-        split: The eval split as :func:`det_calib.data.segments.load_segment_split` reads it.
-        calibrator: The head's fitted calibrator.
-        s: The run's settings (``max_det``, ``map_engine``).
-
-    Returns:
-        The box check's dict plus :data:`MASK_MAP_KEYS`; those are None when the split has box labels only
-        (no mask mAP without ground-truth masks).
-    """
-
-    out = _map_check(boxes, split, calibrator, s)
-    if not has_masks(split):
-        return {**out, **dict.fromkeys(MASK_MAP_KEYS)}
-    maps = functools.partial(coco_mask_maps, boxes, split, max_dets=s.max_det)
-    return {**out, **_before_after(boxes, calibrator, maps, MASK_MAP_KEYS)}
-
-
-def _pose_map_check(
-    boxes: pl.DataFrame,
-    split: Split,
-    calibrator: LogitCalibrator,
-    s: EvalSettings,
-    *,
-    sigmas: Any = None,
-) -> dict[str, Any]:
-    """The mAP check of a pose model's head: box mAP as :func:`map_check` gives it, and keypoint mAP by
-    pycocotools ``keypoints`` (:func:`det_calib.evaluation.keypoint_map.coco_keypoint_maps`) from the same raw
-    and calibrated scores (:data:`~det_calib.evaluation.keypoint_map.POSE_MAP_KEYS`).
-
-    Args:
-        boxes: One head's box table on ``split``, every row, with the ``kpts`` column of the capture.
-        split: The eval split as :func:`det_calib.tasks.pose_labels.load_pose_split` reads it.
-        calibrator, s: As :func:`segment_map_check`.
-        sigmas: The dataset's OKS sigmas (data.yaml ``kpt_oks_sigmas``; None: COCO's for 17 keypoints,
-            ``1 / K`` otherwise, as Ultralytics' pose validator).
-
-    Returns:
-        The box check's dict plus ``POSE_MAP_KEYS``; those are None when the split was read without keypoints.
-    """
-
-    out = _map_check(boxes, split, calibrator, s)
-    if not has_keypoints(split):
-        return {**out, **dict.fromkeys(POSE_MAP_KEYS)}
-    maps = functools.partial(coco_keypoint_maps, boxes, split, max_dets=s.max_det, sigmas=sigmas)
-    return {**out, **_before_after(boxes, calibrator, maps, POSE_MAP_KEYS)}
-
-
-def _before_after(
+def before_after(
     boxes: pl.DataFrame,
     calibrator: LogitCalibrator,
     maps: Callable[[list], list],

@@ -1,3 +1,5 @@
+# Long file: both mAP checks (pycocotools, and Ultralytics' val in one shared pass or one stock val per
+# checkpoint for a model family) with the validator subclasses they need.
 """Check that calibration leaves mAP unchanged.
 
 Two independent checks:
@@ -40,13 +42,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.capture.family_registry import family_of
 from det_calib.capture.predictor import NMS_TIME_LIMIT, default_imgsz, nms_max_time_img
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.errors import InputError
 from det_calib.evaluation.coco_engine import table_maps
 from det_calib.evaluation.val_riders import rider_specs, share_with_originals
 from det_calib.matching.one_to_one import collapse_inverted
-from det_calib.tasks import get_task, task_names
+from det_calib.tasks import TASKS, get_task, task_names
 
 _log = logging.getLogger(__name__)
 
@@ -291,7 +294,7 @@ def ultralytics_val(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> dict[str, float]:
     """Ultralytics ``model.val()`` mAP50-95 and mAP50 of a checkpoint on a split.
 
@@ -303,8 +306,9 @@ def ultralytics_val(
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
             :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
-        masks: Also return a segment model's mask mAP (``mask_map50_95``, ``mask_map50``; :func:`_val_figures`). A
-            segment model is validated by Ultralytics' ``SegmentationValidator`` either way.
+        own_rule: The run matched by its task's own rule: also return what its task's val adds under it (a
+            segment model's mask mAP, ``mask_map50_95`` and ``mask_map50``; :func:`val_figures`). A segment model
+            is validated by Ultralytics' ``SegmentationValidator`` either way.
 
     Raises:
         ValIncomplete: The NMS time limit was reached (only with a finite ``nms_time_limit``).
@@ -312,16 +316,22 @@ def ultralytics_val(
     from ultralytics import YOLO
 
     yolo = YOLO(str(model))
+    family = family_of(
+        yolo
+    )  # a registered model family (RT-DETR) is validated by its own validator: no NMS
+    validator = (
+        functools.partial(_budget_validator_class(_val_task(yolo)), nms_time_limit=nms_time_limit)
+        if family is None
+        else family.validator()
+    )
     m = _run_val(
         yolo,
         _val_kwargs(
             yolo, data, split=split, head=head, conf=conf, imgsz=imgsz, batch=batch, device=device
         ),
-        validator=functools.partial(
-            _budget_validator_class(_val_task(yolo)), nms_time_limit=nms_time_limit
-        ),
+        validator=validator,
     )
-    return _val_figures(m, conf, masks=masks)
+    return _val_figures(m, conf, own_rule=own_rule)
 
 
 SHARED_PASS = (
@@ -346,7 +356,7 @@ def _ultralytics_val_shared(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One Ultralytics val pass that measures a calibrated checkpoint and its original.
 
@@ -389,7 +399,7 @@ def _ultralytics_val_shared(
         batch=batch,
         device=device,
         nms_time_limit=nms_time_limit,
-        masks=masks,
+        own_rule=own_rule,
     )[head]
 
 
@@ -404,7 +414,7 @@ def ultralytics_val_heads(
     batch: int = 16,
     device: str | None = None,
     nms_time_limit: float | None = None,
-    masks: bool = False,
+    own_rule: bool = False,
 ) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     """One Ultralytics val pass that measures every head of a calibrated checkpoint and of its original.
 
@@ -422,7 +432,7 @@ def ultralytics_val_heads(
             :func:`_ultralytics_val_shared`.
         confs: Head (``"nms"``, ``"e2e"``) -> ``(original_conf, calibrated_conf)``: val's conf
             pre-filter of each side in that head.
-        masks: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
+        own_rule: As :func:`ultralytics_val` (a segment model's pass scores masks either way).
 
     Returns:
         Head -> ``(original, calibrated)``, each as :func:`ultralytics_val` returns it.
@@ -440,6 +450,12 @@ def ultralytics_val_heads(
     yolo = YOLO(str(calibrated))
     orig = YOLO(str(original)).model
     _check_same_trunk(orig, yolo.model, original, calibrated)
+    if (
+        family_of(yolo) is not None
+    ):  # a model family's head rides on no shared pass: one stock val of each
+        return _separate_vals(
+            original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, own_rule
+        )
     riders = rider_specs(orig, yolo.model, heads, confs)
     del orig
     kw = _val_kwargs(
@@ -463,27 +479,47 @@ def ultralytics_val_heads(
 
     return {
         h: (
-            _val_figures(out[("original", h)], confs[h][0], masks=masks),
-            _val_figures(out[("calibrated", h)], confs[h][1], masks=masks),
+            _val_figures(out[("original", h)], confs[h][0], own_rule=own_rule),
+            _val_figures(out[("calibrated", h)], confs[h][1], own_rule=own_rule),
         )
         for h in heads
     }
 
 
-def _val_figures(metrics: Any, conf: float, *, masks: bool = False) -> dict[str, float]:
+def _separate_vals(
+    original, calibrated, data, confs, split, imgsz, batch, device, nms_time_limit, own_rule
+) -> dict:
+    """:func:`ultralytics_val_heads`' figures from one stock val of each checkpoint per head (a model family's)."""
+    kw = dict(
+        split=split,
+        imgsz=imgsz,
+        batch=batch,
+        device=device,
+        nms_time_limit=nms_time_limit,
+        own_rule=own_rule,
+    )
+    return {
+        h: (
+            ultralytics_val(original, data, head=h, conf=c0, **kw),
+            ultralytics_val(calibrated, data, head=h, conf=c1, **kw),
+        )
+        for h, (c0, c1) in confs.items()
+    }
+
+
+def _val_figures(metrics: Any, conf: float, *, own_rule: bool = False) -> dict[str, float]:
     """What a det_calib val reports of Ultralytics' metrics: ``conf``, the box ``map50_95`` and ``map50`` (an OBB
-    model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), with ``masks`` for a segment model
-    (``SegmentMetrics``) the mask ``mask_map50_95`` and ``mask_map50``, and for a pose model (``PoseMetrics``)
-    always the keypoint ``pose_map50_95`` and ``pose_map50`` (OKS)."""
+    model's ``OBBMetrics``: of its rotated boxes, matched by ProbIoU), and what each task's own metrics add
+    (:meth:`~det_calib.tasks.contract.Task.val_figures`: with ``own_rule``, a run matched by its task's own rule,
+    a segment model's mask ``mask_map50_95`` and ``mask_map50``; a pose model's keypoint ``pose_map50_95`` and
+    ``pose_map50`` always)."""
     out = {
         "conf": float(conf),
         "map50_95": float(metrics.box.map),
         "map50": float(metrics.box.map50),
     }
-    if masks and getattr(metrics, "seg", None) is not None:
-        out.update(mask_map50_95=float(metrics.seg.map), mask_map50=float(metrics.seg.map50))
-    if getattr(metrics, "pose", None) is not None:
-        out.update(pose_map50_95=float(metrics.pose.map), pose_map50=float(metrics.pose.map50))
+    for task in TASKS.values():
+        out.update(task.val_figures(metrics, own_rule=own_rule))
     return out
 
 
@@ -667,3 +703,20 @@ def _shared_validator_class(task: str = "detect"):
             return super().get_stats()
 
     return SharedPassValidator
+
+
+def eval_figures(ev) -> dict[str, float]:
+    """mAP50-95, mAP50, mAP75 of an accumulated COCOeval (``segm`` or ``keypoints``) at area ``all`` and its one
+    maxDets (as the box check)."""
+    prec = ev.eval["precision"][:, :, :, 0, 0]
+
+    def mean_valid(x: np.ndarray) -> float:
+        v = x[x > -1]
+        return float(v.mean()) if v.size else -1.0
+
+    thr = ev.params.iouThrs
+    return {
+        "map50_95": mean_valid(prec),
+        "map50": mean_valid(prec[np.isclose(thr, 0.5)]),
+        "map75": mean_valid(prec[np.isclose(thr, 0.75)]),
+    }

@@ -21,7 +21,7 @@ from det_calib.job.inputs import Inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
 from det_calib.tasks import payload_labelled
-from det_calib.thresholds.class_sets import keep_class_logits
+from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
 
 _log = logging.getLogger(__name__)
 
@@ -41,24 +41,35 @@ class BoxSource:
     every split (``--boxes``: an earlier run's or capture parts, :func:`~det_calib.job.reuse.reuse_boxes`;
     ``--detections``: a file of detections, :func:`~det_calib.job.detections.read_run_detections`),
     whose fingerprints (:attr:`fingerprints`) the run's ``boxes.parquet`` records. ``class_logits``: the
-    capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets)."""
+    capture also keeps every class's logit of each box (``calibrate``'s ``class_logits.npz``, for class sets),
+    in :attr:`logit_store` (a temporary file; the tables carry each box's row there), None where the
+    capture cannot give them."""
 
     def __init__(
         self, inputs: Inputs, splits: Sequence[Split], s: Settings, *, class_logits: bool = False
     ) -> None:
         self.inputs, self.splits, self.s = inputs, list(splits), s
         self.fingerprints: dict[str, Any] | None = None
+        self.logit_store: LogitStore | None = None
         self._read: dict[str, list[pl.DataFrame | None]] | None = None
-        self._cap = None if (s.boxes or s.detections) else _open_capturer(inputs, s)
-        if class_logits and self._cap is not None:
-            keep_class_logits(self._cap)
+        self._captures = not (
+            s.boxes or s.detections
+        )  # the detector's copy is opened by the first split's capture
+        self._class_logits = class_logits
+        self._cap: Any = None
 
     @clock.stage("capture")
     def boxes(self, split: Split) -> dict[str, pl.DataFrame]:
         """Head -> the boxes of ``split`` (one of the source's splits, each asked for once: the source
-        lets go of them, and of the detector after the last split)."""
+        opens the capture's copy of the detector for the first, and lets go of the boxes, and of the
+        detector after the last split)."""
         i = self.splits.index(split)
-        if self._cap is not None:
+        if self._captures:
+            if self._cap is None:
+                self._cap = _open_capturer(self.inputs, self.s)
+                if self._class_logits:
+                    keep_class_logits(self._cap, LogitStore(self._cap.nc))
+                    self.logit_store = getattr(self._cap, "logit_store", None)
             out = _capture_split(self._cap, self.inputs, split, self.s)
             if i == len(self.splits) - 1:
                 self._cap = None  # the detector's copy leaves before the figures
@@ -76,9 +87,9 @@ class BoxSource:
         return out
 
 
-@clock.stage("model load")
 def _open_capturer(inputs: Inputs, s: Settings) -> Any:
-    """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export."""
+    """The capture's own copy of the detector: a Capturer, or an ExportCapturer for an export (opened on
+    the ``capture`` stage's time, by :meth:`BoxSource.boxes`)."""
 
     return make_capturer(inputs.yolo, s.capture_options(heads=inputs.heads, imgsz=inputs.imgsz))
 

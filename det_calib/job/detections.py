@@ -153,7 +153,7 @@ def _reuse_detections_run(
             f"the boxes in {run_file} were read from another file of detections "
             f"({meta['model'].removeprefix('detections:')}, not {Path(s.detections).resolve()})"
         )
-    read = DetectionsRead(**meta["detections"])
+    read = DetectionsRead.from_dict(meta["detections"], "detections")
     if read.high_floor is not None and s.fit_range is None and s.fit_min_conf is None:
         s.fit_range = f"{read.high_floor:.6g}"  # as the run that read the file
     captured, fingerprints = reuse_boxes(source, inputs, splits, s, model_fp=meta["model"])
@@ -256,7 +256,7 @@ def detections_outputs(
     summary's lines about the file."""
     import dataclasses
 
-    read = DetectionsRead(**fingerprints["detections"])
+    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
     lines: list[str] = []
     for h in result.heads:
         lines += read.summary_lines(h, s.conf)

@@ -13,7 +13,7 @@ from typing import Any
 from det_calib import demo
 from det_calib.capture.exported import is_export, load_export
 from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
-from det_calib.data.box_table import HEADS
+from det_calib.data.box_table import DUAL_HEADS, HEADS
 from det_calib.data.ground_truth import (
     Dataset,
     Split,
@@ -117,7 +117,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
     have = yolo.heads if exported else available_heads(yolo)
-    heads = {"auto": have, "both": list(HEADS), **{h: [h] for h in HEADS}}[s.head]
+    heads = {"auto": have, "both": list(DUAL_HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(

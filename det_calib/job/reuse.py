@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from det_calib.capture.exported import is_export
+from det_calib.capture.options import resolve_batch
 from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
 from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA, read_boxes
 from det_calib.errors import InputError
@@ -36,14 +38,15 @@ _CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), 
 """Settings field -> capture setting that must agree for boxes to be reused."""
 
 
-def capture_settings(s: Settings, imgsz: int) -> dict[str, Any]:
-    """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them."""
+def capture_settings(s: Settings, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
+    """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
+    (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
     return {
         "conf": float(s.conf_floor),
         "iou": float(s.nms_iou),
         "max_det": int(s.max_det),
         "imgsz": int(imgsz),
-        "batch": int(s.batch),
+        "batch": resolve_batch(s.batch, s.device) if batch is None else int(batch),
     }
 
 
@@ -58,7 +61,9 @@ def run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> di
             for sp in splits
         },
         "heads": list(inputs.heads),
-        "settings": capture_settings(s, inputs.imgsz),
+        "settings": capture_settings(
+            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
+        ),  # an export: 1
     }
 
 

@@ -137,7 +137,8 @@ class Settings:
     head: HeadChoice = opt(
         "auto",
         "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
-        "head (nms=False); both; auto (default): every head the model has",
+        "head (nms=False); both: those two; detr: an RT-DETR's decoder queries; auto "
+        "(default): every head the model has",
         flag="--head",
         choices=HEAD_CHOICES,
     )
@@ -207,10 +208,11 @@ class Settings:
     imgsz: int | None = opt(
         None, "inference size (default: the model's training size)", flag="--imgsz"
     )
-    batch: int = opt(
-        1,
-        "images per capture forward pass, same letterbox shape only (default 1: exactly "
-        "single-image predict; more is faster on a GPU, not bit-exact)",
+    batch: int | None = opt(
+        None,
+        "images per capture forward pass, same letterbox shape only (default: 16 on a "
+        "CUDA device, about 3x faster there and not bit-exact, see docs/speed.md; 1 elsewhere: "
+        "exactly single-image predict)",
         flag="--batch",
     )
     device: str | None = opt(
@@ -334,7 +336,7 @@ class Settings:
         if not 0 < self.delta < 1:
             raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
-            if int(getattr(self, name)) < 1:
+            if (name != "batch" or self.batch is not None) and int(getattr(self, name)) < 1:
                 raise InputError(
                     f"Expected `{name}` to be an integer larger than 0, but got "
                     f"{getattr(self, name)}"

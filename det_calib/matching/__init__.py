@@ -1,13 +1,12 @@
 """Matching: each box labelled correct or incorrect by COCO-style one-to-one IoU matching
-(box IoU in :mod:`~det_calib.matching.one_to_one`, mask IoU in :mod:`~det_calib.matching.masks`)."""
+(box IoU in :mod:`~det_calib.matching.one_to_one`; a task's own matching sits in its folder under
+:mod:`det_calib.tasks`)."""
 
 from __future__ import annotations
 
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "match_boxes_by_masks": "masks",
-    "match_masks": "masks",
     "MatchResult": "one_to_one",
     "box_iou": "one_to_one",
     "checked_scores": "one_to_one",
@@ -31,9 +30,7 @@ __all__ = [
     "group_keys",
     "last_best_per_run",
     "match_boxes",
-    "match_boxes_by_masks",
     "match_detections",
-    "match_masks",
     "match_table",
 ]
 

@@ -357,7 +357,7 @@ def greedy_match(
 ) -> MatchResult:
     """COCO's one-to-one matching (see the module docstring) for any overlap measure.
 
-    :func:`match_detections` (boxes) and :func:`det_calib.matching.masks.match_masks` (masks)
+    :func:`match_detections` (boxes) and :func:`det_calib.tasks.segment.matching.match_masks` (masks)
     check their inputs and call this with their ``pair_iou``. It is called once, with every
     same-(image, class) pair: pairs come grouped by group, then by detection in COCO's order
     (descending score, ties in input order), then by GT in input order; so each group's pairs

@@ -101,7 +101,8 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
         )
 
 
-# the draw counts of the last seeded replicates, kept when they fit in this many bytes
+# the draw counts of the last seeded replicates, kept (in the smallest unsigned dtype that holds them: a
+# count is rarely above 255) while they fit in this many bytes together
 _CACHE_BYTES = 64 << 20
 _cache: dict[tuple, list[np.ndarray]] = {}
 
@@ -111,15 +112,33 @@ def seeded_multiplicities(
 ) -> Iterable[np.ndarray]:
     """The draw-count blocks of ``draw(np.random.default_rng(seed), n_img, n_boot)``
     (:func:`det_calib.metrics.calibration._multiplicities`, whose blocks ``chunk`` sizes), the last
-    ones kept: a run bootstraps the same images with the same seed several times in a row (raw and
-    calibrated scores, ECE and LaECE), and the draws depend on nothing else, so they are drawn once."""
+    ones kept: a run bootstraps the same images with the same seed several times (raw and calibrated
+    scores, ECE and LaECE, each size bin's and class's images in turn), and the draws depend on nothing
+    else, so they are drawn once. Kept compact (uint8 where every count is below 256, as at any
+    realistic image count) and given back as the int64 blocks ``draw`` gives, one at a time."""
     key = (int(seed), int(n_img), int(n_boot), int(chunk), draw)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    if n_img * n_boot * 8 > _CACHE_BYTES:
-        return draw(np.random.default_rng(seed), n_img, n_boot)
-    blocks = list(draw(np.random.default_rng(seed), n_img, n_boot))
-    _cache.clear()
-    _cache[key] = blocks
-    return blocks
+    hit = _cache.pop(key, None)
+    if hit is None:
+        if n_img * n_boot > _CACHE_BYTES:  # not even one byte a count fits
+            return draw(np.random.default_rng(seed), n_img, n_boot)
+        hit = [_compact(b) for b in draw(np.random.default_rng(seed), n_img, n_boot)]
+        size = sum(b.nbytes for b in hit)
+        if size > _CACHE_BYTES:
+            return (b.astype(np.int64) for b in hit)
+        while _cache and size + sum(b.nbytes for v in _cache.values() for b in v) > _CACHE_BYTES:
+            _cache.pop(next(iter(_cache)))  # the least recently used first
+    _cache[key] = hit  # the most recently used last
+    return (b.astype(np.int64) for b in hit)
+
+
+def _compact(block: np.ndarray) -> np.ndarray:
+    """``block`` (non-negative counts) in the smallest unsigned dtype that holds its values exactly."""
+    top = int(block.max()) if block.size else 0
+    dt = (
+        np.uint8
+        if top <= np.iinfo(np.uint8).max
+        else np.uint16
+        if top <= np.iinfo(np.uint16).max
+        else np.int64
+    )
+    return block.astype(dt)

@@ -392,14 +392,14 @@ def _laece_replicates(cells: _KeptCells, c: np.ndarray, t: np.ndarray, img: np.n
     )  # replicates per step: about 1M boxes (8 MiB a table)
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        out = []
+        out, keys = [], np.empty(0, dtype=np.intp)
         for start in range(0, mult.shape[0], rows):
-            w = mult[start : start + rows].astype(np.float64)[:, img]
-            out.append(
-                cells.laece(
-                    np.abs(cells.row_sums(w * c) - cells.row_sums(w * t)), cells.row_sums(w)
-                )
-            )
+            # C order (``[:, img]`` gives Fortran order, and each ravel below would copy)
+            w = np.take(mult[start : start + rows].astype(np.float64), img, axis=1)
+            if keys.size != w.size:  # the cell keys of a block, one for the three sums
+                keys = cells.row_keys(w.shape[0])
+            s_c, s_t = cells.row_sums(w * c, keys), cells.row_sums(w * t, keys)
+            out.append(cells.laece(np.abs(s_c - s_t), cells.row_sums(w, keys)))
         return np.concatenate(out) if out else np.empty(0)
 
     return batch
@@ -430,14 +430,19 @@ class _KeptCells(NamedTuple):
         """``(n_cls * n_bins,)`` sum of ``values`` ((kept,)) in each cell."""
         return np.bincount(self.key, weights=values, minlength=self.size)
 
-    def row_sums(self, values: np.ndarray) -> np.ndarray:
+    def row_keys(self, d: int) -> np.ndarray:
+        """``(d * kept,)`` the cell of each value of a C-ordered ``(d, kept)`` array in :meth:`row_sums`."""
+        return (self.key + self.size * np.arange(d)[:, None]).ravel()
+
+    def row_sums(self, values: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
         """``(d, n_cls * n_bins)``: :meth:`sums` of each row of ``values`` ((d, kept)), in one pass (each
-        cell's sum is accumulated in the same order, so each row equals its :meth:`sums`)."""
+        cell's sum is accumulated in the same order, so each row equals its :meth:`sums`). ``keys``:
+        :meth:`row_keys` of ``d``, where the caller sums several arrays of one shape."""
         d = values.shape[0]
-        keys = (self.key + self.size * np.arange(d)[:, None]).ravel()
-        return np.bincount(keys, weights=values.ravel(), minlength=d * self.size).reshape(
-            d, self.size
-        )
+        keys = self.row_keys(d) if keys is None else keys
+        return np.bincount(
+            keys, weights=np.ravel(values, order="C"), minlength=d * self.size
+        ).reshape(d, self.size)
 
     def laece(self, gap: np.ndarray, count: np.ndarray) -> np.ndarray:
         """``(d,)`` LaECE_0 of ``d`` sets of cell gaps ``gap`` ((d, n_cls * n_bins) or (n_cls * n_bins,):

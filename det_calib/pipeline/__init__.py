@@ -8,16 +8,14 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "calibrate": "calibrate_job",
-    "run_classify_cli": "classify_run",
     "choice_words": "fitting",
     "choose_calibrator": "fitting",
     "fit_head": "fitting",
     "temperature_of_boxes": "fitting",
     "calibrate_head": "head_steps",
     "evaluate": "head_steps",
-    "finish_run_folder": "outputs",
     "gt_per_class": "outputs",
-    "output_files": "outputs",
+    "write_run_outputs": "outputs",
     "summary_text": "summary",
     "val_not_run": "ultralytics_checks",
 }
@@ -28,14 +26,12 @@ __all__ = [
     "choice_words",
     "choose_calibrator",
     "evaluate",
-    "finish_run_folder",
     "fit_head",
     "gt_per_class",
-    "output_files",
-    "run_classify_cli",
     "summary_text",
     "temperature_of_boxes",
     "val_not_run",
+    "write_run_outputs",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -111,7 +111,16 @@ def calibrate(
         )  # no copy of the tables
         result = run_record(inputs, splits, s, results)
         files = write_run_outputs(
-            out, result, boxes, inputs, splits, s, t_start, source.fingerprints, verification
+            out,
+            result,
+            boxes,
+            inputs,
+            splits,
+            s,
+            t_start,
+            source.fingerprints,
+            verification,
+            logit_store=source.logit_store,
         )
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 

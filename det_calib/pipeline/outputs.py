@@ -8,9 +8,10 @@ import dataclasses
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -41,6 +42,9 @@ from det_calib.record.run_result import (
 )
 from det_calib.thresholds.class_sets import write_class_logits
 from det_calib.thresholds.per_class import summary_lines, tune_run
+
+if TYPE_CHECKING:
+    from det_calib.thresholds.class_sets import LogitStore
 
 _log = logging.getLogger(__name__)
 
@@ -93,9 +97,17 @@ def write_run_outputs(
     t_start: float,
     fingerprints: dict[str, Any] | None = None,
     verification: Verification | None = None,
+    *,
+    beside: dict[str, pl.DataFrame] | None = None,
+    more: Sequence[str] = (),
+    logit_store: LogitStore | None = None,
 ) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
+    An ensemble's run (``result.ensemble``) writes no model (an ensemble is not one checkpoint), its
+    members' boxes (``beside``: file name -> table, with ``boxes.parquet``'s fingerprints) and its
+    summary lines (``more``, before the timing line). ``logit_store``: where the capture put every class's
+    logit (``class_logits.npz`` reads the kept ones).
 
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
@@ -104,23 +116,28 @@ def write_run_outputs(
 
     with clock.output_folder(out) as stage:
         write_class_logits(
-            stage, boxes
+            stage, boxes, logit_store
         )  # the per-class logits out of `boxes` (in place), for class sets
-        write_run_boxes(
-            boxes, stage / "boxes.parquet", fingerprints or run_fingerprints(inputs, splits, s)
-        )
-        if s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
+        if logit_store is not None:
+            logit_store.close()  # every kept logit is written: its temporary file goes now
+        fp = fingerprints or run_fingerprints(inputs, splits, s)
+        write_run_boxes(boxes, stage / "boxes.parquet", fp)
+        for name, table in (beside or {}).items():
+            write_run_boxes(table, stage / name, fp)
+        if result.ensemble is not None:
+            engine_lines = []
+        elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
-        extra = finish_run_folder(
+        extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
-        write_summary_text(stage, result, extra=extra + engine_lines)
-    return output_files(out)
+        write_summary_text(stage, result, extra=extra + engine_lines, more=more)
+    return _output_files(out)
 
 
-def finish_run_folder(
+def _finish_run_folder(
     stage: Path,
     out: Path,
     result: RunResult,
@@ -214,13 +231,14 @@ class Verification:
     written into the run's record by :meth:`finish`.
 
     :func:`start_verification` writes the checkpoint as soon as the calibrators are fitted. Where the
-    machine allows it (:func:`_runs_beside`), the val pass then runs in a child process forked as the
-    block is entered, beside the eval split's capture, its figures, the outputs and the report (which
-    writes the sections that read the checks last); :meth:`finish` waits for it. Elsewhere
-    :meth:`finish` runs it in this process. The child runs the same code on the same checkpoint and
-    data, so the checks are the same either way. On the clock, ``verification`` holds the wait for
-    the child (its wall) and the child's CPU seconds. Leaving the block stops a child still running
-    (a run that failed meanwhile) and removes the checkpoint's temporary folder.
+    machine allows it (:func:`_runs_beside`), the val pass then runs in a child process started as the
+    block is entered (forked; on a GPU run, a fresh interpreter), beside the eval split's capture, its
+    figures, the outputs and the report (which writes the sections that read the checks last);
+    :meth:`finish` waits for it. Elsewhere :meth:`finish` runs it in this process. The child runs the
+    same code on the same checkpoint and data, so the checks are the same either way. On the clock,
+    ``verification`` holds the wait for the child (its wall) and the child's CPU seconds. Leaving the
+    block stops a child still running (a run that failed meanwhile) and removes the checkpoint's
+    temporary folder.
     """
 
     def __init__(
@@ -233,20 +251,24 @@ class Verification:
         self.cpu0 = 0.0
 
     def __enter__(self) -> Verification:
-        if _runs_beside():
+        method = _runs_beside()
+        if method:
             import multiprocessing as mp
 
-            # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
-            # before the fork, the child finds it imported (the report needs it later anyway)
-            import matplotlib.font_manager  # noqa: F401
-
-            ctx = mp.get_context("fork")
+            inputs = self.inputs
+            if method == "fork":
+                # Ultralytics' dataset check imports matplotlib's font manager for its font check: imported
+                # before the fork, the child finds it imported (the report needs it later anyway)
+                import matplotlib.font_manager  # noqa: F401
+            else:  # a fresh interpreter: the inputs travel pickled, without the loaded model (val reads the file)
+                inputs = dataclasses.replace(inputs, yolo=None)
+            ctx = mp.get_context(method)
             self.conn, send = ctx.Pipe(duplex=False)
             self.cpu0 = _children_cpu()
             child = ctx.Process(
                 target=_checks_in_child,
                 name="det_calib-verification",
-                args=(send, self.inputs, self.ckpt, self.ev, self.records, self.s),
+                args=(send, inputs, self.ckpt, self.ev, self.records, self.s),
             )
             try:
                 child.start()
@@ -363,18 +385,20 @@ def start_verification(
     return stack.enter_context(Verification(inputs, ckpt, ev, records, s))
 
 
-def _runs_beside() -> bool:
-    """Whether the val pass can run in a forked child beside the report: on Linux (where a forked
-    child may run torch on the CPU), with more than one core to run on, and the GPU never used by
-    this process (CUDA does not survive a fork)."""
+def _runs_beside() -> str | None:
+    """How the val pass runs beside the rest of the run: the start method of its child process, or None
+    (in this process, after the report's figures). On Linux with more than one core to run on: ``"fork"``
+    while this process has not used a GPU (the child starts at once, with everything imported), and
+    ``"spawn"`` once it has (CUDA does not survive a fork: a fresh interpreter imports torch and
+    Ultralytics and opens its own CUDA context, seconds that run beside the eval split's capture)."""
     import os
     import sys
 
     import torch
 
-    if not sys.platform.startswith("linux") or torch.cuda.is_initialized():
-        return False
-    return len(os.sched_getaffinity(0)) > 1
+    if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    return "spawn" if torch.cuda.is_initialized() else "fork"
 
 
 def _children_cpu() -> float:
@@ -400,7 +424,7 @@ def _checks_in_child(
     conn.close()
 
 
-def output_files(out: Path) -> dict[str, Path]:
+def _output_files(out: Path) -> dict[str, Path]:
     """The files the run wrote in ``out``, keyed by role (``"checkpoint"``, ...) or relative path."""
     names = {
         "boxes.parquet": "boxes",

@@ -113,9 +113,11 @@ _MAP_SOURCES_LINE = (
 """Why a head's COCO mAP and its Ultralytics val mAP differ (the summary's note when val ran)."""
 
 
-def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) -> str:
-    """A short plain-text summary of a run (what the CLI prints): the operating point first; the
-    timing line last (``timings``, when the run recorded them)."""
+def summary_text(
+    result: RunResult | dict[str, Any], *, timings: bool = True, more: Sequence[str] = ()
+) -> str:
+    """A short plain-text summary of a run (what the CLI prints): the operating point first; ``more``
+    (an ensemble's lines); the timing line last (``timings``, when the run recorded them)."""
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
     lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
@@ -156,6 +158,7 @@ def summary_text(result: RunResult | dict[str, Any], *, timings: bool = True) ->
         for head in r.heads
     ):
         lines.append(f"({_MAP_SOURCES_LINE})")
+    lines += more
     if timings and r.timings is not None:
         lines.append(r.timings.line())
     return "\n".join(lines)
@@ -367,6 +370,11 @@ def _shift_lines(head: str, h: HeadResult) -> list[str]:
     return lines
 
 
-def write_summary_text(out: Path, result: RunResult, *, extra: Sequence[str] = ()) -> Path:
-    """Write ``summary.txt`` into the output folder (``extra``: lines after the summary, e.g. thresholds)."""
-    return write_text(Path(out) / "summary.txt", "\n".join([summary_text(result), *extra]) + "\n")
+def write_summary_text(
+    out: Path, result: RunResult, *, extra: Sequence[str] = (), more: Sequence[str] = ()
+) -> Path:
+    """Write ``summary.txt`` into the output folder (``extra``: lines after the summary, e.g. thresholds;
+    ``more``: lines before its timing line, an ensemble's)."""
+    return write_text(
+        Path(out) / "summary.txt", "\n".join([summary_text(result, more=more), *extra]) + "\n"
+    )

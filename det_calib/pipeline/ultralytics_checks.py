@@ -16,7 +16,8 @@ import polars as pl
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import equivalent_conf
-from det_calib.capture.predictor import Capturer
+from det_calib.capture.family_registry import family_of
+from det_calib.capture.predictor import model_capturer
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
 from det_calib.data.val_view import ValScan, val_view_scan, write_split_yaml
@@ -61,8 +62,8 @@ def detection_change(
     the calibrated checkpoint and compare with the original boxes rescored by the same map."""
 
     _log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
-    # the same capture as the original's (one image per forward pass at the default batch 1)
-    cap = Capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
+    # the same capture as the original's (its batch: 1 on a CPU, exactly single-image predict)
+    cap = model_capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
     cal = calibrator_of(record)
@@ -155,9 +156,14 @@ def run_ultralytics_checks(
     with tempfile.TemporaryDirectory(prefix="det_calib_eval_") as tmp:
         yml = write_split_yaml(inputs.ds, ev, Path(tmp))
         # val's own default batch: the check is plain Ultralytics val (its letterbox and batching)
+        family = family_of(
+            inputs.yolo
+        )  # a model family's original is validated on a pass of its own
+        how = SHARED_PASS if family is None else family.val_words
         _log.info(
-            "Ultralytics val (%s): calibrated checkpoint, the original on the same pass",
+            "Ultralytics val (%s): calibrated checkpoint, the original %s",
             " + ".join(f"{h} head" for h in inputs.heads),
+            "on the same pass" if how == SHARED_PASS else "on a pass of its own",
         )
         try:
             figures = ultralytics_val_heads(
@@ -169,7 +175,7 @@ def run_ultralytics_checks(
                 imgsz=inputs.imgsz,
                 batch=_VAL_BATCH,
                 device=s.device,
-                masks=inputs.matching is not None and inputs.matching.masks,
+                own_rule=inputs.matching is not None and inputs.matching.by != "box",
             )
         except ValIncomplete as e:
             _log.warning("Ultralytics val not completed: %s", e)
@@ -187,7 +193,9 @@ def run_ultralytics_checks(
         _log.warning("Ultralytics val %s", seen.note)
         return dict.fromkeys(inputs.heads, seen)
     return {
-        h: _replace(_check_of(ev.name, records[h], s, *figures[h], floors[h]), **_counts(seen))
+        h: _replace(
+            _check_of(ev.name, records[h], s, *figures[h], floors[h], how=how), **_counts(seen)
+        )
         for h in inputs.heads
     }
 
@@ -278,11 +286,14 @@ def _check_of(
     r0: dict[str, float],
     r1: dict[str, float],
     floor: float | None,
+    *,
+    how: str | None = None,
 ) -> ValCheck:
     """A head's :class:`ValCheck` from the figures of the shared pass: ``r0`` the original at val's floor,
-    ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor)."""
+    ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor);
+    ``how`` the pass's words (default :data:`~det_calib.evaluation.map_check.SHARED_PASS`)."""
 
-    how = f" How: {SHARED_PASS}."
+    how = f" How: {how or SHARED_PASS}."
     if (
         floor is None
     ):  # per-class maps: no single floor keeps the candidate set; report what val measures

@@ -11,15 +11,8 @@ from typing import Any
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator
 from det_calib.calibrators.temperature import TemperatureScaler
+from det_calib.codec import Record, decode, spec
 from det_calib.errors import InputError
-from det_calib.record.checked_json import (
-    key_path,
-    plain,
-    read_flag,
-    read_number,
-    read_object,
-    read_text,
-)
 from det_calib.record.eval_record import OperatingFigures
 
 __all__ = [
@@ -33,15 +26,17 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Calibrator:
+class Calibrator(Record):
     """A fitted calibration map of one head: a method name and its parameters.
 
     ``temperature`` (``params = {"temperature": T}``, ``conf = sigmoid(logit / T)``) is what
     :func:`det_calib.pipeline.calibrate_job.calibrate` fits; other methods carry their own parameters.
     """
 
-    method: str
-    params: dict[str, Any]
+    WHERE = "calibrator"
+
+    method: str = spec(check=(bool, "the name of a calibration method"))
+    params: dict[str, Any] = spec(required=True)
 
     @classmethod
     def temperature_scaling(cls, t: float) -> Calibrator:
@@ -51,18 +46,6 @@ class Calibrator:
     def temperature(self) -> float | None:
         """T of a temperature calibrator, else None."""
         return float(self.params["temperature"]) if self.method == "temperature" else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "params": plain(dict(self.params))}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "calibrator") -> Calibrator:
-        d = read_object(d, where, optional=False)
-        method = read_text(d.get("method"), key_path(where, "method"))
-        params = read_object(d.get("params"), key_path(where, "params"), optional=False)
-        if not method:
-            raise InputError(f"`{where}.method` must name a calibration method")
-        return cls(method, dict(params))
 
 
 def calibrator_record(cal: LogitCalibrator, method: str, floor: float) -> Calibrator:
@@ -93,28 +76,14 @@ class CVScores:
     standard error of its CV mean, its paired differences from the best and from ``none`` with
     their standard errors, the shrinkage its CV chose, why it could not be scored, its verdict."""
 
-    se: float | None = None
-    diff: float | None = None
-    diff_se: float | None = None
-    diff_none: float | None = None
-    diff_none_se: float | None = None
+    se: float | None = spec(None, key="cv_se")
+    diff: float | None = spec(None, key="cv_diff")
+    diff_se: float | None = spec(None, key="cv_diff_se")
+    diff_none: float | None = spec(None, key="cv_diff_none")
+    diff_none_se: float | None = spec(None, key="cv_diff_none_se")
     shrinkage: float | None = None
     error: str | None = None
     verdict: str | None = None
-
-    @classmethod
-    def of(cls, params: dict[str, Any]) -> CVScores:
-        p = params
-        return cls(
-            p.get("cv_se"),
-            p.get("cv_diff"),
-            p.get("cv_diff_se"),
-            p.get("cv_diff_none"),
-            p.get("cv_diff_none_se"),
-            p.get("shrinkage"),
-            p.get("error"),
-            p.get("verdict"),
-        )
 
 
 @dataclass(frozen=True)
@@ -125,48 +94,21 @@ class CandidateEval:
     ece_all_ci: Any = None
     nll: float | None = None
     brier: float | None = None
-    class_kept_ece: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, d: dict[str, Any] | None) -> CandidateEval:
-        d = d or {}
-        return cls(
-            d.get("ece_all"),
-            d.get("ece_all_ci"),
-            d.get("nll"),
-            d.get("brier"),
-            dict(d.get("class_kept_ece") or {}),
-        )
+    class_kept_ece: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class CandidateRecord:
+class CandidateRecord(Record):
     """A calibrator considered for a head, with its cross-validated score (lower is better)."""
 
-    calibrator: Calibrator
+    calibrator: Calibrator = spec(flat=str)
     cv_score: float | None = None
     selected: bool = False
-    eval: dict[str, Any] | None = None
+    eval: dict[str, Any] | None = spec(None, omit="none")
     """Figures of the candidate refitted on the whole fit split, on the eval split (``operating``:
     a list of :class:`OperatingFigures` dicts; ``ece_all``, ``ece_all_ci``, ``nll``, ``brier``;
     ``class_kept_ece``: class id -> kept-set ECE at the lowest threshold). Only the best fit range
     of each method is evaluated."""
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {**self.calibrator.to_dict(), "cv_score": self.cv_score, "selected": self.selected}
-        if self.eval is not None:
-            out["eval"] = plain(self.eval)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> CandidateRecord:
-        d = read_object(d, where, optional=False)
-        return cls(
-            Calibrator.from_dict(d, where),
-            read_number(d.get("cv_score"), key_path(where, "cv_score")),
-            bool(read_flag(d.get("selected"), key_path(where, "selected"))),
-            read_object(d.get("eval"), key_path(where, "eval")),
-        )
 
     @property
     def fit_min_conf(self) -> float | None:
@@ -181,17 +123,16 @@ class CandidateRecord:
         return m if m == "none" or f is None else f"{m}@{f:g}"
 
     def operating(self) -> list[OperatingFigures]:
-        return [
-            OperatingFigures.from_dict(o, "eval.operating")
-            for o in (self.eval or {}).get("operating", [])
-        ]
+        return decode(
+            list[OperatingFigures], (self.eval or {}).get("operating", []), "eval.operating"
+        )
 
     @property
     def cv(self) -> CVScores:
         """Its cross-validation figures, typed."""
-        return CVScores.of(self.calibrator.params)
+        return decode(CVScores, self.calibrator.params, "params")
 
     @property
     def eval_figures(self) -> CandidateEval:
         """Its all-box figures on the eval split, typed (all None when it was not scored there)."""
-        return CandidateEval.of(self.eval)
+        return decode(CandidateEval, self.eval or {}, "eval")

@@ -4,23 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from det_calib.record.checked_json import (
-    CI,
-    ci_field,
-    leaf,
-    leaf_dict,
-    read_items,
-    read_leaf_fields,
-    read_object,
-)
+from det_calib.codec import Record
+from det_calib.record.checked_json import CI
 
-__all__ = ["SizeFigures", "read_size_figures"]
+__all__ = ["SizeFigures"]
 
 
 @dataclass(frozen=True)
-class SizeFigures:
+class SizeFigures(Record):
     """The eval split's boxes of one size bin (:data:`det_calib.metrics.size_bins.SIZE_BINS`) kept at
     the lowest conf threshold, raw (``_before``) and calibrated (``_after``).
 
@@ -33,30 +25,18 @@ class SizeFigures:
     head's own figures (:class:`~det_calib.record.eval_record.OperatingFigures`).
     """
 
-    scheme: str | None = leaf(kind=str)
-    bin: str | None = leaf(kind=str)
-    lo: float | None = leaf()
-    hi: float | None = leaf()
-    conf: float | None = leaf()
-    boxes_before: int | None = leaf(kind=int)
-    boxes_after: int | None = leaf(kind=int)
-    ece_before: float | None = leaf()
-    ece_before_ci: CI = ci_field()
-    ece_after: float | None = leaf()
-    ece_after_ci: CI = ci_field()
-    laece0_before: float | None = leaf()
-    laece0_before_ci: CI = ci_field()
-    laece0_after: float | None = leaf()
-    laece0_after_ci: CI = ci_field()
-
-    def to_dict(self) -> dict[str, Any]:
-        return leaf_dict(self)
-
-
-def read_size_figures(v: Any, where: str) -> list[SizeFigures]:
-    """The ``by_size`` list of one head (empty when absent: runs written before it existed)."""
-    return [
-        SizeFigures(**read_leaf_fields(SizeFigures, read_object(d, w, optional=False), w))
-        for i, d in enumerate(read_items(v, where))
-        for w in [f"{where}[{i}]"]
-    ]
+    scheme: str | None = None
+    bin: str | None = None
+    lo: float | None = None
+    hi: float | None = None
+    conf: float | None = None
+    boxes_before: int | None = None
+    boxes_after: int | None = None
+    ece_before: float | None = None
+    ece_before_ci: CI = None
+    ece_after: float | None = None
+    ece_after_ci: CI = None
+    laece0_before: float | None = None
+    laece0_before_ci: CI = None
+    laece0_after: float | None = None
+    laece0_after_ci: CI = None

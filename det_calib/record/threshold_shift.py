@@ -3,11 +3,13 @@ computed by :func:`det_calib.evaluation.kept_set.threshold_shift`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from det_calib.codec import Record
 
 
 @dataclass(frozen=True)
-class ThresholdShift:
+class ThresholdShift(Record):
     """Kept-set change at one conf threshold.
 
     Attributes:
@@ -20,7 +22,7 @@ class ThresholdShift:
         added, added_correct: Boxes kept only after calibration, and how many of them are correct.
         removed, removed_correct: Boxes kept only before calibration, and how many are correct.
         precision_before, precision_after, recall_before, recall_after: Of the kept sets
-            (precision is nan for an empty set, recall nan when n_gt is 0).
+            (precision is nan for an empty set, recall nan when n_gt is 0; read back as None).
     """
 
     conf: float
@@ -32,10 +34,7 @@ class ThresholdShift:
     added_correct: int
     removed: int
     removed_correct: int
-    precision_before: float
-    precision_after: float
-    recall_before: float
-    recall_after: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    precision_before: float | None
+    precision_after: float | None
+    recall_before: float | None
+    recall_after: float | None

@@ -9,10 +9,10 @@ its start to the moment the record was written: their wall seconds add up to ``w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
-from det_calib.errors import InputError
+from det_calib.codec import Record, spec
 
 __all__ = ["StageTime", "Timings"]
 
@@ -32,43 +32,27 @@ _ORDER = (
 """The order of the timing line (a stage not named here comes before ``other``, in the order it ran)."""
 
 
+def _seconds_ok(v: float) -> bool:
+    return math.isfinite(v) and v >= 0
+
+
+_SECONDS = (_seconds_ok, "a number of seconds >= 0")
+
+
 @dataclass(frozen=True)
-class StageTime:
+class StageTime(Record):
     """One stage: wall seconds, CPU seconds of the whole process (every thread) while it ran, and the
     process's peak resident memory in bytes while it ran (None: not measured, as in earlier records)."""
 
-    wall: float
-    cpu: float
-    peak_rss: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"wall": round(self.wall, 3), "cpu": round(self.cpu, 3)}
-        if self.peak_rss is not None:
-            d["peak_rss"] = int(self.peak_rss)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> StageTime:
-        if not isinstance(d, dict):
-            raise InputError(f"`{where}` must be an object, got {type(d).__name__}")
-        peak = d.get("peak_rss")
-        if peak is not None and (isinstance(peak, bool) or not isinstance(peak, int) or peak < 0):
-            raise InputError(f"`{where}.peak_rss` must be a number of bytes >= 0, got {peak!r}")
-        return cls(
-            wall=_seconds(d.get("wall"), f"{where}.wall"),
-            cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
-            peak_rss=peak,
-        )
-
-
-def _seconds(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise InputError(f"`{where}` must be a number of seconds >= 0, got {v!r}")
-    return float(v)
+    wall: float = spec(check=_SECONDS, digits=3, required=True)
+    cpu: float = spec(check=_SECONDS, digits=3, required=True)
+    peak_rss: int | None = spec(
+        None, omit="none", check=(lambda n: n >= 0, "a number of bytes >= 0")
+    )
 
 
 @dataclass(frozen=True)
-class Timings:
+class Timings(Record):
     """Wall and CPU seconds of a command, per stage, in the order the stages first ran.
 
     Attributes:
@@ -79,10 +63,12 @@ class Timings:
             interpreter and imports included), ``"call"`` when at the library call.
     """
 
-    wall: float
-    cpu: float
-    stages: dict[str, StageTime] = field(default_factory=dict)
-    started: str = "process"
+    WHERE = "timings"
+
+    wall: float = spec(check=_SECONDS, digits=3, required=True)
+    cpu: float = spec(check=_SECONDS, digits=3, required=True)
+    started: Literal["process", "call"] = "process"
+    stages: dict[str, StageTime] = spec(default_factory=dict, required=True)
 
     def seconds(self, stage: str) -> float:
         """Wall seconds of ``stage`` (0 when it did not run)."""
@@ -117,37 +103,3 @@ class Timings:
         parts += [f"{name} {self.seconds(name):.1f}" for name in rest]
         since = "" if self.started == "process" else " since the call"
         return f"time: {self.wall:.1f} s wall{since}, {self.cpu:.1f} s CPU: " + ", ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wall": round(self.wall, 3),
-            "cpu": round(self.cpu, 3),
-            "started": self.started,
-            "stages": {k: v.to_dict() for k, v in self.stages.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "timings") -> Timings | None:
-        """Check and read a ``timings`` object (None when absent: runs written before it existed).
-
-        Raises:
-            InputError: A missing or mistyped field (one line naming it).
-        """
-        if d is None:
-            return None
-        if not isinstance(d, dict):
-            raise InputError(f"`{where}` must be an object or null, got {type(d).__name__}")
-        stages = d.get("stages")
-        if not isinstance(stages, dict):
-            raise InputError(f"`{where}.stages` must be an object, got {type(stages).__name__}")
-        started = d.get("started", "process")
-        if started not in ("process", "call"):
-            raise InputError(f'`{where}.started` must be "process" or "call", got {started!r}')
-        return cls(
-            wall=_seconds(d.get("wall"), f"{where}.wall"),
-            cpu=_seconds(d.get("cpu"), f"{where}.cpu"),
-            stages={
-                str(k): StageTime.from_dict(v, f"{where}.stages.{k}") for k, v in stages.items()
-            },
-            started=started,
-        )

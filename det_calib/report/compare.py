@@ -119,6 +119,8 @@ def compare_runs(
     Returns:
         Written paths: ``"html"`` (compare.html), ``"md"`` (compare.md) and ``"figures/<name>.png"``.
 
+    Classify runs are compared by their task's own run (``det_calib.tasks.classify.report_compare``).
+
     Raises:
         InputError: Fewer than two runs, a run missing or corrupt, an unknown head, or ``labels``
             not one distinct name per run.

@@ -56,6 +56,11 @@ OVER = "#CC3311"  # gap where conf > accuracy (over-confident)
 _UNDER = "#33BBEE"  # gap where conf < accuracy (under-confident)
 CORRECT = "#009988"
 _INCORRECT = "#BBBBBB"
+COLOURS = {
+    "matched": CORRECT,
+    "unmatched": OVER,
+}  # a kept box of the examples figures, by its state
+GT_EDGE = "#FFFFFF"  # a ground truth's outline in the examples figures
 _RUN_COLORS = ("#0077BB", "#EE3377")
 _MANY_COLORS = (
     "#000000",
@@ -586,13 +591,17 @@ def _xerr(values: Sequence[float | None], cis: Sequence[tuple[float, float] | No
 
 
 def per_class_ece_chart(
-    rows: Sequence[ClassECE], *, xlabel: str, title: str | None = None
+    rows: Sequence[ClassECE],
+    *,
+    xlabel: str,
+    title: str | None = None,
+    unit: str = "boxes",
+    after_label: str = "calibrated",
 ) -> bytes:
     """Classes ranked by raw ECE (worst on top), raw and calibrated bars with interval whiskers.
 
-    The box count is written at the right of each row; classes with few boxes are hatched, grey
-    and labelled "(few boxes)".
-    """
+    The box count (``unit``: what each row counts) is written at the right of each row; classes
+    with few boxes are hatched, grey and labelled "(few boxes)". ``after_label``: the second bar."""
     # reliable classes first, worst on top; classes with few boxes below them, also by ECE
     rows = sorted(
         rows, key=lambda r: (r.few, -(r.ece_before if r.ece_before is not None else -1.0))
@@ -610,7 +619,7 @@ def per_class_ece_chart(
         va = [r.ece_after for r in rows]
         for vals, cis, off, color, label in (
             (vb, [r.ci_before for r in rows], h / 2, _BEFORE, "raw"),
-            (va, [r.ci_after for r in rows], -h / 2, _AFTER, "calibrated"),
+            (va, [r.ci_after for r in rows], -h / 2, _AFTER, after_label),
         ):
             v = np.array([np.nan if x is None else x for x in vals], dtype=float)
             bars = ax.barh(
@@ -652,7 +661,7 @@ def per_class_ece_chart(
         ax.text(
             1.01,
             y[0] + 0.75,
-            "boxes",
+            unit,
             transform=tr,
             ha="left",
             va="bottom",
@@ -675,7 +684,7 @@ def per_class_ece_chart(
         ax.set_xlabel(xlabel)
         handles = [
             Patch(color=_BEFORE, label="raw"),
-            Patch(color=_AFTER, label="calibrated"),
+            Patch(color=_AFTER, label=after_label),
             Line2D([], [], color="#333333", marker="|", ls="-", label="95% interval"),
         ]
         if any(r.few for r in rows):

@@ -100,11 +100,11 @@ def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
     thr = min(run.settings.conf_thresholds)
     n_bins = run.settings.ece_bins
     coco = [b for b in SIZE_BINS if b.scheme == "coco"]
-    masks = [size_mask(b, view.xyxy, view.extra["img_w"], view.extra["img_h"]) for b in coco]
+    in_bin = [size_mask(b, view.xyxy, view.extra["img_w"], view.extra["img_h"]) for b in coco]
     rows = []
     for label, conf in (("Raw", hb.conf), ("Calibrated", hb.conf_after)):
         panels = []
-        for b, m in zip(coco, masks):
+        for b, m in zip(coco, in_bin):
             keep = m & (conf > thr)
             panels.append(
                 (

@@ -1,23 +1,24 @@
-"""The panels of the matching pictures of pose and OBB models, from a box table, the split's ground truth
-and the matching result (drawn by :mod:`det_calib.report.task_plots`).
+"""The panels of the matching pictures of a task's run (a pose or OBB model's), from a box table, the split's
+ground truth and the matching result, with the helpers each task's picture shares.
 
-Each builder takes one head's box table with the task's payload column (``kpts`` for pose, ``xywhr`` for
-OBB, as the capture writes them), the :class:`~det_calib.data.ground_truth.Split` the boxes were matched
-against (read by :func:`~det_calib.tasks.pose_labels.load_pose_split` /
-:func:`~det_calib.tasks.obb_labels.load_obb_split`; a box's ``image_id`` is the split's image index, as the
-matching took it) and the
-:class:`~det_calib.matching.one_to_one.MatchResult` of
-:func:`~det_calib.tasks.pose_matching.match_keypoints` / :func:`~det_calib.tasks.obb_matching.match_rotated`,
-row for row. It keeps the boxes whose ``score`` is above ``conf`` (and leaves out those the matching
-ignored), chooses up to ``n`` images (:func:`example_images`: first those with both a matched and an
-unmatched kept box) and reads them.
+A task with a picture of its own keeps it in its folder (``det_calib/tasks/<task>/report_panel.py``, reached
+through :meth:`~det_calib.tasks.contract.Task.part`): its builder takes one head's box table with the task's
+payload column (``kpts`` for pose, ``xywhr`` for OBB, as the capture writes them), the
+:class:`~det_calib.data.ground_truth.Split` the boxes were matched against (a box's ``image_id`` is the
+split's image index, as the matching took it) and the :class:`~det_calib.matching.one_to_one.MatchResult`
+of the task's matching, row for row. It keeps the boxes whose ``score`` is above ``conf`` (and leaves out
+those the matching ignored, :func:`chosen_rows`), chooses up to ``n`` images (:func:`example_images`: first
+those with both a matched and an unmatched kept box) and reads them. :func:`run_task_panels` builds them
+from a run folder, by the task's :class:`TaskPanels`.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -35,20 +36,26 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.record.run_folder import Run
-from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import match_rotated
-from det_calib.tasks.pose_labels import KPTS_COLUMN, load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import match_keypoints, table_keypoints
+from det_calib.tasks import TASKS
 
-from .task_plots import PosePanel, RotatedPanel
-
-__all__ = ["MAX_IMAGES", "example_images", "reread_split", "run_task_panels"]
+__all__ = [
+    "MAX_IMAGES",
+    "TaskPanels",
+    "box_states",
+    "box_texts",
+    "chosen_rows",
+    "example_images",
+    "panel_title",
+    "read_rgb",
+    "reread_split",
+    "run_task_panels",
+]
 
 MAX_IMAGES = 4
 """Images a picture shows at most."""
 _MEASURE = "measure"
 """The column :func:`kept_matches` adds: the match's OKS or ProbIoU (the best one where unmatched)."""
-_GT_INDEX = "gt_index"
+GT_INDEX = "gt_index"
 _ROW = "_row"
 
 
@@ -97,13 +104,13 @@ def _kept_matches(
     t = boxes.with_columns(
         pl.Series("correct", np.asarray(match.correct, dtype=bool)),
         pl.Series(_MEASURE, np.asarray(match.iou, dtype=np.float64)),
-        pl.Series(_GT_INDEX, np.asarray(match.gt_index, dtype=np.int64)),
+        pl.Series(GT_INDEX, np.asarray(match.gt_index, dtype=np.int64)),
     )
     keep = kept_mask(t[score].to_numpy(), conf) & ~np.asarray(match.ignore, dtype=bool)
     return t.filter(pl.Series(keep))
 
 
-def _read_rgb(path: Path) -> np.ndarray:
+def read_rgb(path: Path) -> np.ndarray:
     """An image as (H, W, 3) uint8 RGB, read by OpenCV as Ultralytics reads it (same orientation as the capture)."""
     import cv2
 
@@ -113,7 +120,7 @@ def _read_rgb(path: Path) -> np.ndarray:
     return cv2.cvtColor(im, cv2.COLOR_BGR2RGB)
 
 
-def _chosen(
+def chosen_rows(
     boxes: pl.DataFrame,
     split: Split,
     match: MatchResult,
@@ -142,9 +149,11 @@ def _chosen(
     return out
 
 
-def _texts(
+def box_texts(
     rows: pl.DataFrame, names: Mapping[int, str] | Sequence[str] | None, score: str, measure: str
 ) -> list[str]:
+    """Each row's label: its class name, ``score`` and match measure (``measure`` names it: OKS, ProbIoU)."""
+
     def name(c: int) -> str:
         try:
             return str(names[c]) if names is not None else str(c)
@@ -160,86 +169,15 @@ def _texts(
     ]
 
 
-def _title(name: str, state: list[str]) -> str:
+def panel_title(name: str, state: list[str]) -> str:
+    """A panel's title: the image's file name and its counts of matched and unmatched kept boxes."""
     n_ok = state.count("matched")
     return f"{Path(name).name}: {n_ok} matched, {len(state) - n_ok} not"
 
 
-def _state(rows: pl.DataFrame) -> list[str]:
+def box_states(rows: pl.DataFrame) -> list[str]:
+    """Per row ``matched`` (correct) or ``unmatched``."""
     return ["matched" if ok else "unmatched" for ok in rows["correct"].to_list()]
-
-
-def _pose_panels(
-    boxes: pl.DataFrame,
-    split: Split,
-    match: MatchResult,
-    *,
-    names=None,
-    score: str = "conf",
-    conf: float = 0.25,
-    n: int = MAX_IMAGES,
-) -> list[PosePanel]:
-    """Up to ``n`` panels of eval images: each kept pose box's keypoints (``kpts``), its state and OKS
-    (``match.iou``: the match's, else the best with a same-class ground truth), over the image's
-    ground-truth keypoints. ``names``: class id -> name for the labels (default: the ids)."""
-    gt_img = split.gt["image_id"].to_numpy()
-    all_kpts = split_keypoints(split)
-    panels = []
-    for i, rows in _chosen(boxes, split, match, KPTS_COLUMN, score, conf, n):
-        on = np.flatnonzero(gt_img == i)
-        local = np.full(len(gt_img), -1, dtype=np.int64)
-        local[on] = np.arange(len(on))
-        g = rows[_GT_INDEX].to_numpy()
-        state = _state(rows)
-        panels.append(
-            PosePanel(
-                title=_title(rows["image"][0], state),
-                image=_read_rgb(split.images[i]),
-                gt_kpts=all_kpts[on],
-                kpts=np.stack(
-                    [np.asarray(k, dtype=np.float64) for k in rows[KPTS_COLUMN].to_list()]
-                ),
-                state=state,
-                labels=_texts(rows, names, score, "OKS"),
-                boxes=list(rows.select("x1", "y1", "x2", "y2").iter_rows()),
-                gt_index=[
-                    int(local[j]) if ok and j >= 0 else -1
-                    for j, ok in zip(g, rows["correct"].to_list())
-                ],
-            )
-        )
-    return panels
-
-
-def _rotated_panels(
-    boxes: pl.DataFrame,
-    split: Split,
-    match: MatchResult,
-    *,
-    names=None,
-    score: str = "conf",
-    conf: float = 0.25,
-    n: int = MAX_IMAGES,
-) -> list[RotatedPanel]:
-    """Up to ``n`` panels of eval images: each kept OBB box's rotated box (``xywhr``), its state and
-    ProbIoU (``match.iou``: the match's, else the best with a same-class ground truth), over the image's
-    ground-truth rotated boxes. ``names``: class id -> name for the labels (default: the ids)."""
-    gt_img = split.gt["image_id"].to_numpy()
-    gt = split_xywhr(split)
-    panels = []
-    for i, rows in _chosen(boxes, split, match, XYWHR_COLUMN, score, conf, n):
-        state = _state(rows)
-        panels.append(
-            RotatedPanel(
-                title=_title(rows["image"][0], state),
-                image=_read_rgb(split.images[i]),
-                gt=gt[gt_img == i],
-                boxes=np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
-                state=state,
-                labels=_texts(rows, names, score, "ProbIoU"),
-            )
-        )
-    return panels
 
 
 # ------------------------------------------------------------------------------------------ from a run folder
@@ -276,54 +214,49 @@ def _relative(p: Path, root: Path) -> Path:
         return p
 
 
-def _rematch(rows: pl.DataFrame, sp: Split, rule: MatchingRule, iou: float) -> MatchResult:
-    """The run's matching of ``rows`` (every box of their images, in the re-read split's ids) again, with
-    the ground-truth row each box took."""
-    g = sp.gt
-    if rule.by == "oks":
-        gk = split_keypoints(sp)
-        dk = table_keypoints(rows, KPTS_COLUMN, gk.shape[1])
-        return match_keypoints(
-            rows["image_id"],
-            rows["cls"],
-            rows["conf"],
-            dk,
-            g["image_id"],
-            g["cls"],
-            gk,
-            g["area"],
-            g.select("x1", "y1", "x2", "y2").to_numpy(),
-            g["crowd"] if "crowd" in g.columns else None,
-            g["num_keypoints"] if "num_keypoints" in g.columns else None,
-            oks_threshold=iou,
-            sigmas=rule.sigmas,
-        )
-    return match_rotated(
-        rows["image_id"],
-        rows["cls"],
-        rows["conf"],
-        np.asarray(rows[XYWHR_COLUMN].to_list(), dtype=np.float64).reshape(-1, 5),
-        g["image_id"],
-        g["cls"],
-        split_xywhr(sp),
-        iou_threshold=iou,
-    )
+@dataclass(frozen=True)
+class TaskPanels:
+    """A task's picture as :func:`run_task_panels` builds it from a run (its ``report_panel`` part's ``PANELS``).
+
+    Attributes:
+        column: The box table's payload column the panels draw (``kpts``, ``xywhr``).
+        load: ``load(dataset, split, coco_gt=..., limit=...)``: the split read with the task's ground truth.
+        rematch: ``rematch(rows, split, rule, iou)``: the run's matching of ``rows`` again, with the
+            ground-truth row each box took.
+        build: ``build(rows, split, match, names=, score=, conf=, n=)``: the panels.
+    """
+
+    column: str
+    load: Callable[..., Split]
+    rematch: Callable[[pl.DataFrame, Split, MatchingRule, float], MatchResult]
+    build: Callable[..., list[Any]]
 
 
-def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[RotatedPanel]:
-    """The panels of a pose (``matching.by`` ``oks``) or OBB (``rotated``) run's picture: up to
-    :data:`MAX_IMAGES` eval images of ``head`` with the boxes kept at ``conf`` by the deployed scores
-    (``calibrated``, else raw). The eval images' ground truth is read again from the run's data and their
-    boxes matched again by the run's rule, which must give ``boxes.parquet``'s labels.
+def _task_panels(rule: MatchingRule | None) -> TaskPanels | None:
+    """The panels of the task whose own rule ``rule`` is (None: none has a picture built this way)."""
+    for task in TASKS.values():
+        own = task.part("report_panel") if rule is not None and task.rule == rule.by else None
+        if own is not None and getattr(own, "PANELS", None) is not None:
+            return own.PANELS
+    return None
+
+
+def run_task_panels(run: Run, head: str, conf: float) -> list[Any]:
+    """The panels of a run's picture matched by a task's own rule whose task builds its panels here (a pose run
+    matched by ``oks``, an OBB run by ``rotated``): up to :data:`MAX_IMAGES` eval images of ``head`` with the
+    boxes kept at ``conf`` by the deployed scores (``calibrated``, else raw). The eval images' ground truth is
+    read again from the run's data and their boxes matched again by the run's rule, which must give
+    ``boxes.parquet``'s labels.
 
     Raises:
         InputError: The data moved or changed since the run (an image, a label, the matching).
-        ValueError: The run's rule is neither ``oks`` nor ``rotated``.
+        ValueError: The run's rule is no such task's own (OKS, rotated IoU).
     """
     rule = run.result.matching
-    if rule is None or rule.by not in ("oks", "rotated"):
+    own = _task_panels(rule)
+    if own is None:
         raise ValueError(f"Expected a run matched by OKS or rotated IoU, but got {rule}")
-    column = KPTS_COLUMN if rule.by == "oks" else XYWHR_COLUMN
+    column = own.column
     split = run.eval_split(head) or ""
     b = run.boxes
     if column not in b.columns:
@@ -339,18 +272,17 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[
     names = example_images(kept)
     if not names:
         return []
-    load = load_pose_split if rule.by == "oks" else load_obb_split
     sp, ids = reread_split(
         run,
         split,
         names,
-        lambda ds, s, limit: load(ds, s, coco_gt=run.settings.coco_gt, limit=limit),
+        lambda ds, s, limit: own.load(ds, s, coco_gt=run.settings.coco_gt, limit=limit),
     )
     rows = b.filter(pl.col("image").is_in(names))
     rows = rows.with_columns(
         pl.Series("image_id", [ids[n] for n in rows["image"].to_list()], dtype=pl.Int64)
     )
-    match = _rematch(rows, sp, rule, run.settings.iou_match)
+    match = own.rematch(rows, sp, rule, run.settings.iou_match)
     was_ignored = ~np.isin(rows[_ROW].to_numpy(), usable[_ROW].to_numpy())
     if not (
         np.array_equal(match.correct, rows["correct"].to_numpy())
@@ -359,7 +291,6 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[PosePanel] | list[
         raise InputError(
             f"the labels of split `{split}` changed since the run (its boxes match differently now)"
         )
-    build = _pose_panels if rule.by == "oks" else _rotated_panels
-    return build(
+    return own.build(
         rows.drop(_ROW), sp, match, names=run.class_names, score=score, conf=conf, n=len(names)
     )

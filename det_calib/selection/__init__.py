@@ -5,7 +5,6 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "choose_classifier_map": "classifier_choice",
     "CRITERIA": "cross_validation",
     "GAIN_KEPT": "cross_validation",
     "Selection": "cross_validation",
@@ -22,7 +21,6 @@ __all__ = [
     "Selection",
     "Z_NONE",
     "Z_SIMPLER",
-    "choose_classifier_map",
     "fit_calibrator",
     "refit",
     "select_calibrator",

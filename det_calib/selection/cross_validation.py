@@ -114,26 +114,6 @@ class Candidate:
     def name(self) -> str:
         return self.method if self.method == "none" else f"{self.method}@{self.fit_min_conf:g}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "fit_min_conf": self.fit_min_conf,
-            "cv_mean": _jf(self.mean),
-            "cv_se": _jf(self.se),
-            "fold_scores": [_jf(v) for v in self.fold_scores],
-            "shrinkage": None if self.shrinkage is None else _jf(self.shrinkage),
-            "error": self.error,
-            "cv_diff": _jf(self.diff),
-            "cv_diff_se": _jf(self.diff_se),
-            "cv_diff_none": _jf(self.diff_none),
-            "cv_diff_none_se": _jf(self.diff_none_se),
-            "verdict": self.verdict,
-        }
-
-
-def _jf(v: float) -> float | str:
-    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
-
 
 @dataclass
 class Selection:
@@ -159,21 +139,6 @@ class Selection:
     reason: str
     extra: dict[str, Any] = field(default_factory=dict)
     n_repeats: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: ``{"criterion", "min_conf", "n_folds", "n_repeats", "chosen": {"method", "fit_min_conf"},
-        "best": {...}, "reason", "candidates": [Candidate.to_dict()], "calibrator": calibrator.to_dict()}``."""
-        return {
-            "criterion": self.criterion,
-            "min_conf": self.min_conf,
-            "n_folds": self.n_folds,
-            "n_repeats": self.n_repeats,
-            "chosen": {"method": self.chosen.method, "fit_min_conf": self.chosen.fit_min_conf},
-            "best": {"method": self.best.method, "fit_min_conf": self.best.fit_min_conf},
-            "reason": self.reason,
-            "candidates": [c.to_dict() for c in self.candidates],
-            "calibrator": self.calibrator.to_dict(),
-        }
 
 
 CRITERIA: tuple[str, ...] = ("nll", "brier", "ece")

@@ -11,75 +11,109 @@ look a model's task up once (:func:`get_task`) and call its hooks.
 
 from __future__ import annotations
 
-from det_calib.data.segments import has_masks
 from det_calib.errors import InputError
 from det_calib.lazy import lazy_exports
+from det_calib.tasks.classify.task import Classify
 from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
-from det_calib.tasks.obb_task import Obb
-from det_calib.tasks.pose_task import Pose
-from det_calib.tasks.segment_task import Segment
+from det_calib.tasks.obb.task import Obb
+from det_calib.tasks.pose.task import Pose
+from det_calib.tasks.segment.labels import has_masks
+from det_calib.tasks.segment.task import Segment
 
 _EXPORTS = {
+    "classify_root": "classify.demo_crops",
+    "RUN_PARTS": "contract",
     "choose_matching": "match_rule",
     "match_split": "match_rule",
-    "XYWHR_COLUMN": "obb_labels",
-    "corners_to_xywhr": "obb_labels",
-    "load_obb_split": "obb_labels",
-    "split_xywhr": "obb_labels",
-    "match_rotated": "obb_matching",
-    "pair_probiou": "obb_matching",
-    "label_values": "obb_task",
-    "AREA_COLUMN": "pose_labels",
-    "KPTS_COLUMN": "pose_labels",
-    "NUM_KEYPOINTS_COLUMN": "pose_labels",
-    "has_keypoints": "pose_labels",
-    "load_pose_split": "pose_labels",
-    "split_keypoints": "pose_labels",
-    "match_keypoints": "pose_matching",
-    "oks_sigmas": "pose_matching",
-    "table_keypoints": "pose_matching",
+    "demo_obb_data_yaml": "obb.demo_labels",
+    "min_area_rect": "obb.demo_labels",
+    "obb_lines": "obb.demo_labels",
+    "rendered_rects": "obb.demo_labels",
+    "write_obb_split": "obb.demo_labels",
+    "corners_to_xywhr": "obb.labels",
+    "load_obb_split": "obb.labels",
+    "split_xywhr": "obb.labels",
+    "match_rotated": "obb.matching",
+    "pair_probiou": "obb.matching",
+    "label_values": "obb.task",
+    "demo_pose_data_yaml": "pose.demo_labels",
+    "pose_lines": "pose.demo_labels",
+    "rendered_keypoints": "pose.demo_labels",
+    "write_pose_split": "pose.demo_labels",
+    "AREA_COLUMN": "pose.labels",
+    "NUM_KEYPOINTS_COLUMN": "pose.labels",
+    "load_pose_split": "pose.labels",
+    "split_keypoints": "pose.labels",
+    "match_keypoints": "pose.matching",
+    "oks_sigmas": "pose.matching",
+    "filled_boxes": "segment.capture_masks",
+    "kept_mask_rles": "segment.capture_masks",
+    "EPSILON": "segment.demo_labels",
+    "demo_segment_data_yaml": "segment.demo_labels",
+    "region_polygon": "segment.demo_labels",
+    "segment_lines": "segment.demo_labels",
+    "write_segment_split": "segment.demo_labels",
+    "load_segment_split": "segment.labels",
+    "segment_rles": "segment.labels",
+    "match_masks": "segment.matching",
     "captured_split": "task_splits",
     "load_task_split": "task_splits",
 }
 
 __all__ = [
     "AREA_COLUMN",
-    "CLASSIFY",
-    "KPTS_COLUMN",
+    "EPSILON",
     "NUM_KEYPOINTS_COLUMN",
+    "RUN_PARTS",
+    "TASKS",
     "Task",
-    "XYWHR_COLUMN",
-    "answers_per_image",
     "captured_split",
     "choose_matching",
+    "classify_root",
     "corners_to_xywhr",
+    "demo_obb_data_yaml",
+    "demo_pose_data_yaml",
+    "demo_segment_data_yaml",
+    "filled_boxes",
     "get_task",
-    "has_keypoints",
     "holds_hulls",
+    "kept_mask_rles",
     "label_values",
     "load_obb_split",
     "load_pose_split",
+    "load_segment_split",
     "load_task_split",
     "match_keypoints",
+    "match_masks",
     "match_rotated",
     "match_split",
+    "min_area_rect",
+    "obb_lines",
     "oks_sigmas",
     "pair_probiou",
     "payload_labelled",
+    "pose_lines",
+    "region_polygon",
+    "rendered_keypoints",
+    "rendered_rects",
     "result_boxes_attr",
+    "segment_lines",
+    "segment_rles",
     "split_keypoints",
     "split_xywhr",
-    "table_keypoints",
     "task_names",
+    "write_obb_split",
+    "write_pose_split",
+    "write_segment_split",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 CLASSIFY = "classify"
-"""Ultralytics' classify task: one answer per image, calibrated by its own job
-(:mod:`det_calib.pipeline.classify_run`), not through the box stages the registered tasks plug into."""
+"""Ultralytics' classify task's name (:class:`~det_calib.tasks.classify.task.Classify`): one answer per image,
+calibrated by its own runs, not through the box stages."""
 
 TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
@@ -92,22 +126,20 @@ def _register_task(task: Task) -> Task:
 
 
 def task_names() -> tuple[str, ...]:
-    """The registered tasks' names, in registration order."""
-    return tuple(TASKS)
+    """The registered box tasks' names (those the box stages run), in registration order."""
+    return tuple(n for n, t in TASKS.items() if not t.per_image)
 
 
 def get_task(name: str | None) -> Task:
-    """The registered task ``name``.
+    """The registered box task ``name``.
 
     Raises:
-        InputError: No task of that name is registered (one line naming those that are).
+        InputError: No task of that name is registered (one line naming those that are), or the task answers
+            once per image (its runs are its own: one line saying how it is run).
     """
     task = TASKS.get(name) if isinstance(name, str) else None
-    if answers_per_image(name):
-        raise InputError(
-            "a classify model is calibrated on a folder of class folders: give --data that folder "
-            "(docs/classify.md)"
-        )
+    if task is not None and task.per_image:
+        raise InputError(task.per_image_words)
     if task is None:
         names = task_names()
         raise InputError(
@@ -119,7 +151,8 @@ def get_task(name: str | None) -> Task:
 
 def answers_per_image(name: str | None) -> bool:
     """Whether a model of task ``name`` answers once per image (a classifier) rather than per box."""
-    return name == CLASSIFY
+    task = TASKS.get(name) if isinstance(name, str) else None
+    return task is not None and task.per_image
 
 
 def payload_labelled(split) -> bool:
@@ -140,5 +173,5 @@ def result_boxes_attr(result) -> str:
     return "obb" if getattr(result, "obb", None) is not None else "boxes"
 
 
-for _task in (Detect(), Segment(), Pose(), Obb()):
+for _task in (Detect(), Segment(), Pose(), Obb(), Classify()):
     _register_task(_task)

@@ -10,8 +10,12 @@ deploy) look the task up once (:func:`det_calib.tasks.get_task`) and call its ho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,9 +25,34 @@ from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchBy, MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.pose_labels import pose_spec
+from det_calib.tasks.pose.labels import pose_spec
 
-__all__ = ["Task"]
+__all__ = ["RUN_PARTS", "Task", "TaskRun"]
+
+RUN_PARTS = {
+    "calibrate": "pipeline_run",
+    "check": "check_run",
+    "thresholds": "thresholds_run",
+    "compare": "report_compare",
+}
+"""Where a task keeps its own run of a command (the part of its folder, named for its layer), in place of the
+shared box pipeline's; the command line asks each registered task for it (:class:`TaskRun`)."""
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A task's own run of one whole command (``calibrate``, ``check``, ``thresholds``, ``compare``): what a
+    per-image task (a classifier: no box to match) supplies instead of the shared box pipeline, as a part's ``RUN``.
+
+    Attributes:
+        claims: ``claims(args)``: whether the command line's arguments are a run of this task, as what the run
+            needs from them (the data folder, the run's record), or None (then the next task is asked, and the
+            shared box pipeline runs the command where no task claims it).
+        run: ``run(args, claim)``: the command, run; returns its exit code.
+    """
+
+    claims: Callable[[Any], Any]
+    run: Callable[[Any, Any], int]
 
 
 class Task:
@@ -53,6 +82,9 @@ class Task:
             which its export's metadata must then record.
         prototypes: Whether the model's output carries prototypes its boxes' payload is rebuilt from (a
             segment model's; the capture rebuilds each box's mask from them).
+        per_image: Whether the model answers once per image (a classifier) rather than per box: its runs are its
+            own (:data:`RUN_PARTS`), and the box stages refuse it (:func:`det_calib.tasks.get_task`).
+        per_image_words: How a per-image task's model is run instead, in words (the box stages' refusal).
     """
 
     name: ClassVar[str] = "detect"
@@ -73,9 +105,29 @@ class Task:
     records_rule: ClassVar[bool] = True
     missing_words: ClassVar[tuple[str, str]] = ("", "")
     hull_boxes: ClassVar[bool] = False
+    per_image: ClassVar[bool] = False
+    per_image_words: ClassVar[str] = ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+    def part(self, name: str) -> ModuleType | None:
+        """The task's own part ``name`` in a layer above the tasks layer: the module ``name`` beside the task's
+        module in its folder (``demo_labels``, ``evaluation_map``, ``report_panel``, ...; its first word names
+        its layer), imported when first asked for; None where the task has no such part. Only the layer the
+        part belongs to (or one above it) asks for it, so that the tasks layer never imports upward."""
+        package = type(self).__module__.rpartition(".")[0]
+        if package in (
+            "",
+            __name__.rpartition(".")[0],
+        ):  # a task module of its own (or a script's), not a folder
+            return None
+        module = f"{package}.{name}"
+        return (
+            importlib.import_module(module)
+            if importlib.util.find_spec(module) is not None
+            else None
+        )
 
     @property
     def words(self) -> str:
@@ -109,6 +161,11 @@ class Task:
     def export_channels(self, shape: tuple[int, int] | None) -> int | None:
         """How many channels follow the class scores in an export's output (None: unknown)."""
         return 0
+
+    def val_figures(self, metrics: Any, *, own_rule: bool) -> dict[str, float]:
+        """What Ultralytics' val ``metrics`` (its ``DetMetrics`` subclass) say of the task's payload beside the
+        box mAP, under the record's keys; ``own_rule``: the run matched by the task's own rule. Empty here."""
+        return {}
 
     # --- the labels ----------------------------------------------------------------------------------
     def read_split(

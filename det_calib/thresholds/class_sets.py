@@ -12,9 +12,13 @@ exchangeable. Boxes of one image are not independent, so over images the guarant
 the benchmark measures it with image-level splits.
 
 ``det-calib calibrate`` keeps them: its capture runs with ``all_logits`` (:func:`keep_class_logits`, the
-other columns are unchanged) and the run folder gets ``class_logits.npz`` (:func:`write_class_logits`):
-float16 logits of the boxes whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by their row in
-``boxes.parquet`` (about 0.3 MB on the demo; ``boxes.parquet`` itself is unchanged). A run without them
+other columns are unchanged) into a :class:`LogitStore` (float16, in a temporary file: the run's memory
+holds each box's row there, 8 bytes, not its ``nc`` logits), and the run folder gets ``class_logits.npz``
+(:func:`write_class_logits`): float16 logits of the boxes whose calibrated conf is above
+:data:`LOGITS_FLOOR`, keyed by their row in ``boxes.parquet`` (about 0.3 MB on the demo;
+``boxes.parquet`` itself is unchanged). The floor is on the calibrated conf, known only once the
+calibrator is fitted on the boxes the capture has already read, so the capture cannot drop the boxes
+below it; the store keeps them on disk instead (``2 nc`` bytes a box). A run without them
 (``--boxes``, ``--detections``, a top-k export, a run written before) gets one line from
 :func:`run_class_sets`.
 """
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.data.box_table import LOGITS_ROW
 from det_calib.data.box_view import usable_rows
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
@@ -40,6 +45,7 @@ from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_threshold
 __all__ = [
     "LOGITS_FILE",
     "ClassSets",
+    "LogitStore",
     "agnostic_true_class",
     "check_class_logits",
     "class_probabilities",
@@ -54,30 +60,92 @@ _LOGITS_FLOOR = 0.05
 """Boxes at or below this calibrated conf keep no per-class logits (class sets are for kept boxes)."""
 
 
-def keep_class_logits(cap: Any) -> Any:
+class LogitStore:
+    """Every class's logit of each captured box, as ``class_logits.npz`` stores them (float16), in an unnamed
+    temporary file rather than in memory: the capture appends each image's ``(n, nc)`` block
+    (:meth:`append`, which returns the rows it took) and the box table carries each box's row
+    (:data:`LOGITS_ROW`), so the run's memory holds 8 bytes a box instead of ``4 nc`` (about 0.3 GB a
+    head and split of a million boxes at 80 classes). Which boxes the file keeps depends on their
+    calibrated conf, unknown while the fit split is captured, so every box's logits are written;
+    :func:`write_class_logits` reads back the kept ones."""
+
+    def __init__(self, nc: int, directory: str | Path | None = None) -> None:
+        import tempfile
+        import threading
+        import weakref
+
+        self.nc, self.n = int(nc), 0
+        self._f = tempfile.TemporaryFile(dir=directory)
+        self._lock = threading.Lock()  # the capture's worker threads append
+        # closed when the store goes (or the process ends), on every path: an open file left to the collector
+        # would print a ResourceWarning on the run's console
+        self._closer = weakref.finalize(self, self._f.close)
+
+    def append(self, logits: np.ndarray) -> np.ndarray:
+        """Store ``(n, nc)`` logits (float16, as the file keeps them: float32 to float16 is the rounding of the
+        float16 conversion the file made of the same values); returns their ``(n,)`` rows."""
+        lg = np.ascontiguousarray(np.asarray(logits, dtype=np.float16).reshape(-1, self.nc))
+        with self._lock:
+            self._f.seek(0, 2)
+            self._f.write(lg.tobytes())
+            start, self.n = self.n, self.n + len(lg)
+        return np.arange(start, start + len(lg), dtype=np.int64)
+
+    def gather(self, rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+        """``(len(rows), nc)`` float16 logits of ``rows``, read a chunk of stored rows at a time (in order of
+        the file, so memory holds one chunk beside the result)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.nc), dtype=np.float16)
+        order = np.argsort(rows, kind="stable")
+        srt = rows[order]
+        width = 2 * self.nc
+        for lo in range(0, self.n, chunk):
+            a, b = np.searchsorted(srt, [lo, lo + chunk])
+            if a == b:
+                continue
+            self._f.seek(lo * width)
+            block = np.frombuffer(self._f.read(min(chunk, self.n - lo) * width), dtype=np.float16)
+            out[order[a:b]] = block.reshape(-1, self.nc)[srt[a:b] - lo]
+        return out
+
+    def close(self) -> None:
+        self._closer()
+
+
+def keep_class_logits(cap: Any, store: LogitStore | None = None) -> Any:
     """Turn on every class's logit in a capturer (``calibrate``'s), where it can give them (a ``.pt`` detector
-    or a per-anchor export; not a top-k export); the other columns are unchanged. Returns ``cap``."""
+    or a per-anchor export; not a top-k export); the other columns are unchanged. ``store``: the logits go
+    there and the table gets their rows (:data:`LOGITS_ROW`) in place of a ``logits`` column. Returns ``cap``."""
     info = getattr(cap, "info", None)
     if hasattr(cap, "all_logits") and not getattr(info, "rows", False):
         cap.all_logits = True
+        cap.logit_store = store
     return cap
 
 
-def write_class_logits(folder: str | Path, boxes: pl.DataFrame) -> None:
+def write_class_logits(
+    folder: str | Path, boxes: pl.DataFrame, store: LogitStore | None = None
+) -> None:
     """Move a run's per-class ``logits`` column out of ``boxes`` (in place) into ``folder/class_logits.npz``:
-    float16, the rows whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by row and image. A table
-    without the column is left as it is and nothing is written."""
-    if "logits" not in boxes.columns:
+    float16, the rows whose calibrated conf is above :data:`LOGITS_FLOOR`, keyed by row and image. With
+    ``store``, the table's :data:`LOGITS_ROW` column names each box's logits there (the column is dropped
+    the same way). A table without either column is left as it is and nothing is written."""
+    if "logits" not in boxes.columns and (store is None or LOGITS_ROW not in boxes.columns):
         return
-    lists = boxes.drop_in_place("logits")
+    held = boxes.drop_in_place("logits" if "logits" in boxes.columns else LOGITS_ROW)
     conf = (
         boxes["calibrated"].to_numpy()
         if "calibrated" in boxes.columns
         else boxes["conf"].to_numpy()
     )
     rows = np.flatnonzero(np.nan_to_num(conf, nan=0.0) > _LOGITS_FLOOR)
-    lg = lists.gather(rows).to_list()
-    arr = np.asarray(lg, dtype=np.float16).reshape(len(rows), max((len(v) for v in lg), default=0))
+    if held.name == LOGITS_ROW:
+        arr = store.gather(held.to_numpy()[rows])
+    else:
+        lg = held.gather(rows).to_list()
+        arr = np.asarray(lg, dtype=np.float16).reshape(
+            len(rows), max((len(v) for v in lg), default=0)
+        )
     np.savez_compressed(
         Path(folder) / LOGITS_FILE,
         row=rows.astype(np.int32),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_calib.codec import Record, decode, spec
 from det_calib.errors import InputError
 from det_calib.io import write_json
 from det_calib.thresholds.criteria import CRITERIA, Criterion
@@ -48,12 +49,8 @@ DEFAULT_TARGET_PRECISION = 0.9
 """Target precision of :func:`tune_run` and ``det-calib thresholds`` when none is given."""
 
 
-def _obj(d: Any) -> Mapping[str, Any]:
-    return d if isinstance(d, Mapping) else {}
-
-
 @dataclass(frozen=True)
-class SplitFigures:
+class SplitFigures(Record):
     """A threshold's figures on one split (missing values: None)."""
 
     precision: float | None = None
@@ -62,18 +59,9 @@ class SplitFigures:
     coverage: float | None = None
     n_gt: int | None = None
 
-    @classmethod
-    def of(cls, d: Any) -> SplitFigures | None:
-        """None for an absent or empty entry."""
-        if not d or not isinstance(d, Mapping):
-            return None
-        return cls(
-            d.get("precision"), d.get("recall"), d.get("kept"), d.get("coverage"), d.get("n_gt")
-        )
-
 
 @dataclass(frozen=True)
-class ThresholdRow:
+class ThresholdRow(Record):
     """One threshold of one criterion: a class's, or the global one (``cls`` None)."""
 
     threshold: float
@@ -90,23 +78,9 @@ class ThresholdRow:
     def flag_words(self) -> str:
         return (self.flag or "").replace("_", " ")
 
-    @classmethod
-    def of(cls, d: Mapping[str, Any]) -> ThresholdRow:
-        return cls(
-            threshold=d["threshold"],
-            name=str(d.get("name", "")),
-            cls=d.get("cls"),
-            flag=d.get("flag"),
-            fallback=d.get("fallback"),
-            certified=bool(d.get("certified", True)),
-            precision_lower=d.get("precision_lower"),
-            fit=SplitFigures.of(d.get("fit")),
-            eval=SplitFigures.of(d.get("eval")),
-        )
-
 
 @dataclass(frozen=True)
-class Validation:
+class Validation(Record):
     """The target-precision thresholds checked on the eval split."""
 
     certified_classes: int
@@ -116,37 +90,15 @@ class Validation:
     n_boot: int
     coverage_all_certified: float | None
 
-    @classmethod
-    def of(cls, d: Any) -> Validation | None:
-        if not d or not isinstance(d, Mapping):
-            return None
-        return cls(
-            d["certified_classes"],
-            d["classes_meeting_target"],
-            list(d["classes_missing_target"]),
-            float(d["expected_misses"]),
-            d["n_boot"],
-            d.get("coverage_all_certified"),
-        )
-
 
 @dataclass(frozen=True)
-class CriterionThresholds:
+class CriterionThresholds(Record):
     """One criterion's thresholds of a head: the global one and one per class."""
 
-    global_: ThresholdRow
+    global_: ThresholdRow = spec(key="global")
     per_class: list[ThresholdRow]
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     validation: Validation | None = None
-
-    @classmethod
-    def of(cls, d: Mapping[str, Any]) -> CriterionThresholds:
-        return cls(
-            ThresholdRow.of(d["global"]),
-            [ThresholdRow.of(r) for r in d["per_class"]],
-            _obj(d.get("params")),
-            Validation.of(d.get("validation")),
-        )
 
     def by_class(self) -> dict[int | None, ThresholdRow]:
         return {r.cls: r for r in self.per_class}
@@ -170,13 +122,57 @@ class RiskRow:
     eval_recall_per_image: float | None
     eval_fp_per_image: float | None
 
-    @classmethod
-    def of(
-        cls, d: Mapping[str, Any], *, name: str | None = None, precision_unit: str = "pooled"
-    ) -> RiskRow:
-        ev = _obj(d.get("eval"))
-        prec = ev.get("precision_per_image" if precision_unit == "image" else "precision")
-        return cls(
+
+@dataclass(frozen=True)
+class RiskControl(Record):
+    """A head's risk-controlled thresholds (:func:`~det_calib.thresholds.risk_run.control_run`), as the file
+    holds them (``params``, ``global``, ``per_class``), and in words and rows (:attr:`asked`, :attr:`rows`)."""
+
+    global_: dict[str, Any] = spec(key="global", required=True)
+    params: dict[str, Any] = field(default_factory=dict)
+    per_class: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def precision_unit(self) -> str:
+        return str(self.params.get("precision_unit") or "pooled")
+
+    @property
+    def asked(self) -> str:
+        p = self.params
+        prec = (
+            "mean per-image precision >="
+            if self.precision_unit == "image"
+            else "precision (pooled) >="
+        )
+        return ", ".join(
+            f"{k} {v:g}"
+            for k, v in (
+                (prec, p.get("target_precision")),
+                ("mean per-image recall >=", p.get("target_recall")),
+                ("false positives per image <=", p.get("max_fp_per_image")),
+            )
+            if v is not None
+        )
+
+    @property
+    def guarantee(self) -> str:
+        return str(self.params.get("guarantee", "probability"))
+
+    @property
+    def delta(self) -> float:
+        return float(self.params.get("delta", 0.1))
+
+    @property
+    def rows(self) -> list[RiskRow]:
+        """The global row (``all classes (global)``), then one per class."""
+        return [self._row(self.global_, "all classes (global)")] + [
+            self._row(r) for r in self.per_class
+        ]
+
+    def _row(self, d: dict[str, Any], name: str | None = None) -> RiskRow:
+        ev = d.get("eval") or {}
+        prec = ev.get("precision_per_image" if self.precision_unit == "image" else "precision")
+        return RiskRow(
             name or str(d.get("name", "")),
             float(d["threshold"]),
             bool(d["certified"]),
@@ -191,71 +187,27 @@ class RiskRow:
 
 
 @dataclass(frozen=True)
-class RiskControl:
-    """A head's risk-controlled thresholds (:func:`~det_calib.thresholds.risk_run.control_run`)."""
-
-    asked: str
-    guarantee: str
-    delta: float
-    rows: list[RiskRow]
-
-    @classmethod
-    def of(cls, d: Any) -> RiskControl | None:
-        if not isinstance(d, Mapping):
-            return None
-        p = _obj(d.get("params"))
-        unit = str(p.get("precision_unit") or "pooled")
-        prec = "mean per-image precision >=" if unit == "image" else "precision (pooled) >="
-        asked = ", ".join(
-            f"{k} {v:g}"
-            for k, v in (
-                (prec, p.get("target_precision")),
-                ("mean per-image recall >=", p.get("target_recall")),
-                ("false positives per image <=", p.get("max_fp_per_image")),
-            )
-            if v is not None
-        )
-        rows = [RiskRow.of(d["global"], name="all classes (global)", precision_unit=unit)]
-        rows += [RiskRow.of(r, precision_unit=unit) for r in d.get("per_class", [])]
-        return cls(asked, str(p.get("guarantee", "probability")), float(p.get("delta", 0.1)), rows)
-
-
-@dataclass(frozen=True)
-class HeadThresholds:
+class HeadThresholds(Record):
     """A head's thresholds: the score they apply to and every criterion's."""
 
-    score_formula: str
+    score_formula: str = spec(missing="", key="score.formula")
     criteria: dict[str, CriterionThresholds]
     risk_control: RiskControl | None = None
     """``det-calib thresholds --target-recall ...``'s thresholds, when the file has them."""
 
-    @classmethod
-    def of(cls, d: Mapping[str, Any]) -> HeadThresholds:
-        return cls(
-            str(_obj(d.get("score")).get("formula", "")),
-            {c: CriterionThresholds.of(v) for c, v in d["criteria"].items()},
-            RiskControl.of(d.get("risk_control")),
-        )
-
 
 @dataclass(frozen=True)
-class ThresholdsFile:
+class ThresholdsFile(Record):
     """A ``thresholds.json`` document."""
 
     heads: dict[str, HeadThresholds]
-    fit_split: str | None = None
-    eval_split: str | None = None
+    fit_split: str | None = spec(None, key="splits.fit")
+    eval_split: str | None = spec(None, key="splits.eval")
 
     @classmethod
     def of(cls, doc: Mapping[str, Any] | ThresholdsFile) -> ThresholdsFile:
-        if isinstance(doc, ThresholdsFile):
-            return doc
-        splits = _obj(doc.get("splits"))
-        return cls(
-            {h: HeadThresholds.of(v) for h, v in doc["heads"].items()},
-            splits.get("fit"),
-            splits.get("eval"),
-        )
+        """The document (as :func:`read_thresholds` returns it) as records."""
+        return doc if isinstance(doc, ThresholdsFile) else decode(cls, doc)
 
 
 def read_thresholds(path: str | Path) -> dict[str, Any]:

@@ -9,14 +9,14 @@ import pytest
 
 from det_calib.calibrators.softmax_maps import _KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
 from det_calib.errors import InputError
-from det_calib.metrics.classifier_metrics import (
+from det_calib.numeric import log_softmax
+from det_calib.tasks.classify.metrics import (
     classwise_ece,
     multiclass_brier,
     multiclass_nll,
     top_k_accuracy,
     top_label_ece,
 )
-from det_calib.numeric import log_softmax
 
 
 def _draw(z: np.ndarray, seed: int) -> np.ndarray:

@@ -3,40 +3,27 @@ Ultralytics' predict(retina_masks=True) on the same export, image by image, on b
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 from pycocotools import mask as mask_utils
+from segment_checkpoints import SEG_EXPORTS, seg_export
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 
-EXPORTS = {
-    "onnx": {"format": "onnx"},
-    "onnx_e2e": {"format": "onnx", "nms": False},
-    "openvino": {"format": "openvino"},
-    "openvino_e2e": {"format": "openvino", "nms": False},
-}
+EXPORTS = list(SEG_EXPORTS)
 
 
 @pytest.fixture(scope="module")
-def seg_exports(tmp_path_factory, shapes_seg_path) -> dict[str, Path]:
-    from ultralytics import YOLO
-
-    folder = tmp_path_factory.mktemp("seg_exports")
-    out = {}
-    for name, kw in EXPORTS.items():
-        pt = folder / name / "shapes_seg.pt"
-        pt.parent.mkdir()
-        shutil.copy(shapes_seg_path, pt)
-        out[name] = Path(YOLO(str(pt)).export(imgsz=320, **kw))
-    return out
+def seg_exports(tmp_path_factory, demo_seg_checkpoint) -> dict[str, Path]:
+    """The demo segment checkpoint's exports, shared with the session (tests/segment_checkpoints.py)."""
+    return {name: seg_export(tmp_path_factory, demo_seg_checkpoint, name) for name in EXPORTS}
 
 
-@pytest.mark.parametrize("name", list(EXPORTS))
+@pytest.mark.parametrize("name", EXPORTS)
 def test_export_capture_equals_predict(seg_exports, fixture_images, name):
     from ultralytics import YOLO
 

@@ -7,8 +7,13 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
-from det_calib.capture.mask_rebuild import _encode_masks, _mask_rles, _rebuild_masks, filled_boxes
 from det_calib.demo import fixture_data_yaml
+from det_calib.tasks.segment.capture_masks import (
+    _encode_masks,
+    _mask_rles,
+    _rebuild_masks,
+    filled_boxes,
+)
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

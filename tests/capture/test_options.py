@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from det_calib.capture.options import CaptureOptions
+from det_calib.capture.options import _CUDA_BATCH, CaptureOptions, resolve_batch
 from det_calib.capture.parts import split_options
 from det_calib.errors import InputError
 
@@ -26,7 +26,7 @@ def test_defaults_are_predicts_and_frozen():
         o.device,
         o.all_logits,
         o.workers,
-    ) == (None, None, 0.001, 0.7, 300, None, 1, None, False, None)
+    ) == (None, None, 0.001, 0.7, 300, None, None, None, False, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.conf = 0.5  # type: ignore[misc]
     assert CaptureOptions(heads=["e2e", "nms"]).heads == (
@@ -41,7 +41,7 @@ def test_of_applies_changes_and_names_unknown_options():
     assert CaptureOptions.of(base) is base
     changed = CaptureOptions.of(base, batch=4, device="cpu")
     assert (changed.conf, changed.heads, changed.batch, changed.device) == (0.01, "auto", 4, "cpu")
-    assert base.batch == 1
+    assert base.batch is None
     with pytest.raises(InputError, match="unknown capture option `confidence`"):
         CaptureOptions.of(confidence=0.5)
 
@@ -78,3 +78,23 @@ def test_split_options_default_every_head_and_settings_record():
         "all_logits": True,
     }
     assert o.settings(imgsz=[640, 640], batch=1)["batch"] == 1
+    # no batch asked for: the record holds the batch the device resolves to (1 on a CPU)
+    assert CaptureOptions(device="cpu").settings(imgsz=(320, 320))["batch"] == 1
+
+
+def test_default_batch_is_16_on_cuda_and_1_elsewhere(monkeypatch):
+    """The batch a capture runs when none is asked for: CUDA_BATCH on a CUDA device (a torch device or
+    a string Ultralytics reads as one), 1 on a CPU or MPS; an asked-for batch is kept anywhere. With no
+    device named, it follows whether torch sees CUDA (Ultralytics' own choice of device)."""
+    import torch
+
+    assert _CUDA_BATCH == 16
+    assert [
+        resolve_batch(None, d) for d in ("cpu", "CPU", "mps", "mps:0", torch.device("cpu"))
+    ] == [1] * 5
+    assert resolve_batch(None, torch.device("cuda", 0)) == _CUDA_BATCH
+    assert [resolve_batch(4, d) for d in ("cpu", torch.device("cuda", 0), None)] == [4, 4, 4]
+    for available, want in ((True, _CUDA_BATCH), (False, 1)):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda a=available: a)
+        assert [resolve_batch(None, d) for d in (None, "", "0", "cuda:0", "0,1")] == [want] * 5
+        assert resolve_batch(None, "cpu") == 1

@@ -74,6 +74,31 @@ def test_all_logits_column_holds_the_class_logit(make_untrained, fixture_images)
     np.testing.assert_array_equal(lg.argmax(1), df["cls"].to_numpy())
 
 
+def test_all_logits_into_a_store_give_each_box_its_row(make_untrained, fixture_images):
+    # calibrate's capture (a LogitStore on the capturer): the table carries each box's row in the store in place
+    # of the `logits` column, every other column unchanged, and the store holds the column's logits in float16
+    from det_calib.capture.predictor import Capturer
+    from det_calib.data.box_table import LOGITS_ROW
+    from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
+
+    yolo = make_untrained("yolo26n.yaml")
+    want = capture(
+        yolo, fixture_images[:3], heads=["nms", "e2e"], imgsz=256, all_logits=True, progress=False
+    )
+    cap = Capturer(yolo, heads=["nms", "e2e"], imgsz=256)
+    store = LogitStore(cap.nc)
+    keep_class_logits(cap, store)
+    got = cap(fixture_images[:3], progress=False)
+    assert LOGITS_ROW in got.columns and "logits" not in got.columns
+    assert got.drop(LOGITS_ROW).equals(want.drop("logits"))
+    rows = got[LOGITS_ROW].to_numpy()
+    assert store.n == got.height and sorted(rows.tolist()) == list(range(got.height))
+    np.testing.assert_array_equal(
+        store.gather(rows), np.array(want["logits"].to_list(), dtype=np.float16)
+    )
+    store.close()
+
+
 def test_saturated_scores_keep_their_logits(demo_model_path, fixture_images):
     """Above z ~ 16.6 float32 sigmoid is exactly 1.0; the captured logit must still be the raw one."""
     from ultralytics import YOLO

@@ -13,14 +13,15 @@ import pytest
 import torch
 
 from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
-from det_calib.capture.classify_logits import capture_classify
 from det_calib.cli import main
-from det_calib.data.class_folders import check_model_classes, read_class_split
-from det_calib.demo import _demo_classify_model
+from det_calib.demo import demo_classify_model
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_classify import classify_root
-from det_calib.deploy.classify_fold import write_classify_checkpoint
 from det_calib.errors import InputError
+from det_calib.tasks.classify.capture_logits import capture_classify
+from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.classify.demo_crops import classify_root
+from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
+from det_calib.tasks.classify.pipeline_run import calibrate_classifier
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def cls_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cls_model() -> Path:
-    path = _demo_classify_model()
+    path = demo_classify_model()
     assert path.is_file(), f"the committed demo classifier is missing: {path}"
     return path
 
@@ -330,3 +331,43 @@ def test_a_planted_over_confident_classifier_gets_its_temperature_back(
         fitted[name] = json.loads((out / "calibration.json").read_text())["map"]["temperature"]
     assert fitted["raw_x3"] / t_base == pytest.approx(3.0, rel=1e-3)
     assert abs(fitted["calibrated_x3"] - 3.0) / 3.0 < 0.05
+
+
+def test_compare_classify_runs_side_by_side(
+    cls_run, cls_model, cls_data, tmp_path, capsys, demo_task_runs
+):
+    """Two classify runs (a temperature and no map) compared: every printed figure is the runs' own, the
+    page and its figure are written, and a classify run beside a box run is refused in one line."""
+    other = tmp_path / "none"
+    calibrate_classifier(cls_model, cls_data, other, method="none", val=False)
+    out = tmp_path / "cmp"
+    assert (
+        main(["compare", str(cls_run), str(other), "--labels", "T", "raw", "--out", str(out)]) == 0
+    )
+    printed = capsys.readouterr().out
+    a, b = (json.loads((r / "calibration.json").read_text()) for r in (cls_run, other))
+    rows = {line.split("  ")[0]: line for line in printed.splitlines()}
+    ece = rows["top-label ECE"]
+    for r in (a, b):
+        raw, dep = r["eval"]["raw"]["top_label_ece"], r["eval"]["deployed"]["top_label_ece"]
+        assert f"{raw:.4f} -> {dep:.4f}" in ece
+    assert (
+        f"temperature T = {a['map']['temperature']:.4f}" in rows["deployed map"]
+        and "none" in rows["deployed map"]
+    )
+    assert (
+        b["eval"]["raw"]["top_label_ece"] == b["eval"]["deployed"]["top_label_ece"]
+    )  # no map: nothing moves
+    assert "Lowest deployed top-label ECE:" in printed
+    assert {p.name for p in out.iterdir()} >= {
+        "compare.txt",
+        "compare.md",
+        "compare.html",
+        "figures",
+    }
+    assert (out / "figures" / "compare_ece.png").stat().st_size > 5000
+    box_run = demo_task_runs["obb"].out_dir
+    assert main(["compare", str(cls_run), str(box_run), "--out", str(tmp_path / "mixed")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is compared with classify runs only" in err[0]
+    assert not (tmp_path / "mixed").exists()

@@ -120,8 +120,10 @@ def test_the_head_vocabulary_has_one_home():
     from det_calib.job import settings as pipeline
     from det_calib.report import common
 
-    assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e")
-    assert boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "both")
+    assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e", "detr")
+    assert (
+        boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "detr", "both")
+    )
     for table in (boxes.HEAD_LABEL, boxes.HEAD_BRANCH, boxes.HEAD_PREDICT_NMS):
         assert tuple(table) == boxes.HEADS
     assert fold._BRANCHES is boxes.HEAD_BRANCH and common.HEAD_LABEL is boxes.HEAD_LABEL

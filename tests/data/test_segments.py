@@ -1,4 +1,4 @@
-"""YOLO segment labels and COCO segmentations read as ground-truth masks (det_calib.data.segments)."""
+"""YOLO segment labels and COCO segmentations read as ground-truth masks (det_calib.tasks.segment.labels)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ from det_calib.data.ground_truth import (
     load_split,
     read_label_file,
 )
-from det_calib.data.segments import (
+from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
+from det_calib.errors import InputError
+from det_calib.tasks.segment.demo_labels import write_segment_split
+from det_calib.tasks.segment.labels import (
     SEGM_COLUMN,
     _polygon_rle,
     _read_segment_file,
@@ -24,9 +27,6 @@ from det_calib.data.segments import (
     load_segment_split,
     segment_rles,
 )
-from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
-from det_calib.demo.shapes_segments import write_segment_split
-from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

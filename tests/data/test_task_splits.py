@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.segments import SEGM_COLUMN
 from det_calib.errors import InputError
-from det_calib.tasks.obb_labels import XYWHR_COLUMN, load_obb_split
-from det_calib.tasks.obb_task import label_values
-from det_calib.tasks.pose_labels import KPTS_COLUMN, load_pose_split
+from det_calib.tasks.obb.labels import XYWHR_COLUMN, load_obb_split
+from det_calib.tasks.obb.task import label_values
+from det_calib.tasks.pose.labels import KPTS_COLUMN, load_pose_split
+from det_calib.tasks.segment.labels import SEGM_COLUMN
 from det_calib.tasks.task_splits import load_task_split
 
 pytestmark = pytest.mark.fast

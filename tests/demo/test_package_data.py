@@ -15,14 +15,7 @@ from pathlib import Path
 import pytest
 
 from det_calib import InputError
-from det_calib.demo import (
-    _demo_root,
-    demo_model,
-    demo_obb_model,
-    demo_pose_model,
-    demo_segment_model,
-    fixture_data_yaml,
-)
+from det_calib.demo import _demo_root, demo_model, demo_task_model, fixture_data_yaml
 
 tomllib = pytest.importorskip("tomllib")
 
@@ -36,15 +29,16 @@ SHIPPED = [
     "assets/yolo26n_shapes_obb.pt",
     "assets/fixture/data.yaml",
 ]
-#: The code that renders the demo data.
+#: The code that renders the demo data (relative to det_calib: the demo's, and each task's demo labels in its folder).
 RENDERERS = [
-    "__init__.py",
-    "shapes.py",
-    "shapes_segments.py",
-    "shapes_pose.py",
-    "shapes_obb.py",
-    "shifts.py",
-    "task_labels.py",
+    "demo/__init__.py",
+    "demo/shapes.py",
+    "demo/shifts.py",
+    "demo/task_labels.py",
+    "tasks/segment/demo_labels.py",
+    "tasks/pose/demo_labels.py",
+    "tasks/obb/demo_labels.py",
+    "tasks/classify/demo_crops.py",
 ]
 WHEEL_MAX_BYTES = 25_000_000  # the demo models (FP16) and the fixture, zipped: the wheel 24.9 MB with the classify demo
 
@@ -71,9 +65,7 @@ def test_demo_paths_resolve_inside_the_package(monkeypatch):
     assert _demo_root() == assets
     for path in (
         demo_model(),
-        demo_segment_model(),
-        demo_pose_model(),
-        demo_obb_model(),
+        *(demo_task_model(t) for t in ("segment", "pose", "obb")),
         fixture_data_yaml(),
     ):
         assert path.is_file() and path.parent.is_relative_to(assets), path
@@ -148,7 +140,9 @@ def test_built_wheel_holds_the_demo(tmp_path):
     )
     (wheel,) = (tmp_path / "dist").glob("det_calib-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    missing = [p for p in SHIPPED + RENDERERS if f"det_calib/demo/{p}" not in names]
+    missing = [
+        p for p in [f"demo/{p}" for p in SHIPPED] + RENDERERS if f"det_calib/{p}" not in names
+    ]
     assert not missing, missing
     assert sum(n.startswith("det_calib/demo/assets/fixture/") for n in names) == 1 + 12 + 12
     assert not [n for n in names if "_seed" in n]

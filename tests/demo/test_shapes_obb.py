@@ -12,7 +12,12 @@ import pytest
 
 from det_calib.demo import _demo_root
 from det_calib.demo.shapes import _write_split, render_image, render_with_owners
-from det_calib.demo.shapes_obb import _region_rect, _render_rects, min_area_rect, write_obb_split
+from det_calib.tasks.obb.demo_labels import (
+    min_area_rect,
+    region_rect,
+    render_rects,
+    write_obb_split,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -67,7 +72,7 @@ def test_render_rects_returns_the_fixture_labels():
     assert len(files) >= 10
     for f in files:
         i = int(f.stem.split("_")[1])
-        img, labels, rects = _render_rects(0, "fixture", i)
+        img, labels, rects = render_rects(0, "fixture", i)
         assert np.array_equal(img, render_image(0, "fixture", i)[0])
         lines = [f"{int(c)} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}" for c, x, y, bw, bh in labels]
         assert f.read_text() == "\n".join(lines) + ("\n" if lines else "") and len(rects) == len(
@@ -121,7 +126,7 @@ def test_region_rects_cover_the_visible_pixels():
     for i in range(40):
         r = render_with_owners(0, "test", i)
         h, w = r.owners.shape
-        _, labels, rects = _render_rects(0, "test", i)
+        _, labels, rects = render_rects(0, "test", i)
         for lab, k, q in zip(labels, r.labelled, rects):
             corners = _pixel_corners(r.owners == k)
             assert _inside(q, corners)
@@ -138,9 +143,9 @@ def test_region_rects_cover_the_visible_pixels():
 
 def test_region_rect_of_an_empty_or_tiny_region():
     m = np.zeros((8, 8), np.uint8)
-    assert _region_rect(m) is None
+    assert region_rect(m) is None
     m[3, 4] = 1
-    assert sorted(map(tuple, _region_rect(m).tolist())) == [(4, 3), (4, 4), (5, 3), (5, 4)]
+    assert sorted(map(tuple, region_rect(m).tolist())) == [(4, 3), (4, 4), (5, 3), (5, 4)]
 
 
 def test_ultralytics_reads_the_obb_labels(tmp_path):
@@ -158,7 +163,7 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
         lbl = tmp_path / "obb" / "labels" / "calib" / f"{stem}.txt"
         r = verify_image_label((str(img), str(lbl), "", False, 8, 0, 0, False))
         assert r[8] == 0 and r[9] == "", r[9]
-        _, labels, rects = _render_rects(0, "calib", i)
+        _, labels, rects = render_rects(0, "calib", i)
         assert len(r[3]) == len(rects)
         hh, ww = r[2]
         for seg, q in zip(r[3], rects):
@@ -171,7 +176,7 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
 def test_demo_obb_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 2), ("calib", 3), ("test", 2)):

@@ -11,12 +11,12 @@ import pytest
 
 from det_calib.demo import _demo_root
 from det_calib.demo.shapes import _write_split, render_image, render_with_owners
-from det_calib.demo.shapes_pose import (
-    _FLIP_IDX,
-    _KPT_SHAPE,
-    _keypoint_visibility,
-    _object_keypoints,
-    _render_keypoints,
+from det_calib.tasks.pose.demo_labels import (
+    FLIP_IDX,
+    KPT_SHAPE,
+    keypoint_visibility,
+    object_keypoints,
+    render_keypoints,
     rendered_keypoints,
     write_pose_split,
 )
@@ -47,15 +47,15 @@ def test_pose_lines_start_with_the_committed_fixture_boxes(tmp_path):
         fixture = f.read_text().splitlines()
         pose = (tmp_path / "labels" / "fixture" / f.name).read_text().splitlines()
         assert [" ".join(p.split()[:5]) for p in pose] == fixture
-        assert all(len(p.split()) == 5 + _KPT_SHAPE[0] * _KPT_SHAPE[1] for p in pose)
+        assert all(len(p.split()) == 5 + KPT_SHAPE[0] * KPT_SHAPE[1] for p in pose)
 
 
 def test_render_keypoints_returns_the_detection_image_and_labels():
     for i in range(3):
         img, labels = render_image(0, "test", i)
-        img2, labels2, kp = _render_keypoints(0, "test", i)
+        img2, labels2, kp = render_keypoints(0, "test", i)
         assert np.array_equal(img, img2) and np.array_equal(labels, labels2)
-        assert kp.shape == (len(labels), *_KPT_SHAPE)
+        assert kp.shape == (len(labels), *KPT_SHAPE)
 
 
 def test_pose_split_leaves_the_detection_split_byte_identical(tmp_path):
@@ -77,14 +77,14 @@ def test_pose_split_leaves_the_detection_split_byte_identical(tmp_path):
 def test_keypoints_of_a_known_shape():
     """A diamond (cv2 frame) centred at (10, 10): its corners are the extremes, +0.5 to the pixel-edge frame."""
     outline = np.array([[10.0, 6.0], [13.0, 10.0], [10.0, 14.0], [7.0, 10.0]])
-    kp = _object_keypoints(outline)
+    kp = object_keypoints(outline)
     assert kp.tolist() == [[10.5, 10.5], [10.5, 6.5], [13.5, 10.5], [10.5, 14.5], [7.5, 10.5]]
     owners = np.full((20, 16), -1)
     owners[:, 13:15] = 3  # a later object over two columns; the diamond is object 1
-    vis = _keypoint_visibility(np.vstack([kp, [[-0.5, 3.0], [5.0, 20.0], [16.0, 1.0]]]), owners, 1)
+    vis = keypoint_visibility(np.vstack([kp, [[-0.5, 3.0], [5.0, 20.0], [16.0, 1.0]]]), owners, 1)
     assert vis.tolist() == [2, 2, 1, 2, 2, 0, 0, 0]
     owners[:, 13:15] = 0  # an earlier object there does not hide the point
-    assert _keypoint_visibility(kp, owners, 1).tolist() == [2] * 5
+    assert keypoint_visibility(kp, owners, 1).tolist() == [2] * 5
 
 
 def test_flip_idx_is_a_horizontal_flip():
@@ -97,10 +97,10 @@ def test_flip_idx_is_a_horizontal_flip():
         for k in r.labelled:
             o = r.outlines[k]
             mirrored = np.c_[w - 1 - o[:, 0], o[:, 1]]
-            expect = _object_keypoints(o)
+            expect = object_keypoints(o)
             expect[:, 0] = w - expect[:, 0]
             np.testing.assert_allclose(
-                _object_keypoints(mirrored)[list(_FLIP_IDX)], expect, atol=1e-9
+                object_keypoints(mirrored)[list(FLIP_IDX)], expect, atol=1e-9
             )
             checked += 1
     assert checked > 50
@@ -119,7 +119,7 @@ def test_demo_keypoints_follow_the_owner_map():
             full = r.outlines[k] + 0.5
             v = row[:, 2].astype(int)
             counts += np.bincount(v, minlength=3)
-            raw = _object_keypoints(r.outlines[k])
+            raw = object_keypoints(r.outlines[k])
             outside = (raw[:, 0] < 0) | (raw[:, 0] >= w) | (raw[:, 1] < 0) | (raw[:, 1] >= h)
             assert np.array_equal(v == 0, outside)
             assert (row[v == 0, :2] == 0).all()
@@ -148,15 +148,13 @@ def test_ultralytics_reads_the_pose_labels(tmp_path):
         stem = f"calib_{i:05d}"
         img = tmp_path / "pose" / "images" / "calib" / f"{stem}.png"
         lbl = tmp_path / "pose" / "labels" / "calib" / f"{stem}.txt"
-        r = verify_image_label(
-            (str(img), str(lbl), "", True, 8, _KPT_SHAPE[0], _KPT_SHAPE[1], False)
-        )
+        r = verify_image_label((str(img), str(lbl), "", True, 8, KPT_SHAPE[0], KPT_SHAPE[1], False))
         assert r[8] == 0 and r[9] == "", r[9]
         det = np.loadtxt(tmp_path / "det" / "labels" / "calib" / f"{stem}.txt", ndmin=2).reshape(
             -1, 5
         )
         np.testing.assert_allclose(r[1], det, atol=2e-6)
-        _, labels, kp = _render_keypoints(0, "calib", i)
+        _, labels, kp = render_keypoints(0, "calib", i)
         hh, ww = r[2]
         np.testing.assert_allclose(r[4][..., :2] * [ww, hh], kp[..., :2], atol=1e-3)
         assert np.array_equal(r[4][..., 2], kp[..., 2])
@@ -172,7 +170,7 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
 
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_pose import demo_pose_data_yaml
+    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 2)):
@@ -184,8 +182,8 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     assert yml.parent.name == "shapes-v1-seed0-pose1" and yml.parent.parent == det.parent
     d = pyyaml.safe_load(yml.read_text())
     assert (
-        d["kpt_shape"] == list(_KPT_SHAPE)
-        and d["flip_idx"] == list(_FLIP_IDX)
+        d["kpt_shape"] == list(KPT_SHAPE)
+        and d["flip_idx"] == list(FLIP_IDX)
         and d["train"] == "images/calib"
     )
     assert (

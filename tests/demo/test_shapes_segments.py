@@ -13,10 +13,10 @@ from pycocotools import mask as mask_utils
 
 from det_calib.demo import _demo_root, cache_dir
 from det_calib.demo.shapes import _write_split, render_image, render_with_owners
-from det_calib.demo.shapes_segments import (
+from det_calib.tasks.segment.demo_labels import (
     EPSILON,
-    _render_polygons,
     region_polygon,
+    render_polygons,
     segment_lines,
     write_segment_split,
 )
@@ -55,7 +55,7 @@ def test_detection_labels_equal_the_committed_fixture():
     assert len(files) >= 10
     for f in files:
         i = int(f.stem.split("_")[1])
-        _, labels, _ = _render_polygons(0, "fixture", i)
+        _, labels, _ = render_polygons(0, "fixture", i)
         lines = [f"{int(c)} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}" for c, x, y, bw, bh in labels]
         assert f.read_text() == "\n".join(lines) + ("\n" if lines else "")
 
@@ -78,7 +78,7 @@ def test_cached_detection_images_equal_the_rendering(small_demo):
         if not (root / "images" / "calib" / f"calib_{i:05d}.png").is_file():
             assert root.parent != cache_dir() and i >= 8  # only the small rendering stops early
             continue
-        img, labels, _ = _render_polygons(0, "calib", i)
+        img, labels, _ = render_polygons(0, "calib", i)
         assert np.array_equal(
             cv2.imread(str(root / "images" / "calib" / f"calib_{i:05d}.png")), img
         )
@@ -215,7 +215,7 @@ def test_the_cached_segment_demo_matches_the_detection_demo(small_demo):
         seg_text = (seg / "labels" / "test" / f"{stem}.txt").read_text()
         assert len(seg_text.splitlines()) == len(box_lines)
         if i % 100 == 0 or n <= 100 and i % 5 == 0:
-            img, labels, polys = _render_polygons(0, "test", i)
+            img, labels, polys = render_polygons(0, "test", i)
             lines = segment_lines(labels, polys, img.shape[1], img.shape[0])
             assert seg_text == "\n".join(lines) + ("\n" if lines else "")
 
@@ -225,10 +225,10 @@ def test_demo_segment_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     segment root beside it, hard-linked; the detection root is not touched by the second step;
     a second call rewrites nothing; with_train adds the train split."""
     from det_calib.data.ground_truth import load_data_yaml
-    from det_calib.data.segments import has_masks, load_segment_split
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.demo.shapes_segments import demo_segment_data_yaml
+    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+    from det_calib.tasks.segment.labels import has_masks, load_segment_split
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 3)):

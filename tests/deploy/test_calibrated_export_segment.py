@@ -5,12 +5,12 @@ uncalibrated export's, bit for bit; through Ultralytics' predict, the boxes and 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from segment_checkpoints import seg_export
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.exported import logit_of_prob, read_export
@@ -32,21 +32,11 @@ def _fit(method: str):
 
 @pytest.fixture(scope="module")
 def seg_exports(tmp_path_factory, demo_seg_checkpoint):
-    from ultralytics import YOLO
-
-    d = tmp_path_factory.mktemp("segexp")
-    src = demo_seg_checkpoint
-    out = {}
-    for name, kw in (
-        ("onnx", dict(format="onnx")),
-        ("onnx_e2e", dict(format="onnx", nms=False)),
-        ("openvino", dict(format="openvino")),
-    ):
-        sub = d / name
-        sub.mkdir()
-        shutil.copy(src, sub / "seg.pt")
-        out[name] = YOLO(str(sub / "seg.pt")).export(imgsz=320, verbose=False, **kw)
-    return out
+    """The demo segment checkpoint's exports, shared with the session (tests/segment_checkpoints.py)."""
+    return {
+        name: str(seg_export(tmp_path_factory, demo_seg_checkpoint, name))
+        for name in ("onnx", "onnx_e2e", "openvino")
+    }
 
 
 def _letterboxed(image) -> np.ndarray:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import NO_DET_CALIB
+from detect_exports import demo_export
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
@@ -26,22 +26,11 @@ pytest.importorskip("nncf")
 
 
 @pytest.fixture(scope="session")
-def exports(tmp_path_factory, demo_model_path, fixture_yaml) -> dict[str, Path]:
-    """``pt``, ``onnx`` (FP32, one-to-many), ``onnx_e2e`` (FP32, one-to-one) and ``int8`` (OpenVINO)."""
-    from ultralytics import YOLO
-
-    folder = tmp_path_factory.mktemp("exports")
-    out = {}
-    for name, kw in (
-        ("onnx", dict(format="onnx")),
-        ("onnx_e2e", dict(format="onnx", nms=False)),
-        ("int8", dict(format="openvino", int8=True, data=str(fixture_yaml))),
-    ):
-        sub = folder / name
-        sub.mkdir()
-        pt = sub / "demo.pt"
-        shutil.copy(demo_model_path, pt)
-        out[name] = Path(YOLO(str(pt)).export(**kw))
+def exports(tmp_path_factory, demo_model_path) -> dict[str, Path]:
+    """``pt``, ``onnx`` (FP32, one-to-many), ``onnx_e2e`` (FP32, one-to-one) and ``int8`` (OpenVINO), the
+    session's shared exports (tests/detect_exports.py)."""
+    out = {name: demo_export(tmp_path_factory, name) for name in ("onnx", "onnx_e2e")}
+    out["int8"] = demo_export(tmp_path_factory, "openvino_int8")
     out["pt"] = demo_model_path
     return out
 

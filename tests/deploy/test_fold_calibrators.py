@@ -26,8 +26,8 @@ from det_calib.calibrators.registry import (
 from det_calib.capture.predictor import capture
 from det_calib.deploy.fold import (
     _fold_calibrator,
-    _hinge_layers,
     _write_folded_checkpoint,
+    hinge_layers,
     read_calibration_metadata,
 )
 from det_calib.errors import InputError
@@ -120,7 +120,7 @@ def test_hinge_layers_compute_the_piecewise_linear_maps():
         PiecewiseLinear([-3.0, 0.0, 2.0], [-5.0, -1.0, 3.0], 0.01),
         PiecewiseLinear([1.0], [0.5], 0.2),
     ]
-    layers = _hinge_layers(maps, 2, dtype=torch.float64)
+    layers = hinge_layers(maps, 2, dtype=torch.float64)
     z = torch.linspace(-10, 10, 401, dtype=torch.float64)
     x = torch.stack([z, z]).view(1, 2, -1, 1)
     with torch.no_grad():

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from detect_exports import demo_export
 
 pytest.importorskip("ai_edge_litert")
 pytest.importorskip("litert_torch")
@@ -24,21 +25,13 @@ MOBILE = ("litert_fp32", "litert_int8", "ncnn")
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, demo_model_path, fixture_yaml) -> dict[str, Path]:
-    """``pt`` and its exports ``litert_fp32``, ``litert_int8`` and ``ncnn``, made by Ultralytics."""
-    from ultralytics import YOLO
-
+def exports(tmp_path_factory, demo_model_path) -> dict[str, Path]:
+    """``pt`` and its exports ``litert_fp32``, ``litert_int8`` and ``ncnn``, made by Ultralytics (the
+    session's shared exports, tests/detect_exports.py)."""
     folder = tmp_path_factory.mktemp("mobile_exports")
     pt = folder / "demo.pt"
     shutil.copy(demo_model_path, pt)
-    out = {"pt": pt}
-    for name, kw in (
-        ("litert_fp32", dict(format="litert")),
-        ("ncnn", dict(format="ncnn")),
-        ("litert_int8", dict(format="litert", int8=True, data=str(fixture_yaml))),
-    ):
-        out[name] = Path(YOLO(str(pt)).export(**kw))
-    return out
+    return {"pt": pt, **{name: demo_export(tmp_path_factory, name) for name in MOBILE}}
 
 
 @pytest.fixture(scope="module")

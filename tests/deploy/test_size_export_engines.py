@@ -15,7 +15,6 @@ whose images (288 x 384 and 384 x 288) the 320 x 320 engines see letterboxed wit
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,33 +24,29 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import NO_DET_CALIB
+from detect_exports import demo_export
 
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 
-ENGINES = {
-    "onnx": dict(format="onnx"),
-    "onnx_e2e": dict(format="onnx", nms=False),
-    "openvino": dict(format="openvino"),
-}
+ENGINES = ("onnx", "onnx_e2e", "openvino")  # exports of tests/detect_exports.py
 
 
 @pytest.fixture(scope="module")
-def size_runs(tmp_path_factory, demo_model_path, fixture_yaml) -> dict[str, tuple[Path, Path]]:
+def size_runs(tmp_path_factory, fixture_yaml) -> dict[str, tuple[Path, Path]]:
     """Engine -> (its export, its ``--method size-platt`` run on the fixture split)."""
-    from ultralytics import YOLO
-
     from det_calib.cli import main
 
     folder = tmp_path_factory.mktemp("size_exports")
     out = {}
-    for name, kw in ENGINES.items():
+    for name in ENGINES:
         sub = folder / name
         sub.mkdir()
-        shutil.copy(demo_model_path, sub / "demo.pt")
-        made = Path(YOLO(str(sub / "demo.pt")).export(**kw, verbose=False))
+        made = demo_export(
+            tmp_path_factory, name
+        )  # the session's shared export (tests/detect_exports.py)
         head = "e2e" if name == "onnx_e2e" else "nms"
         code = main(
             [

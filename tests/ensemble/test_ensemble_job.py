@@ -252,8 +252,27 @@ def test_run_folder_contract(run, demo_model_path, noisy):
     t = r.timings
     assert t is not None and all(
         t.seconds(n) > 0
-        for n in ("capture", "fusion", "fit and choice", "figures", "outputs", "report")
+        for n in (
+            "model load",
+            "capture",
+            "fusion",
+            "fit and choice",
+            "figures",
+            "outputs",
+            "report",
+        )
     )
+    # the ensemble's coarse table: the data checked with the members' load
+    assert set(t.stages) <= {
+        "model load",
+        "capture",
+        "fusion",
+        "fit and choice",
+        "figures",
+        "outputs",
+        "report",
+        "other",
+    }
     assert sum(st.wall for st in t.stages.values()) == pytest.approx(t.wall, abs=0.01)
     assert (out / "summary.txt").read_text().splitlines()[-1] == t.line()
 

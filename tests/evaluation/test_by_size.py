@@ -11,13 +11,14 @@ import polars as pl
 import pytest
 
 from det_calib.calibrators.size import SizePlattScaler
+from det_calib.codec import decode
 from det_calib.data.box_view import BoxView
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import laece0
 from det_calib.metrics.size_bins import SIZE_BINS, SizeBin, size_mask
-from det_calib.record.size_record import read_size_figures
+from det_calib.record.size_record import SizeFigures
 
 pytestmark = pytest.mark.fast
 
@@ -159,10 +160,10 @@ def test_the_records_round_trip():
     view, gt = _scene()
     op = OperatingPoints(view, gt, conf=(0.25,), ece_bins=15, laece_bins=25, n_boot=20, seed=0)
     figs = size_figures(op, view.scored(None))
-    back = read_size_figures([f.to_dict() for f in figs], "by_size.nms")
+    back = decode(list[SizeFigures], [f.to_dict() for f in figs], "by_size.nms")
     assert back == figs
     assert figs[2].hi is None and math.isinf(SIZE_BINS[2].hi)
     from det_calib.errors import InputError
 
     with pytest.raises(InputError, match=r"by_size\.nms\[0\]\.ece_after"):
-        read_size_figures([{**figs[0].to_dict(), "ece_after": "x"}], "by_size.nms")
+        decode(list[SizeFigures], [{**figs[0].to_dict(), "ece_after": "x"}], "by_size.nms")

@@ -19,12 +19,12 @@ from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import _demo_root
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import _pose_map_check, _task_map_check
-from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
+from det_calib.evaluation.figures import _task_map_check
 from det_calib.job.settings import Settings
-from det_calib.tasks.pose_labels import load_pose_split
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps, pose_map_check
+from det_calib.tasks.pose.labels import load_pose_split
 
 pytest.importorskip("ultralytics")
 pytest.importorskip("pycocotools")
@@ -128,7 +128,7 @@ def test_temperature_leaves_keypoint_and_box_map_identical(pose_case):
         b = boxes.filter(pl.col("head") == head)
         t = make_calibrator("temperature")
         t.temperature_ = 1.7
-        out = _pose_map_check(b, sp, t, s)
+        out = pose_map_check(b, sp, t, s)
         assert out["pose_map_identical"] is True and out["map_identical"] is True
         assert out["pose_map50_95_before"] == out["pose_map50_95_after"] > 0.3
         assert out["pose_map50_before"] == out["pose_map50_after"]
@@ -154,7 +154,7 @@ def test_a_split_without_keypoints_measures_box_map_only(pose_case):
     )
     t = make_calibrator("temperature")
     t.temperature_ = 0.8
-    out = _pose_map_check(b, plain, t, Settings(max_det=300))
+    out = pose_map_check(b, plain, t, Settings(max_det=300))
     assert all(out[k] is None for k in POSE_MAP_KEYS) and out["map_identical"] is True
     with pytest.raises(InputError, match="read without keypoints"):
         coco_keypoint_maps(b, plain, [b["conf"].to_numpy()])

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
+from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
 pytest.importorskip("ultralytics")
 N_IMAGES = 12
@@ -53,7 +53,7 @@ def test_one_segment_val_pass_for_both_heads_equals_separate_vals(seg_pair, seg_
     original, calibrated, ts = seg_pair
     confs = {h: (0.001, equivalent_threshold(0.001, t)) for h, t in ts.items()}
     both = ultralytics_val_heads(
-        original, calibrated, seg_data, split="val", imgsz=320, confs=confs, masks=True
+        original, calibrated, seg_data, split="val", imgsz=320, confs=confs, own_rule=True
     )
     plain = ultralytics_val_heads(
         original, calibrated, seg_data, split="val", imgsz=320, confs=confs
@@ -65,10 +65,16 @@ def test_one_segment_val_pass_for_both_heads_equals_separate_vals(seg_pair, seg_
     for head, (o, c) in both.items():
         assert set(o) == {"conf", "map50_95", "map50", "mask_map50_95", "mask_map50"}
         assert o == ultralytics_val(
-            original, seg_data, split="val", head=head, imgsz=320, masks=True
+            original, seg_data, split="val", head=head, imgsz=320, own_rule=True
         )
         assert c == ultralytics_val(
-            calibrated, seg_data, split="val", head=head, conf=confs[head][1], imgsz=320, masks=True
+            calibrated,
+            seg_data,
+            split="val",
+            head=head,
+            conf=confs[head][1],
+            imgsz=320,
+            own_rule=True,
         )
         # a temperature at the equivalent floor: the same candidates, boxes and masks: identical mAP, both kinds
         assert {k: v for k, v in o.items() if k != "conf"} == {
@@ -98,6 +104,6 @@ def test_segment_val_figures_are_ultralytics_stock_val(seg_pair, seg_data):
         project=str(seg_data.parent),
         name="v",
     )
-    got = ultralytics_val(original, seg_data, split="val", head="nms", imgsz=320, masks=True)
+    got = ultralytics_val(original, seg_data, split="val", head="nms", imgsz=320, own_rule=True)
     assert got["map50_95"] == float(m.box.map) and got["mask_map50_95"] == float(m.seg.map)
     assert got["mask_map50"] == float(m.seg.map50) and got["mask_map50_95"] != got["map50_95"]

@@ -12,10 +12,14 @@ from segment_checkpoints import predict_table
 
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.errors import InputError
-from det_calib.evaluation.figures import _segment_map_check
-from det_calib.evaluation.mask_map import MASK_MAP_KEYS, _segment_maps, coco_mask_maps
+from det_calib.tasks.segment.evaluation_map import (
+    MASK_MAP_KEYS,
+    coco_mask_maps,
+    segment_map_check,
+    segment_maps,
+)
+from det_calib.tasks.segment.labels import load_segment_split, segment_rles
 
 N_IMAGES = 12
 
@@ -58,7 +62,7 @@ def test_masks_are_scored_as_masks_and_boxes_as_boxes(seg_split):
     )
     # the GT boxes filled as masks: box mAP stays 1, mask mAP falls (shapes are not their boxes)
     boxy = _gt_as_detections(seg_split, box_masks=True)
-    both = _segment_maps(boxy, seg_split, [boxy["conf"].to_numpy()])[0]
+    both = segment_maps(boxy, seg_split, [boxy["conf"].to_numpy()])[0]
     assert both["bbox"]["map50_95"] == pytest.approx(1.0)
     assert 0.05 < both["segm"]["map50_95"] < 0.9
 
@@ -123,12 +127,12 @@ def predicted(demo_seg_checkpoint, seg_split):
 def test_segment_map_check_identical_for_a_ranking_preserving_map(predicted, seg_split):
     z = np.random.default_rng(0).normal(-1, 2, 5000)
     y = np.random.default_rng(1).random(5000) < 1 / (1 + np.exp(-0.6 * z))
-    out = _segment_map_check(predicted, seg_split, make_calibrator("platt").fit(z, y), _Settings())
+    out = segment_map_check(predicted, seg_split, make_calibrator("platt").fit(z, y), _Settings())
     assert out["map_identical"] is True and out["mask_map_identical"] is True
     assert out["mask_map50_95_before"] == out["mask_map50_95_after"] > 0
     assert out["map50_95_before"] != out["mask_map50_95_before"]  # two protocols, two figures
     # not vacuous: a scoring that inverts the order changes both figures
-    flipped = _segment_maps(
+    flipped = segment_maps(
         predicted, seg_split, [predicted["conf"].to_numpy(), 1 - predicted["conf"].to_numpy()]
     )
     assert flipped[0]["segm"] != flipped[1]["segm"] and flipped[0]["bbox"] != flipped[1]["bbox"]
@@ -137,7 +141,7 @@ def test_segment_map_check_identical_for_a_ranking_preserving_map(predicted, seg
 @pytest.mark.slow
 def test_box_only_labels_give_no_mask_map(predicted, small_demo):
     box_only = load_split(load_data_yaml(small_demo["segment"]), "test", limit=N_IMAGES)
-    out = _segment_map_check(
+    out = segment_map_check(
         predicted,
         box_only,
         make_calibrator("none").fit(np.zeros(4), np.array([0, 1, 0, 1])),

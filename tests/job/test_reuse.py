@@ -171,3 +171,32 @@ def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixtu
     got = captured["nms"][0]
     assert got["segm"].dtype == pl.Binary and got.height == direct.height > 0
     assert got["segm"].null_count() == 0 and got["segm"].to_list() == direct["segm"].to_list()
+
+
+def test_capture_settings_record_the_batch_the_capture_ran(monkeypatch):
+    """A run records the batch its capture ran: the one asked for, else 16 on a CUDA device and 1 elsewhere
+    (as the capturer resolves it); an export's capture (or an ensemble's members) runs one image a pass."""
+    import torch
+
+    from det_calib.job.reuse import capture_settings
+    from det_calib.job.settings import Settings
+
+    assert Settings().batch is None
+    assert capture_settings(Settings(), 320) == {
+        "conf": 0.001,
+        "iou": 0.7,
+        "max_det": 300,
+        "imgsz": 320,
+        "batch": 1,
+    }
+    assert capture_settings(Settings(batch=4), 320)["batch"] == 4
+    assert capture_settings(Settings(device="0"), 320, batch=1)["batch"] == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert [capture_settings(Settings(device=d), 320)["batch"] for d in (None, "0", "cpu")] == [
+        16,
+        16,
+        1,
+    ]
+    with pytest.raises(InputError, match="`batch` to be an integer larger than 0, but got 0"):
+        Settings(batch=0).validate()
+    Settings(batch=None).validate()

@@ -13,11 +13,16 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.segments import load_segment_split, segment_rles
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_segments import write_segment_split
 from det_calib.errors import InputError
-from det_calib.matching.masks import _mask_iou, _match_mask_table, match_boxes_by_masks, match_masks
+from det_calib.tasks.segment.demo_labels import write_segment_split
+from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks.segment.matching import (
+    _mask_iou,
+    _match_mask_table,
+    match_boxes_by_masks,
+    match_masks,
+)
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

@@ -6,11 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.capture.mask_rebuild import _encode_masks
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import GT_SCHEMA, Split
 from det_calib.errors import InputError
 from det_calib.tasks.match_rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
+from det_calib.tasks.segment.capture_masks import _encode_masks
 
 pytestmark = pytest.mark.fast
 
@@ -125,7 +125,7 @@ def test_choose_matching():
         choose_matching("box", task="segment", splits=[with_masks]).words(0.5)
         == "box IoU >= 0.5 (chosen by --match box)"
     )
-    assert choose_matching("mask", task="segment", splits=[with_masks]).masks
+    assert choose_matching("mask", task="segment", splits=[with_masks]).by == "mask"
     assert choose_matching("auto", task="detect", splits=[with_masks]).by == "box"
     with pytest.raises(InputError, match=r"split `test` has 1 of 1 without one"):
         choose_matching("mask", task="segment", splits=[with_masks, box_only])
@@ -206,7 +206,7 @@ def _capture_table(n: int, rng, payload: str, values) -> pl.DataFrame:
 def test_match_split_by_oks_is_match_keypoints():
     """The run's table-level OKS labels are match_keypoints' (COCO `keypoints`, parity tested there) on the
     same arrays, at --iou and at --loc-iou; the rule's sigmas are the ones used."""
-    from det_calib.tasks.pose_matching import match_keypoints
+    from det_calib.tasks.pose.matching import match_keypoints
 
     rng = np.random.default_rng(0)
     sp = _pose_split(rng)
@@ -252,7 +252,7 @@ def test_match_split_by_oks_is_match_keypoints():
 
 
 def test_match_split_by_rotated_iou_is_match_rotated():
-    from det_calib.tasks.obb_matching import match_rotated
+    from det_calib.tasks.obb.matching import match_rotated
 
     rng = np.random.default_rng(1)
     m = 10

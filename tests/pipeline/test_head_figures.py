@@ -1068,7 +1068,7 @@ def test_map_check_honours_max_det_on_both_branches():
         (class_map, lambda r: r[6] * (3.0 if r[1] == 0 else 0.5)),
     ):
         for max_det in (1, 300):
-            m = pipeline._map_check(boxes, split, cal, Settings(max_det=max_det))
+            m = pipeline.map_check(boxes, split, cal, Settings(max_det=max_det))
             m0 = coco_map_independent(
                 rows, [_sig(r[6], 1.0) for r in det_rows], gt_per_image, max_det
             )

@@ -53,10 +53,19 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(
         and (tmp_path / "beside" / "calibrated.pt").is_file()
     )
 
-    monkeypatch.setattr(outputs, "_runs_beside", lambda: False)
+    monkeypatch.setattr(outputs, "_runs_beside", lambda: None)
     assert _checks(_run(demo_model_path, tmp_path / "here")) == _checks(beside)
 
-    monkeypatch.setattr(outputs, "_runs_beside", lambda: True)
+    # a GPU run's child: a fresh interpreter (CUDA does not survive a fork), the inputs pickled without the model
+    monkeypatch.setattr(outputs, "_runs_beside", lambda: "spawn")
+    spawned = _run(demo_model_path, tmp_path / "spawned")
+    assert (
+        _checks(spawned) == _checks(beside)
+        and spawned.result.timings.stages["verification"].cpu > 0.5
+    )
+    assert not list((tmp_path / "tmp").glob("det_calib_verify_*"))
+
+    monkeypatch.setattr(outputs, "_runs_beside", lambda: "fork")
     monkeypatch.setattr(outputs, "_checks_in_child", _die)
     with caplog.at_level(logging.WARNING, logger="det_calib.pipeline.outputs"):
         lost = _run(demo_model_path, tmp_path / "lost")

@@ -99,7 +99,7 @@ def test_auto_under_the_iou_target_keeps_the_ranking_and_the_map():
     z = boxes["logit"].to_numpy()
     t = choice.calibrator.transform_logits(z)
     assert np.array_equal(np.argsort(z, kind="stable"), np.argsort(t, kind="stable"))
-    m = figures._map_check(boxes, split, choice.calibrator, s)
+    m = figures.map_check(boxes, split, choice.calibrator, s)
     assert (m["map50_95_before"], m["map50_before"]) == (m["map50_95_after"], m["map50_after"])
     grid = np.linspace(-2.5, 2.5, 11)
     assert np.abs(choice.calibrator.predict_proba(grid) - sigmoid(A * grid + B)).max() < 0.02
@@ -120,7 +120,7 @@ def test_the_target_is_recorded_only_where_it_is_iou_and_read_back():
     r = RunResult.from_dict(ref)
     assert r.settings.target == "iou" and r.to_dict()["target"] == "iou"
     ref["target"] = "box"
-    with pytest.raises(InputError, match="`target` to be correct or iou"):
+    with pytest.raises(InputError, match="`target` must be one of correct, iou"):
         RunResult.from_dict(ref)
     with pytest.raises(InputError, match="target"):
         Settings(target="box").validate()

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from det_calib.report.mask_plots import _ALPHA, COLOURS, MaskPanel, _composite, mask_examples_figure
+from det_calib.tasks.segment.report_plots import (
+    _ALPHA,
+    COLOURS,
+    MaskPanel,
+    _composite,
+    mask_examples_figure,
+)
 
 pytestmark = pytest.mark.fast
 

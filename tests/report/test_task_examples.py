@@ -12,15 +12,16 @@ import pytest
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import _demo_root
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
 from det_calib.matching.one_to_one import MatchResult
-from det_calib.report.task_examples import _kept_matches, _pose_panels, _read_rgb, _rotated_panels
-from det_calib.report.task_plots import pose_examples_figure, rotated_examples_figure
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import _probiou, match_rotated
-from det_calib.tasks.pose_labels import load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import match_keypoints, oks
+from det_calib.report.task_examples import _kept_matches, read_rgb
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks.obb.matching import _probiou, match_rotated
+from det_calib.tasks.obb.report_panel import rotated_examples_figure, rotated_panels
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose.matching import match_keypoints, oks
+from det_calib.tasks.pose.report_panel import pose_examples_figure, pose_panels
 
 LIMIT = 8
 MAX_FIGURE_BYTES = 300_000
@@ -96,7 +97,7 @@ def _check_common(panels, kept, sp, names):
             p.title
             == f"{name}: {sum(rows['correct'])} matched, {rows.height - sum(rows['correct'])} not"
         )
-        assert np.array_equal(p.image, _read_rgb(sp.images[i]))
+        assert np.array_equal(p.image, read_rgb(sp.images[i]))
         assert [t.split(" ")[0] for t in p.labels] == [names[c] for c in rows["cls"]]
         assert np.allclose(
             _measures(p.labels), np.clip(rows["measure"].to_numpy(), 0, 1), atol=0.005
@@ -116,7 +117,7 @@ def test_pose_panels_show_the_matching(pose):
         and kept["correct"].any()
         and (~kept["correct"]).any()
     )
-    panels = _pose_panels(b, sp, m, names=ds.names, conf=0.25)
+    panels = pose_panels(b, sp, m, names=ds.names, conf=0.25)
     gt_all = split_keypoints(sp)
     for p, rows in zip(panels, _check_common(panels, kept, sp, ds.names)):
         i = int(rows["image_id"][0])
@@ -142,7 +143,7 @@ def test_pose_panels_show_the_matching(pose):
 def test_obb_panels_show_the_matching(obb):
     ds, sp, b, m = obb
     kept = _kept_matches(b, m, conf=0.25)
-    panels = _rotated_panels(b, sp, m, names=ds.names, conf=0.25)
+    panels = rotated_panels(b, sp, m, names=ds.names, conf=0.25)
     gt_all = split_xywhr(sp)
     for p, rows in zip(panels, _check_common(panels, kept, sp, ds.names)):
         i = int(rows["image_id"][0])
@@ -175,7 +176,7 @@ def test_ignored_and_low_boxes_are_left_out(pose):
     want = (b["conf"].to_numpy() > 0.5) & ~ignore
     assert kept.height == int(want.sum())
     assert kept["conf"].to_list() == b["conf"].to_numpy()[want].tolist()
-    assert _pose_panels(b, sp, m, conf=0.999) == []
+    assert pose_panels(b, sp, m, conf=0.999) == []
 
 
 def test_bad_inputs_are_named(pose, obb):
@@ -183,7 +184,7 @@ def test_bad_inputs_are_named(pose, obb):
     with pytest.raises(
         ValueError, match=f"a matching result of 3 rows \\(one per box\\), but got {b.height}"
     ):
-        _pose_panels(b.head(3), sp, m)
+        pose_panels(b.head(3), sp, m)
     both = pl.concat([b, b.with_columns(pl.lit("e2e").alias("head"))])
     with pytest.raises(ValueError, match="the boxes of one head"):
         _kept_matches(
@@ -193,6 +194,6 @@ def test_bad_inputs_are_named(pose, obb):
             ),
         )
     with pytest.raises(ValueError, match="a `xywhr` column"):
-        _rotated_panels(b, obb[1], m)
+        rotated_panels(b, obb[1], m)
     with pytest.raises(ValueError, match="a `calibrated` column"):
-        _pose_panels(b, sp, m, score="calibrated")
+        pose_panels(b, sp, m, score="calibrated")

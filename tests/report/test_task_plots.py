@@ -9,15 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from det_calib.report.task_plots import (
-    _PALETTE,
-    PosePanel,
-    RotatedPanel,
-    _palette_png,
-    _xywhr_corners,
-    pose_examples_figure,
-    rotated_examples_figure,
-)
+from det_calib.report.task_plots import _PALETTE, _palette_png
+from det_calib.tasks.obb.report_panel import RotatedPanel, rotated_examples_figure, xywhr_corners
+from det_calib.tasks.pose.report_panel import PosePanel, pose_examples_figure
 
 pytestmark = pytest.mark.fast
 
@@ -28,9 +22,9 @@ def test_corners_equal_ultralytics_xywhr2xyxyxyxy():
     rng = np.random.default_rng(0)
     b = np.c_[rng.uniform(0, 300, (50, 2)), rng.uniform(1, 80, (50, 2)), rng.uniform(-4, 4, 50)]
     want = xywhr2xyxyxyxy(torch.as_tensor(b)).numpy()
-    assert np.allclose(_xywhr_corners(b), want, atol=1e-9)
+    assert np.allclose(xywhr_corners(b), want, atol=1e-9)
     # the corners span the box: sides w and h, centre at (cx, cy)
-    q = _xywhr_corners(b)
+    q = xywhr_corners(b)
     assert np.allclose(np.linalg.norm(q[:, 1] - q[:, 2], axis=1), b[:, 2])
     assert np.allclose(np.linalg.norm(q[:, 0] - q[:, 1], axis=1), b[:, 3])
     assert np.allclose(q.mean(1), b[:, :2])

@@ -11,6 +11,7 @@ import pytest
 from det_calib.calibrators.affine import sigmoid
 from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator, size_methods
 from det_calib.calibrators.registry import methods as registered_methods
+from det_calib.codec import encode
 from det_calib.errors import InputError
 from det_calib.selection.cross_validation import select_calibrator
 
@@ -70,15 +71,15 @@ def test_selection_result_is_json_and_the_calibrator_round_trips():
     sel = select_calibrator(
         z, y, classes=k, groups=g, fit_min_confs=(0.0, 0.05), n_folds=3, n_repeats=2
     )
-    d = json.loads(json.dumps(sel.to_dict()))
-    assert d["criterion"] == "nll" and d["n_folds"] == 3 and d["n_repeats"] == 2
-    names = {(c["method"], c["fit_min_conf"]) for c in d["candidates"]}
+    assert sel.criterion == "nll" and sel.n_folds == 3 and sel.n_repeats == 2
+    candidates = json.loads(json.dumps(encode(sel.candidates)))  # an unscored candidate: inf
+    names = {(c["method"], c["fit_min_conf"]) for c in candidates}
     assert ("platt", 0.05) in names and ("none", 0.0) in names
-    for c in d["candidates"]:
+    for c in candidates:
         if c["error"] is None:
             assert len(c["fold_scores"]) == 3 * 2
-            assert c["cv_diff"] >= 0.0 and c["cv_diff_se"] >= 0.0
-    cal = calibrator_from_dict(d["calibrator"])
+            assert c["diff"] >= 0.0 and c["diff_se"] >= 0.0
+    cal = calibrator_from_dict(json.loads(json.dumps(sel.calibrator.to_dict())))
     np.testing.assert_allclose(
         cal.transform_logits(z[:20], classes=k[:20]),
         sel.calibrator.transform_logits(z[:20], classes=k[:20]),

@@ -131,29 +131,22 @@ def test_the_same_boxes_as_a_csv_give_the_same_figures(demo, pt_run, txt_run):
     _assert_same(pt_run, run)
 
 
-def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, demo_model_path, tmp_path):
+def test_a_litert_int8_exports_file_gives_the_engine_runs_figures(demo, tmp_path_factory, tmp_path):
     """The demo's LiteRT INT8 export, dumped by plain Ultralytics predict: its file calibrates to the
     figures of ``calibrate --model`` of that engine, and the written per-class raw thresholds keep exactly
     the calibrated set on the file's scores (stair-stepped: whole multiples of 1/256 before the sigmoid's
     requantisation)."""
     import json
-    import shutil
 
     import numpy as np
+    from detect_exports import demo_export
     from ultralytics import YOLO
 
     pytest.importorskip("ai_edge_litert")
     data, _ = demo
-    fixture = (
-        tmp_path / "fixture"
-    )  # the export's calibration images; its label cache lands here, not in the package
-    shutil.copytree(
-        Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets" / "fixture", fixture
-    )
-    shutil.copy(demo_model_path, tmp_path / "det.pt")
-    engine = YOLO(str(tmp_path / "det.pt")).export(
-        format="litert", int8=True, data=str(fixture / "data.yaml")
-    )
+    engine = str(
+        demo_export(tmp_path_factory, "litert_int8")
+    )  # the session's shared export (tests/detect_exports.py)
     model = YOLO(engine, task="detect")
     ds = load_data_yaml(data)
     for split in ("calib", "test"):

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import _probiou
-from det_calib.tasks.pose_labels import AREA_COLUMN, load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import oks
+from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks.obb.matching import _probiou
+from det_calib.tasks.pose.labels import AREA_COLUMN, load_pose_split, split_keypoints
+from det_calib.tasks.pose.matching import oks
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {

@@ -9,7 +9,7 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.segments import load_segment_split, segment_rles
+from det_calib.tasks.segment.labels import load_segment_split, segment_rles
 
 pytestmark = pytest.mark.fast
 

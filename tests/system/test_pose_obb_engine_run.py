@@ -18,8 +18,8 @@ from pose_obb_exports import KPT_SHAPE, task_exports
 
 from det_calib.capture.exported import logit_of_prob
 from det_calib.cli import main
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
 pytest.importorskip("onnxruntime")
 

@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
-from det_calib.evaluation.keypoint_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.pipeline.summary import summary_text
-from det_calib.tasks.pose_labels import load_pose_split
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps
+from det_calib.tasks.pose.labels import load_pose_split
 
 pytestmark = pytest.mark.slow
 
@@ -100,8 +100,8 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run, tmp_p
     from ultralytics import YOLO
 
     from det_calib.data.val_view import write_split_yaml
-    from det_calib.demo.shapes_obb import demo_obb_data_yaml
-    from det_calib.tasks.obb_labels import load_obb_split
+    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+    from det_calib.tasks.obb.labels import load_obb_split
 
     for run, load, yml in (
         (pose_run, load_pose_split, demo_pose_data_yaml()),

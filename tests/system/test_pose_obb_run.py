@@ -15,14 +15,14 @@ import pytest
 
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.demo import demo_data_yaml, demo_model, demo_obb_model, demo_pose_model
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
+from det_calib.demo import demo_data_yaml, demo_model, demo_task_model
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.obb_labels import load_obb_split
-from det_calib.tasks.obb_matching import match_boxes_by_rotated
-from det_calib.tasks.pose_labels import load_pose_split
-from det_calib.tasks.pose_matching import match_boxes_by_keypoints
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split
+from det_calib.tasks.obb.matching import match_boxes_by_rotated
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split
+from det_calib.tasks.pose.matching import match_boxes_by_keypoints
 
 QUICK = ["--n-boot", "20", "-q"]
 MATCH_COLUMNS = ["correct", "iou", "ignore", "loc_iou", "calibrated"]
@@ -83,47 +83,16 @@ def _labels_are(run: Path, limit: int | None, load, match, **kw) -> None:
 
 
 @pytest.fixture(scope="module")
-def pose_run(tmp_path_factory) -> Path:
-    """``calibrate --model <the demo pose model> --limit 16``: its demo data, both heads, the report."""
-    out = tmp_path_factory.mktemp("runs") / "pose"
-    assert (
-        main(
-            [
-                "calibrate",
-                "--model",
-                str(demo_pose_model()),
-                "--limit",
-                "16",
-                *QUICK,
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    return out
+def pose_run(demo_task_runs) -> Path:
+    """The session's run of the demo pose model (conftest's ``demo_task_runs``): its demo data (the first 16
+    images of each split), both heads, Ultralytics val, the report. Read, never written into."""
+    return demo_task_runs["pose"].out_dir
 
 
 @pytest.fixture(scope="module")
-def obb_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "obb"
-    assert (
-        main(
-            [
-                "calibrate",
-                "--model",
-                str(demo_obb_model()),
-                "--limit",
-                "16",
-                "--no-report",
-                *QUICK,
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    return out
+def obb_run(demo_task_runs) -> Path:
+    """The session's run of the demo OBB model, as ``pose_run``."""
+    return demo_task_runs["obb"].out_dir
 
 
 def test_demo_pose_model_matches_by_oks(pose_run):
@@ -167,7 +136,7 @@ def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_match_box(capsys, tmp_path, task):
-    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    model = demo_task_model(task)
     _ok(
         capsys,
         "calibrate",
@@ -204,7 +173,7 @@ def test_obb_model_on_box_labels(capsys, tmp_path):
         capsys,
         "calibrate",
         "--model",
-        demo_obb_model(),
+        demo_task_model("obb"),
         "--data",
         data,
         *QUICK,
@@ -216,7 +185,7 @@ def test_obb_model_on_box_labels(capsys, tmp_path):
         capsys,
         "calibrate",
         "--model",
-        demo_obb_model(),
+        demo_task_model("obb"),
         "--data",
         data,
         "--match",
@@ -283,14 +252,14 @@ def test_bad_input(capsys, tmp_path, case, want):
     pose, obb = demo_pose_data_yaml(), demo_obb_data_yaml()
     model, data, extra = {  # each case built only when asked for
         "pose data, detect model": lambda: (demo_model(), pose, []),
-        "detect data, pose model": lambda: (demo_pose_model(), demo_data_yaml(), []),
+        "detect data, pose model": lambda: (demo_task_model("pose"), demo_data_yaml(), []),
         "keypoint count": lambda: (
-            demo_pose_model(),
+            demo_task_model("pose"),
             task_dataset(tmp_path / "d", pose, edit=_drop_last_keypoint),
             [],
         ),
         "kpt_shape": lambda: (
-            demo_pose_model(),
+            demo_task_model("pose"),
             task_dataset(
                 tmp_path / "d",
                 pose,
@@ -301,13 +270,13 @@ def test_bad_input(capsys, tmp_path, case, want):
             [],
         ),
         "three corners": lambda: (
-            demo_obb_model(),
+            demo_task_model("obb"),
             task_dataset(tmp_path / "d", obb, edit=_three_corners),
             [],
         ),
         "oks for a detector": lambda: (demo_model(), demo_data_yaml(), ["--match", "oks"]),
-        "rotated for a pose model": lambda: (demo_pose_model(), pose, ["--match", "rotated"]),
-        "mask for an OBB model": lambda: (demo_obb_model(), obb, ["--match", "mask"]),
+        "rotated for a pose model": lambda: (demo_task_model("pose"), pose, ["--match", "rotated"]),
+        "mask for an OBB model": lambda: (demo_task_model("obb"), obb, ["--match", "mask"]),
     }[case]()
     line = _error(
         capsys,
@@ -359,7 +328,7 @@ def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
         capsys,
         "calibrate",
         "--model",
-        demo_pose_model(),
+        demo_task_model("pose"),
         "--boxes",
         pose_run,
         "--limit",
@@ -414,7 +383,7 @@ def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_ensemble_refuses_pose_and_obb_members(capsys, tmp_path, task):
-    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    model = demo_task_model(task)
     line = _error(
         capsys,
         "ensemble",
@@ -443,9 +412,9 @@ def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
     labels and failed on keypoint lines), and `calibrate --boxes` on those parts takes the same split
     (its fingerprint read the same way) and matches by the task's rule, as a run that captures itself."""
     model, data = (
-        (demo_pose_model(), demo_pose_data_yaml())
+        (demo_task_model("pose"), demo_pose_data_yaml())
         if task == "pose"
-        else (demo_obb_model(), demo_obb_data_yaml())
+        else (demo_task_model("obb"), demo_obb_data_yaml())
     )
     for split in ("calib", "test"):
         _ok(
@@ -491,8 +460,9 @@ def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
         "--out",
         tmp_path / "direct",
         "--no-report",
+        "--no-val",
         *QUICK,
-    )
+    )  # no val, as the run from the parts (a run on reused boxes has none)
     rule = "OKS" if task == "pose" else "rotated IoU"
     runs = [
         json.loads((tmp_path / r / "calibration.json").read_text())

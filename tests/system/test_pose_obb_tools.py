@@ -18,18 +18,18 @@ from PIL import Image
 import det_calib
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import _demo_root, demo_data_yaml, demo_model, demo_obb_model, demo_pose_model
-from det_calib.demo.shapes_obb import demo_obb_data_yaml
-from det_calib.demo.shapes_pose import demo_pose_data_yaml
+from det_calib.demo import _demo_root, demo_data_yaml, demo_model, demo_task_model
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import logit, sigmoid
 from det_calib.record.run_folder import load_run
 from det_calib.report.task_examples import run_task_panels
-from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
-from det_calib.tasks.obb_matching import match_rotated
-from det_calib.tasks.pose_labels import load_pose_split, split_keypoints
-from det_calib.tasks.pose_matching import match_keypoints
+from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
+from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks.obb.matching import match_rotated
+from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks.pose.labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose.matching import match_keypoints
 
 LIMIT = 16
 QUICK = ["--no-val", "--n-boot", "20", "-q"]
@@ -40,7 +40,7 @@ MAX_FIGURE_BYTES = 300_000
 
 
 def _model(task: str) -> Path:
-    return demo_pose_model() if task == "pose" else demo_obb_model()
+    return demo_task_model(task)
 
 
 def _yaml(task: str) -> Path:

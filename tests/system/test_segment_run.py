@@ -20,11 +20,11 @@ import pytest
 from det_calib.capture.predictor import capture
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.segments import load_segment_split
 from det_calib.demo import CLASS_NAMES, demo_model
-from det_calib.demo.shapes_segments import demo_segment_data_yaml
-from det_calib.matching.masks import match_boxes_by_masks
 from det_calib.matching.one_to_one import match_boxes
+from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+from det_calib.tasks.segment.labels import load_segment_split
+from det_calib.tasks.segment.matching import match_boxes_by_masks
 
 LIMIT = ["--limit", "12"]
 QUICK = ["--no-val", "--n-boot", "20", "-q"]
@@ -324,9 +324,9 @@ def test_ensemble_refuses_segment_members(capsys, seg_home, tmp_path):
 )
 def test_pose_and_obb_models_refuse_polygon_labels(capsys, tmp_path, task, want):
     """Pose and OBB models are calibrated on their own labels (tests/system/test_pose_obb_run.py), not on polygons."""
-    from det_calib.demo import demo_obb_model, demo_pose_model
+    from det_calib.demo import demo_task_model
 
-    model = demo_pose_model() if task == "pose" else demo_obb_model()
+    model = demo_task_model(task)
     line = _error(
         capsys,
         "calibrate",

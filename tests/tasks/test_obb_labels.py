@@ -1,4 +1,4 @@
-"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.tasks.obb_labels)."""
+"""YOLO OBB labels read as rotated ground-truth boxes (det_calib.tasks.obb.labels)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES
-from det_calib.demo.shapes_obb import _render_rects, write_obb_split
 from det_calib.errors import InputError
-from det_calib.tasks.obb_labels import (
+from det_calib.tasks.obb.demo_labels import render_rects, write_obb_split
+from det_calib.tasks.obb.labels import (
     XYWHR_COLUMN,
     _check_obb_line,
     _read_obb_file,
@@ -124,7 +124,7 @@ def test_obb_split_has_the_demo_rectangles_row_for_row(obb_root):
     assert sp.gt.drop(XYWHR_COLUMN).equals(plain.gt) and has_rotated_boxes(sp)
     xywhr = split_xywhr(sp)
     for i in range(N_IMAGES):
-        _, _, rects = _render_rects(0, "test", i)
+        _, _, rects = render_rects(0, "test", i)
         rows = np.flatnonzero(sp.gt["image_id"].to_numpy() == i)
         assert len(rows) == len(rects)
         for j, q in zip(rows, rects):

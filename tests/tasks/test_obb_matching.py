@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from det_calib.errors import InputError
-from det_calib.tasks.obb_matching import _probiou, match_rotated, pair_probiou
+from det_calib.tasks.obb.matching import _probiou, match_rotated, pair_probiou
 
 pytestmark = pytest.mark.fast
 
@@ -207,8 +207,8 @@ def test_parity_on_the_demo_rectangles(validator, tmp_path):
     """Jittered copies of the demo's rotated ground truth on 12 images: equal to the validator."""
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo.shapes import CLASS_NAMES
-    from det_calib.demo.shapes_obb import write_obb_split
-    from det_calib.tasks.obb_labels import load_obb_split, split_xywhr
+    from det_calib.tasks.obb.demo_labels import write_obb_split
+    from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
 
     write_obb_split(tmp_path, "test", 12)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))

@@ -1,4 +1,4 @@
-"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.tasks.pose_labels)."""
+"""YOLO pose labels and COCO keypoints read as ground truth (det_calib.tasks.pose.labels)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
-from det_calib.demo.shapes_pose import _FLIP_IDX, rendered_keypoints, write_pose_split
 from det_calib.errors import InputError
-from det_calib.tasks.pose_labels import (
+from det_calib.tasks.pose.demo_labels import FLIP_IDX, rendered_keypoints, write_pose_split
+from det_calib.tasks.pose.labels import (
     _YOLO_AREA_FACTOR,
     AREA_COLUMN,
     KPTS_COLUMN,
@@ -127,7 +127,7 @@ def test_two_value_keypoints_are_visible():
 
 def test_pose_split_has_the_demo_keypoints_row_for_row(pose_root):
     data = load_data_yaml(pose_root / "data.yaml")
-    assert pose_spec(data) == PoseSpec(nkpt=5, ndim=3, flip_idx=_FLIP_IDX)
+    assert pose_spec(data) == PoseSpec(nkpt=5, ndim=3, flip_idx=FLIP_IDX)
     sp = load_pose_split(data, "test")
     plain = load_split(
         data, "test", check_line=lambda t, nc: _check_pose_line(t, nc=nc, nkpt=5, ndim=3)

@@ -11,7 +11,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from det_calib.errors import InputError
-from det_calib.tasks.pose_matching import COCO_SIGMAS, match_keypoints, oks, oks_sigmas
+from det_calib.tasks.pose.matching import COCO_SIGMAS, match_keypoints, oks, oks_sigmas
 
 pytestmark = pytest.mark.fast
 
@@ -278,8 +278,8 @@ def test_parity_on_the_demo_keypoints(tmp_path):
     on 12 demo images: the labels equal pycocotools'."""
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo.shapes import CLASS_NAMES
-    from det_calib.demo.shapes_pose import write_pose_split
-    from det_calib.tasks.pose_labels import (
+    from det_calib.tasks.pose.demo_labels import write_pose_split
+    from det_calib.tasks.pose.labels import (
         AREA_COLUMN,
         NUM_KEYPOINTS_COLUMN,
         load_pose_split,

@@ -484,6 +484,42 @@ def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
     assert out["coverage"] >= 0.9 - 0.05 and 1.0 <= out["mean_size"] < 3.0
 
 
+def test_class_logits_through_a_store_write_the_same_file(tmp_path):
+    # the capture of calibrate writes every class's logit to a LogitStore (a temporary file, float16) and the
+    # table carries each box's row there: class_logits.npz is byte for byte the one the `logits` column gives,
+    # whatever order the rows were stored in (the capture's threads append images in any order)
+    import zipfile
+
+    from det_calib.data.box_table import LOGITS_ROW
+    from det_calib.thresholds.class_sets import LOGITS_FILE, LogitStore, write_class_logits
+
+    run = _make_run(tmp_path / "cs", n_img=200, logits=True)
+    boxes = pl.read_parquet(run / "boxes.parquet")
+    lg = np.stack(boxes["logits"].to_list())
+    lg[::7, 1] = np.float32(65504.0 * 1.5)  # beyond float16's range: inf in both files
+    lg[::11, 2] = np.float32(1e-6)  # subnormal in float16
+    boxes = boxes.with_columns(pl.Series("logits", lg.tolist(), dtype=pl.List(pl.Float32)))
+    store = LogitStore(lg.shape[1], directory=tmp_path)
+    perm = np.random.default_rng(0).permutation(boxes.height)
+    rows = np.empty(boxes.height, dtype=np.int64)
+    for part in np.array_split(perm, 9):  # stored in a shuffled order, in blocks of rows
+        rows[part] = store.append(lg[part])
+    assert store.n == boxes.height
+    assert np.array_equal(store.gather(rows[::-1], chunk=64), lg[::-1].astype(np.float16))
+    via_store = boxes.drop("logits").with_columns(pl.Series(LOGITS_ROW, rows))
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    write_class_logits(tmp_path / "a", boxes)
+    write_class_logits(tmp_path / "b", via_store, store)
+    assert LOGITS_ROW not in via_store.columns and via_store.columns == boxes.columns
+    members = []  # each array's .npy bytes (the zip's own entries carry the time they were written)
+    for f in (tmp_path / "a" / LOGITS_FILE, tmp_path / "b" / LOGITS_FILE):
+        with zipfile.ZipFile(f) as z:
+            members.append({n: z.read(n) for n in z.namelist()})
+    assert sorted(members[0]) == ["floor.npy", "image_id.npy", "logits.npy", "row.npy"]
+    assert members[0] == members[1]
+    store.close()
+
+
 def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys):
     # calibrate moves the capture's `logits` column into class_logits.npz (float16, the boxes above the floor);
     # class sets read from it agree with those read from the column, and the CLI prints them

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from det_calib.errors import InputError
-from det_calib.thresholds.selective_accuracy import reject_threshold
+from det_calib.tasks.classify.thresholds_reject import reject_threshold
 
 pytestmark = pytest.mark.fast
 
