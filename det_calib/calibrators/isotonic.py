@@ -127,7 +127,7 @@ def _isotonic_regression(x: Any, y: Any, *, weights: Any = None) -> np.ndarray:
     Returns:
         ``(n,)`` fitted values in the input order.
 
-    >>> isotonic_regression([1, 2, 3, 4], [0, 1, 0, 1]).tolist()
+    >>> _isotonic_regression([1, 2, 3, 4], [0, 1, 0, 1]).tolist()
     [0.0, 0.5, 0.5, 1.0]
     """
     xv = np.asarray(x, dtype=np.float64)

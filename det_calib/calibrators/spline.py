@@ -98,7 +98,7 @@ def _spline_knots(logits: Any, labels: Any, n_knots: int, *, weights: Any = None
         ``(K,)`` strictly increasing knots, ``K <= n_knots`` (coinciding quantiles are merged;
         every knot has correct boxes strictly above it).
 
-    >>> spline_knots([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [0, 1, 1, 1, 1, 0], 1).tolist()
+    >>> _spline_knots([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [0, 1, 1, 1, 1, 0], 1).tolist()
     [2.0]
     """
     z, y, w = prepare_fit(logits, labels, weights)

@@ -518,7 +518,7 @@ def _default_out(
 ) -> Path:
     """The default output folder: ``RUN/check-<data stem>-<split>`` or ``RUN/check-images-<folder name>``.
 
-    >>> default_out("runs/a", data="x/new.yaml", split="test").as_posix()
+    >>> _default_out("runs/a", data="x/new.yaml", split="test").as_posix()
     'runs/a/check-new-test'
     """
     img = None if images is None else Path(images).resolve()

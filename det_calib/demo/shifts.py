@@ -17,7 +17,7 @@ to 12), so severity 1 stays close to the clean distribution and 5 is far from it
 Examples:
     >>> import numpy as np
     >>> img = np.zeros((32, 32, 3), np.uint8); img[:, 16:] = 200
-    >>> out = corrupt(img, "contrast", 5, index=0)
+    >>> out = _corrupt(img, "contrast", 5, index=0)
     >>> int(out.min()), int(out.max())  # 100 -+ 0.1 * 100
     (90, 110)
 """

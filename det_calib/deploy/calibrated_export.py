@@ -139,7 +139,7 @@ def _equivalent_raw_threshold(
 
     >>> from det_calib.calibrators.temperature import TemperatureScaler
     >>> t = TemperatureScaler(); t.temperature_ = 2.0
-    >>> round(equivalent_raw_threshold(t, 0.25), 6)  # sigmoid(2 logit(0.25)) = 0.1
+    >>> round(_equivalent_raw_threshold(t, 0.25), 6)  # sigmoid(2 logit(0.25)) = 0.1
     0.1
     """
     nc = nc or cls + 1
@@ -456,9 +456,9 @@ def _calibrated_export_name(export: str | Path) -> str | None:
     """The file or folder name :func:`_write_run_export` writes for ``export`` in a run folder; None for a
     format whose graph det_calib does not edit (see :func:`reexport_calibrated`).
 
-    >>> calibrated_export_name("best.onnx"), calibrated_export_name("best_int8_openvino_model")
+    >>> _calibrated_export_name("best.onnx"), _calibrated_export_name("best_int8_openvino_model")
     ('calibrated.onnx', 'calibrated_openvino_model')
-    >>> calibrated_export_name("best_int8.tflite") is None
+    >>> _calibrated_export_name("best_int8.tflite") is None
     True
     """
     fmt = export_format(export)

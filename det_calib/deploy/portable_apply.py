@@ -15,7 +15,7 @@ Copy this file next to your engine (a Jetson, a Hailo or RKNN board, a DeepStrea
 
 >>> pmap = {"format": "det_calib.PortableMap", "version": 1, "eps": 1e-6,
 ...         "heads": {"nms": {"maps": [{"kind": "affine", "a": 0.5, "b": 0.0}]}}}
->>> round(calibrated_score(pmap, 0.8, 0), 4)
+>>> round(_calibrated_score(pmap, 0.8, 0), 4)
 0.6667
 """
 

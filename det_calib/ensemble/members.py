@@ -83,7 +83,7 @@ class MemberSpec:
 def _parse_view(text: str) -> tuple[bool, float]:
     """``orig``, ``flip``, ``scale:S``, or ``flip+scale:S`` -> (flip, scale).
 
-    >>> parse_view("flip"), parse_view("scale:1.25"), parse_view("flip+scale:0.8")
+    >>> _parse_view("flip"), _parse_view("scale:1.25"), _parse_view("flip+scale:0.8")
     ((True, 1.0), (False, 1.25), (True, 0.8))
     """
     flip, scale = False, 1.0

@@ -154,7 +154,7 @@ def _kept_gaps(
     """The ``top`` bins with the largest terms of the ECE of the boxes kept at ``threshold``
     (equal-width bins, as :func:`det_calib.metrics.ece`), largest first; bins without error left out.
 
-    >>> [(g.lo, g.hi, g.boxes) for g in kept_gaps(np.array([0.3, 0.35, 0.9]), np.array([0, 0, 1]),
+    >>> [(g.lo, g.hi, g.boxes) for g in _kept_gaps(np.array([0.3, 0.35, 0.9]), np.array([0, 0, 1]),
     ...                                           threshold=0.25, n_bins=10)]
     [(0.3, 0.4, 2), (0.9, 1.0, 1)]
     """

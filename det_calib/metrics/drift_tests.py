@@ -62,7 +62,7 @@ def _chi2_sf(x: float, df: int) -> float:
 
     Closed forms: for even ``df`` a Poisson sum, for odd ``df`` the normal tail plus a sum.
 
-    >>> round(chi2_sf(3.841459, 1), 4), round(chi2_sf(18.307038, 10), 4)
+    >>> round(_chi2_sf(3.841459, 1), 4), round(_chi2_sf(18.307038, 10), 4)
     (0.05, 0.05)
     """
     k = int(df)
@@ -372,7 +372,7 @@ def _clustered_ratio_var(num: Any, den: Any) -> float:
     ``m / (m - 1) * sum_i (num_i - r den_i)^2 / (sum den)^2``; nan with fewer than 2 clusters
     or a zero denominator.
 
-    >>> round(clustered_ratio_var([1, 0, 1, 1], [1, 1, 1, 1]), 6)  # 4/3 * 0.75 / 16
+    >>> round(_clustered_ratio_var([1, 0, 1, 1], [1, 1, 1, 1]), 6)  # 4/3 * 0.75 / 16
     0.0625
     """
     a = np.asarray(num, dtype=np.float64)
@@ -433,7 +433,7 @@ def ratio_test(num_then: Any, den_then: Any, num_now: Any, den_now: Any) -> Rati
 def _ks_distance(a: Any, b: Any) -> float:
     """Two-sample Kolmogorov–Smirnov distance ``max |F_a - F_b|`` (nan when a sample is empty).
 
-    >>> ks_distance([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), ks_distance([0.1, 0.2], [0.8, 0.9])
+    >>> _ks_distance([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]), _ks_distance([0.1, 0.2], [0.8, 0.9])
     (0.0, 1.0)
     """
     x, y = np.sort(np.asarray(a, dtype=np.float64)), np.sort(np.asarray(b, dtype=np.float64))

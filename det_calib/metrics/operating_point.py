@@ -135,7 +135,7 @@ def kept_ece_floor(
 def _reference_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
     """Bin of each conf with the reference toolkit's bins: ``[0, 1/M]``, then ``(m/M, (m+1)/M]``.
 
-    >>> reference_bin_index(np.array([0.0, 0.1, 0.10001, 1.0]), 10).tolist()
+    >>> _reference_bin_index(np.array([0.0, 0.1, 0.10001, 1.0]), 10).tolist()
     [0, 0, 1, 9]
     """
     idx = np.ceil(np.asarray(conf, dtype=np.float64) * n_bins).astype(np.int64) - 1

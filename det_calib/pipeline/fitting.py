@@ -73,7 +73,7 @@ def _fit_range_words(method: str, fit_min_conf: float) -> str:
     """A candidate in words: ``temperature fitted on every box``, ``spline fitted on the boxes above raw conf
     0.125``, ``none (the raw scores)`` (what :attr:`CandidateRecord.name` writes ``temperature@0``, ``spline@0.125``).
 
-    >>> fit_range_words("spline", 0.125)
+    >>> _fit_range_words("spline", 0.125)
     'spline fitted on the boxes above raw conf 0.125'
     """
     if method == "none":
@@ -92,7 +92,7 @@ def _in_words(text: str) -> str:
     ``method@floor`` written out by :func:`fit_range_words` (the console says it in words; the record and
     the report's tables keep the short names).
 
-    >>> in_words("the best, temperature@0.125: nll 0.51")
+    >>> _in_words("the best, temperature@0.125: nll 0.51")
     'the best, temperature fitted on the boxes above raw conf 0.125: nll 0.51'
     """
     return _NAME.sub(lambda m: _fit_range_words(m.group(1), float(m.group(2))), text)

@@ -79,11 +79,11 @@ def method_words(run: Run, head: str) -> str:
 def _calibrator_words(rec: Calibrator | None, *, floor: float | None = None) -> str:
     """A calibrator and its fitted parameters in a few words, read from its record.
 
-    >>> calibrator_words(Calibrator("platt", {"map": {"a": 1.2149, "b": 0.3412}}))
+    >>> _calibrator_words(Calibrator("platt", {"map": {"a": 1.2149, "b": 0.3412}}))
     'Platt a = 1.21, b = 0.341'
-    >>> calibrator_words(Calibrator("isotonic", {"map": {"map": {"x": [0, 1, 2]}}}), floor=0.125)
+    >>> _calibrator_words(Calibrator("isotonic", {"map": {"map": {"x": [0, 1, 2]}}}), floor=0.125)
     'isotonic (3 steps) above raw conf 0.125'
-    >>> calibrator_words(Calibrator("none", {}))
+    >>> _calibrator_words(Calibrator("none", {}))
     'none: raw scores'
     """
     if rec is None:

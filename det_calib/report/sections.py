@@ -7,7 +7,7 @@ and its blocks to the :class:`~det_calib.report.page.Page` from the
 nothing when the page has nothing for it to show. Adding a section is that function and one entry
 in :data:`SECTIONS` (docs/report_sections.md).
 
->>> [s.title for s in sections_of("compare")][:3]
+>>> [s.title for s in _sections_of("compare")][:3]
 ['Summary', 'Calibrators compared', 'Engines']
 """
 

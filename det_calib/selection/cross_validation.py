@@ -472,7 +472,7 @@ def _paired_choice(
 
     >>> none = Candidate("none", 0.0, 0.50, 0.01, [0.50, 0.52, 0.48, 0.51, 0.49])
     >>> platt = Candidate("platt", 0.0, 0.47, 0.01, [0.47, 0.49, 0.45, 0.48, 0.46])
-    >>> chosen, best, reason = paired_choice([none, platt], (0.0,), 5)
+    >>> chosen, best, reason = _paired_choice([none, platt], (0.0,), 5)
     >>> chosen.name, chosen.verdict
     ('platt@0', 'chosen: the best of the calibrators that beat the raw scores')
     """

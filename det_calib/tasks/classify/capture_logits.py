@@ -11,8 +11,8 @@ vector and matrix scaling are then maps of those log-probabilities. Their precis
 smallest probability.
 
 Example:
-    >>> from det_calib.tasks.classify.capture_logits import softmax_rows
-    >>> [round(float(v), 4) for v in softmax_rows([[0.0, 0.0]])[0]]
+    >>> from det_calib.tasks.classify.capture_logits import _softmax_rows
+    >>> [round(float(v), 4) for v in _softmax_rows([[0.0, 0.0]])[0]]
     [0.5, 0.5]
 """
 

@@ -9,9 +9,9 @@ split). Partly hidden objects and the confusable pairs (circle/ellipse, square/r
 hexagon/circle) keep the task uncertain, so a classifier's softmax has something to calibrate.
 
 Examples:
-    >>> from det_calib.tasks.classify.demo_crops import crops_of
-    >>> crops = crops_of(0, "test", 3)
-    >>> {c.shape for _, c in crops} <= {(CROP_SIZE, CROP_SIZE, 3)}
+    >>> from det_calib.tasks.classify.demo_crops import _crops_of
+    >>> crops = _crops_of(0, "test", 3)
+    >>> {c.shape for _, c in crops} <= {(_CROP_SIZE, _CROP_SIZE, 3)}
     True
 """
 

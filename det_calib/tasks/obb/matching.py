@@ -91,7 +91,7 @@ def _xywhr(x, name: str, n: int | None = None, ref: str | None = None) -> np.nda
 def _probiou(a, b) -> np.ndarray:
     """Pairwise ProbIoU of rotated boxes ``a`` (rows) and ``b`` (columns), ``cx, cy, w, h, angle`` (radians).
 
-    >>> float(probiou([[10, 10, 8, 2, 0.0]], [[10, 10, 2, 8, np.pi / 2]])[0, 0]) > 0.999
+    >>> float(_probiou([[10, 10, 8, 2, 0.0]], [[10, 10, 2, 8, np.pi / 2]])[0, 0]) > 0.999
     True
     """
     a, b = _xywhr(a, "a"), _xywhr(b, "b")

@@ -81,7 +81,7 @@ def _polygon_rle(polygon: np.ndarray, width: int, height: int) -> bytes:
     """Compressed RLE counts of a polygon in pixels (COCO frame), clipped to the image.
 
     >>> from pycocotools import mask as mask_utils
-    >>> counts = polygon_rle(np.array([[1, 1], [4, 1], [4, 3], [1, 3]]), 6, 5)
+    >>> counts = _polygon_rle(np.array([[1, 1], [4, 1], [4, 3], [1, 3]]), 6, 5)
     >>> int(mask_utils.area({"size": [5, 6], "counts": counts}))
     6
     """

@@ -79,7 +79,7 @@ def _mask_iou(a, b, *, crowd=None) -> np.ndarray:
     >>> from pycocotools import mask as mask_utils
     >>> m = np.zeros((4, 4), np.uint8, order="F"); m[:2, :] = 1
     >>> full = mask_utils.encode(np.ones((4, 4), np.uint8, order="F"))
-    >>> mask_iou([mask_utils.encode(m)], [full]).tolist()
+    >>> _mask_iou([mask_utils.encode(m)], [full]).tolist()
     [[0.5]]
     """
     from pycocotools import mask as mask_utils
