@@ -28,17 +28,6 @@ __version__ = "0.1.0"
 import os as _os
 import time as _time
 
-#: ``(perf_counter, process_time)`` when det_calib was first imported: the command line's clock dates
-#: the interpreter's start from it (:func:`det_calib.job.clock.process_start`).
-FIRST_IMPORT = (_time.perf_counter(), _time.process_time())
-
-# Polars allocates through jemalloc, which by default keeps freed pages for about ten seconds: at
-# COCO scale every temporary of reading, filtering and joining the box table then stays resident
-# (reading the capture parts of a 5,000-image split left 0.4 GiB more, benchmarks/bench_scale.py).
-# jemalloc reads its options once, when polars is first imported: set here, before anything of
-# det_calib imports polars, unless the user set them.
-_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
-
 from det_calib.lazy import lazy_exports  # noqa: E402
 
 _EXPORTS = {
@@ -89,3 +78,15 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+#: ``(perf_counter, process_time)`` when det_calib was first imported: the command line's clock dates
+#: the interpreter's start from it (:func:`det_calib.job.clock.process_start`).
+FIRST_IMPORT = (_time.perf_counter(), _time.process_time())
+
+# Polars allocates through jemalloc, which by default keeps freed pages for about ten seconds: at
+# COCO scale every temporary of reading, filtering and joining the box table then stays resident
+# (reading the capture parts of a 5,000-image split left 0.4 GiB more, benchmarks/bench_scale.py).
+# jemalloc reads its options once, when polars is first imported: set here, before anything of
+# det_calib imports polars, unless the user set them.
+_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")

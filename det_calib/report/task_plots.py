@@ -62,7 +62,9 @@ def draw_label(
     )
 
 
-def examples_figure(panels: Sequence, draw, handles: list, title: str | None, *, palette: bool = True) -> bytes:
+def examples_figure(
+    panels: Sequence, draw, handles: list, title: str | None, *, palette: bool = True
+) -> bytes:
     """A row of ``panels``, each drawn by ``draw(ax, panel)``, with the legend ``handles``: PNG bytes (a palette
     PNG, :func:`palette_png`; full colour with ``palette=False``).
 
@@ -80,7 +82,9 @@ def examples_figure(panels: Sequence, draw, handles: list, title: str | None, *,
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
         if title:
             fig.suptitle(title)
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04)
+        fig.subplots_adjust(
+            left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04
+        )
         return _palette_png(to_png(fig)) if palette else to_png(fig)
 
 

@@ -23,7 +23,7 @@ from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import logit, sigmoid
 from det_calib.record.run_folder import load_run
-from det_calib.report.task_examples import run_task_panels
+from det_calib.report.task_examples import _run_task_panels
 from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
 from det_calib.tasks.obb.matching import match_rotated
@@ -130,7 +130,7 @@ def test_report_pictures_the_matching(runs, task):
     png = (runs[task] / "figures" / "matching_nms.png").read_bytes()
     assert len(png) <= MAX_FIGURE_BYTES and Image.open(io.BytesIO(png)).mode == "P"
     run = load_run(runs[task])
-    panels = run_task_panels(run, "nms", 0.25)
+    panels = _run_task_panels(run, "nms", 0.25)
     assert 0 < len(panels) <= 4
     ev = run.boxes.filter((pl.col("split") == run.eval_split("nms")) & (pl.col("head") == "nms"))
     for p in panels:  # each panel says what boxes.parquet says of the boxes it shows
@@ -144,7 +144,7 @@ def test_report_pictures_the_matching(runs, task):
 def test_report_draws_no_picture_where_the_labels_changed(runs, tmp_path, task):
     copy = shutil.copytree(runs[task], tmp_path / "run")
     b = pl.read_parquet(copy / "boxes.parquet")
-    shown = run_task_panels(load_run(copy), "nms", 0.25)[0].title.split(":")[0]
+    shown = _run_task_panels(load_run(copy), "nms", 0.25)[0].title.split(":")[0]
     first = b.with_row_index().filter(
         (pl.col("image") == shown) & (pl.col("split") == "test") & (pl.col("head") == "nms")
     )["index"][0]
@@ -155,7 +155,7 @@ def test_report_draws_no_picture_where_the_labels_changed(runs, tmp_path, task):
         .alias("correct")
     ).write_parquet(copy / "boxes.parquet")
     with pytest.raises(InputError, match="the labels of split `test` changed since the run"):
-        run_task_panels(load_run(copy), "nms", 0.25)
+        _run_task_panels(load_run(copy), "nms", 0.25)
     assert main(["report", str(copy)]) == 0
     md = (copy / "report.md").read_text()
     what = "keypoints" if task == "pose" else "rotated boxes"

@@ -104,7 +104,9 @@ def mask_examples_figure(panels: Sequence[MaskPanel], *, title: str | None = Non
     Raises:
         ValueError: No panel.
     """
-    handles = [Patch(facecolor=CORRECT, label="mask matched (correct)"),
-               Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
-               Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)")]
+    handles = [
+        Patch(facecolor=CORRECT, label="mask matched (correct)"),
+        Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
+        Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)"),
+    ]
     return examples_figure(panels, _panel, handles, title, palette=False)
