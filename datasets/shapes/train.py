@@ -27,6 +27,8 @@ import shutil
 import time
 from pathlib import Path
 
+from recipe import cpu_recipe  # datasets/shapes/recipe.py: the settings every demo model shares
+
 ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
 
 
@@ -59,26 +61,10 @@ def main() -> None:
         epochs=args.epochs,
         close_mosaic=args.close_mosaic,
         imgsz=args.imgsz,
-        batch=args.batch,
-        # nominal batch = batch: one optimiser step per batch. Ultralytics' default (64) would
-        # accumulate 4 batches per step, a quarter of the updates, too few on a short schedule
-        nbs=args.batch,
-        # from scratch on a short schedule: Ultralytics' automatic choice (AdamW at 8e-4, meant
-        # for fine-tuning pretrained weights) learns too slowly here
-        optimizer="AdamW",
-        lr0=args.lr0,
         warmup_epochs=1,
         scale=0.3,  # milder than the default 0.5: 8-pixel objects must stay visible
-        cache="ram",  # decoded once: PNG decoding would otherwise share the 2 cores with training
-        seed=args.seed,
-        deterministic=True,
-        device="cpu",
-        workers=2,
-        plots=False,  # plotting would try to download a font
-        amp=False,
-        project=args.project,
-        name=args.name,
-        exist_ok=True,
+        **cpu_recipe(batch=args.batch, lr0=args.lr0, seed=args.seed,
+                     project=args.project, name=args.name),
     )
     best = Path(args.project) / args.name / "weights" / "best.pt"
     minutes = (time.time() - t0) / 60

@@ -19,6 +19,8 @@ import shutil
 import time
 from pathlib import Path
 
+from recipe import cpu_recipe  # datasets/shapes/recipe.py: the settings every demo model shares
+
 ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
 
 
@@ -45,22 +47,10 @@ def main() -> None:
         data=str(data),
         epochs=args.epochs,
         imgsz=args.imgsz,
-        batch=args.batch,
-        nbs=args.batch,  # one optimiser step per batch
-        optimizer="AdamW",  # from scratch: Ultralytics' automatic choice is meant for fine-tuning
-        lr0=args.lr0,
         warmup_epochs=1,
         erasing=0.0,  # random erasing (default 0.4) would hide most of a 64-px crop's object
-        cache="ram",
-        seed=args.seed,
-        deterministic=True,
-        device="cpu",
-        workers=2,
-        plots=False,  # plotting would try to download a font
-        amp=False,
-        project=args.project,
-        name=args.name,
-        exist_ok=True,
+        **cpu_recipe(batch=args.batch, lr0=args.lr0, seed=args.seed,
+                     project=args.project, name=args.name),
     )
     best = Path(args.project) / args.name / "weights" / "best.pt"
     minutes = (time.time() - t0) / 60

@@ -28,6 +28,8 @@ import shutil
 import time
 from pathlib import Path
 
+from recipe import cpu_recipe  # datasets/shapes/recipe.py: the settings every demo model shares
+
 HERE = Path(__file__).resolve().parent
 DETECTOR = HERE.parents[1] / "det_calib" / "demo" / "assets" / "yolo26n_shapes.pt"
 
@@ -72,23 +74,11 @@ def main() -> None:
         epochs=args.epochs,
         close_mosaic=args.close_mosaic,
         imgsz=args.imgsz,
-        batch=args.batch,
-        nbs=args.batch,  # one optimiser step per batch
-        optimizer="AdamW",
-        lr0=args.lr0,
         warmup_epochs=args.warmup_epochs,
         scale=0.3,  # as the detector: 8-pixel objects must stay visible
         fraction=args.fraction,
-        cache="ram",
-        seed=0,
-        deterministic=True,
-        device="cpu",
-        workers=2,
-        plots=False,  # plotting would try to download a font
-        amp=False,
-        project=args.project,
-        name=args.name,
-        exist_ok=True,
+        **cpu_recipe(batch=args.batch, lr0=args.lr0, seed=0,
+                     project=args.project, name=args.name),
     )
     best = Path(args.project) / args.name / "weights" / "best.pt"
     minutes = (time.time() - t0) / 60

@@ -28,6 +28,8 @@ import shutil
 import time
 from pathlib import Path
 
+from recipe import cpu_recipe  # datasets/shapes/recipe.py: the settings every demo model shares
+
 ASSETS = Path(__file__).resolve().parents[2] / "det_calib" / "demo" / "assets"  # the demo's weights (package data)
 SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
 
@@ -74,22 +76,10 @@ def main() -> None:
         epochs=args.epochs,
         close_mosaic=args.close_mosaic,
         imgsz=args.imgsz,
-        batch=args.batch,
-        nbs=args.batch,  # one optimiser step per batch, as for the demo detector
-        optimizer="AdamW",
-        lr0=args.lr0,
         warmup_epochs=1,
         scale=0.3,  # as for the demo detector: 8-pixel objects must stay visible
-        cache="ram",
-        seed=args.seed,
-        deterministic=True,
-        device="cpu",
-        workers=2,
-        plots=False,  # plotting would try to download a font
-        amp=False,
-        project=args.project,
-        name=stem,
-        exist_ok=True,
+        **cpu_recipe(batch=args.batch, lr0=args.lr0, seed=args.seed,
+                     project=args.project, name=stem),
     )
     best = Path(args.project) / stem / "weights" / "best.pt"
     out = ASSETS / f"{stem}.pt"
