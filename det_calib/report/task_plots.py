@@ -52,9 +52,9 @@ def draw_label(ax, text: str, box: tuple[float, float, float, float], state: str
             bbox={"facecolor": COLOURS[state], "edgecolor": "none", "pad": 0.8, "alpha": 0.85})
 
 
-def examples_figure(panels: Sequence, draw, handles: list, title: str | None) -> bytes:
+def examples_figure(panels: Sequence, draw, handles: list, title: str | None, *, palette: bool = True) -> bytes:
     """A row of ``panels``, each drawn by ``draw(ax, panel)``, with the legend ``handles``: PNG bytes (a palette
-    PNG, :func:`palette_png`).
+    PNG, :func:`palette_png`; full colour with ``palette=False``).
 
     Raises:
         ValueError: No panel.
@@ -71,7 +71,7 @@ def examples_figure(panels: Sequence, draw, handles: list, title: str | None) ->
         if title:
             fig.suptitle(title)
         fig.subplots_adjust(left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04)
-        return palette_png(to_png(fig))
+        return palette_png(to_png(fig)) if palette else to_png(fig)
 
 
 def palette_png(png: bytes, colours: int = PALETTE) -> bytes:

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from det_calib.report.plots import COLOURS, CORRECT, DPI, GT_EDGE, OVER, RC, to_png
+from det_calib.report.plots import COLOURS, CORRECT, GT_EDGE, OVER
+from det_calib.report.task_plots import examples_figure
 
 __all__ = ["MaskPanel", "composite", "mask_examples_figure"]
 
@@ -89,19 +88,7 @@ def mask_examples_figure(panels: Sequence[MaskPanel], *, title: str | None = Non
     Raises:
         ValueError: No panel.
     """
-    if not panels:
-        raise ValueError("Expected at least one panel, but got none")
-    n = len(panels)
-    with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(3.1 * n, 3.6), dpi=DPI)
-        axes = fig.subplots(1, n, squeeze=False)[0]
-        for ax, p in zip(axes, panels):
-            _panel(ax, p)
-        handles = [Patch(facecolor=CORRECT, label="mask matched (correct)"),
-                   Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
-                   Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)")]
-        fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
-        if title:
-            fig.suptitle(title)
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04)
-        return to_png(fig)
+    handles = [Patch(facecolor=CORRECT, label="mask matched (correct)"),
+               Patch(facecolor=OVER, label="mask unmatched (incorrect)"),
+               Patch(facecolor="none", edgecolor="#444444", label="ground-truth outline (white)")]
+    return examples_figure(panels, _panel, handles, title, palette=False)
