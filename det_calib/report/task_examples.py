@@ -29,10 +29,11 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.record.run_folder import Run
+from det_calib.report.document import Para
 from det_calib.tasks import TASKS
 
 __all__ = ["MAX_IMAGES", "TaskPanels", "box_states", "box_texts", "chosen_rows", "example_images", "kept_matches",
-           "panel_title", "read_rgb", "reread_split", "run_task_panels"]
+           "matched_picture", "panel_title", "read_rgb", "reread_split", "run_task_panels"]
 
 MAX_IMAGES = 4
 """Images a picture shows at most."""
@@ -227,3 +228,26 @@ def run_task_panels(run: Run, head: str, conf: float) -> list[Any]:
     if not (np.array_equal(match.correct, rows["correct"].to_numpy()) and np.array_equal(match.ignore, was_ignored)):
         raise InputError(f"the labels of split `{split}` changed since the run (its boxes match differently now)")
     return own.build(rows.drop(ROW), sp, match, names=run.class_names, score=score, conf=conf, n=len(names))
+
+
+def matched_picture(page: Any, ctx: Any, head: str, conf: float, *, what: str, figure: Any, caption: Any,
+                    measure: str) -> None:
+    """The Matching section's picture of a run matched by its task's own rule: the panels of
+    :func:`run_task_panels` drawn by ``figure(panels)``, captioned ``caption(kept, t)`` (``kept``: which boxes are
+    shown, ``t``: the match threshold) and labelled with each box's ``measure``; a line instead where the data
+    moved or no box with ``what`` is kept."""
+    try:
+        panels = run_task_panels(ctx.run, head, conf)
+    except (InputError, OSError) as e:  # the data moved since the run, or a label changed
+        page.add(Para(f"(The picture of matched {what} is not drawn: {e}.)"))
+        return
+    if not panels:
+        page.add(Para(f"(No picture: no box of the {head} head with {what} is kept at conf {conf:g}.)"))
+        return
+    kept = (f"{len(panels)} eval images, {head} head: the {what} of the boxes kept at conf {conf:g} (deployed "
+            "scores)")
+    page.fig(f"matching_{head}", figure(panels),
+             f"{caption(kept, ctx.run.settings.iou_match)}. Each box is labelled with its class, conf and {measure}: "
+             f"the {measure} of its match, or for a box that matched nothing its best {measure} with a ground truth "
+             "of its class",
+             f"Eval images with the kept boxes' {what} coloured by whether they matched a ground truth by {measure}")

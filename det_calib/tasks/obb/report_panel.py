@@ -15,10 +15,8 @@ from matplotlib.patches import Patch, Polygon
 
 from det_calib.data.ground_truth import Split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.report.context import ReportContext
-from det_calib.report.document import Para
 from det_calib.report.page import Page
 from det_calib.report.plots import COLOURS, GT_EDGE
 from det_calib.report.task_examples import (
@@ -27,9 +25,9 @@ from det_calib.report.task_examples import (
     box_states,
     box_texts,
     chosen_rows,
+    matched_picture,
     panel_title,
     read_rgb,
-    run_task_panels,
 )
 from det_calib.report.task_plots import draw_frame, draw_label, examples_figure
 from det_calib.tasks.obb.labels import XYWHR_COLUMN, load_obb_split, split_xywhr
@@ -140,26 +138,10 @@ def rotated_picture(page: Page, ctx: ReportContext, rule: MatchingRule, head: st
     (none for a run matched by box IoU)."""
     if rule.by != "rotated":
         return
-    what = "rotated boxes"
-    try:
-        panels = run_task_panels(ctx.run, head, conf)
-    except (InputError, OSError) as e:  # the data moved since the run, or a label changed
-        page.add(Para(f"(The picture of matched {what} is not drawn: {e}.)"))
-        return
-    if not panels:
-        page.add(Para(f"(No picture: no box of the {head} head with {what} is kept at conf {conf:g}.)"))
-        return
-    t = ctx.run.settings.iou_match
-    kept = (f"{len(panels)} eval images, {head} head: the {what} of the boxes kept at conf {conf:g} (deployed "
-            "scores)")
-    png = rotated_examples_figure(panels)
-    caption = (f"{kept}, green where the box is correct by rotated IoU (ProbIoU) >= {t:g}, red where it is "
-               "not; ground-truth rotated boxes outlined in white (one with no green box on it was missed)")
-    measure = "ProbIoU"
-    page.fig(f"matching_{head}", png,
-             f"{caption}. Each box is labelled with its class, conf and {measure}: the {measure} of its match, or "
-             f"for a box that matched nothing its best {measure} with a ground truth of its class",
-             f"Eval images with the kept boxes' {what} coloured by whether they matched a ground truth by {measure}")
+    matched_picture(page, ctx, head, conf, what="rotated boxes", figure=rotated_examples_figure, measure="ProbIoU",
+                    caption=lambda kept, t: (
+                        f"{kept}, green where the box is correct by rotated IoU (ProbIoU) >= {t:g}, red where it is "
+                        "not; ground-truth rotated boxes outlined in white (one with no green box on it was missed)"))
 
 
 PANELS = TaskPanels(column=XYWHR_COLUMN, load=load_obb_split, rematch=rotated_rematch, build=rotated_panels)

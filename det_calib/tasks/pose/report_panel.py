@@ -16,10 +16,8 @@ from matplotlib.patches import Rectangle
 
 from det_calib.data.ground_truth import Split
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.errors import InputError
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.report.context import ReportContext
-from det_calib.report.document import Para
 from det_calib.report.page import Page
 from det_calib.report.plots import COLOURS, GT_EDGE
 from det_calib.report.task_examples import (
@@ -29,9 +27,9 @@ from det_calib.report.task_examples import (
     box_states,
     box_texts,
     chosen_rows,
+    matched_picture,
     panel_title,
     read_rgb,
-    run_task_panels,
 )
 from det_calib.report.task_plots import GT_DARK, draw_frame, draw_label, examples_figure
 from det_calib.tasks.pose.labels import KPTS_COLUMN, load_pose_split, split_keypoints
@@ -167,27 +165,11 @@ def pose_picture(page: Page, ctx: ReportContext, rule: MatchingRule, head: str, 
     matched by box IoU)."""
     if rule.by != "oks":
         return
-    what = "keypoints"
-    try:
-        panels = run_task_panels(ctx.run, head, conf)
-    except (InputError, OSError) as e:  # the data moved since the run, or a label changed
-        page.add(Para(f"(The picture of matched {what} is not drawn: {e}.)"))
-        return
-    if not panels:
-        page.add(Para(f"(No picture: no box of the {head} head with {what} is kept at conf {conf:g}.)"))
-        return
-    t = ctx.run.settings.iou_match
-    kept = (f"{len(panels)} eval images, {head} head: the {what} of the boxes kept at conf {conf:g} (deployed "
-            "scores)")
-    png = pose_examples_figure(panels)
-    caption = (f"{kept}, green where the box is correct by OKS >= {t:g}, red where it is not, a matched box's "
-               "keypoints joined to its ground truth's; ground-truth keypoints in white (hollow: labelled but "
-               "occluded, v = 1; unlabelled ones are not drawn)")
-    measure = "OKS"
-    page.fig(f"matching_{head}", png,
-             f"{caption}. Each box is labelled with its class, conf and {measure}: the {measure} of its match, or "
-             f"for a box that matched nothing its best {measure} with a ground truth of its class",
-             f"Eval images with the kept boxes' {what} coloured by whether they matched a ground truth by {measure}")
+    matched_picture(page, ctx, head, conf, what="keypoints", figure=pose_examples_figure, measure="OKS",
+                    caption=lambda kept, t: (
+                        f"{kept}, green where the box is correct by OKS >= {t:g}, red where it is not, a matched "
+                        "box's keypoints joined to its ground truth's; ground-truth keypoints in white (hollow: "
+                        "labelled but occluded, v = 1; unlabelled ones are not drawn)"))
 
 
 PANELS = TaskPanels(column=KPTS_COLUMN, load=load_pose_split, rematch=pose_rematch, build=pose_panels)
