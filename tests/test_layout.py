@@ -731,7 +731,7 @@ def test_one_name_one_meaning():
 MAX_PUBLIC_NAMES = 527
 MAX_FUNCTION_LEVEL_OWN_IMPORTS = 15
 #: Test imports of a folder's name outside its ``__all__`` (tests may reach internals: they test them).
-MAX_TEST_IMPORTS_PAST_ALL = 159
+MAX_TEST_IMPORTS_PAST_ALL = 160
 
 FOLDERS = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name == "__init__.py")
 

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
@@ -22,6 +23,7 @@ from det_calib.tasks.classify.class_folders import check_model_classes, read_cla
 from det_calib.tasks.classify.demo_crops import classify_root
 from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
 from det_calib.tasks.classify.pipeline_run import calibrate_classifier
+from det_calib.tasks.classify.thresholds_reject import reject_threshold
 
 pytestmark = pytest.mark.slow
 
@@ -371,3 +373,46 @@ def test_compare_classify_runs_side_by_side(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is compared with classify runs only" in err[0]
     assert not (tmp_path / "mixed").exists()
+
+
+def test_thresholds_certify_the_reject_option_asked_for(cls_run, tmp_path, capsys):
+    """``thresholds`` on a classify run: at accuracy 0.90 and delta 0.1 it gives the threshold ``calibrate``
+    certified; at another target the rule recomputed from the written per-image answers, with the eval
+    split's share answered and accuracy; box options and a run without ``top1.parquet`` get one line."""
+    record = json.loads((cls_run / "calibration.json").read_text())
+    top1 = pl.read_parquet(cls_run / "top1.parquet")
+    assert top1.group_by("split").len().sort("split").rows() == sorted(record["images"].items())
+    assert (top1["right"] == (top1["top1"] == top1["label"])).all()
+    run = tmp_path / "run"
+    shutil.copytree(cls_run, run)
+    assert main(["thresholds", str(run)]) == 0  # default target 0.9, delta 0.1: calibrate's first
+    doc = json.loads((run / "thresholds.json").read_text())
+    first = record["reject"][0]
+    assert (first["target"], first["delta"]) == (0.9, 0.1)
+    for key in ("threshold", "certified", "answered", "accuracy", "eval_answered", "eval_accuracy"):
+        assert doc[key] == first[key], key
+    assert main(["thresholds", str(run), "--target-precision", "0.97", "--delta", "0.05"]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((run / "thresholds.json").read_text())
+    fit = top1.filter(pl.col("split") == record["fit_split"])
+    rule = reject_threshold(
+        fit["conf"].to_numpy(), fit["right"].to_numpy(), target=0.97, delta=0.05
+    )
+    assert (doc["target"], doc["delta"], doc["certified"]) == (0.97, 0.05, rule.certified)
+    if rule.certified:
+        ev = top1.filter(pl.col("split") == record["eval_split"])
+        on = ev["conf"].to_numpy() >= rule.threshold
+        assert doc["threshold"] == rule.threshold and doc["eval_answered"] == float(on.mean())
+        assert f"answer when the top-1 probability >= {rule.threshold:.2f}" in printed
+    else:
+        assert "cannot certify on these images" in printed
+    for argv in (["--target-recall", "0.5"], ["--head", "e2e"], ["--per-class"]):
+        assert main(["thresholds", str(run), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is a detector's option" in err[0], err
+    (run / "top1.parquet").unlink()
+    before = (run / "thresholds.json").read_bytes()
+    assert main(["thresholds", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "top1.parquet not found" in err[0]
+    assert (run / "thresholds.json").read_bytes() == before  # nothing written

@@ -8,7 +8,8 @@ written checkpoint (the deployed figures) and validates both checkpoints (top-1 
 unchanged for a map that keeps the ranking, and are reported before and after for one that can
 change it). An export (ONNX, OpenVINO, ...) is captured as its log-probabilities and its map is
 written for use after the engine (no weights to fold into). Outputs: ``calibration.json``,
-``summary.md``, ``classifier_map.json``, ``calibrated.pt`` (a ``.pt`` model) and the report
+``summary.md``, ``classifier_map.json``, ``calibrated.pt`` (a ``.pt`` model), ``top1.parquet`` (each
+image's top-1 answer and confidence, raw and calibrated: what ``thresholds`` reads) and the report
 (``report.html``, ``report.md``, ``figures/``), each written atomically.
 """
 
@@ -34,7 +35,7 @@ from det_calib.tasks.classify.evaluation_val import classify_val
 from det_calib.tasks.classify.report_page import write_classifier_report
 from det_calib.tasks.classify.report_summary import summary_markdown
 from det_calib.tasks.classify.selection_choice import choose_classifier_map
-from det_calib.tasks.classify.thresholds_reject import reject_threshold
+from det_calib.tasks.classify.thresholds_reject import TOP1_FILE, reject_threshold, write_top1
 from det_calib.tasks.contract import TaskRun
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,13 @@ def calibrate_classifier(
         "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, p_deployed, y_eval),
     }
     write_classifier_report(out, record, caps[eval_split].probs, p_deployed, y_eval)
+    write_top1(
+        out / TOP1_FILE,
+        {
+            fit_split: (caps[fit_split], mapping.proba(caps[fit_split].logits), y_fit),
+            eval_split: (caps[eval_split], p_deployed, y_eval),
+        },
+    )
     write_json(out / "classifier_map.json", mapping.to_dict())
     write_json(out / "calibration.json", record)
     write_text(out / "summary.md", summary_markdown(record))
@@ -225,9 +233,10 @@ def run_classify_cli(args) -> int:
         val=args.run_val,
     )
     print(summary_markdown(record).rstrip("\n"))
-    written = (
-        "calibrated.pt, " if record["deployed_as"] == "calibrated.pt" else ""
-    ) + "calibration.json, classifier_map.json, report.html, report.md, summary.md (and figures/)"
+    written = ("calibrated.pt, " if record["deployed_as"] == "calibrated.pt" else "") + (
+        "calibration.json, classifier_map.json, top1.parquet, report.html, report.md, summary.md "
+        "(and figures/)"
+    )
     print(f"wrote {written} to {args.out}")
     return 0
 

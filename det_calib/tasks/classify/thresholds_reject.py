@@ -26,13 +26,20 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from det_calib.errors import InputError
+from det_calib.io import atomic_path
 from det_calib.numeric import binom_sf
 
-__all__ = ["RejectRule", "reject_threshold"]
+__all__ = ["TOP1_FILE", "RejectRule", "read_top1", "reject_threshold", "write_top1"]
+
+TOP1_FILE = "top1.parquet"
+"""A classify run's per-image answers: ``split``, ``image``, ``label``, ``top1_raw``, ``conf_raw`` (the
+model's own top-1 class and probability), ``top1``, ``conf`` (after the map: on the fit split the fitted
+map's, on the eval split the deployed model's) and ``right`` (``top1 == label``)."""
 
 
 @dataclass(frozen=True)
@@ -104,3 +111,50 @@ def reject_threshold(
         return RejectRule(target, delta, float("nan"), False, 0.0, float("nan"))
     lam, n, k = best
     return RejectRule(target, delta, float(lam), True, n / c.size, k / n)
+
+
+def write_top1(path: str | Path, splits: dict) -> Path:
+    """Write :data:`TOP1_FILE` (atomically) from ``{split: (capture, calibrated probs, labels)}``."""
+    import polars as pl
+
+    frames = []
+    for split, (cap, probs, labels) in splits.items():
+        raw, cal = np.asarray(cap.probs, np.float64), np.asarray(probs, np.float64)
+        top1 = cal.argmax(1)
+        frames.append(
+            pl.DataFrame(
+                {
+                    "split": [split] * len(labels),
+                    "image": [str(p) for p in cap.paths],
+                    "label": np.asarray(labels, np.int32),
+                    "top1_raw": raw.argmax(1).astype(np.int32),
+                    "conf_raw": raw.max(1),
+                    "top1": top1.astype(np.int32),
+                    "conf": cal.max(1),
+                    "right": top1 == np.asarray(labels),
+                }
+            )
+        )
+    with atomic_path(path) as tmp:
+        pl.concat(frames).write_parquet(tmp)
+    return Path(path)
+
+
+def read_top1(run_dir: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(conf, right)`` of ``split``'s images in a classify run's :data:`TOP1_FILE`.
+
+    Raises:
+        InputError: No such file (a run written before it existed) or no image of ``split`` in it.
+    """
+    import polars as pl
+
+    path = Path(run_dir) / TOP1_FILE
+    if not path.is_file():
+        raise InputError(
+            f"{path} not found: this classify run was written before det_calib kept each image's "
+            "answer; run `det-calib calibrate` again"
+        )
+    t = pl.read_parquet(path).filter(pl.col("split") == split)
+    if t.height == 0:
+        raise InputError(f"{path} holds no image of split `{split}`")
+    return t["conf"].to_numpy(), t["right"].to_numpy()
