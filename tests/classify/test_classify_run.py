@@ -156,6 +156,7 @@ def test_default_command_on_the_demo_classifier(capsys, cls_model, cls_data, tmp
         "report.html",
         "report.md",
         "classifier_map.json",
+        "top1.parquet",
         "figures",
     }
     ev = record["eval"]
