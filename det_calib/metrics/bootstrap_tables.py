@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["laece_tables"]
+__all__ = ["csr_product", "csr_table", "laece_tables"]
 
 
 def laece_tables(
@@ -53,7 +53,7 @@ def laece_tables(
     )  # the cells with boxes, in (class, bin) order
     n_rows = len(cells)
     cls_starts = np.flatnonzero(np.r_[True, cells[1:] // n_bins != cells[:-1] // n_bins])
-    table = _csr(
+    table = csr_table(
         np.concatenate([row, row + n_rows, row + 2 * n_rows]),
         np.tile(p_img, 3),
         np.concatenate([cnt, s_c, s_t]),
@@ -61,16 +61,7 @@ def laece_tables(
     )
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a sparse product of this size gains nothing from a second thread
-        try:
-            sums = (
-                table @ torch.from_numpy(np.ascontiguousarray(mult.T, dtype=np.float64))
-            ).numpy()
-        finally:
-            torch.set_num_threads(threads)
+        sums = csr_product(table, mult)
         count, s_conf, s_tgt = sums[:n_rows], sums[n_rows : 2 * n_rows], sums[2 * n_rows :]
         n_c = np.add.reduceat(count, cls_starts, axis=0)
         g_c = np.add.reduceat(np.abs(s_tgt - s_conf), cls_starts, axis=0)
@@ -81,7 +72,20 @@ def laece_tables(
     return batch
 
 
-def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]):
+def csr_product(table, mult: np.ndarray) -> np.ndarray:
+    """``(rows, r)`` float64: ``table`` (a :func:`csr_table` of ``(rows, n_img)``) times the draw counts
+    ``mult.T`` (``mult``: ``(r, n_img)``), on one thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a sparse product of this size gains nothing from a second thread
+    try:
+        return (table @ torch.from_numpy(np.ascontiguousarray(mult.T, dtype=np.float64))).numpy()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def csr_table(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]):
     """A torch CSR float64 matrix of the (row, col, value) entries (no two share a position)."""
     import warnings
 

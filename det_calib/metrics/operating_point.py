@@ -18,6 +18,7 @@ from det_calib.data.box_view import kept_mask
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_detections
 from det_calib.metrics.binning import uniform_index
+from det_calib.metrics.bootstrap_tables import csr_product, csr_table
 from det_calib.metrics.calibration import ece, prepare_ece
 
 __all__ = ["ECEFloor", "LaECE0Targets", "kept_ece", "kept_ece_floor", "kept_laece_floor", "laece0"]
@@ -348,7 +349,7 @@ class LaECE0Targets:
             keep, cells = _kept_cells(c, self.cls, self.use, self.gt_classes, threshold, n_bins)
             if cells is None:
                 return lambda mult: np.full(mult.shape[0], np.nan)
-            return _laece_replicates(cells, c[keep], self.target[keep], img[keep])
+            return _laece_replicates(cells, c[keep], self.target[keep], img[keep], n_img)
 
         laece0_of._bootstrap_prepare = prepare  # type: ignore[attr-defined]
         return laece0_of
@@ -383,24 +384,37 @@ def _laece_binned_prepare(c, t, k, use, gt_classes, threshold, n_bins):
     return keep, weighted
 
 
-def _laece_replicates(cells: _KeptCells, c: np.ndarray, t: np.ndarray, img: np.ndarray) -> Any:
-    """The bootstrap batch of LaECE_0 of kept boxes (scores ``c``, targets ``t``, image ``img``): a block of
-    replicates' draw counts ``(r, n_img)`` -> ``(r,)``, each the number ``weighted`` of
-    :func:`_laece_binned_prepare` gives for its weights, computed for many replicates at once."""
-    rows = max(
-        1, (1 << 20) // max(c.size, 1)
-    )  # replicates per step: about 1M boxes (8 MiB a table)
+def _laece_replicates(
+    cells: _KeptCells, c: np.ndarray, t: np.ndarray, img: np.ndarray, n_img: int
+) -> Any:
+    """The bootstrap batch of LaECE_0 of kept boxes (scores ``c``, targets ``t``, image ``img`` in
+    ``range(n_img)``): a block of replicates' draw counts ``(r, n_img)`` -> ``(r,)``, each the number
+    ``weighted`` of :func:`_laece_binned_prepare` gives for its weights (up to float summation order).
+
+    A replicate's cell sums are its draw counts times each (image, cell) pair's sums: the kept boxes
+    are pooled into those pairs once, into one sparse ``(3 cells, n_img)`` table (count, conf and target
+    sums of the cells with boxes), and a block of replicates' sums is one sparse product with their draw
+    counts (:func:`~det_calib.metrics.bootstrap_tables.csr_product`), not three weighted bin counts over
+    every kept box per replicate."""
+    pair, inv = np.unique(img.astype(np.int64) * cells.size + cells.key, return_inverse=True)
+    inv = inv.ravel()
+    used, row = np.unique(pair % cells.size, return_inverse=True)  # the cells with kept boxes
+    n_rows = used.size
+    table = csr_table(
+        np.concatenate([row, row + n_rows, row + 2 * n_rows]),
+        np.tile(pair // cells.size, 3),
+        np.concatenate(
+            [np.bincount(inv).astype(np.float64), np.bincount(inv, c), np.bincount(inv, t)]
+        ),
+        (3 * n_rows, n_img),
+    )
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        out, keys = [], np.empty(0, dtype=np.intp)
-        for start in range(0, mult.shape[0], rows):
-            # C order (``[:, img]`` gives Fortran order, and each ravel below would copy)
-            w = np.take(mult[start : start + rows].astype(np.float64), img, axis=1)
-            if keys.size != w.size:  # the cell keys of a block, one for the three sums
-                keys = cells.row_keys(w.shape[0])
-            s_c, s_t = cells.row_sums(w * c, keys), cells.row_sums(w * t, keys)
-            out.append(cells.laece(np.abs(s_c - s_t), cells.row_sums(w, keys)))
-        return np.concatenate(out) if out else np.empty(0)
+        sums = csr_product(table, mult)
+        count, gap = np.zeros((2, mult.shape[0], cells.size))
+        count[:, used] = sums[:n_rows].T
+        gap[:, used] = np.abs(sums[n_rows : 2 * n_rows] - sums[2 * n_rows :]).T
+        return cells.laece(gap, count)
 
     return batch
 
@@ -429,20 +443,6 @@ class _KeptCells(NamedTuple):
     def sums(self, values: np.ndarray) -> np.ndarray:
         """``(n_cls * n_bins,)`` sum of ``values`` ((kept,)) in each cell."""
         return np.bincount(self.key, weights=values, minlength=self.size)
-
-    def row_keys(self, d: int) -> np.ndarray:
-        """``(d * kept,)`` the cell of each value of a C-ordered ``(d, kept)`` array in :meth:`row_sums`."""
-        return (self.key + self.size * np.arange(d)[:, None]).ravel()
-
-    def row_sums(self, values: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
-        """``(d, n_cls * n_bins)``: :meth:`sums` of each row of ``values`` ((d, kept)), in one pass (each
-        cell's sum is accumulated in the same order, so each row equals its :meth:`sums`). ``keys``:
-        :meth:`row_keys` of ``d``, where the caller sums several arrays of one shape."""
-        d = values.shape[0]
-        keys = self.row_keys(d) if keys is None else keys
-        return np.bincount(
-            keys, weights=np.ravel(values, order="C"), minlength=d * self.size
-        ).reshape(d, self.size)
 
     def laece(self, gap: np.ndarray, count: np.ndarray) -> np.ndarray:
         """``(d,)`` LaECE_0 of ``d`` sets of cell gaps ``gap`` ((d, n_cls * n_bins) or (n_cls * n_bins,):

@@ -4,8 +4,10 @@ intervals (the run's ``by_size`` records), and a reliability figure per size."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from det_calib.data.box_table import HEAD_LABEL
-from det_calib.data.box_view import BoxView
+from det_calib.data.box_view import usable_rows
 from det_calib.metrics.size_bins import SIZE_BINS, size_mask
 from det_calib.record.run_folder import HeadBoxes, Run
 from det_calib.record.size_record import SizeFigures
@@ -17,6 +19,8 @@ from .page import Page
 from .plots import reliability_grid
 
 __all__ = ["bin_label", "size_section"]
+
+_CORNERS = ["x1", "y1", "x2", "y2"]
 
 _NOTE = (
     "A box's size is its own (predicted) box's area: COCO's bins in image pixels (small < 32², "
@@ -94,13 +98,24 @@ def _table(run: Run, head: str, figures: list[SizeFigures]) -> Table:
 
 def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
     """Reliability diagrams of the kept boxes of each COCO size, raw above calibrated (figure ``by_size_<head>``)."""
-    view = BoxView.from_boxes(run.boxes, head=head, split=hb.split, extra=("img_w", "img_h"))
-    if view.n != hb.n or view.xyxy is None or hb.calibrated is None:
+    if hb.calibrated is None or not set(_CORNERS) <= set(run.boxes.columns):
         return
+    # the corners of the head's usable boxes alone (COCO's bins read the box's area in pixels): a
+    # view of every column of a head's boxes is the run's largest working set at COCO scale
+    corners = (
+        usable_rows(run.boxes.lazy(), head=head, split=hb.split, columns=run.boxes.columns)
+        .select(_CORNERS)
+        .collect()
+    )
+    if corners.height != hb.n:
+        return
+    xyxy = corners.to_numpy().astype(np.float64, copy=False)
+    del corners
     thr = min(run.settings.conf_thresholds)
     n_bins = run.settings.ece_bins
     coco = [b for b in SIZE_BINS if b.scheme == "coco"]
-    in_bin = [size_mask(b, view.xyxy, view.extra["img_w"], view.extra["img_h"]) for b in coco]
+    in_bin = [size_mask(b, xyxy, None, None) for b in coco]
+    del xyxy
     rows = []
     for label, conf in (("Raw", hb.conf), ("Calibrated", hb.conf_after)):
         panels = []

@@ -59,6 +59,11 @@ def test_round_trip_keeps_schema(tmp_path):
         (lambda d: d.with_columns(pl.lit(float("nan")).alias("x2")), "non-finite box"),
         (lambda d: d.with_columns(pl.lit(1.5).alias("conf")), "`conf` must lie in"),
         (lambda d: d.with_columns(pl.lit(float("inf")).alias("logit")), "non-finite"),
+        # nan and null fail each check as nan failed numpy's (the checks run as polars expressions)
+        (lambda d: d.with_columns(pl.lit(float("nan")).alias("conf")), "`conf` must lie in"),
+        (lambda d: d.with_columns(pl.lit(None, pl.Float64).alias("y1")), "non-finite box"),
+        (lambda d: d.with_columns(pl.lit(float("nan")).alias("loc_iou")), "`loc_iou` must lie"),
+        (lambda d: d.with_columns(pl.lit(-0.5).alias("calibrated")), "`calibrated` must lie"),
     ],
 )
 def test_validation_names_the_problem(change, message):
