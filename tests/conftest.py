@@ -194,6 +194,45 @@ def demo_seg_checkpoint(tmp_path_factory, demo_model_path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray instance (2 CPUs, no dashboard) shared by the tests that capture with Ray: a
+    start-up costs seconds, so the first of them starts it and it is shut down after the last of
+    them (:func:`pytest_runtest_teardown`), not left idle beside the rest of the suite. None where
+    Ray is not installed (the test skips at its Ray step, ``pytest.importorskip("ray")``)."""
+    try:
+        import ray
+    except ImportError:
+        yield None
+        return
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+_LAST_RAY_TEST: list = []  # the last collected test that uses ``local_ray``
+
+
+def pytest_collection_finish(session):
+    users = [item for item in session.items if "local_ray" in getattr(item, "fixturenames", ())]
+    _LAST_RAY_TEST[:] = users[-1:]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test that uses ``local_ray``, its Ray instance is shut down."""
+    try:
+        return (yield)
+    finally:
+        if _LAST_RAY_TEST and item is _LAST_RAY_TEST[0]:
+            import sys
+
+            ray = sys.modules.get("ray")
+            if ray is not None and ray.is_initialized():
+                ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def demo_task_runs(tmp_path_factory) -> dict:
     """Task (``pose``, ``obb``) -> the Python API's run of its demo model, made once per session:
     the first 16 images of each split of the task's demo data, both heads, the temperature, 20
