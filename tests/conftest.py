@@ -18,11 +18,18 @@ FIXTURE = REPO / "det_calib" / "demo" / "assets" / "fixture"
 
 
 def pytest_configure(config):
-    """numpy's OpenBLAS on one thread, as the command line runs it (det_calib.job.process_tuning): the
-    suite's calibrations are library calls, which leave the process's threads as they find them."""
+    """numpy's OpenBLAS on one thread, and the young collection every 50,000 new objects, as the
+    command line runs its process (det_calib.job.process_tuning): the suite's calibrations are library
+    calls, which leave the process's threads and collector as they find them. Neither changes a number
+    a test computes; with the collector's default (every 700 objects), its full collections, each a
+    walk over every object the session holds (torch, Ultralytics, the session's fixtures), took about
+    a fifth of the suite's CPU."""
+    import gc
+
     from det_calib.job.process_tuning import set_blas_threads
 
     set_blas_threads(1)
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])
 
 
 @pytest.fixture(scope="session")
