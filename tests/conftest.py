@@ -225,18 +225,16 @@ def pytest_collection_finish(session):
     _LAST_RAY_TEST[:] = users[-1:]
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """After the last test that uses ``local_ray``, its Ray instance is shut down."""
-    try:
-        return (yield)
-    finally:
-        if _LAST_RAY_TEST and item is _LAST_RAY_TEST[0]:
-            import sys
+    yield  # the test's own teardown, whatever its outcome
+    if _LAST_RAY_TEST and item is _LAST_RAY_TEST[0]:
+        import sys
 
-            ray = sys.modules.get("ray")
-            if ray is not None and ray.is_initialized():
-                ray.shutdown()
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 @pytest.fixture(scope="session")
