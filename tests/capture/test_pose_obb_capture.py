@@ -156,7 +156,7 @@ def shapes_task_model(folder, demo_model, task: str):
 
 @pytest.mark.parametrize("task", ["pose", "obb"])
 def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(
-    task, tmp_path, demo_model_path, fixture_yaml, fixture_images
+    task, tmp_path, demo_model_path, fixture_yaml, fixture_images, local_ray
 ):
     """The demo detector's layers: confident boxes; shards (some empty) and Ray parts read back as
     the single-process capture, payload included, and so does the box table's reader."""
@@ -201,16 +201,12 @@ def test_shapes_task_model_equals_predict_and_parts_and_ray_carry_payload(
     shards.write_parquet(tmp_path / "boxes.parquet")
     assert read_boxes(tmp_path / "boxes.parquet", matched=False).equals(shards)
 
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")  # the step needs Ray (conftest's local_ray is None without it)
     from det_calib.capture.ray_capture import capture_ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        capture_ray(
-            model, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2, imgsz=320
-        )
-    finally:
-        ray.shutdown()
+    capture_ray(  # on the session's Ray instance (conftest's ``local_ray``)
+        model, fixture_yaml, "fixture", tmp_path / "ray", images_per_part=5, actors=2, imgsz=320
+    )
     assert read_parts(tmp_path / "ray", expect_model=model).equals(shards)
 
 

@@ -465,20 +465,19 @@ def test_read_parts_refuses_other_model_data_and_incomplete_parts(
         )
 
 
-def test_ray_capture_equals_plain_run(tmp_path, demo_model_path, fixture_yaml, plain_parts):
-    """A Ray Data job on a local 2-CPU Ray instance writes parts with the same content."""
-    ray = pytest.importorskip("ray")
+def test_ray_capture_equals_plain_run(
+    tmp_path, demo_model_path, fixture_yaml, plain_parts, local_ray
+):
+    """A Ray Data job on a local 2-CPU Ray instance (the session's, conftest's ``local_ray``) writes
+    parts with the same content."""
+    pytest.importorskip("ray")  # the step needs Ray (conftest's local_ray is None without it)
     from det_calib.capture.parts import _part_meta as part_meta
     from det_calib.capture.parts import read_parts
     from det_calib.capture.ray_capture import capture_ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        files = capture_ray(
-            demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2
-        )
-    finally:
-        ray.shutdown()
+    files = capture_ray(
+        demo_model_path, fixture_yaml, "fixture", tmp_path, images_per_part=5, actors=2
+    )
     assert len(files) >= 3 and all(f.is_file() for f in files)  # 12 images, 5 per part
     assert all(part_meta(f)["part"].startswith("ray ") for f in files)
     assert read_parts(tmp_path, expect_model=demo_model_path).equals(read_parts(plain_parts))

@@ -222,7 +222,9 @@ def test_parts_on_box_labels_have_no_masks(tmp_path, shapes_seg_path, fixture_ya
     assert parts.drop("image", "segm").equals(direct.drop("image", "segm"))
 
 
-def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixture_images):
+def test_parts_carry_masks(
+    tmp_path, shapes_seg_path, polygon_fixture_yaml, fixture_images, local_ray
+):
     """Shards (some empty) and Ray parts read back as the single-process capture, masks included (polygon labels)."""
     from det_calib.capture.parts import capture_to_parts, read_parts
     from det_calib.data.box_table import read_boxes
@@ -257,20 +259,16 @@ def test_parts_carry_masks(tmp_path, shapes_seg_path, polygon_fixture_yaml, fixt
     shards.write_parquet(tmp_path / "boxes.parquet")
     assert read_boxes(tmp_path / "boxes.parquet", matched=False).equals(shards)
 
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")  # the step needs Ray (conftest's local_ray is None without it)
     from det_calib.capture.ray_capture import capture_ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        capture_ray(
-            shapes_seg_path,
-            fixture_yaml,
-            "fixture",
-            tmp_path / "ray",
-            images_per_part=5,
-            actors=2,
-            imgsz=320,
-        )
-    finally:
-        ray.shutdown()
+    capture_ray(  # on the session's Ray instance (conftest's ``local_ray``)
+        shapes_seg_path,
+        fixture_yaml,
+        "fixture",
+        tmp_path / "ray",
+        images_per_part=5,
+        actors=2,
+        imgsz=320,
+    )
     assert read_parts(tmp_path / "ray", expect_model=shapes_seg_path).equals(shards)

@@ -167,24 +167,33 @@ _PLAIN_RUN = NO_DET_CALIB + textwrap.dedent(
     """
     import glob, numpy as np, cv2
     from ultralytics.data.augment import LetterBox
-    args = json.loads(sys.argv[1])
-    ims = sorted(glob.glob(args["images"] + "/*.jpg"))
-    x = [np.ascontiguousarray(LetterBox((320, 320), auto=False)(image=cv2.imread(p))[..., ::-1].transpose(2, 0, 1)[None]
-         .astype(np.float32) / 255) for p in ims]
-    if args["format"] == "onnx":
-        import onnxruntime as ort
-        run = lambda f: (lambda s: [s.run(None, {s.get_inputs()[0].name: xi})[0] for xi in x])(ort.InferenceSession(f))
-    else:
-        import openvino as ov
-        core = ov.Core()
-        run = lambda d: (lambda m: [m(xi)[0] for xi in x])(core.compile_model(glob.glob(d + "/*.xml")[0], "CPU",
-                                                                                {"INFERENCE_PRECISION_HINT": "f32"}))
-    out = {"raw": np.concatenate(run(args["raw"])), "cal": np.concatenate(run(args["cal"]))}
-    for key, model, conf in (("kept_cal", args["cal"], args["conf"]), ("kept_raw", args["raw"], args["raw_conf"])):
-        res = [YOLO(model, task="detect").predict(p, conf=conf, verbose=False)[0].boxes for p in ims]
-        out[key] = np.concatenate([np.c_[np.full(len(r), i), r.xyxy.numpy(), r.cls.numpy()] for i, r in enumerate(res)])
-        out[key + "_conf"] = np.concatenate([r.conf.numpy() for r in res])
-    np.savez(args["npz"], **out)
+    def letterboxed(p):
+        x = LetterBox((320, 320), auto=False)(image=cv2.imread(p))[..., ::-1].transpose(2, 0, 1)[None]
+        return np.ascontiguousarray(x.astype(np.float32) / 255)
+    for args in json.loads(sys.argv[1]):  # every export in this one process: one start-up
+        ims = sorted(glob.glob(args["images"] + "/*.jpg"))
+        x = [letterboxed(p) for p in ims]
+        if args["format"] == "onnx":
+            import onnxruntime as ort
+            def run(f):
+                s = ort.InferenceSession(f)
+                return [s.run(None, {s.get_inputs()[0].name: xi})[0] for xi in x]
+        else:
+            import openvino as ov
+            core = ov.Core()
+            def run(d):
+                xml = glob.glob(d + "/*.xml")[0]
+                m = core.compile_model(xml, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+                return [m(xi)[0] for xi in x]
+        out = {"raw": np.concatenate(run(args["raw"])), "cal": np.concatenate(run(args["cal"]))}
+        kept = (("kept_cal", args["cal"], args["conf"]), ("kept_raw", args["raw"], args["raw_conf"]))
+        for key, model, conf in kept:
+            res = [YOLO(model, task="detect").predict(p, conf=conf, verbose=False)[0].boxes for p in ims]
+            out[key] = np.concatenate(
+                [np.c_[np.full(len(r), i), r.xyxy.numpy(), r.cls.numpy()] for i, r in enumerate(res)]
+            )
+            out[key + "_conf"] = np.concatenate([r.conf.numpy() for r in res])
+        np.savez(args["npz"], **out)
     """
 )
 
@@ -201,8 +210,44 @@ def _calibrator_on(cal, p: np.ndarray, cls: np.ndarray) -> np.ndarray:
     return sigmoid(z).reshape(p.shape)
 
 
+@pytest.fixture(scope="module")
+def plain_runs(runs, exports, fixture_images, tmp_path_factory) -> dict[str, Path]:
+    """Export name -> the ``.npz`` of :data:`_PLAIN_RUN` on its raw and calibrated export (the plain
+    runtime's outputs, predict's boxes at 0.25 on the calibrated one and at the equivalent raw
+    threshold on the raw one), every export in one process where det_calib cannot be imported."""
+    from det_calib.capture.exported import read_export
+    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+
+    folder = tmp_path_factory.mktemp("plain_runs")
+    cases = []
+    for name in ("onnx", "int8", "onnx_e2e"):
+        rec = EngineRecord.read(runs[name] / ENGINE_FILE)
+        info = read_export(exports[name])
+        eq = rec.equivalent_thresholds[info.head][0]
+        raw_conf = eq["raw_conf"] if eq["raw_conf"] is not None else min(eq["raw_conf_per_class"])
+        cases.append(
+            {
+                "format": info.format,
+                "raw": str(exports[name]),
+                "cal": str(runs[name] / rec.calibrated_export),
+                "images": str(fixture_images[0].parent),
+                "conf": 0.25,
+                "raw_conf": raw_conf,
+                "npz": str(folder / f"{name}.npz"),
+            }
+        )
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLAIN_RUN, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {name: folder / f"{name}.npz" for name in ("onnx", "int8", "onnx_e2e")}
+
+
 @pytest.mark.parametrize("name", ["onnx", "int8", "onnx_e2e"])
-def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_images, tmp_path, name):
+def test_calibrated_export_scores_are_the_calibrator(runs, exports, plain_runs, name):
     """The calibrated export, run by the plain runtime and by Ultralytics with det_calib blocked:
     boxes unchanged, scores = the run's calibrator on the engine's raw scores (1e-5), and predict
     at the equivalent raw threshold on the raw engine keeps exactly the calibrated set at 0.25."""
@@ -215,24 +260,7 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, fixture_imag
     info = read_export(exports[name])
     cal = load_calibrators(run / "calibration.json")[info.head]
     eq = rec.equivalent_thresholds[info.head][0]
-    raw_conf = eq["raw_conf"] if eq["raw_conf"] is not None else min(eq["raw_conf_per_class"])
-    args = {
-        "format": info.format,
-        "raw": str(exports[name]),
-        "cal": str(run / rec.calibrated_export),
-        "images": str(fixture_images[0].parent),
-        "conf": 0.25,
-        "raw_conf": raw_conf,
-        "npz": str(tmp_path / "o.npz"),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", _PLAIN_RUN, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    o = np.load(tmp_path / "o.npz")
+    o = np.load(plain_runs[name])  # the plain runtime and predict at 0.25 / eq's raw threshold
     raw, calibrated = o["raw"], o["cal"]
     nc = len(info.names)
     if (

@@ -38,13 +38,15 @@ BLOCK = NO_DET_CALIB + textwrap.dedent(
 )
 PREDICT = BLOCK + textwrap.dedent(
     """
-    ckpt, images = sys.argv[1], sys.argv[2:]
+    ckpts, images = json.loads(sys.argv[1]), sys.argv[2:]
     out = {}
-    for head in ("nms", "e2e"):
-        kw = {"nms": False} if head == "e2e" else {}
-        model = YOLO(ckpt)  # one image at a time, as capture (a list would be letterboxed to one shape)
-        res = [model.predict(p, conf=0.001, imgsz=320, verbose=False, **kw)[0] for p in images]
-        out[head] = [r.boxes.data.tolist() for r in res]
+    for ckpt in ckpts:  # every checkpoint in this one process: one start-up, not one per checkpoint
+        out[ckpt] = {}
+        for head in ("nms", "e2e"):
+            kw = {"nms": False} if head == "e2e" else {}
+            model = YOLO(ckpt)  # one image at a time, as capture (a list is letterboxed to one shape)
+            res = [model.predict(p, conf=0.001, imgsz=320, verbose=False, **kw)[0] for p in images]
+            out[ckpt][head] = [r.boxes.data.tolist() for r in res]
     print(json.dumps(out))
     """
 )
@@ -61,14 +63,14 @@ VAL = BLOCK + textwrap.dedent(
 )
 
 
-def _plain(script, *args):
+def _plain(script, *args, cwd=None):
     out = subprocess.run(
         [sys.executable, "-c", script, *map(str, args)],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"},
-        cwd=os.path.dirname(str(args[0])),
+        cwd=cwd or os.path.dirname(str(args[0])),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -130,18 +132,37 @@ def test_hinge_layers_compute_the_piecewise_linear_maps():
     assert all(type(m) in (torch.nn.Conv2d, torch.nn.ReLU) for m in layers)
 
 
+@pytest.fixture(scope="module")
+def folded(tmp_path_factory, demo_model_path, fixture_images) -> dict[str, tuple]:
+    """Method (each of :data:`METHODS`) -> (its calibrator fit on the synthetic data, the demo detector
+    with it folded into both heads, plain Ultralytics' predictions of that checkpoint on the fixture
+    images): the checkpoints predicted by one process where det_calib cannot be imported."""
+    folder = tmp_path_factory.mktemp("folded")
+    made = {}
+    for method in METHODS:
+        z, y, k = _synthetic_fit_data()
+        cal = make_calibrator(method).fit(z, y, **({"classes": k} if is_per_class(method) else {}))
+        (folder / method).mkdir()
+        made[method] = (
+            cal,
+            _write_folded_checkpoint(
+                demo_model_path, folder / method / "cal.pt", {"nms": cal, "e2e": cal}
+            ),
+        )
+    ckpts = [str(ckpt) for _, ckpt in made.values()]
+    plain = _plain(PREDICT, json.dumps(ckpts), *fixture_images, cwd=folder)
+    return {method: (cal, ckpt, plain[str(ckpt)]) for method, (cal, ckpt) in made.items()}
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
-    tmp_path, demo_model_path, fixture_images, raw_captures, method
+    raw_captures, folded, method
 ):
-    z, y, k = _synthetic_fit_data()
-    cal = make_calibrator(method).fit(z, y, **({"classes": k} if is_per_class(method) else {}))
-    ckpt = _write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal, "e2e": cal})
+    cal, ckpt, plain = folded[method]
     meta = read_calibration_metadata(ckpt)
     assert calibrator_from_dict(meta["calibrators"]["nms"]).to_dict() == cal.to_dict()
     sd = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
     assert next(sd.parameters()).dtype == torch.float32
-    plain = _plain(PREDICT, ckpt, *fixture_images)
     for head, raw in raw_captures.items():
         got = plain[head]
         compared = 0

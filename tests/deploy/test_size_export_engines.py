@@ -80,13 +80,15 @@ _PREDICT = NO_DET_CALIB + textwrap.dedent(
     """
     args = json.loads(sys.argv[1])
     out = {}
-    for key, model, conf in (("cal", args["cal"], 0.25), ("raw", args["raw"], 0.001)):
-        m = YOLO(model, task="detect")
-        rows = []
-        for i, p in enumerate(args["images"]):
-            b = m.predict(p, conf=conf, verbose=False)[0].boxes
-            rows += [[i, *x, c, k] for x, c, k in zip(b.xyxy.tolist(), b.conf.tolist(), b.cls.tolist())]
-        out[key] = rows
+    for name, case in args["cases"].items():  # every engine in this one process: one start-up
+        out[name] = {}
+        for key, model, conf in (("cal", case["cal"], 0.25), ("raw", case["raw"], 0.001)):
+            m = YOLO(model, task="detect")
+            rows = []
+            for i, p in enumerate(args["images"]):
+                b = m.predict(p, conf=conf, verbose=False)[0].boxes
+                rows += [[i, *x, c, k] for x, c, k in zip(b.xyxy.tolist(), b.conf.tolist(), b.cls.tolist())]
+            out[name][key] = rows
     json.dump(out, open(args["out"], "w"))
     """
 )
@@ -100,9 +102,29 @@ def _find(rows: np.ndarray, r: np.ndarray) -> int | None:
     return j if j >= 0 and d[j] < 1e-3 else None
 
 
+@pytest.fixture(scope="module")
+def predicted(size_runs, fixture_images, tmp_path_factory) -> dict[str, dict]:
+    """Engine -> plain Ultralytics' predictions (det_calib blocked) of its calibrated export at conf
+    0.25 (``cal``) and of its raw export at 0.001 (``raw``), every engine in one process."""
+    cases = {}
+    for name, (export, run) in size_runs.items():
+        rec = json.loads((run / "engine.json").read_text())
+        cases[name] = {"cal": str(run / rec["calibrated_export"]), "raw": str(export)}
+    out = tmp_path_factory.mktemp("size_predict") / "p.json"
+    spec = {"cases": cases, "images": [str(p) for p in fixture_images], "out": str(out)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PREDICT, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("name", sorted(ENGINES))
 def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(
-    size_runs, fixture_images, tmp_path, name
+    size_runs, predicted, fixture_images, name
 ):
     from det_calib.record.run_result import RunResult
 
@@ -112,22 +134,8 @@ def test_plain_ultralytics_gets_the_runs_size_calibrated_scores(
     assert res.head(head).calibrator.method == "size-platt"
     assert res.head(head).calibrator.params["map"]["c"] != 0  # a size term to carry
     rec = json.loads((run / "engine.json").read_text())
-    cal_model = run / rec["calibrated_export"]
     assert rec["equivalent_thresholds"][head] == []  # no raw threshold can keep a size map's set
-    spec = {
-        "cal": str(cal_model),
-        "raw": str(export),
-        "images": [str(p) for p in fixture_images],
-        "out": str(tmp_path / "p.json"),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", _PREDICT, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    pred = json.loads((tmp_path / "p.json").read_text())
+    pred = predicted[name]  # plain Ultralytics on (run / rec["calibrated_export"]) and on export
     cal, raw = (np.array(pred[k], dtype=np.float64).reshape(-1, 7) for k in ("cal", "raw"))
     b = pl.read_parquet(run / "boxes.parquet").filter(
         pl.col("head") == head

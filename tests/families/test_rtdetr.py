@@ -28,27 +28,33 @@ from det_calib.errors import InputError
 
 PLAIN_PREDICT = NO_DET_CALIB + textwrap.dedent(
     """
-    ckpt, conf, images = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-    model = YOLO(ckpt)  # Ultralytics turns a checkpoint with an RTDETRDecoder into an RTDETR
-    assert type(model).__name__ == "RTDETR", type(model)
-    res = [model.predict(p, conf=conf, verbose=False)[0] for p in images]
-    print(json.dumps([r.boxes.data.tolist() for r in res]))
+    ckpts, conf, images = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    out = {}
+    for ckpt in ckpts:  # every checkpoint in this one process: one start-up
+        model = YOLO(ckpt)  # Ultralytics turns a checkpoint with an RTDETRDecoder into an RTDETR
+        assert type(model).__name__ == "RTDETR", type(model)
+        res = [model.predict(p, conf=conf, verbose=False)[0] for p in images]
+        out[ckpt] = [r.boxes.data.tolist() for r in res]
+    print(json.dumps(out))
     """
 )
 
 
-def _plain_predict(ckpt, images, conf: float = 0.001) -> list[np.ndarray]:
+def _plain_predict(ckpts, images, conf: float = 0.001) -> dict[str, list[np.ndarray]]:
+    """Checkpoint (as ``str``) -> plain Ultralytics' rows of each image, every checkpoint predicted in
+    one process where det_calib cannot be imported."""
+    ckpts = json.dumps([str(c) for c in ckpts])
     out = subprocess.run(
-        [sys.executable, "-c", PLAIN_PREDICT, str(ckpt), str(conf), *map(str, images)],
+        [sys.executable, "-c", PLAIN_PREDICT, ckpts, str(conf), *map(str, images)],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False"},
     )
-    return [
-        np.array(r, dtype=np.float32).reshape(-1, 6)
-        for r in json.loads(out.stdout.strip().splitlines()[-1])
-    ]
+    return {
+        ckpt: [np.array(r, dtype=np.float32).reshape(-1, 6) for r in rows]
+        for ckpt, rows in json.loads(out.stdout.strip().splitlines()[-1]).items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +133,14 @@ def test_fold_into_the_last_decoder_class_head_runs_in_plain_ultralytics(
             spline.predict_proba,
         ),
     }
+    plain = _plain_predict([ckpt for ckpt, _ in folded.values()], images, conf=0.0)
     for name, (ckpt, calibrate) in folded.items():
         pickled = torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt))
         assert "ultralytics.nn.tasks.RTDETRDetectionModel" in pickled and not [
             g for g in pickled if "det_calib" in g
         ]
         assert read_calibration_metadata(ckpt)["folded_into"] == {"detr": "dec_score_head"}
-        got = _plain_predict(ckpt, images, conf=0.0)
+        got = plain[str(ckpt)]
         for i, rows in enumerate(got):
             mine = raw.filter(raw["image_id"] == i)
             assert len(rows) == mine.height == 100, name

@@ -8,6 +8,7 @@ fresh machine while CI, which installs the test extra, stays green.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from importlib import metadata
@@ -93,9 +94,16 @@ def declared(requirements: list[str]) -> set[str]:
     return {_canon(re.match(r"\s*([A-Za-z0-9_.\-]+)", r).group(1)) for r in requirements}
 
 
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions()``, read once: each call reads the file list of
+    every installed distribution (about half a second here), and the walk asks it for every module."""
+    return metadata.packages_distributions()
+
+
 def distributions(module: str) -> set[str]:
     """Canonical names of the distributions that provide import name ``module``."""
-    found = {_canon(d) for d in metadata.packages_distributions().get(module, [])}
+    found = {_canon(d) for d in _packages_distributions().get(module, [])}
     if module in KNOWN:
         found.add(_canon(KNOWN[module]))
     return found or {_canon(module)}
