@@ -110,5 +110,5 @@ def test_classify_is_registered_with_its_own_runs():
     assert classify.part("pipeline_run").__name__ == "det_calib.tasks.classify.pipeline_run"
     assert classify.part("check_run").__name__ == "det_calib.tasks.classify.check_run"
     assert classify.part("report_compare").__name__ == "det_calib.tasks.classify.report_compare"
-    assert classify.part("thresholds_run") is None  # thresholds on a classify run: not built
+    assert classify.part("thresholds_run").__name__ == "det_calib.tasks.classify.thresholds_run"
     assert Path(classify.part("pipeline_run").__file__).parent.name == "classify"
