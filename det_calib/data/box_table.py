@@ -103,6 +103,10 @@ as ``Results.keypoints.data``); an OBB model's rotated boxes (``xywhr``: per box
 image pixels and radians, float32, as ``Results.obb.xywhr``; the box columns then hold its axis-aligned hull,
 ``Results.obb.xyxy``)."""
 CAPTURE_COLUMNS = [c for c in SCHEMA if c not in _MATCH_COLUMNS]
+_LABEL_COLUMNS = ("image", "split", "head")
+"""The string columns a box table may hold in memory as ``pl.Categorical`` (few distinct values
+over millions of rows: at COCO scale their strings were a third of the table); every file holds
+them as strings (:func:`_as_written`)."""
 
 
 def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
@@ -131,7 +135,7 @@ def validate_boxes(df: pl.DataFrame, *, matched: bool = True) -> pl.DataFrame:
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise InputError(f"box table is missing columns {missing}; has {df.columns}")
-    df = df.with_columns([pl.col(c).cast(SCHEMA[c]) for c in need])
+    df = df.with_columns([pl.col(c).cast(SCHEMA[c]) for c in need if not _categorical(df, c)])
     if df.height == 0:
         return df
     if not df["head"].is_in(list(HEADS)).all():
@@ -191,10 +195,22 @@ def read_boxes(path: str | Path, *, matched: bool | None = None) -> pl.DataFrame
         raise InputError(f"{path}: {e}") from None
 
 
+def _categorical(df: pl.DataFrame, column: str) -> bool:
+    """Whether ``column`` is one of :data:`_LABEL_COLUMNS` held as a categorical (kept as it is)."""
+    return column in _LABEL_COLUMNS and isinstance(df.schema[column], (pl.Categorical, pl.Enum))
+
+
+def _as_written(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its categorical :data:`_LABEL_COLUMNS` cast back to strings: the schema of every
+    file a box table is written to."""
+    cats = [c for c in _LABEL_COLUMNS if c in df.columns and _categorical(df, c)]
+    return df.with_columns(pl.col(c).cast(pl.String) for c in cats) if cats else df
+
+
 def write_boxes(df: pl.DataFrame, path: str | Path) -> Path:
     """Write a box table to Parquet atomically (temporary file, then rename)."""
 
     path = Path(path)
     with atomic_path(path) as tmp:
-        df.write_parquet(tmp)
+        _as_written(df).write_parquet(tmp)
     return path
