@@ -78,14 +78,14 @@ def _predict_rows(yolo, images, device, head):
     return np.concatenate([r.boxes.data.cpu().numpy() for r in res]), [len(r.boxes) for r in res]
 
 
-def capture_equals_predict(images, device) -> dict:
-    import numpy as np
+def _batch1_capture(model, images, device):
+    """Both heads of ``model`` captured image by image (batch 1) on ``device``, at the demo's size."""
     from ultralytics import YOLO
 
     from det_calib.capture.predictor import capture
 
-    df = capture(
-        YOLO(str(MODEL)),
+    return capture(
+        YOLO(str(model)),
         images,
         heads=("nms", "e2e"),
         imgsz=320,
@@ -93,6 +93,13 @@ def capture_equals_predict(images, device) -> dict:
         device=device,
         progress=False,
     )
+
+
+def capture_equals_predict(images, device) -> dict:
+    import numpy as np
+    from ultralytics import YOLO
+
+    df = _batch1_capture(MODEL, images, device)
     out = {"images": len(images), "device_name": _device_name(device)}
     for head in ("nms", "e2e"):
         rows = df.filter(df["head"] == head)
@@ -129,17 +136,7 @@ def segment_capture_equals_predict(images, device) -> dict:
     from pycocotools import mask as mask_utils
     from ultralytics import YOLO
 
-    from det_calib.capture.predictor import capture
-
-    df = capture(
-        YOLO(str(SEG_MODEL)),
-        images,
-        heads=("nms", "e2e"),
-        imgsz=320,
-        batch=1,
-        device=device,
-        progress=False,
-    )
+    df = _batch1_capture(SEG_MODEL, images, device)
     out = {"images": len(images)}
     for head in ("nms", "e2e"):
         yolo = YOLO(str(SEG_MODEL))
@@ -185,19 +182,9 @@ def task_capture_equals_predict(images, device) -> dict:
     import polars as pl
     from ultralytics import YOLO
 
-    from det_calib.capture.predictor import capture
-
     out = {"images": len(images)}
     for task, model in TASK_MODELS.items():
-        df = capture(
-            YOLO(str(model)),
-            images,
-            heads=("nms", "e2e"),
-            imgsz=320,
-            batch=1,
-            device=device,
-            progress=False,
-        )
+        df = _batch1_capture(model, images, device)
         for head in ("nms", "e2e"):
             yolo = YOLO(str(model))
             kw = {"nms": False} if head == "e2e" else {}
