@@ -97,6 +97,7 @@ def calibrate_classifier(
     out.mkdir(parents=True, exist_ok=True)
     ckpt, p_deployed = _deploy(model, out, mapping, caps[eval_split], imgsz)
     deployed = evaluate_classifier(p_deployed, y_eval, seed=seed)
+    p_fit = mapping.proba(caps[fit_split].logits)
     record = {
         "task": CLASSIFY,
         "model": str(model),
@@ -123,13 +124,13 @@ def calibrate_classifier(
         "val": _val_pair(model, ckpt, data, eval_split, imgsz)
         if val and ckpt and limit is None
         else None,
-        "reject": _reject_rules(mapping.proba(caps[fit_split].logits), y_fit, p_deployed, y_eval),
+        "reject": _reject_rules(p_fit, y_fit, p_deployed, y_eval),
     }
     write_classifier_report(out, record, caps[eval_split].probs, p_deployed, y_eval)
     write_top1(
         out / TOP1_FILE,
         {
-            fit_split: (caps[fit_split], mapping.proba(caps[fit_split].logits), y_fit),
+            fit_split: (caps[fit_split], p_fit, y_fit),
             eval_split: (caps[eval_split], p_deployed, y_eval),
         },
     )
