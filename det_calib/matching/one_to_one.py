@@ -491,8 +491,28 @@ def _coco_order(key_d: np.ndarray, d_score: np.ndarray) -> tuple[np.ndarray, np.
     give exactly pycocotools' mergesort on -score within each group. Returns the order and the
     group keys in it."""
     by_score = np.argsort(-d_score, kind="stable")
-    order = by_score[np.argsort(key_d[by_score], kind="stable")]
+    order = by_score[_stable_order(key_d[by_score])]
     return order, key_d[order]
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of int64 keys: for non-negative keys (the group keys), as
+    16-bit radix passes from the lowest digit up (numpy sorts 16-bit integers by radix, a stable
+    sort in linear time), the same permutation without a comparison sort of the keys.
+
+    >>> k = np.array([70000, 3, 70000, 65539, 3])
+    >>> _stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
+    True
+    """
+    if not keys.size or int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    top, shift, order = int(keys.max()), 0, None
+    while order is None or top >> shift:
+        digit = (((keys if order is None else keys[order]) >> shift) & 0xFFFF).astype(np.uint16)
+        step = np.argsort(digit, kind="stable")
+        order = step if order is None else order[step]
+        shift += 16
+    return order
 
 
 def _same_group_pairs(kd: np.ndarray, key_g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
