@@ -48,7 +48,13 @@ from det_calib.metrics.binning import (
     reliability_core,
     uniform_index,
 )
-from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
+from det_calib.metrics.bootstrap import (
+    Batch,
+    bootstrap_ci,
+    bootstrap_cis,
+    bootstrap_sd,
+    weighted_core,
+)
 from det_calib.metrics.detection_metrics import laece, prepare_laece
 from det_calib.numeric import binary_nll_logits, weighted_mean
 from det_calib.validation import (
@@ -64,6 +70,7 @@ from det_calib.validation import (
 __all__ = [
     "ace",
     "bootstrap_ci",
+    "bootstrap_cis",
     "bootstrap_sd",
     "brier",
     "calibration_summary",
