@@ -254,14 +254,12 @@ def _per_class_figures(
         figures: dict[str, Any] = {}
         y_c = z_y[m]
         if n_c:
-            scores = (("before", z_p0[m]), ("after", z_p1[m]))
-            # both intervals from one draw of the class's images (the draws of its seed)
-            cis = metrics.bootstrap_cis(
-                ece_fn, z_img[m], [(p, y_c) for _, p in scores], n_boot=s.n_boot, seed=s.seed
-            )
-            for (tag, p), ci in zip(scores, cis):
+            boot = dict(n_boot=s.n_boot, seed=s.seed)
+            for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
                 figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
-                figures[f"ece_{tag}_ci"] = tuple(ci)
+                figures[f"ece_{tag}_ci"] = tuple(
+                    metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot)
+                )
                 figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
                 k = kept_mask(p, thr)
                 figures[f"kept_ece_{tag}"] = (

@@ -57,7 +57,7 @@ from det_calib.errors import InputError
 from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 from det_calib.validation import as_1d, check_positive_int
 
-__all__ = ["Batch", "bootstrap_ci", "bootstrap_cis", "bootstrap_sd", "weighted_core"]
+__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "weighted_core"]
 
 #: A batch statistic: ``(r, n_img)`` float64 draw counts of ``r`` replicates (row ``b``: how often
 #: each image is drawn in replicate ``b``; whole numbers) -> ``(r,)`` float64 values of the statistic.
@@ -263,83 +263,13 @@ def bootstrap_ci(
         return float("nan"), float("nan")
     img = _image_index(ids)
     stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
-    return _interval_of(statistic, arrs, stats, n_boot=n_boot, level=level, method=method)
-
-
-def bootstrap_cis(
-    statistic: Callable[..., float],
-    image_ids: ArrayLike,
-    arrays: list[tuple[ArrayLike, ...]],
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-    method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
-) -> list[tuple[float, float]]:
-    """``[bootstrap_ci(statistic, image_ids, *a, ...) for a in arrays]``, the same intervals, with each
-    block of replicates' draw counts drawn once for all of them (one statistic, several score sets of
-    the same boxes: raw and calibrated).
-
-    >>> from det_calib.metrics.calibration import brier
-    >>> img = np.repeat(np.arange(30), 4)
-    >>> y = np.arange(120) % 2
-    >>> p0, p1 = np.full(120, 0.7), np.linspace(0.0, 1.0, 120)
-    >>> both = bootstrap_cis(brier, img, [(p0, y), (p1, y)], n_boot=50)
-    >>> both == [bootstrap_ci(brier, img, p0, y, n_boot=50), bootstrap_ci(brier, img, p1, y, n_boot=50)]
-    True
-    """
-    n_boot = check_positive_int(n_boot, "n_boot")
-    if not (isinstance(level, numbers.Real) and 0.0 < level < 1.0):
-        raise InputError(f"Expected argument `level` to be a number in (0, 1), but got {level!r}")
-    checked = [_checked_arrays(image_ids, tuple(a)) for a in arrays]
-    ids = as_1d(image_ids, "image_ids")
-    if len(ids) == 0:
-        return [(float("nan"), float("nan")) for _ in arrays]
-    img = _image_index(ids)
-    n_img = int(img.max()) + 1
-    batches = [
-        _batch_statistic(statistic, img, n_img, arrs) if _accepts_weights(statistic) else None
-        for _, arrs in checked
-    ]
-    if any(b is None for b in batches):  # no shared fast path: one at a time
-        return [
-            bootstrap_ci(
-                statistic, ids, *arrs, n_boot=n_boot, seed=seed, level=level, method=method
-            )
-            for _, arrs in checked
-        ]
-    stats: list[list[np.ndarray]] = [[] for _ in batches]
-    for block in _multiplicities(np.random.default_rng(seed), n_img, n_boot):
-        mult = block.astype(np.float64)
-        for out, batch in zip(stats, batches):
-            out.append(batch(mult))
-    intervals = []
-    for (_, arrs), s in zip(checked, stats):  # a plain loop: a warning names the caller's line
-        intervals.append(
-            _interval_of(
-                statistic, arrs, np.concatenate(s), n_boot=n_boot, level=level, method=method
-            )
-        )
-    return intervals
-
-
-def _interval_of(
-    statistic: Callable[..., float],
-    arrs: list[np.ndarray],
-    stats: np.ndarray,
-    *,
-    n_boot: int,
-    level: float,
-    method: str,
-) -> tuple[float, float]:
-    """:func:`bootstrap_ci`'s interval from the replicates ``stats`` (nan ones dropped, with a warning)."""
     bad = np.isnan(stats)
     if bad.all():
         return float("nan"), float("nan")
     if bad.any():
         warnings.warn(
             f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped",
-            stacklevel=3,
+            stacklevel=2,
         )
     return _interval(statistic, arrs, stats[~bad], method=method, alpha=(1.0 - level) / 2.0)
 

@@ -48,13 +48,7 @@ from det_calib.metrics.binning import (
     reliability_core,
     uniform_index,
 )
-from det_calib.metrics.bootstrap import (
-    Batch,
-    bootstrap_ci,
-    bootstrap_cis,
-    bootstrap_sd,
-    weighted_core,
-)
+from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
 from det_calib.metrics.detection_metrics import laece, prepare_laece
 from det_calib.numeric import binary_nll_logits, weighted_mean
 from det_calib.validation import (
@@ -70,7 +64,6 @@ from det_calib.validation import (
 __all__ = [
     "ace",
     "bootstrap_ci",
-    "bootstrap_cis",
     "bootstrap_sd",
     "brier",
     "calibration_summary",

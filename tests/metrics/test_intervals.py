@@ -136,28 +136,3 @@ def test_the_checkers_find_an_interval_without_its_estimate():
     assert bad == [".x_ci: no estimate `x` beside it"]
     bad, n = printed_interval_violations("ECE 0.0617 [0.0463, 0.0692] -> 0.0458 [0.0306, 0.0409]")
     assert n == 2 and bad == ["0.0458 [0.0306, 0.0409]"]
-
-
-@pytest.mark.parametrize(
-    "statistic",
-    [
-        functools.partial(metrics.ece, n_bins=15),  # the per-image table path
-        metrics.brier,  # the per-replicate weighted path
-        lambda p, y: float(np.mean(p)),  # no weights: one bootstrap_ci each
-    ],
-)
-def test_bootstrap_cis_are_bootstrap_ci_of_each_score_set(statistic):
-    """One draw of the images for several score sets gives, bit for bit, each set's own bootstrap_ci
-    (the per-class intervals of a run's raw and calibrated scores); a set whose replicates are all nan
-    (no finite statistic) gives nan as bootstrap_ci does."""
-    rng = np.random.default_rng(7)
-    img = rng.integers(100, 400, size=900)  # image ids, not a range: some ids never drawn
-    y = rng.uniform(size=900) < 0.4
-    sets = [(rng.uniform(size=900), y), (rng.beta(2, 5, size=900), y)]
-    got = metrics.bootstrap_cis(statistic, img, sets, n_boot=300, seed=3)
-    want = [metrics.bootstrap_ci(statistic, img, *a, n_boot=300, seed=3) for a in sets]
-    assert got == want
-    assert got[0] != got[1]  # the sets differ, and so do their intervals
-    assert metrics.bootstrap_cis(statistic, [], [([], [])]) == [
-        (pytest.approx(np.nan, nan_ok=True),) * 2
-    ]
