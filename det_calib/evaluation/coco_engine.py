@@ -36,12 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from det_calib.matching.one_to_one import (
-    collapse_inverted,
-    group_keys,
-    last_best_per_run,
-    stable_order,
-)
+from det_calib.matching.one_to_one import collapse_inverted, group_keys, last_best_per_run
 
 __all__ = ["CocoEval"]
 
@@ -261,7 +256,7 @@ def _ranked(key_d: np.ndarray, d_score: np.ndarray, max_det: int) -> tuple[np.nd
     """Detection rank: (group, -score, input order); returns the order of the first ``max_det`` of
     each group, which take part, and their rank within the group."""
     by_score = np.argsort(-d_score, kind="stable")
-    order = by_score[stable_order(key_d[by_score])]
+    order = by_score[np.argsort(key_d[by_score], kind="stable")]
     kd = key_d[order]
     rank = np.arange(len(order)) - np.searchsorted(kd, kd, side="left")
     inside = rank < max_det
@@ -288,12 +283,7 @@ def _class_order(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per class: the detections of all images in descending score, ties by image, then by rank;
     returns that order and where each class's segment starts and ends in it."""
-    # np.lexsort((rank, d_img, -d_score, k_idx)), one stable pass a key from the last one up: the
-    # same permutation, the integer keys ordered by radix passes (stable_order)
-    acc = stable_order(rank)
-    acc = acc[stable_order(d_img[acc])]
-    acc = acc[np.argsort(-d_score[acc], kind="stable")]
-    acc = acc[stable_order(k_idx[acc])]
+    acc = np.lexsort((rank, d_img, -d_score, k_idx))
     seg_start = np.searchsorted(k_idx[acc], np.arange(n_k), side="left")
     seg_end = np.searchsorted(k_idx[acc], np.arange(n_k), side="right")
     return acc, seg_start, seg_end

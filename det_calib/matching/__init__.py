@@ -18,7 +18,6 @@ _EXPORTS = {
     "match_boxes": "one_to_one",
     "match_detections": "one_to_one",
     "match_table": "one_to_one",
-    "stable_order": "one_to_one",
 }
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "match_boxes",
     "match_detections",
     "match_table",
-    "stable_order",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -52,14 +52,7 @@ import polars as pl
 from det_calib.errors import InputError
 from det_calib.validation import as_integers, as_real, as_vector, check_length
 
-__all__ = [
-    "MatchResult",
-    "box_iou",
-    "greedy_match",
-    "match_detections",
-    "match_table",
-    "stable_order",
-]
+__all__ = ["MatchResult", "box_iou", "greedy_match", "match_detections", "match_table"]
 
 _logger = logging.getLogger(__name__)
 
@@ -498,17 +491,17 @@ def _coco_order(key_d: np.ndarray, d_score: np.ndarray) -> tuple[np.ndarray, np.
     give exactly pycocotools' mergesort on -score within each group. Returns the order and the
     group keys in it."""
     by_score = np.argsort(-d_score, kind="stable")
-    order = by_score[stable_order(key_d[by_score])]
+    order = by_score[_stable_order(key_d[by_score])]
     return order, key_d[order]
 
 
-def stable_order(keys: np.ndarray) -> np.ndarray:
+def _stable_order(keys: np.ndarray) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` of int64 keys: for non-negative keys (the group keys), as
     16-bit radix passes from the lowest digit up (numpy sorts 16-bit integers by radix, a stable
     sort in linear time), the same permutation without a comparison sort of the keys.
 
     >>> k = np.array([70000, 3, 70000, 65539, 3])
-    >>> stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
+    >>> _stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
     True
     """
     if not keys.size or int(keys.min()) < 0:
