@@ -273,13 +273,13 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
     good, sizes, bad = [], [], []
     for p in images:
         try:
-            with Image.open(p) as im:
-                im.verify()
-            with Image.open(p) as im:
+            with Image.open(p) as im:  # one open: size, format and EXIF come from the header
                 w, h = im.size
                 if _orientation(im) in (5, 6, 7, 8):  # EXIF rotation by 90 degrees:
                     w, h = h, w  # Ultralytics reads the image rotated, labels refer to that frame
-                complete = im.format != "JPEG" or _jpeg_has_end_marker(p)
+                fmt = im.format
+                im.verify()
+            complete = fmt != "JPEG" or _jpeg_has_end_marker(p)
         except Exception:  # formats PIL can't open but Ultralytics' reader (OpenCV) can
             complete = False
         if not complete:

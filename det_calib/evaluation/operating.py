@@ -7,6 +7,7 @@ Brier; per-class kept-set ECE).
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from typing import Any
 
@@ -56,6 +57,18 @@ def iou_target(view: BoxView, gt: pl.DataFrame) -> np.ndarray:
     return np.asarray(laece0_targets(view, gt).target, dtype=np.float64)
 
 
+def _digest(*arrays: np.ndarray) -> tuple:
+    """A key of the arrays' contents: dtype, shape and a 128-bit hash of the bytes of each."""
+    return tuple(
+        (
+            a.dtype.str,
+            a.shape,
+            hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest(),
+        )
+        for a in arrays
+    )
+
+
 class OperatingPoints:
     """Scores of any calibrator on one head's eval-split boxes, at the operating points.
 
@@ -88,6 +101,10 @@ class OperatingPoints:
         self._reranked: tuple[np.ndarray, LaECE0Targets] | None = (
             None  # the last re-ranked scores' matching
         )
+        # the figures of the scores seen so far, by a digest of the scores (a run asks for the same
+        # scores more than once: the raw scores and the deployed map in the head's record, and again
+        # among ``auto``'s candidates)
+        self._seen: dict[tuple, list[OperatingFigures]] = {}
 
     def targets_for(self, scored: BoxView) -> LaECE0Targets:
         """The LaECE_0 matching of ``scored``'s scores: the raw scores' (:attr:`targets`) for any map
@@ -117,7 +134,22 @@ class OperatingPoints:
 
     def operating(self, scored: BoxView, *, intervals: bool = True) -> list[OperatingFigures]:
         """Kept-set ECE and LaECE_0 at each threshold (with intervals), and their sampling floors, of
-        the boxes under ``scored``'s scores (the view, raw or :meth:`~BoxView.scored`)."""
+        the boxes under ``scored``'s scores (the view, raw or :meth:`~BoxView.scored`).
+
+        The figures depend on nothing but the scores, the view's boxes and the settings (the bootstrap
+        and the floors are seeded): scores equal to ones already scored here (bit for bit) get the
+        figures computed then."""
+        cal = scored.calibrator
+        key = (
+            _digest(scored.conf, scored.correct, scored.image_id),
+            cal is not None and cal.uses_size,  # re-ranked LaECE_0 matching (:meth:`targets_for`)
+            intervals,
+        )
+        if key not in self._seen:
+            self._seen[key] = self._operating(scored, intervals=intervals)
+        return list(self._seen[key])
+
+    def _operating(self, scored: BoxView, *, intervals: bool) -> list[OperatingFigures]:
         p, y, img = scored.conf, scored.correct, scored.image_id
         out = []
         for thr in self.conf:

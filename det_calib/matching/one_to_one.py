@@ -305,6 +305,35 @@ def match_detections(
     >>> r.correct.tolist(), r.gt_index.tolist()
     ([True, False], [0, -1])
     """
+    return _match_detections_at(
+        det_image,
+        det_xyxy,
+        det_cls,
+        det_score,
+        gt_image,
+        gt_xyxy,
+        gt_cls,
+        gt_crowd,
+        thresholds=(iou_threshold,),
+        max_dets=max_dets,
+    )[0]
+
+
+def _match_detections_at(
+    det_image,
+    det_xyxy,
+    det_cls,
+    det_score,
+    gt_image,
+    gt_xyxy,
+    gt_cls,
+    gt_crowd,
+    *,
+    thresholds: tuple[float, ...],
+    max_dets: int | None,
+) -> list[MatchResult]:
+    """:func:`match_detections` at each IoU threshold of ``thresholds``, the inputs checked, grouped,
+    ordered and paired, and the pairs' IoUs computed, once for all of them."""
     d_img = as_integers(det_image, "det_image")
     n = len(d_img)
     d_box = _boxes(det_xyxy, "det_xyxy", n, "det_image")
@@ -325,7 +354,7 @@ def match_detections(
             tuple(np.take(d_cols, p_det, axis=1)), tuple(np.take(g_cols, p_gt, axis=1)), p_crowd
         )
 
-    return greedy_match(
+    return _greedy_match_at(
         d_img,
         d_cls,
         d_score,
@@ -333,7 +362,7 @@ def match_detections(
         g_cls,
         g_crowd,
         pair_iou=pair_iou,
-        iou_threshold=iou_threshold,
+        thresholds=thresholds,
         max_dets=max_dets,
     )
 
@@ -370,19 +399,67 @@ def greedy_match(
         iou_threshold: See :func:`match_detections`.
         max_dets: See :func:`match_detections`.
     """
+    return _greedy_match_at(
+        d_img,
+        d_cls,
+        d_score,
+        g_img,
+        g_cls,
+        g_crowd,
+        pair_iou=pair_iou,
+        thresholds=(iou_threshold,),
+        max_dets=max_dets,
+    )[0]
+
+
+def _greedy_match_at(
+    d_img: np.ndarray,
+    d_cls: np.ndarray,
+    d_score: np.ndarray,
+    g_img: np.ndarray,
+    g_cls: np.ndarray,
+    g_crowd: np.ndarray,
+    *,
+    pair_iou: _PairIoU,
+    thresholds: tuple[float, ...],
+    max_dets: int | None,
+) -> list[MatchResult]:
+    """:func:`greedy_match` at each IoU threshold of ``thresholds``: the groups, COCO's order, the
+    same-group pairs and their IoUs are built once; only the assignment is made per threshold."""
     n, m = len(d_img), len(g_img)
-    thr = min(_check_threshold(iou_threshold), _COCO_T_CAP)
+    thrs = [min(_check_threshold(t), _COCO_T_CAP) for t in thresholds]
     max_dets = _check_max_dets(max_dets)
     if n == 0 or m == 0:
-        return _unmatched(n)
+        return [_unmatched(n) for _ in thrs]
     key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
     order, kd = _coco_order(key_d, d_score)
     p_det, p_gt = _same_group_pairs(kd, key_g)
     if p_det.size == 0:
-        return _unmatched(n)
+        return [_unmatched(n) for _ in thrs]
     p_crowd = g_crowd[p_gt]
     p_iou = np.asarray(pair_iou(order[p_det], p_gt, p_crowd), dtype=np.float64)
     best = _best_regular_iou(p_det, p_iou, ~p_crowd, n)
+    return [
+        _assign(p_det, p_gt, p_iou, p_crowd, best, order, kd, n=n, m=m, thr=t, max_dets=max_dets)
+        for t in thrs
+    ]
+
+
+def _assign(
+    p_det: np.ndarray,
+    p_gt: np.ndarray,
+    p_iou: np.ndarray,
+    p_crowd: np.ndarray,
+    best: np.ndarray,
+    order: np.ndarray,
+    kd: np.ndarray,
+    *,
+    n: int,
+    m: int,
+    thr: float,
+    max_dets: int | None,
+) -> MatchResult:
+    """The match at one (capped) IoU threshold ``thr`` of :func:`_greedy_match_at`'s pairs."""
     eligible = _eligible(p_iou, p_det, kd, thr=thr, max_dets=max_dets)
 
     # Greedy one-to-one assignment to non-crowd GTs, resolved in rounds across all groups.
@@ -414,8 +491,28 @@ def _coco_order(key_d: np.ndarray, d_score: np.ndarray) -> tuple[np.ndarray, np.
     give exactly pycocotools' mergesort on -score within each group. Returns the order and the
     group keys in it."""
     by_score = np.argsort(-d_score, kind="stable")
-    order = by_score[np.argsort(key_d[by_score], kind="stable")]
+    order = by_score[_stable_order(key_d[by_score])]
     return order, key_d[order]
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of int64 keys: for non-negative keys (the group keys), as
+    16-bit radix passes from the lowest digit up (numpy sorts 16-bit integers by radix, a stable
+    sort in linear time), the same permutation without a comparison sort of the keys.
+
+    >>> k = np.array([70000, 3, 70000, 65539, 3])
+    >>> _stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
+    True
+    """
+    if not keys.size or int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    top, shift, order = int(keys.max()), 0, None
+    while order is None or top >> shift:
+        digit = (((keys if order is None else keys[order]) >> shift) & 0xFFFF).astype(np.uint16)
+        step = np.argsort(digit, kind="stable")
+        order = step if order is None else order[step]
+        shift += 16
+    return order
 
 
 def _same_group_pairs(kd: np.ndarray, key_g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -560,6 +657,23 @@ def match_table(
         InputError: A column is missing or has nulls, the table mixes heads, or any check of
             :func:`match_detections` fails.
     """
+    (r,) = _match_results(boxes, gt, (iou_threshold,), max_dets=max_dets)
+    return _with_match(boxes, r)
+
+
+def _with_match(boxes: pl.DataFrame, r: MatchResult) -> pl.DataFrame:
+    return boxes.with_columns(
+        pl.Series("correct", r.correct, dtype=pl.Boolean),
+        pl.Series("iou", r.iou, dtype=pl.Float64),
+        pl.Series("ignore", r.ignore, dtype=pl.Boolean),
+    )
+
+
+def _match_results(
+    boxes: pl.DataFrame, gt: pl.DataFrame, thresholds: tuple[float, ...], *, max_dets: int | None
+) -> list[MatchResult]:
+    """:func:`match_table`'s matches at each IoU threshold of ``thresholds`` (checked, and paired,
+    once)."""
     _check_tables(boxes, gt)
     xyxy = ("x1", "y1", "x2", "y2")
     det_xyxy = (
@@ -573,7 +687,7 @@ def match_table(
         else np.zeros((0, 4))
     )
     try:
-        r = match_detections(
+        return _match_detections_at(
             _column(boxes, "image_id", "box table"),
             det_xyxy,
             _column(boxes, "cls", "box table"),
@@ -582,7 +696,7 @@ def match_table(
             gt_xyxy,
             _column(gt, "cls", "GT table"),
             _column(gt, "crowd", "GT table") if "crowd" in gt.columns else None,
-            iou_threshold=iou_threshold,
+            thresholds=thresholds,
             max_dets=max_dets,
         )
     except InputError as e:  # name the table columns rather than the array arguments
@@ -590,11 +704,6 @@ def match_table(
         for arg, col in _ARG_TO_COLUMN.items():
             msg = msg.replace(f"`{arg}`", col)
         raise InputError(msg) from None
-    return boxes.with_columns(
-        pl.Series("correct", r.correct, dtype=pl.Boolean),
-        pl.Series("iou", r.iou, dtype=pl.Float64),
-        pl.Series("ignore", r.ignore, dtype=pl.Boolean),
-    )
 
 
 def collapse_inverted(boxes: pl.DataFrame) -> pl.DataFrame:
@@ -628,13 +737,8 @@ def match_boxes(
         _logger.warning(
             "%d inverted box(es) (x2 < x1 or y2 < y1): counted as incorrect", inverted.sum()
         )
-    geom = collapse_inverted(boxes)
-    at_iou = match_table(geom, gt, iou_threshold=iou)
-    loc = match_table(geom, gt, iou_threshold=loc_iou)
-    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
-    return boxes.with_columns(
-        at_iou["correct"],
-        at_iou["iou"],
-        at_iou["ignore"],
-        pl.Series("loc_iou", loc_target, dtype=pl.Float64),
+    at_iou, loc = _match_results(collapse_inverted(boxes), gt, (iou, loc_iou), max_dets=None)
+    loc_target = np.where(loc.correct, loc.iou, 0.0)
+    return _with_match(boxes, at_iou).with_columns(
+        pl.Series("loc_iou", loc_target, dtype=pl.Float64)
     )

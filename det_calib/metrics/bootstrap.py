@@ -59,8 +59,8 @@ from det_calib.validation import as_1d, check_positive_int
 
 __all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "weighted_core"]
 
-#: A batch statistic: ``(r, n_img)`` int64 draw counts of ``r`` replicates (row ``b``: how often
-#: each image is drawn in replicate ``b``) -> ``(r,)`` float64 values of the statistic.
+#: A batch statistic: ``(r, n_img)`` float64 draw counts of ``r`` replicates (row ``b``: how often
+#: each image is drawn in replicate ``b``; whole numbers) -> ``(r,)`` float64 values of the statistic.
 Batch = Callable[[np.ndarray], np.ndarray]
 
 # drawn image indices held in memory at once (8 MiB of int64)
@@ -89,7 +89,9 @@ def _per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> 
     """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image."""
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        return np.array([weighted(m[img]) for m in mult.astype(np.float64)], dtype=np.float64)
+        return np.array(
+            [weighted(m[img]) for m in np.asarray(mult, dtype=np.float64)], dtype=np.float64
+        )
 
     return batch
 
@@ -164,7 +166,9 @@ def _replicates(
             inner = functools.partial(statistic, *arrays)
             batch = _per_replicate(lambda w: inner(weights=w), img)
     if batch is not None:
-        blocks = seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK)
+        blocks = seeded_multiplicities(
+            seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK, dtype=np.float64
+        )
         return np.concatenate([batch(mult) for mult in blocks])
     stats = np.empty(n_boot)
     order = np.argsort(img, kind="stable")

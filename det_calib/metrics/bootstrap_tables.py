@@ -112,27 +112,30 @@ _cache: dict[tuple, list[np.ndarray]] = {}
 
 
 def seeded_multiplicities(
-    seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int
+    seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int, dtype=np.int64
 ) -> Iterable[np.ndarray]:
     """The draw-count blocks of ``draw(np.random.default_rng(seed), n_img, n_boot)``
     (:func:`det_calib.metrics.calibration._multiplicities`, whose blocks ``chunk`` sizes), the last
     ones kept: a run bootstraps the same images with the same seed several times (raw and calibrated
     scores, ECE and LaECE, each size bin's and class's images in turn), and the draws depend on nothing
     else, so they are drawn once. Kept compact (uint8 where every count is below 256, as at any
-    realistic image count) and given back as the int64 blocks ``draw`` gives, one at a time."""
+    realistic image count) and given back as the blocks ``draw`` gives, one at a time, in ``dtype``
+    (the same counts: float64 for a batch statistic, whose products take them so, converted once)."""
     key = (int(seed), int(n_img), int(n_boot), int(chunk), draw)
     hit = _cache.pop(key, None)
     if hit is None:
         if n_img * n_boot > _CACHE_BYTES:  # not even one byte a count fits
-            return draw(np.random.default_rng(seed), n_img, n_boot)
+            return (
+                np.asarray(b, dtype=dtype) for b in draw(np.random.default_rng(seed), n_img, n_boot)
+            )
         hit = [_compact(b) for b in draw(np.random.default_rng(seed), n_img, n_boot)]
         size = sum(b.nbytes for b in hit)
         if size > _CACHE_BYTES:
-            return (b.astype(np.int64) for b in hit)
+            return (b.astype(dtype) for b in hit)
         while _cache and size + sum(b.nbytes for v in _cache.values() for b in v) > _CACHE_BYTES:
             _cache.pop(next(iter(_cache)))  # the least recently used first
     _cache[key] = hit  # the most recently used last
-    return (b.astype(np.int64) for b in hit)
+    return (b.astype(dtype) for b in hit)
 
 
 def _compact(block: np.ndarray) -> np.ndarray:

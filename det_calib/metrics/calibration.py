@@ -334,7 +334,7 @@ def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bin
     table = np.concatenate(per, axis=1)  # one product for the three tables
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        sums = mult.astype(np.float64) @ table
+        sums = np.asarray(mult, dtype=np.float64) @ table
         count, s_conf, s_tgt = sums[:, :n_bins], sums[:, n_bins : 2 * n_bins], sums[:, 2 * n_bins :]
         total = count.sum(axis=1)
         empty = count <= 0

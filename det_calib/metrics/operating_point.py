@@ -118,11 +118,14 @@ def kept_ece_floor(
     # draws in blocks of at most ~4M labels (32 MiB): the same stream of uniforms as one (n_draws, n)
     # call, and the per-bin label counts are exact integers, so the result does not depend on the block
     rows = max(1, (1 << 22) // c.size)
+    # the label counts in float32 where every count is below 2**24 (exact, as in float64: whole
+    # numbers summed), half the bytes to convert and multiply
+    exact = np.float32 if c.size < 1 << 24 else np.float64
+    hot = onehot.astype(exact)
     vals = np.concatenate(
         [
             np.abs(
-                (rng.random((min(rows, int(n_draws) - start), c.size)) < c).astype(np.float64)
-                @ onehot
+                ((rng.random((min(rows, int(n_draws) - start), c.size)) < c).astype(exact) @ hot)
                 - s_conf
             ).sum(axis=1)
             / c.size

@@ -436,10 +436,12 @@ def _candidate_conf(c: CandidateRecord, hb: HeadBoxes) -> np.ndarray | None:
 
 
 def _class_table(run: Run, h: str, scored: list[CandidateRecord], low: float) -> Table:
-    classes = sorted({int(k) for c in scored for k in c.eval_figures.class_kept_ece})
+    # each candidate's figures decoded once, not once a class
+    kept = [c.eval_figures.class_kept_ece for c in scored]
+    classes = sorted({int(k) for per_class in kept for k in per_class})
     rows = []
     for k in classes:
-        vals = [c.eval_figures.class_kept_ece.get(str(k)) for c in scored]
+        vals = [per_class.get(str(k)) for per_class in kept]
         rows.append([run.class_name(k)] + [f4(v) for v in vals])
     return Table(
         ["Class"] + [c.name for c in scored],

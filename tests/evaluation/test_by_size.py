@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from det_calib.calibrators.size import SizePlattScaler
+from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.codec import decode
 from det_calib.data.box_view import BoxView
 from det_calib.evaluation.by_size import size_figures
@@ -167,3 +168,21 @@ def test_the_records_round_trip():
 
     with pytest.raises(InputError, match=r"by_size\.nms\[0\]\.ece_after"):
         decode(list[SizeFigures], [{**figs[0].to_dict(), "ece_after": "x"}], "by_size.nms")
+
+
+def test_operating_points_score_the_same_scores_once_with_the_same_figures():
+    """OperatingPoints keeps the figures of scores it has scored (a run asks for the raw and the deployed
+    scores twice): scores equal bit for bit (a view scored again by the same map) get the same figures as
+    a fresh evaluator's; other scores, and the same scores without intervals, are scored anew."""
+    view, gt = _scene(seed=2)
+    cal = TemperatureScaler(kind="sigmoid").fit(view.logit, view.correct)
+    kw = dict(conf=(0.25, 0.5), ece_bins=15, laece_bins=25, n_boot=30, seed=0)
+    op = OperatingPoints(view, gt, **kw)
+    raw, scaled = op.operating(view), op.operating(view.scored(cal))
+    assert raw != scaled  # the temperature moves the kept sets' figures
+    assert op.operating(view.scored(cal)) == scaled  # a new view, the same scores
+    assert op.operating(view.scored(None)) == raw
+    for v, figs in ((view, raw), (view.scored(cal), scaled)):  # a fresh evaluator's figures
+        assert OperatingPoints(view, gt, **kw).operating(v) == figs
+    bare = op.operating(view, intervals=False)
+    assert all(f.ece_ci is None for f in bare) and [f.ece for f in bare] == [f.ece for f in raw]

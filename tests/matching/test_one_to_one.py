@@ -738,3 +738,43 @@ def test_non_integer_gt_image_is_named():
 def test_a_single_nan_score_is_refused():
     with pytest.raises(InputError, match="`det_score` to hold no nan"):
         match_detections([0], [[0, 0, 1, 1]], [0], [np.nan], [0], [[0, 0, 1, 1]], [0])
+
+
+def test_match_boxes_pairs_once_for_both_thresholds_as_two_separate_matchings():
+    """match_boxes builds the pairs and their IoUs once for ``iou`` and ``loc_iou``; each threshold's
+    labels are those of its own match_table (random crowded scenes: ties, crowd GT, several rounds)."""
+    rng = np.random.default_rng(11)
+    n, m = 3000, 400
+    g_xy = rng.uniform(0, 200, size=(m, 2))
+    gt = pl.DataFrame(
+        {
+            "image_id": rng.integers(0, 20, m),
+            "cls": rng.integers(0, 3, m),
+            "x1": g_xy[:, 0],
+            "y1": g_xy[:, 1],
+            "x2": g_xy[:, 0] + rng.uniform(5, 60, m),
+            "y2": g_xy[:, 1] + rng.uniform(5, 60, m),
+            "crowd": rng.uniform(size=m) < 0.05,
+        }
+    )
+    src = rng.integers(0, m, n)  # each detection near a GT box, a few on other images/classes
+    jitter = rng.normal(0, 6, size=(n, 4))
+    boxes = pl.DataFrame(
+        {
+            "image_id": gt["image_id"].to_numpy()[src],
+            "cls": np.where(rng.uniform(size=n) < 0.9, gt["cls"].to_numpy()[src], 0),
+            "conf": np.round(rng.uniform(size=n), 2),  # many ties
+            **{
+                c: gt[c].to_numpy()[src] + jitter[:, j]
+                for j, c in enumerate(("x1", "y1", "x2", "y2"))
+            },
+        }
+    )
+    out = match_boxes(boxes, gt, iou=0.5, loc_iou=0.1)
+    geom = collapse_inverted(boxes)  # match_boxes' inverted-box policy
+    at, loc = match_table(geom, gt, iou_threshold=0.5), match_table(geom, gt, iou_threshold=0.1)
+    for col in ("correct", "iou", "ignore"):
+        assert out[col].equals(at[col])
+    loc_target = np.where(loc["correct"].to_numpy(), loc["iou"].to_numpy(), 0.0)
+    assert np.array_equal(out["loc_iou"].to_numpy(), loc_target)
+    assert 0 < out["correct"].sum() < loc["correct"].sum() < n  # the thresholds differ here
