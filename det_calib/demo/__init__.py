@@ -27,18 +27,15 @@ from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks import TASKS
 
 _EXPORTS = {
-    "write_coco_shaped": "coco_shaped",
     "Rendered": "shapes",
     "render_image": "shapes",
     "render_with_owners": "shapes",
-    "CORRUPTIONS": "shifts",
     "task_data_yaml": "task_labels",
     "write_task_split": "task_labels",
 }
 
 __all__ = [
     "CLASS_NAMES",
-    "CORRUPTIONS",
     "GENERATOR_VERSION",
     "Rendered",
     "SPLIT_SIZES",
@@ -48,14 +45,11 @@ __all__ = [
     "demo_data_yaml",
     "demo_model",
     "demo_task_model",
-    "fixture_data_yaml",
-    "generate",
     "model_figures",
     "render_image",
     "render_with_owners",
     "shifted_data_yaml",
     "task_data_yaml",
-    "write_coco_shaped",
     "write_task_split",
 ]
 

@@ -8,14 +8,12 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "size_figures": "by_size",
     "engine_label": "coco_engine",
-    "table_maps": "coco_engine",
     "DECE_BINS": "figures",
     "EvalSettings": "figures",
     "before_after": "figures",
     "evaluate_head": "figures",
     "operating_points": "figures",
     "head_floor_gap": "floor_gap",
-    "outlier_images": "floor_gap",
     "precision_recall_vs_conf": "kept_set",
     "threshold_shift": "kept_set",
     "MAP_ENGINES": "map_check",
@@ -28,7 +26,6 @@ _EXPORTS = {
     "ultralytics_val_heads": "map_check",
     "OperatingPoints": "operating",
     "iou_target": "operating",
-    "laece0_targets": "operating",
 }
 
 __all__ = [
@@ -46,13 +43,10 @@ __all__ = [
     "evaluate_head",
     "head_floor_gap",
     "iou_target",
-    "laece0_targets",
     "map_check",
     "operating_points",
-    "outlier_images",
     "precision_recall_vs_conf",
     "size_figures",
-    "table_maps",
     "threshold_shift",
     "ultralytics_val",
     "ultralytics_val_heads",

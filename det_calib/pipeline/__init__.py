@@ -9,7 +9,6 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "calibrate": "calibrate_job",
     "choice_words": "fitting",
-    "choose_calibrator": "fitting",
     "fit_head": "fitting",
     "temperature_of_boxes": "fitting",
     "calibrate_head": "head_steps",
@@ -24,7 +23,6 @@ __all__ = [
     "calibrate",
     "calibrate_head",
     "choice_words",
-    "choose_calibrator",
     "evaluate",
     "fit_head",
     "gt_per_class",
