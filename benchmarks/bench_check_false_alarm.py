@@ -88,7 +88,7 @@ def _gt(sp) -> tuple[np.ndarray, list[np.ndarray]]:
 def fresh_source(run_dir: Path, seed: int, work: Path, n: int, model: Path | None = None) -> Source:
     """The demo's test split rendered with ``seed`` (``n`` images), captured by the run's detector
     and matched as ``check`` does; cached under ``work``."""
-    from det_calib.check import new_boxes
+    from det_calib.check.run_check import new_boxes
 
     root = work / f"seed{seed}"
     yml = root / "data.yaml"
@@ -367,7 +367,7 @@ def crowded_rows(named: list[tuple[str, Source]], head: str, conf: float) -> str
 def shifted_source(run_dir: Path, kind: str, severity: int, model: Path | None) -> Source:
     """The demo's test split under a corruption (:func:`det_calib.demo.shifted_data_yaml`), captured as
     ``check`` captures."""
-    from det_calib.check import new_boxes
+    from det_calib.check.run_check import new_boxes
     from det_calib.demo import shifted_data_yaml
 
     _, sp, tables = new_boxes(run_dir, shifted_data_yaml(kind, severity), "test", model=model)

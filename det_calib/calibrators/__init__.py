@@ -16,7 +16,6 @@ _EXPORTS = {
     "log_area": "base",
     "check_classes": "fit_support",
     "group_folds": "fit_support",
-    "Identity": "identity",
     "TARGETS": "registry",
     "calibrator_from_dict": "registry",
     "excluded_methods": "registry",
@@ -38,7 +37,6 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Identity",
     "LogitCalibrator",
     "MIN_REL_AREA",
     "MULTICLASS_METHODS",

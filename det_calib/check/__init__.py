@@ -5,19 +5,15 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "CHANGED": "check_record",
     "EXIT_CODES": "check_record",
     "MIN_IMAGES": "check_record",
     "check_run": "run_check",
-    "new_boxes": "run_check",
 }
 
 __all__ = [
-    "CHANGED",
     "EXIT_CODES",
     "MIN_IMAGES",
     "check_run",
-    "new_boxes",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -24,13 +24,11 @@ _EXPORTS = {
     "capture_fused": "ensemble_model",
     "load_ensemble": "ensemble_model",
     "weighted_boxes_fusion": "fusion",
-    "Z_SIMPLER": "fusion_choice",
     "FusionSettings": "fusion_settings",
 }
 
 __all__ = [
     "FusionSettings",
-    "Z_SIMPLER",
     "capture_fused",
     "capture_workers",
     "ensemble",

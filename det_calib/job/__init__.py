@@ -31,7 +31,6 @@ _EXPORTS = {
     "write_run_boxes": "reuse",
     "SETTINGS_FIELDS": "settings",
     "Settings": "settings",
-    "fit_floors": "settings",
     "opt": "settings",
     "settings_of": "settings",
 }
@@ -49,7 +48,6 @@ __all__ = [
     "detections_inputs",
     "detections_outputs",
     "detections_source",
-    "fit_floors",
     "load_splits",
     "opt",
     "output_folder",
