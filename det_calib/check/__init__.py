@@ -6,13 +6,11 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "EXIT_CODES": "check_record",
-    "MIN_IMAGES": "check_record",
     "check_run": "run_check",
 }
 
 __all__ = [
     "EXIT_CODES",
-    "MIN_IMAGES",
     "check_run",
 ]
 

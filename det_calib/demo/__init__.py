@@ -26,19 +26,9 @@ from det_calib.lazy import lazy_exports
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks import TASKS
 
-_EXPORTS = {
-    "Rendered": "shapes",
-    "render_image": "shapes",
-    "render_with_owners": "shapes",
-    "task_data_yaml": "task_labels",
-    "write_task_split": "task_labels",
-}
+_EXPORTS = {}
 
 __all__ = [
-    "CLASS_NAMES",
-    "GENERATOR_VERSION",
-    "Rendered",
-    "SPLIT_SIZES",
     "cache_dir",
     "default_data_of",
     "demo_classify_model",
@@ -46,11 +36,7 @@ __all__ = [
     "demo_model",
     "demo_task_model",
     "model_figures",
-    "render_image",
-    "render_with_owners",
     "shifted_data_yaml",
-    "task_data_yaml",
-    "write_task_split",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
