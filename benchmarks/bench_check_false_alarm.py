@@ -43,18 +43,18 @@ import numpy as np
 import polars as pl
 
 from det_calib.check.check_record import CHANGED, DRIFTED, SHIFTED
+from det_calib.check.drift_tests import (
+    CROWDED_FACTOR,
+    CROWDED_MIN_BOXES,
+    citl_change,
+    crowded_images,
+)
 from det_calib.check.verdicts import QUESTIONS, labelled_checks, shift_check
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo import cache_dir
 from det_calib.demo.shapes import CLASS_NAMES, generate
 from det_calib.job.settings import Settings
-from det_calib.metrics.drift_tests import (
-    CROWDED_FACTOR,
-    CROWDED_MIN_BOXES,
-    citl_change,
-    crowded_images,
-)
 from det_calib.pipeline.fitting import fit_head
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import load_run
@@ -344,7 +344,7 @@ def split_case(
 
 
 def crowded_rows(named: list[tuple[str, Source]], head: str, conf: float) -> str:
-    """Per labelled split: its crowded images (:func:`~det_calib.metrics.drift_tests.crowded_images`), their
+    """Per labelled split: its crowded images (:func:`~det_calib.check.drift_tests.crowded_images`), their
     kept boxes, and correct / expected in them and outside them (boxes kept at ``conf``, ``head``)."""
     out = (
         "| images | crowded images | their kept boxes | boxes in them | correct / expected in them "
