@@ -51,7 +51,6 @@ __all__ = [
     "load_splits",
     "opt",
     "output_folder",
-    "preflight",
     "quick_exit",
     "read_check_detections",
     "reset",
