@@ -36,8 +36,8 @@ from det_calib.job import clock
 from det_calib.job.process_tuning import quick_exit, tune_process
 from det_calib.job.settings import SETTINGS_FIELDS, Settings
 from det_calib.pipeline.calibrate_job import calibrate
-from det_calib.pipeline.summary import summary_text
 from det_calib.record.run_result import package_version, read_calibrators
+from det_calib.report.text_summary import summary_text
 from det_calib.tasks import TASKS
 from det_calib.tasks.contract import RUN_PARTS
 from det_calib.thresholds.class_sets import check_class_logits, run_class_sets

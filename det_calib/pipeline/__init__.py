@@ -15,7 +15,6 @@ _EXPORTS = {
     "evaluate": "head_steps",
     "gt_per_class": "outputs",
     "write_run_outputs": "outputs",
-    "summary_text": "summary",
     "val_not_run": "ultralytics_checks",
 }
 
@@ -26,7 +25,6 @@ __all__ = [
     "evaluate",
     "fit_head",
     "gt_per_class",
-    "summary_text",
     "temperature_of_boxes",
     "val_not_run",
     "write_run_outputs",

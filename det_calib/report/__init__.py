@@ -6,6 +6,7 @@
 
 - :mod:`~det_calib.report.run_report` — the report of one run (``write_report``)
 - :mod:`~det_calib.report.compare` — two or more runs (or heads) side by side (``compare_runs``)
+- :mod:`~det_calib.report.text_summary` — a run's summary in plain text (``summary_text``; ``summary.txt``)
 - :mod:`~det_calib.report.sections` — ``SECTIONS``, every section of both pages in order, and ``build_page``
 - :mod:`~det_calib.report.context` — ``ReportContext``, what every section reads (the heads, or the compared runs)
 - :mod:`~det_calib.report.page` — ``Page``, the page builder (blocks, figures, atomic writing)
@@ -44,14 +45,11 @@ _EXPORTS = {
     "per_class_grid": "plots",
     "reliability_figure": "plots",
     "threshold_figure": "plots",
-    "floor_gap_words": "record_words",
-    "left_words": "record_words",
-    "operating_point_worse": "record_words",
-    "temperature_verdict": "record_words",
-    "temperature_words": "record_words",
     "draft_report": "run_report",
     "write_report": "run_report",
     "bin_label": "size_section",
+    "summary_text": "text_summary",
+    "write_summary_text": "text_summary",
 }
 
 __all__ = [
@@ -71,23 +69,20 @@ __all__ = [
     "f4",
     "fci",
     "fint",
-    "floor_gap_words",
-    "left_words",
     "num",
-    "operating_point_worse",
     "per_class_grid",
     "reliability_figure",
     "shift_sentence",
-    "temperature_verdict",
-    "temperature_words",
+    "summary_text",
     "threshold_figure",
     "thresholds_section",
     "verdict_sentence",
     "where_sentence",
     "write_report",
+    "write_summary_text",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-# lazy: a command that writes no report (and run/summary, which reads record_words) loads no matplotlib
+# lazy: a command that writes no report (and text_summary, which reads record_words) loads no matplotlib

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.pipeline.summary import summary_text
+from det_calib.report.text_summary import summary_text
 from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.tasks.pose.labels import load_pose_split
