@@ -758,7 +758,7 @@ def _demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": _calibrate,
     "capture": _capture,
     "apply": _apply,
@@ -841,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore", PendingDeprecationWarning)
         logging.captureWarnings(True)
         try:
-            return COMMANDS[args.command](args)
+            return _COMMANDS[args.command](args)
         except DetCalibError as e:
             print(f"det-calib: error: {_error_line(e)}", file=sys.stderr)
             return 2
