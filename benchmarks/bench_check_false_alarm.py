@@ -5,7 +5,7 @@ label-free (``--images``: the output-shift verdict), every head of the run:
 
 - **fresh renders**: the demo generator's test split rendered with other seeds (``--seeds``, 400
   images each; same generator, same distribution as the run's eval split), captured once by the
-  run's detector as ``check`` captures (:func:`det_calib.check.new_boxes`); each repetition draws
+  run's detector as ``check`` captures (:func:`det_calib.check.run_check.new_boxes`); each repetition draws
   as many images as the run's eval split from that pool and checks them against the run. The run's
   eval split is the same in every repetition: this is the rate for that run.
 - **random three-way splits**: a pool of labelled images (the run's own fit and eval splits, from
