@@ -5,7 +5,7 @@ label-free (``--images``: the output-shift verdict), every head of the run:
 
 - **fresh renders**: the demo generator's test split rendered with other seeds (``--seeds``, 400
   images each; same generator, same distribution as the run's eval split), captured once by the
-  run's detector as ``check`` captures (:func:`det_calib.check.new_boxes`); each repetition draws
+  run's detector as ``check`` captures (:func:`det_calib.check.run_check.new_boxes`); each repetition draws
   as many images as the run's eval split from that pool and checks them against the run. The run's
   eval split is the same in every repetition: this is the rate for that run.
 - **random three-way splits**: a pool of labelled images (the run's own fit and eval splits, from
@@ -43,18 +43,18 @@ import numpy as np
 import polars as pl
 
 from det_calib.check.check_record import CHANGED, DRIFTED, SHIFTED
+from det_calib.check.drift_tests import (
+    CROWDED_FACTOR,
+    CROWDED_MIN_BOXES,
+    citl_change,
+    crowded_images,
+)
 from det_calib.check.verdicts import QUESTIONS, labelled_checks, shift_check
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo import cache_dir
 from det_calib.demo.shapes import CLASS_NAMES, generate
 from det_calib.job.settings import Settings
-from det_calib.metrics.drift_tests import (
-    CROWDED_FACTOR,
-    CROWDED_MIN_BOXES,
-    citl_change,
-    crowded_images,
-)
 from det_calib.pipeline.fitting import fit_head
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import load_run
@@ -88,7 +88,7 @@ def _gt(sp) -> tuple[np.ndarray, list[np.ndarray]]:
 def fresh_source(run_dir: Path, seed: int, work: Path, n: int, model: Path | None = None) -> Source:
     """The demo's test split rendered with ``seed`` (``n`` images), captured by the run's detector
     and matched as ``check`` does; cached under ``work``."""
-    from det_calib.check import new_boxes
+    from det_calib.check.run_check import new_boxes
 
     root = work / f"seed{seed}"
     yml = root / "data.yaml"
@@ -344,7 +344,7 @@ def split_case(
 
 
 def crowded_rows(named: list[tuple[str, Source]], head: str, conf: float) -> str:
-    """Per labelled split: its crowded images (:func:`~det_calib.metrics.drift_tests.crowded_images`), their
+    """Per labelled split: its crowded images (:func:`~det_calib.check.drift_tests.crowded_images`), their
     kept boxes, and correct / expected in them and outside them (boxes kept at ``conf``, ``head``)."""
     out = (
         "| images | crowded images | their kept boxes | boxes in them | correct / expected in them "
@@ -367,7 +367,7 @@ def crowded_rows(named: list[tuple[str, Source]], head: str, conf: float) -> str
 def shifted_source(run_dir: Path, kind: str, severity: int, model: Path | None) -> Source:
     """The demo's test split under a corruption (:func:`det_calib.demo.shifted_data_yaml`), captured as
     ``check`` captures."""
-    from det_calib.check import new_boxes
+    from det_calib.check.run_check import new_boxes
     from det_calib.demo import shifted_data_yaml
 
     _, sp, tables = new_boxes(run_dir, shifted_data_yaml(kind, severity), "test", model=model)

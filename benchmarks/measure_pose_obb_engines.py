@@ -119,8 +119,8 @@ def _capture_parity(export: Path, task: str, images: list[Path]) -> dict:
     import polars as pl
     from ultralytics import YOLO
 
-    from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import ExportCapturer, logit_of_prob
+    from det_calib.deploy.export_layout import score_layout
 
     cap = ExportCapturer(export)
     per_anchor = not cap.info.rows
@@ -161,9 +161,9 @@ def _maxabs(a: np.ndarray, b: np.ndarray) -> float:
 def _calibrated_parity(export: Path, task: str, images: list[Path], cal, folder: Path) -> dict:
     from ultralytics import YOLO
 
-    from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import logit_of_prob, read_export
     from det_calib.deploy.calibrated_export import write_calibrated_export
+    from det_calib.deploy.export_layout import score_layout
 
     info = read_export(export)
     out = write_calibrated_export(

@@ -29,10 +29,10 @@ import polars as pl
 from det_calib.calibrators.base import calibrated_logits
 from det_calib.calibrators.identity import Identity
 from det_calib.calibrators.registry import calibrator_from_dict
+from det_calib.check import drift_tests as drift
 from det_calib.demo import demo_data_yaml, shifted_data_yaml
 from det_calib.demo.shifts import CORRUPTIONS
 from det_calib.evaluation.map_check import coco_map
-from det_calib.metrics import drift_tests as drift
 from det_calib.metrics.operating_point import kept_ece, kept_ece_floor
 from det_calib.numeric import sigmoid
 from det_calib.record.calibrator_record import calibrator_of

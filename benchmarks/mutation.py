@@ -97,8 +97,8 @@ TESTS: dict[str, list[str]] = {
     ],
     "ensemble/fusion": ["tests/ensemble/test_fusion.py"],
     # the tests of the statistical tests (the rest of check/test_run_check.py runs `det-calib check` on the demo)
-    "metrics/drift_tests": [
-        "tests/metrics/test_drift_tests.py",
+    "check/drift_tests": [
+        "tests/check/test_drift_tests.py",
         "tests/check/test_run_check.py::test_p_values_match_scipy",
         "tests/check/test_run_check.py::test_calibration_in_the_large_false_alarm_and_power",
         "tests/check/test_run_check.py::test_clustered_images_do_not_read_as_drift",
@@ -117,7 +117,7 @@ TESTS: dict[str, list[str]] = {
 DEFAULT = [
     "evaluation/coco_engine",
     "ensemble/fusion",
-    "metrics/drift_tests",
+    "check/drift_tests",
     "deploy/calibrated_export",
     "calibrators/spline",
     "calibrators/isotonic",

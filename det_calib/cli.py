@@ -36,8 +36,8 @@ from det_calib.job import clock
 from det_calib.job.process_tuning import quick_exit, tune_process
 from det_calib.job.settings import SETTINGS_FIELDS, Settings
 from det_calib.pipeline.calibrate_job import calibrate
-from det_calib.pipeline.summary import summary_text
 from det_calib.record.run_result import package_version, read_calibrators
+from det_calib.report.text_summary import summary_text
 from det_calib.tasks import TASKS
 from det_calib.tasks.contract import RUN_PARTS
 from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
@@ -758,7 +758,7 @@ def _demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": _calibrate,
     "capture": _capture,
     "apply": _apply,
@@ -841,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore", PendingDeprecationWarning)
         logging.captureWarnings(True)
         try:
-            return COMMANDS[args.command](args)
+            return _COMMANDS[args.command](args)
         except DetCalibError as e:
             print(f"det-calib: error: {_error_line(e)}", file=sys.stderr)
             return 2

@@ -722,16 +722,21 @@ def test_one_name_one_meaning():
 
 # --- a small, visible surface -------------------------------------------------------------------
 # A folder of det_calib (a subpackage) exposes its public API in its __init__.py's ``__all__``; a module
-# outside the folder (another folder, a top-level module, benchmarks, datasets scripts) imports from it
-# only names in that ``__all__``. A top-level name no other module uses has a leading underscore. The
-# public names are the folders' ``__all__`` plus the top-level modules' public names.
+# outside the folder (another folder, a top-level module, the datasets' scripts) imports from it only
+# names in that ``__all__`` (the tests and benchmarks may reach a folder's internals: they test and
+# time them; how many such imports they hold is a ratchet). A task's part (a module of a task's folder
+# named for a layer, `tasks/pose/report_panel.py`) is that layer's own code: it reads the layer's
+# internals as the layer's other modules do. A top-level name no other module uses
+# has a leading underscore. The public names are the folders' ``__all__`` plus the top-level modules'
+# public names.
 
 #: Ratchets (only down): measured when the rule came in (issue 53: 1,225 top-level names without an
 #: underscore and 243 function-level imports of det_calib's own modules before; the goals are 300 and 20).
-MAX_PUBLIC_NAMES = 527
+MAX_PUBLIC_NAMES = 415
 MAX_FUNCTION_LEVEL_OWN_IMPORTS = 15
-#: Test imports of a folder's name outside its ``__all__`` (tests may reach internals: they test them).
-MAX_TEST_IMPORTS_PAST_ALL = 160
+#: Test and benchmark imports of a folder's name outside its ``__all__`` (they may reach internals:
+#: they test and time them).
+MAX_TEST_IMPORTS_PAST_ALL = 407
 
 FOLDERS = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name == "__init__.py")
 
@@ -809,8 +814,12 @@ def _past_all(paths, outside_only: bool = True) -> list[str]:
         rel = path.relative_to(ROOT)
         module = next((m for m, p in MODULES.items() if p == path), None)
         for folder, name, line in _names_taken(path, module):
-            if outside_only and module and _folder_of(module) == folder:
-                continue
+            if (
+                outside_only
+                and module
+                and folder in (_folder_of(module), _folder_of(_as_layer(module)))
+            ):
+                continue  # (a task's part is its layer's own code: `tasks/pose/report_panel.py`)
             if name.startswith("_") and not module:
                 continue  # a benchmark timing an internal (counted with the tests' reach below)
             if name not in alls[folder]:
@@ -818,20 +827,20 @@ def _past_all(paths, outside_only: bool = True) -> list[str]:
     return sorted(set(out))
 
 
-def _outside_files() -> list[Path]:
+def _outside_files(benchmarks: bool = True) -> list[Path]:
     return [
         *sorted(PKG.rglob("*.py")),
-        *sorted((ROOT / "benchmarks").rglob("*.py")),
+        *(sorted((ROOT / "benchmarks").rglob("*.py")) if benchmarks else []),
         *sorted((ROOT / "datasets").rglob("*.py")),
     ]
 
 
 def test_other_packages_import_only_names_in_a_packages_all():
     """Outside a folder, only the names its ``__all__`` lists are imported from it (det_calib's other
-    folders and top-level modules, benchmarks, the datasets' scripts; a name a module imports from
-    elsewhere is charged to where it is defined); no module of det_calib imports another module's
-    underscore name."""
-    past = _past_all(_outside_files())
+    folders and top-level modules, the datasets' scripts; a name a module imports from elsewhere is
+    charged to where it is defined); no module of det_calib imports another module's underscore
+    name."""
+    past = _past_all(_outside_files(benchmarks=False))
     assert not past, "add to the folder's __all__ or keep inside the folder:\n" + "\n".join(past)
     private = sorted(
         f"{p.relative_to(ROOT)}: {node.module}.{a.name}"
@@ -995,6 +1004,11 @@ def test_a_name_no_other_module_uses_is_private():
 
 
 def test_imports_past_all_in_the_tests_are_counted():
-    """Tests may import a folder's internals (they test them); how many do is a ratchet."""
-    found = _past_all(sorted((ROOT / "tests").rglob("*.py")), outside_only=False)
+    """Tests and benchmarks may import a folder's internals (they test and time them); how many do is
+    a ratchet."""
+    scripts = [
+        *sorted((ROOT / "tests").rglob("*.py")),
+        *sorted((ROOT / "benchmarks").rglob("*.py")),
+    ]
+    found = _past_all(scripts, outside_only=False)
     assert len(found) <= MAX_TEST_IMPORTS_PAST_ALL, len(found)

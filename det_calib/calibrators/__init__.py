@@ -12,12 +12,10 @@ _EXPORTS = {
     "LogitCalibrator": "base",
     "MIN_REL_AREA": "base",
     "box_kwargs": "base",
-    "calibrated_logits": "base",
     "equivalent_conf": "base",
     "log_area": "base",
     "check_classes": "fit_support",
     "group_folds": "fit_support",
-    "Identity": "identity",
     "TARGETS": "registry",
     "calibrator_from_dict": "registry",
     "excluded_methods": "registry",
@@ -39,7 +37,6 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Identity",
     "LogitCalibrator",
     "MIN_REL_AREA",
     "MULTICLASS_METHODS",
@@ -47,7 +44,6 @@ __all__ = [
     "TARGETS",
     "TemperatureScaler",
     "box_kwargs",
-    "calibrated_logits",
     "calibrator_from_dict",
     "check_classes",
     "equivalent_conf",

@@ -17,7 +17,7 @@ predictor of its task (``DetectionPredictor``, ``SegmentationPredictor``, ``Pose
 ``OBBPredictor``: ``AutoBackend`` loading, letterbox, NMS or top-k rows) and returns the same box
 table as :class:`det_calib.capture.predictor.Capturer` (a pose or OBB model's ``kpts`` / ``xywhr``
 column included), so matching, fitting, selection, metrics, thresholds and the report work unchanged.
-:mod:`det_calib.capture.export_layout` says where an export's output holds the class scores.
+:mod:`det_calib.deploy.export_layout` says where an export's output holds the class scores.
 :func:`make_capturer` picks the right one for a model path; an ensemble member that is an export opens
 an :class:`ExportCapturer` and calls its :meth:`ExportCapturer.predict_image` per image
 (``{head: (xyxy, conf, cls, logit)}``).
@@ -161,7 +161,7 @@ class ExportInfo:
         dynamic: Exported with dynamic input shapes.
         batch: Its batch size.
         task: ``"detect"``; ``"segment"``, ``"pose"`` or ``"obb"``: the task's extra channels follow the class
-            scores (:mod:`det_calib.capture.export_layout`; a segment model's prototype masks are a second output).
+            scores (:mod:`det_calib.deploy.export_layout`; a segment model's prototype masks are a second output).
         payload_shape: The shape of each box's payload (a pose model's ``(K, ndim)``, its metadata's
             ``kpt_shape``), else None.
     """

@@ -76,7 +76,7 @@ class CalibrationTests(Record):
     Hosmer–Lemeshow test over ``hl_groups`` equal-mass bins (null with fewer than 60 kept boxes);
     ``mean_conf_then``/``fraction_correct_then`` the same boxes' figures on the run's eval split.
     The verdict tests change against the run: ``gap``/``gap_then`` (fraction correct minus mean
-    conf) with ``change_z``/``change_p`` (:func:`det_calib.metrics.drift_tests.citl_change`), and the two-sample
+    conf) with ``change_z``/``change_p`` (:func:`det_calib.check.drift_tests.citl_change`), and the two-sample
     binned test ``binned_change_*`` over ``binned_change_bins`` bins (:func:`~.drift_tests.binned_change`),
     both outside the crowded images of either side (the images holding many boxes each, whose
     squared residuals would set the clustered variance alone); ``crowded_rate_p`` tests whether
@@ -113,7 +113,7 @@ class CalibrationTests(Record):
     """Tests in the Bonferroni family of the verdict (the change in the large, the binned change,
     the change of each class tested, the change in the rate of crowded images)."""
     crowded_images: int | None = None
-    """Crowded images of the new kept boxes (:func:`~det_calib.metrics.drift_tests.crowded_images`); the
+    """Crowded images of the new kept boxes (:func:`~det_calib.check.drift_tests.crowded_images`); the
     change tests (``gap``, ``change_*``, ``binned_change_*``, per class) run without them on both sides."""
     crowded_boxes: int | None = None
     crowded_observed: int | None = None
@@ -126,7 +126,7 @@ class CalibrationTests(Record):
     crowded_expected_then: float | None = None
     crowded_rate_p: float | None = None
     """Two-sided p-value of the change in the share of crowded images (exact conditional test,
-    :func:`~det_calib.metrics.drift_tests.count_change`); in the verdict's family when either side has one."""
+    :func:`~det_calib.check.drift_tests.count_change`); in the verdict's family when either side has one."""
     images_then: int | None = None
     images_new: int | None = None
     """Images of the run's eval split and of the new split (with or without a kept box)."""

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from det_calib.check.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES
 from det_calib.check.verdicts import question_level
 from det_calib.data.box_view import BoxView
-from det_calib.metrics.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import Run
 from det_calib.record.size_record import SizeFigures

@@ -6,11 +6,11 @@ default, exactly what ``calibrated.pt`` outputs), boxes are matched with the run
 the run's lowest conf threshold two questions get a verdict each:
 
 - **calibration**: calibration in the large of the kept boxes (:func:`~.drift_tests.calibration_in_the_large`),
-  a Hosmer–Lemeshow test over equal-mass bins of them (:func:`det_calib.metrics.drift_tests.hosmer_lemeshow`) and
+  a Hosmer–Lemeshow test over equal-mass bins of them (:func:`det_calib.check.drift_tests.hosmer_lemeshow`) and
   the same calibration in the large per class with enough kept boxes; Bonferroni over the family.
   ``holds``, ``drifted``, or ``not enough boxes to tell`` (fewer than ``min_boxes`` kept).
 - **detection quality**: precision and recall of the kept boxes against the run's eval split,
-  each a two-ratio z-test with image-clustered variances (:func:`det_calib.metrics.drift_tests.ratio_test`).
+  each a two-ratio z-test with image-clustered variances (:func:`det_calib.check.drift_tests.ratio_test`).
   ``holds`` or ``changed``.
 
 The kept-set ECE and LaECE_0 with their intervals and the ECE's sampling floor, mAP, and every
@@ -18,7 +18,7 @@ figure per class are reported beside the run's own eval figures.
 
 With unlabelled images (``images``): the kept boxes' score distribution, boxes kept per image and
 class mix against the run's eval split, by image-level permutation tests
-(:func:`det_calib.metrics.drift_tests.shift_tests`). Without labels a shift of the output can be detected, not
+(:func:`det_calib.check.drift_tests.shift_tests`). Without labels a shift of the output can be detected, not
 a miscalibration.
 
 :func:`check_run` does the job and writes ``check.json``, ``check.html``/``check.md`` and the

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from det_calib.check import drift_tests as drift
 from det_calib.check.check_record import (
     CHANGED,
     DRIFTED,
@@ -26,7 +27,6 @@ from det_calib.check.check_record import (
     ShiftTests,
 )
 from det_calib.data.box_view import BoxView
-from det_calib.metrics import drift_tests as drift
 from det_calib.metrics.calibration import ece
 from det_calib.report.common import f3, num
 
@@ -68,7 +68,7 @@ def _per_image(v: BoxView, n_img: int, *, correct: bool = False) -> np.ndarray:
 
 
 def _rest_and_crowded(view: BoxView, set_apart: bool = True) -> tuple[BoxView, np.ndarray]:
-    """The kept boxes outside the crowded images (:func:`~det_calib.metrics.drift_tests.crowded_images`),
+    """The kept boxes outside the crowded images (:func:`~det_calib.check.drift_tests.crowded_images`),
     and the crowded images' ids (most boxes first); ``set_apart`` False: every box, no crowded image."""
     ids = drift.crowded_images(view.image_id) if set_apart else np.zeros(0, np.int64)
     return (view.subset(~np.isin(view.image_id, ids)) if ids.size else view), ids
@@ -334,7 +334,7 @@ def _detection_verdict(d: DetectionTests, *, alpha: float) -> tuple[str, str]:
 def _ratio_figures(
     then_num: Any, then_den: Any, now_num: Any, now_den: Any
 ) -> tuple[float | None, float | None, float | None, float | None]:
-    """Both ratios, their z statistic and p-value (:func:`det_calib.metrics.drift_tests.ratio_test`), finite or None."""
+    """Both ratios, their z statistic and p-value (:func:`det_calib.check.drift_tests.ratio_test`), finite or None."""
     t = drift.ratio_test(then_num, then_den, now_num, now_den)
     return num(t.then), num(t.now), num(t.z), num(t.p_value)
 
@@ -589,7 +589,7 @@ def shift_check(
     seed: int,
 ) -> tuple[ShiftTests, str, str]:
     """The label-free tests of the kept boxes ``now`` (on ``n_img`` new images) against ``then`` (the
-    run's eval split, ``n_img_then`` images), :func:`~det_calib.metrics.drift_tests.shift_tests`, and
+    run's eval split, ``n_img_then`` images), :func:`~det_calib.check.drift_tests.shift_tests`, and
     their ``(tests, verdict, line)`` (Bonferroni over the tests defined)."""
     st = drift.shift_tests(
         then.conf,

@@ -28,6 +28,7 @@ _EXPORTS = {
     "usable_rows": "box_view",
     "with_calibrated": "box_view",
     "Dataset": "ground_truth",
+    "absolute": "ground_truth",
     "EVAL_HALF": "ground_truth",
     "FIT_HALF": "ground_truth",
     "GT_SCHEMA": "ground_truth",
@@ -45,12 +46,8 @@ _EXPORTS = {
     "load_split": "ground_truth",
     "read_label_file": "ground_truth",
     "MATCH_CHOICES": "matching_rule",
-    "MEASURE_WORDS": "matching_rule",
     "MatchBy": "matching_rule",
     "MatchingRule": "matching_rule",
-    "ValScan": "val_view",
-    "val_view_scan": "val_view",
-    "write_split_yaml": "val_view",
 }
 
 __all__ = [
@@ -71,13 +68,12 @@ __all__ = [
     "LABEL_TOLERANCE",
     "LOGITS_ROW",
     "MATCH_CHOICES",
-    "MEASURE_WORDS",
     "MatchBy",
     "MatchingRule",
     "PAYLOAD_SCHEMA",
     "SCHEMA",
     "Split",
-    "ValScan",
+    "absolute",
     "capture_schema",
     "check_class_names",
     "check_label_line",
@@ -94,11 +90,9 @@ __all__ = [
     "read_label_file",
     "usable_index",
     "usable_rows",
-    "val_view_scan",
     "validate_boxes",
     "with_calibrated",
     "write_boxes",
-    "write_split_yaml",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -26,37 +26,17 @@ from det_calib.lazy import lazy_exports
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks import TASKS
 
-_EXPORTS = {
-    "write_coco_shaped": "coco_shaped",
-    "Rendered": "shapes",
-    "render_image": "shapes",
-    "render_with_owners": "shapes",
-    "CORRUPTIONS": "shifts",
-    "task_data_yaml": "task_labels",
-    "write_task_split": "task_labels",
-}
+_EXPORTS = {}
 
 __all__ = [
-    "CLASS_NAMES",
-    "CORRUPTIONS",
-    "GENERATOR_VERSION",
-    "Rendered",
-    "SPLIT_SIZES",
     "cache_dir",
     "default_data_of",
     "demo_classify_model",
     "demo_data_yaml",
     "demo_model",
     "demo_task_model",
-    "fixture_data_yaml",
-    "generate",
     "model_figures",
-    "render_image",
-    "render_with_owners",
     "shifted_data_yaml",
-    "task_data_yaml",
-    "write_coco_shaped",
-    "write_task_split",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -24,8 +24,6 @@ _EXPORTS = {
     "raw_thresholds": "portable",
     "write_portable_outputs": "portable",
     "apply_calibrator": "posthoc",
-    "load_calibrators": "posthoc",
-    "reexport_calibrated": "reexport",
 }
 
 __all__ = [
@@ -38,11 +36,9 @@ __all__ = [
     "deployed_file",
     "detach",
     "hinge_layers",
-    "load_calibrators",
     "portable_head",
     "raw_thresholds",
     "read_calibration_metadata",
-    "reexport_calibrated",
     "run_equivalent_thresholds",
     "write_calibrated_checkpoint",
     "write_calibrated_export",

@@ -44,7 +44,6 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.export_layout import check_output_layout, score_layout
 from det_calib.capture.exported import (
     FORMAT_NAMES,
     GRAPH_FORMATS,
@@ -59,6 +58,7 @@ from det_calib.capture.exported import (
     score_step,
 )
 from det_calib.codec import Record, decode
+from det_calib.deploy.export_layout import check_output_layout, score_layout
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms

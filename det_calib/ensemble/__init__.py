@@ -21,23 +21,17 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "capture_workers": "ensemble_job",
     "ensemble": "ensemble_job",
-    "ensemble_head": "ensemble_job",
     "capture_fused": "ensemble_model",
     "load_ensemble": "ensemble_model",
-    "ENSEMBLE_BOXES_CONF_TYPE": "fusion",
     "weighted_boxes_fusion": "fusion",
-    "Z_SIMPLER": "fusion_choice",
     "FusionSettings": "fusion_settings",
 }
 
 __all__ = [
-    "ENSEMBLE_BOXES_CONF_TYPE",
     "FusionSettings",
-    "Z_SIMPLER",
     "capture_fused",
     "capture_workers",
     "ensemble",
-    "ensemble_head",
     "load_ensemble",
     "weighted_boxes_fusion",
 ]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from det_calib.pipeline.summary import summary_text
 from det_calib.record.ensemble_record import AUTO, EnsembleRecord, rule_words
 from det_calib.record.run_result import RunResult
+from det_calib.report.text_summary import summary_text
 
 __all__ = ["ensemble_lines"]
 

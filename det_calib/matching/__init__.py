@@ -8,7 +8,6 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "MatchResult": "one_to_one",
-    "box_iou": "one_to_one",
     "checked_scores": "one_to_one",
     "collapse_inverted": "one_to_one",
     "crowd_flags": "one_to_one",
@@ -22,7 +21,6 @@ _EXPORTS = {
 
 __all__ = [
     "MatchResult",
-    "box_iou",
     "checked_scores",
     "collapse_inverted",
     "crowd_flags",

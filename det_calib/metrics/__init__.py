@@ -1,5 +1,5 @@
 """Metrics: calibration metrics and bootstrap intervals (``calibration``), the operating-point
-figures of the kept boxes (``operating_point``), drift tests between two box sets (``drift_tests``).
+figures of the kept boxes (``operating_point``).
 
 ``det_calib.metrics.X`` is ``det_calib.metrics.calibration.X`` for every public name of that module; the
 binning's ``ReliabilityBins`` and the detection metrics ``dece``, ``laace`` and ``box_features`` are
@@ -26,18 +26,6 @@ _EXPORTS = {
     "box_features": "detection_metrics",
     "dece": "detection_metrics",
     "laace": "detection_metrics",
-    "laece_core": "detection_metrics",
-    "CROWDED_FACTOR": "drift_tests",
-    "CROWDED_MIN_BOXES": "drift_tests",
-    "binned_change": "drift_tests",
-    "calibration_in_the_large": "drift_tests",
-    "citl_change": "drift_tests",
-    "count_change": "drift_tests",
-    "crowded_images": "drift_tests",
-    "hosmer_lemeshow": "drift_tests",
-    "normal_sf": "drift_tests",
-    "ratio_test": "drift_tests",
-    "shift_tests": "drift_tests",
     "LaECE0Targets": "operating_point",
     "kept_ece": "operating_point",
     "kept_ece_floor": "operating_point",
@@ -49,40 +37,28 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "CROWDED_FACTOR",
-    "CROWDED_MIN_BOXES",
     "LaECE0Targets",
     "SIZE_BINS",
     "SizeBin",
     "ace",
-    "binned_change",
     "bootstrap_ci",
     "bootstrap_sd",
     "box_features",
     "brier",
-    "calibration_in_the_large",
     "calibration_summary",
-    "citl_change",
-    "count_change",
-    "crowded_images",
     "dece",
     "ece",
-    "hosmer_lemeshow",
     "kept_ece",
     "kept_ece_floor",
     "kept_laece_floor",
     "laace",
     "laece",
     "laece0",
-    "laece_core",
     "mce",
     "nll",
     "nll_logits",
-    "normal_sf",
     "per_class",
-    "ratio_test",
     "reliability_bins",
-    "shift_tests",
     "size_mask",
     "uniform_index",
 ]

@@ -9,14 +9,12 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "calibrate": "calibrate_job",
     "choice_words": "fitting",
-    "choose_calibrator": "fitting",
     "fit_head": "fitting",
     "temperature_of_boxes": "fitting",
     "calibrate_head": "head_steps",
     "evaluate": "head_steps",
     "gt_per_class": "outputs",
     "write_run_outputs": "outputs",
-    "summary_text": "summary",
     "val_not_run": "ultralytics_checks",
 }
 
@@ -24,11 +22,9 @@ __all__ = [
     "calibrate",
     "calibrate_head",
     "choice_words",
-    "choose_calibrator",
     "evaluate",
     "fit_head",
     "gt_per_class",
-    "summary_text",
     "temperature_of_boxes",
     "val_not_run",
     "write_run_outputs",

@@ -26,10 +26,10 @@ from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, startup_imports
 from det_calib.job.detections import detections_inputs
 from det_calib.job.inputs import Inputs, default_inputs, load_splits, resolve_inputs
-from det_calib.job.preflight import preflight
 from det_calib.job.settings import Settings, settings_of
 from det_calib.pipeline.head_steps import evaluate, fit
 from det_calib.pipeline.outputs import gt_per_class, start_verification, write_run_outputs
+from det_calib.pipeline.preflight import preflight
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.tasks import get_task
 from det_calib.tasks.match_rule import choose_matching

@@ -29,7 +29,6 @@ from det_calib.job.inputs import Inputs
 from det_calib.job.reuse import run_fingerprints, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
-from det_calib.pipeline.summary import write_summary_text
 from det_calib.pipeline.ultralytics_checks import (
     detection_change,
     run_ultralytics_checks,
@@ -40,6 +39,7 @@ from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import (
     RunResult,
 )
+from det_calib.report.text_summary import write_summary_text
 from det_calib.thresholds.class_sets import write_class_logits
 from det_calib.thresholds.per_class import summary_lines, tune_run
 

@@ -20,7 +20,6 @@ from det_calib.capture.family_registry import family_of
 from det_calib.capture.predictor import model_capturer
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
-from det_calib.data.val_view import ValScan, val_view_scan, write_split_yaml
 from det_calib.evaluation.map_check import (
     SHARED_PASS,
     ValIncomplete,
@@ -30,6 +29,7 @@ from det_calib.evaluation.map_check import (
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.numeric import logit_threshold, sigmoid
+from det_calib.pipeline.val_view import ValScan, val_view_scan, write_split_yaml
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import (
     VAL_SEEN_FIELDS,
@@ -202,7 +202,7 @@ def run_ultralytics_checks(
 
 def _same_split(scan: ValScan, ev: Split, nc: int) -> ValCheck:
     """Whether val read the run's split: the same images and, per class, the same labelled instances
-    (:func:`det_calib.data.ground_truth.val_view_scan` of the pass). A :class:`ValCheck` with the counts:
+    (:func:`det_calib.pipeline.val_view.val_view_scan` of the pass). A :class:`ValCheck` with the counts:
     ``verified`` True, or False with a note that names the difference (and no mAP: the pass measured
     another split)."""
     expected = np.bincount(ev.gt["cls"].to_numpy().astype(np.int64), minlength=nc)[:nc]

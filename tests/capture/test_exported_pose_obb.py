@@ -44,8 +44,8 @@ def _raw_output(export, image) -> np.ndarray:
 
 
 def test_export_metadata_and_layout(exports):
-    from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import read_export
+    from det_calib.deploy.export_layout import score_layout
 
     for name, (task, _source, kw) in EXPORTS.items():
         info = read_export(exports[name])
@@ -67,8 +67,8 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
     in the class channels of the engine's own output."""
     from ultralytics import YOLO
 
-    from det_calib.capture.export_layout import score_layout
     from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
+    from det_calib.deploy.export_layout import score_layout
 
     task = EXPORTS[name][0]
     info = read_export(exports[name])

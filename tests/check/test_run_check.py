@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from det_calib.check import drift_tests as drift
 from det_calib.check.run_check import CHECK_FILE, CheckResult, exit_code
 from det_calib.cli import main
-from det_calib.metrics import drift_tests as drift
 
 N_IMAGES = 60  # images of each split in the run and in every check
 REPO = Path(__file__).resolve().parents[2]

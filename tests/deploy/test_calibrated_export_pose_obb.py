@@ -18,9 +18,9 @@ from conftest import NO_DET_CALIB
 from pose_obb_exports import EXPORTS, IMGSZ, task_exports
 
 from det_calib.calibrators.registry import make_calibrator
-from det_calib.capture.export_layout import score_layout
 from det_calib.capture.exported import logit_of_prob, read_export
 from det_calib.deploy.calibrated_export import write_calibrated_export
+from det_calib.deploy.export_layout import score_layout
 from det_calib.errors import InputError
 
 pytest.importorskip("onnx")

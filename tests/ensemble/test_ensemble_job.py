@@ -50,7 +50,7 @@ def legacy(tmp_path_factory) -> Path:
     """A YOLOv8n (NMS head only) built from its yaml with the demo's class names."""
     from ultralytics.nn.tasks import DetectionModel
 
-    from det_calib.demo import CLASS_NAMES
+    from det_calib.demo.shapes import CLASS_NAMES
 
     torch.manual_seed(0)
     model = DetectionModel("yolov8n.yaml", nc=len(CLASS_NAMES), verbose=False)

@@ -9,10 +9,10 @@ import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.data.val_view import write_split_yaml
 from det_calib.demo import _demo_root
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
+from det_calib.pipeline.val_view import write_split_yaml
 from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 from det_calib.tasks.obb.labels import load_obb_split
 from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
-from det_calib.data.val_view import write_split_yaml
 from det_calib.pipeline import ultralytics_checks
 from det_calib.pipeline.calibrate_job import calibrate
+from det_calib.pipeline.val_view import write_split_yaml
 
 RUN = {"n_boot": 10, "report": False, "progress": False, "method": "temperature", "head": "nms"}
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon", "star", "cross"]

@@ -513,7 +513,7 @@ def command(args):
     warnings.warn("split `calib`: skipping image x.png (unreadable)")
     return 0
 
-cli.COMMANDS["demo-data"] = command
+cli._COMMANDS["demo-data"] = command
 sys.exit(cli.main(["demo-data"]))
 """
     out = subprocess.run(

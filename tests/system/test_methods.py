@@ -276,7 +276,7 @@ def test_none_keeps_the_raw_scores_and_the_model(auto_run, tmp_path, demo_model_
 
     from det_calib.calibrators.identity import Identity
     from det_calib.deploy.fold import _write_folded_checkpoint as write_folded_checkpoint
-    from det_calib.pipeline.summary import summary_text
+    from det_calib.report.text_summary import summary_text
 
     r = RunResult.read(auto_run / "calibration.json")
     none = Calibrator("none", {"fit_min_conf": 0.0, "map": Identity().to_dict()})

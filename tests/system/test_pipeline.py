@@ -18,7 +18,7 @@ from det_calib.deploy.fold import read_calibration_metadata, write_calibrated_ch
 from det_calib.job.inputs import _resolve_splits
 from det_calib.metrics.calibration import nll_logits
 from det_calib.pipeline.calibrate_job import calibrate
-from det_calib.pipeline.summary import summary_text
+from det_calib.report.text_summary import summary_text
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "tests" / "data" / "fixture_calibration.json"
@@ -562,7 +562,7 @@ def test_summary_says_plainly_when_calibration_made_the_kept_boxes_worse():
     """The summary flags a head whose calibrated kept-set ECE (lowest conf) is above the raw one."""
     import copy
 
-    from det_calib.pipeline.summary import summary_text
+    from det_calib.report.text_summary import summary_text
 
     ref = json.loads(
         (Path(__file__).resolve().parents[1] / "data" / "fixture_calibration.json").read_text()

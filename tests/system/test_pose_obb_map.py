@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.pipeline.summary import summary_text
+from det_calib.report.text_summary import summary_text
 from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps
 from det_calib.tasks.pose.labels import load_pose_split
@@ -99,7 +99,7 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run, tmp_p
     """Stock ``YOLO(calibrated.pt).val()`` at the equivalent floor: the original's figures, as the run recorded."""
     from ultralytics import YOLO
 
-    from det_calib.data.val_view import write_split_yaml
+    from det_calib.pipeline.val_view import write_split_yaml
     from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
     from det_calib.tasks.obb.labels import load_obb_split
 

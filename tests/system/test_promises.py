@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from det_calib.cli import main
-from det_calib.demo import CLASS_NAMES
+from det_calib.demo.shapes import CLASS_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,8 @@ import pytest
 from det_calib.capture.predictor import capture
 from det_calib.cli import main
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import CLASS_NAMES, demo_model
+from det_calib.demo import demo_model
+from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 from det_calib.tasks.segment.labels import load_segment_split

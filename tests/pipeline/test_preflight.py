@@ -14,8 +14,8 @@ import pytest
 from det_calib.cli import _error_line, main
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
-from det_calib.job import preflight as pf
 from det_calib.job.settings import Settings
+from det_calib.pipeline import preflight as pf
 from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = ["--no-val", "--no-report", "--n-boot", "10", "-q"]

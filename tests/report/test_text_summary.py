@@ -1,4 +1,4 @@
-"""The run's summary lines of the kept-set sampling floors (det_calib/pipeline/summary.py), on the pinned
+"""The run's summary lines of the kept-set sampling floors (det_calib/report/text_summary.py), on the pinned
 fixture run's record (tests/data/fixture_calibration.json), which holds both floors of every kept set."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from det_calib.evaluation.coco_engine import engine_label
-from det_calib.pipeline.summary import _MAP_SOURCES_LINE, summary_text
 from det_calib.record.run_result import RunResult
+from det_calib.report.text_summary import _MAP_SOURCES_LINE, summary_text
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""det_calib/metrics/drift_tests.py: known answers recomputed by plain loops, and parity with scipy.
+"""det_calib/check/drift_tests.py: known answers recomputed by plain loops, and parity with scipy.
 
 The statistical properties (false alarms, power, clustering) are tested with the check command in
 tests/check/test_run_check.py; here each figure is recomputed from its definition on small
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from det_calib.metrics import drift_tests as drift
+from det_calib.check import drift_tests as drift
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 

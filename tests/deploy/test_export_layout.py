@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from det_calib.capture.export_layout import (
+from det_calib.capture.exported import ExportInfo
+from det_calib.deploy.export_layout import (
     ScoreLayout,
     _expected_outputs,
     check_output_layout,
     score_layout,
 )
-from det_calib.capture.exported import ExportInfo
 from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast
