@@ -5,11 +5,13 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
+    "CheckResult": "check_record",
     "EXIT_CODES": "check_record",
     "check_run": "run_check",
 }
 
 __all__ = [
+    "CheckResult",
     "EXIT_CODES",
     "check_run",
 ]

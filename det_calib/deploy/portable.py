@@ -109,7 +109,7 @@ def _hinge_table(maps: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), knots, coef
 
 
-def _map_onnx(
+def map_onnx(
     head: dict[str, Any], *, eps: float = _EPS, opset: int = 17, double: bool = False
 ) -> bytes:
     """The ONNX graph of one head's map (see the module's docstring for its inputs and output).
@@ -247,7 +247,7 @@ def raw_thresholds(
     return out
 
 
-def _tuned_deepstream(
+def tuned_deepstream(
     folder: str | Path, *, head: str = "nms", criterion: str = "target_precision"
 ) -> Path:
     """The ``thresholds`` command's tuned per-class thresholds of a run (``thresholds.json``, on the
@@ -319,7 +319,7 @@ def write_portable_outputs(
     }
     for h, head in pmap["heads"].items():
         try:
-            write_bytes(folder / f"portable_map_{h}.onnx", _map_onnx(head))
+            write_bytes(folder / f"portable_map_{h}.onnx", map_onnx(head))
             written.append(f"portable_map_{h}.onnx")
         except ImportError:  # onnx is the optional extra `onnx`
             pass

@@ -19,6 +19,7 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
+    "ensemble_temperature": "classifier",
     "capture_workers": "ensemble_job",
     "ensemble": "ensemble_job",
     "capture_fused": "ensemble_model",
@@ -32,6 +33,7 @@ __all__ = [
     "capture_fused",
     "capture_workers",
     "ensemble",
+    "ensemble_temperature",
     "load_ensemble",
     "weighted_boxes_fusion",
 ]

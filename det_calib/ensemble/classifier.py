@@ -63,7 +63,7 @@ def _nll(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))))
 
 
-def _ensemble_temperature(
+def ensemble_temperature(
     member_probs: Any,
     labels: Any,
     *,

@@ -16,7 +16,7 @@ from detection_files import FIXTURE, synthetic_rows, write_txt
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import box_kwargs
 from det_calib.cli import main
-from det_calib.deploy.portable import _deepstream_block, _map_onnx, portable_head, raw_thresholds
+from det_calib.deploy.portable import _deepstream_block, map_onnx, portable_head, raw_thresholds
 from det_calib.deploy.portable_apply import _calibrated_score, _load_map, _log_relative_area
 from det_calib.numeric import sigmoid
 
@@ -87,7 +87,7 @@ def test_portable_function_and_onnx_give_the_runs_calibrated_column(
         ]
     )
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    graph64 = _map_onnx(head, double=True)
+    graph64 = map_onnx(head, double=True)
     np.testing.assert_allclose(
         _onnx(graph64, boxes, sized=sized, dtype=np.float64), want, rtol=0, atol=1e-6
     )
@@ -190,12 +190,12 @@ def test_portable_map_of_a_fitted_calibrator_and_its_inverse(method):
     r = raw_thresholds(head, 0.4, 4)
     back = [_calibrated_score(pmap, r[c], c) for c in range(4)]
     np.testing.assert_allclose(back, 0.4, atol=1e-9)
-    assert _map_onnx(head)[:2]  # a serialised graph
+    assert map_onnx(head)[:2]  # a serialised graph
     assert "pre-cluster-threshold" in _deepstream_block(r)
 
 
 def test_the_thresholds_commands_tuned_thresholds_as_a_deepstream_block(tmp_path, capsys, labels):
-    from det_calib.deploy.portable import _tuned_deepstream as tuned_deepstream
+    from det_calib.deploy import tuned_deepstream
     from det_calib.thresholds.thresholds_file import class_thresholds
 
     out = tmp_path / "out"

@@ -682,7 +682,7 @@ def test_demo_members_say_what_they_are():
 def test_classifier_form_known_answer():
     """Members that are all softmax(2 z) of labels drawn from softmax(z): the average is
     softmax(2 z), and one temperature by NLL undoes the factor 2 (T ~ 2); the ECE grid lands near it."""
-    from det_calib.ensemble.classifier import _ensemble_temperature as ensemble_temperature
+    from det_calib.ensemble import ensemble_temperature
 
     rng = np.random.default_rng(0)
     n, k = 20000, 5

@@ -7,6 +7,8 @@ resolving, and every benchmark table embedded from the file its benchmark writes
 
 from __future__ import annotations
 
+import importlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,6 +26,12 @@ BLOCK = re.compile(
 )
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\((?P<target>[^)\s]+)\)|!\[[^\]]*\]\((?P<image>[^)\s]+)\)")
 FOUR_DECIMALS = re.compile(r"(?<![\d.])\d\.\d{4}(?!\d)")
+#: ``from det_calib.x import a, b`` (or a parenthesised list) in a page's text or code.
+FROM_IMPORT = re.compile(r"from (det_calib[\w.]*) import (?:\(([\w, \n]+)\)|([\w, ]+))")
+#: A dotted name in a code span: `det_calib.x.y`.
+DOTTED = re.compile(r"`(det_calib(?:\.\w+)+)")
+#: Code spans that look like names and are not: the Parquet metadata key of boxes.parquet, a pattern.
+NOT_NAMES = {"det_calib.run", "det_calib.metrics.NAME"}
 
 
 def _pages() -> list[Path]:
@@ -153,6 +161,58 @@ def test_no_hand_typed_figure_table_outside_generated_blocks():
     assert not bad, "\n".join(bad)
 
 
+def _user_texts() -> dict[str, str]:
+    """The README, the topic pages and the tutorial notebook's cells: what users copy from."""
+    out = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in _pages()}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        out[nb.relative_to(ROOT).as_posix()] = "\n".join("".join(c["source"]) for c in cells)
+    return out
+
+
+def _resolves(dotted: str) -> bool:
+    """``det_calib.a.b.c`` names a module, or an attribute reached from the longest importable module."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+            break
+        except ImportError:
+            continue
+    else:
+        return False
+    for name in parts[i:]:
+        if hasattr(obj, name):
+            obj = getattr(obj, name)
+            continue
+        try:
+            obj = importlib.import_module(f"{obj.__name__}.{name}")
+        except (ImportError, AttributeError):
+            return False
+    return True
+
+
+def _api_references(text: str) -> list[str]:
+    refs = [m.group(1) for m in DOTTED.finditer(text)]
+    for m in FROM_IMPORT.finditer(text):
+        names = (m.group(2) or m.group(3)).replace("\n", ",").split(",")
+        refs += [f"{m.group(1)}.{n.split(' as ')[0].strip()}" for n in names if n.strip()]
+    return [r for r in refs if r not in NOT_NAMES]
+
+
+def test_every_api_name_the_docs_show_exists():
+    """Every ``det_calib`` name a page or the tutorial shows (a dotted name in a code span, a
+    ``from det_calib... import`` line) imports: a renamed or privatised function breaks this, not a
+    reader's first copy and paste."""
+    bad = [
+        f"{page}: {ref}"
+        for page, text in _user_texts().items()
+        for ref in dict.fromkeys(_api_references(text))
+        if not _resolves(ref)
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def test_the_checks_catch_what_they_guard(tmp_path):
     """The checks above fail on a broken link, a stale anchor and a hand-edited block."""
     (tmp_path / "a.md").write_text(
@@ -169,6 +229,18 @@ def test_the_checks_catch_what_they_guard(tmp_path):
         == "why-map-can-move-under-ultralytics-val-and-why-it-doesnt-really"
     )
     assert _slug("Reusing captured boxes: `--boxes`") == "reusing-captured-boxes---boxes"
+    refs = _api_references(
+        "see `det_calib.deploy.no_such_name(x)` and\nfrom det_calib.deploy import (\n    attach,\n"
+        "    gone as g,\n)\nfrom det_calib.nowhere import x\n"
+    )
+    assert refs == [
+        "det_calib.deploy.no_such_name",
+        "det_calib.deploy.attach",
+        "det_calib.deploy.gone",
+        "det_calib.nowhere.x",
+    ]
+    assert [_resolves(r) for r in refs] == [False, True, False, False]
+    assert _resolves("det_calib.check.CheckResult.read")
 
 
 def sync() -> list[Path]:
