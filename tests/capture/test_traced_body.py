@@ -52,12 +52,17 @@ def test_traced_capture_is_the_eager_one_and_runs_the_graph(
 ):
     """Both heads of the demo model: the same table, bit for bit; every letterboxed shape checked and passed;
     the body's first layer runs once for the trace and once per shape and worker at most (the check, through
-    Ultralytics' forward pass), the head once per image (the graph ran the body of every other image)."""
+    Ultralytics' forward pass), the head once per image (the graph ran the body of every other image), and
+    each branch's class convolutions as often as the first layer (the graph ran them too)."""
     traced, eager = _pair(str(demo_model_path), heads="auto", workers=workers)
-    first, heads = [], []
+    first, heads, cls = [], [], {"cv3": [], "one2one_cv3": []}
     for backend in traced.backends:
         backend.model.model[0].register_forward_hook(lambda m, i, o: first.append(1))
         backend.model.model[-1].register_forward_hook(lambda m, i, o: heads.append(1))
+        for name, seen in cls.items():
+            getattr(backend.model.model[-1], name)[0].register_forward_hook(
+                lambda m, i, o, seen=seen: seen.append(1)
+            )
     a = traced(fixture_images, progress=False)
     b = eager(fixture_images, progress=False)
     assert a.height > 100 and a.equals(b)
@@ -67,6 +72,8 @@ def test_traced_capture_is_the_eager_one_and_runs_the_graph(
     assert eager.traced is None
     assert len(heads) == len(fixture_images)
     assert 1 + len(shapes) <= len(first) <= 1 + len(shapes) * workers < len(fixture_images)
+    assert traced.traced.branches == ("one2many", "one2one")
+    assert len(cls["cv3"]) == len(cls["one2one_cv3"]) == len(first)
 
 
 @pytest.mark.parametrize(
@@ -83,9 +90,10 @@ def test_traced_capture_is_the_eager_one_and_runs_the_graph(
 def test_traced_capture_of_every_task_and_head_generation(
     traced_always, make_untrained, fixture_images, cfg
 ):
-    """Legacy heads and the segment, pose and OBB heads (their masks, keypoints and angles ride on the
-    head, which stays eager): the traced table is the eager one, bit for bit, every shape passed (two
-    images of each of the fixture's letterboxed shapes: one checked, one run by the graph)."""
+    """Legacy heads and the segment, pose and OBB heads (their mask coefficients, keypoints and angles come
+    from the branch convolutions the graph runs; the protos and the decode stay eager): the traced table is
+    the eager one, bit for bit, every shape passed (two images of each of the fixture's letterboxed shapes:
+    one checked, one run by the graph)."""
     yolo = make_untrained(cfg)
     traced, eager = _pair(yolo, heads="auto", workers=1)
     images = _two_per_shape(traced, fixture_images)
