@@ -128,6 +128,14 @@ def load_detector(model, *, tasks: Sequence[str] | None = None):
             )
         if path.suffix == ".pt" and not path.is_file():
             raise InputError(f"model file not found: {path}")
+        if path.suffix == ".pt":
+            with path.open("rb") as f:
+                head = f.read(2)
+            if head[:2] != b"PK" and head[:1] != b"\x80":  # torch.save: a zip, or a legacy pickle
+                raise InputError(
+                    f"cannot load model {path}: not a PyTorch checkpoint (torch.save writes a zip "
+                    f"archive; this file starts with {head!r})"
+                )
         try:
             yolo = YOLO(str(path))
         except Exception as e:

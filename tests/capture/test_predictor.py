@@ -126,6 +126,9 @@ def test_capture_rejects_missing_head_and_bad_models(tmp_path, make_untrained, f
         load_detector(tmp_path / "nope.pt")
     bad = tmp_path / "corrupt.pt"
     bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(InputError, match="cannot load model .*: not a PyTorch checkpoint"):
+        load_detector(bad)
+    bad.write_bytes(b"PK\x03\x04 a truncated zip")  # looks like torch.save's zip, is not one
     with pytest.raises(InputError, match="cannot load model"):
         load_detector(bad)
     with pytest.raises(
