@@ -164,5 +164,9 @@ def load_splits(
         ev = load(eval_name)
     for sp in (fit, ev):
         if sp.corrupt:
-            _log.warning("split `%s`: skipped %d unreadable image(s)", sp.name, len(sp.corrupt))
+            _log.warning(
+                "split `%s`: skipped %d image(s) (unreadable, or with a malformed label)",
+                sp.name,
+                len(sp.corrupt),
+            )
     return fit, ev
