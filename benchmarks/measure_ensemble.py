@@ -109,7 +109,7 @@ def main() -> None:
     from det_calib.record.run_result import RunResult
 
     result = RunResult.read(args.run / "calibration.json")
-    rec = result.ensemble
+    rec = result.sections.get("ensemble")
     if rec is None:
         raise SystemExit(f"{args.run} is not an ensemble run")
     print(f"members: {rec.source}\n")

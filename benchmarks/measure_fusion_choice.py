@@ -84,7 +84,7 @@ def main() -> None:
     from det_calib.record.run_result import RunResult
 
     result = RunResult.read(args.run / "calibration.json")
-    rec = result.ensemble
+    rec = result.sections.get("ensemble")
     st = result.settings
     fit_name, eval_name = (
         (st.eval_split, st.fit_split) if args.swap else (st.fit_split, st.eval_split)

@@ -27,10 +27,7 @@ from det_calib.check.check_record import (
 )
 from det_calib.codec import Record, decode, encode, spec
 from det_calib.data.matching_rule import MatchingRule
-from det_calib.errors import InputError
-from det_calib.io import to_json
-from det_calib.record.calibrator_record import Calibrator, CandidateRecord
-from det_calib.record.ensemble_record import (
+from det_calib.ensemble.ensemble_record import (
     EnsembleHead,
     EnsembleRecord,
     FusionRow,
@@ -38,6 +35,9 @@ from det_calib.record.ensemble_record import (
     MemberFigures,
     MemberRecord,
 )
+from det_calib.errors import InputError
+from det_calib.io import to_json
+from det_calib.record.calibrator_record import Calibrator, CandidateRecord
 from det_calib.record.eval_record import (
     BinGap,
     ClassResult,

@@ -181,7 +181,7 @@ def _job(
         progress=progress,
         coco_gt=None,
     )
-    if run.result.ensemble is not None:
+    if "ensemble" in run.result.sections:
         if detections is not None:
             raise InputError(
                 f"the run in {run_dir} is an ensemble: its members are its detector, so "
@@ -286,7 +286,7 @@ def _ensemble_job(
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
     ens = load_ensemble(run_dir, device=s.device, workers=capture_workers(s.device))
-    first = Path(run.result.ensemble.members[0].path)
+    first = Path(run.result.sections["ensemble"].members[0].path)
     inputs = Inputs(
         first,
         data.yaml_path if data is not None else Path(),

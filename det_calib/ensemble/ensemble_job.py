@@ -36,6 +36,16 @@ from det_calib.capture.predictor import auto_workers
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
 from det_calib.data.box_view import BoxView, usable_index
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
+from det_calib.ensemble.ensemble_record import (
+    ORDERS,
+    EnsembleHead,
+    EnsembleRecord,
+    FusionRow,
+    FusionSettingsRecord,
+    MemberFigures,
+    MemberRecord,
+    ensemble_of,
+)
 from det_calib.ensemble.ensemble_summary import ensemble_lines
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
 from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
@@ -64,15 +74,6 @@ from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_bo
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
 from det_calib.pipeline.outputs import gt_per_class, write_run_outputs
 from det_calib.pipeline.ultralytics_checks import val_not_run
-from det_calib.record.ensemble_record import (
-    ORDERS,
-    EnsembleHead,
-    EnsembleRecord,
-    FusionRow,
-    FusionSettingsRecord,
-    MemberFigures,
-    MemberRecord,
-)
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 
 _log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class EnsembleRun:
 
     @property
     def record(self) -> EnsembleRecord:
-        return self.result.ensemble
+        return ensemble_of(self.result)
 
 
 # ---------------------------------------------------------------------------------------- members
@@ -823,7 +824,7 @@ def ensemble(
         det_calib_version=package_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)},
-        ensemble=record,
+        sections={"ensemble": record},
     )
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))
     member_boxes = pl.concat([t for o in outs.values() for t in o.members], how="vertical")
@@ -847,7 +848,7 @@ def _fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> di
     """What ``boxes.parquet`` and ``members.parquet`` of an ensemble run record about their capture."""
     import hashlib
 
-    rec = result.ensemble
+    rec = ensemble_of(result)
     joined = "|".join(f"{m.fingerprint}:{m.flip}:{m.scale}:{m.head}" for m in rec.members)
     return {
         "format": 1,

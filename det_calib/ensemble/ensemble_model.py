@@ -27,6 +27,7 @@ import numpy as np
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, kept_mask, with_calibrated
 from det_calib.ensemble.ensemble_job import EPS, ORDERS, FusionSettings, capture_all, fuse_tables
+from det_calib.ensemble.ensemble_record import ensemble_of
 from det_calib.ensemble.fusion import weighted_boxes_fusion
 from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
 from det_calib.errors import InputError
@@ -63,7 +64,7 @@ class EnsembleModel:
         ``cls``, ``members`` (members present), best calibrated first, at most ``max_det``."""
 
         h = self._head(head)
-        rec = self.result.ensemble
+        rec = ensemble_of(self.result)
         fz = rec.fusion
         fusion_order, rule = rec.fusion_of(h)
         xy, sc, cl, mem = [], [], [], []
@@ -211,7 +212,7 @@ def _open_run_members(result: Any, *, device: str | None = None, workers: int = 
 
     st = result.settings
     members = []
-    for mr in result.ensemble.members:
+    for mr in ensemble_of(result).members:
         spec = MemberSpec(
             Path(mr.path), mr.kind, mr.flip, 1.0, mr.head
         )  # imgsz as recorded (scale applied)
@@ -261,7 +262,7 @@ def load_ensemble(
 
     run_dir = Path(run_dir)
     result = RunResult.read(run_dir / "calibration.json")
-    rec = result.ensemble
+    rec = ensemble_of(result)
     if rec is None:
         raise InputError(
             f"{run_dir} is not an ensemble run (its calibration.json has no `ensemble`)"
@@ -290,7 +291,7 @@ def capture_fused(
         heads: Ensemble heads (default every head of the run).
     """
 
-    rec = ens.result.ensemble
+    rec = ensemble_of(ens.result)
     fz = rec.fusion
     use = list(heads) if heads else ens.heads
     plan = {h: [mr.heads[h] for mr in rec.members] for h in use}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from det_calib.record.ensemble_record import AUTO, EnsembleRecord, rule_words
+from det_calib.ensemble.ensemble_record import AUTO, EnsembleRecord, ensemble_of, rule_words
 from det_calib.record.run_result import RunResult
 from det_calib.report.text_summary import summary_text
 
@@ -19,7 +19,7 @@ def _f(x: float | None, spec: str = ".4f") -> str:
 
 def ensemble_lines(result: RunResult) -> list[str]:
     """The ensemble's own lines of the summary: members, fusion, side by side, the fusion table."""
-    rec: EnsembleRecord = result.ensemble
+    rec: EnsembleRecord = ensemble_of(result)
     fz = rec.fusion
     thr = min(result.settings.conf_thresholds)
     chosen = " (chosen on the fit split's folds)" if AUTO in (fz.order, fz.score) else ""

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from det_calib.ensemble.ensemble_record import AUTO, ORDERS
 from det_calib.ensemble.fusion import SCORE_RULES
 from det_calib.errors import InputError
 from det_calib.job.settings import opt
-from det_calib.record.ensemble_record import AUTO, ORDERS
 from det_calib.validation import check_choice
 
 __all__ = ["FusionSettings"]

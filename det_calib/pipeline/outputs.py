@@ -104,7 +104,7 @@ def write_run_outputs(
 ) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
-    An ensemble's run (``result.ensemble``) writes no model (an ensemble is not one checkpoint), its
+    An ensemble's run (its record's ``ensemble`` section) writes no model (an ensemble is not one checkpoint), its
     members' boxes (``beside``: file name -> table, with ``boxes.parquet``'s fingerprints) and its
     summary lines (``more``, before the timing line). ``logit_store``: where the capture put every class's
     logit (``class_logits.npz`` reads the kept ones).
@@ -124,7 +124,7 @@ def write_run_outputs(
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         for name, table in (beside or {}).items():
             write_run_boxes(table, stage / name, fp)
-        if result.ensemble is not None:
+        if "ensemble" in result.sections:
             engine_lines = []
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             engine_lines = detections_outputs(stage, result, fingerprints, s)

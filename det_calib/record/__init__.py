@@ -1,6 +1,6 @@
-"""The run's record: the typed ``calibration.json`` (``run_result``; an ensemble run's ``ensemble``
-section in ``ensemble_record``) and the one reader of a run folder (``run_folder``: its result,
-boxes and calibrators)."""
+"""The run's record: the typed ``calibration.json`` (``run_result``; a command's own sections, such as an
+ensemble run's ``ensemble``, registered by the folder that owns them: ``run_sections``) and the one reader
+of a run folder (``run_folder``: its result, boxes and calibrators)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ _EXPORTS = {
     "CandidateRecord": "calibrator_record",
     "calibrator_of": "calibrator_record",
     "read_json_file": "checked_json",
-    "AUTO": "ensemble_record",
-    "EnsembleHead": "ensemble_record",
-    "EnsembleRecord": "ensemble_record",
-    "FusionRow": "ensemble_record",
-    "FusionSettingsRecord": "ensemble_record",
-    "MemberFigures": "ensemble_record",
-    "MemberRecord": "ensemble_record",
-    "ORDERS": "ensemble_record",
-    "rule_words": "ensemble_record",
     "BinGap": "eval_record",
     "ClassResult": "eval_record",
     "EvalResult": "eval_record",
@@ -47,6 +38,7 @@ _EXPORTS = {
     "calibrators_from_dict": "run_result",
     "package_version": "run_result",
     "read_calibrators": "run_result",
+    "register_run_section": "run_sections",
     "SizeFigures": "size_record",
     "ThresholdShift": "threshold_shift",
     "StageTime": "timings",
@@ -54,7 +46,6 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "AUTO",
     "BOXES_FILE",
     "BinGap",
     "Bootstrap",
@@ -63,18 +54,11 @@ __all__ = [
     "CandidateRecord",
     "ClassResult",
     "DetectionChange",
-    "EnsembleHead",
-    "EnsembleRecord",
     "EvalResult",
     "FitResult",
     "FloorGap",
-    "FusionRow",
-    "FusionSettingsRecord",
     "HeadBoxes",
     "HeadResult",
-    "MemberFigures",
-    "MemberRecord",
-    "ORDERS",
     "OperatingFigures",
     "RecordedSettings",
     "Run",
@@ -98,7 +82,7 @@ __all__ = [
     "parse_run_spec",
     "read_calibrators",
     "read_json_file",
-    "rule_words",
+    "register_run_section",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -32,7 +32,6 @@ from det_calib.errors import InputError
 from det_calib.io import write_json
 from det_calib.record.calibrator_record import Calibrator, CandidateRecord
 from det_calib.record.checked_json import read_json_file
-from det_calib.record.ensemble_record import EnsembleRecord
 from det_calib.record.eval_record import (
     ClassResult,
     EvalResult,
@@ -40,6 +39,7 @@ from det_calib.record.eval_record import (
     TemperatureFit,
     temperature_ok,
 )
+from det_calib.record.run_sections import decode_sections, encode_sections, section_report
 from det_calib.record.size_record import SizeFigures
 from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.record.timings import Timings
@@ -275,8 +275,8 @@ class RunResult(Record):
         det_calib_version, created, seconds: Version that wrote the run, ISO time, run time.
         gt_counts: Split -> non-crowd ground-truth boxes per class id (a list indexed by class id),
             for the fit and the eval split; None in runs written before the key existed.
-        ensemble: For a ``det-calib ensemble`` run, its members, fusion settings and figures
-            (:class:`det_calib.record.ensemble_record.EnsembleRecord`); None for one detector.
+        sections: A command's own sections of the file (key -> record, :mod:`det_calib.record.run_sections`;
+            ``ensemble`` for a ``det-calib ensemble`` run); empty for one detector's run.
     """
 
     model: str = spec(missing="")
@@ -291,7 +291,7 @@ class RunResult(Record):
     seconds: float | None = None
     schema_version: int = _SCHEMA_VERSION
     gt_counts: dict[str, list[int]] | None = None
-    ensemble: EnsembleRecord | None = None
+    sections: dict[str, Record] = field(default_factory=dict)
     bad_labels: list[str] = field(default_factory=list)
     """``"<file>:<line>: <reason>"`` of every malformed label file whose image was left out (written
     only when there are some; the warnings name the first few)."""
@@ -311,6 +311,10 @@ class RunResult(Record):
 
     def class_name(self, c: int) -> str:
         return self.class_names[c] if 0 <= c < len(self.class_names) else str(c)
+
+    def section_reports(self) -> list[str]:
+        """The modules that show the run's own sections on its report (:attr:`sections`, in order)."""
+        return [m for key in self.sections if (m := section_report(key)) is not None]
 
     # ---------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
@@ -351,10 +355,14 @@ class RunResult(Record):
         out.update(
             {
                 k: encode(v)
-                for k in ("bad_labels", "gt_counts", "seconds", "ensemble", "timings", "matching")
+                for k in ("bad_labels", "gt_counts", "seconds")
                 for v in [getattr(self, k)]
                 if v is not None and v != []
             }
+        )
+        out.update(encode_sections(self.sections))
+        out.update(
+            {k: encode(v) for k in ("timings", "matching") if (v := getattr(self, k)) is not None}
         )
         return out
 
@@ -374,6 +382,7 @@ class RunResult(Record):
             raise InputError(f"`heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
         calibrators = calibrators_from_dict(d, heads)
         out = decode(cls, d)
+        out.sections = decode_sections(d)
         out.results = {
             h: dataclasses.replace(
                 decode(HeadResult, d, keys=lambda k, h=h: f"{k}.{h}"), calibrator=calibrators.get(h)

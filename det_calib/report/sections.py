@@ -13,6 +13,7 @@ in :data:`SECTIONS` (docs/report_sections.md).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,6 @@ from .common import bins_of
 from .context import PageKind, ReportContext, Subject
 from .document import Fig, Heading
 from .engines_section import engines_section
-from .ensemble_section import ensemble_section
 from .map_section import map_section
 from .matching_section import matching_section
 from .page import Page
@@ -84,15 +84,28 @@ _SECTIONS: tuple[Section, ...] = (
     Section("Threshold shift", threshold_shift_section, pages=_REPORT),
     Section("Conf thresholds", conf_thresholds_section, optional=True),
     Section("mAP verification", map_section, pages=_REPORT, checked=True),
-    Section("Ensemble", ensemble_section, pages=_REPORT, optional=True),
     Section("Settings", settings_section, checked=True),  # the run time
 )
-"""Every section, in the order of the pages."""
+"""Every section, in the order of the pages (a run's own sections come before Settings:
+:func:`_page_sections`)."""
 
 
 def _sections_of(kind: PageKind) -> list[Section]:
     """The sections of one page, in order."""
     return [s for s in _SECTIONS if kind in s.pages]
+
+
+def _page_sections(ctx: ReportContext) -> list[Section]:
+    """The sections of ``ctx``'s page: :func:`_sections_of` its kind, and on a run's report the parts
+    its record's own sections name (:mod:`det_calib.record.run_sections`: an ensemble run's Ensemble
+    section), in the record's order, before the last section (Settings)."""
+    out = _sections_of(ctx.kind)
+    own = [] if ctx.compared else map(importlib.import_module, ctx.run.result.section_reports())
+    return [
+        *out[:-1],
+        *(Section(m.TITLE, m.section, pages=_REPORT, optional=True) for m in own),
+        out[-1],
+    ]
 
 
 def _section_of(heading: str) -> Section | None:
@@ -108,7 +121,7 @@ def build_page(ctx: ReportContext) -> Page:
             optional (a defect of the section, not of the run).
     """
     page = Page()
-    for s in _sections_of(ctx.kind):
+    for s in _page_sections(ctx):
         _build_section(page, s, ctx)
     return page
 
@@ -151,7 +164,7 @@ def draft_page(ctx: ReportContext) -> PageDraft:
     """
     page = Page()
     later: list[tuple[int, Section]] = []
-    for s in _sections_of(ctx.kind):
+    for s in _page_sections(ctx):
         if s.checked:
             later.append((len(page.blocks), s))
         else:

@@ -1,9 +1,10 @@
 """The report section on tuned conf thresholds: per-class precision-recall curves and a table.
 
 :func:`thresholds_section` reads a run folder's ``thresholds.json`` (written by
-:func:`det_calib.thresholds.per_class.tune_run`) and its boxes, and returns the section as report blocks plus
-the PNG figures they reference (``{name: png}``, to be written as ``figures/<name>.png``), so
-the caller decides where the section goes in the report:
+:func:`det_calib.thresholds.per_class.tune_run`) and its boxes through one view
+(:func:`det_calib.thresholds.thresholds_view`: the typed rows and the per-class curves), and returns the
+section as report blocks plus the PNG figures they reference (``{name: png}``, to be written as
+``figures/<name>.png``), so the caller decides where the section goes in the report:
 
 >>> from det_calib.report.thresholds_section import thresholds_section
 >>> blocks, figures = thresholds_section("runs/calib")  # doctest: +SKIP
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -32,20 +32,7 @@ from det_calib.report.context import ReportContext, Subject
 from det_calib.report.document import Block, Fig, Heading, Para, Table
 from det_calib.report.page import Page
 from det_calib.report.plots import RC, to_png
-from det_calib.thresholds.per_class import (
-    CRITERIA,
-    THRESHOLDS_FILE,
-    counts_by_image,
-    load_head,
-    read_thresholds,
-)
-from det_calib.thresholds.thresholds_file import (
-    HeadThresholds,
-    RiskControl,
-    SplitFigures,
-    ThresholdRow,
-    ThresholdsFile,
-)
+from det_calib.thresholds import THRESHOLDS_FILE, ThresholdsView, thresholds_view
 
 __all__ = ["conf_thresholds_section", "thresholds_section"]
 
@@ -65,19 +52,13 @@ def _fmt(x: Any, nd: int = 3) -> str:
     return f"{x:.{nd}f}"
 
 
-def _curve(
-    score: np.ndarray, correct: np.ndarray, image_id: np.ndarray, n_gt: int, grid: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    c = counts_by_image(score, correct, image_id, grid=grid, n_gt=n_gt)
-    n, k = c.n, c.k
-    with np.errstate(invalid="ignore", divide="ignore"):
-        prec = np.where(n > 0, k / np.maximum(n, 1), np.nan)
-        rec = k / n_gt if n_gt else np.full(len(grid), np.nan)
-    return prec, rec
+def _split(f: Any) -> tuple[Any, Any, Any, Any]:
+    """``(precision, recall, kept, coverage)`` of a threshold's figures on a split (None: not there)."""
+    return (None,) * 4 if f is None else (f.precision, f.recall, f.kept, f.coverage)
 
 
 def _pr_threshold_figure(
-    panels: Sequence[dict[str, Any]], *, title: str, target: float | None
+    panels: Sequence[dict[str, Any]], *, title: str, target: float | None, criteria: Sequence[str]
 ) -> bytes:
     """A grid of per-class precision-recall curves with the chosen thresholds marked.
 
@@ -87,6 +68,7 @@ def _pr_threshold_figure(
             (recall, precision, threshold)}`` on the eval curve (entries may be None).
         title: Figure title.
         target: Target precision, drawn as a horizontal line.
+        criteria: The criteria whose markers the legend shows.
 
     Returns:
         PNG bytes.
@@ -153,7 +135,7 @@ def _pr_threshold_figure(
                 ls="none",
                 label=f"{_LABELS[c]} threshold (on eval)",
             )
-            for c in CRITERIA
+            for c in criteria
         ]
         fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False)
         fig.suptitle(title)
@@ -161,19 +143,10 @@ def _pr_threshold_figure(
         return to_png(fig)
 
 
-def _marks(
-    rows: Mapping[str, ThresholdRow],
-) -> dict[str, tuple[float | None, float | None, float] | None]:
-    return {
-        crit: (r.eval.recall, r.eval.precision, r.threshold) if r.eval else None
-        for crit, r in rows.items()
-    }
-
-
 def thresholds_section(
     run_dir: str | Path,
     *,
-    doc: Mapping[str, Any] | ThresholdsFile | None = None,
+    doc: Mapping[str, Any] | None = None,
     heads: Sequence[str] | None = None,
     score: Any = None,
     level: int = 2,
@@ -195,21 +168,27 @@ def thresholds_section(
         ``(blocks, figures)``: report blocks (:mod:`det_calib.report.document`) and the PNGs
         they reference, ``{name: png bytes}`` (``figures/<name>.png``).
     """
-    tf = ThresholdsFile.of(read_thresholds(Path(run_dir)) if doc is None else doc)
+    return _section_blocks(
+        thresholds_view(run_dir, doc=doc, heads=heads, score=score, result=result), level
+    )
+
+
+def _section_blocks(view: ThresholdsView, level: int = 2) -> tuple[list[Block], dict[str, bytes]]:
+    """The section of :func:`thresholds_section` from the view of the run's thresholds."""
     blocks: list[Block] = [Heading(level, "Conf thresholds", anchor="thresholds")]
     figures: dict[str, bytes] = {}
-    for head in heads or list(tf.heads):
-        hd = tf.heads[head]
+    for head in view.heads:
         blocks.append(Heading(level + 1, f"Head {head}", anchor=f"thresholds-{head}"))
-        blocks += _head_notes(tf, hd)
-        blocks.append(_head_table(head, hd))
-        blocks += _risk_blocks(head, hd.risk_control)
-        blocks += _head_figure(run_dir, head, hd, tf, score, figures, result)
+        blocks += _head_notes(view, head)
+        blocks.append(_head_table(view, head))
+        blocks += _risk_blocks(head, view.file.heads[head].risk_control)
+        blocks += _head_figure(view, head, figures)
     return blocks, figures
 
 
-def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
+def _head_notes(view: ThresholdsView, head: str) -> list[Block]:
     """What the thresholds promise, how they did on the eval split, which classes are not certified."""
+    tf, hd = view.file, view.file.heads[head]
     tp = hd.criteria["target_precision"]
     prm = tp.params
     target, delta = float(prm["target_precision"]), float(prm["delta"])
@@ -271,9 +250,10 @@ def _head_notes(tf: ThresholdsFile, hd: HeadThresholds) -> list[Block]:
     return out
 
 
-def _risk_blocks(head: str, rc: RiskControl | None) -> list[Block]:
+def _risk_blocks(head: str, rc: Any) -> list[Block]:
     """The risk-controlled thresholds (``det-calib thresholds --target-recall ...``): each guarantee and
-    what it costs (the certified threshold beside the fit split's own plug-in choice)."""
+    what it costs (the certified threshold beside the fit split's own plug-in choice); ``rc``: the head's
+    ``risk_control`` record, None when the file has none."""
     if rc is None:
         return []
     kind = (
@@ -315,31 +295,30 @@ def _risk_blocks(head: str, rc: RiskControl | None) -> list[Block]:
     ]
 
 
-def _row_cells(first: str, rr: Mapping[str, ThresholdRow]) -> list[str]:
-    """One table row: the target-precision threshold and its figures, then max-F1's and LRP's."""
+def _row_cells(first: str, rr: Mapping[str, Any]) -> list[str]:
+    """One table row (``rr``: criterion -> its row): the target-precision threshold and its figures,
+    then max-F1's and LRP's."""
     t = rr["target_precision"]
-    ev = t.eval or SplitFigures()
+    precision, recall, kept, coverage = _split(t.eval)
     tag = "" if t.certified else f" ({t.flag_words} -> {t.fallback})"
     lb = f" ({_fmt(t.precision_lower)})" if t.precision_lower is not None else ""
     cells = [
         first,
         _fmt(t.threshold) + tag,
         _fmt(t.fit.precision if t.fit else None) + lb,
-        _fmt(ev.precision),
-        _fmt(ev.recall),
-        "n/a" if ev.kept is None else str(ev.kept),
-        _fmt(ev.coverage),
+        _fmt(precision),
+        _fmt(recall),
+        "n/a" if kept is None else str(kept),
+        _fmt(coverage),
     ]
     for c in ("max_f1", "lrp"):
         r = rr[c]
-        e = r.eval or SplitFigures()
-        cells += [_fmt(r.threshold), f"{_fmt(e.precision)} / {_fmt(e.recall)}"]
+        e = _split(r.eval)
+        cells += [_fmt(r.threshold), f"{_fmt(e[0])} / {_fmt(e[1])}"]
     return cells
 
 
-def _head_table(head: str, hd: HeadThresholds) -> Table:
-    crit = hd.criteria
-    by_cls = {c: crit[c].by_class() for c in CRITERIA}
+def _head_table(view: ThresholdsView, head: str) -> Table:
     columns = [
         "class",
         "target-P thr",
@@ -353,11 +332,9 @@ def _head_table(head: str, hd: HeadThresholds) -> Table:
         "LRP thr",
         "eval P / R",
     ]
-    rows_out = [_row_cells("all classes (global)", {c: crit[c].global_ for c in CRITERIA})]
-    row_css = [""]
-    for cls_id, r in by_cls["target_precision"].items():
-        rows_out.append(_row_cells(r.name, {c: by_cls[c][cls_id] for c in CRITERIA}))
-        row_css.append("few" if r.flag else "")
+    rows = view.rows(head)
+    rows_out = [_row_cells(name, rr) for name, rr in rows]
+    row_css = [""] + ["few" if rr["target_precision"].flag else "" for _, rr in rows[1:]]
     return Table(
         columns,
         rows_out,
@@ -368,49 +345,21 @@ def _head_table(head: str, hd: HeadThresholds) -> Table:
     )
 
 
-def _head_figure(
-    run_dir: str | Path,
-    head: str,
-    hd: HeadThresholds,
-    tf: ThresholdsFile,
-    score: Any,
-    figures: dict[str, bytes],
-    result: RunResult | None = None,
-) -> list[Block]:
+def _head_figure(view: ThresholdsView, head: str, figures: dict[str, bytes]) -> list[Block]:
     """Precision-recall per class on eval (and fit), the thresholds marked (added to ``figures``)."""
-    try:
-        rh = load_head(run_dir, head=head, score=score, count_gt=False, result=result)
-    except DetCalibError as e:  # the table stands on its own; say why the figure is missing
-        return [Para(f"No precision-recall figure: {e}", kind="note")]
-    by_cls = {c: hd.criteria[c].by_class() for c in CRITERIA}
-    grid = np.round(np.arange(1000) / 1000.0, 3)
-    panels = []
-    for cls_id, r in by_cls["target_precision"].items():
-        p: dict[str, Any] = {
-            "title": r.name,
-            "marks": _marks({c: by_cls[c][cls_id] for c in CRITERIA}),
-        }
-        for part, df, s, figs in (
-            ("fit", rh.fit, rh.fit_score, r.fit),
-            ("eval", rh.eval, rh.eval_score, r.eval),
-        ):
-            if df is None or figs is None:
-                p[part] = None
-                continue
-            m = df["cls"].to_numpy() == cls_id
-            p[part] = _curve(
-                s[m],
-                df["correct"].to_numpy()[m],
-                df["image_id"].to_numpy()[m],
-                int(figs.n_gt or 0),
-                grid,
-            )
-        panels.append(p)
+    curves = view.curves[head]
+    if isinstance(curves, str):  # the table stands on its own; say why the figure is missing
+        return [Para(f"No precision-recall figure: {curves}", kind="note")]
+    panels = [{"title": c.name, "marks": c.marks, "fit": c.fit, "eval": c.eval} for c in curves]
     name = f"thresholds_pr_{head}"
-    target = float(hd.criteria["target_precision"].params["target_precision"])
+    target = float(view.file.heads[head].criteria["target_precision"].params["target_precision"])
     figures[name] = _pr_threshold_figure(
-        panels, title=f"Precision-recall per class, head {head}", target=target
+        panels,
+        title=f"Precision-recall per class, head {head}",
+        target=target,
+        criteria=view.criteria,
     )
+    tf = view.file
     return [
         Fig(
             name,
@@ -426,8 +375,8 @@ def _head_figure(
 
 
 def _compare_thresholds_table(
-    doc_a: Mapping[str, Any] | ThresholdsFile,
-    doc_b: Mapping[str, Any] | ThresholdsFile,
+    view_a: ThresholdsView,
+    view_b: ThresholdsView,
     *,
     head_a: str = "nms",
     head_b: str | None = None,
@@ -439,16 +388,16 @@ def _compare_thresholds_table(
     Classes are matched by name. Cells: threshold (flag), and eval precision / recall.
     """
     head_b = head_b or head_a
-    ca = ThresholdsFile.of(doc_a).heads[head_a].criteria[criterion]
-    cb = ThresholdsFile.of(doc_b).heads[head_b].criteria[criterion]
+    ca = view_a.file.heads[head_a].criteria[criterion]
+    cb = view_b.file.heads[head_b].criteria[criterion]
     rows_a, rows_b = ca.by_name(), cb.by_name()
 
-    def cells(r: ThresholdRow | None) -> list[str]:
+    def cells(r: Any) -> list[str]:
         if r is None:
             return ["n/a", "n/a"]
-        ev = r.eval or SplitFigures()
+        precision, recall, _, _ = _split(r.eval)
         flag = f" ({r.flag_words})" if r.flag else ""
-        return [_fmt(r.threshold) + flag, f"{_fmt(ev.precision)} / {_fmt(ev.recall)}"]
+        return [_fmt(r.threshold) + flag, f"{_fmt(precision)} / {_fmt(recall)}"]
 
     la, lb = labels
     names = list(rows_a) + [n for n in rows_b if n not in rows_a]
@@ -478,9 +427,10 @@ def _report_thresholds(b: Page, run: Run, folder: Path) -> None:
     if not (folder / THRESHOLDS_FILE).is_file():
         return
     try:
-        doc = read_thresholds(folder / THRESHOLDS_FILE)
-        heads = [h for h in run.heads if h in doc["heads"]]
-        blocks, figures = thresholds_section(folder, doc=doc, heads=heads, result=run.result)
+        tf = thresholds_view(folder, curves=False).file
+        heads = [h for h in run.heads if h in tf.heads]
+        view = thresholds_view(folder, doc=tf, heads=heads, result=run.result)
+        blocks, figures = _section_blocks(view)
     except (
         DetCalibError,
         KeyError,
@@ -492,7 +442,7 @@ def _report_thresholds(b: Page, run: Run, folder: Path) -> None:
         )
         return
     for h in heads:
-        t_doc, t_run = doc["heads"][h].get("score", {}).get("temperature"), run.temperature(h)
+        t_doc, t_run = tf.heads[h].temperature, run.temperature(h)
         if t_doc is not None and t_run is not None and not math.isclose(t_doc, t_run, rel_tol=1e-9):
             blocks.insert(
                 1,
@@ -508,22 +458,22 @@ def _report_thresholds(b: Page, run: Run, folder: Path) -> None:
 def _compare_thresholds(b: Page, cols: list[Subject]) -> None:
     """The tuned conf thresholds side by side (the first run against each other), when every run
     folder has a thresholds.json for its head."""
-    docs = []
+    views = []
     for c in cols:
         if not (c.run.run_dir / THRESHOLDS_FILE).is_file():
             return
         try:
-            doc = read_thresholds(c.run.run_dir / THRESHOLDS_FILE)
+            view = thresholds_view(c.run.run_dir, curves=False)
         except InputError as e:
             b.add(Heading(2, "Conf thresholds", "thresholds"), Para(f"Not compared: {e}", "warn"))
             return
-        if c.head not in doc["heads"]:
+        if c.head not in view.file.heads:
             return
-        docs.append(doc)
+        views.append(view)
     b.add(Heading(2, "Conf thresholds", "thresholds"))
     params = [
-        d["heads"][c.head]["criteria"]["target_precision"]["params"]
-        for d, c in zip(docs, cols, strict=True)
+        v.file.heads[c.head].criteria["target_precision"].params
+        for v, c in zip(views, cols, strict=True)
     ]
     b.add(
         Para(
@@ -538,10 +488,10 @@ def _compare_thresholds(b: Page, cols: list[Subject]) -> None:
         )
     )
     for k in range(1, len(cols)):
-        for crit in CRITERIA:
+        for crit in views[0].criteria:
             t = _compare_thresholds_table(
-                docs[0],
-                docs[k],
+                views[0],
+                views[k],
                 head_a=cols[0].head,
                 head_b=cols[k].head,
                 labels=(cols[0].name, cols[k].name),

@@ -192,6 +192,8 @@ class HeadThresholds(Record):
 
     score_formula: str = spec(missing="", key="score.formula")
     criteria: dict[str, CriterionThresholds]
+    temperature: float | None = spec(None, key="score.temperature")
+    """The temperature the thresholds were tuned with (None: another calibrator, or not recorded)."""
     risk_control: RiskControl | None = None
     """``det-calib thresholds --target-recall ...``'s thresholds, when the file has them."""
 

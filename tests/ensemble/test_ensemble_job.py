@@ -215,7 +215,7 @@ def test_run_folder_contract(run, demo_model_path, noisy):
         "summary.txt",
     } <= {p.name for p in out.iterdir()}
     r = RunResult.read(out / "calibration.json")
-    rec = r.ensemble
+    rec = r.sections["ensemble"]
     assert [m.fingerprint for m in rec.members] == [
         model_fingerprint(demo_model_path),
         model_fingerprint(noisy),
@@ -311,6 +311,38 @@ def test_fused_boxes_are_ensemble_boxes_wbf(run):
     assert n > 100
 
 
+def test_the_report_of_an_ensemble_run_written_by_a_process_that_never_imported_the_ensemble(
+    run, tmp_path
+):
+    """The record names its Ensemble section (det_calib/record/run_sections.py): ``write_report`` alone,
+    in a fresh interpreter, writes it where it always was (before Settings), the same as the run's."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from det_calib.report import write_report\n"
+        f"write_report({str(run.out_dir)!r}, out_dir={str(tmp_path)!r})\n"
+        "print('det_calib.ensemble.ensemble_report' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    got = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": "", "HOME": str(Path.home())},
+        check=True,
+    )
+    assert got.stdout.strip() == "True"
+    md = (tmp_path / "report.md").read_text()
+    h2 = [line for line in md.splitlines() if line.startswith("## ")]
+    assert h2[-2:] == ["## Ensemble", "## Settings"]
+    ours = md[md.index("## Ensemble") : md.index("## Settings")]
+    theirs = (run.out_dir / "report.md").read_text()
+    assert ours == theirs[theirs.index("## Ensemble") : theirs.index("## Settings")]
+    assert "ensemble-fusion" in (tmp_path / "report.html").read_text()
+
+
 def test_compare_report_thresholds_and_reuse(
     run, demo_model_path, noisy, fixture_yaml, tmp_path, capsys
 ):
@@ -398,7 +430,7 @@ def test_compare_report_thresholds_and_reuse(
     from det_calib.record.run_result import RunResult
 
     assert (
-        RunResult.read(tmp_path / "max" / "calibration.json").ensemble.fusion.order
+        RunResult.read(tmp_path / "max" / "calibration.json").sections["ensemble"].fusion.order
         == "calibrate-then-fuse"
     )
     _assert_deployment_equals_run(tmp_path / "max", fixture_yaml)
@@ -473,7 +505,7 @@ def test_auto_fusion_chosen_on_the_fit_folds(
         "-q",
     ]
     assert main([*base, "--out", str(tmp_path / "auto")]) == 0
-    rec = RunResult.read(tmp_path / "auto" / "calibration.json").ensemble
+    rec = RunResult.read(tmp_path / "auto" / "calibration.json").sections["ensemble"]
     assert (rec.fusion.order, rec.fusion.score) == ("auto", "auto")
     eh = rec.heads["nms"]
     chosen = [r for r in eh.table if r.chosen]
@@ -601,7 +633,7 @@ def test_check_on_an_ensemble_run_fuses_the_new_images_as_the_run_did(
     assert mine["members"].to_list() == ev["members"].to_list()
     assert mine["correct"].to_list() == ev["correct"].to_list()
     for extra, words in (
-        (["--model", str(run.result.ensemble.members[0].path)], "cannot replace them"),
+        (["--model", str(run.result.sections["ensemble"].members[0].path)], "cannot replace them"),
         (["--boxes", str(run.out_dir)], "reuse is not supported"),
     ):
         code = main(

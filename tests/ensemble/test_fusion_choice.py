@@ -124,7 +124,7 @@ def test_paired_se_is_zero_for_identical_and_positive_for_different():
 
 
 def test_record_fusion_of_each_head_and_of_runs_written_before_the_choice():
-    from det_calib.record.ensemble_record import EnsembleRecord
+    from det_calib.ensemble.ensemble_record import EnsembleRecord
 
     fusion = {"iou": 0.55, "score": "auto", "order": "auto"}
     ens = {"name": "ensemble", "method": "platt", "map50_95": 0.5, "map50": 0.6}

@@ -810,14 +810,62 @@ def test_report_section(run):
     assert "figures/thresholds_pr_nms.png" in to_markdown("t", blocks)
 
 
+def test_the_report_reads_one_view_of_the_thresholds(run, tmp_path):
+    """``thresholds_view``: the file's rows as the section's table shows them, the document's
+    temperature, and each class's curves, which pass through its chosen thresholds' eval figures."""
+    import shutil
+
+    from det_calib.thresholds import thresholds_view
+
+    folder, _, doc = run
+    hd = doc["heads"]["nms"]
+    v = thresholds_view(folder)
+    assert v.heads == ["nms"] and v.criteria == ("target_precision", "max_f1", "lrp")
+    assert hd["score"]["temperature"] > 0
+    assert v.file.heads["nms"].temperature == hd["score"]["temperature"]
+    rows = v.rows("nms")
+    per_class = {c: hd["criteria"][c]["per_class"] for c in v.criteria}
+    assert [name for name, _ in rows] == [
+        "all classes (global)",
+        *[r["name"] for r in per_class["target_precision"]],
+    ]
+    for c in v.criteria:
+        assert rows[0][1][c].threshold == hd["criteria"][c]["global"]["threshold"]
+        assert [rr[c].threshold for _, rr in rows[1:]] == [r["threshold"] for r in per_class[c]]
+    curves = v.curves["nms"]
+    assert [k.name for k in curves] == [r["name"] for r in per_class["target_precision"]]
+    good = next(k for k in curves if k.name == "good")
+    t = next(r for r in per_class["max_f1"] if r["name"] == "good")
+    i = round(t["threshold"] * 1000)
+    assert good.marks["max_f1"] == (t["eval"]["recall"], t["eval"]["precision"], t["threshold"])
+    assert good.eval[0][i] == pytest.approx(t["eval"]["precision"])
+    assert good.eval[1][i] == pytest.approx(t["eval"]["recall"])
+    assert good.fit is not None and len(good.fit[0]) == 1000
+    assert thresholds_view(folder, curves=False).curves == {}
+    # without its boxes the view says why it has no curves; the rows stand
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare)
+    (bare / "boxes.parquet").unlink()
+    lone = thresholds_view(bare)
+    assert isinstance(lone.curves["nms"], str) and "boxes.parquet" in lone.curves["nms"]
+    assert lone.rows("nms") == rows
+    with pytest.raises(InputError, match="thresholds file not found"):
+        thresholds_view(tmp_path)
+
+
 def test_compare_thresholds_table(run, tmp_path):
     from det_calib.report.thresholds_section import (
         _compare_thresholds_table as compare_thresholds_table,
     )
+    from det_calib.thresholds import thresholds_view
 
     folder, n_gt, doc = run
     other = tune_run(folder, target_precision=0.7, delta=0.2, n_gt=n_gt, n_boot=50, write=False)
-    t = compare_thresholds_table(doc, other, labels=("p0.8", "p0.7"))
+    t = compare_thresholds_table(
+        thresholds_view(folder, doc=doc, curves=False),
+        thresholds_view(folder, doc=other, curves=False),
+        labels=("p0.8", "p0.7"),
+    )
     assert t.columns[1] == "p0.8 threshold" and len(t.rows) == 4
     good = next(r for r in t.rows if r[0] == "good")
     ra = doc["heads"]["nms"]["criteria"]["target_precision"]["per_class"][0]

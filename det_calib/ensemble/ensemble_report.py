@@ -1,4 +1,6 @@
-"""The ensemble section of the report of a ``det-calib ensemble`` run.
+"""The ensemble section of the report of a ``det-calib ensemble`` run: the part of the run's report that
+the ``ensemble`` section of its record names (:mod:`det_calib.ensemble.ensemble_record`), written by the
+report among its own sections (:mod:`det_calib.report.sections`).
 
 Members and the ensemble side by side (mAP, kept-set ECE raw and calibrated with intervals, each
 one's calibrator and temperature), their reliability on one figure (boxes kept at the lowest
@@ -16,13 +18,11 @@ import polars as pl
 
 from det_calib import metrics
 from det_calib.data.box_view import BoxView
-from det_calib.record.ensemble_record import AUTO, rule_words
+from det_calib.ensemble.ensemble_record import AUTO, ensemble_of, rule_words
+from det_calib.report import Heading, Page, Para, ReportContext, Table, compare_reliability, f4
 
-from . import plots
-from .common import f4
-from .context import ReportContext
-from .document import Heading, Para, Table
-from .page import Page
+TITLE = "Ensemble"
+"""The section's title (its level-2 heading), on a run's report only, before Settings."""
 
 
 def _ci(ci: Any) -> str:
@@ -132,19 +132,19 @@ def _fusion_table(h: str, eh: Any, chosen: tuple[str, str]) -> Table:
     )
 
 
-def ensemble_section(page: Page, ctx: ReportContext) -> None:
+def section(page: Page, ctx: ReportContext) -> None:
     """The Ensemble section of a report, for a run with ``ensemble`` in its calibration.json: the
     members, each member against the fused detector per head, the fusion candidates, the cost."""
-    if ctx.compared or ctx.run.result.ensemble is None:
+    rec = None if ctx.compared else ensemble_of(ctx.run.result)
+    if rec is None:
         return
     b, run = page, ctx.run
     folder = Path(ctx.folder if ctx.folder is not None else run.run_dir)
 
-    rec = run.result.ensemble
     st = run.settings
     thr = min(st.conf_thresholds)
     fz = rec.fusion
-    b.add(Heading(2, "Ensemble", "ensemble"))
+    b.add(Heading(2, TITLE, "ensemble"))
     how = "; ".join(
         f"head {h}: score rule {rec.fusion_of(h)[1]} ({rule_words(rec.fusion_of(h)[1])}), "
         f"{rec.fusion_of(h)[0]}"
@@ -262,7 +262,7 @@ def _reliability(
     )
     if all(r[1] is None and r[2] is None for r in runs):
         return
-    png = plots.compare_reliability(
+    png = compare_reliability(
         runs, low=thr, title=f"Members and ensemble, boxes kept at {thr:g}, head {h}"
     )
     b.fig(

@@ -1,6 +1,8 @@
-"""The ``ensemble`` section of an ensemble run's ``calibration.json`` (typed).
+"""The ``ensemble`` section of an ensemble run's ``calibration.json`` (typed), registered as a section of
+a run's record (:mod:`det_calib.record.run_sections`) with its part of the run's report
+(:mod:`det_calib.ensemble.ensemble_report`).
 
-``RunResult.ensemble`` holds an :class:`EnsembleRecord`: the members (their files' fingerprints,
+``RunResult.sections["ensemble"]`` holds an :class:`EnsembleRecord`: the members (their files' fingerprints,
 views, the head each ran), the fusion settings, and per ensemble head every member's figures
 beside the ensemble's, how often the members agree, the cost per image, and the table of both
 fusion orders under every score rule.
@@ -12,9 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from det_calib.codec import Record, spec
-from det_calib.record.calibrator_record import Calibrator
-from det_calib.record.checked_json import CI
-from det_calib.record.eval_record import OperatingFigures
+from det_calib.record import Calibrator, OperatingFigures, RunResult, register_run_section
 
 _RULE_WORDS: dict[str, str] = {  # the score rules of det_calib.ensemble.fusion, in words
     "avg": "mean of the boxes, an absent member counts 0",
@@ -117,7 +117,7 @@ class FusionRow(Record):
     kept_ece_fused: float | None
     kept_calibrated: int = spec(missing=0)
     kept_ece_calibrated: float | None
-    kept_ece_calibrated_ci: CI = None
+    kept_ece_calibrated_ci: tuple[float, float] | None = None  # its 95% interval
     temperature: float | None = None
     fit_map50_95: float | None = None
     cv_kept_ece: float | None = None
@@ -173,3 +173,11 @@ class EnsembleRecord(Record):
     def seconds(self, key: str) -> float:
         """``seconds_per_image[key]`` (``capture``, ``fusion``, ``member i``); nan when not recorded."""
         return self.seconds_per_image[key] if key in self.seconds_per_image else float("nan")
+
+
+register_run_section("ensemble", EnsembleRecord, report="det_calib.ensemble.ensemble_report")
+
+
+def ensemble_of(result: RunResult) -> EnsembleRecord | None:
+    """The ``ensemble`` section of a run's record (None: not an ensemble run)."""
+    return result.sections.get("ensemble")
