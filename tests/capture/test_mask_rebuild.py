@@ -8,14 +8,24 @@ import torch
 from pycocotools import mask as mask_utils
 
 from det_calib.demo import fixture_data_yaml
-from det_calib.tasks.segment.capture_masks import (
+from det_calib.tasks import get_task
+from det_calib.tasks.segment.mask_rebuild import (
     _encode_masks,
     _mask_rles,
     _rebuild_masks,
-    filled_boxes,
 )
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
+
+def filled_boxes(protos, coefficients, boxes, image_shape):
+    """The segment task's rebuild without rasterising: which boxes keep a mask."""
+    keep, masks = get_task("segment").rebuild_payload(
+        protos, coefficients, boxes, image_shape, rasterise=False
+    )
+    assert masks == [None] * int(keep.sum())
+    return keep
+
 
 pytest.importorskip("ultralytics")
 
