@@ -733,12 +733,13 @@ def test_one_name_one_meaning():
 #: Ratchets (only down): measured when the rule came in (issue 53: 1,225 top-level names without an
 #: underscore and 243 function-level imports of det_calib's own modules before; the goals are 300 and 20).
 MAX_PUBLIC_NAMES = (
-    420  # 415, then five names the docs show users back in __all__ (test_docs checks them)
+    404  # 415, then five names the docs show users back in __all__ (test_docs checks them): 420; then
+    # the tasks folder's face its registry and contract (17 per-task names out, register_task in)
 )
 MAX_FUNCTION_LEVEL_OWN_IMPORTS = 15
 #: Test and benchmark imports of a folder's name outside its ``__all__`` (they may reach internals:
 #: they test and time them).
-MAX_TEST_IMPORTS_PAST_ALL = 394
+MAX_TEST_IMPORTS_PAST_ALL = 393
 
 FOLDERS = sorted(m for m in MODULES if m.count(".") == 1 and MODULES[m].name == "__init__.py")
 
