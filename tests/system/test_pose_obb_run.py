@@ -15,9 +15,8 @@ import pytest
 
 from det_calib.cli import main
 from det_calib.data import MatchingRule
-from det_calib.data.ground_truth import load_data_yaml, load_split
+from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import demo_data_yaml, demo_model, demo_task_model
-from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks import load_task_split, match_split
 
 QUICK = ["--n-boot", "20", "-q"]
@@ -65,13 +64,14 @@ def task_dataset(root: Path, source: Path, *, n: int = 4, edit=None, yaml_edit=N
 
 def _labels_are(run: Path, limit: int | None, task: str) -> None:
     """The run's labels of every head and split are its boxes matched again by its recorded rule
-    (``match_split``: the task's ``match`` hook) against the ground truth read for ``task``."""
+    (``match_split``: the task's ``match`` hook; box IoU where the run records none) against the ground
+    truth read for ``task`` and that rule."""
     c = json.loads((run / "calibration.json").read_text())
     boxes = pl.read_parquet(run / "boxes.parquet")
     ds = load_data_yaml(c["data"])
-    rule = MatchingRule.from_dict(c["matching"])
+    rule = MatchingRule.from_dict(c["matching"]) if c.get("matching") else None
     for split in ("calib", "test"):
-        sp = load_task_split(ds, split, task=task, limit=limit)
+        sp = load_task_split(ds, split, task=task, match=rule.by if rule else "box", limit=limit)
         for head in c["heads"]:
             got = boxes.filter((pl.col("split") == split) & (pl.col("head") == head))
             want = match_split(got.drop(MATCH_COLUMNS), sp, rule, iou=0.5, loc_iou=0.1)
@@ -188,12 +188,7 @@ def test_obb_model_on_box_labels(capsys, tmp_path):
     )
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box"
-    _labels_are(
-        tmp_path / "run",
-        None,
-        lambda ds, split, limit: load_split(ds, split, limit=limit),
-        match_boxes,
-    )
+    _labels_are(tmp_path / "run", None, "obb")
 
 
 def _drop_last_keypoint(line: str) -> str:
@@ -301,12 +296,7 @@ def test_a_detector_run_records_no_rule(capsys, tmp_path):
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert "matching" not in c or c["matching"] is None
     assert "matched by" not in (tmp_path / "run" / "summary.txt").read_text()
-    _labels_are(
-        tmp_path / "run",
-        8,
-        lambda ds, split, limit: load_split(ds, split, limit=limit),
-        match_boxes,
-    )
+    _labels_are(tmp_path / "run", 8, "detect")
 
 
 def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
