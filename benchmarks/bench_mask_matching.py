@@ -26,8 +26,9 @@ from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo.shapes import CLASS_NAMES
+from det_calib.tasks import load_task_split
 from det_calib.tasks.segment.demo_labels import write_segment_split
-from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks.segment.labels import segment_rles
 from det_calib.tasks.segment.matching import match_masks
 
 
@@ -37,7 +38,7 @@ def workload(n_images: int, dets_per_image: int, seed: int = 0):
         write_segment_split(root, "test", n_images)
         names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
         (root / "data.yaml").write_text(f"path: {root}\ntest: images/test\nnames:\n{names}\n")
-        sp = load_segment_split(load_data_yaml(root / "data.yaml"), "test")
+        sp = load_task_split(load_data_yaml(root / "data.yaml"), "test", task="segment")
     rng = np.random.default_rng(seed)
     gt_rles = segment_rles(sp)
     gt_img, gt_cls = sp.gt["image_id"].to_numpy(), sp.gt["cls"].to_numpy().astype(np.int64)

@@ -28,17 +28,17 @@ from doc_table import write_doc_table  # noqa: E402
 
 from det_calib.data.ground_truth import load_data_yaml  # noqa: E402
 from det_calib.demo.shapes import CLASS_NAMES  # noqa: E402
+from det_calib.tasks import load_task_split  # noqa: E402
 from det_calib.tasks.obb.demo_labels import write_obb_split  # noqa: E402
-from det_calib.tasks.obb.labels import load_obb_split, split_xywhr  # noqa: E402
+from det_calib.tasks.obb.labels import split_xywhr  # noqa: E402
 from det_calib.tasks.obb.matching import match_rotated  # noqa: E402
 from det_calib.tasks.pose.demo_labels import write_pose_split  # noqa: E402
 from det_calib.tasks.pose.labels import (  # noqa: E402
     AREA_COLUMN,
     NUM_KEYPOINTS_COLUMN,
-    load_pose_split,
     split_keypoints,
 )
-from det_calib.tasks.pose.matching import match_keypoints, oks_sigmas  # noqa: E402
+from det_calib.tasks.pose.matching import match_keypoints  # noqa: E402
 
 
 def _yaml(root: Path, extra: str = "") -> Path:
@@ -53,7 +53,7 @@ def _copies(rng, n_gt: int, per_gt: int) -> np.ndarray:
 
 def bench_oks(root: Path, n: int, per_gt: int, rng) -> dict:
     write_pose_split(root, "test", n)
-    sp = load_pose_split(load_data_yaml(_yaml(root, "kpt_shape: [5, 3]\n")), "test")
+    sp = load_task_split(load_data_yaml(_yaml(root, "kpt_shape: [5, 3]\n")), "test", task="pose")
     g, gt = split_keypoints(sp), sp.gt
     src = _copies(rng, gt.height, per_gt)
     size = np.sqrt(gt[AREA_COLUMN].to_numpy())[src]
@@ -128,7 +128,7 @@ def _coco_keypoints(args) -> tuple[np.ndarray, float]:
         res = coco.loadRes(dets)
         t0 = time.perf_counter()
         ev = COCOeval(coco, res, "keypoints")
-        ev.params.kpt_oks_sigmas = oks_sigmas(5)
+        ev.params.kpt_oks_sigmas = np.full(5, 1 / 5)  # 1/K, match_keypoints' default for K != 17
         ev.params.iouThrs, ev.params.maxDets = np.array([0.5]), [100]
         ev.params.areaRng, ev.params.areaRngLbl = [[0, 1e10]], ["all"]
         ev.evaluate()
@@ -144,7 +144,7 @@ def bench_rotated(root: Path, n: int, per_gt: int, rng) -> dict:
     from ultralytics.models.yolo.obb import OBBValidator
 
     write_obb_split(root, "test", n)
-    sp = load_obb_split(load_data_yaml(_yaml(root)), "test")
+    sp = load_task_split(load_data_yaml(_yaml(root)), "test", task="obb")
     g, gi, gc = split_xywhr(sp), sp.gt["image_id"].to_numpy(), sp.gt["cls"].to_numpy()
     src = _copies(rng, len(g), per_gt)
     s = rng.uniform(0.02, 0.3, len(src))[:, None]

@@ -4,7 +4,7 @@
 
 On box labels no figure reads a box's mask, so the capture rasterises none (``CaptureOptions.masks`` False:
 ``segm`` null, the boxes decided by predict's own empty-mask filter at prototype resolution,
-:func:`det_calib.tasks.segment.capture_masks.filled_boxes`). This benchmark times, on the first ``--images`` test
+:func:`det_calib.tasks.segment.mask_rebuild.filled_boxes`). This benchmark times, on the first ``--images`` test
 images of the shapes demo (box labels) and the demo segment model:
 
 - ``predict``: ``YOLO.predict`` one image at a time (``batch=1``, conf 0.001, ``retina_masks=False``, its

@@ -38,15 +38,9 @@ ENGINES = {"litert": "calibrated.tflite", "ncnn": "calibrated_ncnn_model"}
 
 
 def _data(task: str) -> Path:
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+    from det_calib.demo import demo_data_yaml
 
-    return {
-        "segment": demo_segment_data_yaml,
-        "pose": demo_pose_data_yaml,
-        "obb": demo_obb_data_yaml,
-    }[task]()
+    return demo_data_yaml(task=task)
 
 
 def engine_case(task: str, fmt: str, out: Path, limit: int | None) -> list:

@@ -59,14 +59,13 @@ def _spline():
 def _export(task: str, kw: dict, folder: Path, fraction: float) -> Path:
     from ultralytics import YOLO
 
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+    from det_calib.demo import demo_data_yaml
 
     folder.mkdir(parents=True, exist_ok=True)
     pt = folder / f"{task}.pt"
     shutil.copy(ROOT / "det_calib" / "demo" / "assets" / f"yolo26n_shapes_{task}.pt", pt)
     if kw.get("int8"):
-        data = demo_pose_data_yaml() if task == "pose" else demo_obb_data_yaml()
+        data = demo_data_yaml(task="pose") if task == "pose" else demo_data_yaml(task="obb")
         kw = {**kw, "data": str(data), "fraction": fraction}
     return Path(YOLO(str(pt)).export(imgsz=IMGSZ, verbose=False, **kw))
 
@@ -119,13 +118,13 @@ def _capture_parity(export: Path, task: str, images: list[Path]) -> dict:
     import polars as pl
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob
+    from det_calib.capture.exported import logit_of_prob, make_capturer
     from det_calib.deploy.export_layout import score_layout
 
-    cap = ExportCapturer(export)
+    cap = make_capturer(export)
     per_anchor = not cap.info.rows
     if per_anchor:
-        cap = ExportCapturer(export, all_logits=True)
+        cap = make_capturer(export, all_logits=True)
     table = cap(images, progress=False)
     column = "xywhr" if task == "obb" else "kpts"
     yolo, run = YOLO(str(export), task=task), _runtime(export)

@@ -32,16 +32,8 @@ FIGURES = (("map50_95", "box"), ("mask_map50_95", "mask"), ("pose_map50_95", "ke
 
 def _data(task: str) -> Path:
     from det_calib.demo import demo_data_yaml
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
-    return {
-        "detect": demo_data_yaml,
-        "segment": demo_segment_data_yaml,
-        "pose": demo_pose_data_yaml,
-        "obb": demo_obb_data_yaml,
-    }[task]()
+    return demo_data_yaml(task=task)
 
 
 def run_case(task: str, limit: int | None, out: Path) -> Path:

@@ -89,9 +89,6 @@ def small_demo(tmp_path_factory) -> dict[str, Path]:
     demo (hundreds of images a split) into the machine's cache."""
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
     cache = tmp_path_factory.getbasetemp() / "small_demo_cache"
     with pytest.MonkeyPatch.context() as mp:
@@ -100,9 +97,9 @@ def small_demo(tmp_path_factory) -> dict[str, Path]:
             mp.setitem(SPLIT_SIZES, split, n)
         return {
             "detect": demo_data_yaml(),
-            "segment": demo_segment_data_yaml(),
-            "pose": demo_pose_data_yaml(),
-            "obb": demo_obb_data_yaml(),
+            "segment": demo_data_yaml(task="segment"),
+            "pose": demo_data_yaml(task="pose"),
+            "obb": demo_data_yaml(task="obb"),
         }
 
 

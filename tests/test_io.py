@@ -241,13 +241,12 @@ FAST = {"head": "nms", "n_boot": 10, "progress": False, "run_val": False, "metho
 
 
 @pytest.fixture(scope="module")
-def previous_run(tmp_path_factory, demo_model_path):
+def previous_run(tmp_path_factory, demo_model_path, fixture_yaml):
     """A complete previous output (with the report) on the fixture split."""
-    from det_calib.demo import fixture_data_yaml
     from det_calib.pipeline.calibrate_job import calibrate
 
     out = tmp_path_factory.mktemp("prev") / "out"
-    calibrate(demo_model_path, fixture_data_yaml(), out=out, report=True, **FAST)
+    calibrate(demo_model_path, fixture_yaml, out=out, report=True, **FAST)
     return out
 
 
@@ -274,26 +273,24 @@ def _boom(*args, **kwargs):
     ids=["report", "ultralytics-val", "checkpoint"],
 )
 def test_a_failure_in_a_late_step_leaves_the_previous_output_byte_identical(
-    previous, demo_model_path, monkeypatch, target, options
+    previous, demo_model_path, fixture_yaml, monkeypatch, target, options
 ):
-    from det_calib.demo import fixture_data_yaml
     from det_calib.pipeline.calibrate_job import calibrate
 
     before = snapshot(previous)
     assert {"calibration.json", "report.html", "calibrated.pt", io._MANIFEST} <= set(before)
     monkeypatch.setattr(target, _boom)
     with pytest.raises(RuntimeError, match="injected failure"):
-        calibrate(demo_model_path, fixture_data_yaml(), out=previous, **{**FAST, **options})
+        calibrate(demo_model_path, fixture_yaml, out=previous, **{**FAST, **options})
     assert snapshot(previous) == before
     assert leftovers(previous) == []
 
 
-def test_a_no_report_rerun_leaves_no_stale_report(previous, demo_model_path):
-    from det_calib.demo import fixture_data_yaml
+def test_a_no_report_rerun_leaves_no_stale_report(previous, demo_model_path, fixture_yaml):
     from det_calib.pipeline.calibrate_job import calibrate
 
     old = json.loads((previous / "calibration.json").read_text())
-    run = calibrate(demo_model_path, fixture_data_yaml(), out=previous, report=False, **FAST)
+    run = calibrate(demo_model_path, fixture_yaml, out=previous, report=False, **FAST)
     names = set(snapshot(previous))
     assert not {"report.html", "report.md"} & names and not any(
         n.startswith("figures/") for n in names

@@ -5,8 +5,9 @@ Usage (from the repository root; see MODEL_CARD_CLASSIFY.md for the time it took
     python3 datasets/shapes/train_classify.py   # writes det_calib/demo/assets/yolo26n_shapes_cls.pt
 
 The data are one square crop per labelled object of the detection demo's images
-(``det_calib.tasks.classify.demo_crops``: dataset seed 0; ``train`` from the train split, ``val`` from
-``calib``, ``test`` from ``test``), written on first use into the demo cache. The model is
+(``det_calib.demo.demo_data_yaml(task="classify")``, ``det_calib/tasks/classify/demo_crops.py``:
+dataset seed 0; ``train`` from the train split, ``val`` from ``calib``, ``test`` from ``test``),
+written on first use into the demo cache. The model is
 YOLO26n-cls built from ``yolo26n-cls.yaml`` (no pretrained weights can be downloaded here), trained
 from scratch. The weights kept are Ultralytics' ``best.pt`` (best top-1 on ``val``, the calib
 crops); ``test`` is never looked at. Training is not part of CI.
@@ -40,10 +41,9 @@ def main() -> None:
 
     from ultralytics import YOLO
 
-    from det_calib.demo import cache_dir
-    from det_calib.tasks.classify.demo_crops import classify_root
+    from det_calib.demo import demo_data_yaml
 
-    data = classify_root(cache_dir())
+    data = demo_data_yaml(task="classify", with_train=True)
     t0 = time.time()
     YOLO("yolo26n-cls.yaml").train(
         data=str(data),

@@ -38,17 +38,9 @@ SUFFIX = {"segment": "seg", "pose": "pose", "obb": "obb"}
 
 def task_data_yaml(task: str) -> Path:
     """The demo's data.yaml with the task's labels, train split included."""
-    if task == "segment":
-        from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+    from det_calib.demo import demo_data_yaml
 
-        return demo_segment_data_yaml(with_train=True)
-    if task == "pose":
-        from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-
-        return demo_pose_data_yaml(with_train=True)
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-
-    return demo_obb_data_yaml(with_train=True)
+    return demo_data_yaml(task=task, with_train=True)
 
 
 def main() -> None:

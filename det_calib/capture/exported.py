@@ -58,7 +58,6 @@ from det_calib.capture.predictor import (
 )
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
-from det_calib.tasks.segment.capture_masks import kept_mask_rles
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.capture.predictor import ImageBoxes
@@ -411,7 +410,9 @@ def _predictor_class(task: str = "detect"):
                 return super().construct_result(pred, img, orig_img, img_path)
             # SegmentationPredictor.construct_result with retina_masks=True, its empty-mask filter recorded
             pred[:, :4] = ops.scale_boxes(img.shape[2:], pred[:, :4], orig_img.shape)
-            filled, counts = kept_mask_rles(proto, pred[:, 6:], pred[:, :4], orig_img.shape[:2])
+            filled, counts = hooks.rebuild_payload(
+                proto, pred[:, 6:], pred[:, :4], orig_img.shape[:2]
+            )
             self.masks.append((filled, counts))
             return Results(
                 orig_img,

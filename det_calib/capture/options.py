@@ -76,7 +76,7 @@ class CaptureOptions:
         workers: Images captured in parallel (threads); None: chosen for the device.
         payload: A segment model's boxes keep their masks (``segm``, rasterised at the image's size); False
             when no figure needs them (box labels): the boxes are the same, ``segm`` is null, and no mask
-            is rasterised (:func:`det_calib.tasks.segment.capture_masks.filled_boxes`). Not a setting that
+            is rasterised (:meth:`det_calib.tasks.contract.Task.rebuild_payload`). Not a setting that
             changes the boxes, so not among :meth:`settings`.
 
     Raises:

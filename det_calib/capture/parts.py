@@ -24,7 +24,6 @@ other, that leave images out, or that belong to another model or data.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -41,7 +40,7 @@ from det_calib.data.box_table import HEADS, capture_schema, validate_boxes
 from det_calib.data.ground_truth import check_class_names, label_path, load_data_yaml
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
-from det_calib.tasks import get_task, label_values
+from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import captured_split
 
 _log = logging.getLogger(__name__)
@@ -206,16 +205,16 @@ def prepare_split_capture(
     """
 
     ds = load_data_yaml(data)
-    if (
-        split in ds.splits and coco_gt is None and label_values(ds, split) == 5
-    ):  # box labels: no figure reads masks
-        options = dataclasses.replace(options, payload=False)
     cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
     check_class_names(list(cap.names), ds.names, data_path=data)
+    task = getattr(cap, "task", None) or "detect"
+    if hasattr(cap, "payload") and split in ds.splits and coco_gt is None:
+        if get_task(task).lacks_labels(ds, split):  # box labels: no figure reads the payload
+            cap.payload = False
     sp = captured_split(
         ds,
         split,
-        task=getattr(cap, "task", None) or "detect",
+        task=task,
         payload_shape=getattr(cap, "payload_shape", None),
         coco_gt=coco_gt,
         limit=limit,

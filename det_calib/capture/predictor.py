@@ -53,7 +53,6 @@ from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.data.box_table import HEAD_LABEL, HEADS, LOGITS_ROW, Head, capture_schema
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
-from det_calib.tasks.segment.capture_masks import filled_boxes, kept_mask_rles
 from det_calib.validation import check_choice
 
 _log = logging.getLogger(__name__)
@@ -611,11 +610,9 @@ class Capturer:
         if (
             protos is not None
         ):  # the masks predict(retina_masks=True) builds; it drops boxes with none
-            if self.payload:
-                filled, segm = kept_mask_rles(protos, det[:, 6:], xyxy, im_shape)
-            else:  # the same boxes, decided without rasterising their masks
-                filled = filled_boxes(protos, det[:, 6:], xyxy, im_shape)
-                segm = [None] * int(filled.sum())
+            filled, segm = self.hooks.rebuild_payload(
+                protos, det[:, 6:], xyxy, im_shape, rasterise=self.payload
+            )  # without payload: the same boxes, decided without rasterising their masks
             kept = torch.from_numpy(filled).to(det.device)
             det, anchors, xyxy = det[kept], anchors[kept], xyxy[kept]
         cls = det[:, 5].cpu().numpy().astype(np.int32)

@@ -117,16 +117,30 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "det_calib"
 
 
-def demo_data_yaml(*, with_train: bool = False, seed: int = 0) -> Path:
+def demo_data_yaml(*, with_train: bool = False, seed: int = 0, task: str | None = None) -> Path:
     """``data.yaml`` of the demo dataset, rendering the splits into the cache on first use.
 
     Args:
         with_train: Also render the train split (only training needs it).
-        seed: Dataset seed; the committed detector was trained on seed 0.
+        seed: Dataset seed; the committed models were trained on seed 0.
+        task: A task with demo data of its own (its folder's demo part's ``DEMO_DATA``): ``segment``,
+            ``pose`` and ``obb`` (the demo's images with polygon, keypoint or rotated-box labels, in a root
+            of their own), ``classify`` (the demo's objects as crops in class folders); None, or a task
+            without demo data of its own (``detect``): the detector's box labels.
 
     Returns:
-        Path of a data.yaml with ``train``, ``val`` (= calib), ``calib`` and ``test`` splits.
+        Path of a data.yaml with ``train``, ``val`` (= calib), ``calib`` and ``test`` splits (for
+        ``classify``: the folder of class folders, ``train``, ``val`` and ``test``).
+
+    Raises:
+        InputError: ``task`` is no registered task.
     """
+    if task is not None:
+        if task not in TASKS:
+            raise InputError(f"no task `{task}`: the tasks are {', '.join(TASKS)}")
+        own = TASKS[task].part("demo_labels") or TASKS[task].part("demo_crops")
+        if own is not None:
+            return own.DEMO_DATA(with_train=with_train, seed=seed)
     splits = dict(SPLIT_SIZES)
     if not with_train:
         splits["train"] = 0

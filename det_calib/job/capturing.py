@@ -20,7 +20,7 @@ from det_calib.job.detections import read_run_detections
 from det_calib.job.inputs import Inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
-from det_calib.tasks import payload_labelled
+from det_calib.tasks import get_task
 from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
 
 _log = logging.getLogger(__name__)
@@ -99,10 +99,8 @@ def _capture_split(cap: Any, inputs: Inputs, sp: Split, s: Settings) -> dict[str
     _log.info(
         "capturing %s boxes on `%s` (%d images)", "+".join(inputs.heads), sp.name, len(sp.images)
     )
-    if hasattr(
-        cap, "payload"
-    ):  # a segment model's masks only where a figure reads them: ground-truth masks
-        cap.payload = payload_labelled(sp)
+    if hasattr(cap, "payload"):  # a payload only where a figure reads it (a segment model's masks)
+        cap.payload = not get_task(inputs.task).lacks_payload(sp)
     raw = cap(sp.images, split=sp.name, image_names=sp.image_names(), progress=s.progress)
     return {h: _head_rows(raw, h, sp, s) for h in inputs.heads}
 

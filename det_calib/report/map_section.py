@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
-from det_calib.tasks import holds_hulls
+from det_calib.tasks import TASKS
 
 from .common import (
     f4,
@@ -18,6 +18,13 @@ from .document import Heading, Para, Table
 from .page import Page
 
 __all__ = ["map_section"]
+
+
+def _holds_hulls(columns) -> bool:
+    """Whether a box table with these ``columns`` holds a task's payload whose axis-aligned hulls are its
+    box columns (an OBB model's rotated boxes: its box mAP is the hulls', Ultralytics' val scores the
+    rotated boxes)."""
+    return any(t.hull_boxes and t.payload in columns for t in TASKS.values())
 
 
 def map_section(page: Page, ctx: ReportContext) -> None:
@@ -65,7 +72,7 @@ def map_section(page: Page, ctx: ReportContext) -> None:
     hulls = (
         " (of the rotated boxes' axis-aligned hulls; their rotated-box mAP is Ultralytics' OBB "
         "val's, below)"
-        if holds_hulls(run.boxes.columns)
+        if _holds_hulls(run.boxes.columns)
         else ""
     )
     b.add(
@@ -205,7 +212,7 @@ def _ultralytics_val_table(b: Page, run: Run) -> None:
         if uv.note:
             notes.append(f"{h}: {uv.note}")
     first = run.head(run.heads[0]).ultralytics_val
-    box = "rotated-box " if holds_hulls(run.boxes.columns) else ""
+    box = "rotated-box " if _holds_hulls(run.boxes.columns) else ""
     cols = [f"{w} {k}" for _, w in extras for k in ("mAP50-95", "mAP50")]
     b.add(
         Table(

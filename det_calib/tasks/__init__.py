@@ -7,6 +7,14 @@ validator), behind one contract (:class:`~det_calib.tasks.contract.Task`), regis
 
 A new task is one module (a :class:`Task` subclass) and one line: ``register_task(MyTask())``. The stages
 look a model's task up once (:func:`get_task`) and call its hooks.
+
+The folder's public face (``__all__``) is the registry (:data:`TASKS`, :func:`register_task`, :func:`get_task`,
+:func:`task_names`), the contract (:class:`Task`, :data:`RUN_PARTS`) and the calls that serve every task through
+them (:func:`load_task_split` and :func:`captured_split` read a split as the task reads it, ``choose_matching``
+and ``match_split`` its rule, :func:`result_boxes_attr`). A task's own functions (its label reader, matcher,
+mask rebuild, demo data) stay in its folder: the stages reach them through the task's hooks
+(``read_split``, ``match``, ``rebuild_payload``, ...) and parts (:meth:`Task.part`; the demo data of
+any task: ``det_calib.demo.demo_data_yaml(task=...)``).
 """
 
 from __future__ import annotations
@@ -18,28 +26,12 @@ from det_calib.tasks.contract import Task
 from det_calib.tasks.detect_task import Detect
 from det_calib.tasks.obb.task import Obb
 from det_calib.tasks.pose.task import Pose
-from det_calib.tasks.segment.labels import has_masks
 from det_calib.tasks.segment.task import Segment
 
 _EXPORTS = {
-    "classify_root": "classify.demo_crops",
     "RUN_PARTS": "contract",
     "choose_matching": "match_rule",
     "match_split": "match_rule",
-    "demo_obb_data_yaml": "obb.demo_labels",
-    "load_obb_split": "obb.labels",
-    "match_rotated": "obb.matching",
-    "label_values": "obb.task",
-    "demo_pose_data_yaml": "pose.demo_labels",
-    "load_pose_split": "pose.labels",
-    "match_keypoints": "pose.matching",
-    "oks_sigmas": "pose.matching",
-    "filled_boxes": "segment.capture_masks",
-    "kept_mask_rles": "segment.capture_masks",
-    "demo_segment_data_yaml": "segment.demo_labels",
-    "load_segment_split": "segment.labels",
-    "segment_rles": "segment.labels",
-    "match_masks": "segment.matching",
     "captured_split": "task_splits",
     "load_task_split": "task_splits",
 }
@@ -50,27 +42,11 @@ __all__ = [
     "Task",
     "captured_split",
     "choose_matching",
-    "classify_root",
-    "demo_obb_data_yaml",
-    "demo_pose_data_yaml",
-    "demo_segment_data_yaml",
-    "filled_boxes",
     "get_task",
-    "holds_hulls",
-    "kept_mask_rles",
-    "label_values",
-    "load_obb_split",
-    "load_pose_split",
-    "load_segment_split",
     "load_task_split",
-    "match_keypoints",
-    "match_masks",
-    "match_rotated",
     "match_split",
-    "oks_sigmas",
-    "payload_labelled",
+    "register_task",
     "result_boxes_attr",
-    "segment_rles",
     "task_names",
 ]
 
@@ -85,7 +61,7 @@ TASKS: dict[str, Task] = {}
 """Task name (a model's ``task``) -> the task."""
 
 
-def _register_task(task: Task) -> Task:
+def register_task(task: Task) -> Task:
     """Add ``task`` to the registry under its name (replacing one of the same name); returns it."""
     TASKS[task.name] = task
     return task
@@ -121,18 +97,6 @@ def answers_per_image(name: str | None) -> bool:
     return task is not None and task.per_image
 
 
-def payload_labelled(split) -> bool:
-    """Whether ``split``'s ground truth carries the payload a capture may skip when nothing reads it (a
-    segment model's masks: rebuilt only where the split has ground-truth masks to match them with)."""
-    return has_masks(split)
-
-
-def holds_hulls(columns) -> bool:
-    """Whether a box table with these ``columns`` holds a task's payload whose axis-aligned hulls are its box
-    columns (an OBB model's rotated boxes: its box mAP is the hulls', Ultralytics' val scores the rotated boxes)."""
-    return any(t.hull_boxes and t.payload in columns for t in TASKS.values())
-
-
 def result_boxes_attr(result) -> str:
     """Where an Ultralytics ``Results`` keeps its scored boxes, whatever its task: ``obb`` for an OBB model's
     (rotated boxes; ``Results.boxes`` is None), else ``boxes`` (a detector's, a segment or pose model's)."""
@@ -140,4 +104,4 @@ def result_boxes_attr(result) -> str:
 
 
 for _task in (Detect(), Segment(), Pose(), Obb(), Classify()):
-    _register_task(_task)
+    register_task(_task)

@@ -21,13 +21,13 @@ from typing import Any, ClassVar
 import numpy as np
 import polars as pl
 
-from det_calib.data.ground_truth import Dataset, Split, load_split
+from det_calib.data.ground_truth import Dataset, Split, label_path, list_images, load_split
 from det_calib.data.matching_rule import MatchBy, MatchingRule
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.tasks.pose.labels import pose_spec
 
-__all__ = ["RUN_PARTS", "Task", "TaskRun"]
+__all__ = ["RUN_PARTS", "Task", "TaskRun", "label_values"]
 
 RUN_PARTS = {
     "calibrate": "pipeline_run",
@@ -37,6 +37,21 @@ RUN_PARTS = {
 }
 """Where a task keeps its own run of a command (the part of its folder, named for its layer), in place of the
 shared box pipeline's; the command line asks each registered task for it (:class:`TaskRun`)."""
+
+
+def label_values(data: Dataset, split: str) -> int | None:
+    """The number of values on the first label line of ``split`` (its files in image order); None
+    when no label file of the split has a line (5: box labels, 9: OBB labels)."""
+    if split not in data.splits:
+        raise InputError(f"split `{split}` not in {data.yaml_path} (splits: {sorted(data.splits)})")
+    for img in list_images(data.splits[split], split=split):
+        lp = label_path(img)
+        if not lp.is_file():
+            continue
+        for line in lp.read_text(encoding="utf-8-sig").splitlines():
+            if line.split():
+                return len(line.split())
+    return None
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,7 @@ class Task:
         shaped: Whether each box's payload has a shape the model declares (a pose model's ``kpt_shape``),
             which its export's metadata must then record.
         prototypes: Whether the model's output carries prototypes its boxes' payload is rebuilt from (a
-            segment model's; the capture rebuilds each box's mask from them).
+            segment model's; the capture rebuilds each box's mask from them: :meth:`rebuild_payload`).
         per_image: Whether the model answers once per image (a classifier) rather than per box: its runs are its
             own (:data:`RUN_PARTS`), and the box stages refuse it (:func:`det_calib.tasks.get_task`).
         per_image_words: How a per-image task's model is run instead, in words (the box stages' refusal).
@@ -212,7 +227,8 @@ class Task:
 
     def lacks_labels(self, data: Dataset, split: str) -> bool:
         """Whether the split's labels, before they are read, cannot give the task's own rule its payload (box
-        labels for a pose or OBB model); ``check`` then refuses a run matched by that rule."""
+        labels for a segment, pose or OBB model); ``check`` then refuses a run matched by that rule, and a
+        capture to parts leaves out the payload nothing would read (a segment model's masks)."""
         return False
 
     def lacks_payload(self, split: Split) -> bool:
@@ -268,6 +284,27 @@ class Task:
     def result_payload(self, result: Any, shape: tuple[int, int] | None) -> np.ndarray | None:
         """The payload of the boxes of an Ultralytics ``Results`` of the task (None: none)."""
         return None
+
+    def rebuild_payload(
+        self,
+        protos: Any,
+        coefficients: Any,
+        boxes: Any,
+        image_shape: tuple[int, int],
+        *,
+        rasterise: bool = True,
+    ) -> tuple[np.ndarray, list]:
+        """For a task whose model's output carries prototypes (:attr:`prototypes`): the payload of kept boxes
+        rebuilt from the image's ``protos`` and each box's ``coefficients`` (the channels after the class
+        scores) and final ``boxes`` (xyxy in the image of shape ``image_shape``), as the task's predictor
+        rebuilds it; returns ``(keep, payloads)``: a bool per box (the predictor keeps it) and the kept
+        boxes' payloads, in box order (None each without ``rasterise``: the same boxes, their payload
+        not built).
+
+        Raises:
+            NotImplementedError: The task's model carries no prototypes (the capture never asks).
+        """
+        raise NotImplementedError(f"{self.words} carries no prototypes")
 
     def payload_series(
         self, images: Sequence[Any], shape: tuple[int, int] | None

@@ -47,12 +47,12 @@ def _payload_equal(task: str, got: pl.DataFrame, want) -> None:
 def test_mobile_export_capture_equals_predict(exports, fixture_images, task, fmt):
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
+    from det_calib.capture.exported import logit_of_prob, make_capturer, read_export
 
     info = read_export(exports[task, fmt])
     assert (info.task, info.engine, info.head, info.rows) == (task, ENGINES[fmt], "nms", False)
     images = fixture_images[:4]
-    table = ExportCapturer(exports[task, fmt], all_logits=True)(images, progress=False)
+    table = make_capturer(exports[task, fmt], all_logits=True)(images, progress=False)
     yolo = YOLO(str(exports[task, fmt]), task=task)
     n = 0
     for i, im in enumerate(images):

@@ -67,13 +67,13 @@ def test_export_capture_equals_predict(exports, fixture_images, name):
     in the class channels of the engine's own output."""
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
+    from det_calib.capture.exported import logit_of_prob, make_capturer, read_export
     from det_calib.deploy.export_layout import score_layout
 
     task = EXPORTS[name][0]
     info = read_export(exports[name])
     images = [fixture_images[k] for k in (0, 3, 6, 9)]
-    cap = ExportCapturer(exports[name], all_logits=not info.rows)
+    cap = make_capturer(exports[name], all_logits=not info.rows)
     table = cap(images, progress=False)
     column = {"pose": "kpts", "obb": "xywhr"}[task]
     assert column in table.columns

@@ -27,12 +27,12 @@ def seg_exports(tmp_path_factory, demo_seg_checkpoint) -> dict[str, Path]:
 def test_export_capture_equals_predict(seg_exports, fixture_images, name):
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob, read_export
+    from det_calib.capture.exported import logit_of_prob, make_capturer, read_export
 
     info = read_export(seg_exports[name])
     assert info.task == "segment" and info.head == ("e2e" if name.endswith("e2e") else "nms")
     images = fixture_images[:4]
-    cap = ExportCapturer(seg_exports[name], all_logits=not info.rows)
+    cap = make_capturer(seg_exports[name], all_logits=not info.rows)
     table = cap(images, progress=False)
     assert table.schema["segm"] == pl.Binary
     yolo = YOLO(str(seg_exports[name]), task="segment")

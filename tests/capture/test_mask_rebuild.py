@@ -8,14 +8,24 @@ import torch
 from pycocotools import mask as mask_utils
 
 from det_calib.demo import fixture_data_yaml
-from det_calib.tasks.segment.capture_masks import (
+from det_calib.tasks import get_task
+from det_calib.tasks.segment.mask_rebuild import (
     _encode_masks,
     _mask_rles,
     _rebuild_masks,
-    filled_boxes,
 )
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
+
+
+def filled_boxes(protos, coefficients, boxes, image_shape):
+    """The segment task's rebuild without rasterising: which boxes keep a mask."""
+    keep, masks = get_task("segment").rebuild_payload(
+        protos, coefficients, boxes, image_shape, rasterise=False
+    )
+    assert masks == [None] * int(keep.sum())
+    return keep
+
 
 pytest.importorskip("ultralytics")
 
@@ -133,3 +143,24 @@ def test_encode_masks_known_answer():
     assert _encode_masks(np.zeros((0, 5, 4), np.uint8)) == []
     with pytest.raises(ValueError, match=r"shape \(n, H, W\)"):
         _encode_masks(np.zeros((5, 4), np.uint8))
+
+
+def test_the_capture_asks_the_task_with_prototypes():
+    """The capture rebuilds a payload through the task (``Task.rebuild_payload``): the segment task, the
+    one registered task with prototypes, keeps the boxes whose mask has a pixel with their RLE counts (the
+    mask is the box's pixels on a positive plateau); a task without prototypes refuses."""
+    from det_calib.tasks import TASKS
+
+    assert [t.name for t in TASKS.values() if t.prototypes] == ["segment"]
+    protos = torch.zeros(2, 8, 8)
+    protos[0] = 1.0
+    coef = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]])
+    boxes = torch.tensor([[4.0, 4.0, 20.0, 12.0], [4.0, 4.0, 20.0, 20.0], [0.0, 16.0, 32.0, 32.0]])
+    keep, rles = get_task("segment").rebuild_payload(protos, coef, boxes, (32, 32))
+    assert keep.tolist() == [True, False, True] and len(rles) == 2
+    want = np.zeros((2, 32, 32), np.uint8)
+    want[0, 4:12, 4:20] = want[1, 16:32, 0:32] = 1
+    for r, w in zip(rles, want):
+        assert np.array_equal(mask_utils.decode({"size": [32, 32], "counts": r}), w)
+    with pytest.raises(NotImplementedError, match="a detect model carries no prototypes"):
+        get_task("detect").rebuild_payload(protos, coef, boxes, (32, 32))

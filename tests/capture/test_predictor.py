@@ -342,12 +342,11 @@ def test_image_ids_and_names_of_a_shard(demo_model_path, fixture_images):
 
 
 @pytest.fixture(scope="module")
-def plain_parts(tmp_path_factory, demo_model_path):
+def plain_parts(tmp_path_factory, demo_model_path, fixture_yaml):
     from det_calib.capture.parts import capture_to_parts
-    from tests.conftest import FIXTURE
 
     out = tmp_path_factory.mktemp("plain")
-    capture_to_parts(demo_model_path, FIXTURE / "data.yaml", "fixture", out, progress=False)
+    capture_to_parts(demo_model_path, fixture_yaml, "fixture", out, progress=False)
     return out
 
 

@@ -18,19 +18,14 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
 from det_calib.errors import InputError
+from det_calib.tasks import get_task, load_task_split
 from det_calib.tasks.segment.demo_labels import write_segment_split
-from det_calib.tasks.segment.labels import (
-    SEGM_COLUMN,
-    _polygon_rle,
-    _read_segment_file,
-    has_masks,
-    load_segment_split,
-    segment_rles,
-)
+from det_calib.tasks.segment.labels import _polygon_rle, _read_segment_file, segment_rles
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
 N_IMAGES = 8
+SEGMENT = get_task("segment")
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +111,9 @@ def test_rows_keep_polygons_and_box_lines_have_none(seg_copy):
 
 
 def test_masks_are_the_visible_regions_row_for_row(seg_root):
-    sp = load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test")
+    sp = load_task_split(load_data_yaml(seg_root / "data.yaml"), "test", task="segment")
     plain = load_split(load_data_yaml(seg_root / "data.yaml"), "test")
-    assert sp.gt.drop(SEGM_COLUMN).equals(plain.gt) and has_masks(sp)
+    assert sp.gt.drop(SEGMENT.payload).equals(plain.gt) and not SEGMENT.lacks_payload(sp)
     rles = segment_rles(sp)
     for i in range(N_IMAGES):
         r = render_with_owners(0, "test", i)
@@ -142,14 +137,16 @@ def test_malformed_segment_files_warn_and_are_left_out_like_box_labels(seg_copy)
         lbl.write_text(lbl.read_text() + "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sp = load_segment_split(load_data_yaml(seg_copy / "data.yaml"), "test")
+        sp = load_task_split(load_data_yaml(seg_copy / "data.yaml"), "test", task="segment")
     msgs = [str(w.message) for w in caught if "malformed" in str(w.message)]
     assert (
         len(msgs) == 4
         and "and 2 more files with malformed labels (5 of 8 images left out)" in msgs[3]
     )
     assert "odd number of coordinates" in msgs[0]
-    assert len(sp.images) == N_IMAGES - 5 and len(sp.bad_labels) == 5 and has_masks(sp)
+    assert (
+        len(sp.images) == N_IMAGES - 5 and len(sp.bad_labels) == 5 and not SEGMENT.lacks_payload(sp)
+    )
     # where the box reader errors (a fixed image list), so does it for polygons: one line
     images = sorted((seg_copy / "images" / "test").glob("*.png"))
     with pytest.raises(InputError, match=re.escape(f"malformed label: {lbls[0]}:")):
@@ -160,14 +157,14 @@ def test_malformed_segment_files_warn_and_are_left_out_like_box_labels(seg_copy)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(InputError, match="has no usable images"):
-            load_segment_split(load_data_yaml(seg_copy / "data.yaml"), "test")
+            load_task_split(load_data_yaml(seg_copy / "data.yaml"), "test", task="segment")
 
 
 def test_a_box_only_file_gives_rows_without_masks(seg_copy):
     lbl = seg_copy / "labels" / "test" / "test_00002.txt"
     lbl.write_text("3 0.5 0.5 0.2 0.2\n")
-    sp = load_segment_split(load_data_yaml(seg_copy / "data.yaml"), "test")
-    assert not has_masks(sp) and sp.gt[SEGM_COLUMN].null_count() == 1
+    sp = load_task_split(load_data_yaml(seg_copy / "data.yaml"), "test", task="segment")
+    assert SEGMENT.lacks_payload(sp) and sp.gt[SEGMENT.payload].null_count() == 1
 
 
 def test_polygon_rle_clips_to_the_image():
@@ -179,7 +176,7 @@ def test_polygon_rle_clips_to_the_image():
 def _coco_json(seg_root, path, *, crowd_rle: bool = True, width_delta: int = 0):
     """A COCO JSON of the segment dataset's polygons (in pixels), plus one crowd region as an
     uncompressed RLE and one object as a compressed RLE."""
-    sp = load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test")
+    sp = load_task_split(load_data_yaml(seg_root / "data.yaml"), "test", task="segment")
     rles = segment_rles(sp)
     images, anns = [], []
     for i, (p, (w, h)) in enumerate(zip(sp.images, sp.sizes)):
@@ -229,8 +226,8 @@ def _coco_json(seg_root, path, *, crowd_rle: bool = True, width_delta: int = 0):
 def test_coco_segmentations_polygons_and_rles(seg_root, tmp_path):
     js = tmp_path / "gt.json"
     ref, ref_rles = _coco_json(seg_root, js)
-    sp = load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)
-    assert has_masks(sp) and sp.gt.height == ref.gt.height + 1
+    sp = load_task_split(load_data_yaml(seg_root / "data.yaml"), "test", task="segment", coco_gt=js)
+    assert not SEGMENT.lacks_payload(sp) and sp.gt.height == ref.gt.height + 1
     rles = segment_rles(sp)
     crowd = sp.gt["crowd"].to_numpy()
     assert crowd.sum() == 1
@@ -246,7 +243,7 @@ def test_coco_image_size_must_match_the_file(seg_root, tmp_path):
     js = tmp_path / "gt.json"
     _coco_json(seg_root, js, crowd_rle=False, width_delta=10)
     with pytest.raises(InputError, match=r"is 3\d\dx\d+ in the JSON but \d+x\d+ on disk"):
-        load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)
+        load_task_split(load_data_yaml(seg_root / "data.yaml"), "test", task="segment", coco_gt=js)
 
 
 def test_coco_rle_of_another_size_is_refused(seg_root, tmp_path):
@@ -260,4 +257,4 @@ def test_coco_rle_of_another_size_is_refused(seg_root, tmp_path):
     with pytest.raises(
         InputError, match=rf"annotation {ann['id']} has an RLE of size \[{h + 8}, {w}\]"
     ):
-        load_segment_split(load_data_yaml(seg_root / "data.yaml"), "test", coco_gt=js)
+        load_task_split(load_data_yaml(seg_root / "data.yaml"), "test", task="segment", coco_gt=js)

@@ -10,11 +10,10 @@ import pytest
 
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
-from det_calib.tasks.obb.labels import XYWHR_COLUMN, load_obb_split
-from det_calib.tasks.obb.task import label_values
-from det_calib.tasks.pose.labels import KPTS_COLUMN, load_pose_split
-from det_calib.tasks.segment.labels import SEGM_COLUMN
-from det_calib.tasks.task_splits import load_task_split
+from det_calib.tasks import get_task, load_task_split
+from det_calib.tasks.contract import label_values
+from det_calib.tasks.obb.labels import load_obb_split
+from det_calib.tasks.pose.labels import load_pose_split
 
 pytestmark = pytest.mark.fast
 
@@ -46,10 +45,14 @@ def test_each_task_reads_its_own_ground_truth(tmp_path, small_demo):
     boxes = _copy(tmp_path / "box", small_demo["detect"])
     seg = _copy(tmp_path / "seg", small_demo["segment"])
     sp = load_task_split(pose, "calib", task="pose", payload_shape=(5, 3))
-    assert KPTS_COLUMN in sp.gt.columns and sp.gt.equals(load_pose_split(pose, "calib").gt)
+    assert get_task("pose").payload in sp.gt.columns and sp.gt.equals(
+        load_pose_split(pose, "calib").gt
+    )
     sp = load_task_split(obb, "calib", task="obb")
-    assert XYWHR_COLUMN in sp.gt.columns and sp.gt.equals(load_obb_split(obb, "calib").gt)
-    assert SEGM_COLUMN in load_task_split(seg, "calib", task="segment").gt.columns
+    assert get_task("obb").payload in sp.gt.columns and sp.gt.equals(
+        load_obb_split(obb, "calib").gt
+    )
+    assert get_task("segment").payload in load_task_split(seg, "calib", task="segment").gt.columns
     assert load_task_split(seg, "calib", task="segment", match="box").gt.equals(
         load_split(seg, "calib").gt
     )
@@ -60,7 +63,9 @@ def test_each_task_reads_its_own_ground_truth(tmp_path, small_demo):
         .gt.select("x1", "y1", "x2", "y2")
         .equals(load_split(boxes, "calib").gt.select("x1", "y1", "x2", "y2"))
     )
-    assert XYWHR_COLUMN in load_task_split(obb, "calib", task="obb", match="box").gt.columns
+    assert (
+        get_task("obb").payload in load_task_split(obb, "calib", task="obb", match="box").gt.columns
+    )
     # and on box labels, the box labels
     assert load_task_split(boxes, "calib", task="pose", match="box").gt.equals(
         load_split(boxes, "calib").gt

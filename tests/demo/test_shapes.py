@@ -130,3 +130,24 @@ def test_demo_model_meets_the_quality_bar(demo_model_path):
     assert f["map50"] >= 0.5, f
     # plenty of both kinds: something to calibrate
     assert f["correct"] >= 200 and f["incorrect"] >= 100, f
+
+
+def test_demo_data_of_each_task(tmp_path, monkeypatch):
+    """``demo_data_yaml(task=...)`` gives a task's own demo data (its folder's demo part: the classify
+    task's class folders, here), the detector's for a task without any, and refuses an unknown task
+    in one line (the segment, pose and OBB roots: tests/demo/test_shapes_*.py)."""
+    from det_calib.demo import demo_data_yaml
+    from det_calib.errors import InputError
+
+    monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
+    for split, n in (("train", 2), ("calib", 2), ("test", 1)):
+        monkeypatch.setitem(SPLIT_SIZES, split, n)
+    det = demo_data_yaml()
+    assert demo_data_yaml(task="detect") == det and det.parent.name == "shapes-v1-seed0"
+    crops = demo_data_yaml(task="classify")
+    assert crops.parent == tmp_path and crops.name == "shapes-classify-v1-seed0"
+    assert sorted(p.name for p in crops.iterdir() if p.is_dir()) == ["test", "val"]
+    assert demo_data_yaml(task="classify", with_train=True) == crops
+    assert sorted(p.name for p in crops.iterdir() if p.is_dir()) == ["test", "train", "val"]
+    with pytest.raises(InputError, match=r"^no task `nope`: the tasks are detect, segment, pose"):
+        demo_data_yaml(task="nope")

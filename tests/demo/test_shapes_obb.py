@@ -176,16 +176,15 @@ def test_ultralytics_reads_the_obb_labels(tmp_path):
 def test_demo_obb_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 2), ("calib", 3), ("test", 2)):
         monkeypatch.setitem(SPLIT_SIZES, split, n)
     det = demo_data_yaml().parent
     before = _tree_digest(det)
-    yml = demo_obb_data_yaml()
+    yml = demo_data_yaml(task="obb")
     assert _tree_digest(det) == before
     assert yml.parent.name == "shapes-v1-seed0-obb1" and "train: images/calib" in yml.read_text()
-    yml = demo_obb_data_yaml(with_train=True)
+    yml = demo_data_yaml(task="obb", with_train=True)
     assert "train: images/train" in yml.read_text()
     assert len(list((yml.parent / "labels" / "train").glob("*.txt"))) == 2

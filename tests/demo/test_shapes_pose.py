@@ -170,14 +170,13 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
 
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 2)):
         monkeypatch.setitem(SPLIT_SIZES, split, n)
     det = demo_data_yaml().parent
     before = _tree_digest(det)
-    yml = demo_pose_data_yaml()
+    yml = demo_data_yaml(task="pose")
     assert _tree_digest(det) == before
     assert yml.parent.name == "shapes-v1-seed0-pose1" and yml.parent.parent == det.parent
     d = pyyaml.safe_load(yml.read_text())
@@ -191,8 +190,8 @@ def test_demo_pose_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     )
     label = yml.parent / "labels" / "calib" / "calib_00000.txt"
     stamp = label.stat().st_mtime_ns
-    assert demo_pose_data_yaml() == yml and label.stat().st_mtime_ns == stamp
-    yml = demo_pose_data_yaml(with_train=True)
+    assert demo_data_yaml(task="pose") == yml and label.stat().st_mtime_ns == stamp
+    yml = demo_data_yaml(task="pose", with_train=True)
     assert pyyaml.safe_load(yml.read_text())["train"] == "images/train"
     assert len(list((yml.parent / "labels" / "train").glob("*.txt"))) == 3
     assert not list(yml.parent.glob(".*tmp*"))

@@ -201,8 +201,8 @@ def test_ultralytics_reads_the_polygon_labels_with_the_detect_boxes(tmp_path):
 
 
 def test_the_cached_segment_demo_matches_the_detection_demo(small_demo):
-    """Where demo_segment_data_yaml has run: same image files (hard links), one polygon per box
-    label, the text a fresh rendering gives."""
+    """Where the segment demo data (``demo_data_yaml(task="segment")``) has run: same image files (hard
+    links), one polygon per box label, the text a fresh rendering gives."""
     cache = _demo_cache(small_demo, "shapes-v1-seed0-seg1/labels/test/test_00000.txt")
     det, seg = cache / "shapes-v1-seed0", cache / "shapes-v1-seed0-seg1"
     n = len(list((seg / "labels" / "test").glob("*.txt")))
@@ -227,27 +227,26 @@ def test_demo_segment_data_yaml_writes_a_separate_root(tmp_path, monkeypatch):
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo import demo_data_yaml
     from det_calib.demo.shapes import SPLIT_SIZES
-    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
-    from det_calib.tasks.segment.labels import has_masks, load_segment_split
+    from det_calib.tasks import get_task, load_task_split
 
     monkeypatch.setenv("DET_CALIB_CACHE", str(tmp_path))
     for split, n in (("train", 3), ("calib", 4), ("test", 3)):
         monkeypatch.setitem(SPLIT_SIZES, split, n)
     det = demo_data_yaml().parent
     before = _tree_digest(det)
-    yaml = demo_segment_data_yaml()
+    yaml = demo_data_yaml(task="segment")
     assert _tree_digest(det) == before
     seg = yaml.parent
     assert seg.name == "shapes-v1-seed0-seg1" and seg.parent == det.parent
     assert "train: images/calib" in yaml.read_text()
-    sp = load_segment_split(load_data_yaml(yaml), "calib")
-    assert len(sp.images) == 4 and has_masks(sp) and sp.gt.height > 0
+    sp = load_task_split(load_data_yaml(yaml), "calib", task="segment")
+    assert len(sp.images) == 4 and not get_task("segment").lacks_payload(sp) and sp.gt.height > 0
     for p in sp.images:
         assert p.stat().st_ino == (det / "images" / "calib" / p.name).stat().st_ino
     label = seg / "labels" / "test" / "test_00000.txt"
     stamp = label.stat().st_mtime_ns
-    assert demo_segment_data_yaml() == yaml and label.stat().st_mtime_ns == stamp
-    yaml = demo_segment_data_yaml(with_train=True)
+    assert demo_data_yaml(task="segment") == yaml and label.stat().st_mtime_ns == stamp
+    yaml = demo_data_yaml(task="segment", with_train=True)
     assert "train: images/train" in yaml.read_text()
     assert len(list((seg / "labels" / "train").glob("*.txt"))) == 3
     assert not list(seg.glob(".*tmp*"))  # no temporary folder left

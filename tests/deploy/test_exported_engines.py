@@ -115,9 +115,9 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
     the logit is the engine probability's."""
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob
+    from det_calib.capture.exported import logit_of_prob, make_capturer
 
-    cap = ExportCapturer(exports[name], all_logits=name != "onnx_e2e")
+    cap = make_capturer(exports[name], all_logits=name != "onnx_e2e")
     table = cap(fixture_images, progress=False)
     yolo = YOLO(str(exports[name]), task="detect")
     for i, im in enumerate(fixture_images):
@@ -553,7 +553,7 @@ def test_missing_runtime_is_one_line_naming_the_extra(
 def test_bad_exports(exports, tmp_path, fixture_yaml):
     import onnx
 
-    from det_calib.capture.exported import ExportCapturer, read_export
+    from det_calib.capture.exported import make_capturer, read_export
     from det_calib.errors import InputError
 
     m = onnx.load(str(exports["onnx"]))
@@ -564,9 +564,9 @@ def test_bad_exports(exports, tmp_path, fixture_yaml):
     with pytest.raises(InputError, match="model not found"):
         read_export(tmp_path / "missing.onnx")
     with pytest.raises(InputError, match="carries only the `nms` head"):
-        ExportCapturer(exports["onnx"], head="e2e")
+        make_capturer(exports["onnx"], head="e2e")
     with pytest.raises(InputError, match="export's size 320"):
-        ExportCapturer(exports["onnx"], imgsz=640)
+        make_capturer(exports["onnx"], imgsz=640)
     from det_calib.cli import main
 
     assert (

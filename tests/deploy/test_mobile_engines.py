@@ -95,9 +95,9 @@ def test_capture_equals_ultralytics_predict(exports, fixture_images, name):
     exactly; the logit is read back from the engine's score."""
     from ultralytics import YOLO
 
-    from det_calib.capture.exported import ExportCapturer, logit_of_prob
+    from det_calib.capture.exported import logit_of_prob, make_capturer
 
-    table = ExportCapturer(exports[name], all_logits=True)(fixture_images, progress=False)
+    table = make_capturer(exports[name], all_logits=True)(fixture_images, progress=False)
     yolo = YOLO(str(exports[name]), task="detect")
     for i, im in enumerate(fixture_images):
         got = table.filter(pl.col("image_id") == i)

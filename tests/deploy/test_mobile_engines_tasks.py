@@ -40,15 +40,9 @@ N_IMAGES = 6
 
 
 def _data_yaml(task: str) -> Path:
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-    from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
+    from det_calib.demo import demo_data_yaml
 
-    return {
-        "segment": demo_segment_data_yaml,
-        "pose": demo_pose_data_yaml,
-        "obb": demo_obb_data_yaml,
-    }[task]()
+    return demo_data_yaml(task=task)
 
 
 def _engine_out(folder: Path, fmt: str) -> Path:

@@ -18,13 +18,12 @@ import pytest
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import _demo_root
+from det_calib.demo import _demo_root, demo_data_yaml
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import _task_map_check
 from det_calib.job.settings import Settings
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks import load_task_split
 from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps, pose_map_check
-from det_calib.tasks.pose.labels import load_pose_split
 
 pytest.importorskip("ultralytics")
 pytest.importorskip("pycocotools")
@@ -34,8 +33,8 @@ N_IMAGES = 16
 @pytest.fixture(scope="module")
 def pose_case():
     """The first 16 test images of the pose demo and the demo pose model's boxes on them, both heads."""
-    ds = load_data_yaml(demo_pose_data_yaml())
-    sp = load_pose_split(ds, "test", limit=N_IMAGES)
+    ds = load_data_yaml(demo_data_yaml(task="pose"))
+    sp = load_task_split(ds, "test", task="pose", limit=N_IMAGES)
     boxes = capture(
         str(_demo_root() / "yolo26n_shapes_pose.pt"),
         sp.images,

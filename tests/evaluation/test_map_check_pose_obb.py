@@ -9,20 +9,17 @@ import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import _demo_root
+from det_calib.demo import _demo_root, demo_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
 from det_calib.pipeline.val_view import write_split_yaml
-from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-from det_calib.tasks.obb.labels import load_obb_split
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-from det_calib.tasks.pose.labels import load_pose_split
+from det_calib.tasks import load_task_split
 
 pytest.importorskip("ultralytics")
 N_IMAGES = 16
 TASKS = {
-    "pose": (demo_pose_data_yaml, load_pose_split, "yolo26n_shapes_pose.pt"),
-    "obb": (demo_obb_data_yaml, load_obb_split, "yolo26n_shapes_obb.pt"),
+    "pose": "yolo26n_shapes_pose.pt",
+    "obb": "yolo26n_shapes_obb.pt",
 }
 
 
@@ -30,11 +27,11 @@ TASKS = {
 def task_pair(request, tmp_path_factory):
     """(task, original, calibrated, temperatures, data.yaml of the first 16 demo test images)."""
     task = request.param
-    yaml_of, load, name = TASKS[task]
+    name = TASKS[task]
     d = tmp_path_factory.mktemp(task)
-    ds = load_data_yaml(yaml_of())
+    ds = load_data_yaml(demo_data_yaml(task=task))
     yml = write_split_yaml(
-        ds, load(ds, "test", limit=N_IMAGES), d
+        ds, load_task_split(ds, "test", task=task, limit=N_IMAGES), d
     )  # carries kpt_shape for the pose validator
     original = _demo_root() / name
     ts = {"nms": 0.7, "e2e": 1.4}

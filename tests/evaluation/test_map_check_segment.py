@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from det_calib.calibrators.temperature import equivalent_threshold
+from det_calib.demo import demo_data_yaml
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.evaluation.map_check import ultralytics_val, ultralytics_val_heads
-from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
 
 pytest.importorskip("ultralytics")
 N_IMAGES = 12
@@ -21,7 +21,7 @@ N_IMAGES = 12
 @pytest.fixture(scope="module")
 def seg_data(tmp_path_factory):
     """A data.yaml of the first 12 test images of the segment demo (polygon labels)."""
-    root = demo_segment_data_yaml().parent
+    root = demo_data_yaml(task="segment").parent
     out = tmp_path_factory.mktemp("segdata")
     (out / "images" / "val").mkdir(parents=True)
     (out / "labels" / "val").mkdir(parents=True)

@@ -13,13 +13,14 @@ from segment_checkpoints import predict_table
 from det_calib.calibrators.registry import make_calibrator
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.errors import InputError
+from det_calib.tasks import load_task_split
 from det_calib.tasks.segment.evaluation_map import (
     MASK_MAP_KEYS,
     coco_mask_maps,
     segment_map_check,
     segment_maps,
 )
-from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks.segment.labels import segment_rles
 
 N_IMAGES = 12
 
@@ -32,7 +33,9 @@ class _Settings:
 
 @pytest.fixture(scope="module")
 def seg_split(small_demo):
-    return load_segment_split(load_data_yaml(small_demo["segment"]), "test", limit=N_IMAGES)
+    return load_task_split(
+        load_data_yaml(small_demo["segment"]), "test", task="segment", limit=N_IMAGES
+    )
 
 
 def _gt_as_detections(split, *, box_masks: bool = False) -> pl.DataFrame:

@@ -12,15 +12,16 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from det_calib.data import MatchingRule
 from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
+from det_calib.tasks import get_task, load_task_split
 from det_calib.tasks.segment.demo_labels import write_segment_split
-from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks.segment.labels import segment_rles
 from det_calib.tasks.segment.matching import (
     _mask_iou,
     _match_mask_table,
-    match_boxes_by_masks,
     match_masks,
 )
 
@@ -306,7 +307,7 @@ def demo_split(tmp_path_factory):
     (root / "data.yaml").write_text(
         f"path: {root}\nval: images/test\ntest: images/test\nnames:\n{names}\n"
     )
-    return load_segment_split(load_data_yaml(root / "data.yaml"), "test")
+    return load_task_split(load_data_yaml(root / "data.yaml"), "test", task="segment")
 
 
 def _demo_case(split, seed):
@@ -410,7 +411,7 @@ def test_match_boxes_by_masks_at_two_thresholds(demo_split):
         },
         schema_overrides={"segm": pl.Binary},
     )
-    out = match_boxes_by_masks(boxes, demo_split.gt, demo_split.sizes, iou=0.5, loc_iou=0.1)
+    out = get_task("segment").match(boxes, demo_split, MatchingRule("mask"), iou=0.5, loc_iou=0.1)
     at5 = _match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.5)
     at1 = _match_mask_table(boxes, demo_split.gt, demo_split.sizes, iou_threshold=0.1)
     assert out["correct"].to_list() == at5["correct"].to_list()

@@ -10,7 +10,7 @@ from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import GT_SCHEMA, Split
 from det_calib.errors import InputError
 from det_calib.tasks.match_rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
-from det_calib.tasks.segment.capture_masks import _encode_masks
+from det_calib.tasks.segment.mask_rebuild import _encode_masks
 
 pytestmark = pytest.mark.fast
 

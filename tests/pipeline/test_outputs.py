@@ -86,14 +86,15 @@ def test_the_val_pass_beside_the_run_gives_the_checks_of_the_pass_in_process(
     )
 
 
-def test_calibration_json_is_written_once_last(demo_model_path, tmp_path, monkeypatch):
+def test_calibration_json_is_written_once_last(
+    demo_model_path, fixture_yaml, tmp_path, monkeypatch
+):
     """A run writes its record once, after everything that reads it (the thresholds, the report, the
     verification's checks, the timings): every atomic write of the run, in order, counted."""
     import contextlib
     import json
 
     from det_calib import io
-    from det_calib.demo import fixture_data_yaml
     from det_calib.pipeline.calibrate_job import calibrate
 
     written: list[str] = []
@@ -108,7 +109,7 @@ def test_calibration_json_is_written_once_last(demo_model_path, tmp_path, monkey
     monkeypatch.setattr(io, "atomic_path", counted)
     run = calibrate(
         demo_model_path,
-        fixture_data_yaml(),
+        fixture_yaml,
         out=tmp_path / "out",
         **{**OPTIONS, "report": True, "target_precision": 0.8},
     )

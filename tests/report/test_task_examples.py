@@ -11,15 +11,14 @@ import pytest
 
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import _demo_root
+from det_calib.demo import _demo_root, demo_data_yaml
 from det_calib.matching.one_to_one import MatchResult
 from det_calib.report.task_examples import _kept_matches, read_rgb
-from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks import load_task_split
+from det_calib.tasks.obb.labels import split_xywhr
 from det_calib.tasks.obb.matching import _probiou, match_rotated
 from det_calib.tasks.obb.report_panel import rotated_examples_figure, rotated_panels
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-from det_calib.tasks.pose.labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose.labels import split_keypoints
 from det_calib.tasks.pose.matching import match_keypoints, oks
 from det_calib.tasks.pose.report_panel import pose_examples_figure, pose_panels
 
@@ -28,9 +27,9 @@ MAX_FIGURE_BYTES = 300_000
 """The size the project allows a figure (the tutorial's test holds its figures to it)."""
 
 
-def _captured(task: str, yaml, load):
-    ds = load_data_yaml(yaml)
-    sp = load(ds, "test", limit=LIMIT)
+def _captured(task: str):
+    ds = load_data_yaml(demo_data_yaml(task=task))
+    sp = load_task_split(ds, "test", task=task, limit=LIMIT)
     boxes = capture(
         _demo_root() / f"yolo26n_shapes_{task}.pt",
         sp.images,
@@ -44,7 +43,7 @@ def _captured(task: str, yaml, load):
 
 @pytest.fixture(scope="module")
 def pose():
-    ds, sp, b = _captured("pose", demo_pose_data_yaml(), load_pose_split)
+    ds, sp, b = _captured("pose")
     g = sp.gt
     m = match_keypoints(
         b["image_id"],
@@ -63,7 +62,7 @@ def pose():
 
 @pytest.fixture(scope="module")
 def obb():
-    ds, sp, b = _captured("obb", demo_obb_data_yaml(), load_obb_split)
+    ds, sp, b = _captured("obb")
     g = sp.gt
     m = match_rotated(
         b["image_id"],

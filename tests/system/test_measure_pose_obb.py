@@ -12,9 +12,10 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks import load_task_split
+from det_calib.tasks.obb.labels import split_xywhr
 from det_calib.tasks.obb.matching import _probiou
-from det_calib.tasks.pose.labels import AREA_COLUMN, load_pose_split, split_keypoints
+from det_calib.tasks.pose.labels import AREA_COLUMN, split_keypoints
 from det_calib.tasks.pose.matching import oks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +33,8 @@ def bench(load_benchmark):
 def splits(small_demo):
     """The first 20 demo test images with their keypoints, and with their rotated boxes."""
     return {
-        "pose": load_pose_split(load_data_yaml(small_demo["pose"]), "test", limit=20),
-        "obb": load_obb_split(load_data_yaml(small_demo["obb"]), "test", limit=20),
+        "pose": load_task_split(load_data_yaml(small_demo["pose"]), "test", task="pose", limit=20),
+        "obb": load_task_split(load_data_yaml(small_demo["obb"]), "test", task="obb", limit=20),
     }
 
 

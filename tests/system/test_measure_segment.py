@@ -9,7 +9,8 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.tasks.segment.labels import load_segment_split, segment_rles
+from det_calib.tasks import load_task_split
+from det_calib.tasks.segment.labels import segment_rles
 
 pytestmark = pytest.mark.fast
 
@@ -21,7 +22,7 @@ def bench(load_benchmark):
 
 @pytest.fixture(scope="module")
 def split(small_demo):
-    return load_segment_split(load_data_yaml(small_demo["segment"]), "test", limit=20)
+    return load_task_split(load_data_yaml(small_demo["segment"]), "test", task="segment", limit=20)
 
 
 def _box_rle(split, i, x1, y1, x2, y2) -> bytes:

@@ -18,8 +18,7 @@ from pose_obb_exports import KPT_SHAPE, task_exports
 
 from det_calib.capture.exported import logit_of_prob
 from det_calib.cli import main
-from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.demo import demo_data_yaml
 
 pytest.importorskip("onnxruntime")
 
@@ -62,7 +61,7 @@ def test_calibrate_an_exported_pose_or_obb_engine(exports, tmp_path, capsys, tas
     from det_calib.deploy.posthoc import load_calibrators
 
     name, head, rule = CASES[task]
-    data = demo_pose_data_yaml() if task == "pose" else demo_obb_data_yaml()
+    data = demo_data_yaml(task="pose") if task == "pose" else demo_data_yaml(task="obb")
     out = tmp_path / "run"
     code = main(
         [

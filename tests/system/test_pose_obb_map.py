@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 
 from det_calib.data.ground_truth import load_data_yaml
+from det_calib.demo import demo_data_yaml
 from det_calib.report.text_summary import summary_text
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
+from det_calib.tasks import load_task_split
 from det_calib.tasks.pose.evaluation_map import POSE_MAP_KEYS, coco_keypoint_maps
-from det_calib.tasks.pose.labels import load_pose_split
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_pose_run_reports_keypoint_map_identical_for_a_temperature(pose_run):
     c = json.loads((pose_run / "calibration.json").read_text())
     summary = (pose_run / "summary.txt").read_text()
     boxes = pl.read_parquet(pose_run / "boxes.parquet")
-    sp = load_pose_split(load_data_yaml(demo_pose_data_yaml()), "test", limit=16)
+    sp = load_task_split(load_data_yaml(demo_data_yaml(task="pose")), "test", task="pose", limit=16)
     for head in ("nms", "e2e"):
         ev = c["eval"][head]
         t = c["temperature"][head]
@@ -100,16 +100,13 @@ def test_plain_val_of_calibrated_pt_equals_the_original(pose_run, obb_run, tmp_p
     from ultralytics import YOLO
 
     from det_calib.pipeline.val_view import write_split_yaml
-    from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-    from det_calib.tasks.obb.labels import load_obb_split
 
-    for run, load, yml in (
-        (pose_run, load_pose_split, demo_pose_data_yaml()),
-        (obb_run, load_obb_split, demo_obb_data_yaml()),
-    ):
+    for run, task in ((pose_run, "pose"), (obb_run, "obb")):
         c = json.loads((run / "calibration.json").read_text())
-        ds = load_data_yaml(yml)
-        data = write_split_yaml(ds, load(ds, "test", limit=16), tmp_path / run.name)
+        ds = load_data_yaml(demo_data_yaml(task=task))
+        data = write_split_yaml(
+            ds, load_task_split(ds, "test", task=task, limit=16), tmp_path / run.name
+        )
         uv = _val_identical(c, "nms", ("map50_95",))
         m = YOLO(str(run / "calibrated.pt")).val(
             data=str(data),

@@ -14,15 +14,10 @@ import polars as pl
 import pytest
 
 from det_calib.cli import main
-from det_calib.data.ground_truth import load_data_yaml, load_split
+from det_calib.data import MatchingRule
+from det_calib.data.ground_truth import load_data_yaml
 from det_calib.demo import demo_data_yaml, demo_model, demo_task_model
-from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-from det_calib.tasks.obb.labels import load_obb_split
-from det_calib.tasks.obb.matching import match_boxes_by_rotated
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-from det_calib.tasks.pose.labels import load_pose_split
-from det_calib.tasks.pose.matching import match_boxes_by_keypoints
+from det_calib.tasks import load_task_split, match_split
 
 QUICK = ["--n-boot", "20", "-q"]
 MATCH_COLUMNS = ["correct", "iou", "ignore", "loc_iou", "calibrated"]
@@ -67,16 +62,19 @@ def task_dataset(root: Path, source: Path, *, n: int = 4, edit=None, yaml_edit=N
     return root / "data.yaml"
 
 
-def _labels_are(run: Path, limit: int | None, load, match, **kw) -> None:
-    """The run's labels of every head and split are ``match`` of its boxes against ``load``'s ground truth."""
+def _labels_are(run: Path, limit: int | None, task: str) -> None:
+    """The run's labels of every head and split are its boxes matched again by its recorded rule
+    (``match_split``: the task's ``match`` hook; box IoU where the run records none) against the ground
+    truth read for ``task`` and that rule."""
     c = json.loads((run / "calibration.json").read_text())
     boxes = pl.read_parquet(run / "boxes.parquet")
     ds = load_data_yaml(c["data"])
+    rule = MatchingRule.from_dict(c["matching"]) if c.get("matching") else None
     for split in ("calib", "test"):
-        sp = load(ds, split, limit=limit)
+        sp = load_task_split(ds, split, task=task, match=rule.by if rule else "box", limit=limit)
         for head in c["heads"]:
             got = boxes.filter((pl.col("split") == split) & (pl.col("head") == head))
-            want = match(got.drop(MATCH_COLUMNS), sp.gt, iou=0.5, loc_iou=0.1, **kw)
+            want = match_split(got.drop(MATCH_COLUMNS), sp, rule, iou=0.5, loc_iou=0.1)
             assert got.height and got["correct"].to_list() == want["correct"].to_list()
             assert np.array_equal(got["iou"].to_numpy(), want["iou"].to_numpy())
             assert got["correct"].any() and not got["correct"].all()
@@ -97,7 +95,7 @@ def obb_run(demo_task_runs) -> Path:
 
 def test_demo_pose_model_matches_by_oks(pose_run):
     c = json.loads((pose_run / "calibration.json").read_text())
-    assert c["data"] == str(demo_pose_data_yaml().resolve()) and c["heads"] == ["nms", "e2e"]
+    assert c["data"] == str(demo_data_yaml(task="pose").resolve()) and c["heads"] == ["nms", "e2e"]
     reason = "a pose model, 5 keypoints, sigmas 1/K = 0.2 each (Ultralytics' rule for other than 17 keypoints)"
     assert c["matching"] == {"by": "oks", "option": "auto", "reason": reason, "sigmas": [0.2] * 5}
     summary = (pose_run / "summary.txt").read_text()
@@ -109,22 +107,17 @@ def test_demo_pose_model_matches_by_oks(pose_run):
         "## Matching" in md
         and "its keypoints match a ground truth of the same class with OKS >= 0.5" in md
     )
-    _labels_are(pose_run, 16, load_pose_split, match_boxes_by_keypoints, sigmas=[0.2] * 5)
+    _labels_are(pose_run, 16, "pose")
 
 
 def test_demo_obb_model_matches_by_rotated_iou(obb_run):
     c = json.loads((obb_run / "calibration.json").read_text())
-    assert c["data"] == str(demo_obb_data_yaml().resolve()) and c["heads"] == ["nms", "e2e"]
+    assert c["data"] == str(demo_data_yaml(task="obb").resolve()) and c["heads"] == ["nms", "e2e"]
     assert c["matching"] == {"by": "rotated", "option": "auto", "reason": "an OBB model"}
     summary = (obb_run / "summary.txt").read_text()
     assert "matched by rotated IoU (ProbIoU) >= 0.5 (an OBB model)" in summary
     assert "ECE(15 bins, rotated IoU (ProbIoU) 0.5)" in summary
-    _labels_are(
-        obb_run,
-        16,
-        lambda ds, split, limit: load_obb_split(ds, split, limit=limit),
-        match_boxes_by_rotated,
-    )
+    _labels_are(obb_run, 16, "obb")
 
 
 def test_the_summary_says_where_calibrated_pt_is(pose_run, obb_run):
@@ -158,12 +151,7 @@ def test_match_box(capsys, tmp_path, task):
     assert c["matching"]["by"] == "box" and c["matching"]["option"] == "box"
     summary = (tmp_path / "run" / "summary.txt").read_text()
     assert "matched by box IoU >= 0.5 (a" in summary and "ECE(15 bins, IoU 0.5)" in summary
-    load = (
-        (lambda ds, split, limit: load_pose_split(ds, split, limit=limit))
-        if task == "pose"
-        else (lambda ds, split, limit: load_obb_split(ds, split, limit=limit))
-    )
-    _labels_are(tmp_path / "run", 12, load, match_boxes)
+    _labels_are(tmp_path / "run", 12, task)
 
 
 def test_obb_model_on_box_labels(capsys, tmp_path):
@@ -200,12 +188,7 @@ def test_obb_model_on_box_labels(capsys, tmp_path):
     )
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert c["matching"]["by"] == "box"
-    _labels_are(
-        tmp_path / "run",
-        None,
-        lambda ds, split, limit: load_split(ds, split, limit=limit),
-        match_boxes,
-    )
+    _labels_are(tmp_path / "run", None, "obb")
 
 
 def _drop_last_keypoint(line: str) -> str:
@@ -249,7 +232,7 @@ def _three_corners(line: str) -> str:
     ],
 )
 def test_bad_input(capsys, tmp_path, case, want):
-    pose, obb = demo_pose_data_yaml(), demo_obb_data_yaml()
+    pose, obb = demo_data_yaml(task="pose"), demo_data_yaml(task="obb")
     model, data, extra = {  # each case built only when asked for
         "pose data, detect model": lambda: (demo_model(), pose, []),
         "detect data, pose model": lambda: (demo_task_model("pose"), demo_data_yaml(), []),
@@ -313,12 +296,7 @@ def test_a_detector_run_records_no_rule(capsys, tmp_path):
     c = json.loads((tmp_path / "run" / "calibration.json").read_text())
     assert "matching" not in c or c["matching"] is None
     assert "matched by" not in (tmp_path / "run" / "summary.txt").read_text()
-    _labels_are(
-        tmp_path / "run",
-        8,
-        lambda ds, split, limit: load_split(ds, split, limit=limit),
-        match_boxes,
-    )
+    _labels_are(tmp_path / "run", 8, "detect")
 
 
 def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
@@ -346,7 +324,7 @@ def test_boxes_and_check_on_a_pose_run(capsys, pose_run, tmp_path):
         json.loads((tmp_path / "reused" / "calibration.json").read_text())["matching"]["by"]
         == "oks"
     )
-    data = task_dataset(tmp_path / "new", demo_pose_data_yaml(), n=8)
+    data = task_dataset(tmp_path / "new", demo_data_yaml(task="pose"), n=8)
     code = main(
         [
             "check",
@@ -412,9 +390,9 @@ def test_capture_to_parts_and_calibrate_from_them(task, tmp_path, capsys):
     labels and failed on keypoint lines), and `calibrate --boxes` on those parts takes the same split
     (its fingerprint read the same way) and matches by the task's rule, as a run that captures itself."""
     model, data = (
-        (demo_task_model("pose"), demo_pose_data_yaml())
+        (demo_task_model("pose"), demo_data_yaml(task="pose"))
         if task == "pose"
-        else (demo_task_model("obb"), demo_obb_data_yaml())
+        else (demo_task_model("obb"), demo_data_yaml(task="obb"))
     )
     for split in ("calib", "test"):
         _ok(

@@ -24,11 +24,10 @@ from det_calib.matching.one_to_one import match_boxes
 from det_calib.numeric import logit, sigmoid
 from det_calib.record.run_folder import load_run
 from det_calib.report.task_examples import _run_task_panels
-from det_calib.tasks.obb.demo_labels import demo_obb_data_yaml
-from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+from det_calib.tasks import load_task_split
+from det_calib.tasks.obb.labels import split_xywhr
 from det_calib.tasks.obb.matching import match_rotated
-from det_calib.tasks.pose.demo_labels import demo_pose_data_yaml
-from det_calib.tasks.pose.labels import load_pose_split, split_keypoints
+from det_calib.tasks.pose.labels import split_keypoints
 from det_calib.tasks.pose.matching import match_keypoints
 
 LIMIT = 16
@@ -44,7 +43,7 @@ def _model(task: str) -> Path:
 
 
 def _yaml(task: str) -> Path:
-    return demo_pose_data_yaml() if task == "pose" else demo_obb_data_yaml()
+    return demo_data_yaml(task=task)
 
 
 def _error(capsys, *argv) -> str:
@@ -82,8 +81,7 @@ def runs(demo_task_runs) -> dict[str, Path]:
 
 
 def _split(task: str, split: str, limit: int):
-    load = load_pose_split if task == "pose" else load_obb_split
-    return load(load_data_yaml(_yaml(task)), split, limit=limit)
+    return load_task_split(load_data_yaml(_yaml(task)), split, task=task, limit=limit)
 
 
 def _by_rule(task: str, boxes: pl.DataFrame, sp) -> np.ndarray:

@@ -19,13 +19,12 @@ import pytest
 
 from det_calib.capture.predictor import capture
 from det_calib.cli import main
+from det_calib.data import MatchingRule
 from det_calib.data.ground_truth import load_data_yaml
-from det_calib.demo import demo_model
+from det_calib.demo import demo_data_yaml, demo_model
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.matching.one_to_one import match_boxes
-from det_calib.tasks.segment.demo_labels import demo_segment_data_yaml
-from det_calib.tasks.segment.labels import load_segment_split
-from det_calib.tasks.segment.matching import match_boxes_by_masks
+from det_calib.tasks import load_task_split, match_split
 
 LIMIT = ["--limit", "12"]
 QUICK = ["--no-val", "--n-boot", "20", "-q"]
@@ -50,7 +49,7 @@ def _ok(capsys, *argv) -> str:
 def make_dataset(root: Path, *, n: int = 6, box_only: bool = False) -> Path:
     """``n`` images of each of the segment demo's calib and test splits, with its polygon labels
     (``box_only``: the detection demo's box labels of the same images)."""
-    seg = demo_segment_data_yaml().parent
+    seg = demo_data_yaml(task="segment").parent
     for split in ("calib", "test"):
         for d in ("images", "labels"):
             (root / d / split).mkdir(parents=True, exist_ok=True)
@@ -105,7 +104,7 @@ def seg_run(seg_home, tmp_path_factory) -> Path:
 
 def test_demo_segment_model_matches_by_masks(seg_run):
     c = json.loads((seg_run / "calibration.json").read_text())
-    assert c["data"] == str(demo_segment_data_yaml().resolve())
+    assert c["data"] == str(demo_data_yaml(task="segment").resolve())
     assert c["matching"] == {
         "by": "mask",
         "option": "auto",
@@ -117,12 +116,13 @@ def test_demo_segment_model_matches_by_masks(seg_run):
     assert boxes["segm"].null_count() == 0
     # the run's labels are the mask matching's, and differ from the box matching's (untrained masks)
     ds = load_data_yaml(c["data"])
+    rule = MatchingRule.from_dict(c["matching"])
     for split in ("calib", "test"):
-        sp = load_segment_split(ds, split, limit=12)
+        sp = load_task_split(ds, split, task="segment", limit=12)
         raw = boxes.filter(pl.col("split") == split).drop(
             "correct", "iou", "ignore", "loc_iou", "calibrated"
         )
-        by_mask = match_boxes_by_masks(raw, sp.gt, sp.sizes, iou=0.5, loc_iou=0.1)
+        by_mask = match_split(raw, sp, rule, iou=0.5, loc_iou=0.1)
         by_box = match_boxes(raw, sp.gt, iou=0.5, loc_iou=0.1)
         got = boxes.filter(pl.col("split") == split)
         assert got["correct"].to_list() == by_mask["correct"].to_list()
@@ -166,7 +166,7 @@ def test_box_only_labels_match_by_boxes(capsys, seg_home, tmp_path):
     assert boxes["segm"].null_count() == boxes.height > 0
     ds = load_data_yaml(data)
     for split in ("calib", "test"):
-        sp = load_segment_split(ds, split)
+        sp = load_task_split(ds, split, task="segment")
         got = boxes.filter(pl.col("split") == split)
         full = capture(
             str(model),
@@ -236,7 +236,7 @@ def test_tools_on_a_segment_run(capsys, seg_run, seg_home, tmp_path):
         "--model",
         model,
         "--data",
-        demo_segment_data_yaml(),
+        demo_data_yaml(task="segment"),
         "--boxes",
         seg_run,
         *LIMIT,

@@ -12,14 +12,13 @@ import pytest
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
+from det_calib.tasks import get_task, load_task_split
 from det_calib.tasks.obb.demo_labels import render_rects, write_obb_split
 from det_calib.tasks.obb.labels import (
-    XYWHR_COLUMN,
     _check_obb_line,
     _read_obb_file,
     corners_to_xywhr,
     has_rotated_boxes,
-    load_obb_split,
     split_xywhr,
 )
 
@@ -119,9 +118,9 @@ def test_corners_to_xywhr_equals_ultralytics():
 
 def test_obb_split_has_the_demo_rectangles_row_for_row(obb_root):
     data = load_data_yaml(obb_root / "data.yaml")
-    sp = load_obb_split(data, "test")
+    sp = load_task_split(data, "test", task="obb")
     plain = load_split(data, "test")  # the box reader takes an OBB line as a 4-point polygon
-    assert sp.gt.drop(XYWHR_COLUMN).equals(plain.gt) and has_rotated_boxes(sp)
+    assert sp.gt.drop(get_task("obb").payload).equals(plain.gt) and has_rotated_boxes(sp)
     xywhr = split_xywhr(sp)
     for i in range(N_IMAGES):
         _, _, rects = render_rects(0, "test", i)
@@ -140,7 +139,7 @@ def test_malformed_obb_files_warn_and_are_left_out_like_box_labels(obb_copy):
         lbl.write_text(lbl.read_text() + "3 0.2 0.1 0.6 0.3 0.5 0.5\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sp = load_obb_split(load_data_yaml(obb_copy / "data.yaml"), "test")
+        sp = load_task_split(load_data_yaml(obb_copy / "data.yaml"), "test", task="obb")
     msgs = [str(w.message) for w in caught if "malformed" in str(w.message)]
     assert len(msgs) == 3 and "(4 corners), got 7 (3 corners)" in msgs[0]
     assert len(sp.images) == N_IMAGES - 3 and len(sp.bad_labels) == 3
@@ -151,9 +150,11 @@ def test_malformed_obb_files_warn_and_are_left_out_like_box_labels(obb_copy):
         with pytest.raises(
             InputError, match=r"has no usable images: the label files of all 8 are malformed"
         ):
-            load_obb_split(load_data_yaml(obb_copy / "data.yaml"), "test")
+            load_task_split(load_data_yaml(obb_copy / "data.yaml"), "test", task="obb")
 
 
 def test_coco_json_is_refused_for_obb(obb_root):
     with pytest.raises(InputError, match=re.escape("COCO JSON has no rotated boxes")):
-        load_obb_split(load_data_yaml(obb_root / "data.yaml"), "test", coco_gt="gt.json")
+        load_task_split(
+            load_data_yaml(obb_root / "data.yaml"), "test", task="obb", coco_gt="gt.json"
+        )

@@ -207,13 +207,14 @@ def test_parity_on_the_demo_rectangles(validator, tmp_path):
     """Jittered copies of the demo's rotated ground truth on 12 images: equal to the validator."""
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo.shapes import CLASS_NAMES
+    from det_calib.tasks import load_task_split
     from det_calib.tasks.obb.demo_labels import write_obb_split
-    from det_calib.tasks.obb.labels import load_obb_split, split_xywhr
+    from det_calib.tasks.obb.labels import split_xywhr
 
     write_obb_split(tmp_path, "test", 12)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
     (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntest: images/test\nnames:\n{names}\n")
-    sp = load_obb_split(load_data_yaml(tmp_path / "data.yaml"), "test")
+    sp = load_task_split(load_data_yaml(tmp_path / "data.yaml"), "test", task="obb")
     gx, gi, gc = split_xywhr(sp), sp.gt["image_id"].to_numpy(), sp.gt["cls"].to_numpy()
     rng = np.random.default_rng(1)
     n_correct = 0

@@ -14,7 +14,7 @@ import pytest
 
 from det_calib.cli import main
 from det_calib.errors import InputError
-from det_calib.tasks import TASKS, _register_task, answers_per_image, get_task, task_names
+from det_calib.tasks import TASKS, answers_per_image, get_task, register_task, task_names
 from det_calib.tasks.contract import RUN_PARTS
 
 pytestmark = pytest.mark.fast
@@ -65,7 +65,7 @@ def tally(tmp_path, monkeypatch):
     for command, part in RUN_PARTS.items():
         (folder / f"{part}.py").write_text(textwrap.dedent(PART.format(command=command)))
     monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
-    task = _register_task(importlib.import_module("tally_task.task").Tally())
+    task = register_task(importlib.import_module("tally_task.task").Tally())
     yield task
     TASKS.pop("tally")
     for name in [m for m in sys.modules if m == "tally_task" or m.startswith("tally_task.")]:

@@ -13,11 +13,11 @@ import pytest
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.demo.shapes import CLASS_NAMES, render_with_owners
 from det_calib.errors import InputError
+from det_calib.tasks import get_task
 from det_calib.tasks.pose.demo_labels import FLIP_IDX, rendered_keypoints, write_pose_split
 from det_calib.tasks.pose.labels import (
     _YOLO_AREA_FACTOR,
     AREA_COLUMN,
-    KPTS_COLUMN,
     NUM_KEYPOINTS_COLUMN,
     PoseSpec,
     _check_pose_line,
@@ -132,7 +132,7 @@ def test_pose_split_has_the_demo_keypoints_row_for_row(pose_root):
     plain = load_split(
         data, "test", check_line=lambda t, nc: _check_pose_line(t, nc=nc, nkpt=5, ndim=3)
     )
-    assert sp.gt.drop(KPTS_COLUMN, AREA_COLUMN, NUM_KEYPOINTS_COLUMN).equals(
+    assert sp.gt.drop(get_task("pose").payload, AREA_COLUMN, NUM_KEYPOINTS_COLUMN).equals(
         plain.gt
     ) and has_keypoints(sp)
     kp = split_keypoints(sp)

@@ -278,20 +278,16 @@ def test_parity_on_the_demo_keypoints(tmp_path):
     on 12 demo images: the labels equal pycocotools'."""
     from det_calib.data.ground_truth import load_data_yaml
     from det_calib.demo.shapes import CLASS_NAMES
+    from det_calib.tasks import load_task_split
     from det_calib.tasks.pose.demo_labels import write_pose_split
-    from det_calib.tasks.pose.labels import (
-        AREA_COLUMN,
-        NUM_KEYPOINTS_COLUMN,
-        load_pose_split,
-        split_keypoints,
-    )
+    from det_calib.tasks.pose.labels import AREA_COLUMN, NUM_KEYPOINTS_COLUMN, split_keypoints
 
     write_pose_split(tmp_path, "test", 12)
     names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASS_NAMES))
     (tmp_path / "data.yaml").write_text(
         f"path: {tmp_path}\ntest: images/test\nnames:\n{names}\nkpt_shape: [5, 3]\n"
     )
-    sp = load_pose_split(load_data_yaml(tmp_path / "data.yaml"), "test")
+    sp = load_task_split(load_data_yaml(tmp_path / "data.yaml"), "test", task="pose")
     gkp = split_keypoints(sp)
     rng = np.random.default_rng(0)
     reps = rng.integers(0, 3, size=sp.gt.height)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from det_calib.errors import InputError
-from det_calib.tasks import TASKS, _register_task, get_task, task_names
+from det_calib.tasks import TASKS, get_task, register_task, task_names
 from det_calib.tasks.detect_task import Detect
 
 OPTIONS = {"head": "nms", "n_boot": 10, "progress": False, "method": "temperature", "report": False}
@@ -45,7 +45,7 @@ class Toy(Detect):
 
 @pytest.fixture
 def toy():
-    task = _register_task(
+    task = register_task(
         Toy()
     )  # the one line a new task adds to the registry (here undone after the test)
     yield task
@@ -72,10 +72,9 @@ def test_an_unknown_task_is_one_line():
         get_task("toy")
 
 
-def test_a_toy_task_registered_alone_runs_end_to_end(toy, demo_model_path, tmp_path):
+def test_a_toy_task_registered_alone_runs_end_to_end(toy, demo_model_path, fixture_yaml, tmp_path):
     from det_calib.data.box_table import CAPTURE_COLUMNS
     from det_calib.data.ground_truth import load_data_yaml
-    from det_calib.demo import fixture_data_yaml
     from det_calib.job.inputs import load_splits
     from det_calib.job.settings import Settings
     from det_calib.matching.one_to_one import match_boxes
@@ -83,7 +82,7 @@ def test_a_toy_task_registered_alone_runs_end_to_end(toy, demo_model_path, tmp_p
 
     assert task_names() == ("detect", "segment", "pose", "obb", "toy") and get_task("toy") is toy
     model = _toy_checkpoint(demo_model_path, tmp_path / "toy.pt")
-    run = calibrate(model, fixture_data_yaml(), out=tmp_path / "run", **OPTIONS)
+    run = calibrate(model, fixture_yaml, out=tmp_path / "run", **OPTIONS)
 
     # the toy payload, decoded from the detector's rows, rides along in the written box table
     boxes = pl.read_parquet(tmp_path / "run" / "boxes.parquet")
@@ -94,7 +93,7 @@ def test_a_toy_task_registered_alone_runs_end_to_end(toy, demo_model_path, tmp_p
     # matched by box IoU (the task's rule), recorded as the toy's
     assert (run.result.matching.by, run.result.matching.reason) == ("box", "a toy model")
     st = run.result.settings
-    _, ev = load_splits(load_data_yaml(fixture_data_yaml()), Settings(**OPTIONS), task="toy")
+    _, ev = load_splits(load_data_yaml(fixture_yaml), Settings(**OPTIONS), task="toy")
     mine = boxes.filter(pl.col("split") == st.eval_split)
     again = match_boxes(
         mine.select(CAPTURE_COLUMNS), ev.gt, iou=st.iou_match, loc_iou=st.loc_iou_match

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from det_calib.demo import cache_dir
 from det_calib.demo.shapes import CLASS_NAMES, GENERATOR_VERSION, SPLIT_SIZES, render_image
 
 _log = logging.getLogger(__name__)
@@ -104,3 +105,15 @@ def classify_root(cache: Path, *, seed: int = 0, splits: dict[str, int] | None =
             done.write_text(str(n))
             _log.info("wrote %d crops", count)
     return root
+
+
+def _demo_data(*, with_train: bool = False, seed: int = 0) -> Path:
+    """The demo's class folders in the cache (:func:`det_calib.demo.cache_dir`), cropped on first use; the
+    ``train`` split only ``with_train`` (only training needs it). What ``demo_data_yaml(task="classify")``
+    returns."""
+    splits = {k: SPLIT_SIZES[v] for k, v in _CLASSIFY_SPLITS.items() if with_train or k != "train"}
+    return classify_root(cache_dir(), seed=seed, splits=splits)
+
+
+DEMO_DATA = _demo_data
+"""The task's demo data (:func:`det_calib.demo.demo_data_yaml` with ``task="classify"``)."""

@@ -197,7 +197,8 @@ def split_xywhr(split: Split) -> np.ndarray:
     """(m, 5) rotated boxes of the split's ground-truth rows."""
     if XYWHR_COLUMN not in split.gt.columns:
         raise InputError(
-            f"split `{split.name}` was read without rotated boxes (use load_obb_split)"
+            f"split `{split.name}` was read without rotated boxes (read it for an OBB model: "
+            "load_task_split)"
         )
     return np.asarray(split.gt[XYWHR_COLUMN].to_numpy(), dtype=np.float64).reshape(-1, 5)
 

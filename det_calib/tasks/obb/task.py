@@ -16,29 +16,14 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import PAYLOAD_SCHEMA
-from det_calib.data.ground_truth import Dataset, Split, label_path, list_images, load_split
+from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.tasks.contract import Task
+from det_calib.tasks.contract import Task, label_values
 from det_calib.tasks.obb.labels import XYWHR_COLUMN, has_rotated_boxes, load_obb_split
 from det_calib.tasks.obb.matching import match_boxes_by_rotated
 
-__all__ = ["Obb", "label_values"]
-
-
-def label_values(data: Dataset, split: str) -> int | None:
-    """The number of values on the first label line of ``split`` (its files in image order); None
-    when no label file of the split has a line (5: box labels, 9: OBB labels)."""
-    if split not in data.splits:
-        raise InputError(f"split `{split}` not in {data.yaml_path} (splits: {sorted(data.splits)})")
-    for img in list_images(data.splits[split], split=split):
-        lp = label_path(img)
-        if not lp.is_file():
-            continue
-        for line in lp.read_text(encoding="utf-8-sig").splitlines():
-            if line.split():
-                return len(line.split())
-    return None
+__all__ = ["Obb"]
 
 
 class Obb(Task):

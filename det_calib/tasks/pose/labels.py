@@ -353,7 +353,10 @@ def _coco_keypoints(
 def split_keypoints(split: Split) -> np.ndarray:
     """(m, K, 3) keypoints ``x, y, v`` of the split's ground-truth rows."""
     if KPTS_COLUMN not in split.gt.columns:
-        raise InputError(f"split `{split.name}` was read without keypoints (use load_pose_split)")
+        raise InputError(
+            f"split `{split.name}` was read without keypoints (read it for a pose model: "
+            "load_task_split)"
+        )
     arr = split.gt[KPTS_COLUMN].to_numpy()
     return np.asarray(arr, dtype=np.float64).reshape(split.gt.height, -1, 3)
 

@@ -1,7 +1,7 @@
 """Box and mask mAP of a segment model's boxes, before and after calibration (pycocotools ``bbox`` and ``segm``).
 
 A segment model's box table carries each box's mask as compressed RLE counts at its image's size
-(column ``segm``, :mod:`det_calib.tasks.segment.capture_masks`); the split's ground-truth masks come from
+(column ``segm``, :mod:`det_calib.tasks.segment.mask_rebuild`); the split's ground-truth masks come from
 :func:`det_calib.tasks.segment.labels.load_segment_split`. :func:`segment_maps` scores the same boxes under
 several scorings by COCO's two protocols; :func:`det_calib.evaluation.figures.segment_map_check`
 is the run's check: the box mAP as a detector's (:func:`det_calib.evaluation.figures.map_check`,

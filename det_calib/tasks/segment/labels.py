@@ -96,7 +96,10 @@ def _polygon_rle(polygon: np.ndarray, width: int, height: int) -> bytes:
 def segment_rles(split: Split) -> list[dict | None]:
     """pycocotools RLE dicts of the split's ground-truth rows (None where a row has no mask)."""
     if SEGM_COLUMN not in split.gt.columns:
-        raise InputError(f"split `{split.name}` was read without masks (use load_segment_split)")
+        raise InputError(
+            f"split `{split.name}` was read without masks (read it for a segment model: "
+            "load_task_split)"
+        )
     out = []
     for img, counts in zip(split.gt["image_id"].to_list(), split.gt[SEGM_COLUMN].to_list()):
         w, h = (int(x) for x in split.sizes[img])

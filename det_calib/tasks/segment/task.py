@@ -1,7 +1,8 @@
 """The segment task: each box's mask (an RLE in the box table's ``segm`` column), read from YOLO polygons or
 COCO segmentation, matched by mask IoU (COCO ``segm``) where every ground truth has a mask, else by box IoU
-(box-only labels are common for segment models). The masks themselves are rebuilt by the capture from the
-model's prototypes (:mod:`det_calib.tasks.segment.capture_masks`), as ``predict(retina_masks=True)`` builds them."""
+(box-only labels are common for segment models). The masks themselves are rebuilt, for the capture, from
+the model's prototypes (:meth:`Segment.rebuild_payload`, :mod:`det_calib.tasks.segment.mask_rebuild`), as
+``predict(retina_masks=True)`` builds them."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from det_calib.data.box_table import PAYLOAD_SCHEMA
 from det_calib.data.ground_truth import Dataset, Split, load_split
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.tasks.contract import Task
+from det_calib.tasks.contract import Task, label_values
 from det_calib.tasks.segment.labels import SEGM_COLUMN, has_masks, load_segment_split
+from det_calib.tasks.segment.mask_rebuild import filled_boxes, kept_mask_rles
 from det_calib.tasks.segment.matching import match_boxes_by_masks
 
 _log = logging.getLogger(__name__)
@@ -64,6 +67,10 @@ class Segment(Task):
             return load_segment_split(data, split, coco_gt=coco_gt, limit=limit)
         return load_split(data, split, coco_gt=coco_gt, limit=limit)
 
+    def lacks_labels(self, data: Dataset, split: str) -> bool:
+        """YOLO box labels (``cls cx cy w h``): no polygon to give a box's mask a ground truth."""
+        return split in data.splits and label_values(data, split) == 5
+
     def lacks_payload(self, split: Split) -> bool:
         return not has_masks(split)
 
@@ -97,6 +104,24 @@ class Segment(Task):
         from ultralytics.models.yolo.segment import SegmentationPredictor
 
         return SegmentationPredictor
+
+    def rebuild_payload(
+        self,
+        protos: Any,
+        coefficients: Any,
+        boxes: Any,
+        image_shape: tuple[int, int],
+        *,
+        rasterise: bool = True,
+    ) -> tuple[np.ndarray, list[bytes | None]]:
+        """Each box's mask rebuilt at the image's size as ``predict(retina_masks=True)`` builds it, as RLE
+        counts (:func:`~det_calib.tasks.segment.mask_rebuild.kept_mask_rles`); without ``rasterise`` the same
+        boxes kept, decided without rasterising a mask (:func:`~det_calib.tasks.segment.mask_rebuild.filled_boxes`),
+        their masks None."""
+        if rasterise:
+            return kept_mask_rles(protos, coefficients, boxes, image_shape)
+        filled = filled_boxes(protos, coefficients, boxes, image_shape)
+        return filled, [None] * int(filled.sum())
 
     def payload_series(self, images: Sequence[Any], shape: tuple[int, int] | None) -> pl.Series:
         return pl.Series(
