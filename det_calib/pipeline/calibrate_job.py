@@ -160,7 +160,8 @@ def load(
 
 @clock.stage("model load")
 def _inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
-    startup_imports()
+    if not (s.boxes or s.detections):  # no image to run the detector on: torch stays out
+        startup_imports()
     return detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
 
 

@@ -26,6 +26,7 @@ from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
 from det_calib.job.detections import detections_outputs
 from det_calib.job.inputs import Inputs
+from det_calib.job.model_process import fold_checkpoint
 from det_calib.job.reuse import run_fingerprints, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
@@ -183,8 +184,6 @@ def _write_model(
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
     summary's lines about it."""
-    from det_calib.deploy.fold import write_run_checkpoint
-
     meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
     records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
     exported, engine_lines = is_export(inputs.model), []
@@ -197,8 +196,8 @@ def _write_model(
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-    else:
-        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+    else:  # torch is not imported in a run reusing boxes: the fold runs in a child process then
+        fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
@@ -361,8 +360,6 @@ def start_verification(
     size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
-    from det_calib.deploy.fold import write_run_checkpoint
-
     records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
     if (
         not s.run_val
@@ -378,7 +375,7 @@ def start_verification(
     meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
     try:
         with logged_as(ckpt.parent, out):  # the run's calibrated.pt, once the run is written
-            write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
+            fold_checkpoint(inputs.model, ckpt, records, metadata=meta)
     except BaseException:
         shutil.rmtree(ckpt.parent, ignore_errors=True)
         raise
