@@ -28,7 +28,7 @@ from det_calib.capture.predictor import available_heads, default_imgsz, load_det
 from det_calib.job import clock
 from det_calib.tasks import get_task
 
-__all__ = ["ModelFacts", "fold_checkpoint", "model_facts"]
+__all__ = ["ModelFacts", "capture_batch", "fold_checkpoint", "model_facts"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,15 @@ def fold_checkpoint(
     (:func:`det_calib.deploy.fold.write_run_checkpoint`), written in a child process unless torch is
     imported here; its CPU on the ``outputs`` stage's clock."""
     return _where_torch_is("outputs", _FOLD, source, out, records, metadata=metadata)
+
+
+def capture_batch(batch: int | None, device: str | None) -> int:
+    """The capture batch a run records (:func:`det_calib.capture.options.resolve_batch`: on a CUDA
+    device more than one), where no capture ran (a file of detections): asked of torch in a child
+    process unless ``batch`` is given or torch is imported here; on the ``data check`` stage's clock."""
+    if batch is not None:
+        return int(batch)
+    return _where_torch_is("data check", "det_calib.capture.options:resolve_batch", batch, device)
 
 
 def _where_torch_is(stage: str, target: str, *args: Any, **kwargs: Any) -> Any:
