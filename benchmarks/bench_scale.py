@@ -39,33 +39,55 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
-import json, sys, time
-from det_calib.job import clock
-from det_calib.job.process_tuning import set_blas_threads
-from det_calib.capture import load_detector
-from det_calib.pipeline import calibrate
-import det_calib.report, det_calib.evaluation.coco_engine, matplotlib.pyplot, polars as pl
+import json, resource, sys, time
+t_process = time.perf_counter()
+import det_calib.cli as cli
+from det_calib.job import clock, model_process
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
-set_blas_threads(1)  # as the command line runs (det_calib.job.process_tuning)
-_model = load_detector(f"{root}/model.pt")
-# the fixed part: the interpreter, its imports and the model loaded, before any box is read
-fixed = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
-del _model
-t0, c0 = time.perf_counter(), time.process_time()
-run = calibrate(f"{root}/model.pt", f"{root}/data.yaml", out=out, boxes=f"{root}/parts", method=method,
-                head="both", run_val=False, progress=False)
-total, cpu = time.perf_counter() - t0, time.process_time() - c0
-peak = clock.overall_peak()
+# the command as a user runs it: `det-calib calibrate --boxes PARTS --no-val` (cli.main with the
+# process's own argv tunes the process as the command line does); its calibrate() call timed, the
+# run it returns and each model child process it starts recorded beside it
+sys.argv = ["det-calib", "calibrate", "--model", f"{root}/model.pt", "--data", f"{root}/data.yaml",
+            "--boxes", f"{root}/parts", "--method", method, "--head", "both", "--no-val",
+            "--out", out, "--quiet"]
+seen, children = {}, []
+def _rss():
+    return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+_in_child = model_process._in_child
+def in_child(stage, target, *a):  # the parent waits for the child: its memory stays as it was
+    children.append({"what": target.split(":")[1], "parent_rss": _rss(),
+                     "torch_in_parent": "torch" in sys.modules})
+    return _in_child(stage, target, *a)
+model_process._in_child = in_child
+_calibrate = cli.calibrate
+def calibrate(*a, **k):
+    t0, c0 = time.perf_counter(), _cpu()
+    run = _calibrate(*a, **k)
+    c1 = _cpu()
+    seen.update(seconds=time.perf_counter() - t0, cpu=c1[0] - c0[0], children_cpu=c1[1] - c0[1],
+                table_bytes=int(run.boxes.estimated_size()), boxes=run.boxes.height,
+                engine=run.result.results["nms"].eval.map_engine,
+                stages=[{"name": n, "seconds": st.wall, "cpu": st.cpu, "peak_rss": st.peak_rss or 0}
+                        for n, st in run.result.timings.stages.items()])
+    return run
+cli.calibrate = calibrate
+code = cli.main()
+assert code == 0, code
+stages = [st["name"] for st in seen["stages"]]
+before = stages[: stages.index("capture")] if "capture" in stages else []
 print(json.dumps({
-    "seconds": total,
-    "cpu": cpu,
-    "peak_rss": peak,
-    "fixed_rss": fixed,
-    "table_bytes": int(run.boxes.estimated_size()),
-    "boxes": run.boxes.height,
-    "engine": run.result.results["nms"].eval.map_engine,
-    "stages": [{"name": n, "seconds": st.wall, "cpu": st.cpu, "peak_rss": st.peak_rss or 0}
-               for n, st in run.result.timings.stages.items()],
+    **seen,
+    "cpu": seen["cpu"] + seen["children_cpu"],
+    "command_seconds": time.perf_counter() - t_process,
+    "peak_rss": clock.overall_peak(),  # this process, the command's whole life
+    "children_peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+    "children": children,
+    # the fixed part: the interpreter and its imports, before any box is read (the model: in a child)
+    "fixed_rss": max(st["peak_rss"] for st in seen["stages"] if st["name"] in before),
+    "torch_in_parent": "torch" in sys.modules,
 }))
 """
 
