@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 t_process = time.perf_counter()
 import det_calib.cli as cli
 from det_calib.job import clock, model_process
@@ -53,14 +53,36 @@ sys.argv = ["det-calib", "calibrate", "--model", f"{root}/model.pt", "--data", f
 seen, children = {}, []
 def _rss():
     return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
+# a model child's own peak: its VmHWM as it exits (its ru_maxrss, and so RUSAGE_CHILDREN's, starts
+# at this process's peak at the fork, not at the child's own); the child code is the job's own, with
+# its exit noting the peak in a file
+hwm_file = out + ".children_hwm"
+os.environ["BENCH_CHILD_HWM"] = hwm_file
+model_process._CHILD = "\n".join([
+    model_process._CHILD.split("from det_calib")[0],
+    "import os",
+    "from det_calib.job import model_process as m",
+    "_exit = os._exit",
+    "def _noting_peak(code):",
+    "    hwm = next(x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM:'))",
+    "    with open(os.environ['BENCH_CHILD_HWM'], 'a') as f:",
+    "        f.write(hwm + ' ')",
+    "    _exit(code)",
+    "os._exit = _noting_peak",
+    "m._child_main()",
+])
 def _cpu():
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
 _in_child = model_process._in_child
 def in_child(stage, target, *a):  # the parent waits for the child: its memory stays as it was
-    children.append({"what": target.split(":")[1], "parent_rss": _rss(),
-                     "torch_in_parent": "torch" in sys.modules})
-    return _in_child(stage, target, *a)
+    child = {"what": target.split(":")[1], "parent_rss": _rss(),
+             "torch_in_parent": "torch" in sys.modules}
+    try:
+        return _in_child(stage, target, *a)
+    finally:
+        child["peak_rss"] = int(open(hwm_file).read().split()[-1]) * 1024
+        children.append(child)
 model_process._in_child = in_child
 _calibrate = cli.calibrate
 def calibrate(*a, **k):

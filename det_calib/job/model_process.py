@@ -8,14 +8,16 @@ that loaded it), here. Either way the same function runs on the same file: the f
 checkpoint and an error (its type, its words) are the same.
 
 A child is a fresh interpreter (``sys.executable``) with this process's ``sys.path``: what it runs
-travels pickled on its standard input, its answer pickled on its standard output (whatever the
-libraries print goes to standard error, which it shares with this process). Its CPU seconds are
+travels pickled on its standard input, its answer and det_calib's log lines pickled on its
+standard output (logged here again, as this process logs them; whatever the libraries print goes to
+standard error, which it shares with this process). Its CPU seconds are
 charged to the stage that waits for it (:func:`det_calib.job.clock.add_cpu`).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import pickle
 import resource
@@ -114,18 +116,22 @@ def _in_child(stage: str, target: str, args: tuple, kwargs: dict) -> Any:
     cpu0 = _children_cpu()
     r = subprocess.run(
         [sys.executable, "-c", _CHILD, pickle.dumps(list(sys.path)).hex()],
-        input=pickle.dumps((target, args, kwargs)),
+        input=pickle.dumps(
+            (target, args, kwargs, logging.getLogger("det_calib").getEffectiveLevel())
+        ),
         stdout=subprocess.PIPE,
         check=False,
     )
     clock.add_cpu(stage, max(_children_cpu() - cpu0, 0.0))
     try:
-        status, value = pickle.loads(r.stdout)
+        status, value, logged = pickle.loads(r.stdout)
     except Exception:  # noqa: BLE001 - the child died before it answered
         raise RuntimeError(
             f"the model process ({target.split(':')[1]}) ended without an answer "
             f"(exit code {r.returncode})"
         ) from None
+    for name, level, message in logged:  # its log lines, as this process logs them
+        logging.getLogger(name).log(level, "%s", message)
     if status == "error":
         raise _rebuilt(*value)
     return value
@@ -142,17 +148,33 @@ def _child_main() -> None:
     to standard output; the libraries' prints go to standard error. Ends the process."""
     answer_to = sys.stdout.buffer
     sys.stdout = sys.stderr
-    target, args, kwargs = pickle.loads(sys.stdin.buffer.read())
+    target, args, kwargs, level = pickle.loads(sys.stdin.buffer.read())
+    logged: list[tuple[str, int, str]] = []
+    log = logging.getLogger("det_calib")
+    log.setLevel(level)  # det_calib's log lines at the parent's level go back with the answer
+    log.addHandler(_Collect(logged))
+    log.propagate = False
     try:
         answer: tuple[str, Any] = ("ok", _resolve(target)(*args, **kwargs))
     except BaseException as e:  # noqa: BLE001 - raised again in the parent
         answer = ("error", _portable(e))
-    answer_to.write(pickle.dumps(answer))
+    answer_to.write(pickle.dumps((*answer, logged)))
     answer_to.flush()
     sys.stderr.flush()
     # done: the interpreter's teardown of torch and Ultralytics would only raise the child's peak
     # (by about 0.1 GiB, measured here), so the child ends here
     os._exit(0)
+
+
+class _Collect(logging.Handler):
+    """Keeps each record's logger, level and message."""
+
+    def __init__(self, into: list[tuple[str, int, str]]) -> None:
+        super().__init__()
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append((record.name, record.levelno, record.getMessage()))
 
 
 def _portable(e: BaseException) -> tuple:

@@ -83,6 +83,7 @@ def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, 
     """Write a run's box table with its fingerprints in the Parquet metadata (atomically), one row
     group at a time: each converted to Arrow (its categorical columns to strings) only while it is
     written, so the run's peak holds no second copy of the table."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with atomic_path(path) as tmp:
@@ -98,6 +99,7 @@ def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, 
         finally:
             if writer is not None:
                 writer.close()
+    pa.default_memory_pool().release_unused()  # the row groups' Arrow copies leave the process
     return Path(path)
 
 

@@ -116,6 +116,16 @@ def write_run_outputs(
     """
 
     with clock.output_folder(out) as stage:
+        if (
+            result.ensemble is None
+            and not s.detections
+            and _folds_here(result, inputs, verification)
+        ):
+            # first, beside the least memory: a fold in a child process (torch not imported here) runs
+            # while this process holds the box table and no more
+            fold_checkpoint(
+                inputs.model, stage / "calibrated.pt", _records(result), metadata=_meta(result, s)
+            )
         write_class_logits(
             stage, boxes, logit_store
         )  # the per-class logits out of `boxes` (in place), for class sets
@@ -184,8 +194,7 @@ def _write_model(
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
     summary's lines about it."""
-    meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
-    records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+    meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
     if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
@@ -196,8 +205,7 @@ def _write_model(
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-    else:  # torch is not imported in a run reusing boxes: the fold runs in a child process then
-        fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+    # else: calibrated.pt folded first (write_run_outputs, _folds_here)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
@@ -222,6 +230,26 @@ def _write_model(
                 result.results[h], ultralytics_val=val_not_run(ev.name, why)
             )
     return engine_lines
+
+
+def _records(result: RunResult) -> dict[str, Any]:
+    """Head -> the calibrator record of each head that has one."""
+    return {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+
+
+def _meta(result: RunResult, s: Settings) -> dict[str, Any]:
+    """What the run's calibrated model records of its calibration."""
+    return {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+
+
+def _folds_here(result: RunResult, inputs: Inputs, verification: Verification | None) -> bool:
+    """Whether the run's ``calibrated.pt`` is a fold of its maps into the checkpoint written now (not an
+    export's, not the verification's copy; none where a map reads the box's size)."""
+    return (
+        verification is None
+        and not is_export(inputs.model)
+        and not any(registry.uses_size(r.method) for r in _records(result).values())
+    )
 
 
 class Verification:
