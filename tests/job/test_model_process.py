@@ -15,8 +15,8 @@ FACTS = "det_calib.job.model_process:_read_facts"
 def test_the_childs_facts_are_those_read_here(demo_model_path):
     here = _read_facts(demo_model_path)
     assert _in_child("model load", FACTS, (demo_model_path,), {}) == here
-    assert here.task == "detect" and here.heads == ["nms", "e2e"] and here.imgsz == 640
-    assert here.names[:2] == ["circle", "square"] and here.payload_shape is None
+    assert here.task == "detect" and here.heads == ["nms", "e2e"] and here.imgsz == 320
+    assert here.names[:3] == ["circle", "ellipse", "square"] and here.payload_shape is None
 
 
 def test_the_childs_errors_are_those_raised_here(tmp_path):
