@@ -5,11 +5,18 @@ The set is :mod:`det_calib.demo.coco_shaped` (seeded; 80 classes, about 7 ground
 writer), at 400, 1,600 and 5,000 images per split by default. For each size and each ``--method``
 (``temperature`` and the default ``auto``):
 
-- the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
-  ``test``, default bootstrap, report written), in a fresh process: wall and CPU seconds, the
-  seconds of each stage (the run's ``timings``, :mod:`det_calib.job.clock`), peak RSS, split into
-  the fixed part (the interpreter, its imports and the model, measured before any box is read),
-  the box table's in-memory size (and its bytes a box) and the rest;
+- the job: ``det-calib calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report
+  on ``test``, default bootstrap, report written), run as the command line runs it
+  (``det_calib.cli.main`` in a fresh process, its process tuned as the command's): wall and CPU
+  seconds of its ``calibrate`` call (the CPU of its child processes included), the seconds of each
+  stage (the run's ``timings``, :mod:`det_calib.job.clock`); its memory: the command's process's
+  peak RSS, split into the fixed part (the interpreter and its imports, before any box is read),
+  the box table's in-memory size (and its bytes a box) and the rest; the peak of each child process
+  that reads or folds the model (:mod:`det_calib.job.model_process`: torch is never imported in the
+  command's process), each measured as its own ``VmHWM`` (``RUSAGE_CHILDREN``'s ``ru_maxrss`` is
+  printed too, but it starts at the parent's peak at the fork), and the bound on the two together:
+  the parent waits while a child runs, so its RSS then, plus the child's peak, bounds what both
+  hold; the run's bound is the largest of that and the parent's own peak;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratios printed are the job's seconds over
@@ -189,20 +196,40 @@ def _ref_seconds(ref: dict | None) -> tuple[float, float] | None:
     )
 
 
+def _bound(job: dict) -> int:
+    """What the command's process and its model children hold together at most: the parent's peak,
+    or the parent's RSS while it waits for a child plus that child's peak."""
+    return max(
+        [job["peak_rss"], *(c["parent_rss"] + c["peak_rss"] for c in job.get("children", []))]
+    )
+
+
 def _print_job(n: int, method: str, job: dict, ref: dict | None) -> None:
     per_box = job["table_bytes"] / max(job["boxes"], 1)
     rest = job["peak_rss"] - job["fixed_rss"] - job["table_bytes"]
     print(
         f"\n{n:,} images per split, --method {method}: {job['seconds']:.1f} s wall, "
-        f"{job['cpu']:.1f} s CPU; "
-        f"mAP engine {job['engine']}"
+        f"{job['cpu']:.1f} s CPU ({job['children_cpu']:.1f} s of it in the model's child processes), "
+        f"the command {job['command_seconds']:.1f} s from the interpreter's start; "
+        f"mAP engine {job['engine']}; torch imported in the command's process: "
+        f"{job['torch_in_parent']}"
     )
     print(
-        f"  peak RSS {_gib(job['peak_rss'])} = fixed part {_gib(job['fixed_rss'])} (interpreter, "
-        "imports, model) "
+        f"  the command's process: peak RSS {_gib(job['peak_rss'])} = fixed part "
+        f"{_gib(job['fixed_rss'])} (interpreter, imports) "
         f"+ box table {_gib(job['table_bytes'])} ({job['boxes']:,} boxes, {per_box:.0f} bytes a "
         "box) "
         f"+ the rest {_gib(rest)} (the stages' working arrays, the allocators' free pages)"
+    )
+    for c in job.get("children", []):
+        print(
+            f"  model child ({c['what']}): peak {_gib(c['peak_rss'])}, while the command's process "
+            f"held {_gib(c['parent_rss'])}: together at most {_gib(c['parent_rss'] + c['peak_rss'])}"
+        )
+    print(
+        f"  bound on the command and its children together: {_gib(_bound(job))} "
+        f"(RUSAGE_CHILDREN's ru_maxrss {_gib(job['children_peak_rss'])}, which starts at the "
+        "parent's peak at the fork)"
     )
     for st in job["stages"]:
         print(
@@ -251,7 +278,9 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
     return (
         f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
         + " | ".join(cells)
-        + f" | {job['peak_rss'] / 2**30:.2f} GiB | {job['fixed_rss'] / 2**30:.2f} GiB | "
+        + f" | {_bound(job) / 2**30:.2f} GiB | {job['peak_rss'] / 2**30:.2f} GiB | "
+        + f"{max([c['peak_rss'] for c in job.get('children', [])] or [0]) / 2**30:.2f} GiB | "
+        + f"{job['fixed_rss'] / 2**30:.2f} GiB | "
         + f"{job['table_bytes'] / 2**30:.2f} GiB "
         f"({job['table_bytes'] / max(job['boxes'], 1):.0f} B a box) | " + ratios + " |"
     )
@@ -260,7 +289,9 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
 HEADER = (
     "| images per split | job, wall / CPU | "
     + " | ".join(ISSUE_COLUMNS)
-    + " | peak RSS | of it fixed (imports, model) | box table | pycocotools, wall / CPU | job / "
+    + " | peak RSS, the command and its model children together (bound) | the command's process"
+    " | its model children (each's own peak) | of the process fixed (imports) | box table"
+    " | pycocotools, wall / CPU | job / "
     "pycocotools, "
     "wall / CPU |"
 )
@@ -319,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             per_image[method][n] = job["seconds"] / n
             peaks[method][n] = job
             rows.append(_issue_row(n, method, job, ref))
-    table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 7) + "|", *rows])
+    table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 9) + "|", *rows])
     print("\n" + table)
     lines = _memory_lines(peaks)
     for line in lines:
