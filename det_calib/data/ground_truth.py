@@ -46,19 +46,27 @@ def _ultralytics_img_formats() -> frozenset[str]:
     """``ultralytics.data.utils.IMG_FORMATS``, read from its source where Ultralytics is not imported
     (importing it imports torch, which a run reusing boxes never needs); imported where the source
     does not hold it as a literal."""
-    if "ultralytics" not in sys.modules:
-        spec = importlib.util.find_spec("ultralytics")  # finds the package, imports nothing
-        if spec is not None and spec.submodule_search_locations:
-            source = Path(spec.submodule_search_locations[0]) / "data" / "utils.py"
-            with contextlib.suppress(OSError, SyntaxError, ValueError):
-                for node in ast.parse(source.read_text(encoding="utf-8")).body:
-                    if isinstance(node, ast.Assign) and [
-                        getattr(t, "id", None) for t in node.targets
-                    ] == ["IMG_FORMATS"]:
-                        return frozenset(ast.literal_eval(node.value))
+    if "ultralytics" not in sys.modules and (found := _img_formats_in_source()) is not None:
+        return found
     from ultralytics.data.utils import IMG_FORMATS
 
     return frozenset(IMG_FORMATS)
+
+
+def _img_formats_in_source() -> frozenset[str] | None:
+    """The literal ``IMG_FORMATS = {...}`` of the installed ``ultralytics/data/utils.py`` (None where
+    it holds none)."""
+    spec = importlib.util.find_spec("ultralytics")  # finds the package, imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(spec.submodule_search_locations[0]) / "data" / "utils.py"
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+                "IMG_FORMATS"
+            ]:
+                return frozenset(ast.literal_eval(node.value))
+    return None
 
 
 GT_SCHEMA = {
