@@ -102,6 +102,7 @@ def write_run_outputs(
     beside: dict[str, pl.DataFrame] | None = None,
     more: Sequence[str] = (),
     logit_store: LogitStore | None = None,
+    checkpoint: Path | None = None,
 ) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
@@ -113,19 +114,10 @@ def write_run_outputs(
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks, its run time and its timings.
+    ``checkpoint``: the run's ``calibrated.pt`` folded already (:func:`fold_first`).
     """
 
     with clock.output_folder(out) as stage:
-        if (
-            result.ensemble is None
-            and not s.detections
-            and _folds_here(result, inputs, verification)
-        ):
-            # first, beside the least memory: a fold in a child process (torch not imported here) runs
-            # while this process holds the box table and no more
-            fold_checkpoint(
-                inputs.model, stage / "calibrated.pt", _records(result), metadata=_meta(result, s)
-            )
         write_class_logits(
             stage, boxes, logit_store
         )  # the per-class logits out of `boxes` (in place), for class sets
@@ -140,7 +132,9 @@ def write_run_outputs(
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
-            engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
+            engine_lines = _write_model(
+                stage, result, inputs, splits[1], s, verification, checkpoint
+            )
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
@@ -190,10 +184,11 @@ def _write_model(
     ev: Split,
     s: Settings,
     verification: Verification | None,
+    checkpoint: Path | None = None,
 ) -> list[str]:
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
-    summary's lines about it."""
+    summary's lines about it. ``checkpoint``: ``calibrated.pt`` folded already (:func:`fold_first`)."""
     meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
@@ -205,7 +200,10 @@ def _write_model(
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-    # else: calibrated.pt folded first (write_run_outputs, _folds_here)
+    elif checkpoint is not None:  # folded before the outputs (fold_first)
+        shutil.copyfile(checkpoint, stage / "calibrated.pt")
+    else:  # folded here (in a child process where torch is not imported)
+        fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
@@ -242,14 +240,36 @@ def _meta(result: RunResult, s: Settings) -> dict[str, Any]:
     return {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
 
 
-def _folds_here(result: RunResult, inputs: Inputs, verification: Verification | None) -> bool:
-    """Whether the run's ``calibrated.pt`` is a fold of its maps into the checkpoint written now (not an
-    export's, not the verification's copy; none where a map reads the box's size)."""
-    return (
-        verification is None
-        and not is_export(inputs.model)
-        and not any(registry.uses_size(r.method) for r in _records(result).values())
-    )
+@clock.stage("outputs")
+def fold_first(
+    out: Path,
+    inputs: Inputs,
+    result: RunResult,
+    s: Settings,
+    verification: Verification | None,
+    stack: ExitStack,
+) -> Path | None:
+    """The run's ``calibrated.pt`` folded now, before the other outputs, in a temporary folder that
+    ``stack`` removes (:func:`write_run_outputs` copies it); None where the run writes none this way
+    (an export's, the verification's copy, a size-conditioned map; a file of detections). Where torch
+    is not imported (a run reusing boxes) the fold runs in a child process: first, it runs beside the
+    least memory, the box table and the run's records (before ``boxes.parquet``'s Arrow copies)."""
+    import tempfile
+
+    records = _records(result)
+    if (
+        s.detections
+        or verification is not None
+        or is_export(inputs.model)
+        or any(registry.uses_size(r.method) for r in records.values())
+    ):
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="det_calib_fold_"))
+    stack.callback(shutil.rmtree, folder, ignore_errors=True)
+    with logged_as(folder, out):  # the run's calibrated.pt, once the run is written
+        return fold_checkpoint(
+            inputs.model, folder / "calibrated.pt", records, metadata=_meta(result, s)
+        )
 
 
 class Verification:
