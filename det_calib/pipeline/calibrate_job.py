@@ -27,12 +27,7 @@ from det_calib.job.capturing import BoxSource, job_inputs
 from det_calib.job.inputs import Inputs, default_inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.pipeline.head_steps import evaluate, fit
-from det_calib.pipeline.outputs import (
-    fold_first,
-    gt_per_class,
-    start_verification,
-    write_run_outputs,
-)
+from det_calib.pipeline.outputs import gt_per_class, start_verification, write_run_outputs
 from det_calib.pipeline.preflight import preflight
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.tasks import get_task
@@ -114,7 +109,6 @@ def calibrate(
             pl.concat(tables, how="vertical", rechunk=False)
         )  # no copy of the tables
         result = run_record(inputs, splits, s, results)
-        checkpoint = fold_first(out, inputs, result, s, verification, stack)
         files = write_run_outputs(
             out,
             result,
@@ -126,7 +120,7 @@ def calibrate(
             source.fingerprints,
             verification,
             logit_store=source.logit_store,
-            checkpoint=checkpoint,
+            fold_first=True,
         )
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 

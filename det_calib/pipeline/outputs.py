@@ -102,7 +102,7 @@ def write_run_outputs(
     beside: dict[str, pl.DataFrame] | None = None,
     more: Sequence[str] = (),
     logit_store: LogitStore | None = None,
-    checkpoint: Path | None = None,
+    fold_first: bool = False,
 ) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
@@ -114,10 +114,12 @@ def write_run_outputs(
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks, its run time and its timings.
-    ``checkpoint``: the run's ``calibrated.pt`` folded already (:func:`fold_first`).
+    ``fold_first``: a detector's run (``calibrate``'s) folds its ``calibrated.pt`` before the other
+    outputs (:func:`_fold_first`).
     """
 
     with clock.output_folder(out) as stage:
+        folded = fold_first and _fold_first(stage, inputs, result, s, verification)
         write_class_logits(
             stage, boxes, logit_store
         )  # the per-class logits out of `boxes` (in place), for class sets
@@ -133,7 +135,7 @@ def write_run_outputs(
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(
-                stage, result, inputs, splits[1], s, verification, checkpoint
+                stage, result, inputs, splits[1], s, verification, folded=folded
             )
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
@@ -184,11 +186,12 @@ def _write_model(
     ev: Split,
     s: Settings,
     verification: Verification | None,
-    checkpoint: Path | None = None,
+    *,
+    folded: bool = False,
 ) -> list[str]:
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
-    summary's lines about it. ``checkpoint``: ``calibrated.pt`` folded already (:func:`fold_first`)."""
+    summary's lines about it. ``folded``: ``calibrated.pt`` is written already (:func:`_fold_first`)."""
     meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
@@ -200,9 +203,7 @@ def _write_model(
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-    elif checkpoint is not None:  # folded before the outputs (fold_first)
-        shutil.copyfile(checkpoint, stage / "calibrated.pt")
-    else:  # folded here (in a child process where torch is not imported)
+    elif not folded:  # (in a child process where torch is not imported)
         fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
@@ -240,22 +241,14 @@ def _meta(result: RunResult, s: Settings) -> dict[str, Any]:
     return {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
 
 
-@clock.stage("outputs")
-def fold_first(
-    out: Path,
-    inputs: Inputs,
-    result: RunResult,
-    s: Settings,
-    verification: Verification | None,
-    stack: ExitStack,
-) -> Path | None:
-    """The run's ``calibrated.pt`` folded now, before the other outputs, in a temporary folder that
-    ``stack`` removes (:func:`write_run_outputs` copies it); None where the run writes none this way
-    (an export's, the verification's copy, a size-conditioned map; a file of detections). Where torch
-    is not imported (a run reusing boxes) the fold runs in a child process: first, it runs beside the
-    least memory, the box table and the run's records (before ``boxes.parquet``'s Arrow copies)."""
-    import tempfile
-
+def _fold_first(
+    stage: Path, inputs: Inputs, result: RunResult, s: Settings, verification: Verification | None
+) -> bool:
+    """The run's ``calibrated.pt`` folded into ``stage`` first, before the other outputs; False where
+    the run writes none this way (a file of detections, the verification's copy, an export's, a
+    size-conditioned map). Where torch is not imported (a run reusing boxes) the fold runs in a child
+    process: first, it runs beside the least memory, the box table and the run's records (before
+    ``boxes.parquet``'s Arrow copies)."""
     records = _records(result)
     if (
         s.detections
@@ -263,13 +256,9 @@ def fold_first(
         or is_export(inputs.model)
         or any(registry.uses_size(r.method) for r in records.values())
     ):
-        return None
-    folder = Path(tempfile.mkdtemp(prefix="det_calib_fold_"))
-    stack.callback(shutil.rmtree, folder, ignore_errors=True)
-    with logged_as(folder, out):  # the run's calibrated.pt, once the run is written
-        return fold_checkpoint(
-            inputs.model, folder / "calibrated.pt", records, metadata=_meta(result, s)
-        )
+        return False
+    fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=_meta(result, s))
+    return True
 
 
 class Verification:
