@@ -5,11 +5,18 @@ The set is :mod:`det_calib.demo.coco_shaped` (seeded; 80 classes, about 7 ground
 writer), at 400, 1,600 and 5,000 images per split by default. For each size and each ``--method``
 (``temperature`` and the default ``auto``):
 
-- the job: ``calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report on
-  ``test``, default bootstrap, report written), in a fresh process: wall and CPU seconds, the
-  seconds of each stage (the run's ``timings``, :mod:`det_calib.job.clock`), peak RSS, split into
-  the fixed part (the interpreter, its imports and the model, measured before any box is read),
-  the box table's in-memory size (and its bytes a box) and the rest;
+- the job: ``det-calib calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report
+  on ``test``, default bootstrap, report written), run as the command line runs it
+  (``det_calib.cli.main`` in a fresh process, its process tuned as the command's): wall and CPU
+  seconds of its ``calibrate`` call (the CPU of its child processes included), the seconds of each
+  stage (the run's ``timings``, :mod:`det_calib.job.clock`); its memory: the command's process's
+  peak RSS, split into the fixed part (the interpreter and its imports, before any box is read),
+  the box table's in-memory size (and its bytes a box) and the rest; the peak of each child process
+  that reads or folds the model (:mod:`det_calib.job.model_process`: torch is never imported in the
+  command's process), each measured as its own ``VmHWM`` (``RUSAGE_CHILDREN``'s ``ru_maxrss`` is
+  printed too, but it starts at the parent's peak at the fork), and the bound on the two together:
+  the parent waits while a child runs, so its RSS then, plus the child's peak, bounds what both
+  hold; the run's bound is the largest of that and the parent's own peak;
 - the reference: pycocotools on the ``nms`` head's ``test`` boxes, built as det_calib built them
   for it (``loadRes`` of an ``(n, 7)`` array) and timed as ``loadRes``, ``evaluate``,
   ``accumulate``, in a fresh process; the ratios printed are the job's seconds over
@@ -39,33 +46,77 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 JOB = r"""
-import json, sys, time
-from det_calib.job import clock
-from det_calib.job.process_tuning import set_blas_threads
-from det_calib.capture import load_detector
-from det_calib.pipeline import calibrate
-import det_calib.report, det_calib.evaluation.coco_engine, matplotlib.pyplot, polars as pl
+import json, os, resource, sys, time
+t_process = time.perf_counter()
+import det_calib.cli as cli
+from det_calib.job import clock, model_process
 root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
-set_blas_threads(1)  # as the command line runs (det_calib.job.process_tuning)
-_model = load_detector(f"{root}/model.pt")
-# the fixed part: the interpreter, its imports and the model loaded, before any box is read
-fixed = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
-del _model
-t0, c0 = time.perf_counter(), time.process_time()
-run = calibrate(f"{root}/model.pt", f"{root}/data.yaml", out=out, boxes=f"{root}/parts", method=method,
-                head="both", run_val=False, progress=False)
-total, cpu = time.perf_counter() - t0, time.process_time() - c0
-peak = clock.overall_peak()
+# the command as a user runs it: `det-calib calibrate --boxes PARTS --no-val` (cli.main with the
+# process's own argv tunes the process as the command line does); its calibrate() call timed, the
+# run it returns and each model child process it starts recorded beside it
+sys.argv = ["det-calib", "calibrate", "--model", f"{root}/model.pt", "--data", f"{root}/data.yaml",
+            "--boxes", f"{root}/parts", "--method", method, "--head", "both", "--no-val",
+            "--out", out, "--quiet"]
+seen, children = {}, []
+def _rss():
+    return next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
+# a model child's own peak: its VmHWM as it exits (its ru_maxrss, and so RUSAGE_CHILDREN's, starts
+# at this process's peak at the fork, not at the child's own); the child code is the job's own, with
+# its exit noting the peak in a file
+hwm_file = out + ".children_hwm"
+os.environ["BENCH_CHILD_HWM"] = hwm_file
+model_process._CHILD = "\n".join([
+    model_process._CHILD.split("from det_calib")[0],
+    "import os",
+    "from det_calib.job import model_process as m",
+    "_exit = os._exit",
+    "def _noting_peak(code):",
+    "    hwm = next(x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM:'))",
+    "    with open(os.environ['BENCH_CHILD_HWM'], 'a') as f:",
+    "        f.write(hwm + ' ')",
+    "    _exit(code)",
+    "os._exit = _noting_peak",
+    "m._child_main()",
+])
+def _cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+_in_child = model_process._in_child
+def in_child(stage, target, *a):  # the parent waits for the child: its memory stays as it was
+    child = {"what": target.split(":")[1], "parent_rss": _rss(),
+             "torch_in_parent": "torch" in sys.modules}
+    try:
+        return _in_child(stage, target, *a)
+    finally:
+        child["peak_rss"] = int(open(hwm_file).read().split()[-1]) * 1024
+        children.append(child)
+model_process._in_child = in_child
+_calibrate = cli.calibrate
+def calibrate(*a, **k):
+    t0, c0 = time.perf_counter(), _cpu()
+    run = _calibrate(*a, **k)
+    c1 = _cpu()
+    seen.update(seconds=time.perf_counter() - t0, cpu=c1[0] - c0[0], children_cpu=c1[1] - c0[1],
+                table_bytes=int(run.boxes.estimated_size()), boxes=run.boxes.height,
+                engine=run.result.results["nms"].eval.map_engine,
+                stages=[{"name": n, "seconds": st.wall, "cpu": st.cpu, "peak_rss": st.peak_rss or 0}
+                        for n, st in run.result.timings.stages.items()])
+    return run
+cli.calibrate = calibrate
+code = cli.main()
+assert code == 0, code
+stages = [st["name"] for st in seen["stages"]]
+before = stages[: stages.index("capture")] if "capture" in stages else []
 print(json.dumps({
-    "seconds": total,
-    "cpu": cpu,
-    "peak_rss": peak,
-    "fixed_rss": fixed,
-    "table_bytes": int(run.boxes.estimated_size()),
-    "boxes": run.boxes.height,
-    "engine": run.result.results["nms"].eval.map_engine,
-    "stages": [{"name": n, "seconds": st.wall, "cpu": st.cpu, "peak_rss": st.peak_rss or 0}
-               for n, st in run.result.timings.stages.items()],
+    **seen,
+    "cpu": seen["cpu"] + seen["children_cpu"],
+    "command_seconds": time.perf_counter() - t_process,
+    "peak_rss": clock.overall_peak(),  # this process, the command's whole life
+    "children_peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+    "children": children,
+    # the fixed part: the interpreter and its imports, before any box is read (the model: in a child)
+    "fixed_rss": max(st["peak_rss"] for st in seen["stages"] if st["name"] in before),
+    "torch_in_parent": "torch" in sys.modules,
 }))
 """
 
@@ -145,20 +196,40 @@ def _ref_seconds(ref: dict | None) -> tuple[float, float] | None:
     )
 
 
+def _bound(job: dict) -> int:
+    """What the command's process and its model children hold together at most: the parent's peak,
+    or the parent's RSS while it waits for a child plus that child's peak."""
+    return max(
+        [job["peak_rss"], *(c["parent_rss"] + c["peak_rss"] for c in job.get("children", []))]
+    )
+
+
 def _print_job(n: int, method: str, job: dict, ref: dict | None) -> None:
     per_box = job["table_bytes"] / max(job["boxes"], 1)
     rest = job["peak_rss"] - job["fixed_rss"] - job["table_bytes"]
     print(
         f"\n{n:,} images per split, --method {method}: {job['seconds']:.1f} s wall, "
-        f"{job['cpu']:.1f} s CPU; "
-        f"mAP engine {job['engine']}"
+        f"{job['cpu']:.1f} s CPU ({job['children_cpu']:.1f} s of it in the model's child processes), "
+        f"the command {job['command_seconds']:.1f} s from the interpreter's start; "
+        f"mAP engine {job['engine']}; torch imported in the command's process: "
+        f"{job['torch_in_parent']}"
     )
     print(
-        f"  peak RSS {_gib(job['peak_rss'])} = fixed part {_gib(job['fixed_rss'])} (interpreter, "
-        "imports, model) "
+        f"  the command's process: peak RSS {_gib(job['peak_rss'])} = fixed part "
+        f"{_gib(job['fixed_rss'])} (interpreter, imports) "
         f"+ box table {_gib(job['table_bytes'])} ({job['boxes']:,} boxes, {per_box:.0f} bytes a "
         "box) "
         f"+ the rest {_gib(rest)} (the stages' working arrays, the allocators' free pages)"
+    )
+    for c in job.get("children", []):
+        print(
+            f"  model child ({c['what']}): peak {_gib(c['peak_rss'])}, while the command's process "
+            f"held {_gib(c['parent_rss'])}: together at most {_gib(c['parent_rss'] + c['peak_rss'])}"
+        )
+    print(
+        f"  bound on the command and its children together: {_gib(_bound(job))} "
+        f"(RUSAGE_CHILDREN's ru_maxrss {_gib(job['children_peak_rss'])}, which starts at the "
+        "parent's peak at the fork)"
     )
     for st in job["stages"]:
         print(
@@ -207,7 +278,9 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
     return (
         f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
         + " | ".join(cells)
-        + f" | {job['peak_rss'] / 2**30:.2f} GiB | {job['fixed_rss'] / 2**30:.2f} GiB | "
+        + f" | {_bound(job) / 2**30:.2f} GiB | {job['peak_rss'] / 2**30:.2f} GiB | "
+        + f"{max([c['peak_rss'] for c in job.get('children', [])] or [0]) / 2**30:.2f} GiB | "
+        + f"{job['fixed_rss'] / 2**30:.2f} GiB | "
         + f"{job['table_bytes'] / 2**30:.2f} GiB "
         f"({job['table_bytes'] / max(job['boxes'], 1):.0f} B a box) | " + ratios + " |"
     )
@@ -216,7 +289,9 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
 HEADER = (
     "| images per split | job, wall / CPU | "
     + " | ".join(ISSUE_COLUMNS)
-    + " | peak RSS | of it fixed (imports, model) | box table | pycocotools, wall / CPU | job / "
+    + " | peak RSS, the command and its model children together (bound) | the command's process"
+    " | its model children (each's own peak) | of the process fixed (imports) | box table"
+    " | pycocotools, wall / CPU | job / "
     "pycocotools, "
     "wall / CPU |"
 )
@@ -275,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             per_image[method][n] = job["seconds"] / n
             peaks[method][n] = job
             rows.append(_issue_row(n, method, job, ref))
-    table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 7) + "|", *rows])
+    table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 9) + "|", *rows])
     print("\n" + table)
     lines = _memory_lines(peaks)
     for line in lines:

@@ -807,10 +807,10 @@ _TIMED = ("calibrate", "ensemble", "check")
 
 
 def _runs_detector(args: argparse.Namespace) -> bool:
-    """Whether the command imports torch and Ultralytics for its first image (``calibrate`` always;
-    ``ensemble`` and ``check`` unless they reuse boxes)."""
-    return args.command == "calibrate" or (
-        args.command in ("ensemble", "check") and not getattr(args, "boxes", None)
+    """Whether the command imports torch and Ultralytics for its first image: ``calibrate``,
+    ``ensemble`` and ``check`` unless they reuse boxes (``--boxes``) or read a detections file."""
+    return args.command in ("calibrate", "ensemble", "check") and not (
+        getattr(args, "boxes", None) or getattr(args, "detections", None)
     )
 
 

@@ -26,9 +26,9 @@ def pytest_configure(config):
     to 19% of the CPU of the report, pipeline, thresholds and metrics tests."""
     import gc
 
-    from det_calib.job.process_tuning import set_blas_threads
+    from det_calib.job.process_tuning import _set_blas_threads
 
-    set_blas_threads(1)
+    _set_blas_threads(1)
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
 
 

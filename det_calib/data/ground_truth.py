@@ -14,10 +14,15 @@ crowd      bool     COCO ``iscrowd`` (always False for YOLO txt labels)
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import functools
 import glob
+import importlib.util
 import json
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,9 +38,35 @@ _log = logging.getLogger(__name__)
 
 def image_suffixes() -> set[str]:
     """The image formats Ultralytics' loader reads (its own list, so both skip the same files)."""
+    return {f".{x.lower()}" for x in _ultralytics_img_formats()}
+
+
+@functools.cache
+def _ultralytics_img_formats() -> frozenset[str]:
+    """``ultralytics.data.utils.IMG_FORMATS``, read from its source where Ultralytics is not imported
+    (importing it imports torch, which a run reusing boxes never needs); imported where the source
+    does not hold it as a literal."""
+    if "ultralytics" not in sys.modules and (found := _img_formats_in_source()) is not None:
+        return found
     from ultralytics.data.utils import IMG_FORMATS
 
-    return {f".{x.lower()}" for x in IMG_FORMATS}
+    return frozenset(IMG_FORMATS)
+
+
+def _img_formats_in_source() -> frozenset[str] | None:
+    """The literal ``IMG_FORMATS = {...}`` of the installed ``ultralytics/data/utils.py`` (None where
+    it holds none)."""
+    spec = importlib.util.find_spec("ultralytics")  # finds the package, imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(spec.submodule_search_locations[0]) / "data" / "utils.py"
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+                "IMG_FORMATS"
+            ]:
+                return frozenset(ast.literal_eval(node.value))
+    return None
 
 
 GT_SCHEMA = {
@@ -185,12 +216,13 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
     if p.is_absolute():
         return absolute(p)
     candidates = [yaml_path.parent / p, Path.cwd() / p]
-    try:
-        from ultralytics.utils import DATASETS_DIR
+    if not any(c.exists() for c in candidates):  # Ultralytics' datasets folder (it imports torch)
+        try:
+            from ultralytics.utils import DATASETS_DIR
 
-        candidates.append(Path(DATASETS_DIR) / p)
-    except ImportError:  # pragma: no cover
-        pass
+            candidates.append(Path(DATASETS_DIR) / p)
+        except ImportError:  # pragma: no cover
+            pass
     return absolute(next((c for c in candidates if c.exists()), candidates[0]))
 
 
@@ -268,7 +300,6 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
         :data:`_MAX_LISTED_WARNINGS` corrupt images, one more counts the rest.
     """
     from PIL import Image
-    from ultralytics.utils.patches import imread
 
     good, sizes, bad = [], [], []
     for p in images:
@@ -282,7 +313,9 @@ def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
             complete = fmt != "JPEG" or _jpeg_has_end_marker(p)
         except Exception:  # formats PIL can't open but Ultralytics' reader (OpenCV) can
             complete = False
-        if not complete:
+        if not complete:  # Ultralytics' reader decides (imported only here: it imports torch)
+            from ultralytics.utils.patches import imread
+
             arr = imread(p) if p.is_file() else None
             if arr is None:
                 bad.append(str(p))

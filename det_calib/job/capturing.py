@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -16,8 +17,8 @@ from det_calib.capture.exported import make_capturer
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.job import clock
-from det_calib.job.detections import read_run_detections
-from det_calib.job.inputs import Inputs
+from det_calib.job.detections import detections_inputs, read_run_detections
+from det_calib.job.inputs import Inputs, resolve_inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
 from det_calib.tasks import get_task
@@ -25,7 +26,7 @@ from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["BoxSource", "startup_imports"]
+__all__ = ["BoxSource", "job_inputs", "startup_imports"]
 
 
 def startup_imports() -> None:
@@ -33,6 +34,18 @@ def startup_imports() -> None:
     command line's process has them already, charged to ``imports`` from its start
     (:func:`det_calib.job.process_tuning.tune_process`)."""
     import ultralytics  # noqa: F401
+
+
+def job_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
+    """A run's inputs: a file of detections' (``detections``: no model), else the model's and the data's
+    (:func:`~det_calib.job.inputs.resolve_inputs`; of a run reusing boxes, the model's facts only), with
+    what the first image needs imported where the run captures (torch stays out of a run with no image
+    to run the detector on)."""
+    if s.detections:
+        return detections_inputs(model, data, s)
+    if not s.boxes:
+        startup_imports()
+    return resolve_inputs(model, data, s)
 
 
 class BoxSource:

@@ -28,6 +28,7 @@ from det_calib.data.ground_truth import Split, image_suffixes, list_images, load
 from det_calib.deploy.portable import portable_head, raw_thresholds, write_portable_outputs
 from det_calib.errors import InputError
 from det_calib.job.inputs import Inputs, default_inputs
+from det_calib.job.model_process import capture_batch
 from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
 from det_calib.job.settings import Settings
 from det_calib.record.run_result import ValCheck
@@ -99,6 +100,7 @@ def read_run_detections(
     if s.boxes:  # an earlier run of this file: its boxes, checked against the file and the data
         return _reuse_detections_run(inputs, splits, s)
     head = inputs.heads[0]
+    batch = capture_batch(s.batch, s.device)  # recorded as a capture's; torch asked before the read
     tables, read = read_detections(
         s.detections,
         splits,
@@ -119,7 +121,7 @@ def read_run_detections(
             for sp in splits
         },
         "heads": [head],
-        "settings": capture_settings(s, inputs.imgsz),
+        "settings": capture_settings(s, inputs.imgsz, batch=batch),
         "detections": read.to_dict(),
     }
     return {head: tables}, fingerprints

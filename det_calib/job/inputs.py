@@ -23,6 +23,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
+from det_calib.job.model_process import ModelFacts, model_facts
 from det_calib.job.settings import Settings
 from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
@@ -78,16 +79,23 @@ class Inputs:
     matching: MatchingRule | None = None
     """How boxes are matched to the ground truth (:func:`~det_calib.tasks.match_rule.choose_matching`, set
     once the splits are read); None: box IoU."""
+    facts: ModelFacts | None = None
+    """What a run reusing boxes read of the model (``yolo`` is None then: the model was read in a child
+    process, :mod:`det_calib.job.model_process`)."""
 
     @property
     def task(self) -> str:
         """The model's Ultralytics task (``detect``, ``segment``, ``pose``, ``obb``)."""
+        if self.facts is not None:
+            return self.facts.task
         return getattr(self.yolo, "task", None) or "detect"
 
     @property
     def payload_shape(self) -> tuple[int, int] | None:
         """The shape of each box's payload the model declares (a pose model's ``kpt_shape`` ``(K, ndim)``); None
         for a task without one."""
+        if self.facts is not None:
+            return self.facts.payload_shape
         return get_task(self.task).model_shape(self.yolo)
 
 
@@ -107,16 +115,31 @@ def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[P
 
 
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
-    """Load the detector and the dataset, check they agree, choose the heads and the image size."""
+    """Load the detector and the dataset, check they agree, choose the heads and the image size. A run
+    reusing boxes (``boxes``) reads only the checkpoint's facts (:func:`~det_calib.job.model_process.model_facts`:
+    in a child process where torch is not imported, so the process that holds the boxes never imports it)."""
 
     model, data = default_inputs(model, data)
     exported = is_export(
         model
     )  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
+    if s.boxes and not exported:
+        facts = model_facts(model)
+        ds = load_data_yaml(data)
+        check_class_names(facts.names, ds.names, data_path=data)
+        heads = _chosen_heads(s, facts.heads)
+        return Inputs(model, data, None, ds, heads, s.imgsz or facts.imgsz, facts=facts)
     yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
-    have = yolo.heads if exported else available_heads(yolo)
+    heads = _chosen_heads(s, yolo.heads if exported else available_heads(yolo))
+    return Inputs(
+        model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo))
+    )
+
+
+def _chosen_heads(s: Settings, have: list[str]) -> list[str]:
+    """The heads the run calibrates (``head``) of those the model ``have``s."""
     heads = {"auto": have, "both": list(DUAL_HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
@@ -124,9 +147,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
             f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` "
             f"{have[0]}"
         )
-    return Inputs(
-        model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo))
-    )
+    return heads
 
 
 def load_splits(

@@ -31,7 +31,7 @@ import gc
 import sys
 from pathlib import Path
 
-__all__ = ["blas_threads", "quick_exit", "release", "set_blas_threads", "tune_process"]
+__all__ = ["blas_threads", "quick_exit", "release", "tune_process"]
 
 
 def tune_process(*, preload: bool) -> None:
@@ -39,7 +39,7 @@ def tune_process(*, preload: bool) -> None:
     detector, so torch and Ultralytics are imported now and frozen with the rest of the start-up."""
     _keep_freed_memory()
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
-    set_blas_threads(1)
+    _set_blas_threads(1)
     if preload:
         import ultralytics  # noqa: F401
 
@@ -139,7 +139,7 @@ def blas_threads() -> int | None:
     return None if fns is None else int(fns[1]())
 
 
-def set_blas_threads(n: int) -> int | None:
+def _set_blas_threads(n: int) -> int | None:
     """Run numpy's OpenBLAS on ``n`` threads; the count before (None: no OpenBLAS found, nothing changes)."""
     fns = _openblas()
     if fns is None:

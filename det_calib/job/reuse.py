@@ -42,11 +42,19 @@ def capture_settings(s: Settings, imgsz: int, *, batch: int | None = None) -> di
     """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
     (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
     return {
+        **_compared_settings(s, imgsz),
+        "batch": resolve_batch(s.batch, s.device) if batch is None else int(batch),
+    }
+
+
+def _compared_settings(s: Settings, imgsz: int) -> dict[str, Any]:
+    """The capture settings boxes must agree on to be reused (the batch, which may need torch to
+    resolve, left out)."""
+    return {
         "conf": float(s.conf_floor),
         "iou": float(s.nms_iou),
         "max_det": int(s.max_det),
         "imgsz": int(imgsz),
-        "batch": resolve_batch(s.batch, s.device) if batch is None else int(batch),
     }
 
 
@@ -75,6 +83,7 @@ def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, 
     """Write a run's box table with its fingerprints in the Parquet metadata (atomically), one row
     group at a time: each converted to Arrow (its categorical columns to strings) only while it is
     written, so the run's peak holds no second copy of the table."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with atomic_path(path) as tmp:
@@ -90,6 +99,7 @@ def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, 
         finally:
             if writer is not None:
                 writer.close()
+    pa.default_memory_pool().release_unused()  # the row groups' Arrow copies leave the process
     return Path(path)
 
 
@@ -105,7 +115,7 @@ def run_meta(path: str | Path) -> dict[str, Any] | None:
 
 
 def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Path) -> None:
-    want = capture_settings(s, imgsz)
+    want = _compared_settings(s, imgsz)
     for field, key in _CHECKED:
         have = recorded.get(key)
         if isinstance(have, list):  # Capturer records imgsz as [h, w]
@@ -279,7 +289,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None
     model_fp = model_fingerprint(inputs.model)
-    settings = capture_settings(s, inputs.imgsz)
+    settings = _compared_settings(s, inputs.imgsz)  # and the batch the parts record
     recorded_fp = {}
     for sp in splits:
         base = _base_split(sp.name)
@@ -312,7 +322,8 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
                 "(images or labels differ)"
             )
         _check_settings(meta["settings"], s, inputs.imgsz, folder)
-        settings["batch"] = meta["settings"].get("batch", settings["batch"])
+        if "batch" in meta["settings"]:
+            settings["batch"] = meta["settings"]["batch"]
         frames[sp.name] = _of(df, "split", base)
         recorded_fp[sp.name] = (
             expect
@@ -323,6 +334,8 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
             meta["heads"] if have_heads is None else [h for h in have_heads if h in meta["heads"]]
         )
     heads = have_heads or []
+    if "batch" not in settings:  # parts that record none: the run's own
+        settings["batch"] = resolve_batch(s.batch, s.device)
     return (
         frames,
         heads,

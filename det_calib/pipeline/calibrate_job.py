@@ -23,9 +23,8 @@ from det_calib.data.ground_truth import Split
 from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.io import check_output_dir
 from det_calib.job import clock
-from det_calib.job.capturing import BoxSource, startup_imports
-from det_calib.job.detections import detections_inputs
-from det_calib.job.inputs import Inputs, default_inputs, load_splits, resolve_inputs
+from det_calib.job.capturing import BoxSource, job_inputs
+from det_calib.job.inputs import Inputs, default_inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.pipeline.head_steps import evaluate, fit
 from det_calib.pipeline.outputs import gt_per_class, start_verification, write_run_outputs
@@ -121,6 +120,7 @@ def calibrate(
             source.fingerprints,
             verification,
             logit_store=source.logit_store,
+            fold_first=True,
         )
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 
@@ -160,8 +160,7 @@ def load(
 
 @clock.stage("model load")
 def _inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
-    startup_imports()
-    return detections_inputs(model, data, s) if s.detections else resolve_inputs(model, data, s)
+    return job_inputs(model, data, s)
 
 
 def _dataset_sigmas(ds, task: str) -> tuple[float, ...] | None:

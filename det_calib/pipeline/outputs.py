@@ -26,6 +26,7 @@ from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
 from det_calib.job.detections import detections_outputs
 from det_calib.job.inputs import Inputs
+from det_calib.job.model_process import fold_checkpoint
 from det_calib.job.reuse import run_fingerprints, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
@@ -101,6 +102,7 @@ def write_run_outputs(
     beside: dict[str, pl.DataFrame] | None = None,
     more: Sequence[str] = (),
     logit_store: LogitStore | None = None,
+    fold_first: bool = False,
 ) -> dict[str, Path]:
     """Write every output of a run; ``verification``: the Ultralytics val checks started on the
     checkpoint once the calibrators were fitted (:func:`start_verification`), whose checkpoint is the run's.
@@ -112,9 +114,12 @@ def write_run_outputs(
     Everything is written into a staging folder that replaces ``out`` in one swap at the end
     (:func:`det_calib.io.staged_output`): a run that fails or is interrupted leaves the previous
     run's folder as it was. ``result`` gets its Ultralytics val checks, its run time and its timings.
+    ``fold_first``: a detector's run (``calibrate``'s) folds its ``calibrated.pt`` before the other
+    outputs (:func:`_fold_first`).
     """
 
     with clock.output_folder(out) as stage:
+        folded = fold_first and _fold_first(stage, inputs, result, s, verification)
         write_class_logits(
             stage, boxes, logit_store
         )  # the per-class logits out of `boxes` (in place), for class sets
@@ -129,7 +134,9 @@ def write_run_outputs(
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
             engine_lines = detections_outputs(stage, result, fingerprints, s)
         else:
-            engine_lines = _write_model(stage, result, inputs, splits[1], s, verification)
+            engine_lines = _write_model(
+                stage, result, inputs, splits[1], s, verification, folded=folded
+            )
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
@@ -179,14 +186,13 @@ def _write_model(
     ev: Split,
     s: Settings,
     verification: Verification | None,
+    *,
+    folded: bool = False,
 ) -> list[str]:
     """The run's calibrated model in ``stage`` (``calibrated.pt``, or the calibrated export and its engine
     record; none for a size-conditioned map), and the val checks of a run that cannot have them; the
-    summary's lines about it."""
-    from det_calib.deploy.fold import write_run_checkpoint
-
-    meta = {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
-    records = {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+    summary's lines about it. ``folded``: ``calibrated.pt`` is written already (:func:`_fold_first`)."""
+    meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
     if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
@@ -197,8 +203,8 @@ def _write_model(
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif verification is not None:  # the checkpoint the verification runs on, written after the fit
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
-    else:
-        write_run_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
+    elif not folded:  # (in a child process where torch is not imported)
+        fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
     if s.run_val and unfolded and not exported:
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
@@ -223,6 +229,36 @@ def _write_model(
                 result.results[h], ultralytics_val=val_not_run(ev.name, why)
             )
     return engine_lines
+
+
+def _records(result: RunResult) -> dict[str, Any]:
+    """Head -> the calibrator record of each head that has one."""
+    return {h: r.calibrator for h, r in result.results.items() if r.calibrator is not None}
+
+
+def _meta(result: RunResult, s: Settings) -> dict[str, Any]:
+    """What the run's calibrated model records of its calibration."""
+    return {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
+
+
+def _fold_first(
+    stage: Path, inputs: Inputs, result: RunResult, s: Settings, verification: Verification | None
+) -> bool:
+    """The run's ``calibrated.pt`` folded into ``stage`` first, before the other outputs; False where
+    the run writes none this way (a file of detections, the verification's copy, an export's, a
+    size-conditioned map). Where torch is not imported (a run reusing boxes) the fold runs in a child
+    process: first, it runs beside the least memory, the box table and the run's records (before
+    ``boxes.parquet``'s Arrow copies)."""
+    records = _records(result)
+    if (
+        s.detections
+        or verification is not None
+        or is_export(inputs.model)
+        or any(registry.uses_size(r.method) for r in records.values())
+    ):
+        return False
+    fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=_meta(result, s))
+    return True
 
 
 class Verification:
@@ -361,8 +397,6 @@ def start_verification(
     size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
-    from det_calib.deploy.fold import write_run_checkpoint
-
     records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
     if (
         not s.run_val
@@ -378,7 +412,7 @@ def start_verification(
     meta = {"iou_match": s.iou, "fit_split": fit.name, "data": str(inputs.data.resolve())}
     try:
         with logged_as(ckpt.parent, out):  # the run's calibrated.pt, once the run is written
-            write_run_checkpoint(inputs.model, ckpt, records, metadata=meta)
+            fold_checkpoint(inputs.model, ckpt, records, metadata=meta)
     except BaseException:
         shutil.rmtree(ckpt.parent, ignore_errors=True)
         raise

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import (
+    _img_formats_in_source,
     _read_yolo_labels,
     check_class_names,
     half_split,
@@ -352,3 +353,12 @@ def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture
     for p, (w, h) in zip(good, sizes):
         assert (h, w) == imread(p).shape[:2], p
     assert sizes[:3].tolist() == [[40, 60], [40, 60], [60, 40]]
+
+
+def test_ultralytics_image_formats_read_from_its_source_are_its_own():
+    """A run that never imports Ultralytics (``calibrate --boxes``) reads its image formats from its
+    source: the same set as the imported constant."""
+    from ultralytics.data.utils import IMG_FORMATS
+
+    assert _img_formats_in_source() == frozenset(IMG_FORMATS)
+    assert {"jpg", "png"} <= _img_formats_in_source()

@@ -149,12 +149,13 @@ def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixtu
     """--boxes from capture parts of a segment model on polygon labels: each split's rows keep their `segm`
     RLEs."""
     from det_calib.capture.predictor import capture
-    from det_calib.job.inputs import load_splits, resolve_inputs
+    from det_calib.job import job_inputs
+    from det_calib.job.inputs import load_splits
     from det_calib.job.reuse import reuse_boxes
     from det_calib.job.settings import Settings
 
     s = Settings(fit_split="fixture", eval_split="val", imgsz=320, head="nms", progress=False)
-    inputs = resolve_inputs(shapes_seg_path, polygon_fixture_yaml, s)
+    inputs = job_inputs(shapes_seg_path, polygon_fixture_yaml, s)
     splits = load_splits(inputs.ds, s)
     for sp in splits:
         capture_to_parts(
