@@ -74,22 +74,53 @@ def laece_tables(
 
 def csr_product(table, mult: np.ndarray) -> np.ndarray:
     """``(rows, r)`` float64: ``table`` (a :func:`csr_table` of ``(rows, n_img)``) times the draw counts
-    ``mult.T`` (``mult``: ``(r, n_img)``): each row's entries summed in column order, one thread (the
-    same sums, bit for bit, as torch's CSR product this replaced; torch is not imported for them)."""
-    return np.asarray(table @ np.ascontiguousarray(mult.T, dtype=np.float64))
+    ``mult.T`` (``mult``: ``(r, n_img)``): each row's entries summed in column order, one thread. SciPy's
+    product where SciPy is installed (torch is then not imported for it: a run reusing boxes never needs
+    torch), else torch's; the two give the same sums, bit for bit (tested)."""
+    dense = np.ascontiguousarray(mult.T, dtype=np.float64)
+    if not _is_torch(table):
+        return np.asarray(table @ dense)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a sparse product of this size gains nothing from a second thread
+    try:
+        return (table @ torch.from_numpy(dense)).numpy()
+    finally:
+        torch.set_num_threads(threads)
 
 
-def csr_table(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]):
-    """A SciPy CSR float64 matrix of the (row, col, value) entries (no two share a position)."""
-    from scipy.sparse import csr_matrix
+def _is_torch(table) -> bool:
+    return type(table).__module__.startswith("torch")
 
+
+def csr_table(
+    rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int], *, torch_csr=None
+):
+    """A CSR float64 matrix of the (row, col, value) entries (no two share a position): SciPy's where it
+    is installed, else torch's (SciPy is not among det_calib's requirements; the test extra has it).
+    ``torch_csr``: True for torch's even where SciPy is installed (the tests compare the two)."""
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
     crow = np.zeros(shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
-    return csr_matrix(
-        (vals.astype(np.float64), cols.astype(np.int64), crow), shape=shape, copy=False
-    )
+    cols, vals = cols.astype(np.int64), vals.astype(np.float64)
+    if not torch_csr:
+        try:
+            from scipy.sparse import csr_matrix
+        except ImportError:
+            pass
+        else:
+            return csr_matrix((vals, cols, crow), shape=shape, copy=False)
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(crow), torch.from_numpy(cols), torch.from_numpy(vals), size=shape
+        )
 
 
 # the draw counts of the last seeded replicates, kept (in the smallest unsigned dtype that holds them: a
