@@ -98,7 +98,7 @@ def csr_table(
     rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int], *, torch_csr=None
 ):
     """A CSR float64 matrix of the (row, col, value) entries (no two share a position): SciPy's where it
-    is installed, else torch's (SciPy is not among det_calib's requirements; the test extra has it).
+    is installed (the optional extra ``scale``; the test extra has it), else torch's.
     ``torch_csr``: True for torch's even where SciPy is installed (the tests compare the two)."""
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
@@ -107,7 +107,7 @@ def csr_table(
     cols, vals = cols.astype(np.int64), vals.astype(np.float64)
     if not torch_csr:
         try:
-            from scipy.sparse import csr_matrix
+            from scipy.sparse import csr_matrix  # optional extra `scale`
         except ImportError:
             pass
         else:
