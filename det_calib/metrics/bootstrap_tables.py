@@ -106,8 +106,8 @@ def csr_table(
     np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
     cols, vals = cols.astype(np.int64), vals.astype(np.float64)
     if not torch_csr:
-        try:
-            from scipy.sparse import csr_matrix  # optional extra `scale`
+        try:  # optional extra `scale`: pip install 'det_calib[scale]' (else torch's product)
+            from scipy.sparse import csr_matrix
         except ImportError:
             pass
         else:

@@ -72,6 +72,13 @@ def _cli(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
+def _calibrate(capsys, model: Path, root: Path, out: Path) -> tuple[int, str]:
+    """``det-calib calibrate`` of ``model`` on ``root``'s data into ``out``, at the fast settings."""
+    return _cli(
+        capsys, "calibrate", "--model", model, "--data", root / "data.yaml", "--out", out, *FAST
+    )
+
+
 def _one_error_line(code: int, err: str) -> str:
     assert code == 2, err
     lines = [ln for ln in err.splitlines() if ln.startswith("det-calib: error:")]
@@ -83,17 +90,7 @@ def _one_error_line(code: int, err: str) -> str:
 def test_out_naming_an_existing_file(capsys, two_splits, demo_model_path, no_forward):
     blocker = two_splits / "results"
     blocker.write_text("not a folder")
-    code, err = _cli(
-        capsys,
-        "calibrate",
-        "--model",
-        demo_model_path,
-        "--data",
-        two_splits / "data.yaml",
-        "--out",
-        blocker,
-        *FAST,
-    )
+    code, err = _calibrate(capsys, demo_model_path, two_splits, blocker)
     line = _one_error_line(code, err)
     assert line == f"det-calib: error: `--out` is an existing file, not a folder: {blocker}"
     assert no_forward == []
@@ -104,17 +101,7 @@ def test_fit_split_with_no_ground_truth(capsys, two_splits, demo_model_path, no_
     for lbl in (two_splits / "labels" / "calib").glob("*.txt"):
         lbl.write_text("")
     out = two_splits / "out"
-    code, err = _cli(
-        capsys,
-        "calibrate",
-        "--model",
-        demo_model_path,
-        "--data",
-        two_splits / "data.yaml",
-        "--out",
-        out,
-        *FAST,
-    )
+    code, err = _calibrate(capsys, demo_model_path, two_splits, out)
     line = _one_error_line(code, err)
     assert (
         "the fit split `calib` has no ground-truth boxes in its 6 images (its label files are empty"
@@ -129,17 +116,7 @@ def test_eval_split_with_no_ground_truth(capsys, two_splits, demo_model_path, no
     for lbl in labels[1:]:
         lbl.unlink()  # background images
     labels[0].write_text("\n")  # one label file, blank
-    code, err = _cli(
-        capsys,
-        "calibrate",
-        "--model",
-        demo_model_path,
-        "--data",
-        two_splits / "data.yaml",
-        "--out",
-        two_splits / "out",
-        *FAST,
-    )
+    code, err = _calibrate(capsys, demo_model_path, two_splits, two_splits / "out")
     line = _one_error_line(code, err)
     assert "the eval split `test` has no ground-truth boxes" in line and "`--eval-split`" in line
     assert no_forward == []
@@ -160,17 +137,7 @@ def test_malformed_line_in_every_fit_label_file(
     labels = sorted((two_splits / "labels" / "calib").glob("*.txt"))
     for lbl in labels:
         lbl.write_text(lbl.read_text() + bad + "\n")
-    code, err = _cli(
-        capsys,
-        "calibrate",
-        "--model",
-        demo_model_path,
-        "--data",
-        two_splits / "data.yaml",
-        "--out",
-        two_splits / "out",
-        *FAST,
-    )
+    code, err = _calibrate(capsys, demo_model_path, two_splits, two_splits / "out")
     line = _one_error_line(code, err)
     n = len(labels[0].read_text().splitlines())
     assert f"(first: {labels[0]}:{n}: {reason})" in line
@@ -268,17 +235,7 @@ def test_not_enough_disk(monkeypatch, capsys, two_splits, demo_model_path, no_fo
     """Failure injection: the output disk reports 1 MB free, less than the checkpoint alone."""
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(pf.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))
-    code, err = _cli(
-        capsys,
-        "calibrate",
-        "--model",
-        demo_model_path,
-        "--data",
-        two_splits / "data.yaml",
-        "--out",
-        two_splits / "out",
-        *FAST,
-    )
+    code, err = _calibrate(capsys, demo_model_path, two_splits, two_splits / "out")
     line = _one_error_line(code, err)
     assert "not enough free disk for `--out`" in line and "1.0 MB free" in line
     assert "lower `--max-det` or `--limit`" in line
