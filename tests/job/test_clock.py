@@ -138,8 +138,8 @@ def test_a_job_takes_the_command_lines_clock_once():
 
 
 def test_nothing_unneeded_is_imported_before_the_first_image(tmp_path, small_demo):
-    """The start-up of calibrate (imports, model load, data check) loads no plot, export or evaluation
-    library, nor a module of det_calib that loads one: they are imported
+    """The start-up of calibrate (the command line's question to each task, imports, model load, data
+    check) loads no plot, export or evaluation library, nor a module of det_calib that loads one: they are imported
     when their stage comes (a fresh interpreter). The summary's
     wording (``det_calib.report.record_words``) is plain text and may load; the report's pages and plots not.
     The default demo data is the session's small rendering (its cache and split sizes), not a full one."""
@@ -154,8 +154,12 @@ import sys
 from pathlib import Path
 from det_calib.demo.shapes import SPLIT_SIZES
 SPLIT_SIZES.update({SMALL_DEMO_SIZES!r})
+from det_calib import cli
 from det_calib.pipeline.calibrate_job import load
 from det_calib.job.settings import Settings
+# the command line first asks every registered task whether the run is its own (a classifier's is not)
+args = cli._parser().parse_args(["calibrate", "--limit", "2", "--out", {str(tmp_path / "out")!r}])
+assert cli._own_run("calibrate", args) is None
 load(None, None, Path({str(tmp_path / "out")!r}), Settings(limit=2, progress=False))
 print(" ".join(sorted(sys.modules)))
 """

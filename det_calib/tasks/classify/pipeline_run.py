@@ -32,7 +32,6 @@ from det_calib.tasks.classify.demo_crops import classify_root
 from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
 from det_calib.tasks.classify.evaluation_figures import evaluate_classifier
 from det_calib.tasks.classify.evaluation_val import classify_val
-from det_calib.tasks.classify.report_page import write_classifier_report
 from det_calib.tasks.classify.report_summary import summary_markdown
 from det_calib.tasks.classify.selection_choice import choose_classifier_map
 from det_calib.tasks.classify.thresholds_reject import TOP1_FILE, reject_threshold, write_top1
@@ -126,6 +125,10 @@ def calibrate_classifier(
         else None,
         "reject": _reject_rules(p_fit, y_fit, p_deployed, y_eval),
     }
+    # the page's plots load matplotlib, which the command line must not load before a detector's first image
+    # (it asks every task whether the run is its own, this module included)
+    from det_calib.tasks.classify.report_page import write_classifier_report
+
     write_classifier_report(out, record, caps[eval_split].probs, p_deployed, y_eval)
     write_top1(
         out / TOP1_FILE,
