@@ -6,10 +6,6 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "DetectionsRead": "detections_file",
-    "detections_format": "detections_file",
-    "image_keys": "detections_file",
-    "read_detections": "detections_file",
     "ExportInfo": "exported",
     "FORMAT_NAMES": "exported",
     "GRAPH_FORMATS": "exported",
@@ -58,7 +54,6 @@ _EXPORTS = {
 __all__ = [
     "CaptureOptions",
     "Capturer",
-    "DetectionsRead",
     "ExportInfo",
     "FORMAT_NAMES",
     "Family",
@@ -76,10 +71,8 @@ __all__ = [
     "capture_to_parts",
     "data_fingerprint",
     "default_imgsz",
-    "detections_format",
     "export_format",
     "family_of",
-    "image_keys",
     "image_lists",
     "is_export",
     "kept_logits",
@@ -92,7 +85,6 @@ __all__ = [
     "nms_max_time_img",
     "progress_bar",
     "read_ahead",
-    "read_detections",
     "read_export",
     "read_parts",
     "read_parts_with_meta",

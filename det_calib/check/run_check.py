@@ -38,7 +38,6 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.detections_file import DetectionsRead
 from det_calib.capture.exported import is_export, load_export
 from det_calib.capture.predictor import available_heads, load_detector
 from det_calib.check.check_record import (
@@ -87,6 +86,7 @@ from det_calib.job.detections import (
     detections_source,
     read_check_detections,
 )
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.record.calibrator_record import calibrator_of

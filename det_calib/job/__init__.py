@@ -15,9 +15,9 @@ _EXPORTS = {
     "start": "clock",
     "timings": "clock",
     "check_detections_inputs": "detections",
-    "detections_outputs": "detections",
     "detections_source": "detections",
     "read_check_detections": "detections",
+    "DetectionsRead": "detections_file",
     "Inputs": "inputs",
     "default_inputs": "inputs",
     "load_splits": "inputs",
@@ -37,6 +37,7 @@ _EXPORTS = {
 
 __all__ = [
     "BoxSource",
+    "DetectionsRead",
     "Inputs",
     "SETTINGS_FIELDS",
     "Settings",
@@ -45,7 +46,6 @@ __all__ = [
     "capture_settings",
     "check_detections_inputs",
     "default_inputs",
-    "detections_outputs",
     "detections_source",
     "fold_checkpoint",
     "job_inputs",

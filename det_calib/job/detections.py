@@ -2,9 +2,9 @@
 
 The engine that wrote the file is never run (a TensorRT, DeepStream, Hailo or RKNN engine, another
 detector library): :func:`detections_inputs` resolves the data alone, :func:`read_run_detections`
-places the file's boxes on the fit and eval splits (:mod:`det_calib.capture.detections_file`), and
-:func:`detections_outputs` writes what a run of a foreign engine deploys in place of ``calibrated.pt``:
-the portable map (:mod:`det_calib.deploy.portable`), its ONNX graph and the per-class raw thresholds.
+places the file's boxes on the fit and eval splits (:mod:`det_calib.job.detections_file`); what the run
+deploys in place of ``calibrated.pt`` (the portable map, :mod:`det_calib.deploy.portable`, its ONNX graph and
+the per-class raw thresholds) is written with the run's other outputs (:mod:`det_calib.pipeline.outputs`).
 """
 
 from __future__ import annotations
@@ -17,28 +17,26 @@ from typing import Any
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.detections_file import (
+from det_calib.capture.parts import data_fingerprint
+from det_calib.data.ground_truth import Split, image_suffixes, list_images, load_data_yaml
+from det_calib.deploy.portable import portable_head, raw_thresholds
+from det_calib.errors import InputError
+from det_calib.job.detections_file import (
     DetectionsRead,
     detections_format,
     image_keys,
     read_detections,
 )
-from det_calib.capture.parts import data_fingerprint
-from det_calib.data.ground_truth import Split, image_suffixes, list_images, load_data_yaml
-from det_calib.deploy.portable import portable_head, raw_thresholds, write_portable_outputs
-from det_calib.errors import InputError
 from det_calib.job.inputs import Inputs, default_inputs
 from det_calib.job.model_process import capture_batch
 from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
 from det_calib.job.settings import Settings
-from det_calib.record.run_result import ValCheck
 
 _log = logging.getLogger(__name__)
 
 __all__ = [
     "check_detections_inputs",
     "detections_inputs",
-    "detections_outputs",
     "detections_source",
     "read_check_detections",
     "read_run_detections",
@@ -248,28 +246,3 @@ def _folder_keys(root: Path | None) -> set[str]:
         if p.suffix.lower() in image_suffixes():
             known.update(image_keys(p.relative_to(root).as_posix()))
     return known
-
-
-def detections_outputs(
-    stage: Path, result: Any, fingerprints: dict[str, Any], s: Settings
-) -> list[str]:
-    """What a detections run writes in place of ``calibrated.pt`` (the portable map, its ONNX graph,
-    the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run, and the
-    summary's lines about the file."""
-    import dataclasses
-
-    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
-    lines: list[str] = []
-    for h in result.heads:
-        lines += read.summary_lines(h, s.conf)
-        if s.run_val:
-            result.results[h] = dataclasses.replace(
-                result.results[h],
-                ultralytics_val=ValCheck(
-                    split=result.settings.eval_split,
-                    note="not run: a detections file: Ultralytics val cannot run a "
-                    "foreign engine (the mAP check is COCO mAP of the file's own boxes)",
-                ),
-            )
-
-    return lines + write_portable_outputs(stage, result, conf=s.conf)

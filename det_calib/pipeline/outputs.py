@@ -22,9 +22,10 @@ from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.deploy.calibrated_export import write_run_engine
+from det_calib.deploy.portable import write_portable_outputs
 from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
-from det_calib.job.detections import detections_outputs
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import fold_checkpoint
 from det_calib.job.reuse import run_fingerprints, write_run_boxes
@@ -132,7 +133,7 @@ def write_run_outputs(
         if "ensemble" in result.sections:
             engine_lines = []
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
-            engine_lines = detections_outputs(stage, result, fingerprints, s)
+            engine_lines = _detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(
                 stage, result, inputs, splits[1], s, verification, folded=folded
@@ -229,6 +230,28 @@ def _write_model(
                 result.results[h], ultralytics_val=val_not_run(ev.name, why)
             )
     return engine_lines
+
+
+def _detections_outputs(
+    stage: Path, result: RunResult, fingerprints: dict[str, Any], s: Settings
+) -> list[str]:
+    """What a run of a file of detections writes in place of ``calibrated.pt`` (the portable map, its
+    ONNX graph, the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run,
+    and the summary's lines about the file."""
+    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
+    lines: list[str] = []
+    for h in result.heads:
+        lines += read.summary_lines(h, s.conf)
+        if s.run_val:
+            result.results[h] = dataclasses.replace(
+                result.results[h],
+                ultralytics_val=val_not_run(
+                    result.settings.eval_split,
+                    "a detections file: Ultralytics val cannot run a foreign engine (the mAP check "
+                    "is COCO mAP of the file's own boxes)",
+                ),
+            )
+    return lines + write_portable_outputs(stage, result, conf=s.conf)
 
 
 def _records(result: RunResult) -> dict[str, Any]:
