@@ -72,8 +72,7 @@ from det_calib.data.ground_truth import (
     image_suffixes,
     load_data_yaml,
 )
-from det_calib.ensemble.ensemble_job import capture_workers
-from det_calib.ensemble.ensemble_model import capture_fused, load_ensemble
+from det_calib.ensemble.ensemble_model import load_ensemble
 from det_calib.errors import InputError
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.map_check import coco_maps
@@ -285,7 +284,7 @@ def _ensemble_job(
         )
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
-    ens = load_ensemble(run_dir, device=s.device, workers=capture_workers(s.device))
+    ens = load_ensemble(run_dir, device=s.device, workers=None)  # as calibrate runs the capture
     first = Path(run.result.sections["ensemble"].members[0].path)
     inputs = Inputs(
         first,
@@ -442,7 +441,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
         )
         return {head: table}
     if job.ensemble is not None:
-        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
+        return job.ensemble.fused_boxes(split, job.settings, job.inputs.heads)
     return BoxSource(job.inputs, [split], job.settings).boxes(split)
 
 
