@@ -18,6 +18,7 @@ import polars as pl
 
 from det_calib.calibrators import registry
 from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
+from det_calib.capture.parts import data_fingerprint, model_fingerprint
 from det_calib.data.ground_truth import (
     Split,
 )
@@ -28,7 +29,7 @@ from det_calib.job import clock
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import fold_checkpoint
-from det_calib.job.reuse import run_fingerprints, write_run_boxes
+from det_calib.job.reuse import capture_settings, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
@@ -126,7 +127,7 @@ def write_run_outputs(
         )  # the per-class logits out of `boxes` (in place), for class sets
         if logit_store is not None:
             logit_store.close()  # every kept logit is written: its temporary file goes now
-        fp = fingerprints or run_fingerprints(inputs, splits, s)
+        fp = fingerprints or _run_fingerprints(inputs, splits, s)
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         for name, table in (beside or {}).items():
             write_run_boxes(table, stage / name, fp)
@@ -143,6 +144,23 @@ def write_run_outputs(
         )
         write_summary_text(stage, result, extra=extra + engine_lines, more=more)
     return _output_files(out)
+
+
+def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
+    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
+
+    return {
+        "format": 1,
+        "model": model_fingerprint(inputs.model),
+        "splits": {
+            sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+            for sp in splits
+        },
+        "heads": list(inputs.heads),
+        "settings": capture_settings(
+            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
+        ),  # an export: 1
+    }
 
 
 def _finish_run_folder(
