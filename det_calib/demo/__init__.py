@@ -31,7 +31,7 @@ _EXPORTS = {}
 
 __all__ = [
     "cache_dir",
-    "default_data_of",
+    "default_inputs",
     "demo_data_yaml",
     "demo_model",
     "demo_task_model",
@@ -90,7 +90,26 @@ def _demo_part(task: Any) -> Any:
     return task.part("demo_labels") or task.part("demo_crops")
 
 
-def default_data_of(model: str | Path) -> Path | None:
+def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
+    """The model and data a run uses: both as given; neither: the embedded demo detector and its data;
+    a demo model of a task with demo labels of its own alone (the segment, pose and OBB demo models):
+    that task's demo data.
+
+    Raises:
+        InputError: One of the two given, and not a demo model alone.
+    """
+    if model is None and data is None:
+        return demo_model(), demo_data_yaml()
+    if data is None:
+        data = _default_data_of(model)
+    if model is None or data is None:
+        raise InputError(
+            "give both `model` and `data`, or neither (to run on the embedded demo model and data)"
+        )
+    return Path(model), Path(data)
+
+
+def _default_data_of(model: str | Path) -> Path | None:
     """The demo data a demo model runs on when no data is given (rendered on first use): for the demo model
     of a task with demo labels of its own (its folder's ``demo_labels``: the segment, pose and OBB demo
     models), that task's demo data; None for any other model (its data must be named)."""

@@ -25,6 +25,7 @@ from det_calib.data.ground_truth import (
     list_images,
     load_data_yaml,
 )
+from det_calib.demo import default_inputs
 from det_calib.deploy.portable import portable_head, raw_thresholds
 from det_calib.errors import InputError
 from det_calib.job.detections_file import (
@@ -33,7 +34,7 @@ from det_calib.job.detections_file import (
     image_keys,
     read_detections,
 )
-from det_calib.job.inputs import Inputs, default_inputs
+from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import capture_batch
 from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
 from det_calib.job.settings import Settings
