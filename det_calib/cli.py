@@ -33,8 +33,8 @@ from det_calib.deploy.calibrated_export import apply_to_export
 from det_calib.ensemble.fusion_settings import FusionSettings
 from det_calib.errors import DetCalibError, InputError, first_line
 from det_calib.job import clock
-from det_calib.job.process_tuning import quick_exit, tune_process
-from det_calib.job.settings import SETTINGS_FIELDS, Settings
+from det_calib.job.process_tuning import tuned_process
+from det_calib.job.settings import Settings
 from det_calib.pipeline.calibrate_job import calibrate
 from det_calib.record.run_result import package_version, read_calibrators
 from det_calib.report.text_summary import summary_text
@@ -53,7 +53,11 @@ def _now(v: Any) -> Any:
 
 
 def _add_settings_options(
-    parser: argparse.ArgumentParser, settings_cls: type, *, only: Collection[str] | None = None
+    parser: argparse.ArgumentParser,
+    settings_cls: type,
+    *,
+    only: Collection[str] | None = None,
+    skip: Collection[str] = (),
 ) -> None:
     """Add one option per field of a settings dataclass that names a ``flag`` in its metadata.
 
@@ -62,12 +66,12 @@ def _add_settings_options(
     ``--no-...`` switch that stores False, ``switch`` a flag that stores True, ``repeat`` an
     option that may be given several times (its values replace the default), ``short`` a
     one-letter alias. A subcommand whose options live in a settings dataclass calls this with
-    its class; :func:`_settings_from_args` reads the values back. ``only``: just these fields (a
-    subcommand that shares some of the options).
+    its class; :func:`_settings_from_args` reads the values back. ``only``: just these fields, ``skip``:
+    all but these (a subcommand that shares some of the options).
     """
     for f in dataclasses.fields(settings_cls):
         meta = f.metadata
-        if "flag" not in meta or (only is not None and f.name not in only):
+        if "flag" not in meta or (only is not None and f.name not in only) or f.name in skip:
             continue
         names = [meta["flag"], *([meta["short"]] if "short" in meta else [])]
         kw: dict[str, Any] = {"dest": f.name, "help": _now(meta["help"])}
@@ -194,9 +198,7 @@ def _ensemble_parser(sub: Any) -> None:
         "its test-time views",
     )
     e.add_argument("--data", type=Path, help="data.yaml (default: the demo dataset)")
-    _add_settings_options(
-        e, Settings, only=[k for k in SETTINGS_FIELDS if k not in _ENSEMBLE_SKIPPED]
-    )
+    _add_settings_options(e, Settings, skip=_ENSEMBLE_SKIPPED)
     e.add_argument(
         "--boxes",
         help="reuse the member boxes of an earlier ensemble run (its folder) instead of "
@@ -826,13 +828,13 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     # a warning is one line (its message), not Python's file:line header and source line
     warnings.formatwarning = lambda message, category, *a, **k: f"det-calib: warning: {message}"
-    if (
-        argv is None
-    ):  # the command line: the process's collector, allocator and BLAS threads are its own
-        tune_process(preload=_runs_detector(args))
-    if args.command in _TIMED:  # from the interpreter's start when this is the command line itself
-        clock.start(since_process=argv is None, first_import=FIRST_IMPORT)
-    with warnings.catch_warnings():
+    # the command line (argv None) owns its process: its collector, allocator and BLAS threads
+    with (
+        tuned_process(owned=argv is None, preload=_runs_detector(args)),
+        warnings.catch_warnings(),
+    ):
+        if args.command in _TIMED:  # from the interpreter's start when this is the command line
+            clock.start(since_process=argv is None, first_import=FIRST_IMPORT)
         warnings.simplefilter("default")
         # deprecation notices are for the developers of the code that raised them, as in Python's own
         # default: e.g. Python 3.12's "this process is multi-threaded, use of fork() may lead to
@@ -871,8 +873,6 @@ def main(argv: list[str] | None = None) -> int:
                 args.command in _TIMED
             ):  # a command that failed before its job took the clock leaves none running
                 clock.reset()
-            if argv is None:  # the command line: the process ends next
-                quick_exit()
 
 
 if __name__ == "__main__":  # pragma: no cover

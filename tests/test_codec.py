@@ -14,7 +14,6 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
-from det_calib.capture.detections_file import DetectionsRead
 from det_calib.check.check_record import (
     CalibrationTests,
     CheckResult,
@@ -37,6 +36,7 @@ from det_calib.ensemble.ensemble_record import (
 )
 from det_calib.errors import InputError
 from det_calib.io import to_json
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.record.calibrator_record import Calibrator, CandidateRecord
 from det_calib.record.eval_record import (
     BinGap,

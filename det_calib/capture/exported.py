@@ -74,7 +74,7 @@ _RUNTIMES = {
 """Export format -> (the Python modules running it, and writing it where det_calib edits its graph; the det_calib
 extra that installs them)."""
 
-FORMAT_NAMES = {
+_FORMAT_NAMES = {
     "onnx": "ONNX (.onnx)",
     "openvino": "OpenVINO (*_openvino_model/)",
     "litert": "LiteRT (.tflite)",
@@ -96,7 +96,8 @@ _LOGIT_CEILING = math.log(P_CEILING) - math.log1p(-P_CEILING)
 
 
 def export_format(model: Any) -> str | None:
-    """The format of the export at path ``model`` (a key of :data:`FORMAT_NAMES`), else None.
+    """The format of the export at path ``model`` (``"onnx"``, ``"openvino"``, ``"litert"``, ``"ncnn"``,
+    ``"tensorrt"``), else None.
 
     >>> export_format("best.onnx"), export_format("best_openvino_model"), export_format("best.pt")
     ('onnx', 'openvino', None)
@@ -150,7 +151,7 @@ class ExportInfo:
     Attributes:
         path: The export (``.onnx``, ``.tflite`` or ``.engine`` file; ``*_openvino_model`` or ``*_ncnn_model``
             folder).
-        format: A key of :data:`FORMAT_NAMES` (``"onnx"``, ``"openvino"``, ``"litert"``, ``"ncnn"``, ``"tensorrt"``).
+        format: Its format (``"onnx"``, ``"openvino"``, ``"litert"``, ``"ncnn"``, ``"tensorrt"``).
         head: The head it carries: ``"nms"`` (one-to-many) or ``"e2e"`` (one-to-one).
         rows: Its output is ``(B, max_det, 6)`` rows (top-k or NMS in the graph) rather than
             ``(B, 4 + nc, anchors)`` per-anchor class scores.
@@ -183,6 +184,11 @@ class ExportInfo:
         return f"{self.format} {self.precision}"
 
     @property
+    def format_name(self) -> str:
+        """The format as the messages name it, such as ``"LiteRT (.tflite)"``."""
+        return _FORMAT_NAMES[self.format]
+
+    @property
     def model_file(self) -> Path:
         """The file holding the graph (the export itself, or the ``.xml`` / ``.param`` of an OpenVINO / NCNN folder)."""
         if self.path.is_file():
@@ -208,7 +214,7 @@ def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> Exp
     path = Path(model)
     if fmt is None:
         raise InputError(
-            f"model {path} is not an export det_calib reads: {', '.join(FORMAT_NAMES.values())}"
+            f"model {path} is not an export det_calib reads: {', '.join(_FORMAT_NAMES.values())}"
         )
     if not path.exists():
         raise InputError(f"model not found: {path}")
@@ -220,7 +226,7 @@ def read_export(model: str | Path, *, tasks: Sequence[str] | None = None) -> Exp
             "tensorrt",
         ):  # the metadata sits in the file itself (a zip entry at its end, a header)
             raise InputError(
-                f"cannot read the {FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
+                f"cannot read the {_FORMAT_NAMES[fmt]} export {path}: no Ultralytics metadata in it "
                 "(truncated or damaged, or not made by Ultralytics' `export`)"
             )
         raise InputError(
@@ -251,14 +257,6 @@ def _check_files(path: Path, fmt: str) -> None:
             head = f.read(8)
         if head[4:8] != b"TFL3":  # the flatbuffer file identifier of every .tflite model
             raise InputError(f"{path} is not a LiteRT (.tflite) model: no TFL3 identifier")
-
-
-def recorded_export_args(model: str | Path) -> dict[str, Any]:
-    """The export arguments an export's metadata records (Ultralytics keeps those of its format:
-    ``quantize``, ``data``, ``fraction``, ``nms``, ``batch``, ...); ``{}`` when it records none."""
-    from ultralytics.nn.backends.base import BaseBackend
-
-    return dict(_literal(BaseBackend.read_metadata(Path(model)).get("args")) or {})
 
 
 def _literal(v: Any) -> Any:
@@ -672,24 +670,3 @@ def make_capturer(model: Any, options: CaptureOptions | None = None, /, **kw: An
         return ExportCapturer(model, options, **kw)
 
     return model_capturer(model, options, **kw)
-
-
-def score_step(conf: Any) -> float | None:
-    """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
-    whole multiple of it (within 1e-3 of a step), else None (float scores).
-
-    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
-    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
-
-    >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
-    (0.25, None)
-    """
-    u = np.unique(np.asarray(conf, dtype=np.float64))
-    u = u[u > 0]
-    if u.size < 3:
-        return None
-    step = float(np.diff(u).min())
-    if step < 1e-4:
-        return None
-    k = u / step
-    return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from det_calib.capture.detections_file import DetectionsRead
 from det_calib.codec import Record, spec
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.io import write_json
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.record.checked_json import read_json_file
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.size_record import SizeFigures
@@ -331,7 +331,7 @@ class CheckResult(Record):
     matching: MatchingRule | None = spec(None, omit="none")
     """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
     detections: dict[str, Any] | None = spec(None, omit="none")
-    """``check --detections``: what was read of the file (:class:`~det_calib.capture.detections_file.DetectionsRead`'s
+    """``check --detections``: what was read of the file (:class:`~det_calib.job.detections_file.DetectionsRead`'s
     fields); None where a model captured the new images."""
 
     @property

@@ -38,7 +38,6 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.detections_file import DetectionsRead
 from det_calib.capture.exported import is_export, load_export
 from det_calib.capture.predictor import available_heads, load_detector
 from det_calib.check.check_record import (
@@ -73,8 +72,7 @@ from det_calib.data.ground_truth import (
     image_suffixes,
     load_data_yaml,
 )
-from det_calib.ensemble.ensemble_job import capture_workers
-from det_calib.ensemble.ensemble_model import capture_fused, load_ensemble
+from det_calib.ensemble.ensemble_model import load_ensemble
 from det_calib.errors import InputError
 from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.map_check import coco_maps
@@ -82,11 +80,8 @@ from det_calib.evaluation.operating import OperatingPoints
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, startup_imports
-from det_calib.job.detections import (
-    check_detections_inputs,
-    detections_source,
-    read_check_detections,
-)
+from det_calib.job.detections import CheckDetections
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.record.calibrator_record import calibrator_of
@@ -118,7 +113,7 @@ class _Job:
     ensemble: Any = (
         None  # det_calib.ensemble.ensemble_model.EnsembleModel of an ensemble run, else None
     )
-    detections: Path | None = None
+    detections: CheckDetections | None = None
     """``check --detections``: the file of the new images' detections (no model is run)."""
     read: DetectionsRead | None = None  # what was read of it
 
@@ -126,7 +121,7 @@ class _Job:
     def model_text(self) -> str:
         """The detector checked: its file, the file of detections, or the run's members for an ensemble."""
         if self.detections is not None:
-            return f"detections:{self.detections.resolve()}"
+            return f"detections:{self.detections.source.resolve()}"
         return (
             self.run.result.model if self.ensemble is not None else str(self.inputs.model.resolve())
         )
@@ -235,26 +230,16 @@ def _detections_job(
     """The check of a file of the new images' detections (no model run); None where the run's model
     captures them. A run calibrated from a file has no model: it is checked on a file."""
 
-    if detections is None:
-        source = detections_source(run_dir)
-        if source is None:
-            return None
-        raise InputError(
-            f"the run in {run_dir} was calibrated from a file of detections ({source}), not a "
-            "model: "
-            "check it on a file of the new images' detections with `detections` "
-            "(docs/detections.md)"
-        )
-    if data is not None:
-        check_class_names(run.class_names, data.names, data_path=data.yaml_path)
-    inputs = check_detections_inputs(run, detections, use, data)
+    source = CheckDetections.of_run(run_dir, run, detections, use, data)
+    if source is None:
+        return None
     return _Job(
         run,
         s,
-        inputs,
+        source.inputs,
         calibrators,
         float(min(run.settings.conf_thresholds)),
-        detections=Path(detections),
+        detections=source,
     )
 
 
@@ -285,7 +270,7 @@ def _ensemble_job(
         )
     if data is not None:
         check_class_names(run.class_names, data.names, data_path=data.yaml_path)
-    ens = load_ensemble(run_dir, device=s.device, workers=capture_workers(s.device))
+    ens = load_ensemble(run_dir, device=s.device, workers=None)  # as calibrate runs the capture
     first = Path(run.result.sections["ensemble"].members[0].path)
     inputs = Inputs(
         first,
@@ -431,10 +416,8 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
 
     if job.detections is not None:
         head = job.inputs.heads[0]  # read inside the check's `figures` stage, as a capture is
-        table, job.read = read_check_detections(
-            job.detections,
+        table, job.read = job.detections.boxes(
             split,
-            job.inputs,
             job.run.class_names,
             job.calibrators[head],
             job.run.head(head).calibrator.method,
@@ -442,7 +425,7 @@ def _capture(job: _Job, split: Any) -> dict[str, pl.DataFrame]:
         )
         return {head: table}
     if job.ensemble is not None:
-        return capture_fused(job.ensemble, split, job.settings, job.inputs.heads)
+        return job.ensemble.fused_boxes(split, job.settings, job.inputs.heads)
     return BoxSource(job.inputs, [split], job.settings).boxes(split)
 
 

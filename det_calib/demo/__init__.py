@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml, load_split
@@ -30,8 +31,7 @@ _EXPORTS = {}
 
 __all__ = [
     "cache_dir",
-    "default_data_of",
-    "demo_classify_model",
+    "default_inputs",
     "demo_data_yaml",
     "demo_model",
     "demo_task_model",
@@ -70,26 +70,46 @@ def demo_model() -> Path:
 
 def demo_task_model(task: str) -> Path:
     """Path of the committed demo model of ``task`` (``segment``, ``pose``, ``obb``: YOLO26n of the task trained on
-    the shapes demo's polygons, keypoints or rotated boxes), named by its task's demo labels (``DEMO_MODEL``).
+    the shapes demo's polygons, keypoints or rotated boxes; ``classify``: YOLO26n-cls trained on crops of its
+    objects), named by its task's demo part (its ``demo_labels`` or ``demo_crops``: ``DEMO_MODEL``).
 
     Raises:
         InputError: No registered task of that name has a demo model.
     """
-    labels = TASKS[task].part("demo_labels") if task in TASKS else None
-    if labels is None:
+    part = _demo_part(TASKS[task]) if task in TASKS else None
+    if part is None:
         raise InputError(
             f"no demo model of task `{task}`: the demo models are of the tasks "
-            f"{', '.join(n for n, t in TASKS.items() if t.part('demo_labels') is not None)}"
+            f"{', '.join(n for n, t in TASKS.items() if _demo_part(t) is not None)}"
         )
-    return _demo_root() / labels.DEMO_MODEL
+    return _demo_root() / part.DEMO_MODEL
 
 
-def demo_classify_model() -> Path:
-    """Path of the committed demo classifier (YOLO26n-cls trained on crops of the shapes demo's objects)."""
-    return _demo_root() / "yolo26n_shapes_cls.pt"
+def _demo_part(task: Any) -> Any:
+    """A task's own demo data and model (its folder's ``demo_labels`` or ``demo_crops``), or None."""
+    return task.part("demo_labels") or task.part("demo_crops")
 
 
-def default_data_of(model: str | Path) -> Path | None:
+def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
+    """The model and data a run uses: both as given; neither: the embedded demo detector and its data;
+    a demo model of a task with demo labels of its own alone (the segment, pose and OBB demo models):
+    that task's demo data.
+
+    Raises:
+        InputError: One of the two given, and not a demo model alone.
+    """
+    if model is None and data is None:
+        return demo_model(), demo_data_yaml()
+    if data is None:
+        data = _default_data_of(model)
+    if model is None or data is None:
+        raise InputError(
+            "give both `model` and `data`, or neither (to run on the embedded demo model and data)"
+        )
+    return Path(model), Path(data)
+
+
+def _default_data_of(model: str | Path) -> Path | None:
     """The demo data a demo model runs on when no data is given (rendered on first use): for the demo model
     of a task with demo labels of its own (its folder's ``demo_labels``: the segment, pose and OBB demo
     models), that task's demo data; None for any other model (its data must be named)."""
@@ -138,7 +158,7 @@ def demo_data_yaml(*, with_train: bool = False, seed: int = 0, task: str | None 
     if task is not None:
         if task not in TASKS:
             raise InputError(f"no task `{task}`: the tasks are {', '.join(TASKS)}")
-        own = TASKS[task].part("demo_labels") or TASKS[task].part("demo_crops")
+        own = _demo_part(TASKS[task])
         if own is not None:
             return own.DEMO_DATA(with_train=with_train, seed=seed)
     splits = dict(SPLIT_SIZES)

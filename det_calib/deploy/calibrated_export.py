@@ -45,7 +45,6 @@ import numpy as np
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.exported import (
-    FORMAT_NAMES,
     GRAPH_FORMATS,
     P_CEILING,
     P_FLOOR,
@@ -55,10 +54,9 @@ from det_calib.capture.exported import (
     logit_of_prob,
     read_export,
     require_runtime,
-    score_step,
 )
 from det_calib.codec import Record, decode
-from det_calib.deploy.export_layout import check_output_layout, score_layout
+from det_calib.deploy.export_layout import check_output_layout, score_layout, score_step
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms
@@ -505,7 +503,7 @@ def write_calibrated_export(
     info = read_export(export)
     if info.format not in GRAPH_FORMATS:
         raise InputError(
-            f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: re-export the "
+            f"det_calib does not edit a {info.format_name} graph: re-export the "
             "calibrated "
             "checkpoint (det-calib apply --model EXPORT --source SOURCE.pt ...)"
         )
@@ -754,7 +752,7 @@ def apply_to_export(
         )
     if info.format not in GRAPH_FORMATS and source is None:
         raise InputError(
-            f"det_calib does not edit a {FORMAT_NAMES[info.format]} graph: pass --source, the .pt "
+            f"det_calib does not edit a {info.format_name} graph: pass --source, the .pt "
             f"{info.path.name} was exported from, to re-export it calibrated; or, with no code: "
             + "; ".join(_threshold_words(eq))
         )

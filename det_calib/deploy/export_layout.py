@@ -6,13 +6,16 @@ the same place: per-anchor outputs ``(B, 4 + nc + extra, anchors)`` at channels 
 is the task's: a segment model's mask coefficients (its prototype masks are a second output), a pose model's
 keypoints, an OBB model's angle. :func:`score_layout` gives these positions for an export, and
 :func:`check_output_layout` refuses in one line an export whose outputs do not have them (the calibrated export
-would map the wrong channels).
+would map the wrong channels). :func:`score_step` tells an output whose scores are quantised (an INT8 output)
+by the scores captured from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from det_calib.errors import InputError
 from det_calib.tasks import get_task
@@ -95,3 +98,24 @@ def check_output_layout(info: ExportInfo, n_outputs: int, channels: int | None) 
             + f" outputs {want} values per {'row' if info.rows else 'anchor'}, found {channels}: "
             "not a layout det_calib knows where the class scores sit in"
         )
+
+
+def score_step(conf: Any) -> float | None:
+    """The step of quantised engine scores: the smallest gap between distinct scores when every score is a
+    whole multiple of it (within 1e-3 of a step), else None (float scores).
+
+    An INT8 output (LiteRT INT8: the last tensor is int8, dequantised as ``(q - zero_point) * scale``) gives
+    scores ``k * scale`` for whole ``k >= 0``, so boxes tie and the logit takes one value per level.
+
+    >>> score_step(np.float32([0.25, 0.5, 0.75, 0.5])), score_step(np.float32([0.2501, 0.5, 0.7512]))
+    (0.25, None)
+    """
+    u = np.unique(np.asarray(conf, dtype=np.float64))
+    u = u[u > 0]
+    if u.size < 3:
+        return None
+    step = float(np.diff(u).min())
+    if step < 1e-4:
+        return None
+    k = u / step
+    return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None

@@ -6,12 +6,13 @@ recorded arguments (:func:`reexport_calibrated`). ONNX and OpenVINO graphs are e
 
 from __future__ import annotations
 
+import ast
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
-from det_calib.capture.exported import ExportInfo, read_export, recorded_export_args
+from det_calib.capture.exported import ExportInfo, read_export
 from det_calib.capture.predictor import load_detector
 from det_calib.errors import InputError, first_line
 from det_calib.record.run_result import read_calibrators
@@ -20,11 +21,20 @@ from det_calib.tasks import get_task
 _log = logging.getLogger(__name__)
 
 
+def _recorded_export_args(model: str | Path) -> dict[str, Any]:
+    """The export arguments an export's metadata records (Ultralytics keeps those of its format:
+    ``quantize``, ``data``, ``fraction``, ``nms``, ``batch``, ...); ``{}`` when it records none."""
+    from ultralytics.nn.backends.base import BaseBackend
+
+    args = BaseBackend.read_metadata(Path(model)).get("args")
+    return dict((ast.literal_eval(args) if isinstance(args, str) else args) or {})
+
+
 def _export_arguments(info: ExportInfo) -> dict[str, Any]:
     """Ultralytics ``export`` arguments that make another export like ``info``'s: its format, size and the
     arguments its metadata records (``quantize``, ``data``, ``fraction``, ``nms``, ...)."""
 
-    args = recorded_export_args(info.path)
+    args = _recorded_export_args(info.path)
     fmt = {"tensorrt": "engine"}.get(info.format, info.format)
     return {
         "format": fmt,

@@ -20,9 +20,7 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "ensemble_temperature": "classifier",
-    "capture_workers": "ensemble_job",
     "ensemble": "ensemble_job",
-    "capture_fused": "ensemble_model",
     "load_ensemble": "ensemble_model",
     "weighted_boxes_fusion": "fusion",
     "FusionSettings": "fusion_settings",
@@ -30,8 +28,6 @@ _EXPORTS = {
 
 __all__ = [
     "FusionSettings",
-    "capture_fused",
-    "capture_workers",
     "ensemble",
     "ensemble_temperature",
     "load_ensemble",

@@ -26,7 +26,14 @@ import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView, kept_mask, with_calibrated
-from det_calib.ensemble.ensemble_job import EPS, ORDERS, FusionSettings, capture_all, fuse_tables
+from det_calib.ensemble.ensemble_job import (
+    EPS,
+    ORDERS,
+    FusionSettings,
+    capture_all,
+    capture_workers,
+    fuse_tables,
+)
 from det_calib.ensemble.ensemble_record import ensemble_of
 from det_calib.ensemble.fusion import weighted_boxes_fusion
 from det_calib.ensemble.members import MEMBER_LOADERS, MemberSpec
@@ -201,6 +208,42 @@ class EnsembleModel:
                 raise InputError(f"cannot read image {p}")
             yield p, im0
 
+    def fused_boxes(self, split: Any, s: Any, heads: Sequence[str] | None = None) -> dict[str, Any]:
+        """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made
+        its own: every member captured (each image decoded once for all), each member's calibrator
+        applied first under ``calibrate-then-fuse``, fused with the run's settings; ``calibrated``
+        is left to the caller (the fused score's calibrator, :attr:`calibrators`). The members'
+        capture charges the clock's ``capture`` stage
+        (:func:`~det_calib.ensemble.ensemble_job.capture_all`).
+
+        Args:
+            split: A :class:`~det_calib.data.ground_truth.Split` (its images, in order).
+            s: Capture settings (``progress``; the rest are the run's).
+            heads: Ensemble heads (default every head of the run).
+        """
+
+        rec = ensemble_of(self.result)
+        fz = rec.fusion
+        use = list(heads) if heads else self.heads
+        plan = {h: [mr.heads[h] for mr in rec.members] for h in use}
+        captured, _ = capture_all(self.members, plan, [split], s, self.workers)
+        fs = FusionSettings(fusion_iou=fz.iou, fusion_skip=fz.skip, weight=tuple(fz.weights))
+        out = {}
+        for h in use:
+            order, rule = rec.fusion_of(h)
+            tabs = [m[0] for m in captured[h]]
+            column = "conf"
+            if order != ORDERS[0]:
+                tabs = [
+                    with_calibrated(t, c)
+                    for t, c in zip(tabs, self.member_calibrators[h], strict=True)
+                ]
+                column = "calibrated"
+            out[h] = fuse_tables(
+                tabs, split, head=h, score=rule, fs=fs, max_det=fz.max_det, column=column
+            )
+        return out
+
 
 def _open_run_members(result: Any, *, device: str | None = None, workers: int = 1) -> list[Any]:
     """The members of an ensemble run (its ``RunResult``), opened from the paths it recorded with
@@ -243,7 +286,7 @@ def _open_run_members(result: Any, *, device: str | None = None, workers: int = 
 
 
 def load_ensemble(
-    run_dir: str | Path, *, device: str | None = None, workers: int = 1
+    run_dir: str | Path, *, device: str | None = None, workers: int | None = 1
 ) -> EnsembleModel:
     """Load an ensemble run folder (``det-calib ensemble --out RUN``) for prediction.
 
@@ -254,7 +297,8 @@ def load_ensemble(
     Args:
         run_dir: The ensemble run folder.
         device: Torch device of the members.
-        workers: Capture threads of :func:`capture_fused` (``predict`` runs one image at a time).
+        workers: Capture threads of :meth:`EnsembleModel.fused_boxes` (``predict`` runs one image at a
+            time); None: as many as ``calibrate`` runs on ``device``.
 
     Raises:
         InputError: Not an ensemble run, a member file missing or changed since the run.
@@ -267,47 +311,11 @@ def load_ensemble(
         raise InputError(
             f"{run_dir} is not an ensemble run (its calibration.json has no `ensemble`)"
         )
+    if workers is None:
+        workers = capture_workers(device)
     members = _open_run_members(result, device=device, workers=workers)
     cals = {h: calibrator_of(result.head(h).calibrator) for h in result.heads}
     member_cals = {
         h: [calibrator_of(c) for c in rec.heads[h].member_calibrators] for h in result.heads
     }
     return EnsembleModel(run_dir, result, members, cals, member_cals, workers)
-
-
-def capture_fused(
-    ens: EnsembleModel, split: Any, s: Any, heads: Sequence[str] | None = None
-) -> dict[str, Any]:
-    """Head -> the fused raw boxes of a split (a capture table plus ``members``), as the run made
-    its own: every member captured (each image decoded once for all), each member's calibrator
-    applied first under ``calibrate-then-fuse``, fused with the run's settings; ``calibrated``
-    is left to the caller (the fused score's calibrator, ``ens.calibrators``). The members' capture
-    charges the clock's ``capture`` stage (:func:`~det_calib.ensemble.ensemble_job.capture_all`).
-
-    Args:
-        ens: :func:`load_ensemble`'s model.
-        split: A :class:`~det_calib.data.ground_truth.Split` (its images, in order).
-        s: Capture settings (``progress``; the rest are the run's).
-        heads: Ensemble heads (default every head of the run).
-    """
-
-    rec = ensemble_of(ens.result)
-    fz = rec.fusion
-    use = list(heads) if heads else ens.heads
-    plan = {h: [mr.heads[h] for mr in rec.members] for h in use}
-    captured, _ = capture_all(ens.members, plan, [split], s, ens.workers)
-    fs = FusionSettings(fusion_iou=fz.iou, fusion_skip=fz.skip, weight=tuple(fz.weights))
-    out = {}
-    for h in use:
-        order, rule = rec.fusion_of(h)
-        tabs = [m[0] for m in captured[h]]
-        column = "conf"
-        if order != ORDERS[0]:
-            tabs = [
-                with_calibrated(t, c) for t, c in zip(tabs, ens.member_calibrators[h], strict=True)
-            ]
-            column = "calibrated"
-        out[h] = fuse_tables(
-            tabs, split, head=h, score=rule, fs=fs, max_det=fz.max_det, column=column
-        )
-    return out

@@ -32,7 +32,7 @@ __all__ = ["BoxSource", "job_inputs", "startup_imports"]
 def startup_imports() -> None:
     """Import what the first image needs (torch, Ultralytics, the capture), as the model is loaded: the
     command line's process has them already, charged to ``imports`` from its start
-    (:func:`det_calib.job.process_tuning.tune_process`)."""
+    (:func:`det_calib.job.process_tuning.tuned_process`)."""
     import ultralytics  # noqa: F401
 
 

@@ -2,9 +2,9 @@
 
 The engine that wrote the file is never run (a TensorRT, DeepStream, Hailo or RKNN engine, another
 detector library): :func:`detections_inputs` resolves the data alone, :func:`read_run_detections`
-places the file's boxes on the fit and eval splits (:mod:`det_calib.capture.detections_file`), and
-:func:`detections_outputs` writes what a run of a foreign engine deploys in place of ``calibrated.pt``:
-the portable map (:mod:`det_calib.deploy.portable`), its ONNX graph and the per-class raw thresholds.
+places the file's boxes on the fit and eval splits (:mod:`det_calib.job.detections_file`); what the run
+deploys in place of ``calibrated.pt`` (the portable map, :mod:`det_calib.deploy.portable`, its ONNX graph and
+the per-class raw thresholds) is written with the run's other outputs (:mod:`det_calib.pipeline.outputs`).
 """
 
 from __future__ import annotations
@@ -17,32 +17,31 @@ from typing import Any
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.capture.detections_file import (
+from det_calib.capture.parts import data_fingerprint
+from det_calib.data.ground_truth import (
+    Split,
+    check_class_names,
+    image_suffixes,
+    list_images,
+    load_data_yaml,
+)
+from det_calib.demo import default_inputs
+from det_calib.deploy.portable import portable_head, raw_thresholds
+from det_calib.errors import InputError
+from det_calib.job.detections_file import (
     DetectionsRead,
     detections_format,
     image_keys,
     read_detections,
 )
-from det_calib.capture.parts import data_fingerprint
-from det_calib.data.ground_truth import Split, image_suffixes, list_images, load_data_yaml
-from det_calib.deploy.portable import portable_head, raw_thresholds, write_portable_outputs
-from det_calib.errors import InputError
-from det_calib.job.inputs import Inputs, default_inputs
+from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import capture_batch
 from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
 from det_calib.job.settings import Settings
-from det_calib.record.run_result import ValCheck
 
 _log = logging.getLogger(__name__)
 
-__all__ = [
-    "check_detections_inputs",
-    "detections_inputs",
-    "detections_outputs",
-    "detections_source",
-    "read_check_detections",
-    "read_run_detections",
-]
+__all__ = ["CheckDetections", "detections_inputs", "read_run_detections"]
 
 
 def detections_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
@@ -162,7 +161,7 @@ def _reuse_detections_run(
     return captured, {**fingerprints, "detections": meta["detections"]}
 
 
-def detections_source(run_dir: str | Path) -> str | None:
+def _detections_source(run_dir: str | Path) -> str | None:
     """The file of detections a run was calibrated from (as its ``boxes.parquet`` records it); None for a
     run of a model (or a run folder without a box table)."""
 
@@ -171,71 +170,117 @@ def detections_source(run_dir: str | Path) -> str | None:
     return model.removeprefix("detections:") if model.startswith("detections:") else None
 
 
-def check_detections_inputs(run: Any, source: str | Path, heads: Sequence[str], ds: Any) -> Inputs:
-    """The inputs of ``check --detections``: no model; the one head the file is of; the run's matching
-    rule, which must be box IoU (a file holds boxes, not masks, keypoints or rotated boxes)."""
+class CheckDetections:
+    """``check --detections``: the new images' boxes from a file of detections in place of a capture (no
+    model runs). :attr:`inputs` are the check's: no model; the one head the file is of; the run's matching
+    rule, which must be box IoU (a file holds boxes, not masks, keypoints or rotated boxes); :meth:`boxes`
+    reads a split's.
 
-    detections_format(source)  # a file or folder that exists, of a format read
-    if len(heads) != 1:
-        raise InputError(
-            "Expected one `head` with `detections` (a file holds one head's boxes), but the run "
-            "has "
-            f"{', '.join(heads)}: choose one with `head`"
-        )
-    rule = run.result.matching
-    if rule is not None and rule.by != "box":
-        raise InputError(
-            f"the run matched boxes by {rule.measure}: a file of detections holds boxes only, so "
-            "it "
-            "cannot be checked against it (check with `model`)"
-        )
-    return Inputs(
-        model=Path(source),
-        data=ds.yaml_path if ds is not None else Path(),
-        yolo=None,
-        ds=ds,
-        heads=list(heads),
-        imgsz=int(run.settings.imgsz or 0),
-        matching=rule,
-    )
-
-
-def read_check_detections(
-    source: str | Path,
-    split: Split,
-    inputs: Inputs,
-    names: Sequence[str],
-    calibrator: LogitCalibrator,
-    method: str,
-    conf: float,
-) -> tuple[pl.DataFrame, DetectionsRead]:
-    """``check --detections``: the file's boxes of the new images (``split``; detections of the data's
-    other images, or of the folder's images beyond ``--limit``, left out), and what was read.
+    Args:
+        run: The run checked (:class:`~det_calib.record.run_folder.Run`).
+        source: The file (or folder) of the new images' detections.
+        heads: The heads checked (one: a file holds one head's boxes).
+        ds: The new images' labelled data (its classes checked against the run's), or None.
 
     Raises:
-        InputError: What :func:`read_detections` refuses; a file written at a conf so high that the
-            check's kept set (calibrated conf above ``conf``) needs boxes it never wrote: a class whose raw
-            threshold equivalent to ``conf`` is below the file's lowest score.
+        InputError: The data's classes are not the run's, the file is of no format read, more than one
+            head, or the run matched boxes by another measure than box IoU.
     """
 
-    known = _known_keys(inputs) if inputs.ds is not None else _folder_keys(split.root)
-    tables, read = read_detections(source, [split], list(names), head=inputs.heads[0], known=known)
-    floor = read.high_floor
-    raw = (
-        raw_thresholds(portable_head(calibrator, method, len(names)), conf, len(names))
-        if floor
-        else None
-    )
-    if raw is not None and min(raw) < floor:
-        c = int(min(range(len(raw)), key=raw.__getitem__))
-        raise InputError(
-            f"the lowest score in {source} is {floor:.4g}, but the check's kept set (calibrated "
-            "conf "
-            f"above {conf:g}) keeps {names[c]} boxes from a raw score of {raw[c]:.4g}: boxes it "
-            "needs "
-            "were never written; dump the detections at conf=0.001"
+    def __init__(self, run: Any, source: str | Path, heads: Sequence[str], ds: Any) -> None:
+        if ds is not None:
+            check_class_names(run.class_names, ds.names, data_path=ds.yaml_path)
+        detections_format(source)  # a file or folder that exists, of a format read
+        if len(heads) != 1:
+            raise InputError(
+                "Expected one `head` with `detections` (a file holds one head's boxes), but the "
+                "run has "
+                f"{', '.join(heads)}: choose one with `head`"
+            )
+        rule = run.result.matching
+        if rule is not None and rule.by != "box":
+            raise InputError(
+                f"the run matched boxes by {rule.measure}: a file of detections holds boxes only, "
+                "so it "
+                "cannot be checked against it (check with `model`)"
+            )
+        self.source = Path(source)
+        self.inputs = Inputs(
+            model=Path(source),
+            data=ds.yaml_path if ds is not None else Path(),
+            yolo=None,
+            ds=ds,
+            heads=list(heads),
+            imgsz=int(run.settings.imgsz or 0),
+            matching=rule,
         )
-    return tables[0], read
+
+    @classmethod
+    def of_run(
+        cls,
+        run_dir: str | Path,
+        run: Any,
+        source: str | Path | None,
+        heads: Sequence[str],
+        ds: Any,
+    ) -> CheckDetections | None:
+        """The check's file of detections (``source``); None where no file is given and the run's model
+        captures the new images.
+
+        Raises:
+            InputError: No file given for a run calibrated from a file of detections (it has no model);
+                what the constructor refuses.
+        """
+        if source is None:
+            found = _detections_source(run_dir)
+            if found is None:
+                return None
+            raise InputError(
+                f"the run in {run_dir} was calibrated from a file of detections ({found}), not a "
+                "model: "
+                "check it on a file of the new images' detections with `detections` "
+                "(docs/detections.md)"
+            )
+        return cls(run, source, heads, ds)
+
+    def boxes(
+        self,
+        split: Split,
+        names: Sequence[str],
+        calibrator: LogitCalibrator,
+        method: str,
+        conf: float,
+    ) -> tuple[pl.DataFrame, DetectionsRead]:
+        """The file's boxes of the new images (``split``; detections of the data's other images, or of the
+        folder's images beyond ``--limit``, left out), and what was read.
+
+        Raises:
+            InputError: What :func:`~det_calib.job.detections_file.read_detections` refuses; a file
+                written at a conf so high that the check's kept set (calibrated conf above ``conf``)
+                needs boxes it never wrote: a class whose raw threshold equivalent to ``conf`` is below
+                the file's lowest score.
+        """
+        inputs, source = self.inputs, self.source
+        known = _known_keys(inputs) if inputs.ds is not None else _folder_keys(split.root)
+        tables, read = read_detections(
+            source, [split], list(names), head=inputs.heads[0], known=known
+        )
+        floor = read.high_floor
+        raw = (
+            raw_thresholds(portable_head(calibrator, method, len(names)), conf, len(names))
+            if floor
+            else None
+        )
+        if raw is not None and min(raw) < floor:
+            c = int(min(range(len(raw)), key=raw.__getitem__))
+            raise InputError(
+                f"the lowest score in {source} is {floor:.4g}, but the check's kept set (calibrated "
+                "conf "
+                f"above {conf:g}) keeps {names[c]} boxes from a raw score of {raw[c]:.4g}: boxes "
+                "it needs "
+                "were never written; dump the detections at conf=0.001"
+            )
+        return tables[0], read
 
 
 def _folder_keys(root: Path | None) -> set[str]:
@@ -248,28 +293,3 @@ def _folder_keys(root: Path | None) -> set[str]:
         if p.suffix.lower() in image_suffixes():
             known.update(image_keys(p.relative_to(root).as_posix()))
     return known
-
-
-def detections_outputs(
-    stage: Path, result: Any, fingerprints: dict[str, Any], s: Settings
-) -> list[str]:
-    """What a detections run writes in place of ``calibrated.pt`` (the portable map, its ONNX graph,
-    the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run, and the
-    summary's lines about the file."""
-    import dataclasses
-
-    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
-    lines: list[str] = []
-    for h in result.heads:
-        lines += read.summary_lines(h, s.conf)
-        if s.run_val:
-            result.results[h] = dataclasses.replace(
-                result.results[h],
-                ultralytics_val=ValCheck(
-                    split=result.settings.eval_split,
-                    note="not run: a detections file: Ultralytics val cannot run a "
-                    "foreign engine (the mAP check is COCO mAP of the file's own boxes)",
-                ),
-            )
-
-    return lines + write_portable_outputs(stage, result, conf=s.conf)

@@ -99,27 +99,12 @@ class Inputs:
         return get_task(self.task).model_shape(self.yolo)
 
 
-def default_inputs(model: str | Path | None, data: str | Path | None) -> tuple[Path, Path]:
-    """The model and data a run uses: both as given; neither: the embedded demo detector and its data;
-    the demo segment model alone: the segment demo data (:func:`det_calib.demo.default_data_of`)."""
-
-    if model is None and data is None:
-        return demo.demo_model(), demo.demo_data_yaml()
-    if data is None:
-        data = demo.default_data_of(model)
-    if model is None or data is None:
-        raise InputError(
-            "give both `model` and `data`, or neither (to run on the embedded demo model and data)"
-        )
-    return Path(model), Path(data)
-
-
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
     """Load the detector and the dataset, check they agree, choose the heads and the image size. A run
     reusing boxes (``boxes``) reads only the checkpoint's facts (:func:`~det_calib.job.model_process.model_facts`:
     in a child process where torch is not imported, so the process that holds the boxes never imports it)."""
 
-    model, data = default_inputs(model, data)
+    model, data = demo.default_inputs(model, data)
     exported = is_export(
         model
     )  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it

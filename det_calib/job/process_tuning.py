@@ -1,5 +1,5 @@
 """The process's tuning: its garbage collector, its allocators and numpy's BLAS threads. The command
-line owns its process and tunes it once, in :func:`tune_process` (``cli.main``); a library call leaves
+line owns its process and tunes it once, in :func:`tuned_process` (``cli.main``); a library call leaves
 its caller's process as it is. Nothing here changes a number a command computes, only where its
 memory lies and how long it takes.
 
@@ -8,7 +8,7 @@ memory lies and how long it takes.
   die young instead of reaching the oldest generation, whose full collections walk every object the
   run holds (on the demo, 3 full collections instead of 11, about 0.9 s of CPU fewer). The modules,
   classes and functions imported before the run (torch, Ultralytics, polars, numpy: they live until
-  the exit) are frozen out of its reach, and so is everything at the exit (:func:`quick_exit`).
+  the exit) are frozen out of its reach, and so is everything at the exit (:func:`_quick_exit`).
 - **Allocator.** glibc's malloc keeps the memory a forward pass frees for the next one (large blocks
   up to 32 MiB from the heap, whose free top goes back to the system only above 256 MiB) instead of
   faulting it in afresh, zeroed, on the next image: a few seconds of system CPU per run on the demo.
@@ -24,29 +24,45 @@ memory lies and how long it takes.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["blas_threads", "quick_exit", "release", "tune_process"]
+__all__ = ["blas_threads", "release", "tuned_process"]
 
 
-def tune_process(*, preload: bool) -> None:
-    """Tune the command line's process (see the module docstring); ``preload``: the command runs the
-    detector, so torch and Ultralytics are imported now and frozen with the rest of the start-up."""
+@contextlib.contextmanager
+def tuned_process(*, owned: bool, preload: bool) -> Iterator[None]:
+    """The command's process tuned for the command (see the module docstring) and spared the exit's
+    collections, where the command owns its process (``owned``: the command line itself; a command
+    called from Python, ``main([...])``, leaves its caller's process as it is). ``preload``: the
+    command runs the detector, so torch and Ultralytics are imported now and frozen with the rest of
+    the start-up."""
+    if owned:
+        _tune_process(preload=preload)
+    try:
+        yield
+    finally:
+        if owned:
+            _quick_exit()
+
+
+def _tune_process(*, preload: bool) -> None:
+    """Tune the command line's process: the collector, the allocator, one BLAS thread."""
     _keep_freed_memory()
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
     _set_blas_threads(1)
     if preload:
         import ultralytics  # noqa: F401
-
     gc.freeze()
 
 
-def quick_exit() -> None:
+def _quick_exit() -> None:
     """Spare the interpreter's final garbage collections over every object torch and Ultralytics made
     (seconds on a busy machine, after the work is done): they are frozen, so the exit skips them.
     Every output was written and closed already; nothing else changes."""

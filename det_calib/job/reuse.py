@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from det_calib.capture.exported import is_export
 from det_calib.capture.options import resolve_batch
 from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
 from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA, read_boxes
@@ -55,23 +54,6 @@ def _compared_settings(s: Settings, imgsz: int) -> dict[str, Any]:
         "iou": float(s.nms_iou),
         "max_det": int(s.max_det),
         "imgsz": int(imgsz),
-    }
-
-
-def run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
-    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
-
-    return {
-        "format": 1,
-        "model": model_fingerprint(inputs.model),
-        "splits": {
-            sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
-            for sp in splits
-        },
-        "heads": list(inputs.heads),
-        "settings": capture_settings(
-            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
-        ),  # an export: 1
     }
 
 

@@ -426,16 +426,18 @@ _RECORDED_AS: dict[str, str] = {
 }
 
 
-SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
+_SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
 
 
 # ---------------------------------------------------------------------------------------- job
 def settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
     if settings is not None and options:
         raise InputError("pass either `settings` or keyword options, not both")
-    unknown = [k for k in options if k not in SETTINGS_FIELDS]
+    unknown = [k for k in options if k not in _SETTINGS_FIELDS]
     if unknown:
-        raise InputError(f"unknown option `{unknown[0]}`; options are {', '.join(SETTINGS_FIELDS)}")
+        raise InputError(
+            f"unknown option `{unknown[0]}`; options are {', '.join(_SETTINGS_FIELDS)}"
+        )
     s = settings or Settings(**options)
     s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
     s.validate()

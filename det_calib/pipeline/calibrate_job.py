@@ -20,11 +20,12 @@ import polars as pl
 
 from det_calib.data.box_table import validate_boxes
 from det_calib.data.ground_truth import Split
+from det_calib.demo import default_inputs
 from det_calib.deploy.calibrated_export import deployed_file
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, job_inputs
-from det_calib.job.inputs import Inputs, default_inputs, load_splits
+from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.pipeline.head_steps import evaluate, fit
 from det_calib.pipeline.outputs import gt_per_class, start_verification, write_run_outputs

@@ -18,16 +18,18 @@ import polars as pl
 
 from det_calib.calibrators import registry
 from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
+from det_calib.capture.parts import data_fingerprint, model_fingerprint
 from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.deploy.calibrated_export import write_run_engine
+from det_calib.deploy.portable import write_portable_outputs
 from det_calib.io import logged_as, read_manifest
 from det_calib.job import clock
-from det_calib.job.detections import detections_outputs
+from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import fold_checkpoint
-from det_calib.job.reuse import run_fingerprints, write_run_boxes
+from det_calib.job.reuse import capture_settings, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
@@ -125,14 +127,14 @@ def write_run_outputs(
         )  # the per-class logits out of `boxes` (in place), for class sets
         if logit_store is not None:
             logit_store.close()  # every kept logit is written: its temporary file goes now
-        fp = fingerprints or run_fingerprints(inputs, splits, s)
+        fp = fingerprints or _run_fingerprints(inputs, splits, s)
         write_run_boxes(boxes, stage / "boxes.parquet", fp)
         for name, table in (beside or {}).items():
             write_run_boxes(table, stage / name, fp)
         if "ensemble" in result.sections:
             engine_lines = []
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
-            engine_lines = detections_outputs(stage, result, fingerprints, s)
+            engine_lines = _detections_outputs(stage, result, fingerprints, s)
         else:
             engine_lines = _write_model(
                 stage, result, inputs, splits[1], s, verification, folded=folded
@@ -142,6 +144,23 @@ def write_run_outputs(
         )
         write_summary_text(stage, result, extra=extra + engine_lines, more=more)
     return _output_files(out)
+
+
+def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
+    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
+
+    return {
+        "format": 1,
+        "model": model_fingerprint(inputs.model),
+        "splits": {
+            sp.name: data_fingerprint(sp.images, names=sp.image_names(), coco_gt=s.coco_gt)
+            for sp in splits
+        },
+        "heads": list(inputs.heads),
+        "settings": capture_settings(
+            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
+        ),  # an export: 1
+    }
 
 
 def _finish_run_folder(
@@ -229,6 +248,28 @@ def _write_model(
                 result.results[h], ultralytics_val=val_not_run(ev.name, why)
             )
     return engine_lines
+
+
+def _detections_outputs(
+    stage: Path, result: RunResult, fingerprints: dict[str, Any], s: Settings
+) -> list[str]:
+    """What a run of a file of detections writes in place of ``calibrated.pt`` (the portable map, its
+    ONNX graph, the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run,
+    and the summary's lines about the file."""
+    read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
+    lines: list[str] = []
+    for h in result.heads:
+        lines += read.summary_lines(h, s.conf)
+        if s.run_val:
+            result.results[h] = dataclasses.replace(
+                result.results[h],
+                ultralytics_val=val_not_run(
+                    result.settings.eval_split,
+                    "a detections file: Ultralytics val cannot run a foreign engine (the mAP check "
+                    "is COCO mAP of the file's own boxes)",
+                ),
+            )
+    return lines + write_portable_outputs(stage, result, conf=s.conf)
 
 
 def _records(result: RunResult) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import polars as pl
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import equivalent_conf
+from det_calib.capture.exported import make_capturer
 from det_calib.capture.family_registry import family_of
-from det_calib.capture.predictor import model_capturer
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.map_check import (
@@ -63,7 +63,7 @@ def detection_change(
 
     _log.info("%s head: measuring the folded per-class map's detections on `%s`", head, ev.name)
     # the same capture as the original's (its batch: 1 on a CPU, exactly single-image predict)
-    cap = model_capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
+    cap = make_capturer(ckpt, s.capture_options(heads=(head,), imgsz=inputs.imgsz))
     folded = cap(ev.images, split=ev.name, image_names=ev.image_names(), progress=s.progress)
     del cap
     cal = calibrator_of(record)

@@ -15,7 +15,7 @@ import torch
 
 from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
 from det_calib.cli import main
-from det_calib.demo import demo_classify_model
+from det_calib.demo import demo_task_model
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
 from det_calib.tasks.classify.capture_logits import capture_classify
@@ -36,7 +36,7 @@ def cls_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cls_model() -> Path:
-    path = demo_classify_model()
+    path = demo_task_model("classify")
     assert path.is_file(), f"the committed demo classifier is missing: {path}"
     return path
 

@@ -199,7 +199,7 @@ print(" ".join(sorted(sys.modules)))
 
 
 def test_the_command_line_tunes_its_process_and_a_library_call_does_not():
-    """The command line tunes its own process once (``tune_process``, det_calib.job.process_tuning): torch's
+    """The command line tunes its own process once (``tuned_process``, det_calib.job.process_tuning): torch's
     and Ultralytics' objects imported and moved out of the cyclic collector's walk (``gc.freeze``), the
     young collection every 50,000 objects, numpy's OpenBLAS on one thread. A job called from Python leaves
     its caller's process alone (a fresh interpreter: the tuning is for the whole process)."""
@@ -211,12 +211,15 @@ def test_the_command_line_tunes_its_process_and_a_library_call_does_not():
 import gc
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
-from det_calib.job.process_tuning import blas_threads, tune_process
+from det_calib.job.process_tuning import blas_threads, tuned_process
 clock.start()  # a library call's clock
 startup_imports()
 library = (gc.get_freeze_count(), gc.get_threshold()[0], blas_threads())
-tune_process(preload=True)  # the command line's
-print(*library, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()[0], blas_threads())
+with tuned_process(owned=False, preload=True):  # a command called from Python: left alone
+    alone = (gc.get_freeze_count(), gc.get_threshold()[0], blas_threads())
+with tuned_process(owned=True, preload=True):  # the command line's
+    print(*library, *alone, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()[0],
+          blas_threads())
 """
     repo = Path(__file__).resolve().parents[2]
     p = subprocess.run(
@@ -233,9 +236,11 @@ print(*library, gc.get_freeze_count(), len(gc.get_objects()), gc.get_threshold()
         },
     )
     assert p.returncode == 0, p.stderr
+    out = p.stdout.split()
     library_frozen, library_threshold, library_blas, frozen, walked, threshold, blas = (
-        p.stdout.split()
+        out[:3] + out[6:]
     )
+    assert out[3:6] == out[:3]  # not owned (a command called from Python): nothing changes
     assert (int(library_frozen), int(library_threshold)) == (0, 700) and library_blas in (
         "2",
         "None",

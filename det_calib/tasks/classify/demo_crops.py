@@ -115,5 +115,8 @@ def _demo_data(*, with_train: bool = False, seed: int = 0) -> Path:
     return classify_root(cache_dir(), seed=seed, splits=splits)
 
 
+DEMO_MODEL = "yolo26n_shapes_cls.pt"
+"""The demo classifier's file name among the demo files (YOLO26n-cls trained on these crops:
+:func:`det_calib.demo.demo_task_model` with ``task="classify"``)."""
 DEMO_DATA = _demo_data
 """The task's demo data (:func:`det_calib.demo.demo_data_yaml` with ``task="classify"``)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 from det_calib.codec import encode
-from det_calib.demo import cache_dir, demo_classify_model
+from det_calib.demo import cache_dir, demo_task_model
 from det_calib.errors import InputError
 from det_calib.io import write_json, write_text
 from det_calib.tasks import CLASSIFY, answers_per_image
@@ -252,7 +252,7 @@ def classify_data_for(model: str | Path | None, data: str | Path | None) -> Path
     if data is not None:
         return Path(data) if Path(data).is_dir() else None
     try:
-        demo = demo_classify_model()
+        demo = demo_task_model("classify")
     except InputError:  # no demo files beside the package
         return None
     if (

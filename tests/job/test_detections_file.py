@@ -1,5 +1,5 @@
 """``calibrate --detections``: COCO results JSON, Ultralytics label folders and plain tables as a box
-table (det_calib.capture.detections_file); bad input refused in one line with exit code 2, nothing written.
+table (det_calib.job.detections_file); bad input refused in one line with exit code 2, nothing written.
 
 The detections are synthetic (the fixture split's ground truth jittered, with false positives, scores
 rounded to 5 decimals as Ultralytics' JSON rounds them), so no forward pass runs here; the demo
