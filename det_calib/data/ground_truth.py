@@ -115,6 +115,12 @@ class Split:
                 out.append(str(p))
         return out
 
+    def gt_counts(self, n_classes: int) -> list[int]:
+        """Non-crowd ground-truth boxes per class id ``0..n_classes-1`` (a run records them as
+        ``gt_counts``)."""
+        cls = self.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
+        return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
+
     def subset(self, ids: np.ndarray, name: str | None = None) -> Split:
         """The split restricted to images ``ids`` (renumbered 0..len(ids)-1)."""
         ids = np.asarray(ids, dtype=np.int64)

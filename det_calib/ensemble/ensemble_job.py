@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from det_calib import demo, metrics
+from det_calib.calibrators import TemperatureScaler
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.parts import data_fingerprint
 from det_calib.capture.predictor import auto_workers
@@ -70,11 +71,10 @@ from det_calib.job.reuse import capture_settings
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_boxes
+from det_calib.pipeline.fitting import choice_words, fit_head
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
-from det_calib.pipeline.outputs import gt_per_class, write_run_outputs
-from det_calib.pipeline.ultralytics_checks import val_not_run
-from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.pipeline.outputs import write_run_outputs
+from det_calib.record.run_result import HeadResult, RunResult, ValCheck, package_version
 
 _log = logging.getLogger(__name__)
 
@@ -526,7 +526,8 @@ def _fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionR
         if k1.n > 1
         else None
     )
-    t = temperature_of_boxes(BoxView.from_boxes(cell.fit_boxes, geometry=False))
+    fit_view = BoxView.from_boxes(cell.fit_boxes, geometry=False)
+    t = TemperatureScaler(kind="sigmoid").fit(fit_view.logit, fit_view.correct)
     cd = cell.candidate
     cv = (
         {}
@@ -636,7 +637,7 @@ def ensemble_head(
     hr = HeadResult(
         **{
             **{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
-            "ultralytics_val": val_not_run(
+            "ultralytics_val": ValCheck.not_run(
                 ev.name,
                 "an ensemble is not one checkpoint, so Ultralytics "
                 "val cannot run it; mAP is COCO mAP (--map-engine) on "
@@ -823,7 +824,7 @@ def ensemble(
         corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)},
+        gt_counts={sp.name: sp.gt_counts(len(ds.names)) for sp in (fit, ev)},
         sections={"ensemble": record},
     )
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))

@@ -52,7 +52,6 @@ __all__ = [
     "fit_head",
     "fit_result",
     "temperature_fit",
-    "temperature_of_boxes",
 ]
 
 
@@ -282,7 +281,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
         )
     if s.method == "temperature":
         return Choice(
-            "temperature", floors[0], temperature_of_boxes(_fit_boxes(boxes, s, gt=gt), s.target)
+            "temperature", floors[0], _temperature_of_boxes(_fit_boxes(boxes, s, gt=gt), s.target)
         )
     return choose_calibrator(
         _fit_boxes(boxes, s, gt=gt),
@@ -296,7 +295,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
     )
 
 
-def temperature_of_boxes(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
+def _temperature_of_boxes(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
     whatever is deployed, and reported for comparison), against ``target``'s labels."""
     return TemperatureScaler(kind="sigmoid").fit(boxes.logit, _fit_labels(boxes, target))
@@ -347,7 +346,7 @@ def temperature_fit(
     cal = (
         choice.calibrator
         if deployed
-        else temperature_of_boxes(_fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
+        else _temperature_of_boxes(_fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
     )
     if deployed and ev is not None:
         return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)

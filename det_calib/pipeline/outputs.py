@@ -13,7 +13,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
@@ -33,13 +32,10 @@ from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
     detection_change,
     run_ultralytics_checks,
-    val_not_run,
 )
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_folder import as_read
-from det_calib.record.run_result import (
-    RunResult,
-)
+from det_calib.record.run_result import RunResult, ValCheck
 from det_calib.report.text_summary import write_summary_text
 from det_calib.thresholds.class_sets import write_class_logits
 from det_calib.thresholds.per_class import summary_lines, tune_run
@@ -48,12 +44,6 @@ if TYPE_CHECKING:
     from det_calib.thresholds.class_sets import LogitStore
 
 _log = logging.getLogger(__name__)
-
-
-def gt_per_class(split: Split, n_classes: int) -> list[int]:
-    """Non-crowd ground-truth boxes of a split per class id (recorded as ``gt_counts``)."""
-    cls = split.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
-    return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
 
 
 def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
@@ -209,7 +199,7 @@ def _write_model(
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
                 result.results[h],
-                ultralytics_val=val_not_run(
+                ultralytics_val=ValCheck.not_run(
                     ev.name,
                     "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint",
                 ),
@@ -226,7 +216,7 @@ def _write_model(
         )
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
-                result.results[h], ultralytics_val=val_not_run(ev.name, why)
+                result.results[h], ultralytics_val=ValCheck.not_run(ev.name, why)
             )
     return engine_lines
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 import tempfile
-from dataclasses import replace as _replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from det_calib.numeric import logit_threshold, sigmoid
 from det_calib.pipeline.val_view import ValScan, val_view_scan, write_split_yaml
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import (
-    VAL_SEEN_FIELDS,
     Calibrator,
     DetectionChange,
     ValCheck,
@@ -135,10 +133,6 @@ def detection_change(
     )
 
 
-def val_not_run(split: str, note: str) -> ValCheck:
-    return ValCheck(split=split, note=f"not run: {note}")
-
-
 def run_ultralytics_checks(
     inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
 ) -> dict[str, ValCheck]:
@@ -147,7 +141,9 @@ def run_ultralytics_checks(
     the original's figures from the same pass."""
     if s.coco_gt:
         return {
-            h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
+            h: ValCheck.not_run(
+                ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file"
+            )
             for h in inputs.heads
         }
 
@@ -185,7 +181,7 @@ def run_ultralytics_checks(
             }
         except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
             _log.warning("Ultralytics val skipped: %s", e)
-            return {h: val_not_run(ev.name, str(e)) for h in inputs.heads}
+            return {h: ValCheck.not_run(ev.name, str(e)) for h in inputs.heads}
         seen = _same_split(
             val_view_scan(Path(tmp), ev, len(inputs.ds.names)), ev, len(inputs.ds.names)
         )
@@ -193,9 +189,7 @@ def run_ultralytics_checks(
         _log.warning("Ultralytics val %s", seen.note)
         return dict.fromkeys(inputs.heads, seen)
     return {
-        h: _replace(
-            _check_of(ev.name, records[h], s, *figures[h], floors[h], how=how), **_counts(seen)
-        )
+        h: _check_of(ev.name, records[h], s, *figures[h], floors[h], how=how).with_seen(seen)
         for h in inputs.heads
     }
 
@@ -227,10 +221,6 @@ def _same_split(scan: ValScan, ev: Split, nc: int) -> ValCheck:
         note += f"; first skipped: {scan.skipped[0]}"
     note += "; its mAP is not reported"
     return ValCheck(split=ev.name, verified=False, note=note, **counts)
-
-
-def _counts(seen: ValCheck) -> dict[str, Any]:
-    return {**{k: getattr(seen, k) for k in VAL_SEEN_FIELDS}, "skipped": list(seen.skipped)}
 
 
 def _equivalent_floor(record: Calibrator, floor: float) -> float | None:

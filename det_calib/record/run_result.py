@@ -78,7 +78,7 @@ class ValMap(Record):
     pose_map50: float | None = spec(None, omit="none")
 
 
-VAL_SEEN_FIELDS = (
+_VAL_SEEN_FIELDS = (
     "verified",
     "images_seen",
     "images_expected",
@@ -116,6 +116,18 @@ class ValCheck(Record):
     instances_expected: int | None = spec(None, omit=_not_verified)
     skipped: list[str] = spec(default_factory=list, omit=_not_verified)
     note: str | None = None
+
+    @classmethod
+    def not_run(cls, split: str, note: str) -> ValCheck:
+        """No val of ``split``, and why (``note``: "not run: <note>")."""
+        return cls(split=split, note=f"not run: {note}")
+
+    def with_seen(self, seen: ValCheck) -> ValCheck:
+        """This check with what val read of the split as ``seen`` says it (``verified``, the images and
+        instances seen and expected, ``skipped``)."""
+        return dataclasses.replace(
+            self, **{k: getattr(seen, k) for k in _VAL_SEEN_FIELDS}, skipped=list(seen.skipped)
+        )
 
     @property
     def ran(self) -> bool:
