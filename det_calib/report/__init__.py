@@ -24,7 +24,6 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "bins_of": "common",
     "f3": "common",
     "f4": "common",
     "fci": "common",
@@ -62,7 +61,6 @@ __all__ = [
     "ReportContext",
     "Table",
     "bin_label",
-    "bins_of",
     "compare_reliability",
     "compare_runs",
     "confidence_histograms",
