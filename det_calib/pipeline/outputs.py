@@ -21,7 +21,7 @@ from det_calib.data.ground_truth import (
     Split,
 )
 from det_calib.deploy.calibrated_export import write_run_engine
-from det_calib.io import logged_as, read_manifest
+from det_calib.io import logged_as, read_manifest, write_text
 from det_calib.job import clock
 from det_calib.job.detections import detections_outputs
 from det_calib.job.inputs import Inputs
@@ -36,7 +36,7 @@ from det_calib.pipeline.ultralytics_checks import (
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import RunResult, ValCheck
-from det_calib.report.text_summary import write_summary_text
+from det_calib.report.text_summary import summary_text
 from det_calib.thresholds.class_sets import write_class_logits
 from det_calib.thresholds.per_class import summary_lines, tune_run
 
@@ -130,7 +130,8 @@ def write_run_outputs(
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
-        write_summary_text(stage, result, extra=extra + engine_lines, more=more)
+        summary = [summary_text(result, more=more), *extra, *engine_lines]
+        write_text(stage / "summary.txt", "\n".join(summary) + "\n")
     return _output_files(out)
 
 

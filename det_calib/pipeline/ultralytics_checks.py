@@ -20,7 +20,6 @@ from det_calib.capture.predictor import model_capturer
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.map_check import (
-    SHARED_PASS,
     ValIncomplete,
     coco_maps,
     ultralytics_val_heads,
@@ -38,6 +37,16 @@ from det_calib.record.run_result import (
 )
 
 _log = logging.getLogger(__name__)
+
+_SHARED_PASS = (
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's "
+    "Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own "
+    "metric code"
+)
+"""How :func:`~det_calib.evaluation.map_check.ultralytics_val_heads` obtains the original model's
+figures from the calibrated checkpoint's pass (quoted in the run's notes; a model family says its
+own, ``val_words``)."""
 
 
 _VAL_MAP_KEYS = ("map50_95", "map50", "mask_map50_95", "mask_map50", "pose_map50_95", "pose_map50")
@@ -155,11 +164,11 @@ def run_ultralytics_checks(
         family = family_of(
             inputs.yolo
         )  # a model family's original is validated on a pass of its own
-        how = SHARED_PASS if family is None else family.val_words
+        how = _SHARED_PASS if family is None else family.val_words
         _log.info(
             "Ultralytics val (%s): calibrated checkpoint, the original %s",
             " + ".join(f"{h} head" for h in inputs.heads),
-            "on the same pass" if how == SHARED_PASS else "on a pass of its own",
+            "on the same pass" if how == _SHARED_PASS else "on a pass of its own",
         )
         try:
             figures = ultralytics_val_heads(
@@ -281,9 +290,9 @@ def _check_of(
 ) -> ValCheck:
     """A head's :class:`ValCheck` from the figures of the shared pass: ``r0`` the original at val's floor,
     ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor);
-    ``how`` the pass's words (default :data:`~det_calib.evaluation.map_check.SHARED_PASS`)."""
+    ``how`` the pass's words (default :data:`_SHARED_PASS`)."""
 
-    how = f" How: {how or SHARED_PASS}."
+    how = f" How: {how or _SHARED_PASS}."
     if (
         floor is None
     ):  # per-class maps: no single floor keeps the candidate set; report what val measures

@@ -49,7 +49,6 @@ _EXPORTS = {
     "write_report": "run_report",
     "bin_label": "size_section",
     "summary_text": "text_summary",
-    "write_summary_text": "text_summary",
 }
 
 __all__ = [
@@ -79,7 +78,6 @@ __all__ = [
     "verdict_sentence",
     "where_sentence",
     "write_report",
-    "write_summary_text",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
