@@ -35,7 +35,7 @@ from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.parts import data_fingerprint
 from det_calib.capture.predictor import auto_workers
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
-from det_calib.data.box_view import BoxView, usable_index
+from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.ensemble_record import (
     ORDERS,
@@ -49,7 +49,13 @@ from det_calib.ensemble.ensemble_record import (
 )
 from det_calib.ensemble.ensemble_summary import ensemble_lines
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
-from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
+from det_calib.ensemble.fusion_choice import (
+    FusionCandidate,
+    choose,
+    image_folds,
+    out_of_fold,
+    usable_index,
+)
 from det_calib.ensemble.fusion_settings import FusionSettings
 from det_calib.ensemble.member_boxes import reuse_members
 from det_calib.ensemble.members import (
