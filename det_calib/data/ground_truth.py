@@ -801,8 +801,21 @@ def check_class_names(
     )
 
 
-FIT_HALF, EVAL_HALF = "[fit-half]", "[eval-half]"
+_HALVES = ("[fit-half]", "[eval-half]")
 """Suffixes of the halves :func:`half_split` names (``val[fit-half]``, ``val[eval-half]``)."""
+
+
+def split_halved(name: str) -> tuple[str, int | None]:
+    """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
+    half, 1: the eval half, as :func:`half_split` names them; None: the whole split).
+
+    >>> split_halved("val[eval-half]"), split_halved("test")
+    (('val', 1), ('test', None))
+    """
+    for half, suffix in enumerate(_HALVES):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix), half
+    return name, None
 
 
 def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
@@ -813,4 +826,4 @@ def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
     if half == 0:
         raise InputError(f"split `{split.name}` has {len(split.images)} image(s): too few to halve")
     a, b = np.sort(perm[:half]), np.sort(perm[half:])
-    return split.subset(a, split.name + FIT_HALF), split.subset(b, split.name + EVAL_HALF)
+    return split.subset(a, split.name + _HALVES[0]), split.subset(b, split.name + _HALVES[1])
