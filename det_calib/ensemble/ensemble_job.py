@@ -77,7 +77,7 @@ from det_calib.job.reuse import capture_settings
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.pipeline.fitting import choice_words, fit_head
+from det_calib.pipeline.fitting import fit_head
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
 from det_calib.pipeline.outputs import write_run_outputs
 from det_calib.record.run_result import HeadResult, RunResult, ValCheck, package_version
@@ -638,7 +638,7 @@ def ensemble_head(
         *chosen,
     )
     # the chosen cell is labelled and its calibrator chosen already: evaluated as it is
-    _log.info("%s head: %s", head, choice_words(cell.choice))
+    _log.info("%s head: %s", head, cell.choice.words())
     hr, tables = evaluate(inputs, (fit, ev), cell.fit_boxes, eb, cell.choice, s, labelled=True)
     hr = HeadResult(
         **{

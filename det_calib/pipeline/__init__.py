@@ -8,7 +8,6 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "calibrate": "calibrate_job",
-    "choice_words": "fitting",
     "fit_head": "fitting",
     "calibrate_head": "head_steps",
     "evaluate": "head_steps",
@@ -18,7 +17,6 @@ _EXPORTS = {
 __all__ = [
     "calibrate",
     "calibrate_head",
-    "choice_words",
     "evaluate",
     "fit_head",
     "write_run_outputs",
