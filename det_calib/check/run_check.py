@@ -67,7 +67,6 @@ from det_calib.data.ground_truth import (
     GT_SCHEMA,
     Split,
     check_class_names,
-    half_split,
     image_sizes,
     image_suffixes,
     load_data_yaml,
@@ -312,7 +311,7 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
         whole, half = split_halved(name)
         if half is not None:  # one split halved by image (seeded): the same half again
             whole_split = load(load_data_yaml(r.data), whole)
-            sp = half_split(whole_split, seed=r.settings.bootstrap.seed)[half]
+            sp = whole_split.halves(seed=r.settings.bootstrap.seed)[half]
         else:
             sp = load(load_data_yaml(r.data), name, limit=ev.images)
     except (InputError, OSError) as e:
