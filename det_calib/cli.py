@@ -40,10 +40,7 @@ from det_calib.record.run_result import package_version, read_calibrators
 from det_calib.report.text_summary import summary_text
 from det_calib.tasks import TASKS
 from det_calib.tasks.contract import RUN_PARTS
-from det_calib.thresholds.class_sets import check_class_logits, run_class_sets
-from det_calib.thresholds.per_class import THRESHOLDS_FILE, summary_lines, tune_run
-from det_calib.thresholds.risk_control import RiskTargets
-from det_calib.thresholds.risk_run import control_run, risk_lines
+from det_calib.thresholds.command import thresholds_command
 from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 
 
@@ -702,49 +699,26 @@ def _thresholds(args: argparse.Namespace) -> int:
         return code
     s = _settings_from_args(args, Settings)
     s.validate()
-    risks = args.target_recall is not None or args.max_fp_per_image is not None
-    if args.class_sets is not None:
-        check_class_logits(
-            args.run_dir, alpha=args.class_sets
-        )  # before any work: one line and exit 2
-    if risks:
-        precision = None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
-        targets = RiskTargets(
-            precision=precision,
-            recall=args.target_recall,
-            max_fp=args.max_fp_per_image,
-            delta=s.delta,
-            guarantee=args.guarantee,
-            fp_cap=args.fp_cap,
-            precision_unit=args.precision_unit,
-        )
-        doc = control_run(
-            args.run_dir,
-            targets,
-            head=args.head,
-            per_class=args.per_class,
-            fallback=s.threshold_fallback,
-        )
-        print("\n".join(risk_lines(doc, head=args.head)))
-    else:
-        doc = tune_run(
-            args.run_dir,
-            head=args.head,
-            target_precision=float(s.target_precision),
-            delta=s.delta,
-            unit=s.threshold_unit,
-            fallback=s.threshold_fallback,
-            n_boot=s.n_boot,
-            seed=s.seed,
-        )
-        print("\n".join(summary_lines(doc, head=args.head)))
-    if args.class_sets is not None:
-        cs = run_class_sets(args.run_dir, head=args.head, alpha=args.class_sets)
-        print(
-            f"class sets at 1 - {cs['alpha']:g}: eval coverage {cs['coverage']:.3f}, mean size "
-            f"{cs['mean_size']:.2f}"
-        )
-    print(f"wrote {args.run_dir / THRESHOLDS_FILE}")
+    lines = thresholds_command(
+        args.run_dir,
+        head=args.head,
+        target_precision=(
+            None if isinstance(s.target_precision, _DefaultTarget) else s.target_precision
+        ),
+        delta=s.delta,
+        unit=s.threshold_unit,
+        fallback=s.threshold_fallback,
+        n_boot=s.n_boot,
+        seed=s.seed,
+        target_recall=args.target_recall,
+        max_fp_per_image=args.max_fp_per_image,
+        fp_cap=args.fp_cap,
+        guarantee=args.guarantee,
+        precision_unit=args.precision_unit,
+        per_class=args.per_class,
+        class_sets=args.class_sets,
+    )
+    print("\n".join(lines))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Elementwise numerics shared by the whole package: sigmoid, logit, softplus, the log-sum-exp
-family, the weighted mean and the binary NLL from logits; the regularised incomplete beta function
-and the binomial tail (exact, for the certified thresholds).
+family, the weighted mean and the binary NLL from logits (the exact binomial tail of the certified
+thresholds is theirs: :mod:`det_calib.thresholds.certification`).
 
 Every function works in float64 and is overflow-free for any finite input. This is the one home of
 these primitives; :mod:`det_calib.metrics`, :mod:`det_calib.calibrators`,
@@ -28,9 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 __all__ = [
-    "betainc",
     "binary_nll_logits",
-    "binom_sf",
     "binary_nll_terms",
     "expit",
     "log_softmax",
@@ -164,75 +162,3 @@ def binary_nll_logits(z: ArrayLike, y: ArrayLike, w: np.ndarray | None = None) -
     # soft labels in [0, 1]: the cross-entropy y softplus(-z) + (1 - y) softplus(z), as accurate
     y = y.astype(np.float64)
     return weighted_mean(y * np.logaddexp(0.0, -z) + (1.0 - y) * np.logaddexp(0.0, z), w)
-
-
-_lgamma = np.frompyfunc(math.lgamma, 1, 1)
-
-
-def _lgam(x: np.ndarray) -> np.ndarray:
-    return _lgamma(np.asarray(x, dtype=np.float64)).astype(np.float64)
-
-
-def betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Regularised incomplete beta function ``I_x(a, b)``, elementwise, in float64.
-
-    Continued fraction (modified Lentz) on whichever of ``I_x(a, b)`` and ``1 - I_{1-x}(b, a)``
-    converges fast. Agrees with ``scipy.special.betainc`` to ~1e-12 (tested).
-
-    Args:
-        a, b: Positive shape parameters (broadcast together with ``x``).
-        x: Points in [0, 1].
-    """
-    a, b, x = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), np.asarray(x, float))
-    out = np.empty(a.shape, dtype=np.float64)
-    lo, hi = x <= 0, x >= 1
-    out[lo], out[hi] = 0.0, 1.0
-    mid = ~(lo | hi)
-    if not mid.any():
-        return out
-    a, b, x = a[mid], b[mid], x[mid]
-    swap = x > (a + 1) / (a + b + 2)
-    aa, bb, xx = np.where(swap, b, a), np.where(swap, a, b), np.where(swap, 1 - x, x)
-    log_front = _lgam(aa + bb) - _lgam(aa) - _lgam(bb) + aa * np.log(xx) + bb * np.log1p(-xx)
-    tiny, eps = 1e-300, 1e-15
-    c = np.ones_like(xx)
-    d = 1 - (aa + bb) * xx / (aa + 1)
-    d = np.where(np.abs(d) < tiny, tiny, d)
-    d = 1 / d
-    h = d.copy()
-    done = np.zeros(xx.shape, dtype=bool)
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        num = m * (bb - m) * xx / ((aa + m2 - 1) * (aa + m2))
-        d = 1 + num * d
-        d = np.where(np.abs(d) < tiny, tiny, d)
-        c = 1 + num / c
-        c = np.where(np.abs(c) < tiny, tiny, c)
-        d = 1 / d
-        h = np.where(done, h, h * d * c)
-        num = -(aa + m) * (aa + bb + m) * xx / ((aa + m2) * (aa + m2 + 1))
-        d = 1 + num * d
-        d = np.where(np.abs(d) < tiny, tiny, d)
-        c = 1 + num / c
-        c = np.where(np.abs(c) < tiny, tiny, c)
-        d = 1 / d
-        delta = d * c
-        h = np.where(done, h, h * delta)
-        done |= np.abs(delta - 1) < eps
-        if done.all():
-            break
-    val = np.exp(log_front) * h / aa
-    out[mid] = np.where(swap, 1 - val, val)
-    return out
-
-
-def binom_sf(k: np.ndarray, n: np.ndarray, p: float | np.ndarray) -> np.ndarray:
-    """``P(Bin(n, p) >= k)`` (real ``k``, ``n`` allowed: effective counts), elementwise.
-
-    Equal to ``I_p(k, n - k + 1)``; 1 where ``k <= 0``.
-    """
-    k, n, p = np.broadcast_arrays(np.asarray(k, float), np.asarray(n, float), np.asarray(p, float))
-    out = np.ones(k.shape, dtype=np.float64)
-    m = k > 0
-    out[m] = betainc(k[m], n[m] - k[m] + 1, p[m])
-    return out

@@ -9,7 +9,8 @@ calls an unchecked core. Messages follow one pattern, naming the argument:
   :func:`as_unit` (in [0, 1]), :func:`as_binary` (bool or 0/1), :func:`as_int_ids`,
   :func:`check_lengths`, :func:`as_weights`, :func:`check_positive_int`.
 * Per-box vectors of a matching call (one entry per box of a reference argument):
-  :func:`as_vector`, :func:`check_length`, :func:`as_real` (inf allowed), :func:`as_integers`.
+  :func:`as_1d` with ``n`` and ``ref``, :func:`check_length`, :func:`as_real` (inf allowed),
+  :func:`as_integers`.
 * Options: :func:`check_choice` (one of a fixed set of values).
 * Fits (temperature, Platt, per-class and isotonic calibrators): :func:`check_logits`,
   :func:`check_labels`, :func:`check_weights` (at least one positive weight).
@@ -42,7 +43,6 @@ __all__ = [
     "as_real",
     "as_unit",
     "as_weights",
-    "as_vector",
     "check_choice",
     "check_labels",
     "check_length",
@@ -152,13 +152,15 @@ def check_positive_int(n_bins: object, name: str = "n_bins") -> int:
     return int(n_bins)
 
 
-def as_1d(x: ArrayLike, name: str) -> np.ndarray:
-    """``x`` as a 1-D numpy array (no copy, any dtype)."""
+def as_1d(x: ArrayLike, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
+    """``x`` as a 1-D numpy array (no copy, any dtype); with ``n``, of ``n`` entries, one per box of
+    the argument ``ref``."""
     arr = np.asarray(x)
     if arr.ndim != 1:
         raise InputError(
             f"Expected argument `{name}` to be one-dimensional, but got shape {arr.shape}"
         )
+    check_length(arr, name, n, ref)
     return arr
 
 
@@ -259,13 +261,6 @@ def check_length(arr: np.ndarray, name: str, n: int | None, ref: str | None) -> 
         )
 
 
-def as_vector(x: ArrayLike, name: str, n: int | None = None, ref: str | None = None) -> np.ndarray:
-    """``x`` as a 1-D array (any dtype) of ``n`` entries, one per box of ``ref``."""
-    arr = as_1d(x, name)
-    check_length(arr, name, n, ref)
-    return arr
-
-
 def as_real(arr: np.ndarray, name: str) -> np.ndarray:
     """``arr`` (any shape) in float64, refusing booleans, complex and non-numeric dtypes; nan and
     inf pass (check them where they matter)."""
@@ -281,7 +276,7 @@ def as_integers(
 ) -> np.ndarray:
     """1-D int64 array of an integer dtype (booleans and floats refused; an empty array of any
     dtype passes), ``n`` entries one per box of ``ref``."""
-    arr = as_vector(x, name, n, ref)
+    arr = as_1d(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.int64)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):

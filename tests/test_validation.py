@@ -22,7 +22,7 @@ pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
         lambda: v.check_positive_int(0, "x"),
         lambda: v.check_positive_int(True, "x"),
         lambda: v.as_array([[1, 2], [3]], "x"),
-        lambda: v.as_vector([1, 2], "x", 3, "ref"),
+        lambda: v.as_1d([1, 2], "x", 3, "ref"),
         lambda: v.as_real(np.array([True]), "x"),
         lambda: v.as_integers([0.0, 1.0], "x"),
         lambda: v.as_integers([True], "x"),
@@ -48,7 +48,7 @@ def test_every_refusal_is_one_line_in_the_house_style(call):
 def test_lengths_name_both_arguments():
     want = r"`ref` and `x` to have the same length \(one entry per box\), but got 3 and 2"
     with pytest.raises(InputError, match=want):
-        v.as_vector([1, 2], "x", 3, "ref")
+        v.as_1d([1, 2], "x", 3, "ref")
     with pytest.raises(InputError, match="`a` and `b` to have the same length, but got 2 and 1"):
         v.check_lengths(a=np.zeros(2), b=np.zeros(1))
 

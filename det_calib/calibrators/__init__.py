@@ -1,7 +1,8 @@
 """Calibrators: maps from raw logits to calibrated logits, one module per calibrator.
 
 The contract is :class:`~det_calib.calibrators.base.LogitCalibrator`; the methods and their
-simplicity order are in the one registry (:mod:`det_calib.calibrators.registry`).
+simplicity order are in the one registry (:mod:`det_calib.calibrators.registry`); a new method is
+one module and one ``@register(name, order=...)`` line.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _EXPORTS = {
     "make_calibrator": "registry",
     "method_reranks": "registry",
     "method_spec": "registry",
+    "register": "registry",
     "methods": "registry",
     "size_methods": "registry",
     "target_methods": "registry",
@@ -59,6 +61,7 @@ __all__ = [
     "method_reranks",
     "method_spec",
     "methods",
+    "register",
     "size_methods",
     "target_methods",
     "uses_size",

@@ -15,11 +15,12 @@ import polars as pl
 from det_calib.check.drift_tests import CROWDED_FACTOR, CROWDED_MIN_BOXES
 from det_calib.check.verdicts import question_level
 from det_calib.data.box_view import BoxView
+from det_calib.metrics import reliability_bins
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import Run
 from det_calib.record.size_record import SizeFigures
 from det_calib.report import plots
-from det_calib.report.common import bins_of, f3, f4, fci, fint
+from det_calib.report.common import f3, f4, fci, fint
 from det_calib.report.document import Bullets, Heading, Para, Table
 from det_calib.report.page import Page
 from det_calib.report.size_section import bin_label
@@ -293,12 +294,12 @@ def _labelled(b: Page, r: Any, h: str, c: Any, new: pl.DataFrame, run: Run) -> N
     panels = [
         (
             f"then: {r.reference_split} ({then.n} kept)",
-            bins_of(then.conf, then.correct, n_bins) if then.n else None,
+            reliability_bins(then.conf, then.correct, n_bins=n_bins) if then.n else None,
             "calibrated confidence",
         ),
         (
             f"now: {c.split} ({now.n} kept)",
-            bins_of(now.conf, now.correct, n_bins) if now.n else None,
+            reliability_bins(now.conf, now.correct, n_bins=n_bins) if now.n else None,
             "calibrated confidence",
         ),
     ]

@@ -63,14 +63,13 @@ from det_calib.check.verdicts import (
 from det_calib.data.box_table import write_boxes
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import (
-    EVAL_HALF,
     GT_SCHEMA,
     Split,
     check_class_names,
-    half_split,
     image_sizes,
     image_suffixes,
     load_data_yaml,
+    split_halved,
 )
 from det_calib.ensemble.ensemble_model import load_ensemble
 from det_calib.errors import InputError
@@ -294,9 +293,10 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
         _task_split, job, match="box"
     )  # the boxes alone, read as the run's task reads them
     try:
-        if name.endswith(EVAL_HALF):  # one split halved by image (seeded): the same half again
-            whole = load(load_data_yaml(r.data), name.removesuffix(EVAL_HALF))
-            sp = half_split(whole, seed=r.settings.bootstrap.seed)[1]
+        whole, half = split_halved(name)
+        if half is not None:  # one split halved by image (seeded): the same half again
+            whole_split = load(load_data_yaml(r.data), whole)
+            sp = whole_split.halves(seed=r.settings.bootstrap.seed)[half]
         else:
             sp = load(load_data_yaml(r.data), name, limit=ev.images)
     except (InputError, OSError) as e:

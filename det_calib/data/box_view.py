@@ -35,7 +35,7 @@ from det_calib.calibrators.base import LogitCalibrator, box_kwargs, log_area
 from det_calib.errors import InputError
 from det_calib.numeric import logit, sigmoid
 
-__all__ = ["BoxView", "kept_mask", "usable_index", "usable_rows", "with_calibrated"]
+__all__ = ["BoxView", "kept_mask", "usable_rows", "with_calibrated"]
 
 _BOX_COLUMNS = ("x1", "y1", "x2", "y2")
 _SIZE_COLUMNS = (*_BOX_COLUMNS, "img_w", "img_h")
@@ -73,12 +73,6 @@ def usable_rows(
     if ignore and "ignore" in cols:
         keep &= ~pl.col("ignore")
     return boxes.filter(keep)
-
-
-def usable_index(boxes: pl.DataFrame) -> np.ndarray:
-    """Row positions (int64, ascending) of the boxes of a table that evaluation uses (:func:`usable_rows`),
-    to align arrays computed for every row (out-of-fold scores) with them."""
-    return usable_rows(boxes.with_row_index("_row"))["_row"].to_numpy().astype(np.int64)
 
 
 def _log_area(df: pl.DataFrame) -> np.ndarray:

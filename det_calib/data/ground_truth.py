@@ -115,6 +115,25 @@ class Split:
                 out.append(str(p))
         return out
 
+    def gt_counts(self, n_classes: int) -> list[int]:
+        """Non-crowd ground-truth boxes per class id ``0..n_classes-1`` (a run records them as
+        ``gt_counts``)."""
+        cls = self.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
+        return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
+
+    def halves(self, *, seed: int = 0) -> tuple[Split, Split]:
+        """Deterministic image-level half/half split (fit, eval) of this split, named
+        ``<name>[fit-half]`` and ``<name>[eval-half]`` (:func:`split_halved` reads them back)."""
+        rng = np.random.default_rng(seed)
+        perm = rng.permutation(len(self.images))
+        half = len(perm) // 2
+        if half == 0:
+            raise InputError(
+                f"split `{self.name}` has {len(self.images)} image(s): too few to halve"
+            )
+        a, b = np.sort(perm[:half]), np.sort(perm[half:])
+        return self.subset(a, self.name + _HALVES[0]), self.subset(b, self.name + _HALVES[1])
+
     def subset(self, ids: np.ndarray, name: str | None = None) -> Split:
         """The split restricted to images ``ids`` (renumbered 0..len(ids)-1)."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -795,16 +814,18 @@ def check_class_names(
     )
 
 
-FIT_HALF, EVAL_HALF = "[fit-half]", "[eval-half]"
-"""Suffixes of the halves :func:`half_split` names (``val[fit-half]``, ``val[eval-half]``)."""
+_HALVES = ("[fit-half]", "[eval-half]")
+"""Suffixes of the halves :meth:`Split.halves` names (``val[fit-half]``, ``val[eval-half]``)."""
 
 
-def half_split(split: Split, *, seed: int = 0) -> tuple[Split, Split]:
-    """Deterministic image-level half/half split (fit, eval) of one split."""
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(split.images))
-    half = len(perm) // 2
-    if half == 0:
-        raise InputError(f"split `{split.name}` has {len(split.images)} image(s): too few to halve")
-    a, b = np.sort(perm[:half]), np.sort(perm[half:])
-    return split.subset(a, split.name + FIT_HALF), split.subset(b, split.name + EVAL_HALF)
+def split_halved(name: str) -> tuple[str, int | None]:
+    """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
+    half, 1: the eval half, as :meth:`Split.halves` names them; None: the whole split).
+
+    >>> split_halved("val[eval-half]"), split_halved("test")
+    (('val', 1), ('test', None))
+    """
+    for half, suffix in enumerate(_HALVES):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix), half
+    return name, None

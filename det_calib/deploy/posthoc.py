@@ -13,7 +13,6 @@ which loses precision close to 1; ``attach`` reads the logits themselves.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.numeric import logit
 from det_calib.record.calibrator_record import calibrator_of
-from det_calib.record.run_result import RunResult, calibrators_from_dict, read_calibrators
+from det_calib.record.run_result import read_calibrators
 from det_calib.tasks import result_boxes_attr
 from det_calib.validation import check_choice
 
@@ -33,20 +32,7 @@ __all__ = ["apply_calibrator", "load_calibrators"]
 def load_calibrators(calibration: Any) -> dict[str, Any]:
     """Head -> fitted calibrator of a ``calibration.json`` (a path, its dict, or a RunResult)."""
 
-    if isinstance(calibration, (str, Path)):
-        records = read_calibrators(calibration)
-    elif isinstance(calibration, RunResult):
-        records = {
-            h: r.calibrator for h, r in calibration.results.items() if r.calibrator is not None
-        }
-    elif isinstance(calibration, dict):
-        records = calibrators_from_dict(calibration)
-    else:
-        raise InputError(
-            f"Expected argument `calibration` to be a path, a dict or a RunResult, but got "
-            f"{type(calibration).__name__}"
-        )
-    return {h: calibrator_of(r) for h, r in records.items()}
+    return {h: calibrator_of(r) for h, r in read_calibrators(calibration).items()}
 
 
 def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None) -> Any:

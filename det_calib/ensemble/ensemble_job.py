@@ -30,11 +30,12 @@ import numpy as np
 import polars as pl
 
 from det_calib import demo, metrics
+from det_calib.calibrators import TemperatureScaler
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.parts import data_fingerprint
 from det_calib.capture.predictor import auto_workers
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA, validate_boxes
-from det_calib.data.box_view import BoxView, usable_index
+from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split, check_class_names, load_data_yaml
 from det_calib.ensemble.ensemble_record import (
     ORDERS,
@@ -48,7 +49,13 @@ from det_calib.ensemble.ensemble_record import (
 )
 from det_calib.ensemble.ensemble_summary import ensemble_lines
 from det_calib.ensemble.fusion import SCORE_RULES, weighted_boxes_fusion
-from det_calib.ensemble.fusion_choice import FusionCandidate, choose, image_folds, out_of_fold
+from det_calib.ensemble.fusion_choice import (
+    FusionCandidate,
+    choose,
+    image_folds,
+    out_of_fold,
+    usable_index,
+)
 from det_calib.ensemble.fusion_settings import FusionSettings
 from det_calib.ensemble.member_boxes import reuse_members
 from det_calib.ensemble.members import (
@@ -70,11 +77,10 @@ from det_calib.job.reuse import capture_settings
 from det_calib.job.settings import Settings, settings_of
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.pipeline.fitting import choice_words, fit_head, temperature_of_boxes
+from det_calib.pipeline.fitting import fit_head
 from det_calib.pipeline.head_steps import calibrate_head, evaluate
-from det_calib.pipeline.outputs import gt_per_class, write_run_outputs
-from det_calib.pipeline.ultralytics_checks import val_not_run
-from det_calib.record.run_result import HeadResult, RunResult, package_version
+from det_calib.pipeline.outputs import write_run_outputs
+from det_calib.record.run_result import HeadResult, RunResult, ValCheck, package_version
 
 _log = logging.getLogger(__name__)
 
@@ -526,7 +532,8 @@ def _fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionR
         if k1.n > 1
         else None
     )
-    t = temperature_of_boxes(BoxView.from_boxes(cell.fit_boxes, geometry=False))
+    fit_view = BoxView.from_boxes(cell.fit_boxes, geometry=False)
+    t = TemperatureScaler(kind="sigmoid").fit(fit_view.logit, fit_view.correct)
     cd = cell.candidate
     cv = (
         {}
@@ -631,12 +638,12 @@ def ensemble_head(
         *chosen,
     )
     # the chosen cell is labelled and its calibrator chosen already: evaluated as it is
-    _log.info("%s head: %s", head, choice_words(cell.choice))
+    _log.info("%s head: %s", head, cell.choice.words())
     hr, tables = evaluate(inputs, (fit, ev), cell.fit_boxes, eb, cell.choice, s, labelled=True)
     hr = HeadResult(
         **{
             **{f.name: getattr(hr, f.name) for f in fields(HeadResult)},
-            "ultralytics_val": val_not_run(
+            "ultralytics_val": ValCheck.not_run(
                 ev.name,
                 "an ensemble is not one checkpoint, so Ultralytics "
                 "val cannot run it; mAP is COCO mAP (--map-engine) on "
@@ -823,7 +830,7 @@ def ensemble(
         corrupt_images=sorted(set(fit.corrupt) | set(ev.corrupt)),
         det_calib_version=package_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        gt_counts={sp.name: gt_per_class(sp, len(ds.names)) for sp in (fit, ev)},
+        gt_counts={sp.name: sp.gt_counts(len(ds.names)) for sp in (fit, ev)},
         sections={"ensemble": record},
     )
     boxes = validate_boxes(pl.concat([t for o in outs.values() for t in o.fused], how="vertical"))

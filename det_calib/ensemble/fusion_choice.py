@@ -51,7 +51,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.fit_support import group_folds
-from det_calib.data.box_view import BoxView, usable_index
+from det_calib.data.box_view import BoxView, usable_rows
 from det_calib.errors import DegenerateFitError
 from det_calib.metrics.calibration import bootstrap_sd
 from det_calib.metrics.operating_point import kept_ece
@@ -100,6 +100,12 @@ class FusionCandidate:
     def cv_mean(self) -> float:
         v = np.asarray(self.cv_scores, dtype=np.float64)
         return float(v.mean()) if v.size and np.isfinite(v).all() else math.nan
+
+
+def usable_index(boxes: pl.DataFrame) -> np.ndarray:
+    """Row positions (int64, ascending) of the boxes of a table that evaluation uses (:func:`usable_rows`),
+    to align arrays computed for every row (out-of-fold scores) with them."""
+    return usable_rows(boxes.with_row_index("_row"))["_row"].to_numpy().astype(np.int64)
 
 
 def image_folds(n_images: int, n_folds: int, seed: int) -> np.ndarray:

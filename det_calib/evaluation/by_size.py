@@ -15,7 +15,7 @@ from det_calib.errors import InputError
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.metrics.size_bins import SIZE_BINS, SizeBin, size_mask
+from det_calib.metrics.size_bins import SIZE_BINS, SizeBin
 from det_calib.record.size_record import SizeFigures
 
 __all__ = ["size_figures"]
@@ -74,7 +74,7 @@ def size_figures(
     thr = min(op.conf)
     out = []
     for b in bins:
-        m = size_mask(b, xyxy, w, h)
+        m = b.mask(xyxy, w, h)
         n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr)
         n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr)
         out.append(

@@ -334,15 +334,6 @@ def ultralytics_val(
     return _val_figures(m, conf, own_rule=own_rule)
 
 
-SHARED_PASS = (
-    "the original's figures come from the same Ultralytics val pass: the original checkpoint's "
-    "Detect head "
-    "on the same neck features, through the same validator's postprocess and Ultralytics' own "
-    "metric code"
-)
-"""How :func:`_ultralytics_val_shared` obtains the original model's figures (quoted in the run's notes)."""
-
-
 def _ultralytics_val_shared(
     original: str | Path,
     calibrated: str | Path,

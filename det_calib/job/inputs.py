@@ -18,7 +18,6 @@ from det_calib.data.ground_truth import (
     Dataset,
     Split,
     check_class_names,
-    half_split,
     load_data_yaml,
 )
 from det_calib.data.matching_rule import MatchingRule
@@ -158,7 +157,7 @@ def load_splits(
 
     if halve:
         whole = load(fit_name)
-        fit, ev = half_split(whole, seed=s.seed)
+        fit, ev = whole.halves(seed=s.seed)
         _log.info(
             "fit and eval: image-level halves of `%s` (%d + %d images)",
             fit_name,

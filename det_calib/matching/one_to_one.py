@@ -50,7 +50,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
-from det_calib.validation import as_integers, as_real, as_vector, check_length
+from det_calib.validation import as_1d, as_integers, as_real, check_length
 
 __all__ = ["MatchResult", "box_iou", "greedy_match", "match_detections", "match_table"]
 
@@ -173,7 +173,7 @@ def crowd_flags(gt_crowd, m: int) -> np.ndarray:
 
 def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
     """(n,) float scores named ``name`` (length that of ``ref``), finite or inf, no NaN."""
-    arr = as_vector(x, name, n, ref)
+    arr = as_1d(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(np.float64)
     arr = as_real(arr, name)
@@ -184,7 +184,7 @@ def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
 
 def _checked_flags(x, name: str, n: int, ref: str) -> np.ndarray:
     """(n,) bool flags named ``name`` (length that of ``ref``): booleans, or integers 0/1."""
-    arr = as_vector(x, name, n, ref)
+    arr = as_1d(x, name, n, ref)
     if arr.size == 0:
         return arr.astype(bool)
     if arr.dtype != bool:

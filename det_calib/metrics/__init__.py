@@ -33,7 +33,6 @@ _EXPORTS = {
     "laece0": "operating_point",
     "SIZE_BINS": "size_bins",
     "SizeBin": "size_bins",
-    "size_mask": "size_bins",
 }
 
 __all__ = [
@@ -59,7 +58,6 @@ __all__ = [
     "nll_logits",
     "per_class",
     "reliability_bins",
-    "size_mask",
     "uniform_index",
 ]
 

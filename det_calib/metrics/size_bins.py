@@ -13,7 +13,7 @@ its own area):
   bins scale with the image (a 32-pixel box is small on a 4K frame and large on a 64-pixel crop).
 
 >>> xyxy = np.array([[0, 0, 10, 10], [0, 0, 50, 50], [0, 0, 200, 200]], dtype=float)
->>> [b.name for b in SIZE_BINS if size_mask(b, xyxy, np.full(3, 640), np.full(3, 480))[1]]
+>>> [b.name for b in SIZE_BINS if b.mask(xyxy, np.full(3, 640), np.full(3, 480))[1]]
 ['medium', '0.3–3%']
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SIZE_BINS", "SizeBin", "size_mask"]
+__all__ = ["SIZE_BINS", "SizeBin"]
 
 _SCHEMES: tuple[str, ...] = ("coco", "relative")
 
@@ -51,6 +51,15 @@ class SizeBin:
             return f"{self.name} ({'< ' + str(hi) + '²' if not lo else (f'{lo}²–{hi}²' if hi else f'≥ {lo}²')})"
         return f"relative area {self.name}"
 
+    def mask(self, xyxy: Any, img_w: Any, img_h: Any) -> np.ndarray:
+        """``(n,)`` bool: the boxes (corners in image pixels, their images' sizes) in this bin."""
+        area = _box_area(xyxy)
+        if self.scheme == "relative":
+            area = area / (
+                np.asarray(img_w, dtype=np.float64) * np.asarray(img_h, dtype=np.float64)
+            )
+        return (area >= self.lo) & (area < self.hi)
+
 
 SIZE_BINS: tuple[SizeBin, ...] = (
     SizeBin("coco", "small", 0.0, 32.0**2),
@@ -67,11 +76,3 @@ def _box_area(xyxy: Any) -> np.ndarray:
     """Area in pixels of each box (``(n, 4)`` corners; an inverted side counts as 0)."""
     b = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
     return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-
-
-def size_mask(b: SizeBin, xyxy: Any, img_w: Any, img_h: Any) -> np.ndarray:
-    """``(n,)`` bool: the boxes (corners in image pixels, their images' sizes) in bin ``b``."""
-    area = _box_area(xyxy)
-    if b.scheme == "relative":
-        area = area / (np.asarray(img_w, dtype=np.float64) * np.asarray(img_h, dtype=np.float64))
-    return (area >= b.lo) & (area < b.hi)

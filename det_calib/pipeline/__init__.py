@@ -8,25 +8,17 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "calibrate": "calibrate_job",
-    "choice_words": "fitting",
     "fit_head": "fitting",
-    "temperature_of_boxes": "fitting",
     "calibrate_head": "head_steps",
     "evaluate": "head_steps",
-    "gt_per_class": "outputs",
     "write_run_outputs": "outputs",
-    "val_not_run": "ultralytics_checks",
 }
 
 __all__ = [
     "calibrate",
     "calibrate_head",
-    "choice_words",
     "evaluate",
     "fit_head",
-    "gt_per_class",
-    "temperature_of_boxes",
-    "val_not_run",
     "write_run_outputs",
 ]
 

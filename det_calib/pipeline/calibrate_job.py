@@ -28,7 +28,7 @@ from det_calib.job.capturing import BoxSource, job_inputs
 from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.settings import Settings, settings_of
 from det_calib.pipeline.head_steps import evaluate, fit
-from det_calib.pipeline.outputs import gt_per_class, start_verification, write_run_outputs
+from det_calib.pipeline.outputs import start_verification, write_run_outputs
 from det_calib.pipeline.preflight import preflight
 from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.tasks import get_task
@@ -192,7 +192,7 @@ def run_record(
         corrupt_images=sorted(set(fit_split.corrupt) | set(ev_split.corrupt)),
         det_calib_version=package_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        gt_counts={sp.name: gt_per_class(sp, len(inputs.ds.names)) for sp in splits},
+        gt_counts={sp.name: sp.gt_counts(len(inputs.ds.names)) for sp in splits},
         bad_labels=list(dict.fromkeys(fit_split.bad_labels + ev_split.bad_labels)),
         matching=inputs.matching
         if get_task(inputs.task).records_rule

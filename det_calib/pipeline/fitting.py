@@ -47,12 +47,10 @@ from det_calib.selection.cross_validation import Selection, fit_calibrator, refi
 _log = logging.getLogger(__name__)
 
 __all__ = [
-    "choice_words",
     "choose_calibrator",
     "fit_head",
     "fit_result",
     "temperature_fit",
-    "temperature_of_boxes",
 ]
 
 
@@ -67,6 +65,17 @@ class Choice:
     refits: dict[str, tuple[str, float, LogitCalibrator]] | None = (
         None  # candidate name -> (method, floor, fitted)
     )
+
+    def words(self) -> str:
+        """The calibrator and why it was chosen, in words: the console's line (``calibration.json``
+        and the report keep the selection's reason with the short candidate names,
+        ``temperature@0.125``)."""
+        if self.selection is None:
+            return _fit_range_words(self.method, self.floor)
+        reason = _in_words(self.selection.reason)
+        if self.method == "none" and reason.startswith("none: "):
+            return "keep the raw scores: " + reason.removeprefix("none: ")
+        return reason
 
 
 def _fit_range_words(method: str, fit_min_conf: float) -> str:
@@ -89,24 +98,13 @@ _NAME = re.compile(r"\b([a-z][a-z-]*)@(\d+(?:\.\d+)?(?:e-?\d+)?)\b")
 
 def _in_words(text: str) -> str:
     """``text`` (a selection's ``reason`` or a candidate's ``verdict``) with every candidate name
-    ``method@floor`` written out by :func:`fit_range_words` (the console says it in words; the record and
+    ``method@floor`` written out by :func:`_fit_range_words` (the console says it in words; the record and
     the report's tables keep the short names).
 
     >>> _in_words("the best, temperature@0.125: nll 0.51")
     'the best, temperature fitted on the boxes above raw conf 0.125: nll 0.51'
     """
     return _NAME.sub(lambda m: _fit_range_words(m.group(1), float(m.group(2))), text)
-
-
-def choice_words(choice: Choice) -> str:
-    """A head's calibrator and why it was chosen, in words: the console's line (``calibration.json`` and the
-    report keep the selection's reason with the short candidate names, ``temperature@0.125``)."""
-    if choice.selection is None:
-        return _fit_range_words(choice.method, choice.floor)
-    reason = _in_words(choice.selection.reason)
-    if choice.method == "none" and reason.startswith("none: "):
-        return "keep the raw scores: " + reason.removeprefix("none: ")
-    return reason
 
 
 def choose_calibrator(
@@ -282,7 +280,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
         )
     if s.method == "temperature":
         return Choice(
-            "temperature", floors[0], temperature_of_boxes(_fit_boxes(boxes, s, gt=gt), s.target)
+            "temperature", floors[0], _temperature_of_boxes(_fit_boxes(boxes, s, gt=gt), s.target)
         )
     return choose_calibrator(
         _fit_boxes(boxes, s, gt=gt),
@@ -296,7 +294,7 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
     )
 
 
-def temperature_of_boxes(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
+def _temperature_of_boxes(boxes: BoxView, target: str = "correct") -> TemperatureScaler:
     """The NLL-optimal temperature of the fit boxes given (the classic method: fitted on every run,
     whatever is deployed, and reported for comparison), against ``target``'s labels."""
     return TemperatureScaler(kind="sigmoid").fit(boxes.logit, _fit_labels(boxes, target))
@@ -347,7 +345,7 @@ def temperature_fit(
     cal = (
         choice.calibrator
         if deployed
-        else temperature_of_boxes(_fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
+        else _temperature_of_boxes(_fit_boxes(fit_boxes_, s, 0.0, gt), s.target)
     )
     if deployed and ev is not None:
         return TemperatureFit(float(cal.temperature_), True, list(ev.operating_after), ev.after.nll)

@@ -22,7 +22,6 @@ from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import (
     Choice,
-    choice_words,
     fit_head,
     fit_result,
     scored_candidates,
@@ -51,7 +50,7 @@ def fit(
     chosen by cross-validation) on them."""
     labelled = _label(captured, split, inputs, s)
     choice = fit_head(labelled, s, split.gt)
-    _log.info("%s head: %s", head, choice_words(choice))
+    _log.info("%s head: %s", head, choice.words())
     return labelled, choice
 
 

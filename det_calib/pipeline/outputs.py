@@ -13,7 +13,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from det_calib.calibrators import registry
@@ -24,7 +23,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.deploy.calibrated_export import write_run_engine
 from det_calib.deploy.portable import write_portable_outputs
-from det_calib.io import logged_as, read_manifest
+from det_calib.io import logged_as, read_manifest, write_text
 from det_calib.job import clock
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
@@ -35,14 +34,11 @@ from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
     detection_change,
     run_ultralytics_checks,
-    val_not_run,
 )
 from det_calib.record.calibrator_record import calibrator_record
 from det_calib.record.run_folder import as_read
-from det_calib.record.run_result import (
-    RunResult,
-)
-from det_calib.report.text_summary import write_summary_text
+from det_calib.record.run_result import RunResult, ValCheck
+from det_calib.report.text_summary import summary_text
 from det_calib.thresholds.class_sets import write_class_logits
 from det_calib.thresholds.per_class import summary_lines, tune_run
 
@@ -50,12 +46,6 @@ if TYPE_CHECKING:
     from det_calib.thresholds.class_sets import LogitStore
 
 _log = logging.getLogger(__name__)
-
-
-def gt_per_class(split: Split, n_classes: int) -> list[int]:
-    """Non-crowd ground-truth boxes of a split per class id (recorded as ``gt_counts``)."""
-    cls = split.gt.filter(~pl.col("crowd"))["cls"].to_numpy().astype(np.int64)
-    return np.bincount(cls[(cls >= 0) & (cls < n_classes)], minlength=n_classes).tolist()
 
 
 def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
@@ -142,7 +132,8 @@ def write_run_outputs(
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
-        write_summary_text(stage, result, extra=extra + engine_lines, more=more)
+        summary = [summary_text(result, more=more), *extra, *engine_lines]
+        write_text(stage / "summary.txt", "\n".join(summary) + "\n")
     return _output_files(out)
 
 
@@ -228,7 +219,7 @@ def _write_model(
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
                 result.results[h],
-                ultralytics_val=val_not_run(
+                ultralytics_val=ValCheck.not_run(
                     ev.name,
                     "no calibrated.pt: a size-conditioned map cannot fold into the checkpoint",
                 ),
@@ -245,7 +236,7 @@ def _write_model(
         )
         for h in inputs.heads:
             result.results[h] = dataclasses.replace(
-                result.results[h], ultralytics_val=val_not_run(ev.name, why)
+                result.results[h], ultralytics_val=ValCheck.not_run(ev.name, why)
             )
     return engine_lines
 
@@ -263,7 +254,7 @@ def _detections_outputs(
         if s.run_val:
             result.results[h] = dataclasses.replace(
                 result.results[h],
-                ultralytics_val=val_not_run(
+                ultralytics_val=ValCheck.not_run(
                     result.settings.eval_split,
                     "a detections file: Ultralytics val cannot run a foreign engine (the mAP check "
                     "is COCO mAP of the file's own boxes)",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 import tempfile
-from dataclasses import replace as _replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from det_calib.capture.family_registry import family_of
 from det_calib.data.box_view import BoxView
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.map_check import (
-    SHARED_PASS,
     ValIncomplete,
     coco_maps,
     ultralytics_val_heads,
@@ -32,7 +30,6 @@ from det_calib.numeric import logit_threshold, sigmoid
 from det_calib.pipeline.val_view import ValScan, val_view_scan, write_split_yaml
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import (
-    VAL_SEEN_FIELDS,
     Calibrator,
     DetectionChange,
     ValCheck,
@@ -40,6 +37,16 @@ from det_calib.record.run_result import (
 )
 
 _log = logging.getLogger(__name__)
+
+_SHARED_PASS = (
+    "the original's figures come from the same Ultralytics val pass: the original checkpoint's "
+    "Detect head "
+    "on the same neck features, through the same validator's postprocess and Ultralytics' own "
+    "metric code"
+)
+"""How :func:`~det_calib.evaluation.map_check.ultralytics_val_heads` obtains the original model's
+figures from the calibrated checkpoint's pass (quoted in the run's notes; a model family says its
+own, ``val_words``)."""
 
 
 _VAL_MAP_KEYS = ("map50_95", "map50", "mask_map50_95", "mask_map50", "pose_map50_95", "pose_map50")
@@ -135,10 +142,6 @@ def detection_change(
     )
 
 
-def val_not_run(split: str, note: str) -> ValCheck:
-    return ValCheck(split=split, note=f"not run: {note}")
-
-
 def run_ultralytics_checks(
     inputs: Inputs, ckpt: Path, ev: Split, records: dict[str, Calibrator], s: Settings
 ) -> dict[str, ValCheck]:
@@ -147,7 +150,9 @@ def run_ultralytics_checks(
     the original's figures from the same pass."""
     if s.coco_gt:
         return {
-            h: val_not_run(ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file")
+            h: ValCheck.not_run(
+                ev.name, "Ultralytics val reads YOLO txt labels, not the --coco-gt file"
+            )
             for h in inputs.heads
         }
 
@@ -159,11 +164,11 @@ def run_ultralytics_checks(
         family = family_of(
             inputs.yolo
         )  # a model family's original is validated on a pass of its own
-        how = SHARED_PASS if family is None else family.val_words
+        how = _SHARED_PASS if family is None else family.val_words
         _log.info(
             "Ultralytics val (%s): calibrated checkpoint, the original %s",
             " + ".join(f"{h} head" for h in inputs.heads),
-            "on the same pass" if how == SHARED_PASS else "on a pass of its own",
+            "on the same pass" if how == _SHARED_PASS else "on a pass of its own",
         )
         try:
             figures = ultralytics_val_heads(
@@ -185,7 +190,7 @@ def run_ultralytics_checks(
             }
         except Exception as e:  # val needs YOLO txt labels; with COCO JSON GT it may not run
             _log.warning("Ultralytics val skipped: %s", e)
-            return {h: val_not_run(ev.name, str(e)) for h in inputs.heads}
+            return {h: ValCheck.not_run(ev.name, str(e)) for h in inputs.heads}
         seen = _same_split(
             val_view_scan(Path(tmp), ev, len(inputs.ds.names)), ev, len(inputs.ds.names)
         )
@@ -193,9 +198,7 @@ def run_ultralytics_checks(
         _log.warning("Ultralytics val %s", seen.note)
         return dict.fromkeys(inputs.heads, seen)
     return {
-        h: _replace(
-            _check_of(ev.name, records[h], s, *figures[h], floors[h], how=how), **_counts(seen)
-        )
+        h: _check_of(ev.name, records[h], s, *figures[h], floors[h], how=how).with_seen(seen)
         for h in inputs.heads
     }
 
@@ -227,10 +230,6 @@ def _same_split(scan: ValScan, ev: Split, nc: int) -> ValCheck:
         note += f"; first skipped: {scan.skipped[0]}"
     note += "; its mAP is not reported"
     return ValCheck(split=ev.name, verified=False, note=note, **counts)
-
-
-def _counts(seen: ValCheck) -> dict[str, Any]:
-    return {**{k: getattr(seen, k) for k in VAL_SEEN_FIELDS}, "skipped": list(seen.skipped)}
 
 
 def _equivalent_floor(record: Calibrator, floor: float) -> float | None:
@@ -291,9 +290,9 @@ def _check_of(
 ) -> ValCheck:
     """A head's :class:`ValCheck` from the figures of the shared pass: ``r0`` the original at val's floor,
     ``r1`` the calibrated checkpoint at ``floor`` (its equivalent; None: a per-class map, at val's floor);
-    ``how`` the pass's words (default :data:`~det_calib.evaluation.map_check.SHARED_PASS`)."""
+    ``how`` the pass's words (default :data:`_SHARED_PASS`)."""
 
-    how = f" How: {how or SHARED_PASS}."
+    how = f" How: {how or _SHARED_PASS}."
     if (
         floor is None
     ):  # per-class maps: no single floor keeps the candidate set; report what val measures

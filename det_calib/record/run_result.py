@@ -78,7 +78,7 @@ class ValMap(Record):
     pose_map50: float | None = spec(None, omit="none")
 
 
-VAL_SEEN_FIELDS = (
+_VAL_SEEN_FIELDS = (
     "verified",
     "images_seen",
     "images_expected",
@@ -116,6 +116,18 @@ class ValCheck(Record):
     instances_expected: int | None = spec(None, omit=_not_verified)
     skipped: list[str] = spec(default_factory=list, omit=_not_verified)
     note: str | None = None
+
+    @classmethod
+    def not_run(cls, split: str, note: str) -> ValCheck:
+        """No val of ``split``, and why (``note``: "not run: <note>")."""
+        return cls(split=split, note=f"not run: {note}")
+
+    def with_seen(self, seen: ValCheck) -> ValCheck:
+        """This check with what val read of the split as ``seen`` says it (``verified``, the images and
+        instances seen and expected, ``skipped``)."""
+        return dataclasses.replace(
+            self, **{k: getattr(seen, k) for k in _VAL_SEEN_FIELDS}, skipped=list(seen.skipped)
+        )
 
     @property
     def ran(self) -> bool:
@@ -380,7 +392,7 @@ class RunResult(Record):
         heads = d.get("heads")
         if not isinstance(heads, list) or not heads or not all(h in HEADS for h in heads):
             raise InputError(f"`heads` must be a non-empty list of {list(HEADS)}, got {heads!r}")
-        calibrators = calibrators_from_dict(d, heads)
+        calibrators = _calibrators_from_dict(d, heads)
         out = decode(cls, d)
         out.sections = decode_sections(d)
         out.results = {
@@ -426,7 +438,7 @@ def _check_version(d: Any) -> None:
         )
 
 
-def calibrators_from_dict(
+def _calibrators_from_dict(
     d: dict[str, Any], heads: list[str] | None = None
 ) -> dict[str, Calibrator]:
     """Head -> calibrator of a ``calibration.json`` object (``temperature``, then ``calibrators``).
@@ -453,16 +465,27 @@ def calibrators_from_dict(
     return out
 
 
-def read_calibrators(path: str | Path) -> dict[str, Calibrator]:
-    """Head -> calibrator of a ``calibration.json`` (only the calibrators are read and checked,
-    so a file holding just ``{"temperature": {...}}`` is enough).
+def read_calibrators(calibration: str | Path | dict[str, Any] | RunResult) -> dict[str, Calibrator]:
+    """Head -> calibrator of a run: its ``calibration.json`` (only the calibrators are read and
+    checked, so a file holding just ``{"temperature": {...}}`` is enough), that file's object (a
+    dict, read as it is) or its :class:`RunResult` (the heads that have a calibrator).
 
     Raises:
-        InputError: Missing, not JSON, another schema version or a bad calibrator (one line).
+        InputError: Missing, not JSON, another schema version or a bad calibrator (one line); a
+            ``calibration`` of another type.
     """
+    if isinstance(calibration, RunResult):
+        return {h: r.calibrator for h, r in calibration.results.items() if r.calibrator is not None}
+    if isinstance(calibration, dict):
+        return _calibrators_from_dict(calibration)
+    if not isinstance(calibration, (str, Path)):
+        raise InputError(
+            f"Expected argument `calibration` to be a path, a dict or a RunResult, but got "
+            f"{type(calibration).__name__}"
+        )
 
     def parse(d: Any) -> dict[str, Calibrator]:
         _check_version(d)
-        return calibrators_from_dict(d)
+        return _calibrators_from_dict(d)
 
-    return read_json_file(path, parse)
+    return read_json_file(calibration, parse)

@@ -24,7 +24,6 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "bins_of": "common",
     "f3": "common",
     "f4": "common",
     "fci": "common",
@@ -50,7 +49,6 @@ _EXPORTS = {
     "write_report": "run_report",
     "bin_label": "size_section",
     "summary_text": "text_summary",
-    "write_summary_text": "text_summary",
 }
 
 __all__ = [
@@ -62,7 +60,6 @@ __all__ = [
     "ReportContext",
     "Table",
     "bin_label",
-    "bins_of",
     "compare_reliability",
     "compare_runs",
     "confidence_histograms",
@@ -81,7 +78,6 @@ __all__ = [
     "verdict_sentence",
     "where_sentence",
     "write_report",
-    "write_summary_text",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -8,7 +8,7 @@ import numpy as np
 
 from det_calib.data.box_table import HEAD_LABEL
 from det_calib.data.box_view import usable_rows
-from det_calib.metrics.size_bins import SIZE_BINS, size_mask
+from det_calib.metrics.size_bins import SIZE_BINS
 from det_calib.record.run_folder import HeadBoxes, Run
 from det_calib.record.size_record import SizeFigures
 
@@ -114,7 +114,7 @@ def _figure(page: Page, run: Run, head: str, hb: HeadBoxes) -> None:
     thr = min(run.settings.conf_thresholds)
     n_bins = run.settings.ece_bins
     coco = [b for b in SIZE_BINS if b.scheme == "coco"]
-    in_bin = [size_mask(b, xyxy, None, None) for b in coco]
+    in_bin = [b.mask(xyxy, None, None) for b in coco]
     del xyxy
     rows = []
     for label, conf in (("Raw", hb.conf), ("Calibrated", hb.conf_after)):

@@ -25,12 +25,11 @@ import polars as pl
 
 from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.data.ground_truth import (
-    EVAL_HALF,
-    FIT_HALF,
     Dataset,
     Split,
     list_images,
     load_data_yaml,
+    split_halved,
 )
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
@@ -193,7 +192,7 @@ def reread_split(
         InputError: The split or an image is no longer in the run's data.
     """
     ds = load_data_yaml(run.result.data)
-    base = split.removesuffix(EVAL_HALF).removesuffix(FIT_HALF)
+    base, _ = split_halved(split)
     if base not in ds.splits:
         raise InputError(f"split `{base}` is no longer in {run.result.data}")
     sources = ds.splits[base]

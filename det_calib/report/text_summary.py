@@ -5,12 +5,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from det_calib.capture.exported import export_format
 from det_calib.evaluation.coco_engine import engine_label
-from det_calib.io import write_text
 from det_calib.record.run_result import (
     Bootstrap,
     EvalResult,
@@ -368,13 +366,3 @@ def _shift_lines(head: str, h: HeadResult) -> list[str]:
             f"recall {_f(sh.recall_before, '.3f')} -> {_f(sh.recall_after, '.3f')}{eqc}"
         )
     return lines
-
-
-def write_summary_text(
-    out: Path, result: RunResult, *, extra: Sequence[str] = (), more: Sequence[str] = ()
-) -> Path:
-    """Write ``summary.txt`` into the output folder (``extra``: lines after the summary, e.g. thresholds;
-    ``more``: lines before its timing line, an ensemble's)."""
-    return write_text(
-        Path(out) / "summary.txt", "\n".join([summary_text(result, more=more), *extra]) + "\n"
-    )

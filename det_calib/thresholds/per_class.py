@@ -74,8 +74,9 @@ Deployment: :func:`filter_results` applies per-class thresholds to plain Ultraly
 
 from __future__ import annotations
 
-from det_calib.numeric import betainc, binom_sf
 from det_calib.thresholds.certification import (
+    betainc,
+    binom_sf,
     certify_image_precision,
     certify_precision,
     design_effect,

@@ -15,11 +15,11 @@ from det_calib.data.ground_truth import (
     _img_formats_in_source,
     _read_yolo_labels,
     check_class_names,
-    half_split,
     label_path,
     load_data_yaml,
     load_split,
     read_label_file,
+    split_halved,
 )
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
@@ -223,8 +223,14 @@ def test_class_name_mismatch_message():
 
 def test_half_split_is_deterministic_and_disjoint(fixture_yaml):
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")
-    a1, b1 = half_split(sp, seed=0)
-    a2, b2 = half_split(sp, seed=0)
+    a1, b1 = sp.halves(seed=0)
+    a2, b2 = sp.halves(seed=0)
+    assert (a1.name, b1.name) == ("fixture[fit-half]", "fixture[eval-half]")
+    assert [split_halved(h.name) for h in (a1, b1, sp)] == [
+        ("fixture", 0),
+        ("fixture", 1),
+        ("fixture", None),
+    ]
     assert a1.images == a2.images and b1.images == b2.images
     assert not set(a1.images) & set(b1.images) and len(a1.images) + len(b1.images) == 12
     assert a1.gt.height + b1.gt.height == sp.gt.height

@@ -18,7 +18,7 @@ from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import laece0
-from det_calib.metrics.size_bins import SIZE_BINS, SizeBin, size_mask
+from det_calib.metrics.size_bins import SIZE_BINS, SizeBin
 from det_calib.record.size_record import SizeFigures
 
 pytestmark = pytest.mark.fast
@@ -29,7 +29,7 @@ def test_the_bins_partition_the_boxes_at_cocos_thresholds():
     xyxy = np.column_stack([np.zeros(6), np.zeros(6), side, side])
     w, h = np.full(6, 640), np.full(6, 480)
     coco = [b for b in SIZE_BINS if b.scheme == "coco"]
-    got = np.array([size_mask(b, xyxy, w, h) for b in coco])
+    got = np.array([b.mask(xyxy, w, h) for b in coco])
     assert (got.sum(axis=0) == 1).all()  # one bin each
     assert [coco[int(i)].name for i in got.argmax(axis=0)] == [
         "small",
@@ -42,8 +42,8 @@ def test_the_bins_partition_the_boxes_at_cocos_thresholds():
     rel = [b for b in SIZE_BINS if b.scheme == "relative"]
     # the same 40-pixel box is large on a 64x64 crop and small on a 4K frame
     box = np.array([[0.0, 0.0, 40.0, 40.0]])
-    assert size_mask(rel[2], box, np.array([64]), np.array([64]))[0]
-    assert size_mask(rel[0], box, np.array([3840]), np.array([2160]))[0]
+    assert rel[2].mask(box, np.array([64]), np.array([64]))[0]
+    assert rel[0].mask(box, np.array([3840]), np.array([2160]))[0]
     assert SizeBin("coco", "medium", 32.0**2, 96.0**2).label == "medium (32²–96²)"
 
 
@@ -102,7 +102,7 @@ def test_each_bin_is_its_boxes_figures():
     assert [(f.scheme, f.bin) for f in figs] == [(b.scheme, b.name) for b in SIZE_BINS]
     total = 0
     for f, b in zip(figs, SIZE_BINS):
-        m = size_mask(b, view.xyxy, 640, 480)
+        m = b.mask(view.xyxy, 640, 480)
         keep = m & (view.conf > 0.25)
         assert f.boxes_before == f.boxes_after == int(keep.sum())
         if not keep.any():

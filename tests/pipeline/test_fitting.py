@@ -1,10 +1,10 @@
-"""The console's words for a head's calibrator choice (det_calib.pipeline.fitting.choice_words)."""
+"""The console's words for a head's calibrator choice (det_calib.pipeline.fitting.Choice.words)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from det_calib.pipeline.fitting import Choice, _fit_range_words, _in_words, choice_words
+from det_calib.pipeline.fitting import Choice, _fit_range_words, _in_words
 from det_calib.selection.cross_validation import select_calibrator
 
 
@@ -35,7 +35,7 @@ def test_choice_words_of_a_real_selection():
     sel = select_calibrator(
         z, y, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2
     )
-    words = choice_words(Choice("platt", 0.0, sel.calibrator, sel))
+    words = Choice("platt", 0.0, sel.calibrator, sel).words()
     assert words == sel.reason.replace("platt@0 ", "platt fitted on every box ", 1)
     assert words.startswith("platt fitted on every box has the lowest CV nll")
     assert (
@@ -49,12 +49,12 @@ def test_choice_words_of_a_real_selection():
         z, y_cal, groups=g, methods=("platt",), fit_min_confs=(0.0,), n_folds=3, n_repeats=2
     )
     assert kept.chosen.method == "none"
-    words = choice_words(Choice("none", 0.0, kept.calibrator, kept))
+    words = Choice("none", 0.0, kept.calibrator, kept).words()
     assert words.startswith(
         "keep the raw scores: no calibrator beats the raw scores by more than 1 paired standard"
     )
     assert "the best, platt fitted on every box: nll " in words
     assert (
-        choice_words(Choice("spline", 0.125, sel.calibrator))
+        Choice("spline", 0.125, sel.calibrator).words()
         == "spline fitted on the boxes above raw conf 0.125"
     )

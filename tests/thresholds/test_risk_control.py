@@ -25,8 +25,17 @@ from det_calib.record.run_result import (
     RunResult,
 )
 from det_calib.thresholds.certification import betting_pvalue
-from det_calib.thresholds.class_sets import ClassSets, agnostic_true_class, class_probabilities
+from det_calib.thresholds.class_sets import (
+    LOGITS_FILE,
+    ClassSets,
+    LogitStore,
+    agnostic_true_class,
+    class_probabilities,
+    run_class_sets,
+    write_class_logits,
+)
 from det_calib.thresholds.risk_control import RiskTargets, control, hb_pvalue, image_counts
+from det_calib.thresholds.risk_run import control_run
 
 GRID = np.round(np.arange(1000) / 1000.0, 3)
 
@@ -455,7 +464,6 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
 def test_report_section_shows_each_guarantee_and_its_cost(risk_run):
     from det_calib.report.document import Table
     from det_calib.report.thresholds_section import thresholds_section
-    from det_calib.thresholds.risk_run import control_run
 
     doc = control_run(risk_run, RiskTargets(recall=0.5, delta=0.1), per_class=True)
     g = doc["heads"]["nms"]["risk_control"]["global"]
@@ -474,8 +482,6 @@ def test_report_section_shows_each_guarantee_and_its_cost(risk_run):
 
 
 def test_class_sets_of_a_run_with_per_class_logits(tmp_path):
-    from det_calib.thresholds.class_sets import run_class_sets
-
     run = _make_run(tmp_path / "cs", n_img=200, logits=True)
     out = run_class_sets(run, alpha=0.1, keep=0.0, write=False)
     # the kept boxes on an object: 2 per image (the wrong third box also sits on the first object, but the
@@ -491,7 +497,6 @@ def test_class_logits_through_a_store_write_the_same_file(tmp_path):
     import zipfile
 
     from det_calib.data.box_table import LOGITS_ROW
-    from det_calib.thresholds.class_sets import LOGITS_FILE, LogitStore, write_class_logits
 
     run = _make_run(tmp_path / "cs", n_img=200, logits=True)
     boxes = pl.read_parquet(run / "boxes.parquet")
@@ -525,7 +530,6 @@ def test_class_logits_kept_in_the_run_folder_give_the_same_sets(tmp_path, capsys
     # class sets read from it agree with those read from the column, and the CLI prints them
     from det_calib.cli import main
     from det_calib.thresholds.class_sets import _LOGITS_FLOOR as LOGITS_FLOOR
-    from det_calib.thresholds.class_sets import LOGITS_FILE, run_class_sets, write_class_logits
 
     run = _make_run(tmp_path / "cs", n_img=200, logits=True)
     want = run_class_sets(run, alpha=0.1, keep=0.25, write=False)

@@ -32,7 +32,7 @@ import numpy as np
 
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
-from det_calib.numeric import binom_sf
+from det_calib.thresholds.certification import binom_sf
 
 __all__ = ["TOP1_FILE", "RejectRule", "read_top1", "reject_threshold", "write_top1"]
 
