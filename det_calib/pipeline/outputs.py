@@ -205,13 +205,12 @@ def _write_model(
     meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
     unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
-    if unfolded and export_format(inputs.model) not in GRAPH_FORMATS:  # no place in the class conv
+    how = _model_output(inputs, records, verification)
+    if how == "none":
         engine_lines = [_NOT_FOLDED.format(heads=", ".join(unfolded))]
-    elif (
-        exported
-    ):  # the calibration appended to the export's graph (a size map too), and its engine record
+    elif how == "engine":
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
-    elif verification is not None:  # the checkpoint the verification runs on, written after the fit
+    elif how == "copy":
         shutil.copyfile(verification.ckpt, stage / "calibrated.pt")
     elif not folded:  # (in a child process where torch is not imported)
         fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=meta)
@@ -273,6 +272,23 @@ def _meta(result: RunResult, s: Settings) -> dict[str, Any]:
     return {"iou_match": s.iou, "fit_split": result.settings.fit_split, "data": result.data}
 
 
+def _model_output(
+    inputs: Inputs, records: dict[str, Any], verification: Verification | None
+) -> str:
+    """How a detector's run writes its calibrated model: ``"none"`` (a size-conditioned map with no place
+    in the checkpoint's class conv), ``"engine"`` (the calibration appended to an export's graph, a size
+    map too, with its engine record), ``"copy"`` (the checkpoint the verification runs on, written after
+    the fit) or ``"fold"`` (``calibrated.pt`` folded from the run's records)."""
+    if (
+        any(registry.uses_size(r.method) for r in records.values())
+        and export_format(inputs.model) not in GRAPH_FORMATS
+    ):
+        return "none"
+    if is_export(inputs.model):
+        return "engine"
+    return "copy" if verification is not None else "fold"
+
+
 def _fold_first(
     stage: Path, inputs: Inputs, result: RunResult, s: Settings, verification: Verification | None
 ) -> bool:
@@ -282,12 +298,7 @@ def _fold_first(
     process: first, it runs beside the least memory, the box table and the run's records (before
     ``boxes.parquet``'s Arrow copies)."""
     records = _records(result)
-    if (
-        s.detections
-        or verification is not None
-        or is_export(inputs.model)
-        or any(registry.uses_size(r.method) for r in records.values())
-    ):
+    if s.detections or _model_output(inputs, records, verification) != "fold":
         return False
     fold_checkpoint(inputs.model, stage / "calibrated.pt", records, metadata=_meta(result, s))
     return True
