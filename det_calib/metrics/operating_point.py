@@ -395,7 +395,7 @@ def _laece_replicates(
     ``weighted`` of :func:`_laece_binned_prepare` gives for its weights (up to float summation order).
 
     A replicate's cell sums are its draw counts times each (image, cell) pair's sums: the kept boxes
-    are pooled into those pairs once, into one sparse ``(3 cells, n_img)`` table (count, conf and target
+    are pooled into those pairs once, into one sparse ``(2 cells, n_img)`` table (count, and conf less target
     sums of the cells with boxes), and a block of replicates' sums is one sparse product with their draw
     counts (:func:`~det_calib.metrics.bootstrap_tables.csr_product`), not three weighted bin counts over
     every kept box per replicate."""
@@ -403,20 +403,19 @@ def _laece_replicates(
     inv = inv.ravel()
     used, row = np.unique(pair % cells.size, return_inverse=True)  # the cells with kept boxes
     n_rows = used.size
+    # two rows a cell: the count and the sum of conf - target (a cell's gap needs no more)
     table = csr_table(
-        np.concatenate([row, row + n_rows, row + 2 * n_rows]),
-        np.tile(pair // cells.size, 3),
-        np.concatenate(
-            [np.bincount(inv).astype(np.float64), np.bincount(inv, c), np.bincount(inv, t)]
-        ),
-        (3 * n_rows, n_img),
+        np.concatenate([row, row + n_rows]),
+        np.tile(pair // cells.size, 2),
+        np.concatenate([np.bincount(inv).astype(np.float64), np.bincount(inv, c - t)]),
+        (2 * n_rows, n_img),
     )
 
     def batch(mult: np.ndarray) -> np.ndarray:
         sums = csr_product(table, mult)
         count, gap = np.zeros((2, mult.shape[0], cells.size))
         count[:, used] = sums[:n_rows].T
-        gap[:, used] = np.abs(sums[n_rows : 2 * n_rows] - sums[2 * n_rows :]).T
+        gap[:, used] = np.abs(sums[n_rows:]).T
         return cells.laece(gap, count)
 
     return batch
