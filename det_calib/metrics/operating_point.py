@@ -558,16 +558,23 @@ def _laece_of_drawn_targets(
     p = np.minimum(s / m, 1.0)
     lift = np.clip((s - m) / (1.0 - m), 0.0, 1.0) if m < 1.0 else np.zeros(s.size)
     rows = max(1, (1 << 20) // s.size)  # draws in blocks of about 1M targets (8 MiB each table)
+    keys = (cells.key + cells.size * np.arange(min(rows, n_draws))[:, None]).ravel()
+    # the target of a matched box is its drawn IoU lifted towards 1 by ``lift``, where lift > 0 only
+    # (elsewhere ``drawn + (1 - drawn) * 0`` is ``drawn``, bit for bit); an unmatched box's is 0
+    # (``drawn * False``: 0.0, as ``np.where`` gives it; an IoU is never negative or nan)
+    lifted = np.flatnonzero(lift > 0.0)
     vals = []
     for start in range(0, n_draws, rows):
         d = min(rows, n_draws - start)
-        drawn = u[rng.integers(0, u.size, size=(d, s.size))]
-        t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
-        s_t = np.bincount(
-            (cells.key + cells.size * np.arange(d)[:, None]).ravel(),
-            weights=t.ravel(),
-            minlength=d * cells.size,
-        ).reshape(d, cells.size)
+        t = u[rng.integers(0, u.size, size=(d, s.size))]
+        matched = rng.random((d, s.size)) < p
+        if lifted.size:
+            up = t[:, lifted]
+            t[:, lifted] = up + (1.0 - up) * lift[lifted]
+        t *= matched
+        s_t = np.bincount(keys[: t.size], weights=t.ravel(), minlength=d * cells.size).reshape(
+            d, cells.size
+        )
         vals.append(cells.laece(np.abs(s_conf - s_t), count))
     return np.concatenate(vals)
 
