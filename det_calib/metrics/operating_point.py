@@ -151,7 +151,7 @@ def _top_k_per_image_class(
 ) -> np.ndarray:
     """Mask of the ``k`` highest-scoring boxes of each (image, class) (COCO ``maxDets``; stable ties)."""
     n = score.shape[0]
-    order = np.lexsort((-score, cls, image))
+    order = np.lexsort((-score, *_pair_key(image, cls)))
     key_i, key_c = image[order], cls[order]
     new = np.ones(n, dtype=bool)
     new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
@@ -160,6 +160,19 @@ def _top_k_per_image_class(
     keep = np.zeros(n, dtype=bool)
     keep[order] = rank < k
     return keep
+
+
+def _pair_key(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The sort keys of (``major``, ``minor``) pairs for :func:`numpy.lexsort` (the last sorts first):
+    one int64 key ordered as the pairs where their ranges allow (a key fewer to sort by: about a third
+    of the sort's time), else the two."""
+    if major.size == 0:
+        return minor, major
+    lo_a, lo_b = int(major.min()), int(minor.min())
+    span_b = int(minor.max()) - lo_b + 1
+    if (int(major.max()) - lo_a + 1) * span_b >= 2**62:
+        return minor, major
+    return ((major.astype(np.int64) - lo_a) * span_b + (minor.astype(np.int64) - lo_b),)
 
 
 def laece0(

@@ -83,6 +83,24 @@ def test_top_k_per_image_class():
     assert _top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
 
 
+@pytest.mark.parametrize(("lo", "hi"), [(0, 50), (-7, 9), (-(2**40), 2**40), (0, 1)])
+def test_top_k_per_image_class_is_the_three_key_sort(lo, hi):
+    """The (image, class) pairs sorted by one key where their ranges allow (by two where they do not:
+    ids 2**41 apart): the boxes of the three-key lexsort, with tied scores kept in input order."""
+    rng = np.random.default_rng(abs(lo) + hi)
+    n = 5000
+    img = rng.integers(lo, hi, n, endpoint=True)
+    cls = rng.integers(lo, hi, n, endpoint=True) // 3
+    score = np.round(rng.uniform(size=n), 1)  # many ties
+    for k in (1, 2, 5):
+        order = np.lexsort((-score, cls, img))
+        new = np.r_[True, (img[order][1:] != img[order][:-1]) | (cls[order][1:] != cls[order][:-1])]
+        start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        want = np.zeros(n, dtype=bool)
+        want[order] = np.arange(n) - start < k
+        assert np.array_equal(_top_k_per_image_class(img, cls, score, k), want)
+
+
 def test_kept_ece_is_ece_of_the_kept_boxes():
     rng = np.random.default_rng(0)
     conf = rng.uniform(size=500)
