@@ -54,6 +54,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 from det_calib.validation import as_1d, check_positive_int
 
@@ -283,13 +284,7 @@ def _image_index(ids: np.ndarray) -> np.ndarray:
     """(n,) int64: each box's image as its rank among the distinct ``ids`` (``np.unique``'s inverse).
     Non-negative integer ids of a range no wider than twice the boxes (a run's image ids) are ranked by
     counting, not sorting: the same numbers."""
-    if (ids.dtype.kind == "i" or ids.dtype.kind == "u" and ids.dtype.itemsize < 8) and ids.size:
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo >= 0 and hi < 2 * ids.size + 1024:
-            present = np.bincount(ids, minlength=hi + 1) > 0
-            return (np.cumsum(present) - 1)[ids]
-    _, img = np.unique(ids, return_inverse=True)
-    return img.ravel()
+    return dense_ids(ids)[1]
 
 
 def _checked_arrays(

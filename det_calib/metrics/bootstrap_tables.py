@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from det_calib.metrics.binning import dense_ids
+
 __all__ = ["csr_product", "csr_table", "laece_tables"]
 
 
@@ -39,7 +41,7 @@ def laece_tables(
     """
     if c.size == 0:
         return lambda mult: np.full(mult.shape[0], np.nan)
-    _, cls_idx = np.unique(k, return_inverse=True)
+    _, cls_idx = dense_ids(k)
     n_cells = (int(cls_idx.max()) + 1) * n_bins
     cell = cls_idx.ravel().astype(np.int64) * n_bins + bins
     pair, inv = np.unique(img.astype(np.int64) * n_cells + cell, return_inverse=True)

@@ -14,7 +14,7 @@ from sklearn.metrics import brier_score_loss, log_loss
 from det_calib.errors import InputError
 from det_calib.metrics import bootstrap
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.binning import ReliabilityBins
+from det_calib.metrics.binning import ReliabilityBins, dense_ids
 from det_calib.metrics.calibration import (
     ace,
     bootstrap_ci,
@@ -1109,3 +1109,22 @@ def test_bootstrap_sd_is_the_spread_of_bootstrap_ci_replicates_and_the_standard_
     )
     with pytest.raises(InputError, match="same non-zero length"):
         metrics.bootstrap_sd(metrics.ece, img[:5], conf, y)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        np.array([3, 3, 0, 79, 5] * 7),  # class ids: counted
+        np.arange(1000, dtype=np.uint32)[::-1],  # unsigned: counted
+        np.array([5, -1, 5, 2]),  # a negative id: sorted
+        np.array([0, 10**9, 3]),  # a range wider than twice the ids: sorted
+        np.array([2**63 - 1, 0], dtype=np.uint64),  # 64-bit unsigned: sorted
+        np.array([], dtype=np.int64),
+    ],
+)
+def test_dense_ids_are_numpys_unique_with_inverse(ids):
+    """dense_ids counts where it can and sorts where it cannot: np.unique's arrays either way."""
+    values, inverse = dense_ids(ids)
+    want_values, want_inverse = np.unique(ids, return_inverse=True)
+    assert values.dtype == want_values.dtype and np.array_equal(values, want_values)
+    assert np.array_equal(inverse, want_inverse.ravel())
