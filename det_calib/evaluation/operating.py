@@ -218,10 +218,9 @@ class OperatingPoints:
         """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
         kept = scored.kept(min(self.conf))
         out = {}
-        for c in np.unique(scored.cls):
+        for c in np.unique(kept.cls):  # the classes with kept boxes, in order
             m = kept.cls == c
-            if m.any():
-                out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
+            out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
         return out
 
     def candidate_figures(self, calibrator: LogitCalibrator | None) -> dict[str, Any]:
