@@ -46,7 +46,7 @@ def _kept_figures(
         warnings.catch_warnings()
     ):  # a bin of few boxes has replicates that draw none of them: dropped, as said
         warnings.filterwarnings("ignore", message="bootstrap_ci: .* replicates gave nan")
-        e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], **op.boot))
+        e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], estimate=e, **op.boot))
         la_ci = tuple(
             metrics.bootstrap_ci(
                 targets.statistic(threshold=thr, n_bins=op.laece_bins),

@@ -205,7 +205,7 @@ def _coco_eval(
     d_area = d_box[:, 2] * d_box[:, 3]
     p_det, p_gt, p_iou = _group_pairs(key_d[order], key_g, d_box, g_box, g_crowd)
     del order, key_d, d_box  # at COCO scale: free them before the loops
-    acc, seg_start, seg_end = _class_order(np.searchsorted(cats, d_cls), d_img, d_score, rank, n_k)
+    acc, seg_start, seg_end = _class_order(np.searchsorted(cats, d_cls), d_score, n_k)
     rank_acc = rank[acc]
     gk_idx = np.searchsorted(cats, g_cls)
     for a, (a_lo, a_hi) in enumerate(area_ranges):
@@ -279,11 +279,18 @@ def _group_pairs(
 
 
 def _class_order(
-    k_idx: np.ndarray, d_img: np.ndarray, d_score: np.ndarray, rank: np.ndarray, n_k: int
+    k_idx: np.ndarray, d_score: np.ndarray, n_k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per class: the detections of all images in descending score, ties by image, then by rank;
-    returns that order and where each class's segment starts and ends in it."""
-    acc = np.lexsort((rank, d_img, -d_score, k_idx))
+    returns that order and where each class's segment starts and ends in it.
+
+    The detections come in group order, (image, class, rank) (:func:`_ranked`'s), so two stable sorts
+    give ``np.lexsort((rank, d_img, -d_score, k_idx))``: by descending score (ties keep the group
+    order: by image, then rank, within a class), then by class (a 16-bit key where the classes allow:
+    numpy sorts it by radix), half the time of the four-key sort."""
+    by_score = np.argsort(-d_score, kind="stable")
+    k = k_idx.astype(np.int16) if n_k <= np.iinfo(np.int16).max else k_idx
+    acc = by_score[np.argsort(k[by_score], kind="stable")]
     seg_start = np.searchsorted(k_idx[acc], np.arange(n_k), side="left")
     seg_end = np.searchsorted(k_idx[acc], np.arange(n_k), side="right")
     return acc, seg_start, seg_end

@@ -82,16 +82,20 @@ def _scores_of(
     ece_fn = functools.partial(metrics.ece, n_bins=ece_bins)  # keeps `weights`: fast bootstrap path
     laece_fn = functools.partial(metrics.laece, n_bins=laece_bins)
     p, y = conf, correct
-    return Scores(
-        ece=metrics.ece(p, y, n_bins=ece_bins),
-        ece_ci=tuple(metrics.bootstrap_ci(ece_fn, image_id, p, y, **boot)),
+    e = metrics.ece(p, y, n_bins=ece_bins)
+    la = metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins)
+    return Scores(  # each interval given its figure, computed once
+        ece=e,
+        ece_ci=tuple(metrics.bootstrap_ci(ece_fn, image_id, p, y, estimate=e, **boot)),
         ace=metrics.ace(p, y, n_bins=ece_bins),
         mce=metrics.mce(p, y, n_bins=ece_bins),
         nll=metrics.nll_logits(logit, y, temperature=temperature),
         brier=metrics.brier(p, y),
         dece=dece(p, y, features, n_bins=list(dece_bins)),
-        laece=metrics.laece(p, loc_iou, cls_id, n_bins=laece_bins),
-        laece_ci=tuple(metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, **boot)),
+        laece=la,
+        laece_ci=tuple(
+            metrics.bootstrap_ci(laece_fn, image_id, p, loc_iou, cls_id, estimate=la, **boot)
+        ),
         laace=laace(p, loc_iou, cls_id),
     )
 
@@ -256,9 +260,9 @@ def _per_class_figures(
         if n_c:
             boot = dict(n_boot=s.n_boot, seed=s.seed)
             for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
-                figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
+                e = figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
                 figures[f"ece_{tag}_ci"] = tuple(
-                    metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, **boot)
+                    metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, estimate=e, **boot)
                 )
                 figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
                 k = kept_mask(p, thr)

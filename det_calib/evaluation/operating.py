@@ -161,7 +161,7 @@ class OperatingPoints:
             e_ci = la_ci = None
             if intervals and n:
                 fn = functools.partial(kept_ece, threshold=thr, n_bins=self.ece_bins)
-                e_ci = tuple(metrics.bootstrap_ci(fn, img, p, y, **self.boot))
+                e_ci = tuple(metrics.bootstrap_ci(fn, img, p, y, estimate=e, **self.boot))
                 la_ci = tuple(
                     metrics.bootstrap_ci(
                         targets.statistic(threshold=thr, n_bins=self.laece_bins),
@@ -204,9 +204,12 @@ class OperatingPoints:
         """All-box ECE (with its interval), NLL (from the scored logits) and Brier."""
         p, y = scored.conf, scored.correct
         fn = functools.partial(metrics.ece, n_bins=self.ece_bins)
+        e = metrics.ece(p, y, n_bins=self.ece_bins)
         return {
-            "ece_all": metrics.ece(p, y, n_bins=self.ece_bins),
-            "ece_all_ci": tuple(metrics.bootstrap_ci(fn, scored.image_id, p, y, **self.boot)),
+            "ece_all": e,
+            "ece_all_ci": tuple(
+                metrics.bootstrap_ci(fn, scored.image_id, p, y, estimate=e, **self.boot)
+            ),
             "nll": metrics.nll_logits(scored.logit, y),
             "brier": metrics.brier(p, y),
         }
@@ -215,10 +218,9 @@ class OperatingPoints:
         """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
         kept = scored.kept(min(self.conf))
         out = {}
-        for c in np.unique(scored.cls):
+        for c in np.unique(kept.cls):  # the classes with kept boxes, in order
             m = kept.cls == c
-            if m.any():
-                out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
+            out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
         return out
 
     def candidate_figures(self, calibrator: LogitCalibrator | None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
+from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 from det_calib.validation import as_1d, check_positive_int
 
@@ -223,6 +224,7 @@ def bootstrap_ci(
     seed: int = 0,
     level: float = 0.95,
     method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
+    estimate: float | None = None,
 ) -> tuple[float, float]:
     """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default,
     and always containing the estimate by default.
@@ -242,6 +244,8 @@ def bootstrap_ci(
         method: ``"bc-normal"`` (default: the bias-corrected interval where it contains the
             estimate, else the normal one), ``"bc"``, ``"basic"``, ``"percentile"`` or
             ``"normal"``; see :mod:`det_calib.metrics.bootstrap`.
+        estimate: ``statistic(*arrays)`` where the caller has computed it already (the figure the
+            interval is printed beside): not computed again; None computes it.
 
     Returns:
         ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
@@ -271,20 +275,16 @@ def bootstrap_ci(
             f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped",
             stacklevel=2,
         )
-    return _interval(statistic, arrs, stats[~bad], method=method, alpha=(1.0 - level) / 2.0)
+    return _interval(
+        statistic, arrs, stats[~bad], method=method, alpha=(1.0 - level) / 2.0, estimate=estimate
+    )
 
 
 def _image_index(ids: np.ndarray) -> np.ndarray:
     """(n,) int64: each box's image as its rank among the distinct ``ids`` (``np.unique``'s inverse).
     Non-negative integer ids of a range no wider than twice the boxes (a run's image ids) are ranked by
     counting, not sorting: the same numbers."""
-    if (ids.dtype.kind == "i" or ids.dtype.kind == "u" and ids.dtype.itemsize < 8) and ids.size:
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo >= 0 and hi < 2 * ids.size + 1024:
-            present = np.bincount(ids, minlength=hi + 1) > 0
-            return (np.cumsum(present) - 1)[ids]
-    _, img = np.unique(ids, return_inverse=True)
-    return img.ravel()
+    return dense_ids(ids)[1]
 
 
 def _checked_arrays(
@@ -312,9 +312,10 @@ def _interval(
     *,
     method: str,
     alpha: float,
+    estimate: float | None = None,
 ) -> tuple[float, float]:
     """The ``method`` interval (see the module docstring) from the finite replicates ``good``; the
-    estimate is ``statistic(*arrs)``, computed only for the methods that need it."""
+    estimate is ``estimate`` or else ``statistic(*arrs)``, computed only for the methods that need it."""
     if method not in ("bc-normal", "bc", "basic", "percentile", "normal"):
         raise InputError(
             "Expected argument `method` to be 'bc-normal', 'bc', 'basic', 'percentile' or "
@@ -323,7 +324,7 @@ def _interval(
     if method == "percentile":
         lo, hi = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
         return float(lo), float(hi)
-    theta = float(statistic(*arrs))
+    theta = float(statistic(*arrs) if estimate is None else estimate)
     if method == "bc-normal":
         lo, hi = _bc_interval(good, theta, alpha)
         if lo <= theta <= hi or math.isnan(theta):

@@ -320,28 +320,26 @@ def per_class(
 def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bins: int) -> Batch:
     """Batch ECE (equal-width bins) from per-image tables: no per-box work per replicate.
 
-    ECE is a function of the per-bin count and sums of conf and target, and a replicate's sums
-    are its image draw counts times each image's per-bin sums: one ``(n_img, M)`` table each,
-    then one matrix product per table for a block of replicates. The numbers equal those of
-    :func:`ece` with the draw counts as weights up to float summation order.
+    A bin's term of the ECE, ``count / total * |s_tgt / count - s_conf / count|``, is
+    ``|s_tgt - s_conf| / total``, so ECE is a function of the per-bin sums of ``target - conf`` and
+    the box count, and a replicate's sums are its image draw counts times each image's sums: one
+    ``(n_img, n_bins + 1)`` table, one matrix product for a block of replicates (16 columns at 15
+    bins, where the three per-bin tables took 45: on a COCO-shaped split the products cost about
+    half). The numbers equal those of :func:`ece` with the draw counts as weights up to float
+    summation order (``tests/metrics/test_calibration.py``: to 1e-12).
     """
     cell = img * n_bins + uniform_index(c, n_bins)
-    per = [
-        np.bincount(cell, weights=v, minlength=n_img * n_bins).reshape(n_img, n_bins)
-        for v in (np.ones_like(c), c, y)
-    ]
-
-    table = np.concatenate(per, axis=1)  # one product for the three tables
+    table = np.empty((n_img, n_bins + 1))
+    table[:, :n_bins] = np.bincount(
+        cell, weights=np.asarray(y, dtype=np.float64) - c, minlength=n_img * n_bins
+    ).reshape(n_img, n_bins)
+    table[:, n_bins] = np.bincount(img, minlength=n_img)
 
     def batch(mult: np.ndarray) -> np.ndarray:
         sums = np.asarray(mult, dtype=np.float64) @ table
-        count, s_conf, s_tgt = sums[:, :n_bins], sums[:, n_bins : 2 * n_bins], sums[:, 2 * n_bins :]
-        total = count.sum(axis=1)
-        empty = count <= 0
+        total = sums[:, n_bins]
         with np.errstate(invalid="ignore", divide="ignore"):
-            term = count / total[:, None] * np.abs(s_tgt / count - s_conf / count)
-        term[empty] = 0.0
-        out = term.sum(axis=1)
+            out = np.abs(sums[:, :n_bins]).sum(axis=1) / total
         out[total <= 0] = np.nan
         return out
 

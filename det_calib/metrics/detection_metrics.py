@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
-from det_calib.metrics.binning import gap_sum, uniform_index
+from det_calib.metrics.binning import dense_ids, gap_sum, uniform_index
 from det_calib.metrics.bootstrap import Batch
 from det_calib.metrics.bootstrap_tables import laece_tables
 from det_calib.validation import (
@@ -161,7 +161,7 @@ def _laece_prepare(c, t, k, n_bins) -> Callable[[np.ndarray], float]:
     on the weights, are found once (a bootstrap replicate then only sums)."""
     if c.size == 0:
         return lambda ww: float("nan")
-    _, cls_idx = np.unique(k, return_inverse=True)
+    _, cls_idx = dense_ids(k)
     n_cls = int(cls_idx.max()) + 1
     key = cls_idx.ravel() * n_bins + uniform_index(c, n_bins)
     size = n_cls * n_bins
@@ -251,7 +251,7 @@ def laace(
     c, t, k, w = _check_loc(conf, target_iou, cls, weights)
     if c.size == 0:
         return float("nan")
-    _, cls_idx = np.unique(k, return_inverse=True)
+    _, cls_idx = dense_ids(k)
     ww = np.ones(c.size) if w is None else w
     n_c = np.bincount(cls_idx, weights=ww)
     s = np.bincount(cls_idx, weights=ww * np.abs(t - c))

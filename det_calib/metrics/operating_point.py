@@ -151,7 +151,7 @@ def _top_k_per_image_class(
 ) -> np.ndarray:
     """Mask of the ``k`` highest-scoring boxes of each (image, class) (COCO ``maxDets``; stable ties)."""
     n = score.shape[0]
-    order = np.lexsort((-score, cls, image))
+    order = np.lexsort((-score, *_pair_key(image, cls)))
     key_i, key_c = image[order], cls[order]
     new = np.ones(n, dtype=bool)
     new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
@@ -160,6 +160,19 @@ def _top_k_per_image_class(
     keep = np.zeros(n, dtype=bool)
     keep[order] = rank < k
     return keep
+
+
+def _pair_key(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The sort keys of (``major``, ``minor``) pairs for :func:`numpy.lexsort` (the last sorts first):
+    one int64 key ordered as the pairs where their ranges allow (a key fewer to sort by: about a third
+    of the sort's time), else the two."""
+    if major.size == 0:
+        return minor, major
+    lo_a, lo_b = int(major.min()), int(minor.min())
+    span_b = int(minor.max()) - lo_b + 1
+    if (int(major.max()) - lo_a + 1) * span_b >= 2**62:
+        return minor, major
+    return ((major.astype(np.int64) - lo_a) * span_b + (minor.astype(np.int64) - lo_b),)
 
 
 def laece0(
@@ -395,7 +408,7 @@ def _laece_replicates(
     ``weighted`` of :func:`_laece_binned_prepare` gives for its weights (up to float summation order).
 
     A replicate's cell sums are its draw counts times each (image, cell) pair's sums: the kept boxes
-    are pooled into those pairs once, into one sparse ``(3 cells, n_img)`` table (count, conf and target
+    are pooled into those pairs once, into one sparse ``(2 cells, n_img)`` table (count, and conf less target
     sums of the cells with boxes), and a block of replicates' sums is one sparse product with their draw
     counts (:func:`~det_calib.metrics.bootstrap_tables.csr_product`), not three weighted bin counts over
     every kept box per replicate."""
@@ -403,20 +416,19 @@ def _laece_replicates(
     inv = inv.ravel()
     used, row = np.unique(pair % cells.size, return_inverse=True)  # the cells with kept boxes
     n_rows = used.size
+    # two rows a cell: the count and the sum of conf - target (a cell's gap needs no more)
     table = csr_table(
-        np.concatenate([row, row + n_rows, row + 2 * n_rows]),
-        np.tile(pair // cells.size, 3),
-        np.concatenate(
-            [np.bincount(inv).astype(np.float64), np.bincount(inv, c), np.bincount(inv, t)]
-        ),
-        (3 * n_rows, n_img),
+        np.concatenate([row, row + n_rows]),
+        np.tile(pair // cells.size, 2),
+        np.concatenate([np.bincount(inv).astype(np.float64), np.bincount(inv, c - t)]),
+        (2 * n_rows, n_img),
     )
 
     def batch(mult: np.ndarray) -> np.ndarray:
         sums = csr_product(table, mult)
         count, gap = np.zeros((2, mult.shape[0], cells.size))
         count[:, used] = sums[:n_rows].T
-        gap[:, used] = np.abs(sums[n_rows : 2 * n_rows] - sums[2 * n_rows :]).T
+        gap[:, used] = np.abs(sums[n_rows:]).T
         return cells.laece(gap, count)
 
     return batch
@@ -559,16 +571,23 @@ def _laece_of_drawn_targets(
     p = np.minimum(s / m, 1.0)
     lift = np.clip((s - m) / (1.0 - m), 0.0, 1.0) if m < 1.0 else np.zeros(s.size)
     rows = max(1, (1 << 20) // s.size)  # draws in blocks of about 1M targets (8 MiB each table)
+    keys = (cells.key + cells.size * np.arange(min(rows, n_draws))[:, None]).ravel()
+    # the target of a matched box is its drawn IoU lifted towards 1 by ``lift``, where lift > 0 only
+    # (elsewhere ``drawn + (1 - drawn) * 0`` is ``drawn``, bit for bit); an unmatched box's is 0
+    # (``drawn * False``: 0.0, as ``np.where`` gives it; an IoU is never negative or nan)
+    lifted = np.flatnonzero(lift > 0.0)
     vals = []
     for start in range(0, n_draws, rows):
         d = min(rows, n_draws - start)
-        drawn = u[rng.integers(0, u.size, size=(d, s.size))]
-        t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
-        s_t = np.bincount(
-            (cells.key + cells.size * np.arange(d)[:, None]).ravel(),
-            weights=t.ravel(),
-            minlength=d * cells.size,
-        ).reshape(d, cells.size)
+        t = u[rng.integers(0, u.size, size=(d, s.size))]
+        matched = rng.random((d, s.size)) < p
+        if lifted.size:
+            up = t[:, lifted]
+            t[:, lifted] = up + (1.0 - up) * lift[lifted]
+        t *= matched
+        s_t = np.bincount(keys[: t.size], weights=t.ravel(), minlength=d * cells.size).reshape(
+            d, cells.size
+        )
         vals.append(cells.laece(np.abs(s_conf - s_t), count))
     return np.concatenate(vals)
 

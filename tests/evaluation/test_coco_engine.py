@@ -21,12 +21,15 @@ import pytest
 
 from det_calib.evaluation.coco_engine import (
     _AREA_RANGES,
+    _class_order,
     _coco_eval,
     _map_figures,
+    _ranked,
     engine_label,
     table_maps,
 )
 from det_calib.evaluation.map_check import coco_maps
+from det_calib.matching.one_to_one import group_keys
 
 TOL = 1e-9
 
@@ -478,3 +481,24 @@ def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path
             assert abs(ours[k] - ref[k]) <= TOL
         assert ours["map_identical"] and ref["map_identical"]
     assert "det_calib" in (runs["det_calib"].out_dir / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("n", "n_img", "n_cls"), [(1, 1, 1), (500, 7, 3), (20000, 300, 80), (40000, 50, 10**6)]
+)
+def test_class_order_of_ranked_detections_is_the_four_key_sort(n, n_img, n_cls):
+    """The detections in the engine's group order (image, class, rank): two stable sorts (score, then
+    class) give the four-key ``lexsort`` (class, descending score, image, rank), with scores tied
+    within and across images, and more classes than a 16-bit key holds."""
+    rng = np.random.default_rng(n)
+    d_img = rng.integers(0, n_img, n)
+    d_cls = rng.integers(0, n_cls, n)
+    d_score = np.round(rng.random(n), 2)  # many ties
+    key_d, _ = group_keys(d_img, d_cls, d_img[:1], d_cls[:1])
+    order, rank = _ranked(key_d, d_score, 10**9)
+    cats = np.unique(d_cls)
+    k_idx = np.searchsorted(cats, d_cls[order])
+    acc, seg_start, seg_end = _class_order(k_idx, d_score[order], len(cats))
+    want = np.lexsort((rank, d_img[order], -d_score[order], k_idx))
+    assert np.array_equal(acc, want)
+    assert np.array_equal(seg_end - seg_start, np.bincount(k_idx, minlength=len(cats)))

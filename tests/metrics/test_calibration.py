@@ -1109,3 +1109,34 @@ def test_bootstrap_sd_is_the_spread_of_bootstrap_ci_replicates_and_the_standard_
     )
     with pytest.raises(InputError, match="same non-zero length"):
         metrics.bootstrap_sd(metrics.ece, img[:5], conf, y)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        np.array([3, 3, 0, 79, 5, 6, 1] * 30),  # small ids: ranked by counting
+        np.arange(210, dtype=np.uint32)[::-1] // 3,  # unsigned: counted
+        np.array([5, -1, 5, 2, 0, 9, 4] * 30),  # a negative id: sorted
+        np.array([0, 10**9, 3, 17, 2, 5, 8] * 30),  # a range wider than twice the ids: sorted
+        np.array([2**63 - 1, 0, 5, 3, 9, 1, 2] * 30, dtype=np.uint64),  # 64-bit unsigned: sorted
+    ],
+)
+def test_class_and_image_ids_group_alike_counted_or_sorted(ids):
+    """Class ids and image ids are only groups: LaECE, LaACE and the image bootstrap give the same
+    numbers for any ids as for their ranks among the distinct ids (the ids ranked by counting where
+    they are small non-negative integers, by sorting elsewhere: np.unique's inverse either way)."""
+    rng = np.random.default_rng(ids.size)
+    conf = rng.uniform(size=ids.size)
+    iou = rng.uniform(size=ids.size) * (rng.uniform(size=ids.size) < conf)
+    rank = np.unique(ids, return_inverse=True)[1].ravel()
+    assert metrics.laece(conf, iou, ids) == metrics.laece(conf, iou, rank)
+    assert laace(conf, iou, ids) == laace(conf, iou, rank)
+    fn = functools.partial(metrics.laece, n_bins=10)
+    boot = dict(n_boot=50, seed=2)
+    cls = rng.integers(0, 3, ids.size)
+    assert metrics.bootstrap_ci(fn, ids, conf, iou, cls, **boot) == metrics.bootstrap_ci(
+        fn, rank, conf, iou, cls, **boot
+    )
+    assert metrics.bootstrap_ci(fn, rank, conf, iou, ids, **boot) == metrics.bootstrap_ci(
+        fn, rank, conf, iou, rank, **boot
+    )  # the ids as class ids

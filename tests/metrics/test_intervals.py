@@ -136,3 +136,23 @@ def test_the_checkers_find_an_interval_without_its_estimate():
     assert bad == [".x_ci: no estimate `x` beside it"]
     bad, n = printed_interval_violations("ECE 0.0617 [0.0463, 0.0692] -> 0.0458 [0.0306, 0.0409]")
     assert n == 2 and bad == ["0.0458 [0.0306, 0.0409]"]
+
+
+@pytest.mark.parametrize("method", ["bc-normal", "bc", "basic", "normal", "percentile"])
+def test_an_interval_given_its_estimate_is_the_one_computed_with_it(method):
+    """``estimate=``, the figure a caller computed already, gives the interval bootstrap_ci computes
+    itself, bit for bit; and it is used as given, not computed again (another estimate moves every
+    method's interval but the percentile one, which needs none)."""
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 60, 3000)
+    conf = rng.uniform(size=img.size)
+    y = rng.uniform(size=img.size) < conf**1.5
+    fn = functools.partial(metrics.ece, n_bins=15)
+    e = metrics.ece(conf, y, n_bins=15)
+    own = metrics.bootstrap_ci(fn, img, conf, y, n_boot=200, seed=3, method=method)
+    given = metrics.bootstrap_ci(fn, img, conf, y, n_boot=200, seed=3, method=method, estimate=e)
+    assert given == own
+    other = metrics.bootstrap_ci(
+        fn, img, conf, y, n_boot=200, seed=3, method=method, estimate=e + 0.01
+    )
+    assert (other == own) == (method == "percentile")

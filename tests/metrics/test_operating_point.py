@@ -13,6 +13,8 @@ from det_calib.metrics import bootstrap
 from det_calib.metrics.calibration import bootstrap_ci, ece
 from det_calib.metrics.operating_point import (
     LaECE0Targets,
+    _KeptCells,
+    _laece_of_drawn_targets,
     _reference_bin_index,
     _top_k_per_image_class,
     kept_ece,
@@ -79,6 +81,24 @@ def test_top_k_per_image_class():
     cls = np.array([0, 0, 1, 0, 0])
     score = np.array([0.1, 0.9, 0.5, 0.2, 0.4])
     assert _top_k_per_image_class(img, cls, score, 2).tolist() == [False, True, True, True, True]
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 50), (-7, 9), (-(2**40), 2**40), (0, 1)])
+def test_top_k_per_image_class_is_the_three_key_sort(lo, hi):
+    """The (image, class) pairs sorted by one key where their ranges allow (by two where they do not:
+    ids 2**41 apart): the boxes of the three-key lexsort, with tied scores kept in input order."""
+    rng = np.random.default_rng(abs(lo) + hi)
+    n = 5000
+    img = rng.integers(lo, hi, n, endpoint=True)
+    cls = rng.integers(lo, hi, n, endpoint=True) // 3
+    score = np.round(rng.uniform(size=n), 1)  # many ties
+    for k in (1, 2, 5):
+        order = np.lexsort((-score, cls, img))
+        new = np.r_[True, (img[order][1:] != img[order][:-1]) | (cls[order][1:] != cls[order][:-1])]
+        start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        want = np.zeros(n, dtype=bool)
+        want[order] = np.arange(n) - start < k
+        assert np.array_equal(_top_k_per_image_class(img, cls, score, k), want)
 
 
 def test_kept_ece_is_ece_of_the_kept_boxes():
@@ -495,3 +515,38 @@ def test_laece_replicates_in_blocks_equal_each_replicate_weighted(n_cls):
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
     assert np.array_equal(np.isnan(fast), np.isnan(slow))
     assert not np.isnan(fast).all()
+
+
+def _drawn_laece_reference(cells, s, u, n_draws, rng):
+    """The floor's draws written plainly: every box's lifted IoU computed, kept where matched."""
+    s_conf, count = cells.sums(s), cells.sums(np.ones(s.size))
+    m = float(u.mean())
+    p = np.minimum(s / m, 1.0)
+    lift = np.clip((s - m) / (1.0 - m), 0.0, 1.0) if m < 1.0 else np.zeros(s.size)
+    rows, vals = max(1, (1 << 20) // s.size), []
+    for start in range(0, n_draws, rows):
+        d = min(rows, n_draws - start)
+        drawn = u[rng.integers(0, u.size, size=(d, s.size))]
+        t = np.where(rng.random((d, s.size)) < p, drawn + (1.0 - drawn) * lift, 0.0)
+        s_t = np.stack([cells.sums(row) for row in t])
+        vals.append(cells.laece(np.abs(s_conf - s_t), count))
+    return np.concatenate(vals)
+
+
+@pytest.mark.parametrize(
+    ("n", "iou_lo", "iou_one"),
+    [(40, 0.4, False), (3000, 0.6, False), (70001, 0.3, False), (9, 0, True)],
+)
+def test_drawn_targets_lift_only_the_boxes_above_the_mean_iou(n, iou_lo, iou_one):
+    """The floor's draws lift only the boxes whose conf is above the mean matched IoU and zero the
+    unmatched ones in place: the same draws, bit for bit, as lifting every box (by 0 below the mean)
+    and choosing with ``np.where``, one block of draws or several (70,001 boxes: 14 draws a block)."""
+    rng = np.random.default_rng(n)
+    s = rng.uniform(0.25, 1.0, n)
+    k = rng.integers(0, 7, n)
+    u = np.ones(3) if iou_one else rng.uniform(iou_lo, 1.0, max(1, n // 2))
+    cells = _KeptCells.of(s, k, np.arange(6), 25)
+    got = _laece_of_drawn_targets(cells, s, u, 200, np.random.default_rng(1))
+    want = _drawn_laece_reference(cells, s, u, 200, np.random.default_rng(1))
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isfinite(got).all()
