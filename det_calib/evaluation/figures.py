@@ -16,6 +16,7 @@ The options are read from any object with the run settings' names (:class:`EvalS
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.by_size import size_figures
+from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.evaluation.kept_set import threshold_shift
 from det_calib.evaluation.map_check import coco_maps, same_ranking
 from det_calib.evaluation.operating import OperatingPoints
@@ -54,6 +56,7 @@ class EvalSettings(Protocol):
     max_det: int
     map_engine: str
     min_class_boxes: int
+    target: str
 
 
 def _scores_of(
@@ -303,6 +306,8 @@ def evaluate_head(
     operating: OperatingPoints | None = None,
     *,
     sigmas: Any = None,
+    method: str | None = None,
+    fit_min_conf: float = 0.0,
 ) -> HeadResult:
     """Calibration metrics, mAP check, threshold shift and per-class results of one head on the eval split.
 
@@ -311,6 +316,8 @@ def evaluate_head(
         calibrator: A fitted calibrator (:mod:`det_calib.selection.cross_validation`).
         operating: The head's :class:`~det_calib.evaluation.operating.OperatingPoints` (built here when None).
         sigmas: A pose dataset's OKS sigmas (:func:`task_map_check`).
+        method, fit_min_conf: The calibrator's method and the lowest conf its fit saw (why the kept set
+            stays above its sampling floor, :func:`~det_calib.evaluation.floor_gap.head_floor_gap`).
 
     Returns:
         A :class:`~det_calib.record.run_result.HeadResult` without calibrator, fit and Ultralytics val.
@@ -352,7 +359,21 @@ def evaluate_head(
     ]
     per_classes = _per_class_figures(raw, scored, gt_cls, calibrator, s, names)
     by_size = size_figures(op, scored)
-    return HeadResult(eval=ev, threshold_shift=shifts, per_class=per_classes, by_size=by_size)
+    gap = head_floor_gap(  # only where the calibrated kept set is above its floor's range
+        op,
+        ev,
+        calibrator,
+        method=method,
+        fit_min_conf=fit_min_conf,
+        image_names=split.image_names(),
+        target=s.target,
+    )
+    return HeadResult(
+        eval=dataclasses.replace(ev, floor_gap=gap),
+        threshold_shift=shifts,
+        per_class=per_classes,
+        by_size=by_size,
+    )
 
 
 def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> OperatingPoints:

@@ -7,7 +7,6 @@ boxes, and :func:`evaluate` on the fused ones.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -16,7 +15,6 @@ import polars as pl
 from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import Split
 from det_calib.evaluation.figures import evaluate_head, operating_points
-from det_calib.evaluation.floor_gap import head_floor_gap
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
@@ -73,21 +71,21 @@ def evaluate(
     fit_split, ev = splits
     fb, eb = fit_boxes, eval_boxes if labelled else _label(eval_boxes, ev, inputs, s)
     op = operating_points(eb, ev, s)
-    evaluated = evaluate_head(eb, ev, choice.calibrator, s, inputs.ds.names, op, sigmas=sigmas)
-    # only where the calibrated kept set is above its floor's range
-    gap = head_floor_gap(
-        op,
-        evaluated.eval,
+    evaluated = evaluate_head(
+        eb,
+        ev,
         choice.calibrator,
+        s,
+        inputs.ds.names,
+        op,
+        sigmas=sigmas,
         method=choice.method,
         fit_min_conf=choice.floor or 0.0,
-        image_names=ev.image_names(),
-        target=s.target,
     )
     result = HeadResult(
         calibrator=calibrator_record(choice.calibrator, choice.method, choice.floor),
         fit=fit_result(fb, fit_split, choice, s),
-        eval=dataclasses.replace(evaluated.eval, floor_gap=gap),
+        eval=evaluated.eval,
         threshold_shift=evaluated.threshold_shift,
         per_class=evaluated.per_class,
         by_size=evaluated.by_size,
