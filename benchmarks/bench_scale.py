@@ -175,7 +175,9 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.2f} GiB"
 
 
-def _set(work: Path, n: int) -> Path:
+def coco_shaped_set(work: Path, n: int) -> Path:
+    """The seeded COCO-shaped set of ``n`` images a split under ``work`` (written once, then reused;
+    bench_coco_engines.py reads the same sets)."""
     from det_calib.demo.coco_shaped import write_coco_shaped
 
     root = work / f"coco_shaped_{n}"
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     peaks: dict[str, dict[int, dict]] = {m: {} for m in args.method}
     rows: list[str] = []
     for n in args.images:
-        root = _set(work, n)
+        root = coco_shaped_set(work, n)
         cached = root / "pycocotools_reference.json"
         ref = None
         if args.reference_max is not None and n > args.reference_max:

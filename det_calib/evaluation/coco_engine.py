@@ -32,7 +32,7 @@ records which one scored (``eval.{head}.map_engine``); pycocotools stays the ref
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,13 +66,18 @@ _T_CAP = 1 - 1e-10
 
 @dataclass(frozen=True)
 class CocoEval:
-    """What ``COCOeval.accumulate`` leaves in ``eval``: ``precision`` (T, R, K, A, M), ``recall`` (T, K, A, M)."""
+    """What ``COCOeval.accumulate`` leaves in ``eval``: ``precision`` (T, R, K, A, M), ``recall`` (T, K, A, M);
+    with ``matches`` asked for, what ``evaluate`` leaves in ``evalImgs``' ``dtMatches`` for the first
+    area range: ``(T, n)``, per IoU threshold and input detection, the input index of the ground truth
+    it took (ignored ground truth included, as ``dtMatches``), -1 for none or a detection that takes
+    no part (another class, past ``maxDets``)."""
 
     precision: np.ndarray
     recall: np.ndarray
     iou_thresholds: np.ndarray
     categories: np.ndarray
     max_dets: tuple[int, ...]
+    matches: np.ndarray | None = None
 
 
 def _pair_iou_xywh(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
@@ -152,6 +157,7 @@ def _coco_eval(
     max_dets=(1, 10, 100),
     area_ranges=_AREA_RANGES,
     iou_thresholds=_IOU_THRESHOLDS,
+    matches: bool = False,
 ) -> CocoEval:
     """COCOeval (bbox) ``evaluate`` + ``accumulate`` on arrays.
 
@@ -168,6 +174,8 @@ def _coco_eval(
         max_dets: COCOeval's ``maxDets`` (its default ``[1, 10, 100]``).
         area_ranges: COCOeval's ``areaRng``.
         iou_thresholds: COCOeval's ``iouThrs``.
+        matches: Also return each detection's match in the first area range (``dtMatches``: for a
+            comparison with other COCO implementations, ``benchmarks/bench_coco_engines.py``).
 
     Returns:
         A :class:`CocoEval` with COCOeval's ``eval["precision"]`` and ``eval["recall"]``.
@@ -191,16 +199,17 @@ def _coco_eval(
     precision = -np.ones((n_t, n_r, n_k, n_a, n_m))
     recall = -np.ones((n_t, n_k, n_a, n_m))
     out = CocoEval(precision, recall, np.asarray(iou_thresholds, dtype=np.float64), cats, max_dets)
-    d_img, d_box, d_score, d_cls = _rows(np.isin(d_cls, cats), d_img, d_box, d_score, d_cls)
-    g_img, g_box, g_cls, g_crowd, g_area = _rows(
-        np.isin(g_cls, cats), g_img, g_box, g_cls, g_crowd, g_area
-    )
+    n_input = len(d_img)
+    d_in, g_in = np.flatnonzero(np.isin(d_cls, cats)), np.flatnonzero(np.isin(g_cls, cats))
+    d_img, d_box, d_score, d_cls = _rows(d_in, d_img, d_box, d_score, d_cls)
+    g_img, g_box, g_cls, g_crowd, g_area = _rows(g_in, g_img, g_box, g_cls, g_crowd, g_area)
     n, m = len(d_img), len(g_img)
     if n + m == 0:
-        return out
+        return replace(out, matches=np.full((n_t, n_input), -1)) if matches else out
     key_d, key_g = group_keys(d_img, d_cls, g_img, g_cls)
     order, rank = _ranked(key_d, d_score, max_dets[-1])
     n = len(order)
+    d_in = d_in[order]
     d_img, d_box, d_score, d_cls = d_img[order], d_box[order], d_score[order], d_cls[order]
     d_area = d_box[:, 2] * d_box[:, 3]
     p_det, p_gt, p_iou = _group_pairs(key_d[order], key_g, d_box, g_box, g_crowd)
@@ -208,15 +217,32 @@ def _coco_eval(
     acc, seg_start, seg_end = _class_order(np.searchsorted(cats, d_cls), d_score, n_k)
     rank_acc = rank[acc]
     gk_idx = np.searchsorted(cats, g_cls)
+    taken: list[np.ndarray] | None = [] if matches else None
     for a, (a_lo, a_hi) in enumerate(area_ranges):
         g_ig = g_crowd | (g_area < a_lo) | (g_area > a_hi)
         npig = np.bincount(gk_idx[~g_ig], minlength=n_k)
         outside = (d_area < a_lo) | (d_area > a_hi)
-        tp, fp = _area_flags(p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m)
+        tp, fp = _area_flags(
+            p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m, taken if a == 0 else None
+        )
         _fill_curves(out, a, tp, fp, npig, seg_start, seg_end, rank_acc)
     _log.debug(
         "coco_eval: %d detections, %d ground truth, %d pairs, %d classes", n, m, len(p_det), n_k
     )
+    return (
+        out if taken is None else replace(out, matches=_input_matches(taken, d_in, g_in, n_input))
+    )
+
+
+def _input_matches(
+    taken: list[np.ndarray], d_in: np.ndarray, g_in: np.ndarray, n_input: int
+) -> np.ndarray:
+    """The ``(T, n_input)`` match table of :class:`CocoEval` from the per-threshold matches by rank
+    (``d_in``, ``g_in``: the input index of each ranked detection and of each ground truth)."""
+    out = np.full((len(taken), n_input), -1, dtype=np.int64)
+    for t, m_gt in enumerate(taken):
+        hit = m_gt >= 0
+        out[t, d_in[hit]] = g_in[m_gt[hit]]
     return out
 
 
@@ -297,10 +323,12 @@ def _class_order(
 
 
 def _area_flags(
-    p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m
+    p_det, p_gt, p_iou, g_ig, g_crowd, outside, t_thr, acc, m, taken=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """evaluate's matching in one area range (``g_ig``: ignored ground truth, ``outside``: detections
-    outside the range): ``(T, n)`` true and false positive flags, in the per-class order ``acc``."""
+    outside the range): ``(T, n)`` true and false positive flags, in the per-class order ``acc``;
+    each threshold's ground truth taken per detection rank (-1: none) appended to ``taken`` if
+    given."""
     n = len(acc)
     tp = np.zeros((len(t_thr), n), dtype=bool)
     fp = np.zeros((len(t_thr), n), dtype=bool)
@@ -311,6 +339,8 @@ def _area_flags(
         second = ok & g_ig[p_gt] & (m1[p_det] < 0)
         m2 = _greedy(p_det[second], p_gt[second], p_iou[second], g_crowd, n, m)
         matched = m1 >= 0
+        if taken is not None:
+            taken.append(np.where(matched, m1, m2))
         ignored = (m2 >= 0) | (~matched & outside)
         tp[t] = matched[acc]
         fp[t] = (~matched & ~ignored)[acc]

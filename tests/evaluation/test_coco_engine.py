@@ -169,6 +169,96 @@ def test_planted_sets_equal_pycocotools(seed):
     assert not np.array_equal(ours.precision[..., 0], ours.precision[..., -1])
 
 
+def _coco_objects(arrays, n_img, cats, make_coco):
+    """A COCO ground-truth object (pycocotools' or faster-coco-eval's ``COCO``) and its ``loadRes``
+    of the detections: ground truth ``k`` has id ``k + 1``, detection ``i`` id ``i + 1``."""
+    d_img, d_xywh, d_score, d_cls, g_img, g_xywh, g_cls, g_crowd = arrays
+    anns = [
+        {
+            "id": k + 1,
+            "image_id": int(g_img[k]),
+            "category_id": int(g_cls[k]),
+            "bbox": [float(v) for v in g_xywh[k]],
+            "area": float(g_xywh[k, 2] * g_xywh[k, 3]),
+            "iscrowd": int(g_crowd[k]),
+        }
+        for k in range(len(g_img))
+    ]
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = make_coco()
+        coco.dataset = {
+            "images": [{"id": i} for i in range(n_img)],
+            "annotations": anns,
+            "categories": [{"id": int(c)} for c in cats],
+        }
+        coco.createIndex()
+        res = coco.loadRes(np.column_stack([d_img, d_xywh, d_score, d_cls]).astype(np.float64))
+    return coco, res
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_equal_pycocotools_dtmatches(seed):
+    """Each detection's match (the ground truth it took at each IoU threshold, area range "all", the
+    last maxDets) is pycocotools' ``evalImgs`` ``dtMatches``, crowd and ignored matches included."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
+    max_dets = (1, 10, 100) if seed % 3 else (2, 5)
+    coco, res = _coco_objects(arrays, n_img, cats, COCO)
+    with contextlib.redirect_stdout(io.StringIO()):
+        ev = COCOeval(coco, res, "bbox")
+        ev.params.maxDets = list(max_dets)
+        ev.evaluate()
+    ref = np.full((10, len(arrays[0])), -1)
+    for e in ev.evalImgs:
+        if e is not None and e["aRng"] == ev.params.areaRng[0]:
+            ids = np.asarray(e["dtIds"], dtype=np.int64) - 1
+            ref[:, ids] = np.asarray(e["dtMatches"], dtype=np.int64).reshape(10, -1) - 1
+    ours = _coco_eval(*arrays, categories=cats, max_dets=max_dets, matches=True)
+    assert ours.matches.shape == ref.shape
+    assert np.array_equal(ours.matches, ref)
+    # the matches exercise what they claim: crowd matches, unmatched detections, and fewer
+    # matches at the strictest threshold than at 0.5
+    assert arrays[7][ref[ref >= 0]].any() and (ref == -1).any()
+    assert (ref[-1] >= 0).sum() < (ref[0] >= 0).sum()
+    # without matches asked for, none is kept
+    assert _coco_eval(*arrays, categories=cats, max_dets=max_dets).matches is None
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("seed", range(4))
+def test_faster_coco_eval_agrees_with_the_engine(seed):
+    """faster-coco-eval (the C++ COCOeval Ultralytics' val asks for): its precision and recall
+    arrays equal the engine's to 1e-15 (pycocotools' exactly: the engine is bit for bit, the C++
+    library rounds some entries differently, docs/generated/coco_engines.md) and the pairs it
+    matched are the engine's."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
+    coco, res = _coco_objects(arrays, n_img, cats, COCO)
+    ev = COCOeval_faster(coco, res, "bbox", print_function=lambda *a: None, extra_calc=True)
+    ev.evaluate()
+    ev.accumulate()
+    ours = _coco_eval(*arrays, categories=cats, matches=True)
+    assert np.allclose(ev.eval["precision"], ours.precision, rtol=0, atol=1e-15)
+    assert np.allclose(ev.eval["recall"], ours.recall, rtol=0, atol=1e-15)
+    # its "matched": every (detection, ground truth) pair matched at some IoU threshold in some area
+    # range (the engine's matches are the first range's: one call per range)
+    theirs = {tuple(int(x) - 1 for x in k.split("_")) for k in ev.eval["matched"]}
+    per_range = [
+        _coco_eval(*arrays, categories=cats, area_ranges=(r,), matches=True).matches
+        for r in _AREA_RANGES
+    ]
+    engine = {(int(i), int(g)) for m in per_range for t in m for i, g in enumerate(t) if g >= 0}
+    assert theirs == engine
+    # pairs that hold at 0.5 only and pairs that hold from a stricter threshold on are both there
+    at_50 = {(int(i), int(g)) for i, g in enumerate(ours.matches[0]) if g >= 0}
+    assert len(at_50) > 10 and engine - at_50
+    assert np.array_equal(per_range[0], ours.matches)
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("seed", range(4))
 def test_area_range_boundaries_equal_pycocotools(seed):
