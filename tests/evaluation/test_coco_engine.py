@@ -34,25 +34,12 @@ from det_calib.matching.one_to_one import group_keys
 TOL = 1e-9
 
 
-def pycocotools_eval(
-    d_img,
-    d_xywh,
-    d_score,
-    d_cls,
-    g_img,
-    g_xywh,
-    g_cls,
-    g_crowd,
-    *,
-    n_img,
-    cats,
-    max_dets,
-    g_area=None,
-):
-    """COCOeval (bbox) evaluate + accumulate on the same arrays: its precision and recall."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
+def coco_objects(arrays, n_img, cats, make_coco=None, g_area=None):
+    """A COCO ground-truth object (pycocotools' ``COCO`` by default, or faster-coco-eval's) and its
+    ``loadRes`` of the detections: ground truth ``k`` has id ``k + 1``, detection ``i`` id ``i + 1``."""
+    if make_coco is None:
+        from pycocotools.coco import COCO as make_coco
+    d_img, d_xywh, d_score, d_cls, g_img, g_xywh, g_cls, g_crowd = arrays
     anns = [
         {
             "id": k + 1,
@@ -65,7 +52,7 @@ def pycocotools_eval(
         for k in range(len(g_img))
     ]
     with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO()
+        coco = make_coco()
         coco.dataset = {
             "images": [{"id": i} for i in range(n_img)],
             "annotations": anns,
@@ -73,6 +60,15 @@ def pycocotools_eval(
         }
         coco.createIndex()
         res = coco.loadRes(np.column_stack([d_img, d_xywh, d_score, d_cls]).astype(np.float64))
+    return coco, res
+
+
+def pycocotools_eval(*arrays, n_img, cats, max_dets, g_area=None):
+    """COCOeval (bbox) evaluate + accumulate on the same arrays: its precision and recall."""
+    from pycocotools.cocoeval import COCOeval
+
+    coco, res = coco_objects(arrays, n_img, cats, g_area=g_area)
+    with contextlib.redirect_stdout(io.StringIO()):
         ev = COCOeval(coco, res, "bbox")
         ev.params.maxDets = list(max_dets)
         ev.evaluate()
@@ -169,44 +165,16 @@ def test_planted_sets_equal_pycocotools(seed):
     assert not np.array_equal(ours.precision[..., 0], ours.precision[..., -1])
 
 
-def _coco_objects(arrays, n_img, cats, make_coco):
-    """A COCO ground-truth object (pycocotools' or faster-coco-eval's ``COCO``) and its ``loadRes``
-    of the detections: ground truth ``k`` has id ``k + 1``, detection ``i`` id ``i + 1``."""
-    d_img, d_xywh, d_score, d_cls, g_img, g_xywh, g_cls, g_crowd = arrays
-    anns = [
-        {
-            "id": k + 1,
-            "image_id": int(g_img[k]),
-            "category_id": int(g_cls[k]),
-            "bbox": [float(v) for v in g_xywh[k]],
-            "area": float(g_xywh[k, 2] * g_xywh[k, 3]),
-            "iscrowd": int(g_crowd[k]),
-        }
-        for k in range(len(g_img))
-    ]
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco = make_coco()
-        coco.dataset = {
-            "images": [{"id": i} for i in range(n_img)],
-            "annotations": anns,
-            "categories": [{"id": int(c)} for c in cats],
-        }
-        coco.createIndex()
-        res = coco.loadRes(np.column_stack([d_img, d_xywh, d_score, d_cls]).astype(np.float64))
-    return coco, res
-
-
 @pytest.mark.fast
 @pytest.mark.parametrize("seed", range(6))
 def test_matches_equal_pycocotools_dtmatches(seed):
     """Each detection's match (the ground truth it took at each IoU threshold, area range "all", the
     last maxDets) is pycocotools' ``evalImgs`` ``dtMatches``, crowd and ignored matches included."""
-    from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
     arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
     max_dets = (1, 10, 100) if seed % 3 else (2, 5)
-    coco, res = _coco_objects(arrays, n_img, cats, COCO)
+    coco, res = coco_objects(arrays, n_img, cats)
     with contextlib.redirect_stdout(io.StringIO()):
         ev = COCOeval(coco, res, "bbox")
         ev.params.maxDets = list(max_dets)
@@ -237,7 +205,7 @@ def test_faster_coco_eval_agrees_with_the_engine(seed):
     from faster_coco_eval import COCO, COCOeval_faster
 
     arrays, n_img, cats = planted(seed, grid=seed % 2 == 0)
-    coco, res = _coco_objects(arrays, n_img, cats, COCO)
+    coco, res = coco_objects(arrays, n_img, cats, COCO)
     ev = COCOeval_faster(coco, res, "bbox", print_function=lambda *a: None, extra_calc=True)
     ev.evaluate()
     ev.accumulate()
