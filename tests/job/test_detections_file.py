@@ -70,6 +70,13 @@ def txt_run(tmp_path_factory, rows):
     return tmp / "out"
 
 
+def both_boxes(run_a, run_b) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Two runs' ``boxes.parquet`` in the same order (image, score, corner), to compare row by row."""
+    return tuple(
+        pl.read_parquet(run / "boxes.parquet").sort("image", "conf", "x1") for run in (run_a, run_b)
+    )
+
+
 def test_label_folder_calibrates_and_says_what_it_matched(txt_run, rows):
     summary = (txt_run / "summary.txt").read_text()
     assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in summary
@@ -92,8 +99,7 @@ def test_a_table_gives_the_same_run_as_the_label_folder(tmp_path, capsys, txt_ru
         capsys, FIXTURE / "data.yaml", csv, tmp_path / "out", "--method", "platt"
     )
     assert code == 0, err
-    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
-    b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
+    a, b = both_boxes(txt_run, tmp_path / "out")
     np.testing.assert_allclose(a["calibrated"].to_numpy(), b["calibrated"].to_numpy(), atol=1e-9)
     np.testing.assert_allclose(
         a.select("x1", "y1", "x2", "y2").to_numpy(),
@@ -113,8 +119,7 @@ def test_coco_results_with_sparse_category_ids_and_a_coco_ground_truth(
     assert code == 0, err
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in summary
-    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
-    b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
+    a, b = both_boxes(txt_run, tmp_path / "out")
     assert a["cls"].to_list() == b["cls"].to_list()  # category 18 is class 2 (square), by name
     assert a["correct"].to_list() == b["correct"].to_list()
 
@@ -138,8 +143,7 @@ def test_ultralytics_save_json_convention_stem_and_class_plus_one(tmp_path, caps
         capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt"
     )
     assert code == 0, err
-    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
-    b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
+    a, b = both_boxes(txt_run, tmp_path / "out")
     np.testing.assert_allclose(a["calibrated"].to_numpy(), b["calibrated"].to_numpy(), atol=1e-9)
 
 
@@ -381,8 +385,7 @@ def test_boxes_of_a_detections_run_give_the_same_run(tmp_path, capsys, txt_run, 
         f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in out
     )  # what the file held
     assert _eval_figures(tmp_path / "again") == _eval_figures(txt_run)
-    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
-    b = pl.read_parquet(tmp_path / "again" / "boxes.parquet").sort("image", "conf", "x1")
+    a, b = both_boxes(txt_run, tmp_path / "again")
     assert (
         a["calibrated"].to_list() == b["calibrated"].to_list()
         and a["correct"].to_list() == b["correct"].to_list()
@@ -474,8 +477,7 @@ def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_ru
         capsys, FIXTURE / "data.yaml", path, tmp_path / "out", "--method", "platt"
     )
     assert code == 0, err
-    a = pl.read_parquet(txt_run / "boxes.parquet").sort("image", "conf", "x1")
-    b = pl.read_parquet(tmp_path / "out" / "boxes.parquet").sort("image", "conf", "x1")
+    a, b = both_boxes(txt_run, tmp_path / "out")
     assert a["cls"].to_list() == b["cls"].to_list()
     np.testing.assert_allclose(a["calibrated"].to_numpy(), b["calibrated"].to_numpy(), atol=1e-9)
     pl.DataFrame(recs).drop("score_star").write_parquet(path)
