@@ -48,7 +48,6 @@ from det_calib.capture.family_registry import family_of, family_with_head
 from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.predictor import (
-    NMS_TIME_LIMIT,
     Capturer,
     ImageBoxes,
     check_task,
@@ -394,7 +393,7 @@ def _predictor_class(task: str = "detect"):
                 **hooks.nms_args(len(self.model.names)),
                 end2end=getattr(self.model, "end2end", False),
                 return_idxs=True,
-                max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
+                max_time_img=nms_max_time_img(None, preds.shape[0]),
             )
             self.captured, self.masks = (preds, keep), []
             if not isinstance(orig_imgs, list):
