@@ -36,7 +36,8 @@ import polars as pl
 
 from det_calib.capture.exported import export_fingerprint, is_export, make_capturer
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, capture_schema, validate_boxes
+from det_calib.capture.predictor import capture_schema
+from det_calib.data.box_table import HEADS, validate_boxes
 from det_calib.data.ground_truth import check_class_names, label_path, load_data_yaml
 from det_calib.errors import InputError
 from det_calib.io import atomic_path

@@ -50,7 +50,7 @@ from det_calib.capture.image_source import (
     read_ahead,
 )
 from det_calib.capture.options import CaptureOptions, resolve_batch
-from det_calib.data.box_table import HEAD_LABEL, HEADS, LOGITS_ROW, Head, capture_schema
+from det_calib.data.box_table import CAPTURE_COLUMNS, HEAD_LABEL, HEADS, LOGITS_ROW, SCHEMA, Head
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.validation import check_choice
@@ -89,6 +89,13 @@ def kept_logits(cap: Any, lg: np.ndarray) -> np.ndarray | None:
         return None
     store = getattr(cap, "logit_store", None)
     return lg if store is None else store.append(lg)
+
+
+def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`~det_calib.data.box_table.CAPTURE_COLUMNS`, and the
+    task's payload column and its type (:attr:`det_calib.tasks.contract.Task.payload_schema`; none
+    for a detector)."""
+    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
 def nms_max_time_img(time_limit: float | None, batch: int) -> float:

@@ -104,12 +104,6 @@ over millions of rows: at COCO scale their strings were a third of the table); e
 them as strings (:func:`_as_written`)."""
 
 
-def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
-    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column and its type
-    (:attr:`det_calib.tasks.contract.Task.payload_schema`; none for a detector)."""
-    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
-
-
 def _empty_boxes() -> pl.DataFrame:
     """An empty box table with the full schema."""
     return pl.DataFrame(schema=SCHEMA)
