@@ -7,7 +7,6 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "ExportInfo": "exported",
-    "GRAPH_FORMATS": "exported",
     "P_CEILING": "exported",
     "P_FLOOR": "exported",
     "export_format": "exported",
@@ -16,7 +15,6 @@ _EXPORTS = {
     "logit_of_prob": "exported",
     "make_capturer": "exported",
     "read_export": "exported",
-    "require_runtime": "exported",
     "Family": "family_registry",
     "family_of": "family_registry",
     "register_family": "family_registry",
@@ -50,7 +48,6 @@ __all__ = [
     "Capturer",
     "ExportInfo",
     "Family",
-    "GRAPH_FORMATS",
     "ImageBoxes",
     "LockedBar",
     "P_CEILING",
@@ -79,7 +76,6 @@ __all__ = [
     "read_parts",
     "read_parts_with_meta",
     "register_family",
-    "require_runtime",
     "resolve_batch",
     "resolve_heads",
     "write_part",
