@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from det_calib.errors import InputError
 
-__all__ = ["LockedBar", "NoBar", "auto_workers", "image_lists", "progress_bar", "read_ahead"]
+__all__ = ["LockedBar", "auto_workers", "image_lists", "progress_bar", "read_ahead"]
 
 
 def image_lists(
@@ -108,7 +108,7 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-class NoBar:
+class _NoBar:
     def update(self, n: int = 1) -> None:
         pass
 
@@ -127,7 +127,7 @@ def progress_bar(total: int, desc: str, *, enabled: bool, batch: int = 1):
     log, CI), its carriage-return frames would be noise, and the stage's one log line says the same.
     """
     if not enabled or not _is_terminal(sys.stderr):
-        return NoBar()
+        return _NoBar()
     from ultralytics.utils import TQDM
 
     class _Bar(TQDM):

@@ -168,7 +168,7 @@ def test_progress_bar_shows_no_eta_until_the_speed_is_known(monkeypatch):
     monkeypatch.undo()
     bar.close()
     assert bar.total == 12 and "capture" in terminal.getvalue()
-    assert isinstance(cap.progress_bar(3, "x", enabled=False, batch=4), cap.NoBar)
+    assert isinstance(cap.progress_bar(3, "x", enabled=False, batch=4), cap._NoBar)
 
 
 @pytest.mark.fast
@@ -179,7 +179,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
 
     assert not sys.stderr.isatty()  # pytest captures it
     bar = cap.progress_bar(3, "capture", enabled=True, batch=1)
-    assert isinstance(bar, cap.NoBar)
+    assert isinstance(bar, cap._NoBar)
     for _ in range(3):
         bar.update(1)
     bar.close()
