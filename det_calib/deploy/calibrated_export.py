@@ -557,7 +557,7 @@ def _write_run_export(
 
 
 # --------------------------------------------------------------------------- the run's record
-ENGINE_FILE = "engine.json"
+_ENGINE_FILE = "engine.json"
 """The run-folder file recording the engine a run calibrated (written for exports only)."""
 
 
@@ -659,6 +659,13 @@ def run_equivalent_thresholds(
     }
 
 
+def engine_record(run_dir: str | Path) -> EngineRecord | None:
+    """The engine record of a run folder (its ``engine.json``, read and checked); None for a run that
+    calibrated no export (a ``.pt``, or a file of detections)."""
+    f = Path(run_dir) / _ENGINE_FILE
+    return EngineRecord.read(f) if f.is_file() else None
+
+
 def write_run_engine(
     export: str | Path,
     folder: Path,
@@ -696,7 +703,7 @@ def write_run_engine(
         ),
         score_step=step,
     )
-    write_json(folder / ENGINE_FILE, rec.to_dict())
+    write_json(folder / _ENGINE_FILE, rec.to_dict())
     return rec
 
 
