@@ -18,7 +18,6 @@ same queries and returns the same boxes; a map the same for every class keeps th
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,8 +27,6 @@ from det_calib.capture.family_capture import PredictorCapturer
 from det_calib.capture.family_registry import Family, register_family
 from det_calib.deploy.fold import hinge_layers
 from det_calib.errors import InputError
-
-_log = logging.getLogger(__name__)
 
 __all__ = ["RTDETRCapturer", "RTDETRFamily"]
 
