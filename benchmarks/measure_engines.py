@@ -88,7 +88,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from det_calib.demo import demo_data_yaml
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy import engine_record
     from det_calib.pipeline.calibrate_job import calibrate
     from det_calib.record.run_folder import load_run
     from det_calib.report import compare_runs, write_report
@@ -146,7 +146,7 @@ def main() -> None:
             note="Head `nms`, fit `calib`, eval `test`, `--method auto`.",
         )
     for name in ("onnx", "int8"):
-        rec = EngineRecord.read(runs[name] / ENGINE_FILE)
+        rec = engine_record(runs[name])
         worst, n = predict_parity(models[name], runs[name], 20)
         print(
             f"{rec.engine}: head {rec.head}; captured conf vs predict on the export, max |diff| on "

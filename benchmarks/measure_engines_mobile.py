@@ -162,7 +162,7 @@ def main() -> None:
     from measure_engines import predict_parity
 
     from det_calib.demo import demo_data_yaml
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy import engine_record
     from det_calib.deploy.reexport import reexport_calibrated
     from det_calib.io import atomic_path
     from det_calib.pipeline.calibrate_job import calibrate
@@ -195,7 +195,7 @@ def main() -> None:
     for name in ENGINES:
         run = load_run(runs[name])
         f = next(f for f in engine_figures(run, "nms") if f.conf == 0.25)
-        rec = EngineRecord.read(runs[name] / ENGINE_FILE) if name != "pt" else None
+        rec = engine_record(runs[name]) if name != "pt" else None
         rows.append(
             dict(
                 name=name,

@@ -48,7 +48,6 @@ from det_calib.capture.family_registry import family_of, family_with_head
 from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.predictor import (
-    NMS_TIME_LIMIT,
     Capturer,
     ImageBoxes,
     check_task,
@@ -82,10 +81,6 @@ _FORMAT_NAMES = {
     "tensorrt": "TensorRT (.engine)",
 }
 """Each export format det_calib reads, as the messages name it."""
-
-GRAPH_FORMATS = ("onnx", "openvino")
-"""The formats whose graph det_calib appends the calibration to (:mod:`det_calib.deploy.calibrated_export`); the
-others are calibrated by exporting the calibrated checkpoint, or deployed at the equivalent raw threshold."""
 
 P_CEILING = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
 """The largest float32 below 1 (``1 - 2**-24``): an engine probability of 1.0 is read as this."""
@@ -129,7 +124,7 @@ def is_export(model: Any) -> bool:
     return export_format(model) is not None
 
 
-def require_runtime(fmt: str) -> None:
+def _require_runtime(fmt: str) -> None:
     """Raise a one-line :class:`InputError` naming the extra to install when ``fmt``'s runtime is missing."""
     modules, extra = _RUNTIMES[fmt]
     for module in modules:
@@ -177,6 +172,11 @@ class ExportInfo:
     batch: int
     task: str = "detect"
     payload_shape: tuple[int, int] | None = None
+
+    def require_runtime(self) -> None:
+        """Raise a one-line :class:`InputError` naming the extra to install when the runtime of the
+        export's format (what runs it, and writes it where det_calib edits its graph) is missing."""
+        _require_runtime(self.format)
 
     @property
     def engine(self) -> str:
@@ -314,7 +314,7 @@ class ExportedDetector:
 
     def __init__(self, model: str | Path, *, tasks: Sequence[str] | None = None) -> None:
         self.info = read_export(model, tasks=tasks)
-        require_runtime(self.info.format)
+        self.info.require_runtime()
         self.names = dict(enumerate(self.info.names))
         self.task = self.info.task
         self.hooks = get_task(self.task)
@@ -394,7 +394,7 @@ def _predictor_class(task: str = "detect"):
                 **hooks.nms_args(len(self.model.names)),
                 end2end=getattr(self.model, "end2end", False),
                 return_idxs=True,
-                max_time_img=nms_max_time_img(NMS_TIME_LIMIT, preds.shape[0]),
+                max_time_img=nms_max_time_img(None, preds.shape[0]),
             )
             self.captured, self.masks = (preds, keep), []
             if not isinstance(orig_imgs, list):
@@ -639,7 +639,7 @@ def _stderr_silenced():
 def _check_ncnn_loads(param: Path) -> None:
     """NCNN reports a damaged ``.param`` or a short ``.bin`` by a return code that a loader may ignore (the net
     then runs on missing weights): load the pair once more and read the codes."""
-    # optional extra `ncnn` (pip install 'det_calib[ncnn]'), checked by require_runtime before any call
+    # optional extra `ncnn` (pip install 'det_calib[ncnn]'), checked (ExportInfo.require_runtime) before any call
     import ncnn  # optional extra `ncnn`: pip install 'det_calib[ncnn]'
 
     net = ncnn.Net()

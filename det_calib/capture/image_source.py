@@ -1,6 +1,7 @@
 """Feeding images to a capture: the image lists (:func:`image_lists`), the reader that reads
-ahead of the forward passes (:func:`read_ahead`), how many capture workers a device runs
-(:func:`auto_workers`) and the progress bar (:func:`progress_bar`).
+ahead of the forward passes (:func:`read_ahead`; shared by worker threads: :class:`SharedImages`),
+how many capture workers a device runs (:func:`auto_workers`) and the progress bar
+(:func:`progress_bar`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 from det_calib.errors import InputError
 
-__all__ = ["LockedBar", "NoBar", "auto_workers", "image_lists", "progress_bar", "read_ahead"]
+__all__ = ["LockedBar", "SharedImages", "auto_workers", "image_lists", "progress_bar", "read_ahead"]
 
 
 def image_lists(
@@ -101,6 +102,34 @@ def read_ahead(paths: list[str], *, depth: int):
             yield pos0, fut.result()
 
 
+class SharedImages:
+    """A capture's images read ahead (:func:`read_ahead`) and shared by worker threads: each worker draws
+    the next ``(position, BGR image or None)`` (:meth:`next`), and they update one progress bar
+    (:func:`progress_bar`, as :attr:`bar`), both under one lock.
+
+    Args:
+        paths: The images, in order.
+        depth: Images decoded ahead of the workers.
+        desc: The progress bar's label.
+        progress: Show the bar.
+    """
+
+    def __init__(self, paths: list[str], *, depth: int, desc: str, progress: bool) -> None:
+        self._lock = threading.Lock()
+        self.bar = LockedBar(progress_bar(len(paths), desc, enabled=progress), self._lock)
+        self._source = read_ahead(paths, depth=depth)
+
+    def next(self) -> tuple[int, np.ndarray | None] | None:
+        """The next image not yet drawn by any worker, or None when all were."""
+        with self._lock:
+            return next(self._source, None)
+
+    def close(self) -> None:
+        """Stop reading ahead and close the bar."""
+        self._source.close()
+        self.bar.bar.close()
+
+
 def _is_terminal(stream) -> bool:
     try:
         return bool(stream.isatty())
@@ -108,7 +137,7 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-class NoBar:
+class _NoBar:
     def update(self, n: int = 1) -> None:
         pass
 
@@ -127,7 +156,7 @@ def progress_bar(total: int, desc: str, *, enabled: bool, batch: int = 1):
     log, CI), its carriage-return frames would be noise, and the stage's one log line says the same.
     """
     if not enabled or not _is_terminal(sys.stderr):
-        return NoBar()
+        return _NoBar()
     from ultralytics.utils import TQDM
 
     class _Bar(TQDM):

@@ -36,7 +36,8 @@ import polars as pl
 
 from det_calib.capture.exported import export_fingerprint, is_export, make_capturer
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEADS, capture_schema, validate_boxes
+from det_calib.capture.predictor import capture_schema
+from det_calib.data.box_table import HEADS, validate_boxes
 from det_calib.data.ground_truth import check_class_names, label_path, load_data_yaml
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
@@ -131,10 +132,34 @@ def _shard_of(names: Sequence[str], n: int) -> np.ndarray:
     )
 
 
-def write_part(df: pl.DataFrame, path: str | Path, *, meta: dict) -> Path:
-    """Write one part (atomically) with ``meta`` in its Parquet metadata."""
+def write_part(
+    df: pl.DataFrame,
+    path: str | Path,
+    *,
+    model: str,
+    data: str,
+    split: str,
+    heads: Sequence[str],
+    settings: dict,
+    n_images: int,
+    image_ids: Sequence[int],
+    part: str,
+) -> Path:
+    """Write one part (atomically) with its metadata (see the module docstring) in its Parquet
+    metadata."""
     import pyarrow.parquet as pq
 
+    meta = {
+        "format": _FORMAT,
+        "model": model,
+        "data": data,
+        "split": split,
+        "heads": list(heads),
+        "settings": settings,
+        "n_images": int(n_images),
+        "image_ids": [int(i) for i in image_ids],
+        "part": part,
+    }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = df.to_arrow()
@@ -161,31 +186,6 @@ def _part_meta(path: str | Path) -> dict:
     return json.loads(raw)
 
 
-def capture_meta(
-    *,
-    model: str,
-    data: str,
-    split: str,
-    heads: Sequence[str],
-    settings: dict,
-    n_images: int,
-    image_ids: Sequence[int],
-    part: str,
-) -> dict:
-    """The metadata dict of one part (see the module docstring)."""
-    return {
-        "format": _FORMAT,
-        "model": model,
-        "data": data,
-        "split": split,
-        "heads": list(heads),
-        "settings": settings,
-        "n_images": int(n_images),
-        "image_ids": [int(i) for i in image_ids],
-        "part": part,
-    }
-
-
 def prepare_split_capture(
     model: str | Path,
     data: str | Path,
@@ -200,8 +200,8 @@ def prepare_split_capture(
     the arguments) whose class names must be the data's, and the metadata common to all parts.
 
     Returns:
-        ``(split, image_names, capturer, meta)``; ``capture_meta(**meta, image_ids=..., part=...)``
-        completes a part's metadata.
+        ``(split, image_names, capturer, meta)``; :func:`write_part` takes ``meta`` with the part's
+        ``image_ids`` and ``part`` label.
     """
 
     ds = load_data_yaml(data)
@@ -385,7 +385,6 @@ def capture_to_parts(
         model, data, split, opts, coco_gt=coco_gt, limit=limit
     )
     ids = np.flatnonzero(_shard_of(names, n) == i) if n > 1 else np.arange(len(names))
-    meta = capture_meta(**common, image_ids=ids, part="all" if n == 1 else f"shard {i}/{n}")
     if len(ids):
         df = cap(
             [sp.images[j] for j in ids],
@@ -399,7 +398,13 @@ def capture_to_parts(
             schema=capture_schema(get_task(getattr(cap, "task", "detect")).payload_schema)
         )
     name = "part-all.parquet" if n == 1 else f"part-{i:05d}-of-{n:05d}.parquet"
-    path = write_part(df, Path(out_dir) / name, meta=meta)
+    path = write_part(
+        df,
+        Path(out_dir) / name,
+        **common,
+        image_ids=ids,
+        part="all" if n == 1 else f"shard {i}/{n}",
+    )
     _log.info(
         "captured %d boxes on %d images of split %s into %s", df.height, len(ids), split, path
     )

@@ -50,14 +50,14 @@ from det_calib.capture.image_source import (
     read_ahead,
 )
 from det_calib.capture.options import CaptureOptions, resolve_batch
-from det_calib.data.box_table import HEAD_LABEL, HEADS, LOGITS_ROW, Head, capture_schema
+from det_calib.data.box_table import CAPTURE_COLUMNS, HEAD_LABEL, HEADS, LOGITS_ROW, SCHEMA, Head
 from det_calib.errors import InputError, first_line
 from det_calib.tasks import get_task
 from det_calib.validation import check_choice
 
 _log = logging.getLogger(__name__)
 
-NMS_TIME_LIMIT = math.inf
+_NMS_TIME_LIMIT = math.inf
 """Seconds Ultralytics' NMS may spend on one forward pass of a det_calib capture or val (its own
 budget is ``2.0 + 0.05 * batch``): none. Past its budget Ultralytics' ``non_max_suppression``
 warns ``NMS time limit ... exceeded`` and returns no boxes for the batch's remaining images, so on
@@ -91,14 +91,23 @@ def kept_logits(cap: Any, lg: np.ndarray) -> np.ndarray | None:
     return lg if store is None else store.append(lg)
 
 
-def nms_max_time_img(time_limit: float, batch: int) -> float:
-    """Ultralytics' ``max_time_img`` argument for a wall-clock ``time_limit`` on a batch of ``batch``
-    images (``non_max_suppression`` stops after ``2.0 + max_time_img * batch`` seconds).
+def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
+    """The columns of a capture's table: :data:`~det_calib.data.box_table.CAPTURE_COLUMNS`, and the
+    task's payload column and its type (:attr:`det_calib.tasks.contract.Task.payload_schema`; none
+    for a detector)."""
+    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
-    >>> nms_max_time_img(math.inf, 16), nms_max_time_img(3.0, 4), nms_max_time_img(0.0, 4)
+
+def nms_max_time_img(time_limit: float | None, batch: int) -> float:
+    """Ultralytics' ``max_time_img`` argument for a wall-clock ``time_limit`` on a batch of ``batch``
+    images (``non_max_suppression`` stops after ``2.0 + max_time_img * batch`` seconds); None:
+    det_calib's budget, :data:`_NMS_TIME_LIMIT` (none).
+
+    >>> nms_max_time_img(None, 16), nms_max_time_img(3.0, 4), nms_max_time_img(0.0, 4)
     (inf, 0.25, -0.5)
     """
-    return (time_limit - 2.0) / max(int(batch), 1)
+    limit = _NMS_TIME_LIMIT if time_limit is None else float(time_limit)
+    return (limit - 2.0) / max(int(batch), 1)
 
 
 def load_detector(model, *, tasks: Sequence[str] | None = None):
@@ -366,7 +375,7 @@ class Capturer:
             )
         self.workers = workers
         self.nms_time_limit = (
-            NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
+            _NMS_TIME_LIMIT  # a finite budget only to test what Ultralytics' NMS does past it
         )
         if (
             "nms" in self.heads
@@ -571,7 +580,7 @@ class Capturer:
                     return_idxs=True,
                     max_time_img=nms_max_time_img(
                         self.nms_time_limit, len(positions)
-                    ),  # unbounded: see NMS_TIME_LIMIT
+                    ),  # unbounded: see _NMS_TIME_LIMIT
                 )
                 scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
                 if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors

@@ -22,7 +22,7 @@ import numpy as np
 
 from det_calib.capture.exported import make_capturer
 from det_calib.capture.options import CaptureOptions
-from det_calib.capture.parts import capture_meta, prepare_split_capture, split_options, write_part
+from det_calib.capture.parts import prepare_split_capture, split_options, write_part
 from det_calib.errors import InputError
 
 _log = logging.getLogger(__name__)
@@ -50,8 +50,13 @@ class _CaptureActor:
         names = [str(batch["name"][k]) for k in order]
         df = self.cap(paths, split=self.split, image_names=names, image_ids=ids, progress=False)
         lo, hi = int(ids[0]), int(ids[-1])
-        meta = {**self.meta, "image_ids": ids.tolist(), "part": f"ray {lo}-{hi}"}
-        path = write_part(df, self.out_dir / f"part-ray-{lo:09d}-{hi:09d}.parquet", meta=meta)
+        path = write_part(
+            df,
+            self.out_dir / f"part-ray-{lo:09d}-{hi:09d}.parquet",
+            **self.meta,
+            image_ids=ids.tolist(),
+            part=f"ray {lo}-{hi}",
+        )
         return {
             "part": np.array([path.name]),
             "images": np.array([len(ids)]),
@@ -107,7 +112,6 @@ def capture_ray(
     opts = dataclasses.replace(
         opts, payload=getattr(probe, "payload", opts.payload)
     )  # none on box labels
-    meta = capture_meta(**common, image_ids=[], part="")
     del probe
     if not ray.is_initialized():
         ray.init(log_to_driver=False)
@@ -134,7 +138,7 @@ def capture_ray(
                 "model": str(Path(model).absolute()),
                 "options": opts,
                 "out_dir": str(out),
-                "meta": meta,
+                "meta": common,  # the parts' common metadata (write_part)
                 "split": split,
             },
             batch_size=images_per_part,

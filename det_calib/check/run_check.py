@@ -63,11 +63,8 @@ from det_calib.check.verdicts import (
 from det_calib.data.box_table import write_boxes
 from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import (
-    GT_SCHEMA,
     Split,
     check_class_names,
-    image_sizes,
-    image_suffixes,
     load_data_yaml,
     split_halved,
 )
@@ -526,29 +523,6 @@ def _choose_split(ds: Any, split: str | None) -> str:
     )
 
 
-def _image_split(images: Path, limit: int | None) -> Any:
-
-    if not images.is_dir():
-        raise InputError(f"`images` {images} is not a folder")
-    files = sorted(p for p in images.rglob("*") if p.suffix.lower() in image_suffixes())
-    if not files:
-        raise InputError(
-            f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})"
-        )
-    files = files[:limit] if limit else files
-    files, sizes, corrupt = image_sizes(files)
-    if not files:
-        raise InputError(f"no readable images in {images} ({len(corrupt)} unreadable)")
-    return Split(
-        name="images",
-        images=files,
-        sizes=sizes,
-        gt=pl.DataFrame(schema=GT_SCHEMA),
-        corrupt=corrupt,
-        root=images,
-    )
-
-
 _Dataset = Any
 
 
@@ -801,7 +775,7 @@ def _check_unlabelled(
     n_perm: int,
 ) -> dict[str, pl.DataFrame]:
     """Every head's label-free check into ``result`` (and the shift verdict); head -> the new boxes."""
-    sp = _image_split(images, limit)
+    sp = Split.of_folder(images, limit=limit)
     raw = _capture_unlabelled(job, sp)
     tables = {h: _with_calibrated(job, h, raw[h], None) for h in job.inputs.heads}
     for h, t in tables.items():

@@ -52,11 +52,6 @@ Head = Literal["nms", "e2e", "detr"]
 YOLO detect head; ``detr`` (the last decoder layer's query scores, no NMS) of an RT-DETR, a model family of its
 own (:mod:`det_calib.capture.family_registry`)."""
 HEADS: tuple[str, ...] = get_args(Head)
-DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
-"""What ``--heads both`` names: the two heads of a dual YOLO detect head (YOLOv10, YOLO26)."""
-HeadChoice = Literal["auto", Head, "both"]
-"""What a run calibrates: one head, ``both``, or ``auto`` (every head the model has)."""
-HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 HEAD_LABEL: dict[str, str] = {
     "nms": "nms (one-to-many head + NMS)",
     "e2e": "e2e (one-to-one head, no NMS)",
@@ -107,12 +102,6 @@ _LABEL_COLUMNS = ("image", "split", "head")
 """The string columns a box table may hold in memory as ``pl.Categorical`` (few distinct values
 over millions of rows: at COCO scale their strings were a third of the table); every file holds
 them as strings (:func:`_as_written`)."""
-
-
-def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, pl.DataType]:
-    """The columns of a capture's table: :data:`CAPTURE_COLUMNS`, and the task's payload column and its type
-    (:attr:`det_calib.tasks.contract.Task.payload_schema`; none for a detector)."""
-    return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
 def _empty_boxes() -> pl.DataFrame:

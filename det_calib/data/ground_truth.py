@@ -69,7 +69,7 @@ def _img_formats_in_source() -> frozenset[str] | None:
     return None
 
 
-GT_SCHEMA = {
+_GT_SCHEMA = {
     "image_id": pl.Int64,
     "x1": pl.Float64,
     "y1": pl.Float64,
@@ -104,6 +104,34 @@ class Split:
     corrupt: list[str] = field(default_factory=list)
     root: Path | None = None
     bad_labels: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_folder(cls, images: Path, *, limit: int | None = None) -> Split:
+        """The images of a folder (its subfolders too) as a split ``images`` without ground truth:
+        the readable ones among the first ``limit`` in path order (``check`` on unlabelled images).
+
+        Raises:
+            InputError: Not a folder, no image in it, or none readable.
+        """
+        if not images.is_dir():
+            raise InputError(f"`images` {images} is not a folder")
+        files = sorted(p for p in images.rglob("*") if p.suffix.lower() in image_suffixes())
+        if not files:
+            raise InputError(
+                f"no images in {images} (looked for {', '.join(sorted(image_suffixes()))})"
+            )
+        files = files[:limit] if limit else files
+        files, sizes, corrupt = _image_sizes(files)
+        if not files:
+            raise InputError(f"no readable images in {images} ({len(corrupt)} unreadable)")
+        return cls(
+            name="images",
+            images=files,
+            sizes=sizes,
+            gt=pl.DataFrame(schema=_GT_SCHEMA),
+            corrupt=corrupt,
+            root=images,
+        )
 
     def image_names(self) -> list[str]:
         """Image identifiers: paths relative to :attr:`root` where possible."""
@@ -306,7 +334,7 @@ def label_path(image: Path) -> Path:
     return Path(*parts).with_suffix(".txt")
 
 
-def image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
+def _image_sizes(images: list[Path]) -> tuple[list[Path], np.ndarray, list[str]]:
     """Read image headers to get (width, height); drop unreadable images.
 
     Headers only, no pixel decode (the capture decodes every image anyway): PIL's ``verify``
@@ -538,7 +566,7 @@ def _gt_from_boxes(boxes: list[np.ndarray], sizes: np.ndarray) -> pl.DataFrame:
     """Ground-truth table in pixels from per-image normalised ``cls cx cy w h`` arrays."""
     n = np.array([len(b) for b in boxes], dtype=np.int64)
     if n.sum() == 0:
-        return pl.DataFrame(schema=GT_SCHEMA)
+        return pl.DataFrame(schema=_GT_SCHEMA)
     arr = np.concatenate(boxes)
     ids = np.repeat(np.arange(len(boxes), dtype=np.int64), n)
     w, h = sizes[ids, 0], sizes[ids, 1]
@@ -553,7 +581,7 @@ def _gt_from_boxes(boxes: list[np.ndarray], sizes: np.ndarray) -> pl.DataFrame:
             "cls": arr[:, 0].astype(np.int32),
             "crowd": np.zeros(len(arr), dtype=bool),
         },
-        schema=GT_SCHEMA,
+        schema=_GT_SCHEMA,
     )
 
 
@@ -631,9 +659,9 @@ def _read_coco_gt(
                 (int(k), x, y, x + w, y + h, cat_map[a["category_id"]], bool(a.get("iscrowd", 0)))
             )
     gt = (
-        pl.DataFrame(rows, schema=GT_SCHEMA, orient="row")
+        pl.DataFrame(rows, schema=_GT_SCHEMA, orient="row")
         if rows
-        else pl.DataFrame(schema=GT_SCHEMA)
+        else pl.DataFrame(schema=_GT_SCHEMA)
     )
     return gt, found
 
@@ -706,12 +734,12 @@ def load_split(
         if bad:
             images, boxes, skipped, bad_labels = _drop_malformed(split, images, boxes, bad)
         listed = images
-        images, sizes, corrupt = image_sizes(images)
+        images, sizes, corrupt = _image_sizes(images)
         if len(images) < len(listed):
             readable = set(images)
             boxes = [b for p, b in zip(listed, boxes) if p in readable]
     else:
-        images, sizes, corrupt = image_sizes(images)
+        images, sizes, corrupt = _image_sizes(images)
     if not images:
         raise InputError(f"split `{split}` has no readable images ({len(corrupt)} corrupt)")
     sources = data.splits[split]

@@ -12,7 +12,7 @@ The set is written through the project's own writers: image files (one small JPE
 and copied, so a split of 5,000 images takes seconds), YOLO label files, a ``data.yaml`` with a
 ``calib`` and a ``test`` split, an untrained detector checkpoint with the class names (its file
 fingerprints the boxes; no forward pass ever runs it) and one capture part per split
-(:func:`det_calib.capture.parts.write_part` with :func:`det_calib.capture.parts.capture_meta`), so that
+(:func:`det_calib.capture.parts.write_part`, with the metadata a capture records), so that
 ``det-calib calibrate --model M --data D --boxes PARTS`` reads it as it reads ``det-calib
 capture`` output. ``benchmarks/bench_scale.py`` times the job on it; the tests use small ones.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.capture.parts import capture_meta, data_fingerprint, model_fingerprint, write_part
+from det_calib.capture.parts import data_fingerprint, model_fingerprint, write_part
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import load_data_yaml, load_split
 
@@ -353,7 +353,9 @@ def _write_parts(
             )
             written[split][head] = len(b["cls"])
             frames.append(_capture_frame(b, split, head, image_names, sizes))
-        meta = capture_meta(
+        write_part(
+            pl.concat(frames),
+            root / "parts" / split / "part-all.parquet",
             model=model_fp,
             data=data_fingerprint(sp.images, names=image_names),
             split=split,
@@ -363,5 +365,4 @@ def _write_parts(
             image_ids=range(n_images),
             part="all",
         )
-        write_part(pl.concat(frames), root / "parts" / split / "part-all.parquet", meta=meta)
     return written

@@ -6,11 +6,10 @@ from __future__ import annotations
 from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
-    "ENGINE_FILE": "calibrated_export",
-    "EngineRecord": "calibrated_export",
     "apply_to_export": "calibrated_export",
     "calibrated_probs": "calibrated_export",
     "deployed_file": "calibrated_export",
+    "engine_record": "calibrated_export",
     "run_equivalent_thresholds": "calibrated_export",
     "write_calibrated_export": "calibrated_export",
     "write_run_engine": "calibrated_export",
@@ -29,14 +28,13 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "ENGINE_FILE",
-    "EngineRecord",
     "apply_calibrator",
     "apply_to_export",
     "attach",
     "calibrated_probs",
     "deployed_file",
     "detach",
+    "engine_record",
     "hinge_layers",
     "map_onnx",
     "portable_head",

@@ -45,7 +45,6 @@ import numpy as np
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.exported import (
-    GRAPH_FORMATS,
     P_CEILING,
     P_FLOOR,
     ExportInfo,
@@ -53,7 +52,6 @@ from det_calib.capture.exported import (
     is_export,
     logit_of_prob,
     read_export,
-    require_runtime,
 )
 from det_calib.codec import Record, decode
 from det_calib.deploy.export_layout import check_output_layout, score_layout, score_step
@@ -68,6 +66,10 @@ from det_calib.record.checked_json import read_json_file
 from det_calib.record.run_result import RunResult, read_calibrators
 
 _log = logging.getLogger(__name__)
+
+_GRAPH_FORMATS = ("onnx", "openvino")
+"""The formats whose graph det_calib appends the calibration to; the others are calibrated by exporting the
+calibrated checkpoint, or deployed at the equivalent raw threshold."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def _equivalent_raw_thresholds(
 def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple | None = None):
     """Nodes and initializers turning the engine output ``src`` into the calibrated output; ``size``:
     ``(c, image input, it is float16)`` of a size map (:mod:`det_calib.deploy.size_export`)."""
-    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
+    # optional extra `onnx` ('det_calib[onnx]'), checked (ExportInfo.require_runtime) before any call
     from onnx import (  # optional extra `onnx`: pip install 'det_calib[onnx]'
         TensorProto,
         helper,
@@ -295,7 +297,7 @@ def _onnx_nodes(m: DeployedMap, src: str, info: ExportInfo, nc: int, size: tuple
 def _write_onnx(
     info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None
 ) -> Path:
-    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before any call
+    # optional extra `onnx` ('det_calib[onnx]'), checked (ExportInfo.require_runtime) before any call
     import onnx  # optional extra `onnx`: pip install 'det_calib[onnx]'
     from onnx import TensorProto, helper  # the same optional extra `onnx`
 
@@ -361,7 +363,7 @@ def _ov_output(
     m: DeployedMap, src: Any, info: ExportInfo, nc: int, size: tuple | None = None
 ) -> Any:
     """The calibrated output of an OpenVINO model output ``src`` (opset13 ops); ``size``: ``(c, image input)``."""
-    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
+    # optional extra `openvino` ('det_calib[openvino]'), checked (ExportInfo.require_runtime) before any call
     import openvino.opset13 as ops  # optional extra `openvino`: pip install 'det_calib[openvino]'
 
     def c(v: Any, dtype=np.float32) -> Any:
@@ -414,7 +416,7 @@ def _ov_output(
 def _write_openvino(
     info: ExportInfo, m: DeployedMap, nc: int, out: Path, record: dict, size_c: float | None
 ) -> Path:
-    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before any call
+    # optional extra `openvino` ('det_calib[openvino]'), checked (ExportInfo.require_runtime) before any call
     import openvino as ov  # optional extra `openvino`: pip install 'det_calib[openvino]'
     import yaml
 
@@ -460,7 +462,7 @@ def _calibrated_export_name(export: str | Path) -> str | None:
     True
     """
     fmt = export_format(export)
-    if fmt not in GRAPH_FORMATS:
+    if fmt not in _GRAPH_FORMATS:
         return None
     return "calibrated.onnx" if fmt == "onnx" else "calibrated_openvino_model"
 
@@ -501,7 +503,7 @@ def write_calibrated_export(
     """
 
     info = read_export(export)
-    if info.format not in GRAPH_FORMATS:
+    if info.format not in _GRAPH_FORMATS:
         raise InputError(
             f"det_calib does not edit a {info.format_name} graph: re-export the "
             "calibrated "
@@ -528,10 +530,9 @@ def write_calibrated_export(
         **(metadata or {}),
     }
     out = Path(out)
+    info.require_runtime()  # onnx or openvino: the library that edits the graph
     if info.format == "onnx":
-        require_runtime("onnx")
         return _write_onnx(info, m, nc, out, record, size_c)
-    require_runtime("openvino")
     if not out.name.endswith("_openvino_model"):
         raise InputError(
             f"Expected `out` to be a folder named *_openvino_model (Ultralytics reads the format "
@@ -556,7 +557,7 @@ def _write_run_export(
 
 
 # --------------------------------------------------------------------------- the run's record
-ENGINE_FILE = "engine.json"
+_ENGINE_FILE = "engine.json"
 """The run-folder file recording the engine a run calibrated (written for exports only)."""
 
 
@@ -658,6 +659,13 @@ def run_equivalent_thresholds(
     }
 
 
+def engine_record(run_dir: str | Path) -> EngineRecord | None:
+    """The engine record of a run folder (its ``engine.json``, read and checked); None for a run that
+    calibrated no export (a ``.pt``, or a file of detections)."""
+    f = Path(run_dir) / _ENGINE_FILE
+    return EngineRecord.read(f) if f.is_file() else None
+
+
 def write_run_engine(
     export: str | Path,
     folder: Path,
@@ -672,7 +680,7 @@ def write_run_engine(
 
     calibrators = {h: calibrator_of(r) for h, r in records.items()}
     info = read_export(export)
-    if info.format in GRAPH_FORMATS:
+    if info.format in _GRAPH_FORMATS:
         _write_run_export(export, folder, calibrators, metadata=metadata)
     step = None
     if (folder / "boxes.parquet").is_file():
@@ -695,7 +703,7 @@ def write_run_engine(
         ),
         score_step=step,
     )
-    write_json(folder / ENGINE_FILE, rec.to_dict())
+    write_json(folder / _ENGINE_FILE, rec.to_dict())
     return rec
 
 
@@ -743,20 +751,20 @@ def apply_to_export(
         run.settings.conf_thresholds,
         len(info.names),
     )[info.head]
-    if info.format not in GRAPH_FORMATS and info.precision == "int8":
+    if info.format not in _GRAPH_FORMATS and info.precision == "int8":
         raise InputError(
             f"no calibrated {info.engine} engine: quantising the calibrated checkpoint again does "
             "not "
             "keep the map (docs/engines_mobile.md); deploy the raw engine instead: "
             + "; ".join(_threshold_words(eq))
         )
-    if info.format not in GRAPH_FORMATS and source is None:
+    if info.format not in _GRAPH_FORMATS and source is None:
         raise InputError(
             f"det_calib does not edit a {info.format_name} graph: pass --source, the .pt "
             f"{info.path.name} was exported from, to re-export it calibrated; or, with no code: "
             + "; ".join(_threshold_words(eq))
         )
-    if info.format in GRAPH_FORMATS:
+    if info.format in _GRAPH_FORMATS:
         path = write_calibrated_export(
             export, out, calibrators, metadata={"calibration": str(calibration)}
         )

@@ -99,7 +99,7 @@ def _onnx_image_rect(
 ) -> dict[str, tuple[str, str]]:
     """``{"y": (y0, y1), "x": (x0, x1)}``: the image's rectangle in the input ``image`` (``(B, 1, 1)``
     tensors): the edge lines whose every pixel is the padding left out."""
-    # optional extra `onnx` (pip install 'det_calib[onnx]'), checked by require_runtime before the export is built
+    # optional extra `onnx` ('det_calib[onnx]'), checked (ExportInfo.require_runtime) before the export is built
     from onnx import TensorProto  # optional extra `onnx`: pip install 'det_calib[onnx]'
 
     img = node("Cast", [image], "size/image_f32", to=TensorProto.FLOAT) if half_image else image
@@ -241,7 +241,7 @@ def onnx_log_area(
 # ------------------------------------------------------------------------------------ OpenVINO
 def openvino_log_area(src: Any, image: Any, *, rows: bool) -> Any:
     """:func:`onnx_log_area` in OpenVINO opset13 ops, on the output ``src`` and the input ``image``."""
-    # optional extra `openvino` (pip install 'det_calib[openvino]'), checked by require_runtime before the export
+    # optional extra `openvino` ('det_calib[openvino]'), checked (ExportInfo.require_runtime) before the export
     # is built
     import openvino.opset13 as ops  # optional extra `openvino`: pip install 'det_calib[openvino]'
 

@@ -23,7 +23,6 @@ own :func:`det_calib.capture.capture`, tested).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,7 +34,7 @@ import polars as pl
 
 from det_calib import demo
 from det_calib.capture.family_registry import family_of
-from det_calib.capture.image_source import LockedBar, progress_bar, read_ahead
+from det_calib.capture.image_source import SharedImages
 from det_calib.capture.parts import model_fingerprint
 from det_calib.capture.predictor import Capturer, available_heads, default_imgsz, load_detector
 from det_calib.data.box_table import CAPTURE_COLUMNS, HEADS, SCHEMA
@@ -395,16 +394,18 @@ def capture_members(
     n = len(images)
     sizes = np.zeros((n, 2), dtype=np.int32)
     got: list[dict[str, dict[int, tuple]]] = [{h: {} for h in hs} for hs in heads]
-    bar = progress_bar(n, f"capture {split} [{len(members)} members]", enabled=progress)
-    source = read_ahead([str(p) for p in images], depth=2 * workers)
-    lock = threading.Lock()
-    bar = LockedBar(bar, lock)
+    feed = SharedImages(
+        [str(p) for p in images],
+        depth=2 * workers,
+        desc=f"capture {split} [{len(members)} members]",
+        progress=progress,
+    )
+    bar = feed.bar
     spent = np.zeros((workers, len(members)))
 
     def work(w: int) -> None:
         while True:
-            with lock:
-                item = next(source, None)
+            item = feed.next()
             if item is None:
                 return
             pos, im0 = item
@@ -430,8 +431,7 @@ def capture_members(
             for f in [pool.submit(work, w) for w in range(workers)]:
                 f.result()
     finally:
-        source.close()
-        bar.bar.close()
+        feed.close()
         if seconds is not None:
             seconds += spent.sum(axis=0)
     ids = np.arange(n, dtype=np.int64)

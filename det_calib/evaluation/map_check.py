@@ -43,7 +43,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.capture.family_registry import family_of
-from det_calib.capture.predictor import NMS_TIME_LIMIT, default_imgsz, nms_max_time_img
+from det_calib.capture.predictor import default_imgsz, nms_max_time_img
 from det_calib.data.box_table import HEAD_PREDICT_NMS
 from det_calib.errors import InputError
 from det_calib.evaluation.coco_engine import table_maps
@@ -305,7 +305,7 @@ def ultralytics_val(
         head: ``"nms"`` (default head + NMS) or ``"e2e"`` (``nms=False``).
         conf: Val's conf pre-filter (Ultralytics' default for val is 0.001).
         nms_time_limit: Seconds the NMS of one batch may take; None (default): no limit,
-            :data:`det_calib.capture.predictor.NMS_TIME_LIMIT` (Ultralytics' own is ``2.0 + 0.05 * batch``).
+            :func:`det_calib.capture.predictor.nms_max_time_img` (Ultralytics' own is ``2.0 + 0.05 * batch``).
         own_rule: The run matched by its task's own rule: also return what its task's val adds under it (a
             segment model's mask mAP, ``mask_map50_95`` and ``mask_map50``; :func:`val_figures`). A segment model
             is validated by Ultralytics' ``SegmentationValidator`` either way.
@@ -550,9 +550,7 @@ def _budget_validator_class(task: str = "detect"):
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
-            self.nms_time_limit = (
-                NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
-            )
+            self.nms_time_limit = nms_time_limit  # None: no limit (nms_max_time_img)
 
         def postprocess(self, preds):
             first = preds[0] if isinstance(preds, (list, tuple)) else preds
@@ -583,9 +581,7 @@ def _budget_validator_class(task: str = "detect"):
 
         def __init__(self, *args, nms_time_limit: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
-            self.nms_time_limit = (
-                NMS_TIME_LIMIT if nms_time_limit is None else float(nms_time_limit)
-            )
+            self.nms_time_limit = nms_time_limit  # None: no limit (nms_max_time_img)
 
     return TaskBudgetValidator
 

@@ -13,7 +13,7 @@ from typing import Any
 from det_calib import demo
 from det_calib.capture.exported import is_export, load_export
 from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
-from det_calib.data.box_table import DUAL_HEADS, HEADS
+from det_calib.data.box_table import HEADS
 from det_calib.data.ground_truth import (
     Dataset,
     Split,
@@ -28,6 +28,9 @@ from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
 
 _log = logging.getLogger(__name__)
+
+_DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
+"""What ``--head both`` names: the two heads of a dual YOLO detect head (YOLOv10, YOLO26)."""
 
 
 # ---------------------------------------------------------------------------------------- steps
@@ -124,7 +127,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
 def _chosen_heads(s: Settings, have: list[str]) -> list[str]:
     """The heads the run calibrates (``head``) of those the model ``have``s."""
-    heads = {"auto": have, "both": list(DUAL_HEADS), **{h: [h] for h in HEADS}}[s.head]
+    heads = {"auto": have, "both": list(_DUAL_HEADS), **{h: [h] for h in HEADS}}[s.head]
     missing = [h for h in heads if h not in have]
     if missing:
         raise InputError(

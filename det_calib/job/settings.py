@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from det_calib.calibrators import registry
 from det_calib.capture.options import CaptureOptions
-from det_calib.data.box_table import HEAD_CHOICES, HeadChoice
+from det_calib.data.box_table import HEADS, Head
 from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
 from det_calib.evaluation.figures import DECE_BINS
@@ -27,6 +27,11 @@ from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 from det_calib.validation import check_choice
 
 _log = logging.getLogger(__name__)
+
+_HeadChoice = Literal["auto", Head, "both"]
+"""What a run calibrates (``--head``): one head, ``both`` (the two heads of a dual YOLO detect head,
+:mod:`det_calib.job.inputs`), or ``auto`` (every head the model has)."""
+_HEAD_CHOICES: tuple[str, ...] = ("auto", *HEADS, "both")
 
 
 def _calibration_methods() -> tuple[str, ...]:
@@ -134,13 +139,13 @@ class Settings:
         None, "split to fit on (default: calib; see docs/cli.md)", flag="--fit-split"
     )
     eval_split: str | None = opt(None, "split to report on (default: test)", flag="--eval-split")
-    head: HeadChoice = opt(
+    head: _HeadChoice = opt(
         "auto",
         "nms: one-to-many head + NMS (Ultralytics default); e2e: NMS-free one-to-one "
         "head (nms=False); both: those two; detr: an RT-DETR's decoder queries; auto "
         "(default): every head the model has",
         flag="--head",
-        choices=HEAD_CHOICES,
+        choices=_HEAD_CHOICES,
     )
     iou: float = opt(0.5, "IoU for a box to count as correct (default 0.5)", flag="--iou")
     match: str = opt(
@@ -324,7 +329,7 @@ class Settings:
                 f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}"
             )
         check_choice(self.map_engine, MAP_ENGINES, "map_engine")
-        check_choice(self.head, HEAD_CHOICES, "head")
+        check_choice(self.head, _HEAD_CHOICES, "head")
         if self.limit is not None and self.limit < 1:
             raise InputError(
                 f"Expected `limit` to be an integer larger than 0, but got {self.limit}"

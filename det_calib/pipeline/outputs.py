@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from det_calib.calibrators import registry
-from det_calib.capture.exported import GRAPH_FORMATS, export_format, is_export
+from det_calib.capture.exported import is_export
 from det_calib.capture.parts import data_fingerprint, model_fingerprint
 from det_calib.data.ground_truth import (
     Split,
 )
-from det_calib.deploy.calibrated_export import write_run_engine
+from det_calib.deploy.calibrated_export import deployed_file, write_run_engine
 from det_calib.deploy.portable import write_portable_outputs
 from det_calib.io import logged_as, read_manifest, write_text
 from det_calib.job import clock
@@ -279,11 +279,10 @@ def _model_output(
     in the checkpoint's class conv), ``"engine"`` (the calibration appended to an export's graph, a size
     map too, with its engine record), ``"copy"`` (the checkpoint the verification runs on, written after
     the fit) or ``"fold"`` (``calibrated.pt`` folded from the run's records)."""
-    if (
-        any(registry.uses_size(r.method) for r in records.values())
-        and export_format(inputs.model) not in GRAPH_FORMATS
-    ):
-        return "none"
+    if any(registry.uses_size(r.method) for r in records.values()) and deployed_file(
+        inputs.model
+    ) in (None, "calibrated.pt"):
+        return "none"  # a size map has a place only in an export's graph det_calib edits
     if is_export(inputs.model):
         return "engine"
     return "copy" if verification is not None else "fold"

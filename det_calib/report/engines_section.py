@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.data.box_view import kept_mask, usable_rows
-from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord, run_equivalent_thresholds
+from det_calib.deploy.calibrated_export import engine_record, run_equivalent_thresholds
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import Run, load_run, parse_run_spec
 
@@ -40,9 +40,7 @@ def _run_engine_label(run: Run) -> str:
 
 
 def _engine_record(run: Run) -> Any:
-
-    f = Path(run.run_dir) / ENGINE_FILE
-    return EngineRecord.read(f) if f.is_file() else None
+    return engine_record(run.run_dir)
 
 
 def _equivalent_thresholds(run: Run, head: str) -> list[dict]:

@@ -127,11 +127,11 @@ def test_the_head_vocabulary_has_one_home():
 
     assert boxes.HEADS == get_args(boxes.Head) == ("nms", "e2e", "detr")
     assert (
-        boxes.HEAD_CHOICES == get_args(boxes.HeadChoice) == ("auto", "nms", "e2e", "detr", "both")
+        pipeline._HEAD_CHOICES
+        == get_args(pipeline._HeadChoice)
+        == ("auto", "nms", "e2e", "detr", "both")
     )
     for table in (boxes.HEAD_LABEL, boxes.HEAD_BRANCH, boxes.HEAD_PREDICT_NMS):
         assert tuple(table) == boxes.HEADS
     assert fold._BRANCHES is boxes.HEAD_BRANCH and common.HEAD_LABEL is boxes.HEAD_LABEL
-    assert pipeline.HEAD_CHOICES is boxes.HEAD_CHOICES and list(parts._HEAD_RANK) == list(
-        boxes.HEADS
-    )
+    assert list(parts._HEAD_RANK) == list(boxes.HEADS)

@@ -335,7 +335,7 @@ def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture
     from PIL import Image
     from ultralytics.utils.patches import imread
 
-    from det_calib.data.ground_truth import image_sizes
+    from det_calib.data.ground_truth import _image_sizes
 
     arr = (np.random.default_rng(0).random((40, 60, 3)) * 255).astype(np.uint8)
     exif = Image.Exif()
@@ -353,7 +353,7 @@ def test_image_sizes_from_headers_equal_what_ultralytics_reads(tmp_path, fixture
     (tmp_path / "tail.jpg").write_bytes(data + b"\x00" * 16)  # bytes after the end marker: fine
     paths += [tmp_path / "cut.jpg", tmp_path / "tail.jpg"]
     with pytest.warns(UserWarning, match="skipping unreadable image .*cut.jpg"):
-        good, sizes, bad = image_sizes(paths)
+        good, sizes, bad = _image_sizes(paths)
     assert bad == [str(tmp_path / "cut.jpg")] and imread(tmp_path / "cut.jpg") is None
     assert good == [p for p in paths if p.name != "cut.jpg"]
     for p, (w, h) in zip(good, sizes):

@@ -216,12 +216,12 @@ def plain_runs(runs, exports, fixture_images, tmp_path_factory) -> dict[str, Pat
     runtime's outputs, predict's boxes at 0.25 on the calibrated one and at the equivalent raw
     threshold on the raw one), every export in one process where det_calib cannot be imported."""
     from det_calib.capture.exported import read_export
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy import engine_record
 
     folder = tmp_path_factory.mktemp("plain_runs")
     cases = []
     for name in ("onnx", "int8", "onnx_e2e"):
-        rec = EngineRecord.read(runs[name] / ENGINE_FILE)
+        rec = engine_record(runs[name])
         info = read_export(exports[name])
         eq = rec.equivalent_thresholds[info.head][0]
         raw_conf = eq["raw_conf"] if eq["raw_conf"] is not None else min(eq["raw_conf_per_class"])
@@ -252,11 +252,11 @@ def test_calibrated_export_scores_are_the_calibrator(runs, exports, plain_runs, 
     boxes unchanged, scores = the run's calibrator on the engine's raw scores (1e-5), and predict
     at the equivalent raw threshold on the raw engine keeps exactly the calibrated set at 0.25."""
     from det_calib.capture.exported import read_export
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord, calibrated_probs
+    from det_calib.deploy import calibrated_probs, engine_record
     from det_calib.deploy.posthoc import load_calibrators
 
     run = runs[name]
-    rec = EngineRecord.read(run / ENGINE_FILE)
+    rec = engine_record(run)
     info = read_export(exports[name])
     cal = load_calibrators(run / "calibration.json")[info.head]
     eq = rec.equivalent_thresholds[info.head][0]

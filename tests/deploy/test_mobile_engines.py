@@ -121,7 +121,7 @@ def test_fp32_engines_agree_and_int8_scores_on_a_grid(runs):
     """LiteRT FP32 and NCNN (the same graph in float32) give the same boxes and scores to float32 rounding;
     LiteRT INT8 scores are whole multiples of one step, tied boxes keep one calibrated score, and
     engine.json records the step."""
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy import engine_record
 
     def boxes(name):
         return pl.read_parquet(runs[name] / "boxes.parquet").sort(
@@ -130,12 +130,12 @@ def test_fp32_engines_agree_and_int8_scores_on_a_grid(runs):
 
     fp32, ncnn = boxes("litert_fp32"), boxes("ncnn")
     for name in ("litert_fp32", "ncnn"):
-        assert EngineRecord.read(runs[name] / ENGINE_FILE).score_step is None
+        assert engine_record(runs[name]).score_step is None
     kept_a, kept_b = fp32.filter(pl.col("conf") > 0.25), ncnn.filter(pl.col("conf") > 0.25)
     assert kept_a.height == kept_b.height > 0
     assert np.abs(kept_a["conf"].to_numpy() - kept_b["conf"].to_numpy()).max() < 1e-4
     b = boxes("litert_int8")
-    step = EngineRecord.read(runs["litert_int8"] / ENGINE_FILE).score_step
+    step = engine_record(runs["litert_int8"]).score_step
     assert step is not None and 1 / 300 < step < 1 / 200  # an int8 output over [0, 1]: 256 levels
     k = b["conf"].to_numpy() / step
     assert np.abs(k - np.round(k)).max() < 1e-3
@@ -157,9 +157,9 @@ def test_equivalent_threshold_through_plain_predict(runs, exports, fixture_image
     the boxes whose calibrated score is above 0.25, image by image."""
     from ultralytics import YOLO
 
-    from det_calib.deploy.calibrated_export import ENGINE_FILE, EngineRecord
+    from det_calib.deploy import engine_record
 
-    t = EngineRecord.read(runs[name] / ENGINE_FILE).equivalent_thresholds["nms"][0]
+    t = engine_record(runs[name]).equivalent_thresholds["nms"][0]
     assert t["conf"] == 0.25 and t["raw_conf"] is not None
     b = pl.read_parquet(runs[name] / "boxes.parquet")
     yolo = YOLO(str(exports[name]), task="detect")

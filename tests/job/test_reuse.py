@@ -149,9 +149,8 @@ def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixtu
     """--boxes from capture parts of a segment model on polygon labels: each split's rows keep their `segm`
     RLEs."""
     from det_calib.capture.predictor import capture
-    from det_calib.job import job_inputs
+    from det_calib.job import BoxSource, job_inputs
     from det_calib.job.inputs import load_splits
-    from det_calib.job.reuse import reuse_boxes
     from det_calib.job.settings import Settings
 
     s = Settings(fit_split="fixture", eval_split="val", imgsz=320, head="nms", progress=False)
@@ -167,9 +166,9 @@ def test_reuse_parts_keeps_a_segment_models_masks(shapes_seg_path, polygon_fixtu
             imgsz=320,
             progress=False,
         )
-    captured, _ = reuse_boxes(tmp_path, inputs, splits, s)
+    s.boxes = str(tmp_path)  # the run's boxes from the parts (job.reuse)
+    got = BoxSource(inputs, splits, s).boxes(splits[0])["nms"]
     direct = capture(shapes_seg_path, splits[0].images, head="nms", imgsz=320, progress=False)
-    got = captured["nms"][0]
     assert got["segm"].dtype == pl.Binary and got.height == direct.height > 0
     assert got["segm"].null_count() == 0 and got["segm"].to_list() == direct["segm"].to_list()
 

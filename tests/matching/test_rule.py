@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
-from det_calib.data.ground_truth import GT_SCHEMA, Split
+from det_calib.data.ground_truth import _GT_SCHEMA, Split
 from det_calib.errors import InputError
 from det_calib.tasks.match_rule import MATCH_CHOICES, MatchingRule, choose_matching, match_split
 from det_calib.tasks.segment.mask_rebuild import _encode_masks
@@ -42,7 +42,7 @@ def _split(masks: list[np.ndarray | None], boxes: list[tuple], name: str = "cali
             "cls": [0] * len(boxes),
             "crowd": [False] * len(boxes),
         },
-        schema=GT_SCHEMA,
+        schema=_GT_SCHEMA,
     )
     counts = [None if m is None else _encode_masks(m[None])[0] for m in masks]
     gt = gt.with_columns(pl.Series("segm", counts, dtype=pl.Binary))
@@ -169,7 +169,7 @@ def _pose_split(rng, n_img: int = 3, k: int = 5) -> Split:
             "cls": [r[5] for r in rows],
             "crowd": [False] * len(rows),
         },
-        schema=GT_SCHEMA,
+        schema=_GT_SCHEMA,
     )
     kpts = np.stack([r[6].reshape(-1) for r in rows])
     gt = gt.with_columns(
@@ -271,7 +271,7 @@ def test_match_split_by_rotated_iou_is_match_rotated():
             "cls": rng.integers(0, 2, m),
             "crowd": [False] * m,
         },
-        schema=GT_SCHEMA,
+        schema=_GT_SCHEMA,
     )
     sp = Split(
         name="calib",

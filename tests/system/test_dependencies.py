@@ -35,18 +35,18 @@ ALLOWED_UNDECLARED: dict[str, str] = {
     "det_calib.capture.ray_capture.capture_ray, which raises InputError naming the extra when it "
     "is missing",
     "onnx": "optional extra `det_calib[onnx]` (declared there): imported only inside the ONNX writer of "
-    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime raised "
+    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.ExportInfo.require_runtime raised "
     "InputError "
     "naming the extra when it is missing",
     "openvino": "optional extra `det_calib[openvino]` (declared there): imported only inside the OpenVINO writer of "
-    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.require_runtime named "
+    "det_calib.deploy.calibrated_export, after det_calib.capture.exported.ExportInfo.require_runtime named "
     "the extra "
     "when it is missing",
     "scipy": "optional extra `det_calib[scale]` (declared there): imported only inside "
     "det_calib.metrics.bootstrap_tables.csr_table, which uses torch's sparse product instead when it "
     "is missing (the same sums, tests/metrics/test_bootstrap_tables.py)",
     "ncnn": "optional extra `det_calib[ncnn]` (declared there): imported only inside the NCNN load check of "
-    "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.require_runtime "
+    "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.ExportInfo.require_runtime "
     "named the "
     "extra when it is missing",
 }

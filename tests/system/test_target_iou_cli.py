@@ -118,7 +118,7 @@ def test_compare_puts_both_targets_side_by_side(runs, tmp_path):
 
 
 def test_check_prints_both_targets_kept_set_figures(runs, fixture_yaml, tmp_path, capsys):
-    from det_calib.check.check_record import CHECK_FILE, CheckResult
+    from det_calib.check import CheckResult
 
     iou, _ = runs
     assert main(
@@ -134,7 +134,7 @@ def test_check_prints_both_targets_kept_set_figures(runs, fixture_yaml, tmp_path
         ]
     ) in (0, 3, 4, 5)
     out = capsys.readouterr().out
-    r = CheckResult.read(tmp_path / "chk" / CHECK_FILE).labelled["nms"]
+    r = CheckResult.read(tmp_path / "chk" / "check.json").labelled["nms"]
     o, t = r.operating[0], r.operating_then[0]
     line = next(
         x for x in out.splitlines() if x.startswith("[nms] boxes kept at conf 0.25 (calibrated)")
