@@ -57,12 +57,12 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator, box_kwargs
-from det_calib.calibrators.fit_support import check_classes, group_folds
+from det_calib.calibrators.fit_support import check_classes, check_fit, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
-from det_calib.validation import check_choice, check_labels, check_logits
+from det_calib.validation import check_choice
 
 __all__ = ["Candidate", "Selection", "fit_calibrator", "select_calibrator"]
 
@@ -267,8 +267,7 @@ def select_calibrator(
         DegenerateFitError: Every candidate except ``none`` failed (the result would be ``none``
             anyway; raised only when the data cannot even be scored).
     """
-    z = check_logits(logits, "sigmoid")
-    y = check_labels(labels, "sigmoid", z.shape[0], 2)
+    z, y, _ = check_fit(logits, labels)
     k = None if classes is None else check_classes(classes, z.shape[0])
     check_choice(criterion, CRITERIA, "criterion")
     if not (0.0 <= min_conf < 1.0):
@@ -392,8 +391,7 @@ def fit_calibrator(
     per_class = registry.is_per_class(method)  # InputError naming the methods for an unknown one
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
-    z = check_logits(logits, "sigmoid")
-    y = check_labels(labels, "sigmoid", z.shape[0], 2)
+    z, y, _ = check_fit(logits, labels)
     k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
