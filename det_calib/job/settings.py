@@ -42,7 +42,7 @@ def _method_help() -> str:
     """The help of ``--method`` (the registered methods)."""
     glob = registry.global_methods()
     named = [m for m in glob if m != "none"] + [
-        m for m in registry.methods() if registry.method_reranks(m)
+        m for m in registry.methods() if registry.method_spec(m).reranks
     ]
     return (
         "calibration map: auto (default: chosen per head by cross-validation grouped by image "
@@ -55,7 +55,7 @@ def _method_help() -> str:
 
 def _per_class_help() -> str:
     """The help of ``--per-class`` (the registered per-class methods)."""
-    per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
+    per = ", ".join(m for m in registry.methods() if registry.method_spec(m).per_class)
     return (
         f"let --method auto also consider the per-class maps ({per}; they can change which class "
         "wins a box, "
@@ -362,9 +362,9 @@ class Settings:
         return tuple(
             m
             for m in registry.target_methods(self.target)
-            if not registry.method_reranks(m)
-            or (self.per_class and registry.is_per_class(m))
-            or (self.size_maps and registry.uses_size(m))
+            if not registry.method_spec(m).reranks
+            or (self.per_class and registry.method_spec(m).per_class)
+            or (self.size_maps and registry.method_spec(m).uses_size)
         )
 
     def fit_floors(self) -> tuple[float, ...]:

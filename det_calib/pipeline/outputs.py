@@ -204,7 +204,7 @@ def _write_model(
     summary's lines about it. ``folded``: ``calibrated.pt`` is written already (:func:`_fold_first`)."""
     meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
-    unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+    unfolded = [h for h, r in records.items() if registry.method_spec(r.method).uses_size]
     how = _model_output(inputs, records, verification)
     if how == "none":
         engine_lines = [_NOT_FOLDED.format(heads=", ".join(unfolded))]
@@ -280,7 +280,7 @@ def _model_output(
     map too, with its engine record), ``"copy"`` (the checkpoint the verification runs on, written after
     the fit) or ``"fold"`` (``calibrated.pt`` folded from the run's records)."""
     if (
-        any(registry.uses_size(r.method) for r in records.values())
+        any(registry.method_spec(r.method).uses_size for r in records.values())
         and export_format(inputs.model) not in GRAPH_FORMATS
     ):
         return "none"
@@ -419,7 +419,7 @@ class Verification:
         for h, check in checks.items():
             result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=check)
         for h, rec in self.records.items():
-            if registry.is_per_class(rec.method):
+            if registry.method_spec(rec.method).per_class:
                 eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
                 change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
                 result.results[h] = dataclasses.replace(result.results[h], detection_change=change)
@@ -447,7 +447,7 @@ def start_verification(
         or s.detections
         or not records
         or is_export(inputs.model)
-        or any(registry.uses_size(r.method) for r in records.values())
+        or any(registry.method_spec(r.method).uses_size for r in records.values())
     ):
         return None
     fit, ev = splits

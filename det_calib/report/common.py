@@ -215,8 +215,8 @@ def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)"
     )
     known = method in registry.methods()
-    per_class = known and registry.is_per_class(method)
-    if known and registry.uses_size(method):
+    per_class = known and registry.method_spec(method).per_class
+    if known and registry.method_spec(method).uses_size:
         return s + (
             ": a size-conditioned map re-ranks the boxes of a class by their size, so mAP moves; "
             "the "

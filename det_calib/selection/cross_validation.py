@@ -282,16 +282,16 @@ def select_calibrator(
         raise InputError(f"Expected every `fit_min_confs` value in [0, 1), but got {floors}")
     use = [m for m in known if m in set(methods) | {"none"}]
     if k is None:
-        skipped = [m for m in use if registry.is_per_class(m)]
+        skipped = [m for m in use if registry.method_spec(m).per_class]
         if skipped:
             _log.info("no `classes` given: skipping %s", ", ".join(skipped))
-        use = [m for m in use if not registry.is_per_class(m)]
+        use = [m for m in use if not registry.method_spec(m).per_class]
     a = None if log_area is None else np.asarray(log_area, dtype=np.float64).reshape(-1)
-    if a is None or not any(registry.uses_size(m) for m in use):
-        skipped = [m for m in use if registry.uses_size(m)]
+    if a is None or not any(registry.method_spec(m).uses_size for m in use):
+        skipped = [m for m in use if registry.method_spec(m).uses_size]
         if skipped:
             _log.info("no `log_area` given: skipping %s", ", ".join(skipped))
-        use, a = [m for m in use if not registry.uses_size(m)], None
+        use, a = [m for m in use if not registry.method_spec(m).uses_size], None
     elif a.shape != z.shape:
         raise InputError(f"Expected argument `log_area` of shape {z.shape}, but got {a.shape}")
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
@@ -313,7 +313,7 @@ def select_calibrator(
         if cv_resolution is not None and a is None:
             # the classes enter the pooling only when a per-class method needs them: the global
             # maps see pooled rows of equal (fold, logit, label), the same sums in fewer rows
-            kc_in = k if any(registry.is_per_class(m) for m in use) else None
+            kc_in = k if any(registry.method_spec(m).per_class for m in use) else None
             zc, yc, kc, fc, wc = _compress(z, y, kc_in, folds, float(cv_resolution))
         else:
             zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
@@ -388,7 +388,8 @@ def fit_calibrator(
     Raises:
         InputError: Bad arguments. DegenerateFitError: The fit range cannot determine the map.
     """
-    per_class = registry.is_per_class(method)  # InputError naming the methods for an unknown one
+    # an unknown method: InputError naming the methods
+    per_class = registry.method_spec(method).per_class
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
     z, y, _ = check_fit(logits, labels)
@@ -426,7 +427,7 @@ def refit(
     cal = registry.make_calibrator(
         c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf
     )
-    per_class = registry.is_per_class(c.method)
+    per_class = registry.method_spec(c.method).per_class
     kw = box_kwargs(
         cal,
         classes=k[m] if per_class else None,
@@ -606,7 +607,7 @@ def _paired_diff(scores: list[float], best: list[float], n_folds: int) -> tuple[
 
 
 def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) -> Candidate:
-    per_class = registry.is_per_class(method)
+    per_class = registry.method_spec(method).per_class
     cv_grid = registry.make_calibrator(method, seed=seed).cv_grid
     grid: list[float] = [None] if cv_grid is None else list(cv_grid)  # type: ignore[list-item]
     scores = np.full((len(repeats) * n_folds, len(grid)), np.nan)
