@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.data.box_table import HEADS, read_boxes
+from det_calib.data.box_table import read_boxes
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
 from det_calib.io import to_json
@@ -167,19 +167,3 @@ def load_run(
     if boxes is None:
         boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
     return Run(run_dir=run_dir, result=result, boxes=boxes)
-
-
-def parse_run_spec(spec: str | Path) -> tuple[Path, str | None]:
-    """Split ``"run_dir:head"`` into ``(run_dir, head)``; a plain path gives ``(path, None)``.
-
-    Only a suffix that names a head (``nms``, ``e2e``) is split off, so paths that contain a
-    colon keep working.
-
-    >>> parse_run_spec("out:e2e")[1], parse_run_spec("out")[1]
-    ('e2e', None)
-    """
-    s = str(spec)
-    base, sep, head = s.rpartition(":")
-    if sep and base and head in HEADS:
-        return Path(base), head
-    return Path(s), None
