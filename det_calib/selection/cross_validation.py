@@ -32,7 +32,7 @@ standard error is corrected for the overlap of the training folds (Nadeau and Be
 3. **a simpler eligible candidate** (earlier in the registry's order, or the same method on an
    earlier fit range) is as good: behind it by less than ``z_simpler`` (0.25) standard errors
    of their difference, fold by fold, or keeping at least 99% of its CV gain over the raw scores
-   (``GAIN_KEPT``: a difference no kept-set figure can show); then the simplest such wins. This
+   (a difference no kept-set figure can show); then the simplest such wins. This
    is a proportionate preference: a two-parameter map is not a leap from a one-parameter one,
    so a simpler map is kept only where the data cannot tell it from the better one at all, not
    wherever it is within one standard error (the rule that kept the raw scores, or a temperature,
@@ -64,16 +64,27 @@ from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
 from det_calib.validation import check_choice
 
-__all__ = ["Candidate", "Selection", "fit_calibrator", "select_calibrator"]
+__all__ = ["Candidate", "Selection", "fit_calibrator", "paired_rule_words", "select_calibrator"]
 
 _log = logging.getLogger(__name__)
 
-Z_NONE = 1.0
+_Z_NONE = 1.0
 """A calibrator must beat the raw scores by more than this many paired standard errors."""
-Z_SIMPLER = 0.25
+_Z_SIMPLER = 0.25
 """A simpler calibrator behind the best by less than this many paired standard errors is preferred."""
-GAIN_KEPT = 0.99
+_GAIN_KEPT = 0.99
 """... and so is one that keeps at least this share of the best's CV gain over the raw scores."""
+
+
+def paired_rule_words() -> str:
+    """The paired rule in words, with its numbers, as the report's Calibrators compared section
+    states it (after "compared paired, fold by fold: ")."""
+    return (
+        "a calibrator is eligible only if it beats the raw scores (none) by more than "
+        f"{_Z_NONE:g} standard error of that difference; the best eligible one wins, unless a "
+        f"simpler eligible one is as good: behind it by less than {_Z_SIMPLER:g} standard error "
+        f"of theirs, or keeping {_GAIN_KEPT:.0%} of its gain over the raw scores"
+    )
 
 
 @dataclass
@@ -475,8 +486,8 @@ def _paired_choice(
     >>> chosen.name, chosen.verdict
     ('platt@0', 'chosen: the best of the calibrators that beat the raw scores')
     """
-    z_none = Z_NONE if z_none is None else float(z_none)
-    z_simpler = Z_SIMPLER if z_simpler is None else float(z_simpler)
+    z_none = _Z_NONE if z_none is None else float(z_none)
+    z_simpler = _Z_SIMPLER if z_simpler is None else float(z_simpler)
     rank = {m: i for i, m in enumerate(registry.methods())}
 
     def order(c: Candidate) -> tuple[int, int]:
@@ -508,7 +519,7 @@ def _paired_choice(
             none is not None
             and math.isfinite(top.diff_none)
             and top.diff_none < 0
-            and c.diff_none <= GAIN_KEPT * top.diff_none
+            and c.diff_none <= _GAIN_KEPT * top.diff_none
         )
         if c is top or (
             order(c) < order(top) and ((math.isfinite(se) and d <= z_simpler * se) or kept)
@@ -526,7 +537,7 @@ def _paired_choice(
         reason = (
             f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less "
             "than "
-            f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw "
+            f"{z_simpler:g} paired SE, or keeping {_GAIN_KEPT:.0%} of its gain over the raw "
             "scores), and simpler "
             f"({vs}; "
         )
@@ -576,7 +587,7 @@ def _set_verdicts(
                 "chosen: the best of the calibrators that beat the raw scores"
                 if c is top
                 else f"chosen: simpler than {top.name} and as good (behind it by less than {z_simpler:g} "
-                f"paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores)"
+                f"paired SE, or keeping {_GAIN_KEPT:.0%} of its gain over the raw scores)"
             )
         elif c.method == "none":
             c.verdict = f"beaten by {chosen.name} by more than {z_none:g} paired SE"
