@@ -25,7 +25,7 @@ from det_calib.pipeline.fitting import (
     scored_candidates,
     temperature_fit,
 )
-from det_calib.record.calibrator_record import calibrator_record
+from det_calib.record.calibrator_record import Calibrator
 from det_calib.record.run_result import HeadResult
 from det_calib.tasks.match_rule import match_split
 
@@ -83,7 +83,7 @@ def evaluate(
         fit_min_conf=choice.floor or 0.0,
     )
     result = HeadResult(
-        calibrator=calibrator_record(choice.calibrator, choice.method, choice.floor),
+        calibrator=Calibrator.of_fitted(choice.calibrator, choice.method, choice.floor),
         fit=fit_result(fb, fit_split, choice, s),
         eval=evaluated.eval,
         threshold_shift=evaluated.threshold_shift,

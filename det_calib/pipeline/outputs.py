@@ -35,7 +35,7 @@ from det_calib.pipeline.ultralytics_checks import (
     detection_change,
     run_ultralytics_checks,
 )
-from det_calib.record.calibrator_record import calibrator_record
+from det_calib.record.calibrator_record import Calibrator
 from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import RunResult, ValCheck
 from det_calib.report.text_summary import summary_text
@@ -440,7 +440,7 @@ def start_verification(
     size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
-    records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
+    records = {h: Calibrator.of_fitted(c.calibrator, c.method, c.floor) for h, c in choices.items()}
     if (
         not s.run_val
         or s.boxes

@@ -71,7 +71,6 @@ __all__ = [
     "ValMap",
     "as_read",
     "calibrator_of",
-    "calibrator_record",
     "load_run",
     "package_version",
     "read_calibrators",
