@@ -14,7 +14,8 @@ import polars as pl
 
 from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import Split
-from det_calib.evaluation.figures import evaluate_head, operating_points
+from det_calib.evaluation.figures import evaluate_head
+from det_calib.evaluation.operating import OperatingPoints
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
@@ -70,7 +71,7 @@ def evaluate(
     the calibrated conf. ``fit_boxes``: the labelled fit boxes; ``sigmas``: a pose dataset's own OKS sigmas."""
     fit_split, ev = splits
     fb, eb = fit_boxes, eval_boxes if labelled else _label(eval_boxes, ev, inputs, s)
-    op = operating_points(eb, ev, s)
+    op = OperatingPoints.of_boxes(eb, ev, s)
     evaluated = evaluate_head(
         eb,
         ev,
