@@ -36,7 +36,6 @@ from det_calib.pipeline.ultralytics_checks import (
     run_ultralytics_checks,
 )
 from det_calib.record.calibrator_record import Calibrator
-from det_calib.record.run_folder import as_read
 from det_calib.record.run_result import RunResult, ValCheck
 from det_calib.report.text_summary import summary_text
 from det_calib.thresholds.class_sets import write_class_logits
@@ -53,7 +52,7 @@ def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     ``boxes.parquet`` written; ``result``: its record, not yet written); the summary's lines."""
 
     lines: list[str] = []
-    record = as_read(result)
+    record = result.as_read()
     for head in result.heads:
         doc = tune_run(
             folder,
@@ -177,12 +176,12 @@ def _finish_run_folder(
                 draft_report,  # matplotlib: only where a report is written
             )
 
-            draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes)
+            draft = draft_report(stage, result.as_read(), shown_dir=out, boxes=boxes)
         if verification is not None:
             verification.finish(result, boxes)
         result.seconds = round(time.time() - t_start, 1)
         if draft is not None:
-            draft.write(as_read(result))
+            draft.write(result.as_read())
     result.timings = clock.timings()  # where the time went, the report's included
     result.seconds = round(time.time() - t_start, 1)
     result.write(stage / "calibration.json")
