@@ -26,7 +26,6 @@ _EXPORTS = {
     "method_spec": "registry",
     "register": "registry",
     "methods": "registry",
-    "size_methods": "registry",
     "target_methods": "registry",
     "TemperatureScaler": "temperature",
     "equivalent_threshold": "temperature",
@@ -53,7 +52,6 @@ __all__ = [
     "method_spec",
     "methods",
     "register",
-    "size_methods",
     "target_methods",
 ]
 

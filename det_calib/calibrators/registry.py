@@ -33,7 +33,6 @@ __all__ = [
     "method_spec",
     "methods",
     "register",
-    "size_methods",
     "target_methods",
 ]
 
@@ -165,11 +164,6 @@ def excluded_methods(target: str) -> dict[str, str]:
         for m in methods()
         if m not in ok
     }
-
-
-def size_methods() -> tuple[str, ...]:
-    """The methods whose map reads each box's size (``auto`` tries them only with ``--size-maps``)."""
-    return tuple(m for m in methods() if _METHODS[m].uses_size)
 
 
 def method_spec(method: str) -> MethodSpec:

@@ -65,7 +65,7 @@ def _per_class_help() -> str:
 
 def _size_maps_help() -> str:
     """The help of ``--size-maps`` (the registered size-conditioned methods)."""
-    size = ", ".join(registry.size_methods())
+    size = ", ".join(m for m in registry.methods() if registry.method_spec(m).uses_size)
     return (
         f"let --method auto also consider the size-conditioned maps ({size}; they read each box's "
         "size, "

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from det_calib.calibrators.affine import sigmoid
-from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator, size_methods
+from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator, method_spec
 from det_calib.calibrators.registry import methods as registered_methods
 from det_calib.codec import encode
 from det_calib.errors import InputError
@@ -31,7 +31,8 @@ def test_perfectly_calibrated_data_keeps_raw_scores():
     assert sel.chosen.method == "none"
     assert "none" in sel.reason
     # every registered method but those that read the box's size (no sizes given: skipped)
-    assert {c.method for c in sel.candidates} == set(registered_methods()) - set(size_methods())
+    sized = {m for m in registered_methods() if method_spec(m).uses_size}
+    assert {c.method for c in sel.candidates} == set(registered_methods()) - sized
     np.testing.assert_array_equal(sel.calibrator.transform_logits(z[:5]), z[:5])
 
 
