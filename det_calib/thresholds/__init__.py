@@ -6,7 +6,6 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "LogitStore": "class_sets",
-    "keep_class_logits": "class_sets",
     "write_class_logits": "class_sets",
     "Fallback": "criteria",
     "Unit": "criteria",
@@ -30,7 +29,6 @@ __all__ = [
     "Unit",
     "class_thresholds",
     "filter_results",
-    "keep_class_logits",
     "thresholds_command",
     "thresholds_view",
     "summary_lines",
