@@ -22,7 +22,6 @@ from det_calib.record.run_result import (
     RecordedSettings,
 )
 from det_calib.selection.cross_validation import CRITERIA
-from det_calib.thresholds.criteria import Fallback, Unit
 from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 from det_calib.validation import check_choice
 
@@ -275,7 +274,7 @@ class Settings:
         "the precision guarantee of the thresholds fails with probability <= delta (default 0.1)",
         flag="--delta",
     )
-    threshold_unit: Unit = opt(
+    threshold_unit: str = opt(
         "image",
         "what the precision guarantee is over: image (default: the mean precision "
         "of the images that keep a box, valid over new images) or box (boxes as independent "
@@ -283,7 +282,7 @@ class Settings:
         flag="--threshold-unit",
         choices=("image", "box"),
     )
-    threshold_fallback: Fallback = opt(
+    threshold_fallback: str = opt(
         "global",
         "threshold of a class that cannot be certified: global (default: "
         "the global certified threshold) or drop (no box kept)",

@@ -7,8 +7,6 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "LogitStore": "class_sets",
     "write_class_logits": "class_sets",
-    "Fallback": "criteria",
-    "Unit": "criteria",
     "thresholds_command": "command",
     "filter_results": "results_filter",
     "tune_run": "run_head",
@@ -22,11 +20,9 @@ _EXPORTS = {
 
 __all__ = [
     "DEFAULT_TARGET_PRECISION",
-    "Fallback",
     "LogitStore",
     "THRESHOLDS_FILE",
     "ThresholdsView",
-    "Unit",
     "class_thresholds",
     "filter_results",
     "thresholds_command",
