@@ -86,9 +86,8 @@ def in_sample_bound(run_dir: Path, limit: int | None) -> list[str]:
             for floor in (0.0, 0.125):
                 keep = v.conf >= floor
                 try:
-                    if registry.is_per_class(
-                        method
-                    ):  # each class's own curve (1 pseudo-box toward the global)
+                    # each class's own curve (1 pseudo-box toward the global)
+                    if registry.method_spec(method).per_class:
                         cal = registry.make_calibrator(
                             method, shrinkage=1.0, fit_min_conf=floor
                         ).fit(
@@ -108,7 +107,7 @@ def in_sample_bound(run_dir: Path, limit: int | None) -> list[str]:
                 except Exception:  # a degenerate fit is no bound
                     continue
                 la = lt.laece(cal.predict_proba(v.logit, classes=v.cls), threshold=0.25)
-                kind = "per class" if registry.is_per_class(method) else "ranking maps"
+                kind = "per class" if registry.method_spec(method).per_class else "ranking maps"
                 if kind not in best or la < best[kind][0]:
                     best[kind] = (la, f"{method}@{floor:g}")
         raw = lt.laece(v.conf, threshold=0.25)

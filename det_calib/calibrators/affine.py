@@ -38,11 +38,16 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, number_words, spread_words
-from det_calib.calibrators.fit_support import check_classes, check_degenerate, group_folds
+from det_calib.calibrators.fit_support import (
+    check_classes,
+    check_degenerate,
+    check_fit,
+    check_logits,
+    group_folds,
+)
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
-from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = ["ClassAffineScaler", "PlattScaler", "group_folds", "sigmoid"]
 
@@ -63,9 +68,7 @@ _VERSION = 1
 def prepare_fit(
     logits: Any, labels: Any, weights: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    z = check_logits(logits, "sigmoid")
-    y = check_labels(labels, "sigmoid", z.shape[0], 2)
-    w = check_weights(weights, z.shape[0])
+    z, y, w = check_fit(logits, labels, weights)
     return z, y, (np.ones(z.shape[0]) if w is None else w)
 
 

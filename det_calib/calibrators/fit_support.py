@@ -1,6 +1,17 @@
-"""What the affine and isotonic maps share for their fits: checked class ids
-(:func:`check_classes`), the refusal of a degenerate fit (:func:`check_degenerate`), and the
-image-grouped folds of their cross-validated shrinkage (:func:`group_folds`).
+"""What the maps share for their fits: checked logits, labels and weights (:func:`check_fit`, one
+call for a fit's three arrays; :func:`check_logits` for the logits a fitted map is applied to),
+checked class ids (:func:`check_classes`), the refusal of a degenerate fit
+(:func:`check_degenerate`), and the image-grouped folds of the affine and isotonic maps'
+cross-validated shrinkage (:func:`group_folds`). Messages in the package's one style
+(:mod:`det_calib.validation`).
+
+>>> z, y, w = check_fit([0.5, -1.0], [True, False])
+>>> z.tolist(), y.tolist(), w
+([0.5, -1.0], [1.0, 0.0], None)
+>>> check_fit([0.5, -1.0], [1, 0], [0.0, 0.0])
+Traceback (most recent call last):
+...
+det_calib.errors.InputError: Expected argument `weights` to have at least one positive weight, but all are 0
 """
 
 from __future__ import annotations
@@ -10,9 +21,115 @@ from typing import Any
 import numpy as np
 
 from det_calib.errors import DegenerateFitError, InputError
-from det_calib.validation import as_array
 
-__all__ = ["check_classes", "check_degenerate", "group_folds"]
+__all__ = [
+    "check_classes",
+    "check_degenerate",
+    "check_fit",
+    "check_logits",
+    "group_folds",
+]
+
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    """Convert a numpy array, sequence or torch tensor (without importing torch) to a numpy array."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor
+        x = x.detach().cpu().numpy()
+    try:
+        return np.asarray(x)
+    except Exception as e:  # ragged lists and the like
+        raise InputError(
+            f"Expected argument `{name}` to be an array, but got one numpy cannot convert ({e})"
+        ) from None
+
+
+def check_logits(logits: Any, kind: str) -> np.ndarray:
+    """Logits of a fit: float64, shape (n,) for ``kind="sigmoid"``, (n, K >= 2) for ``"softmax"``."""
+    z = _as_array(logits, "logits")
+    if z.dtype == bool or not (
+        np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)
+    ):
+        raise InputError(
+            f"Expected argument `logits` to be a real-valued array, but got dtype {z.dtype}"
+        )
+    if kind == "sigmoid" and z.ndim != 1:
+        raise InputError(
+            f"Expected argument `logits` of shape (n,) for kind='sigmoid', but got shape {z.shape}"
+        )
+    if kind == "softmax" and (z.ndim != 2 or z.shape[1] < 2):
+        raise InputError(
+            "Expected argument `logits` of shape (n, K) with K >= 2 for kind='softmax', but got "
+            f"shape {z.shape}"
+        )
+    return z.astype(np.float64, copy=False)
+
+
+def _check_labels(labels: Any, kind: str, n: int, n_classes: int) -> np.ndarray:
+    """Labels of a fit: float64 0/1 or soft labels in [0, 1] (``"sigmoid"``; integer labels must be 0/1)
+    or intp class ids in ``[0, n_classes)``."""
+    y = _as_array(labels, "labels")
+    if y.ndim != 1:
+        raise InputError(f"Expected argument `labels` of shape (n,), but got shape {y.shape}")
+    if y.shape[0] != n:
+        raise InputError(
+            f"Expected argument `labels` to have the length of `logits` ({n}), but got {y.shape[0]}"
+        )
+    if kind == "sigmoid":
+        if y.dtype == bool:
+            return y.astype(np.float64)
+        if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+            raise InputError(
+                f"Expected argument `labels` to be bool or 0/1, but got dtype {y.dtype}"
+            )
+        # soft labels (a target in [0, 1], e.g. the IoU of the box's match) are floats in [0, 1]
+        ok = np.isin(y, (0, 1)) if np.issubdtype(y.dtype, np.integer) else (y >= 0) & (y <= 1)
+        if not ok.all():
+            bad = y[~ok][:3].tolist()
+            raise InputError(
+                "Expected argument `labels` to hold only 0/1 (or soft labels in [0, 1]) for "
+                "kind='sigmoid', "
+                f"but got e.g. {bad}"
+            )
+        return y.astype(np.float64)
+    if not np.issubdtype(y.dtype, np.integer):
+        raise InputError(
+            "Expected argument `labels` to hold integer class ids for kind='softmax', but got "
+            f"dtype {y.dtype}"
+        )
+    if n and (y.min() < 0 or y.max() >= n_classes):
+        raise InputError(
+            f"Expected argument `labels` to hold class ids in [0, {n_classes}), "
+            f"but got values in [{y.min()}, {y.max()}]"
+        )
+    return y.astype(np.intp, copy=False)
+
+
+def _check_weights(weights: Any, n: int) -> np.ndarray | None:
+    """None, or (n,) float64 fit weights: finite, >= 0, at least one positive."""
+    if weights is None:
+        return None
+    w = _as_array(weights, "weights")
+    if w.ndim != 1 or w.shape[0] != n:
+        raise InputError(f"Expected argument `weights` of shape ({n},), but got shape {w.shape}")
+    w = w.astype(np.float64)
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise InputError("Expected argument `weights` to be finite and >= 0")
+    if not (w > 0).any():
+        raise InputError(
+            "Expected argument `weights` to have at least one positive weight, but all are 0"
+        )
+    return w
+
+
+def check_fit(
+    logits: Any, labels: Any, weights: Any = None, *, kind: str = "sigmoid"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A fit's checked logits, labels and weights: :func:`check_logits`, :func:`_check_labels` (their
+    classes: the logits' columns for ``kind="softmax"``, 2 for ``"sigmoid"``) and
+    :func:`_check_weights` (None stays None)."""
+    z = check_logits(logits, kind)
+    y = _check_labels(labels, kind, z.shape[0], z.shape[1] if kind == "softmax" else 2)
+    return z, y, _check_weights(weights, z.shape[0])
 
 
 def check_classes(classes: Any, n: int) -> np.ndarray:
@@ -21,7 +138,7 @@ def check_classes(classes: Any, n: int) -> np.ndarray:
             "Expected argument `classes` (n,) of integer class ids for a per-class calibrator, but "
             "got None"
         )
-    k = as_array(classes, "classes")
+    k = _as_array(classes, "classes")
     if k.ndim != 1 or k.shape[0] != n:
         raise InputError(f"Expected argument `classes` of shape ({n},), but got shape {k.shape}")
     integral = np.issubdtype(k.dtype, np.integer) or (
@@ -88,7 +205,7 @@ def group_folds(n: int, n_folds: int, groups: Any = None, *, seed: int = 0) -> n
     if groups is None:
         g = np.arange(n)
     else:
-        g = as_array(groups, "groups")
+        g = _as_array(groups, "groups")
         if g.ndim != 1 or g.shape[0] != n:
             raise InputError(f"Expected argument `groups` of shape ({n},), but got shape {g.shape}")
     _, inv = np.unique(g, return_inverse=True)

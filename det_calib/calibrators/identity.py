@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.fit_support import check_logits
 from det_calib.calibrators.registry import register
-from det_calib.validation import check_logits
 
 __all__ = ["Identity"]
 

@@ -29,15 +29,11 @@ __all__ = [
     "calibrator_from_dict",
     "excluded_methods",
     "global_methods",
-    "is_per_class",
     "make_calibrator",
     "method_spec",
-    "method_reranks",
     "methods",
     "register",
-    "size_methods",
     "target_methods",
-    "uses_size",
 ]
 
 #: The modules of the package's own calibrators (imported on the first look-up).
@@ -65,6 +61,7 @@ class MethodSpec:
 
     @property
     def per_class(self) -> bool:
+        """The method fits one map per class."""
         return bool(self.cls.per_class)
 
     @property
@@ -74,7 +71,8 @@ class MethodSpec:
 
     @property
     def reranks(self) -> bool:
-        """The map can change the order of the boxes (per class, or by size), hence mAP."""
+        """The map can change the order of the boxes (per class, or by size), hence mAP: mAP is
+        measured before and after, and the map may change what the detector keeps."""
         return self.per_class or self.uses_size
 
 
@@ -168,31 +166,10 @@ def excluded_methods(target: str) -> dict[str, str]:
     }
 
 
-def size_methods() -> tuple[str, ...]:
-    """The methods whose map reads each box's size (``auto`` tries them only with ``--size-maps``)."""
-    return tuple(m for m in methods() if _METHODS[m].uses_size)
-
-
-def method_reranks(method: str) -> bool:
-    """``method``'s map can change the order of the boxes (a map per class, or one that reads the
-    box's size): mAP is measured before and after, and the map may change what the detector keeps."""
-    return method_spec(method).reranks
-
-
-def uses_size(method: str) -> bool:
-    """``method``'s map reads each box's size (``log_area``)."""
-    return method_spec(method).uses_size
-
-
 def method_spec(method: str) -> MethodSpec:
     """The registered :class:`MethodSpec` of ``method``; InputError naming the methods otherwise."""
     specs = _specs()
     return specs[check_choice(method, methods(), "method")]
-
-
-def is_per_class(method: str) -> bool:
-    """``method`` fits one map per class."""
-    return method_spec(method).per_class
 
 
 def make_calibrator(

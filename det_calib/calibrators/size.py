@@ -35,11 +35,10 @@ from typing import Any
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, number_words
-from det_calib.calibrators.fit_support import check_degenerate
+from det_calib.calibrators.fit_support import check_degenerate, check_fit, check_logits
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
-from det_calib.validation import check_labels, check_logits, check_weights
 
 __all__ = ["SizePlattScaler"]
 
@@ -146,9 +145,7 @@ class SizePlattScaler(LogitCalibrator):
             DegenerateFitError: Too few boxes, one label only, constant or separable logits, or a
                 fitted slope ``a <= 0``.
         """
-        z = check_logits(logits, "sigmoid")
-        y = check_labels(labels, "sigmoid", z.shape[0], 2).astype(np.float64)
-        w = check_weights(weights, z.shape[0])
+        z, y, w = check_fit(logits, labels, weights)
         w = np.ones(z.shape[0]) if w is None else w
         s = _check_area(log_area, z.shape[0])
         check_degenerate(z, y, w, "size-Platt", int(self.min_samples))

@@ -55,11 +55,11 @@ from det_calib.calibrators.affine import (
     prepare_fit,
 )
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.fit_support import check_logits
 from det_calib.calibrators.isotonic import PiecewiseLinear
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import binary_nll_terms, sigmoid, weighted_mean
-from det_calib.validation import check_logits
 
 __all__ = ["SplineCalibrator"]
 

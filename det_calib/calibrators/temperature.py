@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from det_calib.calibrators.base import LogitCalibrator, NotFittedError
+from det_calib.calibrators.fit_support import check_fit, check_logits
 from det_calib.calibrators.registry import register
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.numeric import (
@@ -59,7 +60,7 @@ from det_calib.numeric import (
     logsumexp,
     weighted_mean,
 )
-from det_calib.validation import check_choice, check_labels, check_logits, check_weights
+from det_calib.validation import check_choice
 
 __all__ = [
     "ConvergenceWarning",
@@ -111,16 +112,6 @@ def _check_temperature(temperature: Any) -> float:
     return t
 
 
-def _prepare(
-    logits: Any, labels: Any, weights: Any, kind: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    z = check_logits(logits, kind)
-    k = z.shape[1] if kind == "softmax" else 2
-    y = check_labels(labels, kind, z.shape[0], k)
-    w = check_weights(weights, z.shape[0])
-    return z, y, w
-
-
 # --------------------------------------------------------------------------------------------
 # objectives
 
@@ -142,7 +133,7 @@ def binary_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any 
     Raises:
         InputError: Wrong shapes, labels not 0/1, or a non-positive temperature.
     """
-    z, y, w = _prepare(logits, labels, weights, "sigmoid")
+    z, y, w = check_fit(logits, labels, weights)
     return _binary_nll(z, y, w, _check_temperature(temperature))
 
 
@@ -166,7 +157,7 @@ def softmax_nll(logits: Any, labels: Any, temperature: float = 1.0, weights: Any
     Raises:
         InputError: Wrong shapes, class ids out of range, or a non-positive temperature.
     """
-    z, y, w = _prepare(logits, labels, weights, "softmax")
+    z, y, w = check_fit(logits, labels, weights, kind="softmax")
     return _softmax_nll(z, y, w, _check_temperature(temperature))
 
 
@@ -413,7 +404,7 @@ def fit_temperature(
     """
     kind = _check_kind(kind)
     _check_options(tol, max_iter, min_samples)
-    z, y, w = _prepare(logits, labels, weights, kind)
+    z, y, w = check_fit(logits, labels, weights, kind=kind)
     t, _ = _fit(
         z, y, w, kind=kind, tol=float(tol), max_iter=int(max_iter), min_samples=int(min_samples)
     )
@@ -504,7 +495,7 @@ class TemperatureScaler(LogitCalibrator):
         """
         kind = _check_kind(self.kind)
         _check_options(self.tol, self.max_iter, self.min_samples)
-        z, y, w = _prepare(logits, labels, weights, kind)
+        z, y, w = check_fit(logits, labels, weights, kind=kind)
         t, n_eval = _fit(
             z,
             y,

@@ -654,7 +654,9 @@ def run_equivalent_thresholds(
     return {
         h: []
         if cal.uses_size
-        else _equivalent_raw_thresholds(cal, confs, nc, per_class=registry.is_per_class(methods[h]))
+        else _equivalent_raw_thresholds(
+            cal, confs, nc, per_class=registry.method_spec(methods[h]).per_class
+        )
         for h, cal in calibrators.items()
     }
 

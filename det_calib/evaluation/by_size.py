@@ -15,7 +15,7 @@ from det_calib.errors import InputError
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import kept_ece
-from det_calib.metrics.size_bins import SIZE_BINS, SizeBin
+from det_calib.metrics.size_bins import SIZE_BINS
 from det_calib.record.size_record import SizeFigures
 
 __all__ = ["size_figures"]
@@ -60,11 +60,10 @@ def _kept_figures(
     return n, e, e_ci, (la if ok else None), (la_ci if ok and not math.isnan(la_ci[0]) else None)
 
 
-def size_figures(
-    op: OperatingPoints, scored: BoxView, *, bins: tuple[SizeBin, ...] = SIZE_BINS
-) -> list[SizeFigures]:
-    """One :class:`SizeFigures` per size bin: the bin's boxes kept at the lowest operating threshold,
-    raw (``op.view``) and under ``scored``'s scores (the same boxes, :meth:`BoxView.scored`).
+def size_figures(op: OperatingPoints, scored: BoxView) -> list[SizeFigures]:
+    """One :class:`SizeFigures` per size bin (:data:`~det_calib.metrics.size_bins.SIZE_BINS`): the
+    bin's boxes kept at the lowest operating threshold, raw (``op.view``) and under ``scored``'s
+    scores (the same boxes, :meth:`BoxView.scored`).
 
     A box's bin is its own (predicted) box's area; the bootstrap resamples images (the ECE's, the
     images with boxes in the bin; LaECE_0's, every image, as its matching spans them).
@@ -73,7 +72,7 @@ def size_figures(
     xyxy, w, h = _sizes(raw)
     thr = min(op.conf)
     out = []
-    for b in bins:
+    for b in SIZE_BINS:
         m = b.mask(xyxy, w, h)
         n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr)
         n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr)

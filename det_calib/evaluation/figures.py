@@ -39,7 +39,7 @@ from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
 from det_calib.tasks import TASKS
 
-__all__ = ["DECE_BINS", "EvalSettings", "evaluate_head", "map_check", "operating_points"]
+__all__ = ["DECE_BINS", "EvalSettings", "evaluate_head", "map_check"]
 
 DECE_BINS = (8, 3, 3, 3, 3)
 """D-ECE bins: confidence, then normalised centre x, centre y, width, height."""
@@ -324,7 +324,7 @@ def evaluate_head(
     """
     # the mAP check first: its working arrays are freed before the evaluation's are built
     map_result = _task_map_check(boxes, split, calibrator, s, sigmas=sigmas)
-    op = operating or operating_points(boxes, split, s)
+    op = operating or OperatingPoints.of_boxes(boxes, split, s)
     raw = op.view
     scored = raw.scored(calibrator)
     gt_cls = _gt_classes(split)
@@ -373,20 +373,6 @@ def evaluate_head(
         threshold_shift=shifts,
         per_class=per_classes,
         by_size=by_size,
-    )
-
-
-def operating_points(boxes: pl.DataFrame, split: Split, s: EvalSettings) -> OperatingPoints:
-    """The operating-point evaluator of one head's eval boxes (its :class:`BoxView`, built once here)."""
-    view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
-    return OperatingPoints(
-        view,
-        split.gt,
-        conf=tuple(s.conf),
-        ece_bins=s.ece_bins,
-        laece_bins=s.laece_bins,
-        n_boot=s.n_boot,
-        seed=s.seed,
     )
 
 

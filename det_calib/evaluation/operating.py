@@ -16,6 +16,7 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.data.box_view import BoxView
+from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import (
@@ -105,6 +106,22 @@ class OperatingPoints:
         # scores more than once: the raw scores and the deployed map in the head's record, and again
         # among ``auto``'s candidates)
         self._seen: dict[tuple, list[OperatingFigures]] = {}
+
+    @classmethod
+    def of_boxes(cls, boxes: pl.DataFrame, split: Split, s: Any) -> OperatingPoints:
+        """The evaluator of one head's eval boxes of ``split`` (their :class:`BoxView`, built once
+        here), with the run's operating points, bins and bootstrap (``s``: the run's settings,
+        :class:`~det_calib.evaluation.figures.EvalSettings`)."""
+        view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
+        return cls(
+            view,
+            split.gt,
+            conf=tuple(s.conf),
+            ece_bins=s.ece_bins,
+            laece_bins=s.laece_bins,
+            n_boot=s.n_boot,
+            seed=s.seed,
+        )
 
     def targets_for(self, scored: BoxView) -> LaECE0Targets:
         """The LaECE_0 matching of ``scored``'s scores: the raw scores' (:attr:`targets`) for any map

@@ -22,7 +22,7 @@ from det_calib.job.inputs import Inputs, resolve_inputs
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
 from det_calib.tasks import get_task
-from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
+from det_calib.thresholds.class_sets import LogitStore
 
 _log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class BoxSource:
             if self._cap is None:
                 self._cap = _open_capturer(self.inputs, self.s)
                 if self._class_logits:
-                    keep_class_logits(self._cap, LogitStore(self._cap.nc))
+                    LogitStore(self._cap.nc).attach(self._cap)
                     self.logit_store = getattr(self._cap, "logit_store", None)
             out = _capture_split(self._cap, self.inputs, split, self.s)
             if i == len(self.splits) - 1:

@@ -22,7 +22,6 @@ from det_calib.record.run_result import (
     RecordedSettings,
 )
 from det_calib.selection.cross_validation import CRITERIA
-from det_calib.thresholds.criteria import Fallback, Unit
 from det_calib.thresholds.thresholds_file import DEFAULT_TARGET_PRECISION
 from det_calib.validation import check_choice
 
@@ -47,7 +46,7 @@ def _method_help() -> str:
     """The help of ``--method`` (the registered methods)."""
     glob = registry.global_methods()
     named = [m for m in glob if m != "none"] + [
-        m for m in registry.methods() if registry.method_reranks(m)
+        m for m in registry.methods() if registry.method_spec(m).reranks
     ]
     return (
         "calibration map: auto (default: chosen per head by cross-validation grouped by image "
@@ -60,7 +59,7 @@ def _method_help() -> str:
 
 def _per_class_help() -> str:
     """The help of ``--per-class`` (the registered per-class methods)."""
-    per = ", ".join(m for m in registry.methods() if registry.is_per_class(m))
+    per = ", ".join(m for m in registry.methods() if registry.method_spec(m).per_class)
     return (
         f"let --method auto also consider the per-class maps ({per}; they can change which class "
         "wins a box, "
@@ -70,7 +69,7 @@ def _per_class_help() -> str:
 
 def _size_maps_help() -> str:
     """The help of ``--size-maps`` (the registered size-conditioned methods)."""
-    size = ", ".join(registry.size_methods())
+    size = ", ".join(m for m in registry.methods() if registry.method_spec(m).uses_size)
     return (
         f"let --method auto also consider the size-conditioned maps ({size}; they read each box's "
         "size, "
@@ -280,7 +279,7 @@ class Settings:
         "the precision guarantee of the thresholds fails with probability <= delta (default 0.1)",
         flag="--delta",
     )
-    threshold_unit: Unit = opt(
+    threshold_unit: str = opt(
         "image",
         "what the precision guarantee is over: image (default: the mean precision "
         "of the images that keep a box, valid over new images) or box (boxes as independent "
@@ -288,7 +287,7 @@ class Settings:
         flag="--threshold-unit",
         choices=("image", "box"),
     )
-    threshold_fallback: Fallback = opt(
+    threshold_fallback: str = opt(
         "global",
         "threshold of a class that cannot be certified: global (default: "
         "the global certified threshold) or drop (no box kept)",
@@ -367,9 +366,9 @@ class Settings:
         return tuple(
             m
             for m in registry.target_methods(self.target)
-            if not registry.method_reranks(m)
-            or (self.per_class and registry.is_per_class(m))
-            or (self.size_maps and registry.uses_size(m))
+            if not registry.method_spec(m).reranks
+            or (self.per_class and registry.method_spec(m).per_class)
+            or (self.size_maps and registry.method_spec(m).uses_size)
         )
 
     def fit_floors(self) -> tuple[float, ...]:

@@ -8,9 +8,8 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "MatchResult": "one_to_one",
-    "checked_scores": "one_to_one",
+    "checked_ids": "one_to_one",
     "collapse_inverted": "one_to_one",
-    "crowd_flags": "one_to_one",
     "greedy_match": "one_to_one",
     "group_keys": "one_to_one",
     "last_best_per_run": "one_to_one",
@@ -21,9 +20,8 @@ _EXPORTS = {
 
 __all__ = [
     "MatchResult",
-    "checked_scores",
+    "checked_ids",
     "collapse_inverted",
-    "crowd_flags",
     "greedy_match",
     "group_keys",
     "last_best_per_run",

@@ -162,16 +162,29 @@ def _boxes(x, name: str, n: int | None, ref: str | None = None) -> np.ndarray:
     return arr
 
 
-def crowd_flags(gt_crowd, m: int) -> np.ndarray:
-    """(m,) bool crowd flags of the GTs from ``gt_crowd`` (None: no crowd), checked."""
-    return (
+def checked_ids(
+    det_image, det_cls, det_score, gt_image, gt_cls, gt_crowd=None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The checked arrays every matching call takes, whatever it matches by: the detections' (n,)
+    int64 image ids, classes and float scores (no NaN), and the GTs' (m,) int64 image ids, classes
+    and bool crowd flags (``gt_crowd`` None: no crowd), each of the length of its image ids.
+    The box IoU's (:func:`match_detections`) and each task's matcher check their inputs with it."""
+    d_img = as_integers(det_image, "det_image")
+    n = len(d_img)
+    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
+    d_score = _checked_scores(det_score, "det_score", n, "det_image")
+    g_img = as_integers(gt_image, "gt_image")
+    m = len(g_img)
+    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
+    g_crowd = (
         np.zeros(m, dtype=bool)
         if gt_crowd is None
         else _checked_flags(gt_crowd, "gt_crowd", m, "gt_image")
     )
+    return d_img, d_cls, d_score, g_img, g_cls, g_crowd
 
 
-def checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
+def _checked_scores(x, name: str, n: int, ref: str) -> np.ndarray:
     """(n,) float scores named ``name`` (length that of ``ref``), finite or inf, no NaN."""
     arr = as_1d(x, name, n, ref)
     if arr.size == 0:
@@ -334,16 +347,11 @@ def _match_detections_at(
 ) -> list[MatchResult]:
     """:func:`match_detections` at each IoU threshold of ``thresholds``, the inputs checked, grouped,
     ordered and paired, and the pairs' IoUs computed, once for all of them."""
-    d_img = as_integers(det_image, "det_image")
-    n = len(d_img)
-    d_box = _boxes(det_xyxy, "det_xyxy", n, "det_image")
-    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = checked_scores(det_score, "det_score", n, "det_image")
-    g_img = as_integers(gt_image, "gt_image")
-    m = len(g_img)
-    g_box = _boxes(gt_xyxy, "gt_xyxy", m, "gt_image")
-    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
-    g_crowd = crowd_flags(gt_crowd, m)
+    d_img, d_cls, d_score, g_img, g_cls, g_crowd = checked_ids(
+        det_image, det_cls, det_score, gt_image, gt_cls, gt_crowd
+    )
+    d_box = _boxes(det_xyxy, "det_xyxy", len(d_img), "det_image")
+    g_box = _boxes(gt_xyxy, "gt_xyxy", len(g_img), "gt_image")
     d_cols, g_cols = (
         np.ascontiguousarray(d_box.T),
         np.ascontiguousarray(g_box.T),

@@ -32,13 +32,11 @@ _EXPORTS = {
     "kept_laece_floor": "operating_point",
     "laece0": "operating_point",
     "SIZE_BINS": "size_bins",
-    "SizeBin": "size_bins",
 }
 
 __all__ = [
     "LaECE0Targets",
     "SIZE_BINS",
-    "SizeBin",
     "ace",
     "bootstrap_ci",
     "bootstrap_sd",

@@ -11,14 +11,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
-from det_calib.validation import (
+from det_calib.metrics.metric_inputs import (
     as_binary,
     as_unit,
     as_weights,
-    check_choice,
     check_lengths,
     check_positive_int,
 )
+from det_calib.validation import check_choice
 
 __all__ = [
     "ReliabilityBins",

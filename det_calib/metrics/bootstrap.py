@@ -56,7 +56,8 @@ from numpy.typing import ArrayLike
 from det_calib.errors import InputError
 from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.bootstrap_tables import seeded_multiplicities
-from det_calib.validation import as_1d, check_positive_int
+from det_calib.metrics.metric_inputs import check_positive_int
+from det_calib.validation import as_1d
 
 __all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "weighted_core"]
 

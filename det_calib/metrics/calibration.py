@@ -50,8 +50,7 @@ from det_calib.metrics.binning import (
 )
 from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
 from det_calib.metrics.detection_metrics import laece, prepare_laece
-from det_calib.numeric import binary_nll_logits, weighted_mean
-from det_calib.validation import (
+from det_calib.metrics.metric_inputs import (
     as_binary,
     as_float,
     as_int_ids,
@@ -60,6 +59,7 @@ from det_calib.validation import (
     check_lengths,
     check_positive_int,
 )
+from det_calib.numeric import binary_nll_logits, weighted_mean
 
 __all__ = [
     "ace",

@@ -15,7 +15,7 @@ from det_calib.errors import InputError
 from det_calib.metrics.binning import dense_ids, gap_sum, uniform_index
 from det_calib.metrics.bootstrap import Batch
 from det_calib.metrics.bootstrap_tables import laece_tables
-from det_calib.validation import (
+from det_calib.metrics.metric_inputs import (
     as_binary,
     as_float,
     as_int_ids,

@@ -4,7 +4,7 @@ and score calibrators where decisions are made (the boxes kept at each ``--conf`
 - :func:`choose_calibrator` — one method on its fit range, or ``auto``: cross-validated choice, fitted to
   the run's target (:func:`fit_labels`: the matched flag, or with ``--target iou`` the IoU of each box's
   LaECE_0 match, a soft label carried by the :func:`fit_boxes` view)
-- :func:`~det_calib.record.calibrator_record.calibrator_record` /
+- :meth:`~det_calib.record.calibrator_record.Calibrator.of_fitted` /
   :func:`~det_calib.record.calibrator_record.calibrator_of`
   — a fitted calibrator <-> its :class:`~det_calib.record.run_result.Calibrator` record in ``calibration.json``
 - :func:`temperature_fit`, :func:`candidates` — the classic temperature and ``auto``'s candidates

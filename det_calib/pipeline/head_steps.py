@@ -14,7 +14,8 @@ import polars as pl
 
 from det_calib.data.box_view import with_calibrated
 from det_calib.data.ground_truth import Split
-from det_calib.evaluation.figures import evaluate_head, operating_points
+from det_calib.evaluation.figures import evaluate_head
+from det_calib.evaluation.operating import OperatingPoints
 from det_calib.job import clock
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
@@ -25,7 +26,7 @@ from det_calib.pipeline.fitting import (
     scored_candidates,
     temperature_fit,
 )
-from det_calib.record.calibrator_record import calibrator_record
+from det_calib.record.calibrator_record import Calibrator
 from det_calib.record.run_result import HeadResult
 from det_calib.tasks.match_rule import match_split
 
@@ -70,7 +71,7 @@ def evaluate(
     the calibrated conf. ``fit_boxes``: the labelled fit boxes; ``sigmas``: a pose dataset's own OKS sigmas."""
     fit_split, ev = splits
     fb, eb = fit_boxes, eval_boxes if labelled else _label(eval_boxes, ev, inputs, s)
-    op = operating_points(eb, ev, s)
+    op = OperatingPoints.of_boxes(eb, ev, s)
     evaluated = evaluate_head(
         eb,
         ev,
@@ -83,7 +84,7 @@ def evaluate(
         fit_min_conf=choice.floor or 0.0,
     )
     result = HeadResult(
-        calibrator=calibrator_record(choice.calibrator, choice.method, choice.floor),
+        calibrator=Calibrator.of_fitted(choice.calibrator, choice.method, choice.floor),
         fit=fit_result(fb, fit_split, choice, s),
         eval=evaluated.eval,
         threshold_shift=evaluated.threshold_shift,

@@ -35,8 +35,7 @@ from det_calib.pipeline.ultralytics_checks import (
     detection_change,
     run_ultralytics_checks,
 )
-from det_calib.record.calibrator_record import calibrator_record
-from det_calib.record.run_folder import as_read
+from det_calib.record.calibrator_record import Calibrator
 from det_calib.record.run_result import RunResult, ValCheck
 from det_calib.report.text_summary import summary_text
 from det_calib.thresholds.class_sets import write_class_logits
@@ -53,7 +52,7 @@ def _tune_thresholds(folder: Path, result: RunResult, s: Settings) -> list[str]:
     ``boxes.parquet`` written; ``result``: its record, not yet written); the summary's lines."""
 
     lines: list[str] = []
-    record = as_read(result)
+    record = result.as_read()
     for head in result.heads:
         doc = tune_run(
             folder,
@@ -177,12 +176,12 @@ def _finish_run_folder(
                 draft_report,  # matplotlib: only where a report is written
             )
 
-            draft = draft_report(stage, as_read(result), shown_dir=out, boxes=boxes)
+            draft = draft_report(stage, result.as_read(), shown_dir=out, boxes=boxes)
         if verification is not None:
             verification.finish(result, boxes)
         result.seconds = round(time.time() - t_start, 1)
         if draft is not None:
-            draft.write(as_read(result))
+            draft.write(result.as_read())
     result.timings = clock.timings()  # where the time went, the report's included
     result.seconds = round(time.time() - t_start, 1)
     result.write(stage / "calibration.json")
@@ -204,7 +203,7 @@ def _write_model(
     summary's lines about it. ``folded``: ``calibrated.pt`` is written already (:func:`_fold_first`)."""
     meta, records = _meta(result, s), _records(result)
     exported, engine_lines = is_export(inputs.model), []
-    unfolded = [h for h, r in records.items() if registry.uses_size(r.method)]
+    unfolded = [h for h, r in records.items() if registry.method_spec(r.method).uses_size]
     how = _model_output(inputs, records, verification)
     if how == "none":
         engine_lines = [_NOT_FOLDED.format(heads=", ".join(unfolded))]
@@ -279,7 +278,7 @@ def _model_output(
     in the checkpoint's class conv), ``"engine"`` (the calibration appended to an export's graph, a size
     map too, with its engine record), ``"copy"`` (the checkpoint the verification runs on, written after
     the fit) or ``"fold"`` (``calibrated.pt`` folded from the run's records)."""
-    if any(registry.uses_size(r.method) for r in records.values()) and deployed_file(
+    if any(registry.method_spec(r.method).uses_size for r in records.values()) and deployed_file(
         inputs.model
     ) in (None, "calibrated.pt"):
         return "none"  # a size map has a place only in an export's graph det_calib edits
@@ -418,7 +417,7 @@ class Verification:
         for h, check in checks.items():
             result.results[h] = dataclasses.replace(result.results[h], ultralytics_val=check)
         for h, rec in self.records.items():
-            if registry.is_per_class(rec.method):
+            if registry.method_spec(rec.method).per_class:
                 eb = boxes.filter((pl.col("head") == h) & (pl.col("split") == self.ev.name))
                 change = detection_change(self.inputs, self.ckpt, self.ev, h, eb, rec, self.s)
                 result.results[h] = dataclasses.replace(result.results[h], detection_change=change)
@@ -439,14 +438,14 @@ def start_verification(
     size-conditioned map: none has a ``calibrated.pt`` to val)."""
     import tempfile
 
-    records = {h: calibrator_record(c.calibrator, c.method, c.floor) for h, c in choices.items()}
+    records = {h: Calibrator.of_fitted(c.calibrator, c.method, c.floor) for h, c in choices.items()}
     if (
         not s.run_val
         or s.boxes
         or s.detections
         or not records
         or is_export(inputs.model)
-        or any(registry.uses_size(r.method) for r in records.values())
+        or any(registry.method_spec(r.method).uses_size for r in records.values())
     ):
         return None
     fit, ev = splits

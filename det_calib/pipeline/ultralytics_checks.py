@@ -236,7 +236,7 @@ def _equivalent_floor(record: Calibrator, floor: float) -> float | None:
     """The calibrated conf of a box whose raw conf is ``floor``, for a global monotone map (then
     ``calibrated > it`` keeps exactly the boxes with ``raw > floor``; :func:`equivalent_conf`);
     None for per-class maps."""
-    if registry.is_per_class(record.method):
+    if registry.method_spec(record.method).per_class:
         return None
     return equivalent_conf(calibrator_of(record), floor) if floor > 0 else 0.0
 

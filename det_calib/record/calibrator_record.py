@@ -1,6 +1,6 @@
 """A head's calibrator as its run records it: :class:`Calibrator` (method and parameters), the
-record of a fitted calibrator and back (:func:`calibrator_record`, :func:`calibrator_of`), and the
-candidates ``auto`` compared (:class:`CandidateRecord`).
+record of a fitted calibrator and back (:meth:`Calibrator.of_fitted`, :func:`calibrator_of`), and
+the candidates ``auto`` compared (:class:`CandidateRecord`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ __all__ = [
     "CandidateEval",
     "CandidateRecord",
     "calibrator_of",
-    "calibrator_record",
 ]
 
 
@@ -47,14 +46,15 @@ class Calibrator(Record):
         """T of a temperature calibrator, else None."""
         return float(self.params["temperature"]) if self.method == "temperature" else None
 
-
-def calibrator_record(cal: LogitCalibrator, method: str, floor: float) -> Calibrator:
-    """The :class:`Calibrator` record of a fitted calibrator: the temperature method is
-    ``Calibrator("temperature", {"temperature": T})`` (written as ``temperature: {head: T}``, as
-    always); any other method is ``Calibrator(method, {"fit_min_conf": floor, "map": cal.to_dict()})``."""
-    if method == "temperature":
-        return Calibrator.temperature_scaling(float(cal.temperature_))
-    return Calibrator(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
+    @classmethod
+    def of_fitted(cls, cal: LogitCalibrator, method: str, floor: float) -> Calibrator:
+        """The record of a fitted calibrator (back: :func:`calibrator_of`): the temperature method is
+        ``Calibrator("temperature", {"temperature": T})`` (written as ``temperature: {head: T}``, as
+        always); any other method is ``Calibrator(method, {"fit_min_conf": floor, "map":
+        cal.to_dict()})``."""
+        if method == "temperature":
+            return cls.temperature_scaling(float(cal.temperature_))
+        return cls(method, {"fit_min_conf": float(floor), "map": cal.to_dict()})
 
 
 def calibrator_of(rec: Calibrator) -> LogitCalibrator:

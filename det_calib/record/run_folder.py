@@ -6,7 +6,6 @@ post-hoc calibrator read a ``calibration.json``'s calibrators alone
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +14,9 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.data.box_table import HEADS, read_boxes
+from det_calib.data.box_table import read_boxes
 from det_calib.data.box_view import BoxView
 from det_calib.errors import InputError
-from det_calib.io import to_json
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RecordedSettings, RunResult
 
@@ -143,18 +141,12 @@ class Run:
         return None if rec is None else calibrator_of(rec)
 
 
-def as_read(result: RunResult) -> RunResult:
-    """``result`` as :func:`load_run` reads it back once written (NaN as None, tuples as lists), without the
-    file: what a run's own readers (its thresholds, its report) read before its ``calibration.json`` is written."""
-    return RunResult.from_dict(json.loads(to_json(result.to_dict())))
-
-
 def load_run(
     run_dir: str | Path, *, boxes: pl.DataFrame | None = None, result: RunResult | None = None
 ) -> Run:
     """Read ``run_dir/calibration.json`` and ``run_dir/boxes.parquet`` (or take ``boxes``, the table
     that file holds, and ``result``, the record as :meth:`RunResult.read` of that file gives it
-    (:func:`as_read`), from a caller that has them in memory: the run being written).
+    (:meth:`RunResult.as_read`), from a caller that has them in memory: the run being written).
 
     Raises:
         InputError: The directory or a file is missing or corrupt (the message names the file).
@@ -167,19 +159,3 @@ def load_run(
     if boxes is None:
         boxes = read_boxes(run_dir / BOXES_FILE, matched=True)
     return Run(run_dir=run_dir, result=result, boxes=boxes)
-
-
-def parse_run_spec(spec: str | Path) -> tuple[Path, str | None]:
-    """Split ``"run_dir:head"`` into ``(run_dir, head)``; a plain path gives ``(path, None)``.
-
-    Only a suffix that names a head (``nms``, ``e2e``) is split off, so paths that contain a
-    colon keep working.
-
-    >>> parse_run_spec("out:e2e")[1], parse_run_spec("out")[1]
-    ('e2e', None)
-    """
-    s = str(spec)
-    base, sep, head = s.rpartition(":")
-    if sep and base and head in HEADS:
-        return Path(base), head
-    return Path(s), None

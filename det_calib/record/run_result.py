@@ -21,6 +21,7 @@ Adding a per-head calibration metric: a field of :class:`Scores` and one line of
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from det_calib.codec import Record, decode, encode, spec
 from det_calib.data.box_table import HEADS
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.io import write_json
+from det_calib.io import to_json, write_json
 from det_calib.record.calibrator_record import Calibrator, CandidateRecord
 from det_calib.record.checked_json import read_json_file
 from det_calib.record.eval_record import (
@@ -409,6 +410,12 @@ class RunResult(Record):
                 f"`gt_counts.{bad}` must hold integers >= 0, got {out.gt_counts[bad]!r}"
             )
         return out
+
+    def as_read(self) -> RunResult:
+        """The record as :meth:`read` gives it back once :meth:`write` has written it (NaN as None,
+        tuples as lists), without the file: what a run's own readers (its thresholds, its report)
+        read before its ``calibration.json`` is written."""
+        return type(self).from_dict(json.loads(to_json(self.to_dict())))
 
     def write(self, path: str | Path) -> Path:
         """Write ``calibration.json`` atomically (NaN as null)."""

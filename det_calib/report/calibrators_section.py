@@ -22,7 +22,7 @@ from det_calib.report.record_words import (
     operating_point_worse,
     temperature_words,
 )
-from det_calib.selection.cross_validation import GAIN_KEPT, Z_NONE, Z_SIMPLER
+from det_calib.selection.cross_validation import paired_rule_words
 
 from . import plots
 from .common import ece_tag, f4, fci, fint, fthr, head_eval
@@ -285,13 +285,7 @@ def _candidates_section(
             "of the held-out "
             f"boxes above conf {min(thr):g}. Every candidate is scored on the same folds, so they "
             "are compared "
-            "paired, fold by fold: a calibrator is eligible only if it beats the raw scores "
-            "(none) by more than "
-            f"{Z_NONE:g} standard error of that difference; the best eligible one wins, unless a "
-            "simpler eligible "
-            f"one is as good: behind it by less than {Z_SIMPLER:g} standard error of theirs, or "
-            "keeping "
-            f"{GAIN_KEPT:.0%} of its gain over the raw scores (simplest first: "
+            f"paired, fold by fold: {paired_rule_words()} (simplest first: "
             f"{' < '.join(m for m in order if m in methods)}; standard errors corrected for the "
             "overlap of the "
             "training folds). With no eligible calibrator the raw scores are kept. Each method's "

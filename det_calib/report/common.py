@@ -10,12 +10,13 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from det_calib.calibrators import registry
-from det_calib.data.box_table import HEAD_LABEL
+from det_calib.data.box_table import HEAD_LABEL, HEADS
 from det_calib.evaluation.coco_engine import engine_label
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
@@ -28,6 +29,22 @@ _log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # formatting
+
+
+def parse_run_spec(spec: str | Path) -> tuple[Path, str | None]:
+    """Split ``"run_dir:head"`` into ``(run_dir, head)``; a plain path gives ``(path, None)``.
+
+    Only a suffix that names a head (``nms``, ``e2e``) is split off, so paths that contain a
+    colon keep working.
+
+    >>> parse_run_spec("out:e2e")[1], parse_run_spec("out")[1]
+    ('e2e', None)
+    """
+    s = str(spec)
+    base, sep, head = s.rpartition(":")
+    if sep and base and head in HEADS:
+        return Path(base), head
+    return Path(s), None
 
 
 def num(x: Any) -> float | None:
@@ -215,8 +232,8 @@ def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
         f"mAP50 {f4(ev.map50_before)} → {f4(ev.map50_after)} (the detector's boxes, rescored)"
     )
     known = method in registry.methods()
-    per_class = known and registry.is_per_class(method)
-    if known and registry.uses_size(method):
+    per_class = known and registry.method_spec(method).per_class
+    if known and registry.method_spec(method).uses_size:
         return s + (
             ": a size-conditioned map re-ranks the boxes of a class by their size, so mAP moves; "
             "the "

@@ -20,9 +20,9 @@ from typing import Any
 
 from det_calib.errors import InputError
 from det_calib.io import write_text
-from det_calib.record.run_folder import CALIBRATION_FILE, Run, load_run, parse_run_spec
+from det_calib.record.run_folder import CALIBRATION_FILE, Run, load_run
 
-from .common import f3, f4, fci, fthr, head_eval, op_at, shift_at
+from .common import f3, f4, fci, fthr, head_eval, op_at, parse_run_spec, shift_at
 from .context import ReportContext, Subject
 from .sections import build_page, subject
 

@@ -22,9 +22,9 @@ import polars as pl
 from det_calib.data.box_view import kept_mask, usable_rows
 from det_calib.deploy.calibrated_export import engine_record, run_equivalent_thresholds
 from det_calib.record.calibrator_record import calibrator_of
-from det_calib.record.run_folder import Run, load_run, parse_run_spec
+from det_calib.record.run_folder import Run, load_run
 
-from .common import f3, f4, fint, fthr, num
+from .common import f3, f4, fint, fthr, num, parse_run_spec
 from .context import ReportContext
 from .document import Heading, Para, Table
 from .page import Page

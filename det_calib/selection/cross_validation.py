@@ -32,7 +32,7 @@ standard error is corrected for the overlap of the training folds (Nadeau and Be
 3. **a simpler eligible candidate** (earlier in the registry's order, or the same method on an
    earlier fit range) is as good: behind it by less than ``z_simpler`` (0.25) standard errors
    of their difference, fold by fold, or keeping at least 99% of its CV gain over the raw scores
-   (``GAIN_KEPT``: a difference no kept-set figure can show); then the simplest such wins. This
+   (a difference no kept-set figure can show); then the simplest such wins. This
    is a proportionate preference: a two-parameter map is not a leap from a one-parameter one,
    so a simpler map is kept only where the data cannot tell it from the better one at all, not
    wherever it is within one standard error (the rule that kept the raw scores, or a temperature,
@@ -57,23 +57,34 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import LogitCalibrator, box_kwargs
-from det_calib.calibrators.fit_support import check_classes, group_folds
+from det_calib.calibrators.fit_support import check_classes, check_fit, group_folds
 from det_calib.errors import DegenerateFitError, InputError
 from det_calib.metrics.binning import uniform_index
 from det_calib.metrics.calibration import ece as _ece
 from det_calib.numeric import binary_nll_terms, logit_threshold, sigmoid, weighted_mean
-from det_calib.validation import check_choice, check_labels, check_logits
+from det_calib.validation import check_choice
 
-__all__ = ["Candidate", "Selection", "fit_calibrator", "select_calibrator"]
+__all__ = ["Candidate", "Selection", "fit_calibrator", "paired_rule_words", "select_calibrator"]
 
 _log = logging.getLogger(__name__)
 
-Z_NONE = 1.0
+_Z_NONE = 1.0
 """A calibrator must beat the raw scores by more than this many paired standard errors."""
-Z_SIMPLER = 0.25
+_Z_SIMPLER = 0.25
 """A simpler calibrator behind the best by less than this many paired standard errors is preferred."""
-GAIN_KEPT = 0.99
+_GAIN_KEPT = 0.99
 """... and so is one that keeps at least this share of the best's CV gain over the raw scores."""
+
+
+def paired_rule_words() -> str:
+    """The paired rule in words, with its numbers, as the report's Calibrators compared section
+    states it (after "compared paired, fold by fold: ")."""
+    return (
+        "a calibrator is eligible only if it beats the raw scores (none) by more than "
+        f"{_Z_NONE:g} standard error of that difference; the best eligible one wins, unless a "
+        f"simpler eligible one is as good: behind it by less than {_Z_SIMPLER:g} standard error "
+        f"of theirs, or keeping {_GAIN_KEPT:.0%} of its gain over the raw scores"
+    )
 
 
 @dataclass
@@ -267,8 +278,7 @@ def select_calibrator(
         DegenerateFitError: Every candidate except ``none`` failed (the result would be ``none``
             anyway; raised only when the data cannot even be scored).
     """
-    z = check_logits(logits, "sigmoid")
-    y = check_labels(labels, "sigmoid", z.shape[0], 2)
+    z, y, _ = check_fit(logits, labels)
     k = None if classes is None else check_classes(classes, z.shape[0])
     check_choice(criterion, CRITERIA, "criterion")
     if not (0.0 <= min_conf < 1.0):
@@ -283,16 +293,16 @@ def select_calibrator(
         raise InputError(f"Expected every `fit_min_confs` value in [0, 1), but got {floors}")
     use = [m for m in known if m in set(methods) | {"none"}]
     if k is None:
-        skipped = [m for m in use if registry.is_per_class(m)]
+        skipped = [m for m in use if registry.method_spec(m).per_class]
         if skipped:
             _log.info("no `classes` given: skipping %s", ", ".join(skipped))
-        use = [m for m in use if not registry.is_per_class(m)]
+        use = [m for m in use if not registry.method_spec(m).per_class]
     a = None if log_area is None else np.asarray(log_area, dtype=np.float64).reshape(-1)
-    if a is None or not any(registry.uses_size(m) for m in use):
-        skipped = [m for m in use if registry.uses_size(m)]
+    if a is None or not any(registry.method_spec(m).uses_size for m in use):
+        skipped = [m for m in use if registry.method_spec(m).uses_size]
         if skipped:
             _log.info("no `log_area` given: skipping %s", ", ".join(skipped))
-        use, a = [m for m in use if not registry.uses_size(m)], None
+        use, a = [m for m in use if not registry.method_spec(m).uses_size], None
     elif a.shape != z.shape:
         raise InputError(f"Expected argument `log_area` of shape {z.shape}, but got {a.shape}")
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
@@ -314,7 +324,7 @@ def select_calibrator(
         if cv_resolution is not None and a is None:
             # the classes enter the pooling only when a per-class method needs them: the global
             # maps see pooled rows of equal (fold, logit, label), the same sums in fewer rows
-            kc_in = k if any(registry.is_per_class(m) for m in use) else None
+            kc_in = k if any(registry.method_spec(m).per_class for m in use) else None
             zc, yc, kc, fc, wc = _compress(z, y, kc_in, folds, float(cv_resolution))
         else:
             zc, yc, kc, fc, wc = z, y, k, folds, np.ones(z.shape[0])
@@ -389,11 +399,11 @@ def fit_calibrator(
     Raises:
         InputError: Bad arguments. DegenerateFitError: The fit range cannot determine the map.
     """
-    per_class = registry.is_per_class(method)  # InputError naming the methods for an unknown one
+    # an unknown method: InputError naming the methods
+    per_class = registry.method_spec(method).per_class
     if not (0.0 <= fit_min_conf < 1.0):
         raise InputError(f"Expected argument `fit_min_conf` in [0, 1), but got {fit_min_conf!r}")
-    z = check_logits(logits, "sigmoid")
-    y = check_labels(labels, "sigmoid", z.shape[0], 2)
+    z, y, _ = check_fit(logits, labels)
     k = None if classes is None else check_classes(classes, z.shape[0])
     if per_class and k is None:
         raise InputError(f"Expected argument `classes` for method {method!r}, but got None")
@@ -428,7 +438,7 @@ def refit(
     cal = registry.make_calibrator(
         c.method, seed=seed, shrinkage=shrinkage, fit_min_conf=c.fit_min_conf
     )
-    per_class = registry.is_per_class(c.method)
+    per_class = registry.method_spec(c.method).per_class
     kw = box_kwargs(
         cal,
         classes=k[m] if per_class else None,
@@ -476,8 +486,8 @@ def _paired_choice(
     >>> chosen.name, chosen.verdict
     ('platt@0', 'chosen: the best of the calibrators that beat the raw scores')
     """
-    z_none = Z_NONE if z_none is None else float(z_none)
-    z_simpler = Z_SIMPLER if z_simpler is None else float(z_simpler)
+    z_none = _Z_NONE if z_none is None else float(z_none)
+    z_simpler = _Z_SIMPLER if z_simpler is None else float(z_simpler)
     rank = {m: i for i, m in enumerate(registry.methods())}
 
     def order(c: Candidate) -> tuple[int, int]:
@@ -509,7 +519,7 @@ def _paired_choice(
             none is not None
             and math.isfinite(top.diff_none)
             and top.diff_none < 0
-            and c.diff_none <= GAIN_KEPT * top.diff_none
+            and c.diff_none <= _GAIN_KEPT * top.diff_none
         )
         if c is top or (
             order(c) < order(top) and ((math.isfinite(se) and d <= z_simpler * se) or kept)
@@ -527,7 +537,7 @@ def _paired_choice(
         reason = (
             f"{chosen.name} is as good as the best, {top.name} ({top.mean:.5g}: behind it by less "
             "than "
-            f"{z_simpler:g} paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw "
+            f"{z_simpler:g} paired SE, or keeping {_GAIN_KEPT:.0%} of its gain over the raw "
             "scores), and simpler "
             f"({vs}; "
         )
@@ -577,7 +587,7 @@ def _set_verdicts(
                 "chosen: the best of the calibrators that beat the raw scores"
                 if c is top
                 else f"chosen: simpler than {top.name} and as good (behind it by less than {z_simpler:g} "
-                f"paired SE, or keeping {GAIN_KEPT:.0%} of its gain over the raw scores)"
+                f"paired SE, or keeping {_GAIN_KEPT:.0%} of its gain over the raw scores)"
             )
         elif c.method == "none":
             c.verdict = f"beaten by {chosen.name} by more than {z_none:g} paired SE"
@@ -608,7 +618,7 @@ def _paired_diff(scores: list[float], best: list[float], n_folds: int) -> tuple[
 
 
 def _cv_candidate(method, floor, repeats, n_folds, criterion, min_conf, seed) -> Candidate:
-    per_class = registry.is_per_class(method)
+    per_class = registry.method_spec(method).per_class
     cv_grid = registry.make_calibrator(method, seed=seed).cv_grid
     grid: list[float] = [None] if cv_grid is None else list(cv_grid)  # type: ignore[list-item]
     scores = np.full((len(repeats) * n_folds, len(grid)), np.nan)

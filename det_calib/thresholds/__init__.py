@@ -6,10 +6,7 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "LogitStore": "class_sets",
-    "keep_class_logits": "class_sets",
     "write_class_logits": "class_sets",
-    "Fallback": "criteria",
-    "Unit": "criteria",
     "thresholds_command": "command",
     "filter_results": "results_filter",
     "tune_run": "run_head",
@@ -23,14 +20,11 @@ _EXPORTS = {
 
 __all__ = [
     "DEFAULT_TARGET_PRECISION",
-    "Fallback",
     "LogitStore",
     "THRESHOLDS_FILE",
     "ThresholdsView",
-    "Unit",
     "class_thresholds",
     "filter_results",
-    "keep_class_logits",
     "thresholds_command",
     "thresholds_view",
     "summary_lines",

@@ -11,7 +11,7 @@ is ``{c: 1 - p_c <= q}``; it holds the true class with probability ``>= 1 - alph
 exchangeable. Boxes of one image are not independent, so over images the guarantee is approximate;
 the benchmark measures it with image-level splits.
 
-``det-calib calibrate`` keeps them: its capture runs with ``all_logits`` (:func:`keep_class_logits`, the
+``det-calib calibrate`` keeps them: its capture runs with ``all_logits`` (:meth:`LogitStore.attach`, the
 other columns are unchanged) into a :class:`LogitStore` (float16, in a temporary file: the run's memory
 holds each box's row there, 8 bytes, not its ``nc`` logits), and the run folder gets ``class_logits.npz``
 (:func:`write_class_logits`): float16 logits of the boxes whose calibrated conf is above
@@ -49,7 +49,6 @@ __all__ = [
     "agnostic_true_class",
     "check_class_logits",
     "class_probabilities",
-    "keep_class_logits",
     "read_class_logits",
     "run_class_sets",
     "write_class_logits",
@@ -108,19 +107,19 @@ class LogitStore:
             out[order[a:b]] = block.reshape(-1, self.nc)[srt[a:b] - lo]
         return out
 
+    def attach(self, cap: Any) -> Any:
+        """Turn on every class's logit in a capturer (``calibrate``'s), where it can give them (a ``.pt``
+        detector or a per-anchor export; not a top-k export), into this store: the table gets their rows
+        (:data:`LOGITS_ROW`) in place of a ``logits`` column; the other columns are unchanged. Returns
+        ``cap``."""
+        info = getattr(cap, "info", None)
+        if hasattr(cap, "all_logits") and not getattr(info, "rows", False):
+            cap.all_logits = True
+            cap.logit_store = self
+        return cap
+
     def close(self) -> None:
         self._closer()
-
-
-def keep_class_logits(cap: Any, store: LogitStore | None = None) -> Any:
-    """Turn on every class's logit in a capturer (``calibrate``'s), where it can give them (a ``.pt`` detector
-    or a per-anchor export; not a top-k export); the other columns are unchanged. ``store``: the logits go
-    there and the table gets their rows (:data:`LOGITS_ROW`) in place of a ``logits`` column. Returns ``cap``."""
-    info = getattr(cap, "info", None)
-    if hasattr(cap, "all_logits") and not getattr(info, "rows", False):
-        cap.all_logits = True
-        cap.logit_store = store
-    return cap
 
 
 def write_class_logits(

@@ -162,7 +162,7 @@ def load_head(
         n_gt: ``{split: {class: count}}``; None reads them from ``gt_counts`` (else the run's
             dataset) when ``count_gt`` (else leaves them empty).
         count_gt: Read or count ground truth when ``n_gt`` is None.
-        result: The record in memory (the run being written, :func:`~det_calib.record.run_folder.as_read`).
+        result: The record in memory (the run being written, :meth:`~det_calib.record.run_result.RunResult.as_read`).
 
     Raises:
         InputError: A file is missing or corrupt, the run lacks the head, no fit boxes.

@@ -93,7 +93,7 @@ def test_the_package_registers_its_methods_simplest_first():
         "class-isotonic",
     )
     assert registry.global_methods() == ("none", "temperature", "platt", "spline", "isotonic")
-    assert [m for m in registry.methods() if registry.is_per_class(m)] == [
+    assert [m for m in registry.methods() if registry.method_spec(m).per_class] == [
         "class-temperature",
         "class-platt",
         "class-isotonic",
@@ -113,8 +113,8 @@ def test_the_package_registers_its_methods_simplest_first():
             )
         )
     )
-    assert registry.size_methods() == ("size-platt",)
-    assert [m for m in registry.methods() if registry.method_reranks(m)] == [
+    assert [m for m in registry.methods() if registry.method_spec(m).uses_size] == ["size-platt"]
+    assert [m for m in registry.methods() if registry.method_spec(m).reranks] == [
         "class-temperature",
         "class-platt",
         "size-platt",

@@ -58,7 +58,7 @@ def test_the_map_reads_the_size_and_reranks():
     assert t[1] - t[0] == pytest.approx(6 * m.c_)
     assert (
         _reranks(m)
-        and registry.method_reranks("size-platt")
+        and registry.method_spec("size-platt").reranks
         and "size-platt" not in registry.global_methods()
     )
     assert m.equivalent_conf(0.25) is None

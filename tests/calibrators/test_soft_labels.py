@@ -19,13 +19,13 @@ from scipy.optimize import minimize_scalar
 from det_calib.calibrators import registry
 from det_calib.calibrators.affine import PlattScaler
 from det_calib.calibrators.base import LogitCalibrator
+from det_calib.calibrators.fit_support import check_fit
 from det_calib.calibrators.isotonic import IsotonicCalibrator, _isotonic_regression
 from det_calib.calibrators.spline import SplineCalibrator, _spline_knots
 from det_calib.calibrators.temperature import TemperatureScaler
 from det_calib.errors import InputError
 from det_calib.numeric import binary_nll_logits, sigmoid
 from det_calib.selection.cross_validation import _soft_ece, fit_calibrator, select_calibrator
-from det_calib.validation import check_labels
 
 pytestmark = pytest.mark.fast
 
@@ -186,11 +186,12 @@ def test_a_calibrator_without_soft_labels_is_left_out_of_the_iou_choice_with_its
 
 
 def test_labels_may_be_soft_but_stay_in_the_unit_interval():
-    np.testing.assert_array_equal(check_labels([0.0, 0.25, 1.0], "sigmoid", 3, 2), [0.0, 0.25, 1.0])
+    _, y, _ = check_fit(np.zeros(3), [0.0, 0.25, 1.0])
+    np.testing.assert_array_equal(y, [0.0, 0.25, 1.0])
     with pytest.raises(InputError, match="`labels` to hold only 0/1"):
-        check_labels([0.0, 1.5], "sigmoid", 2, 2)
+        check_fit(np.zeros(2), [0.0, 1.5])
     with pytest.raises(InputError, match="`labels` to hold only 0/1"):
-        check_labels(np.array([0, 2]), "sigmoid", 2, 2)
+        check_fit(np.zeros(2), np.array([0, 2]))
 
 
 def test_soft_cross_entropy_and_binned_gap_reduce_to_the_binary_ones():

@@ -79,7 +79,7 @@ def test_all_logits_into_a_store_give_each_box_its_row(make_untrained, fixture_i
     # of the `logits` column, every other column unchanged, and the store holds the column's logits in float16
     from det_calib.capture.predictor import Capturer
     from det_calib.data.box_table import LOGITS_ROW
-    from det_calib.thresholds.class_sets import LogitStore, keep_class_logits
+    from det_calib.thresholds.class_sets import LogitStore
 
     yolo = make_untrained("yolo26n.yaml")
     want = capture(
@@ -87,7 +87,7 @@ def test_all_logits_into_a_store_give_each_box_its_row(make_untrained, fixture_i
     )
     cap = Capturer(yolo, heads=["nms", "e2e"], imgsz=256)
     store = LogitStore(cap.nc)
-    keep_class_logits(cap, store)
+    store.attach(cap)
     got = cap(fixture_images[:3], progress=False)
     assert LOGITS_ROW in got.columns and "logits" not in got.columns
     assert got.drop(LOGITS_ROW).equals(want.drop("logits"))

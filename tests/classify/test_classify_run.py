@@ -13,7 +13,6 @@ import polars as pl
 import pytest
 import torch
 
-from det_calib.calibrators.softmax_maps import MultiClassMap, fit_multiclass
 from det_calib.cli import main
 from det_calib.demo import demo_task_model
 from det_calib.demo.shapes import CLASS_NAMES
@@ -23,6 +22,7 @@ from det_calib.tasks.classify.class_folders import check_model_classes, read_cla
 from det_calib.tasks.classify.demo_crops import classify_root
 from det_calib.tasks.classify.deploy_fold import write_classify_checkpoint
 from det_calib.tasks.classify.pipeline_run import calibrate_classifier
+from det_calib.tasks.classify.softmax_maps import MultiClassMap, fit_multiclass
 from det_calib.tasks.classify.thresholds_reject import reject_threshold
 
 pytestmark = pytest.mark.slow

@@ -18,10 +18,9 @@ from conftest import NO_DET_CALIB
 from det_calib.calibrators.isotonic import PiecewiseLinear
 from det_calib.calibrators.registry import (
     calibrator_from_dict,
-    is_per_class,
     make_calibrator,
+    method_spec,
     methods,
-    uses_size,
 )
 from det_calib.capture.predictor import capture
 from det_calib.deploy.fold import (
@@ -87,7 +86,9 @@ def _synthetic_fit_data(seed=0, n=20_000, nc=8):
     return z, y, k
 
 
-METHODS = [m for m in methods() if m != "none" and not uses_size(m)]  # every calibrator that folds
+METHODS = [
+    m for m in methods() if m != "none" and not method_spec(m).uses_size
+]  # every calibrator that folds
 
 
 def test_a_size_conditioned_map_is_refused_by_the_fold(tmp_path, demo_model_path):
@@ -141,7 +142,9 @@ def folded(tmp_path_factory, demo_model_path, fixture_images) -> dict[str, tuple
     made = {}
     for method in METHODS:
         z, y, k = _synthetic_fit_data()
-        cal = make_calibrator(method).fit(z, y, **({"classes": k} if is_per_class(method) else {}))
+        cal = make_calibrator(method).fit(
+            z, y, **({"classes": k} if method_spec(method).per_class else {})
+        )
         (folder / method).mkdir()
         made[method] = (
             cal,
@@ -178,7 +181,7 @@ def test_folded_checkpoint_reproduces_calibrated_scores_without_det_calib(
                     continue  # an anchor the raw run did not output
                 c = int(r[5])
                 zc = logits[j, c : c + 1]
-                kw = {"classes": np.array([c])} if is_per_class(method) else {}
+                kw = {"classes": np.array([c])} if method_spec(method).per_class else {}
                 expected = cal.predict_proba(zc, **kw)[0]
                 assert abs(r[4] - expected) <= 1e-5, (head, i, c, r[4], expected)
                 compared += 1

@@ -102,7 +102,9 @@ def test_portable_function_and_onnx_give_the_runs_calibrated_column(
     assert np.abs(want - boxes["conf"].to_numpy()).max() > 1e-3  # the map moved the scores
 
 
-@pytest.mark.parametrize("method", [m for m in RUN_METHODS if not registry.uses_size(m)])
+@pytest.mark.parametrize(
+    "method", [m for m in RUN_METHODS if not registry.method_spec(m).uses_size]
+)
 def test_raw_thresholds_keep_exactly_the_calibrated_set_and_deepstream_parses_back(
     tmp_path, capsys, labels, method
 ):
@@ -171,7 +173,7 @@ def test_no_map_splits_a_tie_of_stair_stepped_scores(method):
         assert (np.diff(g["t"].to_numpy()) >= 0).all()  # and the map keeps their order
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if not registry.uses_size(m)])
+@pytest.mark.parametrize("method", [m for m in METHODS if not registry.method_spec(m).uses_size])
 def test_portable_map_of_a_fitted_calibrator_and_its_inverse(method):
     """Known answer on one calibrator: the portable head reproduces ``transform_logits``; each class's raw
     threshold is mapped back onto the calibrated conf."""

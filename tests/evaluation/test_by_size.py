@@ -18,7 +18,7 @@ from det_calib.evaluation.by_size import size_figures
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.operating_point import laece0
-from det_calib.metrics.size_bins import SIZE_BINS, SizeBin
+from det_calib.metrics.size_bins import SIZE_BINS
 from det_calib.record.size_record import SizeFigures
 
 pytestmark = pytest.mark.fast
@@ -44,7 +44,7 @@ def test_the_bins_partition_the_boxes_at_cocos_thresholds():
     box = np.array([[0.0, 0.0, 40.0, 40.0]])
     assert rel[2].mask(box, np.array([64]), np.array([64]))[0]
     assert rel[0].mask(box, np.array([3840]), np.array([2160]))[0]
-    assert SizeBin("coco", "medium", 32.0**2, 96.0**2).label == "medium (32²–96²)"
+    assert SIZE_BINS[1].name == "medium" and SIZE_BINS[1].label == "medium (32²–96²)"
 
 
 def _scene(seed=0, n_img=60):

@@ -77,7 +77,7 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
     over all classes for a global map, class by class for a per-class one (None over all)."""
     from det_calib.calibrators.base import calibrated_logits, equivalent_conf
-    from det_calib.calibrators.registry import is_per_class
+    from det_calib.calibrators.registry import method_spec
     from det_calib.selection.cross_validation import fit_calibrator
 
     rng = np.random.default_rng(4)
@@ -85,11 +85,8 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     k = rng.integers(0, 3, n)
     z = rng.normal(-2.0, 2.0, n)
     y = rng.uniform(size=n) < _sig(1.4 * z + 0.3 + 0.5 * k)  # under-confident, class-dependent
-    from det_calib.calibrators.registry import uses_size
-
-    if uses_size(
-        method
-    ):  # a box's calibrated conf depends on its size: no one threshold is equivalent
+    # a box's calibrated conf depends on its size: no one threshold is equivalent
+    if method_spec(method).uses_size:
         cal = fit_calibrator(method, z, y, log_area=rng.uniform(-8, -1, n))
         assert all(
             equivalent_conf(cal, t) is None and equivalent_conf(cal, t, 0) is None
@@ -103,7 +100,7 @@ def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     for t in (0.1, 0.25, 0.5, 0.8):
         raw = _sig(zt) > t
         eq = equivalent_conf(cal, t)
-        if is_per_class(method):
+        if method_spec(method).per_class:
             assert eq is None
             eqs = [equivalent_conf(cal, t, c) for c in range(3)]
             # one threshold per class (raw 0.5, logit 0, is a fixed point of every z / T_c)

@@ -14,7 +14,7 @@ from det_calib.calibrators.temperature import equivalent_threshold
 from det_calib.capture.predictor import capture
 from det_calib.data.ground_truth import load_data_yaml, load_split
 from det_calib.deploy.fold import write_calibrated_checkpoint
-from det_calib.evaluation.map_check import coco_map, ultralytics_val
+from det_calib.evaluation.map_check import coco_map, same_ranking, ultralytics_val
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,6 @@ def test_empty_detections_give_zero_map(fixture_capture):
 def test_same_ranking_is_the_weak_order():
     import numpy as np
 
-    from det_calib.evaluation.map_check import same_ranking
     from det_calib.numeric import sigmoid
 
     rng = np.random.default_rng(0)
@@ -130,7 +129,7 @@ def test_one_evaluation_equals_two_when_the_ranking_is_the_same(demo_model_path,
 
     from det_calib.capture.predictor import capture
     from det_calib.data.ground_truth import load_data_yaml, load_split
-    from det_calib.evaluation.map_check import coco_maps, same_ranking
+    from det_calib.evaluation.map_check import coco_maps
     from det_calib.numeric import sigmoid
 
     sp = load_split(load_data_yaml(fixture_yaml), "fixture")

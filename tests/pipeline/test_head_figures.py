@@ -974,7 +974,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     """No run needed: the kept-set ECE at a threshold that keeps no box is null (not 0), the
     --bins setting reaches it, and a calibrator without a temperature (Platt) gets the NLL of its
     own calibrated logits."""
-    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.calibrators import calibrator_from_dict
     from det_calib.data.box_view import BoxView
     from det_calib.evaluation import figures as pipeline
     from det_calib.job.settings import Settings
@@ -983,7 +983,7 @@ def test_kept_set_and_nll_figures_on_small_arrays():
     n = 240
     z = rng.normal(-1.0, 2.0, n)
     y = rng.random(n) < 1 / (1 + np.exp(-0.6 * z))
-    cal = PlattScaler.from_dict(
+    cal = calibrator_from_dict(
         {"format": "det_calib.PlattScaler", "version": 1, "a": 0.5, "b": 0.3}
     )
     t1 = cal.transform_logits(z)
@@ -1087,7 +1087,7 @@ def test_map_check_honours_max_det_on_both_branches():
 def test_per_class_figures_on_small_arrays():
     """Which classes are listed (boxes or GT; not a class with neither), and every per-class
     figure with non-default --bins, LaECE bins and seed (small arrays, no run)."""
-    from det_calib.calibrators.affine import PlattScaler
+    from det_calib.calibrators import calibrator_from_dict
     from det_calib.data.box_view import BoxView
     from det_calib.evaluation import figures as pipeline
     from det_calib.job.settings import Settings
@@ -1098,7 +1098,7 @@ def test_per_class_figures_on_small_arrays():
     y = rng.random(n) < 1 / (1 + np.exp(-0.7 * z))
     cls = np.where(np.arange(n) % 3 == 0, 1, 0)  # boxes of classes 0 and 1
     gt_cls = np.array([0] * 40 + [2] * 5 + [4] * 3)  # GT of classes 0, 2 and 4; class 3 has neither
-    cal = PlattScaler.from_dict(
+    cal = calibrator_from_dict(
         {"format": "det_calib.PlattScaler", "version": 1, "a": 0.6, "b": 0.2}
     )
     t1 = cal.transform_logits(z)

@@ -32,7 +32,6 @@ from det_calib.evaluation.figures import _kept_gaps, _scores_of
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import box_features
 from det_calib.record.eval_record import Thresholded
-from det_calib.record.run_folder import parse_run_spec
 from det_calib.record.run_result import (
     Bootstrap,
     Calibrator,
@@ -46,7 +45,7 @@ from det_calib.record.run_result import (
     ValMap,
 )
 from det_calib.report import compare_runs, write_report
-from det_calib.report.common import f4
+from det_calib.report.common import f4, parse_run_spec
 from det_calib.report.sections import _sections_of
 
 NAMES = ["circle", "ellipse", "square", "rectangle", "triangle", "hexagon"]

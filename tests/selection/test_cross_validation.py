@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from det_calib.calibrators.affine import sigmoid
-from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator, size_methods
+from det_calib.calibrators.registry import calibrator_from_dict, make_calibrator, method_spec
 from det_calib.calibrators.registry import methods as registered_methods
 from det_calib.codec import encode
 from det_calib.errors import InputError
-from det_calib.selection.cross_validation import select_calibrator
+from det_calib.selection.cross_validation import Candidate, select_calibrator
 
 
 def _boxes(true_logit, *, n=60_000, seed=0, nc=4, classes=None):
@@ -31,7 +31,8 @@ def test_perfectly_calibrated_data_keeps_raw_scores():
     assert sel.chosen.method == "none"
     assert "none" in sel.reason
     # every registered method but those that read the box's size (no sizes given: skipped)
-    assert {c.method for c in sel.candidates} == set(registered_methods()) - set(size_methods())
+    sized = {m for m in registered_methods() if method_spec(m).uses_size}
+    assert {c.method for c in sel.candidates} == set(registered_methods()) - sized
     np.testing.assert_array_equal(sel.calibrator.transform_logits(z[:5]), z[:5])
 
 
@@ -121,7 +122,6 @@ def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
     by a steady 0.01, where the folds themselves differ by ~0.05 (an unpaired standard error of 0.03,
     the real YOLOv8n case of issue 20), is chosen; the same gain with a fold-to-fold noise of the
     size of the gain is not, and the raw scores are kept."""
-    from det_calib.selection.cross_validation import Candidate
     from det_calib.selection.cross_validation import _paired_choice as paired_choice
 
     hard = np.array(
@@ -160,7 +160,6 @@ def test_paired_rule_sees_a_steady_gain_that_the_unpaired_error_hides():
 def test_paired_rule_prefers_a_simpler_map_only_where_it_is_as_good():
     """A simpler eligible map wins when it is behind the best by less than a quarter of their paired
     SE, or keeps 99% of the best's gain over raw; a simpler map behind by more stays behind."""
-    from det_calib.selection.cross_validation import Candidate
     from det_calib.selection.cross_validation import _paired_choice as paired_choice
 
     base = np.array([0.50, 0.55, 0.45, 0.52, 0.48] * 5)
@@ -478,7 +477,7 @@ def test_a_fit_floor_above_every_box_is_a_degenerate_candidate_not_a_crash():
 def test_paired_rule_edges():
     """No `none` among the candidates: the best wins; ties between the same method go to the first
     fit floor listed; `none` alone is chosen; the corrected SE needs two scores."""
-    from det_calib.selection.cross_validation import Candidate, _corrected_se, _paired_diff
+    from det_calib.selection.cross_validation import _corrected_se, _paired_diff
     from det_calib.selection.cross_validation import _paired_choice as paired_choice
 
     a = Candidate("platt", 0.0, 0.30, float("nan"), [0.30])

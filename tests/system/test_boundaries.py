@@ -23,7 +23,7 @@ from det_calib.evaluation.kept_set import (
     precision_recall_vs_conf,
     threshold_shift,
 )
-from det_calib.matching.one_to_one import match_table
+from det_calib.matching.one_to_one import box_iou, match_table
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics.detection_metrics import dece
 
@@ -75,16 +75,12 @@ def test_match_table_passes_max_dets_and_takes_empty_ground_truth():
 
 def test_iou_of_boxes_smaller_than_a_pixel():
     """Normalised (0..1) coordinates: every union is below 1 and must still count."""
-    from det_calib.matching.one_to_one import box_iou
-
     assert box_iou([[0, 0, 0.5, 0.5]], [[0, 0, 0.5, 0.25], [0.5, 0, 1, 0.5]]).tolist() == [
         [0.5, 0.0]
     ]
 
 
 def test_crowd_flags_as_integers():
-    from det_calib.matching.one_to_one import box_iou
-
     a, b = [[0, 0, 10, 10]], [[0, 0, 20, 10], [0, 0, 20, 10]]
     assert box_iou(a, b, crowd=np.array([0, 1])).tolist() == [
         [0.5, 1.0]

@@ -592,7 +592,7 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(
     """The default is `auto` over the maps that keep every box's ranking (`--per-class` adds the
     per-class maps); every candidate says why it won or lost; the temperature is fitted on the
     fit boxes and reported whatever is deployed; boxes.parquet holds each box's deployed score."""
-    from det_calib.calibrators.registry import global_methods, uses_size
+    from det_calib.calibrators.registry import global_methods, method_spec
     from det_calib.calibrators.registry import methods as all_methods
     from det_calib.calibrators.temperature import TemperatureScaler
     from det_calib.record.calibrator_record import calibrator_of
@@ -615,7 +615,9 @@ def test_default_run_chooses_a_ranking_map_and_reports_the_temperature(
     methods = {c["method"] for c in cands}
     # auto's pool: the ranking maps, with --per-class the per-class maps too (size maps only with --size-maps)
     assert methods == (
-        {m for m in all_methods() if not uses_size(m)} if per_class else set(global_methods())
+        {m for m in all_methods() if not method_spec(m).uses_size}
+        if per_class
+        else set(global_methods())
     )
     assert all(c["params"]["verdict"] for c in cands)
     assert [c["params"]["verdict"].startswith("chosen") for c in cands] == [

@@ -9,6 +9,7 @@ layer); ``demo_crops.py`` the shapes demo's objects as crops in class folders (t
 ``thresholds_reject.py`` its reject option (the thresholds layer); ``deploy_fold.py`` its map folded into the
 last linear layer (the deploy layer); ``report_summary.py`` and ``report_page.py`` its summary and report (the
 report layer); ``pipeline_run.py`` its ``calibrate`` run and ``check_run.py`` its ``check`` run, each a
-:class:`~det_calib.tasks.contract.TaskRun` the command line dispatches through the registry. Its maps stay
-in the calibrators' registry (:mod:`det_calib.calibrators.softmax_maps`).
+:class:`~det_calib.tasks.contract.TaskRun` the command line dispatches through the registry. Its maps
+before the softmax are its own too (``softmax_maps.py``: temperature, vector and matrix scaling, the
+temperature fitted by the calibrators' :class:`~det_calib.calibrators.temperature.TemperatureScaler`).
 """

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from det_calib.calibrators.softmax_maps import MultiClassMap
 from det_calib.check.check_record import MIN_IMAGES
 from det_calib.check.drift_tests import calibration_in_the_large, hosmer_lemeshow, normal_sf
 from det_calib.errors import InputError
@@ -29,6 +28,7 @@ from det_calib.io import write_json, write_text
 from det_calib.tasks import CLASSIFY
 from det_calib.tasks.classify.capture_logits import capture_classify
 from det_calib.tasks.classify.class_folders import check_model_classes, read_class_split
+from det_calib.tasks.classify.softmax_maps import MultiClassMap
 from det_calib.tasks.classify.task import is_classify_run
 from det_calib.tasks.contract import TaskRun
 

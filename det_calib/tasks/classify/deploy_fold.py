@@ -1,7 +1,7 @@
 """Fold a classifier's map into its last linear layer: a checkpoint plain Ultralytics runs calibrated.
 
 A classify model's logits are ``z = A h + c`` (``Classify.linear``); a map ``z -> W z + b``
-(:class:`~det_calib.calibrators.softmax_maps.MultiClassMap`: temperature, vector or matrix scaling)
+(:class:`~det_calib.tasks.classify.softmax_maps.MultiClassMap`: temperature, vector or matrix scaling)
 folds into that layer exactly as ``A' = W A`` and ``c' = W c + b``, in float32 (half precision
 would round ``A / T``). Plain Ultralytics loads the written checkpoint and its ``Results.probs``
 are the calibrated probabilities; the map's parameters ride along in ``ckpt["det_calib"]`` as
@@ -15,10 +15,10 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from det_calib.calibrators.softmax_maps import MultiClassMap
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
 from det_calib.tasks import answers_per_image
+from det_calib.tasks.classify.softmax_maps import MultiClassMap
 
 __all__ = ["write_classify_checkpoint"]
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 from det_calib.codec import encode
 from det_calib.demo import cache_dir, demo_task_model
 from det_calib.errors import InputError
@@ -34,6 +33,7 @@ from det_calib.tasks.classify.evaluation_figures import evaluate_classifier
 from det_calib.tasks.classify.evaluation_val import classify_val
 from det_calib.tasks.classify.report_summary import summary_markdown
 from det_calib.tasks.classify.selection_choice import choose_classifier_map
+from det_calib.tasks.classify.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 from det_calib.tasks.classify.thresholds_reject import TOP1_FILE, reject_threshold, write_top1
 from det_calib.tasks.contract import TaskRun
 

@@ -1,6 +1,6 @@
 """Choose a classifier's map on held-out folds of the fit split.
 
-Every candidate of :data:`~det_calib.calibrators.softmax_maps.MULTICLASS_METHODS` ("none" always
+Every candidate of :data:`~det_calib.tasks.classify.softmax_maps.MULTICLASS_METHODS` ("none" always
 among them) is fitted on all folds but one and scored by its mean categorical NLL on the one left
 out, over ``folds`` stratified folds repeated ``repeats`` times; the choice is the simplest map
 whose held-out NLL is within one standard error (of its paired per-image difference) of the best
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from det_calib.calibrators.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 from det_calib.errors import DegenerateFitError, InputError
+from det_calib.tasks.classify.softmax_maps import MULTICLASS_METHODS, fit_multiclass
 
 __all__ = ["ClassifierChoice", "choose_classifier_map"]
 

@@ -27,8 +27,8 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
-from det_calib.matching.one_to_one import MatchResult, checked_scores, greedy_match
-from det_calib.validation import as_integers, as_real
+from det_calib.matching.one_to_one import MatchResult, checked_ids, greedy_match
+from det_calib.validation import as_real
 
 __all__ = ["pair_probiou", "match_rotated", "match_boxes_by_rotated"]
 
@@ -127,14 +127,11 @@ def match_rotated(
     >>> r.correct.tolist(), r.gt_index.tolist()
     ([True, False], [0, -1])
     """
-    d_img = as_integers(det_image, "det_image")
-    n = len(d_img)
-    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = checked_scores(det_score, "det_score", n, "det_image")
+    d_img, d_cls, d_score, g_img, g_cls, _ = checked_ids(
+        det_image, det_cls, det_score, gt_image, gt_cls
+    )
+    n, m = len(d_img), len(g_img)
     d_box = _xywhr(det_xywhr, "det_xywhr", n, "det_image")
-    g_img = as_integers(gt_image, "gt_image")
-    m = len(g_img)
-    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
     g_box = _xywhr(gt_xywhr, "gt_xywhr", m, "gt_image")
     rev = np.arange(m)[::-1]
 

@@ -34,8 +34,7 @@ import polars as pl
 from det_calib.errors import InputError
 from det_calib.matching.one_to_one import (
     MatchResult,
-    checked_scores,
-    crowd_flags,
+    checked_ids,
     greedy_match,
     group_keys,
 )
@@ -335,15 +334,11 @@ def _checked_inputs(
 ):
     """The checked detection arrays (image, class, score, keypoints) and GT arrays (image, class,
     keypoints, area, box, crowd, ignored: a crowd or no labelled keypoint)."""
-    d_img = as_integers(det_image, "det_image")
-    n = len(d_img)
-    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = checked_scores(det_score, "det_score", n, "det_image")
-    g_img = as_integers(gt_image, "gt_image")
-    m = len(g_img)
-    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
+    d_img, d_cls, d_score, g_img, g_cls, crowd = checked_ids(
+        det_image, det_cls, det_score, gt_image, gt_cls, gt_crowd
+    )
+    n, m = len(d_img), len(g_img)
     d, g, area, box = _checked_keypoints(det_kpts, gt_kpts, gt_area, gt_xyxy, n, m)
-    crowd = crowd_flags(gt_crowd, m)
     nk = (
         (g[:, :, 2] > 0).sum(1)
         if gt_num_keypoints is None

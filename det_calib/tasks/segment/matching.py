@@ -24,8 +24,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.errors import InputError
-from det_calib.matching.one_to_one import MatchResult, checked_scores, crowd_flags, greedy_match
-from det_calib.validation import as_integers
+from det_calib.matching.one_to_one import MatchResult, checked_ids, greedy_match
 
 __all__ = ["match_boxes_by_masks", "match_masks"]
 
@@ -172,16 +171,11 @@ def match_masks(
     [True, False]
     """
 
-    d_img = as_integers(det_image, "det_image")
-    n = len(d_img)
-    d_cls = as_integers(det_cls, "det_cls", n, "det_image")
-    d_score = checked_scores(det_score, "det_score", n, "det_image")
-    d_rles = _rles(det_rles, "det_rles", n, "det_image")
-    g_img = as_integers(gt_image, "gt_image")
-    m = len(g_img)
-    g_cls = as_integers(gt_cls, "gt_cls", m, "gt_image")
-    g_rles = _rles(gt_rles, "gt_rles", m, "gt_image")
-    g_crowd = crowd_flags(gt_crowd, m)
+    d_img, d_cls, d_score, g_img, g_cls, g_crowd = checked_ids(
+        det_image, det_cls, det_score, gt_image, gt_cls, gt_crowd
+    )
+    d_rles = _rles(det_rles, "det_rles", len(d_img), "det_image")
+    g_rles = _rles(gt_rles, "gt_rles", len(g_img), "gt_image")
     pair_iou = _mask_pair_iou(d_img, d_cls, d_rles, g_rles)
     return greedy_match(
         d_img,

@@ -26,7 +26,7 @@ after.
 
 Example:
     >>> import numpy as np
-    >>> from det_calib.calibrators.softmax_maps import fit_multiclass
+    >>> from det_calib.tasks.classify.softmax_maps import fit_multiclass
     >>> rng = np.random.default_rng(0)
     >>> z = rng.normal(0.0, 2.0, (4000, 5))
     >>> y = np.array([rng.choice(5, p=np.exp(r) / np.exp(r).sum()) for r in z])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from det_calib.calibrators.softmax_maps import _KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
 from det_calib.errors import InputError
 from det_calib.numeric import log_softmax
 from det_calib.tasks.classify.metrics import (
@@ -17,6 +16,7 @@ from det_calib.tasks.classify.metrics import (
     top_k_accuracy,
     top_label_ece,
 )
+from det_calib.tasks.classify.softmax_maps import _KEEPS_TOP1, MULTICLASS_METHODS, fit_multiclass
 
 
 def _draw(z: np.ndarray, seed: int) -> np.ndarray:
