@@ -98,6 +98,28 @@ def capture_schema(payload: dict[str, pl.DataType] | None = None) -> dict[str, p
     return {**{c: SCHEMA[c] for c in CAPTURE_COLUMNS}, **(payload or {})}
 
 
+class _TopK:
+    """The anchors of the NMS-free decode's output rows, as the head's own ``postprocess`` chose them in one
+    forward pass: its ``get_topk_index`` is wrapped on this head (a worker's own copy) until :meth:`close`,
+    and the last call's anchor indices ``(B, k)`` are kept in :attr:`anchors` (None where no decode ran
+    one). The capture reads each e2e row's logits at its anchor from them instead of running the head's
+    top-k again on the same scores."""
+
+    def __init__(self, head: Any) -> None:
+        self.head, self.anchors = head, None
+        own = head.get_topk_index
+
+        def kept(scores, max_det):
+            out = own(scores, max_det)
+            self.anchors = out[2]
+            return out
+
+        head.get_topk_index = kept
+
+    def close(self) -> None:
+        del self.head.get_topk_index
+
+
 def nms_max_time_img(time_limit: float | None, batch: int) -> float:
     """Ultralytics' ``max_time_img`` argument for a wall-clock ``time_limit`` on a batch of ``batch``
     images (``non_max_suppression`` stops after ``2.0 + max_time_img * batch`` seconds); None:
@@ -530,8 +552,6 @@ class Capturer:
         import torch
 
         with torch.inference_mode():
-            from ultralytics.utils import nms
-
             positions = [p for p, _ in group]
             # as DetectionPredictor.preprocess: uint8 HWC BGR -> float CHW RGB in [0, 1]
             stack = group[0][1][None] if len(group) == 1 else np.stack([im for _, im in group])
@@ -545,59 +565,73 @@ class Capturer:
                 .div_(255)
             )
             group.clear()
-            y, raw = backend(x) if self.traced is None else self.traced.forward(backend, x)
-            protos = None
-            if isinstance(
-                y, (list, tuple)
-            ):  # a Segment head: (boxes, class scores and mask coefficients; protos)
-                y, protos = y
             head = backend.model.model[-1]
-            branches = (
-                {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")}
-                if "one2one" in raw
-                else {"nms": raw}
+            # the NMS-free decode's top-k (its rows' anchors), kept as the head's postprocess computed it
+            topk = _TopK(head)
+            try:
+                y, raw = backend(x) if self.traced is None else self.traced.forward(backend, x)
+                self._decode(head, topk, y, raw, x, positions, sizes, out)
+            finally:
+                topk.close()
+
+    def _decode(self, head, topk: _TopK, y, raw, x, positions: list[int], sizes, out: dict) -> None:
+        """Every head of one forward pass decoded (the output ``y`` of the head's mode, the branches'
+        ``raw`` tensors), its kept boxes stored in ``out`` per head and image position."""
+        from ultralytics.utils import nms
+
+        protos = None
+        if isinstance(
+            y, (list, tuple)
+        ):  # a Segment head: (boxes, class scores and mask coefficients; protos)
+            y, protos = y
+        branches = (
+            {"nms": raw.get("one2many", raw), "e2e": raw.get("one2one")}
+            if "one2one" in raw
+            else {"nms": raw}
+        )
+        for h in self.heads:
+            e2e = h == "e2e"
+            if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
+                head.end2end = e2e
+                try:
+                    y = head._inference(branches[h])
+                    y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
+                finally:
+                    head.end2end = not e2e
+            # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
+            # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
+            dets, keep = nms.non_max_suppression(
+                y,
+                self.conf,
+                self.iou,
+                None,
+                False,
+                max_det=self.max_det,
+                **self.hooks.nms_args(self.nc),
+                end2end=e2e,
+                return_idxs=True,
+                max_time_img=nms_max_time_img(
+                    self.nms_time_limit, len(positions)
+                ),  # unbounded: see _NMS_TIME_LIMIT
             )
-            for h in self.heads:
-                e2e = h == "e2e"
-                if head.end2end != e2e:  # the head the forward pass did not decode: decode it here
-                    head.end2end = e2e
-                    try:
-                        y = head._inference(branches[h])
-                        y = head.postprocess(y.permute(0, 2, 1)) if e2e else y
-                    finally:
-                        head.end2end = not e2e
-                # as the predictor: nc=0 for a detector; a segment model's mask coefficients, a pose model's
-                # keypoints and an OBB model's angle ride along as det[:, 6:]; OBB boxes stay xywh (rotated NMS)
-                dets, keep = nms.non_max_suppression(
-                    y,
-                    self.conf,
-                    self.iou,
-                    None,
-                    False,
-                    max_det=self.max_det,
-                    **self.hooks.nms_args(self.nc),
-                    end2end=e2e,
-                    return_idxs=True,
-                    max_time_img=nms_max_time_img(
-                        self.nms_time_limit, len(positions)
-                    ),  # unbounded: see _NMS_TIME_LIMIT
-                )
-                scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
-                if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
+            scores = branches[h]["scores"]  # (B, nc, anchors), pre-sigmoid
+            if e2e:  # output rows are (anchor, class) pairs of the top-k: back to anchors
+                anchor_of_row = topk.anchors
+                if anchor_of_row is None:  # a head whose decode ran no top-k of its own
                     _, _, anchor_of_row = head.get_topk_index(
                         scores.sigmoid().permute(0, 2, 1), head.max_det
                     )
-                for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
-                    k = k.long().view(-1)
-                    w, hh = sizes[pos]
-                    out[h][pos] = self._image_boxes(
-                        det,
-                        anchor_of_row[b, k] if e2e else k,
-                        scores[b],
-                        None if protos is None else protos[b],
-                        x.shape[2:],
-                        (int(hh), int(w)),
-                    )
+            for b, (pos, det, k) in enumerate(zip(positions, dets, keep)):
+                k = k.long().view(-1)
+                w, hh = sizes[pos]
+                out[h][pos] = self._image_boxes(
+                    det,
+                    anchor_of_row[b, k] if e2e else k,
+                    scores[b],
+                    None if protos is None else protos[b],
+                    x.shape[2:],
+                    (int(hh), int(w)),
+                )
 
     def _image_boxes(
         self,

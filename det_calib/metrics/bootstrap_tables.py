@@ -13,6 +13,7 @@ replicate: about 20 times faster on a COCO-shaped split. The numbers equal those
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -78,8 +79,9 @@ def laece_tables(
 def csr_product(table, mult: np.ndarray) -> np.ndarray:
     """``(rows, r)`` float64: ``table`` (a :func:`csr_table` of ``(rows, n_img)``) times the draw counts
     ``mult.T`` (``mult``: ``(r, n_img)``): each row's entries summed in column order, one thread. SciPy's
-    product where SciPy is installed (torch is then not imported for it: a run reusing boxes never needs
-    torch), else torch's; the two give the same sums, bit for bit (tested)."""
+    product for SciPy's table, torch's for torch's (:func:`csr_table` chooses; torch is not imported for
+    it where it was not: a run reusing boxes never needs torch); the two give the same sums, bit for bit
+    (tested)."""
     dense = np.ascontiguousarray(mult.T, dtype=np.float64)
     if not _is_torch(table):
         return np.asarray(table @ dense)
@@ -100,14 +102,19 @@ def _is_torch(table) -> bool:
 def csr_table(
     rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int], *, torch_csr=None
 ):
-    """A CSR float64 matrix of the (row, col, value) entries (no two share a position): SciPy's where it
-    is installed (the optional extra ``scale``; the test extra has it), else torch's.
-    ``torch_csr``: True for torch's even where SciPy is installed (the tests compare the two)."""
+    """A CSR float64 matrix of the (row, col, value) entries (no two share a position): torch's where the
+    process has imported torch and not SciPy's sparse matrices (a run that captured boxes: importing
+    SciPy for this product alone cost about 0.08 s of CPU, more than the demo's products), else SciPy's
+    where it is installed (the optional extra ``scale``; the test extra has it), else torch's; the two
+    give the same sums bit for bit (:func:`csr_product`). ``torch_csr``: True for torch's, False for
+    SciPy's where it is installed, None (default) as above (the tests compare the two)."""
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
     crow = np.zeros(shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=shape[0]), out=crow[1:])
     cols, vals = cols.astype(np.int64), vals.astype(np.float64)
+    if torch_csr is None:
+        torch_csr = "torch" in sys.modules and "scipy.sparse" not in sys.modules
     if not torch_csr:
         try:  # optional extra `scale`: pip install 'det_calib[scale]' (else torch's product)
             from scipy.sparse import csr_matrix

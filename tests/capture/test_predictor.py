@@ -233,6 +233,48 @@ def test_one_pass_runs_the_network_once_per_image(demo_model_path, fixture_image
     assert set(df["head"].unique()) == {"nms", "e2e"}
 
 
+def test_the_e2e_rows_anchors_are_the_ones_its_own_top_k_chose(
+    monkeypatch, demo_model_path, fixture_images
+):
+    """The NMS-free head's top-k runs once per image (in the head's own postprocess; the capture keeps its
+    anchors instead of running it again), each e2e row's logit read at the anchor it chose (its sigmoid is
+    the row's conf), and the head is left without the capture's wrapper; the table is the one a capture
+    that runs the top-k again gives."""
+    from ultralytics.nn.modules.head import Detect
+
+    from det_calib.capture.predictor import Capturer
+
+    calls = []
+    own = Detect.get_topk_index
+
+    def counted(self, scores, max_det):
+        calls.append(scores.shape[0])
+        return own(self, scores, max_det)
+
+    monkeypatch.setattr(Detect, "get_topk_index", counted)
+    cap = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320, workers=2)
+    df = cap(fixture_images[:5], progress=False)
+    assert sum(calls) == 5 and len(calls) == 5
+    assert all("get_topk_index" not in vars(b.model.model[-1]) for b in cap.backends)
+    e2e = df.filter(df["head"] == "e2e")
+    assert e2e.height > 0
+    sig = torch.sigmoid(torch.tensor(e2e["logit"].to_numpy(), dtype=torch.float32)).numpy()
+    assert np.abs(sig - e2e["conf"].to_numpy()).max() <= 1e-6
+
+    class Again:  # the anchors of a second top-k on the same scores, as the capture ran it before
+        anchors = None
+
+        def __init__(self, head):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr("det_calib.capture.predictor._TopK", Again)
+    again = Capturer(str(demo_model_path), heads=("nms", "e2e"), imgsz=320, workers=1)
+    assert again(fixture_images[:5], progress=False).equals(df)
+
+
 def test_parallel_workers_give_the_one_worker_table(tmp_path, demo_model_path, fixture_images):
     """Workers capture images at once (threads, a network each): the same table, bit for bit, as one
     worker, an unreadable image skipped the same way, and every image run exactly once."""

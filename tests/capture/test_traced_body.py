@@ -150,3 +150,35 @@ def test_a_small_capture_is_not_traced(demo_model_path, fixture_images):
     cap = Capturer(str(demo_model_path), imgsz=320, workers=1)
     cap(fixture_images, progress=False)
     assert cap.trace and cap.traced is None
+
+
+def test_the_graph_is_a_function_of_the_input_holding_the_network_weights(demo_model_path):
+    """The body is traced as a function of its input: the graph is a ``ScriptFunction`` whose tensor
+    constants are the network's own weights (the same storage, no copy), with no TorchScript module per
+    submodule; where the function trace fails, the module is traced as before (a ``ScriptModule``)."""
+    cap = Capturer(str(demo_model_path), imgsz=320, workers=1)
+    body = TracedBody(cap.net, (1, 3, *cap.imgsz))
+    assert isinstance(body.graph, torch.jit.ScriptFunction)
+    consts = [
+        n.output().toIValue() for n in body.graph.graph.nodes() if n.kind() == "prim::Constant"
+    ]
+    consts = [c for c in consts if isinstance(c, torch.Tensor)]
+    weights = {t.data_ptr() for t in [*cap.net.parameters(), *cap.net.buffers()]}
+    assert len(consts) >= 100 and {c.data_ptr() for c in consts} <= weights
+
+
+def test_a_failed_function_trace_traces_the_module(monkeypatch, demo_model_path):
+    """A function trace that raises (e.g. a weight that requires grad cannot be a constant): the module is
+    traced as a module, and that graph is what the capture checks and runs."""
+    trace, calls = torch.jit.trace, []
+
+    def module_only(fn, *args, **kwargs):
+        calls.append(type(fn))
+        if not isinstance(fn, torch.nn.Module):
+            raise RuntimeError("Cannot insert a Tensor that requires grad as a constant")
+        return trace(fn, *args, **kwargs)
+
+    monkeypatch.setattr(torch.jit, "trace", module_only)
+    cap = Capturer(str(demo_model_path), imgsz=320, workers=1)
+    body = TracedBody(cap.net, (1, 3, *cap.imgsz))
+    assert len(calls) == 2 and isinstance(body.graph, torch.jit.ScriptModule)

@@ -1,4 +1,5 @@
-"""The bootstrap's CSR product: SciPy's where SciPy is installed, torch's where it is not (SciPy is not
+"""The bootstrap's CSR product: SciPy's where SciPy is installed (torch's in a process that imported torch and
+not SciPy's sparse matrices), torch's where it is not (SciPy is not
 among det_calib's requirements), the same sums bit for bit."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def test_scipy_and_torch_products_are_the_same_sums(seed):
     rng = np.random.default_rng(seed)
     rows, cols, vals, shape = _entries(rng)
     mult = rng.poisson(1.0, size=(64, shape[1])).astype(np.uint8)  # draw counts, as the bootstrap's
-    scipy_table = csr_table(rows, cols, vals, shape)
+    scipy_table = csr_table(rows, cols, vals, shape, torch_csr=False)
     torch_table = csr_table(rows, cols, vals, shape, torch_csr=True)
     assert type(scipy_table).__module__.startswith("scipy")
     assert type(torch_table).__module__.startswith("torch")
@@ -58,3 +59,26 @@ def test_without_scipy_the_table_is_torchs(monkeypatch):
     dense = np.zeros(shape)
     dense[rows, cols] = vals
     np.testing.assert_allclose(csr_product(table, mult), dense @ mult.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.fast
+def test_a_process_with_torch_and_without_scipy_sparse_gets_torchs_table(monkeypatch):
+    """The default table is torch's where torch is imported and SciPy's sparse matrices are not (a run that
+    captured its boxes does not import SciPy for this product), and SciPy's once they are imported; the
+    sums are the same either way."""
+    import sys
+
+    rng = np.random.default_rng(4)
+    rows, cols, vals, shape = _entries(rng, n_rows=40, n_img=60, nnz=500)
+    mult = rng.poisson(1.0, size=(16, shape[1])).astype(np.uint8)
+    import scipy.sparse  # noqa: F401
+
+    with_scipy = csr_table(rows, cols, vals, shape)
+    assert type(with_scipy).__module__.startswith("scipy")
+    for name in [m for m in sys.modules if m == "scipy.sparse" or m.startswith("scipy.sparse.")]:
+        monkeypatch.delitem(sys.modules, name)
+    table = csr_table(rows, cols, vals, shape)
+    assert type(table).__module__.startswith("torch")
+    assert "scipy.sparse" not in sys.modules
+    np.testing.assert_array_equal(csr_product(table, mult), csr_product(with_scipy, mult))
+    assert type(csr_table(rows, cols, vals, shape, torch_csr=False)).__module__.startswith("scipy")
