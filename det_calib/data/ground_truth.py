@@ -240,10 +240,10 @@ def load_data_yaml(path: str | Path) -> Dataset:
         if not all(isinstance(v, str) for v in vals):
             continue
         splits[key] = [_split_path(root, v) for v in vals]
-    return Dataset(yaml_path=absolute(path), root=root, names=names, splits=splits)
+    return Dataset(yaml_path=_absolute(path), root=root, names=names, splits=splits)
 
 
-def absolute(path: str | Path) -> Path:
+def _absolute(path: str | Path) -> Path:
     """``path`` made absolute against the current folder, ``.`` and ``..`` folded as written, and
     symlinks left as they are: a label file is found beside the image path the user gave, never
     beside the file a symlink points to (a subset of symlinked images carries labels of its own)."""
@@ -255,13 +255,13 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
 
     A relative ``path:`` is tried against the yaml's folder, the current folder and Ultralytics'
     datasets folder, in that order; without ``path:`` the root is the yaml's folder. Symlinks
-    are not followed (:func:`absolute`).
+    are not followed (:func:`_absolute`).
     """
     if not value:
-        return absolute(yaml_path.parent)
+        return _absolute(yaml_path.parent)
     p = Path(str(value))
     if p.is_absolute():
-        return absolute(p)
+        return _absolute(p)
     candidates = [yaml_path.parent / p, Path.cwd() / p]
     if not any(c.exists() for c in candidates):  # Ultralytics' datasets folder (it imports torch)
         try:
@@ -270,7 +270,7 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
             candidates.append(Path(DATASETS_DIR) / p)
         except ImportError:  # pragma: no cover
             pass
-    return absolute(next((c for c in candidates if c.exists()), candidates[0]))
+    return _absolute(next((c for c in candidates if c.exists()), candidates[0]))
 
 
 def _split_path(root: Path, value: str) -> Path:
@@ -278,10 +278,10 @@ def _split_path(root: Path, value: str) -> Path:
     exports write ``../valid/images`` relative to the yaml). Symlinks are not followed."""
     p = Path(value)
     if p.is_absolute():
-        return absolute(p)
-    full = absolute(root / p)
+        return _absolute(p)
+    full = _absolute(root / p)
     if not full.exists() and value.startswith("../"):
-        alt = absolute(root / value[3:])
+        alt = _absolute(root / value[3:])
         if alt.exists():
             return alt
     return full
@@ -295,7 +295,7 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
     relative to the list's folder and any other relative line relative to the current folder
     (Ultralytics' rule); a single image file is the split itself. Only files of Ultralytics' image
     formats count, whatever the case of their extension (``.JPG``). Paths are kept as given: no
-    symlink is followed (:func:`absolute`). In the order of Ultralytics' sort of the paths as written, so
+    symlink is followed (:func:`_absolute`). In the order of Ultralytics' sort of the paths as written, so
     that ``--limit`` keeps the same first images.
     """
     found: list[str] = []
@@ -315,7 +315,7 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
         else:
             raise InputError(f"image folder of split `{split}` not found: {src}")
     files = [
-        absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)
+        _absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)
     ]
     if not files:
         raise InputError(
