@@ -25,7 +25,7 @@ from det_calib.errors import InputError
 from det_calib.io import atomic_path
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
-from det_calib.tasks.task_splits import captured_split
+from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.data.ground_truth import Split
@@ -282,11 +282,10 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
         whole = (
             sp
             if same
-            else captured_split(
+            else get_task(inputs.task).captured_split(
                 inputs.ds,
                 base,
-                task=inputs.task,
-                payload_shape=inputs.payload_shape,
+                shape=inputs.payload_shape,
                 coco_gt=s.coco_gt,
                 limit=s.limit,
             )
