@@ -74,7 +74,7 @@ from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.reuse import capture_settings
-from det_calib.job.settings import Settings, settings_of
+from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.fitting import fit_head
@@ -704,7 +704,7 @@ def _settings(
         v = getattr(fs, name)
         setattr(fs, name, tuple(v) if isinstance(v, (list, tuple)) else (v,))
     fs.validate()
-    return settings_of(settings, options), fs
+    return Settings.of_call(settings, options), fs
 
 
 def _open_members(

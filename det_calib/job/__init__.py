@@ -26,7 +26,6 @@ _EXPORTS = {
     "write_run_boxes": "reuse",
     "Settings": "settings",
     "opt": "settings",
-    "settings_of": "settings",
 }
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "output_folder",
     "reset",
     "run_meta",
-    "settings_of",
     "stage",
     "start",
     "startup_imports",

@@ -401,6 +401,26 @@ class Settings:
         )
 
     @classmethod
+    def of_call(cls, settings: Settings | None, options: dict[str, Any]) -> Settings:
+        """The settings of a call of a job (``calibrate``, ``ensemble``): ``settings``, or settings made of
+        the keyword ``options`` (not both), checked.
+
+        Raises:
+            InputError: Both given, an unknown option, or what :meth:`validate` refuses.
+        """
+        if settings is not None and options:
+            raise InputError("pass either `settings` or keyword options, not both")
+        unknown = [k for k in options if k not in _SETTINGS_FIELDS]
+        if unknown:
+            raise InputError(
+                f"unknown option `{unknown[0]}`; options are {', '.join(_SETTINGS_FIELDS)}"
+            )
+        s = settings or cls(**options)
+        s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
+        s.validate()
+        return s
+
+    @classmethod
     def from_recorded(cls, st: RecordedSettings, **options: Any) -> Settings:
         """The settings that reproduce a recorded run's labelling, capture and figures (``det-calib
         check`` reads a run with them); ``options`` set the rest (validated)."""
@@ -432,18 +452,3 @@ _RECORDED_AS: dict[str, str] = {
 
 
 _SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
-
-
-# ---------------------------------------------------------------------------------------- job
-def settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
-    if settings is not None and options:
-        raise InputError("pass either `settings` or keyword options, not both")
-    unknown = [k for k in options if k not in _SETTINGS_FIELDS]
-    if unknown:
-        raise InputError(
-            f"unknown option `{unknown[0]}`; options are {', '.join(_SETTINGS_FIELDS)}"
-        )
-    s = settings or Settings(**options)
-    s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
-    s.validate()
-    return s
