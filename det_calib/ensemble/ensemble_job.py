@@ -73,7 +73,6 @@ from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.reuse import capture_settings
 from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
@@ -875,5 +874,5 @@ def _fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> di
             for sp in splits
         },
         "heads": list(result.heads),
-        "settings": capture_settings(s, result.settings.imgsz, batch=1),
+        "settings": s.capture_settings(result.settings.imgsz, batch=1),
     }

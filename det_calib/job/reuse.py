@@ -37,26 +37,6 @@ _CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), 
 """Settings field -> capture setting that must agree for boxes to be reused."""
 
 
-def capture_settings(s: Settings, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
-    """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
-    (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
-    return {
-        **_compared_settings(s, imgsz),
-        "batch": resolve_batch(s.batch, s.device) if batch is None else int(batch),
-    }
-
-
-def _compared_settings(s: Settings, imgsz: int) -> dict[str, Any]:
-    """The capture settings boxes must agree on to be reused (the batch, which may need torch to
-    resolve, left out)."""
-    return {
-        "conf": float(s.conf_floor),
-        "iou": float(s.nms_iou),
-        "max_det": int(s.max_det),
-        "imgsz": int(imgsz),
-    }
-
-
 _ROW_GROUP = 1 << 20
 """Rows of each row group of a run's ``boxes.parquet`` (pyarrow's default)."""
 
@@ -97,7 +77,7 @@ def run_meta(path: str | Path) -> dict[str, Any] | None:
 
 
 def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Path) -> None:
-    want = _compared_settings(s, imgsz)
+    want = s.compared_capture_settings(imgsz)
     for field, key in _CHECKED:
         have = recorded.get(key)
         if isinstance(have, list):  # Capturer records imgsz as [h, w]
@@ -271,7 +251,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None
     model_fp = model_fingerprint(inputs.model)
-    settings = _compared_settings(s, inputs.imgsz)  # and the batch the parts record
+    settings = s.compared_capture_settings(inputs.imgsz)  # and the batch the parts record
     recorded_fp = {}
     for sp in splits:
         base = _base_split(sp.name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from det_calib.calibrators import registry
-from det_calib.capture.options import CaptureOptions
+from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.data.box_table import HEADS, Head
 from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
@@ -359,6 +359,24 @@ class Settings:
             batch=self.batch,
             device=self.device,
         )
+
+    def capture_settings(self, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
+        """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
+        (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
+        return {
+            **self.compared_capture_settings(imgsz),
+            "batch": resolve_batch(self.batch, self.device) if batch is None else int(batch),
+        }
+
+    def compared_capture_settings(self, imgsz: int) -> dict[str, Any]:
+        """The capture settings boxes must agree on to be reused (the batch, which may need torch to
+        resolve, left out)."""
+        return {
+            "conf": float(self.conf_floor),
+            "iou": float(self.nms_iou),
+            "max_det": int(self.max_det),
+            "imgsz": int(imgsz),
+        }
 
     def auto_methods(self) -> tuple[str, ...]:
         """The methods ``--method auto`` cross-validates, among those ``--target`` can fit: the maps

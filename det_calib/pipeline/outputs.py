@@ -28,7 +28,7 @@ from det_calib.job import clock
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import fold_checkpoint
-from det_calib.job.reuse import capture_settings, write_run_boxes
+from det_calib.job.reuse import write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
@@ -148,8 +148,8 @@ def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> d
             for sp in splits
         },
         "heads": list(inputs.heads),
-        "settings": capture_settings(
-            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
+        "settings": s.capture_settings(
+            inputs.imgsz, batch=1 if is_export(inputs.model) else None
         ),  # an export: 1
     }
 
