@@ -66,7 +66,6 @@ from det_calib.data.ground_truth import (
     Split,
     check_class_names,
     load_data_yaml,
-    split_halved,
 )
 from det_calib.ensemble.ensemble_model import load_ensemble
 from det_calib.errors import InputError
@@ -290,7 +289,7 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
         _task_split, job, match="box"
     )  # the boxes alone, read as the run's task reads them
     try:
-        whole, half = split_halved(name)
+        whole, half = Split.half_of(name)
         if half is not None:  # one split halved by image (seeded): the same half again
             whole_split = load(load_data_yaml(r.data), whole)
             sp = whole_split.halves(seed=r.settings.bootstrap.seed)[half]

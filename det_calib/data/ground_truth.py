@@ -151,7 +151,7 @@ class Split:
 
     def halves(self, *, seed: int = 0) -> tuple[Split, Split]:
         """Deterministic image-level half/half split (fit, eval) of this split, named
-        ``<name>[fit-half]`` and ``<name>[eval-half]`` (:func:`split_halved` reads them back)."""
+        ``<name>[fit-half]`` and ``<name>[eval-half]`` (:meth:`half_of` reads them back)."""
         rng = np.random.default_rng(seed)
         perm = rng.permutation(len(self.images))
         half = len(perm) // 2
@@ -161,6 +161,19 @@ class Split:
             )
         a, b = np.sort(perm[:half]), np.sort(perm[half:])
         return self.subset(a, self.name + _HALVES[0]), self.subset(b, self.name + _HALVES[1])
+
+    @staticmethod
+    def half_of(name: str) -> tuple[str, int | None]:
+        """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
+        half, 1: the eval half, as :meth:`halves` names them; None: the whole split).
+
+        >>> Split.half_of("val[eval-half]"), Split.half_of("test")
+        (('val', 1), ('test', None))
+        """
+        for half, suffix in enumerate(_HALVES):
+            if name.endswith(suffix):
+                return name.removesuffix(suffix), half
+        return name, None
 
     def subset(self, ids: np.ndarray, name: str | None = None) -> Split:
         """The split restricted to images ``ids`` (renumbered 0..len(ids)-1)."""
@@ -844,16 +857,3 @@ def check_class_names(
 
 _HALVES = ("[fit-half]", "[eval-half]")
 """Suffixes of the halves :meth:`Split.halves` names (``val[fit-half]``, ``val[eval-half]``)."""
-
-
-def split_halved(name: str) -> tuple[str, int | None]:
-    """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
-    half, 1: the eval half, as :meth:`Split.halves` names them; None: the whole split).
-
-    >>> split_halved("val[eval-half]"), split_halved("test")
-    (('val', 1), ('test', None))
-    """
-    for half, suffix in enumerate(_HALVES):
-        if name.endswith(suffix):
-            return name.removesuffix(suffix), half
-    return name, None
