@@ -74,7 +74,7 @@ from det_calib.evaluation.map_check import coco_maps
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.io import check_output_dir
 from det_calib.job import clock
-from det_calib.job.capturing import BoxSource, startup_imports
+from det_calib.job.capturing import BoxSource
 from det_calib.job.detections import CheckDetections
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
@@ -590,9 +590,7 @@ def check_run(
             else _default_out(run_dir, data=data, split=split, images=images)
         )
         check_output_dir(out_dir)
-        if not boxes and not detections:
-            startup_imports()
-        job = _job(
+        job = _job(  # (the detector's load imports Ultralytics and torch in this stage)
             run_dir,
             model=model,
             data=ds,

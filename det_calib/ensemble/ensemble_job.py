@@ -71,7 +71,6 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.evaluation.map_check import coco_maps
 from det_calib.io import check_output_dir
 from det_calib.job import clock
-from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
 from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
@@ -710,8 +709,7 @@ def _open_members(
     specs: Sequence[MemberSpec], ds: Any, data: Path, s: Settings
 ) -> tuple[list[Any], dict[str, list[str]], int]:
     """Every member's detector opened for the capture: the members, the plan (head -> each member's
-    head), the capture threads."""
-    startup_imports()
+    head), the capture threads (the device's lookup imports Ultralytics and torch)."""
     workers = capture_workers(s.device)
     members, plan = _load_members(specs, ds.names, data, s, workers)
     return members, plan, workers

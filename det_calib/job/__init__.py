@@ -7,7 +7,6 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "BoxSource": "capturing",
     "CheckDetections": "detections",
-    "startup_imports": "capturing",
     "add_cpu": "clock",
     "begin": "clock",
     "output_folder": "clock",
@@ -44,7 +43,6 @@ __all__ = [
     "run_meta",
     "stage",
     "start",
-    "startup_imports",
     "timings",
     "tuned_process",
     "write_run_boxes",
