@@ -164,8 +164,8 @@ class Split:
 
     @staticmethod
     def half_of(name: str) -> tuple[str, int | None]:
-        """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
-        half, 1: the eval half, as :meth:`halves` names them; None: the whole split).
+        """The split a split named ``name`` was taken from, and which of its halves it is (0: the
+        fit half, 1: the eval half, as :meth:`halves` names them; None: the whole split).
 
         >>> Split.half_of("val[eval-half]"), Split.half_of("test")
         (('val', 1), ('test', None))
@@ -308,8 +308,8 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
     relative to the list's folder and any other relative line relative to the current folder
     (Ultralytics' rule); a single image file is the split itself. Only files of Ultralytics' image
     formats count, whatever the case of their extension (``.JPG``). Paths are kept as given: no
-    symlink is followed (:func:`_absolute`). In the order of Ultralytics' sort of the paths as written, so
-    that ``--limit`` keeps the same first images.
+    symlink is followed (:func:`_absolute`). In the order of Ultralytics' sort of the paths as
+    written, so that ``--limit`` keeps the same first images.
     """
     found: list[str] = []
     suffixes = image_suffixes()

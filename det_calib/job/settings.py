@@ -361,8 +361,8 @@ class Settings:
         )
 
     def capture_settings(self, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
-        """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
-        (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
+        """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records
+        them (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
         return {
             **self.compared_capture_settings(imgsz),
             "batch": resolve_batch(self.batch, self.device) if batch is None else int(batch),
@@ -420,8 +420,8 @@ class Settings:
 
     @classmethod
     def of_call(cls, settings: Settings | None, options: dict[str, Any]) -> Settings:
-        """The settings of a call of a job (``calibrate``, ``ensemble``): ``settings``, or settings made of
-        the keyword ``options`` (not both), checked.
+        """The settings of a call of a job (``calibrate``, ``ensemble``): ``settings``, or settings
+        made of the keyword ``options`` (not both), checked.
 
         Raises:
             InputError: Both given, an unknown option, or what :meth:`validate` refuses.

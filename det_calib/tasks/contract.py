@@ -234,11 +234,12 @@ class Task:
         coco_gt: str | Path | None = None,
         limit: int | None = None,
     ) -> Split:
-        """The split a capture to parts runs over (and that a run reusing the parts fingerprints): its
-        images and labels read as this task reads them (:meth:`read_split`; a pose or OBB model's keypoint
-        and rotated-box lines; a detect or segment model's labels as boxes, masks not needed). A capture
-        matches nothing, so a pose or OBB model's split with box labels is read as boxes here
-        (:meth:`box_labels_only`); the run that uses the parts decides (and refuses) by its ``--match``."""
+        """The split a capture to parts runs over (and that a run reusing the parts fingerprints):
+        its images and labels read as this task reads them (:meth:`read_split`; a pose or OBB
+        model's keypoint and rotated-box lines; a detect or segment model's labels as boxes, masks
+        not needed). A capture matches nothing, so a pose or OBB model's split with box labels is
+        read as boxes here (:meth:`box_labels_only`); the run that uses the parts decides (and
+        refuses) by its ``--match``."""
         box = self.box_labels_only(data, split, coco_gt)
         return self.read_split(
             data, split, match="box" if box else "auto", shape=shape, coco_gt=coco_gt, limit=limit
