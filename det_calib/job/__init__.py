@@ -20,8 +20,6 @@ _EXPORTS = {
     "job_inputs": "capturing",
     "fold_checkpoint": "model_process",
     "tuned_process": "process_tuning",
-    "run_meta": "reuse",
-    "write_run_boxes": "reuse",
     "Settings": "settings",
     "opt": "settings",
 }
@@ -40,12 +38,10 @@ __all__ = [
     "opt",
     "output_folder",
     "reset",
-    "run_meta",
     "stage",
     "start",
     "timings",
     "tuned_process",
-    "write_run_boxes",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -9,9 +9,9 @@ import pytest
 
 from det_calib.capture.parts import capture_to_parts
 from det_calib.cli import main
+from det_calib.data.box_table import _RUN_KEY, run_meta
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
-from det_calib.job.reuse import _RUN_KEY, run_meta
 from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
