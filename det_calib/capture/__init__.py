@@ -18,7 +18,6 @@ _EXPORTS = {
     "PredictorCapturer": "family_capture",
     "Family": "family_registry",
     "family_of": "family_registry",
-    "register_family": "family_registry",
     "SharedImages": "image_source",
     "auto_workers": "image_source",
     "CaptureOptions": "options",
@@ -66,7 +65,6 @@ __all__ = [
     "read_export",
     "read_parts",
     "read_parts_with_meta",
-    "register_family",
     "resolve_batch",
     "write_part",
 ]

@@ -3,7 +3,9 @@
 layer. A YOLO detect head (YOLOv5u to YOLO26, and the segment, pose and OBB heads built on it) is the built-in
 path and has no family: :func:`family_of` returns None for it.
 
-A family is one module (a :class:`Family` subclass) and one line in :data:`BUILTIN`; the stages ask
+A family is one module (a :class:`Family` subclass, its instance the module's ``FAMILY``) and one
+line in :data:`_BUILTIN`; the registry registers a built-in module's ``FAMILY`` when it imports it;
+the stages ask
 :func:`family_of` once and call the family's hooks: its head modes (``heads``), its capture (``capturer``),
 where its class scores are made (``score_layers``, the layers an affine map folds into, and ``append_map``, how
 a piecewise-linear map is appended after them), and its Ultralytics validator (``validator``).
@@ -17,11 +19,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar
 
-__all__ = ["Family", "family_of", "family_with_head", "register_family"]
+__all__ = ["Family", "family_of", "family_with_head"]
 
 _BUILTIN: dict[str, str] = {"RTDETRDecoder": "det_calib.families.rtdetr"}
-"""The families det_calib ships: head class name -> the module that registers its family, imported on the first
-lookup of a model with that head (a YOLO model's capture imports no family module)."""
+"""The families det_calib ships: head class name -> the module that declares its family (its
+``FAMILY``), imported on the first lookup of a model with that head (a YOLO model's capture imports
+no family module)."""
 
 _FAMILIES: dict[str, Family] = {}
 """Head class name (the loaded model's last layer, ``type(model.model[-1]).__name__``) -> the family."""
@@ -68,11 +71,10 @@ class Family:
         raise NotImplementedError
 
 
-def register_family(family: Family) -> Family:
-    """Add ``family`` under each of its head class names (replacing one of the same name); returns it."""
+def _register(family: Family) -> None:
+    """Add ``family`` under each of its head class names (replacing one of the same name)."""
     for name in family.head_classes:
         _FAMILIES[name] = family
-    return family
 
 
 def _head_class(model: Any) -> str:
@@ -99,9 +101,9 @@ def family_of(model: Any) -> Family | None:
 
 
 def _load(module: str | None) -> None:
-    """Import a built-in family's module once (it registers its family)."""
+    """Import a built-in family's module once and register the family it declares (``FAMILY``)."""
     if module is not None and module not in _loaded:
-        importlib.import_module(module)
+        _register(importlib.import_module(module).FAMILY)
         _loaded.add(module)
 
 

@@ -42,7 +42,6 @@ from det_calib.data.ground_truth import check_class_names, label_path, load_data
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
 from det_calib.tasks import get_task
-from det_calib.tasks.task_splits import captured_split
 
 _log = logging.getLogger(__name__)
 
@@ -211,11 +210,10 @@ def prepare_split_capture(
     if hasattr(cap, "payload") and split in ds.splits and coco_gt is None:
         if get_task(task).lacks_labels(ds, split):  # box labels: no figure reads the payload
             cap.payload = False
-    sp = captured_split(
+    sp = get_task(task).captured_split(
         ds,
         split,
-        task=task,
-        payload_shape=getattr(cap, "payload_shape", None),
+        shape=getattr(cap, "payload_shape", None),
         coco_gt=coco_gt,
         limit=limit,
     )

@@ -66,7 +66,6 @@ from det_calib.data.ground_truth import (
     Split,
     check_class_names,
     load_data_yaml,
-    split_halved,
 )
 from det_calib.ensemble.ensemble_model import load_ensemble
 from det_calib.errors import InputError
@@ -75,7 +74,7 @@ from det_calib.evaluation.map_check import coco_maps
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.io import check_output_dir
 from det_calib.job import clock
-from det_calib.job.capturing import BoxSource, startup_imports
+from det_calib.job.capturing import BoxSource
 from det_calib.job.detections import CheckDetections
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
@@ -290,7 +289,7 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
         _task_split, job, match="box"
     )  # the boxes alone, read as the run's task reads them
     try:
-        whole, half = split_halved(name)
+        whole, half = Split.half_of(name)
         if half is not None:  # one split halved by image (seeded): the same half again
             whole_split = load(load_data_yaml(r.data), whole)
             sp = whole_split.halves(seed=r.settings.bootstrap.seed)[half]
@@ -591,9 +590,7 @@ def check_run(
             else _default_out(run_dir, data=data, split=split, images=images)
         )
         check_output_dir(out_dir)
-        if not boxes and not detections:
-            startup_imports()
-        job = _job(
+        job = _job(  # (the detector's load imports Ultralytics and torch in this stage)
             run_dir,
             model=model,
             data=ds,

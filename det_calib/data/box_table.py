@@ -38,8 +38,9 @@ tool reads the calibrated scores without det_calib.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import polars as pl
 
@@ -196,10 +197,57 @@ def _as_written(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col(c).cast(pl.String) for c in cats) if cats else df
 
 
-def write_boxes(df: pl.DataFrame, path: str | Path) -> Path:
-    """Write a box table to Parquet atomically (temporary file, then rename)."""
+_RUN_KEY = b"det_calib.run"
+"""The key of a run's fingerprints in its ``boxes.parquet``'s Parquet metadata (:func:`run_meta`)."""
+_ROW_GROUP = 1 << 20
+"""Rows of each row group of a run's ``boxes.parquet`` (pyarrow's default)."""
 
+
+def write_boxes(
+    df: pl.DataFrame, path: str | Path, fingerprints: dict[str, Any] | None = None
+) -> Path:
+    """Write a box table to Parquet atomically (temporary file, then rename).
+
+    With ``fingerprints`` (a run's ``boxes.parquet``: its model, data and capture settings, which
+    :func:`run_meta` reads back), they go in the Parquet metadata, and the table is written one row
+    group at a time: each converted to Arrow (its categorical columns to strings) only while it is
+    written, so the run's peak holds no second copy of the table.
+    """
     path = Path(path)
+    if fingerprints is None:
+        with atomic_path(path) as tmp:
+            _as_written(df).write_parquet(tmp)
+        return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     with atomic_path(path) as tmp:
-        _as_written(df).write_parquet(tmp)
+        writer = None
+        try:
+            for start in range(0, max(df.height, 1), _ROW_GROUP):
+                table = _as_written(df.slice(start, _ROW_GROUP)).to_arrow()
+                if writer is None:
+                    meta = {**(table.schema.metadata or {}), _RUN_KEY: json.dumps(fingerprints)}
+                    writer = pq.ParquetWriter(tmp, table.schema.with_metadata(meta))
+                writer.write_table(table)
+                del table
+        finally:
+            if writer is not None:
+                writer.close()
+    pa.default_memory_pool().release_unused()  # the row groups' Arrow copies leave the process
     return path
+
+
+def run_meta(path: str | Path) -> dict[str, Any] | None:
+    """The fingerprints recorded in a run's ``boxes.parquet`` (None: written before they were).
+
+    Raises:
+        InputError: The file is no Parquet file.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(_RUN_KEY)
+    except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
+        raise InputError(f"cannot read box table {path}: {e}") from None
+    return None if raw is None else json.loads(raw)

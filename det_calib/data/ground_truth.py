@@ -151,7 +151,7 @@ class Split:
 
     def halves(self, *, seed: int = 0) -> tuple[Split, Split]:
         """Deterministic image-level half/half split (fit, eval) of this split, named
-        ``<name>[fit-half]`` and ``<name>[eval-half]`` (:func:`split_halved` reads them back)."""
+        ``<name>[fit-half]`` and ``<name>[eval-half]`` (:meth:`half_of` reads them back)."""
         rng = np.random.default_rng(seed)
         perm = rng.permutation(len(self.images))
         half = len(perm) // 2
@@ -161,6 +161,19 @@ class Split:
             )
         a, b = np.sort(perm[:half]), np.sort(perm[half:])
         return self.subset(a, self.name + _HALVES[0]), self.subset(b, self.name + _HALVES[1])
+
+    @staticmethod
+    def half_of(name: str) -> tuple[str, int | None]:
+        """The split a split named ``name`` was taken from, and which of its halves it is (0: the
+        fit half, 1: the eval half, as :meth:`halves` names them; None: the whole split).
+
+        >>> Split.half_of("val[eval-half]"), Split.half_of("test")
+        (('val', 1), ('test', None))
+        """
+        for half, suffix in enumerate(_HALVES):
+            if name.endswith(suffix):
+                return name.removesuffix(suffix), half
+        return name, None
 
     def subset(self, ids: np.ndarray, name: str | None = None) -> Split:
         """The split restricted to images ``ids`` (renumbered 0..len(ids)-1)."""
@@ -240,10 +253,10 @@ def load_data_yaml(path: str | Path) -> Dataset:
         if not all(isinstance(v, str) for v in vals):
             continue
         splits[key] = [_split_path(root, v) for v in vals]
-    return Dataset(yaml_path=absolute(path), root=root, names=names, splits=splits)
+    return Dataset(yaml_path=_absolute(path), root=root, names=names, splits=splits)
 
 
-def absolute(path: str | Path) -> Path:
+def _absolute(path: str | Path) -> Path:
     """``path`` made absolute against the current folder, ``.`` and ``..`` folded as written, and
     symlinks left as they are: a label file is found beside the image path the user gave, never
     beside the file a symlink points to (a subset of symlinked images carries labels of its own)."""
@@ -255,13 +268,13 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
 
     A relative ``path:`` is tried against the yaml's folder, the current folder and Ultralytics'
     datasets folder, in that order; without ``path:`` the root is the yaml's folder. Symlinks
-    are not followed (:func:`absolute`).
+    are not followed (:func:`_absolute`).
     """
     if not value:
-        return absolute(yaml_path.parent)
+        return _absolute(yaml_path.parent)
     p = Path(str(value))
     if p.is_absolute():
-        return absolute(p)
+        return _absolute(p)
     candidates = [yaml_path.parent / p, Path.cwd() / p]
     if not any(c.exists() for c in candidates):  # Ultralytics' datasets folder (it imports torch)
         try:
@@ -270,7 +283,7 @@ def _dataset_root(value: object, yaml_path: Path) -> Path:
             candidates.append(Path(DATASETS_DIR) / p)
         except ImportError:  # pragma: no cover
             pass
-    return absolute(next((c for c in candidates if c.exists()), candidates[0]))
+    return _absolute(next((c for c in candidates if c.exists()), candidates[0]))
 
 
 def _split_path(root: Path, value: str) -> Path:
@@ -278,10 +291,10 @@ def _split_path(root: Path, value: str) -> Path:
     exports write ``../valid/images`` relative to the yaml). Symlinks are not followed."""
     p = Path(value)
     if p.is_absolute():
-        return absolute(p)
-    full = absolute(root / p)
+        return _absolute(p)
+    full = _absolute(root / p)
     if not full.exists() and value.startswith("../"):
-        alt = absolute(root / value[3:])
+        alt = _absolute(root / value[3:])
         if alt.exists():
             return alt
     return full
@@ -295,8 +308,8 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
     relative to the list's folder and any other relative line relative to the current folder
     (Ultralytics' rule); a single image file is the split itself. Only files of Ultralytics' image
     formats count, whatever the case of their extension (``.JPG``). Paths are kept as given: no
-    symlink is followed (:func:`absolute`). In the order of Ultralytics' sort of the paths as written, so
-    that ``--limit`` keeps the same first images.
+    symlink is followed (:func:`_absolute`). In the order of Ultralytics' sort of the paths as
+    written, so that ``--limit`` keeps the same first images.
     """
     found: list[str] = []
     suffixes = image_suffixes()
@@ -315,7 +328,7 @@ def list_images(sources: list[Path], *, split: str) -> list[Path]:
         else:
             raise InputError(f"image folder of split `{split}` not found: {src}")
     files = [
-        absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)
+        _absolute(f) for f in sorted(f for f in found if os.path.splitext(f)[1].lower() in suffixes)
     ]
     if not files:
         raise InputError(
@@ -844,16 +857,3 @@ def check_class_names(
 
 _HALVES = ("[fit-half]", "[eval-half]")
 """Suffixes of the halves :meth:`Split.halves` names (``val[fit-half]``, ``val[eval-half]``)."""
-
-
-def split_halved(name: str) -> tuple[str, int | None]:
-    """The split a split named ``name`` was taken from, and which of its halves it is (0: the fit
-    half, 1: the eval half, as :meth:`Split.halves` names them; None: the whole split).
-
-    >>> split_halved("val[eval-half]"), split_halved("test")
-    (('val', 1), ('test', None))
-    """
-    for half, suffix in enumerate(_HALVES):
-        if name.endswith(suffix):
-            return name.removesuffix(suffix), half
-    return name, None

@@ -324,8 +324,9 @@ def _write_parts(
 
     written: dict[str, dict[str, int]] = {}
     ds = load_data_yaml(data)
-    # what a capture at the run's defaults records (det_calib.job.reuse.capture_settings: NMS IoU
-    # 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes` takes them
+    # what a capture at the run's defaults records (Settings.capture_settings, job/settings.py:
+    # NMS IoU 0.7, one image per pass, the model's input size 640), so that `calibrate --boxes`
+    # takes them
     settings = {
         "conf": float(conf_floor),
         "iou": 0.7,

@@ -71,10 +71,8 @@ from det_calib.errors import DegenerateFitError, InputError
 from det_calib.evaluation.map_check import coco_maps
 from det_calib.io import check_output_dir
 from det_calib.job import clock
-from det_calib.job.capturing import startup_imports
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.reuse import capture_settings
-from det_calib.job.settings import Settings, settings_of
+from det_calib.job.settings import Settings
 from det_calib.matching.one_to_one import match_boxes
 from det_calib.metrics.operating_point import kept_ece
 from det_calib.pipeline.fitting import fit_head
@@ -704,15 +702,14 @@ def _settings(
         v = getattr(fs, name)
         setattr(fs, name, tuple(v) if isinstance(v, (list, tuple)) else (v,))
     fs.validate()
-    return settings_of(settings, options), fs
+    return Settings.of_call(settings, options), fs
 
 
 def _open_members(
     specs: Sequence[MemberSpec], ds: Any, data: Path, s: Settings
 ) -> tuple[list[Any], dict[str, list[str]], int]:
     """Every member's detector opened for the capture: the members, the plan (head -> each member's
-    head), the capture threads."""
-    startup_imports()
+    head), the capture threads (the device's lookup imports Ultralytics and torch)."""
     workers = capture_workers(s.device)
     members, plan = _load_members(specs, ds.names, data, s, workers)
     return members, plan, workers
@@ -875,5 +872,5 @@ def _fingerprints(result: RunResult, splits: Sequence[Split], s: Settings) -> di
             for sp in splits
         },
         "heads": list(result.heads),
-        "settings": capture_settings(s, result.settings.imgsz, batch=1),
+        "settings": s.capture_settings(result.settings.imgsz, batch=1),
     }

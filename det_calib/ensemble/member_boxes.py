@@ -16,12 +16,11 @@ from typing import Any
 import polars as pl
 
 from det_calib.capture.parts import data_fingerprint, model_fingerprint
-from det_calib.data.box_table import CAPTURE_COLUMNS, read_boxes
+from det_calib.data.box_table import CAPTURE_COLUMNS, read_boxes, run_meta
 from det_calib.data.ground_truth import Split
 from det_calib.ensemble.ensemble_record import MemberRecord
 from det_calib.ensemble.members import MemberSpec
 from det_calib.errors import InputError
-from det_calib.job.reuse import run_meta
 
 
 def reuse_members(

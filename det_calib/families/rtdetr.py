@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 from det_calib.capture.family_capture import PredictorCapturer
-from det_calib.capture.family_registry import Family, register_family
+from det_calib.capture.family_registry import Family
 from det_calib.deploy.fold import hinge_layers
 from det_calib.errors import InputError
 
@@ -172,4 +172,5 @@ class RTDETRFamily(Family):
         return RTDETRPredictor
 
 
-register_family(RTDETRFamily())
+FAMILY = RTDETRFamily()
+"""The family this module declares (the registry registers it when it imports the module)."""

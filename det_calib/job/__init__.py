@@ -7,7 +7,6 @@ from det_calib.lazy import lazy_exports
 _EXPORTS = {
     "BoxSource": "capturing",
     "CheckDetections": "detections",
-    "startup_imports": "capturing",
     "add_cpu": "clock",
     "begin": "clock",
     "output_folder": "clock",
@@ -21,12 +20,8 @@ _EXPORTS = {
     "job_inputs": "capturing",
     "fold_checkpoint": "model_process",
     "tuned_process": "process_tuning",
-    "capture_settings": "reuse",
-    "run_meta": "reuse",
-    "write_run_boxes": "reuse",
     "Settings": "settings",
     "opt": "settings",
-    "settings_of": "settings",
 }
 
 __all__ = [
@@ -37,21 +32,16 @@ __all__ = [
     "Settings",
     "add_cpu",
     "begin",
-    "capture_settings",
     "fold_checkpoint",
     "job_inputs",
     "load_splits",
     "opt",
     "output_folder",
     "reset",
-    "run_meta",
-    "settings_of",
     "stage",
     "start",
-    "startup_imports",
     "timings",
     "tuned_process",
-    "write_run_boxes",
 ]
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -18,6 +18,7 @@ import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.parts import data_fingerprint
+from det_calib.data.box_table import run_meta
 from det_calib.data.ground_truth import (
     Split,
     check_class_names,
@@ -36,7 +37,7 @@ from det_calib.job.detections_file import (
 )
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import capture_batch
-from det_calib.job.reuse import capture_settings, reuse_boxes, run_meta
+from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
 
 _log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def read_run_detections(
             for sp in splits
         },
         "heads": [head],
-        "settings": capture_settings(s, inputs.imgsz, batch=batch),
+        "settings": s.capture_settings(inputs.imgsz, batch=batch),
         "detections": read.to_dict(),
     }
     return {head: tables}, fingerprints

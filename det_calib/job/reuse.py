@@ -10,7 +10,6 @@ capture columns per head and split, ready to be matched again with this run's se
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,84 +19,23 @@ import polars as pl
 
 from det_calib.capture.options import resolve_batch
 from det_calib.capture.parts import data_fingerprint, model_fingerprint, read_parts_with_meta
-from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA, read_boxes
+from det_calib.data.box_table import CAPTURE_COLUMNS, PAYLOAD_SCHEMA, read_boxes, run_meta
 from det_calib.errors import InputError
-from det_calib.io import atomic_path
 from det_calib.job.inputs import Inputs
 from det_calib.job.settings import Settings
-from det_calib.tasks.task_splits import captured_split
+from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from det_calib.data.ground_truth import Split
 
 _log = logging.getLogger(__name__)
 
-_RUN_KEY = b"det_calib.run"
 _CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), ("imgsz", "imgsz"))
 """Settings field -> capture setting that must agree for boxes to be reused."""
 
 
-def capture_settings(s: Settings, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
-    """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records them
-    (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
-    return {
-        **_compared_settings(s, imgsz),
-        "batch": resolve_batch(s.batch, s.device) if batch is None else int(batch),
-    }
-
-
-def _compared_settings(s: Settings, imgsz: int) -> dict[str, Any]:
-    """The capture settings boxes must agree on to be reused (the batch, which may need torch to
-    resolve, left out)."""
-    return {
-        "conf": float(s.conf_floor),
-        "iou": float(s.nms_iou),
-        "max_det": int(s.max_det),
-        "imgsz": int(imgsz),
-    }
-
-
-_ROW_GROUP = 1 << 20
-"""Rows of each row group of a run's ``boxes.parquet`` (pyarrow's default)."""
-
-
-def write_run_boxes(df: pl.DataFrame, path: str | Path, fingerprints: dict[str, Any]) -> Path:
-    """Write a run's box table with its fingerprints in the Parquet metadata (atomically), one row
-    group at a time: each converted to Arrow (its categorical columns to strings) only while it is
-    written, so the run's peak holds no second copy of the table."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with atomic_path(path) as tmp:
-        writer = None
-        try:
-            for start in range(0, max(df.height, 1), _ROW_GROUP):
-                table = _as_strings(df.slice(start, _ROW_GROUP)).to_arrow()
-                if writer is None:
-                    meta = {**(table.schema.metadata or {}), _RUN_KEY: json.dumps(fingerprints)}
-                    writer = pq.ParquetWriter(tmp, table.schema.with_metadata(meta))
-                writer.write_table(table)
-                del table
-        finally:
-            if writer is not None:
-                writer.close()
-    pa.default_memory_pool().release_unused()  # the row groups' Arrow copies leave the process
-    return Path(path)
-
-
-def run_meta(path: str | Path) -> dict[str, Any] | None:
-    """The fingerprints recorded in a run's ``boxes.parquet`` (None: written before they were)."""
-    import pyarrow.parquet as pq
-
-    try:
-        raw = (pq.read_schema(path).metadata or {}).get(_RUN_KEY)
-    except Exception as e:  # pyarrow raises several types for a corrupt file  # noqa: BLE001
-        raise InputError(f"cannot read box table {path}: {e}") from None
-    return None if raw is None else json.loads(raw)
-
-
 def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Path) -> None:
-    want = _compared_settings(s, imgsz)
+    want = s.compared_capture_settings(imgsz)
     for field, key in _CHECKED:
         have = recorded.get(key)
         if isinstance(have, list):  # Capturer records imgsz as [h, w]
@@ -112,12 +50,6 @@ def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Pa
 def _base_split(name: str) -> str:
     """The split a (possibly halved) split comes from: ``val[fit-half]`` -> ``val``."""
     return name.split("[", 1)[0]
-
-
-def _as_strings(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with its categorical columns as strings: the schema of ``boxes.parquet``."""
-    cats = [c for c, t in df.schema.items() if isinstance(t, (pl.Categorical, pl.Enum))]
-    return df.with_columns(pl.col(c).cast(pl.String) for c in cats) if cats else df
 
 
 def _rows_of(df: pl.DataFrame, sp: Split, where: Path) -> pl.DataFrame:
@@ -271,7 +203,7 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
     frames: dict[str, pl.DataFrame] = {}
     have_heads: list[str] | None = None
     model_fp = model_fingerprint(inputs.model)
-    settings = _compared_settings(s, inputs.imgsz)  # and the batch the parts record
+    settings = s.compared_capture_settings(inputs.imgsz)  # and the batch the parts record
     recorded_fp = {}
     for sp in splits:
         base = _base_split(sp.name)
@@ -282,11 +214,10 @@ def _from_parts(source: Path, inputs: Inputs, splits: Sequence[Split], s: Settin
         whole = (
             sp
             if same
-            else captured_split(
+            else get_task(inputs.task).captured_split(
                 inputs.ds,
                 base,
-                task=inputs.task,
-                payload_shape=inputs.payload_shape,
+                shape=inputs.payload_shape,
                 coco_gt=s.coco_gt,
                 limit=s.limit,
             )

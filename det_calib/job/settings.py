@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from det_calib.calibrators import registry
-from det_calib.capture.options import CaptureOptions
+from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.data.box_table import HEADS, Head
 from det_calib.data.matching_rule import MATCH_CHOICES
 from det_calib.errors import InputError
@@ -359,6 +359,24 @@ class Settings:
             device=self.device,
         )
 
+    def capture_settings(self, imgsz: int, *, batch: int | None = None) -> dict[str, Any]:
+        """The capture settings of a run, as :class:`det_calib.capture.predictor.Capturer` records
+        them (``batch``: the batch the capture ran; default the run's, resolved for its device)."""
+        return {
+            **self.compared_capture_settings(imgsz),
+            "batch": resolve_batch(self.batch, self.device) if batch is None else int(batch),
+        }
+
+    def compared_capture_settings(self, imgsz: int) -> dict[str, Any]:
+        """The capture settings boxes must agree on to be reused (the batch, which may need torch to
+        resolve, left out)."""
+        return {
+            "conf": float(self.conf_floor),
+            "iou": float(self.nms_iou),
+            "max_det": int(self.max_det),
+            "imgsz": int(imgsz),
+        }
+
     def auto_methods(self) -> tuple[str, ...]:
         """The methods ``--method auto`` cross-validates, among those ``--target`` can fit: the maps
         that keep every box's ranking, with ``--per-class`` the per-class maps, with ``--size-maps``
@@ -400,6 +418,26 @@ class Settings:
         )
 
     @classmethod
+    def of_call(cls, settings: Settings | None, options: dict[str, Any]) -> Settings:
+        """The settings of a call of a job (``calibrate``, ``ensemble``): ``settings``, or settings
+        made of the keyword ``options`` (not both), checked.
+
+        Raises:
+            InputError: Both given, an unknown option, or what :meth:`validate` refuses.
+        """
+        if settings is not None and options:
+            raise InputError("pass either `settings` or keyword options, not both")
+        unknown = [k for k in options if k not in _SETTINGS_FIELDS]
+        if unknown:
+            raise InputError(
+                f"unknown option `{unknown[0]}`; options are {', '.join(_SETTINGS_FIELDS)}"
+            )
+        s = settings or cls(**options)
+        s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
+        s.validate()
+        return s
+
+    @classmethod
     def from_recorded(cls, st: RecordedSettings, **options: Any) -> Settings:
         """The settings that reproduce a recorded run's labelling, capture and figures (``det-calib
         check`` reads a run with them); ``options`` set the rest (validated)."""
@@ -431,18 +469,3 @@ _RECORDED_AS: dict[str, str] = {
 
 
 _SETTINGS_FIELDS = {f.name: f for f in fields(Settings)}
-
-
-# ---------------------------------------------------------------------------------------- job
-def settings_of(settings: Settings | None, options: dict[str, Any]) -> Settings:
-    if settings is not None and options:
-        raise InputError("pass either `settings` or keyword options, not both")
-    unknown = [k for k in options if k not in _SETTINGS_FIELDS]
-    if unknown:
-        raise InputError(
-            f"unknown option `{unknown[0]}`; options are {', '.join(_SETTINGS_FIELDS)}"
-        )
-    s = settings or Settings(**options)
-    s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
-    s.validate()
-    return s

@@ -26,7 +26,7 @@ from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, job_inputs
 from det_calib.job.inputs import Inputs, load_splits
-from det_calib.job.settings import Settings, settings_of
+from det_calib.job.settings import Settings
 from det_calib.pipeline.head_steps import evaluate, fit
 from det_calib.pipeline.outputs import start_verification, write_run_outputs
 from det_calib.pipeline.preflight import preflight
@@ -83,7 +83,7 @@ def calibrate(
         >>> run.temperature  # doctest: +SKIP
         {'nms': 1.27, 'e2e': 1.05}
     """
-    s, out, t_start = settings_of(settings, options), Path(out), time.time()
+    s, out, t_start = Settings.of_call(settings, options), Path(out), time.time()
     clock.begin()
     inputs, fit_split, ev_split = load(model, data, out, s)
     splits, sigmas = (fit_split, ev_split), _dataset_sigmas(inputs.ds, inputs.task)

@@ -18,6 +18,7 @@ import polars as pl
 from det_calib.calibrators import registry
 from det_calib.capture.exported import is_export
 from det_calib.capture.parts import data_fingerprint, model_fingerprint
+from det_calib.data.box_table import write_boxes
 from det_calib.data.ground_truth import (
     Split,
 )
@@ -28,7 +29,6 @@ from det_calib.job import clock
 from det_calib.job.detections_file import DetectionsRead
 from det_calib.job.inputs import Inputs
 from det_calib.job.model_process import fold_checkpoint
-from det_calib.job.reuse import capture_settings, write_run_boxes
 from det_calib.job.settings import Settings
 from det_calib.pipeline.fitting import Choice
 from det_calib.pipeline.ultralytics_checks import (
@@ -117,9 +117,9 @@ def write_run_outputs(
         if logit_store is not None:
             logit_store.close()  # every kept logit is written: its temporary file goes now
         fp = fingerprints or _run_fingerprints(inputs, splits, s)
-        write_run_boxes(boxes, stage / "boxes.parquet", fp)
+        write_boxes(boxes, stage / "boxes.parquet", fp)
         for name, table in (beside or {}).items():
-            write_run_boxes(table, stage / name, fp)
+            write_boxes(table, stage / name, fp)
         if "ensemble" in result.sections:
             engine_lines = []
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
@@ -147,8 +147,8 @@ def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> d
             for sp in splits
         },
         "heads": list(inputs.heads),
-        "settings": capture_settings(
-            s, inputs.imgsz, batch=1 if is_export(inputs.model) else None
+        "settings": s.capture_settings(
+            inputs.imgsz, batch=1 if is_export(inputs.model) else None
         ),  # an export: 1
     }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from det_calib.data.ground_truth import Dataset, Split, absolute, label_path
+from det_calib.data.ground_truth import Dataset, Split, label_path
 from det_calib.errors import InputError
 
 _TASK_YAML_KEYS = ("kpt_shape", "flip_idx", "kpt_oks_sigmas", "kpt_names")
@@ -59,7 +59,7 @@ def write_split_yaml(data: Dataset, split: Split, folder: Path) -> Path:
     for i, src in enumerate(split.images):
         name = f"{i:0{width}d}_{src.stem}"
         link = images / f"{name}{src.suffix}"
-        _link_image(absolute(src), link)
+        _link_image(Path(os.path.abspath(src)), link)  # the path as given: symlinks not followed
         listed.append(str(link))
         lab = label_path(src)
         if lab.is_file():

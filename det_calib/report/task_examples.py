@@ -29,7 +29,6 @@ from det_calib.data.ground_truth import (
     Split,
     list_images,
     load_data_yaml,
-    split_halved,
 )
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
@@ -192,7 +191,7 @@ def reread_split(
         InputError: The split or an image is no longer in the run's data.
     """
     ds = load_data_yaml(run.result.data)
-    base, _ = split_halved(split)
+    base, _ = Split.half_of(split)
     if base not in ds.splits:
         raise InputError(f"split `{base}` is no longer in {run.result.data}")
     sources = ds.splits[base]

@@ -10,7 +10,7 @@ look a model's task up once (:func:`get_task`) and call its hooks.
 
 The folder's public face (``__all__``) is the registry (:data:`TASKS`, :func:`register_task`, :func:`get_task`,
 :func:`task_names`), the contract (:class:`Task`, :data:`RUN_PARTS`) and the calls that serve every task through
-them (:func:`load_task_split` and :func:`captured_split` read a split as the task reads it, ``choose_matching``
+them (:func:`load_task_split` reads a split as the task reads it, ``choose_matching``
 and ``match_split`` its rule, :func:`result_boxes_attr`). A task's own functions (its label reader, matcher,
 mask rebuild, demo data) stay in its folder: the stages reach them through the task's hooks
 (``read_split``, ``match``, ``rebuild_payload``, ...) and parts (:meth:`Task.part`; the demo data of
@@ -32,7 +32,6 @@ _EXPORTS = {
     "RUN_PARTS": "contract",
     "choose_matching": "match_rule",
     "match_split": "match_rule",
-    "captured_split": "task_splits",
     "load_task_split": "task_splits",
 }
 
@@ -40,7 +39,6 @@ __all__ = [
     "RUN_PARTS",
     "TASKS",
     "Task",
-    "captured_split",
     "choose_matching",
     "get_task",
     "load_task_split",

@@ -225,6 +225,26 @@ class Task:
         parts then reads them as boxes)."""
         return True
 
+    def captured_split(
+        self,
+        data: Dataset,
+        split: str,
+        *,
+        shape: tuple[int, int] | None = None,
+        coco_gt: str | Path | None = None,
+        limit: int | None = None,
+    ) -> Split:
+        """The split a capture to parts runs over (and that a run reusing the parts fingerprints):
+        its images and labels read as this task reads them (:meth:`read_split`; a pose or OBB
+        model's keypoint and rotated-box lines; a detect or segment model's labels as boxes, masks
+        not needed). A capture matches nothing, so a pose or OBB model's split with box labels is
+        read as boxes here (:meth:`box_labels_only`); the run that uses the parts decides (and
+        refuses) by its ``--match``."""
+        box = self.box_labels_only(data, split, coco_gt)
+        return self.read_split(
+            data, split, match="box" if box else "auto", shape=shape, coco_gt=coco_gt, limit=limit
+        )
+
     def lacks_labels(self, data: Dataset, split: str) -> bool:
         """Whether the split's labels, before they are read, cannot give the task's own rule its payload (box
         labels for a segment, pose or OBB model); ``check`` then refuses a run matched by that rule, and a

@@ -21,7 +21,7 @@ from pathlib import Path
 from det_calib.data.ground_truth import Dataset, Split
 from det_calib.tasks import get_task
 
-__all__ = ["captured_split", "load_task_split"]
+__all__ = ["load_task_split"]
 
 
 def load_task_split(
@@ -51,30 +51,4 @@ def load_task_split(
     """
     return get_task(task).read_split(
         data, split, match=match, shape=payload_shape, coco_gt=coco_gt, limit=limit
-    )
-
-
-def captured_split(
-    data: Dataset,
-    split: str,
-    *,
-    task: str,
-    payload_shape: tuple[int, int] | None = None,
-    coco_gt: str | Path | None = None,
-    limit: int | None = None,
-) -> Split:
-    """The split a capture to parts runs over (and that a run reusing the parts fingerprints): its
-    images and labels read as the task's (a pose or OBB model's keypoint and rotated-box lines; a
-    detect or segment model's labels as boxes, masks not needed). A capture matches nothing, so a pose
-    or OBB model's split with box labels is read as boxes here; the run that uses the parts decides
-    (and refuses) by its ``--match``."""
-    box = get_task(task).box_labels_only(data, split, coco_gt)
-    return load_task_split(
-        data,
-        split,
-        task=task,
-        match="box" if box else "auto",
-        payload_shape=payload_shape,
-        coco_gt=coco_gt,
-        limit=limit,
     )

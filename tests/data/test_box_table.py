@@ -8,7 +8,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from det_calib.data.box_table import SCHEMA, _empty_boxes, read_boxes, validate_boxes, write_boxes
+from det_calib.data.box_table import (
+    SCHEMA,
+    _empty_boxes,
+    read_boxes,
+    run_meta,
+    validate_boxes,
+    write_boxes,
+)
 from det_calib.errors import InputError
 from det_calib.io import atomic_path, write_json
 
@@ -48,6 +55,21 @@ def test_round_trip_keeps_schema(tmp_path):
     assert back.schema == pl.Schema(SCHEMA)
     assert back.equals(validate_boxes(df))
     assert _empty_boxes().height == 0 and list(_empty_boxes().schema) == list(SCHEMA)
+    assert run_meta(path) is None  # a table written without a run's fingerprints
+
+
+def test_a_runs_table_carries_its_fingerprints(tmp_path):
+    """A run's boxes.parquet: the same table, categorical labels written as strings, with the run's
+    fingerprints in the Parquet metadata."""
+    df = validate_boxes(_table())
+    fp = {"model": "m", "splits": {"val": "d"}, "settings": {"conf": 0.001}}
+    held = df.with_columns(pl.col("image", "head").cast(pl.Categorical))
+    path = write_boxes(held, tmp_path / "boxes.parquet", fp)
+    assert run_meta(path) == fp
+    assert read_boxes(path).equals(df) and read_boxes(path).schema == pl.Schema(SCHEMA)
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(InputError, match="cannot read box table"):
+        run_meta(tmp_path / "bad.parquet")
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from det_calib.data.ground_truth import (
+    Split,
     _img_formats_in_source,
     _read_yolo_labels,
     check_class_names,
@@ -19,7 +20,6 @@ from det_calib.data.ground_truth import (
     load_data_yaml,
     load_split,
     read_label_file,
-    split_halved,
 )
 from det_calib.demo.shapes import CLASS_NAMES
 from det_calib.errors import InputError
@@ -226,7 +226,7 @@ def test_half_split_is_deterministic_and_disjoint(fixture_yaml):
     a1, b1 = sp.halves(seed=0)
     a2, b2 = sp.halves(seed=0)
     assert (a1.name, b1.name) == ("fixture[fit-half]", "fixture[eval-half]")
-    assert [split_halved(h.name) for h in (a1, b1, sp)] == [
+    assert [Split.half_of(h.name) for h in (a1, b1, sp)] == [
         ("fixture", 0),
         ("fixture", 1),
         ("fixture", None),

@@ -9,9 +9,9 @@ import pytest
 
 from det_calib.capture.parts import capture_to_parts
 from det_calib.cli import main
+from det_calib.data.box_table import _RUN_KEY, run_meta
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
-from det_calib.job.reuse import _RUN_KEY, run_meta
 from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
@@ -178,21 +178,20 @@ def test_capture_settings_record_the_batch_the_capture_ran(monkeypatch):
     (as the capturer resolves it); an export's capture (or an ensemble's members) runs one image a pass."""
     import torch
 
-    from det_calib.job.reuse import capture_settings
     from det_calib.job.settings import Settings
 
     assert Settings().batch is None
-    assert capture_settings(Settings(), 320) == {
+    assert Settings().capture_settings(320) == {
         "conf": 0.001,
         "iou": 0.7,
         "max_det": 300,
         "imgsz": 320,
         "batch": 1,
     }
-    assert capture_settings(Settings(batch=4), 320)["batch"] == 4
-    assert capture_settings(Settings(device="0"), 320, batch=1)["batch"] == 1
+    assert Settings(batch=4).capture_settings(320)["batch"] == 4
+    assert Settings(device="0").capture_settings(320, batch=1)["batch"] == 1
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert [capture_settings(Settings(device=d), 320)["batch"] for d in (None, "0", "cpu")] == [
+    assert [Settings(device=d).capture_settings(320)["batch"] for d in (None, "0", "cpu")] == [
         16,
         16,
         1,
