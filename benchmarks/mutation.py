@@ -93,7 +93,7 @@ TESTS: dict[str, list[str]] = {
         "tests/evaluation/test_coco_engine.py::test_result_carries_its_parameters",
         "tests/evaluation/test_coco_engine.py::test_table_maps_equal_pycocotools_on_box_tables",
         "tests/evaluation/test_coco_engine.py::test_known_answers",
-        "tests/evaluation/test_coco_engine.py::test_engine_label",
+        "tests/evaluation/test_coco_engine.py::test_matches_equal_pycocotools_dtmatches",
     ],
     "ensemble/fusion": ["tests/ensemble/test_fusion.py"],
     # the tests of the statistical tests (the rest of check/test_run_check.py runs `det-calib check` on the demo)

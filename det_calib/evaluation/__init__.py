@@ -7,7 +7,6 @@ from det_calib.lazy import lazy_exports
 
 _EXPORTS = {
     "size_figures": "by_size",
-    "engine_label": "coco_engine",
     "DECE_BINS": "figures",
     "evaluate_head": "figures",
     "precision_recall_vs_conf": "kept_set",
@@ -29,7 +28,6 @@ __all__ = [
     "ValIncomplete",
     "coco_map",
     "coco_maps",
-    "engine_label",
     "evaluate_head",
     "iou_target",
     "precision_recall_vs_conf",

@@ -42,18 +42,6 @@ __all__ = ["CocoEval"]
 
 _log = logging.getLogger(__name__)
 
-_ENGINE = "det_calib"
-"""The name under which runs record that this module scored their mAP."""
-
-
-def engine_label(engine: str | None) -> str:
-    """How the summary and the report name what scored a run's mAP (None: a run written before the
-    choice existed, scored by pycocotools)."""
-    if engine == _ENGINE:
-        return "det_calib's COCO engine (pycocotools' figures)"
-    return "pycocotools"
-
-
 _IOU_THRESHOLDS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools' ``Params.iouThrs`` (computed the same way, so the same floats)."""
 _RECALL_THRESHOLDS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)

@@ -17,7 +17,6 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL, HEADS
-from det_calib.evaluation.coco_engine import engine_label
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
@@ -55,6 +54,14 @@ def num(x: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def engine_label(engine: str | None) -> str:
+    """How the summary and the report name what scored a run's mAP (``eval.{head}.map_engine``: the
+    ``--map-engine`` value; None: a run written before the choice existed, scored by pycocotools)."""
+    if engine == "det_calib":
+        return "det_calib's COCO engine (pycocotools' figures)"
+    return "pycocotools"
 
 
 def f4(x: Any) -> str:

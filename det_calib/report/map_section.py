@@ -3,11 +3,11 @@ map's detections."""
 
 from __future__ import annotations
 
-from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_folder import Run
 from det_calib.tasks import TASKS
 
 from .common import (
+    engine_label,
     f4,
     fint,
     fthr,

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from det_calib.capture.exported import export_format
-from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_result import (
     Bootstrap,
     EvalResult,
@@ -16,6 +15,7 @@ from det_calib.record.run_result import (
     RecordedSettings,
     RunResult,
 )
+from det_calib.report.common import engine_label
 from det_calib.report.record_words import (
     floor_gap_words,
     left_words,

@@ -25,8 +25,6 @@ from det_calib.evaluation.coco_engine import (
     _coco_eval,
     _map_figures,
     _ranked,
-    engine_label,
-    table_maps,
 )
 from det_calib.evaluation.map_check import coco_maps
 from det_calib.matching.one_to_one import group_keys
@@ -320,8 +318,9 @@ def test_result_carries_its_parameters():
 
 @pytest.mark.fast
 def test_table_maps_equal_pycocotools_on_box_tables():
-    """``table_maps`` (the run's mAP check on this engine) against ``coco_maps`` with pycocotools, on
-    box tables: an inverted box, crowd ground truth, several scorings, a ``max_dets`` that cuts; and
+    """The engine's box-table entry (``table_maps``, the run's mAP check: ``coco_maps`` with
+    ``engine="det_calib"``) against ``coco_maps`` with pycocotools, on box tables: an inverted
+    box, crowd ground truth, several scorings, a ``max_dets`` that cuts; and
     a head with no boxes scores 0 on both."""
     arrays, n_img, cats = planted(4)
     d_img, d, score, d_cls, g_img, g, g_cls, g_crowd = arrays
@@ -356,12 +355,12 @@ def test_table_maps_equal_pycocotools_on_box_tables():
     rng = np.random.default_rng(4)
     scores = [score, rng.uniform(size=len(score)), np.round(score * 3) / 3]
     for max_dets in (300, 3):
-        ours = table_maps(boxes, gt, scores, max_dets=max_dets)
+        ours = coco_maps(boxes, gt, sizes, scores, max_dets=max_dets, engine="det_calib")
         ref = coco_maps(boxes, gt, sizes, scores, max_dets=max_dets, engine="pycocotools")
         for a, b in zip(ours, ref):
             assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= TOL for k in a), (a, b)
         assert ours[0] != ours[1] and 0 < ours[0]["map50"] < 1
-    assert table_maps(boxes.head(0), gt, [np.zeros(0)]) == [
+    assert coco_maps(boxes.head(0), gt, sizes, [np.zeros(0)], engine="det_calib") == [
         {"map50_95": 0.0, "map50": 0.0, "map75": 0.0}
     ]
 
@@ -503,14 +502,6 @@ def test_demo_test_split_equals_pycocotools(demo_model_path):
             b, sp, [b["conf"].to_numpy(), 1 / (1 + np.exp(-b["logit"].to_numpy() / 0.9))]
         )
         assert got[0]["map50_95"] > 0.3
-
-
-@pytest.mark.fast
-def test_engine_label():
-    assert engine_label("det_calib") == "det_calib's COCO engine (pycocotools' figures)"
-    assert (
-        engine_label("pycocotools") == engine_label(None) == "pycocotools"
-    )  # None: a run from before the choice
 
 
 def test_run_records_the_engine_and_pycocotools_agrees(tmp_path, demo_model_path, fixture_yaml):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from det_calib.evaluation.coco_engine import engine_label
 from det_calib.record.run_result import RunResult
+from det_calib.report.common import engine_label
 from det_calib.report.text_summary import _MAP_SOURCES_LINE, summary_text
 
 pytestmark = pytest.mark.fast
@@ -129,3 +129,10 @@ def test_each_map_says_what_it_is_and_their_difference_is_explained_once(ref):
         not [ln for ln in lines if "Ultralytics val" in ln]
         and f"({_MAP_SOURCES_LINE})" not in lines
     )
+
+
+def test_engine_label():
+    assert engine_label("det_calib") == "det_calib's COCO engine (pycocotools' figures)"
+    assert (
+        engine_label("pycocotools") == engine_label(None) == "pycocotools"
+    )  # None: a run from before the choice
