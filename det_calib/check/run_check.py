@@ -325,17 +325,8 @@ def _labelled_head(
 ) -> HeadCheck:
 
     s, conf, rec = job.settings, job.conf, job.run.head(head)
-    view = BoxView.from_boxes(boxes, extra=("img_w", "img_h"))
-    scored = view.scored(job.calibrators[head], recorded=True)
-    op = OperatingPoints(
-        view,
-        split.gt,
-        conf=tuple(s.conf),
-        ece_bins=s.ece_bins,
-        laece_bins=s.laece_bins,
-        n_boot=s.n_boot,
-        seed=s.seed,
-    )
+    op = OperatingPoints.of_boxes(boxes, split, s)
+    scored = op.view.scored(job.calibrators[head], recorded=True)
     operating = op.operating(scored)
     kept, then = scored.kept(conf), _then_boxes(job, head).kept(conf)
     gt = split.gt.filter(~pl.col("crowd"))
