@@ -17,6 +17,27 @@ COCO_IDS = [1, 3, 18, 22, 37, 44, 62, 90]
 """Sparse COCO category ids given to the eight classes (as MMDetection and Detectron2 write them)."""
 
 
+def calibrate_argv(
+    data: Path, detections: Path, out: Path, *extra, report: bool = False, n_boot: int = 50
+) -> list[str]:
+    """``det-calib calibrate`` of a file of detections, quiet, ``n_boot`` replicates, the report left
+    out unless ``report``; ``extra``: more options."""
+    return [
+        "calibrate",
+        "--data",
+        str(data),
+        "--detections",
+        str(detections),
+        "--out",
+        str(out),
+        *([] if report else ["--no-report"]),
+        "-q",
+        "--n-boot",
+        str(n_boot),
+        *map(str, extra),
+    ]
+
+
 def synthetic_rows(seed: int = 0, n_false: int = 25) -> list[dict]:
     """Detections of the fixture images: each ground truth found (jittered; now and then the wrong class),
     ``n_false`` random boxes per image; scores from a logit with a planted miscalibration, 5 decimals."""

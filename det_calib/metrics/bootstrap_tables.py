@@ -116,8 +116,8 @@ def csr_table(
     if torch_csr is None:
         torch_csr = "torch" in sys.modules and "scipy.sparse" not in sys.modules
     if not torch_csr:
-        try:  # optional extra `scale`: pip install 'det_calib[scale]' (else torch's product)
-            from scipy.sparse import csr_matrix
+        try:  # else torch's product
+            from scipy.sparse import csr_matrix  # optional extra `scale`: det_calib[scale]
         except ImportError:
             pass
         else:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from detection_files import FIXTURE, synthetic_rows, write_csv, write_txt
+from detection_files import FIXTURE, calibrate_argv, synthetic_rows, write_csv, write_txt
 
 from det_calib.check.run_check import CHECK_FILE, CheckResult
 from det_calib.cli import main
@@ -31,26 +31,7 @@ def det_run(tmp_path_factory, rows) -> Path:
     """A run calibrated from a label folder of the fixture split (platt: a map of every box)."""
     tmp = tmp_path_factory.mktemp("det_run")
     folder = write_txt(rows, tmp / "labels")
-    assert (
-        main(
-            [
-                "calibrate",
-                "--data",
-                str(DATA),
-                "--detections",
-                str(folder),
-                "--out",
-                str(tmp / "run"),
-                "--no-report",
-                "-q",
-                "--n-boot",
-                "50",
-                "--method",
-                "platt",
-            ]
-        )
-        == 0
-    )
+    assert main(calibrate_argv(DATA, folder, tmp / "run", "--method", "platt")) == 0
     return tmp / "run"
 
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from detection_files import FIXTURE, synthetic_rows, write_txt
+from detection_files import FIXTURE, calibrate_argv, synthetic_rows, write_txt
 
 from det_calib.calibrators import registry
 from det_calib.calibrators.base import box_kwargs
@@ -55,23 +55,7 @@ def test_portable_function_and_onnx_give_the_runs_calibrated_column(
     tmp_path, capsys, labels, method
 ):
     out = tmp_path / "out"
-    code = main(
-        [
-            "calibrate",
-            "--data",
-            str(FIXTURE / "data.yaml"),
-            "--detections",
-            str(labels),
-            "--out",
-            str(out),
-            "--method",
-            method,
-            "--no-report",
-            "-q",
-            "--n-boot",
-            "20",
-        ]
-    )
+    code = main(calibrate_argv(FIXTURE / "data.yaml", labels, out, "--method", method, n_boot=20))
     assert code == 0, capsys.readouterr().err
     boxes = pl.read_parquet(out / "boxes.parquet")
     want = boxes["calibrated"].to_numpy()
@@ -110,23 +94,9 @@ def test_raw_thresholds_keep_exactly_the_calibrated_set_and_deepstream_parses_ba
 ):
     out = tmp_path / "out"
     code = main(
-        [
-            "calibrate",
-            "--data",
-            str(FIXTURE / "data.yaml"),
-            "--detections",
-            str(labels),
-            "--out",
-            str(out),
-            "--method",
-            method,
-            "--no-report",
-            "-q",
-            "--n-boot",
-            "20",
-            "--conf",
-            "0.3",
-        ]
+        calibrate_argv(
+            FIXTURE / "data.yaml", labels, out, "--method", method, "--conf", "0.3", n_boot=20
+        )
     )
     assert code == 0, capsys.readouterr().err
     boxes = pl.read_parquet(out / "boxes.parquet")
@@ -203,21 +173,7 @@ def test_the_thresholds_commands_tuned_thresholds_as_a_deepstream_block(tmp_path
     out = tmp_path / "out"
     assert (
         main(
-            [
-                "calibrate",
-                "--data",
-                str(FIXTURE / "data.yaml"),
-                "--detections",
-                str(labels),
-                "--out",
-                str(out),
-                "--method",
-                "class-platt",
-                "--no-report",
-                "-q",
-                "--n-boot",
-                "20",
-            ]
+            calibrate_argv(FIXTURE / "data.yaml", labels, out, "--method", "class-platt", n_boot=20)
         )
         == 0
     )

@@ -14,28 +14,22 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from detection_files import FIXTURE, NAMES, pixels, synthetic_rows, write_coco, write_csv, write_txt
+from detection_files import (
+    FIXTURE,
+    NAMES,
+    calibrate_argv,
+    pixels,
+    synthetic_rows,
+    write_coco,
+    write_csv,
+    write_txt,
+)
 
 from det_calib.cli import main
 
 
 def calibrate_cli(capsys, data: Path, detections: Path, out: Path, *extra) -> tuple[int, str, str]:
-    code = main(
-        [
-            "calibrate",
-            "--data",
-            str(data),
-            "--detections",
-            str(detections),
-            "--out",
-            str(out),
-            "--no-report",
-            "-q",
-            "--n-boot",
-            "50",
-            *map(str, extra),
-        ]
-    )
+    code = main(calibrate_argv(data, detections, out, *extra))
     cap = capsys.readouterr()
     return code, cap.out, cap.err
 
@@ -49,23 +43,7 @@ def rows() -> list[dict]:
 def txt_run(tmp_path_factory, rows):
     tmp = tmp_path_factory.mktemp("txt")
     folder = write_txt(rows, tmp / "labels")
-    code = main(
-        [
-            "calibrate",
-            "--data",
-            str(FIXTURE / "data.yaml"),
-            "--detections",
-            str(folder),
-            "--out",
-            str(tmp / "out"),
-            "--no-report",
-            "-q",
-            "--n-boot",
-            "50",
-            "--method",
-            "platt",
-        ]
-    )
+    code = main(calibrate_argv(FIXTURE / "data.yaml", folder, tmp / "out", "--method", "platt"))
     assert code == 0
     return tmp / "out"
 
@@ -492,20 +470,7 @@ def test_report_compare_and_thresholds_read_a_detections_run(tmp_path, capsys, r
         out = tmp_path / method
         assert (
             main(
-                [
-                    "calibrate",
-                    "--data",
-                    str(FIXTURE / "data.yaml"),
-                    "--detections",
-                    str(folder),
-                    "--out",
-                    str(out),
-                    "--method",
-                    method,
-                    "-q",
-                    "--n-boot",
-                    "50",
-                ]
+                calibrate_argv(FIXTURE / "data.yaml", folder, out, "--method", method, report=True)
             )
             == 0
         )
