@@ -112,11 +112,16 @@ class SharedImages:
         depth: Images decoded ahead of the workers.
         desc: The progress bar's label.
         progress: Show the bar.
+        batch: Images per forward pass (the bar's speed shows once another batch has arrived).
     """
 
-    def __init__(self, paths: list[str], *, depth: int, desc: str, progress: bool) -> None:
+    def __init__(
+        self, paths: list[str], *, depth: int, desc: str, progress: bool, batch: int = 1
+    ) -> None:
         self._lock = threading.Lock()
-        self.bar = LockedBar(progress_bar(len(paths), desc, enabled=progress), self._lock)
+        self.bar = LockedBar(
+            progress_bar(len(paths), desc, enabled=progress, batch=batch), self._lock
+        )
         self._source = read_ahead(paths, depth=depth)
 
     def next(self) -> tuple[int, np.ndarray | None] | None:

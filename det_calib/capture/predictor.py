@@ -42,13 +42,7 @@ if TYPE_CHECKING:
     import torch
 
 from det_calib.capture.family_registry import family_of
-from det_calib.capture.image_source import (
-    LockedBar,
-    auto_workers,
-    image_lists,
-    progress_bar,
-    read_ahead,
-)
+from det_calib.capture.image_source import SharedImages, auto_workers, image_lists
 from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.data.box_table import CAPTURE_COLUMNS, HEAD_LABEL, HEADS, LOGITS_ROW, SCHEMA, Head
 from det_calib.errors import InputError, first_line
@@ -443,54 +437,52 @@ class Capturer:
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
-        bar = progress_bar(
-            len(paths),
-            f"capture {split or 'images'} [{'+'.join(self.heads)}]",
-            enabled=progress,
-            batch=self.batch,
-        )
         if self.trace and self.traced is None and len(paths) >= traced_body.MIN_IMAGES:
             self.traced = traced_body.TracedBody(self.net, (self.batch, 3, *self.imgsz))
-        source = read_ahead(paths, depth=2 * self.batch * self.workers)
+        # the images read ahead, drawn by whichever worker asks next (one worker: in order)
+        feed = SharedImages(
+            paths,
+            depth=2 * self.batch * self.workers,
+            desc=f"capture {split or 'images'} [{'+'.join(self.heads)}]",
+            progress=progress,
+            batch=self.batch,
+        )
         try:
             if self.workers == 1 or len(paths) == 1:
                 n_bad = self._stream(
-                    self.backend, source, paths, sizes, out, bar, threading.Event()
+                    self.backend,
+                    iter(feed.next, None),
+                    paths,
+                    sizes,
+                    out,
+                    feed.bar,
+                    threading.Event(),
                 )
             else:
-                n_bad = self._parallel(source, paths, sizes, out, bar)
+                n_bad = self._parallel(feed, paths, sizes, out)
         except (torch.OutOfMemoryError, MemoryError):
             raise InputError(
                 f"out of memory running the model with batch {self.batch}: lower `batch`"
             ) from None
         finally:
-            source.close()
-            bar.close()
+            feed.close()
         if n_bad:
             warnings.warn(
                 f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
             )
         return self._table(out, sizes, names, ids, split)
 
-    def _parallel(self, source, paths: list[str], sizes: np.ndarray, out: dict, bar) -> int:
-        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one source."""
+    def _parallel(self, feed: SharedImages, paths: list[str], sizes: np.ndarray, out: dict) -> int:
+        """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one ``feed``."""
         from concurrent.futures import ThreadPoolExecutor
 
-        lock, stop = threading.Lock(), threading.Event()
-
-        def shared():  # the read-ahead generator, one image at a time to whichever worker asks
-            while True:
-                with lock:
-                    item = next(source, None)
-                if item is None:
-                    return
-                yield item
-
-        bar = LockedBar(bar, lock)
+        stop = threading.Event()
 
         def work(backend) -> int:
             try:
-                return self._stream(backend, shared(), paths, sizes, out, bar, stop)
+                return self._stream(
+                    backend, iter(feed.next, None), paths, sizes, out, feed.bar, stop
+                )
             except BaseException:
                 stop.set()  # the other workers stop at their next image
                 raise
