@@ -35,17 +35,15 @@ import hashlib
 import importlib.util
 import logging
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
 from det_calib.capture.family_registry import family_of, family_with_head
-from det_calib.capture.image_source import image_lists, progress_bar, read_ahead
+from det_calib.capture.image_source import progress_bar, read_ahead
 from det_calib.capture.options import CaptureOptions
 from det_calib.capture.predictor import (
     Capturer,
@@ -422,7 +420,7 @@ def _predictor_class(task: str = "detect"):
     return CapturePredictor
 
 
-class ExportCapturer:
+class ExportCapturer(Capturer):
     """An export prepared once for capture; the same interface and box table as
     :class:`det_calib.capture.predictor.Capturer`.
 
@@ -540,23 +538,11 @@ class ExportCapturer:
         """The capture settings that change its output (as :attr:`det_calib.capture.predictor.Capturer.settings`)."""
         return self.options.settings(imgsz=self.imgsz, batch=self.batch)
 
-    def __call__(
-        self,
-        images: Sequence[str | Path],
-        *,
-        split: str = "",
-        image_names: Sequence[str] | None = None,
-        image_ids: Sequence[int] | None = None,
-        progress: bool = True,
-    ) -> pl.DataFrame:
-        """Capture ``images``; the table of :func:`det_calib.capture.predictor.capture`."""
-
-        paths, names, ids = image_lists(images, image_names, image_ids)
-        out: dict[str, dict[int, tuple]] = {self.info.head: {}}
-        sizes = np.zeros((len(paths), 2), dtype=np.int32)
-        bar = progress_bar(
-            len(paths), f"capture {split or 'images'} [{self.info.engine}]", enabled=progress
-        )
+    def _capture(
+        self, paths: list[str], sizes: np.ndarray, out: dict, desc: str, progress: bool
+    ) -> int:
+        """:meth:`Capturer._capture` through the engine's predictor, one image at a time."""
+        bar = progress_bar(len(paths), f"{desc} [{self.info.engine}]", enabled=progress)
         n_bad = 0
         source = read_ahead(paths, depth=2)
         try:
@@ -571,10 +557,6 @@ class ExportCapturer:
         finally:
             source.close()
             bar.close()
-        if n_bad:
-            warnings.warn(
-                f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
-            )
         n_top = sum(int((v[1] >= 1.0).sum()) for v in out[self.info.head].values())
         if n_top:
             _log.info(
@@ -582,7 +564,7 @@ class ExportCapturer:
                 n_top,
                 _LOGIT_CEILING,
             )
-        return Capturer._table(self, out, sizes, names, ids, split)
+        return n_bad
 
     def predict_image(self, im0: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
         """One BGR image, as single-image ``predict`` on the export: ``{head: (xyxy, conf, cls, logit)}``

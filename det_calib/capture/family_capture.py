@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
-from det_calib.capture.image_source import image_lists, progress_bar
+from det_calib.capture.image_source import progress_bar
 from det_calib.capture.options import CaptureOptions, resolve_batch
 from det_calib.capture.predictor import (
     Capturer,
@@ -74,27 +70,19 @@ class PredictorCapturer(Capturer):
         self.trace, self.traced = False, None
         self._predictor = self._logit_predictor()
 
-    def __call__(
-        self,
-        images: Sequence[str | Path],
-        *,
-        split: str = "",
-        image_names: Sequence[str] | None = None,
-        image_ids: Sequence[int] | None = None,
-        progress: bool = True,
-    ) -> pl.DataFrame:
-        """Capture ``images``; see :func:`~det_calib.capture.predictor.capture` for the arguments and the table."""
+    def _capture(
+        self, paths: list[str], sizes: np.ndarray, out: dict, desc: str, progress: bool
+    ) -> int:
+        """:meth:`Capturer._capture` through the family's own predictor, one ``predict`` call per image
+        (``batch`` images with ``batch > 1``)."""
         import torch
 
-        paths, names, ids = image_lists(images, image_names, image_ids)
         where: dict[str, list[int]] = {}
         for i, p in enumerate(paths):
             where.setdefault(os.path.abspath(p), []).append(i)
-        out: dict[str, dict[int, ImageBoxes]] = {h: {} for h in self.heads}
-        sizes = np.zeros((len(paths), 2), dtype=np.int32)
         bar = progress_bar(
             len(paths),
-            f"capture {split or 'images'} [{'+'.join(self.heads)}]",
+            f"{desc} [{'+'.join(self.heads)}]",
             enabled=progress,
             batch=self.batch,
         )
@@ -134,10 +122,7 @@ class PredictorCapturer(Capturer):
             ) from None
         finally:
             bar.close()
-        missing = len(paths) - len(out[self.heads[0]])
-        if missing:
-            warnings.warn(f"skipped {missing} of {len(paths)} images (unreadable)", stacklevel=2)
-        return self._table(out, sizes, names, ids, split)
+        return len(paths) - len(out[self.heads[0]])
 
     def _boxes(self, r) -> ImageBoxes:
         """One ``Results``' kept boxes, with the class logits its predictor attached (``det_calib_logits``)."""

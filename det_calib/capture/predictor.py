@@ -428,28 +428,43 @@ class Capturer:
         image_ids: Sequence[int] | None = None,
         progress: bool = True,
     ) -> pl.DataFrame:
-        """Capture ``images``; see :func:`capture` for the arguments and the table."""
-        import torch
-
-        from det_calib.capture import traced_body
-
+        """Capture ``images``; see :func:`capture` for the arguments and the table. Every capturer's call
+        (this class's, a model family's :class:`~det_calib.capture.family_capture.PredictorCapturer`, an
+        export's :class:`~det_calib.capture.exported.ExportCapturer`): the images listed, each one's boxes
+        captured by :meth:`_capture`, the unreadable ones counted in one warning, the table built."""
         paths, names, ids = image_lists(images, image_names, image_ids)
         # per head, per image position: numpy arrays of that image's boxes (small; no tensors kept)
         out: dict[str, dict[int, tuple[np.ndarray, ...]]] = {h: {} for h in self.heads}
         sizes = np.zeros((len(paths), 2), dtype=np.int32)  # (w, h) of the images read
+        n_bad = self._capture(paths, sizes, out, f"capture {split or 'images'}", progress)
+        if n_bad:
+            warnings.warn(
+                f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
+            )
+        return self._table(out, sizes, names, ids, split)
+
+    def _capture(
+        self, paths: list[str], sizes: np.ndarray, out: dict, desc: str, progress: bool
+    ) -> int:
+        """Each image's boxes into ``out[head][position]`` and its ``(w, h)`` into ``sizes``, under a
+        progress bar labelled ``desc``; returns how many images were unreadable."""
+        import torch
+
+        from det_calib.capture import traced_body
+
         if self.trace and self.traced is None and len(paths) >= traced_body.MIN_IMAGES:
             self.traced = traced_body.TracedBody(self.net, (self.batch, 3, *self.imgsz))
         # the images read ahead, drawn by whichever worker asks next (one worker: in order)
         feed = SharedImages(
             paths,
             depth=2 * self.batch * self.workers,
-            desc=f"capture {split or 'images'} [{'+'.join(self.heads)}]",
+            desc=f"{desc} [{'+'.join(self.heads)}]",
             progress=progress,
             batch=self.batch,
         )
         try:
             if self.workers == 1 or len(paths) == 1:
-                n_bad = self._stream(
+                return self._stream(
                     self.backend,
                     iter(feed.next, None),
                     paths,
@@ -458,19 +473,13 @@ class Capturer:
                     feed.bar,
                     threading.Event(),
                 )
-            else:
-                n_bad = self._parallel(feed, paths, sizes, out)
+            return self._parallel(feed, paths, sizes, out)
         except (torch.OutOfMemoryError, MemoryError):
             raise InputError(
                 f"out of memory running the model with batch {self.batch}: lower `batch`"
             ) from None
         finally:
             feed.close()
-        if n_bad:
-            warnings.warn(
-                f"skipped {n_bad} of {len(paths)} images (unreadable by OpenCV)", stacklevel=2
-            )
-        return self._table(out, sizes, names, ids, split)
 
     def _parallel(self, feed: SharedImages, paths: list[str], sizes: np.ndarray, out: dict) -> int:
         """:meth:`_stream` in ``workers`` threads, one network each, drawing images from one ``feed``."""
