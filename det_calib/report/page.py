@@ -13,6 +13,7 @@ then rendered once to HTML and Markdown and written atomically with its figures
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from det_calib.io import write_bytes, write_text
@@ -52,6 +53,17 @@ class Page:
         self.figures[name] = png
         self.blocks.append(Fig(name, png, caption, alt))
 
+    def _take_figures(self) -> None:
+        """Every figure as its PNG bytes: a figure still being drawn in a child process (a pending PNG,
+        :func:`det_calib.report.plots.drawn_in_children`) is waited for."""
+        self.figures = {
+            n: png if isinstance(png, bytes) else png.result() for n, png in self.figures.items()
+        }
+        self.blocks = [
+            dataclasses.replace(b, png=self.figures[b.name]) if isinstance(b, Fig) else b
+            for b in self.blocks
+        ]
+
     def write(
         self, out_dir: str | Path, stem: str, title: str, *, subtitle: str = "", footer: str = ""
     ) -> dict[str, Path]:
@@ -61,6 +73,7 @@ class Page:
         Returns:
             Written paths: ``"html"``, ``"md"`` and, per figure, ``"figures/<name>.png"``.
         """
+        self._take_figures()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths: dict[str, Path] = {}

@@ -15,8 +15,13 @@ Reliability inputs are duck-typed: any object with ``edges`` (m+1,), ``count`` (
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Sequence
+import os
+import sys
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,13 +120,16 @@ def _log_counts(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def to_png(fig: Figure) -> bytes:
-    """The figure drawn once, as PNG bytes.
+def to_png(fig: Figure, *, post: Callable[[bytes], bytes] | None = None) -> bytes | PendingPNG:
+    """The figure drawn once, as PNG bytes (then through ``post``, when given).
 
     A figure with a layout engine (constrained layout) is laid out here, then saved without it:
     ``savefig`` would otherwise draw every artist twice, once (to nothing) to lay the figure out and
     once to the canvas. The layout is the same computation at the same moment (before any artist
-    is drawn), so the pixels are the same."""
+    is drawn), so the pixels are the same.
+
+    Inside :func:`drawn_in_children`, the figure is drawn in a forked child instead and a
+    :class:`PendingPNG` is returned (a page's :meth:`~det_calib.report.page.Page.write` takes its bytes)."""
     FigureCanvasAgg(fig)
     engine = fig.get_layout_engine()
     if engine is not None:
@@ -131,9 +139,92 @@ def to_png(fig: Figure) -> bytes:
             except ValueError:  # as Figure.draw: the figure is drawn as it is
                 pass
         fig.set_layout_engine(None)
+    if _WORKERS[0] > 0:
+        return PendingPNG(fig, post)
+    return _draw(fig, post)
+
+
+def _draw(fig: Figure, post: Callable[[bytes], bytes] | None) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    return buf.getvalue()
+    return buf.getvalue() if post is None else post(buf.getvalue())
+
+
+# figures drawn in forked children at once while `drawn_in_children` is active (0: drawn in the process)
+_WORKERS = [0]
+_RUNNING: deque[PendingPNG] = deque()
+
+
+def figure_workers() -> int:
+    """How many figures a report draws at once by default: one per core but one, at most 8, on Linux
+    with at least 4 cores (a GPU machine's); else 0, every figure drawn in the run's process (on
+    two cores the other one runs the verification's val pass, and the forks' CPU would be spent for
+    no wall time)."""
+    if sys.platform != "linux" or not hasattr(os, "fork"):
+        return 0
+    cores = len(os.sched_getaffinity(0))
+    return min(cores - 1, 8) if cores >= 4 else 0
+
+
+@contextlib.contextmanager
+def drawn_in_children(workers: int) -> Iterator[None]:
+    """Within it, :func:`to_png` draws each figure in a forked child process, at most ``workers`` at
+    once (0: in this process, as outside it), while the caller builds the next figures. A child is a
+    fork of the process at the moment the figure is complete, so it draws the very objects, under the
+    same settings, that this process would: the same bytes (tested). A child that fails leaves the
+    figure to be drawn here."""
+    before = _WORKERS[0]
+    _WORKERS[0] = max(int(workers), 0)
+    try:
+        yield
+    finally:
+        _WORKERS[0] = before
+
+
+class PendingPNG:
+    """A figure being drawn in a forked child (:func:`drawn_in_children`): :meth:`result` gives its
+    PNG bytes, waiting for the child (or drawing the figure here if the child failed)."""
+
+    def __init__(self, fig: Figure, post: Callable[[bytes], bytes] | None) -> None:
+        while len(_RUNNING) >= _WORKERS[0]:  # no more children at once than asked
+            _RUNNING.popleft().result()
+        self._fig, self._post, self._png = fig, post, None
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: draw, hand the bytes over, leave without running any exit handler
+            code = 1
+            try:
+                os.close(read)
+                data = memoryview(_draw(fig, post))
+                while data:
+                    data = data[os.write(write, data) :]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        self._pid, self._read = pid, read
+        self._done = weakref.finalize(self, _reap, pid, read)  # a pending figure never asked for
+        _RUNNING.append(self)
+
+    def result(self) -> bytes:
+        if self._png is None:
+            self._done.detach()
+            chunks = []
+            while chunk := os.read(self._read, 1 << 16):
+                chunks.append(chunk)
+            os.close(self._read)
+            _, status = os.waitpid(self._pid, 0)
+            ok = os.waitstatus_to_exitcode(status) == 0 and chunks
+            self._png = b"".join(chunks) if ok else _draw(self._fig, self._post)
+            self._fig = self._post = None
+            if self in _RUNNING:
+                _RUNNING.remove(self)
+        return self._png
+
+
+def _reap(pid: int, read: int) -> None:
+    os.close(read)  # the child's write ends with a broken pipe; it exits
+    os.waitpid(pid, 0)
 
 
 def _inches(

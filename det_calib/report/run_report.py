@@ -24,6 +24,7 @@ from det_calib.record.run_result import RunResult
 from .common import consistency_warnings
 from .context import ReportContext
 from .page import Page
+from .plots import drawn_in_children, figure_workers
 from .sections import PageDraft, build_page, draft_page, subject
 
 __all__ = ["ReportDraft", "draft_report", "write_report"]
@@ -88,7 +89,9 @@ def write_report(
     if shown_dir is not None:
         run = dataclasses.replace(run, run_dir=Path(shown_dir))
     ctx = _report_context(run, folder=Path(run_dir), reference=reference)
-    return _write(build_page(ctx), run, out)
+    with drawn_in_children(figure_workers()):  # on a machine of many cores: see figure_workers
+        page = build_page(ctx)
+    return _write(page, run, out)
 
 
 @dataclass
@@ -109,7 +112,9 @@ class ReportDraft:
         ctx = dataclasses.replace(
             self.ctx, subjects=tuple(dataclasses.replace(s, run=done) for s in self.ctx.subjects)
         )
-        return _write(self.draft.complete(ctx), self.run, self.out)
+        with drawn_in_children(figure_workers()):
+            page = self.draft.complete(ctx)
+        return _write(page, self.run, self.out)
 
 
 def draft_report(
@@ -126,7 +131,9 @@ def draft_report(
         load_run(run_dir, boxes=boxes, result=result), run_dir=Path(shown_dir)
     )
     ctx = _report_context(run, folder=Path(run_dir))
-    return ReportDraft(run, ctx, draft_page(ctx), Path(run_dir))
+    with drawn_in_children(figure_workers()):  # the figures drawn while the run's checks finish
+        draft = draft_page(ctx)
+    return ReportDraft(run, ctx, draft, Path(run_dir))
 
 
 def _write(page: Page, run: Run, out: Path) -> dict[str, Path]:

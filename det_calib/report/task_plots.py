@@ -85,7 +85,7 @@ def examples_figure(
         fig.subplots_adjust(
             left=0.01, right=0.99, top=0.86 if title else 0.92, bottom=0.1, wspace=0.04
         )
-        return _palette_png(to_png(fig)) if palette else to_png(fig)
+        return to_png(fig, post=_palette_png if palette else None)
 
 
 def _palette_png(png: bytes, colours: int = _PALETTE) -> bytes:

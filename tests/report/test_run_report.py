@@ -13,9 +13,11 @@ import base64
 import dataclasses
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -464,6 +466,44 @@ def test_report_images_are_embedded_pngs(run_two):
     md = paths["md"].read_text()
     for f in figs:
         assert f"]({f})" in md  # relative reference
+
+
+def test_figures_drawn_in_children_are_the_same_bytes(run_two, tmp_path, monkeypatch):
+    """On a machine of many cores the report draws its figures in forked children (at most two at once
+    here), while it builds the next ones: every PNG and the HTML byte for byte those drawn in the process;
+    a child that fails leaves its figure to be drawn in the process, the same bytes again."""
+    run, _ = run_two
+    forks = []
+    real_fork = os.fork
+
+    def counted_fork():
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr("det_calib.report.run_report.figure_workers", lambda: 0)
+    alone = write_report(run, out_dir=tmp_path / "alone")
+    monkeypatch.setattr("det_calib.report.run_report.figure_workers", lambda: 2)
+    monkeypatch.setattr("os.fork", counted_fork)
+    forked = write_report(run, out_dir=tmp_path / "forked")
+    figs = sorted(k for k in alone if k.startswith("figures/"))
+    assert len(forks) == len(figs) >= 10  # every figure drawn in a child
+    assert figs == sorted(k for k in forked if k.startswith("figures/"))
+    for k in [*figs, "html", "md"]:
+        assert forked[k].read_bytes() == alone[k].read_bytes(), k
+    # a child that fails (its drawing raises there): the figure is drawn in the process instead
+    plots = sys.modules["det_calib.report.plots"]
+    parent, real_draw = os.getpid(), plots._draw
+
+    def draw_fails_in_child(fig, post):
+        if os.getpid() != parent:
+            raise RuntimeError("a child's drawing failed")
+        return real_draw(fig, post)
+
+    monkeypatch.setattr(plots, "_draw", draw_fails_in_child)
+    fallback = write_report(run, out_dir=tmp_path / "fallback")
+    for k in [*figs, "html"]:
+        assert fallback[k].read_bytes() == alone[k].read_bytes(), k
+    assert not plots._RUNNING  # every child waited for
 
 
 def test_report_numbers_match_calibration_json(run_two):
