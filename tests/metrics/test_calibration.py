@@ -908,6 +908,21 @@ def test_bootstrap_draw_blocks_are_the_sequential_draws(n_img, monkeypatch):
         )  # the generator is left where the sequential calls leave it
 
 
+@pytest.mark.parametrize("n_img", [1, 5, 300])
+@pytest.mark.parametrize("span", [1, 299, 300, 900, 1000, 1 << 14])
+def test_bootstrap_counts_a_few_rows_at_a_time_equal_one_bincount(n_img, span, monkeypatch):
+    """The draw counts, counted a few rows at a time (or one row: a span below ``n_img``, the last
+    group short), equal one bincount of the whole block with each row offset into its own range."""
+    monkeypatch.setattr(bootstrap, "_COUNT_SPAN", span)
+    draws = np.random.default_rng(span).integers(0, n_img, size=(11, n_img))
+    want = np.bincount(
+        (draws + (np.arange(11) * n_img)[:, None]).ravel(), minlength=11 * n_img
+    ).reshape(11, n_img)
+    got = bootstrap._counts(draws, n_img)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert got.sum() == 11 * n_img and (got.sum(axis=1) == n_img).all()
+
+
 def _rare_class_boxes(seed=0):
     """40 images; class 3 only in images 0 and 1, class 4 only in image 2: replicates draw none of
     them now and then (their boxes then all weigh 0)."""
