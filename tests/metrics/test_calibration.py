@@ -245,6 +245,25 @@ def test_dece_matches_netcal(netcal_metrics, n_bins):
     assert got >= ece(conf, correct, n_bins=conf_bins) - 1e-12
 
 
+@pytest.mark.parametrize("n_bins", [[8, 3, 3, 3, 3], [40, 40, 40, 40, 40]], ids=str)
+def test_dece_is_the_sum_over_its_occupied_joint_bins(n_bins):
+    """D-ECE's joint bins ranked by counting (few bins) or by sorting (more bins than boxes) give
+    the number np.unique's bins give, bit for bit."""
+    n = 3000
+    conf, correct = _data(n, seed=21)
+    features = np.random.default_rng(22).uniform(size=(n, 4))
+    idx = [metrics.uniform_index(conf, n_bins[0])] + [
+        metrics.uniform_index(features[:, j], b) for j, b in enumerate(n_bins[1:])
+    ]
+    _, cell = np.unique(np.ravel_multi_index(tuple(idx), tuple(n_bins)), return_inverse=True)
+    cell = cell.ravel()
+    count = np.bincount(cell, weights=np.ones(n))
+    s_conf = np.bincount(cell, weights=conf)
+    s_tgt = np.bincount(cell, weights=correct.astype(np.float64))
+    want = float(np.abs(s_tgt[count > 0] - s_conf[count > 0]).sum() / count.sum())
+    assert dece(conf, correct, features, n_bins=n_bins) == want
+
+
 def test_dece_without_features_is_ece():
     conf, correct = _data(1000, seed=3)
     expected = ece(conf, correct, n_bins=15)
