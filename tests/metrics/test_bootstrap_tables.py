@@ -9,7 +9,6 @@ import builtins
 import numpy as np
 import pytest
 
-from det_calib.metrics import bootstrap, bootstrap_tables
 from det_calib.metrics.bootstrap_tables import csr_product, csr_table
 
 pytest.importorskip("scipy")
@@ -83,34 +82,3 @@ def test_a_process_with_torch_and_without_scipy_sparse_gets_torchs_table(monkeyp
     assert "scipy.sparse" not in sys.modules
     np.testing.assert_array_equal(csr_product(table, mult), csr_product(with_scipy, mult))
     assert type(csr_table(rows, cols, vals, shape, torch_csr=False)).__module__.startswith("scipy")
-
-
-def test_the_last_draws_are_kept_whatever_their_size(monkeypatch):
-    """A budget below one draw still keeps the last two draws (a class's raw then calibrated scores;
-    a size bin's images then every image): each drawn once, given back as drawn, in the dtype asked;
-    a third draw evicts the least recently used."""
-    monkeypatch.setattr(bootstrap_tables, "_CACHE_BYTES", 10)
-    monkeypatch.setattr(bootstrap_tables, "_cache", {})
-    calls = []
-
-    def draw(rng, n_img, n_boot):
-        calls.append(n_img)
-        return bootstrap._multiplicities(rng, n_img, n_boot)
-
-    def blocks(n_img, dtype=np.int64):
-        return list(bootstrap_tables.seeded_multiplicities(5, n_img, 30, draw, 1 << 20, dtype))
-
-    want = {
-        n: np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(5), n, 30)))
-        for n in (40, 41, 42)
-    }
-    for n, dtype in ((40, np.int64), (41, np.float64), (40, np.float64), (41, np.int64)):
-        got = blocks(n, dtype)
-        assert all(b.dtype == dtype for b in got)
-        assert np.array_equal(np.concatenate(got), want[n])
-    assert calls == [40, 41]  # each drawn once
-    assert np.array_equal(np.concatenate(blocks(42)), want[42])
-    assert np.array_equal(np.concatenate(blocks(41)), want[41])
-    assert calls == [40, 41, 42]  # 41 still kept; 40, the least recently used, went
-    assert np.array_equal(np.concatenate(blocks(40)), want[40])
-    assert calls == [40, 41, 42, 40]

@@ -942,6 +942,37 @@ def test_bootstrap_counts_a_few_rows_at_a_time_equal_one_bincount(n_img, span, m
     assert got.sum() == 11 * n_img and (got.sum(axis=1) == n_img).all()
 
 
+def test_the_last_draws_are_kept_whatever_their_size(monkeypatch):
+    """A budget below one draw still keeps the last two draws (a class's raw then calibrated scores;
+    a size bin's images then every image): each drawn once, given back as drawn, in the dtype asked;
+    a third draw evicts the least recently used."""
+    monkeypatch.setattr("det_calib.metrics.bootstrap_tables._CACHE_BYTES", 10)
+    monkeypatch.setattr("det_calib.metrics.bootstrap_tables._cache", {})
+    calls = []
+
+    def draw(rng, n_img, n_boot):
+        calls.append(n_img)
+        return bootstrap._multiplicities(rng, n_img, n_boot)
+
+    def blocks(n_img, dtype=np.int64):
+        return list(bootstrap.seeded_multiplicities(5, n_img, 30, draw, 1 << 20, dtype))
+
+    want = {
+        n: np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(5), n, 30)))
+        for n in (40, 41, 42)
+    }
+    for n, dtype in ((40, np.int64), (41, np.float64), (40, np.float64), (41, np.int64)):
+        got = blocks(n, dtype)
+        assert all(b.dtype == dtype for b in got)
+        assert np.array_equal(np.concatenate(got), want[n])
+    assert calls == [40, 41]  # each drawn once
+    assert np.array_equal(np.concatenate(blocks(42)), want[42])
+    assert np.array_equal(np.concatenate(blocks(41)), want[41])
+    assert calls == [40, 41, 42]  # 41 still kept; 40, the least recently used, went
+    assert np.array_equal(np.concatenate(blocks(40)), want[40])
+    assert calls == [40, 41, 42, 40]
+
+
 def _rare_class_boxes(seed=0):
     """40 images; class 3 only in images 0 and 1, class 4 only in image 2: replicates draw none of
     them now and then (their boxes then all weigh 0)."""
