@@ -140,16 +140,14 @@ def _newton(
     pen = np.zeros(m)
     pen[2:] = ridge
 
-    def objective(th: np.ndarray) -> tuple[float, np.ndarray]:
-        """The objective at ``th`` and the logits ``x @ th`` (the next step's, if ``th`` is taken)."""
-        z = x @ th
-        return float(np.dot(w, binary_nll_terms(z, y)) + 0.5 * np.dot(pen, th * th)), z
+    def objective(th: np.ndarray) -> float:
+        return float(np.dot(w, binary_nll_terms(x @ th, y)) + 0.5 * np.dot(pen, th * th))
 
     theta = init.copy()
-    f, z = objective(theta)
+    f = objective(theta)
     scale = max(float(w.sum()), 1.0)
     for it in range(1, max_iter + 1):
-        p = sigmoid(z)
+        p = sigmoid(x @ theta)
         g = x.T @ (w * (p - y)) + pen * theta
         h = (x * (w * p * (1.0 - p))[:, None]).T @ x + np.diag(pen) + 1e-12 * scale * np.eye(m)
         try:
@@ -161,14 +159,14 @@ def _newton(
         t = 1.0
         for _ in range(40):
             new = theta + t * step
-            f_new, z_new = objective(new)
+            f_new = objective(new)
             if f_new <= f + 1e-12 * max(1.0, abs(f)):
                 break
             t *= 0.5
         else:
             return theta, it, False
         moved = float(np.max(np.abs(new - theta)))
-        theta, f, z = new, f_new, z_new
+        theta, f = new, f_new
         if moved < tol * (1.0 + float(np.max(np.abs(theta)))):
             return theta, it, True
     return theta, max_iter, False
