@@ -86,8 +86,8 @@ def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
 
 
 # the draw counts of a few replicates at a time, a count table this long (int64: 128 KiB) that stays in
-# the core's cache while its draws are counted: one count table of a whole block (1M counts, 8 MiB) took
-# about twice the time a count
+# the core's cache while its draws are counted: with one count table of a whole block (1M counts, 8 MiB)
+# the 1,000 draws of 5,000 and of 50,000 images took about 10% and 25% longer here (numbers the same)
 _COUNT_SPAN = 1 << 14
 
 
