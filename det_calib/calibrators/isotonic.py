@@ -271,8 +271,11 @@ def _curve(
     max_knots: int,
     tail_slope: float,
     left_slope: float | None = None,
+    pav: tuple | None = None,
 ) -> PiecewiseLinear:
-    xc, wsum, mean, _ = _pav_sorted(z, y, w)
+    """The map of the PAV fit of ``(z, y, w)`` (``pav``: ``_pav_sorted(z, y, w)`` where the caller has
+    it already: not sorted again)."""
+    xc, wsum, mean, _ = _pav_sorted(z, y, w) if pav is None else pav
     keep = wsum > 0
     xc, wsum, mean = xc[keep], wsum[keep], mean[keep]
     x, n, m = _pool(xc, wsum, mean, max_knots)
@@ -376,9 +379,11 @@ class IsotonicCalibrator(LogitCalibrator):
         z, y, w = prepare_fit(logits, labels, weights)
         _check_iso_degenerate(z, y, w, "isotonic", int(self.min_samples))
         used = w > 0
-        self.n_blocks_ = int(_pav_sorted(z[used], y[used], w[used])[0].size)
+        zu, yu, wu = z[used], y[used], w[used]
+        pav = _pav_sorted(zu, yu, wu)  # sorted once: the block count and the map's blocks
+        self.n_blocks_ = int(pav[0].size)
         self.map_ = _curve(
-            z[used], y[used], w[used], int(self.max_knots), float(self.tail_slope), self.left_slope
+            zu, yu, wu, int(self.max_knots), float(self.tail_slope), self.left_slope, pav=pav
         )
         self.n_samples_ = int(z.shape[0])
         return self

@@ -75,9 +75,15 @@ def usable_rows(
     return boxes.filter(keep)
 
 
-def _log_area(df: pl.DataFrame) -> np.ndarray:
-    xyxy = np.column_stack([_array(df, c, np.float64) for c in _BOX_COLUMNS])
+def _log_area(df: pl.DataFrame, xyxy: np.ndarray | None = None) -> np.ndarray:
+    """The boxes' :func:`log_area`; ``xyxy``: their corners where the caller has stacked them already."""
+    if xyxy is None:
+        xyxy = _xyxy(df)
     return log_area(xyxy, _array(df, "img_w", np.float64), _array(df, "img_h", np.float64))
+
+
+def _xyxy(df: pl.DataFrame) -> np.ndarray:
+    return np.column_stack([_array(df, c, np.float64) for c in _BOX_COLUMNS])
 
 
 def _array(df: pl.DataFrame, col: str, dtype: Any) -> np.ndarray:
@@ -234,6 +240,7 @@ class BoxView:
                 if "conf" in has
                 else sigmoid(_array(df, "logit", np.float64))
             )
+        xyxy = _xyxy(df) if geometry and has >= set(_BOX_COLUMNS) else None
         return cls(
             logit=_array(df, "logit", np.float64) if "logit" in has else logit(conf),
             conf=conf,
@@ -242,12 +249,8 @@ class BoxView:
             image_id=_array(df, "image_id", np.int64),
             iou=_array(df, "iou", np.float64) if "iou" in has else None,
             loc_iou=_array(df, "loc_iou", np.float64) if "loc_iou" in has else None,
-            xyxy=(
-                np.column_stack([_array(df, c, np.float64) for c in _BOX_COLUMNS])
-                if geometry and has >= set(_BOX_COLUMNS)
-                else None
-            ),
-            log_area=_log_area(df) if sized else None,
+            xyxy=xyxy,
+            log_area=_log_area(df, xyxy) if sized else None,  # the corners stacked once
             extra={c: df[c].to_numpy() for c in more},
             head=head,
             split=split,

@@ -82,9 +82,32 @@ def _multiplicities(rng: np.random.Generator, n_img: int, n_boot: int):
     rows = max(1, _DRAW_CHUNK // n_img)
     for start in range(0, n_boot, rows):
         r = min(rows, n_boot - start)
-        draws = rng.integers(0, n_img, size=(r, n_img))
-        draws += (np.arange(r) * n_img)[:, None]
-        yield np.bincount(draws.ravel(), minlength=r * n_img).reshape(r, n_img)
+        yield _counts(rng.integers(0, n_img, size=(r, n_img)), n_img)
+
+
+# the draw counts of a few replicates at a time, a count table this long (int64: 128 KiB) that stays in
+# the core's cache while its draws are counted: with one count table of a whole block (1M counts, 8 MiB)
+# the 1,000 draws of 5,000 and of 50,000 images took about 10% and 25% longer here (numbers the same)
+_COUNT_SPAN = 1 << 14
+
+
+def _counts(draws: np.ndarray, n_img: int) -> np.ndarray:
+    """``(r, n_img)`` int64: row ``b`` counts the values of ``draws[b]`` (``(r, n_img)``, each in
+    ``range(n_img)``), counted a few rows at a time (:data:`_COUNT_SPAN`): the same counts as one
+    ``np.bincount`` of the whole block with each row's values offset into its own range."""
+    r = draws.shape[0]
+    out = np.empty((r, n_img), dtype=np.int64)
+    step = max(1, _COUNT_SPAN // n_img)
+    if step == 1:
+        for b in range(r):
+            out[b] = np.bincount(draws[b], minlength=n_img)
+        return out
+    offsets = (np.arange(step) * n_img)[:, None]
+    for lo in range(0, r, step):
+        hi = min(r, lo + step)
+        keys = (draws[lo:hi] + offsets[: hi - lo]).ravel()
+        out[lo:hi] = np.bincount(keys, minlength=(hi - lo) * n_img).reshape(hi - lo, n_img)
+    return out
 
 
 def _per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> Batch:

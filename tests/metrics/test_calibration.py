@@ -245,6 +245,25 @@ def test_dece_matches_netcal(netcal_metrics, n_bins):
     assert got >= ece(conf, correct, n_bins=conf_bins) - 1e-12
 
 
+@pytest.mark.parametrize("n_bins", [[8, 3, 3, 3, 3], [40, 40, 40, 40, 40]], ids=str)
+def test_dece_is_the_sum_over_its_occupied_joint_bins(n_bins):
+    """D-ECE's joint bins ranked by counting (few bins) or by sorting (more bins than boxes) give
+    the number np.unique's bins give, bit for bit."""
+    n = 3000
+    conf, correct = _data(n, seed=21)
+    features = np.random.default_rng(22).uniform(size=(n, 4))
+    idx = [metrics.uniform_index(conf, n_bins[0])] + [
+        metrics.uniform_index(features[:, j], b) for j, b in enumerate(n_bins[1:])
+    ]
+    _, cell = np.unique(np.ravel_multi_index(tuple(idx), tuple(n_bins)), return_inverse=True)
+    cell = cell.ravel()
+    count = np.bincount(cell, weights=np.ones(n))
+    s_conf = np.bincount(cell, weights=conf)
+    s_tgt = np.bincount(cell, weights=correct.astype(np.float64))
+    want = float(np.abs(s_tgt[count > 0] - s_conf[count > 0]).sum() / count.sum())
+    assert dece(conf, correct, features, n_bins=n_bins) == want
+
+
 def test_dece_without_features_is_ece():
     conf, correct = _data(1000, seed=3)
     expected = ece(conf, correct, n_bins=15)
@@ -906,6 +925,52 @@ def test_bootstrap_draw_blocks_are_the_sequential_draws(n_img, monkeypatch):
         assert (
             rng.integers(0, 2**40) == after
         )  # the generator is left where the sequential calls leave it
+
+
+@pytest.mark.parametrize("n_img", [1, 5, 300])
+@pytest.mark.parametrize("span", [1, 299, 300, 900, 1000, 1 << 14])
+def test_bootstrap_counts_a_few_rows_at_a_time_equal_one_bincount(n_img, span, monkeypatch):
+    """The draw counts, counted a few rows at a time (or one row: a span below ``n_img``, the last
+    group short), equal one bincount of the whole block with each row offset into its own range."""
+    monkeypatch.setattr(bootstrap, "_COUNT_SPAN", span)
+    draws = np.random.default_rng(span).integers(0, n_img, size=(11, n_img))
+    want = np.bincount(
+        (draws + (np.arange(11) * n_img)[:, None]).ravel(), minlength=11 * n_img
+    ).reshape(11, n_img)
+    got = bootstrap._counts(draws, n_img)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert got.sum() == 11 * n_img and (got.sum(axis=1) == n_img).all()
+
+
+def test_the_last_draws_are_kept_whatever_their_size(monkeypatch):
+    """A budget below one draw still keeps the last two draws (a class's raw then calibrated scores;
+    a size bin's images then every image): each drawn once, given back as drawn, in the dtype asked;
+    a third draw evicts the least recently used."""
+    monkeypatch.setattr("det_calib.metrics.bootstrap_tables._CACHE_BYTES", 10)
+    monkeypatch.setattr("det_calib.metrics.bootstrap_tables._cache", {})
+    calls = []
+
+    def draw(rng, n_img, n_boot):
+        calls.append(n_img)
+        return bootstrap._multiplicities(rng, n_img, n_boot)
+
+    def blocks(n_img, dtype=np.int64):
+        return list(bootstrap.seeded_multiplicities(5, n_img, 30, draw, 1 << 20, dtype))
+
+    want = {
+        n: np.concatenate(list(bootstrap._multiplicities(np.random.default_rng(5), n, 30)))
+        for n in (40, 41, 42)
+    }
+    for n, dtype in ((40, np.int64), (41, np.float64), (40, np.float64), (41, np.int64)):
+        got = blocks(n, dtype)
+        assert all(b.dtype == dtype for b in got)
+        assert np.array_equal(np.concatenate(got), want[n])
+    assert calls == [40, 41]  # each drawn once
+    assert np.array_equal(np.concatenate(blocks(42)), want[42])
+    assert np.array_equal(np.concatenate(blocks(41)), want[41])
+    assert calls == [40, 41, 42]  # 41 still kept; 40, the least recently used, went
+    assert np.array_equal(np.concatenate(blocks(40)), want[40])
+    assert calls == [40, 41, 42, 40]
 
 
 def _rare_class_boxes(seed=0):
