@@ -190,7 +190,13 @@ class PendingPNG:
             _RUNNING.popleft().result()
         self._fig, self._post, self._png = fig, post, None
         read, write = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (a process limit, no memory): drawn here
+            os.close(read)
+            os.close(write)
+            self._png, self._fig, self._post = _draw(fig, post), None, None
+            return
         if pid == 0:  # the child: draw, hand the bytes over, leave without running any exit handler
             code = 1
             try:

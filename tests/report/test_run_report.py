@@ -471,7 +471,8 @@ def test_report_images_are_embedded_pngs(run_two):
 def test_figures_drawn_in_children_are_the_same_bytes(run_two, tmp_path, monkeypatch):
     """On a machine of many cores the report draws its figures in forked children (at most two at once
     here), while it builds the next ones: every PNG and the HTML byte for byte those drawn in the process;
-    a child that fails leaves its figure to be drawn in the process, the same bytes again."""
+    a child that fails, or a fork that fails, leaves its figure to be drawn in the process, the same
+    bytes again."""
     run, _ = run_two
     forks = []
     real_fork = os.fork
@@ -504,6 +505,16 @@ def test_figures_drawn_in_children_are_the_same_bytes(run_two, tmp_path, monkeyp
     for k in [*figs, "html"]:
         assert fallback[k].read_bytes() == alone[k].read_bytes(), k
     assert not plots._RUNNING  # every child waited for
+
+    def no_fork():
+        raise BlockingIOError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(
+        "os.fork", no_fork
+    )  # no process to spare: every figure drawn in the process
+    unforked = write_report(run, out_dir=tmp_path / "unforked")
+    for k in [*figs, "html"]:
+        assert unforked[k].read_bytes() == alone[k].read_bytes(), k
 
 
 def test_report_numbers_match_calibration_json(run_two):
