@@ -142,6 +142,9 @@ _CACHE_BYTES = 16 << 20
 # the budget alone, and its next use is the next interval (a class's calibrated scores after its raw ones,
 # LaECE after ECE; a size bin's images, then every image, in turn): without them every interval redrew
 _KEEP_LAST = 2
+# ... unless one draw is over this alone (over 268,000 images at 1,000 replicates): drawn as it is used,
+# block by block, never held whole (two such draws kept would be half a GiB and more)
+_KEEP_MAX_BYTES = 256 << 20
 _cache: dict[tuple, list[np.ndarray]] = {}
 
 
@@ -156,10 +159,15 @@ def seeded_multiplicities(
     realistic image count) and given back as the blocks ``draw`` gives, one at a time, in ``dtype``
     (the same counts: float64 for a batch statistic, whose products take them so, converted once).
     The draws kept are the most recent ones within :data:`_CACHE_BYTES`, and the last
-    :data:`_KEEP_LAST` whatever their size."""
+    :data:`_KEEP_LAST` whatever their size up to :data:`_KEEP_MAX_BYTES` each (a larger one is drawn
+    block by block as it is used, each time)."""
     key = (int(seed), int(n_img), int(n_boot), int(chunk), draw)
     hit = _cache.pop(key, None)
     if hit is None:
+        if n_img * n_boot > _KEEP_MAX_BYTES:  # not kept: over the bound at one byte a count
+            return (
+                np.asarray(b, dtype=dtype) for b in draw(np.random.default_rng(seed), n_img, n_boot)
+            )
         hit = [_compact(b) for b in draw(np.random.default_rng(seed), n_img, n_boot)]
     _cache[key] = hit  # the most recently used last
     while len(_cache) > _KEEP_LAST and _kept_bytes() > _CACHE_BYTES:

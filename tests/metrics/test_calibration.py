@@ -945,7 +945,7 @@ def test_bootstrap_counts_a_few_rows_at_a_time_equal_one_bincount(n_img, span, m
 def test_the_last_draws_are_kept_whatever_their_size(monkeypatch):
     """A budget below one draw still keeps the last two draws (a class's raw then calibrated scores;
     a size bin's images then every image): each drawn once, given back as drawn, in the dtype asked;
-    a third draw evicts the least recently used."""
+    a third draw evicts the least recently used; a draw over the bound on one kept draw is not kept."""
     monkeypatch.setattr("det_calib.metrics.bootstrap_tables._CACHE_BYTES", 10)
     monkeypatch.setattr("det_calib.metrics.bootstrap_tables._cache", {})
     calls = []
@@ -971,6 +971,15 @@ def test_the_last_draws_are_kept_whatever_their_size(monkeypatch):
     assert calls == [40, 41, 42]  # 41 still kept; 40, the least recently used, went
     assert np.array_equal(np.concatenate(blocks(40)), want[40])
     assert calls == [40, 41, 42, 40]
+    # a draw over the bound on one kept draw is never kept: drawn again at each use, the same counts
+    monkeypatch.setattr("det_calib.metrics.bootstrap_tables._KEEP_MAX_BYTES", 41 * 30)
+    for _ in range(2):
+        got = blocks(42, np.float64)
+        assert all(b.dtype == np.float64 for b in got)
+        assert np.array_equal(np.concatenate(got), want[42])
+    assert calls == [40, 41, 42, 40, 42, 42]
+    assert np.array_equal(np.concatenate(blocks(41)), want[41])  # the kept draws stay kept
+    assert calls == [40, 41, 42, 40, 42, 42]
 
 
 def _rare_class_boxes(seed=0):
