@@ -3,9 +3,9 @@ argument; what passes comes back as the fits need it."""
 
 import numpy as np
 import pytest
+from refusals import assert_refusal
 
 from det_calib.calibrators import check_fit
-from det_calib.errors import InputError
 
 pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
 
@@ -42,11 +42,7 @@ pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
     ],
 )
 def test_every_refusal_is_one_line_naming_the_argument(call, want):
-    with pytest.raises(InputError) as e:
-        call()
-    msg = str(e.value)
-    assert msg.startswith("Expected argument") and "\n" not in msg
-    assert want in msg
+    assert_refusal(call, want)
 
 
 def test_what_passes_and_how_it_comes_back():

@@ -3,6 +3,7 @@ naming the argument, and pass good ones through unchanged (checked through the p
 
 import numpy as np
 import pytest
+from refusals import assert_refusal
 
 from det_calib.errors import InputError
 from det_calib.metrics import brier, ece, laece, nll_logits, per_class
@@ -40,11 +41,7 @@ pytestmark = pytest.mark.fast  # the inner loop's tier (pytest -m fast)
     ],
 )
 def test_every_refusal_is_one_line_naming_the_argument(call, want):
-    with pytest.raises(InputError) as e:
-        call()
-    msg = str(e.value)
-    assert msg.startswith("Expected argument") and "\n" not in msg
-    assert want in msg
+    assert_refusal(call, want)
 
 
 def test_what_passes_and_how_it_comes_back():
