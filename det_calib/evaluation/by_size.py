@@ -4,17 +4,17 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 
 import numpy as np
 
-from det_calib.data.box_view import BoxView
+from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.errors import InputError
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
-from det_calib.metrics.operating_point import kept_ece
+from det_calib.metrics import group_ece_ci
+from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.size_bins import SIZE_BINS
 from det_calib.record.size_record import SizeFigures
 
@@ -30,34 +30,65 @@ def _sizes(view: BoxView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _kept_figures(
-    op: OperatingPoints, scored: BoxView, m: np.ndarray, thr: float
+    op: OperatingPoints,
+    scored: BoxView,
+    m: np.ndarray,
+    thr: float,
+    ece: tuple[float, tuple | None],
 ) -> tuple[int, float | None, tuple | None, float | None, tuple | None]:
-    """Kept boxes, kept-set ECE and its interval, LaECE_0 and its interval of the bin ``m`` under ``scored``."""
-    p, y, img = scored.conf, scored.correct, scored.image_id
-    keep = m & (p > thr)
-    n = int(keep.sum())
+    """Kept boxes, kept-set ECE and its interval (``ece``: :func:`_kept_eces`'), LaECE_0 and its interval of
+    the bin ``m`` under ``scored``."""
+    p = scored.conf
+    n = int((m & (p > thr)).sum())
     if not n:
         return 0, None, None, None, None
-    e = metrics.ece(p[keep], y[keep], n_bins=op.ece_bins)
-    fn = functools.partial(kept_ece, threshold=thr, n_bins=op.ece_bins)
     targets = op.targets_for(scored).within(m)
     la = targets.laece(p, threshold=thr, n_bins=op.laece_bins)
     with (
         warnings.catch_warnings()
     ):  # a bin of few boxes has replicates that draw none of them: dropped, as said
         warnings.filterwarnings("ignore", message="bootstrap_ci: .* replicates gave nan")
-        e_ci = tuple(metrics.bootstrap_ci(fn, img[m], p[m], y[m], estimate=e, **op.boot))
         la_ci = tuple(
             metrics.bootstrap_ci(
                 targets.statistic(threshold=thr, n_bins=op.laece_bins),
-                img,
+                scored.image_id,
                 p,
                 method="normal",
                 **op.boot,
             )
         )
     ok = not math.isnan(la)
-    return n, e, e_ci, (la if ok else None), (la_ci if ok and not math.isnan(la_ci[0]) else None)
+    return n, *ece, (la if ok else None), (la_ci if ok and not math.isnan(la_ci[0]) else None)
+
+
+def _kept_eces(
+    op: OperatingPoints, view: BoxView, masks: list[np.ndarray], thr: float, population: np.ndarray
+) -> list[tuple[float, tuple | None]]:
+    """Each bin's kept-set ECE (``conf > thr``) and its interval under ``view``'s scores, a scheme's bins at
+    once from the draws of every image (:func:`~det_calib.metrics.bootstrap.group_ece_ci`)."""
+    p, y, img = view.conf, view.correct, view.image_id
+    keep = kept_mask(p, thr)
+    out: list[tuple[float, tuple | None]] = [(float("nan"), None)] * len(SIZE_BINS)
+    for scheme in dict.fromkeys(b.scheme for b in SIZE_BINS):
+        idx = [i for i, b in enumerate(SIZE_BINS) if b.scheme == scheme]
+        group = np.full(len(p), -1, dtype=np.int64)
+        for j, i in enumerate(idx):
+            group[masks[i] & keep] = j
+        sel = group >= 0
+        est = np.array(
+            [
+                metrics.ece(p[group == j], y[group == j], n_bins=op.ece_bins)
+                if (group == j).any()
+                else np.nan
+                for j in range(len(idx))
+            ]
+        )
+        cis = group_ece_ci(
+            p[sel], y[sel], group[sel], img[sel], population, est, n_bins=op.ece_bins, **op.boot
+        )
+        for j, i in enumerate(idx):
+            out[i] = (float(est[j]), None if cis[j] is None else tuple(cis[j]))
+    return out
 
 
 def size_figures(op: OperatingPoints, scored: BoxView) -> list[SizeFigures]:
@@ -65,17 +96,23 @@ def size_figures(op: OperatingPoints, scored: BoxView) -> list[SizeFigures]:
     bin's boxes kept at the lowest operating threshold, raw (``op.view``) and under ``scored``'s
     scores (the same boxes, :meth:`BoxView.scored`).
 
-    A box's bin is its own (predicted) box's area; the bootstrap resamples images (the ECE's, the
-    images with boxes in the bin; LaECE_0's, every image, as its matching spans them).
+    A box's bin is its own (predicted) box's area; the bootstrap resamples the split's images, the
+    draws of its own intervals: the ECE's sees the bin's boxes of the images drawn (a bin's number of
+    images varies as in a new split), LaECE_0's every image, as its matching spans them.
     """
     raw = op.view
     xyxy, w, h = _sizes(raw)
     thr = min(op.conf)
+    population = dense_ids(raw.image_id)[0]  # the images the split's own intervals draw
+    masks = [b.mask(xyxy, w, h) for b in SIZE_BINS]
+    eces = (
+        _kept_eces(op, raw, masks, thr, population),
+        _kept_eces(op, scored, masks, thr, population),
+    )
     out = []
-    for b in SIZE_BINS:
-        m = b.mask(xyxy, w, h)
-        n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr)
-        n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr)
+    for i, (b, m) in enumerate(zip(SIZE_BINS, masks)):
+        n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr, eces[0][i])
+        n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr, eces[1][i])
         out.append(
             SizeFigures(
                 scheme=b.scheme,

@@ -34,6 +34,8 @@ from det_calib.evaluation.kept_set import threshold_shift
 from det_calib.evaluation.map_check import coco_maps, same_ranking
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
+from det_calib.metrics import group_ece_ci
+from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
@@ -237,11 +239,10 @@ def _per_class_figures(
 
     The boxes are grouped by class once (a stable sort: each class's boxes keep their order, so
     every figure is the one a mask per class gives), so the cost grows with the boxes, not with
-    boxes times classes."""
+    boxes times classes. A class's ECE intervals resample the split's images, the draws of the
+    split's own intervals (``bootstrap_ci``'s ``population``): the class's boxes come with the
+    images drawn, so its number of images varies as it would in a new split."""
     out = []
-    ece_fn = functools.partial(
-        metrics.ece, n_bins=s.ece_bins
-    )  # keeps `weights`: fast bootstrap path
     thr = min(s.conf)
     order = np.argsort(raw.cls, kind="stable")
     cls_sorted = raw.cls[order]
@@ -252,8 +253,33 @@ def _per_class_figures(
     gt_counts = np.bincount(
         gt_cls[(gt_cls >= 0) & (gt_cls < len(names))].astype(np.int64), minlength=len(names)
     )
-    for c in range(len(names)):
-        m = slice(int(bounds[c]), int(bounds[c + 1]))
+    spans = [slice(int(bounds[c]), int(bounds[c + 1])) for c in range(len(names))]
+    tags = (("before", z_p0), ("after", z_p1))
+    eces = {
+        tag: np.array(
+            [
+                metrics.ece(p[m], z_y[m], n_bins=s.ece_bins) if m.stop > m.start else np.nan
+                for m in spans
+            ]
+        )
+        for tag, p in tags
+    }
+    population = dense_ids(raw.image_id)[0]  # the images the split's own intervals draw
+    cis = {
+        tag: group_ece_ci(
+            p,
+            z_y,
+            z_cls,
+            z_img,
+            population,
+            eces[tag],
+            n_bins=s.ece_bins,
+            n_boot=s.n_boot,
+            seed=s.seed,
+        )
+        for tag, p in tags
+    }
+    for c, m in enumerate(spans):
         n_c = m.stop - m.start
         n_gt_c = int(gt_counts[c])
         if not n_c and n_gt_c == 0:
@@ -261,12 +287,10 @@ def _per_class_figures(
         figures: dict[str, Any] = {}
         y_c = z_y[m]
         if n_c:
-            boot = dict(n_boot=s.n_boot, seed=s.seed)
-            for tag, p in (("before", z_p0[m]), ("after", z_p1[m])):
-                e = figures[f"ece_{tag}"] = metrics.ece(p, y_c, n_bins=s.ece_bins)
-                figures[f"ece_{tag}_ci"] = tuple(
-                    metrics.bootstrap_ci(ece_fn, z_img[m], p, y_c, estimate=e, **boot)
-                )
+            for tag, z_p in tags:
+                p = z_p[m]
+                figures[f"ece_{tag}"] = float(eces[tag][c])
+                figures[f"ece_{tag}_ci"] = tuple(cis[tag][c])
                 figures[f"laece_{tag}"] = metrics.laece(p, z_loc[m], z_cls[m], n_bins=s.laece_bins)
                 k = kept_mask(p, thr)
                 figures[f"kept_ece_{tag}"] = (

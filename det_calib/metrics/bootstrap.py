@@ -54,12 +54,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from det_calib.errors import InputError
-from det_calib.metrics.binning import dense_ids
+from det_calib.metrics.binning import dense_ids, uniform_index
 from det_calib.metrics.bootstrap_tables import seeded_multiplicities
 from det_calib.metrics.metric_inputs import check_positive_int
 from det_calib.validation import as_1d
 
-__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "weighted_core"]
+__all__ = ["Batch", "bootstrap_ci", "bootstrap_sd", "group_ece_ci", "weighted_core"]
 
 #: A batch statistic: ``(r, n_img)`` float64 draw counts of ``r`` replicates (row ``b``: how often
 #: each image is drawn in replicate ``b``; whole numbers) -> ``(r,)`` float64 values of the statistic.
@@ -111,12 +111,14 @@ def _counts(draws: np.ndarray, n_img: int) -> np.ndarray:
 
 
 def _per_replicate(weighted: Callable[[np.ndarray], float], img: np.ndarray) -> Batch:
-    """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image."""
+    """Batch of ``weighted(w)`` with ``w`` (n,) float64 the draw count of each box's image; nan for a
+    replicate that draws none of the boxes' images (a part of a set, ``bootstrap_ci``'s ``population``)."""
+
+    def one(w: np.ndarray) -> float:
+        return weighted(w) if w.any() else np.nan
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        return np.array(
-            [weighted(m[img]) for m in np.asarray(mult, dtype=np.float64)], dtype=np.float64
-        )
+        return np.array([one(m[img]) for m in np.asarray(mult, dtype=np.float64)], dtype=np.float64)
 
     return batch
 
@@ -167,10 +169,19 @@ def _replicates(
     arrays: list[np.ndarray],
     n_boot: int,
     seed: int,
+    drawn: tuple[int, np.ndarray] | None = None,
 ) -> np.ndarray:
     """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
     index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
-    ``statistic(*[a[idx] for a in arrays])``, from the same draws."""
+    ``statistic(*[a[idx] for a in arrays])``, from the same draws. ``drawn``: ``(n_pop, columns)``
+    where the replicates draw ``n_pop`` images and the boxes' images are ``columns`` of them
+    (``(n_img,)``, increasing); None draws the ``n_img`` images themselves."""
+    n_draw, columns = (n_img, None) if drawn is None else drawn
+
+    def draws(dtype=np.int64):
+        return seeded_multiplicities(
+            seed, n_draw, n_boot, _multiplicities, _DRAW_CHUNK, dtype=dtype, columns=columns
+        )
 
     batch = None
     if isinstance(statistic, functools.partial) and "weights" in statistic.keywords:
@@ -191,22 +202,19 @@ def _replicates(
             inner = functools.partial(statistic, *arrays)
             batch = _per_replicate(lambda w: inner(weights=w), img)
     if batch is not None:
-        blocks = seeded_multiplicities(
-            seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK, dtype=np.float64
-        )
-        return np.concatenate([batch(mult) for mult in blocks])
+        return np.concatenate([batch(mult) for mult in draws(np.float64)])
     stats = np.empty(n_boot)
     order = np.argsort(img, kind="stable")
     per_img = np.bincount(img, minlength=n_img)
     start = np.concatenate([[0], np.cumsum(per_img)[:-1]])
     b = 0
-    for block in seeded_multiplicities(seed, n_img, n_boot, _multiplicities, _DRAW_CHUNK):
+    for block in draws():
         for mult in block:
             drawn = np.repeat(np.arange(n_img), mult)  # image k appears mult[k] times, in order
             lens = per_img[drawn]
             offs = np.repeat(start[drawn] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
             idx = order[offs + np.arange(lens.sum())]
-            stats[b] = statistic(*[a[idx] for a in arrays])
+            stats[b] = statistic(*[a[idx] for a in arrays]) if idx.size else np.nan
             b += 1
     return stats
 
@@ -249,6 +257,7 @@ def bootstrap_ci(
     level: float = 0.95,
     method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
     estimate: float | None = None,
+    population: ArrayLike | None = None,
 ) -> tuple[float, float]:
     """Bootstrap interval of a statistic, resampling images (not boxes); bias-corrected by default,
     and always containing the estimate by default.
@@ -270,9 +279,17 @@ def bootstrap_ci(
             ``"normal"``; see :mod:`det_calib.metrics.bootstrap`.
         estimate: ``statistic(*arrays)`` where the caller has computed it already (the figure the
             interval is printed beside): not computed again; None computes it.
+        population: The distinct image ids of a whole set, increasing (``np.unique`` of its boxes'
+            image ids), of which the boxes are a part (a class's boxes, a size bin's): each
+            replicate draws as many images as the set has, from the set (the draws of the set's
+            own interval, the same seed), and the statistic sees the part's boxes of the images
+            drawn. A part's number of images then varies from replicate to replicate, as it
+            would in a new set; a replicate that draws none of its images gives nan and is
+            dropped, without a warning. None (default): the boxes' own images are drawn.
 
     Returns:
-        ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning).
+        ``(low, high)``. Replicates where the statistic is nan are dropped (with a warning, where
+        ``population`` is None).
 
     >>> from det_calib.metrics.calibration import brier
     >>> rng = np.random.default_rng(0)
@@ -289,12 +306,17 @@ def bootstrap_ci(
     ids, arrs = _checked_arrays(image_ids, arrays)
     if len(ids) == 0:
         return float("nan"), float("nan")
-    img = _image_index(ids)
-    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed)
+    drawn = None
+    if population is None:
+        img = _image_index(ids)
+    else:
+        columns, img, n_pop = _part_of(ids, population)
+        drawn = (n_pop, columns)
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed, drawn)
     bad = np.isnan(stats)
     if bad.all():
         return float("nan"), float("nan")
-    if bad.any():
+    if bad.any() and population is None:
         warnings.warn(
             f"bootstrap_ci: {int(bad.sum())} of {n_boot} replicates gave nan and were dropped",
             stacklevel=2,
@@ -309,6 +331,118 @@ def _image_index(ids: np.ndarray) -> np.ndarray:
     Non-negative integer ids of a range no wider than twice the boxes (a run's image ids) are ranked by
     counting, not sorting: the same numbers."""
     return dense_ids(ids)[1]
+
+
+# the dense (image x group cell) sums of one block of groups held at once (float64); groups beyond it are
+# taken a block at a time, each product then reading every draw again
+_GROUP_TABLE_BYTES = 32 << 20
+
+
+def group_ece_ci(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    groups: np.ndarray,
+    image_ids: np.ndarray,
+    population: np.ndarray,
+    estimates: np.ndarray,
+    *,
+    n_bins: int = 15,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    method: Literal["bc-normal", "bc", "basic", "percentile", "normal"] = "bc-normal",
+) -> list[tuple[float, float] | None]:
+    """The ECE interval (equal-width bins) of each group of boxes (a class, a size bin), all from the draws of
+    one set's images: group ``g``'s is ``bootstrap_ci(functools.partial(ece, n_bins=n_bins), image_ids[m],
+    conf[m], correct[m], population=population, estimate=estimates[g], ...)`` with ``m = groups == g`` (equal
+    up to float summation order; tested), where every draw block is read once for many groups: each
+    replicate's sums are one dense product of its draw counts with the (image x group, bin) sums of target
+    - conf and the box counts, a block of groups at a time (:data:`_GROUP_TABLE_BYTES`).
+
+    Args:
+        conf, correct: (n,) confidence in [0, 1] and 0/1 of each box (checked by the caller).
+        groups: (n,) group of each box in ``range(len(estimates))``.
+        image_ids: (n,) image id of each box, each in ``population``.
+        population: the set's distinct image ids, increasing (see :func:`bootstrap_ci`).
+        estimates: (G,) each group's ECE, the figure its interval is printed beside.
+
+    Returns:
+        One ``(low, high)`` per group; None for a group without boxes.
+    """
+    n_groups = len(estimates)
+    g = np.asarray(groups, dtype=np.int64)
+    c = np.asarray(conf, dtype=np.float64)
+    out: list[tuple[float, float] | None] = [None] * n_groups
+    if not g.size:
+        return out
+    pos, n_pop = _positions(np.asarray(image_ids), population)  # each box's image among the draws
+    width = n_bins + 1  # a group's bins' sums of target - conf, then its box count
+    cell = g * width
+    gap = np.asarray(correct, dtype=np.float64) - c
+    binned = cell + uniform_index(c, n_bins)
+    per_block = max(1, _GROUP_TABLE_BYTES // (8 * n_pop * width))
+    alpha = (1.0 - level) / 2.0
+    has = np.bincount(g, minlength=n_groups) > 0
+    for lo in range(0, n_groups, per_block):
+        hi = min(n_groups, lo + per_block)
+        m = (g >= lo) & (g < hi)
+        if not has[lo:hi].any():
+            continue
+        k = hi - lo
+        at = pos[m] * (k * width) - lo * width
+        size = n_pop * k * width
+        table = np.bincount(at + binned[m], weights=gap[m], minlength=size)
+        table += np.bincount(at + cell[m] + n_bins, minlength=size)
+        table = table.reshape(n_pop, k * width)
+        reps = []
+        for mult in seeded_multiplicities(
+            seed, n_pop, n_boot, _multiplicities, _DRAW_CHUNK, dtype=np.float64
+        ):
+            sums = (mult @ table).reshape(-1, k, width)
+            total = sums[:, :, n_bins]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                e = np.abs(sums[:, :, :n_bins]).sum(axis=2) / total
+            e[total <= 0] = np.nan
+            reps.append(e)
+        stats = np.concatenate(reps)
+        for j in np.flatnonzero(has[lo:hi]):
+            col = stats[:, j]
+            good = col[~np.isnan(col)]
+            out[lo + j] = (
+                _interval(None, [], good, method=method, alpha=alpha, estimate=estimates[lo + j])
+                if good.size
+                else (float("nan"), float("nan"))
+            )
+    return out
+
+
+def _part_of(ids: np.ndarray, population: ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(columns, img, n_pop)``: the boxes' images as positions in ``population`` (distinct image
+    ids, increasing; ``columns`` the positions of the boxes' distinct images, increasing), each
+    box's image as its rank among them, and the population's size."""
+    pos, n_pop = _positions(ids, population)
+    columns, img = dense_ids(pos)
+    return columns, img, n_pop
+
+
+def _positions(ids: np.ndarray, population: ArrayLike) -> tuple[np.ndarray, int]:
+    """Each box's image as its position in ``population`` (a set's distinct image ids, increasing),
+    and the population's size."""
+    pop = as_1d(population, "population")
+    if pop.size == 0 or (pop.size > 1 and not bool(np.all(pop[1:] > pop[:-1]))):
+        raise InputError(
+            "Expected argument `population` to be a set's distinct image ids in increasing order "
+            "(np.unique of its boxes' image ids), but got "
+            + ("none" if pop.size == 0 else "ids out of order or repeated")
+        )
+    pos = np.minimum(np.searchsorted(pop, ids), pop.size - 1)
+    missing = pop[pos] != ids
+    if missing.any():
+        raise InputError(
+            f"Expected every image id to be in `population`, but {int(missing.sum())} boxes' are not "
+            f"(first: {ids[missing][0]!r})"
+        )
+    return pos, int(pop.size)
 
 
 def _checked_arrays(

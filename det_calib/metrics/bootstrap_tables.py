@@ -149,7 +149,13 @@ _cache: dict[tuple, list[np.ndarray]] = {}
 
 
 def seeded_multiplicities(
-    seed: int, n_img: int, n_boot: int, draw: Callable, chunk: int, dtype=np.int64
+    seed: int,
+    n_img: int,
+    n_boot: int,
+    draw: Callable,
+    chunk: int,
+    dtype=np.int64,
+    columns: np.ndarray | None = None,
 ) -> Iterable[np.ndarray]:
     """The draw-count blocks of ``draw(np.random.default_rng(seed), n_img, n_boot)``
     (:func:`det_calib.metrics.calibration._multiplicities`, whose blocks ``chunk`` sizes), the last
@@ -160,19 +166,25 @@ def seeded_multiplicities(
     (the same counts: float64 for a batch statistic, whose products take them so, converted once).
     The draws kept are the most recent ones within :data:`_CACHE_BYTES`, and the last
     :data:`_KEEP_LAST` whatever their size up to :data:`_KEEP_MAX_BYTES` each (a larger one is drawn
-    block by block as it is used, each time)."""
+    block by block as it is used, each time). ``columns``: only these images' counts (each block's
+    columns, taken before the conversion to ``dtype``: a subset of the images bootstrapped from the
+    draws of them all)."""
     key = (int(seed), int(n_img), int(n_boot), int(chunk), draw)
     hit = _cache.pop(key, None)
     if hit is None:
         if n_img * n_boot > _KEEP_MAX_BYTES:  # not kept: over the bound at one byte a count
             return (
-                np.asarray(b, dtype=dtype) for b in draw(np.random.default_rng(seed), n_img, n_boot)
+                _take(b, columns, dtype) for b in draw(np.random.default_rng(seed), n_img, n_boot)
             )
         hit = [_compact(b) for b in draw(np.random.default_rng(seed), n_img, n_boot)]
     _cache[key] = hit  # the most recently used last
     while len(_cache) > _KEEP_LAST and _kept_bytes() > _CACHE_BYTES:
         _cache.pop(next(iter(_cache)))  # the least recently used first
-    return (b.astype(dtype) for b in hit)
+    return (_take(b, columns, dtype) for b in hit)
+
+
+def _take(block: np.ndarray, columns: np.ndarray | None, dtype) -> np.ndarray:
+    return np.asarray(block if columns is None else block[:, columns], dtype=dtype)
 
 
 def _kept_bytes() -> int:

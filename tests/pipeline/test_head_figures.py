@@ -706,7 +706,14 @@ def check_run(out: Path, halves: tuple[list[str], list[str]]) -> dict:
             for c, pc in pcs.items():
                 m = a_cls == c
                 if m.any():
-                    want = boot_bc(ece_m, img[m], [p[m], a_y[m]], n_boot, seed)
+                    # a class's boxes of the split's images drawn (every image, the split's own draws)
+                    of_c = lambda q, yy, kk, c=c: (
+                        _np_ece(q[kk == c], yy[kk == c], M) if (kk == c).any() else float("nan")
+                    )
+                    want = bc_or_normal(
+                        boot_draws(of_c, img, [p, a_y, a_cls], n_boot, seed),
+                        _np_ece(p[m], a_y[m], M),
+                    )
                     assert pc[f"ece_{tag}_ci"] == pytest.approx(want, rel=1e-9), (c, tag)
 
         # ---- the operating points: kept-set ECE and LaECE_0 at each --conf
