@@ -169,14 +169,14 @@ def _replicates(
     arrays: list[np.ndarray],
     n_boot: int,
     seed: int,
-    drawn: tuple[int, np.ndarray] | None = None,
+    within: tuple[int, np.ndarray] | None = None,
 ) -> np.ndarray:
     """(n_boot,) values of ``statistic`` on the replicates of seed ``seed`` (``img``: (n,) image
     index of each box in ``range(n_img)``). Every path gives the numbers of the indexed one,
-    ``statistic(*[a[idx] for a in arrays])``, from the same draws. ``drawn``: ``(n_pop, columns)``
+    ``statistic(*[a[idx] for a in arrays])``, from the same draws. ``within``: ``(n_pop, columns)``
     where the replicates draw ``n_pop`` images and the boxes' images are ``columns`` of them
     (``(n_img,)``, increasing); None draws the ``n_img`` images themselves."""
-    n_draw, columns = (n_img, None) if drawn is None else drawn
+    n_draw, columns = (n_img, None) if within is None else within
 
     def draws(dtype=np.int64):
         return seeded_multiplicities(
@@ -306,13 +306,13 @@ def bootstrap_ci(
     ids, arrs = _checked_arrays(image_ids, arrays)
     if len(ids) == 0:
         return float("nan"), float("nan")
-    drawn = None
+    within = None
     if population is None:
         img = _image_index(ids)
     else:
         columns, img, n_pop = _part_of(ids, population)
-        drawn = (n_pop, columns)
-    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed, drawn)
+        within = (n_pop, columns)
+    stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed, within)
     bad = np.isnan(stats)
     if bad.all():
         return float("nan"), float("nan")
