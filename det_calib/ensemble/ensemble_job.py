@@ -514,15 +514,19 @@ def _fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionR
     choice = cell.choice
     raw = BoxView.from_boxes(eb, geometry=False)
     thr = min(s.conf)
-    k0, k1 = raw.kept(thr), raw.scored(choice.calibrator).kept(thr)
+    scored = raw.scored(choice.calibrator)
+    k0, k1 = raw.kept(thr), scored.kept(thr)
+    e1 = metrics.ece(k1.conf, k1.correct, n_bins=s.ece_bins) if k1.n else None
     m = _fused_map(eb, splits[1], s)
+    # the run's kept-set interval (OperatingPoints): every eval image drawn, the kept boxes of those drawn
     ci = (
         tuple(
             metrics.bootstrap_ci(
-                functools.partial(metrics.ece, n_bins=s.ece_bins),
-                k1.image_id,
-                k1.conf,
-                k1.correct,
+                functools.partial(kept_ece, threshold=thr, n_bins=s.ece_bins),
+                scored.image_id,
+                scored.conf,
+                scored.correct,
+                estimate=e1,
                 n_boot=s.n_boot,
                 seed=s.seed,
             )
@@ -553,7 +557,7 @@ def _fusion_row(cell: Cell, splits: tuple[Split, Split], s: Settings) -> FusionR
         kept_fused=k0.n,
         kept_ece_fused=metrics.ece(k0.conf, k0.correct, n_bins=s.ece_bins) if k0.n else None,
         kept_calibrated=k1.n,
-        kept_ece_calibrated=metrics.ece(k1.conf, k1.correct, n_bins=s.ece_bins) if k1.n else None,
+        kept_ece_calibrated=e1,
         kept_ece_calibrated_ci=ci,
         temperature=float(t.temperature_),
         **cv,

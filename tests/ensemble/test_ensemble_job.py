@@ -517,6 +517,12 @@ def test_auto_fusion_chosen_on_the_fit_folds(
     assert (
         eh.ensemble.method == chosen[0].method
     )  # the chosen cell's calibrator is the one deployed
+    # ... so its row's kept set at the lowest conf is the deployed one, with the run's own interval
+    # (every eval image drawn, the kept boxes of those drawn)
+    deployed = min(eh.ensemble.operating_after, key=lambda o: o.conf)
+    assert chosen[0].kept_calibrated == deployed.boxes
+    assert chosen[0].kept_ece_calibrated == pytest.approx(deployed.ece, rel=1e-12)
+    assert chosen[0].kept_ece_calibrated_ci == pytest.approx(deployed.ece_ci, rel=1e-9)
     # the cost is the chosen cell's fusion (both splits), not another cell's
     cell = next(c for c in made if c.key == (eh.order, eh.score))
     hr = RunResult.read(tmp_path / "auto" / "calibration.json").results["nms"]
