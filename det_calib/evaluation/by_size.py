@@ -14,7 +14,6 @@ from det_calib.errors import InputError
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics import group_ece_ci
-from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.size_bins import SIZE_BINS
 from det_calib.record.size_record import SizeFigures
 
@@ -62,7 +61,11 @@ def _kept_figures(
 
 
 def _kept_eces(
-    op: OperatingPoints, view: BoxView, masks: list[np.ndarray], thr: float, population: np.ndarray
+    op: OperatingPoints,
+    view: BoxView,
+    members: list[np.ndarray],
+    thr: float,
+    population: np.ndarray,
 ) -> list[tuple[float, tuple | None]]:
     """Each bin's kept-set ECE (``conf > thr``) and its interval under ``view``'s scores, a scheme's bins at
     once from the draws of every image (:func:`~det_calib.metrics.bootstrap.group_ece_ci`)."""
@@ -73,7 +76,7 @@ def _kept_eces(
         idx = [i for i, b in enumerate(SIZE_BINS) if b.scheme == scheme]
         group = np.full(len(p), -1, dtype=np.int64)
         for j, i in enumerate(idx):
-            group[masks[i] & keep] = j
+            group[members[i] & keep] = j
         sel = group >= 0
         est = np.array(
             [
@@ -103,14 +106,14 @@ def size_figures(op: OperatingPoints, scored: BoxView) -> list[SizeFigures]:
     raw = op.view
     xyxy, w, h = _sizes(raw)
     thr = min(op.conf)
-    population = dense_ids(raw.image_id)[0]  # the images the split's own intervals draw
-    masks = [b.mask(xyxy, w, h) for b in SIZE_BINS]
+    population = raw.image_id  # the split's own intervals draw its images
+    members = [b.mask(xyxy, w, h) for b in SIZE_BINS]
     eces = (
-        _kept_eces(op, raw, masks, thr, population),
-        _kept_eces(op, scored, masks, thr, population),
+        _kept_eces(op, raw, members, thr, population),
+        _kept_eces(op, scored, members, thr, population),
     )
     out = []
-    for i, (b, m) in enumerate(zip(SIZE_BINS, masks)):
+    for i, (b, m) in enumerate(zip(SIZE_BINS, members)):
         n0, e0, e0_ci, l0, l0_ci = _kept_figures(op, raw, m, thr, eces[0][i])
         n1, e1, e1_ci, l1, l1_ci = _kept_figures(op, scored, m, thr, eces[1][i])
         out.append(

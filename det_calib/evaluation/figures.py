@@ -35,7 +35,6 @@ from det_calib.evaluation.map_check import coco_maps, same_ranking
 from det_calib.evaluation.operating import OperatingPoints
 from det_calib.metrics import calibration as metrics
 from det_calib.metrics import group_ece_ci
-from det_calib.metrics.binning import dense_ids
 from det_calib.metrics.detection_metrics import box_features, dece, laace
 from det_calib.record.eval_record import BinGap, Scores, Thresholded
 from det_calib.record.run_result import ClassResult, EvalResult, HeadResult
@@ -264,14 +263,13 @@ def _per_class_figures(
         )
         for tag, p in tags
     }
-    population = dense_ids(raw.image_id)[0]  # the images the split's own intervals draw
     cis = {
         tag: group_ece_ci(
             p,
             z_y,
             z_cls,
             z_img,
-            population,
+            raw.image_id,  # the split's own intervals draw its images
             eces[tag],
             n_bins=s.ece_bins,
             n_boot=s.n_boot,

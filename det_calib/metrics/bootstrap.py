@@ -279,8 +279,8 @@ def bootstrap_ci(
             ``"normal"``; see :mod:`det_calib.metrics.bootstrap`.
         estimate: ``statistic(*arrays)`` where the caller has computed it already (the figure the
             interval is printed beside): not computed again; None computes it.
-        population: The distinct image ids of a whole set, increasing (``np.unique`` of its boxes'
-            image ids), of which the boxes are a part (a class's boxes, a size bin's): each
+        population: The image ids of a whole set's boxes (every box's, in any order), of which
+            the boxes are a part (a class's boxes, a size bin's): each
             replicate draws as many images as the set has, from the set (the draws of the set's
             own interval, the same seed), and the statistic sees the part's boxes of the images
             drawn. A part's number of images then varies from replicate to replicate, as it
@@ -306,12 +306,7 @@ def bootstrap_ci(
     ids, arrs = _checked_arrays(image_ids, arrays)
     if len(ids) == 0:
         return float("nan"), float("nan")
-    within = None
-    if population is None:
-        img = _image_index(ids)
-    else:
-        columns, img, n_pop = _part_of(ids, population)
-        within = (n_pop, columns)
+    img, within = _draw_index(ids, population)
     stats = _replicates(statistic, img, int(img.max()) + 1, arrs, n_boot, seed, within)
     bad = np.isnan(stats)
     if bad.all():
@@ -363,7 +358,7 @@ def group_ece_ci(
         conf, correct: (n,) confidence in [0, 1] and 0/1 of each box (checked by the caller).
         groups: (n,) group of each box in ``range(len(estimates))``.
         image_ids: (n,) image id of each box, each in ``population``.
-        population: the set's distinct image ids, increasing (see :func:`bootstrap_ci`).
+        population: the image ids of the whole set's boxes (see :func:`bootstrap_ci`).
         estimates: (G,) each group's ECE, the figure its interval is printed beside.
 
     Returns:
@@ -416,25 +411,25 @@ def group_ece_ci(
     return out
 
 
-def _part_of(ids: np.ndarray, population: ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(columns, img, n_pop)``: the boxes' images as positions in ``population`` (distinct image
-    ids, increasing; ``columns`` the positions of the boxes' distinct images, increasing), each
-    box's image as its rank among them, and the population's size."""
+def _draw_index(
+    ids: np.ndarray, population: ArrayLike | None
+) -> tuple[np.ndarray, tuple[int, np.ndarray] | None]:
+    """Each box's image as its rank among the boxes' distinct images, and what the replicates draw:
+    None (those images), or ``(n_pop, columns)``: the ``n_pop`` distinct images of ``population`` (a
+    whole set's image ids), the boxes' images being ``columns`` of them (increasing)."""
+    if population is None:
+        return _image_index(ids), None
     pos, n_pop = _positions(ids, population)
     columns, img = dense_ids(pos)
-    return columns, img, n_pop
+    return img, (n_pop, columns)
 
 
 def _positions(ids: np.ndarray, population: ArrayLike) -> tuple[np.ndarray, int]:
-    """Each box's image as its position in ``population`` (a set's distinct image ids, increasing),
-    and the population's size."""
-    pop = as_1d(population, "population")
-    if pop.size == 0 or (pop.size > 1 and not bool(np.all(pop[1:] > pop[:-1]))):
-        raise InputError(
-            "Expected argument `population` to be a set's distinct image ids in increasing order "
-            "(np.unique of its boxes' image ids), but got "
-            + ("none" if pop.size == 0 else "ids out of order or repeated")
-        )
+    """Each box's image as its position among the distinct ids of ``population`` (a whole set's image
+    ids, in increasing order: the draws' images), and how many there are."""
+    pop = dense_ids(as_1d(population, "population"))[0]
+    if pop.size == 0:
+        raise InputError("Expected argument `population` to hold a set's image ids, but got none")
     pos = np.minimum(np.searchsorted(pop, ids), pop.size - 1)
     missing = pop[pos] != ids
     if missing.any():

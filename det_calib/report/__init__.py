@@ -29,9 +29,6 @@ _EXPORTS = {
     "fci": "common",
     "fint": "common",
     "num": "common",
-    "shift_sentence": "common",
-    "verdict_sentence": "common",
-    "where_sentence": "common",
     "compare_runs": "compare",
     "ReportContext": "context",
     "Bullets": "document",
@@ -71,12 +68,9 @@ __all__ = [
     "num",
     "per_class_grid",
     "reliability_figure",
-    "shift_sentence",
     "summary_text",
     "threshold_figure",
     "thresholds_section",
-    "verdict_sentence",
-    "where_sentence",
     "write_report",
 ]
 
