@@ -328,6 +328,17 @@ def _image_index(ids: np.ndarray) -> np.ndarray:
     return dense_ids(ids)[1]
 
 
+def ece_of_sums(sums: np.ndarray, n_bins: int) -> np.ndarray:
+    """The ECE of each set of per-bin sums (last axis: the ``n_bins`` bins' sums of ``target - conf``,
+    then the box count): ``sum |s| / count``, a bin's term ``count / total * |s_tgt / count - s_conf /
+    count|`` being ``|s_tgt - s_conf| / total``; nan where no box weighs."""
+    total = sums[..., n_bins]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.abs(sums[..., :n_bins]).sum(axis=-1) / total
+    out[total <= 0] = np.nan
+    return out
+
+
 # the dense (image x group cell) sums of one block of groups held at once (float64); groups beyond it are
 # taken a block at a time, each product then reading every draw again
 _GROUP_TABLE_BYTES = 32 << 20
@@ -393,12 +404,7 @@ def group_ece_ci(
         for mult in seeded_multiplicities(
             seed, n_pop, n_boot, _multiplicities, _DRAW_CHUNK, dtype=np.float64
         ):
-            sums = (mult @ table).reshape(-1, k, width)
-            total = sums[:, :, n_bins]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                e = np.abs(sums[:, :, :n_bins]).sum(axis=2) / total
-            e[total <= 0] = np.nan
-            reps.append(e)
+            reps.append(ece_of_sums((mult @ table).reshape(-1, k, width), n_bins))
         stats = np.concatenate(reps)
         for j in np.flatnonzero(has[lo:hi]):
             col = stats[:, j]

@@ -48,7 +48,13 @@ from det_calib.metrics.binning import (
     reliability_core,
     uniform_index,
 )
-from det_calib.metrics.bootstrap import Batch, bootstrap_ci, bootstrap_sd, weighted_core
+from det_calib.metrics.bootstrap import (
+    Batch,
+    bootstrap_ci,
+    bootstrap_sd,
+    ece_of_sums,
+    weighted_core,
+)
 from det_calib.metrics.detection_metrics import laece, prepare_laece
 from det_calib.metrics.metric_inputs import (
     as_binary,
@@ -336,12 +342,7 @@ def _ece_tables(img: np.ndarray, n_img: int, c: np.ndarray, y: np.ndarray, n_bin
     table[:, n_bins] = np.bincount(img, minlength=n_img)
 
     def batch(mult: np.ndarray) -> np.ndarray:
-        sums = np.asarray(mult, dtype=np.float64) @ table
-        total = sums[:, n_bins]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.abs(sums[:, :n_bins]).sum(axis=1) / total
-        out[total <= 0] = np.nan
-        return out
+        return ece_of_sums(np.asarray(mult, dtype=np.float64) @ table, n_bins)
 
     return batch
 
