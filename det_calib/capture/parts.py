@@ -12,6 +12,7 @@ split              the split's name
 heads              head modes captured
 settings           conf floor, NMS IoU, max_det, imgsz, batch
 n_images           images in the whole split (``image_id`` runs over 0..n_images-1)
+facts              the detector's :class:`ModelFacts` (a ``.pt`` detector's; absent for an export)
 image_ids          the images this part covers (also those with no boxes)
 part               a label: ``shard 3/8``, ``all``, ``ray 0-255``
 =================  ================================================================
@@ -28,6 +29,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,13 @@ import polars as pl
 
 from det_calib.capture.exported import export_fingerprint, is_export, make_capturer
 from det_calib.capture.options import CaptureOptions
-from det_calib.capture.predictor import capture_schema
-from det_calib.data.box_table import HEADS, validate_boxes
+from det_calib.capture.predictor import (
+    available_heads,
+    capture_schema,
+    default_imgsz,
+    load_detector,
+)
+from det_calib.data.box_table import HEADS, run_meta, validate_boxes
 from det_calib.data.ground_truth import check_class_names, label_path, load_data_yaml
 from det_calib.errors import InputError
 from det_calib.io import atomic_path
@@ -48,6 +55,72 @@ _log = logging.getLogger(__name__)
 _META_KEY = b"det_calib.capture"
 _FORMAT = 1
 _HEAD_RANK = {h: i for i, h in enumerate(HEADS)}
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a run reads of a detector checkpoint before its boxes: the class names (in id order), its
+    Ultralytics task, the heads it has, its default image size, the shape of each box's payload it
+    declares (a pose model's ``kpt_shape``; None for a task without one). A capture records them with
+    its boxes (its parts' metadata, a run's ``boxes.parquet``), beside the checkpoint's fingerprint:
+    a run reusing those boxes reads them there (:meth:`recorded`) instead of loading the model."""
+
+    names: list[str]
+    task: str
+    heads: list[str]
+    imgsz: int
+    payload_shape: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, yolo: Any) -> ModelFacts:
+        """The facts of a loaded detector."""
+        task = getattr(yolo, "task", None) or "detect"
+        return cls(
+            names=[yolo.names[i] for i in sorted(yolo.names)],
+            task=task,
+            heads=list(available_heads(yolo)),
+            imgsz=default_imgsz(yolo),
+            payload_shape=get_task(task).model_shape(yolo),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The facts as JSON values (:meth:`recorded` reads them back)."""
+        out = asdict(self)
+        if self.payload_shape is not None:
+            out["payload_shape"] = [int(v) for v in self.payload_shape]
+        return out
+
+    @classmethod
+    def recorded(cls, source: str | Path, model: str | Path) -> ModelFacts | None:
+        """The facts recorded with the boxes at ``source`` (a run's folder or its ``boxes.parquet``; a
+        folder of capture parts, or of one sub-folder of parts per split) when they were captured with
+        the checkpoint ``model`` (the same fingerprint). None where there are none to read: boxes of
+        another model, recorded before det_calib recorded facts, or no boxes there (the run's reading
+        of the boxes then says what is wrong)."""
+        source = Path(source)
+        run_file = source if source.is_file() else source / "boxes.parquet"
+        try:
+            if run_file.is_file():
+                meta = run_meta(run_file)
+            else:
+                first = next(
+                    iter(sorted(source.glob("*.parquet")) or sorted(source.glob("*/*.parquet"))),
+                    None,
+                )
+                meta = None if first is None else _part_meta(first)
+            if not meta or "facts" not in meta or meta.get("model") != model_fingerprint(model):
+                return None
+            f = meta["facts"]
+            shape = f["payload_shape"]
+            return cls(
+                names=[str(n) for n in f["names"]],
+                task=str(f["task"]),
+                heads=[str(h) for h in f["heads"]],
+                imgsz=int(f["imgsz"]),
+                payload_shape=None if shape is None else (int(shape[0]), int(shape[1])),
+            )
+        except (InputError, KeyError, TypeError, ValueError, IndexError):
+            return None
 
 
 def _file_sha256(path: str | Path) -> str:
@@ -143,9 +216,10 @@ def write_part(
     n_images: int,
     image_ids: Sequence[int],
     part: str,
+    facts: dict[str, Any] | None = None,
 ) -> Path:
     """Write one part (atomically) with its metadata (see the module docstring) in its Parquet
-    metadata."""
+    metadata; ``facts``: the detector's :meth:`ModelFacts.record` (None: none recorded)."""
     import pyarrow.parquet as pq
 
     meta = {
@@ -158,6 +232,7 @@ def write_part(
         "n_images": int(n_images),
         "image_ids": [int(i) for i in image_ids],
         "part": part,
+        **({} if facts is None else {"facts": facts}),
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +279,13 @@ def prepare_split_capture(
     """
 
     ds = load_data_yaml(data)
-    cap = make_capturer(str(model), options)  # a Capturer, or an ExportCapturer for an export
+    facts = None
+    if is_export(model):
+        cap = make_capturer(str(model), options)  # an ExportCapturer
+    else:  # loaded once: its facts recorded with the parts, its capturer made of it
+        yolo = load_detector(model)
+        facts = ModelFacts.of(yolo).record()
+        cap = make_capturer(yolo, options)
     check_class_names(list(cap.names), ds.names, data_path=data)
     task = getattr(cap, "task", None) or "detect"
     if hasattr(cap, "payload") and split in ds.splits and coco_gt is None:
@@ -225,6 +306,7 @@ def prepare_split_capture(
         "heads": cap.heads,
         "settings": cap.settings,
         "n_images": len(names),
+        "facts": facts,
     }
     return sp, names, cap, meta
 

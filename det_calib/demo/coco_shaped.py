@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from det_calib.capture.parts import data_fingerprint, model_fingerprint, write_part
+from det_calib.capture.parts import ModelFacts, data_fingerprint, model_fingerprint, write_part
+from det_calib.capture.predictor import load_detector
 from det_calib.data.box_table import CAPTURE_COLUMNS, SCHEMA
 from det_calib.data.ground_truth import load_data_yaml, load_split
 
@@ -335,6 +336,7 @@ def _write_parts(
         "batch": 1,
     }
     model_fp = model_fingerprint(model)
+    facts = ModelFacts.of(load_detector(model)).record()  # as a capture records them
     for split in _SPLITS:
         sp = load_split(ds, split)
         image_names = sp.image_names()
@@ -365,5 +367,6 @@ def _write_parts(
             n_images=n_images,
             image_ids=range(n_images),
             part="all",
+            facts=facts,
         )
     return written

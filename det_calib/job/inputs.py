@@ -12,7 +12,8 @@ from typing import Any
 
 from det_calib import demo
 from det_calib.capture.exported import is_export, load_export
-from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
+from det_calib.capture.parts import ModelFacts
+from det_calib.capture.predictor import load_detector
 from det_calib.data.box_table import HEADS
 from det_calib.data.ground_truth import (
     Dataset,
@@ -22,7 +23,7 @@ from det_calib.data.ground_truth import (
 )
 from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
-from det_calib.job.model_process import ModelFacts, model_facts
+from det_calib.job.model_process import model_facts
 from det_calib.job.settings import Settings
 from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
@@ -82,8 +83,9 @@ class Inputs:
     """How boxes are matched to the ground truth (:func:`~det_calib.tasks.match_rule.choose_matching`, set
     once the splits are read); None: box IoU."""
     facts: ModelFacts | None = None
-    """What a run reusing boxes read of the model (``yolo`` is None then: the model was read in a child
-    process, :mod:`det_calib.job.model_process`)."""
+    """What the run read of a ``.pt`` model (None for an export), recorded with its boxes. A run
+    reusing boxes reads only these (``yolo`` is None then: they were recorded with the boxes, or read
+    in a child process, :mod:`det_calib.job.model_process`)."""
 
     @property
     def task(self) -> str:
@@ -111,7 +113,7 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
         model
     )  # an ONNX / OpenVINO export: det_calib.capture.exported reads and runs it
     if s.boxes and not exported:
-        facts = model_facts(model)
+        facts = model_facts(model, s.boxes)
         ds = load_data_yaml(data)
         check_class_names(facts.names, ds.names, data_path=data)
         heads = _chosen_heads(s, facts.heads)
@@ -119,10 +121,12 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
     yolo = load_export(model) if exported else load_detector(model)
     ds = load_data_yaml(data)
     check_class_names([yolo.names[i] for i in sorted(yolo.names)], ds.names, data_path=data)
-    heads = _chosen_heads(s, yolo.heads if exported else available_heads(yolo))
-    return Inputs(
-        model, data, yolo, ds, heads, s.imgsz or (yolo.imgsz if exported else default_imgsz(yolo))
-    )
+    if exported:
+        heads = _chosen_heads(s, yolo.heads)
+        return Inputs(model, data, yolo, ds, heads, s.imgsz or yolo.imgsz)
+    facts = ModelFacts.of(yolo)  # as loaded: recorded with the run's boxes
+    heads = _chosen_heads(s, facts.heads)
+    return Inputs(model, data, yolo, ds, heads, s.imgsz or facts.imgsz, facts=facts)
 
 
 def _chosen_heads(s: Settings, have: list[str]) -> list[str]:

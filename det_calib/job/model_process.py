@@ -1,6 +1,7 @@
 """The detector where torch is not imported. ``calibrate --boxes`` needs the model only twice: its
-facts at the start (class names, task, heads, default image size, the payload's shape) and the
-calibrated checkpoint at the end (the fold). Everything between is numpy, polars and matplotlib
+facts at the start (class names, task, heads, default image size, the payload's shape; read where the
+boxes recorded them, when they were captured with the same checkpoint) and the calibrated checkpoint
+at the end (the fold). Everything between is numpy, polars and matplotlib
 work. Where this process has not imported torch, each of the two runs in a short-lived child
 interpreter (torch, Ultralytics and the model live and die there, about 0.5 GiB), so the process
 that holds the box table never pays for them; where torch is imported already (a capture, a caller
@@ -23,51 +24,33 @@ import pickle
 import resource
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from det_calib.capture.predictor import available_heads, default_imgsz, load_detector
+from det_calib.capture.parts import ModelFacts
+from det_calib.capture.predictor import load_detector
 from det_calib.job import clock
-from det_calib.tasks import get_task
 
-__all__ = ["ModelFacts", "capture_batch", "fold_checkpoint", "model_facts"]
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What a run reads of a detector checkpoint before its boxes: the class names (in id order), its
-    Ultralytics task, the heads it has, its default image size, the shape of each box's payload it
-    declares (a pose model's ``kpt_shape``; None for a task without one)."""
-
-    names: list[str]
-    task: str
-    heads: list[str]
-    imgsz: int
-    payload_shape: tuple[int, int] | None
+__all__ = ["capture_batch", "fold_checkpoint", "model_facts"]
 
 
 def _read_facts(model: Path) -> ModelFacts:
     """The facts of ``model``, loaded here (torch and Ultralytics imported)."""
-    yolo = load_detector(model)
-    task = getattr(yolo, "task", None) or "detect"
-    return ModelFacts(
-        names=[yolo.names[i] for i in sorted(yolo.names)],
-        task=task,
-        heads=list(available_heads(yolo)),
-        imgsz=default_imgsz(yolo),
-        payload_shape=get_task(task).model_shape(yolo),
-    )
+    return ModelFacts.of(load_detector(model))
 
 
-def model_facts(model: Path) -> ModelFacts:
-    """The facts of the detector checkpoint ``model`` (:class:`ModelFacts`), read in a child process
-    unless torch is imported here; on the ``model load`` stage's clock.
+def model_facts(model: Path, boxes: Path | None = None) -> ModelFacts:
+    """The facts of the detector checkpoint ``model`` (:class:`~det_calib.capture.parts.ModelFacts`):
+    those recorded with the boxes at ``boxes`` where they were captured with this very checkpoint
+    (:meth:`~det_calib.capture.parts.ModelFacts.recorded`: no model loaded), else read in a child
+    process unless torch is imported here; on the ``model load`` stage's clock.
 
     Raises:
         InputError: As :func:`~det_calib.capture.predictor.load_detector` (a missing or corrupt file,
             a model of another task).
     """
+    if boxes is not None and (known := ModelFacts.recorded(boxes, model)) is not None:
+        return known
     return _where_torch_is("model load", f"{__name__}:_read_facts", model)
 
 

@@ -142,7 +142,11 @@ def reuse_boxes(
         rows = _rows_of(frames.pop(sp.name), sp, source)
         for h in inputs.heads:
             captured[h].append(_of(rows, "head", h))
-    fingerprints = {**fingerprints, "heads": list(inputs.heads)}
+    fingerprints = {
+        **fingerprints,
+        "heads": list(inputs.heads),
+        **({} if inputs.facts is None else {"facts": inputs.facts.record()}),
+    }
     _log.info("reusing the boxes in %s (no capture)", source)
     return captured, fingerprints
 

@@ -137,7 +137,8 @@ def write_run_outputs(
 
 
 def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> dict[str, Any]:
-    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings."""
+    """What ``boxes.parquet`` records about its capture: model and split fingerprints, settings, the
+    model's facts (a ``.pt`` model's: a run reusing the boxes reads them instead of the model)."""
 
     return {
         "format": 1,
@@ -150,6 +151,7 @@ def _run_fingerprints(inputs: Inputs, splits: Sequence[Split], s: Settings) -> d
         "settings": s.capture_settings(
             inputs.imgsz, batch=1 if is_export(inputs.model) else None
         ),  # an export: 1
+        **({} if inputs.facts is None else {"facts": inputs.facts.record()}),
     }
 
 

@@ -7,11 +7,12 @@ import shutil
 import polars as pl
 import pytest
 
-from det_calib.capture.parts import capture_to_parts
+from det_calib.capture.parts import ModelFacts, capture_to_parts
 from det_calib.cli import main
-from det_calib.data.box_table import _RUN_KEY, run_meta
+from det_calib.data.box_table import _RUN_KEY, run_meta, write_boxes
 from det_calib.deploy.fold import write_calibrated_checkpoint
 from det_calib.errors import InputError
+from det_calib.job.model_process import _read_facts
 from det_calib.pipeline.calibrate_job import calibrate
 
 FAST = {"n_boot": 20, "report": False, "run_val": False, "progress": False, "method": "temperature"}
@@ -40,6 +41,23 @@ def test_boxes_parquet_records_fingerprints(first, demo_model_path):
         and meta["settings"]["conf"] == 0.001
         and meta["settings"]["batch"] == 1
     )
+    assert meta["facts"] == _read_facts(demo_model_path).record()
+
+
+def test_the_models_facts_are_read_where_the_boxes_recorded_them(first, demo_model_path, tmp_path):
+    """The facts recorded with the boxes of this very checkpoint are those the model gives (a run
+    reusing them reads them there: no model child, tests/system/test_scale.py); boxes of another
+    checkpoint, or recorded without facts, give none (the model is read)."""
+    here = _read_facts(demo_model_path)
+    assert ModelFacts.recorded(first.out_dir, demo_model_path) == here
+    assert ModelFacts.recorded(first.out_dir / "boxes.parquet", demo_model_path) == here
+    other = write_calibrated_checkpoint(demo_model_path, tmp_path / "other.pt", {"nms": 2.0})
+    assert ModelFacts.recorded(first.out_dir, other) is None
+    meta = run_meta(first.out_dir / "boxes.parquet")
+    del meta["facts"]
+    write_boxes(pl.read_parquet(first.out_dir / "boxes.parquet"), tmp_path / "old.parquet", meta)
+    assert ModelFacts.recorded(tmp_path / "old.parquet", demo_model_path) is None
+    assert ModelFacts.recorded(tmp_path / "nothing", demo_model_path) is None
 
 
 def test_reuse_run_gives_the_same_results(first, demo_model_path, fixture_yaml, tmp_path):
@@ -76,6 +94,8 @@ def test_reuse_parts_of_the_whole_split(first, demo_model_path, fixture_yaml, tm
     )
     assert _result(run) == _result(first)
     assert run.boxes.equals(first.boxes)
+    # the parts record the model's facts (one sub-folder of parts per split)
+    assert ModelFacts.recorded(tmp_path / "parts", demo_model_path) == _read_facts(demo_model_path)
 
 
 def test_refuses_another_model(first, demo_model_path, fixture_yaml, tmp_path):

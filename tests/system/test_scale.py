@@ -198,8 +198,8 @@ def test_per_class_grouping_equals_a_mask_per_class(lvis_run):
 
 
 # The command line in a fresh process, torch and Ultralytics watched: where either is first imported
-# (the det_calib frames of the stack), and whether torch is in sys.modules at the job's points (the
-# box table read, the figures drawn, the outputs written).
+# (the det_calib frames of the stack), whether torch is in sys.modules at the job's points (the box
+# table read, the figures drawn, the outputs written), and what each model child process ran.
 WATCHED_RUN = r"""
 import importlib.abc, importlib.machinery, json, sys, traceback
 imported = {}
@@ -231,9 +231,16 @@ capturing.reuse_boxes = at("box table read", capturing.reuse_boxes)
 capturing.read_run_detections = at("box table read", capturing.read_run_detections)
 calibrate_job.evaluate = at("figures", calibrate_job.evaluate)
 calibrate_job.write_run_outputs = at("outputs", calibrate_job.write_run_outputs)
+from det_calib.job import model_process
+children = []
+in_child = model_process._in_child
+def counted(stage, target, *rest):
+    children.append(target)
+    return in_child(stage, target, *rest)
+model_process._in_child = counted
 sys.argv = ["det-calib", *sys.argv[1:]]
 code = cli.main()
-print(json.dumps({"code": code, "imported": imported, "points": points}))
+print(json.dumps({"code": code, "imported": imported, "points": points, "children": children}))
 """
 
 
@@ -276,6 +283,8 @@ def test_boxes_run_imports_no_torch_and_folds_the_same_checkpoint(coco_set, tmp_
     # the command ran every point of the job, torch out of the process at each and at the end
     assert got["points"] == {"box table read": False, "figures": False, "outputs": False}
     assert got["imported"] == {}, got["imported"]
+    # one model child, the fold's: the model's facts were read where the parts recorded them
+    assert got["children"] == ["det_calib.deploy.fold:write_run_checkpoint"]
     # the checkpoint the child wrote is the one this process (torch imported) writes of the same maps
     here = tmp_path / "here.pt"
     records = read_calibrators(out / "calibration.json")
