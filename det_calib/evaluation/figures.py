@@ -143,14 +143,22 @@ def _thresholded(raw: BoxView, scored: BoxView, s: EvalSettings) -> list[Thresho
     """ECE of the boxes kept at each deployment threshold, raw and calibrated."""
     out = []
     for t in s.conf:
-        kb, ka = raw.kept(t), scored.kept(t)
+        mb, ma = (
+            kept_mask(raw.conf, t),
+            kept_mask(scored.conf, t),
+        )  # only scores and labels are read
+        nb, na = int(mb.sum()), int(ma.sum())
         out.append(
             Thresholded(
                 conf=t,
-                boxes_before=kb.n,
-                ece_before=metrics.ece(kb.conf, kb.correct, n_bins=s.ece_bins) if kb.n else None,
-                boxes_after=ka.n,
-                ece_after=metrics.ece(ka.conf, ka.correct, n_bins=s.ece_bins) if ka.n else None,
+                boxes_before=nb,
+                ece_before=metrics.ece(raw.conf[mb], raw.correct[mb], n_bins=s.ece_bins)
+                if nb
+                else None,
+                boxes_after=na,
+                ece_after=metrics.ece(scored.conf[ma], scored.correct[ma], n_bins=s.ece_bins)
+                if na
+                else None,
             )
         )
     return out

@@ -134,13 +134,19 @@ def precision_recall_vs_conf(
     c = np.asarray(conf, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
     grid = np.linspace(0, 1, 201) if grid is None else np.asarray(grid, dtype=np.float64)
-    order = np.argsort(c)
-    cs, ys = c[order], y[order]
-    # boxes with conf > t are those at index >= searchsorted(cs, t, side="right")
-    start = np.searchsorted(cs, grid, side="right")
-    tp_suffix = np.concatenate([np.cumsum(ys[::-1])[::-1], [0]])
-    kept = len(cs) - start
-    tp = tp_suffix[start]
+    # a box of conf c is kept at the thresholds t < c: the first j of the sorted grid, j the number
+    # of grid points below c; the kept set at grid point i is then the boxes whose j exceeds i (a
+    # count over the grid's intervals, no sort of the boxes)
+    order = np.argsort(grid, kind="stable")
+    j = np.searchsorted(grid[order], c, side="left")
+    n_at = np.bincount(j, minlength=len(grid) + 1)
+    tp_at = np.bincount(j[y], minlength=len(grid) + 1)
+    kept_sorted = (n_at[::-1].cumsum()[::-1] - n_at)[
+        :-1
+    ]  # boxes with j > i, i over the sorted grid
+    tp_sorted = (tp_at[::-1].cumsum()[::-1] - tp_at)[:-1]
+    kept, tp = np.empty_like(kept_sorted), np.empty_like(tp_sorted)
+    kept[order], tp[order] = kept_sorted, tp_sorted
     with np.errstate(invalid="ignore", divide="ignore"):
         precision = np.where(kept > 0, tp / np.maximum(kept, 1), np.nan)
         recall = tp / n_gt if n_gt else np.full(len(grid), np.nan)

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from det_calib.calibrators.base import LogitCalibrator
-from det_calib.data.box_view import BoxView
+from det_calib.data.box_view import BoxView, kept_mask
 from det_calib.data.ground_truth import Split
 from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
@@ -170,9 +170,10 @@ class OperatingPoints:
         p, y, img = scored.conf, scored.correct, scored.image_id
         out = []
         for thr in self.conf:
-            kept = scored.kept(thr)
-            n = kept.n
-            e = metrics.ece(kept.conf, kept.correct, n_bins=self.ece_bins) if n else None
+            m = kept_mask(p, thr)  # the kept boxes' scores and labels (no other column is read)
+            n = int(m.sum())
+            kept_y = y[m]
+            e = metrics.ece(p[m], kept_y, n_bins=self.ece_bins) if n else None
             targets = self.targets_for(scored)
             la = targets.laece(p, threshold=thr, n_bins=self.laece_bins)
             e_ci = la_ci = None
@@ -204,7 +205,7 @@ class OperatingPoints:
                 OperatingFigures(
                     conf=thr,
                     boxes=n,
-                    correct=int(kept.correct.sum()),
+                    correct=int(kept_y.sum()),
                     ece=e,
                     ece_ci=e_ci,
                     laece0=None if math.isnan(la) else la,
@@ -233,11 +234,12 @@ class OperatingPoints:
 
     def class_kept_ece(self, scored: BoxView) -> dict[int, float]:
         """Class -> ECE of its boxes kept at the lowest threshold (classes with kept boxes)."""
-        kept = scored.kept(min(self.conf))
+        keep = kept_mask(scored.conf, min(self.conf))
+        cls, conf, y = scored.cls[keep], scored.conf[keep], scored.correct[keep]
         out = {}
-        for c in np.unique(kept.cls):  # the classes with kept boxes, in order
-            m = kept.cls == c
-            out[int(c)] = metrics.ece(kept.conf[m], kept.correct[m], n_bins=self.ece_bins)
+        for c in np.unique(cls):  # the classes with kept boxes, in order
+            m = cls == c
+            out[int(c)] = metrics.ece(conf[m], y[m], n_bins=self.ece_bins)
         return out
 
     def candidate_figures(self, calibrator: LogitCalibrator | None) -> dict[str, Any]:

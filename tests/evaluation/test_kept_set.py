@@ -72,6 +72,20 @@ def test_precision_recall_curve_matches_direct_count():
     assert np.isnan(prec[-1])  # nothing above 1.0
 
 
+def test_precision_recall_curve_counts_every_threshold_exactly():
+    """Every grid point, scores on the grid points themselves (kept only strictly above), and a grid
+    given unsorted with a repeated point: the exact counts of ``conf > t``."""
+    rng = np.random.default_rng(2)
+    c = np.concatenate([np.round(rng.random(3000), 2), [0.0, 1.0, 0.25, 0.25]])
+    y = rng.random(c.size) < c
+    for grid in (None, np.array([0.5, 0.1, 0.25, 0.25, 1.0, 0.0, 0.999])):
+        g, prec, rec, kept = precision_recall_vs_conf(c, y, n_gt=2000, grid=grid)
+        for k, t in enumerate(g):
+            m = c > t
+            assert kept[k] == m.sum() and rec[k] == y[m].sum() / 2000
+            assert prec[k] == y[m].sum() / m.sum() if m.any() else np.isnan(prec[k])
+
+
 @pytest.mark.parametrize("method", [m for m in registered_methods() if m != "none"])
 def test_equivalent_conf_keeps_exactly_the_raw_set(method):
     """For every map the equivalent threshold keeps exactly the boxes above the raw threshold:
