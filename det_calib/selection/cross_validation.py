@@ -201,7 +201,7 @@ def _compress(z, y, k, folds, resolution):
     kk = np.zeros(z.shape[0], dtype=np.int64) if k is None else k
     span_q, span_k = int(q.max()) + 1, int(kk.max()) + 1
     key = ((folds * span_k + kk) * span_q + q) * 2 + y.astype(np.int64)
-    uniq, counts = np.unique(key, return_counts=True)
+    uniq, counts = _distinct_counts(key)
     yc = (uniq % 2).astype(np.float64)
     rest = uniq // 2
     qc = rest % span_q
@@ -210,6 +210,25 @@ def _compress(z, y, k, folds, resolution):
     fc = rest // span_k
     zc = (qc + np.round(z / resolution).astype(np.int64).min()) * resolution
     return zc, yc, (None if k is None else kc), fc, counts.astype(np.float64)
+
+
+def _distinct_counts(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_counts=True)`` of non-negative int64 keys: counted over the keys'
+    range where it is no wider than four times their number (the CV rows' keys at the default
+    resolution), else sorted; the same arrays.
+
+    >>> key = np.array([9, 2, 9, 0, 2, 9])
+    >>> [a.tolist() for a in _distinct_counts(key)]
+    [[0, 2, 9], [1, 2, 3]]
+    >>> wide = np.array([10**9, 5, 5])  # a range past four times the keys: sorted
+    >>> [a.tolist() for a in _distinct_counts(wide)]
+    [[5, 1000000000], [2, 1]]
+    """
+    if key.size and int(key.min()) >= 0 and int(key.max()) < 4 * key.size + 1024:
+        every = np.bincount(key)
+        uniq = np.flatnonzero(every)
+        return uniq, every[uniq]
+    return np.unique(key, return_counts=True)
 
 
 def _compress_soft(z, y, k, folds, resolution):
