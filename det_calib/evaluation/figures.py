@@ -143,10 +143,8 @@ def _thresholded(raw: BoxView, scored: BoxView, s: EvalSettings) -> list[Thresho
     """ECE of the boxes kept at each deployment threshold, raw and calibrated."""
     out = []
     for t in s.conf:
-        mb, ma = (
-            kept_mask(raw.conf, t),
-            kept_mask(scored.conf, t),
-        )  # only scores and labels are read
+        # the kept boxes' scores and labels (no other column is read)
+        mb, ma = kept_mask(raw.conf, t), kept_mask(scored.conf, t)
         nb, na = int(mb.sum()), int(ma.sum())
         out.append(
             Thresholded(

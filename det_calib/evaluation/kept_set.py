@@ -141,9 +141,8 @@ def precision_recall_vs_conf(
     j = np.searchsorted(grid[order], c, side="left")
     n_at = np.bincount(j, minlength=len(grid) + 1)
     tp_at = np.bincount(j[y], minlength=len(grid) + 1)
-    kept_sorted = (n_at[::-1].cumsum()[::-1] - n_at)[
-        :-1
-    ]  # boxes with j > i, i over the sorted grid
+    # the boxes with j > i, i over the sorted grid
+    kept_sorted = (n_at[::-1].cumsum()[::-1] - n_at)[:-1]
     tp_sorted = (tp_at[::-1].cumsum()[::-1] - tp_at)[:-1]
     kept, tp = np.empty_like(kept_sorted), np.empty_like(tp_sorted)
     kept[order], tp[order] = kept_sorted, tp_sorted
