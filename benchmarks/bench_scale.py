@@ -1,11 +1,13 @@
-"""COCO scale: the post-capture job against one pycocotools evaluation of one head on the same boxes.
+"""COCO scale: the post-capture job against one pycocotools evaluation of one head's boxes.
 
 The set is :mod:`det_calib.demo.coco_shaped` (seeded; 80 classes, about 7 ground-truth boxes and
 200 boxes per image and head at conf 0.001, both heads; written through the project's parts
 writer), at 400, 1,600 and 5,000 images per split by default. For each size and each ``--method``
-(``temperature`` and the default ``auto``):
+(``temperature`` and the default ``auto``) and each ``--head`` (default ``both``; ``nms``: one
+head's boxes, what the job costs a one-head detector such as YOLO11, and the very boxes the
+reference evaluates):
 
-- the job: ``det-calib calibrate --boxes PARTS --no-val`` on both heads (fit on ``calib``, report
+- the job: ``det-calib calibrate --boxes PARTS --no-val --head H`` (fit on ``calib``, report
   on ``test``, default bootstrap, report written), run as the command line runs it
   (``det_calib.cli.main`` in a fresh process, its process tuned as the command's): wall and CPU
   seconds of its ``calibrate`` call (the CPU of its child processes included), the seconds of each
@@ -26,7 +28,8 @@ writer), at 400, 1,600 and 5,000 images per split by default. For each size and 
 With ``--repeats N`` the job runs N times at each size compared with pycocotools, pycocotools right
 after each run (the two under one load: on a shared machine either moves by 5 to 10% from one
 moment to the next), and the run of the median CPU of each is the one reported (the CPU of every
-run printed, and noted in the docs table).
+run printed, and noted in the docs table). A size past ``--reference-max`` runs once, with the
+first ``--head`` only.
 
 Then per size: seconds per image of the job, and per method the change of the peak from the
 smallest to the largest set, with and without the box table (``--reference-max`` leaves
@@ -34,7 +37,8 @@ pycocotools out of the large sets: the job's memory is what those measure).
 
 Run from the repository root (the 5,000-image set takes about 200 MB of disk under ``--work``)::
 
-    PYTHONPATH=. python benchmarks/bench_scale.py [--images 400 1600 5000] [--method temperature auto]
+    PYTHONPATH=. python benchmarks/bench_scale.py [--images 400 1600 5000] [--method temperature auto] \
+        [--head both nms]
 """
 
 from __future__ import annotations
@@ -55,12 +59,12 @@ import json, os, resource, sys, time
 t_process = time.perf_counter()
 import det_calib.cli as cli
 from det_calib.job import clock, model_process
-root, method, out = sys.argv[1], sys.argv[2], sys.argv[3]
+root, method, out, head = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 # the command as a user runs it: `det-calib calibrate --boxes PARTS --no-val` (cli.main with the
 # process's own argv tunes the process as the command line does); its calibrate() call timed, the
 # run it returns and each model child process it starts recorded beside it
 sys.argv = ["det-calib", "calibrate", "--model", f"{root}/model.pt", "--data", f"{root}/data.yaml",
-            "--boxes", f"{root}/parts", "--method", method, "--head", "both", "--no-val",
+            "--boxes", f"{root}/parts", "--method", method, "--head", head, "--no-val",
             "--out", out, "--quiet"]
 seen, children = {}, []
 def _rss():
@@ -212,10 +216,11 @@ def _bound(job: dict) -> int:
 
 
 def _print_job(n: int, method: str, job: dict, ref: dict | None) -> None:
+    """One run as printed (``method``: the run's label, ``--method M --head H``)."""
     per_box = job["table_bytes"] / max(job["boxes"], 1)
     rest = job["peak_rss"] - job["fixed_rss"] - job["table_bytes"]
     print(
-        f"\n{n:,} images per split, --method {method}: {job['seconds']:.1f} s wall, "
+        f"\n{n:,} images per split, {method}: {job['seconds']:.1f} s wall, "
         f"{job['cpu']:.1f} s CPU ({job['children_cpu']:.1f} s of it in the model's child processes), "
         f"the command {job['command_seconds']:.1f} s from the interpreter's start; "
         f"mAP engine {job['engine']}; torch imported in the command's process: "
@@ -283,7 +288,7 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
         else f"{sec[0]:.0f} s / {sec[1]:.0f} s | {job['seconds'] / sec[0]:.2f}x / {job['cpu'] / sec[1]:.2f}x"
     )
     return (
-        f"| {n:,}, `--method {method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
+        f"| {n:,}, `{method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
         + " | ".join(cells)
         + f" | {_bound(job) / 2**30:.2f} GiB | {job['peak_rss'] / 2**30:.2f} GiB | "
         + f"{max([c['peak_rss'] for c in job.get('children', [])] or [0]) / 2**30:.2f} GiB | "
@@ -308,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, nargs="+", default=[400, 1600, 5000])
     ap.add_argument("--method", nargs="+", default=["temperature", "auto"])
+    ap.add_argument(
+        "--head",
+        nargs="+",
+        choices=["both", "nms", "e2e"],
+        default=["both"],
+        help="the job's --head, each a run of every method (default both: twice the boxes one "
+        "pycocotools evaluation sees; nms: one head's, what the job costs a one-head detector)",
+    )
     ap.add_argument(
         "--work",
         type=Path,
@@ -344,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
     print(f"bench_scale: sets under {work}; load average {load0:.1f}", flush=True)
-    per_image: dict[str, dict[int, float]] = {m: {} for m in args.method}
-    peaks: dict[str, dict[int, dict]] = {m: {} for m in args.method}
+    runs = {f"--method {m} --head {h}": (m, h) for m in args.method for h in args.head}
+    per_image: dict[str, dict[int, float]] = {k: {} for k in runs}
+    peaks: dict[str, dict[int, dict]] = {k: {} for k in runs}
     rows: list[str] = []
     repeated: dict[tuple[int, str], list[float]] = {}
     for n in args.images:
@@ -358,13 +372,17 @@ def main(argv: list[str] | None = None) -> int:
         if reuse:
             print(f"  pycocotools' seconds from {cached} (an earlier run)", flush=True)
         runs_of: dict[str, list[dict]] = {}
-        for method in args.method:
-            runs_of[method] = []
+        for label, (method, head) in runs.items():
+            if not compared and head != args.head[0]:
+                continue  # past --reference-max: the memory of the first --head is what it measures
+            runs_of[label] = []
             for _ in range(repeats):
                 with tempfile.TemporaryDirectory(dir=work) as out:
-                    runs_of[method].append(_python(JOB, str(root), method, str(Path(out) / "run")))
+                    runs_of[label].append(
+                        _python(JOB, str(root), method, str(Path(out) / "run"), head)
+                    )
                 if compared and not reuse and len(refs) < repeats:
-                    # pycocotools right after each run of the first method: the two under one load
+                    # pycocotools right after each run of the first run's: the two under one load
                     refs.append(_python(REFERENCE, str(root)))
         ref = _median_by(refs, lambda r: _ref_seconds(r)[1]) if refs else None
         if refs and not reuse:
@@ -375,14 +393,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"\n{n:,} images: pycocotools {len(refs)} times, CPU {cpus} s: the median's below"
             )
             repeated[(n, "pycocotools")] = [_ref_seconds(r)[1] for r in refs]
-        for method, runs in runs_of.items():
-            job = _median_by(runs, lambda r: r["cpu"])
-            if len(runs) > 1:
-                cpus = ", ".join(f"{r['cpu']:.1f}" for r in runs)
+        for method, done in runs_of.items():
+            job = _median_by(done, lambda r: r["cpu"])
+            if len(done) > 1:
+                cpus = ", ".join(f"{r['cpu']:.1f}" for r in done)
                 print(
-                    f"\n{n:,} images, --method {method}: {len(runs)} runs, CPU {cpus} s: the median's below"
+                    f"\n{n:,} images, {method}: {len(done)} runs, CPU {cpus} s: the median's below"
                 )
-                repeated[(n, method)] = [r["cpu"] for r in runs]
+                repeated[(n, method)] = [r["cpu"] for r in done]
             _print_job(n, method, job, ref)
             per_image[method][n] = job["seconds"] / n
             peaks[method][n] = job
@@ -406,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             + (
                 f"pycocotools ran {len(c)} times, each right after a run of the job (CPU "
                 if m == "pycocotools"
-                else f"`--method {m}`: the job ran {len(c)} times (CPU "
+                else f"`{m}`: the job ran {len(c)} times (CPU "
             )
             + ", ".join(f"{x:.1f}" for x in c)
             + " s): the row is the median's."
@@ -422,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
     for method, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())
-        print(f"  --method {method}: {cells}")
+        print(f"  {method}: {cells}")
     return 0
 
 
@@ -455,7 +473,7 @@ def _memory_lines(peaks: dict[str, dict[int, dict]]) -> list[str]:
         grow = hi["peak_rss"] / lo["peak_rss"] - 1
         beside = [j["peak_rss"] - j["table_bytes"] for j in (lo, hi)]
         out.append(
-            f"  --method {method}, {min(d):,} -> {max(d):,} images: peak {_gib(lo['peak_rss'])} -> "
+            f"  {method}, {min(d):,} -> {max(d):,} images: peak {_gib(lo['peak_rss'])} -> "
             f"{_gib(hi['peak_rss'])} ({grow:+.0%}); box table {_gib(lo['table_bytes'])} -> "
             f"{_gib(hi['table_bytes'])}; peak less the table {_gib(beside[0])} -> "
             f"{_gib(beside[1])} "
