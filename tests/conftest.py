@@ -282,9 +282,17 @@ NO_DET_CALIB = textwrap.dedent(
 _PRINTED_INTERVAL = re.compile(r"(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
 
 
+#: A floor gap's ranges (``floor_gap`` of a head's eval record) and the ECE beside each, which the
+#: gap's reason places inside it (``images``, ``sampling``) or above it (``score``: no map reaches it)
+_GAP_RANGES = {"floor_without_range": "ece_without", "refit_floor_range": "refit_ece"}
+
+
 def _estimate_key(key: str) -> str | None:
     """The estimate an interval key belongs to: ``ece_before_ci`` -> ``ece_before``, ``ece_ci`` ->
-    ``ece``, ``ece_floor_range`` -> ``ece_floor``; None for a key that is not an interval."""
+    ``ece``, ``ece_floor_range`` -> ``ece_floor``, a floor gap's range -> its ECE
+    (:data:`_GAP_RANGES`); None for a key that is not an interval."""
+    if key in _GAP_RANGES:
+        return _GAP_RANGES[key]
     if key.endswith("_ci"):
         return key[:-3]
     if key.endswith("_range"):
@@ -294,7 +302,8 @@ def _estimate_key(key: str) -> str | None:
 
 def interval_violations(doc, where: str = "") -> tuple[list[str], int]:
     """Every interval of a ``calibration.json`` object that does not contain its estimate (or has
-    no estimate beside it), and how many intervals were checked."""
+    no estimate beside it), and how many intervals were checked. A floor gap's range holds its ECE
+    where the gap's reason says so, and lies below it where the reason is ``score``."""
     bad, n = [], 0
     if isinstance(doc, dict):
         for k, v in doc.items():
@@ -307,7 +316,10 @@ def interval_violations(doc, where: str = "") -> tuple[list[str], int]:
                 n += 1
                 if x is None or lo is None or hi is None:
                     continue
-                if not lo - 1e-12 <= x <= hi + 1e-12:
+                if k in _GAP_RANGES and doc.get("reason") == "score":
+                    if not x > hi:
+                        bad.append(f"{where}.{k}: {x} not above [{lo}, {hi}] (reason score)")
+                elif not lo - 1e-12 <= x <= hi + 1e-12:
                     bad.append(f"{where}.{k}: {x} not in [{lo}, {hi}]")
             else:
                 b, m = interval_violations(v, f"{where}.{k}")

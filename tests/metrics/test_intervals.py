@@ -138,6 +138,20 @@ def test_the_checkers_find_an_interval_without_its_estimate():
     assert n == 2 and bad == ["0.0458 [0.0306, 0.0409]"]
 
 
+def test_the_checker_reads_a_floor_gaps_ranges_by_its_reason():
+    """A floor gap's ranges are checked against the ECE beside them: inside where the reason says the
+    gap is a few images' or the fit's sampling, above where no map of the score reaches the floor."""
+    images = {"reason": "images", "ece_without": 0.04, "floor_without_range": [0.02, 0.05]}
+    sampling = {"reason": "sampling", "refit_ece": 0.004, "refit_floor_range": [0.002, 0.007]}
+    score = {"reason": "score", "refit_ece": 0.09, "refit_floor_range": [0.02, 0.05]}
+    for gap in (images, sampling, score):
+        assert interval_violations({"floor_gap": gap}) == ([], 1)
+    bad, _ = interval_violations({"floor_gap": {**images, "ece_without": 0.06}})
+    assert bad == [".floor_gap.floor_without_range: 0.06 not in [0.02, 0.05]"]
+    bad, _ = interval_violations({"floor_gap": {**score, "refit_ece": 0.03}})
+    assert bad == [".floor_gap.refit_floor_range: 0.03 not above [0.02, 0.05] (reason score)"]
+
+
 @pytest.mark.parametrize("method", ["bc-normal", "bc", "basic", "normal", "percentile"])
 def test_an_interval_given_its_estimate_is_the_one_computed_with_it(method):
     """``estimate=``, the figure a caller computed already, gives the interval bootstrap_ci computes
