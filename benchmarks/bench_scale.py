@@ -31,8 +31,8 @@ moment to the next), and the run of the median CPU of each is the one reported (
 run printed, and noted in the docs table). A size past ``--reference-max`` runs once, with the
 first ``--head`` only.
 
-Then per size: seconds per image of the job, and per method the change of the peak from the
-smallest to the largest set, with and without the box table (``--reference-max`` leaves
+Then per size: seconds per image of the job, and per method and head the change of the peak from
+the smallest to the largest set, with and without the box table (``--reference-max`` leaves
 pycocotools out of the large sets: the job's memory is what those measure).
 
 Run from the repository root (the 5,000-image set takes about 200 MB of disk under ``--work``)::
@@ -215,12 +215,12 @@ def _bound(job: dict) -> int:
     )
 
 
-def _print_job(n: int, method: str, job: dict, ref: dict | None) -> None:
-    """One run as printed (``method``: the run's label, ``--method M --head H``)."""
+def _print_job(n: int, label: str, job: dict, ref: dict | None) -> None:
+    """One run as printed (``label``: the run's ``--method M --head H``)."""
     per_box = job["table_bytes"] / max(job["boxes"], 1)
     rest = job["peak_rss"] - job["fixed_rss"] - job["table_bytes"]
     print(
-        f"\n{n:,} images per split, {method}: {job['seconds']:.1f} s wall, "
+        f"\n{n:,} images per split, {label}: {job['seconds']:.1f} s wall, "
         f"{job['cpu']:.1f} s CPU ({job['children_cpu']:.1f} s of it in the model's child processes), "
         f"the command {job['command_seconds']:.1f} s from the interpreter's start; "
         f"mAP engine {job['engine']}; torch imported in the command's process: "
@@ -275,7 +275,7 @@ ISSUE_COLUMNS = {
 check, the bootstrap intervals, the per-class and by-size figures)."""
 
 
-def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
+def _issue_row(n: int, label: str, job: dict, ref: dict | None) -> str:
     secs = {st["name"]: st["seconds"] for st in job["stages"]}
     cells = [
         f"{sum(secs.get(s, 0.0) for s in parts):.0f} s" if any(s in secs for s in parts) else "–"
@@ -288,7 +288,7 @@ def _issue_row(n: int, method: str, job: dict, ref: dict | None) -> str:
         else f"{sec[0]:.0f} s / {sec[1]:.0f} s | {job['seconds'] / sec[0]:.2f}x / {job['cpu'] / sec[1]:.2f}x"
     )
     return (
-        f"| {n:,}, `{method}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
+        f"| {n:,}, `{label}` | {job['seconds']:.0f} s / {job['cpu']:.0f} s | "
         + " | ".join(cells)
         + f" | {_bound(job) / 2**30:.2f} GiB | {job['peak_rss'] / 2**30:.2f} GiB | "
         + f"{max([c['peak_rss'] for c in job.get('children', [])] or [0]) / 2**30:.2f} GiB | "
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                         _python(JOB, str(root), method, str(Path(out) / "run"), head)
                     )
                 if compared and not reuse and len(refs) < repeats:
-                    # pycocotools right after each run of the first run's: the two under one load
+                    # pycocotools right after each run of the first method and head: under one load
                     refs.append(_python(REFERENCE, str(root)))
         ref = _median_by(refs, lambda r: _ref_seconds(r)[1]) if refs else None
         if refs and not reuse:
@@ -393,18 +393,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"\n{n:,} images: pycocotools {len(refs)} times, CPU {cpus} s: the median's below"
             )
             repeated[(n, "pycocotools")] = [_ref_seconds(r)[1] for r in refs]
-        for method, done in runs_of.items():
+        for label, done in runs_of.items():
             job = _median_by(done, lambda r: r["cpu"])
             if len(done) > 1:
                 cpus = ", ".join(f"{r['cpu']:.1f}" for r in done)
                 print(
-                    f"\n{n:,} images, {method}: {len(done)} runs, CPU {cpus} s: the median's below"
+                    f"\n{n:,} images, {label}: {len(done)} runs, CPU {cpus} s: the median's below"
                 )
-                repeated[(n, method)] = [r["cpu"] for r in done]
-            _print_job(n, method, job, ref)
-            per_image[method][n] = job["seconds"] / n
-            peaks[method][n] = job
-            rows.append(_issue_row(n, method, job, ref))
+                repeated[(n, label)] = [r["cpu"] for r in done]
+            _print_job(n, label, job, ref)
+            per_image[label][n] = job["seconds"] / n
+            peaks[label][n] = job
+            rows.append(_issue_row(n, label, job, ref))
     table = "\n".join([HEADER, "|---" * (len(ISSUE_COLUMNS) + 9) + "|", *rows])
     print("\n" + table)
     lines = _memory_lines(peaks)
@@ -438,9 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             + " ".join(_without_work(argv if argv is not None else sys.argv[1:])),
         )
     print(f"\nseconds per image (load average now {os.getloadavg()[0]:.1f}):")
-    for method, d in per_image.items():
+    for label, d in per_image.items():
         cells = ", ".join(f"{n}: {v * 1000:.1f} ms" for n, v in d.items())
-        print(f"  {method}: {cells}")
+        print(f"  {label}: {cells}")
     return 0
 
 
@@ -463,17 +463,17 @@ def _without_work(args: list[str]) -> list[str]:
 
 
 def _memory_lines(peaks: dict[str, dict[int, dict]]) -> list[str]:
-    """Per method, the change of the peak between the smallest and the largest set, and of the peak
-    less the box table (what does not have to grow with the images)."""
+    """Per method and head, the change of the peak between the smallest and the largest set, and of
+    the peak less the box table (what does not have to grow with the images)."""
     out = []
-    for method, d in peaks.items():
+    for label, d in peaks.items():
         if len(d) < 2:
             continue
         lo, hi = d[min(d)], d[max(d)]
         grow = hi["peak_rss"] / lo["peak_rss"] - 1
         beside = [j["peak_rss"] - j["table_bytes"] for j in (lo, hi)]
         out.append(
-            f"  {method}, {min(d):,} -> {max(d):,} images: peak {_gib(lo['peak_rss'])} -> "
+            f"  {label}, {min(d):,} -> {max(d):,} images: peak {_gib(lo['peak_rss'])} -> "
             f"{_gib(hi['peak_rss'])} ({grow:+.0%}); box table {_gib(lo['table_bytes'])} -> "
             f"{_gib(hi['table_bytes'])}; peak less the table {_gib(beside[0])} -> "
             f"{_gib(beside[1])} "
