@@ -14,6 +14,12 @@ memory lies and how long it takes.
   faulting it in afresh, zeroed, on the next image: a few seconds of system CPU per run on the demo.
   Between the stages of a command the heaps' free pages go back to the system (:func:`release`, which
   :func:`det_calib.job.clock.stage` calls): the memory a stage freed does not stay resident under the next.
+  Blocks over 32 MiB (the highest threshold glibc takes) are still mapped afresh: at 50,000 images a
+  split, where a column of a head's boxes is 80 MB, the system's CPU (faulting those pages in) is 120 s
+  of the job's 427. Taking every block from the heap (``M_MMAP_MAX`` 0) was measured
+  (benchmarks/bench_scale.py, the 50,000- and 5,000-image sets): 410 -> 363 s of CPU and a peak
+  0.12 GiB higher at 50,000, but 32.8 -> 34.9 s at 5,000 (and slower in both of two paired runs of
+  the command there), so it is not set.
 - **BLAS threads.** numpy's OpenBLAS runs on one thread. Everything after the capture is vector
   arithmetic over the box table (dot products, bin sums, small products): memory-bound work that a
   second thread does not speed up and, on a machine whose cores are busy with other work, slows down
