@@ -25,9 +25,9 @@ reference evaluates):
   ``evaluate + accumulate``, wall and CPU, side by side (on a shared machine the wall ratio moves
   with the load; the CPU ratio much less).
 
-With ``--repeats N`` the job runs N times at each size compared with pycocotools, pycocotools right
-after each run (the two under one load: on a shared machine either moves by 5 to 10% from one
-moment to the next), and the run of the median CPU of each is the one reported (the CPU of every
+With ``--repeats N`` the job runs N times at each size compared with pycocotools, in N rounds of one
+run of each method and head and then pycocotools (under one load: on a shared machine either moves
+by 5 to 10% from one moment to the next), and the run of the median CPU of each is the one reported (the CPU of every
 run printed, and noted in the docs table). A size past ``--reference-max`` runs once, with the
 first ``--head`` only.
 
@@ -344,10 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats",
         type=int,
         default=1,
-        help="run the job this many times at each size compared with pycocotools, pycocotools "
-        "right after each run, and report the run of the median CPU of each (one run moves by 5 "
-        "to 10%% on a shared machine); a size past --reference-max runs once (its memory is what "
-        "it measures)",
+        help="run the job this many times at each size compared with pycocotools, in rounds of "
+        "one run of each method and head then pycocotools, and report the run of the median CPU "
+        "of each (one run moves by 5 to 10%% on a shared machine); a size past --reference-max "
+        "runs once (its memory is what it measures)",
     )
     ap.add_argument(
         "--doc", action="store_true", help="also write the table to docs/generated/bench_scale.md"
@@ -371,19 +371,17 @@ def main(argv: list[str] | None = None) -> int:
         refs = [json.loads(cached.read_text())] if reuse else []
         if reuse:
             print(f"  pycocotools' seconds from {cached} (an earlier run)", flush=True)
-        runs_of: dict[str, list[dict]] = {}
-        for label, (method, head) in runs.items():
-            if not compared and head != args.head[0]:
-                continue  # past --reference-max: the memory of the first --head is what it measures
-            runs_of[label] = []
-            for _ in range(repeats):
+        # past --reference-max: the memory of the first --head is what a size measures
+        here = {k: mh for k, mh in runs.items() if compared or mh[1] == args.head[0]}
+        runs_of: dict[str, list[dict]] = {label: [] for label in here}
+        for _ in range(repeats):  # a round: every method and head, then pycocotools, under one load
+            for label, (method, head) in here.items():
                 with tempfile.TemporaryDirectory(dir=work) as out:
                     runs_of[label].append(
                         _python(JOB, str(root), method, str(Path(out) / "run"), head)
                     )
-                if compared and not reuse and len(refs) < repeats:
-                    # pycocotools right after each run of the first method and head: under one load
-                    refs.append(_python(REFERENCE, str(root)))
+            if compared and not reuse:
+                refs.append(_python(REFERENCE, str(root)))
         ref = _median_by(refs, lambda r: _ref_seconds(r)[1]) if refs else None
         if refs and not reuse:
             cached.write_text(json.dumps(ref))
@@ -422,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         ) + "".join(
             f" At {n:,} images, "
             + (
-                f"pycocotools ran {len(c)} times, each right after a run of the job (CPU "
+                f"pycocotools ran {len(c)} times, each right after a round of the job's runs (CPU "
                 if m == "pycocotools"
                 else f"`{m}`: the job ran {len(c)} times (CPU "
             )
