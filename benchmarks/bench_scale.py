@@ -27,9 +27,9 @@ reference evaluates):
 
 With ``--repeats N`` the job runs N times at each size compared with pycocotools, in N rounds of one
 run of each method and head and then pycocotools (under one load: on a shared machine either moves
-by 5 to 10% from one moment to the next), and the run of the median CPU of each is the one reported (the CPU of every
-run printed, and noted in the docs table). A size past ``--reference-max`` runs once, with the
-first ``--head`` only.
+by 5 to 10% from one moment to the next), and the run of the median CPU of each is the one
+reported (the CPU of every run printed, and noted in the docs table). A size past
+``--reference-max`` runs once, with the first ``--head`` only.
 
 Then per size: seconds per image of the job, and per method and head the change of the peak from
 the smallest to the largest set, with and without the box table (``--reference-max`` leaves
