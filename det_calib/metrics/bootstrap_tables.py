@@ -105,9 +105,9 @@ def csr_table(
     """A CSR float64 matrix of the (row, col, value) entries (no two share a position): torch's where the
     process has imported torch and not SciPy's sparse matrices (a run that captured boxes: importing
     SciPy for this product alone cost about 0.08 s of CPU, more than the demo's products), else SciPy's
-    where it is installed (the optional extra ``scale``; the test extra has it), else torch's; the two
+    (a run reusing boxes never imports torch in its process: about 0.47 GiB less at COCO scale); the two
     give the same sums bit for bit (:func:`csr_product`). ``torch_csr``: True for torch's, False for
-    SciPy's where it is installed, None (default) as above (the tests compare the two)."""
+    SciPy's, None (default) as above (the tests compare the two)."""
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
     crow = np.zeros(shape[0] + 1, dtype=np.int64)
@@ -116,12 +116,9 @@ def csr_table(
     if torch_csr is None:
         torch_csr = "torch" in sys.modules and "scipy.sparse" not in sys.modules
     if not torch_csr:
-        try:  # else torch's product
-            from scipy.sparse import csr_matrix  # optional extra `scale`: det_calib[scale]
-        except ImportError:
-            pass
-        else:
-            return csr_matrix((vals, cols, crow), shape=shape, copy=False)
+        from scipy.sparse import csr_matrix  # here: a run that never needs it does not pay for it
+
+        return csr_matrix((vals, cols, crow), shape=shape, copy=False)
     import warnings
 
     import torch

@@ -1,18 +1,12 @@
-"""The bootstrap's CSR product: SciPy's where SciPy is installed (torch's in a process that imported torch and
-not SciPy's sparse matrices), torch's where it is not (SciPy is not
-among det_calib's requirements), the same sums bit for bit."""
+"""The bootstrap's CSR product: SciPy's (a requirement of det_calib), or torch's in a process that imported
+torch and not SciPy's sparse matrices; the same sums bit for bit."""
 
 from __future__ import annotations
-
-import builtins
 
 import numpy as np
 import pytest
 
 from det_calib.metrics.bootstrap_tables import csr_product, csr_table
-
-pytest.importorskip("scipy")
-pytest.importorskip("torch")
 
 
 def _entries(rng, n_rows=300, n_img=500, nnz=6000):
@@ -39,26 +33,6 @@ def test_scipy_and_torch_products_are_the_same_sums(seed):
     dense = np.zeros(shape)
     dense[rows, cols] = vals
     np.testing.assert_allclose(a, dense @ mult.T.astype(np.float64), rtol=1e-9, atol=1e-9)
-
-
-@pytest.mark.fast
-def test_without_scipy_the_table_is_torchs(monkeypatch):
-    real = builtins.__import__
-
-    def no_scipy(name, *args, **kwargs):
-        if name.startswith("scipy"):
-            raise ImportError(f"No module named {name!r}")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_scipy)
-    rng = np.random.default_rng(3)
-    rows, cols, vals, shape = _entries(rng, n_rows=20, n_img=30, nnz=100)
-    table = csr_table(rows, cols, vals, shape)
-    assert type(table).__module__.startswith("torch")
-    mult = rng.poisson(1.0, size=(8, shape[1]))
-    dense = np.zeros(shape)
-    dense[rows, cols] = vals
-    np.testing.assert_allclose(csr_product(table, mult), dense @ mult.T, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.fast

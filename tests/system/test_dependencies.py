@@ -1,7 +1,7 @@
 """Every third-party module det_calib imports at run time is a declared dependency (pyproject.toml).
 
 A module that only arrives through another package (PyYAML and Pillow come with Ultralytics today)
-or only with the test extra (scipy) would break `pip install -e . && det-calib calibrate` on a
+or only with the test extra (scikit-learn) would break `pip install -e . && det-calib calibrate` on a
 fresh machine while CI, which installs the test extra, stays green.
 """
 
@@ -42,9 +42,6 @@ ALLOWED_UNDECLARED: dict[str, str] = {
     "det_calib.deploy.calibrated_export, after det_calib.capture.exported.ExportInfo.require_runtime named "
     "the extra "
     "when it is missing",
-    "scipy": "optional extra `det_calib[scale]` (declared there): imported only inside "
-    "det_calib.metrics.bootstrap_tables.csr_table, which uses torch's sparse product instead when it "
-    "is missing (the same sums, tests/metrics/test_bootstrap_tables.py)",
     "ncnn": "optional extra `det_calib[ncnn]` (declared there): imported only inside the NCNN load check of "
     "det_calib.capture.exported.ExportCapturer, after det_calib.capture.exported.ExportInfo.require_runtime "
     "named the "
@@ -174,14 +171,14 @@ def test_an_undeclared_import_is_caught():
 
 def test_test_only_packages_are_not_runtime_dependencies():
     """scikit-learn stays test-only: det_calib does not import it at run time. SciPy is imported in one
-    place only, the bootstrap's optional sparse product (extra `scale`), with torch's product where it is
-    missing; the test extra installs it, so CI runs both (a plain install, CI's command 1, has none)."""
+    place only, the bootstrap's sparse product, and is a requirement (a run reusing boxes then never imports
+    torch in its process), not an extra: a plain install, CI's command 1, has it."""
     where = runtime_imports()
     assert "sklearn" not in where
     assert where.get("scipy", set()) == {"det_calib/metrics/bootstrap_tables.py"}
-    assert "scipy" not in declared(project()["dependencies"])
-    assert {"scipy"} <= declared(project()["optional-dependencies"]["scale"])
-    assert {"scipy", "scikit-learn"} <= declared(project()["optional-dependencies"]["test"])
+    assert "scipy" in declared(project()["dependencies"])
+    assert "scipy" not in ALLOWED_UNDECLARED
+    assert "scikit-learn" in declared(project()["optional-dependencies"]["test"])
 
 
 def test_allowed_exceptions_carry_a_reason():
