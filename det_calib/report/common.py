@@ -141,9 +141,14 @@ def fmt_value(v: Any) -> str:
 def ece_tag(run: Run) -> str:
     """``15 bins, IoU 0.5``; a run matched by another overlap names it (``OKS 0.5``, ``mask IoU 0.5``),
     as the summary does."""
+    return f"{run.settings.ece_bins} bins, {match_words(run)}"
+
+
+def match_words(run: Run) -> str:
+    """The overlap a box must reach to be correct: ``IoU 0.5`` (``OKS 0.5``, ``mask IoU 0.5``)."""
     rule = run.result.matching
     measure = rule.measure if rule is not None and rule.by != "box" else "IoU"
-    return f"{run.settings.ece_bins} bins, {measure} {run.settings.iou_match:g}"
+    return f"{measure} {run.settings.iou_match:g}"
 
 
 def dece_tag(run: Run) -> str:

@@ -20,7 +20,7 @@ from det_calib.record.eval_record import EvalResult, OperatingFigures
 from det_calib.record.threshold_shift import ThresholdShift
 from det_calib.report.record_words import WORSE_TOLERANCE, floor_gap_short, operating_point_worse
 
-from .common import arrow, f3, f4, fci, fint, fthr, head_eval, num, shift_at
+from .common import arrow, f3, f4, fci, fint, fthr, head_eval, match_words, num, shift_at
 from .context import Subject
 from .document import Block, Bullets, Para
 
@@ -107,7 +107,7 @@ def _items(s: Subject) -> list[str]:
         return items + ([_kept_item(None, None, sh)] if sh is not None else []) + [_map_item(s, ev)]
     iou = s.run.settings.target == "iou"
     o0, o1 = ev.operating_before[0], ev.operating_after[0]
-    ece, la = _ece_item(o0, o1), _laece_item(o0, o1, target=iou)
+    ece, la = _ece_item(o0, o1), _laece_item(o0, o1, target=iou, match=match_words(s.run))
     items = (
         [la, _kept_item(o0, o1, shift_at(s.result.threshold_shift, num(o0.conf))), ece]
         if iou
@@ -133,14 +133,26 @@ def _ece_item(o0: OperatingFigures, o1: OperatingFigures) -> str:
     )
 
 
-def _laece_item(o0: OperatingFigures, o1: OperatingFigures, *, target: bool) -> str:
-    """``target``: the run's own figure (``--target iou``), said as such."""
-    return (
+def _laece_item(
+    o0: OperatingFigures, o1: OperatingFigures, *, target: bool, match: str | None = None
+) -> str:
+    """``target``: the run's own figure (``--target iou``), said as such. Where it is not and the map
+    raised it, why: the default map is fitted to the chance that a box is correct, LaECE_0 reads the
+    IoU a box reaches (docs/targets.md); ``match``: the run's matching rule in words ("IoU 0.5")."""
+    out = (
         f"LaECE_0 of the boxes kept at conf {fthr(o0.conf)}{' (the target)' if target else ''}: "
         "raw "
         f"{f4(o0.laece0)} → calibrated {f4(o1.laece0)}; sampling floor "
         f"{fci(o1.laece_floor, o1.laece_floor_range)}"
     )
+    raw, cal = num(o0.laece0), num(o1.laece0)
+    if not target and raw is not None and cal is not None and cal > raw:
+        out += (
+            " (higher after: the map makes conf the chance that a box is correct"
+            f"{'' if match is None else ' at ' + match}, and LaECE_0 compares conf with the IoU "
+            "a box reaches; --target iou fits that instead)"
+        )
+    return out
 
 
 def _kept_item(

@@ -243,3 +243,17 @@ def test_verdict_in_its_three_cases(tmp_path):
         "floor 0.0900 [0.0800, 0.1100]"
     )
     assert ece.startswith("ECE of the boxes kept at conf 0.25: raw 0.0900 → calibrated 0.0600")
+    # the default target: a LaECE_0 the map raised says why (the map fits correctness, not IoU); one it
+    # lowered says nothing more
+    calib["target"] = "correct"
+    (run_dir / "calibration.json").write_text(json.dumps(calib))
+    (_, _, la, *_) = answer_blocks(subject(load_run(run_dir), "nms", name="nms"))[1].items
+    assert la == (
+        "LaECE_0 of the boxes kept at conf 0.25: raw 0.1000 → calibrated 0.1200; sampling floor 0.0900 "
+        "[0.0800, 0.1100] (higher after: the map makes conf the chance that a box is correct at IoU "
+        "0.5, and LaECE_0 compares conf with the IoU a box reaches; --target iou fits that instead)"
+    )
+    ev["operating_after"][0]["laece0"] = 0.08
+    (run_dir / "calibration.json").write_text(json.dumps(calib))
+    (_, _, la, *_) = answer_blocks(subject(load_run(run_dir), "nms", name="nms"))[1].items
+    assert la.endswith("calibrated 0.0800; sampling floor 0.0900 [0.0800, 0.1100]"), la
