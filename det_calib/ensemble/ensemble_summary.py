@@ -8,7 +8,6 @@ import numpy as np
 
 from det_calib.ensemble.ensemble_record import AUTO, EnsembleRecord, ensemble_of, rule_words
 from det_calib.record.run_result import RunResult
-from det_calib.report.text_summary import summary_text
 
 __all__ = ["ensemble_lines"]
 
@@ -88,8 +87,3 @@ def ensemble_lines(result: RunResult) -> list[str]:
         + " (wall, every head's fusion together)"
     )
     return lines
-
-
-def _ensemble_summary(result: RunResult) -> str:
-    """``summary.txt`` of an ensemble run: ``calibrate``'s summary of the fused boxes, then the ensemble's lines."""
-    return summary_text(result, more=ensemble_lines(result))

@@ -165,12 +165,6 @@ def begin() -> None:
     _clock.claimed = True
 
 
-def _since_process() -> bool:
-    """Whether the running clock counts from the process's start: the command line's own process,
-    which ends when the command does."""
-    return _clock.origin is not None and _clock.kind == "process"
-
-
 def reset() -> None:
     """Stop the clock and forget its stages."""
     _clock.__init__()

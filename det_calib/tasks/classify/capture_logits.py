@@ -9,11 +9,6 @@ returns only the softmax; its logits are taken as ``log p``, which differ from `
 constant per image that a temperature does not see (``softmax((z - c) / T) = softmax(z / T)``);
 vector and matrix scaling are then maps of those log-probabilities. Their precision is float32's
 smallest probability.
-
-Example:
-    >>> from det_calib.tasks.classify.capture_logits import _softmax_rows
-    >>> [round(float(v), 4) for v in _softmax_rows([[0.0, 0.0]])[0]]
-    [0.5, 0.5]
 """
 
 from __future__ import annotations
@@ -49,13 +44,6 @@ class ClassifyCapture:
     probs: np.ndarray
     names: tuple[str, ...]
     from_log_probs: bool = False
-
-
-def _softmax_rows(z: Any) -> np.ndarray:
-    """Row-wise softmax in float64."""
-    a = np.asarray(z, dtype=np.float64)
-    e = np.exp(a - a.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def capture_classify(
