@@ -327,6 +327,17 @@ class Settings:
             raise InputError(
                 f"Expected `conf_floor` in [0, {min(self.conf)}), but got {self.conf_floor}"
             )
+        for name, what, attr in (
+            ("per_class", "per-class", "per_class"),
+            ("size_maps", "size-conditioned", "uses_size"),
+        ):
+            if getattr(self, name) and self.method != "auto":
+                maps = [m for m in registry.methods() if getattr(registry.method_spec(m), attr)]
+                raise InputError(
+                    f"`{name}` lets `method` auto also consider the {what} maps; with `method` "
+                    f"{self.method} it would do nothing: drop it, or name one of them as `method` "
+                    f"({', '.join(maps)})"
+                )
         check_choice(self.map_engine, MAP_ENGINES, "map_engine")
         check_choice(self.head, _HEAD_CHOICES, "head")
         if self.limit is not None and self.limit < 1:

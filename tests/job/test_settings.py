@@ -19,3 +19,19 @@ def test_a_call_gives_settings_or_options():
         Settings.of_call(None, {"confidence": 0.5})
     with pytest.raises(InputError):
         Settings.of_call(None, {"iou": 1.5})  # validated
+
+
+def test_per_class_and_size_maps_only_widen_auto():
+    """``--per-class`` and ``--size-maps`` widen ``--method auto``'s choice; with a named method they would
+    do nothing, so the run refuses them and names the maps to ask for instead."""
+    assert "class-isotonic" in Settings(per_class=True).auto_methods()
+    with pytest.raises(
+        InputError, match=r"with `method` isotonic it would do nothing.*class-isotonic"
+    ):
+        Settings.of_call(None, {"method": "isotonic", "per_class": True})
+    with pytest.raises(
+        InputError, match=r"size-conditioned maps; with `method` platt.*\(size-platt\)"
+    ):
+        Settings.of_call(None, {"method": "platt", "size_maps": True})
+    assert Settings.of_call(None, {"method": "class-isotonic"}).method == "class-isotonic"
+    assert Settings.of_call(None, {"per_class": True, "size_maps": True}).method == "auto"

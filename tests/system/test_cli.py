@@ -157,6 +157,21 @@ def test_bad_options(capsys, ds, demo_model_path):
         *FAST,
     )
     _assert_one_line_error(code, err, "--conf")
+    # --per-class widens --method auto's choice only: with a named method it is refused, not ignored
+    code, err = _run(
+        capsys,
+        "calibrate",
+        "--model",
+        demo_model_path,
+        "--data",
+        ds / "data.yaml",
+        "--method",
+        "isotonic",
+        "--per-class",
+        *FAST,
+    )
+    _assert_one_line_error(code, err, "--per-class")
+    assert "(class-temperature, class-platt, class-isotonic)" in err
 
 
 def test_degenerate_fit_and_no_boxes(capsys, ds, demo_model_path):
