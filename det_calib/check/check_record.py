@@ -330,6 +330,9 @@ class CheckResult(Record):
     timings: Timings | None = spec(None, omit="none")
     matching: MatchingRule | None = spec(None, omit="none")
     """A labelled check of a segment model's run: the run's matching rule, which labelled the new boxes too."""
+    seen_images: dict[str, int] | None = spec(None, omit="none")
+    """How many of the new images the run itself used, per split of the run (by resolved path): a check
+    on them compares the run with itself. Absent when none."""
     detections: dict[str, Any] | None = spec(None, omit="none")
     """``check --detections``: what was read of the file (:class:`~det_calib.job.detections_file.DetectionsRead`'s
     fields); None where a model captured the new images."""

@@ -417,6 +417,17 @@ def write_check_report(
         Heading(2, "Verdict"),
         Bullets(verdicts + [f"exit code {result.exit_code}: {result.exit_meaning}"]),
     )
+    seen = getattr(result, "seen_images", None)
+    if seen:
+        b.add(
+            Para(
+                f"{sum(seen.values())} of these images are images the run itself used ("
+                + ", ".join(f"{n} of its split `{name}`" for name, n in seen.items())
+                + "): on them the check compares the run with itself. Check on images the run "
+                "never saw.",
+                "note",
+            )
+        )
     if result.kind == "unlabelled":
         b.add(
             Para(

@@ -27,9 +27,12 @@ new boxes into one output folder, swapped in whole (:func:`det_calib.io.staged_o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import filecmp
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +68,7 @@ from det_calib.data.box_view import BoxView, with_calibrated
 from det_calib.data.ground_truth import (
     Split,
     check_class_names,
+    list_images,
     load_data_yaml,
 )
 from det_calib.ensemble.ensemble_model import load_ensemble
@@ -303,6 +307,67 @@ def _eval_split_gt(job: _Job) -> tuple[np.ndarray | None, str | None]:
     return np.bincount(g["image_id"].to_numpy().astype(np.int64), minlength=len(sp.images)).astype(
         float
     ), None
+
+
+def _seen_by_run(job: _Job, new_images: list[Path]) -> dict[str, int]:
+    """How many of the new images are images the run itself fitted or evaluated on, per split of the
+    run (a check on them compares the run with itself): the same file, or a copy of it (the same name,
+    size and bytes); the splits with none left out, and nothing when the run's data cannot be read
+    back. The run's images are those its boxes name, under its split's folders or its data root (as a
+    split's image names are written), and of a whole split its first images as the run counted them
+    (those without a box too)."""
+    r = job.run.result
+    try:
+        ds = load_data_yaml(r.data)
+    except (InputError, OSError):
+        return {}
+    by_name: dict[str, list[Path]] = {}
+    for p in new_images:
+        by_name.setdefault(p.name, []).append(p)
+    split_of = job.run.boxes.select("split", "image").unique()
+    head = r.head(job.inputs.heads[0])
+    fit_images = head.fit.images if head.fit is not None else None
+    counts = {r.settings.fit_split: fit_images, r.settings.eval_split: head.eval.images}
+    out: dict[str, int] = {}
+    for name, n_images in counts.items():
+        whole, half = Split.half_of(name)
+        sources = ds.splits.get(whole, [])
+        bases = [b for b in sources if b.is_dir()] + [ds.root]
+        names = split_of.filter(pl.col("split") == name)["image"].cast(pl.String).to_list()
+        used = [b / n for n in names for b in bases]
+        if half is None and sources and n_images:  # the split's first images, boxless ones too
+            with contextlib.suppress(InputError, OSError):
+                used += list_images(sources, split=whole)[:n_images]
+        seen = {new for p in used for new in by_name.get(p.name, ()) if _same_file(p, new)}
+        if seen:
+            out[name] = len(seen)
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file, or two of the same size and bytes."""
+    try:
+        return os.path.samefile(a, b) or (
+            a.stat().st_size == b.stat().st_size and filecmp.cmp(a, b, shallow=False)
+        )
+    except OSError:
+        return False
+
+
+def _note_seen(result: CheckResult, job: _Job, images: list[Path]) -> None:
+    """Record in ``result`` (and say) how many of the new images the run itself used."""
+    seen = _seen_by_run(job, images)
+    if not seen:
+        return
+    result.seen_images = seen
+    where = ", ".join(f"{n} of its split `{name}`" for name, n in seen.items())
+    _log.warning(
+        "%d of the %d new images are images the run used (%s): on them the check compares the run "
+        "with itself; check on images the run never saw",
+        sum(seen.values()),
+        len(images),
+        where,
+    )
 
 
 def _then_boxes(job: _Job, head: str) -> BoxView:
@@ -735,7 +800,7 @@ def _check_labelled(
     min_boxes: int,
 ) -> dict[str, pl.DataFrame]:
     """Every head's labelled check into ``result`` (and its two verdicts); head -> the new boxes."""
-    sp, tables = _labelled_boxes(job, ds, split, limit)
+    sp, tables = _labelled_boxes(job, ds, split, limit, result=result)
     gt_then, why = _eval_split_gt(job)
     if why:
         _log.warning("%s: recall on it is tested with its binomial variance", why)
@@ -764,6 +829,7 @@ def _check_unlabelled(
 ) -> dict[str, pl.DataFrame]:
     """Every head's label-free check into ``result`` (and the shift verdict); head -> the new boxes."""
     sp = Split.of_folder(images, limit=limit)
+    _note_seen(result, job, sp.images)
     raw = _capture_unlabelled(job, sp)
     tables = {h: _with_calibrated(job, h, raw[h], None) for h in job.inputs.heads}
     for h, t in tables.items():
@@ -777,14 +843,18 @@ def _check_unlabelled(
 
 
 def _labelled_boxes(
-    job: _Job, ds: Any, split: str, limit: int | None
+    job: _Job, ds: Any, split: str, limit: int | None, *, result: CheckResult | None = None
 ) -> tuple[Any, dict[str, pl.DataFrame]]:
+    """The new labelled split and its boxes per head (``result``: where to note, before the capture, the
+    new images the run itself used)."""
     sp = _labelled_split(job, ds, split, limit)
     if sp.gt.filter(~pl.col("crowd")).height == 0:
         raise InputError(
             f"split `{split}` of {ds.yaml_path} has no ground-truth box: check it with `images` "
             "(label-free) instead"
         )
+    if result is not None:
+        _note_seen(result, job, sp.images)
     raw = _capture(job, sp)
     return sp, {h: _with_calibrated(job, h, raw[h], sp) for h in job.inputs.heads}
 

@@ -457,6 +457,11 @@ def test_clean_test_split_holds(tmp_path, run_dir, demo_yaml):
     assert (out / "check.html").is_file() and "reliability_nms.png" in (
         out / "check.md"
     ).read_text()
+    # these are the run's own eval images: said on the console and in the report, recorded
+    assert r.seen_images == {"test": N_IMAGES}
+    said = f"{N_IMAGES} of the {N_IMAGES} new images are images the run used ({N_IMAGES} of its split `test`)"
+    assert said in p.stderr, p.stderr
+    assert "the check compares the run with itself" in (out / "check.md").read_text()
     assert (
         CheckResult.from_dict(json.loads((out / CHECK_FILE).read_text())).to_dict() == r.to_dict()
     )
@@ -571,6 +576,9 @@ def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):
     assert code == 4 and "output: shifted" in stdout, (stdout, err)
     assert "not a miscalibration" in stdout
     r = CheckResult.read(tmp_path / "u1" / CHECK_FILE)
+    assert (
+        r.seen_images is None
+    )  # the blurred renders share the eval images' names, not their bytes
     t = r.unlabelled["nms"].tests
     assert (
         t.kept_per_image < t.kept_per_image_then
@@ -579,6 +587,16 @@ def test_unlabelled_images(capsys, tmp_path, run_dir, demo_yaml, severe_yaml):
     clean = demo_yaml.parent / "images" / "calib"  # held out from the eval split the run reports on
     code, stdout, err = _check(capsys, run_dir, "--images", clean, "--out", tmp_path / "u2")
     assert code == 0 and "output: no shift detected" in stdout, (stdout, err)
+    # but the run fitted on them: the check says so (copies too: the same name, size and bytes)
+    assert CheckResult.read(tmp_path / "u2" / CHECK_FILE).seen_images == {"calib": N_IMAGES}
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for p in sorted(clean.glob("*.png"))[:5]:
+        shutil.copy(p, copies / p.name)
+    # a name of the run's with another image's bytes: not the run's image
+    shutil.copy(demo_yaml.parent / "images" / "test" / "test_00000.png", copies / "calib_00000.png")
+    code, _, err = _check(capsys, run_dir, "--images", copies, "--out", tmp_path / "u3")
+    assert CheckResult.read(tmp_path / "u3" / CHECK_FILE).seen_images == {"calib": 4}, err
 
 
 def test_reused_boxes_give_the_same_check(capsys, tmp_path, run_dir, demo_yaml):
