@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL, HEADS
+from det_calib.data.ground_truth import Split
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
@@ -275,6 +276,29 @@ def map_sentence(ev: EvalResult, method: str = "temperature") -> str:
 def head_eval(run: Run, head: str) -> EvalResult:
     """The head's evaluation, or an empty one (every number n/a)."""
     return run.head(head).eval or EvalResult()
+
+
+def eval_images_differ(subjects: Sequence[Any]) -> str | None:
+    """Where compared runs were evaluated on different images (another ``data.yaml``, eval split, image
+    count or ground-truth count), a sentence that says so with each run's; None where they agree (the
+    heads of one run, an engine beside its ``.pt`` on the same data)."""
+    seen = []
+    for s in subjects:
+        ev, st = head_eval(s.run, s.head), s.run.settings
+        # a half of one split is drawn by the run's seed: another seed, other images
+        seed = st.bootstrap.seed if Split.half_of(st.eval_split or "")[1] is not None else None
+        seen.append((s.run.result.data, st.eval_split, seed, ev.images, ev.n_gt))
+    if len(set(seen)) < 2:
+        return None
+    each = "; ".join(
+        f"{s.name}: split {split}{'' if seed is None else f' (halves of seed {seed})'} of "
+        f"{data or 'n/a'}, {fint(images)} images, {fint(n_gt)} ground-truth boxes"
+        for s, (data, split, seed, images, n_gt) in zip(subjects, seen, strict=True)
+    )
+    return (
+        f"The runs were evaluated on different images ({each}): each figure describes its own "
+        "images, so a difference may be the images', not the calibration's"
+    )
 
 
 def bins_of(conf: np.ndarray | None, correct: np.ndarray, n_bins: int) -> Any | None:

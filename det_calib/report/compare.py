@@ -22,7 +22,17 @@ from det_calib.errors import InputError
 from det_calib.io import write_text
 from det_calib.record.run_folder import CALIBRATION_FILE, Run, load_run
 
-from .common import f3, f4, fci, fthr, head_eval, op_at, parse_run_spec, shift_at
+from .common import (
+    eval_images_differ,
+    f3,
+    f4,
+    fci,
+    fthr,
+    head_eval,
+    op_at,
+    parse_run_spec,
+    shift_at,
+)
 from .context import ReportContext, Subject
 from .sections import build_page, subject
 
@@ -229,6 +239,9 @@ def _compare_text(subjects: Sequence[Subject]) -> str:
         ).rstrip()
         for name, cells in rows
     ]
+    other_images = eval_images_differ(subjects)
+    if other_images:
+        lines.append(f"({other_images[0].lower()}{other_images[1:]})")
     lines.append(
         "(raw -> calibrated; intervals: 95% image bootstrap; sampling floor: the ECE a perfectly "
         "calibrated "

@@ -15,6 +15,7 @@ from .common import (
     arrow,
     ci_pair,
     ece_tag,
+    eval_images_differ,
     f3,
     f4,
     fci,
@@ -382,6 +383,9 @@ def _compare_summary(b: Page, cols: list[Subject], notes: list[str]) -> None:
                 "warn",
             )
         )
+    other_images = eval_images_differ(cols)
+    if other_images:
+        b.add(Para(other_images + ".", "warn"))
     thresholds = _thresholds_of(cols)
     b.add(Para(_headline(cols, thresholds), "lead"))
     b.add(_operating_table(cols, thresholds))

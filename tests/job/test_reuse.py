@@ -68,6 +68,21 @@ def test_reuse_run_gives_the_same_results(first, demo_model_path, fixture_yaml, 
     assert run_meta(tmp_path / "boxes.parquet") == run_meta(first.out_dir / "boxes.parquet")
 
 
+def test_a_run_folder_alone_reuses_its_own_model_and_data(first, tmp_path, capsys):
+    """`--boxes RUN` without `--model` and `--data` takes the run's recorded model and data (not the
+    embedded demo's, whose splits the run's boxes do not hold); where the data has moved since, one line
+    names it."""
+    again = calibrate(None, None, out=tmp_path / "again", boxes=str(first.out_dir), **FAST)
+    assert _result(again) == _result(first)
+    moved = tmp_path / "moved"
+    shutil.copytree(first.out_dir, moved)
+    rec = (moved / "calibration.json").read_text()
+    data = first.result.data
+    (moved / "calibration.json").write_text(rec.replace(data, data + ".gone"))
+    with pytest.raises(InputError, match=r"recorded its data as .*\.gone, which is not there"):
+        calibrate(None, None, out=tmp_path / "o", boxes=str(moved), **FAST)
+
+
 def test_reuse_with_other_matching_settings(first, demo_model_path, fixture_yaml, tmp_path):
     """Settings after the capture (matching IoU) may change: the boxes are matched again."""
     a = calibrate(

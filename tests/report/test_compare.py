@@ -578,3 +578,25 @@ def test_runs_with_other_conf_thresholds(runs, tmp_path, demo_model_path, fixtur
     assert det["rows"][3]["cells"][2][0] == "n/a"
     summary = _summary(files["md"].read_text())
     assert "ECE of the boxes kept at conf 0.4, calibrated: fewer than two runs have it" in summary
+
+
+def test_runs_evaluated_on_different_images_are_said_to_be(
+    runs, three, tmp_path, capsys, demo_model_path, fixture_yaml
+):
+    """Runs evaluated on other images (here halves of the fixture split's first 8 images) get a warning
+    with each run's images, in compare.txt and on the page; runs on the same images (the three methods)
+    get none."""
+    few = tmp_path / "few"
+    args = ["--method", "platt", "--limit", "8", "--n-boot", "50", "--no-val", "--no-report", "-q"]
+    common = ["--model", str(demo_model_path), "--data", str(fixture_yaml)]
+    assert main(["calibrate", *common, *args, "--out", str(few)]) == 0
+    out = tmp_path / "cmp"
+    assert main(["compare", str(runs["platt"]), str(few), "--out", str(out)]) == 0
+    capsys.readouterr()
+    n_all, n_few = (_result(r).head("nms").eval.images for r in (runs["platt"], few))
+    assert n_few == 4 < n_all
+    said = "he runs were evaluated on different images (platt:nms: split val[eval-half] (halves of seed 0) of "
+    text = (out / "compare.txt").read_text()
+    assert f"(t{said}" in text and f", {n_all} images, " in text and ", 4 images, " in text
+    assert f"T{said}" in (out / "compare.md").read_text()
+    assert "different images" not in (three / "compare.md").read_text()
