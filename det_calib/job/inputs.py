@@ -5,6 +5,7 @@ an OBB model).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.job.model_process import model_facts
 from det_calib.job.settings import Settings
+from det_calib.record.run_result import CALIBRATION_FILE
 from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
 
@@ -103,11 +105,38 @@ class Inputs:
         return get_task(self.task).model_shape(self.yolo)
 
 
+def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
+    """The model and data a run folder (or its ``boxes.parquet``) recorded, for ``--boxes RUN`` with
+    neither given; ``(None, None)`` for capture parts or a folder without a record (the demo's then).
+
+    Raises:
+        InputError: The recorded model or data is no longer where the run found it.
+    """
+    folder = Path(boxes)
+    folder = folder.parent if folder.is_file() else folder
+    try:
+        rec = json.loads((folder / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    model, data = (rec.get("model"), rec.get("data")) if isinstance(rec, dict) else (None, None)
+    if not (isinstance(model, str) and isinstance(data, str) and model and data):
+        return None, None
+    for what, path in (("model", model), ("data", data)):
+        if not Path(path).exists():
+            raise InputError(
+                f"the run in {folder} recorded its {what} as {path}, which is not there: pass "
+                "`model` and `data`"
+            )
+    return Path(model), Path(data)
+
+
 def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Settings) -> Inputs:
     """Load the detector and the dataset, check they agree, choose the heads and the image size. A run
     reusing boxes (``boxes``) reads only the checkpoint's facts (:func:`~det_calib.job.model_process.model_facts`:
     in a child process where torch is not imported, so the process that holds the boxes never imports it)."""
 
+    if model is None and data is None and s.boxes:  # `--boxes RUN` alone: the run's own inputs
+        model, data = _recorded_inputs(s.boxes)
     model, data = demo.default_inputs(model, data)
     exported = is_export(
         model

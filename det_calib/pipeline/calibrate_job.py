@@ -10,7 +10,6 @@ a stage of the run's clock (:mod:`det_calib.job.clock`)."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from det_calib.data.box_table import validate_boxes
 from det_calib.data.ground_truth import Split
 from det_calib.demo import default_inputs
 from det_calib.deploy.calibrated_export import deployed_file
-from det_calib.errors import InputError
 from det_calib.io import check_output_dir
 from det_calib.job import clock
 from det_calib.job.capturing import BoxSource, job_inputs
@@ -32,7 +30,7 @@ from det_calib.job.settings import Settings
 from det_calib.pipeline.head_steps import evaluate, fit
 from det_calib.pipeline.outputs import start_verification, write_run_outputs
 from det_calib.pipeline.preflight import preflight
-from det_calib.record.run_result import CALIBRATION_FILE, HeadResult, RunResult, package_version
+from det_calib.record.run_result import HeadResult, RunResult, package_version
 from det_calib.tasks import get_task
 from det_calib.tasks.match_rule import choose_matching
 
@@ -128,42 +126,14 @@ def calibrate(
     return CalibrationRun(out, result, boxes, _deployed_path(out, inputs.model), files)
 
 
-def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
-    """The model and data a run folder (or its ``boxes.parquet``) recorded, for ``--boxes RUN`` with
-    neither given; ``(None, None)`` for capture parts or a folder without a record (the demo's then).
-
-    Raises:
-        InputError: The recorded model or data is no longer where the run found it.
-    """
-    folder = Path(boxes)
-    folder = folder.parent if folder.is_file() else folder
-    try:
-        rec = json.loads((folder / CALIBRATION_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, None
-    model, data = (rec.get("model"), rec.get("data")) if isinstance(rec, dict) else (None, None)
-    if not (isinstance(model, str) and isinstance(data, str) and model and data):
-        return None, None
-    for what, path in (("model", model), ("data", data)):
-        if not Path(path).exists():
-            raise InputError(
-                f"the run in {folder} recorded its {what} as {path}, which is not there: pass "
-                "`model` and `data`"
-            )
-    return Path(model), Path(data)
-
-
 def load(
     model: str | Path | None, data: str | Path | None, out: Path, s: Settings
 ) -> tuple[Inputs, Split, Split]:
     """The model and the data loaded and checked (every check that needs no forward pass, before the
     first one): the run's inputs, its fit and eval splits."""
     with clock.stage("data check"):
-        if data is None and not s.detections:
-            if model is None and s.boxes:  # `--boxes RUN` alone: the run's own model and data
-                model, data = _recorded_inputs(s.boxes)
-            # else the embedded demo: rendered on first use, checked after
-            model, data = default_inputs(model, data)
+        if data is None and not (s.detections or s.boxes):  # (reused boxes: their run's own inputs)
+            model, data = default_inputs(model, data)  # the embedded demo: rendered on first use
         inputs = _inputs(model, data, s)
         fit_split, ev_split = load_splits(
             inputs.ds, s, task=inputs.task, payload_shape=inputs.payload_shape
