@@ -417,7 +417,7 @@ def write_check_report(
         Heading(2, "Verdict"),
         Bullets(verdicts + [f"exit code {result.exit_code}: {result.exit_meaning}"]),
     )
-    seen = getattr(result, "seen_images", None)
+    seen = result.seen_images
     if seen:
         b.add(
             Para(

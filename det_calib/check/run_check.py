@@ -327,7 +327,8 @@ def _seen_by_run(job: _Job, new_images: list[Path]) -> dict[str, int]:
     split_of = job.run.boxes.select("split", "image").unique()
     head = r.head(job.inputs.heads[0])
     fit_images = head.fit.images if head.fit is not None else None
-    counts = {r.settings.fit_split: fit_images, r.settings.eval_split: head.eval.images}
+    eval_images = head.eval.images if head.eval is not None else None
+    counts = {r.settings.fit_split: fit_images, r.settings.eval_split: eval_images}
     out: dict[str, int] = {}
     for name, n_images in counts.items():
         whole, half = Split.half_of(name)

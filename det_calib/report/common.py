@@ -279,16 +279,17 @@ def head_eval(run: Run, head: str) -> EvalResult:
 
 
 def eval_images_differ(subjects: Sequence[Any]) -> str | None:
-    """Where compared runs were evaluated on different images (another ``data.yaml``, eval split, image
-    count or ground-truth count), a sentence that says so with each run's; None where they agree (the
-    heads of one run, an engine beside its ``.pt`` on the same data)."""
+    """Where compared runs were evaluated on different images (another eval split, image count or
+    ground-truth count; the ``data.yaml`` is named, not compared: the same data elsewhere is the same
+    images), a sentence that says so with each run's; None where they agree (the heads of one run, an
+    engine beside its ``.pt`` on the same data)."""
     seen = []
     for s in subjects:
         ev, st = head_eval(s.run, s.head), s.run.settings
         # a half of one split is drawn by the run's seed: another seed, other images
         seed = st.bootstrap.seed if Split.half_of(st.eval_split or "")[1] is not None else None
         seen.append((s.run.result.data, st.eval_split, seed, ev.images, ev.n_gt))
-    if len(set(seen)) < 2:
+    if len({k[1:] for k in seen}) < 2:
         return None
     each = "; ".join(
         f"{s.name}: split {split}{'' if seed is None else f' (halves of seed {seed})'} of "
