@@ -84,7 +84,10 @@ def _add_settings_options(
             continue
         if "choices" in meta:
             kw["choices"] = list(_now(meta["choices"]))
-        parser.add_argument(*names, type=kind, default=f.default, **kw)
+        # an option of --method auto's choice: None when not given, so that one given beside a named
+        # method can be refused (:func:`_settings_from_args`)
+        default = None if meta.get("auto_only") else f.default
+        parser.add_argument(*names, type=kind, default=default, **kw)
 
 
 def _settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
@@ -95,6 +98,14 @@ def _settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
             v = getattr(args, f.name)
             if f.metadata.get("repeat"):
                 v = tuple(v) if v else f.default
+            if f.metadata.get("auto_only"):
+                if v is None:
+                    continue  # not given: the field's default
+                if getattr(args, "method", "auto") != "auto":
+                    raise InputError(
+                        f"`{f.metadata['flag']}` sets --method auto's choice; with --method "
+                        f"{args.method} there is no choice to set: drop it"
+                    )
             values[f.name] = v
     return settings_cls(**values)
 

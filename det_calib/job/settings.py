@@ -131,7 +131,8 @@ class Settings:
 
     Each field carries its default and its help; the command line's options of ``calibrate`` are
     generated from them (metadata ``flag``: the option; ``negate``: a ``--no-...`` switch that sets
-    the field to False; ``choices``; ``repeat``: the option may be given several times).
+    the field to False; ``choices``; ``repeat``: the option may be given several times;
+    ``auto_only``: an option of ``--method auto``'s choice, refused beside a named method).
     """
 
     fit_split: str | None = opt(
@@ -191,11 +192,13 @@ class Settings:
         "lowest --conf: nll (default), brier or ece",
         flag="--criterion",
         choices=CRITERIA,
+        auto_only=True,
     )
     cv_folds: int = opt(
         5,
         "folds of --method auto's cross-validation, grouped by image (default 5)",
         flag="--cv-folds",
+        auto_only=True,
     )
     cv_repeats: int = opt(
         5,
@@ -203,6 +206,7 @@ class Settings:
         "cross-validation takes a fifth of the time, but a close call can then change with "
         "--seed)",
         flag="--cv-repeats",
+        auto_only=True,
     )
     conf_floor: float = opt(
         0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor"

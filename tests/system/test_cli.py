@@ -133,15 +133,14 @@ def test_bad_data(capsys, tmp_path, ds, demo_model_path):
 
 
 def test_bad_options(capsys, ds, demo_model_path):
-    # (--per-class widens --method auto's choice only: with a named method it is refused, not ignored)
+    # (--per-class widens --method auto's choice, and --cv-folds and --criterion set it: with a named
+    # method each is refused, not ignored)
     for options, named, also in (
         (["--iou", "1.5"], "--iou", ""),
         (["--conf", "0"], "--conf", ""),
-        (
-            ["--method", "isotonic", "--per-class"],
-            "--per-class",
-            "(class-temperature, class-platt, ",
-        ),
+        (["--method", "isotonic", "--per-class"], "--per-class", "(class-temperature, class-"),
+        (["--method", "temperature", "--cv-folds", "3"], "--cv-folds", "no choice to set"),
+        (["--method", "platt", "--criterion", "ece"], "--criterion", "with --method platt"),
     ):
         model_data = ["--model", demo_model_path, "--data", ds / "data.yaml"]
         code, err = _run(capsys, "calibrate", *model_data, *options, *FAST)
