@@ -15,7 +15,7 @@ from det_calib import demo
 from det_calib.capture.exported import is_export, load_export
 from det_calib.capture.parts import ModelFacts
 from det_calib.capture.predictor import load_detector
-from det_calib.data.box_table import HEADS
+from det_calib.data.box_table import HEADS, run_meta
 from det_calib.data.ground_truth import (
     Dataset,
     Split,
@@ -26,6 +26,7 @@ from det_calib.data.matching_rule import MatchingRule
 from det_calib.errors import InputError
 from det_calib.job.model_process import model_facts
 from det_calib.job.settings import Settings
+from det_calib.record.run_folder import BOXES_FILE
 from det_calib.record.run_result import CALIBRATION_FILE
 from det_calib.tasks import get_task
 from det_calib.tasks.task_splits import load_task_split
@@ -121,6 +122,13 @@ def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
     model, data = (rec.get("model"), rec.get("data")) if isinstance(rec, dict) else (None, None)
     if not (isinstance(model, str) and isinstance(data, str) and model and data):
         return None, None
+    boxes_file = folder / BOXES_FILE
+    meta = run_meta(boxes_file) if boxes_file.is_file() else None
+    if meta is not None and str(meta.get("model", "")).startswith("detections:"):
+        raise InputError(
+            f"the run in {folder} was calibrated from a file of detections ({model}): name it "
+            "again with `detections`, and `data`"
+        )
     for what, path in (("model", model), ("data", data)):
         if not Path(path).exists():
             raise InputError(

@@ -429,6 +429,13 @@ def test_boxes_of_a_detections_run_are_checked_against_the_file(
         f"were read from a file of detections ({txt_run.parent / 'labels'}): give that file with "
         "`--detections`" in line
     )
+    # the run folder alone (no model, no data): its record names the file, which must be given again
+    code = main(["calibrate", "--boxes", str(txt_run), "--out", str(tmp_path / "out"), "-q"])
+    line = _one_error(code, capsys.readouterr().err, tmp_path / "out")
+    assert (
+        f"was calibrated from a file of detections ({txt_run.parent / 'labels'}): name it again "
+        "with `--detections`, and `--data`" in line
+    ), line
 
 
 def test_a_table_of_per_class_scores_gives_the_same_run(tmp_path, capsys, txt_run, rows):
