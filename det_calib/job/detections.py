@@ -35,7 +35,7 @@ from det_calib.job.detections_file import (
     image_keys,
     read_detections,
 )
-from det_calib.job.inputs import Inputs
+from det_calib.job.inputs import Inputs, detections_source
 from det_calib.job.model_process import capture_batch
 from det_calib.job.reuse import reuse_boxes
 from det_calib.job.settings import Settings
@@ -162,15 +162,6 @@ def _reuse_detections_run(
     return captured, {**fingerprints, "detections": meta["detections"]}
 
 
-def _detections_source(run_dir: str | Path) -> str | None:
-    """The file of detections a run was calibrated from (as its ``boxes.parquet`` records it); None for a
-    run of a model (or a run folder without a box table)."""
-
-    path = Path(run_dir) / "boxes.parquet"
-    model = str((run_meta(path) or {}).get("model", "")) if path.is_file() else ""
-    return model.removeprefix("detections:") if model.startswith("detections:") else None
-
-
 class CheckDetections:
     """``check --detections``: the new images' boxes from a file of detections in place of a capture (no
     model runs). :attr:`inputs` are the check's: no model; the one head the file is of; the run's matching
@@ -233,7 +224,7 @@ class CheckDetections:
                 what the constructor refuses.
         """
         if source is None:
-            found = _detections_source(run_dir)
+            found = detections_source(run_dir)
             if found is None:
                 return None
             raise InputError(

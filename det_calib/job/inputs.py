@@ -106,6 +106,15 @@ class Inputs:
         return get_task(self.task).model_shape(self.yolo)
 
 
+def detections_source(run_dir: str | Path) -> str | None:
+    """The file of detections a run was calibrated from (as its ``boxes.parquet`` records it); None for a
+    run of a model (or a run folder without a box table)."""
+
+    path = Path(run_dir) / BOXES_FILE
+    model = str((run_meta(path) or {}).get("model", "")) if path.is_file() else ""
+    return model.removeprefix("detections:") if model.startswith("detections:") else None
+
+
 def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
     """The model and data a run folder (or its ``boxes.parquet``) recorded, for ``--boxes RUN`` with
     neither given; ``(None, None)`` for capture parts or a folder without a record (the demo's then).
@@ -122,9 +131,7 @@ def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
     model, data = (rec.get("model"), rec.get("data")) if isinstance(rec, dict) else (None, None)
     if not (isinstance(model, str) and isinstance(data, str) and model and data):
         return None, None
-    boxes_file = folder / BOXES_FILE
-    meta = run_meta(boxes_file) if boxes_file.is_file() else None
-    if meta is not None and str(meta.get("model", "")).startswith("detections:"):
+    if detections_source(folder) is not None:
         raise InputError(
             f"the run in {folder} was calibrated from a file of detections ({model}): name it "
             "again with `detections`, and `data`"
