@@ -342,6 +342,15 @@ class Settings:
                     f"{self.method} it would do nothing: drop it, or name one of them as `method` "
                     f"({', '.join(maps)})"
                 )
+        if self.method != "auto":
+            # a value other than its default (a call that sets it; the CLI also refuses one given at
+            # its default, as only it can tell given from not given)
+            for f in fields(self):
+                if f.metadata.get("auto_only") and getattr(self, f.name) != f.default:
+                    raise InputError(
+                        f"`{f.name}` sets `method` auto's choice; with `method` {self.method} there "
+                        "is no choice to set: drop it"
+                    )
         check_choice(self.map_engine, MAP_ENGINES, "map_engine")
         check_choice(self.head, _HEAD_CHOICES, "head")
         if self.limit is not None and self.limit < 1:

@@ -35,3 +35,15 @@ def test_per_class_and_size_maps_only_widen_auto():
         Settings.of_call(None, {"method": "platt", "size_maps": True})
     assert Settings.of_call(None, {"method": "class-isotonic"}).method == "class-isotonic"
     assert Settings.of_call(None, {"per_class": True, "size_maps": True}).method == "auto"
+
+
+def test_options_of_the_choice_only_beside_auto():
+    """``criterion``, ``cv_folds`` and ``cv_repeats`` set ``--method auto``'s choice; a call that
+    sets one beside a named method is refused (at its default it changes nothing and passes)."""
+    for name, value in (("cv_folds", 3), ("cv_repeats", 1), ("criterion", "brier")):
+        with pytest.raises(
+            InputError, match=rf"`{name}` sets `method` auto's choice; with `method` temperature"
+        ):
+            Settings.of_call(None, {"method": "temperature", name: value})
+        assert getattr(Settings.of_call(None, {name: value}), name) == value
+    assert Settings.of_call(None, {"method": "temperature", "cv_folds": 5}).cv_folds == 5
