@@ -196,12 +196,17 @@ def _head_notes(view: ThresholdsView, head: str) -> list[Block]:
         Para(
             f"Thresholds on the calibrated conf ({hd.score_formula}), chosen on `{tf.fit_split}` "
             f"and checked on `{tf.eval_split}`. Target precision {target:g} with delta {delta:g}: "
-            "each "
-            f"certified class's precision on new images is at least {target:g} with probability at "
-            "least "
-            f"{1 - delta:g} (fixed-sequence exact binomial tests from high to low thresholds, "
-            f"{prm['unit']}-level; classes are certified one by one, so about {delta:g} x the "
-            "number of "
+            + (
+                "each certified class's mean precision of the images that keep a box is at least "
+                f"{target:g} on new images with probability at least {1 - delta:g} over the fit "
+                "images (fixed-sequence Hoeffding-Bentkus tests on the images' false discovery "
+                "proportions, from high to low thresholds"
+                if prm["unit"] == "image"
+                else f"each certified class's pooled precision is at least {target:g} with "
+                f"probability at least {1 - delta:g} if boxes were independent draws, no guarantee "
+                "over images (fixed-sequence exact binomial tests from high to low thresholds"
+            )
+            + f"; classes are certified one by one, so about {delta:g} x the number of "
             "certified classes may miss). Max-F1 and LRP-optimal (tau 0.5) are point choices with "
             "no guarantee.",
             kind="lead",
@@ -295,18 +300,29 @@ def _risk_blocks(head: str, rc: Any) -> list[Block]:
     ]
 
 
-def _row_cells(first: str, rr: Mapping[str, Any]) -> list[str]:
+def _row_cells(first: str, rr: Mapping[str, Any], per_image: bool) -> list[str]:
     """One table row (``rr``: criterion -> its row): the target-precision threshold and its figures,
-    then max-F1's and LRP's."""
+    then max-F1's and LRP's; ``per_image``: the precision cells are the mean precision of the images
+    that keep a box (what the image-level guarantee is about), the eval one beside the pooled one."""
     t = rr["target_precision"]
     precision, recall, kept, coverage = _split(t.eval)
-    tag = "" if t.certified else f" ({t.flag_words} -> {t.fallback})"
+    tag = (
+        ""
+        if t.certified
+        else " (not certified: "
+        + ("the global threshold" if t.fallback == "global" else "no box kept")
+        + ")"
+    )
     lb = f" ({_fmt(t.precision_lower)})" if t.precision_lower is not None else ""
+    fit_p = None if t.fit is None else t.fit.precision_per_image if per_image else t.fit.precision
+    eval_p = _fmt(precision)
+    if per_image:
+        eval_p = f"{_fmt(t.eval.precision_per_image if t.eval else None)} / {eval_p}"
     cells = [
         first,
         _fmt(t.threshold) + tag,
-        _fmt(t.fit.precision if t.fit else None) + lb,
-        _fmt(precision),
+        _fmt(fit_p) + lb,
+        eval_p,
         _fmt(recall),
         "n/a" if kept is None else str(kept),
         _fmt(coverage),
@@ -319,11 +335,12 @@ def _row_cells(first: str, rr: Mapping[str, Any]) -> list[str]:
 
 
 def _head_table(view: ThresholdsView, head: str) -> Table:
+    per_image = view.file.heads[head].criteria["target_precision"].params["unit"] == "image"
     columns = [
         "class",
-        "target-P thr",
-        "fit P (lower bound)",
-        "eval P",
+        "certified thr",
+        "fit P per image (lower bound)" if per_image else "fit P (lower bound)",
+        "eval P per image / pooled" if per_image else "eval P",
         "eval R",
         "eval kept",
         "coverage",
@@ -333,7 +350,7 @@ def _head_table(view: ThresholdsView, head: str) -> Table:
         "eval P / R",
     ]
     rows = view.rows(head)
-    rows_out = [_row_cells(name, rr) for name, rr in rows]
+    rows_out = [_row_cells(name, rr, per_image) for name, rr in rows]
     row_css = [""] + ["few" if rr["target_precision"].flag else "" for _, rr in rows[1:]]
     return Table(
         columns,

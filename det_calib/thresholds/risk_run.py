@@ -28,7 +28,7 @@ from det_calib.thresholds.risk_control import (
     image_counts,
 )
 from det_calib.thresholds.run_head import load_head, tune_run
-from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, read_thresholds
+from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, flag_reason, read_thresholds
 
 __all__ = ["SplitObjects", "control_run"]
 
@@ -273,32 +273,40 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
         if p["guarantee"] == "probability"
         else "in expectation over fit and new images (conformal risk control)"
     )
+    per_image = p.get("precision_unit") == "image"
+    pk = "precision_per_image" if per_image else "precision"
+    splits = doc.get("splits", {})
     lines = [
         f"head {head}: {asked}, {kind}",
-        f"{'class':<16} {'thr':>6} {'plug-in':>7} {'fit P':>6} {'fit R/img':>9} {'fit FP/img':>10} "
-        " "
-        f"{'eval P':>6} {'eval R/img':>10} {'eval FP/img':>11}  flag",
+        f"{'':<16} {'':>9} {'plug-in':>9}  {'on ' + str(splits.get('fit', 'fit')):^32}  "
+        f"{'on ' + str(splits.get('eval', 'eval')):^32}".rstrip(),
+        f"{'class':<16} {'threshold':>9} {'threshold':>9}  "
+        + 2 * f"{'P/image' if per_image else 'P':>10} {'recall/img':>10} {'FP/img':>10}  "
+        + "note",
     ]
 
     def f(x: Any, w: int) -> str:
         return f"{'n/a':>{w}}" if x is None else f"{x:{w}.3f}"
 
-    pk = "precision_per_image" if p.get("precision_unit") == "image" else "precision"
-    if pk == "precision_per_image":
-        lines[1] = lines[1].replace(" fit P", "fit P/i").replace("eval P", "evP/im")
     for r in [{"name": "(global)", **rc["global"]}, *rc["per_class"]]:
         fit, ev = r["fit"], r.get("eval") or {}
-        flag = (
+        note = (
             ""
             if r["certified"]
-            else f"cannot certify ({r['flag'].replace('_', ' ')}) -> {r.get('fallback')}"
+            else f"not certified ({flag_reason(r['flag'])}): "
+            + ("uses the global threshold" if r.get("fallback") == "global" else "keeps no box")
         )
         lines.append(
-            f"{r['name'][:16]:<16} {r['threshold']:6.3f} {f(r['plug_in_threshold'], 7)} "
-            f"{f(fit[pk], 6)} {f(fit['recall_per_image'], 9)} {f(fit['fp_per_image'], 10)}  "
-            f"{f(ev.get(pk), 6)} {f(ev.get('recall_per_image'), 10)} "
-            f"{f(ev.get('fp_per_image'), 11)}  {flag}"
+            f"{r['name'][:16]:<16} {r['threshold']:9.3f} {f(r['plug_in_threshold'], 9)}  "
+            f"{f(fit[pk], 10)} {f(fit['recall_per_image'], 10)} {f(fit['fp_per_image'], 10)}  "
+            f"{f(ev.get(pk), 10)} {f(ev.get('recall_per_image'), 10)} "
+            f"{f(ev.get('fp_per_image'), 10)}  {note}".rstrip()
         )
+    lines.append(
+        "plug-in: the threshold the fit split's own figures choose, without the guarantee; "
+        "recall/img and FP/img: means over the images"
+        + ("; P/image: the mean precision of the images that keep a box" if per_image else "")
+    )
     lines.append(
         f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps "
         "conf > "

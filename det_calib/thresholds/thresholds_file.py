@@ -58,6 +58,7 @@ class SplitFigures(Record):
     kept: int | None = None
     coverage: float | None = None
     n_gt: int | None = None
+    precision_per_image: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class ThresholdRow(Record):
 
     @property
     def flag_words(self) -> str:
-        return (self.flag or "").replace("_", " ")
+        return flag_reason(self.flag)
 
 
 @dataclass(frozen=True)
@@ -273,26 +274,37 @@ def class_thresholds(
 
 
 def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
-    """A short text table of one head's thresholds (what the CLI prints)."""
+    """A text table of one head's thresholds (what the CLI prints), every column and flag in words."""
 
     def f(x: Any) -> str:
-        return "  n/a" if x is None else f"{x:5.3f}"
+        return "n/a" if x is None else f"{x:.3f}"
 
     crit = doc["heads"][head]["criteria"]
     tp = crit["target_precision"]
     prm = tp["params"]
+    fit_split = doc.get("splits", {}).get("fit")
     ev_split = doc.get("splits", {}).get("eval")
+    per_image = prm["unit"] == "image"
+    p_key = "precision_per_image" if per_image else "precision"
+    target = float(prm["target_precision"])
     lines = [
+        f"head {head}: thresholds on the calibrated conf, chosen on {fit_split}, checked on "
+        f"{ev_split}",
         (
-            f"head {head}: target precision {prm['target_precision']:g}, delta {prm['delta']:g} "
-            f"({prm['unit']}-level), "
-            f"fit on {doc.get('splits', {}).get('fit')}, checked on {ev_split}"
+            f"certified: the mean precision of the images that keep a box is at least {target:g} "
+            f"on new images, with probability at least {1 - float(prm['delta']):g} over the fit "
+            f"images (delta {prm['delta']:g})"
+            if per_image
+            else f"certified: the pooled precision of the boxes is at least {target:g} with "
+            f"probability at least {1 - float(prm['delta']):g} (delta {prm['delta']:g}) if boxes "
+            "were independent draws: no guarantee over images"
         ),
-        (
-            f"{'class':<16} {'tgt-P thr':>9} {'fit P':>6} {'eval P':>6} {'eval R':>6} {'cover':>6} "
-            " "
-            f"{'maxF1':>5} {'LRP':>5}  flag"
-        ),
+        f"{'':<16} {'certified':>9}  {'precision/image' if per_image else 'precision':^15}"
+        + (f"  {'pooled P':>8}" if per_image else "")
+        + f"  {'recall':>7}  {'':>8}  {'max-F1':>9}  {'LRP':>9}",
+        f"{'class':<16} {'threshold':>9}  {fit_split or 'fit':>7} {ev_split or 'eval':>7}"
+        + (f"  {ev_split or 'eval':>8}" if per_image else "")
+        + f"  {ev_split or 'eval':>7}  {'coverage':>8}  {'threshold':>9}  {'threshold':>9}  note",
     ]
     rows = [("(global)", tp["global"], crit["max_f1"]["global"], crit["lrp"]["global"])]
     f1 = {r["cls"]: r for r in crit["max_f1"]["per_class"]}
@@ -300,26 +312,61 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
     rows += [(r["name"], r, f1[r["cls"]], lrp[r["cls"]]) for r in tp["per_class"]]
     for name, r, a, b in rows:
         ev = r.get("eval") or {}
-        flag = f"{r['flag']} -> {r['fallback']}" if r.get("flag") else ""
         lines.append(
-            f"{name[:16]:<16} {r['threshold']:9.3f} {f(r['fit']['precision']):>6} "
-            f"{f(ev.get('precision')):>6} "
-            f"{f(ev.get('recall')):>6} {f(ev.get('coverage')):>6}  {a['threshold']:5.3f} "
-            f"{b['threshold']:5.3f}  {flag}"
+            f"{name[:16]:<16} {r['threshold']:>9.3f}  {f(r['fit'].get(p_key)):>7} "
+            f"{f(ev.get(p_key)):>7}"
+            + (f"  {f(ev.get('precision')):>8}" if per_image else "")
+            + f"  {f(ev.get('recall')):>7}  {f(ev.get('coverage')):>8}  {a['threshold']:>9.3f}  "
+            f"{b['threshold']:>9.3f}  {_not_certified(r, per_image)}".rstrip()
         )
     val = tp.get("validation")
     if val:
+        n = val["certified_classes"]
+        g = (tp["global"].get("eval") or {}).get("coverage")
         lines.append(
-            f"{val['classes_meeting_target']} of {val['certified_classes']} certified classes "
-            "reach the target on "
-            f"{ev_split} (about {val['expected_misses']:.1f} misses expected); coverage: fraction "
-            f"of {val['n_boot']} "
-            "image-bootstrap resamples of the eval split at or above the target"
+            f"on {ev_split}: "
+            + (
+                f"{val['classes_meeting_target']} of {n} classes certified on their own reach "
+                f"{target:g} (about {val['expected_misses']:.1f} misses expected from delta"
+                + (
+                    f"; missing: {', '.join(val['classes_missing_target'])})"
+                    if val["classes_missing_target"]
+                    else ")"
+                )
+                if n
+                else "no class is certified on its own"
+            )
+            + (
+                f"; the global threshold reaches {target:g} in {g:.1%} of {val['n_boot']} "
+                f"image-bootstrap resamples of {ev_split} (its coverage)"
+                if g is not None and tp["global"].get("certified")
+                else ""
+            )
         )
-    if prm["unit"] == "image":
-        lines.append(
-            "(the guarantee, and 'reach the target', read the mean precision of the images that "
-            "keep a box; "
-            "fit P and eval P pool the boxes of all images)"
-        )
+    lines.append(
+        "coverage: the share of image-bootstrap resamples of the eval split whose precision at the "
+        "threshold reaches the target; max-F1 and LRP: the thresholds that maximise F1 and "
+        "minimise the LRP error on the fit split (no guarantee)"
+    )
     return lines
+
+
+def flag_reason(flag: str | None, per_image: bool | None = None) -> str:
+    """Why a threshold is not certified, in words (``per_image``: the image-level test's unit; None:
+    either)."""
+    if not flag:
+        return ""
+    few = {True: "too few images keep a box", False: "too few boxes", None: "too few boxes"}
+    return {
+        "too_few_boxes": f"{few[per_image]} to certify",
+        "too_few_images": "too few images to certify",
+        "target_not_reached": "its bound on the fit split does not reach the target",
+    }.get(flag, flag.replace("_", " "))
+
+
+def _not_certified(r: Mapping[str, Any], per_image: bool) -> str:
+    """The note of a threshold that is not certified: why, and what it falls back to."""
+    if not r.get("flag"):
+        return ""
+    then = "uses the global threshold" if r.get("fallback") == "global" else "keeps no box"
+    return f"not certified ({flag_reason(r['flag'], per_image)}): {then}"

@@ -756,7 +756,9 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert (
-        "head nms: target precision 0.8, delta 0.1 (box-level)" in out and "thresholds.json" in out
+        "certified: the pooled precision of the boxes is at least 0.8 with probability at least 0.9"
+        " (delta 0.1) if boxes were independent draws" in out
+        and "thresholds.json" in out
     )
     want = tune_run(
         folder, target_precision=0.8, unit="box", fallback="drop", n_boot=40, n_gt=n_gt, write=False
@@ -789,6 +791,38 @@ def test_filter_results_at_top_level():
     assert det_calib.filter_results is filter_results and "filter_results" in det_calib.__all__
 
 
+def test_the_printed_table_says_what_each_figure_is(run):
+    """The table ``thresholds`` prints: with the image-level guarantee its precision columns are the
+    mean precision of the images that keep a box (what is certified, and what coverage reads), the
+    pooled one beside them; a class not certified says why and what it uses, in words."""
+    from det_calib.thresholds import summary_lines
+
+    _, _, doc = run
+    lines = summary_lines(doc, head="nms")
+    text = "\n".join(lines)
+    assert "->" not in text and "None" not in text and "_" not in text
+    assert lines[1].startswith("certified: the mean precision of the images that keep a box is at")
+    tp = doc["heads"]["nms"]["criteria"]["target_precision"]
+    g, f1 = tp["global"], doc["heads"]["nms"]["criteria"]["max_f1"]["global"]
+    row = next(ln for ln in lines if ln.startswith("(global)")).split()
+    want = [
+        g["threshold"],
+        g["fit"]["precision_per_image"],
+        g["eval"]["precision_per_image"],
+        g["eval"]["precision"],
+        g["eval"]["recall"],
+        g["eval"]["coverage"],
+        f1["threshold"],
+    ]
+    assert row[1:8] == [f"{x:.3f}" for x in want]
+    assert g["eval"]["precision_per_image"] != g["eval"]["precision"]
+    rare = next(ln for ln in lines if ln.startswith("rare"))
+    assert rare.endswith(
+        "not certified (too few images keep a box to certify): uses the global threshold"
+    )
+    assert lines[-2].startswith("on test: ") or lines[-2].startswith("on eval: ")
+
+
 def test_report_section(run):
     from det_calib.report.document import Fig, Table, to_html, to_markdown
     from det_calib.report.thresholds_section import thresholds_section
@@ -802,9 +836,11 @@ def test_report_section(run):
     assert figures["thresholds_pr_nms"][:8] == b"\x89PNG\r\n\x1a\n"
     good = next(r for r in tables[0].rows if r[0] == "good")
     t = doc["heads"]["nms"]["criteria"]["target_precision"]["per_class"][0]
-    assert good[1] == f"{t['threshold']:.3f}" and good[3] == f"{t['eval']['precision']:.3f}"
+    assert good[1] == f"{t['threshold']:.3f}"
+    assert good[2].startswith(f"{t['fit']['precision_per_image']:.3f} (")  # the lower bound beside
+    assert good[3] == f"{t['eval']['precision_per_image']:.3f} / {t['eval']['precision']:.3f}"
     rare = next(r for r in tables[0].rows if r[0] == "rare")
-    assert "too few boxes -> global" in rare[1]
+    assert rare[1].endswith("(not certified: the global threshold)")
     html = to_html("t", blocks)
     assert "Not certified: rare (too few boxes" in html
     assert "figures/thresholds_pr_nms.png" in to_markdown("t", blocks)

@@ -435,6 +435,14 @@ def test_cli_risk_thresholds_written_and_deployable(risk_run, capsys):
     rc = doc["heads"]["nms"]["risk_control"]
     g = rc["global"]
     assert g["certified"] and g["fit"]["images"] == 60 and g["fit"]["n_gt"] == 120
+    # the printed row: threshold, plug-in, then per split precision, recall and FP per image
+    row = next(ln for ln in out.splitlines() if ln.startswith("(global)")).split()
+    fit, ev = g["fit"], g["eval"]
+    pk = "precision_per_image" if rc["params"]["precision_unit"] == "image" else "precision"
+    want = [g["threshold"], g["plug_in_threshold"]]
+    want += [d[k] for d in (fit, ev) for k in (pk, "recall_per_image", "fp_per_image")]
+    assert row[1:] == [f"{x:.3f}" for x in want]
+    assert "->" not in out and "None" not in out and "plug-in: the threshold the fit split" in out
     assert (
         g["fit"]["recall_per_image"] >= 0.5 and "criteria" in doc["heads"]["nms"]
     )  # the file keeps its criteria
