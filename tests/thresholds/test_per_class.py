@@ -757,7 +757,8 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     out = capsys.readouterr().out
     assert (
         "certified: the pooled precision of the boxes is at least 0.8 with probability at least 0.9"
-        " (delta 0.1) if boxes were independent draws" in out
+        " (delta 0.1) if boxes were independent draws"
+        in out
         and "thresholds.json" in out
     )
     want = tune_run(
