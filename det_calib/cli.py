@@ -399,7 +399,8 @@ def _run_folder_parsers(sub: Any) -> None:
     t.add_argument("run_dir", type=Path, help="output folder of `det-calib calibrate`")
     t.add_argument("--head", choices=list(HEADS), default="nms", help="head to tune (default nms)")
     _add_settings_options(t, Settings, only=_THRESHOLD_OPTIONS)
-    t.set_defaults(target_precision=_DefaultTarget(DEFAULT_TARGET_PRECISION))
+    # threshold_unit None: not given (risk control refuses it, :func:`_thresholds`)
+    t.set_defaults(target_precision=_DefaultTarget(DEFAULT_TARGET_PRECISION), threshold_unit=None)
     _risk_options(t)
 
 
@@ -423,20 +424,17 @@ def _risk_options(t: Any) -> None:
     t.add_argument(
         "--fp-cap",
         type=float,
-        default=300.0,
         help="bound on one image's false positives (default: "
         "the run's max_det; smaller is an assumption the guarantee then rests on)",
     )
     t.add_argument(
         "--guarantee",
         choices=["probability", "expectation"],
-        default="probability",
         help="with probability >= 1 - delta over the fit images (default), or in expectation (CRC)",
     )
     t.add_argument(
         "--precision-unit",
         choices=["image", "pooled"],
-        default="image",
         help="with --target-recall "
         "or --max-fp-per-image: --target-precision as the mean precision of the images that keep a "
         "box "
@@ -708,6 +706,8 @@ def _thresholds(args: argparse.Namespace) -> int:
 
     if (code := _own_run("thresholds", args)) is not None:
         return code
+    _check_risk_options(args)
+    args.threshold_unit = args.threshold_unit or "image"
     s = _settings_from_args(args, Settings)
     s.validate()
     lines = thresholds_command(
@@ -723,14 +723,50 @@ def _thresholds(args: argparse.Namespace) -> int:
         seed=s.seed,
         target_recall=args.target_recall,
         max_fp_per_image=args.max_fp_per_image,
-        fp_cap=args.fp_cap,
-        guarantee=args.guarantee,
-        precision_unit=args.precision_unit,
+        fp_cap=300.0 if args.fp_cap is None else args.fp_cap,
+        guarantee=args.guarantee or "probability",
+        precision_unit=args.precision_unit or "image",
         per_class=args.per_class,
         class_sets=args.class_sets,
     )
     print("\n".join(lines))
     return 0
+
+
+def _check_risk_options(args: argparse.Namespace) -> None:
+    """Refuse, in one line, an option of ``thresholds`` that the tuning asked for would not read:
+    risk control (``--target-recall``, ``--max-fp-per-image``, or ``--precision-unit pooled``) has no
+    ``--threshold-unit`` (its unit is the image); the per-class precision tuning has no
+    ``--guarantee``, ``--fp-cap`` or ``--precision-unit``."""
+    risk = (
+        args.target_recall is not None
+        or args.max_fp_per_image is not None
+        or args.precision_unit == "pooled"
+    )
+    if (
+        risk
+        and args.precision_unit == "pooled"
+        and isinstance(args.target_precision, _DefaultTarget)
+    ):
+        raise InputError("`--precision-unit pooled` certifies a --target-precision: give it one")
+    if risk and args.threshold_unit is not None:
+        raise InputError(
+            "`--threshold-unit` sets the per-class precision tuning's unit; risk control "
+            "(--target-recall, --max-fp-per-image, --precision-unit pooled) always takes the image "
+            "as its unit: drop it (--precision-unit image|pooled sets the precision's form there)"
+        )
+    if not risk:
+        for flag, value in (
+            ("--guarantee", args.guarantee),
+            ("--fp-cap", args.fp_cap),
+            ("--precision-unit", args.precision_unit),
+        ):
+            if value is not None:
+                raise InputError(
+                    f"`{flag}` applies to risk control, asked with --target-recall, "
+                    "--max-fp-per-image or --precision-unit pooled; without one of them, thresholds "
+                    "tunes the per-class precision thresholds, which do not read it: drop it"
+                )
 
 
 def _demo_data(args: argparse.Namespace) -> int:

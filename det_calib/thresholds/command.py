@@ -55,7 +55,7 @@ def thresholds_command(
     """
     if class_sets is not None:
         check_class_logits(run_dir, alpha=class_sets)  # before any work: one line and exit 2
-    if target_recall is not None or max_fp_per_image is not None:
+    if target_recall is not None or max_fp_per_image is not None or precision_unit == "pooled":
         targets = RiskTargets(
             precision=target_precision,
             recall=target_recall,

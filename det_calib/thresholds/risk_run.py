@@ -272,6 +272,12 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
         f"with probability >= {1 - p['delta']:g} over the fit images"
         if p["guarantee"] == "probability"
         else "in expectation over fit and new images (conformal risk control)"
+        + (
+            f"; precision with probability >= {1 - p['delta']:g} over the fit images (it has no "
+            "in-expectation form)"
+            if p["target_precision"] is not None
+            else ""
+        )
     )
     per_image = p.get("precision_unit") == "image"
     pk = "precision_per_image" if per_image else "precision"
@@ -307,10 +313,23 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
         "recall/img and FP/img: means over the images"
         + ("; P/image: the mean precision of the images that keep a box" if per_image else "")
     )
-    lines.append(
-        f"deploy: YOLO('calibrated.pt').predict(src, conf={rc['global']['threshold']:.3f}) keeps "
-        "conf > "
-        "the global threshold; per class: det_calib.filter_results with class_thresholds(..., "
-        "criterion='risk_control')"
-    )
+    g = rc["global"]["threshold"]
+    if rc["per_class"]:
+        low = min(r["threshold"] for r in rc["per_class"])
+        lines.append(
+            "deploy, each class at its own threshold: thr = class_thresholds(doc, head="
+            f"'{head}', criterion='risk_control'); det_calib.filter_results(YOLO('calibrated.pt')"
+            ".predict(src, conf=min(thr.values())), thr)"
+            + (
+                f" (the lowest is {low:.3f}: predicting at the global {g:.3f} would drop the "
+                "boxes of the classes certified below it)"
+                if low < g
+                else ""
+            )
+        )
+    else:
+        lines.append(
+            f"deploy: YOLO('calibrated.pt').predict(src, conf={g:.3f}) keeps the boxes whose conf "
+            "is above the certified threshold"
+        )
     return lines

@@ -407,7 +407,13 @@ def test_thresholds_certify_the_reject_option_asked_for(cls_run, tmp_path, capsy
         assert f"answer when the top-1 probability >= {rule.threshold:.2f}" in printed
     else:
         assert "cannot certify on these images" in printed
-    for argv in (["--target-recall", "0.5"], ["--head", "e2e"], ["--per-class"]):
+    for argv in (
+        ["--target-recall", "0.5"],
+        ["--head", "e2e"],
+        ["--per-class"],
+        ["--fp-cap", "25"],
+        ["--guarantee", "probability"],
+    ):
         assert main(["thresholds", str(run), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "is a detector's option" in err[0], err

@@ -462,11 +462,31 @@ def test_cli_bad_input_is_one_line_and_exit_2(risk_run, capsys):
         (["--max-fp-per-image", "0.5"], "pass --fp-cap"),
         (["--class-sets", "0.1"], "has no per-class logits (class_logits.npz)"),
         (["--class-sets", "2"], "`--class-sets`"),
+        # an option the tuning asked for would not read
+        (["--guarantee", "expectation"], "`--guarantee` applies to risk control"),
+        (["--target-precision", "0.8", "--fp-cap", "25"], "`--fp-cap` applies to risk control"),
+        (["--precision-unit", "image"], "`--precision-unit` applies to risk control"),
+        (["--precision-unit", "pooled"], "certifies a --target-precision: give it one"),
+        (["--target-recall", "0.5", "--threshold-unit", "box"], "always takes the image"),
     ]
     for extra, words in cases:
         assert main(["thresholds", str(risk_run), *extra]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], (extra, err)
+
+
+def test_pooled_precision_alone_is_risk_control(risk_run, capsys):
+    """``--target-precision P --precision-unit pooled`` (docs/thresholds.md) certifies the pooled
+    precision by risk control, the risk it names, not the per-class precision tuning."""
+    from det_calib.cli import main
+
+    args = ["--target-precision", "0.5", "--precision-unit", "pooled", "--fp-cap", "2"]
+    assert main(["thresholds", str(risk_run), *args, "--delta", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("head nms: precision >= 0.5, with probability >= 0.8 over the fit images")
+    rc = json.loads((risk_run / "thresholds.json").read_text())["heads"]["nms"]["risk_control"]
+    assert rc["params"]["precision_unit"] == "pooled" and rc["params"]["fp_cap"] == 2
+    assert rc["params"]["target_recall"] is None
 
 
 def test_report_section_shows_each_guarantee_and_its_cost(risk_run):

@@ -30,11 +30,12 @@ _BOX_ONLY = (
     ("--max-fp-per-image", "max_fp_per_image", None),
     ("--per-class", "per_class", False),
     ("--class-sets", "class_sets", None),
-    ("--guarantee expectation", "guarantee", "probability"),
+    ("--guarantee", "guarantee", None),
+    ("--fp-cap", "fp_cap", None),
     ("--head e2e", "head", "nms"),
-    ("--threshold-unit box", "threshold_unit", "image"),
+    ("--threshold-unit", "threshold_unit", None),
     ("--threshold-fallback drop", "threshold_fallback", "global"),
-    ("--precision-unit pooled", "precision_unit", "image"),
+    ("--precision-unit", "precision_unit", None),
 )
 """``thresholds``' options that speak of boxes, each with the value it has when not given."""
 
