@@ -9,6 +9,7 @@ the per-class raw thresholds) is written with the run's other outputs (:mod:`det
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +27,6 @@ from det_calib.data.ground_truth import (
     list_images,
     load_data_yaml,
 )
-from det_calib.demo import default_inputs
 from det_calib.deploy.portable import portable_head, raw_thresholds
 from det_calib.errors import InputError
 from det_calib.job.detections_file import (
@@ -60,7 +60,17 @@ def detections_inputs(model: str | Path | None, data: str | Path | None, s: Sett
             "Expected `head` nms or e2e with `detections` (a file holds one head's boxes), but got "
             "both"
         )
-    _, data = default_inputs(None, data) if data is None else (None, Path(data))
+    if data is None:
+        raise InputError(
+            "`detections` needs `data` (the data.yaml of the images the file scored, or with "
+            "`coco_gt` the one that names its classes): a file of detections brings no ground truth"
+        )
+    for name in ("conf_floor", "max_det", "imgsz", "batch", "device"):
+        if getattr(s, name) != _DEFAULTS[name]:
+            raise InputError(
+                f"`{name}` sets det_calib's own capture, and a run on a file of detections "
+                "captures nothing (its engine wrote the boxes with its own settings): drop it"
+            )
     ds = load_data_yaml(data)
     head = "nms" if s.head == "auto" else s.head
     return Inputs(
@@ -71,6 +81,9 @@ def detections_inputs(model: str | Path | None, data: str | Path | None, s: Sett
         heads=[head],
         imgsz=int(s.imgsz or 0),
     )
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 
 def _known_keys(inputs: Inputs) -> set[str]:

@@ -515,6 +515,7 @@ def read_detections(
             "the "
             "data: check --limit and the splits)"
         )
+    _check_coverage(source, splits, split_of[hit], image_id[hit], read)
     _log.info(
         "%d of %d detections in %s matched on %d images",
         read.matched,
@@ -523,6 +524,38 @@ def read_detections(
         read.images,
     )
     return tables, read
+
+
+def _check_coverage(
+    source: Path,
+    splits: Sequence[Split],
+    split_of: np.ndarray,
+    image_id: np.ndarray,
+    read: DetectionsRead,
+) -> None:
+    """Refuse a low-conf file that covers less than half of a split's images (a dump of some images: the
+    others would count as images without a box, and recall and mAP would fall for nothing); a file
+    written at a high conf, whose images may well keep no box, gets a warning instead."""
+    for k, sp in enumerate(splits):
+        ids = np.unique(image_id[split_of == k])
+        if 2 * ids.size >= len(sp.images):
+            continue
+        first = int(ids.max()) + 1 if ids.size else 0  # the file's images are the split's first?
+        hint = (
+            f"give --limit {first} if it holds the first {first} images of each split"
+            if ids.size and ids.size >= 0.9 * first
+            else "dump every image of the split"
+        )
+        words = (
+            f"{source} has detections on {ids.size} of the {len(sp.images)} images of split "
+            f"`{sp.name}`: the others would count as images without a box"
+        )
+        if read.high_floor is None:
+            raise InputError(
+                f"{words}, though its scores go down to {read.min_score:.3g}, where a detector "
+                f"leaves few images without one; {hint}"
+            )
+        _log.warning("%s (it was written at conf %.3g); %s", words, read.min_score, hint)
 
 
 def _place(

@@ -266,6 +266,13 @@ def fit_head(boxes: pl.DataFrame, s: Settings, gt: pl.DataFrame | None = None) -
     (``gt``: the fit split's ground truth, which ``--target iou`` needs)."""
     floors = s.fit_floors()
     if s.method == "auto":
+        images = boxes["image_id"].n_unique()
+        if images < s.cv_folds:  # after the capture: the images that kept a box
+            raise InputError(
+                f"the fit split has boxes on {images} images, fewer than the {s.cv_folds} folds "
+                "of --method auto's cross-validation (`cv_folds`): fit on more images, or name a "
+                "method (`method` temperature)"
+            )
         return choose_calibrator(
             _fit_boxes(boxes, s, 0.0, gt),
             method="auto",

@@ -99,6 +99,7 @@ def preflight(
             usable; the message names the parameter or file.
     """
     _check_options(settings)
+    _check_fit_images(fit, settings)
     _check_device(settings.device)
     need = _estimate_output_bytes(
         model=model,
@@ -123,6 +124,17 @@ def preflight(
         _size(free),
     )
     return Preflight(out_bytes=need, free_bytes=free, gt_boxes=gt, skipped_images=skipped)
+
+
+def _check_fit_images(fit: Split, s: Settings) -> None:
+    """``--method auto`` chooses by cross-validation over the fit split's images, in ``cv_folds``
+    groups: fewer images than folds is refused before the capture, naming the options."""
+    if s.method == "auto" and len(fit.images) < s.cv_folds:
+        raise InputError(
+            f"the fit split `{fit.name}` has {len(fit.images)} images, fewer than the "
+            f"{s.cv_folds} folds of --method auto's cross-validation (`cv_folds`): fit on more "
+            "images (`limit`), or name a method (`method` temperature)"
+        )
 
 
 def _check_options(s: Settings) -> None:

@@ -329,6 +329,47 @@ def test_a_model_beside_the_file_is_refused(tmp_path, capsys, rows):
     )
 
 
+def test_the_file_needs_its_data_and_no_capture_option(tmp_path, capsys, rows):
+    """Without ``--data`` the run would score the file against the demo's labels; options of
+    det_calib's own capture would be recorded as applied while the engine's boxes are used as written."""
+    folder = write_txt(rows, tmp_path / "labels")
+    argv = calibrate_argv(FIXTURE / "data.yaml", folder, tmp_path / "out")
+    i = argv.index("--data")
+    code = main(argv[:i] + argv[i + 2 :])
+    line = _one_error(code, capsys.readouterr().err, tmp_path / "out")
+    assert "`--detections` needs `--data`" in line, line
+    for extra in (
+        ["--conf-floor", "0.2"],
+        ["--max-det", "5"],
+        ["--imgsz", "1280"],
+        ["--batch", "4"],
+    ):
+        code, _, err = calibrate_cli(
+            capsys, FIXTURE / "data.yaml", folder, tmp_path / "out", *extra
+        )
+        line = _one_error(code, err, tmp_path / "out")
+        assert f"`{extra[0]}` sets det_calib's own capture" in line, line
+
+
+def test_a_file_of_some_of_the_images_is_refused(tmp_path, capsys, caplog, rows):
+    """A dump at conf 0.001 of a few images: the others would count as images without a box (recall
+    and mAP would collapse); refused, naming how many it covers. Written at a high conf, it runs with a
+    warning (such a file's images may keep no box)."""
+    stems = sorted({r["stem"] for r in rows})
+    few = [r for r in rows if r["stem"] in stems[: len(stems) // 5]]
+    folder = write_txt(few, tmp_path / "labels")
+    code, _, err = calibrate_cli(capsys, FIXTURE / "data.yaml", folder, tmp_path / "out")
+    line = _one_error(code, err, tmp_path / "out")
+    assert "has detections on" in line and "the others would count as images without a box" in line
+    some = [{**r, "score": max(r["score"], 0.02)} for r in rows if r["stem"] in stems[:4]]
+    high = write_txt(some, tmp_path / "high")  # written at conf 0.02
+    code, _, err = calibrate_cli(
+        capsys, FIXTURE / "data.yaml", high, tmp_path / "out2", "--method", "temperature"
+    )
+    assert code == 0, err
+    assert any("(it was written at conf 0.02)" in r.getMessage() for r in caplog.records)
+
+
 # ------------------------------------------------------------------------------ --boxes of a detections run
 def _eval_figures(run: Path) -> tuple:
     from det_calib.record.run_result import RunResult

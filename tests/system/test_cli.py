@@ -141,6 +141,8 @@ def test_bad_options(capsys, ds, demo_model_path):
         (["--method", "isotonic", "--per-class"], "--per-class", "(class-temperature, class-"),
         (["--method", "temperature", "--cv-folds", "3"], "--cv-folds", "no choice to set"),
         (["--method", "platt", "--criterion", "ece"], "--criterion", "with --method platt"),
+        # fewer fit images than folds: refused before the capture, naming the options
+        (["--limit", "4"], "--cv-folds", "has 2 images, fewer than the 5 folds"),
     ):
         model_data = ["--model", demo_model_path, "--data", ds / "data.yaml"]
         code, err = _run(capsys, "calibrate", *model_data, *options, *FAST)
