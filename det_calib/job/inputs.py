@@ -115,6 +115,21 @@ def detections_source(run_dir: str | Path) -> str | None:
     return model.removeprefix("detections:") if model.startswith("detections:") else None
 
 
+def _recorded_limit(boxes: str | Path) -> int | None:
+    """The ``--limit`` a run's box table was captured with (None: none, capture parts, or a table
+    written before it was recorded), for ``--boxes RUN`` without ``--limit``: its splits' first images
+    again, not all of them (whose fingerprint the boxes would not match)."""
+    path = Path(boxes)
+    path = path / BOXES_FILE if path.is_dir() else path
+    if not path.is_file() or path.suffix != ".parquet":
+        return None
+    try:
+        limit = ((run_meta(path) or {}).get("settings") or {}).get("limit")
+    except InputError:
+        return None
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
 def _recorded_inputs(boxes: str | Path) -> tuple[Path | None, Path | None]:
     """The model and data a run folder (or its ``boxes.parquet``) recorded, for ``--boxes RUN`` with
     neither given; ``(None, None)`` for capture parts or a folder without a record (the demo's then).
@@ -152,6 +167,9 @@ def resolve_inputs(model: str | Path | None, data: str | Path | None, s: Setting
 
     if model is None and data is None and s.boxes:  # `--boxes RUN` alone: the run's own inputs
         model, data = _recorded_inputs(s.boxes)
+    if s.boxes and s.limit is None and (limit := _recorded_limit(s.boxes)) is not None:
+        s.limit = limit
+        _log.info("the boxes in %s were captured with --limit %d: so is this run", s.boxes, limit)
     model, data = demo.default_inputs(model, data)
     exported = is_export(
         model

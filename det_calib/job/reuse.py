@@ -167,8 +167,9 @@ def _from_run_file(
     meta = run_meta(run_file)
     if meta is None:
         raise InputError(
-            f"{run_file} records no model/data fingerprints (written by an older det_calib): "
-            "run calibrate without `boxes` once"
+            f"{run_file} records no model/data fingerprints (it is not the box table of a calibrate "
+            "run or of capture parts, or an older det_calib wrote it): run calibrate without "
+            "`boxes` once"
         )
     if model_fp is None and str(meta["model"]).startswith("detections:"):
         raise InputError(

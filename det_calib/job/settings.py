@@ -389,6 +389,7 @@ class Settings:
         return {
             **self.compared_capture_settings(imgsz),
             "batch": resolve_batch(self.batch, self.device) if batch is None else int(batch),
+            "limit": self.limit,  # read back by --boxes RUN without --limit
         }
 
     def compared_capture_settings(self, imgsz: int) -> dict[str, Any]:

@@ -83,6 +83,17 @@ def test_a_run_folder_alone_reuses_its_own_model_and_data(first, tmp_path, capsy
         calibrate(None, None, out=tmp_path / "o", boxes=str(moved), **FAST)
 
 
+def test_boxes_of_a_limited_run_take_its_limit(demo_model_path, fixture_yaml, tmp_path):
+    """The boxes of a run captured with ``--limit`` hold its splits' first images: ``--boxes RUN``
+    without ``--limit`` takes the recorded one (all the images would not match the boxes)."""
+    first = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "a", limit=8, **FAST)
+    assert run_meta(tmp_path / "a" / "boxes.parquet")["settings"]["limit"] == 8
+    again = calibrate(None, None, out=tmp_path / "b", boxes=str(tmp_path / "a"), iou=0.6, **FAST)
+    assert again.result.settings.eval_split == first.result.settings.eval_split
+    assert again.result.results["nms"].eval.images == first.result.results["nms"].eval.images
+    assert again.boxes["image"].unique().sort().equals(first.boxes["image"].unique().sort())
+
+
 def test_reuse_with_other_matching_settings(first, demo_model_path, fixture_yaml, tmp_path):
     """Settings after the capture (matching IoU) may change: the boxes are matched again."""
     a = calibrate(
@@ -222,6 +233,7 @@ def test_capture_settings_record_the_batch_the_capture_ran(monkeypatch):
         "max_det": 300,
         "imgsz": 320,
         "batch": 1,
+        "limit": None,
     }
     assert Settings(batch=4).capture_settings(320)["batch"] == 4
     assert Settings(device="0").capture_settings(320, batch=1)["batch"] == 1
