@@ -18,7 +18,7 @@ import sys
 import warnings
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from det_calib import FIRST_IMPORT
 from det_calib.capture.exported import is_export
@@ -144,6 +144,15 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error in one line, as every other error (argparse's own prints the usage first)."""
+        command = self.prog.removeprefix("det-calib").strip()
+        sys.stderr.write(
+            f"det-calib: error: {command + ': ' if command else ''}{message} (`{self.prog} --help` "
+            "lists the options)\n"
+        )
+        sys.exit(2)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -565,7 +565,7 @@ def _choose_split(ds: Any, split: str | None) -> str:
     if split is not None:
         if split not in ds.splits:
             raise InputError(
-                f"split `{split}` not in {ds.yaml_path} (splits: {sorted(ds.splits)})",
+                f"split `{split}` not in {ds.yaml_path} (splits: {', '.join(sorted(ds.splits))})",
                 param="split",
             )
         return split

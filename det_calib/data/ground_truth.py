@@ -736,7 +736,9 @@ def load_split(
             usable image (every one unreadable or with a malformed label file).
     """
     if split not in data.splits:
-        raise InputError(f"split `{split}` not in {data.yaml_path} (splits: {sorted(data.splits)})")
+        raise InputError(
+            f"split `{split}` not in {data.yaml_path} (splits: {', '.join(sorted(data.splits))})"
+        )
     images = list_images(data.splits[split], split=split)
     if limit is not None:
         images = images[:limit]

@@ -195,7 +195,7 @@ class CalibratedPostprocess:
         if cal is None:
             raise InputError(
                 f"the run {self.hook.run} has no calibrator for head {head} (it has "
-                f"{sorted(self.hook.calibrators)})"
+                f"{', '.join(sorted(self.hook.calibrators))})"
             )
         if not isinstance(orig_imgs, list):  # as Ultralytics: a tensor batch
             orig_imgs = ops.convert_torch2numpy_batch(orig_imgs)[..., ::-1]

@@ -64,7 +64,7 @@ def apply_calibrator(results: Any, calibration: Any, *, head: str | None = None)
     cals = load_calibrators(calibration)
     if head is None:
         if len(cals) != 1:
-            raise InputError(f"the calibration has heads {sorted(cals)}: pass `head`")
+            raise InputError(f"the calibration has heads {', '.join(sorted(cals))}: pass `head`")
         head = next(iter(cals))
     check_choice(head, sorted(cals), "head")
 

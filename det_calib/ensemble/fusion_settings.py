@@ -80,7 +80,8 @@ class FusionSettings:
         if not 0 <= self.fusion_skip < 1:
             raise InputError(f"Expected `fusion_skip` in [0, 1), but got {self.fusion_skip}")
         if any(not w > 0 for w in self.weight):
-            raise InputError(f"Expected every `weight` to be positive, but got {list(self.weight)}")
+            got = ", ".join(f"{w:g}" for w in self.weight)
+            raise InputError(f"Expected every `weight` to be positive, but got {got}")
         if n_members is not None and self.weight and len(self.weight) != n_members:
             raise InputError(
                 f"Expected one `weight` per member ({n_members}), but got {len(self.weight)}"

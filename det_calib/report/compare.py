@@ -66,7 +66,9 @@ def _resolve(specs: Sequence[str | Path]) -> list[tuple[Run, str, str]]:
                 note = f"{path} has heads {', '.join(run.heads)}; comparing {head} (use {path}:<head> to choose)"
                 _log.info(note)
         elif head not in run.heads:
-            raise InputError(f"{path / CALIBRATION_FILE}: no head {head!r}; heads are {run.heads}")
+            raise InputError(
+                f"{path / CALIBRATION_FILE}: no head {head!r}; heads are {', '.join(run.heads)}"
+            )
         out.append((run, head, note))
     return out
 
@@ -89,11 +91,11 @@ def _labels(picked: list[tuple[Run, str, str]], labels: Sequence[str] | None) ->
         or not all(isinstance(x, str) and x for x in labels)
     ):
         raise InputError(
-            f"Expected argument `labels` to be {n} non-empty names, one per run, but got {labels!r}"
+            f"Expected argument `labels` to be {n} non-empty names, one per run, but got {', '.join(map(str, labels))}"
         )
     if len(set(labels)) != n:
         raise InputError(
-            f"Expected argument `labels` to be {n} different names, but got {labels!r}"
+            f"Expected argument `labels` to be {n} different names, but got {', '.join(map(str, labels))}"
         )
     return labels
 

@@ -43,7 +43,9 @@ def label_values(data: Dataset, split: str) -> int | None:
     """The number of values on the first label line of ``split`` (its files in image order); None
     when no label file of the split has a line (5: box labels, 9: OBB labels)."""
     if split not in data.splits:
-        raise InputError(f"split `{split}` not in {data.yaml_path} (splits: {sorted(data.splits)})")
+        raise InputError(
+            f"split `{split}` not in {data.yaml_path} (splits: {', '.join(sorted(data.splits))})"
+        )
     for img in list_images(data.splits[split], split=split):
         lp = label_path(img)
         if not lp.is_file():

@@ -324,11 +324,16 @@ def test_no_command_takes_an_abbreviated_option(capsys, tmp_path):
     assert len(subs) >= 9 and not parser.allow_abbrev
     assert [name for name, sp in subs.items() if sp.allow_abbrev] == []
     run = tmp_path / "no_run"
-    with pytest.raises(SystemExit) as e:  # argparse's own usage error: exit 2, one error line
+    with pytest.raises(SystemExit) as e:  # argparse's own usage error: exit 2, one line, no usage
         main(["thresholds", str(run), "--target-prec", "0.8"])
-    _assert_one_line_error(
-        e.value.code, capsys.readouterr().err, "unrecognized arguments: --target-prec"
-    )
+    err = capsys.readouterr().err
+    _assert_one_line_error(e.value.code, err, "unrecognized arguments: --target-prec")
+    assert err.count("\n") == 1 and "usage:" not in err, err
+    with pytest.raises(SystemExit) as e:  # a command's own: named, with where its options are
+        main(["calibrate", "--method", "foo"])
+    err = capsys.readouterr().err
+    _assert_one_line_error(e.value.code, err, "calibrate: argument --method: invalid choice")
+    assert err.count("\n") == 1 and "(`det-calib calibrate --help` lists the options)" in err
     code, err = _run(
         capsys, "thresholds", run, "--target-precision", "0.8"
     )  # the full name reaches the run check

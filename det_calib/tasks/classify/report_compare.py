@@ -153,7 +153,7 @@ def _names(runs: Sequence[str | Path], labels: Sequence[str] | None) -> list[str
     if len(names) != len(runs) or len(set(names)) != len(names) or not all(names):
         if labels is not None:
             raise InputError(
-                f"Expected argument `labels` to be {len(runs)} different names, but got {labels!r}"
+                f"Expected argument `labels` to be {len(runs)} different names, but got {', '.join(map(str, labels))}"
             )
         names = [f"{chr(65 + i)} ({n})" for i, n in enumerate(names)]
     return names
