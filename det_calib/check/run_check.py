@@ -639,6 +639,10 @@ def check_run(
     # its calibrators and detector), capture, figures (the tests) and outputs (the report's included)
     with clock.stage("model load"):
         _check_options(data, images, alpha=alpha, min_boxes=min_boxes, n_perm=n_perm, limit=limit)
+        if images is not None and split is not None:
+            raise InputError(
+                "`split` names a split of `data`; with `images` (a folder) there is none: drop it"
+            )
         run_dir = Path(run_dir)
         ds, split = _labelled_data(data, split)
         out_dir = (

@@ -363,6 +363,13 @@ class Settings:
             )
         if not 0 < self.delta < 1:
             raise InputError(f"Expected `delta` in (0, 1), but got {self.delta}")
+        if self.target_precision is None:  # calibrate tunes thresholds only when asked
+            for name in ("delta", "threshold_unit", "threshold_fallback"):
+                if getattr(self, name) != _SETTINGS_FIELDS[name].default:
+                    raise InputError(
+                        f"`{name}` sets the thresholds tuned at `target_precision`; without it "
+                        "calibrate tunes none: give `target_precision`, or drop it"
+                    )
         for name in ("batch", "max_det", "ece_bins", "laece_bins", "n_boot"):
             if (name != "batch" or self.batch is not None) and int(getattr(self, name)) < 1:
                 raise InputError(

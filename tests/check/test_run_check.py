@@ -645,5 +645,7 @@ def test_bad_input(capsys, tmp_path, run_dir, demo_yaml, fixture_yaml):
     (tmp_path / "empty").mkdir()
     code, _, err = _check(capsys, run_dir, "--images", tmp_path / "empty")
     _one_line(code, err, "no images in")
+    code, _, err = _check(capsys, run_dir, "--images", tmp_path / "empty", "--split", "test")
+    _one_line(code, err, "`--split` names a split of `--data`; with `--images`")
     code, _, err = _check(capsys, run_dir, "--data", demo_yaml, "--split", "nope")
     _one_line(code, err, "split `nope`")

@@ -47,3 +47,13 @@ def test_options_of_the_choice_only_beside_auto():
             Settings.of_call(None, {"method": "temperature", name: value})
         assert getattr(Settings.of_call(None, {name: value}), name) == value
     assert Settings.of_call(None, {"method": "temperature", "cv_folds": 5}).cv_folds == 5
+
+
+def test_threshold_options_only_with_a_target_precision():
+    """calibrate tunes thresholds only at ``target_precision``: their other options without it are
+    refused, not ignored."""
+    for name, value in (("delta", 0.2), ("threshold_unit", "box"), ("threshold_fallback", "drop")):
+        with pytest.raises(InputError, match=rf"`{name}` sets the thresholds tuned at"):
+            Settings.of_call(None, {name: value})
+        s = Settings.of_call(None, {name: value, "target_precision": 0.8})
+        assert getattr(s, name) == value
