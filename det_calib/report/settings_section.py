@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
+from det_calib.record.run_result import HeadResult
 
 from .common import (
     MAX_ABSENT_NAMED,
@@ -83,6 +84,16 @@ _PER_HEAD_KEYS = {
 }
 
 
+def _temperature_words(head: HeadResult) -> str:
+    """A head's temperature in the settings table: T, and whether it is the deployed map."""
+    tf, cal = head.temperature_fit, head.calibrator
+    t = tf.temperature if tf is not None and tf.temperature is not None else head.temperature
+    if t is None:
+        return "n/a"
+    deployed = cal is not None and cal.method == "temperature"
+    return f"T = {t:.4f} ({'deployed' if deployed else 'for comparison'})"
+
+
 def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     """The recorded options with their meaning, the fit and the evaluation data of every head."""
     c = run.result.to_dict()
@@ -93,8 +104,9 @@ def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     rows.append(
         [
             "temperature",
-            fmt_value(c.get("temperature")),
-            "fitted temperature per head: conf = sigmoid(logit / T)",
+            ", ".join(f"{h} {_temperature_words(run.head(h))}" for h in run.heads) or "n/a",
+            "the NLL-optimal temperature per head on the fit split, conf = sigmoid(logit / T): "
+            "deployed where it is the head's map, else fitted for comparison",
         ]
     )
     b.add(
@@ -109,11 +121,13 @@ def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
     frows = []
     for h in run.heads:
         f = run.head(h).fit
+        cal = run.head(h).calibrator
         frows.append(
-            [h, "n/a"] + ["n/a"] * 6
+            [h, "n/a"] + ["n/a"] * 7
             if f is None
             else [
                 h,
+                "n/a" if cal is None else cal.method,
                 f.split or "n/a",
                 fint(f.images),
                 fint(f.boxes),
@@ -127,16 +141,17 @@ def _report_settings(b: Page, run: Run, hbs: dict[str, HeadBoxes]) -> None:
         Table(
             [
                 "Head",
+                "Deployed map",
                 "Split",
                 "Images",
                 "Boxes",
                 "Correct",
-                f"NLL at T = 1 (IoU {iou:g})",
-                "NLL at fitted T",
+                f"NLL raw (IoU {iou:g})",
+                "NLL after the map",
                 "Iterations",
             ],
             frows,
-            caption="Temperature fit",
+            caption="Fit of the deployed map (on the fit split, in sample)",
             css="fit",
         )
     )

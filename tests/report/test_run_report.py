@@ -546,6 +546,11 @@ def test_report_numbers_match_calibration_json(run_two):
     assert "n/a" in html  # D-ECE is null in the JSON
     assert f"{f4(calib['eval']['nms']['ece_before'])}" in md
     assert "files may not come from the same run" not in html  # parquet and JSON agree
+    # the settings say which temperature is deployed; the fit table names the deployed map
+    t = calib["temperature"]
+    assert f"| nms T = {t['nms']:.4f} (deployed), e2e T = {t['e2e']:.4f} (deployed) |" in md
+    assert "**Fit of the deployed map (on the fit split, in sample)**" in md
+    assert "| nms | temperature | " in md
 
 
 def test_report_per_class_table(run_two):
