@@ -676,16 +676,16 @@ def _apply(args: argparse.Namespace) -> int:
         return 0
     from det_calib.deploy.fold import write_run_checkpoint
 
+    if Path(args.out).is_dir():
+        raise InputError(
+            f"`out` {args.out} is a folder: give the calibrated checkpoint's file name (e.g. "
+            f"{Path(args.out) / 'calibrated.pt'})"
+        )
     records = read_calibrators(args.calibration)
-    out = write_run_checkpoint(
+    # the checkpoint's writer says what it wrote, each head's map in words (one line, not two)
+    write_run_checkpoint(
         args.model, args.out, records, metadata={"calibration": str(args.calibration)}
     )
-    if records and all(r.method == "temperature" for r in records.values()):
-        print(
-            f"wrote {out} (T: {', '.join(f'{h}={r.temperature:.4f}' for h, r in records.items())})"
-        )
-        return 0
-    print(f"wrote {out} ({', '.join(f'{h}: {r.method}' for h, r in records.items())})")
     return 0
 
 

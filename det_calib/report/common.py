@@ -18,6 +18,7 @@ import numpy as np
 from det_calib.calibrators import registry
 from det_calib.data.box_table import HEAD_LABEL, HEADS
 from det_calib.data.ground_truth import Split
+from det_calib.errors import InputError
 from det_calib.metrics import calibration as metrics
 from det_calib.record.eval_record import OperatingFigures
 from det_calib.record.run_folder import BOXES_FILE, CALIBRATION_FILE, HeadBoxes, Run
@@ -44,6 +45,11 @@ def parse_run_spec(spec: str | Path) -> tuple[Path, str | None]:
     base, sep, head = s.rpartition(":")
     if sep and base and head in HEADS:
         return Path(base), head
+    if sep and base and not Path(s).exists() and Path(base).is_dir():  # RUN:HEAD of an unknown head
+        raise InputError(
+            f"`{head}` in {s} is not a head: RUN:HEAD names one of {', '.join(HEADS)} (or give the "
+            "run's folder alone)"
+        )
     return Path(s), None
 
 
