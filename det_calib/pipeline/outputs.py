@@ -123,7 +123,8 @@ def write_run_outputs(
         if "ensemble" in result.sections:
             engine_lines = []
         elif s.detections:  # no model: the portable map, its ONNX graph, the raw thresholds
-            engine_lines = _detections_outputs(stage, result, fingerprints, s)
+            file_lines, engine_lines = _detections_outputs(stage, result, fingerprints, s)
+            more = [*file_lines, *more]  # the file's lines before the timing line
         else:
             engine_lines = _write_model(
                 stage, result, inputs, splits[1], s, verification, folded=folded
@@ -131,7 +132,11 @@ def write_run_outputs(
         extra = _finish_run_folder(
             stage, out, result, s, t_start, boxes=boxes, verification=verification
         )
-        summary = [summary_text(result, more=more), *extra, *engine_lines]
+        summary = [
+            summary_text(result, more=more, detections=bool(s.detections)),
+            *extra,
+            *engine_lines,
+        ]
         write_text(stage / "summary.txt", "\n".join(summary) + "\n")
     return _output_files(out)
 
@@ -243,10 +248,10 @@ def _write_model(
 
 def _detections_outputs(
     stage: Path, result: RunResult, fingerprints: dict[str, Any], s: Settings
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """What a run of a file of detections writes in place of ``calibrated.pt`` (the portable map, its
-    ONNX graph, the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run,
-    and the summary's lines about the file."""
+    ONNX graph, the per-class raw thresholds, DeepStream's block), the Ultralytics val it cannot run;
+    the summary's lines about the file, and about what was written."""
     read = DetectionsRead.from_dict(fingerprints["detections"], "detections")
     lines: list[str] = []
     for h in result.heads:
@@ -260,7 +265,7 @@ def _detections_outputs(
                     "is COCO mAP of the file's own boxes)",
                 ),
             )
-    return lines + write_portable_outputs(stage, result, conf=s.conf)
+    return lines, write_portable_outputs(stage, result, conf=s.conf)
 
 
 def _records(result: RunResult) -> dict[str, Any]:

@@ -51,7 +51,8 @@ def _calibrator_line(
     head: str, h: HeadResult, st: RecordedSettings, model: str | None = None
 ) -> str:
     """What calibrates a head, in words (the first line of its summary); ``model``: the run's model, whose
-    kind (checkpoint or export) names what is deployed."""
+    kind (checkpoint or export) names what is deployed (None: a file of detections, whose map is
+    written as a portable map)."""
     rec = h.calibrator
     if rec is None:
         return f"[{head}] no calibrator"
@@ -63,7 +64,13 @@ def _calibrator_line(
             if h.candidates
             else "chosen by name"
         )
-        deployed = "the calibrated export" if export_format(model) else "calibrated.pt"
+        deployed = (
+            "the portable map"
+            if model is None
+            else "the calibrated export"
+            if export_format(model)
+            else "calibrated.pt"
+        )
         return (
             f"[{head}] keep the raw scores: {why} ({deployed} leaves this head's scores unchanged)"
         )
@@ -112,13 +119,21 @@ _MAP_SOURCES_LINE = (
 
 
 def summary_text(
-    result: RunResult | dict[str, Any], *, timings: bool = True, more: Sequence[str] = ()
+    result: RunResult | dict[str, Any],
+    *,
+    timings: bool = True,
+    more: Sequence[str] = (),
+    detections: bool = False,
 ) -> str:
     """A short plain-text summary of a run (what the CLI prints): the operating point first; ``more``
-    (an ensemble's lines); the timing line last (``timings``, when the run recorded them)."""
+    (an ensemble's lines, a file of detections' lines); the timing line last (``timings``, when the run
+    recorded them). ``detections``: the run's "model" is a file of detections (no checkpoint)."""
     r = result if isinstance(result, RunResult) else RunResult.from_dict(result)
     st = r.settings
-    lines = [f"model {r.model}", f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})"]
+    lines = [
+        f"{'detections' if detections else 'model'} {r.model}",
+        f"data  {r.data}  (fit: {st.fit_split}, eval: {st.eval_split})",
+    ]
     if (
         r.matching is not None
     ):  # a segment, pose or OBB model's run: which overlap made a box correct
@@ -127,12 +142,12 @@ def summary_text(
     for head in r.heads:
         h = r.head(head)
         e = h.eval or EvalResult()
-        lines.append(_calibrator_line(head, h, st, r.model))
+        lines.append(_calibrator_line(head, h, st, None if detections else r.model))
         lines += _operating_lines(head, h, e, st, iou=iou)
         lines += _left_lines(head, h, e)
         lines += _size_lines(head, h)
         lines += _temperature_lines(head, h)
-        lines += _map_lines(head, h, e, st, hulls=_hull_run(r))
+        lines += _map_lines(head, h, e, st, hulls=_hull_run(r), detections=detections)
         lines += _shift_lines(head, h)
     lines.append(
         f"({_INTERVALS_LINE}; sampling floor: labels drawn 200 times from the calibrated "
@@ -258,8 +273,17 @@ def _hull_run(r: RunResult) -> bool:
     )
 
 
+_FILE_BOXES = "the file's boxes"
+
+
 def _map_lines(
-    head: str, h: HeadResult, e: EvalResult, st: RecordedSettings, *, hulls: bool = False
+    head: str,
+    h: HeadResult,
+    e: EvalResult,
+    st: RecordedSettings,
+    *,
+    hulls: bool = False,
+    detections: bool = False,
 ) -> list[str]:
     """All-box figures, COCO mAP, the Ultralytics val checks and the folded per-class map's detections
     (``hulls``: an OBB model's run, its boxes the hulls of rotated ones; Ultralytics' val scores the rotated boxes)."""
@@ -270,9 +294,9 @@ def _map_lines(
         f"{_f(e.map50_95_before, '.4f')} -> "
         f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; the "
-        "boxes det_calib "
-        f"captured, scored by {engine_label(e.map_engine)})",
+        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
+        f"{_FILE_BOXES if detections else 'the boxes det_calib captured'}, scored by "
+        f"{engine_label(e.map_engine)})",
     ]
     for prefix, words, how in _TASK_MAP_WORDS:
         if getattr(e, f"{prefix}_map50_95_before") is not None:

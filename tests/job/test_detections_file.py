@@ -59,6 +59,13 @@ def test_label_folder_calibrates_and_says_what_it_matched(txt_run, rows):
     summary = (txt_run / "summary.txt").read_text()
     assert f"{len(rows)} of {len(rows)} detections matched on 12 of 12 images" in summary
     assert "Ultralytics val not run: it cannot run a foreign engine" in summary
+    # the file is named as the run's source, its lines come before the timing line, and nothing
+    # speaks of a checkpoint or of a capture the run did not make
+    lines = summary.splitlines()
+    assert lines[0].startswith("detections ") and "calibrated.pt" not in summary
+    assert "det_calib captured" not in summary and "; the file's boxes, scored by" in summary
+    timing = next(i for i, ln in enumerate(lines) if ln.startswith("time: "))
+    assert timing > max(i for i, ln in enumerate(lines) if "detections matched on" in ln)
     doc = json.loads((txt_run / "calibration.json").read_text())
     assert doc["heads"] == ["nms"]
     boxes = pl.read_parquet(txt_run / "boxes.parquet")
