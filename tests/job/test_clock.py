@@ -160,7 +160,7 @@ from det_calib.job.settings import Settings
 # the command line first asks every registered task whether the run is its own (a classifier's is not)
 args = cli._parser().parse_args(["calibrate", "--limit", "2", "--out", {str(tmp_path / "out")!r}])
 assert cli._own_run("calibrate", args) is None
-load(None, None, Path({str(tmp_path / "out")!r}), Settings(limit=2, progress=False))
+load(None, None, Path({str(tmp_path / "out")!r}), Settings(limit=2, progress=False, method="temperature"))
 print(" ".join(sorted(sys.modules)))
 """
     repo = Path(__file__).resolve().parents[2]
