@@ -144,42 +144,24 @@ def test_apply_cli(tmp_path, demo_model_path, capsys, caplog):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"temperature": {"nms": 1.25}}))
     out = tmp_path / "m_cal.pt"
-    assert (
-        main(
-            ["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]
-        )
-        == 0
-    )
+
+    def apply(to):
+        argv = ["--model", str(demo_model_path), "--calibration", str(cal), "--out", str(to)]
+        return main(["apply", *argv])
+
+    assert apply(out) == 0
     assert read_calibration_metadata(out)["temperature"] == {"nms": 1.25}
     assert _temperatures_from_json(cal) == {"nms": 1.25}
     said = capsys.readouterr().out + "".join(r.getMessage() for r in caplog.records)
     assert said.count(f"wrote calibrated checkpoint {out}") == 1 and said.count(str(out)) == 1
     # an existing folder as --out: one line naming it, nothing written in it
-    assert (
-        main(
-            [
-                "apply",
-                "--model",
-                str(demo_model_path),
-                "--calibration",
-                str(cal),
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 2
-    )
+    assert apply(tmp_path) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"`--out` {tmp_path} is a folder" in err[0], err
     # bad calibration file: exit 2, one line, the old output untouched
     before = out.read_bytes()
     cal.write_text("{not json")
-    assert (
-        main(
-            ["apply", "--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]
-        )
-        == 2
-    )
+    assert apply(out) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not valid JSON" in err[0]
     assert out.read_bytes() == before
