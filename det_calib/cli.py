@@ -101,7 +101,12 @@ def _settings_from_args(args: argparse.Namespace, settings_cls: type) -> Any:
             if f.metadata.get("auto_only"):
                 if v is None:
                     continue  # not given: the field's default
-                if getattr(args, "method", "auto") != "auto":
+                # (an ensemble's choice of fusion reads the cross-validation's options whatever the
+                # method)
+                fused = getattr(args, "command", None) == "ensemble" and f.metadata.get(
+                    "fusion_choice"
+                )
+                if getattr(args, "method", "auto") != "auto" and not fused:
                     raise InputError(
                         f"`{f.metadata['flag']}` sets --method auto's choice; with --method "
                         f"{args.method} there is no choice to set: drop it"
@@ -148,9 +153,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """A usage error in one line, as every other error (argparse's own prints the usage first)."""
         command = self.prog.removeprefix("det-calib").strip()
+        named = re.match(r"(\w[\w-]*): unrecognized arguments", message)
+        command = command or (named.group(1) if named else "")
+        prog = f"det-calib {command}".strip()
         sys.stderr.write(
-            f"det-calib: error: {command + ': ' if command else ''}{message} (`{self.prog} --help` "
-            "lists the options)\n"
+            f"det-calib: error: {'' if named or not command else command + ': '}{message} "
+            f"(`{prog} --help` lists the options)\n"
         )
         sys.exit(2)
 
@@ -848,7 +856,10 @@ def _runs_detector(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-calib``."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named with the command they were given to (the command's own options listed)
+        parser.error(f"{args.command}: unrecognized arguments: {' '.join(extra)}")
     quiet = not getattr(args, "progress", True)
     # det_calib's own progress lines at INFO; other libraries' only from WARNING up (their INFO is
     # chatter, e.g. matplotlib's "generated new fontManager" on a fresh machine)

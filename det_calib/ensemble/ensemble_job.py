@@ -706,7 +706,27 @@ def _settings(
         v = getattr(fs, name)
         setattr(fs, name, tuple(v) if isinstance(v, (list, tuple)) else (v,))
     fs.validate()
-    return Settings.of_call(settings, options), fs
+    return Settings.of_call(settings, options, fusion_choice=True), fs
+
+
+def _check_fit_images(fit: Split, s: Settings, fs: FusionSettings) -> None:
+    """The choice of fusion (more than one candidate) and ``--method auto`` cross-validate over the
+    fit split's images in ``cv_folds`` groups: fewer images is refused before the captures."""
+    choices = [
+        w
+        for w, on in (
+            ("the choice of fusion", len(fs.candidates()) > 1),
+            ("--method auto's choice", s.method == "auto"),
+        )
+        if on
+    ]
+    if choices and len(fit.images) < s.cv_folds:
+        raise InputError(
+            f"the fit split `{fit.name}` has {len(fit.images)} images, fewer than the {s.cv_folds} "
+            f"folds {' and '.join(choices)} cross-validate{'s' if len(choices) == 1 else ''} "
+            "over (`cv_folds`): fit on more images "
+            "(`limit`), or lower `cv_folds`"
+        )
 
 
 def _open_members(
@@ -783,6 +803,7 @@ def ensemble(
         fs.validate(len(specs))
         ds = load_data_yaml(data)
         fit, ev = load_splits(ds, s)
+        _check_fit_images(fit, s, fs)  # before the members' captures
         check_output_dir(Path(out))
         reused = reuse_members(s.boxes, specs, (fit, ev), s) if s.boxes else None
         opened = None if reused else _open_members(specs, ds, Path(data), s)

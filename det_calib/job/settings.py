@@ -132,7 +132,9 @@ class Settings:
     Each field carries its default and its help; the command line's options of ``calibrate`` are
     generated from them (metadata ``flag``: the option; ``negate``: a ``--no-...`` switch that sets
     the field to False; ``choices``; ``repeat``: the option may be given several times;
-    ``auto_only``: an option of ``--method auto``'s choice, refused beside a named method).
+    ``auto_only``: an option of ``--method auto``'s choice, refused beside a named method;
+    ``fusion_choice``: one that ``det-calib ensemble``'s choice of fusion reads too, whatever the
+    method).
     """
 
     fit_split: str | None = opt(
@@ -199,6 +201,7 @@ class Settings:
         "folds of --method auto's cross-validation, grouped by image (default 5)",
         flag="--cv-folds",
         auto_only=True,
+        fusion_choice=True,
     )
     cv_repeats: int = opt(
         5,
@@ -207,6 +210,7 @@ class Settings:
         "--seed)",
         flag="--cv-repeats",
         auto_only=True,
+        fusion_choice=True,
     )
     conf_floor: float = opt(
         0.001, "capture conf floor (default 0.001, as val)", flag="--conf-floor"
@@ -299,8 +303,9 @@ class Settings:
         choices=("global", "drop"),
     )
 
-    def validate(self) -> None:
-        """Check every option; errors name the field (the CLI shows its option)."""
+    def validate(self, *, fusion_choice: bool = False) -> None:
+        """Check every option; errors name the field (the CLI shows its option). ``fusion_choice``:
+        the settings of an ensemble, whose choice of fusion reads the cross-validation's options."""
         if not 0 < self.iou <= 1:
             raise InputError(f"Expected `iou` in (0, 1], but got {self.iou}")
         if not 0 <= self.loc_iou <= 1:
@@ -346,6 +351,8 @@ class Settings:
             # a value other than its default (a call that sets it; the CLI also refuses one given at
             # its default, as only it can tell given from not given)
             for f in fields(self):
+                if fusion_choice and f.metadata.get("fusion_choice"):
+                    continue
                 if f.metadata.get("auto_only") and getattr(self, f.name) != f.default:
                     raise InputError(
                         f"`{f.name}` sets `method` auto's choice; with `method` {self.method} there "
@@ -450,9 +457,12 @@ class Settings:
         )
 
     @classmethod
-    def of_call(cls, settings: Settings | None, options: dict[str, Any]) -> Settings:
+    def of_call(
+        cls, settings: Settings | None, options: dict[str, Any], *, fusion_choice: bool = False
+    ) -> Settings:
         """The settings of a call of a job (``calibrate``, ``ensemble``): ``settings``, or settings
-        made of the keyword ``options`` (not both), checked.
+        made of the keyword ``options`` (not both), checked (``fusion_choice``: an ensemble's, see
+        :meth:`validate`).
 
         Raises:
             InputError: Both given, an unknown option, or what :meth:`validate` refuses.
@@ -466,7 +476,7 @@ class Settings:
             )
         s = settings or cls(**options)
         s.conf = tuple(float(c) for c in (s.conf if isinstance(s.conf, Sequence) else (s.conf,)))
-        s.validate()
+        s.validate(fusion_choice=fusion_choice)
         return s
 
     @classmethod

@@ -156,7 +156,8 @@ def test_members_capture_equals_their_own_capture(demo_model_path, fixture_image
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
-    "case", ["one model", "missing file", "other class names", "bad view", "weights"]
+    "case",
+    ["one model", "missing file", "other class names", "bad view", "weights", "few images"],
 )
 def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path, capsys):
     m = str(demo_model_path)
@@ -166,6 +167,9 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         "other class names": ["--model", m, "--model", "yolov8n.yaml"],
         "bad view": ["--model", m, "--view", "spin"],
         "weights": ["--model", m, "--model", m + ":e2e", "--weight", "1"],
+        # 3 fit images (halves of 6): fewer than the folds the choice of fusion cross-validates over,
+        # whatever the method; refused before the members' captures
+        "few images": ["--model", m, "--model", m + ":e2e", "--method", "platt", "--limit", "6"],
     }[case]
     code = main(
         ["ensemble", *args, "--data", str(fixture_yaml), "--out", str(tmp_path / "o"), "-q"]
@@ -178,6 +182,7 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         "other class names": "class names",
         "bad view": "`--view`",
         "weights": "one `--weight` per member",
+        "few images": "has 3 images, fewer than the 5 folds the choice of fusion cross-validates",
     }[case]
     assert want in err[0]
     assert not (tmp_path / "o").exists()

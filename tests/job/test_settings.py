@@ -47,6 +47,13 @@ def test_options_of_the_choice_only_beside_auto():
             Settings.of_call(None, {"method": "temperature", name: value})
         assert getattr(Settings.of_call(None, {name: value}), name) == value
     assert Settings.of_call(None, {"method": "temperature", "cv_folds": 5}).cv_folds == 5
+    # an ensemble's choice of fusion cross-validates whatever the method: its folds are its own
+    fused = Settings.of_call(
+        None, {"method": "temperature", "cv_folds": 3, "cv_repeats": 1}, fusion_choice=True
+    )
+    assert (fused.cv_folds, fused.cv_repeats) == (3, 1)
+    with pytest.raises(InputError, match="`criterion` sets `method` auto's choice"):
+        Settings.of_call(None, {"method": "temperature", "criterion": "ece"}, fusion_choice=True)
 
 
 def test_threshold_options_only_with_a_target_precision():

@@ -16,6 +16,7 @@ import pytest
 from conftest import assert_intervals_contain_estimates
 
 from det_calib.cli import main
+from det_calib.errors import InputError
 
 FAST = ["--no-val", "--no-report", "--n-boot", "10", "-q"]
 
@@ -308,6 +309,11 @@ def test_calibrate_options_come_from_settings():
     assert (
         flags["ece_bins"] == "--bins" and flags["run_val"] == "--no-val" and "loc_iou" not in flags
     )
+    # an ensemble's choice of fusion reads --cv-folds whatever the method; calibrate's does not
+    named = ["--model", "a.pt", "--model", "b.pt", "--method", "temperature", "--cv-folds", "3"]
+    assert settings_from_args(parser.parse_args(["ensemble", *named]), Settings).cv_folds == 3
+    with pytest.raises(InputError, match="`--cv-folds` sets --method auto's choice"):
+        settings_from_args(parser.parse_args(["calibrate", *named[4:]]), Settings)
     with pytest.raises(SystemExit):
         parser.parse_args(["calibrate", "--head", "yolo"])  # choices come from the head vocabulary
 
@@ -342,7 +348,6 @@ def test_no_command_takes_an_abbreviated_option(capsys, tmp_path):
 
 def test_library_errors_are_shown_with_option_names():
     from det_calib.cli import _error_line
-    from det_calib.errors import InputError
 
     assert (
         _error_line(InputError("Expected `iou` in (0, 1], but got 1.5"))
