@@ -10,6 +10,7 @@ capture columns per head and split, ready to be matched again with this run's se
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,13 @@ _CHECKED = (("conf_floor", "conf"), ("nms_iou", "iou"), ("max_det", "max_det"), 
 
 
 def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Path) -> None:
+    """Refuse boxes captured with other capture settings than the run's, naming the option; the NMS
+    IoU, which ``calibrate`` has no option for (``det-calib capture --iou`` sets it), is taken from
+    the boxes when the run leaves it at its default."""
+    have_iou = recorded.get("iou")
+    if isinstance(have_iou, float) and have_iou != s.nms_iou and s.nms_iou == _NMS_IOU_DEFAULT:
+        s.nms_iou = have_iou
+        _log.info("the boxes in %s were captured at NMS IoU %g: so is this run", where, have_iou)
     want = s.compared_capture_settings(imgsz)
     for field, key in _CHECKED:
         have = recorded.get(key)
@@ -45,6 +53,9 @@ def _check_settings(recorded: dict[str, Any], s: Settings, imgsz: int, where: Pa
                 f"the boxes in {where} were captured with `{field}` {have}, not {want[key]}: "
                 f"capture again or pass `{field}` {have}"
             )
+
+
+_NMS_IOU_DEFAULT = next(f.default for f in dataclasses.fields(Settings) if f.name == "nms_iou")
 
 
 def _base_split(name: str) -> str:

@@ -124,6 +124,19 @@ def test_reuse_parts_of_the_whole_split(first, demo_model_path, fixture_yaml, tm
     assert ModelFacts.recorded(tmp_path / "parts", demo_model_path) == _read_facts(demo_model_path)
 
 
+def test_parts_captured_at_another_nms_iou_are_taken_at_it(demo_model_path, fixture_yaml, tmp_path):
+    """``det-calib capture --iou 0.5`` sets the NMS IoU, which ``calibrate`` has no option for: a run
+    on those parts takes it from them (and records it), as a run that captured at it would."""
+    capture_to_parts(
+        demo_model_path, fixture_yaml, "val", tmp_path / "parts" / "val", progress=False, iou=0.5
+    )
+    run = calibrate(
+        demo_model_path, fixture_yaml, out=tmp_path / "out", boxes=str(tmp_path / "parts"), **FAST
+    )
+    direct = calibrate(demo_model_path, fixture_yaml, out=tmp_path / "d", nms_iou=0.5, **FAST)
+    assert run.result.settings.nms_iou == 0.5 and _result(run) == _result(direct)
+
+
 def test_refuses_another_model(first, demo_model_path, fixture_yaml, tmp_path):
     other = write_calibrated_checkpoint(demo_model_path, tmp_path / "other.pt", {"nms": 2.0})
     with pytest.raises(InputError, match="captured with another model"):
