@@ -84,6 +84,10 @@ def _add_settings_options(
             continue
         if "choices" in meta:
             kw["choices"] = list(_now(meta["choices"]))
+            if f.name == "method":  # a per-image task's own maps too (its run reads them)
+                kw["choices"] += [
+                    m for t in TASKS.values() for m in t.own_methods if m not in kw["choices"]
+                ]
         # an option of --method auto's choice: None when not given, so that one given beside a named
         # method can be refused (:func:`_settings_from_args`)
         default = None if meta.get("auto_only") else f.default

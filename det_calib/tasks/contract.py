@@ -102,6 +102,8 @@ class Task:
         per_image: Whether the model answers once per image (a classifier) rather than per box: its runs are its
             own (:data:`RUN_PARTS`), and the box stages refuse it (:func:`det_calib.tasks.get_task`).
         per_image_words: How a per-image task's model is run instead, in words (the box stages' refusal).
+        own_methods: A per-image task's own values of ``--method`` beside the detector's (its runs read
+            them; a detector's run refuses them).
     """
 
     name: ClassVar[str] = "detect"
@@ -124,6 +126,7 @@ class Task:
     hull_boxes: ClassVar[bool] = False
     per_image: ClassVar[bool] = False
     per_image_words: ClassVar[str] = ""
+    own_methods: ClassVar[tuple[str, ...]] = ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

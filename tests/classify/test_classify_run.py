@@ -138,6 +138,19 @@ def test_bad_classify_input_gets_one_line_and_exit_2(
         ["calibrate", "--model", cls_model, "--data", bad, "--method", "platt", "--out", out],
         "a classify model takes auto",
     )
+    # a detector's options are refused, not ignored
+    for extra, flag in (
+        (["--target", "iou"], "--target"),
+        (["--head", "e2e"], "--head"),
+        (["--conf", "0.5"], "--conf"),
+        (["--iou", "0.7"], "--iou"),
+        (["--size-maps"], "--size-maps"),
+    ):
+        _one_line_error(
+            capsys,
+            ["calibrate", "--model", cls_model, "--data", bad, *extra, "--out", out],
+            f"{flag} is not available for a classify model",
+        )
     assert not out.exists()
 
 

@@ -209,6 +209,13 @@ def run_classify_cli(args) -> int:
             ("--per-class", args.per_class),
             ("--boxes", getattr(args, "boxes", None)),
             ("--detections", getattr(args, "detections", None)),
+            # a detector's options: boxes, their heads, their match and their conf threshold
+            ("--size-maps", getattr(args, "size_maps", False)),
+            ("--target", getattr(args, "target", "correct") != "correct"),
+            ("--head", getattr(args, "head", "auto") != "auto"),
+            ("--iou", getattr(args, "iou", 0.5) != 0.5),
+            ("--match", getattr(args, "match", "auto") != "auto"),
+            ("--conf", getattr(args, "conf", None) not in (None, [], [0.25], (0.25,))),
         )
         if on
     ]

@@ -28,6 +28,7 @@ class Classify(Task):
         "a classify model is calibrated on a folder of class folders: give --data that folder "
         "(docs/classify.md)"
     )
+    own_methods = ("none", "temperature", "vector", "matrix")  # softmax_maps.MULTICLASS_METHODS
 
 
 def is_classify_run(run_dir: str | Path) -> dict | None:
