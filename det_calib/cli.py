@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any, NoReturn
 from det_calib import FIRST_IMPORT
 from det_calib.capture.exported import is_export
 from det_calib.capture.options import CaptureOptions
-from det_calib.capture.parts import capture_to_parts
+from det_calib.capture.parts import capture_to_parts, model_fingerprint
 from det_calib.capture.ray_capture import capture_ray
 from det_calib.check.check_record import EXIT_CODES
 from det_calib.check.run_check import check_run
@@ -698,7 +699,30 @@ def _apply(args: argparse.Namespace) -> int:
     write_run_checkpoint(
         args.model, args.out, records, metadata={"calibration": str(args.calibration)}
     )
+    if (fitted_on := _fitted_on_another(args.calibration, args.model)) is not None:
+        warnings.warn(
+            f"{args.calibration} was fitted on {fitted_on}, not on {args.model}: its map fits that "
+            f"model's scores (calibrate this one: det-calib calibrate --model {args.model})",
+            stacklevel=1,
+        )
     return 0
+
+
+def _fitted_on_another(calibration: Path, model: Path) -> str | None:
+    """The model a run's ``calibration.json`` was fitted on, where it is not ``model`` (another
+    file's bytes, or, when that file is gone, another name); None where it is, or unrecorded."""
+
+    try:
+        recorded = json.loads(Path(calibration).read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    there = Path(recorded)
+    if not there.is_file():
+        return None if there.name == Path(model).name else recorded
+    same = there.resolve() == Path(model).resolve()
+    return None if same or model_fingerprint(there) == model_fingerprint(model) else recorded
 
 
 def _report(args: argparse.Namespace) -> int:

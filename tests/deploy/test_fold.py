@@ -165,6 +165,18 @@ def test_apply_cli(tmp_path, demo_model_path, capsys, caplog):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not valid JSON" in err[0]
     assert out.read_bytes() == before
+    # a run's calibration of another checkpoint: written, and a warning names the model it fits
+    other = write_calibrated_checkpoint(demo_model_path, tmp_path / "other.pt", {"nms": 2.0})
+    cal.write_text(json.dumps({"model": str(other), "temperature": {"nms": 1.25}}))
+    caplog.clear()
+    assert apply(out) == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"was fitted on {other}, not on {demo_model_path}" in said
+    cal.write_text(json.dumps({"model": str(demo_model_path), "temperature": {"nms": 1.25}}))
+    caplog.clear()
+    assert apply(out) == 0 and "was fitted on" not in " ".join(
+        r.getMessage() for r in caplog.records
+    )
 
 
 def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(
