@@ -41,6 +41,32 @@ _DUAL_HEADS: tuple[str, ...] = ("nms", "e2e")
 def _resolve_splits(
     ds: Dataset, fit_split: str | None, eval_split: str | None
 ) -> tuple[str, str | None, bool]:
+    """:func:`_chosen_splits`; where the two name the same images (a data.yaml whose ``val`` and
+    ``test`` are one folder), fitting and evaluating on them would report the fit's own figures as
+    held-out ones: splits chosen by default are halved then, splits named are kept, with a warning."""
+    fit, ev, halve = _chosen_splits(ds, fit_split, eval_split)
+    if ev is None or _resolved(ds, fit) != _resolved(ds, ev):
+        return fit, ev, halve
+    named = bool(fit_split and eval_split)
+    _log.warning(
+        "splits `%s` and `%s` of %s are the same images: %s",
+        fit,
+        ev,
+        ds.yaml_path,
+        "the eval figures are the fit's own (name one split twice for halves of it)"
+        if named
+        else "fit and eval on image-level halves of them",
+    )
+    return (fit, ev, halve) if named else (fit, None, True)
+
+
+def _resolved(ds: Dataset, split: str) -> list[Path]:
+    return sorted(Path(p).resolve() for p in ds.splits.get(split, []))
+
+
+def _chosen_splits(
+    ds: Dataset, fit_split: str | None, eval_split: str | None
+) -> tuple[str, str | None, bool]:
     """Choose the fit and eval splits.
 
     Explicit names win. Otherwise ``calib`` and ``test``; else the first two of

@@ -210,7 +210,14 @@ def test_planted_temperature_is_recovered_end_to_end(tmp_path, demo_model_path, 
 def test_default_split_resolution(fixture_yaml, tmp_path):
     ds = load_data_yaml(fixture_yaml)  # train, val, fixture -> halves of val
     assert _resolve_splits(ds, None, None) == ("val", None, True)
+    # two names of one folder, named: kept (with a warning); chosen by default, halves of them
     assert _resolve_splits(ds, "fixture", "val") == ("fixture", "val", False)
+    (tmp_path / "same.yaml").write_text(f"path: {tmp_path}\nval: a\ntest: a\nnames: [x]\n")
+    assert _resolve_splits(load_data_yaml(tmp_path / "same.yaml"), None, None) == (
+        "val",
+        None,
+        True,
+    )
     (tmp_path / "d.yaml").write_text("calib: a\ntest: b\nval: c\nnames: [x]\n")
     assert _resolve_splits(load_data_yaml(tmp_path / "d.yaml"), None, None) == (
         "calib",
