@@ -24,7 +24,7 @@ from det_calib.deploy.calibrated_export import engine_record, run_equivalent_thr
 from det_calib.record.calibrator_record import calibrator_of
 from det_calib.record.run_folder import Run, load_run
 
-from .common import f3, f4, fint, fthr, num, parse_run_spec
+from .common import eval_images_differ, f3, f4, fint, fthr, num, parse_run_spec
 from .context import ReportContext
 from .document import Heading, Para, Table
 from .page import Page
@@ -214,11 +214,33 @@ def engines_section(page: Page, ctx: ReportContext) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A run as a row of the engines table names it (what :func:`eval_images_differ` reads)."""
+
+    name: str
+    run: Run
+    head: str
+
+
 def _engines(b: Page, runs: list[tuple[str, Run, str]], *, title: str = "Engines") -> None:
     """The engines table of ``runs`` (``(name, run, head)``) and, against the first, the shift table."""
     from .calibrators_section import deployed_words
 
     b.add(Heading(2, title, "engines"))
+    if len(runs) > 1:  # what sets the runs apart besides their engines, said before the table
+        other_images = eval_images_differ([_Shown(*r) for r in runs])
+        if other_images:
+            b.add(Para(other_images + ".", "warn"))
+        if len({head for _, _, head in runs}) > 1:
+            b.add(
+                Para(
+                    "The rows are of different heads ("
+                    + ", ".join(f"{name}: {head}" for name, _, head in runs)
+                    + "): each head scores its own boxes, so their figures differ for that too.",
+                    "warn",
+                )
+            )
     rows = []
     for name, run, head in runs:
         for f in engine_figures(run, head):

@@ -623,6 +623,20 @@ def test_one_head_and_nulls(run_one):
     assert "T = 0.800 < 1" in paths["md"].read_text()
 
 
+def test_a_reference_on_other_images_or_of_another_head_is_said(tmp_path, run_two):
+    """``report RUN --reference OTHER``: the engines table says when the runs were evaluated on other
+    images, or when a row is another head, before their figures are read side by side."""
+    run, _ = run_two
+    other = make_run(tmp_path / "other", heads=("nms", "e2e"), n_images=24, seed=5)
+    out = write_report(run, out_dir=tmp_path / "r1", reference=f"{other}:e2e")
+    md = out["md"].read_text()
+    engines = md[md.index("## Engines") :]
+    assert "The runs were evaluated on different images (other: split" in engines
+    assert "The rows are of different heads (other: e2e, " in engines
+    same = write_report(run, out_dir=tmp_path / "r2", reference=str(run))["md"].read_text()
+    assert "evaluated on different images" not in same and "different heads" not in same
+
+
 def test_report_survives_missing_values(tmp_path):
     run = make_run(tmp_path / "r", heads=("nms",), n_images=10, per_image=20, n_boot=5)
     calib = json.loads((run / "calibration.json").read_text())
