@@ -793,6 +793,11 @@ def ensemble(
             the data's, a member without the head asked for, bad options (one line).
     """
     s, fs = _settings(settings, fusion, dict(options))
+    if s.detections:
+        raise InputError(
+            "`detections` is one engine's file of boxes, and an ensemble runs its members: "
+            "calibrate that file with det-calib calibrate --detections"
+        )
     t_start = time.time()
     clock.begin()
     # the ensemble's stages (coarser than calibrate's): model load (the members resolved and opened, or

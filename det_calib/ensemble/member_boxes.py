@@ -63,9 +63,18 @@ def reuse_members(
                 f"`boxes`: split `{sp.name}` is not the images and labels {path} was captured on"
             )
     st = meta.get("settings") or {}
-    for key, want_v in (("conf", s.conf_floor), ("max_det", s.max_det)):
-        if key in st and st[key] != want_v:
-            raise InputError(f"`boxes`: {path} was captured with {key} {st[key]}, not {want_v}")
+    for field, key, want in (
+        ("conf_floor", "conf", s.conf_floor),
+        ("max_det", "max_det", s.max_det),
+        ("imgsz", "imgsz", s.imgsz),  # None: the members' own, as recorded
+    ):
+        have = st.get(key)
+        have = max(have) if isinstance(have, list) else have
+        if want is not None and have is not None and have != want:
+            raise InputError(
+                f"`boxes`: {path} was captured with `{field}` {have}, not {want}: capture again "
+                f"or pass `{field}` {have}"
+            )
     df = read_boxes(path, matched=False)
     heads = list(meta.get("heads") or [])
     plan = {h: [m["heads"][h] for m in rec] for h in heads}

@@ -157,7 +157,15 @@ def test_members_capture_equals_their_own_capture(demo_model_path, fixture_image
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "case",
-    ["one model", "missing file", "other class names", "bad view", "weights", "few images"],
+    [
+        "one model",
+        "missing file",
+        "other class names",
+        "bad view",
+        "weights",
+        "few images",
+        "detections",
+    ],
 )
 def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path, capsys):
     m = str(demo_model_path)
@@ -170,6 +178,7 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         # 3 fit images (halves of 6): fewer than the folds the choice of fusion cross-validates over,
         # whatever the method; refused before the members' captures
         "few images": ["--model", m, "--model", m + ":e2e", "--method", "platt", "--limit", "6"],
+        "detections": ["--model", m, "--model", m + ":e2e", "--detections", "dets.json"],
     }[case]
     code = main(
         ["ensemble", *args, "--data", str(fixture_yaml), "--out", str(tmp_path / "o"), "-q"]
@@ -183,6 +192,7 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         "bad view": "`--view`",
         "weights": "one `--weight` per member",
         "few images": "has 3 images, fewer than the 5 folds the choice of fusion cross-validates",
+        "detections": "`--detections` is one engine's file of boxes, and an ensemble runs",
     }[case]
     assert want in err[0]
     assert not (tmp_path / "o").exists()
@@ -458,6 +468,14 @@ def test_compare_report_thresholds_and_reuse(
         ]
     )
     assert code == 2 and "other members" in capsys.readouterr().err
+    # the same members at another input size: refused, not run at the recorded one
+    members = ["--model", str(demo_model_path), "--model", str(noisy)]
+    code = main(
+        ["ensemble", *members, "--data", str(fixture_yaml), "--boxes", str(out), "--imgsz", "640"]
+        + ["--out", str(tmp_path / "z"), "-q"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "captured with `--imgsz` 320, not 640" in err, err
     code = main(
         [
             "calibrate",
