@@ -676,7 +676,8 @@ def _capture(args: argparse.Namespace) -> int:
             progress=args.progress,
             **kw,
         )
-        print(f"wrote {part}")
+        if not args.progress:  # (else the capture's own line said where it wrote, and what)
+            print(f"wrote {part}")
     return 0
 
 

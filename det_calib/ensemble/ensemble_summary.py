@@ -34,7 +34,8 @@ def ensemble_lines(result: RunResult) -> list[str]:
     ]
     for i, m in enumerate(rec.members):
         lines.append(
-            f"  member {i}: {m.name} ({m.kind}; imgsz {m.imgsz}; heads "
+            f"  member {i}: {m.name} ({m.kind}; imgsz "
+            f"{'x'.join(map(str, m.imgsz)) if isinstance(m.imgsz, (list, tuple)) else m.imgsz}; heads "
             + ", ".join(f"{h}<-{v}" for h, v in m.heads.items())
             + ")"
         )

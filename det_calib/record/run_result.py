@@ -456,7 +456,12 @@ def _calibrators_from_dict(
     """
     temps = d.get("temperature")
     if not isinstance(temps, dict):
-        raise InputError(f"`temperature` must be an object mapping head to T, got {temps!r}")
+        raise InputError(
+            "no `temperature` object mapping each head to T: not the calibration.json of a "
+            "calibrate run"
+            if temps is None
+            else f"`temperature` must be an object mapping head to T, got a {type(temps).__name__}"
+        )
     others = decode(dict[str, Any] | None, d.get("calibrators"), "calibrators") or {}
     out: dict[str, Calibrator] = {}
     for h in heads if heads is not None else list(dict.fromkeys([*temps, *others])):
