@@ -371,7 +371,10 @@ def _run_folder_parsers(sub: Any) -> None:
         ".engine: re-exported from --source)",
     )
     a.add_argument(
-        "--calibration", type=Path, required=True, help="calibration.json of a calibrate run"
+        "--calibration",
+        type=Path,
+        required=True,
+        help="calibration.json of a calibrate run (or the run's folder)",
     )
     a.add_argument(
         "--out",
@@ -682,6 +685,8 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    if Path(args.calibration).is_dir():  # a run's folder: its calibration.json
+        args.calibration = Path(args.calibration) / "calibration.json"
 
     if is_export(args.model):
         print(
@@ -818,6 +823,11 @@ def _check_risk_options(args: argparse.Namespace) -> None:
 def _demo_data(args: argparse.Namespace) -> int:
 
     if args.shifted:
+        if args.with_train:
+            raise InputError(
+                "`--with-train` renders the demo's train split; --shifted renders its test split "
+                "under a shift: give one of them"
+            )
         kind, severity = args.shifted
         if not severity.isdigit():
             raise InputError(f"Expected a severity among 1..5, but got {severity!r}")

@@ -224,7 +224,7 @@ def _chosen_heads(s: Settings, have: list[str]) -> list[str]:
     if missing:
         raise InputError(
             f"the model has no `{missing[0]}` head (it has: {', '.join(have)}); choose `head` "
-            f"{have[0]}"
+            + (" or ".join(have) if len(have) <= 2 else f"auto or one of {', '.join(have)}")
         )
     return heads
 

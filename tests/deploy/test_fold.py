@@ -177,6 +177,9 @@ def test_apply_cli(tmp_path, demo_model_path, capsys, caplog):
     assert apply(out) == 0 and "was fitted on" not in " ".join(
         r.getMessage() for r in caplog.records
     )
+    # the run's folder for its calibration.json
+    argv = ["--model", str(demo_model_path), "--calibration", str(tmp_path), "--out", str(out)]
+    assert main(["apply", *argv]) == 0
 
 
 def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(
