@@ -159,10 +159,10 @@ def lead(run: Run, head: str) -> str:
                 else "keep the raw scores for this head, or let the default --method auto choose"
             )
         )
-    left = left_words(run.head(head), ev)
+    left = left_words(run.head(head), ev, run.settings.target)
     if left:
         parts.append(left)
-        why = floor_gap_words(run.head(head), ev)
+        why = floor_gap_words(run.head(head), ev) if run.settings.target != "iou" else None
         if why:
             parts.append(why)
     tw = temperature_words(run.head(head).temperature_fit)

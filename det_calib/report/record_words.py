@@ -44,13 +44,24 @@ def operating_point_worse(e: EvalResult, target: str = "correct") -> str | None:
     return f"{name} of the boxes kept at conf {o0.conf:g}: {v0:.4f} raw, {v1:.4f} calibrated"
 
 
-def left_words(h: HeadResult, e: EvalResult) -> str | None:
+def left_words(h: HeadResult, e: EvalResult, target: str = "correct") -> str | None:
     """What is left when the calibrated kept set is still above its sampling floor's range: which
     scores (the bins with the largest terms of its ECE) and which classes (the worst kept-set ECE);
-    None when it is within the range (or unknown). The summary and the report both say it."""
+    None when it is within the range (or unknown). The summary and the report both say it. Under
+    ``target`` ``iou`` the headline is LaECE_0 (conf against the IoU a box reaches), and so is what
+    is left: the ECE's bins speak of correctness, which that map does not fit."""
     if not e.operating_after:
         return None
     o1 = e.operating_after[0]
+    if target == "iou":
+        rng = o1.laece_floor_range
+        if o1.laece0 is None or rng is None or o1.laece0 <= rng[1]:
+            return None
+        return (
+            f"what is left at conf {o1.conf:g}: LaECE_0 {_fmt(o1.laece0, '.4f')} is above what a "
+            "perfectly calibrated detector would score on these boxes (up to "
+            f"{_fmt(rng[1], '.4f')}): the map's conf is not yet the IoU these boxes reach"
+        )
     if o1.ece is None or o1.ece_floor_range is None or o1.at_floor:
         return None
     gaps = "; ".join(

@@ -87,7 +87,14 @@ def kept_reliability_figure(page: Page, s: Subject) -> bool:
         png,
         f"Reliability of the boxes head {h} keeps at conf {fthr(t)} on split {hb.split} "
         "(crowd-matched boxes "
-        f"excluded): the kept set whose ECE the verdict reads, {tag}; its sampling floor "
+        "excluded): "
+        + (
+            "the kept set whose LaECE_0 the verdict reads (--target iou), its ECE against "
+            "correctness drawn here, "
+            if run.settings.target == "iou"
+            else "the kept set whose ECE the verdict reads, "
+        )
+        + f"{tag}; its sampling floor "
         f"{fci(o1.ece_floor, o1.ece_floor_range)}. Left the boxes with raw conf above {fthr(t)}, "
         "right those "
         "with calibrated conf above it; below, boxes per bin (log scale). The diagrams of all "

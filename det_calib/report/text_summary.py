@@ -93,9 +93,10 @@ def _calibrator_line(
     return f"[{head}] {what}, fitted{target} on {where}{chosen}"
 
 
-def _left_lines(head: str, h: HeadResult, e: EvalResult) -> list[str]:
-    words = left_words(h, e)
-    why = floor_gap_words(h, e) if words else None
+def _left_lines(head: str, h: HeadResult, e: EvalResult, target: str = "correct") -> list[str]:
+    words = left_words(h, e, target)
+    # (the floor gap's reasons are the ECE's: under --target iou they would explain another figure)
+    why = floor_gap_words(h, e) if words and target != "iou" else None
     return ([f"[{head}] {words}"] if words else []) + ([f"[{head}] {why}"] if why else [])
 
 
@@ -144,7 +145,7 @@ def summary_text(
         e = h.eval or EvalResult()
         lines.append(_calibrator_line(head, h, st, None if detections else r.model))
         lines += _operating_lines(head, h, e, st, iou=iou)
-        lines += _left_lines(head, h, e)
+        lines += _left_lines(head, h, e, st.target)
         lines += _size_lines(head, h)
         lines += _temperature_lines(head, h)
         lines += _map_lines(head, h, e, st, hulls=_hull_run(r), detections=detections)

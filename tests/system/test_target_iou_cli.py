@@ -103,6 +103,19 @@ def test_the_iou_run_is_recorded_headlined_by_laece0_and_keeps_the_map(runs):
     assert (
         "LaECE\\_0 of the boxes kept at conf 0.25 (the target): raw" in report
     )  # Markdown-escaped
+    # what is left is the target's: LaECE_0 above its floor, not the ECE's bins of correctness
+    rng = o1.laece_floor_range
+    left = [x for x in summary.splitlines() if x.startswith("[nms] what is left")]
+    assert left == (
+        [
+            f"[nms] what is left at conf 0.25: LaECE_0 {o1.laece0:.4f} is above what a perfectly "
+            f"calibrated detector would score on these boxes (up to {rng[1]:.4f}): the map's conf "
+            "is not yet the IoU these boxes reach"
+        ]
+        if o1.laece0 > rng[1]
+        else []
+    )
+    assert "stated, " not in summary and "the kept set whose ECE the verdict reads" not in report
     assert_intervals_contain_estimates(iou)
 
 
