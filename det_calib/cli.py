@@ -695,6 +695,16 @@ def _apply(args: argparse.Namespace) -> int:
         return 0
     from det_calib.deploy.fold import write_run_checkpoint
 
+    if args.source is not None:
+        raise InputError(
+            "`--source` is the .pt of an engine det_calib re-exports (LiteRT, NCNN, TensorRT); a "
+            ".pt checkpoint is calibrated itself: drop it"
+        )
+    if Path(args.out).suffix != ".pt" and not Path(args.out).is_dir():
+        raise InputError(
+            f"`--out` {args.out} would hold a calibrated checkpoint: name it with .pt (Ultralytics "
+            "picks a model's loader by its suffix)"
+        )
     if Path(args.out).is_dir():
         raise InputError(
             f"`out` {args.out} is a folder: give the calibrated checkpoint's file name (e.g. "

@@ -760,11 +760,21 @@ def apply_to_export(
             "keep the map (docs/engines_mobile.md); deploy the raw engine instead: "
             + "; ".join(_threshold_words(eq))
         )
+    if info.format in _GRAPH_FORMATS and source is not None:
+        raise InputError(
+            f"`source` is the .pt of an engine det_calib re-exports (LiteRT, NCNN, TensorRT); "
+            f"{info.format_name} {info.path.name} is calibrated in its own graph: drop it"
+        )
+    suffix = info.path.suffix if info.path.is_file() else ""
+    if suffix and Path(out).suffix.lower() != suffix.lower():
+        raise InputError(
+            f"`out` {out} would hold an export in {info.format_name}: name it with {suffix}"
+        )
     if info.format not in _GRAPH_FORMATS and source is None:
         raise InputError(
             f"det_calib does not edit a {info.format_name} graph: pass --source, the .pt "
-            f"{info.path.name} was exported from, to re-export it calibrated; or, with no code: "
-            + "; ".join(_threshold_words(eq))
+            f"{info.path.name} was exported from, to re-export it calibrated; or deploy the raw "
+            "engine: " + "; ".join(_threshold_words(eq))
         )
     if info.format in _GRAPH_FORMATS:
         path = write_calibrated_export(

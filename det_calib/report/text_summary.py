@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from det_calib.calibrators import registry
 from det_calib.capture.exported import export_format
 from det_calib.record.run_result import (
     Bootstrap,
@@ -277,6 +278,22 @@ def _hull_run(r: RunResult) -> bool:
 _FILE_BOXES = "the file's boxes"
 
 
+def _why_map_moved(h: HeadResult) -> str:
+    """Why a head's mAP moved, where its map is one that may move it (else nothing: a map that keeps
+    the ranking cannot, and the word DIFFERENT stands alone)."""
+    method = h.calibrator.method if h.calibrator is not None else None
+    if method not in registry.methods():
+        return ""
+    spec = registry.method_spec(method)
+    if spec.uses_size:
+        return ": the size-conditioned map re-ranks the boxes of a class by their size"
+    if spec.per_class:
+        return (
+            ": a per-class map reorders boxes across classes, which changes an image's top max_det"
+        )
+    return ""
+
+
 def _map_lines(
     head: str,
     h: HeadResult,
@@ -295,8 +312,8 @@ def _map_lines(
         f"{_f(e.map50_95_before, '.4f')} -> "
         f"{_f(e.map50_95_after, '.4f')}, "
         f"mAP50 {_f(e.map50_before, '.4f')} -> {_f(e.map50_after, '.4f')} "
-        f"({'identical' if e.map_identical else 'DIFFERENT'}; the detector's boxes rescored; "
-        f"{_FILE_BOXES if detections else 'the boxes det_calib captured'}, scored by "
+        f"({'identical' if e.map_identical else 'DIFFERENT' + _why_map_moved(h)}; the detector's "
+        f"boxes rescored; {_FILE_BOXES if detections else 'the boxes det_calib captured'}, scored by "
         f"{engine_label(e.map_engine)})",
     ]
     for prefix, words, how in _TASK_MAP_WORDS:

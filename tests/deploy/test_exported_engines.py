@@ -503,6 +503,24 @@ def test_apply_writes_a_calibrated_export(runs, exports, tmp_path, capsys):
         == 0
     )
     assert "not on this export" in capsys.readouterr().out
+    # an ONNX graph is calibrated in place: a --source it would not read, or an --out that would name
+    # its ONNX file .pt, refused in one line
+    for extra, words in (
+        (["--source", str(exports["pt"]), "--out", str(tmp_path / "c.onnx")], "drop it"),
+        (
+            ["--out", str(tmp_path / "c.pt")],
+            "would hold an export in ONNX (.onnx): name it with .onnx",
+        ),
+    ):
+        argv = [
+            "--model",
+            str(exports["onnx"]),
+            "--calibration",
+            str(runs["pt"] / "calibration.json"),
+        ]
+        assert main(["apply", *argv, *extra]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
 
 
 _BLOCKED = textwrap.dedent(

@@ -180,6 +180,15 @@ def test_apply_cli(tmp_path, demo_model_path, capsys, caplog):
     # the run's folder for its calibration.json
     argv = ["--model", str(demo_model_path), "--calibration", str(tmp_path), "--out", str(out)]
     assert main(["apply", *argv]) == 0
+    # a --source a .pt would not read, an --out not named .pt: refused in one line
+    for extra, words in (
+        (["--source", str(demo_model_path)], "`--source` is the .pt of an engine"),
+        (["--out", str(tmp_path / "x.onnx")], "name it with .pt"),
+    ):
+        argv = ["--model", str(demo_model_path), "--calibration", str(cal), "--out", str(out)]
+        assert main(["apply", *argv, *extra]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
 
 
 def test_calibrated_checkpoint_keeps_the_source_entries_but_not_the_training_state(
