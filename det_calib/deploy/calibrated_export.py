@@ -54,7 +54,7 @@ from det_calib.capture.exported import (
     read_export,
 )
 from det_calib.codec import Record, decode
-from det_calib.deploy.export_layout import check_output_layout, score_layout, score_step
+from det_calib.deploy.export_layout import check_output_layout, map_name, score_layout, score_step
 from det_calib.deploy.posthoc import load_calibrators
 from det_calib.deploy.reexport import reexport_calibrated
 from det_calib.deploy.size_export import onnx_log_area, openvino_log_area, size_platt_terms
@@ -110,7 +110,7 @@ def _deployed_map(calibrator: LogitCalibrator, nc: int) -> DeployedMap:
     maps = hinge_tensors(calibrator, nc)
     if maps is None:
         raise InputError(
-            f"cannot deploy a {type(calibrator).__name__} into an export: no affine or "
+            f"cannot deploy a {map_name(calibrator)} map into an export: no affine or "
             "piecewise-linear form"
         )
     parts = [m.hinges() for m in maps]

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from det_calib.calibrators import registry
 from det_calib.errors import InputError
 from det_calib.tasks import get_task
 
 if TYPE_CHECKING:  # pragma: no cover
+    from det_calib.calibrators.base import LogitCalibrator
     from det_calib.capture.exported import ExportInfo
 
 
@@ -119,3 +121,9 @@ def score_step(conf: Any) -> float | None:
         return None
     k = u / step
     return step if bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else None
+
+
+def map_name(calibrator: LogitCalibrator) -> str:
+    """The ``--method`` name of a calibrator (messages name the map, not its class), else its class's."""
+    cls = type(calibrator)
+    return next((m for m in registry.methods() if registry.method_spec(m).cls is cls), cls.__name__)

@@ -25,6 +25,7 @@ import torch
 from det_calib.calibrators.base import LogitCalibrator
 from det_calib.capture.family_registry import family_of
 from det_calib.data.box_table import HEAD_BRANCH
+from det_calib.deploy.export_layout import map_name
 from det_calib.errors import InputError, first_line
 from det_calib.io import atomic_path
 from det_calib.record.calibrator_record import calibrator_of
@@ -296,7 +297,7 @@ def _fold_calibrator(
         raise InputError(f"Expected argument `head` in {sorted(_BRANCHES)}, but got {head!r}")
     if calibrator.uses_size:
         raise InputError(
-            f"cannot fold a {type(calibrator).__name__} into a model: it reads each box's size, "
+            f"cannot fold a {map_name(calibrator)} map into a model: it reads each box's size, "
             "which "
             "the class conv cannot see; deploy it with det_calib.attach"
         )
@@ -317,7 +318,7 @@ def _fold_calibrator(
     maps = hinge_tensors(calibrator, nc)
     if maps is None:
         raise InputError(
-            f"cannot fold a {type(calibrator).__name__} into a model: no affine or "
+            f"cannot fold a {map_name(calibrator)} map into a model: no affine or "
             "piecewise-linear form"
         )
     family = family_of(model)

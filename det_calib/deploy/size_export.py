@@ -37,6 +37,7 @@ import numpy as np
 
 from det_calib.calibrators.base import MIN_REL_AREA, LogitCalibrator
 from det_calib.capture.exported import logit_of_prob
+from det_calib.deploy.export_layout import map_name
 from det_calib.errors import InputError
 from det_calib.numeric import sigmoid
 
@@ -58,7 +59,7 @@ def size_platt_terms(calibrator: LogitCalibrator) -> tuple[float, float, float]:
         return float(calibrator.a_), float(calibrator.b_), float(calibrator.c_)
     except AttributeError:
         raise InputError(
-            f"cannot put a {type(calibrator).__name__} into an export: the graph carries the "
+            f"cannot put a {map_name(calibrator)} map into an export: the graph carries the "
             "size-conditioned map a z + b + c log(relative area) (size-platt) only"
         ) from None
 
