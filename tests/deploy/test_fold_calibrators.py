@@ -95,7 +95,9 @@ def test_a_size_conditioned_map_is_refused_by_the_fold(tmp_path, demo_model_path
     rng = np.random.default_rng(0)
     z, a = rng.normal(-1, 2, 2000), rng.uniform(-8, -1, 2000)
     cal = make_calibrator("size-platt").fit(z, rng.random(2000) < 1 / (1 + np.exp(-z)), log_area=a)
-    with pytest.raises(InputError, match="cannot fold a size-platt map into a model: it reads each box's size"):
+    with pytest.raises(
+        InputError, match="cannot fold a size-platt map into a model: it reads each box's size"
+    ):
         _write_folded_checkpoint(demo_model_path, tmp_path / "cal.pt", {"nms": cal})
     assert not (tmp_path / "cal.pt").exists()
 
