@@ -112,6 +112,11 @@ def _model_arg(text: str | Path) -> tuple[Path, str | None]:
     for h in HEADS:
         if s.endswith(f":{h}"):
             return Path(s[: -len(h) - 1]), h
+    base, sep, head = s.rpartition(":")
+    if sep and Path(base).suffix in MEMBER_LOADERS and not Path(s).exists():
+        raise InputError(
+            f"`{head}` in {s} is not a head: MODEL:HEAD names one of {', '.join(HEADS)}"
+        )
     return Path(s), None
 
 

@@ -165,6 +165,7 @@ def test_members_capture_equals_their_own_capture(demo_model_path, fixture_image
         "weights",
         "few images",
         "detections",
+        "bad head",
     ],
 )
 def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path, capsys):
@@ -179,6 +180,7 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         # whatever the method; refused before the members' captures
         "few images": ["--model", m, "--model", m + ":e2e", "--method", "platt", "--limit", "6"],
         "detections": ["--model", m, "--model", m + ":e2e", "--detections", "dets.json"],
+        "bad head": ["--model", m, "--model", m + ":foo"],
     }[case]
     code = main(
         ["ensemble", *args, "--data", str(fixture_yaml), "--out", str(tmp_path / "o"), "-q"]
@@ -193,6 +195,7 @@ def test_bad_input_one_line_exit_2(case, demo_model_path, fixture_yaml, tmp_path
         "weights": "one `--weight` per member",
         "few images": "has 3 images, fewer than the 5 folds the choice of fusion cross-validates",
         "detections": "`--detections` is one engine's file of boxes, and an ensemble runs",
+        "bad head": ":foo is not a head: MODEL:HEAD names one of nms, e2e",
     }[case]
     assert want in err[0]
     assert not (tmp_path / "o").exists()
