@@ -18,8 +18,6 @@ from det_calib.errors import InputError, first_line
 from det_calib.record.run_result import read_calibrators
 from det_calib.tasks import get_task
 
-_log = logging.getLogger(__name__)
-
 
 def _recorded_export_args(model: str | Path) -> dict[str, Any]:
     """The export arguments an export's metadata records (Ultralytics keeps those of its format:
@@ -116,12 +114,18 @@ def reexport_calibrated(
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".det_calib_reexport_", dir=out.parent) as tmp:
-        pt = write_run_checkpoint(
-            source,
-            Path(tmp) / "calibrated.pt",
-            {info.head: records[info.head]},
-            metadata={"calibration": str(calibration), "source_export": str(info.path)},
-        )
+        fold_log = logging.getLogger(write_run_checkpoint.__module__)
+        level = fold_log.level
+        fold_log.setLevel(logging.WARNING)
+        try:  # (a checkpoint in a temporary folder, not an output: its writer's line is not said)
+            pt = write_run_checkpoint(
+                source,
+                Path(tmp) / "calibrated.pt",
+                {info.head: records[info.head]},
+                metadata={"calibration": str(calibration), "source_export": str(info.path)},
+            )
+        finally:
+            fold_log.setLevel(level)
         from ultralytics import YOLO
 
         model = YOLO(str(pt))
@@ -136,5 +140,4 @@ def reexport_calibrated(
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         made.rename(out)
-    _log.info("wrote calibrated %s engine %s", info.engine, out)
-    return out
+    return out  # (the caller says what it wrote)
