@@ -729,7 +729,10 @@ def test_cli_thresholds_options_come_from_settings(tmp_path, capsys):
     s = settings_from_args(args, Settings)
     sig = inspect.signature(tune_run).parameters
     assert s.target_precision == tuning.DEFAULT_TARGET_PRECISION == sig["target_precision"].default
-    assert (s.delta, s.threshold_unit, s.threshold_fallback, s.n_boot) == (
+    # --threshold-unit is None when not given (risk control refuses a given one): the tuning then
+    # reads Settings' default
+    assert args.threshold_unit is None
+    assert (s.delta, Settings().threshold_unit, s.threshold_fallback, s.n_boot) == (
         sig["delta"].default,
         sig["unit"].default,
         sig["fallback"].default,
