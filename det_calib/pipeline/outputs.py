@@ -78,6 +78,13 @@ _NOT_FOLDED = (
 )
 """The summary's line in place of the checkpoint when a head's map reads the box's size."""
 
+_NOT_IN_ENGINE = (
+    "[{heads}] no calibrated engine: a size-conditioned map reads each box's size, which det_calib "
+    "writes into an ONNX or OpenVINO graph only; calibration.json holds the map, to apply to this "
+    "engine's scores with each box's size (docs/size_and_hook.md)"
+)
+"""The same for a run on an export det_calib does not edit (LiteRT, NCNN, TensorRT)."""
+
 
 def write_run_outputs(
     out: Path,
@@ -213,7 +220,8 @@ def _write_model(
     unfolded = [h for h, r in records.items() if registry.method_spec(r.method).uses_size]
     how = _model_output(inputs, records, verification)
     if how == "none":
-        engine_lines = [_NOT_FOLDED.format(heads=", ".join(unfolded))]
+        words = _NOT_IN_ENGINE if is_export(inputs.model) else _NOT_FOLDED
+        engine_lines = [words.format(heads=", ".join(unfolded))]
     elif how == "engine":
         engine_lines = write_run_engine(inputs.model, stage, result, records, meta).summary_lines()
     elif how == "copy":
