@@ -34,9 +34,14 @@ _MATCH_IOU = 0.7
 
 
 def _run_engine_label(run: Run) -> str:
-    """The engine a run calibrated: its ``engine.json``, else ``pytorch`` (a ``.pt``)."""
+    """The engine a run calibrated: its ``engine.json``, an ensemble's members, else ``pytorch`` (a
+    ``.pt``)."""
     rec = _engine_record(run)
-    return rec.engine if rec is not None else "pytorch"
+    if rec is not None:
+        return rec.engine
+    ens = run.result.sections.get("ensemble")
+    members = getattr(ens, "members", None)
+    return f"ensemble of {len(members)}" if members else "ensemble" if ens else "pytorch"
 
 
 def _engine_record(run: Run) -> Any:

@@ -366,6 +366,12 @@ def test_compare_report_thresholds_and_reuse(
 ):
     out = run.out_dir
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    # as another run's reference, the ensemble is named as one, not as a .pt's pytorch engine
+    ref = ["--reference", str(out), "--out", str(tmp_path / "ref")]
+    assert main(["report", str(out), *ref]) == 0
+    md = (tmp_path / "ref" / "report.md").read_text()
+    n = len(run.result.sections["ensemble"].members)
+    assert f"| ensemble of {n} |" in md and "| pytorch |" not in md
     assert (
         main(
             [
