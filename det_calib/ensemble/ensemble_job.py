@@ -808,10 +808,10 @@ def ensemble(
         fs.validate(len(specs))
         ds = load_data_yaml(data)
         fit, ev = load_splits(ds, s)
-        _check_fit_images(fit, s, fs)  # before the members' captures
         check_output_dir(Path(out))
         reused = reuse_members(s.boxes, specs, (fit, ev), s) if s.boxes else None
         opened = None if reused else _open_members(specs, ds, Path(data), s)
+        _check_fit_images(fit, s, fs)  # the members' own refusals first, then before their captures
     captured, plan, member_recs, cost = reused or _members_boxes(specs, opened, (fit, ev), s)
     inputs = Inputs(
         model=specs[0].path,

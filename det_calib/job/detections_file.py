@@ -415,21 +415,31 @@ def image_keys(name: str) -> list[str]:
     return out
 
 
+_AMBIGUOUS = (-2, -2)
+"""The index's place of a key that names more than one of the run's images."""
+
+
 def _image_index(
     splits: Sequence[Split], coco_ids: Sequence[Sequence[int | None]] | None
 ) -> dict[str, tuple[int, int]]:
-    """File key -> (split index, image id)."""
+    """File key -> (split index, image id); :data:`_AMBIGUOUS` for a key of more than one image (the
+    same file name in two splits' folders), which :func:`_place` refuses rather than guess. Beside
+    :func:`image_keys`, an image is also named by its split folder and file name (``test/0001.jpg``)
+    and by its full path, which tell such images apart."""
     index: dict[str, tuple[int, int]] = {}
     for k, sp in enumerate(splits):
         names = sp.image_names()
         for i, name in enumerate(names):
-            keys = (
-                [str(coco_ids[k][i])]
-                if coco_ids is not None and coco_ids[k][i] is not None
-                else image_keys(name)
-            )
+            if coco_ids is not None and coco_ids[k][i] is not None:
+                keys = [str(coco_ids[k][i])]
+            else:
+                path = Path(sp.images[i])
+                keys = [*image_keys(name), f"{path.parent.name}/{path.name}", path.as_posix()]
             for key in keys:
-                index.setdefault(key, (k, i))
+                if index.get(key, (k, i)) != (k, i):
+                    index[key] = _AMBIGUOUS
+                else:
+                    index[key] = (k, i)
     return index
 
 
@@ -569,6 +579,14 @@ def _place(
     whether it is placed; an image unknown to the ground truth refused (how many, three named)."""
     keys = raw["key"].to_list()
     where = [index.get(k) for k in keys]
+    twice = sorted({k for k, w in zip(keys, where, strict=True) if w == _AMBIGUOUS})
+    if twice:
+        raise InputError(
+            f"{len(twice)} image name(s) in {source} name more than one of the run's images (the "
+            f"same file name in two splits' folders): {', '.join(twice[:3])}"
+            f"{'...' if len(twice) > 3 else ''}; name each image by its split folder and file "
+            "(test/0001.jpg) or its full path"
+        )
     unplaced = sorted({k for k, w in zip(keys, where, strict=True) if w is None})
     outside = {k for k in unplaced if known is not None and k in known}
     foreign = [k for k in unplaced if k not in outside]

@@ -377,6 +377,37 @@ def test_a_file_of_some_of_the_images_is_refused(tmp_path, capsys, caplog, rows)
     assert any("(it was written at conf 0.02)" in r.getMessage() for r in caplog.records)
 
 
+def test_the_same_image_name_in_two_splits(tmp_path, capsys, rows):
+    """Two splits' folders holding the same file names: a file naming images by file name alone is
+    refused (it cannot say which split's image it scored; the first split took them all before),
+    and a file naming them by split folder and file calibrates."""
+    import shutil
+
+    import yaml
+
+    root = tmp_path / "d"
+    for split in ("calib", "test"):
+        shutil.copytree(FIXTURE / "images" / "fixture", root / "images" / split)
+        shutil.copytree(FIXTURE / "labels" / "fixture", root / "labels" / split)
+    spec = {"path": str(root), "calib": "images/calib", "test": "images/test"}
+    (root / "data.yaml").write_text(yaml.safe_dump({**spec, "names": dict(enumerate(NAMES))}))
+    plain = write_csv(rows, tmp_path / "plain.csv")
+    code, _, err = calibrate_cli(capsys, root / "data.yaml", plain, tmp_path / "out")
+    line = _one_error(code, err, tmp_path / "out")
+    assert "name more than one of the run's images" in line and "test/0001.jpg" in line, line
+    named = pl.concat(
+        pl.read_csv(plain).with_columns((pl.lit(f"{s}/") + pl.col("image")).alias("image"))
+        for s in ("calib", "test")
+    )
+    named.write_csv(tmp_path / "named.csv")
+    code, _, err = calibrate_cli(
+        capsys, root / "data.yaml", tmp_path / "named.csv", tmp_path / "o2"
+    )
+    assert code == 0, err
+    summary = (tmp_path / "o2" / "summary.txt").read_text()
+    assert f"{named.height} of {named.height} detections matched on 24 of 24 images" in summary
+
+
 # ------------------------------------------------------------------------------ --boxes of a detections run
 def _eval_figures(run: Path) -> tuple:
     from det_calib.record.run_result import RunResult

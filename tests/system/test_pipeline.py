@@ -547,8 +547,9 @@ def test_calibrate_tunes_thresholds_when_asked(run, tmp_path):
         assert doc["heads"][head]["score"]["temperature"] == run.temperature[head]
     summary = (out / "summary.txt").read_text()
     assert (
-        "head nms: target precision 0.8, delta 0.1" in summary
-        and "head e2e: target precision 0.8" in summary
+        "head nms: thresholds on the calibrated conf" in summary
+        and "head e2e: thresholds on the calibrated conf" in summary
+        and "is at least 0.8 on new images, with probability at least 0.9" in summary
     )
     html = (out / "report.html").read_text()
     assert '<h2 id="thresholds">Conf thresholds</h2>' in html

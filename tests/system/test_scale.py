@@ -300,7 +300,13 @@ def test_boxes_run_imports_no_torch_and_folds_the_same_checkpoint(coco_set, tmp_
 
 def test_detections_run_imports_no_torch(coco_set, tmp_path):
     dets = tmp_path / "dets.parquet"
-    boxes = pl.concat(read_parts(coco_set.parts / s) for s in ("calib", "test"))
+    # both splits' folders hold the same file names: the file names each image by split folder
+    boxes = pl.concat(
+        read_parts(coco_set.parts / s).with_columns(
+            (pl.lit(f"{s}/") + pl.col("image")).alias("image")
+        )
+        for s in ("calib", "test")
+    )
     boxes.filter(pl.col("head") == "nms").select(
         "image", pl.col("cls").alias("class"), "x1", "y1", "x2", "y2", pl.col("conf").alias("score")
     ).write_parquet(dets)
