@@ -700,15 +700,15 @@ def _apply(args: argparse.Namespace) -> int:
             "`--source` is the .pt of an engine det_calib re-exports (LiteRT, NCNN, TensorRT); a "
             ".pt checkpoint is calibrated itself: drop it"
         )
-    if Path(args.out).suffix != ".pt" and not Path(args.out).is_dir():
-        raise InputError(
-            f"`--out` {args.out} would hold a calibrated checkpoint: name it with .pt (Ultralytics "
-            "picks a model's loader by its suffix)"
-        )
     if Path(args.out).is_dir():
         raise InputError(
             f"`out` {args.out} is a folder: give the calibrated checkpoint's file name (e.g. "
             f"{Path(args.out) / 'calibrated.pt'})"
+        )
+    if Path(args.out).suffix != ".pt":
+        raise InputError(
+            f"`--out` {args.out} would hold a calibrated checkpoint: name it with .pt (Ultralytics "
+            "picks a model's loader by its suffix)"
         )
     records = read_calibrators(args.calibration)
     # the checkpoint's writer says what it wrote, each head's map in words (one line, not two)
@@ -784,11 +784,14 @@ def _thresholds(args: argparse.Namespace) -> int:
         seed=s.seed,
         target_recall=args.target_recall,
         max_fp_per_image=args.max_fp_per_image,
-        fp_cap=300.0 if args.fp_cap is None else args.fp_cap,
-        guarantee=args.guarantee or "probability",
-        precision_unit=args.precision_unit or "image",
         per_class=args.per_class,
         class_sets=args.class_sets,
+        # risk control's own options, where given (else thresholds_command's defaults)
+        **{
+            k: getattr(args, k)
+            for k in ("fp_cap", "guarantee", "precision_unit")
+            if getattr(args, k) is not None
+        },
     )
     print("\n".join(lines))
     return 0

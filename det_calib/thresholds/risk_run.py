@@ -28,7 +28,7 @@ from det_calib.thresholds.risk_control import (
     image_counts,
 )
 from det_calib.thresholds.run_head import load_head, tune_run
-from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, flag_reason, read_thresholds
+from det_calib.thresholds.thresholds_file import THRESHOLDS_FILE, not_certified, read_thresholds
 
 __all__ = ["SplitObjects", "control_run"]
 
@@ -296,12 +296,7 @@ def risk_lines(doc: dict[str, Any], *, head: str = "nms") -> list[str]:
 
     for r in [{"name": "(global)", **rc["global"]}, *rc["per_class"]]:
         fit, ev = r["fit"], r.get("eval") or {}
-        note = (
-            ""
-            if r["certified"]
-            else f"not certified ({flag_reason(r['flag'])}): "
-            + ("uses the global threshold" if r.get("fallback") == "global" else "keeps no box")
-        )
+        note = "" if r["certified"] else not_certified(r)
         lines.append(
             f"{r['name'][:16]:<16} {r['threshold']:9.3f} {f(r['plug_in_threshold'], 9)}  "
             f"{f(fit[pk], 10)} {f(fit['recall_per_image'], 10)} {f(fit['fp_per_image'], 10)}  "

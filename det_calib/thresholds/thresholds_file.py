@@ -77,7 +77,7 @@ class ThresholdRow(Record):
 
     @property
     def flag_words(self) -> str:
-        return flag_reason(self.flag)
+        return _flag_reason(self.flag)
 
 
 @dataclass(frozen=True)
@@ -317,7 +317,7 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
             f"{f(ev.get(p_key)):>7}"
             + (f"  {f(ev.get('precision')):>8}" if per_image else "")
             + f"  {f(ev.get('recall')):>7}  {f(ev.get('coverage')):>8}  {a['threshold']:>9.3f}  "
-            f"{b['threshold']:>9.3f}  {_not_certified(r, per_image)}".rstrip()
+            f"{b['threshold']:>9.3f}  {not_certified(r, per_image)}".rstrip()
         )
     val = tp.get("validation")
     if val:
@@ -351,7 +351,7 @@ def summary_lines(doc: Mapping[str, Any], *, head: str = "nms") -> list[str]:
     return lines
 
 
-def flag_reason(flag: str | None, per_image: bool | None = None) -> str:
+def _flag_reason(flag: str | None, per_image: bool | None = None) -> str:
     """Why a threshold is not certified, in words (``per_image``: the image-level test's unit; None:
     either)."""
     if not flag:
@@ -364,9 +364,10 @@ def flag_reason(flag: str | None, per_image: bool | None = None) -> str:
     }.get(flag, flag.replace("_", " "))
 
 
-def _not_certified(r: Mapping[str, Any], per_image: bool) -> str:
-    """The note of a threshold that is not certified: why, and what it falls back to."""
+def not_certified(r: Mapping[str, Any], per_image: bool | None = None) -> str:
+    """The note of a threshold that is not certified (a row of the per-class tuning or of risk
+    control): why, and what it falls back to; "" for a certified one."""
     if not r.get("flag"):
         return ""
     then = "uses the global threshold" if r.get("fallback") == "global" else "keeps no box"
-    return f"not certified ({flag_reason(r['flag'], per_image)}): {then}"
+    return f"not certified ({_flag_reason(r['flag'], per_image)}): {then}"
